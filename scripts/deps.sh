@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs the Debian packages Consort needs to build and test, only those missing.
+set -e
+PKGS="ocaml-nox ocaml-findlib dune libcmdliner-ocaml-dev libcstruct-ocaml-dev \
+libalcotest-ocaml-dev libqcheck-ocaml-dev libcrowbar-ocaml-dev libfmt-ocaml-dev \
+liblogs-ocaml-dev libmtime-ocaml-dev gcc make iproute2"
+missing=""
+for p in $PKGS; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+if [ -n "$missing" ]; then
+  echo "deps: installing$missing"
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi

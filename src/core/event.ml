@@ -1,0 +1,36 @@
+type dst = Cast | Send of int
+type src = Cast_from of int | Send_from of int | Raw
+type dn_ctl = ..
+type up_ctl = ..
+type up_ctl += Lost_message of int | Blocked of bool
+type dn_ctl += Stop
+
+let pp_dst ppf = function Cast -> Fmt.string ppf "cast" | Send r -> Fmt.pf ppf "send(%d)" r
+
+let pp_src ppf = function
+  | Cast_from r -> Fmt.pf ppf "cast from %d" r
+  | Send_from r -> Fmt.pf ppf "send from %d" r
+  | Raw -> Fmt.string ppf "raw"
+
+let up_printers =
+  ref
+    [
+      (function
+      | Lost_message r -> Some (fun ppf -> Fmt.pf ppf "lost-message(%d)" r)
+      | Blocked b -> Some (fun ppf -> Fmt.pf ppf "blocked(%b)" b)
+      | _ -> None);
+    ]
+
+let dn_printers = ref [ (function Stop -> Some (fun ppf -> Fmt.string ppf "stop") | _ -> None) ]
+let register_up_ctl_printer f = up_printers := f :: !up_printers
+let register_dn_ctl_printer f = dn_printers := f :: !dn_printers
+
+let pp_with printers ppf e =
+  let rec go = function
+    | [] -> Fmt.string ppf "<control event>"
+    | f :: rest -> ( match f e with Some p -> p ppf | None -> go rest)
+  in
+  go printers
+
+let pp_up_ctl ppf e = pp_with !up_printers ppf e
+let pp_dn_ctl ppf e = pp_with !dn_printers ppf e

@@ -1,0 +1,54 @@
+type ctx = { view : View.t; rng : Rng.t; params : Params.t; pool : Pool.t; now : unit -> Time.t }
+
+type 'h out = {
+  up : Event.src -> Msg.t -> unit;
+  up_ctl : Event.up_ctl -> unit;
+  dn : Event.dst -> 'h -> Msg.t -> unit;
+  dn_ctl : Event.dn_ctl -> unit;
+  alarm : Time.t -> unit;
+}
+
+module type S = sig
+  type t
+  type header
+
+  val name : string
+  val codec : header Codec.t
+  val pp_header : header Fmt.t
+  val provides : Contract.t list
+  val requires : Contract.t list
+  val create : ctx -> header out -> t
+  val up : t -> Event.src -> header -> Msg.t -> unit
+  val up_ctl : t -> Event.up_ctl -> unit
+  val dn : t -> Event.dst -> Msg.t -> unit
+  val dn_ctl : t -> Event.dn_ctl -> unit
+  val timer : t -> Time.t -> unit
+  val counters : t -> (string * int) list
+end
+
+type t = (module S)
+
+let name (module L : S) = L.name
+let provides (module L : S) = L.provides
+let requires (module L : S) = L.requires
+
+module Pass (N : sig
+  val name : string
+end) =
+struct
+  type t = unit out
+  type header = unit
+
+  let name = N.name
+  let codec = Codec.unit
+  let pp_header = Fmt.any "()"
+  let provides = []
+  let requires = []
+  let create _ out = out
+  let up out src () msg = out.up src msg
+  let up_ctl out e = out.up_ctl e
+  let dn out dst msg = out.dn dst () msg
+  let dn_ctl out e = out.dn_ctl e
+  let timer _ _ = ()
+  let counters _ = []
+end
