@@ -94,7 +94,14 @@ module Make (T : Transport.S) = struct
                     let t = get () in
                     if t.closed then Iovec.release v
                     else guard t (fun () -> Stack.recv (Lazy.force stack) (Msg.of_iovec v)));
-                closed = (fun () -> ());
+                closed =
+                  (fun () ->
+                    match !self with
+                    | Some t when not t.closed ->
+                        t.closed <- true;
+                        Option.iter T.cancel t.timer;
+                        t.timer <- None
+                    | _ -> ());
               }
             in
             match T.open_ tr addrs.(view.rank) handler with
@@ -131,4 +138,5 @@ module Make (T : Transport.S) = struct
     end
 
   let send_errors t = t.send_errors
+  let is_closed t = t.closed
 end

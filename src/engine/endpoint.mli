@@ -31,6 +31,10 @@ module Make (T : Consort.Transport.S) : sig
   val stack : t -> Consort.Stack.t
   val connection : t -> T.connection
 
+  val is_closed : t -> bool
+  (** [true] after {!close}, or once the transport reported the connection
+      gone (a simulated crash): the stack then stops, timers included. *)
+
   val close : t -> unit
   (** [close t] tears the stack down (a {!Consort.Event.Stop} goes down)
       and closes the connection. Further calls are ignored. *)
