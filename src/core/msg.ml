@@ -115,6 +115,24 @@ let blit_to t dst off =
     t.body;
   !pos - off
 
+let headers t =
+  check t "headers";
+  (t.head.buf, t.hoff, header_length t)
+
+let iter_body f t =
+  check t "iter_body";
+  let skip = ref t.boff in
+  List.iter
+    (fun v ->
+      let n = Iovec.length v in
+      if !skip >= n then skip := !skip - n
+      else begin
+        let cs = Iovec.cstruct v in
+        f cs.Cstruct.buffer (cs.Cstruct.off + !skip) (n - !skip);
+        skip := 0
+      end)
+    t.body
+
 let to_iovec pool t =
   let v = Pool.alloc pool (length t) in
   ignore (blit_to t (Iovec.cstruct v) 0);

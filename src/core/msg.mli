@@ -54,6 +54,16 @@ val blit_to : t -> Cstruct.t -> int -> int
 (** [blit_to t dst off] copies all of [t]'s bytes (headers then body) into
     [dst] at [off] and returns the number of bytes copied. *)
 
+val headers : t -> Bytes.t * int * int
+(** [headers t] is the buffer, offset and length of [t]'s pushed headers,
+    valid until [t] is next used: the first piece of a scatter-gather
+    write. *)
+
+val iter_body : (Cstruct.buffer -> int -> int -> unit) -> t -> unit
+(** [iter_body f t] calls [f buf off len] on each non-empty piece of [t]'s
+    body after its headers, in order, without copying or taking
+    references: the other pieces of a scatter-gather write. *)
+
 val to_iovec : Pool.t -> t -> Iovec.t
 (** [to_iovec pool t] is one fresh slice holding all of [t]'s bytes, the
     form in which it crosses a network. [t] stays live. *)

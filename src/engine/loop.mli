@@ -1,0 +1,75 @@
+(** The event loop: one per process, single-threaded.
+
+    A loop owns a monotonic clock, a heap of timers and a set of file
+    descriptors watched for reading. {!run} waits for the earliest timer or
+    a readable descriptor (with [Unix.select]) and calls back. Callbacks
+    must not block: they run on the loop, and nothing else happens while
+    they run.
+
+    A callback that raises does not stop the loop: the exception is logged
+    (source ["consort.loop"], level error), counted in {!errors}, and the
+    loop goes on with the next callback.
+
+    Timers due at the same time fire in the order they were set. *)
+
+type t
+
+val create : unit -> t
+(** [create ()] is a loop with no timers and no watched descriptors. *)
+
+val now : t -> Consort.Time.t
+(** [now t] is the monotonic clock in nanoseconds (its origin is
+    arbitrary; only differences mean something). *)
+
+(** {1 Timers} *)
+
+type timer
+
+val at : t -> Consort.Time.t -> (unit -> unit) -> timer
+(** [at t time f] calls [f] once, during {!run}, at or after [time]. *)
+
+val after : t -> Consort.Time.t -> (unit -> unit) -> timer
+(** [after t d f] is [at t (now t + d) f]. *)
+
+val cancel : timer -> unit
+(** [cancel tm] removes [tm] if it has not fired; otherwise does nothing. *)
+
+val is_pending : timer -> bool
+(** [is_pending tm] is [true] until [tm] fires or is cancelled. *)
+
+val timers : t -> int
+(** The number of pending timers. *)
+
+(** {1 Descriptors} *)
+
+val watch : t -> Unix.file_descr -> (unit -> unit) -> unit
+(** [watch t fd f] calls [f] during {!run} each time [fd] is readable,
+    until {!unwatch}. Descriptors ready together are served in the order
+    they were watched.
+    @raise Invalid_argument if [fd] is already watched. *)
+
+val unwatch : t -> Unix.file_descr -> unit
+(** [unwatch t fd] stops watching [fd]; a callback for it that has not run
+    yet in the current round does not run. Unknown descriptors are
+    ignored. *)
+
+val watched : t -> int
+(** The number of watched descriptors. *)
+
+(** {1 Running} *)
+
+val run : ?until:(unit -> bool) -> ?timeout:Consort.Time.t -> t -> unit
+(** [run ?until ?timeout t] calls back timers and readable descriptors
+    until one of: {!stop} is called, [until ()] is [true] (checked before
+    each wait and after each round of callbacks), [timeout] nanoseconds have
+    passed since the call, or there is nothing left to wait for (no timer
+    and no descriptor). Without [until] and [timeout] a loop with a
+    descriptor runs until {!stop}.
+    @raise Invalid_argument if [t] is already running (runs do not nest). *)
+
+val stop : t -> unit
+(** [stop t] makes the current {!run} return once the running callback
+    returns. A later {!run} starts afresh. *)
+
+val errors : t -> int
+(** The number of callbacks that raised since [t] was created. *)

@@ -1,0 +1,49 @@
+(** The generic transport over kernel UDP/IPv4, driven by a {!Loop}.
+
+    Addresses are ["IP:PORT"] strings of an IPv4 address in dotted decimal
+    and a port; port [0] in {!open_} picks a free port, and {!query} gives
+    the address really bound. Sockets are non-blocking with large kernel
+    buffers (4 MiB asked for, past the system limit when privileged).
+
+    Receiving: when a socket is readable, datagrams are taken in batches
+    with [recvmmsg] until none is left or a budget per wake-up is spent.
+    Each datagram is copied out of a shared landing buffer into its own
+    {!Consort.Iovec.t} of exactly its size, so that a small datagram kept
+    by a protocol never pins a large buffer. A handler that raises is
+    logged and the batch goes on.
+
+    Sending: one [sendmsg] gathers the message's header bytes and body
+    pieces without copying them. {!cast} sends one datagram to the group
+    after [Join_multicast], otherwise one per destination with [sendmmsg].
+    A full buffer ([EAGAIN], [ENOBUFS]) drops the datagram and counts it
+    in [info.dropped], as UDP may; [ECONNREFUSED] (left by an earlier ICMP
+    error) is ignored; other failures are [`System] errors.
+
+    The unicast socket is bound without [SO_REUSEADDR], so that a port in
+    use is reported instead of silently shared; the socket that receives a
+    multicast group sets it, so that several members on one host share
+    the group's port. A member's own multicast datagrams, looped back by
+    the kernel, are not handed up. *)
+
+include Consort.Transport.S with type t = Loop.t
+
+val mtu : int
+(** The largest UDP/IPv4 payload, 65507 bytes. *)
+
+val open_with :
+  ?pool:Consort.Pool.t ->
+  t ->
+  address ->
+  (connection -> handler) ->
+  (connection, Consort.Transport.error) result
+(** [open_with ?pool t addr f] is {!open_} with received datagrams
+    allocated from [pool] (default {!Consort.Pool.default}). *)
+
+val local : connection -> address
+(** [local c] is the address [c] is bound to (its real port). *)
+
+val buffer_sizes : connection -> int * int
+(** [buffer_sizes c] is the receive and send buffer sizes the kernel
+    granted, in bytes. *)
+
+val is_closed : connection -> bool
