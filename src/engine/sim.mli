@@ -19,6 +19,9 @@
     open is not an error: the datagram is dropped on arrival (reason
     {!Unbound}), as UDP would.
 
+    {b Connections.} An address holds at most one open connection.
+    {!close} frees the address and calls the handler's [closed], once.
+
     {b Partitions.} A datagram is dropped if its source and destination are
     in different components either when it is sent or when it arrives, so
     datagrams in flight when a partition starts are lost too.
