@@ -71,17 +71,20 @@ val create :
     65507) is the largest datagram; received datagrams are allocated from
     [pool] (default {!Consort.Pool.default}); [link] (default
     {!default_link}) applies to every link without an override.
-    @raise Invalid_argument if [mtu] is not positive. *)
+    @raise Invalid_argument if [mtu] is not positive or [link] is invalid
+    (a negative delay, a probability outside \[0, 1\]). *)
 
 (** {1 Links} *)
 
 val set_default_link : t -> link -> unit
 (** [set_default_link t l] makes [l] the parameters of every link without an
-    override, for datagrams sent from now on. *)
+    override, for datagrams sent from now on.
+    @raise Invalid_argument if [l] is invalid. *)
 
 val set_link : t -> src:address -> dst:address -> link -> unit
 (** [set_link t ~src ~dst l] overrides the parameters of the directed link
-    [src -> dst], for datagrams sent from now on. *)
+    [src -> dst], for datagrams sent from now on.
+    @raise Invalid_argument if [l] is invalid. *)
 
 val clear_link : t -> src:address -> dst:address -> unit
 (** [clear_link t ~src ~dst] removes the override of [src -> dst]. *)
