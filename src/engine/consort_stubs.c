@@ -284,3 +284,63 @@ CAMLprim value consort_udp_mcast_join(value fd, value group, value iface)
     uerror("setsockopt(IP_ADD_MEMBERSHIP)", Nothing);
   return Val_unit;
 }
+
+/* Readiness for the event loop, with epoll. */
+
+#include <sys/epoll.h>
+#include <caml/signals.h>
+
+#define CONSORT_MAX_EVENTS 64
+
+CAMLprim value consort_epoll_create(value unit)
+{
+  int fd = epoll_create1(EPOLL_CLOEXEC);
+  (void)unit;
+  if (fd < 0) uerror("epoll_create1", Nothing);
+  return Val_int(fd);
+}
+
+/* [epoll_ctl epfd fd add] starts (add) or stops watching [fd] for input. */
+CAMLprim value consort_epoll_ctl(value epfd, value fd, value add)
+{
+  struct epoll_event ev;
+  int r;
+
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN;
+  ev.data.fd = Int_val(fd);
+  r = epoll_ctl(Int_val(epfd), Bool_val(add) ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, Int_val(fd), &ev);
+  if (r < 0) uerror("epoll_ctl", Nothing);
+  return Val_unit;
+}
+
+/* [epoll_wait epfd out timeout_ns] waits at most [timeout_ns] (forever if
+   negative; rounded up to whole milliseconds) and writes the descriptors
+   ready for input into [out]; the result is their number, 0 on timeout or
+   interruption by a signal. The runtime lock is released while waiting. */
+CAMLprim value consort_epoll_wait(value epfd, value out, value timeout_ns)
+{
+  CAMLparam3(epfd, out, timeout_ns);
+  struct epoll_event ev[CONSORT_MAX_EVENTS];
+  intnat ns = Long_val(timeout_ns);
+  int fd = Int_val(epfd), max, ms, r, err, i;
+
+  max = (int)(Wosize_val(out) < CONSORT_MAX_EVENTS ? Wosize_val(out) : CONSORT_MAX_EVENTS);
+  if (max < 1) caml_invalid_argument("consort_epoll_wait: empty result array");
+  if (ns < 0)
+    ms = -1;
+  else if (ns >= (intnat)INT32_MAX * 1000000)
+    ms = INT32_MAX;
+  else
+    ms = (int)((ns + 999999) / 1000000);
+  caml_enter_blocking_section();
+  r = epoll_wait(fd, ev, max, ms);
+  err = errno;
+  caml_leave_blocking_section();
+  if (r < 0) {
+    if (err == EINTR) CAMLreturn(Val_int(0));
+    unix_error(err, "epoll_wait", Nothing);
+  }
+  for (i = 0; i < r; i++) Store_field(out, i, Val_int(ev[i].data.fd));
+  CAMLreturn(Val_int(r));
+}

@@ -16,24 +16,34 @@ type timer = {
 
 and heap = { mutable a : timer array; mutable n : int; mutable next_seq : int }
 
-type w = { fd : Unix.file_descr; cb : unit -> unit; mutable active : bool }
+type w = { fd : Unix.file_descr; cb : unit -> unit; order : int; mutable active : bool }
 
 type t = {
   heap : heap;
-  mutable ws : w list;  (* in the order they were watched *)
-  mutable fds : Unix.file_descr list;  (* cached for select *)
+  ws : (Unix.file_descr, w) Hashtbl.t;
+  mutable next_order : int;
+  mutable epfd : Unix.file_descr option;  (* while something is watched *)
+  ready : Unix.file_descr array;
   mutable running : bool;
   mutable stopped : bool;
   mutable errors : int;
 }
+
+external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
+external epoll_ctl : Unix.file_descr -> Unix.file_descr -> bool -> unit = "consort_epoll_ctl"
+
+external epoll_wait : Unix.file_descr -> Unix.file_descr array -> int -> int
+  = "consort_epoll_wait"
 
 let now _ = Int64.to_int (Mtime_clock.now_ns ())
 
 let create () =
   {
     heap = { a = [||]; n = 0; next_seq = 0 };
-    ws = [];
-    fds = [];
+    ws = Hashtbl.create 8;
+    next_order = 0;
+    epfd = None;
+    ready = Array.make 64 Unix.stdin;
     running = false;
     stopped = false;
     errors = 0;
@@ -107,19 +117,34 @@ let timers t = t.heap.n
 
 (* Descriptors. *)
 
-let refresh t = t.fds <- List.map (fun w -> w.fd) t.ws
-
 let watch t fd cb =
-  if List.exists (fun w -> w.fd = fd) t.ws then invalid_arg "Loop.watch: descriptor already watched";
-  t.ws <- t.ws @ [ { fd; cb; active = true } ];
-  refresh t
+  if Hashtbl.mem t.ws fd then invalid_arg "Loop.watch: descriptor already watched";
+  let ep = match t.epfd with Some ep -> ep | None -> epoll_create () in
+  (try epoll_ctl ep fd true
+   with e ->
+     if Hashtbl.length t.ws = 0 then Unix.close ep;
+     raise e);
+  t.epfd <- Some ep;
+  Hashtbl.replace t.ws fd { fd; cb; order = t.next_order; active = true };
+  t.next_order <- t.next_order + 1
 
 let unwatch t fd =
-  List.iter (fun w -> if w.fd = fd then w.active <- false) t.ws;
-  t.ws <- List.filter (fun w -> w.active) t.ws;
-  refresh t
+  match Hashtbl.find_opt t.ws fd with
+  | None -> ()
+  | Some w -> (
+      w.active <- false;
+      Hashtbl.remove t.ws fd;
+      match t.epfd with
+      | None -> ()
+      | Some ep ->
+          (* The descriptor may be closed already, which unregisters it. *)
+          (try epoll_ctl ep fd false with Unix.Unix_error _ -> ());
+          if Hashtbl.length t.ws = 0 then begin
+            t.epfd <- None;
+            Unix.close ep
+          end)
 
-let watched t = List.length t.ws
+let watched t = Hashtbl.length t.ws
 let errors t = t.errors
 let stop t = t.stopped <- true
 
@@ -148,18 +173,20 @@ let fire_timers t now =
   in
   go ()
 
-let select fds wait =
-  try
-    let r, _, _ = Unix.select fds [] [] wait in
-    r
-  with Unix.Unix_error (Unix.EINTR, _, _) -> []
-
-let serve t ready =
-  (* [t.ws] may change under the callbacks: walk the list as it was, and
-     skip what was unwatched meanwhile. *)
-  List.iter
-    (fun w -> if w.active && (not t.stopped) && List.mem w.fd ready then guard t "descriptor callback" w.cb)
-    t.ws
+(* Waits at most [wait] nanoseconds (forever if negative) and serves the
+   descriptors that became readable, in the order they were watched. *)
+let wait_and_serve t wait =
+  match t.epfd with
+  | None -> if wait > 0 then Unix.sleepf (Time.to_sec wait)
+  | Some ep ->
+      let n = epoll_wait ep t.ready wait in
+      let ready = ref [] in
+      for i = 0 to n - 1 do
+        match Hashtbl.find_opt t.ws t.ready.(i) with Some w -> ready := w :: !ready | None -> ()
+      done;
+      let ready = List.sort (fun a b -> compare a.order b.order) !ready in
+      (* Callbacks may unwatch others: skip what is no longer active. *)
+      List.iter (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb) ready
 
 let run ?(until = fun () -> false) ?timeout t =
   if t.running then invalid_arg "Loop.run: already running";
@@ -178,16 +205,12 @@ let run ?(until = fun () -> false) ?timeout t =
       else begin
         fire_timers t n;
         if t.stopped || until () then ()
-        else if t.heap.n = 0 && t.ws = [] then ()
+        else if t.heap.n = 0 && Hashtbl.length t.ws = 0 then ()
         else begin
           let n = now t in
           let next = if t.heap.n > 0 then min t.heap.a.(0).time deadline else deadline in
-          let wait =
-            if next = max_int then -1.0 else if next <= n then 0.0 else Time.to_sec (next - n)
-          in
-          (match t.fds with
-          | [] -> if wait > 0.0 then Unix.sleepf wait
-          | fds -> serve t (select fds wait));
+          let wait = if next = max_int then -1 else max 0 (next - n) in
+          wait_and_serve t wait;
           go ()
         end
       end

@@ -2,7 +2,8 @@
 
     A loop owns a monotonic clock, a heap of timers and a set of file
     descriptors watched for reading. {!run} waits for the earliest timer or
-    a readable descriptor (with [Unix.select]) and calls back. Callbacks
+    a readable descriptor (with epoll, to the millisecond, never early) and
+    calls back. Callbacks
     must not block: they run on the loop, and nothing else happens while
     they run.
 
@@ -45,8 +46,9 @@ val timers : t -> int
 val watch : t -> Unix.file_descr -> (unit -> unit) -> unit
 (** [watch t fd f] calls [f] during {!run} each time [fd] is readable,
     until {!unwatch}. Descriptors ready together are served in the order
-    they were watched.
-    @raise Invalid_argument if [fd] is already watched. *)
+    they were watched. Closing [fd] without {!unwatch} stops its callbacks.
+    @raise Invalid_argument if [fd] is already watched.
+    @raise Unix.Unix_error if [fd] cannot be watched (a regular file). *)
 
 val unwatch : t -> Unix.file_descr -> unit
 (** [unwatch t fd] stops watching [fd]; a callback for it that has not run

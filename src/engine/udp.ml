@@ -179,12 +179,22 @@ let with_sgl pool msg f =
     Fun.protect ~finally:(fun () -> clear_sgl (); Iovec.release v) f
   end
 
+(* Datagrams land in slots of one buffer before each is copied out to a
+   slice of its own size. *)
 let slot = 65536
 let nslots = 64
 let rounds = 4
-let landing = lazy (Bigarray.(Array1.create char c_layout (slot * nslots)))
-let landing_cs = lazy (Cstruct.of_bigarray (Lazy.force landing))
-let results = Array.make ((2 * nslots) + 1) 0
+
+type landing = { buf : Cstruct.buffer; cs : Cstruct.t; results : int array }
+
+let make_landing () =
+  let buf = Bigarray.(Array1.create char c_layout (slot * nslots)) in
+  { buf; cs = Cstruct.of_bigarray buf; results = Array.make ((2 * nslots) + 1) 0 }
+
+(* One landing buffer serves the process; a receive that starts while it is
+   in use (a handler running another loop) gets one of its own. *)
+let shared_landing = lazy (make_landing ())
+let landing_busy = ref false
 let dsts_buf = ref (Array.make 64 0)
 
 (* Errors. *)
@@ -202,16 +212,15 @@ let send_error dst e fn =
 let is_self c src =
   src = c.local || (ip c.local = 0 && port src = port c.local)
 
-let deliver c ~group len src off =
+let deliver c ~group l len src off =
   if len < 0 then c.dropped <- c.dropped + 1
   else if group && is_self c src then ()
   else begin
-    let cs = Lazy.force landing_cs in
     let drop =
       match c.filter with
       | None -> false
       | Some f -> (
-          try f ~src (Cstruct.sub cs off len)
+          try f ~src (Cstruct.sub l.cs off len)
           with e ->
             Log.err (fun m -> m "drop filter raised %s; datagram dropped" (Printexc.to_string e));
             true)
@@ -219,7 +228,7 @@ let deliver c ~group len src off =
     if drop then c.dropped <- c.dropped + 1
     else begin
       let v = Pool.alloc c.pool len in
-      Cstruct.blit cs off (Iovec.cstruct v) 0 len;
+      Cstruct.blit l.cs off (Iovec.cstruct v) 0 len;
       c.received <- c.received + 1;
       try c.handler.recv ~src v
       with e ->
@@ -228,31 +237,40 @@ let deliver c ~group len src off =
     end
   end
 
-(* [last] is the socket's kernel drop counter as last seen. *)
-let on_readable c ~group fd =
-  let last = ref 0 in
-  fun () ->
-  let buf = Lazy.force landing in
+(* Takes up to [rounds] batches from [fd]. [last] is the socket's kernel
+   drop counter as last seen. *)
+let receive c ~group fd last l =
   let rec round k =
     if k > 0 && not c.closed then begin
-      match c_recvmmsg fd buf slot nslots results with
+      match c_recvmmsg fd l.buf slot nslots l.results with
       | exception Unix.Unix_error (e, fn, _) ->
           Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e))
       | r ->
-          let o = results.(2 * nslots) in
+          let o = l.results.(2 * nslots) in
           if o >= 0 then begin
             c.dropped <- c.dropped + ((o - !last) land 0xffff_ffff);
             last := o
           end;
           let i = ref 0 in
           while !i < r && not c.closed do
-            deliver c ~group results.(2 * !i) results.((2 * !i) + 1) (!i * slot);
+            deliver c ~group l l.results.(2 * !i) l.results.((2 * !i) + 1) (!i * slot);
             incr i
           done;
           if r = nslots then round (k - 1)
     end
   in
   round rounds
+
+let on_readable c ~group fd =
+  let last = ref 0 in
+  fun () ->
+    if !landing_busy then receive c ~group fd last (make_landing ())
+    else begin
+      landing_busy := true;
+      Fun.protect
+        ~finally:(fun () -> landing_busy := false)
+        (fun () -> receive c ~group fd last (Lazy.force shared_landing))
+    end
 
 (* Opening and closing. *)
 

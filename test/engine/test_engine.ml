@@ -162,6 +162,24 @@ let fd_readiness () =
   Unix.close r;
   Unix.close w
 
+let closed_without_unwatch () =
+  let loop = Loop.create () in
+  let r, w = Unix.pipe ~cloexec:true () in
+  Loop.watch loop r (fun () -> Alcotest.fail "closed descriptor called back");
+  Unix.close r;
+  Unix.close w;
+  Loop.run loop ~timeout:(ms 30);
+  Alcotest.(check int) "no errors" 0 (Loop.errors loop);
+  Loop.unwatch loop r;
+  let f = Filename.temp_file "consort" ".tmp" in
+  let fd = Unix.openfile f [ Unix.O_RDONLY ] 0 in
+  (match Loop.watch loop fd ignore with
+  | () -> Alcotest.fail "watched a regular file"
+  | exception Unix.Unix_error _ -> ());
+  Alcotest.(check int) "not watched" 0 (Loop.watched loop);
+  Unix.close fd;
+  Sys.remove f
+
 let raising_callbacks () =
   let loop = Loop.create () in
   let after = ref false in
@@ -538,6 +556,42 @@ let raising_handler () =
   Udp.close a;
   Udp.close b
 
+(* A handler that runs another loop, whose connection receives meanwhile:
+   neither batch is disturbed. *)
+let nested_loops () =
+  with_pool @@ fun pool ->
+  let outer = Loop.create () and inner = Loop.create () in
+  let a, _ = open_rx ~pool outer in
+  let x, rxx = open_rx ~pool inner in
+  let got = ref [] in
+  let b =
+    get
+      (Udp.open_with ~pool outer (addr "127.0.0.1:0") (fun _ ->
+           {
+             Udp.recv =
+               (fun ~src:_ v ->
+                 got := Iovec.to_string v :: !got;
+                 Iovec.release v;
+                 if List.length !got = 1 then
+                   Loop.run inner ~timeout:(ms 2000) ~until:(fun () -> List.length rxx.got = 5));
+             closed = ignore;
+           }))
+  in
+  let send c dst s =
+    let m = Msg.of_string pool s in
+    ignore (Udp.send c ~dst m);
+    Msg.release m
+  in
+  for i = 1 to 5 do
+    send a (Udp.local x) (Printf.sprintf "inner %d" i);
+    send a (Udp.local b) (Printf.sprintf "outer %d" i)
+  done;
+  Alcotest.(check bool) "outer done" true (wait outer (fun () -> List.length !got = 5));
+  Alcotest.(check (list string)) "outer intact" (List.init 5 (fun i -> Printf.sprintf "outer %d" (i + 1))) (List.rev !got);
+  Alcotest.(check (list string)) "inner intact" (List.init 5 (fun i -> Printf.sprintf "inner %d" (i + 1)))
+    (List.rev_map snd rxx.got);
+  List.iter Udp.close [ a; b; x ]
+
 (* Endpoint.Make (Udp): two one-layer stacks cast to each other. *)
 module E = Consort_engine.Endpoint.Make (Udp)
 module Pass = Layer.Pass (struct let name = "pass" end)
@@ -677,6 +731,7 @@ let () =
           Alcotest.test_case "run with a timeout returns" `Quick timeout_returns;
           Alcotest.test_case "until and stop" `Quick until_and_stop;
           Alcotest.test_case "descriptor readiness" `Quick fd_readiness;
+          Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
           Alcotest.test_case "timers do not starve descriptors" `Quick no_starvation;
         ] );
@@ -694,6 +749,7 @@ let () =
           Alcotest.test_case "address in use" `Quick address_in_use;
           Alcotest.test_case "closing" `Quick closing;
           Alcotest.test_case "raising handler" `Quick raising_handler;
+          Alcotest.test_case "a handler running another loop" `Quick nested_loops;
           Alcotest.test_case "Endpoint.Make (Udp)" `Quick endpoint_over_udp;
           Alcotest.test_case "IP multicast in a namespace" `Quick multicast;
         ] );
