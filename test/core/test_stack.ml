@@ -204,6 +204,18 @@ let down_and_up () =
     (List.mem_assoc "garbage" (List.assoc "pass2" (Stack.counters b.stack)));
   no_leaks pool
 
+let pass_only () =
+  let pool = fresh_pool () in
+  let a = make ~layers:[ (module Pass1); (module Pass2); (module Pass3) ] pool 0 in
+  Stack.cast a.stack (Msg.of_string pool "plain");
+  Stack.send a.stack 2 (Msg.of_string pool "to two");
+  Alcotest.(check pp_dst) "cast reached net" Event.Cast (deliver pool ~from:a ~to_:a);
+  Alcotest.(check pp_dst) "send reached net" (Event.Send 2) (deliver pool ~from:a ~to_:a);
+  Alcotest.(check (list (pair pp_src string))) "back up, empty headers"
+    [ (Event.Raw, "plain"); (Event.Raw, "to two") ]
+    (List.of_seq (Queue.to_seq a.got));
+  no_leaks pool
+
 let control_events () =
   let pool = fresh_pool () in
   let a = make pool 0 in
@@ -271,6 +283,7 @@ let tests =
   [
     Alcotest.test_case "contract checking" `Quick contracts;
     Alcotest.test_case "create refuses a stack that does not fit" `Quick create_refused;
+    Alcotest.test_case "Pass layers: down to net and back up" `Quick pass_only;
     Alcotest.test_case "down to net and back up, headers round-trip" `Quick down_and_up;
     Alcotest.test_case "control events down and up" `Quick control_events;
     Alcotest.test_case "garbage headers counted and dropped" `Quick garbage;
