@@ -219,6 +219,7 @@ let string ?(max = 65536) () =
     read =
       (fun r ->
         let n = read_varint name r in
+        if n < 0 then fail "string: length overflows an int";
         if n > max then fail (Printf.sprintf "string of %d bytes, limit %d" n max);
         read_bytes name r n);
   }
@@ -302,6 +303,8 @@ let list ?(max = 4096) c =
     read =
       (fun r ->
         let n = read_varint name r in
+        (* A count past 62 bits reads as negative and would never reach zero below. *)
+        if n < 0 then fail (name ^ ": count overflows an int");
         if n > max then fail (Printf.sprintf "%s: %d elements, limit %d" name n max);
         (* Each element takes at least one byte unless its codec is empty,
            so a huge count on short input fails fast below. *)

@@ -33,8 +33,10 @@ let header_length t = Bytes.length t.head.buf - t.hoff
 let length t = header_length t + Iovecs.length t.body - t.boff
 
 let push c h t =
-  consume t "push";
+  check t "push";
+  (* Size first: an invalid header raises before the message is consumed. *)
   let n = Codec.size c h in
+  t.live <- false;
   if t.hoff = t.head.low && t.hoff >= n then begin
     let hoff = t.hoff - n in
     ignore (Codec.encode_into c t.head.buf hoff h);

@@ -102,7 +102,9 @@ let take t =
       seg
   | [] -> new_segment t t.seg_size
 
-let oversize_free t _seg = t.oversize <- t.oversize - 1
+let oversize_free t seg =
+  poison seg;
+  t.oversize <- t.oversize - 1
 
 let alloc t n =
   if n < 0 then invalid_arg "Pool.alloc: negative size";

@@ -50,7 +50,7 @@ let check ?(requires = []) layers =
                  (Layer.name l) (Contract.name r) (Contract.doc r)
                  (match below with
                   | [] -> "the transport"
-                  | _ -> "the layers under it (" ^ String.concat ":" (List.rev below) ^ ") and the transport")
+                  | _ -> "the layers under it (" ^ String.concat ":" below ^ ") and the transport")
                  (match below with [] -> "s" | _ -> "")
                  (names avail))
         | None -> go (avail @ Layer.provides l) (Layer.name l :: below) rest)

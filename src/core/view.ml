@@ -13,4 +13,4 @@ let group_hash t =
   !h
 
 let pp ppf t =
-  Fmt.pf ppf "%s@%d[%a] rank %d" t.group t.ltime Fmt.(array ~sep:comma string) t.members t.rank
+  Fmt.pf ppf "@[<h>%s@@%d[%a] rank %d@]" t.group t.ltime Fmt.(array ~sep:comma string) t.members t.rank

@@ -1,0 +1,212 @@
+(* Messages: push, pull, send, retain, ownership. *)
+
+open Consort
+open Util
+
+let h1 = Codec.uint16
+let h2 = Codec.(pair varint bool)
+let h3 = Codec.string ()
+
+let pull_ok c m =
+  match Msg.pull c m with
+  | Ok x -> x
+  | Error e -> Alcotest.failf "pull %s: %a" (Codec.name c) Codec.pp_error e
+
+let push3 m = m |> Msg.push h1 0xbeef |> Msg.push h2 (300, true) |> Msg.push h3 "top"
+
+let pull3 m =
+  let s, m = pull_ok h3 m in
+  Alcotest.(check string) "h3" "top" s;
+  let p, m = pull_ok h2 m in
+  Alcotest.(check (pair int bool)) "h2" (300, true) p;
+  let x, m = pull_ok h1 m in
+  Alcotest.(check int) "h1" 0xbeef x;
+  m
+
+let body_string m =
+  let b = Msg.body m in
+  let s = Iovecs.to_string b in
+  Iovecs.release b;
+  s
+
+let wire = Codec.encode_string h3 "top" ^ Codec.encode_string h2 (300, true) ^ "\xbe\xef"
+
+let local_lifo () =
+  let pool = fresh_pool () in
+  let m = push3 (Msg.of_string pool "payload") in
+  Alcotest.(check int) "header_length" (String.length wire) (Msg.header_length m);
+  Alcotest.(check int) "length" (String.length wire + 7) (Msg.length m);
+  Alcotest.(check string) "bytes" (wire ^ "payload") (Msg.to_string m);
+  Alcotest.(check string) "body excludes headers" "payload" (body_string m);
+  let m = pull3 m in
+  Alcotest.(check int) "headers gone" 0 (Msg.header_length m);
+  Alcotest.(check int) "length after pulls" 7 (Msg.length m);
+  Alcotest.(check string) "body" "payload" (body_string m);
+  Msg.release m;
+  no_leaks pool
+
+let over_the_wire () =
+  let pool = fresh_pool () in
+  let m = push3 (Msg.create (Iovecs.of_string pool "pay" @ Iovecs.of_string pool "load")) in
+  let v = Msg.to_iovec pool m in
+  Alcotest.(check int) "to_iovec keeps the message" 1 (if Msg.is_live m then 1 else 0);
+  Msg.release m;
+  Alcotest.(check string) "datagram" (wire ^ "payload") (Iovec.to_string v);
+  let r = Msg.of_iovec v in
+  Alcotest.(check int) "received: no pushed headers" 0 (Msg.header_length r);
+  Alcotest.(check int) "received length" (String.length wire + 7) (Msg.length r);
+  let r = pull3 r in
+  Alcotest.(check int) "length" 7 (Msg.length r);
+  Alcotest.(check string) "body after pulls" "payload" (body_string r);
+  Alcotest.(check string) "to_string after pulls" "payload" (Msg.to_string r);
+  (* Forwarding: push a new header in front of a received message. *)
+  let f = Msg.push h1 7 r in
+  Alcotest.(check string) "forwarded" "\x00\x07payload" (Msg.to_string f);
+  let dst = Cstruct.create 12 in
+  Alcotest.(check int) "blit_to count" 9 (Msg.blit_to f dst 1);
+  Alcotest.(check string) "blit_to bytes" "\x00\x00\x07payload\x00\x00" (Cstruct.to_string dst);
+  Msg.release f;
+  no_leaks pool
+
+let header_split_across_pieces () =
+  let pool = fresh_pool () in
+  let enc = Codec.encode_string h3 "split-header" in
+  let a = String.sub enc 0 4 and b = String.sub enc 4 (String.length enc - 4) in
+  let m = Msg.create (Iovecs.of_string pool a @ Iovecs.of_string pool (b ^ "xy") @ Iovecs.of_string pool "z") in
+  let s, m = pull_ok h3 m in
+  Alcotest.(check string) "split header" "split-header" s;
+  Alcotest.(check string) "rest" "xyz" (body_string m);
+  let c, m = pull_ok Codec.(fixed_string 3) m in
+  Alcotest.(check string) "across two more pieces" "xyz" c;
+  Alcotest.(check int) "empty" 0 (Msg.length m);
+  Alcotest.(check bool) "pull past end" true
+    (match Msg.pull h1 m with Error (`Truncated _) -> true | _ -> false);
+  Msg.release m;
+  no_leaks pool
+
+let retained_versions () =
+  let pool = fresh_pool () in
+  let base = Msg.of_string pool "body" in
+  let other = Msg.retain base in
+  let a = Msg.push h1 0x1111 base in
+  let b = Msg.push h1 0x2222 other in
+  Alcotest.(check string) "first version" "\x11\x11body" (Msg.to_string a);
+  Alcotest.(check string) "second version" "\x22\x22body" (Msg.to_string b);
+  (* Deeper: two versions sharing a pushed header, each pushing more. *)
+  let a2 = Msg.retain a in
+  let x = Msg.push h3 "xx" a in
+  let y = Msg.push h3 "yyyy" a2 in
+  let z = Msg.push h1 0x3333 y in
+  Alcotest.(check string) "x" "\x02xx\x11\x11body" (Msg.to_string x);
+  Alcotest.(check string) "y under z" "\x33\x33\x04yyyy\x11\x11body" (Msg.to_string z);
+  let s, x = pull_ok h3 x in
+  Alcotest.(check string) "pull x" "xx" s;
+  let x = Msg.push h1 0x4444 x in
+  Alcotest.(check string) "push after pull" "\x44\x44\x11\x11body" (Msg.to_string x);
+  Alcotest.(check string) "z intact" "\x33\x33\x04yyyy\x11\x11body" (Msg.to_string z);
+  Alcotest.(check string) "b intact" "\x22\x22body" (Msg.to_string b);
+  List.iter Msg.release [ x; z; b ];
+  no_leaks pool
+
+let retained_versions_prop =
+  (* Random sequences of pushes on random live versions: each version's bytes
+     always equal its own pushes in front of the body. *)
+  let open QCheck in
+  let arb =
+    make ~print:Print.(list (pair int string))
+      Gen.(list_size (int_range 1 30) (pair (int_range 0 100) (string_size ~gen:printable (int_range 0 40))))
+  in
+  qtest ~count:200 "pushes on retained versions never interfere" arb (fun ops ->
+      let pool = fresh_pool () in
+      let versions = ref [| (Msg.create ~headroom:16 (Iovecs.of_string pool "B"), "B") |] in
+      List.iter
+        (fun (i, h) ->
+          let vs = !versions in
+          let k = i mod Array.length vs in
+          let m, expect = vs.(k) in
+          let keep = Msg.retain m in
+          let m' = Msg.push h3 h m in
+          vs.(k) <- (keep, expect);
+          versions := Array.append vs [| (m', Codec.encode_string h3 h ^ expect) |])
+        ops;
+      let ok = Array.for_all (fun (m, e) -> Msg.to_string m = e) !versions in
+      Array.iter (fun (m, _) -> Msg.release m) !versions;
+      ok && Pool.leak_check pool = 0)
+
+let headroom_growth () =
+  let pool = fresh_pool () in
+  let m = Msg.create ~headroom:4 (Iovecs.of_string pool "b") in
+  let m = Msg.push h1 1 m in
+  let m = Msg.push h1 2 m in
+  Alcotest.(check string) "fits exactly" "\x00\x02\x00\x01b" (Msg.to_string m);
+  let m = Msg.push h3 (String.make 100 'h') m in
+  Alcotest.(check int) "grown" (101 + 4) (Msg.header_length m);
+  let m = Msg.push h1 3 m in
+  Alcotest.(check string) "all headers" ("\x00\x03\x64" ^ String.make 100 'h' ^ "\x00\x02\x00\x01b")
+    (Msg.to_string m);
+  let rec pushes m i = if i = 0 then m else pushes (Msg.push h1 i m) (i - 1) in
+  let m = pushes m 200 in
+  Alcotest.(check int) "many pushes" (105 + 2 + 400) (Msg.header_length m);
+  let rec pulls m i =
+    if i > 200 then m
+    else
+      let x, m = pull_ok h1 m in
+      Alcotest.(check int) "lifo" i x;
+      pulls m (i + 1)
+  in
+  let m = pulls m 1 in
+  let x, m = pull_ok h1 m in
+  Alcotest.(check int) "3" 3 x;
+  let s, m = pull_ok h3 m in
+  Alcotest.(check int) "long header" 100 (String.length s);
+  Alcotest.(check string) "rest" "\x00\x02\x00\x01b" (Msg.to_string m);
+  Msg.release m;
+  no_leaks pool
+
+let ownership () =
+  let pool = fresh_pool () in
+  let m = Msg.of_string pool "abc" in
+  let m2 = Msg.push h1 1 m in
+  Alcotest.(check bool) "consumed by push" false (Msg.is_live m);
+  raises_uar "push on consumed" (fun () -> Msg.push h1 2 m);
+  raises_uar "pull on consumed" (fun () -> Msg.pull h1 m);
+  raises_uar "body on consumed" (fun () -> Msg.body m);
+  raises_uar "retain on consumed" (fun () -> Msg.retain m);
+  raises_uar "release on consumed" (fun () -> Msg.release m);
+  (* A failed pull leaves the message with the caller, unchanged. *)
+  let refuse = Codec.conv Fun.id (fun _ -> Error "refused") Codec.uint8 in
+  Alcotest.(check bool) "malformed header" true
+    (match Msg.pull refuse m2 with Error (`Malformed _) -> true | _ -> false);
+  Alcotest.(check bool) "truncated header" true
+    (match Msg.pull Codec.(fixed_string 10) m2 with Error (`Truncated _) -> true | _ -> false);
+  Alcotest.(check bool) "still live" true (Msg.is_live m2);
+  Alcotest.(check string) "unchanged" "\x00\x01abc" (Msg.to_string m2);
+  let _, m3 = pull_ok h1 m2 in
+  raises_uar "pull consumed" (fun () -> Msg.pull h1 m2);
+  Msg.release m3;
+  raises_uar "double release" (fun () -> Msg.release m3);
+  let e = Msg.empty () in
+  Alcotest.(check int) "empty" 0 (Msg.length e);
+  Alcotest.(check string) "pp" "<msg 0+0 bytes>" (Fmt.str "%a" Msg.pp e);
+  Msg.release e;
+  Alcotest.(check int) "default headroom" 64 Msg.default_headroom;
+  no_leaks pool
+
+let[@inline never] drop_msg pool = ignore (Sys.opaque_identity (Msg.push h1 1 (Msg.of_string pool "x")))
+
+let leaked_message_found () =
+  let pool = fresh_pool () in
+  drop_msg pool;
+  Alcotest.(check int) "leaked body reported" 1 (Pool.leak_check pool)
+
+let tests =
+  [
+    Alcotest.test_case "push then pull, LIFO" `Quick local_lifo;
+    Alcotest.test_case "pull after sending" `Quick over_the_wire;
+    Alcotest.test_case "header split across pieces" `Quick header_split_across_pieces;
+    Alcotest.test_case "retained versions do not corrupt each other" `Quick retained_versions;
+    retained_versions_prop;
+    Alcotest.test_case "headroom overflow grows" `Quick headroom_growth;
+    Alcotest.test_case "ownership moves, use after consume" `Quick ownership;
+    Alcotest.test_case "dropped message is a leak" `Quick leaked_message_found;
+  ]
