@@ -10,7 +10,10 @@
     Each datagram is copied out of a shared landing buffer into its own
     {!Consort.Iovec.t} of exactly its size, so that a small datagram kept
     by a protocol never pins a large buffer. A handler that raises is
-    logged and the batch goes on.
+    logged and the batch goes on. [info.dropped] counts datagrams dropped
+    by the [Drop_filter], truncated or not IPv4, refused for a full send
+    buffer, and those the kernel dropped for a full receive buffer
+    ([SO_RXQ_OVFL], learnt with the next datagram that arrives).
 
     Sending: one [sendmsg] gathers the message's header bytes and body
     pieces without copying them. {!cast} sends one datagram to the group
