@@ -8,11 +8,11 @@ let pp_error ppf = function
 exception Fail of error
 
 module W = struct
-  type t = { buf : Bytes.t; mutable pos : int }
+  type t = { mutable buf : Bytes.t; mutable pos : int }
 end
 
 module R = struct
-  type t = { cs : Cstruct.t; mutable pos : int }
+  type t = { mutable cs : Cstruct.t; mutable pos : int }
 
   let remaining r = Cstruct.length r.cs - r.pos
 end
@@ -44,6 +44,14 @@ let decode c cs off =
     let r = { R.cs; pos = off } in
     match c.read r with
     | v -> Ok (v, r.pos)
+    | exception Fail e -> Error e
+    | exception Invalid_argument why -> Error (`Malformed (c.name ^ ": " ^ why))
+
+let decode_cursor c (r : R.t) =
+  if r.pos < 0 || r.pos > Cstruct.length r.cs then Error (`Truncated c.name)
+  else
+    match c.read r with
+    | v -> Ok v
     | exception Fail e -> Error e
     | exception Invalid_argument why -> Error (`Malformed (c.name ^ ": " ^ why))
 

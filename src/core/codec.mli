@@ -17,12 +17,12 @@ val pp_error : error Fmt.t
 
 (** Writing cursors. *)
 module W : sig
-  type t = { buf : Bytes.t; mutable pos : int }
+  type t = { mutable buf : Bytes.t; mutable pos : int }
 end
 
 (** Reading cursors. *)
 module R : sig
-  type t = { cs : Cstruct.t; mutable pos : int }
+  type t = { mutable cs : Cstruct.t; mutable pos : int }
 
   val remaining : t -> int
 end
@@ -59,6 +59,11 @@ val encode_into : 'a t -> Bytes.t -> int -> 'a -> int
 val decode : 'a t -> Cstruct.t -> int -> ('a * int, error) result
 (** [decode c cs off] reads one value at [off], returning it and the offset
     after it. *)
+
+val decode_cursor : 'a t -> R.t -> ('a, error) result
+(** [decode_cursor c r] reads one value at [r.pos] and leaves [r.pos] after
+    it (on [Error], [r.pos] is unspecified). Lets a hot path reuse one
+    cursor instead of allocating one per value. *)
 
 val decode_exact : 'a t -> Cstruct.t -> ('a, error) result
 (** [decode_exact c cs] reads one value that must fill [cs]. *)

@@ -6,10 +6,10 @@ let default_headroom = 64
 type head = { buf : Bytes.t; mutable low : int }
 
 type t = {
-  head : head;
-  hoff : int;
+  mutable head : head;
+  mutable hoff : int;
   body : Iovecs.t;
-  boff : int;  (* bytes of [body] already pulled *)
+  mutable boff : int;  (* bytes of [body] already pulled *)
   mutable live : bool;
 }
 
@@ -29,6 +29,28 @@ let consume t name =
   check t name;
   t.live <- false
 
+(* [push] and [pull] move ownership from their argument to their result. In
+   checked mode the result is a fresh record and the argument is marked
+   consumed, so a stale reference is caught; otherwise the record itself
+   moves, which allocates nothing. *)
+let moved t =
+  if Iovec.checked () then begin
+    t.live <- false;
+    { t with live = true }
+  end
+  else t
+
+(* Cursors reused by push and pull: the library is single-threaded, and a
+   codec never starts another push or pull while it runs. *)
+let wcur = { Codec.W.buf = Bytes.empty; pos = 0 }
+let rcur = { Codec.R.cs = Cstruct.empty; pos = 0 }
+
+let encode_at c buf off h =
+  wcur.buf <- buf;
+  wcur.pos <- off;
+  Codec.write c wcur h;
+  wcur.buf <- Bytes.empty
+
 let header_length t = Bytes.length t.head.buf - t.hoff
 let length t = header_length t + Iovecs.length t.body - t.boff
 
@@ -36,12 +58,13 @@ let push c h t =
   check t "push";
   (* Size first: an invalid header raises before the message is consumed. *)
   let n = Codec.size c h in
-  t.live <- false;
   if t.hoff = t.head.low && t.hoff >= n then begin
     let hoff = t.hoff - n in
-    ignore (Codec.encode_into c t.head.buf hoff h);
+    encode_at c t.head.buf hoff h;
     t.head.low <- hoff;
-    { t with hoff; live = true }
+    let t = moved t in
+    t.hoff <- hoff;
+    t
   end
   else begin
     let used = header_length t in
@@ -49,15 +72,32 @@ let push c h t =
     let buf = Bytes.create size in
     Bytes.blit t.head.buf t.hoff buf (size - used) used;
     let hoff = size - used - n in
-    ignore (Codec.encode_into c buf hoff h);
-    { t with head = { buf; low = hoff }; hoff; live = true }
+    encode_at c buf hoff h;
+    let t = moved t in
+    t.head <- { buf; low = hoff };
+    t.hoff <- hoff;
+    t
   end
 
-let rec first_piece boff = function
+let rec piece_at boff = function
   | [] -> None
   | v :: rest ->
       let n = Iovec.length v in
-      if boff < n then Some (v, boff) else first_piece (boff - n) rest
+      if boff < n then Some (v, boff) else piece_at (boff - n) rest
+
+let pull_slow c t =
+  match piece_at t.boff t.body with
+  | None -> Codec.decode c Cstruct.empty 0
+  | Some (v, off) -> (
+      match Codec.decode c (Iovec.cstruct v) off with
+      | Ok (h, next) -> Ok (h, next - off)
+      | Error (`Truncated _) when Iovecs.length t.body - t.boff > Iovec.length v - off ->
+          (* A header split across pieces: read it from a copy. *)
+          let rest = Iovecs.sub t.body ~off:t.boff ~len:(Iovecs.length t.body - t.boff) in
+          let s = Iovecs.to_string rest in
+          Iovecs.release rest;
+          Codec.decode c (Cstruct.of_string s) 0
+      | Error _ as e -> e)
 
 let pull c t =
   check t "pull";
@@ -67,30 +107,28 @@ let pull c t =
     let cs = Cstruct.of_bytes ~off:t.hoff ~len:used t.head.buf in
     match Codec.decode c cs 0 with
     | Ok (h, n) ->
-        t.live <- false;
-        Ok (h, { t with hoff = t.hoff + n; live = true })
+        let t = moved t in
+        t.hoff <- t.hoff + n;
+        Ok (h, t)
     | Error _ as e -> e
   end
   else
     let decoded =
-      match first_piece t.boff t.body with
-      | None -> Codec.decode c Cstruct.empty 0
-      | Some (v, off) -> (
-          match Codec.decode c (Iovec.cstruct v) off with
-          | Error (`Truncated _) when Iovecs.length t.body - t.boff > Iovec.length v - off ->
-              (* A header split across pieces: read it from a copy. *)
-              let rest = Iovecs.sub t.body ~off:t.boff ~len:(Iovecs.length t.body - t.boff) in
-              let s = Iovecs.to_string rest in
-              Iovecs.release rest;
-              Codec.decode c (Cstruct.of_string s) 0
-              |> Result.map (fun (h, n) -> (h, off + n))
-          | r -> r)
+      match t.body with
+      | [ v ] when t.boff < Iovec.length v -> (
+          (* A received datagram: one piece. *)
+          rcur.cs <- Iovec.cstruct v;
+          rcur.pos <- t.boff;
+          let r = Codec.decode_cursor c rcur in
+          rcur.cs <- Cstruct.empty;
+          match r with Ok h -> Ok (h, rcur.pos - t.boff) | Error _ as e -> e)
+      | _ -> pull_slow c t
     in
     match decoded with
-    | Ok (h, next) ->
-        let pulled = match first_piece t.boff t.body with Some (_, off) -> next - off | None -> next in
-        t.live <- false;
-        Ok (h, { t with boff = t.boff + pulled; live = true })
+    | Ok (h, pulled) ->
+        let t = moved t in
+        t.boff <- t.boff + pulled;
+        Ok (h, t)
     | Error _ as e -> e
 
 let body t =
