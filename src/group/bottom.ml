@@ -58,28 +58,32 @@ module L = struct
       bad_dst = 0;
     }
 
-  let drop msg why = Log.debug (fun m -> m "dropped %a: %s" Msg.pp msg why); Msg.release msg
+  let drop msg why =
+    Log.debug (fun m -> m "dropped %a: %t" Msg.pp msg why);
+    Msg.release msg
 
   let up t (src : Event.src) h msg =
     let group, origin, cast =
-      match h with Cast { group; origin } -> (group, origin, true) | Send { group; origin } -> (group, origin, false)
+      match h with
+      | Cast { group; origin } -> (group, origin, true)
+      | Send { group; origin } -> (group, origin, false)
     in
     if t.stopped then Msg.release msg
     else if src <> Event.Raw then begin
       t.not_raw <- t.not_raw + 1;
-      drop msg (Fmt.str "came from %a, not the transport" Event.pp_src src)
+      drop msg (fun ppf -> Fmt.pf ppf "came from %a, not the transport" Event.pp_src src)
     end
     else if group <> t.group then begin
       t.wrong_group <- t.wrong_group + 1;
-      drop msg (Printf.sprintf "group %08x is not ours (%08x)" group t.group)
+      drop msg (fun ppf -> Fmt.pf ppf "group %08x is not ours (%08x)" group t.group)
     end
     else if origin >= t.nmembers then begin
       t.bad_rank <- t.bad_rank + 1;
-      drop msg (Printf.sprintf "origin rank %d outside a view of %d" origin t.nmembers)
+      drop msg (fun ppf -> Fmt.pf ppf "origin rank %d outside a view of %d" origin t.nmembers)
     end
     else if origin = t.rank then begin
       t.from_self <- t.from_self + 1;
-      drop msg "claims to come from this member"
+      drop msg (fun ppf -> Fmt.string ppf "claims to come from this member")
     end
     else t.out.up (if cast then Event.Cast_from origin else Event.Send_from origin) msg
 
@@ -92,7 +96,8 @@ module L = struct
           t.out.dn dst (Send { group = t.group; origin = t.rank }) msg
       | Event.Send r ->
           t.bad_dst <- t.bad_dst + 1;
-          drop msg (Printf.sprintf "send to rank %d (this is rank %d of %d)" r t.rank t.nmembers)
+          drop msg (fun ppf ->
+              Fmt.pf ppf "send to rank %d (this is rank %d of %d)" r t.rank t.nmembers)
 
   let up_ctl t e = t.out.up_ctl e
 

@@ -17,7 +17,8 @@ module Param = struct
       ~doc:"period of status casts while casts are unstable";
     Params.register nak_delay (Params.Time (Time.of_ms 2))
       ~doc:"wait between noticing a gap and the first NAK";
-    Params.register nak_retry (Params.Time (Time.of_ms 20)) ~doc:"wait before asking again for a gap"
+    Params.register nak_retry (Params.Time (Time.of_ms 20))
+      ~doc:"wait before asking again for a gap"
 end
 
 let max_ranges = 256
@@ -38,7 +39,9 @@ module L = struct
       union "mnak"
         [
           case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
-          case 1 "data" varint (function Data { seq } -> Some seq | _ -> None) (fun seq -> Data { seq });
+          case 1 "data" varint
+            (function Data { seq } -> Some seq | _ -> None)
+            (fun seq -> Data { seq });
           case 2 "retrans" (pair varint varint)
             (function Retrans { origin; seq } -> Some (origin, seq) | _ -> None)
             (fun (origin, seq) -> Retrans { origin; seq });
@@ -257,7 +260,9 @@ module L = struct
       if s >= limit || k = 0 then List.rev acc
       else if Hashtbl.mem t.held.(o) s then go (s + 1) acc k
       else
-        let rec run e = if e + 1 < limit && not (Hashtbl.mem t.held.(o) (e + 1)) then run (e + 1) else e in
+        let rec run e =
+          if e + 1 < limit && not (Hashtbl.mem t.held.(o) (e + 1)) then run (e + 1) else e
+        in
         let e = run s in
         go (e + 1) ((s, e) :: acc) (k - 1)
     in
@@ -265,18 +270,22 @@ module L = struct
 
   let send_nak t o =
     let lo = t.expected.(o) in
-    let others = List.filter (fun m -> m <> t.rank && m <> o && t.known.(m).(o) > lo) (List.init t.n Fun.id) in
+    let has m = m <> t.rank && m <> o && t.known.(m).(o) > lo in
+    let others = List.filter has (List.init t.n Fun.id) in
     let candidates = Array.of_list (o :: others) in
     let target = candidates.(Rng.int t.rng (Array.length candidates)) in
     let ranges =
       if target = o then missing t o
       else
         let has = t.known.(target).(o) in
-        List.filter_map (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1))) (missing t o)
+        List.filter_map
+          (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1)))
+          (missing t o)
     in
     if ranges <> [] then begin
       t.naks_sent <- t.naks_sent + 1;
-      Log.debug (fun m -> m "asking %d for casts of %d: %a" target o Fmt.(list ~sep:comma pp_range) ranges);
+      Log.debug (fun m ->
+          m "asking %d for casts of %d: %a" target o Fmt.(list ~sep:comma pp_range) ranges);
       t.out.dn (Event.Send target) (Nak { origin = o; ranges }) (Msg.empty ())
     end
 

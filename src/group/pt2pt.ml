@@ -252,16 +252,18 @@ module L = struct
       drain ()
     end
 
+  let peer t r = r <> t.rank && r >= 0 && r < Array.length t.peers
+
   let up t (src : Event.src) h msg =
     if t.stopped then Msg.release msg
     else
       match (src, h) with
       | Event.Cast_from _, No_hdr -> t.out.up src msg
-      | Event.Send_from r, Data { seq; ack } when r <> t.rank && r >= 0 && r < Array.length t.peers ->
+      | Event.Send_from r, Data { seq; ack } when peer t r ->
           let p = t.peers.(r) in
           acked t p ack [];
           received t r p seq msg
-      | Event.Send_from r, Ack { ack; sack } when r <> t.rank && r >= 0 && r < Array.length t.peers ->
+      | Event.Send_from r, Ack { ack; sack } when peer t r ->
           acked t t.peers.(r) ack sack;
           Msg.release msg
       | _ ->
@@ -298,7 +300,8 @@ module L = struct
           if p.ack_at <= now then send_ack t r p;
           if p.rtx_at <= now && Hashtbl.length p.unacked > 0 then begin
             let last = min p.next (p.una + t.window) - 1 in
-            Log.debug (fun m -> m "to %d: retransmitting in %d..%d after %a" r p.una last Time.pp p.rto);
+            Log.debug (fun m ->
+                m "to %d: retransmitting in %d..%d after %a" r p.una last Time.pp p.rto);
             for s = p.una to last do
               if Hashtbl.mem p.unacked s then begin
                 t.retransmissions <- t.retransmissions + 1;
@@ -307,7 +310,8 @@ module L = struct
             done;
             p.rto <- min t.max_rto (2 * p.rto);
             p.rtx_at <- now + p.rto
-          end;
+          end
+          else if p.rtx_at <= now then p.rtx_at <- max_int;
           if p.ack_at <> max_int then t.out.alarm p.ack_at;
           if p.rtx_at <> max_int then t.out.alarm p.rtx_at)
         t.peers

@@ -274,6 +274,30 @@ let pt2pt_backoff () =
   Stack.dn_ctl s.st Event.Stop;
   check_no_leaks s.pool
 
+let pt2pt_sack () =
+  let s = single [ G.Pt2pt.layer; G.Bottom.layer ] in
+  feed s (pt2pt_data s ~seq:2 ~ack:0 "c");
+  feed s (pt2pt_data s ~seq:4 ~ack:0 "e");
+  feed s (pt2pt_data s ~seq:5 ~ack:0 "f");
+  advance s (Time.of_ms 5);
+  (match pt2pt_sent s with
+  | [ (_, (_, h, _)) ] ->
+      Alcotest.check pt2pt_t "early ones listed" (G.Pt2pt.Ack { ack = 0; sack = [ (2, 2); (4, 5) ] }) h
+  | _ -> Alcotest.fail "expected one ack");
+  s.sent := [];
+  List.iter (fun b -> Stack.send s.st 1 (Msg.of_string s.pool b)) [ "0"; "1"; "2"; "3" ];
+  feed s (pt2pt_ack ~sack:[ (2, 2) ] s 1);
+  Alcotest.(check int) "acknowledged ones released" 2 (counter s "pt2pt" "unacked");
+  s.sent := [];
+  advance s (Stack.next_alarm s.st);
+  Alcotest.(check (list string))
+    "only the missing ones resent" [ "1"; "3" ]
+    (List.filter_map
+       (function _, (_, G.Pt2pt.Data _, body) -> Some body | _ -> None)
+       (pt2pt_sent s));
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
 (* {1 Mnak, by hand} *)
 
 let mnak_by_hand () =
@@ -551,6 +575,7 @@ let () =
           Alcotest.test_case "orders, suppresses duplicates, bounds the window" `Quick pt2pt_orders;
           Alcotest.test_case "delays and piggybacks acknowledgements" `Quick pt2pt_acks;
           Alcotest.test_case "retransmits with exponential backoff" `Quick pt2pt_backoff;
+          Alcotest.test_case "acknowledges selectively, resends only what is missing" `Quick pt2pt_sack;
           Alcotest.test_case "exactly-once FIFO over a faulty network, 20 seeds" `Quick pt2pt_end_to_end;
         ] );
       ( "mnak",
