@@ -495,6 +495,42 @@ let combined layers () =
     (seeds 5);
   check_no_leaks pool
 
+(* Windows far smaller than the bursts: early messages beyond them are
+   dropped and must come again. *)
+let small_windows () =
+  let pool = Pool.create () in
+  let params =
+    Params.(
+      empty
+      |> set G.Pt2pt.Param.window (Int 8)
+      |> set G.Pt2pt.Param.ack_every (Int 4)
+      |> set G.Mnak.Param.window (Int 16))
+  in
+  let beyond = ref 0 in
+  List.iter
+    (fun seed ->
+      run_group ~params ~seed ~pool ~layers:[ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ] ~n:5
+        { casts = 100; sends = 100; span = Time.of_ms 200 }
+        (fun h ->
+          pt2pt_idle h;
+          mnak_idle h;
+          for i = 0 to 4 do
+            beyond :=
+              !beyond + H.counter h i "pt2pt" "beyond_window" + H.counter h i "mnak" "beyond_window"
+          done))
+    (seeds 3);
+  Alcotest.(check bool) "windows were exceeded" true (!beyond > 0);
+  check_no_leaks pool
+
+let mnak_alone () =
+  let s = single ~n:1 [ G.Mnak.layer; G.Bottom.layer ] in
+  Stack.cast s.st (Msg.of_string s.pool "solo");
+  Alcotest.(check (list (pair src_t string))) "delivered to itself" [ (Event.Cast_from 0, "solo") ] (got s);
+  Alcotest.(check int) "stable at once" 0 (counter s "mnak" "buffered");
+  Alcotest.(check int) "no timer" max_int (Stack.next_alarm s.st);
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
 (* The last cast of a burst is lost to everyone: only statuses reveal it. *)
 let mnak_tail_loss () =
   let pool = Pool.create () in
@@ -581,6 +617,7 @@ let () =
       ( "mnak",
         [
           Alcotest.test_case "NAKs, retransmits, releases stable casts" `Quick mnak_by_hand;
+          Alcotest.test_case "a group of one" `Quick mnak_alone;
           Alcotest.test_case "recovers a lost tail through statuses" `Quick mnak_tail_loss;
           Alcotest.test_case "falls silent when stable" `Quick mnak_quiet;
           Alcotest.test_case "exactly-once FIFO over a faulty network, 20 seeds" `Quick mnak_end_to_end;
@@ -592,5 +629,6 @@ let () =
             (combined [ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ]);
           Alcotest.test_case "mnak:pt2pt:bottom, casts and sends" `Quick
             (combined [ G.Mnak.layer; G.Pt2pt.layer; G.Bottom.layer ]);
+          Alcotest.test_case "small windows" `Quick small_windows;
         ] );
     ]
