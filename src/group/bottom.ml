@@ -1,0 +1,123 @@
+open Consort
+
+let src = Logs.Src.create "consort.bottom" ~doc:"Bottom layer: group and origin filtering"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+module L = struct
+  type header = Cast of { group : int; origin : int } | Send of { group : int; origin : int }
+
+  let magic = 0xC1
+  let name = "bottom"
+
+  let codec =
+    Codec.conv ~name:"bottom"
+      (function
+        | Cast { group; origin } -> (magic, group, origin, 0)
+        | Send { group; origin } -> (magic, group, origin, 1))
+      (fun (m, group, origin, kind) ->
+        if m <> magic then Error (Printf.sprintf "magic 0x%02x, expected 0x%02x" m magic)
+        else
+          match kind with
+          | 0 -> Ok (Cast { group; origin })
+          | 1 -> Ok (Send { group; origin })
+          | k -> Error (Printf.sprintf "unknown kind %d" k))
+      Codec.(tup4 uint8 uint32 varint uint8)
+
+  let pp_header ppf = function
+    | Cast { group; origin } -> Fmt.pf ppf "cast(group %08x, from %d)" group origin
+    | Send { group; origin } -> Fmt.pf ppf "send(group %08x, from %d)" group origin
+
+  let provides = [ Contract.datagram ]
+  let requires = [ Contract.net ]
+
+  type t = {
+    out : header Layer.out;
+    group : int;
+    rank : int;
+    nmembers : int;
+    mutable stopped : bool;
+    mutable wrong_group : int;
+    mutable bad_rank : int;
+    mutable from_self : int;
+    mutable not_raw : int;
+    mutable bad_dst : int;
+  }
+
+  let create (ctx : Layer.ctx) out =
+    {
+      out;
+      group = View.group_hash ctx.view;
+      rank = ctx.view.rank;
+      nmembers = View.nmembers ctx.view;
+      stopped = false;
+      wrong_group = 0;
+      bad_rank = 0;
+      from_self = 0;
+      not_raw = 0;
+      bad_dst = 0;
+    }
+
+  let drop msg why =
+    Log.debug (fun m -> m "dropped %a: %t" Msg.pp msg why);
+    Msg.release msg
+
+  let up t (src : Event.src) h msg =
+    let group, origin, cast =
+      match h with
+      | Cast { group; origin } -> (group, origin, true)
+      | Send { group; origin } -> (group, origin, false)
+    in
+    if t.stopped then Msg.release msg
+    else if src <> Event.Raw then begin
+      t.not_raw <- t.not_raw + 1;
+      drop msg (fun ppf -> Fmt.pf ppf "came from %a, not the transport" Event.pp_src src)
+    end
+    else if group <> t.group then begin
+      t.wrong_group <- t.wrong_group + 1;
+      drop msg (fun ppf -> Fmt.pf ppf "group %08x is not ours (%08x)" group t.group)
+    end
+    else if origin >= t.nmembers then begin
+      t.bad_rank <- t.bad_rank + 1;
+      drop msg (fun ppf -> Fmt.pf ppf "origin rank %d outside a view of %d" origin t.nmembers)
+    end
+    else if origin = t.rank then begin
+      t.from_self <- t.from_self + 1;
+      drop msg (fun ppf -> Fmt.string ppf "claims to come from this member")
+    end
+    else t.out.up (if cast then Event.Cast_from origin else Event.Send_from origin) msg
+
+  let dn t (dst : Event.dst) msg =
+    if t.stopped then Msg.release msg
+    else
+      match dst with
+      | Event.Cast -> t.out.dn dst (Cast { group = t.group; origin = t.rank }) msg
+      | Event.Send r when r >= 0 && r < t.nmembers && r <> t.rank ->
+          t.out.dn dst (Send { group = t.group; origin = t.rank }) msg
+      | Event.Send r ->
+          t.bad_dst <- t.bad_dst + 1;
+          drop msg (fun ppf ->
+              Fmt.pf ppf "send to rank %d (this is rank %d of %d)" r t.rank t.nmembers)
+
+  let up_ctl t e = t.out.up_ctl e
+
+  let dn_ctl t e =
+    (match e with Event.Stop -> t.stopped <- true | _ -> ());
+    t.out.dn_ctl e
+
+  let timer _ _ = ()
+
+  let counters t =
+    [
+      ("wrong_group", t.wrong_group);
+      ("bad_rank", t.bad_rank);
+      ("from_self", t.from_self);
+      ("not_raw", t.not_raw);
+      ("bad_dst", t.bad_dst);
+    ]
+
+end
+
+include L
+
+let layer : Layer.t = (module L)

@@ -1,0 +1,396 @@
+open Consort
+
+let src = Logs.Src.create "consort.mnak" ~doc:"Mnak layer: reliable FIFO multicast with NAKs"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+module Param = struct
+  let window = "mnak.window"
+  let status_interval = "mnak.status_interval"
+  let nak_delay = "mnak.nak_delay"
+  let nak_retry = "mnak.nak_retry"
+
+  let () =
+    Params.register window (Params.Int 1024)
+      ~doc:"casts buffered ahead of the next expected one per origin, and resent per NAK";
+    Params.register status_interval (Params.Time (Time.of_ms 20))
+      ~doc:"period of status casts while casts are unstable";
+    Params.register nak_delay (Params.Time (Time.of_ms 2))
+      ~doc:"wait between noticing a gap and the first NAK";
+    Params.register nak_retry (Params.Time (Time.of_ms 20))
+      ~doc:"wait before asking again for a gap"
+end
+
+let max_ranges = 256
+let max_members = 4096
+
+module L = struct
+  type header =
+    | No_hdr
+    | Data of { seq : int }
+    | Retrans of { origin : int; seq : int }
+    | Nak of { origin : int; ranges : (int * int) list }
+    | Status of { busy : bool; vector : int array }
+
+  let name = "mnak"
+
+  let codec =
+    Codec.(
+      union "mnak"
+        [
+          case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
+          case 1 "data" varint
+            (function Data { seq } -> Some seq | _ -> None)
+            (fun seq -> Data { seq });
+          case 2 "retrans" (pair varint varint)
+            (function Retrans { origin; seq } -> Some (origin, seq) | _ -> None)
+            (fun (origin, seq) -> Retrans { origin; seq });
+          case 3 "nak"
+            (pair varint (list ~max:max_ranges (pair varint varint)))
+            (function Nak { origin; ranges } -> Some (origin, ranges) | _ -> None)
+            (fun (origin, ranges) -> Nak { origin; ranges });
+          case 4 "status"
+            (pair bool (array ~max:max_members varint))
+            (function Status { busy; vector } -> Some (busy, vector) | _ -> None)
+            (fun (busy, vector) -> Status { busy; vector });
+        ])
+
+  let pp_range ppf (lo, hi) = Fmt.pf ppf "%d..%d" lo hi
+
+  let pp_header ppf = function
+    | No_hdr -> Fmt.string ppf "no_hdr"
+    | Data { seq } -> Fmt.pf ppf "data(%d)" seq
+    | Retrans { origin; seq } -> Fmt.pf ppf "retrans(%d of %d)" seq origin
+    | Nak { origin; ranges } ->
+        Fmt.pf ppf "nak(%d: %a)" origin Fmt.(list ~sep:comma pp_range) ranges
+    | Status { busy; vector } ->
+        Fmt.pf ppf "status(%s[%a])" (if busy then "busy " else "") Fmt.(array ~sep:sp int) vector
+
+  let provides = [ Contract.reliable_cast ]
+  let requires = [ Contract.datagram ]
+
+  type t = {
+    out : header Layer.out;
+    now : unit -> Time.t;
+    rng : Rng.t;
+    rank : int;
+    n : int;
+    window : int;
+    status_interval : Time.t;
+    nak_delay : Time.t;
+    nak_retry : Time.t;
+    mutable next : int;  (* number of casts this member has made *)
+    held : (int, Msg.t) Hashtbl.t array;
+        (* per origin, the casts kept: numbered from [released.(o)], delivered
+           ones below [expected.(o)] and early ones above it *)
+    released : int array;  (* casts of [o] below this are stable and released *)
+    expected : int array;  (* the next cast of [o] to deliver *)
+    highest : int array;  (* casts of [o] known to exist *)
+    known : int array array;  (* [known.(m).(o)]: [m] has the casts of [o] below this *)
+    nak_at : Time.t array;
+    mutable status_at : Time.t;
+    mutable requested : bool;
+    mutable nheld : int;
+    mutable stopped : bool;
+    mutable naks_sent : int;
+    mutable retransmissions : int;
+    mutable duplicates : int;
+    mutable out_of_order : int;
+    mutable beyond_window : int;
+    mutable stable_released : int;
+    mutable status_sent : int;
+    mutable malformed : int;
+  }
+
+  let create (ctx : Layer.ctx) out =
+    let n = View.nmembers ctx.view in
+    {
+      out;
+      now = ctx.now;
+      rng = ctx.rng;
+      rank = ctx.view.rank;
+      n;
+      window = max 1 (Params.int ctx.params Param.window);
+      status_interval = Params.time ctx.params Param.status_interval;
+      nak_delay = Params.time ctx.params Param.nak_delay;
+      nak_retry = Params.time ctx.params Param.nak_retry;
+      next = 0;
+      held = Array.init n (fun _ -> Hashtbl.create 64);
+      released = Array.make n 0;
+      expected = Array.make n 0;
+      highest = Array.make n 0;
+      known = Array.make_matrix n n 0;
+      nak_at = Array.make n max_int;
+      status_at = max_int;
+      requested = false;
+      nheld = 0;
+      stopped = false;
+      naks_sent = 0;
+      retransmissions = 0;
+      duplicates = 0;
+      out_of_order = 0;
+      beyond_window = 0;
+      stable_released = 0;
+      status_sent = 0;
+      malformed = 0;
+    }
+
+  (* How many casts of [o] this member has contiguously. *)
+  let mine t o = if o = t.rank then t.next else t.expected.(o)
+  let gap t o = o <> t.rank && t.expected.(o) < t.highest.(o)
+
+  let busy t =
+    t.nheld > 0
+    ||
+    let rec any o = o < t.n && (gap t o || any (o + 1)) in
+    any 0
+
+  let keep t o seq msg =
+    Hashtbl.replace t.held.(o) seq msg;
+    t.nheld <- t.nheld + 1
+
+  let stable t o =
+    let s = ref (mine t o) in
+    for m = 0 to t.n - 1 do
+      if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
+    done;
+    !s
+
+  let release_stable t o =
+    let s = stable t o in
+    while t.released.(o) < s do
+      let seq = t.released.(o) in
+      (match Hashtbl.find_opt t.held.(o) seq with
+      | Some m ->
+          Hashtbl.remove t.held.(o) seq;
+          t.nheld <- t.nheld - 1;
+          t.stable_released <- t.stable_released + 1;
+          Msg.release m
+      | None -> ());
+      t.released.(o) <- seq + 1
+    done
+
+  (* Arm the timers that the current state needs. *)
+  let kick t =
+    if not t.stopped then begin
+      let now = t.now () in
+      for o = 0 to t.n - 1 do
+        if gap t o && t.nak_at.(o) = max_int then begin
+          t.nak_at.(o) <- now + t.nak_delay;
+          t.out.alarm t.nak_at.(o)
+        end
+      done;
+      if t.status_at = max_int && (t.requested || busy t) then begin
+        t.status_at <- now + t.status_interval;
+        t.out.alarm t.status_at
+      end
+    end
+
+  let rec drain t o =
+    if not t.stopped then
+      match Hashtbl.find_opt t.held.(o) t.expected.(o) with
+      | Some m ->
+          t.expected.(o) <- t.expected.(o) + 1;
+          t.out.up (Event.Cast_from o) (Msg.retain m);
+          drain t o
+      | None -> ()
+
+  let receive t o seq msg =
+    if seq < t.expected.(o) || Hashtbl.mem t.held.(o) seq then begin
+      t.duplicates <- t.duplicates + 1;
+      Msg.release msg
+    end
+    else begin
+      if seq >= t.highest.(o) then t.highest.(o) <- seq + 1;
+      if seq >= t.expected.(o) + t.window then begin
+        t.beyond_window <- t.beyond_window + 1;
+        Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" o seq t.expected.(o));
+        Msg.release msg
+      end
+      else if seq > t.expected.(o) then begin
+        t.out_of_order <- t.out_of_order + 1;
+        keep t o seq msg
+      end
+      else begin
+        keep t o seq (Msg.retain msg);
+        t.expected.(o) <- seq + 1;
+        t.out.up (Event.Cast_from o) msg;
+        drain t o
+      end;
+      if not t.stopped then release_stable t o
+    end;
+    kick t
+
+  let dn t (dst : Event.dst) msg =
+    if t.stopped then Msg.release msg
+    else
+      match dst with
+      | Event.Send _ -> t.out.dn dst No_hdr msg
+      | Event.Cast ->
+          let seq = t.next in
+          t.next <- seq + 1;
+          keep t t.rank seq (Msg.retain msg);
+          let local = Msg.retain msg in
+          t.out.dn Event.Cast (Data { seq }) msg;
+          release_stable t t.rank;
+          kick t;
+          t.out.up (Event.Cast_from t.rank) local
+
+  let send_status t =
+    t.status_sent <- t.status_sent + 1;
+    let vector = Array.init t.n (mine t) in
+    t.out.dn Event.Cast (Status { busy = busy t; vector }) (Msg.empty ())
+
+  let on_status t m busy vector =
+    for o = 0 to t.n - 1 do
+      let v = vector.(o) in
+      if v > t.known.(m).(o) then t.known.(m).(o) <- v;
+      if o <> t.rank && v > t.highest.(o) then t.highest.(o) <- v
+    done;
+    for o = 0 to t.n - 1 do
+      release_stable t o
+    done;
+    if busy then t.requested <- true;
+    kick t
+
+  (* The missing runs of [o]'s casts within the window, at most [max_ranges]. *)
+  let missing t o =
+    let limit = min t.highest.(o) (t.expected.(o) + t.window) in
+    let rec go s acc k =
+      if s >= limit || k = 0 then List.rev acc
+      else if Hashtbl.mem t.held.(o) s then go (s + 1) acc k
+      else
+        let rec run e =
+          if e + 1 < limit && not (Hashtbl.mem t.held.(o) (e + 1)) then run (e + 1) else e
+        in
+        let e = run s in
+        go (e + 1) ((s, e) :: acc) (k - 1)
+    in
+    go t.expected.(o) [] max_ranges
+
+  let send_nak t o =
+    let lo = t.expected.(o) in
+    let has m = m <> t.rank && m <> o && t.known.(m).(o) > lo in
+    let others = List.filter has (List.init t.n Fun.id) in
+    let candidates = Array.of_list (o :: others) in
+    let target = candidates.(Rng.int t.rng (Array.length candidates)) in
+    let ranges =
+      if target = o then missing t o
+      else
+        let has = t.known.(target).(o) in
+        List.filter_map
+          (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1)))
+          (missing t o)
+    in
+    if ranges <> [] then begin
+      t.naks_sent <- t.naks_sent + 1;
+      Log.debug (fun m ->
+          m "asking %d for casts of %d: %a" target o Fmt.(list ~sep:comma pp_range) ranges);
+      t.out.dn (Event.Send target) (Nak { origin = o; ranges }) (Msg.empty ())
+    end
+
+  let on_nak t m o ranges =
+    let top = if o = t.rank then t.next - 1 else t.expected.(o) + t.window - 1 in
+    let budget = ref t.window in
+    List.iter
+      (fun (a, b) ->
+        let s = ref (max a t.released.(o)) in
+        let e = min b top in
+        while !s <= e && !budget > 0 do
+          (match Hashtbl.find_opt t.held.(o) !s with
+          | Some msg when not t.stopped ->
+              decr budget;
+              t.retransmissions <- t.retransmissions + 1;
+              t.out.dn (Event.Send m) (Retrans { origin = o; seq = !s }) (Msg.retain msg)
+          | _ -> ());
+          incr s
+        done)
+      ranges
+
+  let malformed t src h msg =
+    t.malformed <- t.malformed + 1;
+    Log.debug (fun m -> m "dropped %a with header %a" Event.pp_src src pp_header h);
+    Msg.release msg
+
+  let up t (src : Event.src) h msg =
+    if t.stopped then Msg.release msg
+    else
+      let valid r = r >= 0 && r < t.n in
+      match (src, h) with
+      | Event.Send_from _, No_hdr -> t.out.up src msg
+      | Event.Cast_from o, Data { seq } when valid o && o <> t.rank -> receive t o seq msg
+      | Event.Send_from m, Retrans { origin; seq } when valid m && valid origin ->
+          if origin = t.rank then begin
+            t.duplicates <- t.duplicates + 1;
+            Msg.release msg
+          end
+          else receive t origin seq msg
+      | (Event.Send_from m | Event.Cast_from m), Nak { origin; ranges }
+        when valid m && m <> t.rank && valid origin ->
+          Msg.release msg;
+          on_nak t m origin ranges
+      | (Event.Send_from m | Event.Cast_from m), Status { busy; vector }
+        when valid m && m <> t.rank && Array.length vector = t.n ->
+          Msg.release msg;
+          on_status t m busy vector
+      | _ -> malformed t src h msg
+
+  let up_ctl t e = t.out.up_ctl e
+
+  let release_all t =
+    Array.iter
+      (fun h ->
+        Hashtbl.iter (fun _ m -> Msg.release m) h;
+        Hashtbl.reset h)
+      t.held;
+    t.nheld <- 0;
+    Array.fill t.nak_at 0 t.n max_int;
+    t.status_at <- max_int
+
+  let dn_ctl t e =
+    (match e with
+    | Event.Stop ->
+        t.stopped <- true;
+        release_all t
+    | _ -> ());
+    t.out.dn_ctl e
+
+  let timer t now =
+    if not t.stopped then begin
+      for o = 0 to t.n - 1 do
+        if t.nak_at.(o) <= now then
+          if gap t o then begin
+            send_nak t o;
+            t.nak_at.(o) <- now + t.nak_retry
+          end
+          else t.nak_at.(o) <- max_int
+      done;
+      if t.status_at <= now then begin
+        t.status_at <- max_int;
+        if t.requested || busy t then begin
+          t.requested <- false;
+          send_status t
+        end
+      end;
+      kick t;
+      Array.iter (fun at -> if at <> max_int then t.out.alarm at) t.nak_at;
+      if t.status_at <> max_int then t.out.alarm t.status_at
+    end
+
+  let counters t =
+    [
+      ("naks_sent", t.naks_sent);
+      ("retransmissions", t.retransmissions);
+      ("duplicates", t.duplicates);
+      ("out_of_order", t.out_of_order);
+      ("beyond_window", t.beyond_window);
+      ("stable_released", t.stable_released);
+      ("status_sent", t.status_sent);
+      ("malformed", t.malformed);
+      ("buffered", t.nheld);
+    ]
+end
+
+include L
+
+let layer : Layer.t = (module L)

@@ -1,0 +1,87 @@
+(** Mnak: reliable FIFO multicast with negative acknowledgements, for the
+    fixed membership of the view it is created with (Ensemble's [Mnak]).
+
+    Each member numbers its casts and delivers them to itself at once
+    ([Cast_from] its own rank). Receivers deliver each origin's casts in
+    order and exactly once, dropping duplicates and buffering casts that
+    arrive early, up to {!Param.window} ahead of the next expected one.
+
+    A gap in an origin's numbers is repaired by asking: {!Param.nak_delay}
+    after it appears (time for reordered casts to arrive), the receiver
+    sends a NAK listing the missing ranges, point-to-point, to the origin
+    or to another member known to have them, chosen at random, and asks
+    again every {!Param.nak_retry} while the gap lasts. Whoever gets a NAK
+    sends the casts it holds in those ranges back, point-to-point.
+
+    While a member holds casts not yet known to be stable, or has gaps, it
+    casts a status every {!Param.status_interval}: for each origin, how
+    many of its casts it has received contiguously (for itself: how many
+    it has sent). Statuses reveal a lost tail of a burst, with no later
+    cast to show the gap, and make casts stable: a cast that every member
+    has received is released from every buffer. A member that gets a
+    status from a busy member answers with its own at its next tick, so
+    the group converges, then falls silent when everything is stable.
+
+    Point-to-point messages pass through with {!No_hdr}. On [Stop] every
+    buffered message is released.
+
+    Requires {!Consort.Contract.datagram}; provides
+    {!Consort.Contract.reliable_cast}. *)
+
+type t
+
+(** The header. *)
+type header =
+  | No_hdr  (** a point-to-point message, passed through *)
+  | Data of { seq : int }  (** the origin's cast number [seq] *)
+  | Retrans of { origin : int; seq : int }
+      (** a point-to-point copy of cast [seq] of [origin], answering a NAK *)
+  | Nak of { origin : int; ranges : (int * int) list }
+      (** a request for the casts of [origin] numbered in these inclusive ranges *)
+  | Status of { busy : bool; vector : int array }
+      (** [vector.(o)]: how many casts of [o] the sender has received
+          contiguously (its own: sent); [busy]: the sender still holds
+          unstable casts or has gaps, and wants the others' statuses *)
+
+(** Names of the registered tunables. *)
+module Param : sig
+  val window : string
+  (** ["mnak.window"]: casts buffered ahead of the next expected one, per
+      origin, and most casts asked for or resent per NAK (default 1024). *)
+
+  val status_interval : string
+  (** ["mnak.status_interval"]: period of status casts while busy (default 20 ms). *)
+
+  val nak_delay : string
+  (** ["mnak.nak_delay"]: wait between noticing a gap and the first NAK (default 2 ms). *)
+
+  val nak_retry : string
+  (** ["mnak.nak_retry"]: wait before asking again for a gap (default 20 ms). *)
+end
+
+val name : string
+
+val codec : header Consort.Codec.t
+(** Layout: a tag byte (0 no header, 1 data, 2 retransmission, 3 NAK,
+    4 status), then varints: [seq]; [origin], [seq]; [origin], a count and
+    [(lo, hi)] pairs (at most 256); a busy byte, a count and the vector
+    (at most 4096 entries). *)
+
+val pp_header : header Fmt.t
+val provides : Consort.Contract.t list
+val requires : Consort.Contract.t list
+val create : Consort.Layer.ctx -> header Consort.Layer.out -> t
+val up : t -> Consort.Event.src -> header -> Consort.Msg.t -> unit
+val up_ctl : t -> Consort.Event.up_ctl -> unit
+val dn : t -> Consort.Event.dst -> Consort.Msg.t -> unit
+val dn_ctl : t -> Consort.Event.dn_ctl -> unit
+val timer : t -> Consort.Time.t -> unit
+
+val counters : t -> (string * int) list
+(** ["naks_sent"], ["retransmissions"], ["duplicates"], ["out_of_order"],
+    ["beyond_window"], ["stable_released"], ["status_sent"], ["malformed"]
+    (headers that do not fit their source or the view), and the gauge
+    ["buffered"]: casts held now, delivered but unstable or early. *)
+
+val layer : Consort.Layer.t
+(** [layer] is Mnak as a first-class layer. *)
