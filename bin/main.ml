@@ -4,7 +4,8 @@ let bench_layering iterations json =
   let rows = Consort_bench.Layering.run ~iterations () in
   Fmt.pr "Layering: a 16-byte message down and back up a stack, per message@.";
   Fmt.pr "%a" Consort_bench.Layering.pp_table rows;
-  if json then print_endline (Consort_bench.Layering.to_json rows)
+  if json then print_endline (Consort_bench.Layering.to_json rows);
+  0
 
 let iterations =
   Arg.(value & opt int 200_000 & info [ "iterations" ] ~docv:"N" ~doc:"Messages per round.")
@@ -23,11 +24,15 @@ let bench_cmd =
 let params () =
   List.iter
     (fun (name, v, doc) -> Fmt.pr "%-28s %-10s %s@." name (Fmt.str "%a" Consort.Params.pp_value v) doc)
-    (Consort.Params.registered ())
+    (Consort.Params.registered ());
+  0
 
 let params_cmd =
   Cmd.v (Cmd.info "params" ~doc:"List every registered layer tunable with its default.") Term.(const params $ const ())
 
 let () =
   let doc = "reliable distributed systems from small, typed protocol layers" in
-  exit (Cmd.eval (Cmd.group (Cmd.info "consort" ~version:"0.1.0" ~doc) [ bench_cmd; params_cmd ]))
+  exit
+    (Cmd.eval'
+       (Cmd.group (Cmd.info "consort" ~version:"0.1.0" ~doc)
+          [ Sim_cmd.cmd; bench_cmd; params_cmd ]))

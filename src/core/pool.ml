@@ -179,6 +179,11 @@ let pp_stats ppf s =
     s.segments_created s.segments_free s.segments_in_use s.oversize_in_use s.allocs
     s.bytes_in_use s.leaks
 
+let in_use t =
+  drain t;
+  let cur = match t.current with Some seg when Segment.count seg > 0 -> 1 | _ -> 0 in
+  t.in_use + cur + t.oversize
+
 let leak_check t =
   retire t;
   Gc.full_major ();

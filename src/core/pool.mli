@@ -47,6 +47,11 @@ type stats = {
 val stats : t -> stats
 val pp_stats : stats Fmt.t
 
+val in_use : t -> int
+(** [in_use t] is the number of segments (oversize ones included) that
+    still have a live slice, without running the garbage collector: zero
+    once everything allocated from [t] was released. *)
+
 val leak_check : t -> int
 (** [leak_check t] retires the current segment, runs full major
     collections so that finalisers report unreleased slices, and returns

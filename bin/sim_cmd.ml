@@ -1,0 +1,56 @@
+open Cmdliner
+
+let run scenario seeds seed trace quiet =
+  match Consort_scenario.Scenario.describe scenario with
+  | None ->
+      Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
+        (String.concat ", " Consort_scenario.Scenario.names);
+      2
+  | Some doc ->
+      if not quiet then Fmt.pr "scenario %s: %s@." scenario doc;
+      let first = Option.value seed ~default:1 in
+      let seeds = match seed with Some _ when seeds = 0 -> 1 | _ -> max 1 seeds in
+      let oc = Option.map open_out trace in
+      let passed = ref 0 and failed = ref 0 in
+      for s = first to first + seeds - 1 do
+        match Consort_scenario.Scenario.run ?trace:oc scenario ~seed:s with
+        | Error e ->
+            Fmt.epr "%s@." e;
+            incr failed
+        | Ok o when o.violations = [] ->
+            incr passed;
+            if seeds = 1 && not quiet then
+              Fmt.pr "seed %d: %d sent, %d delivered, %d datagrams, last delivery at %a, trace %s@." s o.sent
+                o.delivered o.datagrams Consort.Time.pp o.end_time o.trace_hash
+        | Ok o ->
+            incr failed;
+            Fmt.pr "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim --scenario %s --seeds 1 --seed %d --trace trace-%d.txt@."
+              s (List.length o.violations) (List.hd o.violations) scenario s s
+      done;
+      Option.iter close_out oc;
+      Fmt.pr "%d passed, %d failed@." !passed !failed;
+      if !failed = 0 then 0 else 1
+
+let scenario =
+  Arg.(required & opt (some string) None & info [ "scenario" ] ~docv:"NAME" ~doc:"Scenario to run.")
+
+let seeds = Arg.(value & opt int 1 & info [ "seeds" ] ~docv:"N" ~doc:"Number of seeded schedules to run.")
+
+let seed =
+  Arg.(value & opt (some int) None & info [ "seed" ] ~docv:"S" ~doc:"First seed (default 1); seeds S to S+N-1 run.")
+
+let trace =
+  Arg.(value & opt (some string) None & info [ "trace" ] ~docv:"FILE" ~doc:"Write the network and application trace here.")
+
+let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print only failures and the summary.")
+
+let cmd =
+  let doc = "Run seeded schedules of a scenario in the simulator and check each trace." in
+  let man =
+    [
+      `S Manpage.s_description;
+      `P "Prints one line for each failing seed, with the command that reproduces it, then $(b,N passed, M failed). Exits 1 if any seed failed.";
+      `P ("Scenarios: " ^ String.concat ", " Consort_scenario.Scenario.names ^ ".");
+    ]
+  in
+  Cmd.v (Cmd.info "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet)

@@ -1,0 +1,2 @@
+(** [contains s sub] is [true] if [sub] occurs in [s]. *)
+val contains : string -> string -> bool
