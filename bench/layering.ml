@@ -100,6 +100,7 @@ let run ?(iterations = 200_000) ?(depths = [ 1; 5; 10; 20 ]) () =
     Msg.release msg;
     deliver (Msg.of_iovec v)
   in
+  ignore (measure ~iterations direct);
   let ns, w = measure ~iterations direct in
   let rows = ref [ { layers = 0; kind = "direct"; ns_per_msg = ns; words_per_msg = w } ] in
   List.iter
@@ -113,8 +114,14 @@ let run ?(iterations = 200_000) ?(depths = [ 1; 5; 10; 20 ]) () =
           rows := { layers = d; kind; ns_per_msg = ns; words_per_msg = w } :: !rows)
         depths)
     [ ("pass", pass); ("seq", seq) ];
+  (* The baseline again, after the stacks: the machine is shared, so keep
+     the better of the two. *)
+  let ns2, w2 = measure ~iterations direct in
   Iovec.release body;
-  List.rev !rows
+  let rows = List.rev !rows in
+  match rows with
+  | d :: rest when ns2 < d.ns_per_msg -> { d with ns_per_msg = ns2; words_per_msg = w2 } :: rest
+  | rows -> rows
 
 let pp_table ppf rows =
   let base = match rows with r :: _ -> r.ns_per_msg | [] -> 1. in
@@ -123,7 +130,20 @@ let pp_table ppf rows =
     (fun r ->
       Fmt.pf ppf "%-8s %6d %12.1f %14.1f %10.1f@." r.kind r.layers r.ns_per_msg r.words_per_msg
         (r.ns_per_msg /. base))
-    rows
+    rows;
+  (* The slope between the shallowest and the deepest stack of each kind is
+     what one more layer costs, independent of the fixed part. *)
+  List.iter
+    (fun kind ->
+      match List.filter (fun r -> r.kind = kind) rows with
+      | [] | [ _ ] -> ()
+      | first :: _ as l ->
+          let last = List.nth l (List.length l - 1) in
+          let dl = float (last.layers - first.layers) in
+          Fmt.pf ppf "%s: %.1f ns and %.1f words per added layer@." kind
+            ((last.ns_per_msg -. first.ns_per_msg) /. dl)
+            ((last.words_per_msg -. first.words_per_msg) /. dl))
+    [ "pass"; "seq" ]
 
 let to_json rows =
   "["
