@@ -1,0 +1,1840 @@
+open Consort
+
+let src = Logs.Src.create "consort.tcp" ~doc:"TCP"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type state =
+  | Closed
+  | Listen
+  | Syn_sent
+  | Syn_received
+  | Established
+  | Fin_wait_1
+  | Fin_wait_2
+  | Close_wait
+  | Closing
+  | Last_ack
+  | Time_wait
+
+let pp_state ppf s =
+  Fmt.string ppf
+    (match s with
+    | Closed -> "CLOSED"
+    | Listen -> "LISTEN"
+    | Syn_sent -> "SYN-SENT"
+    | Syn_received -> "SYN-RECEIVED"
+    | Established -> "ESTABLISHED"
+    | Fin_wait_1 -> "FIN-WAIT-1"
+    | Fin_wait_2 -> "FIN-WAIT-2"
+    | Close_wait -> "CLOSE-WAIT"
+    | Closing -> "CLOSING"
+    | Last_ack -> "LAST-ACK"
+    | Time_wait -> "TIME-WAIT")
+
+type status = Connected | Writable | Peer_closed | Closed_normally | Failed of Protocol.error
+
+let pp_status ppf = function
+  | Connected -> Fmt.string ppf "connected"
+  | Writable -> Fmt.string ppf "writable"
+  | Peer_closed -> Fmt.string ppf "peer closed"
+  | Closed_normally -> Fmt.string ppf "closed"
+  | Failed e -> Fmt.pf ppf "failed: %a" Protocol.pp_error e
+
+type keepalive = { idle : Time.t; interval : Time.t; probes : int }
+
+type config = {
+  mss : int option;
+  send_buffer : int;
+  receive_buffer : int;
+  window_scale : bool;
+  sack : bool;
+  timestamps : bool;
+  nodelay : bool;
+  delayed_ack : Time.t;
+  initial_rto : Time.t;
+  min_rto : Time.t;
+  max_rto : Time.t;
+  initial_window : int option;
+  syn_retries : int;
+  max_retransmits : int;
+  msl : Time.t;
+  fin_wait_2_timeout : Time.t;
+  keepalive : keepalive option;
+  max_ooo_segments : int;
+  backlog : int;
+  challenge_ack_limit : int;
+}
+
+let default_config =
+  {
+    mss = None;
+    send_buffer = 256 * 1024;
+    receive_buffer = 256 * 1024;
+    window_scale = true;
+    sack = true;
+    timestamps = true;
+    nodelay = false;
+    delayed_ack = Time.of_ms 40;
+    initial_rto = Time.of_ms 1000;
+    min_rto = Time.of_ms 200;
+    max_rto = Time.of_sec 60.;
+    initial_window = None;
+    syn_retries = 6;
+    max_retransmits = 15;
+    msl = Time.of_sec 30.;
+    fin_wait_2_timeout = Time.of_sec 60.;
+    keepalive = None;
+    max_ooo_segments = 1024;
+    backlog = 128;
+    challenge_ack_limit = 1000;
+  }
+
+let pp_config ppf c =
+  Fmt.pf ppf
+    "@[<v>mss %a@,buffers send %d receive %d@,wscale %b sack %b timestamps %b nodelay %b@,\
+     delayed ack %a@,rto initial %a min %a max %a@,msl %a@]"
+    Fmt.(option ~none:(any "auto") int)
+    c.mss c.send_buffer c.receive_buffer c.window_scale c.sack c.timestamps c.nodelay Time.pp
+    c.delayed_ack Time.pp c.initial_rto Time.pp c.min_rto Time.pp c.max_rto Time.pp c.msl
+
+type conn_info = {
+  state : state;
+  snd_mss : int;
+  rcv_mss : int;
+  snd_wscale : int option;
+  rcv_wscale : int option;
+  sack_ok : bool;
+  timestamps_ok : bool;
+  srtt : Time.t option;
+  rttvar : Time.t option;
+  rto : Time.t;
+  cwnd : int;
+  ssthresh : int;
+  snd_wnd : int;
+  rcv_wnd : int;
+  unacked : int;
+  unsent : int;
+  unread : int;
+  bytes_sent : int;
+  bytes_received : int;
+  segments_retransmitted : int;
+  fast_retransmits : int;
+  timeouts : int;
+  ooo_segments : int;
+}
+
+let pp_conn_info ppf i =
+  let o = Fmt.(option ~none:(any "-") int) in
+  Fmt.pf ppf
+    "%a mss %d/%d wscale %a/%a%s%s rtt %a/%a rto %a cwnd %d ssthresh %d snd_wnd %d rcv_wnd %d \
+     unacked %d unsent %d unread %d sent %d received %d retrans %d fast %d timeouts %d"
+    pp_state i.state i.snd_mss i.rcv_mss o i.snd_wscale o i.rcv_wscale
+    (if i.sack_ok then " sack" else "")
+    (if i.timestamps_ok then " ts" else "")
+    Fmt.(option ~none:(any "-") Time.pp)
+    i.srtt
+    Fmt.(option ~none:(any "-") Time.pp)
+    i.rttvar Time.pp i.rto i.cwnd i.ssthresh i.snd_wnd i.rcv_wnd i.unacked i.unsent i.unread
+    i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.timeouts
+
+type stats = {
+  segments_in : int;
+  segments_out : int;
+  retransmitted : int;
+  bad_checksum : int;
+  malformed : int;
+  resets_in : int;
+  resets_out : int;
+  challenge_acks : int;
+  dropped : int;
+  active : int;
+}
+
+let pp_stats ppf s =
+  Fmt.pf ppf
+    "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks \
+     %d dropped %d active %d"
+    s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in
+    s.resets_out s.challenge_acks s.dropped s.active
+
+type control = Set_config of config | Abort_all
+
+module type LOWER = sig
+  type host
+
+  include Protocol.S
+
+  val remote : connection -> host
+end
+
+module type PARAMS = sig
+  type host
+  type lower_address
+  type lower_pattern
+
+  val local : host
+  val lower_address : host -> lower_address
+  val lower_pattern : lower_pattern
+  val pseudo_header : (src:host -> dst:host -> len:int -> int) option
+  val equal_host : host -> host -> bool
+  val pp_host : host Fmt.t
+  val clock : Clock.t
+  val rng : Rng.t
+  val pool : Pool.t
+end
+
+module type S = sig
+  type host
+  type lower
+  type tcp_address = { host : host; port : int; local_port : int option }
+  type tcp_pattern = { port : int; from : host option }
+
+  include
+    Protocol.S
+      with type address = tcp_address
+       and type address_pattern = tcp_pattern
+       and type status = status
+       and type control = control
+       and type info = stats
+
+  val create : ?config:config -> lower -> (t, Protocol.error) result
+  val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
+  val send_space : connection -> int
+  val consume : connection -> int -> unit
+  val shutdown : connection -> unit
+  val unlisten : t -> int -> unit
+  val state : connection -> state
+  val info : connection -> conn_info
+  val local_port : connection -> int
+  val remote : connection -> host * int
+  val set_nodelay : connection -> bool -> unit
+  val set_keepalive : connection -> keepalive option -> unit
+  val pp_connection : connection Fmt.t
+end
+
+let never = max_int
+
+module Make
+    (Lower : LOWER)
+    (P : PARAMS
+           with type host = Lower.host
+            and type lower_address = Lower.address
+            and type lower_pattern = Lower.address_pattern) =
+struct
+  type host = Lower.host
+  type lower = Lower.t
+  type tcp_address = { host : host; port : int; local_port : int option }
+  type tcp_pattern = { port : int; from : host option }
+  type address = tcp_address
+  type address_pattern = tcp_pattern
+  type nonrec status = status
+  type nonrec control = control
+  type info = stats
+
+  module Host_tbl = Hashtbl.Make (struct
+    type t = host
+
+    let equal = P.equal_host
+    let hash = Hashtbl.hash
+  end)
+
+  module Key_tbl = Hashtbl.Make (struct
+    type t = host * int * int
+
+    let equal (h, p, l) (h', p', l') = p = p' && l = l' && P.equal_host h h'
+    let hash = Hashtbl.hash
+  end)
+
+  type counters = {
+    mutable c_in : int;
+    mutable c_out : int;
+    mutable c_retrans : int;
+    mutable c_bad_checksum : int;
+    mutable c_malformed : int;
+    mutable c_rst_in : int;
+    mutable c_rst_out : int;
+    mutable c_challenge : int;
+    mutable c_dropped : int;
+  }
+
+  type t = {
+    lower : Lower.t;
+    mutable config : config;
+    conns : tcb Key_tbl.t;
+    listeners : (int, listener) Hashtbl.t;
+    lower_conns : Lower.connection Host_tbl.t;
+    secret : int;
+    upcalls : (unit -> unit) Queue.t;
+    mutable flushing : bool;
+    counters : counters;
+    mutable challenge_second : int;
+    mutable challenge_count : int;
+  }
+
+  and listener = {
+    l_port : int;
+    l_from : host option;
+    l_make : tcb -> handler;
+    mutable half_open : int;
+  }
+
+  and tcb = {
+    inst : t;
+    cfg : config;
+    remote_host : host;
+    remote_port : int;
+    local_port : int;
+    lconn : Lower.connection;
+    listener : listener option;
+    mutable state : state;
+    mutable handler : handler option;
+    mutable alive : bool;
+    mutable reported : bool;
+    (* Send sequence space. *)
+    iss : Tcp_seq.t;
+    mutable snd_una : Tcp_seq.t;
+    mutable snd_nxt : Tcp_seq.t;
+    mutable snd_max : Tcp_seq.t;
+    mutable snd_wnd : int;
+    mutable max_snd_wnd : int;
+    mutable snd_wl1 : Tcp_seq.t;
+    mutable snd_wl2 : Tcp_seq.t;
+    sndbuf : Tcp_sndbuf.t;
+    mutable buf_seq : Tcp_seq.t;
+    mutable fin_queued : bool;
+    mutable app_closed : bool;
+    mutable want_writable : bool;
+    (* Receive sequence space. *)
+    mutable irs : Tcp_seq.t;
+    mutable rcv_nxt : Tcp_seq.t;
+    mutable rcv_adv : Tcp_seq.t;
+    mutable unconsumed : int;
+    reass : Tcp_reass.t;
+    mutable ooo_fin : Tcp_seq.t option;
+    mutable fin_received : bool;
+    (* Options. *)
+    rcv_mss : int;
+    lower_max : int;
+    mutable peer_mss : int;
+    mutable offer_ws : bool;
+    mutable offer_sack : bool;
+    mutable offer_ts : bool;
+    mutable snd_wscale : int;
+    mutable rcv_wscale : int;
+    mutable ws_ok : bool;
+    mutable sack_ok : bool;
+    mutable ts_ok : bool;
+    mutable ts_recent : int;
+    mutable ts_recent_age : Time.t;
+    ts_offset : int;
+    mutable last_ack_sent : Tcp_seq.t;
+    (* Round-trip time. *)
+    rto : Tcp_rto.t;
+    mutable rtt_seq : Tcp_seq.t option;
+    mutable rtt_time : Time.t;
+    (* Congestion control. *)
+    mutable cwnd : int;
+    mutable ssthresh : int;
+    mutable ca_acked : int;
+    mutable dupacks : int;
+    mutable recover : Tcp_seq.t;
+    mutable in_recovery : bool;
+    mutable high_rxt : Tcp_seq.t;
+    mutable syn_retransmitted : bool;
+    sack : Tcp_sack.t;
+    (* Acknowledgements. *)
+    mutable ack_now : bool;
+    mutable segs_unacked : int;
+    (* Timers: deadlines, [never] when off. *)
+    mutable t_rtx : Time.t;
+    mutable t_persist : Time.t;
+    mutable t_delack : Time.t;
+    mutable t_keep : Time.t;
+    mutable t_2msl : Time.t;
+    mutable armed : Time.t;
+    mutable alarm_gen : int;
+    mutable alarm_cancel : Clock.cancel;
+    mutable retries : int;
+    mutable persist_backoff : int;
+    mutable persist_probes : int;
+    mutable keep_probes : int;
+    mutable last_recv : Time.t;
+    mutable nodelay : bool;
+    mutable keepalive : keepalive option;
+    (* Counters. *)
+    mutable bytes_acked : int;
+    mutable bytes_delivered : int;
+    mutable n_retrans : int;
+    mutable n_fast : int;
+    mutable n_timeouts : int;
+  }
+
+  and connection = tcb
+  and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
+
+  let now () = P.clock.now ()
+
+  (* {2 Upcalls} *)
+
+  let defer t f = Queue.push f t.upcalls
+
+  let flush t =
+    if not t.flushing then begin
+      t.flushing <- true;
+      Fun.protect
+        ~finally:(fun () -> t.flushing <- false)
+        (fun () ->
+          while not (Queue.is_empty t.upcalls) do
+            (Queue.pop t.upcalls) ()
+          done)
+    end
+
+  let notify tcb st =
+    match tcb.handler with Some h -> defer tcb.inst (fun () -> h.status tcb st) | None -> ()
+
+  let report tcb st =
+    if not tcb.reported then begin
+      tcb.reported <- true;
+      notify tcb st
+    end
+
+  let pp_connection ppf tcb =
+    Fmt.pf ppf "%d-%a:%d %a" tcb.local_port P.pp_host tcb.remote_host tcb.remote_port pp_state
+      tcb.state
+
+  (* {2 Sequence-space helpers} *)
+
+  let data_end tcb = Tcp_seq.add tcb.buf_seq (Tcp_sndbuf.length tcb.sndbuf)
+
+  let fin_acked tcb = tcb.fin_queued && Tcp_seq.gt tcb.snd_una (data_end tcb)
+  let flight tcb = Tcp_seq.sub tcb.snd_max tcb.snd_una
+  let ts_now tcb = ((now () / 1_000_000) + tcb.ts_offset) land 0xFFFF_FFFF
+
+  (* Payload bytes per segment: the peer's MSS and our link, less the
+     options every data segment carries. *)
+  let mss_base tcb = max 1 (min tcb.peer_mss (tcb.lower_max - Tcp_wire.min_header))
+  let smss tcb = max 1 (mss_base tcb - if tcb.ts_ok then 12 else 0)
+
+  let sack_max tcb = if tcb.ts_ok then 3 else 4
+
+  let options_len tcb =
+    let ts = if tcb.ts_ok then 10 else 0 in
+    let sack =
+      if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass) then
+        2 + (8 * min (sack_max tcb) (List.length (Tcp_reass.blocks tcb.reass)))
+      else 0
+    in
+    (ts + sack + 3) land lnot 3
+
+  let capacity tcb = max 1 (mss_base tcb - options_len tcb)
+
+  (* {2 Timers} *)
+
+  let rec schedule tcb =
+    if tcb.alive then begin
+      let d =
+        min tcb.t_rtx (min tcb.t_persist (min tcb.t_delack (min tcb.t_keep tcb.t_2msl)))
+      in
+      if d < tcb.armed then begin
+        tcb.alarm_cancel ();
+        tcb.alarm_gen <- tcb.alarm_gen + 1;
+        tcb.armed <- d;
+        let gen = tcb.alarm_gen in
+        tcb.alarm_cancel <- P.clock.at d (fun () -> if gen = tcb.alarm_gen then !on_alarm_ref tcb)
+      end
+    end
+
+  and on_alarm_ref : (tcb -> unit) ref = ref (fun _ -> ())
+
+  let restart_rtx tcb = tcb.t_rtx <- now () + Tcp_rto.rto tcb.rto
+
+  (* {2 Output} *)
+
+  let advertise tcb ~syn =
+    let rcvbuf = tcb.cfg.receive_buffer in
+    let avail = max 0 (rcvbuf - tcb.unconsumed) in
+    let cur = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
+    let threshold = max 1 (min (rcvbuf / 2) tcb.rcv_mss) in
+    let w = if avail - cur >= threshold || (avail > cur && cur = 0) then avail else cur in
+    let s = if syn then 0 else tcb.rcv_wscale in
+    let field = min 0xFFFF ((w + (1 lsl s) - 1) lsr s) in
+    if tcb.state <> Syn_sent then begin
+      let edge = Tcp_seq.add tcb.rcv_nxt (field lsl s) in
+      if Tcp_seq.gt edge tcb.rcv_adv then tcb.rcv_adv <- edge
+    end;
+    field
+
+  let checksum_into ~dst pkt =
+    match P.pseudo_header with
+    | None -> ()
+    | Some f ->
+        let cs = Packet.cstruct pkt in
+        let init = f ~src:P.local ~dst ~len:(Cstruct.length cs) in
+        Tcp_wire.set_checksum cs (Tcp_checksum.finish (Tcp_checksum.sum ~init cs))
+
+  let transmit t lconn ~dst pkt =
+    checksum_into ~dst pkt;
+    t.counters.c_out <- t.counters.c_out + 1;
+    match Lower.send lconn pkt with
+    | Ok () -> ()
+    | Error e -> Log.debug (fun m -> m "lower layer refused a segment: %a" Protocol.pp_error e)
+
+  let syn_options tcb ~reply =
+    let ws = if tcb.offer_ws then [ Tcp_packet.Window_scale tcb.rcv_wscale ] else [] in
+    let sack = if tcb.offer_sack then [ Tcp_packet.Sack_permitted ] else [] in
+    let ts =
+      if tcb.offer_ts then
+        [ Tcp_packet.Timestamp { value = ts_now tcb; echo = (if reply then tcb.ts_recent else 0) } ]
+      else []
+    in
+    (Tcp_packet.Mss tcb.rcv_mss :: ws) @ sack @ ts
+
+  let emit ?(syn = false) ?(fin = false) ?(rst = false) ?(ack = true) tcb ~seq ~len =
+    let t = tcb.inst in
+    let options =
+      if syn then syn_options tcb ~reply:ack
+      else
+        let ts =
+          if tcb.ts_ok && not rst then
+            [ Tcp_packet.Timestamp { value = ts_now tcb; echo = tcb.ts_recent } ]
+          else []
+        in
+        if tcb.sack_ok && (not rst) && not (Tcp_reass.is_empty tcb.reass) then
+          ts @ [ Tcp_packet.Sack (Tcp_reass.sack_blocks tcb.reass ~max:(sack_max tcb)) ]
+        else ts
+    in
+    let window = if rst then 0 else advertise tcb ~syn in
+    let psh = len > 0 && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb) in
+    let hdr =
+      {
+        Tcp_packet.src_port = tcb.local_port;
+        dst_port = tcb.remote_port;
+        seq;
+        ack = (if ack then tcb.rcv_nxt else Tcp_seq.zero);
+        flags = { Tcp_packet.no_flags with syn; fin; rst; ack; psh };
+        window;
+        urgent = 0;
+        options;
+      }
+    in
+    let hl = Tcp_packet.header_length hdr in
+    let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool len in
+    if len > 0 then
+      Tcp_sndbuf.blit_out tcb.sndbuf ~src_off:(Tcp_seq.sub seq tcb.buf_seq) (Packet.cstruct pkt)
+        ~dst_off:0 ~len;
+    Tcp_packet.encode_into hdr (Packet.push pkt hl);
+    if ack then begin
+      tcb.last_ack_sent <- tcb.rcv_nxt;
+      tcb.ack_now <- false;
+      tcb.segs_unacked <- 0;
+      tcb.t_delack <- never
+    end;
+    if rst then t.counters.c_rst_out <- t.counters.c_rst_out + 1;
+    Log.debug (fun m -> m "%a: send %a len %d" pp_connection tcb Tcp_packet.pp hdr len);
+    transmit t tcb.lconn ~dst:tcb.remote_host pkt
+
+  (* Send a data segment (new or retransmitted) starting at [seq]. *)
+  let send_data tcb ~seq ~len =
+    let fin =
+      tcb.fin_queued && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb)
+      && tcb.state <> Syn_received
+    in
+    let seg_end = Tcp_seq.add seq (len + if fin then 1 else 0) in
+    if Tcp_seq.lt seq tcb.snd_max then begin
+      tcb.n_retrans <- tcb.n_retrans + 1;
+      tcb.inst.counters.c_retrans <- tcb.inst.counters.c_retrans + 1;
+      match tcb.rtt_seq with
+      | Some r when Tcp_seq.between r ~low:seq ~high:seg_end -> tcb.rtt_seq <- None
+      | _ -> ()
+    end;
+    if Tcp_seq.gt seg_end tcb.snd_max then begin
+      tcb.t_persist <- never;
+      tcb.persist_backoff <- 0;
+      if tcb.rtt_seq = None then begin
+        tcb.rtt_seq <- Some seq;
+        tcb.rtt_time <- now ()
+      end;
+      tcb.snd_max <- seg_end
+    end;
+    emit tcb ~fin ~seq ~len;
+    if tcb.t_rtx = never then restart_rtx tcb;
+    seg_end
+
+  let send_syn tcb =
+    let ack = tcb.state = Syn_received in
+    if Tcp_seq.leq tcb.snd_max tcb.iss && not tcb.syn_retransmitted then begin
+      tcb.rtt_seq <- Some tcb.iss;
+      tcb.rtt_time <- now ()
+    end;
+    emit tcb ~syn:true ~ack ~seq:tcb.iss ~len:0;
+    if Tcp_seq.leq tcb.snd_max tcb.iss then tcb.snd_max <- Tcp_seq.succ tcb.iss;
+    tcb.snd_nxt <- Tcp_seq.succ tcb.iss;
+    if tcb.t_rtx = never then restart_rtx tcb
+
+  let can_send_data tcb =
+    match tcb.state with
+    | Established | Close_wait | Fin_wait_1 | Closing | Last_ack -> true
+    | _ -> false
+
+  (* Skip over data the receiver already SACKed when going back after a
+     timeout. *)
+  let skip_sacked tcb =
+    if tcb.sack_ok && Tcp_seq.lt tcb.snd_nxt tcb.snd_max then begin
+      let s, _ = Tcp_sack.hole tcb.sack tcb.snd_nxt in
+      tcb.snd_nxt <- Tcp_seq.min s tcb.snd_max
+    end
+
+  (* The next segment to send from [snd_nxt] under the windows, or
+     nothing (Nagle, receiver window, congestion window). *)
+  let next_new tcb ~budget ~force =
+    skip_sacked tcb;
+    let avail = Tcp_seq.sub (data_end tcb) tcb.snd_nxt in
+    let cap = capacity tcb in
+    let cap =
+      if tcb.sack_ok && Tcp_seq.lt tcb.snd_nxt tcb.snd_max then
+        match Tcp_sack.hole tcb.sack tcb.snd_nxt with
+        | _, Some l -> min cap (Tcp_seq.sub l tcb.snd_nxt)
+        | _, None -> cap
+      else cap
+    in
+    let wnd = Tcp_seq.sub (Tcp_seq.add tcb.snd_una tcb.snd_wnd) tcb.snd_nxt in
+    let wnd = if force then max wnd 1 else wnd in
+    let usable = min wnd budget in
+    let len = max 0 (min avail (min cap usable)) in
+    let fin_pending =
+      tcb.fin_queued && not (Tcp_seq.gt tcb.snd_nxt (data_end tcb))
+    in
+    if len > 0 then
+      let retransmission = Tcp_seq.lt tcb.snd_nxt tcb.snd_max in
+      let all = len = avail in
+      if
+        force || retransmission || len = cap
+        || (all && (tcb.nodelay || Tcp_seq.equal tcb.snd_nxt tcb.snd_una || tcb.fin_queued))
+        || (tcb.max_snd_wnd > 0 && len >= tcb.max_snd_wnd / 2 && len = usable)
+      then Some len
+      else None
+    else if avail = 0 && fin_pending then Some 0
+    else None
+
+  let limited_transmit tcb = if tcb.in_recovery then 0 else min tcb.dupacks 2 * smss tcb
+
+  let output ?(force = false) tcb =
+    if tcb.alive then begin
+      let sent = ref false in
+      if can_send_data tcb then begin
+        let smss = smss tcb in
+        let continue = ref true and n = ref 0 and force = ref force in
+        while !continue && !n < 10_000 do
+          incr n;
+          if tcb.in_recovery && tcb.sack_ok then begin
+            let pipe =
+              Tcp_sack.pipe tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~high_data:tcb.snd_max
+                ~smss
+            in
+            if tcb.cwnd - pipe < smss && not !force then continue := false
+            else
+              let rexmit s len =
+                let len = max 1 (min len (Tcp_seq.sub tcb.snd_max s)) in
+                let len = min len (Tcp_seq.sub (data_end tcb) s) in
+                let e = send_data tcb ~seq:s ~len:(max 0 len) in
+                tcb.high_rxt <- Tcp_seq.max tcb.high_rxt e;
+                sent := true
+              in
+              match Tcp_sack.next_seg tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~smss with
+              | `Lost (s, len) -> rexmit s len
+              | (`Unsacked _ | `None) as r -> (
+                  let budget = tcb.cwnd - pipe in
+                  match
+                    if Tcp_seq.geq tcb.snd_nxt tcb.snd_max then next_new tcb ~budget ~force:false
+                    else None
+                  with
+                  | Some len ->
+                      tcb.snd_nxt <- send_data tcb ~seq:tcb.snd_nxt ~len;
+                      sent := true
+                  | None -> (
+                      match r with
+                      | `Unsacked (s, len) -> rexmit s len
+                      | `None -> continue := false))
+          end
+          else begin
+            let budget =
+              if !force then max_int
+              else tcb.cwnd + limited_transmit tcb - Tcp_seq.sub tcb.snd_nxt tcb.snd_una
+            in
+            match next_new tcb ~budget ~force:!force with
+            | Some len ->
+                let seq = tcb.snd_nxt in
+                let e = send_data tcb ~seq ~len in
+                tcb.snd_nxt <- Tcp_seq.max tcb.snd_nxt e;
+                sent := true
+            | None -> continue := false
+          end;
+          force := false
+        done;
+        (* Persist: data waits, nothing is in flight, and the window (or
+           sender SWS avoidance) keeps it back. *)
+        let avail = Tcp_seq.sub (data_end tcb) tcb.snd_nxt in
+        if avail > 0 && Tcp_seq.equal tcb.snd_una tcb.snd_max && tcb.t_persist = never then begin
+          tcb.t_rtx <- never;
+          tcb.t_persist <- now () + Tcp_rto.rto tcb.rto
+        end
+      end;
+      if tcb.ack_now && not !sent then begin
+        match tcb.state with
+        | Syn_sent | Closed | Listen -> ()
+        | Syn_received -> send_syn tcb
+        | _ -> emit tcb ~seq:tcb.snd_nxt ~len:0
+      end;
+      schedule tcb
+    end
+
+  (* {2 Connection table} *)
+
+  let key tcb = (tcb.remote_host, tcb.remote_port, tcb.local_port)
+
+  let delete tcb =
+    if tcb.alive then begin
+      tcb.alive <- false;
+      tcb.alarm_cancel ();
+      Key_tbl.remove tcb.inst.conns (key tcb);
+      Tcp_reass.clear tcb.reass;
+      (match (tcb.listener, tcb.handler) with
+      | Some l, None -> l.half_open <- l.half_open - 1
+      | _ -> ());
+      Log.debug (fun m -> m "%a: deleted" pp_connection tcb)
+    end
+
+  let fail tcb e =
+    report tcb (Failed e);
+    delete tcb
+
+  let send_rst tcb =
+    if tcb.alive then emit tcb ~rst:true ~ack:false ~seq:tcb.snd_max ~len:0
+
+  let enter_time_wait tcb =
+    tcb.state <- Time_wait;
+    tcb.t_rtx <- never;
+    tcb.t_persist <- never;
+    tcb.t_keep <- never;
+    tcb.t_2msl <- now () + (2 * tcb.cfg.msl);
+    report tcb Closed_normally
+
+  (* {2 Receiving} *)
+
+  let deliver tcb pkt =
+    let n = Packet.length pkt in
+    tcb.bytes_delivered <- tcb.bytes_delivered + n;
+    match tcb.handler with
+    | Some h when not tcb.app_closed ->
+        tcb.unconsumed <- tcb.unconsumed + n;
+        defer tcb.inst (fun () -> h.receive tcb pkt)
+    | _ -> Packet.release pkt
+
+  let process_fin tcb =
+    tcb.rcv_nxt <- Tcp_seq.succ tcb.rcv_nxt;
+    tcb.fin_received <- true;
+    tcb.ooo_fin <- None;
+    tcb.ack_now <- true;
+    notify tcb Peer_closed;
+    match tcb.state with
+    | Syn_received | Established -> tcb.state <- Close_wait
+    | Fin_wait_1 -> if fin_acked tcb then enter_time_wait tcb else tcb.state <- Closing
+    | Fin_wait_2 -> enter_time_wait tcb
+    | _ -> ()
+
+  let receive_data tcb seq pkt =
+    if Tcp_seq.equal seq tcb.rcv_nxt then begin
+      tcb.rcv_nxt <- Tcp_seq.add tcb.rcv_nxt (Packet.length pkt);
+      deliver tcb pkt;
+      let filled = ref false in
+      let rec drain () =
+        match Tcp_reass.pop tcb.reass tcb.rcv_nxt with
+        | Some p ->
+            filled := true;
+            tcb.rcv_nxt <- Tcp_seq.add tcb.rcv_nxt (Packet.length p);
+            deliver tcb p;
+            drain ()
+        | None -> ()
+      in
+      if not (Tcp_reass.is_empty tcb.reass) then drain ();
+      (match tcb.ooo_fin with
+      | Some f when Tcp_seq.equal f tcb.rcv_nxt && Tcp_reass.is_empty tcb.reass -> process_fin tcb
+      | _ -> ());
+      if !filled || not (Tcp_reass.is_empty tcb.reass) then tcb.ack_now <- true
+      else begin
+        tcb.segs_unacked <- tcb.segs_unacked + 1;
+        if tcb.segs_unacked >= 2 || tcb.cfg.delayed_ack <= 0 then tcb.ack_now <- true
+        else if tcb.t_delack = never then tcb.t_delack <- now () + tcb.cfg.delayed_ack
+      end
+    end
+    else begin
+      (match Tcp_reass.insert tcb.reass seq pkt with
+      | `Stored | `Duplicate -> ()
+      | `Full -> Log.debug (fun m -> m "%a: out-of-order queue full" pp_connection tcb));
+      tcb.ack_now <- true
+    end
+
+  (* {2 Options} *)
+
+  let find_ts opts =
+    List.find_map
+      (function Tcp_packet.Timestamp { value; echo } -> Some (value, echo) | _ -> None)
+      opts
+
+  let find_sack opts = List.find_map (function Tcp_packet.Sack bs -> Some bs | _ -> None) opts
+
+  let take_syn_options tcb (h : Tcp_packet.t) =
+    let mss = ref None and ws = ref None and sack = ref false and ts = ref None in
+    List.iter
+      (function
+        | Tcp_packet.Mss n -> mss := Some n
+        | Window_scale n -> ws := Some (min n 14)
+        | Sack_permitted -> sack := true
+        | Timestamp { value; _ } -> ts := Some value
+        | _ -> ())
+      h.options;
+    tcb.peer_mss <- (match !mss with Some n when n > 0 -> n | _ -> 536);
+    (match !ws with
+    | Some s when tcb.offer_ws ->
+        tcb.ws_ok <- true;
+        tcb.snd_wscale <- s
+    | _ ->
+        tcb.ws_ok <- false;
+        tcb.offer_ws <- false;
+        tcb.snd_wscale <- 0;
+        tcb.rcv_wscale <- 0);
+    tcb.sack_ok <- tcb.offer_sack && !sack;
+    tcb.offer_sack <- tcb.sack_ok;
+    (match !ts with
+    | Some v when tcb.offer_ts ->
+        tcb.ts_ok <- true;
+        tcb.ts_recent <- v;
+        tcb.ts_recent_age <- now ()
+    | _ ->
+        tcb.ts_ok <- false;
+        tcb.offer_ts <- false)
+
+  let initial_cwnd tcb =
+    let smss = smss tcb in
+    if tcb.syn_retransmitted then smss
+    else
+      match tcb.cfg.initial_window with
+      | Some n -> max 1 n * smss
+      | None -> if smss > 2190 then 2 * smss else if smss > 1095 then 3 * smss else 4 * smss
+
+  (* {2 Creating connections} *)
+
+  let wscale_for bytes =
+    let rec go s = if s >= 14 || bytes lsr s <= 0xFFFF then s else go (s + 1) in
+    go 0
+
+  let gen_isn t ~remote ~rport ~lport =
+    Tcp_seq.of_int ((now () / 4000) + Hashtbl.seeded_hash t.secret (remote, rport, lport))
+
+  let new_tcb t ~cfg ~lconn ~remote ~rport ~lport ~listener ~state =
+    let iss = gen_isn t ~remote ~rport ~lport in
+    let lower_max = Lower.max_packet lconn in
+    let rcv_mss =
+      match cfg.mss with
+      | Some m -> max 1 (min m (lower_max - Tcp_wire.min_header))
+      | None -> max 1 (lower_max - Tcp_wire.min_header)
+    in
+    let tcb =
+      {
+        inst = t;
+        cfg;
+        remote_host = remote;
+        remote_port = rport;
+        local_port = lport;
+        lconn;
+        listener;
+        state;
+        handler = None;
+        alive = true;
+        reported = false;
+        iss;
+        snd_una = iss;
+        snd_nxt = iss;
+        snd_max = iss;
+        snd_wnd = 0;
+        max_snd_wnd = 0;
+        snd_wl1 = Tcp_seq.zero;
+        snd_wl2 = Tcp_seq.zero;
+        sndbuf = Tcp_sndbuf.create cfg.send_buffer;
+        buf_seq = Tcp_seq.succ iss;
+        fin_queued = false;
+        app_closed = false;
+        want_writable = false;
+        irs = Tcp_seq.zero;
+        rcv_nxt = Tcp_seq.zero;
+        rcv_adv = Tcp_seq.zero;
+        unconsumed = 0;
+        reass = Tcp_reass.create ~max_segments:cfg.max_ooo_segments;
+        ooo_fin = None;
+        fin_received = false;
+        rcv_mss;
+        lower_max;
+        peer_mss = 536;
+        offer_ws = cfg.window_scale;
+        offer_sack = cfg.sack;
+        offer_ts = cfg.timestamps;
+        snd_wscale = 0;
+        rcv_wscale = (if cfg.window_scale then wscale_for cfg.receive_buffer else 0);
+        ws_ok = false;
+        sack_ok = false;
+        ts_ok = false;
+        ts_recent = 0;
+        ts_recent_age = 0;
+        ts_offset = Rng.int P.rng 0x3FFF_FFFF;
+        last_ack_sent = Tcp_seq.zero;
+        rto = Tcp_rto.create ~initial:cfg.initial_rto ~min:cfg.min_rto ~max:cfg.max_rto;
+        rtt_seq = None;
+        rtt_time = 0;
+        cwnd = 0;
+        ssthresh = 1 lsl 30;
+        ca_acked = 0;
+        dupacks = 0;
+        recover = iss;
+        in_recovery = false;
+        high_rxt = iss;
+        syn_retransmitted = false;
+        sack = Tcp_sack.create ();
+        ack_now = false;
+        segs_unacked = 0;
+        t_rtx = never;
+        t_persist = never;
+        t_delack = never;
+        t_keep = never;
+        t_2msl = never;
+        armed = never;
+        alarm_gen = 0;
+        alarm_cancel = (fun () -> ());
+        retries = 0;
+        persist_backoff = 0;
+        persist_probes = 0;
+        keep_probes = 0;
+        last_recv = now ();
+        nodelay = cfg.nodelay;
+        keepalive = cfg.keepalive;
+        bytes_acked = 0;
+        bytes_delivered = 0;
+        n_retrans = 0;
+        n_fast = 0;
+        n_timeouts = 0;
+      }
+    in
+    Key_tbl.replace t.conns (key tcb) tcb;
+    tcb
+
+  let rec lower_handler t =
+    {
+      Lower.receive = (fun lc pkt -> input t lc pkt);
+      status = (fun _ _ -> ());
+    }
+
+  (* {2 Segment arrival} *)
+
+  and input t lconn pkt =
+    t.counters.c_in <- t.counters.c_in + 1;
+    let cs = Packet.cstruct pkt in
+    let remote = Lower.remote lconn in
+    let checksum_ok =
+      match P.pseudo_header with
+      | None -> true
+      | Some f ->
+          Tcp_checksum.valid
+            (Tcp_checksum.sum ~init:(f ~src:remote ~dst:P.local ~len:(Cstruct.length cs)) cs)
+    in
+    if not checksum_ok then begin
+      t.counters.c_bad_checksum <- t.counters.c_bad_checksum + 1;
+      Packet.release pkt
+    end
+    else
+      match Tcp_packet.decode cs with
+      | Error e ->
+          t.counters.c_malformed <- t.counters.c_malformed + 1;
+          Log.debug (fun m -> m "malformed segment: %a" Tcp_packet.pp_error e);
+          Packet.release pkt
+      | Ok (h, hl) ->
+          ignore (Packet.pull pkt hl : (unit, _) result);
+          if not (Host_tbl.mem t.lower_conns remote) then Host_tbl.replace t.lower_conns remote lconn;
+          if h.flags.rst then t.counters.c_rst_in <- t.counters.c_rst_in + 1;
+          dispatch t lconn remote h pkt;
+          flush t
+
+  and dispatch t lconn remote (h : Tcp_packet.t) pkt =
+    match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
+    | Some tcb ->
+        Log.debug (fun m -> m "%a: recv %a len %d" pp_connection tcb Tcp_packet.pp h (Packet.length pkt));
+        segment_arrives tcb h pkt
+    | None -> (
+        match Hashtbl.find_opt t.listeners h.dst_port with
+        | Some l when match l.l_from with None -> true | Some f -> P.equal_host f remote ->
+            listen_input t l lconn remote h pkt
+        | _ ->
+            let payload = Packet.length pkt in
+            Packet.release pkt;
+            closed_input t lconn remote h ~payload)
+
+  (* A segment for no connection: RFC 9293 section 3.10.7.1. *)
+  and closed_input t lconn remote (h : Tcp_packet.t) ~payload =
+    t.counters.c_dropped <- t.counters.c_dropped + 1;
+    if not h.flags.rst then begin
+      let seq, ack, ack_flag =
+        if h.flags.ack then (h.ack, Tcp_seq.zero, false)
+        else (Tcp_seq.zero, Tcp_seq.add h.seq (payload + seg_ctl_len h), true)
+      in
+      send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq ~ack ~ack_flag
+    end
+
+  and seg_ctl_len (h : Tcp_packet.t) = (if h.flags.syn then 1 else 0) + if h.flags.fin then 1 else 0
+
+  and send_raw t lconn ~dst ~src_port ~dst_port ~seq ~ack ~ack_flag =
+    let hdr =
+      Tcp_packet.v ~src_port ~dst_port ~seq ~ack
+        ~flags:{ Tcp_packet.no_flags with rst = true; ack = ack_flag }
+        ()
+    in
+    let hl = Tcp_packet.header_length hdr in
+    let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool 0 in
+    Tcp_packet.encode_into hdr (Packet.push pkt hl);
+    t.counters.c_rst_out <- t.counters.c_rst_out + 1;
+    transmit t lconn ~dst pkt
+
+  and listen_input t l lconn remote (h : Tcp_packet.t) pkt =
+    let len = Packet.length pkt in
+    Packet.release pkt;
+    if h.flags.rst then ()
+    else if h.flags.ack then
+      send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq:h.ack
+        ~ack:Tcp_seq.zero ~ack_flag:false
+    else if h.flags.syn then begin
+      if l.half_open >= t.config.backlog then
+        t.counters.c_dropped <- t.counters.c_dropped + 1
+      else begin
+        ignore len;
+        let tcb =
+          new_tcb t ~cfg:t.config ~lconn ~remote ~rport:h.src_port ~lport:h.dst_port
+            ~listener:(Some l) ~state:Syn_received
+        in
+        l.half_open <- l.half_open + 1;
+        tcb.irs <- h.seq;
+        tcb.rcv_nxt <- Tcp_seq.succ h.seq;
+        tcb.rcv_adv <- tcb.rcv_nxt;
+        take_syn_options tcb h;
+        tcb.snd_wnd <- h.window;
+        tcb.max_snd_wnd <- h.window;
+        tcb.snd_wl1 <- h.seq;
+        tcb.snd_wl2 <- tcb.iss;
+        send_syn tcb;
+        schedule tcb
+      end
+    end
+    else t.counters.c_dropped <- t.counters.c_dropped + 1
+
+  and segment_arrives tcb h pkt =
+    tcb.last_recv <- now ();
+    tcb.keep_probes <- 0;
+    match tcb.state with
+    | Syn_sent -> syn_sent_input tcb h pkt
+    | Closed | Listen -> Packet.release pkt
+    | _ -> synchronized_input tcb h pkt
+
+  and syn_sent_input tcb (h : Tcp_packet.t) pkt =
+    Packet.release pkt;
+    let t = tcb.inst in
+    let ack_bad = h.flags.ack && (Tcp_seq.leq h.ack tcb.iss || Tcp_seq.gt h.ack tcb.snd_max) in
+    if ack_bad then begin
+      if not h.flags.rst then
+        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
+          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false
+    end
+    else if h.flags.rst then begin
+      if h.flags.ack then fail tcb (`Refused "connection refused")
+    end
+    else if h.flags.syn then begin
+      tcb.irs <- h.seq;
+      tcb.rcv_nxt <- Tcp_seq.succ h.seq;
+      tcb.rcv_adv <-
+        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (tcb.cfg.receive_buffer - tcb.unconsumed)));
+      take_syn_options tcb h;
+      tcb.snd_wnd <- h.window;
+      tcb.max_snd_wnd <- h.window;
+      tcb.snd_wl1 <- h.seq;
+      tcb.snd_wl2 <- h.ack;
+      if h.flags.ack then begin
+        syn_acked tcb h.ack;
+        tcb.state <- Established;
+        tcb.cwnd <- initial_cwnd tcb;
+        notify tcb Connected;
+        tcb.ack_now <- true;
+        output tcb
+      end
+      else begin
+        (* Simultaneous open. *)
+        tcb.state <- Syn_received;
+        tcb.t_rtx <- never;
+        send_syn tcb;
+        schedule tcb
+      end
+    end
+
+  and syn_acked tcb ack =
+    (match tcb.rtt_seq with
+    | Some _ when not tcb.syn_retransmitted -> Tcp_rto.sample tcb.rto (now () - tcb.rtt_time)
+    | _ -> ());
+    tcb.rtt_seq <- None;
+    tcb.snd_una <- ack;
+    if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
+    tcb.high_rxt <- ack;
+    tcb.recover <- ack;
+    tcb.retries <- 0;
+    tcb.t_rtx <- never
+
+  and challenge_ack tcb =
+    let t = tcb.inst in
+    let second = now () / 1_000_000_000 in
+    if second <> t.challenge_second then begin
+      t.challenge_second <- second;
+      t.challenge_count <- 0
+    end;
+    if t.challenge_count < t.config.challenge_ack_limit then begin
+      t.challenge_count <- t.challenge_count + 1;
+      t.counters.c_challenge <- t.counters.c_challenge + 1;
+      tcb.ack_now <- true;
+      output tcb
+    end
+
+  and synchronized_input tcb (h : Tcp_packet.t) pkt =
+    let t = tcb.inst in
+    let h =
+      if
+        tcb.state = Syn_received && h.flags.syn && h.flags.ack && (not h.flags.rst)
+        && Tcp_seq.equal h.seq tcb.irs
+        && Tcp_seq.equal h.ack tcb.snd_max
+      then
+        (* Simultaneous open: the peer's SYN-ACK acknowledges our SYN; its
+           SYN is a repeat, already counted in RCV.NXT. *)
+        { h with flags = { h.flags with syn = false }; seq = Tcp_seq.succ h.seq }
+      else h
+    in
+    let payload = Packet.length pkt in
+    let seg_len = payload + seg_ctl_len h in
+    let ts = find_ts h.options in
+    let drop () = Packet.release pkt in
+    let drop_and_ack () =
+      Packet.release pkt;
+      if not h.flags.rst then begin
+        tcb.ack_now <- true;
+        output tcb
+      end
+    in
+    let paws_rejects =
+      tcb.ts_ok && (not h.flags.rst)
+      &&
+      match ts with
+      | None -> not h.flags.syn
+      | Some (v, _) ->
+          Tcp_seq.lt (Tcp_seq.of_int v) (Tcp_seq.of_int tcb.ts_recent)
+          && now () - tcb.ts_recent_age < Time.of_sec (24. *. 86400.)
+    in
+    if tcb.state = Syn_received && h.flags.syn && (not h.flags.ack) && Tcp_seq.equal h.seq tcb.irs
+    then begin
+      (* The peer did not get our SYN-ACK: send it again. *)
+      drop ();
+      send_syn tcb;
+      schedule tcb
+    end
+    else if
+      tcb.state = Time_wait && h.flags.syn && (not h.flags.ack) && (not h.flags.rst)
+      && Tcp_seq.gt h.seq tcb.rcv_nxt
+      && Hashtbl.mem t.listeners tcb.local_port
+    then begin
+      (* A new incarnation of the connection (RFC 9293 3.6.1). *)
+      delete tcb;
+      dispatch t tcb.lconn tcb.remote_host h pkt
+    end
+    else if paws_rejects then begin
+      t.counters.c_dropped <- t.counters.c_dropped + 1;
+      drop_and_ack ()
+    end
+    else begin
+      let wnd = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
+      let in_wnd s = Tcp_seq.between s ~low:tcb.rcv_nxt ~high:(Tcp_seq.add tcb.rcv_nxt wnd) in
+      let acceptable =
+        if seg_len = 0 then if wnd = 0 then Tcp_seq.equal h.seq tcb.rcv_nxt else in_wnd h.seq
+        else wnd > 0 && (in_wnd h.seq || in_wnd (Tcp_seq.add h.seq (seg_len - 1)))
+      in
+      let zero_window_probe =
+        (not acceptable) && wnd = 0 && seg_len > 0 && Tcp_seq.equal h.seq tcb.rcv_nxt
+        && not h.flags.syn
+      in
+      if h.flags.syn && (not h.flags.rst) && tcb.state <> Syn_received then begin
+        (* RFC 5961 section 4: any SYN on a synchronized connection. *)
+        drop ();
+        challenge_ack tcb
+      end
+      else if (not acceptable) && not zero_window_probe then begin
+        if tcb.state = Time_wait && h.flags.fin then tcb.t_2msl <- now () + (2 * tcb.cfg.msl);
+        if not h.flags.rst then t.counters.c_dropped <- t.counters.c_dropped + 1;
+        drop_and_ack ()
+      end
+      else begin
+        (* Trim the segment to the window. *)
+        let data_seq = if h.flags.syn then Tcp_seq.succ h.seq else h.seq in
+        let front = max 0 (Tcp_seq.sub tcb.rcv_nxt data_seq) in
+        let front = min front payload in
+        if front > 0 then ignore (Packet.pull pkt front : (unit, _) result);
+        let data_seq = Tcp_seq.add data_seq front in
+        let room = max 0 (Tcp_seq.sub (Tcp_seq.add tcb.rcv_nxt wnd) data_seq) in
+        let len = Packet.length pkt in
+        let fin = ref h.flags.fin in
+        if len > room then begin
+          Packet.trim pkt room;
+          fin := false
+        end;
+        if zero_window_probe then begin
+          Packet.trim pkt 0;
+          fin := false
+        end;
+        (match ts with
+        | Some (v, _)
+          when tcb.ts_ok
+               && Tcp_seq.geq (Tcp_seq.of_int v) (Tcp_seq.of_int tcb.ts_recent)
+               && Tcp_seq.leq h.seq tcb.last_ack_sent ->
+            tcb.ts_recent <- v;
+            tcb.ts_recent_age <- now ()
+        | _ -> ());
+        if h.flags.rst then begin
+          drop ();
+          if Tcp_seq.equal h.seq tcb.rcv_nxt then
+            match tcb.state with
+            | Syn_received when tcb.listener <> None -> delete tcb
+            | Syn_received -> fail tcb (`Refused "connection refused")
+            | Established | Fin_wait_1 | Fin_wait_2 | Close_wait -> fail tcb `Reset
+            | _ ->
+                report tcb Closed_normally;
+                delete tcb
+          else challenge_ack tcb
+        end
+        else if h.flags.syn then begin
+          (* SYN-RECEIVED, another SYN: RFC 9293 returns a passive
+             connection to LISTEN. *)
+          drop ();
+          if tcb.listener <> None then delete tcb else challenge_ack tcb
+        end
+        else if not h.flags.ack then drop ()
+        else
+          match ack_input tcb h ~payload:(Packet.length pkt) with
+          | `Drop -> drop ()
+          | `Continue ->
+              if tcb.alive then begin
+                (match tcb.state with
+                | Established | Fin_wait_1 | Fin_wait_2 when Packet.length pkt > 0 ->
+                    receive_data tcb data_seq pkt
+                | _ -> drop ());
+                let fin_seq = Tcp_seq.add data_seq len in
+                if !fin && tcb.alive && not tcb.fin_received then begin
+                  match tcb.state with
+                  | Established | Fin_wait_1 | Fin_wait_2 ->
+                      if Tcp_seq.equal fin_seq tcb.rcv_nxt then process_fin tcb
+                      else begin
+                        tcb.ooo_fin <- Some fin_seq;
+                        tcb.ack_now <- true
+                      end
+                  | _ -> ()
+                end;
+                if tcb.alive then begin
+                  if zero_window_probe then tcb.ack_now <- true;
+                  output tcb;
+                  if tcb.state = Time_wait && tcb.cfg.msl <= 0 then delete tcb
+                end
+              end
+      end
+    end
+
+  (* The ACK field, RFC 9293 section 3.10.7.4 fifth, with RFC 5961
+     section 5 acceptability. *)
+  and ack_input tcb (h : Tcp_packet.t) ~payload =
+    let t = tcb.inst in
+    if tcb.state = Syn_received then begin
+      if Tcp_seq.gt h.ack tcb.snd_una && Tcp_seq.leq h.ack tcb.snd_max then begin
+        tcb.state <- Established;
+        syn_acked tcb h.ack;
+        tcb.snd_wnd <- h.window lsl tcb.snd_wscale;
+        tcb.max_snd_wnd <- max tcb.max_snd_wnd tcb.snd_wnd;
+        tcb.snd_wl1 <- h.seq;
+        tcb.snd_wl2 <- h.ack;
+        tcb.cwnd <- initial_cwnd tcb;
+        (match tcb.listener with
+        | Some l when tcb.handler = None ->
+            l.half_open <- l.half_open - 1;
+            tcb.handler <- Some (l.l_make tcb)
+        | _ -> ());
+        notify tcb Connected;
+        if tcb.fin_queued then tcb.state <- Fin_wait_1;
+        ack_established tcb h ~payload
+      end
+      else begin
+        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
+          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false;
+        `Drop
+      end
+    end
+    else ack_established tcb h ~payload
+
+  and ack_established tcb (h : Tcp_packet.t) ~payload =
+    if Tcp_seq.gt h.ack tcb.snd_max then begin
+      tcb.ack_now <- true;
+      output tcb;
+      `Drop
+    end
+    else if Tcp_seq.lt h.ack (Tcp_seq.add tcb.snd_una (-tcb.max_snd_wnd)) then begin
+      challenge_ack tcb;
+      `Drop
+    end
+    else begin
+      process_ack tcb h ~payload;
+      match tcb.state with
+      | Fin_wait_1 when fin_acked tcb ->
+          tcb.state <- Fin_wait_2;
+          if tcb.app_closed then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+          `Continue
+      | Closing when fin_acked tcb ->
+          enter_time_wait tcb;
+          `Continue
+      | Last_ack when fin_acked tcb ->
+          report tcb Closed_normally;
+          delete tcb;
+          `Drop
+      | _ -> `Continue
+    end
+
+  and process_ack tcb (h : Tcp_packet.t) ~payload =
+    let smss = smss tcb in
+    let win = h.window lsl tcb.snd_wscale in
+    tcb.persist_probes <- 0;
+    let newly_sacked, has_sack =
+      if tcb.sack_ok then
+        match find_sack h.options with
+        | Some bs -> (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
+        | None -> (0, false)
+      else (0, false)
+    in
+    if Tcp_seq.gt h.ack tcb.snd_una then begin
+      let ack = h.ack in
+      let acked = Tcp_seq.sub ack tcb.snd_una in
+      (* Bytes of data (not SYN, not FIN) newly acknowledged. *)
+      let lo = Tcp_seq.max tcb.snd_una tcb.buf_seq and hi = Tcp_seq.min ack (data_end tcb) in
+      let data = max 0 (Tcp_seq.sub hi lo) in
+      Tcp_sndbuf.drop tcb.sndbuf data;
+      tcb.buf_seq <- Tcp_seq.add tcb.buf_seq data;
+      tcb.bytes_acked <- tcb.bytes_acked + data;
+      (* Round-trip time: a timed segment (Karn), else the echoed
+         timestamp (RFC 7323 RTTM). *)
+      (match tcb.rtt_seq with
+      | Some r when Tcp_seq.gt ack r ->
+          Tcp_rto.sample tcb.rto (now () - tcb.rtt_time);
+          tcb.rtt_seq <- None
+      | _ -> (
+          match find_ts h.options with
+          | Some (_, echo) when tcb.ts_ok && echo <> 0 ->
+              let ms = Tcp_seq.sub (Tcp_seq.of_int (ts_now tcb)) (Tcp_seq.of_int echo) in
+              if ms >= 0 then
+                Tcp_rto.sample
+                  ~weight:((flight tcb + (2 * smss) - 1) / (2 * smss))
+                  tcb.rto (Time.of_ms ms)
+          | _ -> ()));
+      tcb.snd_una <- ack;
+      if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
+      Tcp_sack.advance tcb.sack ack;
+      if Tcp_seq.lt tcb.high_rxt ack then tcb.high_rxt <- ack;
+      tcb.retries <- 0;
+      if tcb.in_recovery then begin
+        if Tcp_seq.geq ack tcb.recover then begin
+          tcb.in_recovery <- false;
+          tcb.cwnd <- min tcb.ssthresh (max (flight tcb) smss + smss);
+          tcb.dupacks <- 0
+        end
+        else if not tcb.sack_ok then begin
+          (* NewReno partial ACK: retransmit the next hole, deflate. *)
+          let len = min (capacity tcb) (max 1 (Tcp_seq.sub (data_end tcb) ack)) in
+          let len = min len (max 0 (Tcp_seq.sub (data_end tcb) ack)) in
+          ignore (send_data tcb ~seq:ack ~len : Tcp_seq.t);
+          tcb.cwnd <- max smss (tcb.cwnd - acked + if acked >= smss then smss else 0)
+        end
+      end
+      else begin
+        tcb.dupacks <- 0;
+        if tcb.cwnd < tcb.ssthresh then tcb.cwnd <- tcb.cwnd + min acked (2 * smss)
+        else begin
+          tcb.ca_acked <- tcb.ca_acked + acked;
+          if tcb.ca_acked >= tcb.cwnd then begin
+            tcb.ca_acked <- tcb.ca_acked - tcb.cwnd;
+            tcb.cwnd <- tcb.cwnd + smss
+          end
+        end;
+        tcb.cwnd <- min tcb.cwnd (1 lsl 30)
+      end;
+      if Tcp_seq.equal tcb.snd_una tcb.snd_max then tcb.t_rtx <- never else restart_rtx tcb;
+      if tcb.want_writable && Tcp_sndbuf.space tcb.sndbuf > 0 && not tcb.fin_queued then begin
+        tcb.want_writable <- false;
+        notify tcb Writable
+      end
+    end
+    else if Tcp_seq.equal h.ack tcb.snd_una then begin
+      let dup =
+        payload = 0 && (not h.flags.syn) && (not h.flags.fin) && win = tcb.snd_wnd
+        && Tcp_seq.gt tcb.snd_max tcb.snd_una
+        && ((not tcb.sack_ok) || newly_sacked > 0 || not has_sack)
+      in
+      if dup then begin
+        tcb.dupacks <- tcb.dupacks + 1;
+        if tcb.in_recovery then begin
+          if not tcb.sack_ok then tcb.cwnd <- tcb.cwnd + smss
+        end
+        else if
+          tcb.dupacks >= 3
+          || (tcb.sack_ok && Tcp_sack.is_lost tcb.sack ~smss tcb.snd_una)
+        then begin
+          if tcb.sack_ok || Tcp_seq.geq tcb.snd_una tcb.recover then enter_recovery tcb
+        end
+      end
+    end;
+    (* Window update (RFC 9293: SND.WL1 and SND.WL2). *)
+    if
+      Tcp_seq.geq h.ack tcb.snd_una
+      && (Tcp_seq.lt tcb.snd_wl1 h.seq
+         || (Tcp_seq.equal tcb.snd_wl1 h.seq && Tcp_seq.leq tcb.snd_wl2 h.ack))
+    then begin
+      tcb.snd_wnd <- win;
+      tcb.max_snd_wnd <- max tcb.max_snd_wnd win;
+      tcb.snd_wl1 <- h.seq;
+      tcb.snd_wl2 <- h.ack;
+      if win > 0 && tcb.t_persist <> never then begin
+        tcb.t_persist <- never;
+        tcb.persist_backoff <- 0
+      end
+    end
+
+  and enter_recovery tcb =
+    let smss = smss tcb in
+    tcb.ssthresh <- max (flight tcb / 2) (2 * smss);
+    tcb.recover <- tcb.snd_max;
+    tcb.in_recovery <- true;
+    tcb.n_fast <- tcb.n_fast + 1;
+    tcb.ca_acked <- 0;
+    let una = tcb.snd_una in
+    let len = min (capacity tcb) (max 0 (Tcp_seq.sub (data_end tcb) una)) in
+    let len =
+      match Tcp_sack.hole tcb.sack una with
+      | _, Some l when tcb.sack_ok -> min len (Tcp_seq.sub l una)
+      | _ -> len
+    in
+    Log.debug (fun m -> m "%a: fast retransmit at %a" pp_connection tcb Tcp_seq.pp una);
+    let e = send_data tcb ~seq:una ~len in
+    if tcb.sack_ok then begin
+      tcb.cwnd <- tcb.ssthresh;
+      tcb.high_rxt <- e
+    end
+    else tcb.cwnd <- tcb.ssthresh + (3 * smss)
+
+  (* {2 Timers} *)
+
+  let rto_expired tcb =
+    let cfg = tcb.cfg in
+    match tcb.state with
+    | Syn_sent | Syn_received ->
+        tcb.retries <- tcb.retries + 1;
+        if tcb.retries > cfg.syn_retries then
+          if tcb.state = Syn_received && tcb.listener <> None && tcb.handler = None then delete tcb
+          else fail tcb `Timeout
+        else begin
+          Tcp_rto.backoff tcb.rto;
+          tcb.syn_retransmitted <- true;
+          tcb.rtt_seq <- None;
+          tcb.n_retrans <- tcb.n_retrans + 1;
+          tcb.inst.counters.c_retrans <- tcb.inst.counters.c_retrans + 1;
+          restart_rtx tcb;
+          send_syn tcb
+        end
+    | Established | Fin_wait_1 | Close_wait | Closing | Last_ack ->
+        if Tcp_seq.lt tcb.snd_una tcb.snd_max then begin
+          tcb.retries <- tcb.retries + 1;
+          tcb.n_timeouts <- tcb.n_timeouts + 1;
+          if tcb.retries > cfg.max_retransmits then begin
+            send_rst tcb;
+            fail tcb `Timeout
+          end
+          else begin
+            let smss = smss tcb in
+            if Tcp_rto.backoffs tcb.rto = 0 then tcb.ssthresh <- max (flight tcb / 2) (2 * smss);
+            tcb.cwnd <- smss;
+            tcb.ca_acked <- 0;
+            tcb.in_recovery <- false;
+            tcb.dupacks <- 0;
+            tcb.recover <- tcb.snd_max;
+            tcb.high_rxt <- tcb.snd_una;
+            if tcb.retries >= 2 then Tcp_sack.clear tcb.sack;
+            Tcp_rto.backoff tcb.rto;
+            tcb.rtt_seq <- None;
+            tcb.snd_nxt <- tcb.snd_una;
+            Log.debug (fun m -> m "%a: timeout, %a" pp_connection tcb Tcp_rto.pp tcb.rto);
+            restart_rtx tcb;
+            output ~force:true tcb
+          end
+        end
+    | _ -> ()
+
+  let persist_expired tcb =
+    if
+      can_send_data tcb
+      && Tcp_seq.lt tcb.snd_nxt (data_end tcb)
+      && Tcp_seq.equal tcb.snd_una tcb.snd_max
+    then begin
+      tcb.persist_probes <- tcb.persist_probes + 1;
+      if tcb.persist_probes > tcb.cfg.max_retransmits then begin
+        send_rst tcb;
+        fail tcb `Timeout
+      end
+      else begin
+        if tcb.snd_wnd = 0 then
+          (* A probe the receiver must answer with its window: an
+             already-acknowledged sequence number. *)
+          emit tcb ~seq:(Tcp_seq.add tcb.snd_una (-1)) ~len:0
+        else output ~force:true tcb;
+        tcb.persist_backoff <- min (tcb.persist_backoff + 1) 16;
+        if Tcp_seq.equal tcb.snd_una tcb.snd_max then
+          tcb.t_persist <-
+            now () + min tcb.cfg.max_rto (Tcp_rto.rto tcb.rto lsl tcb.persist_backoff)
+      end
+    end
+
+  let keepalive_expired tcb =
+    match (tcb.keepalive, tcb.state) with
+    | Some k, (Established | Close_wait) ->
+        let idle = now () - tcb.last_recv in
+        if idle >= k.idle + (tcb.keep_probes * k.interval) then begin
+          if tcb.keep_probes >= k.probes then begin
+            send_rst tcb;
+            fail tcb `Timeout
+          end
+          else begin
+            tcb.keep_probes <- tcb.keep_probes + 1;
+            emit tcb ~seq:(Tcp_seq.add tcb.snd_una (-1)) ~len:0;
+            tcb.t_keep <- now () + k.interval
+          end
+        end
+        else tcb.t_keep <- tcb.last_recv + k.idle + (tcb.keep_probes * k.interval)
+    | _ -> tcb.t_keep <- never
+
+  let on_alarm tcb =
+    if tcb.alive then begin
+      tcb.armed <- never;
+      let n = now () in
+      if tcb.t_2msl <= n then begin
+        tcb.t_2msl <- never;
+        report tcb Closed_normally;
+        delete tcb
+      end
+      else begin
+        if tcb.t_rtx <= n then begin
+          tcb.t_rtx <- never;
+          rto_expired tcb
+        end;
+        if tcb.alive && tcb.t_persist <= n then begin
+          tcb.t_persist <- never;
+          persist_expired tcb
+        end;
+        if tcb.alive && tcb.t_delack <= n then begin
+          tcb.t_delack <- never;
+          tcb.ack_now <- true
+        end;
+        if tcb.alive && tcb.t_keep <= n then keepalive_expired tcb;
+        if tcb.alive then output tcb
+      end;
+      flush tcb.inst
+    end
+
+  let () = on_alarm_ref := on_alarm
+
+  let arm_keepalive tcb =
+    match tcb.keepalive with
+    | Some k -> tcb.t_keep <- tcb.last_recv + k.idle
+    | None -> tcb.t_keep <- never
+
+  (* {2 The protocol signature} *)
+
+  let create ?(config = default_config) lower =
+    let t =
+      {
+        lower;
+        config;
+        conns = Key_tbl.create 64;
+        listeners = Hashtbl.create 8;
+        lower_conns = Host_tbl.create 8;
+        secret = Rng.int P.rng 0x3FFF_FFFF;
+        upcalls = Queue.create ();
+        flushing = false;
+        counters =
+          {
+            c_in = 0;
+            c_out = 0;
+            c_retrans = 0;
+            c_bad_checksum = 0;
+            c_malformed = 0;
+            c_rst_in = 0;
+            c_rst_out = 0;
+            c_challenge = 0;
+            c_dropped = 0;
+          };
+        challenge_second = -1;
+        challenge_count = 0;
+      }
+    in
+    match Lower.passive_open lower P.lower_pattern (fun _ -> lower_handler t) with
+    | Ok () -> Ok t
+    | Error e -> Error e
+
+  let lower_conn t host =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some c -> Ok c
+    | None -> (
+        match Lower.active_open t.lower (P.lower_address host) (fun _ -> lower_handler t) with
+        | Ok c ->
+            Host_tbl.replace t.lower_conns host c;
+            Ok c
+        | Error e -> Error e)
+
+  let ephemeral_port t host rport =
+    let rec go n =
+      if n = 0 then Error (`In_use "no ephemeral port left")
+      else
+        let p = 49152 + Rng.int P.rng 16384 in
+        if Key_tbl.mem t.conns (host, rport, p) then go (n - 1) else Ok p
+    in
+    go 64
+
+  let active_open t (a : address) make =
+    if a.port <= 0 || a.port > 0xFFFF then Error (`Bad_address (string_of_int a.port))
+    else
+      match lower_conn t a.host with
+      | Error e -> Error e
+      | Ok lconn -> (
+          let port =
+            match a.local_port with
+            | Some p when Key_tbl.mem t.conns (a.host, a.port, p) ->
+                Error (`In_use (Fmt.str "local port %d" p))
+            | Some p -> Ok p
+            | None -> ephemeral_port t a.host a.port
+          in
+          match port with
+          | Error e -> Error e
+          | Ok lport ->
+              let tcb =
+                new_tcb t ~cfg:t.config ~lconn ~remote:a.host ~rport:a.port ~lport ~listener:None
+                  ~state:Syn_sent
+              in
+              tcb.handler <- Some (make tcb);
+              arm_keepalive tcb;
+              send_syn tcb;
+              schedule tcb;
+              flush t;
+              Ok tcb)
+
+  let passive_open t (p : address_pattern) make =
+    if p.port <= 0 || p.port > 0xFFFF then Error (`Bad_address (string_of_int p.port))
+    else if Hashtbl.mem t.listeners p.port then Error (`In_use (Fmt.str "port %d" p.port))
+    else begin
+      let l =
+        {
+          l_port = p.port;
+          l_from = p.from;
+          l_make =
+            (fun tcb ->
+              arm_keepalive tcb;
+              make tcb);
+          half_open = 0;
+        }
+      in
+      Hashtbl.replace t.listeners p.port l;
+      Ok ()
+    end
+
+  let unlisten t port = Hashtbl.remove t.listeners port
+
+  let write tcb ?(off = 0) ?len b =
+    let len = match len with Some l -> l | None -> Cstruct.length b - off in
+    if off < 0 || len < 0 || off + len > Cstruct.length b then invalid_arg "Tcp.write";
+    match tcb.state with
+    | (Syn_sent | Syn_received | Established | Close_wait) when tcb.alive && not tcb.fin_queued ->
+        let n = Tcp_sndbuf.write tcb.sndbuf b ~off ~len in
+        if n < len then tcb.want_writable <- true;
+        if n > 0 then output tcb;
+        flush tcb.inst;
+        n
+    | _ -> 0
+
+  let send_space tcb =
+    match tcb.state with
+    | (Syn_sent | Syn_received | Established | Close_wait) when tcb.alive && not tcb.fin_queued ->
+        Tcp_sndbuf.space tcb.sndbuf
+    | _ -> 0
+
+  let send tcb pkt =
+    let n = Packet.length pkt in
+    let result =
+      if not (tcb.alive && (match tcb.state with
+          | Syn_sent | Syn_received | Established | Close_wait -> true
+          | _ -> false) && not tcb.fin_queued)
+      then Error `Closed
+      else if n > Tcp_sndbuf.space tcb.sndbuf then begin
+        tcb.want_writable <- true;
+        Error (`Too_big n)
+      end
+      else begin
+        ignore (write tcb (Packet.cstruct pkt) : int);
+        Ok ()
+      end
+    in
+    Packet.release pkt;
+    result
+
+  let consume tcb n =
+    if tcb.alive && n > 0 then begin
+      let before = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
+      tcb.unconsumed <- max 0 (tcb.unconsumed - n);
+      let rcvbuf = tcb.cfg.receive_buffer in
+      let largest = min rcvbuf (0xFFFF lsl tcb.rcv_wscale) in
+      let avail = min largest (rcvbuf - tcb.unconsumed) in
+      let threshold = max 1 (min (rcvbuf / 2) tcb.rcv_mss) in
+      (match tcb.state with
+      | Established | Fin_wait_1 | Fin_wait_2 ->
+          if before < largest / 2 && avail - before >= threshold then begin
+            tcb.ack_now <- true;
+            output tcb
+          end
+      | _ -> ());
+      flush tcb.inst
+    end
+
+  let shutdown_tcb tcb =
+    if tcb.alive && not tcb.fin_queued then begin
+      match tcb.state with
+      | Syn_sent ->
+          report tcb Closed_normally;
+          delete tcb
+      | Syn_received -> tcb.fin_queued <- true
+      | Established ->
+          tcb.fin_queued <- true;
+          tcb.state <- Fin_wait_1;
+          output tcb
+      | Close_wait ->
+          tcb.fin_queued <- true;
+          tcb.state <- Last_ack;
+          output tcb
+      | _ -> ()
+    end
+
+  let shutdown tcb =
+    shutdown_tcb tcb;
+    flush tcb.inst
+
+  let close tcb =
+    if tcb.alive then begin
+      tcb.app_closed <- true;
+      tcb.unconsumed <- 0;
+      shutdown_tcb tcb;
+      if tcb.alive && tcb.state = Fin_wait_2 then
+        tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+      schedule tcb
+    end;
+    flush tcb.inst
+
+  let abort tcb =
+    if tcb.alive then begin
+      (match tcb.state with
+      | Syn_sent | Closed | Listen | Time_wait -> ()
+      | _ -> send_rst tcb);
+      tcb.reported <- true;
+      delete tcb
+    end;
+    flush tcb.inst
+
+  let max_packet tcb = send_space tcb
+  let headroom t = Tcp_wire.max_header + Lower.headroom t.lower
+
+  let control t = function
+    | Set_config c ->
+        t.config <- c;
+        Ok ()
+    | Abort_all ->
+        let all = Key_tbl.fold (fun _ tcb acc -> tcb :: acc) t.conns [] in
+        List.iter
+          (fun tcb ->
+            (match tcb.state with
+            | Syn_sent | Closed | Listen | Time_wait -> ()
+            | _ -> send_rst tcb);
+            fail tcb `Reset)
+          all;
+        flush t;
+        Ok ()
+
+  let query t =
+    let c = t.counters in
+    {
+      segments_in = c.c_in;
+      segments_out = c.c_out;
+      retransmitted = c.c_retrans;
+      bad_checksum = c.c_bad_checksum;
+      malformed = c.c_malformed;
+      resets_in = c.c_rst_in;
+      resets_out = c.c_rst_out;
+      challenge_acks = c.c_challenge;
+      dropped = c.c_dropped;
+      active = Key_tbl.length t.conns;
+    }
+
+  let state tcb = if tcb.alive then tcb.state else Closed
+  let local_port tcb = tcb.local_port
+  let remote tcb = (tcb.remote_host, tcb.remote_port)
+
+  let set_nodelay tcb b =
+    tcb.nodelay <- b;
+    if b then output tcb;
+    flush tcb.inst
+
+  let set_keepalive tcb k =
+    tcb.keepalive <- k;
+    tcb.keep_probes <- 0;
+    arm_keepalive tcb;
+    schedule tcb
+
+  let info tcb =
+    {
+      state = state tcb;
+      snd_mss = smss tcb;
+      rcv_mss = tcb.rcv_mss;
+      snd_wscale = (if tcb.ws_ok then Some tcb.snd_wscale else None);
+      rcv_wscale = (if tcb.ws_ok then Some tcb.rcv_wscale else None);
+      sack_ok = tcb.sack_ok;
+      timestamps_ok = tcb.ts_ok;
+      srtt = Tcp_rto.srtt tcb.rto;
+      rttvar = Tcp_rto.rttvar tcb.rto;
+      rto = Tcp_rto.rto tcb.rto;
+      cwnd = tcb.cwnd;
+      ssthresh = tcb.ssthresh;
+      snd_wnd = tcb.snd_wnd;
+      rcv_wnd = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt);
+      unacked = flight tcb;
+      unsent = max 0 (Tcp_seq.sub (data_end tcb) tcb.snd_nxt);
+      unread = tcb.unconsumed;
+      bytes_sent = tcb.bytes_acked;
+      bytes_received = tcb.bytes_delivered;
+      segments_retransmitted = tcb.n_retrans;
+      fast_retransmits = tcb.n_fast;
+      timeouts = tcb.n_timeouts;
+      ooo_segments = Tcp_reass.segments tcb.reass;
+    }
+end

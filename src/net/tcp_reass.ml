@@ -1,0 +1,127 @@
+type seg = { seq : Tcp_seq.t; pkt : Packet.t; len : int }
+
+type t = {
+  max_segments : int;
+  mutable q : seg list;  (** ascending by [seq], no overlap *)
+  mutable count : int;
+  mutable bytes : int;
+  mutable recent : Tcp_seq.t list;  (** starts of recent arrivals, newest first *)
+}
+
+let create ~max_segments = { max_segments; q = []; count = 0; bytes = 0; recent = [] }
+let is_empty t = t.q = []
+let segments t = t.count
+let bytes t = t.bytes
+let end_ s = Tcp_seq.add s.seq s.len
+
+let remember t seq =
+  let rec take n = function [] -> [] | x :: r -> if n = 0 then [] else x :: take (n - 1) r in
+  t.recent <- take 8 (seq :: List.filter (fun s -> not (Tcp_seq.equal s seq)) t.recent)
+
+let insert t seq pkt =
+  let len = Packet.length pkt in
+  let e = Tcp_seq.add seq len in
+  let covers s = Tcp_seq.leq s.seq seq && Tcp_seq.geq (end_ s) e in
+  if len <= 0 || List.exists covers t.q then begin
+    Packet.release pkt;
+    `Duplicate
+  end
+  else begin
+    (* Drop the segments the new one covers, then trim it against its
+       neighbours. *)
+    let kept =
+      List.filter
+        (fun s ->
+          if Tcp_seq.geq s.seq seq && Tcp_seq.leq (end_ s) e then begin
+            Packet.release s.pkt;
+            t.count <- t.count - 1;
+            t.bytes <- t.bytes - s.len;
+            false
+          end
+          else true)
+        t.q
+    in
+    t.q <- kept;
+    let seq, len =
+      match List.find_opt (fun s -> Tcp_seq.lt s.seq seq && Tcp_seq.gt (end_ s) seq) kept with
+      | Some p ->
+          let cut = Tcp_seq.sub (end_ p) seq in
+          ignore (Packet.pull pkt cut : (unit, _) result);
+          (Tcp_seq.add seq cut, len - cut)
+      | None -> (seq, len)
+    in
+    let len =
+      match List.find_opt (fun s -> Tcp_seq.gt s.seq seq && Tcp_seq.lt s.seq e) kept with
+      | Some q ->
+          let keep = Tcp_seq.sub q.seq seq in
+          Packet.trim pkt keep;
+          keep
+      | None -> len
+    in
+    if len <= 0 then begin
+      Packet.release pkt;
+      `Duplicate
+    end
+    else if t.count >= t.max_segments then begin
+      Packet.release pkt;
+      `Full
+    end
+    else begin
+      let s = { seq; pkt; len } in
+      let rec ins = function
+        | [] -> [ s ]
+        | x :: r as l -> if Tcp_seq.lt seq x.seq then s :: l else x :: ins r
+      in
+      t.q <- ins t.q;
+      t.count <- t.count + 1;
+      t.bytes <- t.bytes + len;
+      remember t seq;
+      `Stored
+    end
+  end
+
+let rec pop t next =
+  match t.q with
+  | [] -> None
+  | s :: rest ->
+      if Tcp_seq.gt s.seq next then None
+      else begin
+        t.q <- rest;
+        t.count <- t.count - 1;
+        t.bytes <- t.bytes - s.len;
+        if Tcp_seq.leq (end_ s) next then begin
+          Packet.release s.pkt;
+          pop t next
+        end
+        else begin
+          ignore (Packet.pull s.pkt (Tcp_seq.sub next s.seq) : (unit, _) result);
+          Some s.pkt
+        end
+      end
+
+let blocks t =
+  let rec go acc = function
+    | [] -> List.rev acc
+    | s :: rest -> (
+        match acc with
+        | (l, r) :: acc' when Tcp_seq.equal r s.seq -> go ((l, end_ s) :: acc') rest
+        | _ -> go ((s.seq, end_ s) :: acc) rest)
+  in
+  go [] t.q
+
+let sack_blocks t ~max =
+  let bs = blocks t in
+  let holding s = List.find_opt (fun (l, r) -> Tcp_seq.between s ~low:l ~high:r) bs in
+  let chosen = ref [] in
+  let add b = if not (List.mem b !chosen) then chosen := b :: !chosen in
+  List.iter (fun s -> match holding s with Some b -> add b | None -> ()) t.recent;
+  List.iter add (List.rev bs);
+  let rec take n = function [] -> [] | x :: r -> if n = 0 then [] else x :: take (n - 1) r in
+  take max (List.rev !chosen)
+
+let clear t =
+  List.iter (fun s -> Packet.release s.pkt) t.q;
+  t.q <- [];
+  t.count <- 0;
+  t.bytes <- 0;
+  t.recent <- []

@@ -1,0 +1,32 @@
+type t = { buf : Cstruct.t; mutable head : int; mutable len : int }
+
+let create n = { buf = Cstruct.create (max n 1); head = 0; len = 0 }
+let capacity t = Cstruct.length t.buf
+let length t = t.len
+let space t = capacity t - t.len
+
+let write t src ~off ~len =
+  let cap = capacity t in
+  let n = min len (cap - t.len) in
+  if n > 0 then begin
+    let tail = (t.head + t.len) mod cap in
+    let first = min n (cap - tail) in
+    Cstruct.blit src off t.buf tail first;
+    if n > first then Cstruct.blit src (off + first) t.buf 0 (n - first);
+    t.len <- t.len + n
+  end;
+  max n 0
+
+let blit_out t ~src_off dst ~dst_off ~len =
+  if src_off < 0 || len < 0 || src_off + len > t.len then invalid_arg "Tcp_sndbuf.blit_out";
+  let cap = capacity t in
+  let start = (t.head + src_off) mod cap in
+  let first = min len (cap - start) in
+  Cstruct.blit t.buf start dst dst_off first;
+  if len > first then Cstruct.blit t.buf 0 dst (dst_off + first) (len - first)
+
+let drop t n =
+  let n = max 0 (min n t.len) in
+  t.head <- (t.head + n) mod capacity t;
+  t.len <- t.len - n;
+  if t.len = 0 then t.head <- 0

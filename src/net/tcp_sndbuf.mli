@@ -1,0 +1,27 @@
+(** The send buffer: a ring of bytes the application has written and the
+    peer has not yet acknowledged. Segments are copied out of it at each
+    (re)transmission, so retransmissions can be cut at any boundary. *)
+
+type t
+
+val create : int -> t
+(** [create n] is an empty buffer of capacity [n] bytes. *)
+
+val capacity : t -> int
+val length : t -> int
+(** Bytes held: written and not yet acknowledged. *)
+
+val space : t -> int
+(** [space t] is [capacity t - length t]. *)
+
+val write : t -> Cstruct.t -> off:int -> len:int -> int
+(** [write t b ~off ~len] appends as many of those bytes as fit and
+    returns how many. *)
+
+val blit_out : t -> src_off:int -> Cstruct.t -> dst_off:int -> len:int -> unit
+(** [blit_out t ~src_off dst ~dst_off ~len] copies [len] bytes starting
+    [src_off] bytes after the oldest one.
+    @raise Invalid_argument if the range is not held. *)
+
+val drop : t -> int -> unit
+(** [drop t n] discards the [n] oldest bytes (acknowledged). *)

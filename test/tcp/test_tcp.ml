@@ -1,0 +1,5 @@
+let () =
+  Consort.Iovec.set_checked true;
+  Logs.set_reporter (Logs_fmt.reporter ());
+  (match Sys.getenv_opt "TCP_DEBUG" with Some _ -> Logs.set_level (Some Logs.Debug) | None -> ());
+  Alcotest.run "consort-tcp" [ ("script", Test_scripts.tests) ]
