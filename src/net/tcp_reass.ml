@@ -51,7 +51,7 @@ let insert t seq pkt =
       | None -> (seq, len)
     in
     let len =
-      match List.find_opt (fun s -> Tcp_seq.gt s.seq seq && Tcp_seq.lt s.seq e) kept with
+      match List.find_opt (fun s -> Tcp_seq.geq s.seq seq && Tcp_seq.lt s.seq e) kept with
       | Some q ->
           let keep = Tcp_seq.sub q.seq seq in
           Packet.trim pkt keep;

@@ -2,4 +2,9 @@ let () =
   Consort.Iovec.set_checked true;
   Logs.set_reporter (Logs_fmt.reporter ());
   (match Sys.getenv_opt "TCP_DEBUG" with Some _ -> Logs.set_level (Some Logs.Debug) | None -> ());
-  Alcotest.run "consort-tcp" [ ("script", Test_scripts.tests) ]
+  Alcotest.run "consort-tcp"
+    [
+      ("units", Test_units.tests);
+      ("script", Test_scripts.tests);
+      ("transfer", Test_transfer.tests);
+    ]

@@ -22,7 +22,8 @@ let payload ~seed n =
   let st = Random.State.make [| seed; n |] in
   Bytes.init n (fun _ -> Char.unsafe_chr (Random.State.bits st land 0xFF))
 
-let run ?(config = Tcp.default_config) ?receiver_config ?(impairments = Mem.perfect) ?(seed = 1)
+let run ?(config = Tcp.default_config) ?receiver_config ?(checksum = true) ?mtu
+    ?(impairments = Mem.perfect) ?(seed = 1)
     ?(chunk = 65536) ?(read_size = 16384) ?(read_pause = 0) ?(limit = Time.of_sec 3600.) n =
   let t0 = Unix.gettimeofday () in
   let vclock = Clock.Virtual.create () in
@@ -30,8 +31,10 @@ let run ?(config = Tcp.default_config) ?receiver_config ?(impairments = Mem.perf
   let net = Mem.create_net ~seed ~impairments vclock pool in
   let clock = Mem.clock net in
   let receiver_config = Option.value receiver_config ~default:config in
-  let (module A) = Node.make ~config net pool 1 ~seed:(seed * 3) in
-  let (module B) = Node.make ~config:receiver_config net pool 2 ~seed:((seed * 3) + 1) in
+  let (module A) = Node.make ~config ~checksum ?mtu net pool 1 ~seed:(seed * 3) in
+  let (module B) =
+    Node.make ~config:receiver_config ~checksum ?mtu net pool 2 ~seed:((seed * 3) + 1)
+  in
   let data = payload ~seed n in
   let failure = ref None in
   let fail fmt = Fmt.kstr (fun s -> if !failure = None then failure := Some s) fmt in

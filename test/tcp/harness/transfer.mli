@@ -18,6 +18,8 @@ val pp_result : result Fmt.t
 val run :
   ?config:Tcp.config ->
   ?receiver_config:Tcp.config ->
+  ?checksum:bool ->
+  ?mtu:int ->
   ?impairments:Mem.impairments ->
   ?seed:int ->
   ?chunk:int ->
@@ -28,5 +30,6 @@ val run :
   result
 (** [run n] connects host 1 to host 2, sends [n] pseudo-random bytes,
     shuts down, and checks every byte the receiver reads, then that both
-    sides close normally and no buffer leaked.
+    sides close normally and no buffer leaked. [checksum] (default true)
+    turns the pseudo-header checksum on; [mtu] is the link's.
     @raise Failure with a description when any check fails. *)

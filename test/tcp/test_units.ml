@@ -1,0 +1,320 @@
+(* Sequence numbers, the segment codec, the checksum, and the pure parts of
+   TCP: RTO estimator, send ring, reassembly queue, SACK scoreboard. *)
+
+let qtest ?(count = 500) ~seed name gen prop =
+  let t = QCheck.Test.make ~count ~name gen prop in
+  Alcotest.test_case name `Quick (fun () ->
+      QCheck.Test.check_exn ~rand:(Random.State.make [| seed |]) t)
+
+let seq = Tcp_seq.of_int
+let check_int = Alcotest.(check int)
+let check_bool = Alcotest.(check bool)
+
+(* {1 Sequence numbers} *)
+
+let seq_wrap () =
+  let top = seq 0xFFFF_FFF0 in
+  let past = Tcp_seq.add top 0x20 in
+  check_int "wraps" 0x10 (Tcp_seq.to_int past);
+  check_bool "lt across the wrap" true (Tcp_seq.lt top past);
+  check_bool "gt across the wrap" true (Tcp_seq.gt past top);
+  check_int "distance across the wrap" 0x20 (Tcp_seq.sub past top);
+  check_int "negative distance" (-0x20) (Tcp_seq.sub top past);
+  check_bool "between" true (Tcp_seq.between (seq 2) ~low:top ~high:past);
+  check_bool "not between" false (Tcp_seq.between top ~low:(seq 2) ~high:past);
+  check_int "max" (Tcp_seq.to_int past) (Tcp_seq.to_int (Tcp_seq.max top past));
+  check_int "of_int negative" 0xFFFF_FFFF (Tcp_seq.to_int (seq (-1)))
+
+let seq_props =
+  qtest ~seed:1 "add and sub are inverse; lt is antisymmetric"
+    QCheck.(pair (int_bound 0xFFFF_FFFF) (int_range (-0x7FFF_FFFF) 0x7FFF_FFFF))
+    (fun (a, d) ->
+      let a = seq a in
+      let b = Tcp_seq.add a d in
+      Tcp_seq.sub b a = d
+      && Tcp_seq.lt a b = (d > 0)
+      && Tcp_seq.lt b a = (d < 0)
+      && Tcp_seq.to_int b >= 0
+      && Tcp_seq.to_int b <= 0xFFFF_FFFF)
+
+(* {1 Codec} *)
+
+let gen_option =
+  let open QCheck.Gen in
+  let u32 = map (fun x -> x land 0xFFFF_FFFF) (int_bound 0x3FFF_FFFF >>= fun a -> map (fun b -> (a lsl 2) lor b) (int_bound 3)) in
+  frequency
+    [
+      (2, map (fun n -> Tcp_packet.Mss n) (int_bound 0xFFFF));
+      (2, map (fun n -> Tcp_packet.Window_scale n) (int_bound 255));
+      (2, return Tcp_packet.Sack_permitted);
+      ( 2,
+        map
+          (fun bs -> Tcp_packet.Sack (List.map (fun (a, b) -> (seq a, seq b)) bs))
+          (list_size (int_range 1 3) (pair u32 u32)) );
+      (2, map2 (fun value echo -> Tcp_packet.Timestamp { value; echo }) u32 u32);
+      ( 1,
+        map2
+          (fun kind data -> Tcp_packet.Unknown { kind; data })
+          (oneofl [ 6; 7; 9; 19; 28; 30; 34; 253; 254 ])
+          (string_size ~gen:char (int_bound 6)) );
+    ]
+
+let gen_header =
+  let open QCheck.Gen in
+  let rec fit acc = function
+    | [] -> List.rev acc
+    | o :: rest ->
+        let used = List.fold_left (fun n o -> n + Tcp_packet.option_length o) 0 acc in
+        if used + Tcp_packet.option_length o <= 40 then fit (o :: acc) rest else fit acc rest
+  in
+  map
+    (fun ((src_port, dst_port, s, a), (flags, window, urgent, options)) ->
+      Tcp_packet.v ~src_port ~dst_port ~seq:(seq s) ~ack:(seq a)
+        ~flags:(Tcp_packet.flags_of_int flags) ~window ~urgent ~options:(fit [] options) ())
+    (pair
+       (quad (int_bound 0xFFFF) (int_bound 0xFFFF) (int_bound 0x3FFF_FFFF) (int_bound 0x3FFF_FFFF))
+       (quad (int_bound 255) (int_bound 0xFFFF) (int_bound 0xFFFF) (list_size (int_bound 5) gen_option)))
+
+let arb_header = QCheck.make ~print:(Fmt.to_to_string Tcp_packet.pp) gen_header
+
+let codec_roundtrip =
+  qtest ~count:2000 ~seed:2 "encode then decode is the identity"
+    QCheck.(pair arb_header (string_of_size (Gen.int_bound 100)))
+    (fun (h, payload) ->
+      let pseudo = 0x1234 in
+      let cs = Tcp_packet.to_cstruct ~pseudo h ~payload in
+      match Tcp_packet.decode cs with
+      | Ok (h', hl) ->
+          Tcp_packet.equal h h'
+          && hl = Tcp_packet.header_length h
+          && Cstruct.to_string (Cstruct.shift cs hl) = payload
+          && Tcp_checksum.valid (Tcp_checksum.sum ~init:pseudo cs)
+      | Error _ -> false)
+
+let codec_random_bytes =
+  qtest ~count:5000 ~seed:3 "decode never raises on random bytes"
+    QCheck.(string_of_size (Gen.int_bound 80))
+    (fun s ->
+      match Tcp_packet.decode (Cstruct.of_string s) with
+      | Ok (h, hl) -> hl >= 20 && hl <= String.length s && Tcp_packet.header_length h <= 60
+      | Error _ -> true)
+
+let codec_mutations =
+  qtest ~count:5000 ~seed:4 "decode never raises on damaged segments"
+    QCheck.(triple arb_header (int_bound 1000) (int_bound 255))
+    (fun (h, pos, byte) ->
+      let cs = Tcp_packet.to_cstruct h ~payload:"data" in
+      let n = Cstruct.length cs in
+      Cstruct.set_uint8 cs (pos mod n) byte;
+      let cut = Cstruct.sub cs 0 (pos mod (n + 1)) in
+      (match Tcp_packet.decode cs with Ok _ | Error _ -> ());
+      match Tcp_packet.decode cut with Ok _ | Error _ -> true)
+
+let codec_errors () =
+  let bad s = match Tcp_packet.decode (Cstruct.of_string s) with Ok _ -> false | Error _ -> true in
+  check_bool "short" true (bad (String.make 19 '\000'));
+  let h = String.make 20 '\000' in
+  let with_offset b = String.mapi (fun i c -> if i = 12 then Char.chr b else c) h in
+  check_bool "offset below 5 words" true (bad (with_offset 0x40));
+  check_bool "offset beyond the segment" true (bad (with_offset 0x60));
+  let opt bytes =
+    let hdr = with_offset 0x60 in
+    hdr ^ bytes
+  in
+  check_bool "option without length" true (bad (opt "\001\001\001\002"));
+  check_bool "option length 1" true (bad (opt "\002\001\000\000"));
+  check_bool "option past the header" true (bad (opt "\002\008\000\000"));
+  (match Tcp_packet.decode (Cstruct.of_string (opt "\002\003\005\000")) with
+  | Ok (h, _) ->
+      check_bool "MSS with the wrong length is unknown" true
+        (match h.options with [ Tcp_packet.Unknown { kind = 2; _ } ] -> true | _ -> false)
+  | Error _ -> Alcotest.fail "should decode");
+  match Tcp_packet.decode (Cstruct.of_string (opt "\001\000\002\004")) with
+  | Ok (h, _) -> check_int "options stop at EOL" 0 (List.length h.options)
+  | Error _ -> Alcotest.fail "should decode"
+
+(* {1 Checksum} *)
+
+let checksum_vectors () =
+  (* RFC 1071 section 3. *)
+  let cs = Cstruct.of_string "\x00\x01\xf2\x03\xf4\xf5\xf6\xf7" in
+  check_int "RFC 1071 sum" 0xddf2 (Tcp_checksum.fold (Tcp_checksum.sum cs));
+  check_int "odd length pads with zero" 0x0100 (Tcp_checksum.fold (Tcp_checksum.sum (Cstruct.of_string "\x01")));
+  check_int "finish" 0x220d (Tcp_checksum.finish (Tcp_checksum.sum cs))
+
+let checksum_model =
+  qtest ~seed:5 "the sum agrees with a word-by-word model" QCheck.(string_of_size (Gen.int_bound 300))
+    (fun s ->
+      let model = ref 0 in
+      String.iteri (fun i c -> model := !model + if i land 1 = 0 then Char.code c lsl 8 else Char.code c) s;
+      let fold x = let rec go x = if x > 0xFFFF then go ((x land 0xFFFF) + (x lsr 16)) else x in go x in
+      Tcp_checksum.fold (Tcp_checksum.sum (Cstruct.of_string s)) = fold !model)
+
+(* {1 RTO} *)
+
+let ms = Consort.Time.of_ms
+
+let rto_rfc6298 () =
+  let r = Tcp_rto.create ~initial:(ms 1000) ~min:(ms 200) ~max:(ms 60_000) in
+  check_int "initial" (ms 1000) (Tcp_rto.rto r);
+  Tcp_rto.backoff r;
+  check_int "backed off before a sample" (ms 2000) (Tcp_rto.rto r);
+  Tcp_rto.sample r (ms 100);
+  check_int "first sample: srtt + 4 * srtt/2" (ms 300) (Tcp_rto.rto r);
+  Tcp_rto.sample r (ms 100);
+  check_int "second sample: rttvar 3/4" (ms 250) (Tcp_rto.rto r);
+  for _ = 1 to 50 do
+    Tcp_rto.sample r (ms 10)
+  done;
+  check_int "floor" (ms 200) (Tcp_rto.rto r);
+  for _ = 1 to 20 do
+    Tcp_rto.backoff r
+  done;
+  check_int "ceiling" (ms 60_000) (Tcp_rto.rto r);
+  Tcp_rto.sample r (ms 10);
+  check_int "a sample clears the backoff" 0 (Tcp_rto.backoffs r)
+
+(* {1 Send ring} *)
+
+let sndbuf_model =
+  qtest ~seed:6 "the send ring behaves as a byte queue"
+    QCheck.(list (pair bool (int_bound 50)))
+    (fun ops ->
+      let r = Tcp_sndbuf.create 64 in
+      let model = Buffer.create 64 in
+      let next = ref 0 in
+      List.for_all
+        (fun (w, n) ->
+          if w then begin
+            let src = Cstruct.of_string (String.init n (fun i -> Char.chr ((!next + i) land 0xFF))) in
+            let k = Tcp_sndbuf.write r src ~off:0 ~len:n in
+            Buffer.add_string model (Cstruct.to_string (Cstruct.sub src 0 k));
+            next := !next + k;
+            k = min n (64 - (Buffer.length model - k))
+          end
+          else begin
+            let n = min n (Buffer.length model) in
+            let dst = Cstruct.create (Buffer.length model) in
+            Tcp_sndbuf.blit_out r ~src_off:0 dst ~dst_off:0 ~len:(Buffer.length model);
+            let same = Cstruct.to_string dst = Buffer.contents model in
+            Tcp_sndbuf.drop r n;
+            let rest = Buffer.sub model n (Buffer.length model - n) in
+            Buffer.clear model;
+            Buffer.add_string model rest;
+            same
+          end
+          && Tcp_sndbuf.length r = Buffer.length model)
+        ops)
+
+(* {1 Reassembly} *)
+
+let reass_model =
+  qtest ~count:300 ~seed:7 "the out-of-order queue rebuilds the stream from overlapping pieces"
+    QCheck.(pair (int_bound 0xFFFF_FFFF) (list_of_size (Gen.int_range 1 40) (pair (int_bound 2000) (int_range 1 300))))
+    (fun (base, pieces) ->
+      let pool = Consort.Pool.create () in
+      let stream = String.init 2300 (fun i -> Char.chr ((i * 7) land 0xFF)) in
+      let q = Tcp_reass.create ~max_segments:1000 in
+      let base = seq base in
+      let held = Array.make 2300 false in
+      List.iter
+        (fun (off, len) ->
+          let off = off + 1 in
+          let p = Packet.of_string pool (String.sub stream off len) in
+          ignore (Tcp_reass.insert q (Tcp_seq.add base off) p);
+          Array.fill held off len true)
+        pieces;
+      (* The blocks are exactly the bytes held. *)
+      let blocks_ok =
+        List.for_all
+          (fun (l, r) ->
+            let l = Tcp_seq.sub l base and r = Tcp_seq.sub r base in
+            let ok = ref (l > 0 && not held.(l - 1)) in
+            for i = l to r - 1 do
+              if not held.(i) then ok := false
+            done;
+            !ok && (r >= 2300 || not held.(r)))
+          (Tcp_reass.blocks q)
+      in
+      let total = Array.fold_left (fun n b -> if b then n + 1 else n) 0 held in
+      let bytes_ok = Tcp_reass.bytes q = total in
+      (* Deliver the missing first byte: everything contiguous comes out. *)
+      let out = Buffer.create 2300 in
+      let next = ref (Tcp_seq.succ base) in
+      Buffer.add_char out stream.[0];
+      let rec drain () =
+        match Tcp_reass.pop q !next with
+        | Some p ->
+            Buffer.add_string out (Packet.to_string p);
+            next := Tcp_seq.add !next (Packet.length p);
+            Packet.release p;
+            drain ()
+        | None -> ()
+      in
+      drain ();
+      let n = Buffer.length out in
+      let prefix_ok = Buffer.contents out = String.sub stream 0 n in
+      let contiguous = ref 1 in
+      while !contiguous < 2300 && held.(!contiguous) do
+        incr contiguous
+      done;
+      Tcp_reass.clear q;
+      blocks_ok && bytes_ok && prefix_ok && n = !contiguous && Consort.Pool.in_use pool = 0)
+
+let reass_bound () =
+  let pool = Consort.Pool.create () in
+  let q = Tcp_reass.create ~max_segments:2 in
+  let ins s = Tcp_reass.insert q (seq s) (Packet.of_string pool "abcd") in
+  Alcotest.(check bool) "first" true (ins 10 = `Stored);
+  Alcotest.(check bool) "second" true (ins 20 = `Stored);
+  Alcotest.(check bool) "over the bound" true (ins 30 = `Full);
+  Alcotest.(check bool) "duplicate" true (ins 10 = `Duplicate);
+  Alcotest.(check (list (pair int int))) "sack blocks, newest first" [ (20, 24); (10, 14) ]
+    (List.map (fun (l, r) -> (Tcp_seq.to_int l, Tcp_seq.to_int r)) (Tcp_reass.sack_blocks q ~max:4));
+  Tcp_reass.clear q;
+  check_int "released" 0 (Consort.Pool.in_use pool)
+
+(* {1 SACK scoreboard} *)
+
+let sack_scoreboard () =
+  let sb = Tcp_sack.create () in
+  let una = seq 1000 and high = seq 11000 in
+  let smss = 1000 in
+  let blk l r = (seq l, seq r) in
+  check_int "new bytes" 1000 (Tcp_sack.update sb ~una ~high [ blk 2000 3000 ]);
+  check_int "merged, ignoring beyond high" 1000
+    (Tcp_sack.update sb ~una ~high [ blk 3000 4000; blk 11000 12000 ]);
+  check_bool "nothing lost yet" false (Tcp_sack.is_lost sb ~smss (seq 1000));
+  ignore (Tcp_sack.update sb ~una ~high [ blk 5000 6000 ]);
+  check_bool "lost: more than 2 segments above" true (Tcp_sack.is_lost sb ~smss (seq 1000));
+  check_bool "not lost: only 1 segment above" false (Tcp_sack.is_lost sb ~smss (seq 4000));
+  (* Holes: 1000-2000 (lost), 4000-5000, 6000-11000. *)
+  check_int "pipe" (1000 + 5000) (Tcp_sack.pipe sb ~una ~high_rxt:una ~high_data:high ~smss);
+  check_int "pipe counts retransmissions" (1000 + 5000 + 1000)
+    (Tcp_sack.pipe sb ~una ~high_rxt:(seq 2000) ~high_data:high ~smss);
+  (match Tcp_sack.next_seg sb ~una ~high_rxt:una ~smss with
+  | `Lost (s, l) -> check_int "first lost" 1000 (Tcp_seq.to_int s); check_int "len" 1000 l
+  | _ -> Alcotest.fail "expected a lost segment");
+  (match Tcp_sack.next_seg sb ~una ~high_rxt:(seq 2000) ~smss with
+  | `Unsacked (s, _) -> check_int "rule 3" 4000 (Tcp_seq.to_int s)
+  | _ -> Alcotest.fail "expected rule 3");
+  Tcp_sack.advance sb (seq 3500);
+  check_int "advanced" 1500 (Tcp_sack.sacked_bytes sb);
+  check_int "unsacked" 1000 (Tcp_sack.unsacked_between sb (seq 3500) (seq 5500))
+
+let tests =
+  [
+    Alcotest.test_case "sequence numbers wrap" `Quick seq_wrap;
+    seq_props;
+    codec_roundtrip;
+    codec_random_bytes;
+    codec_mutations;
+    Alcotest.test_case "malformed headers and options" `Quick codec_errors;
+    Alcotest.test_case "checksum: RFC 1071 vectors" `Quick checksum_vectors;
+    checksum_model;
+    Alcotest.test_case "RTO: RFC 6298 estimator, floor, ceiling, backoff" `Quick rto_rfc6298;
+    sndbuf_model;
+    reass_model;
+    Alcotest.test_case "out-of-order queue bound and SACK order" `Quick reass_bound;
+    Alcotest.test_case "SACK scoreboard: IsLost, pipe, NextSeg" `Quick sack_scoreboard;
+  ]
