@@ -7,4 +7,5 @@ let () =
       ("units", Test_units.tests);
       ("script", Test_scripts.tests);
       ("transfer", Test_transfer.tests);
+      ("socket", Test_socket.tests);
     ]
