@@ -457,8 +457,74 @@ let keepalive =
 23.3  expect status timeout
 |})
 
+let challenge_rate_limit =
+  case "challenge ACKs are rate-limited per second (RFC 5961 section 7)"
+    ~config:{ plain with challenge_ack_limit = 2 }
+    (handshake
+    ^ {|
+0.3   < R 1000:1000(0) win 0
+0.3   > . 1:1(0) ack 1
+0.31  < S 7:7(0) win 0
+0.31  > . 1:1(0) ack 1
+0.32  < R 1000:1000(0) win 0              # over the limit: nothing
+1.1   < R 1000:1000(0) win 0              # a new second
+1.1   > . 1:1(0) ack 1
+|})
+
+let old_ack =
+  case "an ACK older than the largest window is challenged, a recent one ignored"
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 1000 <mss 1000>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < . 1:1(0) ack 1 win 1000
+0.3   write 2000
+0.3   > . 1:1001(1000) ack 1
+0.4   < . 1:1(0) ack 1001 win 1000
+0.4   > P. 1001:2001(1000) ack 1
+0.5   < . 1:1(0) ack 2001 win 1000
+0.6   < . 1:1(0) ack 500 win 1000         # below SND.UNA - MAX.SND.WND
+0.6   > . 2001:2001(0) ack 1
+0.7   < . 1:1(0) ack 1500 win 1000        # old but within the window: ignored
+0.7   expect state ESTABLISHED
+|}
+
+let rst_syn_received =
+  case "RST in SYN-RECEIVED (passive) returns to LISTEN"
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < R 1:1(0) win 0
+0.3   < . 1:1(0) ack 1 win 65535          # the half-open connection is gone
+0.3   > R 1:1(0)
+0.4   < S 0:0(0) win 65535 <mss 1000>     # the listener is still there
+0.4   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.5   < . 1:1(0) ack 1 win 65535
+0.5   expect status connected
+|}
+
+let syn_ack_lost =
+  case "SYN-RECEIVED: the SYN-ACK is retransmitted on timeout and on a repeated SYN"
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+1.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+1.5   < S 0:0(0) win 65535 <mss 1000>
+1.5   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+1.6   < . 1:1(0) ack 1 win 65535
+1.6   expect status connected
+1.7   write 4000
+1.7   > . 1:1001(1000) ack 1                # initial window of one segment
+|}
+
 let tests =
   [
+    challenge_rate_limit;
+    old_ack;
+    rst_syn_received;
+    syn_ack_lost;
     closed_port;
     passive_lifecycle;
     options_negotiation;
