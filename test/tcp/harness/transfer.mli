@@ -15,6 +15,9 @@ type result = {
 
 val pp_result : result Fmt.t
 
+val payload : seed:int -> int -> Bytes.t
+(** [payload ~seed n] is [n] pseudo-random bytes determined by [seed]. *)
+
 val run :
   ?config:Tcp.config ->
   ?receiver_config:Tcp.config ->
