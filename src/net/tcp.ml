@@ -456,7 +456,7 @@ struct
     let avail = max 0 (rcvbuf - tcb.unconsumed) in
     let cur = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
     let threshold = max 1 (min (rcvbuf / 2) tcb.rcv_mss) in
-    let w = if avail - cur >= threshold || (avail > cur && cur = 0) then avail else cur in
+    let w = if avail - cur >= threshold then avail else cur in
     let s = if syn then 0 else tcb.rcv_wscale in
     let field = min 0xFFFF ((w + (1 lsl s) - 1) lsr s) in
     if tcb.state <> Syn_sent then begin

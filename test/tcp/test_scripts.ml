@@ -258,6 +258,8 @@ let receive_window =
 0.4   < . 4001:4002(1) ack 1 win 65535      # a probe: not accepted, answered
 0.4   > . 1:1(0) ack 4001 win 0
 0.5   read 1000                             # too little to announce
+0.55  < . 4001:4002(1) ack 1 win 65535
+0.55  > . 1:1(0) ack 4001 win 0             # receiver SWS avoidance: still closed
 0.6   read 3000
 0.6   > . 1:1(0) ack 4001 win 4000          # window update
 0.6   expect delivered 0
