@@ -1003,7 +1003,8 @@ struct
     transmit t lconn ~dst pkt
 
   and listen_input t l lconn remote (h : Tcp_packet.t) pkt =
-    let len = Packet.length pkt in
+    (* Data on a SYN is not accepted (nor acknowledged): the peer sends it
+       again once the connection is up. *)
     Packet.release pkt;
     if h.flags.rst then ()
     else if h.flags.ack then
@@ -1013,7 +1014,6 @@ struct
       if l.half_open >= t.config.backlog then
         t.counters.c_dropped <- t.counters.c_dropped + 1
       else begin
-        ignore len;
         let tcb =
           new_tcb t ~cfg:t.config ~lconn ~remote ~rport:h.src_port ~lport:h.dst_port
             ~listener:(Some l) ~state:Syn_received
