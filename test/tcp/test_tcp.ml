@@ -8,4 +8,5 @@ let () =
       ("script", Test_scripts.tests);
       ("transfer", Test_transfer.tests);
       ("socket", Test_socket.tests);
+      ("hostile", Test_fuzz.tests);
     ]
