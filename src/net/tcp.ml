@@ -342,6 +342,7 @@ struct
     mutable in_recovery : bool;
     mutable high_rxt : Tcp_seq.t;
     mutable syn_retransmitted : bool;
+    mutable last_data_sent : Time.t;
     sack : Tcp_sack.t;
     (* Acknowledgements. *)
     mutable ack_now : bool;
@@ -534,8 +535,24 @@ struct
     Log.debug (fun m -> m "%a: send %a len %d" pp_connection tcb Tcp_packet.pp hdr len);
     transmit t tcb.lconn ~dst:tcb.remote_host pkt
 
+  let initial_cwnd tcb =
+    let smss = smss tcb in
+    if tcb.syn_retransmitted then smss
+    else
+      match tcb.cfg.initial_window with
+      | Some n -> max 1 n * smss
+      | None -> if smss > 2190 then 2 * smss else if smss > 1095 then 3 * smss else 4 * smss
+
   (* Send a data segment (new or retransmitted) starting at [seq]. *)
   let send_data tcb ~seq ~len =
+    (* RFC 5681 section 4.1: after an idle period longer than the RTO,
+       start again from the initial window. *)
+    if
+      Tcp_seq.equal tcb.snd_una tcb.snd_max
+      && Tcp_seq.geq seq tcb.snd_max
+      && now () - tcb.last_data_sent > Tcp_rto.rto tcb.rto
+    then tcb.cwnd <- min tcb.cwnd (initial_cwnd tcb);
+    if len > 0 then tcb.last_data_sent <- now ();
     let fin =
       tcb.fin_queued && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb)
       && tcb.state <> Syn_received
@@ -815,14 +832,6 @@ struct
         tcb.ts_ok <- false;
         tcb.offer_ts <- false)
 
-  let initial_cwnd tcb =
-    let smss = smss tcb in
-    if tcb.syn_retransmitted then smss
-    else
-      match tcb.cfg.initial_window with
-      | Some n -> max 1 n * smss
-      | None -> if smss > 2190 then 2 * smss else if smss > 1095 then 3 * smss else 4 * smss
-
   (* {2 Creating connections} *)
 
   let wscale_for bytes =
@@ -899,6 +908,7 @@ struct
         in_recovery = false;
         high_rxt = iss;
         syn_retransmitted = false;
+        last_data_sent = 0;
         sack = Tcp_sack.create ();
         ack_now = false;
         segs_unacked = 0;

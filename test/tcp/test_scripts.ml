@@ -521,8 +521,28 @@ let syn_ack_lost =
 1.7   > . 1:1001(1000) ack 1                # initial window of one segment
 |}
 
+let idle_restart =
+  case "after an idle period longer than the RTO, the window restarts from IW (RFC 5681 4.1)"
+    (handshake
+    ^ {|
+0.3   write 4000
+0.3   > . 1:1001(1000) ack 1
+0.3   > . 1001:2001(1000) ack 1
+0.3   > . 2001:3001(1000) ack 1
+0.3   > P. 3001:4001(1000) ack 1
+0.4   < . 1:1(0) ack 4001 win 65535
+0.4   expect cwnd 6000                      # slow start: plus 2 segments
+2.0   write 6000
+2.0   > . 4001:5001(1000) ack 1
+2.0   > . 5001:6001(1000) ack 1
+2.0   > . 6001:7001(1000) ack 1
+2.0   > . 7001:8001(1000) ack 1
+2.0   expect cwnd 4000
+|})
+
 let tests =
   [
+    idle_restart;
     challenge_rate_limit;
     old_ack;
     rst_syn_received;
