@@ -150,9 +150,6 @@ module L = struct
   let excluded_list t = List.filter (fun r -> t.suspected.(r)) (List.init t.n Fun.id)
   let leaving_list t = List.filter (fun r -> t.leavers.(r) && not t.suspected.(r)) (List.init t.n Fun.id)
 
-  let survivors t =
-    List.filter (fun r -> not t.suspected.(r)) (List.init t.n Fun.id)
-
   let cast_ctl t h = t.out.dn Event.Cast h (Msg.empty ())
   let send_ctl t r h = if r = t.me then () else t.out.dn (Event.Send r) h (Msg.empty ())
 

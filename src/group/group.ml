@@ -202,8 +202,6 @@ module Make (T : Transport.S) = struct
   let is_coordinator t =
     match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
 
-  let current_members c = Array.to_list (Array.mapi (fun i eid -> (i, eid)) c.view.View.members)
-
   let member_of c r = { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r) }
 
   let rec install t ~vid ~ltime ~(members : Side.member list) =
