@@ -121,6 +121,7 @@ module Make (T : Transport.S) = struct
     pool : Pool.t;
     rng : Rng.t;
     cb : callbacks;
+    on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
     peers : T.address list;
     known : (string, Side.member) Hashtbl.t;  (* every member seen, by id *)
     mutable cur : cur option;
@@ -261,15 +262,21 @@ module Make (T : Transport.S) = struct
 
   and cast_now t s =
     match t.cur with
-    | Some c -> Stack.cast c.mstack (Msg.create (Iovecs.of_string t.pool s))
+    | Some c ->
+        t.on_sent ~vid:c.view.View.id `Cast s;
+        Stack.cast c.mstack (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
   and send_now t dst s =
     match t.cur with
     | Some c -> (
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
-        | Some r when r <> c.view.View.rank -> Stack.send c.mstack r (Msg.create (Iovecs.of_string t.pool s))
-        | Some _ -> t.cb.send ~origin:t.me.eid s
+        | Some r when r <> c.view.View.rank ->
+            t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            Stack.send c.mstack r (Msg.create (Iovecs.of_string t.pool s))
+        | Some _ ->
+            t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            t.cb.send ~origin:t.me.eid s
         | None -> Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
     | None -> ()
 
@@ -501,7 +508,8 @@ module Make (T : Transport.S) = struct
 
   (* {1 The application's side} *)
 
-  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?(seed = 0) ~layers tr ~group ~addr cb =
+  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?(seed = 0)
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ~layers tr ~group ~addr cb =
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
     let peers = List.filter_map (fun s -> match T.address_of_string s with Ok a -> Some a | Error _ -> None) peers in
@@ -533,6 +541,7 @@ module Make (T : Transport.S) = struct
                     pool;
                     rng;
                     cb;
+                    on_sent;
                     peers;
                     known = Hashtbl.create 16;
                     cur = None;

@@ -67,6 +67,7 @@ module Make (T : Consort.Transport.S) : sig
     ?pool:Consort.Pool.t ->
     ?peers:string list ->
     ?seed:int ->
+    ?on_sent:(vid:string -> [ `Cast | `Send of string ] -> string -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -77,7 +78,9 @@ module Make (T : Consort.Transport.S) : sig
       [group]: the member installs a view of its own at once, then merges
       with the group's other members as it finds them through [peers]
       (addresses to send discovery messages to). [layers] is the stack
-      built at each view, top first (see {!Properties}). *)
+      built at each view, top first (see {!Properties}). [on_sent] is
+      called as each message enters the stack, with the view it is sent
+      in (for logs and checkers). *)
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)
