@@ -7,7 +7,7 @@ let () =
   Logs.set_level (Some Logs.Info);
   let net = Sim.create ~seed:3 () in
   let names = [ "p0"; "p1"; "p2" ] in
-  let layers = Consort_group.[ Gmp.layer; Mnak.layer; Pt2pt.layer; Bottom.layer ] in
+  let layers = Consort_group.[ Gmp.layer; Slander.layer; Mnak.layer; Pt2pt.layer; Suspect.layer; Bottom.layer ] in
   let members =
     List.mapi
       (fun i addr ->
@@ -30,4 +30,13 @@ let () =
   Sim.run ~until:(Time.of_sec 6.) net;
   G.leave (List.nth members 1);
   Sim.run ~until:(Time.of_sec 10.) net;
+  Fmt.pr "--- crash p2@.";
+  Sim.crash net "p2";
+  Sim.run ~until:(Time.of_sec 20.) net;
+  Fmt.pr "--- restart p2@.";
+  let g2 = match G.join ~seed:9 ~layers ~peers:names net ~group:"g" ~addr:"p2" {
+            Consort_group.Group.view = (fun v -> Fmt.pr "%a p2': %a@." Time.pp (Sim.now net) Consort_group.Group.pp_view_info v);
+            cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; exit = ignore } with Ok g -> g | Error e -> failwith e in
+  Sim.run ~until:(Time.of_sec 30.) net;
+  Fmt.pr "p2' final: %a@." Consort_group.Group.pp_view_info (G.view g2);
   List.iter (fun g -> if not (G.has_exited g) then Fmt.pr "final: %a@." Consort_group.Group.pp_view_info (G.view g)) members
