@@ -127,7 +127,9 @@ module Make (T : Transport.S) = struct
     mutable cur : cur option;
     mutable blocked : bool;
     queued : [ `Cast of string | `Send of string * string ] Queue.t;
-    mutable merging : (T.address * Time.t) option;  (* asked to merge into a partition there *)
+    mutable merging : (T.address * Time.t option) option;
+        (* merging into the partition there: flushing first (no deadline),
+           then waiting for its view until the deadline *)
     mutable absorbing : (int * Side.member list) option;  (* will take these members in *)
     mutable pending : (Side.t * (string * T.address) list) option;
         (* a view this coordinator announced, and who has not acknowledged it *)
@@ -337,7 +339,7 @@ module Make (T : Transport.S) = struct
     | Some (dst, _) ->
         side_send t dst
           (Side.Merge_req { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine });
-        t.merging <- Some (dst, now t + t.merge_timeout)
+        t.merging <- Some (dst, Some (now t + t.merge_timeout))
     | None ->
         let joiners, their_ltime = match t.absorbing with Some (l, m) -> (m, l) | None -> ([], 0) in
         let members = mine @ List.filter (fun (j : Side.member) -> not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine)) joiners in
@@ -348,14 +350,14 @@ module Make (T : Transport.S) = struct
           install t ~vid ~ltime ~members
         end
         else begin
-          (* This coordinator is leaving: the first survivor coordinates next. *)
-          (match members with
-          | (first : Side.member) :: _ ->
-              let ltime = max c.view.View.ltime their_ltime + 1 in
-              let vid = Printf.sprintf "%d:%s" ltime first.eid in
-              announce t ~vid ~ltime ~members ~leavers:leaver_ids c
-          | [] -> ());
-          exit_group t
+          (* This coordinator is leaving. It names the view (view names
+             are unique because each is made by one member, at a logical
+             time it never reuses), sends it, and stays until every member
+             has acknowledged it or the leave times out. *)
+          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
+          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          if t.pending = None then exit_group t
         end
 
   and announce t ~vid ~ltime ~members ~leavers c =
@@ -395,7 +397,7 @@ module Make (T : Transport.S) = struct
 
   let start_merge t c dst =
     Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
-    t.merging <- Some (dst, now t + t.merge_timeout);
+    t.merging <- Some (dst, None);
     Stack.dn_ctl c.mstack (Gmp.Start_flush "merge")
 
   let on_side t ~src v =
@@ -488,7 +490,7 @@ module Make (T : Transport.S) = struct
           | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
           | None -> ());
           (match t.merging with
-          | Some (_, deadline) when now t > deadline && t.blocked ->
+          | Some (_, Some deadline) when now t > deadline && t.blocked ->
               (* The other partition did not answer: carry on alone, in a
                  fresh view of the same members. *)
               Log.info (fun m -> m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
@@ -499,7 +501,10 @@ module Make (T : Transport.S) = struct
               announce t ~vid ~ltime ~members ~leavers:[] c;
               install t ~vid ~ltime ~members
           | _ -> ());
-          (match t.leaving with Some deadline when now t > deadline -> exit_group t | _ -> ());
+          (match t.leaving with
+          | Some deadline when now t > deadline -> exit_group t
+          | Some _ when t.pending = None && t.blocked && is_coordinator t -> exit_group t
+          | _ -> ());
           if is_coordinator t && (not t.blocked) && t.leaving = None then gossip t c
       | None -> ());
       reschedule t;
