@@ -25,7 +25,7 @@ let contract =
   Contract.v "cast-flow" ~doc:"cast credit flow control: bounded bytes not yet delivered everywhere"
 
 module L = struct
-  type header = No_hdr | Data | Credit of { credits : (int * int) list }
+  type header = No_hdr | Data of { ask : bool } | Credit of { credits : (int * int) list } | Ask
 
   let name = "mflow"
 
@@ -34,16 +34,24 @@ module L = struct
       union "mflow"
         [
           case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
-          case 1 "data" unit (function Data -> Some () | _ -> None) (fun () -> Data);
-          case 2 "credit"
+          case 1 "data" unit
+            (function Data { ask = false } -> Some () | _ -> None)
+            (fun () -> Data { ask = false });
+          case 2 "data_ask" unit
+            (function Data { ask = true } -> Some () | _ -> None)
+            (fun () -> Data { ask = true });
+          case 3 "credit"
             (list ~max:max_credits (pair varint varint))
             (function Credit { credits } -> Some credits | _ -> None)
             (fun credits -> Credit { credits });
+          case 4 "ask" unit (function Ask -> Some () | _ -> None) (fun () -> Ask);
         ])
 
   let pp_header ppf = function
     | No_hdr -> Fmt.string ppf "no_hdr"
-    | Data -> Fmt.string ppf "data"
+    | Data { ask = false } -> Fmt.string ppf "data"
+    | Data { ask = true } -> Fmt.string ppf "data(ask)"
+    | Ask -> Fmt.string ppf "ask"
     | Credit { credits } ->
         let one ppf (o, total) = Fmt.pf ppf "%d:%d" o total in
         Fmt.pf ppf "credit(%a)" Fmt.(list ~sep:comma one) credits
@@ -65,6 +73,7 @@ module L = struct
     queue : (Msg.t * int) Queue.t;
     mutable queued : int;
     mutable sent : int;  (* of our casts *)
+    mutable asked : int;  (* of those, covered by our last request for credit *)
     credited : int array;  (* [credited.(m)]: of our casts, delivered by [m] *)
     mutable floor : int;  (* the least of [credited] over the other members *)
     consumed : int array;  (* [consumed.(o)]: of [o]'s casts, delivered here *)
@@ -97,6 +106,7 @@ module L = struct
       queue = Queue.create ();
       queued = 0;
       sent = 0;
+      asked = 0;
       credited = Array.make n 0;
       floor = 0;
       consumed = Array.make n 0;
@@ -127,9 +137,12 @@ module L = struct
   let outstanding t = if t.n <= 1 then 0 else t.sent - t.floor
   let fits t c = outstanding t = 0 || outstanding t + c <= t.window
 
-  let transmit t msg c =
+  (* [ask]: the window is full after this cast and more wait, so the
+     others should return credit as soon as they have delivered it. *)
+  let transmit t msg c ~ask =
     t.sent <- t.sent + c;
-    t.out.dn Event.Cast Data msg
+    if ask then t.asked <- t.sent;
+    t.out.dn Event.Cast (Data { ask }) msg
 
   let drain t =
     let rec go () =
@@ -137,7 +150,12 @@ module L = struct
       | Some (msg, c) when fits t c && not t.stopped ->
           ignore (Queue.pop t.queue);
           t.queued <- t.queued - c;
-          transmit t msg c;
+          let ask =
+            match Queue.peek_opt t.queue with
+            | Some (_, next) -> outstanding t + c + next > t.window
+            | None -> false
+          in
+          transmit t msg c ~ask;
           go ()
       | _ -> ()
     in
@@ -152,10 +170,15 @@ module L = struct
       | Event.Send _ -> t.out.dn dst No_hdr msg
       | Event.Cast ->
           let c = cost msg in
-          if Queue.is_empty t.queue && fits t c then transmit t msg c
+          if Queue.is_empty t.queue && fits t c then transmit t msg c ~ask:false
           else begin
             Queue.push (msg, c) t.queue;
             t.queued <- t.queued + c;
+            if t.asked < t.sent then begin
+              (* Stalled behind casts made before anything waited. *)
+              t.asked <- t.sent;
+              t.out.dn Event.Cast Ask (Msg.empty ())
+            end;
             if t.queued > t.limit && not t.over then begin
               t.over <- true;
               report t
@@ -185,9 +208,9 @@ module L = struct
     in
     send !owed
 
-  let consumed t o c =
+  let consumed t o c ~ask =
     t.consumed.(o) <- t.consumed.(o) + c;
-    if t.consumed.(o) - t.reported.(o) >= t.threshold then send_credit t
+    if ask || t.consumed.(o) - t.reported.(o) >= t.threshold then send_credit t
     else if t.credit_at = max_int then begin
       t.credit_at <- t.now () + t.credit_delay;
       t.out.alarm t.credit_at
@@ -224,11 +247,15 @@ module L = struct
       let valid r = r >= 0 && r < t.n in
       match (src, h) with
       | Event.Send_from _, No_hdr -> t.out.up src msg
-      | Event.Cast_from o, Data when o = t.rank -> t.out.up src msg
-      | Event.Cast_from o, Data when valid o ->
+      | Event.Cast_from o, Data _ when o = t.rank -> t.out.up src msg
+      | Event.Cast_from o, Data { ask } when valid o ->
           let c = cost msg in
           t.out.up src msg;
-          if not t.stopped then consumed t o c
+          if not t.stopped then consumed t o c ~ask
+      | Event.Cast_from o, Ask when o = t.rank -> Msg.release msg
+      | Event.Cast_from o, Ask when valid o ->
+          Msg.release msg;
+          if t.consumed.(o) > t.reported.(o) then send_credit t
       | Event.Cast_from m, Credit _ when m = t.rank -> Msg.release msg
       | Event.Cast_from m, Credit { credits } when valid m ->
           Msg.release msg;

@@ -11,7 +11,11 @@
     layer above and return credit as cumulative totals in one {!Credit}
     cast that covers every origin owed, batched: as soon as a quarter of
     the receiver's own window is owed to some origin, otherwise
-    {!Param.credit_delay} after the first delivery not credited.
+    {!Param.credit_delay} after the first delivery not credited. A
+    sender whose window is full while casts wait asks for credit at once:
+    on the last cast that fits, or with an {!Ask} cast of its own if that
+    cast went before anything waited. A steady stream thus moves a window
+    per round trip.
 
     When the queue grows beyond {!Param.queue} bytes, the layer tells the
     application [Blocked true]; once it is back to half that limit,
@@ -32,10 +36,13 @@ type t
 (** The header. *)
 type header =
   | No_hdr  (** a point-to-point message, outside flow control *)
-  | Data  (** a flow-controlled cast *)
+  | Data of { ask : bool }
+      (** a flow-controlled cast; [ask]: return credit as soon as it is
+          delivered *)
   | Credit of { credits : (int * int) list }
       (** for each [(origin, total)]: the sender has delivered [total]
           bytes of [origin]'s casts since the stack began *)
+  | Ask  (** return the credit owed to the sender of this cast, at once *)
 
 val overhead : int
 (** [overhead] is what each cast counts for beyond its length (64 bytes),
@@ -63,8 +70,9 @@ val contract : Consort.Contract.t
 val name : string
 
 val codec : header Consort.Codec.t
-(** Layout: a tag byte (0 no header, 1 data, 2 credit), then for credit a
-    count (at most 4096) and [(origin, total)] pairs, as varints. *)
+(** Layout: a tag byte (0 no header, 1 data, 2 data asking for credit,
+    3 credit, 4 ask), then for credit a count (at most 4096) and
+    [(origin, total)] pairs, as varints. *)
 
 val pp_header : header Fmt.t
 val provides : Consort.Contract.t list

@@ -24,7 +24,7 @@ let contract =
   Contract.v "send-flow" ~doc:"point-to-point window flow control: bounded bytes in flight per peer"
 
 module L = struct
-  type header = No_hdr | Data | Ack of { consumed : int }
+  type header = No_hdr | Data of { ask : bool } | Ack of { consumed : int } | Ask
 
   let name = "pt2ptw"
 
@@ -33,27 +33,37 @@ module L = struct
       union "pt2ptw"
         [
           case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
-          case 1 "data" unit (function Data -> Some () | _ -> None) (fun () -> Data);
-          case 2 "ack" varint
+          case 1 "data" unit
+            (function Data { ask = false } -> Some () | _ -> None)
+            (fun () -> Data { ask = false });
+          case 2 "data_ask" unit
+            (function Data { ask = true } -> Some () | _ -> None)
+            (fun () -> Data { ask = true });
+          case 3 "ack" varint
             (function Ack { consumed } -> Some consumed | _ -> None)
             (fun consumed -> Ack { consumed });
+          case 4 "ask" unit (function Ask -> Some () | _ -> None) (fun () -> Ask);
         ])
 
   let pp_header ppf = function
     | No_hdr -> Fmt.string ppf "no_hdr"
-    | Data -> Fmt.string ppf "data"
+    | Data { ask = false } -> Fmt.string ppf "data"
+    | Data { ask = true } -> Fmt.string ppf "data(ask)"
     | Ack { consumed } -> Fmt.pf ppf "ack(%d)" consumed
+    | Ask -> Fmt.string ppf "ask"
 
   let provides = [ contract ]
   let requires = [ Contract.reliable_send ]
 
-  (* Totals count bytes since the stack began: [sent] and [acked] of our
-     messages to the peer, [consumed] and [reported] of its messages to us. *)
+  (* Totals count bytes since the stack began: [sent], [acked] and [asked]
+     (covered by our last request for an acknowledgement) of our messages
+     to the peer, [consumed] and [reported] of its messages to us. *)
   type peer = {
     queue : (Msg.t * int) Queue.t;
     mutable queued : int;
     mutable sent : int;
     mutable acked : int;
+    mutable asked : int;
     mutable consumed : int;
     mutable reported : int;
     mutable ack_at : Time.t;
@@ -89,6 +99,7 @@ module L = struct
         queued = 0;
         sent = 0;
         acked = 0;
+        asked = 0;
         consumed = 0;
         reported = 0;
         ack_at = max_int;
@@ -130,9 +141,12 @@ module L = struct
 
   let fits t p c = p.sent = p.acked || p.sent - p.acked + c <= t.window
 
-  let transmit t r p msg c =
+  (* [ask]: the window is full after this message and more wait, so the
+     peer should acknowledge as soon as it has consumed it. *)
+  let transmit t r p msg c ~ask =
     p.sent <- p.sent + c;
-    t.out.dn (Event.Send r) Data msg
+    if ask then p.asked <- p.sent;
+    t.out.dn (Event.Send r) (Data { ask }) msg
 
   let drain t r p =
     let rec go () =
@@ -140,7 +154,12 @@ module L = struct
       | Some (msg, c) when fits t p c && not t.stopped ->
           ignore (Queue.pop p.queue);
           p.queued <- p.queued - c;
-          transmit t r p msg c;
+          let ask =
+            match Queue.peek_opt p.queue with
+            | Some (_, next) -> p.sent + c - p.acked + next > t.window
+            | None -> false
+          in
+          transmit t r p msg c ~ask;
           go ()
       | _ -> ()
     in
@@ -157,10 +176,15 @@ module L = struct
       | Event.Send r when r >= 0 && r < Array.length t.peers ->
           let p = t.peers.(r) in
           let c = cost msg in
-          if Queue.is_empty p.queue && fits t p c then transmit t r p msg c
+          if Queue.is_empty p.queue && fits t p c then transmit t r p msg c ~ask:false
           else begin
             Queue.push (msg, c) p.queue;
             p.queued <- p.queued + c;
+            if p.asked < p.sent then begin
+              (* Stalled behind messages sent before anything waited. *)
+              p.asked <- p.sent;
+              t.out.dn (Event.Send r) Ask (Msg.empty ())
+            end;
             if p.queued > t.limit && not t.over then begin
               t.over <- true;
               report t
@@ -177,9 +201,9 @@ module L = struct
     t.acks_sent <- t.acks_sent + 1;
     t.out.dn (Event.Send r) (Ack { consumed = p.consumed }) (Msg.empty ())
 
-  let consumed t r p c =
+  let consumed t r p c ~ask =
     p.consumed <- p.consumed + c;
-    if p.consumed - p.reported >= t.threshold then send_ack t r p
+    if ask || p.consumed - p.reported >= t.threshold then send_ack t r p
     else if p.ack_at = max_int then begin
       p.ack_at <- t.now () + t.ack_delay;
       t.out.alarm p.ack_at
@@ -203,10 +227,14 @@ module L = struct
       match (src, h) with
       | Event.Cast_from _, No_hdr -> t.out.up src msg
       | Event.Send_from r, No_hdr when r = t.rank -> t.out.up src msg
-      | Event.Send_from r, Data when peer t r ->
+      | Event.Send_from r, Data { ask } when peer t r ->
           let c = cost msg in
           t.out.up src msg;
-          if not t.stopped then consumed t r t.peers.(r) c
+          if not t.stopped then consumed t r t.peers.(r) c ~ask
+      | Event.Send_from r, Ask when peer t r ->
+          Msg.release msg;
+          let p = t.peers.(r) in
+          if p.consumed > p.reported then send_ack t r p
       | Event.Send_from r, Ack { consumed } when peer t r ->
           Msg.release msg;
           acked t r t.peers.(r) consumed

@@ -12,7 +12,10 @@
     acknowledges them with a cumulative total, batched: as soon as a
     quarter of its own window has been delivered since its last
     acknowledgement, otherwise {!Param.ack_delay} after the first delivery
-    not acknowledged.
+    not acknowledged. A sender whose window is full while messages wait
+    asks for an acknowledgement at once: on the last message that fits,
+    or with an {!Ask} of its own if that message went before anything
+    waited. A steady stream thus moves a window per round trip.
 
     When the queue for some peer grows beyond {!Param.queue} bytes, the
     layer tells the application [Blocked true]; once every queue is back
@@ -32,10 +35,13 @@ type t
 (** The header. *)
 type header =
   | No_hdr  (** a cast or a send to oneself, outside flow control *)
-  | Data  (** a flow-controlled point-to-point message *)
+  | Data of { ask : bool }
+      (** a flow-controlled point-to-point message; [ask]: acknowledge
+          as soon as it is consumed *)
   | Ack of { consumed : int }
       (** the sender's application has consumed this many bytes of the
           receiver's messages to it, since the stack began *)
+  | Ask  (** acknowledge what you have consumed, at once *)
 
 val overhead : int
 (** [overhead] is what each message counts for beyond its length (64
@@ -63,8 +69,9 @@ val contract : Consort.Contract.t
 val name : string
 
 val codec : header Consort.Codec.t
-(** Layout: a tag byte (0 no header, 1 data, 2 ack), then for an ack the
-    consumed total as a varint. *)
+(** Layout: a tag byte (0 no header, 1 data, 2 data asking for an
+    acknowledgement, 3 ack, 4 ask), then for an ack the consumed total as
+    a varint. *)
 
 val pp_header : header Fmt.t
 val provides : Consort.Contract.t list
