@@ -14,11 +14,13 @@
     message arrive in order, one message after another, separately for
     casts and for sends. Going up, it reassembles per origin and kind by
     appending the received bodies to each other, again without copying,
-    and delivers the whole message once its length is reached. A first
-    fragment that claims more than {!Param.max_message} bytes, fragments
-    out of order or of no message, and pieces that overrun the claimed
-    length are counted and dropped with the message they belong to;
-    nothing raises.
+    and delivers the whole message once its length is reached. Nonsense
+    is counted and dropped, never raised: a first fragment that claims
+    more than {!Param.max_message} bytes; a fragment of no message, or
+    that skips an index or overruns the claimed length (with the partial
+    message it would ruin); a fragment repeating an index (alone); a
+    first or whole message arriving while another is incomplete (the
+    incomplete one).
 
     A message re-entering {!dn} while fragments are being emitted (an
     application reacting to an event raised during the emission) is sent
