@@ -43,6 +43,8 @@ let layers ps =
       List.concat
         [
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
+          (if has Frag then [ Frag.layer ] else []);
+          (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
           (if has Slander then [ Slander.layer ] else []);
           [ Mnak.layer; Pt2pt.layer ];
           (if has Suspect || has Slander then [ Suspect.layer ] else []);
