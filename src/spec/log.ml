@@ -162,7 +162,9 @@ let parse_object s =
      (shortest form, no surrogates, at most U+10FFFF). *)
   let utf8_raw b =
     let start = !pos in
-    let byte i = if start + i < n then Char.code s.[start + i] else fail (start + i) "truncated UTF-8" in
+    let byte i =
+      if start + i < n then Char.code s.[start + i] else fail (start + i) "truncated UTF-8"
+    in
     let c0 = byte 0 in
     let cont i =
       let c = byte i in
@@ -310,7 +312,9 @@ let is_digest d =
   && String.for_all (function '0' .. '9' | 'a' .. 'f' -> true | _ -> false) d
 
 let event_of_fields fields =
-  let field k = match List.assoc_opt k fields with Some (_, v) -> v | None -> bad "missing key %S" k in
+  let field k =
+    match List.assoc_opt k fields with Some (_, v) -> v | None -> bad "missing key %S" k
+  in
   let str k =
     match field k with
     | Str "" -> bad "%S: empty string" k
@@ -354,8 +358,8 @@ let event_of_fields fields =
         | Str "send" -> `Send
         | _ -> bad "\"kind\": expected \"cast\" or \"send\""
       in
-      Deliver
-        { me = str "me"; view = str "view"; from = str "from"; kind; len = int "len"; digest = digest () }
+      let me = str "me" and view = str "view" and from = str "from" in
+      Deliver { me; view; from; kind; len = int "len"; digest = digest () }
   | "exit" ->
       only ev [ "ev"; "me" ];
       Exit { me = str "me" }
@@ -364,7 +368,8 @@ let event_of_fields fields =
 let of_line s =
   match event_of_fields (parse_object s) with
   | e -> Ok e
-  | exception Fail (col, msg) -> Error (if col > 0 then Printf.sprintf "column %d: %s" col msg else msg)
+  | exception Fail (0, msg) -> Error msg
+  | exception Fail (col, msg) -> Error (Printf.sprintf "column %d: %s" col msg)
 
 let read_file path =
   match open_in_bin path with

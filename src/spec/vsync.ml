@@ -18,16 +18,43 @@ type violation =
       other_members : string list;
     }
   | Resent of { member : string; line : int; digest : string; first : int }
-  | Sender_log_missing of { from : string; member : string; line : int; digest : string; count : int }
+  | Sender_log_missing of {
+      from : string;
+      member : string;
+      line : int;
+      digest : string;
+      count : int;
+    }
   | Not_sent of { member : string; line : int; view : string; from : string; digest : string }
   | Delivered_before_sent of { member : string; line : int; digest : string; sent : int }
   | Wrong_kind of { member : string; line : int; from : string; digest : string; kind : Log.kind }
   | Misaddressed of { member : string; line : int; from : string; digest : string; dst : string }
-  | Wrong_length of { member : string; line : int; from : string; digest : string; len : int; sent : int }
+  | Wrong_length of {
+      member : string;
+      line : int;
+      from : string;
+      digest : string;
+      len : int;
+      sent : int;
+    }
   | Outsider of { member : string; line : int; view : string; from : string; digest : string }
-  | Wrong_view of { member : string; line : int; view : string; from : string; digest : string; sent : string }
+  | Wrong_view of {
+      member : string;
+      line : int;
+      view : string;
+      from : string;
+      digest : string;
+      sent : string;
+    }
   | Duplicate of { member : string; line : int; from : string; digest : string; first : int }
-  | Out_of_order of { member : string; line : int; view : string; from : string; digest : string; after : string }
+  | Out_of_order of {
+      member : string;
+      line : int;
+      view : string;
+      from : string;
+      digest : string;
+      after : string;
+    }
   | Not_synchronous of {
       view : string;
       next : string;
@@ -57,7 +84,8 @@ let pp_violation ppf = function
       Fmt.pf ppf "%a event of member %s in this member's log" pp_at (member, line) me
   | No_view { member; line } ->
       Fmt.pf ppf "%a message event before any view was installed" pp_at (member, line)
-  | After_exit { member; line } -> Fmt.pf ppf "%a event after the member's exit" pp_at (member, line)
+  | After_exit { member; line } ->
+      Fmt.pf ppf "%a event after the member's exit" pp_at (member, line)
   | Not_current_view { member; line; view; current } ->
       Fmt.pf ppf "%a event in view %s, but the current view is %s" pp_at (member, line) view current
   | Bad_view_id { member; line; view } ->
@@ -79,8 +107,9 @@ let pp_violation ppf = function
       Fmt.pf ppf "%a sends a second message with digest %s (first at line %d)" pp_at
         (member, line) digest first
   | Sender_log_missing { from; member; line; digest; count } ->
-      Fmt.pf ppf "no log of %s, whose messages were delivered %d time(s) (first: %s at [%s] line %d)"
-        from count digest member line
+      Fmt.pf ppf
+        "no log of %s, whose messages were delivered %d time(s) (first: %s at [%s] line %d)" from
+        count digest member line
   | Not_sent { member; line; view; from; digest } ->
       Fmt.pf ppf "%a delivers message %s of %s in view %s, which %s never sent" pp_at
         (member, line) digest from view from
@@ -213,7 +242,8 @@ let scan report id events =
             let seen = Hashtbl.create 8 in
             List.iter
               (fun m ->
-                if Hashtbl.mem seen m then report (Repeated_member { member = id; line; view; id = m })
+                if Hashtbl.mem seen m then
+                  report (Repeated_member { member = id; line; view; id = m })
                 else Hashtbl.add seen m ())
               members;
             spans :=
@@ -238,9 +268,11 @@ let scan report id events =
                 record_sent line digest si (Some dst) len)
         | Log.Deliver { view; from; kind; len; digest; _ } ->
             in_view line view (fun _ si ->
-                deliveries :=
-                  { d_line = line; d_span = si; d_from = from; d_digest = digest; d_kind = kind; d_len = len }
-                  :: !deliveries)
+                let d =
+                  { d_line = line; d_span = si; d_from = from; d_digest = digest; d_kind = kind;
+                    d_len = len }
+                in
+                deliveries := d :: !deliveries)
         | Log.Exit _ -> exited := true)
     events;
   {
@@ -263,27 +295,61 @@ let check_memberships report members =
           | None -> Hashtbl.add first s.vid (m.id, s.members)
           | Some (other, other_members) ->
               if s.members <> other_members then
+                let member = m.id and line = s.at and view = s.vid and members = s.members in
                 report
-                  (Membership_disagrees
-                     { member = m.id; line = s.at; view = s.vid; members = s.members; other; other_members }))
+                  (Membership_disagrees { member; line; view; members; other; other_members }))
         m.spans)
     members
 
-(* Each delivery against the sender's log: duplication, creation, kind,
-   length, view, FIFO. *)
+(* One first delivery [d] at [r] (in [view]) of message [m] of [s]: kind,
+   address, length, view, and FIFO order, with [last] holding per (sender,
+   is a cast, span) the sender's line and digest of the last message in
+   order. *)
+let check_against_sender report r d ~view s m last =
+  let member = r.id and line = d.d_line and from = d.d_from and digest = d.d_digest in
+  if from = member && m.s_line > line then
+    report (Delivered_before_sent { member; line; digest; sent = m.s_line });
+  let ok_kind =
+    match (m.s_dst, d.d_kind) with
+    | None, `Cast -> true
+    | Some dst, `Send ->
+        if dst <> member then report (Misaddressed { member; line; from; digest; dst });
+        dst = member
+    | _, kind ->
+        report (Wrong_kind { member; line; from; digest; kind });
+        false
+  in
+  if m.s_len <> d.d_len then
+    report (Wrong_length { member; line; from; digest; len = d.d_len; sent = m.s_len });
+  let sent = s.spans.(m.s_span).vid in
+  if sent <> view then report (Wrong_view { member; line; view; from; digest; sent })
+  else if ok_kind then
+    let key = (from, d.d_kind = `Cast, d.d_span) in
+    match Hashtbl.find_opt last key with
+    | Some (l, after) when l > m.s_line ->
+        report (Out_of_order { member; line; view; from; digest; after })
+    | _ -> Hashtbl.replace last key (m.s_line, digest)
+
+(* Each delivery: duplication, then against its span (recorded there for
+   the synchrony checks) and against the sender's log, if given. *)
 let check_deliveries report by_id members =
   let absent = Hashtbl.create 8 and absent_order = ref [] in
+  let no_log from r d =
+    match Hashtbl.find_opt absent from with
+    | Some (n, f) -> Hashtbl.replace absent from (n + 1, f)
+    | None ->
+        absent_order := from :: !absent_order;
+        Hashtbl.add absent from (1, (r.id, d.d_line, d.d_digest))
+  in
   List.iter
     (fun r ->
-      let first = Hashtbl.create 256 in
-      (* (from, is_cast, span) -> (line at the sender, digest) of the last delivery *)
-      let last = Hashtbl.create 64 in
+      let first = Hashtbl.create 256 and last = Hashtbl.create 64 in
       List.iter
         (fun d ->
-          let key = (d.d_from, d.d_digest) in
-          let line = d.d_line and from = d.d_from and digest = d.d_digest in
+          let member = r.id and line = d.d_line and from = d.d_from and digest = d.d_digest in
+          let key = (from, digest) in
           match Hashtbl.find_opt first key with
-          | Some f -> report (Duplicate { member = r.id; line; from; digest; first = f })
+          | Some first -> report (Duplicate { member; line; from; digest; first })
           | None -> (
               Hashtbl.add first key line;
               let span = r.spans.(d.d_span) in
@@ -291,42 +357,13 @@ let check_deliveries report by_id members =
               Hashtbl.replace span.got key ();
               if d.d_kind = `Cast then span.got_casts <- key :: span.got_casts;
               if not (List.mem from span.members) then
-                report (Outsider { member = r.id; line; view; from; digest });
+                report (Outsider { member; line; view; from; digest });
               match Hashtbl.find_opt by_id from with
-              | None -> (
-                  match Hashtbl.find_opt absent from with
-                  | Some (n, f) -> Hashtbl.replace absent from (n + 1, f)
-                  | None ->
-                      absent_order := from :: !absent_order;
-                      Hashtbl.add absent from (1, (r.id, line, digest)))
+              | None -> no_log from r d
               | Some s -> (
                   match Hashtbl.find_opt s.sent digest with
-                  | None -> report (Not_sent { member = r.id; line; view; from; digest })
-                  | Some m ->
-                      if from = r.id && m.s_line > line then
-                        report (Delivered_before_sent { member = r.id; line; digest; sent = m.s_line });
-                      let ok_kind =
-                        match (m.s_dst, d.d_kind) with
-                        | None, `Cast -> true
-                        | Some dst, `Send ->
-                            if dst <> r.id then report (Misaddressed { member = r.id; line; from; digest; dst });
-                            dst = r.id
-                        | _, kind ->
-                            report (Wrong_kind { member = r.id; line; from; digest; kind });
-                            false
-                      in
-                      if m.s_len <> d.d_len then
-                        report (Wrong_length { member = r.id; line; from; digest; len = d.d_len; sent = m.s_len });
-                      let sent_in = s.spans.(m.s_span).vid in
-                      if sent_in <> view then
-                        report (Wrong_view { member = r.id; line; view; from; digest; sent = sent_in })
-                      else if ok_kind then begin
-                        let lkey = (from, d.d_kind = `Cast, d.d_span) in
-                        match Hashtbl.find_opt last lkey with
-                        | Some (l, after) when l > m.s_line ->
-                            report (Out_of_order { member = r.id; line; view; from; digest; after })
-                        | _ -> Hashtbl.replace last lkey (m.s_line, digest)
-                      end)))
+                  | None -> report (Not_sent { member; line; view; from; digest })
+                  | Some m -> check_against_sender report r d ~view s m last)))
         r.deliveries)
     members;
   List.iter
@@ -358,7 +395,9 @@ let check_live report ~view ~next group =
   let ids = List.map (fun (m, _) -> m.id) group in
   List.iter
     (fun (s, span) ->
-      let missing key = List.filter_map (fun (r, sp) -> if Hashtbl.mem sp.got key then None else Some r.id) group in
+      let missing key =
+        List.filter_map (fun (r, sp) -> if Hashtbl.mem sp.got key then None else Some r.id) group
+      in
       List.iter
         (fun digest ->
           let key = (s.id, digest) in
@@ -469,10 +508,11 @@ let check ?(require_merge = false) ?(quiescent = false) logs =
   check_deliveries report by_id members;
   check_synchrony report members;
   let finals = finals members in
-  if quiescent then List.iter (fun (view, group) -> check_live report ~view ~next:None group) finals;
-  if require_merge && List.length finals > 1 then
-    report
-      (Not_merged { finals = List.map (fun (v, g) -> (v, List.map (fun (m, _) -> m.id) g)) finals });
+  if quiescent then
+    List.iter (fun (view, group) -> check_live report ~view ~next:None group) finals;
+  (if require_merge && List.length finals > 1 then
+     let ids group = List.map (fun (m, _) -> m.id) group in
+     report (Not_merged { finals = List.map (fun (v, group) -> (v, ids group)) finals }));
   match !found with [] -> Ok () | l -> Error (List.rev l)
 
 type summary = {
@@ -488,7 +528,18 @@ type summary = {
 
 let summarize logs =
   let views = Hashtbl.create 64 in
-  let z = { logs = List.length logs; members = 0; views = 0; installs = 0; casts = 0; sends = 0; deliveries = 0; exits = 0 } in
+  let z =
+    {
+      logs = List.length logs;
+      members = 0;
+      views = 0;
+      installs = 0;
+      casts = 0;
+      sends = 0;
+      deliveries = 0;
+      exits = 0;
+    }
+  in
   let count s e =
     match e with
     | Log.View { view; _ } ->
@@ -509,7 +560,8 @@ let summarize logs =
   { s with views = Hashtbl.length views }
 
 let pp_summary ppf s =
-  Fmt.pf ppf "%d logs, %d members, %d views (%d installs), %d casts, %d sends, %d deliveries, %d exits"
+  Fmt.pf ppf
+    "%d logs, %d members, %d views (%d installs), %d casts, %d sends, %d deliveries, %d exits"
     s.logs s.members s.views s.installs s.casts s.sends s.deliveries s.exits
 
 let check_files ?require_merge ?quiescent paths =

@@ -73,7 +73,13 @@ type violation =
     }  (** [member] and [other] (the view's first installer) disagree on [view] *)
   | Resent of { member : string; line : int; digest : string; first : int }
       (** the member sent a second message with [digest] *)
-  | Sender_log_missing of { from : string; member : string; line : int; digest : string; count : int }
+  | Sender_log_missing of {
+      from : string;
+      member : string;
+      line : int;
+      digest : string;
+      count : int;
+    }
       (** [count] deliveries of messages of [from], whose log was not given;
           the first is at [member], [line] *)
   | Not_sent of { member : string; line : int; view : string; from : string; digest : string }
@@ -84,15 +90,36 @@ type violation =
       (** delivered as [kind] a message sent as the other kind *)
   | Misaddressed of { member : string; line : int; from : string; digest : string; dst : string }
       (** delivered a send addressed to [dst] *)
-  | Wrong_length of { member : string; line : int; from : string; digest : string; len : int; sent : int }
+  | Wrong_length of {
+      member : string;
+      line : int;
+      from : string;
+      digest : string;
+      len : int;
+      sent : int;
+    }
       (** delivered with length [len] a message sent with length [sent] *)
   | Outsider of { member : string; line : int; view : string; from : string; digest : string }
       (** delivered in [view] a message from a member not in [view] *)
-  | Wrong_view of { member : string; line : int; view : string; from : string; digest : string; sent : string }
+  | Wrong_view of {
+      member : string;
+      line : int;
+      view : string;
+      from : string;
+      digest : string;
+      sent : string;
+    }
       (** delivered in [view] a message sent in view [sent] *)
   | Duplicate of { member : string; line : int; from : string; digest : string; first : int }
       (** delivered again; [first] is the line of the first delivery *)
-  | Out_of_order of { member : string; line : int; view : string; from : string; digest : string; after : string }
+  | Out_of_order of {
+      member : string;
+      line : int;
+      view : string;
+      from : string;
+      digest : string;
+      after : string;
+    }
       (** delivered after message [after] of the same sender and kind, sent later *)
   | Not_synchronous of {
       view : string;

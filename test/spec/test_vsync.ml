@@ -451,7 +451,8 @@ let gen_string =
 
 let gen_event =
   QCheck.Gen.(
-    let digest = string_size ~gen:(oneofl (String.to_seq "0123456789abcdef" |> List.of_seq)) (return 16) in
+    let chars s = oneofl (List.of_seq (String.to_seq s)) in
+    let digest = string_size ~gen:(chars "0123456789abcdef") (return 16) in
     let len = oneof [ int_range 0 100; int_range 0 max_int ] in
     oneof
       [
@@ -459,12 +460,15 @@ let gen_event =
           (fun me v members -> Log.View { me; view = v; members })
           gen_string gen_string
           (list_size (int_range 0 5) gen_string);
-        map2 (fun (me, view) (len, digest) -> Log.Cast { me; view; len; digest }) (pair gen_string gen_string) (pair len digest);
+        map2
+          (fun (me, view) (len, digest) -> Log.Cast { me; view; len; digest })
+          (pair gen_string gen_string) (pair len digest);
         map2
           (fun (me, view, dst) (len, digest) -> Log.Send { me; view; dst; len; digest })
           (triple gen_string gen_string gen_string) (pair len digest);
         map3
-          (fun (me, view, from) kind (len, digest) -> Log.Deliver { me; view; from; kind; len; digest })
+          (fun (me, view, from) kind (len, digest) ->
+            Log.Deliver { me; view; from; kind; len; digest })
           (triple gen_string gen_string gen_string) (oneofl [ `Cast; `Send ]) (pair len digest);
         map (fun me -> exit me) gen_string;
       ])
@@ -481,7 +485,9 @@ let gen_garbage =
     oneof
       [
         string_size ~gen:char (int_range 0 80);
-        string_size ~gen:(oneofl (String.to_seq "{}[]\":,\\ u0123456789abcdefevmlnwidstk-.e" |> List.of_seq)) (int_range 0 80);
+        string_size
+          ~gen:(oneofl (List.of_seq (String.to_seq "{}[]\":,\\ u0123456789abcdefevmlnwidstk-.e")))
+          (int_range 0 80);
         ( gen_event >>= fun e ->
           let l = Log.to_line e in
           let n = String.length l in
@@ -623,7 +629,9 @@ module Sim = struct
 
   let message t g s kind =
     t.ndigests <- t.ndigests + 1;
-    let digest = Printf.sprintf "%016x" ((t.ndigests * 0x1E3779B97F4A7C15) land 0xfff_ffff_ffff_ffff) in
+    (* unique, in no particular order *)
+    let d = t.ndigests * 0x1E3779B97F4A7C15 land 0xfff_ffff_ffff_ffff in
+    let digest = Printf.sprintf "%016x" d in
     let idx = Option.value ~default:0 (Hashtbl.find_opt g.nsent s) in
     Hashtbl.replace g.nsent s (idx + 1);
     { idx; digest; kind; len = rint t 2000 }
@@ -640,9 +648,12 @@ module Sim = struct
 
   let deliver t g r s m =
     Hashtbl.replace g.upto (s, r) (m.idx + 1);
-    emit t r (Log.Deliver { me = r; view = g.vid; from = s; kind = m.kind; len = m.len; digest = m.digest })
+    let { kind; len; digest; _ } = m in
+    emit t r (Log.Deliver { me = r; view = g.vid; from = s; kind; len; digest })
 
-  let nonempty g = Hashtbl.fold (fun k q acc -> if Queue.is_empty q then acc else k :: acc) g.q [] |> List.sort compare
+  let nonempty g =
+    Hashtbl.fold (fun k q acc -> if Queue.is_empty q then acc else k :: acc) g.q []
+    |> List.sort compare
 
   let deliver_one t g =
     match nonempty g with
@@ -655,6 +666,8 @@ module Sim = struct
   (* Flush [g] for the members of [stay], who go on together: each of them
      delivers the rest of the messages of senders in [stay], and of other
      senders those before a common cut, in a random interleaving. *)
+  let find_list h k = Option.value ~default:[] (Hashtbl.find_opt h k)
+
   let flush t g stay =
     let pending = Hashtbl.create 8 in
     List.iter
@@ -675,13 +688,13 @@ module Sim = struct
             let l = List.filter (fun m -> m.idx < cut) (List.of_seq (Queue.to_seq (queue g s r))) in
             Queue.clear (queue g s r);
             if l <> [] then
-              Hashtbl.replace pending r ((s, ref l) :: Option.value ~default:[] (Hashtbl.find_opt pending r)))
+              Hashtbl.replace pending r ((s, ref l) :: find_list pending r))
           stay)
       g.members;
     List.iter
       (fun r ->
         let rec go () =
-          let srcs = List.filter (fun (_, l) -> !l <> []) (Option.value ~default:[] (Hashtbl.find_opt pending r)) in
+          let srcs = List.filter (fun (_, l) -> !l <> []) (find_list pending r) in
           if srcs <> [] then begin
             let s, l = pick t srcs in
             (match !l with m :: rest -> deliver t g r s m; l := rest | [] -> ());
@@ -715,9 +728,8 @@ module Sim = struct
     | 3 when n >= 2 ->
         let first = List.hd g.members in
         let other = pick t (List.tl g.members) in
-        let side = List.map (fun m -> (m, if m = first then true else if m = other then false else rint t 2 = 0)) g.members in
-        let g1 = List.filter_map (fun (m, b) -> if b then Some m else None) side in
-        let g2 = List.filter_map (fun (m, b) -> if b then None else Some m) side in
+        let one m = m = first || (m <> other && rint t 2 = 0) in
+        let g1, g2 = List.partition one g.members in
         flush t g g1;
         flush t g g2;
         replace t g [ install t g1; install t g2 ]
@@ -771,7 +783,8 @@ let ending_flags = function
   | Sim.Merged -> (true, true)
 
 let pp_ending ppf e =
-  Fmt.string ppf (match e with Sim.Open -> "open" | Sim.Quiescent -> "quiescent" | Sim.Merged -> "merged")
+  Fmt.string ppf
+    (match e with Sim.Open -> "open" | Sim.Quiescent -> "quiescent" | Sim.Merged -> "merged")
 
 let gen_history =
   QCheck.Gen.(
@@ -781,7 +794,8 @@ let gen_history =
     (ending, logs, alive))
 
 let pp_logs =
-  Fmt.(list ~sep:cut (fun ppf (id, es) -> Fmt.pf ppf "@[<v 2>%s:@,%a@]" id (list ~sep:cut Log.pp) es))
+  let pp_log ppf (id, es) = Fmt.pf ppf "@[<v 2>%s:@,%a@]" id Fmt.(list ~sep:cut Log.pp) es in
+  Fmt.(list ~sep:cut pp_log)
 
 let print_history (ending, logs, _) = Fmt.str "@[<v>%a@,%a@]" pp_ending ending pp_logs logs
 
@@ -833,7 +847,10 @@ let shape events =
     a;
   let vids = Array.of_list (List.rev !vids) in
   let ends = Array.of_list (List.rev !ends) in
-  let ends = Array.init (Array.length vids) (fun k -> if k < Array.length ends then ends.(k) else Array.length a) in
+  let ends =
+    Array.init (Array.length vids) (fun k ->
+        if k < Array.length ends then ends.(k) else Array.length a)
+  in
   { span_of; vids; ends }
 
 let candidates ending logs alive =
@@ -841,7 +858,9 @@ let candidates ending logs alive =
   let shapes = List.map (fun (id, es) -> (id, (Array.of_list es, shape es))) logs in
   let next id v =
     let _, sh = List.assoc id shapes in
-    let rec find k = if k >= Array.length sh.vids then None else if sh.vids.(k) = v then Some k else find (k + 1) in
+    let rec find k =
+      if k >= Array.length sh.vids then None else if sh.vids.(k) = v then Some k else find (k + 1)
+    in
     match find 0 with
     | Some k when k + 1 < Array.length sh.vids -> `Next sh.vids.(k + 1)
     | Some k when k + 1 = Array.length sh.vids -> `Last
@@ -853,12 +872,15 @@ let candidates ending logs alive =
     Array.iteri
       (fun i e ->
         match e with
-        | Log.Deliver { from; digest; _ } when sh.span_of.(i) >= 0 && sh.vids.(sh.span_of.(i)) = v && (from, digest) = key -> r := true
+        | Log.Deliver { from; digest; _ }
+          when sh.span_of.(i) >= 0 && sh.vids.(sh.span_of.(i)) = v && (from, digest) = key ->
+            r := true
         | _ -> ())
       a;
     !r
   in
-  let drops = ref [] and swaps = ref [] and dups = ref [] and moves = ref [] and disagree = ref [] in
+  let drops = ref [] and swaps = ref [] and dups = ref [] in
+  let moves = ref [] and disagree = ref [] in
   List.iter
     (fun (id, (a, sh)) ->
       Array.iteri
@@ -870,24 +892,31 @@ let candidates ending logs alive =
               let must =
                 match next id v with
                 | `Next w ->
-                    next from v = `Next w
+                    let stays r = next r v = `Next w in
+                    stays from
                     || kind = `Cast
-                       && List.exists (fun (r, _) -> r <> id && next r v = `Next w && delivered_in r v (from, digest)) logs
-                | `Last -> quiescent && List.mem id alive && List.mem from alive && next from v = `Last
+                       && List.exists
+                            (fun (r, _) -> r <> id && stays r && delivered_in r v (from, digest))
+                            logs
+                | `Last ->
+                    quiescent && List.mem id alive && List.mem from alive && next from v = `Last
                 | `Not_in -> false
               in
               if must then drops := Drop (id, i) :: !drops;
               for j = i + 1 to sh.ends.(k) do dups := Dup (id, i, j) :: !dups done;
               for j = i + 1 to sh.ends.(k) - 1 do
                 match a.(j) with
-                | Log.Deliver d when d.from = from && d.kind = kind -> swaps := Swap (id, i, j) :: !swaps
+                | Log.Deliver d when d.from = from && d.kind = kind ->
+                    swaps := Swap (id, i, j) :: !swaps
                 | _ -> ()
               done;
               Array.iteri
                 (fun k' v' ->
                   if k' <> k then
                     let start = if k' = 0 then 0 else sh.ends.(k' - 1) in
-                    for j = start + 1 to sh.ends.(k') do moves := Move (id, i, j, v') :: !moves done)
+                    for j = start + 1 to sh.ends.(k') do
+                      moves := Move (id, i, j, v') :: !moves
+                    done)
                 sh.vids
           | Log.View { view; members; _ } ->
               let installers = List.filter (fun (r, _) -> r <> id && next r view <> `Not_in) logs in
@@ -900,7 +929,11 @@ let candidates ending logs alive =
 
 let apply logs m =
   let on id f = List.map (fun (i, es) -> if i = id then (i, f (Array.of_list es)) else (i, es)) logs in
-  let insert a j e = List.concat (List.mapi (fun k x -> if k = j then [ e; x ] else [ x ]) (Array.to_list a)) @ if j = Array.length a then [ e ] else [] in
+  (* [e] inserted before index [j] of [a], or at its end *)
+  let insert a j e =
+    List.concat (List.mapi (fun k x -> if k = j then [ e; x ] else [ x ]) (Array.to_list a))
+    @ if j = Array.length a then [ e ] else []
+  in
   match m with
   | Drop (id, i) -> on id (fun a -> List.filteri (fun k _ -> k <> i) (Array.to_list a))
   | Swap (id, i, j) ->
@@ -936,15 +969,18 @@ let caught (ending, logs, _, m) =
   | None -> true
   | Some m -> (
       let event_at id i = List.nth (List.assoc id logs) i in
-      let msg id i = match event_at id i with Log.Deliver { from; digest; _ } -> (from, digest) | _ -> ("", "") in
+      let msg id i =
+        match event_at id i with Log.Deliver { from; digest; _ } -> (from, digest) | _ -> ("", "")
+      in
       let expected v =
         match (m, v) with
         | Drop (id, i), V.Not_synchronous { from; digest; missing; _ }
         | Drop (id, i), V.Not_delivered { from; digest; missing; _ } ->
             msg id i = (from, digest) && List.mem id missing
         | Swap (id, _, _), V.Out_of_order { member; _ } -> member = id
-        | Dup (id, i, _), V.Duplicate { member; from; digest; _ } -> member = id && msg id i = (from, digest)
-        | Move (id, i, _, _), V.Wrong_view { member; from; digest; _ } -> member = id && msg id i = (from, digest)
+        | Dup (id, i, _), V.Duplicate { member; from; digest; _ }
+        | Move (id, i, _, _), V.Wrong_view { member; from; digest; _ } ->
+            member = id && msg id i = (from, digest)
         | Disagree (id, i, _), V.Membership_disagrees { view; _ } -> (
             match event_at id i with Log.View v -> v.view = view | _ -> false)
         | _ -> false
@@ -953,10 +989,12 @@ let caught (ending, logs, _, m) =
       | Ok () -> QCheck.Test.fail_reportf "%a: not caught" pp_mutation m
       | Error l ->
           List.exists expected l
-          || QCheck.Test.fail_reportf "%a: wrong report:@ %a" pp_mutation m Fmt.(list ~sep:cut V.pp_violation) l)
+          || QCheck.Test.fail_reportf "%a: wrong report:@ %a" pp_mutation m
+               Fmt.(list ~sep:cut V.pp_violation) l)
 
 let print_mutated (ending, logs, alive, m) =
-  print_history (ending, logs, alive) ^ "\n" ^ match m with None -> "no mutation" | Some m -> Fmt.str "%a" pp_mutation m
+  print_history (ending, logs, alive) ^ "\n"
+  ^ match m with None -> "no mutation" | Some m -> Fmt.str "%a" pp_mutation m
 
 let prop_mutation =
   qtest ~count:1000 "drop, duplicate, reorder, move to another view, membership change: caught"
@@ -968,20 +1006,28 @@ let prop_mutation =
 let coverage () =
   let rand = Random.State.make [| seed |] in
   let counts = Hashtbl.create 8 in
-  let count k = Hashtbl.replace counts k (1 + Option.value ~default:0 (Hashtbl.find_opt counts k)) in
+  let get k = Option.value ~default:0 (Hashtbl.find_opt counts k) in
+  let count k = Hashtbl.replace counts k (1 + get k) in
+  let has p es = List.exists p es in
+  let is_exit = function Log.Exit _ -> true | _ -> false in
+  let is_send = function Log.Send _ -> true | _ -> false in
   for _ = 1 to 300 do
     let ending, logs, alive = QCheck.Gen.generate1 ~rand gen_history in
     List.iter
       (function
-        | (Drop _ :: _) -> count "drop" | (Swap _ :: _) -> count "swap" | (Dup _ :: _) -> count "dup"
-        | (Move _ :: _) -> count "move" | (Disagree _ :: _) -> count "disagree" | [] -> ())
+        | Drop _ :: _ -> count "drop"
+        | Swap _ :: _ -> count "swap"
+        | Dup _ :: _ -> count "dup"
+        | Move _ :: _ -> count "move"
+        | Disagree _ :: _ -> count "disagree"
+        | [] -> ())
       (candidates ending logs alive);
     if List.length logs > 5 then count "more than 5 members";
-    if List.exists (fun (_, es) -> List.exists (function Log.Exit _ -> true | _ -> false) es) logs then count "exit";
-    if List.exists (fun (id, es) -> not (List.mem id alive) && not (List.exists (function Log.Exit _ -> true | _ -> false) es)) logs
-    then count "crash";
-    if List.exists (fun (_, es) -> List.exists (function Log.Send _ -> true | _ -> false) es) logs then count "send";
-    (* Two views with the same LTIME neighbourhood at once: a split. *)
+    if List.exists (fun (_, es) -> has is_exit es) logs then count "exit";
+    if List.exists (fun (id, es) -> not (List.mem id alive || has is_exit es)) logs then
+      count "crash";
+    if List.exists (fun (_, es) -> has is_send es) logs then count "send";
+    (* Members alive at the end in different views: partitioned. *)
     let finals = Hashtbl.create 8 in
     List.iter (fun (id, es) ->
         if List.mem id alive then
@@ -992,9 +1038,12 @@ let coverage () =
   done;
   List.iter
     (fun k ->
-      let n = Option.value ~default:0 (Hashtbl.find_opt counts k) in
+      let n = get k in
       if n < 20 then Alcotest.failf "%s: only %d histories in 300" k n)
-    [ "drop"; "swap"; "dup"; "move"; "disagree"; "exit"; "crash"; "send"; "partitioned at the end"; "more than 5 members" ]
+    [
+      "drop"; "swap"; "dup"; "move"; "disagree"; "exit"; "crash"; "send"; "partitioned at the end";
+      "more than 5 members";
+    ]
 
 let large () =
   let logs, _ = Sim.run ~steps:150_000 ~ending:Sim.Merged (Random.State.make [| seed |]) in
