@@ -202,18 +202,21 @@ module L = struct
   let fix_sends r ts =
     Array.mapi (fun o v -> if List.mem o r.excluded then r.reported_sends.(o) else v) ts
 
-  let check_done t =
+  let rec check_done t =
     match t.round with
     | Some ({ target = Some (tc, ts); done_sent = false; _ } as r) ->
         let all a b = Array.for_all2 (fun x y -> x >= y) a b in
         if all t.casts tc && all t.sends ts then begin
           r.done_sent <- true;
-          if r.coord = t.me then r.dones.(t.me) <- true
+          if r.coord = t.me then begin
+            r.dones.(t.me) <- true;
+            coord_progress t
+          end
           else send_ctl t r.coord (Done { coord = r.coord; attempt = r.attempt })
         end
     | _ -> ()
 
-  let set_target t r (tc, ts) =
+  and set_target t r (tc, ts) =
     if r.target = None then begin
       let ts = fix_sends r ts in
       r.target <- Some (tc, ts);
@@ -221,7 +224,7 @@ module L = struct
       check_done t
     end
 
-  let coord_progress t =
+  and coord_progress t =
     match t.round with
     | Some r when r.coord = t.me ->
         let members = List.filter (fun x -> not (List.mem x r.excluded)) (List.init t.n Fun.id) in
@@ -416,6 +419,12 @@ module L = struct
       ("held_dropped", t.held_dropped);
       ("nonsense", t.nonsense);
       ("round", match t.round with Some r -> r.attempt | None -> 0);
+      ("round_coord", match t.round with Some r -> r.coord | None -> -1);
+      ("oks", match t.round with Some r -> Array.fold_left (fun n o -> if o <> None then n + 1 else n) 0 r.oks | None -> 0);
+      ("dones", match t.round with Some r -> Array.fold_left (fun n d -> if d then n + 1 else n) 0 r.dones | None -> 0);
+      ("target", match t.round with Some { target = Some _; _ } -> 1 | _ -> 0);
+      ("done_sent", match t.round with Some { done_sent = true; _ } -> 1 | _ -> 0);
+      ("flushed", if t.flushed then 1 else 0);
     ]
 end
 

@@ -184,11 +184,22 @@ let converged w =
       let v = G.view g in
       let ids = List.sort compare (List.map G.me live) in
       let agree = List.for_all (fun g' -> (G.view g').Consort_group.Group.vid = v.vid) live in
+      let state g =
+        let counters =
+          match G.stack g with
+          | Some st ->
+              List.concat_map
+                (fun (layer, cs) ->
+                  List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) cs)
+                (Stack.counters st)
+          | None -> []
+        in
+        Printf.sprintf "%s in %s%s [%s]" (G.me g) (G.view g).Consort_group.Group.vid
+          (if G.is_blocked g then " (blocked)" else "")
+          (String.concat " " counters)
+      in
       if not agree then
-        [
-          Printf.sprintf "live members end in different views: %s"
-            (String.concat ", " (List.map (fun g -> G.me g ^ " in " ^ (G.view g).Consort_group.Group.vid) live));
-        ]
+        [ Printf.sprintf "live members end in different views: %s" (String.concat "; " (List.map state live)) ]
       else if List.sort compare (Array.to_list v.members) <> ids then
         [
           Printf.sprintf "final view %s has [%s], the live members are [%s]" v.vid
