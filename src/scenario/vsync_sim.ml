@@ -32,6 +32,7 @@ type world = {
   procs : proc array;
   logs : (string, Log.event list ref) Hashtbl.t;  (* by member id, newest first *)
   order : string list ref;  (* member ids in order of creation *)
+  crashed : string list ref;
   mutable sent : int;
   mutable made : int;  (* payloads made: each is unique *)
   mutable delivered : int;
@@ -112,6 +113,7 @@ let crash w i =
     note w "%d crash %s" (Sim.now w.net) p.addr;
     (* A killed process logs nothing more, not even its exit. *)
     p.kill ();
+    (match p.g with Some g -> w.crashed := G.me g :: !(w.crashed) | None -> ());
     p.g <- None;
     Sim.crash w.net p.addr
   end
@@ -166,6 +168,7 @@ let make ?trace ~seed ~n ~link () =
     procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore });
     logs = Hashtbl.create 16;
     order = ref [];
+    crashed = ref [];
     sent = 0;
     made = 0;
     delivered = 0;
@@ -211,7 +214,7 @@ let converged w =
 let finish w =
   let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
   let spec =
-    match Vsync.check ~quiescent:true logs with
+    match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with
     | Ok () -> []
     | Error vs -> List.map (Fmt.str "%a" Vsync.pp_violation) vs
   in

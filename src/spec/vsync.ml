@@ -451,7 +451,7 @@ let check_synchrony report members =
 
 (* Members alive at the end, grouped by last view in order of first
    appearance. *)
-let finals members =
+let finals ?(crashed = []) members =
   let installers = Hashtbl.create 64 in
   List.iter
     (fun m ->
@@ -476,7 +476,7 @@ let finals members =
   List.iter
     (fun m ->
       let n = Array.length m.spans in
-      if n > 0 && not m.exited then begin
+      if n > 0 && (not m.exited) && not (List.mem m.id crashed) then begin
         let last = m.spans.(n - 1) in
         if not (excluded m last) then
           match Hashtbl.find_opt groups last.vid with
@@ -488,7 +488,7 @@ let finals members =
     members;
   List.rev_map (fun v -> (v, List.rev !(Hashtbl.find groups v))) !order
 
-let check ?(require_merge = false) ?(quiescent = false) logs =
+let check ?(require_merge = false) ?(quiescent = false) ?crashed logs =
   let found = ref [] in
   let report v = found := v :: !found in
   let by_id = Hashtbl.create 16 in
@@ -507,7 +507,7 @@ let check ?(require_merge = false) ?(quiescent = false) logs =
   check_memberships report members;
   check_deliveries report by_id members;
   check_synchrony report members;
-  let finals = finals members in
+  let finals = finals ?crashed members in
   if quiescent then
     List.iter (fun (view, group) -> check_live report ~view ~next:None group) finals;
   (if require_merge && List.length finals > 1 then

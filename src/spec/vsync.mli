@@ -152,11 +152,16 @@ val pp_violation : violation Fmt.t
 val check :
   ?require_merge:bool ->
   ?quiescent:bool ->
+  ?crashed:string list ->
   (string * Log.event list) list ->
   (unit, violation list) result
 (** [check logs] checks the logs of a run, each paired with its member's id.
     [quiescent] (default [false]) says the run ended with all messages
-    delivered; [require_merge] (default [false]) that partitions merged. *)
+    delivered; [require_merge] (default [false]) that partitions merged.
+    [crashed] names members known to have been killed (a killed member's
+    log just stops, and if no one installed a view without it, nothing in
+    the logs tells it from a live one): they are not expected to be alive
+    at the end. *)
 
 type summary = {
   logs : int;  (** files read *)
