@@ -15,7 +15,7 @@ let setup_logs verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
 
-let member group props bind peers log params quiet verbose seed =
+let member group props bind peers log params quiet verbose seed drop_file =
   setup_logs verbose;
   let params =
     match params with
@@ -30,7 +30,7 @@ let member group props bind peers log params quiet verbose seed =
       let peers = match peers with Some l -> l | None -> Consort_scenario.Member.default_peers in
       let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
       let cfg =
-        { Consort_scenario.Member.group; props; bind; peers; log; params; quiet; input = Some Unix.stdin; seed }
+        { Consort_scenario.Member.group; props; bind; peers; log; params; quiet; input = Some Unix.stdin; seed; drop_file }
       in
       match Consort_scenario.Member.run cfg with
       | Ok () -> 0
@@ -56,6 +56,13 @@ let member =
   let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print nothing on standard output.") in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and suspicions on standard error.") in
   let seed = Arg.(value & opt (some int) None & info [ "seed" ] ~docv:"S" ~doc:"Seed of the member's random choices.") in
+  let drop_file =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "drop-file" ] ~docv:"FILE"
+          ~doc:"For tests: drop datagrams from the addresses listed in $(docv), one per line, re-read as it changes.")
+  in
   let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
   let man =
     [
@@ -65,7 +72,7 @@ let member =
     ]
   in
   Cmd.v (Cmd.info "member" ~doc ~man)
-    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed)
+    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file)
 
 let stack props =
   match Consort_group.Properties.layers props with

@@ -603,6 +603,7 @@ module Make (T : Transport.S) = struct
               Stack.dn_ctl c.mstack (Gevent.Suspect_request { ranks; reason = "asked by the application" }))
     | _ -> ()
 
+  let connection t = conn t
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some c.mstack | None -> None
   let queued t = Queue.length t.queued

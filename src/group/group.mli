@@ -106,6 +106,10 @@ module Make (T : Consort.Transport.S) : sig
   val crash : t -> unit
   (** [crash t] stops at once, telling no one (for tests). *)
 
+  val connection : t -> T.connection
+  (** The transport connection the member runs on (for controls such as
+      test drop filters). *)
+
   val is_blocked : t -> bool
   val has_exited : t -> bool
   val queued : t -> int

@@ -4,6 +4,12 @@ module Udp = Consort_engine.Udp
 module G = Consort_group.Group.Make (Udp)
 module Log = Consort_spec.Log
 
+module In_channel_all = struct
+  let read file =
+    let ic = open_in_bin file in
+    Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+end
+
 let default_ports = List.init 16 (fun i -> 7400 + i)
 let default_peers = List.map (Printf.sprintf "127.0.0.1:%d") default_ports
 
@@ -19,6 +25,7 @@ type config = {
   quiet : bool;
   input : Unix.file_descr option;
   seed : int;
+  drop_file : string option;
 }
 
 (* Binds the first free port of the default range, or the given address. *)
@@ -113,6 +120,29 @@ let run cfg =
                 if not !exited then ignore (Loop.after loop (Time.of_ms 20) poll)
               in
               poll ();
+              (* A test's partition: drop datagrams from the addresses
+                 listed in the file, re-read as it changes. *)
+              (match cfg.drop_file with
+              | None -> ()
+              | Some file ->
+                  let last = ref "" in
+                  let rec watch_file () =
+                    let contents = try In_channel_all.read file with Sys_error _ -> "" in
+                    if contents <> !last then begin
+                      last := contents;
+                      let blocked =
+                        List.filter (( <> ) "") (List.map String.trim (String.split_on_char '\n' contents))
+                      in
+                      let filter =
+                        if blocked = [] then None
+                        else Some (fun ~src _ -> List.mem (Udp.address_to_string src) blocked)
+                      in
+                      say "dropping datagrams from [%s]" (String.concat " " blocked);
+                      ignore (Udp.control (G.connection g) (Udp.Drop_filter filter))
+                    end;
+                    if not !exited then ignore (Loop.after loop (Time.of_ms 50) watch_file)
+                  in
+                  watch_file ());
               (* Standard input: each line is a cast; the end leaves. *)
               (match cfg.input with
               | None -> ()

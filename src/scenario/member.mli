@@ -19,6 +19,9 @@ type config = {
   quiet : bool;  (** print nothing on standard output *)
   input : Unix.file_descr option;  (** lines to cast; [None]: cast nothing, stay until a signal *)
   seed : int;
+  drop_file : string option;
+      (** for tests of partitions: a file listing addresses (one per line)
+          whose datagrams are dropped; re-read as it changes *)
 }
 
 val run : config -> (unit, string) result
