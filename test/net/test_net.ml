@@ -1,0 +1,3 @@
+let () =
+  Consort.Iovec.set_checked true;
+  Alcotest.run "consort.net" [ ("checksum", T_checksum.suite) ]
