@@ -1,3 +1,3 @@
 let () =
   Consort.Iovec.set_checked true;
-  Alcotest.run "consort.net" [ ("checksum", T_checksum.suite) ]
+  Alcotest.run "consort.net" [ ("checksum", T_checksum.suite); ("wire", T_wire.suite) ]
