@@ -1,3 +1,5 @@
+type arp_config = Arp.config
+
 module type S = sig
   type device
 
@@ -19,7 +21,7 @@ module type S = sig
   }
 
   val create :
-    ?arp:Arp.config ->
+    ?arp:arp_config ->
     ?reassembly:Ipv4.reassembly ->
     ?gateway:Ipv4_addr.t ->
     clock:Clock.t ->

@@ -6,6 +6,8 @@
     application over [Ip]:
     {[ module Tcp = Tcp.Make (Ipstack.Ip) (Ipstack.Ip.Pseudo_header) (Checksum.On) ]} *)
 
+type arp_config = Arp.config
+
 module type S = sig
   type device
 
@@ -27,7 +29,7 @@ module type S = sig
   }
 
   val create :
-    ?arp:Arp.config ->
+    ?arp:arp_config ->
     ?reassembly:Ipv4.reassembly ->
     ?gateway:Ipv4_addr.t ->
     clock:Clock.t ->
