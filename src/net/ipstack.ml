@@ -1,5 +1,9 @@
 type arp_config = Arp.config
 
+let pp_arp = Arp.pp_info
+let pp_icmp = Icmp.pp_info
+let pp_udp = Udp.pp_info
+
 module type S = sig
   type device
 
@@ -63,8 +67,8 @@ module Make (D : Device.S) = struct
 
   let pp ppf t =
     Fmt.pf ppf "@[<v>ethernet: %a@,arp: %a@,ipv4: %a@,icmp: %a@,udp: %a@]" Ethernet.pp_info
-      (Eth.query t.eth) Arp.pp_info (Arp.query t.arp) Ipv4.pp_info (Ip.query t.ip) Icmp.pp_info
-      (Icmp.query t.icmp) Udp.pp_info (Udp.query t.udp)
+      (Eth.query t.eth) pp_arp (Arp.query t.arp) Ipv4.pp_info (Ip.query t.ip) pp_icmp
+      (Icmp.query t.icmp) pp_udp (Udp.query t.udp)
 end
 
 include Make (Device)
