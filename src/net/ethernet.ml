@@ -31,13 +31,15 @@ module type S = sig
        and type control = control
        and type info = info
 
+  type host = Mac_addr.t
+
   type device
 
   val create : ?max_peers:int -> device -> t
   val mac : t -> Mac_addr.t
   val mtu : t -> int
   val send_to : connection -> dst:Mac_addr.t -> Packet.t -> (unit, Protocol.error) result
-  val remote : connection -> Mac_addr.t
+  val remote : connection -> host
 end
 
 module Make (D : Device.S) = struct
@@ -47,6 +49,7 @@ module Make (D : Device.S) = struct
   type nonrec control = control
   type nonrec info = info
   type device = D.t
+  type host = Mac_addr.t
 
   type t = {
     dev : D.t;

@@ -39,6 +39,9 @@ module type S = sig
        and type control = control
        and type info = info
 
+  type host = Mac_addr.t
+  (** The peer's address, as {!remote} gives it. *)
+
   type device
 
   val create : ?max_peers:int -> device -> t
@@ -51,7 +54,7 @@ module type S = sig
   (** [send_to c ~dst p] sends [p] with [c]'s type to [dst] instead of
       [c]'s peer (ARP resolves many peers over one connection this way). *)
 
-  val remote : connection -> Mac_addr.t
+  val remote : connection -> host
 end
 
 module Make (D : Device.S) : S with type device = D.t

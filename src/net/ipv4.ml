@@ -50,6 +50,8 @@ module type S = sig
        and type control = control
        and type info = info
 
+  type host = Ipv4_addr.t
+
   type arp
 
   val create :
@@ -63,7 +65,7 @@ module type S = sig
     t
 
   val address : t -> Ipv4_addr.t
-  val remote : connection -> Ipv4_addr.t
+  val remote : connection -> host
   val local : connection -> Ipv4_addr.t
   val protocol : connection -> int
   val mtu : connection -> int
@@ -84,6 +86,7 @@ module Make (A : Arp.S) = struct
   type nonrec control = control
   type nonrec info = info
   type arp = A.t
+  type host = Ipv4_addr.t
 
   type fragments = {
     fsrc : Ipv4_addr.t;

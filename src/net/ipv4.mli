@@ -71,6 +71,9 @@ module type S = sig
        and type control = control
        and type info = info
 
+  type host = Ipv4_addr.t
+  (** The peer's address, as {!remote} gives it. *)
+
   type arp
 
   val create :
@@ -87,7 +90,7 @@ module type S = sig
       allocated from [pool]. *)
 
   val address : t -> Ipv4_addr.t
-  val remote : connection -> Ipv4_addr.t
+  val remote : connection -> host
   val local : connection -> Ipv4_addr.t
   val protocol : connection -> int
 

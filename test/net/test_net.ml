@@ -1,3 +1,4 @@
 let () =
   Consort.Iovec.set_checked true;
-  Alcotest.run "consort.net" [ ("checksum", T_checksum.suite); ("wire", T_wire.suite) ]
+  Alcotest.run "consort.net"
+    [ ("checksum", T_checksum.suite); ("wire", T_wire.suite); ("stack", T_stack.suite) ]
