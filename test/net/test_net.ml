@@ -1,4 +1,9 @@
 let () =
   Consort.Iovec.set_checked true;
   Alcotest.run "consort.net"
-    [ ("checksum", T_checksum.suite); ("wire", T_wire.suite); ("stack", T_stack.suite) ]
+    [
+      ("checksum", T_checksum.suite);
+      ("wire", T_wire.suite);
+      ("stack", T_stack.suite);
+      ("tap", T_tap.suite);
+    ]
