@@ -80,9 +80,8 @@ module Make (E : Ethernet.S) = struct
     pool : Consort.Pool.t;
     config : config;
     mutable my_ip : Ipv4_addr.t;
-    cache : (int, entry) Hashtbl.t;
-    out : (int, E.connection) Hashtbl.t;  (* per ethertype, for sending *)
-    mutable arp_conn : E.connection option;
+    cache : entry Itbl.t;
+    out : E.connection Itbl.t;  (* per ethertype, for sending *)
     mutable last_defence : Consort.Time.t;
     mutable requests_sent : int;
     mutable replies_sent : int;
@@ -120,7 +119,7 @@ module Make (E : Ethernet.S) = struct
   let remote c = c.peer
 
   let eth_out t ety =
-    match Hashtbl.find t.out ety with
+    match Itbl.find t.out ety with
     | c -> Ok c
     | exception Not_found -> (
         match
@@ -128,7 +127,7 @@ module Make (E : Ethernet.S) = struct
               { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
         with
         | Ok c ->
-            Hashtbl.replace t.out ety c;
+            Itbl.replace t.out ety c;
             Ok c
         | Error _ as e -> e)
 
@@ -166,7 +165,7 @@ module Make (E : Ethernet.S) = struct
 
   let drop_pending t ip pd =
     pd.cancel ();
-    Hashtbl.remove t.cache ip;
+    Itbl.remove t.cache ip;
     t.resolution_failed <- t.resolution_failed + 1;
     let told = ref [] in
     Queue.iter
@@ -180,7 +179,7 @@ module Make (E : Ethernet.S) = struct
     List.iter (fun c -> if c.open_ then c.handler.status c Unresolved) (List.rev !told)
 
   let rec retry t ip pd () =
-    match Hashtbl.find_opt t.cache ip with
+    match Itbl.find_opt t.cache ip with
     | Some (Pending pd') when pd' == pd ->
         if pd.tries >= t.config.retries then drop_pending t ip pd
         else begin
@@ -193,49 +192,49 @@ module Make (E : Ethernet.S) = struct
   (* Makes room for one more entry: expired ones go first, then any
      non-static resolved one. *)
   let make_room t =
-    if Hashtbl.length t.cache >= t.config.max_entries then begin
+    if Itbl.length t.cache >= t.config.max_entries then begin
       let now = t.clock.now () in
       let victims =
-        Hashtbl.fold
+        Itbl.fold
           (fun ip e acc ->
             match e with
             | Resolved { expires; static = false; _ } when expires <= now -> ip :: acc
             | _ -> acc)
           t.cache []
       in
-      List.iter (Hashtbl.remove t.cache) victims;
-      if Hashtbl.length t.cache >= t.config.max_entries then
+      List.iter (Itbl.remove t.cache) victims;
+      if Itbl.length t.cache >= t.config.max_entries then
         match
-          Hashtbl.fold
+          Itbl.fold
             (fun ip e acc -> match e with Resolved { static = false; _ } -> Some ip | _ -> acc)
             t.cache None
         with
-        | Some ip -> Hashtbl.remove t.cache ip
+        | Some ip -> Itbl.remove t.cache ip
         | None -> ()
     end
 
   let start_pending t ip =
     make_room t;
-    if Hashtbl.length t.cache >= t.config.max_entries then None
+    if Itbl.length t.cache >= t.config.max_entries then None
     else
       let pd = { queue = Queue.create (); tries = 1; cancel = (fun () -> ()) } in
-      Hashtbl.replace t.cache ip (Pending pd);
+      Itbl.replace t.cache ip (Pending pd);
       request t (Ipv4_addr.of_int ip);
       pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd);
       Some pd
 
   let learn t ip mac =
-    match Hashtbl.find_opt t.cache ip with
+    match Itbl.find_opt t.cache ip with
     | Some (Resolved { static = true; _ }) -> ()
     | Some (Pending pd) ->
         pd.cancel ();
-        Hashtbl.replace t.cache ip
+        Itbl.replace t.cache ip
           (Resolved { mac; expires = t.clock.now () + t.config.entry_ttl; static = false });
         flush_queue t pd.queue mac
     | Some (Resolved _) | None ->
         make_room t;
-        if Hashtbl.length t.cache < t.config.max_entries || Hashtbl.mem t.cache ip then
-          Hashtbl.replace t.cache ip
+        if Itbl.length t.cache < t.config.max_entries || Itbl.mem t.cache ip then
+          Itbl.replace t.cache ip
             (Resolved { mac; expires = t.clock.now () + t.config.entry_ttl; static = false })
 
   let input t p =
@@ -260,7 +259,7 @@ module Make (E : Ethernet.S) = struct
         end
         else if m.spa <> Ipv4_addr.any && not (Mac_addr.is_group m.sha) then begin
           let ip = (m.spa :> int) in
-          if Hashtbl.mem t.cache ip || (m.tpa = me && me <> Ipv4_addr.any) then learn t ip m.sha
+          if Itbl.mem t.cache ip || (m.tpa = me && me <> Ipv4_addr.any) then learn t ip m.sha
         end;
         if m.op = Request && m.tpa = me && me <> Ipv4_addr.any && m.spa <> m.tpa then
           send_arp t ~dst:m.sha { op = Reply; sha = mac t; spa = me; tha = m.sha; tpa = m.spa });
@@ -274,9 +273,8 @@ module Make (E : Ethernet.S) = struct
         pool;
         config;
         my_ip = ip;
-        cache = Hashtbl.create 64;
-        out = Hashtbl.create 4;
-        arp_conn = None;
+        cache = Itbl.create 64;
+        out = Itbl.create 4;
         last_defence = 0;
         requests_sent = 0;
         replies_sent = 0;
@@ -298,11 +296,11 @@ module Make (E : Ethernet.S) = struct
 
   let multicast_mac ip = Mac_addr.of_int (0x01005e000000 lor (ip land 0x7fffff))
 
-  let lookup t ip =
-    if ip = Ipv4_addr.broadcast then Some Mac_addr.broadcast
+  let lookup t (ip : Ipv4_addr.t) =
+    if (ip :> int) = 0xffff_ffff then Some Mac_addr.broadcast
     else if Ipv4_addr.is_multicast ip then Some (multicast_mac (ip :> int))
     else
-      match Hashtbl.find t.cache (ip :> int) with
+      match Itbl.find t.cache (ip :> int) with
       | Resolved { mac; expires; static } when static || expires > t.clock.now () -> Some mac
       | _ | (exception Not_found) -> None
 
@@ -319,7 +317,7 @@ module Make (E : Ethernet.S) = struct
     if not c.open_ then (
       Packet.release p;
       Error `Closed)
-    else if c.peer = Ipv4_addr.any then (
+    else if (c.peer :> int) = 0 then (
       Packet.release p;
       Error (`Bad_address "ARP: a receive-only connection"))
     else
@@ -332,13 +330,13 @@ module Make (E : Ethernet.S) = struct
               e)
       | None -> (
           let ip = (c.peer :> int) in
-          match Hashtbl.find t.cache ip with
+          match Itbl.find t.cache ip with
           | Pending pd ->
               enqueue t pd c p;
               Ok ()
           | Resolved _ | (exception Not_found) -> (
               (* Absent or expired: resolve afresh. *)
-              Hashtbl.remove t.cache ip;
+              Itbl.remove t.cache ip;
               match start_pending t ip with
               | Some pd ->
                   enqueue t pd c p;
@@ -387,17 +385,17 @@ module Make (E : Ethernet.S) = struct
         announce t;
         Ok ()
     | Add_static (ip, mac) ->
-        (match Hashtbl.find_opt t.cache (ip :> int) with
+        (match Itbl.find_opt t.cache (ip :> int) with
         | Some (Pending pd) ->
             pd.cancel ();
             flush_queue t pd.queue mac
         | _ -> ());
-        Hashtbl.replace t.cache (ip :> int) (Resolved { mac; expires = max_int; static = true });
+        Itbl.replace t.cache (ip :> int) (Resolved { mac; expires = max_int; static = true });
         Ok ()
     | Remove ip ->
-        (match Hashtbl.find_opt t.cache (ip :> int) with
+        (match Itbl.find_opt t.cache (ip :> int) with
         | Some (Pending pd) -> drop_pending t (ip :> int) pd
-        | _ -> Hashtbl.remove t.cache (ip :> int));
+        | _ -> Itbl.remove t.cache (ip :> int));
         Ok ()
     | Announce ->
         announce t;
@@ -406,7 +404,7 @@ module Make (E : Ethernet.S) = struct
   let query t =
     let now = t.clock.now () in
     let entries =
-      Hashtbl.fold
+      Itbl.fold
         (fun ip e acc ->
           match e with
           | Resolved { mac; expires; static } when static || expires > now -> (Ipv4_addr.of_int ip, Some mac) :: acc

@@ -56,7 +56,7 @@ module Make (D : Device.S) = struct
     mac : Mac_addr.t;
     mtu : int;
     max_peers : int;
-    types : (int, ethertype) Hashtbl.t;
+    types : ethertype Itbl.t;
     mutable promiscuous : bool;
     mutable frames_in : int;
     mutable frames_out : int;
@@ -67,7 +67,7 @@ module Make (D : Device.S) = struct
   }
 
   and ethertype = {
-    peers : (int, connection) Hashtbl.t;
+    peers : connection Itbl.t;
     mutable listener : (connection -> handler) option;
   }
 
@@ -85,11 +85,11 @@ module Make (D : Device.S) = struct
   let nothing = { receive = (fun _ p -> Packet.release p); status = (fun _ (s : status) -> match s with _ -> .) }
 
   let table t ty =
-    match Hashtbl.find t.types ty with
+    match Itbl.find t.types ty with
     | e -> e
     | exception Not_found ->
-        let e = { peers = Hashtbl.create 16; listener = None } in
-        Hashtbl.replace t.types ty e;
+        let e = { peers = Itbl.create 16; listener = None } in
+        Itbl.replace t.types ty e;
         e
 
   let input t p =
@@ -99,19 +99,19 @@ module Make (D : Device.S) = struct
       Packet.release p)
     else
       let dst = Ethernet_wire.get_dst cs in
-      if dst <> t.mac && (not (Mac_addr.is_group dst)) && not t.promiscuous then (
+      if (dst :> int) <> (t.mac :> int) && (not (Mac_addr.is_group dst)) && not t.promiscuous then (
         t.not_for_us <- t.not_for_us + 1;
         Packet.release p)
       else
         let ty = Ethernet_wire.get_ethertype cs in
-        match Hashtbl.find t.types ty with
+        match Itbl.find t.types ty with
         | exception Not_found ->
             t.unknown_type <- t.unknown_type + 1;
             Packet.release p
         | e -> (
             let src = Ethernet_wire.get_src cs in
             let (_ : (unit, _) result) = Packet.pull p Ethernet_wire.sizeof_ethernet in
-            match Hashtbl.find e.peers (src :> int) with
+            match Itbl.find e.peers (src :> int) with
             | c ->
                 t.frames_in <- t.frames_in + 1;
                 c.handler.receive c p
@@ -121,12 +121,12 @@ module Make (D : Device.S) = struct
                     t.unknown_type <- t.unknown_type + 1;
                     Packet.release p
                 | Some f ->
-                    if Hashtbl.length e.peers >= t.max_peers then (
+                    if Itbl.length e.peers >= t.max_peers then (
                       t.peer_limit <- t.peer_limit + 1;
                       Packet.release p)
                     else
                       let c = { eth = t; ty; peer = src; handler = nothing; open_ = true; users = 1 } in
-                      Hashtbl.replace e.peers (src :> int) c;
+                      Itbl.replace e.peers (src :> int) c;
                       c.handler <- f c;
                       t.frames_in <- t.frames_in + 1;
                       c.handler.receive c p))
@@ -138,7 +138,7 @@ module Make (D : Device.S) = struct
         mac = D.mac dev;
         mtu = D.mtu dev;
         max_peers;
-        types = Hashtbl.create 8;
+        types = Itbl.create 8;
         promiscuous = false;
         frames_in = 0;
         frames_out = 0;
@@ -164,13 +164,13 @@ module Make (D : Device.S) = struct
     | Error _ as e -> e
     | Ok () ->
         let e = table t ethertype in
-        match Hashtbl.find_opt e.peers (dst :> int) with
+        match Itbl.find_opt e.peers (dst :> int) with
         | Some c ->
             c.users <- c.users + 1;
             Ok c
         | None ->
             let c = { eth = t; ty = ethertype; peer = dst; handler = nothing; open_ = true; users = 1 } in
-            if not (Mac_addr.is_group dst) then Hashtbl.replace e.peers (dst :> int) c;
+            if not (Mac_addr.is_group dst) then Itbl.replace e.peers (dst :> int) c;
             c.handler <- f c;
             Ok c
 
@@ -207,10 +207,10 @@ module Make (D : Device.S) = struct
     c.users <- c.users - 1;
     if c.open_ && c.users <= 0 then begin
       c.open_ <- false;
-      match Hashtbl.find_opt c.eth.types c.ty with
+      match Itbl.find_opt c.eth.types c.ty with
       | Some e -> (
-          match Hashtbl.find_opt e.peers (c.peer :> int) with
-          | Some c' when c' == c -> Hashtbl.remove e.peers (c.peer :> int)
+          match Itbl.find_opt e.peers (c.peer :> int) with
+          | Some c' when c' == c -> Itbl.remove e.peers (c.peer :> int)
           | _ -> ())
       | None -> ()
     end

@@ -48,7 +48,7 @@ module Make (Ip : Ipv4.S) = struct
   type t = {
     ip : Ip.t;
     clock_now : unit -> Consort.Time.t;
-    sessions : (int, connection) Hashtbl.t;  (* (dst lsl 16) lor id *)
+    sessions : connection Itbl.t;  (* (dst lsl 16) lor id *)
     mutable replies : bool;
     mutable echo_requests_in : int;
     mutable echo_replies_out : int;
@@ -96,7 +96,7 @@ module Make (Ip : Ipv4.S) = struct
       else if ty = Icmp_wire.echo_reply && code = 0 then (
         t.echo_replies_in <- t.echo_replies_in + 1;
         let id = Icmp_wire.get_id cs and seq = Icmp_wire.get_seq cs in
-        match Hashtbl.find_opt t.sessions (skey (Ip.remote ipc) id) with
+        match Itbl.find_opt t.sessions (skey (Ip.remote ipc) id) with
         | Some c when c.open_ ->
             let rtt = t.clock_now () - c.sent_at.(seq land 255) in
             c.handler.status c (Echo_reply { seq; rtt });
@@ -123,7 +123,7 @@ module Make (Ip : Ipv4.S) = struct
     | Icmp_error { error; quoted } ->
         if String.length quoted >= 8 && Char.code quoted.[0] = Icmp_wire.echo_request then
           let id = (Char.code quoted.[4] lsl 8) lor Char.code quoted.[5] in
-          Hashtbl.iter
+          Itbl.iter
             (fun _ c -> if c.id = id && c.open_ then c.handler.status c (Icmp_error error))
             t.sessions
 
@@ -134,7 +134,7 @@ module Make (Ip : Ipv4.S) = struct
       {
         ip;
         clock_now = clock.Clock.now;
-        sessions = Hashtbl.create 8;
+        sessions = Itbl.create 8;
         replies = true;
         echo_requests_in = 0;
         echo_replies_out = 0;
@@ -154,7 +154,7 @@ module Make (Ip : Ipv4.S) = struct
 
   let active_open t ({ dst; id } : address) f =
     let k = skey dst (id land 0xffff) in
-    if Hashtbl.mem t.sessions k then Error (`In_use (Printf.sprintf "echo id %d" id))
+    if Itbl.mem t.sessions k then Error (`In_use (Printf.sprintf "echo id %d" id))
     else
       match Ip.active_open t.ip { dst; proto = Ipv4_wire.proto_icmp } (ip_handler t) with
       | Error _ as e -> e
@@ -162,7 +162,7 @@ module Make (Ip : Ipv4.S) = struct
           let c =
             { icmp = t; ipc; dst; id = id land 0xffff; seq = 0; sent_at = Array.make 256 0; handler = nothing; open_ = true }
           in
-          Hashtbl.replace t.sessions k c;
+          Itbl.replace t.sessions k c;
           c.handler <- f c;
           Ok c
 
@@ -185,7 +185,7 @@ module Make (Ip : Ipv4.S) = struct
   let close c =
     if c.open_ then (
       c.open_ <- false;
-      Hashtbl.remove c.icmp.sessions (skey c.dst c.id);
+      Itbl.remove c.icmp.sessions (skey c.dst c.id);
       Ip.close c.ipc)
 
   let abort = close

@@ -109,10 +109,10 @@ module Make (A : Arp.S) = struct
     mutable gateway : Ipv4_addr.t option;
     mutable bcast : Ipv4_addr.t;
     mtu : int;
-    conns : (int, connection) Hashtbl.t;
-    listeners : (int, (Ipv4_addr.t option * (connection -> handler)) list) Hashtbl.t;
-    hops : (int, A.connection) Hashtbl.t;
-    pending : (int, fragments) Hashtbl.t;
+    conns : connection Itbl.t;
+    listeners : (Ipv4_addr.t option * (connection -> handler)) list Itbl.t;
+    hops : A.connection Itbl.t;
+    pending : fragments Itbl.t;
     mutable pending_bytes : int;
     mutable next_id : int;
     mutable rx_hlen : int;
@@ -161,12 +161,12 @@ module Make (A : Arp.S) = struct
   end
 
   let next_hop t dst =
-    if Ipv4_addr.Prefix.mem dst t.prefix || dst = Ipv4_addr.broadcast || Ipv4_addr.is_multicast dst
+    if Ipv4_addr.Prefix.mem dst t.prefix || (dst :> int) = 0xffff_ffff || Ipv4_addr.is_multicast dst
     then Some dst
     else t.gateway
 
   let hop_conn t nh =
-    match Hashtbl.find t.hops (nh : Ipv4_addr.t :> int) with
+    match Itbl.find t.hops (nh : Ipv4_addr.t :> int) with
     | c -> Ok c
     | exception Not_found -> (
         match
@@ -174,8 +174,8 @@ module Make (A : Arp.S) = struct
               { A.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
         with
         | Ok c ->
-            if Hashtbl.length t.hops > 4096 then Hashtbl.reset t.hops;
-            Hashtbl.replace t.hops (nh :> int) c;
+            if Itbl.length t.hops > 4096 then Itbl.reset t.hops;
+            Itbl.replace t.hops (nh :> int) c;
             Ok c
         | Error _ as e -> e)
 
@@ -286,14 +286,14 @@ module Make (A : Arp.S) = struct
         let ihl = Ipv4_wire.get_ihl quoted * 4 in
         let dst = Ipv4_wire.get_dst quoted and proto = Ipv4_wire.get_proto quoted in
         if Ipv4_wire.get_src quoted = t.prefix.addr then
-          match Hashtbl.find_opt t.conns (key dst proto) with
+          match Itbl.find_opt t.conns (key dst proto) with
           | Some c ->
               let rest = Cstruct.to_string (Cstruct.shift quoted (min ihl (Cstruct.length quoted))) in
               c.handler.status c (Icmp_error { error = err; quoted = rest })
           | None -> ())
 
   let find_listener t proto src =
-    match Hashtbl.find_opt t.listeners proto with
+    match Itbl.find_opt t.listeners proto with
     | None -> None
     | Some l -> (
         match List.find_opt (fun (s, _) -> s = Some src) l with
@@ -303,7 +303,7 @@ module Make (A : Arp.S) = struct
   (* [p]'s window is the datagram, header of [h] bytes included. *)
   let deliver t p ~src ~proto ~h ~bcast =
     let k = key src proto in
-    match Hashtbl.find t.conns k with
+    match Itbl.find t.conns k with
     | c ->
         let (_ : (unit, _) result) = Packet.pull p h in
         t.rx_hlen <- h;
@@ -313,12 +313,12 @@ module Make (A : Arp.S) = struct
     | exception Not_found -> (
         match find_listener t proto src with
         | Some f ->
-            if Hashtbl.length t.conns >= t.max_connections then (
+            if Itbl.length t.conns >= t.max_connections then (
               t.connection_limit <- t.connection_limit + 1;
               Packet.release p)
             else
               let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1 } in
-              Hashtbl.replace t.conns k c;
+              Itbl.replace t.conns k c;
               c.handler <- f c;
               let (_ : (unit, _) result) = Packet.pull p h in
               t.rx_hlen <- h;
@@ -334,14 +334,14 @@ module Make (A : Arp.S) = struct
 
   let drop_fragments t k fr =
     fr.cancel ();
-    Hashtbl.remove t.pending k;
+    Itbl.remove t.pending k;
     t.pending_bytes <- t.pending_bytes - fr.bytes;
     List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
     fr.frags <- []
 
   let complete t k fr =
     fr.cancel ();
-    Hashtbl.remove t.pending k;
+    Itbl.remove t.pending k;
     t.pending_bytes <- t.pending_bytes - fr.bytes;
     let q = Packet.create ~headroom:(Packet.default_headroom + hlen) t.pool fr.total in
     let dst = Packet.cstruct q in
@@ -379,18 +379,18 @@ module Make (A : Arp.S) = struct
     else
       let k = ((src : Ipv4_addr.t :> int) lsl 24) lor (proto lsl 16) lor id in
       let fr =
-        match Hashtbl.find_opt t.pending k with
+        match Itbl.find_opt t.pending k with
         | Some fr -> Some fr
         | None ->
-            if Hashtbl.length t.pending >= t.reasm.max_datagrams then None
+            if Itbl.length t.pending >= t.reasm.max_datagrams then None
             else
               let fr =
                 { fsrc = src; fproto = proto; fid = id; frags = []; bytes = 0; count = 0; total = -1; cancel = (fun () -> ()) }
               in
-              Hashtbl.replace t.pending k fr;
+              Itbl.replace t.pending k fr;
               fr.cancel <-
                 t.clock.at (t.clock.now () + t.reasm.timeout) (fun () ->
-                    match Hashtbl.find_opt t.pending k with
+                    match Itbl.find_opt t.pending k with
                     | Some fr' when fr' == fr ->
                         t.reassembly_timeouts <- t.reassembly_timeouts + 1;
                         drop_fragments t k fr
@@ -446,12 +446,13 @@ module Make (A : Arp.S) = struct
         Packet.release p)
       else
         let src = Ipv4_wire.get_src cs and dst = Ipv4_wire.get_dst cs in
-        if src = Ipv4_addr.broadcast || Ipv4_addr.is_multicast src || src = t.bcast then (
+        let src_i = (src :> int) and dst_i = (dst :> int) in
+        if src_i = 0xffff_ffff || Ipv4_addr.is_multicast src || src_i = (t.bcast :> int) then (
           t.bad <- t.bad + 1;
           Packet.release p)
         else
-          let bcast = dst = Ipv4_addr.broadcast || dst = t.bcast in
-          if dst <> t.prefix.addr && not bcast then (
+          let bcast = dst_i = 0xffff_ffff || dst_i = (t.bcast :> int) in
+          if dst_i <> (t.prefix.addr :> int) && not bcast then (
             t.not_for_us <- t.not_for_us + 1;
             Packet.release p)
           else begin
@@ -465,7 +466,7 @@ module Make (A : Arp.S) = struct
   let set_prefix t prefix =
     t.prefix <- prefix;
     t.bcast <- (if prefix.len >= 31 then Ipv4_addr.broadcast else Ipv4_addr.Prefix.broadcast prefix);
-    Hashtbl.reset t.hops;
+    Itbl.reset t.hops;
     ignore (A.control t.arp (Arp.Set_ip prefix.addr));
     if t.bcast <> Ipv4_addr.broadcast then
       ignore (A.control t.arp (Arp.Add_static (t.bcast, Mac_addr.broadcast)))
@@ -483,10 +484,10 @@ module Make (A : Arp.S) = struct
         gateway;
         bcast = Ipv4_addr.broadcast;
         mtu = A.mtu arp;
-        conns = Hashtbl.create 64;
-        listeners = Hashtbl.create 8;
-        hops = Hashtbl.create 16;
-        pending = Hashtbl.create 16;
+        conns = Itbl.create 64;
+        listeners = Itbl.create 8;
+        hops = Itbl.create 16;
+        pending = Itbl.create 16;
         pending_bytes = 0;
         next_id = 1;
         rx_hlen = 0;
@@ -521,7 +522,7 @@ module Make (A : Arp.S) = struct
     if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "protocol %d" proto))
     else
       let k = key dst proto in
-      match Hashtbl.find_opt t.conns k with
+      match Itbl.find_opt t.conns k with
       | Some c ->
           c.users <- c.users + 1;
           Ok c
@@ -531,25 +532,25 @@ module Make (A : Arp.S) = struct
             Error (`Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst)))
           else
             let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1 } in
-            Hashtbl.replace t.conns k c;
+            Itbl.replace t.conns k c;
             c.handler <- f c;
             Ok c
 
   let passive_open t { protocol; source } f =
     if protocol < 0 || protocol > 255 then Error (`Bad_address (Printf.sprintf "protocol %d" protocol))
     else
-      let l = Option.value ~default:[] (Hashtbl.find_opt t.listeners protocol) in
+      let l = Option.value ~default:[] (Itbl.find_opt t.listeners protocol) in
       if List.exists (fun (s, _) -> s = source) l then
         Error (`In_use (Printf.sprintf "IP protocol %d" protocol))
       else (
-        Hashtbl.replace t.listeners protocol ((source, f) :: l);
+        Itbl.replace t.listeners protocol ((source, f) :: l);
         Ok ())
 
   let close c =
     c.users <- c.users - 1;
     if c.users <= 0 then
-      match Hashtbl.find_opt c.ip.conns c.key with
-      | Some c' when c' == c -> Hashtbl.remove c.ip.conns c.key
+      match Itbl.find_opt c.ip.conns c.key with
+      | Some c' when c' == c -> Itbl.remove c.ip.conns c.key
       | _ -> ()
 
   let abort = close
@@ -562,7 +563,7 @@ module Make (A : Arp.S) = struct
         Ok ()
     | Set_gateway g ->
         t.gateway <- g;
-        Hashtbl.reset t.hops;
+        Itbl.reset t.hops;
         Ok ()
 
   let query t =
@@ -583,6 +584,6 @@ module Make (A : Arp.S) = struct
       reassembly_dropped = t.reassembly_dropped;
       reassembly_timeouts = t.reassembly_timeouts;
       icmp_errors_sent = t.icmp_errors_sent;
-      connections = Hashtbl.length t.conns;
+      connections = Itbl.length t.conns;
     }
 end

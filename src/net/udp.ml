@@ -41,7 +41,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
 
   type t = {
     ip : Ip.t;
-    ports : (int, binding) Hashtbl.t;
+    ports : binding Itbl.t;
     mutable next_ephemeral : int;
     mutable datagrams_in : int;
     mutable datagrams_out : int;
@@ -83,9 +83,9 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     else begin
       Packet.trim p ulen;
       let sport = Udp_wire.get_src_port cs and dport = Udp_wire.get_dst_port cs in
-      match Hashtbl.find t.ports dport with
+      match Itbl.find t.ports dport with
       | Bound c ->
-          if c.rport = sport && Ip.remote c.ipc = Ip.remote ipc && c.open_ then (
+          if c.rport = sport && c.open_ && (Ip.remote c.ipc :> int) = (Ip.remote ipc :> int) then (
             let (_ : (unit, _) result) = Packet.pull p Udp_wire.sizeof_udp in
             t.datagrams_in <- t.datagrams_in + 1;
             c.handler.receive c p)
@@ -108,7 +108,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     | Icmp_error { error = Dest_unreachable u; quoted } when String.length quoted >= 4 -> (
         let sport = (Char.code quoted.[0] lsl 8) lor Char.code quoted.[1] in
         let dport = (Char.code quoted.[2] lsl 8) lor Char.code quoted.[3] in
-        match Hashtbl.find_opt t.ports sport with
+        match Itbl.find_opt t.ports sport with
         | Some (Bound c) when c.rport = dport && c.open_ -> c.handler.status c (Unreachable u)
         | _ -> ())
     | Icmp_error _ -> ()
@@ -119,7 +119,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     let t =
       {
         ip;
-        ports = Hashtbl.create 16;
+        ports = Itbl.create 16;
         next_ephemeral = 49152;
         datagrams_in = 0;
         datagrams_out = 0;
@@ -139,7 +139,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
       else
         let p = t.next_ephemeral in
         t.next_ephemeral <- (if p = 65535 then 49152 else p + 1);
-        if Hashtbl.mem t.ports p then go (tries - 1) else Some p
+        if Itbl.mem t.ports p then go (tries - 1) else Some p
     in
     go 16384
 
@@ -150,7 +150,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     else
       let lport =
         if src_port = 0 then ephemeral t
-        else if valid_port src_port && not (Hashtbl.mem t.ports src_port) then Some src_port
+        else if valid_port src_port && not (Itbl.mem t.ports src_port) then Some src_port
         else None
       in
       match lport with
@@ -160,15 +160,15 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
           | Error _ as e -> e
           | Ok ipc ->
               let c = { udp = t; ipc; lport; rport = dst_port; bound = true; handler = nothing; open_ = true } in
-              Hashtbl.replace t.ports lport (Bound c);
+              Itbl.replace t.ports lport (Bound c);
               c.handler <- f c;
               Ok c)
 
   let passive_open t (Port p) f =
     if not (valid_port p) then Error (`Bad_address (Printf.sprintf "port %d" p))
-    else if Hashtbl.mem t.ports p then Error (`In_use (Printf.sprintf "UDP port %d" p))
+    else if Itbl.mem t.ports p then Error (`In_use (Printf.sprintf "UDP port %d" p))
     else (
-      Hashtbl.replace t.ports p (Listening f);
+      Itbl.replace t.ports p (Listening f);
       Ok ())
 
   let send c p =
@@ -197,8 +197,8 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     if c.open_ then begin
       c.open_ <- false;
       if c.bound then begin
-        (match Hashtbl.find_opt c.udp.ports c.lport with
-        | Some (Bound c') when c' == c -> Hashtbl.remove c.udp.ports c.lport
+        (match Itbl.find_opt c.udp.ports c.lport with
+        | Some (Bound c') when c' == c -> Itbl.remove c.udp.ports c.lport
         | _ -> ());
         Ip.close c.ipc
       end
@@ -209,8 +209,8 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
   let headroom t = Udp_wire.sizeof_udp + Ip.headroom t.ip
 
   let control t (Unlisten p) =
-    (match Hashtbl.find_opt t.ports p with
-    | Some (Listening _) -> Hashtbl.remove t.ports p
+    (match Itbl.find_opt t.ports p with
+    | Some (Listening _) -> Itbl.remove t.ports p
     | _ -> ());
     Ok ()
 
