@@ -4,6 +4,7 @@ let () =
     [
       ("checksum", T_checksum.suite);
       ("wire", T_wire.suite);
+      ("devices", T_devices.suite);
       ("stack", T_stack.suite);
       ("tap", T_tap.suite);
     ]
