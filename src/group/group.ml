@@ -513,8 +513,9 @@ module Make (T : Transport.S) = struct
 
   (* {1 The application's side} *)
 
-  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?(seed = 0)
+  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ~layers tr ~group ~addr cb =
+    let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
     let peers = List.filter_map (fun s -> match T.address_of_string s with Ok a -> Some a | Error _ -> None) peers in

@@ -77,7 +77,9 @@ module Make (T : Consort.Transport.S) : sig
   (** [join ~layers tr ~group ~addr cb] opens [addr] on [tr] and joins
       [group]: the member installs a view of its own at once, then merges
       with the group's other members as it finds them through [peers]
-      (addresses to send discovery messages to). [layers] is the stack
+      (addresses to send discovery messages to). [seed] determines the
+      member's random choices, its incarnation number included; without it
+      each join draws a fresh one, so a restarted member gets a new id. [layers] is the stack
       built at each view, top first (see {!Properties}). [on_sent] is
       called as each message enters the stack, with the view it is sent
       in (for logs and checkers). *)
