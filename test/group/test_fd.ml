@@ -120,7 +120,7 @@ let single ?(params = Params.empty) ?(n = 3) ?(rank = 0) layers =
   in
   match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = on_ctl } with
   | Error e -> Alcotest.fail e
-  | Ok st -> { st; clock; sent; got; ctl; pool; group = View.group_hash view; seqs = Array.make n 0 }
+  | Ok st -> { st; clock; sent; got; ctl; pool; group = View.stamp view; seqs = Array.make n 0 }
 
 let feed s bytes = Stack.recv s.st (Msg.of_iovec (Pool.of_string s.pool bytes))
 
