@@ -15,7 +15,7 @@ let setup_logs verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
 
-let member group props bind peers log params quiet verbose seed drop_file =
+let member group props bind peers log params quiet verbose seed drop_file discovery =
   setup_logs verbose;
   let params =
     match params with
@@ -27,10 +27,14 @@ let member group props bind peers log params quiet verbose seed drop_file =
       Fmt.epr "consort member: --params: %s@." e;
       2
   | Ok params -> (
-      let peers = match peers with Some l -> l | None -> Consort_scenario.Member.default_peers in
+      let peers =
+        match peers with
+        | Some l -> List.filter (fun p -> p <> "" && p <> "none") l
+        | None -> if discovery = None then Consort_scenario.Member.default_peers else []
+      in
       let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
       let cfg =
-        { Consort_scenario.Member.group; props; bind; peers; log; params; quiet; input = Some Unix.stdin; seed; drop_file }
+        { Consort_scenario.Member.group; props; bind; peers; log; params; quiet; input = Some Unix.stdin; seed; drop_file; discovery }
       in
       match Consort_scenario.Member.run cfg with
       | Ok () -> 0
@@ -56,6 +60,13 @@ let member =
   let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print nothing on standard output.") in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and suspicions on standard error.") in
   let seed = Arg.(value & opt (some int) None & info [ "seed" ] ~docv:"S" ~doc:"Seed of the member's random choices.") in
+  let discovery =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "mcast" ] ~docv:"GROUP:PORT"
+          ~doc:"Also find the group's members through this IP multicast group (where the network has multicast); with it, $(b,--peers) defaults to none.")
+  in
   let drop_file =
     Arg.(
       value
@@ -72,7 +83,7 @@ let member =
     ]
   in
   Cmd.v (Cmd.info "member" ~doc ~man)
-    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file)
+    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery)
 
 let stack props =
   match Consort_group.Properties.layers props with

@@ -123,6 +123,8 @@ module Make (T : Transport.S) = struct
     cb : callbacks;
     on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
     peers : T.address list;
+    discovery : T.address option;  (* a multicast group all members joined *)
+    heal : bool;
     known : (string, Side.member) Hashtbl.t;  (* every member seen, by id *)
     mutable cur : cur option;
     mutable blocked : bool;
@@ -475,7 +477,7 @@ module Make (T : Transport.S) = struct
       |> List.sort_uniq compare
       |> List.filter_map (addr_of t)
     in
-    let dsts = t.peers @ to_known in
+    let dsts = t.peers @ to_known @ Option.to_list t.discovery in
     let self = T.address_to_string c.addrs.(c.view.View.rank) in
     List.iter
       (fun a -> if T.address_to_string a <> self && not (Array.exists (T.equal_address a) c.addrs) then side_send t a msg)
@@ -505,7 +507,7 @@ module Make (T : Transport.S) = struct
           | Some deadline when now t > deadline -> exit_group t
           | Some _ when t.pending = None && t.blocked && is_coordinator t -> exit_group t
           | _ -> ());
-          if is_coordinator t && (not t.blocked) && t.leaving = None then gossip t c
+          if t.heal && is_coordinator t && (not t.blocked) && t.leaving = None then gossip t c
       | None -> ());
       reschedule t;
       if not t.exited then t.tick <- Some (T.at t.tr (now t + min t.heal_interval t.install_retry) (fun () -> tick t))
@@ -514,14 +516,23 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ~layers tr ~group ~addr cb =
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
     let peers = List.filter_map (fun s -> match T.address_of_string s with Ok a -> Some a | Error _ -> None) peers in
-    match T.address_of_string addr with
-    | Error e -> Error (Printf.sprintf "bad address %S: %s" addr e)
-    | Ok local -> (
+    let discovery =
+      match discovery with
+      | None -> Ok None
+      | Some d -> (
+          match T.address_of_string d with
+          | Ok a -> Ok (Some a)
+          | Error e -> Error (Printf.sprintf "bad discovery address %S: %s" d e))
+    in
+    match (T.address_of_string addr, discovery) with
+    | Error e, _ -> Error (Printf.sprintf "bad address %S: %s" addr e)
+    | _, Error e -> Error e
+    | Ok local, Ok discovery -> (
         match Stack.check layers with
         | Error e -> Error e
         | Ok () -> (
@@ -534,7 +545,16 @@ module Make (T : Transport.S) = struct
             in
             match T.open_ tr local handler with
             | Error e -> Error (Fmt.str "%a" Transport.pp_error e)
-            | Ok conn ->
+            | Ok conn -> (
+                match
+                  match discovery with
+                  | Some d -> T.control conn (T.Join_multicast d)
+                  | None -> Ok ()
+                with
+                | Error e ->
+                    T.close conn;
+                    Error (Fmt.str "cannot join the discovery group: %a" Transport.pp_error e)
+                | Ok () ->
                 let addr = T.address_to_string (T.query conn).T.local in
                 let t =
                   {
@@ -549,6 +569,8 @@ module Make (T : Transport.S) = struct
                     cb;
                     on_sent;
                     peers;
+                    discovery;
+                    heal;
                     known = Hashtbl.create 16;
                     cur = None;
                     blocked = false;
@@ -572,7 +594,7 @@ module Make (T : Transport.S) = struct
                 self := Some t;
                 install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
                 tick t;
-                Ok t))
+                Ok t)))
 
   let cast t s =
     if not t.exited then

@@ -68,6 +68,8 @@ module Make (T : Consort.Transport.S) : sig
     ?peers:string list ->
     ?seed:int ->
     ?on_sent:(vid:string -> [ `Cast | `Send of string ] -> string -> unit) ->
+    ?discovery:string ->
+    ?heal:bool ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -82,7 +84,11 @@ module Make (T : Consort.Transport.S) : sig
       each join draws a fresh one, so a restarted member gets a new id. [layers] is the stack
       built at each view, top first (see {!Properties}). [on_sent] is
       called as each message enters the stack, with the view it is sent
-      in (for logs and checkers). *)
+      in (for logs and checkers). [discovery] is an IP multicast group
+      (["239.1.2.3:7500"]) that the member joins and to which coordinators
+      also send their discovery messages, where the network has multicast.
+      With [heal = false] (the [Heal] property absent) the member sends no
+      discovery messages: it merges only when others find it. *)
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)

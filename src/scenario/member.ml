@@ -26,12 +26,14 @@ type config = {
   input : Unix.file_descr option;
   seed : int;
   drop_file : string option;
+  discovery : string option;
 }
 
 (* Binds the first free port of the default range, or the given address. *)
 let join loop cfg layers cb ~on_sent =
   let try_addr addr =
-    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~layers loop ~group:cfg.group ~addr cb
+    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ?discovery:cfg.discovery
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers loop ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> try_addr addr

@@ -22,6 +22,7 @@ type config = {
   drop_file : string option;
       (** for tests of partitions: a file listing addresses (one per line)
           whose datagrams are dropped; re-read as it changes *)
+  discovery : string option;  (** an IP multicast group for discovery, e.g. ["239.1.2.3:7500"] *)
 }
 
 val run : config -> (unit, string) result

@@ -38,20 +38,24 @@ let create ~dir n =
       m)
     (free_ports n)
 
-let start ~exe ?(params = "") ?(props = "vsync") ~group ~peers ?(output = "/dev/null") m =
+let start ~exe ?(wrap = []) ?(extra = []) ?(params = "") ?(props = "vsync") ~group ~peers ?(output = "/dev/null") m =
   m.incarnation <- m.incarnation + 1;
   let log = Filename.concat m.dir (Printf.sprintf "member-%d.%d.log" m.idx m.incarnation) in
   m.logs <- log :: m.logs;
   let r, w = Unix.pipe ~cloexec:true () in
   let out = Unix.openfile output [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
   let args =
-    [
-      exe; "member"; "--group"; group; "--props"; props; "--bind"; m.addr; "--peers"; String.concat "," peers;
+    wrap
+    @ [
+      exe; "member"; "--group"; group; "--props"; props; "--bind"; m.addr; "--peers";
+      (if peers = [] then "none" else String.concat "," peers);
       "--log"; log; "--drop-file"; drop_file m; "--seed"; string_of_int ((m.idx * 1000) + m.incarnation);
     ]
-    @ if params = "" then [] else [ "--params"; params ]
+    @ (if params = "" then [] else [ "--params"; params ])
+    @ extra
   in
-  let pid = Unix.create_process exe (Array.of_list args) r out out in
+  let prog = List.hd args in
+  let pid = Unix.create_process prog (Array.of_list args) r out out in
   Unix.close r;
   Unix.close out;
   m.pid <- Some pid;

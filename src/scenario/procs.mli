@@ -21,6 +21,8 @@ val create : dir:string -> int -> member list
 
 val start :
   exe:string ->
+  ?wrap:string list ->
+  ?extra:string list ->
   ?params:string ->
   ?props:string ->
   group:string ->
@@ -28,7 +30,9 @@ val start :
   ?output:string ->
   member ->
   unit
-(** [start ~exe ~group ~peers m] runs [exe member ...] as a new incarnation
+(** [start ~exe ~group ~peers m] runs [exe member ...] (after the command
+    [wrap], such as [ip netns exec NAME], and with [extra] arguments) as a
+    new incarnation
     of [m], its standard input a pipe ({!cast} writes to it), its output
     appended to [output] (default: discarded). *)
 

@@ -79,6 +79,35 @@ let partition_and_merge () =
       expect "everyone leaves cleanly" (P.leave_all ms ~timeout:15.);
       ignore (check_logs ms))
 
+(* Discovery by IP multicast: loopback here has no MULTICAST flag, so the
+   members run in a network namespace made for the test, whose loopback is
+   given it. They are told of no unicast peer at all. *)
+let sh cmd = Sys.command (cmd ^ " >/dev/null 2>&1") = 0
+
+let multicast_discovery () =
+  if Unix.getuid () <> 0 then Alcotest.fail "needs root to create a network namespace";
+  if not (sh "command -v ip") then Alcotest.fail "needs the ip command (iproute2)";
+  let ns = Printf.sprintf "consort-mc-%d" (Unix.getpid ()) in
+  if not (sh ("ip netns add " ^ ns)) then Alcotest.fail "ip netns add failed";
+  Fun.protect
+    ~finally:(fun () -> ignore (sh ("ip netns delete " ^ ns)))
+    (fun () ->
+      if not (sh (Printf.sprintf "ip netns exec %s ip link set lo up multicast on" ns)) then
+        Alcotest.fail "cannot set up loopback multicast in the namespace";
+      with_members 3 (fun ms _ ->
+          let dir = temp_dir () in
+          List.iter
+            (fun m ->
+              P.start ~exe:(exe ()) ~wrap:[ "ip"; "netns"; "exec"; ns ] ~extra:[ "--mcast"; "239.7.7.7:7600" ] ~params
+                ~group:"mc" ~peers:[] ~output:(Filename.concat dir "out-mc.txt") m)
+            ms;
+          expect "the three find each other by multicast and form one group"
+            (P.wait_until ~timeout:20. (fun () -> P.same_view ms));
+          casts ms 5 "mc";
+          Unix.sleepf 1.;
+          expect "everyone leaves cleanly" (P.leave_all ms ~timeout:15.);
+          ignore (check_logs ms)))
+
 let () =
   Alcotest.run "members"
     [
@@ -86,5 +115,6 @@ let () =
         [
           Alcotest.test_case "kill one with SIGKILL, restart it" `Quick kill_and_rejoin;
           Alcotest.test_case "partition 2/3 and heal" `Quick partition_and_merge;
+          Alcotest.test_case "discovery by IP multicast (namespace)" `Quick multicast_discovery;
         ] );
     ]
