@@ -21,6 +21,7 @@ let () =
         cast = (fun ~origin s -> say "%s says %S" origin s);
         send = (fun ~origin s -> say "%s whispers %S" origin s);
         block = (fun () -> say "blocked for a view change");
+        flow = (fun blocked -> if blocked then say "flow control: wait before sending more");
         exit = (fun () -> say "left");
       }
     in

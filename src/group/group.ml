@@ -19,6 +19,7 @@ type callbacks = {
   cast : origin:string -> string -> unit;
   send : origin:string -> string -> unit;
   block : unit -> unit;
+  flow : bool -> unit;
   exit : unit -> unit;
 }
 
@@ -330,6 +331,7 @@ module Make (T : Transport.S) = struct
               ranks
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
         | Gmp.Excluded -> alone t c
+        | Event.Blocked b -> t.cb.flow b
         | _ -> ())
     | _ -> ()
 

@@ -31,6 +31,10 @@ type callbacks = {
   cast : origin:string -> string -> unit;  (** a cast was delivered *)
   send : origin:string -> string -> unit;  (** a point-to-point message was delivered *)
   block : unit -> unit;  (** a view change started: messages sent now wait for the next view *)
+  flow : bool -> unit;
+      (** [flow true]: flow control asks the application to stop sending
+          (a receiver is slow; what is sent now is queued in memory);
+          [flow false]: it may send again *)
   exit : unit -> unit;  (** this member has left the group *)
 }
 

@@ -90,6 +90,7 @@ let run cfg =
               cast = deliver `Cast;
               send = deliver `Send;
               block = (fun () -> ());
+              flow = (fun blocked -> if blocked then say "flow control: sending paused" else say "flow control: sending resumed");
               exit =
                 (fun () ->
                   exited := true;

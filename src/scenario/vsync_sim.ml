@@ -88,6 +88,7 @@ let start w i =
       cast = deliver `Cast;
       send = deliver `Send;
       block = ignore;
+      flow = ignore;
       exit = (fun () -> if not !dead then record w !self (Log.Exit { me = !self }));
     }
   in
