@@ -24,9 +24,11 @@ test: build
 bench: build
 	@./_build/default/bin/main.exe bench layering
 
+SOAK_SEEDS ?= 100000
+
 soak: build
-	@./_build/default/bin/main.exe sim --scenario pt2pt-lossy --seeds 100000
-	@./_build/default/bin/main.exe sim --scenario mnak-lossy --seeds 100000
+	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do \
+	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 
 clean:
 	$(DUNE) clean

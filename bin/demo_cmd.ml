@@ -71,44 +71,95 @@ let run_peers ~members ~counts ~loss ~seed ~limit =
   in
   List.for_all Fun.id results
 
-let demo seeds limit =
-  Fmt.pr "Consort %s: reliable FIFO multicast, simulated and real.@.@." "0.1.0";
-  Fmt.pr "1. The deterministic simulator: %d schedules of 5 endpoints casting over a network that@." seeds;
-  Fmt.pr "   loses 30%% and duplicates 10%% of datagrams and reorders them, each checked by the FIFO spec.@.";
+module P = Consort_scenario.Procs
+
+let group_demo () =
   let t0 = Unix.gettimeofday () in
-  let passed = ref 0 and failed = ref 0 and datagrams = ref 0 and delivered = ref 0 in
-  for seed = 1 to seeds do
-    match Consort_scenario.Scenario.run "mnak-lossy" ~seed with
-    | Ok o when o.violations = [] ->
-        incr passed;
-        datagrams := !datagrams + o.datagrams;
-        delivered := !delivered + o.delivered
-    | Ok o ->
-        incr failed;
-        Fmt.pr "   seed %d failed: %s@." seed (List.hd o.violations)
-    | Error e ->
-        incr failed;
-        Fmt.pr "   %s@." e
-  done;
-  Fmt.pr "   %d passed, %d failed: %d deliveries over %d datagrams in %.1fs of real time.@.@." !passed !failed
-    !delivered !datagrams
-    (Unix.gettimeofday () -. t0);
-  Fmt.pr "2. Three processes on 127.0.0.1 cast 10,000 messages between them over kernel UDP, each@.";
-  Fmt.pr "   dropping 20%% of the datagrams it receives; each checks exactly-once FIFO delivery.@.";
+  let stamp () = Unix.gettimeofday () -. t0 in
+  let say fmt = Fmt.pr ("  %5.1fs  " ^^ fmt ^^ "@.") (stamp ()) in
+  let dir = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-demo-%d" (Unix.getpid ())) in
+  if not (Sys.file_exists dir) then Unix.mkdir dir 0o755;
+  let ms = P.create ~dir 4 in
+  let peers = List.map (fun m -> m.P.addr) ms in
+  let start m = P.start ~exe:Sys.executable_name ~group:"demo" ~peers m in
+  let short v = match String.index_opt v ':' with Some i -> String.sub v 0 (min (String.length v) (i + 16)) | None -> v in
+  let show_view what m =
+    match P.current_view m with
+    | Some (v, members) -> say "%s: view %s with %d members" what (short v) (List.length members)
+    | None -> ()
+  in
+  Fun.protect
+    ~finally:(fun () -> List.iter P.kill ms)
+    (fun () ->
+      Fmt.pr "A group of 4 member processes on 127.0.0.1 (stack %s):@."
+        (match Consort_group.Properties.(layers vsync) with Ok l -> Consort.Stack.describe l | Error e -> e);
+      List.iter start ms;
+      say "started 4 members at %s" (String.concat ", " peers);
+      let formed = P.wait_until ~timeout:10. (fun () -> P.same_view ms) in
+      if formed then show_view "formed" (List.hd ms) else say "the group did not form in 10 s";
+      List.iter (fun m -> for i = 1 to 25 do P.cast m (Printf.sprintf "message %d from member %d" i m.P.idx) done) ms;
+      ignore (P.wait_until ~timeout:5. (fun () -> List.for_all (fun m -> P.deliveries m >= 100) ms));
+      say "100 casts sent, %d delivered in all (each member delivers every cast, its own included)"
+        (List.fold_left (fun n m -> n + P.deliveries m) 0 ms);
+      let victim = List.nth ms 3 and rest = List.filteri (fun i _ -> i < 3) ms in
+      P.kill victim;
+      let killed_at = stamp () in
+      say "member 3 killed with SIGKILL";
+      let excluded = P.wait_until ~timeout:12. (fun () -> P.same_view rest) in
+      let detection = stamp () -. killed_at in
+      if excluded then begin
+        show_view "excluded" (List.hd rest);
+        say "failure detected and view changed %.1f s after the kill (suspect.timeout is 5 s)" detection
+      end
+      else say "the others did not exclude member 3 within 12 s";
+      List.iter (fun m -> for i = 1 to 10 do P.cast m (Printf.sprintf "after the failure %d from %d" i m.P.idx) done) rest;
+      start victim;
+      say "member 3 restarted (a new incarnation)";
+      let rejoined = P.wait_until ~timeout:10. (fun () -> P.same_view ms) in
+      if rejoined then show_view "rejoined" victim else say "member 3 did not rejoin within 10 s";
+      List.iter (fun m -> P.cast m (Printf.sprintf "welcome back, from %d" m.P.idx)) ms;
+      Unix.sleepf 0.5;
+      let left = P.leave_all ms ~timeout:8. in
+      say "all members %s" (if left then "left cleanly" else "stopped");
+      let views = List.length (List.sort_uniq compare (List.concat_map (fun f -> List.filter_map (function Consort_spec.Log.View { view; _ } -> Some view | _ -> None) (P.events f)) (P.all_logs ms))) in
+      let delivered = List.length (List.concat_map (fun f -> List.filter (function Consort_spec.Log.Deliver _ -> true | _ -> false) (P.events f)) (P.all_logs ms)) in
+      let checked =
+        match Consort_spec.Vsync.check_files (P.all_logs ms) with
+        | Ok _ -> "hold"
+        | Error errs -> "FAIL: " ^ String.concat "; " errs
+      in
+      Fmt.pr "Summary: %d views, %d messages delivered, failure detection %.1f s; virtual synchrony checks %s.@." views
+        delivered detection checked;
+      formed && excluded && rejoined && checked = "hold")
+
+let demo seeds limit =
+  Fmt.pr "Consort %s@.@." "0.1.0";
+  let ok_group = group_demo () in
+  Fmt.pr "@.Reliable FIFO multicast: 3 processes cast 10,000 messages over UDP, each dropping 20%% of what it receives:@.";
   let members = free_addresses 3 in
   let t1 = Unix.gettimeofday () in
   let ok = run_peers ~members ~counts:"3334,3333,3333" ~loss:0.2 ~seed:1 ~limit in
-  Fmt.pr "   %s in %.1fs.@." (if ok then "all three delivered everything, in order, once" else "FAILED")
+  Fmt.pr "  %s in %.1fs.@." (if ok then "all three delivered everything, in order, once" else "FAILED")
     (Unix.gettimeofday () -. t1);
-  if ok && !failed = 0 then 0 else 1
+  Fmt.pr "@.The simulator: %d seeded schedules of a group with crashes, checked by the specifications:@." seeds;
+  let t2 = Unix.gettimeofday () in
+  let passed = ref 0 and failed = ref 0 in
+  for seed = 1 to seeds do
+    match Consort_scenario.Scenario.run "vsync-crash" ~seed with
+    | Ok o when o.violations = [] -> incr passed
+    | _ -> incr failed
+  done;
+  Fmt.pr "  %d passed, %d failed in %.1fs.@." !passed !failed (Unix.gettimeofday () -. t2);
+  if ok_group && ok && !failed = 0 then 0 else 1
 
 let demo =
-  let seeds = Arg.(value & opt int 200 & info [ "seeds" ] ~docv:"N" ~doc:"Simulated schedules to run.") in
+  let seeds = Arg.(value & opt int 20 & info [ "seeds" ] ~docv:"N" ~doc:"Simulated schedules to run.") in
   let limit =
-    Arg.(value & opt float 60. & info [ "limit" ] ~docv:"S" ~doc:"Seconds before the processes are stopped.")
+    Arg.(value & opt float 20. & info [ "limit" ] ~docv:"S" ~doc:"Seconds before the multicast processes are stopped.")
   in
   Cmd.v
-    (Cmd.info "demo" ~doc:"Reliable multicast in the simulator, then between three real processes.")
+    (Cmd.info "demo"
+       ~doc:"A group of processes forms, loses a member and takes it back; then reliable multicast and the simulator.")
     Term.(const demo $ seeds $ limit)
 
 let peer rank members counts loss seed deadline =

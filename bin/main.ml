@@ -19,7 +19,7 @@ let bench_cmd =
       Term.(const bench_layering $ iterations $ json)
   in
   Cmd.group (Cmd.info "bench" ~doc:"Benchmarks; each prints its baseline measured in the same run.")
-    [ layering ]
+    [ layering; Net_cmd.bench_checksum ]
 
 let params () =
   List.iter
@@ -35,4 +35,4 @@ let () =
   exit
     (Cmd.eval'
        (Cmd.group (Cmd.info "consort" ~version:"0.1.0" ~doc)
-          [ Demo_cmd.demo; Sim_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer ]))
+          [ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Sim_cmd.cmd; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer ]))

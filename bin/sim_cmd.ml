@@ -1,6 +1,10 @@
 open Cmdliner
 
-let run scenario seeds seed trace quiet =
+let run scenario seeds seed trace quiet verbose =
+  if verbose > 0 then begin
+    Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
+    Logs.set_level (Some (if verbose > 1 then Logs.Debug else Logs.Info))
+  end;
   match Consort_scenario.Scenario.describe scenario with
   | None ->
       Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
@@ -44,6 +48,10 @@ let trace =
 
 let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print only failures and the summary.")
 
+let verbose =
+  Arg.(value & flag_all & info [ "verbose"; "v" ] ~doc:"Log the layers' decisions on standard error (twice: everything).")
+  |> Term.app (Term.const List.length)
+
 let cmd =
   let doc = "Run seeded schedules of a scenario in the simulator and check each trace." in
   let man =
@@ -53,4 +61,4 @@ let cmd =
       `P ("Scenarios: " ^ String.concat ", " Consort_scenario.Scenario.names ^ ".");
     ]
   in
-  Cmd.v (Cmd.info "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet)
+  Cmd.v (Cmd.info "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose)

@@ -5,6 +5,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=./_build/default
 SIM_SEEDS=${SIM_SEEDS:-2000}
+VSYNC_SEEDS=${VSYNC_SEEDS:-1000}
 export CONSORT_CHECKED=1
 passed=0
 failed=0
@@ -62,6 +63,9 @@ done
 
 for s in pt2pt-lossy mnak-lossy; do
   counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "$SIM_SEEDS"
+done
+for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do
+  counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "$VSYNC_SEEDS"
 done
 
 echo "$passed passed, $failed failed"

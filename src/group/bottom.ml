@@ -47,7 +47,7 @@ module L = struct
   let create (ctx : Layer.ctx) out =
     {
       out;
-      group = View.group_hash ctx.view;
+      group = View.stamp ctx.view;
       rank = ctx.view.rank;
       nmembers = View.nmembers ctx.view;
       stopped = false;
@@ -75,7 +75,7 @@ module L = struct
     end
     else if group <> t.group then begin
       t.wrong_group <- t.wrong_group + 1;
-      drop msg (fun ppf -> Fmt.pf ppf "group %08x is not ours (%08x)" group t.group)
+      drop msg (fun ppf -> Fmt.pf ppf "group/view stamp %08x is not ours (%08x)" group t.group)
     end
     else if origin >= t.nmembers then begin
       t.bad_rank <- t.bad_rank + 1;

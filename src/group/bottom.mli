@@ -1,7 +1,7 @@
 (** Bottom: the lowest layer of a group stack (Ensemble's [Bottom]).
 
     Going down it stamps every message with a small header: a magic and
-    version byte, the 32-bit hash of the group name ({!Consort.View.group_hash}),
+    version byte, the 32-bit stamp of the group name and view id ({!Consort.View.stamp}),
     the sender's rank and whether the message is a cast or a send. Going up
     it takes raw datagrams from the transport and lets through only those
     of its own protocol version and group, from another valid rank; it hands

@@ -57,8 +57,12 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios
-let describe n = List.find_opt (fun s -> s.name = n) scenarios |> Option.map (fun s -> s.doc)
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names
+
+let describe n =
+  match List.find_opt (fun s -> s.name = n) scenarios with
+  | Some s -> Some s.doc
+  | None -> Vsync_sim.describe n
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
@@ -157,5 +161,18 @@ let run_spec ?trace spec ~seed =
 
 let run ?trace name ~seed =
   match List.find_opt (fun s -> s.name = name) scenarios with
-  | None -> Error (Printf.sprintf "unknown scenario %S (known: %s)" name (String.concat ", " names))
   | Some spec -> Ok (run_spec ?trace spec ~seed)
+  | None -> (
+      match Vsync_sim.run ?trace name ~seed with
+      | Some o ->
+          Ok
+            {
+              seed;
+              violations = o.violations;
+              trace_hash = o.trace_hash;
+              sent = o.sent;
+              delivered = o.delivered;
+              datagrams = o.datagrams;
+              end_time = o.end_time;
+            }
+      | None -> Error (Printf.sprintf "unknown scenario %S (known: %s)" name (String.concat ", " names)))

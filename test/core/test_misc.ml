@@ -67,7 +67,10 @@ let params_of_string () =
 let view () =
   let v = View.v ~group:"grp" ~ltime:3 ~members:[| "a"; "b" |] ~rank:1 () in
   Alcotest.(check int) "nmembers" 2 (View.nmembers v);
-  Alcotest.(check string) "pp" "grp@3[a, b] rank 1" (Fmt.str "%a" View.pp v);
+  Alcotest.(check string) "pp" "grp@3:a[a, b] rank 1" (Fmt.str "%a" View.pp v);
+  Alcotest.(check string) "default id" "3:a" v.View.id;
+  Alcotest.(check bool) "stamp depends on the view" true
+    (View.stamp v <> View.stamp (View.v ~group:"grp" ~ltime:4 ~members:[| "a"; "b" |] ~rank:1 ()));
   Alcotest.(check int) "ltime default" 0 (View.v ~group:"g" ~members:[| "a" |] ~rank:0 ()).View.ltime;
   raises_invalid "rank too big" (fun () -> View.v ~group:"g" ~members:[| "a" |] ~rank:1 ());
   raises_invalid "negative rank" (fun () -> View.v ~group:"g" ~members:[| "a" |] ~rank:(-1) ());

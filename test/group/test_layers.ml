@@ -114,7 +114,7 @@ let single ?(params = Params.empty) ?(n = 2) ?(rank = 0) layers =
   in
   match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
   | Error e -> Alcotest.fail e
-  | Ok st -> { st; clock; sent; got; pool; group = View.group_hash view }
+  | Ok st -> { st; clock; sent; got; pool; group = View.stamp view }
 
 let feed s bytes = Stack.recv s.st (Msg.of_iovec (Pool.of_string s.pool bytes))
 

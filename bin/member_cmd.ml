@@ -1,0 +1,98 @@
+open Cmdliner
+
+let props_arg =
+  let parse s = match Consort_group.Properties.of_string s with Ok p -> Ok p | Error e -> Error (`Msg e) in
+  let print ppf p = Consort_group.Properties.pp ppf p in
+  Arg.conv (parse, print)
+
+let props =
+  Arg.(
+    value
+    & opt props_arg Consort_group.Properties.vsync
+    & info [ "props" ] ~docv:"P" ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync).")
+
+let setup_logs verbose =
+  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
+  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
+
+let member group props bind peers log params quiet verbose seed drop_file discovery =
+  setup_logs verbose;
+  let params =
+    match params with
+    | None -> Ok Consort.Params.empty
+    | Some s -> Consort.Params.of_string s
+  in
+  match params with
+  | Error e ->
+      Fmt.epr "consort member: --params: %s@." e;
+      2
+  | Ok params -> (
+      let peers =
+        match peers with
+        | Some l -> List.filter (fun p -> p <> "" && p <> "none") l
+        | None -> if discovery = None then Consort_scenario.Member.default_peers else []
+      in
+      let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
+      let cfg =
+        { Consort_scenario.Member.group; props; bind; peers; log; params; quiet; input = Some Unix.stdin; seed; drop_file; discovery }
+      in
+      match Consort_scenario.Member.run cfg with
+      | Ok () -> 0
+      | Error e ->
+          Fmt.epr "consort member: %s@." e;
+          1)
+
+let member =
+  let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The group to join.") in
+  let bind =
+    Arg.(value & opt (some string) None & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Local address (default: the first free port of 127.0.0.1:7400-7415).")
+  in
+  let peers =
+    Arg.(
+      value
+      & opt (some (list string)) None
+      & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"Where to look for the group's other members (default: 127.0.0.1:7400-7415).")
+  in
+  let log = Arg.(value & opt (some string) None & info [ "log" ] ~docv:"FILE" ~doc:"Write one JSON object per event here.") in
+  let params =
+    Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables (see $(b,consort params)).")
+  in
+  let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print nothing on standard output.") in
+  let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and suspicions on standard error.") in
+  let seed = Arg.(value & opt (some int) None & info [ "seed" ] ~docv:"S" ~doc:"Seed of the member's random choices.") in
+  let discovery =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "mcast" ] ~docv:"GROUP:PORT"
+          ~doc:"Also find the group's members through this IP multicast group (where the network has multicast); with it, $(b,--peers) defaults to none.")
+  in
+  let drop_file =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "drop-file" ] ~docv:"FILE"
+          ~doc:"For tests: drop datagrams from the addresses listed in $(docv), one per line, re-read as it changes.")
+  in
+  let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
+  let man =
+    [
+      `S Manpage.s_description;
+      `P "The member leaves the group cleanly at the end of its input or on SIGTERM.";
+      `P "With $(b,--log), each event is one JSON object on its own line: view, cast, send, deliver, exit (see the README).";
+    ]
+  in
+  Cmd.v (Cmd.info "member" ~doc ~man)
+    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery)
+
+let stack props =
+  match Consort_group.Properties.layers props with
+  | Ok l ->
+      print_endline (Consort.Stack.describe l);
+      0
+  | Error e ->
+      Fmt.epr "consort stack: %s@." e;
+      1
+
+let stack =
+  Cmd.v (Cmd.info "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)

@@ -1,0 +1,433 @@
+open Consort
+
+let src = Logs.Src.create "consort.gmp" ~doc:"Gmp layer: flush and view agreement"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type Event.up_ctl +=
+  | Block
+  | Flushed of { survivors : int list; leavers : int list }
+  | Excluded
+
+type Event.dn_ctl += Start_flush of string | Leave
+
+let () =
+  Event.register_up_ctl_printer (function
+    | Block -> Some (fun ppf -> Fmt.string ppf "block")
+    | Flushed { survivors; leavers } ->
+        Some
+          (fun ppf ->
+            Fmt.pf ppf "flushed(survivors [%a], leavers [%a])" Fmt.(list ~sep:comma int) survivors
+              Fmt.(list ~sep:comma int) leavers)
+    | Excluded -> Some (fun ppf -> Fmt.string ppf "excluded")
+    | _ -> None);
+  Event.register_dn_ctl_printer (function
+    | Start_flush why -> Some (fun ppf -> Fmt.pf ppf "start-flush(%s)" why)
+    | Leave -> Some (fun ppf -> Fmt.string ppf "leave")
+    | _ -> None)
+
+module L = struct
+  type header =
+    | App
+    | Leave_req
+    | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list }
+    | Flush_ok of { coord : int; attempt : int; casts : int array; sent : int array }
+    | Target of { coord : int; attempt : int; casts : int array; sends : int array }
+    | Done of { coord : int; attempt : int }
+
+  let name = "gmp"
+  let ints = Codec.list ~max:4096 Codec.varint
+  let vec = Codec.array ~max:4096 Codec.varint
+
+  let codec =
+    Codec.union "gmp"
+      [
+        Codec.case 0 "app" Codec.unit (function App -> Some () | _ -> None) (fun () -> App);
+        Codec.case 1 "leave" Codec.unit (function Leave_req -> Some () | _ -> None) (fun () -> Leave_req);
+        Codec.case 2 "flush"
+          Codec.(tup4 varint varint ints ints)
+          (function
+            | Flush { coord; attempt; excluded; leaving } -> Some (coord, attempt, excluded, leaving)
+            | _ -> None)
+          (fun (coord, attempt, excluded, leaving) -> Flush { coord; attempt; excluded; leaving });
+        Codec.case 3 "flush_ok"
+          Codec.(tup4 varint varint vec vec)
+          (function
+            | Flush_ok { coord; attempt; casts; sent } -> Some (coord, attempt, casts, sent) | _ -> None)
+          (fun (coord, attempt, casts, sent) -> Flush_ok { coord; attempt; casts; sent });
+        Codec.case 4 "target"
+          Codec.(tup4 varint varint vec vec)
+          (function
+            | Target { coord; attempt; casts; sends } -> Some (coord, attempt, casts, sends) | _ -> None)
+          (fun (coord, attempt, casts, sends) -> Target { coord; attempt; casts; sends });
+        Codec.case 5 "done"
+          Codec.(pair varint varint)
+          (function Done { coord; attempt } -> Some (coord, attempt) | _ -> None)
+          (fun (coord, attempt) -> Done { coord; attempt });
+      ]
+
+  let pp_ints = Fmt.(list ~sep:comma int)
+  let pp_vec = Fmt.(array ~sep:comma int)
+
+  let pp_header ppf = function
+    | App -> Fmt.string ppf "app"
+    | Leave_req -> Fmt.string ppf "leave"
+    | Flush { coord; attempt; excluded; leaving } ->
+        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a])" coord attempt pp_ints excluded pp_ints
+          leaving
+    | Flush_ok { coord; attempt; casts; sent } ->
+        Fmt.pf ppf "flush-ok(%d.%d, casts [%a], sent [%a])" coord attempt pp_vec casts pp_vec sent
+    | Target { coord; attempt; casts; sends } ->
+        Fmt.pf ppf "target(%d.%d, casts [%a], sends [%a])" coord attempt pp_vec casts pp_vec sends
+    | Done { coord; attempt } -> Fmt.pf ppf "done(%d.%d)" coord attempt
+
+  let membership = Contract.v "membership" ~doc:"views agreed by flush; virtual synchrony"
+  let provides = [ membership ]
+  let requires = [ Contract.reliable_cast; Contract.reliable_send ]
+
+  (* A flush round as seen by this member: the round is named by its
+     coordinator's rank and attempt number, newer rounds replace older. *)
+  type round = {
+    coord : int;
+    attempt : int;
+    excluded : int list;
+    leaving : int list;
+    reported_casts : int array;  (* what this member reported: deliveries past it are held *)
+    reported_sends : int array;
+    mutable target : (int array * int array) option;
+    mutable done_sent : bool;
+    (* at the coordinator only *)
+    oks : (int array * int array) option array;  (* per rank: casts delivered, sends sent to each *)
+    dones : bool array;
+  }
+
+  type t = {
+    out : header Layer.out;
+    n : int;
+    me : int;
+    suspected : bool array;
+    leavers : bool array;
+    casts : int array;  (* application casts delivered from each origin *)
+    sends : int array;  (* application sends delivered from each origin *)
+    sent : int array;  (* application sends this member sent to each rank *)
+    held : (Event.src * Msg.t) Queue.t;  (* deliveries past what this member reported *)
+    mutable round : round option;
+    mutable blocked : bool;
+    mutable flushed : bool;  (* the coordinator has reported Flushed for the current round *)
+    mutable stopped : bool;
+    mutable held_dropped : int;
+    mutable nonsense : int;
+  }
+
+  let create (ctx : Layer.ctx) out =
+    let n = View.nmembers ctx.view in
+    {
+      out;
+      n;
+      me = ctx.view.rank;
+      suspected = Array.make n false;
+      leavers = Array.make n false;
+      casts = Array.make n 0;
+      sends = Array.make n 0;
+      sent = Array.make n 0;
+      held = Queue.create ();
+      round = None;
+      blocked = false;
+      flushed = false;
+      stopped = false;
+      held_dropped = 0;
+      nonsense = 0;
+    }
+
+  let valid t r = r >= 0 && r < t.n
+
+  (* The coordinator is the lowest-ranked member not suspected. *)
+  let coordinator t =
+    let rec go r = if r >= t.n then t.me else if t.suspected.(r) then go (r + 1) else r in
+    go 0
+
+  let is_coord t = coordinator t = t.me
+  let excluded_list t = List.filter (fun r -> t.suspected.(r)) (List.init t.n Fun.id)
+  let leaving_list t = List.filter (fun r -> t.leavers.(r) && not t.suspected.(r)) (List.init t.n Fun.id)
+
+  let cast_ctl t h = t.out.dn Event.Cast h (Msg.empty ())
+  let send_ctl t r h = if r = t.me then () else t.out.dn (Event.Send r) h (Msg.empty ())
+
+  let block t =
+    if not t.blocked then begin
+      t.blocked <- true;
+      t.out.up_ctl Block
+    end
+
+  (* The coordinator starts (or restarts) a round. *)
+  let start_round t why =
+    if (not t.stopped) && is_coord t then begin
+      let attempt = match t.round with Some r when r.coord = t.me -> r.attempt + 1 | _ -> 1 in
+      Log.debug (fun m -> m "rank %d: flush %d.%d (%s)" t.me t.me attempt why);
+      t.flushed <- false;
+      cast_ctl t (Flush { coord = t.me; attempt; excluded = excluded_list t; leaving = leaving_list t })
+    end
+
+  let request_flush t why =
+    if is_coord t then start_round t why
+    else Log.debug (fun m -> m "rank %d: not coordinator, flush request ignored (%s)" t.me why)
+
+  let newer (c, a) round =
+    match round with None -> true | Some r -> c > r.coord || (c = r.coord && a > r.attempt)
+
+  let current t coord attempt =
+    match t.round with Some r when r.coord = coord && r.attempt = attempt -> Some r | _ -> None
+
+  (* Deliver what is held, up to the target; drop the rest. *)
+  let release_held t (tc, ts) =
+    let keep = Queue.create () in
+    Queue.iter
+      (fun ((src : Event.src), msg) ->
+        match src with
+        | Event.Cast_from o when t.casts.(o) < tc.(o) ->
+            t.casts.(o) <- t.casts.(o) + 1;
+            t.out.up src msg
+        | Event.Send_from o when t.sends.(o) < ts.(o) ->
+            t.sends.(o) <- t.sends.(o) + 1;
+            t.out.up src msg
+        | _ -> Queue.add (src, msg) keep)
+      t.held;
+    Queue.clear t.held;
+    Queue.iter
+      (fun (_, msg) ->
+        t.held_dropped <- t.held_dropped + 1;
+        Msg.release msg)
+      keep
+
+  let fix_sends r ts =
+    Array.mapi (fun o v -> if List.mem o r.excluded then r.reported_sends.(o) else v) ts
+
+  let rec check_done t =
+    match t.round with
+    | Some ({ target = Some (tc, ts); done_sent = false; _ } as r) ->
+        let all a b = Array.for_all2 (fun x y -> x >= y) a b in
+        if all t.casts tc && all t.sends ts then begin
+          r.done_sent <- true;
+          if r.coord = t.me then begin
+            r.dones.(t.me) <- true;
+            coord_progress t
+          end
+          else send_ctl t r.coord (Done { coord = r.coord; attempt = r.attempt })
+        end
+    | _ -> ()
+
+  and set_target t r (tc, ts) =
+    if r.target = None then begin
+      let ts = fix_sends r ts in
+      r.target <- Some (tc, ts);
+      release_held t (tc, ts);
+      check_done t
+    end
+
+  and coord_progress t =
+    match t.round with
+    | Some r when r.coord = t.me ->
+        let members = List.filter (fun x -> not (List.mem x r.excluded)) (List.init t.n Fun.id) in
+        (* All reports in: compute and send the targets. *)
+        if r.target = None && List.for_all (fun x -> r.oks.(x) <> None) members then begin
+          let tc = Array.make t.n 0 in
+          let sends_to = Array.make_matrix t.n t.n 0 in
+          List.iter
+            (fun x ->
+              match r.oks.(x) with
+              | Some (c, s) ->
+                  Array.iteri (fun o k -> if k > tc.(o) then tc.(o) <- k) c;
+                  Array.iteri (fun d k -> sends_to.(x).(d) <- k) s
+              | None -> ())
+            members;
+          List.iter
+            (fun x ->
+              (* Sends to [x] from each origin that stays: all it sent.
+                 From an origin that is gone, [x] keeps what it reported
+                 (see [fix_sends]); 0 stands for that here. *)
+              let ts =
+                Array.init t.n (fun o -> if List.mem o r.excluded then 0 else sends_to.(o).(x))
+              in
+              if x = t.me then set_target t r (tc, ts)
+              else send_ctl t x (Target { coord = t.me; attempt = r.attempt; casts = tc; sends = ts }))
+            members;
+          check_done t
+        end;
+        if r.target <> None && (not t.flushed) && List.for_all (fun x -> r.dones.(x)) members then begin
+          t.flushed <- true;
+          let leavers = List.filter (fun x -> List.mem x r.leaving) members in
+          let survivors = List.filter (fun x -> not (List.mem x r.leaving)) members in
+          t.out.up_ctl (Flushed { survivors; leavers })
+        end
+    | _ -> ()
+
+  let on_flush t ~coord ~attempt ~excluded ~leaving =
+    if not (List.for_all (valid t) excluded && List.for_all (valid t) leaving && valid t coord) then
+      t.nonsense <- t.nonsense + 1
+    else if List.mem t.me excluded then begin
+      (* The group goes on without this member. *)
+      t.out.up_ctl Excluded
+    end
+    else if newer (coord, attempt) t.round then begin
+      (* Adopt the round's view of who failed and who leaves. *)
+      List.iter (fun r -> t.suspected.(r) <- true) excluded;
+      List.iter (fun r -> t.leavers.(r) <- true) leaving;
+      block t;
+      let reported_casts = Array.copy t.casts and reported_sends = Array.copy t.sends in
+      let r =
+        {
+          coord;
+          attempt;
+          excluded;
+          leaving;
+          reported_casts;
+          reported_sends;
+          target = None;
+          done_sent = false;
+          oks = Array.make t.n None;
+          dones = Array.make t.n false;
+        }
+      in
+      t.round <- Some r;
+      if coord = t.me then begin
+        r.oks.(t.me) <- Some (reported_casts, Array.copy t.sent);
+        coord_progress t
+      end
+      else
+        send_ctl t coord (Flush_ok { coord; attempt; casts = reported_casts; sent = Array.copy t.sent })
+    end
+
+  let deliver_app t (src : Event.src) msg =
+    let held o counts reported =
+      match t.round with Some _ -> counts.(o) >= reported.(o) | None -> false
+    in
+    match (src, t.round) with
+    | Event.Cast_from o, Some r when valid t o && held o t.casts r.reported_casts -> (
+        match r.target with
+        | Some (tc, _) when t.casts.(o) < tc.(o) ->
+            t.casts.(o) <- t.casts.(o) + 1;
+            t.out.up src msg;
+            check_done t
+        | Some _ ->
+            t.held_dropped <- t.held_dropped + 1;
+            Msg.release msg
+        | None -> Queue.add (src, msg) t.held)
+    | Event.Send_from o, Some r when valid t o && held o t.sends r.reported_sends -> (
+        match r.target with
+        | Some (_, ts) when t.sends.(o) < ts.(o) ->
+            t.sends.(o) <- t.sends.(o) + 1;
+            t.out.up src msg;
+            check_done t
+        | Some _ ->
+            t.held_dropped <- t.held_dropped + 1;
+            Msg.release msg
+        | None -> Queue.add (src, msg) t.held)
+    | Event.Cast_from o, _ when valid t o ->
+        t.casts.(o) <- t.casts.(o) + 1;
+        t.out.up src msg;
+        check_done t
+    | Event.Send_from o, _ when valid t o ->
+        t.sends.(o) <- t.sends.(o) + 1;
+        t.out.up src msg;
+        check_done t
+    | _ ->
+        t.nonsense <- t.nonsense + 1;
+        Msg.release msg
+
+  let up t (src : Event.src) h msg =
+    if t.stopped then Msg.release msg
+    else
+      match h with
+      | App -> deliver_app t src msg
+      | _ -> (
+          Msg.release msg;
+          let from = match src with Event.Cast_from o | Event.Send_from o -> o | Event.Raw -> -1 in
+          if not (valid t from) then t.nonsense <- t.nonsense + 1
+          else
+            match h with
+            | App -> ()
+            | Leave_req ->
+                t.leavers.(from) <- true;
+                request_flush t (Printf.sprintf "rank %d leaves" from)
+            | Flush { coord; attempt; excluded; leaving } ->
+                if coord <> from then t.nonsense <- t.nonsense + 1
+                else on_flush t ~coord ~attempt ~excluded ~leaving
+            | Flush_ok { coord; attempt; casts; sent } -> (
+                match current t coord attempt with
+                | Some r when coord = t.me && Array.length casts = t.n && Array.length sent = t.n ->
+                    r.oks.(from) <- Some (casts, sent);
+                    coord_progress t
+                | Some _ -> t.nonsense <- t.nonsense + 1
+                | None -> ())
+            | Target { coord; attempt; casts; sends } -> (
+                match current t coord attempt with
+                | Some r when from = coord && Array.length casts = t.n && Array.length sends = t.n ->
+                    set_target t r (casts, sends)
+                | Some _ -> t.nonsense <- t.nonsense + 1
+                | None -> ())
+            | Done { coord; attempt } -> (
+                match current t coord attempt with
+                | Some r when coord = t.me ->
+                    r.dones.(from) <- true;
+                    coord_progress t
+                | _ -> ()))
+
+  let suspect t ranks =
+    let fresh = List.filter (fun r -> valid t r && r <> t.me && not t.suspected.(r)) ranks in
+    if fresh <> [] then begin
+      List.iter (fun r -> t.suspected.(r) <- true) fresh;
+      (* A round waiting on a member now suspected cannot finish: whoever
+         coordinates now starts a new one. *)
+      if is_coord t then start_round t "suspicion"
+    end
+
+  let up_ctl t e =
+    match e with
+    | Gevent.Suspect { ranks; _ } ->
+        t.out.up_ctl e;
+        suspect t ranks
+    | e -> t.out.up_ctl e
+
+  let dn t dst msg =
+    if t.stopped then Msg.release msg
+    else begin
+      (match dst with Event.Send r when valid t r -> t.sent.(r) <- t.sent.(r) + 1 | _ -> ());
+      t.out.dn dst App msg
+    end
+
+  let dn_ctl t e =
+    match e with
+    | Start_flush why -> request_flush t why
+    | Leave ->
+        t.leavers.(t.me) <- true;
+        if is_coord t then start_round t "leave" else cast_ctl t Leave_req
+    | Gevent.Suspect_request { ranks; _ } ->
+        t.out.dn_ctl e;
+        suspect t ranks
+    | Event.Stop ->
+        t.stopped <- true;
+        Queue.iter (fun (_, m) -> Msg.release m) t.held;
+        Queue.clear t.held;
+        t.out.dn_ctl e
+    | e -> t.out.dn_ctl e
+
+  let timer _ _ = ()
+
+  let counters t =
+    [
+      ("held", Queue.length t.held);
+      ("held_dropped", t.held_dropped);
+      ("nonsense", t.nonsense);
+      ("round", match t.round with Some r -> r.attempt | None -> 0);
+      ("round_coord", match t.round with Some r -> r.coord | None -> -1);
+      ("oks", match t.round with Some r -> Array.fold_left (fun n o -> if o <> None then n + 1 else n) 0 r.oks | None -> 0);
+      ("dones", match t.round with Some r -> Array.fold_left (fun n d -> if d then n + 1 else n) 0 r.dones | None -> 0);
+      ("target", match t.round with Some { target = Some _; _ } -> 1 | _ -> 0);
+      ("done_sent", match t.round with Some { done_sent = true; _ } -> 1 | _ -> 0);
+      ("flushed", if t.flushed then 1 else 0);
+    ]
+end
+
+include L
+
+let layer : Layer.t = (module L)

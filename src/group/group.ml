@@ -1,0 +1,637 @@
+open Consort
+
+let src = Logs.Src.create "consort.group" ~doc:"Process groups: views, joins, merges"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type view_info = {
+  vid : string;
+  ltime : int;
+  members : string array;
+  rank : int;
+  coordinator : string;
+  joined : string list;
+  left : string list;
+}
+
+type callbacks = {
+  view : view_info -> unit;
+  cast : origin:string -> string -> unit;
+  send : origin:string -> string -> unit;
+  block : unit -> unit;
+  flow : bool -> unit;
+  exit : unit -> unit;
+}
+
+let pp_view_info ppf v =
+  Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
+
+(* Messages between members that are not in one view: discovery, merge
+   requests, view installation. They start with their own magic byte, so a
+   datagram is for the current stack (Bottom's magic) or for this side
+   channel. *)
+module Side = struct
+  type member = { eid : string; addr : string }
+
+  type t =
+    | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
+    | Merge_req of { group : string; vid : string; ltime : int; members : member list }
+    | Install of { group : string; vid : string; ltime : int; members : member list; leavers : string list }
+    | Install_ack of { group : string; vid : string; eid : string }
+
+  let magic = 0xC2
+  let str = Codec.string ~max:1024 ()
+
+  let member =
+    Codec.map ~name:"member" (fun m -> (m.eid, m.addr)) (fun (eid, addr) -> { eid; addr }) Codec.(pair str str)
+
+  let members = Codec.list ~max:4096 member
+
+  let body =
+    Codec.union "side"
+      [
+        Codec.case 0 "gossip"
+          Codec.(tup4 (pair str str) varint member varint)
+          (function
+            | Gossip { group; vid; ltime; coord; size } -> Some ((group, vid), ltime, coord, size) | _ -> None)
+          (fun ((group, vid), ltime, coord, size) -> Gossip { group; vid; ltime; coord; size });
+        Codec.case 1 "merge"
+          Codec.(tup4 str str varint members)
+          (function
+            | Merge_req { group; vid; ltime; members } -> Some (group, vid, ltime, members) | _ -> None)
+          (fun (group, vid, ltime, members) -> Merge_req { group; vid; ltime; members });
+        Codec.case 2 "install"
+          Codec.(tup4 (pair str str) varint members (list ~max:4096 str))
+          (function
+            | Install { group; vid; ltime; members; leavers } -> Some ((group, vid), ltime, members, leavers)
+            | _ -> None)
+          (fun ((group, vid), ltime, members, leavers) -> Install { group; vid; ltime; members; leavers });
+        Codec.case 3 "install_ack"
+          Codec.(tup3 str str str)
+          (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
+          (fun (group, vid, eid) -> Install_ack { group; vid; eid });
+      ]
+
+  let codec =
+    Codec.conv ~name:"side"
+      (fun v -> (magic, v))
+      (fun (m, v) -> if m = magic then Ok v else Error (Printf.sprintf "magic 0x%02x" m))
+      Codec.(pair uint8 body)
+
+  let group = function
+    | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } -> group
+end
+
+module Param = struct
+  let heal_interval = "group.heal_interval"
+  let merge_timeout = "group.merge_timeout"
+  let install_retry = "group.install_retry"
+  let leave_timeout = "group.leave_timeout"
+
+  let () =
+    Params.register heal_interval (Params.Time (Time.of_ms 500))
+      ~doc:"period of a coordinator's discovery messages to other partitions";
+    Params.register merge_timeout (Params.Time (Time.of_ms 2000))
+      ~doc:"how long a partition that asked to merge waits for the new view";
+    Params.register install_retry (Params.Time (Time.of_ms 100))
+      ~doc:"period at which a new view is resent to members that have not acknowledged it";
+    Params.register leave_timeout (Params.Time (Time.of_ms 3000))
+      ~doc:"how long a leaving member waits for the view without it before it goes anyway"
+end
+
+let index_where p l =
+  let rec go i = function [] -> None | x :: rest -> if p x then Some i else go (i + 1) rest in
+  go 0 l
+
+module Make (T : Transport.S) = struct
+  type cur = {
+    view : View.t;
+    info : view_info;
+    addrs : T.address array;
+    mstack : Stack.t;
+    suspected : bool array;
+  }
+
+  type t = {
+    tr : T.t;
+    conn : T.connection Lazy.t;
+    me : Side.member;
+    group : string;
+    layers : Layer.t list;
+    params : Params.t;
+    pool : Pool.t;
+    rng : Rng.t;
+    cb : callbacks;
+    on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
+    peers : T.address list;
+    discovery : T.address option;  (* a multicast group all members joined *)
+    heal : bool;
+    known : (string, Side.member) Hashtbl.t;  (* every member seen, by id *)
+    mutable cur : cur option;
+    mutable blocked : bool;
+    queued : [ `Cast of string | `Send of string * string ] Queue.t;
+    mutable merging : (T.address * Time.t option) option;
+        (* merging into the partition there: flushing first (no deadline),
+           then waiting for its view until the deadline *)
+    mutable absorbing : (int * Side.member list) option;  (* will take these members in *)
+    mutable pending : (Side.t * (string * T.address) list) option;
+        (* a view this coordinator announced, and who has not acknowledged it *)
+    mutable leaving : Time.t option;
+    mutable exited : bool;
+    mutable scheduled : Time.t;
+    mutable alarm : T.timer option;
+    mutable tick : T.timer option;
+    mutable garbage : int;
+    mutable send_errors : int;
+    heal_interval : Time.t;
+    merge_timeout : Time.t;
+    install_retry : Time.t;
+    leave_timeout : Time.t;
+  }
+
+  let conn t = Lazy.force t.conn
+  let me t = t.me.eid
+  let now t = T.now t.tr
+  let is_blocked t = t.blocked
+  let has_exited t = t.exited
+
+  let report t = function
+    | Ok () -> ()
+    | Error `Closed -> ()
+    | Error e ->
+        t.send_errors <- t.send_errors + 1;
+        Log.warn (fun m -> m "%s: send failed: %a" t.me.eid Transport.pp_error e)
+
+  let side_send t dst v =
+    let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Side.codec v)) in
+    report t (T.send (conn t) ~dst msg);
+    Msg.release msg
+
+  let addr_of t s =
+    match T.address_of_string s with
+    | Ok a -> Some a
+    | Error e ->
+        Log.warn (fun m -> m "%s: bad member address %S: %s" t.me.eid s e);
+        None
+
+  (* {1 The current stack} *)
+
+  let rec reschedule t =
+    match t.cur with
+    | Some c when not t.exited ->
+        let next = Stack.next_alarm c.mstack in
+        if next < t.scheduled then begin
+          Option.iter T.cancel t.alarm;
+          t.scheduled <- next;
+          t.alarm <- Some (T.at t.tr next (fun () -> fire t c))
+        end
+    | _ -> ()
+
+  and fire t c =
+    t.alarm <- None;
+    t.scheduled <- max_int;
+    match t.cur with
+    | Some c' when c' == c && not t.exited ->
+        Stack.timer c.mstack (now t);
+        reschedule t
+    | _ -> ()
+
+  let guarded t f =
+    f ();
+    reschedule t
+
+  let coordinator_rank c =
+    let n = Array.length c.suspected in
+    let rec go r = if r >= n then c.view.View.rank else if c.suspected.(r) then go (r + 1) else r in
+    go 0
+
+  let is_coordinator t =
+    match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
+
+  let member_of c r = { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r) }
+
+  let rec install t ~vid ~ltime ~(members : Side.member list) =
+    match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
+    | None -> ()
+    | Some rank -> (
+        let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
+        if List.exists Option.is_none addrs then Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
+        else
+          let addrs = Array.of_list (List.map Option.get addrs) in
+          let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
+          List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
+          let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
+          let old = t.cur in
+          (* The old stack goes first: its buffers are released now. *)
+          Option.iter (fun c -> Stack.dn_ctl c.mstack Event.Stop) old;
+          Option.iter T.cancel t.alarm;
+          t.alarm <- None;
+          t.scheduled <- max_int;
+          let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
+          let info =
+            {
+              vid;
+              ltime;
+              members = eids;
+              rank;
+              coordinator = eids.(0);
+              joined = List.filter (fun e -> not (List.mem e before)) (Array.to_list eids);
+              left = List.filter (fun e -> not (Array.mem e eids)) before;
+            }
+          in
+          let cell = ref None in
+          let ctx =
+            { Layer.view; rng = Rng.split t.rng; params = t.params; pool = t.pool; now = (fun () -> now t) }
+          in
+          let app = { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) } in
+          match Stack.create ctx t.layers ~net:(fun dst msg -> net t cell dst msg) ~app with
+          | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %s" t.me.eid e)
+          | Ok mstack ->
+              let c = { view; info; addrs; mstack; suspected = Array.make (Array.length eids) false } in
+              cell := Some c;
+              t.cur <- Some c;
+              t.blocked <- false;
+              t.merging <- None;
+              t.absorbing <- None;
+              Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
+              t.cb.view info;
+              flush_queue t;
+              reschedule t)
+
+  and flush_queue t =
+    while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
+      match Queue.pop t.queued with
+      | `Cast s -> cast_now t s
+      | `Send (dst, s) -> send_now t dst s
+    done
+
+  and cast_now t s =
+    match t.cur with
+    | Some c ->
+        t.on_sent ~vid:c.view.View.id `Cast s;
+        Stack.cast c.mstack (Msg.create (Iovecs.of_string t.pool s))
+    | None -> ()
+
+  and send_now t dst s =
+    match t.cur with
+    | Some c -> (
+        match index_where (String.equal dst) (Array.to_list c.view.View.members) with
+        | Some r when r <> c.view.View.rank ->
+            t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            Stack.send c.mstack r (Msg.create (Iovecs.of_string t.pool s))
+        | Some _ ->
+            t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            t.cb.send ~origin:t.me.eid s
+        | None -> Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
+    | None -> ()
+
+  and net t cell dst msg =
+    (match (!cell, t.cur) with
+    | Some c, Some c' when c == c' && not t.exited -> (
+        match dst with
+        | Event.Send r when r >= 0 && r < Array.length c.addrs -> report t (T.send (conn t) ~dst:c.addrs.(r) msg)
+        | Event.Send _ -> ()
+        | Event.Cast ->
+            let me = c.view.View.rank in
+            let dsts = List.filteri (fun i _ -> i <> me) (Array.to_list c.addrs) in
+            report t (T.cast (conn t) ~dsts msg))
+    | _ -> ());
+    Msg.release msg
+
+  and deliver t cell (src : Event.src) msg =
+    let body = Msg.body msg in
+    Msg.release msg;
+    let s = Iovecs.to_string body in
+    Iovecs.release body;
+    match !cell with
+    | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
+    | Some c -> (
+        match src with
+        | Event.Cast_from r -> t.cb.cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r -> t.cb.send ~origin:c.view.View.members.(r) s
+        | Event.Raw -> ())
+    | None -> ()
+
+  and ctl t cell e =
+    match !cell with
+    | Some c when (match t.cur with Some c' -> c == c' | None -> false) -> (
+        match e with
+        | Gmp.Block ->
+            if not t.blocked then begin
+              t.blocked <- true;
+              t.cb.block ()
+            end
+        | Gevent.Suspect { ranks; reason } ->
+            List.iter
+              (fun r ->
+                if r >= 0 && r < Array.length c.suspected && not c.suspected.(r) then begin
+                  c.suspected.(r) <- true;
+                  Log.info (fun m -> m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
+                end)
+              ranks
+        | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
+        | Gmp.Excluded -> alone t c
+        | Event.Blocked b -> t.cb.flow b
+        | _ -> ())
+    | _ -> ()
+
+  (* The coordinator's flush is complete. *)
+  and flushed t c ~survivors ~leavers =
+    let mine = List.map (member_of c) survivors in
+    let leaver_ids = List.map (fun r -> c.view.View.members.(r)) leavers in
+    match t.merging with
+    | Some (dst, _) ->
+        side_send t dst
+          (Side.Merge_req { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine });
+        t.merging <- Some (dst, Some (now t + t.merge_timeout))
+    | None ->
+        let joiners, their_ltime = match t.absorbing with Some (l, m) -> (m, l) | None -> ([], 0) in
+        let members = mine @ List.filter (fun (j : Side.member) -> not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine)) joiners in
+        if List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members then begin
+          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
+          announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          install t ~vid ~ltime ~members
+        end
+        else begin
+          (* This coordinator is leaving. It names the view (view names
+             are unique because each is made by one member, at a logical
+             time it never reuses), sends it, and stays until every member
+             has acknowledged it or the leave times out. *)
+          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
+          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          if t.pending = None then exit_group t
+        end
+
+  and announce t ~vid ~ltime ~members ~leavers c =
+    let msg = Side.Install { group = t.group; vid; ltime; members; leavers } in
+    let targets =
+      List.filter_map
+        (fun (m : Side.member) -> if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
+        members
+      @ List.filter_map
+          (fun eid ->
+            match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+            | Some r when eid <> t.me.eid -> Some (eid, c.addrs.(r))
+            | _ -> None)
+          leavers
+    in
+    List.iter (fun (_, a) -> side_send t a msg) targets;
+    t.pending <- Some (msg, targets)
+
+  (* Excluded, or everyone else gone: a view of one. *)
+  and alone t c =
+    let ltime = c.view.View.ltime + 1 in
+    let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
+    install t ~vid ~ltime ~members:[ t.me ]
+
+  and exit_group t =
+    if not t.exited then begin
+      t.exited <- true;
+      Option.iter (fun c -> Stack.dn_ctl c.mstack Event.Stop) t.cur;
+      Option.iter T.cancel t.alarm;
+      Option.iter T.cancel t.tick;
+      T.close (conn t);
+      Log.info (fun m -> m "%s: left the group" t.me.eid);
+      t.cb.exit ()
+    end
+
+  (* {1 The side channel} *)
+
+  let start_merge t c dst =
+    Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
+    t.merging <- Some (dst, None);
+    Stack.dn_ctl c.mstack (Gmp.Start_flush "merge")
+
+  let on_side t ~src v =
+    if Side.group v <> t.group then t.garbage <- t.garbage + 1
+    else
+      match (v, t.cur) with
+      | Side.Gossip { vid; coord; _ }, Some c ->
+          Hashtbl.replace t.known coord.eid coord;
+          let mine = Array.mem coord.eid c.view.View.members in
+          if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked)
+             && t.merging = None && t.absorbing = None && String.compare coord.eid t.me.eid < 0
+          then start_merge t c src
+      | Side.Merge_req { ltime; members; _ }, Some c ->
+          List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
+          let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in
+          if is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not from_mine
+          then begin
+            Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
+            t.absorbing <- Some (ltime, members);
+            Stack.dn_ctl c.mstack (Gmp.Start_flush "merge request")
+          end
+      | Side.Install { vid; ltime; members; leavers; _ }, Some c ->
+          let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
+          if in_it then begin
+            if vid = c.view.View.id then side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+            else if t.blocked && ltime > c.view.View.ltime then begin
+              install t ~vid ~ltime ~members;
+              side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+            end
+          end
+          else if List.mem t.me.eid leavers && t.leaving <> None then exit_group t
+      | Side.Install_ack { vid; eid; _ }, _ -> (
+          match t.pending with
+          | Some ((Side.Install { vid = v; _ } as msg), targets) when v = vid ->
+              let rest = List.filter (fun (e, _) -> e <> eid) targets in
+              t.pending <- (if rest = [] then None else Some (msg, rest))
+          | _ -> ())
+      | _, None -> ()
+
+  let recv t ~src v =
+    if t.exited then Iovec.release v
+    else begin
+      let cs = Iovec.cstruct v in
+      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
+        (match Codec.decode_exact Side.codec cs with
+        | Ok side -> guarded t (fun () -> on_side t ~src side)
+        | Error e ->
+            t.garbage <- t.garbage + 1;
+            Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
+        Iovec.release v
+      end
+      else
+        match t.cur with
+        | Some c -> guarded t (fun () -> Stack.recv c.mstack (Msg.of_iovec v))
+        | None -> Iovec.release v
+    end
+
+  (* {1 Periodic work} *)
+
+  let gossip t c =
+    let msg =
+      Side.Gossip
+        {
+          group = t.group;
+          vid = c.view.View.id;
+          ltime = c.view.View.ltime;
+          coord = t.me;
+          size = Array.length c.view.View.members;
+        }
+    in
+    let to_known =
+      Hashtbl.fold
+        (fun eid (m : Side.member) acc -> if Array.mem eid c.view.View.members then acc else m.addr :: acc)
+        t.known []
+      |> List.sort_uniq compare
+      |> List.filter_map (addr_of t)
+    in
+    let dsts = t.peers @ to_known @ Option.to_list t.discovery in
+    let self = T.address_to_string c.addrs.(c.view.View.rank) in
+    List.iter
+      (fun a -> if T.address_to_string a <> self && not (Array.exists (T.equal_address a) c.addrs) then side_send t a msg)
+      (List.sort_uniq (fun a b -> compare (T.address_to_string a) (T.address_to_string b)) dsts)
+
+  let rec tick t =
+    t.tick <- None;
+    if not t.exited then begin
+      (match t.cur with
+      | Some c ->
+          (match t.pending with
+          | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
+          | None -> ());
+          (match t.merging with
+          | Some (_, Some deadline) when now t > deadline && t.blocked ->
+              (* The other partition did not answer: carry on alone, in a
+                 fresh view of the same members. *)
+              Log.info (fun m -> m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
+              t.merging <- None;
+              let members = List.filteri (fun r _ -> not c.suspected.(r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
+              let ltime = c.view.View.ltime + 1 in
+              let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
+              announce t ~vid ~ltime ~members ~leavers:[] c;
+              install t ~vid ~ltime ~members
+          | _ -> ());
+          (match t.leaving with
+          | Some deadline when now t > deadline -> exit_group t
+          | Some _ when t.pending = None && t.blocked && is_coordinator t -> exit_group t
+          | _ -> ());
+          if t.heal && is_coordinator t && (not t.blocked) && t.leaving = None then gossip t c
+      | None -> ());
+      reschedule t;
+      if not t.exited then t.tick <- Some (T.at t.tr (now t + min t.heal_interval t.install_retry) (fun () -> tick t))
+    end
+
+  (* {1 The application's side} *)
+
+  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
+    let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
+    let rng = Rng.create seed in
+    let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
+    let peers = List.filter_map (fun s -> match T.address_of_string s with Ok a -> Some a | Error _ -> None) peers in
+    let discovery =
+      match discovery with
+      | None -> Ok None
+      | Some d -> (
+          match T.address_of_string d with
+          | Ok a -> Ok (Some a)
+          | Error e -> Error (Printf.sprintf "bad discovery address %S: %s" d e))
+    in
+    match (T.address_of_string addr, discovery) with
+    | Error e, _ -> Error (Printf.sprintf "bad address %S: %s" addr e)
+    | _, Error e -> Error e
+    | Ok local, Ok discovery -> (
+        match Stack.check layers with
+        | Error e -> Error e
+        | Ok () -> (
+            let self = ref None in
+            let handler _ =
+              {
+                T.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
+                closed = (fun () -> match !self with Some t -> if not t.exited then exit_group t | None -> ());
+              }
+            in
+            match T.open_ tr local handler with
+            | Error e -> Error (Fmt.str "%a" Transport.pp_error e)
+            | Ok conn -> (
+                match
+                  match discovery with
+                  | Some d -> T.control conn (T.Join_multicast d)
+                  | None -> Ok ()
+                with
+                | Error e ->
+                    T.close conn;
+                    Error (Fmt.str "cannot join the discovery group: %a" Transport.pp_error e)
+                | Ok () ->
+                let addr = T.address_to_string (T.query conn).T.local in
+                let t =
+                  {
+                    tr;
+                    conn = Lazy.from_val conn;
+                    me = { Side.eid = addr ^ "#" ^ incarnation; addr };
+                    group;
+                    layers;
+                    params;
+                    pool;
+                    rng;
+                    cb;
+                    on_sent;
+                    peers;
+                    discovery;
+                    heal;
+                    known = Hashtbl.create 16;
+                    cur = None;
+                    blocked = false;
+                    queued = Queue.create ();
+                    merging = None;
+                    absorbing = None;
+                    pending = None;
+                    leaving = None;
+                    exited = false;
+                    scheduled = max_int;
+                    alarm = None;
+                    tick = None;
+                    garbage = 0;
+                    send_errors = 0;
+                    heal_interval = Params.time params Param.heal_interval;
+                    merge_timeout = Params.time params Param.merge_timeout;
+                    install_retry = Params.time params Param.install_retry;
+                    leave_timeout = Params.time params Param.leave_timeout;
+                  }
+                in
+                self := Some t;
+                install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
+                tick t;
+                Ok t)))
+
+  let cast t s =
+    if not t.exited then
+      if t.blocked || not (Queue.is_empty t.queued) then Queue.add (`Cast s) t.queued
+      else guarded t (fun () -> cast_now t s)
+
+  let send t dst s =
+    if not t.exited then
+      if t.blocked || not (Queue.is_empty t.queued) then Queue.add (`Send (dst, s)) t.queued
+      else guarded t (fun () -> send_now t dst s)
+
+  let leave t =
+    if (not t.exited) && t.leaving = None then begin
+      t.leaving <- Some (now t + t.leave_timeout);
+      match t.cur with
+      | Some c when Array.length c.view.View.members = 1 -> exit_group t
+      | Some c -> guarded t (fun () -> Stack.dn_ctl c.mstack Gmp.Leave)
+      | None -> exit_group t
+    end
+
+  let suspect t ids =
+    match t.cur with
+    | Some c when not t.exited ->
+        let ranks =
+          List.filter_map (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members)) ids
+        in
+        if ranks <> [] then
+          guarded t (fun () ->
+              Stack.dn_ctl c.mstack (Gevent.Suspect_request { ranks; reason = "asked by the application" }))
+    | _ -> ()
+
+  let connection t = conn t
+  let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
+  let stack t = match t.cur with Some c -> Some c.mstack | None -> None
+  let queued t = Queue.length t.queued
+  let garbage t = t.garbage
+  let crash t = exit_group t
+end

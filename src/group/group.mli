@@ -1,0 +1,131 @@
+(** Process groups: join a group by name, and receive views, casts and
+    point-to-point messages with virtual synchrony.
+
+    A member starts alone, in a view of its own. Coordinators of views of
+    the same group find each other (discovery messages to configured peer
+    addresses and to every member seen before) and merge: the coordinator
+    whose id is greater flushes its view and asks the other to take its
+    members in; that one flushes too and installs a view of both. A join
+    is such a merge; after a partition heals, the same mechanism merges the
+    sides. Failures and leaves are handled inside a view by {!Gmp}.
+
+    The application is blocked while a view change flushes: casts and sends
+    made then are queued and go out in the next view, so each message is
+    delivered in the view it was sent in. *)
+
+(** A view as the application sees it. *)
+type view_info = {
+  vid : string;  (** ["LTIME:COORDINATOR"], the same at every member *)
+  ltime : int;  (** increases at each view change *)
+  members : string array;  (** member ids in rank order *)
+  rank : int;  (** this member's rank *)
+  coordinator : string;
+  joined : string list;  (** members not in this member's previous view *)
+  left : string list;  (** members of the previous view not in this one *)
+}
+
+val pp_view_info : view_info Fmt.t
+
+type callbacks = {
+  view : view_info -> unit;  (** a view was installed; sending may resume *)
+  cast : origin:string -> string -> unit;  (** a cast was delivered *)
+  send : origin:string -> string -> unit;  (** a point-to-point message was delivered *)
+  block : unit -> unit;  (** a view change started: messages sent now wait for the next view *)
+  flow : bool -> unit;
+      (** [flow true]: flow control asks the application to stop sending
+          (a receiver is slow; what is sent now is queued in memory);
+          [flow false]: it may send again *)
+  exit : unit -> unit;  (** this member has left the group *)
+}
+
+(** The side channel between views (discovery, merge, installation). *)
+module Side : sig
+  type member = { eid : string; addr : string }
+
+  type t =
+    | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
+    | Merge_req of { group : string; vid : string; ltime : int; members : member list }
+    | Install of { group : string; vid : string; ltime : int; members : member list; leavers : string list }
+    | Install_ack of { group : string; vid : string; eid : string }
+
+  val magic : int
+  val codec : t Consort.Codec.t
+end
+
+(** Tunables. *)
+module Param : sig
+  val heal_interval : string  (** ["group.heal_interval"], default 500 ms *)
+
+  val merge_timeout : string  (** ["group.merge_timeout"], default 2 s *)
+
+  val install_retry : string  (** ["group.install_retry"], default 100 ms *)
+
+  val leave_timeout : string  (** ["group.leave_timeout"], default 3 s *)
+end
+
+module Make (T : Consort.Transport.S) : sig
+  type t
+
+  val join :
+    ?params:Consort.Params.t ->
+    ?pool:Consort.Pool.t ->
+    ?peers:string list ->
+    ?seed:int ->
+    ?on_sent:(vid:string -> [ `Cast | `Send of string ] -> string -> unit) ->
+    ?discovery:string ->
+    ?heal:bool ->
+    layers:Consort.Layer.t list ->
+    T.t ->
+    group:string ->
+    addr:string ->
+    callbacks ->
+    (t, string) result
+  (** [join ~layers tr ~group ~addr cb] opens [addr] on [tr] and joins
+      [group]: the member installs a view of its own at once, then merges
+      with the group's other members as it finds them through [peers]
+      (addresses to send discovery messages to). [seed] determines the
+      member's random choices, its incarnation number included; without it
+      each join draws a fresh one, so a restarted member gets a new id. [layers] is the stack
+      built at each view, top first (see {!Properties}). [on_sent] is
+      called as each message enters the stack, with the view it is sent
+      in (for logs and checkers). [discovery] is an IP multicast group
+      (["239.1.2.3:7500"]) that the member joins and to which coordinators
+      also send their discovery messages, where the network has multicast.
+      With [heal = false] (the [Heal] property absent) the member sends no
+      discovery messages: it merges only when others find it. *)
+
+  val me : t -> string
+  (** This member's id: its address and a random incarnation number. *)
+
+  val view : t -> view_info
+
+  val cast : t -> string -> unit
+  (** [cast t s] sends [s] to every member of the view, this one included
+      (queued while blocked). *)
+
+  val send : t -> string -> string -> unit
+  (** [send t id s] sends [s] to member [id] of the view (queued while
+      blocked; dropped with a warning if [id] is not in the view when it
+      goes out). *)
+
+  val leave : t -> unit
+  (** [leave t] leaves the group cleanly: the others install a view
+      without this member, which then gets [exit]. *)
+
+  val suspect : t -> string list -> unit
+  (** [suspect t ids] asks the group to treat these members as failed. *)
+
+  val crash : t -> unit
+  (** [crash t] stops at once, telling no one (for tests). *)
+
+  val connection : t -> T.connection
+  (** The transport connection the member runs on (for controls such as
+      test drop filters). *)
+
+  val is_blocked : t -> bool
+  val has_exited : t -> bool
+  val queued : t -> int
+  val stack : t -> Consort.Stack.t option
+  val garbage : t -> int
+  (** Datagrams dropped by the side channel as malformed or of another group. *)
+end

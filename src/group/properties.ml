@@ -1,0 +1,56 @@
+open Consort
+
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander
+
+let all = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
+let vsync = all
+
+let to_string = function
+  | Gmp -> "Gmp"
+  | Sync -> "Sync"
+  | Heal -> "Heal"
+  | Frag -> "Frag"
+  | Suspect -> "Suspect"
+  | Flow -> "Flow"
+  | Slander -> "Slander"
+
+let pp ppf ps = Fmt.string ppf (String.concat "," (List.map to_string ps))
+
+let of_string s =
+  let items = List.filter (( <> ) "") (List.map String.trim (String.split_on_char ',' s)) in
+  let one acc item =
+    Result.bind acc (fun ps ->
+        match String.lowercase_ascii item with
+        | "vsync" -> Ok (ps @ vsync)
+        | l -> (
+            match List.find_opt (fun p -> String.lowercase_ascii (to_string p) = l) all with
+            | Some p -> Ok (ps @ [ p ])
+            | None ->
+                Error
+                  (Printf.sprintf "unknown property %S (known: vsync, %s)" item
+                     (String.concat ", " (List.map to_string all)))))
+  in
+  match List.fold_left one (Ok []) items with
+  | Ok [] -> Error "no property given"
+  | Ok ps -> Ok (List.sort_uniq compare ps)
+  | Error _ as e -> e
+
+let layers ps =
+  let has p = List.mem p ps in
+  if has Sync && not (has Gmp) then Error "property Sync needs Gmp: a flush is part of a view change"
+  else
+    let l =
+      List.concat
+        [
+          (if has Gmp || has Sync then [ Gmp.layer ] else []);
+          (if has Frag then [ Frag.layer ] else []);
+          (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
+          (if has Slander then [ Slander.layer ] else []);
+          [ Mnak.layer; Pt2pt.layer ];
+          (if has Suspect || has Slander then [ Suspect.layer ] else []);
+          [ Bottom.layer ];
+        ]
+    in
+    match Stack.check l with Ok () -> Ok l | Error e -> Error e
+
+let describe ps = match layers ps with Ok l -> Stack.describe l | Error e -> e

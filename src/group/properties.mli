@@ -1,0 +1,34 @@
+(** Properties a group asks for, and the stack that provides them
+    (Ensemble's [Property]).
+
+    A property set is turned into an ordered list of layers, top first;
+    the stack builder checks the layers' contracts, so a set that cannot be
+    satisfied is refused with a message naming the missing property. *)
+
+type t =
+  | Gmp  (** group membership: views, joins, leaves, failures *)
+  | Sync  (** virtual synchrony: flush before each view change *)
+  | Heal  (** find other partitions of the group and merge with them *)
+  | Frag  (** fragment messages larger than a datagram (up to 64 MiB) *)
+  | Suspect  (** detect failures by heartbeats *)
+  | Flow  (** window and credit flow control *)
+  | Slander  (** share suspicions among members *)
+
+val all : t list
+val vsync : t list
+(** Ensemble's default set: [Gmp; Sync; Heal; Frag; Suspect; Flow; Slander]. *)
+
+val to_string : t -> string
+val of_string : string -> (t list, string) result
+(** [of_string "Gmp,Sync,Heal"] or ["vsync"] (names are case-insensitive;
+    ["vsync"] stands for {!vsync}). *)
+
+val pp : t list Fmt.t
+
+val layers : t list -> (Consort.Layer.t list, string) result
+(** [layers ps] is the stack for [ps], top first, checked. Membership
+    needs reliable casts and sends, so the reliable layers are always
+    there; [Sync] without [Gmp] is refused. *)
+
+val describe : t list -> string
+(** ["gmp:slander:mnak:pt2pt:suspect:bottom"], or the error. *)

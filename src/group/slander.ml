@@ -1,0 +1,154 @@
+open Consort
+
+let src = Logs.Src.create "consort.slander" ~doc:"Slander layer: suspicions shared reliably"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+let contract =
+  Contract.v "slander"
+    ~doc:"a suspicion raised at one member is reported up at every member that stays"
+
+let max_members = 4096
+let max_reason = 1024
+let pp_ranks = Fmt.(list ~sep:comma int)
+
+module L = struct
+  type header = No_hdr | Slander of { ranks : int list; reason : string }
+
+  let name = "slander"
+
+  let codec =
+    Codec.(
+      union "slander"
+        [
+          case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
+          case 1 "slander"
+            (pair (list ~max:max_members varint) (string ~max:max_reason ()))
+            (function Slander { ranks; reason } -> Some (ranks, reason) | _ -> None)
+            (fun (ranks, reason) -> Slander { ranks; reason });
+        ])
+
+  let pp_header ppf = function
+    | No_hdr -> Fmt.string ppf "no_hdr"
+    | Slander { ranks; reason } -> Fmt.pf ppf "slander(%a: %s)" pp_ranks ranks reason
+
+  let provides = [ contract ]
+  let requires = [ Contract.reliable_cast; Suspect.contract ]
+
+  type t = {
+    out : header Layer.out;
+    rank : int;
+    n : int;
+    suspected : bool array;
+    mutable nsuspected : int;
+    mutable stopped : bool;
+    mutable slanders_sent : int;
+    mutable slanders_received : int;
+    mutable bad_rank : int;
+    mutable self_suspicions : int;
+    mutable malformed : int;
+  }
+
+  let create (ctx : Layer.ctx) out =
+    let n = View.nmembers ctx.view in
+    {
+      out;
+      rank = ctx.view.rank;
+      n;
+      suspected = Array.make n false;
+      nsuspected = 0;
+      stopped = false;
+      slanders_sent = 0;
+      slanders_received = 0;
+      bad_rank = 0;
+      self_suspicions = 0;
+      malformed = 0;
+    }
+
+  (* The ranks of [ranks] not yet suspected, now marked as suspected;
+     nonsense is counted and left out. *)
+  let fresh t ranks =
+    let add acc r =
+      if r < 0 || r >= t.n then begin
+        t.bad_rank <- t.bad_rank + 1;
+        acc
+      end
+      else if r = t.rank then begin
+        t.self_suspicions <- t.self_suspicions + 1;
+        acc
+      end
+      else if t.suspected.(r) then acc
+      else begin
+        t.suspected.(r) <- true;
+        t.nsuspected <- t.nsuspected + 1;
+        r :: acc
+      end
+    in
+    List.rev (List.fold_left add [] ranks)
+
+  let truncate s = if String.length s <= max_reason then s else String.sub s 0 max_reason
+
+  (* A suspicion raised here: tell the group, then the layers above. *)
+  let raise_here t ranks reason =
+    let added = fresh t ranks in
+    if added <> [] then begin
+      t.slanders_sent <- t.slanders_sent + 1;
+      Log.info (fun m -> m "rank %d tells the group it suspects %a: %s" t.rank pp_ranks added reason);
+      t.out.dn Event.Cast (Slander { ranks = added; reason = truncate reason }) (Msg.empty ());
+      t.out.up_ctl (Gevent.Suspect { ranks = added; reason })
+    end
+
+  let heard t o ranks reason =
+    t.slanders_received <- t.slanders_received + 1;
+    if List.mem t.rank ranks then
+      Log.info (fun m -> m "rank %d suspects this member, rank %d: %s" o t.rank reason);
+    let added = fresh t ranks in
+    if added <> [] then
+      t.out.up_ctl
+        (Gevent.Suspect
+           { ranks = added; reason = Fmt.str "rank %d suspects %a: %s" o pp_ranks added reason })
+
+  let dn t dst msg = if t.stopped then Msg.release msg else t.out.dn dst No_hdr msg
+
+  let up t (src : Event.src) h msg =
+    if t.stopped then Msg.release msg
+    else
+      match (src, h) with
+      | (Event.Cast_from _ | Event.Send_from _), No_hdr -> t.out.up src msg
+      | Event.Cast_from o, Slander { ranks; reason } when o >= 0 && o < t.n ->
+          Msg.release msg;
+          (* Our own slanders come back from the reliable cast below. *)
+          if o <> t.rank then heard t o ranks reason
+      | _ ->
+          t.malformed <- t.malformed + 1;
+          Log.debug (fun m -> m "dropped %a with header %a" Event.pp_src src pp_header h);
+          Msg.release msg
+
+  let up_ctl t e =
+    match e with
+    | Gevent.Suspect { ranks; reason } -> if not t.stopped then raise_here t ranks reason
+    | e -> t.out.up_ctl e
+
+  let dn_ctl t e =
+    (match e with
+    | Event.Stop -> t.stopped <- true
+    | Gevent.Suspect_request { ranks; reason } when not t.stopped -> raise_here t ranks reason
+    | _ -> ());
+    t.out.dn_ctl e
+
+  let timer _ _ = ()
+
+  let counters t =
+    [
+      ("slanders_sent", t.slanders_sent);
+      ("slanders_received", t.slanders_received);
+      ("bad_rank", t.bad_rank);
+      ("self_suspicions", t.self_suspicions);
+      ("malformed", t.malformed);
+      ("suspected", t.nsuspected);
+    ]
+end
+
+include L
+
+let layer : Layer.t = (module L)

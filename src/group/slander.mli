@@ -1,0 +1,64 @@
+(** Slander: members share their suspicions reliably (Ensemble's [Slander]).
+
+    It sits above the reliable layers and a failure detector such as
+    {!Suspect}. When a {!Gevent.Suspect} event comes up from below, or a
+    {!Gevent.Suspect_request} comes down from the application or a
+    membership layer, it casts the ranks not yet suspected here, with the
+    reason, reliably to the group, and reports them up at once as a
+    {!Gevent.Suspect} with the same reason. A request then goes on down, so
+    that the failure detector also stops watching those ranks.
+
+    A member that receives a slander reports the ranks it had not yet
+    suspected up as a {!Gevent.Suspect} whose reason names who suspected
+    whom and why (["rank 0 suspects 4: silent for 5.0 s"]). Each rank is
+    reported up at most once in the view the stack was made for, whatever
+    the number of detectors and slanders that name it. Every member that
+    raises a suspicion casts it, so the news reaches every member that
+    stays even if the first one to raise it fails.
+
+    Messages of the layers above pass through with the {!No_hdr} header;
+    other control events pass on untouched. Nonsense never raises:
+    suspicions of ranks outside the view and of this member itself are
+    counted and ignored, and a slander that did not come as a cast is
+    counted as malformed. Reasons longer than 1024 bytes are cut on the
+    wire. On [Stop] the layer falls silent.
+
+    Requires {!Consort.Contract.reliable_cast} and {!Suspect.contract};
+    provides {!contract}. *)
+
+type t
+
+(** The header. *)
+type header =
+  | No_hdr  (** a message of the layers above, passed through *)
+  | Slander of { ranks : int list; reason : string }
+      (** the sender suspects these ranks, for this reason *)
+
+val contract : Consort.Contract.t
+(** [contract] is the property ["slander"]: a suspicion raised at one
+    member is reported up at every member that stays. *)
+
+val name : string
+
+val codec : header Consort.Codec.t
+(** Layout: a tag byte (0 no header, 1 slander); for a slander, a varint
+    count (at most 4096) and the ranks as varints, then the reason as a
+    varint length (at most 1024) and its bytes. *)
+
+val pp_header : header Fmt.t
+val provides : Consort.Contract.t list
+val requires : Consort.Contract.t list
+val create : Consort.Layer.ctx -> header Consort.Layer.out -> t
+val up : t -> Consort.Event.src -> header -> Consort.Msg.t -> unit
+val up_ctl : t -> Consort.Event.up_ctl -> unit
+val dn : t -> Consort.Event.dst -> Consort.Msg.t -> unit
+val dn_ctl : t -> Consort.Event.dn_ctl -> unit
+val timer : t -> Consort.Time.t -> unit
+
+val counters : t -> (string * int) list
+(** ["slanders_sent"], ["slanders_received"] (from other members),
+    ["bad_rank"] and ["self_suspicions"] (nonsense in slanders, events and
+    requests), ["malformed"], and the gauge ["suspected"]. *)
+
+val layer : Consort.Layer.t
+(** [layer] is Slander as a first-class layer. *)

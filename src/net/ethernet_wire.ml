@@ -1,0 +1,9 @@
+let sizeof_ethernet = 14
+let ethertype_ipv4 = 0x0800
+let ethertype_arp = 0x0806
+let get_dst cs = Mac_addr.get cs 0
+let set_dst cs a = Mac_addr.set cs 0 a
+let get_src cs = Mac_addr.get cs 6
+let set_src cs a = Mac_addr.set cs 6 a
+let get_ethertype cs = Cstruct.BE.get_uint16 cs 12
+let set_ethertype cs v = Cstruct.BE.set_uint16 cs 12 v

@@ -1,0 +1,17 @@
+let sizeof_icmp = 8
+let echo_reply = 0
+let dest_unreachable = 3
+let echo_request = 8
+let time_exceeded = 11
+let get_ty cs = Cstruct.get_uint8 cs 0
+let set_ty cs v = Cstruct.set_uint8 cs 0 v
+let get_code cs = Cstruct.get_uint8 cs 1
+let set_code cs v = Cstruct.set_uint8 cs 1 v
+let get_checksum cs = Cstruct.BE.get_uint16 cs 2
+let set_checksum cs v = Cstruct.BE.set_uint16 cs 2 v
+let get_id cs = Cstruct.BE.get_uint16 cs 4
+let set_id cs v = Cstruct.BE.set_uint16 cs 4 v
+let get_seq cs = Cstruct.BE.get_uint16 cs 6
+let set_seq cs v = Cstruct.BE.set_uint16 cs 6 v
+let get_rest cs = Int32.to_int (Cstruct.BE.get_uint32 cs 4) land 0xffff_ffff
+let set_rest cs v = Cstruct.BE.set_uint32 cs 4 (Int32.of_int v)

@@ -1,0 +1,121 @@
+(** IPv4 (RFC 791) over ARP and Ethernet: one interface with one address
+    and prefix, routes to the local subnet and a default gateway,
+    fragmentation on send and reassembly on receive.
+
+    Connections are per (remote address, protocol) and shared: an active
+    open of an address that already has a connection (opened actively or
+    made by a passive open when the first datagram arrived) returns that
+    connection, keeping its handler, and counts one more user; {!close}
+    removes it when its last user closes it. A layer above can therefore
+    demultiplex on connection identity (or {!remote}).
+
+    Reassembly keeps at most [max_datagrams] datagrams in progress,
+    [max_bytes] bytes of fragments in all and [max_fragments] per datagram,
+    each for at most [timeout]; a fragment over a limit or overlapping
+    another (other than an exact duplicate, which is ignored) drops its
+    datagram. Datagrams over the MTU are fragmented unless the caller asked
+    for DF. Options are accepted and ignored on receive, never sent. *)
+
+type address = { dst : Ipv4_addr.t; proto : int }
+
+type address_pattern = { protocol : int; source : Ipv4_addr.t option }
+(** Datagrams of [protocol], from [source] or (with [None]) anyone. *)
+
+type status =
+  | Icmp_error of { error : Icmp_packet.t; quoted : string }
+      (** An ICMP error about a datagram sent on this connection; [quoted]
+          is the start of that datagram's payload (its transport header,
+          at least 8 bytes from a conforming sender). *)
+
+type control =
+  | Set_address of Ipv4_addr.Prefix.t
+  | Set_gateway of Ipv4_addr.t option
+
+type reassembly = {
+  timeout : Consort.Time.t;  (** default 30 s *)
+  max_bytes : int;  (** default 1 MiB *)
+  max_fragments : int;  (** default 64 *)
+  max_datagrams : int;  (** default 64 *)
+}
+
+val default_reassembly : reassembly
+
+type info = {
+  address : Ipv4_addr.Prefix.t;
+  gateway : Ipv4_addr.t option;
+  mtu : int;
+  sent : int;  (** datagrams sent (a fragmented one counts once) *)
+  received : int;  (** datagrams delivered up *)
+  bad : int;  (** malformed headers, bad checksums, bad source addresses *)
+  not_for_us : int;
+  no_route : int;
+  unknown_protocol : int;
+  connection_limit : int;  (** dropped: too many connections *)
+  fragments_sent : int;
+  fragments_received : int;
+  reassembled : int;
+  reassembly_dropped : int;  (** datagrams given up: limits, overlaps *)
+  reassembly_timeouts : int;
+  icmp_errors_sent : int;
+  connections : int;
+}
+
+val pp_info : info Fmt.t
+
+module type S = sig
+  include
+    Protocol.S
+      with type address = address
+       and type address_pattern = address_pattern
+       and type status = status
+       and type control = control
+       and type info = info
+
+  type host = Ipv4_addr.t
+  (** The peer's address, as {!remote} gives it. *)
+
+  type arp
+
+  val create :
+    ?reassembly:reassembly ->
+    ?max_connections:int ->
+    ?gateway:Ipv4_addr.t ->
+    clock:Clock.t ->
+    pool:Consort.Pool.t ->
+    address:Ipv4_addr.Prefix.t ->
+    arp ->
+    t
+  (** [create ~clock ~pool ~address arp] runs IPv4 with [address] (whose
+      host bits are ours) over [arp]; fragments and ICMP errors are
+      allocated from [pool]. *)
+
+  val address : t -> Ipv4_addr.t
+  val remote : connection -> host
+  val local : connection -> Ipv4_addr.t
+  val protocol : connection -> int
+
+  val mtu : connection -> int
+  (** The largest payload sent in one unfragmented datagram (also
+      {!max_packet}); {!send} accepts up to 65515 bytes, fragmenting. *)
+
+  val send_df : connection -> Packet.t -> (unit, Protocol.error) result
+  (** [send_df c p] is {!send} with Don't Fragment set: [`Too_big] rather
+      than fragmentation. *)
+
+  module Pseudo_header : Pseudo_header.S with type connection = connection
+  (** The IPv4 pseudo-header of a connection, for UDP and TCP checksums. *)
+
+  val send_icmp_error : t -> Icmp_packet.t -> Packet.t -> unit
+  (** [send_icmp_error t err p] sends [err] (destination unreachable, time
+      exceeded) to the source of the datagram [p] was delivered in; [p]'s
+      window must start where IPv4 delivered it (the transport header). It
+      takes [p]. Nothing is sent about broadcasts or after the rate limit
+      (100 a second). *)
+
+  val deliver_icmp_error : t -> Icmp_packet.t -> Cstruct.t -> unit
+  (** [deliver_icmp_error t err quoted] passes an ICMP error received,
+      with the datagram it quotes (IP header first), to the connection
+      that sent that datagram, as {!Icmp_error} (used by {!Icmp}). *)
+end
+
+module Make (A : Arp.S) : S with type arp = A.t

@@ -1,0 +1,9 @@
+let sizeof_udp = 8
+let get_src_port cs = Cstruct.BE.get_uint16 cs 0
+let set_src_port cs v = Cstruct.BE.set_uint16 cs 0 v
+let get_dst_port cs = Cstruct.BE.get_uint16 cs 2
+let set_dst_port cs v = Cstruct.BE.set_uint16 cs 2 v
+let get_length cs = Cstruct.BE.get_uint16 cs 4
+let set_length cs v = Cstruct.BE.set_uint16 cs 4 v
+let get_checksum cs = Cstruct.BE.get_uint16 cs 6
+let set_checksum cs v = Cstruct.BE.set_uint16 cs 6 v

@@ -1,0 +1,335 @@
+open Consort
+module Sim = Consort_engine.Sim
+module G = Consort_group.Group.Make (Sim)
+module Log = Consort_spec.Log
+module Vsync = Consort_spec.Vsync
+
+type outcome = {
+  violations : string list;
+  trace_hash : string;
+  sent : int;
+  delivered : int;
+  datagrams : int;
+  views : int;
+  end_time : Time.t;
+}
+
+let digest s = String.sub (Sha256.to_hex (Sha256.string s)) 0 16
+
+(* One process: an address, and the successive incarnations run there. *)
+type proc = {
+  addr : string;
+  mutable g : G.t option;
+  mutable incarnation : int;
+  mutable kill : unit -> unit;
+}
+
+type world = {
+  net : Sim.t;
+  rng : Rng.t;
+  layers : Layer.t list;
+  params : Params.t;
+  procs : proc array;
+  logs : (string, Log.event list ref) Hashtbl.t;  (* by member id, newest first *)
+  order : string list ref;  (* member ids in order of creation *)
+  crashed : string list ref;
+  mutable sent : int;
+  mutable made : int;  (* payloads made: each is unique *)
+  mutable delivered : int;
+  mutable views : int;
+  mutable problems : string list;
+  trace : out_channel option;
+}
+
+let note w fmt =
+  Printf.ksprintf
+    (fun s ->
+      match w.trace with
+      | Some oc ->
+          output_string oc s;
+          output_char oc '\n'
+      | None -> ())
+    fmt
+
+let record w me e =
+  let l =
+    match Hashtbl.find_opt w.logs me with
+    | Some l -> l
+    | None ->
+        let l = ref [] in
+        Hashtbl.replace w.logs me l;
+        w.order := me :: !(w.order);
+        l
+  in
+  l := e :: !l;
+  note w "%d %s" (Sim.now w.net) (Log.to_line e)
+
+let alive p = match p.g with Some g -> not (G.has_exited g) | None -> false
+
+let start w i =
+  let p = w.procs.(i) in
+  p.incarnation <- p.incarnation + 1;
+  let self = ref "" and mine = ref None and dead = ref false in
+  let cur_view () = match !mine with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
+  let deliver kind ~origin s =
+    w.delivered <- w.delivered + 1;
+    record w !self
+      (Log.Deliver { me = !self; view = cur_view (); from = origin; kind; len = String.length s; digest = digest s })
+  in
+  let cb =
+    {
+      Consort_group.Group.view =
+        (fun v ->
+          (* The first view is installed from inside [join]: the member's id
+             is its own entry in the view. *)
+          self := v.members.(v.rank);
+          w.views <- w.views + 1;
+          record w !self (Log.View { me = !self; view = v.vid; members = Array.to_list v.members }));
+      cast = deliver `Cast;
+      send = deliver `Send;
+      block = ignore;
+      flow = ignore;
+      exit = (fun () -> if not !dead then record w !self (Log.Exit { me = !self }));
+    }
+  in
+  let on_sent ~vid kind s =
+    w.sent <- w.sent + 1;
+    match kind with
+    | `Cast -> record w !self (Log.Cast { me = !self; view = vid; len = String.length s; digest = digest s })
+    | `Send dst ->
+        record w !self (Log.Send { me = !self; view = vid; dst; len = String.length s; digest = digest s })
+  in
+  let peers = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
+  let seed = Rng.int w.rng 0x3fffffff in
+  match G.join ~params:w.params ~peers ~seed ~on_sent ~layers:w.layers w.net ~group:"sim" ~addr:p.addr cb with
+  | Ok g ->
+      mine := Some g;
+      p.g <- Some g;
+      p.kill <- (fun () -> dead := true)
+  | Error e -> w.problems <- Printf.sprintf "%s could not join: %s" p.addr e :: w.problems
+
+let crash w i =
+  let p = w.procs.(i) in
+  if alive p then begin
+    note w "%d crash %s" (Sim.now w.net) p.addr;
+    (* A killed process logs nothing more, not even its exit. *)
+    p.kill ();
+    (match p.g with Some g -> w.crashed := G.me g :: !(w.crashed) | None -> ());
+    p.g <- None;
+    Sim.crash w.net p.addr
+  end
+
+let cast w i =
+  let p = w.procs.(i) in
+  match p.g with
+  | Some g when alive p ->
+      w.made <- w.made + 1;
+      let s = Printf.sprintf "%s|%d|%s" (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
+      G.cast g s
+  | _ -> ()
+
+let send w i =
+  let p = w.procs.(i) in
+  match p.g with
+  | Some g when alive p -> (
+      let v = G.view g in
+      let others = List.filter (fun m -> m <> G.me g) (Array.to_list v.members) in
+      match others with
+      | [] -> ()
+      | _ ->
+          let dst = List.nth others (Rng.int w.rng (List.length others)) in
+          w.made <- w.made + 1;
+          G.send g dst (Printf.sprintf "%s>%s|%d" (G.me g) dst w.made))
+  | _ -> ()
+
+let at w t f = ignore (Sim.at w.net t f)
+
+(* Casts and a few sends from random live members at random times in
+   [from, until). *)
+let workload w ~from ~until ~count =
+  for _ = 1 to count do
+    let t = from + Rng.int w.rng (max 1 (until - from)) in
+    let i = Rng.int w.rng (Array.length w.procs) in
+    let kind = Rng.int w.rng 10 in
+    at w t (fun () -> if kind = 0 then send w i else cast w i)
+  done
+
+let make ?trace ~seed ~n ~link () =
+  let rng = Rng.create seed in
+  let net = Sim.create ~seed:(Rng.int rng 0x3fffffff) ~link () in
+  Sim.set_trace_channel net trace;
+  let layers =
+    match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> failwith e
+  in
+  {
+    net;
+    rng;
+    layers;
+    params = Params.empty;
+    procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore });
+    logs = Hashtbl.create 16;
+    order = ref [];
+    crashed = ref [];
+    sent = 0;
+    made = 0;
+    delivered = 0;
+    views = 0;
+    problems = [];
+    trace;
+  }
+
+(* Every live member ends in one view whose members are exactly the live
+   members. *)
+let converged w =
+  let live = List.filter_map (fun p -> if alive p then p.g else None) (Array.to_list w.procs) in
+  match live with
+  | [] -> [ "no member is alive at the end" ]
+  | g :: _ ->
+      let v = G.view g in
+      let ids = List.sort compare (List.map G.me live) in
+      let agree = List.for_all (fun g' -> (G.view g').Consort_group.Group.vid = v.vid) live in
+      let state g =
+        let counters =
+          match G.stack g with
+          | Some st ->
+              List.concat_map
+                (fun (layer, cs) ->
+                  List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) cs)
+                (Stack.counters st)
+          | None -> []
+        in
+        Printf.sprintf "%s in %s%s [%s]" (G.me g) (G.view g).Consort_group.Group.vid
+          (if G.is_blocked g then " (blocked)" else "")
+          (String.concat " " counters)
+      in
+      if not agree then
+        [ Printf.sprintf "live members end in different views: %s" (String.concat "; " (List.map state live)) ]
+      else if List.sort compare (Array.to_list v.members) <> ids then
+        [
+          Printf.sprintf "final view %s has [%s], the live members are [%s]" v.vid
+            (String.concat ", " (Array.to_list v.members))
+            (String.concat ", " ids);
+        ]
+      else []
+
+let finish w =
+  let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
+  let spec =
+    match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with
+    | Ok () -> []
+    | Error vs -> List.map (Fmt.str "%a" Vsync.pp_violation) vs
+  in
+  let stats = Sim.stats w.net in
+  {
+    violations = List.rev w.problems @ spec @ converged w;
+    trace_hash = Sim.trace_hash w.net;
+    sent = w.sent;
+    delivered = w.delivered;
+    datagrams = stats.Sim.sent;
+    views = w.views;
+    end_time = Sim.now w.net;
+  }
+
+let s x = Time.of_sec x
+
+let lossy loss = { Sim.default_link with loss; jitter = Time.of_ms 2; reorder = loss; reorder_delay = Time.of_ms 5 }
+
+let crash_scenario ?trace seed =
+  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 500_000_000) (fun () -> start w i)) w.procs;
+  workload w ~from:(s 3.) ~until:(s 15.) ~count:120;
+  let victims = 1 + Rng.int w.rng 2 in
+  let chosen = ref [] in
+  while List.length !chosen < victims do
+    let v = Rng.int w.rng 5 in
+    if not (List.mem v !chosen) then chosen := v :: !chosen
+  done;
+  List.iter (fun v -> at w (s 5. + Rng.int w.rng (s 5.)) (fun () -> crash w v)) !chosen;
+  Sim.run ~until:(s 45.) w.net;
+  finish w
+
+let join_leave_scenario ?trace seed =
+  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+  for i = 0 to 2 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 3);
+  at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 4);
+  let leaver = Rng.int w.rng 5 in
+  at w (s 9. + Rng.int w.rng (s 3.)) (fun () ->
+      match w.procs.(leaver).g with Some g when alive w.procs.(leaver) -> G.leave g | _ -> ());
+  workload w ~from:(s 2.) ~until:(s 16.) ~count:120;
+  Sim.run ~until:(s 40.) w.net;
+  finish w
+
+let partition_scenario ?trace seed =
+  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  let addrs = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
+  (* Two random members against the other three. *)
+  let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 w.rng, a)) addrs)) in
+  let side_a = List.filteri (fun i _ -> i < 2) shuffled and side_b = List.filteri (fun i _ -> i >= 2) shuffled in
+  let cut = s 5. + Rng.int w.rng (s 3.) in
+  at w cut (fun () ->
+      note w "%d partition" (Sim.now w.net);
+      Sim.partition w.net [ side_a; side_b ]);
+  at w (cut + s 12.) (fun () ->
+      note w "%d heal" (Sim.now w.net);
+      Sim.heal w.net);
+  workload w ~from:(s 2.) ~until:(cut + s 16.) ~count:160;
+  Sim.run ~until:(cut + s 45.) w.net;
+  finish w
+
+let churn_scenario ?trace seed =
+  let n = 6 in
+  let w = make ?trace ~seed ~n ~link:(lossy 0.10) () in
+  for i = 0 to 3 do
+    at w (Rng.int w.rng 500_000_000) (fun () -> start w i)
+  done;
+  let horizon = s 40. in
+  for _ = 1 to 8 do
+    let t = s 3. + Rng.int w.rng (horizon - s 3.) in
+    let i = Rng.int w.rng n in
+    match Rng.int w.rng 5 with
+    | 0 -> at w t (fun () -> if not (alive w.procs.(i)) then start w i)
+    | 1 -> at w t (fun () -> match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ())
+    | 2 -> at w t (fun () -> crash w i)
+    | 3 ->
+        at w t (fun () ->
+            let a, b = List.partition (fun _ -> Rng.bool w.rng) (Array.to_list (Array.map (fun p -> p.addr) w.procs)) in
+            note w "%d partition" (Sim.now w.net);
+            Sim.partition w.net [ a; b ])
+    | _ ->
+        at w t (fun () ->
+            note w "%d heal" (Sim.now w.net);
+            Sim.heal w.net)
+  done;
+  (* At the end: the network heals, and the first members come back. *)
+  at w horizon (fun () ->
+      Sim.heal w.net;
+      for i = 0 to 1 do
+        if not (alive w.procs.(i)) then start w i
+      done);
+  workload w ~from:(s 2.) ~until:(horizon + s 5.) ~count:200;
+  Sim.run ~until:(horizon + s 60.) w.net;
+  finish w
+
+let scenarios =
+  [
+    ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
+    ("vsync-join-leave", "3 members, 2 join later, one leaves, casts and sends flow; 2% loss", join_leave_scenario);
+    ( "vsync-partition-merge",
+      "5 members split 2/3 for 12 s while both sides cast, then heal and merge; 2% loss",
+      partition_scenario );
+    ( "vsync-churn",
+      "random joins, leaves, crashes, partitions and heals under 10% loss and reordering, then a final heal",
+      churn_scenario );
+  ]
+
+let names = List.map (fun (n, _, _) -> n) scenarios
+let describe n = List.find_map (fun (n', d, _) -> if n = n' then Some d else None) scenarios
+
+let run ?trace name ~seed =
+  match List.find_opt (fun (n, _, _) -> n = name) scenarios with
+  | Some (_, _, f) -> Some (f ?trace seed)
+  | None -> None

@@ -1,0 +1,10 @@
+let () =
+  Consort.Iovec.set_checked true;
+  Alcotest.run "consort.net"
+    [
+      ("checksum", T_checksum.suite);
+      ("wire", T_wire.suite);
+      ("devices", T_devices.suite);
+      ("stack", T_stack.suite);
+      ("tap", T_tap.suite);
+    ]
