@@ -1,4 +1,4 @@
-let sum ?(init = 0) (b : Cstruct.t) =
+let reference_sum ?(init = 0) (b : Cstruct.t) =
   let buf = b.Cstruct.buffer and off = b.Cstruct.off and len = b.Cstruct.len in
   let acc = ref init in
   let last = off + len - 1 in
@@ -25,3 +25,5 @@ let finish s = lnot (fold s) land 0xFFFF
 let valid s =
   let f = fold s in
   f = 0xFFFF || f = 0
+
+let sum ?(init = 0) b = Checksum.sum ~init:(fold init) b

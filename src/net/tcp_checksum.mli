@@ -1,11 +1,16 @@
-(** The Internet checksum (RFC 1071) in plain OCaml, for TCP segments.
+(** The Internet checksum (RFC 1071) for TCP segments: the stack's C
+    routine ({!Checksum.sum}), and a plain OCaml definition kept as its
+    reference and fallback.
 
-    Sums are carried unfolded in a native integer (room for 2{^47} 16-bit
-    words) and folded once at the end. *)
+    A sum may be carried unfolded in a native integer (room for 2{^47}
+    16-bit words) and folded once at the end. *)
 
 val sum : ?init:int -> Cstruct.t -> int
 (** [sum ~init b] is [init] plus the 16-bit big-endian words of [b] (an odd
-    last byte padded with zero), unfolded. *)
+    last byte padded with zero), folded (by {!Checksum.sum}, in C). *)
+
+val reference_sum : ?init:int -> Cstruct.t -> int
+(** [reference_sum] is {!sum} in plain OCaml, unfolded. *)
 
 val fold : int -> int
 (** [fold s] is [s] folded to 16 bits with end-around carry. *)

@@ -9,4 +9,5 @@ let () =
       ("transfer", Test_transfer.tests);
       ("socket", Test_socket.tests);
       ("hostile", Test_fuzz.tests);
+      ("stacks", Test_stacks.tests);
     ]

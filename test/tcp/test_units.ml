@@ -148,7 +148,11 @@ let checksum_model =
       let model = ref 0 in
       String.iteri (fun i c -> model := !model + if i land 1 = 0 then Char.code c lsl 8 else Char.code c) s;
       let fold x = let rec go x = if x > 0xFFFF then go ((x land 0xFFFF) + (x lsr 16)) else x in go x in
-      Tcp_checksum.fold (Tcp_checksum.sum (Cstruct.of_string s)) = fold !model)
+      let cs = Cstruct.of_string s in
+      Tcp_checksum.fold (Tcp_checksum.sum cs) = fold !model
+      && Tcp_checksum.fold (Tcp_checksum.reference_sum cs) = fold !model
+      && Tcp_checksum.fold (Tcp_checksum.sum ~init:0x12345 cs)
+         = Tcp_checksum.fold (Tcp_checksum.reference_sum ~init:0x12345 cs))
 
 (* {1 RTO} *)
 

@@ -1,0 +1,349 @@
+(* TCP interop with the Linux kernel: our stack on a TAP device whose
+   kernel end lives in a network namespace made (and removed) by each test.
+   100 MB each way, checked by SHA-256 on both sides and byte for byte on
+   ours; the kernel's own view of the connection ([ss -ti]) confirms window
+   scaling and MSS. *)
+
+open Consort
+module Loop = Consort_engine.Loop
+module Up = Consort_net_unix.Up
+
+let our_ip = "10.78.0.2"
+let kernel_ip = "10.78.0.1"
+let size = match Sys.getenv_opt "TCP_TAP_BYTES" with Some n -> int_of_string n | None -> 100_000_000
+
+(* Why the tests cannot run here, if they cannot. *)
+let impossible () =
+  if Unix.geteuid () <> 0 then
+    Some "not root: a TAP device and a network namespace need root"
+  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
+  else if Sys.command "command -v python3 >/dev/null && command -v ss >/dev/null" <> 0 then
+    Some "python3 and ss are needed on the kernel side"
+  else None
+
+let read_file path =
+  let ic = open_in_bin path in
+  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+
+let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
+
+let must cmd =
+  let out = Filename.temp_file "consort-tcp" ".out" in
+  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
+  let text = read_file out in
+  Sys.remove out;
+  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
+
+let replace s a b =
+  let la = String.length a in
+  let buf = Buffer.create (String.length s) in
+  let rec go i =
+    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
+    else if String.sub s i la = a then begin
+      Buffer.add_string buf b;
+      go (i + la)
+    end
+    else begin
+      Buffer.add_char buf s.[i];
+      go (i + 1)
+    end
+  in
+  go 0;
+  Buffer.contents buf
+
+(* TCP over this stack's IPv4, with the IPv4 pseudo-header checksum. *)
+module type TCP_IP = sig
+  module T : Tcp.S with type host = Ipv4_addr.t and type lower = Ipstack.Ip.t
+  module Sock : module type of Socket.Make (T)
+
+  val tcp : T.t
+end
+
+let config =
+  { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
+
+let tcp_on (up : Up.t) : (module TCP_IP) =
+  let module P = struct
+    type host = Ipv4_addr.t
+    type lower_address = Ipv4.address
+    type lower_pattern = Ipv4.address_pattern
+
+    let local = Ipv4_addr.of_string_exn our_ip
+    let lower_address h = { Ipv4.dst = h; proto = 6 }
+    let lower_pattern = { Ipv4.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv4_addr.equal
+    let pp_host = Ipv4_addr.pp
+    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
+    let rng = Rng.create 4242
+    let pool = up.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let tcp =
+    match T.create ~config up.stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
+  (module struct
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+  end)
+
+type env = { ns : string; up : Up.t; data : Bytes.t; file : string; sha : string }
+
+let counter = ref 0
+
+let with_env f =
+  match impossible () with
+  | Some why -> Logs.app (fun m -> m "SKIPPED: %s" why)
+  | None ->
+  incr counter;
+  let ns = Printf.sprintf "consort-tcp-%d-%d" (Unix.getpid ()) !counter in
+  let tap = Printf.sprintf "ct%d%d" (Unix.getpid () mod 1_000_000) !counter in
+  let data = Tcp_harness.Transfer.payload ~seed:!counter size in
+  let file = Filename.temp_file "consort-tcp" ".data" in
+  let oc = open_out_bin file in
+  output_bytes oc data;
+  close_out oc;
+  let sha = Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string data)) in
+  let up =
+    match Up.start ~tap ~ip:(our_ip ^ "/24") () with
+    | Ok up -> up
+    | Error (`Msg m) -> Alcotest.failf "starting the stack on TAP %s: %s" tap m
+  in
+  Fun.protect
+    ~finally:(fun () ->
+      Up.stop up;
+      Sys.remove file;
+      ignore (quiet (Printf.sprintf "ip netns del %s" ns));
+      ignore (quiet (Printf.sprintf "ip link del %s" tap)))
+    (fun () ->
+      must (Printf.sprintf "ip netns add %s" ns);
+      must (Printf.sprintf "ip link set %s netns %s" tap ns);
+      ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+      must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
+      must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+      must (Printf.sprintf "ip -n %s link set lo up" ns);
+      f { ns; up; data; file; sha })
+
+(* Start [script] under python3 in the namespace; [wait] runs our loop
+   until it exits and returns its output. *)
+let spawn env script =
+  let out = Filename.temp_file "consort-tcp" ".out" in
+  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
+  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; script |] in
+  let pid = Unix.create_process "ip" argv Unix.stdin fd fd in
+  Unix.close fd;
+  let wait ?(timeout = 120.) ~until () =
+    let status = ref None in
+    let rec poll () =
+      match Unix.waitpid [ WNOHANG ] pid with
+      | 0, _ -> ignore (Loop.after env.up.loop (Time.of_ms 5) poll : Loop.timer)
+      | _, st -> status := Some st
+    in
+    poll ();
+    Loop.run ~until:(fun () -> !status <> None && until ()) ~timeout:(Time.of_sec timeout) env.up.loop;
+    let text = read_file out in
+    Sys.remove out;
+    match !status with
+    | Some (WEXITED 0) -> text
+    | Some _ -> Alcotest.failf "the kernel side failed:\n%s" text
+    | None ->
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid);
+        Alcotest.failf "the kernel side timed out:\n%s" text
+  in
+  wait
+
+let field text key =
+  (* The word after [key] on the line starting with it. *)
+  let lines = String.split_on_char '\n' text in
+  match List.find_opt (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key) lines with
+  | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
+  | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
+
+let ss_word ss prefix =
+  let words = String.split_on_char ' ' (replace (replace ss "\t" " ") "\n" " ") in
+  match List.find_opt (fun w -> String.length w > String.length prefix && String.sub w 0 (String.length prefix) = prefix) words with
+  | Some w -> String.sub w (String.length prefix) (String.length w - String.length prefix)
+  | None -> Alcotest.failf "no %s in ss output: %s" prefix ss
+
+let kernel_client =
+  {|
+import socket, hashlib, subprocess, sys
+s = socket.create_connection(('OUR', 5001), timeout=60)
+print('SS', subprocess.run(['ss', '-tin', 'dst', 'OUR'], capture_output=True, text=True).stdout.replace('\n', ' '))
+h = hashlib.sha256()
+with open('FILE', 'rb') as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b: break
+        h.update(b)
+        s.sendall(b)
+s.shutdown(socket.SHUT_WR)
+print('SENT', h.hexdigest())
+h = hashlib.sha256(); n = 0
+buf = bytearray(1 << 20); mv = memoryview(buf)
+while True:
+    k = s.recv_into(buf)
+    if k == 0: break
+    h.update(mv[:k]); n += k
+print('RECV', n, h.hexdigest())
+|}
+
+let kernel_server =
+  {|
+import socket, hashlib, subprocess, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('KERNEL', 5002)); l.listen(1); l.settimeout(60)
+print('LISTENING', flush=True)
+s, addr = l.accept(); s.settimeout(60)
+print('SS', subprocess.run(['ss', '-tin', 'dst', 'OUR'], capture_output=True, text=True).stdout.replace('\n', ' '))
+h = hashlib.sha256(); n = 0
+buf = bytearray(1 << 20); mv = memoryview(buf)
+while True:
+    k = s.recv_into(buf)
+    if k == 0: break
+    h.update(mv[:k]); n += k
+print('RECV', n, h.hexdigest())
+h = hashlib.sha256()
+with open('FILE', 'rb') as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b: break
+        h.update(b)
+        s.sendall(b)
+s.close()
+print('SENT', h.hexdigest())
+|}
+
+let mb_s bytes secs = float bytes /. secs /. 1e6
+
+let check_ss ss (i : Tcp.conn_info) =
+  (* ss shows the peer's (our) shift first, then its own. *)
+  let ws = ss_word ss "wscale:" in
+  let ours = match i.rcv_wscale with Some s -> string_of_int s | None -> "none" in
+  let theirs = match i.snd_wscale with Some s -> string_of_int s | None -> "none" in
+  Alcotest.(check string) "ss: window scale" (ours ^ "," ^ theirs) ws;
+  Alcotest.(check string) "ss: the kernel's MSS (ours, 1460, less timestamps)" "1448" (ss_word ss "mss:")
+
+let kernel_connects () =
+  with_env @@ fun env ->
+  let (module N) = tcp_on env.up in
+  let l = match N.Sock.listen N.tcp 5001 with Ok l -> l | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
+  let result = ref None and info = ref None in
+  Socket.Promise.upon (N.Sock.accept l) (function
+    | Error e -> Alcotest.failf "accept: %a" Protocol.pp_error e
+    | Ok s ->
+        info := Some (N.Sock.info s);
+        (* Read everything, checking and hashing it, then send it back. *)
+        let store = Bytes.create size and got = ref 0 and buf = Cstruct.create 65536 in
+        let t0 = Unix.gettimeofday () in
+        let rec loop () =
+          Socket.Promise.upon (N.Sock.read s buf) (function
+            | Error e -> Alcotest.failf "read: %a" Protocol.pp_error e
+            | Ok 0 ->
+                let rx = Unix.gettimeofday () -. t0 in
+                let t1 = Unix.gettimeofday () in
+                Socket.Promise.upon (N.Sock.write s (Cstruct.of_bytes env.data)) (function
+                  | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+                  | Ok () ->
+                      N.Sock.close s;
+                      Socket.Promise.upon (N.Sock.closed s) (function
+                        | Ok () ->
+                            let tx = Unix.gettimeofday () -. t1 in
+                            if Bytes.sub store 0 !got <> env.data then Alcotest.fail "received bytes differ";
+                            let sha = Sha256.to_hex (Sha256.substring (Bytes.unsafe_to_string store) 0 !got) in
+                            result := Some (!got, sha, rx, tx)
+                        | Error e -> Alcotest.failf "close: %a" Protocol.pp_error e))
+            | Ok k ->
+                if !got + k > size then Alcotest.fail "too many bytes";
+                Cstruct.blit_to_bytes buf 0 store !got k;
+                got := !got + k;
+                loop ())
+        in
+        loop ());
+  let wait = spawn env (replace (replace kernel_client "OUR" our_ip) "FILE" env.file) in
+  let out = wait ~until:(fun () -> !result <> None) () in
+  let got, sha, rx, tx = Option.get !result in
+  Alcotest.(check int) "bytes received" size got;
+  Alcotest.(check string) "SHA-256 of what the kernel sent, as it computed it" env.sha (field out "SENT");
+  Alcotest.(check string) "SHA-256 of what we received" env.sha sha;
+  Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
+  check_ss (field out "SS") (Option.get !info);
+  Logs.app (fun m ->
+      m "kernel connects: kernel -> us %.1f MB/s, us -> kernel %.1f MB/s; %a" (mb_s size rx)
+        (mb_s size tx) Tcp.pp_stats (N.T.query N.tcp))
+
+let we_connect () =
+  with_env @@ fun env ->
+  let (module N) = tcp_on env.up in
+  let wait = spawn env (replace (replace (replace kernel_server "OUR" our_ip) "KERNEL" kernel_ip) "FILE" env.file) in
+  (* The server may not be listening yet: retry refused connections. *)
+  let rec connect k =
+    let p = N.Sock.connect N.tcp (Ipv4_addr.of_string_exn kernel_ip) 5002 in
+    Loop.run ~until:(fun () -> Socket.Promise.is_resolved p) ~timeout:(Time.of_sec 10.) env.up.loop;
+    match Socket.Promise.peek p with
+    | Some (Ok s) -> s
+    | Some (Error (`Refused _)) when k > 0 ->
+        Loop.run ~timeout:(Time.of_ms 100) env.up.loop;
+        connect (k - 1)
+    | Some (Error e) -> Alcotest.failf "connect: %a" Protocol.pp_error e
+    | None -> Alcotest.fail "connect: no answer"
+  in
+  let s = connect 50 in
+  let info = N.Sock.info s in
+  let t0 = Unix.gettimeofday () in
+  let sent = ref None in
+  Socket.Promise.upon (N.Sock.write s (Cstruct.of_bytes env.data)) (function
+    | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+    | Ok () -> N.Sock.shutdown s);
+  (* Read the kernel's reply to the end. *)
+  let store = Bytes.create size and got = ref 0 and t1 = ref 0. and done_ = ref false in
+  let rx = ref 0. in
+  let buf = Cstruct.create 65536 in
+  let rec loop () =
+    Socket.Promise.upon (N.Sock.read s buf) (function
+      | Error e -> Alcotest.failf "read: %a" Protocol.pp_error e
+      | Ok 0 ->
+          rx := Unix.gettimeofday () -. !t1;
+          N.Sock.close s;
+          Socket.Promise.upon (N.Sock.closed s) (fun _ -> done_ := true)
+      | Ok k ->
+          if !got = 0 then begin
+            t1 := Unix.gettimeofday ();
+            sent := Some (!t1 -. t0)
+          end;
+          if !got + k > size then Alcotest.fail "too many bytes";
+          Cstruct.blit_to_bytes buf 0 store !got k;
+          got := !got + k;
+          loop ())
+  in
+  loop ();
+  let out = wait ~until:(fun () -> !done_) () in
+  let rx = !rx in
+  Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
+  Alcotest.(check string) "SHA-256 of what the kernel sent" env.sha (field out "SENT");
+  Alcotest.(check int) "bytes received" size !got;
+  Alcotest.(check bool) "received bytes, byte for byte" true (Bytes.sub store 0 !got = env.data);
+  Alcotest.(check string) "SHA-256 of what we received" env.sha
+    (Sha256.to_hex (Sha256.substring (Bytes.unsafe_to_string store) 0 !got));
+  check_ss (field out "SS") info;
+  Logs.app (fun m ->
+      m "we connect: us -> kernel %.1f MB/s, kernel -> us %.1f MB/s; %a"
+        (mb_s size (Option.value !sent ~default:1.)) (mb_s size rx) Tcp.pp_stats (N.T.query N.tcp))
+
+let () =
+  Logs.set_reporter (Logs_fmt.reporter ());
+  Logs.set_level (Some Logs.App);
+  (match impossible () with
+  | Some why -> Printf.printf "consort-tcp-tap: the kernel interop tests skip: %s\n%!" why
+  | None -> ());
+  Alcotest.run "consort-tcp-tap"
+    [
+      ( "kernel",
+        [
+          Alcotest.test_case "the kernel connects to us; 100 MB each way" `Slow kernel_connects;
+          Alcotest.test_case "we connect to the kernel; 100 MB each way" `Slow we_connect;
+        ] );
+    ]

@@ -1,0 +1,152 @@
+(* TCP on the stack's own lower layers, over the in-memory wire with a
+   virtual clock: over IPv4 (with the pseudo-header checksum) through
+   impairments that drop, duplicate, reorder and corrupt frames; and
+   straight over Ethernet with checksums off (Fox's Fig. 2), on an
+   ethertype of its own beside IP on the same wire. *)
+
+open Consort
+
+let mac_a = Mac_addr.of_string_exn "02:00:00:00:00:0a"
+let mac_b = Mac_addr.of_string_exn "02:00:00:00:00:0b"
+let ip_a = Ipv4_addr.of_string_exn "10.1.0.1"
+let ip_b = Ipv4_addr.of_string_exn "10.1.0.2"
+let prefix ip = Result.get_ok (Ipv4_addr.Prefix.of_string (Ipv4_addr.to_string ip ^ "/24"))
+let tcp_ethertype = 0x88B5
+
+type world = { vc : Clock.Virtual.clock; clock : Clock.t; pool : Pool.t; a : Ipstack.t; b : Ipstack.t }
+
+let world ~seed impair =
+  let vc = Clock.Virtual.create () in
+  let clock = Clock.Virtual.clock vc in
+  let pool = Pool.create ~name:"stacks" () in
+  let da, db = Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool mac_a mac_b in
+  let wrap seed d = Impair.device (Impair.wrap ~clock ~seed ~pool impair d) in
+  let a = Ipstack.create ~clock ~pool ~address:(prefix ip_a) (wrap seed da) in
+  let b = Ipstack.create ~clock ~pool ~address:(prefix ip_b) (wrap (seed + 1) db) in
+  { vc; clock; pool; a; b }
+
+module type NODE = sig
+  type host
+
+  module T : Tcp.S with type host = host
+  module Sock : module type of Socket.Make (T)
+
+  val tcp : T.t
+end
+
+let over_ip w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_addr.t) =
+  let module P = struct
+    type host = Ipv4_addr.t
+    type lower_address = Ipv4.address
+    type lower_pattern = Ipv4.address_pattern
+
+    let local = local
+    let lower_address h = { Ipv4.dst = h; proto = 6 }
+    let lower_pattern = { Ipv4.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv4_addr.equal
+    let pp_host = Ipv4_addr.pp
+    let clock = w.clock
+    let rng = Rng.create seed
+    let pool = w.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let tcp = Result.get_ok (T.create s.ip) in
+  (module struct
+    type host = Ipv4_addr.t
+
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+  end)
+
+let over_ethernet w (s : Ipstack.t) local ~seed : (module NODE with type host = Mac_addr.t) =
+  let module P = struct
+    type host = Mac_addr.t
+    type lower_address = Ethernet.address
+    type lower_pattern = Ethernet.address_pattern
+
+    let local = local
+    let lower_address h = { Ethernet.dst = h; ethertype = tcp_ethertype }
+    let lower_pattern = Ethernet.Ethertype tcp_ethertype
+    let pseudo_header = None
+    let equal_host = Mac_addr.equal
+    let pp_host = Mac_addr.pp
+    let clock = w.clock
+    let rng = Rng.create seed
+    let pool = w.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Eth) (P) in
+  let tcp = Result.get_ok (T.create s.eth) in
+  (module struct
+    type host = Mac_addr.t
+
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+  end)
+
+(* Send [n] bytes from A to B's port 80 and check them all; returns A's
+   and B's TCP counters. *)
+let bulk (type h) w (module A : NODE with type host = h) (module B : NODE with type host = h) (dst : h) n =
+  let data = Tcp_harness.Transfer.payload ~seed:n n in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let got = ref 0 and eof = ref false and closed = ref 0 in
+  Socket.Promise.upon (B.Sock.accept l) (function
+    | Error e -> Alcotest.failf "accept: %a" Protocol.pp_error e
+    | Ok s ->
+        let buf = Cstruct.create 16384 in
+        let rec loop () =
+          Socket.Promise.upon (B.Sock.read s buf) (function
+            | Error e -> Alcotest.failf "read: %a" Protocol.pp_error e
+            | Ok 0 ->
+                eof := true;
+                B.Sock.close s;
+                Socket.Promise.upon (B.Sock.closed s) (fun r -> if r = Ok () then incr closed)
+            | Ok k ->
+                if Cstruct.to_string (Cstruct.sub buf 0 k) <> Bytes.sub_string data !got k then
+                  Alcotest.failf "bytes differ near %d" !got;
+                got := !got + k;
+                loop ())
+        in
+        loop ());
+  Socket.Promise.upon (A.Sock.connect A.tcp dst 80) (function
+    | Error e -> Alcotest.failf "connect: %a" Protocol.pp_error e
+    | Ok s ->
+        Socket.Promise.upon (A.Sock.write s (Cstruct.of_bytes data)) (function
+          | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+          | Ok () ->
+              A.Sock.shutdown s;
+              Socket.Promise.upon (A.Sock.closed s) (fun r -> if r = Ok () then incr closed)));
+  Clock.Virtual.run_until_idle ~limit:(Time.of_sec 3600.) w.vc;
+  Alcotest.(check int) "bytes" n !got;
+  Alcotest.(check bool) "end of stream" true !eof;
+  Alcotest.(check int) "both closed" 2 !closed;
+  Alcotest.(check int) "no buffer in use" 0 (Pool.in_use w.pool);
+  (A.T.query A.tcp, B.T.query B.tcp)
+
+let over_ipv4 () =
+  let w =
+    world ~seed:3
+      { Impair.none with drop = 0.02; duplicate = 0.02; reorder = 0.05; corrupt = 0.02; reorder_delay = Time.of_ms 3; delay = Time.of_ms 1 }
+  in
+  let a = over_ip w w.a ip_a ~seed:1 and b = over_ip w w.b ip_b ~seed:2 in
+  let sa, sb = bulk w a b ip_b (2 * 1024 * 1024) in
+  Alcotest.(check bool) "corrupted segments caught by the checksum" true
+    (sa.bad_checksum + sb.bad_checksum > 0);
+  Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
+
+let over_raw_ethernet () =
+  let w = world ~seed:4 { Impair.none with drop = 0.02; duplicate = 0.02; delay = Time.of_ms 1 } in
+  let a = over_ethernet w w.a mac_a ~seed:1 and b = over_ethernet w w.b mac_b ~seed:2 in
+  let sa, sb = bulk w a b mac_b (2 * 1024 * 1024) in
+  Alcotest.(check int) "no checksum, so none bad" 0 (sa.bad_checksum + sb.bad_checksum);
+  Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
+
+let tests =
+  [
+    Alcotest.test_case "over IPv4 and Ethernet, with loss, duplication, reordering, corruption" `Quick over_ipv4;
+    Alcotest.test_case "straight over Ethernet, checksums off (Fox Fig. 2)" `Quick over_raw_ethernet;
+  ]
