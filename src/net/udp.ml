@@ -27,6 +27,7 @@ module type S = sig
   val create : ip -> t
   val remote : connection -> Ipv4_addr.t * int
   val local_port : connection -> int
+  val sender : t -> address -> (connection, Protocol.error) result
 end
 
 let max_payload = 0xffff - Ipv4_wire.sizeof_ipv4 - Udp_wire.sizeof_udp
@@ -57,7 +58,8 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     ipc : Ip.connection;
     lport : int;
     rport : int;
-    bound : bool;
+    bound : bool;  (** the port is ours: datagrams for it come here *)
+    owns_ip : bool;  (** [ipc] was opened for this connection *)
     mutable handler : handler;
     mutable open_ : bool;
   }
@@ -93,7 +95,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
             t.wrong_peer <- t.wrong_peer + 1;
             Packet.release p)
       | Listening f ->
-          let c = { udp = t; ipc; lport = dport; rport = sport; bound = false; handler = nothing; open_ = true } in
+          let c = { udp = t; ipc; lport = dport; rport = sport; bound = false; owns_ip = false; handler = nothing; open_ = true } in
           c.handler <- f c;
           let (_ : (unit, _) result) = Packet.pull p Udp_wire.sizeof_udp in
           t.datagrams_in <- t.datagrams_in + 1;
@@ -159,10 +161,19 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
           match Ip.active_open t.ip { dst; proto = Ipv4_wire.proto_udp } (ip_handler t) with
           | Error _ as e -> e
           | Ok ipc ->
-              let c = { udp = t; ipc; lport; rport = dst_port; bound = true; handler = nothing; open_ = true } in
+              let c = { udp = t; ipc; lport; rport = dst_port; bound = true; owns_ip = true; handler = nothing; open_ = true } in
               Itbl.replace t.ports lport (Bound c);
               c.handler <- f c;
               Ok c)
+
+  let sender t { dst; dst_port; src_port } =
+    if not (valid_port dst_port) then Error (`Bad_address (Printf.sprintf "port %d" dst_port))
+    else if not (valid_port src_port) then Error (`Bad_address (Printf.sprintf "port %d" src_port))
+    else
+      match Ip.active_open t.ip { dst; proto = Ipv4_wire.proto_udp } (ip_handler t) with
+      | Error _ as e -> e
+      | Ok ipc ->
+          Ok { udp = t; ipc; lport = src_port; rport = dst_port; bound = false; owns_ip = true; handler = nothing; open_ = true }
 
   let passive_open t (Port p) f =
     if not (valid_port p) then Error (`Bad_address (Printf.sprintf "port %d" p))
@@ -197,11 +208,11 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     if c.open_ then begin
       c.open_ <- false;
       if c.bound then begin
-        (match Itbl.find_opt c.udp.ports c.lport with
+        match Itbl.find_opt c.udp.ports c.lport with
         | Some (Bound c') when c' == c -> Itbl.remove c.udp.ports c.lport
-        | _ -> ());
-        Ip.close c.ipc
-      end
+        | _ -> ()
+      end;
+      if c.owns_ip then Ip.close c.ipc
     end
 
   let abort = close

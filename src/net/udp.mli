@@ -49,6 +49,14 @@ module type S = sig
   (** The peer's address and port. *)
 
   val local_port : connection -> int
+
+  val sender : t -> address -> (connection, Protocol.error) result
+  (** [sender t a] is a connection that sends from local port
+      [a.src_port] to [a.dst] and [a.dst_port] without taking the port:
+      datagrams for that port still go to whoever opened it (typically a
+      passive open), and none come up on this connection. It is how a
+      service that receives on a passive open sends first to a peer it
+      has not heard from. {!close} ends it. *)
 end
 
 module Make (Ip : Ipv4.S) (C : Checksum.POLICY) : S with type ip = Ip.t
