@@ -1,14 +1,189 @@
 open Cmdliner
+open Consort_net
+module Up = Consort_net_unix.Up
+module Loop = Consort_engine.Loop
+module Promise = Socket.Promise
 
-let up tap ip gateway mtu seconds =
+let echo_port = 7
+let discard_port = 9
+
+(* TCP over the stack's IPv4, with the pseudo-header checksum. *)
+module type TCP = sig
+  module T : Tcp.S with type host = Ipv4_addr.t and type lower = Ipstack.Ip.t
+  module Sock : module type of Socket.Make (T)
+
+  val tcp : T.t
+end
+
+let tcp_config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
+
+let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
+  let module P = struct
+    type host = Ipv4_addr.t
+    type lower_address = Ipv4.address
+    type lower_pattern = Ipv4.address_pattern
+
+    let local = Ipstack.Ip.address up.stack.ip
+    let lower_address h = { Ipv4.dst = h; proto = 6 }
+    let lower_pattern = { Ipv4.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv4_addr.equal
+    let pp_host = Ipv4_addr.pp
+    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
+    let rng = Consort.Rng.create ((Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6))
+    let pool = up.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  match T.create ~config:tcp_config up.stack.ip with
+  | Error _ as e -> e
+  | Ok tcp ->
+      Ok
+        (module struct
+          module T = T
+          module Sock = Socket.Make (T)
+
+          let tcp = tcp
+        end : TCP)
+
+(* RFC 864's character generator: lines of 72 printable characters, each
+   starting one character further along the 95 printable ones, CR LF;
+   the pattern repeats every 95 lines. The chunk is a whole number of
+   periods, so that chunks follow each other seamlessly. *)
+let chargen_chunk =
+  let period = 95 * 74 in
+  let b = Bytes.create (9 * period) in
+  for i = 0 to Bytes.length b - 1 do
+    let line = i / 74 and col = i mod 74 in
+    Bytes.set b i
+      (if col = 72 then '\r' else if col = 73 then '\n' else Char.chr (32 + ((line + col) mod 95)))
+  done;
+  Cstruct.of_bytes b
+
+let rate bytes secs = if secs <= 0. then 0. else float bytes *. 8. /. secs /. 1e6
+
+let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
+  let peer s =
+    let h, p = N.T.remote (N.Sock.connection s) in
+    Fmt.str "%a:%d" Ipv4_addr.pp h p
+  in
+  let listen port what on_conn =
+    match N.Sock.listen N.tcp port with
+    | Error e -> Error (`Msg (Fmt.str "TCP port %d (%s): %a" port what Protocol.pp_error e))
+    | Ok l ->
+        let rec accept () =
+          Promise.upon (N.Sock.accept l) (function
+            | Ok s ->
+                on_conn s;
+                accept ()
+            | Error e -> Fmt.epr "consort net: TCP %s: accept: %a@." what Protocol.pp_error e)
+        in
+        accept ();
+        Ok ()
+  in
+  let failed what s e =
+    Fmt.pr "tcp %s: %s: %a@." what (peer s) Protocol.pp_error e;
+    N.Sock.abort s
+  in
+  (* Echo: each read is written back before the next read, so a client
+     that does not read slows us down instead of filling our memory. *)
+  let echo s =
+    let buf = Cstruct.create 65536 in
+    let rec loop () =
+      Promise.upon (N.Sock.read s buf) (function
+        | Error e -> failed "echo" s e
+        | Ok 0 -> N.Sock.close s
+        | Ok n ->
+            Promise.upon (N.Sock.write s (Cstruct.sub buf 0 n)) (function
+              | Ok () -> loop ()
+              | Error e -> failed "echo" s e))
+    in
+    loop ()
+  in
+  (* Discard: read to the end, then close; the count and rate of each
+     connection are printed (the kernel-to-us throughput test). *)
+  let discard s =
+    let buf = Cstruct.create 65536 and got = ref 0 and t0 = Unix.gettimeofday () in
+    let who = peer s in
+    let rec loop () =
+      Promise.upon (N.Sock.read s buf) (function
+        | Error e -> failed "discard" s e
+        | Ok 0 ->
+            let dt = Unix.gettimeofday () -. t0 in
+            Fmt.pr "tcp discard: received %d bytes from %s in %.3f s (%.1f Mbit/s)@." !got who dt (rate !got dt);
+            N.Sock.close s
+        | Ok n ->
+            got := !got + n;
+            loop ())
+    in
+    loop ()
+  in
+  (* Source: [source_bytes] of chargen lines as fast as TCP takes them,
+     then a FIN; the rate counts until the peer has acknowledged all and
+     closed too. *)
+  let source s =
+    let t0 = Unix.gettimeofday () and who = peer s in
+    let chunk = Cstruct.length chargen_chunk in
+    let rec loop sent =
+      if sent >= source_bytes then begin
+        N.Sock.close s;
+        Promise.upon (N.Sock.closed s) (function
+          | Ok () ->
+              let dt = Unix.gettimeofday () -. t0 in
+              Fmt.pr "tcp source: sent %d bytes to %s in %.3f s (%.1f Mbit/s)@." source_bytes who dt
+                (rate source_bytes dt)
+          | Error e -> Fmt.pr "tcp source: %s: %a@." who Protocol.pp_error e)
+      end
+      else
+        let n = min chunk (source_bytes - sent) in
+        Promise.upon (N.Sock.write s (Cstruct.sub chargen_chunk 0 n)) (function
+          | Ok () -> loop (sent + n)
+          | Error e -> failed "source" s e)
+    in
+    loop 0
+  in
+  let ( let* ) = Result.bind in
+  let* () = listen echo_port "echo" echo in
+  let* () = listen discard_port "discard" discard in
+  listen source_port "source" source
+
+let up tap ip gateway mtu seconds source_port source_mb =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   let timeout = Option.map Consort.Time.of_sec seconds in
-  match Consort_net_unix.Up.run ?gateway ?mtu ?timeout ~udp_echo:[ 7 ] ~udp_discard:[ 9 ] ~stats_every:10. ~tap ~ip () with
-  | Ok () -> 0
-  | Error (`Msg e) ->
-      Fmt.epr "consort net up: %s@." e;
-      1
+  let tcp = ref None and problem = ref None in
+  (* A service that cannot start stops the loop as soon as it runs. *)
+  let setup (up : Up.t) =
+    let give_up e =
+      problem := Some e;
+      ignore (Loop.after up.loop 0 (fun () -> Loop.stop up.loop) : Loop.timer)
+    in
+    match tcp_on up with
+    | Error e -> give_up (Fmt.str "TCP: %a" Protocol.pp_error e)
+    | Ok m -> (
+        tcp := Some m;
+        match serve m ~source_port ~source_bytes:(source_mb * 1_000_000) with
+        | Ok () -> ()
+        | Error (`Msg e) -> give_up e)
+  in
+  let fail e =
+    Fmt.epr "consort net up: %s@." e;
+    1
+  in
+  if source_port <= 0 || source_port > 0xffff || source_port = echo_port || source_port = discard_port then
+    fail (Printf.sprintf "--source-port %d: a port other than 7 and 9 is needed" source_port)
+  else if source_mb < 0 then fail "--source-mb must not be negative"
+  else
+    match
+      Up.run ?gateway ?mtu ?timeout ~udp_echo:[ echo_port ] ~udp_discard:[ discard_port ] ~setup
+        ~stats_every:10. ~tap ~ip ()
+    with
+    | Error (`Msg e) -> fail e
+    | Ok () -> (
+        match !problem with
+        | Some e -> fail e
+        | None ->
+            Option.iter (fun (module N : TCP) -> Fmt.pr "tcp: %a@." Tcp.pp_stats (N.T.query N.tcp)) !tcp;
+            0)
 
 let up_cmd =
   let tap = Arg.(required & opt (some string) None & info [ "tap" ] ~docv:"NAME" ~doc:"TAP device to create or attach to.") in
@@ -16,9 +191,40 @@ let up_cmd =
   let gateway = Arg.(value & opt (some string) None & info [ "gateway" ] ~docv:"ADDR" ~doc:"Default gateway.") in
   let mtu = Arg.(value & opt (some int) None & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).") in
   let seconds = Arg.(value & opt (some float) None & info [ "for" ] ~docv:"SECONDS" ~doc:"Stop after this long.") in
+  let source_port =
+    Arg.(
+      value & opt int 19
+      & info [ "source-port" ] ~docv:"PORT"
+          ~doc:"The TCP port of the throughput source (19 is the character generator's).")
+  in
+  let source_mb =
+    Arg.(
+      value & opt int 100
+      & info [ "source-mb" ] ~docv:"N"
+          ~doc:"Megabytes (millions of bytes) the throughput source sends on each connection.")
+  in
+  let man =
+    [
+      `S Manpage.s_description;
+      `P
+        "Runs Consort's TCP/IP stack on a TAP device until SIGINT or SIGTERM (or $(b,--for)): it answers ARP and \
+         ping, and serves the standard small services over UDP and TCP: echo on port 7, discard on port 9. The \
+         stack's counters are printed every 10 seconds and at the end.";
+      `P
+        "Throughput test, one direction per port. Towards the kernel: every connection accepted on the source \
+         port ($(b,--source-port), default 19) is sent $(b,--source-mb) megabytes (default 100) of RFC 864 \
+         character-generator lines (72 printable characters, each line starting one character further along, \
+         CR LF) as fast as TCP takes them, then a FIN; once the peer has closed too, a line \
+         $(i,tcp source: sent N bytes to ADDR:PORT in S s (R Mbit/s)) is printed. From the kernel: TCP discard \
+         prints $(i,tcp discard: received N bytes from ADDR:PORT in S s (R Mbit/s)) for each connection when \
+         the peer closes it.";
+      `P "For example, from the kernel side: $(b,nc ADDR 19 | pv >/dev/null) and $(b,pv /dev/zero | nc -N ADDR 9).";
+    ]
+  in
   Cmd.v
-    (Cmd.info "up" ~doc:"Run the stack on a TAP device: answer ARP and ping, UDP echo on port 7 and discard on port 9.")
-    Term.(const up $ tap $ ip $ gateway $ mtu $ seconds)
+    (Cmd.info "up" ~man
+       ~doc:"Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a TCP throughput source.")
+    Term.(const up $ tap $ ip $ gateway $ mtu $ seconds $ source_port $ source_mb)
 
 let cmd = Cmd.group (Cmd.info "net" ~doc:"Consort's user-space TCP/IP stack.") [ up_cmd ]
 

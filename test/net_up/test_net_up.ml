@@ -1,0 +1,250 @@
+(* [consort net up], the built binary, on a TAP device whose kernel end
+   is moved into a network namespace that the test makes and removes; a
+   python3 client in the namespace checks the TCP services from the
+   kernel's side: echo returns what was sent, discard takes everything and
+   closes, the throughput source delivers the bytes it announces (RFC 864
+   lines, checked byte for byte) and discard measures the other way. *)
+
+let our_ip = "10.80.0.2"
+let kernel_ip = "10.80.0.1"
+let source_mb = 100
+let discard_mb = 100
+
+let require_root () =
+  if Unix.geteuid () <> 0 then
+    Alcotest.fail "this test needs root (to open /dev/net/tun and create a network namespace); run it as root";
+  if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing";
+  if Sys.command "command -v python3 >/dev/null" <> 0 then Alcotest.fail "python3 is needed on the kernel side"
+
+let consort_exe () =
+  let dir = Filename.dirname Sys.executable_name in
+  let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
+  let exe = Filename.concat dir "../../bin/main.exe" in
+  if not (Sys.file_exists exe) then Alcotest.failf "the consort binary is not built: %s" exe;
+  exe
+
+let read_file path =
+  let ic = open_in_bin path in
+  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+
+let write_file path s =
+  let oc = open_out_bin path in
+  Fun.protect ~finally:(fun () -> close_out oc) (fun () -> output_string oc s)
+
+let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
+
+let run cmd =
+  let out = Filename.temp_file "consort-up" ".out" in
+  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
+  let text = read_file out in
+  Sys.remove out;
+  (rc, text)
+
+let must cmd =
+  let rc, text = run cmd in
+  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
+
+let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
+let lines s = List.filter (( <> ) "") (String.split_on_char '\n' s)
+
+let contains s sub =
+  let n = String.length s and k = String.length sub in
+  let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
+  go 0
+
+(* Polls [cond] every 20 ms for at most [seconds]. *)
+let wait_for seconds cond =
+  let deadline = Unix.gettimeofday () +. seconds in
+  let rec go () =
+    if cond () then true
+    else if Unix.gettimeofday () > deadline then false
+    else (
+      Unix.sleepf 0.02;
+      go ())
+  in
+  go ()
+
+let client =
+  {|
+import socket, sys, time, random, threading
+OUR = 'OUR_IP'
+
+def connect(port):
+    for i in range(50):
+        try:
+            return socket.create_connection((OUR, port), timeout=10)
+        except OSError:
+            time.sleep(0.1)
+    sys.exit('cannot connect to port %d' % port)
+
+def eof(s, what):
+    s.settimeout(10)
+    if s.recv(100) != b'':
+        sys.exit(what + ': data after the end')
+
+# Echo: a writer thread and this reader, so that neither side stalls.
+s = connect(7)
+rnd = random.Random(7)
+for n in [1, 100, 1460, 1461, 65536, 1000000]:
+    data = rnd.randbytes(n)
+    w = threading.Thread(target=s.sendall, args=(data,))
+    w.start()
+    got = bytearray()
+    while len(got) < n:
+        k = s.recv(1 << 16)
+        if not k:
+            sys.exit('echo: the connection closed after %d of %d bytes' % (len(got), n))
+        got += k
+    w.join()
+    if bytes(got) != data:
+        sys.exit('echo: %d bytes came back different' % n)
+s.shutdown(socket.SHUT_WR)
+eof(s, 'echo')
+s.close()
+print('ECHO ok', flush=True)
+
+# Discard: takes everything, sends nothing, closes after our FIN.
+s = connect(9)
+s.sendall(rnd.randbytes(1000000))
+s.shutdown(socket.SHUT_WR)
+eof(s, 'discard')
+s.close()
+print('DISCARD ok', flush=True)
+
+# Kernel to us, timed: discard drains DISCARD_BYTES.
+block = bytes(1 << 20)
+n = DISCARD_BYTES
+s = connect(9)
+t0 = time.time()
+left = n
+while left > 0:
+    k = min(left, len(block))
+    s.sendall(block[:k])
+    left -= k
+s.shutdown(socket.SHUT_WR)
+eof(s, 'discard')
+dt = time.time() - t0
+s.close()
+print('TO_US %d %.1f' % (n, n * 8 / dt / 1e6), flush=True)
+
+# Us to kernel: the source sends RFC 864 lines, checked as they come.
+period = bytes((13 if c == 72 else 10 if c == 73 else 32 + (l + c) % 95) for l in range(95) for c in range(74))
+pattern = period * 12
+buf = bytearray(1 << 16)
+s = connect(SOURCE_PORT)
+s.settimeout(20)
+got = 0
+t0 = time.time()
+while True:
+    k = s.recv_into(buf)
+    if k == 0:
+        break
+    off = got % len(period)
+    if buf[:k] != pattern[off:off + k]:
+        sys.exit('source: wrong bytes at offset %d' % got)
+    got += k
+dt = time.time() - t0
+s.close()
+print('FROM_US %d %.1f' % (got, got * 8 / dt / 1e6), flush=True)
+|}
+
+let replace s a b =
+  let la = String.length a in
+  let buf = Buffer.create (String.length s) in
+  let rec go i =
+    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
+    else if String.sub s i la = a then (
+      Buffer.add_string buf b;
+      go (i + la))
+    else (
+      Buffer.add_char buf s.[i];
+      go (i + 1))
+  in
+  go 0;
+  Buffer.contents buf
+
+let field out key =
+  match List.find_opt (fun l -> starts_with l (key ^ " ")) (lines out) with
+  | Some l -> List.tl (String.split_on_char ' ' l)
+  | None -> Alcotest.failf "no %s line from the client:\n%s" key out
+
+let services () =
+  require_root ();
+  let exe = consort_exe () in
+  let id = string_of_int (Unix.getpid () mod 100_000) in
+  let ns = "consort-up-" ^ id and tap = "cup" ^ id in
+  let out = Filename.temp_file "consort-up" ".stdout" in
+  let script = Filename.temp_file "consort-up" ".py" in
+  let source_port = 5019 in
+  write_file script
+    (List.fold_left
+       (fun s (a, b) -> replace s a b)
+       client
+       [
+         ("OUR_IP", our_ip);
+         ("DISCARD_BYTES", string_of_int (discard_mb * 1_000_000));
+         ("SOURCE_PORT", string_of_int source_port);
+       ]);
+  let pid = ref None in
+  let exited = ref None in
+  let reap p = match Unix.waitpid [ WNOHANG ] p with 0, _ -> () | _, st -> exited := Some st in
+  Fun.protect
+    ~finally:(fun () ->
+      (match (!pid, !exited) with
+      | Some p, None -> (
+          try
+            Unix.kill p Sys.sigkill;
+            ignore (Unix.waitpid [] p)
+          with Unix.Unix_error _ -> ())
+      | _ -> ());
+      List.iter (fun f -> try Sys.remove f with Sys_error _ -> ()) [ out; script ];
+      ignore (quiet ("ip netns del " ^ ns));
+      ignore (quiet ("ip link del " ^ tap)))
+  @@ fun () ->
+  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
+  let argv =
+    [| exe; "net"; "up"; "--tap"; tap; "--ip"; our_ip ^ "/24"; "--source-port"; string_of_int source_port;
+       "--source-mb"; string_of_int source_mb; "--for"; "60" |]
+  in
+  let p = Unix.create_process exe argv Unix.stdin fd fd in
+  Unix.close fd;
+  pid := Some p;
+  let banner = Printf.sprintf "consort net: %s up as %s/24" tap our_ip in
+  if not (wait_for 5. (fun () -> reap p; !exited <> None || contains (read_file out) banner)) || !exited <> None then
+    Alcotest.failf "consort net up did not come up:\n%s" (read_file out);
+  must ("ip netns add " ^ ns);
+  must (Printf.sprintf "ip link set %s netns %s" tap ns);
+  ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+  must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
+  must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+  must (Printf.sprintf "ip -n %s link set lo up" ns);
+  let rc, said = run (Printf.sprintf "timeout 25 ip netns exec %s python3 %s" ns (Filename.quote script)) in
+  if rc <> 0 then Alcotest.failf "the kernel-side client failed (%d):\n%s\nconsort net up said:\n%s" rc said (read_file out);
+  (* SIGTERM: the stack prints its counters and exits. *)
+  Unix.kill p Sys.sigterm;
+  if not (wait_for 5. (fun () -> reap p; !exited <> None)) then Alcotest.fail "consort net up did not stop on SIGTERM";
+  let printed = read_file out in
+  Alcotest.(check bool) "consort net up exited cleanly" true (!exited = Some (Unix.WEXITED 0));
+  let has what prefix =
+    match List.find_opt (fun l -> starts_with l prefix) (lines printed) with
+    | Some l -> l
+    | None -> Alcotest.failf "consort net up did not print %s (%S):\n%s" what prefix printed
+  in
+  Alcotest.(check (list string)) "echo" [ "ok" ] (field said "ECHO");
+  Alcotest.(check (list string)) "discard" [ "ok" ] (field said "DISCARD");
+  let from_us = field said "FROM_US" and to_us = field said "TO_US" in
+  Alcotest.(check string) "the source's bytes, all of them" (string_of_int (source_mb * 1_000_000)) (List.hd from_us);
+  Alcotest.(check string) "the kernel's bytes, all of them" (string_of_int (discard_mb * 1_000_000)) (List.hd to_us);
+  ignore (has "the small discard" "tcp discard: received 1000000 bytes from 10.80.0.1:");
+  let d = has "the timed discard" (Printf.sprintf "tcp discard: received %d bytes from 10.80.0.1:" (discard_mb * 1_000_000)) in
+  let s = has "the source's report" (Printf.sprintf "tcp source: sent %d bytes to 10.80.0.1:" (source_mb * 1_000_000)) in
+  ignore (has "TCP counters" "tcp: ");
+  Logs.app (fun m ->
+      m "kernel -> consort: %s Mbit/s at the kernel (%s); consort -> kernel: %s Mbit/s at the kernel (%s)"
+        (List.nth to_us 1) d (List.nth from_us 1) s)
+
+let () =
+  Logs.set_reporter (Logs.format_reporter ());
+  Logs.set_level (Some Logs.Warning);
+  Alcotest.run "net_up"
+    [ ("tap", [ Alcotest.test_case "consort net up: TCP echo, discard, throughput source" `Quick services ]) ]
