@@ -18,14 +18,15 @@
     by a protocol never pins a frame buffer. Until ARP has resolved a
     peer, what is sent to it waits in ARP's short queue: of a large first
     datagram, only the last fragments survive (the group's reliable
-    layers retransmit). A datagram to the stack's own
-    address goes to the connection on that port in the same instance, one
-    clock tick later (or nowhere, if none is open), as a host's loopback
-    would take it. {!cast} is unicast fan-out: this stack has no IP
+    layers retransmit). A datagram to the stack's own address goes to the
+    connection on that port in the same instance (or nowhere, if none is
+    open), as a host's loopback would take it, from a timer due at once:
+    never from inside {!send}. {!cast} is unicast fan-out: this stack has no IP
     multicast, and [Join_multicast] is [`Unsupported]. Time and timers are
     the stack's {!Clock.t}. *)
 
 type address = { ip : Ipv4_addr.t; port : int }
+(** A UDP endpoint: an IPv4 address and a port. *)
 
 module type S = sig
   type stack
@@ -39,17 +40,22 @@ module type S = sig
       stack's pool). *)
 
   val stack : t -> stack
+  (** [stack t] is the stack [t] runs over. *)
+
   val local : connection -> address
+  (** [local c] is the address [c] is bound to: the stack's address and
+      the port really taken. *)
 
   val mtu : int
   (** The largest datagram {!send} takes, 65507 bytes (what IPv4 can carry
       in fragments); also [info.mtu]. *)
 
   val link_mtu : t -> int
-  (** The largest datagram sent in one unfragmented frame. *)
+  (** [link_mtu t] is the largest datagram sent in one unfragmented
+      frame (1472 bytes on an Ethernet MTU of 1500). *)
 
   val connections : t -> int
-  (** Connections open now. *)
+  (** [connections t] is the number of connections open now. *)
 end
 
 module Make (S : Ipstack.S) : S with type stack = S.t
