@@ -23,6 +23,7 @@ test: build
 
 bench: build
 	@./_build/default/bin/main.exe bench layering
+	@for b in join failover rtt throughput; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
 
 SOAK_SEEDS ?= 100000
 

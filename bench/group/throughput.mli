@@ -1,0 +1,39 @@
+(** Multicast throughput of 1 KB messages among 3 processes on 127.0.0.1:
+    casts in a group with the [vsync] stack (its default flow control),
+    every delivery checked at every member (origin, order, content, count);
+    beside one process sending the same datagrams to the 2 others over
+    blocking kernel UDP sockets with no flow control, counting what they
+    actually receive. Every run is bounded in messages and time. *)
+
+type member = {
+  index : int;
+  role : string;  (** ["sender"], ["receiver"], or ["sender+receiver"] *)
+  received : int;  (** messages delivered (group) or received (UDP) *)
+  expected : int;
+  errors : int;  (** deliveries out of order, duplicated, corrupt or unexpected *)
+  seconds : float;  (** first to last message *)
+  detail : (string * string) list;  (** the process's other counters *)
+}
+
+type row = {
+  kind : string;  (** ["group cast"] or ["raw UDP"] *)
+  senders : int;
+  size : int;
+  count : int;  (** messages per sender *)
+  members : member list;
+  ok : bool;  (** every member got every message, in order *)
+}
+
+val rate : row -> member -> float
+(** [rate r m] is [m]'s messages per second. *)
+
+val run :
+  exe:string -> ?count:int -> ?size:int -> ?senders:int list -> ?params:string -> ?deadline:float -> unit ->
+  (row list, string) result
+(** [run ~exe ()] runs raw UDP, then the group with 1 sender (default
+    [senders]: [[1]]), [count] messages (default 20000) of [size] bytes
+    (default 1024) per sender, each run given up after [deadline] seconds
+    (default 30). *)
+
+val pp_table : row list Fmt.t
+val to_json : row list -> string
