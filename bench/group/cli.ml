@@ -25,6 +25,7 @@ let join sizes reps params json =
   Fmt.pr "Join: member processes started at once on 127.0.0.1, each told every address; from process creation@.";
   Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
     (Proc.online_cpus ());
+  Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
   report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ())
 
 let join_cmd =
@@ -37,6 +38,7 @@ let join_cmd =
 let failover size reps params json =
   Fmt.pr "Failure detection: a group of %d member processes on 127.0.0.1 (unpinned), one killed with SIGKILL;@." size;
   Fmt.pr "time from the kill to each survivor's view without it, beside the configured suspect.timeout@.";
+  Fmt.pr "(Ensemble 2.01: failure detection 30 s with its defaults)@.";
   report "failover" Failover.pp_table Failover.to_json json (Failover.run ~exe:(exe ()) ~size ~reps ~params ())
 
 let failover_cmd =
@@ -49,6 +51,7 @@ let failover_cmd =
 let rtt count warmup params json =
   Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong, %d round trips after %d%s@." count warmup
     (placement ());
+  Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
   report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~params ())
 
 let rtt_cmd =
@@ -58,19 +61,22 @@ let rtt_cmd =
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ params $ json)
 
-let throughput count size senders params deadline json =
-  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, 3 processes on 127.0.0.1 (unpinned)@." count size;
+let throughput count size senders params deadline reps json =
+  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, 3 processes on 127.0.0.1 (unpinned), %d runs each@."
+    count size reps;
+  Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
   report "throughput" Throughput.pp_table Throughput.to_json json
-    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ~deadline ())
+    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ~deadline ~reps ())
 
 let throughput_cmd =
   let count = Arg.(value & opt int 20000 & info [ "count" ] ~docv:"N" ~doc:"Messages per sender.") in
   let size = Arg.(value & opt int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
   let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
   let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
+  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
   Cmd.v
     (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among 3 member processes, beside UDP.")
-    Term.(const throughput $ count $ size $ senders $ params $ deadline $ json)
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ json)
 
 let peer kind index addrs count warmup size senders deadline params =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());

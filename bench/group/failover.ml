@@ -85,7 +85,10 @@ let pp_table ppf r =
     r.reps;
   let all = Array.concat (List.map (fun rep -> rep.detect_ms) r.reps) in
   Fmt.pf ppf "median over all survivors: %.1f ms; baseline: suspect.timeout %.0f ms (heartbeats every %.0f ms)@."
-    (Stats.median all) r.timeout_ms r.interval_ms
+    (Stats.median all) r.timeout_ms r.interval_ms;
+  Fmt.pf ppf
+    "(silence is counted from the last heartbeat, up to one interval before the kill, and checked every interval:@.\
+     \ detection falls between timeout - interval and timeout + interval, plus the view change)@."
 
 let to_json r =
   let f = Stats.json_float in

@@ -8,7 +8,15 @@ type member = {
   detail : (string * string) list;
 }
 
-type row = { kind : string; senders : int; size : int; count : int; members : member list; ok : bool }
+type row = {
+  kind : string;
+  senders : int;
+  size : int;
+  count : int;
+  members : member list;
+  ok : bool;
+  runs : float list;
+}
 
 let members_n = 3
 
@@ -60,7 +68,7 @@ let group ~exe ~count ~size ~senders ~params ~deadline =
         rs
     in
     let ok = finished && List.for_all (fun m -> m.errors = 0 && m.received = m.expected) members in
-    Ok { kind = "group cast"; senders; size; count; members; ok }
+    Ok { kind = "group cast"; senders; size; count; members; ok; runs = [] }
 
 let raw ~exe ~count ~size ~deadline =
   let dir = Proc.temp_dir "consort-bench-tput" in
@@ -96,23 +104,40 @@ let raw ~exe ~count ~size ~deadline =
             })
           receivers
       in
-      Ok { kind = "raw UDP"; senders = 1; size; count; members = sender :: rs; ok = finished }
+      Ok { kind = "raw UDP"; senders = 1; size; count; members = sender :: rs; ok = finished; runs = [] }
   | _ -> Error (Printf.sprintf "raw UDP throughput: a process gave no result%s" (if err = "" then "" else ": " ^ err))
 
-let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "") ?(deadline = 30.) () =
+let slowest r =
+  List.fold_left
+    (fun acc m -> if m.role = "sender" then acc else Float.min acc (rate r m))
+    infinity r.members
+
+(* The median run by its slowest receiver; a failed run is the result. *)
+let repeat reps f =
+  let rec go acc k =
+    if k = 0 then Ok (List.rev acc)
+    else match f () with Error e -> Error e | Ok r when not r.ok -> Ok [ r ] | Ok r -> go (r :: acc) (k - 1)
+  in
+  match go [] (max 1 reps) with
+  | Error e -> Error e
+  | Ok rows ->
+      let sorted = List.sort (fun a b -> Float.compare (slowest a) (slowest b)) rows in
+      let median = List.nth sorted (List.length sorted / 2) in
+      Ok { median with runs = List.map slowest rows }
+
+let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "") ?(deadline = 30.) ?(reps = 3) () =
   if size < 11 || size > 65000 then Error "size between 11 and 65000 bytes"
+  else if List.exists (fun s -> s < 1 || s > members_n) senders then Error "senders between 1 and 3"
   else
-    match raw ~exe ~count ~size ~deadline with
+    match repeat reps (fun () -> raw ~exe ~count ~size ~deadline) with
     | Error e -> Error e
     | Ok r ->
         let rec go acc = function
           | [] -> Ok (List.rev acc)
           | s :: rest -> (
-              if s < 1 || s > members_n then Error "senders between 1 and 3"
-              else
-                match group ~exe ~count ~size ~senders:s ~params ~deadline with
-                | Error e -> Error e
-                | Ok row -> go (row :: acc) rest)
+              match repeat reps (fun () -> group ~exe ~count ~size ~senders:s ~params ~deadline) with
+              | Error e -> Error e
+              | Ok row -> go (row :: acc) rest)
         in
         go [ r ] senders
 
@@ -129,6 +154,8 @@ let pp_table ppf rows =
             (Printf.sprintf "%d %s" m.index m.role)
             m.received m.expected m.errors m.seconds (rate r m) (mb r m))
         r.members;
+      Fmt.pf ppf "  runs (slowest receiver, messages/s): %s; the rows above are the median run@."
+        (String.concat ", " (List.map (Printf.sprintf "%.0f") r.runs));
       if r.kind = "group cast" then
         Fmt.pf ppf "  %s; %s@."
           (if r.ok then "every member delivered every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG")
@@ -155,8 +182,10 @@ let to_json rows =
   ^ String.concat ","
       (List.map
          (fun r ->
-           Printf.sprintf "{\"kind\":%S,\"senders\":%d,\"bytes\":%d,\"count\":%d,\"ok\":%b,\"members\":[%s]}" r.kind r.senders
-             r.size r.count r.ok
+           Printf.sprintf
+             "{\"kind\":%S,\"senders\":%d,\"bytes\":%d,\"count\":%d,\"ok\":%b,\"runs_slowest_messages_per_s\":[%s],\"members\":[%s]}"
+             r.kind r.senders r.size r.count r.ok
+             (String.concat "," (List.map f r.runs))
              (String.concat ","
                 (List.map
                    (fun m ->

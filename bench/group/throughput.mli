@@ -22,18 +22,30 @@ type row = {
   count : int;  (** messages per sender *)
   members : member list;
   ok : bool;  (** every member got every message, in order *)
+  runs : float list;  (** the slowest receiving process's messages/s in each run; [members] is the median run *)
 }
 
 val rate : row -> member -> float
 (** [rate r m] is [m]'s messages per second. *)
 
+val slowest : row -> float
+(** [slowest r] is the least messages/s of [r]'s receiving processes. *)
+
 val run :
-  exe:string -> ?count:int -> ?size:int -> ?senders:int list -> ?params:string -> ?deadline:float -> unit ->
+  exe:string ->
+  ?count:int ->
+  ?size:int ->
+  ?senders:int list ->
+  ?params:string ->
+  ?deadline:float ->
+  ?reps:int ->
+  unit ->
   (row list, string) result
-(** [run ~exe ()] runs raw UDP, then the group with 1 sender (default
-    [senders]: [[1]]), [count] messages (default 20000) of [size] bytes
-    (default 1024) per sender, each run given up after [deadline] seconds
-    (default 30). *)
+(** [run ~exe ()] runs raw UDP, then the group with 1 and with 3 senders
+    (default [senders]), [count] messages (default 20000) of [size] bytes
+    (default 1024) per sender, each configuration [reps] times (default 3;
+    the row is the median run), each run given up after [deadline]
+    seconds (default 30). *)
 
 val pp_table : row list Fmt.t
 val to_json : row list -> string

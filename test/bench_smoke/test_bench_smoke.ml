@@ -82,10 +82,11 @@ let rtt () =
   ignore (B.Rtt.to_json rows)
 
 let throughput () =
-  let rows = get (B.Throughput.run ~exe:(exe ()) ~count:500 ~senders:[ 1; 3 ] ~deadline:10. ()) in
+  let rows = get (B.Throughput.run ~exe:(exe ()) ~count:500 ~senders:[ 1; 3 ] ~deadline:10. ~reps:1 ()) in
   Alcotest.(check (list string)) "kinds" [ "raw UDP"; "group cast"; "group cast" ] (List.map (fun r -> r.B.Throughput.kind) rows);
   List.iter
     (fun r ->
+      Alcotest.(check int) "one run" 1 (List.length r.B.Throughput.runs);
       if r.B.Throughput.kind = "group cast" then begin
         Alcotest.(check bool) "every delivery checked and right" true r.ok;
         List.iter
