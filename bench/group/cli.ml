@@ -48,18 +48,21 @@ let failover_cmd =
     (Cmd.info "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
     Term.(const failover $ size $ reps $ params $ json)
 
-let rtt count warmup params json =
-  Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong, %d round trips after %d%s@." count warmup
-    (placement ());
+let rtt count warmup rounds params json =
+  Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
+    rounds (placement ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
-  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~params ())
+  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ())
 
 let rtt_cmd =
   let count = Arg.(value & opt int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
-  let warmup = Arg.(value & opt int 500 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring.") in
+  let warmup = Arg.(value & opt int 500 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring, in each round.") in
+  let rounds =
+    Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds through every configuration, each with fresh processes.")
+  in
   Cmd.v
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
-    Term.(const rtt $ count $ warmup $ params $ json)
+    Term.(const rtt $ count $ warmup $ rounds $ params $ json)
 
 let throughput count size senders params deadline reps json =
   Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, 3 processes on 127.0.0.1 (unpinned), %d runs each@."

@@ -35,7 +35,8 @@ let once ~exe ~count ~warmup ~params ~kind ~cpus =
       | None -> Error (kind ^ ": no samples"))
   | _ -> Error (Printf.sprintf "%s: the peers failed%s" kind (if err = "" then "" else ": " ^ String.trim err))
 
-let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Same; `Different ]) () =
+let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Same; `Different ]) ?(rounds = 3) () =
+  let rounds = max 1 (min rounds count) in
   let configs =
     List.concat_map
       (fun p ->
@@ -46,16 +47,28 @@ let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Sa
         List.map (fun k -> (k, cpus, placement)) kinds)
       placements
   in
-  let rec go acc = function
-    | [] -> Ok (List.rev acc)
-    | ((name, kind), cpus, placement) :: rest -> (
-        match once ~exe ~count ~warmup ~params ~kind ~cpus with
+  (* Rounds go through every configuration in turn, so that a change in
+     the machine's load during the run is shared by all. *)
+  let per_round r = (count / rounds) + if r < count mod rounds then 1 else 0 in
+  let rec go acc r = function
+    | [] -> if r + 1 >= rounds then Ok acc else go acc (r + 1) configs
+    | ((_, kind), cpus, _) :: rest as l -> (
+        match once ~exe ~count:(per_round r) ~warmup ~params ~kind ~cpus with
         | Error e -> Error e
         | Ok samples ->
-            let cpus_s = String.concat "," (List.map (function Some c -> string_of_int c | None -> "-") cpus) in
-            go ({ kind = name; placement; cpus = cpus_s; samples } :: acc) rest)
+            let i = List.length configs - List.length l in
+            acc.(i) <- samples :: acc.(i);
+            go acc r rest)
   in
-  go [] configs
+  match go (Array.make (List.length configs) []) 0 configs with
+  | Error e -> Error e
+  | Ok acc ->
+      Ok
+        (List.mapi
+           (fun i ((name, _), cpus, placement) ->
+             let cpus_s = String.concat "," (List.map (function Some c -> string_of_int c | None -> "-") cpus) in
+             { kind = name; placement; cpus = cpus_s; samples = Array.concat (List.rev acc.(i)) })
+           configs)
 
 let pp_table ppf rows =
   Fmt.pf ppf "%-12s %-15s %5s %6s | %9s %9s %9s %9s | %s@." "kind" "placement" "cpus" "n" "min us" "median us" "p99 us"
@@ -69,7 +82,7 @@ let pp_table ppf rows =
       let m = Stats.median r.samples in
       Fmt.pf ppf "%-12s %-15s %5s %6d | %9.1f %9.1f %9.1f %9.1f | %s@." r.kind r.placement r.cpus (Array.length r.samples)
         (Stats.min r.samples) m (Stats.percentile r.samples 99.) (Stats.mean r.samples)
-        (match raw with Some b when r.kind <> "raw UDP" -> Printf.sprintf "+%.1f us (x%.2f)" (m -. b) (m /. b) | _ -> "-"))
+        (match raw with Some b when r.kind <> "raw UDP" -> Printf.sprintf "%+.1f us (x%.2f)" (m -. b) (m /. b) | _ -> "-"))
     rows
 
 let to_json rows =

@@ -12,11 +12,19 @@ type row = {
 }
 
 val run :
-  exe:string -> ?count:int -> ?warmup:int -> ?params:string -> ?placements:[ `Same | `Different ] list -> unit ->
+  exe:string ->
+  ?count:int ->
+  ?warmup:int ->
+  ?params:string ->
+  ?placements:[ `Same | `Different ] list ->
+  ?rounds:int ->
+  unit ->
   (row list, string) result
-(** [run ~exe ()] measures [count] round trips (default 5000) after
-    [warmup] (default 500) for each kind and placement, with [exe bench
-    peer] processes. *)
+(** [run ~exe ()] measures [count] round trips (default 5000) for each
+    kind and placement, with [exe bench peer] processes, in [rounds]
+    (default 3) that each go through every configuration with a fresh
+    pair of processes, [warmup] round trips (default 500) before each
+    round's measures. *)
 
 val pp_table : row list Fmt.t
 val to_json : row list -> string

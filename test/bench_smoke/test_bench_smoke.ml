@@ -72,7 +72,7 @@ let failover () =
   | _ -> Alcotest.fail "one run"
 
 let rtt () =
-  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:200 ~warmup:20 ~placements:[ `Same; `Different ] ()) in
+  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:200 ~warmup:20 ~placements:[ `Same; `Different ] ~rounds:2 ()) in
   Alcotest.(check int) "three kinds, two placements" 6 (List.length rows);
   List.iter
     (fun r ->
