@@ -1,7 +1,7 @@
 type rep = { victim : [ `Coordinator | `Member ]; detect_ms : float array }
 type result = { size : int; timeout_ms : float; interval_ms : float; reps : rep list }
 
-let once ~exe ~params ~size ~rep ~victim ~timeout_s =
+let once ~exe ~params ~size ~rep ~victim ~timeout_s ~interval_s ~phase =
   let dir = Proc.temp_dir "consort-bench-failover" in
   let addrs = Proc.free_addresses size in
   let group = Printf.sprintf "failover-%d-%d" (Unix.getpid ()) rep in
@@ -15,9 +15,9 @@ let once ~exe ~params ~size ~rep ~victim ~timeout_s =
         if not (Proc.wait_until procs ~timeout:20. (fun () -> List.for_all (fun m -> full m <> None) ms)) then
           Error (Printf.sprintf "a group of %d did not form within 20 s" size)
         else begin
-          (* Let heartbeats flow in the full view for a while. *)
-          Proc.pump procs ~timeout:0.;
-          ignore (Proc.wait_until procs ~timeout:0.5 (fun () -> false));
+          (* Let heartbeats flow in the full view for a while; the kill
+             falls at a different point of the heartbeat period each run. *)
+          ignore (Proc.wait_until procs ~timeout:(0.5 +. (interval_s *. phase)) (fun () -> false));
           let view = match full (List.hd ms) with Some (_, l) -> l | None -> [] in
           let coordinator = Members.eid_addr (List.hd view) in
           let target =
@@ -68,7 +68,8 @@ let run ~exe ?(size = 3) ?(reps = 3) ?(params = "") () =
               }
           else
             let victim = if rep mod 2 = 0 then `Coordinator else `Member in
-            match once ~exe ~params ~size ~rep ~victim ~timeout_s with
+            let phase = float (rep - 1) /. float reps in
+            match once ~exe ~params ~size ~rep ~victim ~timeout_s ~interval_s:(Consort.Time.to_sec interval) ~phase with
             | Error e -> Error e
             | Ok r -> go (r :: acc) (rep + 1)
         in

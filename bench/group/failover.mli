@@ -20,7 +20,8 @@ type result = {
 val run : exe:string -> ?size:int -> ?reps:int -> ?params:string -> unit -> (result, string) Stdlib.result
 (** [run ~exe ()] forms a group of [size] (default 3), kills a member, and
     times the survivors, [reps] times (default 3), with a fresh group each
-    time, killing the coordinator every second time; [params] overrides
+    time, killing the coordinator every second time and each time at
+    another point of the heartbeat period; [params] overrides
     tunables as [consort member --params] does. *)
 
 val pp_table : result Fmt.t
