@@ -23,6 +23,8 @@ test: build
 
 bench: build
 	@./_build/default/bin/main.exe bench layering
+	@echo; ./_build/default/bin/main.exe bench checksum
+	@for b in join failover rtt throughput; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
 
 SOAK_SEEDS ?= 100000
 

@@ -133,6 +133,7 @@ module Make (T : Transport.S) = struct
     mutable merging : (T.address * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
+    mutable merge_req : Side.t option;  (* the request sent with the current merge, asked again until answered *)
     mutable absorbing : (int * Side.member list) option;  (* will take these members in *)
     mutable pending : (Side.t * (string * T.address) list) option;
         (* a view this coordinator announced, and who has not acknowledged it *)
@@ -341,8 +342,9 @@ module Make (T : Transport.S) = struct
     let leaver_ids = List.map (fun r -> c.view.View.members.(r)) leavers in
     match t.merging with
     | Some (dst, _) ->
-        side_send t dst
-          (Side.Merge_req { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine });
+        let req = Side.Merge_req { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine } in
+        side_send t dst req;
+        t.merge_req <- Some req;
         t.merging <- Some (dst, Some (now t + t.merge_timeout))
     | None ->
         let joiners, their_ltime = match t.absorbing with Some (l, m) -> (m, l) | None -> ([], 0) in
@@ -404,6 +406,16 @@ module Make (T : Transport.S) = struct
     t.merging <- Some (dst, None);
     Stack.dn_ctl c.mstack (Gmp.Start_flush "merge")
 
+  let gossip_msg t c =
+    Side.Gossip
+      {
+        group = t.group;
+        vid = c.view.View.id;
+        ltime = c.view.View.ltime;
+        coord = t.me;
+        size = Array.length c.view.View.members;
+      }
+
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
@@ -414,6 +426,12 @@ module Make (T : Transport.S) = struct
           if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked)
              && t.merging = None && t.absorbing = None && String.compare coord.eid t.me.eid < 0
           then start_merge t c src
+          else if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked) && t.leaving = None
+                  && String.compare coord.eid t.me.eid > 0
+          then
+            (* The other partition merges into this one when it hears of
+               it: tell it now rather than at the next period. *)
+            side_send t src (gossip_msg t c)
       | Side.Merge_req { ltime; members; _ }, Some c ->
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
           let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in
@@ -423,6 +441,22 @@ module Make (T : Transport.S) = struct
             t.absorbing <- Some (ltime, members);
             Stack.dn_ctl c.mstack (Gmp.Start_flush "merge request")
           end
+          else if is_coordinator t && t.merging = None && not from_mine then begin
+            match t.absorbing with
+            | Some (l, joiners)
+              when not (List.exists (fun (m : Side.member) -> List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners) members) ->
+                (* A flush for a merge is under way: take these in with it. *)
+                Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
+                t.absorbing <- Some (max l ltime, joiners @ members)
+            | _ -> ()
+          end
+          else if (not (is_coordinator t)) && (not from_mine)
+                  && List.exists (fun (m : Side.member) -> m.addr = T.address_to_string src) members
+          then
+            (* Asked as the coordinator of a view this member has since left:
+               pass the request on, once (only a request from its author), to
+               the coordinator now. *)
+            side_send t c.addrs.(coordinator_rank c) v
       | Side.Install { vid; ltime; members; leavers; _ }, Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
@@ -462,16 +496,7 @@ module Make (T : Transport.S) = struct
   (* {1 Periodic work} *)
 
   let gossip t c =
-    let msg =
-      Side.Gossip
-        {
-          group = t.group;
-          vid = c.view.View.id;
-          ltime = c.view.View.ltime;
-          coord = t.me;
-          size = Array.length c.view.View.members;
-        }
-    in
+    let msg = gossip_msg t c in
     let to_known =
       Hashtbl.fold
         (fun eid (m : Side.member) acc -> if Array.mem eid c.view.View.members then acc else m.addr :: acc)
@@ -493,6 +518,12 @@ module Make (T : Transport.S) = struct
           (match t.pending with
           | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
           | None -> ());
+          (* The other coordinator ignores requests while it changes views
+             for others: ask again, during the first half of the wait. *)
+          (match (t.merging, t.merge_req) with
+          | Some (dst, Some deadline), Some req when t.blocked && now t < deadline - (t.merge_timeout / 2) ->
+              side_send t dst req
+          | _ -> ());
           (match t.merging with
           | Some (_, Some deadline) when now t > deadline && t.blocked ->
               (* The other partition did not answer: carry on alone, in a
@@ -578,6 +609,7 @@ module Make (T : Transport.S) = struct
                     blocked = false;
                     queued = Queue.create ();
                     merging = None;
+                    merge_req = None;
                     absorbing = None;
                     pending = None;
                     leaving = None;

@@ -140,7 +140,11 @@ module L = struct
   let fits t c = outstanding t = 0 || outstanding t + c <= t.window
 
   (* [ask]: the window is full after this cast and more wait, so the
-     others should return credit as soon as they have delivered it. *)
+     others should return credit as soon as they have delivered it. One
+     request at a time: asking on every cast that refills the window makes
+     each member answer with credit for a cast or two, which with several
+     senders costs a credit cast per two data casts. Between requests,
+     credit comes at a quarter of the window and after the credit delay. *)
   let transmit t msg c ~ask =
     t.sent <- t.sent + c;
     if ask then t.asked <- t.sent;
@@ -154,7 +158,7 @@ module L = struct
           t.queued <- t.queued - c;
           let ask =
             match Queue.peek_opt t.queue with
-            | Some (_, next) -> outstanding t + c + next > t.window
+            | Some (_, next) -> outstanding t + c + next > t.window && t.asked <= t.floor
             | None -> false
           in
           transmit t msg c ~ask;
@@ -176,7 +180,7 @@ module L = struct
           else begin
             Queue.push (msg, c) t.queue;
             t.queued <- t.queued + c;
-            if t.asked < t.sent then begin
+            if t.asked < t.sent && t.asked <= t.floor then begin
               (* Stalled behind casts made before anything waited. *)
               t.asked <- t.sent;
               t.out.dn Event.Cast Ask (Msg.empty ())

@@ -14,7 +14,9 @@
     {!Param.credit_delay} after the first delivery not credited. A
     sender whose window is full while casts wait asks for credit at once:
     on the last cast that fits, or with an {!Ask} cast of its own if that
-    cast went before anything waited. A steady stream thus moves a window
+    cast went before anything waited; it asks again only once every member
+    has credited what it asked for, so that credit comes in batches, not
+    one credit cast per cast or two. A steady stream thus moves a window
     per round trip.
 
     When the queue grows beyond {!Param.queue} bytes, the layer tells the

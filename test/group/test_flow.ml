@@ -661,7 +661,7 @@ let mflow_credit () =
   credit 1 [ (0, 2 * c) ];
   check "one member's credit is not enough" [];
   credit 2 [ (1, 5); (0, c) ];
-  check "every member's is; the window is full again" [ (Event.Cast, data_h true) ];
+  check "every member's is; the window is full again, and the ask is still unanswered" [ (Event.Cast, data_h false) ];
   Alcotest.(check int) "outstanding: cast less the least credit" (2 * c) (counter s "mflow" "outstanding");
   credit 2 [ (0, 3 * c); (7, 1) ];
   credit 2 [ (0, 10 * c) ];

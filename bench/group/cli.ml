@@ -1,0 +1,115 @@
+open Cmdliner
+
+let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.")
+
+let params =
+  Arg.(
+    value & opt string ""
+    & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override tunables of the group stack (see $(b,consort params)).")
+
+let exe () = Sys.executable_name
+
+let report name pp to_json json = function
+  | Ok r ->
+      Fmt.pr "%a" pp r;
+      if json then print_endline (to_json r);
+      0
+  | Error e ->
+      Fmt.epr "consort bench %s: %s@." name e;
+      1
+
+let placement () =
+  if Proc.can_pin () then "" else " (taskset not found: processes unpinned)"
+
+let join sizes reps params json =
+  Fmt.pr "Join: member processes started at once on 127.0.0.1, each told every address; from process creation@.";
+  Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
+    (Proc.online_cpus ());
+  Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
+  report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ())
+
+let join_cmd =
+  let sizes = Arg.(value & opt (list int) [ 2; 3; 4; 5; 6; 7; 8 ] & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.") in
+  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Groups started per size.") in
+  Cmd.v
+    (Cmd.info "join" ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
+    Term.(const join $ sizes $ reps $ params $ json)
+
+let failover size reps params json =
+  Fmt.pr "Failure detection: a group of %d member processes on 127.0.0.1 (unpinned), one killed with SIGKILL;@." size;
+  Fmt.pr "time from the kill to each survivor's view without it, beside the configured suspect.timeout@.";
+  Fmt.pr "(Ensemble 2.01: failure detection 30 s with its defaults)@.";
+  report "failover" Failover.pp_table Failover.to_json json (Failover.run ~exe:(exe ()) ~size ~reps ~params ())
+
+let failover_cmd =
+  let size = Arg.(value & opt int 3 & info [ "size" ] ~docv:"N" ~doc:"Members in the group.") in
+  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Kills, each in a fresh group.") in
+  Cmd.v
+    (Cmd.info "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
+    Term.(const failover $ size $ reps $ params $ json)
+
+let rtt count warmup rounds params json =
+  Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
+    rounds (placement ());
+  Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
+  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ())
+
+let rtt_cmd =
+  let count = Arg.(value & opt int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
+  let warmup = Arg.(value & opt int 500 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring, in each round.") in
+  let rounds =
+    Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds through every configuration, each with fresh processes.")
+  in
+  Cmd.v
+    (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
+    Term.(const rtt $ count $ warmup $ rounds $ params $ json)
+
+let throughput count size senders params deadline reps json =
+  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, 3 processes on 127.0.0.1 (unpinned), %d runs each@."
+    count size reps;
+  Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
+  report "throughput" Throughput.pp_table Throughput.to_json json
+    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ~deadline ~reps ())
+
+let throughput_cmd =
+  let count = Arg.(value & opt int 20000 & info [ "count" ] ~docv:"N" ~doc:"Messages per sender.") in
+  let size = Arg.(value & opt int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
+  let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
+  let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
+  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
+  Cmd.v
+    (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among 3 member processes, beside UDP.")
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ json)
+
+let peer kind index addrs count warmup size senders deadline params =
+  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
+  Logs.set_level (Some Logs.Warning);
+  match (Peer.kind_of_string kind, Consort.Params.of_string params) with
+  | Error e, _ | _, Error e ->
+      Fmt.epr "consort bench peer: %s@." e;
+      2
+  | Ok kind, Ok params -> (
+      match Peer.run { Peer.kind; index; addrs; count; warmup; size; senders; deadline; params } with
+      | Ok line ->
+          print_endline line;
+          0
+      | Error e ->
+          Fmt.epr "consort bench peer: %s@." e;
+          1)
+
+let peer_cmd =
+  let kind =
+    Arg.(required & opt (some string) None & info [ "kind" ] ~docv:"K" ~doc:"group-rtt, engine-rtt, raw-rtt, group-tput or raw-tput.")
+  in
+  let index = Arg.(required & opt (some int) None & info [ "index" ] ~docv:"I" ~doc:"This process's place in $(b,--addrs).") in
+  let addrs = Arg.(required & opt (some (list string)) None & info [ "addrs" ] ~docv:"ADDR,..." ~doc:"Every process's IP:PORT.") in
+  let count = Arg.(value & opt int 1000 & info [ "count" ] ~docv:"N" ~doc:"Round trips, or messages per sender.") in
+  let warmup = Arg.(value & opt int 100 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring.") in
+  let size = Arg.(value & opt int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
+  let senders = Arg.(value & opt int 1 & info [ "senders" ] ~docv:"N" ~doc:"Members that cast.") in
+  let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
+  Cmd.v
+    (Cmd.info "peer" ~doc:"One process of the rtt and throughput benchmarks (started by them).")
+    Term.(const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params)
+
+let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd ]

@@ -1,0 +1,84 @@
+type row = { size : int; reps : int; start_ms : float array; join_ms : float array; formed_ms : float array }
+
+let once ~exe ~params ~size ~rep =
+  let dir = Proc.temp_dir "consort-bench-join" in
+  let addrs = Proc.free_addresses size in
+  let group = Printf.sprintf "join-%d-%d-%d" (Unix.getpid ()) size rep in
+  let ms = List.mapi (fun i a -> Members.start ~exe ~dir ~group ~params ~seed:((rep * 100) + i + 1) ~peers:addrs i a) addrs in
+  let procs = List.map (fun m -> m.Members.proc) ms in
+  let full m = Members.first_view m ~after:0. (fun l -> List.length l = size) in
+  let res =
+    Fun.protect
+      ~finally:(fun () -> Members.stop ms)
+      (fun () ->
+        let formed = Proc.wait_until procs ~timeout:20. (fun () -> List.for_all (fun m -> full m <> None) ms) in
+        if not formed then Error (Printf.sprintf "a group of %d did not form within 20 s" size)
+        else
+          let starts =
+            List.map
+              (fun m ->
+                match Members.first_view m ~after:0. (fun _ -> true) with
+                | Some (at, _) -> (at -. Proc.spawned_at m.Members.proc) *. 1e3
+                | None -> nan)
+              ms
+          in
+          let joins =
+            List.map (fun m -> match full m with Some (at, _) -> (at, (at -. Proc.spawned_at m.proc) *. 1e3) | None -> (nan, nan)) ms
+          in
+          let first_spawn = List.fold_left (fun a m -> Float.min a (Proc.spawned_at m.Members.proc)) infinity ms in
+          let last_view = List.fold_left (fun a (at, _) -> Float.max a at) neg_infinity joins in
+          (* The logs must agree: one view, with every member. *)
+          let agree () =
+            match List.map Members.last_logged_view ms with
+            | Some (v, members) :: rest ->
+                List.length members = size && List.for_all (( = ) (Some (v, members))) rest
+            | _ -> false
+          in
+          if Proc.wait_until procs ~timeout:2. agree then
+            Ok (Array.of_list starts, Array.of_list (List.map snd joins), (last_view -. first_spawn) *. 1e3)
+          else Error (Printf.sprintf "the logs of a group of %d do not end in one full view" size))
+  in
+  Proc.remove_dir dir;
+  res
+
+let run ~exe ?(sizes = [ 2; 3; 4; 5; 6; 7; 8 ]) ?(reps = 3) ?(params = "") () =
+  let rec sizes_loop acc = function
+    | [] -> Ok (List.rev acc)
+    | size :: rest ->
+        let rec reps_loop s j f rep =
+          if rep > reps then Ok (s, j, f)
+          else
+            match once ~exe ~params ~size ~rep with
+            | Error e -> Error e
+            | Ok (s', j', f') -> reps_loop (s' :: s) (j' :: j) (f' :: f) (rep + 1)
+        in
+        (match reps_loop [] [] [] 1 with
+        | Error e -> Error e
+        | Ok (s, j, f) ->
+            sizes_loop
+              ({ size; reps; start_ms = Array.concat s; join_ms = Array.concat j; formed_ms = Array.of_list f } :: acc)
+              rest)
+  in
+  sizes_loop [] sizes
+
+let pp_table ppf rows =
+  Fmt.pf ppf "%-7s %5s | %23s | %23s | %13s@." "members" "groups" "start: median / max ms" "join: median / max ms"
+    "formed: median";
+  List.iter
+    (fun r ->
+      Fmt.pf ppf "%-7d %5d | %11.1f / %8.1f | %11.1f / %8.1f | %10.1f ms@." r.size r.reps (Stats.median r.start_ms)
+        (Stats.max r.start_ms) (Stats.median r.join_ms) (Stats.max r.join_ms) (Stats.median r.formed_ms))
+    rows
+
+let to_json rows =
+  let f = Stats.json_float in
+  "{\"bench\":\"join\",\"rows\":["
+  ^ String.concat ","
+      (List.map
+         (fun r ->
+           Printf.sprintf
+             "{\"members\":%d,\"groups\":%d,\"start_median_ms\":%s,\"start_max_ms\":%s,\"join_median_ms\":%s,\"join_max_ms\":%s,\"formed_median_ms\":%s}"
+             r.size r.reps (f (Stats.median r.start_ms)) (f (Stats.max r.start_ms)) (f (Stats.median r.join_ms))
+             (f (Stats.max r.join_ms)) (f (Stats.median r.formed_ms)))
+         rows)
+  ^ "]}"

@@ -1,0 +1,53 @@
+(** The processes of the round-trip and throughput benchmarks
+    ([consort bench peer]): each runs one side of a measurement and ends
+    with a result line on its standard output.
+
+    Kinds:
+    - [group-rtt]: a member of a two-member group with the [vsync] stack,
+      each in its own process with its own {!Consort_engine.Loop}; index 0
+      casts 16 bytes, index 1 casts them back on delivery, index 0 times
+      the round trip;
+    - [engine-rtt]: the same ping-pong as datagrams over
+      {!Consort_engine.Udp} and a loop, with no layers;
+    - [raw-rtt]: the same over blocking kernel UDP sockets;
+    - [group-tput]: a member of a group; the first [senders] members cast
+      [count] messages of [size] bytes each, as fast as flow control lets
+      them, and every member checks every delivery (origin, order,
+      content);
+    - [raw-tput]: index 0 sends [count] datagrams of [size] bytes to each
+      other index over blocking sockets, with no flow control; the others
+      count what they receive. *)
+
+type kind = Group_rtt | Engine_rtt | Raw_rtt | Group_tput | Raw_tput
+
+val kind_of_string : string -> (kind, string) result
+val kind_to_string : kind -> string
+
+type config = {
+  kind : kind;
+  index : int;  (** this process's place in [addrs] *)
+  addrs : string list;  (** every process's ["127.0.0.1:PORT"] *)
+  count : int;  (** round trips measured, or messages per sender *)
+  warmup : int;  (** round trips made before measuring *)
+  size : int;  (** bytes per message (throughput) *)
+  senders : int;  (** members that cast (group throughput) *)
+  deadline : float;  (** seconds after which the process gives up *)
+  params : Consort.Params.t;  (** tunables of the group stack *)
+}
+
+val run : config -> (string, string) result
+(** [run cfg] plays its part and returns the result line: ["result"]
+    followed by [key=value] pairs with no spaces in values. *)
+
+val parse_result : string -> (string * string) list option
+(** [parse_result line] is the pairs of a result line, or [None] if
+    [line] is not one. *)
+
+val payload : seq:int -> size:int -> string
+(** [payload ~seq ~size] is the [size]-byte message number [seq] of the
+    throughput benchmarks (at least 11 bytes: ['d'], ten digits, filler
+    that depends on [seq]). *)
+
+val check_payload : string -> size:int -> int option
+(** [check_payload s ~size] is the number of message [s] if it is exactly
+    [payload ~seq ~size] for some [seq]. *)

@@ -1,0 +1,51 @@
+(** Multicast throughput of 1 KB messages among 3 processes on 127.0.0.1:
+    casts in a group with the [vsync] stack (its default flow control),
+    every delivery checked at every member (origin, order, content, count);
+    beside one process sending the same datagrams to the 2 others over
+    blocking kernel UDP sockets with no flow control, counting what they
+    actually receive. Every run is bounded in messages and time. *)
+
+type member = {
+  index : int;
+  role : string;  (** ["sender"], ["receiver"], or ["sender+receiver"] *)
+  received : int;  (** messages delivered (group) or received (UDP) *)
+  expected : int;
+  errors : int;  (** deliveries out of order, duplicated, corrupt or unexpected *)
+  seconds : float;  (** first to last message *)
+  detail : (string * string) list;  (** the process's other counters *)
+}
+
+type row = {
+  kind : string;  (** ["group cast"] or ["raw UDP"] *)
+  senders : int;
+  size : int;
+  count : int;  (** messages per sender *)
+  members : member list;
+  ok : bool;  (** every member got every message, in order *)
+  runs : float list;  (** the slowest receiving process's messages/s in each run; [members] is the median run *)
+}
+
+val rate : row -> member -> float
+(** [rate r m] is [m]'s messages per second. *)
+
+val slowest : row -> float
+(** [slowest r] is the least messages/s of [r]'s receiving processes. *)
+
+val run :
+  exe:string ->
+  ?count:int ->
+  ?size:int ->
+  ?senders:int list ->
+  ?params:string ->
+  ?deadline:float ->
+  ?reps:int ->
+  unit ->
+  (row list, string) result
+(** [run ~exe ()] runs raw UDP, then the group with 1 and with 3 senders
+    (default [senders]), [count] messages (default 20000) of [size] bytes
+    (default 1024) per sender, each configuration [reps] times (default 3;
+    the row is the median run), each run given up after [deadline]
+    seconds (default 30). *)
+
+val pp_table : row list Fmt.t
+val to_json : row list -> string

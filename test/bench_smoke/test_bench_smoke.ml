@@ -1,0 +1,117 @@
+(* Each group benchmark in a tiny configuration: it runs to the end and
+   its figures are sane. *)
+
+module B = Consort_group_bench
+
+let exe () =
+  let dir = Filename.dirname Sys.executable_name in
+  let candidates = [ Filename.concat dir "../../bin/main.exe"; "_build/default/bin/main.exe" ] in
+  match List.find_opt Sys.file_exists candidates with
+  | Some e -> e
+  | None -> Alcotest.fail "the consort executable is not built"
+
+let get = function Ok x -> x | Error e -> Alcotest.fail e
+
+let between what lo hi x =
+  if not (Float.is_finite x && x >= lo && x <= hi) then Alcotest.failf "%s: %.3f is not within [%g, %g]" what x lo hi
+
+let stats () =
+  let xs = [| 5.; 1.; 4.; 2.; 3. |] in
+  Alcotest.(check (float 0.)) "median" 3. (B.Stats.median xs);
+  Alcotest.(check (float 0.)) "p99" 5. (B.Stats.percentile xs 99.);
+  Alcotest.(check (float 0.)) "p20" 1. (B.Stats.percentile xs 20.);
+  Alcotest.(check (float 0.)) "min" 1. (B.Stats.min xs);
+  Alcotest.(check (float 0.)) "mean" 3. (B.Stats.mean xs);
+  Alcotest.(check bool) "empty" true (Float.is_nan (B.Stats.median [||]));
+  Alcotest.(check (array (float 0.))) "input untouched" [| 5.; 1.; 4.; 2.; 3. |] xs
+
+let parsing () =
+  Alcotest.(check (option (pair string (list string))))
+    "view line"
+    (Some ("2:127.0.0.1:9#0a", [ "127.0.0.1:9#0a"; "127.0.0.1:8#0b" ]))
+    (B.Members.parse_view "view 2:127.0.0.1:9#0a: 127.0.0.1:9#0a 127.0.0.1:8#0b (rank 1; joined [], left [])");
+  Alcotest.(check (option (pair string (list string)))) "other line" None (B.Members.parse_view "cast from x: view");
+  Alcotest.(check (option (list (pair string string))))
+    "result line"
+    (Some [ ("a", "1"); ("b", "x,y") ])
+    (B.Peer.parse_result "result a=1 b=x,y");
+  let p = B.Peer.payload ~seq:1234 ~size:1024 in
+  Alcotest.(check int) "payload size" 1024 (String.length p);
+  Alcotest.(check (option int)) "payload checked" (Some 1234) (B.Peer.check_payload p ~size:1024);
+  List.iter
+    (fun i ->
+      let bad = Bytes.of_string p in
+      Bytes.set bad i (if Bytes.get bad i = 'a' then 'b' else 'a');
+      Alcotest.(check (option int))
+        (Printf.sprintf "byte %d corrupt: refused" i)
+        None
+        (B.Peer.check_payload (Bytes.to_string bad) ~size:1024))
+    [ 0; 5; 11; 700; 1018; 1023 ];
+  Alcotest.(check (option int)) "other size refused" None (B.Peer.check_payload p ~size:1000)
+
+let join () =
+  let rows = get (B.Join.run ~exe:(exe ()) ~sizes:[ 2; 3 ] ~reps:1 ()) in
+  Alcotest.(check (list int)) "sizes" [ 2; 3 ] (List.map (fun r -> r.B.Join.size) rows);
+  List.iter
+    (fun r ->
+      Alcotest.(check int) "one figure per member" r.B.Join.size (Array.length r.join_ms);
+      Array.iter (between "start ms" 0.05 2000.) r.start_ms;
+      Array.iter (between "join ms" 0.05 5000.) r.join_ms;
+      Array.iteri (fun i j -> if j < r.start_ms.(i) then Alcotest.fail "joined before the first view") r.join_ms)
+    rows;
+  ignore (B.Join.to_json rows)
+
+let failover () =
+  let params = "suspect.timeout=1s,suspect.interval=100ms" in
+  let r = get (B.Failover.run ~exe:(exe ()) ~size:3 ~reps:1 ~params ()) in
+  Alcotest.(check (float 0.)) "timeout in force" 1000. r.timeout_ms;
+  match r.reps with
+  | [ rep ] ->
+      Alcotest.(check int) "both survivors timed" 2 (Array.length rep.detect_ms);
+      Array.iter (between "kill to view ms" 800. 4000.) rep.detect_ms
+  | _ -> Alcotest.fail "one run"
+
+let rtt () =
+  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:200 ~warmup:20 ~placements:[ `Same; `Different ] ~rounds:2 ()) in
+  Alcotest.(check int) "three kinds, two placements" 6 (List.length rows);
+  List.iter
+    (fun r ->
+      Alcotest.(check int) "samples" 200 (Array.length r.B.Rtt.samples);
+      between (r.kind ^ " median us") 1. 20_000. (B.Stats.median r.samples))
+    rows;
+  ignore (B.Rtt.to_json rows)
+
+let throughput () =
+  let rows = get (B.Throughput.run ~exe:(exe ()) ~count:500 ~senders:[ 1; 3 ] ~deadline:10. ~reps:1 ()) in
+  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "group cast"; "group cast" ] (List.map (fun r -> r.B.Throughput.kind) rows);
+  List.iter
+    (fun r ->
+      Alcotest.(check int) "one run" 1 (List.length r.B.Throughput.runs);
+      if r.B.Throughput.kind = "group cast" then begin
+        Alcotest.(check bool) "every delivery checked and right" true r.ok;
+        List.iter
+          (fun m ->
+            Alcotest.(check int) "all delivered" (500 * r.senders) m.B.Throughput.received;
+            Alcotest.(check int) "no errors" 0 m.errors;
+            between "messages/s" 100. 1e7 (B.Throughput.rate r m))
+          r.members
+      end
+      else
+        List.iter
+          (fun m -> if m.B.Throughput.role = "receiver" && m.received > 1 then between "raw messages/s" 100. 1e8 (B.Throughput.rate r m))
+          r.members)
+    rows;
+  ignore (B.Throughput.to_json rows)
+
+let () =
+  Alcotest.run "bench_smoke"
+    [
+      ("helpers", [ Alcotest.test_case "statistics" `Quick stats; Alcotest.test_case "lines and payloads" `Quick parsing ]);
+      ( "benchmarks",
+        [
+          Alcotest.test_case "join of 2 and 3" `Quick join;
+          Alcotest.test_case "failover with a 1 s timeout" `Quick failover;
+          Alcotest.test_case "round trips" `Quick rtt;
+          Alcotest.test_case "throughput" `Quick throughput;
+        ] );
+    ]
