@@ -23,6 +23,7 @@ test: build
 
 bench: build
 	@./_build/default/bin/main.exe bench layering
+	@./_build/default/bin/main.exe bench tcp
 
 SOAK_SEEDS ?= 100000
 

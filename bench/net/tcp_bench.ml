@@ -28,10 +28,13 @@ type report = {
   consort_in : flow;
   consort_out : flow;
   consort_rr : rr;
+  consort_rr_any : rr;
   bridge : flow;
   bridge_rr : rr;
+  bridge_rr_any : rr;
   veth : flow;
   veth_rr : rr;
+  veth_rr_any : rr;
   offloads : string;
   ethtool : bool;
 }
@@ -180,6 +183,29 @@ let self_cpu () =
   let t = Unix.times () in
   (t.tms_utime, t.tms_stime)
 
+(* {1 CPU placement} *)
+
+(* Request/response runs twice: with every process on CPU 0, where a round
+   trip is the path's own cost, and where the scheduler puts them, where a
+   wake-up on another CPU (an inter-processor interrupt, costly on a
+   virtual machine) can dominate. *)
+
+let affinity pid =
+  let out = ok (Proc.run (Printf.sprintf "taskset -p -c %d" pid)) in
+  match String.rindex_opt out ':' with
+  | Some i -> String.trim (String.sub out (i + 1) (String.length out - i - 1))
+  | None -> fail "taskset: %s" out
+
+let set_affinity pid cpus = sh "taskset -a -p -c %s %d" cpus pid
+
+let pinned_self f =
+  let me = Unix.getpid () in
+  let was = affinity me in
+  set_affinity me "0";
+  Fun.protect ~finally:(fun () -> set_affinity me was) f
+
+let pinned_argv pin argv = if pin then "taskset" :: "-c" :: "0" :: argv else argv
+
 (* {1 Kernel peers} *)
 
 let fields out prefix =
@@ -209,18 +235,18 @@ let port_in = 5001
 let port_out = 5002
 let port_rr = 5007
 
-let spawn_peer env ?ns args = Proc.spawn ?ns (env.peer_exe :: args)
+let spawn_peer env ?(pin = false) ?ns args = Proc.spawn ?ns (pinned_argv pin (env.peer_exe :: args))
 
 let sink env (cfg : config) ns = spawn_peer env ~ns [ "sink"; string_of_int port_out; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
 
 let source env (cfg : config) ns host port =
   spawn_peer env ~ns [ "source"; host; string_of_int port; string_of_int cfg.bytes; Printf.sprintf "%.1f" cfg.seconds ]
 
-let pong env (cfg : config) ns =
-  spawn_peer env ~ns [ "pong"; string_of_int port_rr; string_of_int cfg.rr_size; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
+let pong env (cfg : config) ~pin ns =
+  spawn_peer env ~pin ~ns [ "pong"; string_of_int port_rr; string_of_int cfg.rr_size; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
 
-let ping env (cfg : config) ns host =
-  spawn_peer env ~ns
+let ping env (cfg : config) ~pin ns host =
+  spawn_peer env ~pin ~ns
     [ "ping"; host; string_of_int port_rr; string_of_int cfg.rr_size; string_of_int cfg.rr_count; Printf.sprintf "%.1f" cfg.seconds ]
 
 let grace = 15.
@@ -228,7 +254,7 @@ let grace = 15.
 (* Kernel to kernel: source in [a] to sink in [b] at [b_ip], then ping from
    [a] to pong in [b]. [extra ()] is the CPU of whatever sits between
    (the bridge), sampled before and after the transfer. *)
-let kernel_pair env (cfg : config) ~a ~b ~b_ip ~extra =
+let kernel_pair env (cfg : config) ~a ~b ~b_ip ~extra ~pin_between =
   let k = sink env cfg b in
   ignore (ok (Proc.wait_line k ~prefix:"LISTENING" ~timeout:5.));
   let before = extra () and m0 = machine_busy () in
@@ -253,13 +279,19 @@ let kernel_pair env (cfg : config) ~a ~b ~b_ip ~extra =
       machine = m1 -. m0;
     }
   in
-  check_interrupted ();
-  let p = pong env cfg b in
-  ignore (ok (Proc.wait_line p ~prefix:"LISTENING" ~timeout:5.));
-  let q = ping env cfg a b_ip in
-  let ping_out = ok (Proc.finish q ~timeout:(cfg.seconds +. grace)) in
-  ignore (ok (Proc.finish p ~timeout:grace));
-  (flow, rr_of ping_out cfg.rr_size)
+  let rr pin =
+    check_interrupted ();
+    pin_between pin;
+    let p = pong env cfg ~pin b in
+    ignore (ok (Proc.wait_line p ~prefix:"LISTENING" ~timeout:5.));
+    let q = ping env cfg ~pin a b_ip in
+    let ping_out = ok (Proc.finish q ~timeout:(cfg.seconds +. grace)) in
+    ignore (ok (Proc.finish p ~timeout:grace));
+    rr_of ping_out cfg.rr_size
+  in
+  let any = rr false in
+  let one = rr true in
+  (flow, one, any)
 
 (* {1 Baselines} *)
 
@@ -282,11 +314,13 @@ let bridge_run env (cfg : config) progress =
     let f = fields (List.nth (Proc.lines br ~prefix:"STATS") seen) "STATS" in
     Some (float_field f "utime", float_field f "stime")
   in
-  let flow, rr = kernel_pair env cfg ~a ~b ~b_ip:"10.79.2.2" ~extra:stats in
+  let all = affinity (Proc.pid br) in
+  let pin_between pin = set_affinity (Proc.pid br) (if pin then "0" else all) in
+  let flow, rr, rr_any = kernel_pair env cfg ~a ~b ~b_ip:"10.79.2.2" ~extra:stats ~pin_between in
   Proc.close_stdin br;
   ignore (ok (Proc.finish br ~timeout:5.));
   drop_namespaces env;
-  (flow, rr)
+  (flow, rr, rr_any)
 
 let veth_run env (cfg : config) progress =
   progress "kernel -> kernel over veth, offloads off";
@@ -312,9 +346,11 @@ let veth_run env (cfg : config) progress =
   in
   address a va "10.79.3.1" cfg.mtu;
   address b vb "10.79.3.2" cfg.mtu;
-  let flow, rr = kernel_pair env cfg ~a ~b ~b_ip:"10.79.3.2" ~extra:(fun () -> None) in
+  let flow, rr, rr_any =
+    kernel_pair env cfg ~a ~b ~b_ip:"10.79.3.2" ~extra:(fun () -> None) ~pin_between:(fun _ -> ())
+  in
   drop_namespaces env;
-  (flow, rr, String.concat "; " offloads, ethtool)
+  (flow, rr, rr_any, String.concat "; " offloads, ethtool)
 
 (* {1 Consort's stack on a TAP device} *)
 
@@ -462,7 +498,8 @@ let consort_run env (cfg : config) progress =
         { bytes = int_of_float (float_field f "bytes"); secs = float_field f "secs"; cpu = [ ours; peer_cpu "sink" sink_out ]; machine }
       in
       (* Request/response: the kernel pings, we echo. *)
-      progress "request/response: kernel -> consort echo";
+      let rr pin =
+      progress (if pin then "request/response, one CPU" else "request/response, any CPU");
       let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> perr "listen" e in
       let echoed = ref false in
       Socket.Promise.upon (N.Sock.accept l) (function
@@ -483,12 +520,19 @@ let consort_run env (cfg : config) progress =
                       | Ok () -> echo ()))
             in
             echo ());
-      let q = ping env cfg ns our_ip in
-      run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
-      let ping_out = ok (Proc.finish q ~timeout:grace) in
+      let go () =
+        let q = ping env cfg ~pin ns our_ip in
+        run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
+        ok (Proc.finish q ~timeout:grace)
+      in
+      let ping_out = if pin then pinned_self go else go () in
+      rr_of ping_out cfg.rr_size
+      in
+      let rr_any = rr false in
+      let rr_one = rr true in
       Log.info (fun m -> m "%a" Ipstack.pp up.stack);
       Log.info (fun m -> m "%a" Tcp.pp_stats (N.T.query N.tcp));
-      (consort_in, consort_out, rr_of ping_out cfg.rr_size))
+      (consort_in, consort_out, rr_one, rr_any))
   |> fun r ->
   drop_namespaces env;
   r
@@ -514,12 +558,26 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
       | env -> (
           let result =
             match
-              let consort_in, consort_out, consort_rr = consort_run env cfg progress in
+              let consort_in, consort_out, consort_rr, consort_rr_any = consort_run env cfg progress in
               check_interrupted ();
-              let bridge, bridge_rr = bridge_run env cfg progress in
+              let bridge, bridge_rr, bridge_rr_any = bridge_run env cfg progress in
               check_interrupted ();
-              let veth, veth_rr, offloads, ethtool = veth_run env cfg progress in
-              { config = cfg; consort_in; consort_out; consort_rr; bridge; bridge_rr; veth; veth_rr; offloads; ethtool }
+              let veth, veth_rr, veth_rr_any, offloads, ethtool = veth_run env cfg progress in
+              {
+                config = cfg;
+                consort_in;
+                consort_out;
+                consort_rr;
+                consort_rr_any;
+                bridge;
+                bridge_rr;
+                bridge_rr_any;
+                veth;
+                veth_rr;
+                veth_rr_any;
+                offloads;
+                ethtool;
+              }
             with
             | r -> Ok r
             | exception Failed e -> Error e
@@ -537,7 +595,7 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
 (* {1 Printing} *)
 
 let pp_cpu ppf f =
-  Fmt.(list ~sep:(any ", ") (fun ppf c -> pf ppf "%s %.0f+%.0f" c.who (per_mb f c.user) (per_mb f c.sys))) ppf f.cpu
+  Fmt.(list ~sep:(any ", ") (fun ppf c -> pf ppf "%s %.2f+%.2f" c.who (per_mb f c.user) (per_mb f c.sys))) ppf f.cpu
 
 let pp_table ppf r =
   let c = r.config in
@@ -549,16 +607,23 @@ let pp_table ppf r =
   row "consort -> kernel (TAP)" r.consort_out;
   row "kernel -> kernel (C TAP bridge)" r.bridge;
   row "kernel -> kernel (veth, no offload)" r.veth;
-  Fmt.pf ppf "%-34s %9s %10s %10s %10s@." "request/response" "median us" "p99 us" "min us" "mean us";
-  let rrow name (x : rr) = Fmt.pf ppf "%-34s %9.1f %10.1f %10.1f %10.1f@." name x.median_us x.p99_us x.min_us x.mean_us in
-  rrow "kernel <-> consort (TAP)" r.consort_rr;
-  rrow "kernel <-> kernel (C TAP bridge)" r.bridge_rr;
-  rrow "kernel <-> kernel (veth)" r.veth_rr;
+  Fmt.pf ppf "%-34s %9s %10s %10s %10s   %s@." "request/response, all on CPU 0" "median us" "p99 us" "min us"
+    "mean us" "any CPU: median, p99 us";
+  let rrow name (x : rr) (y : rr) =
+    Fmt.pf ppf "%-34s %9.1f %10.1f %10.1f %10.1f   %.1f, %.1f@." name x.median_us x.p99_us x.min_us x.mean_us
+      y.median_us y.p99_us
+  in
+  rrow "kernel <-> consort (TAP)" r.consort_rr r.consort_rr_any;
+  rrow "kernel <-> kernel (C TAP bridge)" r.bridge_rr r.bridge_rr_any;
+  rrow "kernel <-> kernel (veth)" r.veth_rr r.veth_rr_any;
   let i, o = throughput_ratios r in
   let mark b = if b then "met" else "MISSED" in
   Fmt.pf ppf "throughput / bridge: in %.2f, out %.2f (target >= 0.70: %s)@." i o (mark (Float.min i o >= 0.7));
-  Fmt.pf ppf "latency / bridge: median %.2f, p99 %.2f (target <= 1.50: %s)@." (latency_ratio r) (p99_ratio r)
-    (mark (latency_ratio r <= 1.5));
+  Fmt.pf ppf "latency / bridge, one CPU: median %.2f, p99 %.2f (target <= 1.50: %s); any CPU: median %.2f, p99 %.2f@."
+    (latency_ratio r) (p99_ratio r)
+    (mark (latency_ratio r <= 1.5))
+    (r.consort_rr_any.median_us /. r.bridge_rr_any.median_us)
+    (r.consort_rr_any.p99_us /. r.bridge_rr_any.p99_us);
   Fmt.pf ppf "CPU per MB, consort's process / the kernel's TCP for one end over veth: in %.1fx, out %.1fx@."
     (stack_ms_per_mb_consort r.consort_in /. kernel_ms_per_mb r.veth)
     (stack_ms_per_mb_consort r.consort_out /. kernel_ms_per_mb r.veth);
@@ -575,10 +640,11 @@ let to_json r =
       (cpu_ms_per_mb f) name (machine_ms_per_mb f)
   in
   let rr name (x : rr) = Printf.sprintf "\"%s_rr_median_us\":%.2f,\"%s_rr_p99_us\":%.2f" name x.median_us name x.p99_us in
+  let rr2 name x y = rr name x ^ "," ^ rr (name ^ "_any_cpu") y in
   Printf.sprintf
     "{\"bench\":\"tcp\",\"mtu\":%d,\"bytes\":%d,\"rr_size\":%d,%s,%s,%s,%s,%s,%s,%s,\"throughput_ratio_in\":%.3f,\"throughput_ratio_out\":%.3f,\"latency_ratio\":%.3f,\"p99_ratio\":%.3f,\"consort_stack_ms_per_mb_in\":%.3f,\"consort_stack_ms_per_mb_out\":%.3f,\"kernel_one_end_ms_per_mb\":%.3f,\"targets_met\":%b}"
     r.config.mtu r.config.bytes r.config.rr_size (flow "consort_in" r.consort_in) (flow "consort_out" r.consort_out)
-    (flow "bridge" r.bridge) (flow "veth" r.veth) (rr "consort" r.consort_rr) (rr "bridge" r.bridge_rr)
-    (rr "veth" r.veth_rr) i o (latency_ratio r) (p99_ratio r)
+    (flow "bridge" r.bridge) (flow "veth" r.veth) (rr2 "consort" r.consort_rr r.consort_rr_any)
+    (rr2 "bridge" r.bridge_rr r.bridge_rr_any) (rr2 "veth" r.veth_rr r.veth_rr_any) i o (latency_ratio r) (p99_ratio r)
     (stack_ms_per_mb_consort r.consort_in) (stack_ms_per_mb_consort r.consort_out) (kernel_ms_per_mb r.veth)
     (meets_targets r)

@@ -48,11 +48,14 @@ type report = {
   config : config;
   consort_in : flow;  (** kernel -> Consort *)
   consort_out : flow;  (** Consort -> kernel *)
-  consort_rr : rr;  (** the kernel pings, Consort echoes *)
+  consort_rr : rr;  (** the kernel pings, Consort echoes; every process on CPU 0 *)
+  consort_rr_any : rr;  (** the same, each process where the scheduler puts it *)
   bridge : flow;
   bridge_rr : rr;
+  bridge_rr_any : rr;
   veth : flow;
   veth_rr : rr;
+  veth_rr_any : rr;
   offloads : string;  (** the veth devices' offload settings as reported *)
   ethtool : bool;  (** whether the ethtool program was there (else its ioctl was used) *)
 }
@@ -79,7 +82,8 @@ val throughput_ratios : report -> float * float
 (** Consort's throughput in and out over the bridge's. *)
 
 val latency_ratio : report -> float
-(** Consort's median round trip over the bridge's. *)
+(** Consort's median round trip over the bridge's, every process on CPU
+    0. *)
 
 val meets_targets : report -> bool
 (** Both throughput ratios at least 0.7 and the latency ratio at most
