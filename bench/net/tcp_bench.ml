@@ -78,6 +78,7 @@ let impossible () =
   if Unix.geteuid () <> 0 then Some "not root: network namespaces, TAP and veth devices need root"
   else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
   else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then Some "the ip program (iproute2) is missing"
+  else if Sys.command "command -v taskset >/dev/null 2>&1" <> 0 then Some "taskset (util-linux) is missing"
   else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then Some "gcc is missing (it builds the C bridge and peers)"
   else None
 
@@ -93,6 +94,10 @@ type env = {
 }
 
 let tag = Printf.sprintf "%d" (Unix.getpid ())
+
+let link_kinds = [ "t"; "a"; "b"; "va"; "vb" ]
+let ns_kinds = [ "ca"; "ba"; "bb"; "va"; "vb" ]
+let ns_prefix tag = Printf.sprintf "consort-bench-%s-" tag
 
 let compile dir name source =
   let c = Filename.concat dir (name ^ ".c") and exe = Filename.concat dir name in
@@ -126,14 +131,14 @@ let make_env () =
       raise e
 
 let new_ns env suffix =
-  let ns = Printf.sprintf "consort-bench-%s-%s" env.tag suffix in
+  let ns = ns_prefix env.tag ^ suffix in
   env.namespaces <- ns :: env.namespaces;
   sh "ip netns add %s" ns;
   quiet "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1" ns;
   sh "ip -n %s link set lo up" ns;
   ns
 
-let link_name env kind = Printf.sprintf "cnb%s%s" kind env.tag
+let link_name env kind = "cnb" ^ kind ^ env.tag
 
 (* Every device is deleted with its namespace; one still in the root
    namespace (the move failed) is deleted by name. *)
@@ -148,20 +153,55 @@ let cleanup env =
   drop_namespaces env;
   remove_tree env.dir
 
-let leftovers env =
-  let ns = match Proc.run "ip netns list" with Ok s -> s | Error _ -> "" in
-  let links = match Proc.run "ip -o link" with Ok s -> s | Error _ -> "" in
-  let has needle hay =
-    let n = String.length needle and h = String.length hay in
-    let rec go i = i + n <= h && (String.sub hay i n = needle || go (i + 1)) in
-    go 0
+
+let lines cmd = match Proc.run cmd with Ok s -> String.split_on_char '\n' s | Error _ -> []
+
+let first_word l = match String.split_on_char ' ' (String.trim l) with w :: _ -> w | [] -> ""
+
+let leftovers () =
+  let namespaces = List.map first_word (lines "ip netns list") in
+  let links =
+    List.filter_map
+      (fun l ->
+        (* "N: NAME: ..." or "N: NAME@PEER: ..." *)
+        match String.split_on_char ':' l with
+        | _ :: name :: _ -> Some (List.hd (String.split_on_char '@' (String.trim name)))
+        | _ -> None)
+      (lines "ip -o link")
   in
-  List.filter_map
-    (fun (what, needle, hay) -> if has needle hay then Some what else None)
-    [
-      ("a namespace", "consort-bench-" ^ env.tag ^ "-", ns);
-      ("a device", "cnb", links);
-    ]
+  List.filter (fun ns -> List.mem ns namespaces) (List.map (fun k -> ns_prefix tag ^ k) ns_kinds)
+  @ List.filter (fun l -> List.mem l links) (List.map (fun k -> "cnb" ^ k ^ tag) link_kinds)
+
+(* Namespaces and devices of earlier runs whose process is gone (killed
+   before it could clean up). *)
+let sweep_stale () =
+  let dead pid = pid <> tag && not (Sys.file_exists ("/proc/" ^ pid)) in
+  let digits s = s <> "" && String.for_all (fun c -> c >= '0' && c <= '9') s in
+  List.iter
+    (fun l ->
+      let ns = first_word l in
+      let p = "consort-bench-" in
+      let lp = String.length p in
+      if String.length ns > lp && String.sub ns 0 lp = p then
+        match String.split_on_char '-' (String.sub ns lp (String.length ns - lp)) with
+        | [ pid; _ ] when digits pid && dead pid -> quiet "ip netns del %s" ns
+        | _ -> ())
+    (lines "ip netns list");
+  List.iter
+    (fun l ->
+      match String.split_on_char ':' l with
+      | _ :: name :: _ ->
+          let name = List.hd (String.split_on_char '@' (String.trim name)) in
+          List.iter
+            (fun k ->
+              let p = "cnb" ^ k in
+              let lp = String.length p in
+              if String.length name > lp && String.sub name 0 lp = p then
+                let pid = String.sub name lp (String.length name - lp) in
+                if digits pid && dead pid then quiet "ip link del %s" name)
+            link_kinds
+      | _ -> ())
+    (lines "ip -o link")
 
 let address ns dev ip mtu =
   sh "ip -n %s addr add %s/24 dev %s" ns ip dev;
@@ -390,7 +430,14 @@ let tcp_on (cfg : config) (up : Up.t) : (module TCP_IP) =
     let tcp = tcp
   end)
 
-let perr what e = fail "%s: %s" what (Fmt.str "%a" Protocol.pp_error e)
+(* A failure inside a loop callback: the loop would only log an exception,
+   so it is kept here and ends the current wait. *)
+let callback_failure = ref None
+
+let perr what e =
+  let m = Printf.sprintf "%s: %s" what (Fmt.str "%a" Protocol.pp_error e) in
+  if !callback_failure = None then callback_failure := Some m;
+  raise (Failed m)
 
 (* Runs [loop] (our stack) until [until ()], the child's output ends too,
    or the time is up. *)
@@ -400,9 +447,10 @@ let run_with loop child ~timeout until =
       Proc.pump child;
       if Proc.eof child then Loop.unwatch loop fd);
   Loop.run
-    ~until:(fun () -> (until () && Proc.eof child) || !Proc.interrupted)
+    ~until:(fun () -> (until () && Proc.eof child) || !Proc.interrupted || !callback_failure <> None)
     ~timeout:(Time.of_sec timeout) loop;
   if not (Proc.eof child) then Loop.unwatch loop fd;
+  Option.iter (fun m -> fail "%s" m) !callback_failure;
   check_interrupted ()
 
 let consort_run env (cfg : config) progress =
@@ -544,6 +592,7 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
   | Some why -> Error why
   | None -> (
       Proc.interrupted := false;
+      callback_failure := None;
       let flag _ = Proc.interrupted := true in
       let old_int = Sys.signal Sys.sigint (Sys.Signal_handle flag) in
       let old_term = Sys.signal Sys.sigterm (Sys.Signal_handle flag) in
@@ -551,44 +600,47 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
         Sys.set_signal Sys.sigint old_int;
         Sys.set_signal Sys.sigterm old_term
       in
+      sweep_stale ();
       match make_env () with
       | exception Failed e ->
           restore ();
           Error e
       | env -> (
           let result =
-            match
-              let consort_in, consort_out, consort_rr, consort_rr_any = consort_run env cfg progress in
-              check_interrupted ();
-              let bridge, bridge_rr, bridge_rr_any = bridge_run env cfg progress in
-              check_interrupted ();
-              let veth, veth_rr, veth_rr_any, offloads, ethtool = veth_run env cfg progress in
-              {
-                config = cfg;
-                consort_in;
-                consort_out;
-                consort_rr;
-                consort_rr_any;
-                bridge;
-                bridge_rr;
-                bridge_rr_any;
-                veth;
-                veth_rr;
-                veth_rr_any;
-                offloads;
-                ethtool;
-              }
-            with
-            | r -> Ok r
-            | exception Failed e -> Error e
-            | exception Unix.Unix_error (e, f, a) -> Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e))
+            Fun.protect
+              ~finally:(fun () ->
+                cleanup env;
+                restore ())
+              (fun () ->
+                match
+                  let consort_in, consort_out, consort_rr, consort_rr_any = consort_run env cfg progress in
+                  check_interrupted ();
+                  let bridge, bridge_rr, bridge_rr_any = bridge_run env cfg progress in
+                  check_interrupted ();
+                  let veth, veth_rr, veth_rr_any, offloads, ethtool = veth_run env cfg progress in
+                  {
+                    config = cfg;
+                    consort_in;
+                    consort_out;
+                    consort_rr;
+                    consort_rr_any;
+                    bridge;
+                    bridge_rr;
+                    bridge_rr_any;
+                    veth;
+                    veth_rr;
+                    veth_rr_any;
+                    offloads;
+                    ethtool;
+                  }
+                with
+                | r -> Ok r
+                | exception Failed e -> Error e
+                | exception Unix.Unix_error (e, f, a) -> Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
           in
-          cleanup env;
-          restore ();
-          match (result, leftovers env) with
-          | Ok r, [] -> Ok r
-          | Error e, [] -> Error e
-          | Ok _, l | Error _, l ->
+          match (result, leftovers ()) with
+          | result, [] -> result
+          | result, l ->
               let e = match result with Error e -> e ^ "; " | Ok _ -> "" in
               Error (Printf.sprintf "%sleft behind after cleanup: %s" e (String.concat ", " l))))
 

@@ -64,9 +64,14 @@ val impossible : unit -> string option
 (** [impossible ()] is why the benchmark cannot run here (not root, no
     [/dev/net/tun], no [ip] or [gcc]), if it cannot. *)
 
+val leftovers : unit -> string list
+(** [leftovers ()] is every namespace and device of this process's runs
+    that still exists (empty after {!run} returns). *)
+
 val run : ?progress:(string -> unit) -> config -> (report, string) result
 (** [run cfg] runs every measurement, calling [progress] before each, and
-    removes what it created. [Error] says what failed (or why it cannot
+    removes what it created; it first removes what runs of processes no
+    longer alive left behind. [Error] says what failed (or why it cannot
     run, or what was left behind). *)
 
 val mbit_s : flow -> float

@@ -88,21 +88,9 @@ let output () =
 
 let nothing_left () =
   ignore (Lazy.force report);
-  let me = Printf.sprintf "consort-bench-%d-" (Unix.getpid ()) in
-  let read cmd =
-    let ic = Unix.open_process_in cmd in
-    let buf = Buffer.create 1024 in
-    (try
-       while true do
-         Buffer.add_channel buf ic 1
-       done
-     with End_of_file -> ());
-    let s = Buffer.contents buf in
-    ignore (Unix.close_process_in ic);
-    s
-  in
-  if contains (read "ip netns list") me then Alcotest.fail "a namespace of the benchmark is left";
-  if contains (read "ip -o link") "cnb" then Alcotest.fail "a device of the benchmark is left";
+  (match B.leftovers () with
+  | [] -> ()
+  | l -> Alcotest.failf "left behind: %s" (String.concat ", " l));
   if Sys.file_exists (Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-netbench-%d" (Unix.getpid ())))
   then Alcotest.fail "the build directory of the C helpers is left"
 
