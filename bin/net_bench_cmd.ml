@@ -1,10 +1,10 @@
 open Cmdliner
 module B = Consort_net_bench.Tcp_bench
 
-let tcp bytes seconds rr_size rr_count mtu buffer verbose =
+let tcp bytes seconds rr_size rr_count mtu buffer rounds verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning));
-  let cfg = { B.bytes; seconds; rr_size; rr_count; mtu; buffer } in
+  let cfg = { B.bytes; seconds; rr_size; rr_count; mtu; buffer; rounds } in
   let progress s = Fmt.epr "bench tcp: %s@." s in
   match B.run ~progress cfg with
   | Ok r ->
@@ -33,10 +33,13 @@ let cmd =
   let buffer =
     Arg.(value & opt int d.buffer & info [ "buffer" ] ~docv:"BYTES" ~doc:"Consort's TCP send and receive buffers.")
   in
+  let rounds =
+    Arg.(value & opt int d.rounds & info [ "rounds" ] ~docv:"N" ~doc:"Transfers per setup; the fastest counts.")
+  in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log the stack's counters.") in
   Cmd.v
     (Cmd.info "tcp"
        ~doc:
          "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP against the kernel, beside \
           a C TAP bridge and veth without offloads (needs root; makes and removes its own namespaces and devices).")
-    Term.(const tcp $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ verbose)
+    Term.(const tcp $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds $ verbose)

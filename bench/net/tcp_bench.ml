@@ -15,12 +15,14 @@ type config = {
   rr_count : int;
   mtu : int;
   buffer : int;
+  rounds : int;
 }
 
-let default = { bytes = 400_000_000; seconds = 20.; rr_size = 64; rr_count = 20_000; mtu = 1500; buffer = 1 lsl 20 }
+let default =
+  { bytes = 200_000_000; seconds = 20.; rr_size = 64; rr_count = 20_000; mtu = 1500; buffer = 1 lsl 20; rounds = 3 }
 
 type cpu = { who : string; user : float; sys : float }
-type flow = { bytes : int; secs : float; cpu : cpu list; machine : float }
+type flow = { bytes : int; secs : float; cpu : cpu list; machine : float; rates : float list }
 type rr = { size : int; rounds : int; min_us : float; median_us : float; p99_us : float; mean_us : float }
 
 type report = {
@@ -40,6 +42,16 @@ type report = {
 }
 
 let mbit_s f = float f.bytes *. 8. /. f.secs /. 1e6
+
+(* The fastest of the rounds, with every round's rate: other load on the
+   machine only ever slows a transfer down. *)
+let best = function
+  | [] -> invalid_arg "Tcp_bench.best"
+  | f :: rest ->
+      let b = List.fold_left (fun b g -> if mbit_s g > mbit_s b then g else b) f rest in
+      { b with rates = List.map mbit_s (f :: rest) }
+
+let rounds (cfg : config) f = best (List.init (max 1 cfg.rounds) (fun _ -> f ()))
 let cpu_total f = List.fold_left (fun acc c -> acc +. c.user +. c.sys) 0. f.cpu
 let per_mb f secs = secs *. 1000. /. (float f.bytes /. 1e6)
 let cpu_ms_per_mb f = per_mb f (cpu_total f)
@@ -49,6 +61,9 @@ let cpu_of f who =
   match List.find_opt (fun c -> c.who = who) f.cpu with Some c -> c.user +. c.sys | None -> 0.
 
 let stack_ms_per_mb_consort f = per_mb f (cpu_of f "consort")
+
+let user_ms_per_mb_consort f =
+  per_mb f (match List.find_opt (fun c -> c.who = "consort") f.cpu with Some c -> c.user | None -> 0.)
 
 (* The kernel's TCP for one end: the sender's and the receiver's system
    time, halved. *)
@@ -295,6 +310,8 @@ let grace = 15.
    [a] to pong in [b]. [extra ()] is the CPU of whatever sits between
    (the bridge), sampled before and after the transfer. *)
 let kernel_pair env (cfg : config) ~a ~b ~b_ip ~extra ~pin_between =
+  let transfer () =
+  check_interrupted ();
   let k = sink env cfg b in
   ignore (ok (Proc.wait_line k ~prefix:"LISTENING" ~timeout:5.));
   let before = extra () and m0 = machine_busy () in
@@ -317,8 +334,12 @@ let kernel_pair env (cfg : config) ~a ~b ~b_ip ~extra ~pin_between =
       secs = float_field f "secs";
       cpu = (peer_cpu "source" src_out :: between) @ [ peer_cpu "sink" sink_out ];
       machine = m1 -. m0;
+      rates = [];
     }
   in
+  flow
+  in
+  let flow = rounds cfg transfer in
   let rr pin =
     check_interrupted ();
     pin_between pin;
@@ -466,6 +487,8 @@ let consort_run env (cfg : config) progress =
       let (module N) = tcp_on cfg up in
       let loop = up.loop in
       (* Kernel to us: we read to the end. *)
+      let flow_in () =
+      check_interrupted ();
       progress "kernel -> consort over TAP";
       let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
       let result = ref None in
@@ -496,10 +519,14 @@ let consort_run env (cfg : config) progress =
       let got, secs, ours, machine =
         match !result with Some r -> r | None -> fail "kernel -> consort did not finish:\n%s" src_out
       in
-      let consort_in = { bytes = got; secs; cpu = [ peer_cpu "source" src_out; ours ]; machine } in
+      let consort_in = { bytes = got; secs; cpu = [ peer_cpu "source" src_out; ours ]; machine; rates = [] } in
       if got <> int_of_float (float_field (fields src_out "RESULT") "bytes") then
         fail "we received %d bytes, the kernel sent %s" got src_out;
+      consort_in
+      in
       (* Us to the kernel: we write [bytes] (or until the time is up). *)
+      let flow_out () =
+      check_interrupted ();
       progress "consort -> kernel over TAP";
       let k = sink env cfg ns in
       run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
@@ -543,8 +570,19 @@ let consort_run env (cfg : config) progress =
       let ours, machine = match !finished with Some r -> r | None -> fail "consort -> kernel did not finish:\n%s" sink_out in
       let f = fields sink_out "RESULT" in
       let consort_out =
-        { bytes = int_of_float (float_field f "bytes"); secs = float_field f "secs"; cpu = [ ours; peer_cpu "sink" sink_out ]; machine }
+        {
+          bytes = int_of_float (float_field f "bytes");
+          secs = float_field f "secs";
+          cpu = [ ours; peer_cpu "sink" sink_out ];
+          machine;
+          rates = [];
+        }
       in
+      consort_out
+      in
+      (* In and out alternate, round after round. *)
+      let pairs = List.init (max 1 cfg.rounds) (fun _ -> let i = flow_in () in (i, flow_out ())) in
+      let consort_in = best (List.map fst pairs) and consort_out = best (List.map snd pairs) in
       (* Request/response: the kernel pings, we echo. *)
       let rr pin =
       progress (if pin then "request/response, one CPU" else "request/response, any CPU");
@@ -651,10 +689,16 @@ let pp_cpu ppf f =
 
 let pp_table ppf r =
   let c = r.config in
-  Fmt.pf ppf "TCP over TAP and veth: MTU %d, %d MB per transfer, %d-byte request/response x %d@." c.mtu
-    (c.bytes / 1_000_000) c.rr_size c.rr_count;
-  Fmt.pf ppf "%-34s %9s %10s %10s  %s@." "transfer" "Mbit/s" "CPU ms/MB" "machine" "per process, user+sys ms/MB";
-  let row name f = Fmt.pf ppf "%-34s %9.0f %10.2f %10.2f  %a@." name (mbit_s f) (cpu_ms_per_mb f) (machine_ms_per_mb f) pp_cpu f in
+  Fmt.pf ppf "TCP over TAP and veth: MTU %d, %d MB per transfer, best of %d; %d-byte request/response x %d@."
+    c.mtu (c.bytes / 1_000_000) (max 1 c.rounds) c.rr_size c.rr_count;
+  Fmt.pf ppf "%-34s %9s %10s %10s  %-52s %s@." "transfer" "Mbit/s" "CPU ms/MB" "machine" "per process, user+sys ms/MB"
+    "every round, Mbit/s";
+  let row name f =
+    Fmt.pf ppf "%-34s %9.0f %10.2f %10.2f  %-52s %a@." name (mbit_s f) (cpu_ms_per_mb f) (machine_ms_per_mb f)
+      (Fmt.str "%a" pp_cpu f)
+      Fmt.(list ~sep:(any " ") (fmt "%.0f"))
+      f.rates
+  in
   row "kernel -> consort (TAP)" r.consort_in;
   row "consort -> kernel (TAP)" r.consort_out;
   row "kernel -> kernel (C TAP bridge)" r.bridge;
@@ -676,12 +720,21 @@ let pp_table ppf r =
     (mark (latency_ratio r <= 1.5))
     (r.consort_rr_any.median_us /. r.bridge_rr_any.median_us)
     (r.consort_rr_any.p99_us /. r.bridge_rr_any.p99_us);
-  Fmt.pf ppf "CPU per MB, consort's process / the kernel's TCP for one end over veth: in %.1fx, out %.1fx@."
-    (stack_ms_per_mb_consort r.consort_in /. kernel_ms_per_mb r.veth)
-    (stack_ms_per_mb_consort r.consort_out /. kernel_ms_per_mb r.veth);
+  let k = kernel_ms_per_mb r.veth in
+  Fmt.pf ppf
+    "CPU per MB against the kernel's TCP for one end over veth (%.2f ms/MB): consort's process in %.1fx, out %.1fx; \
+     its user time alone in %.1fx, out %.1fx@."
+    k
+    (stack_ms_per_mb_consort r.consort_in /. k)
+    (stack_ms_per_mb_consort r.consort_out /. k)
+    (user_ms_per_mb_consort r.consort_in /. k)
+    (user_ms_per_mb_consort r.consort_out /. k);
   Fmt.pf ppf "CPU per MB, all processes / the bridge run's: in %.2fx, out %.2fx@."
     (cpu_ms_per_mb r.consort_in /. cpu_ms_per_mb r.bridge)
     (cpu_ms_per_mb r.consort_out /. cpu_ms_per_mb r.bridge);
+  Fmt.pf ppf
+    "(CPU ms/MB: every process involved, from getrusage; machine: the whole machine's busy CPU over the transfer, \
+     from /proc/stat, other load included)@.";
   Fmt.pf ppf "veth offloads: %s%s@." r.offloads
     (if r.ethtool then "" else " (no ethtool program here: set through the ethtool ioctl)")
 
@@ -694,9 +747,10 @@ let to_json r =
   let rr name (x : rr) = Printf.sprintf "\"%s_rr_median_us\":%.2f,\"%s_rr_p99_us\":%.2f" name x.median_us name x.p99_us in
   let rr2 name x y = rr name x ^ "," ^ rr (name ^ "_any_cpu") y in
   Printf.sprintf
-    "{\"bench\":\"tcp\",\"mtu\":%d,\"bytes\":%d,\"rr_size\":%d,%s,%s,%s,%s,%s,%s,%s,\"throughput_ratio_in\":%.3f,\"throughput_ratio_out\":%.3f,\"latency_ratio\":%.3f,\"p99_ratio\":%.3f,\"consort_stack_ms_per_mb_in\":%.3f,\"consort_stack_ms_per_mb_out\":%.3f,\"kernel_one_end_ms_per_mb\":%.3f,\"targets_met\":%b}"
+    "{\"bench\":\"tcp\",\"mtu\":%d,\"bytes\":%d,\"rr_size\":%d,%s,%s,%s,%s,%s,%s,%s,\"throughput_ratio_in\":%.3f,\"throughput_ratio_out\":%.3f,\"latency_ratio\":%.3f,\"p99_ratio\":%.3f,\"consort_stack_ms_per_mb_in\":%.3f,\"consort_stack_ms_per_mb_out\":%.3f,\"consort_user_ms_per_mb_in\":%.3f,\"consort_user_ms_per_mb_out\":%.3f,\"kernel_one_end_ms_per_mb\":%.3f,\"targets_met\":%b}"
     r.config.mtu r.config.bytes r.config.rr_size (flow "consort_in" r.consort_in) (flow "consort_out" r.consort_out)
     (flow "bridge" r.bridge) (flow "veth" r.veth) (rr2 "consort" r.consort_rr r.consort_rr_any)
     (rr2 "bridge" r.bridge_rr r.bridge_rr_any) (rr2 "veth" r.veth_rr r.veth_rr_any) i o (latency_ratio r) (p99_ratio r)
-    (stack_ms_per_mb_consort r.consort_in) (stack_ms_per_mb_consort r.consort_out) (kernel_ms_per_mb r.veth)
+    (stack_ms_per_mb_consort r.consort_in) (stack_ms_per_mb_consort r.consort_out)
+    (user_ms_per_mb_consort r.consort_in) (user_ms_per_mb_consort r.consort_out) (kernel_ms_per_mb r.veth)
     (meets_targets r)

@@ -17,11 +17,12 @@ type config = {
   rr_count : int;  (** request/response round trips measured (after a warm-up) *)
   mtu : int;  (** MTU of every link *)
   buffer : int;  (** Consort's TCP send and receive buffers, bytes *)
+  rounds : int;  (** transfers per setup; the fastest counts *)
 }
 
 val default : config
-(** 400 MB per transfer within 20 s, 20 000 round trips of 64 bytes, MTU
-    1500, 1 MiB buffers. *)
+(** 200 MB per transfer within 20 s, best of 3 rounds; 20 000 round trips
+    of 64 bytes; MTU 1500; 1 MiB buffers. *)
 
 type cpu = { who : string; user : float; sys : float }
 (** CPU seconds of one process over a transfer ([consort]: this process,
@@ -31,7 +32,10 @@ type flow = {
   bytes : int;  (** bytes the receiver got *)
   secs : float;  (** from the receiver's first byte to the end of the stream *)
   cpu : cpu list;  (** every process involved *)
-  machine : float;  (** busy CPU seconds of the whole machine over the transfer (/proc/stat) *)
+  machine : float;
+      (** busy CPU seconds of the whole machine over the transfer (/proc/stat),
+          other load included *)
+  rates : float list;  (** Mbit/s of every round, in order; the figures above are the fastest's *)
 }
 
 type rr = {

@@ -4,7 +4,7 @@
 
 module B = Consort_net_bench.Tcp_bench
 
-let cfg = { B.default with bytes = 4_000_000; seconds = 8.; rr_count = 300 }
+let cfg = { B.default with bytes = 4_000_000; seconds = 8.; rr_count = 300; rounds = 2 }
 
 let report =
   lazy
@@ -32,7 +32,10 @@ let check_flow name (f : B.flow) =
     (fun (c : B.cpu) ->
       if c.user < 0. || c.sys < 0. then Alcotest.failf "%s: negative CPU time for %s" name c.who)
     f.cpu;
-  if f.machine < 0. then Alcotest.failf "%s: negative machine time" name
+  if f.machine < 0. then Alcotest.failf "%s: negative machine time" name;
+  Alcotest.(check int) (name ^ ": one rate per round") cfg.rounds (List.length f.rates);
+  if not (List.mem mbit f.rates && List.for_all (fun r -> r <= mbit) f.rates) then
+    Alcotest.failf "%s: %.0f Mbit/s is not the best of the rounds" name mbit
 
 let check_rr name (x : B.rr) =
   Alcotest.(check int) (name ^ ": every round trip measured") cfg.rr_count x.rounds;
