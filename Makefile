@@ -25,6 +25,7 @@ bench: build
 	@./_build/default/bin/main.exe bench layering
 	@echo; ./_build/default/bin/main.exe bench checksum
 	@for b in join failover rtt throughput; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
+	@echo; ./_build/default/bin/main.exe bench tcp
 
 SOAK_SEEDS ?= 100000
 

@@ -1,0 +1,45 @@
+open Cmdliner
+module B = Consort_net_bench.Tcp_bench
+
+let tcp bytes seconds rr_size rr_count mtu buffer rounds verbose =
+  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
+  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning));
+  let cfg = { B.bytes; seconds; rr_size; rr_count; mtu; buffer; rounds } in
+  let progress s = Fmt.epr "bench tcp: %s@." s in
+  match B.run ~progress cfg with
+  | Ok r ->
+      Fmt.pr "%a" B.pp_table r;
+      print_endline (B.to_json r);
+      0
+  | Error e ->
+      Fmt.epr "consort bench tcp: %s@." e;
+      1
+
+let cmd =
+  let d = B.default in
+  let bytes =
+    Arg.(value & opt int d.bytes & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per bulk transfer.")
+  in
+  let seconds =
+    Arg.(value & opt float d.seconds & info [ "seconds" ] ~docv:"SECONDS" ~doc:"Time bound of each transfer.")
+  in
+  let rr_size =
+    Arg.(value & opt int d.rr_size & info [ "rr-size" ] ~docv:"BYTES" ~doc:"Bytes per request and per response.")
+  in
+  let rr_count =
+    Arg.(value & opt int d.rr_count & info [ "rr-count" ] ~docv:"N" ~doc:"Request/response round trips measured.")
+  in
+  let mtu = Arg.(value & opt int d.mtu & info [ "mtu" ] ~docv:"BYTES" ~doc:"MTU of every link.") in
+  let buffer =
+    Arg.(value & opt int d.buffer & info [ "buffer" ] ~docv:"BYTES" ~doc:"Consort's TCP send and receive buffers.")
+  in
+  let rounds =
+    Arg.(value & opt int d.rounds & info [ "rounds" ] ~docv:"N" ~doc:"Transfers per setup; the fastest counts.")
+  in
+  let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log the stack's counters.") in
+  Cmd.v
+    (Cmd.info "tcp"
+       ~doc:
+         "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP against the kernel, beside \
+          a C TAP bridge and veth without offloads (needs root; makes and removes its own namespaces and devices).")
+    Term.(const tcp $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds $ verbose)

@@ -1,0 +1,4 @@
+(** [consort bench tcp]: TCP throughput, latency and CPU per megabyte of
+    Consort's stack over TAP beside a C TAP bridge and veth. *)
+
+val cmd : int Cmdliner.Cmd.t
