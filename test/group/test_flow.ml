@@ -1,10 +1,7 @@
+open Codec_props
 open Consort
 module G = Consort_group
 module H = Harness
-
-let qtest ?(seed = 42) (QCheck2.Test.Test cell as t) =
-  Alcotest.test_case (QCheck.Test.get_name cell) `Quick (fun () ->
-      QCheck.Test.check_exn ~rand:(Random.State.make [| seed |]) t)
 
 (* Every buffer handed out by [pool] has been released: none leaked to the
    collector, none still held. *)
@@ -47,33 +44,6 @@ let mflow_gen =
         map (fun credits -> G.Mflow.Credit { credits }) (list_size (int_bound 20) (pair nat nat));
         return G.Mflow.Ask;
       ])
-
-let round_trip name codec pp gen =
-  QCheck.Test.make ~count:2000 ~name:(name ^ " header round trip")
-    (QCheck.make ~print:(Fmt.to_to_string pp) gen)
-    (fun h ->
-      let s = Codec.encode_string codec h in
-      String.length s = Codec.size codec h
-      && match Codec.decode_string codec s with Ok h' -> h' = h | Error _ -> false)
-
-(* Arbitrary bytes, half of them starting with a plausible tag, decode to an
-   error or to a header whose encoding is exactly those bytes; never raise. *)
-let random_bytes name codec tags =
-  let gen =
-    QCheck.Gen.(
-      oneof
-        [
-          string_size (int_bound 40);
-          map2 (fun t s -> String.make 1 (Char.chr t) ^ s) (oneofl tags) (string_size (int_bound 40));
-        ])
-  in
-  QCheck.Test.make ~count:5000 ~name:(name ^ " decodes random bytes totally")
-    (QCheck.make ~print:(Printf.sprintf "%S") gen)
-    (fun s ->
-      (match Codec.decode codec (Cstruct.of_string s) 0 with Ok _ | Error _ -> ());
-      match Codec.decode_string codec s with
-      | Ok h -> Codec.encode_string codec h = s
-      | Error _ -> true)
 
 let codec_tests =
   [
