@@ -89,7 +89,9 @@ let group_demo () =
     | None -> ()
   in
   Fun.protect
-    ~finally:(fun () -> List.iter P.kill ms)
+    ~finally:(fun () ->
+      List.iter P.kill ms;
+      P.remove_dir dir)
     (fun () ->
       Fmt.pr "A group of 4 member processes on 127.0.0.1 (stack %s):@."
         (match Consort_group.Properties.(layers vsync) with Ok l -> Consort.Stack.describe l | Error e -> e);

@@ -165,3 +165,9 @@ let deliveries m =
   match m.logs with
   | [] -> 0
   | log :: _ -> List.length (List.filter (function Log.Deliver _ -> true | _ -> false) (events log))
+
+let remove_dir dir =
+  (match Sys.readdir dir with
+  | files -> Array.iter (fun f -> try Sys.remove (Filename.concat dir f) with Sys_error _ -> ()) files
+  | exception Sys_error _ -> ());
+  try Unix.rmdir dir with Unix.Unix_error _ -> ()

@@ -66,3 +66,7 @@ val deliveries : member -> int
 
 val events : string -> Consort_spec.Log.event list
 (** The complete, well-formed lines of a log file. *)
+
+val remove_dir : string -> unit
+(** [remove_dir dir] removes the files in [dir], then [dir] (no error if
+    it is already gone). *)

@@ -36,7 +36,11 @@ let with_members n f =
   let ms = P.create ~dir n in
   let peers = List.map (fun m -> m.P.addr) ms in
   let start m = P.start ~exe:(exe ()) ~params ~group:"test" ~peers ~output:(Filename.concat dir "out.txt") m in
-  Fun.protect ~finally:(fun () -> List.iter P.kill ms) (fun () -> f ms start)
+  Fun.protect
+    ~finally:(fun () ->
+      List.iter P.kill ms;
+      P.remove_dir dir)
+    (fun () -> f ms start)
 
 let kill_and_rejoin () =
   with_members 5 (fun ms start ->
