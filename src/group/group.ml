@@ -138,6 +138,9 @@ module Make (T : Transport.S) = struct
     mutable pending : (Side.t * (string * T.address) list) option;
         (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
+    mutable merge_since : Time.t;  (* when the current merge attempt started *)
+    mutable heard : (T.address * string) option;
+        (* a partition to merge into, heard of while busy with a view change *)
     mutable exited : bool;
     mutable scheduled : Time.t;
     mutable alarm : T.timer option;
@@ -404,15 +407,17 @@ module Make (T : Transport.S) = struct
   let start_merge t c dst =
     Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
+    t.merge_since <- now t;
     Stack.dn_ctl c.mstack (Gmp.Start_flush "merge")
 
+  (* A discovery message names the view's coordinator, whoever sends it. *)
   let gossip_msg t c =
     Side.Gossip
       {
         group = t.group;
         vid = c.view.View.id;
         ltime = c.view.View.ltime;
-        coord = t.me;
+        coord = (if is_coordinator t then t.me else member_of c (coordinator_rank c));
         size = Array.length c.view.View.members;
       }
 
@@ -423,10 +428,23 @@ module Make (T : Transport.S) = struct
       | Side.Gossip { vid; coord; _ }, Some c ->
           Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
+          (* Merge requests go to the other view's coordinator itself. *)
+          let target = match addr_of t coord.addr with Some a -> a | None -> src in
+          let my_coord = c.view.View.members.(coordinator_rank c) in
           if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked)
              && t.merging = None && t.absorbing = None && String.compare coord.eid t.me.eid < 0
-          then start_merge t c src
-          else if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked) && t.leaving = None
+          then start_merge t c target
+          else if vid <> c.view.View.id && (not mine) && String.compare coord.eid t.me.eid < 0 then
+            (* Busy now: act on it once the view change is over, rather than
+               wait for that partition's next discovery message. *)
+            t.heard <- Some (target, coord.eid)
+          else if vid <> c.view.View.id && (not mine) && (not (is_coordinator t)) && t.leaving = None
+                  && String.compare coord.eid my_coord > 0
+          then
+            (* That partition should merge into this view: tell it who
+               coordinates here, so that it asks the right member now. *)
+            side_send t src (gossip_msg t c)
+          else if vid <> c.view.View.id && (not mine) && is_coordinator t && t.leaving = None
                   && String.compare coord.eid t.me.eid > 0
           then
             (* The other partition merges into this one when it hears of
@@ -536,14 +554,35 @@ module Make (T : Transport.S) = struct
               announce t ~vid ~ltime ~members ~leavers:[] c;
               install t ~vid ~ltime ~members
           | _ -> ());
+          (* A merge whose flush never started (the stack saw no reason to
+             run one) is given up rather than left waiting. *)
+          (match t.merging with
+          | Some (_, None) when (not t.blocked) && now t > t.merge_since + t.merge_timeout -> t.merging <- None
+          | _ -> ());
           (match t.leaving with
           | Some deadline when now t > deadline -> exit_group t
           | Some _ when t.pending = None && t.blocked && is_coordinator t -> exit_group t
           | _ -> ());
-          if t.heal && is_coordinator t && (not t.blocked) && t.leaving = None then gossip t c
+          (* The view may have changed above: look at the current one. *)
+          (match (t.heard, t.cur) with
+          | Some (dst, eid), Some c
+            when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not t.exited ->
+              t.heard <- None;
+              if not (Array.mem eid c.view.View.members) then start_merge t c dst
+          | _ -> ());
+          (match t.cur with
+          | Some c when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited -> gossip t c
+          | _ -> ())
       | None -> ());
       reschedule t;
-      if not t.exited then t.tick <- Some (T.at t.tr (now t + min t.heal_interval t.install_retry) (fun () -> tick t))
+      (* While a merge waits for an answer or a view waits for
+         acknowledgements, come back sooner: that is what a join waits on. *)
+      let period =
+        if (t.merging <> None && t.blocked) || t.pending <> None || t.heard <> None then
+          min t.install_retry (Time.of_ms 10)
+        else min t.heal_interval t.install_retry
+      in
+      if not t.exited then t.tick <- Some (T.at t.tr (now t + period) (fun () -> tick t))
     end
 
   (* {1 The application's side} *)
@@ -613,6 +652,8 @@ module Make (T : Transport.S) = struct
                     absorbing = None;
                     pending = None;
                     leaving = None;
+                    heard = None;
+                    merge_since = 0;
                     exited = false;
                     scheduled = max_int;
                     alarm = None;
