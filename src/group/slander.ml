@@ -39,13 +39,10 @@ module L = struct
     out : header Layer.out;
     rank : int;
     n : int;
-    suspected : bool array;
-    mutable nsuspected : int;
+    suspected : Rankset.t;
     mutable stopped : bool;
     mutable slanders_sent : int;
     mutable slanders_received : int;
-    mutable bad_rank : int;
-    mutable self_suspicions : int;
     mutable malformed : int;
   }
 
@@ -55,36 +52,14 @@ module L = struct
       out;
       rank = ctx.view.rank;
       n;
-      suspected = Array.make n false;
-      nsuspected = 0;
+      suspected = Rankset.create ~n ~me:ctx.view.rank;
       stopped = false;
       slanders_sent = 0;
       slanders_received = 0;
-      bad_rank = 0;
-      self_suspicions = 0;
       malformed = 0;
     }
 
-  (* The ranks of [ranks] not yet suspected, now marked as suspected;
-     nonsense is counted and left out. *)
-  let fresh t ranks =
-    let add acc r =
-      if r < 0 || r >= t.n then begin
-        t.bad_rank <- t.bad_rank + 1;
-        acc
-      end
-      else if r = t.rank then begin
-        t.self_suspicions <- t.self_suspicions + 1;
-        acc
-      end
-      else if t.suspected.(r) then acc
-      else begin
-        t.suspected.(r) <- true;
-        t.nsuspected <- t.nsuspected + 1;
-        r :: acc
-      end
-    in
-    List.rev (List.fold_left add [] ranks)
+  let fresh t ranks = Rankset.add t.suspected ranks
 
   let truncate s = if String.length s <= max_reason then s else String.sub s 0 max_reason
 
@@ -142,10 +117,10 @@ module L = struct
     [
       ("slanders_sent", t.slanders_sent);
       ("slanders_received", t.slanders_received);
-      ("bad_rank", t.bad_rank);
-      ("self_suspicions", t.self_suspicions);
+      ("bad_rank", Rankset.bad_rank t.suspected);
+      ("self_suspicions", Rankset.self t.suspected);
       ("malformed", t.malformed);
-      ("suspected", t.nsuspected);
+      ("suspected", Rankset.cardinal t.suspected);
     ]
 end
 

@@ -61,8 +61,7 @@ module L = struct
     timeout : Time.t;
     pause : Time.t;
     heard : Time.t array;  (* when the last datagram of each rank arrived *)
-    suspected : bool array;
-    mutable suspects : int list;  (* the ranks suspected, in increasing order *)
+    suspected : Rankset.t;
     mutable beat_at : Time.t;
     mutable last_tick : Time.t;
     mutable stopped : bool;
@@ -73,8 +72,6 @@ module L = struct
     mutable requested : int;
     mutable pauses : int;
     mutable heard_after : int;
-    mutable bad_rank : int;
-    mutable self_suspicions : int;
     mutable malformed : int;
   }
 
@@ -92,8 +89,7 @@ module L = struct
         timeout = max 1 (Params.time ctx.params Param.timeout);
         pause = max (2 * interval) (Params.time ctx.params Param.pause);
         heard = Array.make n now;
-        suspected = Array.make n false;
-        suspects = [];
+        suspected = Rankset.create ~n ~me:ctx.view.rank;
         beat_at = (if n > 1 then now else max_int);
         last_tick = now;
         stopped = false;
@@ -104,8 +100,6 @@ module L = struct
         requested = 0;
         pauses = 0;
         heard_after = 0;
-        bad_rank = 0;
-        self_suspicions = 0;
         malformed = 0;
       }
     in
@@ -114,27 +108,7 @@ module L = struct
 
   let peer t r = r >= 0 && r < t.n && r <> t.rank
 
-  (* The ranks of [ranks] not yet suspected, now marked as suspected;
-     nonsense is counted and left out. *)
-  let fresh t ranks =
-    let add acc r =
-      if r < 0 || r >= t.n then begin
-        t.bad_rank <- t.bad_rank + 1;
-        acc
-      end
-      else if r = t.rank then begin
-        t.self_suspicions <- t.self_suspicions + 1;
-        acc
-      end
-      else if t.suspected.(r) then acc
-      else begin
-        t.suspected.(r) <- true;
-        r :: acc
-      end
-    in
-    let added = List.rev (List.fold_left add [] ranks) in
-    if added <> [] then t.suspects <- List.sort compare (added @ t.suspects);
-    added
+  let fresh t ranks = Rankset.add t.suspected ranks
 
   let report t ranks reason =
     Log.info (fun m -> m "rank %d suspects %a: %s" t.rank pp_ranks ranks reason);
@@ -142,7 +116,7 @@ module L = struct
 
   let alive t r =
     if peer t r then begin
-      if t.suspected.(r) then t.heard_after <- t.heard_after + 1;
+      if Rankset.mem t.suspected r then t.heard_after <- t.heard_after + 1;
       t.heard.(r) <- t.now ()
     end
 
@@ -195,14 +169,14 @@ module L = struct
     let excess = gap - t.interval in
     let floor = now - t.timeout + t.interval in
     for r = 0 to t.n - 1 do
-      if peer t r && not t.suspected.(r) then
+      if peer t r && not (Rankset.mem t.suspected r) then
         t.heard.(r) <- max floor (min now (t.heard.(r) + excess))
     done
 
   let check t now =
     let silent = ref [] and lo = ref max_int and hi = ref 0 in
     for r = t.n - 1 downto 0 do
-      if peer t r && (not t.suspected.(r)) && now - t.heard.(r) >= t.timeout then begin
+      if peer t r && (not (Rankset.mem t.suspected r)) && now - t.heard.(r) >= t.timeout then begin
         let d = now - t.heard.(r) in
         silent := r :: !silent;
         lo := min !lo d;
@@ -228,12 +202,12 @@ module L = struct
       if t.beat_at <= now then begin
         t.heartbeats_sent <- t.heartbeats_sent + 1;
         t.beat_at <- now + t.interval;
-        t.out.dn Event.Cast (Heartbeat { suspects = t.suspects }) (Msg.empty ())
+        t.out.dn Event.Cast (Heartbeat { suspects = Rankset.elements t.suspected }) (Msg.empty ())
       end;
       t.out.alarm t.beat_at;
       let next = ref max_int in
       for r = 0 to t.n - 1 do
-        if peer t r && not t.suspected.(r) then next := min !next (t.heard.(r) + t.timeout)
+        if peer t r && not (Rankset.mem t.suspected r) then next := min !next (t.heard.(r) + t.timeout)
       done;
       if !next <> max_int then t.out.alarm !next
     end
@@ -247,10 +221,10 @@ module L = struct
       ("requested", t.requested);
       ("pauses", t.pauses);
       ("heard_after_suspicion", t.heard_after);
-      ("bad_rank", t.bad_rank);
-      ("self_suspicions", t.self_suspicions);
+      ("bad_rank", Rankset.bad_rank t.suspected);
+      ("self_suspicions", Rankset.self t.suspected);
       ("malformed", t.malformed);
-      ("suspected", List.length t.suspects);
+      ("suspected", Rankset.cardinal t.suspected);
     ]
 end
 
