@@ -14,6 +14,9 @@ type t
 val empty : t
 val set : string -> value -> t -> t
 
+val override : t -> by:t -> t
+(** [override t ~by] is [t] with every override of [by] on top. *)
+
 val register : string -> value -> doc:string -> unit
 (** [register name default ~doc] declares a tunable.
     @raise Invalid_argument if [name] is registered twice with different

@@ -68,7 +68,7 @@ let describe n =
    random length so that messages differ in size. *)
 let payload_codec = Codec.(tup3 varint varint (string ~max:4096 ()))
 
-let run_spec ?trace spec ~seed =
+let run_spec ?trace ?params spec ~seed =
   let rng = Rng.create seed in
   let pool = Pool.create ~segment_size:65536 ~name:spec.name () in
   let net = Sim.create ~pool ~seed:(Rng.int rng 0x3fff_ffff) () in
@@ -111,7 +111,7 @@ let run_spec ?trace spec ~seed =
         in
         let app = { Stack.deliver; ctl = (fun _ -> ()) } in
         match
-          Ep.create ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff) ~layers:spec.layers ~app ()
+          Ep.create ?params ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff) ~layers:spec.layers ~app ()
         with
         | Ok ep -> ep
         | Error e -> failwith e)
@@ -159,11 +159,11 @@ let run_spec ?trace spec ~seed =
     end_time;
   }
 
-let run ?trace name ~seed =
+let run ?trace ?params name ~seed =
   match List.find_opt (fun s -> s.name = name) scenarios with
-  | Some spec -> Ok (run_spec ?trace spec ~seed)
+  | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
   | None -> (
-      match Vsync_sim.run ?trace name ~seed with
+      match Vsync_sim.run ?trace ?params name ~seed with
       | Some o ->
           Ok
             {

@@ -18,7 +18,9 @@ type outcome = {
 val names : string list
 val describe : string -> string option
 
-val run : ?trace:out_channel -> string -> seed:int -> (outcome, string) result
+val run :
+  ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -> (outcome, string) result
 (** [run name ~seed] runs scenario [name] once. [Error] for an unknown name.
     With [trace], the network and application events are written there, one
-    per line. *)
+    per line. [params] override layer tunables (the scenario's own
+    settings included). *)

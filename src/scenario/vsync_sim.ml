@@ -154,7 +154,7 @@ let workload w ~from ~until ~count =
     at w t (fun () -> if kind = 0 then send w i else cast w i)
   done
 
-let make ?trace ~seed ~n ~link () =
+let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
   let rng = Rng.create seed in
   let net = Sim.create ~seed:(Rng.int rng 0x3fffffff) ~link () in
   Sim.set_trace_channel net trace;
@@ -165,7 +165,7 @@ let make ?trace ~seed ~n ~link () =
     net;
     rng;
     layers;
-    params = Params.empty;
+    params;
     procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore });
     logs = Hashtbl.create 16;
     order = ref [];
@@ -212,7 +212,7 @@ let converged w =
         ]
       else []
 
-let finish w =
+let finish ?(extra = []) w =
   let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
   let spec =
     match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with
@@ -221,7 +221,7 @@ let finish w =
   in
   let stats = Sim.stats w.net in
   {
-    violations = List.rev w.problems @ spec @ converged w;
+    violations = List.rev w.problems @ spec @ converged w @ extra;
     trace_hash = Sim.trace_hash w.net;
     sent = w.sent;
     delivered = w.delivered;
@@ -234,8 +234,8 @@ let s x = Time.of_sec x
 
 let lossy loss = { Sim.default_link with loss; jitter = Time.of_ms 2; reorder = loss; reorder_delay = Time.of_ms 5 }
 
-let crash_scenario ?trace seed =
-  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+let crash_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   Array.iteri (fun i _ -> at w (Rng.int w.rng 500_000_000) (fun () -> start w i)) w.procs;
   workload w ~from:(s 3.) ~until:(s 15.) ~count:120;
   let victims = 1 + Rng.int w.rng 2 in
@@ -248,8 +248,8 @@ let crash_scenario ?trace seed =
   Sim.run ~until:(s 45.) w.net;
   finish w
 
-let join_leave_scenario ?trace seed =
-  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+let join_leave_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   for i = 0 to 2 do
     at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
   done;
@@ -262,8 +262,8 @@ let join_leave_scenario ?trace seed =
   Sim.run ~until:(s 40.) w.net;
   finish w
 
-let partition_scenario ?trace seed =
-  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+let partition_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
   let addrs = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   (* Two random members against the other three. *)
@@ -280,9 +280,9 @@ let partition_scenario ?trace seed =
   Sim.run ~until:(cut + s 45.) w.net;
   finish w
 
-let churn_scenario ?trace seed =
+let churn_scenario ?trace ?params seed =
   let n = 6 in
-  let w = make ?trace ~seed ~n ~link:(lossy 0.10) () in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.10) () in
   for i = 0 to 3 do
     at w (Rng.int w.rng 500_000_000) (fun () -> start w i)
   done;
@@ -314,6 +314,173 @@ let churn_scenario ?trace seed =
   Sim.run ~until:(horizon + s 60.) w.net;
   finish w
 
+(* {1 Adversarial scenarios} *)
+
+(* A cast of [size] bytes (unique, like every payload made here). *)
+let cast_sized w i size =
+  let p = w.procs.(i) in
+  match p.g with
+  | Some g when alive p ->
+      w.made <- w.made + 1;
+      let head = Printf.sprintf "%s|%d|" (G.me g) w.made in
+      G.cast g (head ^ String.make (max 0 (size - String.length head)) 'y')
+  | _ -> ()
+
+let send_sized w i size =
+  let p = w.procs.(i) in
+  match p.g with
+  | Some g when alive p -> (
+      let v = G.view g in
+      match List.filter (fun m -> m <> G.me g) (Array.to_list v.members) with
+      | [] -> ()
+      | others ->
+          let dst = List.nth others (Rng.int w.rng (List.length others)) in
+          w.made <- w.made + 1;
+          let head = Printf.sprintf "%s>%s|%d|" (G.me g) dst w.made in
+          G.send g dst (head ^ String.make (max 0 (size - String.length head)) 'z'))
+  | _ -> ()
+
+(* A live member that ends blocked is a wedged group. *)
+let not_wedged w =
+  List.filter_map
+    (fun p ->
+      match p.g with
+      | Some g when alive p && G.is_blocked g -> Some (Printf.sprintf "%s ends blocked in view %s" (G.me g) (G.view g).vid)
+      | _ -> None)
+    (Array.to_list w.procs)
+
+(* The scenario's own tunables, under those given on the command line. *)
+let with_params w l =
+  let defaults = List.fold_left (fun ps (k, v) -> Params.set k v ps) Params.empty l in
+  { w with params = Params.override defaults ~by:w.params }
+
+(* Large fragmented casts from every member, beyond the flow window, while
+   members join and crash: casts wait in flow control when flushes start. *)
+let flow_flush_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
+  let w =
+    with_params w
+      [ ("frag.size", Params.Int 4000); ("mflow.window", Params.Int 16_000); ("mflow.queue", Params.Int 64_000) ]
+  in
+  for i = 0 to 2 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  at w (s 3. + Rng.int w.rng (s 3.)) (fun () -> start w 3);
+  at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 4);
+  let victim = Rng.int w.rng 5 in
+  at w (s 6. + Rng.int w.rng (s 4.)) (fun () -> crash w victim);
+  (* Every 20 to 60 ms, a member casts 4 to 40 KB. *)
+  let t = ref (s 2.) in
+  while !t < s 12. do
+    let i = Rng.int w.rng 5 and size = 4000 + Rng.int w.rng 36_000 in
+    at w !t (fun () -> cast_sized w i size);
+    t := !t + Time.of_ms 20 + Rng.int w.rng (Time.of_ms 40)
+  done;
+  workload w ~from:(s 2.) ~until:(s 12.) ~count:40;
+  Sim.run ~until:(s 45.) w.net;
+  finish ~extra:(not_wedged w) w
+
+(* Casts and sends over the largest message mixed with normal traffic,
+   while a member joins and another crashes. *)
+let oversize_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:4 ~link:(lossy 0.02) () in
+  let w = with_params w [ ("frag.size", Params.Int 8000); ("frag.max_message", Params.Int 40_000) ] in
+  for i = 0 to 2 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 3);
+  at w (s 9. + Rng.int w.rng (s 3.)) (fun () -> crash w (Rng.int w.rng 4));
+  for _ = 1 to 12 do
+    let at_ = s 2. + Rng.int w.rng (s 12.) and i = Rng.int w.rng 4 in
+    let size = 40_001 + Rng.int w.rng 20_000 in
+    if Rng.bool w.rng then at w at_ (fun () -> cast_sized w i size) else at w at_ (fun () -> send_sized w i size)
+  done;
+  workload w ~from:(s 2.) ~until:(s 14.) ~count:80;
+  Sim.run ~until:(s 40.) w.net;
+  finish ~extra:(not_wedged w) w
+
+(* One member stops hearing anything for 8 s (it can still send): it must
+   be the one excluded; the others stay together. *)
+let deaf_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  let deaf = Rng.int w.rng n in
+  let from = s 5. + Rng.int w.rng (s 2.) in
+  let until = from + s 8. in
+  let healthy = List.filter (fun i -> i <> deaf) (List.init n Fun.id) in
+  let healthy_ids = ref [] in
+  at w from (fun () ->
+      note w "%d deaf %s" (Sim.now w.net) w.procs.(deaf).addr;
+      healthy_ids := List.filter_map (fun i -> Option.map G.me w.procs.(i).g) healthy;
+      List.iter
+        (fun i -> Sim.set_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr { (lossy 0.02) with loss = 1.0 })
+        healthy);
+  at w until (fun () ->
+      note w "%d hears again %s" (Sim.now w.net) w.procs.(deaf).addr;
+      List.iter (fun i -> Sim.clear_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr) healthy);
+  workload w ~from:(s 2.) ~until:(s 20.) ~count:150;
+  Sim.run ~until:(s 50.) w.net;
+  (* Every view a healthy member installs while the other is deaf holds
+     every healthy member. *)
+  let split =
+    List.concat_map
+      (fun id ->
+        match Hashtbl.find_opt w.logs id with
+        | None -> []
+        | Some l ->
+            List.filter_map
+              (function
+                | Log.View { me; view; members } when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
+                    Some (Printf.sprintf "%s installed %s [%s] without every healthy member" me view (String.concat ", " members))
+                | _ -> None)
+              !l)
+      !healthy_ids
+  in
+  finish ~extra:(not_wedged w @ split) w
+
+(* The application suspects a live member while its casts are in flight,
+   under 10% loss: it is excluded, then merges back. *)
+let slander_scenario ?trace ?params seed =
+  let n = 4 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.10) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  for _ = 1 to 2 do
+    let t = s 4. + Rng.int w.rng (s 8.) in
+    let by = Rng.int w.rng n and victim = Rng.int w.rng n in
+    at w t (fun () ->
+        match (w.procs.(by).g, w.procs.(victim).g) with
+        | Some g, Some v when alive w.procs.(by) && alive w.procs.(victim) && by <> victim ->
+            note w "%d %s suspects %s" (Sim.now w.net) (G.me g) (G.me v);
+            G.suspect g [ G.me v ]
+        | _ -> ())
+  done;
+  (* The victims cast in bursts, so that casts are in flight. *)
+  workload w ~from:(s 2.) ~until:(s 16.) ~count:250;
+  Sim.run ~until:(s 45.) w.net;
+  finish ~extra:(not_wedged w) w
+
+(* The coordinator leaves while casts flow and a member joins. *)
+let leave_coord_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.03) () in
+  for i = 0 to 3 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  let t = s 5. + Rng.int w.rng (s 4.) in
+  at w t (fun () ->
+      let live = List.filter_map (fun p -> if alive p then p.g else None) (Array.to_list w.procs) in
+      match live with
+      | g :: _ ->
+          let v = G.view g in
+          let coord = v.members.(0) in
+          List.iter (fun g' -> if G.me g' = coord then (note w "%d coordinator %s leaves" (Sim.now w.net) coord; G.leave g')) live
+      | [] -> ());
+  at w (t - s 1. + Rng.int w.rng (s 2.)) (fun () -> start w 4);
+  workload w ~from:(s 2.) ~until:(s 15.) ~count:200;
+  Sim.run ~until:(s 40.) w.net;
+  finish ~extra:(not_wedged w) w
+
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
@@ -324,12 +491,25 @@ let scenarios =
     ( "vsync-churn",
       "random joins, leaves, crashes, partitions and heals under 10% loss and reordering, then a final heal",
       churn_scenario );
+    ( "vsync-flow-flush",
+      "5 members cast 4-40 KB fragmented messages beyond a small flow window while two join and one crashes; 2% loss",
+      flow_flush_scenario );
+    ( "vsync-oversize",
+      "casts and sends over frag.max_message mixed with normal traffic while a member joins and one crashes",
+      oversize_scenario );
+    ("vsync-deaf", "one of 5 members hears nothing for 8 s: it alone is excluded, then merges back", deaf_scenario);
+    ( "vsync-slander",
+      "the application suspects live members while they cast, under 10% loss",
+      slander_scenario );
+    ( "vsync-leave-coord",
+      "the coordinator leaves while casts flow and a member joins; 3% loss",
+      leave_coord_scenario );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios
 let describe n = List.find_map (fun (n', d, _) -> if n = n' then Some d else None) scenarios
 
-let run ?trace name ~seed =
+let run ?trace ?params name ~seed =
   match List.find_opt (fun (n, _, _) -> n = name) scenarios with
-  | Some (_, _, f) -> Some (f ?trace seed)
+  | Some (_, _, f) -> Some (f ?trace ?params seed)
   | None -> None

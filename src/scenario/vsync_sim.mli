@@ -20,5 +20,6 @@ type outcome = {
 val names : string list
 val describe : string -> string option
 
-val run : ?trace:out_channel -> string -> seed:int -> outcome option
-(** [None] if no scenario has that name. *)
+val run : ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -> outcome option
+(** [None] if no scenario has that name. [params] override the layers'
+    tunables (and the scenario's own choices of them). *)
