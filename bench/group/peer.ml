@@ -122,7 +122,7 @@ let group_rtt cfg =
       let samples = Array.make cfg.count 0. in
       let g = ref None in
       let self () = match !g with Some g -> G.me g | None -> "" in
-      let cast s = match !g with Some g -> G.cast g s | None -> () in
+      let cast s = match !g with Some g -> ignore (G.cast g s) | None -> () in
       let seq = ref (-1) and sent_at = ref 0 and finished = ref false and stray = ref 0 in
       let next () =
         incr seq;
@@ -355,7 +355,10 @@ let group_tput cfg =
       let expected = cfg.count * cfg.senders in
       let g = ref None in
       let self () = match !g with Some g -> G.me g | None -> "" in
-      let cast s = match !g with Some g -> G.cast g s | None -> () in
+      (* [try_cast s]: whether the group took [s]; flow control refuses
+         when full, and says [flow false] when it may go on. *)
+      let try_cast s = match !g with Some g -> Result.is_ok (G.cast g s) | None -> false in
+      let cast s = ignore (try_cast s) in
       let readies = Hashtbl.create 8 and dones = Hashtbl.create 8 in
       let next = Hashtbl.create 8 in
       let delivered = ref 0 and errors = ref 0 and first = ref 0 and last = ref 0 in
@@ -364,8 +367,7 @@ let group_tput cfg =
       let fill_pending = ref false in
       let rec fill () =
         fill_pending := false;
-        while !made < cfg.count && !made - !own < max_queued do
-          cast (payload ~seq:!made ~size:cfg.size);
+        while !made < cfg.count && !made - !own < max_queued && try_cast (payload ~seq:!made ~size:cfg.size) do
           incr made
         done
       and schedule_fill () =
@@ -422,7 +424,7 @@ let group_tput cfg =
           cast = on_cast;
           send = (fun ~origin:_ _ -> ());
           block = ignore;
-          flow = ignore;
+          flow = (fun b -> if not b then schedule_fill ());
           exit = ignore;
         }
       in

@@ -23,6 +23,20 @@ type callbacks = {
   exit : unit -> unit;
 }
 
+type error =
+  | Flow_control
+  | Too_big of { size : int; max : int }
+  | Not_member of string
+  | Leaving
+  | Exited
+
+let pp_error ppf = function
+  | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
+  | Too_big { size; max } -> Fmt.pf ppf "message of %d bytes, over the largest this stack carries (%d)" size max
+  | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
+  | Leaving -> Fmt.string ppf "this member is leaving the group"
+  | Exited -> Fmt.string ppf "this member has left the group"
+
 let pp_view_info ppf v =
   Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
 
@@ -87,8 +101,13 @@ module Param = struct
   let merge_timeout = "group.merge_timeout"
   let install_retry = "group.install_retry"
   let leave_timeout = "group.leave_timeout"
+  let queue = "group.queue"
 
   let () =
+    Params.register queue (Params.Int (1024 * 1024))
+      ~doc:
+        "bytes of messages (64 more each) the application may make while a view change flushes; \
+         beyond, cast and send refuse with Flow_control";
     Params.register heal_interval (Params.Time (Time.of_ms 500))
       ~doc:"period of a coordinator's discovery messages to other partitions";
     Params.register merge_timeout (Params.Time (Time.of_ms 2000))
@@ -98,6 +117,10 @@ module Param = struct
     Params.register leave_timeout (Params.Time (Time.of_ms 3000))
       ~doc:"how long a leaving member waits for the view without it before it goes anyway"
 end
+
+(* Bytes kept for the headers of every layer when a message must fit in one
+   datagram (a stack without Frag). *)
+let header_reserve = 512
 
 let index_where p l =
   let rec go i = function [] -> None | x :: rest -> if p x then Some i else go (i + 1) rest in
@@ -130,6 +153,14 @@ module Make (T : Transport.S) = struct
     mutable cur : cur option;
     mutable blocked : bool;
     queued : [ `Cast of string | `Send of string * string ] Queue.t;
+    mutable queued_bytes : int;
+    queue_limit : int;
+    max_message : int;
+    mutable stack_flow : bool;  (* the stack's flow control asks to pause *)
+    mutable queue_full : bool;  (* a message was refused for lack of queue room *)
+    mutable flow_told : bool;  (* what the application last heard *)
+    mutable dropped_sends : int;
+    mutable refused : int;
     mutable merging : (T.address * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
@@ -158,6 +189,13 @@ module Make (T : Transport.S) = struct
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
+
+  let update_flow t =
+    let b = t.stack_flow || t.queue_full in
+    if b <> t.flow_told && not t.exited then begin
+      t.flow_told <- b;
+      t.cb.flow b
+    end
 
   let report t = function
     | Ok () -> ()
@@ -255,19 +293,26 @@ module Make (T : Transport.S) = struct
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
+              t.stack_flow <- false;
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               t.cb.view info;
               flush_queue t;
+              update_flow t;
               reschedule t)
 
   and flush_queue t =
     while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
       match Queue.pop t.queued with
-      | `Cast s -> cast_now t s
-      | `Send (dst, s) -> send_now t dst s
-    done
+      | `Cast s ->
+          t.queued_bytes <- t.queued_bytes - String.length s - 64;
+          cast_now t s
+      | `Send (dst, s) ->
+          t.queued_bytes <- t.queued_bytes - String.length s - 64;
+          send_now t dst s
+    done;
+    if Queue.is_empty t.queued then t.queue_full <- false
 
   and cast_now t s =
     match t.cur with
@@ -286,7 +331,11 @@ module Make (T : Transport.S) = struct
         | Some _ ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
             t.cb.send ~origin:t.me.eid s
-        | None -> Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
+        | None ->
+            (* Accepted while the view changed, and the destination did
+               not come along into the new view. *)
+            t.dropped_sends <- t.dropped_sends + 1;
+            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
     | None -> ()
 
   and net t cell dst msg =
@@ -335,7 +384,9 @@ module Make (T : Transport.S) = struct
               ranks
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
         | Gmp.Excluded -> alone t c
-        | Event.Blocked b -> t.cb.flow b
+        | Event.Blocked b ->
+            t.stack_flow <- b;
+            update_flow t
         | _ -> ())
     | _ -> ()
 
@@ -627,7 +678,16 @@ module Make (T : Transport.S) = struct
                     T.close conn;
                     Error (Fmt.str "cannot join the discovery group: %a" Transport.pp_error e)
                 | Ok () ->
-                let addr = T.address_to_string (T.query conn).T.local in
+                let info = T.query conn in
+                let addr = T.address_to_string info.T.local in
+                let max_message =
+                  if List.exists (fun l -> Layer.name l = Frag.name) layers then
+                    Params.int params Frag.Param.max_message
+                  else
+                    (* Without Frag a message is one datagram, headers of
+                       every layer included. *)
+                    max 0 (info.T.mtu - header_reserve)
+                in
                 let t =
                   {
                     tr;
@@ -647,6 +707,14 @@ module Make (T : Transport.S) = struct
                     cur = None;
                     blocked = false;
                     queued = Queue.create ();
+                    queued_bytes = 0;
+                    queue_limit = max 0 (Params.int params Param.queue);
+                    max_message;
+                    stack_flow = false;
+                    queue_full = false;
+                    flow_told = false;
+                    dropped_sends = 0;
+                    refused = 0;
                     merging = None;
                     merge_req = None;
                     absorbing = None;
@@ -671,15 +739,52 @@ module Make (T : Transport.S) = struct
                 tick t;
                 Ok t)))
 
+  (* Whether the application may hand over a message of [size] bytes
+     now. A message refused here is counted by no layer. *)
+  let admit t size =
+    if t.exited then Error Exited
+    else if t.leaving <> None then Error Leaving
+    else if size > t.max_message then Error (Too_big { size; max = t.max_message })
+    else if t.stack_flow then Error Flow_control
+    else if (t.blocked || not (Queue.is_empty t.queued)) && t.queued_bytes + size + 64 > t.queue_limit then begin
+      t.queue_full <- true;
+      update_flow t;
+      Error Flow_control
+    end
+    else Ok ()
+
+  let refuse t e =
+    t.refused <- t.refused + 1;
+    Error e
+
   let cast t s =
-    if not t.exited then
-      if t.blocked || not (Queue.is_empty t.queued) then Queue.add (`Cast s) t.queued
-      else guarded t (fun () -> cast_now t s)
+    match admit t (String.length s) with
+    | Error e -> refuse t e
+    | Ok () ->
+        if t.blocked || not (Queue.is_empty t.queued) then begin
+          Queue.add (`Cast s) t.queued;
+          t.queued_bytes <- t.queued_bytes + String.length s + 64
+        end
+        else guarded t (fun () -> cast_now t s);
+        Ok ()
 
   let send t dst s =
-    if not t.exited then
-      if t.blocked || not (Queue.is_empty t.queued) then Queue.add (`Send (dst, s)) t.queued
-      else guarded t (fun () -> send_now t dst s)
+    match admit t (String.length s) with
+    | Error e -> refuse t e
+    | Ok () -> (
+        match t.cur with
+        | Some c when not (Array.mem dst c.view.View.members) -> refuse t (Not_member dst)
+        | _ ->
+            if t.blocked || not (Queue.is_empty t.queued) then begin
+              Queue.add (`Send (dst, s)) t.queued;
+              t.queued_bytes <- t.queued_bytes + String.length s + 64
+            end
+            else guarded t (fun () -> send_now t dst s);
+            Ok ())
+
+  let max_message t = t.max_message
+  let refused t = t.refused
+  let dropped_sends t = t.dropped_sends
 
   let leave t =
     if (not t.exited) && t.leaving = None then begin

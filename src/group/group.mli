@@ -26,6 +26,22 @@ type view_info = {
 
 val pp_view_info : view_info Fmt.t
 
+(** Why a message was refused. A refused message is counted by no layer:
+    it is as if it had not been given. *)
+type error =
+  | Flow_control
+      (** flow control is full, or so is the queue of messages waiting for
+          the next view ([group.queue]): the application hears [flow
+          true]; it may go on after [flow false] *)
+  | Too_big of { size : int; max : int }
+      (** over the largest message this stack carries: [frag.max_message]
+          with [Frag], one datagram less 512 bytes of headers without *)
+  | Not_member of string  (** [send]: the destination is not in the view *)
+  | Leaving  (** {!Make.leave} was called *)
+  | Exited  (** this member has left the group, or was stopped *)
+
+val pp_error : error Fmt.t
+
 type callbacks = {
   view : view_info -> unit;  (** a view was installed; sending may resume *)
   cast : origin:string -> string -> unit;  (** a cast was delivered *)
@@ -61,6 +77,10 @@ module Param : sig
   val install_retry : string  (** ["group.install_retry"], default 100 ms *)
 
   val leave_timeout : string  (** ["group.leave_timeout"], default 3 s *)
+
+  val queue : string
+  (** ["group.queue"], default 1 MiB: bytes (64 more per message) that the
+      application may give while a view change flushes *)
 end
 
 module Make (T : Consort.Transport.S) : sig
@@ -99,14 +119,26 @@ module Make (T : Consort.Transport.S) : sig
 
   val view : t -> view_info
 
-  val cast : t -> string -> unit
-  (** [cast t s] sends [s] to every member of the view, this one included
-      (queued while blocked). *)
+  val cast : t -> string -> (unit, error) result
+  (** [cast t s] sends [s] to every member of the view, this one included.
+      While a view change flushes, [s] waits in a bounded queue and goes
+      out in the next view. [Error] says why [s] was refused; a refused
+      message is never delivered anywhere, an accepted one is delivered
+      with virtual synchrony. *)
 
-  val send : t -> string -> string -> unit
-  (** [send t id s] sends [s] to member [id] of the view (queued while
-      blocked; dropped with a warning if [id] is not in the view when it
-      goes out). *)
+  val send : t -> string -> string -> (unit, error) result
+  (** [send t id s] sends [s] to member [id] of the view, as {!cast} does.
+      A message accepted while the view changes whose destination is not in
+      the next view is dropped with a warning (counted by
+      {!dropped_sends}). *)
+
+  val max_message : t -> int
+  (** The largest message {!cast} and {!send} accept. *)
+
+  val refused : t -> int
+  (** Messages refused so far. *)
+
+  val dropped_sends : t -> int
 
   val leave : t -> unit
   (** [leave t] leaves the group cleanly: the others install a view

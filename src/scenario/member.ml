@@ -30,6 +30,13 @@ type config = {
 }
 
 (* Binds the first free port of the default range, or the given address. *)
+(* A line of standard input is cast; a refusal is said on standard error,
+   and the line is not sent. *)
+let cast_line g line =
+  match G.cast g line with
+  | Ok () -> ()
+  | Error e -> Fmt.epr "consort member: cast refused: %a@." Consort_group.Group.pp_error e
+
 let join loop cfg layers cb ~on_sent =
   let try_addr addr =
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ?discovery:cfg.discovery
@@ -158,7 +165,7 @@ let run cfg =
                         let line = String.sub s 0 i in
                         Buffer.clear buf;
                         Buffer.add_string buf (String.sub s (i + 1) (String.length s - i - 1));
-                        if line <> "" then G.cast g line;
+                        if line <> "" then cast_line g line;
                         lines ()
                     | None -> ()
                   in
@@ -167,7 +174,7 @@ let run cfg =
                       match Unix.read fd chunk 0 (Bytes.length chunk) with
                       | 0 ->
                           Loop.unwatch loop fd;
-                          if Buffer.length buf > 0 then G.cast g (Buffer.contents buf);
+                          if Buffer.length buf > 0 then cast_line g (Buffer.contents buf);
                           Buffer.clear buf;
                           leave ()
                       | n ->

@@ -35,6 +35,7 @@ type world = {
   crashed : string list ref;
   mutable sent : int;
   mutable made : int;  (* payloads made: each is unique *)
+  mutable refused : int;
   mutable delivered : int;
   mutable views : int;
   mutable problems : string list;
@@ -119,13 +120,27 @@ let crash w i =
     Sim.crash w.net p.addr
   end
 
+(* A message refused by the API is counted by no one; a refusal that has no
+   reason to be is a problem. *)
+let submit ?(size = 0) w g = function
+  | Ok () ->
+      if size > G.max_message g then
+        w.problems <- Printf.sprintf "%s accepted a message of %d bytes, over %d" (G.me g) size (G.max_message g) :: w.problems
+  | Error e -> (
+      w.refused <- w.refused + 1;
+      note w "%d refused %s: %s" (Sim.now w.net) (G.me g) (Fmt.str "%a" Consort_group.Group.pp_error e);
+      match e with
+      | Consort_group.Group.Too_big { size = s'; max } when s' > max -> ()
+      | Consort_group.Group.Flow_control | Consort_group.Group.Leaving -> ()
+      | e -> w.problems <- Fmt.str "%s refused a message: %a" (G.me g) Consort_group.Group.pp_error e :: w.problems)
+
 let cast w i =
   let p = w.procs.(i) in
   match p.g with
   | Some g when alive p ->
       w.made <- w.made + 1;
       let s = Printf.sprintf "%s|%d|%s" (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
-      G.cast g s
+      submit w g (G.cast g s)
   | _ -> ()
 
 let send w i =
@@ -139,7 +154,7 @@ let send w i =
       | _ ->
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
-          G.send g dst (Printf.sprintf "%s>%s|%d" (G.me g) dst w.made))
+          submit w g (G.send g dst (Printf.sprintf "%s>%s|%d" (G.me g) dst w.made)))
   | _ -> ()
 
 let at w t f = ignore (Sim.at w.net t f)
@@ -172,6 +187,7 @@ let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
     crashed = ref [];
     sent = 0;
     made = 0;
+    refused = 0;
     delivered = 0;
     views = 0;
     problems = [];
@@ -323,7 +339,8 @@ let cast_sized w i size =
   | Some g when alive p ->
       w.made <- w.made + 1;
       let head = Printf.sprintf "%s|%d|" (G.me g) w.made in
-      G.cast g (head ^ String.make (max 0 (size - String.length head)) 'y')
+      let m = head ^ String.make (max 0 (size - String.length head)) 'y' in
+      submit ~size:(String.length m) w g (G.cast g m)
   | _ -> ()
 
 let send_sized w i size =
@@ -337,7 +354,8 @@ let send_sized w i size =
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
           let head = Printf.sprintf "%s>%s|%d|" (G.me g) dst w.made in
-          G.send g dst (head ^ String.make (max 0 (size - String.length head)) 'z'))
+          let m = head ^ String.make (max 0 (size - String.length head)) 'z' in
+          submit ~size:(String.length m) w g (G.send g dst m))
   | _ -> ()
 
 (* A live member that ends blocked is a wedged group. *)
