@@ -134,6 +134,11 @@ module L = struct
     flush_timeout : Time.t;
     mutable stamps : int;  (* Block_req sent so far *)
     mutable attempts : int;  (* rounds started by this member as coordinator *)
+    mutable pending : (int * int * int list * int list) list;
+        (* rounds whose exclusions this member could not confirm yet *)
+    mutable verdict : (int * bool) option;  (* the failure detector's answer *)
+    mutable unconfirmed : int;
+    retry : Time.t;
     mutable timed_out : int;
     mutable stale : int;
     n : int;
@@ -160,6 +165,10 @@ module L = struct
       flush_timeout = max 1 (Params.time ctx.params Param.flush_timeout);
       stamps = 0;
       attempts = 0;
+      pending = [];
+      verdict = None;
+      unconfirmed = 0;
+      retry = Time.of_ms 250;
       timed_out = 0;
       stale = 0;
       n;
@@ -326,12 +335,35 @@ module L = struct
       else send_ctl t r.coord (Flush_ok { coord = r.coord; attempt = r.attempt; casts; sent = Array.copy t.sent; parts })
     end
 
-  let on_flush t ~coord ~attempt ~excluded ~leaving =
+  (* Whether the failure detector below confirms every exclusion of this
+     round (no failure detector: yes). *)
+  let confirmed t coord excluded =
+    if coord = t.me || excluded = [] || List.for_all (fun r -> r <> t.me && t.suspected.(r)) excluded then true
+    else begin
+      t.verdict <- None;
+      t.out.dn_ctl (Gevent.Judge_flush { coord; excluded });
+      match t.verdict with
+      | Some (c, accept) when c = coord -> accept && not t.suspected.(coord)
+      | _ -> not t.suspected.(coord)
+    end
+
+  let rec on_flush t ~coord ~attempt ~excluded ~leaving =
     if not (List.for_all (valid t) excluded && List.for_all (valid t) leaving && valid t coord) then
       t.nonsense <- t.nonsense + 1
     else if coord <> t.me && t.suspected.(coord) then
       (* A member this one has found faulty does not decide for it. *)
       t.stale <- t.stale + 1
+    else if newer (coord, attempt) t.round && not (confirmed t coord excluded) then begin
+      (* Exclusions this member cannot confirm yet (it still hears those
+         members, or it is excluded by a member that alone accuses it): the
+         round waits until it can, or until its coordinator is found
+         faulty. *)
+      if not (List.exists (fun (c, a, _, _) -> c = coord && a >= attempt) t.pending) then begin
+        t.unconfirmed <- t.unconfirmed + 1;
+        t.pending <- (coord, attempt, excluded, leaving) :: List.filter (fun (c, _, _, _) -> c <> coord) t.pending;
+        t.out.alarm (t.now () + t.retry)
+      end
+    end
     else if List.mem t.me excluded then begin
       (* The group goes on without this member. *)
       t.out.up_ctl Excluded
@@ -369,6 +401,15 @@ module L = struct
          back from the reliable layer below). *)
       t.out.dn_ctl (Event.Block_req { round = r.stamp })
     end
+
+  (* Rounds that waited for confirmation: try them again. *)
+  and retry_pending t =
+    let p = t.pending in
+    t.pending <- [];
+    List.iter
+      (fun (coord, attempt, excluded, leaving) ->
+        if not t.suspected.(coord) then on_flush t ~coord ~attempt ~excluded ~leaving)
+      (List.rev p)
 
   let deliver_app t (src : Event.src) msg =
     let held o counts which =
@@ -462,7 +503,9 @@ module L = struct
     match e with
     | Gevent.Suspect { ranks; _ } ->
         t.out.up_ctl e;
-        suspect t ranks
+        suspect t ranks;
+        if t.pending <> [] then retry_pending t
+    | Gevent.Flush_verdict { coord; accept } -> t.verdict <- Some (coord, accept)
     | Event.Block_ok { round; parts } -> (
         match t.round with
         | Some r when r.stamp = round && not t.stopped -> report t r parts
@@ -495,6 +538,10 @@ module L = struct
   (* The coordinator suspects the members that hold a round up: no
      message, member or bug below can keep the group blocked for good. *)
   let timer t now =
+    if t.pending <> [] && not t.stopped then begin
+      retry_pending t;
+      if t.pending <> [] then t.out.alarm (now + t.retry)
+    end;
     match t.round with
     | Some r when r.coord = t.me && (not t.stopped) && (not t.flushed) && not r.expired ->
         if now >= r.deadline then begin
@@ -513,7 +560,7 @@ module L = struct
             Log.info (fun m -> m "rank %d: %a %s" t.me Fmt.(list ~sep:comma int) laggards reason);
             let fresh = List.filter (fun x -> not t.suspected.(x)) laggards in
             if fresh <> [] then begin
-              t.out.dn_ctl (Gevent.Suspect_request { ranks = fresh; reason });
+              t.out.dn_ctl (Gevent.Suspect_unresponsive { ranks = fresh; reason });
               t.out.up_ctl (Gevent.Suspect { ranks = fresh; reason })
             end;
             List.iter (fun x -> t.suspected.(x) <- true) laggards;
@@ -529,6 +576,7 @@ module L = struct
       ("held_dropped", t.held_dropped);
       ("flush_timeouts", t.timed_out);
       ("stale_flush", t.stale);
+      ("unconfirmed_flush", t.unconfirmed);
       ("nonsense", t.nonsense);
       ("round", match t.round with Some r -> r.attempt | None -> 0);
       ("round_coord", match t.round with Some r -> r.coord | None -> -1);

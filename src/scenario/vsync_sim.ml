@@ -428,9 +428,15 @@ let deaf_scenario ?trace ?params seed =
   let until = from + s 8. in
   let healthy = List.filter (fun i -> i <> deaf) (List.init n Fun.id) in
   let healthy_ids = ref [] in
+  (* How many events each healthy member had logged when the other went
+     deaf: only the views after count. *)
+  let before = Hashtbl.create 8 in
   at w from (fun () ->
       note w "%d deaf %s" (Sim.now w.net) w.procs.(deaf).addr;
       healthy_ids := List.filter_map (fun i -> Option.map G.me w.procs.(i).g) healthy;
+      List.iter
+        (fun id -> Hashtbl.replace before id (match Hashtbl.find_opt w.logs id with Some l -> List.length !l | None -> 0))
+        !healthy_ids;
       List.iter
         (fun i -> Sim.set_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr { (lossy 0.02) with loss = 1.0 })
         healthy);
@@ -447,12 +453,13 @@ let deaf_scenario ?trace ?params seed =
         match Hashtbl.find_opt w.logs id with
         | None -> []
         | Some l ->
+            let after = List.filteri (fun i _ -> i < List.length !l - Hashtbl.find before id) !l in
             List.filter_map
               (function
                 | Log.View { me; view; members } when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
                     Some (Printf.sprintf "%s installed %s [%s] without every healthy member" me view (String.concat ", " members))
                 | _ -> None)
-              !l)
+              after)
       !healthy_ids
   in
   finish ~extra:(not_wedged w @ split) w
