@@ -8,6 +8,7 @@ type Event.up_ctl +=
   | Block
   | Flushed of { survivors : int list; leavers : int list }
   | Excluded
+  | Reported of { coord : int; excluded : int list; leaving : int list }
 
 type Event.dn_ctl += Start_flush of string | Leave
 
@@ -30,6 +31,11 @@ let () =
             Fmt.pf ppf "flushed(survivors [%a], leavers [%a])" Fmt.(list ~sep:comma int) survivors
               Fmt.(list ~sep:comma int) leavers)
     | Excluded -> Some (fun ppf -> Fmt.string ppf "excluded")
+    | Reported { coord; excluded; leaving } ->
+        Some
+          (fun ppf ->
+            Fmt.pf ppf "reported(to %d, excluded [%a], leaving [%a])" coord Fmt.(list ~sep:comma int) excluded
+              Fmt.(list ~sep:comma int) leaving)
     | _ -> None);
   Event.register_dn_ctl_printer (function
     | Start_flush why -> Some (fun ppf -> Fmt.pf ppf "start-flush(%s)" why)
@@ -328,6 +334,10 @@ module L = struct
     if r.reported = None then begin
       let casts = Array.copy t.casts and sends = Array.copy t.sends in
       r.reported <- Some (casts, sends);
+      (* The runtime accepts the next view only from this round's
+         coordinator (or the partition it merges into), with exactly these
+         members gone. *)
+      t.out.up_ctl (Reported { coord = r.coord; excluded = r.excluded; leaving = r.leaving });
       if r.coord = t.me then begin
         r.oks.(t.me) <- Some (casts, Array.copy t.sent, parts);
         coord_progress t

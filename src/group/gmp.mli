@@ -42,6 +42,10 @@ type Consort.Event.up_ctl +=
         (** at the coordinator: the round is complete; these ranks go on,
             these leave *)
   | Excluded  (** the group decided to go on without this member *)
+  | Reported of { coord : int; excluded : int list; leaving : int list }
+        (** this member reported to the round of [coord], which excludes
+            and lets go these ranks: the next view must be exactly the
+            others (and whoever merges in) *)
 
 type Consort.Event.dn_ctl +=
   | Start_flush of string  (** at the coordinator: run a round (the reason, for logs) *)

@@ -40,61 +40,7 @@ let pp_error ppf = function
 let pp_view_info ppf v =
   Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
 
-(* Messages between members that are not in one view: discovery, merge
-   requests, view installation. They start with their own magic byte, so a
-   datagram is for the current stack (Bottom's magic) or for this side
-   channel. *)
-module Side = struct
-  type member = { eid : string; addr : string }
-
-  type t =
-    | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
-    | Merge_req of { group : string; vid : string; ltime : int; members : member list }
-    | Install of { group : string; vid : string; ltime : int; members : member list; leavers : string list }
-    | Install_ack of { group : string; vid : string; eid : string }
-
-  let magic = 0xC2
-  let str = Codec.string ~max:1024 ()
-
-  let member =
-    Codec.map ~name:"member" (fun m -> (m.eid, m.addr)) (fun (eid, addr) -> { eid; addr }) Codec.(pair str str)
-
-  let members = Codec.list ~max:4096 member
-
-  let body =
-    Codec.union "side"
-      [
-        Codec.case 0 "gossip"
-          Codec.(tup4 (pair str str) varint member varint)
-          (function
-            | Gossip { group; vid; ltime; coord; size } -> Some ((group, vid), ltime, coord, size) | _ -> None)
-          (fun ((group, vid), ltime, coord, size) -> Gossip { group; vid; ltime; coord; size });
-        Codec.case 1 "merge"
-          Codec.(tup4 str str varint members)
-          (function
-            | Merge_req { group; vid; ltime; members } -> Some (group, vid, ltime, members) | _ -> None)
-          (fun (group, vid, ltime, members) -> Merge_req { group; vid; ltime; members });
-        Codec.case 2 "install"
-          Codec.(tup4 (pair str str) varint members (list ~max:4096 str))
-          (function
-            | Install { group; vid; ltime; members; leavers } -> Some ((group, vid), ltime, members, leavers)
-            | _ -> None)
-          (fun ((group, vid), ltime, members, leavers) -> Install { group; vid; ltime; members; leavers });
-        Codec.case 3 "install_ack"
-          Codec.(tup3 str str str)
-          (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
-          (fun (group, vid, eid) -> Install_ack { group; vid; eid });
-      ]
-
-  let codec =
-    Codec.conv ~name:"side"
-      (fun v -> (magic, v))
-      (fun (m, v) -> if m = magic then Ok v else Error (Printf.sprintf "magic 0x%02x" m))
-      Codec.(pair uint8 body)
-
-  let group = function
-    | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } -> group
-end
+module Side = Side
 
 module Param = struct
   let heal_interval = "group.heal_interval"
@@ -133,6 +79,9 @@ module Make (T : Transport.S) = struct
     addrs : T.address array;
     mstack : Stack.t;
     suspected : bool array;
+    mutable reported : (int * int list * int list) option;
+        (* the flush round this member last reported to: coordinator,
+           excluded, leaving *)
   }
 
   type t = {
@@ -165,7 +114,9 @@ module Make (T : Transport.S) = struct
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
     mutable merge_req : Side.t option;  (* the request sent with the current merge, asked again until answered *)
-    mutable absorbing : (int * Side.member list) option;  (* will take these members in *)
+    mutable absorbing : (int * Side.member list * string list) option;
+        (* will take these members in: their logical time, members, views *)
+    mutable minted : int;  (* the highest logical time this member named a view with *)
     mutable pending : (Side.t * (string * T.address) list) option;
         (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
@@ -289,7 +240,7 @@ module Make (T : Transport.S) = struct
           match Stack.create ctx t.layers ~net:(fun dst msg -> net t cell dst msg) ~app with
           | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %s" t.me.eid e)
           | Ok mstack ->
-              let c = { view; info; addrs; mstack; suspected = Array.make (Array.length eids) false } in
+              let c = { view; info; addrs; mstack; suspected = Array.make (Array.length eids) false; reported = None } in
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
@@ -383,6 +334,7 @@ module Make (T : Transport.S) = struct
                 end)
               ranks
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
+        | Gmp.Reported { coord; excluded; leaving } -> c.reported <- Some (coord, excluded, leaving)
         | Gmp.Excluded -> alone t c
         | Event.Blocked b ->
             t.stack_flow <- b;
@@ -401,12 +353,15 @@ module Make (T : Transport.S) = struct
         t.merge_req <- Some req;
         t.merging <- Some (dst, Some (now t + t.merge_timeout))
     | None ->
-        let joiners, their_ltime = match t.absorbing with Some (l, m) -> (m, l) | None -> ([], 0) in
+        let joiners, their_ltime, their_vids =
+          match t.absorbing with Some (l, m, v) -> (m, l, v) | None -> ([], 0, [])
+        in
         let members = mine @ List.filter (fun (j : Side.member) -> not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine)) joiners in
+        let preds = c.view.View.id :: their_vids in
         if List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members then begin
-          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          announce t ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
           install t ~vid ~ltime ~members
         end
         else begin
@@ -414,14 +369,22 @@ module Make (T : Transport.S) = struct
              are unique because each is made by one member, at a logical
              time it never reuses), sends it, and stays until every member
              has acknowledged it or the leave times out. *)
-          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
           if t.pending = None then exit_group t
         end
 
-  and announce t ~vid ~ltime ~members ~leavers c =
-    let msg = Side.Install { group = t.group; vid; ltime; members; leavers } in
+  (* View names are "LTIME:EID": unique because each member names views
+     at logical times it never reuses, even when it names two in one view
+     (a leaving coordinator whose first announcement was overtaken). *)
+  and mint t at_least =
+    let l = max at_least t.minted + 1 in
+    t.minted <- l;
+    l
+
+  and announce t ~vid ~ltime ~members ~leavers ~preds c =
+    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds } in
     let targets =
       List.filter_map
         (fun (m : Side.member) -> if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
@@ -438,7 +401,7 @@ module Make (T : Transport.S) = struct
 
   (* Excluded, or everyone else gone: a view of one. *)
   and alone t c =
-    let ltime = c.view.View.ltime + 1 in
+    let ltime = mint t c.view.View.ltime in
     let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
     install t ~vid ~ltime ~members:[ t.me ]
 
@@ -501,22 +464,22 @@ module Make (T : Transport.S) = struct
             (* The other partition merges into this one when it hears of
                it: tell it now rather than at the next period. *)
             side_send t src (gossip_msg t c)
-      | Side.Merge_req { ltime; members; _ }, Some c ->
+      | Side.Merge_req { ltime; members; vid = their_vid; _ }, Some c ->
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
           let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in
           if is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not from_mine
           then begin
             Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
-            t.absorbing <- Some (ltime, members);
+            t.absorbing <- Some (ltime, members, [ their_vid ]);
             Stack.dn_ctl c.mstack (Gmp.Start_flush "merge request")
           end
           else if is_coordinator t && t.merging = None && not from_mine then begin
             match t.absorbing with
-            | Some (l, joiners)
+            | Some (l, joiners, vids)
               when not (List.exists (fun (m : Side.member) -> List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners) members) ->
                 (* A flush for a merge is under way: take these in with it. *)
                 Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
-                t.absorbing <- Some (max l ltime, joiners @ members)
+                t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids)
             | _ -> ()
           end
           else if (not (is_coordinator t)) && (not from_mine)
@@ -526,20 +489,27 @@ module Make (T : Transport.S) = struct
                pass the request on, once (only a request from its author), to
                the coordinator now. *)
             side_send t c.addrs.(coordinator_rank c) v
-      | Side.Install { vid; ltime; members; leavers; _ }, Some c ->
+      | Side.Install { vid; ltime; members; leavers; preds; _ }, Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
             if vid = c.view.View.id then side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
             else if t.blocked && ltime > c.view.View.ltime then begin
-              install t ~vid ~ltime ~members;
-              side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+              match Side.accept_install ~me:t.me.eid ~view:c.view ~addr:(fun r -> T.address_to_string c.addrs.(r))
+                      ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds with
+              | Ok () ->
+                  install t ~vid ~ltime ~members;
+                  side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+              | Error why ->
+                  t.garbage <- t.garbage + 1;
+                  Log.warn (fun m -> m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
             end
           end
           else if List.mem t.me.eid leavers && t.leaving <> None then exit_group t
       | Side.Install_ack { vid; eid; _ }, _ -> (
           match t.pending with
           | Some ((Side.Install { vid = v; _ } as msg), targets) when v = vid ->
-              let rest = List.filter (fun (e, _) -> e <> eid) targets in
+              (* Only from the member named, at its address. *)
+              let rest = List.filter (fun (e, a) -> not (e = eid && T.equal_address a src)) targets in
               t.pending <- (if rest = [] then None else Some (msg, rest))
           | _ -> ())
       | _, None -> ()
@@ -599,10 +569,15 @@ module Make (T : Transport.S) = struct
                  fresh view of the same members. *)
               Log.info (fun m -> m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
               t.merging <- None;
-              let members = List.filteri (fun r _ -> not c.suspected.(r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
-              let ltime = c.view.View.ltime + 1 in
+              (* Without the members the flush excluded or let go. *)
+              let gone r =
+                c.suspected.(r)
+                || match c.reported with Some (_, ex, lv) -> List.mem r ex || List.mem r lv | None -> false
+              in
+              let members = List.filteri (fun r _ -> not (gone r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
+              let ltime = mint t c.view.View.ltime in
               let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-              announce t ~vid ~ltime ~members ~leavers:[] c;
+              announce t ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c;
               install t ~vid ~ltime ~members
           | _ -> ());
           (* A merge whose flush never started (the stack saw no reason to
@@ -717,6 +692,7 @@ module Make (T : Transport.S) = struct
                     refused = 0;
                     merging = None;
                     merge_req = None;
+                    minted = 0;
                     absorbing = None;
                     pending = None;
                     leaving = None;

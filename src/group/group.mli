@@ -55,18 +55,7 @@ type callbacks = {
 }
 
 (** The side channel between views (discovery, merge, installation). *)
-module Side : sig
-  type member = { eid : string; addr : string }
-
-  type t =
-    | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
-    | Merge_req of { group : string; vid : string; ltime : int; members : member list }
-    | Install of { group : string; vid : string; ltime : int; members : member list; leavers : string list }
-    | Install_ack of { group : string; vid : string; eid : string }
-
-  val magic : int
-  val codec : t Consort.Codec.t
-end
+module Side = Side
 
 (** Tunables. *)
 module Param : sig

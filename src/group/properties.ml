@@ -47,7 +47,9 @@ let layers ps =
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
           (if has Slander then [ Slander.layer ] else []);
           [ Mnak.layer; Pt2pt.layer ];
-          (if has Suspect || has Slander then [ Suspect.layer ] else []);
+          (* Membership needs a failure detector: without one, a crash
+             outside a flush round would go unnoticed for good. *)
+          (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);
           [ Bottom.layer ];
         ]
     in

@@ -28,7 +28,8 @@ val pp : t list Fmt.t
 val layers : t list -> (Consort.Layer.t list, string) result
 (** [layers ps] is the stack for [ps], top first, checked. Membership
     needs reliable casts and sends, so the reliable layers are always
-    there; [Sync] without [Gmp] is refused. *)
+    there, and a failure detector, so [Gmp] brings [Suspect] with it;
+    [Sync] without [Gmp] is refused. *)
 
 val describe : t list -> string
 (** ["gmp:slander:mnak:pt2pt:suspect:bottom"], or the error. *)
