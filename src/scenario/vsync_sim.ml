@@ -378,7 +378,7 @@ let flow_flush_scenario ?trace ?params seed =
   let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   let w =
     with_params w
-      [ ("frag.size", Params.Int 4000); ("mflow.window", Params.Int 16_000); ("mflow.queue", Params.Int 64_000) ]
+      [ ("frag.size", Params.Int 2000); ("mflow.window", Params.Int 8_000); ("mflow.queue", Params.Int 32_000) ]
   in
   for i = 0 to 2 do
     at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
@@ -387,12 +387,12 @@ let flow_flush_scenario ?trace ?params seed =
   at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 4);
   let victim = Rng.int w.rng 5 in
   at w (s 6. + Rng.int w.rng (s 4.)) (fun () -> crash w victim);
-  (* Every 20 to 60 ms, a member casts 4 to 40 KB. *)
+  (* Every 20 to 80 ms, a member casts 2 to 20 KB (1 to 10 fragments). *)
   let t = ref (s 2.) in
-  while !t < s 12. do
-    let i = Rng.int w.rng 5 and size = 4000 + Rng.int w.rng 36_000 in
+  while !t < s 11. do
+    let i = Rng.int w.rng 5 and size = 2000 + Rng.int w.rng 18_000 in
     at w !t (fun () -> cast_sized w i size);
-    t := !t + Time.of_ms 20 + Rng.int w.rng (Time.of_ms 40)
+    t := !t + Time.of_ms 20 + Rng.int w.rng (Time.of_ms 60)
   done;
   workload w ~from:(s 2.) ~until:(s 12.) ~count:40;
   Sim.run ~until:(s 45.) w.net;
@@ -517,7 +517,7 @@ let scenarios =
       "random joins, leaves, crashes, partitions and heals under 10% loss and reordering, then a final heal",
       churn_scenario );
     ( "vsync-flow-flush",
-      "5 members cast 4-40 KB fragmented messages beyond a small flow window while two join and one crashes; 2% loss",
+      "5 members cast 2-20 KB fragmented messages beyond a small flow window while two join and one crashes; 2% loss",
       flow_flush_scenario );
     ( "vsync-oversize",
       "casts and sends over frag.max_message mixed with normal traffic while a member joins and one crashes",
