@@ -73,11 +73,12 @@ let index_where p l =
   go 0 l
 
 module Make (T : Transport.S) = struct
+  module Ep = Endpoint.Make (T)
   type cur = {
     view : View.t;
     info : view_info;
     addrs : T.address array;
-    mstack : Stack.t;
+    ep : Ep.Binding.t;  (* the view's stack, bound to the member's connection *)
     suspected : bool array;
     mutable reported : (int * int list * int list) option;
         (* the flush round this member last reported to: coordinator,
@@ -124,8 +125,6 @@ module Make (T : Transport.S) = struct
     mutable heard : (T.address * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable exited : bool;
-    mutable scheduled : Time.t;
-    mutable alarm : T.timer option;
     mutable tick : T.timer option;
     mutable garbage : int;
     mutable send_errors : int;
@@ -169,30 +168,6 @@ module Make (T : Transport.S) = struct
 
   (* {1 The current stack} *)
 
-  let rec reschedule t =
-    match t.cur with
-    | Some c when not t.exited ->
-        let next = Stack.next_alarm c.mstack in
-        if next < t.scheduled then begin
-          Option.iter T.cancel t.alarm;
-          t.scheduled <- next;
-          t.alarm <- Some (T.at t.tr next (fun () -> fire t c))
-        end
-    | _ -> ()
-
-  and fire t c =
-    t.alarm <- None;
-    t.scheduled <- max_int;
-    match t.cur with
-    | Some c' when c' == c && not t.exited ->
-        Stack.timer c.mstack (now t);
-        reschedule t
-    | _ -> ()
-
-  let guarded t f =
-    f ();
-    reschedule t
-
   let coordinator_rank c =
     let n = Array.length c.suspected in
     let rec go r = if r >= n then c.view.View.rank else if c.suspected.(r) then go (r + 1) else r in
@@ -216,10 +191,7 @@ module Make (T : Transport.S) = struct
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
           (* The old stack goes first: its buffers are released now. *)
-          Option.iter (fun c -> Stack.dn_ctl c.mstack Event.Stop) old;
-          Option.iter T.cancel t.alarm;
-          t.alarm <- None;
-          t.scheduled <- max_int;
+          Option.iter (fun c -> Ep.Binding.stop c.ep) old;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
             {
@@ -233,14 +205,14 @@ module Make (T : Transport.S) = struct
             }
           in
           let cell = ref None in
-          let ctx =
-            { Layer.view; rng = Rng.split t.rng; params = t.params; pool = t.pool; now = (fun () -> now t) }
-          in
           let app = { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) } in
-          match Stack.create ctx t.layers ~net:(fun dst msg -> net t cell dst msg) ~app with
+          match
+            Ep.Binding.bind ~params:t.params ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
+              ~layers:t.layers ~app ()
+          with
           | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %s" t.me.eid e)
-          | Ok mstack ->
-              let c = { view; info; addrs; mstack; suspected = Array.make (Array.length eids) false; reported = None } in
+          | Ok ep ->
+              let c = { view; info; addrs; ep; suspected = Array.make (Array.length eids) false; reported = None } in
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
@@ -250,8 +222,7 @@ module Make (T : Transport.S) = struct
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               t.cb.view info;
               flush_queue t;
-              update_flow t;
-              reschedule t)
+              update_flow t)
 
   and flush_queue t =
     while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
@@ -269,7 +240,7 @@ module Make (T : Transport.S) = struct
     match t.cur with
     | Some c ->
         t.on_sent ~vid:c.view.View.id `Cast s;
-        Stack.cast c.mstack (Msg.create (Iovecs.of_string t.pool s))
+        Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
   and send_now t dst s =
@@ -278,7 +249,7 @@ module Make (T : Transport.S) = struct
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
-            Stack.send c.mstack r (Msg.create (Iovecs.of_string t.pool s))
+            Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
             t.cb.send ~origin:t.me.eid s
@@ -288,19 +259,6 @@ module Make (T : Transport.S) = struct
             t.dropped_sends <- t.dropped_sends + 1;
             Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
     | None -> ()
-
-  and net t cell dst msg =
-    (match (!cell, t.cur) with
-    | Some c, Some c' when c == c' && not t.exited -> (
-        match dst with
-        | Event.Send r when r >= 0 && r < Array.length c.addrs -> report t (T.send (conn t) ~dst:c.addrs.(r) msg)
-        | Event.Send _ -> ()
-        | Event.Cast ->
-            let me = c.view.View.rank in
-            let dsts = List.filteri (fun i _ -> i <> me) (Array.to_list c.addrs) in
-            report t (T.cast (conn t) ~dsts msg))
-    | _ -> ());
-    Msg.release msg
 
   and deliver t cell (src : Event.src) msg =
     let body = Msg.body msg in
@@ -408,8 +366,7 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      Option.iter (fun c -> Stack.dn_ctl c.mstack Event.Stop) t.cur;
-      Option.iter T.cancel t.alarm;
+      Option.iter (fun c -> Ep.Binding.stop c.ep) t.cur;
       Option.iter T.cancel t.tick;
       T.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
@@ -422,7 +379,7 @@ module Make (T : Transport.S) = struct
     Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
     t.merge_since <- now t;
-    Stack.dn_ctl c.mstack (Gmp.Start_flush "merge")
+    Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge")
 
   (* A discovery message names the view's coordinator, whoever sends it. *)
   let gossip_msg t c =
@@ -471,7 +428,7 @@ module Make (T : Transport.S) = struct
           then begin
             Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
             t.absorbing <- Some (ltime, members, [ their_vid ]);
-            Stack.dn_ctl c.mstack (Gmp.Start_flush "merge request")
+            Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request")
           end
           else if is_coordinator t && t.merging = None && not from_mine then begin
             match t.absorbing with
@@ -520,7 +477,7 @@ module Make (T : Transport.S) = struct
       let cs = Iovec.cstruct v in
       if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
         (match Codec.decode_exact Side.codec cs with
-        | Ok side -> guarded t (fun () -> on_side t ~src side)
+        | Ok side -> on_side t ~src side
         | Error e ->
             t.garbage <- t.garbage + 1;
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
@@ -528,7 +485,7 @@ module Make (T : Transport.S) = struct
       end
       else
         match t.cur with
-        | Some c -> guarded t (fun () -> Stack.recv c.mstack (Msg.of_iovec v))
+        | Some c -> Ep.Binding.recv c.ep v
         | None -> Iovec.release v
     end
 
@@ -600,7 +557,6 @@ module Make (T : Transport.S) = struct
           | Some c when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited -> gossip t c
           | _ -> ())
       | None -> ());
-      reschedule t;
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
       let period =
@@ -699,8 +655,6 @@ module Make (T : Transport.S) = struct
                     heard = None;
                     merge_since = 0;
                     exited = false;
-                    scheduled = max_int;
-                    alarm = None;
                     tick = None;
                     garbage = 0;
                     send_errors = 0;
@@ -741,7 +695,7 @@ module Make (T : Transport.S) = struct
           Queue.add (`Cast s) t.queued;
           t.queued_bytes <- t.queued_bytes + String.length s + 64
         end
-        else guarded t (fun () -> cast_now t s);
+        else cast_now t s;
         Ok ()
 
   let send t dst s =
@@ -755,7 +709,7 @@ module Make (T : Transport.S) = struct
               Queue.add (`Send (dst, s)) t.queued;
               t.queued_bytes <- t.queued_bytes + String.length s + 64
             end
-            else guarded t (fun () -> send_now t dst s);
+            else send_now t dst s;
             Ok ())
 
   let max_message t = t.max_message
@@ -767,7 +721,7 @@ module Make (T : Transport.S) = struct
       t.leaving <- Some (now t + t.leave_timeout);
       match t.cur with
       | Some c when Array.length c.view.View.members = 1 -> exit_group t
-      | Some c -> guarded t (fun () -> Stack.dn_ctl c.mstack Gmp.Leave)
+      | Some c -> Ep.Binding.dn_ctl c.ep Gmp.Leave
       | None -> exit_group t
     end
 
@@ -778,13 +732,12 @@ module Make (T : Transport.S) = struct
           List.filter_map (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members)) ids
         in
         if ranks <> [] then
-          guarded t (fun () ->
-              Stack.dn_ctl c.mstack (Gevent.Suspect_request { ranks; reason = "asked by the application" }))
+          Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
   let connection t = conn t
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
-  let stack t = match t.cur with Some c -> Some c.mstack | None -> None
+  let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued
   let garbage t = t.garbage
   let crash t = exit_group t

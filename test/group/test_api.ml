@@ -18,15 +18,15 @@ type member = {
   pool : Pool.t;
   casts : (string * string) list ref;  (* origin, payload; newest first *)
   flow : bool list ref;  (* newest first *)
-  views : int ref;
+  views : string list list ref;  (* the members of each view installed, newest first *)
 }
 
 let join ?(params = Params.empty) net addr peers =
-  let casts = ref [] and flow = ref [] and views = ref 0 in
+  let casts = ref [] and flow = ref [] and views = ref [] in
   let pool = Pool.create ~name:addr () in
   let cb =
     {
-      Group.view = (fun _ -> incr views);
+      Group.view = (fun v -> views := List.sort compare (Array.to_list v.Group.members) :: !views);
       cast = (fun ~origin s -> casts := (origin, s) :: !casts);
       send = (fun ~origin:_ _ -> ());
       block = ignore;
@@ -187,6 +187,28 @@ let blocked_queue () =
   delivered_in_order "the other survivor" m.(1) (G.me m.(0).g) want;
   Alcotest.(check int) "in the next view" 2 (Array.length (G.view m.(1).g).Group.members)
 
+(* A member that stays alive but whose flush report never reaches the
+   coordinator (and the failure detector too slow to notice): the
+   coordinator's flush timeout excludes it, and the others go on. *)
+let flush_timeout () =
+  let params =
+    Params.(empty |> set "suspect.timeout" (Time (sec 1000.)) |> set "gmp.flush_timeout" (Time (sec 1.)))
+  in
+  let net = Sim.create ~seed:9 () in
+  let m = group ~params ~n:4 net in
+  Sim.set_link net ~src:"m2" ~dst:"m0" { Sim.default_link with loss = 1.0 };
+  let t0 = Sim.now net in
+  if Sys.getenv_opt "API_DEBUG" <> None then begin
+    Logs.set_reporter (Logs.format_reporter ());
+    Logs.set_level (Some Logs.Info)
+  end;
+  G.leave m.(3).g;
+  Sim.run ~until:(t0 + sec 4.) net;
+  let without = List.sort compare [ G.me m.(0).g; G.me m.(1).g ] in
+  Alcotest.(check bool) "the coordinator went on without the mute member" true (List.mem without !(m.(0).views));
+  Alcotest.(check bool) "and so did the other" true (List.mem without !(m.(1).views));
+  Alcotest.(check bool) "neither is blocked" false (G.is_blocked m.(0).g || G.is_blocked m.(1).g)
+
 (* {1 The flush report: layers add their part} *)
 
 (* A layer that adds its member's name to the flush report, and records the
@@ -311,7 +333,11 @@ let () =
             stopped_receiver;
           Alcotest.test_case "the queue of a view change is bounded" `Quick blocked_queue;
         ] );
-      ("flush", [ Alcotest.test_case "layers add their part to the report, all see all" `Quick flush_parts ]);
+      ( "flush",
+        [
+          Alcotest.test_case "layers add their part to the report, all see all" `Quick flush_parts;
+          Alcotest.test_case "a member that does not answer a flush is excluded" `Quick flush_timeout;
+        ] );
       ( "side channel",
         [
           Alcotest.test_case "which views a member installs" `Quick install_rules;
