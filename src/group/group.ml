@@ -396,31 +396,21 @@ module Make (T : Transport.S) = struct
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
       match (v, t.cur) with
-      | Side.Gossip { vid; coord; _ }, Some c ->
+      | Side.Gossip { vid; coord; _ }, Some c -> (
           Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
           (* Merge requests go to the other view's coordinator itself. *)
           let target = match addr_of t coord.addr with Some a -> a | None -> src in
           let my_coord = c.view.View.members.(coordinator_rank c) in
-          if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked)
-             && t.merging = None && t.absorbing = None && String.compare coord.eid t.me.eid < 0
-          then start_merge t c target
-          else if vid <> c.view.View.id && (not mine) && String.compare coord.eid t.me.eid < 0 then
-            (* Busy now: act on it once the view change is over, rather than
-               wait for that partition's next discovery message. *)
-            t.heard <- Some (target, coord.eid)
-          else if vid <> c.view.View.id && (not mine) && (not (is_coordinator t)) && t.leaving = None
-                  && String.compare coord.eid my_coord > 0
-          then
-            (* That partition should merge into this view: tell it who
-               coordinates here, so that it asks the right member now. *)
-            side_send t src (gossip_msg t c)
-          else if vid <> c.view.View.id && (not mine) && is_coordinator t && t.leaving = None
-                  && String.compare coord.eid t.me.eid > 0
-          then
-            (* The other partition merges into this one when it hears of
-               it: tell it now rather than at the next period. *)
-            side_send t src (gossip_msg t c)
+          let busy = t.blocked || t.merging <> None || t.absorbing <> None in
+          match
+            Side.on_gossip ~me:t.me.eid ~my_coord ~same_view:(vid = c.view.View.id) ~in_my_view:mine
+              ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None) ~their_coord:coord.eid
+          with
+          | Side.Merge_into -> start_merge t c target
+          | Side.Merge_later -> t.heard <- Some (target, coord.eid)
+          | Side.Answer -> side_send t src (gossip_msg t c)
+          | Side.Nothing -> ())
       | Side.Merge_req { ltime; members; vid = their_vid; _ }, Some c ->
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
           let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in

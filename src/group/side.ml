@@ -87,3 +87,17 @@ let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~pr
           let from_installer = List.exists (fun (m : member) -> m.eid = by && m.addr = src) members in
           if from_coord || from_installer then Ok ()
           else Error (Printf.sprintf "sent from %s, neither the flush's coordinator nor the view's maker %s" src by)
+
+type gossip_action = Merge_into | Merge_later | Answer | Nothing
+
+(* Partitions merge into the one whose coordinator's id is least: the
+   coordinator of the other asks to be taken in, now if it is free, else
+   once its view change is over; members of the lesser one answer with who
+   coordinates them, so that the request goes to the right member. *)
+let on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving ~their_coord =
+  if same_view || in_my_view then Nothing
+  else if String.compare their_coord me < 0 then if coordinator && not busy then Merge_into else Merge_later
+  else if leaving then Nothing
+  else if (not coordinator) && String.compare their_coord my_coord > 0 then Answer
+  else if coordinator && String.compare their_coord me > 0 then Answer
+  else Nothing

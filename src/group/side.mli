@@ -48,3 +48,27 @@ val accept_install :
     the members of [view] that the round left, and comes from the round's
     coordinator or from the member that named it (the coordinator of the
     partition merged into). [Error] says why not, in one sentence. *)
+
+(** What a member does with a discovery message from another partition. *)
+type gossip_action =
+  | Merge_into  (** flush this view and ask that coordinator to take it in *)
+  | Merge_later  (** the same, once the view change under way is over *)
+  | Answer  (** tell the other partition who coordinates here, at once *)
+  | Nothing
+
+val on_gossip :
+  me:string ->
+  my_coord:string ->
+  same_view:bool ->
+  in_my_view:bool ->
+  coordinator:bool ->
+  busy:bool ->
+  leaving:bool ->
+  their_coord:string ->
+  gossip_action
+(** [on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy
+    ~leaving ~their_coord]: the decision of member [me] (whose view is
+    coordinated by [my_coord]; [coordinator] if that is [me]; [busy] while
+    it changes views) on hearing of a view coordinated by [their_coord].
+    Partitions merge into the one whose coordinator has the least id, so
+    there is one answer whoever hears of whom first. *)

@@ -310,6 +310,36 @@ let install_rules () =
     (accept ~reported:(Some (0, [], [ 0 ])) ~vid:"4:a#1" v [ "b#1"; "c#1" ]);
   Alcotest.(check string) "the maker of a view" "127.0.0.1:7400#ab" (Side.installer "12:127.0.0.1:7400#ab")
 
+let gossip_rules () =
+  let a = Alcotest.testable (fun ppf x ->
+      Fmt.string ppf (match x with Side.Merge_into -> "merge" | Merge_later -> "later" | Answer -> "answer" | Nothing -> "nothing"))
+      ( = )
+  in
+  let d ?(me = "m") ?(my_coord = "m") ?(same_view = false) ?(in_my_view = false) ?(coordinator = true) ?(busy = false)
+      ?(leaving = false) their =
+    Side.on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving ~their_coord:their
+  in
+  Alcotest.check a "a lesser coordinator: merge into it" Side.Merge_into (d "a");
+  Alcotest.check a "while busy: later" Side.Merge_later (d ~busy:true "a");
+  Alcotest.check a "not the coordinator: later, in case it becomes it" Side.Merge_later (d ~coordinator:false ~my_coord:"b" "a");
+  Alcotest.check a "a greater coordinator: tell it to come" Side.Answer (d "z");
+  Alcotest.check a "a greater one heard by a member: tell it who coordinates" Side.Answer
+    (d ~coordinator:false ~me:"n" ~my_coord:"b" "z");
+  Alcotest.check a "one lesser than this member's coordinator: the coordinator will merge" Side.Nothing
+    (d ~coordinator:false ~me:"n" ~my_coord:"q" "p");
+  Alcotest.check a "leaving: no answer" Side.Nothing (d ~leaving:true "z");
+  Alcotest.check a "the same view" Side.Nothing (d ~same_view:true "a");
+  Alcotest.check a "a member of this view" Side.Nothing (d ~in_my_view:true "a");
+  (* Whoever hears of whom first, two coordinators agree on the direction. *)
+  List.iter
+    (fun (x, y) ->
+      let xy = d ~me:x ~my_coord:x y and yx = d ~me:y ~my_coord:y x in
+      Alcotest.(check bool)
+        (Printf.sprintf "%s and %s: exactly one merges into the other" x y)
+        true
+        ((xy = Side.Merge_into && yx = Side.Answer) || (xy = Side.Answer && yx = Side.Merge_into)))
+    [ ("a", "b"); ("p1#9", "p0#3"); ("127.0.0.1:7401#a", "127.0.0.1:7400#b") ]
+
 let side_codec () =
   let m =
     Side.Install
@@ -341,6 +371,7 @@ let () =
       ( "side channel",
         [
           Alcotest.test_case "which views a member installs" `Quick install_rules;
+          Alcotest.test_case "what a discovery message leads to" `Quick gossip_rules;
           Alcotest.test_case "codec" `Quick side_codec;
         ] );
     ]
