@@ -476,6 +476,11 @@ let slander_scenario ?trace ?params seed =
     at w t (fun () ->
         match (w.procs.(by).g, w.procs.(victim).g) with
         | Some g, Some v when alive w.procs.(by) && alive w.procs.(victim) && by <> victim ->
+            (* The victim has a burst in flight when it is suspected: some
+               of it reaches some members only after they reported. *)
+            for _ = 1 to 10 do
+              cast w victim
+            done;
             note w "%d %s suspects %s" (Sim.now w.net) (G.me g) (G.me v);
             G.suspect g [ G.me v ]
         | _ -> ())
