@@ -128,7 +128,7 @@ let group_demo () =
       let checked =
         match Consort_spec.Vsync.check_files (P.all_logs ms) with
         | Ok _ -> "hold"
-        | Error errs -> "FAIL: " ^ String.concat "; " errs
+        | Error errs -> "FAIL: " ^ String.concat "; " (List.map (Fmt.str "%a" Consort_spec.Vsync.pp_file_problem) errs)
       in
       Fmt.pr "Summary: %d views, %d messages delivered, failure detection %.1f s; virtual synchrony checks %s.@." views
         delivered detection checked;
