@@ -15,8 +15,9 @@ let default_peers = List.map (Printf.sprintf "127.0.0.1:%d") default_ports
 
 let digest s = String.sub (Sha256.to_hex (Sha256.string s)) 0 16
 
-(* Members number their messages: each payload is "#SEQ " and the text,
-   so that logs name messages by origin and number, never by text. *)
+(* Members that log number their messages: each payload is "#SEQ " and
+   the text, so that logs name messages by origin and number, never by
+   text. Every member strips the number from what it delivers. *)
 let frame seq text = Printf.sprintf "#%d %s" seq text
 
 let unframe s =
@@ -242,7 +243,8 @@ let run cfg =
               let cast_line text =
                 incr next_seq;
                 let seq = !next_seq in
-                match api_cast g (frame seq text) with
+                let payload = if cfg.log = None then text else frame seq text in
+                match api_cast g payload with
                 | Ok () -> ()
                 | Error reason ->
                     say "cast refused: %s" reason;

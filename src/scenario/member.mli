@@ -5,9 +5,10 @@
     on SIGTERM or SIGINT. With a log file it writes one JSON object per
     event, flushed as it goes, in the format of {!Consort_spec.Log}.
 
-    Each cast's payload is ["#SEQ "] followed by the line, SEQ numbering
-    the member's messages from 1: members print and log the line, and log
-    the message by its origin and number. *)
+    With a log, each cast's payload is ["#SEQ "] followed by the line, SEQ
+    numbering the member's messages from 1, so that logs name messages by
+    origin and number; members strip the number from what they print and
+    log. Without a log, the payload is the line. *)
 
 val default_peers : string list
 (** Where members look for each other when not told: 127.0.0.1, ports
