@@ -7,7 +7,7 @@ let run scenario seeds seed trace quiet verbose params =
   end;
   match Option.fold ~none:(Ok Consort.Params.empty) ~some:Consort.Params.of_string params with
   | Error e ->
-      Fmt.epr "consort sim: --params: %s@." e;
+      Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
   match Consort_scenario.Scenario.describe scenario with
@@ -24,7 +24,7 @@ let run scenario seeds seed trace quiet verbose params =
       for s = first to first + seeds - 1 do
         match Consort_scenario.Scenario.run ?trace:oc ~params scenario ~seed:s with
         | Error e ->
-            Fmt.epr "%s@." e;
+            Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
             incr failed
         | Ok o when o.violations = [] ->
             incr passed;

@@ -5,6 +5,16 @@
     the stack's lowest layer go out through [T.send] or [T.cast], arriving
     datagrams go up, and the stack's alarms become [T] timers. *)
 
+(** Why a stack cannot be bound. *)
+type error =
+  | Bad_address of { member : string; reason : string }
+      (** a member of the view is not an address of the transport *)
+  | Bad_stack of string  (** the layers do not fit (see {!Stack.check}) *)
+  | Open of Transport.error  (** the connection cannot be opened (a port in use, ...) *)
+
+val pp_error : error Fmt.t
+(** [pp_error] prints an error in one line. *)
+
 module Make (T : Transport.S) : sig
   (** A stack bound to a connection that something else owns (the group
       runtime binds one stack per view to the member's one connection, and
@@ -24,7 +34,7 @@ module Make (T : Transport.S) : sig
       layers:Layer.t list ->
       app:Stack.app ->
       unit ->
-      (t, string) result
+      (t, error) result
     (** [bind tr conn ~view ~addrs ~rng ~layers ~app ()] builds the stack:
         rank [r] of [view] is at [addrs.(r)]. *)
 
@@ -57,11 +67,11 @@ module Make (T : Transport.S) : sig
     layers:Layer.t list ->
     app:Stack.app ->
     unit ->
-    (t, string) result
+    (t, error) result
   (** [create tr ~view ~seed ~layers ~app ()] opens a connection at the
       address named by [view.members.(view.rank)] and builds the stack.
       Errors (a bad address, a port in use, a stack whose layers do not
-      fit) are returned as readable messages. *)
+      fit) are returned, never raised. *)
 
   val cast : t -> Msg.t -> unit
   val send : t -> int -> Msg.t -> unit

@@ -210,7 +210,7 @@ module Make (T : Transport.S) = struct
             Ep.Binding.bind ~params:t.params ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
               ~layers:t.layers ~app ()
           with
-          | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %s" t.me.eid e)
+          | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
           | Ok ep ->
               let c = { view; info; addrs; ep; suspected = Array.make (Array.length eids) false; reported = None } in
               cell := Some c;

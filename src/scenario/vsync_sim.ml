@@ -22,6 +22,8 @@ type proc = {
   mutable g : G.t option;
   mutable incarnation : int;
   mutable kill : unit -> unit;
+  mutable next_seq : int;  (* of the current incarnation: the last message number given *)
+  mutable accepted : int;  (* casts the API accepted from the current incarnation *)
 }
 
 type world = {
@@ -67,15 +69,49 @@ let record w me e =
 
 let alive p = match p.g with Some g -> not (G.has_exited g) | None -> false
 
+(* Every payload starts with its message number: "SEQ|...". *)
+let seq_of s =
+  match String.index_opt s '|' with
+  | Some i -> Option.value ~default:0 (int_of_string_opt (String.sub s 0 i))
+  | None -> 0
+
+let refused w g kind dst s reason =
+  let me = G.me g in
+  record w me
+    (Log.Refused
+       {
+         t = Sim.now w.net;
+         me;
+         view = (G.view g).Consort_group.Group.vid;
+         kind;
+         dst;
+         seq = seq_of s;
+         len = String.length s;
+         digest = digest s;
+         reason;
+       })
+
 let start w i =
   let p = w.procs.(i) in
   p.incarnation <- p.incarnation + 1;
+  p.next_seq <- 0;
+  p.accepted <- 0;
   let self = ref "" and mine = ref None and dead = ref false in
   let cur_view () = match !mine with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
   let deliver kind ~origin s =
     w.delivered <- w.delivered + 1;
     record w !self
-      (Log.Deliver { me = !self; view = cur_view (); from = origin; kind; len = String.length s; digest = digest s })
+      (Log.Deliver
+         {
+           t = Sim.now w.net;
+           me = !self;
+           view = cur_view ();
+           from = origin;
+           kind;
+           seq = seq_of s;
+           len = String.length s;
+           digest = digest s;
+         })
   in
   let cb =
     {
@@ -85,20 +121,21 @@ let start w i =
              is its own entry in the view. *)
           self := v.members.(v.rank);
           w.views <- w.views + 1;
-          record w !self (Log.View { me = !self; view = v.vid; members = Array.to_list v.members }));
+          record w !self
+            (Log.View { t = Sim.now w.net; me = !self; view = v.vid; members = Array.to_list v.members }));
       cast = deliver `Cast;
       send = deliver `Send;
-      block = ignore;
+      block = (fun () -> record w !self (Log.Block { t = Sim.now w.net; me = !self; view = cur_view () }));
       flow = ignore;
-      exit = (fun () -> if not !dead then record w !self (Log.Exit { me = !self }));
+      exit = (fun () -> if not !dead then record w !self (Log.Exit { t = Sim.now w.net; me = !self }));
     }
   in
   let on_sent ~vid kind s =
     w.sent <- w.sent + 1;
+    let t = Sim.now w.net and me = !self and seq = seq_of s and len = String.length s in
     match kind with
-    | `Cast -> record w !self (Log.Cast { me = !self; view = vid; len = String.length s; digest = digest s })
-    | `Send dst ->
-        record w !self (Log.Send { me = !self; view = vid; dst; len = String.length s; digest = digest s })
+    | `Cast -> record w me (Log.Cast { t; me; view = vid; seq; len; digest = digest s })
+    | `Send dst -> record w me (Log.Send { t; me; view = vid; dst; seq; len; digest = digest s })
   in
   let peers = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   let seed = Rng.int w.rng 0x3fffffff in
@@ -120,15 +157,19 @@ let crash w i =
     Sim.crash w.net p.addr
   end
 
-(* A message refused by the API is counted by no one; a refusal that has no
-   reason to be is a problem. *)
-let submit ?(size = 0) w g = function
+(* The API call, as the application makes it: each attempt has the next
+   message number; a refusal is logged (a refused message is counted by no
+   one), and a refusal that has no reason to be is a problem. *)
+let submit w p g kind dst s r =
+  let size = String.length s in
+  match r with
   | Ok () ->
+      (match kind with `Cast -> p.accepted <- p.accepted + 1 | `Send _ -> ());
       if size > G.max_message g then
         w.problems <- Printf.sprintf "%s accepted a message of %d bytes, over %d" (G.me g) size (G.max_message g) :: w.problems
   | Error e -> (
       w.refused <- w.refused + 1;
-      note w "%d refused %s: %s" (Sim.now w.net) (G.me g) (Fmt.str "%a" Consort_group.Group.pp_error e);
+      refused w g (match kind with `Cast -> `Cast | `Send _ -> `Send) dst s (Fmt.str "%a" Consort_group.Group.pp_error e);
       match e with
       | Consort_group.Group.Too_big { size = s'; max } when s' > max -> ()
       | Consort_group.Group.Flow_control | Consort_group.Group.Leaving -> ()
@@ -139,8 +180,9 @@ let cast w i =
   match p.g with
   | Some g when alive p ->
       w.made <- w.made + 1;
-      let s = Printf.sprintf "%s|%d|%s" (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
-      submit w g (G.cast g s)
+      p.next_seq <- p.next_seq + 1;
+      let s = Printf.sprintf "%d|%s|%d|%s" p.next_seq (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
+      submit w p g `Cast None s (G.cast g s)
   | _ -> ()
 
 let send w i =
@@ -154,7 +196,9 @@ let send w i =
       | _ ->
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
-          submit w g (G.send g dst (Printf.sprintf "%s>%s|%d" (G.me g) dst w.made)))
+          p.next_seq <- p.next_seq + 1;
+          let s = Printf.sprintf "%d|%s>%s|%d" p.next_seq (G.me g) dst w.made in
+          submit w p g (`Send dst) (Some dst) s (G.send g dst s))
   | _ -> ()
 
 let at w t f = ignore (Sim.at w.net t f)
@@ -181,7 +225,9 @@ let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
     rng;
     layers;
     params;
-    procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore });
+    procs =
+      Array.init n (fun i ->
+          { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore; next_seq = 0; accepted = 0 });
     logs = Hashtbl.create 16;
     order = ref [];
     crashed = ref [];
@@ -229,6 +275,15 @@ let converged w =
       else []
 
 let finish ?(extra = []) w =
+  (* The run ended after a quiet period, the network healed: every live
+     member is live and connected. *)
+  Array.iter
+    (fun p ->
+      match p.g with
+      | Some g when alive p ->
+          record w (G.me g) (Log.Live { t = Sim.now w.net; me = G.me g; casts = p.accepted })
+      | _ -> ())
+    w.procs;
   let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
   let spec =
     match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with
@@ -338,9 +393,10 @@ let cast_sized w i size =
   match p.g with
   | Some g when alive p ->
       w.made <- w.made + 1;
-      let head = Printf.sprintf "%s|%d|" (G.me g) w.made in
+      p.next_seq <- p.next_seq + 1;
+      let head = Printf.sprintf "%d|%s|%d|" p.next_seq (G.me g) w.made in
       let m = head ^ String.make (max 0 (size - String.length head)) 'y' in
-      submit ~size:(String.length m) w g (G.cast g m)
+      submit w p g `Cast None m (G.cast g m)
   | _ -> ()
 
 let send_sized w i size =
@@ -353,9 +409,10 @@ let send_sized w i size =
       | others ->
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
-          let head = Printf.sprintf "%s>%s|%d|" (G.me g) dst w.made in
+          p.next_seq <- p.next_seq + 1;
+          let head = Printf.sprintf "%d|%s>%s|%d|" p.next_seq (G.me g) dst w.made in
           let m = head ^ String.make (max 0 (size - String.length head)) 'z' in
-          submit ~size:(String.length m) w g (G.send g dst m))
+          submit w p g (`Send dst) (Some dst) m (G.send g dst m))
   | _ -> ()
 
 (* A live member that ends blocked is a wedged group. *)
@@ -456,7 +513,7 @@ let deaf_scenario ?trace ?params seed =
             let after = List.filteri (fun i _ -> i < List.length !l - Hashtbl.find before id) !l in
             List.filter_map
               (function
-                | Log.View { me; view; members } when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
+                | Log.View { me; view; members; _ } when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
                     Some (Printf.sprintf "%s installed %s [%s] without every healthy member" me view (String.concat ", " members))
                 | _ -> None)
               after)
