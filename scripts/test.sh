@@ -68,5 +68,7 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do
   counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "$VSYNC_SEEDS"
 done
 
+counted "sim vsync-forged" "$BIN/bin/main.exe" sim --scenario vsync-forged --seeds "$VSYNC_SEEDS"
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
