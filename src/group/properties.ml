@@ -46,7 +46,10 @@ let layers ps =
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
           (if has Slander then [ Slander.layer ] else []);
-          [ Mnak.layer; Pt2pt.layer ];
+          (* Mnak under Pt2pt, as in Ensemble: its NAKs and retransmissions
+             are plain datagrams, repeated by Mnak itself, never queued in
+             Pt2pt's window behind (or ahead of) the application's sends. *)
+          [ Pt2pt.layer; Mnak.layer ];
           (* Membership needs a failure detector: without one, a crash
              outside a flush round would go unnoticed for good. *)
           (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);

@@ -32,4 +32,4 @@ val layers : t list -> (Consort.Layer.t list, string) result
     [Sync] without [Gmp] is refused. *)
 
 val describe : t list -> string
-(** ["gmp:slander:mnak:pt2pt:suspect:bottom"], or the error. *)
+(** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

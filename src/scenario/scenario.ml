@@ -57,12 +57,12 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
-  | None -> Vsync_sim.describe n
+  | None -> ( match Vsync_sim.describe n with Some d -> Some d | None -> Vsync_forged.describe n)
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
@@ -168,7 +168,9 @@ let run ?trace ?params name ~seed =
   match List.find_opt (fun s -> s.name = name) scenarios with
   | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
   | None -> (
-      match Vsync_sim.run ?trace ?params name ~seed with
+      match
+        match Vsync_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_forged.run ?trace ?params name ~seed
+      with
       | Some o ->
           Ok
             {

@@ -600,3 +600,22 @@ let run ?trace ?params name ~seed =
   match List.find_opt (fun (n, _, _) -> n = name) scenarios with
   | Some (_, _, f) -> Some (f ?trace ?params seed)
   | None -> None
+
+(* {1 Building blocks for scenarios in other modules} *)
+
+let net w = w.net
+let rng w = w.rng
+let nprocs w = Array.length w.procs
+let addr w i = w.procs.(i).addr
+let views w = w.views
+let problem w p = w.problems <- p :: w.problems
+
+let member w i =
+  let p = w.procs.(i) in
+  match p.g with
+  | Some g when alive p -> ( match G.stack g with Some st -> Some (G.me g, st) | None -> None)
+  | _ -> None
+
+let addr_of_member w eid =
+  Array.to_list w.procs
+  |> List.find_map (fun p -> match p.g with Some g when alive p && G.me g = eid -> Some p.addr | _ -> None)
