@@ -10,7 +10,7 @@ module G = Group.Make (Sim)
 
 let () =
   let net = Sim.create ~seed:42 () in
-  let layers = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> failwith e in
+  let layers = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e in
   Fmt.pr "stack: %s@." (Stack.describe layers);
   let addrs = [ "alice"; "bob"; "carol" ] in
   let join addr =
@@ -27,7 +27,7 @@ let () =
     in
     match G.join ~peers:addrs ~layers net ~group:"chat" ~addr callbacks with
     | Ok g -> g
-    | Error e -> failwith e
+    | Error e -> Fmt.failwith "%s cannot join: %a" addr Group.pp_join_error e
   in
   let alice = join "alice" and bob = join "bob" and carol = join "carol" in
   let at s f = ignore (Sim.at net (Time.of_sec s) f) in

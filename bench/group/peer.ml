@@ -96,7 +96,7 @@ let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
 let me cfg = List.nth cfg.addrs cfg.index
 
-let vsync_layers () = Consort_group.Properties.(layers vsync)
+let vsync_layers () = Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error) Consort_group.Properties.(layers vsync)
 
 let transport_fields g =
   let i = Udp.query (G.connection g) in
@@ -160,7 +160,7 @@ let group_rtt cfg =
         }
       in
       match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers loop ~group:"bench-rtt" ~addr:(me cfg) cb with
-      | Error e -> Error e
+      | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
           let t0 = Loop.now loop in
@@ -429,7 +429,7 @@ let group_tput cfg =
         }
       in
       match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers loop ~group:"bench-tput" ~addr:(me cfg) cb with
-      | Error e -> Error e
+      | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
           Loop.run loop ~until:finished ~timeout:(Time.of_sec cfg.deadline);

@@ -37,6 +37,18 @@ let pp_error ppf = function
   | Leaving -> Fmt.string ppf "this member is leaving the group"
   | Exited -> Fmt.string ppf "this member has left the group"
 
+type join_error =
+  | Bad_address of { what : string; addr : string; reason : string }
+  | Bad_stack of string
+  | Cannot_open of Transport.error
+  | Cannot_join_discovery of Transport.error
+
+let pp_join_error ppf = function
+  | Bad_address { what; addr; reason } -> Fmt.pf ppf "bad %s address %S: %s" what addr reason
+  | Bad_stack e -> Fmt.pf ppf "the layers do not make a stack: %s" e
+  | Cannot_open e -> Fmt.pf ppf "cannot open the member's address: %a" Transport.pp_error e
+  | Cannot_join_discovery e -> Fmt.pf ppf "cannot join the discovery group: %a" Transport.pp_error e
+
 let pp_view_info ppf v =
   Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
 
@@ -564,21 +576,20 @@ module Make (T : Transport.S) = struct
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
-    let peers = List.filter_map (fun s -> match T.address_of_string s with Ok a -> Some a | Error _ -> None) peers in
-    let discovery =
-      match discovery with
-      | None -> Ok None
-      | Some d -> (
-          match T.address_of_string d with
-          | Ok a -> Ok (Some a)
-          | Error e -> Error (Printf.sprintf "bad discovery address %S: %s" d e))
+    let parse what s =
+      match T.address_of_string s with Ok a -> Ok a | Error reason -> Error (Bad_address { what; addr = s; reason })
     in
-    match (T.address_of_string addr, discovery) with
-    | Error e, _ -> Error (Printf.sprintf "bad address %S: %s" addr e)
-    | _, Error e -> Error e
-    | Ok local, Ok discovery -> (
-        match Stack.check layers with
-        | Error e -> Error e
+    let rec all acc = function
+      | [] -> Ok (List.rev acc)
+      | p :: rest -> ( match parse "peer" p with Ok a -> all (a :: acc) rest | Error e -> Error e)
+    in
+    let discovery = match discovery with None -> Ok None | Some d -> Result.map Option.some (parse "discovery" d) in
+    match (parse "member" addr, discovery, all [] peers) with
+    | Error e, _, _ | _, Error e, _ | _, _, Error e -> Error e
+    | Ok local, Ok discovery, Ok peers -> (
+        (* A group's stack must agree on views. *)
+        match Stack.check ~requires:[ Gmp.membership ] layers with
+        | Error e -> Error (Bad_stack e)
         | Ok () -> (
             let self = ref None in
             let handler _ =
@@ -588,7 +599,7 @@ module Make (T : Transport.S) = struct
               }
             in
             match T.open_ tr local handler with
-            | Error e -> Error (Fmt.str "%a" Transport.pp_error e)
+            | Error e -> Error (Cannot_open e)
             | Ok conn -> (
                 match
                   match discovery with
@@ -597,7 +608,7 @@ module Make (T : Transport.S) = struct
                 with
                 | Error e ->
                     T.close conn;
-                    Error (Fmt.str "cannot join the discovery group: %a" Transport.pp_error e)
+                    Error (Cannot_join_discovery e)
                 | Ok () ->
                 let info = T.query conn in
                 let addr = T.address_to_string info.T.local in

@@ -42,6 +42,16 @@ type error =
 
 val pp_error : error Fmt.t
 
+(** Why a member cannot join. *)
+type join_error =
+  | Bad_address of { what : string; addr : string; reason : string }
+      (** the member's, a peer's or the discovery group's address does not parse *)
+  | Bad_stack of string  (** the layers do not fit (see {!Consort.Stack.check}) *)
+  | Cannot_open of Consort.Transport.error  (** the member's address cannot be bound *)
+  | Cannot_join_discovery of Consort.Transport.error
+
+val pp_join_error : join_error Fmt.t
+
 type callbacks = {
   view : view_info -> unit;  (** a view was installed; sending may resume *)
   cast : origin:string -> string -> unit;  (** a cast was delivered *)
@@ -88,7 +98,7 @@ module Make (T : Consort.Transport.S) : sig
     group:string ->
     addr:string ->
     callbacks ->
-    (t, string) result
+    (t, join_error) result
   (** [join ~layers tr ~group ~addr cb] opens [addr] on [tr] and joins
       [group]: the member installs a view of its own at once, then merges
       with the group's other members as it finds them through [peers]

@@ -54,7 +54,7 @@ type error =
   | Unreachable_bind of { addr : string; peer : string }
   | Log_file of string
   | No_free_port
-  | Join of string
+  | Join of Consort_group.Group.join_error
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
@@ -67,7 +67,7 @@ let pp_error ppf = function
         addr peer
   | Log_file e -> Fmt.pf ppf "cannot open the log: %s" e
   | No_free_port -> Fmt.string ppf "no free port in 127.0.0.1:7400-7415; give one with --bind"
-  | Join e -> Fmt.string ppf e
+  | Join e -> Consort_group.Group.pp_join_error ppf e
 
 (* The IPv4 address and port of an "IP:PORT" that parsed. *)
 let ip_port s =
@@ -163,7 +163,7 @@ let classify fd =
 
 let run cfg =
   match Consort_group.Properties.layers cfg.props with
-  | Error e -> Error (Bad_props e)
+  | Error e -> Error (Bad_props (Fmt.str "%a" Consort_group.Properties.pp_error e))
   | Ok layers -> (
       match check_config cfg with
       | Error e -> Error e

@@ -144,7 +144,7 @@ let start w i =
       mine := Some g;
       p.g <- Some g;
       p.kill <- (fun () -> dead := true)
-  | Error e -> w.problems <- Printf.sprintf "%s could not join: %s" p.addr e :: w.problems
+  | Error e -> w.problems <- Fmt.str "%s could not join: %a" p.addr Consort_group.Group.pp_join_error e :: w.problems
 
 let crash w i =
   let p = w.procs.(i) in
@@ -218,7 +218,9 @@ let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
   let net = Sim.create ~seed:(Rng.int rng 0x3fffffff) ~link () in
   Sim.set_trace_channel net trace;
   let layers =
-    match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> failwith e
+    match Consort_group.Properties.(layers vsync) with
+    | Ok l -> l
+    | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e
   in
   {
     net;

@@ -11,7 +11,7 @@ let sec = Time.of_sec
 let ms = Time.of_ms
 
 let layers () =
-  match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.fail e
+  match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
@@ -36,7 +36,7 @@ let join ?(params = Params.empty) net addr peers =
   in
   match G.join ~params ~pool ~peers ~seed:(Hashtbl.hash addr) ~layers:(layers ()) net ~group:"api" ~addr cb with
   | Ok g -> { g; pool; casts; flow; views }
-  | Error e -> Alcotest.fail e
+  | Error e -> Alcotest.failf "%a" Group.pp_join_error e
 
 let group ?params ?(n = 3) net =
   let addrs = List.init n (Printf.sprintf "m%d") in
@@ -55,6 +55,25 @@ let delivered_in_order what m origin expected =
   let got = List.rev (List.filter_map (fun (o, s) -> if o = origin then Some s else None) !(m.casts)) in
   Alcotest.(check int) (what ^ ": count") (List.length expected) (List.length got);
   Alcotest.(check bool) (what ^ ": each once, in order") true (got = expected)
+
+let join_errors () =
+  let net = Sim.create ~seed:2 () in
+  let cb = { Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } in
+  let err ?(peers = []) ?discovery addr =
+    match G.join ~peers ?discovery ~layers:(layers ()) net ~group:"e" ~addr cb with
+    | Ok _ -> Alcotest.failf "%s joined" addr
+    | Error e -> Fmt.str "%a" Group.pp_join_error e
+  in
+  Alcotest.(check string) "a peer that does not parse is an error, not dropped" "bad peer address \"\": empty address"
+    (err ~peers:[ "b"; "" ] "a0");
+  (match G.join ~layers:(layers ()) net ~group:"e" ~addr:"dup" cb with Ok _ -> () | Error e -> Alcotest.failf "%a" Group.pp_join_error e);
+  Alcotest.(check bool) "an address in use" true
+    (String.length (err "dup") > 0 && String.sub (err "dup") 0 10 = "cannot ope");
+  let l = match Consort_group.Properties.(layers [ Gmp; Sync ]) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e in
+  match G.join ~layers:(List.tl l) net ~group:"e" ~addr:"nogmp" cb with
+  | Error (Group.Bad_stack _) -> ()
+  | Ok _ -> Alcotest.fail "a stack without membership accepted"
+  | Error e -> Alcotest.failf "%a" Group.pp_join_error e
 
 let refusals () =
   let params = Params.(empty |> set "frag.max_message" (Int 10_000)) in
@@ -79,11 +98,11 @@ let refusals () =
 (* Without Frag, a message is one datagram. *)
 let without_frag () =
   let net = Sim.create ~seed:4 ~mtu:9000 () in
-  let l = match Consort_group.Properties.(layers [ Gmp; Sync; Heal; Suspect; Flow; Slander ]) with Ok l -> l | Error e -> Alcotest.fail e in
+  let l = match Consort_group.Properties.(layers [ Gmp; Sync; Heal; Suspect; Flow; Slander ]) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e in
   let got = ref 0 in
   let cb = { Group.view = ignore; cast = (fun ~origin:_ _ -> incr got); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } in
   match G.join ~layers:l net ~group:"nofrag" ~addr:"a" cb with
-  | Error e -> Alcotest.fail e
+  | Error e -> Alcotest.failf "%a" Group.pp_join_error e
   | Ok g ->
       Alcotest.(check int) "one datagram less the headers" (9000 - 512) (G.max_message g);
       Alcotest.check result "fits" (Ok ()) (G.cast g (String.make (9000 - 512) 'x'));
@@ -254,7 +273,7 @@ let flush_parts () =
       (fun addr ->
         match G.join ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers net ~group:"parts" ~addr cb with
         | Ok g -> g
-        | Error e -> Alcotest.fail e)
+        | Error e -> Alcotest.failf "%a" Group.pp_join_error e)
       addrs
   in
   Sim.run ~until:(sec 3.) net;
@@ -357,6 +376,7 @@ let () =
     [
       ( "back-pressure",
         [
+          Alcotest.test_case "join errors are typed and say what is wrong" `Quick join_errors;
           Alcotest.test_case "refusals: too big, not a member, leaving, exited" `Quick refusals;
           Alcotest.test_case "without Frag, one datagram" `Quick without_frag;
           Alcotest.test_case "a stopped receiver: the flood is refused, memory bounded, nothing lost" `Quick

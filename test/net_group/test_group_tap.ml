@@ -51,7 +51,7 @@ let must cmd =
 
 let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 
-let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.fail e
+let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
@@ -73,7 +73,7 @@ let join tr addr ~pool ~peers ~seed =
   in
   match G.join ~pool ~peers ~seed ~layers:(layers ()) tr ~group:"tap" ~addr cb with
   | Ok g -> { g; casts; exited }
-  | Error e -> Alcotest.failf "%s could not join: %s" addr e
+  | Error e -> Alcotest.failf "%s could not join: %a" addr Consort_group.Group.pp_join_error e
 
 let view_members m = Array.to_list (G.view m.g).members
 

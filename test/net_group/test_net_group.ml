@@ -249,7 +249,7 @@ let timers () =
 
 (* {1 A group over it} *)
 
-let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.fail e
+let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
@@ -272,7 +272,7 @@ let join w gpool tr addr ~peers ~seed =
   ignore w;
   match G.join ~pool:gpool ~peers ~seed ~layers:(layers ()) tr ~group:"net" ~addr cb with
   | Ok g -> { g; views; casts }
-  | Error e -> Alcotest.failf "%s could not join: %s" addr e
+  | Error e -> Alcotest.failf "%s could not join: %a" addr Consort_group.Group.pp_join_error e
 
 let one_view ms =
   match ms with
