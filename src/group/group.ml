@@ -12,6 +12,7 @@ type view_info = {
   coordinator : string;
   joined : string list;
   left : string list;
+  why : (string * string) list;
 }
 
 type callbacks = {
@@ -92,6 +93,7 @@ module Make (T : Transport.S) = struct
     addrs : T.address array;
     ep : Ep.Binding.t;  (* the view's stack, bound to the member's connection *)
     suspected : bool array;
+    reasons : (int, string) Hashtbl.t;  (* why each suspected member is *)
     mutable reported : (int * int list * int list) option;
         (* the flush round this member last reported to: coordinator,
            excluded, leaving *)
@@ -214,6 +216,23 @@ module Make (T : Transport.S) = struct
               coordinator = eids.(0);
               joined = List.filter (fun e -> not (List.mem e before)) (Array.to_list eids);
               left = List.filter (fun e -> not (Array.mem e eids)) before;
+              why =
+                (match old with
+                | None -> []
+                | Some c ->
+                    List.filter_map
+                      (fun (r, e) ->
+                        if Array.mem e eids then None
+                        else
+                          Some
+                            ( e,
+                              match Hashtbl.find_opt c.reasons r with
+                              | Some why -> "excluded: " ^ why
+                              | None -> (
+                                  match c.reported with
+                                  | Some (_, _, leaving) when List.mem r leaving -> "left"
+                                  | _ -> "not in the next view" ) ))
+                      (List.mapi (fun r e -> (r, e)) before));
             }
           in
           let cell = ref None in
@@ -224,7 +243,17 @@ module Make (T : Transport.S) = struct
           with
           | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
           | Ok ep ->
-              let c = { view; info; addrs; ep; suspected = Array.make (Array.length eids) false; reported = None } in
+              let c =
+                {
+                  view;
+                  info;
+                  addrs;
+                  ep;
+                  suspected = Array.make (Array.length eids) false;
+                  reasons = Hashtbl.create 4;
+                  reported = None;
+                }
+              in
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
@@ -300,6 +329,7 @@ module Make (T : Transport.S) = struct
               (fun r ->
                 if r >= 0 && r < Array.length c.suspected && not c.suspected.(r) then begin
                   c.suspected.(r) <- true;
+                  Hashtbl.replace c.reasons r reason;
                   Log.info (fun m -> m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
                 end)
               ranks

@@ -22,6 +22,10 @@ type view_info = {
   coordinator : string;
   joined : string list;  (** members not in this member's previous view *)
   left : string list;  (** members of the previous view not in this one *)
+  why : (string * string) list;
+      (** for each member of [left], why: ["left"], or ["excluded: "] and the
+          reason it was suspected here (["silent for 5.0 s"], ["did not
+          answer flush 0.3 within 4.0 s"], ...) *)
 }
 
 val pp_view_info : view_info Fmt.t

@@ -212,6 +212,7 @@ let run cfg =
                   say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                     (String.concat " " (Array.to_list v.members))
                     v.rank (String.concat " " v.joined) (String.concat " " v.left);
+                  List.iter (fun (who, why) -> say "%s %s" who why) v.why;
                   write (Log.View { t = now_ns (); me = !self; view = v.vid; members = Array.to_list v.members }));
               cast = deliver `Cast;
               send = deliver `Send;

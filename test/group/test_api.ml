@@ -19,14 +19,18 @@ type member = {
   casts : (string * string) list ref;  (* origin, payload; newest first *)
   flow : bool list ref;  (* newest first *)
   views : string list list ref;  (* the members of each view installed, newest first *)
+  why : (string * string) list ref;  (* why members left, all views *)
 }
 
 let join ?(params = Params.empty) net addr peers =
-  let casts = ref [] and flow = ref [] and views = ref [] in
+  let casts = ref [] and flow = ref [] and views = ref [] and why = ref [] in
   let pool = Pool.create ~name:addr () in
   let cb =
     {
-      Group.view = (fun v -> views := List.sort compare (Array.to_list v.Group.members) :: !views);
+      Group.view =
+        (fun v ->
+          views := List.sort compare (Array.to_list v.Group.members) :: !views;
+          why := !why @ v.Group.why);
       cast = (fun ~origin s -> casts := (origin, s) :: !casts);
       send = (fun ~origin:_ _ -> ());
       block = ignore;
@@ -35,7 +39,7 @@ let join ?(params = Params.empty) net addr peers =
     }
   in
   match G.join ~params ~pool ~peers ~seed:(Hashtbl.hash addr) ~layers:(layers ()) net ~group:"api" ~addr cb with
-  | Ok g -> { g; pool; casts; flow; views }
+  | Ok g -> { g; pool; casts; flow; views; why }
   | Error e -> Alcotest.failf "%a" Group.pp_join_error e
 
 let group ?params ?(n = 3) net =
@@ -226,6 +230,10 @@ let flush_timeout () =
   let without = List.sort compare [ G.me m.(0).g; G.me m.(1).g ] in
   Alcotest.(check bool) "the coordinator went on without the mute member" true (List.mem without !(m.(0).views));
   Alcotest.(check bool) "and so did the other" true (List.mem without !(m.(1).views));
+  Alcotest.(check (option string)) "the application hears why"
+    (Some "excluded: did not answer flush 0.1 within 1.0 s")
+    (List.assoc_opt (G.me m.(2).g) !(m.(0).why));
+  Alcotest.(check (option string)) "and that the other one left" (Some "left") (List.assoc_opt (G.me m.(3).g) !(m.(0).why));
   Alcotest.(check bool) "neither is blocked" false (G.is_blocked m.(0).g || G.is_blocked m.(1).g)
 
 (* {1 The flush report: layers add their part} *)
