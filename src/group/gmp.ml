@@ -8,9 +8,9 @@ type Event.up_ctl +=
   | Block
   | Flushed of { survivors : int list; leavers : int list }
   | Excluded
-  | Reported of { coord : int; excluded : int list; leaving : int list }
+  | Reported of { coord : int; excluded : int list; leaving : int list; into : string }
 
-type Event.dn_ctl += Start_flush of string | Leave
+type Event.dn_ctl += Start_flush of string | Leave | Merge_into of string
 
 module Param = struct
   let flush_timeout = "gmp.flush_timeout"
@@ -31,7 +31,7 @@ let () =
             Fmt.pf ppf "flushed(survivors [%a], leavers [%a])" Fmt.(list ~sep:comma int) survivors
               Fmt.(list ~sep:comma int) leavers)
     | Excluded -> Some (fun ppf -> Fmt.string ppf "excluded")
-    | Reported { coord; excluded; leaving } ->
+    | Reported { coord; excluded; leaving; into = _ } ->
         Some
           (fun ppf ->
             Fmt.pf ppf "reported(to %d, excluded [%a], leaving [%a])" coord Fmt.(list ~sep:comma int) excluded
@@ -46,7 +46,7 @@ module L = struct
   type header =
     | App
     | Leave_req
-    | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list }
+    | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list; into : string }
     | Flush_ok of { coord : int; attempt : int; casts : int array; sent : int array; parts : Event.part list }
     | Target of {
         coord : int;
@@ -70,11 +70,11 @@ module L = struct
         Codec.case 0 "app" Codec.unit (function App -> Some () | _ -> None) (fun () -> App);
         Codec.case 1 "leave" Codec.unit (function Leave_req -> Some () | _ -> None) (fun () -> Leave_req);
         Codec.case 2 "flush"
-          Codec.(tup4 varint varint ints ints)
+          Codec.(tup4 (pair varint varint) ints ints (string ~max:1024 ()))
           (function
-            | Flush { coord; attempt; excluded; leaving } -> Some (coord, attempt, excluded, leaving)
+            | Flush { coord; attempt; excluded; leaving; into } -> Some ((coord, attempt), excluded, leaving, into)
             | _ -> None)
-          (fun (coord, attempt, excluded, leaving) -> Flush { coord; attempt; excluded; leaving });
+          (fun ((coord, attempt), excluded, leaving, into) -> Flush { coord; attempt; excluded; leaving; into });
         Codec.case 3 "flush_ok"
           Codec.(tup4 (pair varint varint) vec vec parts)
           (function
@@ -99,9 +99,9 @@ module L = struct
   let pp_header ppf = function
     | App -> Fmt.string ppf "app"
     | Leave_req -> Fmt.string ppf "leave"
-    | Flush { coord; attempt; excluded; leaving } ->
-        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a])" coord attempt pp_ints excluded pp_ints
-          leaving
+    | Flush { coord; attempt; excluded; leaving; into } ->
+        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a]%s)" coord attempt pp_ints excluded pp_ints
+          leaving (if into = "" then "" else ", into " ^ into)
     | Flush_ok { coord; attempt; casts; sent; parts } ->
         Fmt.pf ppf "flush-ok(%d.%d, casts [%a], sent [%a], %d parts)" coord attempt pp_vec casts pp_vec sent
           (List.length parts)
@@ -120,6 +120,7 @@ module L = struct
     attempt : int;
     excluded : int list;
     leaving : int list;
+    r_into : string;
     stamp : int;  (* of the Block_req sent down for this round *)
     mutable reported : (int array * int array) option;
         (* what this member reported, once the stack below has drained:
@@ -140,7 +141,8 @@ module L = struct
     flush_timeout : Time.t;
     mutable stamps : int;  (* Block_req sent so far *)
     mutable attempts : int;  (* rounds started by this member as coordinator *)
-    mutable pending : (int * int * int list * int list) list;
+    mutable pending : (int * int * int list * int list * string) list;
+    mutable into : string;  (* as coordinator: the member whose view this one merges into, or "" *)
         (* rounds whose exclusions this member could not confirm yet *)
     mutable verdict : (int * bool) option;  (* the failure detector's answer *)
     mutable unconfirmed : int;
@@ -172,6 +174,7 @@ module L = struct
       stamps = 0;
       attempts = 0;
       pending = [];
+      into = "";
       verdict = None;
       unconfirmed = 0;
       retry = Time.of_ms 250;
@@ -225,7 +228,7 @@ module L = struct
       (* Drain the flow control below first, so that the Flush itself does
          not wait for credit behind application casts. *)
       t.out.dn_ctl (Event.Block_req { round = 0 });
-      cast_ctl t (Flush { coord = t.me; attempt; excluded = excluded_list t; leaving = leaving_list t })
+      cast_ctl t (Flush { coord = t.me; attempt; excluded = excluded_list t; leaving = leaving_list t; into = t.into })
     end
 
   let request_flush t why =
@@ -337,7 +340,7 @@ module L = struct
       (* The runtime accepts the next view only from this round's
          coordinator (or the partition it merges into), with exactly these
          members gone. *)
-      t.out.up_ctl (Reported { coord = r.coord; excluded = r.excluded; leaving = r.leaving });
+      t.out.up_ctl (Reported { coord = r.coord; excluded = r.excluded; leaving = r.leaving; into = r.r_into });
       if r.coord = t.me then begin
         r.oks.(t.me) <- Some (casts, Array.copy t.sent, parts);
         coord_progress t
@@ -357,7 +360,7 @@ module L = struct
       | _ -> not t.suspected.(coord)
     end
 
-  let rec on_flush t ~coord ~attempt ~excluded ~leaving =
+  let rec on_flush t ~coord ~attempt ~excluded ~leaving ~into =
     if not (List.for_all (valid t) excluded && List.for_all (valid t) leaving && valid t coord) then
       t.nonsense <- t.nonsense + 1
     else if coord <> t.me && t.suspected.(coord) then
@@ -368,9 +371,9 @@ module L = struct
          members, or it is excluded by a member that alone accuses it): the
          round waits until it can, or until its coordinator is found
          faulty. *)
-      if not (List.exists (fun (c, a, _, _) -> c = coord && a >= attempt) t.pending) then begin
+      if not (List.exists (fun (c, a, _, _, _) -> c = coord && a >= attempt) t.pending) then begin
         t.unconfirmed <- t.unconfirmed + 1;
-        t.pending <- (coord, attempt, excluded, leaving) :: List.filter (fun (c, _, _, _) -> c <> coord) t.pending;
+        t.pending <- (coord, attempt, excluded, leaving, into) :: List.filter (fun (c, _, _, _, _) -> c <> coord) t.pending;
         t.out.alarm (t.now () + t.retry)
       end
     end
@@ -394,6 +397,7 @@ module L = struct
           attempt;
           excluded;
           leaving;
+          r_into = into;
           stamp = t.stamps;
           reported = None;
           target = None;
@@ -417,8 +421,8 @@ module L = struct
     let p = t.pending in
     t.pending <- [];
     List.iter
-      (fun (coord, attempt, excluded, leaving) ->
-        if not t.suspected.(coord) then on_flush t ~coord ~attempt ~excluded ~leaving)
+      (fun (coord, attempt, excluded, leaving, into) ->
+        if not t.suspected.(coord) then on_flush t ~coord ~attempt ~excluded ~leaving ~into)
       (List.rev p)
 
   let deliver_app t (src : Event.src) msg =
@@ -475,9 +479,9 @@ module L = struct
             | Leave_req ->
                 t.leavers.(from) <- true;
                 request_flush t (Printf.sprintf "rank %d leaves" from)
-            | Flush { coord; attempt; excluded; leaving } ->
+            | Flush { coord; attempt; excluded; leaving; into } ->
                 if coord <> from then t.nonsense <- t.nonsense + 1
-                else on_flush t ~coord ~attempt ~excluded ~leaving
+                else on_flush t ~coord ~attempt ~excluded ~leaving ~into
             | Flush_ok { coord; attempt; casts; sent; parts } -> (
                 match current t coord attempt with
                 | Some r when coord = t.me && Array.length casts = t.n && Array.length sent = t.n ->
@@ -532,6 +536,7 @@ module L = struct
   let dn_ctl t e =
     match e with
     | Start_flush why -> request_flush t why
+    | Merge_into eid -> t.into <- eid
     | Leave ->
         t.leavers.(t.me) <- true;
         if is_coord t then start_round t "leave" else cast_ctl t Leave_req

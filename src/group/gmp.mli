@@ -42,14 +42,18 @@ type Consort.Event.up_ctl +=
         (** at the coordinator: the round is complete; these ranks go on,
             these leave *)
   | Excluded  (** the group decided to go on without this member *)
-  | Reported of { coord : int; excluded : int list; leaving : int list }
+  | Reported of { coord : int; excluded : int list; leaving : int list; into : string }
         (** this member reported to the round of [coord], which excludes
             and lets go these ranks: the next view must be exactly the
-            others (and whoever merges in) *)
+            others (and whoever merges in), made by [coord] or by the member
+            [into] whose view this one merges into (["" ]: none) *)
 
 type Consort.Event.dn_ctl +=
   | Start_flush of string  (** at the coordinator: run a round (the reason, for logs) *)
   | Leave  (** this member wants to leave *)
+  | Merge_into of string
+        (** at the coordinator: the next rounds are for a merge into the
+            view of this member (its id), which will make the next view *)
 
 module Param : sig
   val flush_timeout : string
@@ -62,7 +66,7 @@ type t
 type header =
   | App  (** an application message *)
   | Leave_req
-  | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list }
+  | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list; into : string }
   | Flush_ok of { coord : int; attempt : int; casts : int array; sent : int array; parts : Consort.Event.part list }
   | Target of {
       coord : int;

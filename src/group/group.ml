@@ -94,7 +94,7 @@ module Make (T : Transport.S) = struct
     ep : Ep.Binding.t;  (* the view's stack, bound to the member's connection *)
     suspected : bool array;
     reasons : (int, string) Hashtbl.t;  (* why each suspected member is *)
-    mutable reported : (int * int list * int list) option;
+    mutable reported : (int * int list * int list * string) option;
         (* the flush round this member last reported to: coordinator,
            excluded, leaving *)
   }
@@ -230,7 +230,7 @@ module Make (T : Transport.S) = struct
                               | Some why -> "excluded: " ^ why
                               | None -> (
                                   match c.reported with
-                                  | Some (_, _, leaving) when List.mem r leaving -> "left"
+                                  | Some (_, _, leaving, _) when List.mem r leaving -> "left"
                                   | _ -> "not in the next view" ) ))
                       (List.mapi (fun r e -> (r, e)) before));
             }
@@ -334,7 +334,7 @@ module Make (T : Transport.S) = struct
                 end)
               ranks
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
-        | Gmp.Reported { coord; excluded; leaving } -> c.reported <- Some (coord, excluded, leaving)
+        | Gmp.Reported { coord; excluded; leaving; into } -> c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded -> alone t c
         | Event.Blocked b ->
             t.stack_flow <- b;
@@ -417,10 +417,13 @@ module Make (T : Transport.S) = struct
 
   (* {1 The side channel} *)
 
-  let start_merge t c dst =
+  let start_merge t c dst eid =
     Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
     t.merge_since <- now t;
+    (* The members accept the next view from the coordinator of this view
+       or from the one it merges into, no one else. *)
+    Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid);
     Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge")
 
   (* A discovery message names the view's coordinator, whoever sends it. *)
@@ -449,7 +452,7 @@ module Make (T : Transport.S) = struct
             Side.on_gossip ~me:t.me.eid ~my_coord ~same_view:(vid = c.view.View.id) ~in_my_view:mine
               ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None) ~their_coord:coord.eid
           with
-          | Side.Merge_into -> start_merge t c target
+          | Side.Merge_into -> start_merge t c target coord.eid
           | Side.Merge_later -> t.heard <- Some (target, coord.eid)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
@@ -561,7 +564,7 @@ module Make (T : Transport.S) = struct
               (* Without the members the flush excluded or let go. *)
               let gone r =
                 c.suspected.(r)
-                || match c.reported with Some (_, ex, lv) -> List.mem r ex || List.mem r lv | None -> false
+                || match c.reported with Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv | None -> false
               in
               let members = List.filteri (fun r _ -> not (gone r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
               let ltime = mint t c.view.View.ltime in
@@ -572,7 +575,9 @@ module Make (T : Transport.S) = struct
           (* A merge whose flush never started (the stack saw no reason to
              run one) is given up rather than left waiting. *)
           (match t.merging with
-          | Some (_, None) when (not t.blocked) && now t > t.merge_since + t.merge_timeout -> t.merging <- None
+          | Some (_, None) when (not t.blocked) && now t > t.merge_since + t.merge_timeout ->
+              t.merging <- None;
+              Ep.Binding.dn_ctl c.ep (Gmp.Merge_into "")
           | _ -> ());
           (match t.leaving with
           | Some deadline when now t > deadline -> exit_group t
@@ -583,7 +588,7 @@ module Make (T : Transport.S) = struct
           | Some (dst, eid), Some c
             when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not t.exited ->
               t.heard <- None;
-              if not (Array.mem eid c.view.View.members) then start_merge t c dst
+              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid
           | _ -> ());
           (match t.cur with
           | Some c when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited -> gossip t c

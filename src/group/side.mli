@@ -35,7 +35,7 @@ val accept_install :
   me:string ->
   view:Consort.View.t ->
   addr:(int -> string) ->
-  reported:(int * int list * int list) option ->
+  reported:(int * int list * int list * string) option ->
   src:string ->
   vid:string ->
   members:member list ->
@@ -43,11 +43,13 @@ val accept_install :
   (unit, string) result
 (** Whether a member in [view] (whose rank [r] listens at [addr r]) that
     last reported to the flush round [reported] (its coordinator's rank,
-    the ranks it excludes and lets go) takes the view [vid] of [members],
-    sent from [src]: only if it follows [view] ([preds]), keeps exactly
-    the members of [view] that the round left, and comes from the round's
-    coordinator or from the member that named it (the coordinator of the
-    partition merged into). [Error] says why not, in one sentence. *)
+    the ranks it excludes and lets go, and the id of the member whose view
+    it merges into, or [""]) takes the view [vid] of [members], sent from
+    [src]: only if it follows [view] ([preds]), keeps exactly the members
+    of [view] that the round left, and comes from the round's coordinator,
+    or, in a round for a merge, from the member that named the view and is
+    in it (the coordinator merged into, or the one it passed the request
+    on to). [Error] says why not, in one sentence. *)
 
 (** What a member does with a discovery message from another partition. *)
 type gossip_action =

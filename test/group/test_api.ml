@@ -309,7 +309,7 @@ let view ?(id = "3:a#1") members rank =
 let mem e = { Side.eid = e; addr = List.hd (String.split_on_char '#' e) }
 let addr_of v r = List.hd (String.split_on_char '#' v.View.members.(r))
 
-let accept ?(reported = Some (0, [], [])) ?(src = "a") ?(vid = "4:a#1") ?(preds = [ "3:a#1" ]) v members =
+let accept ?(reported = Some (0, [], [], "")) ?(src = "a") ?(vid = "4:a#1") ?(preds = [ "3:a#1" ]) v members =
   Side.accept_install ~me:"b#1" ~view:v ~addr:(addr_of v) ~reported ~src ~vid ~members:(List.map mem members) ~preds
 
 let install_rules () =
@@ -321,20 +321,28 @@ let install_rules () =
   is_error "not reported to any flush" (accept ~reported:None v [ "a#1"; "b#1"; "c#1" ]);
   is_error "a view that follows another" (accept ~preds:[ "2:x#1" ] v [ "a#1"; "b#1"; "c#1" ]);
   is_error "a member missing that the flush kept" (accept v [ "a#1"; "b#1" ]);
-  is_error "an excluded member kept" (accept ~reported:(Some (0, [ 2 ], [])) v [ "a#1"; "b#1"; "c#1" ]);
+  is_error "an excluded member kept" (accept ~reported:(Some (0, [ 2 ], [], "")) v [ "a#1"; "b#1"; "c#1" ]);
   Alcotest.check ok "the excluded member left out" (Ok ())
-    (accept ~reported:(Some (0, [ 2 ], [])) v [ "a#1"; "b#1" ]);
-  is_error "a leaver kept" (accept ~reported:(Some (0, [], [ 2 ])) v [ "a#1"; "b#1"; "c#1" ]);
+    (accept ~reported:(Some (0, [ 2 ], [], "")) v [ "a#1"; "b#1" ]);
+  is_error "a leaver kept" (accept ~reported:(Some (0, [], [ 2 ], "")) v [ "a#1"; "b#1"; "c#1" ]);
   is_error "from a stranger" (accept ~src:"x" v [ "a#1"; "b#1"; "c#1" ]);
   is_error "from another member of the view" (accept ~src:"c" v [ "a#1"; "b#1"; "c#1" ]);
   (* A merge: the coordinator of the partition merged into makes the view. *)
-  Alcotest.check ok "from the maker of the merged view" (Ok ())
+  Alcotest.check ok "from the member the flush merges into" (Ok ())
+    (accept ~reported:(Some (0, [], [], "z#1")) ~src:"z" ~vid:"9:z#1" ~preds:[ "8:z#1"; "3:a#1" ] v
+       [ "z#1"; "a#1"; "b#1"; "c#1" ]);
+  is_error "from a member that names itself, in a flush that merges into no one"
     (accept ~src:"z" ~vid:"9:z#1" ~preds:[ "8:z#1"; "3:a#1" ] v [ "z#1"; "a#1"; "b#1"; "c#1" ]);
+  Alcotest.check ok "from the member the request was passed on to" (Ok ())
+    (accept ~reported:(Some (0, [], [], "y#1")) ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v
+       [ "z#1"; "y#1"; "a#1"; "b#1"; "c#1" ]);
+  is_error "in a merge, from a maker that is not in the view"
+    (accept ~reported:(Some (0, [], [], "z#1")) ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v [ "y#1"; "a#1"; "b#1"; "c#1" ]);
   is_error "a maker that is not in it and not the coordinator"
     (accept ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v [ "a#1"; "b#1"; "c#1" ]);
   (* A leaving coordinator makes a view it is not in. *)
   Alcotest.check ok "a leaving coordinator" (Ok ())
-    (accept ~reported:(Some (0, [], [ 0 ])) ~vid:"4:a#1" v [ "b#1"; "c#1" ]);
+    (accept ~reported:(Some (0, [], [ 0 ], "")) ~vid:"4:a#1" v [ "b#1"; "c#1" ]);
   Alcotest.(check string) "the maker of a view" "127.0.0.1:7400#ab" (Side.installer "12:127.0.0.1:7400#ab")
 
 let gossip_rules () =
