@@ -73,7 +73,7 @@ let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~pr
   else
     match reported with
     | None -> Error "this member has not reported to a flush of its view"
-    | Some (coord, excluded, leaving) ->
+    | Some (coord, excluded, leaving, into) ->
         let old = Array.to_list view.View.members in
         let survivors = List.filteri (fun r _ -> not (List.mem r excluded || List.mem r leaving)) old in
         let kept = List.filter (fun e -> List.exists (fun (m : member) -> m.eid = e) members) old in
@@ -84,9 +84,18 @@ let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~pr
         else
           let by = installer vid in
           let from_coord = coord >= 0 && coord < Array.length view.View.members && addr coord = src in
-          let from_installer = List.exists (fun (m : member) -> m.eid = by && m.addr = src) members in
-          if from_coord || from_installer then Ok ()
-          else Error (Printf.sprintf "sent from %s, neither the flush's coordinator nor the view's maker %s" src by)
+          (* The view of a merge is made by the coordinator of the partition
+             merged into (the one the flush named, or the coordinator it
+             passed the request on to): a member of that view, which named
+             it and sends it from its own address. A flush that merges into
+             no one takes its view from its coordinator only. *)
+          let from_target = into <> "" && List.exists (fun (m : member) -> m.eid = by && m.addr = src) members in
+          if from_coord || from_target then Ok ()
+          else
+            Error
+              (Printf.sprintf "sent from %s by %s, %s" src by
+                 (if into = "" then "not the coordinator of the flush, which merges into no one"
+                  else "not the coordinator of the flush nor a member of the view that named it"))
 
 type gossip_action = Merge_into | Merge_later | Answer | Nothing
 
