@@ -175,30 +175,34 @@ let submit w p g kind dst s r =
       | Consort_group.Group.Flow_control | Consort_group.Group.Leaving -> ()
       | e -> w.problems <- Fmt.str "%s refused a message: %a" (G.me g) Consort_group.Group.pp_error e :: w.problems)
 
-let cast w i =
+(* A cast of a unique payload, of [size] bytes or of a random length. *)
+let cast ?size w i =
   let p = w.procs.(i) in
   match p.g with
   | Some g when alive p ->
       w.made <- w.made + 1;
       p.next_seq <- p.next_seq + 1;
-      let s = Printf.sprintf "%d|%s|%d|%s" p.next_seq (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
-      submit w p g `Cast None s (G.cast g s)
+      let head = Printf.sprintf "%d|%s|%d|" p.next_seq (G.me g) w.made in
+      let pad = match size with Some n -> max 0 (n - String.length head) | None -> Rng.int w.rng 64 in
+      let m = head ^ String.make pad 'x' in
+      submit w p g `Cast None m (G.cast g m)
   | _ -> ()
 
-let send w i =
+(* The same to a random other member of the view. *)
+let send ?size w i =
   let p = w.procs.(i) in
   match p.g with
   | Some g when alive p -> (
       let v = G.view g in
-      let others = List.filter (fun m -> m <> G.me g) (Array.to_list v.members) in
-      match others with
+      match List.filter (fun m -> m <> G.me g) (Array.to_list v.members) with
       | [] -> ()
-      | _ ->
+      | others ->
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
           p.next_seq <- p.next_seq + 1;
-          let s = Printf.sprintf "%d|%s>%s|%d" p.next_seq (G.me g) dst w.made in
-          submit w p g (`Send dst) (Some dst) s (G.send g dst s))
+          let head = Printf.sprintf "%d|%s>%s|%d|" p.next_seq (G.me g) dst w.made in
+          let m = head ^ String.make (match size with Some n -> max 0 (n - String.length head) | None -> 0) 'z' in
+          submit w p g (`Send dst) (Some dst) m (G.send g dst m))
   | _ -> ()
 
 let at w t f = ignore (Sim.at w.net t f)
@@ -389,34 +393,6 @@ let churn_scenario ?trace ?params seed =
 
 (* {1 Adversarial scenarios} *)
 
-(* A cast of [size] bytes (unique, like every payload made here). *)
-let cast_sized w i size =
-  let p = w.procs.(i) in
-  match p.g with
-  | Some g when alive p ->
-      w.made <- w.made + 1;
-      p.next_seq <- p.next_seq + 1;
-      let head = Printf.sprintf "%d|%s|%d|" p.next_seq (G.me g) w.made in
-      let m = head ^ String.make (max 0 (size - String.length head)) 'y' in
-      submit w p g `Cast None m (G.cast g m)
-  | _ -> ()
-
-let send_sized w i size =
-  let p = w.procs.(i) in
-  match p.g with
-  | Some g when alive p -> (
-      let v = G.view g in
-      match List.filter (fun m -> m <> G.me g) (Array.to_list v.members) with
-      | [] -> ()
-      | others ->
-          let dst = List.nth others (Rng.int w.rng (List.length others)) in
-          w.made <- w.made + 1;
-          p.next_seq <- p.next_seq + 1;
-          let head = Printf.sprintf "%d|%s>%s|%d|" p.next_seq (G.me g) dst w.made in
-          let m = head ^ String.make (max 0 (size - String.length head)) 'z' in
-          submit w p g (`Send dst) (Some dst) m (G.send g dst m))
-  | _ -> ()
-
 (* A live member that ends blocked is a wedged group. *)
 let not_wedged w =
   List.filter_map
@@ -450,7 +426,7 @@ let flow_flush_scenario ?trace ?params seed =
   let t = ref (s 2.) in
   while !t < s 11. do
     let i = Rng.int w.rng 5 and size = 2000 + Rng.int w.rng 18_000 in
-    at w !t (fun () -> cast_sized w i size);
+    at w !t (fun () -> cast ~size w i);
     t := !t + Time.of_ms 20 + Rng.int w.rng (Time.of_ms 60)
   done;
   workload w ~from:(s 2.) ~until:(s 12.) ~count:40;
@@ -470,7 +446,7 @@ let oversize_scenario ?trace ?params seed =
   for _ = 1 to 12 do
     let at_ = s 2. + Rng.int w.rng (s 12.) and i = Rng.int w.rng 4 in
     let size = 40_001 + Rng.int w.rng 20_000 in
-    if Rng.bool w.rng then at w at_ (fun () -> cast_sized w i size) else at w at_ (fun () -> send_sized w i size)
+    if Rng.bool w.rng then at w at_ (fun () -> cast ~size w i) else at w at_ (fun () -> send ~size w i)
   done;
   workload w ~from:(s 2.) ~until:(s 14.) ~count:80;
   Sim.run ~until:(s 40.) w.net;
