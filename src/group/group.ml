@@ -110,6 +110,7 @@ module Make (T : Transport.S) = struct
     rng : Rng.t;
     cb : callbacks;
     on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
+    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
     peers : T.address list;
     discovery : T.address option;  (* a multicast group all members joined *)
     heal : bool;
@@ -298,7 +299,8 @@ module Make (T : Transport.S) = struct
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
             t.dropped_sends <- t.dropped_sends + 1;
-            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
+            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
+            t.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
@@ -607,7 +609,7 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
@@ -667,6 +669,7 @@ module Make (T : Transport.S) = struct
                     rng;
                     cb;
                     on_sent;
+                    on_lost;
                     peers;
                     discovery;
                     heal;

@@ -95,6 +95,7 @@ module Make (T : Consort.Transport.S) : sig
     ?peers:string list ->
     ?seed:int ->
     ?on_sent:(vid:string -> [ `Cast | `Send of string ] -> string -> unit) ->
+    ?on_lost:([ `Cast | `Send of string ] -> string -> string -> unit) ->
     ?discovery:string ->
     ?heal:bool ->
     layers:Consort.Layer.t list ->
@@ -111,7 +112,9 @@ module Make (T : Consort.Transport.S) : sig
       each join draws a fresh one, so a restarted member gets a new id. [layers] is the stack
       built at each view, top first (see {!Properties}). [on_sent] is
       called as each message enters the stack, with the view it is sent
-      in (for logs and checkers). [discovery] is an IP multicast group
+      in (for logs and checkers); [on_lost kind payload reason] when a
+      message the API accepted will not be delivered (a send made during a
+      view change to a member that is not in the next view). [discovery] is an IP multicast group
       (["239.1.2.3:7500"]) that the member joins and to which coordinators
       also send their discovery messages, where the network has multicast.
       With [heal = false] (the [Heal] property absent) the member sends no

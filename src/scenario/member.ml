@@ -123,9 +123,9 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join loop cfg layers cb ~on_sent =
+let join loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
-    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ?discovery:cfg.discovery
+    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery
       ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers loop ~group:cfg.group ~addr cb
   in
   match cfg.bind with
@@ -232,7 +232,14 @@ let run cfg =
             | `Cast -> write (Log.Cast { t; me; view = vid; seq; len; digest = digest s })
             | `Send dst -> write (Log.Send { t; me; view = vid; dst; seq; len; digest = digest s })
           in
-          match join loop cfg layers cb ~on_sent with
+          let on_lost kind s reason =
+            let seq, _ = unframe s in
+            say "lost: %s" reason;
+            write
+              (Log.Lost
+                 { t = now_ns (); me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq; reason })
+          in
+          match join loop cfg layers cb ~on_sent ~on_lost with
           | Error e ->
               Option.iter close_out log_oc;
               Error e

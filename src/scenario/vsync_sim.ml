@@ -139,7 +139,12 @@ let start w i =
   in
   let peers = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   let seed = Rng.int w.rng 0x3fffffff in
-  match G.join ~params:w.params ~peers ~seed ~on_sent ~layers:w.layers w.net ~group:"sim" ~addr:p.addr cb with
+  let on_lost kind s reason =
+    record w !self
+      (Log.Lost
+         { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
+  in
+  match G.join ~params:w.params ~peers ~seed ~on_sent ~on_lost ~layers:w.layers w.net ~group:"sim" ~addr:p.addr cb with
   | Ok g ->
       mine := Some g;
       p.g <- Some g;

@@ -20,10 +20,11 @@ type member = {
   flow : bool list ref;  (* newest first *)
   views : string list list ref;  (* the members of each view installed, newest first *)
   why : (string * string) list ref;  (* why members left, all views *)
+  lost : (string * string) list ref;  (* payload, reason *)
 }
 
 let join ?(params = Params.empty) net addr peers =
-  let casts = ref [] and flow = ref [] and views = ref [] and why = ref [] in
+  let casts = ref [] and flow = ref [] and views = ref [] and why = ref [] and lost = ref [] in
   let pool = Pool.create ~name:addr () in
   let cb =
     {
@@ -38,8 +39,9 @@ let join ?(params = Params.empty) net addr peers =
       exit = ignore;
     }
   in
-  match G.join ~params ~pool ~peers ~seed:(Hashtbl.hash addr) ~layers:(layers ()) net ~group:"api" ~addr cb with
-  | Ok g -> { g; pool; casts; flow; views; why }
+  let on_lost _ s reason = lost := (s, reason) :: !lost in
+  match G.join ~params ~pool ~peers ~seed:(Hashtbl.hash addr) ~on_lost ~layers:(layers ()) net ~group:"api" ~addr cb with
+  | Ok g -> { g; pool; casts; flow; views; why; lost }
   | Error e -> Alcotest.failf "%a" Group.pp_join_error e
 
 let group ?params ?(n = 3) net =
@@ -301,6 +303,29 @@ let flush_parts () =
       Alcotest.(check (list string)) "one part from each member of the round" (List.sort compare (leaver :: survivors)) names
   | a, b, c -> Alcotest.failf "reports handed: %d, %d, %d times" (List.length a) (List.length b) (List.length c)
 
+(* A send accepted during a view change, to a member that does not come
+   along into the next view, is reported lost. *)
+let lost_send () =
+  let net = Sim.create ~seed:10 () in
+  let m = group net in
+  let gone = G.me m.(2).g in
+  G.leave m.(2).g;
+  let sent = ref false in
+  let rec poll () =
+    if G.is_blocked m.(0).g && not !sent then begin
+      sent := true;
+      Alcotest.check result "accepted while blocked" (Ok ()) (G.send m.(0).g gone "late")
+    end
+    else if not !sent then ignore (Sim.at net (Sim.now net + ms 1) poll)
+  in
+  poll ();
+  Sim.run ~until:(sec 8.) net;
+  Alcotest.(check bool) "sent during the flush" true !sent;
+  Alcotest.(check int) "counted" 1 (G.dropped_sends m.(0).g);
+  match !(m.(0).lost) with
+  | [ ("late", reason) ] -> Alcotest.(check bool) ("reason names it: " ^ reason) true (String.length reason > 0)
+  | l -> Alcotest.failf "lost: %d reports" (List.length l)
+
 (* {1 The side channel's rules} *)
 
 let view ?(id = "3:a#1") members rank =
@@ -398,6 +423,7 @@ let () =
           Alcotest.test_case "a stopped receiver: the flood is refused, memory bounded, nothing lost" `Quick
             stopped_receiver;
           Alcotest.test_case "the queue of a view change is bounded" `Quick blocked_queue;
+          Alcotest.test_case "a send to a member that is gone is reported lost" `Quick lost_send;
         ] );
       ( "flush",
         [
