@@ -27,6 +27,12 @@ let max_ranges = 256
 let max_members = 4096
 let max_window = 1 lsl 20
 
+(* Bytes of casts kept early (above a gap) per origin: at least 1 MiB, and
+   four times what Mflow lets an origin have in flight, so that no
+   stranger can make a member hold a window of datagrams of the largest
+   size. *)
+let max_early params = max (1 lsl 20) (4 * min (Params.int params Mflow.Param.window) (1 lsl 28))
+
 (* The acceptance window: at least what Mflow lets one origin have in
    flight, so that a burst of a full flow-control window of empty casts is
    buffered, not dropped as beyond the window. Mflow counts each cast as
@@ -100,6 +106,8 @@ module L = struct
     expected : int array;  (* the next cast of [o] to deliver *)
     highest : int array;  (* casts of [o] believed to exist *)
     seen : int array;  (* above the highest number of [o] received within the window *)
+    early_bytes : int array;  (* bytes of [o]'s casts kept above [expected.(o)] *)
+    max_early : int;
     known : int array array;  (* [known.(m).(o)]: [m] has the casts of [o] below this *)
     suspected : bool array;  (* final within the view: not waited for, not asked *)
     answered : Time.t array array;  (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
@@ -138,6 +146,8 @@ module L = struct
       expected = Array.make n 0;
       highest = Array.make n 0;
       seen = Array.make n 0;
+      early_bytes = Array.make n 0;
+      max_early = max_early ctx.params;
       known = Array.make_matrix n n 0;
       suspected = Array.make n false;
       answered = Array.make_matrix n n min_int;
@@ -223,6 +233,7 @@ module L = struct
     if not t.stopped then
       match Hashtbl.find_opt t.held.(o) t.expected.(o) with
       | Some m ->
+          t.early_bytes.(o) <- t.early_bytes.(o) - Msg.length m;
           t.expected.(o) <- t.expected.(o) + 1;
           t.out.up (Event.Cast_from o) (Msg.retain m);
           drain t o
@@ -240,11 +251,17 @@ module L = struct
       Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" o seq t.expected.(o));
       Msg.release msg
     end
+    else if seq > t.expected.(o) && t.early_bytes.(o) + Msg.length msg > t.max_early then begin
+      t.beyond_window <- t.beyond_window + 1;
+      Log.debug (fun m -> m "from %d: dropped %d, %d bytes already kept early" o seq t.early_bytes.(o));
+      Msg.release msg
+    end
     else begin
       if seq >= t.seen.(o) then t.seen.(o) <- seq + 1;
       if seq >= t.highest.(o) then t.highest.(o) <- seq + 1;
       if seq > t.expected.(o) then begin
         t.out_of_order <- t.out_of_order + 1;
+        t.early_bytes.(o) <- t.early_bytes.(o) + Msg.length msg;
         keep t o seq msg
       end
       else begin
@@ -417,6 +434,7 @@ module L = struct
         Hashtbl.reset h)
       t.held;
     t.nheld <- 0;
+    Array.fill t.early_bytes 0 t.n 0;
     Array.fill t.nak_at 0 t.n max_int;
     t.status_at <- max_int
 

@@ -23,7 +23,9 @@
     the group converges, then falls silent when everything is stable.
 
     {b Wire numbers} are checked before any state changes. A cast numbered
-    beyond the window is dropped and leaves no trace (no gap, no NAK). A
+    beyond the window is dropped and leaves no trace (no gap, no NAK); so
+    is a cast above a gap when the casts of its origin kept early already
+    take 1 MiB, or four times [mflow.window] if that is more. A
     status claiming more of this member's casts than it has made is
     dropped whole; its claims about other origins count only up to the
     window; an origin's own count in its status is the truth about how

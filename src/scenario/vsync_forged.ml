@@ -188,7 +188,7 @@ let scenario ?trace ?params seed =
               match forge rng kind ~layers:(Stack.layers st) ~view ~target ~origin with
               | None -> ()
               | Some bytes ->
-                  let copies = if kind = Nak_forged then 1 + Rng.int rng 20 else 1 in
+                  let copies = if kind = Nak_forged then 1 + Rng.int rng 10 else 1 in
                   for _ = 1 to copies do
                     incr sent;
                     let msg = Msg.of_string Pool.default bytes in
@@ -196,12 +196,12 @@ let scenario ?trace ?params seed =
                     Msg.release msg
                   done))
   in
-  for _ = 1 to 800 do
+  for _ = 1 to 500 do
     V.at w (attack_from + Rng.int rng (attack_until - attack_from)) inject
   done;
   let t = { seen = Hashtbl.create 256; peak_mnak = 0; peak_pt2pt = 0; last_repair = 0; last_view = 0; views = 0 } in
   let horizon = s 30. in
-  let step = Time.of_ms 100 in
+  let step = Time.of_ms 250 in
   let rec tick at = if at <= horizon then V.at w at (fun () -> sample w t; tick (at + step)) in
   tick step;
   Sim.run ~until:horizon (V.net w);

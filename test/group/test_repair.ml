@@ -95,6 +95,29 @@ let forged_data () =
   Stack.dn_ctl s.st Event.Stop;
   check_no_leaks s.pool
 
+(* Casts above a gap, each as large as a datagram: what is kept early is
+   bounded in bytes, the rest is dropped and asked for again later. *)
+let early_bytes () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
+  let big = String.make 60_000 'b' in
+  for seq = 1 to 40 do
+    feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq }) ^ big)
+  done;
+  let kept = counter s "mnak" "buffered" in
+  Alcotest.(check bool)
+    (Printf.sprintf "at most 1 MiB kept early (%d casts of 60 kB)" kept)
+    true
+    (kept >= 10 && kept * 60_000 <= 1 lsl 20);
+  Alcotest.(check int) "the others dropped" (40 - kept) (counter s "mnak" "beyond_window");
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 0 }) ^ "a");
+  Alcotest.(check int) "the gap filled: the ones kept delivered" (kept + 1) (List.length !(s.got));
+  for seq = kept + 1 to 40 do
+    feed s (from_send s 2 ^ mnak (G.Mnak.Retrans { origin = 1; seq }) ^ big)
+  done;
+  Alcotest.(check int) "room again for the rest" 41 (List.length !(s.got));
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
 let forged_status () =
   let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
   Stack.cast s.st (Msg.of_string s.pool "mine");
@@ -304,6 +327,7 @@ let () =
       ( "mnak",
         [
           Alcotest.test_case "numbers beyond the window change nothing" `Quick forged_data;
+          Alcotest.test_case "casts kept early are bounded in bytes" `Quick early_bytes;
           Alcotest.test_case "statuses: impossible claims dropped, others held to the window" `Quick
             forged_status;
           Alcotest.test_case "NAKs: bounded answers, repeated ones ignored" `Quick forged_naks;
