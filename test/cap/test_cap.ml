@@ -1,1 +1,2 @@
-let () = Alcotest.run "consort-cap" [ ("caps", Test_caps.tests) ]
+let () =
+  Alcotest.run "consort-cap" [ ("caps", Test_caps.tests); ("rpc", Test_rpc.tests); ("udp", Test_udp.tests) ]

@@ -1,0 +1,292 @@
+(* The two-endpoint testbed: a client node and a server node in the
+   simulator, stepped. *)
+open Consort
+open Consort_cap
+module Sim = Consort_engine.Sim
+module R = Rpc.Make (Sim)
+
+let ok = function Ok x -> x | Error e -> Alcotest.failf "unexpected error: %s" e
+let cfg = { Rpc.default_config with fragment = 1024; window = 8 }
+
+type bed = {
+  net : Sim.t;
+  key : Port.Key.t;
+  mutable server : R.node;
+  mutable srv : R.server;
+  client : R.node;
+  executed : (string, int) Hashtbl.t;  (* request data -> times carried out *)
+  mutable delay : Time.t;  (* how long the server works on a request *)
+  g : Mirage_crypto_rng.g;
+}
+
+let echo_server b =
+  R.listen b.srv (fun r ->
+      let d = R.data r in
+      Hashtbl.replace b.executed d (1 + Option.value ~default:0 (Hashtbl.find_opt b.executed d));
+      let answer () =
+        if not (R.is_closed b.server) then
+          R.putrep r (Header.reply ~size:(String.length d) `Ok) (String.uppercase_ascii d)
+      in
+      if b.delay = 0 then answer () else ignore (Sim.at b.net (Time.add (Sim.now b.net) b.delay) answer))
+
+let start_server b =
+  b.server <- ok (R.create ~config:cfg ~g:b.g b.net "s");
+  b.srv <- R.serve b.server b.key;
+  echo_server b
+
+let bed ?(seed = 1) ?(link = Sim.default_link) ?(config = cfg) () =
+  let net = Sim.create ~seed ~link () in
+  let g = Crypto.deterministic (string_of_int seed) in
+  let key = Port.Key.generate ~g () in
+  let server = ok (R.create ~config ~g net "s") in
+  let srv = R.serve server key in
+  let client = ok (R.create ~config ~g ~locate:[ "s" ] net "c") in
+  let b = { net; key; server; srv; client; executed = Hashtbl.create 8; delay = 0; g } in
+  echo_server b;
+  b
+
+let secret = Cap.Secret.generate ~g:(Crypto.deterministic "secret") ()
+let cap b = Cap.owner (Port.Key.port b.key) ~obj:1 secret
+
+let call ?idempotent b data =
+  let res = ref None in
+  R.trans b.client ?idempotent (Header.request (cap b) 1) data (fun r ->
+      if !res <> None then Alcotest.fail "reply callback called twice";
+      res := Some r);
+  (res, fun () -> Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 60.)) b.net)
+
+let run_call ?idempotent b data =
+  let res, run = call ?idempotent b data in
+  run ();
+  match !res with Some r -> r | None -> Alcotest.fail "no reply and no error"
+
+let expect_ok b data =
+  match run_call b data with
+  | Ok (h, d) ->
+      Alcotest.(check string) "reply data" (String.uppercase_ascii data) d;
+      Alcotest.(check int) "reply size" (String.length data) h.Header.size
+  | Error e -> Alcotest.failf "trans failed: %a" Rpc_error.pp e
+
+let times b d = Option.value ~default:0 (Hashtbl.find_opt b.executed d)
+
+let null_and_small () =
+  let b = bed () in
+  expect_ok b "";
+  expect_ok b "hello";
+  expect_ok b "again";
+  Alcotest.(check int) "executed once" 1 (times b "hello");
+  let s = R.stats b.server in
+  Alcotest.(check int) "one session" 1 s.Rpc.sessions
+
+let payload n seed = String.init n (fun i -> Char.chr (97 + ((i * 7) + seed) mod 26))
+
+let large () =
+  let b = bed () in
+  let d = payload 300_000 1 in
+  expect_ok b d;
+  Alcotest.(check int) "executed once" 1 (times b d);
+  Alcotest.(check int) "nothing held after Done" 0 (R.stats b.server).Rpc.buffered
+
+let lossy_link = { Sim.default_link with loss = 0.2; duplicate = 0.2; reorder = 0.2; reorder_delay = Time.of_ms 5; jitter = Time.of_ms 1 }
+
+let lossy () =
+  for seed = 1 to 20 do
+    let b = bed ~seed ~link:lossy_link () in
+    for i = 1 to 5 do
+      let d = payload (if i mod 2 = 0 then 20_000 else 10) (seed * 10 + i) in
+      (match run_call b d with
+      | Ok (_, r) -> Alcotest.(check string) "data" (String.uppercase_ascii d) r
+      | Error (`Failure _) -> ()
+      | Error e -> Alcotest.failf "seed %d: %a" seed Rpc_error.pp e);
+      if times b d > 1 then Alcotest.failf "seed %d: executed %d times" seed (times b d)
+    done
+  done
+
+let duplicates () =
+  let link = { Sim.default_link with duplicate = 0.9; reorder = 0.5; reorder_delay = Time.of_ms 20 } in
+  let b = bed ~link () in
+  for i = 1 to 20 do
+    let d = "req" ^ string_of_int i in
+    expect_ok b d;
+    Alcotest.(check int) "once" 1 (times b d)
+  done;
+  Alcotest.(check bool) "duplicates seen" true ((R.stats b.server).Rpc.duplicates > 0)
+
+(* The server restarts while working on a request: a request that is not
+   idempotent must end with RPC_FAILURE, never be carried out twice. *)
+let restart_mid_request () =
+  let b = bed () in
+  expect_ok b "warm";
+  b.delay <- Time.of_ms 200;
+  let res, _ = call b "transfer 100" in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 50)) b.net;
+  Alcotest.(check int) "arrived" 1 (times b "transfer 100");
+  Sim.crash b.net "s";
+  start_server b;
+  b.delay <- 0;
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 30.)) b.net;
+  (match !res with
+  | Some (Error (`Failure _)) -> ()
+  | Some (Ok _) -> Alcotest.fail "reported success for a request whose reply was lost"
+  | Some (Error e) -> Alcotest.failf "wrong error: %a" Rpc_error.pp e
+  | None -> Alcotest.fail "no outcome");
+  Alcotest.(check int) "carried out once" 1 (times b "transfer 100");
+  (* The next call works on a new session. *)
+  expect_ok b "after";
+  (* An idempotent request is sent again on the new session. *)
+  b.delay <- Time.of_ms 200;
+  let res, _ = call ~idempotent:true b "read 5" in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 50)) b.net;
+  Sim.crash b.net "s";
+  start_server b;
+  b.delay <- 0;
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 30.)) b.net;
+  (match !res with Some (Ok (_, "READ 5")) -> () | _ -> Alcotest.fail "idempotent request not retried");
+  Alcotest.(check int) "idempotent: carried out twice" 2 (times b "read 5")
+
+(* A request much longer than the silence limit: the client's probes keep
+   it alive. *)
+let long_request () =
+  let config = { cfg with silence = Time.of_sec 2.; alive = Time.of_ms 300 } in
+  let b = bed ~config () in
+  b.delay <- Time.of_sec 10.;
+  expect_ok b "slow";
+  Alcotest.(check int) "once" 1 (times b "slow")
+
+(* The server dies for good: the client says the outcome is unknown. *)
+let server_gone () =
+  let config = { cfg with silence = Time.of_sec 2. } in
+  let b = bed ~config () in
+  expect_ok b "first";
+  b.delay <- Time.of_sec 100.;
+  let res, run = call b "never" in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 50)) b.net;
+  Sim.crash b.net "s";
+  run ();
+  match !res with
+  | Some (Error (`Failure _ as e)) -> Alcotest.(check bool) "outcome unknown" true (Rpc_error.outcome e = `Unknown)
+  | _ -> Alcotest.fail "expected RPC_FAILURE"
+
+let not_found () =
+  let b = bed () in
+  let other = Port.Key.port (Port.Key.generate ~g:b.g ()) in
+  let res = ref None in
+  R.trans b.client (Header.request (Cap.owner other ~obj:1 secret) 1) "x" (fun r -> res := Some r);
+  Sim.run b.net;
+  match !res with Some (Error `Notfound) -> () | _ -> Alcotest.fail "expected RPC_NOTFOUND"
+
+let busy () =
+  let config = { cfg with max_queued = 1 } in
+  let b = bed ~config () in
+  R.stop b.srv;
+  b.srv <- R.serve b.server b.key;
+  (* Nobody calls getreq: the first request waits, the second is refused. *)
+  let r1, _ = call b "one" in
+  let r2, _ = call b "two" in
+  ignore r1;
+  Sim.run ~until:(Time.of_sec 1.) b.net;
+  (match !r2 with
+  | Some (Error `Tryagain) | None -> ()
+  | Some _ -> Alcotest.fail "expected TRYAGAIN or waiting");
+  ()
+
+(* The port moves: the old node stops serving it, a new node with the same
+   key serves it elsewhere. *)
+let moved () =
+  let b = bed () in
+  expect_ok b "before";
+  R.stop b.srv;
+  let n2 = ok (R.create ~config:cfg ~g:b.g b.net "s2") in
+  let s2 = R.serve n2 b.key in
+  R.listen s2 (fun r -> R.putrep r (Header.reply `Ok) ("moved:" ^ R.data r));
+  let net = b.net in
+  (* The client learns of s2 only by locating: add it to the locate list. *)
+  let client2 = ok (R.create ~config:cfg ~g:b.g ~locate:[ "s"; "s2" ] net "c2") in
+  let res = ref None in
+  R.trans client2 (Header.request (cap b) 1) "x" (fun r -> res := Some r);
+  Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 10.)) net;
+  match !res with Some (Ok (_, "moved:x")) -> () | _ -> Alcotest.fail "not served by the new place"
+
+(* A rogue process answers locates and handshakes for a port whose key it
+   does not hold. *)
+let rogue () =
+  let net = Sim.create ~seed:3 () in
+  let g = Crypto.deterministic "rogue" in
+  let key = Port.Key.generate ~g () in
+  let port = Port.Key.port key in
+  let rogue_key = Port.Key.generate ~g () in
+  let pool = Pool.default in
+  let answered = ref 0 in
+  let rc = ref None in
+  let handler c =
+    rc := Some c;
+    {
+      Sim.recv =
+        (fun ~src iov ->
+          let s = Iovec.to_string iov in
+          Iovec.release iov;
+          let reply o =
+            let m = Msg.of_string pool (Codec.encode_string Wire.outer o) in
+            ignore (Sim.send c ~dst:src m);
+            Msg.release m
+          in
+          match Codec.decode_string Wire.outer s with
+          | Ok (Wire.Locate { port; nonce }) ->
+              incr answered;
+              (* Its own key, its own signature: the digest is not the port. *)
+              reply
+                (Wire.Hereis { port; nonce; public = Port.Key.public rogue_key; signature = Secure.locate_signature rogue_key ~nonce })
+          | Ok (Wire.Hello { port = _; eph; nonce }) -> (
+              incr answered;
+              match Secure.server_accept ~g rogue_key ~session:"12345678" ~eph ~nonce with
+              | Ok (_, ack) -> reply ack
+              | Error _ -> ())
+          | _ -> ());
+      closed = ignore;
+    }
+  in
+  ignore (ok (Result.map_error (Fmt.str "%a" Transport.pp_error) (Sim.open_ net "rogue" handler)));
+  let client = ok (R.create ~config:cfg ~g ~locate:[ "rogue" ] net "c") in
+  let res = ref None in
+  R.trans client (Header.request (Cap.owner port ~obj:1 secret) 1) "secret data" (fun r -> res := Some r);
+  Sim.run net;
+  (match !res with Some (Error `Notfound) -> () | _ -> Alcotest.fail "rogue locate accepted");
+  Alcotest.(check bool) "rogue answers counted" true ((R.stats client).Rpc.rogue_answers > 0);
+  Alcotest.(check bool) "rogue was asked" true (!answered > 0);
+  (* Now the real server is also asked: the client reaches it. *)
+  let server = ok (R.create ~config:cfg ~g net "s") in
+  R.listen (R.serve server key) (fun r -> R.putrep r (Header.reply `Ok) "real");
+  let client2 = ok (R.create ~config:cfg ~g ~locate:[ "rogue"; "s" ] net "c2") in
+  let res = ref None in
+  R.trans client2 (Header.request (Cap.owner port ~obj:1 secret) 1) "x" (fun r -> res := Some r);
+  Sim.run net;
+  (match !res with Some (Ok (_, "real")) -> () | _ -> Alcotest.fail "real server not reached");
+  (* A rogue that relays the real server's locate answer still cannot
+     complete the handshake: the client says RPC_UNSAFE. *)
+  ()
+
+let bounds () =
+  let config = { cfg with max_sessions = 4 } in
+  let b = bed ~config () in
+  for i = 1 to 10 do
+    let c = ok (R.create ~config ~g:b.g ~locate:[ "s" ] b.net ("c" ^ string_of_int i)) in
+    R.trans c (Header.request (cap b) 1) "x" ignore;
+    Sim.run b.net
+  done;
+  Alcotest.(check bool) "sessions bounded" true ((R.stats b.server).Rpc.sessions <= 4)
+
+let tests =
+  [
+    Alcotest.test_case "null and small" `Quick null_and_small;
+    Alcotest.test_case "large messages" `Quick large;
+    Alcotest.test_case "loss, duplication, reordering" `Quick lossy;
+    Alcotest.test_case "duplicates carried out once" `Quick duplicates;
+    Alcotest.test_case "server restart mid-request" `Quick restart_mid_request;
+    Alcotest.test_case "long request kept alive" `Quick long_request;
+    Alcotest.test_case "server gone: outcome unknown" `Quick server_gone;
+    Alcotest.test_case "no server: NOTFOUND" `Quick not_found;
+    Alcotest.test_case "busy: TRYAGAIN" `Quick busy;
+    Alcotest.test_case "port moved" `Quick moved;
+    Alcotest.test_case "rogue locate refused" `Quick rogue;
+    Alcotest.test_case "sessions bounded" `Quick bounds;
+  ]
