@@ -30,7 +30,7 @@ bench: build
 SOAK_SEEDS ?= 100000
 
 soak: build
-	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do \
+	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn rpc-at-most-once; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 
 clean:

@@ -68,5 +68,9 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do
   counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "$VSYNC_SEEDS"
 done
 
+for s in rpc-at-most-once; do
+  counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "${CAP_SEEDS:-1000}"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -290,3 +290,78 @@ let tests =
     Alcotest.test_case "rogue locate refused" `Quick rogue;
     Alcotest.test_case "sessions bounded" `Quick bounds;
   ]
+
+(* The secure wire: capture every datagram of an exchange at both ends and
+   look for the capability and the payload. *)
+let contains ~sub s =
+  let n = String.length sub and m = String.length s in
+  let rec go i = i + n <= m && (String.sub s i n = sub || go (i + 1)) in
+  n > 0 && go 0
+
+let capture () =
+  let b = bed () in
+  let seen = ref [] in
+  let tap node =
+    match Sim.control (R.connection node) (Sim.Drop_filter (Some (fun ~src:_ cs -> seen := Cstruct.to_string cs :: !seen; false))) with
+    | Ok () -> ()
+    | Error _ -> Alcotest.fail "no filter"
+  in
+  tap b.client;
+  tap b.server;
+  let payload = "the payload: attack at dawn, account 4242-1337" in
+  let c = cap b in
+  let res = ref None in
+  R.trans b.client (Header.request c 1) payload (fun r -> res := Some r);
+  Sim.run b.net;
+  (match !res with Some (Ok (_, d)) -> Alcotest.(check string) "reply" (String.uppercase_ascii payload) d | _ -> Alcotest.fail "no reply");
+  Alcotest.(check bool) "datagrams captured" true (List.length !seen >= 4);
+  let all = String.concat "" !seen in
+  List.iter
+    (fun (what, sub) -> if contains ~sub all then Alcotest.failf "%s found in clear on the wire" what)
+    [
+      ("capability (binary)", Cap.to_raw c);
+      ("capability check", c.Cap.check);
+      ("capability (text)", Cap.to_string c);
+      ("payload", payload);
+      ("payload fragment", String.sub payload 0 12);
+      ("reply", String.uppercase_ascii payload);
+    ];
+  (* The port itself is public and does travel (locate, handshake). *)
+  Alcotest.(check bool) "port visible" true (contains ~sub:(Port.to_raw (Port.Key.port b.key)) all)
+
+let tamper () =
+  let g = Crypto.deterministic "tamper" in
+  let key = Port.Key.generate ~g () in
+  let st, hello = Secure.client_hello ~g (Port.Key.port key) in
+  match hello with
+  | Wire.Hello { eph; nonce; _ } -> (
+      let ks, ack = Secure.server_accept ~g key ~session:"sessionX" ~eph ~nonce |> Result.get_ok in
+      match ack with
+      | Wire.Hello_ack { session; eph; public; signature; _ } ->
+          let kc = Secure.client_finish st ~session ~eph ~public ~signature |> Result.get_ok in
+          let sealed = Secure.seal kc ~session ~seq:5L "request" in
+          Alcotest.(check (option string)) "opens" (Some "request") (Secure.open_ ks ~session ~seq:5L sealed);
+          Alcotest.(check (option string)) "other seq" None (Secure.open_ ks ~session ~seq:6L sealed);
+          Alcotest.(check (option string)) "other session" None (Secure.open_ ks ~session:"sessionY" ~seq:5L sealed);
+          Alcotest.(check (option string)) "own direction" None (Secure.open_ kc ~session ~seq:5L sealed);
+          for i = 0 to String.length sealed - 1 do
+            let b = Bytes.of_string sealed in
+            Bytes.set b i (Char.chr (Char.code sealed.[i] lxor 1));
+            if Secure.open_ ks ~session ~seq:5L (Bytes.to_string b) <> None then Alcotest.failf "byte %d altered, accepted" i
+          done;
+          (* A handshake answer signed by another key is refused. *)
+          let rogue = Port.Key.generate ~g () in
+          let st2, _ = Secure.client_hello ~g (Port.Key.port key) in
+          let _, ack2 = Secure.server_accept ~g rogue ~session:"sessionZ" ~eph ~nonce:(Secure.client_nonce st2) |> Result.get_ok in
+          (match ack2 with
+          | Wire.Hello_ack { session; eph; public; signature; _ } ->
+              Alcotest.(check bool) "rogue handshake refused" true
+                (Result.is_error (Secure.client_finish st2 ~session ~eph ~public ~signature))
+          | _ -> Alcotest.fail "no ack");
+          (* A correct signature over another session id is refused too. *)
+          Alcotest.(check bool) "replayed signature refused" true
+            (Result.is_error (Secure.client_finish st ~session:"sessionW" ~eph ~public ~signature))
+      | _ -> Alcotest.fail "no ack")
+  | _ -> Alcotest.fail "no hello"
+
+let tests = tests @ [ Alcotest.test_case "capture: nothing in clear" `Quick capture; Alcotest.test_case "AEAD and handshake refuse tampering" `Quick tamper ]
