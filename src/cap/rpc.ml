@@ -63,6 +63,27 @@ type stats = {
   pending : int;
 }
 
+(* A message being reassembled: its bytes, allocated whole once its size is
+   known (bounded by [max_message] and counted in [max_buffered]). *)
+module Acc = struct
+  type t = { mutable b : Bytes.t; mutable len : int }
+
+  let create () = { b = Bytes.empty; len = 0 }
+  let reset t total = t.b <- Bytes.create total; t.len <- 0
+  let clear t = t.b <- Bytes.empty; t.len <- 0
+  let length t = t.len
+  let fits t s = t.len + String.length s <= Bytes.length t.b
+
+  let add t s =
+    Bytes.blit_string s 0 t.b t.len (String.length s);
+    t.len <- t.len + String.length s
+
+  let contents t =
+    let s = if t.len = Bytes.length t.b then Bytes.unsafe_to_string t.b else Bytes.sub_string t.b 0 t.len in
+    t.b <- Bytes.empty;
+    s
+end
+
 module Make (T : Transport.S) = struct
   type reply = Header.t * string
 
@@ -81,7 +102,7 @@ module Make (T : Transport.S) = struct
     mutable working : bool;  (* the server said it has the whole request *)
     mutable rep_hdr : Header.t option;
     mutable rep_total : int;
-    rep_buf : Buffer.t;
+    rep_buf : Acc.t;
     mutable rep_frags : int;
     mutable last_heard : Time.t;
     mutable backoff : Time.t;
@@ -115,7 +136,7 @@ module Make (T : Transport.S) = struct
 
   type sstate =
     | Idle
-    | Receiving of { rxid : int; rtotal : int; rhdr : Header.t; rbuf : Buffer.t; mutable nacked : int }
+    | Receiving of { rxid : int; rtotal : int; rhdr : Header.t; rbuf : Acc.t; mutable nacked : int }
     | Executing of int
     | Replied of { pxid : int; phdr : Header.t; pdata : string; mutable packed : int; mutable pnext : int; mutable ptimer : T.timer option; mutable ptries : int }
     | Refused of int
@@ -211,14 +232,36 @@ module Make (T : Transport.S) = struct
 
   let csession_key addr port = T.address_to_string addr ^ "|" ^ Port.to_raw port
 
-  let send_c n cs inner =
+  (* Seals [plain] and sends it as one [Data] datagram, copied once into a
+     buffer of the pool. *)
+  let send_sealed n dst keys ~up ~session ~seq plain =
+    match n.conn with
+    | None -> ()
+    | Some c -> (
+        let sealed = Secure.seal_cs keys ~session ~seq plain in
+        let hl = Wire.data_header_length in
+        let iov = Pool.alloc n.pool (hl + Cstruct.length sealed) in
+        let cs = Iovec.cstruct iov in
+        Cstruct.blit_from_bytes (Wire.data_header ~up ~session ~seq) 0 cs 0 hl;
+        Cstruct.blit sealed 0 cs hl (Cstruct.length sealed);
+        let msg = Msg.of_iovec iov in
+        let r = T.send c ~dst msg in
+        Msg.release msg;
+        match r with
+        | Ok () -> ()
+        | Error e -> Log.debug (fun m -> m "send to %a: %a" T.pp_address dst Transport.pp_error e))
+
+  let plain inner = Cstruct.of_string (Codec.encode_string Wire.inner inner)
+
+  let send_c_plain n cs p =
     match cs.cstate with
     | Open keys ->
         let seq = cs.cseq in
         cs.cseq <- Int64.succ seq;
-        let sealed = Secure.seal keys ~session:cs.cid ~seq (Codec.encode_string Wire.inner inner) in
-        send_outer n cs.caddr (Wire.Data { up = true; session = cs.cid; seq; sealed })
+        send_sealed n cs.caddr keys ~up:true ~session:cs.cid ~seq p
     | _ -> ()
+
+  let send_c n cs inner = send_c_plain n cs (plain inner)
 
   let forget n port = Hashtbl.remove n.cache port
 
@@ -238,7 +281,7 @@ module Make (T : Transport.S) = struct
     t.working <- false;
     t.rep_hdr <- None;
     t.rep_total <- 0;
-    Buffer.clear t.rep_buf;
+    Acc.clear t.rep_buf;
     t.rep_frags <- 0;
     cancel t.timer;
     t.timer <- None
@@ -263,7 +306,7 @@ module Make (T : Transport.S) = struct
       let off = t.next in
       let len = min frag (total - off) in
       let header = if off = 0 then Some t.hdr else None in
-      send_c n cs (Wire.Frag { dir = Wire.Req; xid = t.xid; total; offset = off; header; chunk = String.sub t.tdata off len });
+      send_c_plain n cs (Wire.frag_cstruct ~headroom:0 ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header t.tdata ~off ~len);
       t.sent_any <- true;
       t.next <- off + len
     done
@@ -280,7 +323,7 @@ module Make (T : Transport.S) = struct
       lose_session n cs "the server fell silent"
     end
     else begin
-      send_c n cs (Wire.Enquire { xid = t.xid; have = Buffer.length t.rep_buf });
+      send_c n cs (Wire.Enquire { xid = t.xid; have = Acc.length t.rep_buf });
       let next = if t.working then n.cfg.alive else t.backoff in
       t.backoff <- min n.cfg.max_backoff (2 * t.backoff);
       arm n cs t next
@@ -435,7 +478,7 @@ module Make (T : Transport.S) = struct
         working = false;
         rep_hdr = None;
         rep_total = 0;
-        rep_buf = Buffer.create 0;
+        rep_buf = Acc.create ();
         rep_frags = 0;
         last_heard = now n;
         backoff = n.cfg.retransmit;
@@ -514,37 +557,39 @@ module Make (T : Transport.S) = struct
               match header with
               | Some h when rtotal <= n.cfg.max_message ->
                   t.rep_hdr <- Some h;
-                  t.rep_total <- rtotal
+                  t.rep_total <- rtotal;
+                  Acc.reset t.rep_buf rtotal
               | Some _ -> complete n cs t (Error (`Combad "reply over the size limit"))
               | None -> ()
             end;
             if t.rep_hdr <> None && rtotal = t.rep_total && not t.finished then begin
-              if offset = Buffer.length t.rep_buf && (String.length chunk > 0 || rtotal = 0) then begin
-                Buffer.add_string t.rep_buf chunk;
+              if offset = Acc.length t.rep_buf && (String.length chunk > 0 || rtotal = 0) && Acc.fits t.rep_buf chunk then begin
+                Acc.add t.rep_buf chunk;
                 t.rep_frags <- t.rep_frags + 1;
                 let multi = rtotal > n.cfg.fragment in
-                if Buffer.length t.rep_buf >= rtotal then begin
+                if Acc.length t.rep_buf >= rtotal then begin
                   if multi then send_c n cs (Wire.Done { xid });
                   match t.rep_hdr with
-                  | Some h when Buffer.length t.rep_buf = rtotal -> complete n cs t (Ok (h, Buffer.contents t.rep_buf))
+                  | Some h -> complete n cs t (Ok (h, Acc.contents t.rep_buf))
                   | _ -> complete n cs t (Error (`Combad "reply longer than announced"))
                 end
-                else if multi && t.rep_frags mod max 1 (n.cfg.window / 4) = 0 then
-                  send_c n cs (Wire.Ack { dir = Wire.Rep; xid; upto = Buffer.length t.rep_buf })
+                else if multi && t.rep_frags mod max 1 (n.cfg.window / 8) = 0 then
+                  send_c n cs (Wire.Ack { dir = Wire.Rep; xid; upto = Acc.length t.rep_buf })
               end
-              else if offset > Buffer.length t.rep_buf then
-                send_c n cs (Wire.Ack { dir = Wire.Rep; xid; upto = Buffer.length t.rep_buf })
+              else if offset > Acc.length t.rep_buf then
+                send_c n cs (Wire.Ack { dir = Wire.Rep; xid; upto = Acc.length t.rep_buf })
             end;
             if not t.finished then arm n cs t n.cfg.retransmit
         | _ -> ())
 
   (* ---------------- server ---------------- *)
 
-  let send_s n ss inner =
+  let send_s_plain n ss p =
     let seq = ss.sseq in
     ss.sseq <- Int64.succ seq;
-    let sealed = Secure.seal ss.skeys ~session:ss.sid ~seq (Codec.encode_string Wire.inner inner) in
-    send_outer n ss.saddr (Wire.Data { up = false; session = ss.sid; seq; sealed })
+    send_sealed n ss.saddr ss.skeys ~up:false ~session:ss.sid ~seq p
+
+  let send_s n ss inner = send_s_plain n ss (plain inner)
 
   let release_state n ss =
     (match ss.st with
@@ -590,7 +635,7 @@ module Make (T : Transport.S) = struct
           let off = p.pnext in
           let len = min frag (total - off) in
           let header = if off = 0 then Some p.phdr else None in
-          send_s n ss (Wire.Frag { dir = Wire.Rep; xid = p.pxid; total; offset = off; header; chunk = String.sub p.pdata off len });
+          send_s_plain n ss (Wire.frag_cstruct ~headroom:0 ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header p.pdata ~off ~len);
           p.pnext <- off + len
         done;
         (* Long replies are driven by the server: resend from the last ack when
@@ -650,8 +695,9 @@ module Make (T : Transport.S) = struct
               end
               else begin
                 n.buffered <- n.buffered + total;
-                let rbuf = Buffer.create (min total (1 lsl 20)) in
-                Buffer.add_string rbuf chunk;
+                let rbuf = Acc.create () in
+                Acc.reset rbuf total;
+                Acc.add rbuf chunk;
                 ss.st <- Receiving { rxid = xid; rtotal = total; rhdr = hdr; rbuf; nacked = -1 }
               end
           | _ -> () (* its first fragment is late: the client will enquire *)
@@ -659,18 +705,18 @@ module Make (T : Transport.S) = struct
         else begin
           match ss.st with
           | Receiving r when r.rxid = xid && total = r.rtotal ->
-              let have = Buffer.length r.rbuf in
-              if offset = have && String.length chunk > 0 && have + String.length chunk <= total then begin
-                Buffer.add_string r.rbuf chunk;
-                let have = Buffer.length r.rbuf in
+              let have = Acc.length r.rbuf in
+              if offset = have && String.length chunk > 0 && Acc.fits r.rbuf chunk then begin
+                Acc.add r.rbuf chunk;
+                let have = Acc.length r.rbuf in
                 if have = total then begin
                   n.buffered <- n.buffered - total;
-                  let data = Buffer.contents r.rbuf in
+                  let data = Acc.contents r.rbuf in
                   ss.st <- Idle;
                   send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
                   deliver n ss xid r.rhdr data
                 end
-                else if have / n.cfg.fragment mod max 1 (n.cfg.window / 4) = 0 then
+                else if have / n.cfg.fragment mod max 1 (n.cfg.window / 8) = 0 then
                   send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
               end
               else if offset > have && r.nacked <> have then begin
@@ -695,7 +741,7 @@ module Make (T : Transport.S) = struct
         if xid > ss.last_xid then send_s n ss (Wire.Unknown { xid })
         else if xid = ss.last_xid then begin
           match ss.st with
-          | Receiving r -> send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = Buffer.length r.rbuf })
+          | Receiving r -> send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = Acc.length r.rbuf })
           | Executing _ -> send_s n ss (Wire.Alive { xid })
           | Replied p ->
               let have = max 0 (min have (String.length p.pdata)) in
@@ -875,6 +921,30 @@ module Make (T : Transport.S) = struct
         send_outer n src (Wire.Hereis { port; nonce; public = Port.Key.public srv.skey; signature = Secure.locate_signature srv.skey ~nonce })
     | _ -> ()
 
+  (* A sealed message; [sealed] may share the receive buffer: it is not kept. *)
+  let on_data n src ~up ~session ~seq sealed =
+    if up then
+      match Hashtbl.find_opt n.ssessions session with
+      | None -> send_outer n src (Wire.Badsession { session })
+      | Some ss when not (T.equal_address ss.saddr src) -> n.bad <- n.bad + 1
+      | Some ss -> (
+          match Secure.open_cs ss.skeys ~session ~seq sealed with
+          | None -> n.bad <- n.bad + 1
+          | Some plain -> (
+              match Codec.decode_exact Wire.inner plain with
+              | Ok inner -> server_inner n ss inner
+              | Error _ -> n.bad <- n.bad + 1))
+    else
+      match Hashtbl.find_opt n.cby_id session with
+      | Some ({ cstate = Open keys; _ } as cs) when T.equal_address cs.caddr src -> (
+          match Secure.open_cs keys ~session ~seq sealed with
+          | None -> n.bad <- n.bad + 1
+          | Some plain -> (
+              match Codec.decode_exact Wire.inner plain with
+              | Ok inner -> client_inner n cs inner
+              | Error _ -> n.bad <- n.bad + 1))
+      | _ -> n.bad <- n.bad + 1
+
   let on_datagram n src s =
     match Codec.decode_string Wire.outer s with
     | Error _ -> n.bad <- n.bad + 1
@@ -889,27 +959,7 @@ module Make (T : Transport.S) = struct
             match Hashtbl.find_opt n.cby_id session with
             | Some cs when T.equal_address cs.caddr src -> lose_session n cs "the server restarted"
             | _ -> n.bad <- n.bad + 1)
-        | Wire.Data { up = true; session; seq; sealed } -> (
-            match Hashtbl.find_opt n.ssessions session with
-            | None -> send_outer n src (Wire.Badsession { session })
-            | Some ss when not (T.equal_address ss.saddr src) -> n.bad <- n.bad + 1
-            | Some ss -> (
-                match Secure.open_ ss.skeys ~session ~seq sealed with
-                | None -> n.bad <- n.bad + 1
-                | Some plain -> (
-                    match Codec.decode_string Wire.inner plain with
-                    | Ok inner -> server_inner n ss inner
-                    | Error _ -> n.bad <- n.bad + 1)))
-        | Wire.Data { up = false; session; seq; sealed } -> (
-            match Hashtbl.find_opt n.cby_id session with
-            | Some ({ cstate = Open keys; _ } as cs) when T.equal_address cs.caddr src -> (
-                match Secure.open_ keys ~session ~seq sealed with
-                | None -> n.bad <- n.bad + 1
-                | Some plain -> (
-                    match Codec.decode_string Wire.inner plain with
-                    | Ok inner -> client_inner n cs inner
-                    | Error _ -> n.bad <- n.bad + 1))
-            | _ -> n.bad <- n.bad + 1))
+        | Wire.Data { up; session; seq; sealed } -> on_data n src ~up ~session ~seq (Cstruct.of_string sealed))
 
   let shutdown n =
     if not n.closed then begin
@@ -967,9 +1017,15 @@ module Make (T : Transport.S) = struct
         {
           T.recv =
             (fun ~src iov ->
-              let s = Iovec.to_string iov in
-              Iovec.release iov;
-              if not n.closed then on_datagram n src s);
+              if n.closed then Iovec.release iov
+              else
+                match Wire.peek_data (Iovec.cstruct iov) with
+                | Some (up, session, seq, sealed) ->
+                    Fun.protect ~finally:(fun () -> Iovec.release iov) (fun () -> on_data n src ~up ~session ~seq sealed)
+                | None ->
+                    let s = Iovec.to_string iov in
+                    Iovec.release iov;
+                    on_datagram n src s);
           closed = (fun () -> shutdown n);
         }
       in

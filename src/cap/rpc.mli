@@ -15,7 +15,7 @@
 
     Each (server address, port) pair a client talks to gets a {e session}:
     a handshake pinned by the port (see {!Secure}), then every message
-    sealed with ChaCha20-Poly1305. Capabilities and data never travel in
+    sealed with AES-256-GCM. Capabilities and data never travel in
     clear. A session also names one incarnation of the server: a server
     that restarts has forgotten its sessions and answers [Badsession].
 

@@ -1,5 +1,5 @@
 module X = Mirage_crypto_ec.X25519
-module C = Mirage_crypto.Chacha20
+module C = Mirage_crypto.Cipher_block.AES.GCM
 
 type keys = { send : C.key; recv : C.key }
 type client_state = { port : Port.t; secret : X.secret; eph : string; nonce : string }
@@ -68,3 +68,9 @@ let open_ k ~session ~seq sealed =
 let locate_msg port nonce = String.concat "" [ "consort-locate-v1"; Port.to_raw port; nonce ]
 let locate_signature key ~nonce = Port.Key.sign key (locate_msg (Port.Key.port key) nonce)
 let locate_verify port ~nonce ~public ~signature = Port.verify port ~public ~signature (locate_msg port nonce)
+
+let seal_cs k ~session ~seq msg = C.authenticate_encrypt ~key:k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg
+
+let open_cs k ~session ~seq sealed =
+  if Cstruct.length sealed < 16 || String.length session <> 8 then None
+  else C.authenticate_decrypt ~key:k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed

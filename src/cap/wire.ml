@@ -129,3 +129,40 @@ let pp_outer ppf = function
   | Badsession { session } -> Fmt.pf ppf "badsession %s" (hex session)
   | Locate { port; _ } -> Fmt.pf ppf "locate %a" Port.pp port
   | Hereis { port; _ } -> Fmt.pf ppf "hereis %a" Port.pp port
+
+(* The fast path of fragments: the same bytes as [inner] gives for a [Frag],
+   written straight into a buffer, the chunk taken from its string without
+   a copy of its own. *)
+let frag_prefix =
+  let open Codec in
+  tup4 uint8 (tup4 dir_codec varint varint varint) (option Header.codec) varint
+
+let frag_cstruct ~headroom ~dir ~xid ~total ~offset ~header data ~off ~len =
+  let prefix = (1, (dir, xid, total, offset), header, len) in
+  let plen = Codec.size frag_prefix prefix in
+  let b = Bytes.create (headroom + plen + len) in
+  ignore (Codec.encode_into frag_prefix b headroom prefix);
+  Bytes.blit_string data off b (headroom + plen) len;
+  Cstruct.of_bytes b
+
+let data_header_length = 18
+
+let data_header ~up ~session ~seq =
+  let b = Bytes.create data_header_length in
+  Bytes.set b 0 '\001';
+  Bytes.set b 1 (if up then '\004' else '\008');
+  Bytes.blit_string session 0 b 2 8;
+  Bytes.set_int64_be b 10 seq;
+  b
+
+let peek_data cs =
+  if Cstruct.length cs >= data_header_length + 16
+     && Cstruct.get_uint8 cs 0 = 1
+     && (Cstruct.get_uint8 cs 1 = 4 || Cstruct.get_uint8 cs 1 = 8)
+  then
+    Some
+      ( Cstruct.get_uint8 cs 1 = 4,
+        Cstruct.to_string (Cstruct.sub cs 2 8),
+        Cstruct.BE.get_uint64 cs 10,
+        Cstruct.shift cs data_header_length )
+  else None

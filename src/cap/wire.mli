@@ -52,3 +52,33 @@ val max_chunk : int
 val pp_dir : dir Fmt.t
 val pp_inner : inner Fmt.t
 val pp_outer : outer Fmt.t
+
+(** {1 The fast path}
+
+    The same bytes as {!outer} and {!inner} give, without intermediate
+    strings, for the datagrams that carry data. *)
+
+val frag_cstruct :
+  headroom:int ->
+  dir:dir ->
+  xid:int ->
+  total:int ->
+  offset:int ->
+  header:Header.t option ->
+  string ->
+  off:int ->
+  len:int ->
+  Cstruct.t
+(** [frag_cstruct ~headroom ... data ~off ~len] is [headroom] unspecified
+    bytes and then the {!inner} encoding of the [Frag] whose chunk is
+    bytes [off, off+len) of [data]. *)
+
+val data_header_length : int
+(** 18: version, kind, session and sequence number of a [Data] datagram. *)
+
+val data_header : up:bool -> session:string -> seq:int64 -> Bytes.t
+(** The first {!data_header_length} bytes of a [Data] datagram. *)
+
+val peek_data : Cstruct.t -> (bool * string * int64 * Cstruct.t) option
+(** [peek_data cs] is [Some (up, session, seq, sealed)] when [cs] is a
+    [Data] datagram ([sealed] shares [cs]'s memory), [None] otherwise. *)

@@ -365,3 +365,39 @@ let tamper () =
   | _ -> Alcotest.fail "no hello"
 
 let tests = tests @ [ Alcotest.test_case "capture: nothing in clear" `Quick capture; Alcotest.test_case "AEAD and handshake refuse tampering" `Quick tamper ]
+
+(* The fast path writes the same bytes as the codecs. *)
+let fast_path () =
+  let rs = Random.State.make [| 7 |] in
+  let g = Crypto.deterministic "fast" in
+  let port = Port.Key.port (Port.Key.generate ~g ()) in
+  for _ = 1 to 300 do
+    let data = String.init (Random.State.int rs 3000) (fun _ -> Char.chr (Random.State.int rs 256)) in
+    let off = if data = "" then 0 else Random.State.int rs (String.length data) in
+    let len = Random.State.int rs (String.length data - off + 1) in
+    let header =
+      if Random.State.bool rs then None
+      else
+        Some
+          (Header.request ~offset:(Random.State.int rs 100000) ~extra:(Random.State.int rs 1000 - 500)
+             (Cap.owner port ~obj:(Random.State.int rs 1000) secret) (Random.State.int rs 5000))
+    in
+    let dir = if Random.State.bool rs then Wire.Req else Wire.Rep in
+    let xid = Random.State.int rs 1_000_000 and total = Random.State.int rs 10_000_000 and offset = Random.State.int rs 1_000_000 in
+    let fast = Cstruct.to_string (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len) in
+    let slow = Codec.encode_string Wire.inner (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len }) in
+    Alcotest.(check string) "same bytes" slow fast;
+    let session = Crypto.random ~g 8 and seq = Random.State.int64 rs Int64.max_int in
+    let sealed = String.make (16 + Random.State.int rs 50) 'z' in
+    let whole = Bytes.to_string (Wire.data_header ~up:(dir = Wire.Req) ~session ~seq) ^ sealed in
+    Alcotest.(check string) "data header" (Codec.encode_string Wire.outer (Wire.Data { up = dir = Wire.Req; session; seq; sealed })) whole;
+    match Wire.peek_data (Cstruct.of_string whole) with
+    | Some (up, s, q, body) ->
+        Alcotest.(check bool) "up" (dir = Wire.Req) up;
+        Alcotest.(check string) "session" session s;
+        Alcotest.(check int64) "seq" seq q;
+        Alcotest.(check string) "sealed" sealed (Cstruct.to_string body)
+    | None -> Alcotest.fail "not recognised"
+  done
+
+let tests = tests @ [ Alcotest.test_case "fast path = codecs" `Quick fast_path ]
