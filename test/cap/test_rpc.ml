@@ -401,3 +401,96 @@ let fast_path () =
   done
 
 let tests = tests @ [ Alcotest.test_case "fast path = codecs" `Quick fast_path ]
+
+(* A rogue that relays the real server's signed locate answer gets the
+   client to its address, but cannot complete the handshake: RPC_UNSAFE,
+   and nothing reaches the rogue in clear. *)
+let relaying_rogue () =
+  let b = bed () in
+  let rogue_key = Port.Key.generate ~g:b.g () in
+  let client_addr = ref None in
+  let seen = ref [] in
+  let rc = ref None in
+  let send dst o =
+    match !rc with
+    | Some c ->
+        let m = Msg.of_string Pool.default (Codec.encode_string Wire.outer o) in
+        ignore (Sim.send c ~dst m);
+        Msg.release m
+    | None -> ()
+  in
+  let handler c =
+    rc := Some c;
+    {
+      Sim.recv =
+        (fun ~src iov ->
+          let s = Iovec.to_string iov in
+          Iovec.release iov;
+          seen := s :: !seen;
+          match Codec.decode_string Wire.outer s with
+          | Ok (Wire.Locate _ as o) ->
+              client_addr := Some src;
+              send "s" o
+          | Ok (Wire.Hereis _ as o) -> Option.iter (fun c -> send c o) !client_addr
+          | Ok (Wire.Hello { eph; nonce; _ }) -> (
+              match Secure.server_accept ~g:b.g rogue_key ~session:"rogue123" ~eph ~nonce with
+              | Ok (_, ack) -> send src ack
+              | Error _ -> ())
+          | _ -> ());
+      closed = ignore;
+    }
+  in
+  ignore (Sim.open_ b.net "rogue" handler);
+  let client = ok (R.create ~config:cfg ~g:b.g ~locate:[ "rogue" ] b.net "victim") in
+  let res = ref None in
+  let c = cap b in
+  R.trans client (Header.request c 1) "secret payload" (fun r -> res := Some r);
+  Sim.run b.net;
+  (match !res with
+  | Some (Error (`Unsafe _)) -> ()
+  | Some (Error e) -> Alcotest.failf "expected RPC_UNSAFE, got %a" Rpc_error.pp e
+  | Some (Ok _) -> Alcotest.fail "served through a rogue"
+  | None -> Alcotest.fail "no outcome");
+  Alcotest.(check int) "nothing carried out" 0 (times b "secret payload");
+  let all = String.concat "" !seen in
+  if contains ~sub:"secret payload" all || contains ~sub:c.Cap.check all then Alcotest.fail "the rogue saw secrets"
+
+(* Bytes held by a server are bounded: a request that does not fit is
+   refused, not carried out. *)
+let buffered_bound () =
+  let config = { cfg with max_buffered = 100_000 } in
+  let b = bed ~config () in
+  let d = payload 200_000 3 in
+  (match run_call b d with
+  | Error `Tryagain -> ()
+  | Error e -> Alcotest.failf "expected TRYAGAIN, got %a" Rpc_error.pp e
+  | Ok _ -> Alcotest.fail "accepted over the bound");
+  Alcotest.(check int) "not carried out" 0 (times b d);
+  expect_ok b (payload 50_000 4);
+  Alcotest.(check int) "nothing held" 0 (R.stats b.server).Rpc.buffered
+
+(* The locate cache is bounded. *)
+let cache_bound () =
+  let config = { cfg with max_cache = 3 } in
+  let net = Sim.create ~seed:9 () in
+  let g = Crypto.deterministic "cache" in
+  let server = ok (R.create ~config ~g net "s") in
+  let keys = List.init 8 (fun _ -> Port.Key.generate ~g ()) in
+  List.iter (fun k -> R.listen (R.serve server k) (fun r -> R.putrep r (Header.reply `Ok) "")) keys;
+  let client = ok (R.create ~config ~g ~locate:[ "s" ] net "c") in
+  List.iter
+    (fun k ->
+      let res = ref None in
+      R.locate client (Port.Key.port k) (fun r -> res := Some r);
+      Sim.run net;
+      match !res with Some (Ok "s") -> () | _ -> Alcotest.fail "not located")
+    keys;
+  Alcotest.(check bool) "cache bounded" true ((R.stats client).Rpc.cache <= 3)
+
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "relaying rogue: UNSAFE" `Quick relaying_rogue;
+      Alcotest.test_case "server bytes bounded" `Quick buffered_bound;
+      Alcotest.test_case "locate cache bounded" `Quick cache_bound;
+    ]
