@@ -494,3 +494,43 @@ let tests =
       Alcotest.test_case "server bytes bounded" `Quick buffered_bound;
       Alcotest.test_case "locate cache bounded" `Quick cache_bound;
     ]
+
+(* Garbage and mutated datagrams thrown at a client and a server: nothing
+   raises, nothing is carried out by accident, and the nodes keep working. *)
+let garbage () =
+  let b = bed () in
+  let captured = ref [] in
+  let tap node =
+    ignore (Sim.control (R.connection node) (Sim.Drop_filter (Some (fun ~src:_ cs -> captured := Cstruct.to_string cs :: !captured; false))))
+  in
+  tap b.client;
+  tap b.server;
+  expect_ok b "real one";
+  let samples = Array.of_list !captured in
+  let rs = Random.State.make [| 11 |] in
+  let attacker = ref None in
+  ignore (Sim.open_ b.net "x" (fun c -> attacker := Some c; { Sim.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore }));
+  let c = Option.get !attacker in
+  for i = 1 to 3000 do
+    let s =
+      match i mod 3 with
+      | 0 -> String.init (Random.State.int rs 200) (fun _ -> Char.chr (Random.State.int rs 256))
+      | _ ->
+          let base = Bytes.of_string samples.(Random.State.int rs (Array.length samples)) in
+          for _ = 0 to Random.State.int rs 4 do
+            if Bytes.length base > 0 then
+              Bytes.set base (Random.State.int rs (Bytes.length base)) (Char.chr (Random.State.int rs 256))
+          done;
+          let cut = if Random.State.int rs 4 = 0 then Random.State.int rs (Bytes.length base + 1) else Bytes.length base in
+          Bytes.sub_string base 0 cut
+    in
+    let m = Msg.of_string Pool.default s in
+    ignore (Sim.send c ~dst:(if i mod 2 = 0 then "s" else "c") m);
+    Msg.release m
+  done;
+  Sim.run b.net;
+  Alcotest.(check int) "nothing new carried out" 1 (Hashtbl.length b.executed);
+  Alcotest.(check bool) "garbage counted" true ((R.stats b.server).Rpc.bad_datagrams > 0);
+  expect_ok b "still works"
+
+let tests = tests @ [ Alcotest.test_case "garbage and mutated datagrams" `Quick garbage ]
