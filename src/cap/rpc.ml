@@ -94,6 +94,7 @@ module Make (T : Transport.S) = struct
     tdata : string;
     idempotent : bool;
     k : (reply, Rpc_error.t) result -> unit;
+    progress : ([ `Sent | `Received ] -> int -> int -> unit) option;
     mutable attempts : int;  (* locate/handshake rounds left *)
     mutable xid : int;
     mutable sent_any : bool;  (* a request fragment went out on the current session *)
@@ -463,13 +464,14 @@ module Make (T : Transport.S) = struct
               ask ()
             end)
 
-  let trans n ?(idempotent = false) hdr data k =
+  let trans n ?(idempotent = false) ?progress hdr data k =
     let t =
       {
         hdr;
         tdata = data;
         idempotent;
         k;
+        progress;
         attempts = n.cfg.locate_tries;
         xid = 0;
         sent_any = false;
@@ -513,7 +515,10 @@ module Make (T : Transport.S) = struct
             heard ();
             let upto = min upto total in
             if upto = t.acked && upto < t.next then t.next <- upto (* a gap: go back *)
-            else if upto > t.acked then t.acked <- upto;
+            else if upto > t.acked then begin
+              t.acked <- upto;
+              Option.iter (fun f -> f `Sent upto total) t.progress
+            end;
             if t.next < t.acked then t.next <- t.acked;
             if t.acked >= total then t.working <- true;
             pump n cs t;
@@ -565,6 +570,7 @@ module Make (T : Transport.S) = struct
             if t.rep_hdr <> None && rtotal = t.rep_total && not t.finished then begin
               if offset = Acc.length t.rep_buf && (String.length chunk > 0 || rtotal = 0) && Acc.fits t.rep_buf chunk then begin
                 Acc.add t.rep_buf chunk;
+                Option.iter (fun f -> f `Received (Acc.length t.rep_buf) rtotal) t.progress;
                 t.rep_frags <- t.rep_frags + 1;
                 let multi = rtotal > n.cfg.fragment in
                 if Acc.length t.rep_buf >= rtotal then begin
@@ -1120,8 +1126,8 @@ module Make (T : Transport.S) = struct
       W.run_until n.tr (fun () -> !res <> None || n.closed);
       match !res with Some r -> r | None -> raise Exit
 
-    let trans n ?idempotent hdr data =
-      match wait n (trans n ?idempotent hdr data) with r -> r | exception Exit -> Error `Aborted
+    let trans n ?idempotent ?progress hdr data =
+      match wait n (trans n ?idempotent ?progress hdr data) with r -> r | exception Exit -> Error `Aborted
 
     let getreq s =
       match wait s.snode (getreq s) with r -> Some r | exception Exit -> None

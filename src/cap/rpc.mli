@@ -132,12 +132,20 @@ module Make (T : Consort.Transport.S) : sig
   type reply = Header.t * string
 
   val trans :
-    node -> ?idempotent:bool -> Header.t -> string -> ((reply, Rpc_error.t) result -> unit) -> unit
+    node ->
+    ?idempotent:bool ->
+    ?progress:([ `Sent | `Received ] -> int -> int -> unit) ->
+    Header.t ->
+    string ->
+    ((reply, Rpc_error.t) result -> unit) ->
+    unit
   (** [trans n hdr data k] sends the request [hdr], [data] to the server of
       [hdr.port] and calls [k] once with the reply or the error (never from
       inside [trans] itself unless it fails at once). [idempotent] (default
       [false]) allows resending on a new session after a server restart or
-      silence. *)
+      silence. [progress] is called as the request's bytes are acknowledged
+      ([`Sent done total]) and the reply's arrive ([`Received done total]),
+      for progress bars. *)
 
   val forget : node -> Port.t -> unit
   (** [forget n port] drops the cached location of [port]. *)
@@ -211,7 +219,13 @@ module Make (T : Consort.Transport.S) : sig
   module Blocking (W : sig
     val run_until : T.t -> (unit -> bool) -> unit
   end) : sig
-    val trans : node -> ?idempotent:bool -> Header.t -> string -> (reply, Rpc_error.t) result
+    val trans :
+      node ->
+      ?idempotent:bool ->
+      ?progress:([ `Sent | `Received ] -> int -> int -> unit) ->
+      Header.t ->
+      string ->
+      (reply, Rpc_error.t) result
     val getreq : server -> request option
     (** [None] if the node closed while waiting. *)
 

@@ -4,7 +4,13 @@
 include module type of Rpc.Make (Consort_engine.Udp)
 
 module Sync : sig
-  val trans : node -> ?idempotent:bool -> Header.t -> string -> (reply, Rpc_error.t) result
+  val trans :
+    node ->
+    ?idempotent:bool ->
+    ?progress:([ `Sent | `Received ] -> int -> int -> unit) ->
+    Header.t ->
+    string ->
+    (reply, Rpc_error.t) result
   val getreq : server -> request option
   val locate : node -> Port.t -> (Consort_engine.Udp.address, Rpc_error.t) result
   val std_info : node -> Cap.t -> (string, Rpc.call_error) result

@@ -34,9 +34,21 @@ let loopback () =
   | Ok (_, d) -> Alcotest.failf "got %S" d
   | Error e -> Alcotest.failf "trans: %a" Rpc_error.pp e);
   let big = String.init 2_000_000 (fun i -> Char.chr (i land 0xff)) in
-  (match R.Sync.trans client (Header.request owner 1) big with
+  let sent = ref [] and received = ref [] in
+  let progress dir d total =
+    match dir with `Sent -> sent := (d, total) :: !sent | `Received -> received := (d, total) :: !received
+  in
+  (match R.Sync.trans client ~progress (Header.request owner 1) big with
   | Ok (_, d) -> Alcotest.(check bool) "2 MB echoed" true (d = String.uppercase_ascii big)
   | Error e -> Alcotest.failf "trans: %a" Rpc_error.pp e);
+  let check_progress what l =
+    let l = List.rev l in
+    Alcotest.(check bool) (what ^ ": reported") true (List.length l > 2);
+    Alcotest.(check (pair int int)) (what ^ ": ends at the total") (String.length big, String.length big) (List.hd (List.rev l));
+    ignore (List.fold_left (fun prev (d, _) -> if d < prev then Alcotest.failf "%s went back" what; d) 0 l)
+  in
+  check_progress "sent" !sent;
+  check_progress "received" !received;
   (match R.Sync.std_info client owner with Ok "object 1" -> () | _ -> Alcotest.fail "std_info");
   (match R.Sync.std_status client owner with Ok "fine" -> () | _ -> Alcotest.fail "std_status");
   let reader = ok (Result.map_error (Fmt.str "%a" Rpc.pp_call_error) (R.Sync.std_restrict client owner Rights.read)) in
