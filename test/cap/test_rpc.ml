@@ -534,3 +534,27 @@ let garbage () =
   expect_ok b "still works"
 
 let tests = tests @ [ Alcotest.test_case "garbage and mutated datagrams" `Quick garbage ]
+
+(* While the server works, the client only enquires: small probes, never the
+   request again. *)
+let enquire_not_resend () =
+  let config = { cfg with alive = Time.of_ms 200 } in
+  let b = bed ~config () in
+  expect_ok b "warm";
+  b.delay <- Time.of_sec 3.;
+  let sizes = ref [] in
+  ignore
+    (Sim.control (R.connection b.server)
+       (Sim.Drop_filter (Some (fun ~src:_ cs -> sizes := Cstruct.length cs :: !sizes; false))));
+  let d = payload 50_000 9 in
+  let res, _ = call b d in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 500)) b.net;
+  sizes := [];
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 2000)) b.net;
+  Alcotest.(check bool) "probes sent while waiting" true (List.length !sizes >= 3);
+  List.iter (fun n -> if n > 200 then Alcotest.failf "a %d-byte datagram while the server works" n) !sizes;
+  Sim.run b.net;
+  (match !res with Some (Ok _) -> () | _ -> Alcotest.fail "no reply");
+  Alcotest.(check int) "once" 1 (times b d)
+
+let tests = tests @ [ Alcotest.test_case "enquire, not resend, while the server works" `Quick enquire_not_resend ]
