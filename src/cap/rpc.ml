@@ -41,6 +41,49 @@ let default_config =
     max_pending = 4096;
   }
 
+let () =
+  let open Params in
+  let d = default_config in
+  List.iter
+    (fun (name, v, doc) -> register ("rpc." ^ name) v ~doc)
+    [
+      ("fragment", Int d.fragment, "data bytes per RPC fragment");
+      ("window", Int d.window, "RPC fragments in flight beyond the last acknowledged");
+      ("retransmit", Time d.retransmit, "first RPC enquiry or resend after this silence");
+      ("max_backoff", Time d.max_backoff, "RPC enquiries back off up to this interval");
+      ("silence", Time d.silence, "an RPC gives up after this long without a word from the server");
+      ("alive", Time d.alive, "are-you-alive probe interval while the server works");
+      ("locate_timeout", Time d.locate_timeout, "wait this long for a locate or handshake answer");
+      ("locate_tries", Int d.locate_tries, "locate and handshake attempts");
+      ("locate_ttl", Time d.locate_ttl, "a cached port location is trusted this long");
+      ("max_message", Int d.max_message, "largest RPC request or reply, bytes");
+      ("max_sessions", Int d.max_sessions, "server sessions kept");
+      ("max_buffered", Int d.max_buffered, "server bytes in requests being received and replies kept");
+      ("max_queued", Int d.max_queued, "requests waiting for getreq, per port");
+      ("max_cache", Int d.max_cache, "locate cache entries");
+      ("max_pending", Int d.max_pending, "client transactions not yet finished");
+    ]
+
+let config_of_params p =
+  let i n = Params.int p ("rpc." ^ n) and t n = Params.time p ("rpc." ^ n) in
+  {
+    fragment = i "fragment";
+    window = i "window";
+    retransmit = t "retransmit";
+    max_backoff = t "max_backoff";
+    silence = t "silence";
+    alive = t "alive";
+    locate_timeout = t "locate_timeout";
+    locate_tries = i "locate_tries";
+    locate_ttl = t "locate_ttl";
+    max_message = i "max_message";
+    max_sessions = i "max_sessions";
+    max_buffered = i "max_buffered";
+    max_queued = i "max_queued";
+    max_cache = i "max_cache";
+    max_pending = i "max_pending";
+  }
+
 type call_error = [ `Rpc of Rpc_error.t | `Status of Status.t ]
 
 let pp_call_error ppf = function `Rpc e -> Rpc_error.pp ppf e | `Status s -> Status.pp ppf s

@@ -76,6 +76,11 @@ type config = {
 
 val default_config : config
 
+val config_of_params : Consort.Params.t -> config
+(** [config_of_params p] is the configuration from the tunables [rpc.*]
+    (registered with their defaults, listed by [consort params]) with
+    [p]'s overrides, such as [Params.of_string "rpc.fragment=61440"]. *)
+
 type stats = {
   executed : int;  (** requests handed to getreq *)
   duplicates : int;  (** request datagrams recognised as repeats *)

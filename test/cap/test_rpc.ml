@@ -558,3 +558,13 @@ let enquire_not_resend () =
   Alcotest.(check int) "once" 1 (times b d)
 
 let tests = tests @ [ Alcotest.test_case "enquire, not resend, while the server works" `Quick enquire_not_resend ]
+
+let params () =
+  let p = Result.get_ok (Params.of_string "rpc.fragment=61440,rpc.silence=9s") in
+  let c = Rpc.config_of_params p in
+  Alcotest.(check int) "override" 61440 c.Rpc.fragment;
+  Alcotest.(check int) "time override" (Time.of_sec 9.) c.Rpc.silence;
+  Alcotest.(check int) "default" Rpc.default_config.Rpc.window c.Rpc.window;
+  Alcotest.(check bool) "same as the record" true (Rpc.config_of_params Params.empty = Rpc.default_config)
+
+let tests = tests @ [ Alcotest.test_case "tunables" `Quick params ]
