@@ -568,3 +568,31 @@ let params () =
   Alcotest.(check bool) "same as the record" true (Rpc.config_of_params Params.empty = Rpc.default_config)
 
 let tests = tests @ [ Alcotest.test_case "tunables" `Quick params ]
+
+(* Two processes hold the same key and serve one port: when the one in use
+   dies, the client finds the other. *)
+let replicas () =
+  let net = Sim.create ~seed:5 () in
+  let g = Crypto.deterministic "replicas" in
+  let key = Port.Key.generate ~g () in
+  let start name =
+    let n = ok (R.create ~config:cfg ~g net name) in
+    R.listen (R.serve n key) (fun r -> R.putrep r (Header.reply `Ok) name);
+    n
+  in
+  let _a = start "a" and _b = start "b" in
+  let client = ok (R.create ~config:{ cfg with silence = Time.of_sec 1. } ~g ~locate:[ "a"; "b" ] net "c") in
+  let cap = Cap.owner (Port.Key.port key) ~obj:1 secret in
+  let call () =
+    let res = ref None in
+    R.trans client ~idempotent:true (Header.request cap 1) "" (fun r -> res := Some r);
+    Sim.run net;
+    match !res with Some (Ok (_, who)) -> who | Some (Error e) -> Alcotest.failf "%a" Rpc_error.pp e | None -> Alcotest.fail "no outcome"
+  in
+  let first = call () in
+  Alcotest.(check string) "sticks to one replica" first (call ());
+  Sim.crash net first;
+  let other = call () in
+  Alcotest.(check bool) "served by the other" true (other <> first && (other = "a" || other = "b"))
+
+let tests = tests @ [ Alcotest.test_case "replicas of one port" `Quick replicas ]
