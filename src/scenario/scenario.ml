@@ -57,12 +57,15 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Consort_cap.Rpc_sim.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
-  | None -> ( match Vsync_sim.describe n with Some d -> Some d | None -> Vsync_forged.describe n)
+  | None -> (
+      match Vsync_sim.describe n with
+      | Some d -> Some d
+      | None -> ( match Vsync_forged.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n))
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
@@ -182,4 +185,17 @@ let run ?trace ?params name ~seed =
               datagrams = o.datagrams;
               end_time = o.end_time;
             }
-      | None -> Error (Unknown_scenario { name; known = names }))
+      | None -> (
+          match Consort_cap.Rpc_sim.run ?trace name ~seed with
+          | Some o ->
+              Ok
+                {
+                  seed;
+                  violations = o.violations;
+                  trace_hash = o.trace_hash;
+                  sent = o.sent;
+                  delivered = o.delivered;
+                  datagrams = o.datagrams;
+                  end_time = o.end_time;
+                }
+          | None -> Error (Unknown_scenario { name; known = names })))
