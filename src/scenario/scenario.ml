@@ -57,12 +57,13 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Consort_cap.Rpc_sim.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
-  | None -> Vsync_sim.describe n
+  | None -> (
+      match Vsync_sim.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n)
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
@@ -180,4 +181,17 @@ let run ?trace name ~seed =
               datagrams = o.datagrams;
               end_time = o.end_time;
             }
-      | None -> Error (Unknown_scenario { name; known = names }))
+      | None -> (
+          match Consort_cap.Rpc_sim.run ?trace name ~seed with
+          | Some o ->
+              Ok
+                {
+                  seed;
+                  violations = o.violations;
+                  trace_hash = o.trace_hash;
+                  sent = o.sent;
+                  delivered = o.delivered;
+                  datagrams = o.datagrams;
+                  end_time = o.end_time;
+                }
+          | None -> Error (Unknown_scenario { name; known = names })))

@@ -1,1 +1,11 @@
-let () = Alcotest.run "consort-cap" [ ("caps", Test_caps.tests) ]
+let () =
+  if Array.length Sys.argv > 1 && Sys.argv.(1) = "--multicast-child" then Test_mcast.child ()
+  else
+    Alcotest.run "consort-cap"
+      [
+        ("caps", Test_caps.tests);
+        ("rpc", Test_rpc.tests);
+        ("udp", Test_udp.tests);
+        ("stack", Test_stack.tests);
+        ("multicast", Test_mcast.tests);
+      ]

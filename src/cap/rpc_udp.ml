@@ -1,0 +1,36 @@
+module Udp = Consort_engine.Udp
+include Rpc.Make (Udp)
+
+module Sync = Blocking (struct
+  let run_until loop f = if not (f ()) then Consort_engine.Loop.run ~until:f loop
+end)
+
+let default_multicast = "239.255.67.79:7469"
+
+let parse_list what l =
+  List.fold_left
+    (fun acc s ->
+      match acc with
+      | Error _ -> acc
+      | Ok l -> (
+          match Udp.address_of_string s with
+          | Ok a -> Ok (a :: l)
+          | Error e -> Error (Printf.sprintf "%s: %s" what e)))
+    (Ok []) l
+  |> Result.map List.rev
+
+let open_node ?config ?g ?locate ?(multicast = Some default_multicast) ?(bind = "0.0.0.0:0") loop =
+  match (Udp.address_of_string bind, parse_list "--locate" (Rpc.locate_list ?arg:locate ())) with
+  | Error e, _ -> Error ("--bind: " ^ e)
+  | _, Error e -> Error e
+  | Ok addr, Ok locate -> (
+      let group = match multicast with None -> Ok None | Some m -> Result.map Option.some (Udp.address_of_string m) in
+      match group with
+      | Error e -> Error ("multicast group: " ^ e)
+      | Ok multicast -> (
+          match create ?config ?g ~locate ?multicast loop addr with
+          | Ok n -> Ok n
+          | Error _ when multicast <> None ->
+              Logs.info (fun m -> m "multicast unavailable; locating by the configured addresses only");
+              create ?config ?g ~locate loop addr
+          | Error e -> Error e))

@@ -1,0 +1,43 @@
+(** {!Rpc} over kernel UDP, driven by a {!Consort_engine.Loop}, with the
+    blocking calls and the command-line conventions of Consort's tools. *)
+
+include module type of Rpc.Make (Consort_engine.Udp)
+
+module Sync : sig
+  val trans :
+    node ->
+    ?idempotent:bool ->
+    ?progress:([ `Sent | `Received ] -> int -> int -> unit) ->
+    Header.t ->
+    string ->
+    (reply, Rpc_error.t) result
+  val getreq : server -> request option
+  val locate : node -> Port.t -> (Consort_engine.Udp.address, Rpc_error.t) result
+  val std_info : node -> Cap.t -> (string, Rpc.call_error) result
+  val std_status : node -> Cap.t -> (string, Rpc.call_error) result
+  val std_restrict : node -> Cap.t -> Rights.t -> (Cap.t, Rpc.call_error) result
+  val std_destroy : node -> Cap.t -> (unit, Rpc.call_error) result
+  val std_touch : node -> Cap.t -> (unit, Rpc.call_error) result
+  val std_age : node -> Cap.t -> (unit, Rpc.call_error) result
+end
+(** The blocking calls: each runs the node's loop until its answer is
+    there. *)
+
+val default_multicast : string
+(** ["239.255.67.79:7469"]: the group that servers join and clients ask
+    when no other is configured. *)
+
+val open_node :
+  ?config:Rpc.config ->
+  ?g:Mirage_crypto_rng.g ->
+  ?locate:string ->
+  ?multicast:string option ->
+  ?bind:string ->
+  Consort_engine.Loop.t ->
+  (node, string) result
+(** [open_node loop] opens a node bound to [bind] (default
+    ["0.0.0.0:0"], any port). [locate] is a [--locate ADDR:PORT,...]
+    value (default: the [CONSORT_LOCATE] environment variable);
+    [multicast] is the group ([Some default_multicast] unless given;
+    [None] for none); a group that cannot be joined (no multicast route)
+    is left out with a log message. Errors are one readable line. *)

@@ -1,0 +1,84 @@
+(** The RPC protocol's datagrams, as typed values with total codecs.
+
+    Every datagram starts with a version byte (1) and a kind. Only
+    handshakes, locates and session errors travel in clear, and they hold
+    nothing secret (ports are public); everything about a transaction
+    (headers with their capabilities, data) is an {!inner} message sealed
+    in a [Data] datagram by the session's AEAD ({!Secure}). *)
+
+type outer =
+  | Hello of { port : Port.t; eph : string; nonce : string }
+      (** client → server: open a session with [port]'s server; [eph] is the
+          client's X25519 share (32 bytes), [nonce] 16 random bytes *)
+  | Hello_ack of { nonce : string; session : string; eph : string; public : string; signature : string }
+      (** server → client: the session id (8 bytes), the server's X25519
+          share, its Ed25519 public key and its signature of the handshake *)
+  | Nothere of { port : Port.t; nonce : string }
+      (** server → client: nothing here serves [port] (answer to a [Hello]) *)
+  | Data of { up : bool; session : string; seq : int64; sealed : string }
+      (** an {!inner} message sealed under the session's key for this
+          direction, with sequence number [seq]; [up] is client → server *)
+  | Badsession of { session : string }
+      (** server → client: no such session here (the server restarted) *)
+  | Locate of { port : Port.t; nonce : string }  (** client → anyone: who serves [port]? *)
+  | Hereis of { port : Port.t; nonce : string; public : string; signature : string }
+      (** server → client: I do; signed over the port and the nonce *)
+
+val outer : outer Consort.Codec.t
+
+(** Which message of a transaction a fragment or an ack is about. *)
+type dir = Req | Rep
+
+type inner =
+  | Frag of { dir : dir; xid : int; total : int; offset : int; header : Header.t option; chunk : string }
+      (** bytes [offset, offset + length chunk) of a message of [total]
+          bytes; the fragment at offset 0 carries the header *)
+  | Ack of { dir : dir; xid : int; upto : int }  (** the first [upto] bytes arrived *)
+  | Enquire of { xid : int; have : int }
+      (** client: where is [xid]? ([have] reply bytes arrived so far) *)
+  | Alive of { xid : int }  (** server: [xid] arrived and is being carried out *)
+  | Unknown of { xid : int }  (** server: [xid] never arrived (in this session) *)
+  | Busy of { xid : int }  (** server: no room for [xid]; it will not be carried out *)
+  | Forgotten of { xid : int }  (** server: [xid] was carried out but its reply was dropped *)
+  | Done of { xid : int }  (** client: the reply of [xid] arrived whole *)
+  | Moved of { xid : int }
+      (** server: the port is no longer served here; [xid] was not carried
+          out (locate it again) *)
+
+val inner : inner Consort.Codec.t
+val max_chunk : int
+(** The largest fragment chunk a decoder accepts: 65536 bytes. *)
+
+val pp_dir : dir Fmt.t
+val pp_inner : inner Fmt.t
+val pp_outer : outer Fmt.t
+
+(** {1 The fast path}
+
+    The same bytes as {!outer} and {!inner} give, without intermediate
+    strings, for the datagrams that carry data. *)
+
+val frag_cstruct :
+  headroom:int ->
+  dir:dir ->
+  xid:int ->
+  total:int ->
+  offset:int ->
+  header:Header.t option ->
+  string ->
+  off:int ->
+  len:int ->
+  Cstruct.t
+(** [frag_cstruct ~headroom ... data ~off ~len] is [headroom] unspecified
+    bytes and then the {!inner} encoding of the [Frag] whose chunk is
+    bytes [off, off+len) of [data]. *)
+
+val data_header_length : int
+(** 18: version, kind, session and sequence number of a [Data] datagram. *)
+
+val data_header : up:bool -> session:string -> seq:int64 -> Bytes.t
+(** The first {!data_header_length} bytes of a [Data] datagram. *)
+
+val peek_data : Cstruct.t -> (bool * string * int64 * Cstruct.t) option
+(** [peek_data cs] is [Some (up, session, seq, sealed)] when [cs] is a
+    [Data] datagram ([sealed] shares [cs]'s memory), [None] otherwise. *)

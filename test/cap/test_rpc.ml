@@ -1,0 +1,598 @@
+(* The two-endpoint testbed: a client node and a server node in the
+   simulator, stepped. *)
+open Consort
+open Consort_cap
+module Sim = Consort_engine.Sim
+module R = Rpc.Make (Sim)
+
+let ok = function Ok x -> x | Error e -> Alcotest.failf "unexpected error: %s" e
+let cfg = { Rpc.default_config with fragment = 1024; window = 8 }
+
+type bed = {
+  net : Sim.t;
+  key : Port.Key.t;
+  mutable server : R.node;
+  mutable srv : R.server;
+  client : R.node;
+  executed : (string, int) Hashtbl.t;  (* request data -> times carried out *)
+  mutable delay : Time.t;  (* how long the server works on a request *)
+  g : Mirage_crypto_rng.g;
+}
+
+let echo_server b =
+  R.listen b.srv (fun r ->
+      let d = R.data r in
+      Hashtbl.replace b.executed d (1 + Option.value ~default:0 (Hashtbl.find_opt b.executed d));
+      let answer () =
+        if not (R.is_closed b.server) then
+          R.putrep r (Header.reply ~size:(String.length d) `Ok) (String.uppercase_ascii d)
+      in
+      if b.delay = 0 then answer () else ignore (Sim.at b.net (Time.add (Sim.now b.net) b.delay) answer))
+
+let start_server b =
+  b.server <- ok (R.create ~config:cfg ~g:b.g b.net "s");
+  b.srv <- R.serve b.server b.key;
+  echo_server b
+
+let bed ?(seed = 1) ?(link = Sim.default_link) ?(config = cfg) () =
+  let net = Sim.create ~seed ~link () in
+  let g = Crypto.deterministic (string_of_int seed) in
+  let key = Port.Key.generate ~g () in
+  let server = ok (R.create ~config ~g net "s") in
+  let srv = R.serve server key in
+  let client = ok (R.create ~config ~g ~locate:[ "s" ] net "c") in
+  let b = { net; key; server; srv; client; executed = Hashtbl.create 8; delay = 0; g } in
+  echo_server b;
+  b
+
+let secret = Cap.Secret.generate ~g:(Crypto.deterministic "secret") ()
+let cap b = Cap.owner (Port.Key.port b.key) ~obj:1 secret
+
+let call ?idempotent b data =
+  let res = ref None in
+  R.trans b.client ?idempotent (Header.request (cap b) 1) data (fun r ->
+      if !res <> None then Alcotest.fail "reply callback called twice";
+      res := Some r);
+  (res, fun () -> Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 60.)) b.net)
+
+let run_call ?idempotent b data =
+  let res, run = call ?idempotent b data in
+  run ();
+  match !res with Some r -> r | None -> Alcotest.fail "no reply and no error"
+
+let expect_ok b data =
+  match run_call b data with
+  | Ok (h, d) ->
+      Alcotest.(check string) "reply data" (String.uppercase_ascii data) d;
+      Alcotest.(check int) "reply size" (String.length data) h.Header.size
+  | Error e -> Alcotest.failf "trans failed: %a" Rpc_error.pp e
+
+let times b d = Option.value ~default:0 (Hashtbl.find_opt b.executed d)
+
+let null_and_small () =
+  let b = bed () in
+  expect_ok b "";
+  expect_ok b "hello";
+  expect_ok b "again";
+  Alcotest.(check int) "executed once" 1 (times b "hello");
+  let s = R.stats b.server in
+  Alcotest.(check int) "one session" 1 s.Rpc.sessions
+
+let payload n seed = String.init n (fun i -> Char.chr (97 + ((i * 7) + seed) mod 26))
+
+let large () =
+  let b = bed () in
+  let d = payload 300_000 1 in
+  expect_ok b d;
+  Alcotest.(check int) "executed once" 1 (times b d);
+  Alcotest.(check int) "nothing held after Done" 0 (R.stats b.server).Rpc.buffered
+
+let lossy_link = { Sim.default_link with loss = 0.2; duplicate = 0.2; reorder = 0.2; reorder_delay = Time.of_ms 5; jitter = Time.of_ms 1 }
+
+let lossy () =
+  for seed = 1 to 20 do
+    let b = bed ~seed ~link:lossy_link () in
+    for i = 1 to 5 do
+      let d = payload (if i mod 2 = 0 then 20_000 else 10) (seed * 10 + i) in
+      (match run_call b d with
+      | Ok (_, r) -> Alcotest.(check string) "data" (String.uppercase_ascii d) r
+      | Error (`Failure _) -> ()
+      | Error e -> Alcotest.failf "seed %d: %a" seed Rpc_error.pp e);
+      if times b d > 1 then Alcotest.failf "seed %d: executed %d times" seed (times b d)
+    done
+  done
+
+let duplicates () =
+  let link = { Sim.default_link with duplicate = 0.9; reorder = 0.5; reorder_delay = Time.of_ms 20 } in
+  let b = bed ~link () in
+  for i = 1 to 20 do
+    let d = "req" ^ string_of_int i in
+    expect_ok b d;
+    Alcotest.(check int) "once" 1 (times b d)
+  done;
+  Alcotest.(check bool) "duplicates seen" true ((R.stats b.server).Rpc.duplicates > 0)
+
+(* The server restarts while working on a request: a request that is not
+   idempotent must end with RPC_FAILURE, never be carried out twice. *)
+let restart_mid_request () =
+  let b = bed () in
+  expect_ok b "warm";
+  b.delay <- Time.of_ms 200;
+  let res, _ = call b "transfer 100" in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 50)) b.net;
+  Alcotest.(check int) "arrived" 1 (times b "transfer 100");
+  Sim.crash b.net "s";
+  start_server b;
+  b.delay <- 0;
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 30.)) b.net;
+  (match !res with
+  | Some (Error (`Failure _)) -> ()
+  | Some (Ok _) -> Alcotest.fail "reported success for a request whose reply was lost"
+  | Some (Error e) -> Alcotest.failf "wrong error: %a" Rpc_error.pp e
+  | None -> Alcotest.fail "no outcome");
+  Alcotest.(check int) "carried out once" 1 (times b "transfer 100");
+  (* The next call works on a new session. *)
+  expect_ok b "after";
+  (* An idempotent request is sent again on the new session. *)
+  b.delay <- Time.of_ms 200;
+  let res, _ = call ~idempotent:true b "read 5" in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 50)) b.net;
+  Sim.crash b.net "s";
+  start_server b;
+  b.delay <- 0;
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 30.)) b.net;
+  (match !res with Some (Ok (_, "READ 5")) -> () | _ -> Alcotest.fail "idempotent request not retried");
+  Alcotest.(check int) "idempotent: carried out twice" 2 (times b "read 5")
+
+(* A request much longer than the silence limit: the client's probes keep
+   it alive. *)
+let long_request () =
+  let config = { cfg with silence = Time.of_sec 2.; alive = Time.of_ms 300 } in
+  let b = bed ~config () in
+  b.delay <- Time.of_sec 10.;
+  expect_ok b "slow";
+  Alcotest.(check int) "once" 1 (times b "slow")
+
+(* The server dies for good: the client says the outcome is unknown. *)
+let server_gone () =
+  let config = { cfg with silence = Time.of_sec 2. } in
+  let b = bed ~config () in
+  expect_ok b "first";
+  b.delay <- Time.of_sec 100.;
+  let res, run = call b "never" in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 50)) b.net;
+  Sim.crash b.net "s";
+  run ();
+  match !res with
+  | Some (Error (`Failure _ as e)) -> Alcotest.(check bool) "outcome unknown" true (Rpc_error.outcome e = `Unknown)
+  | _ -> Alcotest.fail "expected RPC_FAILURE"
+
+let not_found () =
+  let b = bed () in
+  let other = Port.Key.port (Port.Key.generate ~g:b.g ()) in
+  let res = ref None in
+  R.trans b.client (Header.request (Cap.owner other ~obj:1 secret) 1) "x" (fun r -> res := Some r);
+  Sim.run b.net;
+  match !res with Some (Error `Notfound) -> () | _ -> Alcotest.fail "expected RPC_NOTFOUND"
+
+let busy () =
+  let config = { cfg with max_queued = 1 } in
+  let b = bed ~config () in
+  R.stop b.srv;
+  b.srv <- R.serve b.server b.key;
+  (* Nobody calls getreq: the first request waits, the second is refused. *)
+  let r1, _ = call b "one" in
+  let r2, _ = call b "two" in
+  ignore r1;
+  Sim.run ~until:(Time.of_sec 1.) b.net;
+  (match !r2 with
+  | Some (Error `Tryagain) | None -> ()
+  | Some _ -> Alcotest.fail "expected TRYAGAIN or waiting");
+  ()
+
+(* The port moves: the old node stops serving it, a new node with the same
+   key serves it elsewhere. *)
+let moved () =
+  let b = bed () in
+  expect_ok b "before";
+  R.stop b.srv;
+  let n2 = ok (R.create ~config:cfg ~g:b.g b.net "s2") in
+  let s2 = R.serve n2 b.key in
+  R.listen s2 (fun r -> R.putrep r (Header.reply `Ok) ("moved:" ^ R.data r));
+  let net = b.net in
+  (* The client learns of s2 only by locating: add it to the locate list. *)
+  let client2 = ok (R.create ~config:cfg ~g:b.g ~locate:[ "s"; "s2" ] net "c2") in
+  let res = ref None in
+  R.trans client2 (Header.request (cap b) 1) "x" (fun r -> res := Some r);
+  Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 10.)) net;
+  match !res with Some (Ok (_, "moved:x")) -> () | _ -> Alcotest.fail "not served by the new place"
+
+(* A rogue process answers locates and handshakes for a port whose key it
+   does not hold. *)
+let rogue () =
+  let net = Sim.create ~seed:3 () in
+  let g = Crypto.deterministic "rogue" in
+  let key = Port.Key.generate ~g () in
+  let port = Port.Key.port key in
+  let rogue_key = Port.Key.generate ~g () in
+  let pool = Pool.default in
+  let answered = ref 0 in
+  let rc = ref None in
+  let handler c =
+    rc := Some c;
+    {
+      Sim.recv =
+        (fun ~src iov ->
+          let s = Iovec.to_string iov in
+          Iovec.release iov;
+          let reply o =
+            let m = Msg.of_string pool (Codec.encode_string Wire.outer o) in
+            ignore (Sim.send c ~dst:src m);
+            Msg.release m
+          in
+          match Codec.decode_string Wire.outer s with
+          | Ok (Wire.Locate { port; nonce }) ->
+              incr answered;
+              (* Its own key, its own signature: the digest is not the port. *)
+              reply
+                (Wire.Hereis { port; nonce; public = Port.Key.public rogue_key; signature = Secure.locate_signature rogue_key ~nonce })
+          | Ok (Wire.Hello { port = _; eph; nonce }) -> (
+              incr answered;
+              match Secure.server_accept ~g rogue_key ~session:"12345678" ~eph ~nonce with
+              | Ok (_, ack) -> reply ack
+              | Error _ -> ())
+          | _ -> ());
+      closed = ignore;
+    }
+  in
+  ignore (ok (Result.map_error (Fmt.str "%a" Transport.pp_error) (Sim.open_ net "rogue" handler)));
+  let client = ok (R.create ~config:cfg ~g ~locate:[ "rogue" ] net "c") in
+  let res = ref None in
+  R.trans client (Header.request (Cap.owner port ~obj:1 secret) 1) "secret data" (fun r -> res := Some r);
+  Sim.run net;
+  (match !res with Some (Error `Notfound) -> () | _ -> Alcotest.fail "rogue locate accepted");
+  Alcotest.(check bool) "rogue answers counted" true ((R.stats client).Rpc.rogue_answers > 0);
+  Alcotest.(check bool) "rogue was asked" true (!answered > 0);
+  (* Now the real server is also asked: the client reaches it. *)
+  let server = ok (R.create ~config:cfg ~g net "s") in
+  R.listen (R.serve server key) (fun r -> R.putrep r (Header.reply `Ok) "real");
+  let client2 = ok (R.create ~config:cfg ~g ~locate:[ "rogue"; "s" ] net "c2") in
+  let res = ref None in
+  R.trans client2 (Header.request (Cap.owner port ~obj:1 secret) 1) "x" (fun r -> res := Some r);
+  Sim.run net;
+  (match !res with Some (Ok (_, "real")) -> () | _ -> Alcotest.fail "real server not reached");
+  (* A rogue that relays the real server's locate answer still cannot
+     complete the handshake: the client says RPC_UNSAFE. *)
+  ()
+
+let bounds () =
+  let config = { cfg with max_sessions = 4 } in
+  let b = bed ~config () in
+  for i = 1 to 10 do
+    let c = ok (R.create ~config ~g:b.g ~locate:[ "s" ] b.net ("c" ^ string_of_int i)) in
+    R.trans c (Header.request (cap b) 1) "x" ignore;
+    Sim.run b.net
+  done;
+  Alcotest.(check bool) "sessions bounded" true ((R.stats b.server).Rpc.sessions <= 4)
+
+let tests =
+  [
+    Alcotest.test_case "null and small" `Quick null_and_small;
+    Alcotest.test_case "large messages" `Quick large;
+    Alcotest.test_case "loss, duplication, reordering" `Quick lossy;
+    Alcotest.test_case "duplicates carried out once" `Quick duplicates;
+    Alcotest.test_case "server restart mid-request" `Quick restart_mid_request;
+    Alcotest.test_case "long request kept alive" `Quick long_request;
+    Alcotest.test_case "server gone: outcome unknown" `Quick server_gone;
+    Alcotest.test_case "no server: NOTFOUND" `Quick not_found;
+    Alcotest.test_case "busy: TRYAGAIN" `Quick busy;
+    Alcotest.test_case "port moved" `Quick moved;
+    Alcotest.test_case "rogue locate refused" `Quick rogue;
+    Alcotest.test_case "sessions bounded" `Quick bounds;
+  ]
+
+(* The secure wire: capture every datagram of an exchange at both ends and
+   look for the capability and the payload. *)
+let contains ~sub s =
+  let n = String.length sub and m = String.length s in
+  let rec go i = i + n <= m && (String.sub s i n = sub || go (i + 1)) in
+  n > 0 && go 0
+
+let capture () =
+  let b = bed () in
+  let seen = ref [] in
+  let tap node =
+    match Sim.control (R.connection node) (Sim.Drop_filter (Some (fun ~src:_ cs -> seen := Cstruct.to_string cs :: !seen; false))) with
+    | Ok () -> ()
+    | Error _ -> Alcotest.fail "no filter"
+  in
+  tap b.client;
+  tap b.server;
+  let payload = "the payload: attack at dawn, account 4242-1337" in
+  let c = cap b in
+  let res = ref None in
+  R.trans b.client (Header.request c 1) payload (fun r -> res := Some r);
+  Sim.run b.net;
+  (match !res with Some (Ok (_, d)) -> Alcotest.(check string) "reply" (String.uppercase_ascii payload) d | _ -> Alcotest.fail "no reply");
+  Alcotest.(check bool) "datagrams captured" true (List.length !seen >= 4);
+  let all = String.concat "" !seen in
+  List.iter
+    (fun (what, sub) -> if contains ~sub all then Alcotest.failf "%s found in clear on the wire" what)
+    [
+      ("capability (binary)", Cap.to_raw c);
+      ("capability check", c.Cap.check);
+      ("capability (text)", Cap.to_string c);
+      ("payload", payload);
+      ("payload fragment", String.sub payload 0 12);
+      ("reply", String.uppercase_ascii payload);
+    ];
+  (* The port itself is public and does travel (locate, handshake). *)
+  Alcotest.(check bool) "port visible" true (contains ~sub:(Port.to_raw (Port.Key.port b.key)) all)
+
+let tamper () =
+  let g = Crypto.deterministic "tamper" in
+  let key = Port.Key.generate ~g () in
+  let st, hello = Secure.client_hello ~g (Port.Key.port key) in
+  match hello with
+  | Wire.Hello { eph; nonce; _ } -> (
+      let ks, ack = Secure.server_accept ~g key ~session:"sessionX" ~eph ~nonce |> Result.get_ok in
+      match ack with
+      | Wire.Hello_ack { session; eph; public; signature; _ } ->
+          let kc = Secure.client_finish st ~session ~eph ~public ~signature |> Result.get_ok in
+          let sealed = Secure.seal kc ~session ~seq:5L "request" in
+          Alcotest.(check (option string)) "opens" (Some "request") (Secure.open_ ks ~session ~seq:5L sealed);
+          Alcotest.(check (option string)) "other seq" None (Secure.open_ ks ~session ~seq:6L sealed);
+          Alcotest.(check (option string)) "other session" None (Secure.open_ ks ~session:"sessionY" ~seq:5L sealed);
+          Alcotest.(check (option string)) "own direction" None (Secure.open_ kc ~session ~seq:5L sealed);
+          for i = 0 to String.length sealed - 1 do
+            let b = Bytes.of_string sealed in
+            Bytes.set b i (Char.chr (Char.code sealed.[i] lxor 1));
+            if Secure.open_ ks ~session ~seq:5L (Bytes.to_string b) <> None then Alcotest.failf "byte %d altered, accepted" i
+          done;
+          (* A handshake answer signed by another key is refused. *)
+          let rogue = Port.Key.generate ~g () in
+          let st2, _ = Secure.client_hello ~g (Port.Key.port key) in
+          let _, ack2 = Secure.server_accept ~g rogue ~session:"sessionZ" ~eph ~nonce:(Secure.client_nonce st2) |> Result.get_ok in
+          (match ack2 with
+          | Wire.Hello_ack { session; eph; public; signature; _ } ->
+              Alcotest.(check bool) "rogue handshake refused" true
+                (Result.is_error (Secure.client_finish st2 ~session ~eph ~public ~signature))
+          | _ -> Alcotest.fail "no ack");
+          (* A correct signature over another session id is refused too. *)
+          Alcotest.(check bool) "replayed signature refused" true
+            (Result.is_error (Secure.client_finish st ~session:"sessionW" ~eph ~public ~signature))
+      | _ -> Alcotest.fail "no ack")
+  | _ -> Alcotest.fail "no hello"
+
+let tests = tests @ [ Alcotest.test_case "capture: nothing in clear" `Quick capture; Alcotest.test_case "AEAD and handshake refuse tampering" `Quick tamper ]
+
+(* The fast path writes the same bytes as the codecs. *)
+let fast_path () =
+  let rs = Random.State.make [| 7 |] in
+  let g = Crypto.deterministic "fast" in
+  let port = Port.Key.port (Port.Key.generate ~g ()) in
+  for _ = 1 to 300 do
+    let data = String.init (Random.State.int rs 3000) (fun _ -> Char.chr (Random.State.int rs 256)) in
+    let off = if data = "" then 0 else Random.State.int rs (String.length data) in
+    let len = Random.State.int rs (String.length data - off + 1) in
+    let header =
+      if Random.State.bool rs then None
+      else
+        Some
+          (Header.request ~offset:(Random.State.int rs 100000) ~extra:(Random.State.int rs 1000 - 500)
+             (Cap.owner port ~obj:(Random.State.int rs 1000) secret) (Random.State.int rs 5000))
+    in
+    let dir = if Random.State.bool rs then Wire.Req else Wire.Rep in
+    let xid = Random.State.int rs 1_000_000 and total = Random.State.int rs 10_000_000 and offset = Random.State.int rs 1_000_000 in
+    let fast = Cstruct.to_string (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len) in
+    let slow = Codec.encode_string Wire.inner (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len }) in
+    Alcotest.(check string) "same bytes" slow fast;
+    let session = Crypto.random ~g 8 and seq = Random.State.int64 rs Int64.max_int in
+    let sealed = String.make (16 + Random.State.int rs 50) 'z' in
+    let whole = Bytes.to_string (Wire.data_header ~up:(dir = Wire.Req) ~session ~seq) ^ sealed in
+    Alcotest.(check string) "data header" (Codec.encode_string Wire.outer (Wire.Data { up = dir = Wire.Req; session; seq; sealed })) whole;
+    match Wire.peek_data (Cstruct.of_string whole) with
+    | Some (up, s, q, body) ->
+        Alcotest.(check bool) "up" (dir = Wire.Req) up;
+        Alcotest.(check string) "session" session s;
+        Alcotest.(check int64) "seq" seq q;
+        Alcotest.(check string) "sealed" sealed (Cstruct.to_string body)
+    | None -> Alcotest.fail "not recognised"
+  done
+
+let tests = tests @ [ Alcotest.test_case "fast path = codecs" `Quick fast_path ]
+
+(* A rogue that relays the real server's signed locate answer gets the
+   client to its address, but cannot complete the handshake: RPC_UNSAFE,
+   and nothing reaches the rogue in clear. *)
+let relaying_rogue () =
+  let b = bed () in
+  let rogue_key = Port.Key.generate ~g:b.g () in
+  let client_addr = ref None in
+  let seen = ref [] in
+  let rc = ref None in
+  let send dst o =
+    match !rc with
+    | Some c ->
+        let m = Msg.of_string Pool.default (Codec.encode_string Wire.outer o) in
+        ignore (Sim.send c ~dst m);
+        Msg.release m
+    | None -> ()
+  in
+  let handler c =
+    rc := Some c;
+    {
+      Sim.recv =
+        (fun ~src iov ->
+          let s = Iovec.to_string iov in
+          Iovec.release iov;
+          seen := s :: !seen;
+          match Codec.decode_string Wire.outer s with
+          | Ok (Wire.Locate _ as o) ->
+              client_addr := Some src;
+              send "s" o
+          | Ok (Wire.Hereis _ as o) -> Option.iter (fun c -> send c o) !client_addr
+          | Ok (Wire.Hello { eph; nonce; _ }) -> (
+              match Secure.server_accept ~g:b.g rogue_key ~session:"rogue123" ~eph ~nonce with
+              | Ok (_, ack) -> send src ack
+              | Error _ -> ())
+          | _ -> ());
+      closed = ignore;
+    }
+  in
+  ignore (Sim.open_ b.net "rogue" handler);
+  let client = ok (R.create ~config:cfg ~g:b.g ~locate:[ "rogue" ] b.net "victim") in
+  let res = ref None in
+  let c = cap b in
+  R.trans client (Header.request c 1) "secret payload" (fun r -> res := Some r);
+  Sim.run b.net;
+  (match !res with
+  | Some (Error (`Unsafe _)) -> ()
+  | Some (Error e) -> Alcotest.failf "expected RPC_UNSAFE, got %a" Rpc_error.pp e
+  | Some (Ok _) -> Alcotest.fail "served through a rogue"
+  | None -> Alcotest.fail "no outcome");
+  Alcotest.(check int) "nothing carried out" 0 (times b "secret payload");
+  let all = String.concat "" !seen in
+  if contains ~sub:"secret payload" all || contains ~sub:c.Cap.check all then Alcotest.fail "the rogue saw secrets"
+
+(* Bytes held by a server are bounded: a request that does not fit is
+   refused, not carried out. *)
+let buffered_bound () =
+  let config = { cfg with max_buffered = 100_000 } in
+  let b = bed ~config () in
+  let d = payload 200_000 3 in
+  (match run_call b d with
+  | Error `Tryagain -> ()
+  | Error e -> Alcotest.failf "expected TRYAGAIN, got %a" Rpc_error.pp e
+  | Ok _ -> Alcotest.fail "accepted over the bound");
+  Alcotest.(check int) "not carried out" 0 (times b d);
+  expect_ok b (payload 50_000 4);
+  Alcotest.(check int) "nothing held" 0 (R.stats b.server).Rpc.buffered
+
+(* The locate cache is bounded. *)
+let cache_bound () =
+  let config = { cfg with max_cache = 3 } in
+  let net = Sim.create ~seed:9 () in
+  let g = Crypto.deterministic "cache" in
+  let server = ok (R.create ~config ~g net "s") in
+  let keys = List.init 8 (fun _ -> Port.Key.generate ~g ()) in
+  List.iter (fun k -> R.listen (R.serve server k) (fun r -> R.putrep r (Header.reply `Ok) "")) keys;
+  let client = ok (R.create ~config ~g ~locate:[ "s" ] net "c") in
+  List.iter
+    (fun k ->
+      let res = ref None in
+      R.locate client (Port.Key.port k) (fun r -> res := Some r);
+      Sim.run net;
+      match !res with Some (Ok "s") -> () | _ -> Alcotest.fail "not located")
+    keys;
+  Alcotest.(check bool) "cache bounded" true ((R.stats client).Rpc.cache <= 3)
+
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "relaying rogue: UNSAFE" `Quick relaying_rogue;
+      Alcotest.test_case "server bytes bounded" `Quick buffered_bound;
+      Alcotest.test_case "locate cache bounded" `Quick cache_bound;
+    ]
+
+(* Garbage and mutated datagrams thrown at a client and a server: nothing
+   raises, nothing is carried out by accident, and the nodes keep working. *)
+let garbage () =
+  let b = bed () in
+  let captured = ref [] in
+  let tap node =
+    ignore (Sim.control (R.connection node) (Sim.Drop_filter (Some (fun ~src:_ cs -> captured := Cstruct.to_string cs :: !captured; false))))
+  in
+  tap b.client;
+  tap b.server;
+  expect_ok b "real one";
+  let samples = Array.of_list !captured in
+  let rs = Random.State.make [| 11 |] in
+  let attacker = ref None in
+  ignore (Sim.open_ b.net "x" (fun c -> attacker := Some c; { Sim.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore }));
+  let c = Option.get !attacker in
+  for i = 1 to 3000 do
+    let s =
+      match i mod 3 with
+      | 0 -> String.init (Random.State.int rs 200) (fun _ -> Char.chr (Random.State.int rs 256))
+      | _ ->
+          let base = Bytes.of_string samples.(Random.State.int rs (Array.length samples)) in
+          for _ = 0 to Random.State.int rs 4 do
+            if Bytes.length base > 0 then
+              Bytes.set base (Random.State.int rs (Bytes.length base)) (Char.chr (Random.State.int rs 256))
+          done;
+          let cut = if Random.State.int rs 4 = 0 then Random.State.int rs (Bytes.length base + 1) else Bytes.length base in
+          Bytes.sub_string base 0 cut
+    in
+    let m = Msg.of_string Pool.default s in
+    ignore (Sim.send c ~dst:(if i mod 2 = 0 then "s" else "c") m);
+    Msg.release m
+  done;
+  Sim.run b.net;
+  Alcotest.(check int) "nothing new carried out" 1 (Hashtbl.length b.executed);
+  Alcotest.(check bool) "garbage counted" true ((R.stats b.server).Rpc.bad_datagrams > 0);
+  expect_ok b "still works"
+
+let tests = tests @ [ Alcotest.test_case "garbage and mutated datagrams" `Quick garbage ]
+
+(* While the server works, the client only enquires: small probes, never the
+   request again. *)
+let enquire_not_resend () =
+  let config = { cfg with alive = Time.of_ms 200 } in
+  let b = bed ~config () in
+  expect_ok b "warm";
+  b.delay <- Time.of_sec 3.;
+  let sizes = ref [] in
+  ignore
+    (Sim.control (R.connection b.server)
+       (Sim.Drop_filter (Some (fun ~src:_ cs -> sizes := Cstruct.length cs :: !sizes; false))));
+  let d = payload 50_000 9 in
+  let res, _ = call b d in
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 500)) b.net;
+  sizes := [];
+  Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 2000)) b.net;
+  Alcotest.(check bool) "probes sent while waiting" true (List.length !sizes >= 3);
+  List.iter (fun n -> if n > 200 then Alcotest.failf "a %d-byte datagram while the server works" n) !sizes;
+  Sim.run b.net;
+  (match !res with Some (Ok _) -> () | _ -> Alcotest.fail "no reply");
+  Alcotest.(check int) "once" 1 (times b d)
+
+let tests = tests @ [ Alcotest.test_case "enquire, not resend, while the server works" `Quick enquire_not_resend ]
+
+let params () =
+  let p = Result.get_ok (Params.of_string "rpc.fragment=61440,rpc.silence=9s") in
+  let c = Rpc.config_of_params p in
+  Alcotest.(check int) "override" 61440 c.Rpc.fragment;
+  Alcotest.(check int) "time override" (Time.of_sec 9.) c.Rpc.silence;
+  Alcotest.(check int) "default" Rpc.default_config.Rpc.window c.Rpc.window;
+  Alcotest.(check bool) "same as the record" true (Rpc.config_of_params Params.empty = Rpc.default_config)
+
+let tests = tests @ [ Alcotest.test_case "tunables" `Quick params ]
+
+(* Two processes hold the same key and serve one port: when the one in use
+   dies, the client finds the other. *)
+let replicas () =
+  let net = Sim.create ~seed:5 () in
+  let g = Crypto.deterministic "replicas" in
+  let key = Port.Key.generate ~g () in
+  let start name =
+    let n = ok (R.create ~config:cfg ~g net name) in
+    R.listen (R.serve n key) (fun r -> R.putrep r (Header.reply `Ok) name);
+    n
+  in
+  let _a = start "a" and _b = start "b" in
+  let client = ok (R.create ~config:{ cfg with silence = Time.of_sec 1. } ~g ~locate:[ "a"; "b" ] net "c") in
+  let cap = Cap.owner (Port.Key.port key) ~obj:1 secret in
+  let call () =
+    let res = ref None in
+    R.trans client ~idempotent:true (Header.request cap 1) "" (fun r -> res := Some r);
+    Sim.run net;
+    match !res with Some (Ok (_, who)) -> who | Some (Error e) -> Alcotest.failf "%a" Rpc_error.pp e | None -> Alcotest.fail "no outcome"
+  in
+  let first = call () in
+  Alcotest.(check string) "sticks to one replica" first (call ());
+  Sim.crash net first;
+  let other = call () in
+  Alcotest.(check bool) "served by the other" true (other <> first && (other = "a" || other = "b"))
+
+let tests = tests @ [ Alcotest.test_case "replicas of one port" `Quick replicas ]
