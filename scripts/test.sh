@@ -74,7 +74,7 @@ done
 for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
-for s in rpc-at-most-once; do
+for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
 n=${#jobs[@]}
