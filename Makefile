@@ -27,12 +27,13 @@ bench: build
 	@for b in join failover rtt throughput; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench rpc
+	@echo; ./_build/default/bin/main.exe bench fs --json
 
 SOAK_SEEDS ?= 100000
 
 soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
-	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged rpc-at-most-once; do \
+	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged rpc-at-most-once fs-crash; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 
 # Deliberate bugs from test/mutants/, each applied to a temporary copy of the

@@ -1,25 +1,206 @@
 open Cmdliner
+open Consort_cap
 module Store = Consort_capfs.Store
+module Fs_server = Consort_capfs_server.Fs_server
+module Fs_client = Consort_capfs_server.Fs_client
+module Loop = Consort_engine.Loop
+module Udp = Consort_engine.Udp
+module R = Rpc_udp
 
+let rpc_config = Rpc.default_config
+
+let random n = Crypto.random n
 let clock () = int_of_float (Unix.gettimeofday () *. 1e9)
+
+(* Exit statuses: 0 done, 2 refused (nothing was done), 3 outcome unknown. *)
+let refused fmt = Fmt.kstr (fun s -> Fmt.epr "consort: %s@." s; 2) fmt
+
+let failed what (e : Fs_client.error) =
+  match Fs_client.outcome e with
+  | `Refused -> refused "%s refused: %a" what Fs_client.pp_error e
+  | `Unknown ->
+      Fmt.epr "consort: %s: outcome unknown: %a@." what Fs_client.pp_error e;
+      3
 
 (* consort cap fs fsck --data DIR *)
 let fsck data =
   match Store.open_ ~clock data with
-  | Error `Locked ->
-      Fmt.epr "consort: %s is in use by a running file server@." data;
-      2
-  | Error (`Io m) ->
-      Fmt.epr "consort: %s@." m;
-      2
+  | Error `Locked -> refused "%s is in use by a running file server" data
+  | Error (`Io m) -> refused "%s" m
   | Ok (t, found) ->
       List.iter (fun f -> Fmt.pr "%a@." Store.pp_finding f) found;
       Fmt.pr "%a@." Store.pp_stats (Store.stats t);
       Store.close t;
       if List.exists Store.is_damage found then 1 else 0
 
+(* consort cap fs serve --data DIR [--bind ADDR:PORT] [--key FILE] *)
+let serve data bind key_file =
+  let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
+  match Store.open_ ~random ~clock data with
+  | Error `Locked -> refused "%s is in use by another file server" data
+  | Error (`Io m) -> refused "%s" m
+  | Ok (store, found) -> (
+      List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Store.pp_finding f) found;
+      match Port.Key.load_or_create key_file with
+      | Error m ->
+          Store.close store;
+          refused "key %s: %s" key_file m
+      | Ok key -> (
+          let loop = Loop.create () in
+          match R.open_node ~config:rpc_config ~bind loop with
+          | Error m ->
+              Store.close store;
+              refused "cannot serve on %s: %s" bind m
+          | Ok node ->
+              let fs = Fs_server.create store (Port.Key.port key) in
+              let server = R.serve node key in
+              R.listen server (fun r ->
+                  let h, d = Fs_server.handle fs (R.header r) (R.data r) in
+                  R.putrep r h d);
+              let rec age () =
+                ignore (Store.age store);
+                ignore (Loop.after loop (Consort.Time.of_sec 10.) age)
+              in
+              age ();
+              let stop _ = Loop.stop loop in
+              Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
+              Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+              Fmt.pr "server %s@." (Cap.to_string (Fs_server.server_cap fs));
+              Fmt.epr "consort: file server for port %s on %s, %a@." (Port.to_hex (Port.Key.port key))
+                (Udp.address_to_string (R.address node)) Store.pp_stats (Store.stats store);
+              Loop.run loop;
+              R.close node;
+              Store.close store;
+              0))
+
+(* Clients. *)
+
+let with_client locate f =
+  let loop = Loop.create () in
+  match R.open_node ~config:rpc_config ?locate loop with
+  | Error m -> refused "%s" m
+  | Ok node ->
+      let trans ~idempotent h d = R.Sync.trans node ~idempotent h d in
+      Fun.protect ~finally:(fun () -> R.close node) (fun () -> f trans)
+
+let parse_cap s =
+  match Cap.of_string s with Ok c -> Ok c | Error e -> Error (Fmt.str "bad capability: %a" Cap.pp_decode_error e)
+
+(* A progress bar on standard error, when it is a terminal and the transfer large. *)
+let progress_bar ~total =
+  if total < 4 lsl 20 || not (Unix.isatty Unix.stderr) then ((fun _ -> ()), ignore)
+  else
+    let start = Unix.gettimeofday () and last = ref 0. in
+    let draw n =
+      let now = Unix.gettimeofday () in
+      if now -. !last >= 0.1 || n >= total then (
+        last := now;
+        let width = 40 in
+        let filled = n * width / max total 1 in
+        Printf.eprintf "\r[%s%s] %3d%% %7.1f MB/s%!" (String.make filled '#') (String.make (width - filled) ' ')
+          (n * 100 / max total 1)
+          (float n /. 1e6 /. max (now -. start) 1e-3))
+    in
+    (draw, fun () -> prerr_string "\r\027[K")
+
+let put locate server file =
+  match parse_cap server with
+  | Error m -> refused "%s" m
+  | Ok server -> (
+      match open_in_bin file with
+      | exception Sys_error m -> refused "%s" m
+      | ic -> (
+          Fun.protect ~finally:(fun () -> close_in_noerr ic) @@ fun () ->
+          (* A pipe has no length: then the end of the input ends the file. *)
+          let size = try in_channel_length ic with Sys_error _ -> max_int in
+          let read_error = ref None in
+          let input b off len =
+            try input ic b off len
+            with Sys_error m ->
+              read_error := Some m;
+              0
+          in
+          with_client locate @@ fun trans ->
+          let draw, clear = progress_bar ~total:(if size = max_int then 0 else size) in
+          let r = Fs_client.put trans ~server ~progress:draw ~size input in
+          clear ();
+          match (r, !read_error) with
+          | Ok c, None ->
+              print_endline (Cap.to_string c);
+              0
+          | Ok c, Some m ->
+              (* What was read is stored; the file is incomplete: take it back. *)
+              ignore (Fs_client.destroy trans c);
+              refused "%s: %s" file m
+          | Error (`Refused _ as e), _ -> refused "put refused: %a; the file was not stored" Fs_client.pp_error e
+          | Error e, _ -> failed "put" e))
+
+let get locate cap =
+  match parse_cap cap with
+  | Error m -> refused "%s" m
+  | Ok cap -> (
+      with_client locate @@ fun trans ->
+      set_binary_mode_out stdout true;
+      let bar = ref None in
+      let progress n total =
+        let draw = match !bar with Some (d, _) -> d | None -> let b = progress_bar ~total in bar := Some b; fst b in
+        draw n
+      in
+      let r = Fs_client.get trans ~progress cap (output_string stdout) in
+      (match !bar with Some (_, clear) -> clear () | None -> ());
+      flush stdout;
+      match r with Ok _ -> 0 | Error e -> failed "get" e)
+
+let simple what f locate cap =
+  match parse_cap cap with
+  | Error m -> refused "%s" m
+  | Ok cap -> with_client locate (fun trans -> match f trans cap with Ok () -> 0 | Error e -> failed what e)
+
+let size = simple "size" (fun trans cap -> Result.map (Fmt.pr "%d@.") (Fs_client.size trans cap))
+let destroy = simple "destroy" Fs_client.destroy
+let info_ = simple "info" (fun trans cap -> Result.map (fun s -> Fmt.pr "%a %s@." Cap.pp cap s) (Fs_client.info trans cap))
+
+let status = simple "status" (fun trans cap -> Result.map print_endline (Fs_client.status trans cap))
+
+let restrict locate cap rights =
+  match Rights.of_string rights with
+  | Error m -> refused "bad rights %S: %s" rights m
+  | Ok mask ->
+      simple "restrict"
+        (fun trans cap -> Result.map (fun c -> print_endline (Cap.to_string c)) (Fs_client.restrict trans cap mask))
+        locate cap
+
+(* The command line. *)
+
 let data =
   Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"The file server's data directory.")
+
+let bind =
+  Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address to serve on.")
+
+let key =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "key" ] ~docv:"FILE"
+        ~doc:
+          "The server's private key, which its port is derived from (made if missing). Default: $(b,port.key) in \
+           the data directory.")
+
+let locate =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "locate" ] ~docv:"ADDR:PORT,..."
+        ~doc:"Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+
+let cap_arg = Arg.(required & pos 0 (some string) None & info [] ~docv:"CAP" ~doc:"A capability ($(b,cap1:...)).")
+
+let exits =
+  Cmd.Exit.info 0 ~doc:"done."
+  :: Cmd.Exit.info 2 ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
+  :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
+  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
 let fsck_cmd =
   Cmd.v
@@ -29,7 +210,202 @@ let fsck_cmd =
           file on one line and set it aside. Exits 1 if anything was damaged.")
     Term.(const fsck $ data)
 
-let fs_cmd =
-  Cmd.group (Cmd.info "fs" ~doc:"The immutable file server (Bullet semantics) and its tools.") [ fsck_cmd ]
+let serve_cmd =
+  Cmd.v
+    (Cmd.info "serve" ~exits
+       ~doc:
+         "Run a file server. Its first line on standard output is $(b,server CAP), the capability that allows \
+          creating files.")
+    Term.(const serve $ data $ bind $ key)
 
-let cmd = Cmd.group (Cmd.info "cap" ~doc:"Capability services: file server, capabilities.") [ fs_cmd ]
+let put_cmd =
+  let server =
+    Arg.(required & opt (some string) None & info [ "server" ] ~docv:"CAP" ~doc:"The server's capability.")
+  in
+  let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The file to store.") in
+  Cmd.v
+    (Cmd.info "put" ~exits ~doc:"Store a file (committed, safe) and print its capability.")
+    Term.(const put $ locate $ server $ file)
+
+let get_cmd =
+  Cmd.v (Cmd.info "get" ~exits ~doc:"Write a file's bytes to standard output.") Term.(const get $ locate $ cap_arg)
+
+let size_cmd = Cmd.v (Cmd.info "size" ~exits ~doc:"Print a file's size.") Term.(const size $ locate $ cap_arg)
+
+let fs_cmd =
+  Cmd.group
+    (Cmd.info "fs" ~doc:"The immutable file server (Bullet semantics) and its tools.")
+    [ serve_cmd; put_cmd; get_cmd; size_cmd; fsck_cmd ]
+
+let restrict_cmd =
+  let rights =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "rights" ] ~docv:"LIST" ~doc:"The rights to keep: $(b,read,create,modify,destroy,admin,...).")
+  in
+  Cmd.v
+    (Cmd.info "restrict" ~exits
+       ~doc:
+         "Print a capability with fewer rights (made locally from an owner capability, asked of the server \
+          otherwise).")
+    Term.(const restrict $ locate $ cap_arg $ rights)
+
+let destroy_cmd = Cmd.v (Cmd.info "destroy" ~exits ~doc:"Destroy an object.") Term.(const destroy $ locate $ cap_arg)
+
+let info_cmd =
+  Cmd.v
+    (Cmd.info "info" ~exits ~doc:"Print a capability's port, object and rights, and the server's description.")
+    Term.(const info_ $ locate $ cap_arg)
+
+let status_cmd =
+  Cmd.v (Cmd.info "status" ~exits ~doc:"Print a server's status (std_status).") Term.(const status $ locate $ cap_arg)
+
+let cmd =
+  Cmd.group
+    (Cmd.info "cap" ~doc:"Capability services: the file server, capabilities.")
+    [ fs_cmd; restrict_cmd; destroy_cmd; info_cmd; status_cmd ]
+
+(* consort bench fs: reading a 100 MB file from the server beside cat. *)
+
+let bench_fs size_mb rounds json =
+  let exe = Sys.executable_name in
+  let dir = Filename.temp_file "consort-bench-fs" "" in
+  Sys.remove dir;
+  Unix.mkdir dir 0o700;
+  let rec rm_rf p =
+    match (Unix.lstat p).Unix.st_kind with
+    | Unix.S_DIR ->
+        Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+        Unix.rmdir p
+    | _ -> Unix.unlink p
+    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+  in
+  let server = ref None in
+  let cleanup_server () =
+    match !server with
+    | Some pid ->
+        server := None;
+        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+        (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+    | None -> ()
+  in
+  let cleanup () =
+    cleanup_server ();
+    rm_rf dir
+  in
+  Fun.protect ~finally:cleanup @@ fun () ->
+  let file = Filename.concat dir "file" and data = Filename.concat dir "data" in
+  let size = size_mb * 1_000_000 in
+  let oc = open_out_bin file in
+  let st = Random.State.make [| 42 |] in
+  let chunk = Bytes.create 1_000_000 in
+  for _ = 1 to size_mb do
+    for i = 0 to Bytes.length chunk - 1 do
+      Bytes.unsafe_set chunk i (Char.unsafe_chr (Random.State.bits st land 255))
+    done;
+    output_bytes oc chunk
+  done;
+  close_out oc;
+  let probe = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  Unix.bind probe (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  let port = match Unix.getsockname probe with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
+  Unix.close probe;
+  let addr = Printf.sprintf "127.0.0.1:%d" port in
+  let r, w = Unix.pipe ~cloexec:true () in
+  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+  let pid = Unix.create_process exe [| exe; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |] devnull w devnull in
+  server := Some pid;
+  Unix.close w;
+  let ic = Unix.in_channel_of_descr r in
+  let line = try input_line ic with End_of_file -> "" in
+  close_in ic;
+  let env = Array.append [| "CONSORT_LOCATE=" ^ addr |] (Unix.environment ()) in
+  let cpu = Array.make 2 infinity in
+  let run ?slot argv ~stdout =
+    let t0 = Unix.gettimeofday () and c0 = Unix.times () in
+    let pid = Unix.create_process_env argv.(0) argv env devnull stdout Unix.stderr in
+    let _, st = Unix.waitpid [] pid in
+    let c1 = Unix.times () in
+    Option.iter
+      (fun i ->
+        cpu.(i) <- min cpu.(i) (c1.tms_cutime +. c1.tms_cstime -. c0.tms_cutime -. c0.tms_cstime))
+      slot;
+    (st, Unix.gettimeofday () -. t0)
+  in
+  match String.split_on_char ' ' line with
+  | [ "server"; scap ] -> (
+      let out = Filename.concat dir "cap" in
+      let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600 in
+      let st, put_s = run [| exe; "cap"; "fs"; "put"; "--server"; scap; file |] ~stdout:o in
+      Unix.close o;
+      match st with
+      | Unix.WEXITED 0 ->
+          let cap =
+            let ic = open_in_bin out in
+            Fun.protect ~finally:(fun () -> close_in ic) (fun () -> String.trim (input_line ic))
+          in
+          let blob =
+            match Sys.readdir (Filename.concat data "blobs") with
+            | [| b |] -> Filename.concat (Filename.concat data "blobs") b
+            | _ -> file
+          in
+          let best = Array.make 2 infinity in
+          for _ = 1 to rounds do
+            let st1, t_cat = run ~slot:0 [| "cat"; blob |] ~stdout:devnull in
+            let st2, t_get = run ~slot:1 [| exe; "cap"; "fs"; "get"; cap |] ~stdout:devnull in
+            if st1 <> Unix.WEXITED 0 || st2 <> Unix.WEXITED 0 then failwith "a read failed";
+            best.(0) <- min best.(0) t_cat;
+            best.(1) <- min best.(1) t_get
+          done;
+          Unix.close devnull;
+          (* The store alone, in this process, once the server is gone. *)
+          cleanup_server ();
+          let t_store =
+            match Store.open_ ~clock data with
+            | Error _ -> nan
+            | Ok (store, _) ->
+                Fun.protect ~finally:(fun () -> Store.close store) @@ fun () ->
+                let obj = List.hd (Store.files store) in
+                let buf = Bytes.create Consort_capfs_server.Fs_proto.max_read in
+                let best = ref infinity in
+                for _ = 1 to rounds do
+                  let t0 = Unix.gettimeofday () in
+                  let rec go off =
+                    match Store.read_into store obj ~off buf 0 (Bytes.length buf) with
+                    | Ok 0 | Error _ -> ()
+                    | Ok n -> go (off + n)
+                  in
+                  go 0;
+                  best := min !best (Unix.gettimeofday () -. t0)
+                done;
+                !best
+          in
+          let mbs t = float size /. 1e6 /. t in
+          Fmt.pr "File server: reading a %d MB file (best of %d rounds; the put took %.2f s, %.1f MB/s)@." size_mb
+            rounds put_s (mbs put_s);
+          Fmt.pr "  %-36s %8s  %8s  %s@." "" "rate" "time" "reader's CPU";
+          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  %6.3f s@." "cat of the stored file" (mbs best.(0)) best.(0) cpu.(0);
+          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  %6.3f s@." "consort cap fs get (RPC, loopback)" (mbs best.(1)) best.(1)
+            cpu.(1);
+          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s@." "the store alone (in process)" (mbs t_store) t_store;
+          Fmt.pr "  ratio get / cat: %.3f@." (best.(0) /. best.(1));
+          if json then
+            Fmt.pr
+              "{\"bench\":\"fs\",\"size_mb\":%d,\"cat_mbs\":%.1f,\"get_mbs\":%.1f,\"ratio\":%.4f,\"cat_cpu_s\":%.3f,\"get_cpu_s\":%.3f,\"store_mbs\":%.1f,\"put_mbs\":%.1f}@."
+              size_mb (mbs best.(0)) (mbs best.(1)) (best.(0) /. best.(1)) cpu.(0) cpu.(1) (mbs t_store) (mbs put_s);
+          0
+      | _ ->
+          Fmt.epr "consort: bench fs: the put failed@.";
+          1)
+  | _ ->
+      Fmt.epr "consort: bench fs: the server did not start@.";
+      1
+
+let bench =
+  let size = Arg.(value & opt int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.") in
+  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds; the best is kept.") in
+  let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
+  Cmd.v
+    (Cmd.info "fs" ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
+    Term.(const bench_fs $ size $ rounds $ json)

@@ -1,5 +1,26 @@
 open Cmdliner
 
+(* Scenarios that live outside Consort_scenario. *)
+module Fs_sim = Consort_capfs_server.Fs_sim
+
+let describe s = if s = Fs_sim.name then Some Fs_sim.doc else Consort_scenario.Scenario.describe s
+let names = Consort_scenario.Scenario.names @ [ Fs_sim.name ]
+
+let run_one ?trace ~params s ~seed =
+  if s = Fs_sim.name then
+    let o = Fs_sim.run ?trace ~seed () in
+    Ok
+      {
+        Consort_scenario.Scenario.seed;
+        violations = o.violations;
+        trace_hash = o.trace_hash;
+        sent = o.puts;
+        delivered = o.acked;
+        datagrams = o.datagrams;
+        end_time = o.end_time;
+      }
+  else Consort_scenario.Scenario.run ?trace ~params s ~seed
+
 let run scenario seeds seed trace quiet verbose params =
   if verbose > 0 then begin
     Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
@@ -10,10 +31,10 @@ let run scenario seeds seed trace quiet verbose params =
       Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
-  match Consort_scenario.Scenario.describe scenario with
+  match describe scenario with
   | None ->
       Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
-        (String.concat ", " Consort_scenario.Scenario.names);
+        (String.concat ", " names);
       2
   | Some doc ->
       if not quiet then Fmt.pr "scenario %s: %s@." scenario doc;
@@ -22,7 +43,7 @@ let run scenario seeds seed trace quiet verbose params =
       let oc = Option.map open_out trace in
       let passed = ref 0 and failed = ref 0 in
       for s = first to first + seeds - 1 do
-        match Consort_scenario.Scenario.run ?trace:oc ~params scenario ~seed:s with
+        match run_one ?trace:oc ~params scenario ~seed:s with
         | Error e ->
             Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
             incr failed

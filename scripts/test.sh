@@ -84,7 +84,7 @@ small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag
 for s in vsync-crash vsync-churn; do
   jobs+=("counted|sim $s (small windows)|$BIN/bin/main.exe sim --scenario $s --seeds $SMALL_SEEDS --params $small")
 done
-for s in rpc-at-most-once; do
+for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
 n=${#jobs[@]}

@@ -79,6 +79,7 @@ type t = {
   blobs : (string, blob) Hashtbl.t;
   mutable server_secret : string;
   mutable next_obj : obj;
+  mutable reserved : obj;  (* numbers below this may have been handed out: never reused *)
   mutable unc_files : int;
   mutable unc_bytes : int;
   mutable tmp_seq : int;
@@ -175,16 +176,17 @@ let decode_record s =
           | _ -> Error "bad field")
       | _ -> Error "bad layout")
 
-let encode_server secret = seal (Printf.sprintf "%s\nsecret %s\n" server_magic (hex secret))
+let encode_server secret reserved =
+  seal (Printf.sprintf "%s\nsecret %s\nreserved %d\n" server_magic (hex secret) reserved)
 
 let decode_server s =
   match unseal s with
   | Error e -> Error e
   | Ok body -> (
       match fields server_magic body with
-      | Some [ ("secret", sec) ] -> (
-          match unhex sec with
-          | Some sec when String.length sec = secret_len -> Ok sec
+      | Some [ ("secret", sec); ("reserved", r) ] -> (
+          match (unhex sec, int_field r) with
+          | Some sec, Some r when String.length sec = secret_len -> Ok (sec, r)
           | _ -> Error "bad field")
       | _ -> Error "bad layout")
 
@@ -353,9 +355,9 @@ let recover t =
   (* The server record. *)
   let fresh_server () =
     let s = t.random secret_len in
-    let b = Bytes.of_string (encode_server s) in
+    let b = Bytes.of_string (encode_server s 1) in
     match write_new t ~safe:true ~kind:"server" (server_path t) b (Bytes.length b) with
-    | Ok () -> Ok s
+    | Ok () -> Ok (s, 1)
     | Error e -> Error (`Io (Fmt.str "cannot write the server record: %a" pp_error e))
   in
   let server =
@@ -375,8 +377,10 @@ let recover t =
   in
   match server with
   | Error e -> Error e
-  | Ok s ->
+  | Ok (s, reserved) ->
       t.server_secret <- s;
+      t.reserved <- reserved;
+      t.next_obj <- reserved;
       (* Records. *)
       let records = ref [] and damaged_records = ref false in
       List.iter
@@ -490,6 +494,7 @@ let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock 
               blobs = Hashtbl.create 64;
               server_secret = "";
               next_obj = 1;
+              reserved = 1;
               unc_files = 0;
               unc_bytes = 0;
               tmp_seq = 0;
@@ -541,14 +546,30 @@ let set_len t u n =
   t.unc_bytes <- t.unc_bytes + n - u.len;
   u.len <- n
 
-let new_uncommitted t buf len =
-  let u = { buf; len = 0; last_use = now t } in
+(* Object numbers are reserved in blocks, durably, so that a number is never
+   handed out twice, even after a restart that lost the files that had it. *)
+let reserve_block = 1024
+
+let next_obj t =
   let obj = t.next_obj in
+  let* () =
+    if obj < t.reserved then Ok ()
+    else
+      let b = Bytes.of_string (encode_server t.server_secret (obj + reserve_block)) in
+      let* () = write_new t ~safe:true ~kind:"server" (server_path t) b (Bytes.length b) in
+      t.reserved <- obj + reserve_block;
+      Ok ()
+  in
   t.next_obj <- obj + 1;
+  Ok obj
+
+let new_uncommitted t buf len =
+  let* obj = next_obj t in
+  let u = { buf; len = 0; last_use = now t } in
   t.unc_files <- t.unc_files + 1;
   set_len t u len;
   Hashtbl.replace t.files obj { secret = t.random secret_len; state = Uncommitted u };
-  (obj, u)
+  Ok (obj, u)
 
 let drop_uncommitted t obj u =
   Hashtbl.remove t.files obj;
@@ -582,7 +603,7 @@ let commit_upload t obj f u ~safe =
 let create t ~commit ~safe data =
   let len = String.length data in
   let* () = check_room t ~new_files:1 ~delta:len ~new_len:len in
-  let obj, u = new_uncommitted t (Bytes.of_string data) len in
+  let* obj, u = new_uncommitted t (Bytes.of_string data) len in
   if not commit then Ok obj
   else
     match commit_upload t obj (Hashtbl.find t.files obj) u ~safe with
@@ -641,7 +662,7 @@ let change t obj ~commit ~safe ~new_len ~apply =
       let* got = catch (fun () -> pread t hash ~off:0 buf 0 size) in
       if got < size then Error (`Io "blob shorter than its record")
       else
-        let obj', u = new_uncommitted t buf 0 in
+        let* obj', u = new_uncommitted t buf 0 in
         u.len <- size;
         t.unc_bytes <- t.unc_bytes + size;
         apply u;
@@ -745,7 +766,7 @@ let secret t obj =
 let revoke t obj =
   let s = t.random secret_len in
   if obj = 0 then (
-    let b = Bytes.of_string (encode_server s) in
+    let b = Bytes.of_string (encode_server s t.reserved) in
     let* () = write_new t ~safe:true ~kind:"server" (server_path t) b (Bytes.length b) in
     t.server_secret <- s;
     Ok s)

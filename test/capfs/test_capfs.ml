@@ -260,7 +260,12 @@ let test_reopen () =
   Alcotest.(check (option string)) "file secret kept" (Some sa) (Store.secret t a);
   Alcotest.(check (option string)) "server secret kept" (Some s0) (Store.secret t 0);
   let n = get (Store.create t ~commit:true ~safe:true "new") in
-  Alcotest.(check bool) "numbers not reused" true (n > a);
+  Alcotest.(check bool) "numbers not reused" true (n > a && n > u);
+  get (Store.destroy t n);
+  Store.close t;
+  let t, _ = open_store d in
+  let n' = get (Store.create t ~commit:true ~safe:true "newer") in
+  Alcotest.(check bool) "not even the number of a destroyed file" true (n' > n);
   let sa' = get (Store.revoke t a) in
   let s0' = get (Store.revoke t 0) in
   Alcotest.(check bool) "revoke changes the secrets" true (sa' <> sa && s0' <> s0);
@@ -293,7 +298,7 @@ let test_lock () =
    name, then the name, first for the blob, then for the record. *)
 let test_step_order () =
   with_dir @@ fun d ->
-  let steps = ref [] and on = ref false in
+  let steps = ref [] and on = ref true in
   let io = Io.hooked (fun s -> if !on then steps := s :: !steps) Io.real in
   let t, _ = open_store ~io d in
   let shape () =
@@ -312,6 +317,11 @@ let test_step_order () =
     steps := [];
     r
   in
+  steps := [];
+  let first = get (Store.create t ~commit:false ~safe:false "") in
+  Alcotest.(check (list string)) "the first file number reserves a block of them"
+    [ "write tmp"; "fsync tmp"; "rename tmp -> " ^ Filename.basename d; "fsync-dir " ^ Filename.basename d ] (shape ());
+  ignore first;
   on := true;
   let a = get (Store.create t ~commit:true ~safe:true (String.make 100_000 'x')) in
   Alcotest.(check (list string)) "a safe commit"

@@ -1,0 +1,249 @@
+(* The file server and its shell tools as real processes over loopback UDP:
+   put / get / size / restrict / destroy / info, refusals with exit status 2,
+   an unknown outcome with 3, and a server killed with SIGKILL during
+   uploads, restarted with every acknowledged file intact. *)
+
+let consort () =
+  Filename.concat (Filename.dirname Sys.executable_name) (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+
+let rec rm_rf p =
+  match (Unix.lstat p).Unix.st_kind with
+  | Unix.S_DIR ->
+      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+      Unix.rmdir p
+  | _ -> Unix.unlink p
+  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+
+let with_dir f =
+  let d = Filename.temp_file "capfs-e2e" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o700;
+  Fun.protect ~finally:(fun () -> rm_rf d) (fun () -> f d)
+
+let ( / ) = Filename.concat
+
+let read_file p =
+  let ic = open_in_bin p in
+  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+
+let write_file p s =
+  let oc = open_out_bin p in
+  output_string oc s;
+  close_out oc
+
+(* A free UDP port on loopback. *)
+let free_port () =
+  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
+  Unix.close s;
+  p
+
+type server = { pid : int; cap : string; addr : string }
+
+let start_server ~data ~port =
+  let r, w = Unix.pipe ~cloexec:true () in
+  let err = Unix.openfile (data ^ ".log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let addr = Printf.sprintf "127.0.0.1:%d" port in
+  let pid =
+    Unix.create_process (consort ()) [| "consort"; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |] Unix.stdin w err
+  in
+  Unix.close w;
+  Unix.close err;
+  let ic = Unix.in_channel_of_descr r in
+  let line = try input_line ic with End_of_file -> "" in
+  close_in ic;
+  match String.split_on_char ' ' line with
+  | [ "server"; cap ] -> { pid; cap; addr }
+  | _ -> Alcotest.failf "server's first line: %S" line
+
+let stop s =
+  (try Unix.kill s.pid Sys.sigkill with Unix.Unix_error _ -> ());
+  try ignore (Unix.waitpid [] s.pid) with Unix.Unix_error _ -> ()
+
+(* Runs consort with [args]; its exit status, standard output and error. *)
+let run ?(env = []) ?stdin_file args =
+  let out = Filename.temp_file "capfs-out" "" and err = Filename.temp_file "capfs-err" "" in
+  Fun.protect
+    ~finally:(fun () -> Sys.remove out; Sys.remove err)
+    (fun () ->
+      let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
+      let o = fd out and e = fd err in
+      let i = match stdin_file with Some f -> Unix.openfile f [ Unix.O_RDONLY ] 0 | None -> Unix.stdin in
+      let env = Array.append (Array.of_list env) (Unix.environment ()) in
+      let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) env i o e in
+      Unix.close o;
+      Unix.close e;
+      let _, st = Unix.waitpid [] pid in
+      let code = match st with Unix.WEXITED c -> c | _ -> -1 in
+      (code, read_file out, read_file err))
+
+let locate s = [ "CONSORT_LOCATE=" ^ s.addr ]
+let trim = String.trim
+
+let expect_refused ~env name reason args =
+  let code, _, err = run ~env args in
+  Alcotest.(check int) (name ^ ": exit 2") 2 code;
+  let contains s sub =
+    let n = String.length sub in
+    let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+    go 0
+  in
+  if not (contains err reason) then Alcotest.failf "%s: message %S does not name %S" name err reason
+
+let test_tools () =
+  with_dir @@ fun d ->
+  let s = start_server ~data:(d / "data") ~port:(free_port ()) in
+  Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
+  let env = locate s in
+  let small = d / "small" and big = d / "big" in
+  write_file small "hello, capabilities\n";
+  let big_data = String.init (5 * 1048576 + 3) (fun i -> Char.chr (((i * 31) lxor (i lsr 9)) land 255)) in
+  write_file big big_data;
+  let code, f, err = run ~env [ "cap"; "fs"; "put"; "--server"; s.cap; small ] in
+  Alcotest.(check int) ("put: " ^ err) 0 code;
+  let f = trim f in
+  let code, out, _ = run ~env [ "cap"; "fs"; "get"; f ] in
+  Alcotest.(check (pair int string)) "get" (0, "hello, capabilities\n") (code, out);
+  let code, out, _ = run ~env [ "cap"; "fs"; "size"; f ] in
+  Alcotest.(check (pair int string)) "size" (0, "20\n") (code, out);
+  let code, b, _ = run ~env [ "cap"; "fs"; "put"; "--server"; s.cap; big ] in
+  Alcotest.(check int) "put of 5 MiB" 0 code;
+  let code, out, _ = run ~env [ "cap"; "fs"; "get"; trim b ] in
+  Alcotest.(check bool) "get of 5 MiB" true (code = 0 && out = big_data);
+  let code, out, _ = run ~env [ "cap"; "info"; f ] in
+  Alcotest.(check int) "info" 0 code;
+  Alcotest.(check bool) "info names the size" true (String.length out > 0 && String.sub (trim out) (String.length (trim out) - 8) 8 = "20 bytes");
+  let code, r, _ = run ~env [ "cap"; "restrict"; f; "--rights"; "read" ] in
+  Alcotest.(check int) "restrict" 0 code;
+  let r = trim r in
+  let code, out, _ = run ~env [ "cap"; "fs"; "get"; r ] in
+  Alcotest.(check (pair int string)) "get with a read-only capability" (0, "hello, capabilities\n") (code, out);
+  let code, r0, _ = run ~env [ "cap"; "restrict"; r; "--rights"; "none" ] in
+  Alcotest.(check int) "restrict a restricted capability (std_restrict)" 0 code;
+  expect_refused ~env "get with no rights" "too few rights" [ "cap"; "fs"; "get"; trim r0 ];
+  expect_refused ~env "destroy with read only" "too few rights" [ "cap"; "destroy"; r ];
+  expect_refused ~env "put with a file's capability" "bad argument" [ "cap"; "fs"; "put"; "--server"; f; small ];
+  (* Altered capabilities: rights raised on a restricted one, a check changed. *)
+  let raw s = Base64.decode_exn ~pad:false ~alphabet:Base64.uri_safe_alphabet (String.sub s 5 (String.length s - 5)) in
+  let text b = "cap1:" ^ Base64.encode_exn ~pad:false ~alphabet:Base64.uri_safe_alphabet b in
+  let widened = Bytes.of_string (raw r) in
+  Bytes.set widened 23 '\xff';
+  expect_refused ~env "over-rights capability" "bad capability" [ "cap"; "destroy"; text (Bytes.to_string widened) ];
+  let forged = Bytes.of_string (raw f) in
+  Bytes.set forged 39 (Char.chr (Char.code (Bytes.get forged 39) lxor 1));
+  expect_refused ~env "forged check" "bad capability" [ "cap"; "fs"; "get"; text (Bytes.to_string forged) ];
+  expect_refused ~env "not a capability" "bad capability" [ "cap"; "fs"; "size"; "cap1:nonsense" ];
+  let code, _, _ = run ~env [ "cap"; "destroy"; f ] in
+  Alcotest.(check int) "destroy" 0 code;
+  expect_refused ~env "a destroyed file" "not found" [ "cap"; "fs"; "get"; f ];
+  expect_refused ~env "a destroyed file, restricted" "not found" [ "cap"; "fs"; "size"; r ];
+  (* Found by multicast too, when the network has it. *)
+  let code, _, _ = run ~env:[ Printf.sprintf "CONSORT_LOCATE=127.0.0.1:%d" (free_port ()) ] [ "cap"; "fs"; "size"; trim b ] in
+  Alcotest.(check bool) "found, or refused without multicast" true (code = 0 || code = 2);
+  stop s;
+  expect_refused ~env "no server" "RPC_NOTFOUND" [ "cap"; "fs"; "size"; trim b ]
+
+(* A server that dies during a transfer: the client cannot know the outcome. *)
+let test_unknown_outcome () =
+  with_dir @@ fun d ->
+  let s = start_server ~data:(d / "data") ~port:(free_port ()) in
+  Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
+  let big = d / "big" in
+  write_file big (String.make (64 * 1048576) 'z');
+  let env = Array.append [| "CONSORT_LOCATE=" ^ s.addr |] (Unix.environment ()) in
+  let pid =
+    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; big |] env Unix.stdin
+      Unix.stdout Unix.stderr
+  in
+  (* Wait until the upload is under way: the server holds an uncommitted file. *)
+  let rec wait n =
+    if n = 0 then Alcotest.fail "the upload never started";
+    let _, out, _ = run ~env:(locate s) [ "cap"; "status"; s.cap ] in
+    let started =
+      match String.split_on_char ',' out with
+      | [ _; u ] -> (try Scanf.sscanf (String.trim u) "%d uncommitted files (%d bytes)" (fun f b -> f = 1 && b > 0) with _ -> false)
+      | _ -> false
+    in
+    if not started then (Unix.sleepf 0.02; wait (n - 1))
+  in
+  wait 500;
+  Unix.kill s.pid Sys.sigstop;
+  let _, st = Unix.waitpid [] pid in
+  Unix.kill s.pid Sys.sigcont;
+  Alcotest.(check bool) "put exits 3 when the server falls silent mid-upload" true (st = Unix.WEXITED 3)
+
+(* Servers killed with SIGKILL while several clients upload; every file
+   whose capability a put printed (exit 0) must come back whole after a
+   restart. *)
+let test_crash_restart () =
+  with_dir @@ fun d ->
+  let data = d / "data" and port = free_port () in
+  let files =
+    Array.init 12 (fun i ->
+        let p = d / Printf.sprintf "f%d" i in
+        let n = [| 10; 70_000; 1_100_000; 2_500_000 |].(i mod 4) + i in
+        write_file p (String.init n (fun j -> Char.chr (((i * 7) + j) land 255)));
+        p)
+  in
+  let acked = ref [] and unknown = ref 0 in
+  for round = 0 to 2 do
+    let s = start_server ~data ~port in
+    let env = Array.append [| "CONSORT_LOCATE=" ^ s.addr |] (Unix.environment ()) in
+    let puts =
+      Array.mapi
+        (fun i f ->
+          let out = d / Printf.sprintf "out%d.%d" round i in
+          let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+          let e = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
+          let pid =
+            Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; f |] env Unix.stdin
+              o e
+          in
+          Unix.close o;
+          Unix.close e;
+          (pid, out, f))
+        files
+    in
+    Unix.sleepf (0.15 +. (0.1 *. float round));
+    stop s;
+    Array.iter
+      (fun (pid, out, f) ->
+        match Unix.waitpid [] pid with
+        | _, Unix.WEXITED 0 -> acked := (trim (read_file out), f) :: !acked
+        | _, Unix.WEXITED (2 | 3) -> incr unknown
+        | _ -> Alcotest.fail "put died")
+      puts
+  done;
+  let s = start_server ~data ~port in
+  Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
+  let log = read_file (data ^ ".log") in
+  List.iter
+    (fun l ->
+      let bad = [ "corrupt"; "lost"; "unknown file"; "server record bad" ] in
+      List.iter
+        (fun b ->
+          let n = String.length b in
+          let rec has i = i + n <= String.length l && (String.sub l i n = b || has (i + 1)) in
+          if has 0 then Alcotest.failf "recovery found damage: %s" l)
+        bad)
+    (String.split_on_char '\n' log);
+  List.iter
+    (fun (cap, f) ->
+      let code, out, err = run ~env:(locate s) [ "cap"; "fs"; "get"; cap ] in
+      if code <> 0 then Alcotest.failf "acknowledged file lost: %s" err;
+      if out <> read_file f then Alcotest.failf "acknowledged file %s has other bytes" f)
+    !acked;
+  Alcotest.(check bool) "some puts were acknowledged" true (List.length !acked >= 3);
+  Alcotest.(check bool) "some puts were cut by the kill" true (!unknown >= 1)
+
+let () =
+  Alcotest.run "fs_e2e"
+    [
+      ( "processes",
+        [
+          Alcotest.test_case "the shell tools" `Quick test_tools;
+          Alcotest.test_case "outcome unknown: exit 3" `Quick test_unknown_outcome;
+          Alcotest.test_case "SIGKILL during uploads, restart" `Quick test_crash_restart;
+        ] );
+    ]
