@@ -58,7 +58,7 @@ module Make (D : Device.S) = struct
   }
 
   let create ?arp:config ?reassembly ?gateway ~clock ~pool ~(address : Ipv4_addr.Prefix.t) device =
-    let eth = Eth.create device in
+    let eth = Eth.create ~clock device in
     let arp = Arp.create ?config ~clock ~pool ~ip:address.addr eth in
     let ip = Ip.create ?reassembly ?gateway ~clock ~pool ~address arp in
     let icmp = Icmp.create ~clock ip in

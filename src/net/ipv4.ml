@@ -22,7 +22,8 @@ type info = {
   not_for_us : int;
   no_route : int;
   unknown_protocol : int;
-  connection_limit : int;
+  connections_evicted : int;
+  bad_source : int;
   fragments_sent : int;
   fragments_received : int;
   reassembled : int;
@@ -34,12 +35,12 @@ type info = {
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown protocol, %d over connection limit; fragments %d out %d in, %d reassembled, %d given up, %d timed out; %d ICMP errors sent; %d connections"
+    "%a%a mtu %d: sent %d received %d; dropped: %d bad (%d bad source), %d not for us, %d no route, %d unknown protocol; fragments %d out %d in, %d reassembled, %d given up, %d timed out; %d ICMP errors sent; %d connections (%d evicted)"
     Ipv4_addr.Prefix.pp i.address
     Fmt.(option (any " via " ++ Ipv4_addr.pp))
-    i.gateway i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
-    i.connection_limit i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped
-    i.reassembly_timeouts i.icmp_errors_sent i.connections
+    i.gateway i.mtu i.sent i.received i.bad i.bad_source i.not_for_us i.no_route i.unknown_protocol
+    i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped
+    i.reassembly_timeouts i.icmp_errors_sent i.connections i.connections_evicted
 
 module type S = sig
   include
@@ -57,6 +58,7 @@ module type S = sig
   val create :
     ?reassembly:reassembly ->
     ?max_connections:int ->
+    ?connection_idle:Consort.Time.t ->
     ?gateway:Ipv4_addr.t ->
     clock:Clock.t ->
     pool:Consort.Pool.t ->
@@ -104,14 +106,14 @@ module Make (A : Arp.S) = struct
     clock : Clock.t;
     pool : Consort.Pool.t;
     reasm : reassembly;
-    max_connections : int;
     mutable prefix : Ipv4_addr.Prefix.t;
     mutable gateway : Ipv4_addr.t option;
     mutable bcast : Ipv4_addr.t;
     mtu : int;
-    conns : connection Itbl.t;
+    pinned : connection Itbl.t;  (* opened actively, until closed *)
+    conns : connection Lru.t;  (* made by a passive open *)
     listeners : (Ipv4_addr.t option * (connection -> handler)) list Itbl.t;
-    hops : A.connection Itbl.t;
+    hops : A.connection Lru.t;
     pending : fragments Itbl.t;
     mutable pending_bytes : int;
     mutable next_id : int;
@@ -125,7 +127,7 @@ module Make (A : Arp.S) = struct
     mutable not_for_us : int;
     mutable no_route : int;
     mutable unknown_protocol : int;
-    mutable connection_limit : int;
+    mutable bad_source : int;
     mutable fragments_sent : int;
     mutable fragments_received : int;
     mutable reassembled : int;
@@ -141,6 +143,7 @@ module Make (A : Arp.S) = struct
     key : int;
     mutable handler : handler;
     mutable users : int;
+    mutable is_pinned : bool;
   }
 
   and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
@@ -166,16 +169,15 @@ module Make (A : Arp.S) = struct
     else t.gateway
 
   let hop_conn t nh =
-    match Itbl.find t.hops (nh : Ipv4_addr.t :> int) with
-    | c -> Ok c
-    | exception Not_found -> (
+    match Lru.find t.hops (nh : Ipv4_addr.t :> int) with
+    | Some c -> Ok c
+    | None -> (
         match
           A.active_open t.arp { Arp.ip = nh; ethertype = Ethernet_wire.ethertype_ipv4 } (fun _ ->
               { A.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
         with
         | Ok c ->
-            if Itbl.length t.hops > 4096 then Itbl.reset t.hops;
-            Itbl.replace t.hops (nh :> int) c;
+            Lru.add t.hops (nh :> int) c;
             Ok c
         | Error _ as e -> e)
 
@@ -278,6 +280,8 @@ module Make (A : Arp.S) = struct
         t.icmp_errors_sent <- t.icmp_errors_sent + 1;
         ignore (output t ~df:false ~dst:src ~proto:Ipv4_wire.proto_icmp q)
 
+  let find_conn t k = match Itbl.find_opt t.pinned k with Some _ as c -> c | None -> Lru.find t.conns k
+
   let deliver_icmp_error t err quoted =
     match Ipv4_packet.decode ~verify:false quoted with
     | Error _ -> ()
@@ -286,7 +290,7 @@ module Make (A : Arp.S) = struct
         let ihl = Ipv4_wire.get_ihl quoted * 4 in
         let dst = Ipv4_wire.get_dst quoted and proto = Ipv4_wire.get_proto quoted in
         if Ipv4_wire.get_src quoted = t.prefix.addr then
-          match Itbl.find_opt t.conns (key dst proto) with
+          match find_conn t (key dst proto) with
           | Some c ->
               let rest = Cstruct.to_string (Cstruct.shift quoted (min ihl (Cstruct.length quoted))) in
               c.handler.status c (Icmp_error { error = err; quoted = rest })
@@ -303,22 +307,18 @@ module Make (A : Arp.S) = struct
   (* [p]'s window is the datagram, header of [h] bytes included. *)
   let deliver t p ~src ~proto ~h ~bcast =
     let k = key src proto in
-    match Itbl.find t.conns k with
-    | c ->
+    match find_conn t k with
+    | Some c ->
         let (_ : (unit, _) result) = Packet.pull p h in
         t.rx_hlen <- h;
         t.rx_bcast <- bcast;
         t.received <- t.received + 1;
         c.handler.receive c p
-    | exception Not_found -> (
+    | None -> (
         match find_listener t proto src with
         | Some f ->
-            if Itbl.length t.conns >= t.max_connections then (
-              t.connection_limit <- t.connection_limit + 1;
-              Packet.release p)
-            else
-              let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1 } in
-              Itbl.replace t.conns k c;
+              let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1; is_pinned = false } in
+              Lru.add t.conns k c;
               c.handler <- f c;
               let (_ : (unit, _) result) = Packet.pull p h in
               t.rx_hlen <- h;
@@ -432,6 +432,18 @@ module Make (A : Arp.S) = struct
               if fr.total >= 0 && fr.bytes = fr.total then complete t k fr
             end
 
+  (* RFC 1122 3.2.1.3 and 3.2.1.8: a datagram from this host, from 0.0.0.0
+     (a host still without an address never sends us anything but DHCP,
+     which we do not run), from the loopback net, from a multicast,
+     limited or directed broadcast address, is a forgery or a loop. *)
+  let bad_source t src_i =
+    src_i = 0
+    || src_i lsr 24 = 127
+    || src_i land 0xf000_0000 = 0xe000_0000
+    || src_i >= 0xf000_0000
+    || src_i = (t.bcast :> int)
+    || src_i = (t.prefix.addr :> int)
+
   let input t p =
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
@@ -447,8 +459,9 @@ module Make (A : Arp.S) = struct
       else
         let src = Ipv4_wire.get_src cs and dst = Ipv4_wire.get_dst cs in
         let src_i = (src :> int) and dst_i = (dst :> int) in
-        if src_i = 0xffff_ffff || Ipv4_addr.is_multicast src || src_i = (t.bcast :> int) then (
+        if bad_source t src_i then (
           t.bad <- t.bad + 1;
+          t.bad_source <- t.bad_source + 1;
           Packet.release p)
         else
           let bcast = dst_i = 0xffff_ffff || dst_i = (t.bcast :> int) in
@@ -466,27 +479,28 @@ module Make (A : Arp.S) = struct
   let set_prefix t prefix =
     t.prefix <- prefix;
     t.bcast <- (if prefix.len >= 31 then Ipv4_addr.broadcast else Ipv4_addr.Prefix.broadcast prefix);
-    Itbl.reset t.hops;
+    Lru.clear t.hops;
     ignore (A.control t.arp (Arp.Set_ip prefix.addr));
     if t.bcast <> Ipv4_addr.broadcast then
       ignore (A.control t.arp (Arp.Add_static (t.bcast, Mac_addr.broadcast)))
 
-  let create ?(reassembly = default_reassembly) ?(max_connections = 4096) ?gateway ~clock ~pool
-      ~address arp =
+  let create ?(reassembly = default_reassembly) ?(max_connections = 4096)
+      ?(connection_idle = Consort.Time.of_sec 600.) ?gateway ~clock ~pool ~address arp =
+    if max_connections < 1 then invalid_arg "Ipv4.create: max_connections < 1";
     let t =
       {
         arp;
         clock;
         pool;
         reasm = reassembly;
-        max_connections;
         prefix = address;
         gateway;
         bcast = Ipv4_addr.broadcast;
         mtu = A.mtu arp;
-        conns = Itbl.create 64;
+        pinned = Itbl.create 16;
+        conns = Lru.create ~idle:connection_idle ~now:clock.now max_connections;
         listeners = Itbl.create 8;
-        hops = Itbl.create 16;
+        hops = Lru.create ~idle:connection_idle ~now:clock.now 256;
         pending = Itbl.create 16;
         pending_bytes = 0;
         next_id = 1;
@@ -500,7 +514,7 @@ module Make (A : Arp.S) = struct
         not_for_us = 0;
         no_route = 0;
         unknown_protocol = 0;
-        connection_limit = 0;
+        bad_source = 0;
         fragments_sent = 0;
         fragments_received = 0;
         reassembled = 0;
@@ -522,17 +536,22 @@ module Make (A : Arp.S) = struct
     if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "protocol %d" proto))
     else
       let k = key dst proto in
-      match Itbl.find_opt t.conns k with
+      match find_conn t k with
       | Some c ->
           c.users <- c.users + 1;
+          if not c.is_pinned then begin
+            Lru.remove t.conns k;
+            Itbl.replace t.pinned k c;
+            c.is_pinned <- true
+          end;
           Ok c
       | None ->
           if next_hop t dst = None then (
             t.no_route <- t.no_route + 1;
             Error (`Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst)))
           else
-            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1 } in
-            Itbl.replace t.conns k c;
+            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true } in
+            Itbl.replace t.pinned k c;
             c.handler <- f c;
             Ok c
 
@@ -549,9 +568,9 @@ module Make (A : Arp.S) = struct
   let close c =
     c.users <- c.users - 1;
     if c.users <= 0 then
-      match Itbl.find_opt c.ip.conns c.key with
-      | Some c' when c' == c -> Itbl.remove c.ip.conns c.key
-      | _ -> ()
+      match Itbl.find_opt c.ip.pinned c.key with
+      | Some c' when c' == c -> Itbl.remove c.ip.pinned c.key
+      | _ -> ( match Lru.peek c.ip.conns c.key with Some c' when c' == c -> Lru.remove c.ip.conns c.key | _ -> ())
 
   let abort = close
   let max_packet c = mtu c
@@ -563,7 +582,7 @@ module Make (A : Arp.S) = struct
         Ok ()
     | Set_gateway g ->
         t.gateway <- g;
-        Itbl.reset t.hops;
+        Lru.clear t.hops;
         Ok ()
 
   let query t =
@@ -577,13 +596,14 @@ module Make (A : Arp.S) = struct
       not_for_us = t.not_for_us;
       no_route = t.no_route;
       unknown_protocol = t.unknown_protocol;
-      connection_limit = t.connection_limit;
+      connections_evicted = Lru.evicted t.conns;
+      bad_source = t.bad_source;
       fragments_sent = t.fragments_sent;
       fragments_received = t.fragments_received;
       reassembled = t.reassembled;
       reassembly_dropped = t.reassembly_dropped;
       reassembly_timeouts = t.reassembly_timeouts;
       icmp_errors_sent = t.icmp_errors_sent;
-      connections = Itbl.length t.conns;
+      connections = Itbl.length t.pinned + Lru.length t.conns;
     }
 end

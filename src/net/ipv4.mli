@@ -9,6 +9,15 @@
     removes it when its last user closes it. A layer above can therefore
     demultiplex on connection identity (or {!remote}).
 
+    The connections a passive open made (the first datagram from a new
+    source) are a cache ({!Lru}): at most [max_connections], the least
+    recently used evicted to make room, those idle for [connection_idle]
+    dropped. An evicted connection is only forgotten: it can still send,
+    and the next datagram from its peer makes a new one through the
+    listener. Connections opened actively stay until their last user
+    closes them. Datagrams whose source is 0.0.0.0, in 127/8, multicast,
+    class E, a broadcast address or our own address are dropped.
+
     Reassembly keeps at most [max_datagrams] datagrams in progress,
     [max_bytes] bytes of fragments in all and [max_fragments] per datagram,
     each for at most [timeout]; a fragment over a limit or overlapping
@@ -50,7 +59,8 @@ type info = {
   not_for_us : int;
   no_route : int;
   unknown_protocol : int;
-  connection_limit : int;  (** dropped: too many connections *)
+  connections_evicted : int;  (** passively made connections evicted (room or idle) *)
+  bad_source : int;  (** of [bad]: a source address we refuse *)
   fragments_sent : int;
   fragments_received : int;
   reassembled : int;
@@ -79,6 +89,7 @@ module type S = sig
   val create :
     ?reassembly:reassembly ->
     ?max_connections:int ->
+    ?connection_idle:Consort.Time.t ->
     ?gateway:Ipv4_addr.t ->
     clock:Clock.t ->
     pool:Consort.Pool.t ->
@@ -87,7 +98,10 @@ module type S = sig
     t
   (** [create ~clock ~pool ~address arp] runs IPv4 with [address] (whose
       host bits are ours) over [arp]; fragments and ICMP errors are
-      allocated from [pool]. *)
+      allocated from [pool]. At most [max_connections] (default 4096)
+      passively made connections are kept, and none idle longer than
+      [connection_idle] (default 600 s).
+      @raise Invalid_argument if [max_connections < 1]. *)
 
   val address : t -> Ipv4_addr.t
   val remote : connection -> host
