@@ -16,19 +16,21 @@ type info = {
   ip : Ipv4_addr.t;
   entries : (Ipv4_addr.t * Mac_addr.t option) list;
   requests_sent : int;
+  refreshes : int;
   replies_sent : int;
   requests_received : int;
   replies_received : int;
   bad : int;
   queue_dropped : int;
+  waiting : int;
   resolution_failed : int;
   conflicts : int;
 }
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a: %d entries; requests %d out %d in, replies %d out %d in; %d bad, %d dropped from queues, %d failed, %d conflicts"
-    Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.requests_received i.replies_sent
+    "%a: %d entries; requests %d out (%d refreshes) %d in, replies %d out %d in; %d bad, %d dropped from queues, %d failed, %d conflicts"
+    Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.refreshes i.requests_received i.replies_sent
     i.replies_received i.bad i.queue_dropped i.resolution_failed i.conflicts
 
 type config = {
@@ -93,6 +95,7 @@ module Make (E : Ethernet.S) = struct
     out : E.connection Itbl.t;  (* per ethertype, for sending *)
     mutable last_defence : Consort.Time.t;
     mutable requests_sent : int;
+    mutable refreshes : int;
     mutable replies_sent : int;
     mutable requests_received : int;
     mutable replies_received : int;
@@ -280,6 +283,7 @@ module Make (E : Ethernet.S) = struct
         out = Itbl.create 4;
         last_defence = 0;
         requests_sent = 0;
+        refreshes = 0;
         replies_sent = 0;
         requests_received = 0;
         replies_received = 0;
@@ -326,29 +330,37 @@ module Make (E : Ethernet.S) = struct
             else begin
               if r.expires - now <= t.config.refresh && now - r.probed >= t.config.retry_interval then begin
                 r.probed <- now;
+                t.refreshes <- t.refreshes + 1;
                 send_arp t ~dst:r.mac
                   { op = Request; sha = mac t; spa = t.my_ip; tha = Mac_addr.zero; tpa = Ipv4_addr.of_int ip }
               end;
               Some r.mac
             end)
 
+  (* When [max_queued] packets wait in all, the resolution started
+     longest ago is given up (or, if it is [pd]'s, [pd]'s oldest packet is
+     dropped): the newest resolutions always have room. *)
   let enqueue t pd c p =
-    if Queue.length pd.queue >= t.config.queue_limit then begin
+    let drop_oldest_of pd =
       let _, old = Queue.pop pd.queue in
       Packet.release old;
       t.queued <- t.queued - 1;
       t.queue_dropped <- t.queue_dropped + 1
-    end;
-    if t.queued >= t.config.max_queued then begin
-      Packet.release p;
-      t.queue_dropped <- t.queue_dropped + 1;
-      Error (`Unreachable "ARP: too many packets waiting for resolution")
-    end
-    else begin
-      Queue.push (c, p) pd.queue;
-      t.queued <- t.queued + 1;
-      Ok ()
-    end
+    in
+    if Queue.length pd.queue >= t.config.queue_limit then drop_oldest_of pd;
+    let rec make_room () =
+      if t.queued >= t.config.max_queued then
+        match Lru.oldest t.pending with
+        | Some (_, pd') when pd' == pd -> if not (Queue.is_empty pd.queue) then drop_oldest_of pd
+        | Some (ip, pd') ->
+            drop_pending t ip pd';
+            make_room ()
+        | None -> ()
+    in
+    make_room ();
+    Queue.push (c, p) pd.queue;
+    t.queued <- t.queued + 1;
+    Ok ()
 
   let send c p =
     let t = c.arp in
@@ -450,11 +462,13 @@ module Make (E : Ethernet.S) = struct
       ip = t.my_ip;
       entries;
       requests_sent = t.requests_sent;
+      refreshes = t.refreshes;
       replies_sent = t.replies_sent;
       requests_received = t.requests_received;
       replies_received = t.replies_received;
       bad = t.bad;
       queue_dropped = t.queue_dropped;
+      waiting = t.queued;
       resolution_failed = t.resolution_failed;
       conflicts = t.conflicts;
     }

@@ -39,12 +39,14 @@ type control =
 type info = {
   ip : Ipv4_addr.t;
   entries : (Ipv4_addr.t * Mac_addr.t option) list;  (** [None]: being resolved *)
-  requests_sent : int;
+  requests_sent : int;  (** refreshes included *)
+  refreshes : int;  (** unicast requests refreshing an entry in use *)
   replies_sent : int;
   requests_received : int;
   replies_received : int;
   bad : int;  (** malformed ARP packets *)
   queue_dropped : int;  (** packets dropped from pending queues *)
+  waiting : int;  (** packets waiting for a resolution now *)
   resolution_failed : int;
   conflicts : int;  (** packets from another host claiming our address *)
 }

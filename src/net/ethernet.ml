@@ -15,13 +15,14 @@ type info = {
   runts : int;
   not_for_us : int;
   unknown_type : int;
+  bad_source : int;
   peers : int;
   peers_evicted : int;
 }
 
 let pp_info ppf i =
-  Fmt.pf ppf "%a mtu %d: in %d out %d; dropped: %d runts, %d not for us, %d unknown type; %d peers (%d evicted)"
-    Mac_addr.pp i.mac i.mtu i.frames_in i.frames_out i.runts i.not_for_us i.unknown_type i.peers
+  Fmt.pf ppf "%a mtu %d: in %d out %d; dropped: %d runts, %d not for us, %d unknown type, %d from a group address; %d peers (%d evicted)"
+    Mac_addr.pp i.mac i.mtu i.frames_in i.frames_out i.runts i.not_for_us i.unknown_type i.bad_source i.peers
     i.peers_evicted
 
 module type S = sig
@@ -67,6 +68,7 @@ module Make (D : Device.S) = struct
     mutable runts : int;
     mutable not_for_us : int;
     mutable unknown_type : int;
+    mutable bad_source : int;
   }
 
   (* Peers are in [pinned] while some user has opened them actively, in
@@ -120,6 +122,9 @@ module Make (D : Device.S) = struct
         | exception Not_found ->
             t.unknown_type <- t.unknown_type + 1;
             Packet.release p
+        | _ when Mac_addr.is_group (Ethernet_wire.get_src cs) ->
+            t.bad_source <- t.bad_source + 1;
+            Packet.release p
         | e -> (
             let src = Ethernet_wire.get_src cs in
             let (_ : (unit, _) result) = Packet.pull p Ethernet_wire.sizeof_ethernet in
@@ -156,6 +161,7 @@ module Make (D : Device.S) = struct
         runts = 0;
         not_for_us = 0;
         unknown_type = 0;
+        bad_source = 0;
       }
     in
     D.set_receive dev (input t);
@@ -253,6 +259,7 @@ module Make (D : Device.S) = struct
       runts = t.runts;
       not_for_us = t.not_for_us;
       unknown_type = t.unknown_type;
+      bad_source = t.bad_source;
       peers = Itbl.fold (fun _ e n -> n + Itbl.length e.pinned + Lru.length e.peers) t.types 0;
       peers_evicted = Itbl.fold (fun _ e n -> n + Lru.evicted e.peers) t.types 0;
     }

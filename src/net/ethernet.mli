@@ -32,6 +32,7 @@ type info = {
   runts : int;  (** shorter than a header *)
   not_for_us : int;
   unknown_type : int;
+  bad_source : int;  (** a group (multicast) source address *)
   peers : int;  (** connections now, of every type *)
   peers_evicted : int;  (** passively made connections evicted (room or idle) *)
 }

@@ -477,6 +477,7 @@ module Make (A : Arp.S) = struct
           end
 
   let set_prefix t prefix =
+    if t.bcast <> Ipv4_addr.broadcast then ignore (A.control t.arp (Arp.Remove t.bcast));
     t.prefix <- prefix;
     t.bcast <- (if prefix.len >= 31 then Ipv4_addr.broadcast else Ipv4_addr.Prefix.broadcast prefix);
     Lru.clear t.hops;

@@ -85,6 +85,8 @@ let add t k v =
       Itbl.replace t.tbl k n;
       push_newest t n
 
+let oldest t = match t.oldest with Some n -> Some (n.key, n.value) | None -> None
+
 let remove t k =
   match Itbl.find_opt t.tbl k with
   | None -> ()

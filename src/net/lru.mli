@@ -36,6 +36,9 @@ val add : 'a t -> int -> 'a -> unit
 (** [add t k v] binds [k] to [v] (replacing any binding), marked used now;
     if [t] is full, the least recently used entry is evicted first. *)
 
+val oldest : 'a t -> (int * 'a) option
+(** [oldest t] is the least recently used entry. *)
+
 val remove : 'a t -> int -> unit
 val length : 'a t -> int
 val capacity : 'a t -> int

@@ -6,5 +6,7 @@ let () =
       ("wire", T_wire.suite);
       ("devices", T_devices.suite);
       ("stack", T_stack.suite);
+      ("lru", T_lru.suite);
+      ("flood", T_flood.suite);
       ("tap", T_tap.suite);
     ]
