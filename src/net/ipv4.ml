@@ -81,7 +81,17 @@ end
 
 let max_payload = 0xffff - Ipv4_wire.sizeof_ipv4
 
-module Make (A : Arp.S) = struct
+module type LINK = sig
+  include
+    Protocol.S
+      with type address = Arp.address
+       and type address_pattern = Arp.address_pattern
+       and type control = Arp.control
+
+  val mtu : t -> int
+end
+
+module Make (A : LINK) = struct
   type nonrec address = address
   type nonrec address_pattern = address_pattern
   type nonrec status = status

@@ -132,4 +132,23 @@ module type S = sig
       that sent that datagram, as {!Icmp_error} (used by {!Icmp}). *)
 end
 
-module Make (A : Arp.S) : S with type arp = A.t
+(** What IPv4 runs over: a link that delivers packets to a next hop named
+    by its IPv4 address. {!Arp.S} (ARP over Ethernet) is one; {!P2p.Make}
+    (a point-to-point link or a tunnel, with no link addresses and no
+    ARP) is another. [control] is how IPv4 tells the link its own address
+    and its subnet's broadcast address (a link without neighbour
+    resolution ignores both). *)
+module type LINK = sig
+  include
+    Protocol.S
+      with type address = Arp.address
+       and type address_pattern = Arp.address_pattern
+       and type control = Arp.control
+
+  val mtu : t -> int
+  (** The largest IP datagram the link carries whole. *)
+end
+
+module Make (A : LINK) : S with type arp = A.t
+(** [Make (A)] is IPv4 over [A]: [Make (Arp.Make (Ethernet.Make (Device)))]
+    on Ethernet, [Make (P2p.Make (Device))] on a point-to-point link. *)

@@ -1,4 +1,4 @@
-(** Bounded tables keyed by immediate integers: at most [capacity]
+(** Bounded tables: at most [capacity]
     entries, the least recently used evicted to make room for a new one,
     and (with [idle]) entries unused for that long dropped.
 
@@ -9,50 +9,60 @@
     gets a place. Every operation is O(1) (amortised, for the idle
     expiry). *)
 
-type 'a t
+(** Tables with keys of any hashable type. *)
+module type S = sig
+  type key
+  type 'a t
 
-val create :
-  ?idle:Consort.Time.t ->
-  ?now:(unit -> Consort.Time.t) ->
-  ?on_evict:(int -> 'a -> unit) ->
-  int ->
-  'a t
-(** [create capacity] is an empty table holding at most [capacity]
-    entries. With [idle] (and [now], the clock), an entry not used for
-    [idle] is dropped at the next operation that looks at the table's old
-    end. [on_evict k v] is called for each entry dropped by the table
-    itself (to make room, or idle), not for those {!remove}d.
-    @raise Invalid_argument if [capacity < 1]. *)
+  val create :
+    ?idle:Consort.Time.t ->
+    ?now:(unit -> Consort.Time.t) ->
+    ?on_evict:(key -> 'a -> unit) ->
+    int ->
+    'a t
+  (** [create capacity] is an empty table holding at most [capacity]
+      entries. With [idle] (and [now], the clock), an entry not used for
+      [idle] is dropped at the next operation that looks at the table's old
+      end. [on_evict k v] is called for each entry dropped by the table
+      itself (to make room, or idle), not for those {!remove}d.
+      @raise Invalid_argument if [capacity < 1]. *)
 
-val find : 'a t -> int -> 'a option
-(** [find t k] is [k]'s value, marking it used now. *)
+  val find : 'a t -> key -> 'a option
+  (** [find t k] is [k]'s value, marking it used now. *)
 
-val peek : 'a t -> int -> 'a option
-(** [peek t k] is [k]'s value, without marking it used. *)
+  val peek : 'a t -> key -> 'a option
+  (** [peek t k] is [k]'s value, without marking it used. *)
 
-val mem : 'a t -> int -> bool
+  val mem : 'a t -> key -> bool
 
-val add : 'a t -> int -> 'a -> unit
-(** [add t k v] binds [k] to [v] (replacing any binding), marked used now;
-    if [t] is full, the least recently used entry is evicted first. *)
+  val add : 'a t -> key -> 'a -> unit
+  (** [add t k v] binds [k] to [v] (replacing any binding), marked used now;
+      if [t] is full, the least recently used entry is evicted first. *)
 
-val oldest : 'a t -> (int * 'a) option
-(** [oldest t] is the least recently used entry. *)
+  val oldest : 'a t -> (key * 'a) option
+  (** [oldest t] is the least recently used entry. *)
 
-val remove : 'a t -> int -> unit
-val length : 'a t -> int
-val capacity : 'a t -> int
+  val remove : 'a t -> key -> unit
+  val length : 'a t -> int
+  val capacity : 'a t -> int
 
-val evicted : 'a t -> int
-(** Entries dropped by the table itself since it was made (room or idle). *)
+  val evicted : 'a t -> int
+  (** Entries dropped by the table itself since it was made (room or idle). *)
 
-val expire : 'a t -> unit
-(** [expire t] drops every idle entry now. *)
+  val expire : 'a t -> unit
+  (** [expire t] drops every idle entry now. *)
 
-val iter : (int -> 'a -> unit) -> 'a t -> unit
-(** [iter f t] calls [f] on every entry, most recently used first; [f]
-    must not change [t]. *)
+  val iter : (key -> 'a -> unit) -> 'a t -> unit
+  (** [iter f t] calls [f] on every entry, most recently used first; [f]
+      must not change [t]. *)
 
-val fold : (int -> 'a -> 'b -> 'b) -> 'a t -> 'b -> 'b
-val clear : 'a t -> unit
-(** [clear t] removes every entry (without [on_evict]). *)
+  val fold : (key -> 'a -> 'b -> 'b) -> 'a t -> 'b -> 'b
+  val clear : 'a t -> unit
+  (** [clear t] removes every entry (without [on_evict]). *)
+
+end
+
+module Make (K : Hashtbl.HashedType) : S with type key = K.t
+
+(** Tables keyed by immediate integers. *)
+include S with type key = int

@@ -42,7 +42,7 @@ let tcp_on w (s : S.t) local : (module NODE) =
   end)
 
 (* A sends [n] bytes to B's port 80 over TCP; B checks every byte. *)
-let tcp_transfer w (module A : NODE) (module B : NODE) n =
+let tcp_transfer ?(dst = ip_b) vc (module A : NODE) (module B : NODE) n =
   let data = String.init n (fun i -> Char.chr ((i * 31 + (i lsr 8)) land 255)) in
   let l = ok (B.Sock.listen B.tcp 80) in
   let got = ref 0 and eof = ref false and closed = ref 0 in
@@ -64,7 +64,7 @@ let tcp_transfer w (module A : NODE) (module B : NODE) n =
                 loop ())
         in
         loop ());
-  Socket.Promise.upon (A.Sock.connect A.tcp ip_b 80) (function
+  Socket.Promise.upon (A.Sock.connect A.tcp dst 80) (function
     | Error e -> Alcotest.failf "connect: %a" Protocol.pp_error e
     | Ok s ->
         Socket.Promise.upon (A.Sock.write s (Cstruct.of_string data)) (function
@@ -72,7 +72,8 @@ let tcp_transfer w (module A : NODE) (module B : NODE) n =
           | Ok () ->
               A.Sock.shutdown s;
               Socket.Promise.upon (A.Sock.closed s) (fun r -> if r = Ok () then incr closed)));
-  Clock.Virtual.run_until_idle ~limit:(w.clock.now () + Time.of_sec 600.) w.vc;
+  let clock = Clock.Virtual.clock vc in
+  Clock.Virtual.run_until_idle ~limit:(clock.now () + Time.of_sec 600.) vc;
   Alcotest.(check int) "TCP: bytes received" n !got;
   Alcotest.(check bool) "TCP: end of stream" true !eof;
   Alcotest.(check int) "TCP: both closed" 2 !closed
@@ -207,7 +208,7 @@ let flood () =
   Alcotest.(check int) "ping" 1 (ping_once w);
   Alcotest.(check (list string)) "UDP echo" [ "still here" ] (udp_echo_once w);
   let a = tcp_on w w.a ip_a and b = tcp_on w w.b ip_b in
-  tcp_transfer w a b (1024 * 1024);
+  tcp_transfer w.vc a b (1024 * 1024);
   finish w
 
 (* A client that keeps talking stays in every table while a flood churns
@@ -233,7 +234,7 @@ let flood_during_transfer () =
   in
   ok (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ -> { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
   let (_ : Clock.cancel) = w.clock.at (Time.of_ms 1) flood in
-  tcp_transfer w a b (4 * 1024 * 1024);
+  tcp_transfer w.vc a b (4 * 1024 * 1024);
   Alcotest.(check int) "the whole flood went in" 20_000 !sent;
   Alcotest.(check bool) "it churned the tables" true ((S.Ip.query w.b.ip).connections_evicted > 10_000);
   finish w

@@ -8,5 +8,8 @@ let () =
       ("stack", T_stack.suite);
       ("lru", T_lru.suite);
       ("flood", T_flood.suite);
+      ("mix", T_mix.suite);
+      ("ipv6", T_ipv6.suite);
       ("tap", T_tap.suite);
+      ("tap6", T_tap6.suite);
     ]
