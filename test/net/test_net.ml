@@ -12,4 +12,5 @@ let () =
       ("ipv6", T_ipv6.suite);
       ("tap", T_tap.suite);
       ("tap6", T_tap6.suite);
+      ("tap-flood", T_tap_flood.suite);
     ]
