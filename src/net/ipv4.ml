@@ -124,7 +124,7 @@ module Make (A : LINK) = struct
     conns : connection Lru.t;  (* made by a passive open *)
     listeners : (Ipv4_addr.t option * (connection -> handler)) list Itbl.t;
     hops : A.connection Lru.t;
-    pending : fragments Itbl.t;
+    pending : fragments Lru.t;  (* the oldest evicted for a new datagram *)
     mutable pending_bytes : int;
     mutable next_id : int;
     mutable rx_hlen : int;
@@ -342,16 +342,23 @@ module Make (A : LINK) = struct
             t.rx_bcast <- bcast;
             send_icmp_error t (Dest_unreachable Protocol) p)
 
+  (* [fr], no longer in [t.pending], is given up. *)
+  let release_fragments t fr =
+    fr.cancel ();
+    t.pending_bytes <- t.pending_bytes - fr.bytes;
+    List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
+    fr.frags <- []
+
   let drop_fragments t k fr =
     fr.cancel ();
-    Itbl.remove t.pending k;
+    Lru.remove t.pending k;
     t.pending_bytes <- t.pending_bytes - fr.bytes;
     List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
     fr.frags <- []
 
   let complete t k fr =
     fr.cancel ();
-    Itbl.remove t.pending k;
+    Lru.remove t.pending k;
     t.pending_bytes <- t.pending_bytes - fr.bytes;
     let q = Packet.create ~headroom:(Packet.default_headroom + hlen) t.pool fr.total in
     let dst = Packet.cstruct q in
@@ -389,18 +396,19 @@ module Make (A : LINK) = struct
     else
       let k = ((src : Ipv4_addr.t :> int) lsl 24) lor (proto lsl 16) lor id in
       let fr =
-        match Itbl.find_opt t.pending k with
+        match Lru.peek t.pending k with
         | Some fr -> Some fr
         | None ->
-            if Itbl.length t.pending >= t.reasm.max_datagrams then None
-            else
+              (* When [max_datagrams] are in progress, the one started
+                 longest ago is given up: a flood of first fragments never
+                 locks out new datagrams. *)
               let fr =
                 { fsrc = src; fproto = proto; fid = id; frags = []; bytes = 0; count = 0; total = -1; cancel = (fun () -> ()) }
               in
-              Itbl.replace t.pending k fr;
+              Lru.add t.pending k fr;
               fr.cancel <-
                 t.clock.at (t.clock.now () + t.reasm.timeout) (fun () ->
-                    match Itbl.find_opt t.pending k with
+                    match Lru.peek t.pending k with
                     | Some fr' when fr' == fr ->
                         t.reassembly_timeouts <- t.reassembly_timeouts + 1;
                         drop_fragments t k fr
@@ -420,6 +428,17 @@ module Make (A : LINK) = struct
               (not more) && fr.total >= 0 && fr.total <> total
               || (total >= 0 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags))
             in
+            (* Over the byte limit, the oldest other datagrams make room. *)
+            let rec make_room () =
+              if t.pending_bytes + len > t.reasm.max_bytes then
+                match Lru.oldest t.pending with
+                | Some (k', fr') when fr' != fr ->
+                    t.reassembly_dropped <- t.reassembly_dropped + 1;
+                    drop_fragments t k' fr';
+                    make_room ()
+                | _ -> ()
+            in
+            if not (overlaps || bad_total || fr.count >= t.reasm.max_fragments) then make_room ();
             if
               overlaps || bad_total
               || fr.count >= t.reasm.max_fragments
@@ -498,6 +517,7 @@ module Make (A : LINK) = struct
   let create ?(reassembly = default_reassembly) ?(max_connections = 4096)
       ?(connection_idle = Consort.Time.of_sec 600.) ?gateway ~clock ~pool ~address arp =
     if max_connections < 1 then invalid_arg "Ipv4.create: max_connections < 1";
+    let evict_fragments = ref (fun _ -> ()) in
     let t =
       {
         arp;
@@ -512,7 +532,10 @@ module Make (A : LINK) = struct
         conns = Lru.create ~idle:connection_idle ~now:clock.now max_connections;
         listeners = Itbl.create 8;
         hops = Lru.create ~idle:connection_idle ~now:clock.now 256;
-        pending = Itbl.create 16;
+        pending =
+          Lru.create
+            ~on_evict:(fun _ fr -> !evict_fragments fr)
+            (max 1 reassembly.max_datagrams);
         pending_bytes = 0;
         next_id = 1;
         rx_hlen = 0;
@@ -534,6 +557,10 @@ module Make (A : LINK) = struct
         icmp_errors_sent = 0;
       }
     in
+    (evict_fragments :=
+       fun fr ->
+         t.reassembly_dropped <- t.reassembly_dropped + 1;
+         release_fragments t fr);
     set_prefix t address;
     (match
        A.passive_open arp (Arp.Ethertype Ethernet_wire.ethertype_ipv4) (fun _ ->

@@ -20,9 +20,11 @@
 
     Reassembly keeps at most [max_datagrams] datagrams in progress,
     [max_bytes] bytes of fragments in all and [max_fragments] per datagram,
-    each for at most [timeout]; a fragment over a limit or overlapping
-    another (other than an exact duplicate, which is ignored) drops its
-    datagram. Datagrams over the MTU are fragmented unless the caller asked
+    each for at most [timeout]. A new datagram over [max_datagrams], or a
+    fragment over [max_bytes], gives up the datagrams started longest ago
+    (a flood of fragments that never complete cannot lock out new ones); a
+    fragment over [max_fragments], or overlapping another (other than an
+    exact duplicate, which is ignored), drops its datagram. Datagrams over the MTU are fragmented unless the caller asked
     for DF. Options are accepted and ignored on receive, never sent. *)
 
 type address = { dst : Ipv4_addr.t; proto : int }

@@ -674,8 +674,7 @@ module Make (E : Ethernet.S) = struct
           match Key_lru.peek t.reasm k with
           | Some fr -> Some fr
           | None ->
-              if Key_lru.length t.reasm >= rc.max_datagrams then None
-              else
+                (* The oldest datagram in progress is given up for a new one. *)
                 let fr = { frags = []; bytes = 0; count = 0; total = -1; next = -1; fcancel = (fun () -> ()) } in
                 Key_lru.add t.reasm k fr;
                 fr.fcancel <-
@@ -700,6 +699,16 @@ module Make (E : Ethernet.S) = struct
                 ((not more) && fr.total >= 0 && fr.total <> total)
                 || (total >= 0 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags))
               in
+              let rec make_room () =
+                if t.reasm_bytes + len > rc.max_bytes then
+                  match Key_lru.oldest t.reasm with
+                  | Some (k', fr') when fr' != fr ->
+                      t.reassembly_dropped <- t.reassembly_dropped + 1;
+                      drop_fragments t k' fr';
+                      make_room ()
+                  | _ -> ()
+              in
+              if not (overlaps || bad_total || fr.count >= rc.max_fragments) then make_room ();
               if overlaps || bad_total || fr.count >= rc.max_fragments || t.reasm_bytes + len > rc.max_bytes then (
                 t.reassembly_dropped <- t.reassembly_dropped + 1;
                 Packet.release p;
@@ -771,6 +780,7 @@ module Make (E : Ethernet.S) = struct
     then invalid_arg "Ipv6.create: a limit below 1";
     let mac = E.mac eth in
     let evict_pending = ref (fun _ _ -> ()) in
+    let evict_fragments = ref (fun _ -> ()) in
     let t =
       {
         eth;
@@ -790,7 +800,7 @@ module Make (E : Ethernet.S) = struct
         pinned = Hashtbl.create 16;
         conns = Key_lru.create ~idle:config.connection_idle ~now:clock.now config.max_connections;
         listeners = Hashtbl.create 8;
-        reasm = Key_lru.create (max 1 config.reassembly.max_datagrams);
+        reasm = Key_lru.create ~on_evict:(fun _ fr -> !evict_fragments fr) (max 1 config.reassembly.max_datagrams);
         reasm_bytes = 0;
         next_id = 1;
         icmp_tokens = config.icmp_rate;
@@ -820,6 +830,13 @@ module Make (E : Ethernet.S) = struct
       }
     in
     evict_pending := give_up t;
+    (evict_fragments :=
+       fun fr ->
+         fr.fcancel ();
+         t.reassembly_dropped <- t.reassembly_dropped + 1;
+         t.reasm_bytes <- t.reasm_bytes - fr.bytes;
+         List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
+         fr.frags <- []);
     (match
        E.passive_open eth (Ethernet.Ethertype ethertype_ipv6) (fun _ ->
            { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })

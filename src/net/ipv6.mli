@@ -27,7 +27,7 @@
 
     Received datagrams pass through hop-by-hop, destination options,
     routing (with no segments left) and fragment headers; fragments are
-    reassembled within the same limits as {!Ipv4.reassembly}; overlapping
+    reassembled within the same limits, and the same eviction of the oldest, as {!Ipv4}; overlapping
     fragments drop their datagram (RFC 5722). Datagrams are sent whole (no
     fragmentation on send: [`Too_big] over the MTU). Datagrams from a
     multicast, loopback or our own address are dropped. *)

@@ -319,8 +319,33 @@ let arp_pending_bound () =
   List.iter S.Ip.close conns;
   finish w
 
+(* First fragments of datagrams that never complete, from 5,000
+   spoofed sources: reassembly gives up the oldest, and a real fragmented
+   datagram still gets through. *)
+let fragment_flood () =
+  let w = world () in
+  let got, h = udp_collect () in
+  ok (S.Udp.passive_open w.b.udp (Udp.Port 4000) h);
+  let st = Random.State.make [| 19 |] in
+  let inject s = Device.deliver w.dev_b (packet w s) in
+  for id = 1 to 5000 do
+    inject (frag_frame ~src:(rand_ip st) ~id ~off:0 ~more:true (String.make 1000 'f'))
+  done;
+  let dgram = Udp_packet.to_string { src_port = 1; dst_port = 4000 } (String.make 2000 'q') in
+  inject (frag_frame ~src:ip_a ~id:7 ~off:0 ~more:true (String.sub dgram 0 1000));
+  inject (frag_frame ~src:ip_a ~id:7 ~off:1000 ~more:true (String.sub dgram 1000 1000));
+  inject (frag_frame ~src:ip_a ~id:7 ~off:2000 ~more:false (String.sub dgram 2000 8));
+  Alcotest.(check (list int)) "the real datagram reassembled" [ 2000 ] (List.map String.length !got);
+  let i = S.Ip.query w.b.ip in
+  Alcotest.(check bool) (Fmt.str "the oldest given up (%d)" i.reassembly_dropped) true
+    (i.reassembly_dropped >= 5000 - Ipv4.default_reassembly.max_datagrams);
+  Alcotest.(check bool) "buffers bounded" true (Pool.in_use w.pool <= 2);
+  advance w (Time.of_sec 31.);
+  finish w
+
 let suite =
   [
+    Alcotest.test_case "a flood of fragments: the oldest given up" `Quick fragment_flood;
     Alcotest.test_case "flood of MACs, spoofed sources, ARP: bounded, still served" `Quick flood;
     Alcotest.test_case "a TCP transfer through a flood" `Quick flood_during_transfer;
     Alcotest.test_case "martian source addresses refused" `Quick martians;

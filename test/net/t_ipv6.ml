@@ -258,8 +258,26 @@ let address_roundtrip =
       let a = Ipv6_addr.of_octets_exn s in
       Ipv6_addr.equal a (Ipv6_addr.of_string_exn (Ipv6_addr.to_string a)))
 
+(* First fragments that never complete: the oldest are given up and a
+   real fragmented datagram still gets through. *)
+let fragment_flood6 () =
+  let x = world6 () in
+  let got, h = udp6_collect () in
+  ok (Udp6.passive_open x.ub (Udp.Port 4000) h);
+  for id = 1 to 5000 do
+    Device.deliver x.w.dev_b (packet x.w (frag_frame ~id:(id + 100) ~off:0 ~more:true ~next:17 (String.make 1000 'f')))
+  done;
+  let d = udp6_datagram (String.make 1500 'r') in
+  Device.deliver x.w.dev_b (packet x.w (frag_frame ~id:1 ~off:0 ~more:true ~next:17 (String.sub d 0 1000)));
+  Device.deliver x.w.dev_b (packet x.w (frag_frame ~id:1 ~off:1000 ~more:false ~next:17 (String.sub d 1000 (String.length d - 1000))));
+  Alcotest.(check (list int)) "the real datagram reassembled" [ 1500 ] (List.map String.length !got);
+  Alcotest.(check bool) "the oldest given up" true ((Ip6.query x.ipb).reassembly_dropped >= 5000 - 64);
+  advance x.w (Time.of_sec 61.);
+  finish x.w
+
 let suite =
   [
+    Alcotest.test_case "a flood of IPv6 fragments: the oldest given up" `Quick fragment_flood6;
     Alcotest.test_case "addresses: text forms" `Quick addresses;
     address_roundtrip;
     Alcotest.test_case "ping6 with neighbour discovery" `Quick ping6;
