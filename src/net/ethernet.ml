@@ -251,6 +251,7 @@ module Make (D : Device.S) = struct
         Ok ()
 
   let query t =
+    Itbl.iter (fun _ e -> Lru.expire e.peers) t.types;
     {
       mac = t.mac;
       mtu = t.mtu;

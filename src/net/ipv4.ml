@@ -624,6 +624,7 @@ module Make (A : LINK) = struct
         Ok ()
 
   let query t =
+    Lru.expire t.conns;
     {
       address = t.prefix;
       gateway = t.gateway;

@@ -343,8 +343,29 @@ let fragment_flood () =
   advance w (Time.of_sec 31.);
   finish w
 
+(* Entries nobody uses are reclaimed after their idle timeout, not only
+   when the table is full. *)
+let idle_reclaimed () =
+  let w = world () in
+  ok (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ -> { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
+  let st = Random.State.make [| 20 |] in
+  let udp9 = udp_template 9 in
+  for _ = 1 to 1000 do
+    Device.deliver w.dev_b (stamp w udp9 ~mac:(rand_mac st) ~ip:(rand_ip st))
+  done;
+  Alcotest.(check int) "1000 IPv4 connections" 1000 (S.Ip.query w.b.ip).connections;
+  Alcotest.(check int) "1000 Ethernet peers" 1000 (S.Eth.query w.b.eth).peers;
+  (* Ethernet forgets after 300 s, IPv4 after 600 s of silence. *)
+  advance w (Time.of_sec 601.);
+  Device.deliver w.dev_b (stamp w udp9 ~mac:(rand_mac st) ~ip:(rand_ip st));
+  Alcotest.(check int) "IPv4: only the newest" 1 (S.Ip.query w.b.ip).connections;
+  Alcotest.(check int) "Ethernet: only the newest" 1 (S.Eth.query w.b.eth).peers;
+  Alcotest.(check int) "all counted as evicted" 1000 (S.Ip.query w.b.ip).connections_evicted;
+  finish w
+
 let suite =
   [
+    Alcotest.test_case "idle peers and connections reclaimed" `Quick idle_reclaimed;
     Alcotest.test_case "a flood of fragments: the oldest given up" `Quick fragment_flood;
     Alcotest.test_case "flood of MACs, spoofed sources, ARP: bounded, still served" `Quick flood;
     Alcotest.test_case "a TCP transfer through a flood" `Quick flood_during_transfer;
