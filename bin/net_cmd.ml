@@ -146,7 +146,7 @@ let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
   let* () = listen discard_port "discard" discard in
   listen source_port "source" source
 
-let up tap ip gateway mtu seconds source_port source_mb =
+let up tap ip ip6 gateway mtu seconds source_port source_mb =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   let timeout = Option.map Consort.Time.of_sec seconds in
@@ -174,7 +174,7 @@ let up tap ip gateway mtu seconds source_port source_mb =
   else if source_mb < 0 then fail "--source-mb must not be negative"
   else
     match
-      Up.run ?gateway ?mtu ?timeout ~udp_echo:[ echo_port ] ~udp_discard:[ discard_port ] ~setup
+      Up.run ?ip6 ?gateway ?mtu ?timeout ~udp_echo:[ echo_port ] ~udp_discard:[ discard_port ] ~setup
         ~stats_every:10. ~tap ~ip ()
     with
     | Error (`Msg e) -> fail e
@@ -188,6 +188,12 @@ let up tap ip gateway mtu seconds source_port source_mb =
 let up_cmd =
   let tap = Arg.(required & opt (some string) None & info [ "tap" ] ~docv:"NAME" ~doc:"TAP device to create or attach to.") in
   let ip = Arg.(required & opt (some string) None & info [ "ip" ] ~docv:"ADDR/LEN" ~doc:"This stack's IPv4 address and prefix length.") in
+  let ip6 =
+    Arg.(
+      value & opt (some string) None
+      & info [ "ip6" ] ~docv:"ADDR/LEN"
+          ~doc:"Also run IPv6 with this address and prefix length (beside the link-local address made from the MAC): neighbour discovery, ping6, UDP echo and discard.")
+  in
   let gateway = Arg.(value & opt (some string) None & info [ "gateway" ] ~docv:"ADDR" ~doc:"Default gateway.") in
   let mtu = Arg.(value & opt (some int) None & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).") in
   let seconds = Arg.(value & opt (some float) None & info [ "for" ] ~docv:"SECONDS" ~doc:"Stop after this long.") in
@@ -224,7 +230,7 @@ let up_cmd =
   Cmd.v
     (Cmd.info "up" ~man
        ~doc:"Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a TCP throughput source.")
-    Term.(const up $ tap $ ip $ gateway $ mtu $ seconds $ source_port $ source_mb)
+    Term.(const up $ tap $ ip $ ip6 $ gateway $ mtu $ seconds $ source_port $ source_mb)
 
 let cmd = Cmd.group (Cmd.info "net" ~doc:"Consort's user-space TCP/IP stack.") [ up_cmd ]
 

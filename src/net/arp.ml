@@ -16,19 +16,21 @@ type info = {
   ip : Ipv4_addr.t;
   entries : (Ipv4_addr.t * Mac_addr.t option) list;
   requests_sent : int;
+  refreshes : int;
   replies_sent : int;
   requests_received : int;
   replies_received : int;
   bad : int;
   queue_dropped : int;
+  waiting : int;
   resolution_failed : int;
   conflicts : int;
 }
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a: %d entries; requests %d out %d in, replies %d out %d in; %d bad, %d dropped from queues, %d failed, %d conflicts"
-    Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.requests_received i.replies_sent
+    "%a: %d entries; requests %d out (%d refreshes) %d in, replies %d out %d in; %d bad, %d dropped from queues, %d failed, %d conflicts"
+    Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.refreshes i.requests_received i.replies_sent
     i.replies_received i.bad i.queue_dropped i.resolution_failed i.conflicts
 
 type config = {
@@ -37,6 +39,9 @@ type config = {
   retries : int;
   queue_limit : int;
   max_entries : int;
+  max_pending : int;
+  max_queued : int;
+  refresh : Consort.Time.t;
 }
 
 let default_config =
@@ -46,6 +51,9 @@ let default_config =
     retries = 3;
     queue_limit = 16;
     max_entries = 1024;
+    max_pending = 64;
+    max_queued = 256;
+    refresh = Consort.Time.of_sec 5.;
   }
 
 module type S = sig
@@ -80,10 +88,14 @@ module Make (E : Ethernet.S) = struct
     pool : Consort.Pool.t;
     config : config;
     mutable my_ip : Ipv4_addr.t;
-    cache : entry Itbl.t;
+    static : Mac_addr.t Itbl.t;
+    resolved : resolved Lru.t;
+    pending : pending Lru.t;
+    mutable queued : int;  (* packets in every pending queue *)
     out : E.connection Itbl.t;  (* per ethertype, for sending *)
     mutable last_defence : Consort.Time.t;
     mutable requests_sent : int;
+    mutable refreshes : int;
     mutable replies_sent : int;
     mutable requests_received : int;
     mutable replies_received : int;
@@ -93,9 +105,11 @@ module Make (E : Ethernet.S) = struct
     mutable conflicts : int;
   }
 
-  and entry =
-    | Resolved of { mac : Mac_addr.t; expires : Consort.Time.t; static : bool }
-    | Pending of pending
+  and resolved = {
+    mutable mac : Mac_addr.t;
+    mutable expires : Consort.Time.t;
+    mutable probed : Consort.Time.t;  (* last unicast refresh request; 0: none *)
+  }
 
   and pending = {
     queue : (connection * Packet.t) Queue.t;
@@ -163,10 +177,11 @@ module Make (E : Ethernet.S) = struct
           q;
         Queue.clear q
 
-  let drop_pending t ip pd =
+  (* [pd], no longer in [t.pending], is given up. *)
+  let give_up t ip pd =
     pd.cancel ();
-    Itbl.remove t.cache ip;
     t.resolution_failed <- t.resolution_failed + 1;
+    t.queued <- t.queued - Queue.length pd.queue;
     let told = ref [] in
     Queue.iter
       (fun (c, p) ->
@@ -178,9 +193,13 @@ module Make (E : Ethernet.S) = struct
     Log.debug (fun m -> m "no answer for %a" Ipv4_addr.pp (Ipv4_addr.of_int ip));
     List.iter (fun c -> if c.open_ then c.handler.status c Unresolved) (List.rev !told)
 
+  let drop_pending t ip pd =
+    Lru.remove t.pending ip;
+    give_up t ip pd
+
   let rec retry t ip pd () =
-    match Itbl.find_opt t.cache ip with
-    | Some (Pending pd') when pd' == pd ->
+    match Lru.peek t.pending ip with
+    | Some pd' when pd' == pd ->
         if pd.tries >= t.config.retries then drop_pending t ip pd
         else begin
           pd.tries <- pd.tries + 1;
@@ -189,53 +208,34 @@ module Make (E : Ethernet.S) = struct
         end
     | _ -> ()
 
-  (* Makes room for one more entry: expired ones go first, then any
-     non-static resolved one. *)
-  let make_room t =
-    if Itbl.length t.cache >= t.config.max_entries then begin
-      let now = t.clock.now () in
-      let victims =
-        Itbl.fold
-          (fun ip e acc ->
-            match e with
-            | Resolved { expires; static = false; _ } when expires <= now -> ip :: acc
-            | _ -> acc)
-          t.cache []
-      in
-      List.iter (Itbl.remove t.cache) victims;
-      if Itbl.length t.cache >= t.config.max_entries then
-        match
-          Itbl.fold
-            (fun ip e acc -> match e with Resolved { static = false; _ } -> Some ip | _ -> acc)
-            t.cache None
-        with
-        | Some ip -> Itbl.remove t.cache ip
-        | None -> ()
-    end
-
+  (* A new resolution evicts the least recently started one when
+     [max_pending] are under way (the pending cache does, see [create]). *)
   let start_pending t ip =
-    make_room t;
-    if Itbl.length t.cache >= t.config.max_entries then None
-    else
-      let pd = { queue = Queue.create (); tries = 1; cancel = (fun () -> ()) } in
-      Itbl.replace t.cache ip (Pending pd);
-      request t (Ipv4_addr.of_int ip);
-      pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd);
-      Some pd
+    let pd = { queue = Queue.create (); tries = 1; cancel = (fun () -> ()) } in
+    Lru.add t.pending ip pd;
+    request t (Ipv4_addr.of_int ip);
+    pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd);
+    pd
+
+  let known t ip = Itbl.mem t.static ip || Lru.mem t.resolved ip || Lru.mem t.pending ip
 
   let learn t ip mac =
-    match Itbl.find_opt t.cache ip with
-    | Some (Resolved { static = true; _ }) -> ()
-    | Some (Pending pd) ->
-        pd.cancel ();
-        Itbl.replace t.cache ip
-          (Resolved { mac; expires = t.clock.now () + t.config.entry_ttl; static = false });
-        flush_queue t pd.queue mac
-    | Some (Resolved _) | None ->
-        make_room t;
-        if Itbl.length t.cache < t.config.max_entries || Itbl.mem t.cache ip then
-          Itbl.replace t.cache ip
-            (Resolved { mac; expires = t.clock.now () + t.config.entry_ttl; static = false })
+    if not (Itbl.mem t.static ip) then begin
+      let expires = t.clock.now () + t.config.entry_ttl in
+      (match Lru.find t.resolved ip with
+      | Some r ->
+          r.mac <- mac;
+          r.expires <- expires;
+          r.probed <- 0
+      | None -> Lru.add t.resolved ip { mac; expires; probed = 0 });
+      match Lru.peek t.pending ip with
+      | Some pd ->
+          Lru.remove t.pending ip;
+          pd.cancel ();
+          t.queued <- t.queued - Queue.length pd.queue;
+          flush_queue t pd.queue mac
+      | None -> ()
+    end
 
   let input t p =
     (match Arp_packet.decode (Packet.cstruct p) with
@@ -259,13 +259,16 @@ module Make (E : Ethernet.S) = struct
         end
         else if m.spa <> Ipv4_addr.any && not (Mac_addr.is_group m.sha) then begin
           let ip = (m.spa :> int) in
-          if Itbl.mem t.cache ip || (m.tpa = me && me <> Ipv4_addr.any) then learn t ip m.sha
+          if known t ip || (m.tpa = me && me <> Ipv4_addr.any) then learn t ip m.sha
         end;
         if m.op = Request && m.tpa = me && me <> Ipv4_addr.any && m.spa <> m.tpa then
           send_arp t ~dst:m.sha { op = Reply; sha = mac t; spa = me; tha = m.sha; tpa = m.spa });
     Packet.release p
 
   let create ?(config = default_config) ~clock ~pool ~ip eth =
+    if config.max_entries < 1 || config.max_pending < 1 || config.max_queued < 1 || config.queue_limit < 1
+    then invalid_arg "Arp.create: a limit below 1";
+    let evict_pending = ref (fun _ _ -> ()) in
     let t =
       {
         eth;
@@ -273,10 +276,14 @@ module Make (E : Ethernet.S) = struct
         pool;
         config;
         my_ip = ip;
-        cache = Itbl.create 64;
+        static = Itbl.create 8;
+        resolved = Lru.create ~now:clock.now config.max_entries;
+        pending = Lru.create ~on_evict:(fun ip pd -> !evict_pending ip pd) config.max_pending;
+        queued = 0;
         out = Itbl.create 4;
         last_defence = 0;
         requests_sent = 0;
+        refreshes = 0;
         replies_sent = 0;
         requests_received = 0;
         replies_received = 0;
@@ -286,6 +293,7 @@ module Make (E : Ethernet.S) = struct
         conflicts = 0;
       }
     in
+    evict_pending := give_up t;
     (match
        E.passive_open eth (Ethernet.Ethertype Ethernet_wire.ethertype_arp) (fun _ ->
            { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
@@ -300,17 +308,59 @@ module Make (E : Ethernet.S) = struct
     if (ip :> int) = 0xffff_ffff then Some Mac_addr.broadcast
     else if Ipv4_addr.is_multicast ip then Some (multicast_mac (ip :> int))
     else
-      match Itbl.find t.cache (ip :> int) with
-      | Resolved { mac; expires; static } when static || expires > t.clock.now () -> Some mac
-      | _ | (exception Not_found) -> None
+      match Itbl.find_opt t.static (ip :> int) with
+      | Some _ as m -> m
+      | None -> (
+          match Lru.peek t.resolved (ip :> int) with
+          | Some r when r.expires > t.clock.now () -> Some r.mac
+          | _ -> None)
 
+  (* The MAC to send to [ip] now, for a packet on its way: an entry in use
+     close to its expiry is refreshed by a unicast request (RFC 1122
+     2.3.2.1), so that an active flow never waits for a new resolution. *)
+  let resolve_for_send t ip =
+    match Itbl.find_opt t.static ip with
+    | Some _ as m -> m
+    | None -> (
+        match Lru.find t.resolved ip with
+        | None -> None
+        | Some r ->
+            let now = t.clock.now () in
+            if r.expires <= now then None
+            else begin
+              if r.expires - now <= t.config.refresh && now - r.probed >= t.config.retry_interval then begin
+                r.probed <- now;
+                t.refreshes <- t.refreshes + 1;
+                send_arp t ~dst:r.mac
+                  { op = Request; sha = mac t; spa = t.my_ip; tha = Mac_addr.zero; tpa = Ipv4_addr.of_int ip }
+              end;
+              Some r.mac
+            end)
+
+  (* When [max_queued] packets wait in all, the resolution started
+     longest ago is given up (or, if it is [pd]'s, [pd]'s oldest packet is
+     dropped): the newest resolutions always have room. *)
   let enqueue t pd c p =
-    if Queue.length pd.queue >= t.config.queue_limit then begin
+    let drop_oldest_of pd =
       let _, old = Queue.pop pd.queue in
       Packet.release old;
+      t.queued <- t.queued - 1;
       t.queue_dropped <- t.queue_dropped + 1
-    end;
-    Queue.push (c, p) pd.queue
+    in
+    if Queue.length pd.queue >= t.config.queue_limit then drop_oldest_of pd;
+    let rec make_room () =
+      if t.queued >= t.config.max_queued then
+        match Lru.oldest t.pending with
+        | Some (_, pd') when pd' == pd -> if not (Queue.is_empty pd.queue) then drop_oldest_of pd
+        | Some (ip, pd') ->
+            drop_pending t ip pd';
+            make_room ()
+        | None -> ()
+    in
+    make_room ();
+    Queue.push (c, p) pd.queue;
+    t.queued <- t.queued + 1;
+    Ok ()
 
   let send c p =
     let t = c.arp in
@@ -321,7 +371,11 @@ module Make (E : Ethernet.S) = struct
       Packet.release p;
       Error (`Bad_address "ARP: a receive-only connection"))
     else
-      match lookup t c.peer with
+      let ip = (c.peer :> int) in
+      let direct =
+        if ip = 0xffff_ffff || Ipv4_addr.is_multicast c.peer then lookup t c.peer else resolve_for_send t ip
+      in
+      match direct with
       | Some mac -> (
           match eth_out t c.ety with
           | Ok ec -> E.send_to ec ~dst:mac p
@@ -329,22 +383,12 @@ module Make (E : Ethernet.S) = struct
               Packet.release p;
               e)
       | None -> (
-          let ip = (c.peer :> int) in
-          match Itbl.find t.cache ip with
-          | Pending pd ->
-              enqueue t pd c p;
-              Ok ()
-          | Resolved _ | (exception Not_found) -> (
+          match Lru.peek t.pending ip with
+          | Some pd -> enqueue t pd c p
+          | None ->
               (* Absent or expired: resolve afresh. *)
-              Itbl.remove t.cache ip;
-              match start_pending t ip with
-              | Some pd ->
-                  enqueue t pd c p;
-                  Ok ()
-              | None ->
-                  Packet.release p;
-                  t.queue_dropped <- t.queue_dropped + 1;
-                  Error (`Unreachable "ARP table full")))
+              Lru.remove t.resolved ip;
+              enqueue t (start_pending t ip) c p)
 
   let active_open t { ip; ethertype } f =
     match eth_out t ethertype with
@@ -385,17 +429,22 @@ module Make (E : Ethernet.S) = struct
         announce t;
         Ok ()
     | Add_static (ip, mac) ->
-        (match Itbl.find_opt t.cache (ip :> int) with
-        | Some (Pending pd) ->
+        let k = (ip :> int) in
+        Itbl.replace t.static k mac;
+        Lru.remove t.resolved k;
+        (match Lru.peek t.pending k with
+        | Some pd ->
+            Lru.remove t.pending k;
             pd.cancel ();
+            t.queued <- t.queued - Queue.length pd.queue;
             flush_queue t pd.queue mac
-        | _ -> ());
-        Itbl.replace t.cache (ip :> int) (Resolved { mac; expires = max_int; static = true });
+        | None -> ());
         Ok ()
     | Remove ip ->
-        (match Itbl.find_opt t.cache (ip :> int) with
-        | Some (Pending pd) -> drop_pending t (ip :> int) pd
-        | _ -> Itbl.remove t.cache (ip :> int));
+        let k = (ip :> int) in
+        Itbl.remove t.static k;
+        Lru.remove t.resolved k;
+        (match Lru.peek t.pending k with Some pd -> drop_pending t k pd | None -> ());
         Ok ()
     | Announce ->
         announce t;
@@ -404,24 +453,22 @@ module Make (E : Ethernet.S) = struct
   let query t =
     let now = t.clock.now () in
     let entries =
-      Itbl.fold
-        (fun ip e acc ->
-          match e with
-          | Resolved { mac; expires; static } when static || expires > now -> (Ipv4_addr.of_int ip, Some mac) :: acc
-          | Resolved _ -> acc
-          | Pending _ -> (Ipv4_addr.of_int ip, None) :: acc)
-        t.cache []
+      Itbl.fold (fun ip mac acc -> (Ipv4_addr.of_int ip, Some mac) :: acc) t.static []
+      |> Lru.fold (fun ip r acc -> if r.expires > now then (Ipv4_addr.of_int ip, Some r.mac) :: acc else acc) t.resolved
+      |> Lru.fold (fun ip _ acc -> (Ipv4_addr.of_int ip, None) :: acc) t.pending
       |> List.sort compare
     in
     {
       ip = t.my_ip;
       entries;
       requests_sent = t.requests_sent;
+      refreshes = t.refreshes;
       replies_sent = t.replies_sent;
       requests_received = t.requests_received;
       replies_received = t.replies_received;
       bad = t.bad;
       queue_dropped = t.queue_dropped;
+      waiting = t.queued;
       resolution_failed = t.resolution_failed;
       conflicts = t.conflicts;
     }

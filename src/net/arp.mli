@@ -1,15 +1,25 @@
 (** ARP (RFC 826) over Ethernet, as a protocol layer: the layer above
     addresses peers by IPv4 address (the next hop) and ARP resolves them.
 
-    Resolved entries expire after [entry_ttl]. A packet for an address not
-    yet resolved waits in a queue for that address (at most [queue_limit]
-    packets; the oldest are dropped first) while requests go out at most
-    once per [retry_interval], [retries] times; then the queue is dropped
-    and the connections that had packets in it are told {!Unresolved}.
-    Requests for our address are answered; senders are learnt; gratuitous
-    ARP updates existing entries, and one claiming our own address is
-    answered by a gratuitous reply defending it (at most once per
-    [retry_interval]). The table holds at most [max_entries] entries.
+    Resolved entries expire after [entry_ttl]. An entry that packets are
+    sent to in its last [refresh] is refreshed by a unicast request to the
+    MAC it holds (at most once per [retry_interval]) while it goes on being
+    used, so an active flow never stalls for a new resolution; an entry
+    nobody uses just expires. A packet for an address not yet resolved
+    waits in a queue for that address (at most [queue_limit] packets; the
+    oldest are dropped first; at most [max_queued] in all queues) while
+    requests go out at most once per [retry_interval], [retries] times;
+    then the queue is dropped and the connections that had packets in it
+    are told {!Unresolved}. Requests for our address are answered; senders
+    are learnt; gratuitous ARP updates existing entries, and one claiming
+    our own address is answered by a gratuitous reply defending it (at
+    most once per [retry_interval]).
+
+    Resolved entries are a cache ({!Lru}) of at most [max_entries], the
+    least recently used evicted for a new one; at most [max_pending]
+    resolutions are under way, a new one giving up the oldest. Static
+    entries are kept apart and never evicted. A flood of requests from
+    random addresses therefore never fills the table for good.
 
     Receiving: a passive open on an ethertype delivers every packet of that
     type, on one connection whose {!remote} is [Ipv4_addr.any] (the peer
@@ -29,12 +39,14 @@ type control =
 type info = {
   ip : Ipv4_addr.t;
   entries : (Ipv4_addr.t * Mac_addr.t option) list;  (** [None]: being resolved *)
-  requests_sent : int;
+  requests_sent : int;  (** refreshes included *)
+  refreshes : int;  (** unicast requests refreshing an entry in use *)
   replies_sent : int;
   requests_received : int;
   replies_received : int;
   bad : int;  (** malformed ARP packets *)
   queue_dropped : int;  (** packets dropped from pending queues *)
+  waiting : int;  (** packets waiting for a resolution now *)
   resolution_failed : int;
   conflicts : int;  (** packets from another host claiming our address *)
 }
@@ -46,7 +58,10 @@ type config = {
   retry_interval : Consort.Time.t;  (** default 1 s *)
   retries : int;  (** requests before giving up, default 3 *)
   queue_limit : int;  (** packets waiting per address, default 16 *)
-  max_entries : int;  (** default 1024 *)
+  max_entries : int;  (** resolved entries, default 1024 *)
+  max_pending : int;  (** resolutions under way, default 64 *)
+  max_queued : int;  (** packets waiting in all queues, default 256 *)
+  refresh : Consort.Time.t;  (** refresh entries in use this long before expiry, default 5 s *)
 }
 
 val default_config : config

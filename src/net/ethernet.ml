@@ -15,12 +15,15 @@ type info = {
   runts : int;
   not_for_us : int;
   unknown_type : int;
-  peer_limit : int;
+  bad_source : int;
+  peers : int;
+  peers_evicted : int;
 }
 
 let pp_info ppf i =
-  Fmt.pf ppf "%a mtu %d: in %d out %d; dropped: %d runts, %d not for us, %d unknown type, %d over peer limit"
-    Mac_addr.pp i.mac i.mtu i.frames_in i.frames_out i.runts i.not_for_us i.unknown_type i.peer_limit
+  Fmt.pf ppf "%a mtu %d: in %d out %d; dropped: %d runts, %d not for us, %d unknown type, %d from a group address; %d peers (%d evicted)"
+    Mac_addr.pp i.mac i.mtu i.frames_in i.frames_out i.runts i.not_for_us i.unknown_type i.bad_source i.peers
+    i.peers_evicted
 
 module type S = sig
   include
@@ -35,7 +38,7 @@ module type S = sig
 
   type device
 
-  val create : ?max_peers:int -> device -> t
+  val create : ?max_peers:int -> ?peer_idle:Consort.Time.t -> ?clock:Clock.t -> device -> t
   val mac : t -> Mac_addr.t
   val mtu : t -> int
   val send_to : connection -> dst:Mac_addr.t -> Packet.t -> (unit, Protocol.error) result
@@ -56,6 +59,8 @@ module Make (D : Device.S) = struct
     mac : Mac_addr.t;
     mtu : int;
     max_peers : int;
+    peer_idle : Consort.Time.t option;
+    now : unit -> Consort.Time.t;
     types : ethertype Itbl.t;
     mutable promiscuous : bool;
     mutable frames_in : int;
@@ -63,11 +68,14 @@ module Make (D : Device.S) = struct
     mutable runts : int;
     mutable not_for_us : int;
     mutable unknown_type : int;
-    mutable peer_limit : int;
+    mutable bad_source : int;
   }
 
+  (* Peers are in [pinned] while some user has opened them actively, in
+     the [peers] cache while only a passive open made them. *)
   and ethertype = {
-    peers : connection Itbl.t;
+    pinned : connection Itbl.t;
+    peers : connection Lru.t;
     mutable listener : (connection -> handler) option;
   }
 
@@ -78,6 +86,7 @@ module Make (D : Device.S) = struct
     mutable handler : handler;
     mutable open_ : bool;
     mutable users : int;
+    mutable is_pinned : bool;
   }
 
   and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
@@ -88,9 +97,14 @@ module Make (D : Device.S) = struct
     match Itbl.find t.types ty with
     | e -> e
     | exception Not_found ->
-        let e = { peers = Itbl.create 16; listener = None } in
+        let e =
+          { pinned = Itbl.create 8; peers = Lru.create ?idle:t.peer_idle ~now:t.now t.max_peers; listener = None }
+        in
         Itbl.replace t.types ty e;
         e
+
+  let find_peer e k =
+    match Itbl.find_opt e.pinned k with Some _ as c -> c | None -> Lru.find e.peers k
 
   let input t p =
     let cs = Packet.cstruct p in
@@ -108,36 +122,38 @@ module Make (D : Device.S) = struct
         | exception Not_found ->
             t.unknown_type <- t.unknown_type + 1;
             Packet.release p
+        | _ when Mac_addr.is_group (Ethernet_wire.get_src cs) ->
+            t.bad_source <- t.bad_source + 1;
+            Packet.release p
         | e -> (
             let src = Ethernet_wire.get_src cs in
             let (_ : (unit, _) result) = Packet.pull p Ethernet_wire.sizeof_ethernet in
-            match Itbl.find e.peers (src :> int) with
-            | c ->
+            match find_peer e (src :> int) with
+            | Some c ->
                 t.frames_in <- t.frames_in + 1;
                 c.handler.receive c p
-            | exception Not_found -> (
+            | None -> (
                 match e.listener with
                 | None ->
                     t.unknown_type <- t.unknown_type + 1;
                     Packet.release p
                 | Some f ->
-                    if Itbl.length e.peers >= t.max_peers then (
-                      t.peer_limit <- t.peer_limit + 1;
-                      Packet.release p)
-                    else
-                      let c = { eth = t; ty; peer = src; handler = nothing; open_ = true; users = 1 } in
-                      Itbl.replace e.peers (src :> int) c;
-                      c.handler <- f c;
-                      t.frames_in <- t.frames_in + 1;
-                      c.handler.receive c p))
+                    let c = { eth = t; ty; peer = src; handler = nothing; open_ = true; users = 1; is_pinned = false } in
+                    Lru.add e.peers (src :> int) c;
+                    c.handler <- f c;
+                    t.frames_in <- t.frames_in + 1;
+                    c.handler.receive c p))
 
-  let create ?(max_peers = 1024) dev =
+  let create ?(max_peers = 1024) ?(peer_idle = Consort.Time.of_sec 300.) ?clock dev =
+    if max_peers < 1 then invalid_arg "Ethernet.create: max_peers < 1";
     let t =
       {
         dev;
         mac = D.mac dev;
         mtu = D.mtu dev;
         max_peers;
+        peer_idle = (match clock with Some _ -> Some peer_idle | None -> None);
+        now = (match clock with Some c -> c.Clock.now | None -> fun () -> 0);
         types = Itbl.create 8;
         promiscuous = false;
         frames_in = 0;
@@ -145,7 +161,7 @@ module Make (D : Device.S) = struct
         runts = 0;
         not_for_us = 0;
         unknown_type = 0;
-        peer_limit = 0;
+        bad_source = 0;
       }
     in
     D.set_receive dev (input t);
@@ -164,13 +180,22 @@ module Make (D : Device.S) = struct
     | Error _ as e -> e
     | Ok () ->
         let e = table t ethertype in
-        match Itbl.find_opt e.peers (dst :> int) with
+        let k = (dst :> int) in
+        match find_peer e k with
         | Some c ->
             c.users <- c.users + 1;
+            if not c.is_pinned then begin
+              Lru.remove e.peers k;
+              Itbl.replace e.pinned k c;
+              c.is_pinned <- true
+            end;
             Ok c
         | None ->
-            let c = { eth = t; ty = ethertype; peer = dst; handler = nothing; open_ = true; users = 1 } in
-            if not (Mac_addr.is_group dst) then Itbl.replace e.peers (dst :> int) c;
+            let c = { eth = t; ty = ethertype; peer = dst; handler = nothing; open_ = true; users = 1; is_pinned = false } in
+            if not (Mac_addr.is_group dst) then begin
+              Itbl.replace e.pinned k c;
+              c.is_pinned <- true
+            end;
             c.handler <- f c;
             Ok c
 
@@ -209,9 +234,10 @@ module Make (D : Device.S) = struct
       c.open_ <- false;
       match Itbl.find_opt c.eth.types c.ty with
       | Some e -> (
-          match Itbl.find_opt e.peers (c.peer :> int) with
-          | Some c' when c' == c -> Itbl.remove e.peers (c.peer :> int)
-          | _ -> ())
+          let k = (c.peer :> int) in
+          match Itbl.find_opt e.pinned k with
+          | Some c' when c' == c -> Itbl.remove e.pinned k
+          | _ -> ( match Lru.peek e.peers k with Some c' when c' == c -> Lru.remove e.peers k | _ -> ()))
       | None -> ()
     end
 
@@ -225,6 +251,7 @@ module Make (D : Device.S) = struct
         Ok ()
 
   let query t =
+    Itbl.iter (fun _ e -> Lru.expire e.peers) t.types;
     {
       mac = t.mac;
       mtu = t.mtu;
@@ -233,6 +260,8 @@ module Make (D : Device.S) = struct
       runts = t.runts;
       not_for_us = t.not_for_us;
       unknown_type = t.unknown_type;
-      peer_limit = t.peer_limit;
+      bad_source = t.bad_source;
+      peers = Itbl.fold (fun _ e n -> n + Itbl.length e.pinned + Lru.length e.peers) t.types 0;
+      peers_evicted = Itbl.fold (fun _ e n -> n + Lru.evicted e.peers) t.types 0;
     }
 end

@@ -5,8 +5,15 @@
     counts one more user; {!close} ends it when its last user closes it.
     Connections to group addresses are for sending only. A passive open on an
     ethertype makes a connection for each new peer that sends frames of
-    that type (at most [max_peers] per type); frames for other hosts,
-    runts and frames of unopened types are counted and dropped. *)
+    that type; frames for other hosts, runts and frames of unopened types
+    are counted and dropped.
+
+    The connections a passive open made are a cache ({!Lru}): at most
+    [max_peers] per type, the least recently heard from evicted to make
+    room for a new peer, and (given a clock) those silent for [peer_idle]
+    dropped. An evicted peer that sends again gets a new connection from
+    the listener, so a flood of random source addresses never locks out a
+    new host. Connections opened actively stay until closed. *)
 
 type address = { dst : Mac_addr.t; ethertype : int }
 
@@ -25,7 +32,9 @@ type info = {
   runts : int;  (** shorter than a header *)
   not_for_us : int;
   unknown_type : int;
-  peer_limit : int;  (** dropped: too many peers for a passive open *)
+  bad_source : int;  (** a group (multicast) source address *)
+  peers : int;  (** connections now, of every type *)
+  peers_evicted : int;  (** passively made connections evicted (room or idle) *)
 }
 
 val pp_info : info Fmt.t
@@ -44,8 +53,12 @@ module type S = sig
 
   type device
 
-  val create : ?max_peers:int -> device -> t
-  (** [create dev] runs Ethernet on [dev] (taking over its receive upcall). *)
+  val create : ?max_peers:int -> ?peer_idle:Consort.Time.t -> ?clock:Clock.t -> device -> t
+  (** [create dev] runs Ethernet on [dev] (taking over its receive upcall),
+      keeping at most [max_peers] (default 1024) passively made
+      connections per type, and with [clock] dropping those idle for
+      [peer_idle] (default 300 s).
+      @raise Invalid_argument if [max_peers < 1]. *)
 
   val mac : t -> Mac_addr.t
   val mtu : t -> int

@@ -11,6 +11,8 @@ module type S = sig
   module Arp : Arp.S with type ethernet = Eth.t
   module Ip : Ipv4.S with type arp = Arp.t
   module Icmp : Icmp.S with type ip = Ip.t
+  module Ip6 : Ipv6.S with type ethernet = Eth.t
+  module Udp6 : Udp.GENERIC with type host = Ipv6_addr.t and type ip = Ip6.t
   module Udp : Udp.S with type ip = Ip.t
 
   type t = {
@@ -44,6 +46,8 @@ module Make (D : Device.S) = struct
   module Arp = Arp.Make (Eth)
   module Ip = Ipv4.Make (Arp)
   module Icmp = Icmp.Make (Ip)
+  module Ip6 = Ipv6.Make (Eth)
+  module Udp6 = Udp.Over (Udp.Over_ipv6 (Ip6)) (Checksum.On)
   module Udp = Udp.Make (Ip) (Checksum.On)
 
   type t = {
@@ -58,7 +62,7 @@ module Make (D : Device.S) = struct
   }
 
   let create ?arp:config ?reassembly ?gateway ~clock ~pool ~(address : Ipv4_addr.Prefix.t) device =
-    let eth = Eth.create device in
+    let eth = Eth.create ~clock device in
     let arp = Arp.create ?config ~clock ~pool ~ip:address.addr eth in
     let ip = Ip.create ?reassembly ?gateway ~clock ~pool ~address arp in
     let icmp = Icmp.create ~clock ip in

@@ -15,7 +15,15 @@ module type S = sig
   module Arp : Arp.S with type ethernet = Eth.t
   module Ip : Ipv4.S with type arp = Arp.t
   module Icmp : Icmp.S with type ip = Ip.t
+  module Ip6 : Ipv6.S with type ethernet = Eth.t
+  (** IPv6 on the same Ethernet, for {!Ipv6.Make}'s [create] (not made by
+      {!create}). *)
+
+  module Udp6 : Udp.GENERIC with type host = Ipv6_addr.t and type ip = Ip6.t
+  (** UDP over that IPv6, checksums on. *)
+
   module Udp : Udp.S with type ip = Ip.t
+
 
   type t = {
     device : device;

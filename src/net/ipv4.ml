@@ -22,7 +22,8 @@ type info = {
   not_for_us : int;
   no_route : int;
   unknown_protocol : int;
-  connection_limit : int;
+  connections_evicted : int;
+  bad_source : int;
   fragments_sent : int;
   fragments_received : int;
   reassembled : int;
@@ -34,12 +35,12 @@ type info = {
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown protocol, %d over connection limit; fragments %d out %d in, %d reassembled, %d given up, %d timed out; %d ICMP errors sent; %d connections"
+    "%a%a mtu %d: sent %d received %d; dropped: %d bad (%d bad source), %d not for us, %d no route, %d unknown protocol; fragments %d out %d in, %d reassembled, %d given up, %d timed out; %d ICMP errors sent; %d connections (%d evicted)"
     Ipv4_addr.Prefix.pp i.address
     Fmt.(option (any " via " ++ Ipv4_addr.pp))
-    i.gateway i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
-    i.connection_limit i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped
-    i.reassembly_timeouts i.icmp_errors_sent i.connections
+    i.gateway i.mtu i.sent i.received i.bad i.bad_source i.not_for_us i.no_route i.unknown_protocol
+    i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped
+    i.reassembly_timeouts i.icmp_errors_sent i.connections i.connections_evicted
 
 module type S = sig
   include
@@ -57,6 +58,7 @@ module type S = sig
   val create :
     ?reassembly:reassembly ->
     ?max_connections:int ->
+    ?connection_idle:Consort.Time.t ->
     ?gateway:Ipv4_addr.t ->
     clock:Clock.t ->
     pool:Consort.Pool.t ->
@@ -79,7 +81,17 @@ end
 
 let max_payload = 0xffff - Ipv4_wire.sizeof_ipv4
 
-module Make (A : Arp.S) = struct
+module type LINK = sig
+  include
+    Protocol.S
+      with type address = Arp.address
+       and type address_pattern = Arp.address_pattern
+       and type control = Arp.control
+
+  val mtu : t -> int
+end
+
+module Make (A : LINK) = struct
   type nonrec address = address
   type nonrec address_pattern = address_pattern
   type nonrec status = status
@@ -104,15 +116,15 @@ module Make (A : Arp.S) = struct
     clock : Clock.t;
     pool : Consort.Pool.t;
     reasm : reassembly;
-    max_connections : int;
     mutable prefix : Ipv4_addr.Prefix.t;
     mutable gateway : Ipv4_addr.t option;
     mutable bcast : Ipv4_addr.t;
     mtu : int;
-    conns : connection Itbl.t;
+    pinned : connection Itbl.t;  (* opened actively, until closed *)
+    conns : connection Lru.t;  (* made by a passive open *)
     listeners : (Ipv4_addr.t option * (connection -> handler)) list Itbl.t;
-    hops : A.connection Itbl.t;
-    pending : fragments Itbl.t;
+    hops : A.connection Lru.t;
+    pending : fragments Lru.t;  (* the oldest evicted for a new datagram *)
     mutable pending_bytes : int;
     mutable next_id : int;
     mutable rx_hlen : int;
@@ -125,7 +137,7 @@ module Make (A : Arp.S) = struct
     mutable not_for_us : int;
     mutable no_route : int;
     mutable unknown_protocol : int;
-    mutable connection_limit : int;
+    mutable bad_source : int;
     mutable fragments_sent : int;
     mutable fragments_received : int;
     mutable reassembled : int;
@@ -141,6 +153,7 @@ module Make (A : Arp.S) = struct
     key : int;
     mutable handler : handler;
     mutable users : int;
+    mutable is_pinned : bool;
   }
 
   and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
@@ -166,16 +179,15 @@ module Make (A : Arp.S) = struct
     else t.gateway
 
   let hop_conn t nh =
-    match Itbl.find t.hops (nh : Ipv4_addr.t :> int) with
-    | c -> Ok c
-    | exception Not_found -> (
+    match Lru.find t.hops (nh : Ipv4_addr.t :> int) with
+    | Some c -> Ok c
+    | None -> (
         match
           A.active_open t.arp { Arp.ip = nh; ethertype = Ethernet_wire.ethertype_ipv4 } (fun _ ->
               { A.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
         with
         | Ok c ->
-            if Itbl.length t.hops > 4096 then Itbl.reset t.hops;
-            Itbl.replace t.hops (nh :> int) c;
+            Lru.add t.hops (nh :> int) c;
             Ok c
         | Error _ as e -> e)
 
@@ -278,6 +290,8 @@ module Make (A : Arp.S) = struct
         t.icmp_errors_sent <- t.icmp_errors_sent + 1;
         ignore (output t ~df:false ~dst:src ~proto:Ipv4_wire.proto_icmp q)
 
+  let find_conn t k = match Itbl.find_opt t.pinned k with Some _ as c -> c | None -> Lru.find t.conns k
+
   let deliver_icmp_error t err quoted =
     match Ipv4_packet.decode ~verify:false quoted with
     | Error _ -> ()
@@ -286,7 +300,7 @@ module Make (A : Arp.S) = struct
         let ihl = Ipv4_wire.get_ihl quoted * 4 in
         let dst = Ipv4_wire.get_dst quoted and proto = Ipv4_wire.get_proto quoted in
         if Ipv4_wire.get_src quoted = t.prefix.addr then
-          match Itbl.find_opt t.conns (key dst proto) with
+          match find_conn t (key dst proto) with
           | Some c ->
               let rest = Cstruct.to_string (Cstruct.shift quoted (min ihl (Cstruct.length quoted))) in
               c.handler.status c (Icmp_error { error = err; quoted = rest })
@@ -303,22 +317,18 @@ module Make (A : Arp.S) = struct
   (* [p]'s window is the datagram, header of [h] bytes included. *)
   let deliver t p ~src ~proto ~h ~bcast =
     let k = key src proto in
-    match Itbl.find t.conns k with
-    | c ->
+    match find_conn t k with
+    | Some c ->
         let (_ : (unit, _) result) = Packet.pull p h in
         t.rx_hlen <- h;
         t.rx_bcast <- bcast;
         t.received <- t.received + 1;
         c.handler.receive c p
-    | exception Not_found -> (
+    | None -> (
         match find_listener t proto src with
         | Some f ->
-            if Itbl.length t.conns >= t.max_connections then (
-              t.connection_limit <- t.connection_limit + 1;
-              Packet.release p)
-            else
-              let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1 } in
-              Itbl.replace t.conns k c;
+              let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1; is_pinned = false } in
+              Lru.add t.conns k c;
               c.handler <- f c;
               let (_ : (unit, _) result) = Packet.pull p h in
               t.rx_hlen <- h;
@@ -332,16 +342,23 @@ module Make (A : Arp.S) = struct
             t.rx_bcast <- bcast;
             send_icmp_error t (Dest_unreachable Protocol) p)
 
+  (* [fr], no longer in [t.pending], is given up. *)
+  let release_fragments t fr =
+    fr.cancel ();
+    t.pending_bytes <- t.pending_bytes - fr.bytes;
+    List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
+    fr.frags <- []
+
   let drop_fragments t k fr =
     fr.cancel ();
-    Itbl.remove t.pending k;
+    Lru.remove t.pending k;
     t.pending_bytes <- t.pending_bytes - fr.bytes;
     List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
     fr.frags <- []
 
   let complete t k fr =
     fr.cancel ();
-    Itbl.remove t.pending k;
+    Lru.remove t.pending k;
     t.pending_bytes <- t.pending_bytes - fr.bytes;
     let q = Packet.create ~headroom:(Packet.default_headroom + hlen) t.pool fr.total in
     let dst = Packet.cstruct q in
@@ -379,18 +396,19 @@ module Make (A : Arp.S) = struct
     else
       let k = ((src : Ipv4_addr.t :> int) lsl 24) lor (proto lsl 16) lor id in
       let fr =
-        match Itbl.find_opt t.pending k with
+        match Lru.peek t.pending k with
         | Some fr -> Some fr
         | None ->
-            if Itbl.length t.pending >= t.reasm.max_datagrams then None
-            else
+              (* When [max_datagrams] are in progress, the one started
+                 longest ago is given up: a flood of first fragments never
+                 locks out new datagrams. *)
               let fr =
                 { fsrc = src; fproto = proto; fid = id; frags = []; bytes = 0; count = 0; total = -1; cancel = (fun () -> ()) }
               in
-              Itbl.replace t.pending k fr;
+              Lru.add t.pending k fr;
               fr.cancel <-
                 t.clock.at (t.clock.now () + t.reasm.timeout) (fun () ->
-                    match Itbl.find_opt t.pending k with
+                    match Lru.peek t.pending k with
                     | Some fr' when fr' == fr ->
                         t.reassembly_timeouts <- t.reassembly_timeouts + 1;
                         drop_fragments t k fr
@@ -410,6 +428,17 @@ module Make (A : Arp.S) = struct
               (not more) && fr.total >= 0 && fr.total <> total
               || (total >= 0 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags))
             in
+            (* Over the byte limit, the oldest other datagrams make room. *)
+            let rec make_room () =
+              if t.pending_bytes + len > t.reasm.max_bytes then
+                match Lru.oldest t.pending with
+                | Some (k', fr') when fr' != fr ->
+                    t.reassembly_dropped <- t.reassembly_dropped + 1;
+                    drop_fragments t k' fr';
+                    make_room ()
+                | _ -> ()
+            in
+            if not (overlaps || bad_total || fr.count >= t.reasm.max_fragments) then make_room ();
             if
               overlaps || bad_total
               || fr.count >= t.reasm.max_fragments
@@ -432,6 +461,18 @@ module Make (A : Arp.S) = struct
               if fr.total >= 0 && fr.bytes = fr.total then complete t k fr
             end
 
+  (* RFC 1122 3.2.1.3 and 3.2.1.8: a datagram from this host, from 0.0.0.0
+     (a host still without an address never sends us anything but DHCP,
+     which we do not run), from the loopback net, from a multicast,
+     limited or directed broadcast address, is a forgery or a loop. *)
+  let bad_source t src_i =
+    src_i = 0
+    || src_i lsr 24 = 127
+    || src_i land 0xf000_0000 = 0xe000_0000
+    || src_i >= 0xf000_0000
+    || src_i = (t.bcast :> int)
+    || src_i = (t.prefix.addr :> int)
+
   let input t p =
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
@@ -447,8 +488,9 @@ module Make (A : Arp.S) = struct
       else
         let src = Ipv4_wire.get_src cs and dst = Ipv4_wire.get_dst cs in
         let src_i = (src :> int) and dst_i = (dst :> int) in
-        if src_i = 0xffff_ffff || Ipv4_addr.is_multicast src || src_i = (t.bcast :> int) then (
+        if bad_source t src_i then (
           t.bad <- t.bad + 1;
+          t.bad_source <- t.bad_source + 1;
           Packet.release p)
         else
           let bcast = dst_i = 0xffff_ffff || dst_i = (t.bcast :> int) in
@@ -464,30 +506,36 @@ module Make (A : Arp.S) = struct
           end
 
   let set_prefix t prefix =
+    if t.bcast <> Ipv4_addr.broadcast then ignore (A.control t.arp (Arp.Remove t.bcast));
     t.prefix <- prefix;
     t.bcast <- (if prefix.len >= 31 then Ipv4_addr.broadcast else Ipv4_addr.Prefix.broadcast prefix);
-    Itbl.reset t.hops;
+    Lru.clear t.hops;
     ignore (A.control t.arp (Arp.Set_ip prefix.addr));
     if t.bcast <> Ipv4_addr.broadcast then
       ignore (A.control t.arp (Arp.Add_static (t.bcast, Mac_addr.broadcast)))
 
-  let create ?(reassembly = default_reassembly) ?(max_connections = 4096) ?gateway ~clock ~pool
-      ~address arp =
+  let create ?(reassembly = default_reassembly) ?(max_connections = 4096)
+      ?(connection_idle = Consort.Time.of_sec 600.) ?gateway ~clock ~pool ~address arp =
+    if max_connections < 1 then invalid_arg "Ipv4.create: max_connections < 1";
+    let evict_fragments = ref (fun _ -> ()) in
     let t =
       {
         arp;
         clock;
         pool;
         reasm = reassembly;
-        max_connections;
         prefix = address;
         gateway;
         bcast = Ipv4_addr.broadcast;
         mtu = A.mtu arp;
-        conns = Itbl.create 64;
+        pinned = Itbl.create 16;
+        conns = Lru.create ~idle:connection_idle ~now:clock.now max_connections;
         listeners = Itbl.create 8;
-        hops = Itbl.create 16;
-        pending = Itbl.create 16;
+        hops = Lru.create ~idle:connection_idle ~now:clock.now 256;
+        pending =
+          Lru.create
+            ~on_evict:(fun _ fr -> !evict_fragments fr)
+            (max 1 reassembly.max_datagrams);
         pending_bytes = 0;
         next_id = 1;
         rx_hlen = 0;
@@ -500,7 +548,7 @@ module Make (A : Arp.S) = struct
         not_for_us = 0;
         no_route = 0;
         unknown_protocol = 0;
-        connection_limit = 0;
+        bad_source = 0;
         fragments_sent = 0;
         fragments_received = 0;
         reassembled = 0;
@@ -509,6 +557,10 @@ module Make (A : Arp.S) = struct
         icmp_errors_sent = 0;
       }
     in
+    (evict_fragments :=
+       fun fr ->
+         t.reassembly_dropped <- t.reassembly_dropped + 1;
+         release_fragments t fr);
     set_prefix t address;
     (match
        A.passive_open arp (Arp.Ethertype Ethernet_wire.ethertype_ipv4) (fun _ ->
@@ -522,17 +574,22 @@ module Make (A : Arp.S) = struct
     if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "protocol %d" proto))
     else
       let k = key dst proto in
-      match Itbl.find_opt t.conns k with
+      match find_conn t k with
       | Some c ->
           c.users <- c.users + 1;
+          if not c.is_pinned then begin
+            Lru.remove t.conns k;
+            Itbl.replace t.pinned k c;
+            c.is_pinned <- true
+          end;
           Ok c
       | None ->
           if next_hop t dst = None then (
             t.no_route <- t.no_route + 1;
             Error (`Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst)))
           else
-            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1 } in
-            Itbl.replace t.conns k c;
+            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true } in
+            Itbl.replace t.pinned k c;
             c.handler <- f c;
             Ok c
 
@@ -549,9 +606,9 @@ module Make (A : Arp.S) = struct
   let close c =
     c.users <- c.users - 1;
     if c.users <= 0 then
-      match Itbl.find_opt c.ip.conns c.key with
-      | Some c' when c' == c -> Itbl.remove c.ip.conns c.key
-      | _ -> ()
+      match Itbl.find_opt c.ip.pinned c.key with
+      | Some c' when c' == c -> Itbl.remove c.ip.pinned c.key
+      | _ -> ( match Lru.peek c.ip.conns c.key with Some c' when c' == c -> Lru.remove c.ip.conns c.key | _ -> ())
 
   let abort = close
   let max_packet c = mtu c
@@ -563,10 +620,11 @@ module Make (A : Arp.S) = struct
         Ok ()
     | Set_gateway g ->
         t.gateway <- g;
-        Itbl.reset t.hops;
+        Lru.clear t.hops;
         Ok ()
 
   let query t =
+    Lru.expire t.conns;
     {
       address = t.prefix;
       gateway = t.gateway;
@@ -577,13 +635,14 @@ module Make (A : Arp.S) = struct
       not_for_us = t.not_for_us;
       no_route = t.no_route;
       unknown_protocol = t.unknown_protocol;
-      connection_limit = t.connection_limit;
+      connections_evicted = Lru.evicted t.conns;
+      bad_source = t.bad_source;
       fragments_sent = t.fragments_sent;
       fragments_received = t.fragments_received;
       reassembled = t.reassembled;
       reassembly_dropped = t.reassembly_dropped;
       reassembly_timeouts = t.reassembly_timeouts;
       icmp_errors_sent = t.icmp_errors_sent;
-      connections = Itbl.length t.conns;
+      connections = Itbl.length t.pinned + Lru.length t.conns;
     }
 end

@@ -9,11 +9,22 @@
     removes it when its last user closes it. A layer above can therefore
     demultiplex on connection identity (or {!remote}).
 
+    The connections a passive open made (the first datagram from a new
+    source) are a cache ({!Lru}): at most [max_connections], the least
+    recently used evicted to make room, those idle for [connection_idle]
+    dropped. An evicted connection is only forgotten: it can still send,
+    and the next datagram from its peer makes a new one through the
+    listener. Connections opened actively stay until their last user
+    closes them. Datagrams whose source is 0.0.0.0, in 127/8, multicast,
+    class E, a broadcast address or our own address are dropped.
+
     Reassembly keeps at most [max_datagrams] datagrams in progress,
     [max_bytes] bytes of fragments in all and [max_fragments] per datagram,
-    each for at most [timeout]; a fragment over a limit or overlapping
-    another (other than an exact duplicate, which is ignored) drops its
-    datagram. Datagrams over the MTU are fragmented unless the caller asked
+    each for at most [timeout]. A new datagram over [max_datagrams], or a
+    fragment over [max_bytes], gives up the datagrams started longest ago
+    (a flood of fragments that never complete cannot lock out new ones); a
+    fragment over [max_fragments], or overlapping another (other than an
+    exact duplicate, which is ignored), drops its datagram. Datagrams over the MTU are fragmented unless the caller asked
     for DF. Options are accepted and ignored on receive, never sent. *)
 
 type address = { dst : Ipv4_addr.t; proto : int }
@@ -50,7 +61,8 @@ type info = {
   not_for_us : int;
   no_route : int;
   unknown_protocol : int;
-  connection_limit : int;  (** dropped: too many connections *)
+  connections_evicted : int;  (** passively made connections evicted (room or idle) *)
+  bad_source : int;  (** of [bad]: a source address we refuse *)
   fragments_sent : int;
   fragments_received : int;
   reassembled : int;
@@ -79,6 +91,7 @@ module type S = sig
   val create :
     ?reassembly:reassembly ->
     ?max_connections:int ->
+    ?connection_idle:Consort.Time.t ->
     ?gateway:Ipv4_addr.t ->
     clock:Clock.t ->
     pool:Consort.Pool.t ->
@@ -87,7 +100,10 @@ module type S = sig
     t
   (** [create ~clock ~pool ~address arp] runs IPv4 with [address] (whose
       host bits are ours) over [arp]; fragments and ICMP errors are
-      allocated from [pool]. *)
+      allocated from [pool]. At most [max_connections] (default 4096)
+      passively made connections are kept, and none idle longer than
+      [connection_idle] (default 600 s).
+      @raise Invalid_argument if [max_connections < 1]. *)
 
   val address : t -> Ipv4_addr.t
   val remote : connection -> host
@@ -118,4 +134,23 @@ module type S = sig
       that sent that datagram, as {!Icmp_error} (used by {!Icmp}). *)
 end
 
-module Make (A : Arp.S) : S with type arp = A.t
+(** What IPv4 runs over: a link that delivers packets to a next hop named
+    by its IPv4 address. {!Arp.S} (ARP over Ethernet) is one; {!P2p.Make}
+    (a point-to-point link or a tunnel, with no link addresses and no
+    ARP) is another. [control] is how IPv4 tells the link its own address
+    and its subnet's broadcast address (a link without neighbour
+    resolution ignores both). *)
+module type LINK = sig
+  include
+    Protocol.S
+      with type address = Arp.address
+       and type address_pattern = Arp.address_pattern
+       and type control = Arp.control
+
+  val mtu : t -> int
+  (** The largest IP datagram the link carries whole. *)
+end
+
+module Make (A : LINK) : S with type arp = A.t
+(** [Make (A)] is IPv4 over [A]: [Make (Arp.Make (Ethernet.Make (Device)))]
+    on Ethernet, [Make (P2p.Make (Device))] on a point-to-point link. *)

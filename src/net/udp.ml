@@ -2,7 +2,8 @@ let src = Logs.Src.create "consort.udp" ~doc:"UDP"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Ipv4_addr.t; dst_port : int; src_port : int }
+type 'host endpoint = { dst : 'host; dst_port : int; src_port : int }
+type address = Ipv4_addr.t endpoint
 type address_pattern = Port of int
 type status = Unreachable of Icmp_packet.unreachable
 type control = Unlisten of int
@@ -13,10 +14,12 @@ let pp_info ppf i =
   Fmt.pf ppf "datagrams %d in %d out; dropped: %d bad, %d no port, %d wrong peer" i.datagrams_in
     i.datagrams_out i.bad i.no_port i.wrong_peer
 
-module type S = sig
+module type GENERIC = sig
+  type host
+
   include
     Protocol.S
-      with type address = address
+      with type address = host endpoint
        and type address_pattern = address_pattern
        and type status = status
        and type control = control
@@ -25,20 +28,80 @@ module type S = sig
   type ip
 
   val create : ip -> t
-  val remote : connection -> Ipv4_addr.t * int
+  val remote : connection -> host * int
   val local_port : connection -> int
   val sender : t -> address -> (connection, Protocol.error) result
 end
 
-let max_payload = 0xffff - Ipv4_wire.sizeof_ipv4 - Udp_wire.sizeof_udp
+module type S = GENERIC with type host = Ipv4_addr.t
 
-module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
-  type nonrec address = address
+module type LOWER = sig
+  type host
+
+  include Protocol.S
+
+  val remote : connection -> host
+  val equal_host : host -> host -> bool
+  val udp_address : host -> address
+  val udp_pattern : address_pattern
+  val pseudo_header : connection -> len:int -> int
+  val zero_checksum_ok : bool
+  val max_payload : int
+  val port_unreachable : t -> Packet.t -> unit
+  val unreachable : status -> (Icmp_packet.unreachable * string) option
+end
+
+module Over_ipv4 (Ip : Ipv4.S) = struct
+  include Ip
+
+  let equal_host = Ipv4_addr.equal
+  let udp_address h = { Ipv4.dst = h; proto = Ipv4_wire.proto_udp }
+  let udp_pattern = { Ipv4.protocol = Ipv4_wire.proto_udp; source = None }
+  let pseudo_header = Ip.Pseudo_header.sum
+  let zero_checksum_ok = true
+  let max_payload = 0xffff - Ipv4_wire.sizeof_ipv4 - Udp_wire.sizeof_udp
+  let port_unreachable t p = Ip.send_icmp_error t (Dest_unreachable Port) p
+
+  let unreachable (s : Ipv4.status) =
+    match s with Icmp_error { error = Dest_unreachable u; quoted } -> Some (u, quoted) | _ -> None
+end
+
+module Over_ipv6 (Ip : Ipv6.S) = struct
+  include Ip
+
+  let equal_host = Ipv6_addr.equal
+  let udp_address h = { Ipv6.dst = h; proto = Ipv4_wire.proto_udp }
+  let udp_pattern = { Ipv6.protocol = Ipv4_wire.proto_udp; source = None }
+  let pseudo_header = Ip.Pseudo_header.sum
+  let zero_checksum_ok = false
+  let max_payload = 0xffff - Udp_wire.sizeof_udp
+  let port_unreachable t p = Ip.send_icmp_error t (Unreachable 4) p
+
+  let unreachable (s : Ipv6.status) =
+    match s with
+    | Icmp_error { error; quoted } -> (
+        let u : Icmp_packet.unreachable option =
+          match error with
+          | Unreachable 0 -> Some Net
+          | Unreachable 3 -> Some Host
+          | Unreachable 4 -> Some Port
+          | Unreachable c -> Some (Other_unreachable c)
+          | Packet_too_big mtu -> Some (Frag_needed { mtu })
+          | Time_exceeded _ | Parameter_problem _ -> None
+        in
+        match u with Some u -> Some (u, quoted) | None -> None)
+end
+
+module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
+  type host = Ip.host
+  type nonrec address = host endpoint
   type nonrec address_pattern = address_pattern
   type nonrec status = status
   type nonrec control = control
   type nonrec info = info
   type ip = Ip.t
+
+  let max_payload = Ip.max_payload
 
   type t = {
     ip : Ip.t;
@@ -77,8 +140,8 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     if
       ulen < Udp_wire.sizeof_udp || ulen > n
       || C.verify
-         && Udp_wire.get_checksum cs <> 0
-         && Checksum.sum_sub ~init:(Ip.Pseudo_header.sum ipc ~len:ulen) cs ~off:0 ~len:ulen <> 0xffff
+         && (if Udp_wire.get_checksum cs = 0 then not Ip.zero_checksum_ok
+             else not (Transport_checksum.valid_sub ~pseudo:(Ip.pseudo_header ipc ~len:ulen) cs ~len:ulen))
     then (
       t.bad <- t.bad + 1;
       Packet.release p)
@@ -87,7 +150,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
       let sport = Udp_wire.get_src_port cs and dport = Udp_wire.get_dst_port cs in
       match Itbl.find t.ports dport with
       | Bound c ->
-          if c.rport = sport && c.open_ && (Ip.remote c.ipc :> int) = (Ip.remote ipc :> int) then (
+          if c.rport = sport && c.open_ && Ip.equal_host (Ip.remote c.ipc) (Ip.remote ipc) then (
             let (_ : (unit, _) result) = Packet.pull p Udp_wire.sizeof_udp in
             t.datagrams_in <- t.datagrams_in + 1;
             c.handler.receive c p)
@@ -102,18 +165,18 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
           c.handler.receive c p
       | exception Not_found ->
           t.no_port <- t.no_port + 1;
-          Ip.send_icmp_error t.ip (Dest_unreachable Port) p
+          Ip.port_unreachable t.ip p
     end
 
-  let ip_status t _ipc (s : Ipv4.status) =
-    match s with
-    | Icmp_error { error = Dest_unreachable u; quoted } when String.length quoted >= 4 -> (
+  let ip_status t _ipc s =
+    match Ip.unreachable s with
+    | Some (u, quoted) when String.length quoted >= 4 -> (
         let sport = (Char.code quoted.[0] lsl 8) lor Char.code quoted.[1] in
         let dport = (Char.code quoted.[2] lsl 8) lor Char.code quoted.[3] in
         match Itbl.find_opt t.ports sport with
         | Some (Bound c) when c.rport = dport && c.open_ -> c.handler.status c (Unreachable u)
         | _ -> ())
-    | Icmp_error _ -> ()
+    | _ -> ()
 
   let ip_handler t _ = { Ip.receive = input t; status = ip_status t }
 
@@ -130,7 +193,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
         wrong_peer = 0;
       }
     in
-    (match Ip.passive_open ip { protocol = Ipv4_wire.proto_udp; source = None } (ip_handler t) with
+    (match Ip.passive_open ip Ip.udp_pattern (ip_handler t) with
     | Ok () -> ()
     | Error e -> Fmt.invalid_arg "Udp.create: %a" Protocol.pp_error e);
     t
@@ -158,7 +221,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
       match lport with
       | None -> Error (`In_use (Printf.sprintf "UDP port %d" src_port))
       | Some lport -> (
-          match Ip.active_open t.ip { dst; proto = Ipv4_wire.proto_udp } (ip_handler t) with
+          match Ip.active_open t.ip (Ip.udp_address dst) (ip_handler t) with
           | Error _ as e -> e
           | Ok ipc ->
               let c = { udp = t; ipc; lport; rport = dst_port; bound = true; owns_ip = true; handler = nothing; open_ = true } in
@@ -170,7 +233,7 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
     if not (valid_port dst_port) then Error (`Bad_address (Printf.sprintf "port %d" dst_port))
     else if not (valid_port src_port) then Error (`Bad_address (Printf.sprintf "port %d" src_port))
     else
-      match Ip.active_open t.ip { dst; proto = Ipv4_wire.proto_udp } (ip_handler t) with
+      match Ip.active_open t.ip (Ip.udp_address dst) (ip_handler t) with
       | Error _ as e -> e
       | Ok ipc ->
           Ok { udp = t; ipc; lport = src_port; rport = dst_port; bound = false; owns_ip = true; handler = nothing; open_ = true }
@@ -197,10 +260,8 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
       Udp_wire.set_dst_port h c.rport;
       Udp_wire.set_length h len;
       Udp_wire.set_checksum h 0;
-      if C.compute then begin
-        let ck = Checksum.digest ~init:(Ip.Pseudo_header.sum c.ipc ~len) (Packet.cstruct p) in
-        Udp_wire.set_checksum h (if ck = 0 then 0xffff else ck)
-      end;
+      if C.compute || not Ip.zero_checksum_ok then
+        Transport_checksum.fill ~zero:0xffff ~pseudo:(Ip.pseudo_header c.ipc ~len) ~field:6 (Packet.cstruct p);
       c.udp.datagrams_out <- c.udp.datagrams_out + 1;
       Ip.send c.ipc p
 
@@ -234,3 +295,5 @@ module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = struct
       wrong_peer = t.wrong_peer;
     }
 end
+
+module Make (Ip : Ipv4.S) (C : Checksum.POLICY) = Over (Over_ipv4 (Ip)) (C)

@@ -243,8 +243,94 @@ let services () =
       m "kernel -> consort: %s Mbit/s at the kernel (%s); consort -> kernel: %s Mbit/s at the kernel (%s)"
         (List.nth to_us 1) d (List.nth from_us 1) s)
 
+
+(* [--ip6]: neighbour discovery, ping6 and UDP echo over IPv6 from the
+   kernel's side; a malformed address is one clear line and exit 1. *)
+let client6 =
+  {|
+import socket, struct, os, sys, time
+OUR = 'OUR_IP6'
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.settimeout(2)
+ok = 0
+for seq in range(3):
+    s.sendto(struct.pack('!BBHHH', 128, 0, 0, 4242, seq) + b'ping6 from the kernel', (OUR, 0))
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        try: data, addr = s.recvfrom(4096)
+        except socket.timeout: break
+        if data[0] == 129 and struct.unpack('!H', data[6:8])[0] == seq:
+            ok += 1
+            break
+print('PING6', ok, flush=True)
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+u.settimeout(2)
+for attempt in range(5):
+    u.sendto(b'udp over ipv6', (OUR, 7))
+    try:
+        back, addr = u.recvfrom(100)
+        print('UDP6', back.decode(), flush=True)
+        break
+    except socket.timeout:
+        pass
+|}
+
+let ip6_up () =
+  let exe = consort_exe () in
+  (* Bad input first (no root needed: it is refused before any device). *)
+  let rc, said = run (Printf.sprintf "%s net up --tap cupx --ip 10.81.0.2/24 --ip6 fd81::zz/64" (Filename.quote exe)) in
+  Alcotest.(check int) "a malformed --ip6 exits 1" 1 rc;
+  Alcotest.(check int) "with one line" 1 (List.length (lines said));
+  Alcotest.(check bool) (Printf.sprintf "naming the option: %S" said) true (contains said "--ip6");
+  require_root ();
+  let id = string_of_int (Unix.getpid () mod 100_000) in
+  let ns = "consort-up6-" ^ id and tap = "cu6" ^ id in
+  let out = Filename.temp_file "consort-up6" ".stdout" in
+  let script = Filename.temp_file "consort-up6" ".py" in
+  write_file script (replace client6 "OUR_IP6" "fd81::2");
+  let pid = ref None and exited = ref None in
+  let reap p = match Unix.waitpid [ WNOHANG ] p with 0, _ -> () | _, st -> exited := Some st in
+  Fun.protect
+    ~finally:(fun () ->
+      (match (!pid, !exited) with
+      | Some p, None -> ( try Unix.kill p Sys.sigkill; ignore (Unix.waitpid [] p) with Unix.Unix_error _ -> ())
+      | _ -> ());
+      List.iter (fun f -> try Sys.remove f with Sys_error _ -> ()) [ out; script ];
+      ignore (quiet ("ip netns del " ^ ns));
+      ignore (quiet ("ip link del " ^ tap)))
+  @@ fun () ->
+  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
+  let argv = [| exe; "net"; "up"; "--tap"; tap; "--ip"; "10.81.0.2/24"; "--ip6"; "fd81::2/64"; "--for"; "30" |] in
+  let p = Unix.create_process exe argv Unix.stdin fd fd in
+  Unix.close fd;
+  pid := Some p;
+  let banner = Printf.sprintf "consort net: %s up as 10.81.0.2/24 and fe80::" tap in
+  if not (wait_for 5. (fun () -> reap p; !exited <> None || contains (read_file out) banner)) || !exited <> None then
+    Alcotest.failf "consort net up --ip6 did not come up:\n%s" (read_file out);
+  Alcotest.(check bool) "the banner names the IPv6 address" true (contains (read_file out) "and fd81::2 (");
+  must ("ip netns add " ^ ns);
+  must (Printf.sprintf "ip link set %s netns %s" tap ns);
+  ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
+  must (Printf.sprintf "ip -n %s -6 addr add fd81::1/64 dev %s nodad" ns tap);
+  must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+  let rc, said = run (Printf.sprintf "timeout 25 ip netns exec %s python3 %s" ns (Filename.quote script)) in
+  if rc <> 0 then Alcotest.failf "the kernel-side client failed (%d):\n%s" rc said;
+  Unix.kill p Sys.sigterm;
+  if not (wait_for 5. (fun () -> reap p; !exited <> None)) then Alcotest.fail "consort net up did not stop on SIGTERM";
+  Alcotest.(check bool) "exited cleanly" true (!exited = Some (Unix.WEXITED 0));
+  Alcotest.(check (list string)) "ping6 from the kernel" [ "3" ] (field said "PING6");
+  Alcotest.(check (list string)) "UDP echo over IPv6" [ "udp"; "over"; "ipv6" ] (field said "UDP6");
+  Alcotest.(check bool) "IPv6 counters printed" true
+    (List.exists (fun l -> starts_with l "ipv6: ") (lines (read_file out)))
+
 let () =
   Logs.set_reporter (Logs.format_reporter ());
   Logs.set_level (Some Logs.Warning);
   Alcotest.run "net_up"
-    [ ("tap", [ Alcotest.test_case "consort net up: TCP echo, discard, throughput source" `Quick services ]) ]
+    [
+      ( "tap",
+        [
+          Alcotest.test_case "consort net up: TCP echo, discard, throughput source" `Quick services;
+          Alcotest.test_case "consort net up --ip6: ping6, UDP over IPv6, bad address" `Quick ip6_up;
+        ] );
+    ]

@@ -1,0 +1,937 @@
+let src = Logs.Src.create "consort.ipv6" ~doc:"IPv6"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type address = { dst : Ipv6_addr.t; proto : int }
+type address_pattern = { protocol : int; source : Ipv6_addr.t option }
+
+type icmp_error =
+  | Unreachable of int
+  | Packet_too_big of int
+  | Time_exceeded of int
+  | Parameter_problem of { code : int; pointer : int }
+
+let pp_icmp_error ppf = function
+  | Unreachable 0 -> Fmt.string ppf "no route"
+  | Unreachable 1 -> Fmt.string ppf "administratively prohibited"
+  | Unreachable 3 -> Fmt.string ppf "address unreachable"
+  | Unreachable 4 -> Fmt.string ppf "port unreachable"
+  | Unreachable c -> Fmt.pf ppf "destination unreachable (code %d)" c
+  | Packet_too_big m -> Fmt.pf ppf "packet too big (MTU %d)" m
+  | Time_exceeded c -> Fmt.pf ppf "time exceeded (code %d)" c
+  | Parameter_problem { code; pointer } -> Fmt.pf ppf "parameter problem (code %d at %d)" code pointer
+
+type status = Icmp_error of { error : icmp_error; quoted : string }
+
+type control =
+  | Set_address of Ipv6_addr.Prefix.t
+  | Set_gateway of Ipv6_addr.t option
+  | Add_neighbour of Ipv6_addr.t * Mac_addr.t
+
+type config = {
+  reachable_time : Consort.Time.t;
+  refresh : Consort.Time.t;
+  retry_interval : Consort.Time.t;
+  retries : int;
+  queue_limit : int;
+  max_queued : int;
+  max_neighbours : int;
+  max_pending : int;
+  max_connections : int;
+  connection_idle : Consort.Time.t;
+  reassembly : Ipv4.reassembly;
+  icmp_rate : int;
+}
+
+let default_config =
+  {
+    reachable_time = Consort.Time.of_sec 30.;
+    refresh = Consort.Time.of_sec 5.;
+    retry_interval = Consort.Time.of_sec 1.;
+    retries = 3;
+    queue_limit = 16;
+    max_queued = 256;
+    max_neighbours = 1024;
+    max_pending = 64;
+    max_connections = 4096;
+    connection_idle = Consort.Time.of_sec 600.;
+    reassembly = { Ipv4.default_reassembly with timeout = Consort.Time.of_sec 60. };
+    icmp_rate = 100;
+  }
+
+type info = {
+  addresses : Ipv6_addr.t list;
+  mtu : int;
+  sent : int;
+  received : int;
+  bad : int;
+  not_for_us : int;
+  no_route : int;
+  unknown_protocol : int;
+  neighbours : (Ipv6_addr.t * Mac_addr.t option) list;
+  solicitations_sent : int;
+  solicitations_received : int;
+  advertisements_sent : int;
+  advertisements_received : int;
+  resolution_failed : int;
+  queue_dropped : int;
+  echo_replies_sent : int;
+  icmp_errors_sent : int;
+  icmp_errors_received : int;
+  fragments_received : int;
+  reassembled : int;
+  reassembly_dropped : int;
+  reassembly_timeouts : int;
+  connections : int;
+  connections_evicted : int;
+}
+
+let pp_info ppf i =
+  Fmt.pf ppf
+    "%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown protocol; %d neighbours, NS %d out %d in, NA %d out %d in, %d failed, %d dropped from queues; %d echo replies, ICMPv6 errors %d out %d in; fragments %d in, %d reassembled, %d given up, %d timed out; %d connections (%d evicted)"
+    Fmt.(list ~sep:comma Ipv6_addr.pp)
+    i.addresses i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
+    (List.length i.neighbours) i.solicitations_sent i.solicitations_received i.advertisements_sent
+    i.advertisements_received i.resolution_failed i.queue_dropped i.echo_replies_sent i.icmp_errors_sent
+    i.icmp_errors_received i.fragments_received i.reassembled i.reassembly_dropped i.reassembly_timeouts
+    i.connections i.connections_evicted
+
+module type S = sig
+  include
+    Protocol.S
+      with type address = address
+       and type address_pattern = address_pattern
+       and type status = status
+       and type control = control
+       and type info = info
+
+  type host = Ipv6_addr.t
+  type ethernet
+
+  val create :
+    ?config:config ->
+    ?address:Ipv6_addr.Prefix.t ->
+    ?gateway:Ipv6_addr.t ->
+    clock:Clock.t ->
+    pool:Consort.Pool.t ->
+    ethernet ->
+    t
+
+  val link_local : t -> Ipv6_addr.t
+  val address : t -> Ipv6_addr.t option
+  val remote : connection -> host
+  val local : connection -> Ipv6_addr.t
+  val protocol : connection -> int
+  val lookup : t -> Ipv6_addr.t -> Mac_addr.t option
+
+  module Pseudo_header : Pseudo_header.S with type connection = connection
+
+  val send_icmp_error : t -> icmp_error -> Packet.t -> unit
+end
+
+let ethertype_ipv6 = 0x86dd
+let hlen = 40
+let proto_icmp = 58
+
+(* ICMPv6 types. *)
+let ty_unreachable = 1
+let ty_too_big = 2
+let ty_time_exceeded = 3
+let ty_param = 4
+let ty_echo_request = 128
+let ty_echo_reply = 129
+let ty_ns = 135
+let ty_na = 136
+
+module Addr_lru = Lru.Make (struct
+  type t = Ipv6_addr.t
+
+  let equal = Ipv6_addr.equal
+  let hash = Ipv6_addr.hash
+end)
+
+module Key_lru = Lru.Make (struct
+  type t = string
+
+  let equal = String.equal
+  let hash (s : string) = Hashtbl.hash s
+end)
+
+module Make (E : Ethernet.S) = struct
+  type nonrec address = address
+  type nonrec address_pattern = address_pattern
+  type nonrec status = status
+  type nonrec control = control
+  type nonrec info = info
+  type ethernet = E.t
+  type host = Ipv6_addr.t
+
+  type neighbour = { mutable mac : Mac_addr.t; mutable expires : Consort.Time.t; mutable probed : Consort.Time.t }
+  type pending = { queue : Packet.t Queue.t; mutable tries : int; mutable cancel : Clock.cancel }
+
+  type fragments = {
+    mutable frags : (int * int * Packet.t) list;
+    mutable bytes : int;
+    mutable count : int;
+    mutable total : int;
+    mutable next : int;  (* the next header of the fragmentable part *)
+    mutable fcancel : Clock.cancel;
+  }
+
+  type t = {
+    eth : E.t;
+    clock : Clock.t;
+    pool : Consort.Pool.t;
+    config : config;
+    mac : Mac_addr.t;
+    link_local : Ipv6_addr.t;
+    mutable prefix : Ipv6_addr.Prefix.t option;
+    mutable gateway : Ipv6_addr.t option;
+    mtu : int;
+    mutable out : E.connection option;
+    static : (Ipv6_addr.t, Mac_addr.t) Hashtbl.t;
+    neighbours : neighbour Addr_lru.t;
+    pending : pending Addr_lru.t;
+    mutable queued : int;
+    pinned : (string, connection) Hashtbl.t;
+    conns : connection Key_lru.t;
+    listeners : (int, (Ipv6_addr.t option * (connection -> handler)) list) Hashtbl.t;
+    reasm : fragments Key_lru.t;
+    mutable reasm_bytes : int;
+    mutable next_id : int;
+    mutable icmp_tokens : int;
+    mutable icmp_refill : Consort.Time.t;
+    (* The datagram being delivered: for ICMPv6 errors about it. *)
+    mutable rx_src : Ipv6_addr.t;
+    mutable rx_dst : Ipv6_addr.t;
+    mutable rx_header : string;
+    mutable sent : int;
+    mutable received : int;
+    mutable bad : int;
+    mutable not_for_us : int;
+    mutable no_route : int;
+    mutable unknown_protocol : int;
+    mutable solicitations_sent : int;
+    mutable solicitations_received : int;
+    mutable advertisements_sent : int;
+    mutable advertisements_received : int;
+    mutable resolution_failed : int;
+    mutable queue_dropped : int;
+    mutable echo_replies_sent : int;
+    mutable icmp_errors_sent : int;
+    mutable icmp_errors_received : int;
+    mutable fragments_received : int;
+    mutable reassembled : int;
+    mutable reassembly_dropped : int;
+    mutable reassembly_timeouts : int;
+  }
+
+  and connection = {
+    ip : t;
+    peer : Ipv6_addr.t;
+    proto : int;
+    key : string;
+    mutable handler : handler;
+    mutable users : int;
+    mutable is_pinned : bool;
+  }
+
+  and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
+
+  let nothing = { receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }
+  let key (a : Ipv6_addr.t) proto = (a :> string) ^ String.make 1 (Char.chr proto)
+  let link_local t = t.link_local
+  let address t = Option.map (fun (p : Ipv6_addr.Prefix.t) -> p.addr) t.prefix
+  let remote c = c.peer
+  let protocol c = c.proto
+
+  let source_for t dst =
+    if Ipv6_addr.is_link_local dst then t.link_local
+    else match t.prefix with Some p -> p.addr | None -> t.link_local
+
+  let local c = source_for c.ip c.peer
+
+  let pseudo = Transport_checksum.ipv6
+
+  module Pseudo_header = struct
+    type nonrec connection = connection
+
+    let sum c ~len = pseudo ~src:(local c) ~dst:c.peer ~proto:c.proto ~len
+  end
+
+  let is_ours t a =
+    Ipv6_addr.equal a t.link_local || match t.prefix with Some p -> Ipv6_addr.equal a p.addr | None -> false
+
+  let accepts t dst =
+    is_ours t dst
+    || Ipv6_addr.equal dst Ipv6_addr.all_nodes
+    || Ipv6_addr.equal dst (Ipv6_addr.solicited_node t.link_local)
+    || match t.prefix with Some p -> Ipv6_addr.equal dst (Ipv6_addr.solicited_node p.addr) | None -> false
+
+  let on_link t dst =
+    Ipv6_addr.is_link_local dst || Ipv6_addr.is_multicast dst
+    || match t.prefix with Some p -> Ipv6_addr.Prefix.mem dst p | None -> false
+
+  let next_hop t dst = if on_link t dst then Some dst else t.gateway
+
+  let eth_out t =
+    match t.out with
+    | Some c -> Ok c
+    | None -> (
+        match
+          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ethertype_ipv6 } (fun _ ->
+              { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
+        with
+        | Ok c ->
+            t.out <- Some c;
+            Ok c
+        | Error _ as e -> e)
+
+  let transmit t mac p =
+    match eth_out t with
+    | Ok c -> E.send_to c ~dst:mac p
+    | Error _ as e ->
+        Packet.release p;
+        e
+
+  let write_header h ~src ~dst ~proto ~len ~hop =
+    Cstruct.BE.set_uint32 h 0 0x6000_0000l;
+    Cstruct.BE.set_uint16 h 4 len;
+    Cstruct.set_uint8 h 6 proto;
+    Cstruct.set_uint8 h 7 hop;
+    Ipv6_addr.set h 8 src;
+    Ipv6_addr.set h 24 dst
+
+  (* An ICMPv6 message in a fresh packet: type, code, 4 bytes of header
+     rest, then [body]; checksummed for [src] to [dst]. *)
+  let icmp_packet t ~src ~dst ~ty ~code ~rest body =
+    let n = 8 + String.length body in
+    let p = Packet.create ~headroom:(hlen + E.headroom t.eth) t.pool n in
+    let m = Packet.cstruct p in
+    Cstruct.set_uint8 m 0 ty;
+    Cstruct.set_uint8 m 1 code;
+    Cstruct.BE.set_uint16 m 2 0;
+    Cstruct.BE.set_uint32 m 4 rest;
+    Cstruct.blit_from_string body 0 m 8 (String.length body);
+    Transport_checksum.fill ~pseudo:(pseudo ~src ~dst ~proto:proto_icmp ~len:n) ~field:2 m;
+    p
+
+  let send_ns t ~(target : Ipv6_addr.t) ~dst ~mac_dst =
+    let src = source_for t target in
+    let body = (target :> string) ^ "\001\001" ^ String.init 6 (fun i -> Char.chr ((Mac_addr.to_int t.mac lsr (8 * (5 - i))) land 0xff)) in
+    let p = icmp_packet t ~src ~dst ~ty:ty_ns ~code:0 ~rest:0l body in
+    let h = Packet.push p hlen in
+    write_header h ~src ~dst ~proto:proto_icmp ~len:(Packet.length p - hlen) ~hop:255;
+    t.solicitations_sent <- t.solicitations_sent + 1;
+    ignore (transmit t mac_dst p)
+
+  let send_na t ~(target : Ipv6_addr.t) ~dst ~mac_dst ~solicited =
+    let src = target in
+    let body = (target :> string) ^ "\002\001" ^ String.init 6 (fun i -> Char.chr ((Mac_addr.to_int t.mac lsr (8 * (5 - i))) land 0xff)) in
+    let flags = if solicited then 0x6000_0000l else 0x2000_0000l in
+    let p = icmp_packet t ~src ~dst ~ty:ty_na ~code:0 ~rest:flags body in
+    let h = Packet.push p hlen in
+    write_header h ~src ~dst ~proto:proto_icmp ~len:(Packet.length p - hlen) ~hop:255;
+    t.advertisements_sent <- t.advertisements_sent + 1;
+    ignore (transmit t mac_dst p)
+
+  let solicit t target = send_ns t ~target ~dst:(Ipv6_addr.solicited_node target) ~mac_dst:(Ipv6_addr.multicast_mac (Ipv6_addr.solicited_node target))
+
+  (* Neighbour resolution, as ARP's. *)
+  let give_up t ip pd =
+    pd.cancel ();
+    t.resolution_failed <- t.resolution_failed + 1;
+    t.queued <- t.queued - Queue.length pd.queue;
+    Queue.iter
+      (fun p ->
+        Packet.release p;
+        t.queue_dropped <- t.queue_dropped + 1)
+      pd.queue;
+    Queue.clear pd.queue;
+    Log.debug (fun m -> m "no answer from %a" Ipv6_addr.pp ip)
+
+  let drop_pending t ip pd =
+    Addr_lru.remove t.pending ip;
+    give_up t ip pd
+
+  let rec retry t ip pd () =
+    match Addr_lru.peek t.pending ip with
+    | Some pd' when pd' == pd ->
+        if pd.tries >= t.config.retries then drop_pending t ip pd
+        else begin
+          pd.tries <- pd.tries + 1;
+          solicit t ip;
+          pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd)
+        end
+    | _ -> ()
+
+  let learn t ip mac ~create =
+    if not (Hashtbl.mem t.static ip) then begin
+      let expires = t.clock.now () + t.config.reachable_time in
+      (match Addr_lru.find t.neighbours ip with
+      | Some n ->
+          n.mac <- mac;
+          n.expires <- expires;
+          n.probed <- 0
+      | None -> if create || Addr_lru.mem t.pending ip then Addr_lru.add t.neighbours ip { mac; expires; probed = 0 });
+      match Addr_lru.peek t.pending ip with
+      | Some pd ->
+          Addr_lru.remove t.pending ip;
+          pd.cancel ();
+          t.queued <- t.queued - Queue.length pd.queue;
+          Queue.iter (fun p -> ignore (transmit t mac p)) pd.queue;
+          Queue.clear pd.queue
+      | None -> ()
+    end
+
+  let lookup t ip =
+    match Hashtbl.find_opt t.static ip with
+    | Some _ as m -> m
+    | None -> (
+        match Addr_lru.peek t.neighbours ip with Some n when n.expires > t.clock.now () -> Some n.mac | _ -> None)
+
+  let resolve_for_send t ip =
+    if Ipv6_addr.is_multicast ip then Some (Ipv6_addr.multicast_mac ip)
+    else
+      match Hashtbl.find_opt t.static ip with
+      | Some _ as m -> m
+      | None -> (
+          match Addr_lru.find t.neighbours ip with
+          | None -> None
+          | Some n ->
+              let now = t.clock.now () in
+              if n.expires <= now then None
+              else begin
+                if n.expires - now <= t.config.refresh && now - n.probed >= t.config.retry_interval then begin
+                  n.probed <- now;
+                  send_ns t ~target:ip ~dst:ip ~mac_dst:n.mac
+                end;
+                Some n.mac
+              end)
+
+  let enqueue t pd p =
+    let drop_oldest_of pd =
+      Packet.release (Queue.pop pd.queue);
+      t.queued <- t.queued - 1;
+      t.queue_dropped <- t.queue_dropped + 1
+    in
+    if Queue.length pd.queue >= t.config.queue_limit then drop_oldest_of pd;
+    let rec make_room () =
+      if t.queued >= t.config.max_queued then
+        match Addr_lru.oldest t.pending with
+        | Some (_, pd') when pd' == pd -> if not (Queue.is_empty pd.queue) then drop_oldest_of pd
+        | Some (ip, pd') ->
+            drop_pending t ip pd';
+            make_room ()
+        | None -> ()
+    in
+    make_room ();
+    Queue.push p pd.queue;
+    t.queued <- t.queued + 1
+
+  (* [p]'s window is a whole datagram, header written. *)
+  let send_to_hop t nh p =
+    match resolve_for_send t nh with
+    | Some mac -> transmit t mac p
+    | None ->
+        (match Addr_lru.peek t.pending nh with
+        | Some pd -> enqueue t pd p
+        | None ->
+            Addr_lru.remove t.neighbours nh;
+            let pd = { queue = Queue.create (); tries = 1; cancel = (fun () -> ()) } in
+            Addr_lru.add t.pending nh pd;
+            solicit t nh;
+            pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t nh pd);
+            enqueue t pd p);
+        Ok ()
+
+  let output t ~src ~dst ~proto p =
+    let len = Packet.length p in
+    match next_hop t dst with
+    | None ->
+        t.no_route <- t.no_route + 1;
+        Packet.release p;
+        Error (`Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst))
+    | Some nh ->
+        if len + hlen > t.mtu then (
+          Packet.release p;
+          Error (`Too_big len))
+        else begin
+          let h = Packet.push p hlen in
+          write_header h ~src ~dst ~proto ~len ~hop:(if Ipv6_addr.is_multicast dst then 1 else 64);
+          t.sent <- t.sent + 1;
+          send_to_hop t nh p
+        end
+
+  let send c p =
+    let t = c.ip in
+    let src = local c in
+    if c.proto = proto_icmp && Packet.length p >= 4 then
+      Transport_checksum.fill ~pseudo:(pseudo ~src ~dst:c.peer ~proto:proto_icmp ~len:(Packet.length p)) ~field:2
+        (Packet.cstruct p);
+    output t ~src ~dst:c.peer ~proto:c.proto p
+
+  let icmp_allowed t =
+    let now = t.clock.now () in
+    if now - t.icmp_refill >= 1_000_000_000 then (
+      t.icmp_refill <- now;
+      t.icmp_tokens <- t.config.icmp_rate);
+    if t.icmp_tokens > 0 then (
+      t.icmp_tokens <- t.icmp_tokens - 1;
+      true)
+    else false
+
+  let error_fields = function
+    | Unreachable c -> (ty_unreachable, c, 0l)
+    | Packet_too_big m -> (ty_too_big, 0, Int32.of_int m)
+    | Time_exceeded c -> (ty_time_exceeded, c, 0l)
+    | Parameter_problem { code; pointer } -> (ty_param, code, Int32.of_int pointer)
+
+  (* [p] is the payload of the datagram being delivered (after every
+     header); the error quotes the datagram from its IPv6 header on, as
+     much as fits in the minimum MTU. *)
+  let send_icmp_error t err p =
+    let dst = t.rx_src in
+    if Ipv6_addr.is_multicast t.rx_dst || Ipv6_addr.equal dst Ipv6_addr.unspecified || not (icmp_allowed t) then Packet.release p
+    else begin
+      let quoted_max = 1280 - hlen - 8 in
+      let payload = Packet.to_string p in
+      Packet.release p;
+      let whole = t.rx_header ^ payload in
+      let quoted = String.sub whole 0 (min quoted_max (String.length whole)) in
+      let ty, code, rest = error_fields err in
+      let src = source_for t dst in
+      let q = icmp_packet t ~src ~dst ~ty ~code ~rest quoted in
+      t.icmp_errors_sent <- t.icmp_errors_sent + 1;
+      ignore (output t ~src ~dst ~proto:proto_icmp q)
+    end
+
+  let find_conn t k = match Hashtbl.find_opt t.pinned k with Some _ as c -> c | None -> Key_lru.find t.conns k
+
+  let find_listener t proto src =
+    match Hashtbl.find_opt t.listeners proto with
+    | None -> None
+    | Some l -> (
+        match List.find_opt (fun (s, _) -> match s with Some a -> Ipv6_addr.equal a src | None -> false) l with
+        | Some (_, f) -> Some f
+        | None -> ( match List.find_opt (fun (s, _) -> s = None) l with Some (_, f) -> Some f | None -> None))
+
+  (* Hands [p] (window: the upper protocol's message) to the connection
+     for [src] and [proto], or a listener; [Error ()] if nobody takes it. *)
+  let upcall t ~src ~proto p =
+    let k = key src proto in
+    match find_conn t k with
+    | Some c ->
+        t.received <- t.received + 1;
+        c.handler.receive c p;
+        Ok ()
+    | None -> (
+        match find_listener t proto src with
+        | Some f ->
+            let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1; is_pinned = false } in
+            Key_lru.add t.conns k c;
+            c.handler <- f c;
+            t.received <- t.received + 1;
+            c.handler.receive c p;
+            Ok ()
+        | None -> Error ())
+
+  let mac_option cs off ty =
+    (* The link-layer address option of type [ty] among the options from [off]. *)
+    let n = Cstruct.length cs in
+    let rec go off =
+      if off + 2 > n then None
+      else
+        let oty = Cstruct.get_uint8 cs off and olen = Cstruct.get_uint8 cs (off + 1) * 8 in
+        if olen = 0 || off + olen > n then None
+        else if oty = ty && olen >= 8 then Some (Mac_addr.get cs (off + 2))
+        else go (off + olen)
+    in
+    go off
+
+  let icmp_input t ~src ~dst ~hop p =
+    let cs = Packet.cstruct p in
+    let n = Cstruct.length cs in
+    if n < 8 || not (Transport_checksum.valid ~pseudo:(pseudo ~src ~dst ~proto:proto_icmp ~len:n) cs) then (
+      t.bad <- t.bad + 1;
+      Packet.release p)
+    else
+      let ty = Cstruct.get_uint8 cs 0 and code = Cstruct.get_uint8 cs 1 in
+      if ty = ty_echo_request && code = 0 then begin
+        if Ipv6_addr.equal src Ipv6_addr.unspecified then Packet.release p
+        else begin
+          (* Answered in place, from the address asked (or ours, for a group). *)
+          let me = if Ipv6_addr.is_multicast dst then source_for t src else dst in
+          Cstruct.set_uint8 cs 0 ty_echo_reply;
+          Transport_checksum.fill ~pseudo:(pseudo ~src:me ~dst:src ~proto:proto_icmp ~len:n) ~field:2 cs;
+          t.echo_replies_sent <- t.echo_replies_sent + 1;
+          ignore (output t ~src:me ~dst:src ~proto:proto_icmp p)
+        end
+      end
+      else if ty = ty_ns && code = 0 && hop = 255 && n >= 24 then begin
+        t.solicitations_received <- t.solicitations_received + 1;
+        let target = Ipv6_addr.get cs 8 in
+        let slla = mac_option cs 24 1 in
+        Packet.release p;
+        if is_ours t target then begin
+          if Ipv6_addr.equal src Ipv6_addr.unspecified then
+            (* Duplicate address detection by another host: defend. *)
+            send_na t ~target ~dst:Ipv6_addr.all_nodes ~mac_dst:(Ipv6_addr.multicast_mac Ipv6_addr.all_nodes) ~solicited:false
+          else begin
+            (match slla with Some mac when not (Mac_addr.is_group mac) -> learn t src mac ~create:true | _ -> ());
+            let mac_dst = match slla with Some m -> Some m | None -> lookup t src in
+            match mac_dst with
+            | Some mac_dst -> send_na t ~target ~dst:src ~mac_dst ~solicited:true
+            | None -> ()
+          end
+        end
+      end
+      else if ty = ty_na && code = 0 && hop = 255 && n >= 24 then begin
+        t.advertisements_received <- t.advertisements_received + 1;
+        let target = Ipv6_addr.get cs 8 in
+        (match mac_option cs 24 2 with
+        | Some mac when not (Mac_addr.is_group mac) -> learn t target mac ~create:false
+        | _ -> ());
+        Packet.release p
+      end
+      else if ty = ty_unreachable || ty = ty_too_big || ty = ty_time_exceeded || ty = ty_param then begin
+        t.icmp_errors_received <- t.icmp_errors_received + 1;
+        let rest = Int32.to_int (Cstruct.BE.get_uint32 cs 4) land 0xffff_ffff in
+        let error =
+          if ty = ty_unreachable then Unreachable code
+          else if ty = ty_too_big then Packet_too_big rest
+          else if ty = ty_time_exceeded then Time_exceeded code
+          else Parameter_problem { code; pointer = rest }
+        in
+        (* The quoted datagram must be one we sent. *)
+        (if n >= 8 + hlen then
+           let q = Cstruct.shift cs 8 in
+           let qsrc = Ipv6_addr.get q 8 and qdst = Ipv6_addr.get q 24 and qproto = Cstruct.get_uint8 q 6 in
+           if is_ours t qsrc then
+             match find_conn t (key qdst qproto) with
+             | Some c -> c.handler.status c (Icmp_error { error; quoted = Cstruct.to_string (Cstruct.shift q hlen) })
+             | None -> ());
+        Packet.release p
+      end
+      else if ty < 128 || ty = ty_echo_reply then begin
+        match upcall t ~src ~proto:proto_icmp p with Ok () -> () | Error () -> Packet.release p
+      end
+      else Packet.release p
+
+  let rec deliver t p ~src ~dst ~hop ~proto =
+    (* [p]'s window starts at the header [proto]. *)
+    let cs = Packet.cstruct p in
+    let n = Cstruct.length cs in
+    match proto with
+    | 0 | 60 | 43 ->
+        if n < 8 then (
+          t.bad <- t.bad + 1;
+          Packet.release p)
+        else
+          let next = Cstruct.get_uint8 cs 0 and len = (Cstruct.get_uint8 cs 1 + 1) * 8 in
+          if len > n || (proto = 43 && Cstruct.get_uint8 cs 3 <> 0) then (
+            (* A routing header with segments left: we are no router. *)
+            t.bad <- t.bad + 1;
+            Packet.release p)
+          else (
+            ignore (Packet.pull p len);
+            deliver t p ~src ~dst ~hop ~proto:next)
+    | 44 -> fragment t p ~src ~dst ~hop
+    | 59 -> Packet.release p
+    | 58 -> icmp_input t ~src ~dst ~hop p
+    | _ -> (
+        match upcall t ~src ~proto p with
+        | Ok () -> ()
+        | Error () ->
+            t.unknown_protocol <- t.unknown_protocol + 1;
+            send_icmp_error t (Parameter_problem { code = 1; pointer = 6 }) p)
+
+  and fragment t p ~src ~dst ~hop =
+    let cs = Packet.cstruct p in
+    let n = Cstruct.length cs in
+    t.fragments_received <- t.fragments_received + 1;
+    if n < 8 then (
+      t.bad <- t.bad + 1;
+      Packet.release p)
+    else
+      let next = Cstruct.get_uint8 cs 0 in
+      let fo = Cstruct.BE.get_uint16 cs 2 in
+      let off = fo land 0xfff8 and more = fo land 1 = 1 in
+      let id = Int32.to_int (Cstruct.BE.get_uint32 cs 4) land 0xffff_ffff in
+      let len = n - 8 in
+      if off = 0 && not more then begin
+        (* An atomic fragment (RFC 6946): the datagram whole. *)
+        ignore (Packet.pull p 8);
+        deliver t p ~src ~dst ~hop ~proto:next
+      end
+      else if len = 0 || (more && len land 7 <> 0) || off + len > 0xffff then (
+        t.bad <- t.bad + 1;
+        Packet.release p)
+      else
+        let k = (src :> string) ^ (dst :> string) ^ Printf.sprintf "%08x" id in
+        let rc = t.config.reassembly in
+        let fr =
+          match Key_lru.peek t.reasm k with
+          | Some fr -> Some fr
+          | None ->
+                (* The oldest datagram in progress is given up for a new one. *)
+                let fr = { frags = []; bytes = 0; count = 0; total = -1; next = -1; fcancel = (fun () -> ()) } in
+                Key_lru.add t.reasm k fr;
+                fr.fcancel <-
+                  t.clock.at (t.clock.now () + rc.timeout) (fun () ->
+                      match Key_lru.peek t.reasm k with
+                      | Some fr' when fr' == fr ->
+                          t.reassembly_timeouts <- t.reassembly_timeouts + 1;
+                          drop_fragments t k fr
+                      | _ -> ());
+                Some fr
+        in
+        match fr with
+        | None ->
+            t.reassembly_dropped <- t.reassembly_dropped + 1;
+            Packet.release p
+        | Some fr ->
+            if List.exists (fun (o, l, _) -> o = off && l = len) fr.frags then Packet.release p
+            else
+              let overlaps = List.exists (fun (o, l, _) -> off < o + l && o < off + len) fr.frags in
+              let total = if more then fr.total else off + len in
+              let bad_total =
+                ((not more) && fr.total >= 0 && fr.total <> total)
+                || (total >= 0 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags))
+              in
+              let rec make_room () =
+                if t.reasm_bytes + len > rc.max_bytes then
+                  match Key_lru.oldest t.reasm with
+                  | Some (k', fr') when fr' != fr ->
+                      t.reassembly_dropped <- t.reassembly_dropped + 1;
+                      drop_fragments t k' fr';
+                      make_room ()
+                  | _ -> ()
+              in
+              if not (overlaps || bad_total || fr.count >= rc.max_fragments) then make_room ();
+              if overlaps || bad_total || fr.count >= rc.max_fragments || t.reasm_bytes + len > rc.max_bytes then (
+                t.reassembly_dropped <- t.reassembly_dropped + 1;
+                Packet.release p;
+                drop_fragments t k fr)
+              else begin
+                ignore (Packet.pull p 8);
+                let rec insert = function
+                  | [] -> [ (off, len, p) ]
+                  | ((o, _, _) as x) :: rest as l -> if off < o then (off, len, p) :: l else x :: insert rest
+                in
+                fr.frags <- insert fr.frags;
+                fr.bytes <- fr.bytes + len;
+                fr.count <- fr.count + 1;
+                fr.total <- total;
+                if off = 0 then fr.next <- next;
+                t.reasm_bytes <- t.reasm_bytes + len;
+                if fr.total >= 0 && fr.bytes = fr.total && fr.next >= 0 then begin
+                  fr.fcancel ();
+                  Key_lru.remove t.reasm k;
+                  t.reasm_bytes <- t.reasm_bytes - fr.bytes;
+                  let q = Packet.create ~headroom:Packet.default_headroom t.pool fr.total in
+                  let d = Packet.cstruct q in
+                  List.iter
+                    (fun (o, l, p) ->
+                      Cstruct.blit (Packet.cstruct p) 0 d o l;
+                      Packet.release p)
+                    fr.frags;
+                  fr.frags <- [];
+                  t.reassembled <- t.reassembled + 1;
+                  deliver t q ~src ~dst ~hop ~proto:fr.next
+                end
+              end
+
+  and drop_fragments t k fr =
+    fr.fcancel ();
+    Key_lru.remove t.reasm k;
+    t.reasm_bytes <- t.reasm_bytes - fr.bytes;
+    List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
+    fr.frags <- []
+
+  let input t p =
+    let cs = Packet.cstruct p in
+    let n = Cstruct.length cs in
+    if n < hlen || Cstruct.get_uint8 cs 0 lsr 4 <> 6 || hlen + Cstruct.BE.get_uint16 cs 4 > n then (
+      t.bad <- t.bad + 1;
+      Packet.release p)
+    else
+      let plen = Cstruct.BE.get_uint16 cs 4 in
+      let src = Ipv6_addr.get cs 8 and dst = Ipv6_addr.get cs 24 in
+      if Ipv6_addr.is_multicast src || Ipv6_addr.equal src Ipv6_addr.loopback || is_ours t src then (
+        t.bad <- t.bad + 1;
+        Packet.release p)
+      else if not (accepts t dst) then (
+        t.not_for_us <- t.not_for_us + 1;
+        Packet.release p)
+      else begin
+        Packet.trim p (hlen + plen);
+        let proto = Cstruct.get_uint8 cs 6 and hop = Cstruct.get_uint8 cs 7 in
+        t.rx_src <- src;
+        t.rx_dst <- dst;
+        t.rx_header <- Cstruct.to_string (Cstruct.sub cs 0 hlen);
+        ignore (Packet.pull p hlen);
+        deliver t p ~src ~dst ~hop ~proto
+      end
+
+  let create ?(config = default_config) ?address ?gateway ~clock ~pool eth =
+    if config.max_neighbours < 1 || config.max_pending < 1 || config.max_connections < 1 || config.max_queued < 1
+       || config.queue_limit < 1
+    then invalid_arg "Ipv6.create: a limit below 1";
+    let mac = E.mac eth in
+    let evict_pending = ref (fun _ _ -> ()) in
+    let evict_fragments = ref (fun _ -> ()) in
+    let t =
+      {
+        eth;
+        clock;
+        pool;
+        config;
+        mac;
+        link_local = Ipv6_addr.link_local_of_mac mac;
+        prefix = address;
+        gateway;
+        mtu = E.mtu eth;
+        out = None;
+        static = Hashtbl.create 8;
+        neighbours = Addr_lru.create ~now:clock.now config.max_neighbours;
+        pending = Addr_lru.create ~on_evict:(fun ip pd -> !evict_pending ip pd) config.max_pending;
+        queued = 0;
+        pinned = Hashtbl.create 16;
+        conns = Key_lru.create ~idle:config.connection_idle ~now:clock.now config.max_connections;
+        listeners = Hashtbl.create 8;
+        reasm = Key_lru.create ~on_evict:(fun _ fr -> !evict_fragments fr) (max 1 config.reassembly.max_datagrams);
+        reasm_bytes = 0;
+        next_id = 1;
+        icmp_tokens = config.icmp_rate;
+        icmp_refill = clock.now ();
+        rx_src = Ipv6_addr.unspecified;
+        rx_dst = Ipv6_addr.unspecified;
+        rx_header = "";
+        sent = 0;
+        received = 0;
+        bad = 0;
+        not_for_us = 0;
+        no_route = 0;
+        unknown_protocol = 0;
+        solicitations_sent = 0;
+        solicitations_received = 0;
+        advertisements_sent = 0;
+        advertisements_received = 0;
+        resolution_failed = 0;
+        queue_dropped = 0;
+        echo_replies_sent = 0;
+        icmp_errors_sent = 0;
+        icmp_errors_received = 0;
+        fragments_received = 0;
+        reassembled = 0;
+        reassembly_dropped = 0;
+        reassembly_timeouts = 0;
+      }
+    in
+    evict_pending := give_up t;
+    (evict_fragments :=
+       fun fr ->
+         fr.fcancel ();
+         t.reassembly_dropped <- t.reassembly_dropped + 1;
+         t.reasm_bytes <- t.reasm_bytes - fr.bytes;
+         List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
+         fr.frags <- []);
+    (match
+       E.passive_open eth (Ethernet.Ethertype ethertype_ipv6) (fun _ ->
+           { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
+     with
+    | Ok () -> ()
+    | Error e -> Fmt.invalid_arg "Ipv6.create: %a" Protocol.pp_error e);
+    t
+
+  let active_open t { dst; proto } f =
+    if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "next header %d" proto))
+    else
+      let k = key dst proto in
+      match find_conn t k with
+      | Some c ->
+          c.users <- c.users + 1;
+          if not c.is_pinned then begin
+            Key_lru.remove t.conns k;
+            Hashtbl.replace t.pinned k c;
+            c.is_pinned <- true
+          end;
+          Ok c
+      | None ->
+          if next_hop t dst = None then (
+            t.no_route <- t.no_route + 1;
+            Error (`Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst)))
+          else
+            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true } in
+            Hashtbl.replace t.pinned k c;
+            c.handler <- f c;
+            Ok c
+
+  let passive_open t { protocol; source } f =
+    if protocol < 0 || protocol > 255 then Error (`Bad_address (Printf.sprintf "next header %d" protocol))
+    else
+      let l = Option.value ~default:[] (Hashtbl.find_opt t.listeners protocol) in
+      if List.exists (fun (s, _) -> Option.equal Ipv6_addr.equal s source) l then
+        Error (`In_use (Printf.sprintf "IPv6 next header %d" protocol))
+      else (
+        Hashtbl.replace t.listeners protocol ((source, f) :: l);
+        Ok ())
+
+  let close c =
+    c.users <- c.users - 1;
+    if c.users <= 0 then
+      match Hashtbl.find_opt c.ip.pinned c.key with
+      | Some c' when c' == c -> Hashtbl.remove c.ip.pinned c.key
+      | _ -> ( match Key_lru.peek c.ip.conns c.key with Some c' when c' == c -> Key_lru.remove c.ip.conns c.key | _ -> ())
+
+  let abort = close
+  let max_packet c = c.ip.mtu - hlen
+  let headroom t = hlen + E.headroom t.eth
+
+  let control t = function
+    | Set_address p ->
+        t.prefix <- Some p;
+        Ok ()
+    | Set_gateway g ->
+        t.gateway <- g;
+        Ok ()
+    | Add_neighbour (ip, mac) ->
+        Hashtbl.replace t.static ip mac;
+        Ok ()
+
+  let query t =
+    let now = t.clock.now () in
+    let neighbours =
+      Hashtbl.fold (fun ip mac acc -> (ip, Some mac) :: acc) t.static []
+      |> Addr_lru.fold (fun ip n acc -> if n.expires > now then (ip, Some n.mac) :: acc else acc) t.neighbours
+      |> Addr_lru.fold (fun ip _ acc -> (ip, None) :: acc) t.pending
+      |> List.sort compare
+    in
+    {
+      addresses = t.link_local :: Option.to_list (address t);
+      mtu = t.mtu;
+      sent = t.sent;
+      received = t.received;
+      bad = t.bad;
+      not_for_us = t.not_for_us;
+      no_route = t.no_route;
+      unknown_protocol = t.unknown_protocol;
+      neighbours;
+      solicitations_sent = t.solicitations_sent;
+      solicitations_received = t.solicitations_received;
+      advertisements_sent = t.advertisements_sent;
+      advertisements_received = t.advertisements_received;
+      resolution_failed = t.resolution_failed;
+      queue_dropped = t.queue_dropped;
+      echo_replies_sent = t.echo_replies_sent;
+      icmp_errors_sent = t.icmp_errors_sent;
+      icmp_errors_received = t.icmp_errors_received;
+      fragments_received = t.fragments_received;
+      reassembled = t.reassembled;
+      reassembly_dropped = t.reassembly_dropped;
+      reassembly_timeouts = t.reassembly_timeouts;
+      connections = Hashtbl.length t.pinned + Key_lru.length t.conns;
+      connections_evicted = Key_lru.evicted t.conns;
+    }
+end
