@@ -48,6 +48,8 @@ struct
     mutable c_rst_out : int;
     mutable c_challenge : int;
     mutable c_dropped : int;
+    mutable c_cookies_sent : int;
+    mutable c_cookies_ok : int;
   }
 
   type t = {
@@ -55,8 +57,9 @@ struct
     mutable config : config;
     conns : tcb Key_tbl.t;
     listeners : (int, listener) Hashtbl.t;
-    lower_conns : Lower.connection Host_tbl.t;
-    secret : int;
+    lower_conns : lower_ref Host_tbl.t;
+    secret : Tcp_secret.t;
+    mutable next_ephemeral : int;
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
     counters : counters;
@@ -64,11 +67,17 @@ struct
     mutable challenge_count : int;
   }
 
+  (* The lower connection to a host, shared by the connections with it and
+     closed when the last one goes (so that the layer below forgets a
+     host that TCP no longer talks to). *)
+  and lower_ref = { lc : Lower.connection; mutable refs : int }
+
   and listener = {
     l_port : int;
     l_from : host option;
     l_make : tcb -> handler;
     mutable half_open : int;
+    mutable overflowed : Time.t;  (** when SYN cookies were last sent *)
   }
 
   and tcb = {
@@ -471,12 +480,29 @@ struct
 
   let key tcb = (tcb.remote_host, tcb.remote_port, tcb.local_port)
 
+  let release_lower t host =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some r ->
+        r.refs <- r.refs - 1;
+        if r.refs <= 0 then begin
+          Host_tbl.remove t.lower_conns host;
+          Lower.close r.lc
+        end
+    | None -> ()
+
+  let acquire_lower t host lconn =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some r -> r.refs <- r.refs + 1
+    | None -> Host_tbl.replace t.lower_conns host { lc = lconn; refs = 1 }
+
   let delete tcb =
     if tcb.alive then begin
       tcb.alive <- false;
       tcb.alarm_cancel ();
       Key_tbl.remove tcb.inst.conns (key tcb);
+      release_lower tcb.inst tcb.remote_host;
       Tcp_reass.clear tcb.reass;
+      Tcp_sndbuf.release tcb.sndbuf;
       (match (tcb.listener, tcb.handler) with
       | Some l, None -> l.half_open <- l.half_open - 1
       | _ -> ());
@@ -583,17 +609,22 @@ struct
 
   (* {2 Creating connections} *)
 
-  let gen_isn t ~remote ~rport ~lport =
-    Tcp_seq.of_int ((now () / 4000) + Hashtbl.seeded_hash t.secret (remote, rport, lport))
+  (* What the keyed functions of {!Tcp_secret} hash: the remote end and the
+     local port (the local address is the instance's). *)
+  let tuple ~remote ~rport ~lport = Fmt.str "%a/%d/%d" P.pp_host remote rport lport
 
-  let new_tcb t ~cfg ~lconn ~remote ~rport ~lport ~listener ~state =
-    let iss = gen_isn t ~remote ~rport ~lport in
+  let gen_isn t ~remote ~rport ~lport =
+    Tcp_secret.isn t.secret ~tuple:(tuple ~remote ~rport ~lport) ~now:(now ())
+
+  let rcv_mss_for cfg lower_max =
+    match cfg.mss with
+    | Some m -> max 1 (min m (lower_max - Tcp_wire.min_header))
+    | None -> max 1 (lower_max - Tcp_wire.min_header)
+
+  let new_tcb ?iss t ~cfg ~lconn ~remote ~rport ~lport ~listener ~state =
+    let iss = match iss with Some i -> i | None -> gen_isn t ~remote ~rport ~lport in
     let lower_max = Lower.max_packet lconn in
-    let rcv_mss =
-      match cfg.mss with
-      | Some m -> max 1 (min m (lower_max - Tcp_wire.min_header))
-      | None -> max 1 (lower_max - Tcp_wire.min_header)
-    in
+    let rcv_mss = rcv_mss_for cfg lower_max in
     let tcb =
       {
         inst = t;
@@ -640,7 +671,7 @@ struct
         ts_ok = false;
         ts_recent = 0;
         ts_recent_age = 0;
-        ts_offset = Rng.int P.rng 0x3FFF_FFFF;
+        ts_offset = Tcp_secret.ts_offset t.secret ~tuple:(tuple ~remote ~rport ~lport);
         last_ack_sent = Tcp_seq.zero;
         rto = Tcp_rto.create ~initial:cfg.initial_rto ~min:cfg.min_rto ~max:cfg.max_rto;
         rtt_seq = None;
@@ -678,6 +709,7 @@ struct
       }
     in
     Key_tbl.replace t.conns (key tcb) tcb;
+    acquire_lower t remote lconn;
     tcb
 
   (* {2 Timers} *)
@@ -848,9 +880,18 @@ struct
           Packet.release pkt
       | Ok (h, hl) ->
           ignore (Packet.pull pkt hl : (unit, _) result);
-          if not (Host_tbl.mem t.lower_conns remote) then Host_tbl.replace t.lower_conns remote lconn;
+          (* A host no connection talks to gets a provisional entry: a
+             connection made for this segment takes it over, else it is
+             closed once the segment is handled. *)
+          if not (Host_tbl.mem t.lower_conns remote) then
+            Host_tbl.replace t.lower_conns remote { lc = lconn; refs = 0 };
           if h.flags.rst then t.counters.c_rst_in <- t.counters.c_rst_in + 1;
           dispatch t lconn remote h pkt;
+          (match Host_tbl.find_opt t.lower_conns remote with
+          | Some r when r.refs <= 0 ->
+              Host_tbl.remove t.lower_conns remote;
+              Lower.close r.lc
+          | _ -> ());
           (match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
           | Some tcb -> schedule tcb
           | None -> ());
@@ -884,28 +925,128 @@ struct
   and seg_ctl_len (h : Tcp_packet.t) = (if h.flags.syn then 1 else 0) + if h.flags.fin then 1 else 0
 
   and send_raw t lconn ~dst ~src_port ~dst_port ~seq ~ack ~ack_flag =
-    let hdr =
-      Tcp_packet.v ~src_port ~dst_port ~seq ~ack
-        ~flags:{ Tcp_packet.no_flags with rst = true; ack = ack_flag }
-        ()
-    in
+    t.counters.c_rst_out <- t.counters.c_rst_out + 1;
+    send_ctl t lconn ~dst
+      (Tcp_packet.v ~src_port ~dst_port ~seq ~ack
+         ~flags:{ Tcp_packet.no_flags with rst = true; ack = ack_flag }
+         ())
+
+  (* A segment sent without a connection: a RST, or a SYN-ACK carrying a
+     cookie. *)
+  and send_ctl t lconn ~dst hdr =
     let hl = Tcp_packet.header_length hdr in
     let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool 0 in
     Tcp_packet.encode_into hdr (Packet.push pkt hl);
-    t.counters.c_rst_out <- t.counters.c_rst_out + 1;
     transmit t lconn ~dst pkt
+
+  (* The listener's queue is full: answer with a SYN cookie and keep
+     nothing. Window scale and SACK-permitted travel in the low bits of the
+     timestamp, so they are offered only when the peer sent a timestamp. *)
+  and send_cookie t l lconn remote (h : Tcp_packet.t) =
+    let cfg = t.config in
+    let o = Tcp_options.of_syn h.options in
+    let tuple = tuple ~remote ~rport:h.src_port ~lport:h.dst_port in
+    let peer_mss = match o.mss with Some n when n > 0 -> n | _ -> 536 in
+    let iss, _ = Tcp_secret.cookie t.secret ~tuple ~now:(now ()) ~peer_isn:h.seq ~mss:peer_mss in
+    let ts = if cfg.timestamps then o.ts_val else None in
+    let wscale = match ts with Some _ when cfg.window_scale -> o.wscale | _ -> None in
+    let sack = ts <> None && cfg.sack && o.sack_permitted in
+    let ts =
+      Option.map
+        (fun v ->
+          let ts_now = ((now () / 1_000_000) + Tcp_secret.ts_offset t.secret ~tuple) land 0xFFFF_FFFF in
+          (Tcp_secret.cookie_ts ~ts_now ~wscale ~sack, v))
+        ts
+    in
+    let options =
+      Tcp_options.syn
+        ~mss:(rcv_mss_for cfg (Lower.max_packet lconn))
+        ~wscale:(Option.map (fun _ -> Tcp_window.scale_for cfg.receive_buffer) wscale)
+        ~sack ~ts
+    in
+    l.overflowed <- now ();
+    t.counters.c_cookies_sent <- t.counters.c_cookies_sent + 1;
+    send_ctl t lconn ~dst:remote
+      {
+        Tcp_packet.src_port = h.dst_port;
+        dst_port = h.src_port;
+        seq = iss;
+        ack = Tcp_seq.succ h.seq;
+        flags = { Tcp_packet.no_flags with syn = true; ack = true };
+        window = min 0xFFFF cfg.receive_buffer;
+        urgent = 0;
+        options;
+      }
+
+  (* An ACK for a listener: the end of a handshake answered with a cookie
+     (only while cookies were sent in the last two minutes). It becomes a
+     connection in SYN-RECEIVED that the ACK then establishes. *)
+  and cookie_ack t l lconn remote (h : Tcp_packet.t) pkt =
+    let cfg = t.config in
+    let n = now () in
+    if (not cfg.syn_cookies) || h.flags.syn || n - l.overflowed > Time.of_sec 120. then false
+    else
+      let rport = h.src_port and lport = h.dst_port in
+      let tuple = tuple ~remote ~rport ~lport in
+      let peer_isn = Tcp_seq.add h.seq (-1) and iss = Tcp_seq.add h.ack (-1) in
+      match Tcp_secret.check_cookie t.secret ~tuple ~now:n ~peer_isn ~cookie:iss with
+      | None -> false
+      | Some mss ->
+          t.counters.c_cookies_ok <- t.counters.c_cookies_ok + 1;
+          let tcb =
+            new_tcb ~iss t ~cfg ~lconn ~remote ~rport ~lport ~listener:(Some l)
+              ~state:Syn_received
+          in
+          l.half_open <- l.half_open + 1;
+          tcb.irs <- peer_isn;
+          tcb.rcv_nxt <- h.seq;
+          tcb.rcv_adv <- Tcp_seq.add h.seq (min 0xFFFF cfg.receive_buffer);
+          tcb.snd_nxt <- Tcp_seq.succ iss;
+          tcb.snd_max <- Tcp_seq.succ iss;
+          tcb.last_ack_sent <- h.seq;
+          tcb.peer_mss <- mss;
+          (match find_ts h.options with
+          | Some (v, echo) when cfg.timestamps ->
+              let ws, sack = Tcp_secret.cookie_ts_options ~echo in
+              tcb.ts_ok <- true;
+              tcb.ts_recent <- v;
+              tcb.ts_recent_age <- n;
+              (match ws with
+              | Some s when cfg.window_scale ->
+                  tcb.ws_ok <- true;
+                  tcb.snd_wscale <- s
+              | _ ->
+                  tcb.offer_ws <- false;
+                  tcb.rcv_wscale <- 0);
+              tcb.sack_ok <- sack && cfg.sack;
+              tcb.offer_sack <- tcb.sack_ok
+          | _ ->
+              tcb.offer_ts <- false;
+              tcb.offer_ws <- false;
+              tcb.rcv_wscale <- 0;
+              tcb.offer_sack <- false);
+          tcb.snd_wl1 <- h.seq;
+          tcb.snd_wl2 <- iss;
+          segment_arrives tcb h pkt;
+          true
 
   and listen_input t l lconn remote (h : Tcp_packet.t) pkt =
     (* Data on a SYN is not accepted (nor acknowledged): the peer sends it
        again once the connection is up. *)
-    Packet.release pkt;
-    if h.flags.rst then ()
-    else if h.flags.ack then
-      send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq:h.ack
-        ~ack:Tcp_seq.zero ~ack_flag:false
+    if h.flags.rst then Packet.release pkt
+    else if h.flags.ack then begin
+      if not (cookie_ack t l lconn remote h pkt) then begin
+        Packet.release pkt;
+        send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq:h.ack
+          ~ack:Tcp_seq.zero ~ack_flag:false
+      end
+    end
     else if h.flags.syn then begin
-      if l.half_open >= t.config.backlog then
-        t.counters.c_dropped <- t.counters.c_dropped + 1
+      Packet.release pkt;
+      if l.half_open >= t.config.backlog then begin
+        if t.config.syn_cookies then send_cookie t l lconn remote h
+        else t.counters.c_dropped <- t.counters.c_dropped + 1
+      end
       else begin
         let tcb =
           new_tcb t ~cfg:t.config ~lconn ~remote ~rport:h.src_port ~lport:h.dst_port
@@ -923,7 +1064,10 @@ struct
         send_syn tcb
       end
     end
-    else t.counters.c_dropped <- t.counters.c_dropped + 1
+    else begin
+      Packet.release pkt;
+      t.counters.c_dropped <- t.counters.c_dropped + 1
+    end
 
   and segment_arrives tcb h pkt =
     tcb.last_recv <- now ();
@@ -1038,9 +1182,12 @@ struct
       && Tcp_seq.gt h.seq tcb.rcv_nxt
       && Hashtbl.mem t.listeners tcb.local_port
     then begin
-      (* A new incarnation of the connection (RFC 9293 3.6.1). *)
+      (* A new incarnation of the connection (RFC 9293 3.6.1), over the
+         same lower connection. *)
+      acquire_lower t tcb.remote_host tcb.lconn;
       delete tcb;
-      dispatch t tcb.lconn tcb.remote_host h pkt
+      dispatch t tcb.lconn tcb.remote_host h pkt;
+      release_lower t tcb.remote_host
     end
     else if paws <> Tcp_verdict.Fresh then begin
       t.counters.c_dropped <- t.counters.c_dropped + 1;
@@ -1324,7 +1471,7 @@ struct
 
   (* {2 The protocol signature} *)
 
-  let create ?(config = default_config) lower =
+  let create ?(config = default_config) ?secret lower =
     let t =
       {
         lower;
@@ -1332,7 +1479,8 @@ struct
         conns = Key_tbl.create 64;
         listeners = Hashtbl.create 8;
         lower_conns = Host_tbl.create 8;
-        secret = Rng.int P.rng 0x3FFF_FFFF;
+        secret = Tcp_secret.create ?key:secret ();
+        next_ephemeral = 0;
         upcalls = Queue.create ();
         flushing = false;
         counters =
@@ -1346,6 +1494,8 @@ struct
             c_rst_out = 0;
             c_challenge = 0;
             c_dropped = 0;
+            c_cookies_sent = 0;
+            c_cookies_ok = 0;
           };
         challenge_second = -1;
         challenge_count = 0;
@@ -1355,31 +1505,41 @@ struct
     | Ok () -> Ok t
     | Error e -> Error e
 
+  (* The lower connection to [host] and whether it is new (then the
+     connection made with it takes it over, or the caller closes it). *)
   let lower_conn t host =
     match Host_tbl.find_opt t.lower_conns host with
-    | Some c -> Ok c
+    | Some r -> Ok (r.lc, false)
     | None -> (
         match Lower.active_open t.lower (P.lower_address host) (fun _ -> lower_handler t) with
-        | Ok c ->
-            Host_tbl.replace t.lower_conns host c;
-            Ok c
+        | Ok c -> Ok (c, true)
         | Error e -> Error e)
 
+  (* RFC 6056 algorithm 3 (double-hash without the second table): a keyed
+     offset per remote end, plus a counter. *)
   let ephemeral_port t host rport =
-    let rec go n =
-      if n = 0 then Error (`In_use "no ephemeral port left")
-      else
-        let p = 49152 + Rng.int P.rng 16384 in
-        if Key_tbl.mem t.conns (host, rport, p) then go (n - 1) else Ok p
+    let low = 49152 and count = 16384 in
+    let offset =
+      Tcp_secret.port_offset t.secret ~endpoints:(Fmt.str "%a/%d" P.pp_host host rport)
     in
-    go 64
+    let rec go i =
+      if i >= count then Error (`In_use "no ephemeral port left")
+      else
+        let p = low + ((offset + t.next_ephemeral + i) mod count) in
+        if Key_tbl.mem t.conns (host, rport, p) then go (i + 1)
+        else begin
+          t.next_ephemeral <- t.next_ephemeral + i + 1;
+          Ok p
+        end
+    in
+    go 0
 
   let active_open t (a : address) make =
     if a.port <= 0 || a.port > 0xFFFF then Error (`Bad_address (string_of_int a.port))
     else
       match lower_conn t a.host with
       | Error e -> Error e
-      | Ok lconn -> (
+      | Ok (lconn, fresh) -> (
           let port =
             match a.local_port with
             | Some p when Key_tbl.mem t.conns (a.host, a.port, p) ->
@@ -1388,7 +1548,9 @@ struct
             | None -> ephemeral_port t a.host a.port
           in
           match port with
-          | Error e -> Error e
+          | Error e ->
+              if fresh then Lower.close lconn;
+              Error e
           | Ok lport ->
               let tcb =
                 new_tcb t ~cfg:t.config ~lconn ~remote:a.host ~rport:a.port ~lport ~listener:None
@@ -1414,6 +1576,7 @@ struct
               arm_keepalive tcb;
               make tcb);
           half_open = 0;
+          overflowed = min_int;
         }
       in
       Hashtbl.replace t.listeners p.port l;
@@ -1543,6 +1706,9 @@ struct
         flush t;
         Ok ()
 
+  (* The heap words of a connection record and its small parts, rounded up. *)
+  let tcb_bytes = 2048
+
   let query t =
     let c = t.counters in
     {
@@ -1555,6 +1721,13 @@ struct
       resets_out = c.c_rst_out;
       challenge_acks = c.c_challenge;
       dropped = c.c_dropped;
+      syn_cookies_sent = c.c_cookies_sent;
+      syn_cookies_accepted = c.c_cookies_ok;
+      memory =
+        Key_tbl.fold
+          (fun _ tcb acc ->
+            acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + Tcp_reass.pinned tcb.reass)
+          t.conns 0;
       active = Key_tbl.length t.conns;
     }
 

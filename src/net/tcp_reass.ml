@@ -125,3 +125,15 @@ let clear t =
   t.count <- 0;
   t.bytes <- 0;
   t.recent <- []
+
+let pinned t =
+  let seen = Hashtbl.create 8 in
+  List.fold_left
+    (fun acc s ->
+      let id = Packet.segment_id s.pkt in
+      if Hashtbl.mem seen id then acc
+      else begin
+        Hashtbl.add seen id ();
+        acc + Packet.truesize s.pkt
+      end)
+    0 t.q

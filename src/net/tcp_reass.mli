@@ -22,6 +22,10 @@ val is_empty : t -> bool
 val segments : t -> int
 val bytes : t -> int
 
+val pinned : t -> int
+(** [pinned t] is the memory the queue keeps alive: the size of every pool
+    segment its packets hold, each counted once. *)
+
 val blocks : t -> (Tcp_seq.t * Tcp_seq.t) list
 (** [blocks t] are the contiguous ranges held, \[left, right), ascending. *)
 

@@ -67,6 +67,7 @@ type config = {
   backlog : int;
   challenge_ack_limit : int;
   congestion : congestion;
+  syn_cookies : bool;
 }
 
 let default_config =
@@ -92,6 +93,7 @@ let default_config =
     backlog = 128;
     challenge_ack_limit = 1000;
     congestion = New_reno;
+    syn_cookies = true;
   }
 
 let pp_config ppf c =
@@ -153,14 +155,17 @@ type stats = {
   challenge_acks : int;
   dropped : int;
   active : int;
+  syn_cookies_sent : int;
+  syn_cookies_accepted : int;
+  memory : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks \
-     %d dropped %d active %d"
+     %d dropped %d active %d syn cookies %d/%d memory %d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in
-    s.resets_out s.challenge_acks s.dropped s.active
+    s.resets_out s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory
 
 type control = Set_config of config | Abort_all
 
@@ -202,7 +207,7 @@ module type S = sig
        and type control = control
        and type info = stats
 
-  val create : ?config:config -> lower -> (t, Protocol.error) result
+  val create : ?config:config -> ?secret:string -> lower -> (t, Protocol.error) result
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   val send_space : connection -> int
   val consume : connection -> int -> unit

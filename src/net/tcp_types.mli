@@ -58,6 +58,7 @@ type config = {
   backlog : int;  (** half-open connections per listener *)
   challenge_ack_limit : int;  (** challenge ACKs per second (RFC 5961 section 7) *)
   congestion : congestion;  (** of connections opened from now on *)
+  syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
 }
 
 val default_config : config
@@ -105,6 +106,11 @@ type stats = {
   challenge_acks : int;
   dropped : int;  (** segments for no connection, or rejected by a check *)
   active : int;  (** connections in the table now *)
+  syn_cookies_sent : int;
+  syn_cookies_accepted : int;  (** handshakes completed from a cookie *)
+  memory : int;
+      (** bytes held for connections: an estimate of each record, the send
+          buffers allocated and the pool segments the receive queues pin *)
 }
 
 val pp_stats : stats Fmt.t
@@ -182,9 +188,11 @@ module type S = sig
        and type control = control
        and type info = stats
 
-  val create : ?config:config -> lower -> (t, Protocol.error) result
+  val create : ?config:config -> ?secret:string -> lower -> (t, Protocol.error) result
   (** [create lower] is a TCP instance receiving every TCP packet of
-      [lower]. *)
+      [lower]. [secret] keys its initial sequence numbers, SYN cookies,
+      timestamp offsets and port choice ({!Tcp_secret}); by default 32 bytes
+      from the system's generator. *)
 
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   (** [write c b] copies as much of [b] as the send buffer takes and

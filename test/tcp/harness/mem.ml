@@ -71,6 +71,7 @@ let create_net ?(seed = 1) ?(impairments = perfect) vclock pool =
 
 let set_impairments n i = n.imp <- i
 let clock n = n.clk
+let pool n = n.pool
 let on_frame n f = n.observers <- n.observers @ [ f ]
 let set_drop n f = n.drop <- f
 let counts n = n.c
@@ -113,6 +114,9 @@ let deliver net ~src ~dst data =
       | Some h ->
           net.c <- { net.c with delivered = net.c.delivered + 1 };
           h.receive c (Packet.of_string ~headroom:64 net.pool data))
+
+let inject net ~src ~dst data = deliver net ~src ~dst data
+let connections t = Hashtbl.length t.conns
 
 let send c pkt =
   let t = c.ep in
@@ -174,8 +178,12 @@ let passive_open t () make =
   t.passive <- Some make;
   Ok ()
 
-let close _ = ()
-let abort _ = ()
+let close c =
+  match Hashtbl.find_opt c.ep.conns c.peer with
+  | Some c' when c' == c -> Hashtbl.remove c.ep.conns c.peer
+  | _ -> ()
+
+let abort = close
 let max_packet c = c.ep.mtu
 let headroom _ = 0
 let control _ () = Ok ()

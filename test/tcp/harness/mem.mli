@@ -23,6 +23,7 @@ type net
 val create_net : ?seed:int -> ?impairments:impairments -> Clock.Virtual.clock -> Consort.Pool.t -> net
 val set_impairments : net -> impairments -> unit
 val clock : net -> Clock.t
+val pool : net -> Consort.Pool.t
 
 val on_frame : net -> (Consort.Time.t -> src:host -> dst:host -> string -> unit) -> unit
 (** [on_frame net f] calls [f] for every frame sent (before impairments). *)
@@ -53,3 +54,10 @@ val attach : ?mtu:int -> net -> host -> t
     1480) is the largest packet it sends. *)
 
 val host : t -> host
+
+val inject : net -> src:host -> dst:host -> string -> unit
+(** [inject net ~src ~dst frame] delivers [frame] to [dst] at once, as if
+    [src] (any host, attached or not) had sent it: spoofing. *)
+
+val connections : t -> int
+(** Lower connections the endpoint holds (one per peer in use). *)
