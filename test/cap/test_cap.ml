@@ -1,0 +1,1 @@
+let () = Alcotest.run "consort-cap" [ ("caps", Test_caps.tests) ]
