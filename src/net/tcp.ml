@@ -63,8 +63,6 @@ struct
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
     counters : counters;
-    mutable challenge_second : int;
-    mutable challenge_count : int;
   }
 
   (* The lower connection to a host, shared by the connections with it and
@@ -159,6 +157,8 @@ struct
     mutable persist_backoff : int;
     mutable persist_probes : int;
     mutable keep_probes : int;
+    mutable challenge_second : int;
+    mutable challenge_left : int;
     mutable last_recv : Time.t;
     mutable nodelay : bool;
     mutable keepalive : keepalive option;
@@ -586,7 +586,7 @@ struct
 
   let take_syn_options tcb (h : Tcp_packet.t) =
     let o = Tcp_options.of_syn h.options in
-    tcb.peer_mss <- (match o.mss with Some n when n > 0 -> n | _ -> 536);
+    tcb.peer_mss <- (match o.mss with Some n when n > 0 -> max n tcb.cfg.min_mss | _ -> 536);
     (match o.wscale with
     | Some s when tcb.offer_ws ->
         tcb.ws_ok <- true;
@@ -698,6 +698,8 @@ struct
         persist_backoff = 0;
         persist_probes = 0;
         keep_probes = 0;
+        challenge_second = -1;
+        challenge_left = 0;
         last_recv = now ();
         nodelay = cfg.nodelay;
         keepalive = cfg.keepalive;
@@ -1127,15 +1129,20 @@ struct
     tcb.retries <- 0;
     tcb.t_rtx <- never
 
+  (* RFC 5961 section 7, per connection (a global count is the side
+     channel of CVE-2016-5696), with a budget drawn each second between
+     half the limit and the limit, so that an attacker cannot count it. *)
   and challenge_ack tcb =
     let t = tcb.inst in
     let second = now () / 1_000_000_000 in
-    if second <> t.challenge_second then begin
-      t.challenge_second <- second;
-      t.challenge_count <- 0
+    if second <> tcb.challenge_second then begin
+      tcb.challenge_second <- second;
+      let limit = max 0 tcb.cfg.challenge_ack_limit in
+      let lo = (limit + 1) / 2 in
+      tcb.challenge_left <- lo + Rng.int P.rng (limit - lo + 1)
     end;
-    if t.challenge_count < t.config.challenge_ack_limit then begin
-      t.challenge_count <- t.challenge_count + 1;
+    if tcb.challenge_left > 0 then begin
+      tcb.challenge_left <- tcb.challenge_left - 1;
       t.counters.c_challenge <- t.counters.c_challenge + 1;
       tcb.ack_now <- true;
       output tcb
@@ -1497,8 +1504,6 @@ struct
             c_cookies_sent = 0;
             c_cookies_ok = 0;
           };
-        challenge_second = -1;
-        challenge_count = 0;
       }
     in
     match Lower.passive_open lower P.lower_pattern (fun _ -> lower_handler t) with

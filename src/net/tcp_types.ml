@@ -68,6 +68,7 @@ type config = {
   challenge_ack_limit : int;
   congestion : congestion;
   syn_cookies : bool;
+  min_mss : int;
 }
 
 let default_config =
@@ -91,9 +92,10 @@ let default_config =
     keepalive = None;
     max_ooo_segments = 1024;
     backlog = 128;
-    challenge_ack_limit = 1000;
+    challenge_ack_limit = 10;
     congestion = New_reno;
     syn_cookies = true;
+    min_mss = 48;
   }
 
 let pp_config ppf c =

@@ -56,9 +56,14 @@ type config = {
   keepalive : keepalive option;  (** default for new connections *)
   max_ooo_segments : int;  (** bound of the out-of-order queue *)
   backlog : int;  (** half-open connections per listener *)
-  challenge_ack_limit : int;  (** challenge ACKs per second (RFC 5961 section 7) *)
+  challenge_ack_limit : int;
+      (** challenge ACKs per second and connection (RFC 5961 section 7), at
+          most; each second's budget is drawn between half of it and it *)
   congestion : congestion;  (** of connections opened from now on *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
+  min_mss : int;
+      (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48):
+          a peer asking for less gets that much (CVE-2019-11479) *)
 }
 
 val default_config : config

@@ -53,7 +53,22 @@ let cookie_expires =
 180   > R 1:1(0)
 |}
 
-let tests = [ cookie_with_timestamps; cookie_without_timestamps; cookie_expires ]
+let mss_clamp =
+  case "an MSS of 1 is taken as 48 (tcp_min_snd_mss, CVE-2019-11479)"
+    ~config:{ Tcp.default_config with window_scale = false; sack = false; timestamps = false }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < . 1:1(0) ack 1 win 65535
+0.2   expect mss 48
+0.3   write 96
+0.3   > . 1:49(48) ack 1
+0.3   > P. 49:97(48) ack 1
+|}
+
+let tests =
+  [ cookie_with_timestamps; cookie_without_timestamps; cookie_expires; mss_clamp ]
 
 (* {1 Floods} *)
 
@@ -118,3 +133,136 @@ let syn_flood () =
 
 let tests =
   tests @ [ Alcotest.test_case "100,000 spoofed SYNs, then a real client" `Quick syn_flood ]
+
+(* {1 A raw peer} *)
+
+(* Host 2 speaks raw segments to a stack on host 1 listening on port 80:
+   [inject] sends one, [sent] holds what the stack answered. *)
+type raw = {
+  vclock : Clock.Virtual.clock;
+  node : (module Node.S);
+  inject :
+    ?options:Tcp_packet.option_ list -> ?len:int -> ?window:int -> seq:int -> ack:int -> int -> unit;
+      (** sequence numbers relative to the peer's ISN, acks to the stack's *)
+  sent : (Tcp_packet.t * int) list ref;  (** newest first *)
+  write : int -> int;  (** the stack's application writes that many bytes *)
+  info : unit -> Tcp.conn_info;
+  iss : unit -> int;  (** the stack's initial sequence number *)
+}
+
+let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
+  let open Consort in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"raw" () in
+  let net = Mem.create_net ~impairments:{ Mem.perfect with delay = 0 } vclock pool in
+  let (module N) = Node.make ~config net pool 1 ~seed:5 in
+  let peer = Mem.attach net 2 in
+  let sent = ref [] in
+  let pc =
+    Result.get_ok
+      (Mem.active_open peer 1 (fun _ ->
+           {
+             Mem.receive =
+               (fun _ p ->
+                 (match Tcp_packet.decode (Packet.cstruct p) with
+                 | Ok (h, hl) -> sent := (h, Packet.length p - hl) :: !sent
+                 | Error e -> Fmt.failwith "malformed: %a" Tcp_packet.pp_error e);
+                 Packet.release p);
+             status = (fun _ () -> ());
+           }))
+  in
+  let conn = ref None in
+  ignore
+    (N.T.passive_open N.tcp { N.T.port = 80; from = None } (fun c ->
+         conn := Some c;
+         {
+           N.T.receive = (fun c p -> N.T.consume c (Packet.length p); Packet.release p);
+           status = (fun _ _ -> ());
+         }));
+  let irs = 1000 in
+  let iss = ref 0 in
+  let inject ?(options = []) ?(len = 0) ?(window = 65535) ~seq ~ack flags =
+    let hdr =
+      Tcp_packet.v ~src_port:5000 ~dst_port:80 ~seq:(Tcp_seq.of_int (irs + seq))
+        ~ack:(Tcp_seq.of_int (!iss + ack)) ~flags:(Tcp_packet.flags_of_int flags) ~window ~options ()
+    in
+    let n = Tcp_packet.header_length hdr + len in
+    let cs =
+      Tcp_packet.to_cstruct ~pseudo:(Mem.pseudo ~src:2 ~dst:1 ~len:n) hdr ~payload:(String.make len 'x')
+    in
+    ignore (Mem.send pc (Packet.of_string pool (Cstruct.to_string cs)));
+    Clock.Virtual.advance vclock 0
+  in
+  let tso = if ts then [ Tcp_packet.Timestamp { value = 1; echo = 0 } ] else [] in
+  inject ~seq:0 ~ack:0 Tcp_wire.syn
+    ~options:((Tcp_packet.Mss 1000 :: (if sack then [ Tcp_packet.Sack_permitted ] else [])) @ tso);
+  (match !sent with
+  | [ (h, _) ] -> iss := Tcp_seq.to_int h.seq
+  | _ -> failwith "no SYN-ACK");
+  inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:tso;
+  let get () = match !conn with Some c -> c | None -> failwith "not established" in
+  {
+    vclock;
+    node = (module N);
+    inject;
+    sent;
+    write = (fun n -> N.T.write (get ()) (Cstruct.create n));
+    info = (fun () -> N.T.info (get ()));
+    iss = (fun () -> !iss);
+  }
+
+(* Challenge ACKs per second and connection stay within the budget, and the
+   budget varies from second to second. *)
+let challenge_budget () =
+  let limit = 10 in
+  let r = raw ~config:{ Tcp.default_config with challenge_ack_limit = limit; timestamps = false } () in
+  let counts =
+    List.init 30 (fun _ ->
+        r.sent := [];
+        for _ = 1 to 50 do
+          r.inject ~seq:5000 ~ack:1 Tcp_wire.rst (* in window, not at RCV.NXT *)
+        done;
+        let n = List.length !(r.sent) in
+        Clock.Virtual.advance r.vclock (Consort.Time.of_sec 1.);
+        n)
+  in
+  Logs.app (fun m -> m "challenge ACKs per second: %a" Fmt.(list ~sep:sp int) counts);
+  List.iter
+    (fun n -> Alcotest.(check bool) (Fmt.str "within [%d, %d]: %d" (limit / 2) limit n) true (n >= limit / 2 && n <= limit))
+    counts;
+  Alcotest.(check bool) "the budget varies" true (List.exists (fun n -> n <> List.hd counts) counts)
+
+let tests = tests @ [ Alcotest.test_case "challenge ACK budget per connection, randomised" `Quick challenge_budget ]
+
+(* A receiver that reports ever more 1-byte SACK blocks (CVE-2019-11478's
+   pattern) never gets the sender to do more than bounded work per ACK:
+   the scoreboard keeps its lowest blocks only. *)
+let sack_abuse () =
+  let config =
+    { Tcp.default_config with timestamps = false; window_scale = false; initial_window = Some 100 }
+  in
+  let r = raw ~config ~sack:true () in
+  let written = r.write 200_000 in
+  Alcotest.(check bool) "written" true (written > 65535);
+  let in_flight = (r.info ()).unacked in
+  Alcotest.(check bool) (Fmt.str "a full window in flight (%d)" in_flight) true (in_flight >= 60_000);
+  let acks = 8000 in
+  let before = Tcp_sack.work () in
+  for i = 0 to acks - 1 do
+    (* Four new blocks per ACK, each above the previous ones. *)
+    let base = r.iss () + 2 + (i * 8) in
+    let blocks =
+      List.init 4 (fun k ->
+          let l = Tcp_seq.of_int (base + (2 * k)) in
+          (l, Tcp_seq.add l 1))
+    in
+    r.inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:[ Tcp_packet.Sack blocks ]
+  done;
+  let per_ack = (Tcp_sack.work () - before) / acks in
+  Logs.app (fun m -> m "SACK work per ACK: %d block visits" per_ack);
+  Alcotest.(check bool)
+    (Fmt.str "per-ACK work bounded (%d visits)" per_ack)
+    true
+    (per_ack <= 8 * (Tcp_sack.default_max_blocks + 4))
+
+let tests = tests @ [ Alcotest.test_case "a SACK-abusing receiver costs bounded work per ACK" `Quick sack_abuse ]
