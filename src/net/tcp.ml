@@ -766,7 +766,8 @@ struct
       && Tcp_seq.equal tcb.snd_una tcb.snd_max
     then begin
       tcb.persist_probes <- tcb.persist_probes + 1;
-      if tcb.persist_probes > tcb.cfg.max_retransmits then begin
+      let limit = if tcb.app_closed then tcb.cfg.orphan_retries else tcb.cfg.max_retransmits in
+      if tcb.persist_probes > limit then begin
         send_rst tcb;
         fail tcb `Timeout
       end
@@ -1196,7 +1197,12 @@ struct
       dispatch t tcb.lconn tcb.remote_host h pkt;
       release_lower t tcb.remote_host
     end
-    else if paws <> Tcp_verdict.Fresh then begin
+    else if paws = Tcp_verdict.Missing then begin
+      (* RFC 7323 section 3.2: silently. *)
+      t.counters.c_dropped <- t.counters.c_dropped + 1;
+      drop ()
+    end
+    else if paws = Tcp_verdict.Stale then begin
       t.counters.c_dropped <- t.counters.c_dropped + 1;
       drop_and_ack ()
     end
@@ -1247,6 +1253,8 @@ struct
         | _ -> ());
         if h.flags.rst then begin
           drop ();
+          (* RFC 1337: a RST does not cut TIME-WAIT short. *)
+          if tcb.state <> Time_wait then
           match Tcp_verdict.rst ~rcv_nxt:tcb.rcv_nxt ~seq:h.seq with
           | Challenge_ack -> challenge_ack tcb
           | Reset -> (
@@ -1274,7 +1282,13 @@ struct
               if tcb.alive then begin
                 (match tcb.state with
                 | Established | Fin_wait_1 | Fin_wait_2 when Packet.length pkt > 0 ->
-                    receive_data tcb data_seq pkt
+                    if tcb.app_closed then begin
+                      (* RFC 1122 4.2.2.13: nobody will read it. *)
+                      drop ();
+                      send_rst tcb;
+                      fail tcb `Closed
+                    end
+                    else receive_data tcb data_seq pkt
                 | _ -> drop ());
                 let fin_seq = Tcp_seq.add data_seq len in
                 if !fin && tcb.alive && not tcb.fin_received then begin
@@ -1358,7 +1372,10 @@ struct
   and process_ack tcb (h : Tcp_packet.t) ~payload =
     let smss = smss tcb in
     let win = h.window lsl tcb.snd_wscale in
-    tcb.persist_probes <- 0;
+    (* A receiver that keeps its window shut answers every probe; a
+       connection the application closed gives up after its probes
+       anyway. *)
+    if (not tcb.app_closed) || win > 0 then tcb.persist_probes <- 0;
     let newly_sacked, has_sack =
       if tcb.sack_ok then
         match find_sack h.options with
@@ -1672,7 +1689,21 @@ struct
     flush tcb.inst
 
   let close tcb =
-    if tcb.alive then begin
+    let unread =
+      tcb.unconsumed > 0
+      &&
+      match tcb.state with
+      | Syn_received | Established | Close_wait | Fin_wait_1 | Fin_wait_2 -> true
+      | _ -> false
+    in
+    if tcb.alive && unread then begin
+      (* RFC 1122 4.2.2.13 and RFC 9293 3.10.4: closing with data unread
+         loses it, and the peer must know. *)
+      tcb.app_closed <- true;
+      send_rst tcb;
+      fail tcb `Closed
+    end
+    else if tcb.alive then begin
       tcb.app_closed <- true;
       tcb.unconsumed <- 0;
       shutdown_tcb tcb;

@@ -69,6 +69,7 @@ type config = {
   congestion : congestion;
   syn_cookies : bool;
   min_mss : int;
+  orphan_retries : int;
 }
 
 let default_config =
@@ -96,6 +97,7 @@ let default_config =
     congestion = New_reno;
     syn_cookies = true;
     min_mss = 48;
+    orphan_retries = 8;
   }
 
 let pp_config ppf c =

@@ -64,6 +64,9 @@ type config = {
   min_mss : int;
       (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48):
           a peer asking for less gets that much (CVE-2019-11479) *)
+  orphan_retries : int;
+      (** window probes a connection closed by the application sends to a
+          receiver that keeps its window shut, before it resets *)
 }
 
 val default_config : config

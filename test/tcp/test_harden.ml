@@ -266,3 +266,118 @@ let sack_abuse () =
     (per_ack <= 8 * (Tcp_sack.default_max_blocks + 4))
 
 let tests = tests @ [ Alcotest.test_case "a SACK-abusing receiver costs bounded work per ACK" `Quick sack_abuse ]
+
+(* {1 Conformance} *)
+
+let plain = { Tcp.default_config with window_scale = false; sack = false; timestamps = false }
+
+let handshake =
+  {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < . 1:1(0) ack 1 win 65535
+0.2   expect status connected
+|}
+
+let data_after_close =
+  case "data after close draws a RST (RFC 1122 4.2.2.13)" ~config:plain
+    (handshake
+    ^ {|
+0.3   close
+0.3   > F. 1:1(0) ack 1
+0.4   < . 1:1(0) ack 2 win 65535
+0.4   expect state FIN-WAIT-2
+0.5   < P. 1:11(10) ack 2 win 65535
+0.5   > R 2:2(0)
+0.5   expect state CLOSED
+|})
+
+let close_unread =
+  case "close with unread data sends RST, not FIN" ~config:plain
+    (handshake
+    ^ {|
+0.3   autoconsume off
+0.3   < P. 1:11(10) ack 1 win 65535
+0.34  > . 1:1(0) ack 11
+0.4   close
+0.4   > R 1:1(0)
+0.4   expect state CLOSED
+|})
+
+let close_read =
+  case "close after reading everything sends FIN" ~config:plain
+    (handshake
+    ^ {|
+0.3   autoconsume off
+0.3   < P. 1:11(10) ack 1 win 65535
+0.34  > . 1:1(0) ack 11
+0.4   read 10
+0.4   close
+0.4   > F. 1:1(0) ack 11
+|})
+
+let paws_missing =
+  case "PAWS: a segment without a timestamp is dropped silently, an old one ACKed"
+    ~config:{ plain with timestamps = true }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000,TS val 1000 ecr 0>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460,TS val * ecr 1000>
+0.2   < . 1:1(0) ack 1 win 65535 <TS val 1100 ecr *>
+0.3   < P. 1:11(10) ack 1 win 65535                 # silently
+0.3   expect delivered 0
+0.4   < P. 1:11(10) ack 1 win 65535 <TS val 900 ecr *>
+0.4   > . 1:1(0) ack 1 <TS val * ecr 1100>
+0.4   expect delivered 0
+|}
+
+let rfc1337 =
+  case "RST in TIME-WAIT is ignored (RFC 1337)" ~config:plain
+    (handshake
+    ^ {|
+0.3   close
+0.3   > F. 1:1(0) ack 1
+0.4   < F. 1:1(0) ack 2 win 65535
+0.4   > . 2:2(0) ack 2
+0.4   expect state TIME-WAIT
+0.5   < R 2:2(0) win 0
+0.5   expect state TIME-WAIT
+0.6   < F. 1:1(0) ack 2 win 65535                   # the FIN again: still acknowledged
+0.6   > . 2:2(0) ack 2
+|})
+
+let zero_window_orphan =
+  case "a connection closed behind a zero window gives up probing" ~config:plain
+    ~tol:(Consort.Time.of_ms 1)
+    (handshake
+    ^ {|
+0.3   write 2000
+0.3   > . 1:1001(1000) ack 1
+0.3   > P. 1001:2001(1000) ack 1
+0.4   < . 1:1(0) ack 2001 win 0
+0.4   write 10
+0.4   close
+0.65  > . 2000:2000(0) ack 1   # probes, every one answered
+0.65  < . 1:1(0) ack 2001 win 0
+1.15  > . 2000:2000(0) ack 1
+1.15  < . 1:1(0) ack 2001 win 0
+2.15  > . 2000:2000(0) ack 1
+2.15  < . 1:1(0) ack 2001 win 0
+4.15  > . 2000:2000(0) ack 1
+4.15  < . 1:1(0) ack 2001 win 0
+8.15  > . 2000:2000(0) ack 1
+8.15  < . 1:1(0) ack 2001 win 0
+16.15 > . 2000:2000(0) ack 1
+16.15 < . 1:1(0) ack 2001 win 0
+32.15 > . 2000:2000(0) ack 1
+32.15 < . 1:1(0) ack 2001 win 0
+64.15 > . 2000:2000(0) ack 1
+64.15 < . 1:1(0) ack 2001 win 0
+124.15 > R 2001:2001(0)                           # the ninth expiry: 8 probes sent
+124.15 expect state CLOSED
+|})
+
+let tests =
+  tests
+  @ [ data_after_close; close_unread; close_read; paws_missing; rfc1337; zero_window_orphan ]
