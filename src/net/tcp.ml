@@ -62,6 +62,10 @@ struct
     mutable next_ephemeral : int;
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
+    time_wait : tw Key_tbl.t;
+    tw_queue : tw Queue.t;  (** by deadline *)
+    mutable tw_armed : Time.t;
+    mutable tw_gen : int;
     counters : counters;
   }
 
@@ -159,6 +163,7 @@ struct
     mutable keep_probes : int;
     mutable challenge_second : int;
     mutable challenge_left : int;
+    mutable tw : tw option;  (** its TIME-WAIT record, once in TIME-WAIT *)
     mutable last_recv : Time.t;
     mutable nodelay : bool;
     mutable keepalive : keepalive option;
@@ -168,6 +173,27 @@ struct
     mutable n_retrans : int;
     mutable n_fast : int;
     mutable n_timeouts : int;
+  }
+
+  (* TIME-WAIT as a small record: what it takes to acknowledge a
+     retransmitted FIN and to recognise a new incarnation; the connection
+     and its buffers are gone. *)
+  and tw = {
+    tw_remote : host;
+    tw_rport : int;
+    tw_lport : int;
+    tw_lconn : Lower.connection;
+    tw_snd_nxt : Tcp_seq.t;
+    tw_rcv_nxt : Tcp_seq.t;
+    tw_window : int;  (** the window field to send *)
+    tw_msl : Time.t;
+    tw_ts_ok : bool;
+    tw_ts_offset : int;
+    mutable tw_ts_recent : int;
+    mutable tw_ts_recent_age : Time.t;
+    mutable tw_expires : Time.t;
+    mutable tw_deadline : Time.t;  (** its place in the queue *)
+    mutable tw_live : bool;
   }
 
   and connection = tcb
@@ -524,6 +550,122 @@ struct
     tcb.t_2msl <- now () + (2 * tcb.cfg.msl);
     report tcb Closed_normally
 
+  (* {2 TIME-WAIT records} *)
+
+  let tw_key w = (w.tw_remote, w.tw_rport, w.tw_lport)
+
+  let tw_remove t w =
+    if w.tw_live then begin
+      w.tw_live <- false;
+      (match Key_tbl.find_opt t.time_wait (tw_key w) with
+      | Some w' when w' == w -> Key_tbl.remove t.time_wait (tw_key w)
+      | _ -> ());
+      release_lower t w.tw_remote
+    end
+
+  (* One alarm for all the records, at the deadline of the first in the
+     queue. A record whose 2 MSL restarted goes back to the end, which keeps
+     the queue in order of deadline (2 MSL from now is the latest). *)
+  let rec tw_arm t =
+    match Queue.peek_opt t.tw_queue with
+    | Some w when w.tw_deadline < t.tw_armed ->
+        t.tw_gen <- t.tw_gen + 1;
+        t.tw_armed <- w.tw_deadline;
+        let gen = t.tw_gen in
+        ignore
+          (P.clock.at w.tw_deadline (fun () -> if gen = t.tw_gen then tw_expire t) : Clock.cancel)
+    | _ -> ()
+
+  and tw_expire t =
+    t.tw_armed <- never;
+    let n = now () in
+    let rec go () =
+      match Queue.peek_opt t.tw_queue with
+      | Some w when not w.tw_live ->
+          ignore (Queue.pop t.tw_queue : tw);
+          go ()
+      | Some w when w.tw_deadline <= n ->
+          ignore (Queue.pop t.tw_queue : tw);
+          if w.tw_expires <= n then tw_remove t w
+          else begin
+            w.tw_deadline <- w.tw_expires;
+            Queue.push w t.tw_queue
+          end;
+          go ()
+      | _ -> ()
+    in
+    go ();
+    tw_arm t
+
+  (* A connection that entered TIME-WAIT, once the segment that took it
+     there is answered, becomes a record. *)
+  let to_time_wait tcb =
+    let t = tcb.inst in
+    if tcb.alive && tcb.state = Time_wait then
+      if tcb.cfg.msl <= 0 then delete tcb
+      else begin
+        let w =
+          {
+            tw_remote = tcb.remote_host;
+            tw_rport = tcb.remote_port;
+            tw_lport = tcb.local_port;
+            tw_lconn = tcb.lconn;
+            tw_snd_nxt = tcb.snd_max;
+            tw_rcv_nxt = tcb.rcv_nxt;
+            tw_window =
+              min 0xFFFF
+                (Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv
+                lsr tcb.rcv_wscale);
+            tw_msl = tcb.cfg.msl;
+            tw_ts_ok = tcb.ts_ok;
+            tw_ts_offset = tcb.ts_offset;
+            tw_ts_recent = tcb.ts_recent;
+            tw_ts_recent_age = tcb.ts_recent_age;
+            tw_expires = tcb.t_2msl;
+            tw_deadline = tcb.t_2msl;
+            tw_live = true;
+          }
+        in
+        acquire_lower t tcb.remote_host tcb.lconn;
+        delete tcb;
+        tcb.tw <- Some w;
+        (match Key_tbl.find_opt t.time_wait (tw_key w) with
+        | Some old -> tw_remove t old
+        | None -> ());
+        Key_tbl.replace t.time_wait (tw_key w) w;
+        Queue.push w t.tw_queue;
+        tw_arm t
+      end
+
+  let tw_ack t w =
+    let options =
+      if w.tw_ts_ok then
+        [
+          Tcp_packet.Timestamp
+            {
+              value = ((now () / 1_000_000) + w.tw_ts_offset) land 0xFFFF_FFFF;
+              echo = w.tw_ts_recent;
+            };
+        ]
+      else []
+    in
+    let hdr =
+      {
+        Tcp_packet.src_port = w.tw_lport;
+        dst_port = w.tw_rport;
+        seq = w.tw_snd_nxt;
+        ack = w.tw_rcv_nxt;
+        flags = { Tcp_packet.no_flags with ack = true };
+        window = w.tw_window;
+        urgent = 0;
+        options;
+      }
+    in
+    let hl = Tcp_packet.header_length hdr in
+    let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool 0 in
+    Tcp_packet.encode_into hdr (Packet.push pkt hl);
+    transmit t w.tw_lconn ~dst:w.tw_remote pkt
+
   (* {2 Receiving} *)
 
   let deliver tcb pkt =
@@ -700,6 +842,7 @@ struct
         keep_probes = 0;
         challenge_second = -1;
         challenge_left = 0;
+        tw = None;
         last_recv = now ();
         nodelay = cfg.nodelay;
         keepalive = cfg.keepalive;
@@ -896,6 +1039,7 @@ struct
               Lower.close r.lc
           | _ -> ());
           (match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
+          | Some tcb when tcb.state = Time_wait -> to_time_wait tcb
           | Some tcb -> schedule tcb
           | None -> ());
           flush t
@@ -905,6 +1049,8 @@ struct
     | Some tcb ->
         Log.debug (fun m -> m "%a: recv %a len %d" pp_connection tcb Tcp_packet.pp h (Packet.length pkt));
         segment_arrives tcb h pkt
+    | None when Key_tbl.mem t.time_wait (remote, h.src_port, h.dst_port) ->
+        tw_input t (Key_tbl.find t.time_wait (remote, h.src_port, h.dst_port)) lconn remote h pkt
     | None -> (
         match Hashtbl.find_opt t.listeners h.dst_port with
         | Some l when match l.l_from with None -> true | Some f -> P.equal_host f remote ->
@@ -913,6 +1059,41 @@ struct
             let payload = Packet.length pkt in
             Packet.release pkt;
             closed_input t lconn remote h ~payload)
+
+  (* A segment in TIME-WAIT (RFC 9293 section 3.10.7.4): RST ignored (RFC
+     1337), a SYN above the old sequence space opens a new incarnation
+     (section 3.6.1), a retransmitted FIN restarts 2 MSL, and anything
+     but an in-order ACK is acknowledged. *)
+  and tw_input t w lconn remote (h : Tcp_packet.t) pkt =
+    let payload = Packet.length pkt in
+    if h.flags.rst then Packet.release pkt
+    else if
+      h.flags.syn && (not h.flags.ack) && Tcp_seq.gt h.seq w.tw_rcv_nxt
+      && Hashtbl.mem t.listeners w.tw_lport
+    then begin
+      acquire_lower t remote lconn;
+      tw_remove t w;
+      dispatch t lconn remote h pkt;
+      release_lower t remote
+    end
+    else begin
+      Packet.release pkt;
+      let ts = find_ts h.options in
+      match
+        Tcp_verdict.paws ~ts_ok:w.tw_ts_ok ~rst:false ~syn:h.flags.syn ~ts_val:(Option.map fst ts)
+          ~ts_recent:w.tw_ts_recent ~ts_recent_age:w.tw_ts_recent_age ~now:(now ())
+      with
+      | Missing -> ()
+      | Stale -> tw_ack t w
+      | Fresh ->
+          (match ts with
+          | Some (v, _) when w.tw_ts_ok && Tcp_seq.geq (Tcp_seq.of_int v) (Tcp_seq.of_int w.tw_ts_recent) ->
+              w.tw_ts_recent <- v;
+              w.tw_ts_recent_age <- now ()
+          | _ -> ());
+          if h.flags.fin then w.tw_expires <- now () + (2 * w.tw_msl);
+          if not (payload + seg_ctl_len h = 0 && Tcp_seq.equal h.seq w.tw_rcv_nxt) then tw_ack t w
+    end
 
   (* A segment for no connection: RFC 9293 section 3.10.7.1. *)
   and closed_input t lconn remote (h : Tcp_packet.t) ~payload =
@@ -1506,6 +1687,10 @@ struct
         secret = Tcp_secret.create ?key:secret ();
         next_ephemeral = 0;
         upcalls = Queue.create ();
+        time_wait = Key_tbl.create 64;
+        tw_queue = Queue.create ();
+        tw_armed = never;
+        tw_gen = 0;
         flushing = false;
         counters =
           {
@@ -1548,7 +1733,8 @@ struct
       if i >= count then Error (`In_use "no ephemeral port left")
       else
         let p = low + ((offset + t.next_ephemeral + i) mod count) in
-        if Key_tbl.mem t.conns (host, rport, p) then go (i + 1)
+        if Key_tbl.mem t.conns (host, rport, p) || Key_tbl.mem t.time_wait (host, rport, p) then
+          go (i + 1)
         else begin
           t.next_ephemeral <- t.next_ephemeral + i + 1;
           Ok p
@@ -1564,7 +1750,9 @@ struct
       | Ok (lconn, fresh) -> (
           let port =
             match a.local_port with
-            | Some p when Key_tbl.mem t.conns (a.host, a.port, p) ->
+            | Some p
+              when Key_tbl.mem t.conns (a.host, a.port, p)
+                   || Key_tbl.mem t.time_wait (a.host, a.port, p) ->
                 Error (`In_use (Fmt.str "local port %d" p))
             | Some p -> Ok p
             | None -> ephemeral_port t a.host a.port
@@ -1714,6 +1902,7 @@ struct
     flush tcb.inst
 
   let abort tcb =
+    (match tcb.tw with Some w -> tw_remove tcb.inst w | None -> ());
     if tcb.alive then begin
       (match tcb.state with
       | Syn_sent | Closed | Listen | Time_wait -> ()
@@ -1739,11 +1928,14 @@ struct
             | _ -> send_rst tcb);
             fail tcb `Reset)
           all;
+        let tws = Key_tbl.fold (fun _ w acc -> w :: acc) t.time_wait [] in
+        List.iter (tw_remove t) tws;
         flush t;
         Ok ()
 
   (* The heap words of a connection record and its small parts, rounded up. *)
   let tcb_bytes = 2048
+  let tw_bytes = 160
 
   let query t =
     let c = t.counters in
@@ -1763,11 +1955,14 @@ struct
         Key_tbl.fold
           (fun _ tcb acc ->
             acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + Tcp_reass.pinned tcb.reass)
-          t.conns 0;
-      active = Key_tbl.length t.conns;
+          t.conns
+          (Key_tbl.length t.time_wait * tw_bytes);
+      active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
     }
 
-  let state tcb = if tcb.alive then tcb.state else Closed
+  let state tcb =
+    if tcb.alive then tcb.state
+    else match tcb.tw with Some w when w.tw_live -> Time_wait | _ -> Closed
   let local_port tcb = tcb.local_port
   let remote tcb = (tcb.remote_host, tcb.remote_port)
 

@@ -381,3 +381,63 @@ let zero_window_orphan =
 let tests =
   tests
   @ [ data_after_close; close_unread; close_read; paws_missing; rfc1337; zero_window_orphan ]
+
+(* {1 Many connections} *)
+
+(* [n] short connections from host 1 to host 2, each sending [bytes] and
+   closed by host 1 first, which keeps them in TIME-WAIT. *)
+let churn ?(config = Tcp.default_config) ~n ~bytes () =
+  let open Consort in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"churn" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make ~config net pool 1 ~seed:3 in
+  let (module B) = Node.make ~config net pool 2 ~seed:4 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let served = ref 0 and done_ = ref 0 in
+  let rec accept () =
+    Socket.Promise.upon (B.Sock.accept l) (function
+      | Error _ -> ()
+      | Ok s ->
+          let buf = Cstruct.create 4096 in
+          let rec loop () =
+            Socket.Promise.upon (B.Sock.read s buf) (function
+              | Ok 0 | Error _ ->
+                  incr served;
+                  B.Sock.close s
+              | Ok _ -> loop ())
+          in
+          loop ();
+          accept ())
+  in
+  accept ();
+  for _ = 1 to n do
+    Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
+      | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e
+      | Ok s ->
+          Socket.Promise.upon (A.Sock.write s (Cstruct.create bytes)) (fun _ ->
+              A.Sock.close s;
+              Socket.Promise.upon (A.Sock.closed s) (fun _ -> incr done_)))
+  done;
+  Clock.Virtual.advance vclock (Time.of_sec 5.);
+  (vclock, (module A : Node.S), (module B : Node.S), served, done_)
+
+let time_wait_small () =
+  let n = 2000 in
+  let before = live_words () in
+  let vclock, (module A), (module B), served, done_ = churn ~n ~bytes:1000 () in
+  let grown = (live_words () - before) * (Sys.word_size / 8) in
+  let s = A.T.query A.tcp in
+  Logs.app (fun m -> m "%d connections in TIME-WAIT: %a; heap %d KiB" n Tcp.pp_stats s (grown / 1024));
+  Alcotest.(check int) "all served" n !served;
+  Alcotest.(check int) "all closed" n !done_;
+  Alcotest.(check int) "all in TIME-WAIT" n s.active;
+  Alcotest.(check bool) (Fmt.str "accounted memory (%d bytes)" s.memory) true (s.memory <= n * 200);
+  (* The whole test's heap (both stacks, the network, the sockets) stays
+     small: a TIME-WAIT connection keeps no buffer. *)
+  Alcotest.(check bool) (Fmt.str "heap grew %d KiB" (grown / 1024)) true (grown < n * 2048);
+  Consort_net.Clock.Virtual.advance vclock (Consort.Time.of_sec 61.);
+  Alcotest.(check int) "gone after 2 MSL" 0 (A.T.query A.tcp).active;
+  Alcotest.(check int) "server side gone" 0 (B.T.query B.tcp).active
+
+let tests = tests @ [ Alcotest.test_case "TIME-WAIT is a small record" `Quick time_wait_small ]
