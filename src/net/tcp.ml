@@ -62,6 +62,8 @@ struct
     mutable next_ephemeral : int;
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
+    orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
+    mutable n_orphans : int;
     time_wait : tw Key_tbl.t;
     tw_queue : tw Queue.t;  (** by deadline *)
     mutable tw_armed : Time.t;
@@ -164,6 +166,7 @@ struct
     mutable challenge_second : int;
     mutable challenge_left : int;
     mutable tw : tw option;  (** its TIME-WAIT record, once in TIME-WAIT *)
+    mutable orphan : bool;  (** counted in [n_orphans] *)
     mutable last_recv : Time.t;
     mutable nodelay : bool;
     mutable keepalive : keepalive option;
@@ -506,6 +509,15 @@ struct
 
   let key tcb = (tcb.remote_host, tcb.remote_port, tcb.local_port)
 
+  (* Queues where most entries are gone are rebuilt, so that they stay
+     within a constant of the live count. *)
+  let compact q still live =
+    if Queue.length q > (2 * live) + 64 then begin
+      let keep = Queue.fold (fun acc tcb -> if still tcb then tcb :: acc else acc) [] q in
+      Queue.clear q;
+      List.iter (fun tcb -> Queue.push tcb q) (List.rev keep)
+    end
+
   let release_lower t host =
     match Host_tbl.find_opt t.lower_conns host with
     | Some r ->
@@ -532,6 +544,11 @@ struct
       (match (tcb.listener, tcb.handler) with
       | Some l, None -> l.half_open <- l.half_open - 1
       | _ -> ());
+      if tcb.orphan then begin
+        tcb.orphan <- false;
+        tcb.inst.n_orphans <- tcb.inst.n_orphans - 1;
+        compact tcb.inst.orphans (fun o -> o.alive && o.orphan) tcb.inst.n_orphans
+      end;
       Log.debug (fun m -> m "%a: deleted" pp_connection tcb)
     end
 
@@ -541,6 +558,51 @@ struct
 
   let send_rst tcb =
     if tcb.alive then emit tcb ~rst:true ~ack:false ~seq:tcb.snd_max ~len:0
+
+  (* {2 Limits} *)
+
+  (* The oldest connection of [q] that [still] holds for, forgetting the
+     others on the way. *)
+  let rec oldest q still =
+    match Queue.peek_opt q with
+    | Some tcb when still tcb -> Some tcb
+    | Some _ ->
+        ignore (Queue.pop q : tcb);
+        oldest q still
+    | None -> None
+
+  let evict tcb why =
+    Log.debug (fun m -> m "%a: reset (%s)" pp_connection tcb why);
+    send_rst tcb;
+    fail tcb `Closed
+
+  let is_orphan tcb = tcb.alive && tcb.orphan
+
+  (* Room for one more connection under the global limit: the oldest
+     orphan goes; connections the application holds are never reset to
+     make room for a stranger (half-open ones are bounded per listener,
+     and a listener answers with cookies when there is no room). *)
+  let make_room t =
+    let full () = Key_tbl.length t.conns >= t.config.max_connections in
+    if full () then begin
+      match oldest t.orphans is_orphan with
+      | Some tcb -> evict tcb "connection limit, oldest orphan"
+      | None -> ()
+    end;
+    not (full ())
+
+  let orphaned tcb =
+    let t = tcb.inst in
+    if tcb.alive && not tcb.orphan then begin
+      tcb.orphan <- true;
+      t.n_orphans <- t.n_orphans + 1;
+      Queue.push tcb t.orphans;
+      compact t.orphans is_orphan t.n_orphans;
+      if t.n_orphans > t.config.max_orphans then
+        match oldest t.orphans is_orphan with
+        | Some o -> evict o "orphan limit"
+        | None -> ()
+    end
 
   let enter_time_wait tcb =
     tcb.state <- Time_wait;
@@ -843,6 +905,7 @@ struct
         challenge_second = -1;
         challenge_left = 0;
         tw = None;
+        orphan = false;
         last_recv = now ();
         nodelay = cfg.nodelay;
         keepalive = cfg.keepalive;
@@ -1175,6 +1238,7 @@ struct
       let peer_isn = Tcp_seq.add h.seq (-1) and iss = Tcp_seq.add h.ack (-1) in
       match Tcp_secret.check_cookie t.secret ~tuple ~now:n ~peer_isn ~cookie:iss with
       | None -> false
+      | Some _ when not (make_room t) -> false
       | Some mss ->
           t.counters.c_cookies_ok <- t.counters.c_cookies_ok + 1;
           let tcb =
@@ -1227,7 +1291,7 @@ struct
     end
     else if h.flags.syn then begin
       Packet.release pkt;
-      if l.half_open >= t.config.backlog then begin
+      if l.half_open >= t.config.backlog || not (make_room t) then begin
         if t.config.syn_cookies then send_cookie t l lconn remote h
         else t.counters.c_dropped <- t.counters.c_dropped + 1
       end
@@ -1687,6 +1751,8 @@ struct
         secret = Tcp_secret.create ?key:secret ();
         next_ephemeral = 0;
         upcalls = Queue.create ();
+        orphans = Queue.create ();
+        n_orphans = 0;
         time_wait = Key_tbl.create 64;
         tw_queue = Queue.create ();
         tw_armed = never;
@@ -1761,6 +1827,9 @@ struct
           | Error e ->
               if fresh then Lower.close lconn;
               Error e
+          | Ok _ when not (make_room t) ->
+              if fresh then Lower.close lconn;
+              Error (`In_use "connection limit")
           | Ok lport ->
               let tcb =
                 new_tcb t ~cfg:t.config ~lconn ~remote:a.host ~rport:a.port ~lport ~listener:None
@@ -1897,6 +1966,7 @@ struct
       shutdown_tcb tcb;
       if tcb.alive && tcb.state = Fin_wait_2 then
         tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+      orphaned tcb;
       schedule tcb
     end;
     flush tcb.inst
@@ -1958,6 +2028,7 @@ struct
           t.conns
           (Key_tbl.length t.time_wait * tw_bytes);
       active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
+      orphans = t.n_orphans;
     }
 
   let state tcb =

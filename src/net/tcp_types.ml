@@ -70,6 +70,8 @@ type config = {
   syn_cookies : bool;
   min_mss : int;
   orphan_retries : int;
+  max_connections : int;
+  max_orphans : int;
 }
 
 let default_config =
@@ -98,6 +100,8 @@ let default_config =
     syn_cookies = true;
     min_mss = 48;
     orphan_retries = 8;
+    max_connections = 16384;
+    max_orphans = 4096;
   }
 
 let pp_config ppf c =
@@ -162,14 +166,15 @@ type stats = {
   syn_cookies_sent : int;
   syn_cookies_accepted : int;
   memory : int;
+  orphans : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks \
-     %d dropped %d active %d syn cookies %d/%d memory %d"
+     %d dropped %d active %d syn cookies %d/%d memory %d orphans %d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in
-    s.resets_out s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory
+    s.resets_out s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
 
 type control = Set_config of config | Abort_all
 

@@ -67,6 +67,13 @@ type config = {
   orphan_retries : int;
       (** window probes a connection closed by the application sends to a
           receiver that keeps its window shut, before it resets *)
+  max_connections : int;
+      (** connections at once (TIME-WAIT records apart); at the limit a new
+          one resets the oldest orphan, or else it is refused (a SYN gets a
+          cookie) *)
+  max_orphans : int;
+      (** connections closed by the application and not yet gone; over it
+          the oldest is reset *)
 }
 
 val default_config : config
@@ -119,6 +126,7 @@ type stats = {
   memory : int;
       (** bytes held for connections: an estimate of each record, the send
           buffers allocated and the pool segments the receive queues pin *)
+  orphans : int;  (** connections closed by the application, not yet gone *)
 }
 
 val pp_stats : stats Fmt.t

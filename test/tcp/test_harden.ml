@@ -441,3 +441,42 @@ let time_wait_small () =
   Alcotest.(check int) "server side gone" 0 (B.T.query B.tcp).active
 
 let tests = tests @ [ Alcotest.test_case "TIME-WAIT is a small record" `Quick time_wait_small ]
+
+(* Connections the application closed while the peer went silent are
+   orphans; over the limit the oldest are reset. *)
+let orphan_limit () =
+  let open Consort in
+  let config = { Tcp.default_config with max_orphans = 10 } in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"orphans" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make ~config net pool 1 ~seed:3 in
+  let (module B) = Node.make net pool 2 ~seed:4 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let rec accept () = Socket.Promise.upon (B.Sock.accept l) (fun _ -> accept ()) in
+  accept ();
+  let socks = ref [] in
+  for _ = 1 to 50 do
+    Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
+      | Ok s -> socks := s :: !socks
+      | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e)
+  done;
+  Clock.Virtual.advance vclock (Time.of_sec 1.);
+  Alcotest.(check int) "connected" 50 (List.length !socks);
+  Mem.set_drop net (Some (fun ~src ~dst:_ _ -> src = 2));
+  let conns = List.rev_map A.Sock.connection !socks |> List.rev in
+  List.iter
+    (fun s ->
+      ignore (A.Sock.write s (Cstruct.create 1000));
+      A.Sock.close s)
+    (List.rev !socks);
+  Clock.Virtual.advance vclock (Time.of_ms 10);
+  let st = A.T.query A.tcp in
+  Logs.app (fun m -> m "%a" Tcp.pp_stats st);
+  Alcotest.(check int) "orphans at the limit" 10 st.orphans;
+  Alcotest.(check int) "connections left" 10 st.active;
+  Alcotest.(check bool) "the oldest were reset, the newest kept" true
+    (List.for_all (fun c -> A.T.state c = Tcp.Closed) (List.filteri (fun i _ -> i >= 10) conns)
+    && List.for_all (fun c -> A.T.state c <> Tcp.Closed) (List.filteri (fun i _ -> i < 10) conns))
+
+let tests = tests @ [ Alcotest.test_case "orphans over the limit: the oldest are reset" `Quick orphan_limit ]
