@@ -480,3 +480,39 @@ let orphan_limit () =
     && List.for_all (fun c -> A.T.state c <> Tcp.Closed) (List.filteri (fun i _ -> i < 10) conns))
 
 let tests = tests @ [ Alcotest.test_case "orphans over the limit: the oldest are reset" `Quick orphan_limit ]
+
+(* At the global limit a new connection takes the place of the oldest
+   orphan, and is refused when there is none. *)
+let connection_limit () =
+  let open Consort in
+  let config = { Tcp.default_config with max_connections = 5 } in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"limit" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make ~config net pool 1 ~seed:3 in
+  let (module B) = Node.make net pool 2 ~seed:4 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let rec accept () = Socket.Promise.upon (B.Sock.accept l) (fun _ -> accept ()) in
+  accept ();
+  let handler = { A.T.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) } in
+  let opn () = A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler) in
+  let conns = List.init 5 (fun _ -> Result.get_ok (opn ())) in
+  Clock.Virtual.advance vclock (Time.of_sec 1.);
+  (match opn () with
+  | Error (`In_use _) -> ()
+  | Ok _ -> Alcotest.fail "a sixth connection was opened"
+  | Error e -> Alcotest.failf "unexpected: %a" Protocol.pp_error e);
+  (* The peer goes silent; two connections are closed by the application. *)
+  Mem.set_drop net (Some (fun ~src ~dst:_ _ -> src = 2));
+  let c0 = List.nth conns 0 and c1 = List.nth conns 1 in
+  ignore (A.T.write c0 (Cstruct.create 100));
+  A.T.close c0;
+  ignore (A.T.write c1 (Cstruct.create 100));
+  A.T.close c1;
+  Alcotest.(check int) "two orphans" 2 (A.T.query A.tcp).orphans;
+  (match opn () with Ok _ -> () | Error e -> Alcotest.failf "refused: %a" Protocol.pp_error e);
+  Alcotest.(check bool) "the oldest orphan was reset" true (A.T.state c0 = Tcp.Closed);
+  Alcotest.(check bool) "the other orphan kept" true (A.T.state c1 <> Tcp.Closed);
+  Alcotest.(check int) "at the limit" 5 (A.T.query A.tcp).active
+
+let tests = tests @ [ Alcotest.test_case "the global connection limit" `Quick connection_limit ]
