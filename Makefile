@@ -26,6 +26,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench checksum
 	@for b in join failover rtt throughput; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
 	@echo; ./_build/default/bin/main.exe bench tcp
+	@echo; ./_build/default/bin/main.exe bench tcp-sim
 
 SOAK_SEEDS ?= 100000
 
