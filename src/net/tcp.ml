@@ -50,6 +50,8 @@ struct
     mutable c_dropped : int;
     mutable c_cookies_sent : int;
     mutable c_cookies_ok : int;
+    mutable c_dsack_out : int;
+    mutable c_dsack_in : int;
   }
 
   type t = {
@@ -167,6 +169,7 @@ struct
     mutable challenge_left : int;
     mutable tw : tw option;  (** its TIME-WAIT record, once in TIME-WAIT *)
     mutable orphan : bool;  (** counted in [n_orphans] *)
+    mutable dsack : (Tcp_seq.t * Tcp_seq.t) option;  (** a duplicate to report (RFC 2883) *)
     mutable last_recv : Time.t;
     mutable nodelay : bool;
     mutable keepalive : keepalive option;
@@ -249,8 +252,9 @@ struct
 
   let options_len tcb =
     let sack_blocks =
-      if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass) then
-        min (sack_max tcb) (List.length (Tcp_reass.blocks tcb.reass))
+      if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass && tcb.dsack = None) then
+        min (sack_max tcb)
+          (List.length (Tcp_reass.blocks tcb.reass) + if tcb.dsack = None then 0 else 1)
       else 0
     in
     Tcp_options.length ~ts:tcb.ts_ok ~sack_blocks
@@ -301,8 +305,14 @@ struct
         Tcp_options.data
           ~ts:(if tcb.ts_ok && not rst then Some (ts_now tcb, tcb.ts_recent) else None)
           ~sack:
-            (if tcb.sack_ok && (not rst) && not (Tcp_reass.is_empty tcb.reass) then
-               Tcp_reass.sack_blocks tcb.reass ~max:(sack_max tcb)
+            (if tcb.sack_ok && (not rst) && not (Tcp_reass.is_empty tcb.reass && tcb.dsack = None)
+             then begin
+               (* A duplicate goes first, once (RFC 2883). *)
+               let d = match tcb.dsack with Some b -> [ b ] | None -> [] in
+               if d <> [] then t.counters.c_dsack_out <- t.counters.c_dsack_out + 1;
+               tcb.dsack <- None;
+               d @ Tcp_reass.sack_blocks tcb.reass ~max:(sack_max tcb - List.length d)
+             end
              else [])
     in
     let window = if rst then 0 else advertise tcb ~syn in
@@ -777,8 +787,10 @@ struct
       end
     end
     else begin
+      let len = Packet.length pkt in
       (match Tcp_reass.insert tcb.reass seq pkt with
-      | `Stored | `Duplicate -> ()
+      | `Stored -> ()
+      | `Duplicate -> if tcb.sack_ok then tcb.dsack <- Some (seq, Tcp_seq.add seq len)
       | `Full -> Log.debug (fun m -> m "%a: out-of-order queue full" pp_connection tcb));
       tcb.ack_now <- true
     end
@@ -906,6 +918,7 @@ struct
         challenge_left = 0;
         tw = None;
         orphan = false;
+        dsack = None;
         last_recv = now ();
         nodelay = cfg.nodelay;
         keepalive = cfg.keepalive;
@@ -1452,6 +1465,10 @@ struct
       drop_and_ack ()
     end
     else begin
+      (* Data already received: reported in the next ACK as a D-SACK. *)
+      (let ds = if h.flags.syn then Tcp_seq.succ h.seq else h.seq in
+       if tcb.sack_ok && payload > 0 && (not h.flags.rst) && Tcp_seq.lt ds tcb.rcv_nxt then
+         tcb.dsack <- Some (ds, Tcp_seq.min (Tcp_seq.add ds payload) tcb.rcv_nxt));
       let wnd = Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv in
       let acceptable = Tcp_verdict.acceptable ~rcv_nxt:tcb.rcv_nxt ~rcv_wnd:wnd ~seq:h.seq ~seg_len in
       let zero_window_probe =
@@ -1624,7 +1641,15 @@ struct
     let newly_sacked, has_sack =
       if tcb.sack_ok then
         match find_sack h.options with
-        | Some bs -> (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
+        | Some bs ->
+            (match bs with
+            | (l, r) :: rest
+              when Tcp_seq.leq r h.ack
+                   || List.exists (fun (l', r') -> Tcp_seq.leq l' l && Tcp_seq.leq r r') rest ->
+                (* RFC 2883: the first block reports a duplicate. *)
+                tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1
+            | _ -> ());
+            (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
         | None -> (0, false)
       else (0, false)
     in
@@ -1771,6 +1796,8 @@ struct
             c_dropped = 0;
             c_cookies_sent = 0;
             c_cookies_ok = 0;
+            c_dsack_out = 0;
+            c_dsack_in = 0;
           };
       }
     in
@@ -2029,6 +2056,8 @@ struct
           (Key_tbl.length t.time_wait * tw_bytes);
       active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
       orphans = t.n_orphans;
+      dsacks_sent = c.c_dsack_out;
+      dsacks_received = c.c_dsack_in;
     }
 
   let state tcb =

@@ -167,14 +167,16 @@ type stats = {
   syn_cookies_accepted : int;
   memory : int;
   orphans : int;
+  dsacks_sent : int;
+  dsacks_received : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks \
-     %d dropped %d active %d syn cookies %d/%d memory %d orphans %d"
+     %d dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in
-    s.resets_out s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
+    s.resets_out s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans s.dsacks_received s.dsacks_sent
 
 type control = Set_config of config | Abort_all
 

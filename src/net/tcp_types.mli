@@ -127,6 +127,8 @@ type stats = {
       (** bytes held for connections: an estimate of each record, the send
           buffers allocated and the pool segments the receive queues pin *)
   orphans : int;  (** connections closed by the application, not yet gone *)
+  dsacks_sent : int;  (** duplicates reported (RFC 2883) *)
+  dsacks_received : int;  (** duplicates the peers reported: spurious retransmissions *)
 }
 
 val pp_stats : stats Fmt.t

@@ -516,3 +516,28 @@ let connection_limit () =
   Alcotest.(check int) "at the limit" 5 (A.T.query A.tcp).active
 
 let tests = tests @ [ Alcotest.test_case "the global connection limit" `Quick connection_limit ]
+
+(* {1 Loss recovery} *)
+
+let dsack =
+  case "a duplicate segment is reported as a D-SACK (RFC 2883)" ~config:{ plain with sack = true }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000,sackOK>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460,sackOK>
+0.2   < . 1:1(0) ack 1 win 65535
+0.3   < P. 1:101(100) ack 1 win 65535
+0.34  > . 1:1(0) ack 101
+0.4   < P. 1:101(100) ack 1 win 65535                 # all of it again
+0.4   > . 1:1(0) ack 101 <sack 1:101>
+0.5   < P. 301:401(100) ack 1 win 65535               # a hole
+0.5   > . 1:1(0) ack 101 <sack 301:401>
+0.6   < P. 51:151(100) ack 1 win 65535                # half old, half new
+0.6   > . 1:1(0) ack 151 <sack 51:101 301:401>
+0.7   < P. 301:401(100) ack 1 win 65535               # a duplicate above the hole
+0.7   > . 1:1(0) ack 151 <sack 301:401 301:401>
+0.8   < P. 151:301(150) ack 1 win 65535
+0.8   > . 1:1(0) ack 401
+|}
+
+let tests = tests @ [ dsack ]
