@@ -128,7 +128,7 @@ let group_demo () =
       let checked =
         match Consort_spec.Vsync.check_files (P.all_logs ms) with
         | Ok _ -> "hold"
-        | Error errs -> "FAIL: " ^ String.concat "; " errs
+        | Error errs -> "FAIL: " ^ String.concat "; " (List.map (Fmt.str "%a" Consort_spec.Vsync.pp_file_problem) errs)
       in
       Fmt.pr "Summary: %d views, %d messages delivered, failure detection %.1f s; virtual synchrony checks %s.@." views
         delivered detection checked;
@@ -181,11 +181,14 @@ let peer rank members counts loss seed deadline =
       2
   | Some counts -> (
       match Consort_scenario.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
-      | true -> 0
-      | false -> 1
-      | exception (Invalid_argument e | Failure e) ->
-          Fmt.epr "consort mcast-peer: %s@." e;
-          2)
+      | Ok true -> 0
+      | Ok false -> 1
+      | Error (Consort_scenario.Mcast_peer.Bad_argument _ as e) ->
+          Fmt.epr "consort mcast-peer: %a@." Consort_scenario.Mcast_peer.pp_error e;
+          2
+      | Error e ->
+          Fmt.epr "consort mcast-peer: %a@." Consort_scenario.Mcast_peer.pp_error e;
+          1)
 
 let peer =
   let rank = Arg.(required & opt (some int) None & info [ "rank" ] ~docv:"R" ~doc:"This member's rank.") in

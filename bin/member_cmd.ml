@@ -15,7 +15,9 @@ let setup_logs verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
 
-let member group props bind peers log params quiet verbose seed drop_file discovery =
+module Member = Consort_scenario.Member
+
+let member group props bind peers log params quiet verbose seed drop_file discovery no_input =
   setup_logs verbose;
   let params =
     match params with
@@ -24,23 +26,28 @@ let member group props bind peers log params quiet verbose seed drop_file discov
   in
   match params with
   | Error e ->
-      Fmt.epr "consort member: --params: %s@." e;
+      Fmt.epr "consort member: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
       let peers =
         match peers with
         | Some l -> List.filter (fun p -> p <> "" && p <> "none") l
-        | None -> if discovery = None then Consort_scenario.Member.default_peers else []
+        | None -> if discovery = None then Member.default_peers else []
       in
       let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
-      let cfg =
-        { Consort_scenario.Member.group; props; bind; peers; log; params; quiet; input = Some Unix.stdin; seed; drop_file; discovery }
-      in
-      match Consort_scenario.Member.run cfg with
-      | Ok () -> 0
+      let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
+      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery } in
+      match Member.check_config cfg with
       | Error e ->
-          Fmt.epr "consort member: %s@." e;
-          1)
+          (* The command line is wrong: a usage error. *)
+          Fmt.epr "consort member: %a@." Member.pp_error e;
+          2
+      | Ok () -> (
+          match Member.run cfg with
+          | Ok () -> 0
+          | Error e ->
+              Fmt.epr "consort member: %a@." Member.pp_error e;
+              1))
 
 let member =
   let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The group to join.") in
@@ -74,16 +81,24 @@ let member =
       & info [ "drop-file" ] ~docv:"FILE"
           ~doc:"For tests: drop datagrams from the addresses listed in $(docv), one per line, re-read as it changes.")
   in
+  let no_input =
+    Arg.(
+      value & flag
+      & info [ "no-input" ]
+          ~doc:
+            "Do not read standard input: cast nothing and stay in the group until SIGTERM or SIGINT (for a start in the background or by a service manager). Without it, a regular file on standard input is read and cast line by line, and /dev/null counts as no input.")
+  in
   let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
   let man =
     [
       `S Manpage.s_description;
       `P "The member leaves the group cleanly at the end of its input or on SIGTERM.";
-      `P "With $(b,--log), each event is one JSON object on its own line: view, cast, send, deliver, exit (see the README).";
+      `P "With $(b,--log), each event is one JSON object on its own line: view, block, cast, send, deliver, refused, lost, exit (see the README).";
+      `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
     ]
   in
   Cmd.v (Cmd.info "member" ~doc ~man)
-    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery)
+    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input)
 
 let stack props =
   match Consort_group.Properties.layers props with

@@ -19,7 +19,7 @@ let run scenario seeds seed trace quiet verbose =
       for s = first to first + seeds - 1 do
         match Consort_scenario.Scenario.run ?trace:oc scenario ~seed:s with
         | Error e ->
-            Fmt.epr "%s@." e;
+            Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
             incr failed
         | Ok o when o.violations = [] ->
             incr passed;

@@ -28,7 +28,7 @@ let () =
         ~app:{ Stack.deliver; ctl = ignore } ()
     with
     | Ok ep -> ep
-    | Error e -> failwith e
+    | Error e -> Fmt.failwith "%a" Consort_engine.Endpoint.pp_error e
   in
   let eps = Array.init 3 endpoint in
   Array.iteri

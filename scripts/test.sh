@@ -1,24 +1,32 @@
 #!/bin/bash
 # Runs every test suite, prints each suite's result, and ends with one line
 # "N passed, M failed" summed over all suites. Exits non-zero on any failure.
+#
+# Suites are independent: they run in JOBS parallel lanes (default 2, one per
+# core), the longest first; their lines are printed in a fixed order (test
+# suites by directory, then simulations), each as soon as it and every
+# suite before it have finished. A failing suite's line is followed by the
+# tail of its output.
 set -u
 cd "$(dirname "$0")/.."
 BIN=./_build/default
 SIM_SEEDS=${SIM_SEEDS:-2000}
 VSYNC_SEEDS=${VSYNC_SEEDS:-1000}
+JOBS=${JOBS:-2}
 export CONSORT_CHECKED=1
-passed=0
-failed=0
 log_dir=$(mktemp -d)
 trap 'rm -rf "$log_dir"' EXIT
+
+# Each runner writes "NAME PASSED FAILED SECONDS TAIL_LINES" to $log_dir/N.res
+# and its output to $log_dir/N.log.
 
 # An alcotest suite: its last lines say "Test Successful ... N tests run." or
 # "K failures! ... N tests run."
 alcotest() {
-  local name=$1; shift
-  local out="$log_dir/$name.log"
+  local i=$1 name=$2; shift 2
+  local out="$log_dir/$i.log"
   local start=$SECONDS
-  "$@" >"$out" 2>&1
+  "$@" >"$out" 2>&1 </dev/null
   local rc=$?
   local run fail
   run=$(grep -Eo '[0-9]+ tests? run' "$out" | tail -1 | grep -Eo '^[0-9]+')
@@ -30,17 +38,16 @@ alcotest() {
   elif [ $rc -ne 0 ] && [ "$fail" = 0 ]; then
     fail=1
   fi
-  passed=$((passed + run - fail)); failed=$((failed + fail))
-  printf '%-28s %5d passed, %d failed  (%ds)\n' "$name" $((run - fail)) "$fail" $((SECONDS - start))
-  if [ "$fail" != 0 ]; then tail -60 "$out"; fi
+  echo "$name $((run - fail)) $fail $((SECONDS - start)) 60" >"$log_dir/$i.tmp"
+  mv "$log_dir/$i.tmp" "$log_dir/$i.res"
 }
 
 # A command whose last line is "N passed, M failed".
 counted() {
-  local name=$1; shift
-  local out="$log_dir/$name.log"
+  local i=$1 name=$2; shift 2
+  local out="$log_dir/$i.log"
   local start=$SECONDS
-  "$@" >"$out" 2>&1
+  "$@" >"$out" 2>&1 </dev/null
   local rc=$?
   local line p f
   line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
@@ -50,23 +57,73 @@ counted() {
     p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
   fi
-  passed=$((passed + p)); failed=$((failed + f))
-  printf '%-28s %5d passed, %d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - start))
-  if [ "$f" != 0 ]; then tail -40 "$out"; fi
+  echo "$name $p $f $((SECONDS - start)) 40" >"$log_dir/$i.tmp"
+  mv "$log_dir/$i.tmp" "$log_dir/$i.res"
 }
 
+# The suites, in printing order: "RUNNER|NAME|COMMAND ARGS...".
+jobs=()
 for t in $(find test -name dune -exec dirname {} \; | sort); do
   for exe in $(grep -Eo '\(name [a-z0-9_]+\)' "$t/dune" | awk '{print $2}' | tr -d ')'); do
-    case "$exe" in test_*) alcotest "$exe" "$BIN/$t/$exe.exe" ;; esac
+    case "$exe" in test_*) jobs+=("alcotest|$exe|$BIN/$t/$exe.exe") ;; esac
   done
 done
-
 for s in pt2pt-lossy mnak-lossy; do
-  counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "$SIM_SEEDS"
+  jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $SIM_SEEDS")
 done
 for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do
-  counted "sim $s" "$BIN/bin/main.exe" sim --scenario "$s" --seeds "$VSYNC_SEEDS"
+  jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
+n=${#jobs[@]}
+
+# Start order: the simulations (the longest) first, from the last, then the
+# other suites, so that the two lanes end close together.
+order=()
+for ((i = n - 1; i >= 0; i--)); do
+  case "${jobs[$i]}" in "counted|sim "*) order+=("$i") ;; esac
+done
+for ((i = 0; i < n; i++)); do
+  case "${jobs[$i]}" in "counted|sim "*) ;; *) order+=("$i") ;; esac
+done
+
+passed=0
+failed=0
+next=0
+# Prints, in order, the results of the suites that have finished.
+flush() {
+  while [ "$next" -lt "$n" ] && [ -f "$log_dir/$next.res" ]; do
+    local name p f secs tail_lines
+    read -r -a r <"$log_dir/$next.res"
+    tail_lines=${r[-1]}; secs=${r[-2]}; f=${r[-3]}; p=${r[-4]}
+    name=${r[*]:0:${#r[@]}-4}
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-28s %5d passed, %d failed  (%ds)\n' "$name" "$p" "$f" "$secs"
+    if [ "$f" != 0 ]; then tail -"$tail_lines" "$log_dir/$next.log"; fi
+    next=$((next + 1))
+  done
+}
+
+running=0
+for i in "${order[@]}"; do
+  IFS='|' read -r runner name cmd <<<"${jobs[$i]}"
+  # shellcheck disable=SC2086
+  $runner "$i" "$name" $cmd &
+  running=$((running + 1))
+  if [ "$running" -ge "$JOBS" ]; then
+    wait -n
+    running=$((running - 1))
+    flush
+  fi
+done
+wait
+# A runner that died before writing its result counts as one failure.
+for ((i = 0; i < n; i++)); do
+  if [ ! -f "$log_dir/$i.res" ]; then
+    IFS='|' read -r _ name _ <<<"${jobs[$i]}"
+    echo "$name 0 1 0 40" >"$log_dir/$i.res"
+  fi
+done
+flush
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

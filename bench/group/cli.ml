@@ -84,7 +84,7 @@ let throughput_cmd =
 let peer kind index addrs count warmup size senders deadline params =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
-  match (Peer.kind_of_string kind, Consort.Params.of_string params) with
+  match (Peer.kind_of_string kind, Result.map_error (Fmt.str "%a" Consort.Params.pp_error) (Consort.Params.of_string params)) with
   | Error e, _ | _, Error e ->
       Fmt.epr "consort bench peer: %s@." e;
       2

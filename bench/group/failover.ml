@@ -52,7 +52,7 @@ let run ~exe ?(size = 3) ?(reps = 3) ?(params = "") () =
   if size < 2 then Error "a group of at least 2"
   else
     match Consort.Params.of_string params with
-    | Error e -> Error e
+    | Error e -> Error (Fmt.str "%a" Consort.Params.pp_error e)
     | Ok p ->
         let timeout = Consort.Params.time p Consort_group.Suspect.Param.timeout in
         let interval = Consort.Params.time p Consort_group.Suspect.Param.interval in

@@ -4,6 +4,16 @@ let src = Logs.Src.create "consort.endpoint" ~doc:"Stacks bound to transports"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
+type error =
+  | Bad_address of { member : string; reason : string }
+  | Bad_stack of string
+  | Open of Transport.error
+
+let pp_error ppf = function
+  | Bad_address { member; reason } -> Fmt.pf ppf "bad member address %s: %s" member reason
+  | Bad_stack e -> Fmt.pf ppf "the layers do not make a stack: %s" e
+  | Open e -> Fmt.pf ppf "cannot open the connection: %a" Transport.pp_error e
+
 module Make (T : Transport.S) = struct
   type t = {
     tr : T.t;
@@ -64,17 +74,17 @@ module Make (T : Transport.S) = struct
   let create ?requires ?(params = Params.empty) ?(pool = Pool.default) tr ~(view : View.t) ~seed
       ~layers ~app () =
     let parse s =
-      match T.address_of_string s with Ok a -> Ok a | Error e -> Error (s ^ ": " ^ e)
+      match T.address_of_string s with Ok a -> Ok a | Error reason -> Error (Bad_address { member = s; reason })
     in
     let rec all acc = function
       | [] -> Ok (Array.of_list (List.rev acc))
       | s :: rest -> ( match parse s with Ok a -> all (a :: acc) rest | Error e -> Error e)
     in
     match all [] (Array.to_list view.members) with
-    | Error e -> Error ("bad member address " ^ e)
+    | Error e -> Error e
     | Ok addrs -> (
         match Stack.check ?requires layers with
-        | Error e -> Error e
+        | Error e -> Error (Bad_stack e)
         | Ok () -> (
             let self = ref None in
             let get () = match !self with Some t -> t | None -> assert false in
@@ -85,7 +95,7 @@ module Make (T : Transport.S) = struct
               lazy
                 (match Stack.create ?requires ctx layers ~net:(fun d m -> net (get ()) d m) ~app with
                 | Ok s -> s
-                | Error e -> failwith e)
+                | Error e -> failwith ("Endpoint: a stack that passed its check failed to build: " ^ e))
             in
             let handler _conn =
               {
@@ -105,7 +115,7 @@ module Make (T : Transport.S) = struct
               }
             in
             match T.open_ tr addrs.(view.rank) handler with
-            | Error e -> Error (Fmt.str "%a" Transport.pp_error e)
+            | Error e -> Error (Open e)
             | Ok conn ->
                 let t =
                   {

@@ -5,6 +5,16 @@
     the stack's lowest layer go out through [T.send] or [T.cast], arriving
     datagrams go up, and the stack's alarms become [T] timers. *)
 
+(** Why a stack cannot be bound. *)
+type error =
+  | Bad_address of { member : string; reason : string }
+      (** a member of the view is not an address of the transport *)
+  | Bad_stack of string  (** the layers do not fit (see {!Consort.Stack.check}) *)
+  | Open of Consort.Transport.error  (** the connection cannot be opened (a port in use, ...) *)
+
+val pp_error : error Fmt.t
+(** [pp_error] prints an error in one line. *)
+
 module Make (T : Consort.Transport.S) : sig
   type t
 
@@ -18,11 +28,11 @@ module Make (T : Consort.Transport.S) : sig
     layers:Consort.Layer.t list ->
     app:Consort.Stack.app ->
     unit ->
-    (t, string) result
+    (t, error) result
   (** [create tr ~view ~seed ~layers ~app ()] opens a connection at the
       address named by [view.members.(view.rank)] and builds the stack.
       Errors (a bad address, a port in use, a stack whose layers do not
-      fit) are returned as readable messages. *)
+      fit) are returned, never raised. *)
 
   val cast : t -> Consort.Msg.t -> unit
   val send : t -> int -> Consort.Msg.t -> unit

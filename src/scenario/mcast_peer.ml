@@ -37,11 +37,20 @@ let decode msg =
     let rec pad i = i = padding || (Char.code s.[5 + i] = pad_byte origin seq i && pad (i + 1)) in
     if pad 0 then Ok (origin, seq) else Error (Printf.sprintf "corrupt padding in %d/%d" origin seq)
 
-let run ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
+type error =
+  | Bad_argument of string
+  | Endpoint of Consort_engine.Endpoint.error
+  | Drop_filter of Transport.error
+
+let pp_error ppf = function
+  | Bad_argument e -> Fmt.string ppf e
+  | Endpoint e -> Consort_engine.Endpoint.pp_error ppf e
+  | Drop_filter e -> Fmt.pf ppf "cannot set the drop filter: %a" Transport.pp_error e
+
+exception Setup of error
+
+let run_checked ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
   let n = Array.length members in
-  if rank < 0 || rank >= n then invalid_arg "Mcast_peer.run: rank outside members";
-  if Array.length counts <> n then invalid_arg "Mcast_peer.run: one count per member";
-  if loss < 0. || loss >= 1. then invalid_arg "Mcast_peer.run: loss outside [0, 1)";
   let pool = Pool.default in
   let loop = Loop.create () in
   let t0 = Loop.now loop in
@@ -95,8 +104,7 @@ let run ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
         ~app:{ Stack.deliver; ctl } ()
     with
     | Ok e -> e
-    | Error e ->
-        failwith (Printf.sprintf "peer %d: %s" rank e)
+    | Error e -> raise (Setup (Endpoint e))
   in
   (* A seeded filter dropping [loss] of the datagrams received. *)
   let rng = Rng.create ((seed * 31) + rank) in
@@ -109,8 +117,7 @@ let run ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
   in
   (match Udp.control (E.connection ep) (Udp.Drop_filter (Some filter)) with
   | Ok () -> ()
-  | Error e ->
-      failwith (Printf.sprintf "peer %d: drop filter: %s" rank (Fmt.str "%a" Transport.pp_error e)));
+  | Error e -> raise (Setup (Drop_filter e)));
   (* Casting, a few at a time. *)
   let sent = ref 0 in
   let rec cast_some () =
@@ -180,3 +187,13 @@ let run ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
   List.iter (fun e -> Printf.printf "peer %d: error: %s\n%!" rank e) (List.rev !errors);
   if !nerrors > 10 then Printf.printf "peer %d: and %d more errors\n%!" rank (!nerrors - 10);
   ok
+
+let run ~rank ~members ~counts ~loss ~seed ~deadline =
+  let n = Array.length members in
+  if rank < 0 || rank >= n then Error (Bad_argument (Printf.sprintf "rank %d outside the %d members" rank n))
+  else if Array.length counts <> n then Error (Bad_argument "one count per member")
+  else if Array.exists (fun c -> c < 0) counts then Error (Bad_argument "counts must not be negative")
+  else if not (loss >= 0. && loss < 1.) then Error (Bad_argument (Printf.sprintf "loss %g outside [0, 1)" loss))
+  else match run_checked ~rank ~members ~counts ~loss ~seed ~deadline with
+    | ok -> Ok ok
+    | exception Setup e -> Error e

@@ -9,6 +9,15 @@
     still need it for a retransmission) or the deadline passes, prints
     one summary line to standard output, and errors after it. *)
 
+(** Why the member cannot run. *)
+type error =
+  | Bad_argument of string  (** a rank, count or loss out of range *)
+  | Endpoint of Consort_engine.Endpoint.error  (** a bad address, a port in use *)
+  | Drop_filter of Consort.Transport.error
+
+val pp_error : error Fmt.t
+(** [pp_error] prints an error in one line. *)
+
 val run :
   rank:int ->
   members:string array ->
@@ -16,10 +25,8 @@ val run :
   loss:float ->
   seed:int ->
   deadline:float ->
-  bool
-(** [run ~rank ~members ~counts ~loss ~seed ~deadline] is [true] if this
+  (bool, error) result
+(** [run ~rank ~members ~counts ~loss ~seed ~deadline] is [Ok true] if this
     member delivered every cast ([counts.(r)] from rank [r]) exactly once
     in FIFO order, leaked no buffer, and met no error, within [deadline]
-    seconds.
-    @raise Invalid_argument on arguments out of range.
-    @raise Failure if the endpoint cannot be opened. *)
+    seconds. *)

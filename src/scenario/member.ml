@@ -15,6 +15,24 @@ let default_peers = List.map (Printf.sprintf "127.0.0.1:%d") default_ports
 
 let digest s = String.sub (Sha256.to_hex (Sha256.string s)) 0 16
 
+(* Members that log number their messages: each payload is "#SEQ " and
+   the text, so that logs name messages by origin and number, never by
+   text. Every member strips the number from what it delivers. *)
+let frame seq text = Printf.sprintf "#%d %s" seq text
+
+let unframe s =
+  match String.index_opt s ' ' with
+  | Some i when i > 1 && s.[0] = '#' -> (
+      match int_of_string_opt (String.sub s 1 (i - 1)) with
+      | Some seq when seq > 0 -> (seq, String.sub s (i + 1) (String.length s - i - 1))
+      | _ -> (0, s))
+  | _ -> (0, s)
+
+(* Log times: the wall clock, in nanoseconds since the Unix epoch. *)
+let now_ns () = Int64.to_int (Int64.of_float (Unix.gettimeofday () *. 1e9))
+
+type input = No_input | Fd of Unix.file_descr
+
 type config = {
   group : string;
   props : Consort_group.Properties.t list;
@@ -23,11 +41,86 @@ type config = {
   log : string option;
   params : Params.t;
   quiet : bool;
-  input : Unix.file_descr option;
+  input : input;
   seed : int;
   drop_file : string option;
   discovery : string option;
 }
+
+type error =
+  | Bad_props of string
+  | Bad_peer of { peer : string; reason : string }
+  | Bad_bind of { addr : string; reason : string }
+  | Unreachable_bind of { addr : string; peer : string }
+  | Log_file of string
+  | No_free_port
+  | Join of string
+
+let pp_error ppf = function
+  | Bad_props e -> Fmt.pf ppf "--props: %s" e
+  | Bad_peer { peer; reason } -> Fmt.pf ppf "--peers: %s" (if reason = "" then peer else reason)
+  | Bad_bind { addr; reason } -> Fmt.pf ppf "--bind %s: %s" addr reason
+  | Unreachable_bind { addr; peer } ->
+      Fmt.pf ppf
+        "--bind %s: peer %s is on another host and cannot reach a loopback address; bind an \
+         address of this host that it can reach"
+        addr peer
+  | Log_file e -> Fmt.pf ppf "cannot open the log: %s" e
+  | No_free_port -> Fmt.string ppf "no free port in 127.0.0.1:7400-7415; give one with --bind"
+  | Join e -> Fmt.string ppf e
+
+(* The IPv4 address and port of an "IP:PORT" that parsed. *)
+let ip_port s =
+  match String.rindex_opt s ':' with
+  | None -> (0, 0)
+  | Some i -> (
+      let host = String.sub s 0 i and port = String.sub s (i + 1) (String.length s - i - 1) in
+      match List.map int_of_string_opt (String.split_on_char '.' host) with
+      | [ Some a; Some b; Some c; Some d ] ->
+          ((a lsl 24) lor (b lsl 16) lor (c lsl 8) lor d, Option.value ~default:0 (int_of_string_opt port))
+      | _ -> (0, 0))
+
+let is_loopback a = fst (ip_port (Udp.address_to_string a)) lsr 24 = 127
+
+(* A member's address is its identity: the others reach it there. *)
+let check_bind addr =
+  match Udp.address_of_string addr with
+  | Error reason -> Error (Bad_bind { addr; reason })
+  | Ok a ->
+      let ip, port = ip_port (Udp.address_to_string a) in
+      let bad reason = Error (Bad_bind { addr; reason }) in
+      if ip = 0 then
+        bad
+          "a wildcard address cannot be reached by peers (a member's address is how the others \
+           reach it); give an address of this host, such as 127.0.0.1:PORT or its LAN address"
+      else if ip = 0xffffffff then bad "the broadcast address cannot be a member's address"
+      else if ip lsr 28 = 14 then bad "a multicast address cannot be a member's address (see --mcast)"
+      else if port = 0 then bad "port 0 picks a port peers cannot know; give a port"
+      else Ok a
+
+let check_peers peers =
+  List.fold_left
+    (fun acc p ->
+      Result.bind acc (fun l ->
+          match Udp.address_of_string p with
+          | Ok a -> Ok (a :: l)
+          | Error reason -> Error (Bad_peer { peer = p; reason })))
+    (Ok []) peers
+  |> Result.map List.rev
+
+let check_config cfg =
+  match check_peers cfg.peers with
+  | Error e -> Error e
+  | Ok peers -> (
+      match cfg.bind with
+      | None -> Ok ()
+      | Some addr -> (
+          match check_bind addr with
+          | Error e -> Error e
+          | Ok a -> (
+              match List.find_opt (fun p -> is_loopback a && not (is_loopback p)) peers with
+              | Some p -> Error (Unreachable_bind { addr; peer = Udp.address_to_string p })
+              | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
 let join loop cfg layers cb ~on_sent =
@@ -36,22 +129,46 @@ let join loop cfg layers cb ~on_sent =
       ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers loop ~group:cfg.group ~addr cb
   in
   match cfg.bind with
-  | Some addr -> try_addr addr
+  | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
   | None ->
       let rec go = function
-        | [] -> Error "no free port in 127.0.0.1:7400-7415; give one with --bind"
-        | p :: rest -> (
-            match try_addr p with
-            | Ok g -> Ok g
-            | Error e when String.length e >= 13 && String.sub e 0 13 = "address in us" -> go rest
-            | Error _ -> go rest)
+        | [] -> Error No_free_port
+        | p :: rest -> ( match try_addr p with Ok g -> Ok g | Error _ -> go rest)
       in
       go default_peers
 
+(* The API call, as the application makes it. *)
+let api_cast g s : (unit, string) result =
+  G.cast g s;
+  Ok ()
+
+(* Lines longer than this are not cast: the rest of such a line is skipped. *)
+let max_line = 1 lsl 20
+
+(* What standard input can be: watched (a pipe, a terminal, a socket),
+   read directly (a regular file: epoll refuses it, and it is always
+   ready), or nothing to read (/dev/null and other descriptors epoll
+   refuses). *)
+type source = Watched | Read_directly | Nothing
+
+let classify fd =
+  match Unix.fstat fd with
+  | exception Unix.Unix_error _ -> Nothing
+  | { Unix.st_kind = Unix.S_REG; _ } -> Read_directly
+  | { Unix.st_kind = Unix.S_CHR; st_rdev; _ }
+    when (match Unix.stat "/dev/null" with
+         | { Unix.st_rdev = r; _ } -> r = st_rdev
+         | exception Unix.Unix_error _ -> false) ->
+      Nothing
+  | _ -> Watched
+
 let run cfg =
   match Consort_group.Properties.layers cfg.props with
-  | Error e -> Error e
+  | Error e -> Error (Bad_props e)
   | Ok layers -> (
+      match check_config cfg with
+      | Error e -> Error e
+      | Ok () -> (
       let loop = Loop.create () in
       let log_oc =
         match cfg.log with
@@ -59,7 +176,7 @@ let run cfg =
         | Some f -> ( try Ok (Some (open_out f)) with Sys_error e -> Error e)
       in
       match log_oc with
-      | Error e -> Error ("cannot open the log: " ^ e)
+      | Error e -> Error (Log_file e)
       | Ok log_oc -> (
           let write e =
             match log_oc with
@@ -73,10 +190,20 @@ let run cfg =
           let self = ref "" and g_ref = ref None and exited = ref false in
           let vid () = match !g_ref with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
           let deliver kind ~origin s =
+            let seq, s = unframe s in
             say "%s from %s: %s" (match kind with `Cast -> "cast" | `Send -> "send") origin s;
             write
               (Log.Deliver
-                 { me = !self; view = vid (); from = origin; kind; len = String.length s; digest = digest s })
+                 {
+                   t = now_ns ();
+                   me = !self;
+                   view = vid ();
+                   from = origin;
+                   kind;
+                   seq;
+                   len = String.length s;
+                   digest = digest s;
+                 })
           in
           let cb =
             {
@@ -86,27 +213,55 @@ let run cfg =
                   say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                     (String.concat " " (Array.to_list v.members))
                     v.rank (String.concat " " v.joined) (String.concat " " v.left);
-                  write (Log.View { me = !self; view = v.vid; members = Array.to_list v.members }));
+                  write (Log.View { t = now_ns (); me = !self; view = v.vid; members = Array.to_list v.members }));
               cast = deliver `Cast;
               send = deliver `Send;
-              block = (fun () -> ());
+              block = (fun () -> write (Log.Block { t = now_ns (); me = !self; view = vid () }));
               flow = (fun blocked -> if blocked then say "flow control: sending paused" else say "flow control: sending resumed");
               exit =
                 (fun () ->
                   exited := true;
                   say "left the group";
-                  write (Log.Exit { me = !self }));
+                  write (Log.Exit { t = now_ns (); me = !self }));
             }
           in
           let on_sent ~vid kind s =
+            let seq, s = unframe s in
+            let t = now_ns () and me = !self and len = String.length s in
             match kind with
-            | `Cast -> write (Log.Cast { me = !self; view = vid; len = String.length s; digest = digest s })
-            | `Send dst -> write (Log.Send { me = !self; view = vid; dst; len = String.length s; digest = digest s })
+            | `Cast -> write (Log.Cast { t; me; view = vid; seq; len; digest = digest s })
+            | `Send dst -> write (Log.Send { t; me; view = vid; dst; seq; len; digest = digest s })
           in
           match join loop cfg layers cb ~on_sent with
-          | Error e -> Error e
+          | Error e ->
+              Option.iter close_out log_oc;
+              Error e
           | Ok g ->
               g_ref := Some g;
+              (* Each line is a message, numbered from 1. *)
+              let next_seq = ref 0 in
+              let cast_line text =
+                incr next_seq;
+                let seq = !next_seq in
+                let payload = if cfg.log = None then text else frame seq text in
+                match api_cast g payload with
+                | Ok () -> ()
+                | Error reason ->
+                    say "cast refused: %s" reason;
+                    write
+                      (Log.Refused
+                         {
+                           t = now_ns ();
+                           me = G.me g;
+                           view = vid ();
+                           kind = `Cast;
+                           dst = None;
+                           seq;
+                           len = String.length text;
+                           digest = digest text;
+                           reason;
+                         })
+              in
               say "member %s of group %s, stack %s" (G.me g) cfg.group (Stack.describe layers);
               let leaving = ref false in
               let leave () =
@@ -148,9 +303,10 @@ let run cfg =
                   watch_file ());
               (* Standard input: each line is a cast; the end leaves. *)
               (match cfg.input with
-              | None -> ()
-              | Some fd ->
+              | No_input -> ()
+              | Fd fd ->
                   let buf = Buffer.create 256 and chunk = Bytes.create 65536 in
+                  let skipping = ref false in
                   let rec lines () =
                     let s = Buffer.contents buf in
                     match String.index_opt s '\n' with
@@ -158,26 +314,53 @@ let run cfg =
                         let line = String.sub s 0 i in
                         Buffer.clear buf;
                         Buffer.add_string buf (String.sub s (i + 1) (String.length s - i - 1));
-                        if line <> "" then G.cast g line;
+                        if !skipping then skipping := false else if line <> "" then cast_line line;
                         lines ()
-                    | None -> ()
+                    | None ->
+                        if Buffer.length buf > max_line then begin
+                          if not !skipping then
+                            say "standard input: a line longer than %d bytes is not cast" max_line;
+                          skipping := true;
+                          Buffer.clear buf
+                        end
                   in
-                  Unix.set_nonblock fd;
-                  Loop.watch loop fd (fun () ->
-                      match Unix.read fd chunk 0 (Bytes.length chunk) with
-                      | 0 ->
-                          Loop.unwatch loop fd;
-                          if Buffer.length buf > 0 then G.cast g (Buffer.contents buf);
-                          Buffer.clear buf;
-                          leave ()
-                      | n ->
-                          Buffer.add_subbytes buf chunk 0 n;
-                          lines ()
-                      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
-                      | exception Unix.Unix_error (e, _, _) ->
-                          Loop.unwatch loop fd;
-                          say "standard input: %s; leaving" (Unix.error_message e);
-                          leave ()));
+                  let at_end () =
+                    if Buffer.length buf > 0 && not !skipping then cast_line (Buffer.contents buf);
+                    Buffer.clear buf;
+                    leave ()
+                  in
+                  (* [true] while there is more to read. *)
+                  let read_once () =
+                    match Unix.read fd chunk 0 (Bytes.length chunk) with
+                    | 0 ->
+                        at_end ();
+                        false
+                    | n ->
+                        Buffer.add_subbytes buf chunk 0 n;
+                        lines ();
+                        true
+                    | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> true
+                    | exception Unix.Unix_error (e, _, _) ->
+                        say "standard input: %s; leaving" (Unix.error_message e);
+                        leave ();
+                        false
+                  in
+                  let read_directly () =
+                    (* A chunk at a time, so that the group runs between. *)
+                    let rec step () = if read_once () && not !exited then ignore (Loop.after loop (Time.of_ms 1) step) in
+                    step ()
+                  in
+                  match classify fd with
+                  | Nothing -> ()
+                  | Read_directly -> read_directly ()
+                  | Watched -> (
+                      (try Unix.set_nonblock fd with Unix.Unix_error _ -> ());
+                      match Loop.watch loop fd (fun () -> if not (read_once ()) then Loop.unwatch loop fd) with
+                      | () -> ()
+                      | exception Unix.Unix_error _ ->
+                          (* Not pollable after all (epoll refuses it):
+                             read it as a file. *)
+                          read_directly ()));
               Loop.run loop ~until:(fun () -> !exited);
               Option.iter close_out log_oc;
-              Ok ()))
+              Ok ())))

@@ -3,11 +3,24 @@
     It joins a group over kernel UDP, prints views and deliveries, casts
     each line of its input, and leaves cleanly at the end of the input or
     on SIGTERM or SIGINT. With a log file it writes one JSON object per
-    event, flushed as it goes, in the format of {!Consort_spec.Log}. *)
+    event, flushed as it goes, in the format of {!Consort_spec.Log}.
+
+    With a log, each cast's payload is ["#SEQ "] followed by the line, SEQ
+    numbering the member's messages from 1, so that logs name messages by
+    origin and number; members strip the number from what they print and
+    log. Without a log, the payload is the line. *)
 
 val default_peers : string list
 (** Where members look for each other when not told: 127.0.0.1, ports
     7400 to 7415. *)
+
+(** Where the lines to cast come from. *)
+type input =
+  | No_input  (** cast nothing; stay until a signal *)
+  | Fd of Unix.file_descr
+      (** a pipe, terminal or socket is watched; a regular file is read
+          directly (epoll refuses it); [/dev/null] and other descriptors
+          that cannot be watched are not read (as [No_input]) *)
 
 type config = {
   group : string;
@@ -17,7 +30,7 @@ type config = {
   log : string option;
   params : Consort.Params.t;
   quiet : bool;  (** print nothing on standard output *)
-  input : Unix.file_descr option;  (** lines to cast; [None]: cast nothing, stay until a signal *)
+  input : input;
   seed : int;
   drop_file : string option;
       (** for tests of partitions: a file listing addresses (one per line)
@@ -25,5 +38,24 @@ type config = {
   discovery : string option;  (** an IP multicast group for discovery, e.g. ["239.1.2.3:7500"] *)
 }
 
-val run : config -> (unit, string) result
+(** Why a member cannot run. *)
+type error =
+  | Bad_props of string
+  | Bad_peer of { peer : string; reason : string }  (** an address that does not parse *)
+  | Bad_bind of { addr : string; reason : string }
+      (** an address peers cannot reach: wildcard, broadcast, multicast, port 0,
+          or one that does not parse *)
+  | Unreachable_bind of { addr : string; peer : string }
+      (** a loopback address, with a peer on another host *)
+  | Log_file of string
+  | No_free_port
+  | Join of string  (** the group could not be joined (the address is in use, ...) *)
+
+val pp_error : error Fmt.t
+(** [pp_error] prints an error in one line. *)
+
+val check_config : config -> (unit, error) result
+(** [check_config cfg] checks the addresses of [cfg] ({!run} does it first). *)
+
+val run : config -> (unit, error) result
 (** [run cfg] runs the member until it has left the group. *)

@@ -114,7 +114,7 @@ let run_spec ?trace spec ~seed =
           Ep.create ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff) ~layers:spec.layers ~app ()
         with
         | Ok ep -> ep
-        | Error e -> failwith e)
+        | Error e -> Fmt.failwith "scenario %s: %a" spec.name Consort_engine.Endpoint.pp_error e)
   in
   (* Each sender's messages at random times in the first second. *)
   let sent = ref 0 in
@@ -159,6 +159,11 @@ let run_spec ?trace spec ~seed =
     end_time;
   }
 
+type error = Unknown_scenario of { name : string; known : string list }
+
+let pp_error ppf (Unknown_scenario { name; known }) =
+  Fmt.pf ppf "unknown scenario %S (known: %s)" name (String.concat ", " known)
+
 let run ?trace name ~seed =
   match List.find_opt (fun s -> s.name = name) scenarios with
   | Some spec -> Ok (run_spec ?trace spec ~seed)
@@ -175,4 +180,4 @@ let run ?trace name ~seed =
               datagrams = o.datagrams;
               end_time = o.end_time;
             }
-      | None -> Error (Printf.sprintf "unknown scenario %S (known: %s)" name (String.concat ", " names)))
+      | None -> Error (Unknown_scenario { name; known = names }))

@@ -18,7 +18,12 @@ type outcome = {
 val names : string list
 val describe : string -> string option
 
-val run : ?trace:out_channel -> string -> seed:int -> (outcome, string) result
+type error = Unknown_scenario of { name : string; known : string list }
+
+val pp_error : error Fmt.t
+(** [pp_error] prints an error in one line. *)
+
+val run : ?trace:out_channel -> string -> seed:int -> (outcome, error) result
 (** [run name ~seed] runs scenario [name] once. [Error] for an unknown name.
     With [trace], the network and application events are written there, one
     per line. *)

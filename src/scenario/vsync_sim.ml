@@ -22,6 +22,8 @@ type proc = {
   mutable g : G.t option;
   mutable incarnation : int;
   mutable kill : unit -> unit;
+  mutable next_seq : int;  (* of the current incarnation: the last message number given *)
+  mutable accepted : int;  (* casts the API accepted from the current incarnation *)
 }
 
 type world = {
@@ -66,15 +68,59 @@ let record w me e =
 
 let alive p = match p.g with Some g -> not (G.has_exited g) | None -> false
 
+(* Every payload starts with its message number: "SEQ|...". *)
+let seq_of s =
+  match String.index_opt s '|' with
+  | Some i -> Option.value ~default:0 (int_of_string_opt (String.sub s 0 i))
+  | None -> 0
+
+(* The API calls, as the application makes them: each attempt gets the
+   next message number; a refusal is logged. *)
+let api_cast g s : (unit, string) result =
+  G.cast g s;
+  Ok ()
+
+let api_send g dst s : (unit, string) result =
+  G.send g dst s;
+  Ok ()
+
+let refused w g kind dst s reason =
+  let me = G.me g in
+  record w me
+    (Log.Refused
+       {
+         t = Sim.now w.net;
+         me;
+         view = (G.view g).Consort_group.Group.vid;
+         kind;
+         dst;
+         seq = seq_of s;
+         len = String.length s;
+         digest = digest s;
+         reason;
+       })
+
 let start w i =
   let p = w.procs.(i) in
   p.incarnation <- p.incarnation + 1;
+  p.next_seq <- 0;
+  p.accepted <- 0;
   let self = ref "" and mine = ref None and dead = ref false in
   let cur_view () = match !mine with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
   let deliver kind ~origin s =
     w.delivered <- w.delivered + 1;
     record w !self
-      (Log.Deliver { me = !self; view = cur_view (); from = origin; kind; len = String.length s; digest = digest s })
+      (Log.Deliver
+         {
+           t = Sim.now w.net;
+           me = !self;
+           view = cur_view ();
+           from = origin;
+           kind;
+           seq = seq_of s;
+           len = String.length s;
+           digest = digest s;
+         })
   in
   let cb =
     {
@@ -84,20 +130,21 @@ let start w i =
              is its own entry in the view. *)
           self := v.members.(v.rank);
           w.views <- w.views + 1;
-          record w !self (Log.View { me = !self; view = v.vid; members = Array.to_list v.members }));
+          record w !self
+            (Log.View { t = Sim.now w.net; me = !self; view = v.vid; members = Array.to_list v.members }));
       cast = deliver `Cast;
       send = deliver `Send;
-      block = ignore;
+      block = (fun () -> record w !self (Log.Block { t = Sim.now w.net; me = !self; view = cur_view () }));
       flow = ignore;
-      exit = (fun () -> if not !dead then record w !self (Log.Exit { me = !self }));
+      exit = (fun () -> if not !dead then record w !self (Log.Exit { t = Sim.now w.net; me = !self }));
     }
   in
   let on_sent ~vid kind s =
     w.sent <- w.sent + 1;
+    let t = Sim.now w.net and me = !self and seq = seq_of s and len = String.length s in
     match kind with
-    | `Cast -> record w !self (Log.Cast { me = !self; view = vid; len = String.length s; digest = digest s })
-    | `Send dst ->
-        record w !self (Log.Send { me = !self; view = vid; dst; len = String.length s; digest = digest s })
+    | `Cast -> record w me (Log.Cast { t; me; view = vid; seq; len; digest = digest s })
+    | `Send dst -> record w me (Log.Send { t; me; view = vid; dst; seq; len; digest = digest s })
   in
   let peers = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   let seed = Rng.int w.rng 0x3fffffff in
@@ -124,8 +171,11 @@ let cast w i =
   match p.g with
   | Some g when alive p ->
       w.made <- w.made + 1;
-      let s = Printf.sprintf "%s|%d|%s" (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
-      G.cast g s
+      p.next_seq <- p.next_seq + 1;
+      let s = Printf.sprintf "%d|%s|%d|%s" p.next_seq (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
+      (match api_cast g s with
+      | Ok () -> p.accepted <- p.accepted + 1
+      | Error reason -> refused w g `Cast None s reason)
   | _ -> ()
 
 let send w i =
@@ -139,7 +189,9 @@ let send w i =
       | _ ->
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
-          G.send g dst (Printf.sprintf "%s>%s|%d" (G.me g) dst w.made))
+          p.next_seq <- p.next_seq + 1;
+          let s = Printf.sprintf "%d|%s>%s|%d" p.next_seq (G.me g) dst w.made in
+          match api_send g dst s with Ok () -> () | Error reason -> refused w g `Send (Some dst) s reason)
   | _ -> ()
 
 let at w t f = ignore (Sim.at w.net t f)
@@ -166,7 +218,7 @@ let make ?trace ~seed ~n ~link () =
     rng;
     layers;
     params = Params.empty;
-    procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore });
+    procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore; next_seq = 0; accepted = 0 });
     logs = Hashtbl.create 16;
     order = ref [];
     crashed = ref [];
@@ -213,6 +265,15 @@ let converged w =
       else []
 
 let finish w =
+  (* The run ended after a quiet period, the network healed: every live
+     member is live and connected. *)
+  Array.iter
+    (fun p ->
+      match p.g with
+      | Some g when alive p ->
+          record w (G.me g) (Log.Live { t = Sim.now w.net; me = G.me g; casts = p.accepted })
+      | _ -> ())
+    w.procs;
   let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
   let spec =
     match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with

@@ -32,15 +32,25 @@
       sender in the order they were cast, and its sends to it in the order
       they were sent (the two kinds are not ordered with each other);
     - no duplication, no creation: a member delivers a message at most once,
-      and only one its sender's log records (its own, after recording it);
-      a sender uses a digest once;
+      and only one its sender's log records as sent (its own, after
+      recording it), never one the API refused; a sender uses a sequence
+      number once;
+    - no gaps: a member that delivers a message of a sender in a view
+      delivers there every message of that sender of the same kind sent
+      before it in that view and addressed to it;
+    - block: a member sends nothing (no [cast] or [send] line) between a
+      [block] and its next view;
     - liveness: a cast of a member that stays from [V] into [W] is delivered
       in [V] by every member that stays from [V] into [W], and a send to
       one of them as well; with [~quiescent:true], also in each final view:
       members alive at the end in the same last view deliver each other's
       messages of that view;
     - merge: with [~require_merge:true], all members alive at the end have
-      the same last view. *)
+      the same last view;
+    - no wedge: members with a [live] line do not end blocked, end in one
+      view, and account for every cast the API accepted from them: each was
+      sent and delivered by the member itself, or reported lost. Messages
+      reported lost are exempt from the liveness rules above. *)
 
 type violation =
   | Duplicate_log of { member : string }
@@ -51,6 +61,8 @@ type violation =
       (** a message event before the member installed any view; ignored *)
   | After_exit of { member : string; line : int }
       (** an event after the member's exit; ignored *)
+  | After_live of { member : string; line : int }
+      (** an event after the member's [live] line; ignored *)
   | Not_current_view of { member : string; line : int; view : string; current : string }
       (** the event names [view], but the member's current view is [current] *)
   | Bad_view_id of { member : string; line : int; view : string }
@@ -71,61 +83,72 @@ type violation =
       other : string;
       other_members : string list;
     }  (** [member] and [other] (the view's first installer) disagree on [view] *)
-  | Resent of { member : string; line : int; digest : string; first : int }
-      (** the member sent a second message with [digest] *)
-  | Sender_log_missing of {
-      from : string;
-      member : string;
-      line : int;
-      digest : string;
-      count : int;
-    }
+  | Duplicate_id of { member : string; line : int; seq : int; first : int }
+      (** the member used sequence number [seq] for a second cast, send or
+          refusal ([first] is the line of the first) *)
+  | Sent_while_blocked of { member : string; line : int; view : string; seq : int; block : int }
+      (** message [seq] entered the stack after the member's block (at line
+          [block]) and before its next view *)
+  | Sender_log_missing of { from : string; member : string; line : int; seq : int; count : int }
       (** [count] deliveries of messages of [from], whose log was not given;
           the first is at [member], [line] *)
-  | Not_sent of { member : string; line : int; view : string; from : string; digest : string }
+  | Not_sent of { member : string; line : int; view : string; from : string; seq : int }
       (** delivered a message its sender's log does not record *)
-  | Delivered_before_sent of { member : string; line : int; digest : string; sent : int }
+  | Delivered_refused of { member : string; line : int; from : string; seq : int; refused : int }
+      (** delivered a message the API refused (at line [refused] of [from]) *)
+  | Delivered_before_sent of { member : string; line : int; seq : int; sent : int }
       (** delivered its own message before sending it (at line [sent]) *)
-  | Wrong_kind of { member : string; line : int; from : string; digest : string; kind : Log.kind }
+  | Wrong_kind of { member : string; line : int; from : string; seq : int; kind : Log.kind }
       (** delivered as [kind] a message sent as the other kind *)
-  | Misaddressed of { member : string; line : int; from : string; digest : string; dst : string }
+  | Misaddressed of { member : string; line : int; from : string; seq : int; dst : string }
       (** delivered a send addressed to [dst] *)
-  | Wrong_length of {
+  | Wrong_length of { member : string; line : int; from : string; seq : int; len : int; sent : int }
+      (** delivered with length [len] a message sent with length [sent] *)
+  | Wrong_digest of {
       member : string;
       line : int;
       from : string;
+      seq : int;
       digest : string;
-      len : int;
-      sent : int;
-    }
-      (** delivered with length [len] a message sent with length [sent] *)
-  | Outsider of { member : string; line : int; view : string; from : string; digest : string }
+      sent : string;
+    }  (** delivered with [digest] a message sent with digest [sent] *)
+  | Outsider of { member : string; line : int; view : string; from : string; seq : int }
       (** delivered in [view] a message from a member not in [view] *)
   | Wrong_view of {
       member : string;
       line : int;
       view : string;
       from : string;
-      digest : string;
+      seq : int;
       sent : string;
-    }
-      (** delivered in [view] a message sent in view [sent] *)
-  | Duplicate of { member : string; line : int; from : string; digest : string; first : int }
+    }  (** delivered in [view] a message sent in view [sent] *)
+  | Duplicate of { member : string; line : int; from : string; seq : int; first : int }
       (** delivered again; [first] is the line of the first delivery *)
   | Out_of_order of {
       member : string;
       line : int;
       view : string;
       from : string;
-      digest : string;
-      after : string;
+      seq : int;
+      after : int;
+    }  (** delivered after message [after] of the same sender and kind, sent later *)
+  | Gap of {
+      member : string;
+      line : int;
+      view : string;
+      from : string;
+      kind : Log.kind;
+      seq : int;
+      missing : int;
     }
-      (** delivered after message [after] of the same sender and kind, sent later *)
+      (** delivered (at [line], in [view]) message [seq] of [from], but never
+          there message [missing] of the same sender and kind, sent before
+          it in that view and addressed to it *)
   | Not_synchronous of {
       view : string;
       next : string;
       from : string;
-      digest : string;
+      seq : int;
       delivered : string list;
       missing : string list;
     }
@@ -135,15 +158,29 @@ type violation =
       view : string;
       next : string option;
       from : string;
-      digest : string;
+      seq : int;
       missing : string list;
     }
       (** a message of [from], which stays from [view] into [next] (or, with
           [next = None], is alive at the end in its last view [view]), was
-          not delivered in [view] by [missing], which stay with it *)
+          neither delivered in [view] by [missing], which stay with it, nor
+          reported lost *)
   | Not_merged of { finals : (string * string list) list }
       (** members alive at the end are in several last views: each view with
           its members alive at the end *)
+  | Ended_blocked of { member : string; view : string; block : int }
+      (** a live member's log ends blocked: a block at line [block] in its
+          last view [view] *)
+  | Casts_unaccounted of { member : string; accepted : int; accounted : int }
+      (** the [live] line of [member] says the API accepted [accepted]
+          casts, but [accounted] were sent (a [cast] line) or reported lost
+          without being sent *)
+  | Wedged of { member : string; line : int; view : string; seq : int }
+      (** cast [seq] of a live member, sent at [line] in [view], neither
+          delivered by the member itself nor reported lost *)
+  | Live_apart of { finals : (string * string list) list }
+      (** members with a [live] line end in several views: each view with
+          its live members *)
 
 val pp_violation : violation Fmt.t
 (** [pp_violation] prints a violation in one line, naming members, views and
@@ -171,6 +208,9 @@ type summary = {
   casts : int;  (** messages cast *)
   sends : int;  (** messages sent point to point *)
   deliveries : int;  (** deliveries, over all members *)
+  blocks : int;  (** blocks, over all members *)
+  refused : int;  (** casts and sends the API refused *)
+  lost : int;  (** messages reported lost *)
   exits : int;  (** members that left *)
 }
 
@@ -181,9 +221,15 @@ val summarize : (string * Log.event list) list -> summary
 val pp_summary : summary Fmt.t
 (** [pp_summary] prints a summary in one line. *)
 
+(** What {!check_files} finds wrong. *)
+type file_problem = Unreadable of Log.file_error | Violation of violation
+
+val pp_file_problem : file_problem Fmt.t
+(** [pp_file_problem] prints a problem in one line. *)
+
 val check_files :
-  ?require_merge:bool -> ?quiescent:bool -> string list -> (summary, string list) result
+  ?require_merge:bool -> ?quiescent:bool -> string list -> (summary, file_problem list) result
 (** [check_files paths] reads the member logs at [paths] (a member's id is
     the [me] of its log's first event; empty files count as logs of no
-    member) and {!check}s them: the summary, or every read error or
-    violation, one a string. *)
+    member) and {!check}s them: the summary, or every read error, or every
+    violation. *)

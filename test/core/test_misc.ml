@@ -8,7 +8,8 @@ let () =
   Params.register "test.float" (Params.Float 0.5) ~doc:"a float";
   Params.register "test.bool" (Params.Bool false) ~doc:"a bool";
   Params.register "test.time" (Params.Time (Time.of_ms 10)) ~doc:"a time";
-  Params.register "test.string" (Params.String "x") ~doc:"a string"
+  Params.register "test.string" (Params.String "x") ~doc:"a string";
+  Params.register ~min:(Params.Int 4) ~max:(Params.Int 8) "test.ranged" (Params.Int 5) ~doc:"a ranged int"
 
 let params_defaults_and_overrides () =
   let p = Params.empty in
@@ -37,7 +38,7 @@ let params_defaults_and_overrides () =
 
 let params_of_string () =
   let ok s =
-    match Params.of_string s with Ok p -> p | Error e -> Alcotest.failf "%S: %s" s e
+    match Params.of_string s with Ok p -> p | Error e -> Alcotest.failf "%S: %a" s Params.pp_error e
   in
   let p = ok "test.int=42, test.float=1.25,test.bool=true,test.string=hello" in
   Alcotest.(check int) "int" 42 (Params.int p "test.int");
@@ -52,15 +53,25 @@ let params_of_string () =
   let error s sub =
     match Params.of_string s with
     | Ok _ -> Alcotest.failf "%S accepted" s
-    | Error e -> check_contains s ~sub e
+    | Error e -> check_contains s ~sub (Fmt.str "%a" Params.pp_error e)
   in
   error "test.nope=1" "unknown tunable \"test.nope\"";
-  error "test.int=abc" "bad value \"abc\" for test.int";
-  error "test.int=1.5" "bad value";
-  error "test.bool=yes" "bad value";
-  error "test.time=10" "bad value";
-  error "test.time=ms" "bad value";
-  error "test.time=10h" "bad value";
+  error "test.int=abc" "test.int=abc: expected an integer";
+  error "test.int=1.5" "expected an integer";
+  error "test.bool=yes" "expected true or false";
+  error "test.time=10" "expected a duration";
+  error "test.time=ms" "expected a duration";
+  error "test.time=10h" "expected a duration";
+  error "test.int=0" "test.int=0 is out of its range [1, 1099511627776]";
+  error "test.int=-3" "test.int=-3 is out of its range [1, ";
+  error "test.time=0ms" "test.time=0ns is out of its range [1ns, ";
+  error "test.time=2000000s" "is out of its range";
+  error "test.float=-0.5" "test.float=-0.5 is out of its range [0, ";
+  error "test.float=nan" "out of its range";
+  error "test.ranged=3" "test.ranged=3 is out of its range [4, 8]";
+  error "test.ranged=9" "test.ranged=9 is out of its range [4, 8]";
+  Alcotest.(check int) "in range, bounds included" 8 (Params.int (ok "test.ranged=8") "test.ranged");
+  Alcotest.(check int) "lower bound" 4 (Params.int (ok "test.ranged=4") "test.ranged");
   error "test.int" "expected NAME=VALUE";
   error "test.int=1,oops" "expected NAME=VALUE"
 

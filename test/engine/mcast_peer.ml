@@ -33,5 +33,8 @@ let () =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   Consort.Iovec.set_checked true;
-  let ok = Consort_scenario.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline in
-  exit (if ok then 0 else 1)
+  match Consort_scenario.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
+  | Ok ok -> exit (if ok then 0 else 1)
+  | Error e ->
+      Printf.printf "peer %d: %s\n%!" rank (Fmt.str "%a" Consort_scenario.Mcast_peer.pp_error e);
+      exit 1

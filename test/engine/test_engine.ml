@@ -618,7 +618,7 @@ let endpoint_over_udp () =
     in
     match E.create ~pool loop ~view ~seed:rank ~layers:[ (module Pass) ] ~app () with
     | Ok e -> e
-    | Error e -> Alcotest.fail e
+    | Error e -> Alcotest.failf "%a" Consort_engine.Endpoint.pp_error e
   in
   let e0 = make 0 and e1 = make 1 in
   E.cast e0 (Msg.of_string pool "from 0");

@@ -723,7 +723,7 @@ let sim_group ?(link = Sim.default_link) ~seed ~pool ~n layers =
         ()
     with
     | Ok ep -> ep
-    | Error e -> Alcotest.fail e
+    | Error e -> Alcotest.failf "%a" Consort_engine.Endpoint.pp_error e
   in
   { net; eps = Array.init n endpoint; seen }
 

@@ -4,12 +4,12 @@
 module S = Consort_scenario.Scenario
 
 let run name seed =
-  match S.run name ~seed with Ok o -> o | Error e -> Alcotest.fail e
+  match S.run name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e
 
 let with_trace name seed =
   let file = Filename.temp_file "consort-trace" ".txt" in
   let oc = open_out file in
-  let o = match S.run ~trace:oc name ~seed with Ok o -> o | Error e -> Alcotest.fail e in
+  let o = match S.run ~trace:oc name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e in
   close_out oc;
   let ic = open_in_bin file in
   let s = really_input_string ic (in_channel_length ic) in
@@ -41,8 +41,11 @@ let different_seeds name () =
 let unknown () =
   match S.run "no-such-scenario" ~seed:1 with
   | Ok _ -> Alcotest.fail "an unknown scenario ran"
-  | Error e ->
-      Alcotest.(check bool) "error names the known scenarios" true
+  | Error (S.Unknown_scenario { name; known } as e) ->
+      Alcotest.(check string) "the error names the scenario" "no-such-scenario" name;
+      Alcotest.(check (list string)) "and the known ones" S.names known;
+      let e = Fmt.str "%a" S.pp_error e in
+      Alcotest.(check bool) "printed, the error names the known scenarios" true
         (List.for_all (fun n -> Text.contains e n) S.names)
 
 let () =

@@ -566,7 +566,7 @@ let test_endpoint () =
           E.create ~pool sim ~view:(View.v ~group:"g" ~members ~rank ()) ~seed:rank ~layers ~app ()
         with
         | Ok e -> e
-        | Error e -> Alcotest.failf "endpoint: %s" e)
+        | Error e -> Alcotest.failf "endpoint: %a" Consort_engine.Endpoint.pp_error e)
   in
   E.cast eps.(0) (Msg.of_string pool "hello");
   ignore (S.at sim (ms 15) (fun () -> E.send eps.(1) 2 (Msg.of_string pool "direct")));

@@ -25,7 +25,7 @@ let temp_dir () =
 let check_logs ms =
   match Vsync.check_files ~quiescent:false (P.all_logs ms) with
   | Ok summary -> summary
-  | Error errs -> Alcotest.failf "the logs break the specification:\n%s" (String.concat "\n" errs)
+  | Error errs -> Alcotest.failf "the logs break the specification:\n%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) errs))
 
 let expect what ok = if not ok then Alcotest.failf "timed out waiting until %s" what
 

@@ -1,0 +1,3 @@
+(** [consort cap ...]: capability services from the shell. *)
+
+val cmd : int Cmdliner.Cmd.t
