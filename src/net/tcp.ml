@@ -788,8 +788,15 @@ struct
     end
     else begin
       let len = Packet.length pkt in
+      let truesize = Packet.truesize pkt in
       (match Tcp_reass.insert tcb.reass seq pkt with
-      | `Stored -> ()
+      | `Stored ->
+          (* Under pressure (the frames pin far more than the bytes they
+             carry), the queue is copied compactly. *)
+          if Tcp_reass.pinned tcb.reass > max (2 * tcb.cfg.receive_buffer) (8 * truesize) then begin
+            Log.debug (fun m -> m "%a: out-of-order queue collapsed" pp_connection tcb);
+            Tcp_reass.collapse tcb.reass P.pool
+          end
       | `Duplicate -> if tcb.sack_ok then tcb.dsack <- Some (seq, Tcp_seq.add seq len)
       | `Full -> Log.debug (fun m -> m "%a: out-of-order queue full" pp_connection tcb));
       tcb.ack_now <- true
