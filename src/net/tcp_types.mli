@@ -178,8 +178,9 @@ module type PARAMS = sig
 
   val clock : Clock.t
   val rng : Consort.Rng.t
-  (** The source of initial sequence numbers (RFC 6528's secret), ports and
-      timestamp offsets. *)
+  (** The draws that need not be secret (the challenge-ACK budget);
+      sequence numbers, ports and timestamp offsets come from
+      {!Tcp_secret}. *)
 
   val pool : Consort.Pool.t
   (** Where outgoing segments are allocated. *)
