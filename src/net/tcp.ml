@@ -16,6 +16,7 @@ module Make
 struct
   type host = Lower.host
   type lower = Lower.t
+  type lower_status = Lower.status
   type tcp_address = { host : host; port : int; local_port : int option }
   type tcp_pattern = { port : int; from : host option }
   type address = tcp_address
@@ -64,6 +65,7 @@ struct
     mutable next_ephemeral : int;
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
+    icmp : Lower.status -> Tcp_icmp.t option;
     orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
     mutable n_orphans : int;
     time_wait : tw Key_tbl.t;
@@ -122,7 +124,7 @@ struct
     mutable fin_received : bool;
     (* Options. *)
     rcv_mss : int;
-    lower_max : int;
+    mutable lower_max : int;
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -170,6 +172,7 @@ struct
     mutable tw : tw option;  (** its TIME-WAIT record, once in TIME-WAIT *)
     mutable orphan : bool;  (** counted in [n_orphans] *)
     mutable dsack : (Tcp_seq.t * Tcp_seq.t) option;  (** a duplicate to report (RFC 2883) *)
+    mutable soft_error : string option;
     mutable last_recv : Time.t;
     mutable nodelay : bool;
     mutable keepalive : keepalive option;
@@ -563,6 +566,8 @@ struct
     end
 
   let fail tcb e =
+    (* A timeout after an ICMP soft error is that error (RFC 1122 4.2.3.9). *)
+    let e = match (e, tcb.soft_error) with `Timeout, Some m -> `Unreachable m | _ -> e in
     report tcb (Failed e);
     delete tcb
 
@@ -926,6 +931,7 @@ struct
         tw = None;
         orphan = false;
         dsack = None;
+        soft_error = None;
         last_recv = now ();
         nodelay = cfg.nodelay;
         keepalive = cfg.keepalive;
@@ -1081,8 +1087,39 @@ struct
   let rec lower_handler t =
     {
       Lower.receive = (fun lc pkt -> input t lc pkt);
-      status = (fun _ _ -> ());
+      status =
+        (fun lc st ->
+          match t.icmp st with
+          | Some e ->
+              icmp_input t lc e;
+              flush t
+          | None -> ());
     }
+
+  (* An ICMP error about a segment this stack sent: believed only when it
+     quotes a sequence number in flight (RFC 5927). A hard error aborts a
+     connection being opened; soft errors are kept to be reported; a
+     smaller path MTU shrinks the segments and resends what was in flight
+     (RFC 1191). *)
+  and icmp_input t lconn (e : Tcp_icmp.t) =
+    let remote = Lower.remote lconn in
+    match Key_tbl.find_opt t.conns (remote, e.dst_port, e.src_port) with
+    | Some tcb when Tcp_seq.geq e.seq tcb.snd_una && Tcp_seq.lt e.seq tcb.snd_max -> (
+        Log.debug (fun m -> m "%a: ICMP %a" pp_connection tcb Tcp_icmp.pp_kind e.kind);
+        match e.kind with
+        | Hard msg when tcb.state = Syn_sent -> fail tcb (`Unreachable msg)
+        | Hard msg | Soft msg -> tcb.soft_error <- Some msg
+        | Frag_needed mtu ->
+            let mtu = max (tcb.cfg.min_mss + Tcp_wire.min_header) mtu in
+            if mtu < tcb.lower_max then begin
+              tcb.lower_max <- mtu;
+              if Tcp_seq.lt tcb.snd_una tcb.snd_max && can_send_data tcb then begin
+                tcb.snd_nxt <- tcb.snd_una;
+                output ~force:true tcb
+              end;
+              schedule tcb
+            end)
+    | _ -> ()
 
   (* {2 Segment arrival} *)
 
@@ -1772,7 +1809,7 @@ struct
 
   (* {2 The protocol signature} *)
 
-  let create ?(config = default_config) ?secret lower =
+  let create ?(config = default_config) ?secret ?icmp lower =
     let t =
       {
         lower;
@@ -1783,6 +1820,7 @@ struct
         secret = Tcp_secret.create ?key:secret ();
         next_ephemeral = 0;
         upcalls = Queue.create ();
+        icmp = (match icmp with Some f -> f | None -> fun _ -> None);
         orphans = Queue.create ();
         n_orphans = 0;
         time_wait = Key_tbl.create 64;
@@ -2112,5 +2150,6 @@ struct
       fast_retransmits = tcb.n_fast;
       timeouts = tcb.n_timeouts;
       ooo_segments = Tcp_reass.segments tcb.reass;
+      soft_error = tcb.soft_error;
     }
 end

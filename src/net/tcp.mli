@@ -38,4 +38,4 @@ module Make
            with type host = Lower.host
             and type lower_address = Lower.address
             and type lower_pattern = Lower.address_pattern) :
-  S with type host = Lower.host and type lower = Lower.t
+  S with type host = Lower.host and type lower = Lower.t and type lower_status = Lower.status

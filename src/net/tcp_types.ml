@@ -136,6 +136,7 @@ type conn_info = {
   fast_retransmits : int;
   timeouts : int;
   ooo_segments : int;
+  soft_error : string option;
 }
 
 let pp_conn_info ppf i =
@@ -218,7 +219,14 @@ module type S = sig
        and type control = control
        and type info = stats
 
-  val create : ?config:config -> ?secret:string -> lower -> (t, Protocol.error) result
+  type lower_status
+
+  val create :
+    ?config:config ->
+    ?secret:string ->
+    ?icmp:(lower_status -> Tcp_icmp.t option) ->
+    lower ->
+    (t, Protocol.error) result
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   val send_space : connection -> int
   val consume : connection -> int -> unit

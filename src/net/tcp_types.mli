@@ -106,6 +106,7 @@ type conn_info = {
   fast_retransmits : int;
   timeouts : int;
   ooo_segments : int;  (** segments in the out-of-order queue *)
+  soft_error : string option;  (** the last ICMP soft error about the connection *)
 }
 
 val pp_conn_info : conn_info Fmt.t
@@ -207,11 +208,21 @@ module type S = sig
        and type control = control
        and type info = stats
 
-  val create : ?config:config -> ?secret:string -> lower -> (t, Protocol.error) result
+  type lower_status
+  (** What the lower layer reports on its connections. *)
+
+  val create :
+    ?config:config ->
+    ?secret:string ->
+    ?icmp:(lower_status -> Tcp_icmp.t option) ->
+    lower ->
+    (t, Protocol.error) result
   (** [create lower] is a TCP instance receiving every TCP packet of
       [lower]. [secret] keys its initial sequence numbers, SYN cookies,
       timestamp offsets and port choice ({!Tcp_secret}); by default 32 bytes
-      from the system's generator. *)
+      from the system's generator. [icmp] reads an ICMP error out of the
+      lower layer's upcall ({!Tcp_icmp.of_ipv4} over IPv4); without it
+      ICMP errors are ignored. *)
 
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   (** [write c b] copies as much of [b] as the send buffer takes and

@@ -169,7 +169,7 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
                  | Ok (h, hl) -> sent := (h, Packet.length p - hl) :: !sent
                  | Error e -> Fmt.failwith "malformed: %a" Tcp_packet.pp_error e);
                  Packet.release p);
-             status = (fun _ () -> ());
+             status = (fun _ _ -> ());
            }))
   in
   let conn = ref None in
@@ -568,3 +568,88 @@ let ooo_collapse () =
   Alcotest.(check int) "delivered" 202 (r.info ()).bytes_received
 
 let tests = tests @ [ Alcotest.test_case "out-of-order queue collapsed under pressure" `Quick ooo_collapse ]
+
+(* {1 ICMP errors} *)
+
+(* Host 1 connects to host 2, which never answers; [f] gets the
+   connection's ports and ISN, the network and the clock. *)
+let icmp_case f =
+  let open Consort in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"icmp" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make net pool 1 ~seed:3 in
+  let _silent = Mem.attach net 2 in
+  let status = ref None in
+  let syn = ref None in
+  Mem.on_frame net (fun _ ~src ~dst:_ data ->
+      if src = 1 && !syn = None then
+        match Tcp_packet.decode (Cstruct.of_string data) with
+        | Ok (h, _) when h.flags.syn -> syn := Some h
+        | _ -> ());
+  let c =
+    Result.get_ok
+      (A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ ->
+           { A.T.receive = (fun _ p -> Packet.release p); status = (fun _ s -> status := Some s) }))
+  in
+  let h = match !syn with Some h -> h | None -> Alcotest.fail "no SYN" in
+  f ~net ~vclock ~state:(fun () -> A.T.state c) ~info:(fun () -> A.T.info c) ~status ~syn:h
+
+let err kind (h : Tcp_packet.t) ?(seq = h.seq) () =
+  { Tcp_icmp.kind; src_port = h.src_port; dst_port = h.dst_port; seq }
+
+let icmp_hard () =
+  icmp_case (fun ~net ~vclock ~state ~info:_ ~status ~syn ->
+      (* Off the path: a sequence number not in flight is not believed. *)
+      Mem.icmp net ~at:1 ~about:2 (err (Hard "port unreachable") syn ~seq:(Tcp_seq.add syn.seq 5000) ());
+      Alcotest.(check bool) "forged error ignored" true (state () = Tcp.Syn_sent);
+      Clock.Virtual.advance vclock (Consort.Time.of_ms 100);
+      Mem.icmp net ~at:1 ~about:2 (err (Hard "port unreachable") syn ());
+      Alcotest.(check bool) "aborted at once" true (state () = Tcp.Closed);
+      match !status with
+      | Some (Tcp.Failed (`Unreachable _)) -> ()
+      | s -> Alcotest.failf "status %a" Fmt.(option Tcp.pp_status) s)
+
+let icmp_soft () =
+  icmp_case (fun ~net ~vclock ~state ~info ~status ~syn ->
+      Mem.icmp net ~at:1 ~about:2 (err (Soft "host unreachable") syn ());
+      Alcotest.(check bool) "not aborted" true (state () = Tcp.Syn_sent);
+      Alcotest.(check (option string)) "reported" (Some "host unreachable") (info ()).soft_error;
+      Clock.Virtual.advance vclock (Consort.Time.of_sec 300.);
+      match !status with
+      | Some (Tcp.Failed (`Unreachable "host unreachable")) -> ()
+      | s -> Alcotest.failf "status %a" Fmt.(option Tcp.pp_status) s)
+
+(* RFC 1191: a smaller next-hop MTU shrinks the segments at once. *)
+let icmp_frag_needed () =
+  let r = raw ~config:{ Tcp.default_config with timestamps = false } () in
+  Alcotest.(check int) "MSS from the peer" 1000 (r.info ()).snd_mss;
+  r.sent := [];
+  ignore (r.write 3000 : int);
+  Clock.Virtual.advance r.vclock 0;
+  Alcotest.(check int) "three segments sent" 3 (List.length !(r.sent));
+  r.sent := [];
+  let quoted =
+    let b = Bytes.create 8 in
+    Bytes.set_uint16_be b 0 80;
+    Bytes.set_uint16_be b 2 5000;
+    Bytes.set_int32_be b 4 (Int32.of_int (r.iss () + 1));
+    Bytes.to_string b
+  in
+  Mem.icmp r.net ~at:1 ~about:2
+    (Option.get (Tcp_icmp.of_icmp (Dest_unreachable (Frag_needed { mtu = 576 })) ~quoted));
+  Clock.Virtual.advance r.vclock 0;
+  Alcotest.(check int) "MSS follows the path MTU" 536 (r.info ()).snd_mss;
+  let sizes = List.rev_map (fun (_, len) -> len) !(r.sent) in
+  Alcotest.(check bool)
+    (Fmt.str "in flight again, smaller (%a)" Fmt.(list ~sep:sp int) sizes)
+    true
+    (sizes <> [] && List.for_all (fun n -> n <= 536) sizes)
+
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
+      Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
+      Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick icmp_frag_needed;
+    ]

@@ -48,7 +48,7 @@ and t = {
 
 and connection = { ep : t; peer : host; mutable handler : handler option }
 and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
-and status = unit
+and status = Tcp_icmp.t
 
 type address = host
 type address_pattern = unit
@@ -117,6 +117,14 @@ let deliver net ~src ~dst data =
 
 let inject net ~src ~dst data = deliver net ~src ~dst data
 let connections t = Hashtbl.length t.conns
+
+let icmp net ~at ~about e =
+  match List.assoc_opt at net.hosts with
+  | None -> ()
+  | Some ep -> (
+      match Hashtbl.find_opt ep.conns about with
+      | Some ({ handler = Some h; _ } as c) -> h.status c e
+      | _ -> ())
 
 let send c pkt =
   let t = c.ep in

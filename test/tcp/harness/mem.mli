@@ -45,7 +45,7 @@ include
     with type host := host
      and type address = host
      and type address_pattern = unit
-     and type status = unit
+     and type status = Tcp_icmp.t
      and type control = unit
      and type info = unit
 
@@ -61,3 +61,7 @@ val inject : net -> src:host -> dst:host -> string -> unit
 
 val connections : t -> int
 (** Lower connections the endpoint holds (one per peer in use). *)
+
+val icmp : net -> at:host -> about:host -> Tcp_icmp.t -> unit
+(** [icmp net ~at ~about e] reports the ICMP error [e] to host [at], about
+    a segment it sent to [about] (as IPv4 does, on that connection). *)
