@@ -1561,16 +1561,16 @@ struct
           drop ();
           (* RFC 1337: a RST does not cut TIME-WAIT short. *)
           if tcb.state <> Time_wait then
-          match Tcp_verdict.rst ~rcv_nxt:tcb.rcv_nxt ~seq:h.seq with
-          | Challenge_ack -> challenge_ack tcb
-          | Reset -> (
-            match tcb.state with
-            | Syn_received when tcb.listener <> None -> delete tcb
-            | Syn_received -> fail tcb (`Refused "connection refused")
-            | Established | Fin_wait_1 | Fin_wait_2 | Close_wait -> fail tcb `Reset
-            | _ ->
-                report tcb Closed_normally;
-                delete tcb)
+            match Tcp_verdict.rst ~rcv_nxt:tcb.rcv_nxt ~seq:h.seq with
+            | Challenge_ack -> challenge_ack tcb
+            | Reset -> (
+                match tcb.state with
+                | Syn_received when tcb.listener <> None -> delete tcb
+                | Syn_received -> fail tcb (`Refused "connection refused")
+                | Established | Fin_wait_1 | Fin_wait_2 | Close_wait -> fail tcb `Reset
+                | _ ->
+                    report tcb Closed_normally;
+                    delete tcb)
         end
         else if h.flags.syn then begin
           (* SYN-RECEIVED, another SYN: RFC 9293 returns a passive
