@@ -51,7 +51,9 @@ let string t n = match find t n with String s -> s | _ -> kind_error n
 let parse_time s =
   let num suffix k =
     let body = String.sub s 0 (String.length s - String.length suffix) in
-    Option.map (fun f -> int_of_float (f *. k)) (float_of_string_opt body)
+    match float_of_string_opt body with
+    | Some f when Float.is_finite f && Float.abs (f *. k) < 4e18 -> Some (int_of_float (f *. k))
+    | _ -> None
   in
   let ends suf = String.length s > String.length suf && String.ends_with ~suffix:suf s in
   if ends "ns" then num "ns" 1. else if ends "us" then num "us" 1e3

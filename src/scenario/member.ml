@@ -307,6 +307,10 @@ let run cfg =
               | Fd fd ->
                   let buf = Buffer.create 256 and chunk = Bytes.create 65536 in
                   let skipping = ref false in
+                  let too_long () =
+                    Printf.eprintf "consort member: standard input: a line longer than %d bytes is not cast\n%!"
+                      max_line
+                  in
                   let rec lines () =
                     let s = Buffer.contents buf in
                     match String.index_opt s '\n' with
@@ -314,18 +318,20 @@ let run cfg =
                         let line = String.sub s 0 i in
                         Buffer.clear buf;
                         Buffer.add_string buf (String.sub s (i + 1) (String.length s - i - 1));
-                        if !skipping then skipping := false else if line <> "" then cast_line line;
+                        if !skipping then skipping := false
+                        else if String.length line > max_line then too_long ()
+                        else if line <> "" then cast_line line;
                         lines ()
                     | None ->
                         if Buffer.length buf > max_line then begin
-                          if not !skipping then
-                            say "standard input: a line longer than %d bytes is not cast" max_line;
+                          if not !skipping then too_long ();
                           skipping := true;
                           Buffer.clear buf
                         end
                   in
                   let at_end () =
-                    if Buffer.length buf > 0 && not !skipping then cast_line (Buffer.contents buf);
+                    if Buffer.length buf > max_line then too_long ()
+                    else if Buffer.length buf > 0 && not !skipping then cast_line (Buffer.contents buf);
                     Buffer.clear buf;
                     leave ()
                   in

@@ -62,6 +62,9 @@ let params_of_string () =
   error "test.time=10" "expected a duration";
   error "test.time=ms" "expected a duration";
   error "test.time=10h" "expected a duration";
+  error "test.time=1e300s" "test.time=1e300s: expected a duration";
+  error "test.time=infms" "expected a duration";
+  error "test.time=nans" "expected a duration";
   error "test.int=0" "test.int=0 is out of its range [1, 1099511627776]";
   error "test.int=-3" "test.int=-3 is out of its range [1, ";
   error "test.time=0ms" "test.time=0ns is out of its range [1ns, ";

@@ -48,6 +48,53 @@ let unknown () =
       Alcotest.(check bool) "printed, the error names the known scenarios" true
         (List.for_all (fun n -> Text.contains e n) S.names)
 
+(* The member logs of the group scenarios, as their trace shows them
+   ("TIME {json}"): every record timed, blocks before view changes,
+   numbered messages, and a live line for each member alive at the end.
+   Without them the checker's rules on blocks, numbers and wedges would
+   hold vacuously. *)
+let member_logs () =
+  let module Log = Consort_spec.Log in
+  let _, text = with_trace "vsync-churn" 3 in
+  let events =
+    List.filter_map
+      (fun line ->
+        match String.index_opt line '{' with
+        | Some i -> (
+            match Log.of_line (String.sub line i (String.length line - i)) with
+            | Ok e -> Some (int_of_string (String.sub line 0 (i - 1)), e)
+            | Error e -> Alcotest.failf "a log line does not parse: %a: %s" Log.pp_error e line)
+        | None -> None)
+      (String.split_on_char '\n' text)
+  in
+  let count p = List.length (List.filter (fun (_, e) -> p e) events) in
+  List.iter
+    (fun (at, e) -> if Log.time e <> at then Alcotest.failf "t is %d, logged at %d" (Log.time e) at)
+    events;
+  let views = count (function Log.View _ -> true | _ -> false) in
+  let blocks = count (function Log.Block _ -> true | _ -> false) in
+  let lives = count (function Log.Live _ -> true | _ -> false) in
+  let casts = count (function Log.Cast _ -> true | _ -> false) in
+  if blocks < 3 then Alcotest.failf "only %d blocks for %d views" blocks views;
+  if lives < 2 then Alcotest.failf "only %d live lines" lives;
+  if casts < 50 then Alcotest.failf "only %d casts" casts;
+  List.iter
+    (fun (_, e) ->
+      match e with
+      | Log.Cast { seq; _ } | Log.Send { seq; _ } | Log.Deliver { seq; _ } ->
+          if seq < 1 then Alcotest.failf "a message without its number: %a" Log.pp e
+      | _ -> ())
+    events;
+  (* The live lines count the casts their members' logs hold. *)
+  List.iter
+    (fun (_, e) ->
+      match e with
+      | Log.Live { me; casts; _ } ->
+          let mine = count (function Log.Cast c -> c.me = me | _ -> false) in
+          Alcotest.(check int) ("casts of " ^ me) mine casts
+      | _ -> ())
+    events
+
 let () =
   let per name =
     [
@@ -60,4 +107,5 @@ let () =
     [
       ("determinism", List.concat_map per S.names);
       ("names", [ Alcotest.test_case "unknown scenario" `Quick unknown ]);
+      ("logs", [ Alcotest.test_case "group scenarios log what the checker needs" `Quick member_logs ]);
     ]

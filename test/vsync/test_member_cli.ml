@@ -143,6 +143,30 @@ let regular_file () =
       | Ok s -> Alcotest.(check int) "casts in the log" 3 s.Vsync.casts
       | Error l -> Alcotest.failf "%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) l)))
 
+(* A line longer than 1 MiB is not cast (memory stays bounded), whether
+   its end is in the buffer or far beyond; the next one is. *)
+let long_line () =
+  let input = temp ".txt" and log = temp ".log" in
+  Fun.protect
+    ~finally:(fun () -> remove input; remove log)
+    (fun () ->
+      let oc = open_out_bin input in
+      output_string oc (String.make ((1 lsl 20) + 10) 'x');
+      output_string oc "\nshort\n";
+      output_string oc (String.make (3 lsl 20) 'y');
+      output_string oc "\nend\n";
+      close_out oc;
+      with_stdin_file input (fun fd ->
+          let pid, err = spawn ~stdin:fd (member_args ~log ()) in
+          Fun.protect ~finally:(fun () -> remove err) (fun () ->
+              Alcotest.(check (option int)) "exit code at the end of the file" (Some 0) (wait_exit pid);
+              let warning = "consort member: standard input: a line longer than 1048576 bytes is not cast\n" in
+              Alcotest.(check string) "one line on stderr per long line" (warning ^ warning) (read_file err)));
+      let delivered =
+        List.filter_map (function Log.Deliver { seq; len; _ } -> Some (seq, len) | _ -> None) (events log)
+      in
+      Alcotest.(check (list (pair int int))) "only the short lines" [ (1, 5); (2, 3) ] delivered)
+
 (* Wrong command lines: exit code 2 and one line naming what is wrong. *)
 let usage_error name args ~mentions =
   with_stdin_file "/dev/null" (fun fd ->
@@ -191,6 +215,7 @@ let () =
           Alcotest.test_case "standard input is /dev/null: the member stays" `Quick dev_null;
           Alcotest.test_case "--no-input: the member stays, whatever its input" `Quick no_input;
           Alcotest.test_case "standard input is a regular file: its lines are cast" `Quick regular_file;
+          Alcotest.test_case "a line over 1 MiB is not cast" `Quick long_line;
         ] );
       ("command line", [ Alcotest.test_case "wrong addresses and tunables: exit 2, one line" `Quick bad_command_lines ]);
     ]
