@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak clean
+.PHONY: all deps build demo test bench soak mutants clean
 
 all: build
 
@@ -31,8 +31,14 @@ bench: build
 SOAK_SEEDS ?= 100000
 
 soak: build
-	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do \
+	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
+	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+
+# Deliberate bugs from test/mutants/, each applied to a temporary copy of the
+# tree; every one must be killed by the tests it names.
+mutants: deps
+	@./scripts/mutants.sh
 
 clean:
 	$(DUNE) clean

@@ -94,7 +94,7 @@ let group_demo () =
       P.remove_dir dir)
     (fun () ->
       Fmt.pr "A group of 4 member processes on 127.0.0.1 (stack %s):@."
-        (match Consort_group.Properties.(layers vsync) with Ok l -> Consort.Stack.describe l | Error e -> e);
+        (match Consort_group.Properties.(layers vsync) with Ok l -> Consort.Stack.describe l | Error e -> Fmt.str "%a" Consort_group.Properties.pp_error e);
       List.iter start ms;
       say "started 4 members at %s" (String.concat ", " peers);
       let formed = P.wait_until ~timeout:10. (fun () -> P.same_view ms) in

@@ -1,7 +1,7 @@
 open Cmdliner
 
 let props_arg =
-  let parse s = match Consort_group.Properties.of_string s with Ok p -> Ok p | Error e -> Error (`Msg e) in
+  let parse s = match Consort_group.Properties.of_string s with Ok p -> Ok p | Error e -> Error (`Msg (Fmt.str "%a" Consort_group.Properties.pp_error e)) in
   let print ppf p = Consort_group.Properties.pp ppf p in
   Arg.conv (parse, print)
 
@@ -106,7 +106,7 @@ let stack props =
       print_endline (Consort.Stack.describe l);
       0
   | Error e ->
-      Fmt.epr "consort stack: %s@." e;
+      Fmt.epr "consort stack: %a@." Consort_group.Properties.pp_error e;
       1
 
 let stack =

@@ -1,10 +1,15 @@
 open Cmdliner
 
-let run scenario seeds seed trace quiet verbose =
+let run scenario seeds seed trace quiet verbose params =
   if verbose > 0 then begin
     Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
     Logs.set_level (Some (if verbose > 1 then Logs.Debug else Logs.Info))
   end;
+  match Option.fold ~none:(Ok Consort.Params.empty) ~some:Consort.Params.of_string params with
+  | Error e ->
+      Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
+      2
+  | Ok params -> (
   match Consort_scenario.Scenario.describe scenario with
   | None ->
       Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
@@ -17,7 +22,7 @@ let run scenario seeds seed trace quiet verbose =
       let oc = Option.map open_out trace in
       let passed = ref 0 and failed = ref 0 in
       for s = first to first + seeds - 1 do
-        match Consort_scenario.Scenario.run ?trace:oc scenario ~seed:s with
+        match Consort_scenario.Scenario.run ?trace:oc ~params scenario ~seed:s with
         | Error e ->
             Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
             incr failed
@@ -33,7 +38,7 @@ let run scenario seeds seed trace quiet verbose =
       done;
       Option.iter close_out oc;
       Fmt.pr "%d passed, %d failed@." !passed !failed;
-      if !failed = 0 then 0 else 1
+      if !failed = 0 then 0 else 1)
 
 let scenario =
   Arg.(required & opt (some string) None & info [ "scenario" ] ~docv:"NAME" ~doc:"Scenario to run.")
@@ -52,6 +57,13 @@ let verbose =
   Arg.(value & flag_all & info [ "verbose"; "v" ] ~doc:"Log the layers' decisions on standard error (twice: everything).")
   |> Term.app (Term.const List.length)
 
+let params =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "params" ] ~docv:"NAME=VALUE,..."
+        ~doc:"Override layer tunables for every member (see $(b,consort params)), e.g. $(b,mflow.window=4096,suspect.timeout=2s).")
+
 let cmd =
   let doc = "Run seeded schedules of a scenario in the simulator and check each trace." in
   let man =
@@ -61,4 +73,4 @@ let cmd =
       `P ("Scenarios: " ^ String.concat ", " Consort_scenario.Scenario.names ^ ".");
     ]
   in
-  Cmd.v (Cmd.info "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose)
+  Cmd.v (Cmd.info "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)

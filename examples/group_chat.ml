@@ -10,7 +10,7 @@ module G = Group.Make (Sim)
 
 let () =
   let net = Sim.create ~seed:42 () in
-  let layers = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> failwith e in
+  let layers = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e in
   Fmt.pr "stack: %s@." (Stack.describe layers);
   let addrs = [ "alice"; "bob"; "carol" ] in
   let join addr =
@@ -27,13 +27,19 @@ let () =
     in
     match G.join ~peers:addrs ~layers net ~group:"chat" ~addr callbacks with
     | Ok g -> g
-    | Error e -> failwith e
+    | Error e -> Fmt.failwith "%s cannot join: %a" addr Group.pp_join_error e
   in
   let alice = join "alice" and bob = join "bob" and carol = join "carol" in
   let at s f = ignore (Sim.at net (Time.of_sec s) f) in
-  at 1.0 (fun () -> G.cast alice "hello everyone");
-  at 1.0 (fun () -> G.cast bob "hi alice");
-  at 1.5 (fun () -> G.send carol (G.me alice) "psst");
+  (* A message is accepted, or refused with a reason (flow control full,
+     too big, not a member, leaving) and then counted by no one. *)
+  let said who = function
+    | Ok () -> ()
+    | Error e -> Fmt.pr "%s: refused: %a@." who Group.pp_error e
+  in
+  at 1.0 (fun () -> said "alice" (G.cast alice "hello everyone"));
+  at 1.0 (fun () -> said "bob" (G.cast bob "hi alice"));
+  at 1.5 (fun () -> said "carol" (G.send carol (G.me alice) "psst"));
   at 2.0 (fun () -> G.leave bob);
   at 3.0 (fun () -> Sim.crash net "carol");
   Sim.run ~until:(Time.of_sec 12.) net;

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 BIN=./_build/default
 SIM_SEEDS=${SIM_SEEDS:-2000}
 VSYNC_SEEDS=${VSYNC_SEEDS:-1000}
+FLOW_SEEDS=${FLOW_SEEDS:-300}
+SMALL_SEEDS=${SMALL_SEEDS:-500}
 JOBS=${JOBS:-2}
 export CONSORT_CHECKED=1
 log_dir=$(mktemp -d)
@@ -71,8 +73,16 @@ done
 for s in pt2pt-lossy mnak-lossy; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $SIM_SEEDS")
 done
-for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn; do
+for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-oversize vsync-deaf \
+  vsync-slander vsync-leave-coord vsync-forged; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
+done
+# Heavy seeds (large fragmented casts): fewer here, many more in make soak.
+jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
+# The same schedules with small windows and short timeouts.
+small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag.size=1500,gmp.flush_timeout=2s
+for s in vsync-crash vsync-churn; do
+  jobs+=("counted|sim $s (small windows)|$BIN/bin/main.exe sim --scenario $s --seeds $SMALL_SEEDS --params $small")
 done
 n=${#jobs[@]}
 

@@ -96,7 +96,7 @@ let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
 let me cfg = List.nth cfg.addrs cfg.index
 
-let vsync_layers () = Consort_group.Properties.(layers vsync)
+let vsync_layers () = Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error) Consort_group.Properties.(layers vsync)
 
 let transport_fields g =
   let i = Udp.query (G.connection g) in
@@ -122,7 +122,7 @@ let group_rtt cfg =
       let samples = Array.make cfg.count 0. in
       let g = ref None in
       let self () = match !g with Some g -> G.me g | None -> "" in
-      let cast s = match !g with Some g -> G.cast g s | None -> () in
+      let cast s = match !g with Some g -> ignore (G.cast g s) | None -> () in
       let seq = ref (-1) and sent_at = ref 0 and finished = ref false and stray = ref 0 in
       let next () =
         incr seq;
@@ -160,7 +160,7 @@ let group_rtt cfg =
         }
       in
       match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers loop ~group:"bench-rtt" ~addr:(me cfg) cb with
-      | Error e -> Error e
+      | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
           let t0 = Loop.now loop in
@@ -355,7 +355,10 @@ let group_tput cfg =
       let expected = cfg.count * cfg.senders in
       let g = ref None in
       let self () = match !g with Some g -> G.me g | None -> "" in
-      let cast s = match !g with Some g -> G.cast g s | None -> () in
+      (* [try_cast s]: whether the group took [s]; flow control refuses
+         when full, and says [flow false] when it may go on. *)
+      let try_cast s = match !g with Some g -> Result.is_ok (G.cast g s) | None -> false in
+      let cast s = ignore (try_cast s) in
       let readies = Hashtbl.create 8 and dones = Hashtbl.create 8 in
       let next = Hashtbl.create 8 in
       let delivered = ref 0 and errors = ref 0 and first = ref 0 and last = ref 0 in
@@ -364,8 +367,7 @@ let group_tput cfg =
       let fill_pending = ref false in
       let rec fill () =
         fill_pending := false;
-        while !made < cfg.count && !made - !own < max_queued do
-          cast (payload ~seq:!made ~size:cfg.size);
+        while !made < cfg.count && !made - !own < max_queued && try_cast (payload ~seq:!made ~size:cfg.size) do
           incr made
         done
       and schedule_fill () =
@@ -422,12 +424,12 @@ let group_tput cfg =
           cast = on_cast;
           send = (fun ~origin:_ _ -> ());
           block = ignore;
-          flow = ignore;
+          flow = (fun b -> if not b then schedule_fill ());
           exit = ignore;
         }
       in
       match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers loop ~group:"bench-tput" ~addr:(me cfg) cb with
-      | Error e -> Error e
+      | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
           Loop.run loop ~until:finished ~timeout:(Time.of_sec cfg.deadline);

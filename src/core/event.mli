@@ -31,6 +31,37 @@ type up_ctl +=
 
 type dn_ctl += Stop  (** the stack is being torn down *)
 
+(** {1 The flush barrier}
+
+    A view change first drains the stack, as Ensemble's [EBlock] /
+    [EBlockOk]: the membership layer sends {!Block_req} down; each layer
+    sends on, or accounts for, what it holds (queued casts, a window of
+    sends) and passes the request on; the bottom of the stack answers with
+    {!Block_ok}, which comes back up through every layer. A layer may add
+    its own part to the member's flush report as it passes [Block_ok] up
+    (a total order layer adds its ordered prefix); the membership layer
+    sends the report to the coordinator, which gathers every member's, and
+    each member hands them all down with {!Flush_parts} before it delivers
+    the rest of the view, so that every member decides from the same
+    reports. A layer that must wait before it can answer (for an
+    acknowledgement, say) keeps the [Block_ok] until it can. *)
+
+type part = string * string
+(** A layer's part of a flush report: its name, and bytes it encodes and
+    decodes itself. *)
+
+type up_ctl +=
+  | Block_ok of { round : int; parts : part list }
+        (** going up: everything below has drained for the request [round] *)
+
+type dn_ctl +=
+  | Block_req of { round : int }
+        (** going down: a view change flushes; drain, then let [Block_ok]
+            through (the stack's bottom turns this into [Block_ok]) *)
+  | Flush_parts of { parts : (int * part list) list }
+        (** going down: every remaining member's parts, by rank, the same at
+            every member *)
+
 val pp_dst : dst Fmt.t
 val pp_src : src Fmt.t
 

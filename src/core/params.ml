@@ -5,6 +5,7 @@ type range = { min : value; max : value }
 let table : (string, value * string * range option) Hashtbl.t = Hashtbl.create 32
 let empty = []
 let set k v t = (k, v) :: List.remove_assoc k t
+let override t ~by = List.fold_right (fun (k, v) acc -> set k v acc) by t
 
 let same_kind a b =
   match (a, b) with

@@ -14,6 +14,9 @@ type t
 val empty : t
 val set : string -> value -> t -> t
 
+val override : t -> by:t -> t
+(** [override t ~by] is [t] with every override of [by] on top. *)
+
 (** The valid values of a numeric tunable, bounds included. *)
 type range = { min : value; max : value }
 

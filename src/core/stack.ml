@@ -68,7 +68,15 @@ let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes i ~net ~app (module L : 
         (fun dst h msg ->
           let msg = Msg.push L.codec h msg in
           if i = 0 then net dst msg else nodes.(i - 1).dn dst msg);
-      dn_ctl = (fun e -> if i > 0 then nodes.(i - 1).dn_ctl e);
+      dn_ctl =
+        (fun e ->
+          if i > 0 then nodes.(i - 1).dn_ctl e
+          else
+            match e with
+            | Event.Block_req { round } ->
+                (* The bottom of the stack: everything below has drained. *)
+                nodes.(0).up_ctl (Event.Block_ok { round; parts = [] })
+            | _ -> ());
       alarm =
         (fun at ->
           let st = Lazy.force st in

@@ -8,8 +8,19 @@ type Event.up_ctl +=
   | Block
   | Flushed of { survivors : int list; leavers : int list }
   | Excluded
+  | Reported of { coord : int; excluded : int list; leaving : int list; into : string }
 
-type Event.dn_ctl += Start_flush of string | Leave
+type Event.dn_ctl += Start_flush of string | Leave | Merge_into of string
+
+module Param = struct
+  let flush_timeout = "gmp.flush_timeout"
+
+  let () =
+    Params.register flush_timeout (Params.Time (Time.of_sec 4.))
+      ~doc:
+        "how long the coordinator waits for a member's flush report or completion before it \
+         suspects that member"
+end
 
 let () =
   Event.register_up_ctl_printer (function
@@ -20,6 +31,11 @@ let () =
             Fmt.pf ppf "flushed(survivors [%a], leavers [%a])" Fmt.(list ~sep:comma int) survivors
               Fmt.(list ~sep:comma int) leavers)
     | Excluded -> Some (fun ppf -> Fmt.string ppf "excluded")
+    | Reported { coord; excluded; leaving; into = _ } ->
+        Some
+          (fun ppf ->
+            Fmt.pf ppf "reported(to %d, excluded [%a], leaving [%a])" coord Fmt.(list ~sep:comma int) excluded
+              Fmt.(list ~sep:comma int) leaving)
     | _ -> None);
   Event.register_dn_ctl_printer (function
     | Start_flush why -> Some (fun ppf -> Fmt.pf ppf "start-flush(%s)" why)
@@ -30,14 +46,23 @@ module L = struct
   type header =
     | App
     | Leave_req
-    | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list }
-    | Flush_ok of { coord : int; attempt : int; casts : int array; sent : int array }
-    | Target of { coord : int; attempt : int; casts : int array; sends : int array }
+    | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list; into : string }
+    | Flush_ok of { coord : int; attempt : int; casts : int array; sent : int array; parts : Event.part list }
+    | Target of {
+        coord : int;
+        attempt : int;
+        casts : int array;
+        sends : int array;
+        parts : (int * Event.part list) list;
+      }
     | Done of { coord : int; attempt : int }
 
   let name = "gmp"
   let ints = Codec.list ~max:4096 Codec.varint
   let vec = Codec.array ~max:4096 Codec.varint
+  let part_bytes = Codec.string ~max:(1 lsl 20) ()
+  let parts = Codec.list ~max:64 (Codec.pair part_bytes part_bytes)
+  let all_parts = Codec.list ~max:4096 (Codec.pair Codec.varint parts)
 
   let codec =
     Codec.union "gmp"
@@ -45,21 +70,23 @@ module L = struct
         Codec.case 0 "app" Codec.unit (function App -> Some () | _ -> None) (fun () -> App);
         Codec.case 1 "leave" Codec.unit (function Leave_req -> Some () | _ -> None) (fun () -> Leave_req);
         Codec.case 2 "flush"
-          Codec.(tup4 varint varint ints ints)
+          Codec.(tup4 (pair varint varint) ints ints (string ~max:1024 ()))
           (function
-            | Flush { coord; attempt; excluded; leaving } -> Some (coord, attempt, excluded, leaving)
+            | Flush { coord; attempt; excluded; leaving; into } -> Some ((coord, attempt), excluded, leaving, into)
             | _ -> None)
-          (fun (coord, attempt, excluded, leaving) -> Flush { coord; attempt; excluded; leaving });
+          (fun ((coord, attempt), excluded, leaving, into) -> Flush { coord; attempt; excluded; leaving; into });
         Codec.case 3 "flush_ok"
-          Codec.(tup4 varint varint vec vec)
+          Codec.(tup4 (pair varint varint) vec vec parts)
           (function
-            | Flush_ok { coord; attempt; casts; sent } -> Some (coord, attempt, casts, sent) | _ -> None)
-          (fun (coord, attempt, casts, sent) -> Flush_ok { coord; attempt; casts; sent });
+            | Flush_ok { coord; attempt; casts; sent; parts } -> Some ((coord, attempt), casts, sent, parts)
+            | _ -> None)
+          (fun ((coord, attempt), casts, sent, parts) -> Flush_ok { coord; attempt; casts; sent; parts });
         Codec.case 4 "target"
-          Codec.(tup4 varint varint vec vec)
+          Codec.(tup4 (pair varint varint) vec vec all_parts)
           (function
-            | Target { coord; attempt; casts; sends } -> Some (coord, attempt, casts, sends) | _ -> None)
-          (fun (coord, attempt, casts, sends) -> Target { coord; attempt; casts; sends });
+            | Target { coord; attempt; casts; sends; parts } -> Some ((coord, attempt), casts, sends, parts)
+            | _ -> None)
+          (fun ((coord, attempt), casts, sends, parts) -> Target { coord; attempt; casts; sends; parts });
         Codec.case 5 "done"
           Codec.(pair varint varint)
           (function Done { coord; attempt } -> Some (coord, attempt) | _ -> None)
@@ -72,12 +99,13 @@ module L = struct
   let pp_header ppf = function
     | App -> Fmt.string ppf "app"
     | Leave_req -> Fmt.string ppf "leave"
-    | Flush { coord; attempt; excluded; leaving } ->
-        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a])" coord attempt pp_ints excluded pp_ints
-          leaving
-    | Flush_ok { coord; attempt; casts; sent } ->
-        Fmt.pf ppf "flush-ok(%d.%d, casts [%a], sent [%a])" coord attempt pp_vec casts pp_vec sent
-    | Target { coord; attempt; casts; sends } ->
+    | Flush { coord; attempt; excluded; leaving; into } ->
+        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a]%s)" coord attempt pp_ints excluded pp_ints
+          leaving (if into = "" then "" else ", into " ^ into)
+    | Flush_ok { coord; attempt; casts; sent; parts } ->
+        Fmt.pf ppf "flush-ok(%d.%d, casts [%a], sent [%a], %d parts)" coord attempt pp_vec casts pp_vec sent
+          (List.length parts)
+    | Target { coord; attempt; casts; sends; parts = _ } ->
         Fmt.pf ppf "target(%d.%d, casts [%a], sends [%a])" coord attempt pp_vec casts pp_vec sends
     | Done { coord; attempt } -> Fmt.pf ppf "done(%d.%d)" coord attempt
 
@@ -92,17 +120,35 @@ module L = struct
     attempt : int;
     excluded : int list;
     leaving : int list;
-    reported_casts : int array;  (* what this member reported: deliveries past it are held *)
-    reported_sends : int array;
+    r_into : string;
+    stamp : int;  (* of the Block_req sent down for this round *)
+    mutable reported : (int array * int array) option;
+        (* what this member reported, once the stack below has drained:
+           deliveries past it are held *)
     mutable target : (int array * int array) option;
     mutable done_sent : bool;
     (* at the coordinator only *)
-    oks : (int array * int array) option array;  (* per rank: casts delivered, sends sent to each *)
+    oks : (int array * int array * Event.part list) option array;
+        (* per rank: casts delivered, sends sent to each, the layers' parts *)
     dones : bool array;
+    deadline : Time.t;  (* when members that have not answered are suspected *)
+    mutable expired : bool;
   }
 
   type t = {
     out : header Layer.out;
+    now : unit -> Time.t;
+    flush_timeout : Time.t;
+    mutable stamps : int;  (* Block_req sent so far *)
+    mutable attempts : int;  (* rounds started by this member as coordinator *)
+    mutable pending : (int * int * int list * int list * string) list;
+    mutable into : string;  (* as coordinator: the member whose view this one merges into, or "" *)
+        (* rounds whose exclusions this member could not confirm yet *)
+    mutable verdict : (int * bool) option;  (* the failure detector's answer *)
+    mutable unconfirmed : int;
+    retry : Time.t;
+    mutable timed_out : int;
+    mutable stale : int;
     n : int;
     me : int;
     suspected : bool array;
@@ -123,6 +169,17 @@ module L = struct
     let n = View.nmembers ctx.view in
     {
       out;
+      now = ctx.now;
+      flush_timeout = max 1 (Params.time ctx.params Param.flush_timeout);
+      stamps = 0;
+      attempts = 0;
+      pending = [];
+      into = "";
+      verdict = None;
+      unconfirmed = 0;
+      retry = Time.of_ms 250;
+      timed_out = 0;
+      stale = 0;
       n;
       me = ctx.view.rank;
       suspected = Array.make n false;
@@ -162,10 +219,16 @@ module L = struct
   (* The coordinator starts (or restarts) a round. *)
   let start_round t why =
     if (not t.stopped) && is_coord t then begin
-      let attempt = match t.round with Some r when r.coord = t.me -> r.attempt + 1 | _ -> 1 in
+      (* Attempt numbers are never reused, even for a round whose Flush has
+         not come back yet: two rounds never share a name. *)
+      t.attempts <- t.attempts + 1;
+      let attempt = t.attempts in
       Log.debug (fun m -> m "rank %d: flush %d.%d (%s)" t.me t.me attempt why);
       t.flushed <- false;
-      cast_ctl t (Flush { coord = t.me; attempt; excluded = excluded_list t; leaving = leaving_list t })
+      (* Drain the flow control below first, so that the Flush itself does
+         not wait for credit behind application casts. *)
+      t.out.dn_ctl (Event.Block_req { round = 0 });
+      cast_ctl t (Flush { coord = t.me; attempt; excluded = excluded_list t; leaving = leaving_list t; into = t.into })
     end
 
   let request_flush t why =
@@ -200,7 +263,9 @@ module L = struct
       keep
 
   let fix_sends r ts =
-    Array.mapi (fun o v -> if List.mem o r.excluded then r.reported_sends.(o) else v) ts
+    match r.reported with
+    | Some (_, rs) -> Array.mapi (fun o v -> if List.mem o r.excluded then rs.(o) else v) ts
+    | None -> ts
 
   let rec check_done t =
     match t.round with
@@ -216,9 +281,12 @@ module L = struct
         end
     | _ -> ()
 
-  and set_target t r (tc, ts) =
-    if r.target = None then begin
+  and set_target t r (tc, ts) parts =
+    if r.target = None && r.reported <> None then begin
       let ts = fix_sends r ts in
+      (* Every member gets the same reports, before any delivery past
+         its own: layers that add to the flush decide from them. *)
+      t.out.dn_ctl (Event.Flush_parts { parts });
       r.target <- Some (tc, ts);
       release_held t (tc, ts);
       check_done t
@@ -232,14 +300,17 @@ module L = struct
         if r.target = None && List.for_all (fun x -> r.oks.(x) <> None) members then begin
           let tc = Array.make t.n 0 in
           let sends_to = Array.make_matrix t.n t.n 0 in
+          let parts = ref [] in
           List.iter
             (fun x ->
               match r.oks.(x) with
-              | Some (c, s) ->
+              | Some (c, s, p) ->
                   Array.iteri (fun o k -> if k > tc.(o) then tc.(o) <- k) c;
-                  Array.iteri (fun d k -> sends_to.(x).(d) <- k) s
+                  Array.iteri (fun d k -> sends_to.(x).(d) <- k) s;
+                  if p <> [] then parts := (x, p) :: !parts
               | None -> ())
             members;
+          let parts = List.rev !parts in
           List.iter
             (fun x ->
               (* Sends to [x] from each origin that stays: all it sent.
@@ -248,8 +319,8 @@ module L = struct
               let ts =
                 Array.init t.n (fun o -> if List.mem o r.excluded then 0 else sends_to.(o).(x))
               in
-              if x = t.me then set_target t r (tc, ts)
-              else send_ctl t x (Target { coord = t.me; attempt = r.attempt; casts = tc; sends = ts }))
+              if x = t.me then set_target t r (tc, ts) parts
+              else send_ctl t x (Target { coord = t.me; attempt = r.attempt; casts = tc; sends = ts; parts }))
             members;
           check_done t
         end;
@@ -261,48 +332,107 @@ module L = struct
         end
     | _ -> ()
 
-  let on_flush t ~coord ~attempt ~excluded ~leaving =
+  (* The stack below has drained for round [r]: report. *)
+  let report t r parts =
+    if r.reported = None then begin
+      let casts = Array.copy t.casts and sends = Array.copy t.sends in
+      r.reported <- Some (casts, sends);
+      (* The runtime accepts the next view only from this round's
+         coordinator (or the partition it merges into), with exactly these
+         members gone. *)
+      t.out.up_ctl (Reported { coord = r.coord; excluded = r.excluded; leaving = r.leaving; into = r.r_into });
+      if r.coord = t.me then begin
+        r.oks.(t.me) <- Some (casts, Array.copy t.sent, parts);
+        coord_progress t
+      end
+      else send_ctl t r.coord (Flush_ok { coord = r.coord; attempt = r.attempt; casts; sent = Array.copy t.sent; parts })
+    end
+
+  (* Whether the failure detector below confirms every exclusion of this
+     round (no failure detector: yes). *)
+  let confirmed t coord excluded =
+    if coord = t.me || excluded = [] || List.for_all (fun r -> r <> t.me && t.suspected.(r)) excluded then true
+    else begin
+      t.verdict <- None;
+      t.out.dn_ctl (Gevent.Judge_flush { coord; excluded });
+      match t.verdict with
+      | Some (c, accept) when c = coord -> accept && not t.suspected.(coord)
+      | _ -> not t.suspected.(coord)
+    end
+
+  let rec on_flush t ~coord ~attempt ~excluded ~leaving ~into =
     if not (List.for_all (valid t) excluded && List.for_all (valid t) leaving && valid t coord) then
       t.nonsense <- t.nonsense + 1
+    else if coord <> t.me && t.suspected.(coord) then
+      (* A member this one has found faulty does not decide for it. *)
+      t.stale <- t.stale + 1
+    else if newer (coord, attempt) t.round && not (confirmed t coord excluded) then begin
+      (* Exclusions this member cannot confirm yet (it still hears those
+         members, or it is excluded by a member that alone accuses it): the
+         round waits until it can, or until its coordinator is found
+         faulty. *)
+      if not (List.exists (fun (c, a, _, _, _) -> c = coord && a >= attempt) t.pending) then begin
+        t.unconfirmed <- t.unconfirmed + 1;
+        t.pending <- (coord, attempt, excluded, leaving, into) :: List.filter (fun (c, _, _, _, _) -> c <> coord) t.pending;
+        t.out.alarm (t.now () + t.retry)
+      end
+    end
     else if List.mem t.me excluded then begin
       (* The group goes on without this member. *)
       t.out.up_ctl Excluded
     end
     else if newer (coord, attempt) t.round then begin
-      (* Adopt the round's view of who failed and who leaves. *)
+      (* Adopt the round's view of who failed and who leaves; the layers
+         above (the runtime) hear of exclusions they did not know of. *)
+      let fresh = List.filter (fun r -> not t.suspected.(r)) excluded in
       List.iter (fun r -> t.suspected.(r) <- true) excluded;
       List.iter (fun r -> t.leavers.(r) <- true) leaving;
+      if fresh <> [] then
+        t.out.up_ctl (Gevent.Suspect { ranks = fresh; reason = Printf.sprintf "excluded by the flush of rank %d" coord });
       block t;
-      let reported_casts = Array.copy t.casts and reported_sends = Array.copy t.sends in
+      t.stamps <- t.stamps + 1;
       let r =
         {
           coord;
           attempt;
           excluded;
           leaving;
-          reported_casts;
-          reported_sends;
+          r_into = into;
+          stamp = t.stamps;
+          reported = None;
           target = None;
           done_sent = false;
           oks = Array.make t.n None;
           dones = Array.make t.n false;
+          deadline = t.now () + t.flush_timeout;
+          expired = false;
         }
       in
       t.round <- Some r;
-      if coord = t.me then begin
-        r.oks.(t.me) <- Some (reported_casts, Array.copy t.sent);
-        coord_progress t
-      end
-      else
-        send_ctl t coord (Flush_ok { coord; attempt; casts = reported_casts; sent = Array.copy t.sent })
+      if coord = t.me then t.out.alarm r.deadline;
+      (* Drain the stack first: what it holds is part of what this member
+         reports (a cast waiting for flow control is counted when it comes
+         back from the reliable layer below). *)
+      t.out.dn_ctl (Event.Block_req { round = r.stamp })
     end
 
+  (* Rounds that waited for confirmation: try them again. *)
+  and retry_pending t =
+    let p = t.pending in
+    t.pending <- [];
+    List.iter
+      (fun (coord, attempt, excluded, leaving, into) ->
+        if not t.suspected.(coord) then on_flush t ~coord ~attempt ~excluded ~leaving ~into)
+      (List.rev p)
+
   let deliver_app t (src : Event.src) msg =
-    let held o counts reported =
-      match t.round with Some _ -> counts.(o) >= reported.(o) | None -> false
+    let held o counts which =
+      match t.round with
+      | Some { reported = Some rep; _ } -> counts.(o) >= (which rep).(o)
+      | _ -> false
     in
     match (src, t.round) with
-    | Event.Cast_from o, Some r when valid t o && held o t.casts r.reported_casts -> (
+    | Event.Cast_from o, Some r when valid t o && held o t.casts fst -> (
         match r.target with
         | Some (tc, _) when t.casts.(o) < tc.(o) ->
             t.casts.(o) <- t.casts.(o) + 1;
@@ -312,7 +442,7 @@ module L = struct
             t.held_dropped <- t.held_dropped + 1;
             Msg.release msg
         | None -> Queue.add (src, msg) t.held)
-    | Event.Send_from o, Some r when valid t o && held o t.sends r.reported_sends -> (
+    | Event.Send_from o, Some r when valid t o && held o t.sends snd -> (
         match r.target with
         | Some (_, ts) when t.sends.(o) < ts.(o) ->
             t.sends.(o) <- t.sends.(o) + 1;
@@ -349,20 +479,22 @@ module L = struct
             | Leave_req ->
                 t.leavers.(from) <- true;
                 request_flush t (Printf.sprintf "rank %d leaves" from)
-            | Flush { coord; attempt; excluded; leaving } ->
+            | Flush { coord; attempt; excluded; leaving; into } ->
                 if coord <> from then t.nonsense <- t.nonsense + 1
-                else on_flush t ~coord ~attempt ~excluded ~leaving
-            | Flush_ok { coord; attempt; casts; sent } -> (
+                else on_flush t ~coord ~attempt ~excluded ~leaving ~into
+            | Flush_ok { coord; attempt; casts; sent; parts } -> (
                 match current t coord attempt with
                 | Some r when coord = t.me && Array.length casts = t.n && Array.length sent = t.n ->
-                    r.oks.(from) <- Some (casts, sent);
+                    r.oks.(from) <- Some (casts, sent, parts);
                     coord_progress t
                 | Some _ -> t.nonsense <- t.nonsense + 1
                 | None -> ())
-            | Target { coord; attempt; casts; sends } -> (
+            | Target { coord; attempt; casts; sends; parts } -> (
                 match current t coord attempt with
-                | Some r when from = coord && Array.length casts = t.n && Array.length sends = t.n ->
-                    set_target t r (casts, sends)
+                | Some r
+                  when from = coord && Array.length casts = t.n && Array.length sends = t.n
+                       && List.for_all (fun (x, _) -> valid t x) parts ->
+                    set_target t r (casts, sends) parts
                 | Some _ -> t.nonsense <- t.nonsense + 1
                 | None -> ())
             | Done { coord; attempt } -> (
@@ -385,7 +517,13 @@ module L = struct
     match e with
     | Gevent.Suspect { ranks; _ } ->
         t.out.up_ctl e;
-        suspect t ranks
+        suspect t ranks;
+        if t.pending <> [] then retry_pending t
+    | Gevent.Flush_verdict { coord; accept } -> t.verdict <- Some (coord, accept)
+    | Event.Block_ok { round; parts } -> (
+        match t.round with
+        | Some r when r.stamp = round && not t.stopped -> report t r parts
+        | _ -> ())
     | e -> t.out.up_ctl e
 
   let dn t dst msg =
@@ -398,6 +536,7 @@ module L = struct
   let dn_ctl t e =
     match e with
     | Start_flush why -> request_flush t why
+    | Merge_into eid -> t.into <- eid
     | Leave ->
         t.leavers.(t.me) <- true;
         if is_coord t then start_round t "leave" else cast_ctl t Leave_req
@@ -411,12 +550,48 @@ module L = struct
         t.out.dn_ctl e
     | e -> t.out.dn_ctl e
 
-  let timer _ _ = ()
+  (* The coordinator suspects the members that hold a round up: no
+     message, member or bug below can keep the group blocked for good. *)
+  let timer t now =
+    if t.pending <> [] && not t.stopped then begin
+      retry_pending t;
+      if t.pending <> [] then t.out.alarm (now + t.retry)
+    end;
+    match t.round with
+    | Some r when r.coord = t.me && (not t.stopped) && (not t.flushed) && not r.expired ->
+        if now >= r.deadline then begin
+          r.expired <- true;
+          let waiting x =
+            x <> t.me && (not (List.mem x r.excluded))
+            && (match r.target with None -> r.oks.(x) = None | Some _ -> not r.dones.(x))
+          in
+          let laggards = List.filter waiting (List.init t.n Fun.id) in
+          if laggards <> [] then begin
+            t.timed_out <- t.timed_out + List.length laggards;
+            let reason =
+              Printf.sprintf "did not answer flush %d.%d within %.1f s" r.coord r.attempt
+                (Time.to_sec t.flush_timeout)
+            in
+            Log.info (fun m -> m "rank %d: %a %s" t.me Fmt.(list ~sep:comma int) laggards reason);
+            let fresh = List.filter (fun x -> not t.suspected.(x)) laggards in
+            if fresh <> [] then begin
+              t.out.dn_ctl (Gevent.Suspect_unresponsive { ranks = fresh; reason });
+              t.out.up_ctl (Gevent.Suspect { ranks = fresh; reason })
+            end;
+            List.iter (fun x -> t.suspected.(x) <- true) laggards;
+            start_round t reason
+          end
+        end
+        else t.out.alarm r.deadline
+    | _ -> ()
 
   let counters t =
     [
       ("held", Queue.length t.held);
       ("held_dropped", t.held_dropped);
+      ("flush_timeouts", t.timed_out);
+      ("stale_flush", t.stale);
+      ("unconfirmed_flush", t.unconfirmed);
       ("nonsense", t.nonsense);
       ("round", match t.round with Some r -> r.attempt | None -> 0);
       ("round_coord", match t.round with Some r -> r.coord | None -> -1);

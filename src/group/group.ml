@@ -12,6 +12,7 @@ type view_info = {
   coordinator : string;
   joined : string list;
   left : string list;
+  why : (string * string) list;
 }
 
 type callbacks = {
@@ -23,72 +24,49 @@ type callbacks = {
   exit : unit -> unit;
 }
 
+type error =
+  | Flow_control
+  | Too_big of { size : int; max : int }
+  | Not_member of string
+  | Leaving
+  | Exited
+
+let pp_error ppf = function
+  | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
+  | Too_big { size; max } -> Fmt.pf ppf "message of %d bytes, over the largest this stack carries (%d)" size max
+  | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
+  | Leaving -> Fmt.string ppf "this member is leaving the group"
+  | Exited -> Fmt.string ppf "this member has left the group"
+
+type join_error =
+  | Bad_address of { what : string; addr : string; reason : string }
+  | Bad_stack of string
+  | Cannot_open of Transport.error
+  | Cannot_join_discovery of Transport.error
+
+let pp_join_error ppf = function
+  | Bad_address { what; addr; reason } -> Fmt.pf ppf "bad %s address %S: %s" what addr reason
+  | Bad_stack e -> Fmt.pf ppf "the layers do not make a stack: %s" e
+  | Cannot_open e -> Fmt.pf ppf "cannot open the member's address: %a" Transport.pp_error e
+  | Cannot_join_discovery e -> Fmt.pf ppf "cannot join the discovery group: %a" Transport.pp_error e
+
 let pp_view_info ppf v =
   Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
 
-(* Messages between members that are not in one view: discovery, merge
-   requests, view installation. They start with their own magic byte, so a
-   datagram is for the current stack (Bottom's magic) or for this side
-   channel. *)
-module Side = struct
-  type member = { eid : string; addr : string }
-
-  type t =
-    | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
-    | Merge_req of { group : string; vid : string; ltime : int; members : member list }
-    | Install of { group : string; vid : string; ltime : int; members : member list; leavers : string list }
-    | Install_ack of { group : string; vid : string; eid : string }
-
-  let magic = 0xC2
-  let str = Codec.string ~max:1024 ()
-
-  let member =
-    Codec.map ~name:"member" (fun m -> (m.eid, m.addr)) (fun (eid, addr) -> { eid; addr }) Codec.(pair str str)
-
-  let members = Codec.list ~max:4096 member
-
-  let body =
-    Codec.union "side"
-      [
-        Codec.case 0 "gossip"
-          Codec.(tup4 (pair str str) varint member varint)
-          (function
-            | Gossip { group; vid; ltime; coord; size } -> Some ((group, vid), ltime, coord, size) | _ -> None)
-          (fun ((group, vid), ltime, coord, size) -> Gossip { group; vid; ltime; coord; size });
-        Codec.case 1 "merge"
-          Codec.(tup4 str str varint members)
-          (function
-            | Merge_req { group; vid; ltime; members } -> Some (group, vid, ltime, members) | _ -> None)
-          (fun (group, vid, ltime, members) -> Merge_req { group; vid; ltime; members });
-        Codec.case 2 "install"
-          Codec.(tup4 (pair str str) varint members (list ~max:4096 str))
-          (function
-            | Install { group; vid; ltime; members; leavers } -> Some ((group, vid), ltime, members, leavers)
-            | _ -> None)
-          (fun ((group, vid), ltime, members, leavers) -> Install { group; vid; ltime; members; leavers });
-        Codec.case 3 "install_ack"
-          Codec.(tup3 str str str)
-          (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
-          (fun (group, vid, eid) -> Install_ack { group; vid; eid });
-      ]
-
-  let codec =
-    Codec.conv ~name:"side"
-      (fun v -> (magic, v))
-      (fun (m, v) -> if m = magic then Ok v else Error (Printf.sprintf "magic 0x%02x" m))
-      Codec.(pair uint8 body)
-
-  let group = function
-    | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } -> group
-end
+module Side = Side
 
 module Param = struct
   let heal_interval = "group.heal_interval"
   let merge_timeout = "group.merge_timeout"
   let install_retry = "group.install_retry"
   let leave_timeout = "group.leave_timeout"
+  let queue = "group.queue"
 
   let () =
+    Params.register queue (Params.Int (1024 * 1024))
+      ~doc:
+        "bytes of messages (64 more each) the application may make while a view change flushes; \
+         beyond, cast and send refuse with Flow_control";
     Params.register heal_interval (Params.Time (Time.of_ms 500))
       ~doc:"period of a coordinator's discovery messages to other partitions";
     Params.register merge_timeout (Params.Time (Time.of_ms 2000))
@@ -99,17 +77,26 @@ module Param = struct
       ~doc:"how long a leaving member waits for the view without it before it goes anyway"
 end
 
+(* Bytes kept for the headers of every layer when a message must fit in one
+   datagram (a stack without Frag). *)
+let header_reserve = 512
+
 let index_where p l =
   let rec go i = function [] -> None | x :: rest -> if p x then Some i else go (i + 1) rest in
   go 0 l
 
 module Make (T : Transport.S) = struct
+  module Ep = Endpoint.Make (T)
   type cur = {
     view : View.t;
     info : view_info;
     addrs : T.address array;
-    mstack : Stack.t;
+    ep : Ep.Binding.t;  (* the view's stack, bound to the member's connection *)
     suspected : bool array;
+    reasons : (int, string) Hashtbl.t;  (* why each suspected member is *)
+    mutable reported : (int * int list * int list * string) option;
+        (* the flush round this member last reported to: coordinator,
+           excluded, leaving *)
   }
 
   type t = {
@@ -123,6 +110,7 @@ module Make (T : Transport.S) = struct
     rng : Rng.t;
     cb : callbacks;
     on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
+    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
     peers : T.address list;
     discovery : T.address option;  (* a multicast group all members joined *)
     heal : bool;
@@ -130,11 +118,21 @@ module Make (T : Transport.S) = struct
     mutable cur : cur option;
     mutable blocked : bool;
     queued : [ `Cast of string | `Send of string * string ] Queue.t;
+    mutable queued_bytes : int;
+    queue_limit : int;
+    max_message : int;
+    mutable stack_flow : bool;  (* the stack's flow control asks to pause *)
+    mutable queue_full : bool;  (* a message was refused for lack of queue room *)
+    mutable flow_told : bool;  (* what the application last heard *)
+    mutable dropped_sends : int;
+    mutable refused : int;
     mutable merging : (T.address * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
     mutable merge_req : Side.t option;  (* the request sent with the current merge, asked again until answered *)
-    mutable absorbing : (int * Side.member list) option;  (* will take these members in *)
+    mutable absorbing : (int * Side.member list * string list) option;
+        (* will take these members in: their logical time, members, views *)
+    mutable minted : int;  (* the highest logical time this member named a view with *)
     mutable pending : (Side.t * (string * T.address) list) option;
         (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
@@ -142,8 +140,6 @@ module Make (T : Transport.S) = struct
     mutable heard : (T.address * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable exited : bool;
-    mutable scheduled : Time.t;
-    mutable alarm : T.timer option;
     mutable tick : T.timer option;
     mutable garbage : int;
     mutable send_errors : int;
@@ -158,6 +154,13 @@ module Make (T : Transport.S) = struct
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
+
+  let update_flow t =
+    let b = t.stack_flow || t.queue_full in
+    if b <> t.flow_told && not t.exited then begin
+      t.flow_told <- b;
+      t.cb.flow b
+    end
 
   let report t = function
     | Ok () -> ()
@@ -179,30 +182,6 @@ module Make (T : Transport.S) = struct
         None
 
   (* {1 The current stack} *)
-
-  let rec reschedule t =
-    match t.cur with
-    | Some c when not t.exited ->
-        let next = Stack.next_alarm c.mstack in
-        if next < t.scheduled then begin
-          Option.iter T.cancel t.alarm;
-          t.scheduled <- next;
-          t.alarm <- Some (T.at t.tr next (fun () -> fire t c))
-        end
-    | _ -> ()
-
-  and fire t c =
-    t.alarm <- None;
-    t.scheduled <- max_int;
-    match t.cur with
-    | Some c' when c' == c && not t.exited ->
-        Stack.timer c.mstack (now t);
-        reschedule t
-    | _ -> ()
-
-  let guarded t f =
-    f ();
-    reschedule t
 
   let coordinator_rank c =
     let n = Array.length c.suspected in
@@ -227,10 +206,7 @@ module Make (T : Transport.S) = struct
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
           (* The old stack goes first: its buffers are released now. *)
-          Option.iter (fun c -> Stack.dn_ctl c.mstack Event.Stop) old;
-          Option.iter T.cancel t.alarm;
-          t.alarm <- None;
-          t.scheduled <- max_int;
+          Option.iter (fun c -> Ep.Binding.stop c.ep) old;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
             {
@@ -241,39 +217,72 @@ module Make (T : Transport.S) = struct
               coordinator = eids.(0);
               joined = List.filter (fun e -> not (List.mem e before)) (Array.to_list eids);
               left = List.filter (fun e -> not (Array.mem e eids)) before;
+              why =
+                (match old with
+                | None -> []
+                | Some c ->
+                    List.filter_map
+                      (fun (r, e) ->
+                        if Array.mem e eids then None
+                        else
+                          Some
+                            ( e,
+                              match Hashtbl.find_opt c.reasons r with
+                              | Some why -> "excluded: " ^ why
+                              | None -> (
+                                  match c.reported with
+                                  | Some (_, _, leaving, _) when List.mem r leaving -> "left"
+                                  | _ -> "not in the next view" ) ))
+                      (List.mapi (fun r e -> (r, e)) before));
             }
           in
           let cell = ref None in
-          let ctx =
-            { Layer.view; rng = Rng.split t.rng; params = t.params; pool = t.pool; now = (fun () -> now t) }
-          in
           let app = { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) } in
-          match Stack.create ctx t.layers ~net:(fun dst msg -> net t cell dst msg) ~app with
-          | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %s" t.me.eid e)
-          | Ok mstack ->
-              let c = { view; info; addrs; mstack; suspected = Array.make (Array.length eids) false } in
+          match
+            Ep.Binding.bind ~params:t.params ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
+              ~layers:t.layers ~app ()
+          with
+          | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
+          | Ok ep ->
+              let c =
+                {
+                  view;
+                  info;
+                  addrs;
+                  ep;
+                  suspected = Array.make (Array.length eids) false;
+                  reasons = Hashtbl.create 4;
+                  reported = None;
+                }
+              in
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
+              t.stack_flow <- false;
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               t.cb.view info;
               flush_queue t;
-              reschedule t)
+              update_flow t)
 
   and flush_queue t =
     while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
       match Queue.pop t.queued with
-      | `Cast s -> cast_now t s
-      | `Send (dst, s) -> send_now t dst s
-    done
+      | `Cast s ->
+          t.queued_bytes <- t.queued_bytes - String.length s - 64;
+          cast_now t s
+      | `Send (dst, s) ->
+          t.queued_bytes <- t.queued_bytes - String.length s - 64;
+          send_now t dst s
+    done;
+    if Queue.is_empty t.queued then t.queue_full <- false
 
   and cast_now t s =
     match t.cur with
     | Some c ->
         t.on_sent ~vid:c.view.View.id `Cast s;
-        Stack.cast c.mstack (Msg.create (Iovecs.of_string t.pool s))
+        Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
   and send_now t dst s =
@@ -282,25 +291,17 @@ module Make (T : Transport.S) = struct
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
-            Stack.send c.mstack r (Msg.create (Iovecs.of_string t.pool s))
+            Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
             t.cb.send ~origin:t.me.eid s
-        | None -> Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id))
+        | None ->
+            (* Accepted while the view changed, and the destination did
+               not come along into the new view. *)
+            t.dropped_sends <- t.dropped_sends + 1;
+            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
+            t.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
     | None -> ()
-
-  and net t cell dst msg =
-    (match (!cell, t.cur) with
-    | Some c, Some c' when c == c' && not t.exited -> (
-        match dst with
-        | Event.Send r when r >= 0 && r < Array.length c.addrs -> report t (T.send (conn t) ~dst:c.addrs.(r) msg)
-        | Event.Send _ -> ()
-        | Event.Cast ->
-            let me = c.view.View.rank in
-            let dsts = List.filteri (fun i _ -> i <> me) (Array.to_list c.addrs) in
-            report t (T.cast (conn t) ~dsts msg))
-    | _ -> ());
-    Msg.release msg
 
   and deliver t cell (src : Event.src) msg =
     let body = Msg.body msg in
@@ -330,12 +331,16 @@ module Make (T : Transport.S) = struct
               (fun r ->
                 if r >= 0 && r < Array.length c.suspected && not c.suspected.(r) then begin
                   c.suspected.(r) <- true;
+                  Hashtbl.replace c.reasons r reason;
                   Log.info (fun m -> m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
                 end)
               ranks
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
+        | Gmp.Reported { coord; excluded; leaving; into } -> c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded -> alone t c
-        | Event.Blocked b -> t.cb.flow b
+        | Event.Blocked b ->
+            t.stack_flow <- b;
+            update_flow t
         | _ -> ())
     | _ -> ()
 
@@ -350,12 +355,15 @@ module Make (T : Transport.S) = struct
         t.merge_req <- Some req;
         t.merging <- Some (dst, Some (now t + t.merge_timeout))
     | None ->
-        let joiners, their_ltime = match t.absorbing with Some (l, m) -> (m, l) | None -> ([], 0) in
+        let joiners, their_ltime, their_vids =
+          match t.absorbing with Some (l, m, v) -> (m, l, v) | None -> ([], 0, [])
+        in
         let members = mine @ List.filter (fun (j : Side.member) -> not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine)) joiners in
+        let preds = c.view.View.id :: their_vids in
         if List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members then begin
-          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          announce t ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
           install t ~vid ~ltime ~members
         end
         else begin
@@ -363,14 +371,22 @@ module Make (T : Transport.S) = struct
              are unique because each is made by one member, at a logical
              time it never reuses), sends it, and stays until every member
              has acknowledged it or the leave times out. *)
-          let ltime = max c.view.View.ltime their_ltime + 1 in
+          let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids c;
+          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
           if t.pending = None then exit_group t
         end
 
-  and announce t ~vid ~ltime ~members ~leavers c =
-    let msg = Side.Install { group = t.group; vid; ltime; members; leavers } in
+  (* View names are "LTIME:EID": unique because each member names views
+     at logical times it never reuses, even when it names two in one view
+     (a leaving coordinator whose first announcement was overtaken). *)
+  and mint t at_least =
+    let l = max at_least t.minted + 1 in
+    t.minted <- l;
+    l
+
+  and announce t ~vid ~ltime ~members ~leavers ~preds c =
+    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds } in
     let targets =
       List.filter_map
         (fun (m : Side.member) -> if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
@@ -387,15 +403,14 @@ module Make (T : Transport.S) = struct
 
   (* Excluded, or everyone else gone: a view of one. *)
   and alone t c =
-    let ltime = c.view.View.ltime + 1 in
+    let ltime = mint t c.view.View.ltime in
     let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
     install t ~vid ~ltime ~members:[ t.me ]
 
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      Option.iter (fun c -> Stack.dn_ctl c.mstack Event.Stop) t.cur;
-      Option.iter T.cancel t.alarm;
+      Option.iter (fun c -> Ep.Binding.stop c.ep) t.cur;
       Option.iter T.cancel t.tick;
       T.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
@@ -404,11 +419,14 @@ module Make (T : Transport.S) = struct
 
   (* {1 The side channel} *)
 
-  let start_merge t c dst =
+  let start_merge t c dst eid =
     Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
     t.merge_since <- now t;
-    Stack.dn_ctl c.mstack (Gmp.Start_flush "merge")
+    (* The members accept the next view from the coordinator of this view
+       or from the one it merges into, no one else. *)
+    Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid);
+    Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge")
 
   (* A discovery message names the view's coordinator, whoever sends it. *)
   let gossip_msg t c =
@@ -425,47 +443,37 @@ module Make (T : Transport.S) = struct
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
       match (v, t.cur) with
-      | Side.Gossip { vid; coord; _ }, Some c ->
+      | Side.Gossip { vid; coord; _ }, Some c -> (
           Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
           (* Merge requests go to the other view's coordinator itself. *)
           let target = match addr_of t coord.addr with Some a -> a | None -> src in
           let my_coord = c.view.View.members.(coordinator_rank c) in
-          if vid <> c.view.View.id && (not mine) && is_coordinator t && (not t.blocked)
-             && t.merging = None && t.absorbing = None && String.compare coord.eid t.me.eid < 0
-          then start_merge t c target
-          else if vid <> c.view.View.id && (not mine) && String.compare coord.eid t.me.eid < 0 then
-            (* Busy now: act on it once the view change is over, rather than
-               wait for that partition's next discovery message. *)
-            t.heard <- Some (target, coord.eid)
-          else if vid <> c.view.View.id && (not mine) && (not (is_coordinator t)) && t.leaving = None
-                  && String.compare coord.eid my_coord > 0
-          then
-            (* That partition should merge into this view: tell it who
-               coordinates here, so that it asks the right member now. *)
-            side_send t src (gossip_msg t c)
-          else if vid <> c.view.View.id && (not mine) && is_coordinator t && t.leaving = None
-                  && String.compare coord.eid t.me.eid > 0
-          then
-            (* The other partition merges into this one when it hears of
-               it: tell it now rather than at the next period. *)
-            side_send t src (gossip_msg t c)
-      | Side.Merge_req { ltime; members; _ }, Some c ->
+          let busy = t.blocked || t.merging <> None || t.absorbing <> None in
+          match
+            Side.on_gossip ~me:t.me.eid ~my_coord ~same_view:(vid = c.view.View.id) ~in_my_view:mine
+              ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None) ~their_coord:coord.eid
+          with
+          | Side.Merge_into -> start_merge t c target coord.eid
+          | Side.Merge_later -> t.heard <- Some (target, coord.eid)
+          | Side.Answer -> side_send t src (gossip_msg t c)
+          | Side.Nothing -> ())
+      | Side.Merge_req { ltime; members; vid = their_vid; _ }, Some c ->
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
           let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in
           if is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not from_mine
           then begin
             Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
-            t.absorbing <- Some (ltime, members);
-            Stack.dn_ctl c.mstack (Gmp.Start_flush "merge request")
+            t.absorbing <- Some (ltime, members, [ their_vid ]);
+            Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request")
           end
           else if is_coordinator t && t.merging = None && not from_mine then begin
             match t.absorbing with
-            | Some (l, joiners)
+            | Some (l, joiners, vids)
               when not (List.exists (fun (m : Side.member) -> List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners) members) ->
                 (* A flush for a merge is under way: take these in with it. *)
                 Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
-                t.absorbing <- Some (max l ltime, joiners @ members)
+                t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids)
             | _ -> ()
           end
           else if (not (is_coordinator t)) && (not from_mine)
@@ -475,20 +483,27 @@ module Make (T : Transport.S) = struct
                pass the request on, once (only a request from its author), to
                the coordinator now. *)
             side_send t c.addrs.(coordinator_rank c) v
-      | Side.Install { vid; ltime; members; leavers; _ }, Some c ->
+      | Side.Install { vid; ltime; members; leavers; preds; _ }, Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
             if vid = c.view.View.id then side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
             else if t.blocked && ltime > c.view.View.ltime then begin
-              install t ~vid ~ltime ~members;
-              side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+              match Side.accept_install ~me:t.me.eid ~view:c.view ~addr:(fun r -> T.address_to_string c.addrs.(r))
+                      ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds with
+              | Ok () ->
+                  install t ~vid ~ltime ~members;
+                  side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+              | Error why ->
+                  t.garbage <- t.garbage + 1;
+                  Log.warn (fun m -> m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
             end
           end
           else if List.mem t.me.eid leavers && t.leaving <> None then exit_group t
       | Side.Install_ack { vid; eid; _ }, _ -> (
           match t.pending with
           | Some ((Side.Install { vid = v; _ } as msg), targets) when v = vid ->
-              let rest = List.filter (fun (e, _) -> e <> eid) targets in
+              (* Only from the member named, at its address. *)
+              let rest = List.filter (fun (e, a) -> not (e = eid && T.equal_address a src)) targets in
               t.pending <- (if rest = [] then None else Some (msg, rest))
           | _ -> ())
       | _, None -> ()
@@ -499,7 +514,7 @@ module Make (T : Transport.S) = struct
       let cs = Iovec.cstruct v in
       if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
         (match Codec.decode_exact Side.codec cs with
-        | Ok side -> guarded t (fun () -> on_side t ~src side)
+        | Ok side -> on_side t ~src side
         | Error e ->
             t.garbage <- t.garbage + 1;
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
@@ -507,7 +522,7 @@ module Make (T : Transport.S) = struct
       end
       else
         match t.cur with
-        | Some c -> guarded t (fun () -> Stack.recv c.mstack (Msg.of_iovec v))
+        | Some c -> Ep.Binding.recv c.ep v
         | None -> Iovec.release v
     end
 
@@ -548,16 +563,23 @@ module Make (T : Transport.S) = struct
                  fresh view of the same members. *)
               Log.info (fun m -> m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
               t.merging <- None;
-              let members = List.filteri (fun r _ -> not c.suspected.(r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
-              let ltime = c.view.View.ltime + 1 in
+              (* Without the members the flush excluded or let go. *)
+              let gone r =
+                c.suspected.(r)
+                || match c.reported with Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv | None -> false
+              in
+              let members = List.filteri (fun r _ -> not (gone r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
+              let ltime = mint t c.view.View.ltime in
               let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-              announce t ~vid ~ltime ~members ~leavers:[] c;
+              announce t ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c;
               install t ~vid ~ltime ~members
           | _ -> ());
           (* A merge whose flush never started (the stack saw no reason to
              run one) is given up rather than left waiting. *)
           (match t.merging with
-          | Some (_, None) when (not t.blocked) && now t > t.merge_since + t.merge_timeout -> t.merging <- None
+          | Some (_, None) when (not t.blocked) && now t > t.merge_since + t.merge_timeout ->
+              t.merging <- None;
+              Ep.Binding.dn_ctl c.ep (Gmp.Merge_into "")
           | _ -> ());
           (match t.leaving with
           | Some deadline when now t > deadline -> exit_group t
@@ -568,13 +590,12 @@ module Make (T : Transport.S) = struct
           | Some (dst, eid), Some c
             when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not t.exited ->
               t.heard <- None;
-              if not (Array.mem eid c.view.View.members) then start_merge t c dst
+              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid
           | _ -> ());
           (match t.cur with
           | Some c when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited -> gossip t c
           | _ -> ())
       | None -> ());
-      reschedule t;
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
       let period =
@@ -588,25 +609,24 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
-    let peers = List.filter_map (fun s -> match T.address_of_string s with Ok a -> Some a | Error _ -> None) peers in
-    let discovery =
-      match discovery with
-      | None -> Ok None
-      | Some d -> (
-          match T.address_of_string d with
-          | Ok a -> Ok (Some a)
-          | Error e -> Error (Printf.sprintf "bad discovery address %S: %s" d e))
+    let parse what s =
+      match T.address_of_string s with Ok a -> Ok a | Error reason -> Error (Bad_address { what; addr = s; reason })
     in
-    match (T.address_of_string addr, discovery) with
-    | Error e, _ -> Error (Printf.sprintf "bad address %S: %s" addr e)
-    | _, Error e -> Error e
-    | Ok local, Ok discovery -> (
-        match Stack.check layers with
-        | Error e -> Error e
+    let rec all acc = function
+      | [] -> Ok (List.rev acc)
+      | p :: rest -> ( match parse "peer" p with Ok a -> all (a :: acc) rest | Error e -> Error e)
+    in
+    let discovery = match discovery with None -> Ok None | Some d -> Result.map Option.some (parse "discovery" d) in
+    match (parse "member" addr, discovery, all [] peers) with
+    | Error e, _, _ | _, Error e, _ | _, _, Error e -> Error e
+    | Ok local, Ok discovery, Ok peers -> (
+        (* A group's stack must agree on views. *)
+        match Stack.check ~requires:[ Gmp.membership ] layers with
+        | Error e -> Error (Bad_stack e)
         | Ok () -> (
             let self = ref None in
             let handler _ =
@@ -616,7 +636,7 @@ module Make (T : Transport.S) = struct
               }
             in
             match T.open_ tr local handler with
-            | Error e -> Error (Fmt.str "%a" Transport.pp_error e)
+            | Error e -> Error (Cannot_open e)
             | Ok conn -> (
                 match
                   match discovery with
@@ -625,9 +645,18 @@ module Make (T : Transport.S) = struct
                 with
                 | Error e ->
                     T.close conn;
-                    Error (Fmt.str "cannot join the discovery group: %a" Transport.pp_error e)
+                    Error (Cannot_join_discovery e)
                 | Ok () ->
-                let addr = T.address_to_string (T.query conn).T.local in
+                let info = T.query conn in
+                let addr = T.address_to_string info.T.local in
+                let max_message =
+                  if List.exists (fun l -> Layer.name l = Frag.name) layers then
+                    Params.int params Frag.Param.max_message
+                  else
+                    (* Without Frag a message is one datagram, headers of
+                       every layer included. *)
+                    max 0 (info.T.mtu - header_reserve)
+                in
                 let t =
                   {
                     tr;
@@ -640,6 +669,7 @@ module Make (T : Transport.S) = struct
                     rng;
                     cb;
                     on_sent;
+                    on_lost;
                     peers;
                     discovery;
                     heal;
@@ -647,16 +677,23 @@ module Make (T : Transport.S) = struct
                     cur = None;
                     blocked = false;
                     queued = Queue.create ();
+                    queued_bytes = 0;
+                    queue_limit = max 0 (Params.int params Param.queue);
+                    max_message;
+                    stack_flow = false;
+                    queue_full = false;
+                    flow_told = false;
+                    dropped_sends = 0;
+                    refused = 0;
                     merging = None;
                     merge_req = None;
+                    minted = 0;
                     absorbing = None;
                     pending = None;
                     leaving = None;
                     heard = None;
                     merge_since = 0;
                     exited = false;
-                    scheduled = max_int;
-                    alarm = None;
                     tick = None;
                     garbage = 0;
                     send_errors = 0;
@@ -671,22 +708,59 @@ module Make (T : Transport.S) = struct
                 tick t;
                 Ok t)))
 
+  (* Whether the application may hand over a message of [size] bytes
+     now. A message refused here is counted by no layer. *)
+  let admit t size =
+    if t.exited then Error Exited
+    else if t.leaving <> None then Error Leaving
+    else if size > t.max_message then Error (Too_big { size; max = t.max_message })
+    else if t.stack_flow then Error Flow_control
+    else if (t.blocked || not (Queue.is_empty t.queued)) && t.queued_bytes + size + 64 > t.queue_limit then begin
+      t.queue_full <- true;
+      update_flow t;
+      Error Flow_control
+    end
+    else Ok ()
+
+  let refuse t e =
+    t.refused <- t.refused + 1;
+    Error e
+
   let cast t s =
-    if not t.exited then
-      if t.blocked || not (Queue.is_empty t.queued) then Queue.add (`Cast s) t.queued
-      else guarded t (fun () -> cast_now t s)
+    match admit t (String.length s) with
+    | Error e -> refuse t e
+    | Ok () ->
+        if t.blocked || not (Queue.is_empty t.queued) then begin
+          Queue.add (`Cast s) t.queued;
+          t.queued_bytes <- t.queued_bytes + String.length s + 64
+        end
+        else cast_now t s;
+        Ok ()
 
   let send t dst s =
-    if not t.exited then
-      if t.blocked || not (Queue.is_empty t.queued) then Queue.add (`Send (dst, s)) t.queued
-      else guarded t (fun () -> send_now t dst s)
+    match admit t (String.length s) with
+    | Error e -> refuse t e
+    | Ok () -> (
+        match t.cur with
+        | Some c when not (Array.mem dst c.view.View.members) -> refuse t (Not_member dst)
+        | _ ->
+            if t.blocked || not (Queue.is_empty t.queued) then begin
+              Queue.add (`Send (dst, s)) t.queued;
+              t.queued_bytes <- t.queued_bytes + String.length s + 64
+            end
+            else send_now t dst s;
+            Ok ())
+
+  let max_message t = t.max_message
+  let refused t = t.refused
+  let dropped_sends t = t.dropped_sends
 
   let leave t =
     if (not t.exited) && t.leaving = None then begin
       t.leaving <- Some (now t + t.leave_timeout);
       match t.cur with
       | Some c when Array.length c.view.View.members = 1 -> exit_group t
-      | Some c -> guarded t (fun () -> Stack.dn_ctl c.mstack Gmp.Leave)
+      | Some c -> Ep.Binding.dn_ctl c.ep Gmp.Leave
       | None -> exit_group t
     end
 
@@ -697,13 +771,12 @@ module Make (T : Transport.S) = struct
           List.filter_map (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members)) ids
         in
         if ranks <> [] then
-          guarded t (fun () ->
-              Stack.dn_ctl c.mstack (Gevent.Suspect_request { ranks; reason = "asked by the application" }))
+          Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
   let connection t = conn t
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
-  let stack t = match t.cur with Some c -> Some c.mstack | None -> None
+  let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued
   let garbage t = t.garbage
   let crash t = exit_group t

@@ -22,9 +22,39 @@ type view_info = {
   coordinator : string;
   joined : string list;  (** members not in this member's previous view *)
   left : string list;  (** members of the previous view not in this one *)
+  why : (string * string) list;
+      (** for each member of [left], why: ["left"], or ["excluded: "] and the
+          reason it was suspected here (["silent for 5.0 s"], ["did not
+          answer flush 0.3 within 4.0 s"], ...) *)
 }
 
 val pp_view_info : view_info Fmt.t
+
+(** Why a message was refused. A refused message is counted by no layer:
+    it is as if it had not been given. *)
+type error =
+  | Flow_control
+      (** flow control is full, or so is the queue of messages waiting for
+          the next view ([group.queue]): the application hears [flow
+          true]; it may go on after [flow false] *)
+  | Too_big of { size : int; max : int }
+      (** over the largest message this stack carries: [frag.max_message]
+          with [Frag], one datagram less 512 bytes of headers without *)
+  | Not_member of string  (** [send]: the destination is not in the view *)
+  | Leaving  (** {!Make.leave} was called *)
+  | Exited  (** this member has left the group, or was stopped *)
+
+val pp_error : error Fmt.t
+
+(** Why a member cannot join. *)
+type join_error =
+  | Bad_address of { what : string; addr : string; reason : string }
+      (** the member's, a peer's or the discovery group's address does not parse *)
+  | Bad_stack of string  (** the layers do not fit (see {!Consort.Stack.check}) *)
+  | Cannot_open of Consort.Transport.error  (** the member's address cannot be bound *)
+  | Cannot_join_discovery of Consort.Transport.error
+
+val pp_join_error : join_error Fmt.t
 
 type callbacks = {
   view : view_info -> unit;  (** a view was installed; sending may resume *)
@@ -39,18 +69,7 @@ type callbacks = {
 }
 
 (** The side channel between views (discovery, merge, installation). *)
-module Side : sig
-  type member = { eid : string; addr : string }
-
-  type t =
-    | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
-    | Merge_req of { group : string; vid : string; ltime : int; members : member list }
-    | Install of { group : string; vid : string; ltime : int; members : member list; leavers : string list }
-    | Install_ack of { group : string; vid : string; eid : string }
-
-  val magic : int
-  val codec : t Consort.Codec.t
-end
+module Side = Side
 
 (** Tunables. *)
 module Param : sig
@@ -61,6 +80,10 @@ module Param : sig
   val install_retry : string  (** ["group.install_retry"], default 100 ms *)
 
   val leave_timeout : string  (** ["group.leave_timeout"], default 3 s *)
+
+  val queue : string
+  (** ["group.queue"], default 1 MiB: bytes (64 more per message) that the
+      application may give while a view change flushes *)
 end
 
 module Make (T : Consort.Transport.S) : sig
@@ -72,6 +95,7 @@ module Make (T : Consort.Transport.S) : sig
     ?peers:string list ->
     ?seed:int ->
     ?on_sent:(vid:string -> [ `Cast | `Send of string ] -> string -> unit) ->
+    ?on_lost:([ `Cast | `Send of string ] -> string -> string -> unit) ->
     ?discovery:string ->
     ?heal:bool ->
     layers:Consort.Layer.t list ->
@@ -79,7 +103,7 @@ module Make (T : Consort.Transport.S) : sig
     group:string ->
     addr:string ->
     callbacks ->
-    (t, string) result
+    (t, join_error) result
   (** [join ~layers tr ~group ~addr cb] opens [addr] on [tr] and joins
       [group]: the member installs a view of its own at once, then merges
       with the group's other members as it finds them through [peers]
@@ -88,7 +112,9 @@ module Make (T : Consort.Transport.S) : sig
       each join draws a fresh one, so a restarted member gets a new id. [layers] is the stack
       built at each view, top first (see {!Properties}). [on_sent] is
       called as each message enters the stack, with the view it is sent
-      in (for logs and checkers). [discovery] is an IP multicast group
+      in (for logs and checkers); [on_lost kind payload reason] when a
+      message the API accepted will not be delivered (a send made during a
+      view change to a member that is not in the next view). [discovery] is an IP multicast group
       (["239.1.2.3:7500"]) that the member joins and to which coordinators
       also send their discovery messages, where the network has multicast.
       With [heal = false] (the [Heal] property absent) the member sends no
@@ -99,14 +125,26 @@ module Make (T : Consort.Transport.S) : sig
 
   val view : t -> view_info
 
-  val cast : t -> string -> unit
-  (** [cast t s] sends [s] to every member of the view, this one included
-      (queued while blocked). *)
+  val cast : t -> string -> (unit, error) result
+  (** [cast t s] sends [s] to every member of the view, this one included.
+      While a view change flushes, [s] waits in a bounded queue and goes
+      out in the next view. [Error] says why [s] was refused; a refused
+      message is never delivered anywhere, an accepted one is delivered
+      with virtual synchrony. *)
 
-  val send : t -> string -> string -> unit
-  (** [send t id s] sends [s] to member [id] of the view (queued while
-      blocked; dropped with a warning if [id] is not in the view when it
-      goes out). *)
+  val send : t -> string -> string -> (unit, error) result
+  (** [send t id s] sends [s] to member [id] of the view, as {!cast} does.
+      A message accepted while the view changes whose destination is not in
+      the next view is dropped with a warning (counted by
+      {!dropped_sends}). *)
+
+  val max_message : t -> int
+  (** The largest message {!cast} and {!send} accept. *)
+
+  val refused : t -> int
+  (** Messages refused so far. *)
+
+  val dropped_sends : t -> int
 
   val leave : t -> unit
   (** [leave t] leaves the group cleanly: the others install a view

@@ -80,6 +80,7 @@ module L = struct
     consumed : int array;  (* [consumed.(o)]: of [o]'s casts, delivered here *)
     reported : int array;  (* [reported.(o)]: of those, credited to [o] *)
     mutable credit_at : Time.t;
+    mutable flushing : bool;  (* a view change drains the queue *)
     mutable over : bool;
     mutable below : bool;
     mutable told : bool;
@@ -114,6 +115,7 @@ module L = struct
       consumed = Array.make n 0;
       reported = Array.make n 0;
       credit_at = max_int;
+      flushing = false;
       over = false;
       below = false;
       told = false;
@@ -137,7 +139,9 @@ module L = struct
 
   (* Alone in the view, everything cast is delivered everywhere at once. *)
   let outstanding t = if t.n <= 1 then 0 else t.sent - t.floor
-  let fits t c = outstanding t = 0 || outstanding t + c <= t.window
+  (* While the view flushes, nothing waits: the application is blocked
+     and what was queued must be counted in this view. *)
+  let fits t c = t.flushing || outstanding t = 0 || outstanding t + c <= t.window
 
   (* [ask]: the window is full after this cast and more wait, so the
      others should return credit as soon as they have delivered it. One
@@ -294,6 +298,9 @@ module L = struct
   let dn_ctl t e =
     (match e with
     | Gevent.Suspect_request { ranks; _ } -> forget t ranks
+    | Event.Block_req _ when not t.stopped ->
+        t.flushing <- true;
+        drain t
     | Event.Stop ->
         t.stopped <- true;
         Queue.iter (fun (m, _) -> Msg.release m) t.queue;

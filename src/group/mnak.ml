@@ -12,7 +12,9 @@ module Param = struct
 
   let () =
     Params.register window (Params.Int 1024)
-      ~doc:"casts buffered ahead of the next expected one per origin, and resent per NAK";
+      ~doc:
+        "casts buffered ahead of the next expected one per origin, and resent per NAK; raised \
+         to what Mflow's window lets an origin have in flight (mflow.window / 64)";
     Params.register status_interval (Params.Time (Time.of_ms 20))
       ~doc:"period of status casts while casts are unstable";
     Params.register nak_delay (Params.Time (Time.of_ms 2))
@@ -23,6 +25,23 @@ end
 
 let max_ranges = 256
 let max_members = 4096
+let max_window = 1 lsl 20
+
+(* Bytes of casts kept early (above a gap) per origin: at least 1 MiB, and
+   four times what Mflow lets an origin have in flight, so that no
+   stranger can make a member hold a window of datagrams of the largest
+   size. *)
+let max_early params = max (1 lsl 20) (4 * min (Params.int params Mflow.Param.window) (1 lsl 28))
+
+(* The acceptance window: at least what Mflow lets one origin have in
+   flight, so that a burst of a full flow-control window of empty casts is
+   buffered, not dropped as beyond the window. Mflow counts each cast as
+   its length plus [Mflow.overhead] bytes. *)
+let effective_window params =
+  let own = Params.int params Param.window in
+  let flow = Params.int params Mflow.Param.window in
+  let flow_casts = if flow <= 0 then 0 else (min flow max_window + Mflow.overhead - 1) / Mflow.overhead in
+  max 1 (min max_window (max own flow_casts))
 
 module L = struct
   type header =
@@ -85,8 +104,13 @@ module L = struct
            ones below [expected.(o)] and early ones above it *)
     released : int array;  (* casts of [o] below this are stable and released *)
     expected : int array;  (* the next cast of [o] to deliver *)
-    highest : int array;  (* casts of [o] known to exist *)
+    highest : int array;  (* casts of [o] believed to exist *)
+    seen : int array;  (* above the highest number of [o] received within the window *)
+    early_bytes : int array;  (* bytes of [o]'s casts kept above [expected.(o)] *)
+    max_early : int;
     known : int array array;  (* [known.(m).(o)]: [m] has the casts of [o] below this *)
+    suspected : bool array;  (* final within the view: not waited for, not asked *)
+    answered : Time.t array array;  (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
     nak_at : Time.t array;
     mutable status_at : Time.t;
     mutable requested : bool;
@@ -100,6 +124,8 @@ module L = struct
     mutable stable_released : int;
     mutable status_sent : int;
     mutable malformed : int;
+    mutable impossible : int;
+    mutable naks_ignored : int;
   }
 
   let create (ctx : Layer.ctx) out =
@@ -110,7 +136,7 @@ module L = struct
       rng = ctx.rng;
       rank = ctx.view.rank;
       n;
-      window = max 1 (Params.int ctx.params Param.window);
+      window = effective_window ctx.params;
       status_interval = Params.time ctx.params Param.status_interval;
       nak_delay = Params.time ctx.params Param.nak_delay;
       nak_retry = Params.time ctx.params Param.nak_retry;
@@ -119,7 +145,12 @@ module L = struct
       released = Array.make n 0;
       expected = Array.make n 0;
       highest = Array.make n 0;
+      seen = Array.make n 0;
+      early_bytes = Array.make n 0;
+      max_early = max_early ctx.params;
       known = Array.make_matrix n n 0;
+      suspected = Array.make n false;
+      answered = Array.make_matrix n n min_int;
       nak_at = Array.make n max_int;
       status_at = max_int;
       requested = false;
@@ -133,16 +164,28 @@ module L = struct
       stable_released = 0;
       status_sent = 0;
       malformed = 0;
+      impossible = 0;
+      naks_ignored = 0;
     }
 
   (* How many casts of [o] this member has contiguously. *)
   let mine t o = if o = t.rank then t.next else t.expected.(o)
   let gap t o = o <> t.rank && t.expected.(o) < t.highest.(o)
 
+  (* The members a NAK for [o]'s casts from [lo] on may go to: [o] itself
+     and the members known to have them, none suspected. *)
+  let holders t o lo =
+    let ok m = m <> t.rank && not t.suspected.(m) in
+    let others = List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id) in
+    if ok o then o :: others else others
+
+  (* A gap worth asking about: some member that is not suspected can fill it. *)
+  let wanted t o = gap t o && holders t o t.expected.(o) <> []
+
   let busy t =
     t.nheld > 0
     ||
-    let rec any o = o < t.n && (gap t o || any (o + 1)) in
+    let rec any o = o < t.n && (wanted t o || any (o + 1)) in
     any 0
 
   let keep t o seq msg =
@@ -152,7 +195,7 @@ module L = struct
   let stable t o =
     let s = ref (mine t o) in
     for m = 0 to t.n - 1 do
-      if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
+      if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
     done;
     !s
 
@@ -175,7 +218,7 @@ module L = struct
     if not t.stopped then begin
       let now = t.now () in
       for o = 0 to t.n - 1 do
-        if gap t o && t.nak_at.(o) = max_int then begin
+        if wanted t o && t.nak_at.(o) = max_int then begin
           t.nak_at.(o) <- now + t.nak_delay;
           t.out.alarm t.nak_at.(o)
         end
@@ -190,25 +233,35 @@ module L = struct
     if not t.stopped then
       match Hashtbl.find_opt t.held.(o) t.expected.(o) with
       | Some m ->
+          t.early_bytes.(o) <- t.early_bytes.(o) - Msg.length m;
           t.expected.(o) <- t.expected.(o) + 1;
           t.out.up (Event.Cast_from o) (Msg.retain m);
           drain t o
       | None -> ()
 
+  (* The window is checked before anything changes: a number beyond it
+     (a burst too large, or a forged or corrupt header) leaves no trace. *)
   let receive t o seq msg =
     if seq < t.expected.(o) || Hashtbl.mem t.held.(o) seq then begin
       t.duplicates <- t.duplicates + 1;
       Msg.release msg
     end
+    else if seq - t.expected.(o) >= t.window then begin
+      t.beyond_window <- t.beyond_window + 1;
+      Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" o seq t.expected.(o));
+      Msg.release msg
+    end
+    else if seq > t.expected.(o) && t.early_bytes.(o) + Msg.length msg > t.max_early then begin
+      t.beyond_window <- t.beyond_window + 1;
+      Log.debug (fun m -> m "from %d: dropped %d, %d bytes already kept early" o seq t.early_bytes.(o));
+      Msg.release msg
+    end
     else begin
+      if seq >= t.seen.(o) then t.seen.(o) <- seq + 1;
       if seq >= t.highest.(o) then t.highest.(o) <- seq + 1;
-      if seq >= t.expected.(o) + t.window then begin
-        t.beyond_window <- t.beyond_window + 1;
-        Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" o seq t.expected.(o));
-        Msg.release msg
-      end
-      else if seq > t.expected.(o) then begin
+      if seq > t.expected.(o) then begin
         t.out_of_order <- t.out_of_order + 1;
+        t.early_bytes.(o) <- t.early_bytes.(o) + Msg.length msg;
         keep t o seq msg
       end
       else begin
@@ -241,17 +294,31 @@ module L = struct
     let vector = Array.init t.n (mine t) in
     t.out.dn Event.Cast (Status { busy = busy t; vector }) (Msg.empty ())
 
+  (* A status is checked whole before it is used: claiming more of this
+     member's casts than it has made is impossible, and drops it. Claims
+     about other origins count only up to the window: beyond it they could
+     only make a gap that nobody can fill. The origin's own count is the
+     truth about how many casts it has made: it corrects a count raised by
+     others' claims (forged, or older than what arrived since). *)
   let on_status t m busy vector =
-    for o = 0 to t.n - 1 do
-      let v = vector.(o) in
-      if v > t.known.(m).(o) then t.known.(m).(o) <- v;
-      if o <> t.rank && v > t.highest.(o) then t.highest.(o) <- v
-    done;
-    for o = 0 to t.n - 1 do
-      release_stable t o
-    done;
-    if busy then t.requested <- true;
-    kick t
+    if vector.(t.rank) > t.next then begin
+      t.impossible <- t.impossible + 1;
+      Log.debug (fun f ->
+          f "status of %d claims %d casts of this member, which made %d: dropped" m vector.(t.rank) t.next)
+    end
+    else begin
+      for o = 0 to t.n - 1 do
+        let v = if o = t.rank then vector.(o) else min vector.(o) (t.expected.(o) + t.window) in
+        if v > t.known.(m).(o) then t.known.(m).(o) <- v;
+        if o = m then t.highest.(o) <- max v (max t.seen.(o) t.expected.(o))
+        else if o <> t.rank && v > t.highest.(o) then t.highest.(o) <- v
+      done;
+      for o = 0 to t.n - 1 do
+        release_stable t o
+      done;
+      if busy then t.requested <- true;
+      kick t
+    end
 
   (* The missing runs of [o]'s casts within the window, at most [max_ranges]. *)
   let missing t o =
@@ -269,10 +336,9 @@ module L = struct
     go t.expected.(o) [] max_ranges
 
   let send_nak t o =
-    let lo = t.expected.(o) in
-    let has m = m <> t.rank && m <> o && t.known.(m).(o) > lo in
-    let others = List.filter has (List.init t.n Fun.id) in
-    let candidates = Array.of_list (o :: others) in
+    match Array.of_list (holders t o t.expected.(o)) with
+    | [||] -> ()
+    | candidates ->
     let target = candidates.(Rng.int t.rng (Array.length candidates)) in
     let ranges =
       if target = o then missing t o
@@ -289,7 +355,16 @@ module L = struct
       t.out.dn (Event.Send target) (Nak { origin = o; ranges }) (Msg.empty ())
     end
 
+  (* A NAK is answered with what this member holds in its ranges, at most
+     a window's worth of numbers looked at, and at most once per half
+     [nak_retry] for one asker and origin (the asker does not ask more
+     often): forged or duplicated NAKs cannot make it send more. *)
   let on_nak t m o ranges =
+    let now = t.now () in
+    if t.suspected.(m) || now < t.answered.(m).(o) + (t.nak_retry / 2) then
+      t.naks_ignored <- t.naks_ignored + 1
+    else begin
+    t.answered.(m).(o) <- now;
     let top = if o = t.rank then t.next - 1 else t.expected.(o) + t.window - 1 in
     let budget = ref t.window in
     List.iter
@@ -297,15 +372,16 @@ module L = struct
         let s = ref (max a t.released.(o)) in
         let e = min b top in
         while !s <= e && !budget > 0 do
+          decr budget;
           (match Hashtbl.find_opt t.held.(o) !s with
           | Some msg when not t.stopped ->
-              decr budget;
               t.retransmissions <- t.retransmissions + 1;
               t.out.dn (Event.Send m) (Retrans { origin = o; seq = !s }) (Msg.retain msg)
           | _ -> ());
           incr s
         done)
       ranges
+    end
 
   let malformed t src h msg =
     t.malformed <- t.malformed + 1;
@@ -335,7 +411,21 @@ module L = struct
           on_status t m busy vector
       | _ -> malformed t src h msg
 
-  let up_ctl t e = t.out.up_ctl e
+  (* A suspicion is final within the view: the suspected member is not
+     waited for by stability, not asked for repairs, not answered. *)
+  let suspect t ranks =
+    let fresh = List.filter (fun r -> r >= 0 && r < t.n && r <> t.rank && not t.suspected.(r)) ranks in
+    if fresh <> [] && not t.stopped then begin
+      List.iter (fun r -> t.suspected.(r) <- true) fresh;
+      for o = 0 to t.n - 1 do
+        release_stable t o
+      done;
+      kick t
+    end
+
+  let up_ctl t e =
+    (match e with Gevent.Suspect { ranks; _ } -> suspect t ranks | _ -> ());
+    t.out.up_ctl e
 
   let release_all t =
     Array.iter
@@ -344,6 +434,7 @@ module L = struct
         Hashtbl.reset h)
       t.held;
     t.nheld <- 0;
+    Array.fill t.early_bytes 0 t.n 0;
     Array.fill t.nak_at 0 t.n max_int;
     t.status_at <- max_int
 
@@ -359,7 +450,7 @@ module L = struct
     if not t.stopped then begin
       for o = 0 to t.n - 1 do
         if t.nak_at.(o) <= now then
-          if gap t o then begin
+          if wanted t o then begin
             send_nak t o;
             t.nak_at.(o) <- now + t.nak_retry
           end
@@ -387,6 +478,8 @@ module L = struct
       ("stable_released", t.stable_released);
       ("status_sent", t.status_sent);
       ("malformed", t.malformed);
+      ("impossible", t.impossible);
+      ("naks_ignored", t.naks_ignored);
       ("buffered", t.nheld);
     ]
 end

@@ -4,7 +4,7 @@
     Each member numbers its casts and delivers them to itself at once
     ([Cast_from] its own rank). Receivers deliver each origin's casts in
     order and exactly once, dropping duplicates and buffering casts that
-    arrive early, up to {!Param.window} ahead of the next expected one.
+    arrive early, up to {!effective_window} ahead of the next expected one.
 
     A gap in an origin's numbers is repaired by asking: {!Param.nak_delay}
     after it appears (time for reordered casts to arrive), the receiver
@@ -22,6 +22,25 @@
     status from a busy member answers with its own at its next tick, so
     the group converges, then falls silent when everything is stable.
 
+    {b Wire numbers} are checked before any state changes. A cast numbered
+    beyond the window is dropped and leaves no trace (no gap, no NAK); so
+    is a cast above a gap when the casts of its origin kept early already
+    take 1 MiB, or four times [mflow.window] if that is more. A
+    status claiming more of this member's casts than it has made is
+    dropped whole; its claims about other origins count only up to the
+    window; an origin's own count in its status is the truth about how
+    many casts it made, and closes gaps that others' claims opened. A NAK
+    is answered with at most a window's worth of numbers looked at, and at
+    most once per half {!Param.nak_retry} for one asker and origin.
+
+    {b Suspicions} ({!Gevent.Suspect} going up, final within the view):
+    stability no longer waits for a suspected member, gaps are asked only
+    of members not suspected (the origin, or others whose statuses show
+    they have the casts), so asking stops when nobody trusted can answer,
+    and NAKs of suspected members are not answered.
+
+    Mnak sits under Pt2pt ([pt2pt:mnak]), as in Ensemble: NAKs and
+    retransmissions are plain datagrams, repeated by Mnak itself.
     Point-to-point messages pass through with {!No_hdr}. On [Stop] every
     buffered message is released.
 
@@ -47,7 +66,8 @@ type header =
 module Param : sig
   val window : string
   (** ["mnak.window"]: casts buffered ahead of the next expected one, per
-      origin, and most casts asked for or resent per NAK (default 1024). *)
+      origin, and most casts asked for or resent per NAK (default 1024,
+      raised to what Mflow's window allows: see {!effective_window}). *)
 
   val status_interval : string
   (** ["mnak.status_interval"]: period of status casts while busy (default 20 ms). *)
@@ -58,6 +78,13 @@ module Param : sig
   val nak_retry : string
   (** ["mnak.nak_retry"]: wait before asking again for a gap (default 20 ms). *)
 end
+
+val effective_window : Consort.Params.t -> int
+(** [effective_window params] is the acceptance window in force: the
+    larger of {!Param.window} and the number of empty casts Mflow's window
+    ([mflow.window] divided by {!Mflow.overhead}) lets one origin have in
+    flight, at most 2{^20}. So a burst that flow control lets through is
+    buffered by every receiver, never dropped as beyond the window. *)
 
 val name : string
 
@@ -80,7 +107,9 @@ val timer : t -> Consort.Time.t -> unit
 val counters : t -> (string * int) list
 (** ["naks_sent"], ["retransmissions"], ["duplicates"], ["out_of_order"],
     ["beyond_window"], ["stable_released"], ["status_sent"], ["malformed"]
-    (headers that do not fit their source or the view), and the gauge
+    (headers that do not fit their source or the view), ["impossible"]
+    (statuses claiming casts this member never made), ["naks_ignored"]
+    (repeated too soon, or from a suspected member), and the gauge
     ["buffered"]: casts held now, delivered but unstable or early. *)
 
 val layer : Consort.Layer.t

@@ -14,6 +14,14 @@ let to_string = function
   | Flow -> "Flow"
   | Slander -> "Slander"
 
+type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
+
+let pp_error ppf = function
+  | Unknown { name; known } -> Fmt.pf ppf "unknown property %S (known: %s)" name (String.concat ", " known)
+  | Empty -> Fmt.string ppf "no property given"
+  | Sync_without_gmp -> Fmt.string ppf "property Sync needs Gmp: a flush is part of a view change"
+  | Stack e -> Fmt.string ppf e
+
 let pp ppf ps = Fmt.string ppf (String.concat "," (List.map to_string ps))
 
 let of_string s =
@@ -25,19 +33,16 @@ let of_string s =
         | l -> (
             match List.find_opt (fun p -> String.lowercase_ascii (to_string p) = l) all with
             | Some p -> Ok (ps @ [ p ])
-            | None ->
-                Error
-                  (Printf.sprintf "unknown property %S (known: vsync, %s)" item
-                     (String.concat ", " (List.map to_string all)))))
+            | None -> Error (Unknown { name = item; known = "vsync" :: List.map to_string all })))
   in
   match List.fold_left one (Ok []) items with
-  | Ok [] -> Error "no property given"
+  | Ok [] -> Error Empty
   | Ok ps -> Ok (List.sort_uniq compare ps)
   | Error _ as e -> e
 
 let layers ps =
   let has p = List.mem p ps in
-  if has Sync && not (has Gmp) then Error "property Sync needs Gmp: a flush is part of a view change"
+  if has Sync && not (has Gmp) then Error Sync_without_gmp
   else
     let l =
       List.concat
@@ -46,11 +51,16 @@ let layers ps =
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
           (if has Slander then [ Slander.layer ] else []);
-          [ Mnak.layer; Pt2pt.layer ];
-          (if has Suspect || has Slander then [ Suspect.layer ] else []);
+          (* Mnak under Pt2pt, as in Ensemble: its NAKs and retransmissions
+             are plain datagrams, repeated by Mnak itself, never queued in
+             Pt2pt's window behind (or ahead of) the application's sends. *)
+          [ Pt2pt.layer; Mnak.layer ];
+          (* Membership needs a failure detector: without one, a crash
+             outside a flush round would go unnoticed for good. *)
+          (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);
           [ Bottom.layer ];
         ]
     in
-    match Stack.check l with Ok () -> Ok l | Error e -> Error e
+    match Stack.check l with Ok () -> Ok l | Error e -> Error (Stack e)
 
-let describe ps = match layers ps with Ok l -> Stack.describe l | Error e -> e
+let describe ps = match layers ps with Ok l -> Stack.describe l | Error e -> Fmt.str "%a" pp_error e

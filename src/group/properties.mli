@@ -19,16 +19,28 @@ val vsync : t list
 (** Ensemble's default set: [Gmp; Sync; Heal; Frag; Suspect; Flow; Slander]. *)
 
 val to_string : t -> string
-val of_string : string -> (t list, string) result
+
+(** Why a property set is refused. *)
+type error =
+  | Unknown of { name : string; known : string list }  (** not a property *)
+  | Empty  (** no property given *)
+  | Sync_without_gmp  (** [Sync] needs [Gmp] *)
+  | Stack of string  (** the layers' contracts do not fit (see {!Consort.Stack.check}) *)
+
+val pp_error : error Fmt.t
+(** One line, naming what is wrong. *)
+
+val of_string : string -> (t list, error) result
 (** [of_string "Gmp,Sync,Heal"] or ["vsync"] (names are case-insensitive;
     ["vsync"] stands for {!vsync}). *)
 
 val pp : t list Fmt.t
 
-val layers : t list -> (Consort.Layer.t list, string) result
+val layers : t list -> (Consort.Layer.t list, error) result
 (** [layers ps] is the stack for [ps], top first, checked. Membership
     needs reliable casts and sends, so the reliable layers are always
-    there; [Sync] without [Gmp] is refused. *)
+    there, and a failure detector, so [Gmp] brings [Suspect] with it;
+    [Sync] without [Gmp] is refused. *)
 
 val describe : t list -> string
-(** ["gmp:slander:mnak:pt2pt:suspect:bottom"], or the error. *)
+(** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

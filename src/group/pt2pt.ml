@@ -24,6 +24,7 @@ module Param = struct
 end
 
 let max_sack = 16
+let max_window = 1 lsl 20
 
 module L = struct
   type header =
@@ -91,6 +92,7 @@ module L = struct
     mutable acks_sent : int;
     mutable beyond_window : int;
     mutable malformed : int;
+    mutable impossible : int;
     mutable bad_dst : int;
   }
 
@@ -117,7 +119,7 @@ module L = struct
       peers = Array.init (View.nmembers ctx.view) peer;
       rto0;
       max_rto = Params.time ctx.params Param.max_rto;
-      window = max 1 (Params.int ctx.params Param.window);
+      window = max 1 (min max_window (Params.int ctx.params Param.window));
       ack_delay = Params.time ctx.params Param.ack_delay;
       ack_every = max 1 (Params.int ctx.params Param.ack_every);
       stopped = false;
@@ -127,6 +129,7 @@ module L = struct
       acks_sent = 0;
       beyond_window = 0;
       malformed = 0;
+      impossible = 0;
       bad_dst = 0;
     }
 
@@ -224,7 +227,7 @@ module L = struct
       Msg.release msg;
       send_ack t r p
     end
-    else if seq >= p.expected + t.window then begin
+    else if seq - p.expected >= t.window then begin
       t.beyond_window <- t.beyond_window + 1;
       Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" r seq p.expected);
       Msg.release msg
@@ -259,6 +262,18 @@ module L = struct
     else
       match (src, h) with
       | Event.Cast_from _, No_hdr -> t.out.up src msg
+      (* Numbers are checked before anything changes: an acknowledgement of
+         messages never sent, or a message beyond the window, is dropped
+         whole, acknowledgement included. *)
+      | (Event.Send_from r, (Data { ack; _ } | Ack { ack; _ })) when peer t r && ack > t.peers.(r).next ->
+          t.impossible <- t.impossible + 1;
+          Log.debug (fun m ->
+              m "from %d: acknowledgement %d beyond the %d messages sent, dropped" r ack t.peers.(r).next);
+          Msg.release msg
+      | Event.Send_from r, Data { seq; _ } when peer t r && seq - t.peers.(r).expected >= t.window ->
+          t.beyond_window <- t.beyond_window + 1;
+          Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" r seq t.peers.(r).expected);
+          Msg.release msg
       | Event.Send_from r, Data { seq; ack } when peer t r ->
           let p = t.peers.(r) in
           acked t p ack [];
@@ -325,6 +340,7 @@ module L = struct
       ("acks_sent", t.acks_sent);
       ("beyond_window", t.beyond_window);
       ("malformed", t.malformed);
+      ("impossible", t.impossible);
       ("bad_dst", t.bad_dst);
       ("unacked", sum (fun p -> Hashtbl.length p.unacked));
       ("buffered", sum (fun p -> Hashtbl.length p.early));

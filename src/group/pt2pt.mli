@@ -4,7 +4,9 @@
     delivers them in order and exactly once: it suppresses duplicates and
     buffers messages that arrive early, up to {!Param.window} ahead of the
     next expected one (later ones are dropped: the sender will send them
-    again). It acknowledges cumulatively ("I have all messages below [n]")
+    again; numbers are checked before anything changes, so such a message,
+    or one acknowledging messages never sent, is dropped whole, its
+    acknowledgement included). It acknowledges cumulatively ("I have all messages below [n]")
     on every data message it sends back to that peer; otherwise with an
     acknowledgement message, which also lists the early messages it holds
     (selective acknowledgement), {!Param.ack_delay} after a message
@@ -75,7 +77,8 @@ val timer : t -> Consort.Time.t -> unit
 val counters : t -> (string * int) list
 (** ["retransmissions"], ["duplicates"], ["out_of_order"], ["acks_sent"],
     ["beyond_window"] (early messages dropped), ["malformed"] (headers
-    that do not fit their source), ["bad_dst"], and the gauges
+    that do not fit their source), ["impossible"] (acknowledging messages
+    never sent: dropped whole), ["bad_dst"], and the gauges
     ["unacked"] and ["buffered"] (messages held now by senders and
     receivers). *)
 

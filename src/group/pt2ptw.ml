@@ -80,6 +80,7 @@ module L = struct
     low : int;
     threshold : int;
     ack_delay : Time.t;
+    mutable flushing : bool;  (* a view change drains the queues *)
     mutable over : bool;  (* some queue went past [limit] and not all are back to [low] *)
     mutable below : bool;  (* the layers below said they are blocked *)
     mutable told : bool;  (* what the layer above was last told *)
@@ -118,7 +119,8 @@ module L = struct
       low = limit / 2;
       threshold = max 1 (window / 4);
       ack_delay = Params.time ctx.params Param.ack_delay;
-      over = false;
+      flushing = false;
+        over = false;
       below = false;
       told = false;
       stopped = false;
@@ -143,7 +145,9 @@ module L = struct
       t.out.up_ctl (Event.Blocked b)
     end
 
-  let fits t p c = p.sent = p.acked || p.sent - p.acked + c <= t.window
+  (* While the view flushes, nothing waits: the application is blocked
+     and what was queued must be counted in this view. *)
+  let fits t p c = t.flushing || p.sent = p.acked || p.sent - p.acked + c <= t.window
 
   (* [ask]: the window is full after this message and more wait, so the
      peer should acknowledge as soon as it has consumed it. *)
@@ -280,6 +284,9 @@ module L = struct
   let dn_ctl t e =
     (match e with
     | Gevent.Suspect_request { ranks; _ } -> forget t ranks
+    | Event.Block_req _ when not t.stopped ->
+        t.flushing <- true;
+        Array.iteri (fun r p -> if r <> t.rank && not t.gone.(r) then drain t r p) t.peers
     | Event.Stop ->
         t.stopped <- true;
         Array.iter

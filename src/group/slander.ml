@@ -13,7 +13,7 @@ let max_reason = 1024
 let pp_ranks = Fmt.(list ~sep:comma int)
 
 module L = struct
-  type header = No_hdr | Slander of { ranks : int list; reason : string }
+  type header = No_hdr | Slander of { ranks : int list; reason : string; kind : Gevent.kind }
 
   let name = "slander"
 
@@ -24,13 +24,21 @@ module L = struct
           case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
           case 1 "slander"
             (pair (list ~max:max_members varint) (string ~max:max_reason ()))
-            (function Slander { ranks; reason } -> Some (ranks, reason) | _ -> None)
-            (fun (ranks, reason) -> Slander { ranks; reason });
+            (function Slander { ranks; reason; kind = Gevent.Silent } -> Some (ranks, reason) | _ -> None)
+            (fun (ranks, reason) -> Slander { ranks; reason; kind = Gevent.Silent });
+          case 2 "slander_requested"
+            (pair (list ~max:max_members varint) (string ~max:max_reason ()))
+            (function Slander { ranks; reason; kind = Gevent.Requested } -> Some (ranks, reason) | _ -> None)
+            (fun (ranks, reason) -> Slander { ranks; reason; kind = Gevent.Requested });
+          case 3 "slander_unresponsive"
+            (pair (list ~max:max_members varint) (string ~max:max_reason ()))
+            (function Slander { ranks; reason; kind = Gevent.Unresponsive } -> Some (ranks, reason) | _ -> None)
+            (fun (ranks, reason) -> Slander { ranks; reason; kind = Gevent.Unresponsive });
         ])
 
   let pp_header ppf = function
     | No_hdr -> Fmt.string ppf "no_hdr"
-    | Slander { ranks; reason } -> Fmt.pf ppf "slander(%a: %s)" pp_ranks ranks reason
+    | Slander { ranks; reason; kind } -> Fmt.pf ppf "slander(%a, %a: %s)" pp_ranks ranks Gevent.pp_kind kind reason
 
   let provides = [ contract ]
   let requires = [ Contract.reliable_cast; Suspect.contract ]
@@ -63,25 +71,25 @@ module L = struct
 
   let truncate s = if String.length s <= max_reason then s else String.sub s 0 max_reason
 
-  (* A suspicion raised here: tell the group, then the layers above. *)
-  let raise_here t ranks reason =
+  (* A suspicion raised here: tell the group, then the layers above (each
+     rank once). *)
+  let raise_here t ranks reason kind =
     let added = fresh t ranks in
     if added <> [] then begin
       t.slanders_sent <- t.slanders_sent + 1;
       Log.info (fun m -> m "rank %d tells the group it suspects %a: %s" t.rank pp_ranks added reason);
-      t.out.dn Event.Cast (Slander { ranks = added; reason = truncate reason }) (Msg.empty ());
+      t.out.dn Event.Cast (Slander { ranks = added; reason = truncate reason; kind }) (Msg.empty ());
       t.out.up_ctl (Gevent.Suspect { ranks = added; reason })
     end
 
-  let heard t o ranks reason =
+  (* Another member's suspicion is not taken on trust: the failure
+     detector below judges it against what this member hears, and reports
+     up what it adopts (or that the accuser is the faulty one). *)
+  let heard t o ranks reason kind =
     t.slanders_received <- t.slanders_received + 1;
     if List.mem t.rank ranks then
       Log.info (fun m -> m "rank %d suspects this member, rank %d: %s" o t.rank reason);
-    let added = fresh t ranks in
-    if added <> [] then
-      t.out.up_ctl
-        (Gevent.Suspect
-           { ranks = added; reason = Fmt.str "rank %d suspects %a: %s" o pp_ranks added reason })
+    t.out.dn_ctl (Gevent.Accusation { accuser = o; ranks; reason; kind })
 
   let dn t dst msg = if t.stopped then Msg.release msg else t.out.dn dst No_hdr msg
 
@@ -90,10 +98,10 @@ module L = struct
     else
       match (src, h) with
       | (Event.Cast_from _ | Event.Send_from _), No_hdr -> t.out.up src msg
-      | Event.Cast_from o, Slander { ranks; reason } when o >= 0 && o < t.n ->
+      | Event.Cast_from o, Slander { ranks; reason; kind } when o >= 0 && o < t.n ->
           Msg.release msg;
           (* Our own slanders come back from the reliable cast below. *)
-          if o <> t.rank then heard t o ranks reason
+          if o <> t.rank then heard t o ranks reason kind
       | _ ->
           t.malformed <- t.malformed + 1;
           Log.debug (fun m -> m "dropped %a with header %a" Event.pp_src src pp_header h);
@@ -101,13 +109,16 @@ module L = struct
 
   let up_ctl t e =
     match e with
-    | Gevent.Suspect { ranks; reason } -> if not t.stopped then raise_here t ranks reason
+    | Gevent.Suspect { ranks; reason } -> if not t.stopped then raise_here t ranks reason Gevent.Silent
     | e -> t.out.up_ctl e
 
   let dn_ctl t e =
     (match e with
     | Event.Stop -> t.stopped <- true
-    | Gevent.Suspect_request { ranks; reason } when not t.stopped -> raise_here t ranks reason
+    | Gevent.Suspect_request { ranks; reason } when not t.stopped ->
+        raise_here t ranks reason Gevent.Requested
+    | Gevent.Suspect_unresponsive { ranks; reason } when not t.stopped ->
+        raise_here t ranks reason Gevent.Unresponsive
     | _ -> ());
     t.out.dn_ctl e
 

@@ -8,13 +8,15 @@
     {!Gevent.Suspect} with the same reason. A request then goes on down, so
     that the failure detector also stops watching those ranks.
 
-    A member that receives a slander reports the ranks it had not yet
-    suspected up as a {!Gevent.Suspect} whose reason names who suspected
-    whom and why (["rank 0 suspects 4: silent for 5.0 s"]). Each rank is
-    reported up at most once in the view the stack was made for, whatever
-    the number of detectors and slanders that name it. Every member that
-    raises a suspicion casts it, so the news reaches every member that
-    stays even if the first one to raise it fails.
+    A member that receives a slander does not take it on trust: it hands
+    it down to the failure detector as a {!Gevent.Accusation}, which judges
+    it against what this member hears and reports up what it adopts (see
+    {!Suspect.judge}). A slander says why: {!Gevent.Silent} (from the
+    failure detector), {!Gevent.Requested} (asked by an application:
+    adopted everywhere) or {!Gevent.Unresponsive} (a coordinator's flush
+    timeout). Every member that raises a suspicion casts it, so the news
+    reaches every member that stays even if the first one to raise it
+    fails.
 
     Messages of the layers above pass through with the {!No_hdr} header;
     other control events pass on untouched. Nonsense never raises:
@@ -31,8 +33,9 @@ type t
 (** The header. *)
 type header =
   | No_hdr  (** a message of the layers above, passed through *)
-  | Slander of { ranks : int list; reason : string }
-      (** the sender suspects these ranks, for this reason *)
+  | Slander of { ranks : int list; reason : string; kind : Gevent.kind }
+      (** the sender suspects these ranks, for this reason (tag 1 silent,
+          2 requested, 3 unresponsive) *)
 
 val contract : Consort.Contract.t
 (** [contract] is the property ["slander"]: a suspicion raised at one

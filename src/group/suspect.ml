@@ -8,6 +8,8 @@ module Param = struct
   let interval = "suspect.interval"
   let timeout = "suspect.timeout"
   let pause = "suspect.pause"
+  let verify = "suspect.verify"
+  let grace = "suspect.grace"
 
   let () =
     Params.register interval (Params.Time (Time.of_ms 250)) ~doc:"period of heartbeat casts";
@@ -16,7 +18,15 @@ module Param = struct
     Params.register pause (Params.Time (Time.of_sec 1.))
       ~doc:
         "gap between two timer calls taken as a pause of this member (at least twice the \
-         interval); silence during a pause is not held against others"
+         interval); silence during a pause is not held against others";
+    Params.register grace (Params.Time (Time.of_sec 1.))
+      ~doc:
+        "how long another member's suspicion of a member this one still hears waits before it is \
+         adopted (a member that stops hearing everyone is found out within it)";
+    Params.register verify (Params.Time (Time.of_sec 1.))
+      ~doc:
+        "before the timeout, how long a silent member is probed directly (one probe per \
+         interval) before it is suspected"
 end
 
 let contract =
@@ -29,8 +39,35 @@ let pp_ranks = Fmt.(list ~sep:comma int)
 
 let seconds d = Printf.sprintf "%.1f s" (Time.to_sec d)
 
+type verdict = { adopt : int list; blame_accuser : bool }
+
+(* An accusation from another member, judged against what this member
+   hears. A requested suspicion is adopted as it is. Otherwise, one that
+   (with all the accuser said before, [all]) accuses most of the view
+   while this member hears some of the accused, or this member itself,
+   marks the accuser as the faulty one: a member that hears nobody must
+   not break up a group whose other members hear each other. Else a
+   silent member is adopted only if this member does not hear it either;
+   an unresponsive one (a coordinator's flush timeout) is adopted. *)
+let judge ~n ~me ~hears ~accuser ~kind ?(all = []) ranks =
+  let clean l = List.sort_uniq compare (List.filter (fun r -> r >= 0 && r < n && r <> accuser) l) in
+  let ranks = clean ranks in
+  let all = clean (all @ ranks) in
+  let others = List.filter (fun r -> r <> me) ranks in
+  match (kind : Gevent.kind) with
+  | Requested -> { adopt = others; blame_accuser = false }
+  | Silent | Unresponsive ->
+      let contradicted = List.mem me all || List.exists hears (List.filter (fun r -> r <> me) all) in
+      let most = 2 * List.length all > n - 1 in
+      if contradicted && most && accuser <> me then { adopt = []; blame_accuser = true }
+      else
+        {
+          adopt = (if kind = Silent then List.filter (fun r -> not (hears r)) others else others);
+          blame_accuser = false;
+        }
+
 module L = struct
-  type header = No_hdr | Heartbeat of { suspects : int list }
+  type header = No_hdr | Heartbeat of { suspects : int list } | Probe of { ack : bool }
 
   let name = "suspect"
 
@@ -42,12 +79,16 @@ module L = struct
           case 1 "heartbeat" (list ~max:max_members varint)
             (function Heartbeat { suspects } -> Some suspects | _ -> None)
             (fun suspects -> Heartbeat { suspects });
+          case 2 "probe" unit (function Probe { ack = false } -> Some () | _ -> None) (fun () -> Probe { ack = false });
+          case 3 "probe_ack" unit (function Probe { ack = true } -> Some () | _ -> None) (fun () -> Probe { ack = true });
         ])
 
   let pp_header ppf = function
     | No_hdr -> Fmt.string ppf "no_hdr"
     | Heartbeat { suspects = [] } -> Fmt.string ppf "heartbeat"
     | Heartbeat { suspects } -> Fmt.pf ppf "heartbeat(suspects %a)" pp_ranks suspects
+    | Probe { ack = false } -> Fmt.string ppf "probe"
+    | Probe { ack = true } -> Fmt.string ppf "probe-ack"
 
   let provides = [ Contract.datagram; contract ]
   let requires = [ Contract.datagram ]
@@ -60,7 +101,16 @@ module L = struct
     interval : Time.t;
     timeout : Time.t;
     pause : Time.t;
+    verify : Time.t;
     heard : Time.t array;  (* when the last datagram of each rank arrived *)
+    probed : Time.t array;  (* when each rank was last probed *)
+    claims : bool array array;  (* [claims.(a).(r)]: [a] has said it suspects [r] *)
+    since : Time.t array array;  (* when [a] first said so *)
+    grace : Time.t;
+    mutable waiting : (int * int * string) list;
+        (* suspicions of members heard here, adopted after the grace period
+           unless their accuser is found faulty first *)
+    asked : bool array;  (* an application asked for these ranks to be suspected *)
     suspected : Rankset.t;
     mutable beat_at : Time.t;
     mutable last_tick : Time.t;
@@ -73,6 +123,10 @@ module L = struct
     mutable pauses : int;
     mutable heard_after : int;
     mutable malformed : int;
+    mutable probes : int;
+    mutable requested_unresponsive : int;
+    mutable rejected : int;
+    mutable blamed : int;
   }
 
   let create (ctx : Layer.ctx) out =
@@ -88,7 +142,14 @@ module L = struct
         interval;
         timeout = max 1 (Params.time ctx.params Param.timeout);
         pause = max (2 * interval) (Params.time ctx.params Param.pause);
+        verify = max 0 (Params.time ctx.params Param.verify);
         heard = Array.make n now;
+        probed = Array.make n min_int;
+        claims = Array.make_matrix n n false;
+        since = Array.make_matrix n n max_int;
+        grace = max 0 (Params.time ctx.params Param.grace);
+        waiting = [];
+        asked = Array.make n false;
         suspected = Rankset.create ~n ~me:ctx.view.rank;
         beat_at = (if n > 1 then now else max_int);
         last_tick = now;
@@ -101,6 +162,10 @@ module L = struct
         pauses = 0;
         heard_after = 0;
         malformed = 0;
+        probes = 0;
+        requested_unresponsive = 0;
+        rejected = 0;
+        blamed = 0;
       }
     in
     if t.beat_at <> max_int then out.alarm t.beat_at;
@@ -122,6 +187,82 @@ module L = struct
 
   let dn t dst msg = if t.stopped then Msg.release msg else t.out.dn dst No_hdr msg
 
+  (* This member hears [r]: a datagram came from it within half the
+     timeout. *)
+  let hears t r = peer t r && t.now () - t.heard.(r) < t.timeout / 2
+
+  let accusation t accuser ranks reason kind =
+    if peer t accuser && (not t.stopped) && not (Rankset.mem t.suspected accuser && kind <> Gevent.Requested) then begin
+      (* An accuser's suspicions add up: one that names the members one by
+         one is judged on all it has named. *)
+      let all = List.filter (fun r -> t.claims.(accuser).(r)) (List.init t.n Fun.id) in
+      let v = judge ~n:t.n ~me:t.rank ~hears:(hears t) ~accuser ~kind ~all ranks in
+      List.iter
+        (fun r ->
+          if r >= 0 && r < t.n then
+            if kind = Gevent.Requested then t.asked.(r) <- true
+            else if not t.claims.(accuser).(r) then begin
+              t.claims.(accuser).(r) <- true;
+              t.since.(accuser).(r) <- t.now ()
+            end)
+        ranks;
+      let all = List.filter (fun r -> t.claims.(accuser).(r)) (List.init t.n Fun.id) in
+      let rejected =
+        List.filter (fun r -> peer t r && r <> accuser && (not (Rankset.mem t.suspected r)) && not (List.mem r v.adopt)) ranks
+      in
+      if rejected <> [] || List.mem t.rank ranks then begin
+        t.rejected <- t.rejected + 1;
+        Log.info (fun m ->
+            m "rank %d: not adopting %d's suspicion of %a yet: heard from them recently" t.rank accuser pp_ranks
+              (List.filter (fun r -> r <> accuser) ranks))
+      end;
+      if not v.blame_accuser then
+        List.iter
+          (fun r ->
+            if peer t r && not (List.exists (fun (a, r', _) -> a = accuser && r' = r) t.waiting) then begin
+              t.waiting <- (accuser, r, reason) :: t.waiting;
+              t.out.alarm (t.since.(accuser).(r) + t.grace)
+            end)
+          rejected;
+      if v.blame_accuser && not (Rankset.mem t.suspected accuser) then begin
+        t.blamed <- t.blamed + 1;
+        let added = fresh t [ accuser ] in
+        if added <> [] then
+          report t added
+            (Printf.sprintf "suspects %d of the %d other members, some of which this member hears"
+               (List.length (List.filter (fun r -> r <> accuser) all)) (t.n - 1))
+      end;
+      let added = fresh t v.adopt in
+      if added <> [] then begin
+        t.gossiped <- t.gossiped + List.length added;
+        report t added
+          (match kind with
+          | Gevent.Requested -> Printf.sprintf "asked at rank %d: %s" accuser reason
+          | Gevent.Unresponsive -> Printf.sprintf "rank %d: %s" accuser reason
+          | Gevent.Silent -> Printf.sprintf "suspected by %d (%s) and silent here too" accuser reason)
+      end
+    end
+
+  (* Suspicions of members heard here, once their grace period is over and
+     their accuser has not been found faulty: one of the two cannot reach
+     the other, and the group cannot keep both. *)
+  let adopt_waiting t now =
+    if t.waiting <> [] then begin
+      let due, rest =
+        List.partition (fun (a, r, _) -> now >= t.since.(a).(r) + t.grace) t.waiting
+      in
+      t.waiting <- rest;
+      List.iter
+        (fun (a, r, reason) ->
+          if (not (Rankset.mem t.suspected a)) && not (Rankset.mem t.suspected r) then begin
+            t.gossiped <- t.gossiped + 1;
+            report t (fresh t [ r ])
+              (Printf.sprintf "suspected by %d (%s) for %s, though heard here" a reason (seconds t.grace))
+          end)
+        (List.rev due);
+      List.iter (fun (a, r, _) -> t.out.alarm (t.since.(a).(r) + t.grace)) t.waiting
+    end
+
   let up t (src : Event.src) h msg =
     if t.stopped then Msg.release msg
     else
@@ -135,17 +276,46 @@ module L = struct
           t.heartbeats_received <- t.heartbeats_received + 1;
           if List.mem t.rank suspects then
             Log.info (fun m -> m "rank %d suspects this member, rank %d" r t.rank);
-          let added = fresh t suspects in
-          if added <> [] then begin
-            t.gossiped <- t.gossiped + List.length added;
-            report t added (Printf.sprintf "suspected by %d" r)
-          end
+          if List.exists (fun x -> not (Rankset.mem t.suspected x) && x <> t.rank) suspects || List.mem t.rank suspects then
+            accusation t r suspects "heartbeat" Gevent.Silent
+      | Event.Send_from r, Probe { ack } when peer t r ->
+          Msg.release msg;
+          alive t r;
+          if not ack then t.out.dn (Event.Send r) (Probe { ack = true }) (Msg.empty ())
       | _ ->
           t.malformed <- t.malformed + 1;
           Log.debug (fun m -> m "dropped %a with header %a" Event.pp_src src pp_header h);
           Msg.release msg
 
   let up_ctl t e = t.out.up_ctl e
+
+  (* Whether this member can confirm every exclusion of [coord]'s flush
+     round: ranks it suspects, was asked to suspect, or does not hear; and
+     itself only if an application asked for it or two members accuse it
+     (one member that stopped hearing cannot exclude the others). *)
+  let judge_flush t coord excluded =
+    let accept =
+      if not (peer t coord) then coord = t.rank
+      else if Rankset.mem t.suspected coord then false
+      else begin
+        let others = List.filter (fun r -> r <> t.rank) excluded in
+        if others <> [] then accusation t coord others "its flush" Gevent.Silent;
+        if List.mem t.rank excluded && not t.claims.(coord).(t.rank) then begin
+          t.claims.(coord).(t.rank) <- true;
+          t.since.(coord).(t.rank) <- t.now ()
+        end;
+        (not (Rankset.mem t.suspected coord))
+        && List.for_all
+             (fun r ->
+               if r = t.rank then
+                 t.asked.(r)
+                 || (t.claims.(coord).(r) && t.now () >= t.since.(coord).(r) + t.grace)
+                 || List.length (List.filter (fun a -> a <> t.rank && t.claims.(a).(r) && not (Rankset.mem t.suspected a)) (List.init t.n Fun.id)) >= 2
+               else r < 0 || r >= t.n || Rankset.mem t.suspected r || t.asked.(r) || not (hears t r))
+             excluded
+      end
+    in
+    t.out.up_ctl (Gevent.Flush_verdict { coord; accept })
 
   let dn_ctl t e =
     (match e with
@@ -156,6 +326,14 @@ module L = struct
           t.requested <- t.requested + List.length added;
           report t added reason
         end
+    | Gevent.Suspect_unresponsive { ranks; reason } when not t.stopped ->
+        let added = fresh t ranks in
+        if added <> [] then begin
+          t.requested_unresponsive <- t.requested_unresponsive + List.length added;
+          report t added reason
+        end
+    | Gevent.Accusation { accuser; ranks; reason; kind } -> accusation t accuser ranks reason kind
+    | Gevent.Judge_flush { coord; excluded } -> judge_flush t coord excluded
     | _ -> ());
     t.out.dn_ctl e
 
@@ -171,6 +349,20 @@ module L = struct
     for r = 0 to t.n - 1 do
       if peer t r && not (Rankset.mem t.suspected r) then
         t.heard.(r) <- max floor (min now (t.heard.(r) + excess))
+    done
+
+  (* Before suspecting a silent rank, ask it directly, once an interval:
+     any answer (any datagram) is proof of life. *)
+  let probe t now =
+    for r = 0 to t.n - 1 do
+      if peer t r && (not (Rankset.mem t.suspected r))
+         && now - t.heard.(r) >= t.timeout - t.verify
+         && now - t.probed.(r) >= t.interval
+      then begin
+        t.probed.(r) <- now;
+        t.probes <- t.probes + 1;
+        t.out.dn (Event.Send r) (Probe { ack = false }) (Msg.empty ())
+      end
     done
 
   let check t now =
@@ -199,6 +391,8 @@ module L = struct
       t.last_tick <- now;
       if gap > t.pause then forgive t now gap;
       check t now;
+      probe t now;
+      adopt_waiting t now;
       if t.beat_at <= now then begin
         t.heartbeats_sent <- t.heartbeats_sent + 1;
         t.beat_at <- now + t.interval;
@@ -224,6 +418,10 @@ module L = struct
       ("bad_rank", Rankset.bad_rank t.suspected);
       ("self_suspicions", Rankset.self t.suspected);
       ("malformed", t.malformed);
+      ("probes", t.probes);
+      ("unresponsive", t.requested_unresponsive);
+      ("accusations_rejected", t.rejected);
+      ("accusers_blamed", t.blamed);
       ("suspected", Rankset.cardinal t.suspected);
     ]
 end

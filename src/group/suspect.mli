@@ -14,12 +14,21 @@
     rank is suspected at most once in the view the stack was made for;
     after that it is no longer watched.
 
-    Heartbeats carry the sender's suspicion set. A member that learns of a
-    suspicion this way adopts it at once (reason ["suspected by 2"]), so
-    suspicions spread in about one interval even when only one member can
-    tell; {!Slander} is the reliable path for the same news. A
-    {!Gevent.Suspect_request} going down is adopted the same way (reason as
-    given) and passed on down.
+    {b Verification.} For the last {!Param.verify} of the timeout, a silent
+    rank is sent a direct probe once per interval, which it answers at
+    once (as JGroups' VERIFY_SUSPECT); any datagram counts as the answer.
+
+    {b Accusations.} Heartbeats carry the sender's suspicion set, and
+    {!Slander} hands down the suspicions other members cast
+    ({!Gevent.Accusation}). Neither is taken on trust: see {!judge}. A
+    suspicion this member can confirm (it does not hear the accused
+    either) is adopted (reason ["suspected by 2 (...) and silent here
+    too"]); one that accuses most of the view while this member hears some
+    of the accused, or this member itself, makes the accuser the suspect.
+    So a member that stops hearing (a deaf member) is excluded alone,
+    instead of breaking the group into views of one. A
+    {!Gevent.Suspect_request} going down is adopted as given and passed on
+    down.
 
     {b Pauses.} This member's timer runs at least every interval. When two
     consecutive timer calls are further apart than {!Param.pause}, this
@@ -52,6 +61,23 @@ type header =
   | No_hdr  (** a message of the layers above, passed through *)
   | Heartbeat of { suspects : int list }
       (** the sender is alive and suspects these ranks, in increasing order *)
+  | Probe of { ack : bool }
+      (** a direct check of a silent rank ([ack = false]), and its answer *)
+
+type verdict = { adopt : int list; blame_accuser : bool }
+
+val judge :
+  n:int -> me:int -> hears:(int -> bool) -> accuser:int -> kind:Gevent.kind -> ?all:int list -> int list -> verdict
+(** [judge ~n ~me ~hears ~accuser ~kind ~all ranks]: what member [me] of
+    a view of [n] makes of [accuser]'s suspicion of [ranks], [all] being
+    what [accuser] said it suspects before and [hears r] whether [me] has
+    heard from [r] lately. A {!Gevent.Requested} suspicion is adopted as it
+    is. Otherwise, if [accuser] suspects (with [all]) more than half of the
+    other members while [me] hears some of them, or suspects [me], the
+    accuser is the one to suspect and nothing is adopted; else a
+    {!Gevent.Silent} rank is adopted if [me] does not hear it either, an
+    {!Gevent.Unresponsive} one is adopted. [me] itself, ranks outside the
+    view and the accuser are never adopted. *)
 
 (** Names of the registered tunables. *)
 module Param : sig
@@ -60,6 +86,10 @@ module Param : sig
 
   val timeout : string
   (** ["suspect.timeout"]: silence after which a rank is suspected (default 5 s). *)
+
+  val verify : string
+  (** ["suspect.verify"]: for this long before the timeout, a silent rank
+      is probed directly, once per interval (default 1 s). *)
 
   val pause : string
   (** ["suspect.pause"]: a gap between two timer calls longer than this,
@@ -90,7 +120,8 @@ val timer : t -> Consort.Time.t -> unit
 val counters : t -> (string * int) list
 (** ["heartbeats_sent"], ["heartbeats_received"], ranks suspected
     ["by_silence"], ["gossiped"] (adopted from heartbeats) and
-    ["requested"], ["pauses"] of this member, ["heard_after_suspicion"]
+    ["requested"], ["pauses"] of this member, ["probes"] sent,
+    ["accusations_rejected"], ["accusers_blamed"], ["heard_after_suspicion"]
     (datagrams from suspected ranks), ["bad_rank"] and ["self_suspicions"]
     (nonsense in heartbeats and requests), ["malformed"], and the gauge
     ["suspected"]. *)

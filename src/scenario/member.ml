@@ -54,7 +54,7 @@ type error =
   | Unreachable_bind of { addr : string; peer : string }
   | Log_file of string
   | No_free_port
-  | Join of string
+  | Join of Consort_group.Group.join_error
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
@@ -67,7 +67,7 @@ let pp_error ppf = function
         addr peer
   | Log_file e -> Fmt.pf ppf "cannot open the log: %s" e
   | No_free_port -> Fmt.string ppf "no free port in 127.0.0.1:7400-7415; give one with --bind"
-  | Join e -> Fmt.string ppf e
+  | Join e -> Consort_group.Group.pp_join_error ppf e
 
 (* The IPv4 address and port of an "IP:PORT" that parsed. *)
 let ip_port s =
@@ -123,9 +123,9 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join loop cfg layers cb ~on_sent =
+let join loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
-    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ?discovery:cfg.discovery
+    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery
       ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers loop ~group:cfg.group ~addr cb
   in
   match cfg.bind with
@@ -137,10 +137,9 @@ let join loop cfg layers cb ~on_sent =
       in
       go default_peers
 
-(* The API call, as the application makes it. *)
+(* The API call, as the application makes it: a refusal says why. *)
 let api_cast g s : (unit, string) result =
-  G.cast g s;
-  Ok ()
+  Result.map_error (Fmt.str "%a" Consort_group.Group.pp_error) (G.cast g s)
 
 (* Lines longer than this are not cast: the rest of such a line is skipped. *)
 let max_line = 1 lsl 20
@@ -164,7 +163,7 @@ let classify fd =
 
 let run cfg =
   match Consort_group.Properties.layers cfg.props with
-  | Error e -> Error (Bad_props e)
+  | Error e -> Error (Bad_props (Fmt.str "%a" Consort_group.Properties.pp_error e))
   | Ok layers -> (
       match check_config cfg with
       | Error e -> Error e
@@ -213,6 +212,7 @@ let run cfg =
                   say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                     (String.concat " " (Array.to_list v.members))
                     v.rank (String.concat " " v.joined) (String.concat " " v.left);
+                  List.iter (fun (who, why) -> say "%s %s" who why) v.why;
                   write (Log.View { t = now_ns (); me = !self; view = v.vid; members = Array.to_list v.members }));
               cast = deliver `Cast;
               send = deliver `Send;
@@ -232,7 +232,14 @@ let run cfg =
             | `Cast -> write (Log.Cast { t; me; view = vid; seq; len; digest = digest s })
             | `Send dst -> write (Log.Send { t; me; view = vid; dst; seq; len; digest = digest s })
           in
-          match join loop cfg layers cb ~on_sent with
+          let on_lost kind s reason =
+            let seq, _ = unframe s in
+            say "lost: %s" reason;
+            write
+              (Log.Lost
+                 { t = now_ns (); me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq; reason })
+          in
+          match join loop cfg layers cb ~on_sent ~on_lost with
           | Error e ->
               Option.iter close_out log_oc;
               Error e

@@ -49,7 +49,7 @@ type error =
       (** a loopback address, with a peer on another host *)
   | Log_file of string
   | No_free_port
-  | Join of string  (** the group could not be joined (the address is in use, ...) *)
+  | Join of Consort_group.Group.join_error  (** the group could not be joined (the address is in use, ...) *)
 
 val pp_error : error Fmt.t
 (** [pp_error] prints an error in one line. *)

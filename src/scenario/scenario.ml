@@ -57,18 +57,18 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
-  | None -> Vsync_sim.describe n
+  | None -> ( match Vsync_sim.describe n with Some d -> Some d | None -> Vsync_forged.describe n)
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
 let payload_codec = Codec.(tup3 varint varint (string ~max:4096 ()))
 
-let run_spec ?trace spec ~seed =
+let run_spec ?trace ?params spec ~seed =
   let rng = Rng.create seed in
   let pool = Pool.create ~segment_size:65536 ~name:spec.name () in
   let net = Sim.create ~pool ~seed:(Rng.int rng 0x3fff_ffff) () in
@@ -111,7 +111,7 @@ let run_spec ?trace spec ~seed =
         in
         let app = { Stack.deliver; ctl = (fun _ -> ()) } in
         match
-          Ep.create ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff) ~layers:spec.layers ~app ()
+          Ep.create ?params ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff) ~layers:spec.layers ~app ()
         with
         | Ok ep -> ep
         | Error e -> Fmt.failwith "scenario %s: %a" spec.name Consort_engine.Endpoint.pp_error e)
@@ -164,11 +164,13 @@ type error = Unknown_scenario of { name : string; known : string list }
 let pp_error ppf (Unknown_scenario { name; known }) =
   Fmt.pf ppf "unknown scenario %S (known: %s)" name (String.concat ", " known)
 
-let run ?trace name ~seed =
+let run ?trace ?params name ~seed =
   match List.find_opt (fun s -> s.name = name) scenarios with
-  | Some spec -> Ok (run_spec ?trace spec ~seed)
+  | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
   | None -> (
-      match Vsync_sim.run ?trace name ~seed with
+      match
+        match Vsync_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_forged.run ?trace ?params name ~seed
+      with
       | Some o ->
           Ok
             {

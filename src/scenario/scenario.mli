@@ -23,7 +23,9 @@ type error = Unknown_scenario of { name : string; known : string list }
 val pp_error : error Fmt.t
 (** [pp_error] prints an error in one line. *)
 
-val run : ?trace:out_channel -> string -> seed:int -> (outcome, error) result
+val run :
+  ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -> (outcome, error) result
 (** [run name ~seed] runs scenario [name] once. [Error] for an unknown name.
     With [trace], the network and application events are written there, one
-    per line. *)
+    per line. [params] override layer tunables (the scenario's own
+    settings included). *)

@@ -37,6 +37,7 @@ type world = {
   crashed : string list ref;
   mutable sent : int;
   mutable made : int;  (* payloads made: each is unique *)
+  mutable refused : int;
   mutable delivered : int;
   mutable views : int;
   mutable problems : string list;
@@ -73,16 +74,6 @@ let seq_of s =
   match String.index_opt s '|' with
   | Some i -> Option.value ~default:0 (int_of_string_opt (String.sub s 0 i))
   | None -> 0
-
-(* The API calls, as the application makes them: each attempt gets the
-   next message number; a refusal is logged. *)
-let api_cast g s : (unit, string) result =
-  G.cast g s;
-  Ok ()
-
-let api_send g dst s : (unit, string) result =
-  G.send g dst s;
-  Ok ()
 
 let refused w g kind dst s reason =
   let me = G.me g in
@@ -148,12 +139,17 @@ let start w i =
   in
   let peers = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   let seed = Rng.int w.rng 0x3fffffff in
-  match G.join ~params:w.params ~peers ~seed ~on_sent ~layers:w.layers w.net ~group:"sim" ~addr:p.addr cb with
+  let on_lost kind s reason =
+    record w !self
+      (Log.Lost
+         { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
+  in
+  match G.join ~params:w.params ~peers ~seed ~on_sent ~on_lost ~layers:w.layers w.net ~group:"sim" ~addr:p.addr cb with
   | Ok g ->
       mine := Some g;
       p.g <- Some g;
       p.kill <- (fun () -> dead := true)
-  | Error e -> w.problems <- Printf.sprintf "%s could not join: %s" p.addr e :: w.problems
+  | Error e -> w.problems <- Fmt.str "%s could not join: %a" p.addr Consort_group.Group.pp_join_error e :: w.problems
 
 let crash w i =
   let p = w.procs.(i) in
@@ -166,32 +162,52 @@ let crash w i =
     Sim.crash w.net p.addr
   end
 
-let cast w i =
+(* The API call, as the application makes it: each attempt has the next
+   message number; a refusal is logged (a refused message is counted by no
+   one), and a refusal that has no reason to be is a problem. *)
+let submit w p g kind dst s r =
+  let size = String.length s in
+  match r with
+  | Ok () ->
+      (match kind with `Cast -> p.accepted <- p.accepted + 1 | `Send _ -> ());
+      if size > G.max_message g then
+        w.problems <- Printf.sprintf "%s accepted a message of %d bytes, over %d" (G.me g) size (G.max_message g) :: w.problems
+  | Error e -> (
+      w.refused <- w.refused + 1;
+      refused w g (match kind with `Cast -> `Cast | `Send _ -> `Send) dst s (Fmt.str "%a" Consort_group.Group.pp_error e);
+      match e with
+      | Consort_group.Group.Too_big { size = s'; max } when s' > max -> ()
+      | Consort_group.Group.Flow_control | Consort_group.Group.Leaving -> ()
+      | e -> w.problems <- Fmt.str "%s refused a message: %a" (G.me g) Consort_group.Group.pp_error e :: w.problems)
+
+(* A cast of a unique payload, of [size] bytes or of a random length. *)
+let cast ?size w i =
   let p = w.procs.(i) in
   match p.g with
   | Some g when alive p ->
       w.made <- w.made + 1;
       p.next_seq <- p.next_seq + 1;
-      let s = Printf.sprintf "%d|%s|%d|%s" p.next_seq (G.me g) w.made (String.make (Rng.int w.rng 64) 'x') in
-      (match api_cast g s with
-      | Ok () -> p.accepted <- p.accepted + 1
-      | Error reason -> refused w g `Cast None s reason)
+      let head = Printf.sprintf "%d|%s|%d|" p.next_seq (G.me g) w.made in
+      let pad = match size with Some n -> max 0 (n - String.length head) | None -> Rng.int w.rng 64 in
+      let m = head ^ String.make pad 'x' in
+      submit w p g `Cast None m (G.cast g m)
   | _ -> ()
 
-let send w i =
+(* The same to a random other member of the view. *)
+let send ?size w i =
   let p = w.procs.(i) in
   match p.g with
   | Some g when alive p -> (
       let v = G.view g in
-      let others = List.filter (fun m -> m <> G.me g) (Array.to_list v.members) in
-      match others with
+      match List.filter (fun m -> m <> G.me g) (Array.to_list v.members) with
       | [] -> ()
-      | _ ->
+      | others ->
           let dst = List.nth others (Rng.int w.rng (List.length others)) in
           w.made <- w.made + 1;
           p.next_seq <- p.next_seq + 1;
-          let s = Printf.sprintf "%d|%s>%s|%d" p.next_seq (G.me g) dst w.made in
-          match api_send g dst s with Ok () -> () | Error reason -> refused w g `Send (Some dst) s reason)
+          let head = Printf.sprintf "%d|%s>%s|%d|" p.next_seq (G.me g) dst w.made in
+          let m = head ^ String.make (match size with Some n -> max 0 (n - String.length head) | None -> 0) 'z' in
+          submit w p g (`Send dst) (Some dst) m (G.send g dst m))
   | _ -> ()
 
 let at w t f = ignore (Sim.at w.net t f)
@@ -206,24 +222,29 @@ let workload w ~from ~until ~count =
     at w t (fun () -> if kind = 0 then send w i else cast w i)
   done
 
-let make ?trace ~seed ~n ~link () =
+let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
   let rng = Rng.create seed in
   let net = Sim.create ~seed:(Rng.int rng 0x3fffffff) ~link () in
   Sim.set_trace_channel net trace;
   let layers =
-    match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> failwith e
+    match Consort_group.Properties.(layers vsync) with
+    | Ok l -> l
+    | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e
   in
   {
     net;
     rng;
     layers;
-    params = Params.empty;
-    procs = Array.init n (fun i -> { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore; next_seq = 0; accepted = 0 });
+    params;
+    procs =
+      Array.init n (fun i ->
+          { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore; next_seq = 0; accepted = 0 });
     logs = Hashtbl.create 16;
     order = ref [];
     crashed = ref [];
     sent = 0;
     made = 0;
+    refused = 0;
     delivered = 0;
     views = 0;
     problems = [];
@@ -264,7 +285,7 @@ let converged w =
         ]
       else []
 
-let finish w =
+let finish ?(extra = []) w =
   (* The run ended after a quiet period, the network healed: every live
      member is live and connected. *)
   Array.iter
@@ -282,7 +303,7 @@ let finish w =
   in
   let stats = Sim.stats w.net in
   {
-    violations = List.rev w.problems @ spec @ converged w;
+    violations = List.rev w.problems @ spec @ converged w @ extra;
     trace_hash = Sim.trace_hash w.net;
     sent = w.sent;
     delivered = w.delivered;
@@ -295,8 +316,8 @@ let s x = Time.of_sec x
 
 let lossy loss = { Sim.default_link with loss; jitter = Time.of_ms 2; reorder = loss; reorder_delay = Time.of_ms 5 }
 
-let crash_scenario ?trace seed =
-  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+let crash_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   Array.iteri (fun i _ -> at w (Rng.int w.rng 500_000_000) (fun () -> start w i)) w.procs;
   workload w ~from:(s 3.) ~until:(s 15.) ~count:120;
   let victims = 1 + Rng.int w.rng 2 in
@@ -309,8 +330,8 @@ let crash_scenario ?trace seed =
   Sim.run ~until:(s 45.) w.net;
   finish w
 
-let join_leave_scenario ?trace seed =
-  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+let join_leave_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   for i = 0 to 2 do
     at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
   done;
@@ -323,8 +344,8 @@ let join_leave_scenario ?trace seed =
   Sim.run ~until:(s 40.) w.net;
   finish w
 
-let partition_scenario ?trace seed =
-  let w = make ?trace ~seed ~n:5 ~link:(lossy 0.02) () in
+let partition_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
   let addrs = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   (* Two random members against the other three. *)
@@ -341,9 +362,9 @@ let partition_scenario ?trace seed =
   Sim.run ~until:(cut + s 45.) w.net;
   finish w
 
-let churn_scenario ?trace seed =
+let churn_scenario ?trace ?params seed =
   let n = 6 in
-  let w = make ?trace ~seed ~n ~link:(lossy 0.10) () in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.10) () in
   for i = 0 to 3 do
     at w (Rng.int w.rng 500_000_000) (fun () -> start w i)
   done;
@@ -375,6 +396,161 @@ let churn_scenario ?trace seed =
   Sim.run ~until:(horizon + s 60.) w.net;
   finish w
 
+(* {1 Adversarial scenarios} *)
+
+(* A live member that ends blocked is a wedged group. *)
+let not_wedged w =
+  List.filter_map
+    (fun p ->
+      match p.g with
+      | Some g when alive p && G.is_blocked g -> Some (Printf.sprintf "%s ends blocked in view %s" (G.me g) (G.view g).vid)
+      | _ -> None)
+    (Array.to_list w.procs)
+
+(* The scenario's own tunables, under those given on the command line. *)
+let with_params w l =
+  let defaults = List.fold_left (fun ps (k, v) -> Params.set k v ps) Params.empty l in
+  { w with params = Params.override defaults ~by:w.params }
+
+(* Large fragmented casts from every member, beyond the flow window, while
+   members join and crash: casts wait in flow control when flushes start. *)
+let flow_flush_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
+  let w =
+    with_params w
+      [ ("frag.size", Params.Int 2000); ("mflow.window", Params.Int 8_000); ("mflow.queue", Params.Int 32_000) ]
+  in
+  for i = 0 to 2 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  at w (s 3. + Rng.int w.rng (s 3.)) (fun () -> start w 3);
+  at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 4);
+  let victim = Rng.int w.rng 5 in
+  at w (s 6. + Rng.int w.rng (s 4.)) (fun () -> crash w victim);
+  (* Every 20 to 80 ms, a member casts 2 to 20 KB (1 to 10 fragments). *)
+  let t = ref (s 2.) in
+  while !t < s 11. do
+    let i = Rng.int w.rng 5 and size = 2000 + Rng.int w.rng 18_000 in
+    at w !t (fun () -> cast ~size w i);
+    t := !t + Time.of_ms 20 + Rng.int w.rng (Time.of_ms 60)
+  done;
+  workload w ~from:(s 2.) ~until:(s 12.) ~count:40;
+  Sim.run ~until:(s 45.) w.net;
+  finish ~extra:(not_wedged w) w
+
+(* Casts and sends over the largest message mixed with normal traffic,
+   while a member joins and another crashes. *)
+let oversize_scenario ?trace ?params seed =
+  let w = make ?trace ?params ~seed ~n:4 ~link:(lossy 0.02) () in
+  let w = with_params w [ ("frag.size", Params.Int 8000); ("frag.max_message", Params.Int 40_000) ] in
+  for i = 0 to 2 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 3);
+  at w (s 9. + Rng.int w.rng (s 3.)) (fun () -> crash w (Rng.int w.rng 4));
+  for _ = 1 to 12 do
+    let at_ = s 2. + Rng.int w.rng (s 12.) and i = Rng.int w.rng 4 in
+    let size = 40_001 + Rng.int w.rng 20_000 in
+    if Rng.bool w.rng then at w at_ (fun () -> cast ~size w i) else at w at_ (fun () -> send ~size w i)
+  done;
+  workload w ~from:(s 2.) ~until:(s 14.) ~count:80;
+  Sim.run ~until:(s 40.) w.net;
+  finish ~extra:(not_wedged w) w
+
+(* One member stops hearing anything for 8 s (it can still send): it must
+   be the one excluded; the others stay together. *)
+let deaf_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  let deaf = Rng.int w.rng n in
+  let from = s 5. + Rng.int w.rng (s 2.) in
+  let until = from + s 8. in
+  let healthy = List.filter (fun i -> i <> deaf) (List.init n Fun.id) in
+  let healthy_ids = ref [] in
+  (* How many events each healthy member had logged when the other went
+     deaf: only the views after count. *)
+  let before = Hashtbl.create 8 in
+  at w from (fun () ->
+      note w "%d deaf %s" (Sim.now w.net) w.procs.(deaf).addr;
+      healthy_ids := List.filter_map (fun i -> Option.map G.me w.procs.(i).g) healthy;
+      List.iter
+        (fun id -> Hashtbl.replace before id (match Hashtbl.find_opt w.logs id with Some l -> List.length !l | None -> 0))
+        !healthy_ids;
+      List.iter
+        (fun i -> Sim.set_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr { (lossy 0.02) with loss = 1.0 })
+        healthy);
+  at w until (fun () ->
+      note w "%d hears again %s" (Sim.now w.net) w.procs.(deaf).addr;
+      List.iter (fun i -> Sim.clear_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr) healthy);
+  workload w ~from:(s 2.) ~until:(s 20.) ~count:150;
+  Sim.run ~until:(s 50.) w.net;
+  (* Every view a healthy member installs while the other is deaf holds
+     every healthy member. *)
+  let split =
+    List.concat_map
+      (fun id ->
+        match Hashtbl.find_opt w.logs id with
+        | None -> []
+        | Some l ->
+            let after = List.filteri (fun i _ -> i < List.length !l - Hashtbl.find before id) !l in
+            List.filter_map
+              (function
+                | Log.View { me; view; members; _ } when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
+                    Some (Printf.sprintf "%s installed %s [%s] without every healthy member" me view (String.concat ", " members))
+                | _ -> None)
+              after)
+      !healthy_ids
+  in
+  finish ~extra:(not_wedged w @ split) w
+
+(* The application suspects a live member while its casts are in flight,
+   under 10% loss: it is excluded, then merges back. *)
+let slander_scenario ?trace ?params seed =
+  let n = 4 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.10) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  for _ = 1 to 2 do
+    let t = s 4. + Rng.int w.rng (s 8.) in
+    let by = Rng.int w.rng n and victim = Rng.int w.rng n in
+    at w t (fun () ->
+        match (w.procs.(by).g, w.procs.(victim).g) with
+        | Some g, Some v when alive w.procs.(by) && alive w.procs.(victim) && by <> victim ->
+            (* The victim has a burst in flight when it is suspected: some
+               of it reaches some members only after they reported. *)
+            for _ = 1 to 10 do
+              cast w victim
+            done;
+            note w "%d %s suspects %s" (Sim.now w.net) (G.me g) (G.me v);
+            G.suspect g [ G.me v ]
+        | _ -> ())
+  done;
+  (* The victims cast in bursts, so that casts are in flight. *)
+  workload w ~from:(s 2.) ~until:(s 16.) ~count:250;
+  Sim.run ~until:(s 45.) w.net;
+  finish ~extra:(not_wedged w) w
+
+(* The coordinator leaves while casts flow and a member joins. *)
+let leave_coord_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.03) () in
+  for i = 0 to 3 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  let t = s 5. + Rng.int w.rng (s 4.) in
+  at w t (fun () ->
+      let live = List.filter_map (fun p -> if alive p then p.g else None) (Array.to_list w.procs) in
+      match live with
+      | g :: _ ->
+          let v = G.view g in
+          let coord = v.members.(0) in
+          List.iter (fun g' -> if G.me g' = coord then (note w "%d coordinator %s leaves" (Sim.now w.net) coord; G.leave g')) live
+      | [] -> ());
+  at w (t - s 1. + Rng.int w.rng (s 2.)) (fun () -> start w 4);
+  workload w ~from:(s 2.) ~until:(s 15.) ~count:200;
+  Sim.run ~until:(s 40.) w.net;
+  finish ~extra:(not_wedged w) w
+
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
@@ -385,12 +561,44 @@ let scenarios =
     ( "vsync-churn",
       "random joins, leaves, crashes, partitions and heals under 10% loss and reordering, then a final heal",
       churn_scenario );
+    ( "vsync-flow-flush",
+      "5 members cast 2-20 KB fragmented messages beyond a small flow window while two join and one crashes; 2% loss",
+      flow_flush_scenario );
+    ( "vsync-oversize",
+      "casts and sends over frag.max_message mixed with normal traffic while a member joins and one crashes",
+      oversize_scenario );
+    ("vsync-deaf", "one of 5 members hears nothing for 8 s: it alone is excluded, then merges back", deaf_scenario);
+    ( "vsync-slander",
+      "the application suspects live members while they cast, under 10% loss",
+      slander_scenario );
+    ( "vsync-leave-coord",
+      "the coordinator leaves while casts flow and a member joins; 3% loss",
+      leave_coord_scenario );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios
 let describe n = List.find_map (fun (n', d, _) -> if n = n' then Some d else None) scenarios
 
-let run ?trace name ~seed =
+let run ?trace ?params name ~seed =
   match List.find_opt (fun (n, _, _) -> n = name) scenarios with
-  | Some (_, _, f) -> Some (f ?trace seed)
+  | Some (_, _, f) -> Some (f ?trace ?params seed)
   | None -> None
+
+(* {1 Building blocks for scenarios in other modules} *)
+
+let net w = w.net
+let rng w = w.rng
+let nprocs w = Array.length w.procs
+let addr w i = w.procs.(i).addr
+let views w = w.views
+let problem w p = w.problems <- p :: w.problems
+
+let member w i =
+  let p = w.procs.(i) in
+  match p.g with
+  | Some g when alive p -> ( match G.stack g with Some st -> Some (G.me g, st) | None -> None)
+  | _ -> None
+
+let addr_of_member w eid =
+  Array.to_list w.procs
+  |> List.find_map (fun p -> match p.g with Some g when alive p && G.me g = eid -> Some p.addr | _ -> None)

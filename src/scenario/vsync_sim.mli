@@ -20,5 +20,47 @@ type outcome = {
 val names : string list
 val describe : string -> string option
 
-val run : ?trace:out_channel -> string -> seed:int -> outcome option
-(** [None] if no scenario has that name. *)
+val run : ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -> outcome option
+(** [None] if no scenario has that name. [params] override the layers'
+    tunables (and the scenario's own choices of them). *)
+
+(** {1 Building blocks for scenarios in other modules} *)
+
+type world
+(** One simulated network with its processes, their member logs and counts. *)
+
+val make : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> n:int -> link:Consort_engine.Sim.link -> unit -> world
+(** [n] processes [p0] ... on a network whose links are all [link]; the [vsync] stack. *)
+
+val lossy : float -> Consort_engine.Sim.link
+(** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
+
+val at : world -> Consort.Time.t -> (unit -> unit) -> unit
+val start : world -> int -> unit
+(** [start w i]: a new incarnation of process [i] joins the group. *)
+
+val crash : world -> int -> unit
+val workload : world -> from:Consort.Time.t -> until:Consort.Time.t -> count:int -> unit
+(** Casts and a few sends from random live members at random times. *)
+
+val note : world -> ('a, unit, string, unit) format4 -> 'a
+(** A line in the trace, if any. *)
+
+val problem : world -> string -> unit
+(** Fails the run with this violation. *)
+
+val finish : ?extra:string list -> world -> outcome
+(** Checks the logs with {!Consort_spec.Vsync} and that the live members
+    end in one view of exactly them. *)
+
+val net : world -> Consort_engine.Sim.t
+val rng : world -> Consort.Rng.t
+val nprocs : world -> int
+val addr : world -> int -> string
+val views : world -> int
+(** View installations so far, summed over members. *)
+
+val member : world -> int -> (string * Consort.Stack.t) option
+(** The member id and current stack of process [i], if it is alive and in a view. *)
+
+val addr_of_member : world -> string -> string option

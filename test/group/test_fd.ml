@@ -29,16 +29,21 @@ let ranks_gen = QCheck.Gen.(list_size (int_bound 20) nat)
 let suspect_gen =
   QCheck.Gen.(
     oneof
-      [ return G.Suspect.No_hdr; map (fun suspects -> G.Suspect.Heartbeat { suspects }) ranks_gen ])
+      [
+        return G.Suspect.No_hdr;
+        map (fun suspects -> G.Suspect.Heartbeat { suspects }) ranks_gen;
+        map (fun ack -> G.Suspect.Probe { ack }) bool;
+      ])
 
 let slander_gen =
   QCheck.Gen.(
     oneof
       [
         return G.Slander.No_hdr;
-        map2
-          (fun ranks reason -> G.Slander.Slander { ranks; reason })
-          ranks_gen (string_size (int_bound 100));
+        map3
+          (fun ranks reason kind -> G.Slander.Slander { ranks; reason; kind })
+          ranks_gen (string_size (int_bound 100))
+          (oneofl G.Gevent.[ Silent; Requested; Unresponsive ]);
       ])
 
 let layouts () =
@@ -48,14 +53,14 @@ let layouts () =
     (enc G.Suspect.codec (G.Suspect.Heartbeat { suspects = [ 1; 200 ] }));
   Alcotest.(check string)
     "slander" "\001\001\004\002hi"
-    (enc G.Slander.codec (G.Slander.Slander { ranks = [ 4 ]; reason = "hi" }))
+    (enc G.Slander.codec (G.Slander.Slander { ranks = [ 4 ]; reason = "hi"; kind = G.Gevent.Silent }))
 
 let codec_tests =
   [
     qtest (round_trip "suspect" G.Suspect.codec G.Suspect.pp_header suspect_gen);
     qtest (round_trip "slander" G.Slander.codec G.Slander.pp_header slander_gen);
-    qtest (random_bytes "suspect" G.Suspect.codec [ 0; 1; 2 ]);
-    qtest (random_bytes "slander" G.Slander.codec [ 0; 1; 2 ]);
+    qtest (random_bytes "suspect" G.Suspect.codec [ 0; 1; 2; 3 ]);
+    qtest (random_bytes "slander" G.Slander.codec [ 0; 1; 2; 3 ]);
     Alcotest.test_case "header layouts" `Quick layouts;
   ]
 
@@ -147,6 +152,17 @@ let stop s =
   Stack.dn_ctl s.st Event.Stop;
   check_no_leaks s.pool
 
+(* Heartbeats from [ranks], every interval from [from] to [until]. *)
+let beats s ~from ~until ranks =
+  let rec go t =
+    if t <= until then begin
+      run_until s t;
+      List.iter (fun r -> feed s (heartbeat s r [])) ranks;
+      go (t + interval)
+    end
+  in
+  go from
+
 let suspect_by_hand () =
   let s = single ~n:3 ~rank:0 detector in
   Alcotest.(check int) "first heartbeat due at once" 0 (Stack.next_alarm s.st);
@@ -176,6 +192,9 @@ let suspect_by_hand () =
   Alcotest.(check (list int)) "set grows as suspicions come" [ 1 ] (List.nth beats 27);
   feed s (heartbeat s 1 [ 0; 2; 17 ]);
   Alcotest.(check int) "life after suspicion counted" 1 (counter s "suspect" "heard_after_suspicion");
+  Alcotest.(check int) "a suspected member's accusations are not judged" 0
+    (counter s "suspect" "accusations_rejected" + counter s "suspect" "accusers_blamed");
+  Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks = [ 0; 17 ]; reason = "operator" });
   Alcotest.(check int) "suspicion of self counted" 1 (counter s "suspect" "self_suspicions");
   Alcotest.(check int) "rank outside the view counted" 1 (counter s "suspect" "bad_rank");
   run_until s (sec 30.);
@@ -191,28 +210,79 @@ let suspect_by_hand () =
   Alcotest.(check int) "no more alarms" max_int (Stack.next_alarm s.st);
   check_no_leaks s.pool
 
+let gossip = "suspected by 2 (heartbeat) and silent here too"
+
 let suspect_gossip_and_requests () =
   let s = single ~n:5 ~rank:0 detector in
-  run_until s (ms 500);
+  (* Ranks 2 and 4 are heard; 1 and 3 are silent here too. *)
+  beats s ~from:0 ~until:(sec 3.) [ 2; 4 ];
+  feed s (heartbeat s 4 [ 2 ]);
+  Alcotest.check ctl_t "not adopted: rank 2 is heard here" [] (ctl s);
+  Alcotest.(check int) "rejected" 1 (counter s "suspect" "accusations_rejected");
   feed s (heartbeat s 2 [ 1; 1; 3 ]);
-  Alcotest.check ctl_t "adopted from a heartbeat" [ (ms 500, [ 1; 3 ], "suspected by 2") ] (ctl s);
+  Alcotest.check ctl_t "adopted from a heartbeat" [ (sec 3., [ 1; 3 ], gossip) ] (ctl s);
   Alcotest.(check int) "gossiped" 2 (counter s "suspect" "gossiped");
   Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks = [ 2; 0; 9; 1 ]; reason = "operator" });
   Alcotest.check ctl_t "request adopted, new ranks only"
-    [ (ms 500, [ 1; 3 ], "suspected by 2"); (ms 500, [ 2 ], "operator") ]
+    [ (sec 3., [ 1; 3 ], gossip); (sec 3., [ 2 ], "operator") ]
     (ctl s);
   Alcotest.(check int) "requested" 1 (counter s "suspect" "requested");
   Alcotest.(check int) "self" 1 (counter s "suspect" "self_suspicions");
   Alcotest.(check int) "bad rank" 1 (counter s "suspect" "bad_rank");
-  run_until s (ms 750);
+  run_until s (sec 3.25);
   Alcotest.(check (list int)) "next heartbeat carries all" [ 1; 2; 3 ]
     (List.hd (List.rev (heartbeats_sent s)));
   run_until s (sec 20.);
   Alcotest.check ctl_t "rank 4 by silence, nothing repeated"
-    [ (ms 500, [ 1; 3 ], "suspected by 2"); (ms 500, [ 2 ], "operator"); (sec 5., [ 4 ], "silent for 5.0 s") ]
+    [ (sec 3., [ 1; 3 ], gossip); (sec 3., [ 2 ], "operator"); (sec 8., [ 4 ], "silent for 5.0 s") ]
     (ctl s);
   Alcotest.(check int) "suspected gauge" 4 (counter s "suspect" "suspected");
   stop s
+
+(* A member that stops hearing names the others one by one: it is the
+   one suspected, as soon as it has named most of them. *)
+let suspect_deaf_accuser () =
+  let s = single ~n:5 ~rank:0 detector in
+  beats s ~from:0 ~until:(sec 8.) [ 1; 2; 3; 4 ];
+  feed s (heartbeat s 4 [ 1 ]);
+  Alcotest.check ctl_t "one accused, heard here: nothing" [] (ctl s);
+  feed s (heartbeat s 4 [ 0; 1 ]);
+  Alcotest.check ctl_t "half of the others: not yet" [] (ctl s);
+  feed s (heartbeat s 4 [ 0; 1; 2 ]);
+  Alcotest.check ctl_t "most of the view: the accuser is suspected"
+    [ (sec 8., [ 4 ], "suspects 3 of the 4 other members, some of which this member hears") ]
+    (ctl s);
+  Alcotest.(check int) "blamed" 1 (counter s "suspect" "accusers_blamed");
+  (* An application's request is adopted whoever is heard. *)
+  Stack.dn_ctl s.st
+    (G.Gevent.Accusation { accuser = 3; ranks = [ 1 ]; reason = "operator"; kind = G.Gevent.Requested });
+  Alcotest.(check (list int)) "requested: adopted" [ 4; 1 ] (List.concat_map (fun (_, r, _) -> r) (ctl s));
+  stop s
+
+let judge () =
+  let j ?(me = 0) ?(n = 5) ?(all = []) ~hears ~kind accuser ranks =
+    let v = G.Suspect.judge ~n ~me ~hears ~accuser ~kind ~all ranks in
+    (v.G.Suspect.adopt, v.blame_accuser)
+  in
+  let r = Alcotest.(pair (list int) bool) in
+  let nobody _ = false and everyone _ = true in
+  let open G.Gevent in
+  Alcotest.check r "a crash: nobody hears it" ([ 3 ], false) (j ~hears:nobody ~kind:Silent 1 [ 3 ]);
+  Alcotest.check r "heard here: not adopted, not blamed" ([], false) (j ~hears:everyone ~kind:Silent 1 [ 3 ]);
+  Alcotest.check r "self, the accuser, outside the view: never" ([], false)
+    (j ~hears:nobody ~kind:Silent 1 [ 0; 1; 7; -1 ]);
+  Alcotest.check r "most of the view, this member included: blamed" ([], true)
+    (j ~hears:everyone ~kind:Silent 4 [ 0; 1; 2 ]);
+  Alcotest.check r "most of the view, counting what it said before" ([], true)
+    (j ~hears:everyone ~all:[ 1; 2 ] ~kind:Silent 4 [ 3 ]);
+  Alcotest.check r "a partition of 2 against 3: adopted" ([ 2; 3; 4 ], false)
+    (j ~hears:(fun r -> r = 1) ~kind:Silent 1 [ 2; 3; 4 ]);
+  Alcotest.check r "unresponsive, a minority: adopted though heard" ([ 3 ], false)
+    (j ~hears:everyone ~kind:Unresponsive 1 [ 3 ]);
+  Alcotest.check r "unresponsive, most of the view: blamed" ([], true)
+    (j ~hears:everyone ~kind:Unresponsive 1 [ 0; 2; 3 ]);
+  Alcotest.check r "requested: adopted whatever" ([ 2; 3 ], false) (j ~hears:everyone ~kind:Requested 1 [ 0; 2; 3 ]);
+  Alcotest.check r "two members: the other accuses this one" ([], true) (j ~n:2 ~hears:everyone ~kind:Silent 1 [ 0 ])
 
 let suspect_alone () =
   let s = single ~n:1 ~rank:0 detector in
@@ -222,17 +292,6 @@ let suspect_alone () =
   Alcotest.(check int) "nothing sent" 0 (List.length !(s.sent));
   Alcotest.check ctl_t "nothing reported" [] (ctl s);
   stop s
-
-(* Heartbeats from [ranks], every interval from [from] to [until]. *)
-let beats s ~from ~until ranks =
-  let rec go t =
-    if t <= until then begin
-      run_until s t;
-      List.iter (fun r -> feed s (heartbeat s r [])) ranks;
-      go (t + interval)
-    end
-  in
-  go from
 
 let pause_by_hand () =
   (* Heard until 2 s, then not scheduled until 12 s: nobody suspected. *)
@@ -284,7 +343,7 @@ let slanders_sent s =
              match Codec.decode G.Mnak.codec cs off with
              | Ok (G.Mnak.Data _, off) -> (
                  match Codec.decode G.Slander.codec cs off with
-                 | Ok (G.Slander.Slander { ranks; reason }, _) -> Some (ranks, reason)
+                 | Ok (G.Slander.Slander { ranks; reason; _ }, _) -> Some (ranks, reason)
                  | _ -> None)
              | _ -> None)
          | _ -> None)
@@ -304,18 +363,25 @@ let slander_by_hand () =
   (* Slanders received; nonsense counted; requests. *)
   let s = single ~n:4 ~rank:0 slander_stack in
   run_until s (sec 1.);
-  feed s (slander_cast s 1 (G.Slander.Slander { ranks = [ 2; 0; 9 ]; reason = "because" }));
-  Alcotest.check ctl_t "reason names who and whom" [ (sec 1., [ 2 ], "rank 1 suspects 2: because") ] (ctl s);
-  Alcotest.(check int) "self" 1 (counter s "slander" "self_suspicions");
-  Alcotest.(check int) "bad rank" 1 (counter s "slander" "bad_rank");
-  feed s (slander_cast s 3 (G.Slander.Slander { ranks = [ 2 ]; reason = "again" }));
+  feed s (slander_cast s 1 (G.Slander.Slander { ranks = [ 2; 9 ]; reason = "because"; kind = G.Gevent.Silent }));
+  Alcotest.check ctl_t "judged below: rank 2 is heard here" [] (ctl s);
+  run_until s (sec 1.9);
+  Alcotest.check ctl_t "not within the grace period" [] (ctl s);
+  run_until s (sec 2.1);
+  Alcotest.check ctl_t "adopted after it, the reason names who and why"
+    [ (sec 2., [ 2 ], "suspected by 1 (because) for 1.0 s, though heard here") ]
+    (ctl s);
+  Alcotest.(check (list (pair (list int) string)))
+    "adopted suspicions are cast again" [ ([ 2 ], "suspected by 1 (because) for 1.0 s, though heard here") ]
+    (slanders_sent s);
+  feed s (slander_cast s 3 (G.Slander.Slander { ranks = [ 2 ]; reason = "again"; kind = G.Gevent.Silent }));
   Alcotest.(check int) "not reported twice" 1 (List.length (ctl s));
   Alcotest.(check int) "slanders received" 2 (counter s "slander" "slanders_received");
   feed s
     (bottom_send s 3
     ^ enc G.Suspect.codec G.Suspect.No_hdr
     ^ enc G.Mnak.codec G.Mnak.No_hdr
-    ^ enc G.Slander.codec (G.Slander.Slander { ranks = [ 1 ]; reason = "p2p" }));
+    ^ enc G.Slander.codec (G.Slander.Slander { ranks = [ 1 ]; reason = "p2p"; kind = G.Gevent.Silent }));
   Alcotest.(check int) "slander not cast is malformed" 1 (counter s "slander" "malformed");
   feed s
     (bottom_send s 3
@@ -326,16 +392,22 @@ let slander_by_hand () =
   Alcotest.(check (list (pair src_t string)))
     "messages pass through" [ (Event.Send_from 3, "hello") ] (List.rev !(s.got));
   s.sent := [];
-  Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks = [ 3; 2 ]; reason = "operator" });
+  Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks = [ 3; 2; 0; 9 ]; reason = "operator" });
   Alcotest.check ctl_t "request reported once, new ranks only"
-    [ (sec 1., [ 2 ], "rank 1 suspects 2: because"); (sec 1., [ 3 ], "operator") ]
+    [ (sec 2., [ 2 ], "suspected by 1 (because) for 1.0 s, though heard here"); (sec 2.1, [ 3 ], "operator") ]
     (ctl s);
+  Alcotest.(check int) "self" 1 (counter s "slander" "self_suspicions");
+  Alcotest.(check int) "bad rank" 1 (counter s "slander" "bad_rank");
   Alcotest.(check (list (pair (list int) string)))
     "and cast" [ ([ 3 ], "operator") ] (slanders_sent s);
   Alcotest.(check int) "the detector below adopted it too" 2 (counter s "suspect" "suspected");
   run_until s (sec 20.);
   Alcotest.check ctl_t "rank 1 later, by silence"
-    [ (sec 1., [ 2 ], "rank 1 suspects 2: because"); (sec 1., [ 3 ], "operator"); (sec 6., [ 1 ], "silent for 5.0 s") ]
+    [
+      (sec 2., [ 2 ], "suspected by 1 (because) for 1.0 s, though heard here");
+      (sec 2.1, [ 3 ], "operator");
+      (sec 6., [ 1 ], "silent for 5.0 s");
+    ]
     (ctl s);
   Alcotest.(check int) "gauge" 3 (counter s "slander" "suspected");
   stop s
@@ -370,7 +442,7 @@ let fuzz =
           | Bytes (r, b) -> feed s (bottom_cast s r ^ b)
           | Beat (r, l) -> feed s (heartbeat s r l)
           | Slandr (r, ranks) ->
-              if r <> 1 then feed s (slander_cast s r (G.Slander.Slander { ranks; reason = "x" }))
+              if r <> 1 then feed s (slander_cast s r (G.Slander.Slander { ranks; reason = "x"; kind = G.Gevent.Silent }))
           | Request ranks -> Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks; reason = "r" })
           | Wait d -> run_until s (!(s.clock) + ms d))
         inputs;
@@ -641,16 +713,18 @@ let slander_spreads () =
             match reports seen i with
             | [ s ] ->
                 Alcotest.(check (list int)) "only 4" [ 4 ] s.ranks;
+                (* The others still hear 4: they adopt 0's suspicion only
+                   after the grace period, in case 0 is the faulty one. *)
                 Alcotest.(check bool)
-                  (Printf.sprintf "reason names 0 and 4: %S" s.reason)
+                  (Printf.sprintf "reason names 0 and why: %S" s.reason)
                   true
-                  (contains s.reason "rank 0 suspects 4: silent for");
-                Alcotest.(check bool) "soon after" true (s.at >= at && s.at - at < sec 1.)
+                  (contains s.reason "suspected by 0 (silent for");
+                Alcotest.(check bool) "after the grace period" true (s.at >= at + sec 1. && s.at - at < sec 2.)
             | l -> Alcotest.failf "member %d: %a" i Fmt.(list ~sep:semi pp_seen) l
           done
       | l -> Alcotest.failf "member 0: %a" Fmt.(list ~sep:semi pp_seen) l);
       no_reports "the suspected member" (reports seen 4);
-      Alcotest.(check bool) "4 heard it is suspected" true (Net.counter t 4 "slander" "self_suspicions" >= 1);
+      Alcotest.(check bool) "4 heard it is suspected" true (Net.counter t 4 "suspect" "accusations_rejected" >= 1);
       Net.stop t)
     [ 1; 2; 3 ];
   check_no_leaks pool
@@ -666,8 +740,9 @@ let heartbeats_spread () =
     match reports t.seen i with
     | [ s ] ->
         Alcotest.(check (list int)) "only 4" [ 4 ] s.ranks;
-        Alcotest.(check string) "from 0's heartbeat" "suspected by 0" s.reason;
-        Alcotest.(check bool) "within an interval" true (s.at - s0.at <= interval + ms 6)
+        Alcotest.(check string) "from 0's heartbeat" "suspected by 0 (heartbeat) for 1.0 s, though heard here" s.reason;
+        Alcotest.(check bool) "after the grace period, within an interval" true
+          (s.at - s0.at >= sec 1. && s.at - s0.at <= sec 1. + interval + ms 6)
     | l -> Alcotest.failf "member %d: %a" i Fmt.(list ~sep:semi pp_seen) l
   done;
   no_reports "the suspected member" (reports t.seen 4);
@@ -693,12 +768,12 @@ let request_reaches_all () =
           | [ s ] ->
               Alcotest.(check (list int)) "rank 1" [ 1 ] s.ranks;
               Alcotest.(check bool) (Printf.sprintf "reason %S" s.reason) true
-                (s.reason = "rank 2 suspects 1: operator" || s.reason = "suspected by 2");
+                (s.reason = "asked at rank 2: operator");
               Alcotest.(check bool) "within a second" true (s.at - sec 1. < sec 1.)
           | l -> Alcotest.failf "member %d: %a" i Fmt.(list ~sep:semi pp_seen) l)
         [ 0; 3; 4 ];
       no_reports "the suspected member" (reports t.seen 1);
-      Alcotest.(check bool) "it heard" true (Net.counter t 1 "slander" "self_suspicions" >= 1);
+      Alcotest.(check bool) "it heard" true (Net.counter t 1 "suspect" "accusations_rejected" >= 1);
       Net.stop t)
     [ 1; 2; 3 ];
   check_no_leaks pool
@@ -792,9 +867,11 @@ let () =
       ( "suspect",
         [
           Alcotest.test_case "heartbeats, proof of life, suspicion once per rank" `Quick suspect_by_hand;
-          Alcotest.test_case "adopts suspicions from heartbeats and requests" `Quick
+          Alcotest.test_case "judges suspicions from heartbeats, adopts requests" `Quick
             suspect_gossip_and_requests;
           Alcotest.test_case "a group of one" `Quick suspect_alone;
+          Alcotest.test_case "a member that hears nobody is the one suspected" `Quick suspect_deaf_accuser;
+          Alcotest.test_case "judging accusations" `Quick judge;
           Alcotest.test_case "a pause of this member is forgiven" `Quick pause_by_hand;
         ] );
       ( "slander",

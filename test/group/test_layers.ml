@@ -474,7 +474,8 @@ let small_windows () =
       empty
       |> set G.Pt2pt.Param.window (Int 8)
       |> set G.Pt2pt.Param.ack_every (Int 4)
-      |> set G.Mnak.Param.window (Int 16))
+      |> set G.Mnak.Param.window (Int 16)
+      |> set G.Mflow.Param.window (Int 1024))
   in
   let beyond = ref 0 in
   List.iter

@@ -12,6 +12,11 @@ module Up = Consort_net_unix.Up
 module U = Udp_transport
 module G = Consort_group.Group.Make (Udp_transport)
 
+(* A cast the group refuses fails the test. *)
+let accepted = function
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "cast refused: %a" Consort_group.Group.pp_error e
+
 let kernel_ip = "10.79.0.1"
 let ip_a = "10.79.0.2"
 let ip_b = "10.79.0.3"
@@ -46,7 +51,7 @@ let must cmd =
 
 let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 
-let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.fail e
+let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
@@ -68,7 +73,7 @@ let join tr addr ~pool ~peers ~seed =
   in
   match G.join ~pool ~peers ~seed ~layers:(layers ()) tr ~group:"tap" ~addr cb with
   | Ok g -> { g; casts; exited }
-  | Error e -> Alcotest.failf "%s could not join: %s" addr e
+  | Error e -> Alcotest.failf "%s could not join: %a" addr Consort_group.Group.pp_join_error e
 
 let view_members m = Array.to_list (G.view m.g).members
 
@@ -155,8 +160,8 @@ let group_over_tap () =
   Alcotest.(check (list string)) "both see the same members" (view_members a) (view_members b);
   (* A cast from each of the three. *)
   let t1 = Unix.gettimeofday () in
-  G.cast a.g "from A over our stack";
-  G.cast b.g "from B over our stack";
+  accepted (G.cast a.g "from A over our stack");
+  accepted (G.cast b.g "from B over our stack");
   let line = "from the kernel member\n" in
   ignore (Unix.write_substring wr line 0 (String.length line) : int);
   run_until "three casts at our members" (fun () -> List.for_all (fun m -> List.length !(m.casts) = 3) ours);

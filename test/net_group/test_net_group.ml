@@ -8,6 +8,11 @@ module S = Ipstack
 module U = Udp_transport
 module G = Consort_group.Group.Make (Udp_transport)
 
+(* A cast the group refuses fails the test. *)
+let accepted = function
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "cast refused: %a" Consort_group.Group.pp_error e
+
 let ip_a = Ipv4_addr.v 10 0 0 1
 let ip_b = Ipv4_addr.v 10 0 0 2
 
@@ -244,7 +249,7 @@ let timers () =
 
 (* {1 A group over it} *)
 
-let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.fail e
+let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
@@ -267,7 +272,7 @@ let join w gpool tr addr ~peers ~seed =
   ignore w;
   match G.join ~pool:gpool ~peers ~seed ~layers:(layers ()) tr ~group:"net" ~addr cb with
   | Ok g -> { g; views; casts }
-  | Error e -> Alcotest.failf "%s could not join: %s" addr e
+  | Error e -> Alcotest.failf "%s could not join: %a" addr Consort_group.Group.pp_join_error e
 
 let one_view ms =
   match ms with
@@ -287,7 +292,7 @@ let group_over_our_udp () =
   let v = G.view (List.hd ms).g in
   Alcotest.(check int) "three members" 3 (Array.length v.members);
   List.iter (fun m -> Alcotest.(check string) "same view everywhere" v.vid (G.view m.g).vid) ms;
-  List.iteri (fun i m -> G.cast m.g (Printf.sprintf "cast %d from %s" i (G.me m.g))) ms;
+  List.iteri (fun i m -> accepted (G.cast m.g (Printf.sprintf "cast %d from %s" i (G.me m.g)))) ms;
   run_until w "every cast everywhere" (fun () -> List.for_all (fun m -> List.length !(m.casts) = 3) ms);
   let expected =
     List.sort compare (List.mapi (fun i m -> (G.me m.g, Printf.sprintf "cast %d from %s" i (G.me m.g))) ms)
@@ -298,7 +303,7 @@ let group_over_our_udp () =
   (* Casts from one origin arrive in order. *)
   let first = List.hd ms in
   for i = 1 to 20 do
-    G.cast first.g (Printf.sprintf "seq %02d" i)
+    accepted (G.cast first.g (Printf.sprintf "seq %02d" i))
   done;
   run_until w "twenty more casts" (fun () -> List.for_all (fun m -> List.length !(m.casts) = 23) ms);
   List.iter

@@ -63,6 +63,25 @@ let wait_exit ?(timeout = 10.) pid =
   in
   go ()
 
+let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
+
+let contains s sub =
+  let n = String.length sub and m = String.length s in
+  let rec has i = i + n <= m && (String.sub s i n = sub || has (i + 1)) in
+  has 0
+
+(* Runs the binary to its end: exit code and standard output. *)
+let run_out args =
+  let out = temp ".out" in
+  Fun.protect ~finally:(fun () -> remove out) (fun () ->
+      let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+      let fd = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+      let pid = Unix.create_process (exe ()) (Array.of_list ("consort" :: args)) null fd null in
+      Unix.close null;
+      Unix.close fd;
+      let code = wait_exit pid in
+      (code, read_file out))
+
 let events log = match Log.read_file log with Ok es -> es | Error _ -> []
 
 let wait_until ?(timeout = 10.) f =
@@ -139,9 +158,30 @@ let regular_file () =
       in
       Alcotest.(check (list (pair int int))) "three messages, numbered, the equal lines twice"
         [ (1, 5); (2, 5); (3, 25) ] delivered;
-      match Vsync.check_files ~quiescent:true [ log ] with
+      (match Vsync.check_files ~quiescent:true [ log ] with
       | Ok s -> Alcotest.(check int) "casts in the log" 3 s.Vsync.casts
-      | Error l -> Alcotest.failf "%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) l)))
+      | Error l -> Alcotest.failf "%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) l)));
+      (* The same log through consort check-logs, then altered. *)
+      let code, out = run_out [ "check-logs"; "--quiescent"; log ] in
+      Alcotest.(check (option int)) "check-logs: the log holds" (Some 0) code;
+      Alcotest.(check bool) ("check-logs says so: " ^ out) true (starts_with out "virtual synchrony holds: 1 logs, 1 members");
+      let altered = temp ".log" in
+      Fun.protect ~finally:(fun () -> remove altered) (fun () ->
+          let lines = List.filter (( <> ) "") (String.split_on_char '\n' (read_file log)) in
+          let oc = open_out_bin altered in
+          (* Each delivery written twice. *)
+          List.iter
+            (fun l ->
+              output_string oc (l ^ "\n");
+              if starts_with l "{\"ev\":\"deliver\"" then output_string oc (l ^ "\n"))
+            lines;
+          close_out oc;
+          let code, out = run_out [ "check-logs"; altered ] in
+          Alcotest.(check (option int)) "check-logs: a delivery twice" (Some 1) code;
+          Alcotest.(check bool) ("check-logs names it: " ^ out) true (contains out "delivers message 1 of");
+          Alcotest.(check bool) ("and counts: " ^ out) true (contains out "3 violation(s)"));
+      let code, _ = run_out [ "check-logs"; "/nonexistent/consort.log" ] in
+      Alcotest.(check (option int)) "check-logs: a missing file" (Some 2) code)
 
 (* A line longer than 1 MiB is not cast (memory stays bounded), whether
    its end is in the buffer or far beyond; the next one is. *)

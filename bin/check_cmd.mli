@@ -1,0 +1,3 @@
+(** [consort check-logs]: member logs checked against virtual synchrony. *)
+
+val cmd : int Cmdliner.Cmd.t

@@ -1,0 +1,112 @@
+open Consort
+
+(* Messages between members that are not in one view: discovery, merge
+ requests, view installation. They start with their own magic byte, so a
+ datagram is for the current stack (Bottom's magic) or for this side
+ channel. *)
+type member = { eid : string; addr : string }
+
+type t =
+  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
+  | Merge_req of { group : string; vid : string; ltime : int; members : member list }
+  | Install of {
+      group : string;
+      vid : string;
+      ltime : int;
+      members : member list;
+      leavers : string list;
+      preds : string list;
+    }
+  | Install_ack of { group : string; vid : string; eid : string }
+
+let magic = 0xC2
+let str = Codec.string ~max:1024 ()
+
+let member =
+  Codec.map ~name:"member" (fun m -> (m.eid, m.addr)) (fun (eid, addr) -> { eid; addr }) Codec.(pair str str)
+
+let members = Codec.list ~max:4096 member
+
+let body =
+  Codec.union "side"
+    [
+      Codec.case 0 "gossip"
+        Codec.(tup4 (pair str str) varint member varint)
+        (function
+          | Gossip { group; vid; ltime; coord; size } -> Some ((group, vid), ltime, coord, size) | _ -> None)
+        (fun ((group, vid), ltime, coord, size) -> Gossip { group; vid; ltime; coord; size });
+      Codec.case 1 "merge"
+        Codec.(tup4 str str varint members)
+        (function
+          | Merge_req { group; vid; ltime; members } -> Some (group, vid, ltime, members) | _ -> None)
+        (fun (group, vid, ltime, members) -> Merge_req { group; vid; ltime; members });
+      Codec.case 2 "install"
+        Codec.(tup4 (pair str str) varint members (pair (list ~max:4096 str) (list ~max:4096 str)))
+        (function
+          | Install { group; vid; ltime; members; leavers; preds } ->
+              Some ((group, vid), ltime, members, (leavers, preds))
+          | _ -> None)
+        (fun ((group, vid), ltime, members, (leavers, preds)) ->
+          Install { group; vid; ltime; members; leavers; preds });
+      Codec.case 3 "install_ack"
+        Codec.(tup3 str str str)
+        (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
+        (fun (group, vid, eid) -> Install_ack { group; vid; eid });
+    ]
+
+let codec =
+  Codec.conv ~name:"side"
+    (fun v -> (magic, v))
+    (fun (m, v) -> if m = magic then Ok v else Error (Printf.sprintf "magic 0x%02x" m))
+    Codec.(pair uint8 body)
+
+let group = function
+  | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } -> group
+
+(* "LTIME:EID": the member that named the view. *)
+let installer vid = match String.index_opt vid ':' with Some i -> String.sub vid (i + 1) (String.length vid - i - 1) | None -> ""
+
+let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~preds =
+  let ids l = String.concat ", " l in
+  if not (List.mem view.View.id preds) then
+    Error (Printf.sprintf "it does not follow this member's view %s (it follows [%s])" view.View.id (ids preds))
+  else
+    match reported with
+    | None -> Error "this member has not reported to a flush of its view"
+    | Some (coord, excluded, leaving, into) ->
+        let old = Array.to_list view.View.members in
+        let survivors = List.filteri (fun r _ -> not (List.mem r excluded || List.mem r leaving)) old in
+        let kept = List.filter (fun e -> List.exists (fun (m : member) -> m.eid = e) members) old in
+        if List.sort compare survivors <> List.sort compare kept then
+          Error
+            (Printf.sprintf "it keeps [%s] of view %s, where the flush left [%s]" (ids kept) view.View.id
+               (ids survivors))
+        else
+          let by = installer vid in
+          let from_coord = coord >= 0 && coord < Array.length view.View.members && addr coord = src in
+          (* The view of a merge is made by the coordinator of the partition
+             merged into (the one the flush named, or the coordinator it
+             passed the request on to): a member of that view, which named
+             it and sends it from its own address. A flush that merges into
+             no one takes its view from its coordinator only. *)
+          let from_target = into <> "" && List.exists (fun (m : member) -> m.eid = by && m.addr = src) members in
+          if from_coord || from_target then Ok ()
+          else
+            Error
+              (Printf.sprintf "sent from %s by %s, %s" src by
+                 (if into = "" then "not the coordinator of the flush, which merges into no one"
+                  else "not the coordinator of the flush nor a member of the view that named it"))
+
+type gossip_action = Merge_into | Merge_later | Answer | Nothing
+
+(* Partitions merge into the one whose coordinator's id is least: the
+   coordinator of the other asks to be taken in, now if it is free, else
+   once its view change is over; members of the lesser one answer with who
+   coordinates them, so that the request goes to the right member. *)
+let on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving ~their_coord =
+  if same_view || in_my_view then Nothing
+  else if String.compare their_coord me < 0 then if coordinator && not busy then Merge_into else Merge_later
+  else if leaving then Nothing
+  else if (not coordinator) && String.compare their_coord my_coord > 0 then Answer
+  else if coordinator && String.compare their_coord me > 0 then Answer
+  else Nothing

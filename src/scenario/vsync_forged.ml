@@ -1,0 +1,246 @@
+(* vsync-forged: a group under a stream of forged datagrams. *)
+
+open Consort
+module Sim = Consort_engine.Sim
+module V = Vsync_sim
+module Bottom = Consort_group.Bottom
+module Suspect = Consort_group.Suspect
+module Mnak = Consort_group.Mnak
+module Pt2pt = Consort_group.Pt2pt
+
+let enc = Codec.encode_string
+
+(* The headers under [target] that carry a datagram up to it, given the
+   stack's layer names (top first): Bottom's with the group stamp, claimed
+   origin and kind, then each pass-through header. [None] when a layer
+   under the target is one the forger cannot pass. *)
+let under ~layers ~target ~stamp ~origin ~cast =
+  let rec go acc = function
+    | [] -> None
+    | l :: _ when l = target -> Some (String.concat "" (List.rev acc))
+    | l :: rest -> (
+        let h =
+          if l = Bottom.name then
+            Some
+              (enc Bottom.codec
+                 (if cast then Bottom.Cast { group = stamp; origin } else Bottom.Send { group = stamp; origin }))
+          else if l = Suspect.name then Some (enc Suspect.codec Suspect.No_hdr)
+          else if l = Mnak.name then Some (enc Mnak.codec Mnak.No_hdr)
+          else if l = Pt2pt.name then Some (enc Pt2pt.codec Pt2pt.No_hdr)
+          else None
+        in
+        match h with Some h -> go (h :: acc) rest | None -> None)
+  in
+  go [] (List.rev layers)
+
+(* A varint the codec refuses: nine bytes whose value sets the sign bit. *)
+let negative = String.make 8 '\xff' ^ "\x7f"
+
+type kind =
+  | Data_huge  (** Mnak cast numbered far beyond any window *)
+  | Retrans_huge
+  | Nak_forged  (** NAKs for ranges up to max_int, in a storm from one asker *)
+  | Status_huge  (** vectors of huge counts; the receiver's own entry 0 *)
+  | Status_impossible  (** the receiver's own entry beyond what it made *)
+  | Pt2pt_huge  (** point-to-point numbered far beyond the window *)
+  | Pt2pt_ack  (** acknowledging messages never sent *)
+  | Wrong_group
+  | Bad_origin  (** the receiver's own rank, or outside the view *)
+  | Truncated
+  | Negative  (** a varint that overflows to a negative number *)
+
+let kinds =
+  [| Data_huge; Retrans_huge; Nak_forged; Status_huge; Status_impossible; Pt2pt_huge; Pt2pt_ack; Wrong_group;
+     Bad_origin; Truncated; Negative |]
+
+let huge rng =
+  match Rng.int rng 4 with
+  | 0 -> max_int
+  | 1 -> max_int - Rng.int rng 1000
+  | 2 -> (1 lsl 40) + Rng.int rng 1000
+  | _ -> (1 lsl 21) + Rng.int rng (1 lsl 20)
+
+(* Bytes of one forgery of [kind] for the member of rank [target], as if
+   from [origin]; [None] if this stack cannot be reached that way. *)
+let rec forge rng kind ~layers ~(view : View.t) ~target ~origin =
+  let n = View.nmembers view and stamp = View.stamp view in
+  let mnak ?(stamp = stamp) ?(origin = origin) ~cast h =
+    Option.map (fun p -> p ^ enc Mnak.codec h) (under ~layers ~target:Mnak.name ~stamp ~origin ~cast)
+  in
+  let pt2pt h = Option.map (fun p -> p ^ enc Pt2pt.codec h) (under ~layers ~target:Pt2pt.name ~stamp ~origin ~cast:false) in
+  let valid_rank () = Rng.int rng n in
+  match kind with
+  | Data_huge -> mnak ~cast:true (Mnak.Data { seq = huge rng })
+  | Retrans_huge -> mnak ~cast:false (Mnak.Retrans { origin = valid_rank (); seq = huge rng })
+  | Nak_forged ->
+      let range () =
+        match Rng.int rng 3 with
+        | 0 -> (0, max_int)
+        | 1 -> (max_int, max_int)
+        | _ -> (huge rng, Rng.int rng 10)
+      in
+      mnak ~cast:false (Mnak.Nak { origin = valid_rank (); ranges = List.init (1 + Rng.int rng 4) (fun _ -> range ()) })
+  | Status_huge ->
+      let vector = Array.init n (fun o -> if o = target then 0 else if Rng.bool rng then huge rng else 0) in
+      mnak ~cast:true (Mnak.Status { busy = Rng.bool rng; vector })
+  | Status_impossible ->
+      let vector = Array.init n (fun o -> if o = target then huge rng else Rng.int rng 3) in
+      mnak ~cast:true (Mnak.Status { busy = Rng.bool rng; vector })
+  | Pt2pt_huge -> pt2pt (Pt2pt.Data { seq = huge rng; ack = 0 })
+  | Pt2pt_ack ->
+      if Rng.bool rng then pt2pt (Pt2pt.Ack { ack = huge rng; sack = [] })
+      else pt2pt (Pt2pt.Data { seq = 0; ack = huge rng })
+  | Wrong_group -> mnak ~stamp:((stamp lxor (1 + Rng.int rng 0xffff)) land 0xffff_ffff) ~cast:true (Mnak.Data { seq = 0 })
+  | Bad_origin ->
+      let origin = if Rng.bool rng then target else n + Rng.int rng 1000 in
+      mnak ~origin ~cast:true (Mnak.Data { seq = 0 })
+  | Truncated -> (
+      let k = kinds.(Rng.int rng 7) in
+      match forge rng k ~layers ~view ~target ~origin with
+      | Some s when String.length s > 1 -> Some (String.sub s 0 (1 + Rng.int rng (String.length s - 1)))
+      | other -> other)
+  | Negative ->
+      Option.map
+        (fun p ->
+          if Rng.bool rng then p ^ "\x01" ^ negative
+          else p ^ "\x04\x01" ^ String.make 1 (Char.chr n) ^ negative)
+        (under ~layers ~target:Mnak.name ~stamp ~origin ~cast:true)
+
+(* Counters summed over every stack a member had: the largest value seen
+   of each, by member and view. *)
+type tally = {
+  seen : (string * string * string, int) Hashtbl.t;  (* (member, view, layer.counter) *)
+  mutable peak_mnak : int;
+  mutable peak_pt2pt : int;
+  mutable last_repair : Time.t;  (* last time a NAK or status went out *)
+  mutable last_view : Time.t;
+  mutable views : int;
+}
+
+let sample w t =
+  let now = Sim.now (V.net w) in
+  if V.views w <> t.views then begin
+    t.views <- V.views w;
+    t.last_view <- now
+  end;
+  for i = 0 to V.nprocs w - 1 do
+    match V.member w i with
+    | None -> ()
+    | Some (eid, st) ->
+        let vid = (Stack.view st).View.id in
+        List.iter
+          (fun (layer, cs) ->
+            List.iter
+              (fun (c, v) ->
+                let key = (eid, vid, layer ^ "." ^ c) in
+                let old = Option.value (Hashtbl.find_opt t.seen key) ~default:0 in
+                if v > old then begin
+                  Hashtbl.replace t.seen key v;
+                  if layer = Mnak.name && (c = "naks_sent" || c = "status_sent") then t.last_repair <- now
+                end;
+                if layer = Mnak.name && c = "buffered" then t.peak_mnak <- max t.peak_mnak v;
+                if layer = Pt2pt.name && (c = "buffered" || c = "unacked") then t.peak_pt2pt <- max t.peak_pt2pt v)
+              cs)
+          (Stack.counters st)
+  done
+
+let total t names =
+  Hashtbl.fold (fun (_, _, c) v acc -> if List.mem c names then acc + v else acc) t.seen 0
+
+let garbage t = Hashtbl.fold (fun (_, _, c) v acc -> if Filename.extension c = ".garbage" then acc + v else acc) t.seen 0
+
+(* Bounds asserted: what a member buffers never grows with the forgeries. *)
+let max_mnak_buffered = 512
+let max_pt2pt_buffered = 256
+let settle = Time.of_sec 3.
+
+let scenario ?trace ?params seed =
+  let s = Time.of_sec in
+  let w = V.make ?trace ?params ~seed ~n:5 ~link:(V.lossy 0.02) () in
+  let rng = V.rng w in
+  for i = 0 to V.nprocs w - 1 do
+    V.at w (Rng.int rng 500_000_000) (fun () -> V.start w i)
+  done;
+  V.workload w ~from:(s 2.) ~until:(s 12.) ~count:150;
+  let crash = Rng.bool rng in
+  if crash then V.at w (s 4. + Rng.int rng (s 4.)) (fun () -> V.crash w (Rng.int rng (V.nprocs w)));
+  let attack_from = s 3. and attack_until = s 11. in
+  let forger = ref None in
+  let sent = ref 0 in
+  V.at w (s 1.) (fun () ->
+      match Sim.open_ (V.net w) "x0" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+      | Ok c -> forger := Some c
+      | Error e -> V.problem w (Fmt.str "forger: %a" Transport.pp_error e));
+  let inject () =
+    match !forger with
+    | None -> ()
+    | Some c -> (
+        let i = Rng.int rng (V.nprocs w) in
+        match V.member w i with
+        | None -> ()
+        | Some (_, st) -> (
+            let view = Stack.view st in
+            let n = View.nmembers view in
+            if n > 1 then
+              let target = view.View.rank in
+              let origin = (target + 1 + Rng.int rng (n - 1)) mod n in
+              let kind = kinds.(Rng.int rng (Array.length kinds)) in
+              match forge rng kind ~layers:(Stack.layers st) ~view ~target ~origin with
+              | None -> ()
+              | Some bytes ->
+                  let copies = if kind = Nak_forged then 1 + Rng.int rng 10 else 1 in
+                  for _ = 1 to copies do
+                    incr sent;
+                    let msg = Msg.of_string Pool.default bytes in
+                    ignore (Sim.send c ~dst:(V.addr w i) msg);
+                    Msg.release msg
+                  done))
+  in
+  for _ = 1 to 500 do
+    V.at w (attack_from + Rng.int rng (attack_until - attack_from)) inject
+  done;
+  let t = { seen = Hashtbl.create 256; peak_mnak = 0; peak_pt2pt = 0; last_repair = 0; last_view = 0; views = 0 } in
+  let horizon = s 30. in
+  let step = Time.of_ms 250 in
+  let rec tick at = if at <= horizon then V.at w at (fun () -> sample w t; tick (at + step)) in
+  tick step;
+  Sim.run ~until:horizon (V.net w);
+  let bound what v limit =
+    if v > limit then V.problem w (Printf.sprintf "%s reached %d, over the bound of %d" what v limit)
+  in
+  bound "Mnak's buffered casts at one member" t.peak_mnak max_mnak_buffered;
+  bound "Pt2pt's buffered and unacknowledged messages at one member" t.peak_pt2pt max_pt2pt_buffered;
+  let quiet_by = max attack_until t.last_view + settle in
+  if t.last_repair > quiet_by then
+    V.problem w
+      (Printf.sprintf "NAKs or statuses still sent at %s, %s after the attack and the last view change"
+         (Fmt.str "%a" Time.pp t.last_repair) (Fmt.str "%a" Time.pp settle));
+  let need what v = if v = 0 then V.problem w (Printf.sprintf "no forgery was counted as %s" what) in
+  if !sent > 0 then begin
+    need "beyond the window" (total t [ "mnak.beyond_window"; "pt2pt.beyond_window" ]);
+    need "impossible" (total t [ "mnak.impossible"; "pt2pt.impossible" ]);
+    need "not for this group or member" (total t [ "bottom.wrong_group"; "bottom.from_self"; "bottom.bad_rank" ]);
+    need "garbage" (garbage t);
+    need "a NAK repeated too soon" (total t [ "mnak.naks_ignored" ])
+  end
+  else V.problem w "no forgery was sent";
+  V.note w "forged %d datagrams; peak buffered mnak %d pt2pt %d; last repair at %d" !sent t.peak_mnak t.peak_pt2pt
+    t.last_repair;
+  V.finish w
+
+let scenarios =
+  [
+    ( "vsync-forged",
+      "5 members cast and send under 2% loss (one may crash) while a stranger injects forged datagrams: numbers \
+       beyond any window and max_int, negative varints, wrong group stamps and origins, NAK storms, impossible \
+       statuses, truncated headers; buffers stay bounded and repairs fall silent",
+      scenario );
+  ]
+
+let names = List.map (fun (n, _, _) -> n) scenarios
+let describe n = List.find_map (fun (n', d, _) -> if n = n' then Some d else None) scenarios
+
+let run ?trace ?params name ~seed =
+  match List.find_opt (fun (n, _, _) -> n = name) scenarios with
+  | Some (_, _, f) -> Some (f ?trace ?params seed)
+  | None -> None

@@ -1,0 +1,343 @@
+(* Mnak and Pt2pt against peers that lie: numbers beyond the window or
+   impossible, forged NAKs and statuses, a dead origin, a suspected member;
+   and the place of repairs in the stack. *)
+
+open Consort
+module G = Consort_group
+module H = Harness
+
+let check_no_leaks pool =
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool);
+  Alcotest.(check int) "segments still in use" 0 (Pool.stats pool).segments_in_use
+
+(* {1 A single stack driven by hand} *)
+
+type single = {
+  st : Stack.t;
+  clock : Time.t ref;
+  sent : (Event.dst * string) list ref;  (* newest first *)
+  got : (Event.src * string) list ref;  (* newest first *)
+  pool : Pool.t;
+  group : int;
+}
+
+let single ?(params = Params.empty) ?(n = 2) ?(rank = 0) layers =
+  let pool = Pool.create () in
+  let clock = ref 0 in
+  let sent = ref [] and got = ref [] in
+  let view = View.v ~group:"test" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
+  let ctx = { Layer.view; rng = Rng.create 7; params; pool; now = (fun () -> !clock) } in
+  let net dst msg =
+    sent := (dst, Msg.to_string msg) :: !sent;
+    Msg.release msg
+  in
+  let deliver src msg =
+    got := (src, Msg.to_string msg) :: !got;
+    Msg.release msg
+  in
+  match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
+  | Error e -> Alcotest.fail e
+  | Ok st -> { st; clock; sent; got; pool; group = View.stamp view }
+
+let feed s bytes = Stack.recv s.st (Msg.of_iovec (Pool.of_string s.pool bytes))
+
+(* Runs the timers up to [time], in steps of a millisecond. *)
+let advance s time =
+  while !(s.clock) < time do
+    s.clock := !(s.clock) + Time.of_ms 1;
+    if Stack.next_alarm s.st <= !(s.clock) then Stack.timer s.st !(s.clock)
+  done
+
+let counter s layer name = List.assoc name (List.assoc layer (Stack.counters s.st))
+let enc = Codec.encode_string
+let from_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
+let from_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
+let mnak h = enc G.Mnak.codec h
+let pt2pt h = enc G.Pt2pt.codec h
+
+let mnak_headers s =
+  List.rev_map
+    (fun (d, bytes) ->
+      let cs = Cstruct.of_string bytes in
+      match Codec.decode G.Bottom.codec cs 0 with
+      | Error e -> Alcotest.failf "bottom header: %a" Codec.pp_error e
+      | Ok (_, off) -> (
+          match Codec.decode G.Mnak.codec cs off with
+          | Error e -> Alcotest.failf "mnak header: %a" Codec.pp_error e
+          | Ok (h, _) -> (d, h)))
+    !(s.sent)
+
+let naks s = List.length (List.filter (function _, G.Mnak.Nak _ -> true | _ -> false) (mnak_headers s))
+
+let window = G.Mnak.effective_window Params.empty
+
+(* {1 Mnak} *)
+
+let forged_data () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
+  Alcotest.(check bool) "default window holds Mflow's window of empty casts" true
+    (window * G.Mflow.overhead >= Params.int Params.empty G.Mflow.Param.window);
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = max_int }) ^ "x");
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 1 lsl 40 }) ^ "x");
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = window }) ^ "x");
+  feed s (from_send s 2 ^ mnak (G.Mnak.Retrans { origin = 1; seq = max_int }) ^ "x");
+  feed s (from_send s 2 ^ mnak (G.Mnak.Retrans { origin = 1; seq = max_int - 1 }) ^ "x");
+  Alcotest.(check int) "beyond the window" 5 (counter s "mnak" "beyond_window");
+  Alcotest.(check int) "nothing kept" 0 (counter s "mnak" "buffered");
+  Alcotest.(check int) "no timer armed" max_int (Stack.next_alarm s.st);
+  advance s (Time.of_ms 500);
+  Alcotest.(check int) "nothing sent" 0 (List.length !(s.sent));
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 0 }) ^ "a");
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 1 }) ^ "b");
+  Alcotest.(check int) "real casts delivered" 2 (List.length !(s.got));
+  advance s (Time.of_sec 1.);
+  Alcotest.(check int) "no NAK: no gap was made" 0 (naks s);
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
+(* Casts above a gap, each as large as a datagram: what is kept early is
+   bounded in bytes, the rest is dropped and asked for again later. *)
+let early_bytes () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
+  let big = String.make 60_000 'b' in
+  for seq = 1 to 40 do
+    feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq }) ^ big)
+  done;
+  let kept = counter s "mnak" "buffered" in
+  Alcotest.(check bool)
+    (Printf.sprintf "at most 1 MiB kept early (%d casts of 60 kB)" kept)
+    true
+    (kept >= 10 && kept * 60_000 <= 1 lsl 20);
+  Alcotest.(check int) "the others dropped" (40 - kept) (counter s "mnak" "beyond_window");
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 0 }) ^ "a");
+  Alcotest.(check int) "the gap filled: the ones kept delivered" (kept + 1) (List.length !(s.got));
+  for seq = kept + 1 to 40 do
+    feed s (from_send s 2 ^ mnak (G.Mnak.Retrans { origin = 1; seq }) ^ big)
+  done;
+  Alcotest.(check int) "room again for the rest" 41 (List.length !(s.got));
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
+let forged_status () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
+  Stack.cast s.st (Msg.of_string s.pool "mine");
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Status { busy = false; vector = [| 5; 0; 0 |] }));
+  feed s (from_cast s 2 ^ mnak (G.Mnak.Status { busy = false; vector = [| max_int; 0; 0 |] }));
+  Alcotest.(check int) "claims of casts never made" 2 (counter s "mnak" "impossible");
+  Alcotest.(check int) "own cast not released on an impossible claim" 1 (counter s "mnak" "buffered");
+  (* Rank 1 claims rank 2 made max_int casts; rank 2 says it made none. *)
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Status { busy = false; vector = [| 1; 0; max_int |] }));
+  feed s (from_cast s 2 ^ mnak (G.Mnak.Status { busy = false; vector = [| 1; 0; 0 |] }));
+  Alcotest.(check int) "own cast stable, released" 0 (counter s "mnak" "buffered");
+  advance s (Time.of_sec 1.);
+  Alcotest.(check int) "the origin's own count closed the gap: no NAK" 0 (naks s);
+  (* Without the origin's word, the claim is held to the window. *)
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Status { busy = false; vector = [| 1; 0; max_int |] }));
+  s.sent := [];
+  advance s (Time.of_ms 1100);
+  List.iter
+    (function
+      | _, G.Mnak.Nak { ranges; _ } ->
+          List.iter
+            (fun (a, b) -> Alcotest.(check bool) "NAK within the window" true (a >= 0 && b < window))
+            ranges
+      | _ -> ())
+    (mnak_headers s);
+  Alcotest.(check bool) "asked while the claim stood" true (naks s > 0);
+  feed s (from_cast s 2 ^ mnak (G.Mnak.Status { busy = false; vector = [| 1; 0; 0 |] }));
+  advance s (Time.of_ms 1200);
+  s.sent := [];
+  advance s (Time.of_ms 2200);
+  Alcotest.(check int) "silent once the origin answered" 0 (naks s);
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
+let forged_naks () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
+  for i = 1 to 3 do
+    Stack.cast s.st (Msg.of_string s.pool (string_of_int i))
+  done;
+  s.sent := [];
+  let retrans () = List.length (List.filter (function _, G.Mnak.Retrans _ -> true | _ -> false) (mnak_headers s)) in
+  let nak = from_send s 2 ^ mnak (G.Mnak.Nak { origin = 0; ranges = [ (0, max_int); (max_int, max_int) ] }) in
+  feed s nak;
+  Alcotest.(check int) "what is held, once" 3 (retrans ());
+  feed s nak;
+  feed s nak;
+  Alcotest.(check int) "the same asker again at once: ignored" 3 (retrans ());
+  Alcotest.(check int) "counted" 2 (counter s "mnak" "naks_ignored");
+  feed s (from_send s 1 ^ mnak (G.Mnak.Nak { origin = 0; ranges = [ (1, 1) ] }));
+  Alcotest.(check int) "another asker" 4 (retrans ());
+  feed s (from_send s 2 ^ mnak (G.Mnak.Nak { origin = 1; ranges = [ (0, max_int) ] }));
+  Alcotest.(check int) "nothing held of that origin" 4 (retrans ());
+  s.clock := !(s.clock) + Time.of_ms 10;
+  feed s nak;
+  Alcotest.(check int) "after half a retry period, answered again" 7 (retrans ());
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
+(* Is this datagram a Mnak [Data] of number [seq] ([None]: any)? *)
+let is_data ?(suspect = false) ?seq bytes =
+  let cs = Cstruct.of_string bytes in
+  match Codec.decode G.Bottom.codec cs 0 with
+  | Ok (G.Bottom.Cast _, off) -> (
+      let off =
+        if not suspect then off
+        else match Codec.decode G.Suspect.codec cs off with Ok (_, off') -> off' | Error _ -> off
+      in
+      match Codec.decode G.Mnak.codec cs off with
+      | Ok (G.Mnak.Data { seq = s }, _) -> (match seq with None -> true | Some q -> q = s)
+      | _ -> false)
+  | _ -> false
+
+(* Rank 2 casts three times, then dies: rank 0 got none of it, rank 1 got
+   the first and the last. Once rank 2 is suspected, rank 1 stops asking,
+   and nobody waits for rank 2 to release its own casts. *)
+let dead_origin () =
+  let pool = Pool.create () in
+  let params = Params.(empty |> set G.Suspect.Param.timeout (Time (Time.of_ms 300))) in
+  let drop ~src ~dst bytes =
+    (src = 2 && not (dst = 1 && (is_data ~suspect:true ~seq:0 bytes || is_data ~suspect:true ~seq:2 bytes))) || dst = 2
+  in
+  let delivered = Array.make 3 0 in
+  let deliver i _ msg =
+    delivered.(i) <- delivered.(i) + 1;
+    Msg.release msg
+  in
+  let h =
+    H.create ~params ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
+      ~layers:[ G.Mnak.layer; G.Suspect.layer; G.Bottom.layer ]
+      ~deliver ()
+  in
+  H.at h (Time.of_ms 1) (fun () ->
+      for _ = 1 to 3 do
+        Stack.cast (H.stack h 2) (Msg.of_string pool "from 2")
+      done);
+  H.at h (Time.of_ms 2) (fun () -> Stack.cast (H.stack h 0) (Msg.of_string pool "from 0"));
+  ignore (H.run ~until:(Time.of_ms 200) h);
+  let early = H.counter h 1 "mnak" "naks_sent" in
+  Alcotest.(check bool) "rank 1 asks rank 2 while it is trusted" true (early > 0);
+  Alcotest.(check bool) "rank 0 holds its cast for rank 2" true (H.counter h 0 "mnak" "buffered" >= 1);
+  ignore (H.run ~until:(Time.of_sec 1.) h);
+  Alcotest.(check int) "rank 2 suspected" 1 (H.counter h 1 "suspect" "suspected");
+  let later = H.counter h 1 "mnak" "naks_sent" in
+  ignore (H.run ~until:(Time.of_sec 5.) h);
+  Alcotest.(check int) "no NAK to a suspected origin" later (H.counter h 1 "mnak" "naks_sent");
+  Alcotest.(check int) "rank 0 released its cast without rank 2" 0 (H.counter h 0 "mnak" "buffered");
+  Alcotest.(check int) "rank 1 delivered up to the gap" 2 delivered.(1);
+  H.stop h;
+  check_no_leaks pool
+
+(* A burst of a full Mflow window of empty casts, its first cast lost to
+   one member: every later one is buffered there, none dropped as beyond
+   the window. *)
+let flow_burst () =
+  let pool = Pool.create () in
+  let burst = Params.int Params.empty G.Mflow.Param.window / G.Mflow.overhead in
+  let lost = ref false in
+  let drop ~src ~dst bytes =
+    src = 0 && dst = 2 && (not !lost) && is_data ~seq:0 bytes && (lost := true; true)
+  in
+  let delivered = Array.make 3 0 in
+  let deliver i _ msg =
+    delivered.(i) <- delivered.(i) + 1;
+    Msg.release msg
+  in
+  let h =
+    H.create ~net:H.perfect ~drop ~seed:1 ~pool ~n:3 ~layers:[ G.Mflow.layer; G.Mnak.layer; G.Bottom.layer ]
+      ~deliver ()
+  in
+  H.at h (Time.of_ms 1) (fun () ->
+      for _ = 1 to burst do
+        Stack.cast (H.stack h 0) (Msg.empty ())
+      done);
+  Alcotest.(check bool) "quiescent" true (H.run ~until:(Time.of_sec 60.) h = `Quiescent);
+  Alcotest.(check bool) "the first cast was lost" true !lost;
+  Alcotest.(check bool)
+    (Printf.sprintf "the burst was in flight at once (%d early)" (H.counter h 2 "mnak" "out_of_order"))
+    true
+    (H.counter h 2 "mnak" "out_of_order" >= burst - 1);
+  Alcotest.(check int) "none beyond the window" 0 (H.counter h 2 "mnak" "beyond_window");
+  Alcotest.(check (array int)) "all delivered" [| burst; burst; burst |] delivered;
+  H.stop h;
+  check_no_leaks pool
+
+(* {1 Pt2pt} *)
+
+let pt2pt_forged () =
+  let s = single ~n:2 ~rank:0 [ G.Pt2pt.layer; G.Bottom.layer ] in
+  for i = 1 to 3 do
+    Stack.send s.st 1 (Msg.of_string s.pool (string_of_int i))
+  done;
+  Alcotest.(check int) "three unacknowledged" 3 (counter s "pt2pt" "unacked");
+  feed s (from_send s 1 ^ pt2pt (G.Pt2pt.Data { seq = 1 lsl 40; ack = 3 }) ^ "x");
+  feed s (from_send s 1 ^ pt2pt (G.Pt2pt.Data { seq = max_int; ack = 3 }) ^ "x");
+  Alcotest.(check int) "beyond the window" 2 (counter s "pt2pt" "beyond_window");
+  Alcotest.(check int) "its acknowledgement not taken" 3 (counter s "pt2pt" "unacked");
+  feed s (from_send s 1 ^ pt2pt (G.Pt2pt.Ack { ack = max_int; sack = [] }));
+  feed s (from_send s 1 ^ pt2pt (G.Pt2pt.Data { seq = 0; ack = 4 }) ^ "y");
+  Alcotest.(check int) "acknowledgements of messages never sent" 2 (counter s "pt2pt" "impossible");
+  Alcotest.(check int) "still unacknowledged" 3 (counter s "pt2pt" "unacked");
+  Alcotest.(check int) "nothing delivered" 0 (List.length !(s.got));
+  feed s (from_send s 1 ^ pt2pt (G.Pt2pt.Ack { ack = 1; sack = [ (2, max_int) ] }));
+  Alcotest.(check int) "a true acknowledgement" 1 (counter s "pt2pt" "unacked");
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
+(* {1 The stack} *)
+
+let order () =
+  let d = G.Properties.describe G.Properties.vsync in
+  let has sub =
+    let n = String.length sub in
+    let rec go i = i + n <= String.length d && (String.sub d i n = sub || go (i + 1)) in
+    go 0
+  in
+  Alcotest.(check bool) (d ^ ": Mnak under Pt2pt") true (has "pt2pt:mnak:suspect:bottom")
+
+(* Casts only, over a lossy network, Pt2pt above Mnak: the repairs never
+   pass through Pt2pt. *)
+let repairs_unreliable () =
+  let pool = Pool.create () in
+  let deliver _ _ msg = Msg.release msg in
+  let naks = ref 0 in
+  for seed = 1 to 3 do
+    let h = H.create ~seed ~pool ~n:4 ~layers:[ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ] ~deliver () in
+    for o = 0 to 3 do
+      for k = 0 to 49 do
+        H.at h (Time.of_ms (1 + (k * 3) + o)) (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool "c"))
+      done
+    done;
+    Alcotest.(check bool) "quiescent" true (H.run ~until:(Time.of_sec 600.) h = `Quiescent);
+    for i = 0 to 3 do
+      naks := !naks + H.counter h i "mnak" "naks_sent";
+      Alcotest.(check int) "no Pt2pt acknowledgement" 0 (H.counter h i "pt2pt" "acks_sent");
+      Alcotest.(check int) "no Pt2pt retransmission" 0 (H.counter h i "pt2pt" "retransmissions");
+      Alcotest.(check int) "every cast stable" 0 (H.counter h i "mnak" "buffered")
+    done;
+    H.stop h
+  done;
+  Alcotest.(check bool) "losses were repaired" true (!naks > 0);
+  check_no_leaks pool
+
+let () =
+  Iovec.set_checked true;
+  Alcotest.run "repair"
+    [
+      ( "mnak",
+        [
+          Alcotest.test_case "numbers beyond the window change nothing" `Quick forged_data;
+          Alcotest.test_case "casts kept early are bounded in bytes" `Quick early_bytes;
+          Alcotest.test_case "statuses: impossible claims dropped, others held to the window" `Quick
+            forged_status;
+          Alcotest.test_case "NAKs: bounded answers, repeated ones ignored" `Quick forged_naks;
+          Alcotest.test_case "a dead origin: no NAK once suspected, stability without it" `Quick dead_origin;
+          Alcotest.test_case "a full Mflow window of empty casts fits the window" `Quick flow_burst;
+        ] );
+      ("pt2pt", [ Alcotest.test_case "numbers checked before any state changes" `Quick pt2pt_forged ]);
+      ( "stack",
+        [
+          Alcotest.test_case "vsync puts Mnak under Pt2pt" `Quick order;
+          Alcotest.test_case "repairs travel below Pt2pt" `Quick repairs_unreliable;
+        ] );
+    ]
