@@ -28,6 +28,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
+	@echo; ./_build/default/bin/main.exe bench tcp-sim
 
 SOAK_SEEDS ?= 100000
 

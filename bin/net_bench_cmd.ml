@@ -43,3 +43,23 @@ let cmd =
          "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP against the kernel, beside \
           a C TAP bridge and veth without offloads (needs root; makes and removes its own namespaces and devices).")
     Term.(const tcp $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds $ verbose)
+
+module S = Consort_net_bench.Tcp_sim_bench
+
+let tcp_sim connections bytes =
+  let r = S.run ~connections ~bytes () in
+  Fmt.pr "%a" S.pp r;
+  print_endline (S.to_json r);
+  0
+
+let cmd_sim =
+  let connections =
+    Arg.(value & opt int 5000 & info [ "connections" ] ~docv:"N" ~doc:"Connections for the setup rate.")
+  in
+  let bytes = Arg.(value & opt int (8 * 1024 * 1024) & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per transfer.") in
+  Cmd.v
+    (Cmd.info "tcp-sim"
+       ~doc:
+         "TCP on the in-memory network: connection setup rate and memory per connection, throughput under 1% loss \
+          and through a bottleneck with NewReno and CUBIC, the cost of a SACK-abusing ACK bounded and unbounded.")
+    Term.(const tcp_sim $ connections $ bytes)

@@ -34,7 +34,7 @@ let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
     let pool = up.pool
   end in
   let module T = Tcp.Make (Ipstack.Ip) (P) in
-  match T.create ~config:tcp_config up.stack.ip with
+  match T.create ~config:tcp_config ~icmp:Tcp_icmp.of_ipv4 up.stack.ip with
   | Error _ as e -> e
   | Ok tcp ->
       Ok

@@ -41,6 +41,8 @@ let extend t n =
   t.len <- t.len + n;
   v
 
+let truesize t = Segment.size (Iovec.segment t.iov)
+let segment_id t = Segment.id (Iovec.segment t.iov)
 let retain t = { t with iov = Iovec.retain t.iov }
 let release t = Iovec.release t.iov
 let to_string t = Cstruct.to_string (cstruct t)

@@ -47,6 +47,13 @@ val extend : t -> int -> Cstruct.t
     buffer, and returns a view of them.
     @raise Invalid_argument if the buffer has no room. *)
 
+val truesize : t -> int
+(** [truesize t] is the size of the pool segment [t] keeps alive: what
+    holding it costs, whatever its length. *)
+
+val segment_id : t -> int
+(** The identity of that segment (packets from one segment share it). *)
+
 val retain : t -> t
 val release : t -> unit
 val to_string : t -> string

@@ -1,217 +1,9 @@
 open Consort
+include Tcp_types
 
 let src = Logs.Src.create "consort.tcp" ~doc:"TCP"
 
 module Log = (val Logs.src_log src : Logs.LOG)
-
-type state =
-  | Closed
-  | Listen
-  | Syn_sent
-  | Syn_received
-  | Established
-  | Fin_wait_1
-  | Fin_wait_2
-  | Close_wait
-  | Closing
-  | Last_ack
-  | Time_wait
-
-let pp_state ppf s =
-  Fmt.string ppf
-    (match s with
-    | Closed -> "CLOSED"
-    | Listen -> "LISTEN"
-    | Syn_sent -> "SYN-SENT"
-    | Syn_received -> "SYN-RECEIVED"
-    | Established -> "ESTABLISHED"
-    | Fin_wait_1 -> "FIN-WAIT-1"
-    | Fin_wait_2 -> "FIN-WAIT-2"
-    | Close_wait -> "CLOSE-WAIT"
-    | Closing -> "CLOSING"
-    | Last_ack -> "LAST-ACK"
-    | Time_wait -> "TIME-WAIT")
-
-type status = Connected | Writable | Peer_closed | Closed_normally | Failed of Protocol.error
-
-let pp_status ppf = function
-  | Connected -> Fmt.string ppf "connected"
-  | Writable -> Fmt.string ppf "writable"
-  | Peer_closed -> Fmt.string ppf "peer closed"
-  | Closed_normally -> Fmt.string ppf "closed"
-  | Failed e -> Fmt.pf ppf "failed: %a" Protocol.pp_error e
-
-type keepalive = { idle : Time.t; interval : Time.t; probes : int }
-
-type config = {
-  mss : int option;
-  send_buffer : int;
-  receive_buffer : int;
-  window_scale : bool;
-  sack : bool;
-  timestamps : bool;
-  nodelay : bool;
-  delayed_ack : Time.t;
-  initial_rto : Time.t;
-  min_rto : Time.t;
-  max_rto : Time.t;
-  initial_window : int option;
-  syn_retries : int;
-  max_retransmits : int;
-  msl : Time.t;
-  fin_wait_2_timeout : Time.t;
-  keepalive : keepalive option;
-  max_ooo_segments : int;
-  backlog : int;
-  challenge_ack_limit : int;
-}
-
-let default_config =
-  {
-    mss = None;
-    send_buffer = 256 * 1024;
-    receive_buffer = 256 * 1024;
-    window_scale = true;
-    sack = true;
-    timestamps = true;
-    nodelay = false;
-    delayed_ack = Time.of_ms 40;
-    initial_rto = Time.of_ms 1000;
-    min_rto = Time.of_ms 200;
-    max_rto = Time.of_sec 60.;
-    initial_window = None;
-    syn_retries = 6;
-    max_retransmits = 15;
-    msl = Time.of_sec 30.;
-    fin_wait_2_timeout = Time.of_sec 60.;
-    keepalive = None;
-    max_ooo_segments = 1024;
-    backlog = 128;
-    challenge_ack_limit = 1000;
-  }
-
-let pp_config ppf c =
-  Fmt.pf ppf
-    "@[<v>mss %a@,buffers send %d receive %d@,wscale %b sack %b timestamps %b nodelay %b@,\
-     delayed ack %a@,rto initial %a min %a max %a@,msl %a@]"
-    Fmt.(option ~none:(any "auto") int)
-    c.mss c.send_buffer c.receive_buffer c.window_scale c.sack c.timestamps c.nodelay Time.pp
-    c.delayed_ack Time.pp c.initial_rto Time.pp c.min_rto Time.pp c.max_rto Time.pp c.msl
-
-type conn_info = {
-  state : state;
-  snd_mss : int;
-  rcv_mss : int;
-  snd_wscale : int option;
-  rcv_wscale : int option;
-  sack_ok : bool;
-  timestamps_ok : bool;
-  srtt : Time.t option;
-  rttvar : Time.t option;
-  rto : Time.t;
-  cwnd : int;
-  ssthresh : int;
-  snd_wnd : int;
-  rcv_wnd : int;
-  unacked : int;
-  unsent : int;
-  unread : int;
-  bytes_sent : int;
-  bytes_received : int;
-  segments_retransmitted : int;
-  fast_retransmits : int;
-  timeouts : int;
-  ooo_segments : int;
-}
-
-let pp_conn_info ppf i =
-  let o = Fmt.(option ~none:(any "-") int) in
-  Fmt.pf ppf
-    "%a mss %d/%d wscale %a/%a%s%s rtt %a/%a rto %a cwnd %d ssthresh %d snd_wnd %d rcv_wnd %d \
-     unacked %d unsent %d unread %d sent %d received %d retrans %d fast %d timeouts %d"
-    pp_state i.state i.snd_mss i.rcv_mss o i.snd_wscale o i.rcv_wscale
-    (if i.sack_ok then " sack" else "")
-    (if i.timestamps_ok then " ts" else "")
-    Fmt.(option ~none:(any "-") Time.pp)
-    i.srtt
-    Fmt.(option ~none:(any "-") Time.pp)
-    i.rttvar Time.pp i.rto i.cwnd i.ssthresh i.snd_wnd i.rcv_wnd i.unacked i.unsent i.unread
-    i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.timeouts
-
-type stats = {
-  segments_in : int;
-  segments_out : int;
-  retransmitted : int;
-  bad_checksum : int;
-  malformed : int;
-  resets_in : int;
-  resets_out : int;
-  challenge_acks : int;
-  dropped : int;
-  active : int;
-}
-
-let pp_stats ppf s =
-  Fmt.pf ppf
-    "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks \
-     %d dropped %d active %d"
-    s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in
-    s.resets_out s.challenge_acks s.dropped s.active
-
-type control = Set_config of config | Abort_all
-
-module type LOWER = sig
-  type host
-
-  include Protocol.S
-
-  val remote : connection -> host
-end
-
-module type PARAMS = sig
-  type host
-  type lower_address
-  type lower_pattern
-
-  val local : host
-  val lower_address : host -> lower_address
-  val lower_pattern : lower_pattern
-  val pseudo_header : (src:host -> dst:host -> len:int -> int) option
-  val equal_host : host -> host -> bool
-  val pp_host : host Fmt.t
-  val clock : Clock.t
-  val rng : Rng.t
-  val pool : Pool.t
-end
-
-module type S = sig
-  type host
-  type lower
-  type tcp_address = { host : host; port : int; local_port : int option }
-  type tcp_pattern = { port : int; from : host option }
-
-  include
-    Protocol.S
-      with type address = tcp_address
-       and type address_pattern = tcp_pattern
-       and type status = status
-       and type control = control
-       and type info = stats
-
-  val create : ?config:config -> lower -> (t, Protocol.error) result
-  val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
-  val send_space : connection -> int
-  val consume : connection -> int -> unit
-  val shutdown : connection -> unit
-  val unlisten : t -> int -> unit
-  val state : connection -> state
-  val info : connection -> conn_info
-  val local_port : connection -> int
-  val remote : connection -> host * int
-  val set_nodelay : connection -> bool -> unit
-  val set_keepalive : connection -> keepalive option -> unit
-  val pp_connection : connection Fmt.t
-end
 
 let never = max_int
 
@@ -224,6 +16,7 @@ module Make
 struct
   type host = Lower.host
   type lower = Lower.t
+  type lower_status = Lower.status
   type tcp_address = { host : host; port : int; local_port : int option }
   type tcp_pattern = { port : int; from : host option }
   type address = tcp_address
@@ -256,6 +49,10 @@ struct
     mutable c_rst_out : int;
     mutable c_challenge : int;
     mutable c_dropped : int;
+    mutable c_cookies_sent : int;
+    mutable c_cookies_ok : int;
+    mutable c_dsack_out : int;
+    mutable c_dsack_in : int;
   }
 
   type t = {
@@ -263,20 +60,32 @@ struct
     mutable config : config;
     conns : tcb Key_tbl.t;
     listeners : (int, listener) Hashtbl.t;
-    lower_conns : Lower.connection Host_tbl.t;
-    secret : int;
+    lower_conns : lower_ref Host_tbl.t;
+    secret : Tcp_secret.t;
+    mutable next_ephemeral : int;
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
+    icmp : Lower.status -> Tcp_icmp.t option;
+    orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
+    mutable n_orphans : int;
+    time_wait : tw Key_tbl.t;
+    tw_queue : tw Queue.t;  (** by deadline *)
+    mutable tw_armed : Time.t;
+    mutable tw_gen : int;
     counters : counters;
-    mutable challenge_second : int;
-    mutable challenge_count : int;
   }
+
+  (* The lower connection to a host, shared by the connections with it and
+     closed when the last one goes (so that the layer below forgets a
+     host that TCP no longer talks to). *)
+  and lower_ref = { lc : Lower.connection; mutable refs : int }
 
   and listener = {
     l_port : int;
     l_from : host option;
     l_make : tcb -> handler;
     mutable half_open : int;
+    mutable overflowed : Time.t;  (** when SYN cookies were last sent *)
   }
 
   and tcb = {
@@ -315,7 +124,7 @@ struct
     mutable fin_received : bool;
     (* Options. *)
     rcv_mss : int;
-    lower_max : int;
+    mutable lower_max : int;
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -334,9 +143,7 @@ struct
     mutable rtt_seq : Tcp_seq.t option;
     mutable rtt_time : Time.t;
     (* Congestion control. *)
-    mutable cwnd : int;
-    mutable ssthresh : int;
-    mutable ca_acked : int;
+    cc : Tcp_cc.t;
     mutable dupacks : int;
     mutable recover : Tcp_seq.t;
     mutable in_recovery : bool;
@@ -360,6 +167,12 @@ struct
     mutable persist_backoff : int;
     mutable persist_probes : int;
     mutable keep_probes : int;
+    mutable challenge_second : int;
+    mutable challenge_left : int;
+    mutable tw : tw option;  (** its TIME-WAIT record, once in TIME-WAIT *)
+    mutable orphan : bool;  (** counted in [n_orphans] *)
+    mutable dsack : (Tcp_seq.t * Tcp_seq.t) option;  (** a duplicate to report (RFC 2883) *)
+    mutable soft_error : string option;
     mutable last_recv : Time.t;
     mutable nodelay : bool;
     mutable keepalive : keepalive option;
@@ -369,6 +182,27 @@ struct
     mutable n_retrans : int;
     mutable n_fast : int;
     mutable n_timeouts : int;
+  }
+
+  (* TIME-WAIT as a small record: what it takes to acknowledge a
+     retransmitted FIN and to recognise a new incarnation; the connection
+     and its buffers are gone. *)
+  and tw = {
+    tw_remote : host;
+    tw_rport : int;
+    tw_lport : int;
+    tw_lconn : Lower.connection;
+    tw_snd_nxt : Tcp_seq.t;
+    tw_rcv_nxt : Tcp_seq.t;
+    tw_window : int;  (** the window field to send *)
+    tw_msl : Time.t;
+    tw_ts_ok : bool;
+    tw_ts_offset : int;
+    mutable tw_ts_recent : int;
+    mutable tw_ts_recent_age : Time.t;
+    mutable tw_expires : Time.t;
+    mutable tw_deadline : Time.t;  (** its place in the queue *)
+    mutable tw_live : bool;
   }
 
   and connection = tcb
@@ -417,53 +251,32 @@ struct
   let mss_base tcb = max 1 (min tcb.peer_mss (tcb.lower_max - Tcp_wire.min_header))
   let smss tcb = max 1 (mss_base tcb - if tcb.ts_ok then 12 else 0)
 
-  let sack_max tcb = if tcb.ts_ok then 3 else 4
+  let sack_max tcb = Tcp_options.sack_max ~ts:tcb.ts_ok
 
   let options_len tcb =
-    let ts = if tcb.ts_ok then 10 else 0 in
-    let sack =
-      if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass) then
-        2 + (8 * min (sack_max tcb) (List.length (Tcp_reass.blocks tcb.reass)))
+    let sack_blocks =
+      if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass && tcb.dsack = None) then
+        min (sack_max tcb)
+          (List.length (Tcp_reass.blocks tcb.reass) + if tcb.dsack = None then 0 else 1)
       else 0
     in
-    (ts + sack + 3) land lnot 3
+    Tcp_options.length ~ts:tcb.ts_ok ~sack_blocks
 
   let capacity tcb = max 1 (mss_base tcb - options_len tcb)
 
   (* {2 Timers} *)
-
-  let rec schedule tcb =
-    if tcb.alive then begin
-      let d =
-        min tcb.t_rtx (min tcb.t_persist (min tcb.t_delack (min tcb.t_keep tcb.t_2msl)))
-      in
-      if d < tcb.armed then begin
-        tcb.alarm_cancel ();
-        tcb.alarm_gen <- tcb.alarm_gen + 1;
-        tcb.armed <- d;
-        let gen = tcb.alarm_gen in
-        tcb.alarm_cancel <- P.clock.at d (fun () -> if gen = tcb.alarm_gen then !on_alarm_ref tcb)
-      end
-    end
-
-  and on_alarm_ref : (tcb -> unit) ref = ref (fun _ -> ())
 
   let restart_rtx tcb = tcb.t_rtx <- now () + Tcp_rto.rto tcb.rto
 
   (* {2 Output} *)
 
   let advertise tcb ~syn =
-    let rcvbuf = tcb.cfg.receive_buffer in
-    let avail = max 0 (rcvbuf - tcb.unconsumed) in
-    let cur = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
-    let threshold = max 1 (min (rcvbuf / 2) tcb.rcv_mss) in
-    let w = if avail - cur >= threshold then avail else cur in
-    let s = if syn then 0 else tcb.rcv_wscale in
-    let field = min 0xFFFF ((w + (1 lsl s) - 1) lsr s) in
-    if tcb.state <> Syn_sent then begin
-      let edge = Tcp_seq.add tcb.rcv_nxt (field lsl s) in
-      if Tcp_seq.gt edge tcb.rcv_adv then tcb.rcv_adv <- edge
-    end;
+    let field, edge =
+      Tcp_window.advertise ~buffer:tcb.cfg.receive_buffer ~unconsumed:tcb.unconsumed
+        ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv ~rcv_mss:tcb.rcv_mss
+        ~shift:(if syn then 0 else tcb.rcv_wscale)
+    in
+    if tcb.state <> Syn_sent then tcb.rcv_adv <- edge;
     field
 
   let checksum_into ~dst pkt =
@@ -482,28 +295,28 @@ struct
     | Error e -> Log.debug (fun m -> m "lower layer refused a segment: %a" Protocol.pp_error e)
 
   let syn_options tcb ~reply =
-    let ws = if tcb.offer_ws then [ Tcp_packet.Window_scale tcb.rcv_wscale ] else [] in
-    let sack = if tcb.offer_sack then [ Tcp_packet.Sack_permitted ] else [] in
-    let ts =
-      if tcb.offer_ts then
-        [ Tcp_packet.Timestamp { value = ts_now tcb; echo = (if reply then tcb.ts_recent else 0) } ]
-      else []
-    in
-    (Tcp_packet.Mss tcb.rcv_mss :: ws) @ sack @ ts
+    Tcp_options.syn ~mss:tcb.rcv_mss
+      ~wscale:(if tcb.offer_ws then Some tcb.rcv_wscale else None)
+      ~sack:tcb.offer_sack
+      ~ts:(if tcb.offer_ts then Some (ts_now tcb, if reply then tcb.ts_recent else 0) else None)
 
   let emit ?(syn = false) ?(fin = false) ?(rst = false) ?(ack = true) tcb ~seq ~len =
     let t = tcb.inst in
     let options =
       if syn then syn_options tcb ~reply:ack
       else
-        let ts =
-          if tcb.ts_ok && not rst then
-            [ Tcp_packet.Timestamp { value = ts_now tcb; echo = tcb.ts_recent } ]
-          else []
-        in
-        if tcb.sack_ok && (not rst) && not (Tcp_reass.is_empty tcb.reass) then
-          ts @ [ Tcp_packet.Sack (Tcp_reass.sack_blocks tcb.reass ~max:(sack_max tcb)) ]
-        else ts
+        Tcp_options.data
+          ~ts:(if tcb.ts_ok && not rst then Some (ts_now tcb, tcb.ts_recent) else None)
+          ~sack:
+            (if tcb.sack_ok && (not rst) && not (Tcp_reass.is_empty tcb.reass && tcb.dsack = None)
+             then begin
+               (* A duplicate goes first, once (RFC 2883). *)
+               let d = match tcb.dsack with Some b -> [ b ] | None -> [] in
+               if d <> [] then t.counters.c_dsack_out <- t.counters.c_dsack_out + 1;
+               tcb.dsack <- None;
+               d @ Tcp_reass.sack_blocks tcb.reass ~max:(sack_max tcb - List.length d)
+             end
+             else [])
     in
     let window = if rst then 0 else advertise tcb ~syn in
     let psh = len > 0 && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb) in
@@ -551,7 +364,7 @@ struct
       Tcp_seq.equal tcb.snd_una tcb.snd_max
       && Tcp_seq.geq seq tcb.snd_max
       && now () - tcb.last_data_sent > Tcp_rto.rto tcb.rto
-    then tcb.cwnd <- min tcb.cwnd (initial_cwnd tcb);
+    then Tcp_cc.on_idle tcb.cc ~initial:(initial_cwnd tcb);
     if len > 0 then tcb.last_data_sent <- now ();
     let fin =
       tcb.fin_queued && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb)
@@ -649,7 +462,7 @@ struct
               Tcp_sack.pipe tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~high_data:tcb.snd_max
                 ~smss
             in
-            if tcb.cwnd - pipe < smss && not !force then continue := false
+            if Tcp_cc.cwnd tcb.cc - pipe < smss && not !force then continue := false
             else
               let rexmit s len =
                 let len = max 1 (min len (Tcp_seq.sub tcb.snd_max s)) in
@@ -661,7 +474,7 @@ struct
               match Tcp_sack.next_seg tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~smss with
               | `Lost (s, len) -> rexmit s len
               | (`Unsacked _ | `None) as r -> (
-                  let budget = tcb.cwnd - pipe in
+                  let budget = Tcp_cc.cwnd tcb.cc - pipe in
                   match
                     if Tcp_seq.geq tcb.snd_nxt tcb.snd_max then next_new tcb ~budget ~force:false
                     else None
@@ -677,7 +490,7 @@ struct
           else begin
             let budget =
               if !force then max_int
-              else tcb.cwnd + limited_transmit tcb - Tcp_seq.sub tcb.snd_nxt tcb.snd_una
+              else Tcp_cc.cwnd tcb.cc + limited_transmit tcb - Tcp_seq.sub tcb.snd_nxt tcb.snd_una
             in
             match next_new tcb ~budget ~force:!force with
             | Some len ->
@@ -702,32 +515,109 @@ struct
         | Syn_sent | Closed | Listen -> ()
         | Syn_received -> send_syn tcb
         | _ -> emit tcb ~seq:tcb.snd_nxt ~len:0
-      end;
-      schedule tcb
+      end
     end
 
   (* {2 Connection table} *)
 
   let key tcb = (tcb.remote_host, tcb.remote_port, tcb.local_port)
 
+  (* Queues where most entries are gone are rebuilt, so that they stay
+     within a constant of the live count. *)
+  let compact q still live =
+    if Queue.length q > (2 * live) + 64 then begin
+      let keep = Queue.fold (fun acc tcb -> if still tcb then tcb :: acc else acc) [] q in
+      Queue.clear q;
+      List.iter (fun tcb -> Queue.push tcb q) (List.rev keep)
+    end
+
+  let release_lower t host =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some r ->
+        r.refs <- r.refs - 1;
+        if r.refs <= 0 then begin
+          Host_tbl.remove t.lower_conns host;
+          Lower.close r.lc
+        end
+    | None -> ()
+
+  let acquire_lower t host lconn =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some r -> r.refs <- r.refs + 1
+    | None -> Host_tbl.replace t.lower_conns host { lc = lconn; refs = 1 }
+
   let delete tcb =
     if tcb.alive then begin
       tcb.alive <- false;
       tcb.alarm_cancel ();
       Key_tbl.remove tcb.inst.conns (key tcb);
+      release_lower tcb.inst tcb.remote_host;
       Tcp_reass.clear tcb.reass;
+      Tcp_sndbuf.release tcb.sndbuf;
       (match (tcb.listener, tcb.handler) with
       | Some l, None -> l.half_open <- l.half_open - 1
       | _ -> ());
+      if tcb.orphan then begin
+        tcb.orphan <- false;
+        tcb.inst.n_orphans <- tcb.inst.n_orphans - 1;
+        compact tcb.inst.orphans (fun o -> o.alive && o.orphan) tcb.inst.n_orphans
+      end;
       Log.debug (fun m -> m "%a: deleted" pp_connection tcb)
     end
 
   let fail tcb e =
+    (* A timeout after an ICMP soft error is that error (RFC 1122 4.2.3.9). *)
+    let e = match (e, tcb.soft_error) with `Timeout, Some m -> `Unreachable m | _ -> e in
     report tcb (Failed e);
     delete tcb
 
   let send_rst tcb =
     if tcb.alive then emit tcb ~rst:true ~ack:false ~seq:tcb.snd_max ~len:0
+
+  (* {2 Limits} *)
+
+  (* The oldest connection of [q] that [still] holds for, forgetting the
+     others on the way. *)
+  let rec oldest q still =
+    match Queue.peek_opt q with
+    | Some tcb when still tcb -> Some tcb
+    | Some _ ->
+        ignore (Queue.pop q : tcb);
+        oldest q still
+    | None -> None
+
+  let evict tcb why =
+    Log.debug (fun m -> m "%a: reset (%s)" pp_connection tcb why);
+    send_rst tcb;
+    fail tcb `Closed
+
+  let is_orphan tcb = tcb.alive && tcb.orphan
+
+  (* Room for one more connection under the global limit: the oldest
+     orphan goes; connections the application holds are never reset to
+     make room for a stranger (half-open ones are bounded per listener,
+     and a listener answers with cookies when there is no room). *)
+  let make_room t =
+    let full () = Key_tbl.length t.conns >= t.config.max_connections in
+    if full () then begin
+      match oldest t.orphans is_orphan with
+      | Some tcb -> evict tcb "connection limit, oldest orphan"
+      | None -> ()
+    end;
+    not (full ())
+
+  let orphaned tcb =
+    let t = tcb.inst in
+    if tcb.alive && not tcb.orphan then begin
+      tcb.orphan <- true;
+      t.n_orphans <- t.n_orphans + 1;
+      Queue.push tcb t.orphans;
+      compact t.orphans is_orphan t.n_orphans;
+      if t.n_orphans > t.config.max_orphans then
+        match oldest t.orphans is_orphan with
+        | Some o -> evict o "orphan limit"
+        | None -> ()
+    end
 
   let enter_time_wait tcb =
     tcb.state <- Time_wait;
@@ -736,6 +626,122 @@ struct
     tcb.t_keep <- never;
     tcb.t_2msl <- now () + (2 * tcb.cfg.msl);
     report tcb Closed_normally
+
+  (* {2 TIME-WAIT records} *)
+
+  let tw_key w = (w.tw_remote, w.tw_rport, w.tw_lport)
+
+  let tw_remove t w =
+    if w.tw_live then begin
+      w.tw_live <- false;
+      (match Key_tbl.find_opt t.time_wait (tw_key w) with
+      | Some w' when w' == w -> Key_tbl.remove t.time_wait (tw_key w)
+      | _ -> ());
+      release_lower t w.tw_remote
+    end
+
+  (* One alarm for all the records, at the deadline of the first in the
+     queue. A record whose 2 MSL restarted goes back to the end, which keeps
+     the queue in order of deadline (2 MSL from now is the latest). *)
+  let rec tw_arm t =
+    match Queue.peek_opt t.tw_queue with
+    | Some w when w.tw_deadline < t.tw_armed ->
+        t.tw_gen <- t.tw_gen + 1;
+        t.tw_armed <- w.tw_deadline;
+        let gen = t.tw_gen in
+        ignore
+          (P.clock.at w.tw_deadline (fun () -> if gen = t.tw_gen then tw_expire t) : Clock.cancel)
+    | _ -> ()
+
+  and tw_expire t =
+    t.tw_armed <- never;
+    let n = now () in
+    let rec go () =
+      match Queue.peek_opt t.tw_queue with
+      | Some w when not w.tw_live ->
+          ignore (Queue.pop t.tw_queue : tw);
+          go ()
+      | Some w when w.tw_deadline <= n ->
+          ignore (Queue.pop t.tw_queue : tw);
+          if w.tw_expires <= n then tw_remove t w
+          else begin
+            w.tw_deadline <- w.tw_expires;
+            Queue.push w t.tw_queue
+          end;
+          go ()
+      | _ -> ()
+    in
+    go ();
+    tw_arm t
+
+  (* A connection that entered TIME-WAIT, once the segment that took it
+     there is answered, becomes a record. *)
+  let to_time_wait tcb =
+    let t = tcb.inst in
+    if tcb.alive && tcb.state = Time_wait then
+      if tcb.cfg.msl <= 0 then delete tcb
+      else begin
+        let w =
+          {
+            tw_remote = tcb.remote_host;
+            tw_rport = tcb.remote_port;
+            tw_lport = tcb.local_port;
+            tw_lconn = tcb.lconn;
+            tw_snd_nxt = tcb.snd_max;
+            tw_rcv_nxt = tcb.rcv_nxt;
+            tw_window =
+              min 0xFFFF
+                (Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv
+                lsr tcb.rcv_wscale);
+            tw_msl = tcb.cfg.msl;
+            tw_ts_ok = tcb.ts_ok;
+            tw_ts_offset = tcb.ts_offset;
+            tw_ts_recent = tcb.ts_recent;
+            tw_ts_recent_age = tcb.ts_recent_age;
+            tw_expires = tcb.t_2msl;
+            tw_deadline = tcb.t_2msl;
+            tw_live = true;
+          }
+        in
+        acquire_lower t tcb.remote_host tcb.lconn;
+        delete tcb;
+        tcb.tw <- Some w;
+        (match Key_tbl.find_opt t.time_wait (tw_key w) with
+        | Some old -> tw_remove t old
+        | None -> ());
+        Key_tbl.replace t.time_wait (tw_key w) w;
+        Queue.push w t.tw_queue;
+        tw_arm t
+      end
+
+  let tw_ack t w =
+    let options =
+      if w.tw_ts_ok then
+        [
+          Tcp_packet.Timestamp
+            {
+              value = ((now () / 1_000_000) + w.tw_ts_offset) land 0xFFFF_FFFF;
+              echo = w.tw_ts_recent;
+            };
+        ]
+      else []
+    in
+    let hdr =
+      {
+        Tcp_packet.src_port = w.tw_lport;
+        dst_port = w.tw_rport;
+        seq = w.tw_snd_nxt;
+        ack = w.tw_rcv_nxt;
+        flags = { Tcp_packet.no_flags with ack = true };
+        window = w.tw_window;
+        urgent = 0;
+        options;
+      }
+    in
+    let hl = Tcp_packet.header_length hdr in
+    let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool 0 in
+    Tcp_packet.encode_into hdr (Packet.push pkt hl);
+    transmit t w.tw_lconn ~dst:w.tw_remote pkt
 
   (* {2 Receiving} *)
 
@@ -786,33 +792,30 @@ struct
       end
     end
     else begin
+      let len = Packet.length pkt in
+      let truesize = Packet.truesize pkt in
       (match Tcp_reass.insert tcb.reass seq pkt with
-      | `Stored | `Duplicate -> ()
+      | `Stored ->
+          (* Under pressure (the frames pin far more than the bytes they
+             carry), the queue is copied compactly. *)
+          if Tcp_reass.pinned tcb.reass > max (2 * tcb.cfg.receive_buffer) (8 * truesize) then begin
+            Log.debug (fun m -> m "%a: out-of-order queue collapsed" pp_connection tcb);
+            Tcp_reass.collapse tcb.reass P.pool
+          end
+      | `Duplicate -> if tcb.sack_ok then tcb.dsack <- Some (seq, Tcp_seq.add seq len)
       | `Full -> Log.debug (fun m -> m "%a: out-of-order queue full" pp_connection tcb));
       tcb.ack_now <- true
     end
 
   (* {2 Options} *)
 
-  let find_ts opts =
-    List.find_map
-      (function Tcp_packet.Timestamp { value; echo } -> Some (value, echo) | _ -> None)
-      opts
-
-  let find_sack opts = List.find_map (function Tcp_packet.Sack bs -> Some bs | _ -> None) opts
+  let find_ts = Tcp_options.timestamp
+  let find_sack = Tcp_options.sack
 
   let take_syn_options tcb (h : Tcp_packet.t) =
-    let mss = ref None and ws = ref None and sack = ref false and ts = ref None in
-    List.iter
-      (function
-        | Tcp_packet.Mss n -> mss := Some n
-        | Window_scale n -> ws := Some (min n 14)
-        | Sack_permitted -> sack := true
-        | Timestamp { value; _ } -> ts := Some value
-        | _ -> ())
-      h.options;
-    tcb.peer_mss <- (match !mss with Some n when n > 0 -> n | _ -> 536);
-    (match !ws with
+    let o = Tcp_options.of_syn h.options in
+    tcb.peer_mss <- (match o.mss with Some n when n > 0 -> max n tcb.cfg.min_mss | _ -> 536);
+    (match o.wscale with
     | Some s when tcb.offer_ws ->
         tcb.ws_ok <- true;
         tcb.snd_wscale <- s
@@ -821,9 +824,9 @@ struct
         tcb.offer_ws <- false;
         tcb.snd_wscale <- 0;
         tcb.rcv_wscale <- 0);
-    tcb.sack_ok <- tcb.offer_sack && !sack;
+    tcb.sack_ok <- tcb.offer_sack && o.sack_permitted;
     tcb.offer_sack <- tcb.sack_ok;
-    (match !ts with
+    (match o.ts_val with
     | Some v when tcb.offer_ts ->
         tcb.ts_ok <- true;
         tcb.ts_recent <- v;
@@ -834,21 +837,22 @@ struct
 
   (* {2 Creating connections} *)
 
-  let wscale_for bytes =
-    let rec go s = if s >= 14 || bytes lsr s <= 0xFFFF then s else go (s + 1) in
-    go 0
+  (* What the keyed functions of {!Tcp_secret} hash: the remote end and the
+     local port (the local address is the instance's). *)
+  let tuple ~remote ~rport ~lport = Fmt.str "%a/%d/%d" P.pp_host remote rport lport
 
   let gen_isn t ~remote ~rport ~lport =
-    Tcp_seq.of_int ((now () / 4000) + Hashtbl.seeded_hash t.secret (remote, rport, lport))
+    Tcp_secret.isn t.secret ~tuple:(tuple ~remote ~rport ~lport) ~now:(now ())
 
-  let new_tcb t ~cfg ~lconn ~remote ~rport ~lport ~listener ~state =
-    let iss = gen_isn t ~remote ~rport ~lport in
+  let rcv_mss_for cfg lower_max =
+    match cfg.mss with
+    | Some m -> max 1 (min m (lower_max - Tcp_wire.min_header))
+    | None -> max 1 (lower_max - Tcp_wire.min_header)
+
+  let new_tcb ?iss t ~cfg ~lconn ~remote ~rport ~lport ~listener ~state =
+    let iss = match iss with Some i -> i | None -> gen_isn t ~remote ~rport ~lport in
     let lower_max = Lower.max_packet lconn in
-    let rcv_mss =
-      match cfg.mss with
-      | Some m -> max 1 (min m (lower_max - Tcp_wire.min_header))
-      | None -> max 1 (lower_max - Tcp_wire.min_header)
-    in
+    let rcv_mss = rcv_mss_for cfg lower_max in
     let tcb =
       {
         inst = t;
@@ -889,20 +893,18 @@ struct
         offer_sack = cfg.sack;
         offer_ts = cfg.timestamps;
         snd_wscale = 0;
-        rcv_wscale = (if cfg.window_scale then wscale_for cfg.receive_buffer else 0);
+        rcv_wscale = (if cfg.window_scale then Tcp_window.scale_for cfg.receive_buffer else 0);
         ws_ok = false;
         sack_ok = false;
         ts_ok = false;
         ts_recent = 0;
         ts_recent_age = 0;
-        ts_offset = Rng.int P.rng 0x3FFF_FFFF;
+        ts_offset = Tcp_secret.ts_offset t.secret ~tuple:(tuple ~remote ~rport ~lport);
         last_ack_sent = Tcp_seq.zero;
         rto = Tcp_rto.create ~initial:cfg.initial_rto ~min:cfg.min_rto ~max:cfg.max_rto;
         rtt_seq = None;
         rtt_time = 0;
-        cwnd = 0;
-        ssthresh = 1 lsl 30;
-        ca_acked = 0;
+        cc = Tcp_cc.create cfg.congestion;
         dupacks = 0;
         recover = iss;
         in_recovery = false;
@@ -924,6 +926,12 @@ struct
         persist_backoff = 0;
         persist_probes = 0;
         keep_probes = 0;
+        challenge_second = -1;
+        challenge_left = 0;
+        tw = None;
+        orphan = false;
+        dsack = None;
+        soft_error = None;
         last_recv = now ();
         nodelay = cfg.nodelay;
         keepalive = cfg.keepalive;
@@ -935,520 +943,8 @@ struct
       }
     in
     Key_tbl.replace t.conns (key tcb) tcb;
+    acquire_lower t remote lconn;
     tcb
-
-  let rec lower_handler t =
-    {
-      Lower.receive = (fun lc pkt -> input t lc pkt);
-      status = (fun _ _ -> ());
-    }
-
-  (* {2 Segment arrival} *)
-
-  and input t lconn pkt =
-    t.counters.c_in <- t.counters.c_in + 1;
-    let cs = Packet.cstruct pkt in
-    let remote = Lower.remote lconn in
-    let checksum_ok =
-      match P.pseudo_header with
-      | None -> true
-      | Some f ->
-          Tcp_checksum.valid
-            (Tcp_checksum.sum ~init:(f ~src:remote ~dst:P.local ~len:(Cstruct.length cs)) cs)
-    in
-    if not checksum_ok then begin
-      t.counters.c_bad_checksum <- t.counters.c_bad_checksum + 1;
-      Packet.release pkt
-    end
-    else
-      match Tcp_packet.decode cs with
-      | Error e ->
-          t.counters.c_malformed <- t.counters.c_malformed + 1;
-          Log.debug (fun m -> m "malformed segment: %a" Tcp_packet.pp_error e);
-          Packet.release pkt
-      | Ok (h, hl) ->
-          ignore (Packet.pull pkt hl : (unit, _) result);
-          if not (Host_tbl.mem t.lower_conns remote) then Host_tbl.replace t.lower_conns remote lconn;
-          if h.flags.rst then t.counters.c_rst_in <- t.counters.c_rst_in + 1;
-          dispatch t lconn remote h pkt;
-          flush t
-
-  and dispatch t lconn remote (h : Tcp_packet.t) pkt =
-    match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
-    | Some tcb ->
-        Log.debug (fun m -> m "%a: recv %a len %d" pp_connection tcb Tcp_packet.pp h (Packet.length pkt));
-        segment_arrives tcb h pkt
-    | None -> (
-        match Hashtbl.find_opt t.listeners h.dst_port with
-        | Some l when match l.l_from with None -> true | Some f -> P.equal_host f remote ->
-            listen_input t l lconn remote h pkt
-        | _ ->
-            let payload = Packet.length pkt in
-            Packet.release pkt;
-            closed_input t lconn remote h ~payload)
-
-  (* A segment for no connection: RFC 9293 section 3.10.7.1. *)
-  and closed_input t lconn remote (h : Tcp_packet.t) ~payload =
-    t.counters.c_dropped <- t.counters.c_dropped + 1;
-    if not h.flags.rst then begin
-      let seq, ack, ack_flag =
-        if h.flags.ack then (h.ack, Tcp_seq.zero, false)
-        else (Tcp_seq.zero, Tcp_seq.add h.seq (payload + seg_ctl_len h), true)
-      in
-      send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq ~ack ~ack_flag
-    end
-
-  and seg_ctl_len (h : Tcp_packet.t) = (if h.flags.syn then 1 else 0) + if h.flags.fin then 1 else 0
-
-  and send_raw t lconn ~dst ~src_port ~dst_port ~seq ~ack ~ack_flag =
-    let hdr =
-      Tcp_packet.v ~src_port ~dst_port ~seq ~ack
-        ~flags:{ Tcp_packet.no_flags with rst = true; ack = ack_flag }
-        ()
-    in
-    let hl = Tcp_packet.header_length hdr in
-    let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool 0 in
-    Tcp_packet.encode_into hdr (Packet.push pkt hl);
-    t.counters.c_rst_out <- t.counters.c_rst_out + 1;
-    transmit t lconn ~dst pkt
-
-  and listen_input t l lconn remote (h : Tcp_packet.t) pkt =
-    (* Data on a SYN is not accepted (nor acknowledged): the peer sends it
-       again once the connection is up. *)
-    Packet.release pkt;
-    if h.flags.rst then ()
-    else if h.flags.ack then
-      send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq:h.ack
-        ~ack:Tcp_seq.zero ~ack_flag:false
-    else if h.flags.syn then begin
-      if l.half_open >= t.config.backlog then
-        t.counters.c_dropped <- t.counters.c_dropped + 1
-      else begin
-        let tcb =
-          new_tcb t ~cfg:t.config ~lconn ~remote ~rport:h.src_port ~lport:h.dst_port
-            ~listener:(Some l) ~state:Syn_received
-        in
-        l.half_open <- l.half_open + 1;
-        tcb.irs <- h.seq;
-        tcb.rcv_nxt <- Tcp_seq.succ h.seq;
-        tcb.rcv_adv <- tcb.rcv_nxt;
-        take_syn_options tcb h;
-        tcb.snd_wnd <- h.window;
-        tcb.max_snd_wnd <- h.window;
-        tcb.snd_wl1 <- h.seq;
-        tcb.snd_wl2 <- tcb.iss;
-        send_syn tcb;
-        schedule tcb
-      end
-    end
-    else t.counters.c_dropped <- t.counters.c_dropped + 1
-
-  and segment_arrives tcb h pkt =
-    tcb.last_recv <- now ();
-    tcb.keep_probes <- 0;
-    match tcb.state with
-    | Syn_sent -> syn_sent_input tcb h pkt
-    | Closed | Listen -> Packet.release pkt
-    | _ -> synchronized_input tcb h pkt
-
-  and syn_sent_input tcb (h : Tcp_packet.t) pkt =
-    Packet.release pkt;
-    let t = tcb.inst in
-    let ack_bad = h.flags.ack && (Tcp_seq.leq h.ack tcb.iss || Tcp_seq.gt h.ack tcb.snd_max) in
-    if ack_bad then begin
-      if not h.flags.rst then
-        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
-          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false
-    end
-    else if h.flags.rst then begin
-      if h.flags.ack then fail tcb (`Refused "connection refused")
-    end
-    else if h.flags.syn then begin
-      tcb.irs <- h.seq;
-      tcb.rcv_nxt <- Tcp_seq.succ h.seq;
-      tcb.rcv_adv <-
-        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (tcb.cfg.receive_buffer - tcb.unconsumed)));
-      take_syn_options tcb h;
-      tcb.snd_wnd <- h.window;
-      tcb.max_snd_wnd <- h.window;
-      tcb.snd_wl1 <- h.seq;
-      tcb.snd_wl2 <- h.ack;
-      if h.flags.ack then begin
-        syn_acked tcb h.ack;
-        tcb.state <- Established;
-        tcb.cwnd <- initial_cwnd tcb;
-        notify tcb Connected;
-        tcb.ack_now <- true;
-        output tcb
-      end
-      else begin
-        (* Simultaneous open. *)
-        tcb.state <- Syn_received;
-        tcb.t_rtx <- never;
-        send_syn tcb;
-        schedule tcb
-      end
-    end
-
-  and syn_acked tcb ack =
-    (match tcb.rtt_seq with
-    | Some _ when not tcb.syn_retransmitted -> Tcp_rto.sample tcb.rto (now () - tcb.rtt_time)
-    | _ -> ());
-    tcb.rtt_seq <- None;
-    tcb.snd_una <- ack;
-    if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
-    tcb.high_rxt <- ack;
-    tcb.recover <- ack;
-    tcb.retries <- 0;
-    tcb.t_rtx <- never
-
-  and challenge_ack tcb =
-    let t = tcb.inst in
-    let second = now () / 1_000_000_000 in
-    if second <> t.challenge_second then begin
-      t.challenge_second <- second;
-      t.challenge_count <- 0
-    end;
-    if t.challenge_count < t.config.challenge_ack_limit then begin
-      t.challenge_count <- t.challenge_count + 1;
-      t.counters.c_challenge <- t.counters.c_challenge + 1;
-      tcb.ack_now <- true;
-      output tcb
-    end
-
-  and synchronized_input tcb (h : Tcp_packet.t) pkt =
-    let t = tcb.inst in
-    let h =
-      if
-        tcb.state = Syn_received && h.flags.syn && h.flags.ack && (not h.flags.rst)
-        && Tcp_seq.equal h.seq tcb.irs
-        && Tcp_seq.equal h.ack tcb.snd_max
-      then
-        (* Simultaneous open: the peer's SYN-ACK acknowledges our SYN; its
-           SYN is a repeat, already counted in RCV.NXT. *)
-        { h with flags = { h.flags with syn = false }; seq = Tcp_seq.succ h.seq }
-      else h
-    in
-    let payload = Packet.length pkt in
-    let seg_len = payload + seg_ctl_len h in
-    let ts = find_ts h.options in
-    let drop () = Packet.release pkt in
-    let drop_and_ack () =
-      Packet.release pkt;
-      if not h.flags.rst then begin
-        tcb.ack_now <- true;
-        output tcb
-      end
-    in
-    let paws_rejects =
-      tcb.ts_ok && (not h.flags.rst)
-      &&
-      match ts with
-      | None -> not h.flags.syn
-      | Some (v, _) ->
-          Tcp_seq.lt (Tcp_seq.of_int v) (Tcp_seq.of_int tcb.ts_recent)
-          && now () - tcb.ts_recent_age < Time.of_sec (24. *. 86400.)
-    in
-    if tcb.state = Syn_received && h.flags.syn && (not h.flags.ack) && Tcp_seq.equal h.seq tcb.irs
-    then begin
-      (* The peer did not get our SYN-ACK: send it again. *)
-      drop ();
-      send_syn tcb;
-      schedule tcb
-    end
-    else if
-      tcb.state = Time_wait && h.flags.syn && (not h.flags.ack) && (not h.flags.rst)
-      && Tcp_seq.gt h.seq tcb.rcv_nxt
-      && Hashtbl.mem t.listeners tcb.local_port
-    then begin
-      (* A new incarnation of the connection (RFC 9293 3.6.1). *)
-      delete tcb;
-      dispatch t tcb.lconn tcb.remote_host h pkt
-    end
-    else if paws_rejects then begin
-      t.counters.c_dropped <- t.counters.c_dropped + 1;
-      drop_and_ack ()
-    end
-    else begin
-      let wnd = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
-      let in_wnd s = Tcp_seq.between s ~low:tcb.rcv_nxt ~high:(Tcp_seq.add tcb.rcv_nxt wnd) in
-      let acceptable =
-        if seg_len = 0 then if wnd = 0 then Tcp_seq.equal h.seq tcb.rcv_nxt else in_wnd h.seq
-        else wnd > 0 && (in_wnd h.seq || in_wnd (Tcp_seq.add h.seq (seg_len - 1)))
-      in
-      let zero_window_probe =
-        (not acceptable) && wnd = 0 && seg_len > 0 && Tcp_seq.equal h.seq tcb.rcv_nxt
-        && not h.flags.syn
-      in
-      if h.flags.syn && (not h.flags.rst) && tcb.state <> Syn_received then begin
-        (* RFC 5961 section 4: any SYN on a synchronized connection. *)
-        drop ();
-        challenge_ack tcb
-      end
-      else if (not acceptable) && not zero_window_probe then begin
-        if tcb.state = Time_wait && h.flags.fin then tcb.t_2msl <- now () + (2 * tcb.cfg.msl);
-        if not h.flags.rst then t.counters.c_dropped <- t.counters.c_dropped + 1;
-        drop_and_ack ()
-      end
-      else begin
-        (* Trim the segment to the window. *)
-        let data_seq = if h.flags.syn then Tcp_seq.succ h.seq else h.seq in
-        let front = max 0 (Tcp_seq.sub tcb.rcv_nxt data_seq) in
-        let front = min front payload in
-        if front > 0 then ignore (Packet.pull pkt front : (unit, _) result);
-        let data_seq = Tcp_seq.add data_seq front in
-        let room = max 0 (Tcp_seq.sub (Tcp_seq.add tcb.rcv_nxt wnd) data_seq) in
-        let len = Packet.length pkt in
-        let fin = ref h.flags.fin in
-        if len > room then begin
-          Packet.trim pkt room;
-          fin := false
-        end;
-        if zero_window_probe then begin
-          Packet.trim pkt 0;
-          fin := false
-        end;
-        (match ts with
-        | Some (v, _)
-          when tcb.ts_ok
-               && Tcp_seq.geq (Tcp_seq.of_int v) (Tcp_seq.of_int tcb.ts_recent)
-               && Tcp_seq.leq h.seq tcb.last_ack_sent ->
-            tcb.ts_recent <- v;
-            tcb.ts_recent_age <- now ()
-        | _ -> ());
-        if h.flags.rst then begin
-          drop ();
-          if Tcp_seq.equal h.seq tcb.rcv_nxt then
-            match tcb.state with
-            | Syn_received when tcb.listener <> None -> delete tcb
-            | Syn_received -> fail tcb (`Refused "connection refused")
-            | Established | Fin_wait_1 | Fin_wait_2 | Close_wait -> fail tcb `Reset
-            | _ ->
-                report tcb Closed_normally;
-                delete tcb
-          else challenge_ack tcb
-        end
-        else if h.flags.syn then begin
-          (* SYN-RECEIVED, another SYN: RFC 9293 returns a passive
-             connection to LISTEN. *)
-          drop ();
-          if tcb.listener <> None then delete tcb else challenge_ack tcb
-        end
-        else if not h.flags.ack then drop ()
-        else
-          match ack_input tcb h ~payload:(Packet.length pkt) with
-          | `Drop -> drop ()
-          | `Continue ->
-              if tcb.alive then begin
-                (match tcb.state with
-                | Established | Fin_wait_1 | Fin_wait_2 when Packet.length pkt > 0 ->
-                    receive_data tcb data_seq pkt
-                | _ -> drop ());
-                let fin_seq = Tcp_seq.add data_seq len in
-                if !fin && tcb.alive && not tcb.fin_received then begin
-                  match tcb.state with
-                  | Established | Fin_wait_1 | Fin_wait_2 ->
-                      if Tcp_seq.equal fin_seq tcb.rcv_nxt then process_fin tcb
-                      else begin
-                        tcb.ooo_fin <- Some fin_seq;
-                        tcb.ack_now <- true
-                      end
-                  | _ -> ()
-                end;
-                if tcb.alive then begin
-                  if zero_window_probe then tcb.ack_now <- true;
-                  output tcb;
-                  if tcb.state = Time_wait && tcb.cfg.msl <= 0 then delete tcb
-                end
-              end
-      end
-    end
-
-  (* The ACK field, RFC 9293 section 3.10.7.4 fifth, with RFC 5961
-     section 5 acceptability. *)
-  and ack_input tcb (h : Tcp_packet.t) ~payload =
-    let t = tcb.inst in
-    if tcb.state = Syn_received then begin
-      if Tcp_seq.gt h.ack tcb.snd_una && Tcp_seq.leq h.ack tcb.snd_max then begin
-        tcb.state <- Established;
-        syn_acked tcb h.ack;
-        tcb.snd_wnd <- h.window lsl tcb.snd_wscale;
-        tcb.max_snd_wnd <- max tcb.max_snd_wnd tcb.snd_wnd;
-        tcb.snd_wl1 <- h.seq;
-        tcb.snd_wl2 <- h.ack;
-        tcb.cwnd <- initial_cwnd tcb;
-        (match tcb.listener with
-        | Some l when tcb.handler = None ->
-            l.half_open <- l.half_open - 1;
-            tcb.handler <- Some (l.l_make tcb)
-        | _ -> ());
-        notify tcb Connected;
-        if tcb.fin_queued then tcb.state <- Fin_wait_1;
-        ack_established tcb h ~payload
-      end
-      else begin
-        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
-          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false;
-        `Drop
-      end
-    end
-    else ack_established tcb h ~payload
-
-  and ack_established tcb (h : Tcp_packet.t) ~payload =
-    if Tcp_seq.gt h.ack tcb.snd_max then begin
-      tcb.ack_now <- true;
-      output tcb;
-      `Drop
-    end
-    else if Tcp_seq.lt h.ack (Tcp_seq.add tcb.snd_una (-tcb.max_snd_wnd)) then begin
-      challenge_ack tcb;
-      `Drop
-    end
-    else begin
-      process_ack tcb h ~payload;
-      match tcb.state with
-      | Fin_wait_1 when fin_acked tcb ->
-          tcb.state <- Fin_wait_2;
-          if tcb.app_closed then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
-          `Continue
-      | Closing when fin_acked tcb ->
-          enter_time_wait tcb;
-          `Continue
-      | Last_ack when fin_acked tcb ->
-          report tcb Closed_normally;
-          delete tcb;
-          `Drop
-      | _ -> `Continue
-    end
-
-  and process_ack tcb (h : Tcp_packet.t) ~payload =
-    let smss = smss tcb in
-    let win = h.window lsl tcb.snd_wscale in
-    tcb.persist_probes <- 0;
-    let newly_sacked, has_sack =
-      if tcb.sack_ok then
-        match find_sack h.options with
-        | Some bs -> (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
-        | None -> (0, false)
-      else (0, false)
-    in
-    if Tcp_seq.gt h.ack tcb.snd_una then begin
-      let ack = h.ack in
-      let acked = Tcp_seq.sub ack tcb.snd_una in
-      (* Bytes of data (not SYN, not FIN) newly acknowledged. *)
-      let lo = Tcp_seq.max tcb.snd_una tcb.buf_seq and hi = Tcp_seq.min ack (data_end tcb) in
-      let data = max 0 (Tcp_seq.sub hi lo) in
-      Tcp_sndbuf.drop tcb.sndbuf data;
-      tcb.buf_seq <- Tcp_seq.add tcb.buf_seq data;
-      tcb.bytes_acked <- tcb.bytes_acked + data;
-      (* Round-trip time: a timed segment (Karn), else the echoed
-         timestamp (RFC 7323 RTTM). *)
-      (match tcb.rtt_seq with
-      | Some r when Tcp_seq.gt ack r ->
-          Tcp_rto.sample tcb.rto (now () - tcb.rtt_time);
-          tcb.rtt_seq <- None
-      | _ -> (
-          match find_ts h.options with
-          | Some (_, echo) when tcb.ts_ok && echo <> 0 ->
-              let ms = Tcp_seq.sub (Tcp_seq.of_int (ts_now tcb)) (Tcp_seq.of_int echo) in
-              if ms >= 0 then
-                Tcp_rto.sample
-                  ~weight:((flight tcb + (2 * smss) - 1) / (2 * smss))
-                  tcb.rto (Time.of_ms ms)
-          | _ -> ()));
-      tcb.snd_una <- ack;
-      if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
-      Tcp_sack.advance tcb.sack ack;
-      if Tcp_seq.lt tcb.high_rxt ack then tcb.high_rxt <- ack;
-      tcb.retries <- 0;
-      if tcb.in_recovery then begin
-        if Tcp_seq.geq ack tcb.recover then begin
-          tcb.in_recovery <- false;
-          tcb.cwnd <- min tcb.ssthresh (max (flight tcb) smss + smss);
-          tcb.dupacks <- 0
-        end
-        else if not tcb.sack_ok then begin
-          (* NewReno partial ACK: retransmit the next hole, deflate. *)
-          let len = min (capacity tcb) (max 1 (Tcp_seq.sub (data_end tcb) ack)) in
-          let len = min len (max 0 (Tcp_seq.sub (data_end tcb) ack)) in
-          ignore (send_data tcb ~seq:ack ~len : Tcp_seq.t);
-          tcb.cwnd <- max smss (tcb.cwnd - acked + if acked >= smss then smss else 0)
-        end
-      end
-      else begin
-        tcb.dupacks <- 0;
-        if tcb.cwnd < tcb.ssthresh then tcb.cwnd <- tcb.cwnd + min acked (2 * smss)
-        else begin
-          tcb.ca_acked <- tcb.ca_acked + acked;
-          if tcb.ca_acked >= tcb.cwnd then begin
-            tcb.ca_acked <- tcb.ca_acked - tcb.cwnd;
-            tcb.cwnd <- tcb.cwnd + smss
-          end
-        end;
-        tcb.cwnd <- min tcb.cwnd (1 lsl 30)
-      end;
-      if Tcp_seq.equal tcb.snd_una tcb.snd_max then tcb.t_rtx <- never else restart_rtx tcb;
-      if tcb.want_writable && Tcp_sndbuf.space tcb.sndbuf > 0 && not tcb.fin_queued then begin
-        tcb.want_writable <- false;
-        notify tcb Writable
-      end
-    end
-    else if Tcp_seq.equal h.ack tcb.snd_una then begin
-      let dup =
-        payload = 0 && (not h.flags.syn) && (not h.flags.fin) && win = tcb.snd_wnd
-        && Tcp_seq.gt tcb.snd_max tcb.snd_una
-        && ((not tcb.sack_ok) || newly_sacked > 0 || not has_sack)
-      in
-      if dup then begin
-        tcb.dupacks <- tcb.dupacks + 1;
-        if tcb.in_recovery then begin
-          if not tcb.sack_ok then tcb.cwnd <- tcb.cwnd + smss
-        end
-        else if
-          tcb.dupacks >= 3
-          || (tcb.sack_ok && Tcp_sack.is_lost tcb.sack ~smss tcb.snd_una)
-        then begin
-          if tcb.sack_ok || Tcp_seq.geq tcb.snd_una tcb.recover then enter_recovery tcb
-        end
-      end
-    end;
-    (* Window update (RFC 9293: SND.WL1 and SND.WL2). *)
-    if
-      Tcp_seq.geq h.ack tcb.snd_una
-      && (Tcp_seq.lt tcb.snd_wl1 h.seq
-         || (Tcp_seq.equal tcb.snd_wl1 h.seq && Tcp_seq.leq tcb.snd_wl2 h.ack))
-    then begin
-      tcb.snd_wnd <- win;
-      tcb.max_snd_wnd <- max tcb.max_snd_wnd win;
-      tcb.snd_wl1 <- h.seq;
-      tcb.snd_wl2 <- h.ack;
-      if win > 0 && tcb.t_persist <> never then begin
-        tcb.t_persist <- never;
-        tcb.persist_backoff <- 0
-      end
-    end
-
-  and enter_recovery tcb =
-    let smss = smss tcb in
-    tcb.ssthresh <- max (flight tcb / 2) (2 * smss);
-    tcb.recover <- tcb.snd_max;
-    tcb.in_recovery <- true;
-    tcb.n_fast <- tcb.n_fast + 1;
-    tcb.ca_acked <- 0;
-    let una = tcb.snd_una in
-    let len = min (capacity tcb) (max 0 (Tcp_seq.sub (data_end tcb) una)) in
-    let len =
-      match Tcp_sack.hole tcb.sack una with
-      | _, Some l when tcb.sack_ok -> min len (Tcp_seq.sub l una)
-      | _ -> len
-    in
-    Log.debug (fun m -> m "%a: fast retransmit at %a" pp_connection tcb Tcp_seq.pp una);
-    let e = send_data tcb ~seq:una ~len in
-    if tcb.sack_ok then begin
-      tcb.cwnd <- tcb.ssthresh;
-      tcb.high_rxt <- e
-    end
-    else tcb.cwnd <- tcb.ssthresh + (3 * smss)
 
   (* {2 Timers} *)
 
@@ -1479,9 +975,7 @@ struct
           end
           else begin
             let smss = smss tcb in
-            if Tcp_rto.backoffs tcb.rto = 0 then tcb.ssthresh <- max (flight tcb / 2) (2 * smss);
-            tcb.cwnd <- smss;
-            tcb.ca_acked <- 0;
+            Tcp_cc.on_rto tcb.cc ~flight:(flight tcb) ~smss ~first:(Tcp_rto.backoffs tcb.rto = 0);
             tcb.in_recovery <- false;
             tcb.dupacks <- 0;
             tcb.recover <- tcb.snd_max;
@@ -1504,7 +998,8 @@ struct
       && Tcp_seq.equal tcb.snd_una tcb.snd_max
     then begin
       tcb.persist_probes <- tcb.persist_probes + 1;
-      if tcb.persist_probes > tcb.cfg.max_retransmits then begin
+      let limit = if tcb.app_closed then tcb.cfg.orphan_retries else tcb.cfg.max_retransmits in
+      if tcb.persist_probes > limit then begin
         send_rst tcb;
         fail tcb `Timeout
       end
@@ -1567,7 +1062,745 @@ struct
       flush tcb.inst
     end
 
-  let () = on_alarm_ref := on_alarm
+  (* The one alarm of a connection is set for its earliest deadline after
+     every event that may have moved one (a segment, an application call,
+     an alarm). *)
+  let rec schedule tcb =
+    if tcb.alive then begin
+      let d =
+        min tcb.t_rtx (min tcb.t_persist (min tcb.t_delack (min tcb.t_keep tcb.t_2msl)))
+      in
+      if d < tcb.armed then begin
+        tcb.alarm_cancel ();
+        tcb.alarm_gen <- tcb.alarm_gen + 1;
+        tcb.armed <- d;
+        let gen = tcb.alarm_gen in
+        tcb.alarm_cancel <-
+          P.clock.at d (fun () ->
+              if gen = tcb.alarm_gen then begin
+                on_alarm tcb;
+                schedule tcb
+              end)
+      end
+    end
+
+  let rec lower_handler t =
+    {
+      Lower.receive = (fun lc pkt -> input t lc pkt);
+      status =
+        (fun lc st ->
+          match t.icmp st with
+          | Some e ->
+              icmp_input t lc e;
+              flush t
+          | None -> ());
+    }
+
+  (* An ICMP error about a segment this stack sent: believed only when it
+     quotes a sequence number in flight (RFC 5927). A hard error aborts a
+     connection being opened; soft errors are kept to be reported; a
+     smaller path MTU shrinks the segments and resends what was in flight
+     (RFC 1191). *)
+  and icmp_input t lconn (e : Tcp_icmp.t) =
+    let remote = Lower.remote lconn in
+    match Key_tbl.find_opt t.conns (remote, e.dst_port, e.src_port) with
+    | Some tcb when Tcp_seq.geq e.seq tcb.snd_una && Tcp_seq.lt e.seq tcb.snd_max -> (
+        Log.debug (fun m -> m "%a: ICMP %a" pp_connection tcb Tcp_icmp.pp_kind e.kind);
+        match e.kind with
+        | Hard msg when tcb.state = Syn_sent -> fail tcb (`Unreachable msg)
+        | Hard msg | Soft msg -> tcb.soft_error <- Some msg
+        | Frag_needed mtu ->
+            let mtu = max (tcb.cfg.min_mss + Tcp_wire.min_header) mtu in
+            if mtu < tcb.lower_max then begin
+              tcb.lower_max <- mtu;
+              if Tcp_seq.lt tcb.snd_una tcb.snd_max && can_send_data tcb then begin
+                tcb.snd_nxt <- tcb.snd_una;
+                output ~force:true tcb
+              end;
+              schedule tcb
+            end)
+    | _ -> ()
+
+  (* {2 Segment arrival} *)
+
+  and input t lconn pkt =
+    t.counters.c_in <- t.counters.c_in + 1;
+    let cs = Packet.cstruct pkt in
+    let remote = Lower.remote lconn in
+    let checksum_ok =
+      match P.pseudo_header with
+      | None -> true
+      | Some f ->
+          Tcp_checksum.valid
+            (Tcp_checksum.sum ~init:(f ~src:remote ~dst:P.local ~len:(Cstruct.length cs)) cs)
+    in
+    if not checksum_ok then begin
+      t.counters.c_bad_checksum <- t.counters.c_bad_checksum + 1;
+      Packet.release pkt
+    end
+    else
+      match Tcp_packet.decode cs with
+      | Error e ->
+          t.counters.c_malformed <- t.counters.c_malformed + 1;
+          Log.debug (fun m -> m "malformed segment: %a" Tcp_packet.pp_error e);
+          Packet.release pkt
+      | Ok (h, hl) ->
+          ignore (Packet.pull pkt hl : (unit, _) result);
+          (* A host no connection talks to gets a provisional entry: a
+             connection made for this segment takes it over, else it is
+             closed once the segment is handled. *)
+          if not (Host_tbl.mem t.lower_conns remote) then
+            Host_tbl.replace t.lower_conns remote { lc = lconn; refs = 0 };
+          if h.flags.rst then t.counters.c_rst_in <- t.counters.c_rst_in + 1;
+          dispatch t lconn remote h pkt;
+          (match Host_tbl.find_opt t.lower_conns remote with
+          | Some r when r.refs <= 0 ->
+              Host_tbl.remove t.lower_conns remote;
+              Lower.close r.lc
+          | _ -> ());
+          (match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
+          | Some tcb when tcb.state = Time_wait -> to_time_wait tcb
+          | Some tcb -> schedule tcb
+          | None -> ());
+          flush t
+
+  and dispatch t lconn remote (h : Tcp_packet.t) pkt =
+    match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
+    | Some tcb ->
+        Log.debug (fun m -> m "%a: recv %a len %d" pp_connection tcb Tcp_packet.pp h (Packet.length pkt));
+        segment_arrives tcb h pkt
+    | None when Key_tbl.mem t.time_wait (remote, h.src_port, h.dst_port) ->
+        tw_input t (Key_tbl.find t.time_wait (remote, h.src_port, h.dst_port)) lconn remote h pkt
+    | None -> (
+        match Hashtbl.find_opt t.listeners h.dst_port with
+        | Some l when match l.l_from with None -> true | Some f -> P.equal_host f remote ->
+            listen_input t l lconn remote h pkt
+        | _ ->
+            let payload = Packet.length pkt in
+            Packet.release pkt;
+            closed_input t lconn remote h ~payload)
+
+  (* A segment in TIME-WAIT (RFC 9293 section 3.10.7.4): RST ignored (RFC
+     1337), a SYN above the old sequence space opens a new incarnation
+     (section 3.6.1), a retransmitted FIN restarts 2 MSL, and anything
+     but an in-order ACK is acknowledged. *)
+  and tw_input t w lconn remote (h : Tcp_packet.t) pkt =
+    let payload = Packet.length pkt in
+    if h.flags.rst then Packet.release pkt
+    else if
+      h.flags.syn && (not h.flags.ack) && Tcp_seq.gt h.seq w.tw_rcv_nxt
+      && Hashtbl.mem t.listeners w.tw_lport
+    then begin
+      acquire_lower t remote lconn;
+      tw_remove t w;
+      dispatch t lconn remote h pkt;
+      release_lower t remote
+    end
+    else begin
+      Packet.release pkt;
+      let ts = find_ts h.options in
+      match
+        Tcp_verdict.paws ~ts_ok:w.tw_ts_ok ~rst:false ~syn:h.flags.syn ~ts_val:(Option.map fst ts)
+          ~ts_recent:w.tw_ts_recent ~ts_recent_age:w.tw_ts_recent_age ~now:(now ())
+      with
+      | Missing -> ()
+      | Stale -> tw_ack t w
+      | Fresh ->
+          (match ts with
+          | Some (v, _) when w.tw_ts_ok && Tcp_seq.geq (Tcp_seq.of_int v) (Tcp_seq.of_int w.tw_ts_recent) ->
+              w.tw_ts_recent <- v;
+              w.tw_ts_recent_age <- now ()
+          | _ -> ());
+          if h.flags.fin then w.tw_expires <- now () + (2 * w.tw_msl);
+          if not (payload + seg_ctl_len h = 0 && Tcp_seq.equal h.seq w.tw_rcv_nxt) then tw_ack t w
+    end
+
+  (* A segment for no connection: RFC 9293 section 3.10.7.1. *)
+  and closed_input t lconn remote (h : Tcp_packet.t) ~payload =
+    t.counters.c_dropped <- t.counters.c_dropped + 1;
+    if not h.flags.rst then begin
+      let seq, ack, ack_flag =
+        if h.flags.ack then (h.ack, Tcp_seq.zero, false)
+        else (Tcp_seq.zero, Tcp_seq.add h.seq (payload + seg_ctl_len h), true)
+      in
+      send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq ~ack ~ack_flag
+    end
+
+  and seg_ctl_len (h : Tcp_packet.t) = (if h.flags.syn then 1 else 0) + if h.flags.fin then 1 else 0
+
+  and send_raw t lconn ~dst ~src_port ~dst_port ~seq ~ack ~ack_flag =
+    t.counters.c_rst_out <- t.counters.c_rst_out + 1;
+    send_ctl t lconn ~dst
+      (Tcp_packet.v ~src_port ~dst_port ~seq ~ack
+         ~flags:{ Tcp_packet.no_flags with rst = true; ack = ack_flag }
+         ())
+
+  (* A segment sent without a connection: a RST, or a SYN-ACK carrying a
+     cookie. *)
+  and send_ctl t lconn ~dst hdr =
+    let hl = Tcp_packet.header_length hdr in
+    let pkt = Packet.create ~headroom:(hl + Lower.headroom t.lower) P.pool 0 in
+    Tcp_packet.encode_into hdr (Packet.push pkt hl);
+    transmit t lconn ~dst pkt
+
+  (* The listener's queue is full: answer with a SYN cookie and keep
+     nothing. Window scale and SACK-permitted travel in the low bits of the
+     timestamp, so they are offered only when the peer sent a timestamp. *)
+  and send_cookie t l lconn remote (h : Tcp_packet.t) =
+    let cfg = t.config in
+    let o = Tcp_options.of_syn h.options in
+    let tuple = tuple ~remote ~rport:h.src_port ~lport:h.dst_port in
+    let peer_mss = match o.mss with Some n when n > 0 -> n | _ -> 536 in
+    let iss, _ = Tcp_secret.cookie t.secret ~tuple ~now:(now ()) ~peer_isn:h.seq ~mss:peer_mss in
+    let ts = if cfg.timestamps then o.ts_val else None in
+    let wscale = match ts with Some _ when cfg.window_scale -> o.wscale | _ -> None in
+    let sack = ts <> None && cfg.sack && o.sack_permitted in
+    let ts =
+      Option.map
+        (fun v ->
+          let ts_now = ((now () / 1_000_000) + Tcp_secret.ts_offset t.secret ~tuple) land 0xFFFF_FFFF in
+          (Tcp_secret.cookie_ts ~ts_now ~wscale ~sack, v))
+        ts
+    in
+    let options =
+      Tcp_options.syn
+        ~mss:(rcv_mss_for cfg (Lower.max_packet lconn))
+        ~wscale:(Option.map (fun _ -> Tcp_window.scale_for cfg.receive_buffer) wscale)
+        ~sack ~ts
+    in
+    l.overflowed <- now ();
+    t.counters.c_cookies_sent <- t.counters.c_cookies_sent + 1;
+    send_ctl t lconn ~dst:remote
+      {
+        Tcp_packet.src_port = h.dst_port;
+        dst_port = h.src_port;
+        seq = iss;
+        ack = Tcp_seq.succ h.seq;
+        flags = { Tcp_packet.no_flags with syn = true; ack = true };
+        window = min 0xFFFF cfg.receive_buffer;
+        urgent = 0;
+        options;
+      }
+
+  (* An ACK for a listener: the end of a handshake answered with a cookie
+     (only while cookies were sent in the last two minutes). It becomes a
+     connection in SYN-RECEIVED that the ACK then establishes. *)
+  and cookie_ack t l lconn remote (h : Tcp_packet.t) pkt =
+    let cfg = t.config in
+    let n = now () in
+    if (not cfg.syn_cookies) || h.flags.syn || n - l.overflowed > Time.of_sec 120. then false
+    else
+      let rport = h.src_port and lport = h.dst_port in
+      let tuple = tuple ~remote ~rport ~lport in
+      let peer_isn = Tcp_seq.add h.seq (-1) and iss = Tcp_seq.add h.ack (-1) in
+      match Tcp_secret.check_cookie t.secret ~tuple ~now:n ~peer_isn ~cookie:iss with
+      | None -> false
+      | Some _ when not (make_room t) -> false
+      | Some mss ->
+          t.counters.c_cookies_ok <- t.counters.c_cookies_ok + 1;
+          let tcb =
+            new_tcb ~iss t ~cfg ~lconn ~remote ~rport ~lport ~listener:(Some l)
+              ~state:Syn_received
+          in
+          l.half_open <- l.half_open + 1;
+          tcb.irs <- peer_isn;
+          tcb.rcv_nxt <- h.seq;
+          tcb.rcv_adv <- Tcp_seq.add h.seq (min 0xFFFF cfg.receive_buffer);
+          tcb.snd_nxt <- Tcp_seq.succ iss;
+          tcb.snd_max <- Tcp_seq.succ iss;
+          tcb.last_ack_sent <- h.seq;
+          tcb.peer_mss <- mss;
+          (match find_ts h.options with
+          | Some (v, echo) when cfg.timestamps ->
+              let ws, sack = Tcp_secret.cookie_ts_options ~echo in
+              tcb.ts_ok <- true;
+              tcb.ts_recent <- v;
+              tcb.ts_recent_age <- n;
+              (match ws with
+              | Some s when cfg.window_scale ->
+                  tcb.ws_ok <- true;
+                  tcb.snd_wscale <- s
+              | _ ->
+                  tcb.offer_ws <- false;
+                  tcb.rcv_wscale <- 0);
+              tcb.sack_ok <- sack && cfg.sack;
+              tcb.offer_sack <- tcb.sack_ok
+          | _ ->
+              tcb.offer_ts <- false;
+              tcb.offer_ws <- false;
+              tcb.rcv_wscale <- 0;
+              tcb.offer_sack <- false);
+          tcb.snd_wl1 <- h.seq;
+          tcb.snd_wl2 <- iss;
+          segment_arrives tcb h pkt;
+          true
+
+  and listen_input t l lconn remote (h : Tcp_packet.t) pkt =
+    (* Data on a SYN is not accepted (nor acknowledged): the peer sends it
+       again once the connection is up. *)
+    if h.flags.rst then Packet.release pkt
+    else if h.flags.ack then begin
+      if not (cookie_ack t l lconn remote h pkt) then begin
+        Packet.release pkt;
+        send_raw t lconn ~dst:remote ~src_port:h.dst_port ~dst_port:h.src_port ~seq:h.ack
+          ~ack:Tcp_seq.zero ~ack_flag:false
+      end
+    end
+    else if h.flags.syn then begin
+      Packet.release pkt;
+      if l.half_open >= t.config.backlog || not (make_room t) then begin
+        if t.config.syn_cookies then send_cookie t l lconn remote h
+        else t.counters.c_dropped <- t.counters.c_dropped + 1
+      end
+      else begin
+        let tcb =
+          new_tcb t ~cfg:t.config ~lconn ~remote ~rport:h.src_port ~lport:h.dst_port
+            ~listener:(Some l) ~state:Syn_received
+        in
+        l.half_open <- l.half_open + 1;
+        tcb.irs <- h.seq;
+        tcb.rcv_nxt <- Tcp_seq.succ h.seq;
+        tcb.rcv_adv <- tcb.rcv_nxt;
+        take_syn_options tcb h;
+        tcb.snd_wnd <- h.window;
+        tcb.max_snd_wnd <- h.window;
+        tcb.snd_wl1 <- h.seq;
+        tcb.snd_wl2 <- tcb.iss;
+        send_syn tcb
+      end
+    end
+    else begin
+      Packet.release pkt;
+      t.counters.c_dropped <- t.counters.c_dropped + 1
+    end
+
+  and segment_arrives tcb h pkt =
+    tcb.last_recv <- now ();
+    tcb.keep_probes <- 0;
+    match tcb.state with
+    | Syn_sent -> syn_sent_input tcb h pkt
+    | Closed | Listen -> Packet.release pkt
+    | _ -> synchronized_input tcb h pkt
+
+  and syn_sent_input tcb (h : Tcp_packet.t) pkt =
+    Packet.release pkt;
+    let t = tcb.inst in
+    let ack_bad = h.flags.ack && (Tcp_seq.leq h.ack tcb.iss || Tcp_seq.gt h.ack tcb.snd_max) in
+    if ack_bad then begin
+      if not h.flags.rst then
+        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
+          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false
+    end
+    else if h.flags.rst then begin
+      if h.flags.ack then fail tcb (`Refused "connection refused")
+    end
+    else if h.flags.syn then begin
+      tcb.irs <- h.seq;
+      tcb.rcv_nxt <- Tcp_seq.succ h.seq;
+      tcb.rcv_adv <-
+        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (tcb.cfg.receive_buffer - tcb.unconsumed)));
+      take_syn_options tcb h;
+      tcb.snd_wnd <- h.window;
+      tcb.max_snd_wnd <- h.window;
+      tcb.snd_wl1 <- h.seq;
+      tcb.snd_wl2 <- h.ack;
+      if h.flags.ack then begin
+        syn_acked tcb h.ack;
+        tcb.state <- Established;
+        Tcp_cc.set_cwnd tcb.cc (initial_cwnd tcb);
+        notify tcb Connected;
+        tcb.ack_now <- true;
+        output tcb
+      end
+      else begin
+        (* Simultaneous open. *)
+        tcb.state <- Syn_received;
+        tcb.t_rtx <- never;
+        send_syn tcb
+      end
+    end
+
+  and syn_acked tcb ack =
+    (match tcb.rtt_seq with
+    | Some _ when not tcb.syn_retransmitted -> Tcp_rto.sample tcb.rto (now () - tcb.rtt_time)
+    | _ -> ());
+    tcb.rtt_seq <- None;
+    tcb.snd_una <- ack;
+    if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
+    tcb.high_rxt <- ack;
+    tcb.recover <- ack;
+    tcb.retries <- 0;
+    tcb.t_rtx <- never
+
+  (* RFC 5961 section 7, per connection (a global count is the side
+     channel of CVE-2016-5696), with a budget drawn each second between
+     half the limit and the limit, so that an attacker cannot count it. *)
+  and challenge_ack tcb =
+    let t = tcb.inst in
+    let second = now () / 1_000_000_000 in
+    if second <> tcb.challenge_second then begin
+      tcb.challenge_second <- second;
+      let limit = max 0 tcb.cfg.challenge_ack_limit in
+      let lo = (limit + 1) / 2 in
+      tcb.challenge_left <- lo + Rng.int P.rng (limit - lo + 1)
+    end;
+    if tcb.challenge_left > 0 then begin
+      tcb.challenge_left <- tcb.challenge_left - 1;
+      t.counters.c_challenge <- t.counters.c_challenge + 1;
+      tcb.ack_now <- true;
+      output tcb
+    end
+
+  and synchronized_input tcb (h : Tcp_packet.t) pkt =
+    let t = tcb.inst in
+    let h =
+      if
+        tcb.state = Syn_received && h.flags.syn && h.flags.ack && (not h.flags.rst)
+        && Tcp_seq.equal h.seq tcb.irs
+        && Tcp_seq.equal h.ack tcb.snd_max
+      then
+        (* Simultaneous open: the peer's SYN-ACK acknowledges our SYN; its
+           SYN is a repeat, already counted in RCV.NXT. *)
+        { h with flags = { h.flags with syn = false }; seq = Tcp_seq.succ h.seq }
+      else h
+    in
+    let payload = Packet.length pkt in
+    let seg_len = payload + seg_ctl_len h in
+    let ts = find_ts h.options in
+    let drop () = Packet.release pkt in
+    let drop_and_ack () =
+      Packet.release pkt;
+      if not h.flags.rst then begin
+        tcb.ack_now <- true;
+        output tcb
+      end
+    in
+    let paws =
+      Tcp_verdict.paws ~ts_ok:tcb.ts_ok ~rst:h.flags.rst ~syn:h.flags.syn
+        ~ts_val:(Option.map fst ts) ~ts_recent:tcb.ts_recent ~ts_recent_age:tcb.ts_recent_age
+        ~now:(now ())
+    in
+    let passive = tcb.listener <> None in
+    if tcb.state = Syn_received && h.flags.syn && (not h.flags.ack) && Tcp_seq.equal h.seq tcb.irs
+    then begin
+      (* The peer did not get our SYN-ACK: send it again. *)
+      drop ();
+      send_syn tcb
+    end
+    else if
+      tcb.state = Time_wait && h.flags.syn && (not h.flags.ack) && (not h.flags.rst)
+      && Tcp_seq.gt h.seq tcb.rcv_nxt
+      && Hashtbl.mem t.listeners tcb.local_port
+    then begin
+      (* A new incarnation of the connection (RFC 9293 3.6.1), over the
+         same lower connection. *)
+      acquire_lower t tcb.remote_host tcb.lconn;
+      delete tcb;
+      dispatch t tcb.lconn tcb.remote_host h pkt;
+      release_lower t tcb.remote_host
+    end
+    else if paws = Tcp_verdict.Missing then begin
+      (* RFC 7323 section 3.2: silently. *)
+      t.counters.c_dropped <- t.counters.c_dropped + 1;
+      drop ()
+    end
+    else if paws = Tcp_verdict.Stale then begin
+      t.counters.c_dropped <- t.counters.c_dropped + 1;
+      drop_and_ack ()
+    end
+    else begin
+      (* Data already received: reported in the next ACK as a D-SACK. *)
+      (let ds = if h.flags.syn then Tcp_seq.succ h.seq else h.seq in
+       if tcb.sack_ok && payload > 0 && (not h.flags.rst) && Tcp_seq.lt ds tcb.rcv_nxt then
+         tcb.dsack <- Some (ds, Tcp_seq.min (Tcp_seq.add ds payload) tcb.rcv_nxt));
+      let wnd = Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv in
+      let acceptable = Tcp_verdict.acceptable ~rcv_nxt:tcb.rcv_nxt ~rcv_wnd:wnd ~seq:h.seq ~seg_len in
+      let zero_window_probe =
+        (not acceptable)
+        && Tcp_verdict.zero_window_probe ~rcv_nxt:tcb.rcv_nxt ~rcv_wnd:wnd ~seq:h.seq ~seg_len
+             ~syn:h.flags.syn
+      in
+      let syn_verdict = Tcp_verdict.syn ~state:tcb.state ~passive in
+      if h.flags.syn && (not h.flags.rst) && tcb.state <> Syn_received then begin
+        (* RFC 5961 section 4: any SYN on a synchronized connection. *)
+        drop ();
+        challenge_ack tcb
+      end
+      else if (not acceptable) && not zero_window_probe then begin
+        if tcb.state = Time_wait && h.flags.fin then tcb.t_2msl <- now () + (2 * tcb.cfg.msl);
+        if not h.flags.rst then t.counters.c_dropped <- t.counters.c_dropped + 1;
+        drop_and_ack ()
+      end
+      else begin
+        (* Trim the segment to the window. *)
+        let data_seq = if h.flags.syn then Tcp_seq.succ h.seq else h.seq in
+        let front = max 0 (Tcp_seq.sub tcb.rcv_nxt data_seq) in
+        let front = min front payload in
+        if front > 0 then ignore (Packet.pull pkt front : (unit, _) result);
+        let data_seq = Tcp_seq.add data_seq front in
+        let room = max 0 (Tcp_seq.sub (Tcp_seq.add tcb.rcv_nxt wnd) data_seq) in
+        let len = Packet.length pkt in
+        let fin = ref h.flags.fin in
+        if len > room then begin
+          Packet.trim pkt room;
+          fin := false
+        end;
+        if zero_window_probe then begin
+          Packet.trim pkt 0;
+          fin := false
+        end;
+        (match ts with
+        | Some (v, _)
+          when tcb.ts_ok
+               && Tcp_verdict.update_ts_recent ~ts_val:v ~ts_recent:tcb.ts_recent ~seq:h.seq
+                    ~last_ack_sent:tcb.last_ack_sent ->
+            tcb.ts_recent <- v;
+            tcb.ts_recent_age <- now ()
+        | _ -> ());
+        if h.flags.rst then begin
+          drop ();
+          (* RFC 1337: a RST does not cut TIME-WAIT short. *)
+          if tcb.state <> Time_wait then
+            match Tcp_verdict.rst ~rcv_nxt:tcb.rcv_nxt ~seq:h.seq with
+            | Challenge_ack -> challenge_ack tcb
+            | Reset -> (
+                match tcb.state with
+                | Syn_received when tcb.listener <> None -> delete tcb
+                | Syn_received -> fail tcb (`Refused "connection refused")
+                | Established | Fin_wait_1 | Fin_wait_2 | Close_wait -> fail tcb `Reset
+                | _ ->
+                    report tcb Closed_normally;
+                    delete tcb)
+        end
+        else if h.flags.syn then begin
+          (* SYN-RECEIVED, another SYN: RFC 9293 returns a passive
+             connection to LISTEN. *)
+          drop ();
+          match syn_verdict with
+          | Back_to_listen -> delete tcb
+          | Syn_challenge_ack -> challenge_ack tcb
+        end
+        else if not h.flags.ack then drop ()
+        else
+          match ack_input tcb h ~payload:(Packet.length pkt) with
+          | `Drop -> drop ()
+          | `Continue ->
+              if tcb.alive then begin
+                (match tcb.state with
+                | Established | Fin_wait_1 | Fin_wait_2 when Packet.length pkt > 0 ->
+                    if tcb.app_closed then begin
+                      (* RFC 1122 4.2.2.13: nobody will read it. *)
+                      drop ();
+                      send_rst tcb;
+                      fail tcb `Closed
+                    end
+                    else receive_data tcb data_seq pkt
+                | _ -> drop ());
+                let fin_seq = Tcp_seq.add data_seq len in
+                if !fin && tcb.alive && not tcb.fin_received then begin
+                  match tcb.state with
+                  | Established | Fin_wait_1 | Fin_wait_2 ->
+                      if Tcp_seq.equal fin_seq tcb.rcv_nxt then process_fin tcb
+                      else begin
+                        tcb.ooo_fin <- Some fin_seq;
+                        tcb.ack_now <- true
+                      end
+                  | _ -> ()
+                end;
+                if tcb.alive then begin
+                  if zero_window_probe then tcb.ack_now <- true;
+                  output tcb;
+                  if tcb.state = Time_wait && tcb.cfg.msl <= 0 then delete tcb
+                end
+              end
+      end
+    end
+
+  (* The ACK field, RFC 9293 section 3.10.7.4 fifth, with RFC 5961
+     section 5 acceptability. *)
+  and ack_input tcb (h : Tcp_packet.t) ~payload =
+    let t = tcb.inst in
+    if tcb.state = Syn_received then begin
+      if Tcp_verdict.syn_received_ack ~snd_una:tcb.snd_una ~snd_max:tcb.snd_max ~ack:h.ack then begin
+        tcb.state <- Established;
+        syn_acked tcb h.ack;
+        tcb.snd_wnd <- h.window lsl tcb.snd_wscale;
+        tcb.max_snd_wnd <- max tcb.max_snd_wnd tcb.snd_wnd;
+        tcb.snd_wl1 <- h.seq;
+        tcb.snd_wl2 <- h.ack;
+        Tcp_cc.set_cwnd tcb.cc (initial_cwnd tcb);
+        (match tcb.listener with
+        | Some l when tcb.handler = None ->
+            l.half_open <- l.half_open - 1;
+            tcb.handler <- Some (l.l_make tcb)
+        | _ -> ());
+        notify tcb Connected;
+        if tcb.fin_queued then tcb.state <- Fin_wait_1;
+        ack_established tcb h ~payload
+      end
+      else begin
+        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
+          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false;
+        `Drop
+      end
+    end
+    else ack_established tcb h ~payload
+
+  and ack_established tcb (h : Tcp_packet.t) ~payload =
+    match
+      Tcp_verdict.ack ~snd_una:tcb.snd_una ~snd_max:tcb.snd_max ~max_snd_wnd:tcb.max_snd_wnd
+        ~ack:h.ack
+    with
+    | Too_new ->
+        tcb.ack_now <- true;
+        output tcb;
+        `Drop
+    | Too_old ->
+        challenge_ack tcb;
+        `Drop
+    | Old | Duplicate | New _ -> begin
+      process_ack tcb h ~payload;
+      match tcb.state with
+      | Fin_wait_1 when fin_acked tcb ->
+          tcb.state <- Fin_wait_2;
+          if tcb.app_closed then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+          `Continue
+      | Closing when fin_acked tcb ->
+          enter_time_wait tcb;
+          `Continue
+      | Last_ack when fin_acked tcb ->
+          report tcb Closed_normally;
+          delete tcb;
+          `Drop
+      | _ -> `Continue
+    end
+
+  and process_ack tcb (h : Tcp_packet.t) ~payload =
+    let smss = smss tcb in
+    let win = h.window lsl tcb.snd_wscale in
+    (* A receiver that keeps its window shut answers every probe; a
+       connection the application closed gives up after its probes
+       anyway. *)
+    if (not tcb.app_closed) || win > 0 then tcb.persist_probes <- 0;
+    let newly_sacked, has_sack =
+      if tcb.sack_ok then
+        match find_sack h.options with
+        | Some bs ->
+            (match bs with
+            | (l, r) :: rest
+              when Tcp_seq.leq r h.ack
+                   || List.exists (fun (l', r') -> Tcp_seq.leq l' l && Tcp_seq.leq r r') rest ->
+                (* RFC 2883: the first block reports a duplicate. *)
+                tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1
+            | _ -> ());
+            (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
+        | None -> (0, false)
+      else (0, false)
+    in
+    if Tcp_seq.gt h.ack tcb.snd_una then begin
+      let ack = h.ack in
+      let acked = Tcp_seq.sub ack tcb.snd_una in
+      (* Bytes of data (not SYN, not FIN) newly acknowledged. *)
+      let lo = Tcp_seq.max tcb.snd_una tcb.buf_seq and hi = Tcp_seq.min ack (data_end tcb) in
+      let data = max 0 (Tcp_seq.sub hi lo) in
+      Tcp_sndbuf.drop tcb.sndbuf data;
+      tcb.buf_seq <- Tcp_seq.add tcb.buf_seq data;
+      tcb.bytes_acked <- tcb.bytes_acked + data;
+      (* Round-trip time: a timed segment (Karn), else the echoed
+         timestamp (RFC 7323 RTTM). *)
+      (match tcb.rtt_seq with
+      | Some r when Tcp_seq.gt ack r ->
+          Tcp_rto.sample tcb.rto (now () - tcb.rtt_time);
+          tcb.rtt_seq <- None
+      | _ -> (
+          match find_ts h.options with
+          | Some (_, echo) when tcb.ts_ok && echo <> 0 ->
+              let ms = Tcp_seq.sub (Tcp_seq.of_int (ts_now tcb)) (Tcp_seq.of_int echo) in
+              if ms >= 0 then
+                Tcp_rto.sample
+                  ~weight:((flight tcb + (2 * smss) - 1) / (2 * smss))
+                  tcb.rto (Time.of_ms ms)
+          | _ -> ()));
+      tcb.snd_una <- ack;
+      if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
+      Tcp_sack.advance tcb.sack ack;
+      if Tcp_seq.lt tcb.high_rxt ack then tcb.high_rxt <- ack;
+      tcb.retries <- 0;
+      if tcb.in_recovery then begin
+        if Tcp_seq.geq ack tcb.recover then begin
+          tcb.in_recovery <- false;
+          Tcp_cc.on_recovered tcb.cc ~flight:(flight tcb) ~smss;
+          tcb.dupacks <- 0
+        end
+        else if not tcb.sack_ok then begin
+          (* NewReno partial ACK: retransmit the next hole, deflate. *)
+          let len = min (capacity tcb) (max 1 (Tcp_seq.sub (data_end tcb) ack)) in
+          let len = min len (max 0 (Tcp_seq.sub (data_end tcb) ack)) in
+          ignore (send_data tcb ~seq:ack ~len : Tcp_seq.t);
+          Tcp_cc.on_partial_ack tcb.cc ~acked ~smss
+        end
+      end
+      else begin
+        tcb.dupacks <- 0;
+        Tcp_cc.on_ack tcb.cc ~now:(now ()) ~srtt:(Tcp_rto.srtt tcb.rto) ~acked ~smss
+      end;
+      if Tcp_seq.equal tcb.snd_una tcb.snd_max then tcb.t_rtx <- never else restart_rtx tcb;
+      if tcb.want_writable && Tcp_sndbuf.space tcb.sndbuf > 0 && not tcb.fin_queued then begin
+        tcb.want_writable <- false;
+        notify tcb Writable
+      end
+    end
+    else if Tcp_seq.equal h.ack tcb.snd_una then begin
+      let dup =
+        payload = 0 && (not h.flags.syn) && (not h.flags.fin) && win = tcb.snd_wnd
+        && Tcp_seq.gt tcb.snd_max tcb.snd_una
+        && ((not tcb.sack_ok) || newly_sacked > 0 || not has_sack)
+      in
+      if dup then begin
+        tcb.dupacks <- tcb.dupacks + 1;
+        if tcb.in_recovery then begin
+          if not tcb.sack_ok then Tcp_cc.on_dupack tcb.cc ~smss
+        end
+        else if
+          tcb.dupacks >= 3
+          || (tcb.sack_ok && Tcp_sack.is_lost tcb.sack ~smss tcb.snd_una)
+        then begin
+          if tcb.sack_ok || Tcp_seq.geq tcb.snd_una tcb.recover then enter_recovery tcb
+        end
+      end
+    end;
+    (* Window update (RFC 9293: SND.WL1 and SND.WL2). *)
+    if
+      Tcp_verdict.window_update ~snd_una:tcb.snd_una ~snd_wl1:tcb.snd_wl1 ~snd_wl2:tcb.snd_wl2
+        ~seq:h.seq ~ack:h.ack
+    then begin
+      tcb.snd_wnd <- win;
+      tcb.max_snd_wnd <- max tcb.max_snd_wnd win;
+      tcb.snd_wl1 <- h.seq;
+      tcb.snd_wl2 <- h.ack;
+      if win > 0 && tcb.t_persist <> never then begin
+        tcb.t_persist <- never;
+        tcb.persist_backoff <- 0
+      end
+    end
+
+  and enter_recovery tcb =
+    let smss = smss tcb in
+    let flight_before = flight tcb in
+    tcb.recover <- tcb.snd_max;
+    tcb.in_recovery <- true;
+    tcb.n_fast <- tcb.n_fast + 1;
+    let una = tcb.snd_una in
+    let len = min (capacity tcb) (max 0 (Tcp_seq.sub (data_end tcb) una)) in
+    let len =
+      match Tcp_sack.hole tcb.sack una with
+      | _, Some l when tcb.sack_ok -> min len (Tcp_seq.sub l una)
+      | _ -> len
+    in
+    Log.debug (fun m -> m "%a: fast retransmit at %a" pp_connection tcb Tcp_seq.pp una);
+    Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok;
+    let e = send_data tcb ~seq:una ~len in
+    if tcb.sack_ok then tcb.high_rxt <- e
 
   let arm_keepalive tcb =
     match tcb.keepalive with
@@ -1576,7 +1809,7 @@ struct
 
   (* {2 The protocol signature} *)
 
-  let create ?(config = default_config) lower =
+  let create ?(config = default_config) ?secret ?icmp lower =
     let t =
       {
         lower;
@@ -1584,8 +1817,16 @@ struct
         conns = Key_tbl.create 64;
         listeners = Hashtbl.create 8;
         lower_conns = Host_tbl.create 8;
-        secret = Rng.int P.rng 0x3FFF_FFFF;
+        secret = Tcp_secret.create ?key:secret ();
+        next_ephemeral = 0;
         upcalls = Queue.create ();
+        icmp = (match icmp with Some f -> f | None -> fun _ -> None);
+        orphans = Queue.create ();
+        n_orphans = 0;
+        time_wait = Key_tbl.create 64;
+        tw_queue = Queue.create ();
+        tw_armed = never;
+        tw_gen = 0;
         flushing = false;
         counters =
           {
@@ -1598,49 +1839,69 @@ struct
             c_rst_out = 0;
             c_challenge = 0;
             c_dropped = 0;
+            c_cookies_sent = 0;
+            c_cookies_ok = 0;
+            c_dsack_out = 0;
+            c_dsack_in = 0;
           };
-        challenge_second = -1;
-        challenge_count = 0;
       }
     in
     match Lower.passive_open lower P.lower_pattern (fun _ -> lower_handler t) with
     | Ok () -> Ok t
     | Error e -> Error e
 
+  (* The lower connection to [host] and whether it is new (then the
+     connection made with it takes it over, or the caller closes it). *)
   let lower_conn t host =
     match Host_tbl.find_opt t.lower_conns host with
-    | Some c -> Ok c
+    | Some r -> Ok (r.lc, false)
     | None -> (
         match Lower.active_open t.lower (P.lower_address host) (fun _ -> lower_handler t) with
-        | Ok c ->
-            Host_tbl.replace t.lower_conns host c;
-            Ok c
+        | Ok c -> Ok (c, true)
         | Error e -> Error e)
 
+  (* RFC 6056 algorithm 3 (double-hash without the second table): a keyed
+     offset per remote end, plus a counter. *)
   let ephemeral_port t host rport =
-    let rec go n =
-      if n = 0 then Error (`In_use "no ephemeral port left")
-      else
-        let p = 49152 + Rng.int P.rng 16384 in
-        if Key_tbl.mem t.conns (host, rport, p) then go (n - 1) else Ok p
+    let low = 49152 and count = 16384 in
+    let offset =
+      Tcp_secret.port_offset t.secret ~endpoints:(Fmt.str "%a/%d" P.pp_host host rport)
     in
-    go 64
+    let rec go i =
+      if i >= count then Error (`In_use "no ephemeral port left")
+      else
+        let p = low + ((offset + t.next_ephemeral + i) mod count) in
+        if Key_tbl.mem t.conns (host, rport, p) || Key_tbl.mem t.time_wait (host, rport, p) then
+          go (i + 1)
+        else begin
+          t.next_ephemeral <- t.next_ephemeral + i + 1;
+          Ok p
+        end
+    in
+    go 0
 
   let active_open t (a : address) make =
     if a.port <= 0 || a.port > 0xFFFF then Error (`Bad_address (string_of_int a.port))
     else
       match lower_conn t a.host with
       | Error e -> Error e
-      | Ok lconn -> (
+      | Ok (lconn, fresh) -> (
           let port =
             match a.local_port with
-            | Some p when Key_tbl.mem t.conns (a.host, a.port, p) ->
+            | Some p
+              when Key_tbl.mem t.conns (a.host, a.port, p)
+                   || Key_tbl.mem t.time_wait (a.host, a.port, p) ->
                 Error (`In_use (Fmt.str "local port %d" p))
             | Some p -> Ok p
             | None -> ephemeral_port t a.host a.port
           in
           match port with
-          | Error e -> Error e
+          | Error e ->
+              if fresh then Lower.close lconn;
+              Error e
+          | Ok _ when not (make_room t) ->
+              if fresh then Lower.close lconn;
+              Error (`In_use "connection limit")
           | Ok lport ->
               let tcb =
                 new_tcb t ~cfg:t.config ~lconn ~remote:a.host ~rport:a.port ~lport ~listener:None
@@ -1666,6 +1927,7 @@ struct
               arm_keepalive tcb;
               make tcb);
           half_open = 0;
+          overflowed = min_int;
         }
       in
       Hashtbl.replace t.listeners p.port l;
@@ -1681,7 +1943,10 @@ struct
     | (Syn_sent | Syn_received | Established | Close_wait) when tcb.alive && not tcb.fin_queued ->
         let n = Tcp_sndbuf.write tcb.sndbuf b ~off ~len in
         if n < len then tcb.want_writable <- true;
-        if n > 0 then output tcb;
+        if n > 0 then begin
+          output tcb;
+          schedule tcb
+        end;
         flush tcb.inst;
         n
     | _ -> 0
@@ -1713,17 +1978,17 @@ struct
 
   let consume tcb n =
     if tcb.alive && n > 0 then begin
-      let before = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt) in
+      let open_now = Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv in
       tcb.unconsumed <- max 0 (tcb.unconsumed - n);
-      let rcvbuf = tcb.cfg.receive_buffer in
-      let largest = min rcvbuf (0xFFFF lsl tcb.rcv_wscale) in
-      let avail = min largest (rcvbuf - tcb.unconsumed) in
-      let threshold = max 1 (min (rcvbuf / 2) tcb.rcv_mss) in
       (match tcb.state with
       | Established | Fin_wait_1 | Fin_wait_2 ->
-          if before < largest / 2 && avail - before >= threshold then begin
+          if
+            Tcp_window.update_after_read ~buffer:tcb.cfg.receive_buffer ~unconsumed:tcb.unconsumed
+              ~open_now ~rcv_mss:tcb.rcv_mss ~shift:tcb.rcv_wscale
+          then begin
             tcb.ack_now <- true;
-            output tcb
+            output tcb;
+            schedule tcb
           end
       | _ -> ());
       flush tcb.inst
@@ -1749,20 +2014,37 @@ struct
 
   let shutdown tcb =
     shutdown_tcb tcb;
+    schedule tcb;
     flush tcb.inst
 
   let close tcb =
-    if tcb.alive then begin
+    let unread =
+      tcb.unconsumed > 0
+      &&
+      match tcb.state with
+      | Syn_received | Established | Close_wait | Fin_wait_1 | Fin_wait_2 -> true
+      | _ -> false
+    in
+    if tcb.alive && unread then begin
+      (* RFC 1122 4.2.2.13 and RFC 9293 3.10.4: closing with data unread
+         loses it, and the peer must know. *)
+      tcb.app_closed <- true;
+      send_rst tcb;
+      fail tcb `Closed
+    end
+    else if tcb.alive then begin
       tcb.app_closed <- true;
       tcb.unconsumed <- 0;
       shutdown_tcb tcb;
       if tcb.alive && tcb.state = Fin_wait_2 then
         tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+      orphaned tcb;
       schedule tcb
     end;
     flush tcb.inst
 
   let abort tcb =
+    (match tcb.tw with Some w -> tw_remove tcb.inst w | None -> ());
     if tcb.alive then begin
       (match tcb.state with
       | Syn_sent | Closed | Listen | Time_wait -> ()
@@ -1788,8 +2070,14 @@ struct
             | _ -> send_rst tcb);
             fail tcb `Reset)
           all;
+        let tws = Key_tbl.fold (fun _ w acc -> w :: acc) t.time_wait [] in
+        List.iter (tw_remove t) tws;
         flush t;
         Ok ()
+
+  (* The heap words of a connection record and its small parts, rounded up. *)
+  let tcb_bytes = 2048
+  let tw_bytes = 160
 
   let query t =
     let c = t.counters in
@@ -1803,16 +2091,32 @@ struct
       resets_out = c.c_rst_out;
       challenge_acks = c.c_challenge;
       dropped = c.c_dropped;
-      active = Key_tbl.length t.conns;
+      syn_cookies_sent = c.c_cookies_sent;
+      syn_cookies_accepted = c.c_cookies_ok;
+      memory =
+        Key_tbl.fold
+          (fun _ tcb acc ->
+            acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + Tcp_reass.pinned tcb.reass)
+          t.conns
+          (Key_tbl.length t.time_wait * tw_bytes);
+      active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
+      orphans = t.n_orphans;
+      dsacks_sent = c.c_dsack_out;
+      dsacks_received = c.c_dsack_in;
     }
 
-  let state tcb = if tcb.alive then tcb.state else Closed
+  let state tcb =
+    if tcb.alive then tcb.state
+    else match tcb.tw with Some w when w.tw_live -> Time_wait | _ -> Closed
   let local_port tcb = tcb.local_port
   let remote tcb = (tcb.remote_host, tcb.remote_port)
 
   let set_nodelay tcb b =
     tcb.nodelay <- b;
-    if b then output tcb;
+    if b then begin
+      output tcb;
+      schedule tcb
+    end;
     flush tcb.inst
 
   let set_keepalive tcb k =
@@ -1833,8 +2137,8 @@ struct
       srtt = Tcp_rto.srtt tcb.rto;
       rttvar = Tcp_rto.rttvar tcb.rto;
       rto = Tcp_rto.rto tcb.rto;
-      cwnd = tcb.cwnd;
-      ssthresh = tcb.ssthresh;
+      cwnd = Tcp_cc.cwnd tcb.cc;
+      ssthresh = Tcp_cc.ssthresh tcb.cc;
       snd_wnd = tcb.snd_wnd;
       rcv_wnd = max 0 (Tcp_seq.sub tcb.rcv_adv tcb.rcv_nxt);
       unacked = flight tcb;
@@ -1846,5 +2150,6 @@ struct
       fast_retransmits = tcb.n_fast;
       timeouts = tcb.n_timeouts;
       ooo_segments = Tcp_reass.segments tcb.reass;
+      soft_error = tcb.soft_error;
     }
 end

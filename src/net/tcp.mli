@@ -6,223 +6,30 @@
     What it implements: the state machine with simultaneous open and close
     and TIME_WAIT; RST and SYN handling with RFC 5961 challenge ACKs and
     ACK acceptability checks; retransmission timeouts per RFC 6298 (Karn's
-    rule, exponential backoff); the MSS option; NewReno congestion control
-    (RFC 5681, RFC 6582) with limited transmit (RFC 3042); window scaling
-    and timestamps with RTTM and PAWS (RFC 7323); SACK (RFC 2018) with
-    RFC 6675 loss recovery; delayed ACKs; Nagle's algorithm with a no-delay
-    switch; zero-window probing; keepalive; a bounded out-of-order queue;
-    flow control from the space the application has not consumed.
+    rule, exponential backoff); the MSS option (at least [min_mss]);
+    NewReno (RFC 5681, RFC 6582) or CUBIC (RFC 9438) congestion control
+    with limited transmit (RFC 3042); window scaling and timestamps with
+    RTTM and PAWS (RFC 7323); SACK (RFC 2018) with RFC 6675 loss recovery
+    and D-SACK (RFC 2883); delayed ACKs; Nagle's algorithm with a no-delay
+    switch; zero-window probing; keepalive; flow control from the space the
+    application has not consumed.
 
-    The layer is sans-IO: time comes from the {!Clock.t} of its parameters,
-    randomness (initial sequence numbers, ports, timestamp offsets) from
-    their seeded generator. Every upcall is made after the segment or timer
-    that caused it has been fully processed, so handlers may call back into
-    the layer. *)
+    What a stranger can make it allocate is bounded: SYN cookies when a
+    listener's backlog is full (half-open connections hold no send
+    buffer), a global limit on connections and on orphans, TIME-WAIT as a
+    small record, a bounded out-of-order queue collapsed when it pins too
+    much memory, a bounded SACK scoreboard, lower connections closed when
+    no connection uses them. Initial sequence numbers (RFC 6528), ports
+    (RFC 6056), timestamp offsets and cookies come from HMAC-SHA-256 keyed
+    by a secret from the system ({!Tcp_secret}); challenge ACKs are limited
+    per connection with a randomised budget.
 
-(** {1 Shared types} *)
+    The layer is sans-IO: time comes from the {!Clock.t} of its parameters.
+    Every upcall is made after the segment or timer that caused it has been
+    fully processed, so handlers may call back into the layer. *)
 
-type state =
-  | Closed
-  | Listen
-  | Syn_sent
-  | Syn_received
-  | Established
-  | Fin_wait_1
-  | Fin_wait_2
-  | Close_wait
-  | Closing
-  | Last_ack
-  | Time_wait
-
-val pp_state : state Fmt.t
-
-type status =
-  | Connected  (** the three-way handshake completed *)
-  | Writable  (** send space opened after a write found the buffer full *)
-  | Peer_closed  (** the peer's FIN arrived: no more data will come *)
-  | Closed_normally  (** both directions are closed (the last upcall) *)
-  | Failed of Protocol.error
-      (** reset by the peer, refused or timed out (the last upcall) *)
-
-val pp_status : status Fmt.t
-
-type keepalive = { idle : Consort.Time.t; interval : Consort.Time.t; probes : int }
-
-type config = {
-  mss : int option;  (** MSS to advertise; default: lower layer's maximum minus 20 *)
-  send_buffer : int;  (** bytes of send buffer per connection *)
-  receive_buffer : int;  (** bytes of receive window per connection *)
-  window_scale : bool;  (** offer RFC 7323 window scaling *)
-  sack : bool;  (** offer SACK (RFC 2018, 6675) *)
-  timestamps : bool;  (** offer timestamps (RFC 7323) *)
-  nodelay : bool;  (** disable Nagle's algorithm on new connections *)
-  delayed_ack : Consort.Time.t;  (** the delayed ACK timer; zero acks every segment *)
-  initial_rto : Consort.Time.t;
-  min_rto : Consort.Time.t;
-  max_rto : Consort.Time.t;
-  initial_window : int option;  (** in segments; default per RFC 5681 *)
-  syn_retries : int;  (** SYN or SYN-ACK retransmissions before giving up *)
-  max_retransmits : int;  (** data retransmissions of one segment before giving up *)
-  msl : Consort.Time.t;  (** maximum segment lifetime; TIME_WAIT lasts twice it *)
-  fin_wait_2_timeout : Consort.Time.t;  (** for connections closed by the application *)
-  keepalive : keepalive option;  (** default for new connections *)
-  max_ooo_segments : int;  (** bound of the out-of-order queue *)
-  backlog : int;  (** half-open connections per listener *)
-  challenge_ack_limit : int;  (** challenge ACKs per second (RFC 5961 section 7) *)
-}
-
-val default_config : config
-(** 256 KiB buffers, window scaling, SACK and timestamps on, 40 ms delayed
-    ACK, RTO 1 s initially and within \[200 ms, 60 s\], MSL 30 s. *)
-
-val pp_config : config Fmt.t
-
-type conn_info = {
-  state : state;
-  snd_mss : int;  (** payload bytes per full segment sent *)
-  rcv_mss : int;  (** the MSS this side advertised *)
-  snd_wscale : int option;  (** the peer's shift, if scaling was agreed *)
-  rcv_wscale : int option;  (** this side's shift, if scaling was agreed *)
-  sack_ok : bool;
-  timestamps_ok : bool;
-  srtt : Consort.Time.t option;
-  rttvar : Consort.Time.t option;
-  rto : Consort.Time.t;
-  cwnd : int;
-  ssthresh : int;
-  snd_wnd : int;  (** the peer's window, scaled *)
-  rcv_wnd : int;  (** the window last advertised, scaled *)
-  unacked : int;  (** bytes sent and not acknowledged *)
-  unsent : int;  (** bytes written and not sent *)
-  unread : int;  (** bytes delivered and not yet consumed *)
-  bytes_sent : int;  (** application bytes acknowledged by the peer *)
-  bytes_received : int;  (** application bytes delivered in order *)
-  segments_retransmitted : int;
-  fast_retransmits : int;
-  timeouts : int;
-  ooo_segments : int;  (** segments in the out-of-order queue *)
-}
-
-val pp_conn_info : conn_info Fmt.t
-
-type stats = {
-  segments_in : int;
-  segments_out : int;
-  retransmitted : int;
-  bad_checksum : int;
-  malformed : int;
-  resets_in : int;
-  resets_out : int;
-  challenge_acks : int;
-  dropped : int;  (** segments for no connection, or rejected by a check *)
-  active : int;  (** connections in the table now *)
-}
-
-val pp_stats : stats Fmt.t
-
-type control =
-  | Set_config of config  (** the configuration of connections opened from now on *)
-  | Abort_all  (** reset every connection *)
-
-(** {1 The lower layer and the parameters} *)
-
-(** What TCP needs of the layer below: the generic signature, and the host
-    a lower connection talks to (to demultiplex, and for the checksum's
-    pseudo header). *)
-module type LOWER = sig
-  type host
-
-  include Protocol.S
-
-  val remote : connection -> host
-end
-
-(** The functor's parameters (Fox passes the pseudo-header checksum as a
-    functor argument in the same way). *)
-module type PARAMS = sig
-  type host
-  type lower_address
-  type lower_pattern
-
-  val local : host
-  (** This stack's own address. *)
-
-  val lower_address : host -> lower_address
-  (** The lower layer's address of TCP at a host (for IP: the host and
-      protocol 6). *)
-
-  val lower_pattern : lower_pattern
-  (** The lower layer's pattern for all of TCP's packets. *)
-
-  val pseudo_header : (src:host -> dst:host -> len:int -> int) option
-  (** The checksum policy: [Some f] checksums every segment, [f] giving the
-      unfolded sum of the pseudo header for a segment of [len] bytes;
-      [None] sends a zero checksum field and verifies nothing (for a lower
-      layer with its own integrity check). *)
-
-  val equal_host : host -> host -> bool
-  val pp_host : host Fmt.t
-
-  val clock : Clock.t
-  val rng : Consort.Rng.t
-  (** The source of initial sequence numbers (RFC 6528's secret), ports and
-      timestamp offsets. *)
-
-  val pool : Consort.Pool.t
-  (** Where outgoing segments are allocated. *)
-end
-
-(** {1 The TCP protocol} *)
-
-module type S = sig
-  type host
-  type lower
-
-  type tcp_address = { host : host; port : int; local_port : int option }
-  (** A peer for {!active_open}: its host and port, and the local port
-      ([None]: an ephemeral one). *)
-
-  type tcp_pattern = { port : int; from : host option }
-  (** A passive open: the local port, and optionally the one host allowed. *)
-
-  include
-    Protocol.S
-      with type address = tcp_address
-       and type address_pattern = tcp_pattern
-       and type status = status
-       and type control = control
-       and type info = stats
-
-  val create : ?config:config -> lower -> (t, Protocol.error) result
-  (** [create lower] is a TCP instance receiving every TCP packet of
-      [lower]. *)
-
-  val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
-  (** [write c b] copies as much of [b] as the send buffer takes and
-      returns that count; zero when full (wait for [Writable]) or when the
-      connection can no longer send. *)
-
-  val send_space : connection -> int
-  (** Bytes {!write} would take now. *)
-
-  val consume : connection -> int -> unit
-  (** [consume c n] tells TCP that the application has used [n] bytes of
-      what was delivered: the receive window opens by that much. *)
-
-  val shutdown : connection -> unit
-  (** [shutdown c] sends a FIN after the data already written; receiving
-      goes on. *)
-
-  val unlisten : t -> int -> unit
-  (** [unlisten t port] stops accepting connections on [port]. *)
-
-  val state : connection -> state
-  val info : connection -> conn_info
-  val local_port : connection -> int
-  val remote : connection -> host * int
-  val set_nodelay : connection -> bool -> unit
-  val set_keepalive : connection -> keepalive option -> unit
-  val pp_connection : connection Fmt.t
+include module type of struct
+  include Tcp_types
 end
 
 module Make
@@ -231,4 +38,4 @@ module Make
            with type host = Lower.host
             and type lower_address = Lower.address
             and type lower_pattern = Lower.address_pattern) :
-  S with type host = Lower.host and type lower = Lower.t
+  S with type host = Lower.host and type lower = Lower.t and type lower_status = Lower.status

@@ -6,9 +6,32 @@ type t = {
   mutable count : int;
   mutable bytes : int;
   mutable recent : Tcp_seq.t list;  (** starts of recent arrivals, newest first *)
+  segs : (int, int) Hashtbl.t;  (** pool segments held: how many packets of each *)
+  mutable pinned : int;
 }
 
-let create ~max_segments = { max_segments; q = []; count = 0; bytes = 0; recent = [] }
+let create ~max_segments =
+  { max_segments; q = []; count = 0; bytes = 0; recent = []; segs = Hashtbl.create 8; pinned = 0 }
+
+let hold t p =
+  let id = Packet.segment_id p in
+  match Hashtbl.find_opt t.segs id with
+  | Some n -> Hashtbl.replace t.segs id (n + 1)
+  | None ->
+      Hashtbl.replace t.segs id 1;
+      t.pinned <- t.pinned + Packet.truesize p
+
+let unhold t p =
+  let id = Packet.segment_id p in
+  match Hashtbl.find_opt t.segs id with
+  | Some 1 ->
+      Hashtbl.remove t.segs id;
+      t.pinned <- t.pinned - Packet.truesize p
+  | Some n -> Hashtbl.replace t.segs id (n - 1)
+  | None -> ()
+
+(* A packet leaves the queue: released, or handed to the caller. *)
+let forget t p = unhold t p
 let is_empty t = t.q = []
 let segments t = t.count
 let bytes t = t.bytes
@@ -33,6 +56,7 @@ let insert t seq pkt =
       List.filter
         (fun s ->
           if Tcp_seq.geq s.seq seq && Tcp_seq.leq (end_ s) e then begin
+            forget t s.pkt;
             Packet.release s.pkt;
             t.count <- t.count - 1;
             t.bytes <- t.bytes - s.len;
@@ -73,6 +97,7 @@ let insert t seq pkt =
         | x :: r as l -> if Tcp_seq.lt seq x.seq then s :: l else x :: ins r
       in
       t.q <- ins t.q;
+      hold t pkt;
       t.count <- t.count + 1;
       t.bytes <- t.bytes + len;
       remember t seq;
@@ -87,6 +112,7 @@ let rec pop t next =
       if Tcp_seq.gt s.seq next then None
       else begin
         t.q <- rest;
+        forget t s.pkt;
         t.count <- t.count - 1;
         t.bytes <- t.bytes - s.len;
         if Tcp_seq.leq (end_ s) next then begin
@@ -121,7 +147,46 @@ let sack_blocks t ~max =
 
 let clear t =
   List.iter (fun s -> Packet.release s.pkt) t.q;
+  Hashtbl.reset t.segs;
+  t.pinned <- 0;
   t.q <- [];
   t.count <- 0;
   t.bytes <- 0;
   t.recent <- []
+
+let pinned t = t.pinned
+
+(* Contiguous segments become one packet, copied into fresh memory from
+   [pool]: the pool segments the old packets pinned are let go. *)
+let collapse t pool =
+  let run_len run = List.fold_left (fun n s -> n + s.len) 0 run in
+  let runs =
+    List.fold_left
+      (fun acc s ->
+        match acc with
+        | (r :: _ as run) :: rest when Tcp_seq.equal (end_ r) s.seq && run_len run + s.len <= 65536 ->
+            (s :: run) :: rest
+        | _ -> [ s ] :: acc)
+      [] t.q
+  in
+  let copy run =
+    let run = List.rev run in
+    let first = List.hd run in
+    let len = run_len run in
+    let p = Packet.create ~headroom:0 pool len in
+    let dst = Packet.cstruct p in
+    ignore
+      (List.fold_left
+         (fun off s ->
+           Cstruct.blit (Packet.cstruct s.pkt) 0 dst off s.len;
+           forget t s.pkt;
+           Packet.release s.pkt;
+           off + s.len)
+         0 run
+        : int);
+    hold t p;
+    { seq = first.seq; pkt = p; len }
+  in
+  let q = List.rev_map copy runs in
+  t.q <- q;
+  t.count <- List.length q

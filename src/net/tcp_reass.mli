@@ -22,6 +22,16 @@ val is_empty : t -> bool
 val segments : t -> int
 val bytes : t -> int
 
+val pinned : t -> int
+(** [pinned t] is the memory the queue keeps alive: the size of every pool
+    segment its packets hold, each counted once (kept up to date, O(1)). *)
+
+val collapse : t -> Consort.Pool.t -> unit
+(** [collapse t pool] copies the queued data compactly into fresh packets
+    from [pool], contiguous segments into one (up to 64 KiB), and
+    releases the packets it held: what a receive queue pins then follows
+    the bytes it holds, not the frames they came in. *)
+
 val blocks : t -> (Tcp_seq.t * Tcp_seq.t) list
 (** [blocks t] are the contiguous ranges held, \[left, right), ascending. *)
 

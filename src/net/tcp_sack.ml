@@ -1,35 +1,65 @@
-type t = { mutable blocks : (Tcp_seq.t * Tcp_seq.t) list (* ascending, disjoint, merged *) }
+type t = {
+  max_blocks : int;
+  mutable blocks : (Tcp_seq.t * Tcp_seq.t) list;  (** ascending, disjoint, merged *)
+  mutable count : int;
+  mutable sacked : int;  (** bytes covered by [blocks] *)
+}
 
-let create () = { blocks = [] }
-let clear t = t.blocks <- []
+let default_max_blocks = 64
+let steps = ref 0
+let work () = !steps
+let visit n = steps := !steps + n
+let create ?(max_blocks = default_max_blocks) () = { max_blocks = max 1 max_blocks; blocks = []; count = 0; sacked = 0 }
+
+let set t blocks =
+  let rec measure n b = function
+    | [] -> (n, b)
+    | (l, r) :: rest -> measure (n + 1) (b + Tcp_seq.sub r l) rest
+  in
+  let n, b = measure 0 0 blocks in
+  visit n;
+  t.blocks <- blocks;
+  t.count <- n;
+  t.sacked <- b
+
+let clear t = set t []
 let is_empty t = t.blocks = []
 let blocks t = t.blocks
+let count t = t.count
 let size (l, r) = Tcp_seq.sub r l
-let sacked_bytes t = List.fold_left (fun acc b -> acc + size b) 0 t.blocks
+let sacked_bytes t = t.sacked
 
 let add_block blocks (l, r) =
   (* Insert and merge with every overlapping or touching block. *)
   let rec go acc (l, r) = function
     | [] -> List.rev ((l, r) :: acc)
     | ((bl, br) as b) :: rest ->
+        visit 1;
         if Tcp_seq.lt br l then go (b :: acc) (l, r) rest
         else if Tcp_seq.lt r bl then List.rev_append acc ((l, r) :: b :: rest)
         else go acc (Tcp_seq.min l bl, Tcp_seq.max r br) rest
   in
   go [] (l, r) blocks
 
+(* Keep the [max] lowest blocks: those nearest the cumulative ACK matter
+   for recovery, and forgetting a block only costs a retransmission. *)
+let rec take n = function [] -> [] | x :: r -> if n = 0 then [] else x :: take (n - 1) r
+
 let update t ~una ~high bs =
-  let before = sacked_bytes t in
-  List.iter
-    (fun (l, r) ->
-      let l = Tcp_seq.max l una in
-      if Tcp_seq.lt l r && Tcp_seq.leq r high then t.blocks <- add_block t.blocks (l, r))
-    bs;
-  sacked_bytes t - before
+  let before = t.sacked in
+  let blocks =
+    List.fold_left
+      (fun blocks (l, r) ->
+        let l = Tcp_seq.max l una in
+        if Tcp_seq.lt l r && Tcp_seq.leq r high then add_block blocks (l, r) else blocks)
+      t.blocks bs
+  in
+  set t (take t.max_blocks blocks);
+  t.sacked - before
 
 let advance t una =
-  t.blocks <-
-    List.filter_map
+  set t
+  @@ List.filter_map
       (fun (l, r) ->
         if Tcp_seq.leq r una then None else if Tcp_seq.lt l una then Some (una, r) else Some (l, r))
       t.blocks

@@ -5,9 +5,24 @@
 
 type t
 
-val create : unit -> t
+val default_max_blocks : int
+(** 64. *)
+
+val create : ?max_blocks:int -> unit -> t
+(** [create ~max_blocks ()] is an empty scoreboard that keeps at most
+    [max_blocks] disjoint blocks (the lowest): a receiver reporting more
+    (CVE-2019-11478's attack) costs bounded work per ACK, at the price of
+    retransmitting what the forgotten blocks held. *)
+
 val clear : t -> unit
 val is_empty : t -> bool
+
+val count : t -> int
+(** Blocks held. *)
+
+val work : unit -> int
+(** Block visits by updates since the program started: what a test counts
+    to bound the per-ACK cost. *)
 
 val update : t -> una:Tcp_seq.t -> high:Tcp_seq.t -> (Tcp_seq.t * Tcp_seq.t) list -> int
 (** [update t ~una ~high blocks] adds the reported blocks (clipped to

@@ -1,14 +1,22 @@
-type t = { buf : Cstruct.t; mutable head : int; mutable len : int }
+type t = { cap : int; mutable buf : Cstruct.t; mutable head : int; mutable len : int }
 
-let create n = { buf = Cstruct.create (max n 1); head = 0; len = 0 }
-let capacity t = Cstruct.length t.buf
+let empty = Cstruct.empty
+let create n = { cap = max n 1; buf = empty; head = 0; len = 0 }
+let capacity t = t.cap
+let allocated t = Cstruct.length t.buf
 let length t = t.len
-let space t = capacity t - t.len
+let space t = t.cap - t.len
+
+let release t =
+  t.buf <- empty;
+  t.head <- 0;
+  t.len <- 0
 
 let write t src ~off ~len =
-  let cap = capacity t in
+  let cap = t.cap in
   let n = min len (cap - t.len) in
   if n > 0 then begin
+    if Cstruct.length t.buf = 0 then t.buf <- Cstruct.create_unsafe cap;
     let tail = (t.head + t.len) mod cap in
     let first = min n (cap - tail) in
     Cstruct.blit src off t.buf tail first;
@@ -19,14 +27,18 @@ let write t src ~off ~len =
 
 let blit_out t ~src_off dst ~dst_off ~len =
   if src_off < 0 || len < 0 || src_off + len > t.len then invalid_arg "Tcp_sndbuf.blit_out";
-  let cap = capacity t in
-  let start = (t.head + src_off) mod cap in
-  let first = min len (cap - start) in
-  Cstruct.blit t.buf start dst dst_off first;
-  if len > first then Cstruct.blit t.buf 0 dst (dst_off + first) (len - first)
+  if len > 0 then begin
+    let cap = t.cap in
+    let start = (t.head + src_off) mod cap in
+    let first = min len (cap - start) in
+    Cstruct.blit t.buf start dst dst_off first;
+    if len > first then Cstruct.blit t.buf 0 dst (dst_off + first) (len - first)
+  end
 
 let drop t n =
   let n = max 0 (min n t.len) in
-  t.head <- (t.head + n) mod capacity t;
-  t.len <- t.len - n;
-  if t.len = 0 then t.head <- 0
+  if n > 0 then begin
+    t.head <- (t.head + n) mod t.cap;
+    t.len <- t.len - n;
+    if t.len = 0 then t.head <- 0
+  end

@@ -5,7 +5,15 @@
 type t
 
 val create : int -> t
-(** [create n] is an empty buffer of capacity [n] bytes. *)
+(** [create n] is an empty buffer of capacity [n] bytes. No memory is
+    taken until the first {!write} (a connection that never sends holds
+    none), and {!release} gives it back. *)
+
+val allocated : t -> int
+(** Bytes of memory the buffer holds now. *)
+
+val release : t -> unit
+(** [release t] discards every byte held and the memory. *)
 
 val capacity : t -> int
 val length : t -> int

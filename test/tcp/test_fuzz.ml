@@ -56,7 +56,7 @@ let run_case (timestamps, segs) =
                  | Ok (h, hl) -> sent := (h, Packet.length p - hl) :: !sent
                  | Error e -> bad := Some (Fmt.str "%a" Tcp_packet.pp_error e));
                  Packet.release p);
-             status = (fun _ () -> ());
+             status = (fun _ _ -> ());
            }))
   in
   let conn = ref None in

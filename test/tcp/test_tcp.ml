@@ -5,6 +5,8 @@ let () =
   Alcotest.run "consort-tcp"
     [
       ("units", Test_units.tests);
+      ("decisions", Test_decisions.tests);
+      ("harden", Test_harden.tests);
       ("script", Test_scripts.tests);
       ("transfer", Test_transfer.tests);
       ("socket", Test_socket.tests);

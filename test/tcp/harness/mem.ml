@@ -48,7 +48,7 @@ and t = {
 
 and connection = { ep : t; peer : host; mutable handler : handler option }
 and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
-and status = unit
+and status = Tcp_icmp.t
 
 type address = host
 type address_pattern = unit
@@ -71,6 +71,7 @@ let create_net ?(seed = 1) ?(impairments = perfect) vclock pool =
 
 let set_impairments n i = n.imp <- i
 let clock n = n.clk
+let pool n = n.pool
 let on_frame n f = n.observers <- n.observers @ [ f ]
 let set_drop n f = n.drop <- f
 let counts n = n.c
@@ -113,6 +114,17 @@ let deliver net ~src ~dst data =
       | Some h ->
           net.c <- { net.c with delivered = net.c.delivered + 1 };
           h.receive c (Packet.of_string ~headroom:64 net.pool data))
+
+let inject net ~src ~dst data = deliver net ~src ~dst data
+let connections t = Hashtbl.length t.conns
+
+let icmp net ~at ~about e =
+  match List.assoc_opt at net.hosts with
+  | None -> ()
+  | Some ep -> (
+      match Hashtbl.find_opt ep.conns about with
+      | Some ({ handler = Some h; _ } as c) -> h.status c e
+      | _ -> ())
 
 let send c pkt =
   let t = c.ep in
@@ -174,8 +186,12 @@ let passive_open t () make =
   t.passive <- Some make;
   Ok ()
 
-let close _ = ()
-let abort _ = ()
+let close c =
+  match Hashtbl.find_opt c.ep.conns c.peer with
+  | Some c' when c' == c -> Hashtbl.remove c.ep.conns c.peer
+  | _ -> ()
+
+let abort = close
 let max_packet c = c.ep.mtu
 let headroom _ = 0
 let control _ () = Ok ()

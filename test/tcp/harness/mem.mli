@@ -23,6 +23,7 @@ type net
 val create_net : ?seed:int -> ?impairments:impairments -> Clock.Virtual.clock -> Consort.Pool.t -> net
 val set_impairments : net -> impairments -> unit
 val clock : net -> Clock.t
+val pool : net -> Consort.Pool.t
 
 val on_frame : net -> (Consort.Time.t -> src:host -> dst:host -> string -> unit) -> unit
 (** [on_frame net f] calls [f] for every frame sent (before impairments). *)
@@ -44,7 +45,7 @@ include
     with type host := host
      and type address = host
      and type address_pattern = unit
-     and type status = unit
+     and type status = Tcp_icmp.t
      and type control = unit
      and type info = unit
 
@@ -53,3 +54,14 @@ val attach : ?mtu:int -> net -> host -> t
     1480) is the largest packet it sends. *)
 
 val host : t -> host
+
+val inject : net -> src:host -> dst:host -> string -> unit
+(** [inject net ~src ~dst frame] delivers [frame] to [dst] at once, as if
+    [src] (any host, attached or not) had sent it: spoofing. *)
+
+val connections : t -> int
+(** Lower connections the endpoint holds (one per peer in use). *)
+
+val icmp : net -> at:host -> about:host -> Tcp_icmp.t -> unit
+(** [icmp net ~at ~about e] reports the ICMP error [e] to host [at], about
+    a segment it sent to [about] (as IPv4 does, on that connection). *)

@@ -153,7 +153,7 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
                 | Ok (h, hl) -> Queue.push (clock.now (), h, Packet.length p - hl) captured
                 | Error e -> Fmt.failwith "the stack sent a malformed segment: %a" Tcp_packet.pp_error e);
                 Packet.release p);
-            status = (fun _ () -> ());
+            status = (fun _ _ -> ());
           })
     with
     | Ok c -> c

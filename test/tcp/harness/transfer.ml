@@ -35,7 +35,8 @@ let payload ~seed n =
 
 let run ?(config = Tcp.default_config) ?receiver_config ?(checksum = true) ?mtu
     ?(impairments = Mem.perfect) ?(seed = 1)
-    ?(chunk = 65536) ?(read_size = 16384) ?(read_pause = 0) ?(limit = Time.of_sec 3600.) n =
+    ?(chunk = 65536) ?(read_size = 16384) ?(read_pause = 0) ?(limit = Time.of_sec 3600.)
+    ?(prelude = fun _ _ -> ()) n =
   let t0 = Unix.gettimeofday () in
   let vclock = Clock.Virtual.create () in
   let pool = Pool.create ~name:"transfer" () in
@@ -87,6 +88,7 @@ let run ?(config = Tcp.default_config) ?receiver_config ?(checksum = true) ?mtu
                 end)
         in
         loop ());
+  prelude net (module B : Node.S);
   let sender_closed = ref false in
   Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
     | Error e -> fail "connect: %a" Protocol.pp_error e

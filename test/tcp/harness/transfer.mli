@@ -29,10 +29,13 @@ val run :
   ?read_size:int ->
   ?read_pause:Consort.Time.t ->
   ?limit:Consort.Time.t ->
+  ?prelude:(Mem.net -> (module Node.S) -> unit) ->
   int ->
   result
 (** [run n] connects host 1 to host 2, sends [n] pseudo-random bytes,
     shuts down, and checks every byte the receiver reads, then that both
     sides close normally and no buffer leaked. [checksum] (default true)
-    turns the pseudo-header checksum on; [mtu] is the link's.
+    turns the pseudo-header checksum on; [mtu] is the link's. [prelude]
+    runs once the receiver (host 2) listens on port 80, before host 1
+    connects (to flood it first).
     @raise Failure with a description when any check fails. *)

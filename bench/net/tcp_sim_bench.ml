@@ -1,0 +1,132 @@
+open Consort
+open Consort_net
+open Tcp_harness
+
+type setup = { connections : int; setup_per_sec : float; bytes_per_conn : int; accounted_per_conn : int }
+type flow = { name : string; mbytes_per_sec : float; retransmitted : int; timeouts : int; cpu_s : float }
+type sack = { blocks : int; bounded_ns : float; unbounded_ns : float }
+type report = { setup : setup; flows : flow list; sack : sack }
+
+let live_words () =
+  Gc.compact ();
+  (Gc.stat ()).live_words
+
+let setup n =
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"bench-setup" () in
+  let net = Mem.create_net vclock pool in
+  let config = { Tcp.default_config with backlog = n } in
+  let (module A) = Node.make ~config net pool 1 ~seed:1 in
+  let (module B) = Node.make ~config net pool 2 ~seed:2 in
+  let accepted = ref 0 in
+  ignore
+    (B.T.passive_open B.tcp { B.T.port = 80; from = None } (fun _ ->
+         incr accepted;
+         { B.T.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
+  let handler = { A.T.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) } in
+  let before = live_words () in
+  let t0 = Sys.time () in
+  let conns =
+    List.init n (fun _ ->
+        match A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler) with
+        | Ok c -> c
+        | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e)
+  in
+  Clock.Virtual.advance vclock (Time.of_ms 100);
+  let secs = Sys.time () -. t0 in
+  if !accepted <> n then Fmt.failwith "%d of %d connections accepted" !accepted n;
+  let grown = (live_words () - before) * (Sys.word_size / 8) in
+  let s = B.T.query B.tcp in
+  List.iter A.T.abort conns;
+  Clock.Virtual.run_until_idle ~limit:(Time.of_sec 1000.) vclock;
+  {
+    connections = n;
+    setup_per_sec = float n /. secs;
+    bytes_per_conn = grown / n;
+    accounted_per_conn = s.memory / n;
+  }
+
+let flow name ?(impairments = { Mem.perfect with loss = 0.01; delay = Time.of_ms 10 }) config bytes =
+  let t0 = Sys.time () in
+  let r = Transfer.run ~config ~impairments ~seed:11 bytes in
+  {
+    name;
+    mbytes_per_sec = float r.bytes /. Time.to_sec r.virtual_time /. 1e6;
+    retransmitted = r.retransmitted;
+    timeouts = r.timeouts;
+    cpu_s = Sys.time () -. t0;
+  }
+
+(* Four new 1-byte blocks per ACK, each above all the others: the worst
+   case for a sorted list. *)
+let sack_cost ~blocks ~max_blocks =
+  let sb = Tcp_sack.create ~max_blocks () in
+  let una = Tcp_seq.zero and high = Tcp_seq.of_int 0x7FFF_FFFF in
+  let ack i =
+    List.init 4 (fun k ->
+        let l = Tcp_seq.of_int (2 + (8 * i) + (2 * k)) in
+        (l, Tcp_seq.add l 1))
+  in
+  for i = 0 to (blocks / 4) - 1 do
+    ignore (Tcp_sack.update sb ~una ~high (ack i) : int)
+  done;
+  let rounds = 2000 in
+  let t0 = Unix.gettimeofday () in
+  for i = blocks / 4 to (blocks / 4) + rounds - 1 do
+    ignore (Tcp_sack.update sb ~una ~high (ack i) : int)
+  done;
+  (Unix.gettimeofday () -. t0) /. float rounds *. 1e9
+
+let run ?(connections = 5000) ?(bytes = 8 * 1024 * 1024) () =
+  let setup = setup connections in
+  let buf = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 } in
+  let flows =
+    [
+      flow "newreno, 1% loss, 10 ms" buf bytes;
+      flow "cubic, 1% loss, 10 ms" { buf with congestion = Cubic } bytes;
+      flow "newreno, 10 MB/s bottleneck" buf bytes
+        ~impairments:{ Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
+      flow "cubic, 10 MB/s bottleneck" { buf with congestion = Cubic } bytes
+        ~impairments:{ Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
+    ]
+  in
+  let blocks = 20_000 in
+  let sack =
+    {
+      blocks;
+      bounded_ns = sack_cost ~blocks ~max_blocks:Tcp_sack.default_max_blocks;
+      unbounded_ns = sack_cost ~blocks ~max_blocks:max_int;
+    }
+  in
+  { setup; flows; sack }
+
+let pp ppf r =
+  Fmt.pf ppf "@[<v>TCP on the in-memory network@,";
+  Fmt.pf ppf "  setup: %d connections, %.0f handshakes/s of CPU, %d bytes of heap and %d accounted per connection@,"
+    r.setup.connections r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn;
+  List.iter
+    (fun f ->
+      Fmt.pf ppf "  %-30s %6.2f MB/s virtual, %4d retransmitted, %d timeouts, %.2f s CPU@," f.name
+        f.mbytes_per_sec f.retransmitted f.timeouts f.cpu_s)
+    r.flows;
+  (match r.flows with
+  | [ nr; cu; nrb; cub ] ->
+      Fmt.pf ppf "  cubic / newreno: %.2f at 1%% loss, %.2f through the bottleneck@,"
+        (cu.mbytes_per_sec /. nr.mbytes_per_sec) (cub.mbytes_per_sec /. nrb.mbytes_per_sec)
+  | _ -> ());
+  Fmt.pf ppf "  SACK-abusing ACK over %d blocks: %.0f ns bounded, %.0f ns unbounded (ratio %.1f)@]@."
+    r.sack.blocks r.sack.bounded_ns r.sack.unbounded_ns (r.sack.unbounded_ns /. r.sack.bounded_ns)
+
+let to_json r =
+  let flows =
+    String.concat ","
+      (List.map
+         (fun f ->
+           Printf.sprintf "{\"name\":%S,\"mbytes_per_sec\":%.3f,\"retransmitted\":%d,\"timeouts\":%d}" f.name
+             f.mbytes_per_sec f.retransmitted f.timeouts)
+         r.flows)
+  in
+  Printf.sprintf
+    "{\"bench\":\"tcp-sim\",\"setup_per_sec\":%.0f,\"bytes_per_conn\":%d,\"accounted_per_conn\":%d,\"flows\":[%s],\"sack_bounded_ns\":%.0f,\"sack_unbounded_ns\":%.0f}"
+    r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn flows r.sack.bounded_ns
+    r.sack.unbounded_ns

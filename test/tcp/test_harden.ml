@@ -1,0 +1,655 @@
+(* The stack under attack: floods, lying peers, off-path guesses; and the
+   conformance fixes of RFC 1122, 1337 and 7323, as scripts. *)
+
+let case name ?config ?tol script =
+  Alcotest.test_case name `Quick (fun () -> Script.run ?config ?tol script)
+
+let cookies_always = { Tcp.default_config with backlog = 0 }
+
+let cookie_with_timestamps =
+  case "SYN cookie: window scale and SACK come back in the timestamp" ~config:cookies_always
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000,sackOK,TS val 100 ecr 0,nop,wscale 7>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460,wscale 3,sackOK,TS val * ecr 100>
+0.2   < . 1:1(0) ack 100000 win 1000 <TS val 150 ecr *>   # a wrong cookie
+0.2   > R 100000:100000(0)
+0.3   < . 1:1(0) ack 1 win 1000 <TS val 200 ecr *>
+0.3   expect status connected
+0.3   expect state ESTABLISHED
+0.3   expect wscale 7 3
+0.3   expect mss 524                                 # 536 from the cookie's table, less 12
+0.3   expect snd_wnd 128000
+0.4   write 1048
+0.4   > . 1:525(524) ack 1 <TS val * ecr 200>
+0.4   > P. 525:1049(524) ack 1 <TS val * ecr 200>
+0.5   < . 1:1(0) ack 1049 win 1000 <TS val 300 ecr *>
+0.6   < P. 1:11(10) ack 1049 win 1000 <TS val 400 ecr *>
+0.64  > . 1049:1049(0) ack 11 <TS val * ecr 400>
+0.7   < P. 21:31(10) ack 1049 win 1000 <TS val 500 ecr *>
+0.7   > . 1049:1049(0) ack 11 <TS val * ecr 400,sack 21:31>   # SACK was agreed
+|}
+
+let cookie_without_timestamps =
+  case "SYN cookie without timestamps: no window scale, no SACK" ~config:cookies_always
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1460,sackOK,nop,wscale 7>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < P. 1:101(100) ack 1 win 65535      # the ACK that completes it carries data
+0.2   expect status connected
+0.2   expect wscale none none
+0.2   expect mss 1460
+0.2   expect delivered 100
+|}
+
+let cookie_expires =
+  case "a SYN cookie is good for two minutes at most" ~config:cookies_always
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1460>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+180   < . 1:1(0) ack 1 win 65535
+180   > R 1:1(0)
+|}
+
+let mss_clamp =
+  case "an MSS of 1 is taken as 48 (tcp_min_snd_mss, CVE-2019-11479)"
+    ~config:{ Tcp.default_config with window_scale = false; sack = false; timestamps = false }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < . 1:1(0) ack 1 win 65535
+0.2   expect mss 48
+0.3   write 96
+0.3   > . 1:49(48) ack 1
+0.3   > P. 49:97(48) ack 1
+|}
+
+let tests =
+  [ cookie_with_timestamps; cookie_without_timestamps; cookie_expires; mss_clamp ]
+
+(* {1 Floods} *)
+
+(* A SYN from a spoofed host, as the wire carries it. *)
+let spoofed_syn ~src ~dst ~sport ~dport ~seq =
+  let hdr =
+    Tcp_packet.v ~src_port:sport ~dst_port:dport ~seq:(Tcp_seq.of_int seq) ~ack:Tcp_seq.zero
+      ~flags:{ Tcp_packet.no_flags with syn = true }
+      ~window:65535
+      ~options:Tcp_packet.[ Mss 1460; Sack_permitted; Timestamp { value = seq; echo = 0 }; Window_scale 7 ]
+      ()
+  in
+  let cs = Cstruct.create (Tcp_packet.header_length hdr) in
+  Tcp_packet.encode_into hdr cs;
+  let init = Mem.pseudo ~src ~dst ~len:(Cstruct.length cs) in
+  Tcp_wire.set_checksum cs (Tcp_checksum.finish (Tcp_checksum.sum ~init cs));
+  Cstruct.to_string cs
+
+let live_words () =
+  Gc.compact ();
+  (Gc.stat ()).live_words
+
+(* 100,000 spoofed SYNs to one port: the listener's queue fills, every
+   other SYN is answered with a cookie and costs nothing; a real client
+   then connects (through a cookie) and transfers. *)
+let syn_flood () =
+  let n = 100_000 in
+  let checked = ref false in
+  let prelude net (module B : Node.S) =
+    (* The SYN-ACKs to the spoofed hosts go nowhere. *)
+    Mem.set_drop net (Some (fun ~src:_ ~dst _ -> dst >= 1000));
+    let before = live_words () in
+    let rng = Random.State.make [| 7 |] in
+    for i = 1 to n do
+      let src = 1000 + Random.State.int rng 1_000_000_000 in
+      Mem.inject net ~src ~dst:2
+        (spoofed_syn ~src ~dst:2 ~sport:(1024 + (i mod 60000)) ~dport:80
+           ~seq:(Random.State.bits rng))
+    done;
+    let grown = (live_words () - before) * (Sys.word_size / 8) in
+    let s = B.T.query B.tcp in
+    let backlog = Tcp.default_config.backlog in
+    Logs.app (fun m ->
+        m "after %d SYNs: %a; heap grew %d KiB; %d lower connections; %d pool segments" n
+          Tcp.pp_stats s (grown / 1024) (Mem.connections B.mem) (Consort.Pool.in_use (Mem.pool net)));
+    Alcotest.(check bool) (Fmt.str "half-open connections bounded (%d)" s.active) true (s.active <= backlog);
+    Alcotest.(check int) "the rest answered with cookies" (n - backlog) s.syn_cookies_sent;
+    Alcotest.(check bool)
+      (Fmt.str "lower connections bounded (%d)" (Mem.connections B.mem))
+      true
+      (Mem.connections B.mem <= backlog);
+    Alcotest.(check bool)
+      (Fmt.str "accounted memory under 1 MiB (%d)" s.memory)
+      true (s.memory < 1 lsl 20);
+    Alcotest.(check bool) (Fmt.str "heap grew under 4 MiB (%d KiB)" (grown / 1024)) true (grown < 4 lsl 20);
+    Alcotest.(check bool) "pool segments" true (Consort.Pool.in_use (Mem.pool net) <= 2);
+    checked := true
+  in
+  let r = Transfer.run ~prelude (1024 * 1024) in
+  Alcotest.(check bool) "flood checks ran" true !checked;
+  Alcotest.(check int) "the real client's bytes" (1024 * 1024) r.bytes
+
+let tests =
+  tests @ [ Alcotest.test_case "100,000 spoofed SYNs, then a real client" `Quick syn_flood ]
+
+(* {1 A raw peer} *)
+
+(* Host 2 speaks raw segments to a stack on host 1 listening on port 80:
+   [inject] sends one, [sent] holds what the stack answered. *)
+type raw = {
+  vclock : Clock.Virtual.clock;
+  node : (module Node.S);
+  inject :
+    ?options:Tcp_packet.option_ list -> ?len:int -> ?window:int -> seq:int -> ack:int -> int -> unit;
+      (** sequence numbers relative to the peer's ISN, acks to the stack's *)
+  sent : (Tcp_packet.t * int) list ref;  (** newest first *)
+  write : int -> int;  (** the stack's application writes that many bytes *)
+  info : unit -> Tcp.conn_info;
+  iss : unit -> int;  (** the stack's initial sequence number *)
+  net : Mem.net;
+}
+
+let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
+  let open Consort in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"raw" () in
+  let net = Mem.create_net ~impairments:{ Mem.perfect with delay = 0 } vclock pool in
+  let (module N) = Node.make ~config net pool 1 ~seed:5 in
+  let peer = Mem.attach net 2 in
+  let sent = ref [] in
+  let pc =
+    Result.get_ok
+      (Mem.active_open peer 1 (fun _ ->
+           {
+             Mem.receive =
+               (fun _ p ->
+                 (match Tcp_packet.decode (Packet.cstruct p) with
+                 | Ok (h, hl) -> sent := (h, Packet.length p - hl) :: !sent
+                 | Error e -> Fmt.failwith "malformed: %a" Tcp_packet.pp_error e);
+                 Packet.release p);
+             status = (fun _ _ -> ());
+           }))
+  in
+  let conn = ref None in
+  ignore
+    (N.T.passive_open N.tcp { N.T.port = 80; from = None } (fun c ->
+         conn := Some c;
+         {
+           N.T.receive = (fun c p -> N.T.consume c (Packet.length p); Packet.release p);
+           status = (fun _ _ -> ());
+         }));
+  let irs = 1000 in
+  let iss = ref 0 in
+  let inject ?(options = []) ?(len = 0) ?(window = 65535) ~seq ~ack flags =
+    let hdr =
+      Tcp_packet.v ~src_port:5000 ~dst_port:80 ~seq:(Tcp_seq.of_int (irs + seq))
+        ~ack:(Tcp_seq.of_int (!iss + ack)) ~flags:(Tcp_packet.flags_of_int flags) ~window ~options ()
+    in
+    let n = Tcp_packet.header_length hdr + len in
+    let cs =
+      Tcp_packet.to_cstruct ~pseudo:(Mem.pseudo ~src:2 ~dst:1 ~len:n) hdr ~payload:(String.make len 'x')
+    in
+    ignore (Mem.send pc (Packet.of_string pool (Cstruct.to_string cs)));
+    Clock.Virtual.advance vclock 0
+  in
+  let tso = if ts then [ Tcp_packet.Timestamp { value = 1; echo = 0 } ] else [] in
+  inject ~seq:0 ~ack:0 Tcp_wire.syn
+    ~options:((Tcp_packet.Mss 1000 :: (if sack then [ Tcp_packet.Sack_permitted ] else [])) @ tso);
+  (match !sent with
+  | [ (h, _) ] -> iss := Tcp_seq.to_int h.seq
+  | _ -> failwith "no SYN-ACK");
+  inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:tso;
+  let get () = match !conn with Some c -> c | None -> failwith "not established" in
+  {
+    vclock;
+    node = (module N);
+    inject;
+    sent;
+    write = (fun n -> N.T.write (get ()) (Cstruct.create n));
+    info = (fun () -> N.T.info (get ()));
+    iss = (fun () -> !iss);
+    net;
+  }
+
+(* Challenge ACKs per second and connection stay within the budget, and the
+   budget varies from second to second. *)
+let challenge_budget () =
+  let limit = 10 in
+  let r = raw ~config:{ Tcp.default_config with challenge_ack_limit = limit; timestamps = false } () in
+  let counts =
+    List.init 30 (fun _ ->
+        r.sent := [];
+        for _ = 1 to 50 do
+          r.inject ~seq:5000 ~ack:1 Tcp_wire.rst (* in window, not at RCV.NXT *)
+        done;
+        let n = List.length !(r.sent) in
+        Clock.Virtual.advance r.vclock (Consort.Time.of_sec 1.);
+        n)
+  in
+  Logs.app (fun m -> m "challenge ACKs per second: %a" Fmt.(list ~sep:sp int) counts);
+  List.iter
+    (fun n -> Alcotest.(check bool) (Fmt.str "within [%d, %d]: %d" (limit / 2) limit n) true (n >= limit / 2 && n <= limit))
+    counts;
+  Alcotest.(check bool) "the budget varies" true (List.exists (fun n -> n <> List.hd counts) counts)
+
+let tests = tests @ [ Alcotest.test_case "challenge ACK budget per connection, randomised" `Quick challenge_budget ]
+
+(* A receiver that reports ever more 1-byte SACK blocks (CVE-2019-11478's
+   pattern) never gets the sender to do more than bounded work per ACK:
+   the scoreboard keeps its lowest blocks only. *)
+let sack_abuse () =
+  let config =
+    { Tcp.default_config with timestamps = false; window_scale = false; initial_window = Some 100 }
+  in
+  let r = raw ~config ~sack:true () in
+  let written = r.write 200_000 in
+  Alcotest.(check bool) "written" true (written > 65535);
+  let in_flight = (r.info ()).unacked in
+  Alcotest.(check bool) (Fmt.str "a full window in flight (%d)" in_flight) true (in_flight >= 60_000);
+  let acks = 2000 in
+  let before = Tcp_sack.work () in
+  for i = 0 to acks - 1 do
+    (* Four new blocks per ACK, each above the previous ones. *)
+    let base = r.iss () + 2 + (i * 8) in
+    let blocks =
+      List.init 4 (fun k ->
+          let l = Tcp_seq.of_int (base + (2 * k)) in
+          (l, Tcp_seq.add l 1))
+    in
+    r.inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:[ Tcp_packet.Sack blocks ]
+  done;
+  let per_ack = (Tcp_sack.work () - before) / acks in
+  Logs.app (fun m -> m "SACK work per ACK: %d block visits" per_ack);
+  Alcotest.(check bool)
+    (Fmt.str "per-ACK work bounded (%d visits)" per_ack)
+    true
+    (per_ack <= 8 * (Tcp_sack.default_max_blocks + 4))
+
+let tests = tests @ [ Alcotest.test_case "a SACK-abusing receiver costs bounded work per ACK" `Quick sack_abuse ]
+
+(* {1 Conformance} *)
+
+let plain = { Tcp.default_config with window_scale = false; sack = false; timestamps = false }
+
+let handshake =
+  {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460>
+0.2   < . 1:1(0) ack 1 win 65535
+0.2   expect status connected
+|}
+
+let data_after_close =
+  case "data after close draws a RST (RFC 1122 4.2.2.13)" ~config:plain
+    (handshake
+    ^ {|
+0.3   close
+0.3   > F. 1:1(0) ack 1
+0.4   < . 1:1(0) ack 2 win 65535
+0.4   expect state FIN-WAIT-2
+0.5   < P. 1:11(10) ack 2 win 65535
+0.5   > R 2:2(0)
+0.5   expect state CLOSED
+|})
+
+let close_unread =
+  case "close with unread data sends RST, not FIN" ~config:plain
+    (handshake
+    ^ {|
+0.3   autoconsume off
+0.3   < P. 1:11(10) ack 1 win 65535
+0.34  > . 1:1(0) ack 11
+0.4   close
+0.4   > R 1:1(0)
+0.4   expect state CLOSED
+|})
+
+let close_read =
+  case "close after reading everything sends FIN" ~config:plain
+    (handshake
+    ^ {|
+0.3   autoconsume off
+0.3   < P. 1:11(10) ack 1 win 65535
+0.34  > . 1:1(0) ack 11
+0.4   read 10
+0.4   close
+0.4   > F. 1:1(0) ack 11
+|})
+
+let paws_missing =
+  case "PAWS: a segment without a timestamp is dropped silently, an old one ACKed"
+    ~config:{ plain with timestamps = true }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000,TS val 1000 ecr 0>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460,TS val * ecr 1000>
+0.2   < . 1:1(0) ack 1 win 65535 <TS val 1100 ecr *>
+0.3   < P. 1:11(10) ack 1 win 65535                 # silently
+0.3   expect delivered 0
+0.4   < P. 1:11(10) ack 1 win 65535 <TS val 900 ecr *>
+0.4   > . 1:1(0) ack 1 <TS val * ecr 1100>
+0.4   expect delivered 0
+|}
+
+let rfc1337 =
+  case "RST in TIME-WAIT is ignored (RFC 1337)" ~config:plain
+    (handshake
+    ^ {|
+0.3   close
+0.3   > F. 1:1(0) ack 1
+0.4   < F. 1:1(0) ack 2 win 65535
+0.4   > . 2:2(0) ack 2
+0.4   expect state TIME-WAIT
+0.5   < R 2:2(0) win 0
+0.5   expect state TIME-WAIT
+0.6   < F. 1:1(0) ack 2 win 65535                   # the FIN again: still acknowledged
+0.6   > . 2:2(0) ack 2
+|})
+
+let zero_window_orphan =
+  case "a connection closed behind a zero window gives up probing" ~config:plain
+    ~tol:(Consort.Time.of_ms 1)
+    (handshake
+    ^ {|
+0.3   write 2000
+0.3   > . 1:1001(1000) ack 1
+0.3   > P. 1001:2001(1000) ack 1
+0.4   < . 1:1(0) ack 2001 win 0
+0.4   write 10
+0.4   close
+0.65  > . 2000:2000(0) ack 1   # probes, every one answered
+0.65  < . 1:1(0) ack 2001 win 0
+1.15  > . 2000:2000(0) ack 1
+1.15  < . 1:1(0) ack 2001 win 0
+2.15  > . 2000:2000(0) ack 1
+2.15  < . 1:1(0) ack 2001 win 0
+4.15  > . 2000:2000(0) ack 1
+4.15  < . 1:1(0) ack 2001 win 0
+8.15  > . 2000:2000(0) ack 1
+8.15  < . 1:1(0) ack 2001 win 0
+16.15 > . 2000:2000(0) ack 1
+16.15 < . 1:1(0) ack 2001 win 0
+32.15 > . 2000:2000(0) ack 1
+32.15 < . 1:1(0) ack 2001 win 0
+64.15 > . 2000:2000(0) ack 1
+64.15 < . 1:1(0) ack 2001 win 0
+124.15 > R 2001:2001(0)                           # the ninth expiry: 8 probes sent
+124.15 expect state CLOSED
+|})
+
+let tests =
+  tests
+  @ [ data_after_close; close_unread; close_read; paws_missing; rfc1337; zero_window_orphan ]
+
+(* {1 Many connections} *)
+
+(* [n] short connections from host 1 to host 2, each sending [bytes] and
+   closed by host 1 first, which keeps them in TIME-WAIT. *)
+let churn ?(config = Tcp.default_config) ~n ~bytes () =
+  let open Consort in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"churn" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make ~config net pool 1 ~seed:3 in
+  let (module B) = Node.make ~config net pool 2 ~seed:4 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let served = ref 0 and done_ = ref 0 in
+  let rec accept () =
+    Socket.Promise.upon (B.Sock.accept l) (function
+      | Error _ -> ()
+      | Ok s ->
+          let buf = Cstruct.create 4096 in
+          let rec loop () =
+            Socket.Promise.upon (B.Sock.read s buf) (function
+              | Ok 0 | Error _ ->
+                  incr served;
+                  B.Sock.close s
+              | Ok _ -> loop ())
+          in
+          loop ();
+          accept ())
+  in
+  accept ();
+  for _ = 1 to n do
+    Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
+      | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e
+      | Ok s ->
+          Socket.Promise.upon (A.Sock.write s (Cstruct.create bytes)) (fun _ ->
+              A.Sock.close s;
+              Socket.Promise.upon (A.Sock.closed s) (fun _ -> incr done_)))
+  done;
+  Clock.Virtual.advance vclock (Time.of_sec 5.);
+  (vclock, (module A : Node.S), (module B : Node.S), served, done_)
+
+let time_wait_small () =
+  let n = 2000 in
+  let before = live_words () in
+  let vclock, (module A), (module B), served, done_ = churn ~n ~bytes:1000 () in
+  let grown = (live_words () - before) * (Sys.word_size / 8) in
+  let s = A.T.query A.tcp in
+  Logs.app (fun m -> m "%d connections in TIME-WAIT: %a; heap %d KiB" n Tcp.pp_stats s (grown / 1024));
+  Alcotest.(check int) "all served" n !served;
+  Alcotest.(check int) "all closed" n !done_;
+  Alcotest.(check int) "all in TIME-WAIT" n s.active;
+  Alcotest.(check bool) (Fmt.str "accounted memory (%d bytes)" s.memory) true (s.memory <= n * 200);
+  (* The whole test's heap (both stacks, the network, the sockets) stays
+     small: a TIME-WAIT connection keeps no buffer. *)
+  Alcotest.(check bool) (Fmt.str "heap grew %d KiB" (grown / 1024)) true (grown < n * 2048);
+  Consort_net.Clock.Virtual.advance vclock (Consort.Time.of_sec 61.);
+  Alcotest.(check int) "gone after 2 MSL" 0 (A.T.query A.tcp).active;
+  Alcotest.(check int) "server side gone" 0 (B.T.query B.tcp).active
+
+let tests = tests @ [ Alcotest.test_case "TIME-WAIT is a small record" `Quick time_wait_small ]
+
+(* Connections the application closed while the peer went silent are
+   orphans; over the limit the oldest are reset. *)
+let orphan_limit () =
+  let open Consort in
+  let config = { Tcp.default_config with max_orphans = 10 } in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"orphans" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make ~config net pool 1 ~seed:3 in
+  let (module B) = Node.make net pool 2 ~seed:4 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let rec accept () = Socket.Promise.upon (B.Sock.accept l) (fun _ -> accept ()) in
+  accept ();
+  let socks = ref [] in
+  for _ = 1 to 50 do
+    Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
+      | Ok s -> socks := s :: !socks
+      | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e)
+  done;
+  Clock.Virtual.advance vclock (Time.of_sec 1.);
+  Alcotest.(check int) "connected" 50 (List.length !socks);
+  Mem.set_drop net (Some (fun ~src ~dst:_ _ -> src = 2));
+  let conns = List.rev_map A.Sock.connection !socks |> List.rev in
+  List.iter
+    (fun s ->
+      ignore (A.Sock.write s (Cstruct.create 1000));
+      A.Sock.close s)
+    (List.rev !socks);
+  Clock.Virtual.advance vclock (Time.of_ms 10);
+  let st = A.T.query A.tcp in
+  Logs.app (fun m -> m "%a" Tcp.pp_stats st);
+  Alcotest.(check int) "orphans at the limit" 10 st.orphans;
+  Alcotest.(check int) "connections left" 10 st.active;
+  Alcotest.(check bool) "the oldest were reset, the newest kept" true
+    (List.for_all (fun c -> A.T.state c = Tcp.Closed) (List.filteri (fun i _ -> i >= 10) conns)
+    && List.for_all (fun c -> A.T.state c <> Tcp.Closed) (List.filteri (fun i _ -> i < 10) conns))
+
+let tests = tests @ [ Alcotest.test_case "orphans over the limit: the oldest are reset" `Quick orphan_limit ]
+
+(* At the global limit a new connection takes the place of the oldest
+   orphan, and is refused when there is none. *)
+let connection_limit () =
+  let open Consort in
+  let config = { Tcp.default_config with max_connections = 5 } in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"limit" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make ~config net pool 1 ~seed:3 in
+  let (module B) = Node.make net pool 2 ~seed:4 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let rec accept () = Socket.Promise.upon (B.Sock.accept l) (fun _ -> accept ()) in
+  accept ();
+  let handler = { A.T.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) } in
+  let opn () = A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler) in
+  let conns = List.init 5 (fun _ -> Result.get_ok (opn ())) in
+  Clock.Virtual.advance vclock (Time.of_sec 1.);
+  (match opn () with
+  | Error (`In_use _) -> ()
+  | Ok _ -> Alcotest.fail "a sixth connection was opened"
+  | Error e -> Alcotest.failf "unexpected: %a" Protocol.pp_error e);
+  (* The peer goes silent; two connections are closed by the application. *)
+  Mem.set_drop net (Some (fun ~src ~dst:_ _ -> src = 2));
+  let c0 = List.nth conns 0 and c1 = List.nth conns 1 in
+  ignore (A.T.write c0 (Cstruct.create 100));
+  A.T.close c0;
+  ignore (A.T.write c1 (Cstruct.create 100));
+  A.T.close c1;
+  Alcotest.(check int) "two orphans" 2 (A.T.query A.tcp).orphans;
+  (match opn () with Ok _ -> () | Error e -> Alcotest.failf "refused: %a" Protocol.pp_error e);
+  Alcotest.(check bool) "the oldest orphan was reset" true (A.T.state c0 = Tcp.Closed);
+  Alcotest.(check bool) "the other orphan kept" true (A.T.state c1 <> Tcp.Closed);
+  Alcotest.(check int) "at the limit" 5 (A.T.query A.tcp).active
+
+let tests = tests @ [ Alcotest.test_case "the global connection limit" `Quick connection_limit ]
+
+(* {1 Loss recovery} *)
+
+let dsack =
+  case "a duplicate segment is reported as a D-SACK (RFC 2883)" ~config:{ plain with sack = true }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000,sackOK>
+0.1   > S. 0:0(0) ack 1 win 65535 <mss 1460,sackOK>
+0.2   < . 1:1(0) ack 1 win 65535
+0.3   < P. 1:101(100) ack 1 win 65535
+0.34  > . 1:1(0) ack 101
+0.4   < P. 1:101(100) ack 1 win 65535                 # all of it again
+0.4   > . 1:1(0) ack 101 <sack 1:101>
+0.5   < P. 301:401(100) ack 1 win 65535               # a hole
+0.5   > . 1:1(0) ack 101 <sack 301:401>
+0.6   < P. 51:151(100) ack 1 win 65535                # half old, half new
+0.6   > . 1:1(0) ack 151 <sack 51:101 301:401>
+0.7   < P. 301:401(100) ack 1 win 65535               # a duplicate above the hole
+0.7   > . 1:1(0) ack 151 <sack 301:401 301:401>
+0.8   < P. 151:301(150) ack 1 win 65535
+0.8   > . 1:1(0) ack 401
+|}
+
+let tests = tests @ [ dsack ]
+
+(* One-byte segments out of order, each arriving in a pool segment of its
+   own (junk in between fills the rest): the queue pins far more than it
+   holds until it is collapsed. *)
+let ooo_collapse () =
+  let r = raw ~config:{ Tcp.default_config with timestamps = false } ~sack:true () in
+  let (module N) = r.node in
+  let junk = String.make 1400 'j' in
+  let peak = ref 0 in
+  for i = 0 to 99 do
+    r.inject ~seq:(3 + (2 * i)) ~ack:1 ~len:1 Tcp_wire.ack;
+    for _ = 1 to 200 do
+      Mem.inject r.net ~src:3 ~dst:1 junk
+    done;
+    peak := max !peak (N.T.query N.tcp).memory
+  done;
+  let info = r.info () in
+  Logs.app (fun m -> m "peak accounted memory %d KiB; %d segments queued" (!peak / 1024) info.ooo_segments);
+  Alcotest.(check bool) (Fmt.str "memory bounded (%d KiB)" (!peak / 1024)) true (!peak < 3 lsl 20);
+  Alcotest.(check int) "all 100 held" 100 info.ooo_segments;
+  (* The hole is filled: every byte comes out. *)
+  r.inject ~seq:1 ~ack:1 ~len:202 Tcp_wire.ack;
+  Alcotest.(check int) "delivered" 202 (r.info ()).bytes_received
+
+let tests = tests @ [ Alcotest.test_case "out-of-order queue collapsed under pressure" `Quick ooo_collapse ]
+
+(* {1 ICMP errors} *)
+
+(* Host 1 connects to host 2, which never answers; [f] gets the
+   connection's ports and ISN, the network and the clock. *)
+let icmp_case f =
+  let open Consort in
+  let vclock = Clock.Virtual.create () in
+  let pool = Pool.create ~name:"icmp" () in
+  let net = Mem.create_net vclock pool in
+  let (module A) = Node.make net pool 1 ~seed:3 in
+  let _silent = Mem.attach net 2 in
+  let status = ref None in
+  let syn = ref None in
+  Mem.on_frame net (fun _ ~src ~dst:_ data ->
+      if src = 1 && !syn = None then
+        match Tcp_packet.decode (Cstruct.of_string data) with
+        | Ok (h, _) when h.flags.syn -> syn := Some h
+        | _ -> ());
+  let c =
+    Result.get_ok
+      (A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ ->
+           { A.T.receive = (fun _ p -> Packet.release p); status = (fun _ s -> status := Some s) }))
+  in
+  let h = match !syn with Some h -> h | None -> Alcotest.fail "no SYN" in
+  f ~net ~vclock ~state:(fun () -> A.T.state c) ~info:(fun () -> A.T.info c) ~status ~syn:h
+
+let err kind (h : Tcp_packet.t) ?(seq = h.seq) () =
+  { Tcp_icmp.kind; src_port = h.src_port; dst_port = h.dst_port; seq }
+
+let icmp_hard () =
+  icmp_case (fun ~net ~vclock ~state ~info:_ ~status ~syn ->
+      (* Off the path: a sequence number not in flight is not believed. *)
+      Mem.icmp net ~at:1 ~about:2 (err (Hard "port unreachable") syn ~seq:(Tcp_seq.add syn.seq 5000) ());
+      Alcotest.(check bool) "forged error ignored" true (state () = Tcp.Syn_sent);
+      Clock.Virtual.advance vclock (Consort.Time.of_ms 100);
+      Mem.icmp net ~at:1 ~about:2 (err (Hard "port unreachable") syn ());
+      Alcotest.(check bool) "aborted at once" true (state () = Tcp.Closed);
+      match !status with
+      | Some (Tcp.Failed (`Unreachable _)) -> ()
+      | s -> Alcotest.failf "status %a" Fmt.(option Tcp.pp_status) s)
+
+let icmp_soft () =
+  icmp_case (fun ~net ~vclock ~state ~info ~status ~syn ->
+      Mem.icmp net ~at:1 ~about:2 (err (Soft "host unreachable") syn ());
+      Alcotest.(check bool) "not aborted" true (state () = Tcp.Syn_sent);
+      Alcotest.(check (option string)) "reported" (Some "host unreachable") (info ()).soft_error;
+      Clock.Virtual.advance vclock (Consort.Time.of_sec 300.);
+      match !status with
+      | Some (Tcp.Failed (`Unreachable "host unreachable")) -> ()
+      | s -> Alcotest.failf "status %a" Fmt.(option Tcp.pp_status) s)
+
+(* RFC 1191: a smaller next-hop MTU shrinks the segments at once. *)
+let icmp_frag_needed () =
+  let r = raw ~config:{ Tcp.default_config with timestamps = false } () in
+  Alcotest.(check int) "MSS from the peer" 1000 (r.info ()).snd_mss;
+  r.sent := [];
+  ignore (r.write 3000 : int);
+  Clock.Virtual.advance r.vclock 0;
+  Alcotest.(check int) "three segments sent" 3 (List.length !(r.sent));
+  r.sent := [];
+  let quoted =
+    let b = Bytes.create 8 in
+    Bytes.set_uint16_be b 0 80;
+    Bytes.set_uint16_be b 2 5000;
+    Bytes.set_int32_be b 4 (Int32.of_int (r.iss () + 1));
+    Bytes.to_string b
+  in
+  Mem.icmp r.net ~at:1 ~about:2
+    (Option.get (Tcp_icmp.of_icmp (Dest_unreachable (Frag_needed { mtu = 576 })) ~quoted));
+  Clock.Virtual.advance r.vclock 0;
+  Alcotest.(check int) "MSS follows the path MTU" 536 (r.info ()).snd_mss;
+  let sizes = List.rev_map (fun (_, len) -> len) !(r.sent) in
+  Alcotest.(check bool)
+    (Fmt.str "in flight again, smaller (%a)" Fmt.(list ~sep:sp int) sizes)
+    true
+    (sizes <> [] && List.for_all (fun n -> n <= 536) sizes)
+
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
+      Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
+      Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick icmp_frag_needed;
+    ]
