@@ -202,6 +202,15 @@ let exits =
   :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
   :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
+let envs =
+  [
+    Cmd.Env.info "CONSORT_LOCATE" ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cmd.Env.info "CONSORT_MULTICAST"
+      ~doc:
+        ("The IP multicast group where servers listen for locates and clients ask ($(i,ADDR:PORT)), or $(b,off). \
+          Default: " ^ Rpc_udp.default_multicast ^ ", where the network has multicast.");
+  ]
+
 let fsck_cmd =
   Cmd.v
     (Cmd.info "fsck"
@@ -212,7 +221,7 @@ let fsck_cmd =
 
 let serve_cmd =
   Cmd.v
-    (Cmd.info "serve" ~exits
+    (Cmd.info "serve" ~exits ~envs
        ~doc:
          "Run a file server. Its first line on standard output is $(b,server CAP), the capability that allows \
           creating files.")
@@ -224,13 +233,13 @@ let put_cmd =
   in
   let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The file to store.") in
   Cmd.v
-    (Cmd.info "put" ~exits ~doc:"Store a file (committed, safe) and print its capability.")
+    (Cmd.info "put" ~exits ~envs ~doc:"Store a file (committed, safe) and print its capability.")
     Term.(const put $ locate $ server $ file)
 
 let get_cmd =
-  Cmd.v (Cmd.info "get" ~exits ~doc:"Write a file's bytes to standard output.") Term.(const get $ locate $ cap_arg)
+  Cmd.v (Cmd.info "get" ~exits ~envs ~doc:"Write a file's bytes to standard output.") Term.(const get $ locate $ cap_arg)
 
-let size_cmd = Cmd.v (Cmd.info "size" ~exits ~doc:"Print a file's size.") Term.(const size $ locate $ cap_arg)
+let size_cmd = Cmd.v (Cmd.info "size" ~exits ~envs ~doc:"Print a file's size.") Term.(const size $ locate $ cap_arg)
 
 let fs_cmd =
   Cmd.group
@@ -245,21 +254,21 @@ let restrict_cmd =
       & info [ "rights" ] ~docv:"LIST" ~doc:"The rights to keep: $(b,read,create,modify,destroy,admin,...).")
   in
   Cmd.v
-    (Cmd.info "restrict" ~exits
+    (Cmd.info "restrict" ~exits ~envs
        ~doc:
          "Print a capability with fewer rights (made locally from an owner capability, asked of the server \
           otherwise).")
     Term.(const restrict $ locate $ cap_arg $ rights)
 
-let destroy_cmd = Cmd.v (Cmd.info "destroy" ~exits ~doc:"Destroy an object.") Term.(const destroy $ locate $ cap_arg)
+let destroy_cmd = Cmd.v (Cmd.info "destroy" ~exits ~envs ~doc:"Destroy an object.") Term.(const destroy $ locate $ cap_arg)
 
 let info_cmd =
   Cmd.v
-    (Cmd.info "info" ~exits ~doc:"Print a capability's port, object and rights, and the server's description.")
+    (Cmd.info "info" ~exits ~envs ~doc:"Print a capability's port, object and rights, and the server's description.")
     Term.(const info_ $ locate $ cap_arg)
 
 let status_cmd =
-  Cmd.v (Cmd.info "status" ~exits ~doc:"Print a server's status (std_status).") Term.(const status $ locate $ cap_arg)
+  Cmd.v (Cmd.info "status" ~exits ~envs ~doc:"Print a server's status (std_status).") Term.(const status $ locate $ cap_arg)
 
 let cmd =
   Cmd.group

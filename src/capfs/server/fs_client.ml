@@ -4,7 +4,11 @@ module P = Fs_proto
 type trans = idempotent:bool -> Header.t -> string -> (Header.t * string, Rpc_error.t) result
 
 type error =
-  [ `Refused of Status.t | `Rpc of Rpc_error.t | `Bad_reply of string | `Interrupted of int * bool * Rpc_error.t ]
+  [ `Refused of Status.t
+  | `Rpc of Rpc_error.t
+  | `Bad_reply of string
+  | `Interrupted of int * bool * Rpc_error.t
+  | `Cut of int * Rpc_error.t ]
 
 let pp_error ppf = function
   | `Refused st -> Status.pp ppf st
@@ -14,11 +18,12 @@ let pp_error ppf = function
       Fmt.pf ppf "interrupted after %d bytes, %s: %a" n
         (if commit then "while committing (the file may have been stored)" else "before the file was committed")
         Rpc_error.pp e
+  | `Cut (n, e) -> Fmt.pf ppf "cut short after %d bytes of the file were written: %a" n Rpc_error.pp e
 
 let outcome = function
   | `Refused _ -> `Refused
   | `Rpc e -> ( match Rpc_error.outcome e with `Not_executed -> `Refused | `Unknown -> `Unknown)
-  | `Bad_reply _ | `Interrupted _ -> `Unknown
+  | `Bad_reply _ | `Interrupted _ | `Cut _ -> `Unknown
 
 let chunk = 1 lsl 20
 let ( let* ) = Result.bind
@@ -99,7 +104,11 @@ let get trans ?(progress = fun _ _ -> ()) cap output =
   let rec go off =
     if off >= total then Ok total
     else
-      let* d = read trans cap ~off ~len:(min P.max_read (total - off)) in
+      let* d =
+        match read trans cap ~off ~len:(min P.max_read (total - off)) with
+        | Error (`Rpc e) when off > 0 -> Error (`Cut (off, e))
+        | r -> r
+      in
       if d = "" then Error (`Bad_reply "file shorter than its size")
       else (
         output d;

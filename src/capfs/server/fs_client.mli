@@ -22,7 +22,10 @@ type error =
   | `Interrupted of int * bool * Rpc_error.t
     (** a {!put} cut short after this many bytes were sent, while the file
         was still uncommitted ([false]) or during the request that commits
-        it ([true]: it may have been stored) *) ]
+        it ([true]: it may have been stored) *)
+  | `Cut of int * Rpc_error.t
+    (** a {!get} whose server became unreachable after this many of the
+        file's bytes were given to [output]: the output is incomplete *) ]
 
 val pp_error : error Fmt.t
 
@@ -30,7 +33,8 @@ val outcome : error -> [ `Refused | `Unknown ]
 (** [`Refused] when the request was certainly not carried out (the server
     refused it, or it never reached a server), [`Unknown] otherwise (an
     interrupted {!put} among them: its uncommitted file is left to age away
-    on the server, or it may even have been committed). *)
+    on the server, or it may even have been committed; and a {!get} cut
+    short). *)
 
 val chunk : int
 (** 1 MiB. *)
