@@ -135,21 +135,39 @@ let put locate server file =
           | Error (`Refused _ as e), _ -> refused "put refused: %a; the file was not stored" Fs_client.pp_error e
           | Error e, _ -> failed "put" e))
 
+(* Reads outstanding at once in a get, each on its own node (session). *)
+let get_lanes = 2
+
 let get locate cap =
   match parse_cap cap with
   | Error m -> refused "%s" m
   | Ok cap -> (
-      with_client locate @@ fun trans ->
-      set_binary_mode_out stdout true;
-      let bar = ref None in
-      let progress n total =
-        let draw = match !bar with Some (d, _) -> d | None -> let b = progress_bar ~total in bar := Some b; fst b in
-        draw n
+      let loop = Loop.create () in
+      let rec open_nodes i acc =
+        if i = 0 then Ok acc
+        else
+          match R.open_node ~config:rpc_config ?locate loop with
+          | Error m ->
+              List.iter R.close acc;
+              Error m
+          | Ok n -> open_nodes (i - 1) (n :: acc)
       in
-      let r = Fs_client.get trans ~progress cap (output_string stdout) in
-      (match !bar with Some (_, clear) -> clear () | None -> ());
-      flush stdout;
-      match r with Ok _ -> 0 | Error e -> failed "get" e)
+      match open_nodes get_lanes [] with
+      | Error m -> refused "%s" m
+      | Ok nodes ->
+          Fun.protect ~finally:(fun () -> List.iter R.close nodes) @@ fun () ->
+          let lanes = Array.of_list (List.map (fun n ~idempotent h d k -> R.trans n ~idempotent h d k) nodes) in
+          let run cond = if not (cond ()) then Loop.run ~until:cond loop in
+          set_binary_mode_out stdout true;
+          let bar = ref None in
+          let progress n total =
+            let draw = match !bar with Some (d, _) -> d | None -> let b = progress_bar ~total in bar := Some b; fst b in
+            draw n
+          in
+          let r = Fs_client.get_pipelined lanes ~run ~progress cap (output_string stdout) in
+          (match !bar with Some (_, clear) -> clear () | None -> ());
+          flush stdout;
+          match r with Ok _ -> 0 | Error e -> failed "get" e)
 
 let simple what f locate cap =
   match parse_cap cap with

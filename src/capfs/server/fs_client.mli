@@ -56,6 +56,24 @@ val get : trans -> ?progress:(int -> int -> unit) -> Cap.t -> (string -> unit) -
 (** [get trans cap output] reads the whole file, giving its bytes to
     [output] in order, and is its size. [progress done total]. *)
 
+type async_trans =
+  idempotent:bool -> Header.t -> string -> ((Header.t * string, Rpc_error.t) result -> unit) -> unit
+(** A [trans] that answers through a callback, such as [Rpc.Make(T).trans]. *)
+
+val get_pipelined :
+  async_trans array ->
+  run:((unit -> bool) -> unit) ->
+  ?progress:(int -> int -> unit) ->
+  Cap.t ->
+  (string -> unit) ->
+  (int, error) result
+(** [get_pipelined lanes ~run cap output] is {!get} with one read
+    outstanding on each lane (give each lane its own session, such as its
+    own RPC node, so that the server works on the next read while the
+    client takes in the last); [run cond] must run the lanes' event loop
+    until [cond ()]. Reads are of {!Fs_proto.max_read} bytes, given to
+    [output] in order; at most one per lane is held. *)
+
 val size : trans -> Cap.t -> (int, error) result
 val read : trans -> Cap.t -> off:int -> len:int -> (string, error) result
 val restrict : trans -> Cap.t -> Rights.t -> (Cap.t, error) result
