@@ -387,6 +387,21 @@ let fast_path () =
     let fast = Cstruct.to_string (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len) in
     let slow = Codec.encode_string Wire.inner (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len }) in
     Alcotest.(check string) "same bytes" slow fast;
+    (match Wire.peek_frag (Cstruct.of_string fast) with
+    | Some (d, x, t, o, h, c) ->
+        Alcotest.(check bool) "peek: fields" true (d = dir && x = xid && t = total && o = offset && h = header);
+        Alcotest.(check string) "peek: chunk" (String.sub data off len) (Cstruct.to_string c)
+    | None -> Alcotest.fail "peek_frag: not recognised");
+    (* Cut short or lengthened, it is not a fragment (nor for the codec). *)
+    let cut = String.sub fast 0 (String.length fast - 1) and longer = fast ^ "x" in
+    List.iter
+      (fun bad ->
+        Alcotest.(check bool) "peek agrees with the codec" true
+          (Wire.peek_frag (Cstruct.of_string bad) = None
+          && match Codec.decode_string Wire.inner bad with Ok (Wire.Frag _) -> false | _ -> true))
+      [ cut; longer ];
+    Alcotest.(check bool) "an ack is not a fragment" true
+      (Wire.peek_frag (Cstruct.of_string (Codec.encode_string Wire.inner (Wire.Ack { dir; xid; upto = offset }))) = None);
     let session = Crypto.random ~g 8 and seq = Random.State.int64 rs Int64.max_int in
     let sealed = String.make (16 + Random.State.int rs 50) 'z' in
     let whole = Bytes.to_string (Wire.data_header ~up:(dir = Wire.Req) ~session ~seq) ^ sealed in
