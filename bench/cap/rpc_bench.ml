@@ -207,22 +207,34 @@ let grpc_peer ~calls ~transfers =
       Fun.protect ~finally:(fun () -> try Sys.remove exe with Sys_error _ -> ()) @@ fun () ->
       Fmt.pr "  (building the gRPC peer from the Go module proxy...)@.";
       let* _ = command_output [| "/bin/sh"; "-c"; Printf.sprintf "cd %s && %s build -mod=readonly -o %s . 2>&1" (Filename.quote src) (Filename.quote go) (Filename.quote exe) |] in
-      let* out = command_output [| exe; string_of_int calls; string_of_int transfers |] in
-      match
-        Scanf.sscanf (String.trim out) "{\"plain\":{\"null_us\":%f,\"trans_mbps\":%f},\"tls\":{\"null_us\":%f,\"trans_mbps\":%f}}"
-          (fun a b c d -> { plain_null_us = a; plain_mbps = b; tls_null_us = c; tls_mbps = d })
-      with
-      | g -> Ok g
-      | exception _ -> Error ("unexpected output from the gRPC peer: " ^ out))
+      (* One thread running Go code, as our client and server share one
+         event loop; then as Go runs by default, on every core. *)
+      let once procs =
+        let env = match procs with Some p -> [| "/usr/bin/env"; "GOMAXPROCS=" ^ string_of_int p |] | None -> [||] in
+        let* out = command_output (Array.append env [| exe; string_of_int calls; string_of_int transfers |]) in
+        match
+          Scanf.sscanf (String.trim out) "{\"plain\":{\"null_us\":%f,\"trans_mbps\":%f},\"tls\":{\"null_us\":%f,\"trans_mbps\":%f}}"
+            (fun a b c d -> { plain_null_us = a; plain_mbps = b; tls_null_us = c; tls_mbps = d })
+        with
+        | g -> Ok g
+        | exception _ -> Error ("unexpected output from the gRPC peer: " ^ out)
+      in
+      let* one = once (Some 1) in
+      let* all = once None in
+      Ok (one, all))
 
 let print_grpc r = function
   | Error e -> Fmt.pr "  gRPC peer: not run (%s)@." e
-  | Ok g ->
-      Fmt.pr "  gRPC (Go, unary, same placement, over TCP):@.";
-      Fmt.pr "    null call  plain %6.1f us   TLS 1.3 %6.1f us   ours / gRPC-TLS %.2f@." g.plain_null_us g.tls_null_us
-        (r.null_us /. g.tls_null_us);
-      Fmt.pr "    1 MB call  plain %6.1f MB/s TLS 1.3 %6.1f MB/s ours / gRPC-TLS %.2f@." g.plain_mbps g.tls_mbps
-        (r.trans_mbps /. g.tls_mbps)
+  | Ok (one, all) ->
+      let show what g =
+        Fmt.pr "  gRPC (Go, unary, over TCP on 127.0.0.1), %s:@." what;
+        Fmt.pr "    null call  plain %6.1f us   TLS 1.3 %6.1f us   ours / gRPC-TLS %.2f@." g.plain_null_us g.tls_null_us
+          (r.null_us /. g.tls_null_us);
+        Fmt.pr "    1 MB call  plain %6.1f MB/s TLS 1.3 %6.1f MB/s ours / gRPC-TLS %.2f@." g.plain_mbps g.tls_mbps
+          (r.trans_mbps /. g.tls_mbps)
+      in
+      show "same placement (GOMAXPROCS=1: one thread, as our one event loop)" one;
+      show "as Go runs by default (every core)" all
 
 let print r =
   Fmt.pr "Capability RPC over kernel UDP, client and server in one process on 127.0.0.1@.";

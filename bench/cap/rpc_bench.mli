@@ -10,7 +10,9 @@
     cipher's own rate, which bounds the throughput ratio. Then the
     same null call and 1 MB request with gRPC (a Go program in
     [bench/cap/grpc], built by the benchmark from the Go module proxy),
-    over plain TCP and over TLS 1.3, in the same placement. *)
+    over plain TCP and over TLS 1.3: in the same placement (client and
+    server in one process, [GOMAXPROCS=1]: one thread runs Go code, as one
+    event loop runs ours), then as Go runs by default, on every core. *)
 
 type figures = {
   null_us : float;  (** median null RPC, microseconds *)
