@@ -221,6 +221,11 @@ let test_pipelined () =
   | Error e -> Alcotest.failf "expected a cut, got %a" C.pp_error e
   | Ok _ -> Alcotest.fail "expected a cut");
   Alcotest.(check bool) "a prefix" true (out = String.sub data 0 P.max_read);
+  (* The same with the sequential get. *)
+  let failing ~idempotent h d = match fail h with Some e -> Error e | None -> trans ~idempotent h d in
+  (match C.get failing cap ignore with
+  | Error (`Cut (k, `Failure _)) -> Alcotest.(check int) "sequential: cut after the first read" P.max_read k
+  | _ -> Alcotest.fail "sequential get: expected a cut");
   pending := [];
   let alter d = if String.length d > 1 then String.sub d 1 (String.length d - 1) else d in
   (match read [| lane ~alter (); lane ~alter () |] with
