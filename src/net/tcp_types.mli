@@ -60,6 +60,10 @@ type config = {
       (** challenge ACKs per second and connection (RFC 5961 section 7), at
           most; each second's budget is drawn between half of it and it *)
   congestion : congestion;  (** of connections opened from now on *)
+  rack : bool;
+      (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss
+          detection and tail loss probes; off, loss is detected by
+          duplicate ACKs (RFC 6675) and tail losses wait for the RTO *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
   min_mss : int;
       (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48):
@@ -105,6 +109,7 @@ type conn_info = {
   segments_retransmitted : int;
   fast_retransmits : int;
   timeouts : int;
+  probes : int;  (** tail loss probes sent (RFC 8985 section 7) *)
   ooo_segments : int;  (** segments in the out-of-order queue *)
   soft_error : string option;  (** the last ICMP soft error about the connection *)
 }
