@@ -279,8 +279,8 @@ struct
   let rack_on tcb = tcb.cfg.rack && tcb.sack_ok
 
   (* The loss probe's timer (RFC 8985 section 7.2): two smoothed RTTs, plus
-     the worst delayed ACK when one segment is out; not armed when the RTO
-     comes first, in recovery, or while a probe's episode lasts. *)
+     the worst delayed ACK when one segment is out, at most the RTO; not
+     armed in recovery, or while a probe's episode lasts. *)
   let arm_tlp tcb =
     tcb.t_tlp <- never;
     if
@@ -296,8 +296,9 @@ struct
             if Tcp_seq.sub tcb.snd_max tcb.snd_una <= smss tcb then pto + Time.of_ms 200
             else pto + Time.of_ms 2
           in
-          let d = now () + pto in
-          if d < tcb.t_rtx then tcb.t_tlp <- d
+          (* Never later than the RTO: the probe goes in its place (as
+             Linux), without the backoff and the collapse of the window. *)
+          tcb.t_tlp <- min (now () + pto) (tcb.t_rtx - 1)
 
   (* {2 Output} *)
 

@@ -4,6 +4,7 @@ type seg = {
   mutable s : Tcp_seq.t;
   mutable e : Tcp_seq.t;
   mutable xmit : Time.t;
+  mutable order : int;  (** transmissions before it: orders those at the same time *)
   mutable rexmit : bool;
   mutable lost : bool;
   mutable delivered : bool;
@@ -16,6 +17,8 @@ type t = {
   mutable hi : int;
   mutable r_xmit : Time.t;  (** RACK.xmit_ts: the most recently sent delivered segment *)
   mutable r_end : Tcp_seq.t;  (** RACK.end_seq *)
+  mutable r_order : int;
+  mutable sends : int;
   mutable r_rtt : Time.t;  (** RACK.rtt *)
   mutable have_rack : bool;
   mutable fack : Tcp_seq.t;  (** the highest delivered end *)
@@ -25,7 +28,7 @@ type t = {
   mutable mult : int;
 }
 
-let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; rexmit = false; lost = false; delivered = false; fin = false }
+let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false }
 
 let create () =
   {
@@ -34,6 +37,8 @@ let create () =
     hi = 0;
     r_xmit = 0;
     r_end = Tcp_seq.zero;
+    r_order = 0;
+    sends = 0;
     r_rtt = 0;
     have_rack = false;
     fack = Tcp_seq.zero;
@@ -93,6 +98,8 @@ let find t s =
 
 let sent ?(fin = false) t ~seq ~end_ ~now =
   if Tcp_seq.lt seq end_ then begin
+    t.sends <- t.sends + 1;
+    let order = t.sends in
     let top = if t.hi > t.lo then Some t.segs.(t.hi - 1).e else None in
     match top with
     | Some top when Tcp_seq.lt seq top ->
@@ -106,17 +113,18 @@ let sent ?(fin = false) t ~seq ~end_ ~now =
           let g = t.segs.(!i) in
           if Tcp_seq.gt g.e end_ then split t !i end_;
           g.xmit <- now;
+          g.order <- order;
           g.rexmit <- true;
           g.lost <- false;
           incr i
         done;
         if Tcp_seq.gt end_ top then begin
-          t.segs.(t.hi) <- { s = top; e = end_; xmit = now; rexmit = false; lost = false; delivered = false; fin };
+          t.segs.(t.hi) <- { s = top; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin };
           t.hi <- t.hi + 1
         end
     | _ ->
         reserve t 1;
-        t.segs.(t.hi) <- { s = seq; e = end_; xmit = now; rexmit = false; lost = false; delivered = false; fin };
+        t.segs.(t.hi) <- { s = seq; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin };
         t.hi <- t.hi + 1
   end
 
@@ -127,12 +135,10 @@ let delivered t g ~now =
   if g.rexmit && rtt < t.min_rtt then ()
   else begin
     if not g.rexmit then t.min_rtt <- min t.min_rtt rtt;
-    if
-      (not t.have_rack) || g.xmit > t.r_xmit
-      || (g.xmit = t.r_xmit && Tcp_seq.gt g.e t.r_end)
-    then begin
+    if (not t.have_rack) || g.xmit > t.r_xmit || (g.xmit = t.r_xmit && g.order > t.r_order) then begin
       t.have_rack <- true;
       t.r_xmit <- g.xmit;
+      t.r_order <- g.order;
       t.r_end <- g.e;
       t.r_rtt <- rtt
     end
@@ -190,7 +196,7 @@ let detect t ~now ~reo_wnd =
       let g = t.segs.(i) in
       if
         (not g.delivered) && (not g.lost)
-        && (g.xmit < t.r_xmit || (g.xmit = t.r_xmit && Tcp_seq.lt g.e t.r_end))
+        && (g.xmit < t.r_xmit || (g.xmit = t.r_xmit && g.order < t.r_order))
       then begin
         let remaining = g.xmit + t.r_rtt + reo_wnd - now in
         if remaining <= 0 then begin
