@@ -124,7 +124,10 @@ struct
     mutable fin_received : bool;
     (* Options. *)
     rcv_mss : int;
-    mutable lower_max : int;
+    mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
+    mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
+    mutable n_mtu_probes : int;
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -482,6 +485,67 @@ struct
     else if avail = 0 && fin_pending then Some 0
     else None
 
+  (* {2 Path MTU probing (RFC 8899 section 5, RFC 4821)} *)
+
+  (* The search stops when the size in use is this close to the smallest
+     known too big. *)
+  let probe_margin = 16
+
+  (* The smallest segment the search goes down to. *)
+  let pmtu_floor tcb = tcb.cfg.min_mss + Tcp_wire.min_header + if tcb.ts_ok then 12 else 0
+
+  (* While the search is open, one segment of the middle size, of new
+     data: only when there is enough to fill it and both windows allow it,
+     never in recovery, one at a time. *)
+  let send_mtu_probe tcb =
+    if
+      tcb.cfg.plpmtud && tcb.mtu_probe = None && (not tcb.in_recovery)
+      && (tcb.state = Established || tcb.state = Close_wait)
+      && tcb.pmtu_high - tcb.lower_max > probe_margin
+      && tcb.lower_max - Tcp_wire.min_header < tcb.peer_mss
+      && Tcp_seq.geq tcb.snd_nxt tcb.snd_max
+    then begin
+      let size = min ((tcb.lower_max + tcb.pmtu_high) / 2) (tcb.peer_mss + Tcp_wire.min_header) in
+      let len = size - Tcp_wire.min_header - options_len tcb in
+      let avail = Tcp_seq.sub (data_end tcb) tcb.snd_nxt in
+      let wnd = Tcp_seq.sub (Tcp_seq.add tcb.snd_una tcb.snd_wnd) tcb.snd_nxt in
+      let cwnd = Tcp_cc.cwnd tcb.cc - Tcp_seq.sub tcb.snd_nxt tcb.snd_una in
+      if size > tcb.lower_max && len > capacity tcb && avail >= len && wnd >= len && cwnd >= len
+      then begin
+        let s = tcb.snd_nxt in
+        let e = send_data tcb ~seq:s ~len in
+        tcb.snd_nxt <- e;
+        tcb.mtu_probe <- Some (s, e, size);
+        tcb.n_mtu_probes <- tcb.n_mtu_probes + 1;
+        Log.debug (fun m -> m "%a: path MTU probe of %d bytes" pp_connection tcb size);
+        true
+      end
+      else false
+    end
+    else false
+
+  let mtu_probe_failed tcb =
+    match tcb.mtu_probe with
+    | Some (_, _, size) ->
+        tcb.mtu_probe <- None;
+        tcb.pmtu_high <- min tcb.pmtu_high size;
+        Log.debug (fun m -> m "%a: path MTU probe of %d bytes lost" pp_connection tcb size)
+    | None -> ()
+
+  (* The probe arrived (acknowledged or SACKed): the path carries it. *)
+  let mtu_probe_check tcb =
+    match tcb.mtu_probe with
+    | Some (s, e, size)
+      when Tcp_seq.geq tcb.snd_una e
+           || tcb.sack_ok
+              && Tcp_sack.unsacked_between tcb.sack (Tcp_seq.max s tcb.snd_una)
+                   (Tcp_seq.min e (data_end tcb))
+                 = 0 ->
+        tcb.mtu_probe <- None;
+        if size > tcb.lower_max then tcb.lower_max <- size;
+        Log.debug (fun m -> m "%a: path MTU probe of %d bytes arrived" pp_connection tcb size)
+    | _ -> ()
+
   let limited_transmit tcb = if tcb.in_recovery then 0 else min tcb.dupacks 2 * smss tcb
 
   let output ?(force = false) tcb =
@@ -538,6 +602,8 @@ struct
               if !force then max_int
               else Tcp_cc.cwnd tcb.cc + limited_transmit tcb - Tcp_seq.sub tcb.snd_nxt tcb.snd_una
             in
+            if (not !force) && send_mtu_probe tcb then sent := true
+            else
             match next_new tcb ~budget ~force:!force with
             | Some len ->
                 let seq = tcb.snd_nxt in
@@ -935,6 +1001,9 @@ struct
         fin_received = false;
         rcv_mss;
         lower_max;
+        pmtu_high = lower_max + 1;
+        mtu_probe = None;
+        n_mtu_probes = 0;
         peer_mss = 536;
         offer_ws = cfg.window_scale;
         offer_sack = cfg.sack;
@@ -1003,7 +1072,7 @@ struct
   (* Fast retransmit and recovery: after three duplicate ACKs, SACKed data
      past the lost (RFC 6675 IsLost), or a loss RACK detected ([rack]:
      then what RACK marked lost goes at once). *)
-  let enter_recovery ?(rack = false) tcb =
+  let enter_recovery ?(rack = false) ?(cc = true) tcb =
     let smss = smss tcb in
     let flight_before = flight tcb in
     tcb.recover <- tcb.snd_max;
@@ -1017,7 +1086,10 @@ struct
       | _ -> len
     in
     Log.debug (fun m -> m "%a: fast retransmit at %a" pp_connection tcb Tcp_seq.pp una);
-    Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok;
+    (match tcb.mtu_probe with
+    | Some (s, _, _) when Tcp_seq.equal s una -> mtu_probe_failed tcb
+    | _ -> ());
+    if cc then Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok;
     tcb.t_tlp <- never;
     tcb.tlp_end <- None;
     if rack then output ~force:true tcb
@@ -1038,7 +1110,17 @@ struct
       tcb.t_reo <- (match next with Some d -> d | None -> never);
       if lost > 0 then begin
         Log.debug (fun m -> m "%a: RACK: %d lost" pp_connection tcb lost);
-        if not tcb.in_recovery then enter_recovery ~rack:true tcb
+        (* A lost path MTU probe says the path's size, not congestion
+           (RFC 4821 section 7.5): alone, it is sent again smaller, the
+           window kept. *)
+        let probe_lost =
+          match tcb.mtu_probe with
+          | Some (s, _, _) when Tcp_rack.is_lost tcb.rack s ->
+              mtu_probe_failed tcb;
+              true
+          | _ -> false
+        in
+        if not tcb.in_recovery then enter_recovery ~rack:true ~cc:(not (probe_lost && lost = 1)) tcb
       end
     end
 
@@ -1131,6 +1213,14 @@ struct
             fail tcb `Timeout
           end
           else begin
+            if tcb.mtu_probe <> None then mtu_probe_failed tcb
+            else if tcb.cfg.plpmtud && tcb.retries >= 2 && tcb.lower_max > pmtu_floor tcb then begin
+              (* A black hole (RFC 8899 section 4.3): the same segment lost
+                 twice to the timer; smaller segments, then the search. *)
+              tcb.pmtu_high <- min tcb.pmtu_high tcb.lower_max;
+              tcb.lower_max <- max (pmtu_floor tcb) (tcb.lower_max / 2);
+              Log.debug (fun m -> m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
+            end;
             let smss = smss tcb in
             Tcp_cc.on_rto tcb.cc ~flight:(flight tcb) ~smss ~first:(Tcp_rto.backoffs tcb.rto = 0);
             tcb.in_recovery <- false;
@@ -1284,6 +1374,8 @@ struct
             let mtu = max (tcb.cfg.min_mss + Tcp_wire.min_header) mtu in
             if mtu < tcb.lower_max then begin
               tcb.lower_max <- mtu;
+              tcb.pmtu_high <- min tcb.pmtu_high (mtu + 1);
+              tcb.mtu_probe <- None;
               if Tcp_seq.lt tcb.snd_una tcb.snd_max && can_send_data tcb then begin
                 tcb.snd_nxt <- tcb.snd_una;
                 output ~force:true tcb
@@ -1944,6 +2036,7 @@ struct
         end
       end
     end;
+    if advanced || newly_sacked > 0 then mtu_probe_check tcb;
     if rack_on tcb then begin
       if !dsack_seen then Tcp_rack.dsack tcb.rack;
       tlp_episode tcb h ~dsack:!dsack_seen;
@@ -2316,6 +2409,8 @@ struct
       fast_retransmits = tcb.n_fast;
       timeouts = tcb.n_timeouts;
       probes = tcb.n_probes;
+      path_mtu = tcb.lower_max;
+      mtu_probes = tcb.n_mtu_probes;
       ooo_segments = Tcp_reass.segments tcb.reass;
       soft_error = tcb.soft_error;
     }

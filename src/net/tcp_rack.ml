@@ -224,6 +224,10 @@ let next_lost t =
   in
   go t.lo
 
+let is_lost t s =
+  let i = find t s in
+  i < t.hi && Tcp_seq.leq t.segs.(i).s s && t.segs.(i).lost && not t.segs.(i).delivered
+
 let pipe t =
   let n = ref 0 in
   for i = t.lo to t.hi - 1 do

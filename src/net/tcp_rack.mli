@@ -55,6 +55,9 @@ val mark_all_lost : t -> unit
 val next_lost : t -> (Tcp_seq.t * int) option
 (** The lowest segment marked lost and not retransmitted since. *)
 
+val is_lost : t -> Tcp_seq.t -> bool
+(** [is_lost t s] holds when the segment holding [s] is marked lost. *)
+
 val pipe : t -> int
 (** Bytes thought in flight: recorded, not delivered, not lost (or
     retransmitted since marked lost). *)

@@ -68,6 +68,7 @@ type config = {
   challenge_ack_limit : int;
   congestion : congestion;
   rack : bool;
+  plpmtud : bool;
   syn_cookies : bool;
   min_mss : int;
   orphan_retries : int;
@@ -99,6 +100,7 @@ let default_config =
     challenge_ack_limit = 10;
     congestion = New_reno;
     rack = true;
+    plpmtud = true;
     syn_cookies = true;
     min_mss = 48;
     orphan_retries = 8;
@@ -138,6 +140,8 @@ type conn_info = {
   fast_retransmits : int;
   timeouts : int;
   probes : int;
+  path_mtu : int;
+  mtu_probes : int;
   ooo_segments : int;
   soft_error : string option;
 }

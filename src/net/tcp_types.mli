@@ -64,6 +64,11 @@ type config = {
       (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss
           detection and tail loss probes; off, loss is detected by
           duplicate ACKs (RFC 6675) and tail losses wait for the RTO *)
+  plpmtud : bool;
+      (** packetization-layer path MTU discovery (RFC 8899, RFC 4821): a
+          segment lost to two timeouts in a row makes the segments smaller
+          (a black hole: a path that drops large packets and says nothing),
+          then probes with larger ones find the size the path carries *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
   min_mss : int;
       (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48):
@@ -110,6 +115,8 @@ type conn_info = {
   fast_retransmits : int;
   timeouts : int;
   probes : int;  (** tail loss probes sent (RFC 8985 section 7) *)
+  path_mtu : int;  (** the largest segment (header included) the path is taken to carry *)
+  mtu_probes : int;  (** path MTU probes sent (RFC 8899) *)
   ooo_segments : int;  (** segments in the out-of-order queue *)
   soft_error : string option;  (** the last ICMP soft error about the connection *)
 }

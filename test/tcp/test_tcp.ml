@@ -13,4 +13,5 @@ let () =
       ("hostile", Test_fuzz.tests);
       ("stacks", Test_stacks.tests);
       ("rack", Test_rack.tests);
+      ("pmtu", Test_pmtu.tests);
     ]

@@ -78,7 +78,7 @@ let tcp_on (up : Up.t) : (module TCP_IP) =
     let rng = Rng.create 4242
     let pool = up.pool
   end in
-  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp =
     match T.create ~config up.stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e
   in
