@@ -687,10 +687,31 @@ let icmp_frag_needed () =
     true
     (sizes <> [] && List.for_all (fun n -> n <= 536) sizes)
 
+(* The same through ICMPv6 packet too big (TCP over IPv6): the MTU less
+   the 40-byte IPv6 header; port unreachable is hard, time exceeded soft;
+   and nothing without 8 bytes of quoted header. *)
+let icmp6_to_tcp () =
+  let quoted = "\x00\x50\x13\x88\x00\x00\x10\x00" in
+  let kind e = Option.map (fun (t : Tcp_icmp.t) -> t.kind) (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = e; quoted })) in
+  Alcotest.(check bool) "packet too big 1280: 1240 for TCP" true (kind (Packet_too_big 1280) = Some (Frag_needed 1240));
+  Alcotest.(check bool) "port unreachable: hard" true
+    (match kind (Unreachable 4) with Some (Hard _) -> true | _ -> false);
+  Alcotest.(check bool) "time exceeded: soft" true
+    (match kind (Time_exceeded 0) with Some (Soft _) -> true | _ -> false);
+  (match Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted }) with
+  | Some t ->
+      Alcotest.(check int) "ports from the quoted header" 80 t.src_port;
+      Alcotest.(check int) "the other port" 5000 t.dst_port;
+      Alcotest.(check int) "the sequence number" 0x1000 (Tcp_seq.to_int t.seq)
+  | None -> Alcotest.fail "not read");
+  Alcotest.(check bool) "too short a quote" true
+    (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted = "abc" }) = None)
+
 let tests =
   tests
   @ [
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick icmp_frag_needed;
+      Alcotest.test_case "ICMPv6 errors as TCP reads them" `Quick icmp6_to_tcp;
     ]

@@ -78,6 +78,38 @@ let over_ip w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_a
     let tcp = tcp
   end)
 
+(* TCP over IPv6 through the same functor: the IPv6 pseudo-header
+   checksum, ICMPv6 errors read by {!Tcp_icmp.of_ipv6}. *)
+let over_ip6 w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv6_addr.t) =
+  let ip6 =
+    Ipstack.Ip6.create ~address:Ipv6_addr.Prefix.{ addr = local; len = 64 } ~clock:w.clock ~pool:w.pool s.eth
+  in
+  let module P = struct
+    type host = Ipv6_addr.t
+    type lower_address = Ipv6.address
+    type lower_pattern = Ipv6.address_pattern
+
+    let local = local
+    let lower_address h = { Ipv6.dst = h; proto = 6 }
+    let lower_pattern = { Ipv6.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv6_addr.equal
+    let pp_host = Ipv6_addr.pp
+    let clock = w.clock
+    let rng = Rng.create seed
+    let pool = w.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip6) (P) in
+  let tcp = Result.get_ok (T.create ~icmp:Tcp_icmp.of_ipv6 ip6) in
+  (module struct
+    type host = Ipv6_addr.t
+
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+  end)
+
 let over_ethernet w (s : Ipstack.t) local ~seed : (module NODE with type host = Mac_addr.t) =
   let module P = struct
     type host = Mac_addr.t
@@ -179,6 +211,20 @@ let black_hole_ipv4 () =
   Alcotest.(check bool) "the black hole swallowed the first segments" true (!dropped > 0);
   Alcotest.(check bool) "and few others (probes)" true (!dropped < 40)
 
+let ip6_a = Ipv6_addr.of_string_exn "fd01::a"
+let ip6_b = Ipv6_addr.of_string_exn "fd01::b"
+
+let over_ipv6 () =
+  let w =
+    world ~seed:6
+      { Impair.none with drop = 0.02; duplicate = 0.02; reorder = 0.05; corrupt = 0.02; reorder_delay = Time.of_ms 3; delay = Time.of_ms 1 }
+  in
+  let a = over_ip6 w w.a ip6_a ~seed:1 and b = over_ip6 w w.b ip6_b ~seed:2 in
+  let sa, sb = bulk w a b ip6_b (2 * 1024 * 1024) in
+  Alcotest.(check bool) "corrupted segments caught by the checksum" true
+    (sa.bad_checksum + sb.bad_checksum > 0);
+  Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
+
 let over_raw_ethernet () =
   let w = world ~seed:4 { Impair.none with drop = 0.02; duplicate = 0.02; delay = Time.of_ms 1 } in
   let a = over_ethernet w w.a mac_a ~seed:1 and b = over_ethernet w w.b mac_b ~seed:2 in
@@ -190,5 +236,6 @@ let tests =
   [
     Alcotest.test_case "over IPv4 and Ethernet, with loss, duplication, reordering, corruption" `Quick over_ipv4;
     Alcotest.test_case "straight over Ethernet, checksums off (Fox Fig. 2)" `Quick over_raw_ethernet;
+    Alcotest.test_case "over IPv6 (same functor), with loss, duplication, reordering, corruption" `Quick over_ipv6;
     Alcotest.test_case "over IPv4: DF on every segment; a black hole found by probing" `Quick black_hole_ipv4;
   ]
