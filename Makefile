@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak mutants clean
+.PHONY: all deps build demo test bench soak mutants fuzz clean
 
 all: build
 
@@ -36,6 +36,11 @@ soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
 	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged rpc-at-most-once fs-crash; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+
+# Every decoder on the network path under AFL++ (installed when missing),
+# FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.
+fuzz: build
+	@./scripts/fuzz.sh
 
 # Deliberate bugs from test/mutants/, each applied to a temporary copy of the
 # tree; every one must be killed by the tests it names.

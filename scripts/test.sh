@@ -87,6 +87,8 @@ done
 for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
+# Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
+jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the

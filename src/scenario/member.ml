@@ -161,6 +161,15 @@ let classify fd =
       Nothing
   | _ -> Watched
 
+(* One line on standard error: every non-zero counter, LAYER.NAME=VALUE. *)
+let print_counters g =
+  let items =
+    List.concat_map
+      (fun (layer, kvs) -> List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) kvs)
+      (G.counters g)
+  in
+  Printf.eprintf "counters %s\n%!" (String.concat " " items)
+
 let run cfg =
   match Consort_group.Properties.layers cfg.props with
   | Error e -> Error (Bad_props (Fmt.str "%a" Consort_group.Properties.pp_error e))
@@ -277,11 +286,16 @@ let run cfg =
                   G.leave g
                 end
               in
-              let term = ref false in
+              let term = ref false and usr1 = ref false in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> term := true));
               Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> term := true));
+              Sys.set_signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> usr1 := true));
               let rec poll () =
                 if !term then leave ();
+                if !usr1 then begin
+                  usr1 := false;
+                  print_counters g
+                end;
                 if not !exited then ignore (Loop.after loop (Time.of_ms 20) poll)
               in
               poll ();
@@ -375,5 +389,6 @@ let run cfg =
                              read it as a file. *)
                           read_directly ()));
               Loop.run loop ~until:(fun () -> !exited);
+              print_counters g;
               Option.iter close_out log_oc;
               Ok ())))
