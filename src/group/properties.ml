@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total
 
-let all = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let vsync = all
+let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
+let all = vsync @ [ Total ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -13,6 +13,7 @@ let to_string = function
   | Suspect -> "Suspect"
   | Flow -> "Flow"
   | Slander -> "Slander"
+  | Total -> "Total"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -47,6 +48,9 @@ let layers ps =
     let l =
       List.concat
         [
+          (* Ordering layers above the flush, which hands every member
+             that goes on the same casts, theirs included. *)
+          (if has Total then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
