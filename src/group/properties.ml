@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total ]
+let all = vsync @ [ Total; Causal; Agree ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -14,6 +14,8 @@ let to_string = function
   | Flow -> "Flow"
   | Slander -> "Slander"
   | Total -> "Total"
+  | Causal -> "Causal"
+  | Agree -> "Agree"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -31,10 +33,11 @@ let of_string s =
     Result.bind acc (fun ps ->
         match String.lowercase_ascii item with
         | "vsync" -> Ok (ps @ vsync)
+        | "safe" -> Ok (ps @ [ Agree ])
         | l -> (
             match List.find_opt (fun p -> String.lowercase_ascii (to_string p) = l) all with
             | Some p -> Ok (ps @ [ p ])
-            | None -> Error (Unknown { name = item; known = "vsync" :: List.map to_string all })))
+            | None -> Error (Unknown { name = item; known = ("vsync" :: List.map to_string all) @ [ "Safe" ] })))
   in
   match List.fold_left one (Ok []) items with
   | Ok [] -> Error Empty
@@ -50,6 +53,8 @@ let layers ps =
         [
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
+          (if has Agree then [ Agree.layer ] else []);
+          (if has Causal then [ Causal.layer ] else []);
           (if has Total then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);

@@ -14,6 +14,8 @@ type t =
   | Flow  (** window and credit flow control *)
   | Slander  (** share suspicions among members *)
   | Total  (** casts delivered in one order at every member ({!Total}); needs [vsync] *)
+  | Causal  (** casts delivered in causal order ({!Causal}); needs [vsync] *)
+  | Agree  (** safe delivery ({!Agree}; ["Safe"] is accepted for it); needs [vsync] *)
 
 val all : t list
 val vsync : t list

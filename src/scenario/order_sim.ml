@@ -15,8 +15,8 @@ let check name f logs =
   | Error vs -> List.map (fun v -> Fmt.str "%s: %a" name Order.pp_violation v) vs
 
 let total = check "total" Order.check_total
-let _causal = check "causal" Order.check_causal
-let _safe = check "safe" Order.check_safe
+let causal = check "causal" Order.check_causal
+let safe = check "safe" Order.check_safe
 
 (* The process whose member is the first of the view of the first live
    member: the coordinator, which orders with the sequencer. *)
@@ -92,6 +92,14 @@ let scenarios =
       "total order with the rotating token: 5 members, crashes, a 2/3 partition heals, joins, a leave, bursts \
        at each view change; 3% loss",
       mixed ~props:with_total ~defaults:[ ("total.protocol", Params.String "token") ] ~checks:[ total ] );
+    ( "causal",
+      "causal order with compressed vector timestamps: 5 members, crashes, a 2/3 partition heals, joins, a \
+       leave, bursts at each view change; 3% loss",
+      mixed ~props:(P.vsync @ [ P.Causal ]) ~defaults:[] ~checks:[ causal ] );
+    ( "safe",
+      "safe delivery (Agree): 5 members, crashes, a 2/3 partition heals, joins, a leave, bursts at each view \
+       change; 3% loss",
+      mixed ~props:(P.vsync @ [ P.Agree ]) ~defaults:[] ~checks:[ safe ] );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios
