@@ -79,8 +79,9 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
 done
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
 jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
-# Ordered delivery on the vsync stack: total order (sequencer, token).
-for s in total-seq total-token; do
+# Ordered delivery on the vsync stack: total order (sequencer, token),
+# causal order, safe delivery.
+for s in total-seq total-token causal safe; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${ORDER_SEEDS:-1000}")
 done
 # The same schedules with small windows and short timeouts.

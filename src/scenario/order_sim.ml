@@ -76,8 +76,8 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
   let restart = Rng.int rng 5 in
   event (cut + s 8.) (fun () -> if not (V.is_alive w restart) then V.start w restart);
   event (s 9. + Rng.int rng (s 1.)) (fun () -> if Rng.int rng 3 = 0 then V.leave w (Rng.int rng 5));
-  V.workload w ~from:(s 1.) ~until:(cut + s 10.) ~count:220;
-  Consort_engine.Sim.run ~until:(cut + s 40.) (V.net w);
+  V.workload w ~from:(s 1.) ~until:(cut + s 10.) ~count:160;
+  Consort_engine.Sim.run ~until:(cut + s 20.) (V.net w);
   V.finish ~extra:(V.not_wedged w) ~checks w
 
 let with_total = P.vsync @ [ P.Total ]

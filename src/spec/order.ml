@@ -39,7 +39,7 @@ let pp_violation ppf = function
   | Not_safe { member; line; view; cast; absent } ->
       Fmt.pf ppf
         "[%s] line %d: safe delivery: delivered %a in view %s before its block, but member %s of the view, \
-         which did not crash, never delivered it there"
+         which went on, never delivered it there"
         member line pp_cast cast view absent
 
 (* {1 Logs, by member and view} *)
@@ -53,7 +53,7 @@ type mview = {
   mutable evs : ev list;  (* newest first while reading *)
   mutable blocked : bool;
   mutable next : string option;  (* the view this member installed after this one *)
-  mutable went_on : bool;  (* the member has events after this view: a next view, an exit, a live line *)
+  mutable went_on : bool;  (* the member installed a next view, or is alive at the end in this one *)
 }
 
 type logs = {
@@ -98,7 +98,7 @@ let index logs =
                 | Some mv when mv.view = view -> mv.evs <- Got { c = { from; seq }; line; pre = not mv.blocked } :: mv.evs
                 | _ -> ())
             | Log.Block _ -> Option.iter (fun mv -> mv.blocked <- true) !cur
-            | Log.Exit _ | Log.Live _ -> Option.iter (fun mv -> mv.went_on <- true) !cur
+            | Log.Live _ -> Option.iter (fun mv -> mv.went_on <- true) !cur
             | _ -> ())
           evs
       end)

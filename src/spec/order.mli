@@ -7,15 +7,18 @@
     A member's deliveries in a view are those its log places in it; those
     before its [block] line in the view are its deliveries {e before the
     flush}. A member {e goes on} after a view if its log has a later view,
-    an exit or a live line (otherwise it crashed there).
+    or a live line in it (otherwise it crashed there, or left).
 
     - {b Total order}, [check_total]: members that go on from a view into
-      the same next view deliver the same sequence of casts in it; and one
-      order of the view's casts fits both that sequence and what every
-      member of the view delivered before its flush (members that end the
-      view apart, in a partition, may each order the casts that had no
-      place at the flush their own way, as Ensemble's sequencer does, but
-      not the ones delivered before).
+      the same next view deliver the same sequence of casts in it; one
+      order of the view's casts fits what every member of the view
+      delivered before its flush; and for each group of members that go
+      on together, one order fits their sequence and what the members
+      that crashed in the view delivered before their flush. (Members
+      that end a view apart, in a partition, may each order the casts
+      that had no place at the flush their own way, as Ensemble's
+      sequencer does: no protocol that delivers, in the view, the casts
+      of the members that go on can avoid that.)
     - {b Causal order}, [check_causal]: a member delivers a cast in a view
       only after every cast of that view that the cast's sender had
       delivered or cast before casting it, transitively.
@@ -23,7 +26,7 @@
       before its flush is delivered in that view by every member of the
       view that goes on (no member delivers, in the regular part of the
       view, a cast that some member of the view never gets, unless that
-      member crashed). *)
+      member crashed or left). *)
 
 type cast = { from : string; seq : int }
 
