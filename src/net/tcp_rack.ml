@@ -32,7 +32,7 @@ let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = 
 
 let create () =
   {
-    segs = Array.make 16 dummy;
+    segs = [||];
     lo = 0;
     hi = 0;
     r_xmit = 0;
@@ -189,22 +189,29 @@ let reo_wnd t ~in_recovery ~dupacks ~srtt =
   else if t.min_rtt = max_int then 0
   else min (t.mult * t.min_rtt / 4) srtt
 
+(* In sequence order, segments sent once were sent in that order, and a
+   retransmission went after the original of every segment above it: so
+   the first segment sent once and after RACK's ends the scan (which an
+   ACK of in-order data makes the first one: constant work). *)
 let detect t ~now ~reo_wnd =
   let n = ref 0 and timeout = ref None in
+  let i = ref t.lo in
   if t.have_rack then
-    for i = t.lo to t.hi - 1 do
-      let g = t.segs.(i) in
-      if
-        (not g.delivered) && (not g.lost)
-        && (g.xmit < t.r_xmit || (g.xmit = t.r_xmit && g.order < t.r_order))
-      then begin
-        let remaining = g.xmit + t.r_rtt + reo_wnd - now in
-        if remaining <= 0 then begin
-          g.lost <- true;
-          incr n
-        end
-        else
-          timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
+    while !i < t.hi do
+      let g = t.segs.(!i) in
+      let before = g.xmit < t.r_xmit || (g.xmit = t.r_xmit && g.order < t.r_order) in
+      if (not before) && not g.rexmit then i := t.hi
+      else begin
+        if before && (not g.delivered) && not g.lost then begin
+          let remaining = g.xmit + t.r_rtt + reo_wnd - now in
+          if remaining <= 0 then begin
+            g.lost <- true;
+            incr n
+          end
+          else
+            timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
+        end;
+        incr i
       end
     done;
   (!n, Option.map (fun r -> now + r) !timeout)
