@@ -298,6 +298,9 @@ let test_locate () =
   let code, out, _ = run ~env ([ "cap"; "fs"; "get"; trim b ] @ loc @ p) in
   Alcotest.(check bool) "get with --params" true (code = 0 && out = content)
 
+(* A client gives up on a silent server after 2 s rather than 5. *)
+let short_silence = "rpc.silence=2s"
+
 (* A get whose standard output nobody reads for a while: it blocks after
    its first 4 MiB read, on a session the test can then cut. *)
 let start_stalled_get ~env cap =
@@ -305,7 +308,7 @@ let start_stalled_get ~env cap =
   let err = Filename.temp_file "capfs-err" "" in
   let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
   let pid =
-    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "get"; cap |]
+    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "get"; cap; "--params"; short_silence |]
       (Array.append (Array.of_list env) (Unix.environment ()))
       Unix.stdin w e
   in
@@ -375,7 +378,8 @@ let test_put_killed () =
   let err = d / "put.err" in
   let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
   let pid =
-    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; fifo |]
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; fifo; "--params"; short_silence |]
       (Array.append (Array.of_list env) (Unix.environment ()))
       Unix.stdin Unix.stdout e
   in
