@@ -20,7 +20,9 @@ let failed what (e : Fs_client.error) =
   match Fs_client.outcome e with
   | `Refused -> refused "%s refused: %a" what Fs_client.pp_error e
   | `Unknown ->
-      Fmt.epr "consort: %s: outcome unknown: %a@." what Fs_client.pp_error e;
+      (match e with
+      | `Cut _ -> Fmt.epr "consort: %s: the output is incomplete, %a@." what Fs_client.pp_error e
+      | _ -> Fmt.epr "consort: %s: outcome unknown: %a@." what Fs_client.pp_error e);
       3
 
 (* consort cap fs fsck --data DIR *)
