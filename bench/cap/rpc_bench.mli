@@ -24,6 +24,8 @@ type figures = {
       (** AES-256-GCM sealing then opening 8 KB messages, MB/s: with the raw
           UDP rate, the ceiling of a transfer whose every byte is sealed and
           opened in this one process *)
+  trans_cpu_mbps : float;  (** 1 MB trans per second of this process's CPU time (user and system) *)
+  raw_cpu_mbps : float;  (** raw UDP one-way per second of CPU time: other load does not change these two *)
 }
 
 val run : ?calls:int -> ?transfers:int -> ?rounds:int -> unit -> (figures, string) result

@@ -285,7 +285,21 @@ let test_locate () =
   ignore (ok "destroy" [ "cap"; "destroy"; f ]);
   expect_refused ~env "bad --locate" "--locate" [ "cap"; "fs"; "size"; f; "--locate"; "nowhere" ];
   expect_refused ~env:[ "CONSORT_LOCATE=nowhere:x" ] "bad CONSORT_LOCATE" "--locate" [ "cap"; "fs"; "size"; f ];
-  expect_refused ~env:[ "CONSORT_MULTICAST=bogus" ] "bad CONSORT_MULTICAST" "CONSORT_MULTICAST" [ "cap"; "fs"; "size"; f ]
+  expect_refused ~env:[ "CONSORT_MULTICAST=bogus" ] "bad CONSORT_MULTICAST" "CONSORT_MULTICAST" [ "cap"; "fs"; "size"; f ];
+  expect_refused ~env "unknown tunable" "--params" [ "cap"; "fs"; "size"; f; "--params"; "rpc.bogus=1" ];
+  expect_refused ~env "fragment too large" "fragment size" [ "cap"; "status"; s.cap; "--params"; "rpc.fragment=100000" ];
+  (* Tunables reach the RPC: with 60 KB fragments the file still comes back. *)
+  let big = d / "big" in
+  let content = String.init 3_000_000 (fun i -> Char.chr (i * 7 land 255)) in
+  write_file big content;
+  let p = [ "--params"; "rpc.fragment=61440,rpc.window=4" ] in
+  let code, b, _ = run ~env ([ "cap"; "fs"; "put"; "--server"; s.cap; big ] @ loc @ p) in
+  Alcotest.(check int) "put with --params" 0 code;
+  let code, out, _ = run ~env ([ "cap"; "fs"; "get"; trim b ] @ loc @ p) in
+  Alcotest.(check bool) "get with --params" true (code = 0 && out = content)
+
+(* A client gives up on a silent server after 2 s rather than 5. *)
+let short_silence = "rpc.silence=2s"
 
 (* A get whose standard output nobody reads for a while: it blocks after
    its first 4 MiB read, on a session the test can then cut. *)
@@ -294,7 +308,7 @@ let start_stalled_get ~env cap =
   let err = Filename.temp_file "capfs-err" "" in
   let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
   let pid =
-    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "get"; cap |]
+    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "get"; cap; "--params"; short_silence |]
       (Array.append (Array.of_list env) (Unix.environment ()))
       Unix.stdin w e
   in
@@ -364,7 +378,8 @@ let test_put_killed () =
   let err = d / "put.err" in
   let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
   let pid =
-    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; fifo |]
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; fifo; "--params"; short_silence |]
       (Array.append (Array.of_list env) (Unix.environment ()))
       Unix.stdin Unix.stdout e
   in
@@ -415,6 +430,56 @@ let test_progress_bar () =
   Alcotest.(check int) "put on a terminal" 0 code;
   if not (contains out "100%" && contains out "MB/s") then Alcotest.failf "no progress bar for put on a terminal: %S" out
 
+(* The tools with no address to ask, only a multicast group
+   (CONSORT_MULTICAST), inside a network namespace this test creates (with
+   a multicast route on its loopback) and removes. *)
+let test_multicast () =
+  let ip = List.find_opt Sys.file_exists [ "/usr/sbin/ip"; "/sbin/ip"; "/usr/bin/ip"; "/bin/ip" ] in
+  match ip with
+  | None -> Alcotest.fail "the multicast test needs the ip command (iproute2)"
+  | Some _ when Unix.getuid () <> 0 -> Alcotest.fail "the multicast test needs root, to create a network namespace"
+  | Some ip ->
+      let ns = Printf.sprintf "consort-capfs-%d" (Unix.getpid ()) in
+      let sh argv =
+        let pid = Unix.create_process argv.(0) argv Unix.stdin Unix.stdout Unix.stderr in
+        match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> () | _ -> Alcotest.failf "%s failed" (String.concat " " (Array.to_list argv))
+      in
+      sh [| ip; "netns"; "add"; ns |];
+      Fun.protect ~finally:(fun () -> try sh [| ip; "netns"; "delete"; ns |] with _ -> ()) @@ fun () ->
+      sh [| ip; "netns"; "exec"; ns; ip; "link"; "set"; "lo"; "up"; "multicast"; "on" |];
+      sh [| ip; "netns"; "exec"; ns; ip; "route"; "add"; "224.0.0.0/4"; "dev"; "lo" |];
+      with_dir @@ fun d ->
+      let group = "CONSORT_MULTICAST=239.192.67.81:47471" in
+      let no_list = "CONSORT_LOCATE=" in
+      let in_ns args = ip :: "netns" :: "exec" :: ns :: consort () :: args in
+      let run_ns ~env args =
+        let code, out, err = run ~exe:"env" (env @ in_ns args) in
+        (code, out, err)
+      in
+      (* The server, in the namespace. *)
+      let r, w = Unix.pipe ~cloexec:true () in
+      let err = Unix.openfile (d / "server.log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
+      let argv = Array.of_list ("env" :: group :: in_ns [ "cap"; "fs"; "serve"; "--data"; d / "data"; "--bind"; "127.0.0.1:47470" ]) in
+      let pid = Unix.create_process "env" argv Unix.stdin w err in
+      Unix.close w;
+      Unix.close err;
+      let stop () = (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ()); ignore (Unix.waitpid [] pid) in
+      Fun.protect ~finally:stop @@ fun () ->
+      let ic = Unix.in_channel_of_descr r in
+      let line = try input_line ic with End_of_file -> "" in
+      close_in ic;
+      let scap = match String.split_on_char ' ' line with [ "server"; c ] -> c | _ -> Alcotest.failf "server's first line: %S" line in
+      let small = d / "small" in
+      write_file small "found by multicast\n";
+      let code, f, e = run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "put"; "--server"; scap; small ] in
+      if code <> 0 then Alcotest.failf "put by multicast: exit %d: %s (server: %s)" code e (read_file (d / "server.log"));
+      let code, out, _ = run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "get"; trim f ] in
+      Alcotest.(check (pair int string)) "get by multicast" (0, "found by multicast\n") (code, out);
+      (* Without the group, nothing is asked: not found. *)
+      let code, _, e = run_ns ~env:[ "CONSORT_MULTICAST=off"; no_list ] [ "cap"; "fs"; "size"; trim f ] in
+      Alcotest.(check int) "without multicast: exit 2" 2 code;
+      if not (contains e "RPC_NOTFOUND") then Alcotest.failf "without multicast: %S" e
+
 let () =
   Alcotest.run "fs_e2e"
     [
@@ -427,5 +492,6 @@ let () =
           Alcotest.test_case "the server moves mid-get; killed: exit 3" `Quick test_server_moves;
           Alcotest.test_case "SIGKILL mid-put from a pipe: exit 3" `Quick test_put_killed;
           Alcotest.test_case "progress bar only on a terminal" `Quick test_progress_bar;
+          Alcotest.test_case "located by multicast only (network namespace)" `Quick test_multicast;
         ] );
     ]
