@@ -64,9 +64,9 @@ let rtt_cmd =
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ rounds $ params $ json)
 
-let throughput count size senders params deadline reps total json =
-  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, 3 processes on 127.0.0.1 (unpinned), %d runs each@."
-    count size reps;
+let throughput count size senders params deadline reps total members json =
+  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."
+    count size members reps;
   Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
   let stacks =
     if total then
@@ -79,7 +79,7 @@ let throughput count size senders params deadline reps total json =
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json
-    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ?stacks ~deadline ~reps ())
+    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ?stacks ~members ~deadline ~reps ())
 
 let throughput_cmd =
   let count = Arg.(value & opt int 20000 & info [ "count" ] ~docv:"N" ~doc:"Messages per sender.") in
@@ -87,6 +87,7 @@ let throughput_cmd =
   let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
   let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
   let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
+  let members = Arg.(value & opt int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 16).") in
   let total =
     Arg.(
       value & flag
@@ -94,8 +95,8 @@ let throughput_cmd =
           ~doc:"Group rows for the vsync stack (FIFO), and for Total with the sequencer and with the token, in the same run.")
   in
   Cmd.v
-    (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among 3 member processes, beside UDP.")
-    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ json)
+    (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ members $ json)
 
 let peer kind index addrs count warmup size senders deadline params props =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());

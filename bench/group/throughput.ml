@@ -18,13 +18,14 @@ type row = {
   runs : float list;
 }
 
-let members_n = 3
+(* Processes in a run: 3 unless [run ~members] says otherwise. *)
+let members_n = ref 3
 
 let rate _ m = if m.seconds > 0. && m.received > 1 then float (m.received - 1) /. m.seconds else nan
 
 let spawn_peers ?(props = "vsync") ~exe ~dir ~kind ~count ~size ~senders ~params ~deadline () =
-  let addrs = Proc.free_addresses members_n in
-  List.init members_n (fun i ->
+  let addrs = Proc.free_addresses !members_n in
+  List.init !members_n (fun i ->
       let args =
         [
           "bench"; "peer"; "--kind"; kind; "--index"; string_of_int i; "--addrs"; String.concat "," addrs; "--count";
@@ -40,7 +41,7 @@ let results procs = List.map (fun p -> List.find_map (fun (_, l) -> Peer.parse_r
 let int_of pairs k = Option.bind (List.assoc_opt k pairs) int_of_string_opt |> Option.value ~default:0
 let float_of pairs k = Option.bind (List.assoc_opt k pairs) float_of_string_opt |> Option.value ~default:nan
 
-let errs dir = String.trim (String.concat "" (List.init members_n (fun i -> Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
+let errs dir = String.trim (String.concat "" (List.init !members_n (fun i -> Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
 
 let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~deadline () =
   let dir = Proc.temp_dir "consort-bench-tput" in
@@ -84,7 +85,7 @@ let raw ~exe ~count ~size ~deadline =
           index = 0;
           role = "sender";
           received = int_of s "sent";
-          expected = count * (members_n - 1);
+          expected = count * (!members_n - 1);
           errors = int_of s "failed";
           seconds = float_of s "span_s";
           detail = [];
@@ -127,9 +128,11 @@ let repeat reps f =
       Ok { median with runs = List.map slowest rows }
 
 let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "")
-    ?(stacks = [ ("group cast", "vsync", "") ]) ?(deadline = 30.) ?(reps = 3) () =
+    ?(stacks = [ ("group cast", "vsync", "") ]) ?(members = 3) ?(deadline = 30.) ?(reps = 3) () =
+  members_n := members;
   if size < 11 || size > 65000 then Error "size between 11 and 65000 bytes"
-  else if List.exists (fun s -> s < 1 || s > members_n) senders then Error "senders between 1 and 3"
+  else if members < 2 || members > 16 then Error "members between 2 and 16"
+  else if List.exists (fun s -> s < 1 || s > members) senders then Error (Printf.sprintf "senders between 1 and %d" members)
   else
     match repeat reps (fun () -> raw ~exe ~count ~size ~deadline) with
     | Error e -> Error e

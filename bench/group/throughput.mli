@@ -38,6 +38,7 @@ val run :
   ?senders:int list ->
   ?params:string ->
   ?stacks:(string * string * string) list ->
+  ?members:int ->
   ?deadline:float ->
   ?reps:int ->
   unit ->
@@ -48,7 +49,7 @@ val run :
     the row is the median run), each run given up after [deadline]
     seconds (default 30). [stacks] lists the group configurations, each
     (label, property set, more tunables): by default [("group cast",
-    "vsync", "")]. *)
+    "vsync", "")]. [members]: processes (default 3). *)
 
 val pp_table : row list Fmt.t
 val to_json : row list -> string
