@@ -48,11 +48,11 @@ let failover_cmd =
     (Cmd.info "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
     Term.(const failover $ size $ reps $ params $ json)
 
-let rtt count warmup rounds params json =
+let rtt count warmup rounds params total json =
   Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
     rounds (placement ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
-  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ())
+  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ~total ())
 
 let rtt_cmd =
   let count = Arg.(value & opt int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
@@ -60,9 +60,12 @@ let rtt_cmd =
   let rounds =
     Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds through every configuration, each with fresh processes.")
   in
+  let total =
+    Arg.(value & flag & info [ "total" ] ~doc:"Also round trips of casts with Total, by the sequencer and by the token.")
+  in
   Cmd.v
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
-    Term.(const rtt $ count $ warmup $ rounds $ params $ json)
+    Term.(const rtt $ count $ warmup $ rounds $ params $ total $ json)
 
 let throughput count size senders params deadline reps total members json =
   Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."

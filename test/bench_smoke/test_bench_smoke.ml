@@ -103,6 +103,12 @@ let throughput () =
     rows;
   ignore (B.Throughput.to_json rows)
 
+let rtt_total () =
+  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:100 ~warmup:20 ~placements:[ `Same ] ~rounds:1 ~total:true ()) in
+  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "engine UDP"; "group cast"; "Total seq"; "Total token" ]
+    (List.map (fun r -> r.B.Rtt.kind) rows);
+  List.iter (fun r -> Alcotest.(check int) "samples" 100 (Array.length r.B.Rtt.samples)) rows
+
 (* Total order in the throughput benchmark: both protocols deliver every
    cast, in each origin's order, at every member. *)
 let throughput_total () =
@@ -128,5 +134,6 @@ let () =
           Alcotest.test_case "round trips" `Quick rtt;
           Alcotest.test_case "throughput" `Quick throughput;
           Alcotest.test_case "throughput with Total" `Quick throughput_total;
+          Alcotest.test_case "round trips with Total" `Quick rtt_total;
         ] );
     ]
