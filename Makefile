@@ -40,6 +40,10 @@ soak: build
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@for s in total-seq total-token causal safe ordered-all; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+	@for s in vsync-crash vsync-partition-merge vsync-churn vsync-flow-flush vsync-slander vsync-leave-coord; do \
+	  for p in sequencer token; do \
+	    ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
+	      --params sim.props=vsync+Total+Causal+Agree,total.protocol=$$p || exit 1; done; done
 
 # Deliberate bugs from test/mutants/, each applied to a temporary copy of the
 # tree; every one must be killed by the tests it names.
