@@ -23,8 +23,10 @@ let order_problems ~total ~causal ~safe files =
           []
       | Error vs -> vs
   in
-  one total "total order" Order.check_total @ one causal "causal order" Order.check_causal
-  @ one safe "safe delivery" Order.check_safe
+  let t = one total "total order" Order.check_total in
+  let c = one causal "causal order" Order.check_causal in
+  let s = one safe "safe delivery" Order.check_safe in
+  t @ c @ s
 
 let run quiescent merged total causal safe files =
   match Vsync.check_files ~quiescent ~require_merge:merged files with

@@ -84,6 +84,12 @@ jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow
 for s in total-seq total-token causal safe; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${ORDER_SEEDS:-1000}")
 done
+# Total with each protocol under adversarial vsync schedules (more in make soak).
+for s in vsync-churn vsync-slander; do
+  for p in sequencer token; do
+    jobs+=("counted|sim $s (Total $p)|$BIN/bin/main.exe sim --scenario $s --seeds ${TOTAL_VSYNC_SEEDS:-150} --params sim.props=vsync+Total,total.protocol=$p")
+  done
+done
 # The same schedules with small windows and short timeouts.
 small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag.size=1500,gmp.flush_timeout=2s
 for s in vsync-crash vsync-churn; do

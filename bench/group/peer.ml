@@ -31,6 +31,7 @@ type config = {
   senders : int;
   deadline : float;
   params : Params.t;
+  props : string;
 }
 
 let result pairs = String.concat " " ("result" :: List.map (fun (k, v) -> k ^ "=" ^ v) pairs)
@@ -96,7 +97,11 @@ let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
 let me cfg = List.nth cfg.addrs cfg.index
 
-let vsync_layers () = Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error) Consort_group.Properties.(layers vsync)
+
+(* The stack of the property set [props] ("vsync", "vsync,Total", ...). *)
+let layers_of props =
+  Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error)
+    (Result.bind (Consort_group.Properties.of_string props) Consort_group.Properties.layers)
 
 let transport_fields g =
   let i = Udp.query (G.connection g) in
@@ -113,7 +118,7 @@ let counter g layer name =
 (* {1 Round trip in a group} *)
 
 let group_rtt cfg =
-  match vsync_layers () with
+  match layers_of cfg.props with
   | Error e -> Error e
   | Ok layers -> (
       let loop = Loop.create () in
@@ -345,7 +350,7 @@ let raw_rtt cfg =
 let max_queued = 256
 
 let group_tput cfg =
-  match vsync_layers () with
+  match layers_of cfg.props with
   | Error e -> Error e
   | Ok layers -> (
       let loop = Loop.create () in

@@ -406,6 +406,20 @@ module L = struct
         done)
       t.pending
 
+  (* What is still held once stopped (nothing after a tail). *)
+  let release_all t =
+    Array.iter
+      (fun q ->
+        Queue.iter Msg.release q;
+        Queue.clear q)
+      t.pending;
+    Hashtbl.iter (fun _ (_, m) -> Msg.release m) t.stamped;
+    Hashtbl.reset t.stamped;
+    Queue.iter Msg.release t.outq;
+    Queue.clear t.outq;
+    t.outq_bytes <- 0;
+    Queue.clear t.runs
+
   let dn_ctl t e =
     match e with
     | Event.Stop when not t.stopped ->
@@ -415,7 +429,8 @@ module L = struct
            nothing with anyone. *)
         t.out.dn_ctl e;
         if t.synced || t.n = 1 then tail t;
-        t.stopped <- true
+        t.stopped <- true;
+        release_all t
     | e -> t.out.dn_ctl e
 
   let timer t _now = if t.armed then send_order t

@@ -29,7 +29,16 @@
     Within a view, before the flush, members deliver only casts that have
     a place, so all of them deliver subsequences of one order. Members
     that end a view apart (a partition) each deliver their part of it and
-    then order what has no place the same way. *)
+    then order what has no place the same way.
+
+    Memory: the casts a member holds without a place are those the
+    sequencer (or the token) has not ordered yet. Flow control below
+    (Mflow) bounds what each origin has in flight, but credits return as
+    casts reach this layer, so while the sequencer or the token holder is
+    gone and not yet suspected, a member holds what the others cast for up
+    to [suspect.timeout]; the view change then orders or drops it. Casts
+    waiting here for the token count against [total.queue], beyond which
+    the application hears [Blocked true]. *)
 
 type protocol = Sequencer | Token
 

@@ -100,6 +100,10 @@ let scenarios =
       "safe delivery (Agree): 5 members, crashes, a 2/3 partition heals, joins, a leave, bursts at each view \
        change; 3% loss",
       mixed ~props:(P.vsync @ [ P.Agree ]) ~defaults:[] ~checks:[ safe ] );
+    ( "ordered-all",
+      "Agree, Causal and Total together (total.protocol as given, sequencer by default): the schedule of \
+       total-seq, every ordering property checked",
+      mixed ~props:(P.vsync @ [ P.Total; P.Causal; P.Agree ]) ~defaults:[] ~checks:[ total; causal; safe ] );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -17,6 +17,11 @@ type outcome = {
   end_time : Consort.Time.t;
 }
 
+val check_params : Consort.Params.t -> (unit, string) result
+(** Whether the tunables make sense for a scenario ([sim.props], the
+    property set of the vsync-* scenarios' stack, names joined by [+];
+    [total.protocol]): a one-line error otherwise. *)
+
 val names : string list
 val describe : string -> string option
 
@@ -39,7 +44,9 @@ val make :
   unit ->
   world
 (** [n] processes [p0] ... on a network whose links are all [link]; the
-    stack of [props] (default [vsync]). *)
+    stack of [props] (default: the tunable [sim.props] of [params],
+    itself [vsync] by default; ordering properties it adds, such as
+    [Total], are then checked by {!finish} too). *)
 
 val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)

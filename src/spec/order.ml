@@ -257,92 +257,93 @@ let check_safe_logs l =
 (* {1 Causal order} *)
 
 (* The causal past of a cast: for each origin, how many of its casts in
-   the view precede it (its sender delivered or cast them before). *)
+   the view precede it (its sender delivered or cast them before, and
+   their pasts). The members' events are walked together, each one's next
+   event taken when the pasts it needs are known, so every event is looked
+   at once; logs that contradict themselves (a cycle) are walked on with
+   what is known. *)
 let check_causal_logs l =
   let out = ref [] in
   List.iter
     (fun view ->
-      let mvs = members_of l view in
-      let by_member = Hashtbl.create 8 in
-      List.iter (fun mv -> Hashtbl.replace by_member mv.member mv) mvs;
+      let mvs = Array.of_list (members_of l view) in
+      let k = Array.length mvs in
+      let slot = Hashtbl.create 8 in
+      Array.iteri (fun i mv -> Hashtbl.replace slot mv.member i) mvs;
+      let evs = Array.map (fun mv -> Array.of_list mv.evs) mvs in
       (* Each origin's casts in the view, numbered from 1. *)
       let number = Hashtbl.create 64 and nth = Hashtbl.create 64 in
-      List.iter
+      Array.iter
         (fun mv ->
-          let k = ref 0 in
+          let c = ref 0 in
           List.iter
             (function
-              | Own c ->
-                  incr k;
-                  Hashtbl.replace number c !k;
-                  Hashtbl.replace nth (c.from, !k) c
+              | Own x ->
+                  incr c;
+                  Hashtbl.replace number x !c;
+                  Hashtbl.replace nth (x.from, !c) x
               | Got _ -> ())
             mv.evs)
         mvs;
-      let past = Hashtbl.create 64 and busy = Hashtbl.create 64 in
-      let merge into (o, k) =
-        match List.assoc_opt o into with
-        | Some k' when k' >= k -> into
-        | _ -> (o, k) :: List.remove_assoc o into
+      let past = Hashtbl.create 64 in
+      let cursor = Array.make k 0 in
+      let running = Array.init k (fun _ -> Array.make k 0) in
+      let got = Array.init k (fun _ -> Array.make k 0) in
+      let merge into v = Array.iteri (fun i x -> if x > into.(i) then into.(i) <- x) v in
+      (* Whether member [i]'s next event can be taken now. *)
+      let ready i =
+        cursor.(i) < Array.length evs.(i)
+        &&
+        match evs.(i).(cursor.(i)) with
+        | Own _ -> true
+        | Got { c; _ } -> (not (Hashtbl.mem number c)) || Hashtbl.mem past c || not (Hashtbl.mem slot c.from)
       in
-      let rec past_of c =
-        match Hashtbl.find_opt past c with
-        | Some p -> p
-        | None ->
-            if Hashtbl.mem busy c then []
-            else begin
-              Hashtbl.replace busy c ();
-              let p =
-                match Hashtbl.find_opt by_member c.from with
-                | None -> []
-                | Some mv ->
-                    let rec go acc = function
-                      | [] -> acc
-                      | Own c' :: _ when c' = c -> acc
-                      | Own c' :: rest -> go (merge acc (c'.from, Hashtbl.find number c')) rest
-                      | Got { c = d; _ } :: rest -> (
-                          match Hashtbl.find_opt number d with
-                          | Some k -> go (List.fold_left merge (merge acc (d.from, k)) (past_of d)) rest
-                          | None -> go acc rest)
-                    in
-                    go [] mv.evs
-              in
-              Hashtbl.replace past c p;
-              p
-            end
+      let take i =
+        let mv = mvs.(i) in
+        (match evs.(i).(cursor.(i)) with
+        | Own c ->
+            Hashtbl.replace past c (Array.copy running.(i));
+            let n = Hashtbl.find number c in
+            running.(i).(i) <- max running.(i).(i) n;
+            got.(i).(i) <- max got.(i).(i) n
+        | Got { c; line; _ } -> (
+            match (Hashtbl.find_opt number c, Hashtbl.find_opt slot c.from) with
+            | Some n, Some o ->
+                let p = match Hashtbl.find_opt past c with Some p -> p | None -> Array.make k 0 in
+                (try
+                   Array.iteri
+                     (fun x need ->
+                       if x <> o && got.(i).(x) < need then begin
+                         (match Hashtbl.find_opt nth (mvs.(x).member, need) with
+                         | Some before -> out := Not_causal { member = mv.member; line; view; cast = c; before } :: !out
+                         | None -> ());
+                         raise Exit
+                       end)
+                     p
+                 with Exit -> ());
+                merge running.(i) p;
+                running.(i).(o) <- max running.(i).(o) n;
+                got.(i).(o) <- max got.(i).(o) n
+            | _ -> ()));
+        cursor.(i) <- cursor.(i) + 1
       in
-      List.iter
-        (fun mv ->
-          let got = Hashtbl.create 8 in
-          List.iter
-            (function
-              | Own c -> Hashtbl.replace got c.from (Hashtbl.find number c)
-              | Got { c; line; _ } ->
-                  (match Hashtbl.find_opt number c with
-                  | None -> ()
-                  | Some k ->
-                      List.iter
-                        (fun (o, need) ->
-                          if o <> c.from && Option.value ~default:0 (Hashtbl.find_opt got o) < need then
-                            match Hashtbl.find_opt nth (o, need) with
-                            | Some before -> out := Not_causal { member = mv.member; line; view; cast = c; before } :: !out
-                            | None -> ())
-                        (past_of c);
-                      if k > Option.value ~default:0 (Hashtbl.find_opt got c.from) then Hashtbl.replace got c.from k))
-            mv.evs)
-        mvs)
+      let left () = Array.exists (fun x -> x) (Array.mapi (fun i c -> c < Array.length evs.(i)) cursor) in
+      while left () do
+        let progress = ref false in
+        for i = 0 to k - 1 do
+          while ready i do
+            take i;
+            progress := true
+          done
+        done;
+        if not !progress then
+          (* A cycle: take the first waiting event with what is known. *)
+          match List.find_opt (fun i -> cursor.(i) < Array.length evs.(i)) (List.init k Fun.id) with
+          | Some i -> take i
+          | None -> ()
+      done)
     l.order;
-  (* One report per delivery. *)
-  let seen = Hashtbl.create 16 in
-  List.filter
-    (function
-      | Not_causal { member; line; _ } ->
-          if Hashtbl.mem seen (member, line) then false
-          else (
-            Hashtbl.replace seen (member, line) ();
-            true)
-      | _ -> true)
-    (List.rev !out)
+  List.rev !out
 
 let result = function [] -> Ok () | vs -> Error vs
 let check_total logs = result (check_total_logs (index logs))

@@ -66,7 +66,15 @@ let run ~tag ~props ~extra_params checks () =
       Unix.sleepf 1.;
       expect "everyone leaves cleanly" (P.leave_all rest ~timeout:15.);
       let n = check ms checks in
-      Alcotest.(check int) "one log per member" 3 n)
+      Alcotest.(check int) "one log per member" 3 n;
+      (* The same check from the command line. *)
+      let flags = List.map (fun (name, _) -> match name with "total order" -> "--total" | "causal order" -> "--causal" | _ -> "--safe") checks in
+      let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+      let pid = Unix.create_process (exe ()) (Array.of_list (("consort" :: "check-logs" :: flags) @ P.all_logs ms)) null null null in
+      Unix.close null;
+      match Unix.waitpid [] pid with
+      | _, Unix.WEXITED 0 -> ()
+      | _, (Unix.WEXITED c | Unix.WSIGNALED c | Unix.WSTOPPED c) -> Alcotest.failf "consort check-logs %s: exit %d" (String.concat " " flags) c)
 
 let () =
   Alcotest.run "ordered"
