@@ -161,8 +161,9 @@ let run ?trace ?(params = Params.empty) ~seed () =
   let history = ref [] and unknown = ref 0 and acked = ref 0 in
   let keys = [| "a"; "b"; "c" |] in
   let made = ref 0 in
+  let recent = Hashtbl.create 8 in
   let clients = 2 + Random.State.int rng 3 in
-  let stop_at = s 25. in
+  let stop_at = s 16. in
   let rec client c ~id ~req ~(final : string option) =
     let key, op =
       match final with
@@ -175,8 +176,11 @@ let run ?trace ?(params = Params.empty) ~seed () =
           | 0 | 1 | 2 -> (k, Op.Get k)
           | 3 | 4 | 5 -> (k, Op.Put (k, v))
           | 6 -> (k, Op.Del k)
-          | _ -> (k, Op.Cas { key = k; expect = Printf.sprintf "%d.%d" (Random.State.int rng clients) (max 1 (!made - Random.State.int rng 5)); set = v }))
+          | _ ->
+              let expect = match Hashtbl.find_opt recent k with Some e when Random.State.int rng 4 > 0 -> e | _ -> "none" in
+              (k, Op.Cas { key = k; expect; set = v }))
     in
+    (match op with Op.Put (k, v) | Op.Cas { key = k; set = v; _ } -> Hashtbl.replace recent k v | _ -> ());
     let call = now () in
     let request = { Wire.client = id; req; op } in
     let maybe = ref false in
@@ -235,23 +239,34 @@ let run ?trace ?(params = Params.empty) ~seed () =
   done;
   (* Faults during the workload. *)
   let faults = 1 + Random.State.int rng 3 in
+  (* Half of the faults strike the sequencer. *)
+  let victim () =
+    let seq = ref None in
+    Array.iteri (fun i p -> match p.r with Some (r, _) when R.is_sequencer r -> seq := Some i | _ -> ()) reps;
+    match !seq with Some i when Random.State.bool rng -> i | _ -> Random.State.int rng n
+  in
   for _ = 1 to faults do
-    let t = Time.add (s 2.) (ms (Random.State.int rng 18_000)) in
-    let i = Random.State.int rng n in
+    let t = Time.add (s 2.) (ms (Random.State.int rng 10_000)) in
+    let i = ref 0 in
+    let pick f () = i := victim (); f () in
     match Random.State.int rng 3 with
     | 0 ->
-        at t (fun () -> crash i);
-        at (Time.add t (ms (500 + Random.State.int rng 4000))) (fun () ->
+        let down = ms (500 + Random.State.int rng 4000) in
+        at t (pick (fun () -> crash !i));
+        at (Time.add t down) (fun () ->
             incr restarts;
-            start i)
+            start !i)
     | 1 ->
         (* Dies at one of its next disk steps. *)
-        at t (fun () -> if reps.(i).r <> None then reps.(i).dies_at <- !disk_steps + 1 + Random.State.int rng 20)
+        let after = 1 + Random.State.int rng 20 in
+        at t (pick (fun () -> if reps.(!i).r <> None then reps.(!i).dies_at <- !disk_steps + after))
     | _ ->
-        at t (fun () ->
-            note "partition %s away" reps.(i).addr;
-            Sim.partition net [ [ reps.(i).addr ]; List.filter (( <> ) reps.(i).addr) addrs ]);
-        at (Time.add t (ms (500 + Random.State.int rng 5000))) (fun () ->
+        let heal = ms (500 + Random.State.int rng 7000) in
+        at t
+          (pick (fun () ->
+               note "partition %s away" reps.(!i).addr;
+               Sim.partition net [ [ reps.(!i).addr ]; List.filter (( <> ) reps.(!i).addr) addrs ]));
+        at (Time.add t heal) (fun () ->
             note "heal";
             Sim.heal net)
   done;
@@ -264,14 +279,14 @@ let run ?trace ?(params = Params.empty) ~seed () =
       (fun j k -> at (Time.add from (s 10.)) (fun () -> client (100 + cid + j) ~id:(Int64.of_int (5000 + cid + j)) ~req:1 ~final:(Some k)))
       keys
   in
-  phase_reads ~from:(s 28.) ~cid:0;
+  phase_reads ~from:(s 20.) ~cid:0;
   (* Every replica stops at once and starts again from its disk. *)
-  at (s 50.) (fun () ->
+  at (s 38.) (fun () ->
       note "all stop";
       Array.iteri (fun i _ -> crash i) reps);
-  at (s 51.) (fun () -> incr restarts);
-  phase_reads ~from:(s 51.) ~cid:10;
-  Sim.run ~until:(s 75.) ~max_events:3_000_000 net;
+  at (s 39.) (fun () -> incr restarts);
+  phase_reads ~from:(s 39.) ~cid:10;
+  Sim.run ~until:(s 60.) ~max_events:3_000_000 net;
   (* The replicas agree. *)
   let live = List.filter_map (fun p -> Option.map (fun (r, st) -> (p.addr, r, st)) p.r) (Array.to_list reps) in
   if List.length live <> n then violation "%d replicas up at the end, of %d" (List.length live) n;
