@@ -65,7 +65,11 @@ let run ?trace ?(params = Params.empty) ~seed () =
   Sim.set_trace_channel net trace;
   let now () = Sim.now net in
   let at t f = ignore (Sim.at net t f) in
-  let note fmt = Printf.ksprintf (fun l -> Option.iter (fun oc -> Printf.fprintf oc "%d kv %s\n" (now ()) l) trace) fmt in
+  let note fmt =
+    match trace with
+    | Some oc -> Printf.ksprintf (fun l -> Printf.fprintf oc "%d kv %s\n" (now ()) l) fmt
+    | None -> Printf.ifprintf () fmt
+  in
   let params =
     match Params.of_string "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s" with
     | Ok p -> Params.override p ~by:params
@@ -163,7 +167,7 @@ let run ?trace ?(params = Params.empty) ~seed () =
   let made = ref 0 in
   let recent = Hashtbl.create 8 in
   let clients = 2 + Random.State.int rng 3 in
-  let stop_at = s 16. in
+  let stop_at = s 13. in
   let rec client c ~id ~req ~(final : string option) =
     let key, op =
       match final with
@@ -197,7 +201,7 @@ let run ?trace ?(params = Params.empty) ~seed () =
             history := { L.client = c; key; op = Op.to_spec op; call; return = None; response = None } :: !history));
       note "client %d: %s -> %s" c (Fmt.str "%a" Op.pp op) (match response with Some r -> Fmt.str "%a" Op.pp_response r | None -> if !maybe then "unknown" else "not done");
       if final = None && now () < stop_at then
-        at (Time.add (now ()) (ms (Random.State.int rng 50))) (fun () -> client c ~id ~req:(req + 1) ~final:None)
+        at (Time.add (now ()) (ms (Random.State.int rng 100))) (fun () -> client c ~id ~req:(req + 1) ~final:None)
     in
     (* Attempts at live replicas in turn, until a definite answer or the
        client's deadline. *)
@@ -246,7 +250,7 @@ let run ?trace ?(params = Params.empty) ~seed () =
     match !seq with Some i when Random.State.bool rng -> i | _ -> Random.State.int rng n
   in
   for _ = 1 to faults do
-    let t = Time.add (s 2.) (ms (Random.State.int rng 10_000)) in
+    let t = Time.add (s 2.) (ms (Random.State.int rng 9_000)) in
     let i = ref 0 in
     let pick f () = i := victim (); f () in
     match Random.State.int rng 3 with
@@ -276,17 +280,17 @@ let run ?trace ?(params = Params.empty) ~seed () =
         Sim.heal net;
         Array.iteri (fun i p -> p.dies_at <- 0; if p.r = None then start i) reps);
     Array.iteri
-      (fun j k -> at (Time.add from (s 10.)) (fun () -> client (100 + cid + j) ~id:(Int64.of_int (5000 + cid + j)) ~req:1 ~final:(Some k)))
+      (fun j k -> at (Time.add from (s 7.)) (fun () -> client (100 + cid + j) ~id:(Int64.of_int (5000 + cid + j)) ~req:1 ~final:(Some k)))
       keys
   in
-  phase_reads ~from:(s 20.) ~cid:0;
+  phase_reads ~from:(s 16.) ~cid:0;
   (* Every replica stops at once and starts again from its disk. *)
-  at (s 38.) (fun () ->
+  at (s 27.) (fun () ->
       note "all stop";
       Array.iteri (fun i _ -> crash i) reps);
-  at (s 39.) (fun () -> incr restarts);
-  phase_reads ~from:(s 39.) ~cid:10;
-  Sim.run ~until:(s 60.) ~max_events:3_000_000 net;
+  at (s 28.) (fun () -> incr restarts);
+  phase_reads ~from:(s 28.) ~cid:10;
+  Sim.run ~until:(s 45.) ~max_events:3_000_000 net;
   (* The replicas agree. *)
   let live = List.filter_map (fun p -> Option.map (fun (r, st) -> (p.addr, r, st)) p.r) (Array.to_list reps) in
   if List.length live <> n then violation "%d replicas up at the end, of %d" (List.length live) n;

@@ -127,7 +127,7 @@ let client_proc ~id ~servers ~until ~file =
           let c = Result.get_ok (Kv.Client.create ~timeout:10. servers) in
           let rng = Random.State.make [| id |] in
           let n = ref 0 and last = Hashtbl.create 4 in
-          while Unix.gettimeofday () < until && !n < 2000 do
+          while Unix.gettimeofday () < until && !n < 20000 do
             incr n;
             let k = keys.(Random.State.int rng (Array.length keys)) in
             let v = Printf.sprintf "%d.%d" id !n in
