@@ -29,6 +29,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
+	@echo; ./_build/default/bin/main.exe bench kv
 
 SOAK_SEEDS ?= 100000
 

@@ -20,7 +20,12 @@ let addr_of id = match String.index_opt id '#' with Some i -> String.sub id 0 i 
 module Make (T : Transport.S) = struct
   module G = Consort_group.Group.Make (T)
 
-  type waiting = { k : Wire.outcome -> unit; req : Wire.request; mutable timer : T.timer option }
+  type waiting = {
+    k : Wire.outcome -> unit;
+    req : Wire.request;
+    mutable timer : T.timer option;
+    mutable sent : bool;  (* forwarded at least once: it may have taken effect *)
+  }
 
   type t = {
     tr : T.t;
@@ -111,13 +116,17 @@ module Make (T : Transport.S) = struct
     | None -> ()
     | Some w -> (
         let item = { Wire.origin = t.me; rid; cmd = { Store.client = w.req.client; req = w.req.req; op = w.req.op } } in
+        let was_sent = w.sent in
+        w.sent <- true;
         if t.sequencer = t.me then order t item
         else
           match t.g with
           | Some g -> (
               match G.send g t.sequencer (Wire.encode ~vid:(view t).vid (Wire.Request item)) with
               | Ok () -> ()
-              | Error e -> answer t rid (Wire.Refused (Fmt.str "replica busy: %a" Consort_group.Group.pp_error e)))
+              | Error e ->
+                  let why = Fmt.str "replica busy: %a" Consort_group.Group.pp_error e in
+                  answer t rid (if was_sent then Wire.Unknown why else Wire.Refused why))
           | None -> ())
 
   let release t =
@@ -317,7 +326,7 @@ module Make (T : Transport.S) = struct
           | Syncing | Active ->
               let rid = t.next_rid in
               t.next_rid <- rid + 1;
-              let w = { k; req = r; timer = None } in
+              let w = { k; req = r; timer = None; sent = false } in
               Hashtbl.replace t.waiting rid w;
               w.timer <-
                 Some
