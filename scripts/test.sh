@@ -100,6 +100,8 @@ for s in rpc-at-most-once fs-crash; do
 done
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
+# Replicated key-value store: about 45 CPU seconds for 1000 seeds.
+jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the
