@@ -36,6 +36,8 @@ soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
 	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged rpc-at-most-once fs-crash; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+	@for s in total-seq total-token causal safe; do \
+	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 
 # Every decoder on the network path under AFL++ (installed when missing),
 # FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.

@@ -33,7 +33,7 @@ let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
     let rng = Consort.Rng.create ((Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6))
     let pool = up.pool
   end in
-  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   match T.create ~config:tcp_config ~icmp:Tcp_icmp.of_ipv4 up.stack.ip with
   | Error _ as e -> e
   | Ok tcp ->

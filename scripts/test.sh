@@ -79,6 +79,11 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
 done
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
 jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
+# Ordered delivery on the vsync stack: total order (sequencer, token),
+# causal order, safe delivery.
+for s in total-seq total-token causal safe; do
+  jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${ORDER_SEEDS:-1000}")
+done
 # The same schedules with small windows and short timeouts.
 small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag.size=1500,gmp.flush_timeout=2s
 for s in vsync-crash vsync-churn; do

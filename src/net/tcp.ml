@@ -124,7 +124,10 @@ struct
     mutable fin_received : bool;
     (* Options. *)
     rcv_mss : int;
-    mutable lower_max : int;
+    mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
+    mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
+    mutable n_mtu_probes : int;
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -151,6 +154,10 @@ struct
     mutable syn_retransmitted : bool;
     mutable last_data_sent : Time.t;
     sack : Tcp_sack.t;
+    rack : Tcp_rack.t;
+    mutable tlp_end : Tcp_seq.t option;  (** SND.MAX when a loss probe went, until its episode ends *)
+    mutable tlp_rexmit : bool;  (** the probe sent old data again *)
+    mutable tlp_ts : int;  (** our timestamp when it went *)
     (* Acknowledgements. *)
     mutable ack_now : bool;
     mutable segs_unacked : int;
@@ -160,6 +167,8 @@ struct
     mutable t_delack : Time.t;
     mutable t_keep : Time.t;
     mutable t_2msl : Time.t;
+    mutable t_tlp : Time.t;  (** the loss probe (RFC 8985 section 7) *)
+    mutable t_reo : Time.t;  (** RACK's reordering timer *)
     mutable armed : Time.t;
     mutable alarm_gen : int;
     mutable alarm_cancel : Clock.cancel;
@@ -182,6 +191,7 @@ struct
     mutable n_retrans : int;
     mutable n_fast : int;
     mutable n_timeouts : int;
+    mutable n_probes : int;
   }
 
   (* TIME-WAIT as a small record: what it takes to acknowledge a
@@ -267,6 +277,31 @@ struct
   (* {2 Timers} *)
 
   let restart_rtx tcb = tcb.t_rtx <- now () + Tcp_rto.rto tcb.rto
+
+  (* RACK-TLP runs on connections that agreed on SACK. *)
+  let rack_on tcb = tcb.cfg.rack && tcb.sack_ok
+
+  (* The loss probe's timer (RFC 8985 section 7.2): two smoothed RTTs, plus
+     the worst delayed ACK when one segment is out, at most the RTO; not
+     armed in recovery, or while a probe's episode lasts. *)
+  let arm_tlp tcb =
+    tcb.t_tlp <- never;
+    if
+      rack_on tcb && (not tcb.in_recovery) && tcb.tlp_end = None
+      && Tcp_seq.lt tcb.snd_una tcb.snd_max
+      && (match tcb.state with Established | Close_wait | Fin_wait_1 | Closing | Last_ack -> true | _ -> false)
+    then
+      match Tcp_rto.srtt tcb.rto with
+      | None -> ()
+      | Some srtt ->
+          let pto = 2 * srtt in
+          let pto =
+            if Tcp_seq.sub tcb.snd_max tcb.snd_una <= smss tcb then pto + Time.of_ms 200
+            else pto + Time.of_ms 2
+          in
+          (* Never later than the RTO: the probe goes in its place (as
+             Linux), without the backoff and the collapse of the window. *)
+          tcb.t_tlp <- min (now () + pto) (tcb.t_rtx - 1)
 
   (* {2 Output} *)
 
@@ -357,7 +392,7 @@ struct
       | None -> if smss > 2190 then 2 * smss else if smss > 1095 then 3 * smss else 4 * smss
 
   (* Send a data segment (new or retransmitted) starting at [seq]. *)
-  let send_data tcb ~seq ~len =
+  let send_data ?(probe = false) tcb ~seq ~len =
     (* RFC 5681 section 4.1: after an idle period longer than the RTO,
        start again from the initial window. *)
     if
@@ -371,6 +406,7 @@ struct
       && tcb.state <> Syn_received
     in
     let seg_end = Tcp_seq.add seq (len + if fin then 1 else 0) in
+    let fresh = Tcp_seq.gt seg_end tcb.snd_max in
     if Tcp_seq.lt seq tcb.snd_max then begin
       tcb.n_retrans <- tcb.n_retrans + 1;
       tcb.inst.counters.c_retrans <- tcb.inst.counters.c_retrans + 1;
@@ -387,8 +423,10 @@ struct
       end;
       tcb.snd_max <- seg_end
     end;
+    if rack_on tcb && Tcp_seq.gt seg_end seq then Tcp_rack.sent ~fin tcb.rack ~seq ~end_:seg_end ~now:(now ());
     emit tcb ~fin ~seq ~len;
     if tcb.t_rtx = never then restart_rtx tcb;
+    if fresh && not probe then arm_tlp tcb;
     seg_end
 
   let send_syn tcb =
@@ -447,6 +485,67 @@ struct
     else if avail = 0 && fin_pending then Some 0
     else None
 
+  (* {2 Path MTU probing (RFC 8899 section 5, RFC 4821)} *)
+
+  (* The search stops when the size in use is this close to the smallest
+     known too big. *)
+  let probe_margin = 16
+
+  (* The smallest segment the search goes down to. *)
+  let pmtu_floor tcb = tcb.cfg.min_mss + Tcp_wire.min_header + if tcb.ts_ok then 12 else 0
+
+  (* While the search is open, one segment of the middle size, of new
+     data: only when there is enough to fill it and both windows allow it,
+     never in recovery, one at a time. *)
+  let send_mtu_probe tcb =
+    if
+      tcb.cfg.plpmtud && tcb.mtu_probe = None && (not tcb.in_recovery)
+      && (tcb.state = Established || tcb.state = Close_wait)
+      && tcb.pmtu_high - tcb.lower_max > probe_margin
+      && tcb.lower_max - Tcp_wire.min_header < tcb.peer_mss
+      && Tcp_seq.geq tcb.snd_nxt tcb.snd_max
+    then begin
+      let size = min ((tcb.lower_max + tcb.pmtu_high) / 2) (tcb.peer_mss + Tcp_wire.min_header) in
+      let len = size - Tcp_wire.min_header - options_len tcb in
+      let avail = Tcp_seq.sub (data_end tcb) tcb.snd_nxt in
+      let wnd = Tcp_seq.sub (Tcp_seq.add tcb.snd_una tcb.snd_wnd) tcb.snd_nxt in
+      let cwnd = Tcp_cc.cwnd tcb.cc - Tcp_seq.sub tcb.snd_nxt tcb.snd_una in
+      if size > tcb.lower_max && len > capacity tcb && avail >= len && wnd >= len && cwnd >= len
+      then begin
+        let s = tcb.snd_nxt in
+        let e = send_data tcb ~seq:s ~len in
+        tcb.snd_nxt <- e;
+        tcb.mtu_probe <- Some (s, e, size);
+        tcb.n_mtu_probes <- tcb.n_mtu_probes + 1;
+        Log.debug (fun m -> m "%a: path MTU probe of %d bytes" pp_connection tcb size);
+        true
+      end
+      else false
+    end
+    else false
+
+  let mtu_probe_failed tcb =
+    match tcb.mtu_probe with
+    | Some (_, _, size) ->
+        tcb.mtu_probe <- None;
+        tcb.pmtu_high <- min tcb.pmtu_high size;
+        Log.debug (fun m -> m "%a: path MTU probe of %d bytes lost" pp_connection tcb size)
+    | None -> ()
+
+  (* The probe arrived (acknowledged or SACKed): the path carries it. *)
+  let mtu_probe_check tcb =
+    match tcb.mtu_probe with
+    | Some (s, e, size)
+      when Tcp_seq.geq tcb.snd_una e
+           || tcb.sack_ok
+              && Tcp_sack.unsacked_between tcb.sack (Tcp_seq.max s tcb.snd_una)
+                   (Tcp_seq.min e (data_end tcb))
+                 = 0 ->
+        tcb.mtu_probe <- None;
+        if size > tcb.lower_max then tcb.lower_max <- size;
+        Log.debug (fun m -> m "%a: path MTU probe of %d bytes arrived" pp_connection tcb size)
+    | _ -> ()
+
   let limited_transmit tcb = if tcb.in_recovery then 0 else min tcb.dupacks 2 * smss tcb
 
   let output ?(force = false) tcb =
@@ -458,9 +557,12 @@ struct
         while !continue && !n < 10_000 do
           incr n;
           if tcb.in_recovery && tcb.sack_ok then begin
+            let rack = rack_on tcb in
             let pipe =
-              Tcp_sack.pipe tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~high_data:tcb.snd_max
-                ~smss
+              if rack then Tcp_rack.pipe tcb.rack
+              else
+                Tcp_sack.pipe tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt
+                  ~high_data:tcb.snd_max ~smss
             in
             if Tcp_cc.cwnd tcb.cc - pipe < smss && not !force then continue := false
             else
@@ -471,7 +573,15 @@ struct
                 tcb.high_rxt <- Tcp_seq.max tcb.high_rxt e;
                 sent := true
               in
-              match Tcp_sack.next_seg tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~smss with
+              (* With RACK, what it marked lost goes first, then new data;
+                 RFC 6675's rules apply without it. *)
+              match
+                if rack then
+                  match Tcp_rack.next_lost tcb.rack with
+                  | Some (s, len) -> `Lost (s, min len (capacity tcb))
+                  | None -> `None
+                else Tcp_sack.next_seg tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~smss
+              with
               | `Lost (s, len) -> rexmit s len
               | (`Unsacked _ | `None) as r -> (
                   let budget = Tcp_cc.cwnd tcb.cc - pipe in
@@ -492,6 +602,8 @@ struct
               if !force then max_int
               else Tcp_cc.cwnd tcb.cc + limited_transmit tcb - Tcp_seq.sub tcb.snd_nxt tcb.snd_una
             in
+            if (not !force) && send_mtu_probe tcb then sent := true
+            else
             match next_new tcb ~budget ~force:!force with
             | Some len ->
                 let seq = tcb.snd_nxt in
@@ -554,6 +666,7 @@ struct
       release_lower tcb.inst tcb.remote_host;
       Tcp_reass.clear tcb.reass;
       Tcp_sndbuf.release tcb.sndbuf;
+      Tcp_rack.clear tcb.rack;
       (match (tcb.listener, tcb.handler) with
       | Some l, None -> l.half_open <- l.half_open - 1
       | _ -> ());
@@ -888,6 +1001,9 @@ struct
         fin_received = false;
         rcv_mss;
         lower_max;
+        pmtu_high = lower_max + 1;
+        mtu_probe = None;
+        n_mtu_probes = 0;
         peer_mss = 536;
         offer_ws = cfg.window_scale;
         offer_sack = cfg.sack;
@@ -912,6 +1028,10 @@ struct
         syn_retransmitted = false;
         last_data_sent = 0;
         sack = Tcp_sack.create ();
+        rack = Tcp_rack.create ();
+        tlp_end = None;
+        tlp_rexmit = false;
+        tlp_ts = 0;
         ack_now = false;
         segs_unacked = 0;
         t_rtx = never;
@@ -919,6 +1039,8 @@ struct
         t_delack = never;
         t_keep = never;
         t_2msl = never;
+        t_tlp = never;
+        t_reo = never;
         armed = never;
         alarm_gen = 0;
         alarm_cancel = (fun () -> ());
@@ -940,11 +1062,128 @@ struct
         n_retrans = 0;
         n_fast = 0;
         n_timeouts = 0;
+        n_probes = 0;
       }
     in
     Key_tbl.replace t.conns (key tcb) tcb;
     acquire_lower t remote lconn;
     tcb
+
+  (* Fast retransmit and recovery: after three duplicate ACKs, SACKed data
+     past the lost (RFC 6675 IsLost), or a loss RACK detected ([rack]:
+     then what RACK marked lost goes at once). *)
+  let enter_recovery ?(rack = false) ?(cc = true) tcb =
+    let smss = smss tcb in
+    let flight_before = flight tcb in
+    tcb.recover <- tcb.snd_max;
+    tcb.in_recovery <- true;
+    tcb.n_fast <- tcb.n_fast + 1;
+    let una = tcb.snd_una in
+    let len = min (capacity tcb) (max 0 (Tcp_seq.sub (data_end tcb) una)) in
+    let len =
+      match Tcp_sack.hole tcb.sack una with
+      | _, Some l when tcb.sack_ok -> min len (Tcp_seq.sub l una)
+      | _ -> len
+    in
+    Log.debug (fun m -> m "%a: fast retransmit at %a" pp_connection tcb Tcp_seq.pp una);
+    (match tcb.mtu_probe with
+    | Some (s, _, _) when Tcp_seq.equal s una -> mtu_probe_failed tcb
+    | _ -> ());
+    if cc then Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok;
+    tcb.t_tlp <- never;
+    tcb.tlp_end <- None;
+    if rack then output ~force:true tcb
+    else begin
+      let e = send_data tcb ~seq:una ~len in
+      if tcb.sack_ok then tcb.high_rxt <- e
+    end
+
+  (* RACK's detection (RFC 8985 section 6.2 steps 4 and 5), after an ACK
+     that delivered something or when its timer expires. *)
+  let rack_detect tcb =
+    if rack_on tcb then begin
+      let srtt = match Tcp_rto.srtt tcb.rto with Some s -> s | None -> tcb.cfg.initial_rto in
+      let reo_wnd =
+        Tcp_rack.reo_wnd tcb.rack ~in_recovery:tcb.in_recovery ~dupacks:tcb.dupacks ~srtt
+      in
+      let lost, next = Tcp_rack.detect tcb.rack ~now:(now ()) ~reo_wnd in
+      tcb.t_reo <- (match next with Some d -> d | None -> never);
+      if lost > 0 then begin
+        Log.debug (fun m -> m "%a: RACK: %d lost" pp_connection tcb lost);
+        (* A lost path MTU probe says the path's size, not congestion
+           (RFC 4821 section 7.5): alone, it is sent again smaller, the
+           window kept. *)
+        let probe_lost =
+          match tcb.mtu_probe with
+          | Some (s, _, _) when Tcp_rack.is_lost tcb.rack s ->
+              mtu_probe_failed tcb;
+              true
+          | _ -> false
+        in
+        if not tcb.in_recovery then enter_recovery ~rack:true ~cc:(not (probe_lost && lost = 1)) tcb
+      end
+    end
+
+  (* The loss probe (RFC 8985 section 7.3): a new segment if the receiver's
+     window allows, else the last segment sent again; then the RTO. *)
+  let tlp_expired tcb =
+    if
+      rack_on tcb && can_send_data tcb && (not tcb.in_recovery) && tcb.tlp_end = None
+      && Tcp_seq.lt tcb.snd_una tcb.snd_max
+    then begin
+      let fresh =
+        Tcp_seq.geq tcb.snd_nxt tcb.snd_max
+        &&
+        match next_new tcb ~budget:(capacity tcb) ~force:false with
+        | Some len ->
+            tcb.snd_nxt <- send_data ~probe:true tcb ~seq:tcb.snd_nxt ~len;
+            true
+        | None -> false
+      in
+      if not fresh then begin
+        match Tcp_rack.last tcb.rack with
+        | Some (s, e) ->
+            let s = Tcp_seq.max s tcb.snd_una in
+            let len =
+              min (capacity tcb) (max 0 (Tcp_seq.sub (Tcp_seq.min e (data_end tcb)) s))
+            in
+            ignore (send_data ~probe:true tcb ~seq:s ~len : Tcp_seq.t)
+        | None -> ()
+      end;
+      Log.debug (fun m -> m "%a: loss probe (%s)" pp_connection tcb (if fresh then "new" else "last"));
+      tcb.n_probes <- tcb.n_probes + 1;
+      tcb.tlp_end <- Some tcb.snd_max;
+      tcb.tlp_rexmit <- not fresh;
+      tcb.tlp_ts <- ts_now tcb;
+      restart_rtx tcb
+    end
+
+
+  (* The end of a loss probe's episode (RFC 8985 section 7.4): a D-SACK
+     says the probe was a duplicate; an ACK past it that the probe itself
+     drew (its timestamp echo is the probe's or later) says that the probe
+     repaired a loss, which the congestion window answers as any loss. *)
+  let tlp_episode tcb (h : Tcp_packet.t) ~dsack =
+    match tcb.tlp_end with
+    | Some e ->
+        if dsack && tcb.tlp_rexmit then tcb.tlp_end <- None
+        else if Tcp_seq.geq h.ack e then begin
+          let drawn_by_probe =
+            match Tcp_options.timestamp h.options with
+            | Some (_, echo) when tcb.ts_ok ->
+                Tcp_seq.geq (Tcp_seq.of_int echo) (Tcp_seq.of_int tcb.tlp_ts)
+            | _ -> true
+          in
+          if not tcb.tlp_rexmit then tcb.tlp_end <- None
+          else if drawn_by_probe then begin
+            tcb.tlp_end <- None;
+            if not tcb.in_recovery then
+              Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:(Tcp_cc.cwnd tcb.cc) ~smss:(smss tcb)
+                ~sack:true
+          end
+          else if Tcp_seq.gt h.ack e then tcb.tlp_end <- None
+        end
+    | None -> ()
 
   (* {2 Timers} *)
 
@@ -974,6 +1213,14 @@ struct
             fail tcb `Timeout
           end
           else begin
+            if tcb.mtu_probe <> None then mtu_probe_failed tcb
+            else if tcb.cfg.plpmtud && tcb.retries >= 2 && tcb.lower_max > pmtu_floor tcb then begin
+              (* A black hole (RFC 8899 section 4.3): the same segment lost
+                 twice to the timer; smaller segments, then the search. *)
+              tcb.pmtu_high <- min tcb.pmtu_high tcb.lower_max;
+              tcb.lower_max <- max (pmtu_floor tcb) (tcb.lower_max / 2);
+              Log.debug (fun m -> m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
+            end;
             let smss = smss tcb in
             Tcp_cc.on_rto tcb.cc ~flight:(flight tcb) ~smss ~first:(Tcp_rto.backoffs tcb.rto = 0);
             tcb.in_recovery <- false;
@@ -981,6 +1228,10 @@ struct
             tcb.recover <- tcb.snd_max;
             tcb.high_rxt <- tcb.snd_una;
             if tcb.retries >= 2 then Tcp_sack.clear tcb.sack;
+            Tcp_rack.mark_all_lost tcb.rack;
+            tcb.t_tlp <- never;
+            tcb.t_reo <- never;
+            tcb.tlp_end <- None;
             Tcp_rto.backoff tcb.rto;
             tcb.rtt_seq <- None;
             tcb.snd_nxt <- tcb.snd_una;
@@ -1048,6 +1299,14 @@ struct
           tcb.t_rtx <- never;
           rto_expired tcb
         end;
+        if tcb.alive && tcb.t_tlp <= n then begin
+          tcb.t_tlp <- never;
+          tlp_expired tcb
+        end;
+        if tcb.alive && tcb.t_reo <= n then begin
+          tcb.t_reo <- never;
+          rack_detect tcb
+        end;
         if tcb.alive && tcb.t_persist <= n then begin
           tcb.t_persist <- never;
           persist_expired tcb
@@ -1068,7 +1327,9 @@ struct
   let rec schedule tcb =
     if tcb.alive then begin
       let d =
-        min tcb.t_rtx (min tcb.t_persist (min tcb.t_delack (min tcb.t_keep tcb.t_2msl)))
+        min tcb.t_rtx
+          (min tcb.t_persist
+             (min tcb.t_delack (min tcb.t_keep (min tcb.t_2msl (min tcb.t_tlp tcb.t_reo)))))
       in
       if d < tcb.armed then begin
         tcb.alarm_cancel ();
@@ -1113,6 +1374,8 @@ struct
             let mtu = max (tcb.cfg.min_mss + Tcp_wire.min_header) mtu in
             if mtu < tcb.lower_max then begin
               tcb.lower_max <- mtu;
+              tcb.pmtu_high <- min tcb.pmtu_high (mtu + 1);
+              tcb.mtu_probe <- None;
               if Tcp_seq.lt tcb.snd_una tcb.snd_max && can_send_data tcb then begin
                 tcb.snd_nxt <- tcb.snd_una;
                 output ~force:true tcb
@@ -1682,6 +1945,8 @@ struct
        connection the application closed gives up after its probes
        anyway. *)
     if (not tcb.app_closed) || win > 0 then tcb.persist_probes <- 0;
+    let advanced = Tcp_seq.gt h.ack tcb.snd_una in
+    let dsack_seen = ref false in
     let newly_sacked, has_sack =
       if tcb.sack_ok then
         match find_sack h.options with
@@ -1691,6 +1956,7 @@ struct
               when Tcp_seq.leq r h.ack
                    || List.exists (fun (l', r') -> Tcp_seq.leq l' l && Tcp_seq.leq r r') rest ->
                 (* RFC 2883: the first block reports a duplicate. *)
+                dsack_seen := true;
                 tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1
             | _ -> ());
             (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
@@ -1762,12 +2028,23 @@ struct
           if not tcb.sack_ok then Tcp_cc.on_dupack tcb.cc ~smss
         end
         else if
-          tcb.dupacks >= 3
-          || (tcb.sack_ok && Tcp_sack.is_lost tcb.sack ~smss tcb.snd_una)
+          (* With RACK, time decides what is lost, not counts (as Linux). *)
+          (not (rack_on tcb))
+          && (tcb.dupacks >= 3 || (tcb.sack_ok && Tcp_sack.is_lost tcb.sack ~smss tcb.snd_una))
         then begin
           if tcb.sack_ok || Tcp_seq.geq tcb.snd_una tcb.recover then enter_recovery tcb
         end
       end
+    end;
+    if advanced || newly_sacked > 0 then mtu_probe_check tcb;
+    if rack_on tcb then begin
+      if !dsack_seen then Tcp_rack.dsack tcb.rack;
+      tlp_episode tcb h ~dsack:!dsack_seen;
+      if advanced || newly_sacked > 0 then begin
+        Tcp_rack.ack tcb.rack ~una:tcb.snd_una ~sacked:(Tcp_sack.blocks tcb.sack) ~now:(now ());
+        rack_detect tcb
+      end;
+      if advanced then arm_tlp tcb
     end;
     (* Window update (RFC 9293: SND.WL1 and SND.WL2). *)
     if
@@ -1783,24 +2060,6 @@ struct
         tcb.persist_backoff <- 0
       end
     end
-
-  and enter_recovery tcb =
-    let smss = smss tcb in
-    let flight_before = flight tcb in
-    tcb.recover <- tcb.snd_max;
-    tcb.in_recovery <- true;
-    tcb.n_fast <- tcb.n_fast + 1;
-    let una = tcb.snd_una in
-    let len = min (capacity tcb) (max 0 (Tcp_seq.sub (data_end tcb) una)) in
-    let len =
-      match Tcp_sack.hole tcb.sack una with
-      | _, Some l when tcb.sack_ok -> min len (Tcp_seq.sub l una)
-      | _ -> len
-    in
-    Log.debug (fun m -> m "%a: fast retransmit at %a" pp_connection tcb Tcp_seq.pp una);
-    Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok;
-    let e = send_data tcb ~seq:una ~len in
-    if tcb.sack_ok then tcb.high_rxt <- e
 
   let arm_keepalive tcb =
     match tcb.keepalive with
@@ -2149,6 +2408,9 @@ struct
       segments_retransmitted = tcb.n_retrans;
       fast_retransmits = tcb.n_fast;
       timeouts = tcb.n_timeouts;
+      probes = tcb.n_probes;
+      path_mtu = tcb.lower_max;
+      mtu_probes = tcb.n_mtu_probes;
       ooo_segments = Tcp_reass.segments tcb.reass;
       soft_error = tcb.soft_error;
     }

@@ -52,6 +52,7 @@ type config = {
 
 type error =
   | Bad_props of string
+  | Bad_params of string
   | Bad_peer of { peer : string; reason : string }
   | Bad_bind of { addr : string; reason : string }
   | Unreachable_bind of { addr : string; peer : string }
@@ -61,6 +62,7 @@ type error =
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
+  | Bad_params e -> Fmt.pf ppf "--params: %s" e
   | Bad_peer { peer; reason } -> Fmt.pf ppf "--peers: %s" (if reason = "" then peer else reason)
   | Bad_bind { addr; reason } -> Fmt.pf ppf "--bind %s: %s" addr reason
   | Unreachable_bind { addr; peer } ->
@@ -112,6 +114,9 @@ let check_peers peers =
   |> Result.map List.rev
 
 let check_config cfg =
+  match Consort_group.Total.check_params cfg.params with
+  | Error e -> Error (Bad_params e)
+  | Ok () ->
   match check_peers cfg.peers with
   | Error e -> Error e
   | Ok peers -> (

@@ -44,6 +44,7 @@ type config = {
 (** Why a member cannot run. *)
 type error =
   | Bad_props of string
+  | Bad_params of string  (** a tunable with a value its layer refuses ([total.protocol]) *)
   | Bad_peer of { peer : string; reason : string }  (** an address that does not parse *)
   | Bad_bind of { addr : string; reason : string }
       (** an address peers cannot reach: wildcard, broadcast, multicast, port 0,

@@ -222,12 +222,12 @@ let workload w ~from ~until ~count =
     at w t (fun () -> if kind = 0 then send w i else cast w i)
   done
 
-let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
+let make ?trace ?(params = Params.empty) ?(props = Consort_group.Properties.vsync) ~seed ~n ~link () =
   let rng = Rng.create seed in
   let net = Sim.create ~seed:(Rng.int rng 0x3fffffff) ~link () in
   Sim.set_trace_channel net trace;
   let layers =
-    match Consort_group.Properties.(layers vsync) with
+    match Consort_group.Properties.layers props with
     | Ok l -> l
     | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e
   in
@@ -285,7 +285,7 @@ let converged w =
         ]
       else []
 
-let finish ?(extra = []) w =
+let finish ?(extra = []) ?(checks = []) w =
   (* The run ended after a quiet period, the network healed: every live
      member is live and connected. *)
   Array.iter
@@ -301,9 +301,10 @@ let finish ?(extra = []) w =
     | Ok () -> []
     | Error vs -> List.map (Fmt.str "%a" Vsync.pp_violation) vs
   in
+  let more = List.concat_map (fun f -> f logs) checks in
   let stats = Sim.stats w.net in
   {
-    violations = List.rev w.problems @ spec @ converged w @ extra;
+    violations = List.rev w.problems @ spec @ more @ converged w @ extra;
     trace_hash = Sim.trace_hash w.net;
     sent = w.sent;
     delivered = w.delivered;
@@ -602,3 +603,6 @@ let member w i =
 let addr_of_member w eid =
   Array.to_list w.procs
   |> List.find_map (fun p -> match p.g with Some g when alive p && G.me g = eid -> Some p.addr | _ -> None)
+
+let leave w i = match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ()
+let is_alive w i = alive w.procs.(i)

@@ -1,0 +1,246 @@
+open Consort
+
+type seg = {
+  mutable s : Tcp_seq.t;
+  mutable e : Tcp_seq.t;
+  mutable xmit : Time.t;
+  mutable order : int;  (** transmissions before it: orders those at the same time *)
+  mutable rexmit : bool;
+  mutable lost : bool;
+  mutable delivered : bool;
+  mutable fin : bool;  (** the last sequence number is a FIN (never SACKed) *)
+}
+
+type t = {
+  mutable segs : seg array;  (** [lo, hi) in sequence order, disjoint *)
+  mutable lo : int;
+  mutable hi : int;
+  mutable r_xmit : Time.t;  (** RACK.xmit_ts: the most recently sent delivered segment *)
+  mutable r_end : Tcp_seq.t;  (** RACK.end_seq *)
+  mutable r_order : int;
+  mutable sends : int;
+  mutable r_rtt : Time.t;  (** RACK.rtt *)
+  mutable have_rack : bool;
+  mutable fack : Tcp_seq.t;  (** the highest delivered end *)
+  mutable have_fack : bool;
+  mutable min_rtt : Time.t;
+  mutable reord : bool;
+  mutable mult : int;
+}
+
+let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false }
+
+let create () =
+  {
+    segs = Array.make 16 dummy;
+    lo = 0;
+    hi = 0;
+    r_xmit = 0;
+    r_end = Tcp_seq.zero;
+    r_order = 0;
+    sends = 0;
+    r_rtt = 0;
+    have_rack = false;
+    fack = Tcp_seq.zero;
+    have_fack = false;
+    min_rtt = max_int;
+    reord = false;
+    mult = 1;
+  }
+
+let clear t =
+  Array.fill t.segs 0 (Array.length t.segs) dummy;
+  t.lo <- 0;
+  t.hi <- 0;
+  t.have_rack <- false;
+  t.have_fack <- false
+
+let segments t = t.hi - t.lo
+
+(* Room for [k] more records at the top, sliding or growing the array. *)
+let reserve t k =
+  let n = t.hi - t.lo in
+  if t.hi + k > Array.length t.segs then begin
+    let a =
+      if n + k > Array.length t.segs / 2 then Array.make (max 16 (2 * (n + k))) dummy else t.segs
+    in
+    Array.blit t.segs t.lo a 0 n;
+    if a == t.segs then Array.fill a n (Array.length a - n) dummy;
+    t.segs <- a;
+    t.lo <- 0;
+    t.hi <- n
+  end
+
+(* Insert [x] at index [i] (lo <= i <= hi), shifting the tail up; the
+   caller reserved the room (so that indices stay valid). *)
+let insert t i x =
+  Array.blit t.segs i t.segs (i + 1) (t.hi - i);
+  t.segs.(i) <- x;
+  t.hi <- t.hi + 1
+
+(* Split the record at [i] at [at] (strictly inside it): the upper part
+   becomes record [i + 1]. *)
+let split t i at =
+  let g = t.segs.(i) in
+  let upper = { g with s = at } in
+  g.e <- at;
+  g.fin <- false;
+  insert t (i + 1) upper
+
+(* The first record whose end is above [s]. *)
+let find t s =
+  let lo = ref t.lo and hi = ref t.hi in
+  while !lo < !hi do
+    let mid = (!lo + !hi) / 2 in
+    if Tcp_seq.leq t.segs.(mid).e s then lo := mid + 1 else hi := mid
+  done;
+  !lo
+
+let sent ?(fin = false) t ~seq ~end_ ~now =
+  if Tcp_seq.lt seq end_ then begin
+    t.sends <- t.sends + 1;
+    let order = t.sends in
+    let top = if t.hi > t.lo then Some t.segs.(t.hi - 1).e else None in
+    match top with
+    | Some top when Tcp_seq.lt seq top ->
+        reserve t 3;
+        let i = ref (find t seq) in
+        if !i < t.hi && Tcp_seq.lt t.segs.(!i).s seq then begin
+          split t !i seq;
+          incr i
+        end;
+        while !i < t.hi && Tcp_seq.lt t.segs.(!i).s end_ do
+          let g = t.segs.(!i) in
+          if Tcp_seq.gt g.e end_ then split t !i end_;
+          g.xmit <- now;
+          g.order <- order;
+          g.rexmit <- true;
+          g.lost <- false;
+          incr i
+        done;
+        if Tcp_seq.gt end_ top then begin
+          t.segs.(t.hi) <- { s = top; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin };
+          t.hi <- t.hi + 1
+        end
+    | _ ->
+        reserve t 1;
+        t.segs.(t.hi) <- { s = seq; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin };
+        t.hi <- t.hi + 1
+  end
+
+(* RFC 8985 section 6.2 steps 2 and 3 for one delivered segment. *)
+let delivered t g ~now =
+  g.delivered <- true;
+  let rtt = now - g.xmit in
+  if g.rexmit && rtt < t.min_rtt then ()
+  else begin
+    if not g.rexmit then t.min_rtt <- min t.min_rtt rtt;
+    if (not t.have_rack) || g.xmit > t.r_xmit || (g.xmit = t.r_xmit && g.order > t.r_order) then begin
+      t.have_rack <- true;
+      t.r_xmit <- g.xmit;
+      t.r_order <- g.order;
+      t.r_end <- g.e;
+      t.r_rtt <- rtt
+    end
+  end;
+  if t.have_fack && (not g.rexmit) && Tcp_seq.lt g.e t.fack then t.reord <- true;
+  if (not t.have_fack) || Tcp_seq.gt g.e t.fack then begin
+    t.have_fack <- true;
+    t.fack <- g.e
+  end
+
+let ack t ~una ~sacked ~now =
+  (* Cumulatively acknowledged: delivered, then forgotten. *)
+  while t.lo < t.hi && Tcp_seq.leq t.segs.(t.lo).e una do
+    let g = t.segs.(t.lo) in
+    if not g.delivered then delivered t g ~now;
+    t.segs.(t.lo) <- dummy;
+    t.lo <- t.lo + 1
+  done;
+  if t.lo < t.hi && Tcp_seq.lt t.segs.(t.lo).s una then t.segs.(t.lo).s <- una;
+  if t.lo = t.hi then begin
+    t.lo <- 0;
+    t.hi <- 0
+  end;
+  (* SACKed: one merge of the ascending blocks with the records. *)
+  let rec go i = function
+    | [] -> ()
+    | (l, r) :: rest as bs ->
+        if i >= t.hi then ()
+        else
+          let g = t.segs.(i) in
+          if Tcp_seq.leq r g.s then go i rest
+          else if Tcp_seq.lt g.s l then go (i + 1) bs
+          else begin
+            let data_end = if g.fin then Tcp_seq.add g.e (-1) else g.e in
+            if Tcp_seq.leq data_end r && Tcp_seq.lt g.s data_end && not g.delivered then
+              delivered t g ~now;
+            go (i + 1) bs
+          end
+  in
+  if sacked <> [] then go (find t (fst (List.hd sacked))) sacked
+
+let dsack t =
+  t.reord <- true;
+  t.mult <- min (t.mult + 1) 16
+
+let reo_wnd t ~in_recovery ~dupacks ~srtt =
+  if (not t.reord) && (in_recovery || dupacks >= 3) then 0
+  else if t.min_rtt = max_int then 0
+  else min (t.mult * t.min_rtt / 4) srtt
+
+let detect t ~now ~reo_wnd =
+  let n = ref 0 and timeout = ref None in
+  if t.have_rack then
+    for i = t.lo to t.hi - 1 do
+      let g = t.segs.(i) in
+      if
+        (not g.delivered) && (not g.lost)
+        && (g.xmit < t.r_xmit || (g.xmit = t.r_xmit && g.order < t.r_order))
+      then begin
+        let remaining = g.xmit + t.r_rtt + reo_wnd - now in
+        if remaining <= 0 then begin
+          g.lost <- true;
+          incr n
+        end
+        else
+          timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
+      end
+    done;
+  (!n, Option.map (fun r -> now + r) !timeout)
+
+let mark_all_lost t =
+  for i = t.lo to t.hi - 1 do
+    let g = t.segs.(i) in
+    if not g.delivered then g.lost <- true
+  done
+
+let next_lost t =
+  let rec go i =
+    if i >= t.hi then None
+    else
+      let g = t.segs.(i) in
+      if g.lost && not g.delivered then Some (g.s, Tcp_seq.sub g.e g.s) else go (i + 1)
+  in
+  go t.lo
+
+let is_lost t s =
+  let i = find t s in
+  i < t.hi && Tcp_seq.leq t.segs.(i).s s && t.segs.(i).lost && not t.segs.(i).delivered
+
+let pipe t =
+  let n = ref 0 in
+  for i = t.lo to t.hi - 1 do
+    let g = t.segs.(i) in
+    if not (g.delivered || g.lost) then n := !n + Tcp_seq.sub g.e g.s
+  done;
+  !n
+
+let last t = if t.hi > t.lo then Some (t.segs.(t.hi - 1).s, t.segs.(t.hi - 1).e) else None
+let min_rtt t = if t.min_rtt = max_int then None else Some t.min_rtt
+let reordering_seen t = t.reord
+
+let pp ppf t =
+  Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments t) Time.pp t.r_rtt
+    Fmt.(option ~none:(any "-") Time.pp)
+    (min_rtt t) t.reord t.mult
