@@ -80,14 +80,24 @@ let pp_stats ppf s =
 let magic = 0xC5
 let header_length = 34
 let tag_length = 16
-let overhead = header_length + tag_length
+
+(* Privacy encrypts a marker byte before the payload, so that the AEAD
+   never sees an empty plaintext. *)
+let overhead = header_length + 1 + tag_length
 let id_length = 16
 let window = 1024
 let max_senders = 4096
 
 (* The key a sender seals under: its own, so nonces never repeat across
    senders. *)
-let sender_key secret id = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:secret [ "consort-seal-v1"; id ]))
+type keys = { aead : Aead.key; mac : string }
+
+let sender_key secret id =
+  let k = Crypto.hmac ~key:secret [ "consort-seal-v1"; id ] in
+  { aead = Aead.of_secret (Cstruct.of_string k); mac = Crypto.hmac ~key:k [ "consort-seal-v1-auth" ] }
+
+(* Auth: HMAC-SHA256 of header and payload, truncated to 16 bytes. *)
+let mac keys hdr payload = String.sub (Crypto.hmac ~key:keys.mac [ Cstruct.to_string hdr; Cstruct.to_string payload ]) 0 tag_length
 
 let nonce counter =
   let n = Cstruct.create 12 in
@@ -96,7 +106,7 @@ let nonce counter =
 
 (* What a receiver remembers of a sender: its key, the highest counter
    seen and which of the [window] counters below it arrived. *)
-type peer = { key : Aead.key; mutable top : int64; seen : Bytes.t (* window bits *) }
+type peer = { key : keys; mutable top : int64; seen : Bytes.t (* window bits *) }
 
 let bit_index c = Int64.to_int (Int64.rem c (Int64.of_int window))
 let get_bit b i = Char.code (Bytes.get b (i lsr 3)) land (1 lsl (i land 7)) <> 0
@@ -166,7 +176,7 @@ module Make (T : Transport.S) = struct
     c : T.connection;
     t : t;
     id : string;
-    key : Aead.key option;  (* this sender's *)
+    key : keys option;  (* this sender's *)
     mutable counter : int64;
     peers : peer Ids.t;
     n : counts;
@@ -203,6 +213,7 @@ module Make (T : Transport.S) = struct
       stale = n.stale;
     }
 
+  let senders c = Ids.length c.peers
   let wall_ms t = Int64.of_float (t.wall () *. 1000.)
 
   (* The sealed form of [msg]'s bytes. *)
@@ -217,14 +228,16 @@ module Make (T : Transport.S) = struct
     Cstruct.BE.set_uint64 hdr 18 c.counter;
     Cstruct.BE.set_uint64 hdr 26 (wall_ms c.t);
     let len = Msg.length msg in
-    let payload = Cstruct.create len in
-    ignore (Msg.blit_to msg payload 0);
     let sealed =
       match mode with
-      | Privacy -> Aead.authenticate_encrypt ~key ~nonce:(nonce c.counter) ~adata:hdr payload
+      | Privacy ->
+          let plain = Cstruct.create (len + 1) in
+          ignore (Msg.blit_to msg plain 1);
+          Aead.authenticate_encrypt ~key:key.aead ~nonce:(nonce c.counter) ~adata:hdr plain
       | Auth ->
-          Cstruct.append payload
-            (Aead.authenticate_encrypt ~key ~nonce:(nonce c.counter) ~adata:(Cstruct.append hdr payload) Cstruct.empty)
+          let payload = Cstruct.create len in
+          ignore (Msg.blit_to msg payload 0);
+          Cstruct.append payload (Cstruct.of_string (mac key hdr payload))
     in
     c.n.sealed <- c.n.sealed + 1;
     let v = Pool.alloc c.t.pool (header_length + Cstruct.length sealed) in
@@ -257,7 +270,7 @@ module Make (T : Transport.S) = struct
       n.clear <- n.clear + 1;
       None
     end
-    else if len < overhead then begin
+    else if len < header_length + tag_length then begin
       n.malformed <- n.malformed + 1;
       None
     end
@@ -276,16 +289,17 @@ module Make (T : Transport.S) = struct
         let hdr = Cstruct.sub cs 0 header_length in
         let body = Cstruct.sub cs header_length (len - header_length) in
         let opened =
-          if m = 2 then Aead.authenticate_decrypt ~key ~nonce:(nonce counter) ~adata:hdr body
+          if m = 2 then
+            if Cstruct.length body < tag_length + 1 then None
+            else
+              match Aead.authenticate_decrypt ~key:key.aead ~nonce:(nonce counter) ~adata:hdr body with
+              | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.shift plain 1)
+              | Some _ | None -> None
           else
             let plen = Cstruct.length body - tag_length in
             let payload = Cstruct.sub body 0 plen in
-            match
-              Aead.authenticate_decrypt ~key ~nonce:(nonce counter) ~adata:(Cstruct.append hdr payload)
-                (Cstruct.sub body plen tag_length)
-            with
-            | Some _ -> Some payload
-            | None -> None
+            if Crypto.equal (mac key hdr payload) (Cstruct.to_string ~off:plen ~len:tag_length body) then Some payload
+            else None
         in
         match opened with
         | None ->
