@@ -94,6 +94,8 @@ for s in rpc-at-most-once fs-crash; do
 done
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
+# Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
+jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the
