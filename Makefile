@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak mutants fuzz clean
+.PHONY: all deps build demo test bench soak soak-net mutants fuzz clean
 
 all: build
 
@@ -45,6 +45,15 @@ soak: build
 	  for p in sequencer token; do \
 	    ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
 	      --params sim.props=vsync+Total+Causal+Agree,total.protocol=$$p || exit 1; done; done
+
+# Five member processes in network namespaces (veth links to a bridge) under
+# seeded kills, SIGSTOP pauses, partitions and cut links, casting with total
+# order; every log checked. SOAK_NET_SECONDS (default 600), SOAK_NET_SEED.
+SOAK_NET_SECONDS ?= 600
+SOAK_NET_SEED ?= 1
+
+soak-net: build
+	@./_build/default/test/soak_net/soak_net.exe --seconds $(SOAK_NET_SECONDS) --seed $(SOAK_NET_SEED)
 
 # Every decoder on the network path under AFL++ (installed when missing),
 # FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.

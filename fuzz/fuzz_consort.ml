@@ -204,6 +204,37 @@ let () =
   total "ipv6 address" N.Ipv6_addr.of_string;
   total "mac address" N.Mac_addr.of_string
 
+(* {1 Sealed datagrams}
+
+   Bytes at a sealed connection: nothing raises, and nothing is handed up
+   (no input can carry a valid tag). *)
+
+module Sim = Consort_engine.Sim
+module Sealed = Consort_seal.Seal.Make (Sim)
+
+let sealed_receiver =
+  lazy
+    (let net = Sim.create () in
+     let secret = Result.get_ok (Consort_seal.Seal.secret_of_string (String.make 32 's')) in
+     let got = ref 0 in
+     let _ =
+       Sealed.open_ (Sealed.wrap net (Some (secret, Consort_seal.Seal.Privacy))) "b" (fun _ ->
+           { Sealed.recv = (fun ~src:_ v -> incr got; Iovec.release v); closed = ignore })
+     in
+     let x = Result.get_ok (Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
+     (net, x, got))
+
+let () =
+  let prefix = Crowbar.choose [ Crowbar.const ""; Crowbar.const "\xc5\x01"; Crowbar.const "\xc5\x02" ] in
+  Crowbar.add_test ~name:"sealed datagram" [ prefix; Crowbar.bytes ] (fun p s ->
+      let net, x, got = Lazy.force sealed_receiver in
+      let before = !got in
+      let m = Msg.of_string Pool.default (p ^ s) in
+      ignore (Sim.send x ~dst:"b" m);
+      Msg.release m;
+      Sim.run net;
+      Crowbar.check_eq ~pp:Fmt.int before !got)
+
 (* {1 Capability services} *)
 
 let () =

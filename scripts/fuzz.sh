@@ -15,7 +15,7 @@ DUNE=${DUNE:-dune}
 
 if [ "${1:-}" = "--smoke" ]; then
   exe=./_build/default/fuzz/fuzz_consort.exe
-  [ -x "$exe" ] || $DUNE build ./fuzz/fuzz_consort.exe || exit 1
+  $DUNE build ./fuzz/fuzz_consort.exe || exit 1
   out=$(mktemp)
   trap 'rm -f "$out"' EXIT
   "$exe" -r "${FUZZ_REPEAT:-30000}" -s "${FUZZ_SEED:-1}" >"$out" 2>&1

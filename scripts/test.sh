@@ -102,6 +102,8 @@ done
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 45 CPU seconds for 1000 seeds.
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
+# Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
+jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the

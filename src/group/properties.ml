@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -16,6 +16,8 @@ let to_string = function
   | Total -> "Total"
   | Causal -> "Causal"
   | Agree -> "Agree"
+  | Auth -> "Auth"
+  | Privacy -> "Privacy"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 

@@ -1,7 +1,9 @@
 open Consort
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
-module G = Consort_group.Group.Make (Udp)
+module Seal = Consort_seal.Seal
+module S = Seal.Make (Udp)
+module G = Consort_group.Group.Make (S)
 module Log = Consort_spec.Log
 
 module In_channel_all = struct
@@ -45,6 +47,7 @@ type config = {
   seed : int;
   drop_file : string option;
   discovery : string option;
+  seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
 }
 
 type error =
@@ -131,7 +134,7 @@ let check_config cfg =
 let join loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery
-      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers loop ~group:cfg.group ~addr cb
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap loop cfg.seal) ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
@@ -172,6 +175,22 @@ let print_counters g =
     List.concat_map
       (fun (layer, kvs) -> List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) kvs)
       (G.counters g)
+  in
+  let items =
+    let st = S.stats (G.connection g) in
+      items
+      @ List.filter_map
+          (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "seal.%s=%d" k v) else None)
+          [
+            ("sealed", st.Seal.sealed);
+            ("opened", st.opened);
+            ("malformed", st.malformed);
+            ("clear", st.clear);
+            ("bad_tag", st.bad_tag);
+            ("wrong_mode", st.wrong_mode);
+            ("replayed", st.replayed);
+            ("stale", st.stale);
+          ]
   in
   Printf.eprintf "counters %s\n%!" (String.concat " " items)
 
@@ -322,7 +341,7 @@ let run cfg =
                         else Some (fun ~src _ -> List.mem (Udp.address_to_string src) blocked)
                       in
                       say "dropping datagrams from [%s]" (String.concat " " blocked);
-                      ignore (Udp.control (G.connection g) (Udp.Drop_filter filter))
+                      ignore (S.control (G.connection g) (S.Drop_filter filter))
                     end;
                     if not !exited then ignore (Loop.after loop (Time.of_ms 50) watch_file)
                   in

@@ -36,6 +36,9 @@ type config = {
       (** for tests of partitions: a file listing addresses (one per line)
           whose datagrams are dropped; re-read as it changes *)
   discovery : string option;  (** an IP multicast group for discovery, e.g. ["239.1.2.3:7500"] *)
+  seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
+      (** the group's secret and whether datagrams are authenticated or also
+          encrypted ({!Consort_seal.Seal}); [None]: in clear *)
 }
 
 (** Why a member cannot run. *)
