@@ -11,7 +11,7 @@ type seg = {
   mutable fin : bool;  (** the last sequence number is a FIN (never SACKed) *)
 }
 
-type t = {
+type st = {
   mutable segs : seg array;  (** [lo, hi) in sequence order, disjoint *)
   mutable lo : int;
   mutable hi : int;
@@ -30,7 +30,11 @@ type t = {
 
 let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false }
 
-let create () =
+(* The state is made at the first transmission: a connection that never
+   sends data (most of those a flood makes) pays one word for it. *)
+type t = { mutable st : st option }
+
+let make () =
   {
     segs = [||];
     lo = 0;
@@ -48,14 +52,14 @@ let create () =
     mult = 1;
   }
 
-let clear t =
+let clear_st t =
   Array.fill t.segs 0 (Array.length t.segs) dummy;
   t.lo <- 0;
   t.hi <- 0;
   t.have_rack <- false;
   t.have_fack <- false
 
-let segments t = t.hi - t.lo
+let segments_st t = t.hi - t.lo
 
 (* Room for [k] more records at the top, sliding or growing the array. *)
 let reserve t k =
@@ -96,7 +100,7 @@ let find t s =
   done;
   !lo
 
-let sent ?(fin = false) t ~seq ~end_ ~now =
+let sent_st ~fin t ~seq ~end_ ~now =
   if Tcp_seq.lt seq end_ then begin
     t.sends <- t.sends + 1;
     let order = t.sends in
@@ -149,7 +153,7 @@ let delivered t g ~now =
     t.fack <- g.e
   end
 
-let ack t ~una ~sacked ~now =
+let ack_st t ~una ~sacked ~now =
   (* Cumulatively acknowledged: delivered, then forgotten. *)
   while t.lo < t.hi && Tcp_seq.leq t.segs.(t.lo).e una do
     let g = t.segs.(t.lo) in
@@ -180,11 +184,11 @@ let ack t ~una ~sacked ~now =
   in
   if sacked <> [] then go (find t (fst (List.hd sacked))) sacked
 
-let dsack t =
+let dsack_st t =
   t.reord <- true;
   t.mult <- min (t.mult + 1) 16
 
-let reo_wnd t ~in_recovery ~dupacks ~srtt =
+let reo_wnd_st t ~in_recovery ~dupacks ~srtt =
   if (not t.reord) && (in_recovery || dupacks >= 3) then 0
   else if t.min_rtt = max_int then 0
   else min (t.mult * t.min_rtt / 4) srtt
@@ -193,7 +197,7 @@ let reo_wnd t ~in_recovery ~dupacks ~srtt =
    retransmission went after the original of every segment above it: so
    the first segment sent once and after RACK's ends the scan (which an
    ACK of in-order data makes the first one: constant work). *)
-let detect t ~now ~reo_wnd =
+let detect_st t ~now ~reo_wnd =
   let n = ref 0 and timeout = ref None in
   let i = ref t.lo in
   if t.have_rack then
@@ -216,13 +220,13 @@ let detect t ~now ~reo_wnd =
     done;
   (!n, Option.map (fun r -> now + r) !timeout)
 
-let mark_all_lost t =
+let mark_all_lost_st t =
   for i = t.lo to t.hi - 1 do
     let g = t.segs.(i) in
     if not g.delivered then g.lost <- true
   done
 
-let next_lost t =
+let next_lost_st t =
   let rec go i =
     if i >= t.hi then None
     else
@@ -231,11 +235,11 @@ let next_lost t =
   in
   go t.lo
 
-let is_lost t s =
+let is_lost_st t s =
   let i = find t s in
   i < t.hi && Tcp_seq.leq t.segs.(i).s s && t.segs.(i).lost && not t.segs.(i).delivered
 
-let pipe t =
+let pipe_st t =
   let n = ref 0 in
   for i = t.lo to t.hi - 1 do
     let g = t.segs.(i) in
@@ -243,11 +247,42 @@ let pipe t =
   done;
   !n
 
-let last t = if t.hi > t.lo then Some (t.segs.(t.hi - 1).s, t.segs.(t.hi - 1).e) else None
-let min_rtt t = if t.min_rtt = max_int then None else Some t.min_rtt
-let reordering_seen t = t.reord
+let last_st t = if t.hi > t.lo then Some (t.segs.(t.hi - 1).s, t.segs.(t.hi - 1).e) else None
+let min_rtt_st t = if t.min_rtt = max_int then None else Some t.min_rtt
+let reordering_seen_st t = t.reord
+
+let create () = { st = None }
+let clear t = Option.iter clear_st t.st
+let segments t = match t.st with Some s -> segments_st s | None -> 0
+
+let get t =
+  match t.st with
+  | Some s -> s
+  | None ->
+      let s = make () in
+      t.st <- Some s;
+      s
+
+let sent ?(fin = false) t ~seq ~end_ ~now = sent_st ~fin (get t) ~seq ~end_ ~now
+let ack t ~una ~sacked ~now = Option.iter (fun s -> ack_st s ~una ~sacked ~now) t.st
+let dsack t = dsack_st (get t)
+
+let reo_wnd t ~in_recovery ~dupacks ~srtt =
+  match t.st with Some s -> reo_wnd_st s ~in_recovery ~dupacks ~srtt | None -> 0
+
+let detect t ~now ~reo_wnd = match t.st with Some s -> detect_st s ~now ~reo_wnd | None -> (0, None)
+let mark_all_lost t = Option.iter mark_all_lost_st t.st
+let next_lost t = Option.bind t.st next_lost_st
+let is_lost t q = match t.st with Some s -> is_lost_st s q | None -> false
+let pipe t = match t.st with Some s -> pipe_st s | None -> 0
+let last t = Option.bind t.st last_st
+let min_rtt t = Option.bind t.st min_rtt_st
+let reordering_seen t = match t.st with Some s -> reordering_seen_st s | None -> false
 
 let pp ppf t =
-  Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments t) Time.pp t.r_rtt
+  match t.st with
+  | None -> Fmt.string ppf "rack: nothing sent"
+  | Some t ->
+  Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments_st t) Time.pp t.r_rtt
     Fmt.(option ~none:(any "-") Time.pp)
-    (min_rtt t) t.reord t.mult
+    (min_rtt_st t) t.reord t.mult
