@@ -57,6 +57,27 @@ let update t ~una ~high bs =
   set t (take t.max_blocks blocks);
   t.sacked - before
 
+(* The parts of [bs] (clipped as [update] clips them) not covered yet,
+   ascending. *)
+let newly t ~una ~high bs =
+  let minus (l, r) =
+    List.fold_left
+      (fun parts (bl, br) ->
+        List.concat_map
+          (fun (l, r) ->
+            if Tcp_seq.leq br l || Tcp_seq.leq r bl then [ (l, r) ]
+            else
+              (if Tcp_seq.lt l bl then [ (l, bl) ] else [])
+              @ if Tcp_seq.lt br r then [ (br, r) ] else [])
+          parts)
+      [ (l, r) ] t.blocks
+  in
+  bs
+  |> List.concat_map (fun (l, r) ->
+         let l = Tcp_seq.max l una in
+         if Tcp_seq.lt l r && Tcp_seq.leq r high then minus (l, r) else [])
+  |> List.sort (fun (a, _) (b, _) -> if Tcp_seq.lt a b then -1 else if Tcp_seq.gt a b then 1 else 0)
+
 let advance t una =
   set t
   @@ List.filter_map
