@@ -3,6 +3,11 @@ include Tcp_types
 
 module Log = Tcp_tcb.Log
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 module Make
     (Lower : LOWER)
     (P : PARAMS

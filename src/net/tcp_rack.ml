@@ -1,5 +1,10 @@
 open Consort
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 type seg = {
   mutable s : Tcp_seq.t;
   mutable e : Tcp_seq.t;
@@ -30,6 +35,8 @@ type st = {
   mutable reord : bool;
   mutable mult : int;
   mutable inflight : int;  (** bytes of records neither delivered nor lost *)
+  spare : seg array;  (** records acknowledged, for the next ones sent (no garbage per segment) *)
+  mutable nspare : int;
 }
 
 let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false; skip = 1 }
@@ -55,6 +62,8 @@ let make () =
     reord = false;
     mult = 1;
     inflight = 0;
+    spare = Array.make 16 dummy;
+    nspare = 0;
   }
 
 let clear_st t =
@@ -129,6 +138,25 @@ let find t s =
   done;
   !lo
 
+(* A record for [s, e), reused if one is spare. *)
+let record t ~s ~e ~now ~order ~fin =
+  if t.nspare > 0 then begin
+    t.nspare <- t.nspare - 1;
+    let g = t.spare.(t.nspare) in
+    t.spare.(t.nspare) <- dummy;
+    g.s <- s;
+    g.e <- e;
+    g.xmit <- now;
+    g.order <- order;
+    g.rexmit <- false;
+    g.lost <- false;
+    g.delivered <- false;
+    g.fin <- fin;
+    g.skip <- 1;
+    g
+  end
+  else { s; e; xmit = now; order; rexmit = false; lost = false; delivered = false; fin; skip = 1 }
+
 let sent_st ~fin t ~seq ~end_ ~now =
   if Tcp_seq.lt seq end_ then begin
     t.sends <- t.sends + 1;
@@ -153,14 +181,13 @@ let sent_st ~fin t ~seq ~end_ ~now =
           incr i
         done;
         if Tcp_seq.gt end_ top then begin
-          t.segs.(t.hi) <-
-            { s = top; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin; skip = 1 };
+          t.segs.(t.hi) <- record t ~s:top ~e:end_ ~now ~order ~fin;
           t.hi <- t.hi + 1;
           t.inflight <- t.inflight + Tcp_seq.sub end_ top
         end
     | _ ->
         reserve t 1;
-        t.segs.(t.hi) <- { s = seq; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin; skip = 1 };
+        t.segs.(t.hi) <- record t ~s:seq ~e:end_ ~now ~order ~fin;
         t.inflight <- t.inflight + Tcp_seq.sub end_ seq;
         t.hi <- t.hi + 1
   end
@@ -195,6 +222,10 @@ let ack_st t ~una ~newly ~sacked ~now =
     let g = t.segs.(t.lo) in
     if not g.delivered then delivered t g ~now;
     t.segs.(t.lo) <- dummy;
+    if t.nspare < Array.length t.spare then begin
+      t.spare.(t.nspare) <- g;
+      t.nspare <- t.nspare + 1
+    end;
     t.lo <- t.lo + 1
   done;
   if t.lo < t.hi && Tcp_seq.lt t.segs.(t.lo).s una then begin
