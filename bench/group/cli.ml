@@ -48,11 +48,17 @@ let failover_cmd =
     (Cmd.info "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
     Term.(const failover $ size $ reps $ params $ json)
 
-let rtt count warmup rounds params total json =
+let seal_flag =
+  Arg.(
+    value & flag
+    & info [ "seal" ]
+        ~doc:"Also the vsync stack sealed with Auth and with Privacy (Consort_seal), in the same run, beside it in clear.")
+
+let rtt count warmup rounds params total seal json =
   Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
     rounds (placement ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
-  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ~total ())
+  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ~total ~seal ())
 
 let rtt_cmd =
   let count = Arg.(value & opt int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
@@ -65,9 +71,9 @@ let rtt_cmd =
   in
   Cmd.v
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
-    Term.(const rtt $ count $ warmup $ rounds $ params $ total $ json)
+    Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
-let throughput count size senders params deadline reps total members json =
+let throughput count size senders params deadline reps total seal members json =
   Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."
     count size members reps;
   Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
@@ -79,6 +85,8 @@ let throughput count size senders params deadline reps total members json =
           ("Total seq", "vsync,Total", "total.protocol=sequencer");
           ("Total token", "vsync,Total", "total.protocol=token");
         ]
+    else if seal then
+      Some [ ("vsync", "vsync", ""); ("vsync Auth", "vsync,Auth", ""); ("vsync Privacy", "vsync,Privacy", "") ]
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json
@@ -99,7 +107,7 @@ let throughput_cmd =
   in
   Cmd.v
     (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
-    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ members $ json)
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ members $ json)
 
 let peer kind index addrs count warmup size senders deadline params props =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());

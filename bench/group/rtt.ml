@@ -9,6 +9,9 @@ let total_kinds =
     ("Total token", "group-rtt", "vsync,Total", "total.protocol=token");
   ]
 
+let seal_kinds =
+  [ ("Auth", "group-rtt", "vsync,Auth", ""); ("Privacy", "group-rtt", "vsync,Privacy", "") ]
+
 let once ~exe ~count ~warmup ~params ?(props = "") ?(extra = "") ~kind ~cpus () =
   let params = if params = "" then extra else if extra = "" then params else params ^ "," ^ extra in
   let dir = Proc.temp_dir "consort-bench-rtt" in
@@ -45,8 +48,9 @@ let once ~exe ~count ~warmup ~params ?(props = "") ?(extra = "") ~kind ~cpus () 
   | _ -> Error (Printf.sprintf "%s: the peers failed%s" kind (if err = "" then "" else ": " ^ String.trim err))
 
 let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Same; `Different ]) ?(rounds = 3)
-    ?(total = false) () =
+    ?(total = false) ?(seal = false) () =
   let kinds = if total then kinds @ total_kinds else kinds in
+  let kinds = if seal then kinds @ seal_kinds else kinds in
   let rounds = max 1 (min rounds count) in
   let configs =
     List.concat_map

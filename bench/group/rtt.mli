@@ -19,6 +19,7 @@ val run :
   ?placements:[ `Same | `Different ] list ->
   ?rounds:int ->
   ?total:bool ->
+  ?seal:bool ->
   unit ->
   (row list, string) result
 (** [run ~exe ()] measures [count] round trips (default 5000) for each
@@ -26,7 +27,8 @@ val run :
     (default 3) that each go through every configuration with a fresh
     pair of processes, [warmup] round trips (default 500) before each
     round's measures. With [total], also casts with [Total], by the
-    sequencer and by the token. *)
+    sequencer and by the token; with [seal], also casts sealed with [Auth]
+    and with [Privacy]. *)
 
 val pp_table : row list Fmt.t
 val to_json : row list -> string

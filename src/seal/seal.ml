@@ -90,14 +90,14 @@ let max_senders = 4096
 
 (* The key a sender seals under: its own, so nonces never repeat across
    senders. *)
-type keys = { aead : Aead.key; mac : string }
+type keys = { aead : Aead.key }
 
-let sender_key secret id =
-  let k = Crypto.hmac ~key:secret [ "consort-seal-v1"; id ] in
-  { aead = Aead.of_secret (Cstruct.of_string k); mac = Crypto.hmac ~key:k [ "consort-seal-v1-auth" ] }
+let sender_key secret id = { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:secret [ "consort-seal-v1"; id ])) }
 
-(* Auth: HMAC-SHA256 of header and payload, truncated to 16 bytes. *)
-let mac keys hdr payload = String.sub (Crypto.hmac ~key:keys.mac [ Cstruct.to_string hdr; Cstruct.to_string payload ]) 0 tag_length
+(* The marker byte both modes encrypt: with Privacy before the payload,
+   with Auth alone (the header and the payload are then associated data),
+   so that the AEAD never sees an empty plaintext. *)
+let marker = Cstruct.of_string "\000"
 
 let nonce counter =
   let n = Cstruct.create 12 in
@@ -216,34 +216,35 @@ module Make (T : Transport.S) = struct
   let senders c = Ids.length c.peers
   let wall_ms t = Int64.of_float (t.wall () *. 1000.)
 
-  (* The sealed form of [msg]'s bytes. *)
+  (* The sealed form of [msg]'s bytes, written into one buffer: the header,
+     then the payload (with Privacy, after the marker), then the tag. *)
   let seal_msg c secret_mode msg =
     let _, mode = secret_mode in
-    let key = Option.get c.key in
+    let key = (Option.get c.key).aead in
     c.counter <- Int64.succ c.counter;
-    let hdr = Cstruct.create header_length in
-    Cstruct.set_uint8 hdr 0 magic;
-    Cstruct.set_uint8 hdr 1 (mode_byte mode);
-    Cstruct.blit_from_string c.id 0 hdr 2 id_length;
-    Cstruct.BE.set_uint64 hdr 18 c.counter;
-    Cstruct.BE.set_uint64 hdr 26 (wall_ms c.t);
     let len = Msg.length msg in
-    let sealed =
-      match mode with
-      | Privacy ->
-          let plain = Cstruct.create (len + 1) in
-          ignore (Msg.blit_to msg plain 1);
-          Aead.authenticate_encrypt ~key:key.aead ~nonce:(nonce c.counter) ~adata:hdr plain
-      | Auth ->
-          let payload = Cstruct.create len in
-          ignore (Msg.blit_to msg payload 0);
-          Cstruct.append payload (Cstruct.of_string (mac key hdr payload))
-    in
-    c.n.sealed <- c.n.sealed + 1;
-    let v = Pool.alloc c.t.pool (header_length + Cstruct.length sealed) in
+    let v = Pool.alloc c.t.pool (len + overhead) in
     let cs = Iovec.cstruct v in
-    Cstruct.blit hdr 0 cs 0 header_length;
-    Cstruct.blit sealed 0 cs header_length (Cstruct.length sealed);
+    Cstruct.set_uint8 cs 0 magic;
+    Cstruct.set_uint8 cs 1 (mode_byte mode);
+    Cstruct.blit_from_string c.id 0 cs 2 id_length;
+    Cstruct.BE.set_uint64 cs 18 c.counter;
+    Cstruct.BE.set_uint64 cs 26 (wall_ms c.t);
+    let nonce = nonce c.counter in
+    (match mode with
+    | Privacy ->
+        Cstruct.set_uint8 cs header_length 0;
+        ignore (Msg.blit_to msg cs (header_length + 1));
+        let sealed =
+          Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 header_length)
+            (Cstruct.sub cs header_length (len + 1))
+        in
+        Cstruct.blit sealed 0 cs header_length (Cstruct.length sealed)
+    | Auth ->
+        ignore (Msg.blit_to msg cs header_length);
+        let tag = Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 (header_length + len)) marker in
+        Cstruct.blit tag 0 cs (header_length + len) (Cstruct.length tag));
+    c.n.sealed <- c.n.sealed + 1;
     Msg.of_iovec v
 
   let with_sealed c msg f =
@@ -262,7 +263,9 @@ module Make (T : Transport.S) = struct
     let i = T.query c.c in
     match c.t.seal with None -> i | Some _ -> { i with mtu = i.mtu - overhead }
 
-  (* The payload of a received datagram, or [None] (counted). *)
+  (* Where the payload of a received datagram is, or [None] (counted):
+     [`In_place (off, len)] (Auth: the datagram's own bytes) or
+     [`Decrypted cs] (Privacy). *)
   let unseal c (secret, mode) cs =
     let n = c.n in
     let len = Cstruct.length cs in
@@ -270,7 +273,7 @@ module Make (T : Transport.S) = struct
       n.clear <- n.clear + 1;
       None
     end
-    else if len < header_length + tag_length then begin
+    else if len < overhead then begin
       n.malformed <- n.malformed + 1;
       None
     end
@@ -286,20 +289,23 @@ module Make (T : Transport.S) = struct
         let sent_at = Cstruct.BE.get_uint64 cs 26 in
         let known = Ids.find c.peers id in
         let key = match known with Some p -> p.key | None -> sender_key secret id in
-        let hdr = Cstruct.sub cs 0 header_length in
-        let body = Cstruct.sub cs header_length (len - header_length) in
+        let nonce = nonce counter in
         let opened =
           if m = 2 then
-            if Cstruct.length body < tag_length + 1 then None
-            else
-              match Aead.authenticate_decrypt ~key:key.aead ~nonce:(nonce counter) ~adata:hdr body with
-              | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.shift plain 1)
-              | Some _ | None -> None
+            match
+              Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 header_length)
+                (Cstruct.sub cs header_length (len - header_length))
+            with
+            | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (`Decrypted (Cstruct.shift plain 1))
+            | Some _ | None -> None
           else
-            let plen = Cstruct.length body - tag_length in
-            let payload = Cstruct.sub body 0 plen in
-            if Crypto.equal (mac key hdr payload) (Cstruct.to_string ~off:plen ~len:tag_length body) then Some payload
-            else None
+            let plen = len - overhead in
+            match
+              Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (header_length + plen))
+                (Cstruct.sub cs (header_length + plen) (1 + tag_length))
+            with
+            | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (`In_place (header_length, plen))
+            | Some _ | None -> None
         in
         match opened with
         | None ->
@@ -357,7 +363,11 @@ module Make (T : Transport.S) = struct
                 | None ->
                     Log.debug (fun m -> m "dropped a datagram from %a" T.pp_address src);
                     Iovec.release v
-                | Some payload ->
+                | Some (`In_place (off, len)) ->
+                    let out = Iovec.sub v ~off ~len in
+                    Iovec.release v;
+                    h.recv ~src out
+                | Some (`Decrypted payload) ->
                     let out = Pool.copy t.pool payload in
                     Iovec.release v;
                     h.recv ~src out);

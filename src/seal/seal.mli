@@ -12,8 +12,8 @@
     {2 The wire}
 
     A sealed datagram is a 34-byte header, the payload (in clear with
-    [Auth]; with [Privacy], a zero byte and the payload, encrypted) and a
-    16-byte tag:
+    [Auth]; with [Privacy], a zero byte and the payload, encrypted), then
+    (with [Auth]) a zero byte encrypted, and a 16-byte tag:
 
     {v
     0      magic 0xC5
@@ -25,11 +25,12 @@
     v}
 
     Each sender seals under its own key, HMAC-SHA256 of the group secret
-    and its id: with [Privacy], ChaCha20-Poly1305 (RFC 8439) with the
-    counter as nonce, so that no two senders ever share a nonce under one
-    key, and the header as associated data; with [Auth], HMAC-SHA256 of
-    the header and the payload, truncated to 16 bytes. The cryptography is
-    mirage-crypto's.
+    and its id, with ChaCha20-Poly1305 (RFC 8439) and the counter as
+    nonce, so that no two senders ever share a nonce under one key: with
+    [Privacy] the header is associated data and the marker and payload
+    are encrypted; with [Auth] the header and the payload are associated
+    data and only the marker is encrypted (the AEAD as a MAC, Poly1305's
+    speed). The cryptography is mirage-crypto's.
 
     {2 What is dropped, and counted}
 
@@ -86,8 +87,8 @@ type stats = {
 
 val pp_stats : stats Fmt.t
 val overhead : int
-(** 51: header, marker byte and tag (50 with [Auth]); the connection's MTU
-    is the inner one less this. *)
+(** 51: header, marker byte and tag; the connection's MTU is the inner
+    one less this. *)
 
 module Make (T : Consort.Transport.S) : sig
   include Consort.Transport.S with type address = T.address and type timer = T.timer

@@ -59,21 +59,36 @@ let port_of addr = int_of_string (List.nth (String.split_on_char ':' addr) 1)
 let capture ~dir ms f =
   let file = Filename.concat dir "capture.pcap" in
   let filter = String.concat " or " (List.map (fun m -> "udp dst port " ^ string_of_int (port_of m.P.addr)) ms) in
+  let err = Filename.concat dir "tcpdump.err" in
   let null = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
+  let errfd = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] 0o644 in
   let pid =
     try
       Unix.create_process "tcpdump"
-        [| "tcpdump"; "-i"; "lo"; "-U"; "-n"; "-s"; "0"; "-w"; file; filter |]
-        Unix.stdin null null
+        [| "tcpdump"; "-i"; "lo"; "--immediate-mode"; "-U"; "-n"; "-s"; "0"; "-w"; file; filter |]
+        Unix.stdin null errfd
     with Unix.Unix_error (e, _, _) -> Alcotest.failf "tcpdump: %s (make test installs it)" (Unix.error_message e)
   in
   Unix.close null;
-  Unix.sleepf 1.;
+  Unix.close errfd;
+  (* tcpdump says "listening on" once it captures. *)
+  let listening () =
+    let s = read_file err in
+    let k = String.length "listening on" in
+    let rec go i = i + k <= String.length s && (String.sub s i k = "listening on" || go (i + 1)) in
+    go 0
+  in
+  let deadline = Unix.gettimeofday () +. 20. in
+  while (not (listening ())) && Unix.gettimeofday () < deadline do
+    Unix.sleepf 0.05
+  done;
+  if not (listening ()) then Alcotest.failf "tcpdump did not start: %s" (read_file err);
   Fun.protect
     ~finally:(fun () ->
+      (* Time for tcpdump to read what the kernel holds for it. *)
+      Unix.sleepf 0.5;
       (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
       ignore (Unix.waitpid [] pid))
     f;
-  Unix.sleepf 0.2;
   pcap_payloads file
 
