@@ -123,11 +123,12 @@ let member =
       `S Manpage.s_description;
       `P "The member leaves the group cleanly at the end of its input or on SIGTERM.";
       `P
-        "On SIGUSR1 and at exit it prints one line on standard error, $(b,counters) followed by every \
+        "On SIGUSR1 and at exit it prints one line, $(b,counters) followed by every \
          non-zero counter since it joined as $(i,LAYER.NAME=VALUE): the group's own (views installed, \
          refused messages, malformed side-channel datagrams), each layer's in the current view, and \
          Bottom's since it joined, which say why datagrams were dropped (garbage, wrong_group, \
-         bad_rank, from_self).";
+         bad_rank, from_self) and, with $(b,--key), the seal's (seal.bad_tag, seal.replayed, ...). The line \
+         goes to standard output; with $(b,--quiet), only SIGUSR1 prints it, on standard error.";
       `P "With $(b,--log), each event is one JSON object on its own line: view, block, cast, send, deliver, refused, lost, exit (see the README).";
       `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
     ]

@@ -169,8 +169,9 @@ let classify fd =
       Nothing
   | _ -> Watched
 
-(* One line on standard error: every non-zero counter, LAYER.NAME=VALUE. *)
-let print_counters g =
+(* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
+   or on standard error for a quiet member. *)
+let print_counters ~quiet g =
   let items =
     List.concat_map
       (fun (layer, kvs) -> List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) kvs)
@@ -178,8 +179,8 @@ let print_counters g =
   in
   let items =
     let st = S.stats (G.connection g) in
-      items
-      @ List.filter_map
+    items
+    @ List.filter_map
           (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "seal.%s=%d" k v) else None)
           [
             ("sealed", st.Seal.sealed);
@@ -192,7 +193,9 @@ let print_counters g =
             ("stale", st.stale);
           ]
   in
-  Printf.eprintf "counters %s\n%!" (String.concat " " items)
+  let line = "counters " ^ String.concat " " items in
+  if quiet then prerr_endline line else print_endline line;
+  flush stdout
 
 let run cfg =
   match Consort_group.Properties.layers cfg.props with
@@ -318,7 +321,7 @@ let run cfg =
                 if !term then leave ();
                 if !usr1 then begin
                   usr1 := false;
-                  print_counters g
+                  print_counters ~quiet:cfg.quiet g
                 end;
                 if not !exited then ignore (Loop.after loop (Time.of_ms 20) poll)
               in
@@ -413,6 +416,6 @@ let run cfg =
                              read it as a file. *)
                           read_directly ()));
               Loop.run loop ~until:(fun () -> !exited);
-              print_counters g;
+              if not cfg.quiet then print_counters ~quiet:false g;
               Option.iter close_out log_oc;
               Ok ())))
