@@ -140,6 +140,7 @@ module Make (T : Transport.S) = struct
     mutable heard : (T.address * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable exited : bool;
+    xfer : Xfer.t option;  (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
     mutable send_errors : int;
@@ -207,6 +208,7 @@ module Make (T : Transport.S) = struct
           let old = t.cur in
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (fun c -> Ep.Binding.stop c.ep) old;
+          Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
             {
@@ -263,6 +265,12 @@ module Make (T : Transport.S) = struct
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               t.cb.view info;
+              Option.iter
+                (fun x ->
+                  Xfer.start_view x ~vid ~members:eids ~rank
+                    ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
+                    ~send_ctl:(fun r payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
+                t.xfer;
               flush_queue t;
               update_flow t)
 
@@ -311,10 +319,12 @@ module Make (T : Transport.S) = struct
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
-        match src with
-        | Event.Cast_from r -> t.cb.cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r -> t.cb.send ~origin:c.view.View.members.(r) s
-        | Event.Raw -> ())
+        match (src, t.xfer) with
+        | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, Some x -> Xfer.on_app x ~vid:c.view.View.id `Send ~origin:c.view.View.members.(r) s
+        | Event.Raw, _ -> ())
     | None -> ()
 
   and ctl t cell e =
@@ -341,6 +351,7 @@ module Make (T : Transport.S) = struct
         | Event.Blocked b ->
             t.stack_flow <- b;
             update_flow t
+        | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
         | _ -> ())
     | _ -> ()
 
@@ -609,7 +620,8 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true)
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ~layers tr ~group ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
@@ -657,11 +669,25 @@ module Make (T : Transport.S) = struct
                        every layer included. *)
                     max 0 (info.T.mtu - header_reserve)
                 in
+                let eid = addr ^ "#" ^ incarnation in
+                let xfer =
+                  if List.exists (fun l -> Layer.name l = Xfer.name) layers then
+                    Some
+                      (Xfer.create ~params ~max_message ~me:eid
+                         {
+                           Xfer.take = take_state;
+                           install = install_state;
+                           deliver =
+                             (fun kind ~origin s ->
+                               match kind with `Cast -> cb.cast ~origin s | `Send -> cb.send ~origin s);
+                         })
+                  else None
+                in
                 let t =
                   {
                     tr;
                     conn = Lazy.from_val conn;
-                    me = { Side.eid = addr ^ "#" ^ incarnation; addr };
+                    me = { Side.eid; addr };
                     group;
                     layers;
                     params;
@@ -694,6 +720,7 @@ module Make (T : Transport.S) = struct
                     heard = None;
                     merge_since = 0;
                     exited = false;
+                    xfer;
                     tick = None;
                     garbage = 0;
                     send_errors = 0;
@@ -779,5 +806,11 @@ module Make (T : Transport.S) = struct
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued
   let garbage t = t.garbage
+  let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
+  let delivery_view t =
+    match t.xfer with
+    | Some x -> ( match Xfer.delivery_view x with Some v -> v | None -> (view t).vid)
+    | None -> (view t).vid
+  let xfer_counters t = match t.xfer with Some x -> Xfer.counters x | None -> []
   let crash t = exit_group t
 end

@@ -98,6 +98,8 @@ module Make (T : Consort.Transport.S) : sig
     ?on_lost:([ `Cast | `Send of string ] -> string -> string -> unit) ->
     ?discovery:string ->
     ?heal:bool ->
+    ?take_state:(unit -> string) ->
+    ?install_state:(string -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -118,7 +120,21 @@ module Make (T : Consort.Transport.S) : sig
       (["239.1.2.3:7500"]) that the member joins and to which coordinators
       also send their discovery messages, where the network has multicast.
       With [heal = false] (the [Heal] property absent) the member sends no
-      discovery messages: it merges only when others find it. *)
+      discovery messages: it merges only when others find it.
+
+      State transfer (with {!Xfer.layer} in [layers], the [Xfer]
+      property): [take_state ()] is a snapshot of the application's state
+      as it is now, a string that [install_state] on another member turns
+      back into the same state; a member that joins the group (or whose
+      partition merges into one whose state wins: the one that has
+      delivered more casts) gets [install_state snapshot] before it is
+      given any cast of its new view, and the casts and sends delivered
+      meanwhile are handed over after it, in order. The snapshot streams
+      in chunks ([xfer.chunk], [xfer.window]) from a member that holds the
+      state; if that member fails, another one goes on in the next view.
+      [take_state] must be deterministic: members with the same state give
+      the same string. Both default to the empty state (nothing is
+      transferred but the order of deliveries). *)
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)
@@ -164,6 +180,18 @@ module Make (T : Consort.Transport.S) : sig
   val has_exited : t -> bool
   val queued : t -> int
   val stack : t -> Consort.Stack.t option
+  val needs_state : t -> bool
+  (** [needs_state t]: with [Xfer], this member waits for the group's state
+      (deliveries are held until it is installed). *)
+
+  val delivery_view : t -> string
+  (** Inside a [cast] or [send] callback, the id of the view the message was
+      delivered in; it is the current view's, except for messages held while
+      the state was transferred, handed over after a later view. *)
+
+  val xfer_counters : t -> (string * int) list
+  (** Counters of the state transfer (installs, chunks, restarts, ...). *)
+
   val garbage : t -> int
   (** Datagrams dropped by the side channel as malformed or of another group. *)
 end

@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Xfer
 
-let all = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let vsync = all
+let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
+let all = vsync @ [ Xfer ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -13,6 +13,7 @@ let to_string = function
   | Suspect -> "Suspect"
   | Flow -> "Flow"
   | Slander -> "Slander"
+  | Xfer -> "Xfer"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -47,6 +48,9 @@ let layers ps =
     let l =
       List.concat
         [
+          (* State transfer on top: its messages are ordered as the
+             application's are. *)
+          (if has Xfer then [ Xfer.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);

@@ -13,6 +13,7 @@ type t =
   | Suspect  (** detect failures by heartbeats *)
   | Flow  (** window and credit flow control *)
   | Slander  (** share suspicions among members *)
+  | Xfer  (** state transfer to members that join (needs [Gmp]) *)
 
 val all : t list
 val vsync : t list

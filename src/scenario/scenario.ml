@@ -57,13 +57,13 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Consort_cap.Rpc_sim.names
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Xfer_sim.names @ Consort_cap.Rpc_sim.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
   | None -> (
-      match Vsync_sim.describe n with
+      match match Vsync_sim.describe n with None -> Xfer_sim.describe n | d -> d with
       | Some d -> Some d
       | None -> ( match Vsync_forged.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n))
 
@@ -172,7 +172,12 @@ let run ?trace ?params name ~seed =
   | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
   | None -> (
       match
-        match Vsync_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_forged.run ?trace ?params name ~seed
+        match Vsync_sim.run ?trace ?params name ~seed with
+        | Some o -> Some o
+        | None -> (
+            match Xfer_sim.run ?trace ?params name ~seed with
+            | Some o -> Some o
+            | None -> Vsync_forged.run ?trace ?params name ~seed)
       with
       | Some o ->
           Ok

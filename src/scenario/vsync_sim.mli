@@ -29,8 +29,46 @@ val run : ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -
 type world
 (** One simulated network with its processes, their member logs and counts. *)
 
-val make : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> n:int -> link:Consort_engine.Sim.link -> unit -> world
-(** [n] processes [p0] ... on a network whose links are all [link]; the [vsync] stack. *)
+val make :
+  ?trace:out_channel ->
+  ?params:Consort.Params.t ->
+  ?props:Consort_group.Properties.t list ->
+  seed:int ->
+  n:int ->
+  link:Consort_engine.Sim.link ->
+  unit ->
+  world
+(** [n] processes [p0] ... on a network whose links are all [link]; the
+    stack of [props] ([vsync] by default). With [Xfer], the logs are
+    checked after {!Consort_spec.Xfer.normalize}. *)
+
+(** What the applications do with their state: [take i id] is the snapshot
+    of process [i], member [id]; [install i id s] installs one; [applied i
+    id ~view kind ~origin s] is a delivery handed to the application (in
+    [view], see {!Consort_group.Group.Make.delivery_view}); [viewed i id vid]
+    a view installed. *)
+type hooks = {
+  take : int -> string -> string;
+  install : int -> string -> string -> unit;
+  applied : int -> string -> view:string -> [ `Cast | `Send ] -> origin:string -> string -> unit;
+  viewed : int -> string -> string -> unit;
+}
+
+val set_hooks : world -> hooks -> unit
+
+val group : world -> int -> Consort_group.Group.Make(Consort_engine.Sim).t option
+(** The member process [i] runs, if it is alive. *)
+
+val crashed : world -> string list
+(** The members crashed so far. *)
+
+val cast : ?size:int -> world -> int -> unit
+(** A cast of a unique payload from process [i], if alive. *)
+
+val with_params : world -> (string * Consort.Params.value) list -> world
+(** The world with these tunables under those of the command line. *)
+
+val not_wedged : world -> string list
 
 val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
