@@ -8,6 +8,7 @@ module Param = struct
   let chunk = "xfer.chunk"
   let window = "xfer.window"
   let max_state = "xfer.max_state"
+  let spares = "xfer.spares"
 
   let () =
     Params.register chunk (Params.Int 16_384) ~min:(Params.Int 64) ~max:(Params.Int (1 lsl 20))
@@ -15,7 +16,9 @@ module Param = struct
     Params.register window (Params.Int 65_536) ~min:(Params.Int 64)
       ~doc:"bytes of a state snapshot a giver sends ahead of the receiver's acknowledgement";
     Params.register max_state (Params.Int (256 lsl 20))
-      ~doc:"largest state snapshot a member accepts, in bytes"
+      ~doc:"largest state snapshot a member accepts, in bytes";
+    Params.register spares (Params.Int 1) ~min:(Params.Int 0) ~max:(Params.Int 1000)
+      ~doc:"members that take a snapshot, besides the giver, to go on with a transfer if the giver fails"
 end
 
 let contract = Contract.v "xfer" ~doc:"a member that joins gets the group's state before its first delivery"
@@ -162,6 +165,7 @@ type t = {
   chunk : int;
   window : int;
   max_state : int;
+  spares : int;
   me : string;
   mutable holder : bool;
   mutable age : int;
@@ -186,6 +190,7 @@ let create ~params ~max_message ~me app =
     chunk = max 64 (min (Params.int params Param.chunk) (max_message - 1200));
     window = Params.int params Param.window;
     max_state = Params.int params Param.max_state;
+    spares = Params.int params Param.spares;
     me;
     (* A member starts with the application's initial state, as if it had
        delivered nothing: the state of a group that has delivered nothing
@@ -302,18 +307,24 @@ let decide t v =
       let best = List.fold_left (fun b r -> if better r b then r else b) h0 holders in
       let senior = hs.(best).prev in
       let cand r = hs.(r).holder && hs.(r).prev = senior in
+      (* The candidates of least rank take a snapshot of this view: the
+         giver and [xfer.spares] more. *)
+      let takers = List.filteri (fun i _ -> i <= t.spares) (List.filter cand ranks) in
       let base_of r = if hs.(r).holder then v.vid else hs.(r).base in
       let giver_of r =
         let b = base_of r in
-        match List.find_opt (fun c -> cand c && (b = v.vid || List.mem b hs.(c).snaps)) ranks with
+        match
+          List.find_opt (fun c -> (b = v.vid && List.mem c takers) || (cand c && List.mem b hs.(c).snaps)) ranks
+        with
         | Some c -> (b, c)
-        | None -> (v.vid, List.find cand ranks)
+        | None -> (v.vid, List.hd takers)
       in
       let needers = List.filter (fun r -> not (cand r)) ranks in
       let plan = List.map (fun r -> (r, giver_of r)) needers in
       let me = v.rank in
       if cand me then begin
-        if List.exists (fun (_, (b, _)) -> b = v.vid) plan then t.snaps <- take_snapshot t v.vid :: t.snaps;
+        if List.mem me takers && List.exists (fun (_, (b, _)) -> b = v.vid) plan then
+          t.snaps <- take_snapshot t v.vid :: t.snaps;
         t.snaps <- List.filter (fun s -> List.exists (fun (_, (b, _)) -> b = s.sbase) plan) t.snaps;
         v.givings <-
           List.filter_map
@@ -343,7 +354,11 @@ let decide t v =
             | Some nd -> v.send_ctl g (encode (Resume { base = nd.base; off = Buffer.length nd.buf }))
             | None -> ()
         in
-        if t.holder then begin
+        if (not hs.(me).holder) && t.need = None then
+          (* It installed the state it waited for after its hello: the
+             giver named here need not send it. *)
+          v.send_ctl g (encode (Resume { base = b; off = 1 lsl 40 }))
+        else if hs.(me).holder then begin
           (* This member held another partition's state: it takes the
              group's, as of the start of this view. *)
           Log.info (fun m -> m "%s: takes the group's state from %s" t.me v.members.(g));
@@ -460,7 +475,7 @@ let on_ctl t ~src payload =
               let off = min off (String.length g.snap.data) in
               g.next <- off;
               g.acked <- off;
-              if off = 0 then g.started <- false;
+              g.started <- off > 0;
               pump t v g
           | None -> ())
       | Ok (Ack { base; off }) -> (

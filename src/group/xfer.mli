@@ -27,8 +27,11 @@
       another candidate, which goes on from the bytes the receiver has if
       its snapshot is the same (same digest), else from the start.
 
-    Candidates take a snapshot of the state at the start of each view where
-    a member needs it, and keep it while a member waits for it. *)
+    The candidates of least rank (the giver and [xfer.spares] more) take
+    a snapshot of the state at the start of each view where a member needs
+    it, and keep it while a member waits for it; if they all fail, a member
+    that waited hands over what it held from before and waits for the
+    state as of the current view. *)
 
 module Param : sig
   val chunk : string  (** ["xfer.chunk"], default 16 KiB *)
@@ -36,6 +39,10 @@ module Param : sig
   val window : string  (** ["xfer.window"], default 64 KiB *)
 
   val max_state : string  (** ["xfer.max_state"], default 256 MiB *)
+
+  val spares : string
+  (** ["xfer.spares"], default 1: candidates that take a snapshot besides
+      the giver, to go on if it fails *)
 end
 
 val contract : Consort.Contract.t

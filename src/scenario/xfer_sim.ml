@@ -30,7 +30,10 @@ let snapshot a =
   List.iter
     (fun k ->
       let p = Hashtbl.find a.state k in
-      Buffer.add_string b (Printf.sprintf "%s %d " k (String.length p));
+      Buffer.add_string b k;
+      Buffer.add_char b ' ';
+      Buffer.add_string b (string_of_int (String.length p));
+      Buffer.add_char b ' ';
       Buffer.add_string b p)
     keys;
   Buffer.contents b
@@ -94,13 +97,13 @@ let setup ?trace ?params ~n seed =
   V.set_hooks w (hooks w apps);
   (w, apps)
 
-(* Large casts (300 B to 3 KB) from random members every 30 to 120 ms. *)
+(* Large casts (200 B to 1.5 KB) from random members every 40 to 130 ms. *)
 let big_casts w ~from ~until =
   let t = ref from in
   while !t < until do
-    let i = Rng.int (V.rng w) (V.nprocs w) and size = 300 + Rng.int (V.rng w) 2700 in
+    let i = Rng.int (V.rng w) (V.nprocs w) and size = 200 + Rng.int (V.rng w) 1300 in
     V.at w !t (fun () -> V.cast ~size w i);
-    t := !t + Time.of_ms 30 + Rng.int (V.rng w) (Time.of_ms 90)
+    t := !t + Time.of_ms 40 + Rng.int (V.rng w) (Time.of_ms 90)
   done
 
 (* The state checks, and that each member in [must_install] that is alive
@@ -145,9 +148,9 @@ let join_scenario ?trace ?params seed =
   let back = Rng.int r 3 in
   V.at w (s 7. + Rng.int r (s 2.)) (fun () -> V.crash w back);
   join_at (s 10. + Rng.int r (s 2.)) back;
-  big_casts w ~from:(s 1.) ~until:(s 13.);
-  V.workload w ~from:(s 1.) ~until:(s 14.) ~count:60;
-  Sim.run ~until:(s 40.) (V.net w);
+  big_casts w ~from:(s 1.) ~until:(s 11.);
+  V.workload w ~from:(s 1.) ~until:(s 12.) ~count:40;
+  Sim.run ~until:(s 30.) (V.net w);
   finish w apps ~must_install:(fun () -> !joiners) ~extra:(fun () -> [])
 
 let giver_crash_scenario ?trace ?params seed =
@@ -156,8 +159,8 @@ let giver_crash_scenario ?trace ?params seed =
   for i = 0 to 3 do
     V.at w (Rng.int r 300_000_000) (fun () -> V.start w i)
   done;
-  big_casts w ~from:(s 1.) ~until:(s 14.);
-  V.workload w ~from:(s 1.) ~until:(s 14.) ~count:40;
+  big_casts w ~from:(s 1.) ~until:(s 9.);
+  V.workload w ~from:(s 1.) ~until:(s 10.) ~count:30;
   let joiner = 4 and joined = ref "" in
   let cut = ref None in
   let sent i = match V.group w i with Some g -> List.assoc "chunks_sent" (G.xfer_counters g) | None -> 0 in
@@ -187,7 +190,7 @@ let giver_crash_scenario ?trace ?params seed =
           | _ -> watch (k - 1))
   in
   V.at w join_t (fun () -> watch 2000);
-  Sim.run ~until:(s 40.) (V.net w);
+  Sim.run ~until:(s 30.) (V.net w);
   let extra () =
     match !cut with
     | None -> [ Printf.sprintf "no giver was crashed while %s received the state" !joined ]
