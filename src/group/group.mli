@@ -16,6 +16,7 @@
 (** A view as the application sees it. *)
 type view_info = {
   vid : string;  (** ["LTIME:COORDINATOR"], the same at every member *)
+  stack : string;  (** the layers the view runs, top first (["gmp:frag:...:bottom"]) *)
   ltime : int;  (** increases at each view change *)
   members : string array;  (** member ids in rank order *)
   rank : int;  (** this member's rank *)
@@ -55,6 +56,27 @@ type join_error =
   | Cannot_join_discovery of Consort.Transport.error
 
 val pp_join_error : join_error Fmt.t
+
+(** A member of another partition runs another stack: the two never merge. *)
+type stack_error =
+  | Incompatible of { peer : string; ours : string; theirs : string }
+      (** [peer] (a member id) runs stack [theirs] of the same epoch as ours
+          (two members started with different properties or tunables, or two
+          partitions switched to different stacks) *)
+  | Unknown_stack of { peer : string; stack : string; reason : string }
+      (** [peer]'s partition switched to a stack this program cannot build
+          (a layer it does not know, or tunables that do not parse) *)
+
+val pp_stack_error : stack_error Fmt.t
+(** One line. *)
+
+(** Why {!Make.switch} refuses. *)
+type switch_error =
+  | Not_a_stack of string  (** the layers do not make a group's stack (see {!Consort.Stack.check}) *)
+  | Changes_xfer  (** state transfer cannot be added or removed by a switch *)
+  | Not_running  (** this member has left the group *)
+
+val pp_switch_error : switch_error Fmt.t
 
 type callbacks = {
   view : view_info -> unit;  (** a view was installed; sending may resume *)
@@ -100,6 +122,7 @@ module Make (T : Consort.Transport.S) : sig
     ?heal:bool ->
     ?take_state:(unit -> string) ->
     ?install_state:(string -> unit) ->
+    ?on_stack_error:(stack_error -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -134,7 +157,35 @@ module Make (T : Consort.Transport.S) : sig
       state; if that member fails, another one goes on in the next view.
       [take_state] must be deterministic: members with the same state give
       the same string. Both default to the empty state (nothing is
-      transferred but the order of deliveries). *)
+      transferred but the order of deliveries).
+
+      The stack's identity ({!Stack_id}: its layers and their tunables)
+      travels in discovery, merge and view messages, and in Bottom's stamp:
+      partitions on different stacks never merge. [on_stack_error] is called
+      (and a warning logged), once per peer and stack, when this member hears
+      of a partition on another stack of the same epoch, or on a newer one it
+      cannot build; a partition on an older stack switches to a newer one
+      it hears of, then merges. *)
+
+  val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
+  (** [switch t layers] changes the group's stack, at a view boundary: the
+      coordinator flushes the current view (every message of it is
+      delivered in it, with virtual synchrony) and installs the next view
+      on [layers], with [params] over the member's tunables; messages given
+      during the flush go out in the new view, on the new stack. Any member
+      may ask; a member that is not the coordinator asks it. [Ok] says the
+      switch was asked for: the [view] callback says when it is done
+      ([stack], {!stack_id}). The layers must be known to every member (they
+      are if they come from {!Properties.layers}, or were given to [join] or
+      [switch] there). A view change under way (a crash, a merge) may come
+      first: the switch is asked again until a view runs the new stack or
+      another switch overtakes it. *)
+
+  val stack_id : t -> string
+  (** The digest of the current stack's identity ({!Stack_id.digest}). *)
+
+  val stack_epoch : t -> int
+  (** How many switches made the current stack. *)
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)

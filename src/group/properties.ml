@@ -65,6 +65,11 @@ let layers ps =
           [ Bottom.layer ];
         ]
     in
-    match Stack.check l with Ok () -> Ok l | Error e -> Error (Stack e)
+    match Stack.check l with
+    | Ok () ->
+        (* Known by name, so that a group can switch to this stack. *)
+        List.iter Stack_id.register l;
+        Ok l
+    | Error e -> Error (Stack e)
 
 let describe ps = match layers ps with Ok l -> Stack.describe l | Error e -> Fmt.str "%a" pp_error e
