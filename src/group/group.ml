@@ -532,30 +532,33 @@ module Make (T : Transport.S) = struct
         stack = side_stack t;
       }
 
+  (* A partition on another stack: never merge with it. A partition on an
+     older stack takes a newer one it can build (a switch made while it was
+     apart), then merges; two stacks of one epoch are an error. *)
+  let other_stack t ~peer (stack : Side.stack) =
+    let theirs = match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id in
+    if stack.epoch > t.epoch then begin
+      match Stack_id.of_string stack.id with
+      | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
+      | Ok sid -> (
+          match Stack_id.resolve sid ~base:t.params with
+          | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
+          | Ok _ -> (
+              match t.switch_wanted with
+              | Some (_, e, _) when e >= stack.epoch -> ()
+              | _ ->
+                  Log.info (fun m -> m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs stack.epoch);
+                  t.switch_wanted <- Some (t.epoch, stack.epoch, sid)))
+    end
+    else if stack.epoch = t.epoch then stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
+
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
       match (v, t.cur) with
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
-          (* Another stack: never merge with it. A partition on an older
-             stack takes a newer one it can build (a switch made while it
-             was apart), then merges; two stacks of one epoch are an error. *)
           Hashtbl.replace t.known coord.eid coord;
-          let theirs = match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id in
-          if stack.epoch > t.epoch then begin
-            match Stack_id.of_string stack.id with
-            | Error reason -> stack_error t (Unknown_stack { peer = coord.eid; stack = theirs; reason })
-            | Ok sid -> (
-                match Stack_id.resolve sid ~base:t.params with
-                | Error reason -> stack_error t (Unknown_stack { peer = coord.eid; stack = theirs; reason })
-                | Ok _ ->
-                    if t.switch_wanted = None then begin
-                      Log.info (fun m -> m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid coord.eid theirs stack.epoch);
-                      t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
-                    end)
-          end
-          else if stack.epoch = t.epoch then
-            stack_error t (Incompatible { peer = coord.eid; ours = Stack_id.describe t.sid; theirs })
+          other_stack t ~peer:coord.eid stack
       | Side.Gossip { vid; coord; _ }, Some c -> (
           Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
@@ -572,9 +575,7 @@ module Make (T : Transport.S) = struct
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
       | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
-          let peer = match members with m :: _ -> m.eid | [] -> T.address_to_string src in
-          let theirs = match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id in
-          stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
+          other_stack t ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src) stack
       | Side.Switch_req { vid; stack; _ }, Some c ->
           (* From a member of this view, about this view's stack. *)
           if vid = c.view.View.id && stack.epoch = t.epoch + 1 && stack.id <> Stack_id.to_string t.sid

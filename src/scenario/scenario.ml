@@ -57,13 +57,13 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Xfer_sim.names @ Consort_cap.Rpc_sim.names
+let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Xfer_sim.names @ Switch_sim.names @ Consort_cap.Rpc_sim.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
   | None -> (
-      match match Vsync_sim.describe n with None -> Xfer_sim.describe n | d -> d with
+      match match Vsync_sim.describe n with None -> (match Xfer_sim.describe n with None -> Switch_sim.describe n | d -> d) | d -> d with
       | Some d -> Some d
       | None -> ( match Vsync_forged.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n))
 
@@ -177,7 +177,10 @@ let run ?trace ?params name ~seed =
         | None -> (
             match Xfer_sim.run ?trace ?params name ~seed with
             | Some o -> Some o
-            | None -> Vsync_forged.run ?trace ?params name ~seed)
+            | None -> (
+                match Switch_sim.run ?trace ?params name ~seed with
+                | Some o -> Some o
+                | None -> Vsync_forged.run ?trace ?params name ~seed))
       with
       | Some o ->
           Ok

@@ -32,11 +32,18 @@ type hooks = {
   take : int -> string -> string;
   install : int -> string -> string -> unit;
   applied : int -> string -> view:string -> [ `Cast | `Send ] -> origin:string -> string -> unit;
-  viewed : int -> string -> string -> unit;
+  viewed : int -> string -> Consort_group.Group.view_info -> unit;
+  stack_error : int -> string -> Consort_group.Group.stack_error -> unit;
 }
 
 let no_hooks =
-  { take = (fun _ _ -> ""); install = (fun _ _ _ -> ()); applied = (fun _ _ ~view:_ _ ~origin:_ _ -> ()); viewed = (fun _ _ _ -> ()) }
+  {
+    take = (fun _ _ -> "");
+    install = (fun _ _ _ -> ());
+    applied = (fun _ _ ~view:_ _ ~origin:_ _ -> ());
+    viewed = (fun _ _ _ -> ());
+    stack_error = (fun _ _ _ -> ());
+  }
 
 type world = {
   net : Sim.t;
@@ -105,7 +112,7 @@ let refused w g kind dst s reason =
          reason;
        })
 
-let start w i =
+let start ?layers w i =
   let p = w.procs.(i) in
   p.incarnation <- p.incarnation + 1;
   p.next_seq <- 0;
@@ -137,7 +144,7 @@ let start w i =
              is its own entry in the view. *)
           self := v.members.(v.rank);
           w.views <- w.views + 1;
-          w.hooks.viewed i !self v.vid;
+          w.hooks.viewed i !self v;
           record w !self
             (Log.View { t = Sim.now w.net; me = !self; view = v.vid; members = Array.to_list v.members }));
       cast = deliver `Cast;
@@ -162,7 +169,9 @@ let start w i =
          { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
   in
   match
-    G.join ~params:w.params ~peers ~seed ~on_sent ~on_lost ~layers:w.layers
+    G.join ~params:w.params ~peers ~seed ~on_sent ~on_lost
+      ~layers:(Option.value layers ~default:w.layers)
+      ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
       ~take_state:(fun () -> w.hooks.take i !self)
       ~install_state:(fun s -> w.hooks.install i !self s)
       w.net ~group:"sim" ~addr:p.addr cb

@@ -45,14 +45,18 @@ val make :
 (** What the applications do with their state: [take i id] is the snapshot
     of process [i], member [id]; [install i id s] installs one; [applied i
     id ~view kind ~origin s] is a delivery handed to the application (in
-    [view], see {!Consort_group.Group.Make.delivery_view}); [viewed i id vid]
-    a view installed. *)
+    [view], see {!Consort_group.Group.Make.delivery_view}); [viewed i id v]
+    a view installed; [stack_error i id e] a partition on another stack. *)
 type hooks = {
   take : int -> string -> string;
   install : int -> string -> string -> unit;
   applied : int -> string -> view:string -> [ `Cast | `Send ] -> origin:string -> string -> unit;
-  viewed : int -> string -> string -> unit;
+  viewed : int -> string -> Consort_group.Group.view_info -> unit;
+  stack_error : int -> string -> Consort_group.Group.stack_error -> unit;
 }
+
+val no_hooks : hooks
+(** Hooks that do nothing (and a snapshot that is empty). *)
 
 val set_hooks : world -> hooks -> unit
 
@@ -74,8 +78,9 @@ val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
 
 val at : world -> Consort.Time.t -> (unit -> unit) -> unit
-val start : world -> int -> unit
-(** [start w i]: a new incarnation of process [i] joins the group. *)
+val start : ?layers:Consort.Layer.t list -> world -> int -> unit
+(** [start w i]: a new incarnation of process [i] joins the group (on the
+    world's stack, or on [layers]). *)
 
 val crash : world -> int -> unit
 val workload : world -> from:Consort.Time.t -> until:Consort.Time.t -> count:int -> unit

@@ -79,8 +79,10 @@ let hooks w apps =
             Hashtbl.replace a.state k s;
             a.trace <- X.Apply { view; key = k } :: a.trace
         | `Send -> ());
+    stack_error = (fun _ _ _ -> ());
     viewed =
-      (fun _ id vid ->
+      (fun _ id v ->
+        let vid = v.Consort_group.Group.vid in
         let a = app apps id in
         a.view <- vid;
         a.trace <- X.View { view = vid } :: a.trace);
