@@ -578,7 +578,7 @@ module Make (T : Transport.S) = struct
           other_stack t ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src) stack
       | Side.Switch_req { vid; stack; _ }, Some c ->
           (* From a member of this view, about this view's stack. *)
-          if vid = c.view.View.id && stack.epoch = t.epoch + 1 && stack.id <> Stack_id.to_string t.sid
+          if vid = c.view.View.id && stack.epoch > t.epoch && stack.id <> Stack_id.to_string t.sid
              && Array.exists (fun a -> T.equal_address a src) c.addrs
           then begin
             match Stack_id.of_string stack.id with
