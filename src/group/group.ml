@@ -534,10 +534,14 @@ module Make (T : Transport.S) = struct
 
   (* A partition on another stack: never merge with it. A partition on an
      older stack takes a newer one it can build (a switch made while it was
-     apart), then merges; two stacks of one epoch are an error. *)
+     apart), then merges; of two partitions that switched to different
+     stacks while apart (one epoch), the one whose stack has the lesser
+     identity takes the other's. Two stacks as configured (epoch 0) are an
+     error: members started with other properties or tunables. *)
   let other_stack t ~peer (stack : Side.stack) =
     let theirs = match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id in
-    if stack.epoch > t.epoch then begin
+    if stack.epoch > t.epoch || (stack.epoch = t.epoch && t.epoch > 0 && String.compare stack.id (Stack_id.to_string t.sid) > 0)
+    then begin
       match Stack_id.of_string stack.id with
       | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
       | Ok sid -> (
@@ -545,12 +549,12 @@ module Make (T : Transport.S) = struct
           | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
           | Ok _ -> (
               match t.switch_wanted with
-              | Some (_, e, _) when e >= stack.epoch -> ()
+              | Some (_, e, s) when e > stack.epoch || (e = stack.epoch && String.compare (Stack_id.to_string s) stack.id >= 0) -> ()
               | _ ->
                   Log.info (fun m -> m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs stack.epoch);
                   t.switch_wanted <- Some (t.epoch, stack.epoch, sid)))
     end
-    else if stack.epoch = t.epoch then stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
+    else if stack.epoch = 0 && t.epoch = 0 then stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
 
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1

@@ -60,9 +60,9 @@ val pp_join_error : join_error Fmt.t
 (** A member of another partition runs another stack: the two never merge. *)
 type stack_error =
   | Incompatible of { peer : string; ours : string; theirs : string }
-      (** [peer] (a member id) runs stack [theirs] of the same epoch as ours
-          (two members started with different properties or tunables, or two
-          partitions switched to different stacks) *)
+      (** [peer] (a member id) runs stack [theirs] where this member runs
+          [ours], both as configured (no switch made either): members
+          started with other properties or tunables *)
   | Unknown_stack of { peer : string; stack : string; reason : string }
       (** [peer]'s partition switched to a stack this program cannot build
           (a layer it does not know, or tunables that do not parse) *)
@@ -163,9 +163,11 @@ module Make (T : Consort.Transport.S) : sig
       travels in discovery, merge and view messages, and in Bottom's stamp:
       partitions on different stacks never merge. [on_stack_error] is called
       (and a warning logged), once per peer and stack, when this member hears
-      of a partition on another stack of the same epoch, or on a newer one it
-      cannot build; a partition on an older stack switches to a newer one
-      it hears of, then merges. *)
+      of a partition on another stack as configured (both unswitched), or on
+      a newer one it cannot build. A partition on an older stack (fewer
+      switches) switches to a newer one it hears of, then merges; of two
+      partitions that switched to different stacks while apart, the one
+      whose stack has the lesser identity switches to the other's. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the

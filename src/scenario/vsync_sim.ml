@@ -112,7 +112,7 @@ let refused w g kind dst s reason =
          reason;
        })
 
-let start ?layers w i =
+let start ?layers ?params w i =
   let p = w.procs.(i) in
   p.incarnation <- p.incarnation + 1;
   p.next_seq <- 0;
@@ -169,7 +169,7 @@ let start ?layers w i =
          { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
   in
   match
-    G.join ~params:w.params ~peers ~seed ~on_sent ~on_lost
+    G.join ~params:(match params with Some p -> Params.override w.params ~by:p | None -> w.params) ~peers ~seed ~on_sent ~on_lost
       ~layers:(Option.value layers ~default:w.layers)
       ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
       ~take_state:(fun () -> w.hooks.take i !self)

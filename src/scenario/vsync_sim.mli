@@ -78,9 +78,9 @@ val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
 
 val at : world -> Consort.Time.t -> (unit -> unit) -> unit
-val start : ?layers:Consort.Layer.t list -> world -> int -> unit
+val start : ?layers:Consort.Layer.t list -> ?params:Consort.Params.t -> world -> int -> unit
 (** [start w i]: a new incarnation of process [i] joins the group (on the
-    world's stack, or on [layers]). *)
+    world's stack, or on [layers], with [params] over the world's). *)
 
 val crash : world -> int -> unit
 val workload : world -> from:Consort.Time.t -> until:Consort.Time.t -> count:int -> unit
