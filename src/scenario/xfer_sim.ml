@@ -150,9 +150,21 @@ let join_scenario ?trace ?params seed =
   let back = Rng.int r 3 in
   V.at w (s 7. + Rng.int r (s 2.)) (fun () -> V.crash w back);
   join_at (s 10. + Rng.int r (s 2.)) back;
-  big_casts w ~from:(s 1.) ~until:(s 11.);
-  V.workload w ~from:(s 1.) ~until:(s 12.) ~count:40;
-  Sim.run ~until:(s 30.) (V.net w);
+  big_casts w ~from:(s 1.) ~until:(s 10.);
+  V.workload w ~from:(s 1.) ~until:(s 12.) ~count:25;
+  (* Then a 2/3 partition while both sides cast: at the heal, the members
+     of the side whose state has seen fewer casts take the other's. *)
+  let cut = s 14. + Rng.int r (s 1.) in
+  let addrs = List.init 5 (V.addr w) in
+  let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 r, a)) addrs)) in
+  V.at w cut (fun () ->
+      V.note w "%d partition" (Sim.now (V.net w));
+      Sim.partition (V.net w) [ List.filteri (fun i _ -> i < 2) shuffled; List.filteri (fun i _ -> i >= 2) shuffled ]);
+  V.at w (cut + s 7.) (fun () ->
+      V.note w "%d heal" (Sim.now (V.net w));
+      Sim.heal (V.net w));
+  V.workload w ~from:(cut + s 0.5) ~until:(cut + s 6.5) ~count:24;
+  Sim.run ~until:(s 36.) (V.net w);
   finish w apps ~must_install:(fun () -> !joiners) ~extra:(fun () -> [])
 
 let giver_crash_scenario ?trace ?params seed =
@@ -208,7 +220,7 @@ let giver_crash_scenario ?trace ?params seed =
 let scenarios =
   [
     ( "xfer-join",
-      "3 members cast large messages; 2 join and a crashed one comes back: each gets the state in chunks while casts go on; 2% loss",
+      "3 members cast large messages; 2 join and a crashed one comes back: each gets the state in chunks while casts go on; then a 2/3 partition heals and one side takes the state of the other; 2% loss",
       join_scenario );
     ( "xfer-giver-crash",
       "4 members cast large messages; a fifth joins and the member giving it the state crashes midway: another one goes on; 2% loss",
