@@ -112,7 +112,7 @@ let ctl_codec =
     union "xfer-ctl"
       [
         case 0 "hello"
-          (tup4 (pair bool varint) (pair id id) (pair varint id) (list ~max:256 id))
+          (tup4 (pair bool varint) (pair id id) (pair varint id) (list ~max:4096 id))
           (function
             | Hello { holder; age; prev; base; have; digest; snaps } ->
                 Some ((holder, age), (prev, base), (have, digest), snaps)
@@ -446,8 +446,10 @@ let on_ctl t ~src payload =
           match t.need with
           | Some nd when nd.base = base ->
               t.chunks_received <- t.chunks_received + 1;
-              if total > t.max_state then
-                Log.err (fun m -> m "%s: a state of %d bytes is over xfer.max_state (%d): refused" t.me total t.max_state)
+              if total > t.max_state then begin
+                if off = 0 then
+                  Log.err (fun m -> m "%s: a state of %d bytes is over xfer.max_state (%d): refused" t.me total t.max_state)
+              end
               else begin
                 if nd.ndigest <> digest then begin
                   if nd.ndigest <> "" then t.restarts <- t.restarts + 1;

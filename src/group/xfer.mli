@@ -31,7 +31,12 @@
     a snapshot of the state at the start of each view where a member needs
     it, and keep it while a member waits for it; if they all fail, a member
     that waited hands over what it held from before and waits for the
-    state as of the current view. *)
+    state as of the current view.
+
+    What a receiver holds while the state streams is kept in memory, as
+    deliveries are (the members are trusted; flow control below bounds
+    what each sender has in flight, not this queue); a state over
+    [xfer.max_state] is refused, and the member goes on waiting. *)
 
 module Param : sig
   val chunk : string  (** ["xfer.chunk"], default 16 KiB *)
