@@ -75,7 +75,9 @@ let run scenario seeds seed trace quiet verbose params =
         | Ok o ->
             incr failed;
             Fmt.pr "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim --scenario %s --seeds 1 --seed %d --trace trace-%d.txt@."
-              s (List.length o.violations) (List.hd o.violations) scenario s s
+              s (List.length o.violations) (List.hd o.violations) scenario s s;
+            (* One seed: every violation. *)
+            if seeds = 1 then List.iteri (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v) o.violations
       done;
       Option.iter close_out oc;
       Fmt.pr "%d passed, %d failed@." !passed !failed;

@@ -74,7 +74,7 @@ for s in pt2pt-lossy mnak-lossy; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $SIM_SEEDS")
 done
 for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-oversize vsync-deaf \
-  vsync-slander vsync-leave-coord vsync-forged; do
+  vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.

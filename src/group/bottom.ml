@@ -4,6 +4,20 @@ let src = Logs.Src.create "consort.bottom" ~doc:"Bottom layer: group and origin 
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
+let stack_param = "bottom.stack"
+
+let () =
+  Params.register stack_param (Params.String "")
+    ~doc:"the identity of the stack (set by the group runtime): part of the stamp, so stacks that differ do not talk"
+
+(* FNV-1a, 32 bits, as View.stamp. *)
+let fnv h s =
+  let h = ref h in
+  String.iter (fun c -> h := (!h lxor Char.code c) * 0x01000193 land 0xffff_ffff) s;
+  !h
+
+let stamp view ~stack = if stack = "" then View.stamp view else fnv (View.stamp view) ("\000" ^ stack)
+
 module L = struct
   type header = Cast of { group : int; origin : int } | Send of { group : int; origin : int }
 
@@ -47,7 +61,7 @@ module L = struct
   let create (ctx : Layer.ctx) out =
     {
       out;
-      group = View.stamp ctx.view;
+      group = stamp ctx.view ~stack:(Params.string ctx.params stack_param);
       rank = ctx.view.rank;
       nmembers = View.nmembers ctx.view;
       stopped = false;

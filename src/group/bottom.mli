@@ -1,7 +1,8 @@
 (** Bottom: the lowest layer of a group stack (Ensemble's [Bottom]).
 
     Going down it stamps every message with a small header: a magic and
-    version byte, the 32-bit stamp of the group name and view id ({!Consort.View.stamp}),
+    version byte, the 32-bit stamp of the group name, the view id and the
+    stack's identity ({!stamp}),
     the sender's rank and whether the message is a cast or a send. Going up
     it takes raw datagrams from the transport and lets through only those
     of its own protocol version and group, from another valid rank; it hands
@@ -41,3 +42,11 @@ val counters : t -> (string * int) list
 
 val layer : Consort.Layer.t
 (** [layer] is Bottom as a first-class layer. *)
+
+val stack_param : string
+(** ["bottom.stack"]: the identity of the stack ({!Stack_id.digest}), set by
+    the group runtime; default [""]. *)
+
+val stamp : Consort.View.t -> stack:string -> int
+(** The stamp Bottom puts on every datagram: a hash of the group, the view
+    and the stack's identity ({!Consort.View.stamp} when [stack] is [""]). *)

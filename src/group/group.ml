@@ -6,6 +6,7 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type view_info = {
   vid : string;
+  stack : string;
   ltime : int;
   members : string array;
   rank : int;
@@ -43,6 +44,22 @@ type join_error =
   | Bad_stack of string
   | Cannot_open of Transport.error
   | Cannot_join_discovery of Transport.error
+
+type stack_error =
+  | Incompatible of { peer : string; ours : string; theirs : string }
+  | Unknown_stack of { peer : string; stack : string; reason : string }
+
+let pp_stack_error ppf = function
+  | Incompatible { peer; ours; theirs } ->
+      Fmt.pf ppf "%s runs another stack (%s, here %s): no merge until one switches" peer theirs ours
+  | Unknown_stack { peer; stack; reason } -> Fmt.pf ppf "%s runs stack %s, which this member cannot build: %s" peer stack reason
+
+type switch_error = Not_a_stack of string | Changes_xfer | Not_running
+
+let pp_switch_error ppf = function
+  | Not_a_stack e -> Fmt.pf ppf "the layers do not make a group's stack: %s" e
+  | Changes_xfer -> Fmt.string ppf "a switch cannot add or remove state transfer (Xfer)"
+  | Not_running -> Fmt.string ppf "this member has left the group"
 
 let pp_join_error ppf = function
   | Bad_address { what; addr; reason } -> Fmt.pf ppf "bad %s address %S: %s" what addr reason
@@ -120,7 +137,7 @@ module Make (T : Transport.S) = struct
     queued : [ `Cast of string | `Send of string * string ] Queue.t;
     mutable queued_bytes : int;
     queue_limit : int;
-    max_message : int;
+    mutable max_message : int;
     mutable stack_flow : bool;  (* the stack's flow control asks to pause *)
     mutable queue_full : bool;  (* a message was refused for lack of queue room *)
     mutable flow_told : bool;  (* what the application last heard *)
@@ -140,6 +157,16 @@ module Make (T : Transport.S) = struct
     mutable heard : (T.address * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable exited : bool;
+    xfer : Xfer.t option;
+    mutable cur_layers : Layer.t list;  (* the stack of the current view *)
+    mutable cur_params : Params.t;
+    mutable sid : Stack_id.t;
+    mutable epoch : int;  (* switches that made the current stack *)
+    mutable switch_to : (int * Stack_id.t) option;  (* the stack of the view this coordinator makes next *)
+    mutable switch_wanted : (int * int * Stack_id.t) option;
+        (* a switch asked in the stack of this epoch, to this epoch and stack *)
+    on_stack_error : stack_error -> unit;
+    mutable told : (string * string) list;  (* stack errors reported, by peer and stack *)  (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
     mutable past : (string * (string * int) list) list;
@@ -216,10 +243,54 @@ module Make (T : Transport.S) = struct
     t.past <- add_counters t.past (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
     Ep.Binding.stop c.ep
 
-  let rec install t ~vid ~ltime ~(members : Side.member list) =
+  let side_stack t = { Side.epoch = t.epoch; id = Stack_id.to_string t.sid }
+
+  let stack_error t e =
+    let key = match e with Incompatible { peer; theirs; _ } -> (peer, theirs) | Unknown_stack { peer; stack; _ } -> (peer, stack) in
+    if not (List.mem key t.told) then begin
+      t.told <- key :: (if List.length t.told > 64 then [] else t.told);
+      Log.warn (fun m -> m "%s: %a" t.me.eid pp_stack_error e);
+      t.on_stack_error e
+    end
+
+  let max_message_of t layers info_mtu =
+    if List.exists (fun l -> Layer.name l = Frag.name) layers then Params.int t.params Frag.Param.max_message
+    else max 0 (info_mtu - header_reserve)
+
+  (* The next view runs [stack]: build it from the registry. *)
+  let adopt t (stack : Side.stack) =
+    if stack.id = Stack_id.to_string t.sid then (t.epoch <- max t.epoch stack.epoch; Ok ())
+    else
+      match Stack_id.of_string stack.id with
+      | Error e -> Error e
+      | Ok sid -> (
+          match Stack_id.resolve sid ~base:t.params with
+          | Error e -> Error e
+          | Ok (layers, params) ->
+              if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then
+                Error "it adds or removes state transfer (Xfer)"
+              else begin
+                Log.info (fun m -> m "%s: switches from stack %s (epoch %d) to %s (epoch %d)" t.me.eid (Stack_id.describe t.sid) t.epoch
+                    (Stack_id.describe sid) stack.epoch);
+                t.cur_layers <- layers;
+                t.cur_params <- params;
+                t.sid <- sid;
+                t.epoch <- stack.epoch;
+                t.max_message <- max_message_of t layers (T.query (Lazy.force t.conn)).T.mtu;
+                Ok ()
+              end)
+
+  let rec install ?stack t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
     | Some rank -> (
+        (match stack with
+        | Some st -> (
+            match adopt t st with
+            | Ok () -> ()
+            | Error e -> Log.err (fun m -> m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
+        | None -> ());
+        t.switch_to <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
         if List.exists Option.is_none addrs then Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
         else
@@ -231,10 +302,12 @@ module Make (T : Transport.S) = struct
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
           t.views <- t.views + 1;
+          Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
             {
               vid;
+              stack = Stack_id.describe t.sid;
               ltime;
               members = eids;
               rank;
@@ -263,8 +336,9 @@ module Make (T : Transport.S) = struct
           let cell = ref None in
           let app = { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) } in
           match
-            Ep.Binding.bind ~params:t.params ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
-              ~layers:t.layers ~app ()
+            Ep.Binding.bind
+              ~params:(Params.set Bottom.stack_param (Params.String (Stack_id.digest t.sid)) t.cur_params)
+              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng) ~layers:t.cur_layers ~app ()
           with
           | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
           | Ok ep ->
@@ -287,6 +361,12 @@ module Make (T : Transport.S) = struct
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               t.cb.view info;
+              Option.iter
+                (fun x ->
+                  Xfer.start_view x ~vid ~members:eids ~rank
+                    ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
+                    ~send_ctl:(fun r payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
+                t.xfer;
               flush_queue t;
               update_flow t)
 
@@ -335,10 +415,12 @@ module Make (T : Transport.S) = struct
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
-        match src with
-        | Event.Cast_from r -> t.cb.cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r -> t.cb.send ~origin:c.view.View.members.(r) s
-        | Event.Raw -> ())
+        match (src, t.xfer) with
+        | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, Some x -> Xfer.on_app x ~vid:c.view.View.id `Send ~origin:c.view.View.members.(r) s
+        | Event.Raw, _ -> ())
     | None -> ()
 
   and ctl t cell e =
@@ -365,6 +447,7 @@ module Make (T : Transport.S) = struct
         | Event.Blocked b ->
             t.stack_flow <- b;
             update_flow t
+        | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
         | _ -> ())
     | _ -> ()
 
@@ -374,7 +457,10 @@ module Make (T : Transport.S) = struct
     let leaver_ids = List.map (fun r -> c.view.View.members.(r)) leavers in
     match t.merging with
     | Some (dst, _) ->
-        let req = Side.Merge_req { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine } in
+        let req =
+          Side.Merge_req
+            { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine; stack = side_stack t }
+        in
         side_send t dst req;
         t.merge_req <- Some req;
         t.merging <- Some (dst, Some (now t + t.merge_timeout))
@@ -387,8 +473,9 @@ module Make (T : Transport.S) = struct
         if List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members then begin
           let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          announce t ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
-          install t ~vid ~ltime ~members
+          let stack = next_stack t in
+          announce t ~stack ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
+          install t ~stack ~vid ~ltime ~members
         end
         else begin
           (* This coordinator is leaving. It names the view (view names
@@ -397,7 +484,7 @@ module Make (T : Transport.S) = struct
              has acknowledged it or the leave times out. *)
           let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          if members <> [] then announce t ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
+          if members <> [] then announce t ~stack:(next_stack t) ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
           if t.pending = None then exit_group t
         end
 
@@ -409,8 +496,13 @@ module Make (T : Transport.S) = struct
     t.minted <- l;
     l
 
-  and announce t ~vid ~ltime ~members ~leavers ~preds c =
-    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds } in
+  (* The stack of the view this coordinator makes: the one it switches to,
+     if any. *)
+  and next_stack t =
+    match t.switch_to with Some (epoch, sid) -> { Side.epoch; id = Stack_id.to_string sid } | None -> side_stack t
+
+  and announce t ~stack ~vid ~ltime ~members ~leavers ~preds c =
+    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds; stack } in
     let targets =
       List.filter_map
         (fun (m : Side.member) -> if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
@@ -461,12 +553,40 @@ module Make (T : Transport.S) = struct
         ltime = c.view.View.ltime;
         coord = (if is_coordinator t then t.me else member_of c (coordinator_rank c));
         size = Array.length c.view.View.members;
+        stack = side_stack t;
       }
+
+  (* A partition on another stack: never merge with it. A partition on an
+     older stack takes a newer one it can build (a switch made while it was
+     apart), then merges; of two partitions that switched to different
+     stacks while apart (one epoch), the one whose stack has the lesser
+     identity takes the other's. Two stacks as configured (epoch 0) are an
+     error: members started with other properties or tunables. *)
+  let other_stack t ~peer (stack : Side.stack) =
+    let theirs = match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id in
+    if stack.epoch > t.epoch || (stack.epoch = t.epoch && t.epoch > 0 && String.compare stack.id (Stack_id.to_string t.sid) > 0)
+    then begin
+      match Stack_id.of_string stack.id with
+      | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
+      | Ok sid -> (
+          match Stack_id.resolve sid ~base:t.params with
+          | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
+          | Ok _ -> (
+              match t.switch_wanted with
+              | Some (_, e, s) when e > stack.epoch || (e = stack.epoch && String.compare (Stack_id.to_string s) stack.id >= 0) -> ()
+              | _ ->
+                  Log.info (fun m -> m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs stack.epoch);
+                  t.switch_wanted <- Some (t.epoch, stack.epoch, sid)))
+    end
+    else if stack.epoch = 0 && t.epoch = 0 then stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
 
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
       match (v, t.cur) with
+      | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
+          Hashtbl.replace t.known coord.eid coord;
+          other_stack t ~peer:coord.eid stack
       | Side.Gossip { vid; coord; _ }, Some c -> (
           Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
@@ -482,6 +602,17 @@ module Make (T : Transport.S) = struct
           | Side.Merge_later -> t.heard <- Some (target, coord.eid)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
+      | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
+          other_stack t ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src) stack
+      | Side.Switch_req { vid; stack; _ }, Some c ->
+          (* From a member of this view, about this view's stack. *)
+          if vid = c.view.View.id && stack.epoch > t.epoch && stack.id <> Stack_id.to_string t.sid
+             && Array.exists (fun a -> T.equal_address a src) c.addrs
+          then begin
+            match Stack_id.of_string stack.id with
+            | Ok sid when t.switch_wanted = None -> t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
+            | _ -> ()
+          end
       | Side.Merge_req { ltime; members; vid = their_vid; _ }, Some c ->
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
           let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in
@@ -507,16 +638,28 @@ module Make (T : Transport.S) = struct
                pass the request on, once (only a request from its author), to
                the coordinator now. *)
             side_send t c.addrs.(coordinator_rank c) v
-      | Side.Install { vid; ltime; members; leavers; preds; _ }, Some c ->
+      | Side.Install { vid; ltime; members; leavers; preds; stack; _ }, Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
             if vid = c.view.View.id then side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
             else if t.blocked && ltime > c.view.View.ltime then begin
               match Side.accept_install ~me:t.me.eid ~view:c.view ~addr:(fun r -> T.address_to_string c.addrs.(r))
                       ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds with
-              | Ok () ->
-                  install t ~vid ~ltime ~members;
-                  side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+              | Ok () -> (
+                  let build =
+                    if stack.id = Stack_id.to_string t.sid then Ok ()
+                    else
+                      match Stack_id.of_string stack.id with
+                      | Error e -> Error e
+                      | Ok sid -> Result.map (fun _ -> ()) (Stack_id.resolve sid ~base:t.params)
+                  in
+                  match build with
+                  | Ok () ->
+                      install t ~stack ~vid ~ltime ~members;
+                      side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+                  | Error reason ->
+                      t.garbage <- t.garbage + 1;
+                      stack_error t (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason }))
               | Error why ->
                   t.garbage <- t.garbage + 1;
                   Log.warn (fun m -> m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
@@ -595,8 +738,9 @@ module Make (T : Transport.S) = struct
               let members = List.filteri (fun r _ -> not (gone r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
               let ltime = mint t c.view.View.ltime in
               let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-              announce t ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c;
-              install t ~vid ~ltime ~members
+              let stack = next_stack t in
+              announce t ~stack ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c;
+              install t ~stack ~vid ~ltime ~members
           | _ -> ());
           (* A merge whose flush never started (the stack saw no reason to
              run one) is given up rather than left waiting. *)
@@ -608,6 +752,22 @@ module Make (T : Transport.S) = struct
           (match t.leaving with
           | Some deadline when now t > deadline -> exit_group t
           | Some _ when t.pending = None && t.blocked && is_coordinator t -> exit_group t
+          | _ -> ());
+          (* A switch asked for: the coordinator runs it (the view it makes
+             next runs the new stack); another member asks the coordinator. *)
+          (match (t.switch_wanted, t.cur) with
+          | Some (from, _, sid), _ when t.epoch > from || Stack_id.equal sid t.sid -> t.switch_wanted <- None
+          | Some (_, epoch, sid), Some c when not t.exited ->
+              if is_coordinator t then begin
+                if (not t.blocked) && t.merging = None && t.absorbing = None && t.leaving = None then begin
+                  Log.info (fun m -> m "%s: switching view %s to stack %s" t.me.eid c.view.View.id (Stack_id.describe sid));
+                  t.switch_to <- Some (epoch, sid);
+                  Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
+                end
+              end
+              else if not t.blocked then
+                side_send t c.addrs.(coordinator_rank c)
+                  (Side.Switch_req { group = t.group; vid = c.view.View.id; stack = { Side.epoch; id = Stack_id.to_string sid } })
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
           (match (t.heard, t.cur) with
@@ -633,7 +793,9 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true) ~layers tr ~group ~addr cb =
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true)
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?(on_stack_error = fun _ -> ()) ~layers tr ~group
+      ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
@@ -681,11 +843,25 @@ module Make (T : Transport.S) = struct
                        every layer included. *)
                     max 0 (info.T.mtu - header_reserve)
                 in
+                let eid = addr ^ "#" ^ incarnation in
+                let xfer =
+                  if List.exists (fun l -> Layer.name l = Xfer.name) layers then
+                    Some
+                      (Xfer.create ~params ~max_message ~me:eid
+                         {
+                           Xfer.take = take_state;
+                           install = install_state;
+                           deliver =
+                             (fun kind ~origin s ->
+                               match kind with `Cast -> cb.cast ~origin s | `Send -> cb.send ~origin s);
+                         })
+                  else None
+                in
                 let t =
                   {
                     tr;
                     conn = Lazy.from_val conn;
-                    me = { Side.eid = addr ^ "#" ^ incarnation; addr };
+                    me = { Side.eid; addr };
                     group;
                     layers;
                     params;
@@ -718,6 +894,15 @@ module Make (T : Transport.S) = struct
                     heard = None;
                     merge_since = 0;
                     exited = false;
+                    xfer;
+                    cur_layers = layers;
+                    cur_params = params;
+                    sid = Stack_id.of_layers ~params layers;
+                    epoch = 0;
+                    switch_to = None;
+                    switch_wanted = None;
+                    on_stack_error;
+                    told = [];
                     tick = None;
                     garbage = 0;
                     past = [];
@@ -730,6 +915,7 @@ module Make (T : Transport.S) = struct
                   }
                 in
                 self := Some t;
+                List.iter Stack_id.register layers;
                 install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
                 tick t;
                 Ok t)))
@@ -777,6 +963,23 @@ module Make (T : Transport.S) = struct
             else send_now t dst s;
             Ok ())
 
+  let switch ?params t layers =
+    if t.exited then Error Not_running
+    else
+      match Stack.check ~requires:[ Gmp.membership ] layers with
+      | Error e -> Error (Not_a_stack e)
+      | Ok () ->
+          if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then Error Changes_xfer
+          else begin
+            List.iter Stack_id.register layers;
+            let params = match params with Some p -> Params.override t.params ~by:p | None -> t.params in
+            let sid = Stack_id.of_layers ~params layers in
+            if not (Stack_id.equal sid t.sid) then t.switch_wanted <- Some (t.epoch, t.epoch + 1, sid);
+            Ok ()
+          end
+
+  let stack_id t = Stack_id.digest t.sid
+  let stack_epoch t = t.epoch
   let max_message t = t.max_message
   let refused t = t.refused
   let dropped_sends t = t.dropped_sends
@@ -821,5 +1024,11 @@ module Make (T : Transport.S) = struct
        List.map (fun (l, kvs) -> if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs)) cur
      else cur @ t.past)
 
+  let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
+  let delivery_view t =
+    match t.xfer with
+    | Some x -> ( match Xfer.delivery_view x with Some v -> v | None -> (view t).vid)
+    | None -> (view t).vid
+  let xfer_counters t = match t.xfer with Some x -> Xfer.counters x | None -> []
   let crash t = exit_group t
 end

@@ -16,6 +16,7 @@
 (** A view as the application sees it. *)
 type view_info = {
   vid : string;  (** ["LTIME:COORDINATOR"], the same at every member *)
+  stack : string;  (** the layers the view runs, top first (["gmp:frag:...:bottom"]) *)
   ltime : int;  (** increases at each view change *)
   members : string array;  (** member ids in rank order *)
   rank : int;  (** this member's rank *)
@@ -55,6 +56,27 @@ type join_error =
   | Cannot_join_discovery of Consort.Transport.error
 
 val pp_join_error : join_error Fmt.t
+
+(** A member of another partition runs another stack: the two never merge. *)
+type stack_error =
+  | Incompatible of { peer : string; ours : string; theirs : string }
+      (** [peer] (a member id) runs stack [theirs] where this member runs
+          [ours], both as configured (no switch made either): members
+          started with other properties or tunables *)
+  | Unknown_stack of { peer : string; stack : string; reason : string }
+      (** [peer]'s partition switched to a stack this program cannot build
+          (a layer it does not know, or tunables that do not parse) *)
+
+val pp_stack_error : stack_error Fmt.t
+(** One line. *)
+
+(** Why {!Make.switch} refuses. *)
+type switch_error =
+  | Not_a_stack of string  (** the layers do not make a group's stack (see {!Consort.Stack.check}) *)
+  | Changes_xfer  (** state transfer cannot be added or removed by a switch *)
+  | Not_running  (** this member has left the group *)
+
+val pp_switch_error : switch_error Fmt.t
 
 type callbacks = {
   view : view_info -> unit;  (** a view was installed; sending may resume *)
@@ -98,6 +120,9 @@ module Make (T : Consort.Transport.S) : sig
     ?on_lost:([ `Cast | `Send of string ] -> string -> string -> unit) ->
     ?discovery:string ->
     ?heal:bool ->
+    ?take_state:(unit -> string) ->
+    ?install_state:(string -> unit) ->
+    ?on_stack_error:(stack_error -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -118,7 +143,51 @@ module Make (T : Consort.Transport.S) : sig
       (["239.1.2.3:7500"]) that the member joins and to which coordinators
       also send their discovery messages, where the network has multicast.
       With [heal = false] (the [Heal] property absent) the member sends no
-      discovery messages: it merges only when others find it. *)
+      discovery messages: it merges only when others find it.
+
+      State transfer (with {!Xfer.layer} in [layers], the [Xfer]
+      property): [take_state ()] is a snapshot of the application's state
+      as it is now, a string that [install_state] on another member turns
+      back into the same state; a member that joins the group (or whose
+      partition merges into one whose state wins: the one that has
+      delivered more casts) gets [install_state snapshot] before it is
+      given any cast of its new view, and the casts and sends delivered
+      meanwhile are handed over after it, in order. The snapshot streams
+      in chunks ([xfer.chunk], [xfer.window]) from a member that holds the
+      state; if that member fails, another one goes on in the next view.
+      [take_state] must be deterministic: members with the same state give
+      the same string. Both default to the empty state (nothing is
+      transferred but the order of deliveries).
+
+      The stack's identity ({!Stack_id}: its layers and their tunables)
+      travels in discovery, merge and view messages, and in Bottom's stamp:
+      partitions on different stacks never merge. [on_stack_error] is called
+      (and a warning logged), once per peer and stack, when this member hears
+      of a partition on another stack as configured (both unswitched), or on
+      a newer one it cannot build. A partition on an older stack (fewer
+      switches) switches to a newer one it hears of, then merges; of two
+      partitions that switched to different stacks while apart, the one
+      whose stack has the lesser identity switches to the other's. *)
+
+  val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
+  (** [switch t layers] changes the group's stack, at a view boundary: the
+      coordinator flushes the current view (every message of it is
+      delivered in it, with virtual synchrony) and installs the next view
+      on [layers], with [params] over the member's tunables; messages given
+      during the flush go out in the new view, on the new stack. Any member
+      may ask; a member that is not the coordinator asks it. [Ok] says the
+      switch was asked for: the [view] callback says when it is done
+      ([stack], {!stack_id}). The layers must be known to every member (they
+      are if they come from {!Properties.layers}, or were given to [join] or
+      [switch] there). A view change under way (a crash, a merge) may come
+      first: the switch is asked again until a view runs the new stack or
+      another switch overtakes it. *)
+
+  val stack_id : t -> string
+  (** The digest of the current stack's identity ({!Stack_id.digest}). *)
+
+  val stack_epoch : t -> int
+  (** How many switches made the current stack. *)
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)
@@ -164,6 +233,18 @@ module Make (T : Consort.Transport.S) : sig
   val has_exited : t -> bool
   val queued : t -> int
   val stack : t -> Consort.Stack.t option
+  val needs_state : t -> bool
+  (** [needs_state t]: with [Xfer], this member waits for the group's state
+      (deliveries are held until it is installed). *)
+
+  val delivery_view : t -> string
+  (** Inside a [cast] or [send] callback, the id of the view the message was
+      delivered in; it is the current view's, except for messages held while
+      the state was transferred, handed over after a later view. *)
+
+  val xfer_counters : t -> (string * int) list
+  (** Counters of the state transfer (installs, chunks, restarts, ...). *)
+
   val garbage : t -> int
   (** Datagrams dropped by the side channel as malformed or of another group. *)
 

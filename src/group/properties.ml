@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Xfer
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Xfer ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -18,6 +18,7 @@ let to_string = function
   | Agree -> "Agree"
   | Auth -> "Auth"
   | Privacy -> "Privacy"
+  | Xfer -> "Xfer"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -53,6 +54,9 @@ let layers ps =
     let l =
       List.concat
         [
+          (* State transfer on top: its messages are ordered as the
+             application's are. *)
+          (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
           (if has Agree then [ Agree.layer ] else []);
@@ -72,6 +76,11 @@ let layers ps =
           [ Bottom.layer ];
         ]
     in
-    match Stack.check l with Ok () -> Ok l | Error e -> Error (Stack e)
+    match Stack.check l with
+    | Ok () ->
+        (* Known by name, so that a group can switch to this stack. *)
+        List.iter Stack_id.register l;
+        Ok l
+    | Error e -> Error (Stack e)
 
 let describe ps = match layers ps with Ok l -> Stack.describe l | Error e -> Fmt.str "%a" pp_error e

@@ -20,6 +20,7 @@ type t =
       (** only holders of the group's secret join, and every datagram is
           authenticated (the transport seals it: [Consort_seal.Seal]); adds no layer *)
   | Privacy  (** [Auth], and every payload encrypted; adds no layer *)
+  | Xfer  (** state transfer to members that join (needs [Gmp]) *)
 
 val all : t list
 val vsync : t list

@@ -6,9 +6,11 @@ open Consort
  channel. *)
 type member = { eid : string; addr : string }
 
+type stack = { epoch : int; id : string }
+
 type t =
-  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
-  | Merge_req of { group : string; vid : string; ltime : int; members : member list }
+  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int; stack : stack }
+  | Merge_req of { group : string; vid : string; ltime : int; members : member list; stack : stack }
   | Install of {
       group : string;
       vid : string;
@@ -16,8 +18,10 @@ type t =
       members : member list;
       leavers : string list;
       preds : string list;
+      stack : stack;
     }
   | Install_ack of { group : string; vid : string; eid : string }
+  | Switch_req of { group : string; vid : string; stack : stack }
 
 let magic = 0xC2
 let str = Codec.string ~max:1024 ()
@@ -27,31 +31,40 @@ let member =
 
 let members = Codec.list ~max:4096 member
 
+let stack =
+  Codec.map ~name:"stack" (fun s -> (s.epoch, s.id)) (fun (epoch, id) -> { epoch; id })
+    Codec.(pair varint (string ~max:16384 ()))
+
 let body =
   Codec.union "side"
     [
       Codec.case 0 "gossip"
-        Codec.(tup4 (pair str str) varint member varint)
+        Codec.(tup4 (pair str str) varint member (pair varint stack))
         (function
-          | Gossip { group; vid; ltime; coord; size } -> Some ((group, vid), ltime, coord, size) | _ -> None)
-        (fun ((group, vid), ltime, coord, size) -> Gossip { group; vid; ltime; coord; size });
-      Codec.case 1 "merge"
-        Codec.(tup4 str str varint members)
-        (function
-          | Merge_req { group; vid; ltime; members } -> Some (group, vid, ltime, members) | _ -> None)
-        (fun (group, vid, ltime, members) -> Merge_req { group; vid; ltime; members });
-      Codec.case 2 "install"
-        Codec.(tup4 (pair str str) varint members (pair (list ~max:4096 str) (list ~max:4096 str)))
-        (function
-          | Install { group; vid; ltime; members; leavers; preds } ->
-              Some ((group, vid), ltime, members, (leavers, preds))
+          | Gossip { group; vid; ltime; coord; size; stack } -> Some ((group, vid), ltime, coord, (size, stack))
           | _ -> None)
-        (fun ((group, vid), ltime, members, (leavers, preds)) ->
-          Install { group; vid; ltime; members; leavers; preds });
+        (fun ((group, vid), ltime, coord, (size, stack)) -> Gossip { group; vid; ltime; coord; size; stack });
+      Codec.case 1 "merge"
+        Codec.(tup4 str str varint (pair members stack))
+        (function
+          | Merge_req { group; vid; ltime; members; stack } -> Some (group, vid, ltime, (members, stack)) | _ -> None)
+        (fun (group, vid, ltime, (members, stack)) -> Merge_req { group; vid; ltime; members; stack });
+      Codec.case 2 "install"
+        Codec.(tup4 (pair str str) varint members (tup3 (list ~max:4096 str) (list ~max:4096 str) stack))
+        (function
+          | Install { group; vid; ltime; members; leavers; preds; stack } ->
+              Some ((group, vid), ltime, members, (leavers, preds, stack))
+          | _ -> None)
+        (fun ((group, vid), ltime, members, (leavers, preds, stack)) ->
+          Install { group; vid; ltime; members; leavers; preds; stack });
       Codec.case 3 "install_ack"
         Codec.(tup3 str str str)
         (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
         (fun (group, vid, eid) -> Install_ack { group; vid; eid });
+      Codec.case 4 "switch"
+        Codec.(tup3 str str stack)
+        (function Switch_req { group; vid; stack } -> Some (group, vid, stack) | _ -> None)
+        (fun (group, vid, stack) -> Switch_req { group; vid; stack });
     ]
 
 let codec =
@@ -61,7 +74,9 @@ let codec =
     Codec.(pair uint8 body)
 
 let group = function
-  | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } -> group
+  | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } | Switch_req { group; _ }
+    ->
+      group
 
 (* "LTIME:EID": the member that named the view. *)
 let installer vid = match String.index_opt vid ':' with Some i -> String.sub vid (i + 1) (String.length vid - i - 1) | None -> ""

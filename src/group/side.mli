@@ -9,10 +9,14 @@
 type member = { eid : string; addr : string }
 (** A member incarnation and the address it listens on. *)
 
+type stack = { epoch : int; id : string }
+(** The stack a view runs ({!Stack_id.to_string}), and how many switches
+    made it ([epoch]). *)
+
 type t =
-  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int }
+  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int; stack : stack }
       (** discovery: a view of the group exists, coordinated by [coord] *)
-  | Merge_req of { group : string; vid : string; ltime : int; members : member list }
+  | Merge_req of { group : string; vid : string; ltime : int; members : member list; stack : stack }
       (** the coordinator of view [vid] has flushed it and asks to be taken in *)
   | Install of {
       group : string;
@@ -21,8 +25,11 @@ type t =
       members : member list;
       leavers : string list;
       preds : string list;  (** the views this one follows *)
+      stack : stack;  (** the stack the view runs *)
     }  (** the next view, from the member that made it *)
   | Install_ack of { group : string; vid : string; eid : string }
+  | Switch_req of { group : string; vid : string; stack : stack }
+      (** a member of view [vid] asks its coordinator to switch to [stack] *)
 
 val magic : int
 val codec : t Consort.Codec.t

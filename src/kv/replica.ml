@@ -65,7 +65,7 @@ module Make (T : Transport.S) = struct
   let view t =
     match t.view with
     | Some v -> v
-    | None -> { Consort_group.Group.vid = ""; ltime = 0; members = [||]; rank = 0; coordinator = ""; joined = []; left = []; why = [] }
+    | None -> { Consort_group.Group.vid = ""; ltime = 0; members = [||]; rank = 0; coordinator = ""; joined = []; left = []; why = []; stack = "" }
 
   let members t = match t.view with Some v -> Array.to_list v.members | None -> []
 

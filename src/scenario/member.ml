@@ -131,9 +131,10 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join loop cfg layers cb ~on_sent ~on_lost =
+let join ?take_state ?install_state loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
-    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery
+    G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
+      ?install_state
       ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap loop cfg.seal) ~group:cfg.group ~addr cb
   in
   match cfg.bind with
@@ -224,15 +225,38 @@ let run cfg =
           let say fmt = Printf.ksprintf (fun s -> if not cfg.quiet then (print_endline s; flush stdout)) fmt in
           let self = ref "" and g_ref = ref None and exited = ref false in
           let vid () = match !g_ref with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
+          (* With Xfer, the member's state: how many casts it has applied and
+             the XOR of their digests (the same whatever the order of
+             delivery, so members agree without total order). *)
+          let xfer = List.mem Consort_group.Properties.Xfer cfg.props in
+          let applied = ref 0 and sum = Bytes.make 16 '\000' in
+          let state () = Printf.sprintf "%d %s" !applied (Digest.to_hex (Bytes.to_string sum)) in
+          let apply s =
+            incr applied;
+            let d = Digest.string s in
+            Bytes.iteri (fun i c -> Bytes.set sum i (Char.chr (Char.code c lxor Char.code d.[i]))) sum
+          in
+          let install_state s =
+            match String.split_on_char ' ' s with
+            | [ n; hex ] when int_of_string_opt n <> None && String.length hex = 32 -> (
+                match Digest.from_hex hex with
+                | d ->
+                    applied := int_of_string n;
+                    Bytes.blit_string d 0 sum 0 16;
+                    say "state installed: %d casts, digest %s" !applied hex
+                | exception Invalid_argument _ -> say "state refused: not a digest: %S" s)
+            | _ -> say "state refused: %S is not COUNT DIGEST" s
+          in
           let deliver kind ~origin s =
             let seq, s = unframe s in
             say "%s from %s: %s" (match kind with `Cast -> "cast" | `Send -> "send") origin s;
+            if xfer && kind = `Cast then apply s;
             write
               (Log.Deliver
                  {
                    t = now_ns ();
                    me = !self;
-                   view = vid ();
+                   view = (match !g_ref with Some g -> G.delivery_view g | None -> vid ());
                    from = origin;
                    kind;
                    seq;
@@ -249,6 +273,7 @@ let run cfg =
                     (String.concat " " (Array.to_list v.members))
                     v.rank (String.concat " " v.joined) (String.concat " " v.left);
                   List.iter (fun (who, why) -> say "%s %s" who why) v.why;
+                  if xfer then say "state: %s" (state ());
                   write (Log.View { t = now_ns (); me = !self; view = v.vid; members = Array.to_list v.members }));
               cast = deliver `Cast;
               send = deliver `Send;
@@ -275,7 +300,7 @@ let run cfg =
               (Log.Lost
                  { t = now_ns (); me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq; reason })
           in
-          match join loop cfg layers cb ~on_sent ~on_lost with
+          match join ~take_state:state ~install_state loop cfg layers cb ~on_sent ~on_lost with
           | Error e ->
               Option.iter close_out log_oc;
               Error e

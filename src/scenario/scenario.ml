@@ -58,13 +58,14 @@ let scenarios =
   ]
 
 let names =
-  List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Consort_cap.Rpc_sim.names
+  List.map (fun s -> s.name) scenarios
+  @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Xfer_sim.names @ Switch_sim.names @ Consort_cap.Rpc_sim.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
   | None -> (
-      match Vsync_sim.describe n with
+      match match Vsync_sim.describe n with None -> (match Xfer_sim.describe n with None -> Switch_sim.describe n | d -> d) | d -> d with
       | Some d -> Some d
       | None -> (
           match Vsync_forged.describe n with
@@ -179,9 +180,15 @@ let run ?trace ?params name ~seed =
         match Vsync_sim.run ?trace ?params name ~seed with
         | Some o -> Some o
         | None -> (
-            match Vsync_forged.run ?trace ?params name ~seed with
+            match Xfer_sim.run ?trace ?params name ~seed with
             | Some o -> Some o
-            | None -> Order_sim.run ?trace ?params name ~seed)
+            | None -> (
+                match Switch_sim.run ?trace ?params name ~seed with
+                | Some o -> Some o
+                | None -> (
+                    match Vsync_forged.run ?trace ?params name ~seed with
+                    | Some o -> Some o
+                    | None -> Order_sim.run ?trace ?params name ~seed)))
       with
       | Some o ->
           Ok

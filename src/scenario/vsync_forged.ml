@@ -3,6 +3,7 @@
 open Consort
 module Sim = Consort_engine.Sim
 module V = Vsync_sim
+module G = Consort_group.Group.Make (Sim)
 module Bottom = Consort_group.Bottom
 module Suspect = Consort_group.Suspect
 module Mnak = Consort_group.Mnak
@@ -62,8 +63,8 @@ let huge rng =
 
 (* Bytes of one forgery of [kind] for the member of rank [target], as if
    from [origin]; [None] if this stack cannot be reached that way. *)
-let rec forge rng kind ~layers ~(view : View.t) ~target ~origin =
-  let n = View.nmembers view and stamp = View.stamp view in
+let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
+  let n = View.nmembers view and stamp = Bottom.stamp view ~stack in
   let mnak ?(stamp = stamp) ?(origin = origin) ~cast h =
     Option.map (fun p -> p ^ enc Mnak.codec h) (under ~layers ~target:Mnak.name ~stamp ~origin ~cast)
   in
@@ -96,7 +97,7 @@ let rec forge rng kind ~layers ~(view : View.t) ~target ~origin =
       mnak ~origin ~cast:true (Mnak.Data { seq = 0 })
   | Truncated -> (
       let k = kinds.(Rng.int rng 7) in
-      match forge rng k ~layers ~view ~target ~origin with
+      match forge rng k ~layers ~view ~stack ~target ~origin with
       | Some s when String.length s > 1 -> Some (String.sub s 0 (1 + Rng.int rng (String.length s - 1)))
       | other -> other)
   | Negative ->
@@ -180,12 +181,13 @@ let scenario ?trace ?params seed =
         | None -> ()
         | Some (_, st) -> (
             let view = Stack.view st in
+            let stack = match V.group w i with Some g -> G.stack_id g | None -> "" in
             let n = View.nmembers view in
             if n > 1 then
               let target = view.View.rank in
               let origin = (target + 1 + Rng.int rng (n - 1)) mod n in
               let kind = kinds.(Rng.int rng (Array.length kinds)) in
-              match forge rng kind ~layers:(Stack.layers st) ~view ~target ~origin with
+              match forge rng kind ~layers:(Stack.layers st) ~view ~stack ~target ~origin with
               | None -> ()
               | Some bytes ->
                   let copies = if kind = Nak_forged then 1 + Rng.int rng 10 else 1 in

@@ -26,6 +26,25 @@ type proc = {
   mutable accepted : int;  (* casts the API accepted from the current incarnation *)
 }
 
+(* What the application of process [i], member [id], does with its state
+   (scenarios with state transfer). *)
+type hooks = {
+  take : int -> string -> string;
+  install : int -> string -> string -> unit;
+  applied : int -> string -> view:string -> [ `Cast | `Send ] -> origin:string -> string -> unit;
+  viewed : int -> string -> Consort_group.Group.view_info -> unit;
+  stack_error : int -> string -> Consort_group.Group.stack_error -> unit;
+}
+
+let no_hooks =
+  {
+    take = (fun _ _ -> "");
+    install = (fun _ _ _ -> ());
+    applied = (fun _ _ ~view:_ _ ~origin:_ _ -> ());
+    viewed = (fun _ _ _ -> ());
+    stack_error = (fun _ _ _ -> ());
+  }
+
 type world = {
   net : Sim.t;
   rng : Rng.t;
@@ -43,6 +62,8 @@ type world = {
   mutable views : int;
   mutable problems : string list;
   trace : out_channel option;
+  mutable hooks : hooks;
+  mutable held : bool;  (* deliveries may name earlier views (state transfer) *)
 }
 
 let note w fmt =
@@ -92,7 +113,7 @@ let refused w g kind dst s reason =
          reason;
        })
 
-let start w i =
+let start ?layers ?params w i =
   let p = w.procs.(i) in
   p.incarnation <- p.incarnation + 1;
   p.next_seq <- 0;
@@ -101,12 +122,14 @@ let start w i =
   let cur_view () = match !mine with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
   let deliver kind ~origin s =
     w.delivered <- w.delivered + 1;
+    let view = match !mine with Some g -> G.delivery_view g | None -> cur_view () in
+    w.hooks.applied i !self ~view kind ~origin s;
     record w !self
       (Log.Deliver
          {
            t = Sim.now w.net;
            me = !self;
-           view = cur_view ();
+           view;
            from = origin;
            kind;
            seq = seq_of s;
@@ -122,6 +145,7 @@ let start w i =
              is its own entry in the view. *)
           self := v.members.(v.rank);
           w.views <- w.views + 1;
+          w.hooks.viewed i !self v;
           record w !self
             (Log.View { t = Sim.now w.net; me = !self; view = v.vid; members = Array.to_list v.members }));
       cast = deliver `Cast;
@@ -145,7 +169,14 @@ let start w i =
       (Log.Lost
          { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
   in
-  match G.join ~params:w.params ~peers ~seed ~on_sent ~on_lost ~layers:w.layers w.net ~group:"sim" ~addr:p.addr cb with
+  match
+    G.join ~params:(match params with Some p -> Params.override w.params ~by:p | None -> w.params) ~peers ~seed ~on_sent ~on_lost
+      ~layers:(Option.value layers ~default:w.layers)
+      ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
+      ~take_state:(fun () -> w.hooks.take i !self)
+      ~install_state:(fun s -> w.hooks.install i !self s)
+      w.net ~group:"sim" ~addr:p.addr cb
+  with
   | Ok g ->
       mine := Some g;
       p.g <- Some g;
@@ -277,6 +308,8 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
     views = 0;
     problems = [];
     trace;
+    hooks = no_hooks;
+    held = List.mem Consort_group.Properties.Xfer props;
   }
 
 (* Every live member ends in one view whose members are exactly the live
@@ -324,6 +357,7 @@ let finish ?(extra = []) ?(checks = []) w =
       | _ -> ())
     w.procs;
   let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
+  let logs = if w.held then List.map (fun (id, l) -> (id, Consort_spec.Xfer.normalize l)) logs else logs in
   let spec =
     match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with
     | Ok () -> []
@@ -631,6 +665,10 @@ let nprocs w = Array.length w.procs
 let addr w i = w.procs.(i).addr
 let views w = w.views
 let problem w p = w.problems <- p :: w.problems
+
+let set_hooks w h = w.hooks <- h
+let group w i = match w.procs.(i).g with Some g when alive w.procs.(i) -> Some g | _ -> None
+let crashed w = !(w.crashed)
 
 let member w i =
   let p = w.procs.(i) in

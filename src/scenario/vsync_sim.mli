@@ -46,14 +46,40 @@ val make :
 (** [n] processes [p0] ... on a network whose links are all [link]; the
     stack of [props] (default: the tunable [sim.props] of [params],
     itself [vsync] by default; ordering properties it adds, such as
-    [Total], are then checked by {!finish} too). *)
+    [Total], are then checked by {!finish} too). With [Xfer], the logs are
+    checked after {!Consort_spec.Xfer.normalize}. *)
+
+(** What the applications do with their state: [take i id] is the snapshot
+    of process [i], member [id]; [install i id s] installs one; [applied i
+    id ~view kind ~origin s] is a delivery handed to the application (in
+    [view], see {!Consort_group.Group.Make.delivery_view}); [viewed i id v]
+    a view installed; [stack_error i id e] a partition on another stack. *)
+type hooks = {
+  take : int -> string -> string;
+  install : int -> string -> string -> unit;
+  applied : int -> string -> view:string -> [ `Cast | `Send ] -> origin:string -> string -> unit;
+  viewed : int -> string -> Consort_group.Group.view_info -> unit;
+  stack_error : int -> string -> Consort_group.Group.stack_error -> unit;
+}
+
+val no_hooks : hooks
+(** Hooks that do nothing (and a snapshot that is empty). *)
+
+val set_hooks : world -> hooks -> unit
+
+val group : world -> int -> Consort_group.Group.Make(Consort_engine.Sim).t option
+(** The member process [i] runs, if it is alive. *)
+
+val crashed : world -> string list
+(** The members crashed so far. *)
 
 val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
 
 val at : world -> Consort.Time.t -> (unit -> unit) -> unit
-val start : world -> int -> unit
-(** [start w i]: a new incarnation of process [i] joins the group. *)
+val start : ?layers:Consort.Layer.t list -> ?params:Consort.Params.t -> world -> int -> unit
+(** [start w i]: a new incarnation of process [i] joins the group (on the
+    world's stack, or on [layers], with [params] over the world's). *)
 
 val crash : world -> int -> unit
 val workload : world -> from:Consort.Time.t -> until:Consort.Time.t -> count:int -> unit

@@ -403,7 +403,8 @@ let gossip_rules () =
 let side_codec () =
   let m =
     Side.Install
-      { group = "g"; vid = "4:a#1"; ltime = 4; members = [ mem "a#1"; mem "b#1" ]; leavers = [ "c#1" ]; preds = [ "3:a#1"; "2:z#1" ] }
+      { group = "g"; vid = "4:a#1"; ltime = 4; members = [ mem "a#1"; mem "b#1" ]; leavers = [ "c#1" ]; preds = [ "3:a#1"; "2:z#1" ];
+        stack = { Side.epoch = 2; id = "gmp:bottom|gmp.flush_timeout=4000000000ns" } }
   in
   let s = Codec.encode_string Side.codec m in
   Alcotest.(check bool) "round trip" true (Codec.decode_string Side.codec s = Ok m);
