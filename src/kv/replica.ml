@@ -255,7 +255,14 @@ module Make (T : Transport.S) = struct
             t.sequencer <- t.me;
             become_active t
           end
-          else retry t (fun () -> start_sync t)
+          else (
+            (match (t.g, transfer) with
+            | Some g, Wire.Snapshot s when String.length s + 1024 > G.max_message g ->
+                Log.err (fun m ->
+                    m "%s: the state (%d bytes) is over the largest message (%d bytes): raise frag.max_message" t.me (String.length s)
+                      (G.max_message g))
+            | _ -> ());
+            retry t (fun () -> start_sync t))
       | _ -> ()
     end
 
