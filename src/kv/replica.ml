@@ -54,6 +54,7 @@ module Make (T : Transport.S) = struct
     mutable next_batch : int;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
+    mutable said_too_big : bool;
   }
 
   let phase t = t.phase
@@ -257,7 +258,8 @@ module Make (T : Transport.S) = struct
           end
           else (
             (match (t.g, transfer) with
-            | Some g, Wire.Snapshot s when String.length s + 1024 > G.max_message g ->
+            | Some g, Wire.Snapshot s when String.length s + 1024 > G.max_message g && not t.said_too_big ->
+                t.said_too_big <- true;
                 Log.err (fun m ->
                     m "%s: the state (%d bytes) is over the largest message (%d bytes): raise frag.max_message" t.me (String.length s)
                       (G.max_message g))
@@ -371,6 +373,7 @@ module Make (T : Transport.S) = struct
         next_batch = 1;
         flush_timer = None;
         dead = false;
+        said_too_big = false;
       }
     in
     let cb =
