@@ -174,7 +174,7 @@ let history files =
 let final_reads ~servers ~base =
   Array.to_list keys
   |> List.mapi (fun i k ->
-         let c = Result.get_ok (Kv.Client.create ~timeout:10. servers) in
+         let c = Result.get_ok (Kv.Client.create ~timeout:30. servers) in
          let call = now_us () in
          let o = Kv.Client.call c (Kv.Op.Get k) in
          let ret = now_us () in
