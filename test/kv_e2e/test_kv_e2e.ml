@@ -221,9 +221,11 @@ let crash_restart () =
   (* One replica is killed and comes back while the clients go on. *)
   Unix.sleepf 2.;
   let victim = List.nth rs 2 in
+  let killed_at = now_us () in
   kill victim;
   Unix.sleepf 2.;
   start ~peers victim;
+  let restarted_at = now_us () in
   List.iter
     (fun pid ->
       match Unix.waitpid [] pid with
@@ -234,7 +236,11 @@ let crash_restart () =
   wait_ready [ victim.listen ];
   let h1 = history files @ final_reads ~servers:[ victim.listen ] ~base:100 in
   check_history "with a replica killed and restarted" h1;
+  let during = List.length (List.filter (fun e -> e.L.call < killed_at && (match e.L.return with Some r -> r > killed_at | None -> true)) h1) in
+  let after = List.length (List.filter (fun e -> e.L.call > restarted_at && e.L.client < 100) h1) in
+  Fmt.pr "%d operations in flight at the kill, %d made after the restart@." during after;
   Alcotest.(check bool) "clients made progress" true (List.length h1 > 100);
+  Alcotest.(check bool) "operations after the restart" true (after > 0);
   (* Every replica is killed, then restarted from its disk. *)
   List.iter (fun r -> kill r) rs;
   List.iter (start ~peers) rs;
