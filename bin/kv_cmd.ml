@@ -104,6 +104,24 @@ let shell servers timeout =
       Kv.Client.close c;
       !worst
 
+let check files =
+  let rec read acc = function
+    | [] -> Ok (List.concat (List.rev acc))
+    | f :: rest -> ( match Kv.History.read f with Ok h -> read (h :: acc) rest | Error e -> Error e)
+  in
+  match read [] files with
+  | Error e ->
+      Fmt.epr "consort kv check: %s@." e;
+      2
+  | Ok h -> (
+      match Consort_spec.Linearizable.check h with
+      | Consort_spec.Linearizable.Linearizable ->
+          Fmt.pr "%d operations: linearizable@." (List.length h);
+          0
+      | r ->
+          Fmt.pr "%d operations: %a@." (List.length h) Consort_spec.Linearizable.pp_result r;
+          1)
+
 let key = Arg.(required & pos 0 (some string) None & info [] ~docv:"KEY")
 let value n docv = Arg.(required & pos n (some string) None & info [] ~docv)
 
@@ -148,4 +166,12 @@ let cmd =
          ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input; print one result line for each, in order. Exits with the worst status of its commands.")
       Term.(const shell $ servers $ timeout)
   in
-  Cmd.group (Cmd.info "kv" ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell ]
+  let check =
+    let files = Arg.(non_empty & pos_all file [] & info [] ~docv:"HISTORY") in
+    Cmd.v
+      (Cmd.info "check"
+         ~doc:
+           "Check histories of client operations (one per line: CLIENT, CALL, RETURN, the operation, $(b,=>), the response, separated by tabs; RETURN -1 and response $(b,?) for an unknown outcome) for linearizability. Exit 0 if linearizable, 1 if not, 2 if a file cannot be read.")
+      Term.(const check $ files)
+  in
+  Cmd.group (Cmd.info "kv" ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell; check ]

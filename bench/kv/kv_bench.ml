@@ -317,6 +317,12 @@ let run clients seconds no_etcd json =
           else Ok (load ~name:"etcd, 3 members" ~clients ~seconds ~dir (fun c -> etcd_op ports c))
   in
   let base = Result.to_option r3 in
+  (try
+     let ic = open_in "/proc/loadavg" in
+     let l = input_line ic in
+     close_in ic;
+     Fmt.pr "load average (1, 5, 15 min) at the end: %s@." (String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' l)))
+   with _ -> ());
   List.iter
     (function Ok r -> Fmt.pr "%a@." (pp_row base) r | Error e -> Fmt.pr "%s@." e)
     [ r3; r1; etcd ];

@@ -40,6 +40,7 @@ type replica = {
   mutable r : (R.t * Store.t) option;
   mutable dies_at : int;  (* disk step at which this incarnation dies; 0: never *)
   mutable dying : bool;  (* it died at a disk step: nothing more reaches its disk *)
+  mutable torn : bool;  (* it died in the middle of a write: its log may end torn *)
 }
 
 let s = Time.of_sec
@@ -79,8 +80,8 @@ let run ?trace ?(params = Params.empty) ~seed () =
   let violation fmt = Fmt.kstr (fun s -> violations := s :: !violations) fmt in
   let n = 3 in
   let addrs = List.init n (Printf.sprintf "r%d") in
-  let reps = Array.init n (fun i -> { addr = List.nth addrs i; dir = Filename.concat root (Printf.sprintf "r%d" i); r = None; dies_at = 0; dying = false }) in
-  let restarts = ref 0 in
+  let reps = Array.init n (fun i -> { addr = List.nth addrs i; dir = Filename.concat root (Printf.sprintf "r%d" i); r = None; dies_at = 0; dying = false; torn = false }) in
+  let restarts = ref 0 and repaired = ref 0 in
   let disk_steps = ref 0 in
   let rec start i =
     let p = reps.(i) in
@@ -104,7 +105,20 @@ let run ?trace ?(params = Params.empty) ~seed () =
       let real = Io.real in
       let io =
         {
-          Io.write = (fun path fd b off len -> if step () then real.write path fd b off len else min len Io.chunk);
+          Io.write =
+            (fun path fd b off len ->
+              let was = p.dying in
+              if step () then real.write path fd b off len
+              else begin
+                (* It dies in the middle of this write: a prefix of it reaches the file. *)
+                if (not was) && len > 1 then begin
+                  let part = Random.State.int rng (min len Io.chunk) in
+                  if part > 0 then (
+                    ignore (real.write path fd b off part);
+                    p.torn <- true)
+                end;
+                min len Io.chunk
+              end);
           fsync = (fun path fd -> if step () then real.fsync path fd);
           fsync_dir = (fun path -> if step () then real.fsync_dir path);
           rename = (fun a b -> if step () then real.rename a b);
@@ -114,7 +128,15 @@ let run ?trace ?(params = Params.empty) ~seed () =
       match Store.open_ ~io ~snapshot_bytes:(4096 + Random.State.int rng 8192) ~retain:(Random.State.int rng 100) p.dir with
       | Error e -> violation "%s: store does not open: %s" p.addr e
       | Ok (store, found) -> (
-          List.iter (fun f -> if Store.is_damage f then violation "%s: recovery: %a" p.addr Store.pp_finding f) found;
+          List.iter
+            (fun f ->
+              match f with
+              | Store.Torn_tail _ when p.torn ->
+                  incr repaired;
+                  note "%s: %s" p.addr (Fmt.str "%a" Store.pp_finding f)
+              | f -> if Store.is_damage f then violation "%s: recovery: %a" p.addr Store.pp_finding f)
+            found;
+          p.torn <- false;
           let cfg =
             {
               (Replica.default_config ~group:"kv" ~addr:p.addr ~peers:(List.filter (( <> ) p.addr) addrs)) with

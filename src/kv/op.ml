@@ -47,7 +47,7 @@ let response_codec =
 type limits = { max_key : int; max_value : int; max_keys : int; max_bytes : int; max_clients : int }
 
 let default_limits =
-  { max_key = 1024; max_value = 65536; max_keys = 1_000_000; max_bytes = 256 * 1024 * 1024; max_clients = 100_000 }
+  { max_key = 1024; max_value = 65536; max_keys = 1_000_000; max_bytes = 32 * 1024 * 1024; max_clients = 100_000 }
 
 let check l op =
   let k = key op in

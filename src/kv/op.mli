@@ -34,7 +34,9 @@ type limits = {
 }
 
 val default_limits : limits
-(** Keys up to 1 KiB, values up to 64 KiB, 1,000,000 keys, 256 MiB, 100,000 clients. *)
+(** Keys up to 1 KiB, values up to 64 KiB, 1,000,000 keys, 32 MiB, 100,000 clients. A
+    state transfer may send the whole state in one cast, so the state must
+    stay under the group's largest message ([frag.max_message], 64 MiB). *)
 
 val check : limits -> t -> (unit, string) result
 (** [check l op] refuses an operation whose key or values are over the limits. *)

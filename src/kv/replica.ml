@@ -54,6 +54,7 @@ module Make (T : Transport.S) = struct
     mutable next_batch : int;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
+    mutable said_too_big : bool;
   }
 
   let phase t = t.phase
@@ -255,7 +256,15 @@ module Make (T : Transport.S) = struct
             t.sequencer <- t.me;
             become_active t
           end
-          else retry t (fun () -> start_sync t)
+          else (
+            (match (t.g, transfer) with
+            | Some g, Wire.Snapshot s when String.length s + 1024 > G.max_message g && not t.said_too_big ->
+                t.said_too_big <- true;
+                Log.err (fun m ->
+                    m "%s: the state (%d bytes) is over the largest message (%d bytes): raise frag.max_message" t.me (String.length s)
+                      (G.max_message g))
+            | _ -> ());
+            retry t (fun () -> start_sync t))
       | _ -> ()
     end
 
@@ -364,6 +373,7 @@ module Make (T : Transport.S) = struct
         next_batch = 1;
         flush_timer = None;
         dead = false;
+        said_too_big = false;
       }
     in
     let cb =

@@ -17,7 +17,7 @@ type config = {
   max_connections : int;
 }
 
-let max_output = 16 * 1024 * 1024
+let max_output = 4 * 1024 * 1024
 
 type conn = {
   fd : Unix.file_descr;

@@ -53,6 +53,7 @@ type t = {
   mutable wal_size : int;
   pending : Buffer.t;
   recent : (int * cmd) Queue.t;
+  mutable recent_bytes : int;
   lock : Unix.file_descr;
 }
 
@@ -99,10 +100,17 @@ let write_all io p fd s =
   let rec go off = if off < Bytes.length b then go (off + io.Io.write p fd b off (Bytes.length b - off)) in
   go 0
 
-let remember t e =
+let cmd_size (c : cmd) = 32 + match c.op with Op.Get k | Op.Del k -> String.length k | Op.Put (k, v) -> String.length k + String.length v | Op.Cas { key; expect; set } -> String.length key + String.length expect + String.length set
+
+(* Recent writes, bounded in number and in bytes (16 MiB). *)
+let retain_bytes = 16 * 1024 * 1024
+
+let remember t ((_, c) as e) =
   Queue.push e t.recent;
-  while Queue.length t.recent > t.retain do
-    ignore (Queue.pop t.recent)
+  t.recent_bytes <- t.recent_bytes + cmd_size c;
+  while Queue.length t.recent > t.retain || t.recent_bytes > retain_bytes do
+    let _, c = Queue.pop t.recent in
+    t.recent_bytes <- t.recent_bytes - cmd_size c
   done
 
 let log_record t r = Buffer.add_string t.pending (frame (Codec.encode_string record_codec r))
@@ -189,6 +197,7 @@ let install t s =
       t.history <- history;
       t.machine <- machine;
       Queue.clear t.recent;
+      t.recent_bytes <- 0;
       write_snapshot t;
       Ok ()
 
@@ -258,6 +267,7 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
             wal_size = 0;
             pending = Buffer.create 4096;
             recent = Queue.create ();
+            recent_bytes = 0;
             lock;
           }
         in

@@ -38,7 +38,8 @@ val open_ :
 (** [open_ dir] opens or creates the store in [dir] and recovers it.
     [snapshot_bytes] (default 8 MiB) is the log size that triggers a
     snapshot; [retain] (default 10,000) the number of recent writes kept
-    in memory to bring a lagging replica up to date without a snapshot. *)
+    in memory (at most 16 MiB of them) to bring a lagging replica up to
+    date without a snapshot. *)
 
 val close : t -> unit
 val dir : t -> string

@@ -78,41 +78,9 @@ let wait_ready via =
 
 let now_us () = int_of_float (Unix.gettimeofday () *. 1e6)
 
-(* One line per operation: client, call, return (-1: unknown), op, response. *)
-let op_line c call ret op resp =
-  let f = function
-    | Kv.Op.Get k -> [ "get"; k ]
-    | Put (k, v) -> [ "put"; k; v ]
-    | Del k -> [ "del"; k ]
-    | Cas { key; expect; set } -> [ "cas"; key; expect; set ]
-  in
-  let r = match resp with Some (Kv.Op.Value v) -> [ "value"; v ] | Some r -> [ Fmt.str "%a" Kv.Op.pp_response r ] | None -> [ "?" ] in
-  String.concat "\t" ([ string_of_int c; string_of_int call; string_of_int ret ] @ f op @ [ "=>" ] @ r)
+let op_line c call ret op resp = Kv.History.line ~client:c ~call ~return:(if ret < 0 then None else Some ret) op resp
 
-let parse_line l =
-  match String.split_on_char '\t' l with
-  | c :: call :: ret :: rest -> (
-      let rec split acc = function "=>" :: r -> (List.rev acc, r) | x :: r -> split (x :: acc) r | [] -> (List.rev acc, []) in
-      let opw, rw = split [] rest in
-      let op = Result.get_ok (Kv.Op.parse opw) in
-      let ret = int_of_string ret in
-      let response =
-        match rw with
-        | [ "value"; v ] -> Some (L.Value v)
-        | [ "ok" ] -> Some L.Ok
-        | [ "not-found" ] -> Some L.Not_found
-        | [ "cas-failed" ] -> Some L.Cas_failed
-        | _ -> None
-      in
-      {
-        L.client = int_of_string c;
-        key = Kv.Op.key op;
-        op = Kv.Op.to_spec op;
-        call = int_of_string call;
-        return = (if ret < 0 then None else Some ret);
-        response;
-      })
-  | _ -> Alcotest.failf "bad history line %S" l
+let parse_line l = match Kv.History.parse l with Ok e -> e | Error e -> Alcotest.failf "bad history line %S: %s" l e
 
 let keys = [| "a"; "b"; "c"; "d" |]
 
@@ -174,7 +142,7 @@ let history files =
 let final_reads ~servers ~base =
   Array.to_list keys
   |> List.mapi (fun i k ->
-         let c = Result.get_ok (Kv.Client.create ~timeout:10. servers) in
+         let c = Result.get_ok (Kv.Client.create ~timeout:30. servers) in
          let call = now_us () in
          let o = Kv.Client.call c (Kv.Op.Get k) in
          let ret = now_us () in
@@ -211,6 +179,22 @@ let check_history name h =
     (Unix.gettimeofday () -. t0) L.pp_result r;
   match r with L.Linearizable -> () | _ -> Alcotest.failf "%s: %a" name L.pp_result r
 
+(* Runs consort with [args] and [stdin]; exit status and output. *)
+let run ?(stdin = "") args =
+  let inp = Filename.temp_file "kv-in" "" and out = Filename.temp_file "kv-out" "" in
+  Fun.protect
+    ~finally:(fun () -> Sys.remove inp; Sys.remove out)
+    (fun () ->
+      let oc = open_out inp in
+      output_string oc stdin;
+      close_out oc;
+      let i = Unix.openfile inp [ Unix.O_RDONLY ] 0 and o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_TRUNC ] 0 in
+      let pid = Unix.create_process (consort ()) (Array.of_list ("consort" :: args)) i o Unix.stderr in
+      Unix.close i;
+      Unix.close o;
+      let _, st = Unix.waitpid [] pid in
+      ((match st with Unix.WEXITED c -> c | _ -> -1), read_file out))
+
 let crash_restart () =
   with_cluster @@ fun dir rs peers ->
   List.iter (start ~peers) rs;
@@ -221,9 +205,11 @@ let crash_restart () =
   (* One replica is killed and comes back while the clients go on. *)
   Unix.sleepf 2.;
   let victim = List.nth rs 2 in
+  let killed_at = now_us () in
   kill victim;
   Unix.sleepf 2.;
   start ~peers victim;
+  let restarted_at = now_us () in
   List.iter
     (fun pid ->
       match Unix.waitpid [] pid with
@@ -234,7 +220,20 @@ let crash_restart () =
   wait_ready [ victim.listen ];
   let h1 = history files @ final_reads ~servers:[ victim.listen ] ~base:100 in
   check_history "with a replica killed and restarted" h1;
+  (* The same check from the command line, on the clients' files. *)
+  let code, out = run ("kv" :: "check" :: files) in
+  Alcotest.(check int) ("consort kv check: " ^ out) 0 code;
+  let bad = dir / "bad" in
+  let oc = open_out bad in
+  output_string oc (op_line 99 (now_us ()) (now_us () + 1) (Kv.Op.Get "a") (Some (Kv.Op.Value "never-written")) ^ "\n");
+  close_out oc;
+  let code, out = run ("kv" :: "check" :: bad :: files) in
+  Alcotest.(check int) ("consort kv check, a value never written: " ^ out) 1 code;
+  let during = List.length (List.filter (fun e -> e.L.call < killed_at && (match e.L.return with Some r -> r > killed_at | None -> true)) h1) in
+  let after = List.length (List.filter (fun e -> e.L.call > restarted_at && e.L.client < 100) h1) in
+  Fmt.pr "%d operations in flight at the kill, %d made after the restart@." during after;
   Alcotest.(check bool) "clients made progress" true (List.length h1 > 100);
+  Alcotest.(check bool) "operations after the restart" true (after > 0);
   (* Every replica is killed, then restarted from its disk. *)
   List.iter (fun r -> kill r) rs;
   List.iter (start ~peers) rs;
@@ -280,22 +279,6 @@ let torn_tail () =
   done;
   Kv.Client.close c0;
   Kv.Client.close c
-
-(* Runs consort with [args] and [stdin]; exit status and output. *)
-let run ?(stdin = "") args =
-  let inp = Filename.temp_file "kv-in" "" and out = Filename.temp_file "kv-out" "" in
-  Fun.protect
-    ~finally:(fun () -> Sys.remove inp; Sys.remove out)
-    (fun () ->
-      let oc = open_out inp in
-      output_string oc stdin;
-      close_out oc;
-      let i = Unix.openfile inp [ Unix.O_RDONLY ] 0 and o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_TRUNC ] 0 in
-      let pid = Unix.create_process (consort ()) (Array.of_list ("consort" :: args)) i o Unix.stderr in
-      Unix.close i;
-      Unix.close o;
-      let _, st = Unix.waitpid [] pid in
-      ((match st with Unix.WEXITED c -> c | _ -> -1), read_file out))
 
 let cli () =
   with_cluster @@ fun _dir rs peers ->

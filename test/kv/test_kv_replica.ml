@@ -1,0 +1,193 @@
+(* Replicas in the simulator under chosen schedules: a sequencer cut off
+   from the others answers nothing, while the majority goes on; a replica
+   that restarts catches up; codecs never raise on garbage. *)
+
+open Consort
+open Consort_kv
+module Sim = Consort_engine.Sim
+module R = Replica.Make (Sim)
+
+let rec rm_rf p =
+  match (Unix.lstat p).Unix.st_kind with
+  | Unix.S_DIR ->
+      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+      Unix.rmdir p
+  | _ -> Unix.unlink p
+  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+
+let base = if Sys.file_exists "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name ()
+let s = Time.of_sec
+
+let params =
+  Result.get_ok (Params.of_string "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s")
+
+type world = { net : Sim.t; dir : string; addrs : string list; reps : (R.t * Store.t) option array }
+
+let world name =
+  let dir = Filename.concat base (Printf.sprintf "kv-replica-%s-%d" name (Unix.getpid ())) in
+  rm_rf dir;
+  Unix.mkdir dir 0o755;
+  let net = Sim.create ~seed:7 () in
+  { net; dir; addrs = [ "r0"; "r1"; "r2" ]; reps = Array.make 3 None }
+
+let start w i =
+  let addr = List.nth w.addrs i in
+  let store, _ = Result.get_ok (Store.open_ (Filename.concat w.dir addr)) in
+  let cfg = { (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with request_timeout = s 3. } in
+  match R.create ~params ~seed:(i + 1) w.net cfg store with
+  | Ok r -> w.reps.(i) <- Some (r, store)
+  | Error e -> Alcotest.failf "start %s: %s" addr e
+
+let crash w i =
+  match w.reps.(i) with
+  | Some (r, st) ->
+      R.crash r;
+      Sim.crash w.net (List.nth w.addrs i);
+      Store.close st;
+      w.reps.(i) <- None
+  | None -> ()
+
+let rep w i = match w.reps.(i) with Some (r, _) -> r | None -> Alcotest.failf "replica %d is down" i
+let run w d = Sim.run ~until:(Time.add (Sim.now w.net) d) w.net
+
+(* Submits and runs until answered (or [d] passes): the outcome, if any. *)
+let call w i ?(d = s 10.) ~client ~req op =
+  let got = ref None in
+  R.submit (rep w i) { Wire.client; req; op } (fun o -> got := Some o);
+  let until = Time.add (Sim.now w.net) d in
+  while !got = None && Sim.now w.net < until && Sim.step w.net do
+    ()
+  done;
+  !got
+
+let outcome = Alcotest.testable Wire.pp_outcome ( = )
+
+let finish w =
+  Array.iteri (fun i _ -> crash w i) w.reps;
+  rm_rf w.dir
+
+let cut_off_sequencer () =
+  let w = world "cut" in
+  for i = 0 to 2 do
+    start w i
+  done;
+  run w (s 5.);
+  Array.iteri (fun i _ -> Alcotest.(check string) (Printf.sprintf "r%d active" i) "active" (Fmt.str "%a" Replica.pp_phase (R.phase (rep w i)))) w.reps;
+  Alcotest.(check (option outcome)) "put" (Some (Wire.Done Op.Ok)) (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  let sq = List.find (fun i -> R.is_sequencer (rep w i)) [ 0; 1; 2 ] in
+  let others = List.filter (( <> ) sq) [ 0; 1; 2 ] in
+  Sim.partition w.net [ [ List.nth w.addrs sq ]; List.map (List.nth w.addrs) others ];
+  (* The majority writes a new value; the old sequencer, cut off, must not
+     answer a read (it would be stale) nor a write (it would be lost). *)
+  let read = ref None and write = ref None in
+  R.submit (rep w sq) { Wire.client = 2L; req = 1; op = Op.Get "k" } (fun o -> read := Some o);
+  R.submit (rep w sq) { Wire.client = 3L; req = 1; op = Op.Put ("k", "lost?") } (fun o -> write := Some o);
+  Alcotest.(check (option outcome)) "majority writes" (Some (Wire.Done Op.Ok))
+    (call w (List.hd others) ~d:(s 20.) ~client:1L ~req:2 (Op.Put ("k", "2")));
+  run w (s 5.);
+  let not_done name = function
+    | Some (Wire.Done r) -> Alcotest.failf "%s answered by a cut-off sequencer: %a" name Op.pp_response r
+    | _ -> ()
+  in
+  not_done "read" !read;
+  not_done "write" !write;
+  Sim.heal w.net;
+  run w (s 8.);
+  (* Every replica, the old sequencer included, reads the majority's value
+     (or the unknown write's, had it been ordered later), never the old one. *)
+  List.iteri
+    (fun j i ->
+      match call w i ~client:(Int64.of_int (10 + j)) ~req:1 (Op.Get "k") with
+      | Some (Wire.Done (Op.Value v)) when v = "2" || v = "lost?" -> ()
+      | o -> Alcotest.failf "r%d after the heal: %a" i Fmt.(option Wire.pp_outcome) o)
+    [ 0; 1; 2 ];
+  let d = List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ] in
+  Alcotest.(check int) "one state" 1 (List.length (List.sort_uniq compare d));
+  finish w
+
+let restart_catches_up () =
+  let w = world "restart" in
+  for i = 0 to 2 do
+    start w i
+  done;
+  run w (s 5.);
+  crash w 2;
+  for i = 1 to 30 do
+    match call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i)) with
+    | Some (Wire.Done Op.Ok) -> ()
+    | o -> Alcotest.failf "put %d: %a" i Fmt.(option Wire.pp_outcome) o
+  done;
+  start w 2;
+  run w (s 8.);
+  Alcotest.(check int) "r2 caught up" (Store.seq (snd (Option.get w.reps.(0)))) (Store.seq (snd (Option.get w.reps.(2))));
+  Alcotest.(check (option outcome)) "read through r2" (Some (Wire.Done (Op.Value "29"))) (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
+  (* A retried write (same client and number) takes effect once. *)
+  Alcotest.(check (option outcome)) "cas" (Some (Wire.Done Op.Ok))
+    (call w 2 ~client:6L ~req:1 (Op.Cas { key = "k1"; expect = "29"; set = "x" }));
+  Alcotest.(check (option outcome)) "cas retried elsewhere" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:6L ~req:1 (Op.Cas { key = "k1"; expect = "29"; set = "x" }));
+  Alcotest.(check (option outcome)) "a new cas fails" (Some (Wire.Done Op.Cas_failed))
+    (call w 1 ~client:6L ~req:2 (Op.Cas { key = "k1"; expect = "29"; set = "y" }));
+  (* Alone, a replica has no quorum: it refuses at once. *)
+  crash w 0;
+  crash w 1;
+  run w (s 6.);
+  (match call w 2 ~client:7L ~req:1 (Op.Get "k1") with
+  | Some (Wire.Refused _) -> ()
+  | o -> Alcotest.failf "a replica alone: %a" Fmt.(option Wire.pp_outcome) o);
+  finish w
+
+let fuzz =
+  QCheck.Test.make ~count:2000 ~name:"decoders never raise" QCheck.(string_gen_of_size Gen.(0 -- 200) Gen.char) (fun s ->
+      ignore (Wire.decode s);
+      ignore (Wire.decode_request s);
+      ignore (Wire.decode_reply s);
+      ignore (Wire.decode ("\001" ^ s));
+      ignore (Wire.decode_request ("\001" ^ s));
+      let b = Buffer.create 16 in
+      Buffer.add_string b s;
+      ignore (Wire.read_frame b);
+      true)
+
+let roundtrip =
+  QCheck.Test.make ~count:500 ~name:"requests and replies round trip"
+    QCheck.(triple int64 small_nat (pair printable_string printable_string))
+    (fun (client, req, (k, v)) ->
+      let ops = [ Op.Get k; Op.Put (k, v); Op.Del k; Op.Cas { key = k; expect = v; set = k } ] in
+      List.for_all
+        (fun op ->
+          let f = Wire.frame_request { Wire.client; req; op } in
+          let b = Buffer.create 16 in
+          Buffer.add_string b f;
+          match Wire.read_frame b with
+          | Ok (Some body) -> Wire.decode_request body = Ok { Wire.client; req; op } && Buffer.length b = 0
+          | _ -> false)
+        ops
+      &&
+      let f = Wire.frame_reply { Wire.rreq = req; outcome = Wire.Done (Op.Value v) } in
+      let b = Buffer.create 16 in
+      Buffer.add_string b f;
+      match Wire.read_frame b with
+      | Ok (Some body) -> Wire.decode_reply body = Ok { Wire.rreq = req; outcome = Wire.Done (Op.Value v) }
+      | _ -> false)
+
+let oversized () =
+  let b = Buffer.create 16 in
+  Buffer.add_string b "\255\255\255\255";
+  match Wire.read_frame b with Error _ -> () | _ -> Alcotest.fail "a 4 GB frame accepted"
+
+let () =
+  Alcotest.run "kv-replica"
+    [
+      ( "replica",
+        [
+          Alcotest.test_case "a cut-off sequencer answers nothing" `Quick cut_off_sequencer;
+          Alcotest.test_case "a restarted replica catches up; retries once" `Quick restart_catches_up;
+        ] );
+      ( "wire",
+        [
+          Alcotest.test_case "decoders never raise" `Quick (fun () -> QCheck.Test.check_exn ~rand:(Random.State.make [| 3 |]) fuzz);
+          Alcotest.test_case "round trips" `Quick (fun () -> QCheck.Test.check_exn ~rand:(Random.State.make [| 4 |]) roundtrip);
+          Alcotest.test_case "oversized frame refused" `Quick oversized;
+        ] );
+    ]
