@@ -85,17 +85,6 @@ let poison ~targets ~captured ~rate ~between =
       done);
   counts
 
-(* The last "counters ..." line a member printed on standard error. *)
-let counters out =
-  let lines = List.filter (fun l -> String.length l > 9 && String.sub l 0 9 = "counters ") (String.split_on_char '\n' (read_file out)) in
-  match List.rev lines with
-  | [] -> Alcotest.failf "%s: no counters line" out
-  | l :: _ ->
-      List.filter_map
-        (fun kv -> match String.split_on_char '=' kv with [ k; v ] -> Some (k, int_of_string v) | _ -> None)
-        (List.tl (String.split_on_char ' ' l))
-
-let get cs k = Option.value ~default:0 (List.assoc_opt k cs)
 
 let million () =
   let dir = temp_dir () in

@@ -14,18 +14,6 @@ let contains s sub =
   let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
   go 0
 
-let counters out =
-  let lines =
-    List.filter (fun l -> String.length l > 9 && String.sub l 0 9 = "counters ") (String.split_on_char '\n' (read_file out))
-  in
-  match List.rev lines with
-  | [] -> Alcotest.failf "%s: no counters line" out
-  | l :: _ ->
-      List.filter_map
-        (fun kv -> match String.split_on_char '=' kv with [ k; v ] -> Some (k, int_of_string v) | _ -> None)
-        (List.tl (String.split_on_char ' ' l))
-
-let get cs k = Option.value ~default:0 (List.assoc_opt k cs)
 
 let send_all targets datagrams =
   let sock = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
