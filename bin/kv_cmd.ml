@@ -163,7 +163,7 @@ let cmd =
   let shell =
     Cmd.v
       (Cmd.info "shell" ~exits
-         ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input; print one result line for each, in order. Exits with the worst status of its commands.")
+         ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input (words separated by spaces: in the shell a key or value cannot hold a space); print one result line for each, in order. Exits with the worst status of its commands.")
       Term.(const shell $ servers $ timeout)
   in
   let check =
