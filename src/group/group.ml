@@ -6,7 +6,6 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type view_info = {
   vid : string;
-  stack : string;
   ltime : int;
   members : string array;
   rank : int;
@@ -307,7 +306,6 @@ module Make (T : Transport.S) = struct
           let info =
             {
               vid;
-              stack = Stack_id.describe t.sid;
               ltime;
               members = eids;
               rank;
@@ -979,6 +977,7 @@ module Make (T : Transport.S) = struct
           end
 
   let stack_id t = Stack_id.digest t.sid
+  let stack_name t = Stack_id.describe t.sid
   let stack_epoch t = t.epoch
   let max_message t = t.max_message
   let refused t = t.refused

@@ -16,7 +16,6 @@
 (** A view as the application sees it. *)
 type view_info = {
   vid : string;  (** ["LTIME:COORDINATOR"], the same at every member *)
-  stack : string;  (** the layers the view runs, top first (["gmp:frag:...:bottom"]) *)
   ltime : int;  (** increases at each view change *)
   members : string array;  (** member ids in rank order *)
   rank : int;  (** this member's rank *)
@@ -177,7 +176,7 @@ module Make (T : Consort.Transport.S) : sig
       during the flush go out in the new view, on the new stack. Any member
       may ask; a member that is not the coordinator asks it. [Ok] says the
       switch was asked for: the [view] callback says when it is done
-      ([stack], {!stack_id}). The layers must be known to every member (they
+      ({!stack_name}, {!stack_id}). The layers must be known to every member (they
       are if they come from {!Properties.layers}, or were given to [join] or
       [switch] there). A view change under way (a crash, a merge) may come
       first: the switch is asked again until a view runs the new stack or
@@ -185,6 +184,9 @@ module Make (T : Consort.Transport.S) : sig
 
   val stack_id : t -> string
   (** The digest of the current stack's identity ({!Stack_id.digest}). *)
+
+  val stack_name : t -> string
+  (** The layers of the current view's stack, top first (["gmp:frag:...:bottom"]). *)
 
   val stack_epoch : t -> int
   (** How many switches made the current stack. *)

@@ -19,17 +19,20 @@ type obs = {
   first_group_view : (string, string * string list) Hashtbl.t;  (* member -> its first view with others: stack, members *)
 }
 
-let hooks obs =
+let hooks w obs =
   {
     V.no_hooks with
     viewed =
-      (fun _ id v ->
-        let stack = v.Consort_group.Group.stack in
-        (match Hashtbl.find_opt obs.by_view v.vid with
-        | Some (st, who) when st <> stack ->
-            obs.problems <- Printf.sprintf "view %s runs stack %s at %s but %s at %s" v.vid st who stack id :: obs.problems
-        | Some _ -> ()
-        | None -> Hashtbl.replace obs.by_view v.vid (stack, id));
+      (fun i id v ->
+        (* In join, before the member is known: its first view is its own. *)
+        let stack = match V.group w i with Some g -> G.stack_name g | None -> "" in
+        if stack <> "" then begin
+          match Hashtbl.find_opt obs.by_view v.Consort_group.Group.vid with
+          | Some (st, who) when st <> stack ->
+              obs.problems <- Printf.sprintf "view %s runs stack %s at %s but %s at %s" v.vid st who stack id :: obs.problems
+          | Some _ -> ()
+          | None -> Hashtbl.replace obs.by_view v.vid (stack, id)
+        end;
         if Array.length v.members > 1 && not (Hashtbl.mem obs.first_group_view id) then
           Hashtbl.replace obs.first_group_view id (stack, Array.to_list v.members));
     stack_error = (fun _ id e -> obs.errors <- (id, e) :: obs.errors);
@@ -65,7 +68,7 @@ let switch_scenario ?trace ?params seed =
   let w = V.make ?trace ?params ~seed ~n ~link:(V.lossy 0.02) () in
   let r = V.rng w in
   let obs = { by_view = Hashtbl.create 16; problems = []; errors = []; first_group_view = Hashtbl.create 8 } in
-  V.set_hooks w (hooks obs);
+  V.set_hooks w (hooks w obs);
   let group = [ 0; 1; 2; 3; 4 ] in
   List.iter (fun i -> V.at w (Rng.int r 300_000_000) (fun () -> V.start w i)) group;
   (* Another member starts on stack B while the group runs A (both of

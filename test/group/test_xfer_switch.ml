@@ -109,14 +109,14 @@ let incompatible_then_switch () =
   Alcotest.(check int) "merged" 2 (Array.length (G.view a).members);
   Alcotest.(check string) "one view" (G.view a).vid (G.view b).vid;
   Alcotest.(check string) "one stack" (G.stack_id a) (G.stack_id b);
-  Alcotest.(check string) "the stack b switched to" (Stack.describe (layers P.vsync)) (G.view b).stack;
+  Alcotest.(check string) "the stack b switched to" (Stack.describe (layers P.vsync)) (G.stack_name b);
   (* Then both switch to the stack without Flow, which a asks for. *)
   let before = G.stack_epoch a in
   (match G.switch a (layers no_flow) with Ok () -> () | Error e -> Alcotest.failf "%a" Group.pp_switch_error e);
   Sim.run ~until:(sec 16.) net;
   Alcotest.(check string) "switched, one view" (G.view a).vid (G.view b).vid;
-  Alcotest.(check string) "a runs it" (Stack.describe (layers no_flow)) (G.view a).stack;
-  Alcotest.(check string) "b runs it" (Stack.describe (layers no_flow)) (G.view b).stack;
+  Alcotest.(check string) "a runs it" (Stack.describe (layers no_flow)) (G.stack_name a);
+  Alcotest.(check string) "b runs it" (Stack.describe (layers no_flow)) (G.stack_name b);
   Alcotest.(check int) "one more switch" (before + 1) (G.stack_epoch a);
   Alcotest.(check int) "the same at b" (G.stack_epoch a) (G.stack_epoch b)
 
