@@ -66,7 +66,7 @@ module Make (T : Transport.S) = struct
   let view t =
     match t.view with
     | Some v -> v
-    | None -> { Consort_group.Group.vid = ""; ltime = 0; members = [||]; rank = 0; coordinator = ""; joined = []; left = []; why = []; stack = "" }
+    | None -> { Consort_group.Group.vid = ""; ltime = 0; members = [||]; rank = 0; coordinator = ""; joined = []; left = []; why = [] }
 
   let members t = match t.view with Some v -> Array.to_list v.members | None -> []
 
