@@ -19,7 +19,7 @@ let bench_cmd =
       Term.(const bench_layering $ iterations $ json)
   in
   Cmd.group (Cmd.info "bench" ~doc:"Benchmarks; each prints its baseline measured in the same run.")
-    (layering :: Net_cmd.bench_checksum :: Net_bench_cmd.cmd :: Net_bench_cmd.cmd_sim :: Consort_cap_bench.Rpc_bench.cmd :: Cap_cmd.bench :: Consort_group_bench.Cli.commands)
+    (layering :: Net_cmd.bench_checksum :: Net_bench_cmd.cmd :: Net_bench_cmd.cmd_sim :: Consort_cap_bench.Rpc_bench.cmd :: Cap_cmd.bench :: Consort_kv_bench.Kv_bench.cmd :: Consort_group_bench.Cli.commands)
 
 let params () =
   List.iter
@@ -35,4 +35,4 @@ let () =
   exit
     (Cmd.eval'
        (Cmd.group (Cmd.info "consort" ~version:"0.1.0" ~doc)
-          [ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Sim_cmd.cmd; Check_cmd.cmd; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer; Cap_cmd.cmd ]))
+          [ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Member_cmd.keygen; Sim_cmd.cmd; Check_cmd.cmd; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer; Cap_cmd.cmd; Kv_cmd.cmd ]))

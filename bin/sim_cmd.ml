@@ -2,9 +2,12 @@ open Cmdliner
 
 (* Scenarios that live outside Consort_scenario. *)
 module Fs_sim = Consort_capfs_server.Fs_sim
+module Kv_sim = Consort_kv.Kv_sim
 
-let describe s = if s = Fs_sim.name then Some Fs_sim.doc else Consort_scenario.Scenario.describe s
-let names = Consort_scenario.Scenario.names @ [ Fs_sim.name ]
+let describe s =
+  if s = Fs_sim.name then Some Fs_sim.doc else if s = Kv_sim.name then Some Kv_sim.doc else Consort_scenario.Scenario.describe s
+
+let names = Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name ]
 
 let run_one ?trace ~params s ~seed =
   if s = Fs_sim.name then
@@ -15,6 +18,18 @@ let run_one ?trace ~params s ~seed =
         violations = o.violations;
         trace_hash = o.trace_hash;
         sent = o.puts;
+        delivered = o.acked;
+        datagrams = o.datagrams;
+        end_time = o.end_time;
+      }
+  else if s = Kv_sim.name then
+    let o = Kv_sim.run ?trace ~params ~seed () in
+    Ok
+      {
+        Consort_scenario.Scenario.seed;
+        violations = o.violations;
+        trace_hash = o.trace_hash;
+        sent = o.ops;
         delivered = o.acked;
         datagrams = o.datagrams;
         end_time = o.end_time;
@@ -31,6 +46,11 @@ let run scenario seeds seed trace quiet verbose params =
       Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
+  match Consort_scenario.Vsync_sim.check_params params with
+  | Error e ->
+      Fmt.epr "consort sim: --params: %s@." e;
+      2
+  | Ok () ->
   match describe scenario with
   | None ->
       Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario

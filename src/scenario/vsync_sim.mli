@@ -17,6 +17,11 @@ type outcome = {
   end_time : Consort.Time.t;
 }
 
+val check_params : Consort.Params.t -> (unit, string) result
+(** Whether the tunables make sense for a scenario ([sim.props], the
+    property set of the vsync-* scenarios' stack, names joined by [+];
+    [total.protocol]): a one-line error otherwise. *)
+
 val names : string list
 val describe : string -> string option
 
@@ -39,7 +44,9 @@ val make :
   unit ->
   world
 (** [n] processes [p0] ... on a network whose links are all [link]; the
-    stack of [props] ([vsync] by default). With [Xfer], the logs are
+    stack of [props] (default: the tunable [sim.props] of [params],
+    itself [vsync] by default; ordering properties it adds, such as
+    [Total], are then checked by {!finish} too). With [Xfer], the logs are
     checked after {!Consort_spec.Xfer.normalize}. *)
 
 (** What the applications do with their state: [take i id] is the snapshot
@@ -66,13 +73,6 @@ val group : world -> int -> Consort_group.Group.Make(Consort_engine.Sim).t optio
 val crashed : world -> string list
 (** The members crashed so far. *)
 
-val cast : ?size:int -> world -> int -> unit
-(** A cast of a unique payload from process [i], if alive. *)
-
-val with_params : world -> (string * Consort.Params.value) list -> world
-(** The world with these tunables under those of the command line. *)
-
-val not_wedged : world -> string list
 
 val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
@@ -92,9 +92,10 @@ val note : world -> ('a, unit, string, unit) format4 -> 'a
 val problem : world -> string -> unit
 (** Fails the run with this violation. *)
 
-val finish : ?extra:string list -> world -> outcome
-(** Checks the logs with {!Consort_spec.Vsync} and that the live members
-    end in one view of exactly them. *)
+val finish :
+  ?extra:string list -> ?checks:((string * Consort_spec.Log.event list) list -> string list) list -> world -> outcome
+(** Checks the logs with {!Consort_spec.Vsync} and [checks], and that the
+    live members end in one view of exactly them. *)
 
 val net : world -> Consort_engine.Sim.t
 val rng : world -> Consort.Rng.t
@@ -107,3 +108,17 @@ val member : world -> int -> (string * Consort.Stack.t) option
 (** The member id and current stack of process [i], if it is alive and in a view. *)
 
 val addr_of_member : world -> string -> string option
+
+val cast : ?size:int -> world -> int -> unit
+(** [cast w i]: process [i], if alive, casts a unique payload (of [size]
+    bytes, or a random length). *)
+
+val leave : world -> int -> unit
+(** Process [i], if alive, leaves the group. *)
+
+val is_alive : world -> int -> bool
+val not_wedged : world -> string list
+(** A violation for each live member that is blocked. *)
+
+val with_params : world -> (string * Consort.Params.value) list -> world
+(** The scenario's own tunables, under those given on the command line. *)

@@ -1,0 +1,151 @@
+open Cmdliner
+module Kv = Consort_kv
+
+let setup_logs verbose =
+  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
+  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
+
+let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and state transfers on standard error.")
+
+let serve group data bind peers listen params verbose =
+  setup_logs verbose;
+  match Option.fold ~none:(Ok Consort.Params.empty) ~some:Consort.Params.of_string params with
+  | Error e ->
+      Fmt.epr "consort kv serve: --params: %a@." Consort.Params.pp_error e;
+      2
+  | Ok params -> (
+      let peers = List.filter (fun p -> p <> "" && p <> bind) peers in
+      match Kv.Server.parse_addr bind with
+      | Error e ->
+          Fmt.epr "consort kv serve: --bind %s@." e;
+          2
+      | Ok _ -> (
+          match List.find_map (fun p -> match Kv.Server.parse_addr p with Error e -> Some e | Ok _ -> None) peers with
+          | Some e ->
+              Fmt.epr "consort kv serve: --peers %s@." e;
+              2
+          | None -> (
+              match
+                Kv.Server.run
+                  ~on_ready:(fun () -> Fmt.pr "serving %s on %s, group %s at %s@." data listen group bind)
+                  { Kv.Server.group; data; bind; peers; listen; params; max_connections = 1024 }
+              with
+              | Ok () -> 0
+              | Error e ->
+                  Fmt.epr "consort kv serve: %s@." e;
+                  1)))
+
+let servers =
+  Arg.(
+    required
+    & opt (some (list string)) None
+    & info [ "servers" ] ~docv:"ADDR:PORT,..." ~doc:"The replicas' client addresses ($(b,--listen)), tried in turn.")
+
+let timeout = Arg.(value & opt float 15. & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
+
+(* One result line; the exit status says what it means. *)
+let print_outcome = function
+  | Kv.Wire.Done (Kv.Op.Error e) ->
+      Fmt.pr "error: %s@." e;
+      2
+  | Kv.Wire.Done r ->
+      Fmt.pr "%a@." Kv.Op.pp_response r;
+      0
+  | Kv.Wire.Unknown e ->
+      Fmt.pr "unknown: %s@." e;
+      3
+  | Kv.Wire.Refused e ->
+      Fmt.pr "error: %s@." e;
+      2
+
+let one op servers timeout =
+  match Kv.Client.create ~timeout servers with
+  | Error e ->
+      Fmt.pr "error: %s@." e;
+      2
+  | Ok c -> (
+      match Kv.Op.check Kv.Op.default_limits op with
+      | Error e ->
+          Fmt.pr "error: %s@." e;
+          2
+      | Ok () ->
+          let code = print_outcome (Kv.Client.call c op) in
+          Kv.Client.close c;
+          code)
+
+let shell servers timeout =
+  match Kv.Client.create ~timeout servers with
+  | Error e ->
+      Fmt.pr "error: %s@." e;
+      2
+  | Ok c ->
+      let worst = ref 0 in
+      (try
+         while true do
+           let line = input_line stdin in
+           let words = String.split_on_char ' ' (String.trim line) |> List.filter (( <> ) "") in
+           if words <> [] then begin
+             let code =
+               match Kv.Op.parse words with
+               | Error e ->
+                   Fmt.pr "error: %s@." e;
+                   2
+               | Ok op -> (
+                   match Kv.Op.check Kv.Op.default_limits op with
+                   | Error e ->
+                       Fmt.pr "error: %s@." e;
+                       2
+                   | Ok () -> print_outcome (Kv.Client.call c op))
+             in
+             worst := max !worst code
+           end
+         done
+       with End_of_file -> ());
+      Kv.Client.close c;
+      !worst
+
+let key = Arg.(required & pos 0 (some string) None & info [] ~docv:"KEY")
+let value n docv = Arg.(required & pos n (some string) None & info [] ~docv)
+
+let exits =
+  [
+    Cmd.Exit.info 0 ~doc:"on $(b,ok), $(b,value VALUE), $(b,not-found) or $(b,cas-failed).";
+    Cmd.Exit.info 2 ~doc:"on $(b,error: REASON): the request certainly did not take effect.";
+    Cmd.Exit.info 3 ~doc:"on $(b,unknown: REASON): the request may or may not have taken effect.";
+  ]
+
+let cmd =
+  let serve =
+    let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The replicas' group.") in
+    let data = Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"The replica's log and snapshots.") in
+    let bind = Arg.(required & opt (some string) None & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The replica's address in the group (UDP).") in
+    let peers =
+      Arg.(value & opt (list string) [] & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"The other replicas' group addresses; with this one, they are the replicas a majority is counted of.")
+    in
+    let listen = Arg.(required & opt (some string) None & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).") in
+    let params = Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables.") in
+    Cmd.v
+      (Cmd.info "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
+         ~man:
+           [
+             `S Manpage.s_description;
+             `P "The replica recovers its state from $(b,--data) (a torn or corrupt log tail is cut off and reported on standard error), joins the group of replicas, catches up by state transfer, and serves clients on $(b,--listen).";
+             `P "Only a group view holding a majority of the replicas ($(b,--bind) and $(b,--peers)) serves requests. Reads and writes are ordered by the view's sequencer; a request is answered once every replica of the view has it on disk.";
+           ])
+      Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ verbose)
+  in
+  let op name doc term = Cmd.v (Cmd.info name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
+  let get = op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key) in
+  let put = op "put" "Set KEY to VALUE; print $(b,ok)." Term.(const (fun k v -> Kv.Op.Put (k, v)) $ key $ value 1 "VALUE") in
+  let del = op "del" "Remove KEY; print $(b,ok) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Del k) $ key) in
+  let cas =
+    op "cas" "Set KEY to NEW if it holds OLD; print $(b,ok) or $(b,cas-failed)."
+      Term.(const (fun k e s -> Kv.Op.Cas { key = k; expect = e; set = s }) $ key $ value 1 "OLD" $ value 2 "NEW")
+  in
+  let shell =
+    Cmd.v
+      (Cmd.info "shell" ~exits
+         ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input; print one result line for each, in order. Exits with the worst status of its commands.")
+      Term.(const shell $ servers $ timeout)
+  in
+  Cmd.group (Cmd.info "kv" ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell ]

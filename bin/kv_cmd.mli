@@ -1,0 +1,1 @@
+val cmd : int Cmdliner.Cmd.t

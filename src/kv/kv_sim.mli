@@ -1,0 +1,23 @@
+(** The [kv-linearizable] scenario: three replicas of the key-value store in
+    the simulator, clients issuing concurrent operations while replicas
+    crash (some in the middle of a write to disk), restart from their
+    disk, are partitioned away and healed; then every replica is stopped
+    and restarted from disk. The clients' history must be linearizable
+    (the final reads included, so no acknowledged write may be lost), and
+    the replicas must end with the same state. *)
+
+val name : string
+val doc : string
+
+type outcome = {
+  violations : string list;
+  ops : int;  (** operations in the history *)
+  acked : int;  (** with a known outcome *)
+  unknown : int;
+  restarts : int;
+  datagrams : int;
+  end_time : Consort.Time.t;
+  trace_hash : string;
+}
+
+val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome

@@ -1,0 +1,156 @@
+open Consort
+module Loop = Consort_engine.Loop
+module Udp = Consort_engine.Udp
+module R = Replica.Make (Udp)
+
+let src = Logs.Src.create "consort.kv.server" ~doc:"Key-value replica process"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type config = {
+  group : string;
+  data : string;
+  bind : string;
+  peers : string list;
+  listen : string;
+  params : Params.t;
+  max_connections : int;
+}
+
+let max_output = 16 * 1024 * 1024
+
+type conn = {
+  fd : Unix.file_descr;
+  input : Buffer.t;
+  output : Buffer.t;
+  mutable closed : bool;
+  mutable flushing : bool;
+}
+
+let parse_addr s =
+  match String.rindex_opt s ':' with
+  | None -> Error (Printf.sprintf "%S: not ADDR:PORT" s)
+  | Some i -> (
+      let host = String.sub s 0 i and port = String.sub s (i + 1) (String.length s - i - 1) in
+      match (int_of_string_opt port, Unix.inet_addr_of_string host) with
+      | Some p, a when p > 0 && p < 65536 -> Ok (Unix.ADDR_INET (a, p))
+      | _ -> Error (Printf.sprintf "%S: not ADDR:PORT" s)
+      | exception Failure _ -> Error (Printf.sprintf "%S: not an IPv4 address and port" s))
+
+let run ?(on_ready = ignore) cfg =
+  let ( let* ) = Result.bind in
+  let* listen_addr = parse_addr cfg.listen in
+  let* store, found = Store.open_ cfg.data in
+  List.iter (fun f -> Fmt.epr "consort kv serve: %a@." Store.pp_finding f) found;
+  let loop = Loop.create () in
+  let rcfg = Replica.default_config ~group:cfg.group ~addr:cfg.bind ~peers:cfg.peers in
+  match R.create ~params:cfg.params loop rcfg store with
+  | Error e ->
+      Store.close store;
+      Error e
+  | Ok r -> (
+      let sock = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_STREAM 0 in
+      match
+        Unix.setsockopt sock Unix.SO_REUSEADDR true;
+        Unix.bind sock listen_addr;
+        Unix.listen sock 128;
+        Unix.set_nonblock sock
+      with
+      | exception Unix.Unix_error (e, _, _) ->
+          Unix.close sock;
+          R.crash r;
+          Store.close store;
+          Error (Printf.sprintf "--listen %s: %s" cfg.listen (Unix.error_message e))
+      | () ->
+          let conns = ref 0 in
+          let close c =
+            if not c.closed then begin
+              c.closed <- true;
+              decr conns;
+              Loop.unwatch loop c.fd;
+              try Unix.close c.fd with Unix.Unix_error _ -> ()
+            end
+          in
+          let rec flush c =
+            c.flushing <- false;
+            if (not c.closed) && Buffer.length c.output > 0 then
+              let s = Buffer.contents c.output in
+              match Unix.single_write_substring c.fd s 0 (String.length s) with
+              | n ->
+                  Buffer.clear c.output;
+                  Buffer.add_string c.output (String.sub s n (String.length s - n));
+                  if Buffer.length c.output > 0 then later c
+              | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> later c
+              | exception Unix.Unix_error _ -> close c
+          and later c =
+            if not c.flushing then (
+              c.flushing <- true;
+              ignore (Loop.after loop (Time.of_ms 1) (fun () -> flush c)))
+          in
+          let reply c rreq outcome =
+            if not c.closed then begin
+              Buffer.add_string c.output (Wire.frame_reply { Wire.rreq; outcome });
+              if Buffer.length c.output > max_output then (
+                Log.warn (fun m -> m "a client does not read its replies: connection closed");
+                close c)
+              else flush c
+            end
+          in
+          let on_readable c () =
+            let b = Bytes.create 65536 in
+            match Unix.read c.fd b 0 (Bytes.length b) with
+            | 0 -> close c
+            | n ->
+                Buffer.add_subbytes c.input b 0 n;
+                let rec frames () =
+                  match Wire.read_frame c.input with
+                  | Ok None -> ()
+                  | Error e ->
+                      Log.info (fun m -> m "client: %s: connection closed" e);
+                      close c
+                  | Ok (Some f) -> (
+                      match Wire.decode_request f with
+                      | Error e ->
+                          Log.info (fun m -> m "client: bad request (%s): connection closed" e);
+                          close c
+                      | Ok req ->
+                          R.submit r req (reply c req.req);
+                          frames ())
+                in
+                frames ()
+            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+            | exception Unix.Unix_error _ -> close c
+          in
+          let rec accept () =
+            match Unix.accept ~cloexec:true sock with
+            | fd, _ ->
+                if !conns >= cfg.max_connections then (
+                  Log.warn (fun m -> m "%d connections: one more refused" !conns);
+                  Unix.close fd)
+                else begin
+                  incr conns;
+                  Unix.set_nonblock fd;
+                  (try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
+                  let c = { fd; input = Buffer.create 256; output = Buffer.create 256; closed = false; flushing = false } in
+                  Loop.watch loop fd (on_readable c)
+                end;
+                accept ()
+            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+            | exception Unix.Unix_error (e, _, _) -> Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
+          in
+          Loop.watch loop sock accept;
+          let stop = ref false in
+          Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> stop := true));
+          Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> stop := true));
+          Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+          let rec poll () = if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll) in
+          poll ();
+          on_ready ();
+          Loop.run loop ~until:(fun () -> !stop);
+          R.leave r;
+          (* Let the leave go out. *)
+          Loop.run loop ~timeout:(Time.of_ms 300);
+          (try Store.sync store with Unix.Unix_error _ -> ());
+          Store.close store;
+          Unix.close sock;
+          Ok ())

@@ -1,0 +1,88 @@
+(** A replica's state on disk: a write-ahead log and snapshots.
+
+    Directory layout:
+    - [wal]: a magic line, then records, each [length (4 bytes, big
+      endian) | MD5 of the payload (8 bytes) | payload]: a write (its
+      sequence number, client, request number and operation), or the start
+      of an epoch (a primary view of the group whose members agreed on the
+      state);
+    - [snapshot]: the same framing around the whole state (sequence number,
+      epoch, epoch history, map, deduplication table), replaced atomically
+      (written to [snapshot.tmp], synced, renamed, the directory synced);
+    - [lock]: held (with [lockf]) while a process has the store open.
+
+    Writes are applied to the state machine at once and buffered; {!sync}
+    writes them and fsyncs the log: a reply may go out only after it.
+    When the log grows past [snapshot_bytes], {!sync} writes a snapshot and
+    starts an empty log.
+
+    On {!open_}, a record that is cut short, fails its checksum or does not
+    decode ends the log: it and everything after it are the torn tail, cut
+    off and reported in one {!finding}. A snapshot that fails its checks is
+    never used: {!open_} refuses the directory. *)
+
+type cmd = { client : int64; req : int; op : Op.t }
+
+type finding =
+  | Torn_tail of { file : string; offset : int; dropped : int; why : string }
+      (** the log's tail from [offset] ([dropped] bytes) was cut off *)
+  | Temp_removed of string  (** a snapshot or log being replaced when the process stopped *)
+
+val pp_finding : finding Fmt.t
+val is_damage : finding -> bool
+
+type t
+
+val open_ :
+  ?io:Consort_capfs.Io.t -> ?limits:Op.limits -> ?snapshot_bytes:int -> ?retain:int -> string -> (t * finding list, string) result
+(** [open_ dir] opens or creates the store in [dir] and recovers it.
+    [snapshot_bytes] (default 8 MiB) is the log size that triggers a
+    snapshot; [retain] (default 10,000) the number of recent writes kept
+    in memory to bring a lagging replica up to date without a snapshot. *)
+
+val close : t -> unit
+val dir : t -> string
+val machine : t -> Machine.t
+
+val seq : t -> int
+(** The number of the last write applied. *)
+
+val epoch : t -> int
+(** The last epoch started (0 for a new store). *)
+
+val history : t -> (int * int) list
+(** Epochs known, newest first, each with the sequence number after which
+    it started. *)
+
+val execute : t -> cmd -> Op.response
+(** [execute t c] applies [c]; a write that changes the state is logged
+    with the next sequence number (not yet synced). *)
+
+val start_epoch : t -> int -> unit
+(** [start_epoch t e] records that epoch [e] starts after {!seq}. *)
+
+val apply_entries : t -> (int * cmd) list -> unit
+(** [apply_entries t l] applies writes numbered after {!seq}, logging them;
+    those numbered at or below {!seq} are skipped.
+    @raise Invalid_argument on a gap. *)
+
+val entries_since : t -> int -> (int * cmd) list option
+(** [entries_since t s] is the writes after [s] kept in memory, in order,
+    or [None] if some are not kept any more. *)
+
+val dirty : t -> bool
+(** Whether there are writes not yet synced. *)
+
+val sync : t -> unit
+(** [sync t] writes and fsyncs what was logged since the last sync (and
+    perhaps takes a snapshot). @raise Unix.Unix_error on an I/O error. *)
+
+val snapshot : t -> string
+(** The whole state, encoded. *)
+
+val install : t -> string -> (unit, string) result
+(** [install t s] replaces the state by a snapshot taken by {!snapshot}
+    (here or elsewhere), durably, before it returns. *)
+
+val cmd_codec : cmd Consort.Codec.t
+val entry_codec : (int * cmd) Consort.Codec.t

@@ -1,0 +1,350 @@
+(* The replicated store as real processes on loopback: three replicas,
+   concurrent clients in their own processes, one replica killed with
+   SIGKILL and restarted (it catches up), then every replica killed and
+   restarted from its disk; the history of every client, final reads
+   included, is linearizable, so no acknowledged write was lost. A log with
+   a torn tail is repaired on start, and the replica says so. The command
+   line's outputs and exit statuses. *)
+
+module Kv = Consort_kv
+module L = Consort_spec.Linearizable
+
+let consort () =
+  Filename.concat (Filename.dirname Sys.executable_name) (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+
+let rec rm_rf p =
+  match (Unix.lstat p).Unix.st_kind with
+  | Unix.S_DIR ->
+      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+      Unix.rmdir p
+  | _ -> Unix.unlink p
+  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+
+let ( / ) = Filename.concat
+
+let contains s sub =
+  let n = String.length sub in
+  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+  go 0
+
+let read_file p =
+  let ic = open_in_bin p in
+  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+
+let free_port ty =
+  let s = Unix.socket Unix.PF_INET ty 0 in
+  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
+  Unix.close s;
+  p
+
+let params = "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s"
+
+type replica = { data : string; bind : string; listen : string; mutable pid : int }
+
+let start ~peers r =
+  let err = Unix.openfile (r.data ^ ".log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let out = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
+  r.pid <-
+    Unix.create_process (consort ())
+      [| "consort"; "kv"; "serve"; "--group"; "e2e"; "--data"; r.data; "--bind"; r.bind; "--peers"; String.concat "," peers;
+         "--listen"; r.listen; "--params"; params |]
+      Unix.stdin out err;
+  Unix.close err;
+  Unix.close out
+
+let kill ?(signal = Sys.sigkill) r =
+  if r.pid > 0 then begin
+    (try Unix.kill r.pid signal with Unix.Unix_error _ -> ());
+    (try ignore (Unix.waitpid [] r.pid) with Unix.Unix_error _ -> ());
+    r.pid <- 0
+  end
+
+let servers rs = List.map (fun r -> r.listen) rs
+
+(* Waits until a read through [via] answers. *)
+let wait_ready via =
+  let c = Result.get_ok (Kv.Client.create ~timeout:2. via) in
+  let t0 = Unix.gettimeofday () in
+  let rec go () =
+    match Kv.Client.call c (Kv.Op.Get "ready") with
+    | Kv.Wire.Done _ -> Kv.Client.close c
+    | o ->
+        if Unix.gettimeofday () -. t0 > 30. then Alcotest.failf "no answer through %s: %a" (String.concat "," via) Kv.Wire.pp_outcome o;
+        Unix.sleepf 0.2;
+        go ()
+  in
+  go ()
+
+let now_us () = int_of_float (Unix.gettimeofday () *. 1e6)
+
+(* One line per operation: client, call, return (-1: unknown), op, response. *)
+let op_line c call ret op resp =
+  let f = function
+    | Kv.Op.Get k -> [ "get"; k ]
+    | Put (k, v) -> [ "put"; k; v ]
+    | Del k -> [ "del"; k ]
+    | Cas { key; expect; set } -> [ "cas"; key; expect; set ]
+  in
+  let r = match resp with Some (Kv.Op.Value v) -> [ "value"; v ] | Some r -> [ Fmt.str "%a" Kv.Op.pp_response r ] | None -> [ "?" ] in
+  String.concat "\t" ([ string_of_int c; string_of_int call; string_of_int ret ] @ f op @ [ "=>" ] @ r)
+
+let parse_line l =
+  match String.split_on_char '\t' l with
+  | c :: call :: ret :: rest -> (
+      let rec split acc = function "=>" :: r -> (List.rev acc, r) | x :: r -> split (x :: acc) r | [] -> (List.rev acc, []) in
+      let opw, rw = split [] rest in
+      let op = Result.get_ok (Kv.Op.parse opw) in
+      let ret = int_of_string ret in
+      let response =
+        match rw with
+        | [ "value"; v ] -> Some (L.Value v)
+        | [ "ok" ] -> Some L.Ok
+        | [ "not-found" ] -> Some L.Not_found
+        | [ "cas-failed" ] -> Some L.Cas_failed
+        | _ -> None
+      in
+      {
+        L.client = int_of_string c;
+        key = Kv.Op.key op;
+        op = Kv.Op.to_spec op;
+        call = int_of_string call;
+        return = (if ret < 0 then None else Some ret);
+        response;
+      })
+  | _ -> Alcotest.failf "bad history line %S" l
+
+let keys = [| "a"; "b"; "c"; "d" |]
+
+(* A client process: operations until [until], one at a time; its history
+   goes to [file]. *)
+let client_proc ~id ~servers ~until ~file =
+  match Unix.fork () with
+  | 0 ->
+      let code =
+        try
+          let oc = open_out file in
+          let c = Result.get_ok (Kv.Client.create ~timeout:10. servers) in
+          let rng = Random.State.make [| id |] in
+          let n = ref 0 and last = Hashtbl.create 4 in
+          while Unix.gettimeofday () < until && !n < 20000 do
+            incr n;
+            let k = keys.(Random.State.int rng (Array.length keys)) in
+            let v = Printf.sprintf "%d.%d" id !n in
+            let op =
+              match Random.State.int rng 10 with
+              | 0 | 1 | 2 -> Kv.Op.Get k
+              | 3 | 4 | 5 -> Kv.Op.Put (k, v)
+              | 6 -> Kv.Op.Del k
+              | _ -> Kv.Op.Cas { key = k; expect = Option.value (Hashtbl.find_opt last k) ~default:"none"; set = v }
+            in
+            let call = now_us () in
+            let o = Kv.Client.call c op in
+            let ret = now_us () in
+            (match o with
+            | Kv.Wire.Done (Kv.Op.Value x) -> Hashtbl.replace last k x
+            | _ -> ());
+            (match op with Kv.Op.Put (k, v) -> Hashtbl.replace last k v | _ -> ());
+            match o with
+            | Kv.Wire.Done (Kv.Op.Error e) -> Printf.fprintf oc "#error %s\n" e
+            | Kv.Wire.Done r -> output_string oc (op_line id call ret op (Some r) ^ "\n")
+            | Kv.Wire.Unknown _ -> output_string oc (op_line id call (-1) op None ^ "\n")
+            | Kv.Wire.Refused _ -> ()
+          done;
+          close_out oc;
+          0
+        with e ->
+          prerr_endline (Printexc.to_string e);
+          1
+      in
+      Unix._exit code
+  | pid -> pid
+
+let history files =
+  List.concat_map
+    (fun f ->
+      String.split_on_char '\n' (read_file f)
+      |> List.filter (fun l -> l <> "")
+      |> List.map (fun l ->
+             if String.length l > 0 && l.[0] = '#' then Alcotest.failf "%s: %s" f l;
+             parse_line l))
+    files
+
+(* Final reads of every key, one client each, as part of the history. *)
+let final_reads ~servers ~base =
+  Array.to_list keys
+  |> List.mapi (fun i k ->
+         let c = Result.get_ok (Kv.Client.create ~timeout:10. servers) in
+         let call = now_us () in
+         let o = Kv.Client.call c (Kv.Op.Get k) in
+         let ret = now_us () in
+         Kv.Client.close c;
+         match o with
+         | Kv.Wire.Done r -> parse_line (op_line (base + i) call ret (Kv.Op.Get k) (Some r))
+         | o -> Alcotest.failf "final read of %s: %a" k Kv.Wire.pp_outcome o)
+
+let with_cluster f =
+  let dir = Filename.temp_file "kv-e2e" "" in
+  Sys.remove dir;
+  Unix.mkdir dir 0o700;
+  let rs =
+    List.init 3 (fun i ->
+        {
+          data = dir / Printf.sprintf "r%d" i;
+          bind = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_DGRAM);
+          listen = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM);
+          pid = 0;
+        })
+  in
+  let peers = List.map (fun r -> r.bind) rs in
+  Fun.protect
+    ~finally:(fun () ->
+      List.iter (fun r -> kill r) rs;
+      rm_rf dir)
+    (fun () -> f dir rs peers)
+
+let check_history name h =
+  let known = List.length (List.filter (fun e -> e.L.return <> None) h) in
+  let t0 = Unix.gettimeofday () in
+  let r = L.check h in
+  Fmt.pr "%s: %d operations (%d with a known outcome), checked in %.2f s: %a@." name (List.length h) known
+    (Unix.gettimeofday () -. t0) L.pp_result r;
+  match r with L.Linearizable -> () | _ -> Alcotest.failf "%s: %a" name L.pp_result r
+
+let crash_restart () =
+  with_cluster @@ fun dir rs peers ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let until = Unix.gettimeofday () +. 8. in
+  let files = List.init 4 (fun i -> dir / Printf.sprintf "client%d" i) in
+  let pids = List.mapi (fun i file -> client_proc ~id:(i + 1) ~servers:(servers rs) ~until ~file) files in
+  (* One replica is killed and comes back while the clients go on. *)
+  Unix.sleepf 2.;
+  let victim = List.nth rs 2 in
+  kill victim;
+  Unix.sleepf 2.;
+  start ~peers victim;
+  List.iter
+    (fun pid ->
+      match Unix.waitpid [] pid with
+      | _, Unix.WEXITED 0 -> ()
+      | _ -> Alcotest.fail "a client process failed")
+    pids;
+  (* It caught up: reads through it alone answer, from its own state. *)
+  wait_ready [ victim.listen ];
+  let h1 = history files @ final_reads ~servers:[ victim.listen ] ~base:100 in
+  check_history "with a replica killed and restarted" h1;
+  Alcotest.(check bool) "clients made progress" true (List.length h1 > 100);
+  (* Every replica is killed, then restarted from its disk. *)
+  List.iter (fun r -> kill r) rs;
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let h2 = h1 @ final_reads ~servers:(servers rs) ~base:200 in
+  check_history "after every replica restarted from disk" h2
+
+let torn_tail () =
+  with_cluster @@ fun _dir rs peers ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let c = Result.get_ok (Kv.Client.create (servers rs)) in
+  for i = 1 to 50 do
+    match Kv.Client.call c (Kv.Op.Put ("k" ^ string_of_int (i mod 5), string_of_int i)) with
+    | Kv.Wire.Done Kv.Op.Ok -> ()
+    | o -> Alcotest.failf "put %d: %a" i Kv.Wire.pp_outcome o
+  done;
+  let r0 = List.hd rs in
+  kill ~signal:Sys.sigterm r0;
+  (* The tail of its log is torn: the last record cut short, garbage after. *)
+  let wal = r0.data / "wal" in
+  let size = (Unix.stat wal).Unix.st_size in
+  Unix.truncate wal (size - 5);
+  let oc = open_out_gen [ Open_append; Open_binary ] 0o644 wal in
+  output_string oc "\001\002garbage";
+  close_out oc;
+  let before = try read_file (r0.data ^ ".log") with Sys_error _ -> "" in
+  start ~peers r0;
+  wait_ready [ r0.listen ];
+  let log = read_file (r0.data ^ ".log") in
+  let said = String.sub log (String.length before) (String.length log - String.length before) in
+  let lines = String.split_on_char '\n' said |> List.filter (fun l -> contains l "torn or corrupt tail") in
+  (match lines with
+  | [ l ] -> Fmt.pr "the replica said: %s@." l
+  | _ -> Alcotest.failf "the replica did not say it repaired its log in one line: %S" said);
+  (* It caught up from the others: every value is the last one written. *)
+  let c0 = Result.get_ok (Kv.Client.create [ r0.listen ]) in
+  for j = 0 to 4 do
+    let last = if j = 0 then 50 else 45 + j in
+    match Kv.Client.call c0 (Kv.Op.Get ("k" ^ string_of_int j)) with
+    | Kv.Wire.Done (Kv.Op.Value v) -> Alcotest.(check string) ("k" ^ string_of_int j) (string_of_int last) v
+    | o -> Alcotest.failf "get k%d: %a" j Kv.Wire.pp_outcome o
+  done;
+  Kv.Client.close c0;
+  Kv.Client.close c
+
+(* Runs consort with [args] and [stdin]; exit status and output. *)
+let run ?(stdin = "") args =
+  let inp = Filename.temp_file "kv-in" "" and out = Filename.temp_file "kv-out" "" in
+  Fun.protect
+    ~finally:(fun () -> Sys.remove inp; Sys.remove out)
+    (fun () ->
+      let oc = open_out inp in
+      output_string oc stdin;
+      close_out oc;
+      let i = Unix.openfile inp [ Unix.O_RDONLY ] 0 and o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_TRUNC ] 0 in
+      let pid = Unix.create_process (consort ()) (Array.of_list ("consort" :: args)) i o Unix.stderr in
+      Unix.close i;
+      Unix.close o;
+      let _, st = Unix.waitpid [] pid in
+      ((match st with Unix.WEXITED c -> c | _ -> -1), read_file out))
+
+let cli () =
+  with_cluster @@ fun _dir rs peers ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let s = String.concat "," (servers rs) in
+  let expect args code out =
+    let c, o = run (args @ [ "--servers"; s ]) in
+    Alcotest.(check (pair int string)) (String.concat " " args) (code, out) (c, o)
+  in
+  expect [ "kv"; "get"; "x" ] 0 "not-found\n";
+  expect [ "kv"; "put"; "x"; "1" ] 0 "ok\n";
+  expect [ "kv"; "get"; "x" ] 0 "value 1\n";
+  expect [ "kv"; "cas"; "x"; "2"; "3" ] 0 "cas-failed\n";
+  expect [ "kv"; "cas"; "x"; "1"; "3" ] 0 "ok\n";
+  expect [ "kv"; "del"; "x" ] 0 "ok\n";
+  expect [ "kv"; "del"; "x" ] 0 "not-found\n";
+  let c, o = run [ "kv"; "put"; "big"; String.make 70000 'x'; "--servers"; s ] in
+  Alcotest.(check int) "value over the limit: exit 2" 2 c;
+  Alcotest.(check bool) "error line" true (String.length o > 7 && String.sub o 0 7 = "error: ");
+  let c, o =
+    run ~stdin:"put y 1\nget y\n\nfrob y\ncas y 1 2\nget y\ndel y\nget y\n" [ "kv"; "shell"; "--servers"; s ]
+  in
+  Alcotest.(check string) "shell" "ok\nvalue 1\nerror: unknown command \"frob\" (get, put, del, cas)\nok\nvalue 2\nok\nnot-found\n" o;
+  Alcotest.(check int) "shell exit: its worst" 2 c;
+  (* No replica listening: certainly not done. *)
+  let dead = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM) in
+  let c, o = run [ "kv"; "put"; "z"; "1"; "--servers"; dead ] in
+  Alcotest.(check int) "nobody listening: exit 2" 2 c;
+  Alcotest.(check bool) "error line" true (String.sub o 0 7 = "error: ");
+  (* A replica that stops answering mid-request: unknown. A fake server
+     that accepts and never answers. *)
+  let sock = Unix.socket Unix.PF_INET Unix.SOCK_STREAM 0 in
+  Unix.setsockopt sock Unix.SO_REUSEADDR true;
+  Unix.bind sock (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  Unix.listen sock 8;
+  let port = match Unix.getsockname sock with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
+  let c, o = run [ "kv"; "put"; "z"; "1"; "--timeout"; "1"; "--servers"; Printf.sprintf "127.0.0.1:%d" port ] in
+  Unix.close sock;
+  Alcotest.(check int) "no answer: exit 3" 3 c;
+  Alcotest.(check bool) "unknown line" true (String.length o > 9 && String.sub o 0 9 = "unknown: ")
+
+let () =
+  Alcotest.run "kv-e2e"
+    [
+      ( "processes",
+        [
+          Alcotest.test_case "command line" `Quick cli;
+          Alcotest.test_case "torn log tail repaired on start" `Quick torn_tail;
+          Alcotest.test_case "kill, restart, restart all from disk" `Quick crash_restart;
+        ] );
+    ]
