@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak mutants clean
+.PHONY: all deps build demo test bench soak soak-net mutants fuzz clean
 
 all: build
 
@@ -25,6 +25,8 @@ bench: build
 	@./_build/default/bin/main.exe bench layering
 	@echo; ./_build/default/bin/main.exe bench checksum
 	@for b in join failover rtt throughput; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
+	@echo; ./_build/default/bin/main.exe bench rtt --total --count 2000 --json
+	@for n in 3 5; do echo; ./_build/default/bin/main.exe bench throughput --total --members $$n --senders 1,$$n --count 10000 --json || exit 1; done
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
@@ -37,6 +39,26 @@ soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
 	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged rpc-at-most-once fs-crash kv-linearizable; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+	@for s in total-seq total-token causal safe ordered-all; do \
+	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+	@for s in vsync-crash vsync-partition-merge vsync-churn vsync-flow-flush vsync-slander vsync-leave-coord; do \
+	  for p in sequencer token; do \
+	    ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
+	      --params sim.props=vsync+Total+Causal+Agree,total.protocol=$$p || exit 1; done; done
+
+# Five member processes in network namespaces (veth links to a bridge) under
+# seeded kills, SIGSTOP pauses, partitions and cut links, casting with total
+# order; every log checked. SOAK_NET_SECONDS (default 600), SOAK_NET_SEED.
+SOAK_NET_SECONDS ?= 600
+SOAK_NET_SEED ?= 1
+
+soak-net: build
+	@./_build/default/test/soak_net/soak_net.exe --seconds $(SOAK_NET_SECONDS) --seed $(SOAK_NET_SEED)
+
+# Every decoder on the network path under AFL++ (installed when missing),
+# FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.
+fuzz: build
+	@./scripts/fuzz.sh
 
 # Deliberate bugs from test/mutants/, each applied to a temporary copy of the
 # tree; every one must be killed by the tests it names.

@@ -7,7 +7,8 @@ module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module R = Rpc_udp
 
-let rpc_config = Rpc.default_config
+(* Set from --params before a command runs. *)
+let rpc_config = ref Rpc.default_config
 
 let random n = Crypto.random n
 let clock () = int_of_float (Unix.gettimeofday () *. 1e9)
@@ -19,7 +20,9 @@ let failed what (e : Fs_client.error) =
   match Fs_client.outcome e with
   | `Refused -> refused "%s refused: %a" what Fs_client.pp_error e
   | `Unknown ->
-      Fmt.epr "consort: %s: outcome unknown: %a@." what Fs_client.pp_error e;
+      (match e with
+      | `Cut _ -> Fmt.epr "consort: %s: the output is incomplete, %a@." what Fs_client.pp_error e
+      | _ -> Fmt.epr "consort: %s: outcome unknown: %a@." what Fs_client.pp_error e);
       3
 
 (* consort cap fs fsck --data DIR *)
@@ -47,7 +50,7 @@ let serve data bind key_file =
           refused "key %s: %s" key_file m
       | Ok key -> (
           let loop = Loop.create () in
-          match R.open_node ~config:rpc_config ~bind loop with
+          match R.open_node ~config:!rpc_config ~bind loop with
           | Error m ->
               Store.close store;
               refused "cannot serve on %s: %s" bind m
@@ -77,7 +80,7 @@ let serve data bind key_file =
 
 let with_client locate f =
   let loop = Loop.create () in
-  match R.open_node ~config:rpc_config ?locate loop with
+  match R.open_node ~config:!rpc_config ?locate loop with
   | Error m -> refused "%s" m
   | Ok node ->
       let trans ~idempotent h d = R.Sync.trans node ~idempotent h d in
@@ -135,21 +138,39 @@ let put locate server file =
           | Error (`Refused _ as e), _ -> refused "put refused: %a; the file was not stored" Fs_client.pp_error e
           | Error e, _ -> failed "put" e))
 
+(* Reads outstanding at once in a get, each on its own node (session). *)
+let get_lanes = 2
+
 let get locate cap =
   match parse_cap cap with
   | Error m -> refused "%s" m
   | Ok cap -> (
-      with_client locate @@ fun trans ->
-      set_binary_mode_out stdout true;
-      let bar = ref None in
-      let progress n total =
-        let draw = match !bar with Some (d, _) -> d | None -> let b = progress_bar ~total in bar := Some b; fst b in
-        draw n
+      let loop = Loop.create () in
+      let rec open_nodes i acc =
+        if i = 0 then Ok acc
+        else
+          match R.open_node ~config:!rpc_config ?locate loop with
+          | Error m ->
+              List.iter R.close acc;
+              Error m
+          | Ok n -> open_nodes (i - 1) (n :: acc)
       in
-      let r = Fs_client.get trans ~progress cap (output_string stdout) in
-      (match !bar with Some (_, clear) -> clear () | None -> ());
-      flush stdout;
-      match r with Ok _ -> 0 | Error e -> failed "get" e)
+      match open_nodes get_lanes [] with
+      | Error m -> refused "%s" m
+      | Ok nodes ->
+          Fun.protect ~finally:(fun () -> List.iter R.close nodes) @@ fun () ->
+          let lanes = Array.of_list (List.map (fun n ~idempotent h d k -> R.trans n ~idempotent h d k) nodes) in
+          let run cond = if not (cond ()) then Loop.run ~until:cond loop in
+          set_binary_mode_out stdout true;
+          let bar = ref None in
+          let progress n total =
+            let draw = match !bar with Some (d, _) -> d | None -> let b = progress_bar ~total in bar := Some b; fst b in
+            draw n
+          in
+          let r = Fs_client.get_pipelined lanes ~run ~progress cap (output_string stdout) in
+          (match !bar with Some (_, clear) -> clear () | None -> ());
+          flush stdout;
+          match r with Ok _ -> 0 | Error e -> failed "get" e)
 
 let simple what f locate cap =
   match parse_cap cap with
@@ -202,6 +223,38 @@ let exits =
   :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
   :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
+let envs =
+  [
+    Cmd.Env.info "CONSORT_LOCATE" ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cmd.Env.info "CONSORT_MULTICAST"
+      ~doc:
+        ("The IP multicast group where servers listen for locates and clients ask ($(i,ADDR:PORT)), or $(b,off). \
+          Default: " ^ Rpc_udp.default_multicast ^ ", where the network has multicast.");
+  ]
+
+let params_arg =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "params" ] ~docv:"NAME=VALUE,..."
+        ~doc:
+          "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
+           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments on loopback or jumbo frames.")
+
+(* [configured t]: the command [t] with --params applied first. *)
+let configured t =
+  let run params f =
+    match params with
+    | None -> f ()
+    | Some s -> (
+        match Consort.Params.of_string s with
+        | Error e -> refused "--params: %a" Consort.Params.pp_error e
+        | Ok p ->
+            rpc_config := Rpc.config_of_params p;
+            f ())
+  in
+  Term.(const run $ params_arg $ t)
+
 let fsck_cmd =
   Cmd.v
     (Cmd.info "fsck"
@@ -212,11 +265,11 @@ let fsck_cmd =
 
 let serve_cmd =
   Cmd.v
-    (Cmd.info "serve" ~exits
+    (Cmd.info "serve" ~exits ~envs
        ~doc:
          "Run a file server. Its first line on standard output is $(b,server CAP), the capability that allows \
           creating files.")
-    Term.(const serve $ data $ bind $ key)
+    (configured @@ Term.(const (fun d b k () -> serve d b k) $ data $ bind $ key))
 
 let put_cmd =
   let server =
@@ -224,13 +277,13 @@ let put_cmd =
   in
   let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The file to store.") in
   Cmd.v
-    (Cmd.info "put" ~exits ~doc:"Store a file (committed, safe) and print its capability.")
-    Term.(const put $ locate $ server $ file)
+    (Cmd.info "put" ~exits ~envs ~doc:"Store a file (committed, safe) and print its capability.")
+    (configured @@ Term.(const (fun l s f () -> put l s f) $ locate $ server $ file))
 
 let get_cmd =
-  Cmd.v (Cmd.info "get" ~exits ~doc:"Write a file's bytes to standard output.") Term.(const get $ locate $ cap_arg)
+  Cmd.v (Cmd.info "get" ~exits ~envs ~doc:"Write a file's bytes to standard output.") (configured @@ Term.(const (fun l c () -> get l c) $ locate $ cap_arg))
 
-let size_cmd = Cmd.v (Cmd.info "size" ~exits ~doc:"Print a file's size.") Term.(const size $ locate $ cap_arg)
+let size_cmd = Cmd.v (Cmd.info "size" ~exits ~envs ~doc:"Print a file's size.") (configured @@ Term.(const (fun l c () -> size l c) $ locate $ cap_arg))
 
 let fs_cmd =
   Cmd.group
@@ -245,21 +298,21 @@ let restrict_cmd =
       & info [ "rights" ] ~docv:"LIST" ~doc:"The rights to keep: $(b,read,create,modify,destroy,admin,...).")
   in
   Cmd.v
-    (Cmd.info "restrict" ~exits
+    (Cmd.info "restrict" ~exits ~envs
        ~doc:
          "Print a capability with fewer rights (made locally from an owner capability, asked of the server \
           otherwise).")
-    Term.(const restrict $ locate $ cap_arg $ rights)
+    (configured @@ Term.(const (fun l c r () -> restrict l c r) $ locate $ cap_arg $ rights))
 
-let destroy_cmd = Cmd.v (Cmd.info "destroy" ~exits ~doc:"Destroy an object.") Term.(const destroy $ locate $ cap_arg)
+let destroy_cmd = Cmd.v (Cmd.info "destroy" ~exits ~envs ~doc:"Destroy an object.") (configured @@ Term.(const (fun l c () -> destroy l c) $ locate $ cap_arg))
 
 let info_cmd =
   Cmd.v
-    (Cmd.info "info" ~exits ~doc:"Print a capability's port, object and rights, and the server's description.")
-    Term.(const info_ $ locate $ cap_arg)
+    (Cmd.info "info" ~exits ~envs ~doc:"Print a capability's port, object and rights, and the server's description.")
+    (configured @@ Term.(const (fun l c () -> info_ l c) $ locate $ cap_arg))
 
 let status_cmd =
-  Cmd.v (Cmd.info "status" ~exits ~doc:"Print a server's status (std_status).") Term.(const status $ locate $ cap_arg)
+  Cmd.v (Cmd.info "status" ~exits ~envs ~doc:"Print a server's status (std_status).") (configured @@ Term.(const (fun l c () -> status l c) $ locate $ cap_arg))
 
 let cmd =
   Cmd.group
@@ -312,24 +365,49 @@ let bench_fs size_mb rounds json =
   let port = match Unix.getsockname probe with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
   Unix.close probe;
   let addr = Printf.sprintf "127.0.0.1:%d" port in
-  let r, w = Unix.pipe ~cloexec:true () in
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
-  let pid = Unix.create_process exe [| exe; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |] devnull w devnull in
-  server := Some pid;
-  Unix.close w;
-  let ic = Unix.in_channel_of_descr r in
-  let line = try input_line ic with End_of_file -> "" in
-  close_in ic;
+  (* Starts the server; its first line. *)
+  let start_server params =
+    let r, w = Unix.pipe ~cloexec:true () in
+    let pid =
+      Unix.create_process exe
+        (Array.append [| exe; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |] params)
+        devnull w devnull
+    in
+    server := Some pid;
+    Unix.close w;
+    let ic = Unix.in_channel_of_descr r in
+    let line = try input_line ic with End_of_file -> "" in
+    close_in ic;
+    line
+  in
+  let line = start_server [||] in
   let env = Array.append [| "CONSORT_LOCATE=" ^ addr |] (Unix.environment ()) in
-  let cpu = Array.make 2 infinity in
+  let cpu = Array.make 2 infinity and server_cpu = ref infinity in
+  (* The server's CPU time so far (Linux: /proc/PID/stat, in clock ticks of
+     1/100 s), or nan. *)
+  let server_time () =
+    match !server with
+    | None -> nan
+    | Some pid -> (
+        try
+          let ic = open_in (Printf.sprintf "/proc/%d/stat" pid) in
+          let l = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> input_line ic) in
+          let rest = String.sub l (String.rindex l ')' + 2) (String.length l - String.rindex l ')' - 2) in
+          match String.split_on_char ' ' rest with
+          | _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: ut :: st :: _ -> float_of_string (ut) /. 100. +. float_of_string st /. 100.
+          | _ -> nan
+        with _ -> nan)
+  in
   let run ?slot argv ~stdout =
-    let t0 = Unix.gettimeofday () and c0 = Unix.times () in
+    let t0 = Unix.gettimeofday () and c0 = Unix.times () and s0 = server_time () in
     let pid = Unix.create_process_env argv.(0) argv env devnull stdout Unix.stderr in
     let _, st = Unix.waitpid [] pid in
-    let c1 = Unix.times () in
+    let c1 = Unix.times () and s1 = server_time () in
     Option.iter
       (fun i ->
-        cpu.(i) <- min cpu.(i) (c1.tms_cutime +. c1.tms_cstime -. c0.tms_cutime -. c0.tms_cstime))
+        cpu.(i) <- min cpu.(i) (c1.tms_cutime +. c1.tms_cstime -. c0.tms_cutime -. c0.tms_cstime);
+        if i = 1 then server_cpu := min !server_cpu (s1 -. s0))
       slot;
     (st, Unix.gettimeofday () -. t0)
   in
@@ -358,6 +436,21 @@ let bench_fs size_mb rounds json =
             best.(0) <- min best.(0) t_cat;
             best.(1) <- min best.(1) t_get
           done;
+          (* Again with 60 KB fragments (server and reader), as on loopback
+             or jumbo frames one may configure. *)
+          cleanup_server ();
+          let big = [| "--params"; "rpc.fragment=61440,rpc.window=16" |] in
+          let best_big =
+            match String.split_on_char ' ' (start_server big) with
+            | [ "server"; _ ] ->
+                let b = ref infinity in
+                for _ = 1 to rounds do
+                  let st, t = run (Array.append [| exe; "cap"; "fs"; "get"; cap |] big) ~stdout:devnull in
+                  if st = Unix.WEXITED 0 then b := min !b t
+                done;
+                !b
+            | _ -> nan
+          in
           Unix.close devnull;
           (* The store alone, in this process, once the server is gone. *)
           cleanup_server ();
@@ -386,14 +479,28 @@ let bench_fs size_mb rounds json =
             rounds put_s (mbs put_s);
           Fmt.pr "  %-36s %8s  %8s  %s@." "" "rate" "time" "reader's CPU";
           Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  %6.3f s@." "cat of the stored file" (mbs best.(0)) best.(0) cpu.(0);
-          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  %6.3f s@." "consort cap fs get (RPC, loopback)" (mbs best.(1)) best.(1)
-            cpu.(1);
+          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  %6.3f s (the server's: %.2f s)@." "consort cap fs get (RPC, loopback)"
+            (mbs best.(1)) best.(1) cpu.(1) !server_cpu;
+          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s            ratio to cat %.3f@." "the same, 60 KB fragments" (mbs best_big)
+            best_big (best.(0) /. best_big);
           Fmt.pr "  %-36s %8.1f MB/s  %7.3f s@." "the store alone (in process)" (mbs t_store) t_store;
           Fmt.pr "  ratio get / cat: %.3f@." (best.(0) /. best.(1));
+          (* Per second of CPU of the busier process (server or reader: they
+             run side by side), which other load does not change. *)
+          let busier = Float.max cpu.(1) !server_cpu in
+          Fmt.pr "  per second of CPU (cat's; the busier of server and reader): cat %.1f MB/s, get %.1f MB/s, ratio %.3f@."
+            (mbs cpu.(0)) (mbs busier) (cpu.(0) /. busier);
+          (* Every byte read is sealed by the server and opened by the client
+             (two processes, so the two can overlap): the cipher's rate on one
+             side bounds any encrypted read. *)
+          let seal = Consort_cap_bench.Rpc_bench.gcm_seal size in
+          Fmt.pr "  what bounds it: AES-256-GCM sealing 8 KB messages alone %.1f MB/s per second of CPU (ratio to cat %.3f);@."
+            seal (seal /. mbs cpu.(0));
+          Fmt.pr "  the get reaches %.0f%% of that (per second of CPU)@." (100. *. mbs busier /. seal);
           if json then
             Fmt.pr
-              "{\"bench\":\"fs\",\"size_mb\":%d,\"cat_mbs\":%.1f,\"get_mbs\":%.1f,\"ratio\":%.4f,\"cat_cpu_s\":%.3f,\"get_cpu_s\":%.3f,\"store_mbs\":%.1f,\"put_mbs\":%.1f}@."
-              size_mb (mbs best.(0)) (mbs best.(1)) (best.(0) /. best.(1)) cpu.(0) cpu.(1) (mbs t_store) (mbs put_s);
+              "{\"bench\":\"fs\",\"size_mb\":%d,\"cat_mbs\":%.1f,\"get_mbs\":%.1f,\"ratio\":%.4f,\"cat_cpu_s\":%.3f,\"get_cpu_s\":%.3f,\"store_mbs\":%.1f,\"put_mbs\":%.1f,\"gcm_seal_mbs\":%.1f,\"get_cpu_mbs\":%.1f,\"cat_cpu_mbs\":%.1f,\"get_60k_mbs\":%.1f}@."
+              size_mb (mbs best.(0)) (mbs best.(1)) (best.(0) /. best.(1)) cpu.(0) cpu.(1) (mbs t_store) (mbs put_s) seal (mbs busier) (mbs cpu.(0)) (mbs best_big);
           0
       | _ ->
           Fmt.epr "consort: bench fs: the put failed@.";

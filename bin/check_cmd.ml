@@ -1,11 +1,43 @@
 open Cmdliner
 module Vsync = Consort_spec.Vsync
 
-let run quiescent merged files =
+module Order = Consort_spec.Order
+
+(* The ordering properties asked for, over the logs (already read once,
+   without error, by the virtual synchrony check). *)
+let order_problems ~total ~causal ~safe files =
+  let logs =
+    List.filter_map
+      (fun path ->
+        match Consort_spec.Log.read_file path with
+        | Ok (e :: _ as evs) -> Some (Consort_spec.Log.me e, evs)
+        | Ok [] | Error _ -> None)
+      files
+  in
+  let one on name f =
+    if not on then []
+    else
+      match f logs with
+      | Ok () ->
+          Fmt.pr "%s holds@." name;
+          []
+      | Error vs -> vs
+  in
+  let t = one total "total order" Order.check_total in
+  let c = one causal "causal order" Order.check_causal in
+  let s = one safe "safe delivery" Order.check_safe in
+  t @ c @ s
+
+let run quiescent merged total causal safe files =
   match Vsync.check_files ~quiescent ~require_merge:merged files with
-  | Ok s ->
+  | Ok s -> (
       Fmt.pr "virtual synchrony holds: %a@." Vsync.pp_summary s;
-      0
+      match order_problems ~total ~causal ~safe files with
+      | [] -> 0
+      | vs ->
+          List.iter (fun v -> Fmt.pr "%a@." Order.pp_violation v) vs;
+          Fmt.pr "%d violation(s)@." (List.length vs);
+          1)
   | Error problems ->
       let unreadable = List.filter (function Vsync.Unreadable _ -> true | Vsync.Violation _ -> false) problems in
       if unreadable <> [] then (
@@ -27,7 +59,24 @@ let cmd =
   let merged =
     Arg.(value & flag & info [ "merged" ] ~doc:"Partitions healed: members alive at the end must share one view.")
   in
-  let doc = "Check member logs against virtual synchrony." in
+  let total =
+    Arg.(
+      value & flag
+      & info [ "total" ]
+          ~doc:
+            "Also check total order (the stack had $(b,Total)): members that go on together delivered the same \
+             sequence of casts, and one order fits every member's deliveries before its flush.")
+  in
+  let causal = Arg.(value & flag & info [ "causal" ] ~doc:"Also check causal order (the stack had $(b,Causal)).") in
+  let safe =
+    Arg.(
+      value & flag
+      & info [ "safe" ]
+          ~doc:
+            "Also check safe delivery (the stack had $(b,Agree)): a cast delivered before the flush was delivered \
+             in its view by every member that did not crash.")
+  in
+  let doc = "Check member logs against virtual synchrony (and total order, causal order, safe delivery)." in
   let man =
     [
       `S Manpage.s_description;
@@ -36,4 +85,4 @@ let cmd =
       `P "Prints a summary and exits 0 if the logs hold; otherwise one line per violation and exits 1; exits 2 if a log cannot be read.";
     ]
   in
-  Cmd.v (Cmd.info "check-logs" ~doc ~man) Term.(const run $ quiescent $ merged $ files)
+  Cmd.v (Cmd.info "check-logs" ~doc ~man) Term.(const run $ quiescent $ merged $ total $ causal $ safe $ files)

@@ -35,4 +35,4 @@ let () =
   exit
     (Cmd.eval'
        (Cmd.group (Cmd.info "consort" ~version:"0.1.0" ~doc)
-          [ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Sim_cmd.cmd; Check_cmd.cmd; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer; Cap_cmd.cmd; Kv_cmd.cmd ]))
+          [ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Member_cmd.keygen; Sim_cmd.cmd; Check_cmd.cmd; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer; Cap_cmd.cmd; Kv_cmd.cmd ]))

@@ -17,8 +17,29 @@ let setup_logs verbose =
 
 module Member = Consort_scenario.Member
 
-let member group props bind peers log params quiet verbose seed drop_file discovery no_input =
+module Seal = Consort_seal.Seal
+
+(* The secret and mode a member seals with: [Privacy] if asked, [Auth] if
+   asked or if a key is given; a property that needs a key without one is
+   refused. *)
+let seal_of props key =
+  let privacy = List.mem Consort_group.Properties.Privacy props in
+  let auth = privacy || List.mem Consort_group.Properties.Auth props in
+  match key with
+  | None when auth -> Error (Printf.sprintf "property %s needs --key FILE (consort keygen FILE writes one)" (if privacy then "Privacy" else "Auth"))
+  | None -> Ok None
+  | Some file -> (
+      match Seal.read_key file with
+      | Error e -> Error ("--key: " ^ e)
+      | Ok secret -> Ok (Some (secret, if privacy then Seal.Privacy else Seal.Auth)))
+
+let member group props bind peers log params quiet verbose seed drop_file discovery no_input key =
   setup_logs verbose;
+  match seal_of props key with
+  | Error e ->
+      Fmt.epr "consort member: %s@." e;
+      2
+  | Ok seal ->
   let params =
     match params with
     | None -> Ok Consort.Params.empty
@@ -36,7 +57,7 @@ let member group props bind peers log params quiet verbose seed drop_file discov
       in
       let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
       let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
-      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery } in
+      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery; seal } in
       match Member.check_config cfg with
       | Error e ->
           (* The command line is wrong: a usage error. *)
@@ -88,17 +109,53 @@ let member =
           ~doc:
             "Do not read standard input: cast nothing and stay in the group until SIGTERM or SIGINT (for a start in the background or by a service manager). Without it, a regular file on standard input is read and cast line by line, and /dev/null counts as no input.")
   in
+  let key =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "key" ] ~docv:"FILE"
+          ~doc:
+            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every datagram is sealed (property Auth, implied) and only members holding the same secret are heard; with property Privacy payloads are also encrypted.")
+  in
   let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
   let man =
     [
       `S Manpage.s_description;
       `P "The member leaves the group cleanly at the end of its input or on SIGTERM.";
+      `P
+        "On SIGUSR1 and at exit it prints one line, $(b,counters) followed by every \
+         non-zero counter since it joined as $(i,LAYER.NAME=VALUE): the group's own (views installed, \
+         refused messages, malformed side-channel datagrams), each layer's in the current view, and \
+         Bottom's since it joined, which say why datagrams were dropped (garbage, wrong_group, \
+         bad_rank, from_self) and, with $(b,--key), the seal's (seal.bad_tag, seal.replayed, ...). The line \
+         goes to standard output; with $(b,--quiet), only SIGUSR1 prints it, on standard error.";
       `P "With $(b,--log), each event is one JSON object on its own line: view, block, cast, send, deliver, refused, lost, exit (see the README).";
       `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
     ]
   in
   Cmd.v (Cmd.info "member" ~doc ~man)
-    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input)
+    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key)
+
+let keygen file =
+  match Seal.write_key file (Seal.generate ()) with
+  | Ok () ->
+      Printf.printf "wrote %s (mode 0600): give it to every member with --key\n" file;
+      0
+  | Error e ->
+      Fmt.epr "consort keygen: %s@." e;
+      1
+
+let keygen =
+  let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The key file to create.") in
+  let man =
+    [
+      `S Manpage.s_description;
+      `P "Writes a new group secret (32 random bytes from the system's generator) to $(i,FILE), created with mode 0600; an existing file is never overwritten. Members given the same file with $(b,--key) admit only each other and seal every datagram (property Auth; with Privacy, also encrypt it).";
+      `S Manpage.s_examples;
+      `Pre "consort keygen /etc/consort/orders.key\nconsort member --group orders --key /etc/consort/orders.key --props vsync,Privacy";
+    ]
+  in
+  Cmd.v (Cmd.info "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
 
 let stack props =
   match Consort_group.Properties.layers props with

@@ -46,6 +46,11 @@ let run scenario seeds seed trace quiet verbose params =
       Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
+  match Consort_scenario.Vsync_sim.check_params params with
+  | Error e ->
+      Fmt.epr "consort sim: --params: %s@." e;
+      2
+  | Ok () ->
   match describe scenario with
   | None ->
       Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario

@@ -79,6 +79,17 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
 done
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
 jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
+# Ordered delivery on the vsync stack: total order (sequencer, token),
+# causal order, safe delivery.
+for s in total-seq total-token causal safe; do
+  jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${ORDER_SEEDS:-1000}")
+done
+# Total with each protocol under adversarial vsync schedules (more in make soak).
+for s in vsync-churn vsync-slander; do
+  for p in sequencer token; do
+    jobs+=("counted|sim $s (Total $p)|$BIN/bin/main.exe sim --scenario $s --seeds ${TOTAL_VSYNC_SEEDS:-150} --params sim.props=vsync+Total,total.protocol=$p")
+  done
+done
 # The same schedules with small windows and short timeouts.
 small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag.size=1500,gmp.flush_timeout=2s
 for s in vsync-crash vsync-churn; do
@@ -87,8 +98,12 @@ done
 for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
+# Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
+jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 45 CPU seconds for 1000 seeds.
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
+# Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
+jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the

@@ -48,11 +48,17 @@ let failover_cmd =
     (Cmd.info "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
     Term.(const failover $ size $ reps $ params $ json)
 
-let rtt count warmup rounds params json =
+let seal_flag =
+  Arg.(
+    value & flag
+    & info [ "seal" ]
+        ~doc:"Also the vsync stack sealed with Auth and with Privacy (Consort_seal), in the same run, beside it in clear.")
+
+let rtt count warmup rounds params total seal json =
   Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
     rounds (placement ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
-  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ())
+  report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ~total ~seal ())
 
 let rtt_cmd =
   let count = Arg.(value & opt int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
@@ -60,16 +66,31 @@ let rtt_cmd =
   let rounds =
     Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds through every configuration, each with fresh processes.")
   in
+  let total =
+    Arg.(value & flag & info [ "total" ] ~doc:"Also round trips of casts with Total, by the sequencer and by the token.")
+  in
   Cmd.v
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
-    Term.(const rtt $ count $ warmup $ rounds $ params $ json)
+    Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
-let throughput count size senders params deadline reps json =
-  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, 3 processes on 127.0.0.1 (unpinned), %d runs each@."
-    count size reps;
+let throughput count size senders params deadline reps total seal members json =
+  Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."
+    count size members reps;
   Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
+  let stacks =
+    if total then
+      Some
+        [
+          ("vsync FIFO", "vsync", "");
+          ("Total seq", "vsync,Total", "total.protocol=sequencer");
+          ("Total token", "vsync,Total", "total.protocol=token");
+        ]
+    else if seal then
+      Some [ ("vsync", "vsync", ""); ("vsync Auth", "vsync,Auth", ""); ("vsync Privacy", "vsync,Privacy", "") ]
+    else None
+  in
   report "throughput" Throughput.pp_table Throughput.to_json json
-    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ~deadline ~reps ())
+    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ?stacks ~members ~deadline ~reps ())
 
 let throughput_cmd =
   let count = Arg.(value & opt int 20000 & info [ "count" ] ~docv:"N" ~doc:"Messages per sender.") in
@@ -77,11 +98,18 @@ let throughput_cmd =
   let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
   let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
   let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
+  let members = Arg.(value & opt int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 16).") in
+  let total =
+    Arg.(
+      value & flag
+      & info [ "total" ]
+          ~doc:"Group rows for the vsync stack (FIFO), and for Total with the sequencer and with the token, in the same run.")
+  in
   Cmd.v
-    (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among 3 member processes, beside UDP.")
-    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ json)
+    (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ members $ json)
 
-let peer kind index addrs count warmup size senders deadline params =
+let peer kind index addrs count warmup size senders deadline params props =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   match (Peer.kind_of_string kind, Result.map_error (Fmt.str "%a" Consort.Params.pp_error) (Consort.Params.of_string params)) with
@@ -89,7 +117,7 @@ let peer kind index addrs count warmup size senders deadline params =
       Fmt.epr "consort bench peer: %s@." e;
       2
   | Ok kind, Ok params -> (
-      match Peer.run { Peer.kind; index; addrs; count; warmup; size; senders; deadline; params } with
+      match Peer.run { Peer.kind; index; addrs; count; warmup; size; senders; deadline; params; props } with
       | Ok line ->
           print_endline line;
           0
@@ -108,8 +136,9 @@ let peer_cmd =
   let size = Arg.(value & opt int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
   let senders = Arg.(value & opt int 1 & info [ "senders" ] ~docv:"N" ~doc:"Members that cast.") in
   let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
+  let props = Arg.(value & opt string "vsync" & info [ "props" ] ~docv:"P" ~doc:"The group's properties (group-tput).") in
   Cmd.v
     (Cmd.info "peer" ~doc:"One process of the rtt and throughput benchmarks (started by them).")
-    Term.(const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params)
+    Term.(const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params $ props)
 
 let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd ]

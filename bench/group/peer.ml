@@ -1,7 +1,20 @@
 open Consort
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
-module G = Consort_group.Group.Make (Udp)
+module Seal = Consort_seal.Seal
+module S = Seal.Make (Udp)
+module G = Consort_group.Group.Make (S)
+
+(* With Auth or Privacy among the properties, the peers seal under one
+   benchmark secret, the same in every peer process (a fixed value: it
+   protects nothing, it only costs what a real secret costs). *)
+let transport loop props =
+  match Consort_group.Properties.of_string props with
+  | Ok ps when List.mem Consort_group.Properties.Privacy ps ->
+      S.wrap loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Privacy))
+  | Ok ps when List.mem Consort_group.Properties.Auth ps ->
+      S.wrap loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Auth))
+  | _ -> S.wrap loop None
 
 type kind = Group_rtt | Engine_rtt | Raw_rtt | Group_tput | Raw_tput
 
@@ -31,6 +44,7 @@ type config = {
   senders : int;
   deadline : float;
   params : Params.t;
+  props : string;
 }
 
 let result pairs = String.concat " " ("result" :: List.map (fun (k, v) -> k ^ "=" ^ v) pairs)
@@ -96,11 +110,15 @@ let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
 let me cfg = List.nth cfg.addrs cfg.index
 
-let vsync_layers () = Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error) Consort_group.Properties.(layers vsync)
+
+(* The stack of the property set [props] ("vsync", "vsync,Total", ...). *)
+let layers_of props =
+  Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error)
+    (Result.bind (Consort_group.Properties.of_string props) Consort_group.Properties.layers)
 
 let transport_fields g =
-  let i = Udp.query (G.connection g) in
-  [ ("dgrams_sent", string_of_int i.Udp.sent); ("dgrams_received", string_of_int i.received); ("dgrams_dropped", string_of_int i.dropped) ]
+  let i = S.query (G.connection g) in
+  [ ("dgrams_sent", string_of_int i.S.sent); ("dgrams_received", string_of_int i.received); ("dgrams_dropped", string_of_int i.dropped) ]
 
 let counter g layer name =
   match G.stack g with
@@ -113,7 +131,7 @@ let counter g layer name =
 (* {1 Round trip in a group} *)
 
 let group_rtt cfg =
-  match vsync_layers () with
+  match layers_of cfg.props with
   | Error e -> Error e
   | Ok layers -> (
       let loop = Loop.create () in
@@ -159,7 +177,7 @@ let group_rtt cfg =
           exit = ignore;
         }
       in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers loop ~group:"bench-rtt" ~addr:(me cfg) cb with
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers (transport loop cfg.props) ~group:"bench-rtt" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
@@ -345,7 +363,7 @@ let raw_rtt cfg =
 let max_queued = 256
 
 let group_tput cfg =
-  match vsync_layers () with
+  match layers_of cfg.props with
   | Error e -> Error e
   | Ok layers -> (
       let loop = Loop.create () in
@@ -428,7 +446,7 @@ let group_tput cfg =
           exit = ignore;
         }
       in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers loop ~group:"bench-tput" ~addr:(me cfg) cb with
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers (transport loop cfg.props) ~group:"bench-tput" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;

@@ -33,6 +33,7 @@ type config = {
   senders : int;  (** members that cast (group throughput) *)
   deadline : float;  (** seconds after which the process gives up *)
   params : Consort.Params.t;  (** tunables of the group stack *)
+  props : string;  (** the property set of the group's stack (group-tput): [vsync], [vsync,Total], ... *)
 }
 
 val run : config -> (string, string) result

@@ -1,8 +1,19 @@
 type row = { kind : string; placement : string; cpus : string; samples : float array }
 
-let kinds = [ ("raw UDP", "raw-rtt"); ("engine UDP", "engine-rtt"); ("group cast", "group-rtt") ]
+(* (row name, peer kind, property set, more tunables) *)
+let kinds = [ ("raw UDP", "raw-rtt", "", ""); ("engine UDP", "engine-rtt", "", ""); ("group cast", "group-rtt", "vsync", "") ]
 
-let once ~exe ~count ~warmup ~params ~kind ~cpus =
+let total_kinds =
+  [
+    ("Total seq", "group-rtt", "vsync,Total", "total.protocol=sequencer");
+    ("Total token", "group-rtt", "vsync,Total", "total.protocol=token");
+  ]
+
+let seal_kinds =
+  [ ("Auth", "group-rtt", "vsync,Auth", ""); ("Privacy", "group-rtt", "vsync,Privacy", "") ]
+
+let once ~exe ~count ~warmup ~params ?(props = "") ?(extra = "") ~kind ~cpus () =
+  let params = if params = "" then extra else if extra = "" then params else params ^ "," ^ extra in
   let dir = Proc.temp_dir "consort-bench-rtt" in
   let addrs = Proc.free_addresses 2 in
   let procs =
@@ -13,7 +24,8 @@ let once ~exe ~count ~warmup ~params ~kind ~cpus =
             "bench"; "peer"; "--kind"; kind; "--index"; string_of_int i; "--addrs"; String.concat "," addrs; "--count";
             string_of_int count; "--warmup"; string_of_int warmup; "--deadline"; "30";
           ]
-          @ if params = "" then [] else [ "--params"; params ]
+          @ (if params = "" then [] else [ "--params"; params ])
+          @ if props = "" then [] else [ "--props"; props ]
         in
         Proc.spawn ?cpu ~stdin:`Null ~stderr:(Filename.concat dir (Printf.sprintf "peer-%d.err" i)) ~name:kind exe args)
       cpus
@@ -35,7 +47,10 @@ let once ~exe ~count ~warmup ~params ~kind ~cpus =
       | None -> Error (kind ^ ": no samples"))
   | _ -> Error (Printf.sprintf "%s: the peers failed%s" kind (if err = "" then "" else ": " ^ String.trim err))
 
-let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Same; `Different ]) ?(rounds = 3) () =
+let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Same; `Different ]) ?(rounds = 3)
+    ?(total = false) ?(seal = false) () =
+  let kinds = if total then kinds @ total_kinds else kinds in
+  let kinds = if seal then kinds @ seal_kinds else kinds in
   let rounds = max 1 (min rounds count) in
   let configs =
     List.concat_map
@@ -52,8 +67,8 @@ let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Sa
   let per_round r = (count / rounds) + if r < count mod rounds then 1 else 0 in
   let rec go acc r = function
     | [] -> if r + 1 >= rounds then Ok acc else go acc (r + 1) configs
-    | ((_, kind), cpus, _) :: rest as l -> (
-        match once ~exe ~count:(per_round r) ~warmup ~params ~kind ~cpus with
+    | ((_, kind, props, extra), cpus, _) :: rest as l -> (
+        match once ~exe ~count:(per_round r) ~warmup ~params ~props ~extra ~kind ~cpus () with
         | Error e -> Error e
         | Ok samples ->
             let i = List.length configs - List.length l in
@@ -65,7 +80,7 @@ let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Sa
   | Ok acc ->
       Ok
         (List.mapi
-           (fun i ((name, _), cpus, placement) ->
+           (fun i ((name, _, _, _), cpus, placement) ->
              let cpus_s = String.concat "," (List.map (function Some c -> string_of_int c | None -> "-") cpus) in
              { kind = name; placement; cpus = cpus_s; samples = Array.concat (List.rev acc.(i)) })
            configs)

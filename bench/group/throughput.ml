@@ -18,20 +18,22 @@ type row = {
   runs : float list;
 }
 
-let members_n = 3
+(* Processes in a run: 3 unless [run ~members] says otherwise. *)
+let members_n = ref 3
 
 let rate _ m = if m.seconds > 0. && m.received > 1 then float (m.received - 1) /. m.seconds else nan
 
-let spawn_peers ~exe ~dir ~kind ~count ~size ~senders ~params ~deadline =
-  let addrs = Proc.free_addresses members_n in
-  List.init members_n (fun i ->
+let spawn_peers ?(props = "vsync") ~exe ~dir ~kind ~count ~size ~senders ~params ~deadline () =
+  let addrs = Proc.free_addresses !members_n in
+  List.init !members_n (fun i ->
       let args =
         [
           "bench"; "peer"; "--kind"; kind; "--index"; string_of_int i; "--addrs"; String.concat "," addrs; "--count";
           string_of_int count; "--size"; string_of_int size; "--senders"; string_of_int senders; "--deadline";
           Printf.sprintf "%.1f" deadline;
         ]
-        @ if params = "" then [] else [ "--params"; params ]
+        @ (if params = "" then [] else [ "--params"; params ])
+        @ [ "--props"; props ]
       in
       Proc.spawn ~stdin:`Null ~stderr:(Filename.concat dir (Printf.sprintf "peer-%d.err" i)) ~name:kind exe args)
 
@@ -39,11 +41,11 @@ let results procs = List.map (fun p -> List.find_map (fun (_, l) -> Peer.parse_r
 let int_of pairs k = Option.bind (List.assoc_opt k pairs) int_of_string_opt |> Option.value ~default:0
 let float_of pairs k = Option.bind (List.assoc_opt k pairs) float_of_string_opt |> Option.value ~default:nan
 
-let errs dir = String.trim (String.concat "" (List.init members_n (fun i -> Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
+let errs dir = String.trim (String.concat "" (List.init !members_n (fun i -> Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
 
-let group ~exe ~count ~size ~senders ~params ~deadline =
+let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~deadline () =
   let dir = Proc.temp_dir "consort-bench-tput" in
-  let procs = spawn_peers ~exe ~dir ~kind:"group-tput" ~count ~size ~senders ~params ~deadline in
+  let procs = spawn_peers ?props ~exe ~dir ~kind:"group-tput" ~count ~size ~senders ~params ~deadline () in
   let finished = Proc.finish procs ~timeout:(deadline +. 5.) in
   let err = errs dir in
   Proc.remove_dir dir;
@@ -68,11 +70,11 @@ let group ~exe ~count ~size ~senders ~params ~deadline =
         rs
     in
     let ok = finished && List.for_all (fun m -> m.errors = 0 && m.received = m.expected) members in
-    Ok { kind = "group cast"; senders; size; count; members; ok; runs = [] }
+    Ok { kind = label; senders; size; count; members; ok; runs = [] }
 
 let raw ~exe ~count ~size ~deadline =
   let dir = Proc.temp_dir "consort-bench-tput" in
-  let procs = spawn_peers ~exe ~dir ~kind:"raw-tput" ~count ~size ~senders:1 ~params:"" ~deadline in
+  let procs = spawn_peers ~exe ~dir ~kind:"raw-tput" ~count ~size ~senders:1 ~params:"" ~deadline () in
   let finished = Proc.finish procs ~timeout:(deadline +. 5.) in
   let err = errs dir in
   Proc.remove_dir dir;
@@ -83,7 +85,7 @@ let raw ~exe ~count ~size ~deadline =
           index = 0;
           role = "sender";
           received = int_of s "sent";
-          expected = count * (members_n - 1);
+          expected = count * (!members_n - 1);
           errors = int_of s "failed";
           seconds = float_of s "span_s";
           detail = [];
@@ -125,21 +127,29 @@ let repeat reps f =
       let median = List.nth sorted (List.length sorted / 2) in
       Ok { median with runs = List.map slowest rows }
 
-let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "") ?(deadline = 30.) ?(reps = 3) () =
+let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "")
+    ?(stacks = [ ("group cast", "vsync", "") ]) ?(members = 3) ?(deadline = 30.) ?(reps = 3) () =
+  members_n := members;
   if size < 11 || size > 65000 then Error "size between 11 and 65000 bytes"
-  else if List.exists (fun s -> s < 1 || s > members_n) senders then Error "senders between 1 and 3"
+  else if members < 2 || members > 16 then Error "members between 2 and 16"
+  else if List.exists (fun s -> s < 1 || s > members) senders then Error (Printf.sprintf "senders between 1 and %d" members)
   else
     match repeat reps (fun () -> raw ~exe ~count ~size ~deadline) with
     | Error e -> Error e
     | Ok r ->
+        let join a b = if a = "" then b else if b = "" then a else a ^ "," ^ b in
+        let runs = List.concat_map (fun st -> List.map (fun s -> (st, s)) senders) stacks in
         let rec go acc = function
           | [] -> Ok (List.rev acc)
-          | s :: rest -> (
-              match repeat reps (fun () -> group ~exe ~count ~size ~senders:s ~params ~deadline) with
+          | ((label, props, extra), s) :: rest -> (
+              match
+                repeat reps (fun () ->
+                    group ~label ~props ~exe ~count ~size ~senders:s ~params:(join params extra) ~deadline ())
+              with
               | Error e -> Error e
               | Ok row -> go (row :: acc) rest)
         in
-        go [ r ] senders
+        go [ r ] runs
 
 let mb row m = rate row m *. float row.size /. 1e6
 
@@ -156,7 +166,7 @@ let pp_table ppf rows =
         r.members;
       Fmt.pf ppf "  runs (slowest receiver, messages/s): %s; the rows above are the median run@."
         (String.concat ", " (List.map (Printf.sprintf "%.0f") r.runs));
-      if r.kind = "group cast" then
+      if r.kind <> "raw UDP" then
         Fmt.pf ppf "  %s; %s@."
           (if r.ok then "every member delivered every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG")
           (String.concat ", "

@@ -16,7 +16,7 @@ type member = {
 }
 
 type row = {
-  kind : string;  (** ["group cast"] or ["raw UDP"] *)
+  kind : string;  (** ["raw UDP"], or the group configuration's label (["group cast"]) *)
   senders : int;
   size : int;
   count : int;  (** messages per sender *)
@@ -37,6 +37,8 @@ val run :
   ?size:int ->
   ?senders:int list ->
   ?params:string ->
+  ?stacks:(string * string * string) list ->
+  ?members:int ->
   ?deadline:float ->
   ?reps:int ->
   unit ->
@@ -45,7 +47,9 @@ val run :
     (default [senders]), [count] messages (default 20000) of [size] bytes
     (default 1024) per sender, each configuration [reps] times (default 3;
     the row is the median run), each run given up after [deadline]
-    seconds (default 30). *)
+    seconds (default 30). [stacks] lists the group configurations, each
+    (label, property set, more tunables): by default [("group cast",
+    "vsync", "")]. [members]: processes (default 3). *)
 
 val pp_table : row list Fmt.t
 val to_json : row list -> string

@@ -441,7 +441,7 @@ let tcp_on (cfg : config) (up : Up.t) : (module TCP_IP) =
     let rng = Rng.create 4242
     let pool = up.pool
   end in
-  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let config = { Tcp.default_config with send_buffer = cfg.buffer; receive_buffer = cfg.buffer } in
   let tcp = match T.create ~config up.stack.ip with Ok t -> t | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e) in
   (module struct

@@ -3,9 +3,17 @@ open Consort_net
 open Tcp_harness
 
 type setup = { connections : int; setup_per_sec : float; bytes_per_conn : int; accounted_per_conn : int }
-type flow = { name : string; mbytes_per_sec : float; retransmitted : int; timeouts : int; cpu_s : float }
+type flow = {
+  name : string;
+  mbytes_per_sec : float;
+  retransmitted : int;
+  timeouts : int;
+  probes : int;
+  cpu_s : float;
+}
 type sack = { blocks : int; bounded_ns : float; unbounded_ns : float }
-type report = { setup : setup; flows : flow list; sack : sack }
+type rack = { bulk_on : flow; bulk_off : flow; short_on : flow; short_off : flow }
+type report = { setup : setup; flows : flow list; rack : rack; sack : sack }
 
 let live_words () =
   Gc.compact ();
@@ -46,14 +54,41 @@ let setup n =
     accounted_per_conn = s.memory / n;
   }
 
+(* One seed's run is one draw of the losses: a flow is the mean rate of
+   [seeds] runs (retransmissions, timeouts and probes summed). *)
+let seeds = 4
+
 let flow name ?(impairments = { Mem.perfect with loss = 0.01; delay = Time.of_ms 10 }) config bytes =
   let t0 = Sys.time () in
-  let r = Transfer.run ~config ~impairments ~seed:11 bytes in
+  let rs = List.init seeds (fun i -> Transfer.run ~config ~impairments ~seed:(11 + i) bytes) in
+  let sum f = List.fold_left (fun a r -> a + f r) 0 rs in
   {
     name;
-    mbytes_per_sec = float r.bytes /. Time.to_sec r.virtual_time /. 1e6;
-    retransmitted = r.retransmitted;
-    timeouts = r.timeouts;
+    mbytes_per_sec =
+      List.fold_left
+        (fun a (r : Transfer.result) -> a +. (float r.bytes /. Time.to_sec r.virtual_time /. 1e6))
+        0. rs
+      /. float seeds;
+    retransmitted = sum (fun r -> r.retransmitted);
+    timeouts = sum (fun r -> r.timeouts);
+    probes = sum (fun r -> r.sender.probes);
+    cpu_s = Sys.time () -. t0;
+  }
+
+(* [count] transfers of [bytes] each, one after the other (a request's
+   reply, say), each with its own seed: where tail losses weigh most. *)
+let short_flows name ~count ~bytes config =
+  let impairments = { Mem.perfect with loss = 0.01; delay = Time.of_ms 10 } in
+  let t0 = Sys.time () in
+  let rs = List.init count (fun i -> Transfer.run ~config ~impairments ~seed:(100 + i) bytes) in
+  let sum f = List.fold_left (fun a r -> a + f r) 0 rs in
+  let vt = sum (fun (r : Transfer.result) -> r.virtual_time) in
+  {
+    name;
+    mbytes_per_sec = float (sum (fun r -> r.bytes)) /. Time.to_sec vt /. 1e6;
+    retransmitted = sum (fun r -> r.retransmitted);
+    timeouts = sum (fun r -> r.timeouts);
+    probes = sum (fun r -> r.sender.probes);
     cpu_s = Sys.time () -. t0;
   }
 
@@ -90,6 +125,15 @@ let run ?(connections = 5000) ?(bytes = 8 * 1024 * 1024) () =
         ~impairments:{ Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
     ]
   in
+  let rack =
+    let off = { buf with rack = false } in
+    {
+      bulk_on = flow "RACK-TLP, 1% loss, 10 ms" buf bytes;
+      bulk_off = flow "no RACK-TLP, 1% loss, 10 ms" off bytes;
+      short_on = short_flows "RACK-TLP, 200 x 64 KiB" ~count:200 ~bytes:(64 * 1024) buf;
+      short_off = short_flows "no RACK-TLP, 200 x 64 KiB" ~count:200 ~bytes:(64 * 1024) off;
+    }
+  in
   let blocks = 20_000 in
   let sack =
     {
@@ -98,17 +142,21 @@ let run ?(connections = 5000) ?(bytes = 8 * 1024 * 1024) () =
       unbounded_ns = sack_cost ~blocks ~max_blocks:max_int;
     }
   in
-  { setup; flows; sack }
+  { setup; flows; rack; sack }
 
 let pp ppf r =
-  Fmt.pf ppf "@[<v>TCP on the in-memory network@,";
+  Fmt.pf ppf "@[<v>TCP on the in-memory network (each flow: the mean of %d seeds)@," seeds;
   Fmt.pf ppf "  setup: %d connections, %.0f handshakes/s of CPU, %d bytes of heap and %d accounted per connection@,"
     r.setup.connections r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn;
-  List.iter
-    (fun f ->
-      Fmt.pf ppf "  %-30s %6.2f MB/s virtual, %4d retransmitted, %d timeouts, %.2f s CPU@," f.name
-        f.mbytes_per_sec f.retransmitted f.timeouts f.cpu_s)
-    r.flows;
+  let pp_flow f =
+    Fmt.pf ppf "  %-30s %6.2f MB/s virtual, %4d retransmitted, %d timeouts, %d probes, %.2f s CPU@," f.name
+      f.mbytes_per_sec f.retransmitted f.timeouts f.probes f.cpu_s
+  in
+  List.iter pp_flow r.flows;
+  List.iter pp_flow [ r.rack.bulk_on; r.rack.bulk_off; r.rack.short_on; r.rack.short_off ];
+  Fmt.pf ppf "  RACK-TLP / without: %.2f for one 1%%-loss transfer, %.2f for short transfers@,"
+    (r.rack.bulk_on.mbytes_per_sec /. r.rack.bulk_off.mbytes_per_sec)
+    (r.rack.short_on.mbytes_per_sec /. r.rack.short_off.mbytes_per_sec);
   (match r.flows with
   | [ nr; cu; nrb; cub ] ->
       Fmt.pf ppf "  cubic / newreno: %.2f at 1%% loss, %.2f through the bottleneck@,"
@@ -122,11 +170,14 @@ let to_json r =
     String.concat ","
       (List.map
          (fun f ->
-           Printf.sprintf "{\"name\":%S,\"mbytes_per_sec\":%.3f,\"retransmitted\":%d,\"timeouts\":%d}" f.name
-             f.mbytes_per_sec f.retransmitted f.timeouts)
-         r.flows)
+           Printf.sprintf "{\"name\":%S,\"mbytes_per_sec\":%.3f,\"retransmitted\":%d,\"timeouts\":%d,\"probes\":%d}"
+             f.name f.mbytes_per_sec f.retransmitted f.timeouts f.probes)
+         (r.flows @ [ r.rack.bulk_on; r.rack.bulk_off; r.rack.short_on; r.rack.short_off ]))
   in
   Printf.sprintf
-    "{\"bench\":\"tcp-sim\",\"setup_per_sec\":%.0f,\"bytes_per_conn\":%d,\"accounted_per_conn\":%d,\"flows\":[%s],\"sack_bounded_ns\":%.0f,\"sack_unbounded_ns\":%.0f}"
-    r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn flows r.sack.bounded_ns
+    "{\"bench\":\"tcp-sim\",\"setup_per_sec\":%.0f,\"bytes_per_conn\":%d,\"accounted_per_conn\":%d,\"flows\":[%s],\"rack_ratio_bulk\":%.3f,\"rack_ratio_short\":%.3f,\"sack_bounded_ns\":%.0f,\"sack_unbounded_ns\":%.0f}"
+    r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn flows
+    (r.rack.bulk_on.mbytes_per_sec /. r.rack.bulk_off.mbytes_per_sec)
+    (r.rack.short_on.mbytes_per_sec /. r.rack.short_off.mbytes_per_sec)
+    r.sack.bounded_ns
     r.sack.unbounded_ns

@@ -115,11 +115,11 @@ module Acc = struct
   let reset t total = t.b <- Bytes.create total; t.len <- 0
   let clear t = t.b <- Bytes.empty; t.len <- 0
   let length t = t.len
-  let fits t s = t.len + String.length s <= Bytes.length t.b
+  let fits_cs t cs = t.len + Cstruct.length cs <= Bytes.length t.b
 
-  let add t s =
-    Bytes.blit_string s 0 t.b t.len (String.length s);
-    t.len <- t.len + String.length s
+  let add_cs t cs =
+    Cstruct.blit_to_bytes cs 0 t.b t.len (Cstruct.length cs);
+    t.len <- t.len + Cstruct.length cs
 
   let contents t =
     let s = if t.len = Bytes.length t.b then Bytes.unsafe_to_string t.b else Bytes.sub_string t.b 0 t.len in
@@ -543,6 +543,43 @@ module Make (T : Transport.S) = struct
 
   let locate n port k = locate n port k
 
+  (* A fragment of the reply to [t], the current transaction of [cs]; [chunk]
+     may share the receive buffer: it is not kept. *)
+  let client_frag n cs t ~rtotal ~offset ~header chunk =
+    t.last_heard <- now n;
+    t.backoff <- n.cfg.retransmit;
+    let total = String.length t.tdata in
+    t.working <- true;
+    t.acked <- total;
+    if offset = 0 && t.rep_hdr = None then begin
+      match header with
+      | Some h when rtotal <= n.cfg.max_message ->
+          t.rep_hdr <- Some h;
+          t.rep_total <- rtotal;
+          Acc.reset t.rep_buf rtotal
+      | Some _ -> complete n cs t (Error (`Combad "reply over the size limit"))
+      | None -> ()
+    end;
+    if t.rep_hdr <> None && rtotal = t.rep_total && not t.finished then begin
+      if offset = Acc.length t.rep_buf && (Cstruct.length chunk > 0 || rtotal = 0) && Acc.fits_cs t.rep_buf chunk then begin
+        Acc.add_cs t.rep_buf chunk;
+        Option.iter (fun f -> f `Received (Acc.length t.rep_buf) rtotal) t.progress;
+        t.rep_frags <- t.rep_frags + 1;
+        let multi = rtotal > n.cfg.fragment in
+        if Acc.length t.rep_buf >= rtotal then begin
+          if multi then send_c n cs (Wire.Done { xid = t.xid });
+          match t.rep_hdr with
+          | Some h -> complete n cs t (Ok (h, Acc.contents t.rep_buf))
+          | _ -> complete n cs t (Error (`Combad "reply longer than announced"))
+        end
+        else if multi && t.rep_frags mod max 1 (n.cfg.window / 8) = 0 then
+          send_c n cs (Wire.Ack { dir = Wire.Rep; xid = t.xid; upto = Acc.length t.rep_buf })
+      end
+      else if offset > Acc.length t.rep_buf then
+        send_c n cs (Wire.Ack { dir = Wire.Rep; xid = t.xid; upto = Acc.length t.rep_buf })
+    end;
+    if not t.finished then arm n cs t n.cfg.retransmit
+
   (* A message from the server of session [cs]. *)
   let client_inner n cs inner =
     match cs.current with
@@ -598,37 +635,7 @@ module Make (T : Transport.S) = struct
         | Wire.Forgotten { xid } when xid = t.xid ->
             complete n cs t (Error (`Failure "the server carried the request out but dropped its reply"))
         | Wire.Frag { dir = Wire.Rep; xid; total = rtotal; offset; header; chunk } when xid = t.xid ->
-            heard ();
-            t.working <- true;
-            t.acked <- total;
-            if offset = 0 && t.rep_hdr = None then begin
-              match header with
-              | Some h when rtotal <= n.cfg.max_message ->
-                  t.rep_hdr <- Some h;
-                  t.rep_total <- rtotal;
-                  Acc.reset t.rep_buf rtotal
-              | Some _ -> complete n cs t (Error (`Combad "reply over the size limit"))
-              | None -> ()
-            end;
-            if t.rep_hdr <> None && rtotal = t.rep_total && not t.finished then begin
-              if offset = Acc.length t.rep_buf && (String.length chunk > 0 || rtotal = 0) && Acc.fits t.rep_buf chunk then begin
-                Acc.add t.rep_buf chunk;
-                Option.iter (fun f -> f `Received (Acc.length t.rep_buf) rtotal) t.progress;
-                t.rep_frags <- t.rep_frags + 1;
-                let multi = rtotal > n.cfg.fragment in
-                if Acc.length t.rep_buf >= rtotal then begin
-                  if multi then send_c n cs (Wire.Done { xid });
-                  match t.rep_hdr with
-                  | Some h -> complete n cs t (Ok (h, Acc.contents t.rep_buf))
-                  | _ -> complete n cs t (Error (`Combad "reply longer than announced"))
-                end
-                else if multi && t.rep_frags mod max 1 (n.cfg.window / 8) = 0 then
-                  send_c n cs (Wire.Ack { dir = Wire.Rep; xid; upto = Acc.length t.rep_buf })
-              end
-              else if offset > Acc.length t.rep_buf then
-                send_c n cs (Wire.Ack { dir = Wire.Rep; xid; upto = Acc.length t.rep_buf })
-            end;
-            if not t.finished then arm n cs t n.cfg.retransmit
+            client_frag n cs t ~rtotal ~offset ~header (Cstruct.of_string chunk)
         | _ -> ())
 
   (* ---------------- server ---------------- *)
@@ -723,69 +730,74 @@ module Make (T : Transport.S) = struct
             send_s n ss (Wire.Busy { xid })
           end
 
+  (* A fragment of a request; [chunk] may share the receive buffer: it is
+     not kept. *)
+  let server_frag n ss ~xid ~total ~offset ~header chunk =
+    if xid < ss.last_xid then n.duplicates <- n.duplicates + 1
+    else if xid > ss.last_xid then begin
+      (* A new transaction: the previous one is over for the client. *)
+      match header with
+      | Some hdr when offset = 0 ->
+          release_state n ss;
+          ss.last_xid <- xid;
+          if total > n.cfg.max_message || not (make_room n total) then begin
+            ss.st <- Refused xid;
+            n.refused_busy <- n.refused_busy + 1;
+            send_s n ss (Wire.Busy { xid })
+          end
+          else if Cstruct.length chunk >= total then begin
+            if Cstruct.length chunk = total then deliver n ss xid hdr (Cstruct.to_string chunk)
+          end
+          else begin
+            n.buffered <- n.buffered + total;
+            let rbuf = Acc.create () in
+            Acc.reset rbuf total;
+            Acc.add_cs rbuf chunk;
+            ss.st <- Receiving { rxid = xid; rtotal = total; rhdr = hdr; rbuf; nacked = -1 }
+          end
+      | _ -> () (* its first fragment is late: the client will enquire *)
+    end
+    else begin
+      match ss.st with
+      | Receiving r when r.rxid = xid && total = r.rtotal ->
+          let have = Acc.length r.rbuf in
+          if offset = have && Cstruct.length chunk > 0 && Acc.fits_cs r.rbuf chunk then begin
+            Acc.add_cs r.rbuf chunk;
+            let have = Acc.length r.rbuf in
+            if have = total then begin
+              n.buffered <- n.buffered - total;
+              let data = Acc.contents r.rbuf in
+              ss.st <- Idle;
+              send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
+              deliver n ss xid r.rhdr data
+            end
+            else if have / n.cfg.fragment mod max 1 (n.cfg.window / 8) = 0 then
+              send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
+          end
+          else if offset > have && r.nacked <> have then begin
+            r.nacked <- have;
+            send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
+          end
+          else n.duplicates <- n.duplicates + 1
+      | Executing x when x = xid ->
+          n.duplicates <- n.duplicates + 1;
+          send_s n ss (Wire.Alive { xid })
+      | Replied p when p.pxid = xid ->
+          n.duplicates <- n.duplicates + 1;
+          if offset = 0 then begin
+            p.pnext <- p.packed;
+            pump_reply n ss
+          end
+      | Refused x when x = xid -> send_s n ss (if ss.sserver.stopped then Wire.Moved { xid } else Wire.Busy { xid })
+      | Forgot x when x = xid -> send_s n ss (Wire.Forgotten { xid })
+      | _ -> n.duplicates <- n.duplicates + 1
+    end
+
   let server_inner n ss inner =
     ss.used <- now n;
     match inner with
     | Wire.Frag { dir = Wire.Req; xid; total; offset; header; chunk } ->
-        if xid < ss.last_xid then n.duplicates <- n.duplicates + 1
-        else if xid > ss.last_xid then begin
-          (* A new transaction: the previous one is over for the client. *)
-          match header with
-          | Some hdr when offset = 0 ->
-              release_state n ss;
-              ss.last_xid <- xid;
-              if total > n.cfg.max_message || not (make_room n total) then begin
-                ss.st <- Refused xid;
-                n.refused_busy <- n.refused_busy + 1;
-                send_s n ss (Wire.Busy { xid })
-              end
-              else if String.length chunk >= total then begin
-                if String.length chunk = total then deliver n ss xid hdr chunk
-              end
-              else begin
-                n.buffered <- n.buffered + total;
-                let rbuf = Acc.create () in
-                Acc.reset rbuf total;
-                Acc.add rbuf chunk;
-                ss.st <- Receiving { rxid = xid; rtotal = total; rhdr = hdr; rbuf; nacked = -1 }
-              end
-          | _ -> () (* its first fragment is late: the client will enquire *)
-        end
-        else begin
-          match ss.st with
-          | Receiving r when r.rxid = xid && total = r.rtotal ->
-              let have = Acc.length r.rbuf in
-              if offset = have && String.length chunk > 0 && Acc.fits r.rbuf chunk then begin
-                Acc.add r.rbuf chunk;
-                let have = Acc.length r.rbuf in
-                if have = total then begin
-                  n.buffered <- n.buffered - total;
-                  let data = Acc.contents r.rbuf in
-                  ss.st <- Idle;
-                  send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
-                  deliver n ss xid r.rhdr data
-                end
-                else if have / n.cfg.fragment mod max 1 (n.cfg.window / 8) = 0 then
-                  send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
-              end
-              else if offset > have && r.nacked <> have then begin
-                r.nacked <- have;
-                send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
-              end
-              else n.duplicates <- n.duplicates + 1
-          | Executing x when x = xid ->
-              n.duplicates <- n.duplicates + 1;
-              send_s n ss (Wire.Alive { xid })
-          | Replied p when p.pxid = xid ->
-              n.duplicates <- n.duplicates + 1;
-              if offset = 0 then begin
-                p.pnext <- p.packed;
-                pump_reply n ss
-              end
-          | Refused x when x = xid -> send_s n ss (if ss.sserver.stopped then Wire.Moved { xid } else Wire.Busy { xid })
-          | Forgot x when x = xid -> send_s n ss (Wire.Forgotten { xid })
-          | _ -> n.duplicates <- n.duplicates + 1
-        end
+        server_frag n ss ~xid ~total ~offset ~header (Cstruct.of_string chunk)
     | Wire.Enquire { xid; have } ->
         if xid > ss.last_xid then send_s n ss (Wire.Unknown { xid })
         else if xid = ss.last_xid then begin
@@ -980,18 +992,29 @@ module Make (T : Transport.S) = struct
           match Secure.open_cs ss.skeys ~session ~seq sealed with
           | None -> n.bad <- n.bad + 1
           | Some plain -> (
-              match Codec.decode_exact Wire.inner plain with
-              | Ok inner -> server_inner n ss inner
-              | Error _ -> n.bad <- n.bad + 1))
+              match Wire.peek_frag plain with
+              | Some (Wire.Req, xid, total, offset, header, chunk) ->
+                  ss.used <- now n;
+                  server_frag n ss ~xid ~total ~offset ~header chunk
+              | _ -> (
+                  match Codec.decode_exact Wire.inner plain with
+                  | Ok inner -> server_inner n ss inner
+                  | Error _ -> n.bad <- n.bad + 1)))
     else
       match Hashtbl.find_opt n.cby_id session with
       | Some ({ cstate = Open keys; _ } as cs) when T.equal_address cs.caddr src -> (
           match Secure.open_cs keys ~session ~seq sealed with
           | None -> n.bad <- n.bad + 1
           | Some plain -> (
-              match Codec.decode_exact Wire.inner plain with
-              | Ok inner -> client_inner n cs inner
-              | Error _ -> n.bad <- n.bad + 1))
+              match Wire.peek_frag plain with
+              | Some (Wire.Rep, xid, rtotal, offset, header, chunk) -> (
+                  match cs.current with
+                  | Some t when xid = t.xid -> client_frag n cs t ~rtotal ~offset ~header chunk
+                  | _ -> ())
+              | _ -> (
+                  match Codec.decode_exact Wire.inner plain with
+                  | Ok inner -> client_inner n cs inner
+                  | Error _ -> n.bad <- n.bad + 1)))
       | _ -> n.bad <- n.bad + 1
 
   let on_datagram n src s =

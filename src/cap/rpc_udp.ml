@@ -19,14 +19,21 @@ let parse_list what l =
     (Ok []) l
   |> Result.map List.rev
 
-let open_node ?config ?g ?locate ?(multicast = Some default_multicast) ?(bind = "0.0.0.0:0") loop =
+let multicast_of_env () =
+  match Sys.getenv_opt "CONSORT_MULTICAST" with
+  | None -> Some default_multicast
+  | Some v -> (
+      match String.lowercase_ascii (String.trim v) with "" | "off" | "none" -> None | _ -> Some (String.trim v))
+
+let open_node ?config ?g ?locate ?multicast ?(bind = "0.0.0.0:0") loop =
+  let multicast = match multicast with Some m -> m | None -> multicast_of_env () in
   match (Udp.address_of_string bind, parse_list "--locate" (Rpc.locate_list ?arg:locate ())) with
   | Error e, _ -> Error ("--bind: " ^ e)
   | _, Error e -> Error e
   | Ok addr, Ok locate -> (
       let group = match multicast with None -> Ok None | Some m -> Result.map Option.some (Udp.address_of_string m) in
       match group with
-      | Error e -> Error ("multicast group: " ^ e)
+      | Error e -> Error ("multicast group (CONSORT_MULTICAST): " ^ e)
       | Ok multicast -> (
           match create ?config ?g ~locate ?multicast loop addr with
           | Ok n -> Ok n

@@ -38,6 +38,8 @@ val open_node :
 (** [open_node loop] opens a node bound to [bind] (default
     ["0.0.0.0:0"], any port). [locate] is a [--locate ADDR:PORT,...]
     value (default: the [CONSORT_LOCATE] environment variable);
-    [multicast] is the group ([Some default_multicast] unless given;
-    [None] for none); a group that cannot be joined (no multicast route)
-    is left out with a log message. Errors are one readable line. *)
+    [multicast] is the group (default: the [CONSORT_MULTICAST]
+    environment variable, [ADDR:PORT], or [off] for none; if it is unset,
+    [Some default_multicast]; [None] for none); a group that cannot be
+    joined (no multicast route) is left out with a log message. Errors are
+    one readable line. *)

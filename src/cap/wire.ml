@@ -140,10 +140,18 @@ let frag_prefix =
 let frag_cstruct ~headroom ~dir ~xid ~total ~offset ~header data ~off ~len =
   let prefix = (1, (dir, xid, total, offset), header, len) in
   let plen = Codec.size frag_prefix prefix in
-  let b = Bytes.create (headroom + plen + len) in
-  ignore (Codec.encode_into frag_prefix b headroom prefix);
-  Bytes.blit_string data off b (headroom + plen) len;
-  Cstruct.of_bytes b
+  let p = Bytes.create plen in
+  ignore (Codec.encode_into frag_prefix p 0 prefix);
+  let cs = Cstruct.create_unsafe (headroom + plen + len) in
+  Cstruct.blit_from_bytes p 0 cs headroom plen;
+  Cstruct.blit_from_string data off cs (headroom + plen) len;
+  cs
+
+let peek_frag cs =
+  match Codec.decode frag_prefix cs 0 with
+  | Ok ((1, (dir, xid, total, offset), header, len), pos) when len <= max_chunk && pos + len = Cstruct.length cs ->
+      Some (dir, xid, total, offset, header, Cstruct.sub cs pos len)
+  | _ -> None
 
 let data_header_length = 18
 

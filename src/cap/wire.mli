@@ -73,6 +73,11 @@ val frag_cstruct :
     bytes and then the {!inner} encoding of the [Frag] whose chunk is
     bytes [off, off+len) of [data]. *)
 
+val peek_frag : Cstruct.t -> (dir * int * int * int * Header.t option * Cstruct.t) option
+(** [peek_frag cs] is [Some (dir, xid, total, offset, header, chunk)] when
+    [cs] is exactly the {!inner} encoding of a [Frag] (the chunk shares
+    [cs]'s memory), [None] otherwise (then decode it with {!inner}). *)
+
 val data_header_length : int
 (** 18: version, kind, session and sequence number of a [Data] datagram. *)
 

@@ -9,6 +9,7 @@ type Event.up_ctl +=
   | Flushed of { survivors : int list; leavers : int list }
   | Excluded
   | Reported of { coord : int; excluded : int list; leaving : int list; into : string }
+  | Synced
 
 type Event.dn_ctl += Start_flush of string | Leave | Merge_into of string
 
@@ -31,6 +32,7 @@ let () =
             Fmt.pf ppf "flushed(survivors [%a], leavers [%a])" Fmt.(list ~sep:comma int) survivors
               Fmt.(list ~sep:comma int) leavers)
     | Excluded -> Some (fun ppf -> Fmt.string ppf "excluded")
+    | Synced -> Some (fun ppf -> Fmt.string ppf "synced")
     | Reported { coord; excluded; leaving; into = _ } ->
         Some
           (fun ppf ->
@@ -273,6 +275,7 @@ module L = struct
         let all a b = Array.for_all2 (fun x y -> x >= y) a b in
         if all t.casts tc && all t.sends ts then begin
           r.done_sent <- true;
+          t.out.up_ctl Synced;
           if r.coord = t.me then begin
             r.dones.(t.me) <- true;
             coord_progress t
@@ -378,7 +381,9 @@ module L = struct
       end
     end
     else if List.mem t.me excluded then begin
-      (* The group goes on without this member. *)
+      (* The group goes on without this member: a view change starts
+         here too. *)
+      block t;
       t.out.up_ctl Excluded
     end
     else if newer (coord, attempt) t.round then begin

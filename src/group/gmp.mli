@@ -47,6 +47,11 @@ type Consort.Event.up_ctl +=
             and lets go these ranks: the next view must be exactly the
             others (and whoever merges in), made by [coord] or by the member
             [into] whose view this one merges into (["" ]: none) *)
+  | Synced
+        (** this member has delivered everything up to a round's target:
+            it holds the same messages of the view as every member that
+            completes that round (layers above that order at the end of
+            the view wait for this) *)
 
 type Consort.Event.dn_ctl +=
   | Start_flush of string  (** at the coordinator: run a round (the reason, for logs) *)

@@ -142,6 +142,9 @@ module Make (T : Transport.S) = struct
     mutable exited : bool;
     mutable tick : T.timer option;
     mutable garbage : int;
+    mutable past : (string * (string * int) list) list;
+        (* Bottom's counters in the stacks of earlier views, summed *)
+    mutable views : int;  (* views installed *)
     mutable send_errors : int;
     heal_interval : Time.t;
     merge_timeout : Time.t;
@@ -193,6 +196,26 @@ module Make (T : Transport.S) = struct
 
   let member_of c r = { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r) }
 
+  (* Counters summed layer by layer, name by name, in first-seen order. *)
+  let add_counters a b =
+    let add_kv kvs (k, v) =
+      if List.mem_assoc k kvs then List.map (fun (k', v') -> if k' = k then (k', v' + v) else (k', v')) kvs
+      else kvs @ [ (k, v) ]
+    in
+    List.fold_left
+      (fun acc (layer, kvs) ->
+        match List.assoc_opt layer acc with
+        | None -> acc @ [ (layer, kvs) ]
+        | Some old ->
+            List.map (fun (l, k) -> if l = layer then (l, List.fold_left add_kv old kvs) else (l, k)) acc)
+      a b
+
+  (* Bottom's counters are all drops by reason; other layers' include
+     gauges of the view (a window, a round), which do not add up. *)
+  let stop_stack t c =
+    t.past <- add_counters t.past (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
+    Ep.Binding.stop c.ep
+
   let rec install t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
@@ -206,7 +229,8 @@ module Make (T : Transport.S) = struct
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
           (* The old stack goes first: its buffers are released now. *)
-          Option.iter (fun c -> Ep.Binding.stop c.ep) old;
+          Option.iter (stop_stack t) old;
+          t.views <- t.views + 1;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
             {
@@ -410,7 +434,7 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      Option.iter (fun c -> Ep.Binding.stop c.ep) t.cur;
+      Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
       T.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
@@ -696,6 +720,8 @@ module Make (T : Transport.S) = struct
                     exited = false;
                     tick = None;
                     garbage = 0;
+                    past = [];
+                    views = 0;
                     send_errors = 0;
                     heal_interval = Params.time params Param.heal_interval;
                     merge_timeout = Params.time params Param.merge_timeout;
@@ -779,5 +805,21 @@ module Make (T : Transport.S) = struct
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued
   let garbage t = t.garbage
+
+  let counters t =
+    let cur = match t.cur with Some c when not t.exited -> Stack.counters (Ep.Binding.stack c.ep) | _ -> [] in
+    ( "group",
+      [
+        ("views", t.views);
+        ("side_garbage", t.garbage);
+        ("refused", t.refused);
+        ("dropped_sends", t.dropped_sends);
+        ("send_errors", t.send_errors);
+      ] )
+    ::
+    (if List.mem_assoc "bottom" cur then
+       List.map (fun (l, kvs) -> if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs)) cur
+     else cur @ t.past)
+
   let crash t = exit_group t
 end

@@ -166,4 +166,16 @@ module Make (T : Consort.Transport.S) : sig
   val stack : t -> Consort.Stack.t option
   val garbage : t -> int
   (** Datagrams dropped by the side channel as malformed or of another group. *)
+
+  val counters : t -> (string * (string * int) list) list
+  (** The counters, by layer: first ["group"]'s since the member joined
+      (views installed, side-channel datagrams dropped as malformed or of
+      another group (["side_garbage"]), messages refused by {!cast} and
+      {!send}, sends dropped at a view change, datagrams the transport
+      failed to send); then each layer's in the current view's stack (each
+      view has a stack of its own), except Bottom's, which count dropped
+      datagrams by reason and are summed since the member joined
+      (["garbage"]: no layer could decode it; ["wrong_group"]: another
+      group or view; ["bad_rank"], ["from_self"]). Empty after exit but
+      for ["group"] and ["bottom"]. *)
 end

@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy
 
-let all = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let vsync = all
+let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -13,6 +13,11 @@ let to_string = function
   | Suspect -> "Suspect"
   | Flow -> "Flow"
   | Slander -> "Slander"
+  | Total -> "Total"
+  | Causal -> "Causal"
+  | Agree -> "Agree"
+  | Auth -> "Auth"
+  | Privacy -> "Privacy"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -30,10 +35,11 @@ let of_string s =
     Result.bind acc (fun ps ->
         match String.lowercase_ascii item with
         | "vsync" -> Ok (ps @ vsync)
+        | "safe" -> Ok (ps @ [ Agree ])
         | l -> (
             match List.find_opt (fun p -> String.lowercase_ascii (to_string p) = l) all with
             | Some p -> Ok (ps @ [ p ])
-            | None -> Error (Unknown { name = item; known = "vsync" :: List.map to_string all })))
+            | None -> Error (Unknown { name = item; known = ("vsync" :: List.map to_string all) @ [ "Safe" ] })))
   in
   match List.fold_left one (Ok []) items with
   | Ok [] -> Error Empty
@@ -47,6 +53,11 @@ let layers ps =
     let l =
       List.concat
         [
+          (* Ordering layers above the flush, which hands every member
+             that goes on the same casts, theirs included. *)
+          (if has Agree then [ Agree.layer ] else []);
+          (if has Causal then [ Causal.layer ] else []);
+          (if has Total then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);

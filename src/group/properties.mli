@@ -13,10 +13,18 @@ type t =
   | Suspect  (** detect failures by heartbeats *)
   | Flow  (** window and credit flow control *)
   | Slander  (** share suspicions among members *)
+  | Total  (** casts delivered in one order at every member ({!Total}); needs [vsync] *)
+  | Causal  (** casts delivered in causal order ({!Causal}); needs [vsync] *)
+  | Agree  (** safe delivery ({!Agree}; ["Safe"] is accepted for it); needs [vsync] *)
+  | Auth
+      (** only holders of the group's secret join, and every datagram is
+          authenticated (the transport seals it: [Consort_seal.Seal]); adds no layer *)
+  | Privacy  (** [Auth], and every payload encrypted; adds no layer *)
 
 val all : t list
 val vsync : t list
-(** Ensemble's default set: [Gmp; Sync; Heal; Frag; Suspect; Flow; Slander]. *)
+(** Ensemble's default set: [Gmp; Sync; Heal; Frag; Suspect; Flow; Slander]
+    ([all] adds the ordering properties). *)
 
 val to_string : t -> string
 

@@ -646,3 +646,9 @@ module Make (A : LINK) = struct
       connections = Itbl.length t.pinned + Lru.length t.conns;
     }
 end
+
+module Df (I : S) = struct
+  include I
+
+  let send = I.send_df
+end

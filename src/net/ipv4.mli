@@ -154,3 +154,9 @@ end
 module Make (A : LINK) : S with type arp = A.t
 (** [Make (A)] is IPv4 over [A]: [Make (Arp.Make (Ethernet.Make (Device)))]
     on Ethernet, [Make (P2p.Make (Device))] on a point-to-point link. *)
+
+module Df (I : S) : S with type t = I.t and type connection = I.connection and type arp = I.arp
+(** [Df (I)] is [I] with Don't Fragment set on every datagram sent ({!send}
+    is {!S.send_df}): the lower layer for TCP, so that a path with a
+    smaller MTU says so (ICMP fragmentation needed, RFC 1191) instead of
+    fragmenting, and a datagram over the local MTU is refused. *)

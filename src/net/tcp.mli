@@ -10,7 +10,9 @@
     NewReno (RFC 5681, RFC 6582) or CUBIC (RFC 9438) congestion control
     with limited transmit (RFC 3042); window scaling and timestamps with
     RTTM and PAWS (RFC 7323); SACK (RFC 2018) with RFC 6675 loss recovery
-    and D-SACK (RFC 2883); delayed ACKs; Nagle's algorithm with a no-delay
+    and D-SACK (RFC 2883); RACK-TLP time-based loss detection and tail loss
+    probes (RFC 8985); path MTU discovery from ICMP (RFC 1191) and, when
+    ICMP is filtered, by packetization-layer probing (RFC 8899); delayed ACKs; Nagle's algorithm with a no-delay
     switch; zero-window probing; keepalive; flow control from the space the
     application has not consumed.
 

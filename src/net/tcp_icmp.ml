@@ -32,3 +32,21 @@ let of_ipv4 (Ipv4.Icmp_error { error; quoted }) = of_icmp error ~quoted
 let pp_kind ppf = function
   | Hard s | Soft s -> Fmt.string ppf s
   | Frag_needed mtu -> Fmt.pf ppf "fragmentation needed (MTU %d)" mtu
+
+(* RFC 4443 and RFC 5461: an unreachable port (or next header) is hard,
+   the others soft;
+   packet too big carries the MTU, of which TCP gets what is left after
+   the IPv6 header. *)
+let of_ipv6 (Ipv6.Icmp_error { error; quoted }) =
+  let kind =
+    match error with
+    | Ipv6.Unreachable 4 -> Hard "port unreachable"
+    | Unreachable 1 -> Soft "administratively prohibited"
+    | Unreachable 3 -> Soft "address unreachable"
+    | Unreachable c -> Soft (Printf.sprintf "unreachable (code %d)" c)
+    | Packet_too_big mtu -> Frag_needed (mtu - 40)
+    | Time_exceeded _ -> Soft "time exceeded"
+    | Parameter_problem { code = 1; _ } -> Hard "unrecognized next header"
+    | Parameter_problem { code; _ } -> Soft (Printf.sprintf "parameter problem (code %d)" code)
+  in
+  of_quoted kind quoted

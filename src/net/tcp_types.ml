@@ -67,6 +67,8 @@ type config = {
   backlog : int;
   challenge_ack_limit : int;
   congestion : congestion;
+  rack : bool;
+  plpmtud : bool;
   syn_cookies : bool;
   min_mss : int;
   orphan_retries : int;
@@ -97,6 +99,8 @@ let default_config =
     backlog = 128;
     challenge_ack_limit = 10;
     congestion = New_reno;
+    rack = true;
+    plpmtud = true;
     syn_cookies = true;
     min_mss = 48;
     orphan_retries = 8;
@@ -135,6 +139,9 @@ type conn_info = {
   segments_retransmitted : int;
   fast_retransmits : int;
   timeouts : int;
+  probes : int;
+  path_mtu : int;
+  mtu_probes : int;
   ooo_segments : int;
   soft_error : string option;
 }
@@ -143,7 +150,7 @@ let pp_conn_info ppf i =
   let o = Fmt.(option ~none:(any "-") int) in
   Fmt.pf ppf
     "%a mss %d/%d wscale %a/%a%s%s rtt %a/%a rto %a cwnd %d ssthresh %d snd_wnd %d rcv_wnd %d \
-     unacked %d unsent %d unread %d sent %d received %d retrans %d fast %d timeouts %d"
+     unacked %d unsent %d unread %d sent %d received %d retrans %d fast %d timeouts %d probes %d"
     pp_state i.state i.snd_mss i.rcv_mss o i.snd_wscale o i.rcv_wscale
     (if i.sack_ok then " sack" else "")
     (if i.timestamps_ok then " ts" else "")
@@ -152,6 +159,7 @@ let pp_conn_info ppf i =
     Fmt.(option ~none:(any "-") Time.pp)
     i.rttvar Time.pp i.rto i.cwnd i.ssthresh i.snd_wnd i.rcv_wnd i.unacked i.unsent i.unread
     i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.timeouts
+    i.probes
 
 type stats = {
   segments_in : int;

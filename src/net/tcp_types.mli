@@ -60,6 +60,15 @@ type config = {
       (** challenge ACKs per second and connection (RFC 5961 section 7), at
           most; each second's budget is drawn between half of it and it *)
   congestion : congestion;  (** of connections opened from now on *)
+  rack : bool;
+      (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss
+          detection and tail loss probes; off, loss is detected by
+          duplicate ACKs (RFC 6675) and tail losses wait for the RTO *)
+  plpmtud : bool;
+      (** packetization-layer path MTU discovery (RFC 8899, RFC 4821): a
+          segment lost to two timeouts in a row makes the segments smaller
+          (a black hole: a path that drops large packets and says nothing),
+          then probes with larger ones find the size the path carries *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
   min_mss : int;
       (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48):
@@ -105,6 +114,9 @@ type conn_info = {
   segments_retransmitted : int;
   fast_retransmits : int;
   timeouts : int;
+  probes : int;  (** tail loss probes sent (RFC 8985 section 7) *)
+  path_mtu : int;  (** the largest segment (header included) the path is taken to carry *)
+  mtu_probes : int;  (** path MTU probes sent (RFC 8899) *)
   ooo_segments : int;  (** segments in the out-of-order queue *)
   soft_error : string option;  (** the last ICMP soft error about the connection *)
 }

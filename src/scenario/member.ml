@@ -1,7 +1,9 @@
 open Consort
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
-module G = Consort_group.Group.Make (Udp)
+module Seal = Consort_seal.Seal
+module S = Seal.Make (Udp)
+module G = Consort_group.Group.Make (S)
 module Log = Consort_spec.Log
 
 module In_channel_all = struct
@@ -45,10 +47,12 @@ type config = {
   seed : int;
   drop_file : string option;
   discovery : string option;
+  seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
 }
 
 type error =
   | Bad_props of string
+  | Bad_params of string
   | Bad_peer of { peer : string; reason : string }
   | Bad_bind of { addr : string; reason : string }
   | Unreachable_bind of { addr : string; peer : string }
@@ -58,6 +62,7 @@ type error =
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
+  | Bad_params e -> Fmt.pf ppf "--params: %s" e
   | Bad_peer { peer; reason } -> Fmt.pf ppf "--peers: %s" (if reason = "" then peer else reason)
   | Bad_bind { addr; reason } -> Fmt.pf ppf "--bind %s: %s" addr reason
   | Unreachable_bind { addr; peer } ->
@@ -109,6 +114,9 @@ let check_peers peers =
   |> Result.map List.rev
 
 let check_config cfg =
+  match Consort_group.Total.check_params cfg.params with
+  | Error e -> Error (Bad_params e)
+  | Ok () ->
   match check_peers cfg.peers with
   | Error e -> Error e
   | Ok peers -> (
@@ -126,7 +134,7 @@ let check_config cfg =
 let join loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery
-      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers loop ~group:cfg.group ~addr cb
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap loop cfg.seal) ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
@@ -160,6 +168,34 @@ let classify fd =
          | exception Unix.Unix_error _ -> false) ->
       Nothing
   | _ -> Watched
+
+(* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
+   or on standard error for a quiet member. *)
+let print_counters ~quiet g =
+  let items =
+    List.concat_map
+      (fun (layer, kvs) -> List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) kvs)
+      (G.counters g)
+  in
+  let items =
+    let st = S.stats (G.connection g) in
+    items
+    @ List.filter_map
+          (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "seal.%s=%d" k v) else None)
+          [
+            ("sealed", st.Seal.sealed);
+            ("opened", st.opened);
+            ("malformed", st.malformed);
+            ("clear", st.clear);
+            ("bad_tag", st.bad_tag);
+            ("wrong_mode", st.wrong_mode);
+            ("replayed", st.replayed);
+            ("stale", st.stale);
+          ]
+  in
+  let line = "counters " ^ String.concat " " items in
+  if quiet then prerr_endline line else print_endline line;
+  flush stdout
 
 let run cfg =
   match Consort_group.Properties.layers cfg.props with
@@ -277,11 +313,16 @@ let run cfg =
                   G.leave g
                 end
               in
-              let term = ref false in
+              let term = ref false and usr1 = ref false in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> term := true));
               Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> term := true));
+              Sys.set_signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> usr1 := true));
               let rec poll () =
                 if !term then leave ();
+                if !usr1 then begin
+                  usr1 := false;
+                  print_counters ~quiet:cfg.quiet g
+                end;
                 if not !exited then ignore (Loop.after loop (Time.of_ms 20) poll)
               in
               poll ();
@@ -303,7 +344,7 @@ let run cfg =
                         else Some (fun ~src _ -> List.mem (Udp.address_to_string src) blocked)
                       in
                       say "dropping datagrams from [%s]" (String.concat " " blocked);
-                      ignore (Udp.control (G.connection g) (Udp.Drop_filter filter))
+                      ignore (S.control (G.connection g) (S.Drop_filter filter))
                     end;
                     if not !exited then ignore (Loop.after loop (Time.of_ms 50) watch_file)
                   in
@@ -375,5 +416,6 @@ let run cfg =
                              read it as a file. *)
                           read_directly ()));
               Loop.run loop ~until:(fun () -> !exited);
+              if not cfg.quiet then print_counters ~quiet:false g;
               Option.iter close_out log_oc;
               Ok ())))

@@ -36,11 +36,15 @@ type config = {
       (** for tests of partitions: a file listing addresses (one per line)
           whose datagrams are dropped; re-read as it changes *)
   discovery : string option;  (** an IP multicast group for discovery, e.g. ["239.1.2.3:7500"] *)
+  seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
+      (** the group's secret and whether datagrams are authenticated or also
+          encrypted ({!Consort_seal.Seal}); [None]: in clear *)
 }
 
 (** Why a member cannot run. *)
 type error =
   | Bad_props of string
+  | Bad_params of string  (** a tunable with a value its layer refuses ([total.protocol]) *)
   | Bad_peer of { peer : string; reason : string }  (** an address that does not parse *)
   | Bad_bind of { addr : string; reason : string }
       (** an address peers cannot reach: wildcard, broadcast, multicast, port 0,

@@ -27,16 +27,16 @@ let free_ports n =
 
 let drop_file m = Filename.concat m.dir (Printf.sprintf "drop-%d" m.idx)
 
-let create ~dir n =
+let create_at ~dir addrs =
   List.mapi
-    (fun idx port ->
-      let m =
-        { idx; addr = Printf.sprintf "127.0.0.1:%d" port; dir; pid = None; input = None; incarnation = 0; logs = [] }
-      in
+    (fun idx addr ->
+      let m = { idx; addr; dir; pid = None; input = None; incarnation = 0; logs = [] } in
       let oc = open_out (drop_file m) in
       close_out oc;
       m)
-    (free_ports n)
+    addrs
+
+let create ~dir n = create_at ~dir (List.map (Printf.sprintf "127.0.0.1:%d") (free_ports n))
 
 let start ~exe ?(wrap = []) ?(extra = []) ?(params = "") ?(props = "vsync") ~group ~peers ?(output = "/dev/null") m =
   m.incarnation <- m.incarnation + 1;

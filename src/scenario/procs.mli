@@ -19,6 +19,10 @@ type member = private {
 val create : dir:string -> int -> member list
 (** [create ~dir n] picks [n] free ports on 127.0.0.1; files go in [dir]. *)
 
+val create_at : dir:string -> string list -> member list
+(** [create_at ~dir addrs]: one member at each of [addrs] (in network
+    namespaces, say). *)
+
 val start :
   exe:string ->
   ?wrap:string list ->

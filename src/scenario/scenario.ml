@@ -57,7 +57,8 @@ let scenarios =
     };
   ]
 
-let names = List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Consort_cap.Rpc_sim.names
+let names =
+  List.map (fun s -> s.name) scenarios @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Consort_cap.Rpc_sim.names
 
 let describe n =
   match List.find_opt (fun s -> s.name = n) scenarios with
@@ -65,7 +66,10 @@ let describe n =
   | None -> (
       match Vsync_sim.describe n with
       | Some d -> Some d
-      | None -> ( match Vsync_forged.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n))
+      | None -> (
+          match Vsync_forged.describe n with
+          | Some d -> Some d
+          | None -> ( match Order_sim.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n)))
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
@@ -172,7 +176,12 @@ let run ?trace ?params name ~seed =
   | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
   | None -> (
       match
-        match Vsync_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_forged.run ?trace ?params name ~seed
+        match Vsync_sim.run ?trace ?params name ~seed with
+        | Some o -> Some o
+        | None -> (
+            match Vsync_forged.run ?trace ?params name ~seed with
+            | Some o -> Some o
+            | None -> Order_sim.run ?trace ?params name ~seed)
       with
       | Some o ->
           Ok

@@ -30,6 +30,7 @@ type world = {
   net : Sim.t;
   rng : Rng.t;
   layers : Layer.t list;
+  extra_props : Consort_group.Properties.t list;  (* ordering properties asked for with sim.props: checked too *)
   params : Params.t;
   procs : proc array;
   logs : (string, Log.event list ref) Hashtbl.t;  (* by member id, newest first *)
@@ -222,12 +223,38 @@ let workload w ~from ~until ~count =
     at w t (fun () -> if kind = 0 then send w i else cast w i)
   done
 
-let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
+let sim_props = "sim.props"
+
+let () =
+  Params.register sim_props (Params.String "vsync")
+    ~doc:
+      "consort sim: the property set of the members' stack in the vsync-* scenarios, names joined by + \
+       (vsync+Total); the ordering properties it adds are checked too"
+
+let props_of params = Consort_group.Properties.of_string (String.map (function '+' -> ',' | c -> c) (Params.string params sim_props))
+
+let check_params params =
+  match props_of params with
+  | Error e -> Error (Fmt.str "%s: %a" sim_props Consort_group.Properties.pp_error e)
+  | Ok p -> (
+      match Consort_group.Properties.layers p with
+      | Error e -> Error (Fmt.str "%s: %a" sim_props Consort_group.Properties.pp_error e)
+      | Ok _ -> Consort_group.Total.check_params params)
+
+let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
   let rng = Rng.create seed in
   let net = Sim.create ~seed:(Rng.int rng 0x3fffffff) ~link () in
   Sim.set_trace_channel net trace;
+  let props, extra_props =
+    match props with
+    | Some p -> (p, [])
+    | None -> (
+        match props_of params with
+        | Ok p -> (p, List.filter (fun x -> not (List.mem x Consort_group.Properties.vsync)) p)
+        | Error e -> Fmt.failwith "%s: %a" sim_props Consort_group.Properties.pp_error e)
+  in
   let layers =
-    match Consort_group.Properties.(layers vsync) with
+    match Consort_group.Properties.layers props with
     | Ok l -> l
     | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e
   in
@@ -235,6 +262,7 @@ let make ?trace ?(params = Params.empty) ~seed ~n ~link () =
     net;
     rng;
     layers;
+    extra_props;
     params;
     procs =
       Array.init n (fun i ->
@@ -285,7 +313,7 @@ let converged w =
         ]
       else []
 
-let finish ?(extra = []) w =
+let finish ?(extra = []) ?(checks = []) w =
   (* The run ended after a quiet period, the network healed: every live
      member is live and connected. *)
   Array.iter
@@ -301,9 +329,20 @@ let finish ?(extra = []) w =
     | Ok () -> []
     | Error vs -> List.map (Fmt.str "%a" Vsync.pp_violation) vs
   in
+  let order name f = match f logs with Ok () -> [] | Error vs -> List.map (Fmt.str "%s: %a" name Consort_spec.Order.pp_violation) vs in
+  let auto =
+    List.concat_map
+      (function
+        | Consort_group.Properties.Total -> order "total" Consort_spec.Order.check_total
+        | Causal -> order "causal" Consort_spec.Order.check_causal
+        | Agree -> order "safe" Consort_spec.Order.check_safe
+        | _ -> [])
+      w.extra_props
+  in
+  let more = List.concat_map (fun f -> f logs) checks @ auto in
   let stats = Sim.stats w.net in
   {
-    violations = List.rev w.problems @ spec @ converged w @ extra;
+    violations = List.rev w.problems @ spec @ more @ converged w @ extra;
     trace_hash = Sim.trace_hash w.net;
     sent = w.sent;
     delivered = w.delivered;
@@ -602,3 +641,6 @@ let member w i =
 let addr_of_member w eid =
   Array.to_list w.procs
   |> List.find_map (fun p -> match p.g with Some g when alive p && G.me g = eid -> Some p.addr | _ -> None)
+
+let leave w i = match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ()
+let is_alive w i = alive w.procs.(i)

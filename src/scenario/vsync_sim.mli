@@ -17,6 +17,11 @@ type outcome = {
   end_time : Consort.Time.t;
 }
 
+val check_params : Consort.Params.t -> (unit, string) result
+(** Whether the tunables make sense for a scenario ([sim.props], the
+    property set of the vsync-* scenarios' stack, names joined by [+];
+    [total.protocol]): a one-line error otherwise. *)
+
 val names : string list
 val describe : string -> string option
 
@@ -29,8 +34,19 @@ val run : ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -
 type world
 (** One simulated network with its processes, their member logs and counts. *)
 
-val make : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> n:int -> link:Consort_engine.Sim.link -> unit -> world
-(** [n] processes [p0] ... on a network whose links are all [link]; the [vsync] stack. *)
+val make :
+  ?trace:out_channel ->
+  ?params:Consort.Params.t ->
+  ?props:Consort_group.Properties.t list ->
+  seed:int ->
+  n:int ->
+  link:Consort_engine.Sim.link ->
+  unit ->
+  world
+(** [n] processes [p0] ... on a network whose links are all [link]; the
+    stack of [props] (default: the tunable [sim.props] of [params],
+    itself [vsync] by default; ordering properties it adds, such as
+    [Total], are then checked by {!finish} too). *)
 
 val lossy : float -> Consort_engine.Sim.link
 (** A link that loses and reorders this fraction of datagrams, with 2 ms of jitter. *)
@@ -49,9 +65,10 @@ val note : world -> ('a, unit, string, unit) format4 -> 'a
 val problem : world -> string -> unit
 (** Fails the run with this violation. *)
 
-val finish : ?extra:string list -> world -> outcome
-(** Checks the logs with {!Consort_spec.Vsync} and that the live members
-    end in one view of exactly them. *)
+val finish :
+  ?extra:string list -> ?checks:((string * Consort_spec.Log.event list) list -> string list) list -> world -> outcome
+(** Checks the logs with {!Consort_spec.Vsync} and [checks], and that the
+    live members end in one view of exactly them. *)
 
 val net : world -> Consort_engine.Sim.t
 val rng : world -> Consort.Rng.t
@@ -64,3 +81,17 @@ val member : world -> int -> (string * Consort.Stack.t) option
 (** The member id and current stack of process [i], if it is alive and in a view. *)
 
 val addr_of_member : world -> string -> string option
+
+val cast : ?size:int -> world -> int -> unit
+(** [cast w i]: process [i], if alive, casts a unique payload (of [size]
+    bytes, or a random length). *)
+
+val leave : world -> int -> unit
+(** Process [i], if alive, leaves the group. *)
+
+val is_alive : world -> int -> bool
+val not_wedged : world -> string list
+(** A violation for each live member that is blocked. *)
+
+val with_params : world -> (string * Consort.Params.value) list -> world
+(** The scenario's own tunables, under those given on the command line. *)

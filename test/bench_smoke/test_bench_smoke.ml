@@ -103,6 +103,26 @@ let throughput () =
     rows;
   ignore (B.Throughput.to_json rows)
 
+let rtt_total () =
+  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:100 ~warmup:20 ~placements:[ `Same ] ~rounds:1 ~total:true ()) in
+  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "engine UDP"; "group cast"; "Total seq"; "Total token" ]
+    (List.map (fun r -> r.B.Rtt.kind) rows);
+  List.iter (fun r -> Alcotest.(check int) "samples" 100 (Array.length r.B.Rtt.samples)) rows
+
+(* Total order in the throughput benchmark: both protocols deliver every
+   cast, in each origin's order, at every member. *)
+let throughput_total () =
+  let stacks = [ ("Total seq", "vsync,Total", "total.protocol=sequencer"); ("Total token", "vsync,Total", "total.protocol=token") ] in
+  let rows = get (B.Throughput.run ~exe:(exe ()) ~count:300 ~senders:[ 3 ] ~stacks ~deadline:10. ~reps:1 ()) in
+  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "Total seq"; "Total token" ] (List.map (fun r -> r.B.Throughput.kind) rows);
+  List.iter
+    (fun r ->
+      if r.B.Throughput.kind <> "raw UDP" then begin
+        Alcotest.(check bool) (r.kind ^ ": every delivery checked and right") true r.ok;
+        List.iter (fun m -> Alcotest.(check int) "all delivered" (300 * r.senders) m.B.Throughput.received) r.members
+      end)
+    rows
+
 let () =
   Alcotest.run "bench_smoke"
     [
@@ -113,5 +133,7 @@ let () =
           Alcotest.test_case "failover with a 1 s timeout" `Quick failover;
           Alcotest.test_case "round trips" `Quick rtt;
           Alcotest.test_case "throughput" `Quick throughput;
+          Alcotest.test_case "throughput with Total" `Quick throughput_total;
+          Alcotest.test_case "round trips with Total" `Quick rtt_total;
         ] );
     ]

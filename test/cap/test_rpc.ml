@@ -387,6 +387,21 @@ let fast_path () =
     let fast = Cstruct.to_string (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len) in
     let slow = Codec.encode_string Wire.inner (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len }) in
     Alcotest.(check string) "same bytes" slow fast;
+    (match Wire.peek_frag (Cstruct.of_string fast) with
+    | Some (d, x, t, o, h, c) ->
+        Alcotest.(check bool) "peek: fields" true (d = dir && x = xid && t = total && o = offset && h = header);
+        Alcotest.(check string) "peek: chunk" (String.sub data off len) (Cstruct.to_string c)
+    | None -> Alcotest.fail "peek_frag: not recognised");
+    (* Cut short or lengthened, it is not a fragment (nor for the codec). *)
+    let cut = String.sub fast 0 (String.length fast - 1) and longer = fast ^ "x" in
+    List.iter
+      (fun bad ->
+        Alcotest.(check bool) "peek agrees with the codec" true
+          (Wire.peek_frag (Cstruct.of_string bad) = None
+          && match Codec.decode_string Wire.inner bad with Ok (Wire.Frag _) -> false | _ -> true))
+      [ cut; longer ];
+    Alcotest.(check bool) "an ack is not a fragment" true
+      (Wire.peek_frag (Cstruct.of_string (Codec.encode_string Wire.inner (Wire.Ack { dir; xid; upto = offset }))) = None);
     let session = Crypto.random ~g 8 and seq = Random.State.int64 rs Int64.max_int in
     let sealed = String.make (16 + Random.State.int rs 50) 'z' in
     let whole = Bytes.to_string (Wire.data_header ~up:(dir = Wire.Req) ~session ~seq) ^ sealed in
@@ -596,3 +611,89 @@ let replicas () =
   Alcotest.(check bool) "served by the other" true (other <> first && (other = "a" || other = "b"))
 
 let tests = tests @ [ Alcotest.test_case "replicas of one port" `Quick replicas ]
+
+(* One client follows a port that moves three times, with its locate cache:
+   a server that stops serving it (MOVED), a place that no longer serves it
+   (NOTHERE to the handshake), and a server that crashes (silence). Locates
+   are asked only when the cached place fails. *)
+let follows_moves () =
+  let config = { cfg with silence = Time.of_sec 2. } in
+  let net = Sim.create ~seed:5 () in
+  let g = Crypto.deterministic "moves" in
+  let key = Port.Key.generate ~g () in
+  let nonces = Hashtbl.create 8 in
+  let locates = ref 0 in
+  (* Each locate is asked of every configured place: count it once. *)
+  let count_locates n =
+    ignore
+      (Sim.control (R.connection n)
+         (Sim.Drop_filter
+            (Some
+               (fun ~src:_ cs ->
+                 (match Codec.decode_string Wire.outer (Cstruct.to_string cs) with
+                 | Ok (Wire.Locate { nonce; _ }) when not (Hashtbl.mem nonces nonce) ->
+                     Hashtbl.add nonces nonce ();
+                     incr locates
+                 | _ -> ());
+                 false))))
+  in
+  let start addr =
+    let n = ok (R.create ~config ~g net addr) in
+    count_locates n;
+    let s = R.serve n key in
+    R.listen s (fun r -> R.putrep r (Header.reply `Ok) (addr ^ ":" ^ R.data r));
+    (n, s)
+  in
+  let na, sa = start "a" in
+  let client = ok (R.create ~config ~g ~locate:[ "a"; "b"; "c" ] net "cl") in
+  let cap = Cap.owner (Port.Key.port key) ~obj:1 secret in
+  let took = ref 0 in
+  let call ?idempotent d =
+    let res = ref None in
+    let t0 = Sim.now net in
+    R.trans client ?idempotent (Header.request cap 1) d (fun r -> took := Time.diff (Sim.now net) t0; res := Some r);
+    Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 60.)) net;
+    match !res with Some r -> r | None -> Alcotest.fail "no outcome"
+  in
+  let expect what want r =
+    match r with
+    | Ok (_, d) -> Alcotest.(check string) what want d
+    | Error e -> Alcotest.failf "%s: %a" what Rpc_error.pp e
+  in
+  expect "first call" "a:1" (call "1");
+  expect "second call" "a:2" (call "2");
+  Alcotest.(check int) "the second call used the cached place" 1 !locates;
+  Alcotest.(check int) "one cache entry" 1 (R.stats client).Rpc.cache;
+  (* 1. a stops serving the port, b serves it: MOVED, then a new locate. *)
+  R.stop sa;
+  let nb, _ = start "b" in
+  expect "after MOVED" "b:3" (call "3");
+  Alcotest.(check int) "located again once" 2 !locates;
+  expect "cached again" "b:4" (call "4");
+  Alcotest.(check int) "no locate for a cached place" 2 !locates;
+  (* 2. b restarts without the port (its session is gone), c serves it: the
+     handshake to the cached b gets NOTHERE, which drops the cache entry. *)
+  ignore nb;
+  Sim.crash net "b";
+  let nb' = ok (R.create ~config ~g net "b") in
+  count_locates nb';
+  let nc, _ = start "c" in
+  expect "after NOTHERE" "c:5" (call ~idempotent:true "5");
+  Alcotest.(check int) "located again after NOTHERE" 3 !locates;
+  (* 3. c crashes, a serves the port again: a request that is not idempotent
+     ends with an unknown outcome, and the silence drops the cache entry, so
+     the next call finds a. *)
+  ignore nc;
+  Sim.crash net "c";
+  let sa' = R.serve na key in
+  R.listen sa' (fun r -> R.putrep r (Header.reply `Ok) ("a:" ^ R.data r));
+  (match call "6" with
+  | Error e -> Alcotest.(check bool) "outcome unknown" true (Rpc_error.outcome e = `Unknown)
+  | Ok _ -> Alcotest.fail "answered by a crashed server");
+  expect "after silence" "a:7" (call "7");
+  (* Straight to a locate: no handshake with the silent place timed out first. *)
+  Alcotest.(check bool) "the silent place was forgotten" true (!took < config.locate_timeout);
+  expect "idempotent after silence" "a:8" (call ~idempotent:true "8");
+  Alcotest.(check int) "one cache entry at the end" 1 (R.stats client).Rpc.cache
+
+let tests = tests @ [ Alcotest.test_case "one client follows a moving port" `Quick follows_moves ]

@@ -13,6 +13,9 @@ let tiny () =
       sane "raw round trip us" 1. 1e6 r.B.raw_rtt_us;
       sane "trans MB/s" 0.01 1e5 r.B.trans_mbps;
       sane "trans 60 KB MB/s" 0.01 1e5 r.B.trans_big_mbps;
-      sane "raw MB/s" 0.01 1e5 r.B.raw_mbps
+      sane "raw MB/s" 0.01 1e5 r.B.raw_mbps;
+      sane "AES-GCM MB/s" 0.01 1e6 r.B.gcm_mbps;
+      sane "trans per CPU s" 0.01 1e6 r.B.trans_cpu_mbps;
+      sane "raw per CPU s" 0.01 1e6 r.B.raw_cpu_mbps
 
 let () = Alcotest.run "cap-bench" [ ("rpc", [ Alcotest.test_case "tiny run" `Quick tiny ]) ]

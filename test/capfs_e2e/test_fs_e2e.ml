@@ -41,12 +41,15 @@ let free_port () =
 
 type server = { pid : int; cap : string; addr : string }
 
-let start_server ~data ~port =
+let start_server ?(env = []) ~data ~port () =
   let r, w = Unix.pipe ~cloexec:true () in
   let err = Unix.openfile (data ^ ".log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
   let addr = Printf.sprintf "127.0.0.1:%d" port in
   let pid =
-    Unix.create_process (consort ()) [| "consort"; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |] Unix.stdin w err
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |]
+      (Array.append (Array.of_list env) (Unix.environment ()))
+      Unix.stdin w err
   in
   Unix.close w;
   Unix.close err;
@@ -62,7 +65,7 @@ let stop s =
   try ignore (Unix.waitpid [] s.pid) with Unix.Unix_error _ -> ()
 
 (* Runs consort with [args]; its exit status, standard output and error. *)
-let run ?(env = []) ?stdin_file args =
+let run ?(env = []) ?exe ?stdin_file args =
   let out = Filename.temp_file "capfs-out" "" and err = Filename.temp_file "capfs-err" "" in
   Fun.protect
     ~finally:(fun () -> Sys.remove out; Sys.remove err)
@@ -71,7 +74,8 @@ let run ?(env = []) ?stdin_file args =
       let o = fd out and e = fd err in
       let i = match stdin_file with Some f -> Unix.openfile f [ Unix.O_RDONLY ] 0 | None -> Unix.stdin in
       let env = Array.append (Array.of_list env) (Unix.environment ()) in
-      let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) env i o e in
+      let prog, argv0 = match exe with Some x -> (x, x) | None -> (consort (), "consort") in
+      let pid = Unix.create_process_env prog (Array.of_list (argv0 :: args)) env i o e in
       Unix.close o;
       Unix.close e;
       let _, st = Unix.waitpid [] pid in
@@ -93,7 +97,7 @@ let expect_refused ~env name reason args =
 
 let test_tools () =
   with_dir @@ fun d ->
-  let s = start_server ~data:(d / "data") ~port:(free_port ()) in
+  let s = start_server ~data:(d / "data") ~port:(free_port ()) () in
   Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
   let env = locate s in
   let small = d / "small" and big = d / "big" in
@@ -147,7 +151,7 @@ let test_tools () =
 (* A server that dies during a transfer: the client cannot know the outcome. *)
 let test_unknown_outcome () =
   with_dir @@ fun d ->
-  let s = start_server ~data:(d / "data") ~port:(free_port ()) in
+  let s = start_server ~data:(d / "data") ~port:(free_port ()) () in
   Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
   let big = d / "big" in
   write_file big (String.make (64 * 1048576) 'z');
@@ -189,7 +193,7 @@ let test_crash_restart () =
   in
   let acked = ref [] and unknown = ref 0 in
   for round = 0 to 2 do
-    let s = start_server ~data ~port in
+    let s = start_server ~data ~port () in
     let env = Array.append [| "CONSORT_LOCATE=" ^ s.addr |] (Unix.environment ()) in
     let puts =
       Array.mapi
@@ -216,7 +220,7 @@ let test_crash_restart () =
         | _ -> Alcotest.fail "put died")
       puts
   done;
-  let s = start_server ~data ~port in
+  let s = start_server ~data ~port () in
   Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
   let log = read_file (data ^ ".log") in
   List.iter
@@ -238,6 +242,246 @@ let test_crash_restart () =
   Alcotest.(check bool) "some puts were acknowledged" true (List.length !acked >= 3);
   Alcotest.(check bool) "some puts were cut by the kill" true (!unknown >= 1)
 
+
+let contains s sub =
+  let n = String.length sub in
+  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+  go 0
+
+(* Multicast off: only the configured places are asked, so a wrong one
+   finds nothing even where the network has multicast. *)
+let no_mcast = "CONSORT_MULTICAST=off"
+
+(* --locate on every client command, over a wrong CONSORT_LOCATE; lists
+   with a dead place first; bad values. *)
+let test_locate () =
+  with_dir @@ fun d ->
+  let s = start_server ~env:[ no_mcast ] ~data:(d / "data") ~port:(free_port ()) () in
+  Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
+  let dead = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  let env = [ no_mcast; "CONSORT_LOCATE=" ^ dead ] in
+  let loc = [ "--locate"; dead ^ "," ^ s.addr ] in
+  let small = d / "small" in
+  write_file small "located\n";
+  let ok name args =
+    let code, out, err = run ~env (args @ loc) in
+    if code <> 0 then Alcotest.failf "%s with --locate: exit %d: %s" name code err;
+    let code, _, err = run ~env args in
+    Alcotest.(check int) (name ^ " with only a wrong CONSORT_LOCATE: exit 2") 2 code;
+    if not (contains err "RPC_NOTFOUND") then Alcotest.failf "%s: %S does not say RPC_NOTFOUND" name err;
+    out
+  in
+  let f = trim (ok "put" [ "cap"; "fs"; "put"; "--server"; s.cap; small ]) in
+  Alcotest.(check string) "get" "located\n" (ok "get" [ "cap"; "fs"; "get"; f ]);
+  Alcotest.(check string) "size" "8\n" (ok "size" [ "cap"; "fs"; "size"; f ]);
+  ignore (ok "info" [ "cap"; "info"; f ]);
+  ignore (ok "status" [ "cap"; "status"; s.cap ]);
+  (* Locally from an owner capability, then by the server. *)
+  let code, r, _ = run ~env [ "cap"; "restrict"; f; "--rights"; "read" ] in
+  Alcotest.(check int) "restrict an owner capability: locally, no server needed" 0 code;
+  let r = trim r in
+  ignore (ok "restrict (std_restrict)" [ "cap"; "restrict"; r; "--rights"; "none" ]);
+  (* CONSORT_LOCATE alone, a list with spaces and a dead place first. *)
+  let code, out, _ = run ~env:[ no_mcast; Printf.sprintf "CONSORT_LOCATE= %s , %s" dead s.addr ] [ "cap"; "fs"; "size"; f ] in
+  Alcotest.(check (pair int string)) "CONSORT_LOCATE list" (0, "8\n") (code, out);
+  ignore (ok "destroy" [ "cap"; "destroy"; f ]);
+  expect_refused ~env "bad --locate" "--locate" [ "cap"; "fs"; "size"; f; "--locate"; "nowhere" ];
+  expect_refused ~env:[ "CONSORT_LOCATE=nowhere:x" ] "bad CONSORT_LOCATE" "--locate" [ "cap"; "fs"; "size"; f ];
+  expect_refused ~env:[ "CONSORT_MULTICAST=bogus" ] "bad CONSORT_MULTICAST" "CONSORT_MULTICAST" [ "cap"; "fs"; "size"; f ];
+  expect_refused ~env "unknown tunable" "--params" [ "cap"; "fs"; "size"; f; "--params"; "rpc.bogus=1" ];
+  expect_refused ~env "fragment too large" "fragment size" [ "cap"; "status"; s.cap; "--params"; "rpc.fragment=100000" ];
+  (* Tunables reach the RPC: with 60 KB fragments the file still comes back. *)
+  let big = d / "big" in
+  let content = String.init 3_000_000 (fun i -> Char.chr (i * 7 land 255)) in
+  write_file big content;
+  let p = [ "--params"; "rpc.fragment=61440,rpc.window=4" ] in
+  let code, b, _ = run ~env ([ "cap"; "fs"; "put"; "--server"; s.cap; big ] @ loc @ p) in
+  Alcotest.(check int) "put with --params" 0 code;
+  let code, out, _ = run ~env ([ "cap"; "fs"; "get"; trim b ] @ loc @ p) in
+  Alcotest.(check bool) "get with --params" true (code = 0 && out = content)
+
+(* A client gives up on a silent server after 2 s rather than 5. *)
+let short_silence = "rpc.silence=2s"
+
+(* A get whose standard output nobody reads for a while: it blocks after
+   its first 4 MiB read, on a session the test can then cut. *)
+let start_stalled_get ~env cap =
+  let r, w = Unix.pipe ~cloexec:true () in
+  let err = Filename.temp_file "capfs-err" "" in
+  let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
+  let pid =
+    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "get"; cap; "--params"; short_silence |]
+      (Array.append (Array.of_list env) (Unix.environment ()))
+      Unix.stdin w e
+  in
+  Unix.close w;
+  Unix.close e;
+  (* Its output has begun: the first read is done. *)
+  let first = Bytes.create 1 in
+  if Unix.read r first 0 1 <> 1 then Alcotest.fail "the get wrote nothing";
+  let finish () =
+    let b = Buffer.create (1 lsl 20) in
+    Buffer.add_bytes b first;
+    let chunk = Bytes.create 65536 in
+    let rec drain () =
+      match Unix.read r chunk 0 65536 with
+      | 0 -> ()
+      | n -> Buffer.add_subbytes b chunk 0 n; drain ()
+    in
+    drain ();
+    Unix.close r;
+    let _, st = Unix.waitpid [] pid in
+    let msg = read_file err in
+    Sys.remove err;
+    (st, Buffer.contents b, msg)
+  in
+  finish
+
+let pattern n = String.init n (fun i -> Char.chr (((i * 13) lxor (i lsr 11)) land 255))
+
+(* The server is killed mid-get and restarts elsewhere (another address,
+   the same data and key): the same client process falls silent on the old
+   place, forgets it, locates the port again and finishes the file. Killed
+   for good instead, the get exits 3. *)
+let test_server_moves () =
+  with_dir @@ fun d ->
+  let data = d / "data" and big = d / "big" in
+  let content = pattern ((3 * 4194304) + 5) in
+  write_file big content;
+  let p1 = free_port () and p2 = free_port () in
+  let s1 = start_server ~env:[ no_mcast ] ~data ~port:p1 () in
+  let env = [ no_mcast; Printf.sprintf "CONSORT_LOCATE=127.0.0.1:%d,127.0.0.1:%d" p1 p2 ] in
+  let code, f, err = run ~env [ "cap"; "fs"; "put"; "--server"; s1.cap; big ] in
+  if code <> 0 then (stop s1; Alcotest.failf "put: %s" err);
+  let f = trim f in
+  let finish = start_stalled_get ~env f in
+  stop s1;
+  let s2 = start_server ~env:[ no_mcast ] ~data ~port:p2 () in
+  Fun.protect ~finally:(fun () -> stop s2) @@ fun () ->
+  let st, out, err = finish () in
+  if st <> Unix.WEXITED 0 then Alcotest.failf "get across the move: %s" err;
+  Alcotest.(check bool) "the whole file, across the move" true (out = content);
+  let finish = start_stalled_get ~env f in
+  stop s2;
+  let st, out, err = finish () in
+  Alcotest.(check bool) "get exits 3 when its server is killed mid-file" true (st = Unix.WEXITED 3);
+  Alcotest.(check bool) "the message says the output is cut" true (contains err "cut short");
+  Alcotest.(check bool) "what was written is a prefix" true
+    (String.length out < String.length content && out = String.sub content 0 (String.length out))
+
+(* A put from a pipe whose server is killed by SIGKILL mid-upload exits 3. *)
+let test_put_killed () =
+  with_dir @@ fun d ->
+  let s = start_server ~env:[ no_mcast ] ~data:(d / "data") ~port:(free_port ()) () in
+  Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
+  let env = [ no_mcast; "CONSORT_LOCATE=" ^ s.addr ] in
+  let fifo = d / "fifo" in
+  Unix.mkfifo fifo 0o600;
+  let err = d / "put.err" in
+  let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let pid =
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; fifo; "--params"; short_silence |]
+      (Array.append (Array.of_list env) (Unix.environment ()))
+      Unix.stdin Unix.stdout e
+  in
+  Unix.close e;
+  let w = Unix.openfile fifo [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+  let piece = Bytes.of_string (pattern 1048576) in
+  let write () = ignore (Unix.write w piece 0 (Bytes.length piece)) in
+  write (); write (); write ();
+  (* The server holds the uncommitted file. *)
+  let rec wait n =
+    if n = 0 then Alcotest.fail "the upload never reached the server";
+    let _, out, _ = run ~env [ "cap"; "status"; s.cap ] in
+    if not (contains out "1 uncommitted file") then (Unix.sleepf 0.02; wait (n - 1))
+  in
+  wait 500;
+  stop s;
+  write ();
+  Unix.close w;
+  let _, st = Unix.waitpid [] pid in
+  Alcotest.(check bool) "put exits 3 when its server is killed mid-upload" true (st = Unix.WEXITED 3);
+  Alcotest.(check bool) "it says so" true (contains (read_file err) "outcome unknown")
+
+(* The progress bar is drawn on a terminal (a pseudo-terminal from
+   script(1)) and never into a file or a pipe. *)
+let test_progress_bar () =
+  with_dir @@ fun d ->
+  let s = start_server ~env:[ no_mcast ] ~data:(d / "data") ~port:(free_port ()) () in
+  Fun.protect ~finally:(fun () -> stop s) @@ fun () ->
+  let env = [ no_mcast; "CONSORT_LOCATE=" ^ s.addr ] in
+  let big = d / "big" in
+  write_file big (pattern (6 * 1048576));
+  let code, f, err = run ~env [ "cap"; "fs"; "put"; "--server"; s.cap; big ] in
+  Alcotest.(check int) "put" 0 code;
+  Alcotest.(check string) "nothing on a standard error that is not a terminal (put)" "" err;
+  let f = trim f in
+  let code, _, err = run ~env [ "cap"; "fs"; "get"; f ] in
+  Alcotest.(check int) "get" 0 code;
+  Alcotest.(check string) "nothing on a standard error that is not a terminal (get)" "" err;
+  let term args =
+    let cmd = String.concat " " (List.map Filename.quote ("env" :: env @ (consort () :: args))) ^ " > /dev/null" in
+    run ~exe:"script" [ "-q"; "-e"; "-c"; cmd; "/dev/null" ]
+  in
+  let code, out, _ = term [ "cap"; "fs"; "get"; f ] in
+  Alcotest.(check int) "get on a terminal" 0 code;
+  if not (contains out "100%" && contains out "MB/s" && contains out "\r") then
+    Alcotest.failf "no progress bar on a terminal: %S" out;
+  let code, out, _ = term [ "cap"; "fs"; "put"; "--server"; s.cap; big ] in
+  Alcotest.(check int) "put on a terminal" 0 code;
+  if not (contains out "100%" && contains out "MB/s") then Alcotest.failf "no progress bar for put on a terminal: %S" out
+
+(* The tools with no address to ask, only a multicast group
+   (CONSORT_MULTICAST), inside a network namespace this test creates (with
+   a multicast route on its loopback) and removes. *)
+let test_multicast () =
+  let ip = List.find_opt Sys.file_exists [ "/usr/sbin/ip"; "/sbin/ip"; "/usr/bin/ip"; "/bin/ip" ] in
+  match ip with
+  | None -> Alcotest.fail "the multicast test needs the ip command (iproute2)"
+  | Some _ when Unix.getuid () <> 0 -> Alcotest.fail "the multicast test needs root, to create a network namespace"
+  | Some ip ->
+      let ns = Printf.sprintf "consort-capfs-%d" (Unix.getpid ()) in
+      let sh argv =
+        let pid = Unix.create_process argv.(0) argv Unix.stdin Unix.stdout Unix.stderr in
+        match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> () | _ -> Alcotest.failf "%s failed" (String.concat " " (Array.to_list argv))
+      in
+      sh [| ip; "netns"; "add"; ns |];
+      Fun.protect ~finally:(fun () -> try sh [| ip; "netns"; "delete"; ns |] with _ -> ()) @@ fun () ->
+      sh [| ip; "netns"; "exec"; ns; ip; "link"; "set"; "lo"; "up"; "multicast"; "on" |];
+      sh [| ip; "netns"; "exec"; ns; ip; "route"; "add"; "224.0.0.0/4"; "dev"; "lo" |];
+      with_dir @@ fun d ->
+      let group = "CONSORT_MULTICAST=239.192.67.81:47471" in
+      let no_list = "CONSORT_LOCATE=" in
+      let in_ns args = ip :: "netns" :: "exec" :: ns :: consort () :: args in
+      let run_ns ~env args =
+        let code, out, err = run ~exe:"env" (env @ in_ns args) in
+        (code, out, err)
+      in
+      (* The server, in the namespace. *)
+      let r, w = Unix.pipe ~cloexec:true () in
+      let err = Unix.openfile (d / "server.log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
+      let argv = Array.of_list ("env" :: group :: in_ns [ "cap"; "fs"; "serve"; "--data"; d / "data"; "--bind"; "127.0.0.1:47470" ]) in
+      let pid = Unix.create_process "env" argv Unix.stdin w err in
+      Unix.close w;
+      Unix.close err;
+      let stop () = (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ()); ignore (Unix.waitpid [] pid) in
+      Fun.protect ~finally:stop @@ fun () ->
+      let ic = Unix.in_channel_of_descr r in
+      let line = try input_line ic with End_of_file -> "" in
+      close_in ic;
+      let scap = match String.split_on_char ' ' line with [ "server"; c ] -> c | _ -> Alcotest.failf "server's first line: %S" line in
+      let small = d / "small" in
+      write_file small "found by multicast\n";
+      let code, f, e = run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "put"; "--server"; scap; small ] in
+      if code <> 0 then Alcotest.failf "put by multicast: exit %d: %s (server: %s)" code e (read_file (d / "server.log"));
+      let code, out, _ = run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "get"; trim f ] in
+      Alcotest.(check (pair int string)) "get by multicast" (0, "found by multicast\n") (code, out);
+      (* Without the group, nothing is asked: not found. *)
+      let code, _, e = run_ns ~env:[ "CONSORT_MULTICAST=off"; no_list ] [ "cap"; "fs"; "size"; trim f ] in
+      Alcotest.(check int) "without multicast: exit 2" 2 code;
+      if not (contains e "RPC_NOTFOUND") then Alcotest.failf "without multicast: %S" e
+
 let () =
   Alcotest.run "fs_e2e"
     [
@@ -246,5 +490,10 @@ let () =
           Alcotest.test_case "the shell tools" `Quick test_tools;
           Alcotest.test_case "outcome unknown: exit 3" `Quick test_unknown_outcome;
           Alcotest.test_case "SIGKILL during uploads, restart" `Quick test_crash_restart;
+          Alcotest.test_case "--locate and CONSORT_LOCATE on every command" `Quick test_locate;
+          Alcotest.test_case "the server moves mid-get; killed: exit 3" `Quick test_server_moves;
+          Alcotest.test_case "SIGKILL mid-put from a pipe: exit 3" `Quick test_put_killed;
+          Alcotest.test_case "progress bar only on a terminal" `Quick test_progress_bar;
+          Alcotest.test_case "located by multicast only (network namespace)" `Quick test_multicast;
         ] );
     ]

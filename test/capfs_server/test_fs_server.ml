@@ -169,6 +169,81 @@ let test_age () =
   get (C.age trans server);
   refused "gone" `Notfound (C.info trans u)
 
+(* Pipelined reads: lanes whose replies come back in any order (here the
+   latest request first); the output is in order and whole, at most one read
+   per lane is outstanding; a lane that fails mid-file cuts it short; a read
+   shorter than asked is a bad reply. *)
+let test_pipelined () =
+  with_server @@ fun srv trans ->
+  let server = S.server_cap srv in
+  let n = (2 * P.max_read) + (P.max_read / 2) + 7 in
+  let data = String.init n (fun i -> Char.chr ((i * 7) lxor (i lsr 13) land 255)) in
+  let pos = ref 0 in
+  let input b off len =
+    let k = min len (n - !pos) in
+    Bytes.blit_string data !pos b off k;
+    pos := !pos + k;
+    k
+  in
+  let cap = get (C.put trans ~server ~size:n input) in
+  let pending = ref [] and most = ref 0 in
+  let lane ?(fail = fun _ -> None) ?(alter = Fun.id) () ~idempotent:_ h d k =
+    pending := (h, d, k, fail, alter) :: !pending;
+    most := max !most (List.length !pending)
+  in
+  let run cond =
+    while not (cond ()) do
+      match !pending with
+      | [] -> Alcotest.fail "nothing outstanding and not done"
+      | (h, d, k, fail, alter) :: rest ->
+          pending := rest;
+          (match fail (h : Header.t) with
+          | Some e -> k (Error e)
+          | None ->
+              let rh, rd = S.handle srv h d in
+              k (Ok (rh, alter rd)))
+    done
+  in
+  let read lanes =
+    let b = Buffer.create n in
+    let r = C.get_pipelined lanes ~run cap (Buffer.add_string b) in
+    (r, Buffer.contents b)
+  in
+  let r, out = read [| lane (); lane (); lane () |] in
+  Alcotest.(check int) "size" n (get r);
+  Alcotest.(check bool) "whole and in order" true (out = data);
+  Alcotest.(check int) "one read per lane at most" 3 !most;
+  (* The read at offset max_read fails: only the first read is written. *)
+  let fail (h : Header.t) = if h.command = P.bs_read && h.offset = P.max_read then Some (`Failure "gone") else None in
+  let r, out = read [| lane (); lane ~fail (); lane () |] in
+  (match r with
+  | Error (`Cut (k, `Failure _)) -> Alcotest.(check int) "cut after the first read" P.max_read k
+  | Error e -> Alcotest.failf "expected a cut, got %a" C.pp_error e
+  | Ok _ -> Alcotest.fail "expected a cut");
+  Alcotest.(check bool) "a prefix" true (out = String.sub data 0 P.max_read);
+  (* The same with the sequential get. *)
+  let failing ~idempotent h d = match fail h with Some e -> Error e | None -> trans ~idempotent h d in
+  (match C.get failing cap ignore with
+  | Error (`Cut (k, `Failure _)) -> Alcotest.(check int) "sequential: cut after the first read" P.max_read k
+  | _ -> Alcotest.fail "sequential get: expected a cut");
+  pending := [];
+  let alter d = if String.length d > 1 then String.sub d 1 (String.length d - 1) else d in
+  (match read [| lane ~alter (); lane ~alter () |] with
+  | Error (`Bad_reply _), _ -> ()
+  | _ -> Alcotest.fail "a short read accepted");
+  pending := [];
+  (* Refused: a capability without the read right. *)
+  let blind = Result.get_ok (Cap.restrict cap Rights.none) in
+  (match C.get_pipelined [| lane () |] ~run blind ignore with
+  | Error (`Refused st) when Status.equal st `Denied -> ()
+  | _ -> Alcotest.fail "read without the right");
+  (* An empty file. *)
+  pos := 0;
+  let empty = get (C.put trans ~server ~size:0 (fun _ _ _ -> 0)) in
+  match C.get_pipelined [| lane (); lane () |] ~run empty (fun _ -> Alcotest.fail "output for an empty file") with
+  | Ok 0 -> ()
+  | _ -> Alcotest.fail "empty file"
+
 let () =
   Alcotest.run "fs_server"
     [
@@ -179,5 +254,6 @@ let () =
           Alcotest.test_case "capabilities and rights" `Quick test_rights;
           Alcotest.test_case "std_age" `Quick test_age;
           Alcotest.test_case "resent requests" `Quick test_resent;
+          Alcotest.test_case "pipelined reads" `Quick test_pipelined;
         ] );
     ]

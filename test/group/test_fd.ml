@@ -4,9 +4,6 @@ module G = Consort_group
 module Sim = Consort_engine.Sim
 module Ep = Consort_engine.Endpoint.Make (Sim)
 
-let check_no_leaks pool =
-  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool);
-  Alcotest.(check int) "segments still in use" 0 (Pool.stats pool).segments_in_use
 
 let ms = Time.of_ms
 let sec = Time.of_sec
@@ -66,75 +63,43 @@ let codec_tests =
 
 (* {1 A single stack driven by hand} *)
 
-type single = {
-  st : Stack.t;
-  clock : Time.t ref;
-  sent : (Event.dst * string) list ref;  (* newest first *)
-  got : (Event.src * string) list ref;  (* newest first *)
-  ctl : (Time.t * int list * string) list ref;  (* Suspect events, newest first *)
-  pool : Pool.t;
-  group : int;
-  seqs : int array;  (* Mnak numbers of the casts fed from each rank *)
-}
+open Single
 
-let single ?(params = Params.empty) ?(n = 3) ?(rank = 0) layers =
-  let pool = Pool.create () in
-  let clock = ref 0 in
-  let sent = ref [] and got = ref [] and ctl = ref [] in
-  let view = View.v ~group:"fd" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
-  let ctx = { Layer.view; rng = Rng.create 7; params; pool; now = (fun () -> !clock) } in
-  let net dst msg =
-    sent := (dst, Msg.to_string msg) :: !sent;
-    Msg.release msg
+let single ?params ?(n = 3) ?rank layers = create ?params ~group:"fd" ~n ?rank layers
+
+(* The Suspect events that reached the application, oldest first. *)
+let ctl s =
+  List.rev
+    (List.filter_map
+       (function t, G.Gevent.Suspect { ranks; reason } -> Some (t, ranks, reason) | _ -> None)
+       !(s.ctl))
+
+(* Mnak numbers of the casts fed to each stack from each rank. *)
+let seqs : (Stack.t * int array) list ref = ref []
+
+let next_seq s r =
+  let a =
+    match List.assq_opt s.st !seqs with
+    | Some a -> a
+    | None ->
+        let a = Array.make 64 0 in
+        seqs := (s.st, a) :: !seqs;
+        a
   in
-  let deliver src msg =
-    got := (src, Msg.to_string msg) :: !got;
-    Msg.release msg
-  in
-  let on_ctl = function
-    | G.Gevent.Suspect { ranks; reason } -> ctl := (!clock, ranks, reason) :: !ctl
-    | _ -> ()
-  in
-  match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = on_ctl } with
-  | Error e -> Alcotest.fail e
-  | Ok st -> { st; clock; sent; got; ctl; pool; group = View.stamp view; seqs = Array.make n 0 }
+  let seq = a.(r) in
+  a.(r) <- seq + 1;
+  seq
 
-let feed s bytes = Stack.recv s.st (Msg.of_iovec (Pool.of_string s.pool bytes))
 
-(* Runs the stack's timers, each at the time it asked for, up to [time]. *)
-let run_until s time =
-  let rec go k =
-    let a = Stack.next_alarm s.st in
-    if a <= time && k < 1_000_000 then begin
-      s.clock := max !(s.clock) a;
-      Stack.timer s.st !(s.clock);
-      go (k + 1)
-    end
-  in
-  go 0;
-  s.clock := max !(s.clock) time
 
-let counter_of st layer name =
-  match List.assoc_opt layer (Stack.counters st) with
-  | None -> Alcotest.failf "no layer %s" layer
-  | Some l -> (
-      match List.assoc_opt name l with Some v -> v | None -> Alcotest.failf "no counter %s.%s" layer name)
-
-let counter s = counter_of s.st
-let ctl s = List.rev !(s.ctl)
 let bottom_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
 let bottom_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
 let heartbeat s r suspects = bottom_cast s r ^ enc G.Suspect.codec (G.Suspect.Heartbeat { suspects })
 
-(* The headers of an outgoing datagram: Bottom's, then the given codec's. *)
+(* [codec]'s header of an outgoing datagram, and the offset just after it. *)
 let split codec bytes =
-  let cs = Cstruct.of_string bytes in
-  match Codec.decode G.Bottom.codec cs 0 with
-  | Error e -> Alcotest.failf "bottom header: %a" Codec.pp_error e
-  | Ok (_, off) -> (
-      match Codec.decode codec cs off with
-      | Error e -> Alcotest.failf "header: %a" Codec.pp_error e
-      | Ok (h, off) -> (h, off))
+  let _, h, rest = split codec bytes in
+  (h, String.length bytes - String.length rest)
 
 let heartbeats_sent s =
   List.rev
@@ -326,8 +291,7 @@ let pause_by_hand () =
 
 (* Slander over Mnak over Suspect, fed by hand. *)
 let slander_cast s r h =
-  let seq = s.seqs.(r) in
-  s.seqs.(r) <- seq + 1;
+  let seq = next_seq s r in
   bottom_cast s r
   ^ enc G.Suspect.codec G.Suspect.No_hdr
   ^ enc G.Mnak.codec (G.Mnak.Data { seq })

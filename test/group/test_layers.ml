@@ -3,11 +3,6 @@ open Consort
 module G = Consort_group
 module H = Harness
 
-(* Every buffer handed out by [pool] has been released: none leaked to the
-   collector, none still held. *)
-let check_no_leaks pool =
-  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool);
-  Alcotest.(check int) "segments still in use" 0 (Pool.stats pool).segments_in_use
 
 (* {1 Codecs} *)
 
@@ -59,53 +54,11 @@ let codec_tests =
 
 (* {1 A single stack driven by hand} *)
 
-type single = {
-  st : Stack.t;
-  clock : Time.t ref;
-  sent : (Event.dst * string) list ref;  (* newest first *)
-  got : (Event.src * string) list ref;  (* newest first *)
-  pool : Pool.t;
-  group : int;
-}
+open Single
 
-let single ?(params = Params.empty) ?(n = 2) ?(rank = 0) layers =
-  let pool = Pool.create () in
-  let clock = ref 0 in
-  let sent = ref [] and got = ref [] in
-  let view = View.v ~group:"test" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
-  let ctx = { Layer.view; rng = Rng.create 7; params; pool; now = (fun () -> !clock) } in
-  let net dst msg =
-    sent := (dst, Msg.to_string msg) :: !sent;
-    Msg.release msg
-  in
-  let deliver src msg =
-    got := (src, Msg.to_string msg) :: !got;
-    Msg.release msg
-  in
-  match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
-  | Error e -> Alcotest.fail e
-  | Ok st -> { st; clock; sent; got; pool; group = View.stamp view }
-
-let feed s bytes = Stack.recv s.st (Msg.of_iovec (Pool.of_string s.pool bytes))
-
-let advance s time =
-  s.clock := time;
-  if Stack.next_alarm s.st <= time then Stack.timer s.st time
-
-let counter s layer name = List.assoc name (List.assoc layer (Stack.counters s.st))
+let single = create
 let enc = Codec.encode_string
-let from_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
-let from_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
 
-(* Splits an outgoing datagram into its Bottom header, the next layer's header and the rest. *)
-let split codec bytes =
-  let cs = Cstruct.of_string bytes in
-  match Codec.decode G.Bottom.codec cs 0 with
-  | Error e -> Alcotest.failf "bottom header: %a" Codec.pp_error e
-  | Ok (b, off) -> (
-      match Codec.decode codec cs off with
-      | Error e -> Alcotest.failf "header: %a" Codec.pp_error e
-      | Ok (h, off) -> (b, h, String.sub bytes off (String.length bytes - off)))
 
 let src_t = Alcotest.testable Event.pp_src ( = )
 let dst_t = Alcotest.testable Event.pp_dst ( = )

@@ -6,65 +6,21 @@ open Consort
 module G = Consort_group
 module H = Harness
 
-let check_no_leaks pool =
-  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool);
-  Alcotest.(check int) "segments still in use" 0 (Pool.stats pool).segments_in_use
-
 (* {1 A single stack driven by hand} *)
 
-type single = {
-  st : Stack.t;
-  clock : Time.t ref;
-  sent : (Event.dst * string) list ref;  (* newest first *)
-  got : (Event.src * string) list ref;  (* newest first *)
-  pool : Pool.t;
-  group : int;
-}
+open Single
 
-let single ?(params = Params.empty) ?(n = 2) ?(rank = 0) layers =
-  let pool = Pool.create () in
-  let clock = ref 0 in
-  let sent = ref [] and got = ref [] in
-  let view = View.v ~group:"test" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
-  let ctx = { Layer.view; rng = Rng.create 7; params; pool; now = (fun () -> !clock) } in
-  let net dst msg =
-    sent := (dst, Msg.to_string msg) :: !sent;
-    Msg.release msg
-  in
-  let deliver src msg =
-    got := (src, Msg.to_string msg) :: !got;
-    Msg.release msg
-  in
-  match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
-  | Error e -> Alcotest.fail e
-  | Ok st -> { st; clock; sent; got; pool; group = View.stamp view }
-
-let feed s bytes = Stack.recv s.st (Msg.of_iovec (Pool.of_string s.pool bytes))
-
-(* Runs the timers up to [time], in steps of a millisecond. *)
-let advance s time =
-  while !(s.clock) < time do
-    s.clock := !(s.clock) + Time.of_ms 1;
-    if Stack.next_alarm s.st <= !(s.clock) then Stack.timer s.st !(s.clock)
-  done
-
-let counter s layer name = List.assoc name (List.assoc layer (Stack.counters s.st))
+let single = create
+let advance = run_until
 let enc = Codec.encode_string
-let from_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
-let from_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
 let mnak h = enc G.Mnak.codec h
 let pt2pt h = enc G.Pt2pt.codec h
 
 let mnak_headers s =
   List.rev_map
     (fun (d, bytes) ->
-      let cs = Cstruct.of_string bytes in
-      match Codec.decode G.Bottom.codec cs 0 with
-      | Error e -> Alcotest.failf "bottom header: %a" Codec.pp_error e
-      | Ok (_, off) -> (
-          match Codec.decode G.Mnak.codec cs off with
-          | Error e -> Alcotest.failf "mnak header: %a" Codec.pp_error e
-          | Ok (h, _) -> (d, h)))
+      let _, h, _ = split G.Mnak.codec bytes in
+      (d, h))
     !(s.sent)
 
 let naks s = List.length (List.filter (function _, G.Mnak.Nak _ -> true | _ -> false) (mnak_headers s))

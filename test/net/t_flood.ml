@@ -32,7 +32,7 @@ let tcp_on w (s : S.t) local : (module NODE) =
     let rng = Rng.create (Ipv4_addr.to_int local)
     let pool = w.pool
   end in
-  let module T = Tcp.Make (S.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let tcp = ok (T.create s.ip) in
   (module struct
     module T = T

@@ -96,7 +96,7 @@ let tcp_point_to_point () =
       let rng = Rng.create (Ipv4_addr.to_int local)
       let pool = pool
     end in
-    let module T = Tcp.Make (Ip) (P) in
+    let module T = Tcp.Make (Ipv4.Df (Ip)) (P) in
     let tcp = ok (T.create n.ip) in
     (module struct
       module T = T

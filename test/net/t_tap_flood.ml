@@ -66,7 +66,7 @@ let tcp_node (env : env) : (module T_flood.NODE) =
     let rng = Rng.create 77
     let pool = env.up.pool
   end in
-  let module T = Tcp.Make (S.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let tcp = match T.create env.up.stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
   (module struct
     module T = T

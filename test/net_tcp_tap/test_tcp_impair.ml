@@ -110,7 +110,7 @@ let tcp_on ~clock ~pool (stack : S.t) : (module NODE) =
     let rng = Rng.create 4243
     let pool = pool
   end in
-  let module T = Tcp.Make (S.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 } in
   let tcp = match T.create ~config stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
   (module struct

@@ -137,7 +137,8 @@ let tests =
 (* {1 A raw peer} *)
 
 (* Host 2 speaks raw segments to a stack on host 1 listening on port 80:
-   [inject] sends one, [sent] holds what the stack answered. *)
+   [inject] sends one, [sent] holds what the stack answered. A raw peer
+   made [beside] another talks to the same stack from the next host. *)
 type raw = {
   vclock : Clock.Virtual.clock;
   node : (module Node.S);
@@ -149,15 +150,26 @@ type raw = {
   info : unit -> Tcp.conn_info;
   iss : unit -> int;  (** the stack's initial sequence number *)
   net : Mem.net;
+  host : int;
+  conns : (int, (unit -> Tcp.conn_info) * (int -> int)) Hashtbl.t;
+      (** the stack's connections by peer host: info and write *)
 }
 
-let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
+let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?beside () =
   let open Consort in
-  let vclock = Clock.Virtual.create () in
-  let pool = Pool.create ~name:"raw" () in
-  let net = Mem.create_net ~impairments:{ Mem.perfect with delay = 0 } vclock pool in
-  let (module N) = Node.make ~config net pool 1 ~seed:5 in
-  let peer = Mem.attach net 2 in
+  let fresh = beside = None in
+  let vclock, net, node, conns, host =
+    match beside with
+    | Some r -> (r.vclock, r.net, r.node, r.conns, r.host + 1)
+    | None ->
+        let vclock = Clock.Virtual.create () in
+        let pool = Pool.create ~name:"raw" () in
+        let net = Mem.create_net ~impairments:{ Mem.perfect with delay = 0 } vclock pool in
+        (vclock, net, Node.make ~config net pool 1 ~seed:5, Hashtbl.create 4, 2)
+  in
+  let pool = Mem.pool net in
+  let (module N) = node in
+  let peer = Mem.attach net host in
   let sent = ref [] in
   let pc =
     Result.get_ok
@@ -172,10 +184,11 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
              status = (fun _ _ -> ());
            }))
   in
-  let conn = ref None in
+  if fresh then
   ignore
     (N.T.passive_open N.tcp { N.T.port = 80; from = None } (fun c ->
-         conn := Some c;
+         Hashtbl.replace conns (fst (N.T.remote c))
+           ((fun () -> N.T.info c), fun n -> N.T.write c (Cstruct.create n));
          {
            N.T.receive = (fun c p -> N.T.consume c (Packet.length p); Packet.release p);
            status = (fun _ _ -> ());
@@ -189,7 +202,7 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
     in
     let n = Tcp_packet.header_length hdr + len in
     let cs =
-      Tcp_packet.to_cstruct ~pseudo:(Mem.pseudo ~src:2 ~dst:1 ~len:n) hdr ~payload:(String.make len 'x')
+      Tcp_packet.to_cstruct ~pseudo:(Mem.pseudo ~src:host ~dst:1 ~len:n) hdr ~payload:(String.make len 'x')
     in
     ignore (Mem.send pc (Packet.of_string pool (Cstruct.to_string cs)));
     Clock.Virtual.advance vclock 0
@@ -201,16 +214,18 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) () =
   | [ (h, _) ] -> iss := Tcp_seq.to_int h.seq
   | _ -> failwith "no SYN-ACK");
   inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:tso;
-  let get () = match !conn with Some c -> c | None -> failwith "not established" in
+  let get () = match Hashtbl.find_opt conns host with Some c -> c | None -> failwith "not established" in
   {
     vclock;
-    node = (module N);
+    node;
     inject;
     sent;
-    write = (fun n -> N.T.write (get ()) (Cstruct.create n));
-    info = (fun () -> N.T.info (get ()));
+    write = (fun n -> snd (get ()) n);
+    info = (fun () -> fst (get ()) ());
     iss = (fun () -> !iss);
     net;
+    host;
+    conns;
   }
 
 (* Challenge ACKs per second and connection stay within the budget, and the
@@ -234,7 +249,33 @@ let challenge_budget () =
     counts;
   Alcotest.(check bool) "the budget varies" true (List.exists (fun n -> n <> List.hd counts) counts)
 
-let tests = tests @ [ Alcotest.test_case "challenge ACK budget per connection, randomised" `Quick challenge_budget ]
+(* The budget is each connection's: one connection's attacker spending it
+   leaves another's challenge ACKs alone (a shared budget is the side
+   channel of CVE-2016-5696). *)
+let challenge_per_connection () =
+  let limit = 10 in
+  let config = { Tcp.default_config with challenge_ack_limit = limit; timestamps = false } in
+  let a = raw ~config () in
+  let b = raw ~config ~beside:a () in
+  let rsts r n =
+    r.sent := [];
+    for _ = 1 to n do
+      r.inject ~seq:5000 ~ack:1 Tcp_wire.rst
+    done;
+    List.length !(r.sent)
+  in
+  let na = rsts a 50 in
+  let nb = rsts b 3 in
+  Alcotest.(check bool) (Fmt.str "A's budget spent (%d)" na) true (na >= limit / 2 && na <= limit);
+  Alcotest.(check int) "B still gets its three challenge ACKs" 3 nb
+
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "challenge ACK budget per connection, randomised" `Quick challenge_budget;
+      Alcotest.test_case "challenge ACK budget not shared between connections" `Quick
+        challenge_per_connection;
+    ]
 
 (* A receiver that reports ever more 1-byte SACK blocks (CVE-2019-11478's
    pattern) never gets the sender to do more than bounded work per ACK:
@@ -646,10 +687,31 @@ let icmp_frag_needed () =
     true
     (sizes <> [] && List.for_all (fun n -> n <= 536) sizes)
 
+(* The same through ICMPv6 packet too big (TCP over IPv6): the MTU less
+   the 40-byte IPv6 header; port unreachable is hard, time exceeded soft;
+   and nothing without 8 bytes of quoted header. *)
+let icmp6_to_tcp () =
+  let quoted = "\x00\x50\x13\x88\x00\x00\x10\x00" in
+  let kind e = Option.map (fun (t : Tcp_icmp.t) -> t.kind) (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = e; quoted })) in
+  Alcotest.(check bool) "packet too big 1280: 1240 for TCP" true (kind (Packet_too_big 1280) = Some (Frag_needed 1240));
+  Alcotest.(check bool) "port unreachable: hard" true
+    (match kind (Unreachable 4) with Some (Hard _) -> true | _ -> false);
+  Alcotest.(check bool) "time exceeded: soft" true
+    (match kind (Time_exceeded 0) with Some (Soft _) -> true | _ -> false);
+  (match Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted }) with
+  | Some t ->
+      Alcotest.(check int) "ports from the quoted header" 80 t.src_port;
+      Alcotest.(check int) "the other port" 5000 t.dst_port;
+      Alcotest.(check int) "the sequence number" 0x1000 (Tcp_seq.to_int t.seq)
+  | None -> Alcotest.fail "not read");
+  Alcotest.(check bool) "too short a quote" true
+    (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted = "abc" }) = None)
+
 let tests =
   tests
   @ [
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick icmp_frag_needed;
+      Alcotest.test_case "ICMPv6 errors as TCP reads them" `Quick icmp6_to_tcp;
     ]

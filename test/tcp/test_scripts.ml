@@ -376,6 +376,7 @@ let time_wait_reuse =
 
 let rto_backoff_karn =
   case "RTO: exponential backoff, Karn's rule, then a fresh sample"
+    ~config:{ plain with plpmtud = false } (* or the second timeout halves the segments *)
     (handshake
     ^ {|
 0.2   expect rto 300
@@ -391,6 +392,25 @@ let rto_backoff_karn =
 5.1   > P. 1001:2001(1000) ack 1
 5.2   < . 1:1(0) ack 2001 win 65535
 5.2   expect rto 250                        # srtt 100 ms, rttvar 37.5 ms
+|})
+
+(* RFC 8899 section 4.3: the same segment lost to two timeouts in a row
+   may be a path that drops large packets without a word; the segments
+   are halved (the link's 1480 bytes to 740, 720 of payload), and the
+   rest of the write follows in the smaller size. *)
+let black_hole_halves =
+  case "black hole: the second timeout halves the segments (RFC 8899)"
+    (handshake
+    ^ {|
+0.2   expect rto 300
+0.3   write 1000
+0.3   > P. 1:1001(1000) ack 1
+0.6   > P. 1:1001(1000) ack 1
+1.2   > . 1:721(720) ack 1
+1.3   < . 1:1(0) ack 721 win 65535
+1.3   > P. 721:1001(280) ack 1
+1.4   < . 1:1(0) ack 1001 win 65535
+1.4   expect mss 720
 |})
 
 let syn_backoff =
@@ -564,6 +584,7 @@ let tests =
     simultaneous_open;
     time_wait_reuse;
     rto_backoff_karn;
+    black_hole_halves;
     syn_backoff;
     paws;
     nodelay;

@@ -15,11 +15,28 @@ let tcp_ethertype = 0x88B5
 
 type world = { vc : Clock.Virtual.clock; clock : Clock.t; pool : Pool.t; a : Ipstack.t; b : Ipstack.t }
 
-let world ~seed impair =
+(* A device that passes [d]'s frames through [drop] on the way out: those
+   for which it holds vanish. *)
+let filtered drop d =
+  let out =
+    Device.v ~name:(Device.name d) ~mac:(Device.mac d) ~mtu:(Device.mtu d)
+      ~send:(fun p ->
+        if drop (Packet.cstruct p) then begin
+          Packet.release p;
+          Ok ()
+        end
+        else Device.send d p)
+      ()
+  in
+  Device.set_receive d (Device.deliver out);
+  out
+
+let world ?(drop = fun _ -> false) ~seed impair =
   let vc = Clock.Virtual.create () in
   let clock = Clock.Virtual.clock vc in
   let pool = Pool.create ~name:"stacks" () in
   let da, db = Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool mac_a mac_b in
+  let da = filtered drop da and db = filtered drop db in
   let wrap seed d = Impair.device (Impair.wrap ~clock ~seed ~pool impair d) in
   let a = Ipstack.create ~clock ~pool ~address:(prefix ip_a) (wrap seed da) in
   let b = Ipstack.create ~clock ~pool ~address:(prefix ip_b) (wrap (seed + 1) db) in
@@ -50,10 +67,42 @@ let over_ip w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_a
     let rng = Rng.create seed
     let pool = w.pool
   end in
-  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp = Result.get_ok (T.create s.ip) in
   (module struct
     type host = Ipv4_addr.t
+
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+  end)
+
+(* TCP over IPv6 through the same functor: the IPv6 pseudo-header
+   checksum, ICMPv6 errors read by {!Tcp_icmp.of_ipv6}. *)
+let over_ip6 w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv6_addr.t) =
+  let ip6 =
+    Ipstack.Ip6.create ~address:Ipv6_addr.Prefix.{ addr = local; len = 64 } ~clock:w.clock ~pool:w.pool s.eth
+  in
+  let module P = struct
+    type host = Ipv6_addr.t
+    type lower_address = Ipv6.address
+    type lower_pattern = Ipv6.address_pattern
+
+    let local = local
+    let lower_address h = { Ipv6.dst = h; proto = 6 }
+    let lower_pattern = { Ipv6.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv6_addr.equal
+    let pp_host = Ipv6_addr.pp
+    let clock = w.clock
+    let rng = Rng.create seed
+    let pool = w.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip6) (P) in
+  let tcp = Result.get_ok (T.create ~icmp:Tcp_icmp.of_ipv6 ip6) in
+  (module struct
+    type host = Ipv6_addr.t
 
     module T = T
     module Sock = Socket.Make (T)
@@ -138,6 +187,44 @@ let over_ipv4 () =
     (sa.bad_checksum + sb.bad_checksum > 0);
   Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
 
+(* Every TCP datagram leaves with Don't Fragment; a path that drops every
+   datagram over 1000 bytes without a word (ICMP filtered) is found by
+   probing, and the transfer completes. *)
+let black_hole_ipv4 () =
+  let tcp = ref 0 and without_df = ref 0 and dropped = ref 0 in
+  let drop f =
+    let ip = Cstruct.shift f 14 in
+    if Cstruct.BE.get_uint16 f 12 = 0x0800 && Cstruct.get_uint8 ip 9 = 6 then begin
+      incr tcp;
+      if Cstruct.get_uint8 ip 6 land 0x40 = 0 then incr without_df
+    end;
+    let big = Cstruct.length ip > 1000 in
+    if big then incr dropped;
+    big
+  in
+  let w = world ~drop ~seed:5 { Impair.none with delay = Time.of_ms 2 } in
+  let a = over_ip w w.a ip_a ~seed:1 and b = over_ip w w.b ip_b ~seed:2 in
+  let sa, _ = bulk w a b ip_b (1024 * 1024) in
+  Logs.app (fun m -> m "%d TCP datagrams, %d without DF, %d dropped by the black hole; %a" !tcp !without_df !dropped Tcp.pp_stats sa);
+  Alcotest.(check bool) "TCP was seen" true (!tcp > 500);
+  Alcotest.(check int) "DF on every TCP datagram" 0 !without_df;
+  Alcotest.(check bool) "the black hole swallowed the first segments" true (!dropped > 0);
+  Alcotest.(check bool) "and few others (probes)" true (!dropped < 40)
+
+let ip6_a = Ipv6_addr.of_string_exn "fd01::a"
+let ip6_b = Ipv6_addr.of_string_exn "fd01::b"
+
+let over_ipv6 () =
+  let w =
+    world ~seed:6
+      { Impair.none with drop = 0.02; duplicate = 0.02; reorder = 0.05; corrupt = 0.02; reorder_delay = Time.of_ms 3; delay = Time.of_ms 1 }
+  in
+  let a = over_ip6 w w.a ip6_a ~seed:1 and b = over_ip6 w w.b ip6_b ~seed:2 in
+  let sa, sb = bulk w a b ip6_b (2 * 1024 * 1024) in
+  Alcotest.(check bool) "corrupted segments caught by the checksum" true
+    (sa.bad_checksum + sb.bad_checksum > 0);
+  Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
+
 let over_raw_ethernet () =
   let w = world ~seed:4 { Impair.none with drop = 0.02; duplicate = 0.02; delay = Time.of_ms 1 } in
   let a = over_ethernet w w.a mac_a ~seed:1 and b = over_ethernet w w.b mac_b ~seed:2 in
@@ -149,4 +236,6 @@ let tests =
   [
     Alcotest.test_case "over IPv4 and Ethernet, with loss, duplication, reordering, corruption" `Quick over_ipv4;
     Alcotest.test_case "straight over Ethernet, checksums off (Fox Fig. 2)" `Quick over_raw_ethernet;
+    Alcotest.test_case "over IPv6 (same functor), with loss, duplication, reordering, corruption" `Quick over_ipv6;
+    Alcotest.test_case "over IPv4: DF on every segment; a black hole found by probing" `Quick black_hole_ipv4;
   ]

@@ -12,4 +12,6 @@ let () =
       ("socket", Test_socket.tests);
       ("hostile", Test_fuzz.tests);
       ("stacks", Test_stacks.tests);
+      ("rack", Test_rack.tests);
+      ("pmtu", Test_pmtu.tests);
     ]

@@ -4,7 +4,11 @@ module P = Fs_proto
 type trans = idempotent:bool -> Header.t -> string -> (Header.t * string, Rpc_error.t) result
 
 type error =
-  [ `Refused of Status.t | `Rpc of Rpc_error.t | `Bad_reply of string | `Interrupted of int * bool * Rpc_error.t ]
+  [ `Refused of Status.t
+  | `Rpc of Rpc_error.t
+  | `Bad_reply of string
+  | `Interrupted of int * bool * Rpc_error.t
+  | `Cut of int * Rpc_error.t ]
 
 let pp_error ppf = function
   | `Refused st -> Status.pp ppf st
@@ -14,11 +18,12 @@ let pp_error ppf = function
       Fmt.pf ppf "interrupted after %d bytes, %s: %a" n
         (if commit then "while committing (the file may have been stored)" else "before the file was committed")
         Rpc_error.pp e
+  | `Cut (n, e) -> Fmt.pf ppf "cut short after %d bytes of the file were written: %a" n Rpc_error.pp e
 
 let outcome = function
   | `Refused _ -> `Refused
   | `Rpc e -> ( match Rpc_error.outcome e with `Not_executed -> `Refused | `Unknown -> `Unknown)
-  | `Bad_reply _ | `Interrupted _ -> `Unknown
+  | `Bad_reply _ | `Interrupted _ | `Cut _ -> `Unknown
 
 let chunk = 1 lsl 20
 let ( let* ) = Result.bind
@@ -99,7 +104,11 @@ let get trans ?(progress = fun _ _ -> ()) cap output =
   let rec go off =
     if off >= total then Ok total
     else
-      let* d = read trans cap ~off ~len:(min P.max_read (total - off)) in
+      let* d =
+        match read trans cap ~off ~len:(min P.max_read (total - off)) with
+        | Error (`Rpc e) when off > 0 -> Error (`Cut (off, e))
+        | r -> r
+      in
       if d = "" then Error (`Bad_reply "file shorter than its size")
       else (
         output d;
@@ -107,6 +116,65 @@ let get trans ?(progress = fun _ _ -> ()) cap output =
         go (off + String.length d))
   in
   go 0
+
+type async_trans =
+  idempotent:bool -> Header.t -> string -> ((Header.t * string, Rpc_error.t) result -> unit) -> unit
+
+(* Reads of [max_read] bytes, one outstanding on each lane (each lane its
+   own session, so the server has the next read while the client takes in
+   the last); written to [output] in order as they complete. A committed
+   file never changes, so each read must be exactly as long as asked. *)
+let get_pipelined lanes ~run ?(progress = fun _ _ -> ()) cap output =
+  if Array.length lanes = 0 then invalid_arg "Fs_client.get_pipelined: no lane";
+  let blocking ~idempotent h d =
+    let r = ref None in
+    lanes.(0) ~idempotent h d (fun x -> r := Some x);
+    run (fun () -> !r <> None);
+    match !r with Some x -> x | None -> Error `Aborted
+  in
+  let* total = size blocking cap in
+  let nl = Array.length lanes in
+  let next = ref 0 and written = ref 0 and failed = ref None in
+  let busy = Array.make nl false in
+  let ready = Hashtbl.create nl in
+  let fail e = if !failed = None then failed := Some e in
+  let rec flush () =
+    match Hashtbl.find_opt ready !written with
+    | Some d ->
+        Hashtbl.remove ready !written;
+        output d;
+        written := !written + String.length d;
+        progress !written total;
+        flush ()
+    | None -> ()
+  in
+  let rec issue i =
+    if !failed = None && !next < total && not busy.(i) then begin
+      let off = !next in
+      let len = min P.max_read (total - off) in
+      next := off + len;
+      busy.(i) <- true;
+      lanes.(i) ~idempotent:true (Header.request ~offset:off ~size:len cap P.bs_read) "" (fun r ->
+          busy.(i) <- false;
+          (match r with
+          | Error e -> fail (`Rpc e)
+          | Ok ((h : Header.t), d) ->
+              if not (Status.equal h.status `Ok) then fail (`Refused h.status)
+              else if h.size <> String.length d || String.length d <> len then fail (`Bad_reply "read length")
+              else Hashtbl.replace ready off d);
+          flush ();
+          issue i)
+    end
+  in
+  for i = 0 to nl - 1 do
+    issue i
+  done;
+  run (fun () -> !written >= total || (!failed <> None && not (Array.exists Fun.id busy)));
+  match !failed with
+  | None when !written >= total -> Ok total
+  | Some (`Rpc e) when !written > 0 -> Error (`Cut (!written, e))
+  | Some e -> Error e
+  | None -> if !written > 0 then Error (`Cut (!written, `Aborted)) else Error (`Rpc `Aborted)
 
 let std trans ~idempotent h parse =
   match trans ~idempotent h "" with

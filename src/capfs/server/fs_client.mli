@@ -22,7 +22,10 @@ type error =
   | `Interrupted of int * bool * Rpc_error.t
     (** a {!put} cut short after this many bytes were sent, while the file
         was still uncommitted ([false]) or during the request that commits
-        it ([true]: it may have been stored) *) ]
+        it ([true]: it may have been stored) *)
+  | `Cut of int * Rpc_error.t
+    (** a {!get} whose server became unreachable after this many of the
+        file's bytes were given to [output]: the output is incomplete *) ]
 
 val pp_error : error Fmt.t
 
@@ -30,7 +33,8 @@ val outcome : error -> [ `Refused | `Unknown ]
 (** [`Refused] when the request was certainly not carried out (the server
     refused it, or it never reached a server), [`Unknown] otherwise (an
     interrupted {!put} among them: its uncommitted file is left to age away
-    on the server, or it may even have been committed). *)
+    on the server, or it may even have been committed; and a {!get} cut
+    short). *)
 
 val chunk : int
 (** 1 MiB. *)
@@ -51,6 +55,24 @@ val put :
 val get : trans -> ?progress:(int -> int -> unit) -> Cap.t -> (string -> unit) -> (int, error) result
 (** [get trans cap output] reads the whole file, giving its bytes to
     [output] in order, and is its size. [progress done total]. *)
+
+type async_trans =
+  idempotent:bool -> Header.t -> string -> ((Header.t * string, Rpc_error.t) result -> unit) -> unit
+(** A [trans] that answers through a callback, such as [Rpc.Make(T).trans]. *)
+
+val get_pipelined :
+  async_trans array ->
+  run:((unit -> bool) -> unit) ->
+  ?progress:(int -> int -> unit) ->
+  Cap.t ->
+  (string -> unit) ->
+  (int, error) result
+(** [get_pipelined lanes ~run cap output] is {!get} with one read
+    outstanding on each lane (give each lane its own session, such as its
+    own RPC node, so that the server works on the next read while the
+    client takes in the last); [run cond] must run the lanes' event loop
+    until [cond ()]. Reads are of {!Fs_proto.max_read} bytes, given to
+    [output] in order; at most one per lane is held. *)
 
 val size : trans -> Cap.t -> (int, error) result
 val read : trans -> Cap.t -> off:int -> len:int -> (string, error) result

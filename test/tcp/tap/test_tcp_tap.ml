@@ -1,7 +1,8 @@
 (* TCP interop with the Linux kernel: our stack on a TAP device whose
    kernel end lives in a network namespace made (and removed) by each test.
-   100 MB each way, checked by SHA-256 on both sides and byte for byte on
-   ours; the kernel's own view of the connection ([ss -ti]) confirms window
+   100 MB each way, over IPv4 and over IPv6 (the same TCP functor over the
+   other IP), checked by SHA-256 on both sides and byte for byte on ours;
+   the kernel's own view of the connection ([ss -ti]) confirms window
    scaling and MSS. *)
 
 open Consort
@@ -10,6 +11,8 @@ module Up = Consort_net_unix.Up
 
 let our_ip = "10.78.0.2"
 let kernel_ip = "10.78.0.1"
+let our_ip6 = "fd78::2"
+let kernel_ip6 = "fd78::1"
 let size = match Sys.getenv_opt "TCP_TAP_BYTES" with Some n -> int_of_string n | None -> 100_000_000
 
 (* Why the tests cannot run here, if they cannot. *)
@@ -51,12 +54,21 @@ let replace s a b =
   go 0;
   Buffer.contents buf
 
-(* TCP over this stack's IPv4, with the IPv4 pseudo-header checksum. *)
+(* TCP over this stack's IPv4 or IPv6, with that pseudo-header checksum:
+   [ours] and [kernel] are the two ends' addresses, [host] reads one, [mss]
+   is the kernel's MSS (ours less timestamps). *)
 module type TCP_IP = sig
-  module T : Tcp.S with type host = Ipv4_addr.t and type lower = Ipstack.Ip.t
+  type host
+
+  module T : Tcp.S with type host = host
   module Sock : module type of Socket.Make (T)
 
   val tcp : T.t
+  val host : string -> host
+  val ours : string
+  val kernel : string
+  val mss : int
+  val v6 : bool
 end
 
 let config =
@@ -78,22 +90,66 @@ let tcp_on (up : Up.t) : (module TCP_IP) =
     let rng = Rng.create 4242
     let pool = up.pool
   end in
-  let module T = Tcp.Make (Ipstack.Ip) (P) in
+  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp =
     match T.create ~config up.stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e
   in
   (module struct
+    type host = Ipv4_addr.t
+
     module T = T
     module Sock = Socket.Make (T)
 
     let tcp = tcp
+    let host = Ipv4_addr.of_string_exn
+    let ours = our_ip
+    let kernel = kernel_ip
+    let mss = 1448
+    let v6 = false
+  end)
+
+let tcp_on6 (up : Up.t) : (module TCP_IP) =
+  let ip6 = match up.v6 with Some v -> v.ip6 | None -> Alcotest.fail "no IPv6 on the stack" in
+  let module P = struct
+    type host = Ipv6_addr.t
+    type lower_address = Ipv6.address
+    type lower_pattern = Ipv6.address_pattern
+
+    let local = Ipv6_addr.of_string_exn our_ip6
+    let lower_address h = { Ipv6.dst = h; proto = 6 }
+    let lower_pattern = { Ipv6.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv6_addr.equal
+    let pp_host = Ipv6_addr.pp
+    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
+    let rng = Rng.create 4243
+    let pool = up.pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip6) (P) in
+  let tcp =
+    match T.create ~config ~icmp:Tcp_icmp.of_ipv6 ip6 with
+    | Ok t -> t
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
+  (module struct
+    type host = Ipv6_addr.t
+
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+    let host = Ipv6_addr.of_string_exn
+    let ours = our_ip6
+    let kernel = kernel_ip6
+    let mss = 1428 (* 1500 - 40 - 20 - 12 *)
+    let v6 = true
   end)
 
 type env = { ns : string; up : Up.t; data : Bytes.t; file : string; sha : string }
 
 let counter = ref 0
 
-let with_env f =
+let with_env ?(v6 = false) f =
   match impossible () with
   | Some why -> Logs.app (fun m -> m "SKIPPED: %s" why)
   | None ->
@@ -107,7 +163,7 @@ let with_env f =
   close_out oc;
   let sha = Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string data)) in
   let up =
-    match Up.start ~tap ~ip:(our_ip ^ "/24") () with
+    match Up.start ?ip6:(if v6 then Some (our_ip6 ^ "/64") else None) ~tap ~ip:(our_ip ^ "/24") () with
     | Ok up -> up
     | Error (`Msg m) -> Alcotest.failf "starting the stack on TAP %s: %s" tap m
   in
@@ -120,7 +176,12 @@ let with_env f =
     (fun () ->
       must (Printf.sprintf "ip netns add %s" ns);
       must (Printf.sprintf "ip link set %s netns %s" tap ns);
-      ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+      if v6 then begin
+        ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
+        ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns tap));
+        must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns kernel_ip6 tap)
+      end
+      else ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
       must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
       must (Printf.sprintf "ip -n %s link set %s up" ns tap);
       must (Printf.sprintf "ip -n %s link set lo up" ns);
@@ -172,7 +233,7 @@ let kernel_client =
   {|
 import socket, hashlib, subprocess, sys
 s = socket.create_connection(('OUR', 5001), timeout=60)
-print('SS', subprocess.run(['ss', '-tin', 'dst', 'OUR'], capture_output=True, text=True).stdout.replace('\n', ' '))
+print('SS', subprocess.run(['ss', '-tin', 'dst', 'SSOUR'], capture_output=True, text=True).stdout.replace('\n', ' '))
 h = hashlib.sha256()
 with open('FILE', 'rb') as f:
     while True:
@@ -194,11 +255,12 @@ print('RECV', n, h.hexdigest())
 let kernel_server =
   {|
 import socket, hashlib, subprocess, sys
-l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l = socket.socket(socket.AF_INET6 if ':' in 'KERNEL' else socket.AF_INET)
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(('KERNEL', 5002)); l.listen(1); l.settimeout(60)
 print('LISTENING', flush=True)
 s, addr = l.accept(); s.settimeout(60)
-print('SS', subprocess.run(['ss', '-tin', 'dst', 'OUR'], capture_output=True, text=True).stdout.replace('\n', ' '))
+print('SS', subprocess.run(['ss', '-tin', 'dst', 'SSOUR'], capture_output=True, text=True).stdout.replace('\n', ' '))
 h = hashlib.sha256(); n = 0
 buf = bytearray(1 << 20); mv = memoryview(buf)
 while True:
@@ -219,17 +281,24 @@ print('SENT', h.hexdigest())
 
 let mb_s bytes secs = float bytes /. secs /. 1e6
 
-let check_ss ss (i : Tcp.conn_info) =
+let check_ss ~mss ss (i : Tcp.conn_info) =
   (* ss shows the peer's (our) shift first, then its own. *)
   let ws = ss_word ss "wscale:" in
   let ours = match i.rcv_wscale with Some s -> string_of_int s | None -> "none" in
   let theirs = match i.snd_wscale with Some s -> string_of_int s | None -> "none" in
   Alcotest.(check string) "ss: window scale" (ours ^ "," ^ theirs) ws;
-  Alcotest.(check string) "ss: the kernel's MSS (ours, 1460, less timestamps)" "1448" (ss_word ss "mss:")
+  Alcotest.(check string) "ss: the kernel's MSS (ours less timestamps)" (string_of_int mss) (ss_word ss "mss:")
 
-let kernel_connects () =
-  with_env @@ fun env ->
-  let (module N) = tcp_on env.up in
+(* The kernel scripts with the addresses filled in ([ss] wants an IPv6
+   address in brackets). *)
+let script (module N : TCP_IP) env text =
+  let ss = if N.v6 then "[" ^ N.ours ^ "]" else N.ours in
+  List.fold_left (fun t (a, b) -> replace t a b) text
+    [ ("SSOUR", ss); ("OUR", N.ours); ("KERNEL", N.kernel); ("FILE", env.file) ]
+
+let kernel_connects ~v6 () =
+  with_env ~v6 @@ fun env ->
+  let (module N) = if v6 then tcp_on6 env.up else tcp_on env.up in
   let l = match N.Sock.listen N.tcp 5001 with Ok l -> l | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
   let result = ref None and info = ref None in
   Socket.Promise.upon (N.Sock.accept l) (function
@@ -263,25 +332,26 @@ let kernel_connects () =
                 loop ())
         in
         loop ());
-  let wait = spawn env (replace (replace kernel_client "OUR" our_ip) "FILE" env.file) in
+  let wait = spawn env (script (module N) env kernel_client) in
   let out = wait ~until:(fun () -> !result <> None) () in
   let got, sha, rx, tx = Option.get !result in
   Alcotest.(check int) "bytes received" size got;
   Alcotest.(check string) "SHA-256 of what the kernel sent, as it computed it" env.sha (field out "SENT");
   Alcotest.(check string) "SHA-256 of what we received" env.sha sha;
   Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
-  check_ss (field out "SS") (Option.get !info);
+  check_ss ~mss:N.mss (field out "SS") (Option.get !info);
   Logs.app (fun m ->
-      m "kernel connects: kernel -> us %.1f MB/s, us -> kernel %.1f MB/s; %a" (mb_s size rx)
+      m "%s, kernel connects: kernel -> us %.1f MB/s, us -> kernel %.1f MB/s; %a"
+        (if v6 then "IPv6" else "IPv4") (mb_s size rx)
         (mb_s size tx) Tcp.pp_stats (N.T.query N.tcp))
 
-let we_connect () =
-  with_env @@ fun env ->
-  let (module N) = tcp_on env.up in
-  let wait = spawn env (replace (replace (replace kernel_server "OUR" our_ip) "KERNEL" kernel_ip) "FILE" env.file) in
+let we_connect ~v6 () =
+  with_env ~v6 @@ fun env ->
+  let (module N) = if v6 then tcp_on6 env.up else tcp_on env.up in
+  let wait = spawn env (script (module N) env kernel_server) in
   (* The server may not be listening yet: retry refused connections. *)
   let rec connect k =
-    let p = N.Sock.connect N.tcp (Ipv4_addr.of_string_exn kernel_ip) 5002 in
+    let p = N.Sock.connect N.tcp (N.host N.kernel) 5002 in
     Loop.run ~until:(fun () -> Socket.Promise.is_resolved p) ~timeout:(Time.of_sec 10.) env.up.loop;
     match Socket.Promise.peek p with
     | Some (Ok s) -> s
@@ -328,9 +398,10 @@ let we_connect () =
   Alcotest.(check bool) "received bytes, byte for byte" true (Bytes.sub store 0 !got = env.data);
   Alcotest.(check string) "SHA-256 of what we received" env.sha
     (Sha256.to_hex (Sha256.substring (Bytes.unsafe_to_string store) 0 !got));
-  check_ss (field out "SS") info;
+  check_ss ~mss:N.mss (field out "SS") info;
   Logs.app (fun m ->
-      m "we connect: us -> kernel %.1f MB/s, kernel -> us %.1f MB/s; %a"
+      m "%s, we connect: us -> kernel %.1f MB/s, kernel -> us %.1f MB/s; %a"
+        (if v6 then "IPv6" else "IPv4")
         (mb_s size (Option.value !sent ~default:1.)) (mb_s size rx) Tcp.pp_stats (N.T.query N.tcp))
 
 let () =
@@ -343,7 +414,9 @@ let () =
     [
       ( "kernel",
         [
-          Alcotest.test_case "the kernel connects to us; 100 MB each way" `Slow kernel_connects;
-          Alcotest.test_case "we connect to the kernel; 100 MB each way" `Slow we_connect;
+          Alcotest.test_case "the kernel connects to us; 100 MB each way" `Slow (kernel_connects ~v6:false);
+          Alcotest.test_case "we connect to the kernel; 100 MB each way" `Slow (we_connect ~v6:false);
+          Alcotest.test_case "IPv6: the kernel connects to us; 100 MB each way" `Slow (kernel_connects ~v6:true);
+          Alcotest.test_case "IPv6: we connect to the kernel; 100 MB each way" `Slow (we_connect ~v6:true);
         ] );
     ]

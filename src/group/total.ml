@@ -1,0 +1,454 @@
+open Consort
+
+let src = Logs.Src.create "consort.total" ~doc:"Total layer: totally ordered casts"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type protocol = Sequencer | Token
+
+module Param = struct
+  let protocol = "total.protocol"
+  let burst = "total.token_burst"
+  let queue = "total.queue"
+
+  let () =
+    Params.register protocol (Params.String "sequencer")
+      ~doc:
+        "how casts are ordered: sequencer (the view's coordinator orders, Ensemble's Seqbb) or token (the \
+         holder of a token passed around the members orders, as Totem)";
+    Params.register burst (Params.Int 64) ~doc:"token: casts a member orders each time it holds the token";
+    Params.register queue (Params.Int (1 lsl 20))
+      ~doc:"token: bytes of casts waiting for the token beyond which the application is asked to pause"
+end
+
+let protocol_of_string s =
+  match String.lowercase_ascii (String.trim s) with
+  | "sequencer" | "seq" | "seqbb" -> Ok Sequencer
+  | "token" -> Ok Token
+  | _ -> Error (Printf.sprintf "total.protocol must be sequencer or token, not %S" s)
+
+let protocol params = protocol_of_string (Params.string params Param.protocol)
+let check_params params = Result.map ignore (protocol params)
+let protocol_name = function Sequencer -> "sequencer" | Token -> "token"
+let total_order = Contract.v "total-order" ~doc:"every member delivers the casts of a view in one order"
+
+(* Bounds on what a header may claim. *)
+let max_runs = 4096
+let max_run = 1 lsl 20
+let max_ahead = 1 lsl 22
+
+module L = struct
+  type header =
+    | Pass  (** a send: not ordered *)
+    | Data  (** a cast without its place: ordered by the sequencer, or at the end of the view *)
+    | Order of (int * int) list  (** sequencer: the next casts, as runs (origin, how many) *)
+    | Stamped of int  (** token: a cast and its place in the view's order *)
+    | Token of { next : int; idle : int }  (** token: the next place, and holders in a row with nothing to order *)
+    | Want  (** token: this member has casts waiting for the token *)
+
+  let name = "total"
+
+  let codec =
+    Codec.(
+      union "total"
+        [
+          case 0 "pass" unit (function Pass -> Some () | _ -> None) (fun () -> Pass);
+          case 1 "data" unit (function Data -> Some () | _ -> None) (fun () -> Data);
+          case 2 "order"
+            (list ~max:max_runs (pair varint varint))
+            (function Order l -> Some l | _ -> None)
+            (fun l -> Order l);
+          case 3 "stamped" varint (function Stamped s -> Some s | _ -> None) (fun s -> Stamped s);
+          case 4 "token" (pair varint varint)
+            (function Token { next; idle } -> Some (next, idle) | _ -> None)
+            (fun (next, idle) -> Token { next; idle });
+          case 5 "want" unit (function Want -> Some () | _ -> None) (fun () -> Want);
+        ])
+
+  let pp_header ppf = function
+    | Pass -> Fmt.string ppf "pass"
+    | Data -> Fmt.string ppf "data"
+    | Order l -> Fmt.pf ppf "order(%a)" Fmt.(list ~sep:comma (pair ~sep:(any "x") int int)) l
+    | Stamped s -> Fmt.pf ppf "stamped(%d)" s
+    | Token { next; idle } -> Fmt.pf ppf "token(next %d, idle %d)" next idle
+    | Want -> Fmt.string ppf "want"
+
+  let provides = [ total_order ]
+  let requires = [ Gmp.membership ]
+
+  type run = { origin : int; mutable left : int }
+
+  type t = {
+    out : header Layer.out;
+    now : unit -> Time.t;
+    proto : protocol;
+    n : int;
+    me : int;
+    pending : Msg.t Queue.t array;
+        (* per origin, in FIFO order: casts received without a place
+           (sequencer: not yet delivered; token: cast at a flush) *)
+    (* sequencer *)
+    runs : run Queue.t;  (* the order known and not yet delivered *)
+    mutable unsent : (int * int) list;  (* at the sequencer: runs not yet cast, newest first *)
+    mutable armed : bool;
+    (* token *)
+    stamped : (int, int * Msg.t) Hashtbl.t;  (* place -> origin, cast *)
+    mutable next_deliver : int;
+    mutable holding : (int * int) option;  (* the token: next place, idle count *)
+    outq : Msg.t Queue.t;  (* own casts waiting for the token *)
+    mutable outq_bytes : int;
+    queue_limit : int;
+    burst : int;
+    wants : bool array;
+    mutable want_sent : bool;
+    (* both *)
+    mutable blocked : bool;
+    mutable synced : bool;  (* a flush round has completed here *)
+    mutable flow_below : bool;
+    mutable flow_told : bool;
+    mutable stopped : bool;
+    mutable ordered : int;
+    mutable at_flush : int;
+    mutable skipped : int;
+    mutable orders_sent : int;
+    mutable tokens_passed : int;
+    mutable nonsense : int;
+  }
+
+  let create (ctx : Layer.ctx) out =
+    let n = View.nmembers ctx.view in
+    let me = ctx.view.rank in
+    let proto =
+      match protocol ctx.params with
+      | Ok p -> p
+      | Error e ->
+          Log.err (fun m -> m "%s: using the sequencer" e);
+          Sequencer
+    in
+    {
+      out;
+      now = ctx.now;
+      proto;
+      n;
+      me;
+      pending = Array.init n (fun _ -> Queue.create ());
+      runs = Queue.create ();
+      unsent = [];
+      armed = false;
+      stamped = Hashtbl.create 64;
+      next_deliver = 0;
+      (* The token starts parked at the view's first member. *)
+      holding = (if me = 0 && proto = Token then Some (0, n) else None);
+      outq = Queue.create ();
+      outq_bytes = 0;
+      queue_limit = Params.int ctx.params Param.queue;
+      burst = max 1 (Params.int ctx.params Param.burst);
+      wants = Array.make n false;
+      want_sent = false;
+      blocked = false;
+      synced = false;
+      flow_below = false;
+      flow_told = false;
+      stopped = false;
+      ordered = 0;
+      at_flush = 0;
+      skipped = 0;
+      orders_sent = 0;
+      tokens_passed = 0;
+      nonsense = 0;
+    }
+
+  let valid t r = r >= 0 && r < t.n
+  let sequencer = 0
+
+  let deliver t o msg = t.out.up (Event.Cast_from o) msg
+
+  let flow t =
+    let b = t.flow_below || t.outq_bytes > t.queue_limit in
+    if b <> t.flow_told then begin
+      t.flow_told <- b;
+      t.out.up_ctl (Event.Blocked b)
+    end
+
+  (* {1 Sequencer} *)
+
+  (* Deliver what the order says, as far as the casts are there. State is
+     updated before each delivery: the application may cast from inside
+     it, which re-enters here. *)
+  let rec seq_deliver t =
+    if not t.stopped then
+      match Queue.peek_opt t.runs with
+      | Some r when not (Queue.is_empty t.pending.(r.origin)) ->
+          let m = Queue.pop t.pending.(r.origin) in
+          r.left <- r.left - 1;
+          if r.left = 0 then ignore (Queue.pop t.runs);
+          t.ordered <- t.ordered + 1;
+          deliver t r.origin m;
+          seq_deliver t
+      | _ -> ()
+
+  let send_order t =
+    t.armed <- false;
+    if t.unsent <> [] && not t.stopped then begin
+      let runs = List.rev t.unsent in
+      t.unsent <- [];
+      let rec chunks l =
+        match l with
+        | [] -> ()
+        | _ ->
+            let c = List.filteri (fun i _ -> i < max_runs) l in
+            let rest = List.filteri (fun i _ -> i >= max_runs) l in
+            t.orders_sent <- t.orders_sent + 1;
+            t.out.dn Event.Cast (Order c) (Msg.empty ());
+            chunks rest
+      in
+      chunks runs
+    end
+
+  let seq_data t o msg =
+    Queue.add msg t.pending.(o);
+    if t.me = sequencer then begin
+      (t.unsent <-
+         match t.unsent with
+         | (o', k) :: rest when o' = o && k < max_run -> (o, k + 1) :: rest
+         | l -> (o, 1) :: l);
+      if not t.armed then begin
+        t.armed <- true;
+        t.out.alarm (t.now ())
+      end
+    end;
+    seq_deliver t
+
+  let seq_order t from runs =
+    if from <> sequencer || not (List.for_all (fun (o, k) -> valid t o && k >= 1 && k <= max_run) runs) then
+      t.nonsense <- t.nonsense + 1
+    else begin
+      List.iter (fun (origin, left) -> Queue.add { origin; left } t.runs) runs;
+      seq_deliver t
+    end
+
+  (* The end of the view: every member that goes on with this one holds
+     the same casts and the same orders (the flush below saw to it), so
+     each delivers the same sequence: what the order says (skipping casts
+     that no member going on received: their origin and the sequencer
+     failed), then the casts without a place, by origin rank, each
+     origin's in FIFO order. *)
+  let seq_tail t =
+    Queue.iter
+      (fun r ->
+        for _ = 1 to r.left do
+          match Queue.take_opt t.pending.(r.origin) with
+          | Some m ->
+              t.ordered <- t.ordered + 1;
+              deliver t r.origin m
+          | None -> t.skipped <- t.skipped + 1
+        done)
+      t.runs;
+    Queue.clear t.runs
+
+  (* {1 Token} *)
+
+  let rec tok_deliver t =
+    if not t.stopped then
+      match Hashtbl.find_opt t.stamped t.next_deliver with
+      | Some (o, m) ->
+          Hashtbl.remove t.stamped t.next_deliver;
+          t.next_deliver <- t.next_deliver + 1;
+          t.ordered <- t.ordered + 1;
+          deliver t o m;
+          tok_deliver t
+      | None -> ()
+
+  let stamp_queue t next =
+    let next = ref next and k = ref 0 in
+    while !k < t.burst && not (Queue.is_empty t.outq) do
+      let m = Queue.pop t.outq in
+      t.outq_bytes <- t.outq_bytes - Msg.length m;
+      let place = !next in
+      incr next;
+      incr k;
+      t.out.dn Event.Cast (Stamped place) m
+    done;
+    if Queue.is_empty t.outq then t.want_sent <- false;
+    flow t;
+    (!next, !k)
+
+  (* This member holds the token: order what waits, then pass it on,
+     unless a whole round of holders had nothing to order and no member
+     asked for it: then it stays here until one does. After the block the
+     token stays where it is: the flush decides the rest. *)
+  let use_token t next idle =
+    if t.blocked || t.stopped then t.holding <- Some (next, idle)
+    else begin
+      t.holding <- None;
+      let next, k = stamp_queue t next in
+      let idle = if k > 0 then 0 else idle + 1 in
+      let wanted = Array.exists Fun.id t.wants || not (Queue.is_empty t.outq) in
+      if t.n = 1 || (idle >= t.n && not wanted) then t.holding <- Some (next, idle)
+      else begin
+        t.tokens_passed <- t.tokens_passed + 1;
+        t.out.dn (Event.Send ((t.me + 1) mod t.n)) (Token { next; idle }) (Msg.empty ())
+      end
+    end
+
+  let tok_cast t msg =
+    Queue.add msg t.outq;
+    t.outq_bytes <- t.outq_bytes + Msg.length msg;
+    match t.holding with
+    | Some (next, _) -> use_token t next 0
+    | None ->
+        if not t.want_sent then begin
+          t.want_sent <- true;
+          t.out.dn Event.Cast Want (Msg.empty ())
+        end;
+        flow t
+
+  let tok_stamped t o place msg =
+    t.wants.(o) <- false;
+    if place < t.next_deliver || place >= t.next_deliver + max_ahead || Hashtbl.mem t.stamped place then begin
+      t.nonsense <- t.nonsense + 1;
+      Msg.release msg
+    end
+    else begin
+      Hashtbl.replace t.stamped place (o, msg);
+      tok_deliver t
+    end
+
+  let tok_tail t =
+    let rest = Hashtbl.fold (fun place om acc -> (place, om) :: acc) t.stamped [] in
+    Hashtbl.reset t.stamped;
+    List.iter
+      (fun (place, (o, m)) ->
+        if place > t.next_deliver then t.skipped <- t.skipped + (place - t.next_deliver);
+        t.next_deliver <- place + 1;
+        t.ordered <- t.ordered + 1;
+        deliver t o m)
+      (List.sort (fun (a, _) (b, _) -> compare a b) rest)
+
+  (* {1 Events} *)
+
+  let up t (src : Event.src) h msg =
+    if t.stopped then Msg.release msg
+    else
+      match (src, h) with
+      | Event.Send_from _, Pass -> t.out.up src msg
+      | Event.Cast_from o, Data when valid t o -> (
+          match t.proto with
+          | Sequencer -> seq_data t o msg
+          | Token ->
+              t.wants.(o) <- false;
+              Queue.add msg t.pending.(o))
+      | Event.Cast_from o, Order runs when valid t o && t.proto = Sequencer ->
+          Msg.release msg;
+          seq_order t o runs
+      | Event.Cast_from o, Stamped place when valid t o && t.proto = Token -> tok_stamped t o place msg
+      | Event.Send_from _, Token { next; idle } when t.proto = Token -> (
+          Msg.release msg;
+          match t.holding with
+          | Some _ -> t.nonsense <- t.nonsense + 1
+          | None when next < t.next_deliver -> t.nonsense <- t.nonsense + 1
+          | None -> use_token t next idle)
+      | Event.Cast_from o, Want when valid t o && t.proto = Token -> (
+          Msg.release msg;
+          if o <> t.me then t.wants.(o) <- true;
+          match t.holding with Some (next, _) when o <> t.me -> use_token t next 0 | _ -> ())
+      | _ ->
+          t.nonsense <- t.nonsense + 1;
+          Msg.release msg
+
+  let dn t (dst : Event.dst) msg =
+    if t.stopped then Msg.release msg
+    else
+      match dst with
+      | Event.Send _ -> t.out.dn dst Pass msg
+      | Event.Cast -> (
+          match t.proto with
+          | Sequencer -> t.out.dn dst Data msg
+          | Token when t.blocked -> t.out.dn dst Data msg
+          | Token -> tok_cast t msg)
+
+  let up_ctl t e =
+    match e with
+    | Gmp.Block ->
+        (* Casts still waiting for the token go out now, without a place:
+           the flush counts them, and they are ordered at its end. *)
+        if not t.blocked then begin
+          t.blocked <- true;
+          while not (Queue.is_empty t.outq) do
+            let m = Queue.pop t.outq in
+            t.outq_bytes <- t.outq_bytes - Msg.length m;
+            t.out.dn Event.Cast Data m
+          done;
+          t.want_sent <- false
+        end;
+        t.out.up_ctl e;
+        flow t
+    | Event.Blocked b ->
+        t.flow_below <- b;
+        flow t
+    | Gmp.Synced | Gmp.Excluded ->
+        t.synced <- true;
+        t.out.up_ctl e
+    | e -> t.out.up_ctl e
+
+  let tail t =
+    (* Own casts that never went out (the view ended without a block):
+       this member delivers them itself, last. *)
+    Queue.transfer t.outq t.pending.(t.me);
+    t.outq_bytes <- 0;
+    (match t.proto with Sequencer -> seq_tail t | Token -> tok_tail t);
+    Array.iteri
+      (fun o q ->
+        while not (Queue.is_empty q) do
+          let m = Queue.pop q in
+          t.at_flush <- t.at_flush + 1;
+          deliver t o m
+        done)
+      t.pending
+
+  (* What is still held once stopped (nothing after a tail). *)
+  let release_all t =
+    Array.iter
+      (fun q ->
+        Queue.iter Msg.release q;
+        Queue.clear q)
+      t.pending;
+    Hashtbl.iter (fun _ (_, m) -> Msg.release m) t.stamped;
+    Hashtbl.reset t.stamped;
+    Queue.iter Msg.release t.outq;
+    Queue.clear t.outq;
+    t.outq_bytes <- 0;
+    Queue.clear t.runs
+
+  let dn_ctl t e =
+    match e with
+    | Event.Stop when not t.stopped ->
+        (* The layers below deliver what they still have first. The
+           rest of the view is delivered only after a flush: a member
+           that stops otherwise (its transport closed) has agreed on
+           nothing with anyone. *)
+        t.out.dn_ctl e;
+        if t.synced || t.n = 1 then tail t;
+        t.stopped <- true;
+        release_all t
+    | e -> t.out.dn_ctl e
+
+  let timer t _now = if t.armed then send_order t
+
+  let counters t =
+    [
+      ("ordered", t.ordered);
+      ("at_flush", t.at_flush);
+      ("skipped", t.skipped);
+      ("orders_sent", t.orders_sent);
+      ("tokens_passed", t.tokens_passed);
+      ("nonsense", t.nonsense);
+      ("unordered", Array.fold_left (fun a q -> a + Queue.length q) 0 t.pending + Hashtbl.length t.stamped);
+      ("waiting_token", Queue.length t.outq);
+      ("holding", match t.holding with Some _ -> 1 | None -> 0);
+    ]
+end
+
+include L
+
+let layer : Layer.t = (module L)

@@ -1,0 +1,498 @@
+open Consort
+open Tcp_types
+include Tcp_tcb_intf
+
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
+let src = Logs.Src.create "consort.tcp" ~doc:"TCP"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+module Make
+    (Lower : LOWER)
+    (P : PARAMS
+           with type host = Lower.host
+            and type lower_address = Lower.address
+            and type lower_pattern = Lower.address_pattern) =
+struct
+  type host = Lower.host
+  type lower = Lower.t
+  type lower_connection = Lower.connection
+  type lower_status = Lower.status
+
+  module Host_tbl = Hashtbl.Make (struct
+    type t = host
+
+    let equal = P.equal_host
+    let hash = Hashtbl.hash
+  end)
+
+  module Key_tbl = Hashtbl.Make (struct
+    type t = host * int * int
+
+    let equal (h, p, l) (h', p', l') = p = p' && l = l' && P.equal_host h h'
+    let hash = Hashtbl.hash
+  end)
+
+  type counters = {
+    mutable c_in : int;
+    mutable c_out : int;
+    mutable c_retrans : int;
+    mutable c_bad_checksum : int;
+    mutable c_malformed : int;
+    mutable c_rst_in : int;
+    mutable c_rst_out : int;
+    mutable c_challenge : int;
+    mutable c_dropped : int;
+    mutable c_cookies_sent : int;
+    mutable c_cookies_ok : int;
+    mutable c_dsack_out : int;
+    mutable c_dsack_in : int;
+  }
+
+  type t = {
+    lower : lower;
+    mutable config : config;
+    conns : tcb Key_tbl.t;
+    listeners : (int, listener) Hashtbl.t;
+    lower_conns : lower_ref Host_tbl.t;
+    secret : Tcp_secret.t;
+    mutable next_ephemeral : int;
+    upcalls : (unit -> unit) Queue.t;
+    mutable flushing : bool;
+    icmp : lower_status -> Tcp_icmp.t option;
+    orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
+    mutable n_orphans : int;
+    time_wait : tw Key_tbl.t;
+    tw_queue : tw Queue.t;  (** by deadline *)
+    mutable tw_armed : Time.t;
+    mutable tw_gen : int;
+    counters : counters;
+  }
+
+  (* The lower connection to a host, shared by the connections with it and
+     closed when the last one goes (so that the layer below forgets a
+     host that TCP no longer talks to). *)
+  and lower_ref = { lc : lower_connection; mutable refs : int }
+
+  and listener = {
+    l_port : int;
+    l_from : host option;
+    l_make : tcb -> handler;
+    mutable half_open : int;
+    mutable overflowed : Time.t;  (** when SYN cookies were last sent *)
+  }
+
+  and tcb = {
+    inst : t;
+    cfg : config;
+    remote_host : host;
+    remote_port : int;
+    local_port : int;
+    lconn : lower_connection;
+    listener : listener option;
+    mutable state : state;
+    mutable handler : handler option;
+    mutable alive : bool;
+    mutable reported : bool;
+    (* Send sequence space. *)
+    iss : Tcp_seq.t;
+    mutable snd_una : Tcp_seq.t;
+    mutable snd_nxt : Tcp_seq.t;
+    mutable snd_max : Tcp_seq.t;
+    mutable snd_wnd : int;
+    mutable max_snd_wnd : int;
+    mutable snd_wl1 : Tcp_seq.t;
+    mutable snd_wl2 : Tcp_seq.t;
+    sndbuf : Tcp_sndbuf.t;
+    mutable buf_seq : Tcp_seq.t;
+    mutable fin_queued : bool;
+    mutable app_closed : bool;
+    mutable want_writable : bool;
+    (* Receive sequence space. *)
+    mutable irs : Tcp_seq.t;
+    mutable rcv_nxt : Tcp_seq.t;
+    mutable rcv_adv : Tcp_seq.t;
+    mutable unconsumed : int;
+    reass : Tcp_reass.t;
+    mutable ooo_fin : Tcp_seq.t option;
+    mutable fin_received : bool;
+    (* Options. *)
+    rcv_mss : int;
+    mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
+    mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
+    mutable n_mtu_probes : int;
+    mutable peer_mss : int;
+    mutable offer_ws : bool;
+    mutable offer_sack : bool;
+    mutable offer_ts : bool;
+    mutable snd_wscale : int;
+    mutable rcv_wscale : int;
+    mutable ws_ok : bool;
+    mutable sack_ok : bool;
+    mutable ts_ok : bool;
+    mutable ts_recent : int;
+    mutable ts_recent_age : Time.t;
+    ts_offset : int;
+    mutable last_ack_sent : Tcp_seq.t;
+    (* Round-trip time. *)
+    rto : Tcp_rto.t;
+    mutable rtt_seq : Tcp_seq.t option;
+    mutable rtt_time : Time.t;
+    (* Congestion control. *)
+    cc : Tcp_cc.t;
+    mutable dupacks : int;
+    mutable recover : Tcp_seq.t;
+    mutable in_recovery : bool;
+    mutable high_rxt : Tcp_seq.t;
+    mutable syn_retransmitted : bool;
+    mutable last_data_sent : Time.t;
+    sack : Tcp_sack.t;
+    rack : Tcp_rack.t;
+    mutable tlp_end : Tcp_seq.t option;  (** SND.MAX when a loss probe went, until its episode ends *)
+    mutable tlp_rexmit : bool;  (** the probe sent old data again *)
+    mutable tlp_ts : int;  (** our timestamp when it went *)
+    (* Acknowledgements. *)
+    mutable ack_now : bool;
+    mutable segs_unacked : int;
+    (* Timers: deadlines, [never] when off. *)
+    mutable t_rtx : Time.t;
+    mutable t_persist : Time.t;
+    mutable t_delack : Time.t;
+    mutable t_keep : Time.t;
+    mutable t_2msl : Time.t;
+    mutable t_tlp : Time.t;  (** the loss probe (RFC 8985 section 7) *)
+    mutable t_reo : Time.t;  (** RACK's reordering timer *)
+    mutable armed : Time.t;
+    mutable alarm_gen : int;
+    mutable alarm_cancel : Clock.cancel;
+    mutable retries : int;
+    mutable persist_backoff : int;
+    mutable persist_probes : int;
+    mutable keep_probes : int;
+    mutable challenge_second : int;
+    mutable challenge_left : int;
+    mutable tw : tw option;  (** its TIME-WAIT record, once in TIME-WAIT *)
+    mutable orphan : bool;  (** counted in [n_orphans] *)
+    mutable dsack : (Tcp_seq.t * Tcp_seq.t) option;  (** a duplicate to report (RFC 2883) *)
+    mutable soft_error : string option;
+    mutable last_recv : Time.t;
+    mutable nodelay : bool;
+    mutable keepalive : keepalive option;
+    (* Counters. *)
+    mutable bytes_acked : int;
+    mutable bytes_delivered : int;
+    mutable n_retrans : int;
+    mutable n_fast : int;
+    mutable n_timeouts : int;
+    mutable n_probes : int;
+  }
+
+  (* TIME-WAIT as a small record: what it takes to acknowledge a
+     retransmitted FIN and to recognise a new incarnation; the connection
+     and its buffers are gone. *)
+  and tw = {
+    tw_remote : host;
+    tw_rport : int;
+    tw_lport : int;
+    tw_lconn : lower_connection;
+    tw_snd_nxt : Tcp_seq.t;
+    tw_rcv_nxt : Tcp_seq.t;
+    tw_window : int;  (** the window field to send *)
+    tw_msl : Time.t;
+    tw_ts_ok : bool;
+    tw_ts_offset : int;
+    mutable tw_ts_recent : int;
+    mutable tw_ts_recent_age : Time.t;
+    mutable tw_expires : Time.t;
+    mutable tw_deadline : Time.t;  (** its place in the queue *)
+    mutable tw_live : bool;
+  }
+
+  and connection = tcb
+  and handler = { receive : connection -> Packet.t -> unit; status : connection -> Tcp_types.status -> unit }
+
+  let local = P.local
+  let pp_host = P.pp_host
+  let clock = P.clock
+  let rng = P.rng
+  let pool = P.pool
+  let pseudo_header = P.pseudo_header
+  let lower_send = Lower.send
+  let lower_close = Lower.close
+  let lower_headroom = Lower.headroom
+  let lower_max_packet = Lower.max_packet
+  let never = max_int
+
+  let now () = clock.now ()
+
+  (* {2 Upcalls} *)
+
+  let defer t f = Queue.push f t.upcalls
+
+  let flush t =
+    if not t.flushing then begin
+      t.flushing <- true;
+      Fun.protect
+        ~finally:(fun () -> t.flushing <- false)
+        (fun () ->
+          while not (Queue.is_empty t.upcalls) do
+            (Queue.pop t.upcalls) ()
+          done)
+    end
+
+  let notify tcb st =
+    match tcb.handler with Some h -> defer tcb.inst (fun () -> h.status tcb st) | None -> ()
+
+  let report tcb st =
+    if not tcb.reported then begin
+      tcb.reported <- true;
+      notify tcb st
+    end
+
+  let pp_connection ppf tcb =
+    Fmt.pf ppf "%d-%a:%d %a" tcb.local_port P.pp_host tcb.remote_host tcb.remote_port pp_state
+      tcb.state
+
+  (* {2 Sequence-space helpers} *)
+
+  let data_end tcb = Tcp_seq.add tcb.buf_seq (Tcp_sndbuf.length tcb.sndbuf)
+
+  let fin_acked tcb = tcb.fin_queued && Tcp_seq.gt tcb.snd_una (data_end tcb)
+  let flight tcb = Tcp_seq.sub tcb.snd_max tcb.snd_una
+  let ts_now tcb = ((now () / 1_000_000) + tcb.ts_offset) land 0xFFFF_FFFF
+
+  (* Payload bytes per segment: the peer's MSS and our link, less the
+     options every data segment carries. *)
+  let mss_base tcb = max 1 (min tcb.peer_mss (tcb.lower_max - Tcp_wire.min_header))
+  let smss tcb = max 1 (mss_base tcb - if tcb.ts_ok then 12 else 0)
+
+  let sack_max tcb = Tcp_options.sack_max ~ts:tcb.ts_ok
+
+  let options_len tcb =
+    let sack_blocks =
+      if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass && tcb.dsack = None) then
+        min (sack_max tcb)
+          (List.length (Tcp_reass.blocks tcb.reass) + if tcb.dsack = None then 0 else 1)
+      else 0
+    in
+    Tcp_options.length ~ts:tcb.ts_ok ~sack_blocks
+
+  let capacity tcb = max 1 (mss_base tcb - options_len tcb)
+
+  let restart_rtx tcb = tcb.t_rtx <- now () + Tcp_rto.rto tcb.rto
+
+  (* RACK-TLP runs on connections that agreed on SACK. *)
+  let rack_on tcb = tcb.cfg.rack && tcb.sack_ok
+
+  let can_send_data tcb =
+    match tcb.state with
+    | Established | Close_wait | Fin_wait_1 | Closing | Last_ack -> true
+    | _ -> false
+
+  (* {2 Connection table} *)
+
+  let key tcb = (tcb.remote_host, tcb.remote_port, tcb.local_port)
+
+  (* Queues where most entries are gone are rebuilt, so that they stay
+     within a constant of the live count. *)
+  let compact q still live =
+    if Queue.length q > (2 * live) + 64 then begin
+      let keep = Queue.fold (fun acc tcb -> if still tcb then tcb :: acc else acc) [] q in
+      Queue.clear q;
+      List.iter (fun tcb -> Queue.push tcb q) (List.rev keep)
+    end
+
+  let release_lower t host =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some r ->
+        r.refs <- r.refs - 1;
+        if r.refs <= 0 then begin
+          Host_tbl.remove t.lower_conns host;
+          lower_close r.lc
+        end
+    | None -> ()
+
+  let acquire_lower t host lconn =
+    match Host_tbl.find_opt t.lower_conns host with
+    | Some r -> r.refs <- r.refs + 1
+    | None -> Host_tbl.replace t.lower_conns host { lc = lconn; refs = 1 }
+
+  let delete tcb =
+    if tcb.alive then begin
+      tcb.alive <- false;
+      tcb.alarm_cancel ();
+      Key_tbl.remove tcb.inst.conns (key tcb);
+      release_lower tcb.inst tcb.remote_host;
+      Tcp_reass.clear tcb.reass;
+      Tcp_sndbuf.release tcb.sndbuf;
+      Tcp_rack.clear tcb.rack;
+      (match (tcb.listener, tcb.handler) with
+      | Some l, None -> l.half_open <- l.half_open - 1
+      | _ -> ());
+      if tcb.orphan then begin
+        tcb.orphan <- false;
+        tcb.inst.n_orphans <- tcb.inst.n_orphans - 1;
+        compact tcb.inst.orphans (fun o -> o.alive && o.orphan) tcb.inst.n_orphans
+      end;
+      Log.debug (fun m -> m "%a: deleted" pp_connection tcb)
+    end
+
+  let fail tcb e =
+    (* A timeout after an ICMP soft error is that error (RFC 1122 4.2.3.9). *)
+    let e = match (e, tcb.soft_error) with `Timeout, Some m -> `Unreachable m | _ -> e in
+    report tcb (Failed e);
+    delete tcb
+
+  let is_orphan tcb = tcb.alive && tcb.orphan
+
+  (* {2 Options} *)
+
+  let take_syn_options tcb (h : Tcp_packet.t) =
+    let o = Tcp_options.of_syn h.options in
+    tcb.peer_mss <- (match o.mss with Some n when n > 0 -> max n tcb.cfg.min_mss | _ -> 536);
+    (match o.wscale with
+    | Some s when tcb.offer_ws ->
+        tcb.ws_ok <- true;
+        tcb.snd_wscale <- s
+    | _ ->
+        tcb.ws_ok <- false;
+        tcb.offer_ws <- false;
+        tcb.snd_wscale <- 0;
+        tcb.rcv_wscale <- 0);
+    tcb.sack_ok <- tcb.offer_sack && o.sack_permitted;
+    tcb.offer_sack <- tcb.sack_ok;
+    (match o.ts_val with
+    | Some v when tcb.offer_ts ->
+        tcb.ts_ok <- true;
+        tcb.ts_recent <- v;
+        tcb.ts_recent_age <- now ()
+    | _ ->
+        tcb.ts_ok <- false;
+        tcb.offer_ts <- false)
+
+  (* {2 Creating connections} *)
+
+  (* What the keyed functions of {!Tcp_secret} hash: the remote end and the
+     local port (the local address is the instance's). *)
+  let tuple ~remote ~rport ~lport = Fmt.str "%a/%d/%d" P.pp_host remote rport lport
+
+  let gen_isn t ~remote ~rport ~lport =
+    Tcp_secret.isn t.secret ~tuple:(tuple ~remote ~rport ~lport) ~now:(now ())
+
+  let rcv_mss_for cfg lower_max =
+    match cfg.mss with
+    | Some m -> max 1 (min m (lower_max - Tcp_wire.min_header))
+    | None -> max 1 (lower_max - Tcp_wire.min_header)
+
+  let new_tcb ?iss t ~cfg ~lconn ~remote ~rport ~lport ~listener ~state =
+    let iss = match iss with Some i -> i | None -> gen_isn t ~remote ~rport ~lport in
+    let lower_max = lower_max_packet lconn in
+    let rcv_mss = rcv_mss_for cfg lower_max in
+    let tcb =
+      {
+        inst = t;
+        cfg;
+        remote_host = remote;
+        remote_port = rport;
+        local_port = lport;
+        lconn;
+        listener;
+        state;
+        handler = None;
+        alive = true;
+        reported = false;
+        iss;
+        snd_una = iss;
+        snd_nxt = iss;
+        snd_max = iss;
+        snd_wnd = 0;
+        max_snd_wnd = 0;
+        snd_wl1 = Tcp_seq.zero;
+        snd_wl2 = Tcp_seq.zero;
+        sndbuf = Tcp_sndbuf.create cfg.send_buffer;
+        buf_seq = Tcp_seq.succ iss;
+        fin_queued = false;
+        app_closed = false;
+        want_writable = false;
+        irs = Tcp_seq.zero;
+        rcv_nxt = Tcp_seq.zero;
+        rcv_adv = Tcp_seq.zero;
+        unconsumed = 0;
+        reass = Tcp_reass.create ~max_segments:cfg.max_ooo_segments;
+        ooo_fin = None;
+        fin_received = false;
+        rcv_mss;
+        lower_max;
+        pmtu_high = lower_max + 1;
+        mtu_probe = None;
+        n_mtu_probes = 0;
+        peer_mss = 536;
+        offer_ws = cfg.window_scale;
+        offer_sack = cfg.sack;
+        offer_ts = cfg.timestamps;
+        snd_wscale = 0;
+        rcv_wscale = (if cfg.window_scale then Tcp_window.scale_for cfg.receive_buffer else 0);
+        ws_ok = false;
+        sack_ok = false;
+        ts_ok = false;
+        ts_recent = 0;
+        ts_recent_age = 0;
+        ts_offset = Tcp_secret.ts_offset t.secret ~tuple:(tuple ~remote ~rport ~lport);
+        last_ack_sent = Tcp_seq.zero;
+        rto = Tcp_rto.create ~initial:cfg.initial_rto ~min:cfg.min_rto ~max:cfg.max_rto;
+        rtt_seq = None;
+        rtt_time = 0;
+        cc = Tcp_cc.create cfg.congestion;
+        dupacks = 0;
+        recover = iss;
+        in_recovery = false;
+        high_rxt = iss;
+        syn_retransmitted = false;
+        last_data_sent = 0;
+        sack = Tcp_sack.create ();
+        rack = Tcp_rack.create ();
+        tlp_end = None;
+        tlp_rexmit = false;
+        tlp_ts = 0;
+        ack_now = false;
+        segs_unacked = 0;
+        t_rtx = never;
+        t_persist = never;
+        t_delack = never;
+        t_keep = never;
+        t_2msl = never;
+        t_tlp = never;
+        t_reo = never;
+        armed = never;
+        alarm_gen = 0;
+        alarm_cancel = (fun () -> ());
+        retries = 0;
+        persist_backoff = 0;
+        persist_probes = 0;
+        keep_probes = 0;
+        challenge_second = -1;
+        challenge_left = 0;
+        tw = None;
+        orphan = false;
+        dsack = None;
+        soft_error = None;
+        last_recv = now ();
+        nodelay = cfg.nodelay;
+        keepalive = cfg.keepalive;
+        bytes_acked = 0;
+        bytes_delivered = 0;
+        n_retrans = 0;
+        n_fast = 0;
+        n_timeouts = 0;
+        n_probes = 0;
+      }
+    in
+    Key_tbl.replace t.conns (key tcb) tcb;
+    acquire_lower t remote lconn;
+    tcb
+end

@@ -1,0 +1,129 @@
+(* Total order, causal order and safe delivery in one view, over a faulty
+   network (loss, duplication, reordering), with each protocol; and the
+   Total layer given nonsense. View changes and flushes are exercised by
+   the simulated scenarios (consort sim total-seq ...). *)
+
+open Consort
+module G = Consort_group
+module H = Harness
+
+let layers props =
+  match G.Properties.layers props with Ok l -> l | Error e -> Alcotest.failf "%a" G.Properties.pp_error e
+
+(* [n] members each cast [k] payloads "ORIGIN.I" at random times; what
+   each member delivers, in order. *)
+let run_group ?(params = Params.empty) ~props ~seed ~n ~k () =
+  let pool = Pool.create () in
+  let got = Array.make n [] in
+  let deliver i (src : Event.src) msg =
+    (match src with Event.Cast_from _ -> got.(i) <- Msg.to_string msg :: got.(i) | _ -> ());
+    Msg.release msg
+  in
+  let h = H.create ~params ~net:H.faulty ~seed ~pool ~n ~layers:(layers props) ~deliver () in
+  let rng = Rng.create seed in
+  for o = 0 to n - 1 do
+    let times = List.sort compare (List.init k (fun _ -> Rng.int rng (Time.of_ms 400))) in
+    List.iteri
+      (fun i at -> H.at h (Time.of_ms 1 + at) (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d" o i))))
+      times
+  done;
+  ignore (H.run ~until:(Time.of_sec 3.) h);
+  let seqs = Array.map List.rev got in
+  H.stop h;
+  Alcotest.(check int) "no buffer leaked" 0 (Pool.leak_check pool);
+  seqs
+
+let fifo seq =
+  let next = Hashtbl.create 8 in
+  List.for_all
+    (fun s ->
+      match String.split_on_char '.' s with
+      | [ o; i ] ->
+          let want = Option.value ~default:0 (Hashtbl.find_opt next o) in
+          Hashtbl.replace next o (want + 1);
+          int_of_string i = want
+      | _ -> false)
+    seq
+
+let total protocol () =
+  let params = Params.set "total.protocol" (Params.String protocol) Params.empty in
+  List.iter
+    (fun seed ->
+      let seqs = run_group ~params ~props:[ G.Properties.Gmp; Total ] ~seed ~n:4 ~k:25 () in
+      Array.iteri
+        (fun i s ->
+          Alcotest.(check int) (Printf.sprintf "seed %d: member %d delivers every cast" seed i) 100 (List.length s);
+          Alcotest.(check bool) "in each origin's order" true (fifo s);
+          Alcotest.(check (list string)) (Printf.sprintf "seed %d: member %d, the same order as member 0" seed i) seqs.(0) s)
+        seqs)
+    [ 1; 2; 3 ]
+
+(* Without Total, members do not agree on one order: the test above can
+   fail. *)
+let fifo_only_disagrees () =
+  let disagree =
+    List.exists
+      (fun seed ->
+        let seqs = run_group ~props:[ G.Properties.Gmp ] ~seed ~n:4 ~k:25 () in
+        Array.exists (fun s -> s <> seqs.(0)) seqs)
+      [ 1; 2; 3 ]
+  in
+  Alcotest.(check bool) "some member orders differently" true disagree
+
+let causal_and_safe () =
+  let seqs = run_group ~props:[ G.Properties.Gmp; Causal; Agree ] ~seed:5 ~n:4 ~k:25 () in
+  Array.iter
+    (fun s ->
+      Alcotest.(check int) "every cast delivered" 100 (List.length s);
+      Alcotest.(check bool) "in each origin's order" true (fifo s))
+    seqs
+
+(* {1 Nonsense} *)
+
+let nonsense () =
+  let pool = Pool.create () in
+  let view = View.v ~group:"test" ~members:[| "m0"; "m1"; "m2" |] ~rank:1 () in
+  List.iter
+    (fun protocol ->
+      let params = Params.set "total.protocol" (Params.String protocol) Params.empty in
+      let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
+      let ups = ref 0 in
+      let out =
+        {
+          Layer.up = (fun _ m -> incr ups; Msg.release m);
+          up_ctl = ignore;
+          dn = (fun _ _ m -> Msg.release m);
+          dn_ctl = ignore;
+          alarm = ignore;
+        }
+      in
+      let t = G.Total.create ctx out in
+      let feed src h = G.Total.up t src h (Msg.of_string pool "x") in
+      feed (Event.Cast_from 1) (G.Total.Order [ (7, 1) ]);
+      feed (Event.Cast_from 0) (G.Total.Order [ (1, 0) ]);
+      feed (Event.Cast_from 2) (G.Total.Order [ (1, 1) ]);
+      feed (Event.Cast_from 9) G.Total.Data;
+      feed (Event.Cast_from 1) (G.Total.Stamped (1 lsl 40));
+      feed (Event.Cast_from 1) (G.Total.Stamped 3);
+      feed (Event.Cast_from 1) (G.Total.Stamped 3);
+      feed (Event.Send_from 0) (G.Total.Token { next = 0; idle = 0 });
+      feed (Event.Send_from 0) (G.Total.Token { next = 0; idle = 0 });
+      let nonsense = List.assoc "nonsense" (G.Total.counters t) in
+      Alcotest.(check bool) (protocol ^ ": nonsense counted") true (nonsense >= 4);
+      Alcotest.(check int) (protocol ^ ": nothing delivered") 0 !ups;
+      G.Total.dn_ctl t Event.Stop)
+    [ "sequencer"; "token" ];
+  Alcotest.(check int) "no leak" 0 (Pool.leak_check pool)
+
+let () =
+  Alcotest.run "ordering"
+    [
+      ( "one view",
+        [
+          Alcotest.test_case "Total, sequencer" `Quick (total "sequencer");
+          Alcotest.test_case "Total, token" `Quick (total "token");
+          Alcotest.test_case "FIFO alone disagrees" `Quick fifo_only_disagrees;
+          Alcotest.test_case "Causal and Agree deliver everything" `Quick causal_and_safe;
+        ] );
+      ("nonsense", [ Alcotest.test_case "Total headers" `Quick nonsense ]);
+    ]
