@@ -7,12 +7,15 @@ module Promise = Socket.Promise
 let echo_port = 7
 let discard_port = 9
 
-(* TCP over the stack's IPv4, with the pseudo-header checksum. *)
+(* TCP over the stack's IPv4 or IPv6, with that pseudo-header checksum. *)
 module type TCP = sig
-  module T : Tcp.S with type host = Ipv4_addr.t and type lower = Ipstack.Ip.t
+  type host
+
+  module T : Tcp.S with type host = host
   module Sock : module type of Socket.Make (T)
 
   val tcp : T.t
+  val pp_host : host Fmt.t
 end
 
 let tcp_config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
@@ -39,11 +42,49 @@ let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
   | Ok tcp ->
       Ok
         (module struct
+          type host = Ipv4_addr.t
+
           module T = T
           module Sock = Socket.Make (T)
 
           let tcp = tcp
+          let pp_host = Ipv4_addr.pp
         end : TCP)
+
+(* The same TCP functor over the stack's IPv6 (with [--ip6]). *)
+let tcp_on6 (up : Up.t) (v6 : Up.ip6) : ((module TCP), Protocol.error) result =
+  match Ipstack.Ip6.address v6.ip6 with
+  | None -> Error (`Bad_address "no IPv6 address")
+  | Some local -> (
+      let module P = struct
+        type host = Ipv6_addr.t
+        type lower_address = Ipv6.address
+        type lower_pattern = Ipv6.address_pattern
+
+        let local = local
+        let lower_address h = { Ipv6.dst = h; proto = 6 }
+        let lower_pattern = { Ipv6.protocol = 6; source = None }
+        let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+        let equal_host = Ipv6_addr.equal
+        let pp_host = Ipv6_addr.pp
+        let clock = Consort_net_unix.Loop_clock.of_loop up.loop
+        let rng = Consort.Rng.create ((Unix.getpid () * 7907) lxor int_of_float (Unix.gettimeofday () *. 1e6))
+        let pool = up.pool
+      end in
+      let module T = Tcp.Make (Ipstack.Ip6) (P) in
+      match T.create ~config:tcp_config ~icmp:Tcp_icmp.of_ipv6 v6.ip6 with
+      | Error _ as e -> e
+      | Ok tcp ->
+          Ok
+            (module struct
+              type host = Ipv6_addr.t
+
+              module T = T
+              module Sock = Socket.Make (T)
+
+              let tcp = tcp
+              let pp_host ppf h = Fmt.pf ppf "[%a]" Ipv6_addr.pp h
+            end : TCP))
 
 (* RFC 864's character generator: lines of 72 printable characters, each
    starting one character further along the 95 printable ones, CR LF;
@@ -64,7 +105,7 @@ let rate bytes secs = if secs <= 0. then 0. else float bytes *. 8. /. secs /. 1e
 let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
   let peer s =
     let h, p = N.T.remote (N.Sock.connection s) in
-    Fmt.str "%a:%d" Ipv4_addr.pp h p
+    Fmt.str "%a:%d" N.pp_host h p
   in
   let listen port what on_conn =
     match N.Sock.listen N.tcp port with
@@ -150,20 +191,24 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   let timeout = Option.map Consort.Time.of_sec seconds in
-  let tcp = ref None and problem = ref None in
+  let tcp = ref [] and problem = ref None in
   (* A service that cannot start stops the loop as soon as it runs. *)
   let setup (up : Up.t) =
     let give_up e =
       problem := Some e;
       ignore (Loop.after up.loop 0 (fun () -> Loop.stop up.loop) : Loop.timer)
     in
-    match tcp_on up with
-    | Error e -> give_up (Fmt.str "TCP: %a" Protocol.pp_error e)
-    | Ok m -> (
-        tcp := Some m;
-        match serve m ~source_port ~source_bytes:(source_mb * 1_000_000) with
-        | Ok () -> ()
-        | Error (`Msg e) -> give_up e)
+    let start name make =
+      match make () with
+      | Error e -> give_up (Fmt.str "%s: %a" name Protocol.pp_error e)
+      | Ok m -> (
+          tcp := !tcp @ [ (name, m) ];
+          match serve m ~source_port ~source_bytes:(source_mb * 1_000_000) with
+          | Ok () -> ()
+          | Error (`Msg e) -> give_up (Fmt.str "%s: %s" name e))
+    in
+    start "TCP" (fun () -> tcp_on up);
+    Option.iter (fun v6 -> if !problem = None then start "TCP over IPv6" (fun () -> tcp_on6 up v6)) up.v6
   in
   let fail e =
     Fmt.epr "consort net up: %s@." e;
@@ -182,7 +227,10 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
         match !problem with
         | Some e -> fail e
         | None ->
-            Option.iter (fun (module N : TCP) -> Fmt.pr "tcp: %a@." Tcp.pp_stats (N.T.query N.tcp)) !tcp;
+            List.iter
+              (fun (name, (module N : TCP)) ->
+                Fmt.pr "%s: %a@." (if name = "TCP" then "tcp" else "tcp6") Tcp.pp_stats (N.T.query N.tcp))
+              !tcp;
             0)
 
 let up_cmd =
@@ -192,7 +240,7 @@ let up_cmd =
     Arg.(
       value & opt (some string) None
       & info [ "ip6" ] ~docv:"ADDR/LEN"
-          ~doc:"Also run IPv6 with this address and prefix length (beside the link-local address made from the MAC): neighbour discovery, ping6, UDP echo and discard.")
+          ~doc:"Also run IPv6 with this address and prefix length (beside the link-local address made from the MAC): neighbour discovery, ping6, and the same UDP and TCP services over IPv6.")
   in
   let gateway = Arg.(value & opt (some string) None & info [ "gateway" ] ~docv:"ADDR" ~doc:"Default gateway.") in
   let mtu = Arg.(value & opt (some int) None & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).") in

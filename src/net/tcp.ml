@@ -3,6 +3,11 @@ include Tcp_types
 
 module Log = Tcp_tcb.Log
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 module Make
     (Lower : LOWER)
     (P : PARAMS
@@ -530,7 +535,7 @@ struct
        anyway. *)
     if (not tcb.app_closed) || win > 0 then tcb.persist_probes <- 0;
     let advanced = Tcp_seq.gt h.ack tcb.snd_una in
-    let dsack_seen = ref false in
+    let dsack_seen = ref false and newly = ref [] in
     let newly_sacked, has_sack =
       if tcb.sack_ok then
         match find_sack h.options with
@@ -543,6 +548,8 @@ struct
                 dsack_seen := true;
                 tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1
             | _ -> ());
+            if rack_on tcb then
+              newly := Tcp_sack.newly tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs;
             (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
         | None -> (0, false)
       else (0, false)
@@ -625,7 +632,9 @@ struct
       if !dsack_seen then Tcp_rack.dsack tcb.rack;
       tlp_episode tcb h ~dsack:!dsack_seen;
       if advanced || newly_sacked > 0 then begin
-        Tcp_rack.ack tcb.rack ~una:tcb.snd_una ~sacked:(Tcp_sack.blocks tcb.sack) ~now:(now ());
+        Tcp_rack.ack tcb.rack ~una:tcb.snd_una ~newly:!newly
+          ~sacked:(fun s e -> Tcp_sack.unsacked_between tcb.sack s e = 0)
+          ~now:(now ());
         rack_detect tcb
       end;
       if advanced then arm_tlp tcb

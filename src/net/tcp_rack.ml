@@ -1,5 +1,10 @@
 open Consort
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 type seg = {
   mutable s : Tcp_seq.t;
   mutable e : Tcp_seq.t;
@@ -9,9 +14,12 @@ type seg = {
   mutable lost : bool;
   mutable delivered : bool;
   mutable fin : bool;  (** the last sequence number is a FIN (never SACKed) *)
+  mutable skip : int;
+      (** how far on the next record that may be undelivered is: those
+          between are delivered (records never become undelivered) *)
 }
 
-type t = {
+type st = {
   mutable segs : seg array;  (** [lo, hi) in sequence order, disjoint *)
   mutable lo : int;
   mutable hi : int;
@@ -26,11 +34,18 @@ type t = {
   mutable min_rtt : Time.t;
   mutable reord : bool;
   mutable mult : int;
+  mutable inflight : int;  (** bytes of records neither delivered nor lost *)
+  spare : seg array;  (** records acknowledged, for the next ones sent (no garbage per segment) *)
+  mutable nspare : int;
 }
 
-let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false }
+let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false; skip = 1 }
 
-let create () =
+(* The state is made at the first transmission: a connection that never
+   sends data (most of those a flood makes) pays one word for it. *)
+type t = { mutable st : st option }
+
+let make () =
   {
     segs = [||];
     lo = 0;
@@ -46,16 +61,42 @@ let create () =
     min_rtt = max_int;
     reord = false;
     mult = 1;
+    inflight = 0;
+    spare = Array.make 16 dummy;
+    nspare = 0;
   }
 
-let clear t =
+let clear_st t =
   Array.fill t.segs 0 (Array.length t.segs) dummy;
   t.lo <- 0;
   t.hi <- 0;
   t.have_rack <- false;
-  t.have_fack <- false
+  t.have_fack <- false;
+  t.inflight <- 0
 
-let segments t = t.hi - t.lo
+let segments_st t = t.hi - t.lo
+
+(* Records looked at by ACKs and loss detection since the program
+   started: what a test counts to bound the work per ACK. *)
+let steps = ref 0
+let work () = !steps
+let size g = Tcp_seq.sub g.e g.s
+let counted g = not (g.delivered || g.lost)
+
+(* The first record at or after [i] not delivered, jumping over delivered
+   runs and remembering the jump. *)
+let rec live t i =
+  if i >= t.hi then t.hi
+  else begin
+    incr steps;
+    let g = t.segs.(i) in
+    if not g.delivered then i
+    else begin
+      let j = live t (min t.hi (i + g.skip)) in
+      g.skip <- max 1 (j - i);
+      j
+    end
+  end
 
 (* Room for [k] more records at the top, sliding or growing the array. *)
 let reserve t k =
@@ -85,6 +126,7 @@ let split t i at =
   let upper = { g with s = at } in
   g.e <- at;
   g.fin <- false;
+  g.skip <- 1;
   insert t (i + 1) upper
 
 (* The first record whose end is above [s]. *)
@@ -96,7 +138,26 @@ let find t s =
   done;
   !lo
 
-let sent ?(fin = false) t ~seq ~end_ ~now =
+(* A record for [s, e), reused if one is spare. *)
+let record t ~s ~e ~now ~order ~fin =
+  if t.nspare > 0 then begin
+    t.nspare <- t.nspare - 1;
+    let g = t.spare.(t.nspare) in
+    t.spare.(t.nspare) <- dummy;
+    g.s <- s;
+    g.e <- e;
+    g.xmit <- now;
+    g.order <- order;
+    g.rexmit <- false;
+    g.lost <- false;
+    g.delivered <- false;
+    g.fin <- fin;
+    g.skip <- 1;
+    g
+  end
+  else { s; e; xmit = now; order; rexmit = false; lost = false; delivered = false; fin; skip = 1 }
+
+let sent_st ~fin t ~seq ~end_ ~now =
   if Tcp_seq.lt seq end_ then begin
     t.sends <- t.sends + 1;
     let order = t.sends in
@@ -112,6 +173,7 @@ let sent ?(fin = false) t ~seq ~end_ ~now =
         while !i < t.hi && Tcp_seq.lt t.segs.(!i).s end_ do
           let g = t.segs.(!i) in
           if Tcp_seq.gt g.e end_ then split t !i end_;
+          if g.lost && not g.delivered then t.inflight <- t.inflight + size g;
           g.xmit <- now;
           g.order <- order;
           g.rexmit <- true;
@@ -119,17 +181,20 @@ let sent ?(fin = false) t ~seq ~end_ ~now =
           incr i
         done;
         if Tcp_seq.gt end_ top then begin
-          t.segs.(t.hi) <- { s = top; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin };
-          t.hi <- t.hi + 1
+          t.segs.(t.hi) <- record t ~s:top ~e:end_ ~now ~order ~fin;
+          t.hi <- t.hi + 1;
+          t.inflight <- t.inflight + Tcp_seq.sub end_ top
         end
     | _ ->
         reserve t 1;
-        t.segs.(t.hi) <- { s = seq; e = end_; xmit = now; order; rexmit = false; lost = false; delivered = false; fin };
+        t.segs.(t.hi) <- record t ~s:seq ~e:end_ ~now ~order ~fin;
+        t.inflight <- t.inflight + Tcp_seq.sub end_ seq;
         t.hi <- t.hi + 1
   end
 
 (* RFC 8985 section 6.2 steps 2 and 3 for one delivered segment. *)
 let delivered t g ~now =
+  if counted g then t.inflight <- t.inflight - size g;
   g.delivered <- true;
   let rtt = now - g.xmit in
   if g.rexmit && rtt < t.min_rtt then ()
@@ -149,42 +214,51 @@ let delivered t g ~now =
     t.fack <- g.e
   end
 
-let ack t ~una ~sacked ~now =
+let max_visits = 1024
+
+let ack_st t ~una ~newly ~sacked ~now =
   (* Cumulatively acknowledged: delivered, then forgotten. *)
   while t.lo < t.hi && Tcp_seq.leq t.segs.(t.lo).e una do
     let g = t.segs.(t.lo) in
     if not g.delivered then delivered t g ~now;
     t.segs.(t.lo) <- dummy;
+    if t.nspare < Array.length t.spare then begin
+      t.spare.(t.nspare) <- g;
+      t.nspare <- t.nspare + 1
+    end;
     t.lo <- t.lo + 1
   done;
-  if t.lo < t.hi && Tcp_seq.lt t.segs.(t.lo).s una then t.segs.(t.lo).s <- una;
+  if t.lo < t.hi && Tcp_seq.lt t.segs.(t.lo).s una then begin
+    let g = t.segs.(t.lo) in
+    if counted g then t.inflight <- t.inflight - Tcp_seq.sub una g.s;
+    g.s <- una
+  end;
   if t.lo = t.hi then begin
     t.lo <- 0;
     t.hi <- 0
   end;
-  (* SACKed: one merge of the ascending blocks with the records. *)
-  let rec go i = function
-    | [] -> ()
-    | (l, r) :: rest as bs ->
-        if i >= t.hi then ()
-        else
-          let g = t.segs.(i) in
-          if Tcp_seq.leq r g.s then go i rest
-          else if Tcp_seq.lt g.s l then go (i + 1) bs
-          else begin
-            let data_end = if g.fin then Tcp_seq.add g.e (-1) else g.e in
-            if Tcp_seq.leq data_end r && Tcp_seq.lt g.s data_end && not g.delivered then
-              delivered t g ~now;
-            go (i + 1) bs
-          end
-  in
-  if sacked <> [] then go (find t (fst (List.hd sacked))) sacked
+  (* SACKed: the records touching a newly SACKed range, now covered
+     whole; at most [max_visits] of them per ACK, whatever the peer
+     reports. *)
+  let visits = ref 0 in
+  List.iter
+    (fun (l, r) ->
+      let i = ref (find t l) in
+      while !i < t.hi && !visits < max_visits && Tcp_seq.lt t.segs.(!i).s r do
+        incr visits;
+        incr steps;
+        let g = t.segs.(!i) in
+        let data_end = if g.fin then Tcp_seq.add g.e (-1) else g.e in
+        if (not g.delivered) && Tcp_seq.lt g.s data_end && sacked g.s data_end then delivered t g ~now;
+        incr i
+      done)
+    newly
 
-let dsack t =
+let dsack_st t =
   t.reord <- true;
   t.mult <- min (t.mult + 1) 16
 
-let reo_wnd t ~in_recovery ~dupacks ~srtt =
+let reo_wnd_st t ~in_recovery ~dupacks ~srtt =
   if (not t.reord) && (in_recovery || dupacks >= 3) then 0
   else if t.min_rtt = max_int then 0
   else min (t.mult * t.min_rtt / 4) srtt
@@ -193,9 +267,9 @@ let reo_wnd t ~in_recovery ~dupacks ~srtt =
    retransmission went after the original of every segment above it: so
    the first segment sent once and after RACK's ends the scan (which an
    ACK of in-order data makes the first one: constant work). *)
-let detect t ~now ~reo_wnd =
+let detect_st t ~now ~reo_wnd =
   let n = ref 0 and timeout = ref None in
-  let i = ref t.lo in
+  let i = ref (live t t.lo) in
   if t.have_rack then
     while !i < t.hi do
       let g = t.segs.(!i) in
@@ -205,49 +279,78 @@ let detect t ~now ~reo_wnd =
         if before && (not g.delivered) && not g.lost then begin
           let remaining = g.xmit + t.r_rtt + reo_wnd - now in
           if remaining <= 0 then begin
+            t.inflight <- t.inflight - size g;
             g.lost <- true;
             incr n
           end
           else
             timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
         end;
-        incr i
+        i := live t (!i + 1)
       end
     done;
   (!n, Option.map (fun r -> now + r) !timeout)
 
-let mark_all_lost t =
-  for i = t.lo to t.hi - 1 do
-    let g = t.segs.(i) in
-    if not g.delivered then g.lost <- true
-  done
+let mark_all_lost_st t =
+  let i = ref (live t t.lo) in
+  while !i < t.hi do
+    t.segs.(!i).lost <- true;
+    i := live t (!i + 1)
+  done;
+  t.inflight <- 0
 
-let next_lost t =
+let next_lost_st t =
   let rec go i =
     if i >= t.hi then None
     else
       let g = t.segs.(i) in
-      if g.lost && not g.delivered then Some (g.s, Tcp_seq.sub g.e g.s) else go (i + 1)
+      if g.lost then Some (g.s, Tcp_seq.sub g.e g.s) else go (live t (i + 1))
   in
-  go t.lo
+  go (live t t.lo)
 
-let is_lost t s =
+let is_lost_st t s =
   let i = find t s in
   i < t.hi && Tcp_seq.leq t.segs.(i).s s && t.segs.(i).lost && not t.segs.(i).delivered
 
-let pipe t =
-  let n = ref 0 in
-  for i = t.lo to t.hi - 1 do
-    let g = t.segs.(i) in
-    if not (g.delivered || g.lost) then n := !n + Tcp_seq.sub g.e g.s
-  done;
-  !n
+let pipe_st t = t.inflight
 
-let last t = if t.hi > t.lo then Some (t.segs.(t.hi - 1).s, t.segs.(t.hi - 1).e) else None
-let min_rtt t = if t.min_rtt = max_int then None else Some t.min_rtt
-let reordering_seen t = t.reord
+let last_st t = if t.hi > t.lo then Some (t.segs.(t.hi - 1).s, t.segs.(t.hi - 1).e) else None
+let min_rtt_st t = if t.min_rtt = max_int then None else Some t.min_rtt
+let reordering_seen_st t = t.reord
+
+let create () = { st = None }
+let work () = work ()
+let clear t = Option.iter clear_st t.st
+let segments t = match t.st with Some s -> segments_st s | None -> 0
+
+let get t =
+  match t.st with
+  | Some s -> s
+  | None ->
+      let s = make () in
+      t.st <- Some s;
+      s
+
+let sent ?(fin = false) t ~seq ~end_ ~now = sent_st ~fin (get t) ~seq ~end_ ~now
+let ack t ~una ~newly ~sacked ~now = Option.iter (fun s -> ack_st s ~una ~newly ~sacked ~now) t.st
+let dsack t = dsack_st (get t)
+
+let reo_wnd t ~in_recovery ~dupacks ~srtt =
+  match t.st with Some s -> reo_wnd_st s ~in_recovery ~dupacks ~srtt | None -> 0
+
+let detect t ~now ~reo_wnd = match t.st with Some s -> detect_st s ~now ~reo_wnd | None -> (0, None)
+let mark_all_lost t = Option.iter mark_all_lost_st t.st
+let next_lost t = Option.bind t.st next_lost_st
+let is_lost t q = match t.st with Some s -> is_lost_st s q | None -> false
+let pipe t = match t.st with Some s -> pipe_st s | None -> 0
+let last t = Option.bind t.st last_st
+let min_rtt t = Option.bind t.st min_rtt_st
+let reordering_seen t = match t.st with Some s -> reordering_seen_st s | None -> false
 
 let pp ppf t =
-  Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments t) Time.pp t.r_rtt
+  match t.st with
+  | None -> Fmt.string ppf "rack: nothing sent"
+  | Some t ->
+  Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments_st t) Time.pp t.r_rtt
     Fmt.(option ~none:(any "-") Time.pp)
-    (min_rtt t) t.reord t.mult
+    (min_rtt_st t) t.reord t.mult

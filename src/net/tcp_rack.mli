@@ -6,9 +6,12 @@
     out for the latest round trip plus a reordering window (a quarter of the
     minimum RTT, widened by D-SACKs). What is not yet overdue gets a timer.
 
-    The records are kept in sequence order in an array: at most one per
-    segment in flight, so that an ACK costs time linear in the segments in
-    flight, whatever the peer reports. *)
+    The records are kept in sequence order in an array, at most one per
+    segment in flight. An ACK looks at the records it newly delivers (at
+    most 1024, whatever the peer reports) and, for loss detection, at the
+    undelivered records sent before the latest delivered one (delivered
+    runs are jumped over, the jump remembered); the bytes in flight are
+    counted as records change. *)
 
 type t
 
@@ -25,9 +28,16 @@ val sent : ?fin:bool -> t -> seq:Tcp_seq.t -> end_:Tcp_seq.t -> now:Consort.Time
     the segment ends with a FIN, which SACK blocks never cover. *)
 
 val ack :
-  t -> una:Tcp_seq.t -> sacked:(Tcp_seq.t * Tcp_seq.t) list -> now:Consort.Time.t -> unit
-(** [ack t ~una ~sacked ~now] takes an ACK in: segments below [una] are
-    forgotten, those inside the (ascending) SACK blocks are delivered, and
+  t ->
+  una:Tcp_seq.t ->
+  newly:(Tcp_seq.t * Tcp_seq.t) list ->
+  sacked:(Tcp_seq.t -> Tcp_seq.t -> bool) ->
+  now:Consort.Time.t ->
+  unit
+(** [ack t ~una ~newly ~sacked ~now] takes an ACK in: segments below [una]
+    are forgotten; those touching the (ascending) ranges [newly] SACKed
+    and now wholly SACKed ([sacked s e]) are delivered (at most 1024 per
+    ACK: a peer's reports cannot make an ACK cost more); and
     each delivery updates the most recently sent delivered segment, the
     RTT of RACK, the minimum RTT, and whether reordering was seen. A
     retransmitted segment delivered sooner than the minimum RTT after its
@@ -67,4 +77,8 @@ val last : t -> (Tcp_seq.t * Tcp_seq.t) option
 
 val min_rtt : t -> Consort.Time.t option
 val reordering_seen : t -> bool
+val work : unit -> int
+(** Records looked at by ACKs and loss detection since the program
+    started: what a test counts to bound the work per ACK. *)
+
 val pp : t Fmt.t

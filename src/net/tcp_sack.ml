@@ -1,3 +1,8 @@
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 type t = {
   max_blocks : int;
   mutable blocks : (Tcp_seq.t * Tcp_seq.t) list;  (** ascending, disjoint, merged *)
@@ -56,6 +61,27 @@ let update t ~una ~high bs =
   in
   set t (take t.max_blocks blocks);
   t.sacked - before
+
+(* The parts of [bs] (clipped as [update] clips them) not covered yet,
+   ascending. *)
+let newly t ~una ~high bs =
+  let minus (l, r) =
+    List.fold_left
+      (fun parts (bl, br) ->
+        List.concat_map
+          (fun (l, r) ->
+            if Tcp_seq.leq br l || Tcp_seq.leq r bl then [ (l, r) ]
+            else
+              (if Tcp_seq.lt l bl then [ (l, bl) ] else [])
+              @ if Tcp_seq.lt br r then [ (br, r) ] else [])
+          parts)
+      [ (l, r) ] t.blocks
+  in
+  bs
+  |> List.concat_map (fun (l, r) ->
+         let l = Tcp_seq.max l una in
+         if Tcp_seq.lt l r && Tcp_seq.leq r high then minus (l, r) else [])
+  |> List.sort (fun (a, _) (b, _) -> if Tcp_seq.lt a b then -1 else if Tcp_seq.gt a b then 1 else 0)
 
 let advance t una =
   set t

@@ -29,6 +29,11 @@ val update : t -> una:Tcp_seq.t -> high:Tcp_seq.t -> (Tcp_seq.t * Tcp_seq.t) lis
     \[una, high), the rest ignored) and returns how many bytes they newly
     cover. *)
 
+val newly : t -> una:Tcp_seq.t -> high:Tcp_seq.t -> (Tcp_seq.t * Tcp_seq.t) list -> (Tcp_seq.t * Tcp_seq.t) list
+(** [newly t ~una ~high blocks], before {!update}: the parts of the reported
+    blocks that the scoreboard does not cover yet, ascending (what RACK
+    looks at, so that an ACK costs the newly SACKed, not all). *)
+
 val advance : t -> Tcp_seq.t -> unit
 (** [advance t una] forgets everything below the new cumulative ack. *)
 

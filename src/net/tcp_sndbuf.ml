@@ -1,3 +1,8 @@
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 type t = { cap : int; mutable buf : Cstruct.t; mutable head : int; mutable len : int }
 
 let empty = Cstruct.empty

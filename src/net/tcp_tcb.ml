@@ -2,6 +2,11 @@ open Consort
 open Tcp_types
 include Tcp_tcb_intf
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 let src = Logs.Src.create "consort.tcp" ~doc:"TCP"
 
 module Log = (val Logs.src_log src : Logs.LOG)

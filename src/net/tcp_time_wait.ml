@@ -1,5 +1,9 @@
 open Tcp_types
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+
 module Make (B : Tcp_tcb.S) = struct
   open B
   module O = Tcp_output.Make (B)

@@ -1,6 +1,11 @@
 open Tcp_types
 module Log = Tcp_tcb.Log
 
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 module Make (B : Tcp_tcb.S) = struct
   open B
   open Tcp_output.Make (B)

@@ -1,3 +1,8 @@
+(* Integer comparisons compiled as such (Stdlib's [min] and [max] are
+   polymorphic, and every segment pays for them). *)
+let min (a : int) b = if a < b then a else b
+let max (a : int) b = if a > b then a else b
+
 let scale_for bytes =
   let rec go s = if s >= 14 || bytes lsr s <= 0xFFFF then s else go (s + 1) in
   go 0

@@ -244,8 +244,9 @@ let services () =
         (List.nth to_us 1) d (List.nth from_us 1) s)
 
 
-(* [--ip6]: neighbour discovery, ping6 and UDP echo over IPv6 from the
-   kernel's side; a malformed address is one clear line and exit 1. *)
+(* [--ip6]: neighbour discovery, ping6, UDP echo and TCP echo and discard
+   over IPv6 from the kernel's side; a malformed address is one clear line
+   and exit 1. *)
 let client6 =
   {|
 import socket, struct, os, sys, time
@@ -273,6 +274,21 @@ for attempt in range(5):
         break
     except socket.timeout:
         pass
+import hashlib
+t = socket.create_connection((OUR, 7), timeout=10)
+data = os.urandom(300000)
+t.sendall(data)
+t.shutdown(socket.SHUT_WR)
+back = bytearray()
+while True:
+    k = t.recv(1 << 16)
+    if not k: break
+    back += k
+print('TCP6ECHO', len(back), hashlib.sha256(back).hexdigest() == hashlib.sha256(data).hexdigest(), flush=True)
+d = socket.create_connection((OUR, 9), timeout=10)
+d.sendall(b'x' * 1000000)
+d.close()
+time.sleep(0.5)
 |}
 
 let ip6_up () =
@@ -320,6 +336,11 @@ let ip6_up () =
   Alcotest.(check bool) "exited cleanly" true (!exited = Some (Unix.WEXITED 0));
   Alcotest.(check (list string)) "ping6 from the kernel" [ "3" ] (field said "PING6");
   Alcotest.(check (list string)) "UDP echo over IPv6" [ "udp"; "over"; "ipv6" ] (field said "UDP6");
+  Alcotest.(check (list string)) "TCP echo over IPv6: every byte back" [ "300000"; "True" ] (field said "TCP6ECHO");
+  Alcotest.(check bool) "TCP discard over IPv6 reported the kernel's megabyte" true
+    (contains (read_file out) "tcp discard: received 1000000 bytes from [fd81::1]:");
+  Alcotest.(check bool) "TCP over IPv6 counters printed" true
+    (List.exists (fun l -> starts_with l "tcp6: ") (lines (read_file out)));
   Alcotest.(check bool) "IPv6 counters printed" true
     (List.exists (fun l -> starts_with l "ipv6: ") (lines (read_file out)))
 

@@ -306,8 +306,70 @@ let sack_scoreboard () =
   check_int "advanced" 1500 (Tcp_sack.sacked_bytes sb);
   check_int "unsacked" 1000 (Tcp_sack.unsacked_between sb (seq 3500) (seq 5500))
 
+(* The parts of reported blocks the scoreboard does not cover yet. *)
+let sack_newly () =
+  let seq = Tcp_seq.of_int in
+  let sb = Tcp_sack.create () in
+  let una = seq 0 and high = seq 100_000 in
+  ignore (Tcp_sack.update sb ~una ~high [ (seq 2000, seq 3000); (seq 5000, seq 6000) ] : int);
+  let show l = List.map (fun (a, b) -> (Tcp_seq.to_int a, Tcp_seq.to_int b)) l in
+  Alcotest.(check (list (pair int int))) "around and between the blocks" [ (1000, 2000); (3000, 5000); (6000, 7000) ]
+    (show (Tcp_sack.newly sb ~una ~high [ (seq 1000, seq 7000) ]));
+  Alcotest.(check (list (pair int int))) "nothing new" []
+    (show (Tcp_sack.newly sb ~una ~high [ (seq 2000, seq 3000); (seq 5500, seq 6000) ]));
+  Alcotest.(check (list (pair int int))) "clipped to una, ascending" [ (500, 1000); (8000, 9000) ]
+    (show (Tcp_sack.newly sb ~una:(seq 500) ~high [ (seq 8000, seq 9000); (seq 0, seq 1000) ]))
+
+(* RACK's records against a simple model: bytes in flight as records are
+   sent, SACKed, marked lost and sent again; and the work an ACK costs. *)
+let rack_records () =
+  let seq = Tcp_seq.of_int in
+  let r = Tcp_rack.create () in
+  let mss = 1000 and n = 2000 in
+  for i = 0 to n - 1 do
+    Tcp_rack.sent r ~seq:(seq (i * mss)) ~end_:(seq ((i + 1) * mss)) ~now:0
+  done;
+  Alcotest.(check int) "all in flight" (n * mss) (Tcp_rack.pipe r);
+  let blocks = ref [] in
+  let sacked a b = List.exists (fun (l, h) -> Tcp_seq.leq l a && Tcp_seq.leq b h) !blocks in
+  (* The first segment lost; the others SACKed one ACK at a time. *)
+  let before = Tcp_rack.work () in
+  for i = 1 to n - 1 do
+    blocks := [ (seq mss, seq ((i + 1) * mss)) ];
+    Tcp_rack.ack r ~una:(seq 0) ~newly:[ (seq (i * mss), seq ((i + 1) * mss)) ] ~sacked ~now:20;
+    ignore (Tcp_rack.detect r ~now:20 ~reo_wnd:5 : int * Consort.Time.t option)
+  done;
+  let per_ack = (Tcp_rack.work () - before) / (n - 1) in
+  Alcotest.(check bool) (Fmt.str "a few records per ACK (%d)" per_ack) true (per_ack <= 4);
+  Alcotest.(check int) "the first waits out the reordering window" mss (Tcp_rack.pipe r);
+  (match Tcp_rack.detect r ~now:26 ~reo_wnd:5 with
+  | 1, None -> ()
+  | k, _ -> Alcotest.failf "%d marked lost after the window" k);
+  Alcotest.(check int) "the first is lost" 0 (Tcp_rack.pipe r);
+  (match Tcp_rack.next_lost r with
+  | Some (s, len) -> Alcotest.(check (pair int int)) "which" (0, mss) (Tcp_seq.to_int s, len)
+  | None -> Alcotest.fail "nothing lost");
+  Tcp_rack.sent r ~seq:(seq 0) ~end_:(seq (mss / 2)) ~now:30;
+  Alcotest.(check int) "half of it sent again (split)" (mss / 2) (Tcp_rack.pipe r);
+  (match Tcp_rack.next_lost r with
+  | Some (s, len) -> Alcotest.(check (pair int int)) "the other half" (mss / 2, mss / 2) (Tcp_seq.to_int s, len)
+  | None -> Alcotest.fail "the other half is still lost");
+  (* A peer that reports the whole range as new on every ACK. *)
+  let before = Tcp_rack.work () in
+  for _ = 1 to 100 do
+    Tcp_rack.ack r ~una:(seq 0) ~newly:[ (seq 0, seq (n * mss)) ] ~sacked ~now:40;
+    ignore (Tcp_rack.detect r ~now:40 ~reo_wnd:5 : int * Consort.Time.t option)
+  done;
+  let per_ack = (Tcp_rack.work () - before) / 100 in
+  Alcotest.(check bool) (Fmt.str "bounded per ACK whatever is reported (%d)" per_ack) true (per_ack <= 1024 + 8);
+  Tcp_rack.ack r ~una:(seq (n * mss)) ~newly:[] ~sacked ~now:50;
+  Alcotest.(check int) "all acknowledged: nothing in flight" 0 (Tcp_rack.pipe r);
+  Alcotest.(check int) "no record left" 0 (Tcp_rack.segments r)
+
 let tests =
   [
+    Alcotest.test_case "SACK: what a report newly covers" `Quick sack_newly;
+    Alcotest.test_case "RACK records: bytes in flight, splits, work per ACK" `Quick rack_records;
     Alcotest.test_case "sequence numbers wrap" `Quick seq_wrap;
     seq_props;
     codec_roundtrip;
