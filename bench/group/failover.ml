@@ -29,8 +29,22 @@ let once ~exe ~params ~size ~rep ~victim ~timeout_s ~interval_s ~phase =
           let victim_id = List.find (fun id -> Members.eid_addr id = target.addr) view in
           let killed_at = Proc.now () in
           Proc.kill target.proc;
+          (* The first view without the victim that follows the full view in
+             the member's output and was read after the kill: a view of the
+             same size from before the group formed, read late under load,
+             must not count. *)
           let without m =
-            Members.first_view m ~after:killed_at (fun l -> List.length l = size - 1 && not (List.mem victim_id l))
+            let rec after_full seen_full = function
+              | [] -> None
+              | (at, line) :: rest -> (
+                  match Members.parse_view line with
+                  | Some (_, l) when List.length l = size -> after_full true rest
+                  | Some (_, l)
+                    when seen_full && at >= killed_at && List.length l = size - 1 && not (List.mem victim_id l) ->
+                      Some (at, l)
+                  | _ -> after_full seen_full rest)
+            in
+            after_full false (Proc.lines m.Members.proc)
           in
           let sprocs = List.map (fun m -> m.Members.proc) survivors in
           if not (Proc.wait_until sprocs ~timeout:(timeout_s +. 15.) (fun () -> List.for_all (fun m -> without m <> None) survivors))
