@@ -35,6 +35,13 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
 
+# Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in
+# one run (installs the peers when missing): one table, and the same as JSON
+# in bench/results/. Not part of make test. See bench/peers/README.md.
+.PHONY: bench-peers
+bench-peers: build
+	@./bench/peers/bench-peers.sh
+
 SOAK_SEEDS ?= 100000
 
 soak: build
