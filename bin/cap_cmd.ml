@@ -27,6 +27,8 @@ let failed what (e : Fs_client.error) =
 
 (* consort cap fs fsck --data DIR *)
 let fsck data =
+  if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
+  else
   match Store.open_ ~clock data with
   | Error `Locked -> refused "%s is in use by a running file server" data
   | Error (`Io m) -> refused "%s" m
@@ -257,7 +259,7 @@ let configured t =
 
 let fsck_cmd =
   Cmd.v
-    (Cmd.info "fsck"
+    (Cmd.info "fsck" ~exits:Consort_cli.exits
        ~doc:
          "Check a file server's data directory (the server must not be running): report each torn or corrupt \
           file on one line and set it aside. Exits 1 if anything was damaged.")
@@ -287,7 +289,7 @@ let size_cmd = Cmd.v (Cmd.info "size" ~exits ~envs ~doc:"Print a file's size.") 
 
 let fs_cmd =
   Cmd.group
-    (Cmd.info "fs" ~doc:"The immutable file server (Bullet semantics) and its tools.")
+    (Cmd.info "fs" ~exits:Consort_cli.exits ~doc:"The immutable file server (Bullet semantics) and its tools.")
     [ serve_cmd; put_cmd; get_cmd; size_cmd; fsck_cmd ]
 
 let restrict_cmd =
@@ -316,7 +318,7 @@ let status_cmd =
 
 let cmd =
   Cmd.group
-    (Cmd.info "cap" ~doc:"Capability services: the file server, capabilities.")
+    (Cmd.info "cap" ~exits:Consort_cli.exits ~doc:"Capability services: the file server, capabilities.")
     [ fs_cmd; restrict_cmd; destroy_cmd; info_cmd; status_cmd ]
 
 (* consort bench fs: reading a 100 MB file from the server beside cat. *)
@@ -510,9 +512,9 @@ let bench_fs size_mb rounds json =
       1
 
 let bench =
-  let size = Arg.(value & opt int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.") in
-  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds; the best is kept.") in
+  let size = Arg.(value & opt Consort_cli.positive_int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.") in
+  let rounds = Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds; the best is kept.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
-    (Cmd.info "fs" ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
+    (Cmd.info "fs" ~exits:Consort_cli.exits ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
     Term.(const bench_fs $ size $ rounds $ json)

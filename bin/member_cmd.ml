@@ -68,7 +68,7 @@ let member group props bind peers log params quiet verbose seed drop_file discov
           | Ok () -> 0
           | Error e ->
               Fmt.epr "consort member: %a@." Member.pp_error e;
-              1))
+              Consort_cli.refused))
 
 let member =
   let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The group to join.") in
@@ -133,7 +133,7 @@ let member =
       `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
     ]
   in
-  Cmd.v (Cmd.info "member" ~doc ~man)
+  Cmd.v (Cmd.info "member" ~exits:Consort_cli.exits ~doc ~man)
     Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key)
 
 let keygen file =
@@ -143,7 +143,7 @@ let keygen file =
       0
   | Error e ->
       Fmt.epr "consort keygen: %s@." e;
-      1
+      Consort_cli.refused
 
 let keygen =
   let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The key file to create.") in
@@ -155,7 +155,7 @@ let keygen =
       `Pre "consort keygen /etc/consort/orders.key\nconsort member --group orders --key /etc/consort/orders.key --props vsync,Privacy";
     ]
   in
-  Cmd.v (Cmd.info "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
+  Cmd.v (Cmd.info "keygen" ~exits:Consort_cli.exits ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
 
 let stack props =
   match Consort_group.Properties.layers props with
@@ -164,7 +164,7 @@ let stack props =
       0
   | Error e ->
       Fmt.epr "consort stack: %a@." Consort_group.Properties.pp_error e;
-      1
+      Consort_cli.refused
 
 let stack =
-  Cmd.v (Cmd.info "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)
+  Cmd.v (Cmd.info "stack" ~exits:Consort_cli.exits ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)

@@ -1,0 +1,52 @@
+(** What every [consort] command shares: the exit status convention,
+    argument converters that refuse meaningless values (a negative count,
+    a zero duration) when the command line is read, and the one-line error.
+
+    {2 Exit status}
+
+    {v
+    0    done (for checkers and simulations: and every check passed)
+    1    the command ran and what it checked failed (a violation, a failing seed)
+    2    refused: a bad value, file, address, key or capability; nothing was done
+    3    outcome unknown: a peer was lost while a request was under way
+    124  the command line could not be read (unknown option, missing argument)
+    125  internal error: a defect in Consort, never an expected outcome
+    v}
+
+    Every failure prints one line on standard error: the command's name
+    and what happened. *)
+
+val ok : int
+val checks_failed : int
+val refused : int
+val unknown : int
+
+val exits : Cmdliner.Cmd.Exit.info list
+(** The convention above, for [Cmd.info ~exits]. *)
+
+val positive_int : int Cmdliner.Arg.conv
+(** An integer of at least 1. *)
+
+val natural : int Cmdliner.Arg.conv
+(** An integer of at least 0. *)
+
+val positive_float : float Cmdliner.Arg.conv
+(** A finite number greater than 0 (seconds, sizes). *)
+
+val fraction : float Cmdliner.Arg.conv
+(** A number from 0 to 1 (a probability). *)
+
+val fail : string -> ('a, Format.formatter, unit, int) format4 -> 'a
+(** [fail cmd fmt ...] prints [consort CMD: message] on one line on
+    standard error (newlines in the message are folded into spaces) and
+    returns {!refused}. *)
+
+val one_line : string -> string
+(** A message on one line: newlines and runs of white space folded into
+    single spaces, trimmed. *)
+
+val main : Cmdliner.Cmd.Exit.code Cmdliner.Cmd.t -> 'a
+(** Runs a command line and exits with its status. An exception that
+    escapes a command (a defect) is reported in one line as an internal
+    error with exit status 125 instead of a backtrace; the command line's
+    own errors keep cmdliner's 124. *)
