@@ -160,7 +160,7 @@ let demo =
     Arg.(value & opt Consort_cli.positive_float 20. & info [ "limit" ] ~docv:"S" ~doc:"Seconds before the multicast processes are stopped.")
   in
   Cmd.v
-    (Cmd.info "demo" ~exits:Consort_cli.exits
+    (Consort_cli.info ~path:"demo" "demo"
        ~doc:"A group of processes forms, loses a member and takes it back; then reliable multicast and the simulator.")
     Term.(const demo $ seeds $ limit)
 
@@ -200,5 +200,5 @@ let peer =
   let seed = Arg.(value & opt int 1 & info [ "seed" ] ~docv:"S" ~doc:"Seed of the drop filter and the stack.") in
   let deadline = Arg.(value & opt Consort_cli.positive_float 60. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
   Cmd.v
-    (Cmd.info "mcast-peer" ~exits:Consort_cli.exits ~doc:"One member of a reliable multicast group of processes (used by the demo).")
+    (Consort_cli.info ~path:"mcast-peer" ~hidden:true "mcast-peer" ~doc:"One member of a reliable multicast group of processes (used by the demo).")
     Term.(const peer $ rank $ members $ counts $ loss $ seed $ deadline)

@@ -143,7 +143,7 @@ let cmd =
     let listen = Arg.(required & opt (some string) None & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).") in
     let params = Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables.") in
     Cmd.v
-      (Cmd.info "serve" ~exits:Consort_cli.exits ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
+      (Consort_cli.info ~path:"kv serve" "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
          ~man:
            [
              `S Manpage.s_description;
@@ -152,7 +152,7 @@ let cmd =
            ])
       Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ verbose)
   in
-  let op name doc term = Cmd.v (Cmd.info name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
+  let op name doc term = Cmd.v (Consort_cli.info ~path:("kv " ^ name) name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
   let get = op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key) in
   let put = op "put" "Set KEY to VALUE; print $(b,ok)." Term.(const (fun k v -> Kv.Op.Put (k, v)) $ key $ value 1 "VALUE") in
   let del = op "del" "Remove KEY; print $(b,ok) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Del k) $ key) in
@@ -162,14 +162,14 @@ let cmd =
   in
   let shell =
     Cmd.v
-      (Cmd.info "shell" ~exits
+      (Consort_cli.info ~path:"kv shell" "shell" ~exits
          ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input (words separated by spaces: in the shell a key or value cannot hold a space); print one result line for each, in order. Exits with the worst status of its commands.")
       Term.(const shell $ servers $ timeout)
   in
   let check =
     let files = Arg.(non_empty & pos_all file [] & info [] ~docv:"HISTORY") in
     Cmd.v
-      (Cmd.info "check" ~exits:Consort_cli.exits
+      (Consort_cli.info ~path:"kv check" "check"
          ~doc:
            "Check histories of client operations (one per line: CLIENT, CALL, RETURN, the operation, $(b,=>), the response, separated by tabs; RETURN -1 and response $(b,?) for an unknown outcome) for linearizability. Exit 0 if linearizable, 1 if not, 2 if a file cannot be read.")
       Term.(const check $ files)

@@ -15,7 +15,7 @@ let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as o
 let bench_cmd =
   let layering =
     Cmd.v
-      (Cmd.info "layering" ~exits:Consort_cli.exits ~doc:"Cost per message of 1, 5, 10 and 20 layers beside a direct call.")
+      (Consort_cli.info ~path:"bench layering" "layering" ~doc:"Cost per message of 1, 5, 10 and 20 layers beside a direct call.")
       Term.(const bench_layering $ iterations $ json)
   in
   Cmd.group (Cmd.info "bench" ~exits:Consort_cli.exits ~doc:"Benchmarks; each prints its baseline measured in the same run.")
@@ -28,7 +28,7 @@ let params () =
   0
 
 let params_cmd =
-  Cmd.v (Cmd.info "params" ~exits:Consort_cli.exits ~doc:"List every registered layer tunable with its default.") Term.(const params $ const ())
+  Cmd.v (Consort_cli.info ~path:"params" "params" ~doc:"List every registered layer tunable with its default.") Term.(const params $ const ())
 
 let () =
   let doc = "reliable distributed systems from small, typed protocol layers" in

@@ -133,7 +133,7 @@ let member =
       `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
     ]
   in
-  Cmd.v (Cmd.info "member" ~exits:Consort_cli.exits ~doc ~man)
+  Cmd.v (Consort_cli.info ~path:"member" "member" ~doc ~man)
     Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key)
 
 let keygen file =
@@ -155,7 +155,7 @@ let keygen =
       `Pre "consort keygen /etc/consort/orders.key\nconsort member --group orders --key /etc/consort/orders.key --props vsync,Privacy";
     ]
   in
-  Cmd.v (Cmd.info "keygen" ~exits:Consort_cli.exits ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
+  Cmd.v (Consort_cli.info ~path:"keygen" "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
 
 let stack props =
   match Consort_group.Properties.layers props with
@@ -167,4 +167,4 @@ let stack props =
       Consort_cli.refused
 
 let stack =
-  Cmd.v (Cmd.info "stack" ~exits:Consort_cli.exits ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)
+  Cmd.v (Consort_cli.info ~path:"stack" "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)

@@ -38,7 +38,7 @@ let cmd =
   in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log the stack's counters.") in
   Cmd.v
-    (Cmd.info "tcp" ~exits:Consort_cli.exits
+    (Consort_cli.info ~path:"bench tcp" "tcp"
        ~doc:
          "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP against the kernel, beside \
           a C TAP bridge and veth without offloads (needs root; makes and removes its own namespaces and devices).")
@@ -58,7 +58,7 @@ let cmd_sim =
   in
   let bytes = Arg.(value & opt Consort_cli.positive_int (8 * 1024 * 1024) & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per transfer.") in
   Cmd.v
-    (Cmd.info "tcp-sim" ~exits:Consort_cli.exits
+    (Consort_cli.info ~path:"bench tcp-sim" "tcp-sim"
        ~doc:
          "TCP on the in-memory network: connection setup rate and memory per connection, throughput under 1% loss \
           and through a bottleneck with NewReno and CUBIC, the cost of a SACK-abusing ACK bounded and unbounded.")

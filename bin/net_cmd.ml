@@ -276,7 +276,7 @@ let up_cmd =
     ]
   in
   Cmd.v
-    (Cmd.info "up" ~exits:Consort_cli.exits ~man
+    (Consort_cli.info ~path:"net up" "up" ~man
        ~doc:"Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a TCP throughput source.")
     Term.(const up $ tap $ ip $ ip6 $ gateway $ mtu $ seconds $ source_port $ source_mb)
 
@@ -289,4 +289,4 @@ let bench_checksum () =
   0
 
 let bench_checksum =
-  Cmd.v (Cmd.info "checksum" ~exits:Consort_cli.exits ~doc:"Checksum GB/s beside memcpy GB/s.") Term.(const bench_checksum $ const ())
+  Cmd.v (Consort_cli.info ~path:"bench checksum" "checksum" ~doc:"Checksum GB/s beside memcpy GB/s.") Term.(const bench_checksum $ const ())

@@ -116,4 +116,4 @@ let cmd =
       `P ("Scenarios: " ^ String.concat ", " Consort_scenario.Scenario.names ^ ".");
     ]
   in
-  Cmd.v (Cmd.info "sim" ~exits:Consort_cli.exits ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)
+  Cmd.v (Consort_cli.info ~path:"sim" "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)

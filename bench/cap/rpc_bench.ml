@@ -293,5 +293,5 @@ let cmd =
           0
   in
   Cmd.v
-    (Cmd.info "rpc" ~exits:Consort_cli.exits ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
+    (Consort_cli.info ~path:"bench rpc" "rpc" ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
     Term.(const go $ calls $ transfers $ rounds $ json $ no_grpc)

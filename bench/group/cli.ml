@@ -39,7 +39,7 @@ let join_cmd =
   let sizes = Arg.(value & opt (list int) [ 2; 3; 4; 5; 6; 7; 8 ] & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.") in
   let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Groups started per size.") in
   Cmd.v
-    (Cmd.info "join" ~exits:Consort_cli.exits ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
+    (Consort_cli.info ~path:"bench join" "join" ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
     Term.(const join $ sizes $ reps $ params $ json)
 
 let failover size reps params json =
@@ -53,7 +53,7 @@ let failover_cmd =
   let size = Arg.(value & opt Consort_cli.positive_int 3 & info [ "size" ] ~docv:"N" ~doc:"Members in the group.") in
   let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Kills, each in a fresh group.") in
   Cmd.v
-    (Cmd.info "failover" ~exits:Consort_cli.exits ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
+    (Consort_cli.info ~path:"bench failover" "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
     Term.(const failover $ size $ reps $ params $ json)
 
 let seal_flag =
@@ -79,7 +79,7 @@ let rtt_cmd =
     Arg.(value & flag & info [ "total" ] ~doc:"Also round trips of casts with Total, by the sequencer and by the token.")
   in
   Cmd.v
-    (Cmd.info "rtt" ~exits:Consort_cli.exits ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
+    (Consort_cli.info ~path:"bench rtt" "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
 let throughput count size senders params deadline reps total seal members json =
@@ -116,7 +116,7 @@ let throughput_cmd =
           ~doc:"Group rows for the vsync stack (FIFO), and for Total with the sequencer and with the token, in the same run.")
   in
   Cmd.v
-    (Cmd.info "throughput" ~exits:Consort_cli.exits ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
+    (Consort_cli.info ~path:"bench throughput" "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
     Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ members $ json)
 
 let peer kind index addrs count warmup size senders deadline params props =
@@ -148,7 +148,7 @@ let peer_cmd =
   let deadline = Arg.(value & opt Consort_cli.positive_float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
   let props = Arg.(value & opt string "vsync" & info [ "props" ] ~docv:"P" ~doc:"The group's properties (group-tput).") in
   Cmd.v
-    (Cmd.info "peer" ~exits:Consort_cli.exits ~doc:"One process of the rtt and throughput benchmarks (started by them).")
+    (Consort_cli.info ~path:"bench peer" ~hidden:true "peer" ~doc:"One process of the rtt and throughput benchmarks (started by them).")
     Term.(const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params $ props)
 
 let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd ]

@@ -343,5 +343,5 @@ let cmd =
   let no_etcd = Arg.(value & flag & info [ "no-etcd" ] ~doc:"Do not install and run etcd.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
-    (Cmd.info "kv" ~exits:Consort_cli.exits ~doc:"Key-value operations per second and latency with 3 replicas, beside 1 replica and beside etcd.")
+    (Consort_cli.info ~path:"bench kv" "kv" ~doc:"Key-value operations per second and latency with 3 replicas, beside 1 replica and beside etcd.")
     Term.(const run $ clients $ seconds $ no_etcd $ json)

@@ -76,3 +76,67 @@ let main cmd =
         Cmd.Exit.internal_error
   in
   exit code
+
+(* Every command's examples: (command path, [(what, command line)]). *)
+let table =
+  [
+    ("bench checksum", [ ("Checksum speed beside memcpy:", "consort bench checksum") ]);
+    ( "bench failover",
+      [ ("Failure detection and view change after a SIGKILL:", "consort bench failover");
+        ("With a shorter suspicion timeout:", "consort bench failover --params suspect.timeout=1s") ] );
+    ("bench fs", [ ("Read a 100 MB file through the file server beside cat:", "consort bench fs"); ("A quicker run:", "consort bench fs --size 10 --rounds 1") ]);
+    ("bench join", [ ("Join latency of groups of 2 to 8 processes:", "consort bench join"); ("Only groups of 3 and 5:", "consort bench join --sizes 3,5") ]);
+    ("bench kv", [ ("Key-value operations per second beside etcd:", "consort bench kv"); ("Without etcd, for 2 seconds:", "consort bench kv --no-etcd --seconds 2") ]);
+    ("bench layering", [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ]);
+    ("bench peer", [ ("Started by the rtt and throughput benchmarks, not by hand:", "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501") ]);
+    ("bench rpc", [ ("Null RPC and 1 MB transfers beside raw UDP and gRPC:", "consort bench rpc") ]);
+    ("bench rtt", [ ("Round trips of 16-byte casts beside UDP:", "consort bench rtt"); ("With total order, and sealed:", "consort bench rtt --total --seal") ]);
+    ("bench tcp", [ ("Consort's TCP over TAP beside the kernel's:", "consort bench tcp") ]);
+    ("bench tcp-sim", [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ]);
+    ( "bench throughput",
+      [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
+        ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
+    ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
+    ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
+    ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
+    ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);
+    ("cap fs serve", [ ("Serve a store on a fixed address:", "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700") ]);
+    ("cap fs size", [ ("A stored file's size:", "consort cap fs size cap1:...") ]);
+    ("cap info", [ ("What a capability designates, and its rights:", "consort cap info cap1:...") ]);
+    ("cap restrict", [ ("A read-only capability to give away:", "consort cap restrict cap1:... --rights read") ]);
+    ("cap status", [ ("A server's status:", "consort cap status cap1:...") ]);
+    ( "check-logs",
+      [ ("Check the logs of a run against virtual synchrony:", "consort check-logs a.log b.log c.log");
+        ("And total order, for a group with Total:", "consort check-logs --total a.log b.log c.log") ] );
+    ("demo", [ ("The main job: a group of processes, a crash, a restart:", "consort demo") ]);
+    ("keygen", [ ("A key file for a secured group (mode 0600):", "consort keygen group.key") ]);
+    ("kv cas", [ ("Set a key only if it holds a given value:", "consort kv cas --servers 127.0.0.1:7801 colour red blue") ]);
+    ("kv check", [ ("Check a recorded history for linearizability:", "consort kv check history.jsonl") ]);
+    ("kv del", [ ("Delete a key:", "consort kv del --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ]);
+    ("kv get", [ ("Read a key, trying two replicas in turn:", "consort kv get --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ]);
+    ("kv put", [ ("Write a key:", "consort kv put --servers 127.0.0.1:7801 colour red") ]);
+    ( "kv serve",
+      [ ("One of three replicas:",
+         "consort kv serve --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 --peers 127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801") ] );
+    ("kv shell", [ ("Commands from a script, one result line each:", "printf 'put a 1\\nget a\\n' | consort kv shell --servers 127.0.0.1:7801") ]);
+    ("mcast-peer", [ ("Started by the demo, not by hand:", "consort mcast-peer --rank 0 --members 127.0.0.1:7450,127.0.0.1:7451") ]);
+    ( "member",
+      [ ("Join group chat on the first free port of 7400-7415 and cast each line typed:", "consort member --group chat");
+        ("With total order and a log for consort check-logs:", "consort member --group chat --props vsync,Total --log chat.log");
+        ("A secured, private group:", "consort member --group chat --props vsync,Privacy --key group.key") ] );
+    ("net up", [ ("Bring Consort's TCP/IP stack up on a TAP device for a minute:", "consort net up --tap tap0 --ip 10.0.0.2/24 --for 60") ]);
+    ("params", [ ("Every tunable with its default:", "consort params") ]);
+    ( "sim",
+      [ ("2000 seeded schedules of a scenario, checked by the specifications:", "consort sim --scenario vsync-crash --seeds 2000");
+        ("Seed 17 alone, with its trace:", "consort sim --scenario vsync-crash --seed 17 --trace t.txt") ] );
+    ("stack", [ ("The layers chosen for total order:", "consort stack --props vsync,Total") ]);
+  ]
+
+let examples path =
+  match List.assoc_opt path table with
+  | None -> []
+  | Some l -> `S Manpage.s_examples :: List.concat_map (fun (what, cmd) -> [ `P what; `Pre ("    " ^ cmd) ]) l
+
+let info ?(man = []) ?envs ?(exits = exits) ?(hidden = false) ~path ~doc name =
+  let docs = if hidden then Some Manpage.s_none else None in
+  Cmd.info name ?docs ?envs ~exits ~doc ~man:(man @ examples path)

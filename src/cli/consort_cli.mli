@@ -50,3 +50,23 @@ val main : Cmdliner.Cmd.Exit.code Cmdliner.Cmd.t -> 'a
     escapes a command (a defect) is reported in one line as an internal
     error with exit status 125 instead of a backtrace; the command line's
     own errors keep cmdliner's 124. *)
+
+val examples : string -> Cmdliner.Manpage.block list
+(** [examples "cap fs get"] is the EXAMPLES section of that command's
+    manual (a command path below [consort]), from one table kept in this
+    library; empty for a command the table does not know (the CLI test
+    requires every command to have one). *)
+
+val info :
+  ?man:Cmdliner.Manpage.block list ->
+  ?envs:Cmdliner.Cmd.Env.info list ->
+  ?exits:Cmdliner.Cmd.Exit.info list ->
+  ?hidden:bool ->
+  path:string ->
+  doc:string ->
+  string ->
+  Cmdliner.Cmd.info
+(** [info ~path ~doc name] is [Cmd.info name] with the exit statuses
+    above (or [exits]), [man] followed by the command's EXAMPLES, and,
+    with [~hidden:true], left out of its parent's list of commands (the
+    internal commands that tests and benchmarks start). *)

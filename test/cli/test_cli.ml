@@ -200,6 +200,10 @@ let cases : (string list * string list * (string list * int) list) list =
 
 let find path = List.find_opt (fun (p, _, _) -> p = path) cases
 
+(* Internal commands, started by the demo and the benchmarks: they exist
+   but are left out of their parent's list of commands. *)
+let hidden = [ [ "mcast-peer" ]; [ "bench"; "peer" ] ]
+
 (* {1 The tests} *)
 
 let every_command_has_cases () =
@@ -209,7 +213,10 @@ let every_command_has_cases () =
     (fun path -> if find path = None then Alcotest.failf "%s has no row in the CLI test's cases" (show path))
     all;
   List.iter
-    (fun (p, _, _) -> if not (List.mem p all) then Alcotest.failf "%s is in the cases but not in the help" (show p))
+    (fun (p, _, _) ->
+      if List.mem p hidden then (
+        if List.mem p all then Alcotest.failf "%s is internal but listed in the help" (show p))
+      else if not (List.mem p all) then Alcotest.failf "%s is in the cases but not in the help" (show p))
     cases
 
 (* A refusal at run time: exit 2 and one line on standard error that
@@ -269,7 +276,15 @@ let help_everywhere () =
       if r.code <> 0 then Alcotest.failf "%s --help: exit %d" (show path) r.code;
       (* The documented convention, not cmdliner's default list. *)
       if not (contains r.out "EXIT STATUS" && contains r.out "refused") then
-        Alcotest.failf "%s --help does not document the exit statuses" (show path))
+        Alcotest.failf "%s --help does not document the exit statuses" (show path);
+      (* An EXAMPLES section with at least one command line of this command. *)
+      match String.split_on_char '\n' r.out |> List.map String.trim with
+      | ls ->
+          let rec after = function [] -> [] | "EXAMPLES" :: rest -> rest | _ :: rest -> after rest in
+          let ex = after ls in
+          let prefix = show path in
+          if not (List.exists (fun l -> String.length l >= String.length prefix && String.sub l 0 (String.length prefix) = prefix || contains l ("| " ^ prefix)) ex)
+          then Alcotest.failf "%s --help has no EXAMPLES section with a %s command line" (show path) prefix)
     cases
 
 let () =
@@ -281,6 +296,6 @@ let () =
           Alcotest.test_case "bad arguments: one line, the documented status" `Quick bad_arguments;
           Alcotest.test_case "an unknown option: 124" `Quick unknown_option;
           Alcotest.test_case "negative numbers refused when read" `Quick negative_numbers;
-          Alcotest.test_case "help everywhere, with exit statuses" `Quick help_everywhere;
+          Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick help_everywhere;
         ] );
     ]
