@@ -130,6 +130,12 @@ let table =
       [ ("2000 seeded schedules of a scenario, checked by the specifications:", "consort sim --scenario vsync-crash --seeds 2000");
         ("Seed 17 alone, with its trace:", "consort sim --scenario vsync-crash --seed 17 --trace t.txt") ] );
     ("stack", [ ("The layers chosen for total order:", "consort stack --props vsync,Total") ]);
+    ( "status",
+      [ ("A member started with --control /run/consort/chat.sock:", "consort status --control /run/consort/chat.sock");
+        ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json") ] );
+    ("counters", [ ("Every counter of a running member, per layer:", "consort counters --control /run/consort/chat.sock") ]);
+    ("cast", [ ("Cast a line to the group through a running member:", "consort cast --control /run/consort/chat.sock 'deploy finished'") ]);
+    ("send", [ ("Send to one member (an id from consort status):", "consort send --control /run/consort/chat.sock 127.0.0.1:7401#1a2b3c4d 'hello'") ]);
   ]
 
 let examples path =
@@ -140,3 +146,113 @@ let examples path =
 let info ?(man = []) ?envs ?(exits = exits) ?(hidden = false) ~path ~doc name =
   let docs = if hidden then Some Manpage.s_none else None in
   Cmd.info name ?docs ?envs ~exits ~doc ~man:(man @ examples path)
+
+type log_format = Text | Json
+
+let level_of_string = function
+  | "quiet" | "none" | "off" -> Ok None
+  | "error" -> Ok (Some Logs.Error)
+  | "warning" | "warn" -> Ok (Some Logs.Warning)
+  | "info" -> Ok (Some Logs.Info)
+  | "debug" -> Ok (Some Logs.Debug)
+  | "app" -> Ok (Some Logs.App)
+  | s -> Error (Printf.sprintf "%S is not a level (quiet, error, warning, info, debug)" s)
+
+let level_to_string = function None -> "quiet" | Some l -> String.lowercase_ascii (Logs.level_to_string (Some l))
+
+let log_levels =
+  let parse s =
+    let parts = List.filter (( <> ) "") (List.map String.trim (String.split_on_char ',' s)) in
+    let rec go default srcs = function
+      | [] -> Ok (default, List.rev srcs)
+      | p :: rest -> (
+          match String.index_opt p '=' with
+          | None -> ( match level_of_string p with Ok l -> go l srcs rest | Error e -> Error (`Msg e))
+          | Some i -> (
+              let src = String.sub p 0 i and lv = String.sub p (i + 1) (String.length p - i - 1) in
+              match level_of_string lv with
+              | Ok l when src <> "" -> go default ((src, l) :: srcs) rest
+              | Ok _ -> Error (`Msg (Printf.sprintf "%S: a source name is missing" p))
+              | Error e -> Error (`Msg e)))
+    in
+    go (Some Logs.Warning) [] parts
+  in
+  let print ppf (d, srcs) =
+    Format.pp_print_string ppf (String.concat "," (level_to_string d :: List.map (fun (s, l) -> s ^ "=" ^ level_to_string l) srcs))
+  in
+  Arg.conv ~docv:"LEVEL[,SOURCE=LEVEL...]" (parse, print)
+
+let timestamp () =
+  let t = Unix.gettimeofday () in
+  let tm = Unix.gmtime t in
+  Printf.sprintf "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" (tm.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
+    (int_of_float ((t -. Float.of_int (int_of_float t)) *. 1000.))
+
+let json_string s =
+  let b = Buffer.create (String.length s + 2) in
+  Buffer.add_char b '"';
+  String.iter
+    (fun c ->
+      match c with
+      | '"' -> Buffer.add_string b "\\\""
+      | '\\' -> Buffer.add_string b "\\\\"
+      | '\n' -> Buffer.add_string b "\\n"
+      | c when Char.code c < 0x20 -> Printf.bprintf b "\\u%04x" (Char.code c)
+      | c -> Buffer.add_char b c)
+    s;
+  Buffer.add_char b '"';
+  Buffer.contents b
+
+let reporter format =
+  let report src level ~over k msgf =
+    msgf @@ fun ?header:_ ?tags:_ fmt ->
+    Format.kasprintf
+      (fun msg ->
+        let line =
+          match format with
+          | Text -> Printf.sprintf "%s %s %s: %s" (timestamp ()) (String.uppercase_ascii (Logs.level_to_string (Some level))) (Logs.Src.name src) (one_line msg)
+          | Json ->
+              Printf.sprintf "{\"t\":%s,\"level\":%s,\"src\":%s,\"msg\":%s}" (json_string (timestamp ()))
+                (json_string (String.lowercase_ascii (Logs.level_to_string (Some level))))
+                (json_string (Logs.Src.name src)) (json_string (one_line msg))
+        in
+        prerr_endline line;
+        over ();
+        k ())
+      fmt
+  in
+  { Logs.report }
+
+let setup_logs ?(verbose = false) format (default, srcs) =
+  Logs.set_reporter (reporter format);
+  let default = if verbose && (default = None || default = Some Logs.Warning || default = Some Logs.Error) then Some Logs.Info else default in
+  Logs.set_level ~all:true default;
+  List.iter
+    (fun (name, level) ->
+      let family = String.length name > 0 && name.[String.length name - 1] = '.' in
+      List.iter
+        (fun s ->
+          let n = Logs.Src.name s in
+          let m = String.length name in
+          if n = name || (family && String.length n >= m && String.sub n 0 m = name) then Logs.Src.set_level s level)
+        (Logs.Src.list ()))
+    srcs
+
+let log_options =
+  let levels =
+    Arg.(
+      value
+      & opt log_levels (Some Logs.Warning, [])
+      & info [ "log-level" ]
+          ~doc:
+            "How much to log on standard error: a level for every source ($(b,quiet), $(b,error), $(b,warning), $(b,info), $(b,debug)), then levels for named sources, e.g. $(b,warning,consort.gmp=debug,consort.tcp.=info) (a name ending in a dot names a family).")
+  in
+  let format =
+    Arg.(
+      value
+      & opt (enum [ ("text", Text); ("json", Json) ]) Text
+      & info [ "log-format" ] ~docv:"FORMAT" ~doc:"$(b,text): one line per record, with a UTC timestamp, the level and the source; $(b,json): one JSON object per line.")
+  in
+  Term.(const (fun levels format -> (levels, format)) $ levels $ format)
+
+let logging = Term.(const (fun (levels, format) -> setup_logs format levels) $ log_options)

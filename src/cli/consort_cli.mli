@@ -70,3 +70,25 @@ val info :
     above (or [exits]), [man] followed by the command's EXAMPLES, and,
     with [~hidden:true], left out of its parent's list of commands (the
     internal commands that tests and benchmarks start). *)
+
+(** {2 Logs} *)
+
+type log_format = Text | Json
+
+val log_levels : (Logs.level option * (string * Logs.level option) list) Cmdliner.Arg.conv
+(** [LEVEL[,SOURCE=LEVEL...]]: a level for every source, then levels for
+    sources named (a prefix ending in [.] names a family: [consort.tcp=debug],
+    [consort.=info]). Levels: [quiet], [error], [warning], [info], [debug]. *)
+
+val setup_logs : ?verbose:bool -> log_format -> Logs.level option * (string * Logs.level option) list -> unit
+(** Installs a reporter on standard error that writes one line per record,
+    with a UTC timestamp, the level and the source (or one JSON object per
+    line), and sets the levels. [verbose] raises the default to [info]. *)
+
+val logging : unit Cmdliner.Term.t
+(** [--log-level LEVELS] (default [warning]) and [--log-format text|json];
+    evaluating it installs the reporter. *)
+
+val log_options : ((Logs.level option * (string * Logs.level option) list) * log_format) Cmdliner.Term.t
+(** The same two options, read but not applied (for commands that apply
+    them with {!setup_logs} themselves, with their own [--verbose]). *)

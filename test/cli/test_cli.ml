@@ -196,6 +196,13 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "params" ], [], []);
     ([ "sim" ], [ "--scenario"; "vsync-crash" ], [ ([ "--scenario"; "no-such" ], 2); ([ "--scenario"; "vsync-crash"; "--params"; "no.such=1" ], 2) ]);
     ([ "stack" ], [], [ ([ "--props"; "Bogus" ], 124) ]);
+    ([ "status" ], [ "--control"; missing ], [ ([ "--control"; missing ], 2); ([ "--control"; existing ], 2) ]);
+    ([ "counters" ], [ "--control"; missing ], [ ([ "--control"; missing ], 2) ]);
+    ([ "cast" ], [ "--control"; missing; "x" ], [ ([ "--control"; missing; "x" ], 2); ([ "--control"; missing; "two\nlines" ], 2) ]);
+    ([ "send" ], [ "--control"; missing; "id"; "x" ], [ ([ "--control"; missing; "id"; "x" ], 2); ([ "--control"; missing; "a b"; "x" ], 2) ]);
+    ( [ "member" ],
+      [ "--group"; "g"; "--control"; missing ],
+      [ ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--control"; missing ], 2); ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--metrics"; "nowhere" ], 2) ] );
   ]
 
 let find path = List.find_opt (fun (p, _, _) -> p = path) cases
