@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak soak-net mutants fuzz clean
+.PHONY: all deps build demo test bench soak soak-net mutants fuzz doc clean
 
 all: build
 
@@ -14,6 +14,9 @@ deps:
 build: deps
 	@$(DUNE) build 2>&1 | head -100
 	@$(DUNE) build
+
+doc: build
+	@./scripts/doc.sh
 
 demo: build
 	@./scripts/demo.sh

@@ -85,4 +85,4 @@ let cmd =
       `P "Prints a summary and exits 0 if the logs hold; otherwise one line per violation and exits 1; exits 2 if a log cannot be read.";
     ]
   in
-  Cmd.v (Cmd.info "check-logs" ~doc ~man) Term.(const run $ quiescent $ merged $ total $ causal $ safe $ files)
+  Cmd.v (Consort_cli.info ~path:"check-logs" "check-logs" ~doc ~man) Term.(const run $ quiescent $ merged $ total $ causal $ safe $ files)

@@ -33,7 +33,7 @@ let serve group data bind peers listen params verbose =
               | Ok () -> 0
               | Error e ->
                   Fmt.epr "consort kv serve: %s@." e;
-                  1)))
+                  Consort_cli.refused)))
 
 let servers =
   Arg.(
@@ -41,7 +41,7 @@ let servers =
     & opt (some (list string)) None
     & info [ "servers" ] ~docv:"ADDR:PORT,..." ~doc:"The replicas' client addresses ($(b,--listen)), tried in turn.")
 
-let timeout = Arg.(value & opt float 15. & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
+let timeout = Arg.(value & opt Consort_cli.positive_float 15. & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
 
 (* One result line; the exit status says what it means. *)
 let print_outcome = function
@@ -128,7 +128,7 @@ let value n docv = Arg.(required & pos n (some string) None & info [] ~docv)
 let exits =
   [
     Cmd.Exit.info 0 ~doc:"on $(b,ok), $(b,value VALUE), $(b,not-found) or $(b,cas-failed).";
-    Cmd.Exit.info 2 ~doc:"on $(b,error: REASON): the request certainly did not take effect.";
+    Cmd.Exit.info 2 ~doc:"refused, on $(b,error: REASON): the request certainly did not take effect.";
     Cmd.Exit.info 3 ~doc:"on $(b,unknown: REASON): the request may or may not have taken effect.";
   ]
 
@@ -143,7 +143,7 @@ let cmd =
     let listen = Arg.(required & opt (some string) None & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).") in
     let params = Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables.") in
     Cmd.v
-      (Cmd.info "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
+      (Consort_cli.info ~path:"kv serve" "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
          ~man:
            [
              `S Manpage.s_description;
@@ -152,7 +152,7 @@ let cmd =
            ])
       Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ verbose)
   in
-  let op name doc term = Cmd.v (Cmd.info name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
+  let op name doc term = Cmd.v (Consort_cli.info ~path:("kv " ^ name) name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
   let get = op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key) in
   let put = op "put" "Set KEY to VALUE; print $(b,ok)." Term.(const (fun k v -> Kv.Op.Put (k, v)) $ key $ value 1 "VALUE") in
   let del = op "del" "Remove KEY; print $(b,ok) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Del k) $ key) in
@@ -162,16 +162,16 @@ let cmd =
   in
   let shell =
     Cmd.v
-      (Cmd.info "shell" ~exits
+      (Consort_cli.info ~path:"kv shell" "shell" ~exits
          ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input (words separated by spaces: in the shell a key or value cannot hold a space); print one result line for each, in order. Exits with the worst status of its commands.")
       Term.(const shell $ servers $ timeout)
   in
   let check =
     let files = Arg.(non_empty & pos_all file [] & info [] ~docv:"HISTORY") in
     Cmd.v
-      (Cmd.info "check"
+      (Consort_cli.info ~path:"kv check" "check"
          ~doc:
            "Check histories of client operations (one per line: CLIENT, CALL, RETURN, the operation, $(b,=>), the response, separated by tabs; RETURN -1 and response $(b,?) for an unknown outcome) for linearizability. Exit 0 if linearizable, 1 if not, 2 if a file cannot be read.")
       Term.(const check $ files)
   in
-  Cmd.group (Cmd.info "kv" ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell; check ]
+  Cmd.group (Cmd.info "kv" ~exits:Consort_cli.exits ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell; check ]

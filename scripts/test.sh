@@ -98,6 +98,8 @@ done
 for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
+# The API documentation builds (odoc).
+jobs+=("counted|doc|scripts/doc.sh --check")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 45 CPU seconds for 1000 seeds.
