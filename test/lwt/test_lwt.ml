@@ -63,7 +63,8 @@ let group_in_lwt () =
   (* Driven by events, not by polling: a polling driver steps thousands of
      times a second. *)
   let per_sec = float_of_int (Consort_lwt.steps attached) /. elapsed in
-  if per_sec > 2000. then Alcotest.failf "%.0f steps a second: the loop is polled" per_sec
+  Printf.printf "%d steps in %.2f s (%.0f a second), %d Lwt ticks\n" (Consort_lwt.steps attached) elapsed per_sec !ticks;
+  if per_sec > 300. then Alcotest.failf "%.0f steps a second: the loop is polled" per_sec
 
 let timer_set_from_lwt () =
   (* A loop with no other timer and no descriptor: only on_wakeup can make
