@@ -245,7 +245,7 @@ let log_options =
     Arg.(
       value
       & opt log_levels (Some Logs.Warning, [])
-      & info [ "log-level" ]
+      & info [ "log-level" ] ~docv:"LEVEL[,SOURCE=LEVEL...]"
           ~doc:
             "How much to log on standard error: a level for every source ($(b,quiet), $(b,error), $(b,warning), $(b,info), $(b,debug)), then levels for named sources, e.g. $(b,warning,consort.gmp=debug,consort.tcp.=info) (a name ending in a dot names a family).")
   in
