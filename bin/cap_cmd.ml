@@ -271,7 +271,7 @@ let serve_cmd =
        ~doc:
          "Run a file server. Its first line on standard output is $(b,server CAP), the capability that allows \
           creating files.")
-    (configured @@ Term.(const (fun d b k () -> serve d b k) $ data $ bind $ key))
+    (configured @@ Term.(const (fun d b k () () -> serve d b k) $ data $ bind $ key $ Consort_cli.logging))
 
 let put_cmd =
   let server =

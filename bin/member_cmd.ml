@@ -29,7 +29,7 @@ let seal_of props key =
       | Error e -> Error ("--key: " ^ e)
       | Ok secret -> Ok (Some (secret, if privacy then Seal.Privacy else Seal.Auth)))
 
-let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file discovery no_input key control metrics =
+let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file discovery no_input key control metrics pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
   match seal_of props key with
   | Error e ->
@@ -53,7 +53,7 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
       in
       let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
       let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
-      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery; seal; control; metrics } in
+      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery; seal; control; metrics; pcap } in
       match Member.check_config cfg with
       | Error e ->
           (* The command line is wrong: a usage error. *)
@@ -143,10 +143,17 @@ let member =
       & info [ "metrics" ] ~docv:"ADDR:PORT"
           ~doc:"Serve the counters and the view in the Prometheus text format at http://$(docv)/metrics.")
   in
+  let pcap =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "pcap" ] ~docv:"FILE"
+          ~doc:"Record every datagram sent and received in $(docv) (pcap, for tcpdump -r or Wireshark; created with mode 0600, never overwritten; at most 1 GiB).")
+  in
   Cmd.v (Consort_cli.info ~path:"member" "member" ~doc ~man)
     Term.(
       const member $ Consort_cli.log_options $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key
-      $ control $ metrics)
+      $ control $ metrics $ pcap)
 
 let keygen file =
   match Seal.write_key file (Seal.generate ()) with

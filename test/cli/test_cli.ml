@@ -164,6 +164,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
     ([ "cap"; "status" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "check-logs" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ]);
+    ([ "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "demo" ], [], [ ([ "--limit"; "0" ], 124) ]);
     ([ "keygen" ], [ missing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "kv"; "cas" ], [ "k"; "a"; "b"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "a"; "b"; "--servers"; "bad" ], 2) ]);
