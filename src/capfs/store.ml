@@ -270,16 +270,7 @@ let blob_fd t hash =
       Queue.push hash t.fd_order;
       fd
 
-let pread t hash ~off buf pos len =
-  let fd = blob_fd t hash in
-  ignore (Unix.lseek fd off Unix.SEEK_SET);
-  let rec go got =
-    if got = len then got
-    else
-      let n = Unix.read fd buf (pos + got) (len - got) in
-      if n = 0 then got else go (got + n)
-  in
-  go 0
+let pread t hash ~off buf pos len = Io.pread (blob_fd t hash) ~off buf pos len
 
 (* Recovery. *)
 

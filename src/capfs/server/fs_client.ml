@@ -124,7 +124,8 @@ type async_trans =
    own session, so the server has the next read while the client takes in
    the last); written to [output] in order as they complete. A committed
    file never changes, so each read must be exactly as long as asked. *)
-let get_pipelined lanes ~run ?(progress = fun _ _ -> ()) cap output =
+let get_pipelined lanes ~run ?(read_size = P.max_read) ?(progress = fun _ _ -> ()) cap output =
+  let read_size = max 1 (min read_size P.max_read) in
   if Array.length lanes = 0 then invalid_arg "Fs_client.get_pipelined: no lane";
   let blocking ~idempotent h d =
     let r = ref None in
@@ -151,7 +152,7 @@ let get_pipelined lanes ~run ?(progress = fun _ _ -> ()) cap output =
   let rec issue i =
     if !failed = None && !next < total && not busy.(i) then begin
       let off = !next in
-      let len = min P.max_read (total - off) in
+      let len = min read_size (total - off) in
       next := off + len;
       busy.(i) <- true;
       lanes.(i) ~idempotent:true (Header.request ~offset:off ~size:len cap P.bs_read) "" (fun r ->
