@@ -195,6 +195,25 @@ let size = simple "size" (fun trans cap -> Result.map (Fmt.pr "%d@.") (Fs_client
 let destroy = simple "destroy" Fs_client.destroy
 let info_ = simple "info" (fun trans cap -> Result.map (fun s -> Fmt.pr "%a %s@." Cap.pp cap s) (Fs_client.info trans cap))
 
+(* consort cap fs revoke CAP: the object gets a secret chosen here, so that
+   the new capability is known even when the outcome is not. *)
+let revoke locate cap =
+  match parse_cap cap with
+  | Error m -> refused "%s" m
+  | Ok cap ->
+      let secret = Cap.Secret.generate () in
+      with_client locate (fun trans ->
+          match Fs_client.revoke trans cap secret with
+          | Ok c ->
+              print_endline (Cap.to_string c);
+              0
+          | Error e when Fs_client.outcome e = `Unknown ->
+              Fmt.epr "consort: revoke: outcome unknown: %a; if it was carried out, the owner capability is now %s@."
+                Fs_client.pp_error e
+                (Cap.to_string (Cap.owner cap.Cap.port ~obj:cap.Cap.obj secret));
+              3
+          | Error e -> failed "revoke" e)
+
 let status = simple "status" (fun trans cap -> Result.map print_endline (Fs_client.status trans cap))
 
 let restrict locate cap rights =
@@ -300,10 +319,18 @@ let get_cmd =
 
 let size_cmd = Cmd.v (Cmd.info "size" ~exits ~envs ~doc:"Print a file's size.") (configured @@ Term.(const (fun l c () -> size l c) $ locate $ cap_arg))
 
+let revoke_cmd =
+  Cmd.v
+    (Cmd.info "revoke" ~exits ~envs
+       ~doc:
+         "Revoke every capability of a file, or of the server itself (its $(b,server) capability): the object \
+          gets a new secret, and the new owner capability is printed. Needs a capability with every right.")
+    (configured @@ Term.(const (fun l c () -> revoke l c) $ locate $ cap_arg))
+
 let fs_cmd =
   Cmd.group
     (Cmd.info "fs" ~doc:"The immutable file server (Bullet semantics) and its tools.")
-    [ serve_cmd; put_cmd; get_cmd; size_cmd; fsck_cmd ]
+    [ serve_cmd; put_cmd; get_cmd; size_cmd; revoke_cmd; fsck_cmd ]
 
 let restrict_cmd =
   let rights =

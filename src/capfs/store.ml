@@ -754,8 +754,8 @@ let secret t obj =
   if obj = 0 then Some t.server_secret
   else match Hashtbl.find_opt t.files obj with Some f -> Some f.secret | None -> None
 
-let revoke t obj =
-  let s = t.random secret_len in
+let revoke ?secret t obj =
+  let s = match secret with Some s when String.length s = secret_len -> s | Some _ -> invalid_arg "Store.revoke: secret length" | None -> t.random secret_len in
   if obj = 0 then (
     let b = Bytes.of_string (encode_server s t.reserved) in
     let* () = write_new t ~safe:true ~kind:"server" (server_path t) b (Bytes.length b) in

@@ -146,6 +146,16 @@ let test_tools () =
   Bytes.set forged 39 (Char.chr (Char.code (Bytes.get forged 39) lxor 1));
   expect_refused ~env "forged check" "bad capability" [ "cap"; "fs"; "get"; text (Bytes.to_string forged) ];
   expect_refused ~env "not a capability" "bad capability" [ "cap"; "fs"; "size"; "cap1:nonsense" ];
+  (* Revocation: a new owner capability; the old one and its restrictions fail. *)
+  expect_refused ~env "revoke with a restricted capability" "too few rights" [ "cap"; "fs"; "revoke"; r ];
+  let code, b', err = run ~env [ "cap"; "fs"; "revoke"; trim b ] in
+  Alcotest.(check int) ("revoke: " ^ err) 0 code;
+  let b' = trim b' in
+  Alcotest.(check bool) "a new capability" true (b' <> trim b && String.length b' > 5 && String.sub b' 0 5 = "cap1:");
+  expect_refused ~env "a revoked capability" "bad capability" [ "cap"; "fs"; "size"; trim b ];
+  let code, out, _ = run ~env [ "cap"; "fs"; "size"; b' ] in
+  Alcotest.(check (pair int string)) "the new capability" (0, string_of_int (String.length big_data) ^ "\n") (code, out);
+  let b = b' in
   let code, _, _ = run ~env [ "cap"; "destroy"; f ] in
   Alcotest.(check int) "destroy" 0 code;
   expect_refused ~env "a destroyed file" "not found" [ "cap"; "fs"; "get"; f ];

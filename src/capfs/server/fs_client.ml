@@ -187,6 +187,12 @@ let restrict trans cap mask =
   | Ok c -> Ok c
   | Error `Needs_server -> std trans ~idempotent:true (Std.restrict_request cap mask) Std.parse_restrict
 
+let revoke trans cap secret =
+  let* r, _ = call trans ~idempotent:true (Header.request cap P.bs_revoke) (Cap.Secret.to_raw secret) in
+  let* c = reply_cap r in
+  if Cap.equal c (Cap.owner cap.Cap.port ~obj:cap.Cap.obj secret) then Ok c
+  else Error (`Bad_reply "revoke: not the capability of the new secret")
+
 let destroy trans cap = std trans ~idempotent:false (Std.destroy_request cap) Std.parse_unit
 let info trans cap = std trans ~idempotent:true (Std.info_request cap) Std.parse_text
 let touch trans cap = std trans ~idempotent:true (Std.touch_request cap) Std.parse_unit

@@ -82,6 +82,13 @@ val restrict : trans -> Cap.t -> Rights.t -> (Cap.t, error) result
 (** [restrict trans cap mask]: locally for an owner capability, by
     [std_restrict] otherwise. *)
 
+val revoke : trans -> Cap.t -> Cap.Secret.t -> (Cap.t, error) result
+(** [revoke trans cap secret] gives [cap]'s object (a file, or the server:
+    object 0) the new [secret], with [BS_REVOKE]; [cap] needs every right.
+    Every capability made with the old secret fails from then on; the result
+    is the new owner capability, [Cap.owner] of [secret]. Sent again after
+    an unknown outcome, it is answered as done. *)
+
 val destroy : trans -> Cap.t -> (unit, error) result
 val info : trans -> Cap.t -> (string, error) result
 val touch : trans -> Cap.t -> (unit, error) result
