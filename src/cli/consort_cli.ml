@@ -101,6 +101,7 @@ let table =
     ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
     ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);
     ("cap fs serve", [ ("Serve a store on a fixed address:", "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700") ]);
+    ("cap fs revoke", [ ("Revoke every capability of a file; prints the new owner capability:", "consort cap fs revoke cap1:...") ]);
     ("cap fs size", [ ("A stored file's size:", "consort cap fs size cap1:...") ]);
     ("cap info", [ ("What a capability designates, and its rights:", "consort cap info cap1:...") ]);
     ("cap restrict", [ ("A read-only capability to give away:", "consort cap restrict cap1:... --rights read") ]);

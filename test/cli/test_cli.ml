@@ -159,6 +159,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
     ([ "cap"; "fs"; "put" ], [ "--server"; bad_cap; existing ], [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ]);
     ([ "cap"; "fs"; "serve" ], [ "--data"; missing ], [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ([ "cap"; "fs"; "revoke" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "fs"; "size" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
