@@ -14,6 +14,8 @@ int main(int argc, char **argv) {
     }
     consort_client *c;
     uint32_t m;
+    /* Unbuffered: a line left in stdio's buffer would not wake poll. */
+    setvbuf(stdin, NULL, _IONBF, 0);
     if (consort_connect(argv[1], "chat", &c) != 0 || consort_join(c, argv[2], "vsync", NULL, NULL, 0, 0, &m) != 0) {
         fprintf(stderr, "chat: %s\n", consort_error(c));
         consort_close(c);

@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 /* logmember: a group member through consortd that casts each line of
  * standard input and writes a member log in Consort's format (README,
  * src/spec/log.mli), so that `consort check-logs` checks it beside
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static FILE *logf_;
 static const char *me_;
@@ -92,6 +93,36 @@ struct pending {
 };
 static struct pending pend[65536];
 
+/* Casts one line as "#SEQ line"; logs a refusal. <0: disconnected. */
+static int cast_line(consort_client *c, uint32_t m, const char *line, long *seq) {
+    static uint32_t next = 0;
+    static char payload[65536 + 32];
+    if (!line[0]) return 0;
+    ++*seq;
+    int n = snprintf(payload, sizeof payload, "#%ld %s", *seq, line);
+    /* consort_cast numbers requests from 1, one per cast: what is cast is
+       recorded before the call, as SENT may come first. */
+    struct pending *q = &pend[(++next) & 0xffff];
+    uint32_t req;
+    q->seq = *seq;
+    q->len = strlen(line);
+    digest(line, q->len, q->digest);
+    int e = consort_cast(c, m, payload, (size_t)n, &req);
+    if (e < 0) return e;
+    if (req != next) {
+        fprintf(stderr, "logmember: request numbers out of step\n");
+        return -1;
+    }
+    if (e > 0) {
+        fprintf(logf_,
+                "{\"ev\":\"refused\",\"t\":%lld,\"me\":\"%s\",\"view\":\"%s\",\"kind\":\"cast\",\"seq\":%ld,"
+                "\"len\":%zu,\"digest\":\"%s\",\"reason\":\"%s\"}\n",
+                now_ns(), me_, view_, *seq, q->len, q->digest, consort_strerror(e));
+        fflush(logf_);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5 || argc > 6) {
         fprintf(stderr, "usage: logmember SOCKET GROUP PROPS LOG [PEERS]\n");
@@ -118,7 +149,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     int input = 1, rc = 1;
     long seq = 0;
-    char line[65536];
+    static char inbuf[65536];
+    size_t inlen = 0;
     for (;;) {
         consort_event *ev;
         int r;
@@ -133,6 +165,7 @@ int main(int argc, char **argv) {
             } else if (ev->type == CONSORT_LOST) {
                 fprintf(logf_, "{\"ev\":\"lost\",\"t\":%lld,\"me\":\"%s\",\"kind\":\"cast\",\"seq\":%ld,\"reason\":\"lost\"}\n",
                         now_ns(), me_, pend[ev->req & 0xffff].seq);
+                fflush(logf_);
             } else if (ev->type == CONSORT_EXIT) {
                 fprintf(logf_, "{\"ev\":\"exit\",\"t\":%lld,\"me\":\"%s\"}\n", now_ns(), me_);
                 consort_event_free(ev);
@@ -146,42 +179,29 @@ int main(int argc, char **argv) {
         struct pollfd p[2] = {{.fd = consort_fd(c), .events = POLLIN}, {.fd = 0, .events = POLLIN}};
         if (poll(p, input ? 2 : 1, -1) < 0) break;
         if (input && p[1].revents) {
-            if (!fgets(line, sizeof line, stdin)) {
+            /* Standard input is read with read(2), never stdio: a line left in
+               stdio's buffer would not wake poll. */
+            ssize_t got = read(0, inbuf + inlen, sizeof inbuf - inlen);
+            if (got <= 0) {
                 input = 0;
                 if (consort_leave(c, m) < 0) break;
                 continue;
             }
-            line[strcspn(line, "\n")] = 0;
-            if (!line[0]) continue;
-            seq++;
-            char payload[sizeof line + 32];
-            int n = snprintf(payload, sizeof payload, "#%ld %s", seq, line);
-            uint32_t req;
-            int e;
-            {
-                /* consort_cast numbers requests from 1, one per cast: what is
-                   cast is recorded before the call, as SENT may come first. */
-                static uint32_t next = 0;
-                struct pending *q = &pend[(++next) & 0xffff];
-                q->seq = seq;
-                q->len = strlen(line);
-                digest(line, q->len, q->digest);
-                e = consort_cast(c, m, payload, (size_t)n, &req);
-                if (req != next) {
-                    fprintf(stderr, "logmember: request numbers out of step\n");
+            inlen += (size_t)got;
+            char *start = inbuf, *nl;
+            int broken = 0;
+            while ((nl = memchr(start, '\n', inlen - (size_t)(start - inbuf)))) {
+                *nl = 0;
+                if (cast_line(c, m, start, &seq) < 0) {
+                    broken = 1;
                     break;
                 }
+                start = nl + 1;
             }
-            if (e < 0) break;
-            if (e > 0) {
-                char d[17];
-                digest(line, strlen(line), d);
-                fprintf(logf_,
-                        "{\"ev\":\"refused\",\"t\":%lld,\"me\":\"%s\",\"view\":\"%s\",\"kind\":\"cast\",\"seq\":%ld,"
-                        "\"len\":%zu,\"digest\":\"%s\",\"reason\":\"%s\"}\n",
-                        now_ns(), me_, view_, seq, strlen(line), d, consort_strerror(e));
-                fflush(logf_);
-            }
+            if (broken) break;
+            inlen -= (size_t)(start - inbuf);
+            memmove(inbuf, start, inlen);
+            if (inlen == sizeof inbuf) inlen = 0; /* a line too long: dropped */
         }
     }
     fprintf(stderr, "logmember: %s\n", consort_error(c));

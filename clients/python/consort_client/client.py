@@ -234,7 +234,10 @@ class Client:
                 return ev
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                return None
+                # Time is up: take what is there without waiting, once.
+                if not self._read(0):
+                    return None
+                continue
             self._read(left)
 
     def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
