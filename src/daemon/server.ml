@@ -465,37 +465,37 @@ let readable t c =
   | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
   | exception Unix.Unix_error (e, _, _) -> fail t c "closed" (Unix.error_message e)
 
+let add_client t fd =
+  Unix.set_nonblock fd;
+  (try Unix.setsockopt_int fd Unix.SO_SNDBUF (1 lsl 20) with Unix.Unix_error _ -> ());
+  t.next_cid <- t.next_cid + 1;
+  let c =
+    {
+      cid = t.next_cid;
+      fd;
+      framer = Wire.framer ~max:t.cfg.max_frame;
+      out = Buffer.create 256;
+      out_off = 0;
+      flush_timer = None;
+      hello = false;
+      closed = false;
+      discard = 0;
+      handles = Hashtbl.create 4;
+    }
+  in
+  count t "clients" 1;
+  Hashtbl.replace t.clients c.cid c;
+  if t.closing || Hashtbl.length t.clients > t.cfg.max_clients then
+    fatal t c Wire.Overloaded
+      (if t.closing then "the daemon is stopping" else Printf.sprintf "at most %d clients" t.cfg.max_clients)
+  else Loop.watch t.loop fd (fun () -> if not c.closed then readable t c)
+
+let adopt = add_client
+
 let accept t lfd =
   match Unix.accept ~cloexec:true lfd with
   | exception Unix.Unix_error (e, _, _) -> Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
-  | fd, _ ->
-      Unix.set_nonblock fd;
-      (try Unix.setsockopt_int fd Unix.SO_SNDBUF (1 lsl 20) with Unix.Unix_error _ -> ());
-      t.next_cid <- t.next_cid + 1;
-      let c =
-        {
-          cid = t.next_cid;
-          fd;
-          framer = Wire.framer ~max:t.cfg.max_frame;
-          out = Buffer.create 256;
-          out_off = 0;
-          flush_timer = None;
-          hello = false;
-          closed = false;
-          discard = 0;
-          handles = Hashtbl.create 4;
-        }
-      in
-      count t "clients" 1;
-      if t.closing || Hashtbl.length t.clients >= t.cfg.max_clients then begin
-        Hashtbl.replace t.clients c.cid c;
-        fatal t c Wire.Overloaded
-          (if t.closing then "the daemon is stopping" else Printf.sprintf "at most %d clients" t.cfg.max_clients)
-      end
-      else begin
-        Hashtbl.replace t.clients c.cid c;
-        Loop.watch t.loop fd (fun () -> if not c.closed then readable t c)
-      end
+  | fd, _ -> add_client t fd
 
 let listen_unix path =
   (* A socket file left by a daemon that is gone is replaced; one a live

@@ -42,6 +42,10 @@ type t
 val create : Consort_engine.Loop.t -> config -> (t, string) result
 (** Checks [config], listens, and serves clients on the loop. *)
 
+val adopt : t -> Unix.file_descr -> unit
+(** [adopt t fd] serves a connected stream socket as a client (for tests
+    and fuzzing: a socketpair). *)
+
 val close : t -> on_done:(unit -> unit) -> unit
 (** Stops accepting, fails every client out (their members leave), and
     calls [on_done] once every member has exited (or after 5 s). *)
