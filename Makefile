@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak soak-net mutants fuzz clean
+.PHONY: all deps build demo test bench soak soak-net soak-daemon mutants fuzz clean
 
 all: build
 
@@ -56,6 +56,13 @@ SOAK_NET_SEED ?= 1
 
 soak-net: build
 	@./_build/default/test/soak_net/soak_net.exe --seconds $(SOAK_NET_SECONDS) --seed $(SOAK_NET_SEED)
+
+# consortd with 100 clients joining, casting and dying at random for
+# SOAK_DAEMON_SECONDS (default 60); memory, undisturbed clients and logs checked.
+SOAK_DAEMON_SECONDS ?= 60
+
+soak-daemon: build
+	@./_build/default/test/daemon_chaos/chaos.exe --seconds $(SOAK_DAEMON_SECONDS)
 
 # Every decoder on the network path under AFL++ (installed when missing),
 # FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.

@@ -109,6 +109,8 @@ jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK
 jobs+=("counted|daemon python client|clients/python/run-tests.sh")
 jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
 jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
+# 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s).
+jobs+=("counted|daemon chaos (15 s)|$BIN/test/daemon_chaos/chaos.exe --seconds ${DAEMON_CHAOS_SECONDS:-15}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the

@@ -520,14 +520,20 @@ let listen_unix path =
   | Error e -> Error e
   | Ok () -> (
       let s = Unix.socket ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+      (* Bound and listening under another name first, then renamed: a
+         client never finds the path without a daemon listening there. *)
+      let tmp = Printf.sprintf "%s.%d.tmp" path (Unix.getpid ()) in
       match
-        Unix.bind s (Unix.ADDR_UNIX path);
+        (try Unix.unlink tmp with Unix.Unix_error _ -> ());
+        Unix.bind s (Unix.ADDR_UNIX tmp);
         Unix.listen s 128;
-        Unix.set_nonblock s
+        Unix.set_nonblock s;
+        Unix.rename tmp path
       with
       | () -> Ok s
       | exception Unix.Unix_error (e, _, _) ->
           Unix.close s;
+          (try Unix.unlink tmp with Unix.Unix_error _ -> ());
           Error (Printf.sprintf "--socket %s: %s" path (Unix.error_message e)))
 
 let listen_tcp addr =
