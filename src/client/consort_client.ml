@@ -25,6 +25,7 @@ and t = {
   deferred : (unit -> unit) Queue.t;
   members : (int, member) Hashtbl.t;
   mutable next_handle : int;
+  out : Buffer.t;  (** requests written by {!cast_async}, not yet sent *)
 }
 
 type join_error = Refused of Wire.code * string | Disconnected of string
@@ -86,18 +87,32 @@ let write t s =
   let len = String.length s in
   let rec go off =
     if off < len && t.closed = None then
+      match Unix.single_write_substring t.fd s off (len - off) with
+      | n -> go (off + n)
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> wait off
+      | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e)
+  and wait off =
+    if off < len && t.closed = None then
       match Unix.select [ t.fd ] [ t.fd ] [] (-1.) with
       | r, w, _ ->
           if r <> [] then read_once t;
           if w <> [] && t.closed = None then (
             match Unix.single_write_substring t.fd s off (len - off) with
             | n -> go (off + n)
-            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> go off
+            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> wait off
             | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e))
-          else go off
-      | exception Unix.Unix_error (Unix.EINTR, _, _) -> go off
+          else wait off
+      | exception Unix.Unix_error (Unix.EINTR, _, _) -> wait off
   in
   go 0
+
+(* Requests queued by cast_async go out before anything else. *)
+let flush_out t =
+  if Buffer.length t.out > 0 then begin
+    let s = Buffer.contents t.out in
+    Buffer.clear t.out;
+    write t s
+  end
 
 (* A request and its reply. *)
 let call t req =
@@ -109,6 +124,7 @@ let call t req =
         got := true;
         res := ev)
       t.replies;
+    flush_out t;
     write t (Wire.encode_request req);
     while (not !got) && t.closed = None do
       match Unix.select [ t.fd ] [] [] (-1.) with
@@ -145,6 +161,7 @@ let connect ?(name = "ocaml") addr =
           Error (Printf.sprintf "%s: %s" addr (Unix.error_message e))
       | () -> (
           if dom = Unix.PF_INET then (try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
+          Unix.set_nonblock fd;
           let t =
             {
               fd;
@@ -156,6 +173,7 @@ let connect ?(name = "ocaml") addr =
               deferred = Queue.create ();
               members = Hashtbl.create 4;
               next_handle = 0;
+              out = Buffer.create 4096;
             }
           in
           match call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name }) with
@@ -263,7 +281,8 @@ let cast_async ?(on_result = ignore) m payload =
         if r <> Ok () then untrack m req;
         Queue.push (fun () -> on_result r) t.deferred)
       t.replies;
-    write t (Wire.encode_request (Wire.Cast { handle = m.handle; req; payload }))
+    Buffer.add_string t.out (Wire.encode_request (Wire.Cast { handle = m.handle; req; payload }));
+    if Buffer.length t.out >= 65536 then flush_out t
   end
 
 let simple m req = if not m.exited then ignore (call m.conn req)
@@ -351,6 +370,7 @@ let dispatch t =
       (Hashtbl.copy t.members)
 
 let step ?(timeout = 0.) t =
+  flush_out t;
   if t.closed = None then begin
     match Unix.select [ t.fd ] [] [] timeout with
     | r, _, _ -> if r <> [] then read_once t

@@ -63,7 +63,10 @@ val cast : member -> string -> (unit, Consort_group.Group.error) result
 val send : member -> string -> string -> (unit, Consort_group.Group.error) result
 
 val cast_async : ?on_result:((unit, Consort_group.Group.error) result -> unit) -> member -> string -> unit
-(** Writes the cast without waiting for its reply. *)
+(** Queues the cast without waiting for its reply: queued casts go out
+    together at the next {!step} (or {!run}, or any other request), or once
+    64 KiB are queued; [on_result] is called from {!dispatch} when the
+    reply comes. *)
 
 val leave : member -> unit
 val suspect : member -> string list -> unit

@@ -105,6 +105,7 @@ and client = {
   mutable hello : bool;
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
+  mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
   handles : (int, member) Hashtbl.t;
 }
 
@@ -175,7 +176,15 @@ and emit t c frame =
     Buffer.add_string c.out frame;
     if Buffer.length c.out - c.out_off > t.cfg.max_queue then
       fail t c "overloaded" (Printf.sprintf "more than %d bytes of upcalls unread" t.cfg.max_queue)
-    else schedule t c 0
+    else if c.batch then schedule t c 0
+    else if c.flush_timer = None then begin
+      (* Nothing waiting: out at once (an upcall from the network), and
+         what follows in this round of the loop goes out together at its
+         end. While a client's requests are served, replies are written
+         together at the end of the batch. *)
+      flush t c;
+      schedule t c 0
+    end
   end
 
 (* The client is gone, or is to be: its members leave their groups. *)
@@ -461,7 +470,13 @@ let readable t c =
                   request t c r;
                   frames ())
       in
-      frames ()
+      c.batch <- true;
+      frames ();
+      c.batch <- false;
+      if not c.closed then begin
+        Option.iter Loop.cancel c.flush_timer;
+        flush t c
+      end
   | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
   | exception Unix.Unix_error (e, _, _) -> fail t c "closed" (Unix.error_message e)
 
@@ -480,6 +495,7 @@ let add_client t fd =
       hello = false;
       closed = false;
       discard = 0;
+      batch = false;
       handles = Hashtbl.create 4;
     }
   in
