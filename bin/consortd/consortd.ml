@@ -110,7 +110,10 @@ let cmd =
          closes its connection, dies, sends what does not decode, or stops reading is failed out of its \
          groups (its members leave); the others are not disturbed. SIGTERM or SIGINT: every member leaves, \
          then the daemon exits.";
-      `P "Errors are one line on standard error; a bad argument exits with code 2.";
+      `P
+        "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every member left); 2 for a \
+         bad argument, an address in use or a key that cannot be read; 124 for an option the command line parser \
+         refuses; 1 for an internal error.";
       `S Manpage.s_examples;
       `Pre
         "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers 10.0.0.2:7500-7531\n\
