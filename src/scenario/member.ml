@@ -133,9 +133,11 @@ let check_config cfg =
 (* Binds the first free port of the default range, or the given address. *)
 let join ?take_state ?install_state loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
+    (* With a secret, per-view keys unless seal.rekey=false. *)
+    let tr = S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) loop cfg.seal in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
-      ?install_state
-      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap loop cfg.seal) ~group:cfg.group ~addr cb
+      ?install_state ?rekey:(S.rekey tr)
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers tr ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
@@ -181,18 +183,7 @@ let print_counters ~quiet g =
   let items =
     let st = S.stats (G.connection g) in
     items
-    @ List.filter_map
-          (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "seal.%s=%d" k v) else None)
-          [
-            ("sealed", st.Seal.sealed);
-            ("opened", st.opened);
-            ("malformed", st.malformed);
-            ("clear", st.clear);
-            ("bad_tag", st.bad_tag);
-            ("wrong_mode", st.wrong_mode);
-            ("replayed", st.replayed);
-            ("stale", st.stale);
-          ]
+    @ List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "seal.%s=%d" k v) else None) (Seal.stats_list st)
   in
   let line = "counters " ^ String.concat " " items in
   if quiet then prerr_endline line else print_endline line;
