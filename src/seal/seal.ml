@@ -284,6 +284,74 @@ let accept_counter p c =
     true
   end
 
+(* {1 What a member holds} *)
+
+type held = { h_secret : secret; h_mode : mode; h_view : view_key option }
+
+(* The payload of sealed bytes under [key] (mode byte [m], header [h]). *)
+let verify key m h cs =
+  let len = Cstruct.length cs in
+  let nonce = nonce (Cstruct.BE.get_uint64 cs 18) in
+  if m mod 2 = 0 then
+    match Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len - h)) with
+    | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.to_string ~off:1 plain)
+    | Some _ | None -> None
+  else
+    let plen = len - h - 1 - tag_length in
+    match
+      Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + plen))
+        (Cstruct.sub cs (h + plen) (1 + tag_length))
+    with
+    | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.to_string ~off:h ~len:plen cs)
+    | Some _ | None -> None
+
+let open_held held s =
+  let cs = Cstruct.of_string s in
+  let len = Cstruct.length cs in
+  if len < 2 || Cstruct.get_uint8 cs 0 <> magic then None
+  else
+    let m = Cstruct.get_uint8 cs 1 in
+    let h = if m >= 3 then view_header_length else header_length in
+    if m < 1 || m > 4 || len < h + 1 + tag_length then None
+    else
+      let id = Cstruct.to_string ~off:2 ~len:id_length cs in
+      if m < 3 then verify (sender_key held.h_secret id) m h cs
+      else
+        match held.h_view with
+        | Some v when v.kid = Cstruct.to_string ~off:header_length ~len:kid_length cs -> verify (view_sender_key v.vk id) m h cs
+        | _ -> None
+
+let seal_held held ~under ~id ~counter ~wall_ms payload =
+  let key, kid =
+    match (under, held.h_view) with
+    | `Secret, _ -> (Some (sender_key held.h_secret id), None)
+    | `View, Some v -> (Some (view_sender_key v.vk id), Some v.kid)
+    | `View, None -> (None, None)
+  in
+  match key with
+  | None -> None
+  | Some key ->
+      let h = if kid = None then header_length else view_header_length in
+      let len = String.length payload in
+      let cs = Cstruct.create (h + len + 1 + tag_length) in
+      Cstruct.set_uint8 cs 0 magic;
+      Cstruct.set_uint8 cs 1 (mode_byte held.h_mode + if kid = None then 0 else 2);
+      Cstruct.blit_from_string id 0 cs 2 id_length;
+      Cstruct.BE.set_uint64 cs 18 counter;
+      Cstruct.BE.set_uint64 cs 26 wall_ms;
+      Option.iter (fun kid -> Cstruct.blit_from_string kid 0 cs header_length kid_length) kid;
+      let nonce = nonce counter in
+      (match held.h_mode with
+      | Privacy ->
+          Cstruct.blit_from_string payload 0 cs (h + 1) len;
+          let sealed = Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len + 1)) in
+          Cstruct.blit sealed 0 cs h (Cstruct.length sealed)
+      | Auth ->
+          Cstruct.blit_from_string payload 0 cs h len;
+          let tag = Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + len)) marker in
+          Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
+      Some (Cstruct.to_string cs)
+
 module Ids = Consort_net.Lru.Make (struct
   type t = string
 
@@ -319,6 +387,11 @@ module Make (T : Transport.S) = struct
       t.ring
 
   let inner t = t.inner
+
+  let held t =
+    Option.map
+      (fun (h_secret, h_mode) -> { h_secret; h_mode; h_view = Option.bind t.ring (fun r -> r.current) })
+      t.seal
 
   type counts = {
     mutable sealed : int;

@@ -155,6 +155,25 @@ val rekey_param : string
 (** ["seal.rekey"] (default [true]): whether a member sealing with [Auth] or
     [Privacy] rekeys at each view change. *)
 
+(** {2 What a member holds}
+
+    For tests of what a member can still do once it has left or was
+    excluded: the keys it held at some moment, to open or seal bytes with
+    as an attacker would. No printer; nothing here reaches a log. *)
+
+type held
+
+val open_held : held -> string -> string option
+(** [open_held h bytes]: the payload of a sealed datagram (as captured on
+    the wire) if the keys of [h] open it (the group secret, or the view key
+    [h] held); no replay or freshness check. *)
+
+val seal_held :
+  held -> under:[ `Secret | `View ] -> id:string -> counter:int64 -> wall_ms:int64 -> string -> string option
+(** [seal_held h ~under ~id ~counter ~wall_ms payload]: [payload] sealed
+    as sender [id] (16 bytes) under the group secret or the view key [h]
+    held ([None] if it held none). *)
+
 module Make (T : Consort.Transport.S) : sig
   include Consort.Transport.S with type address = T.address and type timer = T.timer
 
@@ -181,6 +200,10 @@ module Make (T : Consort.Transport.S) : sig
       without [rekey] or a secret. *)
 
   val inner : t -> T.t
+
+  val held : t -> held option
+  (** The keys [t] holds now ([None] without a secret). *)
+
   val stats : connection -> stats
 
   val senders : connection -> int
