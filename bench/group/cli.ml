@@ -21,19 +21,27 @@ let report name pp to_json json = function
 let placement () =
   if Proc.can_pin () then "" else " (taskset not found: processes unpinned)"
 
-let join sizes reps params json =
+let join sizes reps params seal json =
   Fmt.pr "Join: member processes started at once on 127.0.0.1, each told every address; from process creation@.";
   Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
     (Proc.online_cpus ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
-  report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ())
+  report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ~seal ())
+
+let join_seal =
+  Arg.(
+    value & flag
+    & info [ "seal" ]
+        ~doc:
+          "Also each size sealed with Privacy, without and with per-view keys (Rekey: a key drawn and wrapped for each \
+           member at every view change), in the same run, beside it in clear.")
 
 let join_cmd =
   let sizes = Arg.(value & opt (list int) [ 2; 3; 4; 5; 6; 7; 8 ] & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.") in
   let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Groups started per size.") in
   Cmd.v
     (Cmd.info "join" ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
-    Term.(const join $ sizes $ reps $ params $ json)
+    Term.(const join $ sizes $ reps $ params $ join_seal $ json)
 
 let failover size reps params json =
   Fmt.pr "Failure detection: a group of %d member processes on 127.0.0.1 (unpinned), one killed with SIGKILL;@." size;
@@ -52,7 +60,9 @@ let seal_flag =
   Arg.(
     value & flag
     & info [ "seal" ]
-        ~doc:"Also the vsync stack sealed with Auth and with Privacy (Consort_seal), in the same run, beside it in clear.")
+        ~doc:
+          "Also the vsync stack sealed with Auth and with Privacy (Consort_seal; with per-view keys, Rekey, as by default), \
+           and Privacy without Rekey, in the same run, beside it in clear.")
 
 let rtt count warmup rounds params total seal json =
   Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
@@ -86,7 +96,13 @@ let throughput count size senders params deadline reps total seal members json =
           ("Total token", "vsync,Total", "total.protocol=token");
         ]
     else if seal then
-      Some [ ("vsync", "vsync", ""); ("vsync Auth", "vsync,Auth", ""); ("vsync Privacy", "vsync,Privacy", "") ]
+      Some
+        [
+          ("vsync", "vsync", "");
+          ("vsync Auth", "vsync,Auth", "");
+          ("vsync Privacy", "vsync,Privacy", "");
+          ("Privacy no Rekey", "vsync,Privacy", "seal.rekey=false");
+        ]
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json

@@ -10,7 +10,11 @@ let total_kinds =
   ]
 
 let seal_kinds =
-  [ ("Auth", "group-rtt", "vsync,Auth", ""); ("Privacy", "group-rtt", "vsync,Privacy", "") ]
+  [
+    ("Auth", "group-rtt", "vsync,Auth", "");
+    ("Privacy", "group-rtt", "vsync,Privacy", "");
+    ("Privacy no Rekey", "group-rtt", "vsync,Privacy", "seal.rekey=false");
+  ]
 
 let once ~exe ~count ~warmup ~params ?(props = "") ?(extra = "") ~kind ~cpus () =
   let params = if params = "" then extra else if extra = "" then params else params ^ "," ^ extra in
