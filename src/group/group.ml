@@ -181,6 +181,8 @@ module Make (T : Transport.S) = struct
     mutable send_errors : int;
     rekey : rekey option;  (* per-view keys *)
     mutable no_key : int;  (* Installs refused for want of a view key *)
+    mutable sent : int;  (* messages handed to a view's stack *)
+    mutable delivered : int;  (* messages delivered to the application *)
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
@@ -374,6 +376,8 @@ module Make (T : Transport.S) = struct
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
+          (* Who is gone, and why: left, or excluded and the suspicion. *)
+          List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
               t.cb.view info;
               Option.iter
                 (fun x ->
@@ -400,6 +404,7 @@ module Make (T : Transport.S) = struct
     match t.cur with
     | Some c ->
         t.on_sent ~vid:c.view.View.id `Cast s;
+        t.sent <- t.sent + 1;
         Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
@@ -409,9 +414,12 @@ module Make (T : Transport.S) = struct
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            t.sent <- t.sent + 1;
             Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            t.sent <- t.sent + 1;
+            t.delivered <- t.delivered + 1;
             t.cb.send ~origin:t.me.eid s
         | None ->
             (* Accepted while the view changed, and the destination did
@@ -429,6 +437,7 @@ module Make (T : Transport.S) = struct
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
+        (match src with Event.Cast_from _ | Event.Send_from _ -> t.delivered <- t.delivered + 1 | Event.Raw -> ());
         match (src, t.xfer) with
         | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
         | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
@@ -965,6 +974,8 @@ module Make (T : Transport.S) = struct
                     send_errors = 0;
                     rekey;
                     no_key = 0;
+                    sent = 0;
+                    delivered = 0;
                     heal_interval = Params.time params Param.heal_interval;
                     merge_timeout = Params.time params Param.merge_timeout;
                     install_retry = Params.time params Param.install_retry;
@@ -1077,6 +1088,8 @@ module Make (T : Transport.S) = struct
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
         ("no_view_key", t.no_key);
+        ("sent", t.sent);
+        ("delivered", t.delivered);
       ] )
     ::
     (if List.mem_assoc "bottom" cur then

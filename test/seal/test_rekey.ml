@@ -140,8 +140,39 @@ let attack x capture =
   let read = List.concat_map (fun d -> List.filter_map (fun h -> Seal.open_held h d) (helds ())) !capture in
   (read, !stolen)
 
+(* The group's log, at Info. *)
+let logged = ref []
+
+let () =
+  Logs.set_reporter
+    {
+      Logs.report =
+        (fun src _level ~over k msgf ->
+          msgf (fun ?header:_ ?tags:_ fmt ->
+              Format.kasprintf
+                (fun s ->
+                  if Logs.Src.name src = "consort.group" then logged := s :: !logged;
+                  over ();
+                  k ())
+                fmt));
+    };
+  Logs.set_level (Some Logs.Info)
+
 let excluded_cannot_read () =
+  logged := [];
   let net, three, x, capture = excluded_setup Seal.Privacy in
+  (* The exclusion is logged with its reason, at each of the three. *)
+  let xid = G.me x.g in
+  List.iter
+    (fun m ->
+      let me = G.me m.g in
+      if
+        not
+          (List.exists
+             (fun l -> contains l (me ^ ": " ^ xid ^ " is not in view") && contains l ": excluded: " && not (contains l "excluded: ."))
+             !logged)
+      then Alcotest.failf "%s did not log why %s is gone" m.addr xid)
+    three;
   List.iteri (fun i m -> cast m (Printf.sprintf "AFTER-%d" i)) three;
   run net 2.;
   List.iter (fun m -> List.iteri (fun i _ -> if not (delivered m (Printf.sprintf "AFTER-%d" i)) then Alcotest.fail "a cast after the exclusion was lost") three) three;
@@ -158,6 +189,14 @@ let excluded_cannot_read () =
       if not (delivered m "JOINED-0" && delivered m "JOINED-j") then Alcotest.failf "%s did not deliver the casts after the join" m.addr)
     (j :: three);
   if delivered j "AFTER-0" || delivered j "BEFORE-0" then Alcotest.fail "the joiner was given casts of views before its own";
+  (* The counters through the API: what each sent and delivered. *)
+  List.iter
+    (fun m ->
+      let group = List.assoc "group" (G.counters m.g) in
+      Alcotest.(check int) "group.delivered: each delivery" (List.length !(m.got)) (List.assoc "delivered" group);
+      Alcotest.(check bool) "group.sent: its casts" true (List.assoc "sent" group >= 2);
+      Alcotest.(check bool) "seal.rekeys: a key per view" true ((S.stats (G.connection m.g)).Seal.rekeys = List.assoc "views" group))
+    three;
   let read, stolen = attack x capture in
   (* The attack is real: with the keys x held, it reads what was cast
      while it was a member. *)
