@@ -26,7 +26,15 @@ let join sizes reps params seal json =
   Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
     (Proc.online_cpus ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
-  report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ~seal ())
+  let code = report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ~seal ()) in
+  if seal then
+    List.iter
+      (fun n ->
+        let draw, unwrap = Join.rekey_cost n in
+        Fmt.pr "rekey of a view of %d (this process): the maker draws and wraps %d keys in %.0f us; a member unwraps its own in %.0f us@."
+          n (n - 1) draw unwrap)
+      sizes;
+  code
 
 let join_seal =
   Arg.(

@@ -130,3 +130,34 @@ let to_json rows =
              (f (Stats.max r.join_ms)) (f (Stats.median r.formed_ms)))
          rows)
   ^ "]}"
+
+(* The cryptography of one rekey, in this process: the maker of a view of
+   [n] draws a key and wraps it for the [n - 1] others (one X25519 each);
+   a member unwraps its own (one X25519). Medians of [reps], microseconds. *)
+let rekey_cost ?(reps = 50) n =
+  let module Sim = Consort_engine.Sim in
+  let module S = Consort_seal.Seal.Make (Sim) in
+  let net = Sim.create () in
+  let secret = Result.get_ok (Consort_seal.Seal.secret_of_string (String.make 32 'b')) in
+  let ring () =
+    match S.rekey (S.wrap ~rekey:true net (Some (secret, Consort_seal.Seal.Privacy))) with
+    | Some r -> r
+    | None -> invalid_arg "rekey_cost"
+  in
+  let maker = ring () and others = List.init (max 1 (n - 1)) (fun _ -> ring ()) in
+  let members = List.mapi (fun i (r : Consort_group.Group.rekey) -> (Printf.sprintf "m%d" i, r.public)) others in
+  let time f =
+    Stats.median
+      (Array.init reps (fun _ ->
+           let t0 = Unix.gettimeofday () in
+           f ();
+           (Unix.gettimeofday () -. t0) *. 1e6))
+  in
+  let wrapped = ref [] in
+  let draw = time (fun () -> wrapped := fst (maker.draw ~vid:"1:maker" ~me:"maker" ~context:"install" members)) in
+  let w = List.assoc "m0" !wrapped in
+  let first = List.hd others in
+  let unwrap =
+    time (fun () -> ignore (first.unwrap ~vid:"1:maker" ~me:"m0" ~context:"install" ~installer:("maker", maker.public) w))
+  in
+  (draw, unwrap)

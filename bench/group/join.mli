@@ -22,5 +22,11 @@ val run :
     without and with per-view keys (each view change then draws a key and
     wraps it for each member with X25519), in the same run. *)
 
+val rekey_cost : ?reps:int -> int -> float * float
+(** [rekey_cost n]: the cryptography of one rekey of a view of [n] in this
+    process, in microseconds (medians of [reps], default 50): the maker
+    drawing the key and wrapping it for the [n - 1] others, and a member
+    unwrapping its own. *)
+
 val pp_table : row list Fmt.t
 val to_json : row list -> string
