@@ -643,6 +643,13 @@ module Make (T : Transport.S) = struct
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
       match (v, t.cur) with
+      | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
+        when (t.rekey <> None) <> (m.pub <> "") ->
+          (* Members with and without per-view keys cannot share a view:
+             one seals its stack's traffic under the secret, which the
+             other refuses. Never merge; say so once. *)
+          let with_keys b = Stack_id.describe t.sid ^ if b then " with Rekey" else " without Rekey" in
+          stack_error t (Incompatible { peer = m.eid; ours = with_keys (t.rekey <> None); theirs = with_keys (m.pub <> "") })
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
           Hashtbl.replace t.known coord.eid coord;
           other_stack t ~peer:coord.eid stack

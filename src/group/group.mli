@@ -195,7 +195,8 @@ module Make (T : Consort.Transport.S) : sig
       wrapped for it by the view's maker (the maker's public key as this
       member's view knows it, for a maker in it), bound to the Install's
       contents; a view of one gets a key of its own. A refused Install is
-      counted ([group.no_view_key]) and logged with why. *)
+      counted ([group.no_view_key]) and logged with why. Members with and
+      without [rekey] never merge: each reports the other as [Incompatible]. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the

@@ -37,8 +37,8 @@ type member = {
 
 let wall net () = 1_700_000_000. +. Time.to_sec (Sim.now net)
 
-let join net ~mode ~peers addr =
-  let t = S.wrap ~rekey:true ~g:(Crypto.deterministic ("rekey-test-" ^ addr)) ~wall:(wall net) net (Some (secret, mode)) in
+let join ?(rekey = true) ?(on_stack_error = ignore) net ~mode ~peers addr =
+  let t = S.wrap ~rekey ~g:(Crypto.deterministic ("rekey-test-" ^ addr)) ~wall:(wall net) net (Some (secret, mode)) in
   let got = ref [] and helds = ref [] in
   let cb =
     {
@@ -50,7 +50,7 @@ let join net ~mode ~peers addr =
       exit = ignore;
     }
   in
-  match G.join ~peers ~seed:(Hashtbl.hash addr) ?rekey:(S.rekey t) ~layers t ~group:"rekeyed" ~addr cb with
+  match G.join ~peers ~seed:(Hashtbl.hash addr) ~on_stack_error ?rekey:(S.rekey t) ~layers t ~group:"rekeyed" ~addr cb with
   | Ok g -> { addr; t; g; got; helds }
   | Error e -> Alcotest.failf "join %s: %a" addr Consort_group.Group.pp_join_error e
 
@@ -269,6 +269,26 @@ let excluded_cannot_inject () =
   run net 5.;
   Alcotest.(check bool) "a forgery under the current view's key is delivered" true (delivered p1 "FORGEDXX-TWO!")
 
+(* Members with and without per-view keys cannot share a view: they never
+   merge, and each says why. *)
+let mixed () =
+  let net = Sim.create ~seed:5 () in
+  let errors = ref [] in
+  let on addr e = errors := (addr, Fmt.str "%a" Consort_group.Group.pp_stack_error e) :: !errors in
+  let peers = [ "a"; "b"; "c" ] in
+  let a = join ~on_stack_error:(on "a") net ~mode:Seal.Privacy ~peers "a" in
+  let b = join ~on_stack_error:(on "b") net ~mode:Seal.Privacy ~peers "b" in
+  let c = join ~rekey:false ~on_stack_error:(on "c") net ~mode:Seal.Privacy ~peers "c" in
+  run net 10.;
+  one_view "the two with Rekey" [ a; b ];
+  Alcotest.(check int) "the one without is alone" 1 (List.length (members_of c));
+  Alcotest.(check bool) "it says why" true
+    (List.exists (fun (w, e) -> w = "c" && contains e "with Rekey, here" && contains e "without Rekey") !errors);
+  Alcotest.(check bool) "and so do the others" true (List.exists (fun (w, e) -> w <> "c" && contains e "without Rekey, here") !errors);
+  cast a "MIXED";
+  run net 2.;
+  Alcotest.(check bool) "the group works" true (delivered b "MIXED")
+
 (* The wrapping alone: a key opens only for its member, from its maker,
    in the Install it was made for. *)
 let wrapping () =
@@ -302,5 +322,9 @@ let () =
           Alcotest.test_case "cannot read later views; a joiner can" `Quick excluded_cannot_read;
           Alcotest.test_case "cannot inject into later views" `Quick excluded_cannot_inject;
         ] );
-      ("keys", [ Alcotest.test_case "a wrapped key opens only where it belongs" `Quick wrapping ]);
+      ( "keys",
+        [
+          Alcotest.test_case "a wrapped key opens only where it belongs" `Quick wrapping;
+          Alcotest.test_case "with and without Rekey: never merged" `Quick mixed;
+        ] );
     ]
