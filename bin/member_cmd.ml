@@ -17,12 +17,16 @@ module Seal = Consort_seal.Seal
 
 (* The secret and mode a member seals with: [Privacy] if asked, [Auth] if
    asked or if a key is given; a property that needs a key without one is
-   refused. *)
+   refused. Rekey comes with either unless seal.rekey=false. *)
 let seal_of props key =
   let privacy = List.mem Consort_group.Properties.Privacy props in
-  let auth = privacy || List.mem Consort_group.Properties.Auth props in
+  let rekey = List.mem Consort_group.Properties.Rekey props in
+  let auth = privacy || rekey || List.mem Consort_group.Properties.Auth props in
   match key with
-  | None when auth -> Error (Printf.sprintf "property %s needs --key FILE (consort keygen FILE writes one)" (if privacy then "Privacy" else "Auth"))
+  | None when auth ->
+      Error
+        (Printf.sprintf "property %s needs --key FILE (consort keygen FILE writes one)"
+           (if privacy then "Privacy" else if rekey then "Rekey" else "Auth"))
   | None -> Ok None
   | Some file -> (
       match Seal.read_key file with
@@ -44,6 +48,10 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
   match params with
   | Error e ->
       Fmt.epr "consort member: --params: %a@." Consort.Params.pp_error e;
+      2
+  | Ok params when seal <> None && List.mem Consort_group.Properties.Rekey props
+                  && not (Consort.Params.bool params Seal.rekey_param) ->
+      Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@." Seal.rekey_param;
       2
   | Ok params -> (
       let peers =
@@ -111,7 +119,7 @@ let member =
       & opt (some string) None
       & info [ "key" ] ~docv:"FILE"
           ~doc:
-            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every datagram is sealed (property Auth, implied) and only members holding the same secret are heard; with property Privacy payloads are also encrypted.")
+            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every datagram is sealed (property Auth, implied) and only members holding the same secret are heard; with property Privacy payloads are also encrypted. Each view's traffic is also sealed under a key of its own, agreed at the view change (property Rekey, implied; $(b,--params seal.rekey=false) turns it off), so that a member that left or was excluded can neither read nor forge it.")
   in
   let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
   let man =

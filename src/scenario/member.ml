@@ -143,9 +143,11 @@ let check_config cfg =
 (* Binds the first free port of the default range, or the given address. *)
 let join ?take_state ?install_state ?capture loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
+    (* With a secret, per-view keys unless seal.rekey=false. *)
+    let tr = S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) (C.wrap loop capture) cfg.seal in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
-      ?install_state
-      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap (C.wrap loop capture) cfg.seal) ~group:cfg.group ~addr cb
+      ?install_state ?rekey:(S.rekey tr)
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers tr ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
@@ -209,20 +211,7 @@ let inet_addr s =
 (* Every counter, by layer: the group's and its layers', then the seal's. *)
 let counters g =
   let st = S.stats (G.connection g) in
-  G.counters g
-  @ [
-      ( "seal",
-        [
-          ("sealed", st.Seal.sealed);
-          ("opened", st.opened);
-          ("malformed", st.malformed);
-          ("clear", st.clear);
-          ("bad_tag", st.bad_tag);
-          ("wrong_mode", st.wrong_mode);
-          ("replayed", st.replayed);
-          ("stale", st.stale);
-        ] );
-    ]
+  G.counters g @ [ ("seal", Seal.stats_list st) ]
 
 let metrics_samples cfg g ~flow_blocked =
   let labels = [ ("group", cfg.group); ("member", G.me g) ] in
