@@ -1,6 +1,7 @@
 (* The README's code is real: every OCaml, C or Python block in README.md
-   stands verbatim in a file under examples/ (or clients/), and every
-   example program builds and runs to a successful end. *)
+   and doc/tutorial.md stands verbatim in a file under examples/ (or
+   clients/), and every example program builds and runs to a successful
+   end. *)
 
 let exe_dir =
   let d = Filename.dirname Sys.executable_name in
@@ -60,7 +61,7 @@ let rec files dir =
 
 let code_langs = [ "ocaml"; "c"; "python" ]
 
-let readme_blocks_are_files () =
+let blocks_are_files doc () =
   let root = Lazy.force root in
   let sources =
     List.concat_map (fun d -> files (Filename.concat root d)) [ "examples"; "clients" ]
@@ -74,9 +75,9 @@ let readme_blocks_are_files () =
         incr checked;
         let body = normalise body in
         if not (List.exists (fun (_, text) -> contains text body) sources) then
-          Alcotest.failf "README.md:%d: this %s block is not in any file under examples/ or clients/" line lang))
-    (blocks (read (Filename.concat root "README.md")));
-  if !checked = 0 then Alcotest.fail "no code block found in README.md"
+          Alcotest.failf "%s:%d: this %s block is not in any file under examples/ or clients/" doc line lang))
+    (blocks (read (Filename.concat root doc)));
+  if !checked = 0 then Alcotest.failf "no code block found in %s" doc
 
 (* Runs an example, killing it after [limit] seconds. *)
 let run_example ?(limit = 60.) name =
@@ -116,12 +117,17 @@ let example name expect () =
 let () =
   Alcotest.run "examples"
     [
-      ("readme", [ Alcotest.test_case "every code block is a file under examples/" `Quick readme_blocks_are_files ]);
+      ( "readme",
+        [
+          Alcotest.test_case "every code block of README.md is a file under examples/" `Quick (blocks_are_files "README.md");
+          Alcotest.test_case "every code block of doc/tutorial.md is a file under examples/" `Quick (blocks_are_files "doc/tutorial.md");
+        ] );
       ( "run",
         [
           Alcotest.test_case "readme_group" `Quick (example "readme_group" [ "says \"hello from 127.0.0.1:7460\""; "says \"hello from 127.0.0.1:7461\"" ]);
           Alcotest.test_case "group_chat" `Quick (example "group_chat" [ "alice's final view" ]);
           Alcotest.test_case "reliable_cast" `Quick (example "reliable_cast" []);
           Alcotest.test_case "cap_counter" `Quick (example "cap_counter" []);
+          Alcotest.test_case "total_order" `Quick (example "total_order" [ "all 3 members delivered the 12 casts in one order" ]);
         ] );
     ]
