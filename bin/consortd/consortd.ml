@@ -4,9 +4,7 @@ open Cmdliner
 module Server = Consort_daemon.Server
 module Seal = Consort_seal.Seal
 
-let setup_logs verbose =
-  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
-  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
+let setup_logs ((levels, format), verbose) = Consort_cli.setup_logs ~verbose format levels
 
 let main socket tcp bind ports peers key max_frame max_queue max_clients max_members verbose =
   setup_logs verbose;
@@ -121,7 +119,7 @@ let cmd =
     ]
   in
   Cmd.v
-    (Cmd.info "consortd" ~version:"0.1.0" ~doc:"the Consort daemon: process groups for local clients" ~man)
-    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ verbose)
+    (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits ~doc:"the Consort daemon: process groups for local clients" ~man)
+    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
-let () = exit (Cmd.eval' cmd)
+let () = Consort_cli.main cmd
