@@ -102,7 +102,10 @@ let index_where p l =
   go 0 l
 
 module Make (T : Transport.S) = struct
-  module Ep = Endpoint.Make (T)
+  (* Every datagram of the member, its stacks' and the side channel's,
+     goes through one bundler, so each destination gets them in order. *)
+  module B = Bundle.Make (T)
+  module Ep = Endpoint.Make (B)
   type cur = {
     view : View.t;
     info : view_info;
@@ -117,7 +120,7 @@ module Make (T : Transport.S) = struct
 
   type t = {
     tr : T.t;
-    conn : T.connection Lazy.t;
+    conn : B.connection Lazy.t;
     me : Side.member;
     group : string;
     layers : Layer.t list;
@@ -200,7 +203,7 @@ module Make (T : Transport.S) = struct
 
   let side_send t dst v =
     let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Side.codec v)) in
-    report t (T.send (conn t) ~dst msg);
+    report t (B.send (conn t) ~dst msg);
     Msg.release msg
 
   let addr_of t s =
@@ -275,7 +278,7 @@ module Make (T : Transport.S) = struct
                 t.cur_params <- params;
                 t.sid <- sid;
                 t.epoch <- stack.epoch;
-                t.max_message <- max_message_of t layers (T.query (Lazy.force t.conn)).T.mtu;
+                t.max_message <- max_message_of t layers (B.query (Lazy.force t.conn)).B.mtu;
                 Ok ()
               end)
 
@@ -526,7 +529,7 @@ module Make (T : Transport.S) = struct
       t.exited <- true;
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
-      T.close (conn t);
+      B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.cb.exit ()
     end
@@ -815,31 +818,31 @@ module Make (T : Transport.S) = struct
             let self = ref None in
             let handler _ =
               {
-                T.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
+                B.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
                 closed = (fun () -> match !self with Some t -> if not t.exited then exit_group t | None -> ());
               }
             in
-            match T.open_ tr local handler with
+            match B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local handler with
             | Error e -> Error (Cannot_open e)
             | Ok conn -> (
                 match
                   match discovery with
-                  | Some d -> T.control conn (T.Join_multicast d)
+                  | Some d -> B.control conn (B.Join_multicast d)
                   | None -> Ok ()
                 with
                 | Error e ->
-                    T.close conn;
+                    B.close conn;
                     Error (Cannot_join_discovery e)
                 | Ok () ->
-                let info = T.query conn in
-                let addr = T.address_to_string info.T.local in
+                let info = B.query conn in
+                let addr = T.address_to_string info.B.local in
                 let max_message =
                   if List.exists (fun l -> Layer.name l = Frag.name) layers then
                     Params.int params Frag.Param.max_message
                   else
                     (* Without Frag a message is one datagram, headers of
                        every layer included. *)
-                    max 0 (info.T.mtu - header_reserve)
+                    max 0 (info.B.mtu - header_reserve)
                 in
                 let eid = addr ^ "#" ^ incarnation in
                 let xfer =
@@ -1002,7 +1005,8 @@ module Make (T : Transport.S) = struct
           Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
-  let connection t = conn t
+  let connection t = B.inner (conn t)
+  let bundle_stats t = B.stats (conn t)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued
@@ -1018,6 +1022,15 @@ module Make (T : Transport.S) = struct
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
       ] )
+    :: (let b = B.stats (conn t) in
+        ( "bundle",
+          [
+            ("bundles_sent", b.Bundle.bundles_sent);
+            ("bundled", b.bundled);
+            ("bundles_received", b.bundles_received);
+            ("unbundled", b.unbundled);
+            ("malformed", b.malformed);
+          ] ))
     ::
     (if List.mem_assoc "bottom" cur then
        List.map (fun (l, kvs) -> if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs)) cur

@@ -231,6 +231,9 @@ module Make (T : Consort.Transport.S) : sig
   (** The transport connection the member runs on (for controls such as
       test drop filters). *)
 
+  val bundle_stats : t -> Bundle.stats
+  (** What the member's connection bundled and unbundled ({!Bundle}). *)
+
   val is_blocked : t -> bool
   val has_exited : t -> bool
   val queued : t -> int
