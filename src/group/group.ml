@@ -97,6 +97,19 @@ end
    datagram (a stack without Frag). *)
 let header_reserve = 512
 
+(* The piece of a message body being delivered as a view (the library is
+   single-threaded; nothing here is live across a callback). *)
+type piece = { mutable n : int; mutable buf : Cstruct.buffer; mutable off : int; mutable len : int }
+
+let no_buffer = Bigarray.(Array1.create char c_layout 0)
+let piece = { n = 0; buf = no_buffer; off = 0; len = 0 }
+
+let note_piece b o l =
+  piece.n <- piece.n + 1;
+  piece.buf <- b;
+  piece.off <- o;
+  piece.len <- l
+
 let index_where p l =
   let rec go i = function [] -> None | x :: rest -> if p x then Some i else go (i + 1) rest in
   go 0 l
@@ -130,6 +143,10 @@ module Make (T : Transport.S) = struct
     cb : callbacks;
     on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
     on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
+    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
+        (* deliveries as views of the received buffers, instead of strings *)
+    mutable copies : int;  (* deliveries whose bytes were copied on the way to the application *)
+    mutable copied_bytes : int;
     peers : T.address list;
     discovery : T.address option;  (* a multicast group all members joined *)
     heal : bool;
@@ -409,10 +426,36 @@ module Make (T : Transport.S) = struct
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
+    match (t.on_bytes, t.xfer, !cell, src) with
+    | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
+      when (match t.cur with Some c' -> c == c' | None -> false) ->
+        let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
+        let origin = c.view.View.members.(r) in
+        (* One piece: a view of the received datagram. A message
+           reassembled from fragments is in pieces: one copy. *)
+        piece.n <- 0;
+        Msg.iter_body note_piece msg;
+        (if piece.n = 1 then f kind ~origin (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
+         else if piece.n = 0 then f kind ~origin Cstruct.empty
+         else begin
+           let body = Msg.body msg in
+           let v = Iovecs.flatten t.pool body in
+           Iovecs.release body;
+           t.copies <- t.copies + 1;
+           t.copied_bytes <- t.copied_bytes + Iovec.length v;
+           Fun.protect ~finally:(fun () -> Iovec.release v) (fun () -> f kind ~origin (Iovec.cstruct v))
+         end);
+        piece.buf <- no_buffer;
+        Msg.release msg
+    | _ -> deliver_string t cell src msg
+
+  and deliver_string t cell (src : Event.src) msg =
     let body = Msg.body msg in
     Msg.release msg;
     let s = Iovecs.to_string body in
     Iovecs.release body;
+    t.copies <- t.copies + 1;
+    t.copied_bytes <- t.copied_bytes + String.length s;
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
@@ -794,7 +837,7 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true)
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
       ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?(on_stack_error = fun _ -> ()) ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
@@ -871,6 +914,9 @@ module Make (T : Transport.S) = struct
                     cb;
                     on_sent;
                     on_lost;
+                    on_bytes;
+                    copies = 0;
+                    copied_bytes = 0;
                     peers;
                     discovery;
                     heal;
@@ -1007,6 +1053,7 @@ module Make (T : Transport.S) = struct
 
   let connection t = B.inner (conn t)
   let bundle_stats t = B.stats (conn t)
+  let copies t = (t.copies, t.copied_bytes)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued

@@ -309,6 +309,50 @@ let group_burst () =
   let st1 = G.bundle_stats (fst (List.nth members 1)) in
   if st1.Bundle.unbundled < 100 then Alcotest.failf "member 1: %a" Bundle.pp_stats st1
 
+(* Deliveries as views ([on_bytes]): the bytes are right, and only a
+   message reassembled from fragments was copied on its way up. *)
+let views () =
+  let net = Sim.create ~seed:9 () in
+  let addrs = [ "v0"; "v1"; "v2" ] in
+  let members =
+    List.map
+      (fun addr ->
+        let got = ref [] in
+        let cb =
+          {
+            Group.view = ignore;
+            cast = (fun ~origin:_ _ -> Alcotest.fail "a string delivery");
+            send = (fun ~origin:_ _ -> Alcotest.fail "a string delivery");
+            block = ignore;
+            flow = ignore;
+            exit = ignore;
+          }
+        in
+        let on_bytes kind ~origin cs = got := (kind, origin, Cstruct.to_string cs) :: !got in
+        match G.join ~peers:addrs ~seed:(Hashtbl.hash addr) ~on_bytes ~layers:(layers ()) net ~group:"v" ~addr cb with
+        | Ok g -> (g, got)
+        | Error e -> Alcotest.failf "%a" Group.pp_join_error e)
+      addrs
+  in
+  Sim.run ~until:(Time.of_sec 3.) net;
+  let g0, _ = List.hd members and g1, _ = List.nth members 1 in
+  let small = List.init 50 (fun i -> payload i 1000) in
+  let big = payload 999 200_000 in
+  List.iter (fun p -> ignore (G.cast g0 p)) small;
+  ignore (G.cast g0 big);
+  ignore (G.send g0 (G.me g1) "to one");
+  Sim.run ~until:(Time.of_sec 8.) net;
+  List.iteri
+    (fun i (g, got) ->
+      if i > 0 then begin
+        let casts = List.rev (List.filter_map (fun (k, o, s) -> if k = `Cast && o = G.me g0 then Some s else None) !got) in
+        Alcotest.(check strings) "casts, as views" (small @ [ big ]) casts;
+        let sends = List.filter_map (fun (k, _, s) -> if k = `Send then Some s else None) !got in
+        Alcotest.(check strings) "the send" (if i = 1 then [ "to one" ] else []) sends;
+        Alcotest.(check (pair int int)) "copied: the fragmented message only" (1, 200_000) (G.copies g)
+      end)
+    members
+
 let () =
   Alcotest.run "bundle"
     [
@@ -327,5 +371,9 @@ let () =
           Alcotest.test_case "malformed bundles dropped whole" `Quick hostile;
           Alcotest.test_case "a raising handler loses nothing else" `Quick raising_handler;
         ] );
-      ("group", [ Alcotest.test_case "bursts, and a flush with bundles in flight" `Quick group_burst ]);
+      ( "group",
+        [
+          Alcotest.test_case "bursts, and a flush with bundles in flight" `Quick group_burst;
+          Alcotest.test_case "deliveries as views of the received bytes" `Quick views;
+        ] );
     ]
