@@ -105,6 +105,24 @@ let check_payload s ~size =
         let tail = 11 + ((size - 11) / 8 * 8) in
         if words 11 && bytes tail then Some seq else None
 
+external bigstring_get64 : Cstruct.buffer -> int -> int64 = "%caml_bigstring_get64"
+external string_get64 : string -> int -> int64 = "%caml_string_get64"
+
+(* The same, on a view of the received bytes, without copying them. *)
+let check_payload_cs cs ~size =
+  if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then None
+  else
+    let rec digits i acc = if i > 10 then Some acc else match Cstruct.get_char cs i with '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48) | _ -> None in
+    match digits 1 0 with
+    | None -> None
+    | Some seq ->
+        let t = template ~size (seq mod 26) in
+        let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
+        let rec words i = i + 8 > size || ((bigstring_get64 buf (off + i) : int64) = string_get64 t i && words (i + 8)) in
+        let rec bytes i = i >= size || (Cstruct.get_char cs i = String.unsafe_get t i && bytes (i + 1)) in
+        let tail = 11 + ((size - 11) / 8 * 8) in
+        if words 11 && bytes tail then Some seq else None
+
 let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid 0 i | None -> eid
 
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
@@ -395,13 +413,18 @@ let group_tput cfg =
         end
       in
       let finished () = Hashtbl.length dones >= n in
-      let on_data ~origin s =
+      let gc0 = ref (0., 0., 0.) and gc1 = ref (0., 0., 0.) in
+      let gc_now () = let st = Gc.quick_stat () in (st.Gc.minor_words, st.promoted_words, st.major_words) in
+      let on_checked ~origin checked =
         let now = Loop.now loop in
-        if !delivered = 0 then first := now;
+        if !delivered = 0 then begin
+          first := now;
+          gc0 := gc_now ()
+        end;
         last := now;
         incr delivered;
         let from = addr_part origin in
-        (match check_payload s ~size:cfg.size with
+        (match checked with
         | Some seq when List.mem from sender_addrs ->
             let want = Option.value ~default:0 (Hashtbl.find_opt next from) in
             if seq <> want then incr errors;
@@ -412,10 +435,13 @@ let group_tput cfg =
           schedule_fill ()
         end;
         if !delivered >= expected && not !said_done then begin
+          gc1 := gc_now ();
           said_done := true;
           cast "done"
         end
       in
+      let on_data ~origin s = on_checked ~origin (check_payload s ~size:cfg.size) in
+      let on_data_cs ~origin cs = on_checked ~origin (check_payload_cs cs ~size:cfg.size) in
       let on_cast ~origin s =
         if String.length s = cfg.size then on_data ~origin s
         else if s = "ready" then begin
@@ -446,7 +472,14 @@ let group_tput cfg =
           exit = ignore;
         }
       in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers (transport loop cfg.props) ~group:"bench-tput" ~addr:(me cfg) cb with
+      (* Deliveries as views of the received bytes: the payload is checked
+         in place, and copied only when it is not a payload. *)
+      let on_bytes _kind ~origin cs =
+        if Cstruct.length cs = cfg.size then
+          on_data_cs ~origin cs
+        else on_cast ~origin (Cstruct.to_string cs)
+      in
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~on_bytes ~layers (transport loop cfg.props) ~group:"bench-tput" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
@@ -468,6 +501,17 @@ let group_tput cfg =
               ("mnak_retrans", string_of_int (counter grp "mnak" "retransmissions"));
               ("mnak_beyond_window", string_of_int (counter grp "mnak" "beyond_window"));
             ]
+            @ (let (m0, p0, j0), (m1, p1, j1) = (!gc0, !gc1) in
+               let per x = Printf.sprintf "%.2f" (x /. float (max 1 (!delivered - 1))) in
+               let copies, _ = G.copies grp and b = G.bundle_stats grp in
+               [
+                 ("minor_words_per_msg", per (m1 -. m0));
+                 ("promoted_words_per_msg", per (p1 -. p0));
+                 ("major_words_per_msg", per (j1 -. j0));
+                 ("copies_per_msg", per (float copies));
+                 ("udp_copies_per_msg", per (float (Udp.copies ())));
+                 ("msgs_per_bundle", Printf.sprintf "%.1f" (float b.Consort_group.Bundle.bundled /. float (max 1 b.bundles_sent)));
+               ])
             @ transport_fields grp
           in
           G.crash grp;

@@ -170,6 +170,7 @@ module Make (T : Transport.S) = struct
         (* will take these members in: their logical time, members, views *)
     mutable minted : int;  (* the highest logical time this member named a view with *)
     mutable pending : (Side.t * (string * T.address) list) option;
+    mutable pending_since : Time.t;  (* when [pending] was announced *)
         (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
     mutable merge_since : Time.t;  (* when the current merge attempt started *)
@@ -559,7 +560,8 @@ module Make (T : Transport.S) = struct
           leavers
     in
     List.iter (fun (_, a) -> side_send t a msg) targets;
-    t.pending <- Some (msg, targets)
+    t.pending <- Some (msg, targets);
+    t.pending_since <- now t
 
   (* Excluded, or everyone else gone: a view of one. *)
   and alone t c =
@@ -760,6 +762,23 @@ module Make (T : Transport.S) = struct
       (match t.cur with
       | Some c ->
           (match t.pending with
+          | Some (Side.Install { vid; _ }, targets) when vid = c.view.View.id && now t > t.pending_since + t.merge_timeout ->
+              (* A member that has not acknowledged this view in the time a
+                 joiner waits for one went on without it (its merge timed
+                 out): stop asking, and let a flush exclude it now rather
+                 than after its silence. *)
+              t.pending <- None;
+              let ranks =
+                List.filter_map
+                  (fun (eid, _) ->
+                    match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+                    | Some r when r <> c.view.View.rank -> Some r
+                    | _ -> None)
+                  targets
+              in
+              if ranks <> [] then
+                Ep.Binding.dn_ctl c.ep
+                  (Gevent.Suspect_request { ranks; reason = Printf.sprintf "did not acknowledge view %s" vid })
           | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
           | None -> ());
           (* The other coordinator ignores requests while it changes views
@@ -937,6 +956,7 @@ module Make (T : Transport.S) = struct
                     minted = 0;
                     absorbing = None;
                     pending = None;
+                    pending_since = 0;
                     leaving = None;
                     heard = None;
                     merge_since = 0;
