@@ -209,6 +209,9 @@ let send_error dst e fn =
 
 (* Receiving. *)
 
+let copies_made = ref 0
+let copies () = !copies_made
+
 let is_self c src =
   src = c.local || (ip c.local = 0 && port src = port c.local)
 
@@ -229,6 +232,7 @@ let deliver c ~group l len src off =
     else begin
       let v = Pool.alloc c.pool len in
       Cstruct.blit l.cs off (Iovec.cstruct v) 0 len;
+      incr copies_made;
       c.received <- c.received + 1;
       try c.handler.recv ~src v
       with e ->

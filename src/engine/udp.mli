@@ -50,3 +50,7 @@ val buffer_sizes : connection -> int * int
     granted, in bytes. *)
 
 val is_closed : connection -> bool
+
+val copies : unit -> int
+(** Received datagrams copied out of the buffer the kernel wrote them to,
+    in this process, so far. *)
