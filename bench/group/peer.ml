@@ -71,7 +71,7 @@ let ping_msg seq = Printf.sprintf "p%015d" seq
 
 let filler seq i = Char.unsafe_chr (97 + ((seq + (i * 7)) mod 26))
 
-let payload ~seq ~size =
+let payload_slow ~seq ~size =
   if size < 11 then invalid_arg "Peer.payload: size below 11";
   let b = Bytes.create size in
   Bytes.blit_string (Printf.sprintf "d%010d" seq) 0 b 0 11;
@@ -88,9 +88,25 @@ let template ~size r =
   match Hashtbl.find_opt templates (size, r) with
   | Some t -> t
   | None ->
-      let t = payload ~seq:r ~size in
+      let t = payload_slow ~seq:r ~size in
       Hashtbl.replace templates (size, r) t;
       t
+
+(* [payload ~seq ~size]: the template of [seq mod 26] with [seq]'s number
+   written in, without formatting or filling byte by byte. *)
+let payload ~seq ~size =
+  if size < 11 || seq < 0 || seq > 9_999_999_999 then payload_slow ~seq ~size
+  else begin
+    let b = Bytes.of_string (template ~size (seq mod 26)) in
+    let rec digits i n =
+      if i >= 1 then begin
+        Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
+        digits (i - 1) (n / 10)
+      end
+    in
+    digits 10 seq;
+    Bytes.unsafe_to_string b
+  end
 
 let check_payload s ~size =
   if String.length s <> size || size < 11 || s.[0] <> 'd' then None
@@ -503,13 +519,15 @@ let group_tput cfg =
             ]
             @ (let (m0, p0, j0), (m1, p1, j1) = (!gc0, !gc1) in
                let per x = Printf.sprintf "%.2f" (x /. float (max 1 (!delivered - 1))) in
-               let copies, _ = G.copies grp and b = G.bundle_stats grp in
+               let copies, gbytes = G.copies grp and b = G.bundle_stats grp in
+               let udp_copies, ubytes = Udp.copies () in
                [
                  ("minor_words_per_msg", per (m1 -. m0));
                  ("promoted_words_per_msg", per (p1 -. p0));
                  ("major_words_per_msg", per (j1 -. j0));
                  ("copies_per_msg", per (float copies));
-                 ("udp_copies_per_msg", per (float (Udp.copies ())));
+                 ("udp_copies_per_msg", per (float udp_copies));
+                 ("copied_bytes_per_msg", per (float (gbytes + ubytes)));
                  ("msgs_per_bundle", Printf.sprintf "%.1f" (float b.Consort_group.Bundle.bundled /. float (max 1 b.bundles_sent)));
                ])
             @ transport_fields grp

@@ -175,7 +175,12 @@ let pp_table ppf rows =
                   Printf.sprintf "%d: %s" m.index
                     (String.concat " "
                        (List.filter_map
-                          (fun (k, v) -> if List.mem k [ "mflow_credits_sent"; "mnak_naks"; "mnak_retrans"; "dgrams_dropped" ] then Some (k ^ "=" ^ v) else None)
+                          (fun (k, v) -> if List.mem k
+                                 [
+                                   "mflow_credits_sent"; "mnak_naks"; "mnak_retrans"; "dgrams_dropped"; "msgs_per_bundle";
+                                   "minor_words_per_msg"; "promoted_words_per_msg"; "copies_per_msg"; "copied_bytes_per_msg";
+                                 ]
+                            then Some (k ^ "=" ^ v) else None)
                           m.detail)))
                 r.members))
       else begin
