@@ -73,7 +73,7 @@ let rtt_cmd =
     (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
-let throughput count size senders params deadline reps total seal members json =
+let throughput count size senders params deadline reps total seal unbundled members json =
   Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."
     count size members reps;
   Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
@@ -87,6 +87,7 @@ let throughput count size senders params deadline reps total seal members json =
         ]
     else if seal then
       Some [ ("vsync", "vsync", ""); ("vsync Auth", "vsync,Auth", ""); ("vsync Privacy", "vsync,Privacy", "") ]
+    else if unbundled then Some [ ("group cast", "vsync", ""); ("unbundled", "vsync", "group.bundle=0") ]
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json
@@ -105,9 +106,15 @@ let throughput_cmd =
       & info [ "total" ]
           ~doc:"Group rows for the vsync stack (FIFO), and for Total with the sequencer and with the token, in the same run.")
   in
+  let unbundled =
+    Arg.(
+      value & flag
+      & info [ "unbundled" ]
+          ~doc:"Also the same group with bundling off (group.bundle=0), in the same run, and the ratio.")
+  in
   Cmd.v
     (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
-    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ members $ json)
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ unbundled $ members $ json)
 
 let peer kind index addrs count warmup size senders deadline params props =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
