@@ -238,7 +238,7 @@ module Make (T : Transport.S) = struct
       q.waiting <- true;
       c.ready <- q :: c.ready
     end;
-    if c.timer = None then c.timer <- Some (T.at c.tr (T.now c.tr) c.flush_cb)
+    match c.timer with None -> c.timer <- Some (T.at c.tr (T.now c.tr) c.flush_cb) | Some _ -> ()
 
   let append q msg =
     let v = Option.get q.buf in
