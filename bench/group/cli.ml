@@ -100,7 +100,7 @@ let rtt_cmd =
     (Consort_cli.info ~path:"bench rtt" "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
-let throughput count size senders params deadline reps total seal members json =
+let throughput count size senders params deadline reps total seal unbundled members json =
   checked "throughput" params @@ fun () ->
   Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."
     count size members reps;
@@ -121,6 +121,7 @@ let throughput count size senders params deadline reps total seal members json =
           ("vsync Privacy", "vsync,Privacy", "");
           ("Privacy no Rekey", "vsync,Privacy", "seal.rekey=false");
         ]
+    else if unbundled then Some [ ("group cast", "vsync", ""); ("unbundled", "vsync", "group.bundle=0") ]
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json
@@ -139,9 +140,15 @@ let throughput_cmd =
       & info [ "total" ]
           ~doc:"Group rows for the vsync stack (FIFO), and for Total with the sequencer and with the token, in the same run.")
   in
+  let unbundled =
+    Arg.(
+      value & flag
+      & info [ "unbundled" ]
+          ~doc:"Also the same group with bundling off (group.bundle=0), in the same run, and the ratio.")
+  in
   Cmd.v
     (Consort_cli.info ~path:"bench throughput" "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
-    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ members $ json)
+    Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ unbundled $ members $ json)
 
 let peer kind index addrs count warmup size senders deadline params props =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());

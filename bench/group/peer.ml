@@ -73,7 +73,7 @@ let ping_msg seq = Printf.sprintf "p%015d" seq
 
 let filler seq i = Char.unsafe_chr (97 + ((seq + (i * 7)) mod 26))
 
-let payload ~seq ~size =
+let payload_slow ~seq ~size =
   if size < 11 then invalid_arg "Peer.payload: size below 11";
   let b = Bytes.create size in
   Bytes.blit_string (Printf.sprintf "d%010d" seq) 0 b 0 11;
@@ -90,9 +90,25 @@ let template ~size r =
   match Hashtbl.find_opt templates (size, r) with
   | Some t -> t
   | None ->
-      let t = payload ~seq:r ~size in
+      let t = payload_slow ~seq:r ~size in
       Hashtbl.replace templates (size, r) t;
       t
+
+(* [payload ~seq ~size]: the template of [seq mod 26] with [seq]'s number
+   written in, without formatting or filling byte by byte. *)
+let payload ~seq ~size =
+  if size < 11 || seq < 0 || seq > 9_999_999_999 then payload_slow ~seq ~size
+  else begin
+    let b = Bytes.of_string (template ~size (seq mod 26)) in
+    let rec digits i n =
+      if i >= 1 then begin
+        Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
+        digits (i - 1) (n / 10)
+      end
+    in
+    digits 10 seq;
+    Bytes.unsafe_to_string b
+  end
 
 let check_payload s ~size =
   if String.length s <> size || size < 11 || s.[0] <> 'd' then None
@@ -104,6 +120,24 @@ let check_payload s ~size =
         let t = template ~size (seq mod 26) in
         let rec words i = i + 8 > size || (String.get_int64_ne s i = String.get_int64_ne t i && words (i + 8)) in
         let rec bytes i = i >= size || (String.unsafe_get s i = String.unsafe_get t i && bytes (i + 1)) in
+        let tail = 11 + ((size - 11) / 8 * 8) in
+        if words 11 && bytes tail then Some seq else None
+
+external bigstring_get64 : Cstruct.buffer -> int -> int64 = "%caml_bigstring_get64"
+external string_get64 : string -> int -> int64 = "%caml_string_get64"
+
+(* The same, on a view of the received bytes, without copying them. *)
+let check_payload_cs cs ~size =
+  if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then None
+  else
+    let rec digits i acc = if i > 10 then Some acc else match Cstruct.get_char cs i with '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48) | _ -> None in
+    match digits 1 0 with
+    | None -> None
+    | Some seq ->
+        let t = template ~size (seq mod 26) in
+        let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
+        let rec words i = i + 8 > size || ((bigstring_get64 buf (off + i) : int64) = string_get64 t i && words (i + 8)) in
+        let rec bytes i = i >= size || (Cstruct.get_char cs i = String.unsafe_get t i && bytes (i + 1)) in
         let tail = 11 + ((size - 11) / 8 * 8) in
         if words 11 && bytes tail then Some seq else None
 
@@ -398,27 +432,54 @@ let group_tput cfg =
         end
       in
       let finished () = Hashtbl.length dones >= n in
-      let on_data ~origin s =
+      let gc0 = ref (0., 0., 0.) and gc1 = ref (0., 0., 0.) in
+      let gc_now () = let st = Gc.quick_stat () in (st.Gc.minor_words, st.promoted_words, st.major_words) in
+      (* What is known of an origin, found by the identity of its string
+         (the view's), so that a delivery costs no hashing or compare. *)
+      let origins = ref [] in
+      let origin_state origin =
+        match List.assq_opt origin !origins with
+        | Some st -> st
+        | None ->
+            let from = addr_part origin in
+            let want =
+              match Hashtbl.find_opt next from with
+              | Some r -> r
+              | None ->
+                  let r = ref 0 in
+                  Hashtbl.replace next from r;
+                  r
+            in
+            let st = (List.mem from sender_addrs, want, origin = self ()) in
+            origins := (origin, st) :: !origins;
+            st
+      in
+      let on_checked ~origin checked =
         let now = Loop.now loop in
-        if !delivered = 0 then first := now;
+        if !delivered = 0 then begin
+          first := now;
+          gc0 := gc_now ()
+        end;
         last := now;
         incr delivered;
-        let from = addr_part origin in
-        (match check_payload s ~size:cfg.size with
-        | Some seq when List.mem from sender_addrs ->
-            let want = Option.value ~default:0 (Hashtbl.find_opt next from) in
-            if seq <> want then incr errors;
-            Hashtbl.replace next from (seq + 1)
+        let is_sender, want, mine = origin_state origin in
+        (match checked with
+        | Some seq when is_sender ->
+            if seq <> !want then incr errors;
+            want := seq + 1
         | _ -> incr errors);
-        if origin = self () then begin
+        if mine then begin
           incr own;
           schedule_fill ()
         end;
         if !delivered >= expected && not !said_done then begin
+          gc1 := gc_now ();
           said_done := true;
           cast "done"
         end
       in
+      let on_data ~origin s = on_checked ~origin (check_payload s ~size:cfg.size) in
+      let on_data_cs ~origin cs = on_checked ~origin (check_payload_cs cs ~size:cfg.size) in
       let on_cast ~origin s =
         if String.length s = cfg.size then on_data ~origin s
         else if s = "ready" then begin
@@ -449,8 +510,15 @@ let group_tput cfg =
           exit = ignore;
         }
       in
+      (* Deliveries as views of the received bytes: the payload is checked
+         in place, and copied only when it is not a payload. *)
+      let on_bytes _kind ~origin cs =
+        if Cstruct.length cs = cfg.size then
+          on_data_cs ~origin cs
+        else on_cast ~origin (Cstruct.to_string cs)
+      in
       let tr = transport loop ~params:cfg.params cfg.props in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ?rekey:(S.rekey tr) ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb with
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ?rekey:(S.rekey tr) ~on_bytes ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
@@ -472,6 +540,19 @@ let group_tput cfg =
               ("mnak_retrans", string_of_int (counter grp "mnak" "retransmissions"));
               ("mnak_beyond_window", string_of_int (counter grp "mnak" "beyond_window"));
             ]
+            @ (let (m0, p0, j0), (m1, p1, j1) = (!gc0, !gc1) in
+               let per x = Printf.sprintf "%.2f" (x /. float (max 1 (!delivered - 1))) in
+               let copies, gbytes = G.copies grp and b = G.bundle_stats grp in
+               let udp_copies, ubytes = Udp.copies () in
+               [
+                 ("minor_words_per_msg", per (m1 -. m0));
+                 ("promoted_words_per_msg", per (p1 -. p0));
+                 ("major_words_per_msg", per (j1 -. j0));
+                 ("copies_per_msg", per (float copies));
+                 ("udp_copies_per_msg", per (float udp_copies));
+                 ("copied_bytes_per_msg", per (float (gbytes + ubytes)));
+                 ("msgs_per_bundle", Printf.sprintf "%.1f" (float b.Consort_group.Bundle.bundled /. float (max 1 b.bundles_sent)));
+               ])
             @ transport_fields grp
           in
           G.crash grp;

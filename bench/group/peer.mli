@@ -49,6 +49,9 @@ val payload : seq:int -> size:int -> string
     throughput benchmarks (at least 11 bytes: ['d'], ten digits, filler
     that depends on [seq]). *)
 
+val check_payload_cs : Cstruct.t -> size:int -> int option
+(** The same on a view of received bytes, without copying them. *)
+
 val check_payload : string -> size:int -> int option
 (** [check_payload s ~size] is the number of message [s] if it is exactly
     [payload ~seq ~size] for some [seq]. *)

@@ -153,6 +153,23 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
 
 let mb row m = rate row m *. float row.size /. 1e6
 
+(* Each group row's slowest receiver against raw UDP's, and a bundled row
+   against the unbundled one with as many senders, all from this run. *)
+let pp_ratios ppf rows =
+  let raw = List.find_opt (fun r -> r.kind = "raw UDP") rows in
+  List.iter
+    (fun r ->
+      if r.kind <> "raw UDP" then begin
+        (match raw with
+        | Some u -> Fmt.pf ppf "ratio %s, %d sender(s) / raw UDP: %.2f@." r.kind r.senders (slowest r /. slowest u)
+        | None -> ());
+        if r.kind <> "unbundled" then
+          match List.find_opt (fun u -> u.kind = "unbundled" && u.senders = r.senders) rows with
+          | Some u -> Fmt.pf ppf "ratio %s / unbundled, %d sender(s): %.2f@." r.kind r.senders (slowest r /. slowest u)
+          | None -> ()
+      end)
+    rows
+
 let pp_table ppf rows =
   Fmt.pf ppf "%-17s %7s %-16s | %8s / %-8s %6s | %8s | %12s %8s@." "kind" "senders" "process" "messages" "expected" "errors"
     "seconds" "messages/s" "MB/s";
@@ -175,7 +192,12 @@ let pp_table ppf rows =
                   Printf.sprintf "%d: %s" m.index
                     (String.concat " "
                        (List.filter_map
-                          (fun (k, v) -> if List.mem k [ "mflow_credits_sent"; "mnak_naks"; "mnak_retrans"; "dgrams_dropped" ] then Some (k ^ "=" ^ v) else None)
+                          (fun (k, v) -> if List.mem k
+                                 [
+                                   "mflow_credits_sent"; "mnak_naks"; "mnak_retrans"; "dgrams_dropped"; "msgs_per_bundle";
+                                   "minor_words_per_msg"; "promoted_words_per_msg"; "copies_per_msg"; "copied_bytes_per_msg";
+                                 ]
+                            then Some (k ^ "=" ^ v) else None)
                           m.detail)))
                 r.members))
       else begin
@@ -196,7 +218,8 @@ let pp_table ppf rows =
             (if r.senders = 1 then "" else "s")
             (100. *. med r /. med b) b.kind (100. *. (1. -. (med r /. med b)))
       | _ -> ())
-    rows
+    rows;
+  pp_ratios ppf rows
 
 let to_json rows =
   let f = Stats.json_float in

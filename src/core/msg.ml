@@ -131,6 +131,29 @@ let pull c t =
         Ok (h, t)
     | Error _ as e -> e
 
+(* [pull] without the result and the pair: the common case of a received
+   datagram in one piece decodes in place and calls [ok]; anything else
+   goes through [pull]. *)
+let pull_then c t x ~ok ~error =
+  check t "pull";
+  if t.hoff >= Bytes.length t.head.buf then
+    match t.body with
+    | [ v ] when t.boff < Iovec.length v -> (
+        rcur.cs <- Iovec.cstruct v;
+        rcur.pos <- t.boff;
+        match Codec.decode_cursor c rcur with
+        | Ok h ->
+            let pulled = rcur.pos - t.boff in
+            rcur.cs <- Cstruct.empty;
+            let t = moved t in
+            t.boff <- t.boff + pulled;
+            ok x h t
+        | Error e ->
+            rcur.cs <- Cstruct.empty;
+            error e t)
+    | _ -> ( match pull c t with Ok (h, t) -> ok x h t | Error e -> error e t)
+  else match pull c t with Ok (h, t) -> ok x h t | Error e -> error e t
+
 let body t =
   check t "body";
   let n = Iovecs.length t.body - t.boff in

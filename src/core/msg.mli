@@ -38,6 +38,12 @@ val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
 (** [pull c t] decodes a header from the front of [t] and returns it with
     the rest. On [Error], [t] is unchanged and still owned by the caller. *)
 
+val pull_then :
+  'h Codec.t -> t -> 'x -> ok:('x -> 'h -> t -> unit) -> error:(Codec.error -> t -> unit) -> unit
+(** [pull_then c t x ~ok ~error] is [ok x h t'] if [pull c t] is
+    [Ok (h, t')] and [error e t] if it is [Error e], without allocating the
+    result (the way up of a stack). *)
+
 val length : t -> int
 (** Bytes of headers and body not yet pulled. *)
 

@@ -84,16 +84,15 @@ let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes i ~net ~app (module L : 
     }
   in
   let s = L.create ctx out in
+  let ok = L.up s in
+  let error e msg =
+    incr garbage;
+    Log.debug (fun m -> m "%s: dropped a message whose header %a" L.name Codec.pp_error e);
+    Msg.release msg
+  in
   {
     lname = L.name;
-    up =
-      (fun src msg ->
-        match Msg.pull L.codec msg with
-        | Ok (h, msg) -> L.up s src h msg
-        | Error e ->
-            incr garbage;
-            Log.debug (fun m -> m "%s: dropped a message whose header %a" L.name Codec.pp_error e);
-            Msg.release msg);
+    up = (fun src msg -> Msg.pull_then L.codec msg src ~ok ~error);
     up_ctl = L.up_ctl s;
     dn = L.dn s;
     dn_ctl = L.dn_ctl s;

@@ -225,6 +225,81 @@ CAMLprim value consort_udp_recvmmsg(value fd, value buf, value vslot, value vnsl
   return Val_int(r);
 }
 
+/* [recvmmsg_into fd bufs offs slot nslots out] is [recvmmsg] with the i-th
+   datagram received into bytes [offs.(i), offs.(i) + slot) of [bufs.(i)]
+   (each a buffer of its own, so that a datagram can be handed up where it
+   landed); [out] as above. */
+CAMLprim value consort_udp_recvmmsg_into(value fd, value bufs, value offs, value vslot,
+                                         value vnslots, value out)
+{
+  struct iovec iov[CONSORT_MAX_MSGS];
+  struct sockaddr_in sa[CONSORT_MAX_MSGS];
+  struct mmsghdr mm[CONSORT_MAX_MSGS];
+  union {
+    char buf[CMSG_SPACE(sizeof(uint32_t))];
+    struct cmsghdr align;
+  } ctl[CONSORT_MAX_MSGS];
+  intnat slot = Long_val(vslot), nslots = Long_val(vnslots), i;
+  intnat overflow = -1;
+  int r, tries = 0;
+
+  if (slot < 1 || nslots < 1 || nslots > CONSORT_MAX_MSGS
+      || (mlsize_t)nslots > Wosize_val(bufs) || (mlsize_t)nslots > Wosize_val(offs)
+      || (mlsize_t)(2 * nslots + 1) > Wosize_val(out))
+    caml_invalid_argument("consort_udp_recvmmsg_into: bad buffers");
+  memset(mm, 0, sizeof(struct mmsghdr) * (size_t)nslots);
+  for (i = 0; i < nslots; i++) {
+    value b = Field(bufs, i);
+    intnat off = Long_val(Field(offs, i));
+    if (off < 0 || off + slot > Caml_ba_array_val(b)->dim[0])
+      caml_invalid_argument("consort_udp_recvmmsg_into: slot outside its buffer");
+    iov[i].iov_base = (char *)Caml_ba_data_val(b) + off;
+    iov[i].iov_len = (size_t)slot;
+    mm[i].msg_hdr.msg_name = &sa[i];
+    mm[i].msg_hdr.msg_namelen = sizeof sa[i];
+    mm[i].msg_hdr.msg_iov = &iov[i];
+    mm[i].msg_hdr.msg_iovlen = 1;
+    mm[i].msg_hdr.msg_control = ctl[i].buf;
+    mm[i].msg_hdr.msg_controllen = sizeof ctl[i].buf;
+  }
+  for (;;) {
+    r = recvmmsg(Int_val(fd), mm, (unsigned int)nslots, MSG_DONTWAIT, NULL);
+    if (r >= 0) break;
+    if (errno == EINTR) continue;
+    if (errno == ECONNREFUSED && ++tries < 4) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNREFUSED) return Val_int(0);
+    uerror("recvmmsg", Nothing);
+  }
+  for (i = 0; i < r; i++) {
+    intnat len = (intnat)mm[i].msg_len;
+    intnat src = 0;
+    struct cmsghdr *cm;
+    for (cm = CMSG_FIRSTHDR(&mm[i].msg_hdr); cm != NULL; cm = CMSG_NXTHDR(&mm[i].msg_hdr, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL
+          && cm->cmsg_len >= CMSG_LEN(sizeof(uint32_t))) {
+        uint32_t n;
+        memcpy(&n, CMSG_DATA(cm), sizeof n);
+        overflow = (intnat)n;
+      }
+    if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) len = -1;
+    if (mm[i].msg_hdr.msg_namelen >= sizeof(struct sockaddr_in)
+        && sa[i].sin_family == AF_INET)
+      src = int_of_sockaddr(&sa[i]);
+    else
+      len = -1;
+    Store_field(out, 2 * i, Val_long(len));
+    Store_field(out, 2 * i + 1, Val_long(src));
+  }
+  Store_field(out, 2 * nslots, Val_long(overflow));
+  return Val_int(r);
+}
+
+CAMLprim value consort_udp_recvmmsg_into_byte(value *argv, int argn)
+{
+  (void)argn;
+  return consort_udp_recvmmsg_into(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5]);
+}
+
 /* [set_buffer fd rcv size] asks for a socket buffer of [size] bytes (past
    the system limit when privileged) and is the size the kernel granted. */
 CAMLprim value consort_udp_set_buffer(value fd, value rcv, value vsize)

@@ -105,8 +105,9 @@ external c_sendmsg : Unix.file_descr -> sgl -> address -> int = "consort_udp_sen
 external c_sendmmsg : Unix.file_descr -> sgl -> address array -> int -> int -> int
   = "consort_udp_sendmmsg"
 
-external c_recvmmsg : Unix.file_descr -> Cstruct.buffer -> int -> int -> int array -> int
-  = "consort_udp_recvmmsg"
+external c_recvmmsg_into :
+  Unix.file_descr -> Cstruct.buffer array -> int array -> int -> int -> int array -> int
+  = "consort_udp_recvmmsg_into_byte" "consort_udp_recvmmsg_into"
 
 external c_count_overflow : Unix.file_descr -> unit = "consort_udp_count_overflow"
 external c_set_buffer : Unix.file_descr -> bool -> int -> int = "consort_udp_set_buffer"
@@ -179,20 +180,49 @@ let with_sgl pool msg f =
     Fun.protect ~finally:(fun () -> clear_sgl (); Iovec.release v) f
   end
 
-(* Datagrams land in slots of one buffer before each is copied out to a
-   slice of its own size. *)
+(* Datagrams land in slots of 64 KiB, each a slice of a segment of its own
+   from [receive_pool]. A datagram of more than [copybreak] bytes is handed
+   up where it landed, with no copy; its slot is replaced only if something
+   kept the datagram. A smaller one is copied out to a slice of its own
+   size, so that a small datagram kept by a protocol never pins 64 KiB. *)
 let slot = 65536
 let nslots = 64
 let rounds = 4
+let copybreak = 2048
 
-type landing = { buf : Cstruct.buffer; cs : Cstruct.t; results : int array }
+type landing = {
+  slots : Iovec.t array;
+  bufs : Cstruct.buffer array;
+  offs : int array;
+  results : int array;
+}
+
+let receive_pool = lazy (Pool.create ~segment_size:slot ~max_free:(2 * nslots) ~name:"udp-receive" ())
+
+let set_slot l i v =
+  let cs = Iovec.cstruct v in
+  l.slots.(i) <- v;
+  l.bufs.(i) <- cs.Cstruct.buffer;
+  l.offs.(i) <- cs.Cstruct.off
 
 let make_landing () =
-  let buf = Bigarray.(Array1.create char c_layout (slot * nslots)) in
-  { buf; cs = Cstruct.of_bigarray buf; results = Array.make ((2 * nslots) + 1) 0 }
+  let pool = Lazy.force receive_pool in
+  let slots = Array.init nslots (fun _ -> Pool.alloc pool slot) in
+  let l =
+    {
+      slots;
+      bufs = Array.map (fun v -> (Iovec.cstruct v).Cstruct.buffer) slots;
+      offs = Array.make nslots 0;
+      results = Array.make ((2 * nslots) + 1) 0;
+    }
+  in
+  Array.iteri (fun i v -> set_slot l i v) slots;
+  l
 
-(* One landing buffer serves the process; a receive that starts while it is
-   in use (a handler running another loop) gets one of its own. *)
+let release_landing l = Array.iter Iovec.release l.slots
+
+(* One landing serves the process; a receive that starts while it is in
+   use (a handler running another loop) gets one of its own. *)
 let shared_landing = lazy (make_landing ())
 let landing_busy = ref false
 let dsts_buf = ref (Array.make 64 0)
@@ -209,31 +239,47 @@ let send_error dst e fn =
 
 (* Receiving. *)
 
+let copies_made = ref 0
+let bytes_copied = ref 0
+let copies () = (!copies_made, !bytes_copied)
+
 let is_self c src =
   src = c.local || (ip c.local = 0 && port src = port c.local)
 
-let deliver c ~group l len src off =
+let handle c ~src v =
+  c.received <- c.received + 1;
+  try c.handler.recv ~src v
+  with e -> Log.err (fun m -> m "%a: receive handler raised %s" pp_address c.local (Printexc.to_string e))
+
+let deliver c ~group l i len src =
   if len < 0 then c.dropped <- c.dropped + 1
   else if group && is_self c src then ()
   else begin
+    let slot_v = l.slots.(i) in
     let drop =
       match c.filter with
       | None -> false
       | Some f -> (
-          try f ~src (Cstruct.sub l.cs off len)
+          try f ~src (Cstruct.sub (Iovec.cstruct slot_v) 0 len)
           with e ->
             Log.err (fun m -> m "drop filter raised %s; datagram dropped" (Printexc.to_string e));
             true)
     in
     if drop then c.dropped <- c.dropped + 1
-    else begin
+    else if len <= copybreak then begin
       let v = Pool.alloc c.pool len in
-      Cstruct.blit l.cs off (Iovec.cstruct v) 0 len;
-      c.received <- c.received + 1;
-      try c.handler.recv ~src v
-      with e ->
-        Log.err (fun m ->
-            m "%a: receive handler raised %s" pp_address c.local (Printexc.to_string e))
+      Cstruct.blit (Iovec.cstruct slot_v) 0 (Iovec.cstruct v) 0 len;
+      incr copies_made;
+      bytes_copied := !bytes_copied + len;
+      handle c ~src v
+    end
+    else begin
+      handle c ~src (Iovec.sub slot_v ~off:0 ~len);
+      if Segment.count (Iovec.segment slot_v) > 1 then begin
+        (* Kept: the slot goes with the datagram. *)
+        Iovec.release slot_v;
+        set_slot l i (Pool.alloc (Lazy.force receive_pool) slot)
+      end
     end
   end
 
@@ -242,7 +288,7 @@ let deliver c ~group l len src off =
 let receive c ~group fd last l =
   let rec round k =
     if k > 0 && not c.closed then begin
-      match c_recvmmsg fd l.buf slot nslots l.results with
+      match c_recvmmsg_into fd l.bufs l.offs slot nslots l.results with
       | exception Unix.Unix_error (e, fn, _) ->
           Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e))
       | r ->
@@ -253,7 +299,7 @@ let receive c ~group fd last l =
           end;
           let i = ref 0 in
           while !i < r && not c.closed do
-            deliver c ~group l l.results.(2 * !i) l.results.((2 * !i) + 1) (!i * slot);
+            deliver c ~group l !i l.results.(2 * !i) l.results.((2 * !i) + 1);
             incr i
           done;
           if r = nslots then round (k - 1)
@@ -264,7 +310,10 @@ let receive c ~group fd last l =
 let on_readable c ~group fd =
   let last = ref 0 in
   fun () ->
-    if !landing_busy then receive c ~group fd last (make_landing ())
+    if !landing_busy then begin
+      let l = make_landing () in
+      Fun.protect ~finally:(fun () -> release_landing l) (fun () -> receive c ~group fd last l)
+    end
     else begin
       landing_busy := true;
       Fun.protect

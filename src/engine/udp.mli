@@ -6,8 +6,10 @@
     buffers (4 MiB asked for, past the system limit when privileged).
 
     Receiving: when a socket is readable, datagrams are taken in batches
-    with [recvmmsg] until none is left or a budget per wake-up is spent.
-    Each datagram is copied out of a shared landing buffer into its own
+    with [recvmmsg] until none is left or a budget per wake-up is spent,
+    each into a 64 KiB slot of its own. A datagram of more than 2 KiB is
+    handed up as a slice of its slot, with no copy (the slot is replaced
+    if the datagram is kept); a smaller one is copied out into its own
     {!Consort.Iovec.t} of exactly its size, so that a small datagram kept
     by a protocol never pins a large buffer. A handler that raises is
     logged and the batch goes on. [info.dropped] counts datagrams dropped
@@ -50,3 +52,7 @@ val buffer_sizes : connection -> int * int
     granted, in bytes. *)
 
 val is_closed : connection -> bool
+
+val copies : unit -> int * int
+(** Received datagrams copied out of the slot the kernel wrote them to
+    (those of 2 KiB or less), in this process, so far, and their bytes. *)

@@ -103,12 +103,28 @@ end
    datagram (a stack without Frag). *)
 let header_reserve = 512
 
+(* The piece of a message body being delivered as a view (the library is
+   single-threaded; nothing here is live across a callback). *)
+type piece = { mutable n : int; mutable buf : Cstruct.buffer; mutable off : int; mutable len : int }
+
+let no_buffer = Bigarray.(Array1.create char c_layout 0)
+let piece = { n = 0; buf = no_buffer; off = 0; len = 0 }
+
+let note_piece b o l =
+  piece.n <- piece.n + 1;
+  piece.buf <- b;
+  piece.off <- o;
+  piece.len <- l
+
 let index_where p l =
   let rec go i = function [] -> None | x :: rest -> if p x then Some i else go (i + 1) rest in
   go 0 l
 
 module Make (T : Transport.S) = struct
-  module Ep = Endpoint.Make (T)
+  (* Every datagram of the member, its stacks' and the side channel's,
+     goes through one bundler, so each destination gets them in order. *)
+  module B = Bundle.Make (T)
+  module Ep = Endpoint.Make (B)
   type cur = {
     view : View.t;
     info : view_info;
@@ -124,7 +140,7 @@ module Make (T : Transport.S) = struct
 
   type t = {
     tr : T.t;
-    conn : T.connection Lazy.t;
+    conn : B.connection Lazy.t;
     me : Side.member;
     group : string;
     layers : Layer.t list;
@@ -134,6 +150,10 @@ module Make (T : Transport.S) = struct
     cb : callbacks;
     on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
     on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
+    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
+        (* deliveries as views of the received buffers, instead of strings *)
+    mutable copies : int;  (* deliveries whose bytes were copied on the way to the application *)
+    mutable copied_bytes : int;
     peers : T.address list;
     discovery : T.address option;  (* a multicast group all members joined *)
     heal : bool;
@@ -157,6 +177,7 @@ module Make (T : Transport.S) = struct
         (* will take these members in: their logical time, members, views *)
     mutable minted : int;  (* the highest logical time this member named a view with *)
     mutable pending : (Side.t * (string * T.address) list) option;
+    mutable pending_since : Time.t;  (* when [pending] was announced *)
         (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
     mutable merge_since : Time.t;  (* when the current merge attempt started *)
@@ -211,7 +232,7 @@ module Make (T : Transport.S) = struct
 
   let side_send t dst v =
     let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Side.codec v)) in
-    report t (T.send (conn t) ~dst msg);
+    report t (B.send (conn t) ~dst msg);
     Msg.release msg
 
   let addr_of t s =
@@ -286,7 +307,7 @@ module Make (T : Transport.S) = struct
                 t.cur_params <- params;
                 t.sid <- sid;
                 t.epoch <- stack.epoch;
-                t.max_message <- max_message_of t layers (T.query (Lazy.force t.conn)).T.mtu;
+                t.max_message <- max_message_of t layers (B.query (Lazy.force t.conn)).B.mtu;
                 Ok ()
               end)
 
@@ -430,10 +451,36 @@ module Make (T : Transport.S) = struct
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
+    match (t.on_bytes, t.xfer, !cell, src) with
+    | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
+      when (match t.cur with Some c' -> c == c' | None -> false) ->
+        let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
+        let origin = c.view.View.members.(r) in
+        (* One piece: a view of the received datagram. A message
+           reassembled from fragments is in pieces: one copy. *)
+        piece.n <- 0;
+        Msg.iter_body note_piece msg;
+        (if piece.n = 1 then f kind ~origin (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
+         else if piece.n = 0 then f kind ~origin Cstruct.empty
+         else begin
+           let body = Msg.body msg in
+           let v = Iovecs.flatten t.pool body in
+           Iovecs.release body;
+           t.copies <- t.copies + 1;
+           t.copied_bytes <- t.copied_bytes + Iovec.length v;
+           Fun.protect ~finally:(fun () -> Iovec.release v) (fun () -> f kind ~origin (Iovec.cstruct v))
+         end);
+        piece.buf <- no_buffer;
+        Msg.release msg
+    | _ -> deliver_string t cell src msg
+
+  and deliver_string t cell (src : Event.src) msg =
     let body = Msg.body msg in
     Msg.release msg;
     let s = Iovecs.to_string body in
     Iovecs.release body;
+    t.copies <- t.copies + 1;
+    t.copied_bytes <- t.copied_bytes + String.length s;
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
@@ -551,6 +598,7 @@ module Make (T : Transport.S) = struct
     in
     List.iter (fun (_, a) -> side_send t a msg) targets;
     t.pending <- Some (msg, targets);
+    t.pending_since <- now t;
     key
 
   (* Excluded, or everyone else gone: a view of one. *)
@@ -564,7 +612,7 @@ module Make (T : Transport.S) = struct
       t.exited <- true;
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
-      T.close (conn t);
+      B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.cb.exit ()
     end
@@ -787,6 +835,23 @@ module Make (T : Transport.S) = struct
       (match t.cur with
       | Some c ->
           (match t.pending with
+          | Some (Side.Install { vid; _ }, targets) when vid = c.view.View.id && now t > t.pending_since + t.merge_timeout ->
+              (* A member that has not acknowledged this view in the time a
+                 joiner waits for one went on without it (its merge timed
+                 out): stop asking, and let a flush exclude it now rather
+                 than after its silence. *)
+              t.pending <- None;
+              let ranks =
+                List.filter_map
+                  (fun (eid, _) ->
+                    match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+                    | Some r when r <> c.view.View.rank -> Some r
+                    | _ -> None)
+                  targets
+              in
+              if ranks <> [] then
+                Ep.Binding.dn_ctl c.ep
+                  (Gevent.Suspect_request { ranks; reason = Printf.sprintf "did not acknowledge view %s" vid })
           | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
           | None -> ());
           (* The other coordinator ignores requests while it changes views
@@ -864,7 +929,7 @@ module Make (T : Transport.S) = struct
   (* {1 The application's side} *)
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true)
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
       ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
@@ -888,31 +953,31 @@ module Make (T : Transport.S) = struct
             let self = ref None in
             let handler _ =
               {
-                T.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
+                B.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
                 closed = (fun () -> match !self with Some t -> if not t.exited then exit_group t | None -> ());
               }
             in
-            match T.open_ tr local handler with
+            match B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local handler with
             | Error e -> Error (Cannot_open e)
             | Ok conn -> (
                 match
                   match discovery with
-                  | Some d -> T.control conn (T.Join_multicast d)
+                  | Some d -> B.control conn (B.Join_multicast d)
                   | None -> Ok ()
                 with
                 | Error e ->
-                    T.close conn;
+                    B.close conn;
                     Error (Cannot_join_discovery e)
                 | Ok () ->
-                let info = T.query conn in
-                let addr = T.address_to_string info.T.local in
+                let info = B.query conn in
+                let addr = T.address_to_string info.B.local in
                 let max_message =
                   if List.exists (fun l -> Layer.name l = Frag.name) layers then
                     Params.int params Frag.Param.max_message
                   else
                     (* Without Frag a message is one datagram, headers of
                        every layer included. *)
-                    max 0 (info.T.mtu - header_reserve)
+                    max 0 (info.B.mtu - header_reserve)
                 in
                 let eid = addr ^ "#" ^ incarnation in
                 let xfer =
@@ -941,6 +1006,9 @@ module Make (T : Transport.S) = struct
                     cb;
                     on_sent;
                     on_lost;
+                    on_bytes;
+                    copies = 0;
+                    copied_bytes = 0;
                     peers;
                     discovery;
                     heal;
@@ -961,6 +1029,7 @@ module Make (T : Transport.S) = struct
                     minted = 0;
                     absorbing = None;
                     pending = None;
+                    pending_since = 0;
                     leaving = None;
                     heard = None;
                     merge_since = 0;
@@ -1079,7 +1148,9 @@ module Make (T : Transport.S) = struct
           Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
-  let connection t = conn t
+  let connection t = B.inner (conn t)
+  let bundle_stats t = B.stats (conn t)
+  let copies t = (t.copies, t.copied_bytes)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Queue.length t.queued
@@ -1098,6 +1169,15 @@ module Make (T : Transport.S) = struct
         ("sent", t.sent);
         ("delivered", t.delivered);
       ] )
+    :: (let b = B.stats (conn t) in
+        ( "bundle",
+          [
+            ("bundles_sent", b.Bundle.bundles_sent);
+            ("bundled", b.bundled);
+            ("bundles_received", b.bundles_received);
+            ("unbundled", b.unbundled);
+            ("malformed", b.malformed);
+          ] ))
     ::
     (if List.mem_assoc "bottom" cur then
        List.map (fun (l, kvs) -> if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs)) cur

@@ -136,6 +136,7 @@ module Make (T : Consort.Transport.S) : sig
     ?seed:int ->
     ?on_sent:(vid:string -> [ `Cast | `Send of string ] -> string -> unit) ->
     ?on_lost:([ `Cast | `Send of string ] -> string -> string -> unit) ->
+    ?on_bytes:([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) ->
     ?discovery:string ->
     ?heal:bool ->
     ?take_state:(unit -> string) ->
@@ -159,7 +160,13 @@ module Make (T : Consort.Transport.S) : sig
       called as each message enters the stack, with the view it is sent
       in (for logs and checkers); [on_lost kind payload reason] when a
       message the API accepted will not be delivered (a send made during a
-      view change to a member that is not in the next view). [discovery] is an IP multicast group
+      view change to a member that is not in the next view). [on_bytes], when
+      given, takes the casts and sends delivered in place of the [cast] and
+      [send] callbacks, as a view of the bytes received: valid only during
+      the call (copy what must be kept), and nothing is copied between the
+      socket and the call, except for a message reassembled from fragments
+      (see {!copies}); with state transfer ([Xfer]) it is not used.
+      [discovery] is an IP multicast group
       (["239.1.2.3:7500"]) that the member joins and to which coordinators
       also send their discovery messages, where the network has multicast.
       With [heal = false] (the [Heal] property absent) the member sends no
@@ -264,6 +271,15 @@ module Make (T : Consort.Transport.S) : sig
   val connection : t -> T.connection
   (** The transport connection the member runs on (for controls such as
       test drop filters). *)
+
+  val copies : t -> int * int
+  (** Deliveries whose bytes were copied between the stack and the
+      application, and the bytes copied: every delivery to the [cast] and
+      [send] callbacks (a string is made), and with [on_bytes] only the
+      messages reassembled from fragments. *)
+
+  val bundle_stats : t -> Bundle.stats
+  (** What the member's connection bundled and unbundled ({!Bundle}). *)
 
   val is_blocked : t -> bool
   val has_exited : t -> bool

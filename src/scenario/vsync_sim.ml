@@ -678,6 +678,51 @@ let leave_coord_scenario ?trace ?params seed =
   Sim.run ~until:(s 40.) w.net;
   finish ~extra:(not_wedged w) w
 
+(* Bursts of 5 to 40 casts and sends of up to 1.5 KB from one member in
+   one step, so that most go in bundles, under 3% loss with reordering and
+   duplicates, while a member crashes, another joins and one leaves, each
+   in the same step as a burst: the flush starts with bundles in flight.
+   The members must have sent and received bundles, and none malformed. *)
+let bundle_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:{ (lossy 0.03) with Sim.duplicate = 0.01 } () in
+  for i = 0 to 3 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  let burst i =
+    for _ = 1 to 5 + Rng.int w.rng 36 do
+      let size = 1 + Rng.int w.rng 1500 in
+      if Rng.int w.rng 8 = 0 then send ~size w i else cast ~size w i
+    done
+  in
+  for _ = 1 to 40 do
+    let t = s 2. + Rng.int w.rng (s 14.) in
+    let i = Rng.int w.rng n in
+    at w t (fun () -> burst i)
+  done;
+  let victim = Rng.int w.rng 4 in
+  at w (s 5. + Rng.int w.rng (s 2.)) (fun () ->
+      burst victim;
+      burst ((victim + 1) mod 4);
+      crash w victim);
+  at w (s 8. + Rng.int w.rng (s 2.)) (fun () ->
+      burst ((victim + 2) mod 4);
+      start w 4);
+  let leaver = (victim + 3) mod 4 in
+  at w (s 12. + Rng.int w.rng (s 2.)) (fun () ->
+      burst leaver;
+      burst 4;
+      match w.procs.(leaver).g with Some g when alive w.procs.(leaver) -> G.leave g | _ -> ());
+  Sim.run ~until:(s 40.) w.net;
+  let stats = List.filter_map (fun p -> match p.g with Some g when alive p -> Some (G.bundle_stats g) | _ -> None) (Array.to_list w.procs) in
+  let sum f = List.fold_left (fun acc st -> acc + f st) 0 stats in
+  let bundling =
+    (if sum (fun st -> st.Consort_group.Bundle.bundled) = 0 then [ "no datagram went in a bundle" ] else [])
+    @ (if sum (fun st -> st.Consort_group.Bundle.unbundled) = 0 then [ "no bundle was received" ] else [])
+    @ if sum (fun st -> st.Consort_group.Bundle.malformed) > 0 then [ "malformed bundles" ] else []
+  in
+  finish ~extra:(not_wedged w @ bundling) w
+
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
@@ -701,6 +746,9 @@ let scenarios =
     ( "vsync-leave-coord",
       "the coordinator leaves while casts flow and a member joins; 3% loss",
       leave_coord_scenario );
+    ( "vsync-bundle",
+      "bursts of casts and sends that go in bundles while a member crashes, one joins and one leaves, each with a burst in flight; 3% loss",
+      bundle_scenario );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -39,6 +39,14 @@ let parsing () =
   Alcotest.(check int) "payload size" 1024 (String.length p);
   Alcotest.(check (option int)) "payload checked" (Some 1234) (B.Peer.check_payload p ~size:1024);
   List.iter
+    (fun seq ->
+      let p = B.Peer.payload ~seq ~size:1024 in
+      let want = String.init 1024 (fun i -> if i < 11 then (Printf.sprintf "d%010d" seq).[i] else Char.chr (97 + ((seq + (i * 7)) mod 26))) in
+      Alcotest.(check string) (Printf.sprintf "payload %d" seq) want p;
+      Alcotest.(check (option int)) "checked in place" (Some seq) (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1024))
+    [ 0; 1; 25; 26; 999_999; 1_234_567_891 ];
+  Alcotest.(check (option int)) "in place: other size refused" None (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1000);
+  List.iter
     (fun i ->
       let bad = Bytes.of_string p in
       Bytes.set bad i (if Bytes.get bad i = 'a' then 'b' else 'a');
