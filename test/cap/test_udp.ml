@@ -161,8 +161,40 @@ let capture_udp () =
   R.close client;
   R.close server
 
+(* Loss on the loopback flow (60 KB fragments, 16 in flight): every 7th
+   datagram into the server and every 5th into the client dropped, acks
+   and fragments alike; a 2 MB request and its 2 MB reply still arrive
+   whole, each carried out once. *)
+let lossy_loopback () =
+  let loop = Loop.create () in
+  let g = Crypto.deterministic "lossy-udp" in
+  let key = Port.Key.generate ~g () in
+  let server = ok (R.open_node ~g ~multicast:None ~bind:"127.0.0.1:0" loop) in
+  let addr = Udp.address_to_string (Udp.local (R.connection server)) in
+  let srv = R.serve server key in
+  let executed = ref 0 in
+  R.listen srv (fun r -> incr executed; R.putrep r (Header.reply `Ok) (String.uppercase_ascii (R.data r)));
+  let client = ok (R.open_node ~g ~multicast:None ~locate:addr ~bind:"127.0.0.1:0" loop) in
+  let c = Cap.owner (Port.Key.port key) ~obj:1 (Cap.Secret.generate ~g ()) in
+  ignore (R.Sync.trans client (Header.request c 1) "warm up");
+  let drop every n = let k = ref 0 in
+    match Udp.control (R.connection n) (Udp.Drop_filter (Some (fun ~src:_ _ -> incr k; !k mod every = 0))) with
+    | Ok () -> k
+    | Error _ -> Alcotest.fail "no filter"
+  in
+  let into_server = drop 7 server and into_client = drop 5 client in
+  let big = String.init 2_000_000 (fun i -> Char.chr ((i * 13) land 0xff)) in
+  (match R.Sync.trans client (Header.request c 1) big with
+  | Ok (_, d) -> Alcotest.(check bool) "2 MB echoed whole" true (d = String.uppercase_ascii big)
+  | Error e -> Alcotest.failf "trans: %a" Rpc_error.pp e);
+  Alcotest.(check int) "carried out once (and the warm-up)" 2 !executed;
+  Alcotest.(check bool) "datagrams were dropped both ways" true (!into_server >= 7 && !into_client >= 5);
+  R.close client;
+  R.close server
+
 let tests =
   [
+    Alcotest.test_case "loss on the loopback flow" `Quick lossy_loopback;
     Alcotest.test_case "capture on kernel UDP: nothing in clear" `Quick capture_udp;
     Alcotest.test_case "loopback UDP, blocking calls, standard operations" `Quick loopback;
     Alcotest.test_case "fragment sizes on loopback" `Quick flow;
