@@ -278,6 +278,7 @@ let params_arg =
 (* [configured t]: the command [t] with --params applied first. *)
 let configured t =
   let run params f =
+    R.keep_memory ();
     match params with
     | None -> f ()
     | Some s -> (
