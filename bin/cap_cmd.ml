@@ -274,11 +274,13 @@ let params_arg =
     & info [ "params" ] ~docv:"NAME=VALUE,..."
         ~doc:
           "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
-           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments on loopback or jumbo frames.")
+           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo frames \
+           ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8).")
 
 (* [configured t]: the command [t] with --params applied first. *)
 let configured t =
   let run params f =
+    R.keep_memory ();
     match params with
     | None -> f ()
     | Some s -> (

@@ -180,6 +180,7 @@ let median_round key rs =
   a.(Array.length a / 2)
 
 let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
+  R.keep_memory ();
   let loop = Loop.create () in
   let* call, close = rpc_setup loop in
   let* call_lan, close_lan = rpc_setup ~config:lan_config loop in

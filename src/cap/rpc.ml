@@ -295,9 +295,15 @@ module Make (T : Transport.S) = struct
     let s = T.address_to_string addr in
     String.length s > 4 && String.equal (String.sub s 0 4) "127."
 
+  (* Room around a fragment's chunk in its datagram: the [Data] header, the
+     AEAD's tag and the fragment's own header (with the request header). *)
+  let frag_overhead = 512
+
   let flow_to n addr =
+    let mtu = match n.conn with Some c -> (T.query c).mtu | None -> max_int in
     let frag, window =
-      if n.cfg.loopback_fragment > 0 && is_loopback addr then (n.cfg.loopback_fragment, n.cfg.loopback_window)
+      if n.cfg.loopback_fragment > 0 && n.cfg.loopback_fragment + frag_overhead <= mtu && is_loopback addr then
+        (n.cfg.loopback_fragment, n.cfg.loopback_window)
       else (n.cfg.fragment, n.cfg.window)
     in
     { frag; window_bytes = window * frag; ack_step = frag * max 1 (window / 8) }

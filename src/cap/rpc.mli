@@ -46,7 +46,7 @@
     the receiver acknowledged (go-back-N on a gap), the receiver
     acknowledging each eighth of a window; to a peer on the loopback
     network ([127.0.0.0/8]) [loopback_fragment] and [loopback_window]
-    apply instead. Nothing is ever cut short silently: a message is
+    apply instead, when the transport's datagrams can hold such fragments. Nothing is ever cut short silently: a message is
     delivered whole or the transaction fails.
 
     {1 Bounds}

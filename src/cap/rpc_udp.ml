@@ -5,6 +5,16 @@ module Sync = Blocking (struct
   let run_until loop f = if not (f ()) then Consort_engine.Loop.run ~until:f loop
 end)
 
+external c_keep_memory : int -> int -> bool = "consort_cap_keep_memory"
+
+let kept = ref false
+
+let keep_memory () =
+  if not !kept then begin
+    kept := true;
+    ignore (c_keep_memory (4 * 1024 * 1024) (64 * 1024 * 1024))
+  end
+
 let default_multicast = "239.255.67.79:7469"
 
 let parse_list what l =

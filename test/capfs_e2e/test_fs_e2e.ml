@@ -308,11 +308,11 @@ let test_locate () =
   expect_refused ~env:[ "CONSORT_MULTICAST=bogus" ] "bad CONSORT_MULTICAST" "CONSORT_MULTICAST" [ "cap"; "fs"; "size"; f ];
   expect_refused ~env "unknown tunable" "--params" [ "cap"; "fs"; "size"; f; "--params"; "rpc.bogus=1" ];
   expect_refused ~env "fragment too large" "fragment size" [ "cap"; "status"; s.cap; "--params"; "rpc.fragment=100000" ];
-  (* Tunables reach the RPC: with 60 KB fragments the file still comes back. *)
+  (* Tunables reach the RPC: with 4 KB fragments to loopback the file still comes back. *)
   let big = d / "big" in
   let content = String.init 3_000_000 (fun i -> Char.chr (i * 7 land 255)) in
   write_file big content;
-  let p = [ "--params"; "rpc.fragment=61440,rpc.window=4" ] in
+  let p = [ "--params"; "rpc.loopback_fragment=4096,rpc.loopback_window=4" ] in
   let code, b, _ = run ~env ([ "cap"; "fs"; "put"; "--server"; s.cap; big ] @ loc @ p) in
   Alcotest.(check int) "put with --params" 0 code;
   let code, out, _ = run ~env ([ "cap"; "fs"; "get"; trim b ] @ loc @ p) in
