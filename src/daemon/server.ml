@@ -237,6 +237,7 @@ let refusal = function
    string it was given, in order). *)
 let take_pending m payload =
   if Queue.is_empty m.pending then None
+  else if snd (Queue.peek m.pending) == payload then Some (fst (Queue.pop m.pending))
   else
     let found = ref None and rest = Queue.create () in
     Queue.iter
@@ -365,6 +366,8 @@ let with_member t c handle f =
   | Some ({ g = Some g; exited = false; _ } as m) -> f m g
   | _ -> err t c handle Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
 
+let max_group = 255
+
 let ok t c handle = reply t c (Wire.Ok { handle; value = 0; info = "" })
 
 let request t c (r : Wire.request) =
@@ -384,6 +387,8 @@ let request t c (r : Wire.request) =
   | Ping { cookie } -> reply t c (Wire.Pong { cookie })
   | Join { handle; group; props; params; flags; peers } -> (
       if group = "" then err t c handle Wire.Bad_props "an empty group name"
+      else if String.length group > max_group then
+        err t c handle Wire.Bad_props (Printf.sprintf "a group name of %d bytes, over %d" (String.length group) max_group)
       else if t.closing then err t c handle Wire.Overloaded "the daemon is stopping"
       else
         match join_member t c ~handle ~group ~props ~params ~flags ~peers with

@@ -87,6 +87,10 @@ let test_handshake () =
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
       | _ -> Alcotest.fail "bad peers: bad-address");
+      put r (Wire.encode_request (Wire.Join { handle = 1; group = String.make 256 'g'; props = ""; params = ""; flags = 0; peers = [] }));
+      (match next r with
+      | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
+      | _ -> Alcotest.fail "a group name over 255 bytes: bad-props");
       put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = "vsync,Auth"; params = ""; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Join_failed; _ }) -> ()
