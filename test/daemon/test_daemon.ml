@@ -8,6 +8,13 @@ module C = Consort_client
 
 let check = Alcotest.(check bool)
 
+module Astring_like = struct
+  let contains s sub =
+    let n = String.length sub in
+    let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+    go 0
+end
+
 let with_daemon ?args bind f =
   let d = start ?args ~bind () in
   Fun.protect
@@ -241,6 +248,51 @@ let test_client_closes () =
       C.close a.conn;
       C.close b.conn)
 
+(* TCP on loopback, and a daemon with a key: members sealed (Auth,
+   Privacy) form a group and deliver; without a key, Auth is refused. *)
+let test_tcp_and_key () =
+  let dir = tmpdir () in
+  let key = Filename.concat dir "k.key" in
+  (match Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()) with Ok () -> () | Error e -> Alcotest.fail e);
+  let tcp = "127.0.0.1:23079" in
+  let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key ] ~bind:"127.0.0.1:23070" () in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf dir)
+    (fun () ->
+      let via_tcp props =
+        let conn = match C.connect ("tcp:" ^ tcp) with Ok c -> c | Error e -> Alcotest.fail e in
+        let views = ref [] and casts = ref [] and sends = ref [] and exited = ref false in
+        let cb =
+          {
+            Consort_group.Group.view = (fun v -> views := v :: !views);
+            cast = (fun ~origin s -> casts := (origin, s) :: !casts);
+            send = (fun ~origin s -> sends := (origin, s) :: !sends);
+            block = ignore;
+            flow = ignore;
+            exit = (fun () -> exited := true);
+          }
+        in
+        match C.join ~props conn ~group:"sealed" cb with
+        | Ok m -> { conn; m; views; casts; sends; exited }
+        | Error e -> Alcotest.fail (Fmt.str "join: %a" C.pp_join_error e)
+      in
+      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy") in
+      let a = via_tcp props and b = member ~props d "sealed" in
+      check "a sealed view of two, one client over TCP" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      Alcotest.(check bool) "cast" true (C.cast a.m "secret" = Ok ());
+      check "delivered" true (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "secret") !(b.casts)));
+      C.close a.conn;
+      C.close b.conn);
+  with_daemon "127.0.0.1:23075" (fun d ->
+      let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
+      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Auth") in
+      (match C.join ~props conn ~group:"g" { Consort_group.Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } with
+      | Error (C.Refused (Wire.Join_failed, reason)) -> check "says --key" true (Astring_like.contains reason "--key")
+      | _ -> Alcotest.fail "Auth without a daemon key: join-failed");
+      C.close conn)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -254,5 +306,6 @@ let () =
           Alcotest.test_case "a client dies mid-frame" `Quick test_dies_mid_frame;
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
+          Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
         ] );
     ]
