@@ -22,8 +22,8 @@ finish() {
   wait 2>/dev/null
   echo "$passed passed, $failed failed"
   if [ -n "${INTEROP_KEEP:-}" ]; then echo "kept $dir"; else rm -rf "$dir"; fi
-  [ "$failed" = 0 ]
-  exit
+  # (A bare exit in a trap would keep the status from before the trap.)
+  if [ "$failed" = 0 ]; then exit 0; else exit 1; fi
 }
 trap finish EXIT
 
