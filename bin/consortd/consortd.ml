@@ -8,7 +8,7 @@ let setup_logs verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
 
-let main socket tcp bind ports peers key max_frame max_queue max_clients max_members verbose =
+let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -29,6 +29,10 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
         Fmt.epr "consortd: --max-queue %d: at least --max-frame (%d) and at most 4 GiB@." max_queue max_frame;
         2
       end
+      else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
+        Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
+        2
+      end
       else if max_clients < 1 || max_members < 1 then begin
         Fmt.epr "consortd: --max-clients and --max-members must be at least 1@.";
         2
@@ -46,6 +50,7 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
             max_queue;
             max_clients;
             max_members;
+            hello_timeout;
           }
         in
         match Server.run cfg with
@@ -100,6 +105,12 @@ let cmd =
   in
   let max_clients = Arg.(value & opt int Server.default.max_clients & info [ "max-clients" ] ~docv:"N" ~doc:"Clients at once.") in
   let max_members = Arg.(value & opt int Server.default.max_members & info [ "max-members" ] ~docv:"N" ~doc:"Members per client.") in
+  let hello_timeout =
+    Arg.(
+      value
+      & opt float Server.default.hello_timeout
+      & info [ "hello-timeout" ] ~docv:"SECONDS" ~doc:"A new connection that has not said HELLO by then is closed.")
+  in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log clients failed out and view changes on standard error.") in
   let man =
     [
@@ -122,6 +133,6 @@ let cmd =
   in
   Cmd.v
     (Cmd.info "consortd" ~version:"0.1.0" ~doc:"the Consort daemon: process groups for local clients" ~man)
-    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ verbose)
+    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ hello_timeout $ verbose)
 
 let () = exit (Cmd.eval' cmd)

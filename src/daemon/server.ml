@@ -21,6 +21,7 @@ type config = {
   max_queue : int;
   max_clients : int;
   max_members : int;
+  hello_timeout : float;
 }
 
 let default =
@@ -35,6 +36,7 @@ let default =
     max_queue = 8 lsl 20;
     max_clients = 256;
     max_members = 64;
+    hello_timeout = 10.;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -509,7 +511,16 @@ let add_client t fd =
   if t.closing || Hashtbl.length t.clients > t.cfg.max_clients then
     fatal t c Wire.Overloaded
       (if t.closing then "the daemon is stopping" else Printf.sprintf "at most %d clients" t.cfg.max_clients)
-  else Loop.watch t.loop fd (fun () -> if not c.closed then readable t c)
+  else begin
+    Loop.watch t.loop fd (fun () -> if not c.closed then readable t c);
+    (* A connection that does not say HELLO in time holds nothing for long. *)
+    ignore
+      (Loop.after t.loop
+         (Time.of_ms (int_of_float (t.cfg.hello_timeout *. 1000.)))
+         (fun () ->
+           if (not c.closed) && not c.hello then
+             fatal t c Wire.Not_hello (Printf.sprintf "no HELLO within %g s" t.cfg.hello_timeout)))
+  end
 
 let adopt = add_client
 

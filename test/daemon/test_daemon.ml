@@ -293,6 +293,46 @@ let test_tcp_and_key () =
       | _ -> Alcotest.fail "Auth without a daemon key: join-failed");
       C.close conn)
 
+(* A connection that never says HELLO is closed after --hello-timeout;
+   SIGTERM: the members leave (the other daemon's member sees them go as
+   a leave), the socket is removed, and the daemon exits with 0. *)
+let test_idle_and_sigterm () =
+  let d = start ~args:[ "--hello-timeout"; "0.5"; "--peers"; "127.0.0.1:23090-23091" ] ~bind:"127.0.0.1:23080" () in
+  let d2 = start ~args:[ "--peers"; "127.0.0.1:23080-23081" ] ~bind:"127.0.0.1:23090" () in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      stop d2;
+      rm_rf d.dir;
+      rm_rf d2.dir)
+    (fun () ->
+      let r = raw d in
+      (match next ~timeout:5. r with
+      | `Event (Wire.Error { code = Wire.Not_hello; reason; _ }) -> check "says why" true (String.length reason > 0)
+      | _ -> Alcotest.fail "an idle connection: not-hello after the timeout");
+      check "closed" true (next r = `Closed);
+      close_raw r;
+      let a = member d "g" and b = member d2 "g" in
+      check "a view of two over two daemons" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      Unix.kill d.pid Sys.sigterm;
+      check "b sees a leave" true (until ~timeout:5. [ b.conn ] (fun () -> view_size b = 1));
+      (match !(b.views) with
+      | v :: _ -> Alcotest.(check (list (pair string string))) "as a leave" [ (C.me a.m, "left") ] v.why
+      | [] -> ());
+      let deadline = Unix.gettimeofday () +. 5. in
+      let rec wait () =
+        match Unix.waitpid [ Unix.WNOHANG ] d.pid with
+        | 0, _ when Unix.gettimeofday () < deadline ->
+            Unix.sleepf 0.02;
+            wait ()
+        | 0, _ -> Alcotest.fail "the daemon did not exit after SIGTERM"
+        | _, st -> st
+      in
+      Alcotest.(check bool) "exit status 0" true (wait () = Unix.WEXITED 0);
+      check "its socket is removed" false (Sys.file_exists d.socket);
+      C.close a.conn;
+      C.close b.conn)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -307,5 +347,6 @@ let () =
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
+          Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
         ] );
     ]
