@@ -8,6 +8,11 @@ module C = Consort_client
 
 let check = Alcotest.(check bool)
 
+(* Ports: a window of 100 from 20000, chosen by the process id, so that two
+   runs at once on one machine (and their groups) stay apart. *)
+let base = 20000 + (100 * (Unix.getpid () mod 40))
+let addr n = Printf.sprintf "127.0.0.1:%d" (base + n)
+
 module Astring_like = struct
   let contains s sub =
     let n = String.length sub in
@@ -26,7 +31,7 @@ let with_daemon ?args bind f =
 (* Two members through one daemon: a view of two, and every cast of each
    delivered to both, in FIFO order per origin. *)
 let test_group () =
-  with_daemon "127.0.0.1:23000" (fun d ->
+  with_daemon (addr 0) (fun d ->
       let a = member d "g" and b = member d "g" in
       check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       for i = 1 to 50 do
@@ -59,7 +64,7 @@ let test_group () =
 
 (* The protocol's errors: a request before HELLO, no common version. *)
 let test_handshake () =
-  with_daemon "127.0.0.1:23010" (fun d ->
+  with_daemon (addr 10) (fun d ->
       let r = raw d in
       put r (Wire.encode_request (Wire.Ping { cookie = 1 }));
       (match next r with
@@ -124,7 +129,7 @@ let undisturbed d f =
 (* Garbage: a frame that does not decode is a malformed error and the end
    of that client only. *)
 let test_garbage () =
-  with_daemon "127.0.0.1:23020" (fun d ->
+  with_daemon (addr 20) (fun d ->
       undisturbed d (fun () ->
           for i = 0 to 20 do
             let r = raw d in
@@ -149,7 +154,7 @@ let test_garbage () =
 (* A huge length prefix: answered at once with too-big, and the bytes that
    follow are dropped, never held: the daemon's memory does not grow. *)
 let test_huge_length () =
-  with_daemon "127.0.0.1:23030" (fun d ->
+  with_daemon (addr 30) (fun d ->
       undisturbed d (fun () ->
           let r = raw d in
           hello r;
@@ -184,7 +189,7 @@ let test_huge_length () =
 (* A client whose member is in the group and that dies in the middle of a
    frame is failed out: the others see it leave, and nothing else. *)
 let test_dies_mid_frame () =
-  with_daemon "127.0.0.1:23040" (fun d ->
+  with_daemon (addr 40) (fun d ->
       let a = member d "g" and b = member d "g" in
       check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       let r = raw d in
@@ -208,7 +213,7 @@ let test_dies_mid_frame () =
    --max-queue bytes wait for it, it is failed out; the sender is not held
    up, and every one of its casts reaches the member that reads. *)
 let test_stops_reading () =
-  with_daemon ~args:[ "--max-queue"; "2000000"; "--max-frame"; "70000" ] "127.0.0.1:23050" (fun d ->
+  with_daemon ~args:[ "--max-queue"; "2000000"; "--max-frame"; "70000" ] (addr 50) (fun d ->
       let a = member d "g" and b = member d "g" in
       let r = raw d in
       hello r;
@@ -237,7 +242,7 @@ let test_stops_reading () =
 (* A client that closes its connection without leaving: its members are
    failed out (a leave), the others see a view without them at once. *)
 let test_client_closes () =
-  with_daemon "127.0.0.1:23060" (fun d ->
+  with_daemon (addr 60) (fun d ->
       let a = member d "g" and b = member d "g" and c = member d "g" in
       check "a view of three" true (until [ a.conn; b.conn; c.conn ] (fun () -> view_size a = 3 && view_size c = 3));
       C.close c.conn;
@@ -254,8 +259,8 @@ let test_tcp_and_key () =
   let dir = tmpdir () in
   let key = Filename.concat dir "k.key" in
   (match Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()) with Ok () -> () | Error e -> Alcotest.fail e);
-  let tcp = "127.0.0.1:23079" in
-  let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key ] ~bind:"127.0.0.1:23070" () in
+  let tcp = (addr 79) in
+  let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key ] ~bind:(addr 70) () in
   Fun.protect
     ~finally:(fun () ->
       stop d;
@@ -285,7 +290,7 @@ let test_tcp_and_key () =
       check "delivered" true (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "secret") !(b.casts)));
       C.close a.conn;
       C.close b.conn);
-  with_daemon "127.0.0.1:23075" (fun d ->
+  with_daemon (addr 75) (fun d ->
       let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
       let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Auth") in
       (match C.join ~props conn ~group:"g" { Consort_group.Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } with
@@ -297,8 +302,8 @@ let test_tcp_and_key () =
    SIGTERM: the members leave (the other daemon's member sees them go as
    a leave), the socket is removed, and the daemon exits with 0. *)
 let test_idle_and_sigterm () =
-  let d = start ~args:[ "--hello-timeout"; "0.5"; "--peers"; "127.0.0.1:23090-23091" ] ~bind:"127.0.0.1:23080" () in
-  let d2 = start ~args:[ "--peers"; "127.0.0.1:23080-23081" ] ~bind:"127.0.0.1:23090" () in
+  let d = start ~args:[ "--hello-timeout"; "0.5"; "--peers"; (Printf.sprintf "127.0.0.1:%d-%d" (base + 90) (base + 91)) ] ~bind:(addr 80) () in
+  let d2 = start ~args:[ "--peers"; (Printf.sprintf "127.0.0.1:%d-%d" (base + 80) (base + 81)) ] ~bind:(addr 90) () in
   Fun.protect
     ~finally:(fun () ->
       stop d;

@@ -23,7 +23,7 @@ let seconds = ref 15.
 let seed = ref 1
 let slots = ref 100
 let groups = ref 10
-let port = ref 23400
+let port = ref (27000 + (250 * (Unix.getpid () mod 12)))
 let keep = ref false
 
 let () =
@@ -33,7 +33,7 @@ let () =
       ("--seed", Arg.Set_int seed, "N the seed of the schedule (1)");
       ("--clients", Arg.Set_int slots, "N client slots (100)");
       ("--groups", Arg.Set_int groups, "N groups (10)");
-      ("--port", Arg.Set_int port, "P the daemon's first UDP port (23400)");
+      ("--port", Arg.Set_int port, "P the daemon's first UDP port (from 27000, by the process id)");
       ("--keep", Arg.Set keep, " keep the logs");
     ]
     (fun _ -> raise (Arg.Bad "no positional arguments"))
