@@ -338,6 +338,33 @@ let test_idle_and_sigterm () =
       C.close a.conn;
       C.close b.conn)
 
+(* SUSPECT and SWITCH through the daemon: a member suspected by another
+   is excluded (with the reason); a switch to total order installs a view
+   on the new stack, and casts go on. *)
+let test_suspect_switch () =
+  with_daemon (addr 95) (fun d ->
+      let a = member d "g" and b = member d "g" and c = member d "g" in
+      let conns = [ a.conn; b.conn; c.conn ] in
+      check "a view of three" true (until conns (fun () -> view_size a = 3 && view_size b = 3 && view_size c = 3));
+      C.suspect a.m [ C.me c.m ];
+      check "the suspected member is excluded" true (until conns (fun () -> view_size a = 2 && view_size b = 2));
+      (match !(a.views) with
+      | v :: _ ->
+          check "named with its reason" true
+            (match List.assoc_opt (C.me c.m) v.why with Some w -> String.length w > 9 && String.sub w 0 9 = "excluded:" | None -> false)
+      | [] -> ());
+      let views = List.length !(a.views) in
+      (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Total")) with
+      | Ok () -> ()
+      | Error (code, reason) -> Alcotest.failf "switch: %s: %s" (Wire.code_name code) reason);
+      check "a view on the new stack" true (until conns (fun () -> List.length !(a.views) > views && view_size a = 2));
+      (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Xfer")) with
+      | Error (Wire.Bad_switch, reason) -> check "one line" true (not (String.contains reason '\n'))
+      | _ -> Alcotest.fail "a switch that adds state transfer: bad-switch");
+      Alcotest.(check bool) "cast after the switch" true (C.cast b.m "ordered" = Ok ());
+      check "delivered" true (until conns (fun () -> List.mem (C.me b.m, "ordered") !(a.casts)));
+      List.iter C.close conns)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -353,5 +380,6 @@ let () =
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
+          Alcotest.test_case "suspect and switch" `Quick test_suspect_switch;
         ] );
     ]
