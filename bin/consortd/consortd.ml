@@ -122,6 +122,10 @@ let cmd =
          groups (its members leave); the others are not disturbed. SIGTERM or SIGINT: every member leaves, \
          then the daemon exits.";
       `P
+        "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N members=N and its \
+         counters (clients accepted, frames and bytes in and out, clients failed out by reason: failed_closed, \
+         failed_malformed, failed_overloaded, ...).";
+      `P
         "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every member left); 2 for a \
          bad argument, an address in use or a key that cannot be read; 124 for an option the command line parser \
          refuses; 1 for an internal error.";

@@ -657,10 +657,19 @@ let run cfg =
   match create loop cfg with
   | Error e -> Error e
   | Ok t ->
-      let stop = ref false and finished = ref false in
+      let stop = ref false and finished = ref false and usr1 = ref false in
       Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> stop := true));
       Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> stop := true));
+      Sys.set_signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> usr1 := true));
       let rec poll () =
+        if !usr1 then begin
+          (* One line on standard error: what the daemon holds and has done. *)
+          usr1 := false;
+          prerr_endline
+            (String.concat " "
+               (Printf.sprintf "counters clients=%d members=%d" (clients t) (members t)
+               :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
+        end;
         if !stop then close t ~on_done:(fun () -> finished := true) else ignore (Loop.after loop (Time.of_ms 50) poll)
       in
       poll ();

@@ -59,4 +59,6 @@ val stats : t -> (string * int) list
 (** Counters: clients accepted and failed (by reason), frames, bytes. *)
 
 val run : config -> (unit, string) result
-(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. *)
+(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On
+    SIGUSR1 it prints one line on standard error: [counters clients=N
+    members=N] and {!stats} as [NAME=VALUE]. *)

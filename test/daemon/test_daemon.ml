@@ -319,6 +319,23 @@ let test_idle_and_sigterm () =
       close_raw r;
       let a = member d "g" and b = member d2 "g" in
       check "a view of two over two daemons" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      Unix.kill d.pid Sys.sigusr1;
+      let err = Filename.concat d.dir "consortd.err" in
+      let read () =
+        try
+          let ic = open_in_bin err in
+          let s = really_input_string ic (in_channel_length ic) in
+          close_in ic;
+          s
+        with Sys_error _ -> ""
+      in
+      let deadline = Unix.gettimeofday () +. 5. in
+      while (not (Astring_like.contains (read ()) "counters ")) && Unix.gettimeofday () < deadline do
+        Unix.sleepf 0.02
+      done;
+      let line = read () in
+      check "SIGUSR1: one line of counters" true
+        (Astring_like.contains line "counters clients=1 members=1" && Astring_like.contains line "failed_not-hello=1");
       Unix.kill d.pid Sys.sigterm;
       check "b sees a leave" true (until ~timeout:5. [ b.conn ] (fun () -> view_size b = 1));
       (match !(b.views) with
