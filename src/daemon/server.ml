@@ -201,7 +201,10 @@ and fail t c why detail =
     (try Unix.close c.fd with Unix.Unix_error _ -> ());
     Hashtbl.remove t.clients c.cid;
     Buffer.reset c.out;
-    Hashtbl.iter (fun _ m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) c.handles
+    (* A leave may exit at once (a member alone), which changes the table:
+       the members are listed first. *)
+    let ms = Hashtbl.fold (fun _ m acc -> m :: acc) c.handles [] in
+    List.iter (fun m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) ms
   end
 
 
