@@ -108,6 +108,7 @@ and client = {
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
   mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
+  mutable hello_timer : Loop.timer option;
   handles : (int, member) Hashtbl.t;
 }
 
@@ -197,6 +198,8 @@ and fail t c why detail =
     Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail);
     Option.iter Loop.cancel c.flush_timer;
     c.flush_timer <- None;
+    Option.iter Loop.cancel c.hello_timer;
+    c.hello_timer <- None;
     Loop.unwatch t.loop c.fd;
     (try Unix.close c.fd with Unix.Unix_error _ -> ());
     Hashtbl.remove t.clients c.cid;
@@ -384,6 +387,8 @@ let request t c (r : Wire.request) =
           (Printf.sprintf "the client speaks versions %d-%d, the daemon %d-%d" min_version max_version Wire.min_version Wire.version)
       else begin
         c.hello <- true;
+        Option.iter Loop.cancel c.hello_timer;
+        c.hello_timer <- None;
         reply t c
           (Wire.Hello_ok
              { version = min max_version Wire.version; max_frame = t.cfg.max_frame; max_queue = t.cfg.max_queue; server = "consortd 0.1.0" })
@@ -506,6 +511,7 @@ let add_client t fd =
       closed = false;
       discard = 0;
       batch = false;
+      hello_timer = None;
       handles = Hashtbl.create 4;
     }
   in
@@ -517,12 +523,14 @@ let add_client t fd =
   else begin
     Loop.watch t.loop fd (fun () -> if not c.closed then readable t c);
     (* A connection that does not say HELLO in time holds nothing for long. *)
-    ignore
-      (Loop.after t.loop
-         (Time.of_ms (int_of_float (t.cfg.hello_timeout *. 1000.)))
-         (fun () ->
-           if (not c.closed) && not c.hello then
-             fatal t c Wire.Not_hello (Printf.sprintf "no HELLO within %g s" t.cfg.hello_timeout)))
+    c.hello_timer <-
+      Some
+        (Loop.after t.loop
+           (Time.of_ms (int_of_float (t.cfg.hello_timeout *. 1000.)))
+           (fun () ->
+             c.hello_timer <- None;
+             if (not c.closed) && not c.hello then
+               fatal t c Wire.Not_hello (Printf.sprintf "no HELLO within %g s" t.cfg.hello_timeout)))
   end
 
 let adopt = add_client
@@ -668,10 +676,14 @@ let run cfg =
         if !usr1 then begin
           (* One line on standard error: what the daemon holds and has done. *)
           usr1 := false;
-          prerr_endline
-            (String.concat " "
-               (Printf.sprintf "counters clients=%d members=%d" (clients t) (members t)
-               :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
+          let gc = Gc.stat () in
+          let head =
+            Printf.sprintf "counters clients=%d members=%d timers=%d watched=%d heap_kib=%d live_kib=%d" (clients t)
+              (members t) (Loop.timers loop) (Loop.watched loop)
+              (gc.Gc.heap_words * (Sys.word_size / 8) / 1024)
+              (gc.Gc.live_words * (Sys.word_size / 8) / 1024)
+          in
+          prerr_endline (String.concat " " (head :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
         end;
         if !stop then close t ~on_done:(fun () -> finished := true) else ignore (Loop.after loop (Time.of_ms 50) poll)
       in
