@@ -18,6 +18,11 @@ module Astring_like = struct
     let n = String.length sub in
     let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
     go 0
+
+  let find s sub =
+    let n = String.length sub in
+    let rec go i = if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1) in
+    go 0
 end
 
 let with_daemon ?args bind f =
@@ -382,6 +387,50 @@ let test_suspect_switch () =
       check "delivered" true (until conns (fun () -> List.mem (C.me b.m, "ordered") !(a.casts)));
       List.iter C.close conns)
 
+(* Churn leaves nothing behind: 200 clients join beside a member and are
+   failed out (closed, or dead mid-frame); then the daemon holds one
+   client, one member, its descriptors, and no timer per past client. *)
+let test_churn_leaves_nothing () =
+  with_daemon ~args:[ "--ports"; "16" ] (addr 97) (fun d ->
+      let a = member d "g" in
+      let formed = ref 0 in
+      for i = 1 to 200 do
+        let b = member d "g" in
+        if until ~timeout:5. [ a.conn; b.conn ] (fun () -> view_size b = 2) then incr formed;
+        ignore (C.cast b.m "x");
+        if i mod 2 = 0 then begin
+          let f = Wire.encode_request (Wire.Cast { handle = 1; req = 9; payload = "half" }) in
+          ignore (Unix.write_substring (C.fd b.conn) f 0 7)
+        end;
+        C.close b.conn;
+        ignore (until ~timeout:5. [ a.conn ] (fun () -> view_size a = 1))
+      done;
+      Alcotest.(check int) "every client joined a" 200 !formed;
+      check "every one failed out" true (view_size a = 1);
+      Unix.kill d.pid Sys.sigusr1;
+      let err = Filename.concat d.dir "consortd.err" in
+      let read () =
+        try
+          let ic = open_in_bin err in
+          let s = really_input_string ic (in_channel_length ic) in
+          close_in ic;
+          s
+        with Sys_error _ -> ""
+      in
+      ignore (until ~timeout:5. [ a.conn ] (fun () -> Astring_like.contains (read ()) "counters "));
+      let line = read () in
+      let field k =
+        match Astring_like.find line (k ^ "=") with
+        | Some i -> Scanf.sscanf (String.sub line (i + String.length k + 1) (String.length line - i - String.length k - 1)) "%d" Fun.id
+        | None -> -1
+      in
+      Alcotest.(check int) "clients" 1 (field "clients");
+      Alcotest.(check int) "members" 1 (field "members");
+      (* The listener, the client, and the member's socket. *)
+      Alcotest.(check int) "descriptors watched" 3 (field "watched");
+      check (Printf.sprintf "timers: %d, none per past client" (field "timers")) true (field "timers" >= 0 && field "timers" < 20);
+      C.close a.conn)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -398,5 +447,6 @@ let () =
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
           Alcotest.test_case "suspect and switch" `Quick test_suspect_switch;
+          Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
         ] );
     ]
