@@ -44,7 +44,7 @@ let framer () =
 let str = Crowbar.(choose [ bytes; const ""; const "g" ])
 let props = Crowbar.(choose [ const ""; const "vsync"; const "vsync,Total"; const "Gmp,Sync"; const "Nonsense"; const "vsync,Auth"; bytes ])
 let params = Crowbar.(choose [ const ""; const "suspect.timeout=2s"; const "mflow.window=0"; bytes ])
-let peers = Crowbar.(list (choose [ const "127.0.0.1:24090"; const "127.0.0.1:1-65535"; const "x"; bytes ]))
+let peers = Crowbar.(list (choose [ const "127.0.0.1:30500"; const "127.0.0.1:1-65535"; const "x"; bytes ]))
 let handle = Crowbar.(choose [ range 4; const Wire.no_handle; map [ int32 ] (fun i -> Int32.to_int i land 0xffffffff) ])
 
 let request =
@@ -84,7 +84,7 @@ let daemon =
     (let loop = Loop.create () in
      match
        Server.create loop
-         { Server.default with socket = None; tcp = Some "127.0.0.1:0"; bind = "127.0.0.1:24090"; ports = 4; max_frame = 4096; max_queue = 65536 }
+         { Server.default with socket = None; tcp = Some "127.0.0.1:0"; bind = "127.0.0.1:30500"; ports = 4; max_frame = 4096; max_queue = 65536 }
      with
      | Ok t -> (loop, t)
      | Error e -> failwith e)

@@ -20,7 +20,7 @@ let layers = Result.get_ok (Consort_group.Properties.(layers vsync))
 let count = ref 2000
 let warmup = ref 200
 let tput_count = ref 10000
-let base = ref 24500
+let base = ref 30000
 let json = ref false
 
 let () =
@@ -28,7 +28,7 @@ let () =
     [
       ("--count", Arg.Set_int count, "N round trips (2000)");
       ("--messages", Arg.Set_int tput_count, "N 1 KB messages for throughput (10000)");
-      ("--port", Arg.Set_int base, "P first UDP port used (24500)");
+      ("--port", Arg.Set_int base, "P first UDP port used (30000)");
       ("--json", Arg.Set json, " also one JSON line");
     ]
     (fun _ -> raise (Arg.Bad "no positional arguments"))

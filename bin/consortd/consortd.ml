@@ -6,7 +6,7 @@ module Seal = Consort_seal.Seal
 
 let setup_logs ((levels, format), verbose) = Consort_cli.setup_logs ~verbose format levels
 
-let main socket tcp bind ports peers key max_frame max_queue max_clients max_members verbose =
+let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -27,6 +27,10 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
         Fmt.epr "consortd: --max-queue %d: at least --max-frame (%d) and at most 4 GiB@." max_queue max_frame;
         2
       end
+      else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
+        Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
+        2
+      end
       else if max_clients < 1 || max_members < 1 then begin
         Fmt.epr "consortd: --max-clients and --max-members must be at least 1@.";
         2
@@ -44,6 +48,7 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
             max_queue;
             max_clients;
             max_members;
+            hello_timeout;
           }
         in
         match Server.run cfg with
@@ -98,6 +103,12 @@ let cmd =
   in
   let max_clients = Arg.(value & opt int Server.default.max_clients & info [ "max-clients" ] ~docv:"N" ~doc:"Clients at once.") in
   let max_members = Arg.(value & opt int Server.default.max_members & info [ "max-members" ] ~docv:"N" ~doc:"Members per client.") in
+  let hello_timeout =
+    Arg.(
+      value
+      & opt float Server.default.hello_timeout
+      & info [ "hello-timeout" ] ~docv:"SECONDS" ~doc:"A new connection that has not said HELLO by then is closed.")
+  in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log clients failed out and view changes on standard error.") in
   let man =
     [
@@ -108,6 +119,10 @@ let cmd =
          closes its connection, dies, sends what does not decode, or stops reading is failed out of its \
          groups (its members leave); the others are not disturbed. SIGTERM or SIGINT: every member leaves, \
          then the daemon exits.";
+      `P
+        "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N members=N and its \
+         counters (clients accepted, frames and bytes in and out, clients failed out by reason: failed_closed, \
+         failed_malformed, failed_overloaded, ...).";
       `P
         "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every member left); 2 for a \
          bad argument, an address in use or a key that cannot be read; 124 for an option the command line parser \
@@ -120,6 +135,6 @@ let cmd =
   in
   Cmd.v
     (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits ~doc:"the Consort daemon: process groups for local clients" ~man)
-    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
+    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ hello_timeout $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

@@ -17,5 +17,15 @@ p=$(grep -Eo '[0-9]+ passed' "$out" | tail -1 | grep -Eo '^[0-9]+')
 f=$(grep -Eo '[0-9]+ (failed|error)' "$out" | awk '{s+=$1} END {print s+0}')
 p=${p:-0}
 if [ "$rc" -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
+# The package is typed: mypy --strict must accept it (python3-mypy, from make deps).
+mypy=""
+for m in "$py" python3 /usr/bin/python3; do
+  if "$m" -c 'import mypy' 2>/dev/null; then mypy=$m; break; fi
+done
+if [ -n "$mypy" ] && "$mypy" -m mypy --strict --no-incremental --cache-dir=/dev/null consort_client; then
+  p=$((p + 1))
+else
+  echo "mypy --strict consort_client failed (or python3-mypy is missing: make deps)"; f=$((f + 1))
+fi
 echo "$p passed, $f failed"
 [ "$f" = 0 ]

@@ -21,6 +21,7 @@ type config = {
   max_queue : int;
   max_clients : int;
   max_members : int;
+  hello_timeout : float;
 }
 
 let default =
@@ -35,6 +36,7 @@ let default =
     max_queue = 8 lsl 20;
     max_clients = 256;
     max_members = 64;
+    hello_timeout = 10.;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -106,6 +108,7 @@ and client = {
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
   mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
+  mutable hello_timer : Loop.timer option;
   handles : (int, member) Hashtbl.t;
 }
 
@@ -195,11 +198,16 @@ and fail t c why detail =
     Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail);
     Option.iter Loop.cancel c.flush_timer;
     c.flush_timer <- None;
+    Option.iter Loop.cancel c.hello_timer;
+    c.hello_timer <- None;
     Loop.unwatch t.loop c.fd;
     (try Unix.close c.fd with Unix.Unix_error _ -> ());
     Hashtbl.remove t.clients c.cid;
     Buffer.reset c.out;
-    Hashtbl.iter (fun _ m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) c.handles
+    (* A leave may exit at once (a member alone), which changes the table:
+       the members are listed first. *)
+    let ms = Hashtbl.fold (fun _ m acc -> m :: acc) c.handles [] in
+    List.iter (fun m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) ms
   end
 
 
@@ -237,6 +245,7 @@ let refusal = function
    string it was given, in order). *)
 let take_pending m payload =
   if Queue.is_empty m.pending then None
+  else if snd (Queue.peek m.pending) == payload then Some (fst (Queue.pop m.pending))
   else
     let found = ref None and rest = Queue.create () in
     Queue.iter
@@ -365,6 +374,8 @@ let with_member t c handle f =
   | Some ({ g = Some g; exited = false; _ } as m) -> f m g
   | _ -> err t c handle Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
 
+let max_group = 255
+
 let ok t c handle = reply t c (Wire.Ok { handle; value = 0; info = "" })
 
 let request t c (r : Wire.request) =
@@ -376,6 +387,8 @@ let request t c (r : Wire.request) =
           (Printf.sprintf "the client speaks versions %d-%d, the daemon %d-%d" min_version max_version Wire.min_version Wire.version)
       else begin
         c.hello <- true;
+        Option.iter Loop.cancel c.hello_timer;
+        c.hello_timer <- None;
         reply t c
           (Wire.Hello_ok
              { version = min max_version Wire.version; max_frame = t.cfg.max_frame; max_queue = t.cfg.max_queue; server = "consortd 0.1.0" })
@@ -384,6 +397,8 @@ let request t c (r : Wire.request) =
   | Ping { cookie } -> reply t c (Wire.Pong { cookie })
   | Join { handle; group; props; params; flags; peers } -> (
       if group = "" then err t c handle Wire.Bad_props "an empty group name"
+      else if String.length group > max_group then
+        err t c handle Wire.Bad_props (Printf.sprintf "a group name of %d bytes, over %d" (String.length group) max_group)
       else if t.closing then err t c handle Wire.Overloaded "the daemon is stopping"
       else
         match join_member t c ~handle ~group ~props ~params ~flags ~peers with
@@ -496,6 +511,7 @@ let add_client t fd =
       closed = false;
       discard = 0;
       batch = false;
+      hello_timer = None;
       handles = Hashtbl.create 4;
     }
   in
@@ -504,7 +520,18 @@ let add_client t fd =
   if t.closing || Hashtbl.length t.clients > t.cfg.max_clients then
     fatal t c Wire.Overloaded
       (if t.closing then "the daemon is stopping" else Printf.sprintf "at most %d clients" t.cfg.max_clients)
-  else Loop.watch t.loop fd (fun () -> if not c.closed then readable t c)
+  else begin
+    Loop.watch t.loop fd (fun () -> if not c.closed then readable t c);
+    (* A connection that does not say HELLO in time holds nothing for long. *)
+    c.hello_timer <-
+      Some
+        (Loop.after t.loop
+           (Time.of_ms (int_of_float (t.cfg.hello_timeout *. 1000.)))
+           (fun () ->
+             c.hello_timer <- None;
+             if (not c.closed) && not c.hello then
+               fatal t c Wire.Not_hello (Printf.sprintf "no HELLO within %g s" t.cfg.hello_timeout)))
+  end
 
 let adopt = add_client
 
@@ -641,10 +668,23 @@ let run cfg =
   match create loop cfg with
   | Error e -> Error e
   | Ok t ->
-      let stop = ref false and finished = ref false in
+      let stop = ref false and finished = ref false and usr1 = ref false in
       Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> stop := true));
       Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> stop := true));
+      Sys.set_signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> usr1 := true));
       let rec poll () =
+        if !usr1 then begin
+          (* One line on standard error: what the daemon holds and has done. *)
+          usr1 := false;
+          let gc = Gc.stat () in
+          let head =
+            Printf.sprintf "counters clients=%d members=%d timers=%d watched=%d heap_kib=%d live_kib=%d" (clients t)
+              (members t) (Loop.timers loop) (Loop.watched loop)
+              (gc.Gc.heap_words * (Sys.word_size / 8) / 1024)
+              (gc.Gc.live_words * (Sys.word_size / 8) / 1024)
+          in
+          prerr_endline (String.concat " " (head :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
+        end;
         if !stop then close t ~on_done:(fun () -> finished := true) else ignore (Loop.after loop (Time.of_ms 50) poll)
       in
       poll ();

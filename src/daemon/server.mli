@@ -27,11 +27,13 @@ type config = {
   max_queue : int;  (** bytes of upcalls a client may leave unread *)
   max_clients : int;
   max_members : int;  (** per client *)
+  hello_timeout : float;  (** seconds a new connection has to say HELLO *)
 }
 
 val default : config
 (** No socket, UDP from 127.0.0.1:7500 (32 ports), frames up to 1 MiB +
-    1 KiB, 8 MiB of queue per client, 256 clients, 64 members each. *)
+    1 KiB, 8 MiB of queue per client, 256 clients, 64 members each, 10 s
+    to say HELLO. *)
 
 val parse_peers : string list -> (string list, string) result
 (** Expands ["IP:PORT-PORT"] ranges (at most 1024 ports in all); one line
@@ -57,4 +59,6 @@ val stats : t -> (string * int) list
 (** Counters: clients accepted and failed (by reason), frames, bytes. *)
 
 val run : config -> (unit, string) result
-(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. *)
+(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On
+    SIGUSR1 it prints one line on standard error: [counters clients=N
+    members=N] and {!stats} as [NAME=VALUE]. *)

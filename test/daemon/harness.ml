@@ -34,7 +34,7 @@ let start ?(args = []) ?dir ~bind () =
   let err = Unix.openfile (Filename.concat dir "consortd.err") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND ] 0o600 in
   let pid =
     Unix.create_process (consortd ())
-      (Array.of_list ([ "consortd"; "--socket"; socket; "--bind"; bind ] @ args))
+      (Array.of_list ([ "consortd"; "--socket"; socket; "--bind"; bind ] @ (if List.mem "--ports" args then [] else [ "--ports"; "8" ]) @ args))
       devnull devnull err
   in
   Unix.close devnull;

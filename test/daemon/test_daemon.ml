@@ -8,6 +8,23 @@ module C = Consort_client
 
 let check = Alcotest.(check bool)
 
+(* Ports: a window of 100 from 20000, chosen by the process id, so that two
+   runs at once on one machine (and their groups) stay apart. *)
+let base = 20000 + (100 * (Unix.getpid () mod 40))
+let addr n = Printf.sprintf "127.0.0.1:%d" (base + n)
+
+module Astring_like = struct
+  let contains s sub =
+    let n = String.length sub in
+    let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+    go 0
+
+  let find s sub =
+    let n = String.length sub in
+    let rec go i = if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1) in
+    go 0
+end
+
 let with_daemon ?args bind f =
   let d = start ?args ~bind () in
   Fun.protect
@@ -19,7 +36,7 @@ let with_daemon ?args bind f =
 (* Two members through one daemon: a view of two, and every cast of each
    delivered to both, in FIFO order per origin. *)
 let test_group () =
-  with_daemon "127.0.0.1:23000" (fun d ->
+  with_daemon (addr 0) (fun d ->
       let a = member d "g" and b = member d "g" in
       check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       for i = 1 to 50 do
@@ -52,7 +69,7 @@ let test_group () =
 
 (* The protocol's errors: a request before HELLO, no common version. *)
 let test_handshake () =
-  with_daemon "127.0.0.1:23010" (fun d ->
+  with_daemon (addr 10) (fun d ->
       let r = raw d in
       put r (Wire.encode_request (Wire.Ping { cookie = 1 }));
       (match next r with
@@ -87,6 +104,10 @@ let test_handshake () =
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
       | _ -> Alcotest.fail "bad peers: bad-address");
+      put r (Wire.encode_request (Wire.Join { handle = 1; group = String.make 256 'g'; props = ""; params = ""; flags = 0; peers = [] }));
+      (match next r with
+      | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
+      | _ -> Alcotest.fail "a group name over 255 bytes: bad-props");
       put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = "vsync,Auth"; params = ""; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Join_failed; _ }) -> ()
@@ -113,7 +134,7 @@ let undisturbed d f =
 (* Garbage: a frame that does not decode is a malformed error and the end
    of that client only. *)
 let test_garbage () =
-  with_daemon "127.0.0.1:23020" (fun d ->
+  with_daemon (addr 20) (fun d ->
       undisturbed d (fun () ->
           for i = 0 to 20 do
             let r = raw d in
@@ -138,7 +159,7 @@ let test_garbage () =
 (* A huge length prefix: answered at once with too-big, and the bytes that
    follow are dropped, never held: the daemon's memory does not grow. *)
 let test_huge_length () =
-  with_daemon "127.0.0.1:23030" (fun d ->
+  with_daemon (addr 30) (fun d ->
       undisturbed d (fun () ->
           let r = raw d in
           hello r;
@@ -173,7 +194,7 @@ let test_huge_length () =
 (* A client whose member is in the group and that dies in the middle of a
    frame is failed out: the others see it leave, and nothing else. *)
 let test_dies_mid_frame () =
-  with_daemon "127.0.0.1:23040" (fun d ->
+  with_daemon (addr 40) (fun d ->
       let a = member d "g" and b = member d "g" in
       check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       let r = raw d in
@@ -197,7 +218,7 @@ let test_dies_mid_frame () =
    --max-queue bytes wait for it, it is failed out; the sender is not held
    up, and every one of its casts reaches the member that reads. *)
 let test_stops_reading () =
-  with_daemon ~args:[ "--max-queue"; "2000000"; "--max-frame"; "70000" ] "127.0.0.1:23050" (fun d ->
+  with_daemon ~args:[ "--max-queue"; "2000000"; "--max-frame"; "70000" ] (addr 50) (fun d ->
       let a = member d "g" and b = member d "g" in
       let r = raw d in
       hello r;
@@ -226,7 +247,7 @@ let test_stops_reading () =
 (* A client that closes its connection without leaving: its members are
    failed out (a leave), the others see a view without them at once. *)
 let test_client_closes () =
-  with_daemon "127.0.0.1:23060" (fun d ->
+  with_daemon (addr 60) (fun d ->
       let a = member d "g" and b = member d "g" and c = member d "g" in
       check "a view of three" true (until [ a.conn; b.conn; c.conn ] (fun () -> view_size a = 3 && view_size c = 3));
       C.close c.conn;
@@ -236,6 +257,179 @@ let test_client_closes () =
       check "quickly" true (Unix.gettimeofday () -. t0 < 4.);
       C.close a.conn;
       C.close b.conn)
+
+(* TCP on loopback, and a daemon with a key: members sealed (Auth,
+   Privacy) form a group and deliver; without a key, Auth is refused. *)
+let test_tcp_and_key () =
+  let dir = tmpdir () in
+  let key = Filename.concat dir "k.key" in
+  (match Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()) with Ok () -> () | Error e -> Alcotest.fail e);
+  let tcp = (addr 79) in
+  let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key ] ~bind:(addr 70) () in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf dir)
+    (fun () ->
+      let via_tcp props =
+        let conn = match C.connect ("tcp:" ^ tcp) with Ok c -> c | Error e -> Alcotest.fail e in
+        let views = ref [] and casts = ref [] and sends = ref [] and exited = ref false in
+        let cb =
+          {
+            Consort_group.Group.view = (fun v -> views := v :: !views);
+            cast = (fun ~origin s -> casts := (origin, s) :: !casts);
+            send = (fun ~origin s -> sends := (origin, s) :: !sends);
+            block = ignore;
+            flow = ignore;
+            exit = (fun () -> exited := true);
+          }
+        in
+        match C.join ~props conn ~group:"sealed" cb with
+        | Ok m -> { conn; m; views; casts; sends; exited }
+        | Error e -> Alcotest.fail (Fmt.str "join: %a" C.pp_join_error e)
+      in
+      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy") in
+      let a = via_tcp props and b = member ~props d "sealed" in
+      check "a sealed view of two, one client over TCP" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      Alcotest.(check bool) "cast" true (C.cast a.m "secret" = Ok ());
+      check "delivered" true (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "secret") !(b.casts)));
+      C.close a.conn;
+      C.close b.conn);
+  with_daemon (addr 75) (fun d ->
+      let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
+      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Auth") in
+      (match C.join ~props conn ~group:"g" { Consort_group.Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } with
+      | Error (C.Refused (Wire.Join_failed, reason)) -> check "says --key" true (Astring_like.contains reason "--key")
+      | _ -> Alcotest.fail "Auth without a daemon key: join-failed");
+      C.close conn)
+
+(* A connection that never says HELLO is closed after --hello-timeout;
+   SIGTERM: the members leave (the other daemon's member sees them go as
+   a leave), the socket is removed, and the daemon exits with 0. *)
+let test_idle_and_sigterm () =
+  let d = start ~args:[ "--hello-timeout"; "0.5"; "--peers"; (Printf.sprintf "127.0.0.1:%d-%d" (base + 90) (base + 91)) ] ~bind:(addr 80) () in
+  let d2 = start ~args:[ "--peers"; (Printf.sprintf "127.0.0.1:%d-%d" (base + 80) (base + 81)) ] ~bind:(addr 90) () in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      stop d2;
+      rm_rf d.dir;
+      rm_rf d2.dir)
+    (fun () ->
+      let r = raw d in
+      (match next ~timeout:5. r with
+      | `Event (Wire.Error { code = Wire.Not_hello; reason; _ }) -> check "says why" true (String.length reason > 0)
+      | _ -> Alcotest.fail "an idle connection: not-hello after the timeout");
+      check "closed" true (next r = `Closed);
+      close_raw r;
+      let a = member d "g" and b = member d2 "g" in
+      check "a view of two over two daemons" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      Unix.kill d.pid Sys.sigusr1;
+      let err = Filename.concat d.dir "consortd.err" in
+      let read () =
+        try
+          let ic = open_in_bin err in
+          let s = really_input_string ic (in_channel_length ic) in
+          close_in ic;
+          s
+        with Sys_error _ -> ""
+      in
+      let deadline = Unix.gettimeofday () +. 5. in
+      while (not (Astring_like.contains (read ()) "counters ")) && Unix.gettimeofday () < deadline do
+        Unix.sleepf 0.02
+      done;
+      let line = read () in
+      check "SIGUSR1: one line of counters" true
+        (Astring_like.contains line "counters clients=1 members=1" && Astring_like.contains line "failed_not-hello=1");
+      Unix.kill d.pid Sys.sigterm;
+      check "b sees a leave" true (until ~timeout:5. [ b.conn ] (fun () -> view_size b = 1));
+      (match !(b.views) with
+      | v :: _ -> Alcotest.(check (list (pair string string))) "as a leave" [ (C.me a.m, "left") ] v.why
+      | [] -> ());
+      let deadline = Unix.gettimeofday () +. 5. in
+      let rec wait () =
+        match Unix.waitpid [ Unix.WNOHANG ] d.pid with
+        | 0, _ when Unix.gettimeofday () < deadline ->
+            Unix.sleepf 0.02;
+            wait ()
+        | 0, _ -> Alcotest.fail "the daemon did not exit after SIGTERM"
+        | _, st -> st
+      in
+      Alcotest.(check bool) "exit status 0" true (wait () = Unix.WEXITED 0);
+      check "its socket is removed" false (Sys.file_exists d.socket);
+      C.close a.conn;
+      C.close b.conn)
+
+(* SUSPECT and SWITCH through the daemon: a member suspected by another
+   is excluded (with the reason); a switch to total order installs a view
+   on the new stack, and casts go on. *)
+let test_suspect_switch () =
+  with_daemon (addr 95) (fun d ->
+      let a = member d "g" and b = member d "g" and c = member d "g" in
+      let conns = [ a.conn; b.conn; c.conn ] in
+      check "a view of three" true (until conns (fun () -> view_size a = 3 && view_size b = 3 && view_size c = 3));
+      C.suspect a.m [ C.me c.m ];
+      check "the suspected member is excluded" true (until conns (fun () -> view_size a = 2 && view_size b = 2));
+      (match !(a.views) with
+      | v :: _ ->
+          check "named with its reason" true
+            (match List.assoc_opt (C.me c.m) v.why with Some w -> String.length w > 9 && String.sub w 0 9 = "excluded:" | None -> false)
+      | [] -> ());
+      let views = List.length !(a.views) in
+      (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Total")) with
+      | Ok () -> ()
+      | Error (code, reason) -> Alcotest.failf "switch: %s: %s" (Wire.code_name code) reason);
+      check "a view on the new stack" true (until conns (fun () -> List.length !(a.views) > views && view_size a = 2));
+      (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Xfer")) with
+      | Error (Wire.Bad_switch, reason) -> check "one line" true (not (String.contains reason '\n'))
+      | _ -> Alcotest.fail "a switch that adds state transfer: bad-switch");
+      Alcotest.(check bool) "cast after the switch" true (C.cast b.m "ordered" = Ok ());
+      check "delivered" true (until conns (fun () -> List.mem (C.me b.m, "ordered") !(a.casts)));
+      List.iter C.close conns)
+
+(* Churn leaves nothing behind: 200 clients join beside a member and are
+   failed out (closed, or dead mid-frame); then the daemon holds one
+   client, one member, its descriptors, and no timer per past client. *)
+let test_churn_leaves_nothing () =
+  with_daemon ~args:[ "--ports"; "16" ] (addr 97) (fun d ->
+      let a = member d "g" in
+      let formed = ref 0 in
+      for i = 1 to 200 do
+        let b = member d "g" in
+        if until ~timeout:5. [ a.conn; b.conn ] (fun () -> view_size b = 2) then incr formed;
+        ignore (C.cast b.m "x");
+        if i mod 2 = 0 then begin
+          let f = Wire.encode_request (Wire.Cast { handle = 1; req = 9; payload = "half" }) in
+          ignore (Unix.write_substring (C.fd b.conn) f 0 7)
+        end;
+        C.close b.conn;
+        ignore (until ~timeout:5. [ a.conn ] (fun () -> view_size a = 1))
+      done;
+      Alcotest.(check int) "every client joined a" 200 !formed;
+      check "every one failed out" true (view_size a = 1);
+      Unix.kill d.pid Sys.sigusr1;
+      let err = Filename.concat d.dir "consortd.err" in
+      let read () =
+        try
+          let ic = open_in_bin err in
+          let s = really_input_string ic (in_channel_length ic) in
+          close_in ic;
+          s
+        with Sys_error _ -> ""
+      in
+      ignore (until ~timeout:5. [ a.conn ] (fun () -> Astring_like.contains (read ()) "counters "));
+      let line = read () in
+      let field k =
+        match Astring_like.find line (k ^ "=") with
+        | Some i -> Scanf.sscanf (String.sub line (i + String.length k + 1) (String.length line - i - String.length k - 1)) "%d" Fun.id
+        | None -> -1
+      in
+      Alcotest.(check int) "clients" 1 (field "clients");
+      Alcotest.(check int) "members" 1 (field "members");
+      (* The listener, the client, and the member's socket. *)
+      Alcotest.(check int) "descriptors watched" 3 (field "watched");
+      check (Printf.sprintf "timers: %d, none per past client" (field "timers")) true (field "timers" >= 0 && field "timers" < 20);
+      C.close a.conn)
 
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
@@ -250,5 +444,9 @@ let () =
           Alcotest.test_case "a client dies mid-frame" `Quick test_dies_mid_frame;
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
+          Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
+          Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
+          Alcotest.test_case "suspect and switch" `Quick test_suspect_switch;
+          Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
         ] );
     ]

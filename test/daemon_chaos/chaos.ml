@@ -5,9 +5,7 @@
    die in the middle of a frame, or leave cleanly; a new client takes the
    slot. Every client writes a member log. At the end the stable clients
    leave, and:
-   - the daemon is alive, and its memory stayed bounded (its resident size
-     in the second half of the run no more than in the first half plus a
-     margin);
+   - the daemon is alive, and its memory stayed bounded (see below);
    - no stable member was ever excluded or saw another stable member go,
      and none of its casts was refused but by flow control;
    - the logs of all clients pass the virtual synchrony checker.
@@ -23,7 +21,7 @@ let seconds = ref 15.
 let seed = ref 1
 let slots = ref 100
 let groups = ref 10
-let port = ref 23400
+let port = ref (27000 + (250 * (Unix.getpid () mod 12)))
 let keep = ref false
 
 let () =
@@ -33,7 +31,7 @@ let () =
       ("--seed", Arg.Set_int seed, "N the seed of the schedule (1)");
       ("--clients", Arg.Set_int slots, "N client slots (100)");
       ("--groups", Arg.Set_int groups, "N groups (10)");
-      ("--port", Arg.Set_int port, "P the daemon's first UDP port (23400)");
+      ("--port", Arg.Set_int port, "P the daemon's first UDP port (from 27000, by the process id)");
       ("--keep", Arg.Set keep, " keep the logs");
     ]
     (fun _ -> raise (Arg.Bad "no positional arguments"))
@@ -238,7 +236,9 @@ let () =
     let t = elapsed () in
     if t >= !next_sample then begin
       rss_samples := (t, rss d.pid) :: !rss_samples;
-      next_sample := t +. 0.5
+      (* With --keep, the daemon's counters every sample, in its log. *)
+      if !keep then (try Unix.kill d.pid Sys.sigusr1 with Unix.Unix_error _ -> ());
+      next_sample := t +. 0.25
     end;
     List.iter
       (fun c ->
@@ -292,13 +292,32 @@ let () =
       close_out c.oc)
     stable;
   let samples = List.rev !rss_samples in
-  let half = !seconds /. 2. in
-  let first = List.fold_left (fun acc (t, r) -> if t < half then max acc r else acc) 0 samples in
-  let second = List.fold_left (fun acc (t, r) -> if t >= half then max acc r else acc) 0 samples in
-  check
-    (Printf.sprintf "daemon memory bounded: at most %d MiB in the first half, %d MiB in the second" (first / 1024) (second / 1024))
-    (second <= first + (first / 2) + (16 * 1024))
-    "";
+  (* Bounded: the daemon's resident size stays under an absolute bound
+     (about 33 MiB are reached with 100 clients here), and in a run of
+     40 s or more, once warm (its heap grows over the first 15 s or so, as
+     the groups' views and histories fill), it stops growing: the last
+     quarter's peak is at most the second quarter's plus 10% and 8 MiB. A
+     leak per client or per message grows with the run. (Leaks of clients,
+     members, descriptors and timers are also counted exactly by
+     test_daemon's churn test.) *)
+  let peak a b = List.fold_left (fun acc (t, r) -> if t >= a && t < b then max acc r else acc) 0 samples in
+  let q = !seconds /. 4. in
+  let q2 = peak q (2. *. q) and q4 = peak (3. *. q) (4. *. q +. 1.) and all = peak 0. (!seconds +. 1.) in
+  Printf.printf "daemon RSS (MiB) every %.0f s: %s\n" (!seconds /. 12.)
+    (String.concat " "
+       (List.filter_map
+          (fun i ->
+            let a = float i *. !seconds /. 12. in
+            match peak a (a +. (!seconds /. 12.)) with 0 -> None | r -> Some (string_of_int (r / 1024)))
+          (List.init 12 Fun.id)));
+  let limit = 96 * 1024 in
+  check (Printf.sprintf "daemon memory under %d MiB: peak %d MiB" (limit / 1024) (all / 1024)) (all > 0 && all <= limit) "";
+  if !seconds >= 40. then
+    check
+      (Printf.sprintf "daemon memory flat once warm: peak %d MiB in the second quarter of the run, %d MiB in the last" (q2 / 1024)
+         (q4 / 1024))
+      (q4 <= q2 + (q2 / 10) + (8 * 1024))
+      "";
   check "no stable member saw another stable one go" (!excluded_stable = []) (String.concat "; " (List.filteri (fun i _ -> i < 3) !excluded_stable));
   let refused = List.concat_map (fun c -> c.refused) stable in
   check "no stable member's cast refused but by flow control" (refused = []) (String.concat "; " (List.filteri (fun i _ -> i < 3) refused));

@@ -4,13 +4,15 @@
 # and a Python member through another (one daemon per "machine", on other
 # loopback ports). Each writes one member log; `consort check-logs --total`
 # must pass over the three. Ends with "N passed, M failed".
-#   INTEROP_CASTS (default 100) casts per member; INTEROP_PORT (default 23300).
+#   INTEROP_CASTS (default 100) casts per member; INTEROP_PORT (default: from
+#   26000, chosen by the process id, so that two runs at once stay apart).
 set -u
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 B=$root/_build/default
 n=${INTEROP_CASTS:-100}
-base=${INTEROP_PORT:-23300}
+base=${INTEROP_PORT:-$((26000 + 40 * ($$ % 25)))}
+group=interop-$$
 d1=$base; d2=$((base + 10)); pm=$((base + 20))
 dir=$(mktemp -d /tmp/consort-interop.XXXXXX)
 pids=()
@@ -22,8 +24,8 @@ finish() {
   wait 2>/dev/null
   echo "$passed passed, $failed failed"
   if [ -n "${INTEROP_KEEP:-}" ]; then echo "kept $dir"; else rm -rf "$dir"; fi
-  [ "$failed" = 0 ]
-  exit
+  # (A bare exit in a trap would keep the status from before the trap.)
+  if [ "$failed" = 0 ]; then exit 0; else exit 1; fi
 }
 trap finish EXIT
 
@@ -41,13 +43,13 @@ for _ in $(seq 200); do [ -S "$dir/d1.sock" ] && [ -S "$dir/d2.sock" ] && break;
 
 mkfifo "$dir/in.ml" "$dir/in.c" "$dir/in.py"
 range() { local p; for p in $(seq "$1" $(($1 + 7))); do printf '127.0.0.1:%d,' "$p"; done; }
-$B/bin/main.exe member --group interop --props vsync,Total --bind 127.0.0.1:$pm \
+$B/bin/main.exe member --group "$group" --props vsync,Total --bind 127.0.0.1:$pm \
   --peers "$(range $d1)$(range $d2)" --log "$dir/ml.log" --quiet \
   <"$dir/in.ml" >"$dir/ml.out" 2>&1 &
 pids+=($!)
-"$dir/c/logmember" "$dir/d1.sock" interop vsync,Total "$dir/c.log" <"$dir/in.c" >"$dir/c.out" 2>&1 &
+"$dir/c/logmember" "$dir/d1.sock" "$group" vsync,Total "$dir/c.log" <"$dir/in.c" >"$dir/c.out" 2>&1 &
 pids+=($!)
-$py clients/python/examples/logmember.py "$dir/d2.sock" interop vsync,Total "$dir/py.log" \
+$py clients/python/examples/logmember.py "$dir/d2.sock" "$group" vsync,Total "$dir/py.log" \
   <"$dir/in.py" >"$dir/py.out" 2>&1 &
 pids+=($!)
 exec 3>"$dir/in.ml" 4>"$dir/in.c" 5>"$dir/in.py"

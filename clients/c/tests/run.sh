@@ -10,7 +10,7 @@ if ! make -s OUT="$out" all >/dev/null; then echo "build failed"; echo "0 passed
 # The header, library and pkg-config file as a user sees them.
 if ! PKG_CONFIG_PATH=$out pkg-config --exists consort-client; then echo "pkg-config cannot read consort-client.pc"; echo "0 passed, 1 failed"; exit 1; fi
 dir=$(mktemp -d /tmp/consort-c.XXXXXX)
-"$consortd" --socket "$dir/d.sock" --bind 127.0.0.1:${C_TEST_PORT:-23200} --ports 8 2>"$dir/daemon.err" &
+"$consortd" --socket "$dir/d.sock" --bind 127.0.0.1:${C_TEST_PORT:-$((25000 + 10 * ($$ % 100)))} --ports 8 2>"$dir/daemon.err" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done

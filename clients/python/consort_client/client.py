@@ -185,7 +185,7 @@ class Client:
                 self.upcalls.append(ev)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                self._shut("no reply from the daemon within %.1f s" % self.timeout)
+                self._shut("no reply from the daemon within %.1f s" % (self.timeout or 0.0))
             self._read(left)
 
     def join(

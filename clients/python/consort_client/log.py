@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import IO, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 
 def frame(seq: int, text: bytes) -> bytes:
@@ -38,7 +38,7 @@ class Writer:
         self.out = out
         self.me = me
 
-    def _write(self, obj: dict) -> None:
+    def _write(self, obj: Dict[str, Any]) -> None:
         self.out.write(json.dumps(obj, separators=(",", ":")) + "\n")
         self.out.flush()
 
@@ -74,7 +74,7 @@ class Writer:
         )
 
     def refused(self, vid: str, seq: int, text: bytes, reason: str, dst: Optional[str] = None) -> None:
-        obj = {"ev": "refused", "t": self._t(), "me": self.me, "view": vid, "kind": "cast" if dst is None else "send"}
+        obj: Dict[str, Any] = {"ev": "refused", "t": self._t(), "me": self.me, "view": vid, "kind": "cast" if dst is None else "send"}
         if dst is not None:
             obj["to"] = dst
         obj.update({"seq": seq, "len": len(text), "digest": digest(text), "reason": reason})

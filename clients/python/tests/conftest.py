@@ -9,7 +9,9 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-_ports = itertools.count(23100, 8)
+# Ports: a window from 24000 chosen by the process id, so that two runs at
+# once on one machine stay apart.
+_ports = itertools.count(24000 + 100 * (os.getpid() % 10), 8)
 
 
 def consortd() -> str:
