@@ -37,7 +37,7 @@ if [ "$QUICK" = 1 ]; then
   JG_RTT_COUNT=${JG_RTT_COUNT:-300}; JG_RTT_WARMUP=${JG_RTT_WARMUP:-200}; COST_ITER=${COST_ITER:-5000}
 else
   REPS=${REPS:-3}; RTT_COUNT=${RTT_COUNT:-5000}; RTT_WARMUP=${RTT_WARMUP:-500}
-  TPUT_COUNT=${TPUT_COUNT:-20000}; JG_TPUT_COUNT=${JG_TPUT_COUNT:-200000}; JG_WARMUP=${JG_WARMUP:-50000}
+  TPUT_COUNT=${TPUT_COUNT:-20000}; JG_TPUT_COUNT=${JG_TPUT_COUNT:-100000}; JG_WARMUP=${JG_WARMUP:-30000}
   JG_RTT_COUNT=${JG_RTT_COUNT:-5000}; JG_RTT_WARMUP=${JG_RTT_WARMUP:-5000}; COST_ITER=${COST_ITER:-200000}
 fi
 DEADLINE=${DEADLINE:-60}   # seconds for any one run of any system
@@ -105,6 +105,13 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null 2>&1
 }
 
+# Namespaces left by an earlier run of this script that was killed with
+# SIGKILL (no trap ran): named cpbPID-..., removed when PID is gone.
+for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^cpb[0-9]+-' || true); do
+  pid=${n#cpb}; pid=${pid%%-*}
+  if [ "$pid" != "$$" ] && ! kill -0 "$pid" 2>/dev/null; then ip netns del "$n" 2>/dev/null && log "removed stale namespace $n"; fi
+done
+
 want() { case " $PEERS " in *" $1 "*) return 0;; *) return 1;; esac; }
 
 # Pinning: same CPU is CPUs 0,0; different CPUs is 0,1 (when there are two).
@@ -134,6 +141,7 @@ gcc -O2 -Wall -o "$WORK/udp_raw" "$HERE/udp_raw.c" || { log "udp_raw.c did not c
 
 # ------------------------------------------------------------------ raw UDP
 if want raw; then
+  meta load_before_raw "$(cut -d' ' -f1-3 /proc/loadavg)"
   log "raw UDP in C: round trips, then throughput"
   for pl in $PLACEMENTS; do
     set -- $(cpus_of $pl)
@@ -150,6 +158,7 @@ fi
 
 # ------------------------------------------------------------------ Consort
 if want consort; then
+  meta load_before_consort "$(cut -d' ' -f1-3 /proc/loadavg)"
   log "Consort: consort bench rtt --total, consort bench throughput --total (its own bench commands)"
   "$CONSORT" bench rtt --total --count "$RTT_COUNT" --warmup "$RTT_WARMUP" --rounds "$REPS" --json >"$WORK/consort-rtt.json" 2>"$WORK/consort-rtt.err" \
     || skip "Consort round trip" "$(tail -1 "$WORK/consort-rtt.err")"
@@ -158,6 +167,7 @@ if want consort; then
 fi
 
 if want cost; then
+  meta load_before_cost "$(cut -d' ' -f1-3 /proc/loadavg)"
   log "stack cost: consort bench layering, bench_peers stack-cost"
   "$CONSORT" bench layering --iterations "$COST_ITER" --json >"$WORK/consort-layering.json" 2>&1 || skip "consort bench layering" "failed"
   "$BENCH_PEERS" stack-cost --iterations "$COST_ITER" --json "$WORK/stack-cost.json" >"$WORK/stack-cost.out" 2>&1 \
@@ -249,20 +259,25 @@ cpg_runs() { # setup ns-of-member0 ns-of-member1 ns-of-member2 (the daemons run 
       done
       wait_all $((DEADLINE + 15)) "${ps[@]}"
       for i in 0 1 2; do
-        grep -q '^result' "$WORK/cpg-t$i.out" || skip "Corosync CPG throughput, $setup, $senders sender(s), run $r, member $i" "$(tail -1 "$WORK/cpg-t$i.err")"
-        collect "$WORK/cpg-t$i.out" "setup=$setup run=cpg-$setup-$senders-$r order=total"
+        tags="setup=$setup run=cpg-$setup-$senders-$r order=total"
+        if grep -q '^result' "$WORK/cpg-t$i.out"; then collect "$WORK/cpg-t$i.out" "$tags"; else
+          skip "Corosync CPG throughput, $setup, $senders sender(s), run $r, member $i" "$(tail -1 "$WORK/cpg-t$i.err")"
+          echo "result bench=tput system=corosync-cpg index=$i members=3 senders=$senders no_result=1 $tags" >>"$RES"
+        fi
       done
     done
   done
 }
 
 if want corosync; then
+  meta load_before_corosync "$(cut -d' ' -f1-3 /proc/loadavg)"
   apt_install corosync libcpg-dev
   if ! has corosync || [ ! -e /usr/include/corosync/cpg.h ]; then
     skip "Corosync CPG" "corosync or libcpg-dev could not be installed"
   elif ! gcc -O2 -Wall -o "$WORK/cpg_bench" "$HERE/cpg_bench.c" -lcpg 2>"$WORK/cpg-cc.err"; then
     skip "Corosync CPG" "cpg_bench.c did not compile: $(head -1 "$WORK/cpg-cc.err")"
   else
+    meta corosync_transport "knet (UDP), no crypto"
     meta corosync "$(corosync -v | head -1 | sed "s/.*version '\(.*\)'.*/Corosync \1/") (libcpg $(dpkg-query -W -f='${Version}' libcpg-dev), knet $(dpkg-query -W -f='${Version}' libknet1 2>/dev/null))"
     # 1 node on loopback: one daemon, the 3 member processes beside it.
     ns="${TAG}-cs0"
@@ -323,6 +338,7 @@ fi
 
 # ------------------------------------------------------------------ JGroups
 if want jgroups; then
+  meta load_before_jgroups "$(cut -d' ' -f1-3 /proc/loadavg)"
   has javac || apt_install default-jdk-headless
   JAR="$CACHE/jgroups-$JGROUPS_VERSION.jar"
   mkdir -p "$CACHE"
@@ -394,9 +410,11 @@ if want jgroups; then
               done
               wait_all $((DEADLINE + 20)) "${ps[@]}"
               for i in 0 1 2; do
-                grep -q '^result' "$WORK/jg-t$i.out" || skip "JGroups $cfg $order throughput, $senders sender(s), run $r, member $i" \
-                  "$(grep -v '^\s*$' "$WORK/jg-t$i.err" | tail -1)"
-                collect "$WORK/jg-t$i.out" "setup=loopback_in_a_netns run=jg-$cfg-$order-$senders-$r"
+                tags="setup=loopback_in_a_netns run=jg-$cfg-$order-$senders-$r"
+                if grep -q '^result' "$WORK/jg-t$i.out"; then collect "$WORK/jg-t$i.out" "$tags"; else
+                  skip "JGroups $cfg $order throughput, $senders sender(s), run $r, member $i" "$(grep -v '^\s*$' "$WORK/jg-t$i.err" | tail -1)"
+                  echo "result bench=tput system=jgroups config=$cfg order=$order index=$i members=3 senders=$senders no_result=1 $tags" >>"$RES"
+                fi
               done
             done
           done
