@@ -237,9 +237,29 @@ let tput_rows results consort =
         ]
   in
   let consort_rows =
-    match consort with
-    | None -> []
-    | Some j ->
+    let rows = List.concat_map (fun j -> to_list (member "rows" j)) consort in
+    (* The same configuration from several rounds: one row, every run. *)
+    let key row = (to_str (member "kind" row), member "senders" row) in
+    let rank (kind, senders) = ((match kind with "vsync FIFO" | "group cast" -> 0 | "Total seq" -> 1 | "Total token" -> 2 | _ -> 3), kind, senders) in
+    let keys = List.sort_uniq (fun a b -> compare (rank a) (rank b)) (List.map key rows) in
+    let merged =
+      List.map
+        (fun k ->
+          let rs = List.filter (fun r -> key r = k) rows in
+          let runs = List.concat_map (fun r -> to_list (member "runs_slowest_messages_per_s" r)) rs in
+          let ok = List.for_all (fun r -> member "ok" r = Some (`Bool true)) rs in
+          match List.hd rs with
+          | `Assoc l ->
+              `Assoc
+                (("runs_slowest_messages_per_s", `List runs)
+                :: ("ok", `Bool ok)
+                :: List.filter (fun (n, _) -> n <> "runs_slowest_messages_per_s" && n <> "ok") l)
+          | j -> j)
+        keys
+    in
+    match merged with
+    | [] -> []
+    | _ ->
         List.filter_map
           (fun row ->
             let kind = to_str (member "kind" row) in
@@ -266,7 +286,7 @@ let tput_rows results consort =
                   t_check = (if ok then "checked by consort bench: every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG");
                   t_count = (match member "count" row with Some (`Int n) -> n | _ -> 0);
                 })
-          (to_list (member "rows" j))
+          merged
   in
   let cpg = peer_tput results ~system:"corosync-cpg" ~label:(fun _ -> "Corosync CPG") in
   (* CPG has one ordering, agreed: total order. There is no FIFO mode. *)
@@ -417,9 +437,18 @@ let opt_f fmt = function Some x when not (Float.is_nan x) -> Printf.sprintf fmt 
 let print meta rtts tputs costs tgs skipped =
   let m k = Option.value ~default:"?" (List.assoc_opt k meta) in
   pr "Peers side by side: every figure below measured in this run, on this machine.\n";
+  let quick = List.assoc_opt "quick" meta = Some "1" in
+  if quick then pr "QUICK RUN: tiny counts, to try the machinery; these figures and ratios mean nothing.\n";
   pr "%s; %s, %s CPUs, kernel %s; load at start %s, at end %s\n" (m "date") (m "cpu_model") (m "cores") (m "kernel") (m "load_start") (m "load_end");
-  let loads = List.filter_map (fun (k, v) -> if String.length k > 12 && String.sub k 0 12 = "load_before_" then Some (String.sub k 12 (String.length k - 12) ^ " " ^ v) else None) meta in
-  if loads <> [] then pr "load average before each part: %s\n" (String.concat "; " loads);
+  let loads =
+    List.filter_map
+      (fun (k, v) ->
+        if String.length k > 5 && String.sub k 0 5 = "load_" && k <> "load_start" && k <> "load_end" then
+          Some (String.map (function '_' -> ' ' | c -> c) (String.sub k 5 (String.length k - 5)) ^ " " ^ v)
+        else None)
+      meta
+  in
+  if loads <> [] then pr "load average at the start of: %s\n" (String.concat "; " loads);
   pr "Consort %s; %s; %s; %s; %s\n" (m "consort_commit") (m "corosync") (m "jgroups") (m "java") (m "gcc");
   pr "\n== Round trip, 16 bytes, 2 processes (us; vs raw UDP in C in the same placement)\n";
   let width h f l = List.fold_left (fun a r -> max a (String.length (f r))) (String.length h) l in
@@ -460,6 +489,7 @@ let print meta rtts tputs costs tgs skipped =
         (match g.g_met with Some true -> "MET" | Some false -> "SHORT" | None -> "n/a")
         g.g_what (opt_f "%.2f" g.g_value) g.g_goal g.g_detail)
     tgs;
+  if quick then pr "\nQUICK RUN: tiny counts; these figures and ratios mean nothing.\n";
   if skipped <> [] then begin
     pr "\n== Not measured in this run\n";
     List.iter (fun (w, why) -> pr "%s: %s\n" w why) skipped
@@ -519,7 +549,17 @@ let run ~dir ~out =
     let meta = read_meta dir in
     let results = List.filter_map parse_result (read_lines (Filename.concat dir "results.txt")) in
     let rtts = rtt_rows results (read_json dir "consort-rtt.json") in
-    let tputs = tput_rows results (read_json dir "consort-tput.json") in
+    let consort_tput =
+      (* One file per round (consort-tput-R.json), or one for all. *)
+      let files = try Array.to_list (Sys.readdir dir) with Sys_error _ -> [] in
+      let files =
+        List.sort compare
+          (List.filter (fun f -> String.length f > 17 && String.sub f 0 12 = "consort-tput" && Filename.check_suffix f ".json") files
+          @ if List.mem "consort-tput.json" files then [ "consort-tput.json" ] else [])
+      in
+      List.filter_map (read_json dir) files
+    in
+    let tputs = tput_rows results consort_tput in
     let costs = cost_rows (read_json dir "stack-cost.json") (read_json dir "consort-layering.json") in
     let tgs = targets tputs rtts costs in
     let skipped =
