@@ -227,8 +227,8 @@ public class JgBench implements Receiver {
         case "--config": b.config = v; break;
         case "--members": b.members = num(v, 2, 63); break;
         case "--index": b.index = num(v, 0, 62); break;
-        case "--count": b.count = num(v, 1, 100000000); break;
-        case "--warmup": b.warmup = num(v, 0, 100000000); break;
+        case "--count": b.count = num(v, 1, 10000000); break;
+        case "--warmup": b.warmup = num(v, 0, 10000000); break;
         case "--size": b.size = num(v, 12, 60000); break;
         case "--senders": b.senders = num(v, 1, 63); break;
         case "--deadline": b.deadlineS = num(v, 1, 3600); break;

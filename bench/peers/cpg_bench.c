@@ -177,6 +177,10 @@ static int rtt(void) {
     return stopped ? 0 : 1;
   }
   samples = calloc(count, sizeof(double));
+  if (!samples) {
+    fprintf(stderr, "cpg_bench: out of memory\n");
+    return 1;
+  }
   for (int i = 0; i < warmup + count; i++) {
     double t0 = now_s();
     rtt_got = -1;

@@ -33,6 +33,9 @@ let get k (r : kv) = List.assoc_opt k r
 let getf k r = Option.bind (get k r) float_of_string_opt
 let is k v r = get k r = Some v
 
+let machine_keys = [ "date"; "cpu_model"; "cores"; "kernel"; "host_memory"; "load_start"; "load_end" ]
+let is_machine k = List.mem k machine_keys || (String.length k > 5 && String.sub k 0 5 = "load_")
+
 let read_meta dir =
   List.filter_map
     (fun l -> match String.index_opt l '\t' with Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) | None -> None)
@@ -136,43 +139,58 @@ let rtt_rows results consort =
   ours @ consort_rows
 
 (* Member lines of one run of a peer, grouped by the run tag. *)
+(* A run of a peer is good (every member has every message, each sender's
+   in order, and with total order one order at every member), wrong (a
+   member saw a duplicate, a gap or disorder, or the members' orders
+   differ: the row fails), or unfinished (a member gave no result or was
+   still short at the deadline: the run is left out and counted). *)
+type run_class = Good of float | Wrong of string | Unfinished
+
+let classify ms =
+  let first = List.hd ms in
+  let members = Option.value ~default:0 (Option.bind (get "members" first) int_of_string_opt) in
+  let order = Option.value ~default:"total" (get "order" first) in
+  let answered = List.filter (fun m -> not (is "no_result" "1" m)) ms in
+  if List.exists (fun m -> not (is "errors" "0" m)) answered then Wrong "WRONG DELIVERIES (a duplicate, a gap or disorder)"
+  else if List.length answered <> members || List.exists (fun m -> get "delivered" m <> get "expected" m) answered then Unfinished
+  else if order = "total" && List.length (List.sort_uniq compare (List.filter_map (get "order_hash") answered)) <> 1 then
+    Wrong "MEMBERS DELIVERED IN DIFFERENT ORDERS"
+  else
+    let rates = List.filter_map (getf "msgs_per_s") answered in
+    if List.length rates <> members then Unfinished else Good (List.fold_left Float.min infinity rates)
+
 let peer_tput results ~system ~label =
   let lines = List.filter (fun r -> is "bench" "tput" r && is "system" system r) results in
   let runs = List.sort_uniq compare (List.filter_map (get "run") lines) in
-  let per_run =
-    List.map
-      (fun run ->
-        let ms = List.filter (is "run" run) lines in
-        let first = List.hd ms in
-        let members = Option.value ~default:0 (Option.bind (get "members" first) int_of_string_opt) in
-        let rates = List.filter_map (getf "msgs_per_s") ms in
-        let complete = List.length ms = members && List.for_all (fun m -> get "delivered" m = get "expected" m && is "errors" "0" m) ms in
-        let hashes = List.sort_uniq compare (List.filter_map (get "order_hash") ms) in
-        let order = Option.value ~default:"total" (get "order" first) in
-        let slowest = if rates = [] then nan else List.fold_left Float.min infinity rates in
-        (first, slowest, complete, List.length hashes = 1, order, List.length ms, members))
-      runs
-  in
+  let per_run = List.map (fun run -> let ms = List.filter (is "run" run) lines in (List.hd ms, classify ms)) runs in
   (* One row per (setup, config, order, senders). *)
-  let key (first, _, _, _, order, _, _) =
-    (Option.value ~default:"" (get "setup" first), Option.value ~default:"" (get "config" first), order, Option.value ~default:"1" (get "senders" first))
+  let key (first, _) =
+    ( Option.value ~default:"" (get "setup" first),
+      Option.value ~default:"" (get "config" first),
+      Option.value ~default:"total" (get "order" first),
+      Option.value ~default:"1" (get "senders" first) )
   in
   let keys = List.sort_uniq compare (List.map key per_run) in
   List.map
     (fun ((setup, config, order, senders) as k) ->
       let rs = List.filter (fun r -> key r = k) per_run in
-      let rates = List.map (fun (_, s, _, _, _, _, _) -> s) rs in
-      let all_complete = List.for_all (fun (_, _, c, _, _, _, _) -> c) rs in
-      let all_same_order = List.for_all (fun (_, _, _, h, _, _, _) -> h) rs in
-      let missing = List.exists (fun (_, _, _, _, _, n, m) -> n <> m) rs in
-      let first, _, _, _, _, _, _ = List.hd rs in
-      let ok = all_complete && (order <> "total" || all_same_order) in
-      let check =
-        if missing then "A MEMBER GAVE NO RESULT"
-        else if not all_complete then "DELIVERIES INCOMPLETE OR OUT OF ORDER"
-        else if order = "total" && not all_same_order then "MEMBERS DELIVERED IN DIFFERENT ORDERS"
-        else if order = "total" then "all delivered, per-sender order kept, one delivery order at every member"
+      let rates = List.filter_map (function _, Good r -> Some r | _ -> None) rs in
+      let wrong = List.filter_map (function _, Wrong w -> Some w | _ -> None) rs in
+      let unfinished = List.length (List.filter (function _, Unfinished -> true | _ -> false) rs) in
+      let first = fst (List.hd rs) in
+      let ok = wrong = [] && rates <> [] in
+      let base =
+        if order = "total" then "all delivered, per-sender order kept, one delivery order at every member"
         else "all delivered, per-sender order kept"
+      in
+      let check =
+        match wrong with
+        | w :: _ -> w
+        | [] when rates = [] -> Printf.sprintf "NO RUN FINISHED (%d of %d: a member gave no result or was short at the deadline)" unfinished (List.length rs)
+        | [] when unfinished > 0 ->
+            Printf.sprintf "%s; %d of %d runs did not finish (a member gave no result or was short at the deadline) and are left out" base unfinished
+              (List.length rs)
+        | [] -> base
       in
       {
         t_system = label config;
@@ -219,9 +237,29 @@ let tput_rows results consort =
         ]
   in
   let consort_rows =
-    match consort with
-    | None -> []
-    | Some j ->
+    let rows = List.concat_map (fun j -> to_list (member "rows" j)) consort in
+    (* The same configuration from several rounds: one row, every run. *)
+    let key row = (to_str (member "kind" row), member "senders" row) in
+    let rank (kind, senders) = ((match kind with "vsync FIFO" | "group cast" -> 0 | "Total seq" -> 1 | "Total token" -> 2 | _ -> 3), kind, senders) in
+    let keys = List.sort_uniq (fun a b -> compare (rank a) (rank b)) (List.map key rows) in
+    let merged =
+      List.map
+        (fun k ->
+          let rs = List.filter (fun r -> key r = k) rows in
+          let runs = List.concat_map (fun r -> to_list (member "runs_slowest_messages_per_s" r)) rs in
+          let ok = List.for_all (fun r -> member "ok" r = Some (`Bool true)) rs in
+          match List.hd rs with
+          | `Assoc l ->
+              `Assoc
+                (("runs_slowest_messages_per_s", `List runs)
+                :: ("ok", `Bool ok)
+                :: List.filter (fun (n, _) -> n <> "runs_slowest_messages_per_s" && n <> "ok") l)
+          | j -> j)
+        keys
+    in
+    match merged with
+    | [] -> []
+    | _ ->
         List.filter_map
           (fun row ->
             let kind = to_str (member "kind" row) in
@@ -248,9 +286,11 @@ let tput_rows results consort =
                   t_check = (if ok then "checked by consort bench: every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG");
                   t_count = (match member "count" row with Some (`Int n) -> n | _ -> 0);
                 })
-          (to_list (member "rows" j))
+          merged
   in
   let cpg = peer_tput results ~system:"corosync-cpg" ~label:(fun _ -> "Corosync CPG") in
+  (* CPG has one ordering, agreed: total order. There is no FIFO mode. *)
+  let cpg = List.map (fun r -> { r with t_check = "CPG_TYPE_AGREED (CPG's only order, total): " ^ r.t_check }) cpg in
   let jg = peer_tput results ~system:"jgroups" ~label:(fun c -> "JGroups " ^ c) in
   let jg = List.map (fun r -> if r.t_order = "total" then { r with t_system = r.t_system ^ "+SEQUENCER" } else r) jg in
   raw_rows @ consort_rows @ cpg @ jg
@@ -397,35 +437,50 @@ let opt_f fmt = function Some x when not (Float.is_nan x) -> Printf.sprintf fmt 
 let print meta rtts tputs costs tgs skipped =
   let m k = Option.value ~default:"?" (List.assoc_opt k meta) in
   pr "Peers side by side: every figure below measured in this run, on this machine.\n";
+  let quick = List.assoc_opt "quick" meta = Some "1" in
+  if quick then pr "QUICK RUN: tiny counts, to try the machinery; these figures and ratios mean nothing.\n";
   pr "%s; %s, %s CPUs, kernel %s; load at start %s, at end %s\n" (m "date") (m "cpu_model") (m "cores") (m "kernel") (m "load_start") (m "load_end");
+  let loads =
+    List.filter_map
+      (fun (k, v) ->
+        if String.length k > 5 && String.sub k 0 5 = "load_" && k <> "load_start" && k <> "load_end" then
+          Some (String.map (function '_' -> ' ' | c -> c) (String.sub k 5 (String.length k - 5)) ^ " " ^ v)
+        else None)
+      meta
+  in
+  if loads <> [] then pr "load average at the start of: %s\n" (String.concat "; " loads);
   pr "Consort %s; %s; %s; %s; %s\n" (m "consort_commit") (m "corosync") (m "jgroups") (m "java") (m "gcc");
   pr "\n== Round trip, 16 bytes, 2 processes (us; vs raw UDP in C in the same placement)\n";
-  pr "%-22s %-28s %-15s %6s %9s %9s %9s  %s\n" "system" "setup" "placement" "n" "min" "median" "p99" "median vs raw UDP";
+  let width h f l = List.fold_left (fun a r -> max a (String.length (f r))) (String.length h) l in
+  let ws = width "system" (fun r -> r.r_system) rtts and wu = width "setup" (fun r -> r.r_setup) rtts in
+  pr "%-*s %-*s %-15s %6s %9s %9s %9s  %s\n" ws "system" wu "setup" "placement" "n" "min" "median" "p99" "median vs raw UDP";
   List.iter
     (fun pl ->
       let raw = List.find_opt (fun r -> r.r_system = "raw UDP (C)" && r.r_placement = pl) rtts in
       List.iter
         (fun r ->
           if r.r_placement = pl then
-            pr "%-22s %-28s %-15s %6d %9.1f %9.1f %9.1f  %s\n" r.r_system r.r_setup r.r_placement r.r_n r.r_min r.r_median r.r_p99
+            pr "%-*s %-*s %-15s %6d %9.1f %9.1f %9.1f  %s\n" ws r.r_system wu r.r_setup r.r_placement r.r_n r.r_min r.r_median r.r_p99
               (match raw with Some b when r.r_system <> b.r_system -> Printf.sprintf "%+.1f us (x%.2f)" (r.r_median -. b.r_median) (r.r_median /. b.r_median) | _ -> "-"))
         rtts)
     (List.sort_uniq compare (List.map (fun r -> r.r_placement) rtts));
   pr "\n== Multicast throughput, 1 KB, 3 member processes (messages/s delivered at the slowest receiver; median run)\n";
   let floor = List.find_opt (fun r -> r.t_system = "raw UDP (C)") tputs in
-  pr "%-27s %-34s %-5s %7s %10s %7s  %-9s %s\n" "system" "setup" "order" "senders" "msgs/s" "MB/s" "vs floor" "runs; checks";
+  let ws = width "system" (fun r -> r.t_system) tputs and wu = width "setup" (fun r -> r.t_setup) tputs in
+  pr "%-*s %-*s %-5s %7s %10s %7s  %-9s %s\n" ws "system" wu "setup" "order" "senders" "msgs/s" "MB/s" "vs floor" "runs; checks";
   List.iter
     (fun r ->
-      pr "%-27s %-34s %-5s %7d %10.0f %7.1f  %-9s %s; %s\n" r.t_system r.t_setup r.t_order r.t_senders r.t_rate (r.t_rate *. 1024. /. 1e6)
+      pr "%-*s %-*s %-5s %7d %10.0f %7.1f  %-9s %s; %s\n" ws r.t_system wu r.t_setup r.t_order r.t_senders r.t_rate (r.t_rate *. 1024. /. 1e6)
         (match floor with Some f when f != r -> Printf.sprintf "x%.2f" (r.t_rate /. f.t_rate) | _ -> "-")
         (String.concat "," (List.map (Printf.sprintf "%.0f") r.t_runs))
         r.t_check)
     tputs;
   pr "\n== Stack cost per message, in one process (no system call)\n";
-  pr "%-66s %-8s %6s %9s %11s  %s\n" "stack" "path" "layers" "ns/msg" "words/msg" "";
+  let wc = width "stack" (fun c -> c.c_what) costs in
+  pr "%-*s %-8s %6s %9s %11s  %s\n" wc "stack" "path" "layers" "ns/msg" "words/msg" "";
   List.iter
     (fun c ->
-      pr "%-66s %-8s %6s %9s %11s  %s\n" c.c_what c.c_path (match c.c_layers with Some n -> string_of_int n | None -> "-") (opt_f "%.0f" c.c_ns) (opt_f "%.1f" c.c_words) c.c_note)
+      pr "%-*s %-8s %6s %9s %11s  %s\n" wc c.c_what c.c_path (match c.c_layers with Some n -> string_of_int n | None -> "-") (opt_f "%.0f" c.c_ns) (opt_f "%.1f" c.c_words) c.c_note)
     costs;
   pr "\n== Targets of issue 11, as ratios in this run\n";
   List.iter
@@ -434,6 +489,7 @@ let print meta rtts tputs costs tgs skipped =
         (match g.g_met with Some true -> "MET" | Some false -> "SHORT" | None -> "n/a")
         g.g_what (opt_f "%.2f" g.g_value) g.g_goal g.g_detail)
     tgs;
+  if quick then pr "\nQUICK RUN: tiny counts; these figures and ratios mean nothing.\n";
   if skipped <> [] then begin
     pr "\n== Not measured in this run\n";
     List.iter (fun (w, why) -> pr "%s: %s\n" w why) skipped
@@ -445,8 +501,8 @@ let json meta rtts tputs costs tgs skipped =
   `Assoc
     [
       ("bench", `String "peers");
-      ("machine", `Assoc (List.filter_map (fun k -> Option.map (fun v -> (k, `String v)) (List.assoc_opt k meta)) [ "date"; "cpu_model"; "cores"; "kernel"; "load_start"; "load_end"; "host_memory" ]));
-      ("versions", `Assoc (List.filter_map (fun (k, v) -> if List.mem k [ "date"; "cpu_model"; "cores"; "kernel"; "load_start"; "load_end"; "host_memory" ] then None else Some (k, `String v)) meta));
+      ("machine", `Assoc (List.filter_map (fun (k, v) -> if is_machine k then Some (k, `String v) else None) meta));
+      ("versions", `Assoc (List.filter_map (fun (k, v) -> if is_machine k then None else Some (k, `String v)) meta));
       ( "rtt",
         `List
           (List.map
@@ -493,7 +549,17 @@ let run ~dir ~out =
     let meta = read_meta dir in
     let results = List.filter_map parse_result (read_lines (Filename.concat dir "results.txt")) in
     let rtts = rtt_rows results (read_json dir "consort-rtt.json") in
-    let tputs = tput_rows results (read_json dir "consort-tput.json") in
+    let consort_tput =
+      (* One file per round (consort-tput-R.json), or one for all. *)
+      let files = try Array.to_list (Sys.readdir dir) with Sys_error _ -> [] in
+      let files =
+        List.sort compare
+          (List.filter (fun f -> String.length f > 17 && String.sub f 0 12 = "consort-tput" && Filename.check_suffix f ".json") files
+          @ if List.mem "consort-tput.json" files then [ "consort-tput.json" ] else [])
+      in
+      List.filter_map (read_json dir) files
+    in
+    let tputs = tput_rows results consort_tput in
     let costs = cost_rows (read_json dir "stack-cost.json") (read_json dir "consort-layering.json") in
     let tgs = targets tputs rtts costs in
     let skipped =

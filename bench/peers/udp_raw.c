@@ -133,6 +133,7 @@ static int rtt(int count, int warmup, int size, int cpu_a, int cpu_b, double dea
     pin(cpu_a);
     char *msg = calloc(1, size), buf[65536];
     double *samples = calloc(count, sizeof(double));
+    if (!msg || !samples) _exit(1);
     int lost = 0;
     for (int i = 0; i < warmup + count;) {
       if (now_s() > deadline) _exit(1);
@@ -228,6 +229,7 @@ static int tput(int count, int size, int receivers, double deadline_s) {
     struct sockaddr_in me;
     int sock = udp_socket(0, &me);
     char *msg = calloc(1, size);
+    if (!msg) _exit(1);
     usleep(20000); /* the receivers are bound already (sockets made before fork) */
     long failed = 0;
     double t0 = now_s();
@@ -311,7 +313,7 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (i + 1 >= argc) usage();
     const char *k = argv[i], *v = argv[++i];
-    if (!strcmp(k, "--count")) count = num(v, 1, 100000000);
+    if (!strcmp(k, "--count")) count = num(v, 1, 10000000);
     else if (!strcmp(k, "--warmup")) warmup = num(v, 0, 1000000);
     else if (!strcmp(k, "--size")) size = num(v, 8, 60000);
     else if (!strcmp(k, "--receivers")) receivers = num(v, 1, 16);
