@@ -362,6 +362,7 @@ module Make (T : Transport.S) = struct
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
+                    ~hold_credit:(fun hold -> Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
                     ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
                     ~send_ctl:(fun r payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
                 t.xfer;
