@@ -57,7 +57,9 @@ type switch_error = Not_a_stack of string | Changes_xfer | Not_running
 
 let pp_switch_error ppf = function
   | Not_a_stack e -> Fmt.pf ppf "the layers do not make a group's stack: %s" e
-  | Changes_xfer -> Fmt.string ppf "a switch cannot add or remove state transfer (Xfer)"
+  | Changes_xfer ->
+      Fmt.string ppf
+        "a switch cannot add or remove state transfer (Xfer): the state's callbacks are given when a member joins; leave and join again with or without it"
   | Not_running -> Fmt.string ppf "this member has left the group"
 
 let pp_join_error ppf = function
