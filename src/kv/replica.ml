@@ -49,6 +49,7 @@ module Make (T : Transport.S) = struct
     (* results of applied requests of this member, waiting for commit *)
     results : (int * int * Wire.outcome) Queue.t;  (* order, rid, outcome *)
     acks : (string, int) Hashtbl.t;
+    acks_sent : (string, int) Hashtbl.t;  (* the last acknowledgement sent to each member *)
     mutable delivered : int;  (* orders applied here in this view *)
     mutable acked : int;
     mutable committed : int;
@@ -156,6 +157,36 @@ module Make (T : Transport.S) = struct
       t.committed <- c;
       release t)
 
+  let on_ack t ~origin b =
+    if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then Hashtbl.replace t.acks origin b;
+    update_commit t
+
+  (* An acknowledgement needs no order: it goes point-to-point to every
+     other member of the view (sends are delivered in the view they were
+     sent in, as casts are), and counts here at once. *)
+  let send_ack t b =
+    match t.g with
+    | Some g when not t.dead ->
+        let msg = Wire.encode ~vid:(view t).vid (Wire.Ack b) in
+        let others = List.filter (( <> ) t.me) (members t) in
+        let ok =
+          List.for_all
+            (fun m ->
+              Option.value (Hashtbl.find_opt t.acks_sent m) ~default:0 >= b
+              ||
+              match G.send g m msg with
+              | Ok () ->
+                  Hashtbl.replace t.acks_sent m b;
+                  true
+              | Error e ->
+                  Log.info (fun f -> f "%s: ack to %s refused: %a" t.me m Consort_group.Group.pp_error e);
+                  false)
+            others
+        in
+        if ok then on_ack t ~origin:t.me b;
+        ok
+    | _ -> false
+
   (* After applying: to disk, then acknowledge. *)
   let rec schedule_sync t =
     if t.sync_timer = None then
@@ -166,7 +197,7 @@ module Make (T : Transport.S) = struct
                if not t.dead then begin
                  Store.sync t.store;
                  if t.delivered > t.acked then
-                   if cast t (Wire.Ack t.delivered) then t.acked <- t.delivered else retry t (fun () -> schedule_sync t)
+                   if send_ack t t.delivered then t.acked <- t.delivered else retry t (fun () -> schedule_sync t)
                end))
 
   let quorum t = (List.length t.replicas / 2) + 1
@@ -177,6 +208,7 @@ module Make (T : Transport.S) = struct
     t.me <- v.members.(v.rank);
     t.view <- Some v;
     Hashtbl.reset t.acks;
+    Hashtbl.reset t.acks_sent;
     Queue.clear t.pending;
     Option.iter T.cancel t.flush_timer;
     t.flush_timer <- None;
@@ -296,10 +328,15 @@ module Make (T : Transport.S) = struct
           if t.phase = Syncing then begin_epoch t;
           match m with
           | Wire.Order { items; _ } -> on_order t items
-          | Wire.Ack b ->
-              if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then Hashtbl.replace t.acks origin b;
-              update_commit t
+          | Wire.Ack b -> on_ack t ~origin b
           | Wire.Begin -> ())
+      | Ok _ -> ()
+
+  let on_send t ~origin s =
+    if not t.dead then
+      match Wire.decode s with
+      | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
+      | Ok (vid, Wire.Ack b) when vid = (view t).vid && t.phase <> Minority -> on_ack t ~origin b
       | Ok _ -> ()
 
   let submit t (r : Wire.request) k =
@@ -345,6 +382,7 @@ module Make (T : Transport.S) = struct
             next_batch = 1;
             results = Queue.create ();
             acks = Hashtbl.create 8;
+            acks_sent = Hashtbl.create 8;
             delivered = 0;
             acked = 0;
             committed = 0;
@@ -359,7 +397,7 @@ module Make (T : Transport.S) = struct
           {
             Consort_group.Group.view = (fun v -> if not t.dead then on_view t v);
             cast = (fun ~origin s -> on_cast t ~origin s);
-            send = (fun ~origin:_ _ -> ());
+            send = (fun ~origin s -> on_send t ~origin s);
             block = ignore;
             flow = ignore;
             exit = ignore;

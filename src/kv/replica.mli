@@ -12,7 +12,8 @@
     of its own process; a pause longer than the bound gives stale reads).
 
     {b Commit.} A member applies an order, writes it to its log and fsyncs,
-    then casts an acknowledgement. A request is answered when every member
+    then sends an acknowledgement to every other member (point-to-point:
+    it needs no order). A request is answered when every member
     of the view has acknowledged its order: by then the write is on the
     disk of every member of a majority, so it survives the crash of any
     of them and a restart of all.

@@ -10,7 +10,7 @@ type item = { origin : string; rid : int; cmd : Store.cmd }
 type msg =
   | Order of { batch : int; items : item list }
       (** requests a member's clients made, cast in the group's total order: every member applies them in that order *)
-  | Ack of int  (** the first [n] orders of this view are applied and on disk here *)
+  | Ack of int  (** sent to every other member: the first [n] orders of this view are applied and on disk here *)
   | Begin  (** cast by every member at the start of a primary view: the view's first delivery starts its epoch *)
 
 val encode : vid:string -> msg -> string
