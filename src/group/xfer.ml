@@ -148,7 +148,7 @@ type app = {
   deliver : kind -> origin:string -> string -> unit;
 }
 
-type durable = { age : unit -> int; position : unit -> string; take_for : string -> string }
+type durable = { age : unit -> int; position : unit -> string; take_for : string -> string; on_decision : string array -> unit }
 
 (* A snapshot of the state as it was when view [sbase] started. *)
 type snap = { sbase : string; data : string; sdigest : string; sage : int }
@@ -347,6 +347,7 @@ let decide_durable t v d =
   done;
   let giver = !giver and top = hs.(!giver).age in
   let me = v.rank in
+  d.on_decision (Array.map (fun h -> h.pos) hs);
   if hs.(me).age = top then begin
     if me = giver then begin
       let made = Hashtbl.create 4 in

@@ -117,6 +117,9 @@ type durable = {
   age : unit -> int;
   position : unit -> string;
   take_for : string -> string;  (** the state to give a member at this position *)
+  on_decision : string array -> unit;
+      (** once every hello of the view is in, before anything is given or
+          taken: every member's position, by rank (the same everywhere) *)
 }
 
 type t

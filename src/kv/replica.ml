@@ -56,6 +56,8 @@ module Make (T : Transport.S) = struct
     mutable sync_timer : T.timer option;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
+    mutable epoch_next : int option;  (* the view's epoch, once its state transfer decided *)
+    begins : (string, unit) Hashtbl.t;  (* members whose Begin was delivered in this view *)
     mutable suffixes : int;  (* states received as a suffix of the log *)
     mutable snapshots : int;  (* ... as a whole snapshot *)
   }
@@ -105,7 +107,7 @@ module Make (T : Transport.S) = struct
      total order. *)
   let rec flush t =
     t.flush_timer <- None;
-    if t.phase <> Minority && not (Queue.is_empty t.pending) then begin
+    if t.phase = Active && not (Queue.is_empty t.pending) then begin
       let rids = ref [] and n = ref 0 in
       while !n < t.cfg.max_batch && not (Queue.is_empty t.pending) do
         rids := Queue.pop t.pending :: !rids;
@@ -204,6 +206,30 @@ module Make (T : Transport.S) = struct
 
   let rec send_begin t = if t.phase = Syncing && not (cast t Wire.Begin) then retry t (fun () -> send_begin t)
 
+  (* Every member's position is in (Xfer's decision): the view's epoch is
+     greater than every member's epoch and promise, and than the view's
+     logical time; this member promises it, durably, then says so. An
+     epoch starts only once every member of the view has promised it, so a
+     later primary view (which shares a member with this one) starts a
+     greater one: two views never start the same epoch. *)
+  let on_decision t positions =
+    if (not t.dead) && t.phase = Syncing then begin
+      let epoch =
+        Array.fold_left
+          (fun acc p ->
+            match Wire.decode_position p with
+            | Ok (p : Wire.position) -> max acc (max p.epoch p.promise + 1)
+            | Error e ->
+                Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
+                acc)
+          (max (view t).ltime (max (Store.epoch t.store) (Store.promise t.store) + 1))
+          positions
+      in
+      Store.promise_to t.store epoch;
+      t.epoch_next <- Some epoch;
+      send_begin t
+    end
+
   let on_view t (v : Consort_group.Group.view_info) =
     t.me <- v.members.(v.rank);
     t.view <- Some v;
@@ -215,6 +241,8 @@ module Make (T : Transport.S) = struct
     t.delivered <- 0;
     t.acked <- 0;
     t.committed <- 0;
+    t.epoch_next <- None;
+    Hashtbl.reset t.begins;
     (* What this member applied is on disk before it offers its state. *)
     if not t.dead then Store.sync t.store;
     (* Results not committed in the last view: their requests go again
@@ -226,7 +254,6 @@ module Make (T : Transport.S) = struct
     let ours = List.filter (fun a -> List.mem a t.replicas) present in
     if List.length ours >= quorum t then begin
       t.phase <- Syncing;
-      send_begin t;
       List.iter (forward t) rids
     end
     else begin
@@ -240,7 +267,13 @@ module Make (T : Transport.S) = struct
 
   let position t =
     Wire.encode_position
-      { Wire.epoch = Store.epoch t.store; seq = Store.seq t.store; chain = Store.chain t.store; history = Store.history t.store }
+      {
+        Wire.epoch = Store.epoch t.store;
+        seq = Store.seq t.store;
+        chain = Store.chain t.store;
+        history = Store.history t.store;
+        promise = Store.promise t.store;
+      }
 
   (* Whether a log at position [p] is a prefix of ours: our chain after its
      last write is its chain. (Epochs alone do not tell: members that end a
@@ -298,14 +331,14 @@ module Make (T : Transport.S) = struct
 
   (* {2 Deliveries, in the group's total order} *)
 
-  (* The view's first delivery: every member holds the same state (Xfer
-     gave it to those behind), and starts the same new epoch. *)
-  let begin_epoch t =
+  (* Every member's Begin is in: every member holds the same state (Xfer
+     gave it to those behind) and promised the view's epoch, which starts. *)
+  let begin_epoch t epoch =
     let v = view t in
-    let epoch = max v.ltime (Store.epoch t.store + 1) in
     Store.start_epoch t.store epoch;
     Store.sync t.store;
     t.phase <- Active;
+    if (not (Queue.is_empty t.pending)) && t.flush_timer = None then t.flush_timer <- Some (soon t (fun () -> flush t));
     Log.info (fun m ->
         m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store) (Store.seq t.store))
 
@@ -324,8 +357,12 @@ module Make (T : Transport.S) = struct
       match Wire.decode s with
       | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
       | Ok (vid, _) when vid <> (view t).vid -> ()
-      | Ok (_, m) when t.phase <> Minority -> (
-          if t.phase = Syncing then begin_epoch t;
+      | Ok (_, Wire.Begin) when t.phase = Syncing -> (
+          Hashtbl.replace t.begins origin ();
+          match t.epoch_next with
+          | Some epoch when List.for_all (Hashtbl.mem t.begins) (members t) -> begin_epoch t epoch
+          | _ -> ())
+      | Ok (_, m) when t.phase = Active -> (
           match m with
           | Wire.Order { items; _ } -> on_order t items
           | Wire.Ack b -> on_ack t ~origin b
@@ -389,6 +426,8 @@ module Make (T : Transport.S) = struct
             sync_timer = None;
             flush_timer = None;
             dead = false;
+            epoch_next = None;
+            begins = Hashtbl.create 8;
             suffixes = 0;
             snapshots = 0;
           }
@@ -404,7 +443,12 @@ module Make (T : Transport.S) = struct
           }
         in
         let durable_state =
-          { Consort_group.Xfer.age = (fun () -> age t); position = (fun () -> position t); take_for = take_for t }
+          {
+            Consort_group.Xfer.age = (fun () -> age t);
+            position = (fun () -> position t);
+            take_for = take_for t;
+            on_decision = on_decision t;
+          }
         in
         match
           G.join ?params ?seed ~peers:cfg.peers ~durable_state ~install_state:(install t) ~layers tr ~group:cfg.group
