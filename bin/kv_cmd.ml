@@ -139,7 +139,14 @@ let cmd =
       Arg.(value & opt (list string) [] & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"The other replicas' group addresses; with this one, they are the replicas a majority is counted of.")
     in
     let listen = Arg.(required & opt (some string) None & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).") in
-    let params = Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables.") in
+    let params =
+      Arg.(
+        value
+        & opt (some string) None
+        & info [ "params" ] ~docv:"NAME=VALUE,..."
+            ~doc:
+              "Override layer tunables (over the replica's own defaults, suspect.timeout=2s,suspect.verify=500ms; total.protocol=sequencer|token chooses the total order).")
+    in
     Cmd.v
       (Consort_cli.info ~path:"kv serve" "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
          ~man:

@@ -108,8 +108,10 @@ done
 jobs+=("counted|doc|scripts/doc.sh --check")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
-# Replicated key-value store: about 45 CPU seconds for 1000 seeds.
+# Replicated key-value store: about 65 CPU seconds for 1000 seeds (75 with the token).
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
+# The same with Total's token protocol ordering the replicas' requests.
+jobs+=("counted|sim kv-linearizable (Total token)|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_TOKEN_SEEDS:-300} --params total.protocol=token")
 # Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
 jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 # consortd's clients and interop: pytest, the C client under valgrind, and one

@@ -103,15 +103,16 @@ let key i c = Printf.sprintf "key%04d" (((i * 7919) + (c * 104729)) mod 1000)
 let value = String.make 100 'v'
 
 (* Consort: replicas as processes, clients over TCP. *)
-let consort_cluster ~dir ~n =
+let consort_cluster ?(params = []) ~dir ~n () =
   let binds = List.init n (fun _ -> Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_DGRAM)) in
   let listens = List.init n (fun _ -> Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM)) in
   let pids =
     List.mapi
       (fun i (b, l) ->
         spawn ~out:(dir / Printf.sprintf "kv%d-%d.log" n i) (self ())
-          [ "kv"; "serve"; "--group"; Printf.sprintf "bench%d" n; "--data"; dir / Printf.sprintf "kv%d-%d" n i; "--bind"; b;
-            "--peers"; String.concat "," binds; "--listen"; l ])
+          ([ "kv"; "serve"; "--group"; Printf.sprintf "bench%d" n; "--data"; dir / Printf.sprintf "kv%d-%d" n i; "--bind"; b;
+            "--peers"; String.concat "," binds; "--listen"; l ]
+          @ if params = [] then [] else [ "--params"; String.concat "," params ]))
       (List.combine binds listens)
   in
   (pids, listens)
@@ -283,6 +284,54 @@ let etcd_ready ports =
   let rec go () = if op 0 then true else if Unix.gettimeofday () -. t0 > 30. then false else (Unix.sleepf 0.3; go ()) in
   go ()
 
+(* etcd's leader: the member whose status names itself as leader. *)
+let etcd_leader ports =
+  let field name body =
+    let k = Printf.sprintf "\"%s\":\"" name in
+    match Http.find body k 0 with
+    | Some i -> (
+        let j = i + String.length k in
+        match String.index_from_opt body j '"' with Some e -> Some (String.sub body j (e - j)) | None -> None)
+    | None -> None
+  in
+  List.find_map
+    (fun (i, port) ->
+      let h = Http.create port in
+      match Http.post h "/v3/maintenance/status" "{}" with
+      | 200, body ->
+          Http.close h;
+          if field "member_id" body <> None && field "member_id" body = field "leader" body then Some i else None
+      | _ -> Http.close h; None
+      | exception _ -> Http.close h; None)
+    (List.mapi (fun i p -> (i, p)) ports)
+
+(* One client writes without pause; [kill ()] SIGKILLs a member 2 s in.
+   The figure: the longest time between two writes done, from the kill on
+   (how long writes were blocked), and whether writes went on at all. *)
+let failover ~name ~op ~kill =
+  let t0 = Unix.gettimeofday () in
+  let killed = ref None and last = ref t0 and worst = ref 0. and i = ref 0 and after = ref 0 in
+  while Unix.gettimeofday () -. t0 < 30. && (!killed = None || !after < 200) do
+    if !killed = None && Unix.gettimeofday () -. t0 > 2. then begin
+      kill ();
+      killed := Some (Unix.gettimeofday ())
+    end;
+    let ok = op !i in
+    incr i;
+    let now = Unix.gettimeofday () in
+    if ok then begin
+      (match !killed with
+      | Some k ->
+          incr after;
+          worst := Float.max !worst (now -. Float.max !last k)
+      | None -> ());
+      last := now
+    end
+  done;
+  match !killed with
+  | Some _ when !after >= 200 -> Ok (name, !worst)
+  | _ -> Error (Printf.sprintf "%s: writes did not go on after the kill" name)
+
 let pp_row base ppf r =
   Fmt.pf ppf "%-24s %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  %s" r.name (float r.ops /. r.seconds) r.p50 r.p99
     (match base with
@@ -291,6 +340,7 @@ let pp_row base ppf r =
   if r.failed > 0 then Fmt.pf ppf "  (%d failed)" r.failed
 
 let run clients seconds no_etcd json =
+  let kill_pid p = try Unix.kill p Sys.sigkill with Unix.Unix_error _ -> () in
   let dir = Filename.temp_file "consort-kv-bench" "" in
   Sys.remove dir;
   Unix.mkdir dir 0o700;
@@ -298,7 +348,7 @@ let run clients seconds no_etcd json =
   Fmt.pr "Key-value store: %d client processes, each one operation at a time for %.0f s; half puts of 100 bytes, half linearizable gets, 1000 keys; data in %s@."
     clients seconds (Filename.dirname dir);
   let consort n =
-    let pids, listens = consort_cluster ~dir ~n in
+    let pids, listens = consort_cluster ~dir ~n () in
     Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
     if not (consort_ready listens) then Error (Printf.sprintf "%d replicas did not start" n)
     else Ok (load ~name:(Printf.sprintf "consort kv, %d replica%s" n (if n = 1 then "" else "s")) ~clients ~seconds ~dir (fun c -> consort_op listens c))
@@ -316,6 +366,42 @@ let run clients seconds no_etcd json =
           if not (etcd_ready ports) then Error "etcd did not start"
           else Ok (load ~name:"etcd, 3 members" ~clients ~seconds ~dir (fun c -> etcd_op ports c))
   in
+  (* Failover: one replica or member killed under writes. *)
+  let consort_failover params =
+    let dir = dir / ("failover" ^ string_of_int (List.length params)) in
+    Unix.mkdir dir 0o700;
+    let pids, listens = consort_cluster ~params ~dir ~n:3 () in
+    Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
+    if not (consort_ready listens) then Error "3 replicas did not start"
+    else
+      let cl = Result.get_ok (Consort_kv.Client.create ~timeout:20. [ List.hd listens; List.nth listens 1 ]) in
+      let op i = match Consort_kv.Client.call cl (Consort_kv.Op.Put (key i 0, value)) with Consort_kv.Wire.Done Consort_kv.Op.Ok -> true | _ -> false in
+      let name = Printf.sprintf "consort kv, 3 replicas%s" (if params = [] then "" else " (" ^ String.concat "," params ^ ")") in
+      Fun.protect ~finally:(fun () -> Consort_kv.Client.close cl) (fun () -> failover ~name ~op ~kill:(fun () -> kill_pid (List.nth pids 2)))
+  in
+  let f_default = consort_failover [] in
+  let f_short = consort_failover [ "suspect.timeout=1s"; "suspect.verify=300ms" ] in
+  let f_etcd =
+    if no_etcd then Error "etcd: skipped"
+    else
+      match find_etcd () with
+      | None -> Error "etcd: not installed"
+      | Some etcd ->
+          let dir = dir / "failover-etcd" in
+          Unix.mkdir dir 0o700;
+          let pids, ports = etcd_cluster ~etcd ~dir in
+          Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
+          if not (etcd_ready ports) then Error "etcd did not start"
+          else
+            match etcd_leader ports with
+            | None -> Error "etcd: no leader found"
+            | Some leader ->
+                (* The client talks to a member that stays. *)
+                let other = (leader + 1) mod 3 in
+                let op = etcd_op [ List.nth ports other ] 0 in
+                let op i = op (2 * i) in
+                failover ~name:"etcd, 3 members (leader killed)" ~op ~kill:(fun () -> kill_pid (List.nth pids leader))
+  in
   let base = Result.to_option r3 in
   (try
      let ic = open_in "/proc/loadavg" in
@@ -326,6 +412,10 @@ let run clients seconds no_etcd json =
   List.iter
     (function Ok r -> Fmt.pr "%a@." (pp_row base) r | Error e -> Fmt.pr "%s@." e)
     [ r3; r1; etcd ];
+  Fmt.pr "Failover: one client writes; a replica (etcd: the leader) is killed with SIGKILL; writes blocked for@.";
+  List.iter
+    (function Ok (name, w) -> Fmt.pr "  %-66s %6.2f s@." name w | Error e -> Fmt.pr "  %s@." e)
+    [ f_default; f_short; f_etcd ];
   if json then begin
     let j = function
       | Ok r ->
@@ -333,7 +423,11 @@ let run clients seconds no_etcd json =
             (float r.ops /. r.seconds) r.p50 r.p99 r.failed
       | Error e -> Printf.sprintf "{\"error\":%S}" e
     in
-    print_endline ("[" ^ String.concat "," (List.map j [ r3; r1; etcd ]) ^ "]")
+    let f = function
+      | Ok (name, w) -> Printf.sprintf "{\"failover\":%S,\"blocked_s\":%.3f}" name w
+      | Error e -> Printf.sprintf "{\"error\":%S}" e
+    in
+    print_endline ("[" ^ String.concat "," (List.map j [ r3; r1; etcd ] @ List.map f [ f_default; f_short; f_etcd ]) ^ "]")
   end;
   match (r3, r1) with Ok _, Ok _ -> 0 | _ -> 1
 

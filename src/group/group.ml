@@ -63,7 +63,9 @@ type switch_error = Not_a_stack of string | Changes_xfer | Not_running
 
 let pp_switch_error ppf = function
   | Not_a_stack e -> Fmt.pf ppf "the layers do not make a group's stack: %s" e
-  | Changes_xfer -> Fmt.string ppf "a switch cannot add or remove state transfer (Xfer)"
+  | Changes_xfer ->
+      Fmt.string ppf
+        "a switch cannot add or remove state transfer (Xfer): the state's callbacks are given when a member joins; leave and join again with or without it"
   | Not_running -> Fmt.string ppf "this member has left the group"
 
 let pp_join_error ppf = function
@@ -403,6 +405,7 @@ module Make (T : Transport.S) = struct
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
+                    ~hold_credit:(fun hold -> Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
                     ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
                     ~send_ctl:(fun r payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
                 t.xfer;

@@ -72,7 +72,17 @@ val pp_stack_error : stack_error Fmt.t
 (** Why {!Make.switch} refuses. *)
 type switch_error =
   | Not_a_stack of string  (** the layers do not make a group's stack (see {!Consort.Stack.check}) *)
-  | Changes_xfer  (** state transfer cannot be added or removed by a switch *)
+  | Changes_xfer
+      (** state transfer cannot be added or removed by a switch. Adding it:
+          the application gives its state's callbacks ([take_state],
+          [install_state]) when it joins, and which members hold the state
+          is known only to a group that ran Xfer from the start (a member
+          that joined under the old stack delivered casts without it).
+          Removing it: a member still waiting for its state would either
+          drop what it holds or hand casts to an application without its
+          state. Either breaks what Xfer promises, so the switch is
+          refused; the application leaves and joins again on the other
+          stack. *)
   | Not_running  (** this member has left the group *)
 
 val pp_switch_error : switch_error Fmt.t

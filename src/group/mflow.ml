@@ -24,6 +24,14 @@ let max_credits = 4096
 let contract =
   Contract.v "cast-flow" ~doc:"cast credit flow control: bounded bytes not yet delivered everywhere"
 
+type Event.dn_ctl += Hold_credit of { who : string; hold : bool; except : int list }
+
+let () =
+  Event.register_dn_ctl_printer (function
+    | Hold_credit { who; hold; except } ->
+        Some (fun ppf -> Fmt.pf ppf "hold-credit(%s, %b, except %a)" who hold Fmt.(list ~sep:comma int) except)
+    | _ -> None)
+
 module L = struct
   type header = No_hdr | Data of { ask : bool } | Credit of { credits : (int * int) list } | Ask
 
@@ -89,6 +97,9 @@ module L = struct
     mutable blocked : int;
     mutable malformed : int;
     mutable bad_credit : int;
+    mutable holders : (string * int list) list;
+        (* layers above that asked to hold credit back, and the origins whose credit they let go *)
+    mutable holds : int;
   }
 
   let create (ctx : Layer.ctx) out =
@@ -124,6 +135,8 @@ module L = struct
       blocked = 0;
       malformed = 0;
       bad_credit = 0;
+      holders = [];
+      holds = 0;
     }
 
   let cost msg = Msg.length msg + overhead
@@ -197,9 +210,11 @@ module L = struct
 
   let send_credit t =
     t.credit_at <- max_int;
+    let held o = List.exists (fun (_, except) -> not (List.mem o except)) t.holders in
+    begin
     let owed = ref [] in
     for o = t.n - 1 downto 0 do
-      if t.consumed.(o) > t.reported.(o) then begin
+      if t.consumed.(o) > t.reported.(o) && not (held o) then begin
         t.reported.(o) <- t.consumed.(o);
         owed := (o, t.consumed.(o)) :: !owed
       end
@@ -217,6 +232,7 @@ module L = struct
       end
     in
     send !owed
+    end
 
   let consumed t o c ~ask =
     t.consumed.(o) <- t.consumed.(o) + c;
@@ -301,6 +317,12 @@ module L = struct
     | Event.Block_req _ when not t.stopped ->
         t.flushing <- true;
         drain t
+    | Hold_credit { who; hold; except } ->
+        let was = List.mem_assoc who t.holders in
+        t.holders <- List.remove_assoc who t.holders;
+        if hold then t.holders <- (who, except) :: t.holders;
+        if hold && not was then t.holds <- t.holds + 1;
+        if (not hold) && was && not t.stopped then send_credit t
     | Event.Stop ->
         t.stopped <- true;
         Queue.iter (fun (m, _) -> Msg.release m) t.queue;
@@ -308,7 +330,7 @@ module L = struct
         t.queued <- 0;
         t.credit_at <- max_int
     | _ -> ());
-    t.out.dn_ctl e
+    match e with Hold_credit _ -> () | e -> t.out.dn_ctl e
 
   let timer t now =
     if not t.stopped then begin
@@ -319,6 +341,7 @@ module L = struct
   let counters t =
     [
       ("credits_sent", t.credits_sent);
+      ("credit_held", t.holds);
       ("blocked", t.blocked);
       ("malformed", t.malformed);
       ("bad_credit", t.bad_credit);

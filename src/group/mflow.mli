@@ -35,6 +35,16 @@
 
 type t
 
+(** [Hold_credit { who; hold = true; except }], sent down by a layer above
+    or the runtime ([who] names it), stops this member from returning
+    credit for the casts of every origin but those in [except] until that
+    holder says [hold = false]: so a member that keeps
+    what it delivers (Total waiting for the order, a member waiting for
+    the group's state) slows every sender to what it can take, instead of
+    keeping without bound. Senders hear [Blocked true] when their queue
+    fills, as for any slow member. Counted as ["credit_held"]. *)
+type Consort.Event.dn_ctl += Hold_credit of { who : string; hold : bool; except : int list }
+
 (** The header. *)
 type header =
   | No_hdr  (** a point-to-point message, outside flow control *)

@@ -10,6 +10,7 @@ module Param = struct
   let protocol = "total.protocol"
   let burst = "total.token_burst"
   let queue = "total.queue"
+  let held = "total.held"
 
   let () =
     Params.register protocol (Params.String "sequencer")
@@ -18,7 +19,11 @@ module Param = struct
          holder of a token passed around the members orders, as Totem)";
     Params.register burst (Params.Int 64) ~doc:"token: casts a member orders each time it holds the token";
     Params.register queue (Params.Int (1 lsl 20))
-      ~doc:"token: bytes of casts waiting for the token beyond which the application is asked to pause"
+      ~doc:"token: bytes of casts waiting for the token beyond which the application is asked to pause";
+    Params.register held (Params.Int (4 lsl 20)) ~min:(Params.Int 1024)
+      ~doc:
+        "bytes of casts received and waiting for their place beyond which this member stops returning flow \
+         control credit (every sender slows down to it) until they are back to half"
 end
 
 let protocol_of_string s =
@@ -113,6 +118,12 @@ module L = struct
     mutable orders_sent : int;
     mutable tokens_passed : int;
     mutable nonsense : int;
+    (* bounds on what waits for its place *)
+    held_limit : int;
+    mutable held_bytes : int;
+    mutable held_peak : int;
+    mutable holding_credit : bool;
+    mutable credit_held : int;
   }
 
   let create (ctx : Layer.ctx) out =
@@ -156,12 +167,42 @@ module L = struct
       orders_sent = 0;
       tokens_passed = 0;
       nonsense = 0;
+      held_limit = max 1024 (Params.int ctx.params Param.held);
+      held_bytes = 0;
+      held_peak = 0;
+      holding_credit = false;
+      credit_held = 0;
     }
 
   let valid t r = r >= 0 && r < t.n
   let sequencer = 0
 
   let deliver t o msg = t.out.up (Event.Cast_from o) msg
+
+  (* What waits here for its place is bounded: over [total.held] bytes,
+     this member stops returning flow control credit (Mflow) for the
+     casts of every origin but the sequencer (whose orders it waits for),
+     so every sender slows down to what it can order; at half, it returns
+     the credit again. Nothing is dropped. *)
+  let check_held t =
+    if t.held_bytes > t.held_peak then t.held_peak <- t.held_bytes;
+    if (not t.holding_credit) && t.held_bytes > t.held_limit && not t.stopped then begin
+      t.holding_credit <- true;
+      t.credit_held <- t.credit_held + 1;
+      Log.warn (fun m ->
+          m "rank %d: %d bytes of casts wait for their place (total.held %d): credit held back" t.me t.held_bytes
+            t.held_limit);
+      t.out.dn_ctl
+        (Mflow.Hold_credit { who = "total"; hold = true; except = (match t.proto with Sequencer -> [ 0 ] | Token -> []) })
+    end
+    else if t.holding_credit && t.held_bytes <= t.held_limit / 2 then begin
+      t.holding_credit <- false;
+      if not t.stopped then t.out.dn_ctl (Mflow.Hold_credit { who = "total"; hold = false; except = [] })
+    end
+
+  let held t d =
+    t.held_bytes <- t.held_bytes + d;
+    check_held t
 
   let flow t =
     let b = t.flow_below || t.outq_bytes > t.queue_limit in
@@ -180,6 +221,7 @@ module L = struct
       match Queue.peek_opt t.runs with
       | Some r when not (Queue.is_empty t.pending.(r.origin)) ->
           let m = Queue.pop t.pending.(r.origin) in
+          held t (-Msg.length m);
           r.left <- r.left - 1;
           if r.left = 0 then ignore (Queue.pop t.runs);
           t.ordered <- t.ordered + 1;
@@ -207,6 +249,7 @@ module L = struct
 
   let seq_data t o msg =
     Queue.add msg t.pending.(o);
+    held t (Msg.length msg);
     if t.me = sequencer then begin
       (t.unsent <-
          match t.unsent with
@@ -253,6 +296,7 @@ module L = struct
       match Hashtbl.find_opt t.stamped t.next_deliver with
       | Some (o, m) ->
           Hashtbl.remove t.stamped t.next_deliver;
+          held t (-Msg.length m);
           t.next_deliver <- t.next_deliver + 1;
           t.ordered <- t.ordered + 1;
           deliver t o m;
@@ -311,6 +355,7 @@ module L = struct
     end
     else begin
       Hashtbl.replace t.stamped place (o, msg);
+      held t (Msg.length msg);
       tok_deliver t
     end
 
@@ -446,6 +491,9 @@ module L = struct
       ("unordered", Array.fold_left (fun a q -> a + Queue.length q) 0 t.pending + Hashtbl.length t.stamped);
       ("waiting_token", Queue.length t.outq);
       ("holding", match t.holding with Some _ -> 1 | None -> 0);
+      ("held_bytes", t.held_bytes);
+      ("held_peak", t.held_peak);
+      ("credit_held", t.credit_held);
     ]
 end
 

@@ -34,9 +34,11 @@
     Memory: the casts a member holds without a place are those the
     sequencer (or the token) has not ordered yet. Flow control below
     (Mflow) bounds what each origin has in flight, but credits return as
-    casts reach this layer, so while the sequencer or the token holder is
-    gone and not yet suspected, a member holds what the others cast for up
-    to [suspect.timeout]; the view change then orders or drops it. Casts
+    casts reach this layer; so beyond [total.held] bytes held (a member
+    that gets the casts but not their order, say), this member stops
+    returning credit for the casts of every origin but the sequencer
+    ({!Mflow.Hold_credit}, with the [Flow] property), and every sender
+    slows down to it until it is back to half; nothing is dropped. Casts
     waiting here for the token count against [total.queue], beyond which
     the application hears [Blocked true]. *)
 
@@ -50,6 +52,11 @@ module Param : sig
   val queue : string
   (** ["total.queue"], default 1 MiB: bytes of casts waiting for the token
       beyond which the application hears [Blocked true] *)
+
+  val held : string
+  (** ["total.held"], default 4 MiB: bytes of casts received and waiting
+      for their place beyond which this member holds back flow control
+      credit *)
 end
 
 val protocol : Consort.Params.t -> (protocol, string) result

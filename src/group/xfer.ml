@@ -9,6 +9,7 @@ module Param = struct
   let window = "xfer.window"
   let max_state = "xfer.max_state"
   let spares = "xfer.spares"
+  let max_held = "xfer.max_held"
 
   let () =
     Params.register chunk (Params.Int 16_384) ~min:(Params.Int 64) ~max:(Params.Int (1 lsl 20))
@@ -18,7 +19,11 @@ module Param = struct
     Params.register max_state (Params.Int (256 lsl 20))
       ~doc:"largest state snapshot a member accepts, in bytes";
     Params.register spares (Params.Int 1) ~min:(Params.Int 0) ~max:(Params.Int 1000)
-      ~doc:"members that take a snapshot, besides the giver, to go on with a transfer if the giver fails"
+      ~doc:"members that take a snapshot, besides the giver, to go on with a transfer if the giver fails";
+    Params.register max_held (Params.Int (16 lsl 20)) ~min:(Params.Int 1024)
+      ~doc:
+        "bytes of deliveries a member waiting for the state holds beyond which it stops returning flow control \
+         credit (the senders slow down to it) until they are back to half"
 end
 
 let contract = Contract.v "xfer" ~doc:"a member that joins gets the group's state before its first delivery"
@@ -143,7 +148,7 @@ type app = {
   deliver : kind -> origin:string -> string -> unit;
 }
 
-type durable = { age : unit -> int; position : unit -> string; take_for : string -> string }
+type durable = { age : unit -> int; position : unit -> string; take_for : string -> string; on_decision : string array -> unit }
 
 (* A snapshot of the state as it was when view [sbase] started. *)
 type snap = { sbase : string; data : string; sdigest : string; sage : int }
@@ -159,6 +164,7 @@ type view = {
   rank : int;
   cast_ctl : string -> unit;
   send_ctl : int -> string -> unit;
+  hold_credit : bool -> unit;
   hellos : hello option array;
   mutable decided : bool;
   mutable givings : giving list;
@@ -188,6 +194,11 @@ type t = {
   mutable rebased : int;
   mutable resumed : int;  (* transfers this member went on with from where another stopped *)
   mutable dropped : int;  (* durable: deliveries held when a view ended before the state came *)
+  held_limit : int;
+  mutable held_bytes : int;
+  mutable held_peak : int;
+  mutable holding_credit : bool;
+  mutable credit_held : int;
 }
 
 let create ?durable ~params ~max_message ~me app =
@@ -218,6 +229,11 @@ let create ?durable ~params ~max_message ~me app =
     rebased = 0;
     resumed = 0;
     dropped = 0;
+    held_limit = max 1024 (Params.int params Param.max_held);
+    held_bytes = 0;
+    held_peak = 0;
+    holding_credit = false;
+    credit_held = 0;
   }
 
 let needs_state t = t.need <> None
@@ -236,7 +252,37 @@ let counters t =
     ("resumed", t.resumed);
     ("queued", Queue.length t.queue);
     ("dropped_held", t.dropped);
+    ("held_bytes", t.held_bytes);
+    ("held_peak", t.held_peak);
+    ("credit_held", t.credit_held);
   ]
+
+(* What a member waiting for the state holds is bounded: over
+   [xfer.max_held] bytes it stops returning flow control credit, so the
+   senders slow down to it; at half, it returns it again. The transfer
+   itself goes on (point-to-point, outside that flow control). *)
+let check_held t =
+  if t.held_bytes > t.held_peak then t.held_peak <- t.held_bytes;
+  match t.cur with
+  | Some v ->
+      if (not t.holding_credit) && t.held_bytes > t.held_limit then begin
+        t.holding_credit <- true;
+        t.credit_held <- t.credit_held + 1;
+        Log.warn (fun m ->
+            m "%s: %d bytes of deliveries held while the state comes (xfer.max_held %d): credit held back" t.me
+              t.held_bytes t.held_limit);
+        v.hold_credit true
+      end
+      else if t.holding_credit && t.held_bytes <= t.held_limit / 2 then begin
+        t.holding_credit <- false;
+        v.hold_credit false
+      end
+  | None -> ()
+
+let hold t ((_, _, _, payload) as item) =
+  Queue.add item t.queue;
+  t.held_bytes <- t.held_bytes + String.length payload + 64;
+  check_held t
 
 let encode c = Codec.encode_string ctl_codec c
 
@@ -249,18 +295,20 @@ let hand_over t (vid, kind, origin, payload) =
 let drain ?(keep = fun _ -> true) t =
   let rec go () =
     match Queue.peek_opt t.queue with
-    | Some ((vid, _, _, _) as item) when keep vid ->
+    | Some ((vid, _, _, payload) as item) when keep vid ->
         ignore (Queue.pop t.queue);
+        t.held_bytes <- t.held_bytes - String.length payload - 64;
         hand_over t item;
         go ()
     | _ -> ()
   in
-  go ()
+  go ();
+  check_held t
 
 let can_deliver t = t.holder && match t.cur with Some v -> v.decided && Queue.is_empty t.queue | None -> false
 
 let on_app t ~vid kind ~origin payload =
-  if can_deliver t then hand_over t (vid, kind, origin, payload) else Queue.add (vid, kind, origin, payload) t.queue
+  if can_deliver t then hand_over t (vid, kind, origin, payload) else hold t (vid, kind, origin, payload)
 
 let pump t v g =
   let total = String.length g.snap.data in
@@ -299,6 +347,7 @@ let decide_durable t v d =
   done;
   let giver = !giver and top = hs.(!giver).age in
   let me = v.rank in
+  d.on_decision (Array.map (fun h -> h.pos) hs);
   if hs.(me).age = top then begin
     if me = giver then begin
       let made = Hashtbl.create 4 in
@@ -465,6 +514,7 @@ let end_view t =
     if n > 0 then Log.warn (fun m -> m "%s: the view ended before the state came: %d held deliveries dropped" t.me n);
     t.dropped <- t.dropped + n;
     Queue.clear t.queue;
+    t.held_bytes <- 0;
     t.need <- None;
     t.holder <- true
   end;
@@ -479,11 +529,24 @@ let end_view t =
   t.cur <- None;
   if t.holder then drain t
 
-let start_view t ~vid ~members ~rank ~cast_ctl ~send_ctl =
+let start_view ?(hold_credit = ignore) t ~vid ~members ~rank ~cast_ctl ~send_ctl =
   let v =
-    { vid; members; rank; cast_ctl; send_ctl; hellos = Array.make (Array.length members) None; decided = false; givings = [] }
+    {
+      vid;
+      members;
+      rank;
+      cast_ctl;
+      send_ctl;
+      hold_credit;
+      hellos = Array.make (Array.length members) None;
+      decided = false;
+      givings = [];
+    }
   in
   t.cur <- Some v;
+  (* A new stack: nothing held back in it yet. *)
+  t.holding_credit <- false;
+  check_held t;
   cast_ctl (encode (hello t))
 
 let complete t nd =

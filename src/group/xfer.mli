@@ -33,10 +33,14 @@
     that waited hands over what it held from before and waits for the
     state as of the current view.
 
-    What a receiver holds while the state streams is kept in memory, as
-    deliveries are (the members are trusted; flow control below bounds
-    what each sender has in flight, not this queue); a state over
-    [xfer.max_state] is refused, and the member goes on waiting. *)
+    What a receiver holds while the state streams is kept in memory, and
+    bounded: beyond [xfer.max_held] bytes it stops returning flow control
+    credit ({!Mflow.Hold_credit}; with the [Flow] property), so every
+    sender slows down to it (their applications hear [flow true]) until it
+    has installed the state and handed over what it held; the transfer
+    itself is point-to-point, outside that flow control, and goes on.
+    Nothing is dropped. A state over [xfer.max_state] is refused, and the
+    member goes on waiting. *)
 
 module Param : sig
   val chunk : string  (** ["xfer.chunk"], default 16 KiB *)
@@ -48,6 +52,10 @@ module Param : sig
   val spares : string
   (** ["xfer.spares"], default 1: candidates that take a snapshot besides
       the giver, to go on if it fails *)
+
+  val max_held : string
+  (** ["xfer.max_held"], default 16 MiB: bytes of held deliveries beyond
+      which a member waiting for the state holds back flow control credit *)
 end
 
 val contract : Consort.Contract.t
@@ -109,6 +117,9 @@ type durable = {
   age : unit -> int;
   position : unit -> string;
   take_for : string -> string;  (** the state to give a member at this position *)
+  on_decision : string array -> unit;
+      (** once every hello of the view is in, before anything is given or
+          taken: every member's position, by rank (the same everywhere) *)
 }
 
 type t
@@ -116,6 +127,7 @@ type t
 val create : ?durable:durable -> params:Consort.Params.t -> max_message:int -> me:string -> app -> t
 
 val start_view :
+  ?hold_credit:(bool -> unit) ->
   t ->
   vid:string ->
   members:string array ->
@@ -124,7 +136,8 @@ val start_view :
   send_ctl:(int -> string -> unit) ->
   unit
 (** A view was installed: [cast_ctl] and [send_ctl] send protocol messages
-    in it. *)
+    in it; [hold_credit] asks its stack to hold back flow control credit,
+    or to return it again. *)
 
 val end_view : t -> unit
 (** The view ends (before the next is installed). *)

@@ -49,12 +49,15 @@ module Make (T : Transport.S) = struct
     (* results of applied requests of this member, waiting for commit *)
     results : (int * int * Wire.outcome) Queue.t;  (* order, rid, outcome *)
     acks : (string, int) Hashtbl.t;
+    acks_sent : (string, int) Hashtbl.t;  (* the last acknowledgement sent to each member *)
     mutable delivered : int;  (* orders applied here in this view *)
     mutable acked : int;
     mutable committed : int;
     mutable sync_timer : T.timer option;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
+    mutable epoch_next : int option;  (* the view's epoch, once its state transfer decided *)
+    begins : (string, unit) Hashtbl.t;  (* members whose Begin was delivered in this view *)
     mutable suffixes : int;  (* states received as a suffix of the log *)
     mutable snapshots : int;  (* ... as a whole snapshot *)
   }
@@ -104,7 +107,7 @@ module Make (T : Transport.S) = struct
      total order. *)
   let rec flush t =
     t.flush_timer <- None;
-    if t.phase <> Minority && not (Queue.is_empty t.pending) then begin
+    if t.phase = Active && not (Queue.is_empty t.pending) then begin
       let rids = ref [] and n = ref 0 in
       while !n < t.cfg.max_batch && not (Queue.is_empty t.pending) do
         rids := Queue.pop t.pending :: !rids;
@@ -156,6 +159,36 @@ module Make (T : Transport.S) = struct
       t.committed <- c;
       release t)
 
+  let on_ack t ~origin b =
+    if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then Hashtbl.replace t.acks origin b;
+    update_commit t
+
+  (* An acknowledgement needs no order: it goes point-to-point to every
+     other member of the view (sends are delivered in the view they were
+     sent in, as casts are), and counts here at once. *)
+  let send_ack t b =
+    match t.g with
+    | Some g when not t.dead ->
+        let msg = Wire.encode ~vid:(view t).vid (Wire.Ack b) in
+        let others = List.filter (( <> ) t.me) (members t) in
+        let ok =
+          List.for_all
+            (fun m ->
+              Option.value (Hashtbl.find_opt t.acks_sent m) ~default:0 >= b
+              ||
+              match G.send g m msg with
+              | Ok () ->
+                  Hashtbl.replace t.acks_sent m b;
+                  true
+              | Error e ->
+                  Log.info (fun f -> f "%s: ack to %s refused: %a" t.me m Consort_group.Group.pp_error e);
+                  false)
+            others
+        in
+        if ok then on_ack t ~origin:t.me b;
+        ok
+    | _ -> false
+
   (* After applying: to disk, then acknowledge. *)
   let rec schedule_sync t =
     if t.sync_timer = None then
@@ -166,23 +199,50 @@ module Make (T : Transport.S) = struct
                if not t.dead then begin
                  Store.sync t.store;
                  if t.delivered > t.acked then
-                   if cast t (Wire.Ack t.delivered) then t.acked <- t.delivered else retry t (fun () -> schedule_sync t)
+                   if send_ack t t.delivered then t.acked <- t.delivered else retry t (fun () -> schedule_sync t)
                end))
 
   let quorum t = (List.length t.replicas / 2) + 1
 
   let rec send_begin t = if t.phase = Syncing && not (cast t Wire.Begin) then retry t (fun () -> send_begin t)
 
+  (* Every member's position is in (Xfer's decision): the view's epoch is
+     greater than every member's epoch and promise, and than the view's
+     logical time; this member promises it, durably, then says so. An
+     epoch starts only once every member of the view has promised it, so a
+     later primary view (which shares a member with this one) starts a
+     greater one: two views never start the same epoch. *)
+  let on_decision t positions =
+    if (not t.dead) && t.phase = Syncing then begin
+      let epoch =
+        Array.fold_left
+          (fun acc p ->
+            match Wire.decode_position p with
+            | Ok (p : Wire.position) -> max acc (max p.epoch p.promise + 1)
+            | Error e ->
+                Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
+                acc)
+          (max (view t).ltime (max (Store.epoch t.store) (Store.promise t.store) + 1))
+          positions
+      in
+      Store.promise_to t.store epoch;
+      t.epoch_next <- Some epoch;
+      send_begin t
+    end
+
   let on_view t (v : Consort_group.Group.view_info) =
     t.me <- v.members.(v.rank);
     t.view <- Some v;
     Hashtbl.reset t.acks;
+    Hashtbl.reset t.acks_sent;
     Queue.clear t.pending;
     Option.iter T.cancel t.flush_timer;
     t.flush_timer <- None;
     t.delivered <- 0;
     t.acked <- 0;
     t.committed <- 0;
+    t.epoch_next <- None;
+    Hashtbl.reset t.begins;
     (* What this member applied is on disk before it offers its state. *)
     if not t.dead then Store.sync t.store;
     (* Results not committed in the last view: their requests go again
@@ -194,7 +254,6 @@ module Make (T : Transport.S) = struct
     let ours = List.filter (fun a -> List.mem a t.replicas) present in
     if List.length ours >= quorum t then begin
       t.phase <- Syncing;
-      send_begin t;
       List.iter (forward t) rids
     end
     else begin
@@ -208,7 +267,13 @@ module Make (T : Transport.S) = struct
 
   let position t =
     Wire.encode_position
-      { Wire.epoch = Store.epoch t.store; seq = Store.seq t.store; chain = Store.chain t.store; history = Store.history t.store }
+      {
+        Wire.epoch = Store.epoch t.store;
+        seq = Store.seq t.store;
+        chain = Store.chain t.store;
+        history = Store.history t.store;
+        promise = Store.promise t.store;
+      }
 
   (* Whether a log at position [p] is a prefix of ours: our chain after its
      last write is its chain. (Epochs alone do not tell: members that end a
@@ -266,14 +331,14 @@ module Make (T : Transport.S) = struct
 
   (* {2 Deliveries, in the group's total order} *)
 
-  (* The view's first delivery: every member holds the same state (Xfer
-     gave it to those behind), and starts the same new epoch. *)
-  let begin_epoch t =
+  (* Every member's Begin is in: every member holds the same state (Xfer
+     gave it to those behind) and promised the view's epoch, which starts. *)
+  let begin_epoch t epoch =
     let v = view t in
-    let epoch = max v.ltime (Store.epoch t.store + 1) in
     Store.start_epoch t.store epoch;
     Store.sync t.store;
     t.phase <- Active;
+    if (not (Queue.is_empty t.pending)) && t.flush_timer = None then t.flush_timer <- Some (soon t (fun () -> flush t));
     Log.info (fun m ->
         m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store) (Store.seq t.store))
 
@@ -292,14 +357,23 @@ module Make (T : Transport.S) = struct
       match Wire.decode s with
       | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
       | Ok (vid, _) when vid <> (view t).vid -> ()
-      | Ok (_, m) when t.phase <> Minority -> (
-          if t.phase = Syncing then begin_epoch t;
+      | Ok (_, Wire.Begin) when t.phase = Syncing -> (
+          Hashtbl.replace t.begins origin ();
+          match t.epoch_next with
+          | Some epoch when List.for_all (Hashtbl.mem t.begins) (members t) -> begin_epoch t epoch
+          | _ -> ())
+      | Ok (_, m) when t.phase = Active -> (
           match m with
           | Wire.Order { items; _ } -> on_order t items
-          | Wire.Ack b ->
-              if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then Hashtbl.replace t.acks origin b;
-              update_commit t
+          | Wire.Ack b -> on_ack t ~origin b
           | Wire.Begin -> ())
+      | Ok _ -> ()
+
+  let on_send t ~origin s =
+    if not t.dead then
+      match Wire.decode s with
+      | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
+      | Ok (vid, Wire.Ack b) when vid = (view t).vid && t.phase <> Minority -> on_ack t ~origin b
       | Ok _ -> ()
 
   let submit t (r : Wire.request) k =
@@ -345,12 +419,15 @@ module Make (T : Transport.S) = struct
             next_batch = 1;
             results = Queue.create ();
             acks = Hashtbl.create 8;
+            acks_sent = Hashtbl.create 8;
             delivered = 0;
             acked = 0;
             committed = 0;
             sync_timer = None;
             flush_timer = None;
             dead = false;
+            epoch_next = None;
+            begins = Hashtbl.create 8;
             suffixes = 0;
             snapshots = 0;
           }
@@ -359,14 +436,19 @@ module Make (T : Transport.S) = struct
           {
             Consort_group.Group.view = (fun v -> if not t.dead then on_view t v);
             cast = (fun ~origin s -> on_cast t ~origin s);
-            send = (fun ~origin:_ _ -> ());
+            send = (fun ~origin s -> on_send t ~origin s);
             block = ignore;
             flow = ignore;
             exit = ignore;
           }
         in
         let durable_state =
-          { Consort_group.Xfer.age = (fun () -> age t); position = (fun () -> position t); take_for = take_for t }
+          {
+            Consort_group.Xfer.age = (fun () -> age t);
+            position = (fun () -> position t);
+            take_for = take_for t;
+            on_decision = on_decision t;
+          }
         in
         match
           G.join ?params ?seed ~peers:cfg.peers ~durable_state ~install_state:(install t) ~layers tr ~group:cfg.group

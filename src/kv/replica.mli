@@ -12,7 +12,8 @@
     of its own process; a pause longer than the bound gives stale reads).
 
     {b Commit.} A member applies an order, writes it to its log and fsyncs,
-    then casts an acknowledgement. A request is answered when every member
+    then sends an acknowledgement to every other member (point-to-point:
+    it needs no order). A request is answered when every member
     of the view has acknowledged its order: by then the write is on the
     disk of every member of a majority, so it survives the crash of any
     of them and a restart of all.
@@ -27,10 +28,22 @@
     each member behind the writes it misses when that member's log is a
     prefix of its own and the writes are still in its memory, a full
     snapshot otherwise, streamed in chunks; the member behind holds its
-    deliveries until it has installed it. The view's first delivery then
-    starts a new epoch at every member (each holds the same state by
-    then). A replica that restarts thus catches up by state transfer when
-    it joins, from its own log and a suffix when it can. *)
+    deliveries until it has installed it. A replica that restarts thus
+    catches up by state transfer when it joins, from its own log and a
+    suffix when it can.
+
+    {b Epochs.} Once Xfer's decision is made (every member's position is
+    known, the same everywhere), every member of a primary view computes
+    the view's epoch (greater than the view's logical time and than every
+    member's epoch and promise), promises it durably and casts [Begin]; the
+    epoch starts at each member once every member's [Begin] is delivered,
+    and only then are requests cast. So any later primary view, which
+    shares a member with this one, starts a greater epoch: two views never
+    start the same epoch, and the most advanced state (greatest epoch, then
+    write number) holds every answered write. Epochs alone do not tell
+    whether one log is a prefix of another (members that end a view apart
+    each apply their part of it, then what had no place in the order):
+    a chained digest of the writes does. *)
 
 val src : Logs.src
 

@@ -37,7 +37,19 @@ let parse_addr s =
       | _ -> Error (Printf.sprintf "%S: not ADDR:PORT" s)
       | exception Failure _ -> Error (Printf.sprintf "%S: not an IPv4 address and port" s))
 
+(* A replica's failure detector, unless told otherwise: writes wait for it
+   when a replica dies (an order is answered once every member of the view
+   has it), so 2 s rather than the group's 5 s, as etcd's leader election
+   waits 1 s. A false suspicion under load costs a view change, never
+   correctness: the member is excluded, joins again and catches up. *)
+let default_params = "suspect.timeout=2s,suspect.verify=500ms"
+
 let run ?(on_ready = ignore) cfg =
+  let cfg =
+    match Params.of_string default_params with
+    | Ok d -> { cfg with params = Params.override d ~by:cfg.params }
+    | Error _ -> cfg
+  in
   let ( let* ) = Result.bind in
   let* listen_addr = parse_addr cfg.listen in
   let* store, found = Store.open_ cfg.data in

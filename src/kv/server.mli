@@ -7,9 +7,17 @@ type config = {
   bind : string;  (** group address, [ADDR:PORT] *)
   peers : string list;  (** the other replicas' group addresses *)
   listen : string;  (** where clients connect, [ADDR:PORT] *)
-  params : Consort.Params.t;
+  params : Consort.Params.t;  (** over {!default_params} *)
   max_connections : int;
 }
+
+val default_params : string
+(** ["suspect.timeout=2s,suspect.verify=500ms"]: a dead replica blocks
+    writes until the failure detector excludes it (about
+    [suspect.timeout]), so the replica's is shorter than the group's 5 s
+    default (etcd's leader election waits 1 s by default). A false
+    suspicion (a pause longer than that) costs a view change and a catch-up,
+    never correctness. *)
 
 val run : ?on_ready:(unit -> unit) -> config -> (unit, string) result
 (** [run cfg] opens the store (printing what recovery found, one line each,

@@ -16,7 +16,7 @@ let pp_finding ppf = function
 
 let is_damage = function Torn_tail _ -> true | Temp_removed _ -> false
 
-type record = Write of int * cmd | Epoch of int * int
+type record = Write of int * cmd | Epoch of int * int | Promise of int
 
 let cmd_codec =
   Codec.map ~name:"kv-cmd"
@@ -33,6 +33,7 @@ let record_codec =
       Codec.case 2 "epoch" (Codec.pair Codec.varint Codec.varint)
         (function Epoch (e, s) -> Some (e, s) | _ -> None)
         (fun (e, s) -> Epoch (e, s));
+      Codec.case 3 "promise" Codec.varint (function Promise p -> Some p | _ -> None) (fun p -> Promise p);
     ]
 
 let wal_magic = "consort-kv-wal 1\n"
@@ -49,6 +50,7 @@ type t = {
   mutable seq : int;
   mutable epoch : int;
   mutable history : (int * int) list;
+  mutable promise : int;  (* no epoch below this will be started here *)
   mutable wal : Unix.file_descr;
   mutable wal_size : int;
   pending : Buffer.t;
@@ -63,6 +65,7 @@ let machine t = t.machine
 let seq t = t.seq
 let epoch t = t.epoch
 let history t = t.history
+let promise t = t.promise
 let dirty t = Buffer.length t.pending > 0
 let path t f = Filename.concat t.dir f
 
@@ -196,6 +199,13 @@ let write_snapshot t =
   replace t "wal" wal_magic;
   t.wal <- open_wal (path t "wal");
   t.wal_size <- String.length wal_magic;
+  (* The promise outlives the log it was in. *)
+  if t.promise > 0 then begin
+    let r = frame (Codec.encode_string record_codec (Promise t.promise)) in
+    write_all t.io (path t "wal") t.wal r;
+    t.io.Io.fsync (path t "wal") t.wal;
+    t.wal_size <- t.wal_size + String.length r
+  end;
   Log.info (fun m -> m "%s: snapshot at write %d" t.dir t.seq)
 
 let sync t =
@@ -222,6 +232,13 @@ let install t s =
       t.recent_bytes <- 0;
       write_snapshot t;
       Ok ()
+
+let promise_to t p =
+  if p > t.promise then begin
+    t.promise <- p;
+    log_record t (Promise p);
+    sync t
+  end
 
 let close t =
   (try Unix.close t.wal with Unix.Unix_error _ -> ());
@@ -285,6 +302,7 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
             seq;
             epoch;
             history;
+            promise = 0;
             wal = Unix.stdin;
             wal_size = 0;
             pending = Buffer.create 4096;
@@ -320,6 +338,9 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
                 | Ok (payload, next) -> (
                     match Codec.decode_string record_codec payload with
                     | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
+                    | Ok (Promise p) ->
+                        if p > t.promise then t.promise <- p;
+                        go next
                     | Ok (Epoch (e, after)) ->
                         if e > t.epoch then (
                           t.epoch <- e;

@@ -67,6 +67,14 @@ val execute : t -> cmd -> Op.response
 (** [execute t c] applies [c]; a write that changes the state is logged
     with the next sequence number (not yet synced). *)
 
+val promise : t -> int
+(** The greatest epoch this store promised (see {!promise_to}); 0 at first. *)
+
+val promise_to : t -> int -> unit
+(** [promise_to t e] records, durably before it returns, that this replica
+    took part in the start of epoch [e] (a later one must be greater). It
+    survives snapshots. *)
+
 val start_epoch : t -> int -> unit
 (** [start_epoch t e] records that epoch [e] starts after {!seq}. *)
 

@@ -1,7 +1,7 @@
 module Codec = Consort.Codec
 
 type item = { origin : string; rid : int; cmd : Store.cmd }
-type position = { epoch : int; seq : int; chain : string; history : (int * int) list }
+type position = { epoch : int; seq : int; chain : string; history : (int * int) list; promise : int }
 type transfer = Snapshot of string | Suffix of { epoch : int; history : (int * int) list; entries : (int * Store.cmd) list }
 
 type msg = Order of { batch : int; items : item list } | Ack of int | Begin
@@ -18,9 +18,9 @@ let history_codec = Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)
 
 let position_codec =
   Codec.map ~name:"kv-position"
-    (fun p -> (p.epoch, p.seq, p.chain, p.history))
-    (fun (epoch, seq, chain, history) -> { epoch; seq; chain; history })
-    (Codec.tup4 Codec.varint Codec.varint (Codec.string ~max:16 ()) history_codec)
+    (fun p -> ((p.epoch, p.promise), p.seq, p.chain, p.history))
+    (fun ((epoch, promise), seq, chain, history) -> { epoch; seq; chain; history; promise })
+    (Codec.tup4 (Codec.pair Codec.varint Codec.varint) Codec.varint (Codec.string ~max:16 ()) history_codec)
 
 let transfer_codec =
   Codec.union "kv-transfer"

@@ -10,8 +10,11 @@ type item = { origin : string; rid : int; cmd : Store.cmd }
 type msg =
   | Order of { batch : int; items : item list }
       (** requests a member's clients made, cast in the group's total order: every member applies them in that order *)
-  | Ack of int  (** the first [n] orders of this view are applied and on disk here *)
-  | Begin  (** cast by every member at the start of a primary view: the view's first delivery starts its epoch *)
+  | Ack of int  (** sent to every other member: the first [n] orders of this view are applied and on disk here *)
+  | Begin
+      (** cast by every member of a primary view once it knows the view's
+          epoch and has promised it: the epoch starts, at every member, once
+          every member's [Begin] is delivered *)
 
 val encode : vid:string -> msg -> string
 (** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a
@@ -22,10 +25,11 @@ val decode : string -> (string * msg, string) result
 
 (** {2 State transfer} *)
 
-type position = { epoch : int; seq : int; chain : string; history : (int * int) list }
+type position = { epoch : int; seq : int; chain : string; history : (int * int) list; promise : int }
 (** Where a replica's log is: its last epoch, its last write, the digest
     of its writes ({!Store.chain}), its epochs (newest first, each with the
-    write after which it started). *)
+    write after which it started), and the greatest epoch whose start it
+    took part in ({!Store.promise}). *)
 
 type transfer =
   | Snapshot of string  (** the whole state ({!Store.snapshot}) *)

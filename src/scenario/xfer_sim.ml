@@ -213,7 +213,15 @@ let giver_crash_scenario ?trace ?params seed =
         match Hashtbl.find_opt apps.by_id !joined with
         | Some a when not (List.exists (function X.Install _ -> true | _ -> false) a.trace) ->
             [ Printf.sprintf "%s never installed the state after %s crashed while giving it" !joined giver ]
-        | _ -> [])
+        | _ -> (
+            (* Another member held the same snapshot and went on from the
+               bytes the joiner had: no fall back to a later state. *)
+            let counter i name = match V.group w i with Some g -> List.assoc name (G.xfer_counters g) | None -> 0 in
+            let resumed = List.fold_left (fun acc i -> acc + counter i "resumed") 0 [ 0; 1; 2; 3 ] in
+            (if counter joiner "rebased" > 0 then
+               [ Printf.sprintf "%s fell back to a later state: no other member went on with the transfer" !joined ]
+             else [])
+            @ if resumed = 0 then [ Printf.sprintf "no member went on from the bytes %s had" !joined ] else []))
   in
   finish w apps ~must_install:(fun () -> if !joined = "" then [] else [ !joined ]) ~extra
 

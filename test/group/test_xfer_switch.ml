@@ -70,9 +70,9 @@ let cb ?(views = ref []) ?(casts = ref []) () =
     exit = ignore;
   }
 
-let join ?take_state ?install_state ?on_stack_error ?views ?casts net ~layers addr =
+let join ?params ?take_state ?install_state ?on_stack_error ?views ?casts net ~layers addr =
   match
-    G.join ~seed:(Hashtbl.hash addr) ~peers:[ "a"; "b" ] ?take_state ?install_state ?on_stack_error ~layers net ~group:"t" ~addr
+    G.join ?params ~seed:(Hashtbl.hash addr) ~peers:[ "a"; "b" ] ?take_state ?install_state ?on_stack_error ~layers net ~group:"t" ~addr
       (cb ?views ?casts ())
   with
   | Ok g -> g
@@ -154,6 +154,45 @@ let large_state () =
     (List.rev !casts_b);
   Alcotest.(check bool) "none before the state" false (G.needs_state b)
 
+(* A flood while a large state streams slowly to b: what b holds meanwhile
+   stays within xfer.max_held and the flow control windows (the senders
+   are slowed down to it, their casts queued, then refused), instead of
+   growing with the flood; b then hands it all over, in order. *)
+let held_bounded () =
+  let net = Sim.create ~seed:4 () in
+  let params =
+    Result.get_ok (Params.of_string "xfer.max_held=65536,xfer.window=2048,xfer.chunk=1024,mflow.window=65536")
+  in
+  let big = String.make (2 lsl 20) 's' in
+  let l = layers (P.vsync @ [ P.Xfer ]) in
+  let casts_a = ref [] and casts_b = ref [] in
+  let a = join ~params net ~layers:l ~casts:casts_a ~take_state:(fun () -> big) "a" in
+  Sim.run ~until:(sec 2.) net;
+  let b = join ~params net ~layers:l ~casts:casts_b ~install_state:ignore "b" in
+  let body = String.make 1000 'x' and refused = ref 0 and n = ref 0 in
+  for i = 1 to 4000 do
+    ignore
+      (Sim.at net (sec 2. + (i * Time.of_ms 1)) (fun () ->
+           match G.cast a (Printf.sprintf "%d %s" !n body) with Ok () -> incr n | Error _ -> incr refused))
+  done;
+  let peak = ref 0 in
+  let rec watch () =
+    ignore
+      (Sim.at net (Sim.now net + Time.of_ms 5) (fun () ->
+           peak := max !peak (List.assoc "held_bytes" (G.xfer_counters b));
+           if Sim.now net < sec 20. then watch ()))
+  in
+  watch ();
+  Sim.run ~until:(sec 20.) net;
+  Alcotest.(check bool) "b installed the state" false (G.needs_state b);
+  Alcotest.(check bool) (Printf.sprintf "what b held stayed within bounds (%d bytes)" !peak) true (!peak <= 65536 + (2 * 65536) + 8192);
+  Alcotest.(check bool) "credit held back" true (List.assoc "credit_held" (G.xfer_counters b) > 0);
+  Alcotest.(check bool) "the state took long enough to matter" true (List.assoc "chunks_received" (G.xfer_counters b) >= 2000);
+  let since_join = List.filteri (fun i _ -> i >= List.length !casts_a - List.length !casts_b) (List.rev !casts_a) in
+  (* a's casts before the merge went to a alone. *)
+  Alcotest.(check bool) "b gets the flood" true (List.length !casts_b >= !n - 10);
+  Alcotest.(check bool) "every cast a delivered since, in order" true (since_join = List.rev !casts_b)
+
 let () =
   Alcotest.run "xfer-switch"
     [
@@ -167,5 +206,6 @@ let () =
           Alcotest.test_case "switch refuses what is not a group's stack" `Quick switch_errors;
           Alcotest.test_case "other stacks never merge; a switch makes them one" `Quick incompatible_then_switch;
           Alcotest.test_case "a large state streams in chunks, casts after it" `Quick large_state;
+          Alcotest.test_case "what a member waiting for the state holds is bounded" `Quick held_bounded;
         ] );
     ]

@@ -260,6 +260,25 @@ let transfer () =
   rm_rf d1;
   rm_rf d2
 
+(* A promise is durable at once, survives the snapshots that empty the log,
+   and only grows. *)
+let promise () =
+  let d = fresh "promise" in
+  let st, _ = open_ok ~snapshot_bytes:2048 d in
+  Store.promise_to st 7;
+  Store.promise_to st 5;
+  Alcotest.(check int) "the greatest" 7 (Store.promise st);
+  for i = 1 to 200 do
+    ignore (Store.execute st (cmd i (Op.Put ("k" ^ string_of_int (i mod 10), String.make 50 'v'))));
+    Store.sync st
+  done;
+  Store.close st;
+  let st, _ = open_ok d in
+  Alcotest.(check int) "after snapshots and a restart" 7 (Store.promise st);
+  Alcotest.(check int) "the writes too" 200 (Store.seq st);
+  Store.close st;
+  rm_rf d
+
 let () =
   Alcotest.run "kv-store"
     [
@@ -270,5 +289,6 @@ let () =
           Alcotest.test_case "crash at every disk step" `Quick crash_points;
           Alcotest.test_case "torn and corrupt tails" `Quick tails;
           Alcotest.test_case "snapshot and entries to another store" `Quick transfer;
+          Alcotest.test_case "promises survive snapshots" `Quick promise;
         ] );
     ]
