@@ -104,6 +104,10 @@ let test_handshake () =
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
       | _ -> Alcotest.fail "bad peers: bad-address");
+      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [ "10.1.2.3:1000-1064" ] }));
+      (match next r with
+      | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
+      | _ -> Alcotest.fail "more than 64 peer addresses from a client: bad-address");
       put r (Wire.encode_request (Wire.Join { handle = 1; group = String.make 256 'g'; props = ""; params = ""; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
