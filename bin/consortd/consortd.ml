@@ -4,7 +4,34 @@ open Cmdliner
 module Server = Consort_daemon.Server
 module Seal = Consort_seal.Seal
 
-let setup_logs ((levels, format), verbose) = Consort_cli.setup_logs ~verbose format levels
+(* At most [per_second] log lines a second: under heavy churn the groups'
+   warnings would flood a service manager's journal. What is dropped is
+   counted and said in one line when lines flow again. *)
+let rate_limited ~per_second (r : Logs.reporter) =
+  let second = ref 0 and lines = ref 0 and dropped = ref 0 in
+  let report src level ~over k msgf =
+    let now = int_of_float (Unix.gettimeofday ()) in
+    if now <> !second then begin
+      second := now;
+      lines := 0;
+      if !dropped > 0 then begin
+        Printf.eprintf "consortd: %d log lines dropped (more than %d a second)\n%!" !dropped per_second;
+        dropped := 0
+      end
+    end;
+    incr lines;
+    if !lines <= per_second then r.Logs.report src level ~over k msgf
+    else begin
+      incr dropped;
+      over ();
+      k ()
+    end
+  in
+  { Logs.report }
+
+let setup_logs ((levels, format), verbose) =
+  Consort_cli.setup_logs ~verbose format levels;
+  Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
 let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout verbose =
   setup_logs verbose;
@@ -119,6 +146,9 @@ let cmd =
          closes its connection, dies, sends what does not decode, or stops reading is failed out of its \
          groups (its members leave); the others are not disturbed. SIGTERM or SIGINT: every member leaves, \
          then the daemon exits.";
+      `P
+        "Log lines (warnings; with $(b,--verbose), also clients failed out) go to standard error, at most 50 a \
+         second; what is dropped is counted in one line.";
       `P
         "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N members=N and its \
          counters (clients accepted, frames and bytes in and out, clients failed out by reason: failed_closed, \

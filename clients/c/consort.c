@@ -38,8 +38,10 @@ struct consort_client {
     char err[256];
     unsigned char *rbuf;
     size_t rlen, rcap;
-    struct frame *qhead, *qtail;
+    struct frame *qhead, *qtail; /* upcalls, in order */
     size_t npending;
+    struct frame *rhead, *rtail; /* replies, in order */
+    int fatal;                   /* an ERROR about the connection waits among the upcalls */
     struct member_rec *members;
     uint32_t next_handle;
     uint32_t next_req;
@@ -185,7 +187,15 @@ static const unsigned char *getbytes(struct cur *c, size_t *n) {
 
 /* {1 I/O} */
 
-/* Moves whole frames from the input buffer to the queue. */
+static int is_reply(unsigned t) { return t >= 0x81 && t <= 0x84; }
+
+/* An ERROR about the connection itself (handle 0xffffffff). */
+static int is_fatal(const struct frame *f) {
+    return f->len >= 5 && f->data[0] == 0x83 && f->data[1] == 0xff && f->data[2] == 0xff && f->data[3] == 0xff &&
+           f->data[4] == 0xff;
+}
+
+/* Moves whole frames from the input buffer to the queues. */
 static int cut_frames(consort_client *c) {
     size_t off = 0;
     while (c->rlen - off >= 4) {
@@ -198,10 +208,19 @@ static int cut_frames(consort_client *c) {
         f->next = NULL;
         f->len = n;
         memcpy(f->data, h + 4, n);
-        if (c->qtail) c->qtail->next = f;
-        else c->qhead = f;
-        c->qtail = f;
-        c->npending++;
+        if (is_reply(f->data[0]) && !is_fatal(f)) {
+            if (c->rtail) c->rtail->next = f;
+            else c->rhead = f;
+            c->rtail = f;
+        } else {
+            /* Upcalls, and an ERROR about the connection: next_event and
+               call find it there. */
+            if (is_fatal(f)) c->fatal = 1;
+            if (c->qtail) c->qtail->next = f;
+            else c->qhead = f;
+            c->qtail = f;
+            c->npending++;
+        }
         off += 4 + n;
     }
     if (off > 0) {
@@ -246,13 +265,19 @@ static int write_all(consort_client *c, const unsigned char *p, size_t n) {
     return 0;
 }
 
-static int is_reply(unsigned t) { return t >= 0x81 && t <= 0x84; }
-
-/* Takes the first reply out of the queue (upcalls before it stay). */
+/* Takes the next reply, or a fatal ERROR waiting among the upcalls. */
 static struct frame *take_reply(consort_client *c) {
+    struct frame *f = c->rhead;
+    if (f) {
+        c->rhead = f->next;
+        if (!c->rhead) c->rtail = NULL;
+        f->next = NULL;
+        return f;
+    }
     struct frame *prev = NULL;
-    for (struct frame *f = c->qhead; f; prev = f, f = f->next) {
-        if (f->len > 0 && is_reply(f->data[0])) {
+    if (!c->fatal) return NULL;
+    for (f = c->qhead; f; prev = f, f = f->next) {
+        if (is_fatal(f)) {
             if (prev) prev->next = f->next;
             else c->qhead = f->next;
             if (c->qtail == f) c->qtail = prev;
@@ -376,6 +401,11 @@ void consort_close(consort_client *c) {
     while (c->qhead) {
         struct frame *f = c->qhead;
         c->qhead = f->next;
+        free(f);
+    }
+    while (c->rhead) {
+        struct frame *f = c->rhead;
+        c->rhead = f->next;
         free(f);
     }
     while (c->members) {

@@ -26,6 +26,7 @@ and t = {
   members : (int, member) Hashtbl.t;
   mutable next_handle : int;
   out : Buffer.t;  (** requests written by {!cast_async}, not yet sent *)
+  mutable kick : (unit -> unit) option;  (** with {!attach}: serve soon from the loop *)
 }
 
 type join_error = Refused of Wire.code * string | Disconnected of string
@@ -131,6 +132,9 @@ let call t req =
       | _ -> read_once t
       | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
     done;
+    (* Upcalls read while waiting: a loop serving the connection would not
+       hear of them from the descriptor. *)
+    if not (Queue.is_empty t.upcalls) then Option.iter (fun k -> k ()) t.kick;
     !res
   end
 
@@ -174,6 +178,7 @@ let connect ?(name = "ocaml") addr =
               members = Hashtbl.create 4;
               next_handle = 0;
               out = Buffer.create 4096;
+              kick = None;
             }
           in
           match call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name }) with
@@ -282,7 +287,7 @@ let cast_async ?(on_result = ignore) m payload =
         Queue.push (fun () -> on_result r) t.deferred)
       t.replies;
     Buffer.add_string t.out (Wire.encode_request (Wire.Cast { handle = m.handle; req; payload }));
-    if Buffer.length t.out >= 65536 then flush_out t
+    if Buffer.length t.out >= 65536 then flush_out t else Option.iter (fun k -> k ()) t.kick
   end
 
 let simple m req = if not m.exited then ignore (call m.conn req)
@@ -387,3 +392,29 @@ let run ?(until = fun () -> false) ?timeout t =
       if left > 0. && step ~timeout:(Float.min left 0.05) t then go ()
   in
   go ()
+
+let attach t loop =
+  let fd = t.fd in
+  let module L = Consort_engine.Loop in
+  let serve () =
+    dispatch t;
+    flush_out t;
+    if t.closed <> None then begin
+      t.kick <- None;
+      L.unwatch loop fd
+    end
+  in
+  let pending = ref false in
+  t.kick <-
+    Some
+      (fun () ->
+        if not !pending then begin
+          pending := true;
+          ignore
+            (L.after loop 0 (fun () ->
+                 pending := false;
+                 serve ()))
+        end);
+  L.watch loop fd (fun () ->
+      if t.closed = None then read_once t;
+      serve ())

@@ -87,3 +87,11 @@ val step : ?timeout:float -> t -> bool
 
 val run : ?until:(unit -> bool) -> ?timeout:float -> t -> unit
 (** Steps until [until ()], [timeout] seconds, or the connection closes. *)
+
+val attach : t -> Consort_engine.Loop.t -> unit
+(** [attach t loop] serves the connection from [loop] (the engine's
+    epoll loop): upcalls are dispatched as they arrive, with no thread and
+    no polling, and casts queued by {!cast_async} go out in the same round
+    of the loop. Blocking calls ({!cast}, {!join}, ...) still wait for
+    their reply; upcalls read meanwhile are dispatched from the loop just
+    after. The descriptor is unwatched when the connection closes. *)

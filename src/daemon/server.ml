@@ -56,7 +56,12 @@ let split_addr s =
 
 let max_peers = 1024
 
-let parse_peers l =
+(* A client's JOIN names at most this many peer addresses: each is sent
+   discovery datagrams twice a second, and the client is not trusted to
+   point the daemon at the world. *)
+let max_client_peers = 64
+
+let parse_peers ?(max_peers = max_peers) l =
   let rec go acc n = function
     | [] -> Ok (List.rev acc)
     | p :: rest -> (
@@ -313,7 +318,9 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   in
   let* () = Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params) in
   let* peers =
-    Result.map_error (fun e -> (Wire.Bad_address, "peers: " ^ e)) (parse_peers (if peers = [] then t.peers else peers))
+    Result.map_error
+      (fun e -> (Wire.Bad_address, "peers: " ^ e))
+      (if peers = [] then Ok t.peers else parse_peers ~max_peers:max_client_peers peers)
   in
   let* () = if Hashtbl.mem c.handles handle || handle = Wire.no_handle then Error (Wire.Handle_in_use, Printf.sprintf "handle %d is in use" handle) else Ok () in
   let* () =

@@ -35,9 +35,10 @@ val default : config
     1 KiB, 8 MiB of queue per client, 256 clients, 64 members each, 10 s
     to say HELLO. *)
 
-val parse_peers : string list -> (string list, string) result
-(** Expands ["IP:PORT-PORT"] ranges (at most 1024 ports in all); one line
-    per error. *)
+val parse_peers : ?max_peers:int -> string list -> (string list, string) result
+(** Expands ["IP:PORT-PORT"] ranges (at most [max_peers], default 1024,
+    addresses in all); one line per error. A client's JOIN may name at most
+    64. *)
 
 type t
 

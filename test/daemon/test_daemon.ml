@@ -104,6 +104,10 @@ let test_handshake () =
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
       | _ -> Alcotest.fail "bad peers: bad-address");
+      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [ "10.1.2.3:1000-1064" ] }));
+      (match next r with
+      | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
+      | _ -> Alcotest.fail "more than 64 peer addresses from a client: bad-address");
       put r (Wire.encode_request (Wire.Join { handle = 1; group = String.make 256 'g'; props = ""; params = ""; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
@@ -431,6 +435,48 @@ let test_churn_leaves_nothing () =
       check (Printf.sprintf "timers: %d, none per past client" (field "timers")) true (field "timers" >= 0 && field "timers" < 20);
       C.close a.conn)
 
+(* A client served by the engine's loop: upcalls dispatched as they come,
+   casts made from callbacks sent at once (a ping-pong of 50 rounds). *)
+let test_attach () =
+  with_daemon (addr 60) (fun d ->
+      let a = member d "g" and b = member d "g" in
+      check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      C.close a.conn;
+      C.close b.conn;
+      let loop = Consort_engine.Loop.create () in
+      let rounds = ref 0 and views = ref 0 in
+      let mk name on_cast =
+        let conn = match C.connect ~name d.socket with Ok c -> c | Error e -> Alcotest.fail e in
+        C.attach conn loop;
+        let me = ref None in
+        let cb =
+          {
+            Consort_group.Group.view = (fun v -> if Array.length v.members = 2 then incr views);
+            cast = (fun ~origin s -> match !me with Some m when origin <> C.me m -> on_cast m s | _ -> ());
+            send = (fun ~origin:_ _ -> ());
+            block = ignore;
+            flow = ignore;
+            exit = ignore;
+          }
+        in
+        match C.join conn ~group:"loop" cb with
+        | Ok m ->
+            me := Some m;
+            (conn, m)
+        | Error e -> Alcotest.fail (Fmt.str "%a" C.pp_join_error e)
+      in
+      let _, pinger =
+        mk "ping" (fun m s ->
+            incr rounds;
+            if !rounds < 50 then C.cast_async m s)
+      in
+      let _ = mk "pong" (fun m s -> C.cast_async m s) in
+      Consort_engine.Loop.run loop ~until:(fun () -> !views >= 2) ~timeout:(Consort.Time.of_ms 15_000);
+      check "views through the loop" true (!views >= 2);
+      C.cast_async pinger "ball";
+      Consort_engine.Loop.run loop ~until:(fun () -> !rounds >= 50) ~timeout:(Consort.Time.of_ms 15_000);
+      Alcotest.(check int) "50 rounds, no polling" 50 !rounds)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -448,5 +494,6 @@ let () =
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
           Alcotest.test_case "suspect and switch" `Quick test_suspect_switch;
           Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
+          Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
         ] );
     ]

@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from consort_client import Block, Cast, Client, Exit, Lost, Refused, Send, Sent, View, log  # noqa: E402
+from consort_client import Block, Cast, Client, ConsortError, Exit, Lost, Refused, Send, Sent, View, log  # noqa: E402
 
 
 def main() -> int:
@@ -78,4 +78,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (ConsortError, OSError) as e:
+        print("logmember.py: %s" % e, file=sys.stderr)
+        sys.exit(1)
