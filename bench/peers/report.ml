@@ -36,6 +36,8 @@ let is k v r = get k r = Some v
 let machine_keys = [ "date"; "cpu_model"; "cores"; "kernel"; "host_memory"; "load_start"; "load_end" ]
 let is_machine k = List.mem k machine_keys || (String.length k > 5 && String.sub k 0 5 = "load_")
 
+let run_keys = [ "quick"; "reps" ]
+
 let read_meta dir =
   List.filter_map
     (fun l -> match String.index_opt l '\t' with Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) | None -> None)
@@ -463,7 +465,8 @@ let print meta rtts tputs costs tgs skipped =
             pr "%-*s %-*s %-15s %6d %9.1f %9.1f %9.1f  %s\n" ws r.r_system wu r.r_setup r.r_placement r.r_n r.r_min r.r_median r.r_p99
               (match raw with Some b when r.r_system <> b.r_system -> Printf.sprintf "%+.1f us (x%.2f)" (r.r_median -. b.r_median) (r.r_median /. b.r_median) | _ -> "-"))
         rtts)
-    (List.sort_uniq compare (List.map (fun r -> r.r_placement) rtts));
+    (let rank = function "same-cpu" -> 0 | "different-cpus" -> 1 | _ -> 2 in
+     List.sort_uniq (fun a b -> compare (rank a, a) (rank b, b)) (List.map (fun r -> r.r_placement) rtts));
   pr "\n== Multicast throughput, 1 KB, 3 member processes (messages/s delivered at the slowest receiver; median run)\n";
   let floor = List.find_opt (fun r -> r.t_system = "raw UDP (C)") tputs in
   let ws = width "system" (fun r -> r.t_system) tputs and wu = width "setup" (fun r -> r.t_setup) tputs in
@@ -502,7 +505,8 @@ let json meta rtts tputs costs tgs skipped =
     [
       ("bench", `String "peers");
       ("machine", `Assoc (List.filter_map (fun (k, v) -> if is_machine k then Some (k, `String v) else None) meta));
-      ("versions", `Assoc (List.filter_map (fun (k, v) -> if is_machine k then None else Some (k, `String v)) meta));
+      ("run", `Assoc (List.filter_map (fun (k, v) -> if List.mem k run_keys then Some (k, `String v) else None) meta));
+      ("versions", `Assoc (List.filter_map (fun (k, v) -> if is_machine k || List.mem k run_keys then None else Some (k, `String v)) meta));
       ( "rtt",
         `List
           (List.map
