@@ -27,6 +27,8 @@ let failed what (e : Fs_client.error) =
 
 (* consort cap fs fsck --data DIR *)
 let fsck data =
+  if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
+  else
   match Store.open_ ~clock data with
   | Error `Locked -> refused "%s is in use by a running file server" data
   | Error (`Io m) -> refused "%s" m
@@ -292,7 +294,7 @@ let configured t =
 
 let fsck_cmd =
   Cmd.v
-    (Cmd.info "fsck"
+    (Consort_cli.info ~path:"cap fs fsck" "fsck"
        ~doc:
          "Check a file server's data directory (the server must not be running): report each torn or corrupt \
           file on one line and set it aside. Exits 1 if anything was damaged.")
@@ -300,11 +302,11 @@ let fsck_cmd =
 
 let serve_cmd =
   Cmd.v
-    (Cmd.info "serve" ~exits ~envs
+    (Consort_cli.info ~path:"cap fs serve" "serve" ~exits ~envs
        ~doc:
          "Run a file server. Its first line on standard output is $(b,server CAP), the capability that allows \
           creating files.")
-    (configured @@ Term.(const (fun d b k () -> serve d b k) $ data $ bind $ key))
+    (configured @@ Term.(const (fun d b k () () -> serve d b k) $ data $ bind $ key $ Consort_cli.logging))
 
 let put_cmd =
   let server =
@@ -312,18 +314,18 @@ let put_cmd =
   in
   let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The file to store.") in
   Cmd.v
-    (Cmd.info "put" ~exits ~envs ~doc:"Store a file (committed, safe) and print its capability.")
+    (Consort_cli.info ~path:"cap fs put" "put" ~exits ~envs ~doc:"Store a file (committed, safe) and print its capability.")
     (configured @@ Term.(const (fun l s f () -> put l s f) $ locate $ server $ file))
 
 let get_cmd =
   let exits = Cmd.Exit.info 1 ~doc:"the output could not be written (the file server was not changed)." :: exits in
-  Cmd.v (Cmd.info "get" ~exits ~envs ~doc:"Write a file's bytes to standard output.") (configured @@ Term.(const (fun l c () -> get l c) $ locate $ cap_arg))
+  Cmd.v (Consort_cli.info ~path:"cap fs get" "get" ~exits ~envs ~doc:"Write a file's bytes to standard output.") (configured @@ Term.(const (fun l c () -> get l c) $ locate $ cap_arg))
 
-let size_cmd = Cmd.v (Cmd.info "size" ~exits ~envs ~doc:"Print a file's size.") (configured @@ Term.(const (fun l c () -> size l c) $ locate $ cap_arg))
+let size_cmd = Cmd.v (Consort_cli.info ~path:"cap fs size" "size" ~exits ~envs ~doc:"Print a file's size.") (configured @@ Term.(const (fun l c () -> size l c) $ locate $ cap_arg))
 
 let revoke_cmd =
   Cmd.v
-    (Cmd.info "revoke" ~exits ~envs
+    (Consort_cli.info ~path:"cap fs revoke" "revoke" ~exits ~envs
        ~doc:
          "Revoke every capability of a file, or of the server itself (its $(b,server) capability): the object \
           gets a new secret, and the new owner capability is printed. Needs a capability with every right.")
@@ -331,7 +333,7 @@ let revoke_cmd =
 
 let fs_cmd =
   Cmd.group
-    (Cmd.info "fs" ~doc:"The immutable file server (Bullet semantics) and its tools.")
+    (Cmd.info "fs" ~exits:Consort_cli.exits ~doc:"The immutable file server (Bullet semantics) and its tools.")
     [ serve_cmd; put_cmd; get_cmd; size_cmd; revoke_cmd; fsck_cmd ]
 
 let restrict_cmd =
@@ -342,25 +344,25 @@ let restrict_cmd =
       & info [ "rights" ] ~docv:"LIST" ~doc:"The rights to keep: $(b,read,create,modify,destroy,admin,...).")
   in
   Cmd.v
-    (Cmd.info "restrict" ~exits ~envs
+    (Consort_cli.info ~path:"cap restrict" "restrict" ~exits ~envs
        ~doc:
          "Print a capability with fewer rights (made locally from an owner capability, asked of the server \
           otherwise).")
     (configured @@ Term.(const (fun l c r () -> restrict l c r) $ locate $ cap_arg $ rights))
 
-let destroy_cmd = Cmd.v (Cmd.info "destroy" ~exits ~envs ~doc:"Destroy an object.") (configured @@ Term.(const (fun l c () -> destroy l c) $ locate $ cap_arg))
+let destroy_cmd = Cmd.v (Consort_cli.info ~path:"cap destroy" "destroy" ~exits ~envs ~doc:"Destroy an object.") (configured @@ Term.(const (fun l c () -> destroy l c) $ locate $ cap_arg))
 
 let info_cmd =
   Cmd.v
-    (Cmd.info "info" ~exits ~envs ~doc:"Print a capability's port, object and rights, and the server's description.")
+    (Consort_cli.info ~path:"cap info" "info" ~exits ~envs ~doc:"Print a capability's port, object and rights, and the server's description.")
     (configured @@ Term.(const (fun l c () -> info_ l c) $ locate $ cap_arg))
 
 let status_cmd =
-  Cmd.v (Cmd.info "status" ~exits ~envs ~doc:"Print a server's status (std_status).") (configured @@ Term.(const (fun l c () -> status l c) $ locate $ cap_arg))
+  Cmd.v (Consort_cli.info ~path:"cap status" "status" ~exits ~envs ~doc:"Print a server's status (std_status).") (configured @@ Term.(const (fun l c () -> status l c) $ locate $ cap_arg))
 
 let cmd =
   Cmd.group
-    (Cmd.info "cap" ~doc:"Capability services: the file server, capabilities.")
+    (Cmd.info "cap" ~exits:Consort_cli.exits ~doc:"Capability services: the file server, capabilities.")
     [ fs_cmd; restrict_cmd; destroy_cmd; info_cmd; status_cmd ]
 
 (* consort bench fs: reading a 100 MB file from the server beside cat. *)
@@ -562,9 +564,9 @@ let bench_fs size_mb rounds json =
       1
 
 let bench =
-  let size = Arg.(value & opt int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.") in
-  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing cat and the reads; the median round of each comparison is shown.") in
+  let size = Arg.(value & opt Consort_cli.positive_int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.") in
+  let rounds = Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing cat and the reads; the median round of each comparison is shown.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
-    (Cmd.info "fs" ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
+    (Consort_cli.info ~path:"bench fs" "fs" ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
     Term.(const bench_fs $ size $ rounds $ json)

@@ -313,9 +313,9 @@ let print r =
 
 let cmd =
   let open Cmdliner in
-  let calls = Arg.(value & opt int 2000 & info [ "calls" ] ~docv:"N" ~doc:"Null calls (and raw round trips) to time.") in
-  let transfers = Arg.(value & opt int 50 & info [ "transfers" ] ~docv:"N" ~doc:"1 MB transactions to time.") in
-  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing every figure and its baseline; the median round is shown.") in
+  let calls = Arg.(value & opt Consort_cli.positive_int 2000 & info [ "calls" ] ~docv:"N" ~doc:"Null calls (and raw round trips) to time.") in
+  let transfers = Arg.(value & opt Consort_cli.positive_int 50 & info [ "transfers" ] ~docv:"N" ~doc:"1 MB transactions to time.") in
+  let rounds = Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing every figure and its baseline; the median round is shown.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   let no_grpc = Arg.(value & flag & info [ "no-grpc" ] ~doc:"Do not build and run the gRPC peer.") in
   let go calls transfers rounds json no_grpc =
@@ -334,5 +334,5 @@ let cmd =
           0
   in
   Cmd.v
-    (Cmd.info "rpc" ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
+    (Consort_cli.info ~path:"bench rpc" "rpc" ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
     Term.(const go $ calls $ transfers $ rounds $ json $ no_grpc)
