@@ -17,12 +17,15 @@
 
     {v
     0      magic 0xC5
-    1      mode: 1 Auth, 2 Privacy
+    1      mode: 1 Auth, 2 Privacy; 3 and 4 the same under a view key (Rekey)
     2-17   sender id: 16 random bytes drawn when the connection opens
     18-25  counter: this sender's datagrams, from 1, big-endian
     26-33  sender's wall clock, milliseconds since the epoch, big-endian
     34-    payload, then the tag
     v}
+
+    (modes 3 and 4: bytes 34-41 are the view key's id, and the payload
+    starts at 42).
 
     Each sender seals under its own key, HMAC-SHA256 of the group secret
     and its id, with ChaCha20-Poly1305 (RFC 8439) and the counter as
