@@ -89,27 +89,31 @@ let excluded () =
       List.iter P.kill ms;
       P.remove_dir dir)
     (fun () ->
-      List.iter
-        (fun m -> P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~params ~extra:[ "--key"; key ] ~group:"rekeyed" ~peers ~output:(out m) m)
-        three;
-      (match
-         G.join ~params:params' ~peers ?rekey:(S.rekey xt) ~layers xt ~group:"rekeyed" ~addr:xm.P.addr cb
-       with
-      | Ok g -> x := Some g
-      | Error e -> Alcotest.failf "join: %a" Consort_group.Group.pp_join_error e);
-      let xg = Option.get !x in
-      let four () =
-        let xv = (G.view xg).Consort_group.Group.vid in
-        Array.length (G.view xg).Consort_group.Group.members = 4
-        && List.for_all (fun m -> match P.current_view m with Some (v, l) -> v = xv && List.length l = 4 | None -> false) three
-      in
-      expect "the four form one group" (wait ~timeout:40. four);
       let before = ref 0 and after = ref 0 in
+      (* tcpdump runs from before the group forms. *)
       let captured =
         capture ~dir ms (fun () ->
+            List.iter
+              (fun m ->
+                P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~params ~extra:[ "--key"; key ] ~group:"rekeyed" ~peers
+                  ~output:(out m) m)
+              three;
+            (match G.join ~params:params' ~peers ?rekey:(S.rekey xt) ~layers xt ~group:"rekeyed" ~addr:xm.P.addr cb with
+            | Ok g -> x := Some g
+            | Error e -> Alcotest.failf "join: %a" Consort_group.Group.pp_join_error e);
+            let xg = Option.get !x in
+            let four () =
+              let xv = (G.view xg).Consort_group.Group.vid in
+              Array.length (G.view xg).Consort_group.Group.members = 4
+              && List.for_all
+                   (fun m -> match P.current_view m with Some (v, l) -> v = xv && List.length l = 4 | None -> false)
+                   three
+            in
+            expect "the four form one group" (wait ~timeout:40. four);
             List.iter (fun m -> P.cast m (Printf.sprintf "BEFORE-MARKER-%d" m.P.idx); incr before) three;
             expect "the casts before are delivered"
               (wait ~timeout:15. (fun () -> List.for_all (fun m -> P.deliveries m >= !before) three));
+            if not (four ()) then Alcotest.fail "the group changed before x was cut off";
             (* The three stop hearing x; it runs on, alone. *)
             P.partition [ three; [ xm ] ];
             expect "the three exclude x" (wait ~timeout:40. (fun () -> P.same_view three));
@@ -120,6 +124,7 @@ let excluded () =
             expect "the casts after are delivered"
               (wait ~timeout:15. (fun () -> List.for_all (fun m -> P.deliveries m >= !before + !after) three)))
       in
+      let xg = Option.get !x in
       let datagrams = List.map snd captured in
       if List.length datagrams < 50 then Alcotest.failf "only %d datagrams captured" (List.length datagrams);
       let vid = match P.current_view (List.hd three) with Some (v, _) -> v | None -> Alcotest.fail "no view" in
