@@ -372,3 +372,7 @@ let () =
   total "rights text" Consort_cap.Rights.of_string;
   total "params" Params.of_string;
   total "properties" G.Properties.of_string
+
+(* {1 consortd} *)
+
+let () = Daemon_fuzz.register ()

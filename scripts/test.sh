@@ -102,12 +102,21 @@ done
 for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
+# The API documentation builds (odoc).
+jobs+=("counted|doc|scripts/doc.sh --check")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 45 CPU seconds for 1000 seeds.
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
 # Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
 jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
+# consortd's clients and interop: pytest, the C client under valgrind, and one
+# group of OCaml, C and Python members over two daemons (a few seconds each).
+jobs+=("counted|daemon python client|clients/python/run-tests.sh")
+jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
+jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
+# 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s).
+jobs+=("counted|daemon chaos (15 s)|$BIN/test/daemon_chaos/chaos.exe --seconds ${DAEMON_CHAOS_SECONDS:-15}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the

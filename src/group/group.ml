@@ -865,7 +865,7 @@ module Make (T : Transport.S) = struct
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?discovery ?(heal = true)
-      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?(on_stack_error = fun _ -> ()) ?rekey ~layers tr ~group
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
@@ -918,7 +918,7 @@ module Make (T : Transport.S) = struct
                 let xfer =
                   if List.exists (fun l -> Layer.name l = Xfer.name) layers then
                     Some
-                      (Xfer.create ~params ~max_message ~me:eid
+                      (Xfer.create ?durable:durable_state ~params ~max_message ~me:eid
                          {
                            Xfer.take = take_state;
                            install = install_state;

@@ -140,6 +140,7 @@ module Make (T : Consort.Transport.S) : sig
     ?heal:bool ->
     ?take_state:(unit -> string) ->
     ?install_state:(string -> unit) ->
+    ?durable_state:Xfer.durable ->
     ?on_stack_error:(stack_error -> unit) ->
     ?rekey:rekey ->
     layers:Consort.Layer.t list ->
@@ -176,7 +177,10 @@ module Make (T : Consort.Transport.S) : sig
       state; if that member fails, another one goes on in the next view.
       [take_state] must be deterministic: members with the same state give
       the same string. Both default to the empty state (nothing is
-      transferred but the order of deliveries).
+      transferred but the order of deliveries). With [durable_state] the
+      state is one every member keeps (on disk): the most advanced by its
+      age wins at each view, and what a member behind gets is made for its
+      position ({!Xfer.durable}); [take_state] is not used.
 
       The stack's identity ({!Stack_id}: its layers and their tunables)
       travels in discovery, merge and view messages, and in Bottom's stamp:
