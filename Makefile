@@ -59,6 +59,9 @@ soak: build
 	  for p in sequencer token; do \
 	    ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
 	      --params sim.props=vsync+Total+Causal+Agree,total.protocol=$$p || exit 1; done; done
+	@for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-deaf vsync-slander vsync-leave-coord vsync-forged; do \
+	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
+	    --params sim.props=vsync+Privacy+Rekey || exit 1; done
 
 # Five member processes in network namespaces (veth links to a bridge) under
 # seeded kills, SIGSTOP pauses, partitions and cut links, casting with total

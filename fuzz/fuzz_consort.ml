@@ -312,6 +312,94 @@ let () =
         Crowbar.check_eq ~pp:Fmt.(Dump.result ~ok:(Dump.list string) ~error:string) (Ok ds)
           (G.Bundle.Wire.decode (G.Bundle.Wire.encode ds)))
 
+(* {2 A sealed group, its captured datagrams mutated}
+
+   Two members with Privacy and per-view keys exchange casts in the
+   simulator; member b's incoming datagrams are captured; then a stops
+   (crashes, never suspected: the timeouts are long), and b, still in the
+   view and holding its key, is fed captured datagrams mutated (a byte set,
+   a truncation) or as they were: none is ever handed up (each is altered,
+   or a replay), nothing is delivered, nothing raises. *)
+
+module SG = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
+
+let sealed_group =
+  lazy
+    (let net = Sim.create ~seed:9 () in
+     let secret = Result.get_ok (Consort_seal.Seal.secret_of_string (String.make 32 'g')) in
+     let params =
+       match Params.of_string "suspect.timeout=1000s,suspect.verify=100s,gmp.flush_timeout=1000s" with
+       | Ok p -> p
+       | Error _ -> Params.empty
+     in
+     let delivered = ref 0 in
+     let join addr =
+       let t =
+         Sealed.wrap ~rekey:true
+           ~g:(Consort_cap.Crypto.deterministic ("fuzz-" ^ addr))
+           ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now net))
+           net
+           (Some (secret, Consort_seal.Seal.Privacy))
+       in
+       let cb =
+         {
+           Consort_group.Group.view = ignore;
+           cast = (fun ~origin:_ _ -> if addr = "b" then incr delivered);
+           send = (fun ~origin:_ _ -> if addr = "b" then incr delivered);
+           block = ignore;
+           flow = ignore;
+           exit = ignore;
+         }
+       in
+       match SG.join ~params ~peers:[ "a"; "b" ] ~seed:(Hashtbl.hash addr) ?rekey:(Sealed.rekey t) ~layers t ~group:"fuzz" ~addr cb with
+       | Ok g -> g
+       | Error _ -> failwith "sealed group: join"
+     in
+     let a = join "a" and b = join "b" in
+     let got = ref [] in
+     ignore
+       (Sealed.control (SG.connection b)
+          (Sealed.Drop_filter
+             (Some
+                (fun ~src:_ cs ->
+                  got := Cstruct.to_string cs :: !got;
+                  false))));
+     Sim.run ~until:(Time.of_sec 5.) net;
+     for i = 1 to 30 do
+       ignore (SG.cast a (Printf.sprintf "cast %d from a" i));
+       ignore (SG.cast b (Printf.sprintf "cast %d from b" i));
+       Sim.run ~until:(Time.add (Sim.now net) (Time.of_ms 20)) net
+     done;
+     Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 1.)) net;
+     Sim.crash net "a";
+     let x = Result.get_ok (Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
+     (net, b, x, Array.of_list (List.rev !got), delivered))
+
+let () =
+  let mutation =
+    Crowbar.(
+      map
+        [ int; choose [ range 64; int ]; choose [ range 9; uint8 ]; int; bool ]
+        (fun index at value cut keep -> (index, at, value, cut, keep)))
+  in
+  Crowbar.add_test ~name:"sealed group, captured datagrams mutated" [ Crowbar.list mutation ] (fun muts ->
+      let net, b, x, c, delivered = Lazy.force sealed_group in
+      if Array.length c < 20 then Crowbar.fail "too few datagrams captured";
+      let before = (Sealed.stats (SG.connection b)).opened and got = !delivered in
+      List.iter
+        (fun (index, at, value, cut, keep) ->
+          let s = Bytes.of_string c.(abs (index mod Array.length c)) in
+          let n = Bytes.length s in
+          if (not keep) && n > 0 then Bytes.set s (abs (at mod n)) (Char.chr value);
+          let len = if cut land 1 = 0 then n else abs (cut mod (n + 1)) in
+          let m = Msg.of_string Pool.default (Bytes.sub_string s 0 len) in
+          ignore (Sim.send x ~dst:"b" m);
+          Msg.release m)
+        muts;
+      Sim.run ~until:(Time.add (Sim.now net) (Time.of_ms 5)) net;
+      Crowbar.check_eq ~pp:Fmt.int before (Sealed.stats (SG.connection b)).opened;
+      Crowbar.check_eq ~pp:Fmt.int got !delivered)
+
 (* {1 Capability services} *)
 
 let () =

@@ -33,6 +33,8 @@ let join sizes reps params seal json =
   Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
     (Proc.online_cpus ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
+  if seal then
+    Fmt.pr "(Privacy: sealed under the group secret alone, seal.rekey=false; Privacy+Rekey: also a key per view)@.";
   let code = report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ~seal ()) in
   if seal then
     List.iter

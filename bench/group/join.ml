@@ -113,8 +113,13 @@ let pp_table ppf rows =
       if r.stack <> "vsync" then
         match List.find_opt (fun b -> b.stack = "vsync" && b.size = r.size) rows with
         | Some b ->
-            Fmt.pf ppf "%s, %d members: formed in %.2fx the time of vsync in clear@." r.stack r.size
+            (* The merge itself: from a member's first view (alone) to the
+               full view. *)
+            let merge r = Stats.median (Array.map2 ( -. ) r.join_ms r.start_ms) in
+            Fmt.pf ppf "%s, %d members: formed in %.2fx the time of vsync in clear; merge (join - start) %.1f ms, in clear %.1f ms@."
+              r.stack r.size
               (Stats.median r.formed_ms /. Stats.median b.formed_ms)
+              (merge r) (merge b)
         | None -> ())
     rows
 

@@ -102,6 +102,16 @@ let pp_table ppf rows =
       Fmt.pf ppf "%-16s %-15s %5s %6d | %9.1f %9.1f %9.1f %9.1f | %s@." r.kind r.placement r.cpus (Array.length r.samples)
         (Stats.min r.samples) m (Stats.percentile r.samples 99.) (Stats.mean r.samples)
         (match raw with Some b when r.kind <> "raw UDP" -> Printf.sprintf "%+.1f us (x%.2f)" (m -. b) (m /. b) | _ -> "-"))
+    rows;
+  (* The sealed rows beside the plain group's, placement by placement. *)
+  List.iter
+    (fun r ->
+      if List.exists (fun (k, _, _, _) -> k = r.kind) seal_kinds then
+        match List.find_opt (fun r' -> r'.kind = "group cast" && r'.placement = r.placement) rows with
+        | Some g ->
+            let m = Stats.median r.samples and b = Stats.median g.samples in
+            Fmt.pf ppf "%s, %s: %+.1f us over the group cast in clear (x%.2f)@." r.kind r.placement (m -. b) (m /. b)
+        | None -> ())
     rows
 
 let to_json rows =

@@ -399,8 +399,8 @@ module Make (T : Transport.S) = struct
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
-          (* Who is gone, and why: left, or excluded and the suspicion. *)
-          List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
+              (* Who is gone, and why: left, or excluded and the suspicion. *)
+              List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
               t.cb.view info;
               Option.iter
                 (fun x ->

@@ -4,6 +4,7 @@ open Consort
 module Sim = Consort_engine.Sim
 module V = Vsync_sim
 module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
+module Sealed = Consort_seal.Seal.Make (Sim)
 module Bottom = Consort_group.Bottom
 module Suspect = Consort_group.Suspect
 module Mnak = Consort_group.Mnak
@@ -218,14 +219,23 @@ let scenario ?trace ?params seed =
       (Printf.sprintf "NAKs or statuses still sent at %s, %s after the attack and the last view change"
          (Fmt.str "%a" Time.pp t.last_repair) (Fmt.str "%a" Time.pp settle));
   let need what v = if v = 0 then V.problem w (Printf.sprintf "no forgery was counted as %s" what) in
-  if !sent > 0 then begin
+  (* Sealed members (sim.props with Auth, Privacy or Rekey) drop the
+     stranger's datagrams before any layer: the seal counts them. *)
+  let seals =
+    List.filter_map
+      (fun i -> Option.map (fun g -> Sealed.stats (G.connection g)) (V.group w i))
+      (List.init (V.nprocs w) Fun.id)
+  in
+  if !sent = 0 then V.problem w "no forgery was sent"
+  else if List.exists (fun st -> st.Consort_seal.Seal.sealed > 0) seals then
+    need "unsealed by the seal" (List.fold_left (fun a st -> a + st.Consort_seal.Seal.clear) 0 seals)
+  else begin
     need "beyond the window" (total t [ "mnak.beyond_window"; "pt2pt.beyond_window" ]);
     need "impossible" (total t [ "mnak.impossible"; "pt2pt.impossible" ]);
     need "not for this group or member" (total t [ "bottom.wrong_group"; "bottom.from_self"; "bottom.bad_rank" ]);
     need "garbage" (garbage t);
     need "a NAK repeated too soon" (total t [ "mnak.naks_ignored" ])
-  end
-  else V.problem w "no forgery was sent";
+  end;
   V.note w "forged %d datagrams; peak buffered mnak %d pt2pt %d; last repair at %d" !sent t.peak_mnak t.peak_pt2pt
     t.last_repair;
   V.finish w

@@ -280,7 +280,8 @@ let () =
   Params.register sim_props (Params.String "vsync")
     ~doc:
       "consort sim: the property set of the members' stack in the vsync-* scenarios, names joined by + \
-       (vsync+Total); the ordering properties it adds are checked too"
+       (vsync+Total); the ordering properties it adds are checked too; with Auth, Privacy or Rekey the members seal \
+       their datagrams (per-view keys unless seal.rekey=false)"
 
 let props_of params = Consort_group.Properties.of_string (String.map (function '+' -> ',' | c -> c) (Params.string params sim_props))
 

@@ -17,12 +17,15 @@
 
     {v
     0      magic 0xC5
-    1      mode: 1 Auth, 2 Privacy
+    1      mode: 1 Auth, 2 Privacy; 3 and 4 the same under a view key (Rekey)
     2-17   sender id: 16 random bytes drawn when the connection opens
     18-25  counter: this sender's datagrams, from 1, big-endian
     26-33  sender's wall clock, milliseconds since the epoch, big-endian
     34-    payload, then the tag
     v}
+
+    (modes 3 and 4: bytes 34-41 are the view key's id, and the payload
+    starts at 42).
 
     Each sender seals under its own key, HMAC-SHA256 of the group secret
     and its id, with ChaCha20-Poly1305 (RFC 8439) and the counter as
@@ -61,7 +64,8 @@
       one a partition merges into) draws a fresh 32-byte view key and puts
       it in the Install wrapped for each member of the view and no one
       else (not the members excluded or leaving, which get the Install
-      too): ChaCha20-Poly1305 under HMAC-SHA256 of the X25519 shared
+      too): ChaCha20-Poly1305 (a random 12-byte nonce, 60 bytes in all)
+      under HMAC-SHA256 of the X25519 shared
       secret of maker and member, over the view id, both ids, both public
       keys and the SHA-256 of the Install less its keys. A member installs
       a view only if its key opens, with the maker's public key as the
@@ -93,8 +97,10 @@
     [Privacy]) nor pass a datagram to a later view's stack. It can still
     ask to join again, as any holder of the secret can: to keep it out for
     good, give the others a new secret. Memory is bounded: one view key,
-    one sender key per remembered sender; a stranger makes a member hold
-    no key. Keys have no printer and never reach a log. *)
+    two sender keys (the secret's and the view key's) per remembered
+    sender; a stranger makes a member hold no key. Members with and without
+    rekeying never merge (each reports the other as an incompatible
+    stack). Keys have no printer and never reach a log. *)
 
 type mode = Auth | Privacy
 

@@ -6,7 +6,8 @@
    attack works) and none of the views after its exclusion, takes no key
    from their Installs, and its casts of old, resealed under every key it
    holds, reach no one: the three count them as under an unknown key or the
-   wrong one, deliver each cast once, and change no view. *)
+   wrong one, deliver each cast once, and change no view. A member that
+   joins then gets the current key and reads. *)
 
 open Consort
 open Capture
@@ -44,8 +45,8 @@ let excluded () =
   let key = Filename.concat dir "group.key" in
   let secret = Seal.generate () in
   (match Seal.write_key key secret with Ok () -> () | Error e -> Alcotest.fail e);
-  let ms = P.create ~dir 4 in
-  let three = List.filteri (fun i _ -> i < 3) ms and xm = List.nth ms 3 in
+  let ms = P.create ~dir 5 in
+  let three = List.filteri (fun i _ -> i < 3) ms and xm = List.nth ms 3 and jm = List.nth ms 4 in
   let peers = List.map (fun m -> m.P.addr) ms in
   let out m = Filename.concat dir (Printf.sprintf "out-%d.txt" m.P.idx) in
   (* The member in this process. *)
@@ -88,27 +89,31 @@ let excluded () =
       List.iter P.kill ms;
       P.remove_dir dir)
     (fun () ->
-      List.iter
-        (fun m -> P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~params ~extra:[ "--key"; key ] ~group:"rekeyed" ~peers ~output:(out m) m)
-        three;
-      (match
-         G.join ~params:params' ~peers ?rekey:(S.rekey xt) ~layers xt ~group:"rekeyed" ~addr:xm.P.addr cb
-       with
-      | Ok g -> x := Some g
-      | Error e -> Alcotest.failf "join: %a" Consort_group.Group.pp_join_error e);
-      let xg = Option.get !x in
-      let four () =
-        let xv = (G.view xg).Consort_group.Group.vid in
-        Array.length (G.view xg).Consort_group.Group.members = 4
-        && List.for_all (fun m -> match P.current_view m with Some (v, l) -> v = xv && List.length l = 4 | None -> false) three
-      in
-      expect "the four form one group" (wait ~timeout:40. four);
       let before = ref 0 and after = ref 0 in
+      (* tcpdump runs from before the group forms. *)
       let captured =
         capture ~dir ms (fun () ->
+            List.iter
+              (fun m ->
+                P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~params ~extra:[ "--key"; key ] ~group:"rekeyed" ~peers
+                  ~output:(out m) m)
+              three;
+            (match G.join ~params:params' ~peers ?rekey:(S.rekey xt) ~layers xt ~group:"rekeyed" ~addr:xm.P.addr cb with
+            | Ok g -> x := Some g
+            | Error e -> Alcotest.failf "join: %a" Consort_group.Group.pp_join_error e);
+            let xg = Option.get !x in
+            let four () =
+              let xv = (G.view xg).Consort_group.Group.vid in
+              Array.length (G.view xg).Consort_group.Group.members = 4
+              && List.for_all
+                   (fun m -> match P.current_view m with Some (v, l) -> v = xv && List.length l = 4 | None -> false)
+                   three
+            in
+            expect "the four form one group" (wait ~timeout:40. four);
             List.iter (fun m -> P.cast m (Printf.sprintf "BEFORE-MARKER-%d" m.P.idx); incr before) three;
             expect "the casts before are delivered"
               (wait ~timeout:15. (fun () -> List.for_all (fun m -> P.deliveries m >= !before) three));
+            if not (four ()) then Alcotest.fail "the group changed before x was cut off";
             (* The three stop hearing x; it runs on, alone. *)
             P.partition [ three; [ xm ] ];
             expect "the three exclude x" (wait ~timeout:40. (fun () -> P.same_view three));
@@ -119,6 +124,7 @@ let excluded () =
             expect "the casts after are delivered"
               (wait ~timeout:15. (fun () -> List.for_all (fun m -> P.deliveries m >= !before + !after) three)))
       in
+      let xg = Option.get !x in
       let datagrams = List.map snd captured in
       if List.length datagrams < 50 then Alcotest.failf "only %d datagrams captured" (List.length datagrams);
       let vid = match P.current_view (List.hd three) with Some (v, _) -> v | None -> Alcotest.fail "no view" in
@@ -194,9 +200,20 @@ let excluded () =
         three;
       G.crash xg;
       x := None;
-      expect "everyone leaves cleanly" (P.leave_all three ~timeout:20.);
+      (* A member that joins now gets the current key and reads. *)
+      P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~params ~extra:[ "--key"; key ] ~group:"rekeyed" ~peers ~output:(out jm) jm;
+      let four = three @ [ jm ] in
+      expect "a new member joins" (P.wait_until ~timeout:30. (fun () -> P.same_view four));
+      P.cast jm "JOINED-MARKER-j";
+      P.cast (List.hd three) "JOINED-MARKER-0";
+      after := !after + 2;
+      expect "the joiner's casts and the others' are delivered"
+        (P.wait_until ~timeout:15. (fun () ->
+             P.deliveries jm >= 2 && List.for_all (fun m -> P.deliveries m >= !before + !after) three));
+      expect "everyone leaves cleanly" (P.leave_all four ~timeout:20.);
       List.iter (fun m -> Alcotest.(check int) "each cast delivered once" (!before + !after) (P.deliveries m)) three;
-      (match Vsync.check_files ~quiescent:false (P.all_logs three) with
+      Alcotest.(check int) "the joiner delivers the casts of its view" 2 (P.deliveries jm);
+      (match Vsync.check_files ~quiescent:false (P.all_logs four) with
       | Ok _ -> ()
       | Error errs ->
           Alcotest.failf "the logs break the specification:\n%s"

@@ -262,6 +262,23 @@ let excluded_cannot_inject () =
   Alcotest.(check bool) "under an old view's key: unknown key" true (after.unknown_key - before.unknown_key >= List.length helds);
   Alcotest.(check bool) "under the group secret: wrong key" true (after.wrong_key - before.wrong_key >= List.length helds);
   one_view "no view change" three;
+  (* A stranger's flood under the current view key's id, and under made-up
+     ids: dropped, counted, and nothing remembered of it. *)
+  let kid = match !intercepted with Some d -> String.sub d 34 8 | None -> "" in
+  let before = S.stats (G.connection p1.g) and senders = S.senders (G.connection p1.g) in
+  let got_before = List.length !(p1.got) in
+  let rng = Random.State.make [| 12 |] in
+  let noise n = String.init n (fun _ -> Char.chr (Random.State.int rng 256)) in
+  for i = 1 to 2000 do
+    inject ("\xc5\x03" ^ noise 32 ^ (if i mod 2 = 0 then kid else noise 8) ^ noise (17 + Random.State.int rng 64))
+  done;
+  run net 1.;
+  let after = S.stats (G.connection p1.g) in
+  Alcotest.(check int) "under the current id: bad tag" 1000 (after.bad_tag - before.bad_tag);
+  Alcotest.(check bool) "under made-up ids: unknown key" true (after.unknown_key - before.unknown_key >= 1000);
+  Alcotest.(check int) "no sender remembered" senders (S.senders (G.connection p1.g));
+  Alcotest.(check int) "no delivery" got_before (List.length !(p1.got));
+  one_view "no view change" three;
   (* The forgery is well made: under the view's key, which only members
      hold, it passes. *)
   let forged = forge "ORIGINAL-TWO!" "FORGEDXX-TWO!" in
