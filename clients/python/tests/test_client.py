@@ -211,3 +211,18 @@ def test_log_format():
     lines = [json.loads(l) for l in out.getvalue().splitlines()]
     assert lines[0] == {"ev": "view", "t": lines[0]["t"], "me": "127.0.0.1:1#2", "view": "1:x", "members": ["127.0.0.1:1#2"]}
     assert lines[1]["seq"] == 4 and lines[1]["len"] == 3 and lines[1]["digest"] == log.digest(b"abc")
+
+
+def test_readme_example(daemon):
+    """The README's Python example, run as written: its cast comes back."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(
+        [sys.executable, os.path.join(here, "..", "examples", "hello.py"), daemon.socket],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith(": hello"), out.stdout
