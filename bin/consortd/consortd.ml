@@ -85,7 +85,7 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
             2
         | exception e ->
             Fmt.epr "consortd: internal error: %s@." (String.map (function '\n' -> ' ' | c -> c) (Printexc.to_string e));
-            1)
+            125)
 
 let cmd =
   let socket =
@@ -156,7 +156,7 @@ let cmd =
       `P
         "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every member left); 2 for a \
          bad argument, an address in use or a key that cannot be read; 124 for an option the command line parser \
-         refuses; 1 for an internal error.";
+         refuses; 125 for an internal error.";
       `S Manpage.s_examples;
       `Pre
         "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers 10.0.0.2:7500-7531\n\
@@ -165,6 +165,9 @@ let cmd =
   in
   Cmd.v
     (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits ~doc:"the Consort daemon: process groups for local clients" ~man)
-    Term.(const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members $ hello_timeout $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
+    Term.(
+      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members
+      $ hello_timeout
+      $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

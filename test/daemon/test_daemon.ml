@@ -407,7 +407,8 @@ let test_churn_leaves_nothing () =
           ignore (Unix.write_substring (C.fd b.conn) f 0 7)
         end;
         C.close b.conn;
-        ignore (until ~timeout:5. [ a.conn ] (fun () -> view_size a = 1))
+        if not (until ~timeout:5. [ a.conn ] (fun () -> view_size a = 1)) then
+          Alcotest.failf "client %d was not failed out: the member is still in a's view" i
       done;
       Alcotest.(check int) "every client joined a" 200 !formed;
       check "every one failed out" true (view_size a = 1);
