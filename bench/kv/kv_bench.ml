@@ -117,16 +117,21 @@ let consort_cluster ?(params = []) ~dir ~n () =
   in
   (pids, listens)
 
+(* Every replica answers (one that could not start, its port taken say,
+   would make the figures those of fewer replicas). *)
 let consort_ready listens =
   let module K = Consort_kv in
-  let c = Result.get_ok (K.Client.create ~timeout:1. listens) in
   let t0 = Unix.gettimeofday () in
-  let rec go () =
-    match K.Client.call c (K.Op.Put ("ready", "1")) with
-    | K.Wire.Done K.Op.Ok -> K.Client.close c; true
-    | _ -> if Unix.gettimeofday () -. t0 > 20. then false else (Unix.sleepf 0.2; go ())
-  in
-  go ()
+  List.for_all
+    (fun l ->
+      let c = Result.get_ok (K.Client.create ~timeout:1. [ l ]) in
+      let rec go () =
+        match K.Client.call c (K.Op.Put ("ready", "1")) with
+        | K.Wire.Done K.Op.Ok -> K.Client.close c; true
+        | _ -> if Unix.gettimeofday () -. t0 > 20. then (K.Client.close c; false) else (Unix.sleepf 0.2; go ())
+      in
+      go ())
+    listens
 
 let consort_op listens c =
   let module K = Consort_kv in
@@ -330,7 +335,8 @@ let failover ~name ~op ~kill =
   done;
   match !killed with
   | Some _ when !after >= 200 -> Ok (name, !worst)
-  | _ -> Error (Printf.sprintf "%s: writes did not go on after the kill" name)
+  | Some _ -> Error (Printf.sprintf "%s: writes did not go on after the kill (%d in %.0f s)" name !after (Unix.gettimeofday () -. t0))
+  | None -> Error (Printf.sprintf "%s: no kill" name)
 
 let pp_row base ppf r =
   Fmt.pf ppf "%-24s %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  %s" r.name (float r.ops /. r.seconds) r.p50 r.p99
@@ -377,7 +383,25 @@ let run clients seconds no_etcd json =
       let cl = Result.get_ok (Consort_kv.Client.create ~timeout:20. [ List.hd listens; List.nth listens 1 ]) in
       let op i = match Consort_kv.Client.call cl (Consort_kv.Op.Put (key i 0, value)) with Consort_kv.Wire.Done Consort_kv.Op.Ok -> true | _ -> false in
       let name = Printf.sprintf "consort kv, 3 replicas%s" (if params = [] then "" else " (" ^ String.concat "," params ^ ")") in
-      Fun.protect ~finally:(fun () -> Consort_kv.Client.close cl) (fun () -> failover ~name ~op ~kill:(fun () -> kill_pid (List.nth pids 2)))
+      let r = Fun.protect ~finally:(fun () -> Consort_kv.Client.close cl) (fun () -> failover ~name ~op ~kill:(fun () -> kill_pid (List.nth pids 2))) in
+      (* What the replicas said, when writes did not go on. *)
+      if Result.is_error r then
+        List.iter
+          (fun i ->
+            let f = dir / Printf.sprintf "kv3-%d.log" i in
+            match open_in f with
+            | ic ->
+                let lines = ref [] in
+                (try
+                   while true do
+                     lines := input_line ic :: !lines
+                   done
+                 with End_of_file -> ());
+                close_in ic;
+                List.iter (fun l -> prerr_endline (f ^ ": " ^ l)) (List.rev (List.filteri (fun i _ -> i < 5) !lines))
+            | exception Sys_error _ -> ())
+          [ 0; 1; 2 ];
+      r
   in
   let f_default = consort_failover [] in
   let f_short = consort_failover [ "suspect.timeout=1s"; "suspect.verify=300ms" ] in
