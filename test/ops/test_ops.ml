@@ -53,18 +53,21 @@ let with_server ?(seconds = 20.) ?max_connections ?max_request ?idle framing ans
           prerr_endline e;
           exit 3
       | Ok s ->
-          let oc = open_out ready in
+          (* Written whole, then renamed: the parent never reads half a file. *)
+          let oc = open_out (ready ^ ".tmp") in
           (match Serve.address s with
           | ADDR_INET (_, p) -> output_string oc (string_of_int p)
           | ADDR_UNIX _ -> output_string oc "0");
           close_out oc;
+          Sys.rename (ready ^ ".tmp") ready;
           ignore (Loop.after loop (Consort.Time.of_sec seconds) (fun () -> Loop.stop loop));
           (* A file asks the child to report its refusals. *)
           let rec report () =
             if Sys.file_exists (ready ^ ".ask") then (
-              let oc = open_out (ready ^ ".refused") in
+              let oc = open_out (ready ^ ".refused.tmp") in
               Printf.fprintf oc "%d %d" (Serve.refused s) (Serve.connections s);
               close_out oc;
+              Sys.rename (ready ^ ".refused.tmp") (ready ^ ".refused");
               Sys.remove (ready ^ ".ask"));
             ignore (Loop.after loop (Consort.Time.of_ms 20) report)
           in
@@ -74,7 +77,7 @@ let with_server ?(seconds = 20.) ?max_connections ?max_request ?idle framing ans
       exit 0
   | pid ->
       let rec wait n = if not (Sys.file_exists ready) && n > 0 then (Unix.sleepf 0.02; wait (n - 1)) in
-      wait 500;
+      wait 1500;
       let port = int_of_string (String.trim (let ic = open_in ready in let l = input_line ic in close_in ic; l)) in
       let addr = match framing with Serve.Lines -> Unix.ADDR_UNIX path | Http -> Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
       let refused () =
@@ -82,7 +85,7 @@ let with_server ?(seconds = 20.) ?max_connections ?max_request ?idle framing ans
         (try Sys.remove q with Sys_error _ -> ());
         close_out (open_out (ready ^ ".ask"));
         let rec w n = if not (Sys.file_exists q) && n > 0 then (Unix.sleepf 0.02; w (n - 1)) in
-        w 250;
+        w 750;
         let ic = open_in q in
         let r = Scanf.sscanf (input_line ic) "%d %d" (fun a b -> (a, b)) in
         close_in ic;
@@ -179,16 +182,17 @@ let http () =
       let loop = Loop.create () in
       (match Metrics.serve loop (Unix.ADDR_INET (Unix.inet_addr_loopback, 0)) samples with
       | Ok s ->
-          let oc = open_out path in
+          let oc = open_out (path ^ ".tmp") in
           (match Serve.address s with ADDR_INET (_, p) -> output_string oc (string_of_int p) | _ -> ());
           close_out oc;
+          Sys.rename (path ^ ".tmp") path;
           ignore (Loop.after loop (Consort.Time.of_sec 15.) (fun () -> Loop.stop loop));
           Loop.run loop
       | Error e -> prerr_endline e);
       exit 0
   | pid ->
       let rec wait n = if not (Sys.file_exists path) && n > 0 then (Unix.sleepf 0.02; wait (n - 1)) in
-      wait 500;
+      wait 1500;
       Unix.sleepf 0.05;
       let port = let ic = open_in path in let l = input_line ic in close_in ic; int_of_string l in
       let addr = Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
@@ -237,7 +241,7 @@ let spawn args out =
 
 let file s = let ic = open_in_bin s in let t = really_input_string ic (in_channel_length ic) in close_in ic; t
 
-let rec until ?(n = 250) what f = if f () then () else if n = 0 then Alcotest.failf "timed out waiting for %s" what else (Unix.sleepf 0.04; until ~n:(n - 1) what f)
+let rec until ?(n = 750) what f = if f () then () else if n = 0 then Alcotest.failf "timed out waiting for %s" what else (Unix.sleepf 0.04; until ~n:(n - 1) what f)
 
 let members () =
   let dir = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-ops-m%d" (Unix.getpid ())) in
