@@ -44,6 +44,15 @@ else
   JG_RTT_COUNT=${JG_RTT_COUNT:-5000}; JG_RTT_WARMUP=${JG_RTT_WARMUP:-5000}; COST_ITER=${COST_ITER:-200000}
 fi
 DEADLINE=${DEADLINE:-60}   # seconds for any one run of any system
+for v in REPS RTT_COUNT RTT_WARMUP TPUT_COUNT JG_TPUT_COUNT JG_WARMUP JG_RTT_COUNT JG_RTT_WARMUP COST_ITER DEADLINE; do
+  case ${!v} in
+    '' | *[!0-9]*) echo "bench-peers: $v=${!v}: expected a whole number" >&2; exit 2 ;;
+  esac
+done
+[ "$REPS" -ge 1 ] && [ "$DEADLINE" -ge 1 ] || { echo "bench-peers: REPS and DEADLINE must be at least 1" >&2; exit 2; }
+for p in $PEERS; do
+  case $p in raw | consort | cost | corosync | jgroups) ;; *) echo "bench-peers: PEERS: unknown part $p (raw consort cost corosync jgroups)" >&2; exit 2 ;; esac
+done
 
 TAG="cpb$$"
 WORK=$(mktemp -d "/tmp/consort-bench-peers.XXXXXX")
