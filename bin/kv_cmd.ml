@@ -1,9 +1,7 @@
 open Cmdliner
 module Kv = Consort_kv
 
-let setup_logs verbose =
-  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
-  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
+let setup_logs ((levels, format), verbose) = Consort_cli.setup_logs ~verbose format levels
 
 let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and state transfers on standard error.")
 
@@ -150,7 +148,7 @@ let cmd =
              `P "The replica recovers its state from $(b,--data) (a torn or corrupt log tail is cut off and reported on standard error), joins the group of replicas, catches up by state transfer, and serves clients on $(b,--listen).";
              `P "Only a group view holding a majority of the replicas ($(b,--bind) and $(b,--peers)) serves requests. Reads and writes are ordered by the view's sequencer; a request is answered once every replica of the view has it on disk.";
            ])
-      Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ verbose)
+      Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
   in
   let op name doc term = Cmd.v (Consort_cli.info ~path:("kv " ^ name) name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
   let get = op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key) in

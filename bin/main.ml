@@ -34,4 +34,4 @@ let () =
   let doc = "reliable distributed systems from small, typed protocol layers" in
   Consort_cli.main
        (Cmd.group (Cmd.info "consort" ~exits:Consort_cli.exits ~version:"0.1.0" ~doc)
-          ([ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Member_cmd.keygen; Sim_cmd.cmd; Check_cmd.cmd; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer; Cap_cmd.cmd; Kv_cmd.cmd ] @ Ops_cmd.commands))
+          ([ Demo_cmd.demo; Member_cmd.member; Member_cmd.stack; Member_cmd.keygen; Sim_cmd.cmd; Check_cmd.cmd; Check_cmd.check; Net_cmd.cmd; bench_cmd; params_cmd; Demo_cmd.peer; Cap_cmd.cmd; Kv_cmd.cmd ] @ Ops_cmd.commands))

@@ -27,20 +27,36 @@ let checked name params k =
 let placement () =
   if Proc.can_pin () then "" else " (taskset not found: processes unpinned)"
 
-let join sizes reps params json =
+let join sizes reps params seal json =
   checked "join" params @@ fun () ->
   Fmt.pr "Join: member processes started at once on 127.0.0.1, each told every address; from process creation@.";
   Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
     (Proc.online_cpus ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
-  report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ())
+  let code = report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ~seal ()) in
+  if seal then
+    List.iter
+      (fun n ->
+        let draw, unwrap = Join.rekey_cost n in
+        Fmt.pr "rekey of a view of %d (this process): the maker draws and wraps %d keys in %.0f us; a member unwraps its own in %.0f us@."
+          n (n - 1) draw unwrap)
+      sizes;
+  code
+
+let join_seal =
+  Arg.(
+    value & flag
+    & info [ "seal" ]
+        ~doc:
+          "Also each size sealed with Privacy, without and with per-view keys (Rekey: a key drawn and wrapped for each \
+           member at every view change), in the same run, beside it in clear.")
 
 let join_cmd =
   let sizes = Arg.(value & opt (list int) [ 2; 3; 4; 5; 6; 7; 8 ] & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.") in
   let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Groups started per size.") in
   Cmd.v
     (Consort_cli.info ~path:"bench join" "join" ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
-    Term.(const join $ sizes $ reps $ params $ json)
+    Term.(const join $ sizes $ reps $ params $ join_seal $ json)
 
 let failover size reps params json =
   checked "failover" params @@ fun () ->
@@ -60,7 +76,9 @@ let seal_flag =
   Arg.(
     value & flag
     & info [ "seal" ]
-        ~doc:"Also the vsync stack sealed with Auth and with Privacy (Consort_seal), in the same run, beside it in clear.")
+        ~doc:
+          "Also the vsync stack sealed with Auth and with Privacy (Consort_seal; with per-view keys, Rekey, as by default), \
+           and Privacy without Rekey, in the same run, beside it in clear.")
 
 let rtt count warmup rounds params total seal json =
   checked "rtt" params @@ fun () ->
@@ -96,7 +114,13 @@ let throughput count size senders params deadline reps total seal members json =
           ("Total token", "vsync,Total", "total.protocol=token");
         ]
     else if seal then
-      Some [ ("vsync", "vsync", ""); ("vsync Auth", "vsync,Auth", ""); ("vsync Privacy", "vsync,Privacy", "") ]
+      Some
+        [
+          ("vsync", "vsync", "");
+          ("vsync Auth", "vsync,Auth", "");
+          ("vsync Privacy", "vsync,Privacy", "");
+          ("Privacy no Rekey", "vsync,Privacy", "seal.rekey=false");
+        ]
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json

@@ -101,6 +101,7 @@ let table =
     ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
     ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);
     ("cap fs serve", [ ("Serve a store on a fixed address:", "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700") ]);
+    ("cap fs revoke", [ ("Revoke every capability of a file; prints the new owner capability:", "consort cap fs revoke cap1:...") ]);
     ("cap fs size", [ ("A stored file's size:", "consort cap fs size cap1:...") ]);
     ("cap info", [ ("What a capability designates, and its rights:", "consort cap info cap1:...") ]);
     ("cap restrict", [ ("A read-only capability to give away:", "consort cap restrict cap1:... --rights read") ]);
@@ -108,6 +109,8 @@ let table =
     ( "check-logs",
       [ ("Check the logs of a run against virtual synchrony:", "consort check-logs a.log b.log c.log");
         ("And total order, for a group with Total:", "consort check-logs --total a.log b.log c.log") ] );
+    ( "check",
+      [ ("Check the logs of a run against virtual synchrony and total order:", "consort check --total a.log b.log c.log") ] );
     ("demo", [ ("The main job: a group of processes, a crash, a restart:", "consort demo") ]);
     ("keygen", [ ("A key file for a secured group (mode 0600):", "consort keygen group.key") ]);
     ("kv cas", [ ("Set a key only if it holds a given value:", "consort kv cas --servers 127.0.0.1:7801 colour red blue") ]);
@@ -243,7 +246,7 @@ let log_options =
     Arg.(
       value
       & opt log_levels (Some Logs.Warning, [])
-      & info [ "log-level" ]
+      & info [ "log-level" ] ~docv:"LEVEL[,SOURCE=LEVEL...]"
           ~doc:
             "How much to log on standard error: a level for every source ($(b,quiet), $(b,error), $(b,warning), $(b,info), $(b,debug)), then levels for named sources, e.g. $(b,warning,consort.gmp=debug,consort.tcp.=info) (a name ending in a dot names a family).")
   in

@@ -2,7 +2,8 @@ open Consort
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module Seal = Consort_seal.Seal
-module S = Seal.Make (Udp)
+module C = Consort_ops.Capture.Make (Udp)
+module S = Seal.Make (C)
 module G = Consort_group.Group.Make (S)
 module Log = Consort_spec.Log
 
@@ -50,6 +51,7 @@ type config = {
   seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
   control : string option;
   metrics : string option;
+  pcap : string option;
 }
 
 type error =
@@ -63,6 +65,7 @@ type error =
   | Join of Consort_group.Group.join_error
   | Control of string
   | Metrics of string
+  | Pcap of string
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
@@ -79,6 +82,7 @@ let pp_error ppf = function
   | Join e -> Consort_group.Group.pp_join_error ppf e
   | Control e -> Fmt.pf ppf "--control: %s" e
   | Metrics e -> Fmt.pf ppf "--metrics: %s" e
+  | Pcap e -> Fmt.pf ppf "--pcap: %s" e
 
 (* The IPv4 address and port of an "IP:PORT" that parsed. *)
 let ip_port s =
@@ -137,11 +141,13 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join ?take_state ?install_state loop cfg layers cb ~on_sent ~on_lost =
+let join ?take_state ?install_state ?capture loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
+    (* With a secret, per-view keys unless seal.rekey=false. *)
+    let tr = S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) (C.wrap loop capture) cfg.seal in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
-      ?install_state
-      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap loop cfg.seal) ~group:cfg.group ~addr cb
+      ?install_state ?rekey:(S.rekey tr)
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers tr ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
@@ -205,20 +211,7 @@ let inet_addr s =
 (* Every counter, by layer: the group's and its layers', then the seal's. *)
 let counters g =
   let st = S.stats (G.connection g) in
-  G.counters g
-  @ [
-      ( "seal",
-        [
-          ("sealed", st.Seal.sealed);
-          ("opened", st.opened);
-          ("malformed", st.malformed);
-          ("clear", st.clear);
-          ("bad_tag", st.bad_tag);
-          ("wrong_mode", st.wrong_mode);
-          ("replayed", st.replayed);
-          ("stale", st.stale);
-        ] );
-    ]
+  G.counters g @ [ ("seal", Seal.stats_list st) ]
 
 let metrics_samples cfg g ~flow_blocked =
   let labels = [ ("group", cfg.group); ("member", G.me g) ] in
@@ -398,7 +391,19 @@ let run cfg =
                             Ok ()
                         | Error e -> Error (Metrics e))))
           in
-          match Result.bind opened (fun () -> join ~take_state:state ~install_state loop cfg layers cb ~on_sent ~on_lost) with
+          let capture =
+            match cfg.pcap with
+            | None -> Ok None
+            | Some path -> (
+                match Consort_ops.Capture.create path with
+                | Ok w ->
+                    ops_closers := (fun () -> Consort_ops.Capture.close w) :: !ops_closers;
+                    Ok (Some w)
+                | Error e -> Error (Pcap e))
+          in
+          let opened = Result.bind opened (fun () -> Result.map ignore capture) in
+          let capture = match capture with Ok c -> c | Error _ -> None in
+          match Result.bind opened (fun () -> join ~take_state:state ~install_state ?capture loop cfg layers cb ~on_sent ~on_lost) with
           | Error e ->
               close_ops ();
               Option.iter close_out log_oc;

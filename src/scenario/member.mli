@@ -41,6 +41,7 @@ type config = {
           encrypted ({!Consort_seal.Seal}); [None]: in clear *)
   control : string option;  (** a Unix socket path for {!Consort_ops.Control} *)
   metrics : string option;  (** ["ADDR:PORT"] where Prometheus metrics are served over HTTP *)
+  pcap : string option;  (** a pcap file of every datagram sent and received ({!Consort_ops.Capture}) *)
 }
 
 (** Why a member cannot run. *)
@@ -58,6 +59,7 @@ type error =
   | Join of Consort_group.Group.join_error  (** the group could not be joined (the address is in use, ...) *)
   | Control of string  (** the control socket cannot be opened *)
   | Metrics of string  (** the metrics port cannot be opened *)
+  | Pcap of string  (** the capture file cannot be created *)
 
 val pp_error : error Fmt.t
 (** [pp_error] prints an error in one line. *)

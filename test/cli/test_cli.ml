@@ -159,11 +159,13 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
     ([ "cap"; "fs"; "put" ], [ "--server"; bad_cap; existing ], [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ]);
     ([ "cap"; "fs"; "serve" ], [ "--data"; missing ], [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ([ "cap"; "fs"; "revoke" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "fs"; "size" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
     ([ "cap"; "status" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "check-logs" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ]);
+    ([ "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "demo" ], [], [ ([ "--limit"; "0" ], 124) ]);
     ([ "keygen" ], [ missing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "kv"; "cas" ], [ "k"; "a"; "b"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "a"; "b"; "--servers"; "bad" ], 2) ]);

@@ -244,7 +244,8 @@ let members () =
   (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
   let sock = Filename.concat dir "a.sock" and out_a = Filename.concat dir "a.out" and out_b = Filename.concat dir "b.out" in
   let a = "127.0.0.1:7476" and b = "127.0.0.1:7477" in
-  let pa = spawn [ "member"; "--group"; "opsg"; "--bind"; a; "--peers"; b; "--no-input"; "--control"; sock; "--metrics"; "127.0.0.1:9476" ] out_a in
+  let pcap = Filename.concat dir "a.pcap" in
+  let pa = spawn [ "member"; "--group"; "opsg"; "--bind"; a; "--peers"; b; "--no-input"; "--control"; sock; "--metrics"; "127.0.0.1:9476"; "--pcap"; pcap ] out_a in
   let pb = spawn [ "member"; "--group"; "opsg"; "--bind"; b; "--peers"; a; "--no-input" ] out_b in
   let pids = ref [ pa; pb ] in
   let stop () = List.iter (fun p -> (try Unix.kill p Sys.sigkill with Unix.Unix_error _ -> ()); ignore (Unix.waitpid [] p)) !pids; pids := [] in
@@ -260,6 +261,17 @@ let members () =
   let code, out, _ = run_cmd [ "cast"; "--control"; sock; "ops says hi" ] in
   Alcotest.(check (pair int string)) "cast" (0, "ok\n") (code, out);
   until "the cast at b" (fun () -> contains (file out_b) "ops says hi");
+  (* The capture holds the cast as it went on the wire, readable by tcpdump. *)
+  until "the cast in the capture" (fun () -> contains (file pcap) "ops says hi");
+  let dump = Filename.concat dir "dump.txt" in
+  let rc = Sys.command (Printf.sprintf "tcpdump -nn -r %s > %s 2>&1" (Filename.quote pcap) (Filename.quote dump)) in
+  Alcotest.(check int) "tcpdump reads the capture" 0 rc;
+  let d = file dump in
+  if not (contains d "IP 127.0.0.1.7476 > 127.0.0.1.7477: UDP" && contains d "IP 127.0.0.1.7477 > 127.0.0.1.7476: UDP") then
+    Alcotest.failf "tcpdump: both directions not found:\n%s" d;
+  let code, _, err = run_cmd [ "member"; "--group"; "opsg"; "--bind"; "127.0.0.1:7479"; "--no-input"; "--pcap"; pcap ] in
+  Alcotest.(check int) "an existing capture file is refused" 2 code;
+  if not (contains err "--pcap") then Alcotest.failf "pcap refusal: %S" err;
   (* A send to b's id. *)
   let code, out, _ = run_cmd [ "status"; "--control"; sock; "--json" ] in
   Alcotest.(check int) "status --json" 0 code;
