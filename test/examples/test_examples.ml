@@ -129,5 +129,6 @@ let () =
           Alcotest.test_case "reliable_cast" `Quick (example "reliable_cast" []);
           Alcotest.test_case "cap_counter" `Quick (example "cap_counter" []);
           Alcotest.test_case "total_order" `Quick (example "total_order" [ "all 3 members delivered the 12 casts in one order" ]);
+          Alcotest.test_case "lwt_group" `Quick (example "lwt_group" [ "127.0.0.1:7494: 127.0.0.1:7493"; "says \"hello from Lwt\""; "done: the ticker ran" ]);
         ] );
     ]
