@@ -103,9 +103,27 @@ module Make (T : Transport.S) = struct
             reschedule t;
             Ok t
 
-    let recv t v = if t.stopped then Iovec.release v else guard t (fun () -> Stack.recv (stack t) (Msg.of_iovec v))
-    let cast t msg = if t.stopped then Msg.release msg else guard t (fun () -> Stack.cast (stack t) msg)
-    let send t r msg = if t.stopped then Msg.release msg else guard t (fun () -> Stack.send (stack t) r msg)
+    (* As [guard], without a closure per message. *)
+    let recv t v =
+      if t.stopped then Iovec.release v
+      else begin
+        Stack.recv (stack t) (Msg.of_iovec v);
+        reschedule t
+      end
+
+    let cast t msg =
+      if t.stopped then Msg.release msg
+      else begin
+        Stack.cast (stack t) msg;
+        reschedule t
+      end
+
+    let send t r msg =
+      if t.stopped then Msg.release msg
+      else begin
+        Stack.send (stack t) r msg;
+        reschedule t
+      end
     let dn_ctl t e = guard t (fun () -> Stack.dn_ctl (stack t) e)
 
     let halt t =
