@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak soak-net mutants fuzz clean
+.PHONY: all deps build demo test bench soak soak-net soak-daemon mutants fuzz doc clean
 
 all: build
 
@@ -14,6 +14,9 @@ deps:
 build: deps
 	@$(DUNE) build 2>&1 | head -100
 	@$(DUNE) build
+
+doc: build
+	@./scripts/doc.sh
 
 demo: build
 	@./scripts/demo.sh
@@ -35,6 +38,14 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench fs --json
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
+	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
+
+# Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in
+# one run (installs the peers when missing): one table, and the same as JSON
+# in bench/results/. Not part of make test. See bench/peers/README.md.
+.PHONY: bench-peers
+bench-peers: build
+	@./bench/peers/bench-peers.sh
 
 SOAK_SEEDS ?= 100000
 
@@ -57,6 +68,13 @@ SOAK_NET_SEED ?= 1
 
 soak-net: build
 	@./_build/default/test/soak_net/soak_net.exe --seconds $(SOAK_NET_SECONDS) --seed $(SOAK_NET_SEED)
+
+# consortd with 100 clients joining, casting and dying at random for
+# SOAK_DAEMON_SECONDS (default 60); memory, undisturbed clients and logs checked.
+SOAK_DAEMON_SECONDS ?= 60
+
+soak-daemon: build
+	@./_build/default/test/daemon_chaos/chaos.exe --seconds $(SOAK_DAEMON_SECONDS)
 
 # Every decoder on the network path under AFL++ (installed when missing),
 # FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.

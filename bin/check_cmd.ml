@@ -85,4 +85,8 @@ let cmd =
       `P "Prints a summary and exits 0 if the logs hold; otherwise one line per violation and exits 1; exits 2 if a log cannot be read.";
     ]
   in
-  Cmd.v (Cmd.info "check-logs" ~doc ~man) Term.(const run $ quiescent $ merged $ total $ causal $ safe $ files)
+  let term = Term.(const run $ quiescent $ merged $ total $ causal $ safe $ files) in
+  ( Cmd.v (Consort_cli.info ~path:"check-logs" "check-logs" ~doc ~man) term,
+    Cmd.v (Consort_cli.info ~path:"check" "check" ~doc:(doc ^ " The same as check-logs.") ~man) term )
+
+let cmd, check = cmd

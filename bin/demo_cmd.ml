@@ -155,12 +155,12 @@ let demo seeds limit =
   if ok_group && ok && !failed = 0 then 0 else 1
 
 let demo =
-  let seeds = Arg.(value & opt int 20 & info [ "seeds" ] ~docv:"N" ~doc:"Simulated schedules to run.") in
+  let seeds = Arg.(value & opt Consort_cli.natural 20 & info [ "seeds" ] ~docv:"N" ~doc:"Simulated schedules to run.") in
   let limit =
-    Arg.(value & opt float 20. & info [ "limit" ] ~docv:"S" ~doc:"Seconds before the multicast processes are stopped.")
+    Arg.(value & opt Consort_cli.positive_float 20. & info [ "limit" ] ~docv:"S" ~doc:"Seconds before the multicast processes are stopped.")
   in
   Cmd.v
-    (Cmd.info "demo"
+    (Consort_cli.info ~path:"demo" "demo"
        ~doc:"A group of processes forms, loses a member and takes it back; then reliable multicast and the simulator.")
     Term.(const demo $ seeds $ limit)
 
@@ -183,24 +183,22 @@ let peer rank members counts loss seed deadline =
       match Consort_scenario.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
       | Ok true -> 0
       | Ok false -> 1
-      | Error (Consort_scenario.Mcast_peer.Bad_argument _ as e) ->
-          Fmt.epr "consort mcast-peer: %a@." Consort_scenario.Mcast_peer.pp_error e;
-          2
       | Error e ->
+          (* A bad argument, address or port: nothing was done. *)
           Fmt.epr "consort mcast-peer: %a@." Consort_scenario.Mcast_peer.pp_error e;
-          1)
+          Consort_cli.refused)
 
 let peer =
-  let rank = Arg.(required & opt (some int) None & info [ "rank" ] ~docv:"R" ~doc:"This member's rank.") in
+  let rank = Arg.(required & opt (some Consort_cli.natural) None & info [ "rank" ] ~docv:"R" ~doc:"This member's rank.") in
   let members =
     Arg.(required & opt (some string) None & info [ "members" ] ~docv:"ADDR,..." ~doc:"Every member's IP:PORT, in rank order.")
   in
   let counts =
     Arg.(value & opt string "1000" & info [ "counts" ] ~docv:"N[,N...]" ~doc:"Casts per member: one number, or one per member.")
   in
-  let loss = Arg.(value & opt float 0. & info [ "loss" ] ~docv:"P" ~doc:"Fraction of received datagrams to drop.") in
+  let loss = Arg.(value & opt Consort_cli.fraction 0. & info [ "loss" ] ~docv:"P" ~doc:"Fraction of received datagrams to drop.") in
   let seed = Arg.(value & opt int 1 & info [ "seed" ] ~docv:"S" ~doc:"Seed of the drop filter and the stack.") in
-  let deadline = Arg.(value & opt float 60. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
+  let deadline = Arg.(value & opt Consort_cli.positive_float 60. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
   Cmd.v
-    (Cmd.info "mcast-peer" ~doc:"One member of a reliable multicast group of processes (used by the demo).")
+    (Consort_cli.info ~path:"mcast-peer" ~hidden:true "mcast-peer" ~doc:"One member of a reliable multicast group of processes (used by the demo).")
     Term.(const peer $ rank $ members $ counts $ loss $ seed $ deadline)

@@ -1,9 +1,7 @@
 open Cmdliner
 module Kv = Consort_kv
 
-let setup_logs verbose =
-  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
-  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
+let setup_logs ((levels, format), verbose) = Consort_cli.setup_logs ~verbose format levels
 
 let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and state transfers on standard error.")
 
@@ -33,7 +31,7 @@ let serve group data bind peers listen params verbose =
               | Ok () -> 0
               | Error e ->
                   Fmt.epr "consort kv serve: %s@." e;
-                  1)))
+                  Consort_cli.refused)))
 
 let servers =
   Arg.(
@@ -41,7 +39,7 @@ let servers =
     & opt (some (list string)) None
     & info [ "servers" ] ~docv:"ADDR:PORT,..." ~doc:"The replicas' client addresses ($(b,--listen)), tried in turn.")
 
-let timeout = Arg.(value & opt float 15. & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
+let timeout = Arg.(value & opt Consort_cli.positive_float 15. & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
 
 (* One result line; the exit status says what it means. *)
 let print_outcome = function
@@ -128,7 +126,7 @@ let value n docv = Arg.(required & pos n (some string) None & info [] ~docv)
 let exits =
   [
     Cmd.Exit.info 0 ~doc:"on $(b,ok), $(b,value VALUE), $(b,not-found) or $(b,cas-failed).";
-    Cmd.Exit.info 2 ~doc:"on $(b,error: REASON): the request certainly did not take effect.";
+    Cmd.Exit.info 2 ~doc:"refused, on $(b,error: REASON): the request certainly did not take effect.";
     Cmd.Exit.info 3 ~doc:"on $(b,unknown: REASON): the request may or may not have taken effect.";
   ]
 
@@ -143,16 +141,16 @@ let cmd =
     let listen = Arg.(required & opt (some string) None & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).") in
     let params = Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables.") in
     Cmd.v
-      (Cmd.info "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
+      (Consort_cli.info ~path:"kv serve" "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
          ~man:
            [
              `S Manpage.s_description;
              `P "The replica recovers its state from $(b,--data) (a torn or corrupt log tail is cut off and reported on standard error), joins the group of replicas, catches up by state transfer, and serves clients on $(b,--listen).";
              `P "Only a group view holding a majority of the replicas ($(b,--bind) and $(b,--peers)) serves requests. Reads and writes are ordered by the view's sequencer; a request is answered once every replica of the view has it on disk.";
            ])
-      Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ verbose)
+      Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
   in
-  let op name doc term = Cmd.v (Cmd.info name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
+  let op name doc term = Cmd.v (Consort_cli.info ~path:("kv " ^ name) name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
   let get = op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key) in
   let put = op "put" "Set KEY to VALUE; print $(b,ok)." Term.(const (fun k v -> Kv.Op.Put (k, v)) $ key $ value 1 "VALUE") in
   let del = op "del" "Remove KEY; print $(b,ok) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Del k) $ key) in
@@ -162,16 +160,16 @@ let cmd =
   in
   let shell =
     Cmd.v
-      (Cmd.info "shell" ~exits
+      (Consort_cli.info ~path:"kv shell" "shell" ~exits
          ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input (words separated by spaces: in the shell a key or value cannot hold a space); print one result line for each, in order. Exits with the worst status of its commands.")
       Term.(const shell $ servers $ timeout)
   in
   let check =
     let files = Arg.(non_empty & pos_all file [] & info [] ~docv:"HISTORY") in
     Cmd.v
-      (Cmd.info "check"
+      (Consort_cli.info ~path:"kv check" "check"
          ~doc:
            "Check histories of client operations (one per line: CLIENT, CALL, RETURN, the operation, $(b,=>), the response, separated by tabs; RETURN -1 and response $(b,?) for an unknown outcome) for linearizability. Exit 0 if linearizable, 1 if not, 2 if a file cannot be read.")
       Term.(const check $ files)
   in
-  Cmd.group (Cmd.info "kv" ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell; check ]
+  Cmd.group (Cmd.info "kv" ~exits:Consort_cli.exits ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell; check ]

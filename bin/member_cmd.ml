@@ -11,30 +11,30 @@ let props =
     & opt props_arg Consort_group.Properties.vsync
     & info [ "props" ] ~docv:"P" ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync).")
 
-let setup_logs verbose =
-  Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
-  Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning))
-
 module Member = Consort_scenario.Member
 
 module Seal = Consort_seal.Seal
 
 (* The secret and mode a member seals with: [Privacy] if asked, [Auth] if
    asked or if a key is given; a property that needs a key without one is
-   refused. *)
+   refused. Rekey comes with either unless seal.rekey=false. *)
 let seal_of props key =
   let privacy = List.mem Consort_group.Properties.Privacy props in
-  let auth = privacy || List.mem Consort_group.Properties.Auth props in
+  let rekey = List.mem Consort_group.Properties.Rekey props in
+  let auth = privacy || rekey || List.mem Consort_group.Properties.Auth props in
   match key with
-  | None when auth -> Error (Printf.sprintf "property %s needs --key FILE (consort keygen FILE writes one)" (if privacy then "Privacy" else "Auth"))
+  | None when auth ->
+      Error
+        (Printf.sprintf "property %s needs --key FILE (consort keygen FILE writes one)"
+           (if privacy then "Privacy" else if rekey then "Rekey" else "Auth"))
   | None -> Ok None
   | Some file -> (
       match Seal.read_key file with
       | Error e -> Error ("--key: " ^ e)
       | Ok secret -> Ok (Some (secret, if privacy then Seal.Privacy else Seal.Auth)))
 
-let member group props bind peers log params quiet verbose seed drop_file discovery no_input key =
-  setup_logs verbose;
+let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file discovery no_input key control metrics pcap =
+  Consort_cli.setup_logs ~verbose log_format levels;
   match seal_of props key with
   | Error e ->
       Fmt.epr "consort member: %s@." e;
@@ -49,6 +49,10 @@ let member group props bind peers log params quiet verbose seed drop_file discov
   | Error e ->
       Fmt.epr "consort member: --params: %a@." Consort.Params.pp_error e;
       2
+  | Ok params when seal <> None && List.mem Consort_group.Properties.Rekey props
+                  && not (Consort.Params.bool params Seal.rekey_param) ->
+      Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@." Seal.rekey_param;
+      2
   | Ok params -> (
       let peers =
         match peers with
@@ -57,7 +61,7 @@ let member group props bind peers log params quiet verbose seed drop_file discov
       in
       let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
       let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
-      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery; seal } in
+      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery; seal; control; metrics; pcap } in
       match Member.check_config cfg with
       | Error e ->
           (* The command line is wrong: a usage error. *)
@@ -68,7 +72,7 @@ let member group props bind peers log params quiet verbose seed drop_file discov
           | Ok () -> 0
           | Error e ->
               Fmt.epr "consort member: %a@." Member.pp_error e;
-              1))
+              Consort_cli.refused))
 
 let member =
   let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The group to join.") in
@@ -115,7 +119,7 @@ let member =
       & opt (some string) None
       & info [ "key" ] ~docv:"FILE"
           ~doc:
-            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every datagram is sealed (property Auth, implied) and only members holding the same secret are heard; with property Privacy payloads are also encrypted.")
+            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every datagram is sealed (property Auth, implied) and only members holding the same secret are heard; with property Privacy payloads are also encrypted. Each view's traffic is also sealed under a key of its own, agreed at the view change (property Rekey, implied; $(b,--params seal.rekey=false) turns it off), so that a member that left or was excluded can neither read nor forge it.")
   in
   let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
   let man =
@@ -133,8 +137,31 @@ let member =
       `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
     ]
   in
-  Cmd.v (Cmd.info "member" ~doc ~man)
-    Term.(const member $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key)
+  let control =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "control" ] ~docv:"PATH"
+          ~doc:"Answer $(b,consort status), $(b,consort counters), $(b,consort cast) and $(b,consort send) on this Unix socket (created with mode 0600, removed at exit).")
+  in
+  let metrics =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "metrics" ] ~docv:"ADDR:PORT"
+          ~doc:"Serve the counters and the view in the Prometheus text format at http://$(docv)/metrics.")
+  in
+  let pcap =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "pcap" ] ~docv:"FILE"
+          ~doc:"Record every datagram sent and received in $(docv) (pcap, for tcpdump -r or Wireshark; created with mode 0600, never overwritten; at most 1 GiB).")
+  in
+  Cmd.v (Consort_cli.info ~path:"member" "member" ~doc ~man)
+    Term.(
+      const member $ Consort_cli.log_options $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key
+      $ control $ metrics $ pcap)
 
 let keygen file =
   match Seal.write_key file (Seal.generate ()) with
@@ -143,7 +170,7 @@ let keygen file =
       0
   | Error e ->
       Fmt.epr "consort keygen: %s@." e;
-      1
+      Consort_cli.refused
 
 let keygen =
   let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The key file to create.") in
@@ -155,7 +182,7 @@ let keygen =
       `Pre "consort keygen /etc/consort/orders.key\nconsort member --group orders --key /etc/consort/orders.key --props vsync,Privacy";
     ]
   in
-  Cmd.v (Cmd.info "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
+  Cmd.v (Consort_cli.info ~path:"keygen" "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
 
 let stack props =
   match Consort_group.Properties.layers props with
@@ -164,7 +191,7 @@ let stack props =
       0
   | Error e ->
       Fmt.epr "consort stack: %a@." Consort_group.Properties.pp_error e;
-      1
+      Consort_cli.refused
 
 let stack =
-  Cmd.v (Cmd.info "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)
+  Cmd.v (Consort_cli.info ~path:"stack" "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)

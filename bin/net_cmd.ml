@@ -212,7 +212,7 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
   in
   let fail e =
     Fmt.epr "consort net up: %s@." e;
-    1
+    Consort_cli.refused
   in
   if source_port <= 0 || source_port > 0xffff || source_port = echo_port || source_port = discard_port then
     fail (Printf.sprintf "--source-port %d: a port other than 7 and 9 is needed" source_port)
@@ -243,8 +243,8 @@ let up_cmd =
           ~doc:"Also run IPv6 with this address and prefix length (beside the link-local address made from the MAC): neighbour discovery, ping6, and the same UDP and TCP services over IPv6.")
   in
   let gateway = Arg.(value & opt (some string) None & info [ "gateway" ] ~docv:"ADDR" ~doc:"Default gateway.") in
-  let mtu = Arg.(value & opt (some int) None & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).") in
-  let seconds = Arg.(value & opt (some float) None & info [ "for" ] ~docv:"SECONDS" ~doc:"Stop after this long.") in
+  let mtu = Arg.(value & opt (some Consort_cli.positive_int) None & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).") in
+  let seconds = Arg.(value & opt (some Consort_cli.positive_float) None & info [ "for" ] ~docv:"SECONDS" ~doc:"Stop after this long.") in
   let source_port =
     Arg.(
       value & opt int 19
@@ -276,11 +276,11 @@ let up_cmd =
     ]
   in
   Cmd.v
-    (Cmd.info "up" ~man
+    (Consort_cli.info ~path:"net up" "up" ~man
        ~doc:"Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a TCP throughput source.")
     Term.(const up $ tap $ ip $ ip6 $ gateway $ mtu $ seconds $ source_port $ source_mb)
 
-let cmd = Cmd.group (Cmd.info "net" ~doc:"Consort's user-space TCP/IP stack.") [ up_cmd ]
+let cmd = Cmd.group (Cmd.info "net" ~exits:Consort_cli.exits ~doc:"Consort's user-space TCP/IP stack.") [ up_cmd ]
 
 let bench_checksum () =
   let rows = Consort_net_bench.Checksum_bench.run () in
@@ -289,4 +289,4 @@ let bench_checksum () =
   0
 
 let bench_checksum =
-  Cmd.v (Cmd.info "checksum" ~doc:"Checksum GB/s beside memcpy GB/s.") Term.(const bench_checksum $ const ())
+  Cmd.v (Consort_cli.info ~path:"bench checksum" "checksum" ~doc:"Checksum GB/s beside memcpy GB/s.") Term.(const bench_checksum $ const ())

@@ -86,10 +86,10 @@ let run scenario seeds seed trace quiet verbose params =
 let scenario =
   Arg.(required & opt (some string) None & info [ "scenario" ] ~docv:"NAME" ~doc:"Scenario to run.")
 
-let seeds = Arg.(value & opt int 1 & info [ "seeds" ] ~docv:"N" ~doc:"Number of seeded schedules to run.")
+let seeds = Arg.(value & opt Consort_cli.positive_int 1 & info [ "seeds" ] ~docv:"N" ~doc:"Number of seeded schedules to run.")
 
 let seed =
-  Arg.(value & opt (some int) None & info [ "seed" ] ~docv:"S" ~doc:"First seed (default 1); seeds S to S+N-1 run.")
+  Arg.(value & opt (some Consort_cli.natural) None & info [ "seed" ] ~docv:"S" ~doc:"First seed (default 1); seeds S to S+N-1 run.")
 
 let trace =
   Arg.(value & opt (some string) None & info [ "trace" ] ~docv:"FILE" ~doc:"Write the network and application trace here.")
@@ -116,4 +116,4 @@ let cmd =
       `P ("Scenarios: " ^ String.concat ", " Consort_scenario.Scenario.names ^ ".");
     ]
   in
-  Cmd.v (Cmd.info "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)
+  Cmd.v (Consort_cli.info ~path:"sim" "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)

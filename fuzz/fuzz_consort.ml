@@ -212,28 +212,63 @@ let () =
 module Sim = Consort_engine.Sim
 module Sealed = Consort_seal.Seal.Make (Sim)
 
+(* With per-view keys, and a view key installed, so that bytes under its
+   id reach the AEAD. *)
 let sealed_receiver =
   lazy
     (let net = Sim.create () in
      let secret = Result.get_ok (Consort_seal.Seal.secret_of_string (String.make 32 's')) in
      let got = ref 0 in
+     let t = Sealed.wrap ~rekey:true net (Some (secret, Consort_seal.Seal.Privacy)) in
+     (match Sealed.rekey t with
+     | Some r -> (snd (r.Consort_group.Group.draw ~vid:"1:b" ~me:"b" ~context:"" [])) ()
+     | None -> ());
      let _ =
-       Sealed.open_ (Sealed.wrap net (Some (secret, Consort_seal.Seal.Privacy))) "b" (fun _ ->
+       Sealed.open_ t "b" (fun _ ->
            { Sealed.recv = (fun ~src:_ v -> incr got; Iovec.release v); closed = ignore })
      in
      let x = Result.get_ok (Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
-     (net, x, got))
+     (* The view key's id, as a datagram under it carries it. *)
+     let kid =
+       match Sealed.held t with
+       | Some h -> (
+           match Consort_seal.Seal.seal_held h ~under:`View ~id:(String.make 16 'i') ~counter:1L ~wall_ms:0L "\xc1" with
+           | Some d -> String.sub d 34 8
+           | None -> "")
+       | None -> ""
+     in
+     (net, x, got, kid, t))
 
 let () =
-  let prefix = Crowbar.choose [ Crowbar.const ""; Crowbar.const "\xc5\x01"; Crowbar.const "\xc5\x02" ] in
+  let prefix =
+    Crowbar.choose
+      [
+        Crowbar.const "";
+        Crowbar.const "\xc5\x01";
+        Crowbar.const "\xc5\x02";
+        Crowbar.const "\xc5\x03";
+        Crowbar.const "\xc5\x04";
+        Crowbar.map [ Crowbar.bytes_fixed 32 ] (fun h ->
+            let _, _, _, kid, _ = Lazy.force sealed_receiver in
+            "\xc5\x04" ^ h ^ kid);
+      ]
+  in
   Crowbar.add_test ~name:"sealed datagram" [ prefix; Crowbar.bytes ] (fun p s ->
-      let net, x, got = Lazy.force sealed_receiver in
+      let net, x, got, _, _ = Lazy.force sealed_receiver in
       let before = !got in
       let m = Msg.of_string Pool.default (p ^ s) in
       ignore (Sim.send x ~dst:"b" m);
       Msg.release m;
       Sim.run net;
-      Crowbar.check_eq ~pp:Fmt.int before !got)
+      Crowbar.check_eq ~pp:Fmt.int before !got);
+  (* A wrapped view key from anyone: never raises, never opens. *)
+  Crowbar.add_test ~name:"rekey unwrap" [ Crowbar.bytes; Crowbar.bytes; Crowbar.bytes ] (fun maker_pub wrapped context ->
+      let _, _, _, _, t = Lazy.force sealed_receiver in
+      match Sealed.rekey t with
+      | Some r ->
+          Crowbar.check
+            (r.Consort_group.Group.unwrap ~vid:"2:a" ~me:"b" ~context ~installer:("a", maker_pub) wrapped = None)
+      | None -> Crowbar.fail "no keys")
 
 (* {2 Bundles}
 
@@ -291,3 +326,7 @@ let () =
   total "rights text" Consort_cap.Rights.of_string;
   total "params" Params.of_string;
   total "properties" G.Properties.of_string
+
+(* {1 consortd} *)
+
+let () = Daemon_fuzz.register ()

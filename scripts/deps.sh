@@ -5,7 +5,8 @@ PKGS="ocaml-nox ocaml-findlib dune libcmdliner-ocaml-dev libcstruct-ocaml-dev \
 libalcotest-ocaml-dev libqcheck-ocaml-dev libcrowbar-ocaml-dev libfmt-ocaml-dev \
 liblogs-ocaml-dev libmtime-ocaml-dev libsha-ocaml-dev gcc make iproute2 \
 libmirage-crypto-ocaml-dev libbase64-ocaml-dev libeqaf-ocaml-dev \
-util-linux mount libyojson-ocaml-dev tcpdump"
+util-linux mount libyojson-ocaml-dev tcpdump ocaml-odoc \
+valgrind pkg-config python3 python3-pytest libssl-dev"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

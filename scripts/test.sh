@@ -92,6 +92,10 @@ for s in vsync-churn vsync-slander; do
     jobs+=("counted|sim $s (Total $p)|$BIN/bin/main.exe sim --scenario $s --seeds ${TOTAL_VSYNC_SEEDS:-150} --params sim.props=vsync+Total,total.protocol=$p")
   done
 done
+# Sealed, with a key per view (Rekey): view changes under joins, leaves,
+# crashes and partitions lose nothing (~25 s of CPU for both).
+jobs+=("counted|sim vsync-churn (Privacy, Rekey)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${REKEY_SEEDS:-150} --params sim.props=vsync+Privacy+Rekey")
+jobs+=("counted|sim vsync-partition-merge (Auth, Rekey)|$BIN/bin/main.exe sim --scenario vsync-partition-merge --seeds ${REKEY_SEEDS:-150} --params sim.props=vsync+Auth+Rekey")
 # The same schedules with small windows and short timeouts.
 small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag.size=1500,gmp.flush_timeout=2s
 for s in vsync-crash vsync-churn; do
@@ -100,12 +104,21 @@ done
 for s in rpc-at-most-once fs-crash; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${CAP_SEEDS:-1000}")
 done
+# The API documentation builds (odoc).
+jobs+=("counted|doc|scripts/doc.sh --check")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 45 CPU seconds for 1000 seeds.
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
 # Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
 jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
+# consortd's clients and interop: pytest, the C client under valgrind, and one
+# group of OCaml, C and Python members over two daemons (a few seconds each).
+jobs+=("counted|daemon python client|clients/python/run-tests.sh")
+jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
+jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
+# 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s).
+jobs+=("counted|daemon chaos (15 s)|$BIN/test/daemon_chaos/chaos.exe --seconds ${DAEMON_CHAOS_SECONDS:-15}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the

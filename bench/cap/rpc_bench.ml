@@ -7,14 +7,18 @@ type figures = {
   null_us : float;
   raw_rtt_us : float;
   trans_mbps : float;
-  trans_big_mbps : float;
+  trans_cpu_mbps : float;
+  trans_lan_mbps : float;
+  trans_lan_cpu_mbps : float;
   raw_mbps : float;
-  gcm_mbps : float;  (* AES-256-GCM seal then open of 8 KB messages, in this process *)
-  trans_cpu_mbps : float;  (* 1 MB trans, bytes per second of this process's CPU time *)
-  raw_cpu_mbps : float;  (* raw UDP one-way, the same *)
+  raw_cpu_mbps : float;
+  raw_big_cpu_mbps : float;
+  gcm_mbps : float;
+  chacha_mbps : float;
 }
 
 let ( let* ) = Result.bind
+
 let median a =
   let a = Array.copy a in
   Array.sort compare a;
@@ -32,11 +36,9 @@ let deadline loop = Time.add (Loop.now loop) (Time.of_sec 60.)
 (* Raw UDP: an echo socket and a pinger, one datagram in flight. *)
 let raw_rtt loop calls =
   let* addr0 = udp_err (Result.map_error (fun e -> `Bad_address e) (Udp.address_of_string local_addr)) in
-  let echo_ref = ref None in
   let* echo =
     udp_err
       (Udp.open_ loop addr0 (fun c ->
-           echo_ref := Some c;
            { Udp.recv = (fun ~src iov -> let m = Msg.of_iovec iov in ignore (Udp.send c ~dst:src m); Msg.release m); closed = ignore }))
   in
   let got = ref 0 in
@@ -60,20 +62,20 @@ let raw_rtt loop calls =
   Udp.close pinger;
   if samples.(calls - 1) = 0. then Error "raw UDP round trip: no answer" else Ok (median samples)
 
-(* Raw UDP one-way: 8 KB datagrams from one socket to another, as fast as
-   the receiver takes them: bursts of [burst] datagrams (well under the
-   socket buffers), each followed by running the loop until the receiver
-   has them all (or 20 ms have passed: a datagram lost on loopback is not
-   waited for). The rate is the bytes received over the time taken. *)
-let raw_oneway loop total =
+(* Raw UDP one-way: [dgram]-byte datagrams from one socket to another, as
+   fast as the receiver takes them: bursts of 512 KB (well under the socket
+   buffers), each followed by running the loop until the receiver has them
+   all (or 20 ms have passed: a datagram lost on loopback is not waited
+   for). The rate is the bytes received over the time taken (wall, and
+   this process's CPU). *)
+let raw_oneway ?(dgram = 8192) loop total =
   let* addr0 = udp_err (Result.map_error (fun e -> `Bad_address e) (Udp.address_of_string local_addr)) in
   let received = ref 0 in
   let* sink = udp_err (Udp.open_ loop addr0 (fun _ -> { Udp.recv = (fun ~src:_ iov -> received := !received + Iovec.length iov; Iovec.release iov); closed = ignore })) in
   let* src = udp_err (Udp.open_ loop addr0 (fun _ -> { Udp.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore })) in
   let dst = Udp.local sink in
-  let dgram = 8192 in
   let payload = Msg.of_string Pool.default (String.make dgram 'x') in
-  let burst = 64 in
+  let burst = max 1 ((512 * 1024) / dgram) in
   let t0 = Loop.now loop and c0 = cpu () in
   let sent = ref 0 in
   while !sent < total do
@@ -91,26 +93,44 @@ let raw_oneway loop total =
   if !received < total / 2 then Error (Printf.sprintf "raw UDP one-way: only %d of %d bytes arrived" !received total)
   else Ok (float_of_int !received /. elapsed /. 1e6, float_of_int !received /. cpu_s /. 1e6)
 
-(* The cipher alone, per second of CPU: every byte of a transfer is sealed
-   by the sender and opened by the receiver, both in this process. *)
-let gcm ~open_ total =
-  let module C = Mirage_crypto.Cipher_block.AES.GCM in
-  let key = C.of_secret (Cstruct.of_string (String.make 32 'k')) in
-  let msg = Cstruct.of_string (String.make 8192 'x') in
-  let n = max 1 (total / 8192) in
+(* An AEAD alone, per second of CPU: [size]-byte messages sealed (and, with
+   [open_], opened again), as every byte of a transfer is sealed by the
+   sender and opened by the receiver. *)
+let aead ~seal ~open_ ~size total =
+  let msg = Cstruct.of_string (String.make size 'x') in
+  let n = max 1 (total / size) in
   let t0 = cpu () in
   for i = 1 to n do
     let nonce = Cstruct.create 12 in
     Cstruct.BE.set_uint64 nonce 4 (Int64.of_int i);
-    let sealed = C.authenticate_encrypt ~key ~nonce msg in
-    if open_ then match C.authenticate_decrypt ~key ~nonce sealed with Some _ -> () | None -> failwith "AES-GCM round trip failed"
+    let sealed = seal ~nonce msg in
+    match open_ with
+    | None -> ()
+    | Some o -> if not (o ~nonce sealed) then failwith "AEAD round trip failed"
   done;
-  float_of_int (n * 8192) /. (cpu () -. t0) /. 1e6
+  float_of_int (n * size) /. (cpu () -. t0) /. 1e6
+
+let secret = Cstruct.of_string (String.make 32 'k')
+
+let gcm ?(size = 61440) ~open_ total =
+  let module C = Mirage_crypto.Cipher_block.AES.GCM in
+  let key = C.of_secret secret in
+  aead ~size total
+    ~seal:(fun ~nonce m -> C.authenticate_encrypt ~key ~nonce m)
+    ~open_:(if open_ then Some (fun ~nonce s -> C.authenticate_decrypt ~key ~nonce s <> None) else None)
+
+let chacha ?(size = 61440) total =
+  let module C = Mirage_crypto.Chacha20 in
+  let key = C.of_secret secret in
+  aead ~size total
+    ~seal:(fun ~nonce m -> C.authenticate_encrypt ~key ~nonce m)
+    ~open_:(Some (fun ~nonce s -> C.authenticate_decrypt ~key ~nonce s <> None))
 
 let gcm_seal_open = gcm ~open_:true
 let gcm_seal = gcm ~open_:false
 
-let big_config = { Consort_cap.Rpc.default_config with fragment = 61440; window = 16 }
+(* 8 KB fragments everywhere, as between machines on an Ethernet. *)
+let lan_config = { Consort_cap.Rpc.default_config with loopback_fragment = 0 }
 
 let rpc_setup ?config loop =
   let g = Consort_cap.Crypto.deterministic "bench" in
@@ -150,44 +170,43 @@ let rpc_bulk loop call transfers =
   let bytes = float_of_int (transfers * 1_000_000) in
   Ok (bytes /. secs /. 1e6, bytes /. cpu_s /. 1e6)
 
-type round = figures
+let rounds_done : figures list ref = ref []
 
-let rounds_done : round list ref = ref []
+(* The round whose [key] is the median of the rounds': every figure printed
+   beside another comes from one round. *)
+let median_round key rs =
+  let a = Array.of_list rs in
+  Array.sort (fun x y -> compare (key x) (key y)) a;
+  a.(Array.length a / 2)
 
 let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
   let loop = Loop.create () in
   let* call, close = rpc_setup loop in
-  let* call_big, close_big = rpc_setup ~config:big_config loop in
+  let* call_lan, close_lan = rpc_setup ~config:lan_config loop in
   let* _ = call mb in
-  let* _ = call_big mb in
+  let* _ = call_lan mb in
+  let bytes = transfers * 1_000_000 in
   let rec go i acc =
     if i = rounds then Ok (List.rev acc)
     else
       let* raw_rtt_us = raw_rtt loop calls in
       let* null_us = rpc_null loop call calls in
+      let* raw_mbps, raw_cpu_mbps = raw_oneway loop bytes in
       let* trans_mbps, trans_cpu_mbps = rpc_bulk loop call transfers in
-      let* trans_big_mbps, _ = rpc_bulk loop call_big transfers in
-      let* raw_mbps, raw_cpu_mbps = raw_oneway loop (transfers * 1_000_000) in
-      let gcm_mbps = gcm_seal_open (transfers * 1_000_000) in
-      go (i + 1) ({ null_us; raw_rtt_us; trans_mbps; trans_big_mbps; raw_mbps; gcm_mbps; trans_cpu_mbps; raw_cpu_mbps } :: acc)
+      let* trans_lan_mbps, trans_lan_cpu_mbps = rpc_bulk loop call_lan transfers in
+      let* _, raw_big_cpu_mbps = raw_oneway ~dgram:(Consort_cap.Rpc.default_config.loopback_fragment + 100) loop bytes in
+      let gcm_mbps = gcm_seal_open bytes in
+      let chacha_mbps = chacha (bytes / 4) in
+      go (i + 1)
+        ({ null_us; raw_rtt_us; trans_mbps; trans_cpu_mbps; trans_lan_mbps; trans_lan_cpu_mbps; raw_mbps; raw_cpu_mbps;
+           raw_big_cpu_mbps; gcm_mbps; chacha_mbps } :: acc)
   in
   let r = go 0 [] in
   close ();
-  close_big ();
+  close_lan ();
   let* rs = r in
   rounds_done := rs;
-  let best f cmp = List.fold_left (fun a r -> if cmp (f r) a then f r else a) (f (List.hd rs)) rs in
-  Ok
-    {
-      null_us = best (fun r -> r.null_us) ( < );
-      raw_rtt_us = best (fun r -> r.raw_rtt_us) ( < );
-      trans_mbps = best (fun r -> r.trans_mbps) ( > );
-      trans_big_mbps = best (fun r -> r.trans_big_mbps) ( > );
-      raw_mbps = best (fun r -> r.raw_mbps) ( > );
-      gcm_mbps = best (fun r -> r.gcm_mbps) ( > );
-      trans_cpu_mbps = best (fun r -> r.trans_cpu_mbps) ( > );
-      raw_cpu_mbps = best (fun r -> r.raw_cpu_mbps) ( > );
-    }
+  Ok (median_round (fun r -> r.trans_mbps /. r.raw_mbps) rs)
 
 (* The gRPC peer: a Go program built here from the module proxy. *)
 type grpc = { plain_null_us : float; plain_mbps : float; tls_null_us : float; tls_mbps : float }
@@ -246,37 +265,56 @@ let print_grpc r = function
       show "same placement (GOMAXPROCS=1: one thread, as our one event loop)" one;
       show "as Go runs by default (every core)" all
 
+(* The ceiling a transfer that seals and opens every byte in this one
+   process can reach, beside raw UDP of [dgram]-byte datagrams: the UDP
+   work and the cipher's add as times (both per second of CPU). *)
+let ceiling ~udp ~aead = 1. /. ((1. /. udp) +. (1. /. aead))
+
 let print r =
-  Fmt.pr "Capability RPC over kernel UDP, client and server in one process on 127.0.0.1@.";
+  let rs = !rounds_done in
+  Fmt.pr "Capability RPC over kernel UDP, client and server in one process on 127.0.0.1 (load %s)@."
+    (try
+       let ic = open_in "/proc/loadavg" in
+       Fun.protect ~finally:(fun () -> close_in ic) (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
+     with _ -> "?");
   List.iteri
     (fun i x ->
       Fmt.pr
-        "  round %d: null %.1f us, raw rtt %.1f us; 1 MB trans %.1f MB/s (60 KB fragments %.1f), raw one-way %.1f MB/s, AES-GCM seal+open %.1f MB/s@."
-        (i + 1) x.null_us x.raw_rtt_us x.trans_mbps x.trans_big_mbps x.raw_mbps x.gcm_mbps)
-    !rounds_done;
-  Fmt.pr "  best of the rounds (lowest latency, highest throughput), each beside its baseline:@.";
-  Fmt.pr "  null RPC (encrypted, at most once) %8.1f us   raw UDP round trip %8.1f us   +%.1f us, ratio %.2f@." r.null_us
-    r.raw_rtt_us (r.null_us -. r.raw_rtt_us) (r.null_us /. r.raw_rtt_us);
+        "  round %d: null %.1f us, raw rtt %.1f us; 1 MB trans %.1f MB/s (8 KB fragments %.1f), raw 8 KB one-way %.1f MB/s, ratio %.2f (per CPU %.2f)@."
+        (i + 1) x.null_us x.raw_rtt_us x.trans_mbps x.trans_lan_mbps x.raw_mbps (x.trans_mbps /. x.raw_mbps)
+        (x.trans_cpu_mbps /. x.raw_cpu_mbps))
+    rs;
+  let n = median_round (fun r -> r.null_us -. r.raw_rtt_us) rs in
+  Fmt.pr "  the median round of each comparison, both sides from that round:@.";
+  Fmt.pr "  null RPC (encrypted, at most once) %8.1f us   raw UDP round trip %8.1f us   +%.1f us, ratio %.2f@." n.null_us
+    n.raw_rtt_us (n.null_us -. n.raw_rtt_us) (n.null_us /. n.raw_rtt_us);
   Fmt.pr "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." r.trans_mbps
     r.raw_mbps (r.trans_mbps /. r.raw_mbps);
-  Fmt.pr "  1 MB trans, 60 KB fragments        %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." r.trans_big_mbps
-    r.raw_mbps (r.trans_big_mbps /. r.raw_mbps);
+  let l = median_round (fun r -> r.trans_lan_mbps /. r.raw_mbps) rs in
+  Fmt.pr "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." l.trans_lan_mbps
+    l.raw_mbps (l.trans_lan_mbps /. l.raw_mbps);
+  let c = median_round (fun r -> r.trans_cpu_mbps /. r.raw_cpu_mbps) rs in
   Fmt.pr "  per second of CPU (what other load on the machine does not change):@.";
-  Fmt.pr "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." r.trans_cpu_mbps
-    r.raw_cpu_mbps (r.trans_cpu_mbps /. r.raw_cpu_mbps);
-  (* One process does the UDP work and the cipher's: the rates add as times
-     (all three per second of CPU). *)
-  let ceiling = 1. /. ((1. /. r.raw_cpu_mbps) +. (1. /. r.gcm_mbps)) in
-  Fmt.pr "  what bounds it: AES-256-GCM seal + open of 8 KB alone %.1f MB/s; raw UDP plus that cipher work and nothing@."
-    r.gcm_mbps;
-  Fmt.pr "  else: %.1f MB/s, ratio %.2f; the 8 KB trans reaches %.0f%% of that ceiling@." ceiling
-    (ceiling /. r.raw_cpu_mbps) (100. *. r.trans_cpu_mbps /. ceiling)
+  Fmt.pr "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." c.trans_cpu_mbps
+    c.raw_cpu_mbps (c.trans_cpu_mbps /. c.raw_cpu_mbps);
+  Fmt.pr "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." c.trans_lan_cpu_mbps
+    c.raw_cpu_mbps (c.trans_lan_cpu_mbps /. c.raw_cpu_mbps);
+  (* What bounds the ratio, from the same round. *)
+  let frag = Consort_cap.Rpc.default_config.loopback_fragment in
+  Fmt.pr "  what bounds it (same round, per second of CPU; every byte is sealed and opened in this process):@.";
+  Fmt.pr "    AEAD alone, seal + open of %d KB: AES-256-GCM %.1f MB/s, ChaCha20-Poly1305 %.1f MB/s (AES-GCM is used)@."
+    (frag / 1024) c.gcm_mbps c.chacha_mbps;
+  Fmt.pr "    the cipher alone, with UDP free: ratio %.2f; raw UDP of %d KB datagrams (%.1f MB/s) plus the cipher and@."
+    (c.gcm_mbps /. c.raw_cpu_mbps) (frag / 1024) c.raw_big_cpu_mbps;
+  let ceil = ceiling ~udp:c.raw_big_cpu_mbps ~aead:c.gcm_mbps in
+  Fmt.pr "    nothing else: %.1f MB/s, ratio %.2f; the 1 MB trans reaches %.0f%% of that ceiling@." ceil
+    (ceil /. c.raw_cpu_mbps) (100. *. c.trans_cpu_mbps /. ceil)
 
 let cmd =
   let open Cmdliner in
-  let calls = Arg.(value & opt int 2000 & info [ "calls" ] ~docv:"N" ~doc:"Null calls (and raw round trips) to time.") in
-  let transfers = Arg.(value & opt int 50 & info [ "transfers" ] ~docv:"N" ~doc:"1 MB transactions to time.") in
-  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing every figure.") in
+  let calls = Arg.(value & opt Consort_cli.positive_int 2000 & info [ "calls" ] ~docv:"N" ~doc:"Null calls (and raw round trips) to time.") in
+  let transfers = Arg.(value & opt Consort_cli.positive_int 50 & info [ "transfers" ] ~docv:"N" ~doc:"1 MB transactions to time.") in
+  let rounds = Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing every figure and its baseline; the median round is shown.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   let no_grpc = Arg.(value & flag & info [ "no-grpc" ] ~doc:"Do not build and run the gRPC peer.") in
   let go calls transfers rounds json no_grpc =
@@ -288,10 +326,12 @@ let cmd =
           print r;
           if not no_grpc then print_grpc r (grpc_peer ~calls ~transfers);
           if json then
-            Fmt.pr "{\"bench\":\"rpc\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_60k_mbps\":%.1f,\"raw_mbps\":%.1f,\"gcm_mbps\":%.1f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f}@."
-              r.null_us r.raw_rtt_us r.trans_mbps r.trans_big_mbps r.raw_mbps r.gcm_mbps r.trans_cpu_mbps r.raw_cpu_mbps;
+            Fmt.pr
+              "{\"bench\":\"rpc\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"chacha_mbps\":%.1f}@."
+              r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps (r.trans_mbps /. r.raw_mbps) r.trans_cpu_mbps
+              r.raw_cpu_mbps r.raw_big_cpu_mbps r.gcm_mbps r.chacha_mbps;
           0
   in
   Cmd.v
-    (Cmd.info "rpc" ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
+    (Consort_cli.info ~path:"bench rpc" "rpc" ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
     Term.(const go $ calls $ transfers $ rounds $ json $ no_grpc)

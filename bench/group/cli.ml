@@ -18,62 +18,90 @@ let report name pp to_json json = function
       Fmt.epr "consort bench %s: %s@." name e;
       1
 
+(* Bad tunables are refused before anything starts (exit 2). *)
+let checked name params k =
+  match Consort.Params.of_string params with
+  | Error e -> Consort_cli.fail ("bench " ^ name) "--params: %a" Consort.Params.pp_error e
+  | Ok _ -> k ()
+
 let placement () =
   if Proc.can_pin () then "" else " (taskset not found: processes unpinned)"
 
-let join sizes reps params json =
+let join sizes reps params seal json =
+  checked "join" params @@ fun () ->
   Fmt.pr "Join: member processes started at once on 127.0.0.1, each told every address; from process creation@.";
   Fmt.pr "to its first view (start: the process alone, the baseline) and to the view of all (join); unpinned, %d CPUs@."
     (Proc.online_cpus ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine: join 8 to 13 ms)@.";
-  report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ())
+  let code = report "join" Join.pp_table Join.to_json json (Join.run ~exe:(exe ()) ~sizes ~reps ~params ~seal ()) in
+  if seal then
+    List.iter
+      (fun n ->
+        let draw, unwrap = Join.rekey_cost n in
+        Fmt.pr "rekey of a view of %d (this process): the maker draws and wraps %d keys in %.0f us; a member unwraps its own in %.0f us@."
+          n (n - 1) draw unwrap)
+      sizes;
+  code
+
+let join_seal =
+  Arg.(
+    value & flag
+    & info [ "seal" ]
+        ~doc:
+          "Also each size sealed with Privacy, without and with per-view keys (Rekey: a key drawn and wrapped for each \
+           member at every view change), in the same run, beside it in clear.")
 
 let join_cmd =
   let sizes = Arg.(value & opt (list int) [ 2; 3; 4; 5; 6; 7; 8 ] & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.") in
-  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Groups started per size.") in
+  let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Groups started per size.") in
   Cmd.v
-    (Cmd.info "join" ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
-    Term.(const join $ sizes $ reps $ params $ json)
+    (Consort_cli.info ~path:"bench join" "join" ~doc:"Join latency of groups of 2 to 8 member processes, beside the cost of starting one.")
+    Term.(const join $ sizes $ reps $ params $ join_seal $ json)
 
 let failover size reps params json =
+  checked "failover" params @@ fun () ->
   Fmt.pr "Failure detection: a group of %d member processes on 127.0.0.1 (unpinned), one killed with SIGKILL;@." size;
   Fmt.pr "time from the kill to each survivor's view without it, beside the configured suspect.timeout@.";
   Fmt.pr "(Ensemble 2.01: failure detection 30 s with its defaults)@.";
   report "failover" Failover.pp_table Failover.to_json json (Failover.run ~exe:(exe ()) ~size ~reps ~params ())
 
 let failover_cmd =
-  let size = Arg.(value & opt int 3 & info [ "size" ] ~docv:"N" ~doc:"Members in the group.") in
-  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Kills, each in a fresh group.") in
+  let size = Arg.(value & opt Consort_cli.positive_int 3 & info [ "size" ] ~docv:"N" ~doc:"Members in the group.") in
+  let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Kills, each in a fresh group.") in
   Cmd.v
-    (Cmd.info "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
+    (Consort_cli.info ~path:"bench failover" "failover" ~doc:"Failure detection plus view change after SIGKILL, beside the suspicion timeout.")
     Term.(const failover $ size $ reps $ params $ json)
 
 let seal_flag =
   Arg.(
     value & flag
     & info [ "seal" ]
-        ~doc:"Also the vsync stack sealed with Auth and with Privacy (Consort_seal), in the same run, beside it in clear.")
+        ~doc:
+          "Also the vsync stack sealed with Auth and with Privacy (Consort_seal; with per-view keys, Rekey, as by default), \
+           and Privacy without Rekey, in the same run, beside it in clear.")
 
 let rtt count warmup rounds params total seal json =
+  checked "rtt" params @@ fun () ->
   Fmt.pr "Round trip of 16 bytes between 2 processes on 127.0.0.1, ping-pong: %d round trips in %d rounds%s@." count
     rounds (placement ());
   Fmt.pr "(Ensemble 2.01 on this kind of machine, processes on different CPUs: 80 us, raw UDP 66 us)@.";
   report "rtt" Rtt.pp_table Rtt.to_json json (Rtt.run ~exe:(exe ()) ~count ~warmup ~rounds ~params ~total ~seal ())
 
 let rtt_cmd =
-  let count = Arg.(value & opt int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
-  let warmup = Arg.(value & opt int 500 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring, in each round.") in
+  let count = Arg.(value & opt Consort_cli.positive_int 5000 & info [ "count" ] ~docv:"N" ~doc:"Round trips measured.") in
+  let warmup = Arg.(value & opt Consort_cli.natural 500 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring, in each round.") in
   let rounds =
-    Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds through every configuration, each with fresh processes.")
+    Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds through every configuration, each with fresh processes.")
   in
   let total =
     Arg.(value & flag & info [ "total" ] ~doc:"Also round trips of casts with Total, by the sequencer and by the token.")
   in
   Cmd.v
-    (Cmd.info "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
+    (Consort_cli.info ~path:"bench rtt" "rtt" ~doc:"Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
 let throughput count size senders params deadline reps total seal unbundled members json =
+  checked "throughput" params @@ fun () ->
   Fmt.pr "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 (unpinned), %d runs each@."
     count size members reps;
   Fmt.pr "(Ensemble 2.01 on this kind of machine: about 1,900 casts/s of 1 KB with its default flow control)@.";
@@ -86,7 +114,13 @@ let throughput count size senders params deadline reps total seal unbundled memb
           ("Total token", "vsync,Total", "total.protocol=token");
         ]
     else if seal then
-      Some [ ("vsync", "vsync", ""); ("vsync Auth", "vsync,Auth", ""); ("vsync Privacy", "vsync,Privacy", "") ]
+      Some
+        [
+          ("vsync", "vsync", "");
+          ("vsync Auth", "vsync,Auth", "");
+          ("vsync Privacy", "vsync,Privacy", "");
+          ("Privacy no Rekey", "vsync,Privacy", "seal.rekey=false");
+        ]
     else if unbundled then Some [ ("group cast", "vsync", ""); ("unbundled", "vsync", "group.bundle=0") ]
     else None
   in
@@ -94,12 +128,12 @@ let throughput count size senders params deadline reps total seal unbundled memb
     (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ?stacks ~members ~deadline ~reps ())
 
 let throughput_cmd =
-  let count = Arg.(value & opt int 20000 & info [ "count" ] ~docv:"N" ~doc:"Messages per sender.") in
-  let size = Arg.(value & opt int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
+  let count = Arg.(value & opt Consort_cli.positive_int 20000 & info [ "count" ] ~docv:"N" ~doc:"Messages per sender.") in
+  let size = Arg.(value & opt Consort_cli.positive_int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
   let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
-  let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
-  let reps = Arg.(value & opt int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
-  let members = Arg.(value & opt int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 16).") in
+  let deadline = Arg.(value & opt Consort_cli.positive_float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
+  let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
+  let members = Arg.(value & opt Consort_cli.positive_int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 16).") in
   let total =
     Arg.(
       value & flag
@@ -113,7 +147,7 @@ let throughput_cmd =
           ~doc:"Also the same group with bundling off (group.bundle=0), in the same run, and the ratio.")
   in
   Cmd.v
-    (Cmd.info "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
+    (Consort_cli.info ~path:"bench throughput" "throughput" ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
     Term.(const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag $ unbundled $ members $ json)
 
 let peer kind index addrs count warmup size senders deadline params props =
@@ -136,16 +170,16 @@ let peer_cmd =
   let kind =
     Arg.(required & opt (some string) None & info [ "kind" ] ~docv:"K" ~doc:"group-rtt, engine-rtt, raw-rtt, group-tput or raw-tput.")
   in
-  let index = Arg.(required & opt (some int) None & info [ "index" ] ~docv:"I" ~doc:"This process's place in $(b,--addrs).") in
+  let index = Arg.(required & opt (some Consort_cli.natural) None & info [ "index" ] ~docv:"I" ~doc:"This process's place in $(b,--addrs).") in
   let addrs = Arg.(required & opt (some (list string)) None & info [ "addrs" ] ~docv:"ADDR,..." ~doc:"Every process's IP:PORT.") in
-  let count = Arg.(value & opt int 1000 & info [ "count" ] ~docv:"N" ~doc:"Round trips, or messages per sender.") in
-  let warmup = Arg.(value & opt int 100 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring.") in
-  let size = Arg.(value & opt int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
-  let senders = Arg.(value & opt int 1 & info [ "senders" ] ~docv:"N" ~doc:"Members that cast.") in
-  let deadline = Arg.(value & opt float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
+  let count = Arg.(value & opt Consort_cli.positive_int 1000 & info [ "count" ] ~docv:"N" ~doc:"Round trips, or messages per sender.") in
+  let warmup = Arg.(value & opt Consort_cli.natural 100 & info [ "warmup" ] ~docv:"N" ~doc:"Round trips before measuring.") in
+  let size = Arg.(value & opt Consort_cli.positive_int 1024 & info [ "size" ] ~docv:"BYTES" ~doc:"Bytes per message.") in
+  let senders = Arg.(value & opt Consort_cli.positive_int 1 & info [ "senders" ] ~docv:"N" ~doc:"Members that cast.") in
+  let deadline = Arg.(value & opt Consort_cli.positive_float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Give up after this many seconds.") in
   let props = Arg.(value & opt string "vsync" & info [ "props" ] ~docv:"P" ~doc:"The group's properties (group-tput).") in
   Cmd.v
-    (Cmd.info "peer" ~doc:"One process of the rtt and throughput benchmarks (started by them).")
+    (Consort_cli.info ~path:"bench peer" ~hidden:true "peer" ~doc:"One process of the rtt and throughput benchmarks (started by them).")
     Term.(const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params $ props)
 
 let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd ]

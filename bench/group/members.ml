@@ -1,10 +1,12 @@
 type t = { proc : Proc.t; addr : string; log : string }
 
-let start ~exe ~dir ~group ?(params = "") ?seed ~peers i addr =
+let start ~exe ~dir ~group ?(params = "") ?(props = "") ?(extra = []) ?seed ~peers i addr =
   let log = Filename.concat dir (Printf.sprintf "member-%d.log" i) in
   let args =
     [ "member"; "--group"; group; "--bind"; addr; "--peers"; String.concat "," peers; "--log"; log ]
     @ (match seed with Some s -> [ "--seed"; string_of_int s ] | None -> [])
+    @ (if props = "" then [] else [ "--props"; props ])
+    @ extra
     @ if params = "" then [] else [ "--params"; params ]
   in
   let proc =

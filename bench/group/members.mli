@@ -5,9 +5,20 @@
 type t = { proc : Proc.t; addr : string; log : string }
 
 val start :
-  exe:string -> dir:string -> group:string -> ?params:string -> ?seed:int -> peers:string list -> int -> string -> t
+  exe:string ->
+  dir:string ->
+  group:string ->
+  ?params:string ->
+  ?props:string ->
+  ?extra:string list ->
+  ?seed:int ->
+  peers:string list ->
+  int ->
+  string ->
+  t
 (** [start ~exe ~dir ~group ~peers i addr] runs member [i] of [group] at
-    [addr], told of [peers], logging to a file in [dir]. *)
+    [addr], told of [peers], logging to a file in [dir]; with [props] and
+    [extra] arguments (such as [--key FILE]). *)
 
 val parse_view : string -> (string * string list) option
 (** [parse_view line] is the view id and members of a ["view ..."] line of

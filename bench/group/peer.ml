@@ -7,13 +7,15 @@ module G = Consort_group.Group.Make (S)
 
 (* With Auth or Privacy among the properties, the peers seal under one
    benchmark secret, the same in every peer process (a fixed value: it
-   protects nothing, it only costs what a real secret costs). *)
-let transport loop props =
+   protects nothing, it only costs what a real secret costs), with per-view
+   keys unless seal.rekey=false, as consort member does. *)
+let transport loop ~params props =
+  let rekey = Params.bool params Seal.rekey_param in
   match Consort_group.Properties.of_string props with
   | Ok ps when List.mem Consort_group.Properties.Privacy ps ->
-      S.wrap loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Privacy))
-  | Ok ps when List.mem Consort_group.Properties.Auth ps ->
-      S.wrap loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Auth))
+      S.wrap ~rekey loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Privacy))
+  | Ok ps when List.mem Consort_group.Properties.Auth ps || List.mem Consort_group.Properties.Rekey ps ->
+      S.wrap ~rekey loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Auth))
   | _ -> S.wrap loop None
 
 type kind = Group_rtt | Engine_rtt | Raw_rtt | Group_tput | Raw_tput
@@ -211,7 +213,8 @@ let group_rtt cfg =
           exit = ignore;
         }
       in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~layers (transport loop cfg.props) ~group:"bench-rtt" ~addr:(me cfg) cb with
+      let tr = transport loop ~params:cfg.params cfg.props in
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ?rekey:(S.rekey tr) ~layers tr ~group:"bench-rtt" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
@@ -514,7 +517,8 @@ let group_tput cfg =
           on_data_cs ~origin cs
         else on_cast ~origin (Cstruct.to_string cs)
       in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~on_bytes ~layers (transport loop cfg.props) ~group:"bench-tput" ~addr:(me cfg) cb with
+      let tr = transport loop ~params:cfg.params cfg.props in
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~on_bytes ?rekey:(S.rekey tr) ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;

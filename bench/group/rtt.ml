@@ -10,7 +10,11 @@ let total_kinds =
   ]
 
 let seal_kinds =
-  [ ("Auth", "group-rtt", "vsync,Auth", ""); ("Privacy", "group-rtt", "vsync,Privacy", "") ]
+  [
+    ("Auth", "group-rtt", "vsync,Auth", "");
+    ("Privacy", "group-rtt", "vsync,Privacy", "");
+    ("Privacy no Rekey", "group-rtt", "vsync,Privacy", "seal.rekey=false");
+  ]
 
 let once ~exe ~count ~warmup ~params ?(props = "") ?(extra = "") ~kind ~cpus () =
   let params = if params = "" then extra else if extra = "" then params else params ^ "," ^ extra in
@@ -86,7 +90,7 @@ let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Sa
            configs)
 
 let pp_table ppf rows =
-  Fmt.pf ppf "%-12s %-15s %5s %6s | %9s %9s %9s %9s | %s@." "kind" "placement" "cpus" "n" "min us" "median us" "p99 us"
+  Fmt.pf ppf "%-16s %-15s %5s %6s | %9s %9s %9s %9s | %s@." "kind" "placement" "cpus" "n" "min us" "median us" "p99 us"
     "mean us" "median vs raw";
   List.iter
     (fun r ->
@@ -95,7 +99,7 @@ let pp_table ppf rows =
         |> Option.map (fun r' -> Stats.median r'.samples)
       in
       let m = Stats.median r.samples in
-      Fmt.pf ppf "%-12s %-15s %5s %6d | %9.1f %9.1f %9.1f %9.1f | %s@." r.kind r.placement r.cpus (Array.length r.samples)
+      Fmt.pf ppf "%-16s %-15s %5s %6d | %9.1f %9.1f %9.1f %9.1f | %s@." r.kind r.placement r.cpus (Array.length r.samples)
         (Stats.min r.samples) m (Stats.percentile r.samples 99.) (Stats.mean r.samples)
         (match raw with Some b when r.kind <> "raw UDP" -> Printf.sprintf "%+.1f us (x%.2f)" (m -. b) (m /. b) | _ -> "-"))
     rows

@@ -171,13 +171,13 @@ let pp_ratios ppf rows =
     rows
 
 let pp_table ppf rows =
-  Fmt.pf ppf "%-11s %7s %-16s | %8s / %-8s %6s | %8s | %12s %8s@." "kind" "senders" "process" "messages" "expected" "errors"
+  Fmt.pf ppf "%-17s %7s %-16s | %8s / %-8s %6s | %8s | %12s %8s@." "kind" "senders" "process" "messages" "expected" "errors"
     "seconds" "messages/s" "MB/s";
   List.iter
     (fun r ->
       List.iter
         (fun m ->
-          Fmt.pf ppf "%-11s %7d %-16s | %8d / %-8d %6d | %8.3f | %12.0f %8.1f@." r.kind r.senders
+          Fmt.pf ppf "%-17s %7d %-16s | %8d / %-8d %6d | %8.3f | %12.0f %8.1f@." r.kind r.senders
             (Printf.sprintf "%d %s" m.index m.role)
             m.received m.expected m.errors m.seconds (rate r m) (mb r m))
         r.members;
@@ -207,7 +207,19 @@ let pp_table ppf rows =
           (100. *. float (want - got) /. float (max 1 want))
       end)
     rows;
-  pp_ratios ppf rows
+  pp_ratios ppf rows;
+  (* Each group row beside the first group row of as many senders (the
+     plain stack), median runs: the cost of what it adds. *)
+  let med r = Stats.median (Array.of_list r.runs) in
+  List.iter
+    (fun r ->
+      match List.find_opt (fun b -> b.kind <> "raw UDP" && b.senders = r.senders) rows with
+      | Some b when b != r && r.kind <> "raw UDP" && med b > 0. ->
+          Fmt.pf ppf "%s, %d sender%s: %.0f%% of %s's throughput (costs %.0f%%)@." r.kind r.senders
+            (if r.senders = 1 then "" else "s")
+            (100. *. med r /. med b) b.kind (100. *. (1. -. (med r /. med b)))
+      | _ -> ())
+    rows
 
 let to_json rows =
   let f = Stats.json_float in

@@ -338,10 +338,10 @@ let run clients seconds no_etcd json =
   match (r3, r1) with Ok _, Ok _ -> 0 | _ -> 1
 
 let cmd =
-  let clients = Arg.(value & opt int 8 & info [ "clients" ] ~docv:"N" ~doc:"Client processes.") in
-  let seconds = Arg.(value & opt float 5. & info [ "seconds" ] ~docv:"S" ~doc:"Duration of each run.") in
+  let clients = Arg.(value & opt Consort_cli.positive_int 8 & info [ "clients" ] ~docv:"N" ~doc:"Client processes.") in
+  let seconds = Arg.(value & opt Consort_cli.positive_float 5. & info [ "seconds" ] ~docv:"S" ~doc:"Duration of each run.") in
   let no_etcd = Arg.(value & flag & info [ "no-etcd" ] ~doc:"Do not install and run etcd.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
-    (Cmd.info "kv" ~doc:"Key-value operations per second and latency with 3 replicas, beside 1 replica and beside etcd.")
+    (Consort_cli.info ~path:"bench kv" "kv" ~doc:"Key-value operations per second and latency with 3 replicas, beside 1 replica and beside etcd.")
     Term.(const run $ clients $ seconds $ no_etcd $ json)

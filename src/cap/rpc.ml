@@ -7,6 +7,8 @@ module Log = (val Logs.src_log src : Logs.LOG)
 type config = {
   fragment : int;
   window : int;
+  loopback_fragment : int;
+  loopback_window : int;
   retransmit : Time.t;
   max_backoff : Time.t;
   silence : Time.t;
@@ -26,6 +28,8 @@ let default_config =
   {
     fragment = 8192;
     window = 64;
+    loopback_fragment = 61440;
+    loopback_window = 16;
     retransmit = Time.of_ms 30;
     max_backoff = Time.of_sec 1.;
     silence = Time.of_sec 5.;
@@ -44,11 +48,14 @@ let default_config =
 let () =
   let open Params in
   let d = default_config in
+  register "rpc.loopback_fragment" (Int d.loopback_fragment) ~min:(Int 0) ~max:(Int Wire.max_chunk)
+    ~doc:"data bytes per RPC fragment to a 127.x.x.x peer (0: as rpc.fragment)";
   List.iter
     (fun (name, v, doc) -> register ("rpc." ^ name) v ~doc)
     [
       ("fragment", Int d.fragment, "data bytes per RPC fragment");
       ("window", Int d.window, "RPC fragments in flight beyond the last acknowledged");
+      ("loopback_window", Int d.loopback_window, "RPC fragments in flight to a 127.x.x.x peer");
       ("retransmit", Time d.retransmit, "first RPC enquiry or resend after this silence");
       ("max_backoff", Time d.max_backoff, "RPC enquiries back off up to this interval");
       ("silence", Time d.silence, "an RPC gives up after this long without a word from the server");
@@ -69,6 +76,8 @@ let config_of_params p =
   {
     fragment = i "fragment";
     window = i "window";
+    loopback_fragment = i "loopback_fragment";
+    loopback_window = i "loopback_window";
     retransmit = t "retransmit";
     max_backoff = t "max_backoff";
     silence = t "silence";
@@ -154,11 +163,17 @@ module Make (T : Transport.S) = struct
     mutable finished : bool;
   }
 
+  (* Fragment size and window towards one peer: larger on loopback, where a
+     datagram is never cut into frames. [ack_step]: the receiver acknowledges
+     each time this many more bytes have arrived. *)
+  type flow = { frag : int; window_bytes : int; ack_step : int }
+
   type cstate = Handshaking of Secure.client_state | Open of Secure.keys | Dead
 
   type csession = {
     caddr : T.address;
     cport : Port.t;
+    cflow : flow;
     mutable cstate : cstate;
     mutable cid : string;
     mutable cseq : int64;
@@ -189,6 +204,7 @@ module Make (T : Transport.S) = struct
   type ssession = {
     sid : string;
     saddr : T.address;
+    sflow : flow;
     sserver : server;
     skeys : Secure.keys;
     snonce : string;
@@ -218,6 +234,7 @@ module Make (T : Transport.S) = struct
     cfg : config;
     g : Mirage_crypto_rng.g option;
     pool : Pool.t;
+    scratch : Cstruct.t;  (* a fragment's plaintext, sealed at once *)
     locate_addrs : T.address list;
     multicast : T.address option;
     servers : (Port.t, server) Hashtbl.t;
@@ -273,6 +290,21 @@ module Make (T : Transport.S) = struct
         | Error e -> Log.debug (fun m -> m "send to %a: %a" T.pp_address dst Transport.pp_error e))
 
   (* ---------------- client ---------------- *)
+
+  let is_loopback addr =
+    let s = T.address_to_string addr in
+    String.length s > 4 && String.equal (String.sub s 0 4) "127."
+
+  let flow_to n addr =
+    let frag, window =
+      if n.cfg.loopback_fragment > 0 && is_loopback addr then (n.cfg.loopback_fragment, n.cfg.loopback_window)
+      else (n.cfg.fragment, n.cfg.window)
+    in
+    { frag; window_bytes = window * frag; ack_step = frag * max 1 (window / 8) }
+
+  (* [crossed f before after]: an acknowledgement is due, [after] bytes having
+     arrived where there were [before]. *)
+  let crossed f before after = after / f.ack_step > before / f.ack_step
 
   let csession_key addr port = T.address_to_string addr ^ "|" ^ Port.to_raw port
 
@@ -342,15 +374,15 @@ module Make (T : Transport.S) = struct
   (* Send request fragments from [t.next] while the window allows. *)
   let pump n cs t =
     let total = String.length t.tdata in
-    let frag = n.cfg.fragment in
-    let limit = t.acked + (n.cfg.window * frag) in
+    let frag = cs.cflow.frag in
+    let limit = t.acked + cs.cflow.window_bytes in
     let first = ref true in
     while (!first && total = 0 && t.next = 0 && not t.sent_any) || (t.next < total && t.next < limit) do
       first := false;
       let off = t.next in
       let len = min frag (total - off) in
       let header = if off = 0 then Some t.hdr else None in
-      send_c_plain n cs (Wire.frag_cstruct ~headroom:0 ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header t.tdata ~off ~len);
+      send_c_plain n cs (Wire.frag_cstruct ~into:n.scratch ~headroom:0 ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header t.tdata ~off ~len);
       t.sent_any <- true;
       t.next <- off + len
     done
@@ -455,6 +487,7 @@ module Make (T : Transport.S) = struct
             {
               caddr = addr;
               cport = port;
+              cflow = flow_to n addr;
               cstate = Dead;
               cid = "";
               cseq = 0L;
@@ -562,17 +595,19 @@ module Make (T : Transport.S) = struct
     end;
     if t.rep_hdr <> None && rtotal = t.rep_total && not t.finished then begin
       if offset = Acc.length t.rep_buf && (Cstruct.length chunk > 0 || rtotal = 0) && Acc.fits_cs t.rep_buf chunk then begin
+        let before = Acc.length t.rep_buf in
         Acc.add_cs t.rep_buf chunk;
         Option.iter (fun f -> f `Received (Acc.length t.rep_buf) rtotal) t.progress;
         t.rep_frags <- t.rep_frags + 1;
-        let multi = rtotal > n.cfg.fragment in
+        (* The server keeps a reply of several fragments until told it arrived. *)
+        let multi = t.rep_frags > 1 || rtotal > cs.cflow.frag in
         if Acc.length t.rep_buf >= rtotal then begin
           if multi then send_c n cs (Wire.Done { xid = t.xid });
           match t.rep_hdr with
           | Some h -> complete n cs t (Ok (h, Acc.contents t.rep_buf))
           | _ -> complete n cs t (Error (`Combad "reply longer than announced"))
         end
-        else if multi && t.rep_frags mod max 1 (n.cfg.window / 8) = 0 then
+        else if crossed cs.cflow before (Acc.length t.rep_buf) then
           send_c n cs (Wire.Ack { dir = Wire.Rep; xid = t.xid; upto = Acc.length t.rep_buf })
       end
       else if offset > Acc.length t.rep_buf then
@@ -683,15 +718,15 @@ module Make (T : Transport.S) = struct
     match ss.st with
     | Replied p ->
         let total = String.length p.pdata in
-        let frag = n.cfg.fragment in
-        let limit = p.packed + (n.cfg.window * frag) in
+        let frag = ss.sflow.frag in
+        let limit = p.packed + ss.sflow.window_bytes in
         let first = ref (p.pnext = 0) in
         while (!first && total = 0) || (p.pnext < total && p.pnext < limit) do
           first := false;
           let off = p.pnext in
           let len = min frag (total - off) in
           let header = if off = 0 then Some p.phdr else None in
-          send_s_plain n ss (Wire.frag_cstruct ~headroom:0 ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header p.pdata ~off ~len);
+          send_s_plain n ss (Wire.frag_cstruct ~into:n.scratch ~headroom:0 ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header p.pdata ~off ~len);
           p.pnext <- off + len
         done;
         (* Long replies are driven by the server: resend from the last ack when
@@ -771,7 +806,7 @@ module Make (T : Transport.S) = struct
               send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
               deliver n ss xid r.rhdr data
             end
-            else if have / n.cfg.fragment mod max 1 (n.cfg.window / 8) = 0 then
+            else if crossed ss.sflow (have - Cstruct.length chunk) have then
               send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
           end
           else if offset > have && r.nacked <> have then begin
@@ -892,6 +927,7 @@ module Make (T : Transport.S) = struct
                     {
                       sid;
                       saddr = src;
+                      sflow = flow_to n src;
                       sserver = srv;
                       skeys = keys;
                       snonce = nonce;
@@ -1055,7 +1091,9 @@ module Make (T : Transport.S) = struct
 
   let create ?(config = default_config) ?g ?(pool = Pool.default) ?(locate = []) ?multicast tr addr =
     if config.fragment <= 0 || config.fragment > Wire.max_chunk then Error "fragment size outside 1..65536"
-    else if config.window <= 0 then Error "window must be positive"
+    else if config.loopback_fragment < 0 || config.loopback_fragment > Wire.max_chunk then
+      Error "loopback fragment size outside 0..65536"
+    else if config.window <= 0 || config.loopback_window <= 0 then Error "window must be positive"
     else
       let n =
         {
@@ -1065,6 +1103,7 @@ module Make (T : Transport.S) = struct
           cfg = config;
           g;
           pool;
+          scratch = Cstruct.create (Wire.max_chunk + 1024);
           locate_addrs = locate;
           multicast;
           servers = Hashtbl.create 4;

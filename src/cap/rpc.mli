@@ -43,8 +43,11 @@
 
     Requests and replies up to [max_message] bytes are cut into fragments
     of [fragment] bytes, at most [window] fragments in flight beyond what
-    the receiver acknowledged (go-back-N on a gap); nothing is ever cut
-    short silently: a message is delivered whole or the transaction fails.
+    the receiver acknowledged (go-back-N on a gap), the receiver
+    acknowledging each eighth of a window; to a peer on the loopback
+    network ([127.0.0.0/8]) [loopback_fragment] and [loopback_window]
+    apply instead. Nothing is ever cut short silently: a message is
+    delivered whole or the transaction fails.
 
     {1 Bounds}
 
@@ -59,6 +62,10 @@
 type config = {
   fragment : int;  (** data bytes per fragment (default 8192) *)
   window : int;  (** fragments in flight (default 64) *)
+  loopback_fragment : int;
+      (** data bytes per fragment to a peer on 127.0.0.0/8, where a datagram is
+          never cut into frames (default 61440; 0: [fragment]) *)
+  loopback_window : int;  (** fragments in flight to a peer on 127.0.0.0/8 (default 16) *)
   retransmit : Consort.Time.t;  (** first enquiry or resend after this silence (default 30 ms) *)
   max_backoff : Consort.Time.t;  (** enquiries back off up to this interval (default 1 s) *)
   silence : Consort.Time.t;  (** give up after this long without a word from the server (default 5 s) *)

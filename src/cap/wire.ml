@@ -137,12 +137,17 @@ let frag_prefix =
   let open Codec in
   tup4 uint8 (tup4 dir_codec varint varint varint) (option Header.codec) varint
 
-let frag_cstruct ~headroom ~dir ~xid ~total ~offset ~header data ~off ~len =
+let frag_cstruct ?into ~headroom ~dir ~xid ~total ~offset ~header data ~off ~len =
   let prefix = (1, (dir, xid, total, offset), header, len) in
   let plen = Codec.size frag_prefix prefix in
   let p = Bytes.create plen in
   ignore (Codec.encode_into frag_prefix p 0 prefix);
-  let cs = Cstruct.create_unsafe (headroom + plen + len) in
+  let size = headroom + plen + len in
+  let cs =
+    match into with
+    | Some b when Cstruct.length b >= size -> Cstruct.sub b 0 size
+    | _ -> Cstruct.create_unsafe size
+  in
   Cstruct.blit_from_bytes p 0 cs headroom plen;
   Cstruct.blit_from_string data off cs (headroom + plen) len;
   cs

@@ -59,6 +59,7 @@ val pp_outer : outer Fmt.t
     strings, for the datagrams that carry data. *)
 
 val frag_cstruct :
+  ?into:Cstruct.t ->
   headroom:int ->
   dir:dir ->
   xid:int ->
@@ -71,7 +72,9 @@ val frag_cstruct :
   Cstruct.t
 (** [frag_cstruct ~headroom ... data ~off ~len] is [headroom] unspecified
     bytes and then the {!inner} encoding of the [Frag] whose chunk is
-    bytes [off, off+len) of [data]. *)
+    bytes [off, off+len) of [data]. With [into] large enough, the bytes are written at
+    the start of [into] and the result is a view of it (valid until [into]
+    is written again). *)
 
 val peek_frag : Cstruct.t -> (dir * int * int * int * Header.t option * Cstruct.t) option
 (** [peek_frag cs] is [Some (dir, xid, total, offset, header, chunk)] when

@@ -62,3 +62,23 @@ let hooked f io =
 let counting io =
   let n = ref 0 in
   (hooked (fun _ -> incr n) io, fun () -> !n)
+
+external c_pread : Unix.file_descr -> bytes -> int -> int -> int -> int = "consort_capfs_pread"
+external c_write : Unix.file_descr -> string -> int -> int -> int = "consort_capfs_write"
+
+let pread fd ~off buf pos len =
+  if pos < 0 || len < 0 || pos + len > Bytes.length buf || off < 0 then invalid_arg "Io.pread";
+  c_pread fd buf pos len off
+
+let write_string fd s =
+  let rec go off =
+    let left = String.length s - off in
+    if left > 0 then
+      match c_write fd s off left with
+      | n -> go (off + n)
+      | exception Unix.Unix_error (Unix.EAGAIN, _, _) ->
+          (* A non-blocking output: wait until it takes more. *)
+          ignore (Unix.select [] [ fd ] [] (-1.));
+          go off
+  in
+  go 0

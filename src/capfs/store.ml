@@ -270,16 +270,7 @@ let blob_fd t hash =
       Queue.push hash t.fd_order;
       fd
 
-let pread t hash ~off buf pos len =
-  let fd = blob_fd t hash in
-  ignore (Unix.lseek fd off Unix.SEEK_SET);
-  let rec go got =
-    if got = len then got
-    else
-      let n = Unix.read fd buf (pos + got) (len - got) in
-      if n = 0 then got else go (got + n)
-  in
-  go 0
+let pread t hash ~off buf pos len = Io.pread (blob_fd t hash) ~off buf pos len
 
 (* Recovery. *)
 
@@ -763,8 +754,8 @@ let secret t obj =
   if obj = 0 then Some t.server_secret
   else match Hashtbl.find_opt t.files obj with Some f -> Some f.secret | None -> None
 
-let revoke t obj =
-  let s = t.random secret_len in
+let revoke ?secret t obj =
+  let s = match secret with Some s when String.length s = secret_len -> s | Some _ -> invalid_arg "Store.revoke: secret length" | None -> t.random secret_len in
   if obj = 0 then (
     let b = Bytes.of_string (encode_server s t.reserved) in
     let* () = write_new t ~safe:true ~kind:"server" (server_path t) b (Bytes.length b) in

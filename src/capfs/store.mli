@@ -143,9 +143,11 @@ val committed : t -> obj -> bool option
 val secret : t -> obj -> string option
 (** [secret t obj] is the object's secret; object 0 is the server. *)
 
-val revoke : t -> obj -> (string, error) result
+val revoke : ?secret:string -> t -> obj -> (string, error) result
 (** [revoke t obj] gives the object a new secret (durably for a committed file
-    and the server), so that every capability made with the old one fails. *)
+    and the server), so that every capability made with the old one fails,
+    and is that secret: [secret] (32 bytes) if given, a random one
+    otherwise. *)
 
 val files : t -> obj list
 (** Every committed file, in increasing order. *)

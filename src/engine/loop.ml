@@ -27,6 +27,8 @@ type t = {
   mutable running : bool;
   mutable stopped : bool;
   mutable errors : int;
+  mutable pinned : bool;  (* the epoll descriptor was given out: keep it *)
+  mutable wakeup : unit -> unit;  (* called when the earliest deadline moves earlier *)
 }
 
 external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
@@ -47,6 +49,8 @@ let create () =
     running = false;
     stopped = false;
     errors = 0;
+    pinned = false;
+    wakeup = ignore;
   }
 
 (* Heap. *)
@@ -108,6 +112,7 @@ let at t time f =
   let x = { time; seq = h.next_seq; f; index = -1; heap = h } in
   h.next_seq <- h.next_seq + 1;
   push h x;
+  if x.index = 0 then t.wakeup ();
   x
 
 let after t d f = at t (now t + d) f
@@ -139,7 +144,7 @@ let unwatch t fd =
       | Some ep ->
           (* The descriptor may be closed already, which unregisters it. *)
           (try epoll_ctl ep fd false with Unix.Unix_error _ -> ());
-          if Hashtbl.length t.ws = 0 then begin
+          if Hashtbl.length t.ws = 0 && not t.pinned then begin
             t.epfd <- None;
             Unix.close ep
           end)
@@ -217,3 +222,26 @@ let run ?(until = fun () -> false) ?timeout t =
     end
   in
   Fun.protect ~finally:finish go
+
+(* Driving the loop from another event loop. *)
+
+let descriptor t =
+  let ep = match t.epfd with Some ep -> ep | None -> epoll_create () in
+  t.epfd <- Some ep;
+  t.pinned <- true;
+  ep
+
+let next_deadline t = if t.heap.n > 0 then Some t.heap.a.(0).time else None
+let on_wakeup t f = t.wakeup <- f
+
+let step t =
+  if t.running then invalid_arg "Loop.step: the loop is running";
+  t.running <- true;
+  t.stopped <- false;
+  Fun.protect
+    ~finally:(fun () ->
+      t.running <- false;
+      t.stopped <- false)
+    (fun () ->
+      fire_timers t (now t);
+      match t.epfd with Some _ when not t.stopped -> wait_and_serve t 0 | _ -> ())

@@ -75,3 +75,39 @@ val stop : t -> unit
 
 val errors : t -> int
 (** The number of callbacks that raised since [t] was created. *)
+
+(** {1 Driving the loop from another event loop}
+
+    A program with its own event loop (Lwt, Async, a GUI toolkit, a
+    hand-written [select]) runs Consort without a thread and without
+    polling: it watches one descriptor, keeps one timer for the next
+    deadline, and calls {!step} when either fires. [consort.lwt]
+    ({!Consort_lwt}) does exactly this for Lwt.
+
+    {[
+      let fd = Loop.descriptor loop in
+      (* when fd is readable, or the deadline passes: *)
+      Loop.step loop;
+      (* then wait again for fd, and until Loop.next_deadline loop *)
+    ]}
+
+    {!on_wakeup} tells the host loop when a new timer comes before the
+    deadline it waits for (a cast sets a retransmission timer, say). *)
+
+val descriptor : t -> Unix.file_descr
+(** One descriptor that is readable whenever a watched descriptor is (the
+    loop's epoll descriptor), the same for the life of the loop once
+    asked for. Only wait for it to be readable; never read it. *)
+
+val next_deadline : t -> Consort.Time.t option
+(** The earliest timer's time ({!now}'s clock), if any. *)
+
+val on_wakeup : t -> (unit -> unit) -> unit
+(** [on_wakeup t f]: [f ()] is called each time a timer is set that comes
+    before every other pending timer, so that the host loop can wait less.
+    One callback; a later call replaces it. *)
+
+val step : t -> unit
+(** [step t] fires the timers due now and serves the descriptors ready now,
+    without waiting, then returns.
+    @raise Invalid_argument inside {!run} or another {!step}. *)

@@ -4,26 +4,12 @@ let src = Logs.Src.create "consort.agree" ~doc:"Agree layer: safe delivery"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-module Param = struct
-  let ack_delay = "agree.ack_delay"
-
-  let () =
-    Params.register ack_delay (Params.Time (Time.of_ms 2))
-      ~doc:"how long a member gathers casts it received before it casts what it holds to the others"
-end
-
 let safe_delivery = Contract.v "safe-delivery" ~doc:"casts delivered once every member of the view holds them"
 
 module L = struct
-  type header =
-    | Pass  (** a send *)
-    | Data  (** a cast *)
-    | Holds of (int * int) list
-        (** the entries that changed since this member's previous [Holds]:
-            (origin, casts of it this member holds) *)
+  type header = Pass  (** a send *) | Data  (** a cast *)
 
   let name = "agree"
-  let max_entries = 4096
 
   let codec =
     Codec.(
@@ -31,36 +17,28 @@ module L = struct
         [
           case 0 "pass" unit (function Pass -> Some () | _ -> None) (fun () -> Pass);
           case 1 "data" unit (function Data -> Some () | _ -> None) (fun () -> Data);
-          case 2 "holds"
-            (list ~max:max_entries (pair varint varint))
-            (function Holds l -> Some l | _ -> None)
-            (fun l -> Holds l);
         ])
 
-  let pp_header ppf = function
-    | Pass -> Fmt.string ppf "pass"
-    | Data -> Fmt.string ppf "data"
-    | Holds l -> Fmt.pf ppf "holds(%a)" Fmt.(list ~sep:comma (pair ~sep:(any ":") int int)) l
-
+  let pp_header ppf = function Pass -> Fmt.string ppf "pass" | Data -> Fmt.string ppf "data"
   let provides = [ safe_delivery ]
   let requires = [ Gmp.membership ]
 
+  (* A cast kept until it is safe: its origin, and the mark it is safe at
+     (Mnak's count of the origin's casts received here at the first
+     stability event after it came; -1 until then). *)
+  type held = { origin : int; msg : Msg.t; mutable mark : int }
+
   type t = {
     out : header Layer.out;
-    now : unit -> Time.t;
-    ack_delay : Time.t;
     n : int;
-    me : int;
-    got : int array;  (* casts of each origin received here *)
-    told : int array;  (* what this member last cast that it holds *)
-    holds : int array array;  (* [holds.(m).(o)]: member [m] holds the casts of [o] below this *)
-    held : (int * int * Msg.t) Queue.t;  (* origin, number, cast: in the order they came *)
-    mutable ack_at : Time.t option;
+    stable : int array;  (* Mnak: casts of each origin every member holds *)
+    held : held Queue.t;  (* in the order they came *)
+    mutable tracking : bool;
     mutable synced : bool;
     mutable stopped : bool;
     mutable safe : int;
     mutable at_flush : int;
-    mutable holds_sent : int;
+    mutable events : int;
     mutable nonsense : int;
   }
 
@@ -68,57 +46,40 @@ module L = struct
     let n = View.nmembers ctx.view in
     {
       out;
-      now = ctx.now;
-      ack_delay = Params.time ctx.params Param.ack_delay;
       n;
-      me = ctx.view.rank;
-      got = Array.make n 0;
-      told = Array.make n 0;
-      holds = Array.make_matrix n n 0;
+      stable = Array.make n 0;
       held = Queue.create ();
-      ack_at = None;
+      tracking = false;
       synced = false;
       stopped = false;
       safe = 0;
       at_flush = 0;
-      holds_sent = 0;
+      events = 0;
       nonsense = 0;
     }
 
-  (* Every member of the view holds cast [k] (from 0) of origin [o]: the
-     members suspected of failure included, so that no member that goes
-     on misses a cast delivered here before the flush. *)
-  let stable t o k =
-    let ok = ref (t.got.(o) > k) in
-    for m = 0 to t.n - 1 do
-      if m <> t.me && t.holds.(m).(o) <= k then ok := false
-    done;
-    !ok
+  (* Mnak tells what every member holds only once asked. *)
+  let track t =
+    if not t.tracking then begin
+      t.tracking <- true;
+      t.out.dn_ctl Mnak.Track_stability
+    end
+
+  (* Every member of the view holds the cast: the members suspected of
+     failure included, so that no member that goes on misses a cast
+     delivered here before the flush. *)
+  let is_safe t h = t.n = 1 || (h.mark >= 0 && t.stable.(h.origin) >= h.mark)
 
   (* In the order the casts came: above an ordering layer, its order. *)
   let rec deliver_stable t =
     if not t.stopped then
       match Queue.peek_opt t.held with
-      | Some (o, k, _) when stable t o k ->
-          let _, _, m = Queue.pop t.held in
+      | Some h when is_safe t h ->
+          ignore (Queue.pop t.held);
           t.safe <- t.safe + 1;
-          t.out.up (Event.Cast_from o) m;
+          t.out.up (Event.Cast_from h.origin) h.msg;
           deliver_stable t
       | _ -> ()
-
-  let send_holds t =
-    t.ack_at <- None;
-    let entries = ref [] in
-    for o = t.n - 1 downto 0 do
-      if t.got.(o) <> t.told.(o) then begin
-        entries := (o, t.got.(o)) :: !entries;
-        t.told.(o) <- t.got.(o)
-      end
-    done;
-    if !entries <> [] && not t.stopped then begin
-      t.holds_sent <- t.holds_sent + 1;
-      t.out.dn Event.Cast (Holds !entries) (Msg.empty ())
-    end
 
   let up t (src : Event.src) h msg =
     if t.stopped then Msg.release msg
@@ -126,20 +87,8 @@ module L = struct
       match (src, h) with
       | Event.Send_from _, Pass -> t.out.up src msg
       | Event.Cast_from o, Data when o >= 0 && o < t.n ->
-          let k = t.got.(o) in
-          t.got.(o) <- k + 1;
-          Queue.add (o, k, msg) t.held;
-          if t.n > 1 && t.ack_at = None then begin
-            let at = t.now () + t.ack_delay in
-            t.ack_at <- Some at;
-            t.out.alarm at
-          end;
-          deliver_stable t
-      | Event.Cast_from m, Holds entries
-        when m >= 0 && m < t.n && m <> t.me
-             && List.for_all (fun (o, k) -> o >= 0 && o < t.n && k >= t.holds.(m).(o)) entries ->
-          Msg.release msg;
-          List.iter (fun (o, k) -> t.holds.(m).(o) <- k) entries;
+          Queue.add { origin = o; msg; mark = -1 } t.held;
+          track t;
           deliver_stable t
       | _ ->
           t.nonsense <- t.nonsense + 1;
@@ -147,11 +96,23 @@ module L = struct
 
   let dn t (dst : Event.dst) msg =
     if t.stopped then Msg.release msg
-    else match dst with Event.Send _ -> t.out.dn dst Pass msg | Event.Cast -> t.out.dn dst Data msg
+    else (
+      track t;
+      match dst with Event.Send _ -> t.out.dn dst Pass msg | Event.Cast -> t.out.dn dst Data msg)
 
   let up_ctl t e =
-    (match e with Gmp.Synced | Gmp.Excluded -> t.synced <- true | _ -> ());
-    t.out.up_ctl e
+    match e with
+    | Mnak.Stable { stable; received } ->
+        t.events <- t.events + 1;
+        if Array.length stable = t.n && Array.length received = t.n then begin
+          (* Every cast kept here came through Mnak before this event. *)
+          Queue.iter (fun h -> if h.mark < 0 then h.mark <- received.(h.origin)) t.held;
+          Array.blit stable 0 t.stable 0 t.n;
+          deliver_stable t
+        end
+    | e ->
+        (match e with Gmp.Synced | Gmp.Excluded -> t.synced <- true | _ -> ());
+        t.out.up_ctl e
 
   let dn_ctl t e =
     match e with
@@ -164,24 +125,23 @@ module L = struct
         t.out.dn_ctl e;
         if t.synced || t.n = 1 then
           Queue.iter
-            (fun (o, _, m) ->
+            (fun h ->
               t.at_flush <- t.at_flush + 1;
-              t.out.up (Event.Cast_from o) m)
+              t.out.up (Event.Cast_from h.origin) h.msg)
             t.held
-        else Queue.iter (fun (_, _, m) -> Msg.release m) t.held;
+        else Queue.iter (fun h -> Msg.release h.msg) t.held;
         Queue.clear t.held;
         t.stopped <- true
     | e -> t.out.dn_ctl e
 
-  let timer t now =
-    match t.ack_at with Some at when now >= at -> send_holds t | Some at -> t.out.alarm at | None -> ()
+  let timer _ _ = ()
 
   let counters t =
     [
       ("safe", t.safe);
       ("at_flush", t.at_flush);
       ("held", Queue.length t.held);
-      ("holds_sent", t.holds_sent);
+      ("stability_events", t.events);
       ("nonsense", t.nonsense);
     ]
 end

@@ -24,6 +24,12 @@ type callbacks = {
   exit : unit -> unit;
 }
 
+type rekey = {
+  public : string;
+  draw : vid:string -> me:string -> context:string -> (string * string) list -> (string * string) list * (unit -> unit);
+  unwrap : vid:string -> me:string -> context:string -> installer:string * string -> string -> (unit -> unit) option;
+}
+
 type error =
   | Flow_control
   | Too_big of { size : int; max : int }
@@ -115,14 +121,17 @@ let index_where p l =
   go 0 l
 
 module Make (T : Transport.S) = struct
-  (* Every datagram of the member, its stacks' and the side channel's,
-     goes through one bundler, so each destination gets them in order. *)
+  (* The stacks' datagrams go through one bundler. The side channel's go
+     alone and at once: a transport underneath may seal them apart (the
+     seal's per-view keys), and the protocols expect no order between
+     them and the stacks' datagrams, which the network may reorder. *)
   module B = Bundle.Make (T)
   module Ep = Endpoint.Make (B)
   type cur = {
     view : View.t;
     info : view_info;
     addrs : T.address array;
+    pubs : string array;  (* the members' public keys (Rekey), by rank *)
     ep : Ep.Binding.t;  (* the view's stack, bound to the member's connection *)
     suspected : bool array;
     reasons : (int, string) Hashtbl.t;  (* why each suspected member is *)
@@ -193,6 +202,10 @@ module Make (T : Transport.S) = struct
         (* Bottom's counters in the stacks of earlier views, summed *)
     mutable views : int;  (* views installed *)
     mutable send_errors : int;
+    rekey : rekey option;  (* per-view keys *)
+    mutable no_key : int;  (* Installs refused for want of a view key *)
+    mutable sent : int;  (* messages handed to a view's stack *)
+    mutable delivered : int;  (* messages delivered to the application *)
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
@@ -221,7 +234,7 @@ module Make (T : Transport.S) = struct
 
   let side_send t dst v =
     let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Side.codec v)) in
-    report t (B.send (conn t) ~dst msg);
+    report t (B.send_alone (conn t) ~dst msg);
     Msg.release msg
 
   let addr_of t s =
@@ -241,7 +254,7 @@ module Make (T : Transport.S) = struct
   let is_coordinator t =
     match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
 
-  let member_of c r = { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r) }
+  let member_of c r = { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r); pub = c.pubs.(r) }
 
   (* Counters summed layer by layer, name by name, in first-seen order. *)
   let add_counters a b =
@@ -300,7 +313,7 @@ module Make (T : Transport.S) = struct
                 Ok ()
               end)
 
-  let rec install ?stack t ~vid ~ltime ~(members : Side.member list) =
+  let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
     | Some rank -> (
@@ -321,6 +334,12 @@ module Make (T : Transport.S) = struct
           let old = t.cur in
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
+          (* The view's key, from its maker, or one of this member's own
+             (a view of one): the new stack's datagrams are sealed under it. *)
+          (match (key, t.rekey) with
+          | Some k, _ -> k ()
+          | None, Some r -> (snd (r.draw ~vid ~me:t.me.eid ~context:"" [])) ()
+          | None, None -> ());
           t.views <- t.views + 1;
           Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
@@ -366,6 +385,7 @@ module Make (T : Transport.S) = struct
                   view;
                   info;
                   addrs;
+                  pubs = Array.of_list (List.map (fun (m : Side.member) -> m.pub) members);
                   ep;
                   suspected = Array.make (Array.length eids) false;
                   reasons = Hashtbl.create 4;
@@ -379,6 +399,8 @@ module Make (T : Transport.S) = struct
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
+          (* Who is gone, and why: left, or excluded and the suspicion. *)
+          List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
               t.cb.view info;
               Option.iter
                 (fun x ->
@@ -405,6 +427,7 @@ module Make (T : Transport.S) = struct
     match t.cur with
     | Some c ->
         t.on_sent ~vid:c.view.View.id `Cast s;
+        t.sent <- t.sent + 1;
         Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
@@ -414,9 +437,12 @@ module Make (T : Transport.S) = struct
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            t.sent <- t.sent + 1;
             Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            t.sent <- t.sent + 1;
+            t.delivered <- t.delivered + 1;
             t.cb.send ~origin:t.me.eid s
         | None ->
             (* Accepted while the view changed, and the destination did
@@ -460,6 +486,7 @@ module Make (T : Transport.S) = struct
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
+        (match src with Event.Cast_from _ | Event.Send_from _ -> t.delivered <- t.delivered + 1 | Event.Raw -> ());
         match (src, t.xfer) with
         | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
         | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
@@ -519,8 +546,8 @@ module Make (T : Transport.S) = struct
           let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
           let stack = next_stack t in
-          announce t ~stack ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
-          install t ~stack ~vid ~ltime ~members
+          let key = announce t ~stack ~vid ~ltime ~members ~leavers:leaver_ids ~preds c in
+          install t ?key ~stack ~vid ~ltime ~members
         end
         else begin
           (* This coordinator is leaving. It names the view (view names
@@ -529,7 +556,7 @@ module Make (T : Transport.S) = struct
              has acknowledged it or the leave times out. *)
           let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          if members <> [] then announce t ~stack:(next_stack t) ~vid ~ltime ~members ~leavers:leaver_ids ~preds c;
+          if members <> [] then ignore (announce t ~stack:(next_stack t) ~vid ~ltime ~members ~leavers:leaver_ids ~preds c);
           if t.pending = None then exit_group t
         end
 
@@ -547,7 +574,19 @@ module Make (T : Transport.S) = struct
     match t.switch_to with Some (epoch, sid) -> { Side.epoch; id = Stack_id.to_string sid } | None -> side_stack t
 
   and announce t ~stack ~vid ~ltime ~members ~leavers ~preds c =
-    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds; stack } in
+    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds; stack; keys = [] } in
+    (* With Rekey, a fresh key for the view, wrapped for its members only:
+       not for those excluded or leaving, which get the Install too. *)
+    let msg, key =
+      match (t.rekey, msg) with
+      | Some r, Side.Install i ->
+          let others =
+            List.filter_map (fun (m : Side.member) -> if m.eid = t.me.eid then None else Some (m.eid, m.pub)) members
+          in
+          let keys, activate = r.draw ~vid ~me:t.me.eid ~context:(Side.context msg) others in
+          (Side.Install { i with keys }, Some activate)
+      | _ -> (msg, None)
+    in
     let targets =
       List.filter_map
         (fun (m : Side.member) -> if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
@@ -561,7 +600,8 @@ module Make (T : Transport.S) = struct
     in
     List.iter (fun (_, a) -> side_send t a msg) targets;
     t.pending <- Some (msg, targets);
-    t.pending_since <- now t
+    t.pending_since <- now t;
+    key
 
   (* Excluded, or everyone else gone: a view of one. *)
   and alone t c =
@@ -626,10 +666,40 @@ module Make (T : Transport.S) = struct
     end
     else if stack.epoch = 0 && t.epoch = 0 then stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
 
+  (* With Rekey, the key an Install brings this member: wrapped for it by
+     the view's maker, whose public key is the one this member's view
+     knows if the maker is in it (else the Install's), and bound to the
+     Install as it was made. [Error] says why not. *)
+  let view_key t c v =
+    match (t.rekey, v) with
+    | None, _ -> Ok None
+    | Some r, Side.Install { vid; members; keys; _ } -> (
+        let by = Side.installer vid in
+        let pub =
+          match index_where (String.equal by) (Array.to_list c.view.View.members) with
+          | Some rank -> Some c.pubs.(rank)
+          | None -> Option.map (fun (m : Side.member) -> m.pub) (List.find_opt (fun (m : Side.member) -> m.eid = by) members)
+        in
+        match (pub, List.assoc_opt t.me.eid keys) with
+        | None, _ -> Error "its maker is neither in this member's view nor in it"
+        | _, None -> Error "it carries no view key for this member"
+        | Some pub, Some wrapped -> (
+            match r.unwrap ~vid ~me:t.me.eid ~context:(Side.context v) ~installer:(by, pub) wrapped with
+            | Some k -> Ok (Some k)
+            | None -> Error "its view key for this member does not open (not wrapped by its maker, or altered)"))
+    | Some _, _ -> Ok None
+
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
     else
       match (v, t.cur) with
+      | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
+        when (t.rekey <> None) <> (m.pub <> "") ->
+          (* Members with and without per-view keys cannot share a view:
+             one seals its stack's traffic under the secret, which the
+             other refuses. Never merge; say so once. *)
+          let with_keys b = Stack_id.describe t.sid ^ if b then " with Rekey" else " without Rekey" in
+          stack_error t (Incompatible { peer = m.eid; ours = with_keys (t.rekey <> None); theirs = with_keys (m.pub <> "") })
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
           Hashtbl.replace t.known coord.eid coord;
           other_stack t ~peer:coord.eid stack
@@ -684,7 +754,7 @@ module Make (T : Transport.S) = struct
                pass the request on, once (only a request from its author), to
                the coordinator now. *)
             side_send t c.addrs.(coordinator_rank c) v
-      | Side.Install { vid; ltime; members; leavers; preds; stack; _ }, Some c ->
+      | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
             if vid = c.view.View.id then side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
@@ -699,11 +769,16 @@ module Make (T : Transport.S) = struct
                       | Error e -> Error e
                       | Ok sid -> Result.map (fun _ -> ()) (Stack_id.resolve sid ~base:t.params)
                   in
-                  match build with
-                  | Ok () ->
-                      install t ~stack ~vid ~ltime ~members;
+                  let build = Result.map_error (fun e -> `Stack e) build in
+                  match Result.bind build (fun () -> Result.map_error (fun e -> `Key e) (view_key t c install_msg)) with
+                  | Ok key ->
+                      install t ?key ~stack ~vid ~ltime ~members;
                       side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
-                  | Error reason ->
+                  | Error (`Key why) ->
+                      t.garbage <- t.garbage + 1;
+                      t.no_key <- t.no_key + 1;
+                      Log.warn (fun m -> m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
+                  | Error (`Stack reason) ->
                       t.garbage <- t.garbage + 1;
                       stack_error t (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason }))
               | Error why ->
@@ -802,8 +877,8 @@ module Make (T : Transport.S) = struct
               let ltime = mint t c.view.View.ltime in
               let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
               let stack = next_stack t in
-              announce t ~stack ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c;
-              install t ~stack ~vid ~ltime ~members
+              let key = announce t ~stack ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c in
+              install t ?key ~stack ~vid ~ltime ~members
           | _ -> ());
           (* A merge whose flush never started (the stack saw no reason to
              run one) is given up rather than left waiting. *)
@@ -857,7 +932,7 @@ module Make (T : Transport.S) = struct
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
-      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?(on_stack_error = fun _ -> ()) ~layers tr ~group
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
@@ -910,7 +985,7 @@ module Make (T : Transport.S) = struct
                 let xfer =
                   if List.exists (fun l -> Layer.name l = Xfer.name) layers then
                     Some
-                      (Xfer.create ~params ~max_message ~me:eid
+                      (Xfer.create ?durable:durable_state ~params ~max_message ~me:eid
                          {
                            Xfer.take = take_state;
                            install = install_state;
@@ -924,7 +999,7 @@ module Make (T : Transport.S) = struct
                   {
                     tr;
                     conn = Lazy.from_val conn;
-                    me = { Side.eid; addr };
+                    me = { Side.eid; addr; pub = (match rekey with Some r -> r.public | None -> "") };
                     group;
                     layers;
                     params;
@@ -975,6 +1050,10 @@ module Make (T : Transport.S) = struct
                     past = [];
                     views = 0;
                     send_errors = 0;
+                    rekey;
+                    no_key = 0;
+                    sent = 0;
+                    delivered = 0;
                     heal_interval = Params.time params Param.heal_interval;
                     merge_timeout = Params.time params Param.merge_timeout;
                     install_retry = Params.time params Param.install_retry;
@@ -1088,6 +1167,9 @@ module Make (T : Transport.S) = struct
         ("refused", t.refused);
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
+        ("no_view_key", t.no_key);
+        ("sent", t.sent);
+        ("delivered", t.delivered);
       ] )
     :: (let b = B.stats (conn t) in
         ( "bundle",

@@ -92,6 +92,25 @@ type callbacks = {
 (** The side channel between views (discovery, merge, installation). *)
 module Side = Side
 
+(** Per-view keys (property [Rekey]), as the transport below provides them
+    ([Consort_seal.Seal.Make.rekey]): the runtime carries public keys in
+    member records and wrapped view keys in Installs; the cryptography and
+    the keys themselves stay in the transport. *)
+type rekey = {
+  public : string;  (** this member's X25519 public key, for its member record *)
+  draw :
+    vid:string -> me:string -> context:string -> (string * string) list -> (string * string) list * (unit -> unit);
+      (** [draw ~vid ~me ~context members]: a fresh key for view [vid]
+          made by [me], wrapped for each of [members] (member id, public
+          key) and bound to [context] ({!Side.context}); and the function
+          that makes it the key this member's datagrams of the view are
+          sealed and opened under (called as the view is installed) *)
+  unwrap :
+    vid:string -> me:string -> context:string -> installer:string * string -> string -> (unit -> unit) option;
+      (** [unwrap ~vid ~me ~context ~installer:(id, public) wrapped]: the
+          key [installer] wrapped for [me], if it opens *)
+}
+
 (** Tunables. *)
 module Param : sig
   val heal_interval : string  (** ["group.heal_interval"], default 500 ms *)
@@ -122,7 +141,9 @@ module Make (T : Consort.Transport.S) : sig
     ?heal:bool ->
     ?take_state:(unit -> string) ->
     ?install_state:(string -> unit) ->
+    ?durable_state:Xfer.durable ->
     ?on_stack_error:(stack_error -> unit) ->
+    ?rekey:rekey ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -163,7 +184,10 @@ module Make (T : Consort.Transport.S) : sig
       state; if that member fails, another one goes on in the next view.
       [take_state] must be deterministic: members with the same state give
       the same string. Both default to the empty state (nothing is
-      transferred but the order of deliveries).
+      transferred but the order of deliveries). With [durable_state] the
+      state is one every member keeps (on disk): the most advanced by its
+      age wins at each view, and what a member behind gets is made for its
+      position ({!Xfer.durable}); [take_state] is not used.
 
       The stack's identity ({!Stack_id}: its layers and their tunables)
       travels in discovery, merge and view messages, and in Bottom's stamp:
@@ -173,7 +197,17 @@ module Make (T : Consort.Transport.S) : sig
       a newer one it cannot build. A partition on an older stack (fewer
       switches) switches to a newer one it hears of, then merges; of two
       partitions that switched to different stacks while apart, the one
-      whose stack has the lesser identity switches to the other's. *)
+      whose stack has the lesser identity switches to the other's.
+
+      With [rekey] (property [Rekey]) each view gets a fresh key: the
+      member that makes the view draws it and wraps it in the Install for
+      each member of the view, none other (not for the members excluded or
+      leaving); a member installs a view only if the Install holds a key
+      wrapped for it by the view's maker (the maker's public key as this
+      member's view knows it, for a maker in it), bound to the Install's
+      contents; a view of one gets a key of its own. A refused Install is
+      counted ([group.no_view_key]) and logged with why. Members with and
+      without [rekey] never merge: each reports the other as [Incompatible]. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the
@@ -271,7 +305,9 @@ module Make (T : Consort.Transport.S) : sig
       (views installed, side-channel datagrams dropped as malformed or of
       another group (["side_garbage"]), messages refused by {!cast} and
       {!send}, sends dropped at a view change, datagrams the transport
-      failed to send); then each layer's in the current view's stack (each
+      failed to send, Installs refused for want of a view key that opens
+      (["no_view_key"]), messages handed to a view's stack (["sent"]) and
+      delivered to the application (["delivered"])); then each layer's in the current view's stack (each
       view has a stack of its own), except Bottom's, which count dropped
       datagrams by reason and are summed since the member joined
       (["garbage"]: no layer could decode it; ["wrong_group"]: another

@@ -43,6 +43,18 @@ let effective_window params =
   let flow_casts = if flow <= 0 then 0 else (min flow max_window + Mflow.overhead - 1) / Mflow.overhead in
   max 1 (min max_window (max own flow_casts))
 
+type Event.up_ctl += Stable of { stable : int array; received : int array }
+type Event.dn_ctl += Track_stability
+
+let () =
+  Event.register_up_ctl_printer (function
+    | Stable { stable; received } ->
+        Some
+          (fun ppf ->
+            Fmt.pf ppf "stable(%a / %a)" Fmt.(array ~sep:comma int) stable Fmt.(array ~sep:comma int) received)
+    | _ -> None);
+  Event.register_dn_ctl_printer (function Track_stability -> Some (fun ppf -> Fmt.string ppf "track-stability") | _ -> None)
+
 module L = struct
   type header =
     | No_hdr
@@ -126,6 +138,11 @@ module L = struct
     mutable malformed : int;
     mutable impossible : int;
     mutable naks_ignored : int;
+    mutable track : bool;  (* a layer above asked for Stable events *)
+    mutable frozen : int array option;
+        (* tracking: what this member had when the flush reached it; its
+           statuses claim no more of the others' casts *)
+    told : int array;  (* the stability last told *)
   }
 
   let create (ctx : Layer.ctx) out =
@@ -166,6 +183,9 @@ module L = struct
       malformed = 0;
       impossible = 0;
       naks_ignored = 0;
+      track = false;
+      frozen = None;
+      told = Array.make n 0;
     }
 
   (* How many casts of [o] this member has contiguously. *)
@@ -212,6 +232,31 @@ module L = struct
       | None -> ());
       t.released.(o) <- seq + 1
     done
+
+  (* How many casts of [o] every member of the view holds, the suspected
+     ones included (as far as their statuses tell). *)
+  let held_by_all t o =
+    let s = ref (mine t o) in
+    for m = 0 to t.n - 1 do
+      if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
+    done;
+    !s
+
+  (* Tell the layers above when what every member holds grows (once asked:
+     [Track_stability]), with what this member has received: every cast
+     that reached a layer above before the event is among [received]. *)
+  let tell_stable ?(force = false) t =
+    if t.track && not t.stopped then begin
+      let changed = ref force in
+      for o = 0 to t.n - 1 do
+        let s = held_by_all t o in
+        if s > t.told.(o) then begin
+          t.told.(o) <- s;
+          changed := true
+        end
+      done;
+      if !changed then t.out.up_ctl (Stable { stable = Array.copy t.told; received = Array.init t.n (mine t) })
+    end
 
   (* Arm the timers that the current state needs. *)
   let kick t =
@@ -268,7 +313,8 @@ module L = struct
         keep t o seq (Msg.retain msg);
         t.expected.(o) <- seq + 1;
         t.out.up (Event.Cast_from o) msg;
-        drain t o
+        drain t o;
+        tell_stable t
       end;
       if not t.stopped then release_stable t o
     end;
@@ -287,11 +333,16 @@ module L = struct
           t.out.dn Event.Cast (Data { seq }) msg;
           release_stable t t.rank;
           kick t;
-          t.out.up (Event.Cast_from t.rank) local
+          t.out.up (Event.Cast_from t.rank) local;
+          tell_stable t
 
   let send_status t =
     t.status_sent <- t.status_sent + 1;
-    let vector = Array.init t.n (mine t) in
+    let vector =
+      match t.frozen with
+      | Some f -> Array.init t.n (fun o -> if o = t.rank then mine t o else min f.(o) (mine t o))
+      | None -> Array.init t.n (mine t)
+    in
     t.out.dn Event.Cast (Status { busy = busy t; vector }) (Msg.empty ())
 
   (* A status is checked whole before it is used: claiming more of this
@@ -317,7 +368,8 @@ module L = struct
         release_stable t o
       done;
       if busy then t.requested <- true;
-      kick t
+      kick t;
+      tell_stable t
     end
 
   (* The missing runs of [o]'s casts within the window, at most [max_ranges]. *)
@@ -424,7 +476,13 @@ module L = struct
     end
 
   let up_ctl t e =
-    (match e with Gevent.Suspect { ranks; _ } -> suspect t ranks | _ -> ());
+    (match e with
+    | Gevent.Suspect { ranks; _ } -> suspect t ranks
+    | Event.Block_ok _ when t.track && t.frozen = None ->
+        (* What the flush counts here was delivered before this; what comes
+           later may be dropped by it: not claimed (see [Stable]). *)
+        t.frozen <- Some (Array.init t.n (mine t))
+    | _ -> ());
     t.out.up_ctl e
 
   let release_all t =
@@ -439,12 +497,17 @@ module L = struct
     t.status_at <- max_int
 
   let dn_ctl t e =
-    (match e with
-    | Event.Stop ->
-        t.stopped <- true;
-        release_all t
-    | _ -> ());
-    t.out.dn_ctl e
+    match e with
+    | Track_stability ->
+        t.track <- true;
+        tell_stable ~force:true t
+    | e ->
+        (match e with
+        | Event.Stop ->
+            t.stopped <- true;
+            release_all t
+        | _ -> ());
+        t.out.dn_ctl e
 
   let timer t now =
     if not t.stopped then begin

@@ -49,6 +49,26 @@
 
 type t
 
+(** {b Stability events.} Once a layer above sends [Track_stability] down
+    (Agree does), Mnak tells it, whenever the casts every member of the view
+    holds grow, [Stable { stable; received }]: [stable.(o)], how many casts
+    of origin [o] every member holds, the suspected ones included (as
+    their statuses tell); [received.(o)], how many this member has
+    (its own: has sent). A cast that reached a layer above before the event
+    is among [received]: so a layer that notes, for each cast it keeps,
+    [received] at the first event after the cast came, knows that cast is
+    held everywhere once [stable] reaches that mark.
+
+    A cast held at Mnak is not yet one the member will deliver: the
+    flush (Gmp) drops what comes after the member's report beyond the
+    agreed cut. So, once tracking, a member's statuses claim of the others'
+    casts only what it had when the flush's [Block_ok] passed up through
+    it (before its report); what came later is not claimed, and waits for
+    the end of the view. *)
+type Consort.Event.up_ctl += Stable of { stable : int array; received : int array }
+
+type Consort.Event.dn_ctl += Track_stability
+
 (** The header. *)
 type header =
   | No_hdr  (** a point-to-point message, passed through *)

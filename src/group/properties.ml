@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Xfer
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Xfer ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -18,6 +18,7 @@ let to_string = function
   | Agree -> "Agree"
   | Auth -> "Auth"
   | Privacy -> "Privacy"
+  | Rekey -> "Rekey"
   | Xfer -> "Xfer"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string

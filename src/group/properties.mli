@@ -20,6 +20,12 @@ type t =
       (** only holders of the group's secret join, and every datagram is
           authenticated (the transport seals it: [Consort_seal.Seal]); adds no layer *)
   | Privacy  (** [Auth], and every payload encrypted; adds no layer *)
+  | Rekey
+      (** [Auth], and each view's datagrams sealed under a key of its own,
+          agreed at the view change (X25519), so that a member that left or
+          was excluded can neither read nor forge later views' traffic; on
+          whenever [Auth] or [Privacy] is (see [Consort_seal.Seal]); adds
+          no layer *)
   | Xfer  (** state transfer to members that join (needs [Gmp]) *)
 
 val all : t list

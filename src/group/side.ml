@@ -4,7 +4,7 @@ open Consort
  requests, view installation. They start with their own magic byte, so a
  datagram is for the current stack (Bottom's magic) or for this side
  channel. *)
-type member = { eid : string; addr : string }
+type member = { eid : string; addr : string; pub : string }
 
 type stack = { epoch : int; id : string }
 
@@ -19,6 +19,7 @@ type t =
       leavers : string list;
       preds : string list;
       stack : stack;
+      keys : (string * string) list;
     }
   | Install_ack of { group : string; vid : string; eid : string }
   | Switch_req of { group : string; vid : string; stack : stack }
@@ -26,8 +27,12 @@ type t =
 let magic = 0xC2
 let str = Codec.string ~max:1024 ()
 
+(* An X25519 public key is 32 bytes; "" without rekeying. *)
 let member =
-  Codec.map ~name:"member" (fun m -> (m.eid, m.addr)) (fun (eid, addr) -> { eid; addr }) Codec.(pair str str)
+  Codec.map ~name:"member"
+    (fun m -> (m.eid, m.addr, m.pub))
+    (fun (eid, addr, pub) -> { eid; addr; pub })
+    Codec.(tup3 str str (string ~max:64 ()))
 
 let members = Codec.list ~max:4096 member
 
@@ -50,13 +55,15 @@ let body =
           | Merge_req { group; vid; ltime; members; stack } -> Some (group, vid, ltime, (members, stack)) | _ -> None)
         (fun (group, vid, ltime, (members, stack)) -> Merge_req { group; vid; ltime; members; stack });
       Codec.case 2 "install"
-        Codec.(tup4 (pair str str) varint members (tup3 (list ~max:4096 str) (list ~max:4096 str) stack))
+        Codec.(
+          tup4 (pair str str) varint members
+            (tup4 (list ~max:4096 str) (list ~max:4096 str) stack (list ~max:4096 (pair str (string ~max:128 ())))))
         (function
-          | Install { group; vid; ltime; members; leavers; preds; stack } ->
-              Some ((group, vid), ltime, members, (leavers, preds, stack))
+          | Install { group; vid; ltime; members; leavers; preds; stack; keys } ->
+              Some ((group, vid), ltime, members, (leavers, preds, stack, keys))
           | _ -> None)
-        (fun ((group, vid), ltime, members, (leavers, preds, stack)) ->
-          Install { group; vid; ltime; members; leavers; preds; stack });
+        (fun ((group, vid), ltime, members, (leavers, preds, stack, keys)) ->
+          Install { group; vid; ltime; members; leavers; preds; stack; keys });
       Codec.case 3 "install_ack"
         Codec.(tup3 str str str)
         (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
@@ -77,6 +84,12 @@ let group = function
   | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } | Switch_req { group; _ }
     ->
       group
+
+(* What a view key is wrapped for: the Install as its maker sent it, less
+   the wrapped keys, so that a key opens only in the Install it came in. *)
+let context = function
+  | Install i -> Codec.encode_string codec (Install { i with keys = [] })
+  | v -> Codec.encode_string codec v
 
 (* "LTIME:EID": the member that named the view. *)
 let installer vid = match String.index_opt vid ':' with Some i -> String.sub vid (i + 1) (String.length vid - i - 1) | None -> ""

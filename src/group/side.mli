@@ -6,8 +6,9 @@
     ({!magic}), so a datagram is either for the current stack (Bottom's
     magic) or for this channel. *)
 
-type member = { eid : string; addr : string }
-(** A member incarnation and the address it listens on. *)
+type member = { eid : string; addr : string; pub : string }
+(** A member incarnation, the address it listens on, and its X25519 public
+    key for per-view keys (property [Rekey]; [""] without). *)
 
 type stack = { epoch : int; id : string }
 (** The stack a view runs ({!Stack_id.to_string}), and how many switches
@@ -26,6 +27,9 @@ type t =
       leavers : string list;
       preds : string list;  (** the views this one follows *)
       stack : stack;  (** the stack the view runs *)
+      keys : (string * string) list;
+          (** with [Rekey]: the view's key, wrapped for each member of the
+              view but its maker (member id, wrapped key); [[]] without *)
     }  (** the next view, from the member that made it *)
   | Install_ack of { group : string; vid : string; eid : string }
   | Switch_req of { group : string; vid : string; stack : stack }
@@ -34,6 +38,11 @@ type t =
 val magic : int
 val codec : t Consort.Codec.t
 val group : t -> string
+
+val context : t -> string
+(** What a view key is bound to: the message's bytes, for an [Install]
+    those less its [keys] (a wrapped key opens only in the Install its
+    maker sent it in). *)
 
 val installer : string -> string
 (** [installer vid]: the member that named view [vid] (["LTIME:EID"]). *)

@@ -97,6 +97,7 @@ type hello = {
   have : int;
   digest : string;
   snaps : string list;
+  pos : string;
 }
 
 type ctl =
@@ -106,19 +107,20 @@ type ctl =
   | Resume of { base : string; off : int }
 
 let id = Codec.string ~max:1024 ()
+let max_pos = 16_384
 
 let ctl_codec =
   Codec.(
     union "xfer-ctl"
       [
         case 0 "hello"
-          (tup4 (pair bool varint) (pair id id) (pair varint id) (list ~max:4096 id))
+          (tup4 (pair bool varint) (pair id id) (pair varint id) (pair (list ~max:4096 id) (string ~max:max_pos ())))
           (function
-            | Hello { holder; age; prev; base; have; digest; snaps } ->
-                Some ((holder, age), (prev, base), (have, digest), snaps)
+            | Hello { holder; age; prev; base; have; digest; snaps; pos } ->
+                Some ((holder, age), (prev, base), (have, digest), (snaps, pos))
             | _ -> None)
-          (fun ((holder, age), (prev, base), (have, digest), snaps) ->
-            Hello { holder; age; prev; base; have; digest; snaps });
+          (fun ((holder, age), (prev, base), (have, digest), (snaps, pos)) ->
+            Hello { holder; age; prev; base; have; digest; snaps; pos });
         case 1 "chunk"
           (tup4 (pair id id) (pair varint varint) varint (string ~max:(1 lsl 20) ()))
           (function
@@ -141,6 +143,8 @@ type app = {
   deliver : kind -> origin:string -> string -> unit;
 }
 
+type durable = { age : unit -> int; position : unit -> string; take_for : string -> string }
+
 (* A snapshot of the state as it was when view [sbase] started. *)
 type snap = { sbase : string; data : string; sdigest : string; sage : int }
 
@@ -162,6 +166,7 @@ type view = {
 
 type t = {
   app : app;
+  durable : durable option;
   chunk : int;
   window : int;
   max_state : int;
@@ -182,11 +187,13 @@ type t = {
   mutable restarts : int;
   mutable rebased : int;
   mutable resumed : int;  (* transfers this member went on with from where another stopped *)
+  mutable dropped : int;  (* durable: deliveries held when a view ended before the state came *)
 }
 
-let create ~params ~max_message ~me app =
+let create ?durable ~params ~max_message ~me app =
   {
     app;
+    durable;
     chunk = max 64 (min (Params.int params Param.chunk) (max_message - 1200));
     window = Params.int params Param.window;
     max_state = Params.int params Param.max_state;
@@ -210,6 +217,7 @@ let create ~params ~max_message ~me app =
     restarts = 0;
     rebased = 0;
     resumed = 0;
+    dropped = 0;
   }
 
 let needs_state t = t.need <> None
@@ -227,6 +235,7 @@ let counters t =
     ("rebased", t.rebased);
     ("resumed", t.resumed);
     ("queued", Queue.length t.queue);
+    ("dropped_held", t.dropped);
   ]
 
 let encode c = Codec.encode_string ctl_codec c
@@ -276,7 +285,59 @@ let take_snapshot t vid =
    to give it. Every other member needs it, as of the start of its base
    view: this view for a member that held another partition's state, the
    view where it started to wait for one that still waits. *)
+(* Durable states: every member holds one (on its disk), of the age the
+   application gives; the oldest (greatest age) wins, the least rank of
+   its holders gives it, to each member behind, as [take_for] that
+   member's position makes it. Nothing is held across views. *)
+let decide_durable t v d =
+  v.decided <- true;
+  let hs = Array.map Option.get v.hellos in
+  let n = Array.length hs in
+  let giver = ref 0 in
+  for r = 1 to n - 1 do
+    if hs.(r).age > hs.(!giver).age then giver := r
+  done;
+  let giver = !giver and top = hs.(!giver).age in
+  let me = v.rank in
+  if hs.(me).age = top then begin
+    if me = giver then begin
+      let made = Hashtbl.create 4 in
+      v.givings <-
+        List.filter_map
+          (fun r ->
+            if hs.(r).age = top then None
+            else
+              let pos = hs.(r).pos in
+              let snap =
+                match Hashtbl.find_opt made pos with
+                | Some s -> s
+                | None ->
+                    let data = d.take_for pos in
+                    let s = { sbase = v.vid; data; sdigest = Digest.to_hex (Digest.string data); sage = 0 } in
+                    Hashtbl.replace made pos s;
+                    s
+              in
+              Log.info (fun m ->
+                  m "%s: gives its state (age %d, %d bytes) to %s (age %d)" t.me top (String.length snap.data) v.members.(r)
+                    hs.(r).age);
+              Some { dst = r; snap; acked = 0; next = 0; started = false })
+          (List.init n Fun.id)
+    end;
+    drain t;
+    List.iter (pump t v) v.givings
+  end
+  else begin
+    Log.info (fun m -> m "%s: takes the state of %s (age %d, this member's %d)" t.me v.members.(giver) top hs.(me).age);
+    t.holder <- false;
+    t.need <- Some { base = v.vid; ndigest = ""; buf = Buffer.create 0; total = 0; nage = 0 };
+    if t.early then v.send_ctl giver (encode (Resume { base = v.vid; off = 0 }))
+  end;
+  t.early <- false
+
 let decide t v =
+  match t.durable with
+  | Some d -> decide_durable t v d
+  | None ->
   v.decided <- true;
   let hs = Array.map Option.get v.hellos in
   let n = Array.length hs in
@@ -383,14 +444,30 @@ let decide t v =
       t.early <- false
 
 let hello t =
+  match t.durable with
+  | Some d ->
+      let pos = d.position () in
+      let pos = if String.length pos > max_pos then "" else pos in
+      Hello { holder = true; age = d.age (); prev = ""; base = ""; have = 0; digest = ""; snaps = []; pos }
+  | None ->
   let base, have, digest =
     match t.need with Some nd -> (nd.base, Buffer.length nd.buf, nd.ndigest) | None -> ("", 0, "")
   in
-  Hello { holder = t.holder; age = t.age; prev = t.prev; base; have; digest; snaps = List.map (fun s -> s.sbase) t.snaps }
+  Hello { holder = t.holder; age = t.age; prev = t.prev; base; have; digest; snaps = List.map (fun s -> s.sbase) t.snaps; pos = "" }
 
 (* The view ends: a holder hands over what it kept while the decision was
    pending (every member that goes on delivers this view's messages in it). *)
 let end_view t =
+  if t.durable <> None && t.need <> None then begin
+    (* The state did not come in this view: what was held goes, this
+       member goes on from its own state (the next view decides again). *)
+    let n = Queue.length t.queue in
+    if n > 0 then Log.warn (fun m -> m "%s: the view ended before the state came: %d held deliveries dropped" t.me n);
+    t.dropped <- t.dropped + n;
+    Queue.clear t.queue;
+    t.need <- None;
+    t.holder <- true
+  end;
   (match t.cur with
   | Some v when v.decided -> t.prev <- v.vid
   | Some v ->

@@ -68,6 +68,7 @@ type hello = {
   have : int;
   digest : string;
   snaps : string list;
+  pos : string;  (** with a durable state: the application's position (see {!durable}) *)
 }
 
 type ctl =
@@ -87,9 +88,32 @@ type app = {
   deliver : kind -> origin:string -> string -> unit;
 }
 
+(** A durable state (one the application keeps on disk, as a replicated
+    store does): every member holds a state from the start, which it
+    describes by an age (the greatest is the most advanced: a store gives
+    its epoch and write number) and a position (an opaque string, small:
+    at most 16 KiB, from which a giver can tell what the member lacks).
+
+    With it, at each view: every member's hello carries its age and
+    position; the greatest age wins, and the member of least rank holding
+    it gives [take_for position] to each member of a lesser age (the
+    writes it misses when its log is a prefix of the giver's, a full
+    snapshot otherwise: the application decides), in chunks under the same
+    window; the receiver holds its deliveries until it has it and calls
+    [install] with it. The receiver's state is untouched until then: if the
+    view ends first (the giver failed), it drops what it held (counted as
+    [dropped_held]; an application that answers only what every member of
+    a view has applied loses nothing by it) and offers its own state again
+    in the next view, where the decision is made anew. *)
+type durable = {
+  age : unit -> int;
+  position : unit -> string;
+  take_for : string -> string;  (** the state to give a member at this position *)
+}
+
 type t
 
-val create : params:Consort.Params.t -> max_message:int -> me:string -> app -> t
+val create : ?durable:durable -> params:Consort.Params.t -> max_message:int -> me:string -> app -> t
 
 val start_view :
   t ->

@@ -1,19 +1,19 @@
 (** A replica of the key-value store: a state machine replicated over a
-    process group with virtual synchrony.
+    process group with virtual synchrony, total order ([Total]) and state
+    transfer ([Xfer]): the stack [vsync,Total,Xfer].
 
-    {b Ordering.} In each view, one member is the sequencer: it puts the
-    requests every member forwards to it in batches and casts them; as
-    casts from one member are delivered in FIFO order with virtual
-    synchrony, every member applies the same writes in the same order.
-    Reads are ordered the same way (ordered reads, not leases): a read is
-    answered from the state reached at its place in the order, once that
-    place is committed. This needs no clock assumption, which a lease
+    {b Ordering.} Each member casts the requests its clients make, in
+    batches; the group's total order ([total.protocol]: the sequencer by
+    default, or the token) gives every member the same sequence, which it
+    applies. Reads are ordered the same way (ordered reads, not leases): a
+    read is answered from the state reached at its place in the order, once
+    that place is committed. This needs no clock assumption, which a lease
     would (a lease holder must trust a bound on clock drift and on pauses
     of its own process; a pause longer than the bound gives stale reads).
 
-    {b Commit.} A member applies a batch, writes it to its log and fsyncs,
+    {b Commit.} A member applies an order, writes it to its log and fsyncs,
     then casts an acknowledgement. A request is answered when every member
-    of the view has acknowledged its batch: by then the write is on the
+    of the view has acknowledged its order: by then the write is on the
     disk of every member of a majority, so it survives the crash of any
     of them and a restart of all.
 
@@ -21,13 +21,18 @@
     replicas serves requests; a member in a minority view refuses new
     requests ([no quorum]) and answers those in flight as unknown.
 
-    {b State transfer.} At the start of each primary view every member
-    casts its epoch (the last primary view it started) and sequence
-    number; the most advanced one becomes the sequencer and casts the
-    state the others start from: the writes they miss, from its memory,
-    when their log is a prefix of its own, otherwise a full snapshot.
-    Then every member starts a new epoch. A replica that restarts thus
-    catches up by state transfer when it joins. *)
+    {b State transfer.} At each view the group's [Xfer] layer, with a
+    durable state ({!Consort_group.Xfer.durable}), compares every member's
+    age (its epoch, then its write number): the most advanced member gives
+    each member behind the writes it misses when that member's log is a
+    prefix of its own and the writes are still in its memory, a full
+    snapshot otherwise, streamed in chunks; the member behind holds its
+    deliveries until it has installed it. The view's first delivery then
+    starts a new epoch at every member (each holds the same state by
+    then). A replica that restarts thus catches up by state transfer when
+    it joins, from its own log and a suffix when it can. *)
+
+val src : Logs.src
 
 type config = {
   group : string;
@@ -55,8 +60,9 @@ module Make (T : Consort.Transport.S) : sig
     config ->
     Store.t ->
     (t, string) result
-  (** [create tr cfg store] joins the group (with the [vsync] stack unless
-      [layers]) and starts serving once in a primary view. *)
+  (** [create tr cfg store] joins the group (with the [vsync,Total,Xfer]
+      stack unless [layers]; [params] may choose [total.protocol]) and
+      starts serving once in a primary view. *)
 
   val submit : t -> Wire.request -> (Wire.outcome -> unit) -> unit
   (** [submit t r k] carries out [r]; [k] is called once with the outcome. *)
@@ -65,6 +71,11 @@ module Make (T : Consort.Transport.S) : sig
   val me : t -> string
   val view : t -> Consort_group.Group.view_info
   val is_sequencer : t -> bool
+  (** Active and the view's first member: the one that orders with Total's sequencer. *)
+
+  val transfers : t -> int * int
+  (** States this replica installed: as a suffix of its log, as a whole snapshot. *)
+
   val store : t -> Store.t
   val in_flight : t -> int
 

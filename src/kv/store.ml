@@ -52,7 +52,8 @@ type t = {
   mutable wal : Unix.file_descr;
   mutable wal_size : int;
   pending : Buffer.t;
-  recent : (int * cmd) Queue.t;
+  recent : (int * cmd * string) Queue.t;  (* write, its command, the chain before it *)
+  mutable chain : string;  (* digest of the whole log: of the chain before and the last write *)
   mutable recent_bytes : int;
   lock : Unix.file_descr;
 }
@@ -105,13 +106,22 @@ let cmd_size (c : cmd) = 32 + match c.op with Op.Get k | Op.Del k -> String.leng
 (* Recent writes, bounded in number and in bytes (16 MiB). *)
 let retain_bytes = 16 * 1024 * 1024
 
-let remember t ((_, c) as e) =
-  Queue.push e t.recent;
+let remember t (n, c) =
+  let before = t.chain in
+  t.chain <- Digest.string (before ^ Codec.encode_string entry_codec (n, c));
+  Queue.push (n, c, before) t.recent;
   t.recent_bytes <- t.recent_bytes + cmd_size c;
   while Queue.length t.recent > t.retain || t.recent_bytes > retain_bytes do
-    let _, c = Queue.pop t.recent in
+    let _, c, _ = Queue.pop t.recent in
     t.recent_bytes <- t.recent_bytes - cmd_size c
   done
+
+let chain t = t.chain
+
+let chain_at t s =
+  if s = t.seq then Some t.chain
+  else if s > t.seq || s < 0 then None
+  else Queue.fold (fun acc (n, _, before) -> if n = s + 1 then Some before else acc) None t.recent
 
 let log_record t r = Buffer.add_string t.pending (frame (Codec.encode_string record_codec r))
 
@@ -128,6 +138,17 @@ let start_epoch t e =
   t.epoch <- e;
   t.history <- (e, t.seq) :: List.filteri (fun i _ -> i < 63) t.history;
   log_record t (Epoch (e, t.seq))
+
+let adopt t ~epoch ~history =
+  List.iter
+    (fun (e, after) ->
+      if e > t.epoch then begin
+        t.epoch <- e;
+        t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history;
+        log_record t (Epoch (e, after))
+      end)
+    (List.rev history);
+  if epoch > t.epoch then start_epoch t epoch
 
 let apply_entries t l =
   List.iter
@@ -147,13 +168,13 @@ let entries_since t s =
   if s >= t.seq then Some []
   else
     match Queue.peek_opt t.recent with
-    | Some (first, _) when first <= s + 1 -> Some (Queue.fold (fun acc ((n, _) as e) -> if n > s then e :: acc else acc) [] t.recent |> List.rev)
+    | Some (first, _, _) when first <= s + 1 -> Some (Queue.fold (fun acc (n, c, _) -> if n > s then (n, c) :: acc else acc) [] t.recent |> List.rev)
     | _ -> None
 
 let snap_codec limits =
-  Codec.tup4 Codec.varint Codec.varint (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)) (Machine.codec limits)
+  Codec.tup4 (Codec.pair Codec.varint (Codec.string ~max:16 ())) Codec.varint (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)) (Machine.codec limits)
 
-let snapshot t = Codec.encode_string (snap_codec t.limits) (t.seq, t.epoch, t.history, t.machine)
+let snapshot t = Codec.encode_string (snap_codec t.limits) ((t.seq, t.chain), t.epoch, t.history, t.machine)
 
 let open_wal p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
 
@@ -190,9 +211,10 @@ let sync t =
 let install t s =
   match Codec.decode_string (snap_codec t.limits) s with
   | Error e -> Error (Fmt.str "snapshot does not decode: %a" Codec.pp_error e)
-  | Ok (seq, epoch, history, machine) ->
+  | Ok ((seq, chain), epoch, history, machine) ->
       Buffer.clear t.pending;
       t.seq <- seq;
+      t.chain <- chain;
       t.epoch <- epoch;
       t.history <- history;
       t.machine <- machine;
@@ -246,12 +268,12 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
               match Codec.decode_string (snap_codec limits) payload with
               | Ok v -> Ok v
               | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
-      else Ok (0, 0, [], Machine.create limits)
+      else Ok ((0, ""), 0, [], Machine.create limits)
     in
     match base with
     | Error why ->
         fail "%s: corrupt (%s): refusing to start; move it away to start empty and catch up from the group" (p "snapshot") why
-    | Ok (seq, epoch, history, machine) ->
+    | Ok ((seq, chain), epoch, history, machine) ->
         let t =
           {
             dir;
@@ -267,6 +289,7 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
             wal_size = 0;
             pending = Buffer.create 4096;
             recent = Queue.create ();
+            chain;
             recent_bytes = 0;
             lock;
           }

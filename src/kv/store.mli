@@ -48,6 +48,14 @@ val machine : t -> Machine.t
 val seq : t -> int
 (** The number of the last write applied. *)
 
+val chain : t -> string
+(** A digest of the whole log, chained write by write: two stores with
+    the same {!seq} and chain hold the same writes. *)
+
+val chain_at : t -> int -> string option
+(** [chain_at t s]: the chain after write [s], if [s] is the last write or
+    one kept in memory before it. *)
+
 val epoch : t -> int
 (** The last epoch started (0 for a new store). *)
 
@@ -61,6 +69,11 @@ val execute : t -> cmd -> Op.response
 
 val start_epoch : t -> int -> unit
 (** [start_epoch t e] records that epoch [e] starts after {!seq}. *)
+
+val adopt : t -> epoch:int -> history:(int * int) list -> unit
+(** [adopt t ~epoch ~history], after {!apply_entries} brought this log up
+    to another's ([epoch], [history]: its {!epoch} and {!history}): records
+    that one's epochs newer than this one's last. *)
 
 val apply_entries : t -> (int * cmd) list -> unit
 (** [apply_entries t l] applies writes numbered after {!seq}, logging them;

@@ -1,16 +1,12 @@
 module Codec = Consort.Codec
 
 type item = { origin : string; rid : int; cmd : Store.cmd }
-type transfer = Snapshot of string | Suffix of (int * Store.cmd) list
+type position = { epoch : int; seq : int; chain : string; history : (int * int) list }
+type transfer = Snapshot of string | Suffix of { epoch : int; history : (int * int) list; entries : (int * Store.cmd) list }
 
-type msg =
-  | Request of item
-  | Order of { batch : int; items : item list }
-  | Ack of int
-  | Summary of { epoch : int; seq : int; history : (int * int) list }
-  | State of { epoch : int; transfer : transfer }
+type msg = Order of { batch : int; items : item list } | Ack of int | Begin
 
-let version = '\001'
+let version = '\002'
 
 let item_codec =
   Codec.map ~name:"kv-item"
@@ -18,39 +14,50 @@ let item_codec =
     (fun (origin, rid, cmd) -> { origin; rid; cmd })
     (Codec.tup3 (Codec.string ~max:256 ()) Codec.varint Store.cmd_codec)
 
+let history_codec = Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)
+
+let position_codec =
+  Codec.map ~name:"kv-position"
+    (fun p -> (p.epoch, p.seq, p.chain, p.history))
+    (fun (epoch, seq, chain, history) -> { epoch; seq; chain; history })
+    (Codec.tup4 Codec.varint Codec.varint (Codec.string ~max:16 ()) history_codec)
+
 let transfer_codec =
   Codec.union "kv-transfer"
     [
       Codec.case 0 "snapshot" (Codec.string ~max:(256 * 1024 * 1024) ()) (function Snapshot s -> Some s | _ -> None) (fun s -> Snapshot s);
-      Codec.case 1 "suffix" (Codec.list ~max:1_000_000 Store.entry_codec) (function Suffix l -> Some l | _ -> None) (fun l -> Suffix l);
+      Codec.case 1 "suffix"
+        (Codec.tup3 Codec.varint history_codec (Codec.list ~max:1_000_000 Store.entry_codec))
+        (function Suffix { epoch; history; entries } -> Some (epoch, history, entries) | _ -> None)
+        (fun (epoch, history, entries) -> Suffix { epoch; history; entries });
     ]
 
 let msg_codec =
   Codec.union "kv-msg"
     [
-      Codec.case 0 "request" item_codec (function Request i -> Some i | _ -> None) (fun i -> Request i);
       Codec.case 1 "order" (Codec.pair Codec.varint (Codec.list ~max:100_000 item_codec))
         (function Order { batch; items } -> Some (batch, items) | _ -> None)
         (fun (batch, items) -> Order { batch; items });
       Codec.case 2 "ack" Codec.varint (function Ack b -> Some b | _ -> None) (fun b -> Ack b);
-      Codec.case 3 "summary" (Codec.tup3 Codec.varint Codec.varint (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)))
-        (function Summary { epoch; seq; history } -> Some (epoch, seq, history) | _ -> None)
-        (fun (epoch, seq, history) -> Summary { epoch; seq; history });
-      Codec.case 4 "state" (Codec.pair Codec.varint transfer_codec)
-        (function State { epoch; transfer } -> Some (epoch, transfer) | _ -> None)
-        (fun (epoch, transfer) -> State { epoch; transfer });
+      Codec.case 5 "begin" Codec.unit (function Begin -> Some () | _ -> None) (fun () -> Begin);
     ]
 
 let tagged = Codec.pair (Codec.string ~max:256 ()) msg_codec
 let encode ~vid m = String.make 1 version ^ Codec.encode_string tagged (vid, m)
 
-let decode s =
+let versioned codec s =
   if s = "" then Error "empty message"
   else if s.[0] <> version then Error (Printf.sprintf "message version %d, this replica speaks %d" (Char.code s.[0]) (Char.code version))
   else
-    match Codec.decode_string tagged (String.sub s 1 (String.length s - 1)) with
+    match Codec.decode_string codec (String.sub s 1 (String.length s - 1)) with
     | Ok m -> Ok m
     | Error e -> Error (Fmt.str "%a" Codec.pp_error e)
+
+let decode s = versioned tagged s
+let encode_position p = String.make 1 version ^ Codec.encode_string position_codec p
+let decode_position s = versioned position_codec s
+let encode_transfer x = String.make 1 version ^ Codec.encode_string transfer_codec x
+let decode_transfer s = versioned transfer_codec s
 
 type outcome = Done of Op.response | Unknown of string | Refused of string
 

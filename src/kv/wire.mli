@@ -7,14 +7,11 @@
 type item = { origin : string; rid : int; cmd : Store.cmd }
 (** A client request: the member it came through, its number there. *)
 
-type transfer = Snapshot of string | Suffix of (int * Store.cmd) list
-
 type msg =
-  | Request of item  (** to the sequencer *)
-  | Order of { batch : int; items : item list }  (** from the sequencer: apply in this order *)
-  | Ack of int  (** every batch up to this one is applied and on disk here *)
-  | Summary of { epoch : int; seq : int; history : (int * int) list }  (** at the start of a primary view *)
-  | State of { epoch : int; transfer : transfer }  (** from the view's sequencer: the state to start from *)
+  | Order of { batch : int; items : item list }
+      (** requests a member's clients made, cast in the group's total order: every member applies them in that order *)
+  | Ack of int  (** the first [n] orders of this view are applied and on disk here *)
+  | Begin  (** cast by every member at the start of a primary view: the view's first delivery starts its epoch *)
 
 val encode : vid:string -> msg -> string
 (** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a
@@ -22,6 +19,23 @@ val encode : vid:string -> msg -> string
     the next) is ignored there. *)
 
 val decode : string -> (string * msg, string) result
+
+(** {2 State transfer} *)
+
+type position = { epoch : int; seq : int; chain : string; history : (int * int) list }
+(** Where a replica's log is: its last epoch, its last write, the digest
+    of its writes ({!Store.chain}), its epochs (newest first, each with the
+    write after which it started). *)
+
+type transfer =
+  | Snapshot of string  (** the whole state ({!Store.snapshot}) *)
+  | Suffix of { epoch : int; history : (int * int) list; entries : (int * Store.cmd) list }
+      (** the writes after the receiver's last, and the giver's epochs *)
+
+val encode_position : position -> string
+val decode_position : string -> (position, string) result
+val encode_transfer : transfer -> string
+val decode_transfer : string -> (transfer, string) result
 
 (** {1 Client protocol}
 

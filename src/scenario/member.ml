@@ -2,7 +2,8 @@ open Consort
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module Seal = Consort_seal.Seal
-module S = Seal.Make (Udp)
+module C = Consort_ops.Capture.Make (Udp)
+module S = Seal.Make (C)
 module G = Consort_group.Group.Make (S)
 module Log = Consort_spec.Log
 
@@ -48,6 +49,9 @@ type config = {
   drop_file : string option;
   discovery : string option;
   seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
+  control : string option;
+  metrics : string option;
+  pcap : string option;
 }
 
 type error =
@@ -59,6 +63,9 @@ type error =
   | Log_file of string
   | No_free_port
   | Join of Consort_group.Group.join_error
+  | Control of string
+  | Metrics of string
+  | Pcap of string
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
@@ -73,6 +80,9 @@ let pp_error ppf = function
   | Log_file e -> Fmt.pf ppf "cannot open the log: %s" e
   | No_free_port -> Fmt.string ppf "no free port in 127.0.0.1:7400-7415; give one with --bind"
   | Join e -> Consort_group.Group.pp_join_error ppf e
+  | Control e -> Fmt.pf ppf "--control: %s" e
+  | Metrics e -> Fmt.pf ppf "--metrics: %s" e
+  | Pcap e -> Fmt.pf ppf "--pcap: %s" e
 
 (* The IPv4 address and port of an "IP:PORT" that parsed. *)
 let ip_port s =
@@ -131,11 +141,13 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join ?take_state ?install_state loop cfg layers cb ~on_sent ~on_lost =
+let join ?take_state ?install_state ?capture loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
+    (* With a secret, per-view keys unless seal.rekey=false. *)
+    let tr = S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) (C.wrap loop capture) cfg.seal in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
-      ?install_state
-      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers (S.wrap loop cfg.seal) ~group:cfg.group ~addr cb
+      ?install_state ?rekey:(S.rekey tr)
+      ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers tr ~group:cfg.group ~addr cb
   in
   match cfg.bind with
   | Some addr -> Result.map_error (fun e -> Join e) (try_addr addr)
@@ -170,29 +182,54 @@ let classify fd =
       Nothing
   | _ -> Watched
 
+let status_json cfg g ~blocked ~flow_blocked : Yojson.Safe.t =
+  let v = G.view g in
+  `Assoc
+    [
+      ("group", `String cfg.group);
+      ("me", `String (G.me g));
+      ("view", `String v.Consort_group.Group.vid);
+      ("ltime", `Int v.ltime);
+      ("coordinator", `String v.coordinator);
+      ("members", `List (List.map (fun m -> `String m) (Array.to_list v.members)));
+      ("rank", `Int v.rank);
+      ("blocked", `Bool blocked);
+      ("flow_blocked", `Bool flow_blocked);
+    ]
+
+(* "IP:PORT" as a socket address. *)
+let inet_addr s =
+  match String.rindex_opt s ':' with
+  | None -> Error (Printf.sprintf "%S is not ADDR:PORT" s)
+  | Some i -> (
+      let host = String.sub s 0 i and port = String.sub s (i + 1) (String.length s - i - 1) in
+      match (Unix.inet_addr_of_string host, int_of_string_opt port) with
+      | a, Some p when p >= 0 && p <= 65535 -> Ok (Unix.ADDR_INET (a, p))
+      | _ -> Error (Printf.sprintf "%S is not ADDR:PORT" s)
+      | exception Failure _ -> Error (Printf.sprintf "%S is not ADDR:PORT" s))
+
+(* Every counter, by layer: the group's and its layers', then the seal's. *)
+let counters g =
+  let st = S.stats (G.connection g) in
+  G.counters g @ [ ("seal", Seal.stats_list st) ]
+
+let metrics_samples cfg g ~flow_blocked =
+  let labels = [ ("group", cfg.group); ("member", G.me g) ] in
+  let v = G.view g in
+  let gauge name help value = { Consort_ops.Metrics.name; help; kind = `Gauge; labels; value } in
+  gauge "consort_view_members" "Members in the current view." (float_of_int (Array.length v.Consort_group.Group.members))
+  :: gauge "consort_view_ltime" "Logical time of the current view (increases at each view change)." (float_of_int v.ltime)
+  :: gauge "consort_view_rank" "This member's rank in the current view." (float_of_int v.rank)
+  :: gauge "consort_flow_blocked" "1 while flow control asks the application to pause." (if flow_blocked then 1. else 0.)
+  :: Consort_ops.Metrics.of_counters ~labels (counters g)
+
 (* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
    or on standard error for a quiet member. *)
 let print_counters ~quiet g =
   let items =
     List.concat_map
       (fun (layer, kvs) -> List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) kvs)
-      (G.counters g)
-  in
-  let items =
-    let st = S.stats (G.connection g) in
-    items
-    @ List.filter_map
-          (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "seal.%s=%d" k v) else None)
-          [
-            ("sealed", st.Seal.sealed);
-            ("opened", st.opened);
-            ("malformed", st.malformed);
-            ("clear", st.clear);
-            ("bad_tag", st.bad_tag);
-            ("wrong_mode", st.wrong_mode);
-            ("replayed", st.replayed);
-            ("stale", st.stale);
-          ]
+      (counters g)
   in
   let line = "counters " ^ String.concat " " items in
   if quiet then prerr_endline line else print_endline line;
@@ -224,6 +261,10 @@ let run cfg =
           in
           let say fmt = Printf.ksprintf (fun s -> if not cfg.quiet then (print_endline s; flush stdout)) fmt in
           let self = ref "" and g_ref = ref None and exited = ref false in
+          let blocked = ref false and flow_blocked = ref false in
+          let cast_ref = ref (fun _ -> Error "not in the group yet") in
+          let send_ref = ref (fun _ _ -> Error "not in the group yet") in
+          let leave_ref = ref (fun () -> ()) in
           let vid () = match !g_ref with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
           (* With Xfer, the member's state: how many casts it has applied and
              the XOR of their digests (the same whatever the order of
@@ -268,6 +309,7 @@ let run cfg =
             {
               Consort_group.Group.view =
                 (fun v ->
+                  blocked := false;
                   self := v.members.(v.rank);
                   say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                     (String.concat " " (Array.to_list v.members))
@@ -277,8 +319,14 @@ let run cfg =
                   write (Log.View { t = now_ns (); me = !self; view = v.vid; members = Array.to_list v.members }));
               cast = deliver `Cast;
               send = deliver `Send;
-              block = (fun () -> write (Log.Block { t = now_ns (); me = !self; view = vid () }));
-              flow = (fun blocked -> if blocked then say "flow control: sending paused" else say "flow control: sending resumed");
+              block =
+                (fun () ->
+                  blocked := true;
+                  write (Log.Block { t = now_ns (); me = !self; view = vid () }));
+              flow =
+                (fun b ->
+                  flow_blocked := b;
+                  if b then say "flow control: sending paused" else say "flow control: sending resumed");
               exit =
                 (fun () ->
                   exited := true;
@@ -300,8 +348,64 @@ let run cfg =
               (Log.Lost
                  { t = now_ns (); me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq; reason })
           in
-          match join ~take_state:state ~install_state loop cfg layers cb ~on_sent ~on_lost with
+          (* The control socket and the metrics port, open before the join
+             so that a path in use or a port taken is refused up front. *)
+          let ops_closers = ref [] in
+          let close_ops () = List.iter (fun f -> f ()) !ops_closers in
+          let opened =
+            let control =
+              match cfg.control with
+              | None -> Ok ()
+              | Some path -> (
+                  let joined f = match !g_ref with Some g -> f g | None -> Error "not in the group yet" in
+                  let handler =
+                    {
+                      Consort_ops.Control.status = (fun () -> match !g_ref with Some g -> status_json cfg g ~blocked:!blocked ~flow_blocked:!flow_blocked | None -> `Assoc [ ("group", `String cfg.group); ("joined", `Bool false) ]);
+                      counters = (fun () -> match !g_ref with Some g -> counters g | None -> []);
+                      cast = (fun text -> joined (fun _ -> !cast_ref text));
+                      send = (fun id text -> joined (fun _ -> !send_ref id text));
+                      suspect = (fun ids -> Option.iter (fun g -> G.suspect g ids) !g_ref);
+                      leave = (fun () -> !leave_ref ());
+                    }
+                  in
+                  match Consort_ops.Control.serve loop path handler with
+                  | Ok s ->
+                      ops_closers := (fun () -> Consort_ops.Serve.close s) :: !ops_closers;
+                      Ok ()
+                  | Error e -> Error (Control e))
+            in
+            match control with
+            | Error e -> Error e
+            | Ok () -> (
+                match cfg.metrics with
+                | None -> Ok ()
+                | Some addr -> (
+                    match inet_addr addr with
+                    | Error e -> Error (Metrics e)
+                    | Ok sa -> (
+                        let samples () = match !g_ref with Some g -> metrics_samples cfg g ~flow_blocked:!flow_blocked | None -> [] in
+                        match Consort_ops.Metrics.serve loop sa samples with
+                        | Ok s ->
+                            ops_closers := (fun () -> Consort_ops.Serve.close s) :: !ops_closers;
+                            say "metrics at http://%s/metrics" (match Consort_ops.Serve.address s with ADDR_INET (a, p) -> Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p | ADDR_UNIX p -> p);
+                            Ok ()
+                        | Error e -> Error (Metrics e))))
+          in
+          let capture =
+            match cfg.pcap with
+            | None -> Ok None
+            | Some path -> (
+                match Consort_ops.Capture.create path with
+                | Ok w ->
+                    ops_closers := (fun () -> Consort_ops.Capture.close w) :: !ops_closers;
+                    Ok (Some w)
+                | Error e -> Error (Pcap e))
+          in
+          let opened = Result.bind opened (fun () -> Result.map ignore capture) in
+          let capture = match capture with Ok c -> c | Error _ -> None in
+          match Result.bind opened (fun () -> join ~take_state:state ~install_state ?capture loop cfg layers cb ~on_sent ~on_lost) with
           | Error e ->
+              close_ops ();
               Option.iter close_out log_oc;
               Error e
           | Ok g ->
@@ -330,6 +434,13 @@ let run cfg =
                            reason;
                          })
               in
+              let send_line id text =
+                incr next_seq;
+                let payload = if cfg.log = None then text else frame !next_seq text in
+                Result.map_error (Fmt.str "%a" Consort_group.Group.pp_error) (G.send g id payload)
+              in
+              cast_ref := (fun text -> cast_line text; Ok ());
+              send_ref := send_line;
               say "member %s of group %s, stack %s" (G.me g) cfg.group (Stack.describe layers);
               let leaving = ref false in
               let leave () =
@@ -338,6 +449,7 @@ let run cfg =
                   G.leave g
                 end
               in
+              leave_ref := leave;
               let term = ref false and usr1 = ref false in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> term := true));
               Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> term := true));
@@ -441,6 +553,7 @@ let run cfg =
                              read it as a file. *)
                           read_directly ()));
               Loop.run loop ~until:(fun () -> !exited);
+              close_ops ();
               if not cfg.quiet then print_counters ~quiet:false g;
               Option.iter close_out log_oc;
               Ok ())))

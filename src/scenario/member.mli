@@ -39,6 +39,9 @@ type config = {
   seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
       (** the group's secret and whether datagrams are authenticated or also
           encrypted ({!Consort_seal.Seal}); [None]: in clear *)
+  control : string option;  (** a Unix socket path for {!Consort_ops.Control} *)
+  metrics : string option;  (** ["ADDR:PORT"] where Prometheus metrics are served over HTTP *)
+  pcap : string option;  (** a pcap file of every datagram sent and received ({!Consort_ops.Capture}) *)
 }
 
 (** Why a member cannot run. *)
@@ -54,6 +57,9 @@ type error =
   | Log_file of string
   | No_free_port
   | Join of Consort_group.Group.join_error  (** the group could not be joined (the address is in use, ...) *)
+  | Control of string  (** the control socket cannot be opened *)
+  | Metrics of string  (** the metrics port cannot be opened *)
+  | Pcap of string  (** the capture file cannot be created *)
 
 val pp_error : error Fmt.t
 (** [pp_error] prints an error in one line. *)

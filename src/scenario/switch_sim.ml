@@ -1,7 +1,7 @@
 open Consort
 module Sim = Consort_engine.Sim
 module V = Vsync_sim
-module G = Consort_group.Group.Make (Sim)
+module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 module P = Consort_group.Properties
 module Order = Consort_spec.Order
 

@@ -3,7 +3,7 @@
 open Consort
 module Sim = Consort_engine.Sim
 module V = Vsync_sim
-module G = Consort_group.Group.Make (Sim)
+module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 module Bottom = Consort_group.Bottom
 module Suspect = Consort_group.Suspect
 module Mnak = Consort_group.Mnak

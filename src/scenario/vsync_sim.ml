@@ -1,6 +1,11 @@
 open Consort
 module Sim = Consort_engine.Sim
-module G = Consort_group.Group.Make (Sim)
+module Seal = Consort_seal.Seal
+module S = Consort_seal.Seal.Make (Sim)
+
+(* Members run over the seal: datagrams pass as they are unless sim.props
+   has Auth, Privacy or Rekey. *)
+module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 module Log = Consort_spec.Log
 module Vsync = Consort_spec.Vsync
 
@@ -64,6 +69,9 @@ type world = {
   trace : out_channel option;
   mutable hooks : hooks;
   mutable held : bool;  (* deliveries may name earlier views (state transfer) *)
+  seal : (Seal.secret * Seal.mode) option;  (* with Auth, Privacy or Rekey *)
+  rekey : bool;
+  seed : int;
 }
 
 let note w fmt =
@@ -169,13 +177,25 @@ let start ?layers ?params w i =
       (Log.Lost
          { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
   in
+  let tr =
+    match w.seal with
+    | None -> S.wrap w.net None
+    | Some _ ->
+        (* Keys and sender ids drawn from the run's seed; the seal's clock
+           is the simulator's. *)
+        S.wrap ~rekey:w.rekey
+          ~g:(Consort_cap.Crypto.deterministic (Printf.sprintf "sim-%d-%s-%d" w.seed p.addr p.incarnation))
+          ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now w.net))
+          w.net w.seal
+  in
   match
     G.join ~params:(match params with Some p -> Params.override w.params ~by:p | None -> w.params) ~peers ~seed ~on_sent ~on_lost
+      ?rekey:(S.rekey tr)
       ~layers:(Option.value layers ~default:w.layers)
       ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
       ~take_state:(fun () -> w.hooks.take i !self)
       ~install_state:(fun s -> w.hooks.install i !self s)
-      w.net ~group:"sim" ~addr:p.addr cb
+      tr ~group:"sim" ~addr:p.addr cb
   with
   | Ok g ->
       mine := Some g;
@@ -289,6 +309,11 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
     | Ok l -> l
     | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e
   in
+  let has p = List.mem p props in
+  let seal =
+    let open Consort_group.Properties in
+    if has Privacy then Some Seal.Privacy else if has Auth || has Rekey then Some Seal.Auth else None
+  in
   {
     net;
     rng;
@@ -310,7 +335,36 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
     trace;
     hooks = no_hooks;
     held = List.mem Consort_group.Properties.Xfer props;
+    seal =
+      Option.map
+        (fun mode ->
+          ((match Seal.secret_of_string (String.make 32 's') with Ok s -> s | Error e -> failwith e), mode))
+        seal;
+    rekey = has Consort_group.Properties.Rekey || Params.bool params Seal.rekey_param;
+    seed;
   }
+
+(* Sealed, no member forges: no datagram fails its tag or comes under the
+   wrong key, and, with Rekey, each live member installed a key with each
+   view it installed. *)
+let sealed w =
+  if w.seal = None then []
+  else
+    List.concat_map
+      (fun p ->
+        match p.g with
+        | Some g when alive p ->
+            let st = S.stats (G.connection g) in
+            let views = try List.assoc "views" (List.assoc "group" (G.counters g)) with Not_found -> -1 in
+            (if st.Seal.bad_tag + st.wrong_key + st.unsent > 0 then
+               [ Fmt.str "%s: seal dropped datagrams of members: %a" (G.me g) Seal.pp_stats st ]
+             else [])
+            @
+            if w.rekey && st.rekeys <> views then
+              [ Fmt.str "%s installed %d views and %d view keys" (G.me g) views st.rekeys ]
+            else []
+        | _ -> [])
+      (Array.to_list w.procs)
 
 (* Every live member ends in one view whose members are exactly the live
    members. *)
@@ -373,7 +427,7 @@ let finish ?(extra = []) ?(checks = []) w =
         | _ -> [])
       w.extra_props
   in
-  let more = List.concat_map (fun f -> f logs) checks @ auto in
+  let more = List.concat_map (fun f -> f logs) checks @ auto @ sealed w in
   let stats = Sim.stats w.net in
   {
     violations = List.rev w.problems @ spec @ more @ converged w @ extra;

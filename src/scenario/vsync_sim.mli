@@ -47,7 +47,10 @@ val make :
     stack of [props] (default: the tunable [sim.props] of [params],
     itself [vsync] by default; ordering properties it adds, such as
     [Total], are then checked by {!finish} too). With [Xfer], the logs are
-    checked after {!Consort_spec.Xfer.normalize}. *)
+    checked after {!Consort_spec.Xfer.normalize}. With [Auth], [Privacy] or
+    [Rekey], the members seal their datagrams ({!Consort_seal.Seal}, one
+    secret, keys drawn from [seed]), with per-view keys unless
+    [seal.rekey=false] (and [Rekey] not asked). *)
 
 (** What the applications do with their state: [take i id] is the snapshot
     of process [i], member [id]; [install i id s] installs one; [applied i
@@ -67,7 +70,7 @@ val no_hooks : hooks
 
 val set_hooks : world -> hooks -> unit
 
-val group : world -> int -> Consort_group.Group.Make(Consort_engine.Sim).t option
+val group : world -> int -> Consort_group.Group.Make(Consort_seal.Seal.Make(Consort_engine.Sim)).t option
 (** The member process [i] runs, if it is alive. *)
 
 val crashed : world -> string list

@@ -1,7 +1,7 @@
 open Consort
 module Sim = Consort_engine.Sim
 module V = Vsync_sim
-module G = Consort_group.Group.Make (Sim)
+module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 module X = Consort_spec.Xfer
 
 (* The application of one member incarnation: the casts it applied, by key

@@ -1,6 +1,7 @@
 open Consort
 module Crypto = Consort_cap.Crypto
 module Aead = Mirage_crypto.Chacha20
+module X25519 = Mirage_crypto_ec.X25519
 
 let src = Logs.Src.create "consort.seal" ~doc:"Sealed datagrams"
 
@@ -10,6 +11,14 @@ type mode = Auth | Privacy
 
 let pp_mode ppf = function Auth -> Fmt.string ppf "Auth" | Privacy -> Fmt.string ppf "Privacy"
 let mode_byte = function Auth -> 1 | Privacy -> 2
+
+let rekey_param = "seal.rekey"
+
+let () =
+  Params.register rekey_param (Params.Bool true)
+    ~doc:
+      "with Auth or Privacy: per-view keys (property Rekey), agreed at each view change, so that a member that left or \
+       was excluded can neither read nor forge later views' traffic"
 
 type secret = string
 
@@ -71,19 +80,47 @@ type stats = {
   wrong_mode : int;
   replayed : int;
   stale : int;
+  unknown_key : int;
+  wrong_key : int;
+  unsent : int;
+  rekeys : int;
 }
 
 let pp_stats ppf s =
-  Fmt.pf ppf "sealed=%d opened=%d malformed=%d clear=%d bad_tag=%d wrong_mode=%d replayed=%d stale=%d" s.sealed
-    s.opened s.malformed s.clear s.bad_tag s.wrong_mode s.replayed s.stale
+  Fmt.pf ppf
+    "sealed=%d opened=%d malformed=%d clear=%d bad_tag=%d wrong_mode=%d replayed=%d stale=%d unknown_key=%d \
+     wrong_key=%d unsent=%d rekeys=%d"
+    s.sealed s.opened s.malformed s.clear s.bad_tag s.wrong_mode s.replayed s.stale s.unknown_key s.wrong_key s.unsent
+    s.rekeys
+
+let stats_list (s : stats) =
+  [
+    ("sealed", s.sealed);
+    ("opened", s.opened);
+    ("malformed", s.malformed);
+    ("clear", s.clear);
+    ("bad_tag", s.bad_tag);
+    ("wrong_mode", s.wrong_mode);
+    ("replayed", s.replayed);
+    ("stale", s.stale);
+    ("unknown_key", s.unknown_key);
+    ("wrong_key", s.wrong_key);
+    ("unsent", s.unsent);
+    ("rekeys", s.rekeys);
+  ]
 
 let magic = 0xC5
 let header_length = 34
+let kid_length = 8
+
+(* Under a view key, the header ends with the key's id. *)
+let view_header_length = header_length + kid_length
 let tag_length = 16
 
 (* Privacy encrypts a marker byte before the payload, so that the AEAD
    never sees an empty plaintext. *)
 let overhead = header_length + 1 + tag_length
+let overhead_rekeyed = view_header_length + 1 + tag_length
 let id_length = 16
 let window = 1024
 let max_senders = 4096
@@ -104,9 +141,117 @@ let nonce counter =
   Cstruct.BE.set_uint64 n 4 counter;
   n
 
-(* What a receiver remembers of a sender: its key, the highest counter
-   seen and which of the [window] counters below it arrived. *)
-type peer = { key : keys; mutable top : int64; seen : Bytes.t (* window bits *) }
+(* What a receiver remembers of a sender: its keys (under the group
+   secret; under the current view key, with the key's id), the highest
+   counter seen and which of the [window] counters below it arrived. One
+   counter runs over both keys, so one window serves both. *)
+type peer = {
+  mutable skey : keys option;
+  mutable vkey : (string * keys) option;
+  mutable top : int64;
+  seen : Bytes.t; (* window bits *)
+}
+
+(* {1 Per-view keys (Rekey)} *)
+
+(* A view key and its id (public: a digest of the key). *)
+type view_key = { kid : string; vk : string }
+
+(* The keys of one member: its X25519 key pair, drawn when the transport
+   is made (each process start), and the key of its current view. Nothing
+   here has a printer. *)
+type ring = {
+  priv : X25519.secret;
+  public : string;
+  g : Mirage_crypto_rng.g option;
+  mutable current : view_key option;
+  mutable rekeys : int;
+}
+
+let make_ring g =
+  match X25519.secret_of_cs (Cstruct.of_string (Crypto.random ?g 32)) with
+  | Ok (priv, public) -> { priv; public = Cstruct.to_string public; g; current = None; rekeys = 0 }
+  | Error _ -> invalid_arg "Seal: X25519 refused 32 random bytes"
+
+let kid_of vk = String.sub (Crypto.hmac ~key:vk [ "consort-seal-kid-v1" ]) 0 kid_length
+
+(* A view's per-sender key: as under the group secret, with the view key. *)
+let view_sender_key vk id = { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:vk [ "consort-seal-view-v1"; id ])) }
+
+let activate ring vk () =
+  ring.current <- Some { kid = kid_of vk; vk };
+  ring.rekeys <- ring.rekeys + 1
+
+(* Length-prefixed, so that no two field lists hash alike. *)
+let field s =
+  let b = Bytes.create 4 in
+  Bytes.set_int32_be b 0 (Int32.of_int (String.length s));
+  Bytes.to_string b ^ s
+
+(* The key a view key is wrapped under for one member: HMAC-SHA256 (an
+   HKDF extract) of the X25519 shared secret of maker and member, over the
+   view, both ids, both public keys and the digest of the Install it
+   travels in. *)
+let wrap_key ~shared ~vid ~maker ~maker_pub ~member ~member_pub ~context =
+  Aead.of_secret
+    (Cstruct.of_string
+       (Crypto.hmac ~key:(Cstruct.to_string shared)
+          [
+            "consort-rekey-v1";
+            field vid;
+            field maker;
+            field member;
+            field maker_pub;
+            field member_pub;
+            field (Crypto.sha256 [ context ]);
+          ]))
+
+let view_key_length = 32
+let wrap_nonce_length = 12
+let wrapped_length = wrap_nonce_length + view_key_length + tag_length
+
+let draw ring ~vid ~me ~context members =
+  let vk = Crypto.random ?g:ring.g view_key_length in
+  let wrapped =
+    List.filter_map
+      (fun (eid, pub) ->
+        match X25519.key_exchange ring.priv (Cstruct.of_string pub) with
+        | Error _ -> None (* no key, or not a point: that member gets no key *)
+        | Ok shared ->
+            let key = wrap_key ~shared ~vid ~maker:me ~maker_pub:ring.public ~member:eid ~member_pub:pub ~context in
+            let nonce = Crypto.random ?g:ring.g wrap_nonce_length in
+            let sealed = Aead.authenticate_encrypt ~key ~nonce:(Cstruct.of_string nonce) (Cstruct.of_string vk) in
+            Some (eid, nonce ^ Cstruct.to_string sealed))
+      members
+  in
+  (wrapped, activate ring vk)
+
+let unwrap ring ~vid ~me ~context ~installer:(maker, maker_pub) wrapped =
+  if String.length wrapped <> wrapped_length then None
+  else
+    match X25519.key_exchange ring.priv (Cstruct.of_string maker_pub) with
+    | Error _ -> None
+    | Ok shared -> (
+        let key = wrap_key ~shared ~vid ~maker ~maker_pub ~member:me ~member_pub:ring.public ~context in
+        let nonce = Cstruct.of_string (String.sub wrapped 0 wrap_nonce_length) in
+        match
+          Aead.authenticate_decrypt ~key ~nonce
+            (Cstruct.of_string (String.sub wrapped wrap_nonce_length (wrapped_length - wrap_nonce_length)))
+        with
+        | Some vk when Cstruct.length vk = view_key_length -> Some (activate ring (Cstruct.to_string vk))
+        | Some _ | None -> None)
+
+let side_magic = Consort_group.Side.magic
+
+(* The first byte of what a datagram carries: the side channel's magic or
+   a stack's. *)
+let first_byte msg =
+  let b, off, len = Msg.headers msg in
+  if len > 0 then Char.code (Bytes.get b off)
+  else
+    let r = ref (-1) in
+    Msg.iter_body (fun buf o l -> if !r < 0 && l > 0 then r := Char.code (Bigarray.Array1.get buf o)) msg;
+    !r
 
 let bit_index c = Int64.to_int (Int64.rem c (Int64.of_int window))
 let get_bit b i = Char.code (Bytes.get b (i lsr 3)) land (1 lsl (i land 7)) <> 0
@@ -139,6 +284,74 @@ let accept_counter p c =
     true
   end
 
+(* {1 What a member holds} *)
+
+type held = { h_secret : secret; h_mode : mode; h_view : view_key option }
+
+(* The payload of sealed bytes under [key] (mode byte [m], header [h]). *)
+let verify key m h cs =
+  let len = Cstruct.length cs in
+  let nonce = nonce (Cstruct.BE.get_uint64 cs 18) in
+  if m mod 2 = 0 then
+    match Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len - h)) with
+    | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.to_string ~off:1 plain)
+    | Some _ | None -> None
+  else
+    let plen = len - h - 1 - tag_length in
+    match
+      Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + plen))
+        (Cstruct.sub cs (h + plen) (1 + tag_length))
+    with
+    | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.to_string ~off:h ~len:plen cs)
+    | Some _ | None -> None
+
+let open_held held s =
+  let cs = Cstruct.of_string s in
+  let len = Cstruct.length cs in
+  if len < 2 || Cstruct.get_uint8 cs 0 <> magic then None
+  else
+    let m = Cstruct.get_uint8 cs 1 in
+    let h = if m >= 3 then view_header_length else header_length in
+    if m < 1 || m > 4 || len < h + 1 + tag_length then None
+    else
+      let id = Cstruct.to_string ~off:2 ~len:id_length cs in
+      if m < 3 then verify (sender_key held.h_secret id) m h cs
+      else
+        match held.h_view with
+        | Some v when v.kid = Cstruct.to_string ~off:header_length ~len:kid_length cs -> verify (view_sender_key v.vk id) m h cs
+        | _ -> None
+
+let seal_held held ~under ~id ~counter ~wall_ms payload =
+  let key, kid =
+    match (under, held.h_view) with
+    | `Secret, _ -> (Some (sender_key held.h_secret id), None)
+    | `View, Some v -> (Some (view_sender_key v.vk id), Some v.kid)
+    | `View, None -> (None, None)
+  in
+  match key with
+  | None -> None
+  | Some key ->
+      let h = if kid = None then header_length else view_header_length in
+      let len = String.length payload in
+      let cs = Cstruct.create (h + len + 1 + tag_length) in
+      Cstruct.set_uint8 cs 0 magic;
+      Cstruct.set_uint8 cs 1 (mode_byte held.h_mode + if kid = None then 0 else 2);
+      Cstruct.blit_from_string id 0 cs 2 id_length;
+      Cstruct.BE.set_uint64 cs 18 counter;
+      Cstruct.BE.set_uint64 cs 26 wall_ms;
+      Option.iter (fun kid -> Cstruct.blit_from_string kid 0 cs header_length kid_length) kid;
+      let nonce = nonce counter in
+      (match held.h_mode with
+      | Privacy ->
+          Cstruct.blit_from_string payload 0 cs (h + 1) len;
+          let sealed = Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len + 1)) in
+          Cstruct.blit sealed 0 cs h (Cstruct.length sealed)
+      | Auth ->
+          Cstruct.blit_from_string payload 0 cs h len;
+          let tag = Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + len)) marker in
+          Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
+      Some (Cstruct.to_string cs)
+
 module Ids = Consort_net.Lru.Make (struct
   type t = string
 
@@ -154,12 +367,31 @@ module Make (T : Transport.S) = struct
   let address_to_string = T.address_to_string
   let address_of_string = T.address_of_string
 
-  type t = { inner : T.t; seal : (secret * mode) option; freshness : Time.t; wall : unit -> float; pool : Pool.t }
+  type t = {
+    inner : T.t;
+    seal : (secret * mode) option;
+    freshness : Time.t;
+    wall : unit -> float;
+    pool : Pool.t;
+    ring : ring option;  (* with Rekey *)
+    g : Mirage_crypto_rng.g option;
+  }
 
-  let wrap ?(freshness = Time.of_sec 60.) ?(wall = Unix.gettimeofday) inner seal =
-    { inner; seal; freshness; wall; pool = Pool.create ~name:"seal" () }
+  let wrap ?(freshness = Time.of_sec 60.) ?(wall = Unix.gettimeofday) ?(rekey = false) ?g inner seal =
+    let ring = match seal with Some _ when rekey -> Some (make_ring g) | _ -> None in
+    { inner; seal; freshness; wall; pool = Pool.create ~name:"seal" (); ring; g }
+
+  let rekey t : Consort_group.Group.rekey option =
+    Option.map
+      (fun ring -> { Consort_group.Group.public = ring.public; draw = draw ring; unwrap = unwrap ring })
+      t.ring
 
   let inner t = t.inner
+
+  let held t =
+    Option.map
+      (fun (h_secret, h_mode) -> { h_secret; h_mode; h_view = Option.bind t.ring (fun r -> r.current) })
+      t.seal
 
   type counts = {
     mutable sealed : int;
@@ -170,6 +402,9 @@ module Make (T : Transport.S) = struct
     mutable wrong_mode : int;
     mutable replayed : int;
     mutable stale : int;
+    mutable unknown_key : int;
+    mutable wrong_key : int;
+    mutable unsent : int;
   }
 
   type connection = {
@@ -177,6 +412,7 @@ module Make (T : Transport.S) = struct
     t : t;
     id : string;
     key : keys option;  (* this sender's *)
+    mutable vsend : (string * keys) option;  (* this sender's under the current view key, and its id *)
     mutable counter : int64;
     peers : peer Ids.t;
     n : counts;
@@ -211,48 +447,78 @@ module Make (T : Transport.S) = struct
       wrong_mode = n.wrong_mode;
       replayed = n.replayed;
       stale = n.stale;
+      unknown_key = n.unknown_key;
+      wrong_key = n.wrong_key;
+      unsent = n.unsent;
+      rekeys = (match c.t.ring with Some r -> r.rekeys | None -> 0);
     }
 
   let senders c = Ids.length c.peers
   let wall_ms t = Int64.of_float (t.wall () *. 1000.)
 
   (* The sealed form of [msg]'s bytes, written into one buffer: the header,
-     then the payload (with Privacy, after the marker), then the tag. *)
+     then the payload (with Privacy, after the marker), then the tag. With
+     Rekey, a stack's datagram goes under the current view key (none yet:
+     not sent, [None]), the side channel's under the group secret. *)
   let seal_msg c secret_mode msg =
     let _, mode = secret_mode in
-    let key = (Option.get c.key).aead in
-    c.counter <- Int64.succ c.counter;
-    let len = Msg.length msg in
-    let v = Pool.alloc c.t.pool (len + overhead) in
-    let cs = Iovec.cstruct v in
-    Cstruct.set_uint8 cs 0 magic;
-    Cstruct.set_uint8 cs 1 (mode_byte mode);
-    Cstruct.blit_from_string c.id 0 cs 2 id_length;
-    Cstruct.BE.set_uint64 cs 18 c.counter;
-    Cstruct.BE.set_uint64 cs 26 (wall_ms c.t);
-    let nonce = nonce c.counter in
-    (match mode with
-    | Privacy ->
-        Cstruct.set_uint8 cs header_length 0;
-        ignore (Msg.blit_to msg cs (header_length + 1));
-        let sealed =
-          Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 header_length)
-            (Cstruct.sub cs header_length (len + 1))
-        in
-        Cstruct.blit sealed 0 cs header_length (Cstruct.length sealed)
-    | Auth ->
-        ignore (Msg.blit_to msg cs header_length);
-        let tag = Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 (header_length + len)) marker in
-        Cstruct.blit tag 0 cs (header_length + len) (Cstruct.length tag));
-    c.n.sealed <- c.n.sealed + 1;
-    Msg.of_iovec v
+    let under =
+      match c.t.ring with
+      | Some ring when first_byte msg <> side_magic -> (
+          match ring.current with
+          | None -> None
+          | Some v ->
+              let k =
+                match c.vsend with
+                | Some (kid, k) when kid = v.kid -> k
+                | _ ->
+                    let k = view_sender_key v.vk c.id in
+                    c.vsend <- Some (v.kid, k);
+                    k
+              in
+              Some (k, Some v.kid))
+      | _ -> Some (Option.get c.key, None)
+    in
+    match under with
+    | None ->
+        c.n.unsent <- c.n.unsent + 1;
+        None
+    | Some (key, kid) ->
+        let key = key.aead in
+        let h = match kid with Some _ -> view_header_length | None -> header_length in
+        c.counter <- Int64.succ c.counter;
+        let len = Msg.length msg in
+        let v = Pool.alloc c.t.pool (len + h + 1 + tag_length) in
+        let cs = Iovec.cstruct v in
+        Cstruct.set_uint8 cs 0 magic;
+        Cstruct.set_uint8 cs 1 (mode_byte mode + match kid with Some _ -> 2 | None -> 0);
+        Cstruct.blit_from_string c.id 0 cs 2 id_length;
+        Cstruct.BE.set_uint64 cs 18 c.counter;
+        Cstruct.BE.set_uint64 cs 26 (wall_ms c.t);
+        Option.iter (fun kid -> Cstruct.blit_from_string kid 0 cs header_length kid_length) kid;
+        let nonce = nonce c.counter in
+        (match mode with
+        | Privacy ->
+            Cstruct.set_uint8 cs h 0;
+            ignore (Msg.blit_to msg cs (h + 1));
+            let sealed =
+              Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len + 1))
+            in
+            Cstruct.blit sealed 0 cs h (Cstruct.length sealed)
+        | Auth ->
+            ignore (Msg.blit_to msg cs h);
+            let tag = Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 (h + len)) marker in
+            Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
+        c.n.sealed <- c.n.sealed + 1;
+        Some (Msg.of_iovec v)
 
   let with_sealed c msg f =
     match c.t.seal with
     | None -> f msg
-    | Some sm ->
-        let m = seal_msg c sm msg in
-        Fun.protect ~finally:(fun () -> Msg.release m) (fun () -> f m)
+    | Some sm -> (
+        match seal_msg c sm msg with
+        | None -> Ok ()
+        | Some m -> Fun.protect ~finally:(fun () -> Msg.release m) (fun () -> f m))
 
   let send c ~dst msg = with_sealed c msg (fun m -> T.send c.c ~dst m)
   let cast c ~dsts msg = with_sealed c msg (fun m -> T.cast c.c ~dsts m)
@@ -261,7 +527,10 @@ module Make (T : Transport.S) = struct
 
   let query c =
     let i = T.query c.c in
-    match c.t.seal with None -> i | Some _ -> { i with mtu = i.mtu - overhead }
+    match (c.t.seal, c.t.ring) with
+    | None, _ -> i
+    | Some _, None -> { i with mtu = i.mtu - overhead }
+    | Some _, Some _ -> { i with mtu = i.mtu - overhead_rekeyed }
 
   (* Where the payload of a received datagram is, or [None] (counted):
      [`In_place (off, len)] (Auth: the datagram's own bytes) or
@@ -273,13 +542,16 @@ module Make (T : Transport.S) = struct
       n.clear <- n.clear + 1;
       None
     end
-    else if len < overhead then begin
+    else if len < 2 || Cstruct.get_uint8 cs 1 < 1 || Cstruct.get_uint8 cs 1 > 4 then begin
       n.malformed <- n.malformed + 1;
       None
     end
     else
       let m = Cstruct.get_uint8 cs 1 in
-      if m <> 1 && m <> 2 then begin
+      (* Modes 3 and 4: Auth and Privacy under a view key. *)
+      let viewed = m >= 3 in
+      let h = if viewed then view_header_length else header_length in
+      if len < h + 1 + tag_length then begin
         n.malformed <- n.malformed + 1;
         None
       end
@@ -288,68 +560,117 @@ module Make (T : Transport.S) = struct
         let counter = Cstruct.BE.get_uint64 cs 18 in
         let sent_at = Cstruct.BE.get_uint64 cs 26 in
         let known = Ids.find c.peers id in
-        let key = match known with Some p -> p.key | None -> sender_key secret id in
-        let nonce = nonce counter in
-        let opened =
-          if m = 2 then
-            match
-              Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 header_length)
-                (Cstruct.sub cs header_length (len - header_length))
-            with
-            | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (`Decrypted (Cstruct.shift plain 1))
-            | Some _ | None -> None
+        (* The key: under the group secret, or under the current view's key
+           (any other view's, earlier or later, is not held: dropped before
+           any work). *)
+        let key =
+          if not viewed then
+            Some
+              (match known with
+              | Some { skey = Some k; _ } -> (k, None)
+              | _ -> (sender_key secret id, None))
           else
-            let plen = len - overhead in
-            match
-              Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (header_length + plen))
-                (Cstruct.sub cs (header_length + plen) (1 + tag_length))
-            with
-            | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (`In_place (header_length, plen))
-            | Some _ | None -> None
+            let kid = Cstruct.to_string ~off:header_length ~len:kid_length cs in
+            match c.t.ring with
+            | Some { current = Some v; _ } when v.kid = kid -> (
+                match known with
+                | Some { vkey = Some (k', key); _ } when k' = kid -> Some (key, Some kid)
+                | _ -> Some (view_sender_key v.vk id, Some kid))
+            | _ -> None
         in
-        match opened with
+        match key with
         | None ->
-            n.bad_tag <- n.bad_tag + 1;
+            n.unknown_key <- n.unknown_key + 1;
             None
-        | Some payload ->
-            if m <> mode_byte mode then begin
-              n.wrong_mode <- n.wrong_mode + 1;
-              None
-            end
-            else
-              let skew = Int64.abs (Int64.sub (wall_ms c.t) sent_at) in
-              if Int64.compare skew (Int64.of_int (c.t.freshness / 1_000_000)) > 0 then begin
-                n.stale <- n.stale + 1;
-                None
-              end
+        | Some (key, kid) -> (
+            let nonce = nonce counter in
+            let opened =
+              if m mod 2 = 0 then
+                match
+                  Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h)
+                    (Cstruct.sub cs h (len - h))
+                with
+                | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 ->
+                    Some (`Decrypted (Cstruct.shift plain 1))
+                | Some _ | None -> None
               else
-                let p =
-                  match known with
-                  | Some p -> p
-                  | None ->
-                      let p = { key; top = 0L; seen = Bytes.make (window / 8) '\000' } in
-                      Ids.add c.peers id p;
-                      p
+                let plen = len - h - 1 - tag_length in
+                match
+                  Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + plen))
+                    (Cstruct.sub cs (h + plen) (1 + tag_length))
+                with
+                | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (`In_place (h, plen))
+                | Some _ | None -> None
+            in
+            match opened with
+            | None ->
+                n.bad_tag <- n.bad_tag + 1;
+                None
+            | Some payload ->
+                let side =
+                  match payload with
+                  | `Decrypted p -> Cstruct.length p > 0 && Cstruct.get_uint8 p 0 = side_magic
+                  | `In_place (off, plen) -> plen > 0 && Cstruct.get_uint8 cs off = side_magic
                 in
-                if id = c.id || not (accept_counter p counter) then begin
-                  n.replayed <- n.replayed + 1;
+                if 2 - (m mod 2) <> mode_byte mode then begin
+                  n.wrong_mode <- n.wrong_mode + 1;
                   None
                 end
-                else begin
-                  n.opened <- n.opened + 1;
-                  Some payload
+                else if c.t.ring <> None && viewed = side then begin
+                  (* With Rekey, the group secret seals the side channel
+                     only, and a view key a stack's datagrams only: a
+                     holder of the secret alone (a member since excluded)
+                     cannot pass a datagram to a stack. *)
+                  n.wrong_key <- n.wrong_key + 1;
+                  None
                 end
+                else
+                  let skew = Int64.abs (Int64.sub (wall_ms c.t) sent_at) in
+                  if Int64.compare skew (Int64.of_int (c.t.freshness / 1_000_000)) > 0 then begin
+                    n.stale <- n.stale + 1;
+                    None
+                  end
+                  else
+                    let p =
+                      match known with
+                      | Some p -> p
+                      | None ->
+                          let p = { skey = None; vkey = None; top = 0L; seen = Bytes.make (window / 8) '\000' } in
+                          Ids.add c.peers id p;
+                          p
+                    in
+                    (match kid with Some kid -> p.vkey <- Some (kid, key) | None -> p.skey <- Some key);
+                    if id = c.id || not (accept_counter p counter) then begin
+                      n.replayed <- n.replayed + 1;
+                      None
+                    end
+                    else begin
+                      n.opened <- n.opened + 1;
+                      Some payload
+                    end)
 
   let open_ t addr f =
     let self = ref None in
-    let id = Crypto.random id_length in
+    let id = Crypto.random ?g:t.g id_length in
     let key = Option.map (fun (s, _) -> sender_key s id) t.seal in
     let peers = Ids.create max_senders in
     let n =
-      { sealed = 0; opened = 0; malformed = 0; clear = 0; bad_tag = 0; wrong_mode = 0; replayed = 0; stale = 0 }
+      {
+        sealed = 0;
+        opened = 0;
+        malformed = 0;
+        clear = 0;
+        bad_tag = 0;
+        wrong_mode = 0;
+        replayed = 0;
+        stale = 0;
+        unknown_key = 0;
+        wrong_key = 0;
+        unsent = 0;
+      }
     in
     let wrap_handler tc =
-      let c = { c = tc; t; id; key; counter = 0L; peers; n } in
+      let c = { c = tc; t; id; key; vsend = None; counter = 0L; peers; n } in
       self := Some c;
       let h = f c in
       match t.seal with

@@ -44,7 +44,57 @@
     from the receiver's ([stale]: a replay from a sender the receiver no
     longer remembers, or a clock far off). It remembers at most 4096
     senders (the least recently heard are forgotten first), so a flood of
-    forged sender ids costs one key derivation each and no memory. *)
+    forged sender ids costs one key derivation each and no memory.
+
+    {2 Per-view keys (property [Rekey])}
+
+    The group secret admits: whoever holds it may join. A member that left
+    or was excluded still holds it, so with rekeying (on by default with
+    [Auth] and [Privacy]: {!rekey_param}, [seal.rekey=false] turns it off)
+    it seals only the side channel, and each view's stack traffic goes
+    under a key of that view:
+
+    - each member draws an X25519 key pair when its transport is made
+      (each process start); its public key travels in its member record
+      (gossip, merge requests, Installs), under the group secret;
+    - the member that makes a view (the coordinator of the flush, or the
+      one a partition merges into) draws a fresh 32-byte view key and puts
+      it in the Install wrapped for each member of the view and no one
+      else (not the members excluded or leaving, which get the Install
+      too): ChaCha20-Poly1305 under HMAC-SHA256 of the X25519 shared
+      secret of maker and member, over the view id, both ids, both public
+      keys and the SHA-256 of the Install less its keys. A member installs
+      a view only if its key opens, with the maker's public key as the
+      member's current view knows it when the maker is in that view: an
+      Install altered, or made by anyone but the maker, brings no key and
+      is refused ([group.no_view_key]). A view of one draws its own key;
+    - as a member installs a view, its stack's datagrams are sealed under
+      per-sender keys derived from the view key as above (HMAC-SHA256 of
+      the view key and the sender id), in modes 3 (Auth) and 4 (Privacy),
+      whose header has 8 more bytes: the view key's id (a digest of it),
+      so the receiver knows at once whether it holds the key;
+    - a receiver holds one view key, its current view's: a datagram under
+      any other (an earlier view's, one from a view not yet installed
+      here, or a made-up id) is dropped before any cryptography
+      ([unknown_key]). Keeping the previous view's key for datagrams in
+      flight at the flush would buy nothing, since the previous view's
+      stack is stopped at the install and Bottom drops its datagrams, and
+      it would let a member excluded at that view change seal datagrams
+      for the new view's stack under the key it still holds. Datagrams of
+      the new view that reach a member before its Install are dropped as
+      they were before (the reliable layers send them again);
+    - with rekeying, a datagram under the group secret that is not the side
+      channel's, or under a view key that is, is dropped ([wrong_key]): the
+      secret alone passes nothing to a stack.
+
+    So a member excluded (or gone) at a view change, still running, holding
+    the group secret, its key pair and every key it ever had, and capturing
+    every datagram, can neither read a payload of a later view (with
+    [Privacy]) nor pass a datagram to a later view's stack. It can still
+    ask to join again, as any holder of the secret can: to keep it out for
+    good, give the others a new secret. Memory is bounded: one view key,
+    one sender key per remembered sender; a stranger makes a member hold
+    no key. Keys have no printer and never reach a log. *)
 
 type mode = Auth | Privacy
 
@@ -83,24 +133,77 @@ type stats = {
   wrong_mode : int;
   replayed : int;
   stale : int;
+  unknown_key : int;  (** under a view key this member does not hold *)
+  wrong_key : int;  (** with Rekey: a stack's datagram under the group secret, or the side channel's under a view key *)
+  unsent : int;  (** with Rekey: a stack's datagram to send before any view key (none is sent) *)
+  rekeys : int;  (** view keys installed *)
 }
 
 val pp_stats : stats Fmt.t
+
+val stats_list : stats -> (string * int) list
+(** The counters by name, as [consort member] prints them ([seal.NAME]). *)
+
 val overhead : int
 (** 51: header, marker byte and tag; the connection's MTU is the inner
     one less this. *)
 
+val overhead_rekeyed : int
+(** 59, with Rekey: the view key's id is 8 bytes more. *)
+
+val rekey_param : string
+(** ["seal.rekey"] (default [true]): whether a member sealing with [Auth] or
+    [Privacy] rekeys at each view change. *)
+
+(** {2 What a member holds}
+
+    For tests of what a member can still do once it has left or was
+    excluded: the keys it held at some moment, to open or seal bytes with
+    as an attacker would. No printer; nothing here reaches a log. *)
+
+type held
+
+val open_held : held -> string -> string option
+(** [open_held h bytes]: the payload of a sealed datagram (as captured on
+    the wire) if the keys of [h] open it (the group secret, or the view key
+    [h] held); no replay or freshness check. *)
+
+val seal_held :
+  held -> under:[ `Secret | `View ] -> id:string -> counter:int64 -> wall_ms:int64 -> string -> string option
+(** [seal_held h ~under ~id ~counter ~wall_ms payload]: [payload] sealed
+    as sender [id] (16 bytes) under the group secret or the view key [h]
+    held ([None] if it held none). *)
+
 module Make (T : Consort.Transport.S) : sig
   include Consort.Transport.S with type address = T.address and type timer = T.timer
 
-  val wrap : ?freshness:Consort.Time.t -> ?wall:(unit -> float) -> T.t -> (secret * mode) option -> t
+  val wrap :
+    ?freshness:Consort.Time.t ->
+    ?wall:(unit -> float) ->
+    ?rekey:bool ->
+    ?g:Mirage_crypto_rng.g ->
+    T.t ->
+    (secret * mode) option ->
+    t
   (** [wrap inner (Some (secret, mode))] seals over [inner]; [wrap inner
       None] adds nothing (datagrams pass as they are). [freshness]
       (default 60 s) bounds the clock difference accepted; [wall] (default
       [Unix.gettimeofday]) is the clock written into and compared with
-      headers. *)
+      headers. With [rekey] (default [false] here; [consort member] sets
+      it from {!rekey_param}) and a secret, a key pair is drawn and
+      {!rekey} gives the group runtime its keys. [g] is the generator of
+      sender ids and keys (default: the system's; the simulator passes a
+      seeded one so that runs repeat). *)
+
+  val rekey : t -> Consort_group.Group.rekey option
+  (** What {!Consort_group.Group.Make.join} takes as [?rekey]: [None]
+      without [rekey] or a secret. *)
 
   val inner : t -> T.t
+
+  val held : t -> held option
+  (** The keys [t] holds now ([None] without a secret). *)
+
   val stats : connection -> stats
 
   val senders : connection -> int

@@ -68,4 +68,55 @@ let loopback () =
   R.close client;
   R.close server
 
-let tests = [ Alcotest.test_case "loopback UDP, blocking calls, standard operations" `Quick loopback ]
+(* Fragment sizes: on loopback a transfer travels in [loopback_fragment]
+   fragments (a 1 MB request in ~17 datagrams, not 123); with it off, in
+   [fragment] ones. And a client that expects larger fragments than its
+   server sends still says [Done], so the server does not send the reply
+   again. *)
+let pair ~client_config ~server_config =
+  let loop = Loop.create () in
+  let g = Crypto.deterministic "flow" in
+  let key = Port.Key.generate ~g () in
+  let server = ok (R.open_node ~config:server_config ~g ~multicast:None ~bind:"127.0.0.1:0" loop) in
+  let addr = Udp.address_to_string (Udp.local (R.connection server)) in
+  let srv = R.serve server key in
+  R.listen srv (fun r ->
+      let n = try int_of_string (R.data r) with _ -> 0 in
+      R.putrep r (Header.reply `Ok) (if n > 0 then String.make n 'r' else R.data r));
+  let client = ok (R.open_node ~config:client_config ~g ~multicast:None ~locate:addr ~bind:"127.0.0.1:0" loop) in
+  let cap = Cap.owner (Port.Key.port key) ~obj:1 (Cap.Secret.generate ~g ()) in
+  let call d = match R.Sync.trans client (Header.request cap 1) d with Ok (_, r) -> r | Error e -> Alcotest.failf "trans: %a" Rpc_error.pp e in
+  ignore (call "");
+  let received c = (Udp.query (R.connection c)).Udp.received in
+  (loop, server, client, call, received)
+
+let flow () =
+  let count config =
+    let _, server, client, call, received = pair ~client_config:config ~server_config:config in
+    let before = received server in
+    let big = String.make 1_000_000 'x' in
+    Alcotest.(check bool) "1 MB echoed" true (call big = big);
+    let n = received server - before in
+    R.close client;
+    R.close server;
+    n
+  in
+  let d = Rpc.default_config in
+  let n = count d in
+  if n > 40 then Alcotest.failf "1 MB on loopback took %d datagrams to the server" n;
+  let n8 = count { d with Rpc.loopback_fragment = 0 } in
+  if n8 < 123 then Alcotest.failf "1 MB in 8 KB fragments took only %d datagrams" n8;
+  (* The server cuts its reply in 8 KB fragments; the client expects 60 KB ones. *)
+  let loop, server, client, call, received = pair ~client_config:d ~server_config:{ d with Rpc.loopback_fragment = 0 } in
+  Alcotest.(check int) "50 KB reply" 50_000 (String.length (call "50000"));
+  let after = received client in
+  Loop.run loop ~timeout:(Consort.Time.of_ms 300) ~until:(fun () -> false);
+  Alcotest.(check int) "the reply is not sent again" after (received client);
+  R.close client;
+  R.close server
+
+let tests =
+  [
+    Alcotest.test_case "loopback UDP, blocking calls, standard operations" `Quick loopback;
+    Alcotest.test_case "fragment sizes on loopback" `Quick flow;
+  ]

@@ -65,13 +65,13 @@ let stop s =
   try ignore (Unix.waitpid [] s.pid) with Unix.Unix_error _ -> ()
 
 (* Runs consort with [args]; its exit status, standard output and error. *)
-let run ?(env = []) ?exe ?stdin_file args =
+let run ?(env = []) ?exe ?stdin_file ?stdout_file args =
   let out = Filename.temp_file "capfs-out" "" and err = Filename.temp_file "capfs-err" "" in
   Fun.protect
     ~finally:(fun () -> Sys.remove out; Sys.remove err)
     (fun () ->
       let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
-      let o = fd out and e = fd err in
+      let o = fd (Option.value stdout_file ~default:out) and e = fd err in
       let i = match stdin_file with Some f -> Unix.openfile f [ Unix.O_RDONLY ] 0 | None -> Unix.stdin in
       let env = Array.append (Array.of_list env) (Unix.environment ()) in
       let prog, argv0 = match exe with Some x -> (x, x) | None -> (consort (), "consort") in
@@ -115,6 +115,14 @@ let test_tools () =
   Alcotest.(check int) "put of 5 MiB" 0 code;
   let code, out, _ = run ~env [ "cap"; "fs"; "get"; trim b ] in
   Alcotest.(check bool) "get of 5 MiB" true (code = 0 && out = big_data);
+  (* An output that fails (a full disk): a message and exit 1, not an exception. *)
+  if Sys.file_exists "/dev/full" then begin
+    let code, _, err = run ~env ~stdout_file:"/dev/full" [ "cap"; "fs"; "get"; trim b ] in
+    Alcotest.(check int) ("get to a full disk: " ^ err) 1 code;
+    Alcotest.(check bool) "one line naming the output" true
+      (String.length err > 0 && String.index err '\n' = String.length err - 1
+       && String.sub err 0 (min 40 (String.length err)) = String.sub "consort: get: cannot write the output: No" 0 (min 40 (String.length err)))
+  end;
   let code, out, _ = run ~env [ "cap"; "info"; f ] in
   Alcotest.(check int) "info" 0 code;
   Alcotest.(check bool) "info names the size" true (String.length out > 0 && String.sub (trim out) (String.length (trim out) - 8) 8 = "20 bytes");
@@ -138,6 +146,16 @@ let test_tools () =
   Bytes.set forged 39 (Char.chr (Char.code (Bytes.get forged 39) lxor 1));
   expect_refused ~env "forged check" "bad capability" [ "cap"; "fs"; "get"; text (Bytes.to_string forged) ];
   expect_refused ~env "not a capability" "bad capability" [ "cap"; "fs"; "size"; "cap1:nonsense" ];
+  (* Revocation: a new owner capability; the old one and its restrictions fail. *)
+  expect_refused ~env "revoke with a restricted capability" "too few rights" [ "cap"; "fs"; "revoke"; r ];
+  let code, b', err = run ~env [ "cap"; "fs"; "revoke"; trim b ] in
+  Alcotest.(check int) ("revoke: " ^ err) 0 code;
+  let b' = trim b' in
+  Alcotest.(check bool) "a new capability" true (b' <> trim b && String.length b' > 5 && String.sub b' 0 5 = "cap1:");
+  expect_refused ~env "a revoked capability" "bad capability" [ "cap"; "fs"; "size"; trim b ];
+  let code, out, _ = run ~env [ "cap"; "fs"; "size"; b' ] in
+  Alcotest.(check (pair int string)) "the new capability" (0, string_of_int (String.length big_data) ^ "\n") (code, out);
+  let b = b' in
   let code, _, _ = run ~env [ "cap"; "destroy"; f ] in
   Alcotest.(check int) "destroy" 0 code;
   expect_refused ~env "a destroyed file" "not found" [ "cap"; "fs"; "get"; f ];

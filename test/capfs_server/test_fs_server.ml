@@ -141,7 +141,32 @@ let test_rights () =
   refused "revoked owner" `Capbad (C.size trans f);
   refused "revoked restricted" `Capbad (C.size trans r);
   Alcotest.(check string) "a new owner capability works" "secret data"
-    (get (get_all trans (Option.get (S.file_cap srv f.obj))))
+    (get (get_all trans (Option.get (S.file_cap srv f.obj))));
+  (* The same by BS_REVOKE, with the secret the client chose. *)
+  let f = Option.get (S.file_cap srv f.obj) in
+  let r = get (C.restrict trans f (rights "read")) in
+  let all_but_admin = get (C.restrict trans f (rights "read,create,modify,destroy,r4,r5,r6")) in
+  let s1 = Cap.Secret.generate ~g:(Crypto.deterministic "revoke-1") () in
+  refused "revoke with a restricted capability" `Denied (C.revoke trans r s1);
+  refused "revoke without every right" `Denied (C.revoke trans all_but_admin s1);
+  refused "revoke with a forged capability" `Capbad (C.revoke trans flipped s1);
+  let f1 = get (C.revoke trans f s1) in
+  Alcotest.(check bool) "the owner capability of the chosen secret" true (Cap.equal f1 (Cap.owner f.port ~obj:f.obj s1));
+  refused "revoked by BS_REVOKE: owner" `Capbad (C.size trans f);
+  refused "revoked by BS_REVOKE: restricted" `Capbad (C.size trans r);
+  Alcotest.(check string) "the new capability reads" "secret data" (get (get_all trans f1));
+  (* Sent again (its reply lost): answered as done, nothing changes. *)
+  Alcotest.(check bool) "a resent revoke" true (Cap.equal f1 (get (C.revoke trans f s1)));
+  Alcotest.(check string) "still readable" "secret data" (get (get_all trans f1));
+  (* Another secret with the old capability: refused. *)
+  refused "the old capability cannot revoke again" `Capbad (C.revoke trans f (Cap.Secret.generate ~g:(Crypto.deterministic "revoke-2") ()));
+  let bad = S.handle srv (Header.request f1 P.bs_revoke) "short" in
+  Alcotest.(check bool) "a secret of the wrong length" true (Status.equal (fst bad).Header.status `Argbad);
+  (* The server's own capability: the old one creates nothing any more. *)
+  let s2 = Cap.Secret.generate ~g:(Crypto.deterministic "revoke-3") () in
+  let server' = get (C.revoke trans server s2) in
+  refused "create with a revoked server capability" `Capbad (put trans server "x");
+  Alcotest.(check string) "create with the new one" "x" (get (get_all trans (get (put trans server' "x"))))
 
 (* Every request the client calls idempotent is carried out twice (as when
    its reply is lost and it is sent again): a put still makes one file. *)
@@ -158,7 +183,10 @@ let test_resent () =
   Alcotest.(check bool) "whole" true (get (get_all twice f) = big);
   let g = get (put twice server "small") in
   Alcotest.(check int) "two files" 2 (List.length (Store.files (S.store srv)));
-  Alcotest.(check string) "small" "small" (get (get_all trans g))
+  Alcotest.(check string) "small" "small" (get (get_all trans g));
+  let s1 = Cap.Secret.generate ~g:(Crypto.deterministic "resent-revoke") () in
+  let g' = get (C.revoke twice g s1) in
+  Alcotest.(check string) "revoked twice: the second is answered as done" "small" (get (get_all trans g'))
 
 let test_age () =
   with_server @@ fun srv trans ->

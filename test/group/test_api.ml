@@ -331,7 +331,7 @@ let lost_send () =
 let view ?(id = "3:a#1") members rank =
   View.v ~group:"g" ~ltime:3 ~id ~members:(Array.of_list members) ~rank ()
 
-let mem e = { Side.eid = e; addr = List.hd (String.split_on_char '#' e) }
+let mem e = { Side.eid = e; addr = List.hd (String.split_on_char '#' e); pub = "" }
 let addr_of v r = List.hd (String.split_on_char '#' v.View.members.(r))
 
 let accept ?(reported = Some (0, [], [], "")) ?(src = "a") ?(vid = "4:a#1") ?(preds = [ "3:a#1" ]) v members =
@@ -404,7 +404,7 @@ let side_codec () =
   let m =
     Side.Install
       { group = "g"; vid = "4:a#1"; ltime = 4; members = [ mem "a#1"; mem "b#1" ]; leavers = [ "c#1" ]; preds = [ "3:a#1"; "2:z#1" ];
-        stack = { Side.epoch = 2; id = "gmp:bottom|gmp.flush_timeout=4000000000ns" } }
+        stack = { Side.epoch = 2; id = "gmp:bottom|gmp.flush_timeout=4000000000ns" }; keys = [ ("b#1", String.make 48 'k') ] }
   in
   let s = Codec.encode_string Side.codec m in
   Alcotest.(check bool) "round trip" true (Codec.decode_string Side.codec s = Ok m);

@@ -78,6 +78,37 @@ let causal_and_safe () =
       Alcotest.(check bool) "in each origin's order" true (fifo s))
     seqs
 
+(* Safe delivery waits for a member that hears nothing: while member 3 is
+   deaf, no cast of the others is delivered anywhere (member 3 does not
+   hold it); once it hears again, every cast is delivered. *)
+let safe_waits_for_deaf () =
+  let pool = Pool.create () in
+  let n = 4 and k = 10 in
+  let deaf = ref true in
+  let early = ref [] and got = Array.make n 0 in
+  let deliver i (src : Event.src) msg =
+    (match src with
+    | Event.Cast_from o ->
+        got.(i) <- got.(i) + 1;
+        if !deaf && o <> 3 then early := (i, Msg.to_string msg) :: !early
+    | _ -> ());
+    Msg.release msg
+  in
+  let drop ~src:_ ~dst _ = !deaf && dst = 3 in
+  let h = H.create ~net:H.perfect ~drop ~seed:9 ~pool ~n ~layers:(layers [ G.Properties.Gmp; Agree ]) ~deliver () in
+  for o = 0 to n - 1 do
+    for i = 0 to k - 1 do
+      H.at h (Time.of_ms (1 + (i * 20))) (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d" o i)))
+    done
+  done;
+  H.at h (Time.of_ms 1500) (fun () -> deaf := false);
+  ignore (H.run ~until:(Time.of_sec 4.) h);
+  Alcotest.(check (list (pair int string))) "nothing delivered that member 3 lacks" [] !early;
+  Array.iteri (fun i c -> Alcotest.(check int) (Printf.sprintf "member %d delivers all" i) (n * k) c) got;
+  Alcotest.(check bool) "stability from Mnak" true (H.counter h 0 "agree" "stability_events" > 0);
+  H.stop h;
+  Alcotest.(check int) "no buffer leaked" 0 (Pool.leak_check pool)
+
 (* {1 Nonsense} *)
 
 let nonsense () =
@@ -124,6 +155,7 @@ let () =
           Alcotest.test_case "Total, token" `Quick (total "token");
           Alcotest.test_case "FIFO alone disagrees" `Quick fifo_only_disagrees;
           Alcotest.test_case "Causal and Agree deliver everything" `Quick causal_and_safe;
+          Alcotest.test_case "Agree waits for a deaf member" `Quick safe_waits_for_deaf;
         ] );
       ("nonsense", [ Alcotest.test_case "Total headers" `Quick nonsense ]);
     ]

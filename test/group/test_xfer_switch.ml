@@ -16,8 +16,8 @@ let no_flow = List.filter (( <> ) P.Flow) P.vsync
 let ctl_codec () =
   let samples =
     [
-      Xfer.Hello { holder = true; age = 0; prev = ""; base = ""; have = 0; digest = ""; snaps = [] };
-      Xfer.Hello { holder = false; age = 123456; prev = "3:a#1"; base = "2:a#1"; have = 4000; digest = "0123abcd"; snaps = [ "2:a#1"; "4:b#2" ] };
+      Xfer.Hello { holder = true; age = 0; prev = ""; base = ""; have = 0; digest = ""; snaps = []; pos = "" };
+      Xfer.Hello { holder = false; age = 123456; prev = "3:a#1"; base = "2:a#1"; have = 4000; digest = "0123abcd"; snaps = [ "2:a#1"; "4:b#2" ]; pos = "3.7" };
       Xfer.Chunk { base = "7:p0#1"; digest = String.make 32 'f'; age = 99; total = 1 lsl 30; off = 65536; data = String.make 3000 'x' };
       Xfer.Chunk { base = "7:p0#1"; digest = ""; age = 0; total = 0; off = 0; data = "" };
       Xfer.Ack { base = "1:z"; off = 17 };

@@ -1,6 +1,8 @@
 (* Replicas in the simulator under chosen schedules: a sequencer cut off
-   from the others answers nothing, while the majority goes on; a replica
-   that restarts catches up; codecs never raise on garbage. *)
+   from the others answers nothing, while the majority goes on, and gets a
+   snapshot after the heal; a replica that restarts catches up from its log
+   and the writes it missed, or from a snapshot when its log is too old;
+   codecs never raise on garbage. *)
 
 open Consort
 open Consort_kv
@@ -30,9 +32,9 @@ let world name =
   let net = Sim.create ~seed:7 () in
   { net; dir; addrs = [ "r0"; "r1"; "r2" ]; reps = Array.make 3 None }
 
-let start w i =
+let start ?retain w i =
   let addr = List.nth w.addrs i in
-  let store, _ = Result.get_ok (Store.open_ (Filename.concat w.dir addr)) in
+  let store, _ = Result.get_ok (Store.open_ ?retain (Filename.concat w.dir addr)) in
   let cfg = { (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with request_timeout = s 3. } in
   match R.create ~params ~seed:(i + 1) w.net cfg store with
   | Ok r -> w.reps.(i) <- Some (r, store)
@@ -103,6 +105,10 @@ let cut_off_sequencer () =
     [ 0; 1; 2 ];
   let d = List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ] in
   Alcotest.(check int) "one state" 1 (List.length (List.sort_uniq compare d));
+  (* The old sequencer's log ends with a write the others never applied,
+     at the same write number and epoch as theirs: not a prefix, so it got
+     a whole snapshot. *)
+  Alcotest.(check (pair int int)) "the cut-off sequencer got a snapshot" (0, 1) (R.transfers (rep w sq));
   finish w
 
 let restart_catches_up () =
@@ -120,6 +126,8 @@ let restart_catches_up () =
   start w 2;
   run w (s 8.);
   Alcotest.(check int) "r2 caught up" (Store.seq (snd (Option.get w.reps.(0)))) (Store.seq (snd (Option.get w.reps.(2))));
+  (* From its own log and the writes it missed, not a snapshot. *)
+  Alcotest.(check (pair int int)) "r2 got a suffix" (1, 0) (R.transfers (rep w 2));
   Alcotest.(check (option outcome)) "read through r2" (Some (Wire.Done (Op.Value "29"))) (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
   (* A retried write (same client and number) takes effect once. *)
   Alcotest.(check (option outcome)) "cas" (Some (Wire.Done Op.Ok))
@@ -135,6 +143,29 @@ let restart_catches_up () =
   (match call w 2 ~client:7L ~req:1 (Op.Get "k1") with
   | Some (Wire.Refused _) -> ()
   | o -> Alcotest.failf "a replica alone: %a" Fmt.(option Wire.pp_outcome) o);
+  finish w
+
+(* The others keep only the last 5 writes in memory: a replica that missed
+   30 gets a whole snapshot, then goes on as the others. *)
+let too_old_gets_snapshot () =
+  let w = world "old" in
+  for i = 0 to 2 do
+    start ~retain:5 w i
+  done;
+  run w (s 5.);
+  crash w 2;
+  for i = 1 to 30 do
+    match call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i)) with
+    | Some (Wire.Done Op.Ok) -> ()
+    | o -> Alcotest.failf "put %d: %a" i Fmt.(option Wire.pp_outcome) o
+  done;
+  start ~retain:5 w 2;
+  run w (s 8.);
+  Alcotest.(check (pair int int)) "r2 got a snapshot" (0, 1) (R.transfers (rep w 2));
+  Alcotest.(check (option outcome)) "read through r2" (Some (Wire.Done (Op.Value "29"))) (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
+  Alcotest.(check (option outcome)) "write through r2" (Some (Wire.Done Op.Ok)) (call w 2 ~client:5L ~req:2 (Op.Put ("k1", "z")));
+  let d = List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ] in
+  Alcotest.(check int) "one state" 1 (List.length (List.sort_uniq compare d));
   finish w
 
 let fuzz =
@@ -177,12 +208,18 @@ let oversized () =
   match Wire.read_frame b with Error _ -> () | _ -> Alcotest.fail "a 4 GB frame accepted"
 
 let () =
+  if Sys.getenv_opt "KVDBG" <> None then begin
+    Logs.set_reporter (Logs.format_reporter ());
+    Logs.Src.set_level Replica.src (Some Logs.Info);
+    List.iter (fun s -> if Logs.Src.name s = "consort.xfer" then Logs.Src.set_level s (Some Logs.Info)) (Logs.Src.list ())
+  end;
   Alcotest.run "kv-replica"
     [
       ( "replica",
         [
           Alcotest.test_case "a cut-off sequencer answers nothing" `Quick cut_off_sequencer;
           Alcotest.test_case "a restarted replica catches up; retries once" `Quick restart_catches_up;
+          Alcotest.test_case "a log too old: a snapshot" `Quick too_old_gets_snapshot;
         ] );
       ( "wire",
         [

@@ -295,7 +295,7 @@ let ip6_up () =
   let exe = consort_exe () in
   (* Bad input first (no root needed: it is refused before any device). *)
   let rc, said = run (Printf.sprintf "%s net up --tap cupx --ip 10.81.0.2/24 --ip6 fd81::zz/64" (Filename.quote exe)) in
-  Alcotest.(check int) "a malformed --ip6 exits 1" 1 rc;
+  Alcotest.(check int) "a malformed --ip6 is refused: exit 2" 2 rc;
   Alcotest.(check int) "with one line" 1 (List.length (lines said));
   Alcotest.(check bool) (Printf.sprintf "naming the option: %S" said) true (contains said "--ip6");
   require_root ();

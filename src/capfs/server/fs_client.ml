@@ -124,7 +124,8 @@ type async_trans =
    own session, so the server has the next read while the client takes in
    the last); written to [output] in order as they complete. A committed
    file never changes, so each read must be exactly as long as asked. *)
-let get_pipelined lanes ~run ?(progress = fun _ _ -> ()) cap output =
+let get_pipelined lanes ~run ?(read_size = P.max_read) ?(progress = fun _ _ -> ()) cap output =
+  let read_size = max 1 (min read_size P.max_read) in
   if Array.length lanes = 0 then invalid_arg "Fs_client.get_pipelined: no lane";
   let blocking ~idempotent h d =
     let r = ref None in
@@ -151,7 +152,7 @@ let get_pipelined lanes ~run ?(progress = fun _ _ -> ()) cap output =
   let rec issue i =
     if !failed = None && !next < total && not busy.(i) then begin
       let off = !next in
-      let len = min P.max_read (total - off) in
+      let len = min read_size (total - off) in
       next := off + len;
       busy.(i) <- true;
       lanes.(i) ~idempotent:true (Header.request ~offset:off ~size:len cap P.bs_read) "" (fun r ->
@@ -185,6 +186,12 @@ let restrict trans cap mask =
   match Cap.restrict cap mask with
   | Ok c -> Ok c
   | Error `Needs_server -> std trans ~idempotent:true (Std.restrict_request cap mask) Std.parse_restrict
+
+let revoke trans cap secret =
+  let* r, _ = call trans ~idempotent:true (Header.request cap P.bs_revoke) (Cap.Secret.to_raw secret) in
+  let* c = reply_cap r in
+  if Cap.equal c (Cap.owner cap.Cap.port ~obj:cap.Cap.obj secret) then Ok c
+  else Error (`Bad_reply "revoke: not the capability of the new secret")
 
 let destroy trans cap = std trans ~idempotent:false (Std.destroy_request cap) Std.parse_unit
 let info trans cap = std trans ~idempotent:true (Std.info_request cap) Std.parse_text

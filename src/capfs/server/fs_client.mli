@@ -63,6 +63,7 @@ type async_trans =
 val get_pipelined :
   async_trans array ->
   run:((unit -> bool) -> unit) ->
+  ?read_size:int ->
   ?progress:(int -> int -> unit) ->
   Cap.t ->
   (string -> unit) ->
@@ -71,14 +72,22 @@ val get_pipelined :
     outstanding on each lane (give each lane its own session, such as its
     own RPC node, so that the server works on the next read while the
     client takes in the last); [run cond] must run the lanes' event loop
-    until [cond ()]. Reads are of {!Fs_proto.max_read} bytes, given to
-    [output] in order; at most one per lane is held. *)
+    until [cond ()]. Reads are of [read_size] bytes (default and at most
+    {!Fs_proto.max_read}), given to [output] in order; at most one per
+    lane is held. *)
 
 val size : trans -> Cap.t -> (int, error) result
 val read : trans -> Cap.t -> off:int -> len:int -> (string, error) result
 val restrict : trans -> Cap.t -> Rights.t -> (Cap.t, error) result
 (** [restrict trans cap mask]: locally for an owner capability, by
     [std_restrict] otherwise. *)
+
+val revoke : trans -> Cap.t -> Cap.Secret.t -> (Cap.t, error) result
+(** [revoke trans cap secret] gives [cap]'s object (a file, or the server:
+    object 0) the new [secret], with [BS_REVOKE]; [cap] needs every right.
+    Every capability made with the old secret fails from then on; the result
+    is the new owner capability, [Cap.owner] of [secret]. Sent again after
+    an unknown outcome, it is answered as done. *)
 
 val destroy : trans -> Cap.t -> (unit, error) result
 val info : trans -> Cap.t -> (string, error) result

@@ -10,6 +10,7 @@
     BS_INSERT     file, modify           offset, extra=flags  bytes     as BS_MODIFY
     BS_DELETE     file, modify           offset, size, flags  -         as BS_MODIFY
     BS_COMMIT     file, modify           extra = flags        -         -
+    BS_REVOKE     any object, all        -                    secret    priv = the new owner capability
     STD_DESTROY   file, destroy          -                    -         -
     STD_INFO      any                    -                    -         "- N bytes", "- uncommitted", or the server's name
     STD_RESTRICT  any                    offset = rights mask -         priv = the capability with fewer rights
@@ -18,7 +19,15 @@
     STD_STATUS    any                    -                    -         a line of counters
     v}
 
-    A BS_READ of an uncommitted file is refused with STD_NOTNOW. *)
+    A BS_READ of an uncommitted file is refused with STD_NOTNOW.
+
+    BS_REVOKE (not in Amoeba's Bullet server) gives a file, or the server
+    itself (object 0: the capability that allows creating files), the 32
+    secret bytes the client chose: every capability made with the old
+    secret fails from then on. The client chooses them so that a resent
+    request is harmless: the request's capability no longer checks, but a
+    request that names the object's current secret is answered as done
+    (knowing the secret is more than holding the owner capability). *)
 
 val bs_create : int
 val bs_read : int
@@ -27,6 +36,7 @@ val bs_modify : int
 val bs_insert : int
 val bs_delete : int
 val bs_commit : int
+val bs_revoke : int
 
 val commit_flag : int
 (** BS_COMMIT, 1: commit the result. *)

@@ -114,6 +114,24 @@ let handle_exn t (h : Header.t) data =
         match Store.commit t.store c.obj ~safe with
         | Ok () -> ok ()
         | Error e -> fail (status_of_error e))
+  else if cmd = P.bs_revoke then
+    match Cap.Secret.of_raw data with
+    | Error _ -> fail `Argbad
+    | Ok wanted -> (
+        let obj = h.priv.obj in
+        let already =
+          Port.equal h.port t.port && match secret t obj with Some s -> Cap.Secret.equal s wanted | None -> false
+        in
+        if already then
+          (* A resent revoke: done already, and its sender knows the secret. *)
+          match cap_of t obj Rights.all with Some c -> with_cap c | None -> fail `Syserr
+        else
+          match check t h ~need:Rights.all with
+          | Error st -> fail st
+          | Ok c -> (
+              match Store.revoke ~secret:data t.store c.obj with
+              | Error e -> fail (status_of_error e)
+              | Ok _ -> ( match cap_of t c.obj Rights.all with Some c -> with_cap c | None -> fail `Syserr)))
   else match Std.handle t.port t.std h data with Some r -> r | None -> fail `Combad
 
 

@@ -1,0 +1,42 @@
+(* bench_peers: the OCaml half of `make bench-peers` (bench/peers/README.md). *)
+open Cmdliner
+
+let stack_cost iterations rounds out =
+  match Consort_peers_bench.Stack_cost.run ~iterations ~rounds () with
+  | Error e ->
+      Printf.eprintf "bench_peers stack-cost: %s\n" e;
+      1
+  | Ok rows ->
+      List.iter
+        (fun (r : Consort_peers_bench.Stack_cost.row) ->
+          Printf.printf "%-60s %-8s %3d layers %8.0f ns/msg %7.1f minor words/msg %.3f major words/msg\n" r.stack r.path r.layers r.ns_per_msg
+            r.words_per_msg r.major_words_per_msg)
+        rows;
+      (match out with
+      | Some f -> Yojson.Safe.to_file f (Consort_peers_bench.Stack_cost.to_json rows)
+      | None -> print_endline (Yojson.Safe.to_string (Consort_peers_bench.Stack_cost.to_json rows)));
+      0
+
+let stack_cost_cmd =
+  let iterations = Arg.(value & opt int 50_000 & info [ "iterations" ] ~docv:"N" ~doc:"Casts per round.") in
+  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds; the fastest is kept.") in
+  let out = Arg.(value & opt (some string) None & info [ "json" ] ~docv:"FILE" ~doc:"Write the rows as JSON to FILE.") in
+  Cmd.v
+    (Cmd.info "stack-cost"
+       ~doc:"Cost per message of the default (vsync) stack and of a 10-layer stack, two members' stacks back to back in one process.")
+    Term.(const stack_cost $ iterations $ rounds $ out)
+
+let report dir out =
+  match Consort_peers_bench.Report.run ~dir ~out with
+  | Ok () -> 0
+  | Error e ->
+      Printf.eprintf "bench_peers report: %s\n" e;
+      1
+
+let report_cmd =
+  let dir = Arg.(required & opt (some string) None & info [ "dir" ] ~docv:"DIR" ~doc:"The results directory written by bench-peers.sh.") in
+  let out = Arg.(value & opt (some string) None & info [ "json" ] ~docv:"FILE" ~doc:"Also write the table as JSON to FILE.") in
+  Cmd.v (Cmd.info "report" ~doc:"Print the table of make bench-peers from a results directory, and write it as JSON.") Term.(const report $ dir $ out)
+
+let () =
+  exit (Cmd.eval' (Cmd.group (Cmd.info "bench_peers" ~doc:"Consort beside its peers (make bench-peers).") [ stack_cost_cmd; report_cmd ]))

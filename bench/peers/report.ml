@@ -1,0 +1,515 @@
+(* The one table of `make bench-peers`, and the same as JSON.
+
+   Input, a directory written by bench/peers/bench-peers.sh:
+   - meta.tsv: "key<TAB>value" lines: the machine, the versions, the load;
+   - results.txt: "result k=v ..." lines from udp_raw, cpg_bench and JgBench,
+     with the tags the script adds (setup=, run=, placement=, ...);
+   - consort-rtt.json, consort-tput.json, consort-layering.json: the JSON
+     lines of `consort bench rtt|throughput|layering --json`;
+   - stack-cost.json: `bench_peers stack-cost`;
+   - skipped.tsv: "what<TAB>why" for each part that could not run.
+   Nothing here is measured: every figure comes from those files, and a
+   figure that is missing is printed as missing, with the reason. *)
+
+type kv = (string * string) list
+
+let read_lines file =
+  if not (Sys.file_exists file) then []
+  else
+    let ic = open_in file in
+    let rec go acc = match input_line ic with l -> go (l :: acc) | exception End_of_file -> close_in ic; List.rev acc in
+    go []
+
+let parse_result line : kv option =
+  match String.split_on_char ' ' (String.trim line) with
+  | "result" :: rest ->
+      Some
+        (List.filter_map
+           (fun w -> match String.index_opt w '=' with Some i -> Some (String.sub w 0 i, String.sub w (i + 1) (String.length w - i - 1)) | None -> None)
+           rest)
+  | _ -> None
+
+let get k (r : kv) = List.assoc_opt k r
+let getf k r = Option.bind (get k r) float_of_string_opt
+let is k v r = get k r = Some v
+
+let read_meta dir =
+  List.filter_map
+    (fun l -> match String.index_opt l '\t' with Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) | None -> None)
+    (read_lines (Filename.concat dir "meta.tsv"))
+
+let read_json dir name =
+  let f = Filename.concat dir name in
+  if not (Sys.file_exists f) then None
+  else
+    (* The last line that parses as JSON: the benches print a table first. *)
+    List.fold_left
+      (fun acc l ->
+        let l = String.trim l in
+        if l <> "" && (l.[0] = '{' || l.[0] = '[') then match Yojson.Safe.from_string l with j -> Some j | exception _ -> acc else acc)
+      None (read_lines f)
+
+let member k = function `Assoc l -> List.assoc_opt k l | _ -> None
+let to_float = function Some (`Float f) -> Some f | Some (`Int i) -> Some (float i) | _ -> None
+let to_str = function Some (`String s) -> s | _ -> ""
+let to_list = function Some (`List l) -> l | _ -> []
+
+let median l =
+  match List.sort compare l with
+  | [] -> nan
+  | s -> let n = List.length s in if n mod 2 = 1 then List.nth s (n / 2) else (List.nth s (n / 2 - 1) +. List.nth s (n / 2)) /. 2.
+
+(* {1 Rows} *)
+
+type rtt = { r_system : string; r_setup : string; r_placement : string; r_n : int; r_median : float; r_p99 : float; r_min : float }
+
+type tput = {
+  t_system : string;
+  t_setup : string;
+  t_order : string;  (** "fifo", "total" or "none" (raw UDP) *)
+  t_senders : int;
+  t_rate : float;  (** messages/s at the slowest receiver, median run *)
+  t_runs : float list;
+  t_ok : bool;
+  t_check : string;  (** what was checked, or what went wrong *)
+  t_count : int;
+}
+
+(* Tags carry no spaces: the script writes them as underscores. *)
+let setup_of s = String.map (function '_' -> ' ' | c -> c) s
+
+let placement_of s = match s with "same CPU" | "same-cpu" -> "same-cpu" | "different CPUs" | "different-cpus" -> "different-cpus" | s -> s
+
+let rtt_rows results consort =
+  let ours =
+    List.filter_map
+      (fun r ->
+        if not (is "bench" "rtt" r) then None
+        else if is "role" "pong" r then None
+        else
+          match (getf "median_us" r, getf "p99_us" r, getf "min_us" r) with
+          | Some m, Some p, Some mn ->
+              let system =
+                match get "system" r with
+                | Some "raw-udp" -> "raw UDP (C)"
+                | Some "corosync-cpg" -> "Corosync CPG"
+                | Some "jgroups" -> "JGroups " ^ Option.value ~default:"?" (get "config" r)
+                | Some s -> s
+                | None -> "?"
+              in
+              Some
+                {
+                  r_system = system;
+                  r_setup = setup_of (Option.value ~default:"loopback" (get "setup" r));
+                  r_placement = placement_of (Option.value ~default:"unpinned" (get "placement" r));
+                  r_n = Option.value ~default:0 (Option.bind (get "n" r) int_of_string_opt);
+                  r_median = m;
+                  r_p99 = p;
+                  r_min = mn;
+                }
+          | _ -> None)
+      results
+  in
+  let consort_rows =
+    match consort with
+    | None -> []
+    | Some j ->
+        List.filter_map
+          (fun row ->
+            let kind = to_str (member "kind" row) in
+            let system = match kind with "group cast" -> Some "Consort vsync" | "Total seq" -> Some "Consort Total seq" | "Total token" -> Some "Consort Total token" | _ -> None in
+            match (system, to_float (member "median_us" row), to_float (member "p99_us" row), to_float (member "min_us" row)) with
+            | Some system, Some m, Some p, Some mn ->
+                Some
+                  {
+                    r_system = system;
+                    r_setup = "loopback";
+                    r_placement = placement_of (to_str (member "placement" row));
+                    r_n = (match member "n" row with Some (`Int n) -> n | _ -> 0);
+                    r_median = m;
+                    r_p99 = p;
+                    r_min = mn;
+                  }
+            | _ -> None)
+          (to_list (member "rows" j))
+  in
+  ours @ consort_rows
+
+(* Member lines of one run of a peer, grouped by the run tag. *)
+let peer_tput results ~system ~label =
+  let lines = List.filter (fun r -> is "bench" "tput" r && is "system" system r) results in
+  let runs = List.sort_uniq compare (List.filter_map (get "run") lines) in
+  let per_run =
+    List.map
+      (fun run ->
+        let ms = List.filter (is "run" run) lines in
+        let first = List.hd ms in
+        let members = Option.value ~default:0 (Option.bind (get "members" first) int_of_string_opt) in
+        let rates = List.filter_map (getf "msgs_per_s") ms in
+        let complete = List.length ms = members && List.for_all (fun m -> get "delivered" m = get "expected" m && is "errors" "0" m) ms in
+        let hashes = List.sort_uniq compare (List.filter_map (get "order_hash") ms) in
+        let order = Option.value ~default:"total" (get "order" first) in
+        let slowest = if rates = [] then nan else List.fold_left Float.min infinity rates in
+        (first, slowest, complete, List.length hashes = 1, order, List.length ms, members))
+      runs
+  in
+  (* One row per (setup, config, order, senders). *)
+  let key (first, _, _, _, order, _, _) =
+    (Option.value ~default:"" (get "setup" first), Option.value ~default:"" (get "config" first), order, Option.value ~default:"1" (get "senders" first))
+  in
+  let keys = List.sort_uniq compare (List.map key per_run) in
+  List.map
+    (fun ((setup, config, order, senders) as k) ->
+      let rs = List.filter (fun r -> key r = k) per_run in
+      let rates = List.map (fun (_, s, _, _, _, _, _) -> s) rs in
+      let all_complete = List.for_all (fun (_, _, c, _, _, _, _) -> c) rs in
+      let all_same_order = List.for_all (fun (_, _, _, h, _, _, _) -> h) rs in
+      let missing = List.exists (fun (_, _, _, _, _, n, m) -> n <> m) rs in
+      let first, _, _, _, _, _, _ = List.hd rs in
+      let ok = all_complete && (order <> "total" || all_same_order) in
+      let check =
+        if missing then "A MEMBER GAVE NO RESULT"
+        else if not all_complete then "DELIVERIES INCOMPLETE OR OUT OF ORDER"
+        else if order = "total" && not all_same_order then "MEMBERS DELIVERED IN DIFFERENT ORDERS"
+        else if order = "total" then "all delivered, per-sender order kept, one delivery order at every member"
+        else "all delivered, per-sender order kept"
+      in
+      {
+        t_system = label config;
+        t_setup = setup_of setup;
+        t_order = order;
+        t_senders = int_of_string senders;
+        t_rate = median rates;
+        t_runs = rates;
+        t_ok = ok;
+        t_check = check;
+        t_count = Option.value ~default:0 (Option.bind (get "count" first) int_of_string_opt);
+      })
+    keys
+
+let tput_rows results consort =
+  let raw =
+    List.filter_map
+      (fun r ->
+        if is "bench" "tput" r && is "system" "raw-udp" r then
+          Option.map
+            (fun rate -> (rate, r))
+            (getf "msgs_per_s" r)
+        else None)
+      results
+  in
+  let raw_rows =
+    match raw with
+    | [] -> []
+    | (_, first) :: _ as l ->
+        let rates = List.map fst l in
+        [
+          {
+            t_system = "raw UDP (C)";
+            t_setup = "loopback, 1 sender -> 2 receivers";
+            t_order = "none";
+            t_senders = 1;
+            t_rate = median rates;
+            t_runs = rates;
+            t_ok = true;
+            t_check =
+              Printf.sprintf "no flow control: %s%% lost (median run)" (Option.value ~default:"?" (get "lost_pct" (snd (List.nth (List.sort compare l) (List.length l / 2)))));
+            t_count = Option.value ~default:0 (Option.bind (get "count" first) int_of_string_opt);
+          };
+        ]
+  in
+  let consort_rows =
+    match consort with
+    | None -> []
+    | Some j ->
+        List.filter_map
+          (fun row ->
+            let kind = to_str (member "kind" row) in
+            let system, order =
+              match kind with
+              | "vsync FIFO" | "group cast" -> ("Consort vsync", "fifo")
+              | "Total seq" -> ("Consort Total seq", "total")
+              | "Total token" -> ("Consort Total token", "total")
+              | _ -> ("", "")
+            in
+            if system = "" then None
+            else
+              let runs = List.filter_map (fun x -> to_float (Some x)) (to_list (member "runs_slowest_messages_per_s" row)) in
+              let ok = member "ok" row = Some (`Bool true) in
+              Some
+                {
+                  t_system = system;
+                  t_setup = "loopback";
+                  t_order = order;
+                  t_senders = (match member "senders" row with Some (`Int n) -> n | _ -> 0);
+                  t_rate = median runs;
+                  t_runs = runs;
+                  t_ok = ok;
+                  t_check = (if ok then "checked by consort bench: every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG");
+                  t_count = (match member "count" row with Some (`Int n) -> n | _ -> 0);
+                })
+          (to_list (member "rows" j))
+  in
+  let cpg = peer_tput results ~system:"corosync-cpg" ~label:(fun _ -> "Corosync CPG") in
+  let jg = peer_tput results ~system:"jgroups" ~label:(fun c -> "JGroups " ^ c) in
+  let jg = List.map (fun r -> if r.t_order = "total" then { r with t_system = r.t_system ^ "+SEQUENCER" } else r) jg in
+  raw_rows @ consort_rows @ cpg @ jg
+
+(* {1 Stack cost} *)
+
+type cost = { c_what : string; c_path : string; c_layers : int option; c_ns : float option; c_words : float option; c_note : string }
+
+let cost_rows stack_cost layering =
+  let sc =
+    match stack_cost with
+    | None -> []
+    | Some j ->
+        List.map
+          (fun r ->
+            {
+              c_what = to_str (member "stack" r) ^ ", 2 members back to back";
+              c_path = to_str (member "path" r);
+              c_layers = (match member "layers" r with Some (`Int n) -> Some n | _ -> None);
+              c_ns = to_float (member "ns_per_msg" r);
+              c_words = to_float (member "minor_words_per_msg" r);
+              c_note = Printf.sprintf "major words/msg %.3f" (Option.value ~default:nan (to_float (member "major_words_per_msg" r)));
+            })
+          (to_list (Some j))
+  in
+  let lay = match layering with None -> [] | Some j -> to_list (Some j) in
+  let lrow kind layers =
+    List.find_opt (fun r -> to_str (member "kind" r) = kind && member "layers" r = Some (`Int layers)) lay
+  in
+  let of_l what path r note =
+    { c_what = what; c_path = path; c_layers = (match member "layers" r with Some (`Int n) -> Some n | _ -> None); c_ns = to_float (member "ns_per_msg" r); c_words = to_float (member "words_per_msg" r); c_note = note }
+  in
+  let layered =
+    List.filter_map Fun.id
+      [
+        Option.map (fun r -> of_l "direct call, no layer (baseline)" "-" r "consort bench layering") (lrow "direct" 0);
+        Option.map (fun r -> of_l "10 layers, a varint header each, 1 stack down and up" "layered" r "consort bench layering") (lrow "seq" 10);
+      ]
+  in
+  (* A fused path, once `consort bench layering` measures one, appears here
+     by itself; until then the row says it is not built. *)
+  let fused = List.filter (fun r -> let k = to_str (member "kind" r) in String.length k >= 5 && String.sub k 0 5 = "fused") lay in
+  let fused =
+    if fused = [] then [ { c_what = "fused fast path"; c_path = "fused"; c_layers = None; c_ns = None; c_words = None; c_note = "not built: no fused path in this tree" } ]
+    else List.map (fun r -> of_l (to_str (member "kind" r)) "fused" r "consort bench layering") fused
+  in
+  sc @ layered @ fused
+
+(* {1 Targets} *)
+
+type target = { g_what : string; g_value : float option; g_goal : string; g_met : bool option; g_detail : string }
+
+let best l = List.fold_left (fun acc r -> match acc with Some b when b.t_rate >= r.t_rate -> acc | _ -> if Float.is_nan r.t_rate then acc else Some r) None l
+
+let targets tputs rtts costs =
+  let find p = List.filter (fun r -> p r && r.t_ok) tputs in
+  let per_senders =
+    List.sort_uniq compare (List.filter_map (fun r -> if String.length r.t_system > 7 && String.sub r.t_system 0 7 = "Consort" then Some r.t_senders else None) tputs)
+  in
+  let starts p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p in
+  let ratio_target what mine theirs goal =
+    match (mine, theirs) with
+    | Some m, Some t ->
+        let x = m.t_rate /. t.t_rate in
+        {
+          g_what = what;
+          g_value = Some x;
+          g_goal = Printf.sprintf ">= %.1fx" goal;
+          g_met = Some (x >= goal);
+          g_detail =
+            Printf.sprintf "%s %.0f/s vs %s (%s) %.0f/s%s" m.t_system m.t_rate t.t_system t.t_setup t.t_rate
+              (if x >= goal then "" else Printf.sprintf "; short by %.0f/s (needs %.0f/s)" ((goal *. t.t_rate) -. m.t_rate) (goal *. t.t_rate));
+        }
+    | None, _ -> { g_what = what; g_value = None; g_goal = Printf.sprintf ">= %.1fx" goal; g_met = None; g_detail = "Consort's figure is missing or failed its checks" }
+    | _, None -> { g_what = what; g_value = None; g_goal = Printf.sprintf ">= %.1fx" goal; g_met = None; g_detail = "the peer's figure is missing or failed its checks (see skipped)" }
+  in
+  let thr =
+    List.concat_map
+      (fun s ->
+        let consort_fifo = best (find (fun r -> r.t_system = "Consort vsync" && r.t_senders = s)) in
+        let consort_total = best (find (fun r -> starts "Consort Total" r.t_system && r.t_senders = s)) in
+        let jg_fifo = best (find (fun r -> starts "JGroups" r.t_system && r.t_order = "fifo" && r.t_senders = s)) in
+        let jg_tcp_seq = best (find (fun r -> r.t_system = "JGroups tcp.xml+SEQUENCER" && r.t_senders = s)) in
+        let cpg = best (find (fun r -> r.t_system = "Corosync CPG" && r.t_senders = s)) in
+        [
+          ratio_target (Printf.sprintf "FIFO 1 KB, 3 processes, %d sender(s): Consort / best JGroups FIFO" s) consort_fifo jg_fifo 1.0;
+          ratio_target (Printf.sprintf "total 1 KB, 3 processes, %d sender(s): Consort / JGroups tcp+SEQUENCER" s) consort_total jg_tcp_seq 1.5;
+          ratio_target (Printf.sprintf "total 1 KB, 3 processes, %d sender(s): Consort / best Corosync CPG" s) consort_total cpg 2.0;
+        ])
+      per_senders
+  in
+  let rt =
+    List.filter_map
+      (fun pl ->
+        let raw = List.find_opt (fun r -> r.r_system = "raw UDP (C)" && r.r_placement = pl) rtts in
+        let c = List.find_opt (fun r -> r.r_system = "Consort vsync" && r.r_placement = pl) rtts in
+        match (raw, c) with
+        | Some raw, Some c ->
+            let d = c.r_median -. raw.r_median in
+            Some
+              {
+                g_what = Printf.sprintf "round trip 16 B, %s: Consort vsync - raw UDP (C), medians" pl;
+                g_value = Some d;
+                g_goal = "<= +5.0 us";
+                g_met = Some (d <= 5.);
+                g_detail = Printf.sprintf "%.1f us vs %.1f us%s" c.r_median raw.r_median (if d <= 5. then "" else Printf.sprintf "; over by %.1f us" (d -. 5.));
+              }
+        | _ -> None)
+      [ "same-cpu"; "different-cpus" ]
+  in
+  let fused = List.find_opt (fun c -> c.c_path = "fused" && c.c_ns <> None) costs in
+  let layered_default = List.find_opt (fun c -> c.c_path = "layered" && starts "default" c.c_what) costs in
+  let fu =
+    match (fused, layered_default) with
+    | Some f, Some l -> (
+        match (f.c_ns, l.c_ns) with
+        | Some fns, Some lns ->
+            let x = fns /. lns in
+            [ { g_what = "stack cost, default stack: fused / layered"; g_value = Some x; g_goal = "<= 0.33x"; g_met = Some (x <= 1. /. 3.); g_detail = Printf.sprintf "%.0f ns vs %.0f ns (%s vs %s)" fns lns f.c_what l.c_what } ]
+        | _ -> [])
+    | _ -> [ { g_what = "stack cost, default stack: fused / layered"; g_value = None; g_goal = "<= 0.33x"; g_met = None; g_detail = "not measured: the fused path is not built" } ]
+  in
+  let words =
+    match layered_default with
+    | Some { c_words = Some w; c_layers = Some n; _ } ->
+        [
+          {
+            g_what = "minor words per message per layer, default stack (layered path: no fast path yet)";
+            g_value = Some (w /. float (2 * n));
+            g_goal = "< 1.0";
+            g_met = Some (w /. float (2 * n) < 1.);
+            g_detail = Printf.sprintf "%.1f words for %d layers down and %d up" w n n;
+          };
+        ]
+    | _ -> []
+  in
+  thr @ rt @ fu @ words
+
+(* {1 Output} *)
+
+let pr = Printf.printf
+let opt_f fmt = function Some x when not (Float.is_nan x) -> Printf.sprintf fmt x | _ -> "-"
+
+let print meta rtts tputs costs tgs skipped =
+  let m k = Option.value ~default:"?" (List.assoc_opt k meta) in
+  pr "Peers side by side: every figure below measured in this run, on this machine.\n";
+  pr "%s; %s, %s CPUs, kernel %s; load at start %s, at end %s\n" (m "date") (m "cpu_model") (m "cores") (m "kernel") (m "load_start") (m "load_end");
+  pr "Consort %s; %s; %s; %s; %s\n" (m "consort_commit") (m "corosync") (m "jgroups") (m "java") (m "gcc");
+  pr "\n== Round trip, 16 bytes, 2 processes (us; vs raw UDP in C in the same placement)\n";
+  pr "%-22s %-28s %-15s %6s %9s %9s %9s  %s\n" "system" "setup" "placement" "n" "min" "median" "p99" "median vs raw UDP";
+  List.iter
+    (fun pl ->
+      let raw = List.find_opt (fun r -> r.r_system = "raw UDP (C)" && r.r_placement = pl) rtts in
+      List.iter
+        (fun r ->
+          if r.r_placement = pl then
+            pr "%-22s %-28s %-15s %6d %9.1f %9.1f %9.1f  %s\n" r.r_system r.r_setup r.r_placement r.r_n r.r_min r.r_median r.r_p99
+              (match raw with Some b when r.r_system <> b.r_system -> Printf.sprintf "%+.1f us (x%.2f)" (r.r_median -. b.r_median) (r.r_median /. b.r_median) | _ -> "-"))
+        rtts)
+    (List.sort_uniq compare (List.map (fun r -> r.r_placement) rtts));
+  pr "\n== Multicast throughput, 1 KB, 3 member processes (messages/s delivered at the slowest receiver; median run)\n";
+  let floor = List.find_opt (fun r -> r.t_system = "raw UDP (C)") tputs in
+  pr "%-27s %-34s %-5s %7s %10s %7s  %-9s %s\n" "system" "setup" "order" "senders" "msgs/s" "MB/s" "vs floor" "runs; checks";
+  List.iter
+    (fun r ->
+      pr "%-27s %-34s %-5s %7d %10.0f %7.1f  %-9s %s; %s\n" r.t_system r.t_setup r.t_order r.t_senders r.t_rate (r.t_rate *. 1024. /. 1e6)
+        (match floor with Some f when f != r -> Printf.sprintf "x%.2f" (r.t_rate /. f.t_rate) | _ -> "-")
+        (String.concat "," (List.map (Printf.sprintf "%.0f") r.t_runs))
+        r.t_check)
+    tputs;
+  pr "\n== Stack cost per message, in one process (no system call)\n";
+  pr "%-66s %-8s %6s %9s %11s  %s\n" "stack" "path" "layers" "ns/msg" "words/msg" "";
+  List.iter
+    (fun c ->
+      pr "%-66s %-8s %6s %9s %11s  %s\n" c.c_what c.c_path (match c.c_layers with Some n -> string_of_int n | None -> "-") (opt_f "%.0f" c.c_ns) (opt_f "%.1f" c.c_words) c.c_note)
+    costs;
+  pr "\n== Targets of issue 11, as ratios in this run\n";
+  List.iter
+    (fun g ->
+      pr "%-4s %-86s %9s  goal %-10s %s\n"
+        (match g.g_met with Some true -> "MET" | Some false -> "SHORT" | None -> "n/a")
+        g.g_what (opt_f "%.2f" g.g_value) g.g_goal g.g_detail)
+    tgs;
+  if skipped <> [] then begin
+    pr "\n== Not measured in this run\n";
+    List.iter (fun (w, why) -> pr "%s: %s\n" w why) skipped
+  end
+
+let json meta rtts tputs costs tgs skipped =
+  let f x = if Float.is_finite x then `Float x else `Null in
+  let fo = function Some x -> f x | None -> `Null in
+  `Assoc
+    [
+      ("bench", `String "peers");
+      ("machine", `Assoc (List.filter_map (fun k -> Option.map (fun v -> (k, `String v)) (List.assoc_opt k meta)) [ "date"; "cpu_model"; "cores"; "kernel"; "load_start"; "load_end"; "host_memory" ]));
+      ("versions", `Assoc (List.filter_map (fun (k, v) -> if List.mem k [ "date"; "cpu_model"; "cores"; "kernel"; "load_start"; "load_end"; "host_memory" ] then None else Some (k, `String v)) meta));
+      ( "rtt",
+        `List
+          (List.map
+             (fun r ->
+               `Assoc
+                 [
+                   ("system", `String r.r_system); ("setup", `String r.r_setup); ("placement", `String r.r_placement); ("bytes", `Int 16); ("n", `Int r.r_n);
+                   ("min_us", f r.r_min); ("median_us", f r.r_median); ("p99_us", f r.r_p99);
+                 ])
+             rtts) );
+      ( "throughput",
+        `List
+          (List.map
+             (fun r ->
+               `Assoc
+                 [
+                   ("system", `String r.t_system); ("setup", `String r.t_setup); ("order", `String r.t_order); ("senders", `Int r.t_senders); ("bytes", `Int 1024);
+                   ("count_per_sender", `Int r.t_count); ("msgs_per_s", f r.t_rate); ("runs_msgs_per_s", `List (List.map f r.t_runs)); ("ok", `Bool r.t_ok);
+                   ("checks", `String r.t_check);
+                 ])
+             tputs) );
+      ( "stack_cost",
+        `List
+          (List.map
+             (fun c ->
+               `Assoc
+                 [
+                   ("stack", `String c.c_what); ("path", `String c.c_path); ("layers", match c.c_layers with Some n -> `Int n | None -> `Null); ("ns_per_msg", fo c.c_ns);
+                   ("minor_words_per_msg", fo c.c_words); ("note", `String c.c_note);
+                 ])
+             costs) );
+      ( "targets",
+        `List
+          (List.map
+             (fun g ->
+               `Assoc [ ("target", `String g.g_what); ("value", fo g.g_value); ("goal", `String g.g_goal); ("met", match g.g_met with Some b -> `Bool b | None -> `Null); ("detail", `String g.g_detail) ])
+             tgs) );
+      ("skipped", `List (List.map (fun (w, why) -> `Assoc [ ("what", `String w); ("why", `String why) ]) skipped));
+    ]
+
+let run ~dir ~out =
+  if not (Sys.file_exists dir && Sys.is_directory dir) then Error (dir ^ ": no such directory")
+  else
+    let meta = read_meta dir in
+    let results = List.filter_map parse_result (read_lines (Filename.concat dir "results.txt")) in
+    let rtts = rtt_rows results (read_json dir "consort-rtt.json") in
+    let tputs = tput_rows results (read_json dir "consort-tput.json") in
+    let costs = cost_rows (read_json dir "stack-cost.json") (read_json dir "consort-layering.json") in
+    let tgs = targets tputs rtts costs in
+    let skipped =
+      List.filter_map
+        (fun l -> match String.index_opt l '\t' with Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) | None -> None)
+        (read_lines (Filename.concat dir "skipped.tsv"))
+    in
+    if rtts = [] && tputs = [] && List.for_all (fun c -> c.c_ns = None) costs then Error (dir ^ ": no results to report")
+    else begin
+      print meta rtts tputs costs tgs skipped;
+      match out with
+      | None -> Ok ()
+      | Some file -> (
+          match Yojson.Safe.to_file file (json meta rtts tputs costs tgs skipped) with
+          | () ->
+              pr "\nJSON: %s\n" file;
+              Ok ()
+          | exception Sys_error e -> Error e)
+    end

@@ -1,0 +1,159 @@
+open Consort
+
+type row = {
+  stack : string;  (** what was measured *)
+  path : string;  (** ["layered"] today; a fused path would be another row *)
+  layers : int;
+  ns_per_msg : float;
+  words_per_msg : float;  (** minor words per message *)
+  major_words_per_msg : float;
+}
+
+(* Two members' stacks in one process, wired back to back: what member 0's
+   stack sends becomes one datagram buffer handed to member 1's stack (and
+   the other way for acknowledgements and credits), as a transport would,
+   with no system call between them. Member 0 casts; a message is done when
+   member 1's application has it. Timers run when they are due, on the real
+   clock, as in a member process. *)
+let pair layers =
+  let members = [| "m0"; "m1" |] in
+  let stacks = [| None; None |] in
+  let delivered = ref 0 in
+  let pending = Queue.create () in
+  let net me dst msg =
+    let v = Msg.to_iovec Pool.default msg in
+    Msg.release msg;
+    match dst with
+    | Event.Cast -> Queue.push (1 - me, v) pending
+    | Event.Send r when r <> me && r >= 0 && r < 2 -> Queue.push (r, v) pending
+    | Event.Send _ -> Iovec.release v
+  in
+  let make me =
+    let view = View.v ~group:"stack-cost" ~members ~rank:me () in
+    let ctx = { Layer.view; rng = Rng.create (me + 1); params = Params.empty; pool = Pool.default; now = (fun () -> Int64.to_int (Mtime_clock.elapsed_ns ())) } in
+    let app =
+      {
+        Stack.deliver =
+          (fun _ msg ->
+            if me = 1 then incr delivered;
+            Msg.release msg);
+        ctl = ignore;
+      }
+    in
+    match Stack.create ctx (layers ()) ~net:(net me) ~app with
+    | Ok s -> stacks.(me) <- Some s
+    | Error e -> failwith ("stack_cost: " ^ e)
+  in
+  make 0;
+  make 1;
+  let get i = Option.get stacks.(i) in
+  (* Datagrams go through a queue, not a nested call, so that a stack is
+     never re-entered from below while it is sending. *)
+  let drain () =
+    while not (Queue.is_empty pending) do
+      let r, v = Queue.pop pending in
+      Stack.recv (get r) (Msg.of_iovec v)
+    done
+  in
+  let timers () =
+    let now = Int64.to_int (Mtime_clock.elapsed_ns ()) in
+    for i = 0 to 1 do
+      let s = get i in
+      if Stack.next_alarm s <= now then Stack.timer s now
+    done
+  in
+  (get 0, delivered, drain, timers)
+
+let measure ~iterations ~rounds f =
+  let best = ref (infinity, infinity, infinity) in
+  for _ = 1 to rounds do
+    Gc.full_major ();
+    let minor0 = Gc.minor_words () and _, _, major0 = Gc.counters () in
+    let c = Mtime_clock.counter () in
+    for _ = 1 to iterations do
+      f ()
+    done;
+    let ns = Int64.to_float (Mtime.Span.to_uint64_ns (Mtime_clock.count c)) in
+    let minor = Gc.minor_words () -. minor0 and _, promoted, major1 = Gc.counters () in
+    ignore promoted;
+    let n = float iterations in
+    let bns, _, _ = !best in
+    if ns /. n < bns then best := (ns /. n, minor /. n, (major1 -. major0) /. n)
+  done;
+  !best
+
+let body = lazy (Pool.of_string Pool.default (String.make 16 'x'))
+
+let run_stack ~iterations ~rounds ~name ~layers () =
+  let s, delivered, drain, timers = pair layers in
+  let n_layers = List.length (layers ()) in
+  let body = Lazy.force body in
+  let i = ref 0 in
+  let f () =
+    Stack.cast s (Msg.create [ Iovec.retain body ]);
+    drain ();
+    incr i;
+    if !i land 63 = 0 then timers ()
+  in
+  (* Warm up, then measure. *)
+  for _ = 1 to iterations / 4 do
+    f ()
+  done;
+  let before = !delivered and casts_before = !i in
+  let ns, w, mw = measure ~iterations ~rounds f in
+  let casts = !i - casts_before and got = !delivered - before in
+  if got <> casts then
+    Error (Printf.sprintf "%s: member 1 delivered %d of %d casts (the stack stalled or lost messages)" name got casts)
+  else
+    Ok { stack = name; path = "layered"; layers = n_layers; ns_per_msg = ns; words_per_msg = w; major_words_per_msg = mw }
+
+let seq_layers n () =
+  List.init n (fun i : Layer.t ->
+      (module struct
+        type t = { out : int Layer.out; mutable next : int }
+        type header = int
+
+        let name = Printf.sprintf "seq%d" i
+        let codec = Codec.varint
+        let pp_header = Fmt.int
+        let provides = []
+        let requires = []
+        let create _ out = { out; next = 0 }
+        let up t src _ msg = t.out.up src msg
+
+        let dn t dst msg =
+          t.next <- t.next + 1;
+          t.out.dn dst (t.next land 0xffff) msg
+
+        let up_ctl t e = t.out.up_ctl e
+        let dn_ctl t e = t.out.dn_ctl e
+        let timer _ _ = ()
+        let counters _ = []
+      end))
+
+let run ?(iterations = 50_000) ?(rounds = 3) () =
+  let default () =
+    match Consort_group.Properties.layers Consort_group.Properties.vsync with
+    | Ok l -> l
+    | Error e -> failwith (Fmt.str "%a" Consort_group.Properties.pp_error e)
+  in
+  let desc = Consort_group.Properties.describe Consort_group.Properties.vsync in
+  let ( let* ) = Result.bind in
+  let* d = run_stack ~iterations ~rounds ~name:("default (vsync: " ^ desc ^ ")") ~layers:default () in
+  let* t = run_stack ~iterations ~rounds ~name:"10 layers, a varint header each" ~layers:(seq_layers 10) () in
+  Ok [ d; t ]
+
+let to_json rows =
+  `List
+    (List.map
+       (fun r ->
+         `Assoc
+           [
+             ("stack", `String r.stack);
+             ("path", `String r.path);
+             ("layers", `Int r.layers);
+             ("ns_per_msg", `Float r.ns_per_msg);
+             ("minor_words_per_msg", `Float r.words_per_msg);
+             ("major_words_per_msg", `Float r.major_words_per_msg);
+           ])
+       rows)

@@ -1,0 +1,22 @@
+(** The cost of a stack per message, in one process: two members' stacks
+    wired back to back (what member 0's stack sends is handed, as one
+    datagram buffer, to member 1's stack, and the other way), member 0
+    casting 16 bytes, timers run when due. A message counts when member
+    1's application has it; every cast must arrive. *)
+
+type row = {
+  stack : string;  (** what was measured *)
+  path : string;  (** ["layered"]: the only path this tree has *)
+  layers : int;
+  ns_per_msg : float;
+  words_per_msg : float;  (** minor words allocated per message, both stacks *)
+  major_words_per_msg : float;  (** words allocated or promoted on the major heap *)
+}
+
+val run : ?iterations:int -> ?rounds:int -> unit -> (row list, string) result
+(** [run ()] measures the default stack ([Properties.vsync]) and a stack of
+    10 layers with a varint header each: the fastest of [rounds] (3) rounds
+    of [iterations] (50_000) casts, after a warm-up of a quarter of that.
+    An error says a stack stalled or lost casts. *)
+
+val to_json : row list -> Yojson.Safe.t

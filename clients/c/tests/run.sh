@@ -1,0 +1,39 @@
+#!/bin/bash
+# Builds the C client and runs its tests under valgrind against a consortd
+# (the one dune built, or $CONSORTD); ends with "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+out=${1:-build}
+root=$(cd ../.. && pwd)
+consortd=${CONSORTD:-$root/_build/default/bin/consortd/consortd.exe}
+if ! make -s OUT="$out" all >/dev/null; then echo "build failed"; echo "0 passed, 1 failed"; exit 1; fi
+# The header, library and pkg-config file as a user sees them.
+if ! PKG_CONFIG_PATH=$out pkg-config --exists consort-client; then echo "pkg-config cannot read consort-client.pc"; echo "0 passed, 1 failed"; exit 1; fi
+dir=$(mktemp -d /tmp/consort-c.XXXXXX)
+"$consortd" --socket "$dir/d.sock" --bind 127.0.0.1:${C_TEST_PORT:-23200} --ports 8 2>"$dir/daemon.err" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
+valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=99 \
+  "$out/test_client" "$dir/d.sock" >"$dir/out" 2>"$dir/vg"
+rc=$?
+cat "$dir/out"
+p=$(grep -c '^ok ' "$dir/out")
+f=$(grep -c '^not ok ' "$dir/out")
+if [ -s "$dir/vg" ] || [ "$rc" = 99 ]; then
+  echo "valgrind reports errors or leaks:"; cat "$dir/vg"; f=$((f + 1))
+else
+  echo "valgrind: no errors, no leaks"; p=$((p + 1))
+fi
+if [ "$rc" -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
+# The README's example, as written, under valgrind too: its cast comes back.
+valgrind -q --leak-check=full --errors-for-leak-kinds=all --error-exitcode=99 "$out/hello" "$dir/d.sock" >"$dir/hello.out" 2>"$dir/hello.vg"
+rc=$?
+if [ "$rc" = 0 ] && grep -q ': hello$' "$dir/hello.out" && [ ! -s "$dir/hello.vg" ]; then
+  echo "ok README example (hello.c)"; p=$((p + 1))
+else
+  echo "not ok README example (hello.c): exit $rc"; cat "$dir/hello.out" "$dir/hello.vg"; f=$((f + 1))
+fi
+if ! kill -0 $pid 2>/dev/null; then echo "the daemon died"; f=$((f + 1)); fi
+echo "$p passed, $f failed"
+[ "$f" = 0 ]

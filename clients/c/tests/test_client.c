@@ -1,0 +1,181 @@
+/* Tests of the C client against a running consortd: test_client SOCKET.
+ * Prints "ok N - what" or "not ok N - what" per check, then a summary. */
+#define _POSIX_C_SOURCE 200809L
+#include <consort.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int passed, failed;
+
+#define CHECK(cond, what)                                                         \
+    do {                                                                          \
+        if (cond) {                                                               \
+            passed++;                                                             \
+            printf("ok %d - %s\n", passed + failed, what);                        \
+        } else {                                                                  \
+            failed++;                                                             \
+            printf("not ok %d - %s (line %d)\n", passed + failed, what, __LINE__); \
+        }                                                                         \
+    } while (0)
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+struct member {
+    consort_client *c;
+    uint32_t h;
+    size_t view_size;
+    char vid[128];
+    int casts, sends, exited, sent, sent_in_view;
+    char last_left_why[64];
+    char order_ok;
+    int next_from[2];
+};
+
+/* Takes the events of every member for up to `secs`, until cond holds. */
+static int pump(struct member **ms, int n, double secs, int (*cond)(struct member **, int)) {
+    double end = now() + secs;
+    while (now() < end) {
+        if (cond(ms, n)) return 1;
+        for (int i = 0; i < n; i++) {
+            consort_event *ev;
+            while (consort_next_event(ms[i]->c, 10, &ev) == 1) {
+                struct member *m = ms[i];
+                switch (ev->type) {
+                case CONSORT_VIEW:
+                    m->view_size = ev->n_members;
+                    snprintf(m->vid, sizeof m->vid, "%s", ev->vid);
+                    if (ev->n_left > 0) snprintf(m->last_left_why, sizeof m->last_left_why, "%s", ev->why[0]);
+                    break;
+                case CONSORT_CAST: {
+                    m->casts++;
+                    /* "A12" / "B7": FIFO per origin. */
+                    int who = ((const char *)ev->payload)[0] == 'A' ? 0 : 1;
+                    int k = atoi((const char *)ev->payload + 1);
+                    if (k != m->next_from[who] + 1) m->order_ok = 0;
+                    m->next_from[who] = k;
+                    break;
+                }
+                case CONSORT_SEND:
+                    m->sends++;
+                    break;
+                case CONSORT_EXIT:
+                    m->exited = 1;
+                    break;
+                case CONSORT_SENT:
+                    m->sent++;
+                    if (strcmp(ev->view, m->vid) == 0) m->sent_in_view++;
+                    break;
+                default:
+                    break;
+                }
+                consort_event_free(ev);
+            }
+        }
+    }
+    return cond(ms, n);
+}
+
+static int both_two(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->view_size == 2 && ms[1]->view_size == 2 && strcmp(ms[0]->vid, ms[1]->vid) == 0;
+}
+static int all_casts(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->casts == 40 && ms[1]->casts == 40 && ms[0]->sent == 20;
+}
+static int got_send(struct member **ms, int n) {
+    (void)n;
+    return ms[1]->sends == 1;
+}
+static int a_alone(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->view_size == 1;
+}
+static int a_exited(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->exited;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_client SOCKET\n");
+        return 2;
+    }
+    const char *sock = argv[1];
+    consort_client *x;
+
+    /* Errors: one line, the connection handle still closable. */
+    int r = consort_connect("/nonexistent/consortd.sock", "t", &x);
+    CHECK(r == CONSORT_DISCONNECTED, "connecting to no daemon fails");
+    CHECK(strstr(consort_error(x), "/nonexistent/consortd.sock") && !strchr(consort_error(x), '\n'),
+          "with a one-line reason naming the address");
+    consort_close(x);
+    r = consort_connect("tcp:nohost", "t", &x);
+    CHECK(r == CONSORT_DISCONNECTED, "a malformed tcp: address is refused");
+    consort_close(x);
+
+    struct member a = {.order_ok = 1}, b = {.order_ok = 1};
+    CHECK(consort_connect(sock, "a", &a.c) == 0, "connect a");
+    CHECK(consort_connect(sock, "b", &b.c) == 0, "connect b");
+    CHECK(consort_max_frame(a.c) > 1000, "the daemon's frame limit is known");
+
+    r = consort_join(a.c, "g", "Nonsense", NULL, NULL, 0, 0, &a.h);
+    CHECK(r == CONSORT_E_BAD_PROPS, "unknown properties: bad-props");
+    CHECK(strstr(consort_error(a.c), "bad-props") != NULL, "the error says so");
+    const char *bad_peer[] = {"not-an-address"};
+    r = consort_join(a.c, "g", "vsync", NULL, bad_peer, 1, 0, &a.h);
+    CHECK(r == CONSORT_E_BAD_ADDRESS, "a bad peer: bad-address");
+
+    CHECK(consort_join(a.c, "g", "vsync", NULL, NULL, 0, CONSORT_REPORT, &a.h) == 0, "a joins");
+    CHECK(consort_join(b.c, "g", "", "", NULL, 0, 0, &b.h) == 0, "b joins");
+    CHECK(consort_member_id(a.c, a.h) && strchr(consort_member_id(a.c, a.h), '#'), "a has an id");
+    CHECK(consort_max_message(a.c, a.h) > 0, "and a largest message");
+    struct member *ms[2] = {&a, &b};
+    CHECK(pump(ms, 2, 20, both_two), "a view of two");
+
+    char msg[32];
+    int refused = 0;
+    for (int i = 1; i <= 20; i++) {
+        snprintf(msg, sizeof msg, "A%d", i);
+        refused += consort_cast(a.c, a.h, msg, strlen(msg), NULL) != 0;
+        snprintf(msg, sizeof msg, "B%d", i);
+        refused += consort_cast(b.c, b.h, msg, strlen(msg), NULL) != 0;
+    }
+    CHECK(refused == 0, "40 casts accepted");
+    CHECK(pump(ms, 2, 20, all_casts), "every cast delivered to both");
+    CHECK(a.order_ok && b.order_ok, "in FIFO order per origin");
+    CHECK(a.sent_in_view == 20, "SENT names the view each cast went out in");
+
+    CHECK(consort_send(a.c, a.h, consort_member_id(b.c, b.h), "psst", 4, NULL) == 0, "a send");
+    CHECK(pump(ms, 2, 10, got_send), "delivered to b");
+    r = consort_send(a.c, a.h, "127.0.0.1:1#1", "x", 1, NULL);
+    CHECK(r == CONSORT_E_NOT_MEMBER, "a send to a stranger: not-member");
+
+    size_t big = consort_max_frame(a.c) + 1;
+    char *huge = calloc(1, big);
+    r = consort_cast(a.c, a.h, huge, big, NULL);
+    free(huge);
+    CHECK(r == CONSORT_E_TOO_BIG, "a message over the frame limit: too-big");
+    CHECK(consort_ping(a.c) == 0, "and the connection goes on");
+    CHECK(consort_cast(a.c, 999, "x", 1, NULL) == CONSORT_E_NO_SUCH_HANDLE, "a cast on no member: no-such-handle");
+
+    /* b's connection closes without leaving: b is failed out. */
+    consort_close(b.c);
+    b.c = NULL;
+    CHECK(pump(ms, 1, 5, a_alone), "a client that closes is failed out at once");
+    CHECK(strcmp(a.last_left_why, "left") == 0, "as a leave");
+
+    CHECK(consort_leave(a.c, a.h) == 0, "a leaves");
+    CHECK(pump(ms, 1, 10, a_exited), "EXIT follows");
+    CHECK(consort_member_id(a.c, a.h) == NULL, "and the handle is free");
+    consort_close(a.c);
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

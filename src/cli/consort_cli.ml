@@ -1,0 +1,261 @@
+open Cmdliner
+
+let ok = 0
+let checks_failed = 1
+let refused = 2
+let unknown = 3
+
+let exits =
+  [
+    Cmd.Exit.info ok ~doc:"done (for checkers and simulations: every check passed).";
+    Cmd.Exit.info checks_failed ~doc:"the command ran and what it checked failed (a violation, a failing seed).";
+    Cmd.Exit.info refused
+      ~doc:"refused: a bad value, file, address, key or capability; nothing was done. One line on standard error says why.";
+    Cmd.Exit.info unknown ~doc:"outcome unknown: a peer was lost while a request was under way.";
+    Cmd.Exit.info Cmd.Exit.cli_error ~doc:"the command line could not be read (unknown option, missing argument, bad value).";
+    Cmd.Exit.info Cmd.Exit.internal_error ~doc:"internal error: a defect in Consort, never an expected outcome.";
+  ]
+
+let bounded_int ~what ~min =
+  let parse s =
+    match int_of_string_opt (String.trim s) with
+    | Some n when n >= min -> Ok n
+    | Some _ -> Error (`Msg (Printf.sprintf "%S: expected %s" s what))
+    | None -> Error (`Msg (Printf.sprintf "%S: not an integer" s))
+  in
+  Arg.conv ~docv:"N" (parse, Format.pp_print_int)
+
+let positive_int = bounded_int ~what:"an integer of at least 1" ~min:1
+let natural = bounded_int ~what:"an integer of at least 0" ~min:0
+
+let bounded_float ~what ok =
+  let parse s =
+    match float_of_string_opt (String.trim s) with
+    | Some x when Float.is_finite x && ok x -> Ok x
+    | Some _ -> Error (`Msg (Printf.sprintf "%S: expected %s" s what))
+    | None -> Error (`Msg (Printf.sprintf "%S: not a number" s))
+  in
+  Arg.conv ~docv:"X" (parse, fun ppf x -> Format.fprintf ppf "%g" x)
+
+let positive_float = bounded_float ~what:"a number greater than 0" (fun x -> x > 0.)
+let fraction = bounded_float ~what:"a number from 0 to 1" (fun x -> x >= 0. && x <= 1.)
+
+let one_line s =
+  let b = Buffer.create (String.length s) in
+  let space = ref false in
+  String.iter
+    (fun c ->
+      match c with
+      | ' ' | '\t' | '\n' | '\r' -> space := Buffer.length b > 0
+      | c ->
+          if !space then Buffer.add_char b ' ';
+          space := false;
+          Buffer.add_char b c)
+    s;
+  Buffer.contents b
+
+let fail cmd fmt =
+  Format.kasprintf
+    (fun msg ->
+      Printf.eprintf "consort %s: %s\n%!" cmd (one_line msg);
+      refused)
+    fmt
+
+let main cmd =
+  let code =
+    match Cmd.eval' ~catch:false cmd with
+    | code -> code
+    | exception Stack_overflow ->
+        prerr_endline "consort: internal error: stack overflow";
+        Cmd.Exit.internal_error
+    | exception Out_of_memory ->
+        prerr_endline "consort: internal error: out of memory";
+        Cmd.Exit.internal_error
+    | exception e ->
+        Printf.eprintf "consort: internal error: %s\n%!" (one_line (Printexc.to_string e));
+        Cmd.Exit.internal_error
+  in
+  exit code
+
+(* Every command's examples: (command path, [(what, command line)]). *)
+let table =
+  [
+    ("bench checksum", [ ("Checksum speed beside memcpy:", "consort bench checksum") ]);
+    ( "bench failover",
+      [ ("Failure detection and view change after a SIGKILL:", "consort bench failover");
+        ("With a shorter suspicion timeout:", "consort bench failover --params suspect.timeout=1s") ] );
+    ("bench fs", [ ("Read a 100 MB file through the file server beside cat:", "consort bench fs"); ("A quicker run:", "consort bench fs --size 10 --rounds 1") ]);
+    ("bench join", [ ("Join latency of groups of 2 to 8 processes:", "consort bench join"); ("Only groups of 3 and 5:", "consort bench join --sizes 3,5") ]);
+    ("bench kv", [ ("Key-value operations per second beside etcd:", "consort bench kv"); ("Without etcd, for 2 seconds:", "consort bench kv --no-etcd --seconds 2") ]);
+    ("bench layering", [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ]);
+    ("bench peer", [ ("Started by the rtt and throughput benchmarks, not by hand:", "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501") ]);
+    ("bench rpc", [ ("Null RPC and 1 MB transfers beside raw UDP and gRPC:", "consort bench rpc") ]);
+    ("bench rtt", [ ("Round trips of 16-byte casts beside UDP:", "consort bench rtt"); ("With total order, and sealed:", "consort bench rtt --total --seal") ]);
+    ("bench tcp", [ ("Consort's TCP over TAP beside the kernel's:", "consort bench tcp") ]);
+    ("bench tcp-sim", [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ]);
+    ( "bench throughput",
+      [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
+        ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
+    ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
+    ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
+    ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
+    ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);
+    ("cap fs serve", [ ("Serve a store on a fixed address:", "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700") ]);
+    ("cap fs revoke", [ ("Revoke every capability of a file; prints the new owner capability:", "consort cap fs revoke cap1:...") ]);
+    ("cap fs size", [ ("A stored file's size:", "consort cap fs size cap1:...") ]);
+    ("cap info", [ ("What a capability designates, and its rights:", "consort cap info cap1:...") ]);
+    ("cap restrict", [ ("A read-only capability to give away:", "consort cap restrict cap1:... --rights read") ]);
+    ("cap status", [ ("A server's status:", "consort cap status cap1:...") ]);
+    ( "check-logs",
+      [ ("Check the logs of a run against virtual synchrony:", "consort check-logs a.log b.log c.log");
+        ("And total order, for a group with Total:", "consort check-logs --total a.log b.log c.log") ] );
+    ( "check",
+      [ ("Check the logs of a run against virtual synchrony and total order:", "consort check --total a.log b.log c.log") ] );
+    ("demo", [ ("The main job: a group of processes, a crash, a restart:", "consort demo") ]);
+    ("keygen", [ ("A key file for a secured group (mode 0600):", "consort keygen group.key") ]);
+    ("kv cas", [ ("Set a key only if it holds a given value:", "consort kv cas --servers 127.0.0.1:7801 colour red blue") ]);
+    ("kv check", [ ("Check a recorded history for linearizability:", "consort kv check history.jsonl") ]);
+    ("kv del", [ ("Delete a key:", "consort kv del --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ]);
+    ("kv get", [ ("Read a key, trying two replicas in turn:", "consort kv get --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ]);
+    ("kv put", [ ("Write a key:", "consort kv put --servers 127.0.0.1:7801 colour red") ]);
+    ( "kv serve",
+      [ ("One of three replicas:",
+         "consort kv serve --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 --peers 127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801") ] );
+    ("kv shell", [ ("Commands from a script, one result line each:", "printf 'put a 1\\nget a\\n' | consort kv shell --servers 127.0.0.1:7801") ]);
+    ("mcast-peer", [ ("Started by the demo, not by hand:", "consort mcast-peer --rank 0 --members 127.0.0.1:7450,127.0.0.1:7451") ]);
+    ( "member",
+      [ ("Join group chat on the first free port of 7400-7415 and cast each line typed:", "consort member --group chat");
+        ("With total order and a log for consort check-logs:", "consort member --group chat --props vsync,Total --log chat.log");
+        ("A secured, private group:", "consort member --group chat --props vsync,Privacy --key group.key") ] );
+    ("net up", [ ("Bring Consort's TCP/IP stack up on a TAP device for a minute:", "consort net up --tap tap0 --ip 10.0.0.2/24 --for 60") ]);
+    ("params", [ ("Every tunable with its default:", "consort params") ]);
+    ( "sim",
+      [ ("2000 seeded schedules of a scenario, checked by the specifications:", "consort sim --scenario vsync-crash --seeds 2000");
+        ("Seed 17 alone, with its trace:", "consort sim --scenario vsync-crash --seed 17 --trace t.txt") ] );
+    ("stack", [ ("The layers chosen for total order:", "consort stack --props vsync,Total") ]);
+    ( "status",
+      [ ("A member started with --control /run/consort/chat.sock:", "consort status --control /run/consort/chat.sock");
+        ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json") ] );
+    ("counters", [ ("Every counter of a running member, per layer:", "consort counters --control /run/consort/chat.sock") ]);
+    ("cast", [ ("Cast a line to the group through a running member:", "consort cast --control /run/consort/chat.sock 'deploy finished'") ]);
+    ("send", [ ("Send to one member (an id from consort status):", "consort send --control /run/consort/chat.sock 127.0.0.1:7401#1a2b3c4d 'hello'") ]);
+  ]
+
+let examples path =
+  match List.assoc_opt path table with
+  | None -> []
+  | Some l -> `S Manpage.s_examples :: List.concat_map (fun (what, cmd) -> [ `P what; `Pre ("    " ^ cmd) ]) l
+
+let info ?(man = []) ?envs ?(exits = exits) ?(hidden = false) ~path ~doc name =
+  let docs = if hidden then Some Manpage.s_none else None in
+  Cmd.info name ?docs ?envs ~exits ~doc ~man:(man @ examples path)
+
+type log_format = Text | Json
+
+let level_of_string = function
+  | "quiet" | "none" | "off" -> Ok None
+  | "error" -> Ok (Some Logs.Error)
+  | "warning" | "warn" -> Ok (Some Logs.Warning)
+  | "info" -> Ok (Some Logs.Info)
+  | "debug" -> Ok (Some Logs.Debug)
+  | "app" -> Ok (Some Logs.App)
+  | s -> Error (Printf.sprintf "%S is not a level (quiet, error, warning, info, debug)" s)
+
+let level_to_string = function None -> "quiet" | Some l -> String.lowercase_ascii (Logs.level_to_string (Some l))
+
+let log_levels =
+  let parse s =
+    let parts = List.filter (( <> ) "") (List.map String.trim (String.split_on_char ',' s)) in
+    let rec go default srcs = function
+      | [] -> Ok (default, List.rev srcs)
+      | p :: rest -> (
+          match String.index_opt p '=' with
+          | None -> ( match level_of_string p with Ok l -> go l srcs rest | Error e -> Error (`Msg e))
+          | Some i -> (
+              let src = String.sub p 0 i and lv = String.sub p (i + 1) (String.length p - i - 1) in
+              match level_of_string lv with
+              | Ok l when src <> "" -> go default ((src, l) :: srcs) rest
+              | Ok _ -> Error (`Msg (Printf.sprintf "%S: a source name is missing" p))
+              | Error e -> Error (`Msg e)))
+    in
+    go (Some Logs.Warning) [] parts
+  in
+  let print ppf (d, srcs) =
+    Format.pp_print_string ppf (String.concat "," (level_to_string d :: List.map (fun (s, l) -> s ^ "=" ^ level_to_string l) srcs))
+  in
+  Arg.conv ~docv:"LEVEL[,SOURCE=LEVEL...]" (parse, print)
+
+let timestamp () =
+  let t = Unix.gettimeofday () in
+  let tm = Unix.gmtime t in
+  Printf.sprintf "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" (tm.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
+    (int_of_float ((t -. Float.of_int (int_of_float t)) *. 1000.))
+
+let json_string s =
+  let b = Buffer.create (String.length s + 2) in
+  Buffer.add_char b '"';
+  String.iter
+    (fun c ->
+      match c with
+      | '"' -> Buffer.add_string b "\\\""
+      | '\\' -> Buffer.add_string b "\\\\"
+      | '\n' -> Buffer.add_string b "\\n"
+      | c when Char.code c < 0x20 -> Printf.bprintf b "\\u%04x" (Char.code c)
+      | c -> Buffer.add_char b c)
+    s;
+  Buffer.add_char b '"';
+  Buffer.contents b
+
+let reporter format =
+  let report src level ~over k msgf =
+    msgf @@ fun ?header:_ ?tags:_ fmt ->
+    Format.kasprintf
+      (fun msg ->
+        let line =
+          match format with
+          | Text -> Printf.sprintf "%s %s %s: %s" (timestamp ()) (String.uppercase_ascii (Logs.level_to_string (Some level))) (Logs.Src.name src) (one_line msg)
+          | Json ->
+              Printf.sprintf "{\"t\":%s,\"level\":%s,\"src\":%s,\"msg\":%s}" (json_string (timestamp ()))
+                (json_string (String.lowercase_ascii (Logs.level_to_string (Some level))))
+                (json_string (Logs.Src.name src)) (json_string (one_line msg))
+        in
+        prerr_endline line;
+        over ();
+        k ())
+      fmt
+  in
+  { Logs.report }
+
+let setup_logs ?(verbose = false) format (default, srcs) =
+  Logs.set_reporter (reporter format);
+  let default = if verbose && (default = None || default = Some Logs.Warning || default = Some Logs.Error) then Some Logs.Info else default in
+  Logs.set_level ~all:true default;
+  List.iter
+    (fun (name, level) ->
+      let family = String.length name > 0 && name.[String.length name - 1] = '.' in
+      List.iter
+        (fun s ->
+          let n = Logs.Src.name s in
+          let m = String.length name in
+          if n = name || (family && String.length n >= m && String.sub n 0 m = name) then Logs.Src.set_level s level)
+        (Logs.Src.list ()))
+    srcs
+
+let log_options =
+  let levels =
+    Arg.(
+      value
+      & opt log_levels (Some Logs.Warning, [])
+      & info [ "log-level" ] ~docv:"LEVEL[,SOURCE=LEVEL...]"
+          ~doc:
+            "How much to log on standard error: a level for every source ($(b,quiet), $(b,error), $(b,warning), $(b,info), $(b,debug)), then levels for named sources, e.g. $(b,warning,consort.gmp=debug,consort.tcp.=info) (a name ending in a dot names a family).")
+  in
+  let format =
+    Arg.(
+      value
+      & opt (enum [ ("text", Text); ("json", Json) ]) Text
+      & info [ "log-format" ] ~docv:"FORMAT" ~doc:"$(b,text): one line per record, with a UTC timestamp, the level and the source; $(b,json): one JSON object per line.")
+  in
+  Term.(const (fun levels format -> (levels, format)) $ levels $ format)
+
+let logging = Term.(const (fun (levels, format) -> setup_logs format levels) $ log_options)

@@ -1,0 +1,389 @@
+module Wire = Consort_daemon.Wire
+module Group = Consort_group.Group
+
+type member = {
+  conn : t;
+  handle : int;
+  mutable me : string;
+  mutable max_message : int;
+  cb : Group.callbacks;
+  mutable view : Group.view_info;
+  mutable exited : bool;
+  mutable next_req : int;
+  sent : (int, [ `Cast | `Send of string ] * string) Hashtbl.t;
+  on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
+  on_lost : ([ `Cast | `Send of string ] -> string -> string -> unit) option;
+}
+
+and t = {
+  fd : Unix.file_descr;
+  framer : Wire.framer;
+  rbuf : Bytes.t;
+  mutable closed : string option;
+  replies : (Wire.event option -> unit) Queue.t;  (** [None]: the connection closed *)
+  upcalls : Wire.event Queue.t;
+  deferred : (unit -> unit) Queue.t;
+  members : (int, member) Hashtbl.t;
+  mutable next_handle : int;
+  out : Buffer.t;  (** requests written by {!cast_async}, not yet sent *)
+}
+
+type join_error = Refused of Wire.code * string | Disconnected of string
+
+let pp_join_error ppf = function
+  | Refused (c, r) -> Fmt.pf ppf "%s: %s" (Wire.code_name c) r
+  | Disconnected r -> Fmt.pf ppf "disconnected: %s" r
+
+let fd t = t.fd
+let closed t = t.closed
+
+let shut t reason =
+  if t.closed = None then begin
+    t.closed <- Some reason;
+    (try Unix.close t.fd with Unix.Unix_error _ -> ());
+    let q = Queue.copy t.replies in
+    Queue.clear t.replies;
+    Queue.iter (fun k -> k None) q
+  end
+
+let close t = shut t "closed by the client"
+
+let is_reply = function Wire.Hello_ok _ | Ok _ | Error _ | Pong _ -> true | _ -> false
+
+let process t s =
+  match Wire.decode_event s with
+  | Error e -> shut t ("the daemon sent a frame that does not decode: " ^ e)
+  | Ok (Wire.Error { handle; code; reason }) when handle = Wire.no_handle ->
+      shut t (Printf.sprintf "%s: %s" (Wire.code_name code) reason)
+  | Ok ev when is_reply ev -> (
+      match Queue.take_opt t.replies with
+      | Some k -> k (Some ev)
+      | None -> shut t "the daemon sent a reply to no request")
+  | Ok ev -> Queue.push ev t.upcalls
+
+(* Reads once (the descriptor is readable, or blocking is fine). *)
+let read_once t =
+  match Unix.read t.fd t.rbuf 0 (Bytes.length t.rbuf) with
+  | 0 -> shut t "the daemon closed the connection"
+  | n ->
+      Wire.feed t.framer t.rbuf 0 n;
+      let rec go () =
+        if t.closed = None then
+          match Wire.next t.framer with
+          | `Need -> ()
+          | `Frame s ->
+              process t s;
+              go ()
+          | `Too_big n -> shut t (Printf.sprintf "the daemon sent a frame of %d bytes" n)
+          | `Empty_frame -> shut t "the daemon sent an empty frame"
+      in
+      go ()
+  | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+  | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e)
+
+(* Writes a whole frame, reading meanwhile so that neither side waits on
+   the other. *)
+let write t s =
+  let len = String.length s in
+  let rec go off =
+    if off < len && t.closed = None then
+      match Unix.single_write_substring t.fd s off (len - off) with
+      | n -> go (off + n)
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> wait off
+      | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e)
+  and wait off =
+    if off < len && t.closed = None then
+      match Unix.select [ t.fd ] [ t.fd ] [] (-1.) with
+      | r, w, _ ->
+          if r <> [] then read_once t;
+          if w <> [] && t.closed = None then (
+            match Unix.single_write_substring t.fd s off (len - off) with
+            | n -> go (off + n)
+            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> wait off
+            | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e))
+          else wait off
+      | exception Unix.Unix_error (Unix.EINTR, _, _) -> wait off
+  in
+  go 0
+
+(* Requests queued by cast_async go out before anything else. *)
+let flush_out t =
+  if Buffer.length t.out > 0 then begin
+    let s = Buffer.contents t.out in
+    Buffer.clear t.out;
+    write t s
+  end
+
+(* A request and its reply. *)
+let call t req =
+  let res = ref None and got = ref false in
+  if t.closed <> None then None
+  else begin
+    Queue.push
+      (fun ev ->
+        got := true;
+        res := ev)
+      t.replies;
+    flush_out t;
+    write t (Wire.encode_request req);
+    while (not !got) && t.closed = None do
+      match Unix.select [ t.fd ] [] [] (-1.) with
+      | _ -> read_once t
+      | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
+    done;
+    !res
+  end
+
+let reason t = Option.value ~default:"closed" t.closed
+
+let connect ?(name = "ocaml") addr =
+  let sockaddr =
+    if String.length addr > 4 && String.sub addr 0 4 = "tcp:" then
+      let a = String.sub addr 4 (String.length addr - 4) in
+      match String.rindex_opt a ':' with
+      | None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
+      | Some i -> (
+          match
+            (Unix.inet_addr_of_string (String.sub a 0 i), int_of_string_opt (String.sub a (i + 1) (String.length a - i - 1)))
+          with
+          | ip, Some p -> Ok (Unix.PF_INET, Unix.ADDR_INET (ip, p))
+          | _, None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
+          | exception Failure _ -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr))
+    else Ok (Unix.PF_UNIX, Unix.ADDR_UNIX addr)
+  in
+  match sockaddr with
+  | Error e -> Error e
+  | Ok (dom, sa) -> (
+      let fd = Unix.socket ~cloexec:true dom Unix.SOCK_STREAM 0 in
+      match Unix.connect fd sa with
+      | exception Unix.Unix_error (e, _, _) ->
+          Unix.close fd;
+          Error (Printf.sprintf "%s: %s" addr (Unix.error_message e))
+      | () -> (
+          if dom = Unix.PF_INET then (try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
+          Unix.set_nonblock fd;
+          let t =
+            {
+              fd;
+              framer = Wire.framer ~max:(1 lsl 30);
+              rbuf = Bytes.create 65536;
+              closed = None;
+              replies = Queue.create ();
+              upcalls = Queue.create ();
+              deferred = Queue.create ();
+              members = Hashtbl.create 4;
+              next_handle = 0;
+              out = Buffer.create 4096;
+            }
+          in
+          match call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name }) with
+          | Some (Wire.Hello_ok _) -> Ok t
+          | Some (Wire.Error { code; reason; _ }) ->
+              shut t reason;
+              Error (Printf.sprintf "%s: %s: %s" addr (Wire.code_name code) reason)
+          | Some _ ->
+              shut t "unexpected reply";
+              Error (Printf.sprintf "%s: the daemon answered HELLO with something else" addr)
+          | None -> Error (Printf.sprintf "%s: %s" addr (reason t))))
+
+let me m = m.me
+let view m = m.view
+let max_message m = m.max_message
+let has_exited m = m.exited
+
+let empty_view me =
+  { Group.vid = ""; ltime = 0; members = [| me |]; rank = 0; coordinator = me; joined = []; left = []; why = [] }
+
+let join ?(props = Consort_group.Properties.vsync) ?(params = "") ?(peers = []) ?on_sent ?on_lost t ~group cb =
+  t.next_handle <- t.next_handle + 1;
+  let handle = t.next_handle in
+  let flags = if on_sent <> None || on_lost <> None then Wire.flag_report else 0 in
+  let props = String.concat "," (List.map Consort_group.Properties.to_string props) in
+  let m =
+    {
+      conn = t;
+      handle;
+      me = "";
+      max_message = 0;
+      cb;
+      view = empty_view "";
+      exited = false;
+      next_req = 0;
+      sent = Hashtbl.create 16;
+      on_sent;
+      on_lost;
+    }
+  in
+  (* Upcalls of this handle may be queued before the reply is read. *)
+  Hashtbl.replace t.members handle m;
+  match call t (Wire.Join { handle; group; props; params; flags; peers }) with
+  | Some (Wire.Ok { value; info; _ }) ->
+      m.me <- info;
+      m.max_message <- value;
+      m.view <- empty_view info;
+      Ok m
+  | Some (Wire.Error { code; reason; _ }) ->
+      Hashtbl.remove t.members handle;
+      Error (Refused (code, reason))
+  | Some _ ->
+      Hashtbl.remove t.members handle;
+      shut t "unexpected reply to JOIN";
+      Error (Disconnected "unexpected reply to JOIN")
+  | None ->
+      Hashtbl.remove t.members handle;
+      Error (Disconnected (reason t))
+
+let refusal m size code reason =
+  match code with
+  | Wire.Flow_control -> Group.Flow_control
+  | Wire.Too_big -> Group.Too_big { size; max = m.max_message }
+  | Wire.Not_member -> Group.Not_member (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
+  | Wire.Leaving -> Group.Leaving
+  | _ -> Group.Exited
+
+let result m size = function
+  | Some (Wire.Ok _) -> Ok ()
+  | Some (Wire.Error { code; reason; _ }) -> Error (refusal m size code reason)
+  | _ -> Error Group.Exited
+
+let track m kind payload =
+  m.next_req <- (m.next_req + 1) land 0xffffffff;
+  if m.on_sent <> None || m.on_lost <> None then Hashtbl.replace m.sent m.next_req (kind, payload);
+  m.next_req
+
+let untrack m req = Hashtbl.remove m.sent req
+
+let cast m payload =
+  if m.exited then Error Group.Exited
+  else
+    let req = track m `Cast payload in
+    let r = result m (String.length payload) (call m.conn (Wire.Cast { handle = m.handle; req; payload })) in
+    if r <> Ok () then untrack m req;
+    r
+
+let send m dst payload =
+  if m.exited then Error Group.Exited
+  else
+    let req = track m (`Send dst) payload in
+    let r = result m (String.length payload) (call m.conn (Wire.Send { handle = m.handle; req; dst; payload })) in
+    if r <> Ok () then untrack m req;
+    r
+
+let cast_async ?(on_result = ignore) m payload =
+  let t = m.conn in
+  if m.exited || t.closed <> None then Queue.push (fun () -> on_result (Error Group.Exited)) t.deferred
+  else begin
+    let req = track m `Cast payload in
+    let size = String.length payload in
+    Queue.push
+      (fun ev ->
+        let r = result m size ev in
+        if r <> Ok () then untrack m req;
+        Queue.push (fun () -> on_result r) t.deferred)
+      t.replies;
+    Buffer.add_string t.out (Wire.encode_request (Wire.Cast { handle = m.handle; req; payload }));
+    if Buffer.length t.out >= 65536 then flush_out t
+  end
+
+let simple m req = if not m.exited then ignore (call m.conn req)
+let leave m = simple m (Wire.Leave { handle = m.handle })
+let suspect m ids = simple m (Wire.Suspect { handle = m.handle; ids })
+let block_ok m = simple m (Wire.Block_ok { handle = m.handle })
+
+let switch ?(params = "") m props =
+  let props = String.concat "," (List.map Consort_group.Properties.to_string props) in
+  match call m.conn (Wire.Switch { handle = m.handle; props; params }) with
+  | Some (Wire.Ok _) -> Ok ()
+  | Some (Wire.Error { code; reason; _ }) -> Error (code, reason)
+  | _ -> Error (Wire.Exited, reason m.conn)
+
+let ping t =
+  match call t (Wire.Ping { cookie = 7 }) with
+  | Some (Wire.Pong _) -> Ok ()
+  | Some _ -> Error "unexpected reply to PING"
+  | None -> Error (reason t)
+
+let upcall t ev =
+  let find h = Hashtbl.find_opt t.members h in
+  match (ev : Wire.event) with
+  | View { handle; vid; ltime; rank; coordinator; members; joined; left; why } -> (
+      match find handle with
+      | Some m ->
+          let why = List.combine left (if List.length why = List.length left then why else List.map (fun _ -> "") left) in
+          let v = { Group.vid; ltime; members = Array.of_list members; rank; coordinator; joined; left; why } in
+          m.view <- v;
+          m.cb.view v
+      | None -> ())
+  | Cast_up { handle; origin; payload } -> Option.iter (fun m -> m.cb.cast ~origin payload) (find handle)
+  | Send_up { handle; origin; payload } -> Option.iter (fun m -> m.cb.send ~origin payload) (find handle)
+  | Block { handle } -> Option.iter (fun m -> m.cb.block ()) (find handle)
+  | Flow { handle; blocked } -> Option.iter (fun m -> m.cb.flow blocked) (find handle)
+  | Exit { handle } ->
+      Option.iter
+        (fun m ->
+          m.exited <- true;
+          Hashtbl.remove t.members handle;
+          m.cb.exit ())
+        (find handle)
+  | Sent { handle; req; view; _ } ->
+      Option.iter
+        (fun m ->
+          match Hashtbl.find_opt m.sent req with
+          | Some (kind, payload) ->
+              Hashtbl.remove m.sent req;
+              Option.iter (fun f -> f ~vid:view kind payload) m.on_sent
+          | None -> ())
+        (find handle)
+  | Lost { handle; req; reason } ->
+      Option.iter
+        (fun m ->
+          match Hashtbl.find_opt m.sent req with
+          | Some (kind, payload) ->
+              Hashtbl.remove m.sent req;
+              Option.iter (fun f -> f kind payload reason) m.on_lost
+          | None -> ())
+        (find handle)
+  | Hello_ok _ | Ok _ | Error _ | Pong _ -> ()
+
+let dispatch t =
+  let rec go () =
+    match Queue.take_opt t.deferred with
+    | Some f ->
+        f ();
+        go ()
+    | None -> (
+        match Queue.take_opt t.upcalls with
+        | Some ev ->
+            upcall t ev;
+            go ()
+        | None -> ())
+  in
+  go ();
+  if t.closed <> None then
+    (* Members of a closed connection are gone. *)
+    Hashtbl.iter
+      (fun _ m ->
+        if not m.exited then begin
+          m.exited <- true;
+          m.cb.exit ()
+        end)
+      (Hashtbl.copy t.members)
+
+let step ?(timeout = 0.) t =
+  flush_out t;
+  if t.closed = None then begin
+    match Unix.select [ t.fd ] [] [] timeout with
+    | r, _, _ -> if r <> [] then read_once t
+    | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
+  end;
+  dispatch t;
+  t.closed = None
+
+let run ?(until = fun () -> false) ?timeout t =
+  let deadline = Option.map (fun s -> Unix.gettimeofday () +. s) timeout in
+  let rec go () =
+    if not (until ()) then
+      let left = match deadline with Some d -> d -. Unix.gettimeofday () | None -> 1. in
+      if left > 0. && step ~timeout:(Float.min left 0.05) t then go ()
+  in
+  go ()

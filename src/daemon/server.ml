@@ -1,0 +1,652 @@
+open Consort
+module Loop = Consort_engine.Loop
+module Udp = Consort_engine.Udp
+module Seal = Consort_seal.Seal
+module S = Seal.Make (Udp)
+module G = Consort_group.Group.Make (S)
+module P = Consort_group.Properties
+
+let src = Logs.Src.create "consort.daemon" ~doc:"consortd"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type config = {
+  socket : string option;
+  tcp : string option;
+  bind : string;
+  ports : int;
+  peers : string list;
+  seal : (Seal.secret * Seal.mode) option;
+  max_frame : int;
+  max_queue : int;
+  max_clients : int;
+  max_members : int;
+}
+
+let default =
+  {
+    socket = None;
+    tcp = None;
+    bind = "127.0.0.1:7500";
+    ports = 32;
+    peers = [];
+    seal = None;
+    max_frame = (1 lsl 20) + 1024;
+    max_queue = 8 lsl 20;
+    max_clients = 256;
+    max_members = 64;
+  }
+
+(* "A.B.C.D:PORT" into its parts, checked. *)
+let split_addr s =
+  match String.rindex_opt s ':' with
+  | None -> Error (Printf.sprintf "%S is not IP:PORT" s)
+  | Some i -> (
+      let host = String.sub s 0 i and port = String.sub s (i + 1) (String.length s - i - 1) in
+      match (Unix.inet_addr_of_string host, int_of_string_opt port) with
+      | exception Failure _ -> Error (Printf.sprintf "%S: %S is not an IPv4 address" s host)
+      | _, None -> Error (Printf.sprintf "%S: %S is not a port" s port)
+      | ip, Some p ->
+          if Unix.domain_of_sockaddr (Unix.ADDR_INET (ip, 0)) <> Unix.PF_INET then
+            Error (Printf.sprintf "%S: not an IPv4 address" s)
+          else if p < 0 || p > 65535 then Error (Printf.sprintf "%S: port %d out of range" s p)
+          else Ok (host, p))
+
+let max_peers = 1024
+
+let parse_peers l =
+  let rec go acc n = function
+    | [] -> Ok (List.rev acc)
+    | p :: rest -> (
+        let p = String.trim p in
+        if p = "" then go acc n rest
+        else
+          let base, last =
+            match String.rindex_opt p '-' with
+            | Some i -> (String.sub p 0 i, Some (String.sub p (i + 1) (String.length p - i - 1)))
+            | None -> (p, None)
+          in
+          match split_addr base with
+          | Error e -> Error e
+          | Ok (host, first) -> (
+              let last = match last with None -> Some first | Some s -> int_of_string_opt s in
+              match last with
+              | None -> Error (Printf.sprintf "%S: not IP:PORT or IP:PORT-PORT" p)
+              | Some last when last < first || last > 65535 || first = 0 ->
+                  Error (Printf.sprintf "%S: not a range of ports" p)
+              | Some last ->
+                  let k = last - first + 1 in
+                  if n + k > max_peers then Error (Printf.sprintf "more than %d peer addresses" max_peers)
+                  else
+                    go (List.rev_append (List.init k (fun i -> Printf.sprintf "%s:%d" host (first + i))) acc) (n + k) rest))
+  in
+  go [] 0 l
+
+type member = {
+  handle : int;
+  client : client;
+  group : string;
+  mutable g : G.t option;
+  mutable port : int;
+  mutable ready : bool;  (** the JOIN's reply is out: upcalls may follow *)
+  early : string Queue.t;  (** upcalls made during the join itself *)
+  report : bool;
+  pending : (int * string) Queue.t;  (** accepted, not yet in the stack: request number, payload *)
+  mutable exited : bool;
+}
+
+and client = {
+  cid : int;
+  fd : Unix.file_descr;
+  framer : Wire.framer;
+  out : Buffer.t;
+  mutable out_off : int;
+  mutable flush_timer : Loop.timer option;
+  mutable hello : bool;
+  mutable closed : bool;
+  mutable discard : int;  (** bytes still to drop of a frame over the limit *)
+  mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
+  handles : (int, member) Hashtbl.t;
+}
+
+type t = {
+  loop : Loop.t;
+  cfg : config;
+  ip : string;
+  first_port : int;
+  peers : string list;
+  mutable listeners : Unix.file_descr list;
+  clients : (int, client) Hashtbl.t;
+  mutable next_cid : int;
+  live : (int, member) Hashtbl.t;  (** by UDP port: members not yet exited *)
+  counters : (string, int ref) Hashtbl.t;
+  mutable closing : bool;
+  rbuf : Bytes.t;
+}
+
+let count t name n =
+  match Hashtbl.find_opt t.counters name with
+  | Some r -> r := !r + n
+  | None -> Hashtbl.replace t.counters name (ref n)
+
+let stats t = List.sort compare (Hashtbl.fold (fun k v acc -> (k, !v) :: acc) t.counters [])
+let clients t = Hashtbl.length t.clients
+let members t = Hashtbl.length t.live
+
+(* {1 Output} *)
+
+let rec flush t c =
+  c.flush_timer <- None;
+  if not c.closed then begin
+    let len = min (Buffer.length c.out - c.out_off) (256 * 1024) in
+    if len > 0 then begin
+      let s = Buffer.sub c.out c.out_off len in
+      match Unix.single_write_substring c.fd s 0 len with
+      | n ->
+          count t "bytes_out" n;
+          c.out_off <- c.out_off + n;
+          if c.out_off = Buffer.length c.out then begin
+            (* Do not keep a large buffer for an idle client. *)
+            if Buffer.length c.out > 65536 then Buffer.reset c.out else Buffer.clear c.out;
+            c.out_off <- 0
+          end
+          else begin
+            if c.out_off > 65536 then begin
+              let rest = Buffer.sub c.out c.out_off (Buffer.length c.out - c.out_off) in
+              Buffer.reset c.out;
+              Buffer.add_string c.out rest;
+              c.out_off <- 0
+            end;
+            schedule t c (if n = len then 0 else Time.of_ms 1)
+          end
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> schedule t c (Time.of_ms 1)
+      | exception Unix.Unix_error (e, _, _) -> fail t c "write" (Unix.error_message e)
+    end
+  end
+
+and schedule t c delay =
+  match c.flush_timer with
+  | Some _ -> ()
+  | None -> c.flush_timer <- Some (Loop.after t.loop delay (fun () -> flush t c))
+
+(* Queue a frame to a client; a client that leaves more than [max_queue]
+   bytes unread is failed out. *)
+and emit t c frame =
+  if not c.closed then begin
+    Buffer.add_string c.out frame;
+    if Buffer.length c.out - c.out_off > t.cfg.max_queue then
+      fail t c "overloaded" (Printf.sprintf "more than %d bytes of upcalls unread" t.cfg.max_queue)
+    else if c.batch then schedule t c 0
+    else if c.flush_timer = None then begin
+      (* Nothing waiting: out at once (an upcall from the network), and
+         what follows in this round of the loop goes out together at its
+         end. While a client's requests are served, replies are written
+         together at the end of the batch. *)
+      flush t c;
+      schedule t c 0
+    end
+  end
+
+(* The client is gone, or is to be: its members leave their groups. *)
+and fail t c why detail =
+  if not c.closed then begin
+    c.closed <- true;
+    count t ("failed_" ^ why) 1;
+    Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail);
+    Option.iter Loop.cancel c.flush_timer;
+    c.flush_timer <- None;
+    Loop.unwatch t.loop c.fd;
+    (try Unix.close c.fd with Unix.Unix_error _ -> ());
+    Hashtbl.remove t.clients c.cid;
+    Buffer.reset c.out;
+    Hashtbl.iter (fun _ m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) c.handles
+  end
+
+
+(* An ERROR about the connection itself, then the end of it. *)
+let fatal t c code reason =
+  if not c.closed then begin
+    let frame = Wire.encode_event (Wire.Error { handle = Wire.no_handle; code; reason }) in
+    Buffer.add_string c.out frame;
+    (* A last try, without waiting: the client may not be reading. *)
+    flush t c;
+    fail t c (Wire.code_name code) reason
+  end
+
+let reply t c ev = emit t c (Wire.encode_event ev)
+let err t c handle code reason = reply t c (Wire.Error { handle; code; reason })
+
+(* Upcalls of a member whose JOIN reply is not out yet wait. *)
+let up t m ev =
+  let frame = Wire.encode_event ev in
+  if m.ready then emit t m.client frame else Queue.push frame m.early
+
+let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
+
+(* {1 Members} *)
+
+let refusal = function
+  | Consort_group.Group.Flow_control -> (Wire.Flow_control, "flow control is full: wait for flow off")
+  | Too_big { size; max } -> (Wire.Too_big, Printf.sprintf "%d bytes, over the largest message, %d" size max)
+  | Not_member id -> (Wire.Not_member, Printf.sprintf "%s is not in the view" id)
+  | Leaving -> (Wire.Leaving, "the member is leaving")
+  | Exited -> (Wire.Exited, "the member has left the group")
+
+(* The request number of a message the stack took, or reports lost: the
+   first pending one with this very payload (the group hands back the
+   string it was given, in order). *)
+let take_pending m payload =
+  if Queue.is_empty m.pending then None
+  else
+    let found = ref None and rest = Queue.create () in
+    Queue.iter
+      (fun ((req, p) as e) -> if !found = None && p == payload then found := Some req else Queue.push e rest)
+      m.pending;
+    Queue.clear m.pending;
+    Queue.transfer rest m.pending;
+    !found
+
+let member_exited t m =
+  if not m.exited then begin
+    m.exited <- true;
+    (match Hashtbl.find_opt t.live m.port with Some m' when m' == m -> Hashtbl.remove t.live m.port | _ -> ());
+    Hashtbl.remove m.client.handles m.handle;
+    Queue.clear m.pending;
+    up t m (Wire.Exit { handle = m.handle })
+  end
+
+let callbacks t m =
+  let handle = m.handle in
+  {
+    Consort_group.Group.view =
+      (fun (v : Consort_group.Group.view_info) ->
+        up t m
+          (Wire.View
+             {
+               handle;
+               vid = v.vid;
+               ltime = v.ltime;
+               rank = v.rank;
+               coordinator = v.coordinator;
+               members = Array.to_list v.members;
+               joined = v.joined;
+               left = v.left;
+               why = List.map (fun id -> match List.assoc_opt id v.why with Some w -> one_line w | None -> "") v.left;
+             }));
+    cast = (fun ~origin s -> up t m (Wire.Cast_up { handle; origin; payload = s }));
+    send = (fun ~origin s -> up t m (Wire.Send_up { handle; origin; payload = s }));
+    block = (fun () -> up t m (Wire.Block { handle }));
+    flow = (fun b -> up t m (Wire.Flow { handle; blocked = b }));
+    exit = (fun () -> member_exited t m);
+  }
+
+let join_member t c ~handle ~group ~props ~params ~flags ~peers =
+  let ( let* ) = Result.bind in
+  let* props =
+    if String.trim props = "" then Ok P.vsync
+    else Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props)
+  in
+  let* () =
+    if List.mem P.Xfer props then Error (Wire.Bad_props, "Xfer needs state callbacks in the member's process: not offered through the daemon")
+    else Ok ()
+  in
+  let privacy = List.mem P.Privacy props and auth = List.mem P.Auth props in
+  let* seal =
+    match t.cfg.seal with
+    | None when privacy || auth -> Error (Wire.Join_failed, "property Auth or Privacy needs the daemon to run with --key FILE")
+    | None -> Ok None
+    | Some (secret, mode) -> Ok (Some (secret, if privacy then Seal.Privacy else mode))
+  in
+  let* layers = Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props) in
+  let* params =
+    if String.trim params = "" then Ok Params.empty
+    else Result.map_error (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e)) (Params.of_string params)
+  in
+  let* () = Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params) in
+  let* peers =
+    Result.map_error (fun e -> (Wire.Bad_address, "peers: " ^ e)) (parse_peers (if peers = [] then t.peers else peers))
+  in
+  let* () = if Hashtbl.mem c.handles handle || handle = Wire.no_handle then Error (Wire.Handle_in_use, Printf.sprintf "handle %d is in use" handle) else Ok () in
+  let* () =
+    if Hashtbl.length c.handles >= t.cfg.max_members then
+      Error (Wire.Overloaded, Printf.sprintf "at most %d members per client" t.cfg.max_members)
+    else Ok ()
+  in
+  let local = Hashtbl.fold (fun port m acc -> if m.group = group && not m.exited then Printf.sprintf "%s:%d" t.ip port :: acc else acc) t.live [] in
+  let peers = List.sort_uniq compare (local @ peers) in
+  let m =
+    {
+      handle;
+      client = c;
+      group;
+      g = None;
+      port = 0;
+      ready = false;
+      early = Queue.create ();
+      report = flags land Wire.flag_report <> 0;
+      pending = Queue.create ();
+      exited = false;
+    }
+  in
+  let on_sent ~vid kind s =
+    if m.report then
+      match take_pending m s with
+      | Some req -> up t m (Wire.Sent { handle; req; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); view = vid })
+      | None -> ()
+  in
+  let on_lost _kind s reason =
+    if m.report then match take_pending m s with Some req -> up t m (Wire.Lost { handle; req; reason = one_line reason }) | None -> ()
+  in
+  let rec try_port i =
+    if i >= t.cfg.ports then Error (Wire.Join_failed, Printf.sprintf "no free port in %s:%d-%d" t.ip t.first_port (t.first_port + t.cfg.ports - 1))
+    else
+      let port = t.first_port + i in
+      if Hashtbl.mem t.live port then try_port (i + 1)
+      else begin
+        m.port <- port;
+        match
+          G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers (S.wrap t.loop seal) ~group
+            ~addr:(Printf.sprintf "%s:%d" t.ip port) (callbacks t m)
+        with
+        | Ok g -> Ok g
+        | Error (Consort_group.Group.Cannot_open _) -> try_port (i + 1)
+        | Error e -> Error (Wire.Join_failed, one_line (Fmt.str "%a" Consort_group.Group.pp_join_error e))
+      end
+  in
+  let* g = try_port 0 in
+  m.g <- Some g;
+  Hashtbl.replace t.live m.port m;
+  Hashtbl.replace c.handles handle m;
+  count t "joins" 1;
+  Ok (m, g)
+
+let with_member t c handle f =
+  match Hashtbl.find_opt c.handles handle with
+  | Some ({ g = Some g; exited = false; _ } as m) -> f m g
+  | _ -> err t c handle Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
+
+let ok t c handle = reply t c (Wire.Ok { handle; value = 0; info = "" })
+
+let request t c (r : Wire.request) =
+  match r with
+  | Hello { min_version; max_version; _ } ->
+      if c.hello then fatal t c Wire.Not_hello "a second HELLO"
+      else if max_version < Wire.min_version || min_version > Wire.version then
+        fatal t c Wire.Version
+          (Printf.sprintf "the client speaks versions %d-%d, the daemon %d-%d" min_version max_version Wire.min_version Wire.version)
+      else begin
+        c.hello <- true;
+        reply t c
+          (Wire.Hello_ok
+             { version = min max_version Wire.version; max_frame = t.cfg.max_frame; max_queue = t.cfg.max_queue; server = "consortd 0.1.0" })
+      end
+  | _ when not c.hello -> fatal t c Wire.Not_hello "the first frame must be HELLO"
+  | Ping { cookie } -> reply t c (Wire.Pong { cookie })
+  | Join { handle; group; props; params; flags; peers } -> (
+      if group = "" then err t c handle Wire.Bad_props "an empty group name"
+      else if t.closing then err t c handle Wire.Overloaded "the daemon is stopping"
+      else
+        match join_member t c ~handle ~group ~props ~params ~flags ~peers with
+        | Error (code, reason) -> err t c handle code reason
+        | Ok (m, g) ->
+            reply t c (Wire.Ok { handle; value = G.max_message g; info = G.me g });
+            m.ready <- true;
+            Queue.iter (emit t c) m.early;
+            Queue.clear m.early)
+  | Leave { handle } ->
+      with_member t c handle (fun _ g ->
+          ok t c handle;
+          G.leave g)
+  | Cast { handle; req; payload } ->
+      with_member t c handle (fun m g ->
+          if m.report then Queue.push (req, payload) m.pending;
+          match G.cast g payload with
+          | Ok () -> ok t c handle
+          | Error e ->
+              if m.report then ignore (take_pending m payload);
+              let code, reason = refusal e in
+              err t c handle code reason)
+  | Send { handle; req; dst; payload } ->
+      with_member t c handle (fun m g ->
+          if m.report then Queue.push (req, payload) m.pending;
+          match G.send g dst payload with
+          | Ok () -> ok t c handle
+          | Error e ->
+              if m.report then ignore (take_pending m payload);
+              let code, reason = refusal e in
+              err t c handle code reason)
+  | Suspect { handle; ids } ->
+      with_member t c handle (fun _ g ->
+          G.suspect g ids;
+          ok t c handle)
+  | Block_ok { handle } -> with_member t c handle (fun _ _ -> ok t c handle)
+  | Switch { handle; props; params } ->
+      with_member t c handle (fun _ g ->
+          let r =
+            let ( let* ) = Result.bind in
+            let* props = Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props) in
+            let* layers = Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props) in
+            let* params =
+              if String.trim params = "" then Ok Params.empty
+              else Result.map_error (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e)) (Params.of_string params)
+            in
+            Result.map_error
+              (fun e -> (Wire.Bad_switch, Fmt.str "%a" Consort_group.Group.pp_switch_error e))
+              (G.switch ~params g layers)
+          in
+          match r with Ok () -> ok t c handle | Error (code, reason) -> err t c handle code (one_line reason))
+
+(* Reads what the client sent and serves every whole frame. *)
+let readable t c =
+  match Unix.read c.fd t.rbuf 0 (Bytes.length t.rbuf) with
+  | 0 -> fail t c "closed" "end of stream"
+  | n ->
+      count t "bytes_in" n;
+      Wire.feed c.framer t.rbuf 0 n;
+      let rec frames () =
+        if c.discard > 0 then c.discard <- c.discard - Wire.skip c.framer c.discard;
+        if (not c.closed) && c.discard = 0 then
+          match Wire.next c.framer with
+          | `Need -> ()
+          | `Empty_frame -> fatal t c Wire.Malformed "a frame of length 0"
+          | `Too_big n ->
+              (* Never buffered: its bytes are dropped as they come, and
+                 its reply says why (the stream stays in step). *)
+              count t "frames_too_big" 1;
+              let handle = Option.value ~default:Wire.no_handle (Wire.peek_u32 c.framer 5) in
+              ignore (Wire.skip c.framer 4);
+              c.discard <- n;
+              if not c.hello then fatal t c Wire.Not_hello "the first frame must be HELLO"
+              else begin
+                let handle = if handle = Wire.no_handle then 0 else handle in
+                err t c handle Wire.Too_big (Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame);
+                frames ()
+              end
+          | `Frame s -> (
+              count t "frames_in" 1;
+              match Wire.decode_request s with
+              | Error e -> fatal t c Wire.Malformed (one_line e)
+              | Ok r ->
+                  request t c r;
+                  frames ())
+      in
+      c.batch <- true;
+      frames ();
+      c.batch <- false;
+      if not c.closed then begin
+        Option.iter Loop.cancel c.flush_timer;
+        flush t c
+      end
+  | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+  | exception Unix.Unix_error (e, _, _) -> fail t c "closed" (Unix.error_message e)
+
+let add_client t fd =
+  Unix.set_nonblock fd;
+  (try Unix.setsockopt_int fd Unix.SO_SNDBUF (1 lsl 20) with Unix.Unix_error _ -> ());
+  t.next_cid <- t.next_cid + 1;
+  let c =
+    {
+      cid = t.next_cid;
+      fd;
+      framer = Wire.framer ~max:t.cfg.max_frame;
+      out = Buffer.create 256;
+      out_off = 0;
+      flush_timer = None;
+      hello = false;
+      closed = false;
+      discard = 0;
+      batch = false;
+      handles = Hashtbl.create 4;
+    }
+  in
+  count t "clients" 1;
+  Hashtbl.replace t.clients c.cid c;
+  if t.closing || Hashtbl.length t.clients > t.cfg.max_clients then
+    fatal t c Wire.Overloaded
+      (if t.closing then "the daemon is stopping" else Printf.sprintf "at most %d clients" t.cfg.max_clients)
+  else Loop.watch t.loop fd (fun () -> if not c.closed then readable t c)
+
+let adopt = add_client
+
+let accept t lfd =
+  match Unix.accept ~cloexec:true lfd with
+  | exception Unix.Unix_error (e, _, _) -> Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
+  | fd, _ -> add_client t fd
+
+let listen_unix path =
+  (* A socket file left by a daemon that is gone is replaced; one a live
+     daemon answers on is not. *)
+  let stale () =
+    match Unix.lstat path with
+    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> Ok ()
+    | { Unix.st_kind = Unix.S_SOCK; _ } -> (
+        let s = Unix.socket ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+        match Unix.connect s (Unix.ADDR_UNIX path) with
+        | () ->
+            Unix.close s;
+            Error (Printf.sprintf "%s: another daemon is listening there" path)
+        | exception Unix.Unix_error _ ->
+            Unix.close s;
+            (try Unix.unlink path with Unix.Unix_error _ -> ());
+            Ok ())
+    | _ -> Error (Printf.sprintf "%s exists and is not a socket" path)
+    | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
+  in
+  match stale () with
+  | Error e -> Error e
+  | Ok () -> (
+      let s = Unix.socket ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+      (* Bound and listening under another name first, then renamed: a
+         client never finds the path without a daemon listening there. *)
+      let tmp = Printf.sprintf "%s.%d.tmp" path (Unix.getpid ()) in
+      match
+        (try Unix.unlink tmp with Unix.Unix_error _ -> ());
+        Unix.bind s (Unix.ADDR_UNIX tmp);
+        Unix.listen s 128;
+        Unix.set_nonblock s;
+        Unix.rename tmp path
+      with
+      | () -> Ok s
+      | exception Unix.Unix_error (e, _, _) ->
+          Unix.close s;
+          (try Unix.unlink tmp with Unix.Unix_error _ -> ());
+          Error (Printf.sprintf "--socket %s: %s" path (Unix.error_message e)))
+
+let listen_tcp addr =
+  match split_addr addr with
+  | Error e -> Error ("--tcp: " ^ e)
+  | Ok (host, port) -> (
+      let ip = Unix.inet_addr_of_string host in
+      let octet0 = int_of_string (List.hd (String.split_on_char '.' host)) in
+      if octet0 <> 127 then Error (Printf.sprintf "--tcp %s: only a loopback address (127.x.x.x): clients are local" addr)
+      else
+        let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_STREAM 0 in
+        match
+          Unix.setsockopt s Unix.SO_REUSEADDR true;
+          Unix.setsockopt s Unix.TCP_NODELAY true;
+          Unix.bind s (Unix.ADDR_INET (ip, port));
+          Unix.listen s 128;
+          Unix.set_nonblock s
+        with
+        | () -> Ok s
+        | exception Unix.Unix_error (e, _, _) ->
+            Unix.close s;
+            Error (Printf.sprintf "--tcp %s: %s" addr (Unix.error_message e)))
+
+let create loop cfg =
+  let ( let* ) = Result.bind in
+  let* ip, first_port = Result.map_error (fun e -> "--bind: " ^ e) (split_addr cfg.bind) in
+  let* () =
+    if ip = "0.0.0.0" || ip = "255.255.255.255" then Error (Printf.sprintf "--bind %s: members need an address peers can reach" cfg.bind)
+    else if first_port = 0 then Error (Printf.sprintf "--bind %s: port 0 picks a port peers cannot know; give one" cfg.bind)
+    else if cfg.ports < 1 || first_port + cfg.ports - 1 > 65535 then Error (Printf.sprintf "--ports %d: not a range of ports from %d" cfg.ports first_port)
+    else Ok ()
+  in
+  let* peers = Result.map_error (fun e -> "--peers: " ^ e) (parse_peers cfg.peers) in
+  let* () = if cfg.socket = None && cfg.tcp = None then Error "give --socket PATH or --tcp 127.0.0.1:PORT" else Ok () in
+  let* () = if cfg.max_frame < 64 || cfg.max_queue < cfg.max_frame then Error "limits: --max-queue must be at least the frame limit" else Ok () in
+  let* lu = match cfg.socket with None -> Ok [] | Some p -> Result.map (fun s -> [ s ]) (listen_unix p) in
+  let* lt =
+    match cfg.tcp with
+    | None -> Ok []
+    | Some a -> (
+        match listen_tcp a with
+        | Ok s -> Ok [ s ]
+        | Error e ->
+            List.iter Unix.close lu;
+            Option.iter (fun p -> try Unix.unlink p with Unix.Unix_error _ -> ()) cfg.socket;
+            Error e)
+  in
+  let t =
+    {
+      loop;
+      cfg;
+      ip;
+      first_port;
+      peers;
+      listeners = lu @ lt;
+      clients = Hashtbl.create 64;
+      next_cid = 0;
+      live = Hashtbl.create 64;
+      counters = Hashtbl.create 16;
+      closing = false;
+      rbuf = Bytes.create 65536;
+    }
+  in
+  List.iter (fun l -> Loop.watch loop l (fun () -> accept t l)) t.listeners;
+  Ok t
+
+let close t ~on_done =
+  if not t.closing then begin
+    t.closing <- true;
+    List.iter
+      (fun l ->
+        Loop.unwatch t.loop l;
+        try Unix.close l with Unix.Unix_error _ -> ())
+      t.listeners;
+    t.listeners <- [];
+    Option.iter (fun p -> try Unix.unlink p with Unix.Unix_error _ -> ()) t.cfg.socket;
+    List.iter (fun c -> fail t c "stopping" "the daemon is stopping") (Hashtbl.fold (fun _ c acc -> c :: acc) t.clients [])
+  end;
+  let deadline = Time.add (Loop.now t.loop) (Time.of_ms 5000) in
+  let rec wait () =
+    if Hashtbl.length t.live = 0 || Loop.now t.loop >= deadline then on_done ()
+    else ignore (Loop.after t.loop (Time.of_ms 20) wait)
+  in
+  wait ()
+
+let run cfg =
+  Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+  let loop = Loop.create () in
+  match create loop cfg with
+  | Error e -> Error e
+  | Ok t ->
+      let stop = ref false and finished = ref false in
+      Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> stop := true));
+      Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> stop := true));
+      let rec poll () =
+        if !stop then close t ~on_done:(fun () -> finished := true) else ignore (Loop.after loop (Time.of_ms 50) poll)
+      in
+      poll ();
+      Loop.run loop ~until:(fun () -> !finished);
+      Ok ()

@@ -1,0 +1,60 @@
+(** consortd: one daemon per machine holding the group stacks of its local
+    clients, who connect over a Unix socket (or TCP on loopback) and speak
+    {!Wire} (see doc/protocol.md).
+
+    Each JOIN makes a member over real UDP ({!Consort_group.Group} on
+    {!Consort_engine.Udp}, sealed with the daemon's key if it has one),
+    bound to the first free port of the daemon's range. A new member looks
+    for the group's other members at the daemon's peers (its [--peers],
+    or the client's) and at the other members of that group on this
+    daemon.
+
+    A client that closes its connection, dies mid-frame, sends bytes that
+    do not decode, goes over the frame limit, or lets more than
+    [max_queue] bytes of upcalls wait unread is failed out: its members
+    leave their groups (a clean leave; the others install a view without
+    them), and its connection is closed. Nothing a client sends or fails
+    to read reaches another client or raises out of the daemon. *)
+
+type config = {
+  socket : string option;  (** a Unix socket path *)
+  tcp : string option;  (** ["127.0.0.1:PORT"]: TCP on loopback *)
+  bind : string;  (** ["IP:PORT"]: the first UDP port of the members' range *)
+  ports : int;  (** the size of that range *)
+  peers : string list;  (** ["IP:PORT"] or ["IP:PORT-PORT"] *)
+  seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
+  max_frame : int;  (** the largest frame body accepted *)
+  max_queue : int;  (** bytes of upcalls a client may leave unread *)
+  max_clients : int;
+  max_members : int;  (** per client *)
+}
+
+val default : config
+(** No socket, UDP from 127.0.0.1:7500 (32 ports), frames up to 1 MiB +
+    1 KiB, 8 MiB of queue per client, 256 clients, 64 members each. *)
+
+val parse_peers : string list -> (string list, string) result
+(** Expands ["IP:PORT-PORT"] ranges (at most 1024 ports in all); one line
+    per error. *)
+
+type t
+
+val create : Consort_engine.Loop.t -> config -> (t, string) result
+(** Checks [config], listens, and serves clients on the loop. *)
+
+val adopt : t -> Unix.file_descr -> unit
+(** [adopt t fd] serves a connected stream socket as a client (for tests
+    and fuzzing: a socketpair). *)
+
+val close : t -> on_done:(unit -> unit) -> unit
+(** Stops accepting, fails every client out (their members leave), and
+    calls [on_done] once every member has exited (or after 5 s). *)
+
+val clients : t -> int
+val members : t -> int
+
+val stats : t -> (string * int) list
+(** Counters: clients accepted and failed (by reason), frames, bytes. *)
+
+val run : config -> (unit, string) result
+(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. *)

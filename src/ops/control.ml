@@ -1,0 +1,47 @@
+type handler = {
+  status : unit -> Yojson.Safe.t;
+  counters : unit -> (string * (string * int) list) list;
+  cast : string -> (unit, string) result;
+  send : string -> string -> (unit, string) result;
+  suspect : string list -> unit;
+  leave : unit -> unit;
+}
+
+let ok = `Assoc [ ("ok", `Bool true) ]
+let error e = `Assoc [ ("error", `String e) ]
+let of_result = function Ok () -> ok | Error e -> error e
+
+let counters_json c = `Assoc (List.map (fun (layer, l) -> (layer, `Assoc (List.map (fun (k, n) -> (k, `Int n)) l))) c)
+
+(* [word line] splits off the first space-separated word. *)
+let word line =
+  match String.index_opt line ' ' with
+  | Some i -> (String.sub line 0 i, String.sub line (i + 1) (String.length line - i - 1))
+  | None -> (line, "")
+
+let shorten s = if String.length s > 40 then String.sub s 0 40 ^ "..." else s
+
+let answer h line =
+  let json =
+    match word line with
+    | "status", "" -> h.status ()
+    | "counters", "" -> counters_json (h.counters ())
+    | "cast", text -> of_result (h.cast text)
+    | "send", rest -> (
+        match word rest with
+        | "", _ -> error "send: which member? (send ID TEXT)"
+        | id, text -> of_result (h.send id text))
+    | "suspect", ids -> (
+        match List.filter (( <> ) "") (String.split_on_char ',' ids) with
+        | [] -> error "suspect: which members? (suspect ID[,ID...])"
+        | l ->
+            h.suspect l;
+            ok)
+    | "leave", "" ->
+        h.leave ();
+        ok
+    | w, _ -> error (Printf.sprintf "unknown request %S (status, counters, cast, send, suspect, leave)" (shorten w))
+  in
+  Yojson.Safe.to_string json
+
+let serve loop path h = Serve.listen ~max_connections:16 ~max_request:(1 lsl 20) loop (Unix.ADDR_UNIX path) Lines (answer h)

@@ -1,0 +1,310 @@
+(* Every command of the consort command line, walked with bad arguments:
+   each must refuse in one line with the documented exit status (see
+   Consort_cli), never with an exception, a backtrace or by running on.
+
+   The commands are found by reading the help pages, so that a command
+   added later without its row in [cases] fails [every command has
+   cases]; every numeric option found on a help page is also given a
+   negative value, which must be refused when the command line is read. *)
+
+(* The binary beside this test in the build tree, wherever it is run from. *)
+let exe =
+  let dir = Filename.dirname Sys.executable_name in
+  let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
+  Filename.concat dir "../../bin/main.exe"
+
+type result = { code : int; out : string; err : string }
+
+(* Runs [exe args] with standard input from /dev/null, killing it after
+   [limit] seconds (a command that runs on is a failure). *)
+let run ?(limit = 20.) args =
+  let tmp_out = Filename.temp_file "cli" ".out" and tmp_err = Filename.temp_file "cli" ".err" in
+  let fd_out = Unix.openfile tmp_out [ O_WRONLY; O_TRUNC ] 0o600 in
+  let fd_err = Unix.openfile tmp_err [ O_WRONLY; O_TRUNC ] 0o600 in
+  let fd_in = Unix.openfile "/dev/null" [ O_RDONLY ] 0 in
+  let pid = Unix.create_process exe (Array.of_list (exe :: args)) fd_in fd_out fd_err in
+  List.iter Unix.close [ fd_in; fd_out; fd_err ];
+  let deadline = Unix.gettimeofday () +. limit in
+  let rec wait () =
+    match Unix.waitpid [ WNOHANG ] pid with
+    | 0, _ ->
+        if Unix.gettimeofday () > deadline then (
+          Unix.kill pid Sys.sigkill;
+          ignore (Unix.waitpid [] pid);
+          -1)
+        else (
+          Unix.sleepf 0.02;
+          wait ())
+    | _, WEXITED c -> c
+    | _, (WSIGNALED _ | WSTOPPED _) -> -2
+  in
+  let code = wait () in
+  let read f =
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    Sys.remove f;
+    s
+  in
+  { code; out = read tmp_out; err = read tmp_err }
+
+let lines s = String.split_on_char '\n' s |> List.filter (fun l -> String.trim l <> "")
+
+let contains s sub =
+  let n = String.length s and m = String.length sub in
+  let rec go i = i + m <= n && (String.sub s i m = sub || go (i + 1)) in
+  go 0
+
+let show args = String.concat " " ("consort" :: args)
+
+(* No trace of a defect on either stream. *)
+let no_defect args r =
+  List.iter
+    (fun bad ->
+      if contains r.err bad || contains r.out bad then
+        Alcotest.failf "%s: %S in its output:\n%s%s" (show args) bad r.out r.err)
+    [ "exception"; "Exception"; "internal error"; "Fatal error"; "Raised at"; "Called from" ];
+  if r.code = -1 then Alcotest.failf "%s: still running after its time limit" (show args);
+  if r.code = -2 then Alcotest.failf "%s: killed by a signal" (show args);
+  if r.code = 125 then Alcotest.failf "%s: exit 125 (internal error):\n%s" (show args) r.err
+
+(* {1 The commands, from the help pages} *)
+
+(* The COMMANDS section of a help page: each entry's name, and whether it
+   is itself a group ("NAME COMMAND ..."). *)
+let subcommands path =
+  let r = run (path @ [ "--help=plain" ]) in
+  if r.code <> 0 then Alcotest.failf "%s --help: exit %d" (show path) r.code;
+  let in_section = ref false in
+  List.filter_map
+    (fun l ->
+      if String.length l > 0 && l.[0] <> ' ' then (
+        in_section := l = "COMMANDS";
+        None)
+      else if !in_section && String.length l > 7 && String.sub l 0 7 = "       " && l.[7] <> ' ' then
+        match String.split_on_char ' ' (String.trim l) with
+        | name :: rest when name <> "" && name.[0] >= 'a' && name.[0] <= 'z' -> Some (name, List.mem "COMMAND" rest)
+        | _ -> None
+      else None)
+    (String.split_on_char '\n' r.out)
+
+let rec leaves path =
+  List.concat_map
+    (fun (name, group) -> if group then leaves (path @ [ name ]) else [ path @ [ name ] ])
+    (subcommands path)
+
+(* The options of a leaf whose value is a number: "--name=DOCV (absent=NUM)"
+   or a required one with a numeric DOCV. *)
+let numeric_options path =
+  let r = run (path @ [ "--help=plain" ]) in
+  let re_num s = match float_of_string_opt s with Some _ -> true | None -> false in
+  String.split_on_char '\n' r.out
+  |> List.filter_map (fun l ->
+         let l = String.trim l in
+         if String.length l < 3 || String.sub l 0 2 <> "--" then None
+         else
+           match String.index_opt l '=' with
+           | None -> None
+           | Some eq -> (
+               let name = String.sub l 0 eq in
+               let rest = String.sub l (eq + 1) (String.length l - eq - 1) in
+               let docv, tail =
+                 match String.index_opt rest ' ' with
+                 | Some sp -> (String.sub rest 0 sp, String.sub rest sp (String.length rest - sp))
+                 | None -> (rest, "")
+               in
+               let absent =
+                 match String.index_opt tail '=' with
+                 | Some i when contains tail "(absent=" ->
+                     let v = String.sub tail (i + 1) (String.length tail - i - 1) in
+                     Some (String.sub v 0 (try String.index v ')' with Not_found -> String.length v))
+                 | _ -> None
+               in
+               let numeric_docv = List.mem docv [ "N"; "BYTES"; "SECONDS"; "MB"; "PORT"; "I"; "R" ] in
+               match absent with
+               | Some v when re_num v && name <> "--seed" -> Some name
+               | None when numeric_docv && name <> "--seed" -> Some name
+               | _ -> None))
+  |> List.sort_uniq compare
+
+(* {1 The cases} *)
+
+let tmp = Filename.get_temp_dir_name ()
+let existing = "/etc/hostname"
+let missing = Filename.concat tmp "consort-cli-no-such-dir/x"
+let bad_cap = "cap1:AAAA"
+
+(* For each leaf: arguments that make a complete, valid command line (so
+   that a numeric option's error is the one reported), and bad invocations
+   with the exit status they must give: 2 refused at run time, 124 refused
+   when the command line is read. *)
+let cases : (string list * string list * (string list * int) list) list =
+  [
+    ([ "bench"; "checksum" ], [], []);
+    ([ "bench"; "failover" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
+    ([ "bench"; "fs" ], [], [ ([ "--size"; "0" ], 124) ]);
+    ([ "bench"; "join" ], [], [ ([ "--sizes"; "x" ], 124) ]);
+    ([ "bench"; "kv" ], [], [ ([ "--clients"; "0" ], 124) ]);
+    ([ "bench"; "layering" ], [], [ ([ "--iterations"; "0" ], 124) ]);
+    ( [ "bench"; "peer" ],
+      [ "--index"; "0"; "--addrs"; "127.0.0.1:1,127.0.0.1:2"; "--kind"; "rtt" ],
+      [ ([ "--index"; "0"; "--addrs"; "nonsense"; "--kind"; "rtt" ], 2) ] );
+    ([ "bench"; "rpc" ], [], [ ([ "--calls"; "0" ], 124) ]);
+    ([ "bench"; "rtt" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
+    ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
+    ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
+    ([ "bench"; "throughput" ], [], [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ]);
+    ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
+    ([ "cap"; "fs"; "fsck" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; existing ], 2) ]);
+    ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
+    ([ "cap"; "fs"; "put" ], [ "--server"; bad_cap; existing ], [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ]);
+    ([ "cap"; "fs"; "serve" ], [ "--data"; missing ], [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ([ "cap"; "fs"; "revoke" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
+    ([ "cap"; "fs"; "size" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
+    ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
+    ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
+    ([ "cap"; "status" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
+    ([ "check-logs" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ]);
+    ([ "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
+    ([ "demo" ], [], [ ([ "--limit"; "0" ], 124) ]);
+    ([ "keygen" ], [ missing ], [ ([ missing ], 2); ([ existing ], 2) ]);
+    ([ "kv"; "cas" ], [ "k"; "a"; "b"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "a"; "b"; "--servers"; "bad" ], 2) ]);
+    ([ "kv"; "check" ], [ existing ], [ ([ missing ], 124); ([ existing ], 2) ]);
+    ([ "kv"; "del" ], [ "k"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "--servers"; "bad" ], 2) ]);
+    ([ "kv"; "get" ], [ "k"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "--servers"; "bad" ], 2); ([ "k"; "--servers"; "127.0.0.1:99999" ], 2) ]);
+    ([ "kv"; "put" ], [ "k"; "v"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "v"; "--servers"; "bad" ], 2) ]);
+    ( [ "kv"; "serve" ],
+      [ "--group"; "g"; "--data"; missing; "--bind"; "127.0.0.1:1"; "--listen"; "127.0.0.1:2" ],
+      [
+        ([ "--group"; "g"; "--data"; missing; "--bind"; "127.0.0.1:7"; "--listen"; "127.0.0.1:8" ], 2);
+        ([ "--group"; "g"; "--data"; tmp; "--bind"; "nowhere"; "--listen"; "127.0.0.1:8" ], 2);
+      ] );
+    ([ "kv"; "shell" ], [ "--servers"; "127.0.0.1:1" ], [ ([ "--servers"; "bad" ], 2) ]);
+    ( [ "mcast-peer" ],
+      [ "--rank"; "0"; "--members"; "127.0.0.1:1,127.0.0.1:2" ],
+      [ ([ "--rank"; "0"; "--members"; "nonsense" ], 2); ([ "--rank"; "0"; "--members"; "127.0.0.1:1"; "--loss"; "2" ], 124) ] );
+    ( [ "member" ],
+      [ "--group"; "g" ],
+      [
+        ([ "--group"; "g"; "--bind"; "999.1.1.1:5" ], 2);
+        ([ "--group"; "g"; "--bind"; "192.0.2.1:5000" ], 2);
+        ([ "--group"; "g"; "--key"; missing ], 2);
+        ([ "--group"; "g"; "--log"; missing ], 2);
+        ([ "--group"; "g"; "--params"; "no.such=1" ], 2);
+        ([ "--group"; "g"; "--peers"; "bad" ], 2);
+        ([ "--group"; "g"; "--props"; "Bogus" ], 124);
+      ] );
+    ([ "net"; "up" ], [ "--tap"; "consort-none"; "--ip"; "10.9.0.2/24" ], [ ([ "--tap"; "consort-none"; "--ip"; "nonsense" ], 2) ]);
+    ([ "params" ], [], []);
+    ([ "sim" ], [ "--scenario"; "vsync-crash" ], [ ([ "--scenario"; "no-such" ], 2); ([ "--scenario"; "vsync-crash"; "--params"; "no.such=1" ], 2) ]);
+    ([ "stack" ], [], [ ([ "--props"; "Bogus" ], 124) ]);
+    ([ "status" ], [ "--control"; missing ], [ ([ "--control"; missing ], 2); ([ "--control"; existing ], 2) ]);
+    ([ "counters" ], [ "--control"; missing ], [ ([ "--control"; missing ], 2) ]);
+    ([ "cast" ], [ "--control"; missing; "x" ], [ ([ "--control"; missing; "x" ], 2); ([ "--control"; missing; "two\nlines" ], 2) ]);
+    ([ "send" ], [ "--control"; missing; "id"; "x" ], [ ([ "--control"; missing; "id"; "x" ], 2); ([ "--control"; missing; "a b"; "x" ], 2) ]);
+    ( [ "member" ],
+      [ "--group"; "g"; "--control"; missing ],
+      [ ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--control"; missing ], 2); ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--metrics"; "nowhere" ], 2) ] );
+  ]
+
+let find path = List.find_opt (fun (p, _, _) -> p = path) cases
+
+(* Internal commands, started by the demo and the benchmarks: they exist
+   but are left out of their parent's list of commands. *)
+let hidden = [ [ "mcast-peer" ]; [ "bench"; "peer" ] ]
+
+(* {1 The tests} *)
+
+let every_command_has_cases () =
+  let all = leaves [] in
+  if List.length all < 20 then Alcotest.failf "only %d commands found in the help pages" (List.length all);
+  List.iter
+    (fun path -> if find path = None then Alcotest.failf "%s has no row in the CLI test's cases" (show path))
+    all;
+  List.iter
+    (fun (p, _, _) ->
+      if List.mem p hidden then (
+        if List.mem p all then Alcotest.failf "%s is internal but listed in the help" (show p))
+      else if not (List.mem p all) then Alcotest.failf "%s is in the cases but not in the help" (show p))
+    cases
+
+(* A refusal at run time: exit 2 and one line on standard error that
+   names the command. *)
+let check_refused path args expected =
+  let args = path @ args in
+  let r = run args in
+  no_defect args r;
+  if r.code <> expected then Alcotest.failf "%s: exit %d, expected %d\n%s%s" (show args) r.code expected r.out r.err;
+  (* The key-value client commands answer on standard output, one line
+     ("error: REASON"), as their documented form says. *)
+  let err = match (lines r.err, lines r.out) with [], [ l ] when String.length l > 6 && String.sub l 0 6 = "error:" -> [ l ] | e, _ -> e in
+  if expected = 2 then (
+    (match err with
+    | [ l ] ->
+        if not (String.length l > 7 && (String.sub l 0 7 = "consort" || String.sub l 0 6 = "error:")) then
+          Alcotest.failf "%s: the error does not say which command: %S" (show args) l
+    | [] -> Alcotest.failf "%s: exit 2 without a word on standard error" (show args)
+    | l -> Alcotest.failf "%s: %d lines on standard error, expected one:\n%s" (show args) (List.length l) r.err))
+  else if err = [] then Alcotest.failf "%s: exit %d without a word on standard error" (show args) r.code
+
+let bad_arguments () =
+  List.iter (fun (path, _, bad) -> List.iter (fun (args, code) -> check_refused path args code) bad) cases
+
+let unknown_option () =
+  List.iter
+    (fun (path, base, _) ->
+      let args = path @ base @ [ "--no-such-option" ] in
+      let r = run args in
+      no_defect args r;
+      if r.code <> 124 then Alcotest.failf "%s: exit %d, expected 124" (show args) r.code;
+      if not (contains r.err "unknown option") then Alcotest.failf "%s: %S" (show args) r.err)
+    cases
+
+let negative_numbers () =
+  let checked = ref 0 in
+  List.iter
+    (fun (path, base, _) ->
+      List.iter
+        (fun opt ->
+          let args = path @ base @ [ opt ^ "=-1" ] in
+          let r = run args in
+          no_defect args r;
+          incr checked;
+          (* Refused when read (124), or at once with a line naming it (2). *)
+          if r.code <> 124 && r.code <> 2 then Alcotest.failf "%s: exit %d, expected 124 or 2\n%s%s" (show args) r.code r.out r.err;
+          let bare = String.sub opt 2 (String.length opt - 2) in
+          if not (contains r.err bare) then Alcotest.failf "%s: the error does not name %s: %S" (show args) opt r.err)
+        (numeric_options path))
+    cases;
+  if !checked < 30 then Alcotest.failf "only %d numeric options found" !checked
+
+let help_everywhere () =
+  List.iter
+    (fun (path, _, _) ->
+      let r = run (path @ [ "--help=plain" ]) in
+      if r.code <> 0 then Alcotest.failf "%s --help: exit %d" (show path) r.code;
+      (* The documented convention, not cmdliner's default list. *)
+      if not (contains r.out "EXIT STATUS" && contains r.out "refused") then
+        Alcotest.failf "%s --help does not document the exit statuses" (show path);
+      (* An EXAMPLES section with at least one command line of this command. *)
+      match String.split_on_char '\n' r.out |> List.map String.trim with
+      | ls ->
+          let rec after = function [] -> [] | "EXAMPLES" :: rest -> rest | _ :: rest -> after rest in
+          let ex = after ls in
+          let prefix = show path in
+          if not (List.exists (fun l -> String.length l >= String.length prefix && String.sub l 0 (String.length prefix) = prefix || contains l ("| " ^ prefix)) ex)
+          then Alcotest.failf "%s --help has no EXAMPLES section with a %s command line" (show path) prefix)
+    cases
+
+let () =
+  Alcotest.run "cli"
+    [
+      ( "commands",
+        [
+          Alcotest.test_case "every command has cases" `Quick every_command_has_cases;
+          Alcotest.test_case "bad arguments: one line, the documented status" `Quick bad_arguments;
+          Alcotest.test_case "an unknown option: 124" `Quick unknown_option;
+          Alcotest.test_case "negative numbers refused when read" `Quick negative_numbers;
+          Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick help_everywhere;
+        ] );
+    ]
