@@ -518,7 +518,7 @@ let group_tput cfg =
         else on_cast ~origin (Cstruct.to_string cs)
       in
       let tr = transport loop ~params:cfg.params cfg.props in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ?rekey:(S.rekey tr) ~on_bytes ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb with
+      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~on_bytes ?rekey:(S.rekey tr) ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;

@@ -115,20 +115,17 @@ let slowest r =
     infinity r.members
 
 (* The median run by its slowest receiver; a failed run is the result. *)
-let summarize rows =
-  match List.find_opt (fun r -> not r.ok) rows with
-  | Some r -> r
-  | None ->
-      let sorted = List.sort (fun a b -> Float.compare (slowest a) (slowest b)) rows in
-      let median = List.nth sorted (List.length sorted / 2) in
-      { median with runs = List.map slowest rows }
-
 let repeat reps f =
   let rec go acc k =
     if k = 0 then Ok (List.rev acc)
     else match f () with Error e -> Error e | Ok r when not r.ok -> Ok [ r ] | Ok r -> go (r :: acc) (k - 1)
   in
-  Result.map summarize (go [] (max 1 reps))
+  match go [] (max 1 reps) with
+  | Error e -> Error e
+  | Ok rows ->
+      let sorted = List.sort (fun a b -> Float.compare (slowest a) (slowest b)) rows in
+      let median = List.nth sorted (List.length sorted / 2) in
+      Ok { median with runs = List.map slowest rows }
 
 let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "")
     ?(stacks = [ ("group cast", "vsync", "") ]) ?(members = 3) ?(deadline = 30.) ?(reps = 3) () =
@@ -141,26 +138,18 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
     | Error e -> Error e
     | Ok r ->
         let join a b = if a = "" then b else if b = "" then a else a ^ "," ^ b in
-        let runs = Array.of_list (List.concat_map (fun st -> List.map (fun s -> (st, s)) senders) stacks) in
-        (* Round by round, each configuration once a round, so that a change
-           of the machine's load weighs on all of them alike. *)
-        let rows = Array.make (Array.length runs) [] in
-        let rec round k =
-          if k = 0 then Ok ()
-          else
-            let rec each i =
-              if i >= Array.length runs then Ok ()
-              else
-                let (label, props, extra), s = runs.(i) in
-                match group ~label ~props ~exe ~count ~size ~senders:s ~params:(join params extra) ~deadline () with
-                | Error e -> Error e
-                | Ok row ->
-                    rows.(i) <- row :: rows.(i);
-                    each (i + 1)
-            in
-            Result.bind (each 0) (fun () -> round (k - 1))
+        let runs = List.concat_map (fun st -> List.map (fun s -> (st, s)) senders) stacks in
+        let rec go acc = function
+          | [] -> Ok (List.rev acc)
+          | ((label, props, extra), s) :: rest -> (
+              match
+                repeat reps (fun () ->
+                    group ~label ~props ~exe ~count ~size ~senders:s ~params:(join params extra) ~deadline ())
+              with
+              | Error e -> Error e
+              | Ok row -> go (row :: acc) rest)
         in
-        Result.map (fun () -> r :: Array.to_list (Array.map (fun l -> summarize (List.rev l)) rows)) (round (max 1 reps))
+        go [ r ] runs
 
 let mb row m = rate row m *. float row.size /. 1e6
 
@@ -218,6 +207,7 @@ let pp_table ppf rows =
           (100. *. float (want - got) /. float (max 1 want))
       end)
     rows;
+  pp_ratios ppf rows;
   (* Each group row beside the first group row of as many senders (the
      plain stack), median runs: the cost of what it adds. *)
   let med r = Stats.median (Array.of_list r.runs) in
@@ -229,8 +219,7 @@ let pp_table ppf rows =
             (if r.senders = 1 then "" else "s")
             (100. *. med r /. med b) b.kind (100. *. (1. -. (med r /. med b)))
       | _ -> ())
-    rows;
-  pp_ratios ppf rows
+    rows
 
 let to_json rows =
   let f = Stats.json_float in

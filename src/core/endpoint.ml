@@ -23,6 +23,7 @@ module Make (T : Transport.S) = struct
       conn : T.connection;
       stack : Stack.t Lazy.t;
       addrs : T.address array;
+      others : T.address list;  (* where a cast goes: every address but this member's *)
       mutable scheduled : Time.t;
       mutable timer : T.timer option;
       mutable stopped : bool;
@@ -67,10 +68,7 @@ module Make (T : Transport.S) = struct
         match dst with
         | Event.Send r when r >= 0 && r < Array.length t.addrs -> report t (T.send t.conn ~dst:t.addrs.(r) msg)
         | Event.Send r -> Log.err (fun m -> m "send to rank %d outside the view" r)
-        | Event.Cast ->
-            let me = (Stack.view (stack t)).View.rank in
-            let dsts = List.filteri (fun i _ -> i <> me) (Array.to_list t.addrs) in
-            report t (T.cast t.conn ~dsts msg)
+        | Event.Cast -> report t (T.cast t.conn ~dsts:t.others msg)
       end;
       Msg.release msg
 
@@ -93,6 +91,7 @@ module Make (T : Transport.S) = struct
                 conn;
                 stack = Lazy.from_val st;
                 addrs;
+                others = List.filteri (fun i _ -> i <> view.View.rank) (Array.to_list addrs);
                 scheduled = max_int;
                 timer = None;
                 stopped = false;
@@ -103,9 +102,27 @@ module Make (T : Transport.S) = struct
             reschedule t;
             Ok t
 
-    let recv t v = if t.stopped then Iovec.release v else guard t (fun () -> Stack.recv (stack t) (Msg.of_iovec v))
-    let cast t msg = if t.stopped then Msg.release msg else guard t (fun () -> Stack.cast (stack t) msg)
-    let send t r msg = if t.stopped then Msg.release msg else guard t (fun () -> Stack.send (stack t) r msg)
+    (* As [guard], without a closure per message. *)
+    let recv t v =
+      if t.stopped then Iovec.release v
+      else begin
+        Stack.recv (stack t) (Msg.of_iovec v);
+        reschedule t
+      end
+
+    let cast t msg =
+      if t.stopped then Msg.release msg
+      else begin
+        Stack.cast (stack t) msg;
+        reschedule t
+      end
+
+    let send t r msg =
+      if t.stopped then Msg.release msg
+      else begin
+        Stack.send (stack t) r msg;
+        reschedule t
+      end
     let dn_ctl t e = guard t (fun () -> Stack.dn_ctl (stack t) e)
 
     let halt t =

@@ -32,8 +32,9 @@ type 'h out = {
   dn : Event.dst -> 'h -> Msg.t -> unit;  (** send a message below, with this header *)
   dn_ctl : Event.dn_ctl -> unit;
   alarm : Time.t -> unit;
-      (** [alarm t]: call my [timer] at or soon after [t] (all layers are
-          called at each alarm; each checks its own deadlines) *)
+      (** [alarm t]: call my [timer] at or soon after [t]. A layer's timer
+          runs only when a time it asked for has come (the earliest of
+          them), and then once: it asks again for whatever it still needs. *)
 }
 
 module type S = sig

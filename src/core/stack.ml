@@ -19,6 +19,7 @@ type node = {
 type t = {
   view : View.t;
   nodes : node array;  (* bottom first *)
+  dues : Time.t array;  (* when each node asked its timer to run; [max_int]: not asked *)
   mutable next_alarm : Time.t;
   names : string list;
 }
@@ -57,7 +58,7 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
-let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes i ~net ~app (module L : Layer.S) =
+let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes dues i ~net ~app (module L : Layer.S) =
   let n = Array.length nodes in
   let garbage = ref 0 in
   let out : L.header Layer.out =
@@ -79,6 +80,7 @@ let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes i ~net ~app (module L : 
             | _ -> ());
       alarm =
         (fun at ->
+          if at < dues.(i) then dues.(i) <- at;
           let st = Lazy.force st in
           if at < st.next_alarm then st.next_alarm <- at);
     }
@@ -118,10 +120,11 @@ let create ?requires (ctx : Layer.ctx) layers ~net ~app =
         }
       in
       let nodes = Array.make n dummy in
+      let dues = Array.make n max_int in
       let st =
-        lazy { view = ctx.view; nodes; next_alarm = max_int; names = List.map Layer.name layers }
+        lazy { view = ctx.view; nodes; dues; next_alarm = max_int; names = List.map Layer.name layers }
       in
-      Array.iteri (fun i l -> nodes.(i) <- instantiate ctx st nodes i ~net ~app l) bottom_up;
+      Array.iteri (fun i l -> nodes.(i) <- instantiate ctx st nodes dues i ~net ~app l) bottom_up;
       Ok (Lazy.force st)
 
 let top t = t.nodes.(Array.length t.nodes - 1)
@@ -130,9 +133,19 @@ let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
 let recv t msg = t.nodes.(0).up Event.Raw msg
 
+(* Only the layers whose alarm is due run; each asks again for what it
+   still needs. A layer's timer may make another ask for a time already
+   past: [next_alarm] then says so and the driver comes back at once. *)
 let timer t now =
-  t.next_alarm <- max_int;
-  Array.iter (fun n -> n.timer now) t.nodes
+  for i = 0 to Array.length t.nodes - 1 do
+    if t.dues.(i) <= now then begin
+      t.dues.(i) <- max_int;
+      t.nodes.(i).timer now
+    end
+  done;
+  let next = ref max_int in
+  Array.iter (fun (d : Time.t) -> if d < !next then next := d) t.dues;
+  t.next_alarm <- !next
 
 let next_alarm t = t.next_alarm
 let view t = t.view

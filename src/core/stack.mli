@@ -37,8 +37,9 @@ val recv : t -> Msg.t -> unit
 (** [recv t msg] hands a datagram from the transport to the lowest layer. *)
 
 val timer : t -> Time.t -> unit
-(** [timer t now] runs every layer's timer. Drivers call it once [now] has
-    reached {!next_alarm}. *)
+(** [timer t now] runs the timer of each layer whose alarm is due at
+    [now] (not the others). Drivers call it once [now] has reached
+    {!next_alarm}. *)
 
 val next_alarm : t -> Time.t
 (** The earliest time a layer asked to be called at; [max_int] if none. *)

@@ -353,6 +353,8 @@ module Make (T : Transport.S) = struct
     else if c.limit = 0 then direct c { (new_queue ()) with dst = Some dst } msg
     else enqueue c (send_queue c dst) msg
 
+  let send_alone c ~dst msg = if c.closed then Error `Closed else direct c { (new_queue ()) with dst = Some dst } msg
+
   let cast c ~dsts msg =
     if c.closed then Error `Closed
     else if c.limit = 0 then direct c { (new_queue ()) with dsts } msg

@@ -104,6 +104,12 @@ module Make (T : Consort.Transport.S) : sig
   (** The connection of [T] underneath (for its own controls and
       counters). *)
 
+  val send_alone : connection -> dst:address -> Consort.Msg.t -> (unit, Consort.Transport.error) result
+  (** [send_alone c ~dst msg] sends [msg] at once, in no bundle, ahead of
+      what [c] holds (the group runtime's side channel: a transport
+      underneath may treat it apart from the stacks' traffic, as the seal
+      does with per-view keys). *)
+
   val flush : connection -> unit
   (** [flush c] sends what [c] holds now, without waiting for the end of
       the step. *)

@@ -123,8 +123,10 @@ let index_where p l =
   go 0 l
 
 module Make (T : Transport.S) = struct
-  (* Every datagram of the member, its stacks' and the side channel's,
-     goes through one bundler, so each destination gets them in order. *)
+  (* The stacks' datagrams go through one bundler. The side channel's go
+     alone and at once: a transport underneath may seal them apart (the
+     seal's per-view keys), and the protocols expect no order between
+     them and the stacks' datagrams, which the network may reorder. *)
   module B = Bundle.Make (T)
   module Ep = Endpoint.Make (B)
   type cur = {
@@ -234,7 +236,7 @@ module Make (T : Transport.S) = struct
 
   let side_send t dst v =
     let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Side.codec v)) in
-    report t (B.send (conn t) ~dst msg);
+    report t (B.send_alone (conn t) ~dst msg);
     Msg.release msg
 
   let addr_of t s =
