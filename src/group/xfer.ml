@@ -347,14 +347,19 @@ let decide_durable t v d =
   done;
   let giver = !giver and top = hs.(!giver).age in
   let me = v.rank in
+  (* A member of the greatest age whose position is not the giver's holds
+     another state of that age (members that ended a view apart each
+     applied their part of it, then what had no place in the order, in
+     the same epoch): it takes the giver's too. *)
+  let behind r = hs.(r).age < top || (r <> giver && hs.(r).pos <> hs.(giver).pos) in
   d.on_decision (Array.map (fun h -> h.pos) hs);
-  if hs.(me).age = top then begin
+  if not (behind me) then begin
     if me = giver then begin
       let made = Hashtbl.create 4 in
       v.givings <-
         List.filter_map
           (fun r ->
-            if hs.(r).age = top then None
+            if not (behind r) then None
             else
               let pos = hs.(r).pos in
               let snap =

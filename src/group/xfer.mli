@@ -104,7 +104,9 @@ type app = {
 
     With it, at each view: every member's hello carries its age and
     position; the greatest age wins, and the member of least rank holding
-    it gives [take_for position] to each member of a lesser age (the
+    it gives [take_for position] to each member of a lesser age, or of
+    the same age at another position (a state of that age but not the
+    same one: members that ended a view apart) (the
     writes it misses when its log is a prefix of the giver's, a full
     snapshot otherwise: the application decides), in chunks under the same
     window; the receiver holds its deliveries until it has it and calls

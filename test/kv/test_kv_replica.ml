@@ -168,6 +168,39 @@ let too_old_gets_snapshot () =
   Alcotest.(check int) "one state" 1 (List.length (List.sort_uniq compare d));
   finish w
 
+(* Two replicas whose logs have the same epoch and length but end with
+   different writes (members that ended a view apart, each applying its
+   part of it, in the same epoch; then one restarted from its disk): they
+   hold states of one age that are not the same state. When they form a
+   view, one takes the other's: they must not go on as two stores. *)
+let same_age_other_state () =
+  let w = world "same-age" in
+  let prepare i v =
+    let store, _ = Result.get_ok (Store.open_ (Filename.concat w.dir (List.nth w.addrs i))) in
+    Store.promise_to store 1;
+    Store.start_epoch store 1;
+    ignore (Store.execute store { Store.client = 1L; req = 1; op = Op.Put ("k", "base") });
+    ignore (Store.execute store { Store.client = Int64.of_int (2 + i); req = 1; op = Op.Put ("k", v) });
+    Store.sync store;
+    Store.close store
+  in
+  prepare 0 "from-r0";
+  prepare 1 "from-r1";
+  start w 0;
+  start w 1;
+  run w (s 8.);
+  let st i = snd (Option.get w.reps.(i)) in
+  Alcotest.(check (pair int int)) "same age" (Store.epoch (st 0), Store.seq (st 0)) (Store.epoch (st 1), Store.seq (st 1));
+  Alcotest.(check bool) "one state" true (Machine.digest (Store.machine (st 0)) = Machine.digest (Store.machine (st 1)));
+  let read i = call w i ~client:(Int64.of_int (10 + i)) ~req:1 (Op.Get "k") in
+  let r0 = read 0 and r1 = read 1 in
+  (match r0 with Some (Wire.Done (Op.Value _)) -> () | o -> Alcotest.failf "read through r0: %a" Fmt.(option Wire.pp_outcome) o);
+  Alcotest.(check (option outcome)) "both read the same value" r0 r1;
+  Alcotest.(check int) "one of them took the other's state" 1
+    (let a, b = R.transfers (rep w 0) and c, d = R.transfers (rep w 1) in
+     a + b + c + d);
+  finish w
+
 let fuzz =
   QCheck.Test.make ~count:2000 ~name:"decoders never raise" QCheck.(string_gen_of_size Gen.(0 -- 200) Gen.char) (fun s ->
       ignore (Wire.decode s);
@@ -220,6 +253,7 @@ let () =
           Alcotest.test_case "a cut-off sequencer answers nothing" `Quick cut_off_sequencer;
           Alcotest.test_case "a restarted replica catches up; retries once" `Quick restart_catches_up;
           Alcotest.test_case "a log too old: a snapshot" `Quick too_old_gets_snapshot;
+          Alcotest.test_case "same age, another state: one is taken" `Quick same_age_other_state;
         ] );
       ( "wire",
         [
