@@ -76,7 +76,11 @@ let failover () =
   match r.reps with
   | [ rep ] ->
       Alcotest.(check int) "both survivors timed" 2 (Array.length rep.detect_ms);
-      Array.iter (between "kill to view ms" 800. 4000.) rep.detect_ms
+      (* Silence counts from the last datagram heard, which on a loaded
+         machine can come a few hundred ms before the kill (the victim was
+         not scheduled): the lower bound only rules out a detector that
+         does not wait for the timeout at all. *)
+      Array.iter (between "kill to view ms" 200. 4000.) rep.detect_ms
   | _ -> Alcotest.fail "one run"
 
 let rtt () =
