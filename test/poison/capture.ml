@@ -104,3 +104,25 @@ let counters out =
         (List.tl (String.split_on_char ' ' l))
 
 let get cs k = Option.value ~default:0 (List.assoc_opt k cs)
+
+(* [contains s sub]: whether [sub] occurs in [s]. *)
+let contains s sub =
+  let n = String.length s and k = String.length sub in
+  let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
+  go 0
+
+(* Sends each datagram to each loopback port of [targets], ignoring errors
+   (a port with no member is part of the attack). *)
+let send_all targets datagrams =
+  let sock = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  Fun.protect
+    ~finally:(fun () -> Unix.close sock)
+    (fun () ->
+      List.iter
+        (fun d ->
+          List.iter
+            (fun p ->
+              try ignore (Unix.sendto_substring sock d 0 (String.length d) [] (Unix.ADDR_INET (Unix.inet_addr_loopback, p)))
+              with Unix.Unix_error _ -> ())
+            targets)
+        datagrams)

@@ -9,25 +9,8 @@ open Capture
 module Vsync = Consort_spec.Vsync
 module Seal = Consort_seal.Seal
 
-let contains s sub =
-  let n = String.length s and k = String.length sub in
-  let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
-  go 0
 
 
-let send_all targets datagrams =
-  let sock = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Fun.protect
-    ~finally:(fun () -> Unix.close sock)
-    (fun () ->
-      List.iter
-        (fun d ->
-          List.iter
-            (fun p ->
-              try ignore (Unix.sendto_substring sock d 0 (String.length d) [] (Unix.ADDR_INET (Unix.inet_addr_loopback, p)))
-              with Unix.Unix_error _ -> ())
-            targets)
-        datagrams)
 
 let outsider () =
   let dir = temp_dir () in
