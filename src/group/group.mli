@@ -374,7 +374,9 @@ module Make (T : Consort.Transport.S) : sig
       {!send}, sends dropped at a view change, datagrams the transport
       failed to send, Installs refused for want of a view key that opens
       (["no_view_key"]), messages handed to a view's stack (["sent"]) and
-      delivered to the application (["delivered"])); then each layer's in the current view's stack (each
+      delivered to the application (["delivered"]), this member's moves
+      (["moves"]), other members' moves refused (["move_refused"]) and
+      migration messages malformed or of another group (["move_garbage"])); then each layer's in the current view's stack (each
       view has a stack of its own), except Bottom's, which count dropped
       datagrams by reason and are summed since the member joined
       (["garbage"]: no layer could decode it; ["wrong_group"]: another
