@@ -240,7 +240,7 @@ let over_udp () =
   let loop = Loop.create () in
   let n = 3 in
   let got = Array.make n [] and views = Array.make n 0 in
-  let member i peers =
+  let member i addr peers =
     let cb =
       {
         Group.view = (fun _ -> views.(i) <- views.(i) + 1);
@@ -251,15 +251,20 @@ let over_udp () =
         exit = ignore;
       }
     in
-    match UG.join ~layers ~peers loop ~group:"udp-movers" ~addr:"127.0.0.1:0" cb with
+    match UG.join ~layers ~peers loop ~group:"udp-movers" ~addr cb with
     | Ok g -> g
     | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e
   in
-  let g0 = member 0 [] in
-  let a0 = UG.address g0 in
-  let g1 = member 1 [ a0 ] in
-  let g2 = member 2 [ a0 ] in
-  let gs = [| g0; g1; g2 |] in
+  (* Three free ports, so that each member has the others as peers. *)
+  let free () =
+    let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+    Fun.protect ~finally:(fun () -> Unix.close s) (fun () ->
+        Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+        match Unix.getsockname s with Unix.ADDR_INET (_, p) -> Printf.sprintf "127.0.0.1:%d" p | _ -> assert false)
+  in
+  let addrs = List.init n (fun _ -> free ()) in
+  let gs = Array.of_list (List.mapi (fun i a -> member i a (List.filter (( <> ) a) addrs)) addrs) in
+  let g0 = gs.(0) and g1 = gs.(1) and g2 = gs.(2) in
   let wait what secs cond =
     let t0 = Unix.gettimeofday () in
     Loop.run ~until:cond ~timeout:(Time.of_sec secs) loop;
