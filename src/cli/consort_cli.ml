@@ -97,6 +97,12 @@ let table =
       [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
         ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
+    ( "cap exec",
+      [ ("Run a stored bytecode program on a process server, with this terminal:", "consort cap exec cap1:SERVER... cap1:PROGRAM... arg1 arg2");
+        ("With limits and a named capability, no input:", "consort cap exec -n --cpu 10 --memory 256 --cap data=cap1:... cap1:SERVER... cap1:PROGRAM...") ] );
+    ("cap kill", [ ("Interrupt a process, then kill it:", "consort cap kill --signal INT cap1:PROCESS...") ]);
+    ("cap proc serve", [ ("Serve processes, fetching programs from a file server on 127.0.0.1:7700:", "consort cap proc serve --data /var/lib/consort/proc --locate 127.0.0.1:7700") ]);
+    ("cap ps", [ ("A process server's processes:", "consort cap ps cap1:SERVER...") ]);
     ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
     ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
     ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);

@@ -164,6 +164,10 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
     ([ "cap"; "status" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
+    ([ "cap"; "exec" ], [ bad_cap; bad_cap ], [ ([ "not-a-cap"; bad_cap ], 2); ([ bad_cap; "x" ], 2); ([ "--cpu"; "0"; bad_cap; bad_cap ], 124) ]);
+    ([ "cap"; "kill" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap; "--signal"; "NOPE" ], 2) ]);
+    ([ "cap"; "proc"; "serve" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ([ "cap"; "ps" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "check-logs" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ]);
     ([ "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "demo" ], [], [ ([ "--limit"; "0" ], 124) ]);
