@@ -96,6 +96,9 @@ let table =
     ( "bench throughput",
       [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
         ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
+    ("cap boot check", [ ("Check a declaration file and list its services in starting order:", "consort cap boot check /etc/consort/boot.decl") ]);
+    ( "cap boot serve",
+      [ ("Start and watch the services of this host:", "consort cap boot serve --decl /etc/consort/boot.decl --data /var/lib/consort/boot --bind 127.0.0.1:7690") ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
     ( "cap exec",
       [ ("Run a stored bytecode program on a process server, with this terminal:", "consort cap exec cap1:SERVER... cap1:PROGRAM... arg1 arg2");

@@ -154,6 +154,8 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
     ([ "bench"; "throughput" ], [], [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ]);
+    ([ "cap"; "boot"; "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
+    ([ "cap"; "boot"; "serve" ], [ "--decl"; missing; "--data"; tmp ], [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ]);
     ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "fs"; "fsck" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; existing ], 2) ]);
     ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
