@@ -247,3 +247,140 @@ let kill =
   Cmd.v
     (Consort_cli.info ~path:"cap kill" "kill" ~exits ~envs ~doc:"Send a signal to a process (SIGTERM by default).")
     (configured @@ Term.(const (fun l p s () -> kill l p s) $ locate $ proc $ signal))
+
+(* consort bench proc: starting a program through the process server beside
+   starting ocamlrun locally, in the same run. *)
+
+let bench_proc rounds json =
+  let exe = Sys.executable_name in
+  let dir = Filename.temp_file "consort-bench-proc" "" in
+  Sys.remove dir;
+  Unix.mkdir dir 0o700;
+  let rec rm_rf p =
+    match (Unix.lstat p).Unix.st_kind with
+    | Unix.S_DIR ->
+        Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+        Unix.rmdir p
+    | _ -> Unix.unlink p
+    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+  in
+  let children = ref [] in
+  let cleanup () =
+    List.iter
+      (fun pid ->
+        (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
+        try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+      !children;
+    rm_rf dir
+  in
+  Fun.protect ~finally:cleanup @@ fun () ->
+  let ( / ) = Filename.concat in
+  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+  let wait_ok pid = match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> true | _ -> false in
+  (* The program: the smallest bytecode executable, compiled here. *)
+  let src = dir / "hello.ml" and byte = dir / "hello.byte" in
+  let oc = open_out src in
+  output_string oc "let () = exit 0\n";
+  close_out oc;
+  let compiled =
+    match Unix.create_process "ocamlc" [| "ocamlc"; "-o"; byte; src |] devnull devnull Unix.stderr with
+    | pid -> wait_ok pid
+    | exception Unix.Unix_error _ -> false
+  in
+  if not compiled then refused "bench proc: cannot compile a bytecode program (ocamlc)"
+  else
+    let free_port () =
+      let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+      Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+      let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
+      Unix.close s;
+      Printf.sprintf "127.0.0.1:%d" p
+    in
+    let start args =
+      let r, w = Unix.pipe ~cloexec:true () in
+      let pid = Unix.create_process exe (Array.of_list (exe :: args)) devnull w devnull in
+      children := pid :: !children;
+      Unix.close w;
+      let ic = Unix.in_channel_of_descr r in
+      let line = try input_line ic with End_of_file -> "" in
+      close_in ic;
+      match String.split_on_char ' ' line with [ "server"; c ] -> Cap.of_string c |> Result.to_option | _ -> None
+    in
+    Unix.mkdir (dir / "fs") 0o700;
+    Unix.mkdir (dir / "ps") 0o700;
+    let fsa = free_port () and psa = free_port () in
+    match
+      ( start [ "cap"; "fs"; "serve"; "--data"; dir / "fs"; "--bind"; fsa ],
+        start [ "cap"; "proc"; "serve"; "--data"; dir / "ps"; "--bind"; psa; "--locate"; fsa ] )
+    with
+    | None, _ | _, None -> refused "bench proc: the servers did not start"
+    | Some fs, Some ps -> (
+        let loop = Loop.create () in
+        match R.open_node ~locate:(fsa ^ "," ^ psa) ~multicast:None loop with
+        | Error m -> refused "bench proc: %s" m
+        | Ok node -> (
+            Fun.protect ~finally:(fun () -> R.close node) @@ fun () ->
+            let trans ~idempotent h d = R.Sync.trans node ~idempotent h d in
+            let size = (Unix.stat byte).Unix.st_size in
+            let ic = open_in_bin byte in
+            let put =
+              Fun.protect ~finally:(fun () -> close_in ic) (fun () ->
+                  Consort_capfs_server.Fs_client.put trans ~server:fs ~size (fun b o l -> input ic b o l))
+            in
+            match put with
+            | Error e -> refused "bench proc: put: %a" Consort_capfs_server.Fs_client.pp_error e
+            | Ok program ->
+                let ocamlrun = (Proc_server.default_config ~data:dir).ocamlrun in
+                let local () =
+                  let t0 = Unix.gettimeofday () in
+                  let pid = Unix.create_process ocamlrun [| ocamlrun; byte |] devnull devnull devnull in
+                  if not (wait_ok pid) then failwith "ocamlrun failed";
+                  Unix.gettimeofday () -. t0
+                in
+                let remote () =
+                  let t0 = Unix.gettimeofday () in
+                  match Proc_client.exec node ~server:ps ~program ~stdout:ignore ~stderr:ignore () with
+                  | Ok { Proc_client.kind = P.Exited; code = 0; _ } -> Unix.gettimeofday () -. t0
+                  | Ok o -> failwith o.Proc_client.text
+                  | Error e -> failwith (Fmt.str "%a" Proc_client.pp_error e)
+                in
+                let cli () =
+                  let t0 = Unix.gettimeofday () in
+                  let env = Array.append [| "CONSORT_LOCATE=" ^ fsa ^ "," ^ psa; "CONSORT_MULTICAST=off" |] (Unix.environment ()) in
+                  let pid =
+                    Unix.create_process_env exe [| exe; "cap"; "exec"; "-n"; Cap.to_string ps; Cap.to_string program |] env devnull devnull devnull
+                  in
+                  if not (wait_ok pid) then failwith "consort cap exec failed";
+                  Unix.gettimeofday () -. t0
+                in
+                match
+                  ignore (local ());
+                  ignore (remote ());
+                  List.init rounds (fun _ -> (local (), remote (), cli ()))
+                with
+                | exception Failure m -> refused "bench proc: %s" m
+                | rs ->
+                    let med f =
+                      let a = Array.of_list (List.map f rs) in
+                      Array.sort compare a;
+                      a.(Stdlib.( / ) (Array.length a) 2)
+                    in
+                    let ms x = x *. 1000. in
+                    let l = med (fun (l, _, _) -> l) and r = med (fun (_, r, _) -> r) and c = med (fun (_, _, c) -> c) in
+                    let ratio = r /. l in
+                    Fmt.pr "Process start: a %d-byte bytecode program that exits at once, %d rounds (medians)@." size rounds;
+                    Fmt.pr "  %-58s %8.2f ms@." "ocamlrun locally (fork, exec, run, wait)" (ms l);
+                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@." "through the process server (fetch, check, run, exit code)" (ms r) ratio;
+                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@." "consort cap exec (a new client process as well)" (ms c) (c /. l);
+                    if json then
+                      Fmt.pr "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"ratio\":%.2f}@." rounds (ms l)
+                        (ms r) (ms c) ratio;
+                    0))
+
+let bench =
+  let rounds = Arg.(value & opt Consort_cli.positive_int 20 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each starting the program each way.") in
+  let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
+  Cmd.v
+    (Consort_cli.info ~path:"bench proc" "proc"
+       ~doc:"Process start latency through a process server (file and process servers on loopback) beside starting ocamlrun locally.")
+    Term.(const bench_proc $ rounds $ json)

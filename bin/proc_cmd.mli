@@ -5,3 +5,6 @@ val proc : int Cmdliner.Cmd.t
 val exec : int Cmdliner.Cmd.t
 val ps : int Cmdliner.Cmd.t
 val kill : int Cmdliner.Cmd.t
+
+val bench : int Cmdliner.Cmd.t
+(** [consort bench proc]. *)

@@ -280,6 +280,8 @@ let reap t p pid =
       p.timers <- Loop.after t.loop (Time.of_sec 2.) (fun () -> if p.relays > 0 then begin p.relays <- 0; maybe_done t p end) :: p.timers;
       maybe_done t p
 
+let kill_group_of p s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> ()
+
 let start t p file ~locate =
   let l = p.limits in
   let pipe () = Unix.pipe ~cloexec:true () in
@@ -319,13 +321,21 @@ let start t p file ~locate =
         match p.state with
         | Running pid ->
             reap t p pid;
-            p.timers <- Loop.after t.loop (Time.of_ms 20) poll :: p.timers
+            (* SIGCHLD wakes the loop (see [create]); this poll is the fallback. *)
+            p.timers <- Loop.after t.loop (Time.of_ms 200) poll :: p.timers
         | _ -> ()
       in
       poll ();
+      (* The caller's circuits: kept alive; when one hangs up (the caller
+         died or hung up), the program gets SIGHUP, as on a terminal. *)
+      let hup_sent = ref false in
       let rec touch () =
         match p.state with
         | Running _ | Ending _ ->
+            if (not !hup_sent) && List.exists (fun e -> E.hung e <> None) p.ends then begin
+              hup_sent := true;
+              kill_group_of p Sys.sighup
+            end;
             List.iter E.touch p.ends;
             p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers
         | _ -> ()
@@ -564,6 +574,17 @@ let create config loop node key =
                   with e ->
                     Log.err (fun m -> m "%s: %s" (P.command_name (R.header r).Header.command) (Printexc.to_string e));
                     R.putrep r (Header.reply `Syserr) "");
+              (* SIGCHLD: a byte on a pipe the loop watches, then reap every child. *)
+              let r, w = Unix.pipe ~cloexec:true () in
+              Unix.set_nonblock r;
+              Unix.set_nonblock w;
+              let one = Bytes.make 1 'c' in
+              Sys.set_signal Sys.sigchld
+                (Sys.Signal_handle (fun _ -> try ignore (Unix.single_write w one 0 1) with Unix.Unix_error _ -> ()));
+              let buf = Bytes.create 64 in
+              Loop.watch loop r (fun () ->
+                  (try ignore (Unix.read r buf 0 64) with Unix.Unix_error _ -> ());
+                  Hashtbl.iter (fun _ p -> match p.state with Running pid -> reap t p pid | _ -> ()) t.procs);
               let rec tk () =
                 tick t;
                 ignore (Loop.after loop (Time.of_ms 500) tk)

@@ -92,6 +92,7 @@ let table =
     ("bench rpc", [ ("Null RPC and 1 MB transfers beside raw UDP and gRPC:", "consort bench rpc") ]);
     ("bench rtt", [ ("Round trips of 16-byte casts beside UDP:", "consort bench rtt"); ("With total order, and sealed:", "consort bench rtt --total --seal") ]);
     ("bench tcp", [ ("Consort's TCP over TAP beside the kernel's:", "consort bench tcp") ]);
+    ("bench proc", [ ("Process start through a process server beside ocamlrun locally:", "consort bench proc --rounds 50") ]);
     ("bench tcp-sim", [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ]);
     ( "bench throughput",
       [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");

@@ -115,7 +115,7 @@ let eventually what f =
 
 type world = { dir : string; fs : server; ps : server; prog : string; env : string list }
 
-let with_world f =
+let with_world ?(ps_args = []) f =
   let d = Filename.temp_file "capproc" "" in
   Sys.remove d;
   Unix.mkdir d 0o700;
@@ -124,7 +124,7 @@ let with_world f =
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
   Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
-  let ps = start_server ~log:(d / "ps.log") [ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] in
+  let ps = start_server ~log:(d / "ps.log") ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args) in
   Fun.protect ~finally:(fun () -> stop ps) @@ fun () ->
   let env = [ "CONSORT_LOCATE=" ^ fs.addr ^ "," ^ ps.addr ] in
   let code, prog, err = run ~env [ "cap"; "fs"; "put"; "--server"; fs.cap; prog_bc ] in
@@ -239,6 +239,35 @@ let test_kill_and_interrupt () =
   Alcotest.(check int) ("interrupted program's exit code; " ^ read_file err) 42 code;
   Alcotest.(check bool) "it saw SIGINT" true (contains (read_file out) "interrupted")
 
+(* A caller that dies: the program's standard input circuit hangs up (its
+   host fell silent), the program gets SIGHUP and the server says so. And
+   a server that allows 2 processes refuses a third, and takes new ones once
+   those ended are old enough to go. *)
+let test_dead_caller_and_bound () =
+  with_world ~ps_args:[ "--max-processes"; "2" ] @@ fun w ->
+  let out = w.dir / "d.out" and err = w.dir / "d.err" in
+  let r, wr = Unix.pipe ~cloexec:true () in
+  let pid = spawn ~env:w.env ~stdin_fd:r ~out ~err [ "cap"; "exec"; w.ps.cap; w.prog; "intr" ] in
+  Unix.close r;
+  eventually "the program waits" (fun () -> contains (read_file out) "waiting");
+  let pid2 = spawn ~env:w.env ~out:(w.dir / "s.out") ~err:(w.dir / "s.err") [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleep" ] in
+  eventually "two running" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      List.length (List.filter (fun l -> contains l "running pid") (String.split_on_char '\n' o)) = 2);
+  let code, _, e = exec w [ "-n"; "echo"; "0" ] in
+  Alcotest.(check int) ("a third is refused: " ^ e) 2 code;
+  Alcotest.(check bool) "with the reason" true (contains e "2 processes already");
+  Unix.kill pid Sys.sigkill;
+  ignore (wait_code pid);
+  Unix.close wr;
+  (* The other caller dies too: its program reads nothing, writes nothing,
+     but its circuits' host is gone. *)
+  Unix.kill pid2 Sys.sigkill;
+  ignore (wait_code pid2);
+  eventually "both programs were hung up on" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      List.length (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o)) = 2)
+
 (* The descriptor: round trip, bounds, and every truncation and corruption
    refused with a message, never an exception. *)
 let test_descriptor () =
@@ -282,5 +311,6 @@ let () =
           Alcotest.test_case "limits" `Quick test_limits;
           Alcotest.test_case "refusals" `Quick test_refusals;
           Alcotest.test_case "kill and interrupt" `Quick test_kill_and_interrupt;
+          Alcotest.test_case "dead caller, bounded processes" `Quick test_dead_caller_and_bound;
         ] );
     ]

@@ -150,6 +150,7 @@ let cases : (string list * string list * (string list * int) list) list =
       [ "--index"; "0"; "--addrs"; "127.0.0.1:1,127.0.0.1:2"; "--kind"; "rtt" ],
       [ ([ "--index"; "0"; "--addrs"; "nonsense"; "--kind"; "rtt" ], 2) ] );
     ([ "bench"; "rpc" ], [], [ ([ "--calls"; "0" ], 124) ]);
+    ([ "bench"; "proc" ], [], [ ([ "--rounds"; "0" ], 124) ]);
     ([ "bench"; "rtt" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
