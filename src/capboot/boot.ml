@@ -65,7 +65,8 @@ let cancel_timers s =
   List.iter Loop.cancel s.timers;
   s.timers <- []
 
-let kill s sig_ = match s.pid with Some pid -> (try Unix.kill pid sig_ with Unix.Unix_error _ -> ()) | None -> ()
+(* Each service is a process group of its own. *)
+let kill s sig_ = match s.pid with Some pid -> (try Unix.kill (-pid) sig_ with Unix.Unix_error _ -> ()) | None -> ()
 
 (* Stop a running service that failed: it is restarted when its exit is seen. *)
 let fail t s why =
@@ -103,7 +104,7 @@ and launch t s =
       let err = log_fd t s in
       let null = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
       let prog = List.hd argv in
-      match Unix.create_process_env prog (Array.of_list argv) env null w err with
+      match Consort_capproc.Spawn.spawn ~die_with_parent:Sys.sigterm prog (Array.of_list argv) env (null, w, err) with
       | exception Unix.Unix_error (e, _, _) ->
           List.iter close_quiet [ r; w; err; null ];
           ended t s (Printf.sprintf "cannot start %s: %s" prog (Unix.error_message e)) ~ok:false

@@ -44,7 +44,6 @@ let default_config ~data =
     rpc = Rpc.default_config;
   }
 
-external spawn : string -> string array -> string array -> Unix.file_descr array -> int array -> int = "consort_proc_spawn"
 
 type final = { kind : P.kind; code : int; text : string }
 
@@ -302,7 +301,10 @@ let start t p file ~locate =
   let in_r, in_w = match end_of "stdin" with Some _ -> pipe () | None -> (devnull [ Unix.O_RDONLY ], devnull [ Unix.O_WRONLY ]) in
   let out_r, out_w = pipe () and err_r, err_w = pipe () in
   let argv = Array.of_list ((t.config.ocamlrun :: file :: p.pd.Pd.args)) in
-  match spawn t.config.ocamlrun argv (env_of t p ~locate) [| in_r; out_w; err_w |] [| (l.cpu_ms + 999) / 1000; l.memory_kib * 1024 |] with
+  match
+    Spawn.spawn ~cpu_seconds:((l.cpu_ms + 999) / 1000) ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill
+      t.config.ocamlrun argv (env_of t p ~locate) (in_r, out_w, err_w)
+  with
   | exception Unix.Unix_error (e, _, _) ->
       List.iter close_quiet [ in_r; in_w; out_r; out_w; err_r; err_w ];
       Error ("cannot start: " ^ Unix.error_message e)

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -41,6 +42,8 @@ CAMLprim value consort_proc_spawn(value prog, value argv, value envp, value fds,
   char **cenvp = to_cstrings(envp);
   int fd[3];
   long cpu = Long_val(Field(limits, 0)), as = Long_val(Field(limits, 1));
+  int deathsig = Wosize_val(limits) > 2 ? Int_val(Field(limits, 2)) : 0;
+  pid_t parent = getpid();
   pid_t pid;
   int i;
   if (cargv == NULL || cenvp == NULL) {
@@ -54,6 +57,10 @@ CAMLprim value consort_proc_spawn(value prog, value argv, value envp, value fds,
     struct rlimit rl;
     sigset_t none;
     setpgid(0, 0);
+    if (deathsig > 0) {
+      prctl(PR_SET_PDEATHSIG, deathsig);
+      if (getppid() != parent) _exit(126);
+    }
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (i = 1; i < NSIG; i++) signal(i, SIG_DFL);

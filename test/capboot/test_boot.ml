@@ -190,7 +190,8 @@ let test_services () =
   let boota = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
   let pid = spawn ~out ~err [ "cap"; "boot"; "serve"; "--decl"; decl; "--data"; d / "boot"; "--bind"; boota ] in
   let stopped = ref false in
-  Fun.protect ~finally:(fun () -> if not !stopped then ((try Unix.kill pid Sys.sigkill with _ -> ()); ignore (Unix.waitpid [] pid))) @@ fun () ->
+  (* On failure: SIGTERM, so that the boot server stops its services. *)
+  Fun.protect ~finally:(fun () -> if not !stopped then ((try Unix.kill pid Sys.sigterm with _ -> ()); ignore (wait_code pid))) @@ fun () ->
   let o () = read_file out in
   eventually "every service up" (fun () -> contains (o ()) "tick up");
   (* Dependency order: each starts only after what it depends on is up. *)
@@ -243,10 +244,30 @@ let test_cycle_refused () =
   Alcotest.(check int) "refused" 2 code;
   Alcotest.(check bool) ("one clear line: " ^ e) true (contains e "cyclic dependencies: a -> b -> a" && List.length (lines e) = 1)
 
+(* A boot server killed with SIGKILL leaves nothing behind: its services get
+   SIGTERM when it dies. *)
+let test_killed_boot () =
+  let d = Filename.temp_file "capboot-k" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o700;
+  Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
+  write_file (d / "decl") "service s\n run sleep 600\n capability none\n";
+  let out = d / "out" and err = d / "err" in
+  let pid = spawn ~out ~err [ "cap"; "boot"; "serve"; "--decl"; d / "decl"; "--data"; d ] in
+  eventually "s up" (fun () -> contains (read_file out) "s up");
+  let s = pid_of (read_file out) "s" ~nth:0 in
+  Unix.kill pid Sys.sigkill;
+  ignore (wait_code pid);
+  eventually "the service gone with its boot server" (fun () -> try Unix.kill s 0; false with Unix.Unix_error _ -> true)
+
 let () =
   Alcotest.run "capboot"
     [
       ("declarations", [ Alcotest.test_case "parse" `Quick test_parse; Alcotest.test_case "errors" `Quick test_errors ]);
       ( "boot server",
-        [ Alcotest.test_case "cycle refused" `Quick test_cycle_refused; Alcotest.test_case "services" `Quick test_services ] );
+        [
+          Alcotest.test_case "cycle refused" `Quick test_cycle_refused;
+          Alcotest.test_case "services" `Quick test_services;
+          Alcotest.test_case "boot server killed" `Quick test_killed_boot;
+        ] );
     ]
