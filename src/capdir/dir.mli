@@ -18,19 +18,19 @@
     otherwise only its own server could narrow it, and the lookup gives
     [Withheld] in its place.
 
-    Every change bumps the directory's sequence number; an {!Install}
+    Every change bumps the directory's sequence number; an [Install]
     adds or replaces several rows at once, all or none, optionally only
     if the directory is still at an expected sequence number.
 
     {b Garbage collection.} Every directory but the root has a lifetime:
-    {!Touch} sets it to [lifetime], {!Age} (admin on the server
+    [Touch] sets it to [lifetime], [Age] (admin on the server
     capability, object 0) takes one from every directory and removes
-    those at 0. {!Refs} (admin on the server capability) gives a
+    those at 0. [Refs] (admin on the server capability) gives a
     directory's stored capabilities unnarrowed, for the collector.
 
     Deterministic: replicas that apply the same operations in the same
     order hold the same state (the secrets of new directories are chosen
-    by the caller and travel in {!Create}). *)
+    by the caller and travel in [Create]). *)
 
 module Cap = Consort_cap.Cap
 module Rights = Consort_cap.Rights
@@ -114,7 +114,7 @@ val check : limits -> op -> (unit, string) result
 
 val execute : t -> op -> response
 val apply : t -> client:int64 -> req:int -> op -> response * bool
-(** As {!Consort_kv.Machine.apply}: reads change nothing; a retry of a
+(** As the key-value store's [Machine.apply]: reads change nothing; a retry of a
     client's last request gets its recorded response again; the [bool]
     says the state changed. *)
 
