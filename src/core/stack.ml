@@ -351,7 +351,18 @@ let timer t now =
 let next_alarm t = t.next_alarm
 let view t = t.view
 let layers t = t.names
-let counters t = List.rev (Array.to_list (Array.map (fun n -> (n.lname, n.counters ())) t.nodes))
+(* A compressed datagram that does not decode is the bottom layer's
+   garbage, as a layered one would be. *)
+let counters t =
+  List.rev
+    (Array.to_list
+       (Array.mapi
+          (fun i n ->
+            let c = n.counters () in
+            ( n.lname,
+              if i = 0 then List.map (fun (k, v) -> if k = "garbage" then (k, v + !(t.fused_garbage)) else (k, v)) c
+              else c ))
+          t.nodes))
 
 let fused t = t.fused
 
