@@ -12,6 +12,7 @@ type outcome = {
   datagrams : int;
   end_time : Time.t;
   view_change : Time.t option;  (** from the crash of a server to the survivors' view without it *)
+  flush : Time.t option;  (** from the first block at a survivor after the crash to the last install *)
 }
 
 let s = Time.of_sec
@@ -24,6 +25,7 @@ type server = {
   notes : (string * int, string) Hashtbl.t;  (* (session, n) -> notification numbered here *)
   mutable dead : bool;
   mutable views : (Time.t * int) list;  (* when, and how many members *)
+  mutable blocks : Time.t list;
 }
 
 type client = {
@@ -83,7 +85,7 @@ let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~request
                   cast = (fun ~origin:_ _ -> ());
                 }
         in
-        let sv = { saddr; g = None; srv; got; notes; dead = false; views = [] } in
+        let sv = { saddr; g = None; srv; got; notes; dead = false; views = []; blocks = [] } in
         me := Some sv;
         sv)
       saddrs
@@ -97,7 +99,7 @@ let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~request
               Consort_group.Group.view = (fun v -> sv.views <- (Sim.now net, Array.length v.members) :: sv.views);
               cast = (fun ~origin:_ _ -> ());
               send = (fun ~origin:_ _ -> ());
-              block = ignore;
+              block = (fun () -> sv.blocks <- Sim.now net :: sv.blocks);
               flow = ignore;
               exit = ignore;
             }
@@ -297,6 +299,13 @@ let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~request
         let installs = List.filter_map (fun sv -> List.find_opt (fun (at, n) -> at > t && n = List.length live) (List.rev sv.views)) live in
         if List.length installs = List.length live then Some (List.fold_left (fun acc (at, _) -> max acc (at - t)) 0 installs) else None
   in
+  let flush =
+    match (!crash_at, view_change) with
+    | Some t, Some vc ->
+        let first = List.fold_left (fun acc sv -> List.fold_left (fun a b -> if b > t then min a b else a) acc sv.blocks) max_int live in
+        if first = max_int then None else Some (t + vc - first)
+    | _ -> None
+  in
   let stats = Sim.stats net in
   let delivered = List.fold_left (fun acc sv -> acc + Hashtbl.fold (fun _ l a -> a + List.length l) sv.got 0) 0 live in
   {
@@ -307,6 +316,7 @@ let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~request
     datagrams = stats.Sim.sent;
     end_time = Sim.now net;
     view_change;
+    flush;
   }
 
 let cltsvr_scenario ?trace ?params seed =
