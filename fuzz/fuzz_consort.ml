@@ -21,7 +21,9 @@ let () =
   codec_tagged "slander" G.Slander.codec [ 0; 1; 2; 3 ];
   codec_tagged "gmp" G.Gmp.codec [ 0; 1; 2; 3; 4; 5; 6; 7 ];
   codec_tagged "side" G.Side.codec [ G.Side.magic ];
-  codec_tagged "migrate" G.Migrate.codec [ G.Migrate.magic ]
+  codec_tagged "migrate" G.Migrate.codec [ G.Migrate.magic ];
+  codec_tagged "cltsvr" G.Cltsvr.wire_codec [ G.Group.client_magic ];
+  codec_tagged "cltsvr-env" G.Cltsvr.env_codec [ G.Group.client_magic ]
 
 (* {2 A whole stack}
 
