@@ -58,6 +58,10 @@ val fifo_checked : Consort.Contract.t
 val total_checked : Consort.Contract.t
 val sync_checked : Consort.Contract.t
 
+module Fifo : Consort.Layer.S
+module Total_chk : Consort.Layer.S
+module Sync_chk : Consort.Layer.S
+
 val fifo : Consort.Layer.t
 val total : Consort.Layer.t
 val sync : Consort.Layer.t
