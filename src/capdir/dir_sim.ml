@@ -199,7 +199,7 @@ let run ?trace ?(params = Params.empty) ~seed () =
   let keys = [| "a"; "b"; "c" |] in
   let made = ref 0 in
   let clients = 2 + Random.State.int rng 3 in
-  let stop_at = s 13. in
+  let stop_at = s 8. in
   let rec client c ~id ~req ~(final : string option) =
     (* Each operation, and what the checker sees of it: one event per row. *)
     let op, spec =
@@ -297,12 +297,12 @@ let run ?trace ?(params = Params.empty) ~seed () =
     match !seq with Some i when Random.State.bool rng -> i | _ -> Random.State.int rng n
   in
   for _ = 1 to faults do
-    let t = Time.add (s 2.) (ms (Random.State.int rng 9_000)) in
+    let t = Time.add (s 2.) (ms (Random.State.int rng 5_500)) in
     let i = ref 0 in
     let pick f () = i := victim (); f () in
     match Random.State.int rng 3 with
     | 0 ->
-        let down = ms (500 + Random.State.int rng 4000) in
+        let down = ms (500 + Random.State.int rng 3000) in
         at t (pick (fun () -> crash !i));
         at (Time.add t down) (fun () ->
             incr restarts;
@@ -312,7 +312,7 @@ let run ?trace ?(params = Params.empty) ~seed () =
         let after = 1 + Random.State.int rng 20 in
         at t (pick (fun () -> if reps.(!i).r <> None then reps.(!i).dies_at <- !disk_steps + after))
     | _ ->
-        let heal = ms (500 + Random.State.int rng 7000) in
+        let heal = ms (500 + Random.State.int rng 4000) in
         at t
           (pick (fun () ->
                note "partition %s away" reps.(!i).addr;
@@ -330,14 +330,14 @@ let run ?trace ?(params = Params.empty) ~seed () =
       (fun j k -> at (Time.add from (s 7.)) (fun () -> client (100 + cid + j) ~id:(Int64.of_int (5000 + cid + j)) ~req:1 ~final:(Some k)))
       keys
   in
-  phase_reads ~from:(s 16.) ~cid:0;
+  phase_reads ~from:(s 11.) ~cid:0;
   (* Every replica stops at once and starts again from its disk. *)
-  at (s 27.) (fun () ->
+  at (s 20.) (fun () ->
       note "all stop";
       Array.iteri (fun i _ -> crash i) reps);
-  at (s 28.) (fun () -> incr restarts);
-  phase_reads ~from:(s 28.) ~cid:10;
-  Sim.run ~until:(s 45.) ~max_events:3_000_000 net;
+  at (s 21.) (fun () -> incr restarts);
+  phase_reads ~from:(s 21.) ~cid:10;
+  Sim.run ~until:(s 33.) ~max_events:3_000_000 net;
   (* The replicas agree. *)
   let live = List.filter_map (fun p -> Option.map (fun (r, st) -> (p.addr, r, st)) p.r) (Array.to_list reps) in
   if List.length live <> n then violation "%d replicas up at the end, of %d" (List.length live) n;
