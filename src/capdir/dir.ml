@@ -195,12 +195,12 @@ let mask_for (dircap : Cap.t) (d : dir) (r : row) =
    good). Otherwise only its server could narrow it, and it is withheld. *)
 let narrow t (c : Cap.t) mask =
   if Rights.subset c.rights mask then Narrowed c
-  else if Port.equal c.port t.lim.port then
+  else
     match Hashtbl.find_opt t.dirs c.obj with
-    | Some d when Result.is_ok (Cap.validate d.secret ~port:t.lim.port ~need:Rights.none c) ->
-        Narrowed (Cap.restrict_with_secret d.secret c mask)
-    | _ -> Withheld c.port
-  else match Cap.restrict c mask with Ok n -> Narrowed n | Error `Needs_server -> Withheld c.port
+    | Some d when Port.equal c.port t.lim.port ->
+        if Result.is_ok (Cap.validate d.secret ~port:t.lim.port ~need:Rights.none c) then Narrowed (Cap.restrict_with_secret d.secret c mask)
+        else Withheld c.port
+    | _ -> ( match Cap.restrict c mask with Ok n -> Narrowed n | Error `Needs_server -> Withheld c.port)
 
 let masks_array d masks =
   Array.init (Array.length d.columns) (fun i -> match List.nth_opt masks i with Some m -> m | None -> Rights.none)

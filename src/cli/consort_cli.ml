@@ -97,6 +97,18 @@ let table =
       [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
         ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
+    ("cap chmod", [ ("Let the group column read a file, and no one else:", "consort cap chmod /home/alice/notes all:read:none") ]);
+    ( "cap dir link",
+      [ ("Store a file's capability under a name:", "consort cap dir link /home/alice/notes cap1:... --masks all:read:none") ] );
+    ("cap dir lookup", [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ]);
+    ( "cap dir serve",
+      [
+        ( "One of three replicas, on loopback, sharing one key file:",
+          "consort cap dir serve --data /var/lib/consort/dir1 --key /etc/consort/dir.key --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+      ] );
+    ("cap ls", [ ("List a directory (the root capability from CONSORT_ROOT):", "consort cap ls /home/alice") ]);
+    ("cap mkdir", [ ("Make a directory under the root:", "consort cap mkdir /home") ]);
+    ("cap rm", [ ("Remove a row:", "consort cap rm /home/alice/notes") ]);
     ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
     ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
     ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);
