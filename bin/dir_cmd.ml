@@ -72,7 +72,10 @@ let parse_masks s =
       (fun c acc -> match (acc, Rights.of_string c) with Error e, _ -> Error e | _, Error e -> Error (Printf.sprintf "%S: %s" c e) | Ok l, Ok r -> Ok (r :: l))
       cols (Ok [])
 
-let pp_masks = Fmt.(list ~sep:(any ":") Rights.pp)
+(* Masks as numbers: on a directory row the bits are columns, not the
+   file server's read, create, ... *)
+let pp_mask ppf r = match Rights.to_int r with 0xff -> Fmt.string ppf "all" | 0 -> Fmt.string ppf "none" | n -> Fmt.pf ppf "0x%02x" n
+let pp_masks = Fmt.(list ~sep:(any ":") pp_mask)
 
 let ls locate root path =
   with_dir locate root (fun c root ->

@@ -92,7 +92,10 @@ let run ?(on_ready = ignore) cfg =
               let halt _ = stop := true in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);
               Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
-              Fmt.pr "root %s@.server %s@." (Cap.to_string (root_of_key cfg.key)) (Cap.to_string (server_of_key cfg.key));
+              (* One write: whoever started us may read the first line and close the pipe. *)
+              Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+              (try Fmt.pr "root %s\nserver %s@." (Cap.to_string (root_of_key cfg.key)) (Cap.to_string (server_of_key cfg.key))
+               with Sys_error _ -> ());
               Fmt.epr "consort: directory replica for port %s: RPC on %s, group on %s@." (Port.to_hex (Port.Key.port cfg.key))
                 (Udp.address_to_string (Rpc.address node)) cfg.group_bind;
               on_ready ();
