@@ -86,6 +86,7 @@ let table =
         ("With a shorter suspicion timeout:", "consort bench failover --params suspect.timeout=1s") ] );
     ("bench fs", [ ("Read a 100 MB file through the file server beside cat:", "consort bench fs"); ("A quicker run:", "consort bench fs --size 10 --rounds 1") ]);
     ("bench join", [ ("Join latency of groups of 2 to 8 processes:", "consort bench join"); ("Only groups of 3 and 5:", "consort bench join --sizes 3,5") ]);
+    ("bench dir", [ ("Directory lookups and installs beside the key-value store, 3 replicas each:", "consort bench dir") ]);
     ("bench kv", [ ("Key-value operations per second beside etcd:", "consort bench kv"); ("Without etcd, for 2 seconds:", "consort bench kv --no-etcd --seconds 2") ]);
     ("bench layering", [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ]);
     ("bench peer", [ ("Started by the rtt and throughput benchmarks, not by hand:", "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501") ]);
