@@ -141,6 +141,7 @@ let bad_cap = "cap1:AAAA"
 let cases : (string list * string list * (string list * int) list) list =
   [
     ([ "bench"; "checksum" ], [], []);
+    ([ "bench"; "dir" ], [], [ ([ "--clients"; "0" ], 124); ([ "--seconds"; "0" ], 124) ]);
     ([ "bench"; "failover" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "fs" ], [], [ ([ "--size"; "0" ], 124) ]);
     ([ "bench"; "join" ], [], [ ([ "--sizes"; "x" ], 124) ]);
