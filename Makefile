@@ -43,6 +43,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench proc --json
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
+	@echo; ./_build/default/bin/main.exe bench dir
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
 	@echo; ./_build/default/bench/cltsvr/cltsvr_bench.exe
 
@@ -57,7 +58,7 @@ SOAK_SEEDS ?= 100000
 
 soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
-	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable; do \
+	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable dir-replicated dir-gc; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@for s in total-seq total-token causal safe ordered-all; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done

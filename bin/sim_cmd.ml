@@ -3,11 +3,15 @@ open Cmdliner
 (* Scenarios that live outside Consort_scenario. *)
 module Fs_sim = Consort_capfs_server.Fs_sim
 module Kv_sim = Consort_kv.Kv_sim
+module Dir_sim = Consort_capdir.Dir_sim
+module Gc_sim = Consort_capdir.Gc_sim
 
 let describe s =
-  if s = Fs_sim.name then Some Fs_sim.doc else if s = Kv_sim.name then Some Kv_sim.doc else Consort_scenario.Scenario.describe s
+  if s = Fs_sim.name then Some Fs_sim.doc else if s = Kv_sim.name then Some Kv_sim.doc
+  else if s = Dir_sim.name then Some Dir_sim.doc
+  else if s = Gc_sim.name then Some Gc_sim.doc else Consort_scenario.Scenario.describe s
 
-let names = Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name ]
+let names = Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
 
 let run_one ?trace ~params s ~seed =
   if s = Fs_sim.name then
@@ -33,6 +37,30 @@ let run_one ?trace ~params s ~seed =
         delivered = o.acked;
         datagrams = o.datagrams;
         end_time = o.end_time;
+      }
+  else if s = Dir_sim.name then
+    let o = Dir_sim.run ?trace ~params ~seed () in
+    Ok
+      {
+        Consort_scenario.Scenario.seed;
+        violations = o.violations;
+        trace_hash = o.trace_hash;
+        sent = o.ops;
+        delivered = o.acked;
+        datagrams = o.datagrams;
+        end_time = o.end_time;
+      }
+  else if s = Gc_sim.name then
+    let o = Gc_sim.run ?trace ~seed () in
+    Ok
+      {
+        Consort_scenario.Scenario.seed;
+        violations = o.violations;
+        trace_hash = Digest.to_hex (Digest.string (Printf.sprintf "%d %d %d %d" o.rounds o.completed o.collected o.steps));
+        sent = o.rounds;
+        delivered = o.completed;
+        datagrams = o.collected;
+        end_time = 0;
       }
   else Consort_scenario.Scenario.run ?trace ~params s ~seed
 

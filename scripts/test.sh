@@ -123,6 +123,10 @@ jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
 # The same with Total's token protocol ordering the replicas' requests.
 jobs+=("counted|sim kv-linearizable (Total token)|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_TOKEN_SEEDS:-300} --params total.protocol=token")
+# The replicated directory server (issue 14): about 32 CPU seconds for 1000 seeds.
+jobs+=("counted|sim dir-replicated|$BIN/bin/main.exe sim --scenario dir-replicated --seeds ${DIR_SEEDS:-1000}")
+# Garbage collection across the directory and file servers, crashes during rounds (about 6 CPU seconds).
+jobs+=("counted|sim dir-gc|$BIN/bin/main.exe sim --scenario dir-gc --seeds ${DIR_SEEDS:-1000}")
 # Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
 jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 # consortd's clients and interop: pytest, the C client under valgrind, and one

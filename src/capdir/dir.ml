@@ -195,12 +195,12 @@ let mask_for (dircap : Cap.t) (d : dir) (r : row) =
    good). Otherwise only its server could narrow it, and it is withheld. *)
 let narrow t (c : Cap.t) mask =
   if Rights.subset c.rights mask then Narrowed c
-  else if Port.equal c.port t.lim.port then
+  else
     match Hashtbl.find_opt t.dirs c.obj with
-    | Some d when Result.is_ok (Cap.validate d.secret ~port:t.lim.port ~need:Rights.none c) ->
-        Narrowed (Cap.restrict_with_secret d.secret c mask)
-    | _ -> Withheld c.port
-  else match Cap.restrict c mask with Ok n -> Narrowed n | Error `Needs_server -> Withheld c.port
+    | Some d when Port.equal c.port t.lim.port ->
+        if Result.is_ok (Cap.validate d.secret ~port:t.lim.port ~need:Rights.none c) then Narrowed (Cap.restrict_with_secret d.secret c mask)
+        else Withheld c.port
+    | _ -> ( match Cap.restrict c mask with Ok n -> Narrowed n | Error `Needs_server -> Withheld c.port)
 
 let masks_array d masks =
   Array.init (Array.length d.columns) (fun i -> match List.nth_opt masks i with Some m -> m | None -> Rights.none)
@@ -474,3 +474,34 @@ let pp_response ppf = function
   | Objects l -> Fmt.(list ~sep:(any "@\n") Cap.pp_text) ppf l
   | Aged l -> Fmt.pf ppf "aged: %d removed" (List.length l)
   | Error e -> pp_error ppf e
+
+let op_size = function
+  | Lookup { name; _ } | Delete { name; _ } | Chmod { name; _ } -> 64 + String.length name
+  | List _ | Touch _ | Refs _ | Age _ -> 64
+  | Create { columns; link; _ } -> 128 + List.fold_left (fun a c -> a + String.length c) 0 columns + (match link with Some (n, _) -> String.length n | None -> 0)
+  | Install { rows; _ } -> 64 + List.fold_left (fun a (r : row_spec) -> a + 16 + String.length r.name + (Cap.length * List.length r.caps)) 0 rows
+
+module Rsm = struct
+  type nonrec t = t
+  type nonrec op = op
+  type nonrec response = response
+  type nonrec limits = limits
+
+  let name = "capdir"
+
+  (* A placeholder: a directory server is always opened with its own
+     port and secrets. *)
+  let default_limits =
+    let z = Result.get_ok (Cap.Secret.of_raw (String.make 32 '\000')) in
+    default_limits ~port:(Result.get_ok (Port.of_raw (String.make Port.length '\000'))) ~server_secret:z ~root_secret:z
+
+  let create = create
+  let limits = limits
+  let apply = apply
+  let check = check
+  let op_size = op_size
+  let op_codec = op_codec
+  let response_codec = response_codec
+  let pp_response = pp_response
+  let codec = codec
+end

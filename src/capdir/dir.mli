@@ -130,3 +130,9 @@ val codec : limits -> t Consort.Codec.t
 val digest : t -> string
 val pp_error : error Fmt.t
 val pp_response : response Fmt.t
+
+module Rsm :
+  Consort_kv.Rsm.MACHINE with type t = t and type op = op and type response = response and type limits = limits
+(** This machine, for the key-value store's replication: [Store.Make],
+    [Wire.Make], [Replica.Generic]. Its [default_limits] has a null port
+    and secrets: a server always opens its store with its own. *)

@@ -27,6 +27,7 @@ type config = {
   max_uncommitted_bytes : int;
   max_file_size : int;
   idle_timeout : Consort.Time.t;
+  lifetime : int;
 }
 
 let default_config =
@@ -35,6 +36,7 @@ let default_config =
     max_uncommitted_bytes = 1 lsl 30;
     max_file_size = 1 lsl 30;
     idle_timeout = Consort.Time.of_sec 600.;
+    lifetime = 24;
   }
 
 type finding =
@@ -86,6 +88,7 @@ type t = {
   fds : (string, Unix.file_descr) Hashtbl.t;
   fd_order : string Queue.t;
   mutable closed : bool;
+  lives : (obj, int) Hashtbl.t;  (* rounds of ageing left to a committed file; absent: all of them *)
 }
 
 let secret_len = 32
@@ -492,6 +495,7 @@ let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock 
               fds = Hashtbl.create max_fds;
               fd_order = Queue.create ();
               closed = false;
+              lives = Hashtbl.create 64;
             }
           in
           match recover t with
@@ -726,8 +730,41 @@ let destroy t obj =
 
 let touch t obj =
   let* f = find t obj in
-  (match f.state with Uncommitted u -> u.last_use <- now t | Committed _ -> ());
+  (match f.state with Uncommitted u -> u.last_use <- now t | Committed _ -> Hashtbl.remove t.lives obj);
   Ok ()
+
+let gc_age t =
+  if t.config.lifetime <= 0 then []
+  else begin
+    let gone =
+      Hashtbl.fold
+        (fun obj f acc ->
+          match f.state with
+          | Committed _ ->
+              let left = Option.value (Hashtbl.find_opt t.lives obj) ~default:t.config.lifetime - 1 in
+              if left <= 0 then obj :: acc
+              else (
+                Hashtbl.replace t.lives obj left;
+                acc)
+          | Uncommitted _ -> acc)
+        t.files []
+      |> List.sort compare
+    in
+    List.filter
+      (fun obj ->
+        Hashtbl.remove t.lives obj;
+        match destroy t obj with
+        | Ok () -> true
+        | Error e ->
+            Log.warn (fun m -> m "ageing: file %d not removed: %a" obj pp_error e);
+            false)
+      gone
+  end
+
+let life t obj =
+  match Hashtbl.find_opt t.files obj with
+  | Some { state = Committed _; _ } -> Some (Option.value (Hashtbl.find_opt t.lives obj) ~default:t.config.lifetime)
+  | _ -> None
 
 let age t =
   let n = now t in

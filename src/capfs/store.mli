@@ -52,11 +52,14 @@ type config = {
   max_file_size : int;
   idle_timeout : Consort.Time.t;
       (** an uncommitted file not used for this long is destroyed by {!age} *)
+  lifetime : int;
+      (** rounds of garbage collection ({!gc_age}) a committed file survives
+          untouched; 0: committed files never age *)
 }
 
 val default_config : config
 (** 1024 uncommitted files, 1 GiB of uncommitted bytes, files up to 1 GiB,
-    idle timeout 10 minutes. *)
+    idle timeout 10 minutes, a lifetime of 24 rounds (Amoeba's). *)
 
 (** What recovery found and did, one line each. *)
 type finding =
@@ -128,8 +131,19 @@ val destroy : t -> obj -> (unit, error) result
     other file shares it. *)
 
 val touch : t -> obj -> (unit, error) result
-(** [touch t obj] restarts the idle time of an uncommitted file (no effect
-    on a committed one, which never ages). *)
+(** [touch t obj] restarts the idle time of an uncommitted file, and gives
+    a committed one its whole lifetime again. *)
+
+val gc_age : t -> obj list
+(** [gc_age t] is one round of garbage collection, as in Amoeba: every
+    committed file loses one round of its lifetime, and those left with
+    none are destroyed (and returned). Lifetimes are kept in memory only:
+    after a restart every file has its whole lifetime, which can only
+    delay a collection, never make one early. A collector calls it
+    ([std_age]) only after a round that touched every reachable object. *)
+
+val life : t -> obj -> int option
+(** The rounds left to a committed file. *)
 
 val age : t -> obj list
 (** [age t] destroys the uncommitted files idle longer than the timeout and

@@ -86,6 +86,7 @@ let table =
         ("With a shorter suspicion timeout:", "consort bench failover --params suspect.timeout=1s") ] );
     ("bench fs", [ ("Read a 100 MB file through the file server beside cat:", "consort bench fs"); ("A quicker run:", "consort bench fs --size 10 --rounds 1") ]);
     ("bench join", [ ("Join latency of groups of 2 to 8 processes:", "consort bench join"); ("Only groups of 3 and 5:", "consort bench join --sizes 3,5") ]);
+    ("bench dir", [ ("Directory lookups and installs beside the key-value store, 3 replicas each:", "consort bench dir") ]);
     ("bench kv", [ ("Key-value operations per second beside etcd:", "consort bench kv"); ("Without etcd, for 2 seconds:", "consort bench kv --no-etcd --seconds 2") ]);
     ("bench layering", [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ]);
     ("bench peer", [ ("Started by the rtt and throughput benchmarks, not by hand:", "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501") ]);
@@ -107,6 +108,18 @@ let table =
     ("cap kill", [ ("Interrupt a process, then kill it:", "consort cap kill --signal INT cap1:PROCESS...") ]);
     ("cap proc serve", [ ("Serve processes, fetching programs from a file server on 127.0.0.1:7700:", "consort cap proc serve --data /var/lib/consort/proc --locate 127.0.0.1:7700") ]);
     ("cap ps", [ ("A process server's processes:", "consort cap ps cap1:SERVER...") ]);
+    ("cap chmod", [ ("Let the group column read a file, and no one else:", "consort cap chmod /home/alice/notes all:read:none") ]);
+    ( "cap dir link",
+      [ ("Store a file's capability under a name:", "consort cap dir link /home/alice/notes cap1:... --masks all:read:none") ] );
+    ("cap dir lookup", [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ]);
+    ( "cap dir serve",
+      [
+        ( "One of three replicas, on loopback, sharing one key file:",
+          "consort cap dir serve --data /var/lib/consort/dir1 --key /etc/consort/dir.key --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+      ] );
+    ("cap ls", [ ("List a directory (the root capability from CONSORT_ROOT):", "consort cap ls /home/alice") ]);
+    ("cap mkdir", [ ("Make a directory under the root:", "consort cap mkdir /home") ]);
+    ("cap rm", [ ("Remove a row:", "consort cap rm /home/alice/notes") ]);
     ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
     ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
     ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);

@@ -102,3 +102,27 @@ let codec limits =
     (Codec.pair pairs clients)
 
 let digest t = Digest.to_hex (Digest.string (Codec.encode_string (codec t.limits) t))
+
+module Rsm = struct
+  type nonrec t = t
+  type op = Op.t
+  type response = Op.response
+  type limits = Op.limits
+
+  let name = "kv"
+  let default_limits = Op.default_limits
+  let create = create
+  let limits = limits
+  let apply = apply
+  let check = Op.check
+
+  let op_size = function
+    | Op.Get k | Op.Del k -> String.length k
+    | Op.Put (k, v) -> String.length k + String.length v
+    | Op.Cas { key; expect; set } -> String.length key + String.length expect + String.length set
+
+  let op_codec = Op.codec
+  let response_codec = Op.response_codec
+  let pp_response = Op.pp_response
+  let codec = codec
+end

@@ -28,3 +28,6 @@ val digest : t -> string
 
 val bindings : t -> (string * string) list
 (** Sorted by key. *)
+
+module Rsm : Rsm.MACHINE with type t = t and type op = Op.t and type response = Op.response and type limits = Op.limits
+(** This machine, for {!Store.Make}, {!Wire.Make} and {!Replica.Generic}. *)

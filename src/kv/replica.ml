@@ -22,12 +22,17 @@ let stack () = Consort_group.Properties.(layers (vsync @ [ Total; Xfer ]))
 (* The age of a state, for state transfer: its epoch, then its write. *)
 let age_of ~epoch ~seq = (epoch lsl 32) lor min seq 0xffff_ffff
 
-module Make (T : Transport.S) = struct
+module Generic
+    (M : Rsm.MACHINE)
+    (Store : Store.S with type op = M.op and type response = M.response and type limits = M.limits and type machine = M.t)
+    (T : Transport.S) =
+struct
+  module W = Wire.Make (M)
   module G = Consort_group.Group.Make (T)
 
   type waiting = {
-    k : Wire.outcome -> unit;
-    req : Wire.request;
+    k : W.outcome -> unit;
+    req : W.request;
     mutable timer : T.timer option;
     mutable sent : bool;  (* cast at least once: it may have taken effect *)
   }
@@ -47,7 +52,7 @@ module Make (T : Transport.S) = struct
     pending : int Queue.t;  (* rids to cast in this view *)
     mutable next_batch : int;
     (* results of applied requests of this member, waiting for commit *)
-    results : (int * int * Wire.outcome) Queue.t;  (* order, rid, outcome *)
+    results : (int * int * W.outcome) Queue.t;  (* order, rid, outcome *)
     acks : (string, int) Hashtbl.t;
     acks_sent : (string, int) Hashtbl.t;  (* the last acknowledgement sent to each member *)
     mutable delivered : int;  (* orders applied here in this view *)
@@ -88,7 +93,7 @@ module Make (T : Transport.S) = struct
   let cast t m =
     match t.g with
     | Some g when not t.dead -> (
-        match G.cast g (Wire.encode ~vid:(view t).vid m) with
+        match G.cast g (W.encode ~vid:(view t).vid m) with
         | Ok () -> true
         | Error e ->
             Log.info (fun f -> f "%s: cast refused: %a" t.me Consort_group.Group.pp_error e);
@@ -118,7 +123,7 @@ module Make (T : Transport.S) = struct
         List.filter_map
           (fun rid ->
             match Hashtbl.find_opt t.waiting rid with
-            | Some w -> Some { Wire.origin = t.me; rid; cmd = { Store.client = w.req.client; req = w.req.req; op = w.req.op } }
+            | Some w -> Some { Wire.origin = t.me; rid; cmd = { Rsm.client = w.req.client; req = w.req.req; op = w.req.op } }
             | None -> None)
           rids
       in
@@ -169,7 +174,7 @@ module Make (T : Transport.S) = struct
   let send_ack t b =
     match t.g with
     | Some g when not t.dead ->
-        let msg = Wire.encode ~vid:(view t).vid (Wire.Ack b) in
+        let msg = W.encode ~vid:(view t).vid (Wire.Ack b) in
         let others = List.filter (( <> ) t.me) (members t) in
         let ok =
           List.for_all
@@ -217,7 +222,7 @@ module Make (T : Transport.S) = struct
       let epoch =
         Array.fold_left
           (fun acc p ->
-            match Wire.decode_position p with
+            match W.decode_position p with
             | Ok (p : Wire.position) -> max acc (max p.epoch p.promise + 1)
             | Error e ->
                 Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
@@ -266,7 +271,7 @@ module Make (T : Transport.S) = struct
   let age t = age_of ~epoch:(Store.epoch t.store) ~seq:(Store.seq t.store)
 
   let position t =
-    Wire.encode_position
+    W.encode_position
       {
         Wire.epoch = Store.epoch t.store;
         seq = Store.seq t.store;
@@ -287,7 +292,7 @@ module Make (T : Transport.S) = struct
   let take_for t pos =
     Store.sync t.store;
     let transfer =
-      match Wire.decode_position pos with
+      match W.decode_position pos with
       | Ok p when is_prefix t p -> (
           match Store.entries_since t.store p.seq with
           | Some entries -> Wire.Suffix { epoch = Store.epoch t.store; history = Store.history t.store; entries }
@@ -302,11 +307,11 @@ module Make (T : Transport.S) = struct
           (match transfer with
           | Wire.Suffix { entries; _ } -> Printf.sprintf "the %d writes after the receiver's last" (List.length entries)
           | Wire.Snapshot s -> Printf.sprintf "a snapshot of %d bytes" (String.length s)));
-    Wire.encode_transfer transfer
+    W.encode_transfer transfer
 
   let install t s =
     let installed =
-      match Wire.decode_transfer s with
+      match W.decode_transfer s with
       | Error e -> Error e
       | Ok (Wire.Snapshot snap) ->
           t.snapshots <- t.snapshots + 1;
@@ -345,7 +350,7 @@ module Make (T : Transport.S) = struct
   let on_order t items =
     let batch = t.delivered + 1 in
     List.iter
-      (fun (i : Wire.item) ->
+      (fun (i : W.item) ->
         let r = Store.execute t.store i.cmd in
         if i.origin = t.me then Queue.push (batch, i.rid, Wire.Done r) t.results)
       items;
@@ -354,7 +359,7 @@ module Make (T : Transport.S) = struct
 
   let on_cast t ~origin s =
     if not t.dead then
-      match Wire.decode s with
+      match W.decode s with
       | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
       | Ok (vid, _) when vid <> (view t).vid -> ()
       | Ok (_, Wire.Begin) when t.phase = Syncing -> (
@@ -371,15 +376,15 @@ module Make (T : Transport.S) = struct
 
   let on_send t ~origin s =
     if not t.dead then
-      match Wire.decode s with
+      match W.decode s with
       | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
       | Ok (vid, Wire.Ack b) when vid = (view t).vid && t.phase <> Minority -> on_ack t ~origin b
       | Ok _ -> ()
 
-  let submit t (r : Wire.request) k =
+  let submit t (r : W.request) k =
     if t.dead then k (Wire.Refused "the replica is stopping")
     else
-      match Op.check (Machine.limits (Store.machine t.store)) r.op with
+      match M.check (M.limits (Store.machine t.store)) r.op with
       | Error e -> k (Wire.Refused e)
       | Ok () -> (
           match t.phase with
@@ -483,3 +488,5 @@ module Make (T : Transport.S) = struct
     stop_timers t;
     Option.iter G.leave t.g
 end
+
+module Make (T : Transport.S) = Generic (Machine.Rsm) (Store) (T)

@@ -62,7 +62,13 @@ type phase = Minority | Syncing | Active
 
 val pp_phase : phase Fmt.t
 
-module Make (T : Consort.Transport.S) : sig
+(** The replica of any state machine ({!Rsm.MACHINE}) with its store
+    ([Store.Make (M)]): the directory server's replicas are
+    [Generic (Dir_machine) (Store.Make (Dir_machine)) (T)]. *)
+module Generic
+    (M : Rsm.MACHINE)
+    (Store : Store.S with type op = M.op and type response = M.response and type limits = M.limits and type machine = M.t)
+    (T : Consort.Transport.S) : sig
   type t
 
   val create :
@@ -77,7 +83,7 @@ module Make (T : Consort.Transport.S) : sig
       stack unless [layers]; [params] may choose [total.protocol]) and
       starts serving once in a primary view. *)
 
-  val submit : t -> Wire.request -> (Wire.outcome -> unit) -> unit
+  val submit : t -> M.op Wire.request_ -> (M.response Wire.outcome_ -> unit) -> unit
   (** [submit t r k] carries out [r]; [k] is called once with the outcome. *)
 
   val phase : t -> phase
@@ -103,3 +109,6 @@ module Make (T : Consort.Transport.S) : sig
   val leave : t -> unit
   (** Answers the requests in flight as unknown, and leaves the group. *)
 end
+
+module Make (T : Consort.Transport.S) : module type of Generic (Machine.Rsm) (Store) (T)
+(** The key-value store's replica. *)

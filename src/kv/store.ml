@@ -5,9 +5,11 @@ let src = Logs.Src.create "consort.kv.store" ~doc:"Key-value store on disk"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type cmd = { client : int64; req : int; op : Op.t }
+type 'op command = 'op Rsm.command = { client : int64; req : int; op : 'op }
 
-type finding = Torn_tail of { file : string; offset : int; dropped : int; why : string } | Temp_removed of string
+type finding = Store_intf.finding = Torn_tail of { file : string; offset : int; dropped : int; why : string } | Temp_removed of string
+
+module type S = Store_intf.S
 
 let pp_finding ppf = function
   | Torn_tail { file; offset; dropped; why } ->
@@ -16,18 +18,25 @@ let pp_finding ppf = function
 
 let is_damage = function Torn_tail _ -> true | Temp_removed _ -> false
 
+module Make (M : Rsm.MACHINE) = struct
+type op = M.op
+type response = M.response
+type limits = M.limits
+type machine = M.t
+type cmd = op command
+
 type record = Write of int * cmd | Epoch of int * int | Promise of int
 
 let cmd_codec =
-  Codec.map ~name:"kv-cmd"
+  Codec.map ~name:(M.name ^ "-cmd")
     (fun c -> (c.client, c.req, c.op))
     (fun (client, req, op) -> { client; req; op })
-    (Codec.tup3 Codec.int64 Codec.varint Op.codec)
+    (Codec.tup3 Codec.int64 Codec.varint M.op_codec)
 
 let entry_codec = Codec.pair Codec.varint cmd_codec
 
 let record_codec =
-  Codec.union "kv-record"
+  Codec.union (M.name ^ "-record")
     [
       Codec.case 1 "write" entry_codec (function Write (s, c) -> Some (s, c) | _ -> None) (fun (s, c) -> Write (s, c));
       Codec.case 2 "epoch" (Codec.pair Codec.varint Codec.varint)
@@ -36,17 +45,17 @@ let record_codec =
       Codec.case 3 "promise" Codec.varint (function Promise p -> Some p | _ -> None) (fun p -> Promise p);
     ]
 
-let wal_magic = "consort-kv-wal 1\n"
-let snap_magic = "consort-kv-snapshot 1\n"
+let wal_magic = "consort-" ^ M.name ^ "-wal 1\n"
+let snap_magic = "consort-" ^ M.name ^ "-snapshot 1\n"
 let max_record = 64 * 1024 * 1024
 
 type t = {
   dir : string;
   io : Io.t;
-  limits : Op.limits;
+  limits : M.limits;
   snapshot_bytes : int;
   retain : int;
-  mutable machine : Machine.t;
+  mutable machine : M.t;
   mutable seq : int;
   mutable epoch : int;
   mutable history : (int * int) list;
@@ -104,7 +113,7 @@ let write_all io p fd s =
   let rec go off = if off < Bytes.length b then go (off + io.Io.write p fd b off (Bytes.length b - off)) in
   go 0
 
-let cmd_size (c : cmd) = 32 + match c.op with Op.Get k | Op.Del k -> String.length k | Op.Put (k, v) -> String.length k + String.length v | Op.Cas { key; expect; set } -> String.length key + String.length expect + String.length set
+let cmd_size (c : cmd) = 32 + M.op_size c.op
 
 (* Recent writes, bounded in number and in bytes (16 MiB). *)
 let retain_bytes = 16 * 1024 * 1024
@@ -129,7 +138,7 @@ let chain_at t s =
 let log_record t r = Buffer.add_string t.pending (frame (Codec.encode_string record_codec r))
 
 let execute t c =
-  let r, changed = Machine.apply t.machine ~client:c.client ~req:c.req c.op in
+  let r, changed = M.apply t.machine ~client:c.client ~req:c.req c.op in
   if changed then begin
     t.seq <- t.seq + 1;
     log_record t (Write (t.seq, c));
@@ -159,7 +168,7 @@ let apply_entries t l =
       if s > t.seq then
         if s <> t.seq + 1 then invalid_arg (Printf.sprintf "Store.apply_entries: write %d after %d" s t.seq)
         else begin
-          let _, changed = Machine.apply t.machine ~client:c.client ~req:c.req c.op in
+          let _, changed = M.apply t.machine ~client:c.client ~req:c.req c.op in
           if not changed then Log.warn (fun m -> m "write %d changed nothing" s);
           t.seq <- s;
           log_record t (Write (s, c));
@@ -175,7 +184,7 @@ let entries_since t s =
     | _ -> None
 
 let snap_codec limits =
-  Codec.tup4 (Codec.pair Codec.varint (Codec.string ~max:16 ())) Codec.varint (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)) (Machine.codec limits)
+  Codec.tup4 (Codec.pair Codec.varint (Codec.string ~max:16 ())) Codec.varint (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)) (M.codec limits)
 
 let snapshot t = Codec.encode_string (snap_codec t.limits) ((t.seq, t.chain), t.epoch, t.history, t.machine)
 
@@ -244,7 +253,7 @@ let close t =
   (try Unix.close t.wal with Unix.Unix_error _ -> ());
   try Unix.close t.lock with Unix.Unix_error _ -> ()
 
-let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1024 * 1024) ?(retain = 10_000) dir =
+let open_ ?(io = Io.real) ?(limits = M.default_limits) ?(snapshot_bytes = 8 * 1024 * 1024) ?(retain = 10_000) dir =
   let ( let* ) = Result.bind in
   let findings = ref [] in
   let p f = Filename.concat dir f in
@@ -285,7 +294,7 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
               match Codec.decode_string (snap_codec limits) payload with
               | Ok v -> Ok v
               | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
-      else Ok ((0, ""), 0, [], Machine.create limits)
+      else Ok ((0, ""), 0, [], M.create limits)
     in
     match base with
     | Error why ->
@@ -350,7 +359,7 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
                         if n <= t.seq then go next
                         else if n <> t.seq + 1 then bad (Printf.sprintf "write %d after %d" n t.seq)
                         else (
-                          ignore (Machine.apply t.machine ~client:c.client ~req:c.req c.op);
+                          ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
                           t.seq <- n;
                           remember t (n, c);
                           go next))
@@ -372,3 +381,6 @@ let open_ ?(io = Io.real) ?(limits = Op.default_limits) ?(snapshot_bytes = 8 * 1
   with
   | Unix.Unix_error (e, f, a) -> fail "%s: %s %s: %s" dir f a (Unix.error_message e)
   | Sys_error e -> fail "%s" e
+end
+
+include Make (Machine.Rsm)

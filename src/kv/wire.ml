@@ -1,10 +1,57 @@
 module Codec = Consort.Codec
 
-type item = { origin : string; rid : int; cmd : Store.cmd }
+type 'op item_ = { origin : string; rid : int; cmd : 'op Store.command }
 type position = { epoch : int; seq : int; chain : string; history : (int * int) list; promise : int }
-type transfer = Snapshot of string | Suffix of { epoch : int; history : (int * int) list; entries : (int * Store.cmd) list }
+type 'op transfer_ = Snapshot of string | Suffix of { epoch : int; history : (int * int) list; entries : (int * 'op Store.command) list }
+type 'op msg_ = Order of { batch : int; items : 'op item_ list } | Ack of int | Begin
+type 'r outcome_ = Done of 'r | Unknown of string | Refused of string
+type 'op request_ = { client : int64; req : int; op : 'op }
+type 'r reply_ = { rreq : int; outcome : 'r outcome_ }
 
-type msg = Order of { batch : int; items : item list } | Ack of int | Begin
+module type S = sig
+  type op
+  type response
+  type item = op item_
+  type msg = op msg_
+  type transfer = op transfer_
+  type outcome = response outcome_
+  type request = op request_
+  type reply = response reply_
+
+  val encode : vid:string -> msg -> string
+  (** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a
+      member in another view (one made while the view changed goes out in
+      the next) is ignored there. *)
+
+  val decode : string -> (string * msg, string) result
+  val encode_position : position -> string
+  val decode_position : string -> (position, string) result
+  val encode_transfer : transfer -> string
+  val decode_transfer : string -> (transfer, string) result
+  val pp_outcome : outcome Fmt.t
+  val max_frame : int
+  val frame_request : request -> string
+  val frame_reply : reply -> string
+
+  val read_frame : Buffer.t -> (string option, string) result
+  (** [read_frame b] takes one whole frame's version and body out of the
+      front of [b] if there is one; [Error] if the length is over
+      [max_frame]. *)
+
+  val decode_request : string -> (request, string) result
+  val decode_reply : string -> (reply, string) result
+end
+
+module Make (M : Rsm.MACHINE) = struct
+type op = M.op
+type response = M.response
+module Store = Store.Make (M)
+type item = M.op item_
+type transfer = M.op transfer_
+type msg = M.op msg_
+type outcome = M.response outcome_
+type request = M.op request_
+type reply = M.response reply_
 
 let version = '\002'
 
@@ -59,15 +106,10 @@ let decode_position s = versioned position_codec s
 let encode_transfer x = String.make 1 version ^ Codec.encode_string transfer_codec x
 let decode_transfer s = versioned transfer_codec s
 
-type outcome = Done of Op.response | Unknown of string | Refused of string
-
 let pp_outcome ppf = function
-  | Done r -> Op.pp_response ppf r
+  | Done r -> M.pp_response ppf r
   | Unknown r -> Fmt.pf ppf "unknown: %s" r
   | Refused r -> Fmt.pf ppf "error: %s" r
-
-type request = { client : int64; req : int; op : Op.t }
-type reply = { rreq : int; outcome : outcome }
 
 let max_frame = (1024 * 1024) + 64
 
@@ -75,12 +117,12 @@ let request_codec =
   Codec.map ~name:"kv-request"
     (fun r -> (r.client, r.req, r.op))
     (fun (client, req, op) -> { client; req; op })
-    (Codec.tup3 Codec.int64 Codec.varint Op.codec)
+    (Codec.tup3 Codec.int64 Codec.varint M.op_codec)
 
 let outcome_codec =
   Codec.union "kv-outcome"
     [
-      Codec.case 0 "done" Op.response_codec (function Done r -> Some r | _ -> None) (fun r -> Done r);
+      Codec.case 0 "done" M.response_codec (function Done r -> Some r | _ -> None) (fun r -> Done r);
       Codec.case 1 "unknown" (Codec.string ~max:4096 ()) (function Unknown r -> Some r | _ -> None) (fun r -> Unknown r);
       Codec.case 2 "refused" (Codec.string ~max:4096 ()) (function Refused r -> Some r | _ -> None) (fun r -> Refused r);
     ]
@@ -127,3 +169,6 @@ let decode_with c f =
 
 let decode_request f = decode_with request_codec f
 let decode_reply f = decode_with reply_codec f
+end
+
+include Make (Machine.Rsm)

@@ -1,27 +1,24 @@
 (** The messages replicas exchange over the group, and the client protocol
     over TCP. Both are versioned: a frame or message starts with its
-    version byte; another version is refused with a clear error. *)
+    version byte; another version is refused with a clear error.
+
+    The types take the machine's operation (['op]) or response (['r]);
+    {!Make} gives the codecs for any {!Rsm.MACHINE}, and the key-value
+    store's are included at the end. *)
 
 (** {1 Between replicas} *)
 
-type item = { origin : string; rid : int; cmd : Store.cmd }
+type 'op item_ = { origin : string; rid : int; cmd : 'op Store.command }
 (** A client request: the member it came through, its number there. *)
 
-type msg =
-  | Order of { batch : int; items : item list }
+type 'op msg_ =
+  | Order of { batch : int; items : 'op item_ list }
       (** requests a member's clients made, cast in the group's total order: every member applies them in that order *)
   | Ack of int  (** sent to every other member: the first [n] orders of this view are applied and on disk here *)
   | Begin
       (** cast by every member of a primary view once it knows the view's
           epoch and has promised it: the epoch starts, at every member, once
           every member's [Begin] is delivered *)
-
-val encode : vid:string -> msg -> string
-(** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a
-    member in another view (one made while the view changed goes out in
-    the next) is ignored there. *)
-
-val decode : string -> (string * msg, string) result
 
 (** {2 State transfer} *)
 
@@ -31,41 +28,60 @@ type position = { epoch : int; seq : int; chain : string; history : (int * int) 
     write after which it started), and the greatest epoch whose start it
     took part in ({!Store.promise}). *)
 
-type transfer =
+type 'op transfer_ =
   | Snapshot of string  (** the whole state ({!Store.snapshot}) *)
-  | Suffix of { epoch : int; history : (int * int) list; entries : (int * Store.cmd) list }
+  | Suffix of { epoch : int; history : (int * int) list; entries : (int * 'op Store.command) list }
       (** the writes after the receiver's last, and the giver's epochs *)
-
-val encode_position : position -> string
-val decode_position : string -> (position, string) result
-val encode_transfer : transfer -> string
-val decode_transfer : string -> (transfer, string) result
 
 (** {1 Client protocol}
 
     A frame is [length (4 bytes, big endian) | version (1 byte) | body];
-    [length] counts the version and body and is at most {!max_frame}. A
+    [length] counts the version and body and is at most [max_frame]. A
     request's body is [client (8 bytes) | request number | operation]; a
     reply's [request number | outcome]. *)
 
-type outcome =
-  | Done of Op.response
+type 'r outcome_ =
+  | Done of 'r
   | Unknown of string  (** the request may or may not have taken effect *)
   | Refused of string  (** the request certainly did not take effect *)
 
-val pp_outcome : outcome Fmt.t
+type 'op request_ = { client : int64; req : int; op : 'op }
+type 'r reply_ = { rreq : int; outcome : 'r outcome_ }
 
-type request = { client : int64; req : int; op : Op.t }
-type reply = { rreq : int; outcome : outcome }
+module type S = sig
+  type op
+  type response
+  type item = op item_
+  type msg = op msg_
+  type transfer = op transfer_
+  type outcome = response outcome_
+  type request = op request_
+  type reply = response reply_
 
-val max_frame : int
-val frame_request : request -> string
-val frame_reply : reply -> string
+  val encode : vid:string -> msg -> string
+  (** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a
+      member in another view (one made while the view changed goes out in
+      the next) is ignored there. *)
 
-val read_frame : Buffer.t -> (string option, string) result
-(** [read_frame b] takes one whole frame's version and body out of the
-    front of [b] if there is one; [Error] if the length is over
-    {!max_frame}. *)
+  val decode : string -> (string * msg, string) result
+  val encode_position : position -> string
+  val decode_position : string -> (position, string) result
+  val encode_transfer : transfer -> string
+  val decode_transfer : string -> (transfer, string) result
+  val pp_outcome : outcome Fmt.t
+  val max_frame : int
+  val frame_request : request -> string
+  val frame_reply : reply -> string
 
-val decode_request : string -> (request, string) result
-val decode_reply : string -> (reply, string) result
+  val read_frame : Buffer.t -> (string option, string) result
+  (** [read_frame b] takes one whole frame's version and body out of the
+      front of [b] if there is one; [Error] if the length is over
+      [max_frame]. *)
+
+  val decode_request : string -> (request, string) result
+  val decode_reply : string -> (reply, string) result
+end
+
+module Make (M : Rsm.MACHINE) : S with type op = M.op and type response = M.response
+
+include S with type op = Op.t and type response = Op.response

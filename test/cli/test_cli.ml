@@ -141,6 +141,7 @@ let bad_cap = "cap1:AAAA"
 let cases : (string list * string list * (string list * int) list) list =
   [
     ([ "bench"; "checksum" ], [], []);
+    ([ "bench"; "dir" ], [], [ ([ "--clients"; "0" ], 124); ([ "--seconds"; "0" ], 124) ]);
     ([ "bench"; "failover" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "fs" ], [], [ ([ "--size"; "0" ], 124) ]);
     ([ "bench"; "join" ], [], [ ([ "--sizes"; "x" ], 124) ]);
@@ -158,6 +159,15 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "boot"; "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "cap"; "boot"; "serve" ], [ "--decl"; missing; "--data"; tmp ], [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ]);
     ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
+    ([ "cap"; "chmod" ], [ "/a"; "all" ], [ ([ "/a"; "all"; "--root"; "not-a-cap" ], 2); ([ "/a"; "bogus"; "--root"; bad_cap ], 2) ]);
+    ([ "cap"; "dir"; "link" ], [ "/a"; bad_cap ], [ ([ "/a"; "not-a-cap" ], 2); ([ "/a"; bad_cap; "--root"; "not-a-cap" ], 2) ]);
+    ([ "cap"; "dir"; "lookup" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2) ]);
+    ( [ "cap"; "dir"; "serve" ],
+      [ "--data"; missing; "--group"; "127.0.0.1:1" ],
+      [ ([ "--data"; "/proc/1/consort"; "--group"; "127.0.0.1:1" ], 2); ([ "--data"; tmp; "--key"; existing; "--group"; "127.0.0.1:1" ], 2) ] );
+    ([ "cap"; "ls" ], [ "/" ], [ ([ "/"; "--root"; "not-a-cap" ], 2) ]);
+    ([ "cap"; "mkdir" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ]);
+    ([ "cap"; "rm" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ]);
     ([ "cap"; "fs"; "fsck" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; existing ], 2) ]);
     ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
     ([ "cap"; "fs"; "put" ], [ "--server"; bad_cap; existing ], [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ]);

@@ -52,7 +52,10 @@ let objects store =
         if obj = 0 then `Argbad
         else match Store.destroy store obj with Ok () -> `Ok | Error e -> status_of_error e);
     touch = (fun obj -> if obj <> 0 then ignore (Store.touch store obj));
-    age = (fun () -> ignore (Store.age store));
+    age =
+      (fun () ->
+        ignore (Store.age store);
+        ignore (Store.gc_age store));
     status = (fun () -> Fmt.str "%a" Store.pp_stats (Store.stats store));
   }
 

@@ -1,0 +1,109 @@
+open Consort
+module Cap = Consort_cap.Cap
+module Port = Consort_cap.Port
+module Header = Consort_cap.Header
+module Crypto = Consort_cap.Crypto
+module Loop = Consort_engine.Loop
+module Udp = Consort_engine.Udp
+module Rpc = Consort_cap.Rpc_udp
+module Store = Consort_kv.Store.Make (Dir.Rsm)
+module Replica = Consort_kv.Replica
+module R = Replica.Generic (Dir.Rsm) (Store) (Udp)
+module Wire = Consort_kv.Wire
+
+let src = Logs.Src.create "consort.capdir.server" ~doc:"Directory server replica"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+let dir_op = 2100
+
+let request_codec = Codec.tup3 Codec.int64 Codec.varint Dir.op_codec
+
+type outcome = Dir.response Wire.outcome_
+
+let outcome_codec : outcome Codec.t =
+  let s = Codec.string ~max:4096 () in
+  Codec.union "dir-outcome"
+    [
+      Codec.case 0 "done" Dir.response_codec (function Wire.Done r -> Some r | _ -> None) (fun r -> Wire.Done r);
+      Codec.case 1 "unknown" s (function Wire.Unknown r -> Some r | _ -> None) (fun r -> Wire.Unknown r);
+      Codec.case 2 "refused" s (function Wire.Refused r -> Some r | _ -> None) (fun r -> Wire.Refused r);
+    ]
+
+let secret_of key label =
+  Result.get_ok (Cap.Secret.of_raw (String.sub (Crypto.hmac ~key:(Port.Key.to_string key) [ "consort-capdir-v1"; label ]) 0 32))
+
+let limits_of_key key =
+  Dir.default_limits ~port:(Port.Key.port key) ~server_secret:(secret_of key "server") ~root_secret:(secret_of key "root")
+
+let root_of_key key =
+  let l = limits_of_key key in
+  Cap.owner l.port ~obj:Dir.root_obj l.root_secret
+
+let server_of_key key =
+  let l = limits_of_key key in
+  Cap.owner l.port ~obj:0 l.server_secret
+
+type config = {
+  data : string;
+  key : Port.Key.t;
+  bind : string;
+  group_bind : string;
+  peers : string list;
+  params : Params.t;
+}
+
+let default_params = "suspect.timeout=2s,suspect.verify=500ms"
+
+let reply_of_request submit data k =
+  match Codec.decode_string request_codec data with
+  | Error e -> k (Header.reply `Argbad) (Fmt.str "bad directory request: %a" Codec.pp_error e)
+  | Ok (client, req, op) ->
+      submit { Wire.client; req; op } (fun (o : outcome) -> k (Header.reply `Ok) (Codec.encode_string outcome_codec o))
+
+let run ?(on_ready = ignore) cfg =
+  let params =
+    match Params.of_string default_params with Ok d -> Params.override d ~by:cfg.params | Error _ -> cfg.params
+  in
+  let limits = limits_of_key cfg.key in
+  match Store.open_ ~limits cfg.data with
+  | Error e -> Error e
+  | Ok (store, found) -> (
+      List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Consort_kv.Store.pp_finding f) found;
+      let loop = Loop.create () in
+      let rcfg = Replica.default_config ~group:("capdir-" ^ Port.to_hex (Port.Key.port cfg.key)) ~addr:cfg.group_bind ~peers:cfg.peers in
+      match R.create ~params loop rcfg store with
+      | Error e ->
+          Store.close store;
+          Error e
+      | Ok r -> (
+          match Rpc.open_node ~bind:cfg.bind loop with
+          | Error e ->
+              R.crash r;
+              Store.close store;
+              Error (Printf.sprintf "cannot serve on %s: %s" cfg.bind e)
+          | Ok node ->
+              let server = Rpc.serve node cfg.key in
+              Rpc.listen server (fun req ->
+                  let h = Rpc.header req in
+                  if h.command = dir_op then reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
+                  else Rpc.putrep req (Header.reply `Combad) "");
+              let stop = ref false in
+              let halt _ = stop := true in
+              Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);
+              Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
+              (* One write: whoever started us may read the first line and close the pipe. *)
+              Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+              (try Fmt.pr "root %s\nserver %s@." (Cap.to_string (root_of_key cfg.key)) (Cap.to_string (server_of_key cfg.key))
+               with Sys_error _ -> ());
+              Fmt.epr "consort: directory replica for port %s: RPC on %s, group on %s@." (Port.to_hex (Port.Key.port cfg.key))
+                (Udp.address_to_string (Rpc.address node)) cfg.group_bind;
+              on_ready ();
+              let rec poll () = if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll) in
+              poll ();
+              Loop.run loop ~until:(fun () -> !stop);
+              R.leave r;
+              Loop.run loop ~timeout:(Time.of_ms 300);
+              Rpc.close node;
+              Store.close store;
+              Ok ()))

@@ -1,0 +1,151 @@
+(* The replicated directory server and its shell tools as real processes
+   over loopback UDP: three replicas sharing one port key; mkdir, ls, link,
+   lookup, chmod, rm; rights narrowed along a path through the group
+   column; refusals with exit status 2; a replica killed with SIGKILL while
+   the others keep serving, restarted, catching up, and serving alone with
+   one other. *)
+
+open Consort_cap
+
+let consort () =
+  Filename.concat (Filename.dirname Sys.executable_name) (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+
+let rec rm_rf p =
+  match (Unix.lstat p).Unix.st_kind with
+  | Unix.S_DIR ->
+      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+      Unix.rmdir p
+  | _ -> Unix.unlink p
+  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+
+let ( / ) = Filename.concat
+
+let read_file p =
+  let ic = open_in_bin p in
+  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+
+let free_port () =
+  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
+  Unix.close s;
+  p
+
+type replica = { i : int; rpc : string; group : string; mutable pid : int }
+
+let start d reps r =
+  let out, w = Unix.pipe ~cloexec:true () in
+  let err = Unix.openfile (d / Printf.sprintf "r%d.log" r.i) [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let peers = String.concat "," (List.filter_map (fun x -> if x.i <> r.i then Some x.group else None) reps) in
+  let pid =
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "dir"; "serve"; "--data"; d / Printf.sprintf "r%d" r.i; "--key"; d / "dir.key"; "--bind"; r.rpc; "--group"; r.group; "--peers"; peers |]
+      (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
+      Unix.stdin w err
+  in
+  Unix.close w;
+  Unix.close err;
+  r.pid <- pid;
+  let ic = Unix.in_channel_of_descr out in
+  let line = try input_line ic with End_of_file -> "" in
+  close_in ic;
+  match String.split_on_char ' ' line with [ "root"; cap ] -> cap | _ -> Alcotest.failf "replica %d's first line: %S" r.i line
+
+let kill r =
+  (try Unix.kill r.pid Sys.sigkill with Unix.Unix_error _ -> ());
+  try ignore (Unix.waitpid [] r.pid) with Unix.Unix_error _ -> ()
+
+let run ~env args =
+  let out = Filename.temp_file "dir-out" "" and err = Filename.temp_file "dir-err" "" in
+  Fun.protect
+    ~finally:(fun () -> Sys.remove out; Sys.remove err)
+    (fun () ->
+      let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
+      let o = fd out and e = fd err in
+      let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) (Array.append (Array.of_list env) (Unix.environment ())) Unix.stdin o e in
+      Unix.close o;
+      Unix.close e;
+      let _, st = Unix.waitpid [] pid in
+      ((match st with Unix.WEXITED c -> c | _ -> -1), read_file out, read_file err))
+
+let contains s sub =
+  let n = String.length sub in
+  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+  go 0
+
+let ok ~env args =
+  let code, out, err = run ~env args in
+  if code <> 0 then Alcotest.failf "consort %s: exit %d: %s" (String.concat " " args) code err;
+  out
+
+let refused ~env reason args =
+  let code, _, err = run ~env args in
+  Alcotest.(check int) (String.concat " " args ^ ": exit 2") 2 code;
+  if not (contains err reason) then Alcotest.failf "%s: %S does not name %S" (String.concat " " args) err reason;
+  Alcotest.(check int) "one line" 1 (List.length (String.split_on_char '\n' (String.trim err)))
+
+(* Until [f] gives Some, at most [n] tries a second apart (the replicas
+   form their group; a killed one is excluded). *)
+let rec eventually n what f =
+  match f () with
+  | Some x -> x
+  | None -> if n <= 0 then Alcotest.failf "%s: never" what else (Unix.sleepf 1.; eventually (n - 1) what f)
+
+let rows ls = List.filter_map (fun l -> match String.split_on_char '\t' l with [ n; _ ] -> Some n | _ -> None) (String.split_on_char '\n' ls)
+
+let test_replicated () =
+  let d = Filename.temp_file "capdir-e2e" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o700;
+  let reps = List.init 3 (fun i -> { i; rpc = Printf.sprintf "127.0.0.1:%d" (free_port ()); group = Printf.sprintf "127.0.0.1:%d" (free_port ()); pid = 0 }) in
+  Fun.protect
+    ~finally:(fun () -> List.iter kill reps; rm_rf d)
+    (fun () ->
+      (* The first makes the key; the others share it. *)
+      let roots = List.map (start d reps) reps in
+      let root = List.hd roots in
+      List.iter (fun r -> Alcotest.(check string) "one root for all replicas" root r) roots;
+      let locate l = "CONSORT_LOCATE=" ^ String.concat "," (List.map (fun r -> r.rpc) l) in
+      let env = [ "CONSORT_ROOT=" ^ root; locate reps; "CONSORT_MULTICAST=off" ] in
+      let home = eventually 30 "the first mkdir" (fun () -> match run ~env [ "cap"; "mkdir"; "/home" ] with 0, out, _ -> Some (String.trim out) | _ -> None) in
+      Alcotest.(check bool) "mkdir prints a capability" true (Result.is_ok (Cap.of_string home));
+      ignore (ok ~env [ "cap"; "mkdir"; "/home/alice" ]);
+      (* A capability of another server, stored under a name. *)
+      let g = Crypto.deterministic "dir-e2e" in
+      let fport = Port.Key.port (Port.Key.generate ~g ()) in
+      let file = Cap.owner fport ~obj:7 (Cap.Secret.generate ~g ()) in
+      ignore (ok ~env [ "cap"; "dir"; "link"; "/home/alice/notes"; Cap.to_string file ]);
+      ignore (ok ~env [ "cap"; "chmod"; "/home/alice/notes"; "all:read:none" ]);
+      Alcotest.(check (list string)) "ls" [ "notes" ] (rows (ok ~env [ "cap"; "ls"; "/home/alice" ]));
+      (match Cap.of_string (String.trim (ok ~env [ "cap"; "dir"; "lookup"; "/home/alice/notes" ])) with
+      | Ok c -> Alcotest.(check bool) "the owner gets all" true (Cap.equal c file)
+      | Error _ -> Alcotest.fail "lookup output");
+      (* Through the root's group column: home narrowed to its group and
+         other columns, alice likewise, notes to read. *)
+      let group_root = Result.get_ok (Cap.restrict (Result.get_ok (Cap.of_string root)) (Rights.of_int_exn 0x02)) in
+      (match Cap.of_string (String.trim (ok ~env [ "cap"; "dir"; "lookup"; "--root"; Cap.to_string group_root; "/home/alice/notes" ])) with
+      | Ok c -> Alcotest.(check string) "the group column reads" "read" (Rights.to_string c.rights)
+      | Error _ -> Alcotest.fail "lookup output");
+      refused ~env "denied" [ "cap"; "rm"; "--root"; Cap.to_string group_root; "/home/alice/notes" ];
+      refused ~env "not found: nothing" [ "cap"; "rm"; "/home/nothing" ];
+      refused ~env "x: not found" [ "cap"; "ls"; "/x/y" ];
+      refused ~env "unknown right" [ "cap"; "chmod"; "/home/alice/notes"; "all:bogus" ];
+      refused ~env "exists" [ "cap"; "mkdir"; "/home/alice" ];
+      refused ~env:[ "CONSORT_ROOT=cap1:nonsense"; locate reps ] "bad capability" [ "cap"; "ls"; "/" ];
+      (* One replica killed: the others go on (once it is excluded). *)
+      let r0 = List.nth reps 0 and r1 = List.nth reps 1 in
+      kill r0;
+      ignore (ok ~env [ "cap"; "mkdir"; "/home/bob" ]);
+      ignore (ok ~env [ "cap"; "rm"; "/home/alice/notes" ]);
+      (* It restarts from its disk and catches up; then another is killed,
+         and the restarted one serves with the third. *)
+      ignore (start d reps r0);
+      let env0 = [ "CONSORT_ROOT=" ^ root; locate [ r0 ]; "CONSORT_MULTICAST=off" ] in
+      let ls0 = eventually 30 "the restarted replica" (fun () -> match run ~env:env0 [ "cap"; "ls"; "/home" ] with 0, out, _ -> Some out | _ -> None) in
+      Alcotest.(check (list string)) "caught up" [ "alice"; "bob" ] (rows ls0);
+      kill r1;
+      ignore (ok ~env:env0 [ "cap"; "mkdir"; "/home/carol" ]);
+      Alcotest.(check (list string)) "after the second kill" [ "alice"; "bob"; "carol" ] (rows (ok ~env:env0 [ "cap"; "ls"; "/home" ]));
+      Alcotest.(check (list string)) "rm took effect" [] (rows (ok ~env:env0 [ "cap"; "ls"; "/home/alice" ])))
+
+let () = Alcotest.run "capdir-e2e" [ ("replicas", [ Alcotest.test_case "three replicas, tools, kills" `Quick test_replicated ]) ]
