@@ -76,6 +76,12 @@ service dir
       Alcotest.(check (list string)) "quoted" [ "consort"; "cap"; "fs"; "serve"; "--data"; "/var/lib/consort fs" ]
         (List.map (fun w -> Result.get_ok (Decl.expand caps w)) fs.run)
 
+(* The example of one host's declarations stays valid. *)
+let test_example () =
+  match Decl.load (Filename.concat (Filename.concat ".." "..") "examples/boot/host.decl") with
+  | Ok l -> Alcotest.(check (list string)) "services" [ "fs"; "proc" ] (names l)
+  | Error e -> Alcotest.fail e
+
 let test_errors () =
   let err text expect =
     match Decl.parse ~file:"d" text with
@@ -263,7 +269,7 @@ let test_killed_boot () =
 let () =
   Alcotest.run "capboot"
     [
-      ("declarations", [ Alcotest.test_case "parse" `Quick test_parse; Alcotest.test_case "errors" `Quick test_errors ]);
+      ("declarations", [ Alcotest.test_case "parse" `Quick test_parse; Alcotest.test_case "example" `Quick test_example; Alcotest.test_case "errors" `Quick test_errors ]);
       ( "boot server",
         [
           Alcotest.test_case "cycle refused" `Quick test_cycle_refused;
