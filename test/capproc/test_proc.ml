@@ -268,6 +268,32 @@ let test_dead_caller_and_bound () =
       let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
       List.length (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o)) = 2)
 
+(* A process server that dies (SIGKILL) while a program runs: the caller
+   says the outcome is unknown (exit 3), and the program does not outlive
+   its server. *)
+let test_dead_server () =
+  with_world @@ fun w ->
+  let out = w.dir / "x.out" and err = w.dir / "x.err" in
+  let pid = spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleep" ] in
+  let child = ref 0 in
+  eventually "the program runs" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      match List.find_opt (fun l -> contains l "running pid") (String.split_on_char '\n' o) with
+      | Some l -> (
+          match String.split_on_char ' ' l with
+          | _ :: "running" :: "pid" :: p :: _ -> child := int_of_string p; true
+          | _ -> false)
+      | None -> false);
+  Unix.kill w.ps.pid Sys.sigkill;
+  Alcotest.(check int) ("exit 3; " ^ read_file err) 3 (wait_code pid);
+  Alcotest.(check bool) "outcome unknown, said so" true (contains (read_file err) "outcome unknown");
+  eventually "the program is gone with its server" (fun () ->
+      try
+        (* A zombie whose parent died is reaped by init; gone or a zombie is gone. *)
+        Unix.kill !child 0;
+        contains (try read_file (Printf.sprintf "/proc/%d/stat" !child) with _ -> ") Z") ") Z"
+      with Unix.Unix_error _ -> true)
+
 (* The descriptor: round trip, bounds, and every truncation and corruption
    refused with a message, never an exception. *)
 let test_descriptor () =
@@ -312,5 +338,6 @@ let () =
           Alcotest.test_case "refusals" `Quick test_refusals;
           Alcotest.test_case "kill and interrupt" `Quick test_kill_and_interrupt;
           Alcotest.test_case "dead caller, bounded processes" `Quick test_dead_caller_and_bound;
+          Alcotest.test_case "dead server" `Quick test_dead_server;
         ] );
     ]
