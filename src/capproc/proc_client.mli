@@ -33,6 +33,7 @@ val exec :
     file at once), its output goes to [stdout] and [stderr] (default: this
     process's), all of it passed on before [exec] returns. [interrupt ()]
     is asked every 50 ms; [true] sends an interrupt (SIGINT for the
-    program). [started] is told the process's capability once it runs.
+    program: over its input circuit, or asked of the server when it has
+    no input). [started] is told the process's capability once it runs.
     [caps] are more named capabilities ([root], ...). Runs the node's
     loop; not for use inside a callback. *)

@@ -237,7 +237,13 @@ let test_kill_and_interrupt () =
   let code = wait_code pid in
   Unix.close wr;
   Alcotest.(check int) ("interrupted program's exit code; " ^ read_file err) 42 code;
-  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file out) "interrupted")
+  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file out) "interrupted");
+  (* With no input (-n), Ctrl-C is a SIGINT asked of the server. *)
+  let pid = spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleepint" ] in
+  eventually "the program sleeps" (fun () -> contains (read_file out) "waiting");
+  Unix.kill pid Sys.sigint;
+  Alcotest.(check int) ("-n: interrupted program's exit code; " ^ read_file err) 42 (wait_code pid);
+  Alcotest.(check bool) "-n: it saw SIGINT" true (contains (read_file out) "interrupted")
 
 (* A caller that dies: the program's standard input circuit hangs up (its
    host fell silent), the program gets SIGHUP and the server says so. And
