@@ -17,7 +17,7 @@ let write_all fd s =
   let rec go off = if off < String.length s then go (off + Unix.write_substring fd s off (String.length s - off)) in
   try go 0 with Unix.Unix_error _ -> ()
 
-let exec node ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits) ?(hints = []) ?stdin
+let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits) ?(hints = []) ?stdin
     ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr) ?(interrupt = fun () -> false) ?(started = ignore) () =
   let loop = R.transport node in
   let key = Port.Key.generate () in
@@ -82,7 +82,8 @@ let exec node ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits
         match (stdin, !proc) with
         | Some _, _ -> E.intr a1 ignore
         | None, Some p ->
-            R.trans node ~idempotent:false (Header.request ~offset:(P.signal_to_system Sys.sigint) p P.ps_signal) "" ignore
+            (* Not on [node]: its session is busy with the held ps_wait. *)
+            R.trans (Option.value control ~default:node) ~idempotent:false (Header.request ~offset:(P.signal_to_system Sys.sigint) p P.ps_signal) "" ignore
         | None, None -> ()
       end;
       ignore (Loop.after loop (Time.of_ms 50) poll_intr)

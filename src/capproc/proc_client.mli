@@ -14,6 +14,7 @@ val pp_error : error Fmt.t
 
 val exec :
   Rpc_udp.node ->
+  ?control:Rpc_udp.node ->
   server:Cap.t ->
   program:Cap.t ->
   ?args:string list ->
@@ -35,5 +36,7 @@ val exec :
     is asked every 50 ms; [true] sends an interrupt (SIGINT for the
     program: over its input circuit, or asked of the server when it has
     no input). [started] is told the process's capability once it runs.
-    [caps] are more named capabilities ([root], ...). Runs the node's
+    [caps] are more named capabilities ([root], ...). [control], a second
+    node on the same loop, carries the SIGINT requests (the first node's
+    session with the server is taken by the held [ps_wait] meanwhile). Runs the node's
     loop; not for use inside a callback. *)
