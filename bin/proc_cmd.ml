@@ -107,7 +107,9 @@ let exec locate server program args caps root cpu memory time no_stdin show_cap 
       in
       let started c = if show_cap then Fmt.epr "consort: process %s@." (Cap.to_string c) in
       let stdin = if no_stdin then None else Some Unix.stdin in
-      let r = Proc_client.exec node ~server ~program ~args ~caps ~limits ?stdin ~interrupt ~started () in
+      let control = if no_stdin then Result.to_option (R.open_node ~config:!rpc_config ?locate loop) else None in
+      let r = Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin ~interrupt ~started () in
+      Option.iter R.close control;
       R.close node;
       match r with
       | Error (`Refused _ as e) -> refused "exec: %a" Proc_client.pp_error e

@@ -424,3 +424,4 @@ let () =
 (* {1 consortd} *)
 
 let () = Daemon_fuzz.register ()
+let () = Cap_services_fuzz.register ()

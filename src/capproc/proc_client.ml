@@ -17,7 +17,7 @@ let write_all fd s =
   let rec go off = if off < String.length s then go (off + Unix.write_substring fd s off (String.length s - off)) in
   try go 0 with Unix.Unix_error _ -> ()
 
-let exec node ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits) ?(hints = []) ?stdin
+let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits) ?(hints = []) ?stdin
     ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr) ?(interrupt = fun () -> false) ?(started = ignore) () =
   let loop = R.transport node in
   let key = Port.Key.generate () in
@@ -73,9 +73,19 @@ let exec node ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits
               ignore (Loop.after loop 0 on_readable)
       in
       watch ());
+  (* The process, once it runs: with no input circuit, an interrupt is a
+     SIGINT asked of the server. *)
+  let proc = ref None in
   let rec poll_intr () =
     if !live then begin
-      if interrupt () then E.intr a1 ignore;
+      if interrupt () then begin
+        match (stdin, !proc) with
+        | Some _, _ -> E.intr a1 ignore
+        | None, Some p ->
+            (* Not on [node]: its session is busy with the held ps_wait. *)
+            R.trans (Option.value control ~default:node) ~idempotent:false (Header.request ~offset:(P.signal_to_system Sys.sigint) p P.ps_signal) "" ignore
+        | None, None -> ()
+      end;
       ignore (Loop.after loop (Time.of_ms 50) poll_intr)
     end
   in
@@ -100,7 +110,8 @@ let exec node ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits
       | Ok (h, _) -> (
           match Header.cap h with
           | Error e -> finish (Error (`Unknown ("the process server's reply: " ^ e)))
-          | Ok proc ->
+          | Ok proc_cap ->
+              let proc = (proc := Some proc_cap; proc_cap) in
               started proc;
               let rec wait tries =
                 match R.Sync.trans node ~idempotent:true (Header.request proc P.ps_wait) "" with

@@ -14,6 +14,7 @@ val pp_error : error Fmt.t
 
 val exec :
   Rpc_udp.node ->
+  ?control:Rpc_udp.node ->
   server:Cap.t ->
   program:Cap.t ->
   ?args:string list ->
@@ -33,6 +34,9 @@ val exec :
     file at once), its output goes to [stdout] and [stderr] (default: this
     process's), all of it passed on before [exec] returns. [interrupt ()]
     is asked every 50 ms; [true] sends an interrupt (SIGINT for the
-    program). [started] is told the process's capability once it runs.
-    [caps] are more named capabilities ([root], ...). Runs the node's
+    program: over its input circuit, or asked of the server when it has
+    no input). [started] is told the process's capability once it runs.
+    [caps] are more named capabilities ([root], ...). [control], a second
+    node on the same loop, carries the SIGINT requests (the first node's
+    session with the server is taken by the held [ps_wait] meanwhile). Runs the node's
     loop; not for use inside a callback. *)

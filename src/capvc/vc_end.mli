@@ -33,7 +33,8 @@ val read : t -> ?max:int -> (event -> unit) -> unit
 val write : t -> string -> ((unit, string) result -> unit) -> unit
 (** [write t s k] sends all of [s] (waiting while the other end's buffer is
     full) and calls [k (Ok ())], or [k (Error why)] if the circuit ended.
-    One write at a time. @raise Invalid_argument if a write is under way. *)
+    One write at a time.
+    @raise Invalid_argument if a write is under way. *)
 
 val close : t -> ((unit, string) result -> unit) -> unit
 (** End of this end's output (after the writes done). *)

@@ -76,6 +76,15 @@ service dir
       Alcotest.(check (list string)) "quoted" [ "consort"; "cap"; "fs"; "serve"; "--data"; "/var/lib/consort fs" ]
         (List.map (fun w -> Result.get_ok (Decl.expand caps w)) fs.run)
 
+(* The example of one host's declarations stays valid. *)
+let test_example () =
+  (* Beside the built tree (dune's copy), or from the repository's root. *)
+  let candidates = [ here / ".." / ".." / "examples" / "boot" / "host.decl"; "examples/boot/host.decl"; "../../examples/boot/host.decl" ] in
+  let file = Option.value ~default:(List.hd candidates) (List.find_opt Sys.file_exists candidates) in
+  match Decl.load file with
+  | Ok l -> Alcotest.(check (list string)) "services" [ "fs"; "proc" ] (names l)
+  | Error e -> Alcotest.fail e
+
 let test_errors () =
   let err text expect =
     match Decl.parse ~file:"d" text with
@@ -263,7 +272,7 @@ let test_killed_boot () =
 let () =
   Alcotest.run "capboot"
     [
-      ("declarations", [ Alcotest.test_case "parse" `Quick test_parse; Alcotest.test_case "errors" `Quick test_errors ]);
+      ("declarations", [ Alcotest.test_case "parse" `Quick test_parse; Alcotest.test_case "example" `Quick test_example; Alcotest.test_case "errors" `Quick test_errors ]);
       ( "boot server",
         [
           Alcotest.test_case "cycle refused" `Quick test_cycle_refused;

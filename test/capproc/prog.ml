@@ -31,6 +31,12 @@ let () =
       let l = ref [] in
       while true do l := Bytes.make 1_048_576 'x' :: !l done
   | _ :: "sleep" :: _ -> Unix.sleepf 3600. |> ignore
+  | _ :: "sleepint" :: _ ->
+      (* Like intr, but with no input: sleeps until SIGINT. *)
+      Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> print_endline "interrupted"; exit 42));
+      print_endline "waiting";
+      for _ = 1 to 3600 do Unix.sleepf 1. done;
+      exit 1
   | _ :: "intr" :: _ ->
       (* Waits for SIGINT (the caller's interrupt), then exits 42. *)
       Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> print_endline "interrupted"; exit 42));

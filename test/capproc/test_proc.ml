@@ -45,7 +45,7 @@ let base_env = [ "CONSORT_MULTICAST=off" ]
 
 type server = { pid : int; cap : string; addr : string }
 
-let start_server ~log args =
+let start_server ?(env = []) ~log args =
   let r, w = Unix.pipe ~cloexec:true () in
   let err = Unix.openfile log [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
   let port = free_port () in
@@ -53,7 +53,7 @@ let start_server ~log args =
   let pid =
     Unix.create_process_env (consort ())
       (Array.of_list ("consort" :: args @ [ "--bind"; addr ]))
-      (Array.append (Array.of_list base_env) (Unix.environment ()))
+      (Array.concat [ Array.of_list (base_env @ env); Unix.environment () ])
       Unix.stdin w err
   in
   Unix.close w;
@@ -124,7 +124,9 @@ let with_world ?(ps_args = []) f =
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
   Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
-  let ps = start_server ~log:(d / "ps.log") ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args) in
+  (* Programs built here find the C stubs of Consort's libraries there. *)
+  let stubs = String.concat ":" (List.map (fun l -> Filename.concat here (".." / ".." / "src" / l)) [ "cap"; "engine" ]) in
+  let ps = start_server ~env:[ "CAML_LD_LIBRARY_PATH=" ^ stubs ] ~log:(d / "ps.log") ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args) in
   Fun.protect ~finally:(fun () -> stop ps) @@ fun () ->
   let env = [ "CONSORT_LOCATE=" ^ fs.addr ^ "," ^ ps.addr ] in
   let code, prog, err = run ~env [ "cap"; "fs"; "put"; "--server"; fs.cap; prog_bc ] in
@@ -154,6 +156,15 @@ let test_remote_run () =
   let lines = String.split_on_char '\n' out in
   Alcotest.(check int) "every line" 30001 (List.length lines);
   Alcotest.(check bool) "in order" true (List.nth lines 29999 = "line 30000 " ^ String.make 50 'x')
+
+(* A program that uses a capability of its environment: std_info through
+   the RPC, located where the process server says. *)
+let test_capability_use () =
+  with_world @@ fun w ->
+  let code, prog, err = run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; here / "prog_cap.bc" ] in
+  if code <> 0 then Alcotest.failf "put prog_cap.bc: %s" err;
+  let code, out, err = run ~env:w.env [ "cap"; "exec"; "-n"; "--cap"; "files=" ^ w.fs.cap; w.ps.cap; String.trim prog ] in
+  Alcotest.(check (pair int string)) ("the program reached its capability; " ^ err) (0, "info: consort file server\n") (code, out)
 
 let test_limits () =
   with_world @@ fun w ->
@@ -237,7 +248,13 @@ let test_kill_and_interrupt () =
   let code = wait_code pid in
   Unix.close wr;
   Alcotest.(check int) ("interrupted program's exit code; " ^ read_file err) 42 code;
-  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file out) "interrupted")
+  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file out) "interrupted");
+  (* With no input (-n), Ctrl-C is a SIGINT asked of the server. *)
+  let pid = spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleepint" ] in
+  eventually "the program sleeps" (fun () -> contains (read_file out) "waiting");
+  Unix.kill pid Sys.sigint;
+  Alcotest.(check int) ("-n: interrupted program's exit code; " ^ read_file err) 42 (wait_code pid);
+  Alcotest.(check bool) "-n: it saw SIGINT" true (contains (read_file out) "interrupted")
 
 (* A caller that dies: the program's standard input circuit hangs up (its
    host fell silent), the program gets SIGHUP and the server says so. And
@@ -267,6 +284,32 @@ let test_dead_caller_and_bound () =
   eventually "both programs were hung up on" (fun () ->
       let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
       List.length (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o)) = 2)
+
+(* A process server that dies (SIGKILL) while a program runs: the caller
+   says the outcome is unknown (exit 3), and the program does not outlive
+   its server. *)
+let test_dead_server () =
+  with_world @@ fun w ->
+  let out = w.dir / "x.out" and err = w.dir / "x.err" in
+  let pid = spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleep" ] in
+  let child = ref 0 in
+  eventually "the program runs" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      match List.find_opt (fun l -> contains l "running pid") (String.split_on_char '\n' o) with
+      | Some l -> (
+          match String.split_on_char ' ' l with
+          | _ :: "running" :: "pid" :: p :: _ -> child := int_of_string p; true
+          | _ -> false)
+      | None -> false);
+  Unix.kill w.ps.pid Sys.sigkill;
+  Alcotest.(check int) ("exit 3; " ^ read_file err) 3 (wait_code pid);
+  Alcotest.(check bool) "outcome unknown, said so" true (contains (read_file err) "outcome unknown");
+  eventually "the program is gone with its server" (fun () ->
+      try
+        (* A zombie whose parent died is reaped by init; gone or a zombie is gone. *)
+        Unix.kill !child 0;
+        contains (try read_file (Printf.sprintf "/proc/%d/stat" !child) with _ -> ") Z") ") Z"
+      with Unix.Unix_error _ -> true)
 
 (* The descriptor: round trip, bounds, and every truncation and corruption
    refused with a message, never an exception. *)
@@ -308,9 +351,11 @@ let () =
       ( "processes",
         [
           Alcotest.test_case "remote run, environment, exit code" `Quick test_remote_run;
+          Alcotest.test_case "a capability used" `Quick test_capability_use;
           Alcotest.test_case "limits" `Quick test_limits;
           Alcotest.test_case "refusals" `Quick test_refusals;
           Alcotest.test_case "kill and interrupt" `Quick test_kill_and_interrupt;
           Alcotest.test_case "dead caller, bounded processes" `Quick test_dead_caller_and_bound;
+          Alcotest.test_case "dead server" `Quick test_dead_server;
         ] );
     ]

@@ -248,7 +248,7 @@ let over_rpc ~seed ~crash =
       | _ -> Alcotest.failf "seed %d: remote end not told of the dead host" seed)
 
 let test_over_rpc () =
-  for seed = 1 to 12 do
+  for seed = 1 to 60 do
     over_rpc ~seed ~crash:(if seed mod 2 = 0 then `Remote else `Host)
   done
 
