@@ -10,6 +10,11 @@ external c_open : key -> string -> string -> Cstruct.buffer -> int -> int -> Cst
   = "consort_gcm_open_bc" "consort_gcm_open"
   [@@noalloc]
 
+external c_seal2 :
+  key -> string -> string -> Cstruct.buffer -> int -> int -> string -> int -> int -> Cstruct.buffer -> int -> bool
+  = "consort_gcm_seal2_bc" "consort_gcm_seal2"
+  [@@noalloc]
+
 let tag_size = 16
 let of_secret k = if String.length k <> 32 then invalid_arg "Gcm.of_secret: the key must be 32 bytes" else create k
 
@@ -27,6 +32,12 @@ let seal_into key ~nonce ~adata (msg : Cstruct.t) (dst : Cstruct.t) =
   check "Gcm.seal_into" ~nonce msg dst n;
   if not (c_seal key nonce adata msg.buffer msg.off msg.len dst.buffer dst.off) then
     failwith "Gcm.seal_into: libcrypto failed"
+
+let seal2_into key ~nonce ~adata (prefix : Cstruct.t) body ~off ~len (dst : Cstruct.t) =
+  if off < 0 || len < 0 || off > String.length body - len then invalid_arg "Gcm.seal2_into: the body's range is out of bounds";
+  check "Gcm.seal2_into" ~nonce prefix dst (prefix.len + len + tag_size);
+  if not (c_seal2 key nonce adata prefix.buffer prefix.off prefix.len body off len dst.buffer dst.off) then
+    failwith "Gcm.seal2_into: libcrypto failed"
 
 let seal key ~nonce ~adata msg =
   let dst = Cstruct.create_unsafe (Cstruct.length msg + tag_size) in

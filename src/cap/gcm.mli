@@ -25,6 +25,13 @@ val seal_into : key -> nonce:string -> adata:string -> Cstruct.t -> Cstruct.t ->
     @raise Invalid_argument if [nonce] is not 12 bytes, or [dst] is
     shorter, or overlaps [msg] elsewhere than at its start. *)
 
+val seal2_into : key -> nonce:string -> adata:string -> Cstruct.t -> string -> off:int -> len:int -> Cstruct.t -> unit
+(** [seal2_into key ~nonce ~adata prefix body ~off ~len dst] is
+    [seal_into] of [prefix] followed by [len] bytes of [body] from [off],
+    read where they are (no copy of the body first).
+    @raise Invalid_argument as {!seal_into}, or if the range is outside
+    [body]. *)
+
 val seal : key -> nonce:string -> adata:string -> Cstruct.t -> Cstruct.t
 (** [seal] into a fresh buffer. *)
 

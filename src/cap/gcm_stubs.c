@@ -137,3 +137,34 @@ value consort_gcm_open_bc(value *argv, int argn)
   (void)argn;
   return consort_gcm_open(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]);
 }
+
+/* Seals the concatenation of [pre_len] bytes at [pre]+[pre_off] (a
+   bigarray) and [body_len] bytes of the OCaml string [body] from
+   [body_off], into [dst]+[doff]: the ciphertext, then the tag. [body] is
+   read in place: nothing here can run the GC. Bounds are checked by the
+   caller; [dst] may begin where the prefix does. */
+value consort_gcm_seal2(value key, value nonce, value adata, value pre, value pre_off, value pre_len, value body,
+                        value body_off, value body_len, value dst, value doff)
+{
+  EVP_CIPHER_CTX *c = Gcm_key(key)->enc;
+  int plen = Int_val(pre_len), blen = Int_val(body_len), outl = 0;
+  unsigned char *in = ba_at(pre, pre_off), *out = ba_at(dst, doff);
+  const unsigned char *b = (const unsigned char *)String_val(body) + Long_val(body_off);
+  if (c == NULL) return Val_false;
+  if (EVP_EncryptInit_ex(c, NULL, NULL, NULL, (const unsigned char *)String_val(nonce)) != 1) return Val_false;
+  if (caml_string_length(adata) > 0
+      && EVP_EncryptUpdate(c, NULL, &outl, (const unsigned char *)String_val(adata), caml_string_length(adata)) != 1)
+    return Val_false;
+  if (plen > 0 && (EVP_EncryptUpdate(c, out, &outl, in, plen) != 1 || outl != plen)) return Val_false;
+  if (blen > 0 && (EVP_EncryptUpdate(c, out + plen, &outl, b, blen) != 1 || outl != blen)) return Val_false;
+  if (EVP_EncryptFinal_ex(c, out + plen + blen, &outl) != 1) return Val_false;
+  if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, 16, out + plen + blen) != 1) return Val_false;
+  return Val_true;
+}
+
+value consort_gcm_seal2_bc(value *argv, int argn)
+{
+  (void)argn;
+  return consort_gcm_seal2(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8], argv[9],
+                           argv[10]);
+}

@@ -235,6 +235,8 @@ module Make (T : Transport.S) = struct
     g : Mirage_crypto_rng.g option;
     pool : Pool.t;
     scratch : Cstruct.t;  (* a fragment's plaintext, sealed at once *)
+    opened : Cstruct.t;  (* a received datagram's plaintext, used only while it is handled *)
+    mutable opened_busy : bool;
     locate_addrs : T.address list;
     multicast : T.address option;
     servers : (Port.t, server) Hashtbl.t;
@@ -316,22 +318,31 @@ module Make (T : Transport.S) = struct
 
   (* Seals [plain] and sends it as one [Data] datagram, sealed straight into
      a buffer of the pool. *)
-  let send_sealed n dst keys ~up ~session ~seq plain =
+  let send_sealed_with n dst ~up ~session ~seq plain_len seal =
     match n.conn with
     | None -> ()
     | Some c -> (
         let hl = Wire.data_header_length in
-        let sl = Secure.sealed_length (Cstruct.length plain) in
+        let sl = Secure.sealed_length plain_len in
         let iov = Pool.alloc n.pool (hl + sl) in
         let cs = Iovec.cstruct iov in
         Cstruct.blit_from_bytes (Wire.data_header ~up ~session ~seq) 0 cs 0 hl;
-        Secure.seal_into keys ~session ~seq plain (Cstruct.sub cs hl sl);
+        seal (Cstruct.sub cs hl sl);
         let msg = Msg.of_iovec iov in
         let r = T.send c ~dst msg in
         Msg.release msg;
         match r with
         | Ok () -> ()
         | Error e -> Log.debug (fun m -> m "send to %a: %a" T.pp_address dst Transport.pp_error e))
+
+  let send_sealed n dst keys ~up ~session ~seq plain =
+    send_sealed_with n dst ~up ~session ~seq (Cstruct.length plain) (Secure.seal_into keys ~session ~seq plain)
+
+  (* A fragment: its prefix, then [len] bytes of [data] from [off], sealed
+     from where they are. *)
+  let send_frag n dst keys ~up ~session ~seq prefix data ~off ~len =
+    send_sealed_with n dst ~up ~session ~seq (Cstruct.length prefix + len)
+      (Secure.seal2_into keys ~session ~seq prefix data ~off ~len)
 
   let plain inner = Cstruct.of_string (Codec.encode_string Wire.inner inner)
 
@@ -341,6 +352,14 @@ module Make (T : Transport.S) = struct
         let seq = cs.cseq in
         cs.cseq <- Int64.succ seq;
         send_sealed n cs.caddr keys ~up:true ~session:cs.cid ~seq p
+    | _ -> ()
+
+  let send_c_frag n cs prefix data ~off ~len =
+    match cs.cstate with
+    | Open keys ->
+        let seq = cs.cseq in
+        cs.cseq <- Int64.succ seq;
+        send_frag n cs.caddr keys ~up:true ~session:cs.cid ~seq prefix data ~off ~len
     | _ -> ()
 
   let send_c n cs inner = send_c_plain n cs (plain inner)
@@ -388,7 +407,7 @@ module Make (T : Transport.S) = struct
       let off = t.next in
       let len = min frag (total - off) in
       let header = if off = 0 then Some t.hdr else None in
-      send_c_plain n cs (Wire.frag_cstruct ~into:n.scratch ~headroom:0 ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header t.tdata ~off ~len);
+      send_c_frag n cs (Wire.frag_head ~into:n.scratch ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header ~len) t.tdata ~off ~len;
       t.sent_any <- true;
       t.next <- off + len
     done
@@ -688,6 +707,11 @@ module Make (T : Transport.S) = struct
 
   let send_s n ss inner = send_s_plain n ss (plain inner)
 
+  let send_s_frag n ss prefix data ~off ~len =
+    let seq = ss.sseq in
+    ss.sseq <- Int64.succ seq;
+    send_frag n ss.saddr ss.skeys ~up:false ~session:ss.sid ~seq prefix data ~off ~len
+
   let release_state n ss =
     (match ss.st with
     | Receiving r -> n.buffered <- n.buffered - r.rtotal
@@ -732,7 +756,7 @@ module Make (T : Transport.S) = struct
           let off = p.pnext in
           let len = min frag (total - off) in
           let header = if off = 0 then Some p.phdr else None in
-          send_s_plain n ss (Wire.frag_cstruct ~into:n.scratch ~headroom:0 ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header p.pdata ~off ~len);
+          send_s_frag n ss (Wire.frag_head ~into:n.scratch ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header ~len) p.pdata ~off ~len;
           p.pnext <- off + len
         done;
         (* Long replies are driven by the server: resend from the last ack when
@@ -1024,6 +1048,21 @@ module Make (T : Transport.S) = struct
         send_outer n src (Wire.Hereis { port; nonce; public = Port.Key.public srv.skey; signature = Secure.locate_signature srv.skey ~nonce })
     | _ -> ()
 
+  (* Opens [sealed] into the node's [opened] buffer (into a fresh one when
+     that is in use or too small) and hands the plaintext to [k], which must
+     not keep it. *)
+  let with_opened n keys ~session ~seq sealed k =
+    let len = Cstruct.length sealed - Secure.sealed_length 0 in
+    if n.opened_busy || len < 0 || len > Cstruct.length n.opened then k (Secure.open_cs keys ~session ~seq sealed)
+    else begin
+      let plain = Cstruct.sub n.opened 0 len in
+      if Secure.open_into keys ~session ~seq sealed plain then begin
+        n.opened_busy <- true;
+        Fun.protect ~finally:(fun () -> n.opened_busy <- false) (fun () -> k (Some plain))
+      end
+      else k None
+    end
+
   (* A sealed message; [sealed] may share the receive buffer: it is not kept. *)
   let on_data n src ~up ~session ~seq sealed =
     if up then
@@ -1031,7 +1070,7 @@ module Make (T : Transport.S) = struct
       | None -> send_outer n src (Wire.Badsession { session })
       | Some ss when not (T.equal_address ss.saddr src) -> n.bad <- n.bad + 1
       | Some ss -> (
-          match Secure.open_cs ss.skeys ~session ~seq sealed with
+          with_opened n ss.skeys ~session ~seq sealed @@ function
           | None -> n.bad <- n.bad + 1
           | Some plain -> (
               match Wire.peek_frag plain with
@@ -1045,7 +1084,7 @@ module Make (T : Transport.S) = struct
     else
       match Hashtbl.find_opt n.cby_id session with
       | Some ({ cstate = Open keys; _ } as cs) when T.equal_address cs.caddr src -> (
-          match Secure.open_cs keys ~session ~seq sealed with
+          with_opened n keys ~session ~seq sealed @@ function
           | None -> n.bad <- n.bad + 1
           | Some plain -> (
               match Wire.peek_frag plain with
@@ -1110,6 +1149,8 @@ module Make (T : Transport.S) = struct
           g;
           pool;
           scratch = Cstruct.create (Wire.max_chunk + 1024);
+          opened = Cstruct.create (Wire.max_chunk + 1024);
+          opened_busy = false;
           locate_addrs = locate;
           multicast;
           servers = Hashtbl.create 4;

@@ -12,7 +12,8 @@ let kept = ref false
 let keep_memory () =
   if not !kept then begin
     kept := true;
-    ignore (c_keep_memory (4 * 1024 * 1024) (64 * 1024 * 1024))
+    ignore (c_keep_memory (4 * 1024 * 1024) (64 * 1024 * 1024));
+    Gc.set { (Gc.get ()) with max_overhead = 1_000_000 }
   end
 
 let default_multicast = "239.255.67.79:7469"

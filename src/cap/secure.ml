@@ -61,6 +61,14 @@ let open_cs k ~session ~seq sealed =
   if Cstruct.length sealed < Gcm.tag_size || String.length session <> 8 then None
   else Gcm.open_ k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed
 
+let seal2_into k ~session ~seq prefix body ~off ~len dst =
+  Gcm.seal2_into k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) prefix body ~off ~len dst
+
+let open_into k ~session ~seq sealed dst =
+  Cstruct.length sealed >= Gcm.tag_size
+  && String.length session = 8
+  && Gcm.open_into k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed dst
+
 let seal k ~session ~seq msg = Cstruct.to_string (seal_cs k ~session ~seq (Cstruct.of_string msg))
 let open_ k ~session ~seq sealed = Option.map Cstruct.to_string (open_cs k ~session ~seq (Cstruct.of_string sealed))
 

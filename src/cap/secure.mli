@@ -73,6 +73,16 @@ val seal_into : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t ->
 (** [seal_into keys ~session ~seq msg dst] is {!seal_cs} written into the
     first [sealed_length (Cstruct.length msg)] bytes of [dst]. *)
 
+val seal2_into : keys -> session:string -> seq:int64 -> Cstruct.t -> string -> off:int -> len:int -> Cstruct.t -> unit
+(** [seal2_into keys ~session ~seq prefix body ~off ~len dst] is
+    {!seal_into} of [prefix] followed by [body]'s [len] bytes from [off],
+    read in place. *)
+
+val open_into : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t -> bool
+(** [open_into keys ~session ~seq sealed dst] is {!open_cs} written into
+    the first [Cstruct.length sealed - sealed_length 0] bytes of [dst]:
+    [true] if [sealed] opened; when [false], [dst]'s bytes are meaningless. *)
+
 val nonce_of : int64 -> string
 (** The AEAD nonce of a sequence number (12 bytes). *)
 

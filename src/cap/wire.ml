@@ -152,6 +152,15 @@ let frag_cstruct ?into ~headroom ~dir ~xid ~total ~offset ~header data ~off ~len
   Cstruct.blit_from_string data off cs (headroom + plen) len;
   cs
 
+let frag_head ~into ~dir ~xid ~total ~offset ~header ~len =
+  let prefix = (1, (dir, xid, total, offset), header, len) in
+  let plen = Codec.size frag_prefix prefix in
+  let p = Bytes.create plen in
+  ignore (Codec.encode_into frag_prefix p 0 prefix);
+  let cs = if Cstruct.length into >= plen then Cstruct.sub into 0 plen else Cstruct.create_unsafe plen in
+  Cstruct.blit_from_bytes p 0 cs 0 plen;
+  cs
+
 let peek_frag cs =
   match Codec.decode frag_prefix cs 0 with
   | Ok ((1, (dir, xid, total, offset), header, len), pos) when len <= max_chunk && pos + len = Cstruct.length cs ->

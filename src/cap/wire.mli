@@ -76,6 +76,12 @@ val frag_cstruct :
     the start of [into] and the result is a view of it (valid until [into]
     is written again). *)
 
+val frag_head :
+  into:Cstruct.t -> dir:dir -> xid:int -> total:int -> offset:int -> header:Header.t option -> len:int -> Cstruct.t
+(** [frag_head ~into ...] is the prefix alone of the fragment that
+    [frag_cstruct] makes (its chunk of [len] bytes to follow), written at
+    the start of [into] (or in a fresh buffer if [into] is too short). *)
+
 val peek_frag : Cstruct.t -> (dir * int * int * int * Header.t option * Cstruct.t) option
 (** [peek_frag cs] is [Some (dir, xid, total, offset, header, chunk)] when
     [cs] is exactly the {!inner} encoding of a [Frag] (the chunk shares

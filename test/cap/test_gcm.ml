@@ -78,6 +78,35 @@ let in_place () =
   Alcotest.(check bool) "opened in place" true (Gcm.open_into k ~nonce ~adata (Cstruct.shift buf 7) (Cstruct.shift buf 7));
   Alcotest.(check string) "the message back" msg (Cstruct.sub buf 7 5000 |> Cstruct.to_string)
 
+(* A prefix and a body read in place seal as their concatenation does, for
+   every split, and mirage-crypto opens the result. *)
+let two_pieces () =
+  let st = Random.State.make [| 2; 7 |] in
+  for round = 1 to 200 do
+    let secret = bytes st 32 and nonce = bytes st 12 and adata = bytes st 16 in
+    let k = Gcm.of_secret secret in
+    let prefix = bytes st (Random.State.int st 300) and body = bytes st (size st) in
+    let off = Random.State.int st (String.length body + 1) in
+    let len = Random.State.int st (String.length body - off + 1) in
+    let msg = prefix ^ String.sub body off len in
+    let dst = Cstruct.create (String.length msg + 16 + Random.State.int st 20) in
+    Gcm.seal2_into k ~nonce ~adata (at_offset st prefix) body ~off ~len dst;
+    let got = Cstruct.sub dst 0 (String.length msg + 16) in
+    if not (Cstruct.equal got (Gcm.seal k ~nonce ~adata (Cstruct.of_string msg))) then
+      Alcotest.failf "round %d: prefix %d, body %d at %d: not the concatenation's sealing" round (String.length prefix) len off;
+    let theirs = M.of_secret (Cstruct.of_string secret) in
+    match M.authenticate_decrypt ~key:theirs ~nonce:(Cstruct.of_string nonce) ~adata:(Cstruct.of_string adata) got with
+    | Some p when Cstruct.to_string p = msg -> ()
+    | _ -> Alcotest.failf "round %d: mirage-crypto does not open it" round
+  done;
+  let k = Gcm.of_secret (String.make 32 'k') and nonce = String.make 12 'n' in
+  List.iter
+    (fun (off, len) ->
+      match Gcm.seal2_into k ~nonce ~adata:"" Cstruct.empty "0123456789" ~off ~len (Cstruct.create 100) with
+      | exception Invalid_argument _ -> ()
+      | () -> Alcotest.failf "body range %d+%d of 10 accepted" off len)
+    [ (-1, 2); (0, 11); (5, 6); (11, 0); (3, -1) ]
+
 let refusals () =
   let k = Gcm.of_secret (String.make 32 'k') and nonce = String.make 12 'n' in
   let inv name f = match f () with exception Invalid_argument _ -> () | _ -> Alcotest.failf "%s: accepted" name in
@@ -101,5 +130,6 @@ let tests =
     Alcotest.test_case "OpenSSL = mirage-crypto, both ways, tampering refused" `Quick interop;
     Alcotest.test_case "NIST vectors" `Quick known;
     Alcotest.test_case "in place" `Quick in_place;
+    Alcotest.test_case "prefix and body in place" `Quick two_pieces;
     Alcotest.test_case "bad arguments refused" `Quick refusals;
   ]

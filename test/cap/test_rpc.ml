@@ -387,6 +387,8 @@ let fast_path () =
     let fast = Cstruct.to_string (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len) in
     let slow = Codec.encode_string Wire.inner (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len }) in
     Alcotest.(check string) "same bytes" slow fast;
+    let head = Wire.frag_head ~into:(Cstruct.create (Random.State.int rs 300)) ~dir ~xid ~total ~offset ~header ~len in
+    Alcotest.(check string) "head, then the chunk: same bytes" slow (Cstruct.to_string head ^ String.sub data off len);
     (match Wire.peek_frag (Cstruct.of_string fast) with
     | Some (d, x, t, o, h, c) ->
         Alcotest.(check bool) "peek: fields" true (d = dir && x = xid && t = total && o = offset && h = header);
