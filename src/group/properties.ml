@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -20,6 +20,7 @@ let to_string = function
   | Privacy -> "Privacy"
   | Rekey -> "Rekey"
   | Xfer -> "Xfer"
+  | Evs -> "Evs"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -60,7 +61,9 @@ let layers ps =
           (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
-          (if has Agree then [ Agree.layer ] else []);
+          (* Extended virtual synchrony states safe delivery relative to
+             the transitional view: it brings Agree. *)
+          (if has Agree || has Evs then [ Agree.layer ] else []);
           (if has Causal then [ Causal.layer ] else []);
           (if has Total then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
