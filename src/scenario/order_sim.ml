@@ -82,7 +82,7 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
 
 (* Extended virtual synchrony: 5 members under 3% loss; a member joins
    late; the group splits into two random sides three times, each split
-   healed 5 s later, with a burst of casts just before each split and each
+   healed 4 s later, with a burst of casts just before each split and each
    heal (casts not yet stable when the view changes, delivered in the
    transitional part); one crash. *)
 let partitions ~props ~defaults ~checks ?trace ?params seed =
@@ -100,23 +100,23 @@ let partitions ~props ~defaults ~checks ?trace ?params seed =
   let addrs = List.init 5 (V.addr w) in
   let last = ref 0 in
   for k = 0 to 2 do
-    let cut = s 6. + (k * s 9.) + Rng.int rng (s 2.) in
+    let cut = s 5. + (k * s 7.) + Rng.int rng (s 2.) in
     let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
     let side = 1 + Rng.int rng 2 in
     event cut (fun () ->
         V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.partition (V.net w)
           [ List.filteri (fun i _ -> i < side) shuffled; List.filteri (fun i _ -> i >= side) shuffled ]);
-    event (cut + s 5.) (fun () ->
+    event (cut + s 4.) (fun () ->
         V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.heal (V.net w));
-    last := cut + s 5.
+    last := cut + s 4.
   done;
   let victim = Rng.int rng 5 in
-  event (s 8. + Rng.int rng (s 16.)) (fun () -> V.crash w victim);
+  event (s 7. + Rng.int rng (s 14.)) (fun () -> V.crash w victim);
   event (!last + s 1.) (fun () -> if not (V.is_alive w victim) then V.start w victim);
-  V.workload w ~from:(s 1.) ~until:(!last + s 3.) ~count:200;
-  Consort_engine.Sim.run ~until:(!last + s 14.) (V.net w);
+  V.workload w ~from:(s 1.) ~until:(!last + s 2.) ~count:160;
+  Consort_engine.Sim.run ~until:(!last + s 11.) (V.net w);
   V.finish ~extra:(V.not_wedged w) ~checks w
 
 let with_total = P.vsync @ [ P.Total ]
