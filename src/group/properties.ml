@@ -1,11 +1,11 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs
   | Switch
   | Debug
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ] @ [ Switch; Debug ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -22,6 +22,7 @@ let to_string = function
   | Privacy -> "Privacy"
   | Rekey -> "Rekey"
   | Xfer -> "Xfer"
+  | Evs -> "Evs"
   | Switch -> "Switch"
   | Debug -> "Debug"
 
@@ -42,6 +43,7 @@ let doc = function
   | Privacy -> "Auth, and every payload encrypted"
   | Rekey -> "each view's traffic under a key of its own: an excluded member can neither read nor forge later views"
   | Xfer -> "state transfer: a member that joins gets the group's state before it delivers"
+  | Evs -> "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)"
   | Switch -> "the group switches to another stack while it runs, at a view boundary (Group.switch)"
   | Debug ->
       "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
@@ -53,7 +55,6 @@ let doc = function
 let planned =
   [
     ("Cltsvr", "client-server groups: clients cast to and hear from the servers without being members");
-    ("Evs", "extended virtual synchrony: a transitional view before each regular one");
     ("Migrate", "a member moves to another address, keeping its identity and place in the view");
     ("Primary", "only the component holding a quorum of votes is primary");
     ("Scale", "failure detection and stability for groups of hundreds of members");
@@ -108,6 +109,7 @@ let layers ps =
       (Total, "the order is agreed within a view and completed by the flush");
       (Causal, "vector timestamps are per view, completed by the flush");
       (Agree, "stability is judged among the members of a view");
+      (Evs, "transitional views are part of a view change");
       (Xfer, "state goes to the members a view change brings");
       (Heal, "partitions merge into one view");
       (Switch, "the stack changes at a view boundary");
@@ -130,7 +132,9 @@ let layers ps =
           (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
-          (if has Agree then [ Agree.layer ] else []);
+          (* Extended virtual synchrony states safe delivery relative to
+             the transitional view: it brings Agree. *)
+          (if has Agree || has Evs then [ Agree.layer ] else []);
           (if has Causal then [ Causal.layer ] else []);
           (if has Debug && has Total then [ Chk.total ] else []);
           (if has Total then [ Total.layer ] else []);

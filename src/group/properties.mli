@@ -27,6 +27,11 @@ type t =
           whenever [Auth] or [Privacy] is (see [Consort_seal.Seal]); adds
           no layer *)
   | Xfer  (** state transfer to members that join (needs [Gmp]) *)
+  | Evs
+      (** extended virtual synchrony: safe delivery ([Agree], which it
+          brings) stated relative to transitional views, which the runtime
+          announces at each view change to an application that asks
+          ([Group.Make.join ~transitional]); needs [vsync] *)
   | Switch
       (** the group may switch to another stack while it runs, at a view
           boundary ([Group.Make.switch]; needs [Gmp]); adds no layer *)
