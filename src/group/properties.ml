@@ -3,9 +3,10 @@ open Consort
 type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs
   | Switch
   | Debug
+  | Migrate
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -25,6 +26,7 @@ let to_string = function
   | Evs -> "Evs"
   | Switch -> "Switch"
   | Debug -> "Debug"
+  | Migrate -> "Migrate"
 
 (* What each property guarantees, in one line (the README's table and
    [consort stack --list]). *)
@@ -45,6 +47,7 @@ let doc = function
   | Xfer -> "state transfer: a member that joins gets the group's state before it delivers"
   | Evs -> "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)"
   | Switch -> "the group switches to another stack while it runs, at a view boundary (Group.switch)"
+  | Migrate -> "a member moves to another address (Group.migrate), keeping its identity and its place in the view"
   | Debug ->
       "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
        fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say"
@@ -55,7 +58,6 @@ let doc = function
 let planned =
   [
     ("Cltsvr", "client-server groups: clients cast to and hear from the servers without being members");
-    ("Migrate", "a member moves to another address, keeping its identity and place in the view");
     ("Primary", "only the component holding a quorum of votes is primary");
     ("Scale", "failure detection and stability for groups of hundreds of members");
   ]
@@ -113,6 +115,7 @@ let layers ps =
       (Xfer, "state goes to the members a view change brings");
       (Heal, "partitions merge into one view");
       (Switch, "the stack changes at a view boundary");
+      (Migrate, "a member keeps its place in the view as it moves");
       (Rekey, "each view's key is agreed when the view is installed");
     ]
   in

@@ -41,6 +41,9 @@ type t =
           with the events that led to them; {!Fault.drop}, [delay], [dup]
           and [partition] above Bottom act on what arrives, as their
           tunables say (by default they let everything through) *)
+  | Migrate
+      (** a member moves to another address, keeping its identity, rank and
+          view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
 
 val all : t list
 val vsync : t list
@@ -81,7 +84,7 @@ val layers : t list -> (Consort.Layer.t list, error) result
     needs reliable casts and sends, so the reliable layers are always
     there, and a failure detector, so [Gmp] brings [Suspect] with it;
     [Sync] without [Gmp] is refused, and so are [Total], [Causal],
-    [Agree], [Xfer], [Heal], [Switch] and [Rekey] without [Gmp] ({!Needs}). *)
+    [Agree], [Evs], [Xfer], [Heal], [Switch], [Migrate] and [Rekey] without [Gmp] ({!Needs}). *)
 
 val describe : t list -> string
 (** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)
