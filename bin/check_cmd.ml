@@ -5,7 +5,7 @@ module Order = Consort_spec.Order
 
 (* The ordering properties asked for, over the logs (already read once,
    without error, by the virtual synchrony check). *)
-let order_problems ~total ~causal ~safe files =
+let order_problems ~total ~causal ~safe ~evs files =
   let logs =
     List.filter_map
       (fun path ->
@@ -14,28 +14,29 @@ let order_problems ~total ~causal ~safe files =
         | Ok [] | Error _ -> None)
       files
   in
-  let one on name f =
+  let one on name pp f =
     if not on then []
     else
       match f logs with
       | Ok () ->
           Fmt.pr "%s holds@." name;
           []
-      | Error vs -> vs
+      | Error vs -> List.map (Fmt.str "%a" pp) vs
   in
-  let t = one total "total order" Order.check_total in
-  let c = one causal "causal order" Order.check_causal in
-  let s = one safe "safe delivery" Order.check_safe in
-  t @ c @ s
+  let t = one total "total order" Order.pp_violation Order.check_total in
+  let c = one causal "causal order" Order.pp_violation Order.check_causal in
+  let s = one safe "safe delivery" Order.pp_violation Order.check_safe in
+  let e = one evs "extended virtual synchrony" Consort_spec.Evs.pp_violation Consort_spec.Evs.check in
+  t @ c @ s @ e
 
-let run quiescent merged total causal safe files =
+let run quiescent merged total causal safe evs files =
   match Vsync.check_files ~quiescent ~require_merge:merged files with
   | Ok s -> (
       Fmt.pr "virtual synchrony holds: %a@." Vsync.pp_summary s;
-      match order_problems ~total ~causal ~safe files with
+      match order_problems ~total ~causal ~safe ~evs files with
       | [] -> 0
       | vs ->
-          List.iter (fun v -> Fmt.pr "%a@." Order.pp_violation v) vs;
+          List.iter (fun v -> Fmt.pr "%s@." v) vs;
           Fmt.pr "%d violation(s)@." (List.length vs);
           1)
   | Error problems ->
@@ -76,6 +77,16 @@ let cmd =
             "Also check safe delivery (the stack had $(b,Agree)): a cast delivered before the flush was delivered \
              in its view by every member that did not crash.")
   in
+  let evs =
+    Arg.(
+      value & flag
+      & info [ "evs" ]
+          ~doc:
+            "Also check extended virtual synchrony (the stack had $(b,Evs), and the logs its transitional views): \
+             each view change has a transitional view, the members of both views; a cast delivered before it was \
+             delivered in its view by every member that did not crash, one delivered after it by every member of \
+             the transitional view that did not crash.")
+  in
   let doc = "Check member logs against virtual synchrony (and total order, causal order, safe delivery)." in
   let man =
     [
@@ -85,7 +96,7 @@ let cmd =
       `P "Prints a summary and exits 0 if the logs hold; otherwise one line per violation and exits 1; exits 2 if a log cannot be read.";
     ]
   in
-  let term = Term.(const run $ quiescent $ merged $ total $ causal $ safe $ files) in
+  let term = Term.(const run $ quiescent $ merged $ total $ causal $ safe $ evs $ files) in
   ( Cmd.v (Consort_cli.info ~path:"check-logs" "check-logs" ~doc ~man) term,
     Cmd.v (Consort_cli.info ~path:"check" "check" ~doc:(doc ^ " The same as check-logs.") ~man) term )
 

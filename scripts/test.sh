@@ -90,6 +90,9 @@ jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow
 for s in total-seq total-token causal safe; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${ORDER_SEEDS:-1000}")
 done
+# Extended virtual synchrony: transitional views under repeated partitions
+# (about 45 s of CPU for 1000 seeds).
+jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS:-1000}")
 # Total with each protocol under adversarial vsync schedules (more in make soak).
 for s in vsync-churn vsync-slander; do
   for p in sequencer token; do

@@ -159,7 +159,7 @@ module Delay = struct
         t.overflow <- t.overflow + 1;
         Msg.release msg)
       else begin
-        let d = if t.span <= 0 then 0 else Rng.int t.rng (min t.span (1 lsl 30 - 1) + 1) in
+        let d = if t.span <= 0 then 0 else int_of_float (Rng.float t.rng (float_of_int t.span)) in
         let at = Time.add (t.now ()) (Time.add t.lo (Time.of_ns d)) in
         t.q <- Q.add (at, t.next) (src, msg) t.q;
         t.next <- t.next + 1;

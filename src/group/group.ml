@@ -15,6 +15,11 @@ type view_info = {
   why : (string * string) list;
 }
 
+type transitional = { ending : string; next : string; survivors : string array }
+
+let pp_transitional ppf t =
+  Fmt.pf ppf "transitional view of %s into %s: [%s]" t.ending t.next (String.concat ", " (Array.to_list t.survivors))
+
 type callbacks = {
   view : view_info -> unit;
   cast : origin:string -> string -> unit;
@@ -229,6 +234,7 @@ module Make (T : Transport.S) = struct
     mutable switch_wanted : (int * int * Stack_id.t) option;
         (* a switch asked in the stack of this epoch, to this epoch and stack *)
     on_stack_error : stack_error -> unit;
+    on_transitional : (transitional -> unit) option;  (* extended virtual synchrony *)
     mutable told : (string * string) list;  (* stack errors reported, by peer and stack *)  (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
@@ -474,6 +480,15 @@ module Make (T : Transport.S) = struct
                   | None -> if stale then Some (e, at_old (List.nth members rank).addr) else None)
                 others
           end;
+          (* Extended virtual synchrony: the members that go on from the
+             old view into this one hear of it before what the old view
+             still delivers at its end (held safe casts), which is then
+             safe only among them. *)
+          (match (t.on_transitional, old) with
+          | Some f, Some c ->
+              let survivors = Array.of_list (List.filter (fun e -> Array.mem e eids) (Array.to_list c.view.View.members)) in
+              f { ending = c.view.View.id; next = vid; survivors }
+          | _ -> ());
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
           (* The view's key, from its maker, or one of this member's own
@@ -1148,7 +1163,7 @@ module Make (T : Transport.S) = struct
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
-      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ~layers tr ~group
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
@@ -1263,6 +1278,7 @@ module Make (T : Transport.S) = struct
                     switch_to = None;
                     switch_wanted = None;
                     on_stack_error;
+                    on_transitional = transitional;
                     told = [];
                     tick = None;
                     garbage = 0;

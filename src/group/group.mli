@@ -91,6 +91,29 @@ val client_magic : int
 (** [0xC7]: the first byte of datagrams between clients and the servers of
     a client-server group ({!Cltsvr}). *)
 
+(** A transitional view (extended virtual synchrony, property [Evs], as
+    Transis, Totem and Spread state it): as a member goes from regular
+    view [ending] to regular view [next], it first hears the members of
+    [ending] that go on with it into [next] ([survivors], the intersection
+    of the two views' agreed memberships, in [ending]'s rank order; this
+    member included). Every member that installs [ending] then [next]
+    hears the same transitional view.
+
+    With safe delivery ([Agree]) a cast delivered before the transitional
+    view (the regular part of [ending]) is delivered in [ending] by every
+    member of [ending] that does not crash, in any partition. A cast
+    delivered after it, and before [next] (the casts that the view change
+    found not yet stable), is delivered by every member of [survivors]
+    that does not crash, but may be missing at the members that departed:
+    it is safe only with respect to the transitional view. *)
+type transitional = {
+  ending : string;  (** the regular view that ends *)
+  next : string;  (** the regular view to come *)
+  survivors : string array;  (** the members of [ending] also in [next], in [ending]'s rank order *)
+}
+
+val pp_transitional : transitional Fmt.t
+
 (** Why {!Make.migrate} refuses. *)
 type migrate_error =
   | Bad_new_address of { addr : string; reason : string }  (** the address does not parse *)
@@ -174,6 +197,7 @@ module Make (T : Consort.Transport.S) : sig
     ?durable_state:Xfer.durable ->
     ?on_stack_error:(stack_error -> unit) ->
     ?rekey:rekey ->
+    ?transitional:(transitional -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -237,7 +261,15 @@ module Make (T : Consort.Transport.S) : sig
       member's view knows it, for a maker in it), bound to the Install's
       contents; a view of one gets a key of its own. A refused Install is
       counted ([group.no_view_key]) and logged with why. Members with and
-      without [rekey] never merge: each reports the other as [Incompatible]. *)
+      without [rekey] never merge: each reports the other as [Incompatible].
+
+      With [transitional] (extended virtual synchrony, property [Evs]),
+      each view change that takes this member from one view into the next
+      is announced by [transitional] before the end of the old view's
+      deliveries (see {!type:transitional}): it comes after [block] and the
+      flush, then the old view's last deliveries (the safe casts not yet
+      stable, with [Agree]), then [view]. A member's first view, and its
+      exit, have none. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the

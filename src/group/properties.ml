@@ -1,11 +1,12 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs
   | Switch
   | Debug
+  | Migrate
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ] @ [ Switch; Debug ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -22,44 +23,53 @@ let to_string = function
   | Privacy -> "Privacy"
   | Rekey -> "Rekey"
   | Xfer -> "Xfer"
+  | Evs -> "Evs"
   | Switch -> "Switch"
   | Debug -> "Debug"
+  | Migrate -> "Migrate"
 
 (* What each property guarantees, in one line (the README's table and
-   [consort stack --list]). *)
-let doc = function
-  | Gmp -> "group membership: views agreed by every member, with joins, leaves and failures"
-  | Sync -> "virtual synchrony: members that install the same two views delivered the same messages in the first"
-  | Heal -> "partitions of the group find each other and merge when the network heals"
-  | Frag -> "messages up to 64 MiB, fragmented and reassembled"
-  | Suspect -> "failures detected by heartbeats and direct probes"
-  | Flow -> "bounded bytes in flight: a window per peer for sends, credit for casts"
-  | Slander -> "suspicions shared, so that every member that stays reports them"
-  | Total -> "casts delivered in one order at every member (sequencer or token)"
-  | Causal -> "casts delivered in causal order"
-  | Agree -> "safe delivery: a cast is delivered once every member of the view holds it (alias Safe)"
-  | Auth -> "only holders of the group's secret join; every datagram authenticated"
-  | Privacy -> "Auth, and every payload encrypted"
-  | Rekey -> "each view's traffic under a key of its own: an excluded member can neither read nor forge later views"
-  | Xfer -> "state transfer: a member that joins gets the group's state before it delivers"
-  | Switch -> "the group switches to another stack while it runs, at a view boundary (Group.switch)"
-  | Debug ->
-      "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
-       fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say"
+   [consort stack --list]), by name: a property added later without its
+   line here takes its line of [planned]. *)
+let docs =
+  [
+    ("Gmp", "group membership: views agreed by every member, with joins, leaves and failures");
+    ("Sync", "virtual synchrony: members that install the same two views delivered the same messages in the first");
+    ("Heal", "partitions of the group find each other and merge when the network heals");
+    ("Frag", "messages up to 64 MiB, fragmented and reassembled");
+    ("Suspect", "failures detected by heartbeats and direct probes");
+    ("Flow", "bounded bytes in flight: a window per peer for sends, credit for casts");
+    ("Slander", "suspicions shared, so that every member that stays reports them");
+    ("Total", "casts delivered in one order at every member (sequencer or token)");
+    ("Causal", "casts delivered in causal order");
+    ("Agree", "safe delivery: a cast is delivered once every member of the view holds it (alias Safe)");
+    ("Auth", "only holders of the group's secret join; every datagram authenticated");
+    ("Privacy", "Auth, and every payload encrypted");
+    ("Rekey", "each view's traffic under a key of its own: an excluded member can neither read nor forge later views");
+    ("Xfer", "state transfer: a member that joins gets the group's state before it delivers");
+    ("Evs", "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)");
+    ("Switch", "the group switches to another stack while it runs, at a view boundary (Group.switch)");
+    ("Migrate", "a member moves to another address (Group.migrate), keeping its identity and its place in the view");
+    ("Debug", "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
+       fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say");
+  ]
 
 (* Properties of Ensemble's table (and the issue that brings the rest)
    that this version does not build yet: refused by name, with what they
    would guarantee. A name leaves this list by itself once [all] holds it. *)
 let planned =
   [
-    ("Cltsvr", "client-server groups: clients cast to and hear from the servers without being members");
-    ("Evs", "extended virtual synchrony: a transitional view before each regular one");
-    ("Migrate", "a member moves to another address, keeping its identity and place in the view");
-    ("Primary", "only the component holding a quorum of votes is primary");
-    ("Scale", "failure detection and stability for groups of hundreds of members");
+    ("Cltsvr", "client-server groups: clients send requests to the servers and hear from them without being members of their view");
+    ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes is primary");
+    ("Scale", "large groups: failure detection and stability whose cost per member grows at most logarithmically");
   ]
 
 let same_name a b = String.lowercase_ascii a = String.lowercase_ascii b
+
+let doc p =
+  let n = to_string p in
+  match List.assoc_opt n docs with Some d -> d | None -> Option.value ~default:"" (List.assoc_opt n planned)
+
 let not_available = List.filter (fun (n, _) -> not (List.exists (fun p -> same_name (to_string p) n) all)) planned
 
 type error =
@@ -108,9 +118,11 @@ let layers ps =
       (Total, "the order is agreed within a view and completed by the flush");
       (Causal, "vector timestamps are per view, completed by the flush");
       (Agree, "stability is judged among the members of a view");
+      (Evs, "transitional views are part of a view change");
       (Xfer, "state goes to the members a view change brings");
       (Heal, "partitions merge into one view");
       (Switch, "the stack changes at a view boundary");
+      (Migrate, "a member keeps its place in the view as it moves");
       (Rekey, "each view's key is agreed when the view is installed");
     ]
   in
@@ -130,7 +142,9 @@ let layers ps =
           (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
-          (if has Agree then [ Agree.layer ] else []);
+          (* Extended virtual synchrony states safe delivery relative to
+             the transitional view: it brings Agree. *)
+          (if has Agree || has Evs then [ Agree.layer ] else []);
           (if has Causal then [ Causal.layer ] else []);
           (if has Debug && has Total then [ Chk.total ] else []);
           (if has Total then [ Total.layer ] else []);

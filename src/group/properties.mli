@@ -27,6 +27,11 @@ type t =
           whenever [Auth] or [Privacy] is (see [Consort_seal.Seal]); adds
           no layer *)
   | Xfer  (** state transfer to members that join (needs [Gmp]) *)
+  | Evs
+      (** extended virtual synchrony: safe delivery ([Agree], which it
+          brings) stated relative to transitional views, which the runtime
+          announces at each view change to an application that asks
+          ([Group.Make.join ~transitional]); needs [vsync] *)
   | Switch
       (** the group may switch to another stack while it runs, at a view
           boundary ([Group.Make.switch]; needs [Gmp]); adds no layer *)
@@ -36,6 +41,9 @@ type t =
           with the events that led to them; {!Fault.drop}, [delay], [dup]
           and [partition] above Bottom act on what arrives, as their
           tunables say (by default they let everything through) *)
+  | Migrate
+      (** a member moves to another address, keeping its identity, rank and
+          view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
 
 val all : t list
 val vsync : t list
@@ -76,7 +84,7 @@ val layers : t list -> (Consort.Layer.t list, error) result
     needs reliable casts and sends, so the reliable layers are always
     there, and a failure detector, so [Gmp] brings [Suspect] with it;
     [Sync] without [Gmp] is refused, and so are [Total], [Causal],
-    [Agree], [Xfer], [Heal], [Switch] and [Rekey] without [Gmp] ({!Needs}). *)
+    [Agree], [Evs], [Xfer], [Heal], [Switch], [Migrate] and [Rekey] without [Gmp] ({!Needs}). *)
 
 val describe : t list -> string
 (** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

@@ -141,12 +141,12 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join ?take_state ?install_state ?capture loop cfg layers cb ~on_sent ~on_lost =
+let join ?take_state ?install_state ?capture ?transitional loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
     (* With a secret, per-view keys unless seal.rekey=false. *)
     let tr = S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) (C.wrap loop capture) cfg.seal in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
-      ?install_state ?rekey:(S.rekey tr)
+      ?install_state ?rekey:(S.rekey tr) ?transitional
       ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers tr ~group:cfg.group ~addr cb
   in
   match cfg.bind with
@@ -341,6 +341,17 @@ let run cfg =
             | `Cast -> write (Log.Cast { t; me; view = vid; seq; len; digest = digest s })
             | `Send dst -> write (Log.Send { t; me; view = vid; dst; seq; len; digest = digest s })
           in
+          (* With Evs, the transitional views are printed and logged. *)
+          let transitional =
+            if List.mem Consort_group.Properties.Evs cfg.props then
+              Some
+                (fun (tv : Consort_group.Group.transitional) ->
+                  say "%s" (Fmt.str "%a" Consort_group.Group.pp_transitional tv);
+                  write
+                    (Log.Trans
+                       { t = now_ns (); me = !self; view = tv.ending; next = tv.next; members = Array.to_list tv.survivors }))
+            else None
+          in
           let on_lost kind s reason =
             let seq, _ = unframe s in
             say "lost: %s" reason;
@@ -403,7 +414,7 @@ let run cfg =
           in
           let opened = Result.bind opened (fun () -> Result.map ignore capture) in
           let capture = match capture with Ok c -> c | Error _ -> None in
-          match Result.bind opened (fun () -> join ~take_state:state ~install_state ?capture loop cfg layers cb ~on_sent ~on_lost) with
+          match Result.bind opened (fun () -> join ~take_state:state ~install_state ?capture ?transitional loop cfg layers cb ~on_sent ~on_lost) with
           | Error e ->
               close_ops ();
               Option.iter close_out log_oc;

@@ -80,6 +80,45 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
   Consort_engine.Sim.run ~until:(cut + s 20.) (V.net w);
   V.finish ~extra:(V.not_wedged w) ~checks w
 
+(* Extended virtual synchrony: 5 members under 3% loss; a member joins
+   late; the group splits into two random sides three times, each split
+   healed 4 s later, with a burst of casts just before each split and each
+   heal (casts not yet stable when the view changes, delivered in the
+   transitional part); one crash. *)
+let partitions ~props ~defaults ~checks ?trace ?params seed =
+  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
+  let w = V.with_params w defaults in
+  let rng = V.rng w in
+  for i = 0 to 3 do
+    V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
+  done;
+  let event t f =
+    V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
+    V.at w t f
+  in
+  event (s 2. + Rng.int rng (s 2.)) (fun () -> V.start w 4);
+  let addrs = List.init 5 (V.addr w) in
+  let last = ref 0 in
+  for k = 0 to 2 do
+    let cut = s 5. + (k * s 7.) + Rng.int rng (s 2.) in
+    let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
+    let side = 1 + Rng.int rng 2 in
+    event cut (fun () ->
+        V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
+        Consort_engine.Sim.partition (V.net w)
+          [ List.filteri (fun i _ -> i < side) shuffled; List.filteri (fun i _ -> i >= side) shuffled ]);
+    event (cut + s 4.) (fun () ->
+        V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
+        Consort_engine.Sim.heal (V.net w));
+    last := cut + s 4.
+  done;
+  let victim = Rng.int rng 5 in
+  event (s 7. + Rng.int rng (s 14.)) (fun () -> V.crash w victim);
+  event (!last + s 1.) (fun () -> if not (V.is_alive w victim) then V.start w victim);
+  V.workload w ~from:(s 1.) ~until:(!last + s 2.) ~count:160;
+  Consort_engine.Sim.run ~until:(!last + s 11.) (V.net w);
+  V.finish ~extra:(V.not_wedged w) ~checks w
+
 let with_total = P.vsync @ [ P.Total ]
 
 let scenarios =
@@ -104,6 +143,10 @@ let scenarios =
       "Agree, Causal and Total together (total.protocol as given, sequencer by default): the schedule of \
        total-seq, every ordering property checked",
       mixed ~props:(P.vsync @ [ P.Total; P.Causal; P.Agree ]) ~defaults:[] ~checks:[ total; causal; safe ] );
+    ( "evs",
+      "extended virtual synchrony (Evs: transitional views, safe delivery relative to them): 5 members, three \
+       random two-way partitions healed, a crash and a restart, bursts at each cut and heal; 3% loss",
+      partitions ~props:(P.vsync @ [ P.Evs ]) ~defaults:[] ~checks:[ V.evs; safe ] );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

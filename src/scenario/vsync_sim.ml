@@ -72,6 +72,7 @@ type world = {
   seal : (Seal.secret * Seal.mode) option;  (* with Auth, Privacy or Rekey *)
   rekey : bool;
   seed : int;
+  evs : bool;  (* members log their transitional views (Evs) *)
 }
 
 let note w fmt =
@@ -191,6 +192,14 @@ let start ?layers ?params w i =
   match
     G.join ~params:(match params with Some p -> Params.override w.params ~by:p | None -> w.params) ~peers ~seed ~on_sent ~on_lost
       ?rekey:(S.rekey tr)
+      ?transitional:
+        (if w.evs then
+           Some
+             (fun (tv : Consort_group.Group.transitional) ->
+               record w !self
+                 (Log.Trans
+                    { t = Sim.now w.net; me = !self; view = tv.ending; next = tv.next; members = Array.to_list tv.survivors }))
+         else None)
       ~layers:(Option.value layers ~default:w.layers)
       ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
       ~take_state:(fun () -> w.hooks.take i !self)
@@ -343,6 +352,7 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
         seal;
     rekey = has Consort_group.Properties.Rekey || Params.bool params Seal.rekey_param;
     seed;
+    evs = has Consort_group.Properties.Evs;
   }
 
 (* Sealed, no member forges: no datagram fails its tag or comes under the
@@ -401,6 +411,10 @@ let converged w =
         ]
       else []
 
+(* Extended virtual synchrony (Consort_spec.Evs), for runs whose members
+   log their transitional views. *)
+let evs logs = match Consort_spec.Evs.check logs with Ok () -> [] | Error vs -> List.map (Fmt.str "evs: %a" Consort_spec.Evs.pp_violation) vs
+
 let finish ?(extra = []) ?(checks = []) w =
   (* The run ended after a quiet period, the network healed: every live
      member is live and connected. *)
@@ -425,6 +439,7 @@ let finish ?(extra = []) ?(checks = []) w =
         | Consort_group.Properties.Total -> order "total" Consort_spec.Order.check_total
         | Causal -> order "causal" Consort_spec.Order.check_causal
         | Agree -> order "safe" Consort_spec.Order.check_safe
+        | Evs -> evs logs
         | _ -> [])
       w.extra_props
   in

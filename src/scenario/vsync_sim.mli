@@ -99,6 +99,10 @@ val finish :
 (** Checks the logs with {!Consort_spec.Vsync} and [checks], and that the
     live members end in one view of exactly them. *)
 
+val evs : (string * Consort_spec.Log.event list) list -> string list
+(** {!Consort_spec.Evs} over the logs (members started with the [Evs]
+    property log their transitional views), one line per violation. *)
+
 val net : world -> Consort_engine.Sim.t
 val rng : world -> Consort.Rng.t
 val nprocs : world -> int

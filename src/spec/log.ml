@@ -37,6 +37,7 @@ type event =
   | Lost of { t : int; me : string; kind : kind; seq : int; reason : string }
   | Exit of { t : int; me : string }
   | Live of { t : int; me : string; casts : int }
+  | Trans of { t : int; me : string; view : string; next : string; members : string list }
 
 let me = function
   | View { me; _ }
@@ -47,7 +48,8 @@ let me = function
   | Refused { me; _ }
   | Lost { me; _ }
   | Exit { me; _ }
-  | Live { me; _ } ->
+  | Live { me; _ }
+  | Trans { me; _ } ->
       me
 
 let time = function
@@ -59,7 +61,8 @@ let time = function
   | Refused { t; _ }
   | Lost { t; _ }
   | Exit { t; _ }
-  | Live { t; _ } ->
+  | Live { t; _ }
+  | Trans { t; _ } ->
       t
 
 let equal (a : event) (b : event) = a = b
@@ -99,7 +102,9 @@ let to_json e : Yojson.Safe.t =
     | Lost { t; me; kind; seq; reason } ->
         head "lost" t me @ [ ("kind", s (kind_name kind)); ("seq", i seq); ("reason", s reason) ]
     | Exit { t; me } -> head "exit" t me
-    | Live { t; me; casts } -> head "live" t me @ [ ("casts", i casts) ])
+    | Live { t; me; casts } -> head "live" t me @ [ ("casts", i casts) ]
+    | Trans { t; me; view; next; members } ->
+        head "trans" t me @ [ ("view", s view); ("next", s next); ("members", `List (List.map s members)) ])
 
 let to_line e = Yojson.Safe.to_string (to_json e)
 let pp ppf e = Fmt.string ppf (to_line e)
@@ -162,21 +167,18 @@ let event_of_fields fields =
     | `String "send" -> `Send
     | _ -> bad (Bad_value { key = "kind"; expected = "\"cast\" or \"send\"" })
   in
+  let strs k =
+    match field k with
+    | `List l ->
+        List.map
+          (function `String s when s <> "" -> s | _ -> bad (Bad_value { key = k; expected = "an array of non-empty strings" }))
+          l
+    | _ -> bad (Bad_value { key = k; expected = "an array of non-empty strings" })
+  in
   let ev = match field "ev" with `String s -> s | _ -> bad (Bad_value { key = "ev"; expected = "a string" }) in
   let t = int "t" and me = str "me" in
   match ev with
-  | "view" ->
-      let members =
-        match field "members" with
-        | `List l ->
-            List.map
-              (function
-                | `String s when s <> "" -> s
-                | _ -> bad (Bad_value { key = "members"; expected = "an array of non-empty strings" }))
-              l
-        | _ -> bad (Bad_value { key = "members"; expected = "an array of non-empty strings" })
-      in
-      View { t; me; view = str "view"; members }
+  | "view" -> View { t; me; view = str "view"; members = strs "members" }
   | "cast" -> Cast { t; me; view = str "view"; seq = int "seq"; len = int "len"; digest = digest () }
   | "send" ->
       let view = str "view" and dst = str "to" in
@@ -199,6 +201,9 @@ let event_of_fields fields =
       Lost { t; me; kind; seq; reason = str "reason" }
   | "exit" -> Exit { t; me }
   | "live" -> Live { t; me; casts = int "casts" }
+  | "trans" ->
+      let view = str "view" and next = str "next" in
+      Trans { t; me; view; next; members = strs "members" }
   | other -> bad (Unknown_event other)
 
 let one_line s = String.concat " " (List.filter (( <> ) "") (String.split_on_char '\n' s))

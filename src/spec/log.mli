@@ -13,6 +13,7 @@
 {"ev":"lost","t":T,"me":ID,"kind":K,"seq":S,"reason":R}
 {"ev":"exit","t":T,"me":ID}
 {"ev":"live","t":T,"me":ID,"casts":N}
+{"ev":"trans","t":T,"me":ID,"view":VID,"next":VID,"members":[ID,...]}
     v}
     - [t] is the time of the event in nanoseconds (a non-negative integer):
       the simulator's virtual time, or the wall clock since the Unix epoch
@@ -38,6 +39,10 @@
     - [lost]: the runtime reports that a message it accepted (sent or
       still queued) will not be delivered.
     - [exit]: the member left the group.
+    - [trans]: the transitional view (extended virtual synchrony) of
+      [me] as it goes from regular view [view] into [next]: the members of
+      [view] that go on with it; the deliveries after it and before the
+      [view] line of [next] are in [view]'s transitional part.
     - [live]: written when a run ends, after a quiet period, for a member
       that is alive and connected to the other members that have a [live]
       line; N is the number of casts the API accepted from it (refused ones
@@ -93,6 +98,9 @@ type event =
   | Live of { t : int; me : string; casts : int }
       (** at the end of a run, [me] is alive and connected; the API
           accepted [casts] casts from it *)
+  | Trans of { t : int; me : string; view : string; next : string; members : string list }
+      (** [me] goes from [view] into [next] with [members] (key
+          ["members"]): its transitional view *)
 
 val me : event -> string
 (** [me e] is the member whose event [e] is. *)

@@ -280,6 +280,42 @@ let partition () =
       let from_b = List.length (List.filter (fun s -> s.[0] = '1') !(delivered.(0))) in
       Alcotest.(check bool) "a delivered b's casts" true (from_b >= 300))
 
+(* The delay layer on its own, over a perfect network (1 ms): every
+   datagram held between delay.min and delay.max, longer than a second
+   included, and never more than delay.queue at once (the rest dropped and
+   counted). *)
+let delay_bounds () =
+  let params =
+    match Params.of_string "delay.rate=1,delay.min=2s,delay.max=5s,delay.queue=8,fault.seed=3" with
+    | Ok p -> p
+    | Error e -> Alcotest.failf "%a" Params.pp_error e
+  in
+  let pool = Pool.create () in
+  let times = ref [] in
+  let h = ref None in
+  let deliver _ _ msg =
+    Msg.release msg;
+    match !h with Some h -> times := Harness.now h :: !times | None -> ()
+  in
+  let g =
+    Harness.create ~params ~net:Harness.perfect ~seed:1 ~pool ~n:2
+      ~layers:[ Consort_group.Fault.delay; Consort_group.Bottom.layer ] ~deliver ()
+  in
+  h := Some g;
+  for _ = 1 to 20 do
+    Stack.cast (Harness.stack g 0) (Msg.of_string pool "x")
+  done;
+  ignore (Harness.run ~until:(sec 60.) g);
+  let n = List.length !times in
+  Alcotest.(check int) "delay.queue held, the rest dropped" 8 n;
+  Alcotest.(check int) "overflow counted" 12 (Harness.counter g 1 "delay" "overflow");
+  List.iter
+    (fun t ->
+      if t < sec 2. || t > Time.add (sec 5.) (Time.of_ms 2) then Alcotest.failf "delivered at %a, outside [2 s, 5 s]" Time.pp t)
+    !times;
+  Alcotest.(check bool) "delays over a second drawn too" true (List.exists (fun t -> t > sec 3.2) !times);
+  Harness.stop g
+
 (* {1 Over real sockets} *)
 
 module Udp = Consort_engine.Udp
@@ -352,5 +388,6 @@ let () =
           Alcotest.test_case "reports bounded by chk.reports" `Quick bounded_reports;
         ] );
       ("udp", [ Alcotest.test_case "chk_fifo over UDP on 127.0.0.1" `Quick udp_swap ]);
+      ("delay", [ Alcotest.test_case "delays within their bounds, queue bounded" `Quick delay_bounds ]);
       ("faults", [ Alcotest.test_case "drop, dup, delay under the reliable layers" `Quick faults; Alcotest.test_case "partition" `Quick partition ]);
     ]
