@@ -2,7 +2,7 @@
 # Checks, without building anything, that every deliberate bug under test/mutants/ can still be
 # run by `make mutants`: each patch has its "Mutant:" line, at least one "Kill:" line and a blank
 # line before its diff, applies to the tree as it is (git apply --check), and has its row in the
-# README's table; and no row names a patch that is gone. One line per problem, then
+# README's table; and no row names a patch that is gone or comes twice. One line per problem, then
 # "N passed, M failed" (one check per patch, plus one for the table's stale rows).
 set -u
 cd "$(dirname "$0")/.."
@@ -20,7 +20,11 @@ for p in "$dir"/*.patch; do
 done
 stale=$(grep -o '^| [a-z0-9-]* |' "$dir/README.md" | sed 's/^| \(.*\) |$/\1/' | grep -v '^Mutant$' |
   while read -r n; do [ -f "$dir/$n.patch" ] || echo "$n"; done)
-if [ -z "$stale" ]; then pass=$((pass + 1)); else
-  fail=$((fail + 1)); echo "$dir/README.md: rows without a patch: $(echo $stale)"; fi
+dups=$(grep -o '^| [a-z0-9-]* |' "$dir/README.md" | sort | uniq -d | sed 's/^| \(.*\) |$/\1/')
+if [ -z "$stale" ] && [ -z "$dups" ]; then pass=$((pass + 1)); else
+  fail=$((fail + 1))
+  [ -z "$stale" ] || echo "$dir/README.md: rows without a patch: $(echo $stale)"
+  [ -z "$dups" ] || echo "$dir/README.md: rows twice: $(echo $dups)"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
