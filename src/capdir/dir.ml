@@ -330,6 +330,10 @@ let remember t client req r =
 
 let apply t ~client ~req op =
   if is_read op then (execute t op, false)
+  else if (match op with Touch _ -> true | _ -> false) then
+    (* Idempotent: a collector's touches need no place in the table of
+       clients, where thousands of them would push real clients out. *)
+    match execute t op with Error _ as r -> (r, false) | r -> (r, true)
   else
     match Hashtbl.find_opt t.dedup client with
     | Some (last, r) when last = req -> (r, false)

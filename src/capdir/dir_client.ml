@@ -20,6 +20,8 @@ let fresh_client () =
 
 let create ?(client = fresh_client ()) trans = { trans; client; req = 0 }
 
+let trans t = t.trans
+
 let call t (op : Dir.op) =
   t.req <- t.req + 1;
   let cap = match op with Lookup { dir; _ } | List dir | Touch dir | Age dir | Chmod { dir; _ } | Delete { dir; _ } | Install { dir; _ } -> dir | Create { via; _ } -> via | Refs { server; _ } -> server in

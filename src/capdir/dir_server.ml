@@ -87,6 +87,20 @@ let run ?(on_ready = ignore) cfg =
               Rpc.listen server (fun req ->
                   let h = Rpc.header req in
                   if h.command = dir_op then reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
+                  else if h.command = Consort_cap.Std.std_touch then
+                    (* The standard touch, for collectors that know only it. *)
+                    match Header.cap h with
+                    | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
+                    | Ok c ->
+                        R.submit r { Wire.client = 0L; req = 0; op = Dir.Touch c } (fun o ->
+                            let st =
+                              match o with
+                              | Wire.Done (Dir.Done _) -> `Ok
+                              | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
+                              | Wire.Done (Dir.Error (Dir.Not_found _)) -> `Notfound
+                              | _ -> `Notnow
+                            in
+                            Rpc.putrep req (Header.reply st) "")
                   else Rpc.putrep req (Header.reply `Combad) "");
               let stop = ref false in
               let halt _ = stop := true in

@@ -99,6 +99,8 @@ let table =
         ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
     ("cap chmod", [ ("Let the group column read a file, and no one else:", "consort cap chmod /home/alice/notes all:read:none") ]);
+    ( "cap dir gc",
+      [ ("Collect the directory server's and a file server's garbage:", "consort cap dir gc --server cap1:... --fs cap1:...") ] );
     ( "cap dir link",
       [ ("Store a file's capability under a name:", "consort cap dir link /home/alice/notes cap1:... --masks all:read:none") ] );
     ("cap dir lookup", [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ]);
