@@ -13,12 +13,7 @@ let pp_error ppf = function
 
 type t = { trans : trans; client : int64; mutable req : int }
 
-(* Random, and the process id mixed in: processes forked from one that
-   seeded its generator draw the same bytes. *)
-let fresh_client () =
-  Int64.logxor (Int64.of_string ("0x" ^ Consort_cap.Crypto.to_hex (Consort_cap.Crypto.random 7))) (Int64.shift_left (Int64.of_int (Unix.getpid ())) 24)
-
-let create ?(client = fresh_client ()) trans = { trans; client; req = 0 }
+let create ?(client = Dir_client_id.fresh ()) trans = { trans; client; req = 0 }
 
 let trans t = t.trans
 

@@ -130,6 +130,12 @@ let test_replicated () =
       | Ok c -> Alcotest.(check string) "the group column reads" "read" (Rights.to_string c.rights)
       | Error _ -> Alcotest.fail "lookup output");
       refused ~env "denied" [ "cap"; "rm"; "--root"; Cap.to_string group_root; "/home/alice/notes" ];
+      (* The standard operations: info, status, restrict; destroy refused. *)
+      Alcotest.(check bool) "std_info" true (contains (ok ~env [ "cap"; "info"; home ]) "directory, 1 rows");
+      Alcotest.(check bool) "std_status" true (contains (ok ~env [ "cap"; "status"; dserver ]) "directory replica");
+      let narrowed = String.trim (ok ~env [ "cap"; "restrict"; Cap.to_string group_root; "--rights"; "0x00" ]) in
+      Alcotest.(check bool) "std_restrict" true (match Cap.of_string narrowed with Ok c -> Rights.to_int c.rights = 0 | Error _ -> false);
+      refused ~env "refused" [ "cap"; "destroy"; home ];
       refused ~env "not found: nothing" [ "cap"; "rm"; "/home/nothing" ];
       refused ~env "x: not found" [ "cap"; "ls"; "/x/y" ];
       refused ~env "unknown right" [ "cap"; "chmod"; "/home/alice/notes"; "all:bogus" ];
@@ -144,7 +150,6 @@ let test_replicated () =
          and the restarted one serves with the third. *)
       ignore (start d reps r0 : string * string);
       let env0 = [ "CONSORT_ROOT=" ^ root; locate [ r0 ]; "CONSORT_MULTICAST=off" ] in
-      ignore dserver;
       let ls0 = eventually 30 "the restarted replica" (fun () -> match run ~env:env0 [ "cap"; "ls"; "/home" ] with 0, out, _ -> Some out | _ -> None) in
       Alcotest.(check (list string)) "caught up" [ "alice"; "bob" ] (rows ls0);
       kill r1;
