@@ -27,7 +27,8 @@ let call t (op : Dir.op) =
       | `Unknown -> Error (`Unknown (Fmt.str "%a" Rpc_error.pp e))
       | `Not_executed -> Error (`Refused (Fmt.str "%a" Rpc_error.pp e)))
   | Ok (h, d) -> (
-      if h.status <> `Ok then Error (`Refused (Fmt.str "status %d: %s" (Consort_cap.Status.to_int h.status) d))
+      if h.status = `Combad then Error (`Refused "not a directory (its server does not know the directory commands)")
+      else if h.status <> `Ok then Error (`Refused (Fmt.str "status %d: %s" (Consort_cap.Status.to_int h.status) d))
       else
         match Consort.Codec.decode_string Dir_server.outcome_codec d with
         | Error e -> Error (`Refused (Fmt.str "a reply that does not decode: %a" Consort.Codec.pp_error e))

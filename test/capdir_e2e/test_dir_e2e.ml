@@ -137,6 +137,7 @@ let test_replicated () =
       Alcotest.(check bool) "std_restrict" true (match Cap.of_string narrowed with Ok c -> Rights.to_int c.rights = 0 | Error _ -> false);
       refused ~env "refused" [ "cap"; "destroy"; home ];
       refused ~env "not found: nothing" [ "cap"; "rm"; "/home/nothing" ];
+      refused ~env "no server answered" [ "cap"; "ls"; "/home/alice/notes" ];
       refused ~env "x: not found" [ "cap"; "ls"; "/x/y" ];
       refused ~env "unknown right" [ "cap"; "chmod"; "/home/alice/notes"; "all:bogus" ];
       refused ~env "exists" [ "cap"; "mkdir"; "/home/alice" ];
@@ -196,6 +197,7 @@ let test_gc () =
       let home = eventually 30 "the first mkdir" (fun () -> match run ~env [ "cap"; "mkdir"; "/home" ] with 0, o, _ -> Some (String.trim o) | _ -> None) in
       let gone_dir = String.trim (ok ~env [ "cap"; "mkdir"; "/tmp" ]) in
       ignore (ok ~env [ "cap"; "dir"; "link"; "/home/kept"; kept ]);
+      refused ~env "not a directory" [ "cap"; "ls"; "/home/kept" ];
       ignore (ok ~env [ "cap"; "dir"; "link"; "/tmp/lost"; lost ]);
       ignore (ok ~env [ "cap"; "rm"; "/tmp" ]);
       let report = ok ~env [ "cap"; "dir"; "gc"; "--server"; dserver; "--fs"; fserver; "--rounds"; "25" ] in
