@@ -207,9 +207,19 @@ let test_gc () =
       refused ~env "not found" [ "cap"; "ls"; "--root"; gone_dir; "/" ];
       Alcotest.(check (list string)) "a reachable directory stays" [ "kept" ] (rows (ok ~env [ "cap"; "ls"; "--root"; home; "/" ])))
 
+(* consort bench dir in a tiny configuration: it runs to the end, every
+   operation of every row succeeds. *)
+let test_bench () =
+  let code, out, err = run ~env:[] [ "bench"; "dir"; "--clients"; "1"; "--seconds"; "1" ] in
+  if code <> 0 then Alcotest.failf "bench dir: exit %d: %s%s" code out err;
+  let rows = List.filter (fun l -> contains l "ops/s") (String.split_on_char '\n' out) in
+  Alcotest.(check int) "four rows" 4 (List.length rows);
+  List.iter (fun l -> if contains l "failed" then Alcotest.failf "bench dir: %s" l) rows
+
 let () =
   Alcotest.run "capdir-e2e"
     [
       ("replicas", [ Alcotest.test_case "three replicas, tools, kills" `Quick test_replicated ]);
       ("gc", [ Alcotest.test_case "collection over a directory and a file server" `Quick test_gc ]);
+      ("bench", [ Alcotest.test_case "bench dir runs" `Quick test_bench ]);
     ]
