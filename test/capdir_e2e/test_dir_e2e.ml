@@ -210,7 +210,7 @@ let test_gc () =
 (* consort bench dir in a tiny configuration: it runs to the end, every
    operation of every row succeeds. *)
 let test_bench () =
-  let code, out, err = run ~env:[] [ "bench"; "dir"; "--clients"; "1"; "--seconds"; "1" ] in
+  let code, out, err = run ~env:[] [ "bench"; "dir"; "--clients"; "2"; "--seconds"; "1" ] in
   if code <> 0 then Alcotest.failf "bench dir: exit %d: %s%s" code out err;
   let rows = List.filter (fun l -> contains l "ops/s") (String.split_on_char '\n' out) in
   Alcotest.(check int) "four rows" 4 (List.length rows);
