@@ -143,6 +143,61 @@ let link locate root path cap masks =
               | Ok _ -> 0
               | Error e -> failed "link" e))
 
+(* consort cap dir gc --server CAP [--fs CAP ...] [--rounds N]: rounds of
+   collection from the root over the directory server and file servers. *)
+let gc locate root server fss rounds =
+  let parse what s = match Cap.of_string s with Ok c -> Ok c | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e) in
+  let rec all = function [] -> Ok [] | x :: l -> Result.bind (parse "--fs" x) (fun c -> Result.map (fun l -> c :: l) (all l)) in
+  match (parse "--server" server, all fss) with
+  | Error e, _ | _, Error e -> refused "gc: %s" e
+  | Ok dserver, Ok fss ->
+      with_dir locate root (fun c root ->
+          let trans = Dir_client.trans c in
+          let std h = match trans ~idempotent:true h "" with Ok (h, _) -> Ok h.Header.status | Error e -> Error (Fmt.str "%a" Rpc_error.pp e) in
+          (* Both servers answer the standard touch. *)
+          let std_touch cap =
+            match std (Std.touch_request cap) with
+            | Ok `Ok -> Ok ()
+            | Ok (`Notfound | `Capbad) -> Error (`Dangling "gone")
+            | Ok st -> Error (`Failed (Printf.sprintf "status %d" (Status.to_int st)))
+            | Error e -> Error (`Failed e)
+          in
+          let dir_server =
+            {
+              Consort_capdir.Gc.port = root.Cap.port;
+              touch = (fun cap -> std_touch cap);
+              age = (fun () -> match Dir_client.call c (Dir.Age dserver) with Ok _ -> Ok () | Error e -> Error (Fmt.str "%a" Dir_client.pp_error e));
+            }
+          in
+
+          let fs_server (fs : Cap.t) =
+            {
+              Consort_capdir.Gc.port = fs.port;
+              touch = std_touch;
+              age = (fun () -> match std (Std.age_request fs) with Ok `Ok -> Ok () | Ok st -> Error (Printf.sprintf "status %d" (Status.to_int st)) | Error e -> Error e);
+            }
+          in
+          let refs (cap : Cap.t) =
+            if not (Port.equal cap.port root.port) then None
+            else
+              Some
+                (match Dir_client.call c (Dir.Refs { server = dserver; dir = cap.obj }) with
+                | Ok (Dir.Objects l) -> Ok l
+                | Ok r -> Error (Fmt.str "unexpected reply %a" Dir.pp_response r)
+                | Error e -> Error (Fmt.str "%a" Dir_client.pp_error e))
+          in
+          let servers = dir_server :: List.map fs_server fss in
+          let rec go i =
+            if i > rounds then 0
+            else
+              match Consort_capdir.Gc.round ~refs ~servers root with
+              | Ok r ->
+                  Fmt.pr "round %d: %a@." i Consort_capdir.Gc.pp_report r;
+                  go (i + 1)
+              | Error e -> refused "gc: round %d: %s" i e
+          in
+          go 1)
+
 let serve data key_file bind group peers params =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
   match Consort.Params.of_string (Option.value params ~default:"") with
@@ -248,5 +303,16 @@ let serve_cmd =
        ~doc:"Run a replica of the directory server; prints the root and server capabilities, serves until SIGTERM or SIGINT.")
     Term.(const serve $ data $ key $ bind $ group $ peers $ params)
 
-let dir_cmd = Cmd.group (Cmd.info "dir" ~exits:Consort_cli.exits ~doc:"The replicated directory server (SOAP semantics).") [ serve_cmd; lookup_cmd; link_cmd ]
+let gc_cmd =
+  let server = Arg.(required & opt (some string) None & info [ "server" ] ~docv:"CAP" ~doc:"The directory server's capability (printed by $(b,cap dir serve)): ageing and reading rows need its admin right.") in
+  let fss = Arg.(value & opt_all string [] & info [ "fs" ] ~docv:"CAP" ~doc:"A file server's capability (printed by $(b,cap fs serve)), to touch and age its files; repeat for each.") in
+  let rounds = Arg.(value & opt Consort_cli.positive_int 1 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds to run.") in
+  client_cmd "gc" ~path:"cap dir gc"
+    ~doc:
+      "Collect garbage: touch every object reachable from the root directory, then age the directory server's and \
+       the file servers' objects; unreachable ones go after their lifetime (8 rounds for directories, 24 for files). \
+       A round that cannot touch everything ages nothing."
+    Term.(const (fun l r s f n () -> gc l r s f n) $ locate $ root $ server $ fss $ rounds)
+
+let dir_cmd = Cmd.group (Cmd.info "dir" ~exits:Consort_cli.exits ~doc:"The replicated directory server (SOAP semantics).") [ serve_cmd; lookup_cmd; link_cmd; gc_cmd ]
 let commands = [ dir_cmd; ls_cmd; mkdir_cmd; rm_cmd; chmod_cmd ]

@@ -421,6 +421,12 @@ let () =
   total "params" Params.of_string;
   total "properties" G.Properties.of_string
 
+(* {1 The directory server} *)
+
+let () =
+  codec "capdir request" Consort_capdir.Dir_server.request_codec;
+  codec_tagged "capdir outcome" Consort_capdir.Dir_server.outcome_codec [ 0; 1; 2 ]
+
 (* {1 consortd} *)
 
 let () = Daemon_fuzz.register ()

@@ -107,6 +107,15 @@ let dirs t = Hashtbl.length t.dirs
 let mem t obj = Hashtbl.mem t.dirs obj
 let life t obj = Option.map (fun d -> d.life) (Hashtbl.find_opt t.dirs obj)
 let seq t obj = Option.map (fun d -> d.seq) (Hashtbl.find_opt t.dirs obj)
+let secret t obj = if obj = 0 then Some t.lim.server_secret else Option.map (fun d -> d.secret) (Hashtbl.find_opt t.dirs obj)
+
+let info t obj =
+  if obj = 0 then Printf.sprintf "directory server, %d directories" (Hashtbl.length t.dirs)
+  else
+    match Hashtbl.find_opt t.dirs obj with
+    | Some d -> Printf.sprintf "directory, %d rows, seq %d, columns %s" (SMap.cardinal d.rows) d.seq (String.concat ":" (Array.to_list d.columns))
+    | None -> "-"
+
 let objects t = Hashtbl.fold (fun k _ acc -> k :: acc) t.dirs [] |> List.sort compare
 
 let is_read = function Lookup _ | List _ -> true | _ -> false
@@ -330,6 +339,10 @@ let remember t client req r =
 
 let apply t ~client ~req op =
   if is_read op then (execute t op, false)
+  else if (match op with Touch _ -> true | _ -> false) then
+    (* Idempotent: a collector's touches need no place in the table of
+       clients, where thousands of them would push real clients out. *)
+    match execute t op with Error _ as r -> (r, false) | r -> (r, true)
   else
     match Hashtbl.find_opt t.dedup client with
     | Some (last, r) when last = req -> (r, false)

@@ -123,6 +123,11 @@ val mem : t -> int -> bool
 val life : t -> int -> int option
 val seq : t -> int -> int option
 val objects : t -> int list
+val secret : t -> int -> Cap.Secret.t option
+(** The secret of the server (object 0) or of a directory. *)
+
+val info : t -> int -> string
+(** One line about the server (object 0) or a directory, for [std_info]. *)
 
 val op_codec : op Consort.Codec.t
 val response_codec : response Consort.Codec.t

@@ -13,12 +13,9 @@ let pp_error ppf = function
 
 type t = { trans : trans; client : int64; mutable req : int }
 
-(* Random, and the process id mixed in: processes forked from one that
-   seeded its generator draw the same bytes. *)
-let fresh_client () =
-  Int64.logxor (Int64.of_string ("0x" ^ Consort_cap.Crypto.to_hex (Consort_cap.Crypto.random 7))) (Int64.shift_left (Int64.of_int (Unix.getpid ())) 24)
+let create ?(client = Dir_client_id.fresh ()) trans = { trans; client; req = 0 }
 
-let create ?(client = fresh_client ()) trans = { trans; client; req = 0 }
+let trans t = t.trans
 
 let call t (op : Dir.op) =
   t.req <- t.req + 1;
@@ -30,7 +27,8 @@ let call t (op : Dir.op) =
       | `Unknown -> Error (`Unknown (Fmt.str "%a" Rpc_error.pp e))
       | `Not_executed -> Error (`Refused (Fmt.str "%a" Rpc_error.pp e)))
   | Ok (h, d) -> (
-      if h.status <> `Ok then Error (`Refused (Fmt.str "status %d: %s" (Consort_cap.Status.to_int h.status) d))
+      if h.status = `Combad then Error (`Refused "not a directory (its server does not know the directory commands)")
+      else if h.status <> `Ok then Error (`Refused (Fmt.str "status %d: %s" (Consort_cap.Status.to_int h.status) d))
       else
         match Consort.Codec.decode_string Dir_server.outcome_codec d with
         | Error e -> Error (`Refused (Fmt.str "a reply that does not decode: %a" Consort.Codec.pp_error e))

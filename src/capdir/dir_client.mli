@@ -18,6 +18,7 @@ type t
 val create : ?client:int64 -> trans -> t
 (** A random client number unless [client]. *)
 
+val trans : t -> trans
 val call : t -> Dir.op -> (Dir.response, error) result
 val lookup : t -> Consort_cap.Cap.t -> string -> (Dir.entry list, error) result
 

@@ -87,7 +87,53 @@ let run ?(on_ready = ignore) cfg =
               Rpc.listen server (fun req ->
                   let h = Rpc.header req in
                   if h.command = dir_op then reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
-                  else Rpc.putrep req (Header.reply `Combad) "");
+                  else if h.command = Consort_cap.Std.std_touch then
+                    (* The standard touch, for collectors that know only it. *)
+                    match Header.cap h with
+                    | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
+                    | Ok c ->
+                        R.submit r { Wire.client = 0L; req = 0; op = Dir.Touch c } (fun o ->
+                            let st =
+                              match o with
+                              | Wire.Done (Dir.Done _) -> `Ok
+                              | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
+                              | Wire.Done (Dir.Error (Dir.Not_found _)) -> `Notfound
+                              | _ -> `Notnow
+                            in
+                            Rpc.putrep req (Header.reply st) "")
+                  else if h.command = Consort_cap.Std.std_age then
+                    (* Ordered like any change; a fresh client number, as ageing is not idempotent. *)
+                    match Header.cap h with
+                    | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
+                    | Ok c ->
+                        R.submit r { Wire.client = Dir_client_id.fresh (); req = 1; op = Dir.Age c } (fun o ->
+                            let st =
+                              match o with
+                              | Wire.Done (Dir.Aged _) -> `Ok
+                              | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
+                              | Wire.Done (Dir.Error (Dir.Denied _)) -> `Denied
+                              | _ -> `Notnow
+                            in
+                            Rpc.putrep req (Header.reply st) "")
+                  else
+                    (* info, status, restrict from this replica's state; destroy refused: directories go by ageing. *)
+                    let machine () = Store.machine (R.store r) in
+                    let objects =
+                      {
+                        Consort_cap.Std.secret = (fun obj -> Dir.secret (machine ()) obj);
+                        info = (fun obj -> Dir.info (machine ()) obj);
+                        destroy = (fun _ -> `Denied);
+                        touch = ignore;
+                        age = ignore;
+                        status =
+                          (fun () ->
+                            Fmt.str "directory replica %s, %a, %d directories, write %d" (R.me r) Replica.pp_phase (R.phase r)
+                              (Dir.dirs (machine ())) (Store.seq (R.store r)));
+                      }
+                    in
+                    match Consort_cap.Std.handle (Port.Key.port cfg.key) objects h (Rpc.data req) with
+                    | Some (h, d) -> Rpc.putrep req h d
+                    | None -> Rpc.putrep req (Header.reply `Combad) "");
               let stop = ref false in
               let halt _ = stop := true in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);

@@ -218,6 +218,11 @@ let run ?trace ?(params = Params.empty) ~seed () =
               let k2 = if k2 = k then keys.(0) else k2 in
               let ks = if k2 = k then [ k ] else [ k; k2 ] in
               (Dir.Install { dir = root; expect = None; rows = List.map row ks }, List.map (fun k -> (k, L.Put (string_of_int v))) ks)
+          | 8 when Random.State.bool rng ->
+              (* No effect on what a lookup through the root's owner
+                 capability names: not in the checked history, but the
+                 replicas must still agree on the masks and sequence numbers. *)
+              (Dir.Chmod { dir = root; name = k; masks = [ Consort_cap.Rights.of_int_exn (Random.State.int rng 256) ] }, [])
           | _ -> (Dir.Delete { dir = root; name = k }, [ (k, L.Del) ]))
     in
     let call = now () in

@@ -32,7 +32,7 @@ let round ?(max_objects = 10_000_000) ~refs ~servers root =
     | Some (c : Cap.t) -> (
         let key = (Port.to_raw c.port, c.obj) in
         if Seen.mem key seen then mark seen ~touched ~dangling ~foreign ~directories
-        else if Seen.cardinal seen >= max_objects then Error (Printf.sprintf "over %d objects reachable: round abandoned" max_objects)
+        else if touched + dangling + foreign >= max_objects then Error (Printf.sprintf "over %d objects reachable: round abandoned" max_objects)
         else
           let seen = Seen.add key seen in
           match server_of c with

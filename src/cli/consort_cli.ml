@@ -109,6 +109,8 @@ let table =
     ("cap proc serve", [ ("Serve processes, fetching programs from a file server on 127.0.0.1:7700:", "consort cap proc serve --data /var/lib/consort/proc --locate 127.0.0.1:7700") ]);
     ("cap ps", [ ("A process server's processes:", "consort cap ps cap1:SERVER...") ]);
     ("cap chmod", [ ("Let the group column read a file, and no one else:", "consort cap chmod /home/alice/notes all:read:none") ]);
+    ( "cap dir gc",
+      [ ("Collect the directory server's and a file server's garbage:", "consort cap dir gc --server cap1:... --fs cap1:...") ] );
     ( "cap dir link",
       [ ("Store a file's capability under a name:", "consort cap dir link /home/alice/notes cap1:... --masks all:read:none") ] );
     ("cap dir lookup", [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ]);

@@ -219,6 +219,34 @@ let fuzz =
       ignore (Consort.Codec.decode_string (Dir.codec lim) s);
       true)
 
+(* {1 The server's requests} *)
+
+let test_server_requests () =
+  let module S = Consort_capdir.Dir_server in
+  let got = ref None in
+  S.reply_of_request (fun _ _ -> Alcotest.fail "garbage submitted") "\255garbage" (fun h d -> got := Some (h, d));
+  (match !got with
+  | Some (h, d) ->
+      Alcotest.(check int) "STD_ARGBAD" (Status.to_int `Argbad) (Status.to_int h.Header.status);
+      Alcotest.(check bool) "one line" false (String.contains d '\n')
+  | None -> Alcotest.fail "no reply");
+  let t = fresh () in
+  let op = Dir.List (Dir.root t) in
+  got := None;
+  S.reply_of_request
+    (fun (r : Dir.op Consort_kv.Wire.request_) k ->
+      Alcotest.(check bool) "client and request number" true (r.client = 9L && r.req = 4);
+      k (Consort_kv.Wire.Done (Dir.execute t r.op)))
+    (Consort.Codec.encode_string S.request_codec (9L, 4, op))
+    (fun h d -> got := Some (h, d));
+  match !got with
+  | Some (h, d) -> (
+      Alcotest.(check int) "STD_OK" 0 (Status.to_int h.Header.status);
+      match Consort.Codec.decode_string S.outcome_codec d with
+      | Ok (Consort_kv.Wire.Done (Dir.Listing { seq = 0; _ })) -> ()
+      | _ -> Alcotest.fail "the listing comes back")
+  | None -> Alcotest.fail "no reply"
+
 (* {1 Ageing} *)
 
 let test_age () =
@@ -256,5 +284,6 @@ let () =
           Alcotest.test_case "deduplication, codec" `Quick test_dedup_codec;
           Alcotest.test_case "decoders never raise" `Quick (fun () -> QCheck.Test.check_exn ~rand:(Random.State.make [| 3 |]) fuzz);
           Alcotest.test_case "ageing" `Quick test_age;
+          Alcotest.test_case "server requests" `Quick test_server_requests;
         ] );
     ]

@@ -160,6 +160,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "boot"; "serve" ], [ "--decl"; missing; "--data"; tmp ], [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ]);
     ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "chmod" ], [ "/a"; "all" ], [ ([ "/a"; "all"; "--root"; "not-a-cap" ], 2); ([ "/a"; "bogus"; "--root"; bad_cap ], 2) ]);
+    ([ "cap"; "dir"; "gc" ], [ "--server"; bad_cap ], [ ([ "--server"; "not-a-cap" ], 2); ([ "--server"; bad_cap; "--rounds"; "0" ], 124) ]);
     ([ "cap"; "dir"; "link" ], [ "/a"; bad_cap ], [ ([ "/a"; "not-a-cap" ], 2); ([ "/a"; bad_cap; "--root"; "not-a-cap" ], 2) ]);
     ([ "cap"; "dir"; "lookup" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2) ]);
     ( [ "cap"; "dir"; "serve" ],
