@@ -167,8 +167,7 @@ let parse ?(file = "declarations") text =
                   set { s with after = s.after @ ns }
               | "cap", [ kv ] ->
                   let k, v = key_value ln "cap" kv in
-                  if not (Consort_capenv.var k <> "" && String.length k <= 32 && String.for_all (function 'a' .. 'z' | '0' .. '9' | '_' | '.' | '-' -> true | _ -> false) k && k <> "")
-                  then raise (Bad (ln, Printf.sprintf "bad capability name %S" k));
+                  if not (Consort_capproc.Pd.valid_name k) then raise (Bad (ln, Printf.sprintf "bad capability name %S" k));
                   set { s with caps = s.caps @ [ (k, word ln v) ] }
               | "env", [ kv ] ->
                   let k, v = key_value ln "env" kv in

@@ -20,6 +20,7 @@ type config = {
   max_limits : Pd.limits;
   keep : Time.t;
   hold : Time.t;
+  fetch_timeout : Time.t;
   locate : string list;
   rpc : Rpc.config;
 }
@@ -40,6 +41,7 @@ let default_config ~data =
     max_limits = { Pd.cpu_ms = 3_600_000; memory_kib = 4 * 1024 * 1024; run_ms = 86_400_000 };
     keep = Time.of_sec 60.;
     hold = Time.of_sec 10.;
+    fetch_timeout = Time.of_sec 60.;
     locate = [];
     rpc = Rpc.default_config;
   }
@@ -372,7 +374,9 @@ let fetch t p k =
           | fd ->
               p.file <- Some file;
               let rec read off =
-                if off >= size then begin
+                if p.state <> Fetching || not (Hashtbl.mem t.procs p.obj) then (try Unix.close fd with Unix.Unix_error _ -> ())
+                  (* given up (see [fetch_timeout]) *)
+                else if off >= size then begin
                   Unix.close fd;
                   k (Ok file)
                 end
@@ -437,11 +441,21 @@ let exec t r =
                   }
                 in
                 Hashtbl.replace t.procs obj p;
+                let decided = ref false in
                 let fail st why =
-                  forget t p;
-                  refuse st why
+                  if not !decided then begin
+                    decided := true;
+                    forget t p;
+                    refuse st why
+                  end
                 in
+                (* A file server that answers too slowly does not hold a place for ever. *)
+                p.timers <-
+                  Loop.after t.loop t.config.fetch_timeout (fun () ->
+                      if p.state = Fetching then fail `Notfound "the program's file server is too slow")
+                  :: p.timers;
                 fetch t p (function
+                  | _ when !decided -> ()
                   | Error why -> fail `Notfound why
                   | Ok file -> (
                       match check_bytecode t file with
@@ -450,6 +464,7 @@ let exec t r =
                           match start t p file ~locate with
                           | Error why -> fail `Syserr why
                           | Ok () ->
+                              decided := true;
                               let c = Cap.owner t.port ~obj p.secret in
                               let port, priv = Header.of_cap c in
                               R.putrep r (Header.reply ~port ~priv `Ok) "")))))

@@ -31,6 +31,7 @@ type config = {
   max_limits : Pd.limits;  (** cpu 1 hour, memory 4 GiB, run time 1 day *)
   keep : Consort.Time.t;  (** ended processes are kept this long (default 60 s) *)
   hold : Consort.Time.t;  (** a ps_wait is held this long at most (default 10 s) *)
+  fetch_timeout : Consort.Time.t;  (** a program not read within this is refused (default 60 s) *)
   locate : string list;  (** the server's own locate list, for every process's node *)
   rpc : Consort_cap.Rpc.config;
 }
