@@ -227,3 +227,55 @@ value consort_aead_open_ba_bc(value *argv, int argn)
   return consort_aead_open_ba(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7], argv[8],
                               argv[9]);
 }
+
+/* Opening in two steps, for a receiver that learns where the bulk of a
+   message goes only from its first bytes. [open_head] starts: the nonce,
+   the additional data, and the first [hlen] bytes of ciphertext decrypted
+   into [dst] (not yet authenticated). [open_rest] goes on with the next
+   [len] bytes, decrypted into the OCaml bytes [dst] from [dpos], then
+   checks the tag at [tag]+[toff]: false if it is wrong (then every byte
+   written is meaningless). Nothing runs between the two calls that uses
+   the key; a later call starts afresh. */
+value consort_gcm_open_head(value key, value nonce, value adata, value src, value soff, value hlen, value dst,
+                            value doff)
+{
+  EVP_CIPHER_CTX *c = Gcm_key(key)->dec;
+  int len = Int_val(hlen), outl = 0;
+  unsigned char *in = ba_at(src, soff), *out = ba_at(dst, doff);
+  if (c == NULL) return Val_false;
+  if (EVP_DecryptInit_ex(c, NULL, NULL, NULL, (const unsigned char *)String_val(nonce)) != 1) return Val_false;
+  if (caml_string_length(adata) > 0
+      && EVP_DecryptUpdate(c, NULL, &outl, (const unsigned char *)String_val(adata), caml_string_length(adata)) != 1)
+    return Val_false;
+  if (len > 0 && (EVP_DecryptUpdate(c, out, &outl, in, len) != 1 || outl != len)) return Val_false;
+  return Val_true;
+}
+
+value consort_gcm_open_head_bc(value *argv, int argn)
+{
+  (void)argn;
+  return consort_gcm_open_head(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]);
+}
+
+value consort_gcm_open_rest(value key, value src, value soff, value vlen, value dst, value dpos, value tagba,
+                            value toff)
+{
+  EVP_CIPHER_CTX *c = Gcm_key(key)->dec;
+  int len = Int_val(vlen), outl = 0;
+  unsigned char *in = ba_at(src, soff);
+  unsigned char *out = Bytes_val(dst) + Long_val(dpos);
+  unsigned char tag[16];
+  if (c == NULL) return Val_false;
+  memcpy(tag, ba_at(tagba, toff), 16);
+  if (len > 0 && (EVP_DecryptUpdate(c, out, &outl, in, len) != 1 || outl != len)) return Val_false;
+  if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16, tag) != 1) return Val_false;
+  unsigned char fin[16];
+  if (EVP_DecryptFinal_ex(c, fin, &outl) != 1) return Val_false;
+  return Val_true;
+}
+
+value consort_gcm_open_rest_bc(value *argv, int argn)
+{
+  (void)argn;
+  return consort_gcm_open_rest(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]);
+}
