@@ -1091,7 +1091,7 @@ module Make (T : Transport.S) = struct
   (* Datagrams of at least [placed_min] bytes of plaintext may be request
      fragments opened in place; their first [placed_head] bytes must hold
      the fragment's prefix (without a header: not the first fragment). *)
-  let placed_min = 2048
+  let placed_min = 512
   let placed_head = 64
 
   (* A sealed message; [sealed] may share the receive buffer: it is not kept. *)
