@@ -107,6 +107,47 @@ let two_pieces () =
       | () -> Alcotest.failf "body range %d+%d of 10 accepted" off len)
     [ (-1, 2); (0, 11); (5, 6); (11, 0); (3, -1) ]
 
+(* Opening in two steps: the head, then the rest into bytes, then the tag. *)
+let split () =
+  let st = Random.State.make [| 5; 3 |] in
+  for round = 1 to 200 do
+    let k = Gcm.of_secret (bytes st 32) and nonce = bytes st 12 and adata = bytes st 16 in
+    let msg = bytes st (64 + Random.State.int st 20_000) in
+    let sealed = Gcm.seal k ~nonce ~adata (Cstruct.of_string msg) in
+    let head = Random.State.int st 65 in
+    let hdst = Cstruct.create 64 in
+    let b = Bytes.make (String.length msg + 10) '?' in
+    let pos = Random.State.int st 10 in
+    let seen = ref "" in
+    let place h = seen := Cstruct.to_string h; Some (b, pos) in
+    (match Gcm.open_split k ~nonce ~adata sealed ~head hdst place with
+    | `Opened -> ()
+    | _ -> Alcotest.failf "round %d: not opened" round);
+    Alcotest.(check string) "the head" (String.sub msg 0 head) !seen;
+    Alcotest.(check string) "the rest in place" (String.sub msg head (String.length msg - head))
+      (Bytes.sub_string b pos (String.length msg - head));
+    (* a flipped bit anywhere, the head, the rest or the tag *)
+    let bad = Cstruct.of_string (Cstruct.to_string sealed) in
+    let i = Random.State.int st (Cstruct.length bad) in
+    Cstruct.set_uint8 bad i (Cstruct.get_uint8 bad i lxor 4);
+    (match Gcm.open_split k ~nonce ~adata bad ~head hdst place with
+    | `Refused -> ()
+    | _ -> Alcotest.failf "round %d: byte %d altered, not refused" round i);
+    (match Gcm.open_split k ~nonce ~adata sealed ~head hdst (fun _ -> None) with
+    | `Not_placed -> ()
+    | _ -> Alcotest.failf "round %d: not placed, yet" round);
+    (* the key still opens whole after a split left half done *)
+    if Gcm.open_ k ~nonce ~adata sealed = None then Alcotest.failf "round %d: the key is left unusable" round
+  done;
+  let k = Gcm.of_secret (String.make 32 'k') and nonce = String.make 12 'n' in
+  let sealed = Gcm.seal k ~nonce ~adata:"" (Cstruct.create 100) in
+  let inv name f = match f () with exception Invalid_argument _ -> () | _ -> Alcotest.failf "%s: accepted" name in
+  inv "head past the message" (fun () -> ignore (Gcm.open_split k ~nonce ~adata:"" sealed ~head:101 (Cstruct.create 200) (fun _ -> None)));
+  inv "head past its buffer" (fun () -> ignore (Gcm.open_split k ~nonce ~adata:"" sealed ~head:50 (Cstruct.create 49) (fun _ -> None)));
+  inv "rest past the bytes" (fun () ->
+      ignore (Gcm.open_split k ~nonce ~adata:"" sealed ~head:10 (Cstruct.create 10) (fun _ -> Some (Bytes.create 95, 6))));
+  inv "head written over the source" (fun () -> ignore (Gcm.open_split k ~nonce ~adata:"" sealed ~head:10 sealed (fun _ -> None)))
+
 let refusals () =
   let k = Gcm.of_secret (String.make 32 'k') and nonce = String.make 12 'n' in
   let inv name f = match f () with exception Invalid_argument _ -> () | _ -> Alcotest.failf "%s: accepted" name in
@@ -178,5 +219,6 @@ let tests =
     Alcotest.test_case "NIST vectors" `Quick known;
     Alcotest.test_case "in place" `Quick in_place;
     Alcotest.test_case "prefix and body in place" `Quick two_pieces;
+    Alcotest.test_case "opened in two steps" `Quick split;
     Alcotest.test_case "bad arguments refused" `Quick refusals;
   ]
