@@ -37,6 +37,9 @@ type figures = {
           whose every byte is sealed and opened in this one process *)
   gcm_mirage_mbps : float;  (** mirage-crypto's AES-256-GCM, the same *)
   chacha_mbps : float;  (** ChaCha20-Poly1305 (mirage-crypto), the same *)
+  chacha_evp_mbps : float;  (** ChaCha20-Poly1305 from OpenSSL ({!Consort_cap.Chacha}, the group seal's), the same *)
+  chacha_1k_mbps : float;  (** mirage-crypto's ChaCha20-Poly1305 on 1 KB messages *)
+  chacha_evp_1k_mbps : float;  (** OpenSSL's on 1 KB messages *)
 }
 
 val run : ?calls:int -> ?transfers:int -> ?rounds:int -> unit -> (figures, string) result

@@ -15,6 +15,14 @@ external c_seal2 :
   = "consort_gcm_seal2_bc" "consort_gcm_seal2"
   [@@noalloc]
 
+external c_open_head : key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
+  = "consort_gcm_open_head_bc" "consort_gcm_open_head"
+  [@@noalloc]
+
+external c_open_rest : key -> Cstruct.buffer -> int -> int -> Bytes.t -> int -> Cstruct.buffer -> int -> bool
+  = "consort_gcm_open_rest_bc" "consort_gcm_open_rest"
+  [@@noalloc]
+
 let tag_size = 16
 let of_secret k = if String.length k <> 32 then invalid_arg "Gcm.of_secret: the key must be 32 bytes" else create k
 
@@ -57,3 +65,19 @@ let open_ key ~nonce ~adata sealed =
   else
     let dst = Cstruct.create_unsafe (Cstruct.length sealed - tag_size) in
     if open_into key ~nonce ~adata sealed dst then Some dst else None
+
+let open_split key ~nonce ~adata (sealed : Cstruct.t) ~head (hdst : Cstruct.t) place =
+  let n = sealed.len - tag_size in
+  if String.length nonce <> 12 then invalid_arg "Gcm.open_split: the nonce must be 12 bytes";
+  if head < 0 || head > n || Cstruct.length hdst < head then invalid_arg "Gcm.open_split: bad head";
+  if hdst.buffer == sealed.buffer then invalid_arg "Gcm.open_split: the head's destination is the source";
+  if not (c_open_head key nonce adata sealed.buffer sealed.off head hdst.buffer hdst.off) then `Refused
+  else
+    let h = Cstruct.sub hdst 0 head in
+    match place h with
+    | None -> `Not_placed
+    | Some (b, pos) ->
+        let rest = n - head in
+        if pos < 0 || pos > Bytes.length b - rest then invalid_arg "Gcm.open_split: the rest does not fit";
+        if c_open_rest key sealed.buffer (sealed.off + head) rest b pos sealed.buffer (sealed.off + n) then `Opened
+        else `Refused

@@ -45,3 +45,24 @@ val open_into : key -> nonce:string -> adata:string -> Cstruct.t -> Cstruct.t ->
 
 val open_ : key -> nonce:string -> adata:string -> Cstruct.t -> Cstruct.t option
 (** [open_] into a fresh buffer. *)
+
+val open_split :
+  key ->
+  nonce:string ->
+  adata:string ->
+  Cstruct.t ->
+  head:int ->
+  Cstruct.t ->
+  (Cstruct.t -> (Bytes.t * int) option) ->
+  [ `Opened | `Refused | `Not_placed ]
+(** [open_split key ~nonce ~adata sealed ~head hdst place] opens [sealed]
+    in two parts: its first [head] plaintext bytes into [hdst] (which must
+    not be [sealed]'s buffer), handed to [place] {e before they are
+    authenticated}; [place] says where the rest goes, [Some (b, pos)]:
+    into [b] from [pos], then the tag is checked: [`Opened] if it is
+    right, [`Refused] if not (then every byte written, in [hdst] and in
+    [b], is meaningless and must not be used). [`Not_placed] if [place]
+    said [None]: nothing is authenticated, open it whole instead.
+    [place] must not use [key].
+    @raise Invalid_argument if [head] is beyond the message or [hdst], or
+    the rest does not fit in [b] from [pos]. *)

@@ -125,6 +125,10 @@ module Acc = struct
   let clear t = t.b <- Bytes.empty; t.len <- 0
   let length t = t.len
   let fits_cs t cs = t.len + Cstruct.length cs <= Bytes.length t.b
+  let fits t n = t.len + n <= Bytes.length t.b
+
+  (* [n] bytes were written in place after the first [t.len]. *)
+  let advance t n = t.len <- t.len + n
 
   let add_cs t cs =
     Cstruct.blit_to_bytes cs 0 t.b t.len (Cstruct.length cs);
@@ -795,6 +799,36 @@ module Make (T : Transport.S) = struct
             send_s n ss (Wire.Busy { xid })
           end
 
+  (* [added] bytes of the request [xid] being received were appended to
+     [rbuf]. *)
+  let server_appended n ss ~xid ~total rbuf rhdr ~added =
+    let have = Acc.length rbuf in
+    if have = total then begin
+      n.buffered <- n.buffered - total;
+      let data = Acc.contents rbuf in
+      ss.st <- Idle;
+      send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
+      deliver n ss xid rhdr data
+    end
+    else if crossed ss.sflow (have - added) have then send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
+
+  (* Where the chunk of a request fragment whose prefix is in [head] goes
+     if it is the next one of the request being received, with its first
+     bytes (those in [head]) already copied there; [None] otherwise. What
+     [server_frag] would do, decided before the fragment is authenticated:
+     nothing is counted until it is. *)
+  let server_place ss ~plain_len ~got head =
+    match Wire.peek_frag_head head ~plain_len with
+    | Some (Wire.Req, xid, total, offset, _, len, pos) when xid = ss.last_xid && len > 0 -> (
+        match ss.st with
+        | Receiving r when r.rxid = xid && total = r.rtotal && offset = Acc.length r.rbuf && Acc.fits r.rbuf len ->
+            let k = Cstruct.length head - pos in
+            Cstruct.blit_to_bytes head pos r.rbuf.b r.rbuf.len k;
+            got := len;
+            Some (r.rbuf.b, r.rbuf.len + k)
+        | _ -> None)
+    | _ -> None
+
   (* A fragment of a request; [chunk] may share the receive buffer: it is
      not kept. *)
   let server_frag n ss ~xid ~total ~offset ~header chunk =
@@ -828,16 +862,7 @@ module Make (T : Transport.S) = struct
           let have = Acc.length r.rbuf in
           if offset = have && Cstruct.length chunk > 0 && Acc.fits_cs r.rbuf chunk then begin
             Acc.add_cs r.rbuf chunk;
-            let have = Acc.length r.rbuf in
-            if have = total then begin
-              n.buffered <- n.buffered - total;
-              let data = Acc.contents r.rbuf in
-              ss.st <- Idle;
-              send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
-              deliver n ss xid r.rhdr data
-            end
-            else if crossed ss.sflow (have - Cstruct.length chunk) have then
-              send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
+            server_appended n ss ~xid ~total r.rbuf r.rhdr ~added:(Cstruct.length chunk)
           end
           else if offset > have && r.nacked <> have then begin
             r.nacked <- have;
@@ -1063,6 +1088,12 @@ module Make (T : Transport.S) = struct
       else k None
     end
 
+  (* Datagrams of at least [placed_min] bytes of plaintext may be request
+     fragments opened in place; their first [placed_head] bytes must hold
+     the fragment's prefix (without a header: not the first fragment). *)
+  let placed_min = 512
+  let placed_head = 64
+
   (* A sealed message; [sealed] may share the receive buffer: it is not kept. *)
   let on_data n src ~up ~session ~seq sealed =
     if up then
@@ -1070,6 +1101,26 @@ module Make (T : Transport.S) = struct
       | None -> send_outer n src (Wire.Badsession { session })
       | Some ss when not (T.equal_address ss.saddr src) -> n.bad <- n.bad + 1
       | Some ss -> (
+          (* The bulk of a request: its chunk opened straight into the
+             request's buffer, when it is the next one. *)
+          let plain_len = Cstruct.length sealed - Secure.sealed_length 0 in
+          let got = ref 0 in
+          let placed =
+            if plain_len < placed_min || n.opened_busy then `Not_placed
+            else
+              Secure.open_split ss.skeys ~session ~seq sealed ~head:placed_head (Cstruct.sub n.opened 0 placed_head)
+                (server_place ss ~plain_len ~got)
+          in
+          match placed with
+          | `Refused -> n.bad <- n.bad + 1
+          | `Opened -> (
+              ss.used <- now n;
+              match ss.st with
+              | Receiving r ->
+                  Acc.advance r.rbuf !got;
+                  server_appended n ss ~xid:r.rxid ~total:r.rtotal r.rbuf r.rhdr ~added:!got
+              | _ -> ())
+          | `Not_placed ->
           with_opened n ss.skeys ~session ~seq sealed @@ function
           | None -> n.bad <- n.bad + 1
           | Some plain -> (

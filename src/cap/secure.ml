@@ -69,6 +69,10 @@ let open_into k ~session ~seq sealed dst =
   && String.length session = 8
   && Gcm.open_into k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed dst
 
+let open_split k ~session ~seq sealed ~head hdst place =
+  if Cstruct.length sealed < Gcm.tag_size + head || String.length session <> 8 then `Refused
+  else Gcm.open_split k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed ~head hdst place
+
 let seal k ~session ~seq msg = Cstruct.to_string (seal_cs k ~session ~seq (Cstruct.of_string msg))
 let open_ k ~session ~seq sealed = Option.map Cstruct.to_string (open_cs k ~session ~seq (Cstruct.of_string sealed))
 

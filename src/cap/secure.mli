@@ -83,6 +83,18 @@ val open_into : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t ->
     the first [Cstruct.length sealed - sealed_length 0] bytes of [dst]:
     [true] if [sealed] opened; when [false], [dst]'s bytes are meaningless. *)
 
+val open_split :
+  keys ->
+  session:string ->
+  seq:int64 ->
+  Cstruct.t ->
+  head:int ->
+  Cstruct.t ->
+  (Cstruct.t -> (Bytes.t * int) option) ->
+  [ `Opened | `Refused | `Not_placed ]
+(** {!Gcm.open_split} under the session's key ([`Refused] if [sealed] is
+    too short for [head]). *)
+
 val nonce_of : int64 -> string
 (** The AEAD nonce of a sequence number (12 bytes). *)
 

@@ -167,6 +167,12 @@ let peek_frag cs =
       Some (dir, xid, total, offset, header, Cstruct.sub cs pos len)
   | _ -> None
 
+let peek_frag_head cs ~plain_len =
+  match Codec.decode frag_prefix cs 0 with
+  | Ok ((1, (dir, xid, total, offset), header, len), pos) when len <= max_chunk && pos + len = plain_len ->
+      Some (dir, xid, total, offset, header, len, pos)
+  | _ -> None
+
 let data_header_length = 18
 
 let data_header ~up ~session ~seq =

@@ -87,6 +87,12 @@ val peek_frag : Cstruct.t -> (dir * int * int * int * Header.t option * Cstruct.
     [cs] is exactly the {!inner} encoding of a [Frag] (the chunk shares
     [cs]'s memory), [None] otherwise (then decode it with {!inner}). *)
 
+val peek_frag_head : Cstruct.t -> plain_len:int -> (dir * int * int * int * Header.t option * int * int) option
+(** [peek_frag_head head ~plain_len]: the first bytes of a fragment of
+    [plain_len] bytes in all, if they hold its whole prefix: direction,
+    xid, total, offset, header, the chunk's length and where the chunk
+    starts. *)
+
 val data_header_length : int
 (** 18: version, kind, session and sequence number of a [Data] datagram. *)
 

@@ -552,6 +552,42 @@ let garbage () =
 
 let tests = tests @ [ Alcotest.test_case "garbage and mutated datagrams" `Quick garbage ]
 
+(* A bit flipped in the chunk of a fragment in the middle of a request (the
+   fragments the server opens straight into the request's buffer): that
+   datagram is refused, the client resends from the gap, and the request
+   carried out is the one sent, once. Also the first bytes after the
+   fragment's prefix, and the tag. *)
+let corrupted_bulk () =
+  List.iter
+    (fun (what, where) ->
+      let b = bed () in
+      expect_ok b "warm";
+      let seen = ref 0 and flipped = ref false in
+      ignore
+        (Sim.control (R.connection b.server)
+           (Sim.Drop_filter
+              (Some
+                 (fun ~src:_ cs ->
+                   if Cstruct.length cs > 900 then begin
+                     incr seen;
+                     if !seen = 3 && not !flipped then begin
+                       flipped := true;
+                       let i = where (Cstruct.length cs) in
+                       Cstruct.set_uint8 cs i (Cstruct.get_uint8 cs i lxor 0x10)
+                     end
+                   end;
+                   false))));
+      let bad0 = (R.stats b.server).Rpc.bad_datagrams in
+      let d = payload 100_000 5 in
+      expect_ok b d;
+      if not !flipped then Alcotest.failf "%s: no fragment altered" what;
+      Alcotest.(check bool) (what ^ ": the altered fragment refused") true ((R.stats b.server).Rpc.bad_datagrams > bad0);
+      Alcotest.(check int) (what ^ ": carried out once, intact") 1 (times b d);
+      Alcotest.(check int) (what ^ ": nothing else carried out") 2 (Hashtbl.length b.executed))
+    [ ("middle of the chunk", fun n -> n / 2); ("just after the prefix", fun _ -> 18 + 40); ("the tag", fun n -> n - 3) ]
+
+let tests = tests @ [ Alcotest.test_case "a corrupted bulk fragment refused" `Quick corrupted_bulk ]
+
 (* While the server works, the client only enquires: small probes, never the
    request again. *)
 let enquire_not_resend () =
