@@ -26,7 +26,14 @@
     too"]); one that accuses most of the view while this member hears some
     of the accused, or this member itself, makes the accuser the suspect.
     So a member that stops hearing (a deaf member) is excluded alone,
-    instead of breaking the group into views of one. A
+    instead of breaking the group into views of one. A member vouches only
+    for members it has heard all along for the last timeout, while running
+    itself: members starved together (a pause, a loaded machine) that run
+    again hear each other at once, but do not take the members that went
+    on, and rightly suspected them, for slanderers. Heartbeats carry only
+    the ranks this member suspects for silence, not those it was asked to
+    suspect or that a coordinator found unresponsive (those travel with
+    their kind through {!Slander}). A
     {!Gevent.Suspect_request} going down is adopted as given and passed on
     down.
 
