@@ -78,7 +78,7 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
 # Five of nine members starved at once: nobody excluded for slander (about
-# 0.13 s of CPU a seed; more in make soak).
+# 0.15 s of CPU a seed, 30 s for 200; more in make soak).
 jobs+=("counted|sim vsync-slow-many|$BIN/bin/main.exe sim --scenario vsync-slow-many --seeds ${SLOW_SEEDS:-200}")
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
