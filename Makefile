@@ -42,6 +42,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench fs --json
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
+	@echo; ./_build/default/bin/main.exe bench scale --json
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
 
 # Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in
