@@ -48,6 +48,12 @@ bench: build
 # Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in
 # one run (installs the peers when missing): one table, and the same as JSON
 # in bench/results/. Not part of make test. See bench/peers/README.md.
+.PHONY: bench-scale
+# Cost against group size: 3 to 32 member processes on loopback, 64 and 128 in the simulator
+# (bench/group/scale-procs.sh; bench/group/README.md). Not part of make test.
+bench-scale: build
+	@./bench/group/scale-procs.sh
+
 .PHONY: bench-peers
 bench-peers: build
 	@./bench/peers/bench-peers.sh

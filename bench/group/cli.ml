@@ -135,7 +135,7 @@ let throughput_cmd =
   let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
   let deadline = Arg.(value & opt Consort_cli.positive_float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
   let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
-  let members = Arg.(value & opt Consort_cli.positive_int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 16).") in
+  let members = Arg.(value & opt Consort_cli.positive_int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 32).") in
   let total =
     Arg.(
       value & flag
