@@ -151,6 +151,7 @@ let cases : (string list * string list * (string list * int) list) list =
       [ ([ "--index"; "0"; "--addrs"; "nonsense"; "--kind"; "rtt" ], 2) ] );
     ([ "bench"; "rpc" ], [], [ ([ "--calls"; "0" ], 124) ]);
     ([ "bench"; "rtt" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
+    ([ "bench"; "scale" ], [ "--sizes"; "2" ], [ ([ "--sizes"; "0" ], 124); ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
     ([ "bench"; "throughput" ], [], [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ]);
