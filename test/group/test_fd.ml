@@ -758,6 +758,36 @@ let request_reaches_all () =
     [ 1; 2; 3 ];
   check_no_leaks pool
 
+(* A request naming most of the view (a coordinator's "did not
+   acknowledge view"), while the original is late to one of the accused:
+   the members that adopted it pass it on as a request, in their slanders
+   and not in their heartbeats, so that member does not take them for
+   slanderers of most of the view, which they would be if it came as
+   their own finding of silence. *)
+let request_passed_on () =
+  let pool = Pool.create () in
+  List.iter
+    (fun seed ->
+      let now = ref 0 in
+      (* Rank 0's datagrams to rank 3 are lost for 600 ms after the
+         request: 3 hears of it from the others first. *)
+      let drop ~src ~dst _ = src = 0 && dst = 3 && !now >= sec 1. && !now < sec 1. + ms 600 in
+      let t = Net.create ~drop ~seed ~pool ~n:5 full in
+      let rec clock () =
+        now := t.now;
+        if t.now < sec 6. then Net.at t (t.now + ms 1) clock
+      in
+      Net.at t 0 clock;
+      Net.at t (sec 1.) (fun () ->
+          Stack.dn_ctl t.stacks.(0) (G.Gevent.Suspect_request { ranks = [ 2; 3; 4 ]; reason = "did not acknowledge view" }));
+      Net.run t ~until:(sec 6.);
+      let blamed = List.filter (fun s -> contains s.reason "some of which this member hears") t.seen in
+      no_reports "members blamed for passing a request on" blamed;
+      Alcotest.(check int) "no accuser blamed at 3" 0 (Net.counter t 3 "suspect" "accusers_blamed");
+      Net.stop t)
+    [ 1; 2; 3 ];
+  check_no_leaks pool
+
 (* {1 Over the simulator: crashes and partitions} *)
 
 type sim_group = { net : Sim.t; eps : Ep.t array; seen : seen list ref }
@@ -867,6 +897,7 @@ let () =
           Alcotest.test_case "slander spreads one member's suspicion to all" `Quick slander_spreads;
           Alcotest.test_case "heartbeats spread suspicions without slander" `Quick heartbeats_spread;
           Alcotest.test_case "a request from the application reaches all" `Quick request_reaches_all;
+          Alcotest.test_case "a request of most of the view, passed on, is no slander" `Quick request_passed_on;
         ] );
       ( "simulator",
         [
