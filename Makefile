@@ -44,12 +44,19 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
 	@echo; ./_build/default/bin/main.exe bench dir
+	@echo; ./_build/default/bin/main.exe bench scale --json
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
 	@echo; ./_build/default/bench/cltsvr/cltsvr_bench.exe
 
 # Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in
 # one run (installs the peers when missing): one table, and the same as JSON
 # in bench/results/. Not part of make test. See bench/peers/README.md.
+.PHONY: bench-scale
+# Cost against group size: 3 to 32 member processes on loopback, 64 and 128 in the simulator
+# (bench/group/scale-procs.sh; bench/group/README.md). Not part of make test.
+bench-scale: build
+	@./bench/group/scale-procs.sh
+
 .PHONY: bench-peers
 bench-peers: build
 	@./bench/peers/bench-peers.sh
@@ -58,7 +65,7 @@ SOAK_SEEDS ?= 100000
 
 soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
-	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable dir-replicated dir-gc; do \
+	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-slow-many vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable dir-replicated dir-gc; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@for s in total-seq total-token causal safe ordered-all; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done

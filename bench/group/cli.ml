@@ -135,7 +135,7 @@ let throughput_cmd =
   let senders = Arg.(value & opt (list int) [ 1; 3 ] & info [ "senders" ] ~docv:"N,..." ~doc:"Group runs: how many members cast.") in
   let deadline = Arg.(value & opt Consort_cli.positive_float 30. & info [ "deadline" ] ~docv:"S" ~doc:"Seconds before a run is given up.") in
   let reps = Arg.(value & opt Consort_cli.positive_int 3 & info [ "reps" ] ~docv:"N" ~doc:"Runs of each configuration; the median is shown.") in
-  let members = Arg.(value & opt Consort_cli.positive_int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 16).") in
+  let members = Arg.(value & opt Consort_cli.positive_int 3 & info [ "members" ] ~docv:"N" ~doc:"Member processes (2 to 32).") in
   let total =
     Arg.(
       value & flag
@@ -184,4 +184,21 @@ let peer_cmd =
     (Consort_cli.info ~path:"bench peer" ~hidden:true "peer" ~doc:"One process of the rtt and throughput benchmarks (started by them).")
     Term.(const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params $ props)
 
-let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd ]
+let scale sizes params json =
+  checked "scale" params @@ fun () ->
+  let params = Result.get_ok (Consort.Params.of_string params) in
+  Fmt.pr "Scale of the vsync stack in the simulator (1 ms links, no loss): N members start at once and merge;@.";
+  Fmt.pr "5 s idle, 5 s with each member casting 100 bytes once a second, then one member crashes@.";
+  let rows = Scale_sim.run ~sizes ~params () in
+  Fmt.pr "%a" Scale_sim.pp_table rows;
+  if json then print_endline (Scale_sim.to_json rows);
+  0
+
+let scale_cmd =
+  let sizes = Arg.(value & opt (list Consort_cli.positive_int) [ 16; 32; 64 ] & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.") in
+  Cmd.v
+    (Consort_cli.info ~path:"bench scale" "scale"
+       ~doc:"How the cost per member of the vsync stack grows with the group, in the simulator (virtual and CPU time).")
+    Term.(const scale $ sizes $ params $ json)
+
+let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd; scale_cmd ]

@@ -131,7 +131,7 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
     ?(stacks = [ ("group cast", "vsync", "") ]) ?(members = 3) ?(deadline = 30.) ?(reps = 3) () =
   members_n := members;
   if size < 11 || size > 65000 then Error "size between 11 and 65000 bytes"
-  else if members < 2 || members > 16 then Error "members between 2 and 16"
+  else if members < 2 || members > 32 then Error "members between 2 and 32"
   else if List.exists (fun s -> s < 1 || s > members) senders then Error (Printf.sprintf "senders between 1 and %d" members)
   else
     match repeat reps (fun () -> raw ~exe ~count ~size ~deadline) with

@@ -92,6 +92,9 @@ let table =
     ("bench peer", [ ("Started by the rtt and throughput benchmarks, not by hand:", "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501") ]);
     ("bench rpc", [ ("Null RPC and 1 MB transfers beside raw UDP and gRPC:", "consort bench rpc") ]);
     ("bench rtt", [ ("Round trips of 16-byte casts beside UDP:", "consort bench rtt"); ("With total order, and sealed:", "consort bench rtt --total --seal") ]);
+    ( "bench scale",
+      [ ("Cost per member of the vsync stack at 16, 32 and 64 simulated members:", "consort bench scale");
+        ("At 64 and 128 members:", "consort bench scale --sizes 64,128") ] );
     ("bench tcp", [ ("Consort's TCP over TAP beside the kernel's:", "consort bench tcp") ]);
     ("bench proc", [ ("Process start through a process server beside ocamlrun locally:", "consort bench proc --rounds 50") ]);
     ("bench tcp-sim", [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ]);

@@ -73,8 +73,11 @@ type datagram = {
 
 type kind = Fire of (unit -> unit) | Arrive of datagram
 
-(* [idx] is the event's position in the heap, [-1] once it left it. *)
-type event = { time : Time.t; seq : int; mutable idx : int; kind : kind }
+(* [idx] is the event's position in the heap, [-1] once it left it.
+   [who] is the address whose process runs it ([""]: none): a datagram's
+   destination, or the address whose code set the timer; an event of a
+   paused address waits for the end of the pause. *)
+type event = { mutable time : Time.t; mutable seq : int; mutable idx : int; kind : kind; who : string }
 
 type t = {
   rng : Rng.t;
@@ -102,6 +105,8 @@ type t = {
   mutable n_filter : int;
   mutable n_mtu : int;
   mutable n_events : int;
+  mutable current : string;  (* the address whose code runs now, [""] if none *)
+  paused : (string, Time.t) Hashtbl.t;  (* address -> end of its pause *)
 }
 
 (* What is known of one address: the connection open there, if any, and
@@ -122,7 +127,7 @@ and connection = {
 
 type timer = { owner : t; ev : event }
 
-let dummy = { time = 0; seq = 0; idx = -1; kind = Fire ignore }
+let dummy = { time = 0; seq = 0; idx = -1; kind = Fire ignore; who = "" }
 
 (* Event queue: a binary min-heap on (time, seq) whose events know their
    index, so that a cancelled timer is removed at once. *)
@@ -157,16 +162,20 @@ let rec sift_down t i ev =
     end
     else place t i ev
 
-let push t time kind =
+let insert (t : t) (ev : event) =
   if t.size = Array.length t.heap then begin
     let h = Array.make (2 * t.size) dummy in
     Array.blit t.heap 0 h 0 t.size;
     t.heap <- h
   end;
-  let ev = { time = max time t.now; seq = t.seq; idx = -1; kind } in
+  ev.seq <- t.seq;
   t.seq <- t.seq + 1;
   t.size <- t.size + 1;
-  sift_up t (t.size - 1) ev;
+  sift_up t (t.size - 1) ev
+
+let push ?(who = "") t time kind =
+  let ev = { time = max time t.now; seq = 0; idx = -1; kind; who } in
+  insert t ev;
   ev
 
 let remove t ev =
@@ -208,6 +217,8 @@ let create ?(seed = 0) ?(mtu = 65507) ?(pool = Pool.default) ?(link = default_li
     n_filter = 0;
     n_mtu = 0;
     n_events = 0;
+    current = "";
+    paused = Hashtbl.create 8;
   }
 
 (* Trace: lines go into a buffer that is folded into the running hash in
@@ -399,10 +410,10 @@ let transmit t c payload md5 dst =
     end
     else begin
       let d = { id; from; dst; payload; epoch = epoch t dst } in
-      let ev = push t (t.now + delay t l) (Arrive d) in
+      let ev = push ~who:dst t (t.now + delay t l) (Arrive d) in
       tracef t "send #%d %s>%s %d %s at=%d" id from dst size md5 ev.time;
       if Rng.chance t.rng l.duplicate then begin
-        let ev = push t (t.now + delay t l) (Arrive d) in
+        let ev = push ~who:dst t (t.now + delay t l) (Arrive d) in
         t.n_duplicated <- t.n_duplicated + 1;
         tracef t "dup #%d %s>%s at=%d" id from dst ev.time
       end
@@ -476,17 +487,64 @@ let query c : info =
 (* Time *)
 
 let now t = t.now
-let at t time f = { owner = t; ev = push t time (Fire f) }
+let at t time f = { owner = t; ev = push ~who:t.current t time (Fire f) }
 let cancel tm = if tm.ev.idx >= 0 then remove tm.owner tm.ev
+
+(* Pauses *)
+
+let within t addr f =
+  let saved = t.current in
+  t.current <- addr;
+  match f () with
+  | x ->
+      t.current <- saved;
+      x
+  | exception e ->
+      t.current <- saved;
+      raise e
+
+let pause t addr ~until =
+  if until > t.now then begin
+    let u = match Hashtbl.find_opt t.paused addr with Some u -> max u until | None -> until in
+    Hashtbl.replace t.paused addr u;
+    Log.info (fun m -> m "%a: pause %s until %a" Time.pp t.now addr Time.pp u);
+    tracef t "pause %s until %d" addr u
+  end
+
+let is_paused t addr = match Hashtbl.find_opt t.paused addr with Some u -> u > t.now | None -> false
+
+(* The end of [ev]'s pause, if its address is paused when it is due. *)
+let held t ev =
+  if ev.who = "" || Hashtbl.length t.paused = 0 then None
+  else
+    match Hashtbl.find_opt t.paused ev.who with
+    | Some u when u > ev.time -> Some u
+    | Some _ ->
+        Hashtbl.remove t.paused ev.who;
+        None
+    | None -> None
 
 let step t =
   if t.size = 0 then false
   else begin
     let ev = t.heap.(0) in
     remove t ev;
-    t.now <- ev.time;
-    t.n_events <- t.n_events + 1;
-    (match ev.kind with Fire f -> f () | Arrive d -> arrive t d);
+    (match held t ev with
+    | Some u ->
+        (* The process is not running: what it would do waits, in order,
+           for the end of its pause (a timer keeps its handle). *)
+        ev.time <- u;
+        insert t ev
+    | None ->
+        t.now <- ev.time;
+        t.n_events <- t.n_events + 1;
+        let saved = t.current in
+        t.current <- ev.who;
+        (match match ev.kind with Fire f -> f () | Arrive d -> arrive t d with
+        | () -> t.current <- saved
+        | exception e ->
+            t.current <- saved;
+            raise e));
     true
   end
 

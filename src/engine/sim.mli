@@ -118,6 +118,27 @@ val crash : t -> address -> unit
 val is_open : t -> address -> bool
 (** [is_open t addr] is [true] when a connection is open at [addr]. *)
 
+(** {1 Pauses}
+
+    A paused process runs nothing: datagrams that arrive for it and timers
+    its code set wait, in their order, until the pause ends, and then run
+    (as a process that the scheduler did not run, or that a garbage
+    collection stopped, finds its socket buffer and its late timers). A
+    timer belongs to the address whose code set it: the destination of
+    the datagram being delivered, the owner of the timer being run, or
+    the address given to {!within}. *)
+
+val within : t -> address -> (unit -> 'a) -> 'a
+(** [within t addr f] runs [f] as code of the process at [addr]: the
+    timers it sets belong to [addr]. *)
+
+val pause : t -> address -> until:Consort.Time.t -> unit
+(** [pause t addr ~until] stops the process at [addr] from now until
+    [until] (a later pause extends it). Its datagrams in flight still
+    arrive, and wait. *)
+
+val is_paused : t -> address -> bool
+
 (** {1 Running} *)
 
 val step : t -> bool

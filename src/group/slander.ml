@@ -49,6 +49,9 @@ module L = struct
     n : int;
     suspected : Rankset.t;
     mutable stopped : bool;
+    mutable judging : (int list * Gevent.kind) option;
+        (* while the layer below judges another member's slander: what it
+           adopts of it is passed on with the same kind *)
     mutable slanders_sent : int;
     mutable slanders_received : int;
     mutable malformed : int;
@@ -62,6 +65,7 @@ module L = struct
       n;
       suspected = Rankset.create ~n ~me:ctx.view.rank;
       stopped = false;
+      judging = None;
       slanders_sent = 0;
       slanders_received = 0;
       malformed = 0;
@@ -89,7 +93,10 @@ module L = struct
     t.slanders_received <- t.slanders_received + 1;
     if List.mem t.rank ranks then
       Log.info (fun m -> m "rank %d suspects this member, rank %d: %s" o t.rank reason);
-    t.out.dn_ctl (Gevent.Accusation { accuser = o; ranks; reason; kind })
+    t.judging <- Some (ranks, kind);
+    Fun.protect
+      ~finally:(fun () -> t.judging <- None)
+      (fun () -> t.out.dn_ctl (Gevent.Accusation { accuser = o; ranks; reason; kind }))
 
   let dn t dst msg = if t.stopped then Msg.release msg else t.out.dn dst No_hdr msg
 
@@ -109,7 +116,16 @@ module L = struct
 
   let up_ctl t e =
     match e with
-    | Gevent.Suspect { ranks; reason } -> if not t.stopped then raise_here t ranks reason Gevent.Silent
+    | Gevent.Suspect { ranks; reason } ->
+        (* A suspicion adopted from another member's keeps its kind: one
+           asked for, or a flush timeout, is not this member's finding of
+           silence, and is not judged as one. *)
+        let kind =
+          match t.judging with
+          | Some (accused, k) when List.for_all (fun r -> List.mem r accused) ranks -> k
+          | _ -> Gevent.Silent
+        in
+        if not t.stopped then raise_here t ranks reason kind
     | e -> t.out.up_ctl e
 
   let dn_ctl t e =

@@ -44,12 +44,14 @@ type verdict = { adopt : int list; blame_accuser : bool }
 (* An accusation from another member, judged against what this member
    hears. A requested suspicion is adopted as it is. Otherwise, one that
    (with all the accuser said before, [all]) accuses most of the view
-   while this member hears some of the accused, or this member itself,
-   marks the accuser as the faulty one: a member that hears nobody must
-   not break up a group whose other members hear each other. Else a
-   silent member is adopted only if this member does not hear it either;
-   an unresponsive one (a coordinator's flush timeout) is adopted. *)
-let judge ~n ~me ~hears ~accuser ~kind ?(all = []) ranks =
+   while this member can vouch for some of the accused ([vouches]: it
+   heard from them all along, not only since a moment ago), or for
+   itself ([self]: it kept running), marks the accuser as the faulty
+   one: a member that hears nobody must not break up a group whose other
+   members hear each other. Else a silent member is adopted only if this
+   member does not hear it either; an unresponsive one (a coordinator's
+   flush timeout) is adopted. *)
+let judge ~n ~me ~hears ?(vouches = hears) ?(self = true) ~accuser ~kind ?(all = []) ranks =
   let clean l = List.sort_uniq compare (List.filter (fun r -> r >= 0 && r < n && r <> accuser) l) in
   let ranks = clean ranks in
   let all = clean (all @ ranks) in
@@ -57,7 +59,7 @@ let judge ~n ~me ~hears ~accuser ~kind ?(all = []) ranks =
   match (kind : Gevent.kind) with
   | Requested -> { adopt = others; blame_accuser = false }
   | Silent | Unresponsive ->
-      let contradicted = List.mem me all || List.exists hears (List.filter (fun r -> r <> me) all) in
+      let contradicted = (self && List.mem me all) || List.exists vouches (List.filter (fun r -> r <> me) all) in
       let most = 2 * List.length all > n - 1 in
       if contradicted && most && accuser <> me then { adopt = []; blame_accuser = true }
       else
@@ -103,6 +105,10 @@ module L = struct
     pause : Time.t;
     verify : Time.t;
     heard : Time.t array;  (* when the last datagram of each rank arrived *)
+    back : Time.t array;
+        (* when each rank was last heard again after a silence of half the
+           timeout or more (as seen here) *)
+    mutable woke : Time.t;  (* when this member last ran again after a pause *)
     probed : Time.t array;  (* when each rank was last probed *)
     claims : bool array array;  (* [claims.(a).(r)]: [a] has said it suspects [r] *)
     since : Time.t array array;  (* when [a] first said so *)
@@ -111,6 +117,9 @@ module L = struct
         (* suspicions of members heard here, adopted after the grace period
            unless their accuser is found faulty first *)
     asked : bool array;  (* an application asked for these ranks to be suspected *)
+    told : bool array;
+        (* suspected on request or for a flush timeout, not for silence: left
+           out of heartbeats, whose suspicions are judged as silences *)
     suspected : Rankset.t;
     mutable beat_at : Time.t;
     mutable last_tick : Time.t;
@@ -144,12 +153,15 @@ module L = struct
         pause = max (2 * interval) (Params.time ctx.params Param.pause);
         verify = max 0 (Params.time ctx.params Param.verify);
         heard = Array.make n now;
+        back = Array.make n (min_int / 2);
+        woke = min_int / 2;
         probed = Array.make n min_int;
         claims = Array.make_matrix n n false;
         since = Array.make_matrix n n max_int;
         grace = max 0 (Params.time ctx.params Param.grace);
         waiting = [];
         asked = Array.make n false;
+        told = Array.make n false;
         suspected = Rankset.create ~n ~me:ctx.view.rank;
         beat_at = (if n > 1 then now else max_int);
         last_tick = now;
@@ -182,7 +194,9 @@ module L = struct
   let alive t r =
     if peer t r then begin
       if Rankset.mem t.suspected r then t.heard_after <- t.heard_after + 1;
-      t.heard.(r) <- t.now ()
+      let now = t.now () in
+      if now - t.heard.(r) >= t.timeout / 2 then t.back.(r) <- now;
+      t.heard.(r) <- now
     end
 
   let dn t dst msg = if t.stopped then Msg.release msg else t.out.dn dst No_hdr msg
@@ -191,12 +205,24 @@ module L = struct
      timeout. *)
   let hears t r = peer t r && t.now () - t.heard.(r) < t.timeout / 2
 
+  (* This member can vouch that [r] was not silent for a timeout: it hears
+     [r], does not suspect it, and has heard it without a long gap for the
+     last timeout, while running itself. Hearing a member again after its
+     (or this member's) pause says nothing of the silence before. *)
+  let vouches t r =
+    let now = t.now () in
+    hears t r && (not (Rankset.mem t.suspected r)) && now - t.back.(r) >= t.timeout && now - t.woke >= t.timeout
+
+  (* This member has run without a pause for the last timeout: an
+     accusation of it is then a contradiction. *)
+  let kept_running t = t.now () - t.woke >= t.timeout
+
   let accusation t accuser ranks reason kind =
     if peer t accuser && (not t.stopped) && not (Rankset.mem t.suspected accuser && kind <> Gevent.Requested) then begin
       (* An accuser's suspicions add up: one that names the members one by
          one is judged on all it has named. *)
       let all = List.filter (fun r -> t.claims.(accuser).(r)) (List.init t.n Fun.id) in
-      let v = judge ~n:t.n ~me:t.rank ~hears:(hears t) ~accuser ~kind ~all ranks in
+      let v = judge ~n:t.n ~me:t.rank ~hears:(hears t) ~vouches:(vouches t) ~self:(kept_running t) ~accuser ~kind ~all ranks in
       List.iter
         (fun r ->
           if r >= 0 && r < t.n then
@@ -234,6 +260,7 @@ module L = struct
       end;
       let added = fresh t v.adopt in
       if added <> [] then begin
+        if kind <> Gevent.Silent then List.iter (fun r -> t.told.(r) <- true) added;
         t.gossiped <- t.gossiped + List.length added;
         report t added
           (match kind with
@@ -263,9 +290,33 @@ module L = struct
       List.iter (fun (a, r, _) -> t.out.alarm (t.since.(a).(r) + t.grace)) t.waiting
     end
 
+  (* After a pause of this member, the silence of others is counted as if
+     the pause had not happened, and each gets at least one more interval. *)
+  let forgive t now gap =
+    t.pauses <- t.pauses + 1;
+    t.woke <- now;
+    Log.warn (fun m ->
+        m "rank %d was not scheduled for %s; not counting that time against the others" t.rank
+          (seconds gap));
+    let excess = gap - t.interval in
+    let floor = now - t.timeout + t.interval in
+    for r = 0 to t.n - 1 do
+      if peer t r && not (Rankset.mem t.suspected r) then
+        t.heard.(r) <- max floor (min now (t.heard.(r) + excess))
+    done
+
+  (* This member runs now: if it had not run for longer than a pause (no
+     timer call, no datagram), it was paused. A datagram may be the first
+     thing a member handles when it runs again. *)
+  let running t now =
+    let gap = now - t.last_tick in
+    t.last_tick <- now;
+    if gap > t.pause then forgive t now gap
+
   let up t (src : Event.src) h msg =
     if t.stopped then Msg.release msg
-    else
+    else begin
+      if t.n > 1 then running t (t.now ());
       match (src, h) with
       | (Event.Cast_from r | Event.Send_from r), No_hdr ->
           alive t r;
@@ -286,6 +337,7 @@ module L = struct
           t.malformed <- t.malformed + 1;
           Log.debug (fun m -> m "dropped %a with header %a" Event.pp_src src pp_header h);
           Msg.release msg
+    end
 
   let up_ctl t e = t.out.up_ctl e
 
@@ -323,12 +375,14 @@ module L = struct
     | Gevent.Suspect_request { ranks; reason } when not t.stopped ->
         let added = fresh t ranks in
         if added <> [] then begin
+          List.iter (fun r -> t.told.(r) <- true) added;
           t.requested <- t.requested + List.length added;
           report t added reason
         end
     | Gevent.Suspect_unresponsive { ranks; reason } when not t.stopped ->
         let added = fresh t ranks in
         if added <> [] then begin
+          List.iter (fun r -> t.told.(r) <- true) added;
           t.requested_unresponsive <- t.requested_unresponsive + List.length added;
           report t added reason
         end
@@ -336,20 +390,6 @@ module L = struct
     | Gevent.Judge_flush { coord; excluded } -> judge_flush t coord excluded
     | _ -> ());
     t.out.dn_ctl e
-
-  (* After a pause of this member, the silence of others is counted as if
-     the pause had not happened, and each gets at least one more interval. *)
-  let forgive t now gap =
-    t.pauses <- t.pauses + 1;
-    Log.warn (fun m ->
-        m "rank %d was not scheduled for %s; not counting that time against the others" t.rank
-          (seconds gap));
-    let excess = gap - t.interval in
-    let floor = now - t.timeout + t.interval in
-    for r = 0 to t.n - 1 do
-      if peer t r && not (Rankset.mem t.suspected r) then
-        t.heard.(r) <- max floor (min now (t.heard.(r) + excess))
-    done
 
   (* Before suspecting a silent rank, ask it directly, once an interval:
      any answer (any datagram) is proof of life. *)
@@ -387,16 +427,14 @@ module L = struct
 
   let timer t now =
     if (not t.stopped) && t.n > 1 then begin
-      let gap = now - t.last_tick in
-      t.last_tick <- now;
-      if gap > t.pause then forgive t now gap;
+      running t now;
       check t now;
       probe t now;
       adopt_waiting t now;
       if t.beat_at <= now then begin
         t.heartbeats_sent <- t.heartbeats_sent + 1;
         t.beat_at <- now + t.interval;
-        t.out.dn Event.Cast (Heartbeat { suspects = Rankset.elements t.suspected }) (Msg.empty ())
+        t.out.dn Event.Cast (Heartbeat { suspects = List.filter (fun r -> not t.told.(r)) (Rankset.elements t.suspected) }) (Msg.empty ())
       end;
       t.out.alarm t.beat_at;
       let next = ref max_int in

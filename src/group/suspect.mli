@@ -26,7 +26,14 @@
     too"]); one that accuses most of the view while this member hears some
     of the accused, or this member itself, makes the accuser the suspect.
     So a member that stops hearing (a deaf member) is excluded alone,
-    instead of breaking the group into views of one. A
+    instead of breaking the group into views of one. A member vouches only
+    for members it has heard all along for the last timeout, while running
+    itself: members starved together (a pause, a loaded machine) that run
+    again hear each other at once, but do not take the members that went
+    on, and rightly suspected them, for slanderers. Heartbeats carry only
+    the ranks this member suspects for silence, not those it was asked to
+    suspect or that a coordinator found unresponsive (those travel with
+    their kind through {!Slander}). A
     {!Gevent.Suspect_request} going down is adopted as given and passed on
     down.
 
@@ -67,17 +74,32 @@ type header =
 type verdict = { adopt : int list; blame_accuser : bool }
 
 val judge :
-  n:int -> me:int -> hears:(int -> bool) -> accuser:int -> kind:Gevent.kind -> ?all:int list -> int list -> verdict
-(** [judge ~n ~me ~hears ~accuser ~kind ~all ranks]: what member [me] of
-    a view of [n] makes of [accuser]'s suspicion of [ranks], [all] being
-    what [accuser] said it suspects before and [hears r] whether [me] has
-    heard from [r] lately. A {!Gevent.Requested} suspicion is adopted as it
-    is. Otherwise, if [accuser] suspects (with [all]) more than half of the
-    other members while [me] hears some of them, or suspects [me], the
-    accuser is the one to suspect and nothing is adopted; else a
-    {!Gevent.Silent} rank is adopted if [me] does not hear it either, an
-    {!Gevent.Unresponsive} one is adopted. [me] itself, ranks outside the
-    view and the accuser are never adopted. *)
+  n:int ->
+  me:int ->
+  hears:(int -> bool) ->
+  ?vouches:(int -> bool) ->
+  ?self:bool ->
+  accuser:int ->
+  kind:Gevent.kind ->
+  ?all:int list ->
+  int list ->
+  verdict
+(** [judge ~n ~me ~hears ~vouches ~self ~accuser ~kind ~all ranks]: what
+    member [me] of a view of [n] makes of [accuser]'s suspicion of
+    [ranks], [all] being what [accuser] said it suspects before, [hears r]
+    whether [me] has heard from [r] lately, [vouches r] (default [hears])
+    whether [me] can vouch that [r] was not silent (it heard [r] all along
+    for the last timeout, while running, and does not suspect it itself),
+    and [self] (default [true]) whether [me] kept running for the last
+    timeout. A {!Gevent.Requested} suspicion is adopted as it is.
+    Otherwise, if [accuser] suspects (with [all]) more than half of the
+    other members while [me] vouches for some of them, or suspects [me]
+    while [self], the accuser is the one to suspect and nothing is
+    adopted; else a {!Gevent.Silent} rank is adopted if [me] does not hear
+    it either, an {!Gevent.Unresponsive} one is adopted. [me] itself,
+    ranks outside the view and the accuser are never adopted. So members
+    that were starved together and run again do not take the members
+    that went on, and rightly suspected them, for slanderers. *)
 
 (** Names of the registered tunables. *)
 module Param : sig

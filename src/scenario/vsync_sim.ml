@@ -739,6 +739,61 @@ let bundle_scenario ?trace ?params seed =
   in
   finish ~extra:(not_wedged w @ bundling) w
 
+(* Many members starved at once (the scheduler runs other processes, a
+   garbage collection stops them): five of nine stop running at about the
+   same time, for longer than the suspicion timeout, while the other four
+   go on casting and a tenth process joins; then all run again. The
+   members that kept running suspect the starved ones, which is right;
+   what must not happen is that a member is excluded as a slanderer (a
+   member whose accusations contradict what the others hear): no member
+   here stopped hearing, so every exclusion for slander is a violation,
+   and virtual synchrony holds. *)
+let contains s sub =
+  let n = String.length s and m = String.length sub in
+  let rec go i = i + m <= n && (String.sub s i m = sub || go (i + 1)) in
+  go 0
+
+let slow_many_scenario ?trace ?params seed =
+  let n = 10 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
+  let within i f () = Sim.within w.net w.procs.(i).addr f in
+  let running i = not (Sim.is_paused w.net w.procs.(i).addr) in
+  for i = 0 to n - 2 do
+    at w (Rng.int w.rng 300_000_000) (within i (fun () -> start w i))
+  done;
+  let starved =
+    List.filteri (fun k _ -> k < 5) (List.map snd (List.sort compare (List.init (n - 1) (fun i -> (Rng.bits64 w.rng, i)))))
+  in
+  let from = s 6. + Rng.int w.rng (s 2.) in
+  let last = ref 0 in
+  List.iter
+    (fun i ->
+      let t = from + Rng.int w.rng (Time.of_ms 500) and d = s 6. + Rng.int w.rng (s 4.) in
+      last := max !last (t + d);
+      at w t (fun () ->
+          note w "%d starved %s" (Sim.now w.net) w.procs.(i).addr;
+          Sim.pause w.net w.procs.(i).addr ~until:(t + d)))
+    starved;
+  at w (from + s 2. + Rng.int w.rng (s 3.)) (within (n - 1) (fun () -> start w (n - 1)));
+  for _ = 1 to 200 do
+    let t = s 2. + Rng.int w.rng (!last + s 3. - s 2.) and i = Rng.int w.rng n in
+    at w t (within i (fun () -> if running i then cast w i))
+  done;
+  let slandered = ref [] in
+  w.hooks <-
+    {
+      no_hooks with
+      viewed =
+        (fun _ me v ->
+          List.iter
+            (fun (who, why) ->
+              if contains why "some of which this member hears" then
+                slandered := Printf.sprintf "%s excluded %s for slander (%s) in %s" me who why v.vid :: !slandered)
+            v.why);
+    };
+  Sim.run ~until:(!last + s 40.) w.net;
+  finish ~extra:(not_wedged w @ List.rev !slandered) w
+
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
@@ -765,6 +820,9 @@ let scenarios =
     ( "vsync-bundle",
       "bursts of casts and sends that go in bundles while a member crashes, one joins and one leaves, each with a burst in flight; 3% loss",
       bundle_scenario );
+    ( "vsync-slow-many",
+      "5 of 9 members starved at once for 6-10 s while the others cast and one joins; no member is excluded for slander",
+      slow_many_scenario );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -153,6 +153,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "bench"; "rpc" ], [], [ ([ "--calls"; "0" ], 124) ]);
     ([ "bench"; "proc" ], [], [ ([ "--rounds"; "0" ], 124) ]);
     ([ "bench"; "rtt" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
+    ([ "bench"; "scale" ], [ "--sizes"; "2" ], [ ([ "--sizes"; "0" ], 124); ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
     ([ "bench"; "throughput" ], [], [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ]);
