@@ -559,9 +559,11 @@ module F = struct
   let cast =
     {
       Layer.nfields = 1;
-      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      length = false;
+      size = (fun a off -> 1 + Codec.varint_size a.(off));
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast =
-        (fun t _ msg ~layered a off ->
+        (fun t _ msg _ ~layered a off ->
           let seq = t.next in
           t.next <- seq + 1;
           let kept = layered (Msg.retain msg) in
@@ -569,7 +571,7 @@ module F = struct
           t.local <- Msg.retain kept;
           a.(off) <- seq);
       dn_after =
-        (fun t _ ->
+        (fun t _ _ _ _ ->
           let local = t.local in
           t.local <- no_local;
           release_stable t t.rank;
@@ -577,7 +579,7 @@ module F = struct
           t.out.up (Event.Cast_from t.rank) local;
           tell_stable t);
       up_ok =
-        (fun t src a off ->
+        (fun t src _ a off ->
           (not t.stopped)
           &&
           match src with
@@ -585,7 +587,7 @@ module F = struct
               o >= 0 && o < t.n && o <> t.rank && a.(off) = t.expected.(o) && not (Hashtbl.mem t.held.(o) a.(off))
           | _ -> false);
       up_fast =
-        (fun t src msg ~layered a off ->
+        (fun t src msg _ ~layered a off ->
           match src with
           | Event.Cast_from o ->
               let seq = a.(off) in
@@ -596,7 +598,7 @@ module F = struct
               src
           | _ -> src);
       up_after =
-        (fun t src ->
+        (fun t src _ _ _ ->
           match src with
           | Event.Cast_from o ->
               drain t o;

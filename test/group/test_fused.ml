@@ -22,6 +22,9 @@ let stacks =
       ("pt2pt:mnak:bottom", [ Pt2pt.layer; Mnak.layer; Bottom.layer ]);
       ("pt2pt:mnak:suspect:bottom", [ Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ]);
       ("pass1:pass2:pt2pt:mnak:suspect:bottom", [ pass1; pass2; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ]);
+      ( "frag:pt2ptw:mflow:slander:pt2pt:mnak:suspect:bottom",
+        [ Frag.layer; Pt2ptw.layer; Mflow.layer; Slander.layer; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ] );
+      (Properties.describe Properties.vsync, Result.get_ok (Properties.layers Properties.vsync));
     |]
 
 let params =
