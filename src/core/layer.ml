@@ -58,10 +58,11 @@ end
 type ('t, 'h) case = {
   nfields : int;
   length : bool;
+  framed : bool;
   size : int array -> int -> int;
   dn_ok : 't -> Event.dst -> int -> bool;
   dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
-  dn_after : 't -> Event.dst -> int -> int array -> int -> unit;
+  dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
   up_ok : 't -> Event.src -> int -> int array -> int -> bool;
   up_fast : 't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
@@ -95,10 +96,11 @@ struct
     {
       nfields = 0;
       length = false;
+      framed = false;
       size = (fun _ _ -> 0);
       dn_ok = (fun _ _ _ -> true);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok = (fun _ _ _ _ _ -> true);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after = (fun _ _ _ _ _ -> ());

@@ -94,12 +94,19 @@ end) : S
       it on is the stack's); [layered m] is [m] with the layered headers of
       the layers above pushed, for a copy the layer keeps (a
       retransmission buffer);
-    - [dn_after t dst len fields off]: what [dn] does after the message
-      went on (the fields are still this cast's);
+    - [dn_after t dst len ~up fields off]: what [dn] does after the
+      message went on (the fields are still this cast's); [up src m]
+      delivers [m] (a copy of the cast made in [dn_fast], with no layered
+      header) to the layers above, as [out.up] would the layered cast;
     - [up_ok t src len fields off], [up_fast], [up_after]: the same on the
       way up, for a received cast whose fields are [fields] at [off];
       [up_fast] returns the source to pass on (Bottom turns [Raw] into
       [Cast_from]);
+    - [framed]: the layer's layered headers never begin with the byte
+      [0xC6], the compressed header's tag (Bottom's begin with [0xC1]); a
+      stack is fused only if its lowest layer is framed, so that a
+      receiver tells a compressed datagram from a layered one by its
+      first byte;
     - [expand fields off]: the layered header of these fields (a header
       that does not vary is a constant), and [size fields off] its length
       in bytes.
@@ -113,10 +120,11 @@ end) : S
 type ('t, 'h) case = {
   nfields : int;
   length : bool;
+  framed : bool;
   size : int array -> int -> int;
   dn_ok : 't -> Event.dst -> int -> bool;
   dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
-  dn_after : 't -> Event.dst -> int -> int array -> int -> unit;
+  dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
   up_ok : 't -> Event.src -> int -> int array -> int -> bool;
   up_fast : 't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
   up_after : 't -> Event.src -> int -> int array -> int -> unit;

@@ -25,7 +25,7 @@ and fnode = {
   size : int array -> int -> int;
   dn_ok : Event.dst -> int -> bool;
   fdn : Event.dst -> Msg.t -> int -> int array -> int -> unit;
-  dn_after : Event.dst -> int -> int array -> int -> unit;
+  dn_after : Event.dst -> int -> int array -> int -> unit;  (* [up] given *)
   up_ok : Event.src -> int -> int array -> int -> bool;
   fup : Event.src -> Msg.t -> int -> int array -> int -> Event.src;
   up_after : Event.src -> int -> int array -> int -> unit;
@@ -160,6 +160,41 @@ let push_layered nodes frame ~hi ~lo m =
   done;
   !m
 
+(* [!local_up t j src m] delivers [m] to the layers from [j] up by the
+   fused path, with the fields of the cast under way: a layer's own cast,
+   delivered locally (defined below). *)
+let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
+
+(* The layered headers of the layers above one layer, as bytes, for the
+   fields they were last made from: in the common case those fields do
+   not change (they are constants above Mnak in the default stack), and
+   a copy a layer keeps gets them in one push. *)
+type cache = { mutable key : int array; mutable bytes : string; from : int; mutable valid : bool }
+
+let raw_codec =
+  Codec.custom ~name:"layered headers" ~size:String.length
+    ~write:(fun (w : Codec.W.t) s ->
+      Bytes.blit_string s 0 w.buf w.pos (String.length s);
+      w.pos <- w.pos + String.length s)
+    ~read:(fun _ -> Codec.fail "write only")
+
+let push_cached c nodes frame ~hi ~lo m =
+  let n = Array.length frame - c.from in
+  let same =
+    c.valid
+    &&
+    let rec eq k = k >= n || (frame.(c.from + k) = c.key.(k) && eq (k + 1)) in
+    eq 0
+  in
+  if not same then begin
+    let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
+    c.bytes <- Msg.to_string e;
+    Msg.release e;
+    c.key <- Array.sub frame c.from n;
+    c.valid <- true
+  end;
+  if c.bytes = "" then m else Msg.push raw_codec c.bytes m
+
 let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
   ignore frames;
   match if off >= 0 then Layer.find_fast l else None with
@@ -168,7 +203,8 @@ let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
          above it, from the frame the case runs with. *)
-      let layered m = push_layered nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
+      let cache = { key = [||]; bytes = ""; from = off + c.nfields; valid = false } in
+      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
       let mk s =
         Some
           {
@@ -177,7 +213,9 @@ let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
             size = c.size;
             dn_ok = c.dn_ok s;
             fdn = (fun dst msg len a o -> c.dn_fast s dst msg len ~layered a o);
-            dn_after = c.dn_after s;
+            dn_after =
+              (let up src m = !local_up (Lazy.force frames) (i + 1) src m in
+               fun dst len a o -> c.dn_after s dst len ~up a o);
             up_ok = c.up_ok s;
             fup = (fun src msg len a o -> c.up_fast s src msg len ~layered a o);
             up_after = c.up_after s;
@@ -230,7 +268,10 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   | Ok () ->
       let bottom_up = Array.of_list (List.rev layers) in
       let n = Array.length bottom_up in
-      let all_fast = Array.for_all Layer.is_fast bottom_up in
+      let all_fast =
+        Array.for_all Layer.is_fast bottom_up
+        && match Layer.find_fast bottom_up.(0) with Some (module F : Layer.FAST) -> F.cast.framed | None -> false
+      in
       let fused = (match fused with Some b -> b | None -> Params.bool ctx.params fused_param) && all_fast in
       let offs = Array.make n (-1) in
       let nfields = ref 0 in
@@ -373,6 +414,17 @@ let rec fused_up t frame i src msg above =
         | () -> nd.up src !m
         | exception Invalid_argument e -> t.ferror (`Malformed e) !m)
 
+let () =
+  local_up :=
+    fun t j src msg ->
+      let frame = t.frame in
+      let above = ref 0 in
+      if t.lengths.(Array.length t.nodes - 1) then
+        for k = j to Array.length t.nodes - 1 do
+          match t.nodes.(k).fast with Some f -> above := !above + f.size frame f.off | None -> ()
+        done;
+      fused_up t frame j src msg !above
+
 let top t = t.nodes.(Array.length t.nodes - 1)
 
 let cast t msg =
@@ -395,7 +447,9 @@ let fused_ok t () msg =
   Array.blit t.rframe 0 frame 0 t.nfields;
   let above = ref 0 in
   if t.lengths.(Array.length t.nodes - 1) then
-    Array.iter (fun n -> match n.fast with Some f -> above := !above + f.size frame f.off | None -> ()) t.nodes;
+    for k = 0 to Array.length t.nodes - 1 do
+      match t.nodes.(k).fast with Some f -> above := !above + f.size frame f.off | None -> ()
+    done;
   match fused_up t frame 0 Event.Raw msg !above with
   | () -> leave t
   | exception e ->

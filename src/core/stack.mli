@@ -32,7 +32,8 @@ val create :
 
     [fused] (default: the tunable [stack.fused]) turns on the fused path
     for casts when every layer declared its common case
-    ({!Layer.fast}): see {!fused}. Every stack, fused or not, takes in
+    ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see
+    {!fused}. Every stack, fused or not, takes in
     compressed datagrams. *)
 
 val cast : t -> Msg.t -> unit

@@ -143,13 +143,14 @@ module F = struct
     {
       Layer.nfields = 2;
       length = false;
+      framed = true;
       size = (fun a off -> 6 + Codec.varint_size a.(off + 1));
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast =
         (fun t _ _ _ ~layered:_ a off ->
           a.(off) <- t.group;
           a.(off + 1) <- t.rank);
-      dn_after = (fun _ _ _ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
         (fun t src _ a off ->
           let origin = a.(off + 1) in

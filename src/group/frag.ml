@@ -284,10 +284,11 @@ module F = struct
     {
       Layer.nfields = 0;
       length = true;
+      framed = false;
       size = (fun _ _ -> Codec.size codec Whole);
       dn_ok = (fun t dst len -> (not t.stopped) && (not t.draining) && dst = Event.Cast && len <= t.size);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
         (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
       up_fast =

@@ -616,10 +616,11 @@ module F = struct
     {
       Layer.nfields = 0;
       length = false;
+      framed = false;
       size = (fun _ _ -> Codec.size codec App);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && t.round = None && match src with Event.Cast_from o -> valid t o | _ -> false);

@@ -362,11 +362,12 @@ module F = struct
     {
       Layer.nfields = 0;
       length = true;
+      framed = false;
       size = (fun _ _ -> Codec.size codec (Data { ask = false }));
       dn_ok =
         (fun t dst len -> (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
       dn_fast = (fun t _ _ len ~layered:_ _ _ -> t.sent <- t.sent + len + overhead);
-      dn_after = (fun _ _ _ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after =

@@ -560,23 +560,24 @@ module F = struct
     {
       Layer.nfields = 1;
       length = false;
+      framed = false;
       size = (fun a off -> 1 + Codec.varint_size a.(off));
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast =
         (fun t _ msg _ ~layered a off ->
           let seq = t.next in
           t.next <- seq + 1;
-          let kept = layered (Msg.retain msg) in
-          keep t t.rank seq kept;
-          t.local <- Msg.retain kept;
+          keep t t.rank seq (layered (Msg.retain msg));
+          t.local <- Msg.retain msg;
           a.(off) <- seq);
       dn_after =
-        (fun t _ _ _ _ ->
+        (fun t _ _ ~up _ _ ->
           let local = t.local in
           t.local <- no_local;
           release_stable t t.rank;
           kick t;
-          t.out.up (Event.Cast_from t.rank) local;
+          (* Up the fused path too: [local] has no layered header. *)
+          up (Event.Cast_from t.rank) local;
           tell_stable t);
       up_ok =
         (fun t src _ a off ->

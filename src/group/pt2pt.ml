@@ -355,10 +355,11 @@ module F = struct
     {
       Layer.nfields = 0;
       length = false;
+      framed = false;
       size = (fun _ _ -> Codec.size codec No_hdr);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after = (fun _ _ _ _ _ -> ());
