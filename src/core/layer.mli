@@ -103,7 +103,7 @@ end) : S
       [up_fast] returns the source to pass on (Bottom turns [Raw] into
       [Cast_from]);
     - [framed]: the layer's layered headers never begin with the byte
-      [0xC6], the compressed header's tag (Bottom's begin with [0xC1]); a
+      [0xC8], the compressed header's tag (Bottom's begin with [0xC1]); a
       stack is fused only if its lowest layer is framed, so that a
       receiver tells a compressed datagram from a layered one by its
       first byte;

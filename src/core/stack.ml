@@ -68,7 +68,9 @@ let () =
 
 (* The compressed header: this tag, the kind (0: a cast), then every
    layer's varying fields, bottom first, as varints (never negative). *)
-let tag = 0xC6
+let tag = 0xC8
+(* The first bytes the group runtime gives a meaning: Bottom 0xC1, Side 0xC2, Bundle 0xC4, Seal 0xC5,
+   Migrate 0xC6, the daemon's clients 0xC7. *)
 
 let describe layers = String.concat ":" (List.map Layer.name layers)
 
