@@ -158,6 +158,8 @@ let seq_layer i : Layer.t =
 let seq = lazy (List.init 9 seq_layer @ [ Consort_group.Bottom.layer ])
 let seq_layers () = Lazy.force seq
 
+let baseline_name = "Bottom alone"
+
 let run ?(iterations = 50_000) ?(rounds = 3) () =
   let default () =
     match Consort_group.Properties.layers Consort_group.Properties.vsync with
@@ -176,7 +178,32 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   let* tf = run_stack ~iterations ~rounds ~name:tname ~fused:true ~layers:seq_layers () in
   let* dl2 = run_stack ~iterations ~rounds ~name:dname ~fused:false ~layers:default () in
   let* df2 = run_stack ~iterations ~rounds ~name:dname ~fused:true ~layers:default () in
-  Ok [ best df df2; best dl dl2; tf; tl ]
+  (* The baseline: the same harness with Bottom alone, layered. *)
+  let* b = run_stack ~iterations ~rounds ~name:baseline_name ~fused:false ~layers:(fun () -> [ Consort_group.Bottom.layer ]) () in
+  Ok [ best df df2; best dl dl2; tf; tl; b ]
+
+let ratios rows =
+  let find name path = List.find_opt (fun r -> r.path = path && String.length r.stack >= String.length name && String.sub r.stack 0 (String.length name) = name) rows in
+  match find baseline_name "layered" with
+  | None -> []
+  | Some b ->
+      List.filter_map
+        (fun (label, name) ->
+          match (find name "fused", find name "layered") with
+          | Some f, Some l ->
+              let above x y = if y -. b.ns_per_msg <= 0. then nan else (x -. b.ns_per_msg) /. (y -. b.ns_per_msg) in
+              let abovew x y = if y -. b.words_per_msg <= 0. then nan else (x -. b.words_per_msg) /. (y -. b.words_per_msg) in
+              Some
+                (Printf.sprintf
+                   "ratio fused / layered, %s: %.2f in ns (%.0f / %.0f), %.2f in minor words (%.1f / %.1f); above the baseline \
+                    (%s: %.0f ns, %.1f words): %.2f in ns, %.2f in words; words per layer and message above it: %.2f fused, %.2f layered"
+                   label (f.ns_per_msg /. l.ns_per_msg) f.ns_per_msg l.ns_per_msg (f.words_per_msg /. l.words_per_msg)
+                   f.words_per_msg l.words_per_msg baseline_name b.ns_per_msg b.words_per_msg
+                   (above f.ns_per_msg l.ns_per_msg) (abovew f.words_per_msg l.words_per_msg)
+                   ((f.words_per_msg -. b.words_per_msg) /. float (2 * (f.layers - 1)))
+                   ((l.words_per_msg -. b.words_per_msg) /. float (2 * (l.layers - 1))))
+          | _ -> None)
+        [ ("default stack", "default"); ("10-layer stack", "10 layers") ]
 
 let to_json rows =
   `List

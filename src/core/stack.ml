@@ -213,14 +213,14 @@ let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
             off;
             length = c.length;
             size = c.size;
-            dn_ok = c.dn_ok s;
+            dn_ok = (fun dst len -> c.dn_ok s dst len);
             fdn = (fun dst msg len a o -> c.dn_fast s dst msg len ~layered a o);
             dn_after =
               (let up src m = !local_up (Lazy.force frames) (i + 1) src m in
                fun dst len a o -> c.dn_after s dst len ~up a o);
-            up_ok = c.up_ok s;
+            up_ok = (fun src len a o -> c.up_ok s src len a o);
             fup = (fun src msg len a o -> c.up_fast s src msg len ~layered a o);
-            up_after = c.up_after s;
+            up_after = (fun src len a o -> c.up_after s src len a o);
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
             state = (fun () -> F.state s);
           }
