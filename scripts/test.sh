@@ -87,6 +87,9 @@ jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLT
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
+# The fused path for casts (stack.fused) in a whole group: views, crashes, loss (about 8 CPU s).
+jobs+=("counted|sim vsync-churn (fused)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${FUSED_SEEDS:-150} --params stack.fused=true")
+jobs+=("counted|sim mnak-lossy (fused)|$BIN/bin/main.exe sim --scenario mnak-lossy --seeds ${FUSED_SEEDS:-300} --params stack.fused=true")
 jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
 # Ordered delivery on the vsync stack: total order (sequencer, token),
 # causal order, safe delivery.

@@ -12,6 +12,7 @@ let stack_cost iterations rounds out =
           Printf.printf "%-60s %-8s %3d layers %8.0f ns/msg %7.1f minor words/msg %.3f major words/msg\n" r.stack r.path r.layers r.ns_per_msg
             r.words_per_msg r.major_words_per_msg)
         rows;
+      List.iter print_endline (Consort_peers_bench.Stack_cost.ratios rows);
       (match out with
       | Some f -> Yojson.Safe.to_file f (Consort_peers_bench.Stack_cost.to_json rows)
       | None -> print_endline (Yojson.Safe.to_string (Consort_peers_bench.Stack_cost.to_json rows)));

@@ -6,7 +6,7 @@
 
 type row = {
   stack : string;  (** what was measured *)
-  path : string;  (** ["layered"]: the only path this tree has *)
+  path : string;  (** ["layered"] or ["fused"] (the bypass, {!Consort.Stack.fused}) *)
   layers : int;
   ns_per_msg : float;
   words_per_msg : float;  (** minor words allocated per message, both stacks *)
@@ -15,8 +15,16 @@ type row = {
 
 val run : ?iterations:int -> ?rounds:int -> unit -> (row list, string) result
 (** [run ()] measures the default stack ([Properties.vsync]) and a stack of
-    10 layers with a varint header each: the fastest of [rounds] (3) rounds
+    10 layers with a varint header each, each layered and fused (the
+    default stack twice, keeping the better run of each path), and
+    Bottom alone (the baseline): the fastest of [rounds] (3) rounds
     of [iterations] (50_000) casts, after a warm-up of a quarter of that.
     An error says a stack stalled or lost casts. *)
+
+val ratios : row list -> string list
+(** One line per stack: fused / layered in ns and minor words, in all and
+    above the baseline (the same harness with Bottom alone, layered: what
+    the stack above Bottom costs), and minor words per layer and message
+    above it (down at member 0 and up at member 1 count as two passes). *)
 
 val to_json : row list -> Yojson.Safe.t

@@ -57,12 +57,15 @@ end
 
 type ('t, 'h) case = {
   nfields : int;
-  dn_ok : 't -> Event.dst -> bool;
-  dn_fast : 't -> Event.dst -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
-  dn_after : 't -> Event.dst -> unit;
-  up_ok : 't -> Event.src -> int array -> int -> bool;
-  up_fast : 't -> Event.src -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
-  up_after : 't -> Event.src -> unit;
+  length : bool;
+  framed : bool;
+  size : int array -> int -> int;
+  dn_ok : 't -> Event.dst -> int -> bool;
+  dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
+  dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
+  up_ok : 't -> Event.src -> int -> int array -> int -> bool;
+  up_fast : 't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
 }
 
@@ -92,12 +95,15 @@ struct
   let cast =
     {
       nfields = 0;
-      dn_ok = (fun _ _ -> true);
-      dn_fast = (fun _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ -> ());
-      up_ok = (fun _ _ _ _ -> true);
-      up_fast = (fun _ src _ ~layered:_ _ _ -> src);
-      up_after = (fun _ _ -> ());
+      length = false;
+      framed = false;
+      size = (fun _ _ -> 0);
+      dn_ok = (fun _ _ _ -> true);
+      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok = (fun _ _ _ _ _ -> true);
+      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
+      up_after = (fun _ _ _ _ _ -> ());
       expand = (fun _ _ -> ());
     }
 

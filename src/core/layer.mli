@@ -83,34 +83,51 @@ end) : S
     (a sequence number), where the layered path carries every layer's
     header. The declaration is a split of the layer's own handlers:
 
-    - [dn_ok t dst]: the common case for a cast going down, a function of
-      the state only (changes nothing);
-    - [dn_fast t dst msg ~layered fields off]: what [dn] does before it passes
-      the message on, writing its [nfields] varying fields at [off]; it
-      emits no event (an alarm is fine) and keeps [msg] (passing it on is
-      the stack's); [layered m] is [m] with the layered headers of the
-      layers above pushed, for a copy the layer keeps (a retransmission
-      buffer);
-    - [dn_after t dst]: what [dn] does after the message went on;
-    - [up_ok t src fields off], [up_fast], [up_after]: the same on the way up,
-      for a received cast whose fields are [fields] at [off]; [up_fast] returns
-      the source to pass on (Bottom turns [Raw] into [Cast_from]);
+    - [dn_ok t dst len]: the common case for a cast going down, a function
+      of the state only (changes nothing); [len] is the length the message
+      has at this layer in the layered path (its body and the layered
+      headers of the layers above) if the layer declared [length], [-1]
+      otherwise;
+    - [dn_fast t dst msg len ~layered fields off]: what [dn] does before it
+      passes the message on, writing its [nfields] varying fields at
+      [off]; it emits no event (an alarm is fine) and keeps [msg] (passing
+      it on is the stack's); [layered m] is [m] with the layered headers of
+      the layers above pushed, for a copy the layer keeps (a
+      retransmission buffer);
+    - [dn_after t dst len ~up fields off]: what [dn] does after the
+      message went on (the fields are still this cast's); [up src m]
+      delivers [m] (a copy of the cast made in [dn_fast], with no layered
+      header) to the layers above, as [out.up] would the layered cast;
+    - [up_ok t src len fields off], [up_fast], [up_after]: the same on the
+      way up, for a received cast whose fields are [fields] at [off];
+      [up_fast] returns the source to pass on (Bottom turns [Raw] into
+      [Cast_from]);
+    - [framed]: the layer's layered headers never begin with the byte
+      [0xC8], the compressed header's tag (Bottom's begin with [0xC1]); a
+      stack is fused only if its lowest layer is framed, so that a
+      receiver tells a compressed datagram from a layered one by its
+      first byte;
     - [expand fields off]: the layered header of these fields (a header
-      that does not vary is a constant).
+      that does not vary is a constant), and [size fields off] its length
+      in bytes.
 
     Whenever [dn_ok] (or [up_ok]) holds, [dn_fast; pass the message on;
     dn_after] must do exactly what the layered handler does: the
     differential test ([test/group/test_fused.exe]) checks it on random
-    traces. *)
+    traces. A predicate may be stricter than it needs to be (the layered
+    path is then taken), never looser. *)
 
 type ('t, 'h) case = {
   nfields : int;
-  dn_ok : 't -> Event.dst -> bool;
-  dn_fast : 't -> Event.dst -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
-  dn_after : 't -> Event.dst -> unit;
-  up_ok : 't -> Event.src -> int array -> int -> bool;
-  up_fast : 't -> Event.src -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
-  up_after : 't -> Event.src -> unit;
+  length : bool;
+  framed : bool;
+  size : int array -> int -> int;
+  dn_ok : 't -> Event.dst -> int -> bool;
+  dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
+  dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
+  up_ok : 't -> Event.src -> int -> int array -> int -> bool;
+  up_fast : 't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
 }
 

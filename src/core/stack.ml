@@ -21,12 +21,14 @@ type node = {
    are given the frame of fields and this layer's offset in it. *)
 and fnode = {
   off : int;
-  dn_ok : Event.dst -> bool;
-  fdn : Event.dst -> Msg.t -> int array -> int -> unit;
-  dn_after : Event.dst -> unit;
-  up_ok : Event.src -> int array -> int -> bool;
-  fup : Event.src -> Msg.t -> int array -> int -> Event.src;
-  up_after : Event.src -> unit;
+  length : bool;
+  size : int array -> int -> int;
+  dn_ok : Event.dst -> int -> bool;
+  fdn : Event.dst -> Msg.t -> int -> int array -> int -> unit;
+  dn_after : Event.dst -> int -> int array -> int -> unit;  (* [up] given *)
+  up_ok : Event.src -> int -> int array -> int -> bool;
+  fup : Event.src -> Msg.t -> int -> int array -> int -> Event.src;
+  up_after : Event.src -> int -> int array -> int -> unit;
   push : int array -> int -> Msg.t -> Msg.t;  (* push the layered header of these fields *)
   state : unit -> string;
 }
@@ -39,13 +41,18 @@ type t = {
   names : string list;
   fused : bool;  (* every layer declared its common case, and the fused path is on *)
   all_fast : bool;  (* every layer declared its common case: compressed casts are read *)
-  dframe : int array;  (* the fields of the cast going down through the bypass *)
-  uframe : int array;  (* the fields of the received compressed cast *)
+  nfields : int;
+  mutable frames : int array array;
+      (* the fields of the casts going through the bypass, one frame per
+         nested cast (an application that casts from its delivery) *)
+  mutable depth : int;  (* frames in use *)
+  mutable frame : int array;  (* the frame of the innermost cast *)
+  lengths : bool array;  (* [lengths.(i)]: a layer at or below [i] needs the layered length *)
+  rframe : int array;  (* where a received compressed header is read *)
   mutable fused_sent : int;
   mutable fused_received : int;
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
-  wcodec : unit Codec.t;
   rcodec : unit Codec.t;
   net : Event.dst -> Msg.t -> unit;
   app : app;
@@ -61,7 +68,9 @@ let () =
 
 (* The compressed header: this tag, the kind (0: a cast), then every
    layer's varying fields, bottom first, as varints (never negative). *)
-let tag = 0xC6
+let tag = 0xC8
+(* The first bytes the group runtime gives a meaning: Bottom 0xC1, Side 0xC2, Bundle 0xC4, Seal 0xC5,
+   Migrate 0xC6, the daemon's clients 0xC7. *)
 
 let describe layers = String.concat ":" (List.map Layer.name layers)
 
@@ -153,25 +162,65 @@ let push_layered nodes frame ~hi ~lo m =
   done;
   !m
 
+(* [!local_up t j src m] delivers [m] to the layers from [j] up by the
+   fused path, with the fields of the cast under way: a layer's own cast,
+   delivered locally (defined below). *)
+let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
+
+(* The layered headers of the layers above one layer, as bytes, for the
+   fields they were last made from: in the common case those fields do
+   not change (they are constants above Mnak in the default stack), and
+   a copy a layer keeps gets them in one push. *)
+type cache = { mutable key : int array; mutable bytes : string; from : int; mutable valid : bool }
+
+let raw_codec =
+  Codec.custom ~name:"layered headers" ~size:String.length
+    ~write:(fun (w : Codec.W.t) s ->
+      Bytes.blit_string s 0 w.buf w.pos (String.length s);
+      w.pos <- w.pos + String.length s)
+    ~read:(fun _ -> Codec.fail "write only")
+
+let push_cached c nodes frame ~hi ~lo m =
+  let n = Array.length frame - c.from in
+  let same =
+    c.valid
+    &&
+    let rec eq k = k >= n || (frame.(c.from + k) = c.key.(k) && eq (k + 1)) in
+    eq 0
+  in
+  if not same then begin
+    let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
+    c.bytes <- Msg.to_string e;
+    Msg.release e;
+    c.key <- Array.sub frame c.from n;
+    c.valid <- true
+  end;
+  if c.bytes = "" then m else Msg.push raw_codec c.bytes m
+
 let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
+  ignore frames;
   match if off >= 0 then Layer.find_fast l else None with
   | Some (module F : Layer.FAST) ->
       let n = Array.length nodes in
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
          above it, from the frame the case runs with. *)
-      let layered_dn m = push_layered nodes (fst (Lazy.force frames)) ~hi:(n - 1) ~lo:(i + 1) m in
-      let layered_up m = push_layered nodes (snd (Lazy.force frames)) ~hi:(n - 1) ~lo:(i + 1) m in
+      let cache = { key = [||]; bytes = ""; from = off + c.nfields; valid = false } in
+      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
       let mk s =
         Some
           {
             off;
-            dn_ok = c.dn_ok s;
-            fdn = (fun dst msg a o -> c.dn_fast s dst msg ~layered:layered_dn a o);
-            dn_after = c.dn_after s;
-            up_ok = c.up_ok s;
-            fup = (fun src msg a o -> c.up_fast s src msg ~layered:layered_up a o);
-            up_after = c.up_after s;
+            length = c.length;
+            size = c.size;
+            dn_ok = (fun dst len -> c.dn_ok s dst len);
+            fdn = (fun dst msg len a o -> c.dn_fast s dst msg len ~layered a o);
+            dn_after =
+              (let up src m = !local_up (Lazy.force frames) (i + 1) src m in
+               fun dst len a o -> c.dn_after s dst len ~up a o);
+            up_ok = (fun src len a o -> c.up_ok s src len a o);
+            fup = (fun src msg len a o -> c.up_fast s src msg len ~layered a o);
+            up_after = (fun src len a o -> c.up_after s src len a o);
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
             state = (fun () -> F.state s);
           }
@@ -186,21 +235,28 @@ let fused_error count e msg =
   Log.debug (fun m -> m "dropped a compressed datagram: %a" Codec.pp_error e);
   Msg.release msg
 
-(* The compressed header, written from the frame of the cast going down. *)
-let header_codec frame =
+(* The compressed header: written from the frame of the cast going down,
+   read into a stack's [rframe]. *)
+let write_codec =
   Codec.custom ~name:"fused"
-    ~size:(fun () ->
+    ~size:(fun frame ->
       let n = ref 2 in
       for k = 0 to Array.length frame - 1 do
         n := !n + Codec.varint_size frame.(k)
       done;
       !n)
-    ~write:(fun w () ->
+    ~write:(fun w frame ->
       Codec.write Codec.uint8 w tag;
       Codec.write Codec.uint8 w 0;
       for k = 0 to Array.length frame - 1 do
         Codec.write Codec.varint w frame.(k)
       done)
+    ~read:(fun _ -> Codec.fail "write only")
+
+let read_codec frame =
+  Codec.custom ~name:"fused"
+    ~size:(fun () -> 0)
+    ~write:(fun _ () -> invalid_arg "read only")
     ~read:(fun r ->
       if Codec.read Codec.uint8 r <> tag then Codec.fail "not a compressed header";
       if Codec.read Codec.uint8 r <> 0 then Codec.fail "unknown kind";
@@ -214,7 +270,10 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   | Ok () ->
       let bottom_up = Array.of_list (List.rev layers) in
       let n = Array.length bottom_up in
-      let all_fast = Array.for_all Layer.is_fast bottom_up in
+      let all_fast =
+        Array.for_all Layer.is_fast bottom_up
+        && match Layer.find_fast bottom_up.(0) with Some (module F : Layer.FAST) -> F.cast.framed | None -> false
+      in
       let fused = (match fused with Some b -> b | None -> Params.bool ctx.params fused_param) && all_fast in
       let offs = Array.make n (-1) in
       let nfields = ref 0 in
@@ -227,7 +286,16 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                 nfields := !nfields + F.cast.nfields
             | None -> ())
           bottom_up;
-      let dframe = Array.make !nfields 0 and uframe = Array.make !nfields 0 in
+      let frames = Array.init 4 (fun _ -> Array.make !nfields 0) and rframe = Array.make !nfields 0 in
+      let lengths = Array.make n false in
+      if all_fast then
+        Array.iteri
+          (fun i l ->
+            match Layer.find_fast l with
+            | Some (module F : Layer.FAST) ->
+                if F.cast.length then for j = i to n - 1 do lengths.(j) <- true done
+            | None -> ())
+          bottom_up;
       let fused_garbage = ref 0 in
       let dummy =
         {
@@ -253,21 +321,23 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             names = List.map Layer.name layers;
             fused;
             all_fast;
-            dframe;
-            uframe;
+            nfields = !nfields;
+            frames;
+            depth = 0;
+            frame = frames.(0);
+            lengths;
+            rframe;
             fused_sent = 0;
             fused_received = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
-            wcodec = header_codec dframe;
-            rcodec = header_codec uframe;
+            rcodec = read_codec rframe;
             net;
             app;
           }
       in
-      let frames = lazy (dframe, uframe) in
       Array.iteri
-        (fun i l -> nodes.(i) <- instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames l)
+        (fun i l -> nodes.(i) <- instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames:st l)
         bottom_up;
       Ok (Lazy.force st)
 
@@ -282,51 +352,111 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
    same from the bottom, the layered headers of the rest pushed back from
    the fields where a case does not hold (a gap, a flush). *)
 
-let rec fused_dn t i dst msg =
+(* A frame for a cast entering the bypass: the next one, or a fresh array
+   when casts nest deeper than expected. *)
+let enter t =
+  let d = t.depth in
+  if d = Array.length t.frames then
+    t.frames <- Array.init (2 * d) (fun k -> if k < d then t.frames.(k) else Array.make t.nfields 0);
+  t.depth <- d + 1;
+  let f = t.frames.(d) in
+  t.frame <- f;
+  f
+
+let leave t =
+  let d = t.depth - 1 in
+  t.depth <- d;
+  t.frame <- t.frames.(if d = 0 then 0 else d - 1)
+
+(* [above]: bytes of the layered headers of the layers above [i], counted
+   only where a layer at or below [i] needs the layered length. *)
+let rec fused_dn t frame i dst msg above =
   if i < 0 then begin
     t.fused_sent <- t.fused_sent + 1;
-    t.net dst (Msg.push t.wcodec () msg)
+    t.net dst (Msg.push write_codec frame msg)
   end
   else
     let nd = t.nodes.(i) in
     match nd.fast with
-    | Some f when f.dn_ok dst ->
-        f.fdn dst msg t.dframe f.off;
-        fused_dn t (i - 1) dst msg;
-        f.dn_after dst
+    | Some f when f.dn_ok dst (if f.length then Msg.length msg + above else -1) ->
+        let len = if f.length then Msg.length msg + above else -1 in
+        f.fdn dst msg len frame f.off;
+        let above = if i > 0 && t.lengths.(i - 1) then above + f.size frame f.off else above in
+        fused_dn t frame (i - 1) dst msg above;
+        f.dn_after dst len frame f.off
     | _ ->
-        let msg = push_layered t.nodes t.dframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
+        let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
         nd.dn dst msg
 
-let rec fused_up t i src msg =
+(* [above]: bytes of the layered headers of the layers above [i - 1]
+   (all of them at the bottom), where needed. *)
+let rec fused_up t frame i src msg above =
   if i = Array.length t.nodes then t.app.deliver src msg
   else
     let nd = t.nodes.(i) in
+    let above =
+      if t.lengths.(Array.length t.nodes - 1) then match nd.fast with Some f -> above - f.size frame f.off | None -> above
+      else above
+    in
     match nd.fast with
-    | Some f when f.up_ok src t.uframe f.off ->
-        let src' = f.fup src msg t.uframe f.off in
-        fused_up t (i + 1) src' msg;
-        f.up_after src
+    | Some f when f.up_ok src (if f.length then Msg.length msg + above else -1) frame f.off ->
+        let len = if f.length then Msg.length msg + above else -1 in
+        let src' = f.fup src msg len frame f.off in
+        fused_up t frame (i + 1) src' msg above;
+        f.up_after src len frame f.off
     | _ -> (
         (* Fields from the network that no layered header can hold (a
            number too large for its codec) make the datagram garbage. *)
         let m = ref msg in
         match
           for j = Array.length t.nodes - 1 downto i do
-            match t.nodes.(j).fast with Some f -> m := f.push t.uframe f.off !m | None -> assert false
+            match t.nodes.(j).fast with Some f -> m := f.push frame f.off !m | None -> assert false
           done
         with
         | () -> nd.up src !m
         | exception Invalid_argument e -> t.ferror (`Malformed e) !m)
 
+let () =
+  local_up :=
+    fun t j src msg ->
+      let frame = t.frame in
+      let above = ref 0 in
+      if t.lengths.(Array.length t.nodes - 1) then
+        for k = j to Array.length t.nodes - 1 do
+          match t.nodes.(k).fast with Some f -> above := !above + f.size frame f.off | None -> ()
+        done;
+      fused_up t frame j src msg !above
+
 let top t = t.nodes.(Array.length t.nodes - 1)
-let cast t msg = if t.fused then fused_dn t (Array.length t.nodes - 1) Event.Cast msg else (top t).dn Event.Cast msg
+
+let cast t msg =
+  if t.fused then begin
+    let frame = enter t in
+    match fused_dn t frame (Array.length t.nodes - 1) Event.Cast msg 0 with
+    | () -> leave t
+    | exception e ->
+        leave t;
+        raise e
+  end
+  else (top t).dn Event.Cast msg
+
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
 
 let fused_ok t () msg =
   t.fused_received <- t.fused_received + 1;
-  fused_up t 0 Event.Raw msg
+  let frame = enter t in
+  Array.blit t.rframe 0 frame 0 t.nfields;
+  let above = ref 0 in
+  if t.lengths.(Array.length t.nodes - 1) then
+    for k = 0 to Array.length t.nodes - 1 do
+      match t.nodes.(k).fast with Some f -> above := !above + f.size frame f.off | None -> ()
+    done;
+  match fused_up t frame 0 Event.Raw msg !above with
+  | () -> leave t
+  | exception e ->
+      leave t;
+      raise e
 
 let recv t msg =
   if t.all_fast && Msg.first_byte msg = tag then
@@ -376,7 +506,7 @@ let fused_counters t = [ ("sent", t.fused_sent); ("received", t.fused_received);
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg
   else
-    let frame = Array.make (Array.length t.uframe) 0 in
-    match Msg.pull (header_codec frame) msg with
+    let frame = Array.make t.nfields 0 in
+    match Msg.pull (read_codec frame) msg with
     | Error e -> Error e
     | Ok ((), msg) -> Ok (push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:0 msg)

@@ -32,7 +32,8 @@ val create :
 
     [fused] (default: the tunable [stack.fused]) turns on the fused path
     for casts when every layer declared its common case
-    ({!Layer.fast}): see {!fused}. Every stack, fused or not, takes in
+    ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see
+    {!fused}. Every stack, fused or not, takes in
     compressed datagrams. *)
 
 val cast : t -> Msg.t -> unit
@@ -66,7 +67,7 @@ val describe : Layer.t list -> string
     A fused stack runs a cast through one bypass made at {!create} from
     the layers' declared common cases ({!Layer.case}): from the top, each
     layer whose case holds does its part, and the cast leaves with one
-    compressed header ([0xC6], the kind, then each layer's varying fields,
+    compressed header ([0xC8], the kind, then each layer's varying fields,
     bottom first, as varints) instead of a header per layer. The
     first layer whose case does not hold gets the cast with the layered
     headers of the layers above, made from their fields, and the rest is

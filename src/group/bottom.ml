@@ -142,18 +142,21 @@ module F = struct
   let cast =
     {
       Layer.nfields = 2;
-      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      length = false;
+      framed = true;
+      size = (fun a off -> 6 + Codec.varint_size a.(off + 1));
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast =
-        (fun t _ _ ~layered:_ a off ->
+        (fun t _ _ _ ~layered:_ a off ->
           a.(off) <- t.group;
           a.(off + 1) <- t.rank);
-      dn_after = (fun _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
-        (fun t src a off ->
+        (fun t src _ a off ->
           let origin = a.(off + 1) in
           (not t.stopped) && src = Event.Raw && a.(off) = t.group && origin < t.nmembers && origin <> t.rank);
-      up_fast = (fun t _ _ ~layered:_ a off -> t.froms.(a.(off + 1)));
-      up_after = (fun _ _ -> ());
+      up_fast = (fun t _ _ _ ~layered:_ a off -> t.froms.(a.(off + 1)));
+      up_after = (fun _ _ _ _ _ -> ());
       expand = (fun a off -> Cast { group = a.(off); origin = a.(off + 1) });
     }
 

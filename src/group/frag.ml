@@ -275,6 +275,39 @@ module L = struct
     ]
 end
 
+(* The common case of a cast: within one fragment (the layered length
+   counts the headers of the layers above), nothing waiting to go. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      length = true;
+      framed = false;
+      size = (fun _ _ -> Codec.size codec Whole);
+      dn_ok = (fun t dst len -> (not t.stopped) && (not t.draining) && dst = Event.Cast && len <= t.size);
+      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok =
+        (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ _ _ ->
+          (match src with Event.Cast_from o -> interrupted t src t.casts o | _ -> ());
+          src);
+      up_after = (fun _ _ _ _ _ -> ());
+      expand = (fun _ _ -> Whole);
+    }
+
+  let state t =
+    let slot ppf = function
+      | None -> Fmt.string ppf "-"
+      | Some a -> Fmt.pf ppf "%d/%d@%d" a.got a.length a.next
+    in
+    Fmt.str "stopped %b draining %b pending %d; casts %a; sends %a; %a" t.stopped t.draining
+      (Queue.length t.pending) Fmt.(array ~sep:sp slot) t.casts Fmt.(array ~sep:sp slot) t.sends Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

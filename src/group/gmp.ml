@@ -608,6 +608,37 @@ module L = struct
     ]
 end
 
+(* The common case of a cast: no flush round under way. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      length = false;
+      framed = false;
+      size = (fun _ _ -> Codec.size codec App);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && t.round = None && match src with Event.Cast_from o -> valid t o | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ _ _ ->
+          (match src with Event.Cast_from o -> t.casts.(o) <- t.casts.(o) + 1 | _ -> ());
+          src);
+      up_after = (fun t _ _ _ _ -> check_done t);
+      expand = (fun _ _ -> App);
+    }
+
+  let state t =
+    let ints = Fmt.(array ~sep:sp int) in
+    Fmt.str "stopped %b blocked %b flushed %b round %b; casts %a; sends %a; sent %a; held %d; suspected %a; leavers %a; %a"
+      t.stopped t.blocked t.flushed (t.round <> None) ints t.casts ints t.sends ints t.sent (Queue.length t.held)
+      Fmt.(array ~sep:sp bool) t.suspected Fmt.(array ~sep:sp bool) t.leavers Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

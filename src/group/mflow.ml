@@ -351,6 +351,42 @@ module L = struct
     ]
 end
 
+(* The common case of a cast: nothing queued and the window open (the
+   cost counts the layered length); received, a cast of the view's. The
+   compressed form is always [Data { ask = false }]: a cast that asks for
+   credit takes the layered path. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      length = true;
+      framed = false;
+      size = (fun _ _ -> Codec.size codec (Data { ask = false }));
+      dn_ok =
+        (fun t dst len -> (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
+      dn_fast = (fun t _ _ len ~layered:_ _ _ -> t.sent <- t.sent + len + overhead);
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
+      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
+      up_after =
+        (fun t src len _ _ ->
+          match src with
+          | Event.Cast_from o when o <> t.rank && not t.stopped -> consumed t o (len + overhead) ~ask:false
+          | _ -> ());
+      expand = (fun _ _ -> Data { ask = false });
+    }
+
+  let state t =
+    let ints = Fmt.(array ~sep:sp int) in
+    Fmt.str
+      "stopped %b flushing %b over %b below %b told %b; queue %d/%d sent %d asked %d floor %d credit_at %d; credited %a; \
+       gone %a; consumed %a; reported %a; holders %d; %a"
+      t.stopped t.flushing t.over t.below t.told (Queue.length t.queue) t.queued t.sent t.asked t.floor t.credit_at ints
+      t.credited Fmt.(array ~sep:sp bool) t.gone ints t.consumed ints t.reported (List.length t.holders) Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

@@ -559,25 +559,28 @@ module F = struct
   let cast =
     {
       Layer.nfields = 1;
-      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      length = false;
+      framed = false;
+      size = (fun a off -> 1 + Codec.varint_size a.(off));
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast =
-        (fun t _ msg ~layered a off ->
+        (fun t _ msg _ ~layered a off ->
           let seq = t.next in
           t.next <- seq + 1;
-          let kept = layered (Msg.retain msg) in
-          keep t t.rank seq kept;
-          t.local <- Msg.retain kept;
+          keep t t.rank seq (layered (Msg.retain msg));
+          t.local <- Msg.retain msg;
           a.(off) <- seq);
       dn_after =
-        (fun t _ ->
+        (fun t _ _ ~up _ _ ->
           let local = t.local in
           t.local <- no_local;
           release_stable t t.rank;
           kick t;
-          t.out.up (Event.Cast_from t.rank) local;
+          (* Up the fused path too: [local] has no layered header. *)
+          up (Event.Cast_from t.rank) local;
           tell_stable t);
       up_ok =
-        (fun t src a off ->
+        (fun t src _ a off ->
           (not t.stopped)
           &&
           match src with
@@ -585,7 +588,7 @@ module F = struct
               o >= 0 && o < t.n && o <> t.rank && a.(off) = t.expected.(o) && not (Hashtbl.mem t.held.(o) a.(off))
           | _ -> false);
       up_fast =
-        (fun t src msg ~layered a off ->
+        (fun t src msg _ ~layered a off ->
           match src with
           | Event.Cast_from o ->
               let seq = a.(off) in
@@ -596,7 +599,7 @@ module F = struct
               src
           | _ -> src);
       up_after =
-        (fun t src ->
+        (fun t src _ _ _ ->
           match src with
           | Event.Cast_from o ->
               drain t o;

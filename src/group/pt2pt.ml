@@ -354,12 +354,15 @@ module F = struct
   let cast =
     {
       Layer.nfields = 0;
-      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
-      dn_fast = (fun _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ -> ());
-      up_ok = (fun t src _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
-      up_fast = (fun _ src _ ~layered:_ _ _ -> src);
-      up_after = (fun _ _ -> ());
+      length = false;
+      framed = false;
+      size = (fun _ _ -> Codec.size codec No_hdr);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
+      up_after = (fun _ _ _ _ _ -> ());
       expand = (fun _ _ -> No_hdr);
     }
 

@@ -323,6 +323,34 @@ module L = struct
     ]
 end
 
+(* Casts carry no header of Pt2ptw. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      length = false;
+      framed = false;
+      size = (fun _ _ -> Codec.size codec No_hdr);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
+      up_after = (fun _ _ _ _ _ -> ());
+      expand = (fun _ _ -> No_hdr);
+    }
+
+  let state t =
+    let peer ppf p =
+      Fmt.pf ppf "[queue %d/%d sent %d acked %d asked %d consumed %d reported %d ack %d]" (Queue.length p.queue)
+        p.queued p.sent p.acked p.asked p.consumed p.reported p.ack_at
+    in
+    Fmt.str "stopped %b flushing %b over %b below %b told %b; gone %a; %a; %a" t.stopped t.flushing t.over t.below
+      t.told Fmt.(array ~sep:sp bool) t.gone Fmt.(array ~sep:sp peer) t.peers Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

@@ -151,6 +151,29 @@ module L = struct
     ]
 end
 
+(* Casts carry no header of Slander. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      length = false;
+      framed = false;
+      size = (fun _ _ -> Codec.size codec No_hdr);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
+      up_after = (fun _ _ _ _ _ -> ());
+      expand = (fun _ _ -> No_hdr);
+    }
+
+  let state t =
+    Fmt.str "stopped %b; suspected %a; %a" t.stopped Fmt.(list ~sep:sp int) (Rankset.elements t.suspected) Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)
