@@ -41,6 +41,7 @@ type error =
   | Not_member of string
   | Leaving
   | Exited
+  | Not_primary of string
 
 let pp_error ppf = function
   | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
@@ -48,6 +49,7 @@ let pp_error ppf = function
   | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
   | Leaving -> Fmt.string ppf "this member is leaving the group"
   | Exited -> Fmt.string ppf "this member has left the group"
+  | Not_primary q -> Fmt.pf ppf "this member's view is not primary: %s" q
 
 type join_error =
   | Bad_address of { what : string; addr : string; reason : string }
@@ -203,6 +205,9 @@ module Make (T : Transport.S) = struct
         (* a switch asked in the stack of this epoch, to this epoch and stack *)
     on_stack_error : stack_error -> unit;
     on_transitional : (transitional -> unit) option;  (* extended virtual synchrony *)
+    primary_config : Primary.config option;  (* with the Primary layer: the votes *)
+    on_primary : Primary.quorum -> unit;
+    mutable quorum : Primary.quorum option;  (* of the current view, with Primary *)
     mutable told : (string * string) list;  (* stack errors reported, by peer and stack *)  (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
@@ -222,6 +227,7 @@ module Make (T : Transport.S) = struct
 
   let conn t = Lazy.force t.conn
   let me t = t.me.eid
+  let primary t = t.quorum
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
@@ -418,7 +424,17 @@ module Make (T : Transport.S) = struct
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               (* Who is gone, and why: left, or excluded and the suspicion. *)
               List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
+              t.quorum <-
+                (match t.primary_config with
+                | Some pc when List.exists (fun l -> Layer.name l = Primary.name) t.cur_layers ->
+                    Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
+                | _ -> None);
               t.cb.view info;
+              Option.iter
+                (fun q ->
+                  Log.info (fun m -> m "%s: view %s is %a" t.me.eid vid Primary.pp_quorum q);
+                  t.on_primary q)
+                t.quorum;
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
@@ -432,6 +448,11 @@ module Make (T : Transport.S) = struct
   and flush_queue t =
     while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
       match Queue.pop t.queued with
+      | `Cast s when (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+          t.queued_bytes <- t.queued_bytes - String.length s - 64;
+          let why = Fmt.str "view %s is not primary" (match t.cur with Some c -> c.view.View.id | None -> "") in
+          Log.warn (fun m -> m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
+          t.on_lost `Cast s why
       | `Cast s ->
           t.queued_bytes <- t.queued_bytes - String.length s - 64;
           cast_now t s
@@ -950,7 +971,7 @@ module Make (T : Transport.S) = struct
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
-      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ~layers tr ~group
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ?(primary = fun _ -> ()) ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
@@ -967,9 +988,13 @@ module Make (T : Transport.S) = struct
     | Error e, _, _ | _, Error e, _ | _, _, Error e -> Error e
     | Ok local, Ok discovery, Ok peers -> (
         (* A group's stack must agree on views. *)
-        match Stack.check ~requires:[ Gmp.membership ] layers with
+        match
+          Result.bind (Stack.check ~requires:[ Gmp.membership ] layers) (fun () ->
+              if List.exists (fun l -> Layer.name l = Primary.name) layers then Result.map Option.some (Primary.config params)
+              else Ok None)
+        with
         | Error e -> Error (Bad_stack e)
-        | Ok () -> (
+        | Ok primary_config -> (
             let self = ref None in
             let handler _ =
               {
@@ -1000,6 +1025,7 @@ module Make (T : Transport.S) = struct
                     max 0 (info.B.mtu - header_reserve)
                 in
                 let eid = addr ^ "#" ^ incarnation in
+                let on_primary = primary in
                 let xfer =
                   if List.exists (fun l -> Layer.name l = Xfer.name) layers then
                     Some
@@ -1063,6 +1089,9 @@ module Make (T : Transport.S) = struct
                     switch_wanted = None;
                     on_stack_error;
                     on_transitional = transitional;
+                    primary_config;
+                    on_primary;
+                    quorum = None;
                     told = [];
                     tick = None;
                     garbage = 0;
@@ -1106,6 +1135,8 @@ module Make (T : Transport.S) = struct
   let cast t s =
     match admit t (String.length s) with
     | Error e -> refuse t e
+    | Ok () when (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+        refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
     | Ok () ->
         if t.blocked || not (Queue.is_empty t.queued) then begin
           Queue.add (`Cast s) t.queued;

@@ -43,6 +43,9 @@ type error =
   | Not_member of string  (** [send]: the destination is not in the view *)
   | Leaving  (** {!Make.leave} was called *)
   | Exited  (** this member has left the group, or was stopped *)
+  | Not_primary of string
+      (** [cast] with the [Primary] property: this member's view does not
+          hold the quorum (the string says how many votes it has and needs) *)
 
 val pp_error : error Fmt.t
 
@@ -178,6 +181,7 @@ module Make (T : Consort.Transport.S) : sig
     ?on_stack_error:(stack_error -> unit) ->
     ?rekey:rekey ->
     ?transitional:(transitional -> unit) ->
+    ?primary:(Primary.quorum -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -249,7 +253,17 @@ module Make (T : Consort.Transport.S) : sig
       deliveries (see {!type:transitional}): it comes after [block] and the
       flush, then the old view's last deliveries (the safe casts not yet
       stable, with [Agree]), then [view]. A member's first view, and its
-      exit, have none. *)
+      exit, have none.
+
+      With the {!Primary} layer in [layers] (property [Primary]), every
+      view is primary or not by the votes of its members
+      ([primary.expected], [primary.votes] in [params]; [join] refuses
+      them with [Bad_stack] if they make no quorum): [primary q] is called
+      right after [view] with the decision, the same at every member of
+      the view ({!primary} tells it inside [view] already). In a view that
+      is not primary, [cast] is refused ([Not_primary]), and casts accepted
+      during the view change that installs it are reported lost
+      ([on_lost]); sends are not affected. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the
@@ -276,6 +290,10 @@ module Make (T : Consort.Transport.S) : sig
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)
+
+  val primary : t -> Primary.quorum option
+  (** With property [Primary]: whether the current view is primary, and its
+      votes; [None] without it. *)
 
   val view : t -> view_info
 

@@ -1,9 +1,9 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs
+type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs | Primary
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs; Primary ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -21,6 +21,7 @@ let to_string = function
   | Rekey -> "Rekey"
   | Xfer -> "Xfer"
   | Evs -> "Evs"
+  | Primary -> "Primary"
 
 type error = Unknown of { name : string; known : string list } | Empty | Sync_without_gmp | Stack of string
 
@@ -56,6 +57,9 @@ let layers ps =
     let l =
       List.concat
         [
+          (* Primary passes everything through: it carries the property
+             and its tunables (the votes) in the stack's identity. *)
+          (if has Primary then [ Primary.layer ] else []);
           (* State transfer on top: its messages are ordered as the
              application's are. *)
           (if has Xfer then [ Xfer.layer ] else []);

@@ -32,6 +32,11 @@ type t =
           brings) stated relative to transitional views, which the runtime
           announces at each view change to an application that asks
           ([Group.Make.join ~transitional]); needs [vsync] *)
+  | Primary
+      (** a primary component with quorum ({!Primary}: static votes,
+          [primary.expected] and [primary.votes]): the application hears
+          whether each view is primary, and casts are refused outside it;
+          needs [Gmp] *)
 
 val all : t list
 val vsync : t list
