@@ -207,7 +207,9 @@ module Make (T : Transport.S) = struct
     on_transitional : (transitional -> unit) option;  (* extended virtual synchrony *)
     primary_config : Primary.config option;  (* with the Primary layer: the votes *)
     on_primary : Primary.quorum -> unit;
-    mutable quorum : Primary.quorum option;  (* of the current view, with Primary *)
+    mutable quorum : Primary.quorum option;  (* of the current view, with Primary: as told *)
+    mutable quorum_pending : Primary.quorum option;
+        (* a view with the quorum, not primary until every member is known to have installed it *)
     mutable told : (string * string) list;  (* stack errors reported, by peer and stack *)  (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
@@ -346,6 +348,15 @@ module Make (T : Transport.S) = struct
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
+          (* A view with the quorum that ends before every member was
+             heard in it was never primary. *)
+          (match t.quorum_pending with
+          | Some q ->
+              t.quorum_pending <- None;
+              let q = { q with Primary.primary = false } in
+              t.quorum <- Some q;
+              t.on_primary q
+          | None -> ());
           (* Extended virtual synchrony: the members that go on from the
              old view into this one hear of it before what the old view
              still delivers at its end (held safe casts), which is then
@@ -424,17 +435,29 @@ module Make (T : Transport.S) = struct
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               (* Who is gone, and why: left, or excluded and the suspicion. *)
               List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
-              t.quorum <-
-                (match t.primary_config with
+              (* With Primary: a view without the quorum is told so at
+                 once; one with it is primary once every member has said
+                 it is there (Primary.Confirmed), casts waiting until then. *)
+              let decision =
+                match t.primary_config with
                 | Some pc when List.exists (fun l -> Layer.name l = Primary.name) t.cur_layers ->
                     Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
-                | _ -> None);
+                | _ -> None
+              in
+              (match decision with
+              | Some q when q.Primary.primary ->
+                  t.quorum <- Some { q with primary = false };
+                  t.quorum_pending <- Some q
+              | q ->
+                  t.quorum <- q;
+                  t.quorum_pending <- None);
               t.cb.view info;
-              Option.iter
-                (fun q ->
+              (match decision with
+              | Some q when not q.Primary.primary ->
                   Log.info (fun m -> m "%s: view %s is %a" t.me.eid vid Primary.pp_quorum q);
-                  t.on_primary q)
-                t.quorum;
+                  t.on_primary q
+              | Some _ -> Ep.Binding.dn_ctl ep Primary.Start
+              | None -> ());
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
@@ -446,7 +469,7 @@ module Make (T : Transport.S) = struct
               update_flow t)
 
   and flush_queue t =
-    while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
+    while (not t.blocked) && t.quorum_pending = None && (not (Queue.is_empty t.queued)) && t.cur <> None do
       match Queue.pop t.queued with
       | `Cast s when (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
           t.queued_bytes <- t.queued_bytes - String.length s - 64;
@@ -555,6 +578,16 @@ module Make (T : Transport.S) = struct
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
         | Gmp.Reported { coord; excluded; leaving; into } -> c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded -> alone t c
+        | Primary.Confirmed -> (
+            match t.quorum_pending with
+            | Some q ->
+                t.quorum_pending <- None;
+                t.quorum <- Some q;
+                Log.info (fun m -> m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
+                t.on_primary q;
+                flush_queue t;
+                update_flow t
+            | None -> ())
         | Event.Blocked b ->
             t.stack_flow <- b;
             update_flow t
@@ -1092,6 +1125,7 @@ module Make (T : Transport.S) = struct
                     primary_config;
                     on_primary;
                     quorum = None;
+                    quorum_pending = None;
                     told = [];
                     tick = None;
                     garbage = 0;
@@ -1135,10 +1169,10 @@ module Make (T : Transport.S) = struct
   let cast t s =
     match admit t (String.length s) with
     | Error e -> refuse t e
-    | Ok () when (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+    | Ok () when t.quorum_pending = None && (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
         refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
     | Ok () ->
-        if t.blocked || not (Queue.is_empty t.queued) then begin
+        if t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued) then begin
           Queue.add (`Cast s) t.queued;
           t.queued_bytes <- t.queued_bytes + String.length s + 64
         end

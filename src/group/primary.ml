@@ -57,22 +57,68 @@ let decide c addrs =
 
 let primary_component = Contract.v "primary-component" ~doc:"views told primary when they hold a quorum of votes"
 
+type Event.dn_ctl += Start
+type Event.up_ctl += Confirmed
+
 module L = struct
-  type header = unit
-  type t = { out : unit Layer.out }
+  type header = Data | Here
+
+  type t = {
+    out : header Layer.out;
+    heard : bool array;  (* the members whose Here came, by rank *)
+    mutable started : bool;
+    mutable confirmed : bool;
+    mutable nonsense : int;
+  }
 
   let name = name
-  let codec = Codec.unit
-  let pp_header ppf () = Fmt.string ppf "-"
+
+  let codec =
+    Codec.(
+      union "primary"
+        [
+          case 0 "data" unit (function Data -> Some () | _ -> None) (fun () -> Data);
+          case 1 "here" unit (function Here -> Some () | _ -> None) (fun () -> Here);
+        ])
+
+  let pp_header ppf = function Data -> Fmt.string ppf "data" | Here -> Fmt.string ppf "here"
   let provides = [ primary_component ]
   let requires = [ Gmp.membership ]
-  let create (_ : Layer.ctx) out = { out }
-  let up t src () msg = t.out.up src msg
+
+  let create (ctx : Layer.ctx) out =
+    { out; heard = Array.make (View.nmembers ctx.view) false; started = false; confirmed = false; nonsense = 0 }
+
+  let check t =
+    if (not t.confirmed) && Array.for_all Fun.id t.heard then begin
+      t.confirmed <- true;
+      t.out.up_ctl Confirmed
+    end
+
+  let up t (src : Event.src) h msg =
+    match (src, h) with
+    | Event.Cast_from r, Here when r >= 0 && r < Array.length t.heard ->
+        Msg.release msg;
+        t.heard.(r) <- true;
+        check t
+    | _, Data -> t.out.up src msg
+    | _ ->
+        t.nonsense <- t.nonsense + 1;
+        Msg.release msg
+
   let up_ctl t e = t.out.up_ctl e
-  let dn t dst msg = t.out.dn dst () msg
-  let dn_ctl t e = t.out.dn_ctl e
+  let dn t dst msg = t.out.dn dst Data msg
+
+  let dn_ctl t e =
+    match e with
+    | Start ->
+        if not t.started then begin
+          t.started <- true;
+          t.out.dn Event.Cast Here (Msg.empty ())
+        end
+    | e -> t.out.dn_ctl e
+
   let timer _ _ = ()
-  let counters _ = []
+  let counters t = [ ("heard", Array.fold_left (fun n b -> if b then n + 1 else n) 0 t.heard); ("nonsense", t.nonsense) ]
 end
 
 let layer : Layer.t = (module L)

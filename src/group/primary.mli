@@ -19,8 +19,18 @@
     component, and a partition that heals merges back into a primary view
     (one that holds the quorum again).
 
-    The layer itself passes everything through: it carries the property
-    and its tunables in the stack. *)
+    A view whose members hold the quorum is primary only once every member
+    is known to have installed it: at the start of each view every member
+    casts a [Here] (on {!Start}, which the runtime sends), and the layer
+    emits {!Confirmed} once it has every member's. A coordinator that
+    installs a view naming members that went elsewhere (a merge that
+    timed out on their side) thus never counts them. The layer carries the
+    property and its tunables in the stack, and passes the application's
+    messages through. *)
+
+type Consort.Event.dn_ctl += Start  (** the runtime: the view is installed, say [Here] *)
+
+type Consort.Event.up_ctl += Confirmed  (** every member of the view said [Here] *)
 
 module Param : sig
   val expected : string

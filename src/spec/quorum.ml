@@ -7,6 +7,7 @@ type violation =
   | Same_time of { a : string; b : string }
   | Not_carried of { view : string; next : string; from : string; seq : int }
   | Not_rejoined of { member : string; view : string }
+  | Unconfirmed of { member : string; line : int; view : string; absent : string }
 
 let pp_violation ppf = function
   | No_decision { member; line; view } -> Fmt.pf ppf "%s (line %d) installed view %s and logged no quorum decision" member line view
@@ -24,6 +25,8 @@ let pp_violation ppf = function
          there before a flush"
         next view from seq
   | Not_rejoined { member; view } -> Fmt.pf ppf "%s is alive at the end in view %s, which is not primary" member view
+  | Unconfirmed { member; line; view; absent } ->
+      Fmt.pf ppf "%s (line %d) says view %s is primary, but %s, one of its members, never installed it" member line view absent
 
 let ltime v = match String.index_opt v ':' with Some i -> int_of_string_opt (String.sub v 0 i) | None -> None
 
@@ -43,39 +46,45 @@ let check ?(live_quorum = false) ~votes ~needed logs =
   let by = Hashtbl.create 64 (* (member, view) -> mview *) and installers = Hashtbl.create 64 in
   let pre = Hashtbl.create 64 (* view -> casts delivered before a flush *) in
   let given = Hashtbl.create 16 in
-  let casts = ref [] (* (member, line, view, seq) *) and finals = ref [] in
+  let confirmed = ref [] (* (member, line, view, members): said primary *) and finals = ref [] in
   List.iter
     (fun (member, evs) ->
       if not (Hashtbl.mem given member) then begin
         Hashtbl.replace given member ();
-        (* A view line whose decision has not come yet. *)
-        let pending = ref None and cur = ref None in
+        (* The current view, its line, and this member's decision on it. *)
+        let cur = ref None and decided = ref None in
         let undecided () =
-          Option.iter (fun (v, vline) -> report (No_decision { member; line = vline; view = v })) !pending;
-          pending := None
+          match (!cur, !decided) with
+          | Some (v, vline), None -> report (No_decision { member; line = vline; view = v })
+          | _ -> ()
         in
         List.iteri
           (fun i (e : Log.event) ->
             let line = i + 1 in
-            (match e with Log.Quorum _ -> () | _ -> undecided ());
             match e with
             | Log.View { view; members; _ } ->
+                undecided ();
                 if not (Hashtbl.mem memberships view) then Hashtbl.replace memberships view members;
                 Hashtbl.replace installers view (member :: Option.value ~default:[] (Hashtbl.find_opt installers view));
                 Hashtbl.replace by (member, view) { got = Hashtbl.create 32; blocked = false };
-                cur := Some view;
-                pending := Some (view, line)
+                cur := Some (view, line);
+                decided := None
             | Log.Quorum { view; primary = p; votes = n; _ } -> (
-                match !pending with
-                | Some (v, vline) when v = view && vline = line - 1 ->
-                    pending := None;
+                match (!cur, !decided) with
+                | Some (v, _), None when v = view ->
+                    decided := Some p;
                     let members = Option.value ~default:[] (Hashtbl.find_opt memberships view) in
                     let expected_votes = List.fold_left (fun acc m -> acc + votes m) 0 members in
-                    if p <> (expected_votes >= needed) || n <> expected_votes then
+                    if (p && expected_votes < needed) || n <> expected_votes then
                       report (Wrong_decision { member; line; view; primary = p; votes = n; expected_votes });
-                    if not (Hashtbl.mem primary view) then Hashtbl.replace primary view p
+                    if p then begin
+                      Hashtbl.replace primary view true;
+                      confirmed := (member, line, view, members) :: !confirmed
+                    end
+                    else if not (Hashtbl.mem primary view) then Hashtbl.replace primary view false
                 | _ -> report (Misplaced { member; line; view }))
-            | Log.Cast { view; seq; _ } -> casts := (member, line, view, seq) :: !casts
+            | Log.Cast { view; seq; _ } ->
+                if !decided <> Some true then report (Cast_outside { member; line; view; seq })
             | Log.Block { view; _ } -> Option.iter (fun mv -> mv.blocked <- true) (Hashtbl.find_opt by (member, view))
             | Log.Deliver { view; from; kind = `Cast; seq; _ } -> (
                 match Hashtbl.find_opt by (member, view) with
@@ -86,21 +95,31 @@ let check ?(live_quorum = false) ~votes ~needed logs =
                       Hashtbl.replace pre view ((from, seq) :: l)
                     end
                 | None -> ())
-            | Log.Live _ -> Option.iter (fun v -> finals := (member, v) :: !finals) !cur
+            | Log.Live _ ->
+                undecided ();
+                Option.iter (fun (v, _) -> finals := (member, v) :: !finals) !cur
             | _ -> ())
-          evs;
-        undecided ()
+          evs
       end)
     logs;
   let is_primary v = Option.value ~default:false (Hashtbl.find_opt primary v) in
+  (* Primary at a member only once every member installed it. *)
   List.iter
-    (fun (member, line, view, seq) -> if Hashtbl.mem primary view && not (is_primary view) then report (Cast_outside { member; line; view; seq }))
-    (List.rev !casts);
+    (fun (member, line, view, members) ->
+      List.iter
+        (fun m ->
+          if Hashtbl.mem given m && not (List.mem m (Option.value ~default:[] (Hashtbl.find_opt installers view))) then
+            report (Unconfirmed { member; line; view; absent = m }))
+        members)
+    (List.rev !confirmed);
   let primaries =
     Hashtbl.fold (fun v p acc -> if p then (Option.value ~default:(-1) (ltime v), v) :: acc else acc) primary []
     |> List.sort compare
   in
   let inst v = Option.value ~default:[] (Hashtbl.find_opt installers v) in
+  (* Any two primary views share a member that installed both (so one
+     came before the other there: Vsync checks that a member's views
+     increase), and have distinct logical times: never two at once. *)
   let rec pairs = function
     | [] -> ()
     | (la, a) :: rest ->

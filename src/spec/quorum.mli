@@ -6,16 +6,17 @@
     View ids are ["LTIME:COORD"] (as {!Vsync} checks). Before a member's
     [block] in a view are its deliveries {e before the flush}.
 
-    - {b Decision}: every member that installs a view logs one [quorum]
-      line for it, right after its [view] line; the view is primary
-      exactly when the votes of its members reach [needed], and every
-      installer says so with those votes.
-    - {b Writes only in the primary}: no member casts (a [cast] line) in a
-      view that is not primary.
+    - {b Decision}: every member that goes on from a view (a later view
+      or a [live] line) logs one [quorum] line in it, with the votes of
+      the view's members; it says primary only if they reach [needed], and
+      only if every member of the view (whose log is given) installed it.
+      A view is primary if a member says so (a member may end it before it
+      heard every member there, and say it was not).
+    - {b Writes only in the primary}: a member casts (a [cast] line) in a
+      view only after saying it is primary.
     - {b At most one primary at any time}: any two primary views share a
-      member that installed both (so one of them came first, for every
-      member that installed both); no two primary views have the same
-      LTIME.
+      member that installed both (so one came first), at distinct LTIMEs:
+      the primary views form one chain, never two at once.
     - {b One sequence}: in the order of their LTIMEs, each primary view
       after the first has a member that installed the one before it and
       delivered there every cast that any member of it delivered before
@@ -40,6 +41,9 @@ type violation =
           delivered there cast [from#seq], which a member of [view] delivered before its flush *)
   | Not_rejoined of { member : string; view : string }
       (** [member], alive at the end, ends in [view], which is not primary *)
+  | Unconfirmed of { member : string; line : int; view : string; absent : string }
+      (** [member] said [view] is primary, but [absent], a member of it
+          whose log is given, never installed it *)
 
 val pp_violation : violation Fmt.t
 (** One line. *)

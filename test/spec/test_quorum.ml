@@ -72,6 +72,13 @@ let broken () =
   breaks "what the primary served not carried"
     [ ("a", [ view "a" "1:a" [ "a"; "b"; "c" ]; q "a" "1:a" true 3; cast "a" "1:a" 1; del "a" "1:a" "a" 1 ]); m "b" []; m "c" []; ("d", [ view "d" "2:a" [ "b"; "c"; "d" ]; q "d" "2:a" true 3; live "d" ]) ]
     (function Quorum.Not_carried { view = "1:a"; next = "2:a"; from = "a"; seq = 1 } -> true | _ -> false);
+  (* a names b in its primary view 2:a, but b went on elsewhere. *)
+  breaks "a primary view one of whose members never installed it"
+    [ ("a", [ view "a" "2:a" [ "a"; "b"; "c" ]; q "a" "2:a" true 3; live "a" ]); ("b", [ view "b" "2:b" [ "b" ]; q "b" "2:b" false 1; live "b" ]); ("c", [ view "c" "2:a" [ "a"; "b"; "c" ]; q "c" "2:a" true 3; live "c" ]) ]
+    (function Quorum.Unconfirmed { member = "a"; absent = "b"; _ } -> true | _ -> false);
+  breaks "a cast before the decision"
+    [ ("a", [ view "a" "1:a" [ "a"; "b"; "c" ]; cast "a" "1:a" 1; q "a" "1:a" true 3; live "a" ]) ]
+    (function Quorum.Cast_outside { member = "a"; line = 2; _ } -> true | _ -> false);
   breaks "alive at the end outside the primary"
     [ ("a", [ view "a" "1:a" [ "a" ]; q "a" "1:a" false 1; live "a" ]) ]
     (function Quorum.Not_rejoined { member = "a"; _ } -> true | _ -> false)
