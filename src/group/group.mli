@@ -259,11 +259,15 @@ module Make (T : Consort.Transport.S) : sig
       view is primary or not by the votes of its members
       ([primary.expected], [primary.votes] in [params]; [join] refuses
       them with [Bad_stack] if they make no quorum): [primary q] is called
-      right after [view] with the decision, the same at every member of
-      the view ({!primary} tells it inside [view] already). In a view that
-      is not primary, [cast] is refused ([Not_primary]), and casts accepted
-      during the view change that installs it are reported lost
-      ([on_lost]); sends are not affected. *)
+      once in each view with the decision. A view without the quorum is
+      told so right after [view]. A view with it becomes primary once every
+      member is known to have installed it (each says so in the view, see
+      {!Primary}): [primary q] comes then, casts made meanwhile wait (as
+      during a view change) and go out once it is primary; if the view ends
+      first, [primary] says it was not primary, before the next view. In a
+      view that is not primary, [cast] is refused ([Not_primary]), and
+      casts waiting from before are reported lost ([on_lost]); sends are
+      not affected. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the
@@ -292,8 +296,9 @@ module Make (T : Consort.Transport.S) : sig
   (** This member's id: its address and a random incarnation number. *)
 
   val primary : t -> Primary.quorum option
-  (** With property [Primary]: whether the current view is primary, and its
-      votes; [None] without it. *)
+  (** With property [Primary]: whether the current view is primary (not
+      yet, while its members are being heard from), and its votes; [None]
+      without it. *)
 
   val view : t -> view_info
 
