@@ -77,6 +77,8 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
   vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
+# Members move to new addresses under traffic, crashes and rejoins (about 35 CPU s).
+jobs+=("counted|sim migrate|$BIN/bin/main.exe sim --scenario migrate --seeds ${MIGRATE_SEEDS:-1000}")
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
@@ -111,6 +113,8 @@ for s in rpc-at-most-once fs-crash; do
 done
 # The API documentation builds (odoc).
 jobs+=("counted|doc|scripts/doc.sh --check")
+# Every deliberate bug under test/mutants/ still applies and is in the README's table (make mutants runs them).
+jobs+=("counted|mutants apply|scripts/mutants-check.sh")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 65 CPU seconds for 1000 seeds (75 with the token).

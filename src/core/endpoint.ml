@@ -20,10 +20,11 @@ module Make (T : Transport.S) = struct
   module Binding = struct
     type t = {
       tr : T.t;
-      conn : T.connection;
+      mutable conn : T.connection;
       stack : Stack.t Lazy.t;
       addrs : T.address array;
-      others : T.address list;  (* where a cast goes: every address but this member's *)
+      rank : int;
+      mutable others : T.address list;  (* where a cast goes: every address but this member's *)
       mutable scheduled : Time.t;
       mutable timer : T.timer option;
       mutable stopped : bool;
@@ -91,6 +92,7 @@ module Make (T : Transport.S) = struct
                 conn;
                 stack = Lazy.from_val st;
                 addrs;
+                rank = view.View.rank;
                 others = List.filteri (fun i _ -> i <> view.View.rank) (Array.to_list addrs);
                 scheduled = max_int;
                 timer = None;
@@ -137,6 +139,15 @@ module Make (T : Transport.S) = struct
       end
 
     let send_errors t = t.send_errors
+
+    (* A member moved: what goes to rank [r] goes to [a] from now on. *)
+    let set_addr t r a =
+      if r >= 0 && r < Array.length t.addrs then begin
+        t.addrs.(r) <- a;
+        t.others <- List.filteri (fun i _ -> i <> t.rank) (Array.to_list t.addrs)
+      end
+
+    let set_conn t conn = t.conn <- conn
   end
 
   type t = { conn : T.connection; mutable b : Binding.t option; mutable closed : bool }

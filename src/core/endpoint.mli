@@ -53,6 +53,15 @@ module Make (T : Transport.S) : sig
     val stack : t -> Stack.t
     val addrs : t -> T.address array
     val send_errors : t -> int
+
+    val set_addr : t -> int -> T.address -> unit
+    (** [set_addr t r a]: rank [r] has moved to [a] (migration): what the
+        stack sends to it, cast or send, goes to [a] from now on. The
+        array {!addrs} is updated in place. *)
+
+    val set_conn : t -> T.connection -> unit
+    (** [set_conn t c]: this member moved to connection [c]: what the
+        stack sends goes out through [c] from now on. *)
   end
 
   type t

@@ -68,6 +68,16 @@ let pp_stack_error ppf = function
 
 type switch_error = Not_a_stack of string | Changes_xfer | Not_running
 
+type migrate_error =
+  | Bad_new_address of { addr : string; reason : string }
+  | Cannot_move of Transport.error
+  | Gone
+
+let pp_migrate_error ppf = function
+  | Bad_new_address { addr; reason } -> Fmt.pf ppf "bad address %S to move to: %s" addr reason
+  | Cannot_move e -> Fmt.pf ppf "cannot open the address to move to: %a" Transport.pp_error e
+  | Gone -> Fmt.string ppf "this member has left the group"
+
 let pp_switch_error ppf = function
   | Not_a_stack e -> Fmt.pf ppf "the layers do not make a group's stack: %s" e
   | Changes_xfer ->
@@ -92,6 +102,7 @@ module Param = struct
   let install_retry = "group.install_retry"
   let leave_timeout = "group.leave_timeout"
   let queue = "group.queue"
+  let migrate_drain = "group.migrate_drain"
 
   let () =
     Params.register queue (Params.Int (1024 * 1024))
@@ -104,6 +115,10 @@ module Param = struct
       ~doc:"how long a partition that asked to merge waits for the new view";
     Params.register install_retry (Params.Time (Time.of_ms 100))
       ~doc:"period at which a new view is resent to members that have not acknowledged it";
+    Params.register migrate_drain (Params.Time (Time.of_ms 10_000))
+      ~doc:
+        "how long a member that moved keeps its old address open for members that have not acknowledged the move \
+         (it closes it as soon as all have)";
     Params.register leave_timeout (Params.Time (Time.of_ms 3000))
       ~doc:"how long a leaving member waits for the view without it before it goes anyway"
 end
@@ -151,8 +166,19 @@ module Make (T : Transport.S) = struct
 
   type t = {
     tr : T.t;
-    conn : B.connection Lazy.t;
-    me : Side.member;
+    mutable conn : B.connection Lazy.t;
+    mutable me : Side.member;  (* its address changes when the member moves *)
+    mutable moves : int;  (* this member's moves so far ({!Migrate}) *)
+    mutable unmoved : (string * B.connection) list;
+        (* members of the view that have not acknowledged this member's
+           latest move, with the connection they know it at *)
+    mutable old_conns : (B.connection * Time.t) list;  (* connections left, open until this deadline *)
+    mutable move_sent : Time.t;  (* when the move was last told *)
+    known_moves : (string, int * T.address) Hashtbl.t;
+        (* the latest move accepted, and its address, by member of the view *)
+    mutable prev_vid : string;  (* the view before the current one, [""] if none *)
+    mutable move_refused : int;
+    mutable move_garbage : int;
     group : string;
     layers : Layer.t list;
     params : Params.t;
@@ -225,6 +251,7 @@ module Make (T : Transport.S) = struct
     merge_timeout : Time.t;
     install_retry : Time.t;
     leave_timeout : Time.t;
+    migrate_drain : Time.t;
   }
 
   let conn t = Lazy.force t.conn
@@ -248,8 +275,40 @@ module Make (T : Transport.S) = struct
         t.send_errors <- t.send_errors + 1;
         Log.warn (fun m -> m "%s: send failed: %a" t.me.eid Transport.pp_error e)
 
+  (* The connection to answer [dst] from: a member that has not yet heard
+     of this member's move knows it at its old address (an Install it
+     checks comes from there), while that is open; anyone else, the
+     current one. *)
+  let conn_for t dst =
+    match t.cur with
+    | Some c when t.unmoved <> [] -> (
+        let known_at =
+          List.find_map
+            (fun (eid, kc) ->
+              match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+              | Some r when T.equal_address c.addrs.(r) dst && List.exists (fun (oc, _) -> oc == kc) t.old_conns -> Some kc
+              | _ -> None)
+            t.unmoved
+        in
+        match known_at with Some kc -> kc | None -> conn t)
+    | _ -> conn t
+
+  (* To a member that has not acknowledged this member's move, from both
+     addresses: it may know either (its acknowledgement may be on its way,
+     or under a view key this member no longer holds). *)
   let side_send t dst v =
-    let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Side.codec v)) in
+    let bytes = Codec.encode_string Side.codec v in
+    let via c =
+      let msg = Msg.create (Iovecs.of_string t.pool bytes) in
+      report t (B.send_alone c ~dst msg);
+      Msg.release msg
+    in
+    let c = conn_for t dst in
+    if c != conn t then via c;
+    via (conn t)
+
+  let migrate_send t dst v =
+    let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Migrate.codec v)) in
     report t (B.send_alone (conn t) ~dst msg);
     Msg.release msg
 
@@ -329,6 +388,51 @@ module Make (T : Transport.S) = struct
                 Ok ()
               end)
 
+  (* {1 Moves} *)
+
+  (* This member's latest move, told in its view and the one before (a
+     member may not have installed the current one yet). *)
+  let move_msg t c =
+    Migrate.Move
+      {
+        group = t.group;
+        vids = (c.view.View.id :: (if t.prev_vid = "" then [] else [ t.prev_vid ]));
+        eid = t.me.eid;
+        seq = t.moves;
+        addr = t.me.addr;
+      }
+
+  let send_moves t =
+    match t.cur with
+    | Some c when t.unmoved <> [] ->
+        t.move_sent <- now t;
+        let msg = move_msg t c in
+        List.iter
+          (fun (eid, _) ->
+            match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+            | Some r when r <> c.view.View.rank -> migrate_send t c.addrs.(r) msg
+            | _ -> ())
+          t.unmoved
+    | _ -> ()
+
+  (* Old connections that no member still needs, or past their time.
+     While a view change is under way, members of other partitions may
+     know this member at an old address (a merge request it sent from
+     there): they are kept until the next view is installed. *)
+  let close_old t =
+    let changing = t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None in
+    let keep, gone =
+      List.partition
+        (fun (oc, deadline) -> now t <= deadline && (changing || List.exists (fun (_, kc) -> kc == oc) t.unmoved))
+        t.old_conns
+    in
+    t.old_conns <- keep;
+    List.iter
+      (fun (oc, _) ->
+        Log.info (fun m -> m "%s: closes the address it moved from, %a" t.me.eid T.pp_address (B.query oc).B.local);
+        B.close oc)
+      gone
+
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
@@ -344,10 +448,40 @@ module Make (T : Transport.S) = struct
         if List.exists Option.is_none addrs then Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
         else
           let addrs = Array.of_list (List.map Option.get addrs) in
+          (* This member is where it is, whatever the view's maker knew. *)
+          let stale = (List.nth members rank).addr <> t.me.addr in
+          addrs.(rank) <- (B.query (conn t)).B.local;
+          (* A member whose move this member took is where the move says:
+             the view's maker may have known an older address (a later
+             move, the mover tells this member itself). *)
+          List.iteri
+            (fun r (m : Side.member) ->
+              match Hashtbl.find_opt t.known_moves m.eid with Some (_, a) when r <> rank -> addrs.(r) <- a | _ -> ())
+            members;
           let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
-          List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
+          List.iter (fun (m : Side.member) -> if m.eid <> t.me.eid then Hashtbl.replace t.known m.eid m) members;
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
+          t.prev_vid <- (match old with Some c -> c.view.View.id | None -> "");
+          Hashtbl.filter_map_inplace (fun eid seq -> if Array.mem eid eids then Some seq else None) t.known_moves;
+          (* Members that have not heard of this member's move: those of
+             the new view that had not acknowledged it, and every other one
+             if the view was made with its old address. *)
+          if t.moves > 0 then begin
+            let others = List.filter (fun e -> e <> t.me.eid) (Array.to_list eids) in
+            let at_old addr =
+              match List.find_opt (fun (oc, _) -> T.address_to_string (B.query oc).B.local = addr) t.old_conns with
+              | Some (oc, _) -> oc
+              | None -> conn t
+            in
+            t.unmoved <-
+              List.filter_map
+                (fun e ->
+                  match List.assoc_opt e t.unmoved with
+                  | Some kc -> Some (e, kc)
+                  | None -> if stale then Some (e, at_old (List.nth members rank).addr) else None)
+                others
+          end;
           (* A view with the quorum that ends before every member was
              heard in it was never primary. *)
           (match t.quorum_pending with
@@ -466,6 +600,8 @@ module Make (T : Transport.S) = struct
                     ~send_ctl:(fun r payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
                 t.xfer;
               flush_queue t;
+              send_moves t;
+              close_old t;
               update_flow t)
 
   and flush_queue t =
@@ -686,6 +822,10 @@ module Make (T : Transport.S) = struct
       t.exited <- true;
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
+      let old = t.old_conns in
+      t.old_conns <- [];
+      t.unmoved <- [];
+      List.iter (fun (oc, _) -> B.close oc) old;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.cb.exit ()
@@ -868,11 +1008,57 @@ module Make (T : Transport.S) = struct
           | _ -> ())
       | _, None -> ()
 
+  (* Another member moved, or acknowledges this member's move. *)
+  let on_migrate t ~src (m : Migrate.t) =
+    match (m, t.cur) with
+    | _ when Migrate.group m <> t.group -> t.move_garbage <- t.move_garbage + 1
+    | Migrate.Moved { mover; seq; eid; _ }, _ ->
+        if mover = t.me.eid && seq = t.moves && List.mem_assoc eid t.unmoved then begin
+          t.unmoved <- List.remove_assoc eid t.unmoved;
+          if t.unmoved = [] then Log.info (fun m -> m "%s: every member knows its move %d" t.me.eid seq);
+          close_old t
+        end
+    | Migrate.Move { eid; seq; _ }, Some c -> (
+        let known = match Hashtbl.find_opt t.known_moves eid with Some (k, _) -> k | None -> 0 in
+        match
+          Migrate.judge ~me:t.me.eid ~vid:c.view.View.id ~prev_vid:t.prev_vid ~members:c.view.View.members ~known
+            ~src:(T.address_to_string src) m
+        with
+        | Migrate.Refuse why ->
+            t.move_refused <- t.move_refused + 1;
+            Log.info (fun m -> m "%s: a move from %a refused: %s" t.me.eid T.pp_address src why)
+        | Migrate.Accept ->
+            Hashtbl.replace t.known_moves eid (seq, src);
+            (match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+            | Some r when not (T.equal_address c.addrs.(r) src) ->
+                Log.info (fun m -> m "%s: %s moved to %a (move %d)" t.me.eid eid T.pp_address src seq);
+                Ep.Binding.set_addr c.ep r src;
+                let a = T.address_to_string src in
+                (match Hashtbl.find_opt t.known eid with
+                | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
+                | None -> ());
+                (* A view this coordinator waits on goes there too. *)
+                (match t.pending with
+                | Some (msg, targets) ->
+                    t.pending <- Some (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
+                | None -> ())
+            | _ -> ());
+            migrate_send t src (Migrate.Moved { group = t.group; mover = eid; seq; eid = t.me.eid }))
+    | Migrate.Move _, None -> ()
+
   let recv t ~src v =
     if t.exited then Iovec.release v
     else begin
       let cs = Iovec.cstruct v in
-      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
+      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
+        (match Codec.decode_exact Migrate.codec cs with
+        | Ok m -> on_migrate t ~src m
+        | Error e ->
+            t.move_garbage <- t.move_garbage + 1;
+            Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
+        Iovec.release v
+      end
+      else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
         (match Codec.decode_exact Side.codec cs with
         | Ok side -> on_side t ~src side
         | Error e ->
@@ -988,7 +1174,10 @@ module Make (T : Transport.S) = struct
           | _ -> ());
           (match t.cur with
           | Some c when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited -> gossip t c
-          | _ -> ())
+          | _ -> ());
+          (* A move not yet acknowledged by everyone: told again. *)
+          if t.unmoved <> [] && now t >= t.move_sent + t.install_retry && not t.exited then send_moves t;
+          if t.old_conns <> [] && not t.exited then close_old t
       | None -> ());
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
@@ -1001,6 +1190,19 @@ module Make (T : Transport.S) = struct
     end
 
   (* {1 The application's side} *)
+
+  (* What a connection of the member does with what it receives; only the
+     current one's going away ends the member (an old one closes after a
+     move). *)
+  let handler self c =
+    {
+      B.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
+      closed =
+        (fun () ->
+          match !self with
+          | Some t -> if (not t.exited) && Lazy.is_val t.conn && Lazy.force t.conn == c then exit_group t
+          | None -> ());
+    }
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
@@ -1029,13 +1231,7 @@ module Make (T : Transport.S) = struct
         | Error e -> Error (Bad_stack e)
         | Ok primary_config -> (
             let self = ref None in
-            let handler _ =
-              {
-                B.recv = (fun ~src v -> match !self with Some t -> recv t ~src v | None -> Iovec.release v);
-                closed = (fun () -> match !self with Some t -> if not t.exited then exit_group t | None -> ());
-              }
-            in
-            match B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local handler with
+            match B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local (handler self) with
             | Error e -> Error (Cannot_open e)
             | Ok conn -> (
                 match
@@ -1077,6 +1273,14 @@ module Make (T : Transport.S) = struct
                     tr;
                     conn = Lazy.from_val conn;
                     me = { Side.eid; addr; pub = (match rekey with Some r -> r.public | None -> "") };
+                    moves = 0;
+                    unmoved = [];
+                    old_conns = [];
+                    move_sent = 0;
+                    known_moves = Hashtbl.create 8;
+                    prev_vid = "";
+                    move_refused = 0;
+                    move_garbage = 0;
                     group;
                     layers;
                     params;
@@ -1140,6 +1344,7 @@ module Make (T : Transport.S) = struct
                     merge_timeout = Params.time params Param.merge_timeout;
                     install_retry = Params.time params Param.install_retry;
                     leave_timeout = Params.time params Param.leave_timeout;
+                    migrate_drain = Params.time params Param.migrate_drain;
                   }
                 in
                 self := Some t;
@@ -1208,6 +1413,64 @@ module Make (T : Transport.S) = struct
             Ok ()
           end
 
+  (* At most this many old connections stay open: a member that moves
+     again and again closes the oldest. *)
+  let max_old = 4
+
+  let migrate t addr =
+    if t.exited then Error Gone
+    else
+      match T.address_of_string addr with
+      | Error reason -> Error (Bad_new_address { addr; reason })
+      | Ok a -> (
+          match B.open_with ~size:(Params.int t.params Bundle.Param.size) ~pool:t.pool t.tr a (handler (ref (Some t))) with
+          | Error e -> Error (Cannot_move e)
+          | Ok nc -> (
+              match match t.discovery with Some d -> B.control nc (B.Join_multicast d) | None -> Ok () with
+              | Error e ->
+                  B.close nc;
+                  Error (Cannot_move e)
+              | Ok () ->
+                  let old = conn t in
+                  let local = (B.query nc).B.local in
+                  t.conn <- Lazy.from_val nc;
+                  t.me <- { t.me with addr = T.address_to_string local };
+                  t.moves <- t.moves + 1;
+                  t.old_conns <- (old, now t + t.migrate_drain) :: t.old_conns;
+                  if List.length t.old_conns > max_old then begin
+                    let keep = List.filteri (fun i _ -> i < max_old) t.old_conns in
+                    List.iter (fun (oc, _) -> if not (List.exists (fun (k, _) -> k == oc) keep) then B.close oc) t.old_conns;
+                    t.old_conns <- keep
+                  end;
+                  Log.info (fun m -> m "%s: moves to %a (move %d)" t.me.eid T.pp_address local t.moves);
+                  (match t.cur with
+                  | Some c ->
+                      let rank = c.view.View.rank in
+                      Ep.Binding.set_conn c.ep nc;
+                      Ep.Binding.set_addr c.ep rank local;
+                      t.unmoved <-
+                        List.filter_map
+                          (fun e ->
+                            if e = t.me.eid then None
+                            else Some (e, match List.assoc_opt e t.unmoved with Some kc -> kc | None -> old))
+                          (Array.to_list c.view.View.members);
+                      send_moves t;
+                      close_old t
+                  | None -> ());
+                  Ok ()))
+
+  let address t = t.me.addr
+
+  let member_address t id =
+    match t.cur with
+    | Some c -> (
+        match index_where (String.equal id) (Array.to_list c.view.View.members) with
+        | Some r -> Some (T.address_to_string c.addrs.(r))
+        | None -> None)
+    | None -> None
+
+  let unmoved t = List.map fst t.unmoved
+
   let stack_id t = Stack_id.digest t.sid
   let stack_name t = Stack_id.describe t.sid
   let stack_epoch t = t.epoch
@@ -1252,6 +1515,9 @@ module Make (T : Transport.S) = struct
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
         ("no_view_key", t.no_key);
+        ("moves", t.moves);
+        ("move_refused", t.move_refused);
+        ("move_garbage", t.move_garbage);
         ("sent", t.sent);
         ("delivered", t.delivered);
       ] )

@@ -113,6 +113,17 @@ type transitional = {
 
 val pp_transitional : transitional Fmt.t
 
+(** Why {!Make.migrate} refuses. *)
+type migrate_error =
+  | Bad_new_address of { addr : string; reason : string }  (** the address does not parse *)
+  | Cannot_move of Consort.Transport.error
+      (** the address cannot be bound (in use, not local), or the discovery
+          group cannot be joined there *)
+  | Gone  (** this member has left the group *)
+
+val pp_migrate_error : migrate_error Fmt.t
+(** One line. *)
+
 type callbacks = {
   view : view_info -> unit;  (** a view was installed; sending may resume *)
   cast : origin:string -> string -> unit;  (** a cast was delivered *)
@@ -160,6 +171,11 @@ module Param : sig
   val queue : string
   (** ["group.queue"], default 1 MiB: bytes (64 more per message) that the
       application may give while a view change flushes *)
+
+  val migrate_drain : string
+  (** ["group.migrate_drain"], default 10 s: how long a member that moved
+      ({!Make.migrate}) keeps its old address open for members that have
+      not acknowledged the move; it closes it as soon as all have *)
 end
 
 module Make (T : Consort.Transport.S) : sig
@@ -283,6 +299,47 @@ module Make (T : Consort.Transport.S) : sig
       first: the switch is asked again until a view runs the new stack or
       another switch overtakes it. *)
 
+  val migrate : t -> string -> (unit, migrate_error) result
+  (** [migrate t addr] moves this member to address [addr] (another port,
+      or another host's address): it keeps its member id ({!me}), its rank
+      and its view; no view change is made, and the others' views do not
+      show it leaving or joining. What the member sends goes out from
+      [addr] at once. It tells each other member of its view (a {!Migrate}
+      message from [addr], again every [group.install_retry] until that
+      member acknowledges it), which then sends to [addr]; what was on its
+      way to the old address is received there while the old address
+      stays open (until every member has acknowledged, or
+      [group.migrate_drain]), and the reliable layers send again to [addr]
+      what was lost. A view change during the move is no matter: the member
+      tells the members of the next view too, and answers a member that
+      has not heard of the move from the address it knows. A member that
+      never acknowledges is excluded as any silent member is.
+
+      Who may move a member: with [Auth] (or [Privacy], [Rekey]) only a
+      holder of the group's secret (or, with [Rekey], of the view's key)
+      can make a move message that is accepted, and a captured one
+      replayed is dropped by the transport; a receiver takes a move only
+      from a member of its view, made in its view or the one before, sent
+      from the address it names, and not older than a move of that member
+      it already took ({!Migrate.judge}). Without [Auth] nothing is
+      authenticated, moves no more than any other datagram.
+
+      [Ok] says the member now listens at [addr] and has told the others.
+      The member id keeps the address it joined at: it is a name, not
+      where the member is ({!address}). *)
+
+  val address : t -> string
+  (** Where this member listens now: the address it joined at, or the
+      latest it moved to. *)
+
+  val member_address : t -> string -> string option
+  (** [member_address t id]: where this member sends to member [id] of its
+      view ([None] if [id] is not in the view). *)
+
+  val unmoved : t -> string list
+  (** Members of the view that have not yet acknowledged this member's
+      latest move. *)
+
   val stack_id : t -> string
   (** The digest of the current stack's identity ({!Stack_id.digest}). *)
 
@@ -372,7 +429,9 @@ module Make (T : Consort.Transport.S) : sig
       {!send}, sends dropped at a view change, datagrams the transport
       failed to send, Installs refused for want of a view key that opens
       (["no_view_key"]), messages handed to a view's stack (["sent"]) and
-      delivered to the application (["delivered"])); then each layer's in the current view's stack (each
+      delivered to the application (["delivered"]), this member's moves
+      (["moves"]), other members' moves refused (["move_refused"]) and
+      migration messages malformed or of another group (["move_garbage"])); then each layer's in the current view's stack (each
       view has a stack of its own), except Bottom's, which count dropped
       datagrams by reason and are summed since the member joined
       (["garbage"]: no layer could decode it; ["wrong_group"]: another

@@ -60,8 +60,10 @@ let scenarios =
 let names =
   List.map (fun s -> s.name) scenarios
   @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Xfer_sim.names @ Switch_sim.names @ Consort_cap.Rpc_sim.names
+  @ Migrate_sim.names
 
 let describe n =
+  match Migrate_sim.describe n with Some d -> Some d | None ->
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
   | None -> (
@@ -177,7 +179,7 @@ let run ?trace ?params name ~seed =
   | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
   | None -> (
       match
-        match Vsync_sim.run ?trace ?params name ~seed with
+        match match Migrate_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_sim.run ?trace ?params name ~seed with
         | Some o -> Some o
         | None -> (
             match Xfer_sim.run ?trace ?params name ~seed with
