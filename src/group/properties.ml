@@ -4,9 +4,10 @@ type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | 
   | Switch
   | Debug
   | Migrate
+  | Primary
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate; Primary ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -27,6 +28,7 @@ let to_string = function
   | Switch -> "Switch"
   | Debug -> "Debug"
   | Migrate -> "Migrate"
+  | Primary -> "Primary"
 
 (* What each property guarantees, in one line (the README's table and
    [consort stack --list]), by name: a property added later without its
@@ -49,6 +51,7 @@ let docs =
     ("Xfer", "state transfer: a member that joins gets the group's state before it delivers");
     ("Evs", "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)");
     ("Switch", "the group switches to another stack while it runs, at a view boundary (Group.switch)");
+    ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes (primary.expected, primary.votes) is primary; casts refused outside it");
     ("Migrate", "a member moves to another address (Group.migrate), keeping its identity and its place in the view");
     ("Debug", "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
        fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say");
@@ -60,7 +63,6 @@ let docs =
 let planned =
   [
     ("Cltsvr", "client-server groups: clients send requests to the servers and hear from them without being members of their view");
-    ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes is primary");
     ("Scale", "large groups: failure detection and stability whose cost per member grows at most logarithmically");
   ]
 
@@ -124,6 +126,7 @@ let layers ps =
       (Switch, "the stack changes at a view boundary");
       (Migrate, "a member keeps its place in the view as it moves");
       (Rekey, "each view's key is agreed when the view is installed");
+      (Primary, "the quorum is decided for each view");
     ]
   in
   if has Sync && not (has Gmp) then Error Sync_without_gmp
@@ -134,11 +137,14 @@ let layers ps =
     let l =
       List.concat
         [
-          (* State transfer on top: its messages are ordered as the
-             application's are. *)
+          (* Primary passes everything through: it carries the property
+             and its tunables (the votes) in the stack's identity. *)
+          (if has Primary then [ Primary.layer ] else []);
           (* Checking layers on top: they check what the application gets. *)
           (if has Debug then [ Chk.fifo ] else []);
           (if has Debug && has Gmp then [ Chk.sync ] else []);
+          (* State transfer on top: its messages are ordered as the
+             application's are. *)
           (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)

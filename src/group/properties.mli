@@ -44,6 +44,11 @@ type t =
   | Migrate
       (** a member moves to another address, keeping its identity, rank and
           view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
+  | Primary
+      (** a primary component with quorum ({!Primary}: static votes,
+          [primary.expected] and [primary.votes]): the application hears
+          whether each view is primary, and casts are refused outside it;
+          needs [Gmp] *)
 
 val all : t list
 val vsync : t list
