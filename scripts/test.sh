@@ -79,6 +79,8 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
 done
 # Members move to new addresses under traffic, crashes and rejoins (about 35 CPU s).
 jobs+=("counted|sim migrate|$BIN/bin/main.exe sim --scenario migrate --seeds ${MIGRATE_SEEDS:-1000}")
+# Client-server groups: 3 servers, 24 clients, a server and 2 clients crash (about 30 CPU s).
+jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLTSVR_SEEDS:-1000}")
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
