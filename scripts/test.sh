@@ -97,8 +97,10 @@ for s in total-seq total-token causal safe; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds ${ORDER_SEEDS:-1000}")
 done
 # Extended virtual synchrony: transitional views under repeated partitions
-# (about 45 s of CPU for 1000 seeds).
+# (about 40 s of CPU for 1000 seeds).
 jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS:-1000}")
+# Primary components with quorum under repeated partitions (about 50 s of CPU).
+jobs+=("counted|sim primary-partitions|$BIN/bin/main.exe sim --scenario primary-partitions --seeds ${PRIMARY_SEEDS:-1000}")
 # Total with each protocol under adversarial vsync schedules (more in make soak).
 for s in vsync-churn vsync-slander; do
   for p in sequencer token; do

@@ -244,6 +244,8 @@ let refusal = function
   | Not_member id -> (Wire.Not_member, Printf.sprintf "%s is not in the view" id)
   | Leaving -> (Wire.Leaving, "the member is leaving")
   | Exited -> (Wire.Exited, "the member has left the group")
+  (* The protocol has no code of its own for it yet: the text says why. *)
+  | Not_primary q -> (Wire.Not_member, "the member's view is not primary: " ^ q)
 
 (* The request number of a message the stack took, or reports lost: the
    first pending one with this very payload (the group hands back the

@@ -41,6 +41,7 @@ type error =
   | Not_member of string
   | Leaving
   | Exited
+  | Not_primary of string
 
 let pp_error ppf = function
   | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
@@ -48,6 +49,7 @@ let pp_error ppf = function
   | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
   | Leaving -> Fmt.string ppf "this member is leaving the group"
   | Exited -> Fmt.string ppf "this member has left the group"
+  | Not_primary q -> Fmt.pf ppf "this member's view is not primary: %s" q
 
 type join_error =
   | Bad_address of { what : string; addr : string; reason : string }
@@ -235,6 +237,11 @@ module Make (T : Transport.S) = struct
         (* a switch asked in the stack of this epoch, to this epoch and stack *)
     on_stack_error : stack_error -> unit;
     on_transitional : (transitional -> unit) option;  (* extended virtual synchrony *)
+    primary_config : Primary.config option;  (* with the Primary layer: the votes *)
+    on_primary : Primary.quorum -> unit;
+    mutable quorum : Primary.quorum option;  (* of the current view, with Primary: as told *)
+    mutable quorum_pending : Primary.quorum option;
+        (* a view with the quorum, not primary until every member is known to have installed it *)
     mutable told : (string * string) list;  (* stack errors reported, by peer and stack *)  (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
@@ -255,6 +262,7 @@ module Make (T : Transport.S) = struct
 
   let conn t = Lazy.force t.conn
   let me t = t.me.eid
+  let primary t = t.quorum
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
@@ -480,6 +488,15 @@ module Make (T : Transport.S) = struct
                   | None -> if stale then Some (e, at_old (List.nth members rank).addr) else None)
                 others
           end;
+          (* A view with the quorum that ends before every member was
+             heard in it was never primary. *)
+          (match t.quorum_pending with
+          | Some q ->
+              t.quorum_pending <- None;
+              let q = { q with Primary.primary = false } in
+              t.quorum <- Some q;
+              t.on_primary q
+          | None -> ());
           (* Extended virtual synchrony: the members that go on from the
              old view into this one hear of it before what the old view
              still delivers at its end (held safe casts), which is then
@@ -558,7 +575,29 @@ module Make (T : Transport.S) = struct
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               (* Who is gone, and why: left, or excluded and the suspicion. *)
               List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
+              (* With Primary: a view without the quorum is told so at
+                 once; one with it is primary once every member has said
+                 it is there (Primary.Confirmed), casts waiting until then. *)
+              let decision =
+                match t.primary_config with
+                | Some pc when List.exists (fun l -> Layer.name l = Primary.name) t.cur_layers ->
+                    Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
+                | _ -> None
+              in
+              (match decision with
+              | Some q when q.Primary.primary ->
+                  t.quorum <- Some { q with primary = false };
+                  t.quorum_pending <- Some q
+              | q ->
+                  t.quorum <- q;
+                  t.quorum_pending <- None);
               t.cb.view info;
+              (match decision with
+              | Some q when not q.Primary.primary ->
+                  Log.info (fun m -> m "%s: view %s is %a" t.me.eid vid Primary.pp_quorum q);
+                  t.on_primary q
+              | Some _ -> Ep.Binding.dn_ctl ep Primary.Start
+              | None -> ());
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
@@ -572,8 +611,13 @@ module Make (T : Transport.S) = struct
               update_flow t)
 
   and flush_queue t =
-    while (not t.blocked) && (not (Queue.is_empty t.queued)) && t.cur <> None do
+    while (not t.blocked) && t.quorum_pending = None && (not (Queue.is_empty t.queued)) && t.cur <> None do
       match Queue.pop t.queued with
+      | `Cast s when (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+          t.queued_bytes <- t.queued_bytes - String.length s - 64;
+          let why = Fmt.str "view %s is not primary" (match t.cur with Some c -> c.view.View.id | None -> "") in
+          Log.warn (fun m -> m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
+          t.on_lost `Cast s why
       | `Cast s ->
           t.queued_bytes <- t.queued_bytes - String.length s - 64;
           cast_now t s
@@ -676,6 +720,16 @@ module Make (T : Transport.S) = struct
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
         | Gmp.Reported { coord; excluded; leaving; into } -> c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded -> alone t c
+        | Primary.Confirmed -> (
+            match t.quorum_pending with
+            | Some q ->
+                t.quorum_pending <- None;
+                t.quorum <- Some q;
+                Log.info (fun m -> m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
+                t.on_primary q;
+                flush_queue t;
+                update_flow t
+            | None -> ())
         | Event.Blocked b ->
             t.stack_flow <- b;
             update_flow t
@@ -1163,7 +1217,7 @@ module Make (T : Transport.S) = struct
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
       ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
-      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ~layers tr ~group
+      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ?(primary = fun _ -> ()) ~layers tr ~group
       ~addr cb =
     let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
     let rng = Rng.create seed in
@@ -1180,9 +1234,13 @@ module Make (T : Transport.S) = struct
     | Error e, _, _ | _, Error e, _ | _, _, Error e -> Error e
     | Ok local, Ok discovery, Ok peers -> (
         (* A group's stack must agree on views. *)
-        match Stack.check ~requires:[ Gmp.membership ] layers with
+        match
+          Result.bind (Stack.check ~requires:[ Gmp.membership ] layers) (fun () ->
+              if List.exists (fun l -> Layer.name l = Primary.name) layers then Result.map Option.some (Primary.config params)
+              else Ok None)
+        with
         | Error e -> Error (Bad_stack e)
-        | Ok () -> (
+        | Ok primary_config -> (
             let self = ref None in
             match B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local (handler self) with
             | Error e -> Error (Cannot_open e)
@@ -1207,6 +1265,7 @@ module Make (T : Transport.S) = struct
                     max 0 (info.B.mtu - header_reserve)
                 in
                 let eid = addr ^ "#" ^ incarnation in
+                let on_primary = primary in
                 let xfer =
                   if List.exists (fun l -> Layer.name l = Xfer.name) layers then
                     Some
@@ -1279,6 +1338,10 @@ module Make (T : Transport.S) = struct
                     switch_wanted = None;
                     on_stack_error;
                     on_transitional = transitional;
+                    primary_config;
+                    on_primary;
+                    quorum = None;
+                    quorum_pending = None;
                     told = [];
                     tick = None;
                     garbage = 0;
@@ -1323,8 +1386,10 @@ module Make (T : Transport.S) = struct
   let cast t s =
     match admit t (String.length s) with
     | Error e -> refuse t e
+    | Ok () when t.quorum_pending = None && (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+        refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
     | Ok () ->
-        if t.blocked || not (Queue.is_empty t.queued) then begin
+        if t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued) then begin
           Queue.add (`Cast s) t.queued;
           t.queued_bytes <- t.queued_bytes + String.length s + 64
         end

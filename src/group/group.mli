@@ -43,6 +43,9 @@ type error =
   | Not_member of string  (** [send]: the destination is not in the view *)
   | Leaving  (** {!Make.leave} was called *)
   | Exited  (** this member has left the group, or was stopped *)
+  | Not_primary of string
+      (** [cast] with the [Primary] property: this member's view does not
+          hold the quorum (the string says how many votes it has and needs) *)
 
 val pp_error : error Fmt.t
 
@@ -87,10 +90,6 @@ type switch_error =
 
 val pp_switch_error : switch_error Fmt.t
 
-val client_magic : int
-(** [0xC7]: the first byte of datagrams between clients and the servers of
-    a client-server group ({!Cltsvr}). *)
-
 (** A transitional view (extended virtual synchrony, property [Evs], as
     Transis, Totem and Spread state it): as a member goes from regular
     view [ending] to regular view [next], it first hears the members of
@@ -113,6 +112,10 @@ type transitional = {
 }
 
 val pp_transitional : transitional Fmt.t
+
+val client_magic : int
+(** [0xC7]: the first byte of datagrams between clients and the servers of
+    a client-server group ({!Cltsvr}). *)
 
 (** Why {!Make.migrate} refuses. *)
 type migrate_error =
@@ -198,6 +201,7 @@ module Make (T : Consort.Transport.S) : sig
     ?on_stack_error:(stack_error -> unit) ->
     ?rekey:rekey ->
     ?transitional:(transitional -> unit) ->
+    ?primary:(Primary.quorum -> unit) ->
     layers:Consort.Layer.t list ->
     T.t ->
     group:string ->
@@ -269,7 +273,21 @@ module Make (T : Consort.Transport.S) : sig
       deliveries (see {!type:transitional}): it comes after [block] and the
       flush, then the old view's last deliveries (the safe casts not yet
       stable, with [Agree]), then [view]. A member's first view, and its
-      exit, have none. *)
+      exit, have none.
+
+      With the {!Primary} layer in [layers] (property [Primary]), every
+      view is primary or not by the votes of its members
+      ([primary.expected], [primary.votes] in [params]; [join] refuses
+      them with [Bad_stack] if they make no quorum): [primary q] is called
+      once in each view with the decision. A view without the quorum is
+      told so right after [view]. A view with it becomes primary once every
+      member is known to have installed it (each says so in the view, see
+      {!Primary}): [primary q] comes then, casts made meanwhile wait (as
+      during a view change) and go out once it is primary; if the view ends
+      first, [primary] says it was not primary, before the next view. In a
+      view that is not primary, [cast] is refused ([Not_primary]), and
+      casts waiting from before are reported lost ([on_lost]); sends are
+      not affected. *)
 
   val switch : ?params:Consort.Params.t -> t -> Consort.Layer.t list -> (unit, switch_error) result
   (** [switch t layers] changes the group's stack, at a view boundary: the
@@ -347,6 +365,11 @@ module Make (T : Consort.Transport.S) : sig
 
   val me : t -> string
   (** This member's id: its address and a random incarnation number. *)
+
+  val primary : t -> Primary.quorum option
+  (** With property [Primary]: whether the current view is primary (not
+      yet, while its members are being heard from), and its votes; [None]
+      without it. *)
 
   val view : t -> view_info
 

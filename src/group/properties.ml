@@ -4,9 +4,11 @@ type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | 
   | Switch
   | Debug
   | Migrate
+  | Primary
+  | Cltsvr
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate; Primary; Cltsvr ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -27,6 +29,8 @@ let to_string = function
   | Switch -> "Switch"
   | Debug -> "Debug"
   | Migrate -> "Migrate"
+  | Primary -> "Primary"
+  | Cltsvr -> "Cltsvr"
 
 (* What each property guarantees, in one line (the README's table and
    [consort stack --list]), by name: a property added later without its
@@ -49,6 +53,8 @@ let docs =
     ("Xfer", "state transfer: a member that joins gets the group's state before it delivers");
     ("Evs", "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)");
     ("Switch", "the group switches to another stack while it runs, at a view boundary (Group.switch)");
+    ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes (primary.expected, primary.votes) is primary; casts refused outside it");
+    ("Cltsvr", "client-server groups: clients send requests to the servers and hear from them without being members of their view (Consort_group.Cltsvr; the servers run Total)");
     ("Migrate", "a member moves to another address (Group.migrate), keeping its identity and its place in the view");
     ("Debug", "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
        fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say");
@@ -59,8 +65,6 @@ let docs =
    would guarantee. A name leaves this list by itself once [all] holds it. *)
 let planned =
   [
-    ("Cltsvr", "client-server groups: clients send requests to the servers and hear from them without being members of their view");
-    ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes is primary");
     ("Scale", "large groups: failure detection and stability whose cost per member grows at most logarithmically");
   ]
 
@@ -124,21 +128,28 @@ let layers ps =
       (Switch, "the stack changes at a view boundary");
       (Migrate, "a member keeps its place in the view as it moves");
       (Rekey, "each view's key is agreed when the view is installed");
+      (Primary, "the quorum is decided for each view");
+      (Cltsvr, "the servers are a group with views");
     ]
   in
   if has Sync && not (has Gmp) then Error Sync_without_gmp
   else
     match List.find_opt (fun (p, _) -> has p && not (has Gmp)) needs_gmp with
     | Some (prop, why) -> Error (Needs { prop; needs = Gmp; why })
+    | None when has Cltsvr && not (has Total) ->
+        Error (Needs { prop = Cltsvr; needs = Total; why = "every server applies the sessions' requests in one order" })
     | None ->
     let l =
       List.concat
         [
-          (* State transfer on top: its messages are ordered as the
-             application's are. *)
+          (* Primary passes everything through: it carries the property
+             and its tunables (the votes) in the stack's identity. *)
+          (if has Primary then [ Primary.layer ] else []);
           (* Checking layers on top: they check what the application gets. *)
           (if has Debug then [ Chk.fifo ] else []);
           (if has Debug && has Gmp then [ Chk.sync ] else []);
+          (* State transfer on top: its messages are ordered as the
+             application's are. *)
           (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)

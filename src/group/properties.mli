@@ -44,6 +44,16 @@ type t =
   | Migrate
       (** a member moves to another address, keeping its identity, rank and
           view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
+  | Primary
+      (** a primary component with quorum ({!Primary}: static votes,
+          [primary.expected] and [primary.votes]): the application hears
+          whether each view is primary, and casts are refused outside it;
+          needs [Gmp] *)
+  | Cltsvr
+      (** client-server groups ({!Cltsvr}): clients that send requests to
+          the servers and hear notifications without being members of
+          their view; the servers' stack needs [Gmp] and [Total]; adds no
+          layer *)
 
 val all : t list
 val vsync : t list
@@ -84,7 +94,7 @@ val layers : t list -> (Consort.Layer.t list, error) result
     needs reliable casts and sends, so the reliable layers are always
     there, and a failure detector, so [Gmp] brings [Suspect] with it;
     [Sync] without [Gmp] is refused, and so are [Total], [Causal],
-    [Agree], [Evs], [Xfer], [Heal], [Switch], [Migrate] and [Rekey] without [Gmp] ({!Needs}). *)
+    [Agree], [Evs], [Xfer], [Heal], [Switch], [Migrate], [Primary], [Cltsvr] and [Rekey] without [Gmp], and [Cltsvr] without [Total] ({!Needs}). *)
 
 val describe : t list -> string
 (** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

@@ -141,12 +141,12 @@ let check_config cfg =
               | None -> Ok ())))
 
 (* Binds the first free port of the default range, or the given address. *)
-let join ?take_state ?install_state ?capture ?transitional loop cfg layers cb ~on_sent ~on_lost =
+let join ?take_state ?install_state ?capture ?transitional ?primary loop cfg layers cb ~on_sent ~on_lost =
   let try_addr addr =
     (* With a secret, per-view keys unless seal.rekey=false. *)
     let tr = S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) (C.wrap loop capture) cfg.seal in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost ?discovery:cfg.discovery ?take_state
-      ?install_state ?rekey:(S.rekey tr) ?transitional
+      ?install_state ?rekey:(S.rekey tr) ?transitional ?primary
       ~heal:(List.mem Consort_group.Properties.Heal cfg.props) ~layers tr ~group:cfg.group ~addr cb
   in
   match cfg.bind with
@@ -266,6 +266,7 @@ let run cfg =
           let send_ref = ref (fun _ _ -> Error "not in the group yet") in
           let leave_ref = ref (fun () -> ()) in
           let vid () = match !g_ref with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
+          let last_vid = ref "" in
           (* With Xfer, the member's state: how many casts it has applied and
              the XOR of their digests (the same whatever the order of
              delivery, so members agree without total order). *)
@@ -311,6 +312,7 @@ let run cfg =
                 (fun v ->
                   blocked := false;
                   self := v.members.(v.rank);
+                  last_vid := v.vid;
                   say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                     (String.concat " " (Array.to_list v.members))
                     v.rank (String.concat " " v.joined) (String.concat " " v.left);
@@ -351,6 +353,11 @@ let run cfg =
                     (Log.Trans
                        { t = now_ns (); me = !self; view = tv.ending; next = tv.next; members = Array.to_list tv.survivors }))
             else None
+          in
+          (* With Primary, each view's decision is printed and logged. *)
+          let primary (q : Consort_group.Primary.quorum) =
+            say "%s" (Fmt.str "view %s is %a" !last_vid Consort_group.Primary.pp_quorum q);
+            write (Log.Quorum { t = now_ns (); me = !self; view = !last_vid; primary = q.primary; votes = q.votes; needed = q.needed })
           in
           let on_lost kind s reason =
             let seq, _ = unframe s in
@@ -414,7 +421,7 @@ let run cfg =
           in
           let opened = Result.bind opened (fun () -> Result.map ignore capture) in
           let capture = match capture with Ok c -> c | Error _ -> None in
-          match Result.bind opened (fun () -> join ~take_state:state ~install_state ?capture ?transitional loop cfg layers cb ~on_sent ~on_lost) with
+          match Result.bind opened (fun () -> join ~take_state:state ~install_state ?capture ?transitional ~primary loop cfg layers cb ~on_sent ~on_lost) with
           | Error e ->
               close_ops ();
               Option.iter close_out log_oc;

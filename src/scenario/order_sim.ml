@@ -82,7 +82,8 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
 
 (* Extended virtual synchrony: 5 members under 3% loss; a member joins
    late; the group splits into two random sides three times, each split
-   healed 4 s later, with a burst of casts just before each split and each
+   healed 5 s later (members suspected after 2 s of silence, so that each
+   split is a view change), with a burst of casts just before each split and each
    heal (casts not yet stable when the view changes, delivered in the
    transitional part); one crash. *)
 let partitions ~props ~defaults ~checks ?trace ?params seed =
@@ -100,17 +101,17 @@ let partitions ~props ~defaults ~checks ?trace ?params seed =
   let addrs = List.init 5 (V.addr w) in
   let last = ref 0 in
   for k = 0 to 2 do
-    let cut = s 5. + (k * s 7.) + Rng.int rng (s 2.) in
+    let cut = s 5. + (k * s 8.) + Rng.int rng (s 2.) in
     let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
     let side = 1 + Rng.int rng 2 in
     event cut (fun () ->
         V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.partition (V.net w)
           [ List.filteri (fun i _ -> i < side) shuffled; List.filteri (fun i _ -> i >= side) shuffled ]);
-    event (cut + s 4.) (fun () ->
+    event (cut + s 5.) (fun () ->
         V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.heal (V.net w));
-    last := cut + s 4.
+    last := cut + s 5.
   done;
   let victim = Rng.int rng 5 in
   event (s 7. + Rng.int rng (s 14.)) (fun () -> V.crash w victim);
@@ -118,6 +119,66 @@ let partitions ~props ~defaults ~checks ?trace ?params seed =
   V.workload w ~from:(s 1.) ~until:(!last + s 2.) ~count:160;
   Consort_engine.Sim.run ~until:(!last + s 11.) (V.net w);
   V.finish ~extra:(V.not_wedged w) ~checks w
+
+(* Primary components: the checker's votes and quorum, from the
+   configuration the members run with (the quorum computed here, apart
+   from the members' decisions). *)
+let quorum_check w logs =
+  match Consort_group.Primary.config (V.params w) with
+  | Error e -> [ "primary: " ^ e ]
+  | Ok c -> (
+      let expected = (Consort_group.Primary.decide c []).expected in
+      let votes id =
+        let addr = match String.index_opt id '#' with Some i -> String.sub id 0 i | None -> id in
+        (Consort_group.Primary.decide c [ addr ]).votes
+      in
+      match Consort_spec.Quorum.check ~live_quorum:true ~votes ~needed:((expected / 2) + 1) logs with
+      | Ok () -> []
+      | Error vs -> List.map (Fmt.str "primary: %a" Consort_spec.Quorum.pp_violation) vs)
+
+(* Repeated partitions under a quorum of weighted votes: p0 has 2 votes,
+   the others 1 (6 in all, 4 needed), so a side of three members may or
+   may not be primary. 5 members under 3% loss; four splits into two or
+   three random sides, each healed 5 s later (members suspected after 2 s
+   of silence), bursts of casts at each cut
+   and heal (refused outside the primary); a crash and a restart. *)
+let primary_partitions ?trace ?params seed =
+  let props = P.vsync @ [ P.Total; P.Evs; P.Primary ] in
+  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
+  let w =
+    V.with_params w
+      [ ("primary.votes", Params.String "p0=2"); ("primary.expected", Params.Int 6); ("suspect.timeout", Params.Time (Time.of_sec 2.)) ]
+  in
+  let rng = V.rng w in
+  for i = 0 to 4 do
+    V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
+  done;
+  let event t f =
+    V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
+    V.at w t f
+  in
+  let addrs = List.init 5 (V.addr w) in
+  let last = ref 0 in
+  for k = 0 to 3 do
+    let cut = s 3. + (k * s 7.) + Rng.int rng (s 1.) in
+    let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
+    let a = 1 + Rng.int rng 3 in
+    let b = if Rng.int rng 3 = 0 then a + 1 + Rng.int rng (4 - a) else 5 in
+    let sides = List.filter (( <> ) []) [ List.filteri (fun i _ -> i < a) shuffled; List.filteri (fun i _ -> i >= a && i < b) shuffled; List.filteri (fun i _ -> i >= b) shuffled ] in
+    event cut (fun () ->
+        V.note w "%d partition into %d" (Consort_engine.Sim.now (V.net w)) (List.length sides);
+        Consort_engine.Sim.partition (V.net w) sides);
+    event (cut + s 5.) (fun () ->
+        V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
+        Consort_engine.Sim.heal (V.net w));
+    last := cut + s 5.
+  done;
+  let victim = Rng.int rng 5 in
+  event (s 4. + Rng.int rng (s 14.)) (fun () -> V.crash w victim);
+  event (!last + s 1.) (fun () -> if not (V.is_alive w victim) then V.start w victim);
+  V.workload w ~from:(s 1.) ~until:(!last + s 2.) ~count:160;
+  Consort_engine.Sim.run ~until:(!last + s 11.) (V.net w);
+  V.finish ~extra:(V.not_wedged w) ~checks:[ V.evs; safe; total; quorum_check w ] w
 
 let with_total = P.vsync @ [ P.Total ]
 
@@ -146,7 +207,12 @@ let scenarios =
     ( "evs",
       "extended virtual synchrony (Evs: transitional views, safe delivery relative to them): 5 members, three \
        random two-way partitions healed, a crash and a restart, bursts at each cut and heal; 3% loss",
-      partitions ~props:(P.vsync @ [ P.Evs ]) ~defaults:[] ~checks:[ V.evs; safe ] );
+      partitions ~props:(P.vsync @ [ P.Evs ]) ~defaults:[ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ] ~checks:[ V.evs; safe ] );
+    ( "primary-partitions",
+      "primary components with quorum (Primary, votes p0=2 and 1 for the others, 4 of 6 needed) over Total and \
+       Evs: 5 members, four splits into two or three random sides healed, a crash and a restart, bursts at each cut \
+       and heal; 3% loss; at most one primary at a time, in one sequence",
+      primary_partitions );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -127,7 +127,7 @@ let start ?layers ?params w i =
   p.incarnation <- p.incarnation + 1;
   p.next_seq <- 0;
   p.accepted <- 0;
-  let self = ref "" and mine = ref None and dead = ref false in
+  let self = ref "" and mine = ref None and dead = ref false and last_vid = ref "" in
   let cur_view () = match !mine with Some g -> (G.view g).Consort_group.Group.vid | None -> "" in
   let deliver kind ~origin s =
     w.delivered <- w.delivered + 1;
@@ -153,6 +153,7 @@ let start ?layers ?params w i =
           (* The first view is installed from inside [join]: the member's id
              is its own entry in the view. *)
           self := v.members.(v.rank);
+          last_vid := v.vid;
           w.views <- w.views + 1;
           w.hooks.viewed i !self v;
           record w !self
@@ -200,6 +201,9 @@ let start ?layers ?params w i =
                  (Log.Trans
                     { t = Sim.now w.net; me = !self; view = tv.ending; next = tv.next; members = Array.to_list tv.survivors }))
          else None)
+      ~primary:(fun (q : Consort_group.Primary.quorum) ->
+        record w !self
+          (Log.Quorum { t = Sim.now w.net; me = !self; view = !last_vid; primary = q.primary; votes = q.votes; needed = q.needed }))
       ~layers:(Option.value layers ~default:w.layers)
       ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
       ~take_state:(fun () -> w.hooks.take i !self)
@@ -238,7 +242,7 @@ let submit w p g kind dst s r =
       refused w g (match kind with `Cast -> `Cast | `Send _ -> `Send) dst s (Fmt.str "%a" Consort_group.Group.pp_error e);
       match e with
       | Consort_group.Group.Too_big { size = s'; max } when s' > max -> ()
-      | Consort_group.Group.Flow_control | Consort_group.Group.Leaving -> ()
+      | Consort_group.Group.Flow_control | Consort_group.Group.Leaving | Consort_group.Group.Not_primary _ -> ()
       | e -> w.problems <- Fmt.str "%s refused a message: %a" (G.me g) Consort_group.Group.pp_error e :: w.problems)
 
 (* A cast of a unique payload, of [size] bytes or of a random length. *)
@@ -858,3 +862,5 @@ let addr_of_member w eid =
 
 let leave w i = match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ()
 let is_alive w i = alive w.procs.(i)
+
+let params w = w.params

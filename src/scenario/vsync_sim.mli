@@ -103,6 +103,9 @@ val evs : (string * Consort_spec.Log.event list) list -> string list
 (** {!Consort_spec.Evs} over the logs (members started with the [Evs]
     property log their transitional views), one line per violation. *)
 
+val params : world -> Consort.Params.t
+(** The tunables the members run with. *)
+
 val net : world -> Consort_engine.Sim.t
 val rng : world -> Consort.Rng.t
 val nprocs : world -> int

@@ -108,7 +108,7 @@ let check logs =
                 match !trans with
                 | Some (tline, _, _) -> misplaced line (Fmt.str "not a delivery, after the transitional view at line %d" tline)
                 | None -> ())
-            | Log.Deliver _ | Log.Lost _ | Log.Exit _ -> ())
+            | Log.Deliver _ | Log.Lost _ | Log.Exit _ | Log.Quorum _ -> ())
           evs
       end)
     logs;

@@ -38,6 +38,7 @@ type event =
   | Exit of { t : int; me : string }
   | Live of { t : int; me : string; casts : int }
   | Trans of { t : int; me : string; view : string; next : string; members : string list }
+  | Quorum of { t : int; me : string; view : string; primary : bool; votes : int; needed : int }
 
 let me = function
   | View { me; _ }
@@ -49,7 +50,8 @@ let me = function
   | Lost { me; _ }
   | Exit { me; _ }
   | Live { me; _ }
-  | Trans { me; _ } ->
+  | Trans { me; _ }
+  | Quorum { me; _ } ->
       me
 
 let time = function
@@ -62,7 +64,8 @@ let time = function
   | Lost { t; _ }
   | Exit { t; _ }
   | Live { t; _ }
-  | Trans { t; _ } ->
+  | Trans { t; _ }
+  | Quorum { t; _ } ->
       t
 
 let equal (a : event) (b : event) = a = b
@@ -104,7 +107,9 @@ let to_json e : Yojson.Safe.t =
     | Exit { t; me } -> head "exit" t me
     | Live { t; me; casts } -> head "live" t me @ [ ("casts", i casts) ]
     | Trans { t; me; view; next; members } ->
-        head "trans" t me @ [ ("view", s view); ("next", s next); ("members", `List (List.map s members)) ])
+        head "trans" t me @ [ ("view", s view); ("next", s next); ("members", `List (List.map s members)) ]
+    | Quorum { t; me; view; primary; votes; needed } ->
+        head "quorum" t me @ [ ("view", s view); ("primary", `Bool primary); ("votes", i votes); ("needed", i needed) ])
 
 let to_line e = Yojson.Safe.to_string (to_json e)
 let pp ppf e = Fmt.string ppf (to_line e)
@@ -204,6 +209,13 @@ let event_of_fields fields =
   | "trans" ->
       let view = str "view" and next = str "next" in
       Trans { t; me; view; next; members = strs "members" }
+  | "quorum" ->
+      let view = str "view" in
+      let primary =
+        match field "primary" with `Bool b -> b | _ -> bad (Bad_value { key = "primary"; expected = "true or false" })
+      in
+      let votes = int "votes" and needed = int "needed" in
+      Quorum { t; me; view; primary; votes; needed }
   | other -> bad (Unknown_event other)
 
 let one_line s = String.concat " " (List.filter (( <> ) "") (String.split_on_char '\n' s))

@@ -14,6 +14,7 @@
 {"ev":"exit","t":T,"me":ID}
 {"ev":"live","t":T,"me":ID,"casts":N}
 {"ev":"trans","t":T,"me":ID,"view":VID,"next":VID,"members":[ID,...]}
+{"ev":"quorum","t":T,"me":ID,"view":VID,"primary":B,"votes":N,"needed":N}
     v}
     - [t] is the time of the event in nanoseconds (a non-negative integer):
       the simulator's virtual time, or the wall clock since the Unix epoch
@@ -43,6 +44,9 @@
       [me] as it goes from regular view [view] into [next]: the members of
       [view] that go on with it; the deliveries after it and before the
       [view] line of [next] are in [view]'s transitional part.
+    - [quorum]: with the [Primary] property, right after a [view] line:
+      whether [view] is primary (B is [true] or [false]), the votes of its
+      members and the quorum.
     - [live]: written when a run ends, after a quiet period, for a member
       that is alive and connected to the other members that have a [live]
       line; N is the number of casts the API accepted from it (refused ones
@@ -101,6 +105,9 @@ type event =
   | Trans of { t : int; me : string; view : string; next : string; members : string list }
       (** [me] goes from [view] into [next] with [members] (key
           ["members"]): its transitional view *)
+  | Quorum of { t : int; me : string; view : string; primary : bool; votes : int; needed : int }
+      (** [me] decided that [view] is primary or not: its members have
+          [votes], the quorum is [needed] *)
 
 val me : event -> string
 (** [me e] is the member whose event [e] is. *)

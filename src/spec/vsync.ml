@@ -363,7 +363,7 @@ let scan report id events =
         | Log.Lost { seq; kind; _ } -> Hashtbl.replace lost seq kind
         | Log.Exit _ -> exited := true
         | Log.Live { casts; _ } -> live := Some (line, casts)
-        | Log.Trans { view; _ } -> in_view line view (fun _ _ -> ()))
+        | Log.Trans { view; _ } | Log.Quorum { view; _ } -> in_view line view (fun _ _ -> ()))
     events;
   {
     id;
@@ -742,7 +742,7 @@ let summarize logs =
     | Log.Refused _ -> { s with refused = s.refused + 1 }
     | Log.Lost _ -> { s with lost = s.lost + 1 }
     | Log.Exit _ -> { s with exits = s.exits + 1 }
-    | Log.Live _ | Log.Trans _ -> s
+    | Log.Live _ | Log.Trans _ | Log.Quorum _ -> s
   in
   let s =
     List.fold_left
