@@ -35,6 +35,7 @@ module L = struct
     held : held Queue.t;  (* in the order they came *)
     mutable tracking : bool;
     mutable synced : bool;
+    mutable flushing : bool;  (* a view change started: the regular part of the view is over *)
     mutable stopped : bool;
     mutable safe : int;
     mutable at_flush : int;
@@ -51,6 +52,7 @@ module L = struct
       held = Queue.create ();
       tracking = false;
       synced = false;
+      flushing = false;
       stopped = false;
       safe = 0;
       at_flush = 0;
@@ -72,7 +74,7 @@ module L = struct
 
   (* In the order the casts came: above an ordering layer, its order. *)
   let rec deliver_stable t =
-    if not t.stopped then
+    if not (t.stopped || t.flushing) then
       match Queue.peek_opt t.held with
       | Some h when is_safe t h ->
           ignore (Queue.pop t.held);
@@ -111,7 +113,12 @@ module L = struct
           deliver_stable t
         end
     | e ->
-        (match e with Gmp.Synced | Gmp.Excluded -> t.synced <- true | _ -> ());
+        (* Once a view change starts, a cast stable now may be missing at
+           a member the flush excludes (its Mnak held it, its Gmp had
+           stopped delivering): what is held waits for the end of the view,
+           after the transitional view, where it is safe among the members
+           that go on together. *)
+        (match e with Gmp.Synced | Gmp.Excluded -> t.synced <- true | Gmp.Block -> t.flushing <- true | _ -> ());
         t.out.up_ctl e
 
   let dn_ctl t e =

@@ -16,8 +16,9 @@
     drop what comes later. Casts are delivered in the order they reach the
     layer, so above {!Total} the total order is kept.
 
-    When a view change starts, what is not yet stable stays held; at the
-    end of the view, after the flush, every member that goes on holds the
+    When a view change starts ({!Gmp.Block}), nothing more is delivered
+    in the regular part of the view (a cast stable then may be missing at
+    a member the flush excludes); at the end of the view, after the flush, every member that goes on holds the
     same casts and delivers the rest in the order they came (as Spread
     delivers in the transitional configuration). *)
 

@@ -826,6 +826,11 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
+      (* A member that leaves goes on with no one: what its view still
+         delivers at its end is safe only with respect to itself. *)
+      (match (t.on_transitional, t.cur) with
+      | Some f, Some c -> f { ending = c.view.View.id; next = ""; survivors = [| t.me.eid |] }
+      | _ -> ());
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
       let old = t.old_conns in

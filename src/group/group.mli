@@ -107,7 +107,7 @@ val pp_switch_error : switch_error Fmt.t
     it is safe only with respect to the transitional view. *)
 type transitional = {
   ending : string;  (** the regular view that ends *)
-  next : string;  (** the regular view to come *)
+  next : string;  (** the regular view to come; [""] when this member leaves the group (then [survivors] is itself) *)
   survivors : string array;  (** the members of [ending] also in [next], in [ending]'s rank order *)
 }
 
@@ -272,8 +272,9 @@ module Make (T : Consort.Transport.S) : sig
       is announced by [transitional] before the end of the old view's
       deliveries (see {!type:transitional}): it comes after [block] and the
       flush, then the old view's last deliveries (the safe casts not yet
-      stable, with [Agree]), then [view]. A member's first view, and its
-      exit, have none.
+      stable, with [Agree]), then [view]. A member's first view has none;
+      a member that leaves the group (or stops) hears one with [next = ""]
+      and itself alone, before its view's last deliveries and [exit].
 
       With the {!Primary} layer in [layers] (property [Primary]), every
       view is primary or not by the votes of its members

@@ -351,7 +351,13 @@ let run cfg =
                   say "%s" (Fmt.str "%a" Consort_group.Group.pp_transitional tv);
                   write
                     (Log.Trans
-                       { t = now_ns (); me = !self; view = tv.ending; next = tv.next; members = Array.to_list tv.survivors }))
+                       {
+                         t = now_ns ();
+                         me = !self;
+                         view = tv.ending;
+                         next = (if tv.next = "" then None else Some tv.next);
+                         members = Array.to_list tv.survivors;
+                       }))
             else None
           in
           (* With Primary, each view's decision is printed and logged. *)

@@ -197,9 +197,17 @@ let start ?layers ?params w i =
         (if w.evs then
            Some
              (fun (tv : Consort_group.Group.transitional) ->
+               (* Logged even as the process is killed: the stack's last
+                  deliveries, which come after it, are logged too. *)
                record w !self
-                 (Log.Trans
-                    { t = Sim.now w.net; me = !self; view = tv.ending; next = tv.next; members = Array.to_list tv.survivors }))
+                   (Log.Trans
+                      {
+                        t = Sim.now w.net;
+                        me = !self;
+                        view = tv.ending;
+                        next = (if tv.next = "" then None else Some tv.next);
+                        members = Array.to_list tv.survivors;
+                      }))
          else None)
       ~primary:(fun (q : Consort_group.Primary.quorum) ->
         record w !self

@@ -72,7 +72,8 @@ let check logs =
                     Option.iter (fun mv -> mv.went_on <- true) (Hashtbl.find_opt by (member, v));
                     match !trans with
                     | None -> report (No_transitional { member; line; view = v; next = view })
-                    | Some (tline, next, tmembers) ->
+                    | Some (tline, None, _) -> misplaced tline (Fmt.str "transitional view of a leave, then installs %s" view)
+                    | Some (tline, Some next, tmembers) ->
                         if next <> view then
                           misplaced tline (Fmt.str "transitional view into %s, then installs %s" next view)
                         else
@@ -92,6 +93,8 @@ let check logs =
                     if v <> view then misplaced line (Fmt.str "transitional view of %s in view %s" view v)
                     else if not (List.mem member members) then
                       misplaced line (Fmt.str "transitional view %a without its member" pp_ids members)
+                    else if next = None && members <> [ member ] then
+                      misplaced line (Fmt.str "transitional view of a leave with %a, not the member alone" pp_ids members)
                     else trans := Some (line, next, members))
             | Log.Deliver { view; from; kind = `Cast; seq; _ } -> (
                 match !cur with

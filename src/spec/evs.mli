@@ -17,7 +17,9 @@
       the two agreed memberships, in [V]'s rank order), so every member
       that installs the same two consecutive regular views hears the same
       transitional view; it is followed only by deliveries in [V], then by
-      [W]'s view line (or the end of the log).
+      [W]'s view line (or the end of the log). A transitional view without
+      a next view (a member that leaves or stops) holds the member alone
+      and is followed by no view.
     - {b Safe delivery in the regular part}: a cast a member delivers in
       the regular part of [V] is delivered in [V] (in either part) by every
       member of [V] that goes on, whatever partition it went on in.

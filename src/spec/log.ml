@@ -37,7 +37,7 @@ type event =
   | Lost of { t : int; me : string; kind : kind; seq : int; reason : string }
   | Exit of { t : int; me : string }
   | Live of { t : int; me : string; casts : int }
-  | Trans of { t : int; me : string; view : string; next : string; members : string list }
+  | Trans of { t : int; me : string; view : string; next : string option; members : string list }
   | Quorum of { t : int; me : string; view : string; primary : bool; votes : int; needed : int }
 
 let me = function
@@ -107,7 +107,9 @@ let to_json e : Yojson.Safe.t =
     | Exit { t; me } -> head "exit" t me
     | Live { t; me; casts } -> head "live" t me @ [ ("casts", i casts) ]
     | Trans { t; me; view; next; members } ->
-        head "trans" t me @ [ ("view", s view); ("next", s next); ("members", `List (List.map s members)) ]
+        head "trans" t me @ [ ("view", s view) ]
+        @ (match next with Some n -> [ ("next", s n) ] | None -> [])
+        @ [ ("members", `List (List.map s members)) ]
     | Quorum { t; me; view; primary; votes; needed } ->
         head "quorum" t me @ [ ("view", s view); ("primary", `Bool primary); ("votes", i votes); ("needed", i needed) ])
 
@@ -207,7 +209,8 @@ let event_of_fields fields =
   | "exit" -> Exit { t; me }
   | "live" -> Live { t; me; casts = int "casts" }
   | "trans" ->
-      let view = str "view" and next = str "next" in
+      let view = str "view" in
+      let next = if List.mem_assoc "next" fields then Some (str "next") else None in
       Trans { t; me; view; next; members = strs "members" }
   | "quorum" ->
       let view = str "view" in

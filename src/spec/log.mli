@@ -13,7 +13,7 @@
 {"ev":"lost","t":T,"me":ID,"kind":K,"seq":S,"reason":R}
 {"ev":"exit","t":T,"me":ID}
 {"ev":"live","t":T,"me":ID,"casts":N}
-{"ev":"trans","t":T,"me":ID,"view":VID,"next":VID,"members":[ID,...]}
+{"ev":"trans","t":T,"me":ID,"view":VID[,"next":VID],"members":[ID,...]}
 {"ev":"quorum","t":T,"me":ID,"view":VID,"primary":B,"votes":N,"needed":N}
     v}
     - [t] is the time of the event in nanoseconds (a non-negative integer):
@@ -43,7 +43,9 @@
     - [trans]: the transitional view (extended virtual synchrony) of
       [me] as it goes from regular view [view] into [next]: the members of
       [view] that go on with it; the deliveries after it and before the
-      [view] line of [next] are in [view]'s transitional part.
+      [view] line of [next] are in [view]'s transitional part. Without
+      [next], [me] is leaving the group (its members: itself), and the
+      deliveries after it come before its [exit].
     - [quorum]: with the [Primary] property, right after a [view] line:
       whether [view] is primary (B is [true] or [false]), the votes of its
       members and the quorum.
@@ -102,9 +104,10 @@ type event =
   | Live of { t : int; me : string; casts : int }
       (** at the end of a run, [me] is alive and connected; the API
           accepted [casts] casts from it *)
-  | Trans of { t : int; me : string; view : string; next : string; members : string list }
+  | Trans of { t : int; me : string; view : string; next : string option; members : string list }
       (** [me] goes from [view] into [next] with [members] (key
-          ["members"]): its transitional view *)
+          ["members"]): its transitional view; without [next], [me]
+          leaves the group *)
   | Quorum of { t : int; me : string; view : string; primary : bool; votes : int; needed : int }
       (** [me] decided that [view] is primary or not: its members have
           [votes], the quorum is [needed] *)

@@ -93,6 +93,11 @@ let cut_off_sequencer () =
   in
   not_done "read" !read;
   not_done "write" !write;
+  (* Now in a view of its own, outside the primary: a new write is
+     refused at once, saying why. *)
+  (match call w sq ~d:(s 1.) ~client:4L ~req:1 (Op.Put ("k", "minority")) with
+  | Some (Wire.Refused why) when String.length why >= 9 && String.sub why 0 9 = "no quorum" -> ()
+  | o -> Alcotest.failf "a write outside the primary: %a" Fmt.(option Wire.pp_outcome) o);
   Sim.heal w.net;
   run w (s 8.);
   (* Every replica, the old sequencer included, reads the majority's value

@@ -9,7 +9,7 @@ let view me view members = Log.View { t = 0; me; view; members }
 let cast me view seq = Log.Cast { t = 0; me; view; seq; len = 1; digest = "00" }
 let del me view from seq = Log.Deliver { t = 0; me; view; from; kind = `Cast; seq; len = 1; digest = "00" }
 let block me view = Log.Block { t = 0; me; view }
-let trans me view next members = Log.Trans { t = 0; me; view; next; members }
+let trans me view next members = Log.Trans { t = 0; me; view; next = Some next; members }
 let live me = Log.Live { t = 0; me; casts = 0 }
 let abc = [ "a"; "b"; "c" ]
 
@@ -82,6 +82,20 @@ let broken () =
     [ ("a", [ view "a" "1:a" [ "a"; "b" ]; trans "a" "1:a" "2:a" [ "b" ]; view "a" "2:a" [ "a" ]; live "a" ]) ]
     (function Evs.Misplaced { member = "a"; line = 2; _ } -> true | _ -> false)
 
+(* A member that leaves: a transitional view of itself, its last
+   deliveries (not known to the others), its exit. *)
+let leave () =
+  let leaver = Log.Trans { t = 0; me = "c"; view = "1:a"; next = None; members = [ "c" ] } in
+  holds "a leave"
+    [
+      split "a" ~trans_part:[ ("a", 2) ] ();
+      split "b" ~trans_part:[ ("a", 2) ] ();
+      ("c", [ view "c" "1:a" abc; block "c" "1:a"; leaver; del "c" "1:a" "a" 1; Log.Exit { t = 0; me = "c" } ]);
+    ];
+  breaks "a leave, then a view"
+    [ ("c", [ view "c" "1:a" [ "c" ]; leaver; view "c" "2:c" [ "c" ]; live "c" ]) ]
+    (function Evs.Misplaced { member = "c"; line = 2; _ } -> true | _ -> false)
+
 (* The log line round-trips. *)
 let line () =
   let e = trans "a" "1:a" "2:a" [ "a"; "b" ] in
@@ -92,4 +106,4 @@ let line () =
 
 let () =
   Alcotest.run "evs"
-    [ ("evs", [ Alcotest.test_case "correct runs" `Quick correct; Alcotest.test_case "broken runs" `Quick broken; Alcotest.test_case "log line" `Quick line ]) ]
+    [ ("evs", [ Alcotest.test_case "correct runs" `Quick correct; Alcotest.test_case "broken runs" `Quick broken; Alcotest.test_case "a leave" `Quick leave; Alcotest.test_case "log line" `Quick line ]) ]
