@@ -52,9 +52,10 @@
 
     Limits: the servers must all run from the start of the sessions (a
     server that joins later has no session table: there is no state
-    transfer of it yet); with [Rekey], the servers' datagrams to clients
-    go under the view key, which clients do not hold: use [Auth] without
-    rekeying ([seal.rekey=false]) or no seal. *)
+    transfer of it yet), and a partition of the servers that heals merges
+    two session tables that may disagree. With [Auth] (and [Rekey]) the
+    clients seal with the group's secret, as the servers' side channel
+    does: whoever lacks it can open no session. *)
 
 module Param : sig
   val max_clients : string  (** ["cltsvr.max_clients"], default 1024 *)
