@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak soak-net soak-daemon mutants fuzz doc clean
+.PHONY: all deps build demo test bench soak soak-net soak-daemon mutants fuzz doc fmt clean
 
 all: build
 
@@ -17,6 +17,10 @@ build: deps
 
 doc: build
 	@./scripts/doc.sh
+
+# Formats every OCaml and dune file (ocamlformat, pinned in .ocamlformat; make test checks it).
+fmt:
+	@./scripts/fmt.sh
 
 demo: build
 	@./scripts/demo.sh

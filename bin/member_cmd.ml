@@ -184,14 +184,61 @@ let keygen =
   in
   Cmd.v (Consort_cli.info ~path:"keygen" "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
 
-let stack props =
-  match Consort_group.Properties.layers props with
-  | Ok l ->
-      print_endline (Consort.Stack.describe l);
-      0
-  | Error e ->
-      Fmt.epr "consort stack: %a@." Consort_group.Properties.pp_error e;
-      Consort_cli.refused
+module P = Consort_group.Properties
+
+(* [--props] for [consort stack]: a name that is no property cannot be
+   read (124); a known property that is not built, or a set that cannot
+   work, is refused when the command runs (2), with the reason. *)
+let stack_props =
+  let parse s =
+    match P.of_string s with
+    | Error (P.Unknown _ as e) -> Error (`Msg (Fmt.str "%a" P.pp_error e))
+    | r -> Ok r
+  in
+  let print ppf = function Ok p -> P.pp ppf p | Error e -> P.pp_error ppf e in
+  Arg.(
+    value
+    & opt (conv (parse, print)) (Ok P.vsync)
+    & info [ "props" ] ~docv:"P" ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync) (see $(b,--list)).")
+
+let list = Arg.(value & flag & info [ "list" ] ~doc:"List every property: what it guarantees, or why it is not available.")
+
+let print_list () =
+  let rows =
+    List.map (fun p -> (P.to_string p, P.doc p)) P.all
+    @ List.map (fun (n, what) -> (n, "not available in this version: " ^ what)) P.not_available
+  in
+  let rows = List.sort (fun (a, _) (b, _) -> compare (String.lowercase_ascii a) (String.lowercase_ascii b)) rows in
+  List.iter (fun (n, d) -> Fmt.pr "%-8s %s@." n d) rows;
+  0
+
+(* One line per layer, top first: its name and what it gives the layers
+   above it. *)
+let print_stack l =
+  List.iter
+    (fun layer ->
+      let provides = List.map Consort.Contract.name (Consort.Layer.provides layer) in
+      Fmt.pr "%-8s %s@." (Consort.Layer.name layer)
+        (match provides with [] -> "-" | l -> String.concat ", " l))
+    l;
+  0
+
+let stack props list =
+  if list then print_list ()
+  else
+    match Result.bind props P.layers with
+    | Ok l -> print_stack l
+    | Error e ->
+        Fmt.epr "consort stack: %a@." P.pp_error e;
+        Consort_cli.refused
 
 let stack =
-  Cmd.v (Consort_cli.info ~path:"stack" "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.") Term.(const stack $ props)
+  let man =
+    [
+      `S Manpage.s_description;
+      `P "Prints the layers Consort stacks for a set of properties, one line per layer, top first: the layer's name and what it provides to the layers above it. A property that is not available in this version, or a set that cannot work (such as $(b,Total) without $(b,Gmp)), is refused with the reason (exit 2).";
+    ]
+  in
+  Cmd.v
+    (Consort_cli.info ~man ~path:"stack" "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.")
+    Term.(const stack $ stack_props $ list)

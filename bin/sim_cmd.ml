@@ -113,7 +113,7 @@ let cmd =
     [
       `S Manpage.s_description;
       `P "Prints one line for each failing seed, with the command that reproduces it, then $(b,N passed, M failed). Exits 1 if any seed failed.";
-      `P ("Scenarios: " ^ String.concat ", " Consort_scenario.Scenario.names ^ ".");
+      `P ("Scenarios: " ^ String.concat ", " names ^ ".");
     ]
   in
   Cmd.v (Consort_cli.info ~path:"sim" "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)

@@ -110,6 +110,8 @@ for s in rpc-at-most-once fs-crash; do
 done
 # The API documentation builds (odoc).
 jobs+=("counted|doc|scripts/doc.sh --check")
+# Every deliberate bug under test/mutants/ still applies and is in the README's table (make mutants runs them).
+jobs+=("counted|mutants apply|scripts/mutants-check.sh")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 65 CPU seconds for 1000 seeds (75 with the token).

@@ -31,8 +31,8 @@ type dir = Req | Rep
 
 type inner =
   | Frag of { dir : dir; xid : int; total : int; offset : int; header : Header.t option; chunk : string }
-      (** bytes [offset, offset + length chunk) of a message of [total]
-          bytes; the fragment at offset 0 carries the header *)
+      (** the bytes from [offset] up to, not including, [offset + length chunk]
+          of a message of [total] bytes; the fragment at offset 0 carries the header *)
   | Ack of { dir : dir; xid : int; upto : int }  (** the first [upto] bytes arrived *)
   | Enquire of { xid : int; have : int }
       (** client: where is [xid]? ([have] reply bytes arrived so far) *)
@@ -72,7 +72,7 @@ val frag_cstruct :
   Cstruct.t
 (** [frag_cstruct ~headroom ... data ~off ~len] is [headroom] unspecified
     bytes and then the {!inner} encoding of the [Frag] whose chunk is
-    bytes [off, off+len) of [data]. With [into] large enough, the bytes are written at
+    the bytes from [off] up to, not including, [off + len] of [data]. With [into] large enough, the bytes are written at
     the start of [into] and the result is a view of it (valid until [into]
     is written again). *)
 

@@ -37,7 +37,7 @@ val counting : t -> t * (unit -> int)
 (** [counting io] is [io] that counts its steps, and the count so far. *)
 
 val pread : Unix.file_descr -> off:int -> bytes -> int -> int -> int
-(** [pread fd ~off buf pos len] reads bytes [off, off+len) of the file [fd]
+(** [pread fd ~off buf pos len] reads the bytes from [off] up to, not including, [off + len] of the file [fd]
     into [buf] at [pos], in as few system calls as the kernel allows (not
     in 64 KiB pieces as [Unix.read]), until [len] bytes or the end of the
     file, and is the number read. The file position is not used.
@@ -46,4 +46,5 @@ val pread : Unix.file_descr -> off:int -> bytes -> int -> int -> int
 val write_string : Unix.file_descr -> string -> unit
 (** [write_string fd s] writes all of [s] to [fd] with as few [write] calls
     as the kernel takes (not in 64 KiB pieces), waiting when [fd] is
-    non-blocking and full. @raise Unix.Unix_error on failure. *)
+    non-blocking and full.
+    @raise Unix.Unix_error on failure. *)

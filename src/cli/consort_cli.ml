@@ -132,7 +132,7 @@ let table =
     ( "sim",
       [ ("2000 seeded schedules of a scenario, checked by the specifications:", "consort sim --scenario vsync-crash --seeds 2000");
         ("Seed 17 alone, with its trace:", "consort sim --scenario vsync-crash --seed 17 --trace t.txt") ] );
-    ("stack", [ ("The layers chosen for total order:", "consort stack --props vsync,Total") ]);
+    ("stack", [ ("The layers chosen for total order:", "consort stack --props vsync,Total"); ("Every property, and what it guarantees:", "consort stack --list") ]);
     ( "status",
       [ ("A member started with --control /run/consort/chat.sock:", "consort status --control /run/consort/chat.sock");
         ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json") ] );

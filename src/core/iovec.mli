@@ -24,8 +24,8 @@ val set_checked : bool -> unit
 val checked : unit -> bool
 
 val make : Segment.t -> off:int -> len:int -> t
-(** [make seg ~off ~len] takes a new reference to bytes [off, off+len) of
-    [seg]. Used by {!Pool}; applications allocate with {!Pool.alloc}. *)
+(** [make seg ~off ~len] takes a new reference to the bytes from [off] up to,
+    not including, [off + len] of [seg]. Used by {!Pool}; applications allocate with {!Pool.alloc}. *)
 
 val length : t -> int
 val is_live : t -> bool
@@ -35,7 +35,7 @@ val cstruct : t -> Cstruct.t
     @raise Use_after_release if [t] was released. *)
 
 val sub : t -> off:int -> len:int -> t
-(** [sub t ~off ~len] is a new reference to bytes [off, off+len) of [t],
+(** [sub t ~off ~len] is a new reference to the bytes from [off] up to, not including, [off + len] of [t],
     without copying. [t] stays live.
     @raise Invalid_argument if the range is outside [t]. *)
 

@@ -15,7 +15,8 @@ val append : t -> t -> t
     longer be used on their own). *)
 
 val sub : t -> off:int -> len:int -> t
-(** [sub t ~off ~len] is a new owner of bytes [off, off+len) of [t].
+(** [sub t ~off ~len] is a new owner of the bytes from [off] up to, not
+    including, [off + len] of [t].
     @raise Invalid_argument if the range is outside [t]. *)
 
 val retain : t -> t

@@ -27,6 +27,9 @@ type t =
           whenever [Auth] or [Privacy] is (see [Consort_seal.Seal]); adds
           no layer *)
   | Xfer  (** state transfer to members that join (needs [Gmp]) *)
+  | Switch
+      (** the group may switch to another stack while it runs, at a view
+          boundary ([Group.Make.switch]; needs [Gmp]); adds no layer *)
 
 val all : t list
 val vsync : t list
@@ -35,12 +38,23 @@ val vsync : t list
 
 val to_string : t -> string
 
+val doc : t -> string
+(** What the property guarantees, in one line. *)
+
+val not_available : (string * string) list
+(** Properties of Ensemble's Table 1 (and of quorum, [Primary]) that this
+    version does not build: each name with what it would guarantee.
+    {!of_string} refuses them with {!Not_available}. *)
+
 (** Why a property set is refused. *)
 type error =
   | Unknown of { name : string; known : string list }  (** not a property *)
   | Empty  (** no property given *)
   | Sync_without_gmp  (** [Sync] needs [Gmp] *)
   | Stack of string  (** the layers' contracts do not fit (see {!Consort.Stack.check}) *)
+  | Not_available of { name : string; what : string }
+      (** a property of {!not_available}: known, not built *)
+  | Needs of { prop : t; needs : t; why : string }  (** [prop] cannot work without [needs] *)
 
 val pp_error : error Fmt.t
 (** One line, naming what is wrong. *)
@@ -55,7 +69,8 @@ val layers : t list -> (Consort.Layer.t list, error) result
 (** [layers ps] is the stack for [ps], top first, checked. Membership
     needs reliable casts and sends, so the reliable layers are always
     there, and a failure detector, so [Gmp] brings [Suspect] with it;
-    [Sync] without [Gmp] is refused. *)
+    [Sync] without [Gmp] is refused, and so are [Total], [Causal],
+    [Agree], [Xfer], [Heal], [Switch] and [Rekey] without [Gmp] ({!Needs}). *)
 
 val describe : t list -> string
 (** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

@@ -97,7 +97,8 @@ val dirty : t -> bool
 
 val sync : t -> unit
 (** [sync t] writes and fsyncs what was logged since the last sync (and
-    perhaps takes a snapshot). @raise Unix.Unix_error on an I/O error. *)
+    perhaps takes a snapshot).
+    @raise Unix.Unix_error on an I/O error. *)
 
 val snapshot : t -> string
 (** The whole state, encoded. *)

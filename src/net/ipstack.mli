@@ -2,9 +2,11 @@
     (Ethernet over the device, ARP over Ethernet, IPv4 over ARP, ICMP and
     UDP over IPv4, UDP with checksums on), as Fox builds its standard
     stack. This module is that stack on {!Device.t}; {!Make} builds it on
-    any {!Device.S}. A transport added later (TCP) is one more functor
-    application over [Ip]:
-    {[ module Tcp = Tcp.Make (Ipstack.Ip) (Ipstack.Ip.Pseudo_header) (Checksum.On) ]} *)
+    any {!Device.S}. TCP is one more functor application, over [Ip] with
+    Don't Fragment set ({!Ipv4.Df}), and its parameters (the local host,
+    the pseudo-header checksum, a clock, a generator and a pool: see
+    {!Tcp_types.PARAMS}):
+    {[ module Tcp = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (Params) ]} *)
 
 type arp_config = Arp.config
 

@@ -20,7 +20,7 @@ type seg = {
 }
 
 type st = {
-  mutable segs : seg array;  (** [lo, hi) in sequence order, disjoint *)
+  mutable segs : seg array;  (** from [lo] up to, not including, [hi], in sequence order, disjoint *)
   mutable lo : int;
   mutable hi : int;
   mutable r_xmit : Time.t;  (** RACK.xmit_ts: the most recently sent delivered segment *)

@@ -296,6 +296,119 @@ let help_everywhere () =
           then Alcotest.failf "%s --help has no EXAMPLES section with a %s command line" (show path) prefix)
     cases
 
+(* {1 Properties and scenarios: the lists users read, built from the code} *)
+
+(* The scenarios [consort sim] runs, from its refusal of an unknown one. *)
+let scenario_names () =
+  let r = run [ "sim"; "--scenario"; "no-such" ] in
+  let marker = "(known: " in
+  let rec find i = if i + String.length marker > String.length r.err then Alcotest.failf "no known list: %S" r.err else if String.sub r.err i (String.length marker) = marker then i + String.length marker else find (i + 1) in
+  let start = find 0 in
+  let stop = String.index_from r.err start ')' in
+  String.sub r.err start (stop - start) |> String.split_on_char ',' |> List.map String.trim
+
+let sim_help_lists_every_scenario () =
+  let names = scenario_names () in
+  List.iter (fun n -> if not (List.mem n names) then Alcotest.failf "consort sim does not know %s" n) [ "vsync-crash"; "fs-crash"; "kv-linearizable" ];
+  let help = run [ "sim"; "--help=plain" ] in
+  (* Help wraps lines: compare words. *)
+  let words =
+    String.split_on_char '\n' help.out |> List.concat_map (String.split_on_char ' ')
+    |> List.map (fun w -> String.trim w |> fun w -> if w <> "" && (w.[String.length w - 1] = ',' || w.[String.length w - 1] = '.') then String.sub w 0 (String.length w - 1) else w)
+  in
+  List.iter (fun n -> if not (List.mem n words) then Alcotest.failf "consort sim --help does not list scenario %s" n) names
+
+(* [consort stack --list]: each property, and whether it is built. *)
+let properties () =
+  let r = run [ "stack"; "--list" ] in
+  if r.code <> 0 then Alcotest.failf "consort stack --list: exit %d" r.code;
+  List.map
+    (fun l ->
+      match String.index_opt l ' ' with
+      | Some i -> (String.sub l 0 i, not (contains l "not available"))
+      | None -> Alcotest.failf "consort stack --list: %S" l)
+    (lines r.out)
+
+let stack_knows_every_property () =
+  let ps = properties () in
+  (* Seed 000's Table 1. *)
+  List.iter
+    (fun n -> if not (List.mem_assoc n ps) then Alcotest.failf "consort stack --list does not know %s" n)
+    [ "Agree"; "Auth"; "Causal"; "Cltsvr"; "Debug"; "Evs"; "Flow"; "Frag"; "Gmp"; "Heal"; "Migrate"; "Privacy"; "Rekey"; "Scale"; "Suspect"; "Switch"; "Sync"; "Total"; "Xfer"; "Primary" ];
+  List.iter
+    (fun (n, available) ->
+      let args = [ "stack"; "--props"; "vsync," ^ n ] in
+      let r = run args in
+      no_defect args r;
+      if available then (
+        if r.code <> 0 then Alcotest.failf "%s: exit %d\n%s" (show args) r.code r.err;
+        (* One line per layer, top first, down to bottom. *)
+        let ls = lines r.out in
+        if List.length ls < 5 then Alcotest.failf "%s: %d lines" (show args) (List.length ls);
+        List.iter (fun l -> if String.contains (List.hd (String.split_on_char ' ' l)) ':' then Alcotest.failf "%s: not one layer a line: %S" (show args) l) ls;
+        let last = List.nth ls (List.length ls - 1) in
+        if not (String.length last >= 6 && String.sub last 0 6 = "bottom") then Alcotest.failf "%s: ends with %S" (show args) last)
+      else (
+        if r.code <> 2 then Alcotest.failf "%s: exit %d, expected 2 (not available)" (show args) r.code;
+        match lines r.err with
+        | [ l ] when contains l "not available" && contains l n -> ()
+        | _ -> Alcotest.failf "%s: %S" (show args) r.err))
+    ps;
+  (* A set that cannot work: refused, saying why. *)
+  List.iter
+    (fun (props, why) ->
+      let args = [ "stack"; "--props"; props ] in
+      let r = run args in
+      no_defect args r;
+      if r.code <> 2 then Alcotest.failf "%s: exit %d, expected 2" (show args) r.code;
+      match lines r.err with [ l ] when contains l why -> () | _ -> Alcotest.failf "%s: %S" (show args) r.err)
+    [ ("Total", "needs Gmp"); ("Sync", "needs Gmp"); ("Heal,Frag", "needs Gmp"); ("Frag,Auth,Switch", "Switch needs Gmp") ]
+
+(* The README's table of properties: a row for every property, and every
+   scenario it names runs. *)
+let readme_table () =
+  let readme =
+    let dir = Filename.dirname Sys.executable_name in
+    let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
+    let f = Filename.concat dir "../../README.md" in
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    s
+  in
+  let rec table = function
+    | [] -> Alcotest.fail "README.md has no table of properties (a line \"| property | guarantees | checked by |\")"
+    | l :: rest when String.trim l = "| property | guarantees | checked by |" -> (
+        match rest with _sep :: rows -> List.filter (fun l -> String.length l > 0 && l.[0] = '|') (let rec take = function l :: r when String.length l > 0 && l.[0] = '|' -> l :: take r | _ -> [] in take rows) | [] -> [])
+    | _ :: rest -> table rest
+  in
+  let rows = table (String.split_on_char '\n' readme) in
+  (* The words in backquotes of a cell. *)
+  let quoted cell =
+    match String.split_on_char '`' cell with
+    | [] | [ _ ] -> []
+    | _ :: rest -> List.filteri (fun i _ -> i mod 2 = 0) rest
+  in
+  let scenarios = scenario_names () in
+  let ps = properties () in
+  let seen =
+    List.map
+      (fun row ->
+        match String.split_on_char '|' row with
+        | _ :: p :: guarantee :: checked :: _ ->
+            let name = match quoted p with n :: _ -> n | [] -> Alcotest.failf "README row without a property: %S" row in
+            let available = match List.assoc_opt name ps with Some a -> a | None -> Alcotest.failf "README lists %s, which consort stack --list does not know" name in
+            let named = List.filter (fun w -> not (String.contains w '=')) (quoted checked) in
+            List.iter (fun s -> if not (List.mem s scenarios) then Alcotest.failf "README: %s is checked by %S, which is no scenario of consort sim" name s) named;
+            if available && named = [] then Alcotest.failf "README: %s names no scenario that checks it" name;
+            if (not available) && not (contains guarantee "not available") then Alcotest.failf "README: %s is not available, its row says otherwise" name;
+            if available && contains guarantee "not available" then Alcotest.failf "README: %s is available now, its row says it is not" name;
+            name
+        | _ -> Alcotest.failf "README row: %S" row)
+      rows
+  in
+  List.iter (fun (n, _) -> if not (List.mem n seen) then Alcotest.failf "README's table of properties has no row for %s" n) ps
+
 let () =
   Alcotest.run "cli"
     [
@@ -306,5 +419,11 @@ let () =
           Alcotest.test_case "an unknown option: 124" `Quick unknown_option;
           Alcotest.test_case "negative numbers refused when read" `Quick negative_numbers;
           Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick help_everywhere;
+        ] );
+      ( "lists",
+        [
+          Alcotest.test_case "consort sim --help lists every scenario" `Quick sim_help_lists_every_scenario;
+          Alcotest.test_case "consort stack knows every property, refuses what cannot work" `Quick stack_knows_every_property;
+          Alcotest.test_case "the README's table of properties" `Quick readme_table;
         ] );
     ]
