@@ -199,6 +199,58 @@ let sealed () =
   List.iter (fun (srv, _) -> Alcotest.(check int) "one session" 1 (CS.Server.sessions srv)) ss;
   Alcotest.(check int) "the good one acknowledged" 1 (CS.Client.acked good)
 
+(* A server crashes and a new incarnation joins with state transfer
+   (Xfer): it gets the session table before any cast of its view, and
+   delivers the session's next requests in order, as the others do. *)
+let rejoin () =
+  let net = Sim.create ~seed:6 () in
+  let xl = layers Consort_group.Properties.(vsync @ [ Total; Xfer ]) in
+  let addrs = [ "s0"; "s1"; "s2" ] in
+  let got = Hashtbl.create 8 in
+  let start a =
+    let mine = ref [] in
+    Hashtbl.replace got a mine;
+    let srv =
+      C.Server.create net ~group:"cs"
+        {
+          C.Server.request = (fun ~client:_ ~seq p -> mine := (seq, p) :: !mine);
+          opened = (fun ~client:_ -> ());
+          closed = (fun ~client:_ ~why:_ -> ());
+          noted = (fun ~client:_ ~n:_ _ -> ());
+          cast = (fun ~origin:_ _ -> ());
+        }
+    in
+    match
+      G.join ~peers:addrs ~seed:(Hashtbl.hash (a, Sim.now net)) ~layers:xl
+        ~take_state:(fun () -> C.Server.take_state srv)
+        ~install_state:(fun st -> C.Server.install_state srv st)
+        net ~group:"cs" ~addr:a (C.Server.callbacks srv group_cb)
+    with
+    | Ok g ->
+        (match C.Server.attach srv g with Ok () -> () | Error e -> Alcotest.failf "%a" Cltsvr.pp_attach_error e);
+        (srv, g)
+    | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e
+  in
+  let ss = List.map start addrs in
+  run net 3.;
+  let c = client net ~servers:[ "s0"; "s1" ] "c" (ref []) (ref []) in
+  for k = 1 to 3 do ignore (C.Client.request c (Printf.sprintf "r%d" k)) done;
+  run net 2.;
+  let srv2, g2 = List.nth ss 2 in
+  G.crash g2;
+  C.Server.stop srv2;
+  Sim.crash net "s2";
+  run net 8.;
+  let srv2', _ = start "s2" in
+  run net 4.;
+  let srv0 = fst (List.hd ss) in
+  Alcotest.(check (list string)) "the rejoined server holds the session" (C.Server.clients srv0) (C.Server.clients srv2');
+  Alcotest.(check (option int)) "with the requests delivered so far" (Some 3) (C.Server.upto srv2' (C.Client.session c));
+  for k = 4 to 5 do ignore (C.Client.request c (Printf.sprintf "r%d" k)) done;
+  run net 2.;
+  Alcotest.(check (list (pair int string))) "s0 delivered 1 to 5" (List.init 5 (fun k -> (k + 1, Printf.sprintf "r%d" (k + 1)))) (List.rev !(Hashtbl.find got "s0"));
+  Alcotest.(check (list (pair int string))) "the new s2 delivered 4 and 5" [ (4, "r4"); (5, "r5") ] (List.rev !(Hashtbl.find got "s2"))
+
 let () =
   Alcotest.run "cltsvr"
     [
@@ -210,5 +262,6 @@ let () =
           Alcotest.test_case "bad client input" `Quick bad_client_input;
           Alcotest.test_case "codecs" `Quick codecs;
           Alcotest.test_case "sealed, with per-view keys" `Quick sealed;
+          Alcotest.test_case "a server rejoins with the session table (Xfer)" `Quick rejoin;
         ] );
     ]
