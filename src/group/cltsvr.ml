@@ -460,6 +460,36 @@ module Make (T : Transport.S) = struct
         Ok ()
       end
 
+    (* The session table as state transfer carries it (property Xfer):
+       sorted, so that servers with the same table give the same string. *)
+    let state_codec =
+      Codec.(
+        list ~max:1_000_000
+          (tup4 str (tup3 varint varint varint) (list ~max:1_000_000 (pair varint body)) unit))
+
+    let take_state t =
+      let l =
+        List.sort compare
+          (Hashtbl.fold (fun c s acc -> (c, (s.upto, s.notes, s.mentions), List.of_seq (Queue.to_seq s.kept), ()) :: acc) t.sessions [])
+      in
+      Codec.encode_string state_codec l
+
+    let install_state t snapshot =
+      match Codec.decode_string state_codec snapshot with
+      | Error e -> Log.err (fun m -> m "a session table that does not decode: %a" Codec.pp_error e)
+      | Ok l ->
+          Hashtbl.reset t.sessions;
+          Hashtbl.reset t.opening;
+          Hashtbl.reset t.forgetting;
+          List.iter
+            (fun (c, (upto, notes, mentions), kept, ()) ->
+              let q = Queue.create () in
+              List.iter (fun x -> Queue.add x q) kept;
+              Hashtbl.replace t.sessions c { upto; notes; kept = q; seen = now t; mentions })
+            l;
+          (* Contacts forward from what the group delivered. *)
+          Hashtbl.iter (fun c ct -> match Hashtbl.find_opt t.sessions c with Some s -> ct.forwarded <- s.upto | None -> ()) t.contacts
+
     let stop t = t.stopped <- true
     let sessions t = Hashtbl.length t.sessions
     let clients t = List.sort compare (Hashtbl.fold (fun c _ acc -> c :: acc) t.sessions [])

@@ -50,11 +50,12 @@
       are counted and dropped; nothing a client sends makes a server
       allocate beyond the bounds above.
 
-    Limits: the servers must all run from the start of the sessions (a
-    server that joins later has no session table: there is no state
-    transfer of it yet); with [Rekey], the servers' datagrams to clients
-    go under the view key, which clients do not hold: use [Auth] without
-    rekeying ([seal.rekey=false]) or no seal. *)
+    Limits: a server that joins the servers later (a restarted one) must
+    get the session table by state transfer ([Xfer], {!Make.Server.take_state}),
+    else it has none and its table disagrees; a partition of the servers that heals merges
+    two session tables that may disagree. With [Auth] (and [Rekey]) the
+    clients seal with the group's secret, as the servers' side channel
+    does: whoever lacks it can open no session. *)
 
 module Param : sig
   val max_clients : string  (** ["cltsvr.max_clients"], default 1024 *)
@@ -147,6 +148,14 @@ module Make (T : Consort.Transport.S) : sig
 
     val notify : t -> client:string -> string -> (unit, error) result
     val notify_all : t -> string -> (unit, error) result
+
+    val take_state : t -> string
+    val install_state : t -> string -> unit
+    (** The session table, for state transfer (property [Xfer]): give them
+        to {!Group.Make.join} ([take_state], [install_state]; composed with
+        the application's own state, if any), so that a server that joins
+        the servers later (a restarted one) gets the table before any
+        cast of its view. *)
 
     val stop : t -> unit
     val sessions : t -> int

@@ -243,6 +243,11 @@ let unwrap ring ~vid ~me ~context ~installer:(maker, maker_pub) wrapped =
 
 let side_magic = Consort_group.Side.magic
 
+(* Under the group secret, with Rekey: the side channel's datagrams, and
+   those between the servers of a client-server group and their clients,
+   which hold the secret but no view key (Consort_group.Cltsvr). *)
+let under_secret b = b = side_magic || b = Consort_group.Group.client_magic
+
 (* The first byte of what a datagram carries: the side channel's magic or
    a stack's. *)
 let first_byte msg =
@@ -464,7 +469,7 @@ module Make (T : Transport.S) = struct
     let _, mode = secret_mode in
     let under =
       match c.t.ring with
-      | Some ring when first_byte msg <> side_magic -> (
+      | Some ring when not (under_secret (first_byte msg)) -> (
           match ring.current with
           | None -> None
           | Some v ->
@@ -609,8 +614,8 @@ module Make (T : Transport.S) = struct
             | Some payload ->
                 let side =
                   match payload with
-                  | `Decrypted p -> Cstruct.length p > 0 && Cstruct.get_uint8 p 0 = side_magic
-                  | `In_place (off, plen) -> plen > 0 && Cstruct.get_uint8 cs off = side_magic
+                  | `Decrypted p -> Cstruct.length p > 0 && under_secret (Cstruct.get_uint8 p 0)
+                  | `In_place (off, plen) -> plen > 0 && under_secret (Cstruct.get_uint8 cs off)
                 in
                 if 2 - (m mod 2) <> mode_byte mode then begin
                   n.wrong_mode <- n.wrong_mode + 1;

@@ -92,7 +92,11 @@
       they were before (the reliable layers send them again);
     - with rekeying, a datagram under the group secret that is not the side
       channel's, or under a view key that is, is dropped ([wrong_key]): the
-      secret alone passes nothing to a stack.
+      secret alone passes nothing to a stack. The datagrams between the
+      servers of a client-server group and their clients
+      ({!Consort_group.Cltsvr}, first byte {!Consort_group.Group.client_magic})
+      go under the group secret as the side channel's do: clients hold the
+      secret, never a view key.
 
     So a member excluded (or gone) at a view change, still running, holding
     the group secret, its key pair and every key it ever had, and capturing

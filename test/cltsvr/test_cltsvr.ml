@@ -151,6 +151,106 @@ let codecs () =
   Alcotest.(check bool) "env" true (rt Cltsvr.env_codec (Cltsvr.Forget { session = "s"; why = "w"; mentions = Some 4 }));
   Alcotest.(check bool) "another magic refused" true (Result.is_error (Codec.decode_string Cltsvr.wire_codec "\xc2\x00"))
 
+(* With Auth and per-view keys: a client holding the group's secret opens
+   a session and is heard (its datagrams go under the secret, as the side
+   channel's); one with another secret opens nothing. *)
+module Seal = Consort_seal.Seal
+module S = Seal.Make (Sim)
+module GS = Group.Make (S)
+module CS = Cltsvr.Make (S)
+
+let sealed () =
+  let net = Sim.create ~seed:5 () in
+  let secret c = match Seal.secret_of_string (String.make 32 c) with Ok s -> s | Error e -> failwith e in
+  let wrap ?(c = 'k') name = S.wrap ~rekey:true ~g:(Consort_cap.Crypto.deterministic name) ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now net)) net (Some (secret c, Seal.Auth)) in
+  let addrs = [ "s0"; "s1" ] in
+  let got = ref [] in
+  let ss =
+    List.map
+      (fun a ->
+        let t = wrap a in
+        let srv =
+          CS.Server.create t ~group:"cs"
+            {
+              CS.Server.request = (fun ~client ~seq p -> got := (client, seq, p) :: !got);
+              opened = (fun ~client:_ -> ());
+              closed = (fun ~client:_ ~why:_ -> ());
+              noted = (fun ~client:_ ~n:_ _ -> ());
+              cast = (fun ~origin:_ _ -> ());
+            }
+        in
+        match GS.join ~peers:addrs ~seed:(Hashtbl.hash a) ?rekey:(S.rekey t) ~layers:total t ~group:"cs" ~addr:a (CS.Server.callbacks srv group_cb) with
+        | Ok g -> (srv, g)
+        | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e)
+      addrs
+  in
+  run net 3.;
+  List.iter (fun (srv, g) -> match CS.Server.attach srv g with Ok () -> () | Error e -> Alcotest.failf "%a" Cltsvr.pp_attach_error e) ss;
+  let connect ?c name =
+    match CS.Client.connect ~seed:(Hashtbl.hash name) (wrap ?c name) ~group:"cs" ~addr:name ~servers:addrs { CS.Client.note = ignore; lost = ignore; status = ignore } with
+    | Ok cl -> cl
+    | Error e -> Alcotest.failf "connect: %s" e
+  in
+  let good = connect "good" and bad = connect ~c:'z' "bad" in
+  ignore (CS.Client.request good "from the good one");
+  ignore (CS.Client.request bad "from the bad one");
+  run net 3.;
+  Alcotest.(check (list string)) "delivered at both servers" [ "from the good one"; "from the good one" ] (List.map (fun (_, _, p) -> p) !got);
+  List.iter (fun (srv, _) -> Alcotest.(check int) "one session" 1 (CS.Server.sessions srv)) ss;
+  Alcotest.(check int) "the good one acknowledged" 1 (CS.Client.acked good)
+
+(* A server crashes and a new incarnation joins with state transfer
+   (Xfer): it gets the session table before any cast of its view, and
+   delivers the session's next requests in order, as the others do. *)
+let rejoin () =
+  let net = Sim.create ~seed:6 () in
+  let xl = layers Consort_group.Properties.(vsync @ [ Total; Xfer ]) in
+  let addrs = [ "s0"; "s1"; "s2" ] in
+  let got = Hashtbl.create 8 in
+  let start a =
+    let mine = ref [] in
+    Hashtbl.replace got a mine;
+    let srv =
+      C.Server.create net ~group:"cs"
+        {
+          C.Server.request = (fun ~client:_ ~seq p -> mine := (seq, p) :: !mine);
+          opened = (fun ~client:_ -> ());
+          closed = (fun ~client:_ ~why:_ -> ());
+          noted = (fun ~client:_ ~n:_ _ -> ());
+          cast = (fun ~origin:_ _ -> ());
+        }
+    in
+    match
+      G.join ~peers:addrs ~seed:(Hashtbl.hash (a, Sim.now net)) ~layers:xl
+        ~take_state:(fun () -> C.Server.take_state srv)
+        ~install_state:(fun st -> C.Server.install_state srv st)
+        net ~group:"cs" ~addr:a (C.Server.callbacks srv group_cb)
+    with
+    | Ok g ->
+        (match C.Server.attach srv g with Ok () -> () | Error e -> Alcotest.failf "%a" Cltsvr.pp_attach_error e);
+        (srv, g)
+    | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e
+  in
+  let ss = List.map start addrs in
+  run net 3.;
+  let c = client net ~servers:[ "s0"; "s1" ] "c" (ref []) (ref []) in
+  for k = 1 to 3 do ignore (C.Client.request c (Printf.sprintf "r%d" k)) done;
+  run net 2.;
+  let srv2, g2 = List.nth ss 2 in
+  G.crash g2;
+  C.Server.stop srv2;
+  Sim.crash net "s2";
+  run net 8.;
+  let srv2', _ = start "s2" in
+  run net 4.;
+  let srv0 = fst (List.hd ss) in
+  Alcotest.(check (list string)) "the rejoined server holds the session" (C.Server.clients srv0) (C.Server.clients srv2');
+  Alcotest.(check (option int)) "with the requests delivered so far" (Some 3) (C.Server.upto srv2' (C.Client.session c));
+  for k = 4 to 5 do ignore (C.Client.request c (Printf.sprintf "r%d" k)) done;
+  run net 2.;
+  Alcotest.(check (list (pair int string))) "s0 delivered 1 to 5" (List.init 5 (fun k -> (k + 1, Printf.sprintf "r%d" (k + 1)))) (List.rev !(Hashtbl.find got "s0"));
+  Alcotest.(check (list (pair int string))) "the new s2 delivered 4 and 5" [ (4, "r4"); (5, "r5") ] (List.rev !(Hashtbl.find got "s2"))
+
 let () =
   Alcotest.run "cltsvr"
     [
@@ -161,5 +261,7 @@ let () =
           Alcotest.test_case "a stranger's flood" `Quick stranger;
           Alcotest.test_case "bad client input" `Quick bad_client_input;
           Alcotest.test_case "codecs" `Quick codecs;
+          Alcotest.test_case "sealed, with per-view keys" `Quick sealed;
+          Alcotest.test_case "a server rejoins with the session table (Xfer)" `Quick rejoin;
         ] );
     ]
