@@ -2,9 +2,11 @@ open Consort
 
 type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer
   | Switch
+  | Migrate
+  | Cltsvr
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ] @ [ Switch ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ] @ [ Switch ] @ [ Migrate; Cltsvr ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -22,6 +24,8 @@ let to_string = function
   | Rekey -> "Rekey"
   | Xfer -> "Xfer"
   | Switch -> "Switch"
+  | Migrate -> "Migrate"
+  | Cltsvr -> "Cltsvr"
 
 (* What each property guarantees, in one line (the README's table and
    [consort stack --list]). *)
@@ -41,6 +45,8 @@ let doc = function
   | Rekey -> "each view's traffic under a key of its own: an excluded member can neither read nor forge later views"
   | Xfer -> "state transfer: a member that joins gets the group's state before it delivers"
   | Switch -> "the group switches to another stack while it runs, at a view boundary (Group.switch)"
+  | Migrate -> "a member moves to another address, keeping its identity and place in the view (Group.migrate)"
+  | Cltsvr -> "client-server groups: clients send requests to the servers and hear from them without being members (Cltsvr)"
 
 (* Properties of Ensemble's table (and the issue that brings the rest)
    that this version does not build yet: refused by name, with what they
@@ -108,6 +114,8 @@ let layers ps =
       (Heal, "partitions merge into one view");
       (Switch, "the stack changes at a view boundary");
       (Rekey, "each view's key is agreed when the view is installed");
+      (Migrate, "a member moves within its view");
+      (Cltsvr, "the servers' session table is kept by their group");
     ]
   in
   if has Sync && not (has Gmp) then Error Sync_without_gmp
@@ -125,7 +133,9 @@ let layers ps =
              that goes on the same casts, theirs included. *)
           (if has Agree then [ Agree.layer ] else []);
           (if has Causal then [ Causal.layer ] else []);
-          (if has Total then [ Total.layer ] else []);
+          (* Cltsvr brings Total: the servers' session table changes in
+             one order at every server. *)
+          (if has Total || has Cltsvr then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);

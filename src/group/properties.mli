@@ -30,6 +30,14 @@ type t =
   | Switch
       (** the group may switch to another stack while it runs, at a view
           boundary ([Group.Make.switch]; needs [Gmp]); adds no layer *)
+  | Migrate
+      (** a member may move to another address keeping its id and place in
+          the view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
+  | Cltsvr
+      (** client-server groups: clients that are not members send requests
+          to the servers and hear notifications ([Cltsvr]; needs [Gmp]);
+          brings [Total] (the servers' session table changes in one order
+          at every server) *)
 
 val all : t list
 val vsync : t list
