@@ -232,3 +232,15 @@ let run ?trace ?params name ~seed =
                   end_time = o.end_time;
                 }
           | None -> Error (Unknown_scenario { name; known = names })))
+
+(* With Debug in the stack, a violation the checking layers report fails
+   the seed, with their report. *)
+let run ?trace ?params name ~seed =
+  let reports = ref [] in
+  Consort_group.Chk.reset ();
+  Consort_group.Chk.on_violation (fun v -> reports := v :: !reports);
+  let r = Fun.protect ~finally:Consort_group.Chk.reset_handler (fun () -> run ?trace ?params name ~seed) in
+  match r with
+  | Ok o when !reports <> [] ->
+      Ok { o with violations = o.violations @ List.rev_map (Fmt.str "%a" Consort_group.Chk.pp_violation) !reports }
+  | r -> r
