@@ -54,8 +54,8 @@ let docs =
     ("Evs", "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)");
     ("Switch", "the group switches to another stack while it runs, at a view boundary (Group.switch)");
     ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes (primary.expected, primary.votes) is primary; casts refused outside it");
-    ("Cltsvr", "client-server groups: clients send requests to the servers and hear from them without being members of their view (Consort_group.Cltsvr; the servers run Total)");
-    ("Migrate", "a member moves to another address (Group.migrate), keeping its identity and its place in the view");
+    ("Cltsvr", "client-server groups: clients send requests (at most once, in order, resent to another server after a failover) and hear notifications without being members of the servers' view; sessions bounded (Consort_group.Cltsvr; needs Total)");
+    ("Migrate", "a member moves to another address (Group.migrate) keeping its id and place in the view, with no view change; a stranger cannot redirect it (with Auth)");
     ("Debug", "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
        fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say");
   ]
@@ -129,7 +129,7 @@ let layers ps =
       (Migrate, "a member keeps its place in the view as it moves");
       (Rekey, "each view's key is agreed when the view is installed");
       (Primary, "the quorum is decided for each view");
-      (Cltsvr, "the servers are a group with views");
+      (Cltsvr, "the servers' session table is kept by their group");
     ]
   in
   if has Sync && not (has Gmp) then Error Sync_without_gmp
@@ -157,8 +157,10 @@ let layers ps =
              the transitional view: it brings Agree. *)
           (if has Agree || has Evs then [ Agree.layer ] else []);
           (if has Causal then [ Causal.layer ] else []);
-          (if has Debug && has Total then [ Chk.total ] else []);
-          (if has Total then [ Total.layer ] else []);
+          (* Cltsvr brings Total: the servers' session table changes in
+             one order at every server. *)
+          (if has Debug && (has Total || has Cltsvr) then [ Chk.total ] else []);
+          (if has Total || has Cltsvr then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);
           (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);

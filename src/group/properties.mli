@@ -42,18 +42,18 @@ type t =
           and [partition] above Bottom act on what arrives, as their
           tunables say (by default they let everything through) *)
   | Migrate
-      (** a member moves to another address, keeping its identity, rank and
-          view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
+      (** a member may move to another address keeping its id and place in
+          the view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
   | Primary
       (** a primary component with quorum ({!Primary}: static votes,
           [primary.expected] and [primary.votes]): the application hears
           whether each view is primary, and casts are refused outside it;
           needs [Gmp] *)
   | Cltsvr
-      (** client-server groups ({!Cltsvr}): clients that send requests to
-          the servers and hear notifications without being members of
-          their view; the servers' stack needs [Gmp] and [Total]; adds no
-          layer *)
+      (** client-server groups: clients that are not members send requests
+          to the servers and hear notifications ([Cltsvr]); needs [Gmp] and
+          [Total] (the servers' session table changes in one order at every
+          server) *)
 
 val all : t list
 val vsync : t list
