@@ -40,10 +40,12 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
+	@echo; ./_build/default/bin/main.exe bench proc --json
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
 	@echo; ./_build/default/bin/main.exe bench dir
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
+	@echo; ./_build/default/bench/cltsvr/cltsvr_bench.exe
 
 # Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in
 # one run (installs the peers when missing): one table, and the same as JSON

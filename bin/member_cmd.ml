@@ -215,10 +215,11 @@ let print_list () =
 (* One line per layer, top first: its name and what it gives the layers
    above it. *)
 let print_stack l =
+  let width = List.fold_left (fun w layer -> max w (String.length (Consort.Layer.name layer))) 0 l in
   List.iter
     (fun layer ->
       let provides = List.map Consort.Contract.name (Consort.Layer.provides layer) in
-      Fmt.pr "%-8s %s@." (Consort.Layer.name layer)
+      Fmt.pr "%-*s %s@." width (Consort.Layer.name layer)
         (match provides with [] -> "-" | l -> String.concat ", " l))
     l;
   0

@@ -79,6 +79,8 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
 done
 # Members move to new addresses under traffic, crashes and rejoins (about 35 CPU s).
 jobs+=("counted|sim migrate|$BIN/bin/main.exe sim --scenario migrate --seeds ${MIGRATE_SEEDS:-1000}")
+# Client-server groups: 3 servers, 24 clients, a server and 2 clients crash (about 30 CPU s).
+jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLTSVR_SEEDS:-1000}")
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
@@ -98,6 +100,11 @@ done
 # crashes and partitions lose nothing (~25 s of CPU for both).
 jobs+=("counted|sim vsync-churn (Privacy, Rekey)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${REKEY_SEEDS:-150} --params sim.props=vsync+Privacy+Rekey")
 jobs+=("counted|sim vsync-partition-merge (Auth, Rekey)|$BIN/bin/main.exe sim --scenario vsync-partition-merge --seeds ${REKEY_SEEDS:-150} --params sim.props=vsync+Auth+Rekey")
+# The debugging layers (Debug) on correct stacks: no check fires, with the
+# fault layers at work too (~20 s of CPU for the three).
+jobs+=("counted|sim vsync-churn (Debug, Total)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${DEBUG_SEEDS:-200} --params sim.props=vsync+Debug+Total")
+jobs+=("counted|sim vsync-partition-merge (Debug, Total token)|$BIN/bin/main.exe sim --scenario vsync-partition-merge --seeds ${DEBUG_SEEDS:-200} --params sim.props=vsync+Debug+Total,total.protocol=token")
+jobs+=("counted|sim vsync-crash (Debug, faults)|$BIN/bin/main.exe sim --scenario vsync-crash --seeds ${DEBUG_SEEDS:-200} --params sim.props=vsync+Debug+Total,drop.rate=0.1,dup.rate=0.05,delay.rate=0.2,delay.max=30ms")
 # The same schedules with small windows and short timeouts.
 small=mflow.window=4096,mflow.queue=16384,pt2ptw.window=4096,mnak.window=64,frag.size=1500,gmp.flush_timeout=2s
 for s in vsync-crash vsync-churn; do

@@ -133,6 +133,11 @@ let note_piece b o l =
   piece.off <- o;
   piece.len <- l
 
+(* Datagrams between clients and servers ({!Cltsvr}): distinct from
+   Bottom's (0xC1), the side channel's (0xC2), bundles' (0xC4), the
+   seal's (0xC5) and migration's (0xC6). *)
+let client_magic = 0xC7
+
 let index_where p l =
   let rec go i = function [] -> None | x :: rest -> if p x then Some i else go (i + 1) rest in
   go 0 l
@@ -172,6 +177,7 @@ module Make (T : Transport.S) = struct
     mutable prev_vid : string;  (* the view before the current one, [""] if none *)
     mutable move_refused : int;
     mutable move_garbage : int;
+    mutable clients : (src:string -> string -> unit) option;  (* client-server traffic ({!Cltsvr}) *)
     group : string;
     layers : Layer.t list;
     params : Params.t;
@@ -981,7 +987,12 @@ module Make (T : Transport.S) = struct
     if t.exited then Iovec.release v
     else begin
       let cs = Iovec.cstruct v in
-      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
+      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = client_magic then begin
+        let s = Cstruct.to_string cs in
+        Iovec.release v;
+        match t.clients with Some f -> f ~src:(T.address_to_string src) s | None -> t.garbage <- t.garbage + 1
+      end
+      else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
         (match Codec.decode_exact Migrate.codec cs with
         | Ok m -> on_migrate t ~src m
         | Error e ->
@@ -1207,6 +1218,7 @@ module Make (T : Transport.S) = struct
                     prev_vid = "";
                     move_refused = 0;
                     move_garbage = 0;
+                    clients = None;
                     group;
                     layers;
                     params;
@@ -1379,6 +1391,17 @@ module Make (T : Transport.S) = struct
                   Ok ()))
 
   let address t = t.me.addr
+
+  let set_client_handler t f = t.clients <- Some f
+
+  let send_client t ~dst s =
+    if (not t.exited) && String.length s > 0 && Char.code s.[0] = client_magic then
+      match T.address_of_string dst with
+      | Error _ -> ()
+      | Ok a ->
+          let msg = Msg.create (Iovecs.of_string t.pool s) in
+          report t (B.send_alone (conn t) ~dst:a msg);
+          Msg.release msg
 
   let member_address t id =
     match t.cur with

@@ -87,6 +87,10 @@ type switch_error =
 
 val pp_switch_error : switch_error Fmt.t
 
+val client_magic : int
+(** [0xC7]: the first byte of datagrams between clients and the servers of
+    a client-server group ({!Cltsvr}). *)
+
 (** Why {!Make.migrate} refuses. *)
 type migrate_error =
   | Bad_new_address of { addr : string; reason : string }  (** the address does not parse *)
@@ -285,6 +289,16 @@ module Make (T : Consort.Transport.S) : sig
   val member_address : t -> string -> string option
   (** [member_address t id]: where this member sends to member [id] of its
       view ([None] if [id] is not in the view). *)
+
+  val set_client_handler : t -> (src:string -> string -> unit) -> unit
+  (** [set_client_handler t f]: datagrams that start with {!client_magic}
+      (clients of a client-server group, {!Cltsvr}) are given to [f] with
+      the address they came from, instead of being dropped. *)
+
+  val send_client : t -> dst:string -> string -> unit
+  (** [send_client t ~dst s] sends datagram [s], which must start with
+      {!client_magic} (else nothing is sent), to [dst] from this member's
+      address. *)
 
   val unmoved : t -> string list
   (** Members of the view that have not yet acknowledged this member's

@@ -2,9 +2,10 @@ open Consort
 
 type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer
   | Switch
+  | Debug
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ] @ [ Switch ]
+let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer ] @ [ Switch; Debug ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -22,6 +23,7 @@ let to_string = function
   | Rekey -> "Rekey"
   | Xfer -> "Xfer"
   | Switch -> "Switch"
+  | Debug -> "Debug"
 
 (* What each property guarantees, in one line (the README's table and
    [consort stack --list]). *)
@@ -41,6 +43,9 @@ let doc = function
   | Rekey -> "each view's traffic under a key of its own: an excluded member can neither read nor forge later views"
   | Xfer -> "state transfer: a member that joins gets the group's state before it delivers"
   | Switch -> "the group switches to another stack while it runs, at a view boundary (Group.switch)"
+  | Debug ->
+      "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
+       fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say"
 
 (* Properties of Ensemble's table (and the issue that brings the rest)
    that this version does not build yet: refused by name, with what they
@@ -48,7 +53,6 @@ let doc = function
 let planned =
   [
     ("Cltsvr", "client-server groups: clients cast to and hear from the servers without being members");
-    ("Debug", "checking layers (chk_fifo, chk_total, chk_sync) and fault layers (drop, delay, dup, partition)");
     ("Evs", "extended virtual synchrony: a transitional view before each regular one");
     ("Migrate", "a member moves to another address, keeping its identity and place in the view");
     ("Primary", "only the component holding a quorum of votes is primary");
@@ -120,11 +124,15 @@ let layers ps =
         [
           (* State transfer on top: its messages are ordered as the
              application's are. *)
+          (* Checking layers on top: they check what the application gets. *)
+          (if has Debug then [ Chk.fifo ] else []);
+          (if has Debug && has Gmp then [ Chk.sync ] else []);
           (if has Xfer then [ Xfer.layer ] else []);
           (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
           (if has Agree then [ Agree.layer ] else []);
           (if has Causal then [ Causal.layer ] else []);
+          (if has Debug && has Total then [ Chk.total ] else []);
           (if has Total then [ Total.layer ] else []);
           (if has Gmp || has Sync then [ Gmp.layer ] else []);
           (if has Frag then [ Frag.layer ] else []);
@@ -137,6 +145,9 @@ let layers ps =
           (* Membership needs a failure detector: without one, a crash
              outside a flush round would go unnoticed for good. *)
           (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);
+          (* Faults on what arrives, under the failure detector: as a
+             faulty network would be. *)
+          (if has Debug then [ Fault.partition; Fault.delay; Fault.dup; Fault.drop ] else []);
           [ Bottom.layer ];
         ]
     in

@@ -30,6 +30,12 @@ type t =
   | Switch
       (** the group may switch to another stack while it runs, at a view
           boundary ([Group.Make.switch]; needs [Gmp]); adds no layer *)
+  | Debug
+      (** debugging layers: {!Chk.fifo} on top (and {!Chk.sync} with [Gmp],
+          {!Chk.total} above [Total]) report violations of their property
+          with the events that led to them; {!Fault.drop}, [delay], [dup]
+          and [partition] above Bottom act on what arrives, as their
+          tunables say (by default they let everything through) *)
 
 val all : t list
 val vsync : t list

@@ -60,10 +60,11 @@ let scenarios =
 let names =
   List.map (fun s -> s.name) scenarios
   @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Xfer_sim.names @ Switch_sim.names @ Consort_cap.Rpc_sim.names
-  @ Migrate_sim.names
+  @ Migrate_sim.names @ Cltsvr_sim.names
 
 let describe n =
   match Migrate_sim.describe n with Some d -> Some d | None ->
+  match Cltsvr_sim.describe n with Some d -> Some d | None ->
   match List.find_opt (fun s -> s.name = n) scenarios with
   | Some s -> Some s.doc
   | None -> (
@@ -177,6 +178,20 @@ let pp_error ppf (Unknown_scenario { name; known }) =
 let run ?trace ?params name ~seed =
   match List.find_opt (fun s -> s.name = name) scenarios with
   | Some spec -> Ok (run_spec ?trace ?params spec ~seed)
+  | None when List.mem name Cltsvr_sim.names -> (
+      match Cltsvr_sim.run ?trace ?params name ~seed with
+      | Some o ->
+          Ok
+            {
+              seed;
+              violations = o.violations;
+              trace_hash = o.trace_hash;
+              sent = o.sent;
+              delivered = o.delivered;
+              datagrams = o.datagrams;
+              end_time = o.end_time;
+            }
+      | None -> Error (Unknown_scenario { name; known = names }))
   | None -> (
       match
         match match Migrate_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_sim.run ?trace ?params name ~seed with
@@ -217,3 +232,15 @@ let run ?trace ?params name ~seed =
                   end_time = o.end_time;
                 }
           | None -> Error (Unknown_scenario { name; known = names })))
+
+(* With Debug in the stack, a violation the checking layers report fails
+   the seed, with their report. *)
+let run ?trace ?params name ~seed =
+  let reports = ref [] in
+  Consort_group.Chk.reset ();
+  Consort_group.Chk.on_violation (fun v -> reports := v :: !reports);
+  let r = Fun.protect ~finally:Consort_group.Chk.reset_handler (fun () -> run ?trace ?params name ~seed) in
+  match r with
+  | Ok o when !reports <> [] ->
+      Ok { o with violations = o.violations @ List.rev_map (Fmt.str "%a" Consort_group.Chk.pp_violation) !reports }
+  | r -> r

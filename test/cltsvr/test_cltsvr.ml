@@ -1,0 +1,165 @@
+(* Client-server groups over the simulator: what a stranger or a crowd of
+   clients can make the servers hold is bounded; bad input is counted and
+   dropped; the servers refuse a stack without total order; a client's
+   bad addresses are one-line errors. *)
+
+open Consort
+module Sim = Consort_engine.Sim
+module Group = Consort_group.Group
+module G = Group.Make (Sim)
+module Cltsvr = Consort_group.Cltsvr
+module C = Cltsvr.Make (Sim)
+
+let layers ps = match Consort_group.Properties.layers ps with Ok l -> l | Error _ -> assert false
+let total = layers Consort_group.Properties.(vsync @ [ Total ])
+
+let params l = List.fold_left (fun p (k, v) -> Params.set k v p) Params.empty l
+let run net secs = Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec secs)) net
+
+let server_cb got =
+  {
+    C.Server.request = (fun ~client ~seq p -> got := (client, seq, p) :: !got);
+    opened = (fun ~client:_ -> ());
+    closed = (fun ~client:_ ~why:_ -> ());
+    noted = (fun ~client:_ ~n:_ _ -> ());
+    cast = (fun ~origin:_ _ -> ());
+  }
+
+let group_cb =
+  { Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore }
+
+let servers ?(layers = total) ?(params = Params.empty) net n =
+  let addrs = List.init n (Printf.sprintf "s%d") in
+  let got = ref [] in
+  let ss =
+    List.map
+      (fun a ->
+        let srv = C.Server.create ~params net ~group:"cs" (server_cb got) in
+        match G.join ~params ~peers:addrs ~seed:(Hashtbl.hash a) ~layers net ~group:"cs" ~addr:a (C.Server.callbacks srv group_cb) with
+        | Ok g -> (srv, g)
+        | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e)
+      addrs
+  in
+  run net 3.;
+  (addrs, ss, got)
+
+let attach_all ss = List.iter (fun (srv, g) -> match C.Server.attach srv g with Ok () -> () | Error e -> Alcotest.failf "%a" Cltsvr.pp_attach_error e) ss
+
+let client ?(params = Params.empty) net ~servers addr statuses notes =
+  match
+    C.Client.connect ~params ~seed:(Hashtbl.hash addr) net ~group:"cs" ~addr ~servers
+      { C.Client.note = (fun p -> notes := p :: !notes); lost = ignore; status = (fun s -> statuses := s :: !statuses) }
+  with
+  | Ok c -> c
+  | Error e -> Alcotest.failf "connect %s: %s" addr e
+
+(* Servers without Total are refused, with a line that says why. *)
+let needs_total () =
+  let net = Sim.create ~seed:1 () in
+  let _, ss, _ = servers ~layers:(layers Consort_group.Properties.vsync) net 1 in
+  match ss with
+  | [ (srv, g) ] -> (
+      match C.Server.attach srv g with
+      | Error (Cltsvr.No_total _ as e) ->
+          Alcotest.(check bool) "one line" false (String.contains (Fmt.str "%a" Cltsvr.pp_attach_error e) '\n')
+      | Ok () -> Alcotest.fail "attached to a stack without Total")
+  | _ -> assert false
+
+(* Six clients, room for four: two are refused as busy, at every server
+   alike; the four work. *)
+let max_clients () =
+  let net = Sim.create ~seed:2 () in
+  let p = params [ (Cltsvr.Param.max_clients, Params.Int 4) ] in
+  let addrs, ss, got = servers ~params:p net 3 in
+  attach_all ss;
+  let statuses = Array.init 6 (fun _ -> ref []) in
+  let cs = Array.init 6 (fun i -> client ~params:p net ~servers:addrs (Printf.sprintf "c%d" i) statuses.(i) (ref [])) in
+  run net 3.;
+  let busy = Array.to_list (Array.map (fun s -> List.mem Cltsvr.Busy_refused !s) statuses) in
+  Alcotest.(check int) "refused as busy" 2 (List.length (List.filter Fun.id busy));
+  List.iter (fun (srv, _) -> Alcotest.(check int) "sessions held" 4 (C.Server.sessions srv)) ss;
+  let held = List.map (fun (srv, _) -> C.Server.clients srv) ss in
+  List.iter (fun h -> Alcotest.(check (list string)) "the same sessions everywhere" (List.hd held) h) held;
+  Array.iteri (fun i c -> if not (List.nth busy i) then ignore (C.Client.request c (Printf.sprintf "r%d" i))) cs;
+  run net 2.;
+  Alcotest.(check int) "each admitted client's request, at each server" (4 * 3) (List.length !got)
+
+(* A stranger sends garbage, requests for sessions that do not exist and
+   hellos of a thousand made-up sessions: nothing is delivered, the
+   sessions stay under the bound, the contacts too, and a real client
+   still gets in once the made-up ones are forgotten. *)
+let stranger () =
+  let net = Sim.create ~seed:3 () in
+  let p = params [ (Cltsvr.Param.max_clients, Params.Int 16); (Cltsvr.Param.client_timeout, Params.Time (Time.of_sec 2.)) ] in
+  let addrs, ss, got = servers ~params:p net 3 in
+  attach_all ss;
+  let x =
+    match Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+    | Ok c -> c
+    | Error _ -> assert false
+  in
+  let send s = ignore (Sim.send x ~dst:"s0" (Msg.create (Iovecs.of_string Pool.default s))) in
+  let enc w = Codec.encode_string Cltsvr.wire_codec w in
+  send "\xc7";
+  send "\xc7\x09garbage";
+  send (enc (Cltsvr.Request { group = "cs"; session = "nobody"; seq = 1; payload = "steal" }));
+  send (enc (Cltsvr.Hello { group = "cs"; session = "old"; resumed = true; heard = 0 }));
+  send (enc (Cltsvr.Hello { group = "other"; session = "s"; resumed = false; heard = 0 }));
+  for k = 1 to 1000 do
+    send (enc (Cltsvr.Hello { group = "cs"; session = Printf.sprintf "fake%d" k; resumed = false; heard = 0 }))
+  done;
+  run net 1.;
+  List.iter
+    (fun (srv, _) ->
+      if C.Server.sessions srv > 16 then Alcotest.failf "%d sessions held, over 16" (C.Server.sessions srv);
+      if C.Server.contacts srv > 16 then Alcotest.failf "%d contacts held, over 16" (C.Server.contacts srv))
+    ss;
+  let srv0 = fst (List.hd ss) in
+  let counters = C.Server.counters srv0 in
+  if List.assoc "garbage" counters < 3 then Alcotest.failf "garbage counted %d" (List.assoc "garbage" counters);
+  if List.assoc "refused_busy" counters < 900 then Alcotest.fail "the flood of opens was not refused";
+  Alcotest.(check int) "nothing delivered" 0 (List.length !got);
+  (* The made-up sessions never speak again: forgotten. *)
+  run net 6.;
+  List.iter (fun (srv, _) -> Alcotest.(check int) "made-up sessions forgotten" 0 (C.Server.sessions srv)) ss;
+  let st = ref [] in
+  let c = client ~params:p net ~servers:addrs "c" st (ref []) in
+  ignore (C.Client.request c "hello");
+  run net 2.;
+  Alcotest.(check int) "the real client's request, at each server" 3 (List.length !got)
+
+let bad_client_input () =
+  let net = Sim.create ~seed:4 () in
+  let ok = function Ok _ -> true | Error e -> if String.contains e '\n' then Alcotest.failf "not one line: %s" e else false in
+  let cb = { C.Client.note = ignore; lost = ignore; status = ignore } in
+  Alcotest.(check bool) "no server" false (ok (C.Client.connect net ~group:"g" ~addr:"c" ~servers:[] cb));
+  Alcotest.(check bool) "bad server address" false (ok (C.Client.connect net ~group:"g" ~addr:"c" ~servers:[ "" ] cb));
+  Alcotest.(check bool) "bad own address" false (ok (C.Client.connect net ~group:"g" ~addr:"" ~servers:[ "s0" ] cb));
+  match C.Client.connect ~params:(params [ (Cltsvr.Param.window, Params.Int 2); (Cltsvr.Param.max_request, Params.Int 10) ]) net ~group:"g" ~addr:"c" ~servers:[ "s0" ] cb with
+  | Error e -> Alcotest.failf "connect: %s" e
+  | Ok c ->
+      (match C.Client.request c (String.make 11 'x') with Error (Cltsvr.Too_big _) -> () | _ -> Alcotest.fail "an oversize request taken");
+      ignore (C.Client.request c "a");
+      ignore (C.Client.request c "b");
+      (match C.Client.request c "c" with Error Cltsvr.Flow_control -> () | _ -> Alcotest.fail "a request over the window taken");
+      C.Client.close c;
+      match C.Client.request c "d" with Error Cltsvr.Closed -> () | _ -> Alcotest.fail "a request after close taken"
+
+let codecs () =
+  let rt codec v = Codec.decode_string codec (Codec.encode_string codec v) = Ok v in
+  Alcotest.(check bool) "wire" true (rt Cltsvr.wire_codec (Cltsvr.Note { session = "s"; n = 3; payload = "p" }));
+  Alcotest.(check bool) "env" true (rt Cltsvr.env_codec (Cltsvr.Forget { session = "s"; why = "w"; mentions = Some 4 }));
+  Alcotest.(check bool) "another magic refused" true (Result.is_error (Codec.decode_string Cltsvr.wire_codec "\xc2\x00"))
+
+let () =
+  Alcotest.run "cltsvr"
+    [
+      ( "bounds",
+        [
+          Alcotest.test_case "servers need Total" `Quick needs_total;
+          Alcotest.test_case "max clients" `Quick max_clients;
+          Alcotest.test_case "a stranger's flood" `Quick stranger;
+          Alcotest.test_case "bad client input" `Quick bad_client_input;
+          Alcotest.test_case "codecs" `Quick codecs;
+        ] );
+    ]
