@@ -363,7 +363,7 @@ let status_cmd =
 let cmd =
   Cmd.group
     (Cmd.info "cap" ~exits:Consort_cli.exits ~doc:"Capability services: the file server, capabilities.")
-    [ fs_cmd; restrict_cmd; destroy_cmd; info_cmd; status_cmd ]
+    [ fs_cmd; restrict_cmd; destroy_cmd; info_cmd; status_cmd; Proc_cmd.proc; Proc_cmd.exec; Proc_cmd.ps; Proc_cmd.kill; Boot_cmd.cmd ]
 
 (* consort bench fs: reading a 100 MB file from the server beside cat. *)
 

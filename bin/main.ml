@@ -19,7 +19,7 @@ let bench_cmd =
       Term.(const bench_layering $ iterations $ json)
   in
   Cmd.group (Cmd.info "bench" ~exits:Consort_cli.exits ~doc:"Benchmarks; each prints its baseline measured in the same run.")
-    (layering :: Net_cmd.bench_checksum :: Net_bench_cmd.cmd :: Net_bench_cmd.cmd_sim :: Consort_cap_bench.Rpc_bench.cmd :: Cap_cmd.bench :: Consort_kv_bench.Kv_bench.cmd :: Consort_group_bench.Cli.commands)
+    (layering :: Net_cmd.bench_checksum :: Net_bench_cmd.cmd :: Net_bench_cmd.cmd_sim :: Consort_cap_bench.Rpc_bench.cmd :: Cap_cmd.bench :: Proc_cmd.bench :: Consort_kv_bench.Kv_bench.cmd :: Consort_group_bench.Cli.commands)
 
 let params () =
   List.iter

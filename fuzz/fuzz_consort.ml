@@ -21,12 +21,12 @@ let () =
   codec_tagged "slander" G.Slander.codec [ 0; 1; 2; 3 ];
   codec_tagged "gmp" G.Gmp.codec [ 0; 1; 2; 3; 4; 5; 6; 7 ];
   codec_tagged "side" G.Side.codec [ G.Side.magic ];
-  codec "chk_fifo" G.Chk.Fifo.codec;
-  codec_tagged "chk_total" G.Chk.Total_chk.codec [ 0; 1 ];
-  codec_tagged "chk_sync" G.Chk.Sync_chk.codec [ 0; 1; 2 ];
   codec_tagged "migrate" G.Migrate.codec [ G.Migrate.magic ];
   codec_tagged "cltsvr" G.Cltsvr.wire_codec [ G.Group.client_magic ];
-  codec_tagged "cltsvr-env" G.Cltsvr.env_codec [ G.Group.client_magic ]
+  codec_tagged "cltsvr-env" G.Cltsvr.env_codec [ G.Group.client_magic ];
+  codec "chk_fifo" G.Chk.Fifo.codec;
+  codec_tagged "chk_total" G.Chk.Total_chk.codec [ 0; 1 ];
+  codec_tagged "chk_sync" G.Chk.Sync_chk.codec [ 0; 1; 2 ]
 
 (* {2 A whole stack}
 

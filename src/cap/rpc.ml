@@ -314,18 +314,18 @@ module Make (T : Transport.S) = struct
 
   let csession_key addr port = T.address_to_string addr ^ "|" ^ Port.to_raw port
 
-  (* Seals [plain] and sends it as one [Data] datagram, copied once into a
-     buffer of the pool. *)
+  (* Seals [plain] and sends it as one [Data] datagram, sealed straight into
+     a buffer of the pool. *)
   let send_sealed n dst keys ~up ~session ~seq plain =
     match n.conn with
     | None -> ()
     | Some c -> (
-        let sealed = Secure.seal_cs keys ~session ~seq plain in
         let hl = Wire.data_header_length in
-        let iov = Pool.alloc n.pool (hl + Cstruct.length sealed) in
+        let sl = Secure.sealed_length (Cstruct.length plain) in
+        let iov = Pool.alloc n.pool (hl + sl) in
         let cs = Iovec.cstruct iov in
         Cstruct.blit_from_bytes (Wire.data_header ~up ~session ~seq) 0 cs 0 hl;
-        Cstruct.blit sealed 0 cs hl (Cstruct.length sealed);
+        Secure.seal_into keys ~session ~seq plain (Cstruct.sub cs hl sl);
         let msg = Msg.of_iovec iov in
         let r = T.send c ~dst msg in
         Msg.release msg;

@@ -1,7 +1,5 @@
 module X = Mirage_crypto_ec.X25519
-module C = Mirage_crypto.Cipher_block.AES.GCM
-
-type keys = { send : C.key; recv : C.key }
+type keys = { send : Gcm.key; recv : Gcm.key }
 type client_state = { port : Port.t; secret : X.secret; eph : string; nonce : string }
 
 let client_hello ?g port =
@@ -17,7 +15,7 @@ let transcript ~port ~eph_c ~nonce ~session ~eph_s =
 
 let derive shared tr =
   let prk = Crypto.hmac ~key:shared [ "consort-wire-v1"; tr ] in
-  let k label = C.of_secret (Cstruct.of_string (Crypto.hmac ~key:prk [ label ])) in
+  let k label = Gcm.of_secret (Crypto.hmac ~key:prk [ label ]) in
   (k "client-to-server", k "server-to-client")
 
 let client_finish st ~session ~eph ~public ~signature =
@@ -47,30 +45,25 @@ let server_accept ?g key ~session ~eph ~nonce =
 let nonce_of seq =
   let b = Bytes.make 12 '\000' in
   Bytes.set_int64_be b 4 seq;
-  Cstruct.of_bytes b
+  Bytes.unsafe_to_string b
 
 let adata session seq =
   let b = Bytes.create 16 in
   Bytes.blit_string session 0 b 0 8;
   Bytes.set_int64_be b 8 seq;
-  Cstruct.of_bytes b
+  Bytes.unsafe_to_string b
 
-let seal k ~session ~seq msg =
-  Cstruct.to_string
-    (C.authenticate_encrypt ~key:k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) (Cstruct.of_string msg))
+let seal_cs k ~session ~seq msg = Gcm.seal k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg
+let sealed_length n = n + Gcm.tag_size
+let seal_into k ~session ~seq msg dst = Gcm.seal_into k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg dst
 
-let open_ k ~session ~seq sealed =
-  if String.length sealed < 16 || String.length session <> 8 then None
-  else
-    Option.map Cstruct.to_string
-      (C.authenticate_decrypt ~key:k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) (Cstruct.of_string sealed))
+let open_cs k ~session ~seq sealed =
+  if Cstruct.length sealed < Gcm.tag_size || String.length session <> 8 then None
+  else Gcm.open_ k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed
+
+let seal k ~session ~seq msg = Cstruct.to_string (seal_cs k ~session ~seq (Cstruct.of_string msg))
+let open_ k ~session ~seq sealed = Option.map Cstruct.to_string (open_cs k ~session ~seq (Cstruct.of_string sealed))
 
 let locate_msg port nonce = String.concat "" [ "consort-locate-v1"; Port.to_raw port; nonce ]
 let locate_signature key ~nonce = Port.Key.sign key (locate_msg (Port.Key.port key) nonce)
 let locate_verify port ~nonce ~public ~signature = Port.verify port ~public ~signature (locate_msg port nonce)
-
-let seal_cs k ~session ~seq msg = C.authenticate_encrypt ~key:k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg
-
-let open_cs k ~session ~seq sealed =
-  if Cstruct.length sealed < 16 || String.length session <> 8 then None
-  else C.authenticate_decrypt ~key:k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed

@@ -12,8 +12,9 @@
     and the transcript (HMAC-SHA256). Each datagram's nonce is its
     sequence number, never reused under a key; the session id and the
     sequence number are authenticated as additional data. AES-GCM rather
-    than ChaCha20-Poly1305 because mirage-crypto runs it with AES-NI and
-    carry-less multiplication, several times faster where they exist. *)
+    than ChaCha20-Poly1305 because it runs with AES-NI and carry-less
+    multiplication, several times faster where they exist; the cipher is
+    OpenSSL's ({!Gcm}), in the same format as mirage-crypto's. *)
 
 type keys
 (** The two directions' keys of one session, from one side's view. *)
@@ -64,3 +65,16 @@ val seal_cs : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t
 
 val open_cs : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t option
 (** {!open_} on buffers. *)
+
+val sealed_length : int -> int
+(** [sealed_length n] is the length of a message of [n] bytes once sealed. *)
+
+val seal_into : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t -> unit
+(** [seal_into keys ~session ~seq msg dst] is {!seal_cs} written into the
+    first [sealed_length (Cstruct.length msg)] bytes of [dst]. *)
+
+val nonce_of : int64 -> string
+(** The AEAD nonce of a sequence number (12 bytes). *)
+
+val adata : string -> int64 -> string
+(** The AEAD's additional data for a session and a sequence number. *)

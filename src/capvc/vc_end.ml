@@ -139,4 +139,9 @@ let hangup t k =
           ignore (hang t "hung up here");
           k (Result.map ignore r))
 
-let touch t = if t.hung = None then t.trans ~idempotent:true (Std.touch_request t.cap) "" (fun _ -> ())
+let touch t =
+  if t.hung = None then
+    t.trans ~idempotent:true (Std.touch_request t.cap) "" (function
+      | Error e -> ignore (hang t ("the circuit's host is unreachable: " ^ Rpc_error.to_string e))
+      | Ok ((h : Header.t), _) as r when h.status <> `Ok -> ignore (refusal t (Result.get_ok r))
+      | Ok _ -> ())

@@ -43,7 +43,8 @@ val hangup : t -> ((unit, string) result -> unit) -> unit
 
 val touch : t -> unit
 (** Tell the host this end is alive (an end that neither reads nor writes
-    for the host's [silence] is taken for dead). *)
+    for the host's [silence] is taken for dead). If the host cannot be
+    reached or the circuit is gone, the end hangs up ({!hung}). *)
 
 val hung : t -> string option
 val written : t -> int

@@ -92,11 +92,21 @@ let table =
     ("bench rpc", [ ("Null RPC and 1 MB transfers beside raw UDP and gRPC:", "consort bench rpc") ]);
     ("bench rtt", [ ("Round trips of 16-byte casts beside UDP:", "consort bench rtt"); ("With total order, and sealed:", "consort bench rtt --total --seal") ]);
     ("bench tcp", [ ("Consort's TCP over TAP beside the kernel's:", "consort bench tcp") ]);
+    ("bench proc", [ ("Process start through a process server beside ocamlrun locally:", "consort bench proc --rounds 50") ]);
     ("bench tcp-sim", [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ]);
     ( "bench throughput",
       [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
         ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
+    ("cap boot check", [ ("Check a declaration file and list its services in starting order:", "consort cap boot check /etc/consort/boot.decl") ]);
+    ( "cap boot serve",
+      [ ("Start and watch the services of this host:", "consort cap boot serve --decl /etc/consort/boot.decl --data /var/lib/consort/boot --bind 127.0.0.1:7690") ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
+    ( "cap exec",
+      [ ("Run a stored bytecode program on a process server, with this terminal:", "consort cap exec cap1:SERVER... cap1:PROGRAM... arg1 arg2");
+        ("With limits and a named capability, no input:", "consort cap exec -n --cpu 10 --memory 256 --cap data=cap1:... cap1:SERVER... cap1:PROGRAM...") ] );
+    ("cap kill", [ ("Interrupt a process, then kill it:", "consort cap kill --signal INT cap1:PROCESS...") ]);
+    ("cap proc serve", [ ("Serve processes, fetching programs from a file server on 127.0.0.1:7700:", "consort cap proc serve --data /var/lib/consort/proc --locate 127.0.0.1:7700") ]);
+    ("cap ps", [ ("A process server's processes:", "consort cap ps cap1:SERVER...") ]);
     ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
     ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
     ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);

@@ -52,3 +52,54 @@ struct
   let timer _ _ = ()
   let counters _ = []
 end
+
+(* The fused path. *)
+
+type ('t, 'h) case = {
+  nfields : int;
+  dn_ok : 't -> Event.dst -> bool;
+  dn_fast : 't -> Event.dst -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
+  dn_after : 't -> Event.dst -> unit;
+  up_ok : 't -> Event.src -> int array -> int -> bool;
+  up_fast : 't -> Event.src -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_after : 't -> Event.src -> unit;
+  expand : int array -> int -> 'h;
+}
+
+module type FAST = sig
+  include S
+
+  val cast : (t, header) case
+  val state : t -> string
+end
+
+let fast_layers : (t * (module FAST)) list ref = ref []
+
+let fast (module F : FAST) : t =
+  let l = (module F : S) in
+  fast_layers := (l, (module F : FAST)) :: !fast_layers;
+  l
+
+let find_fast (l : t) = List.assq_opt l !fast_layers
+let is_fast l = find_fast l <> None
+
+module Pass_fast (N : sig
+  val name : string
+end) =
+struct
+  include Pass (N)
+
+  let cast =
+    {
+      nfields = 0;
+      dn_ok = (fun _ _ -> true);
+      dn_fast = (fun _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ -> ());
+      up_ok = (fun _ _ _ _ -> true);
+      up_fast = (fun _ src _ ~layered:_ _ _ -> src);
+      up_after = (fun _ _ -> ());
+      expand = (fun _ _ -> ());
+    }
+
+  let state _ = ""
+end

@@ -73,3 +73,66 @@ module Pass (N : sig
 end) : S
 (** A layer that passes every event on, with an empty header: for tests
     and for measuring the cost of layering. *)
+
+(** {1 The fused path (seed 001, sec. 4)}
+
+    A layer may declare the common case of a cast, so that a stack of such
+    layers runs a cast down, or a received cast up, through one bypass
+    (see {!Stack}): no layered header is encoded or decoded, and the
+    datagram carries one compressed header, a tag and the fields that vary
+    (a sequence number), where the layered path carries every layer's
+    header. The declaration is a split of the layer's own handlers:
+
+    - [dn_ok t dst]: the common case for a cast going down, a function of
+      the state only (changes nothing);
+    - [dn_fast t dst msg ~layered fields off]: what [dn] does before it passes
+      the message on, writing its [nfields] varying fields at [off]; it
+      emits no event (an alarm is fine) and keeps [msg] (passing it on is
+      the stack's); [layered m] is [m] with the layered headers of the
+      layers above pushed, for a copy the layer keeps (a retransmission
+      buffer);
+    - [dn_after t dst]: what [dn] does after the message went on;
+    - [up_ok t src fields off], [up_fast], [up_after]: the same on the way up,
+      for a received cast whose fields are [fields] at [off]; [up_fast] returns
+      the source to pass on (Bottom turns [Raw] into [Cast_from]);
+    - [expand fields off]: the layered header of these fields (a header
+      that does not vary is a constant).
+
+    Whenever [dn_ok] (or [up_ok]) holds, [dn_fast; pass the message on;
+    dn_after] must do exactly what the layered handler does: the
+    differential test ([test/group/test_fused.exe]) checks it on random
+    traces. *)
+
+type ('t, 'h) case = {
+  nfields : int;
+  dn_ok : 't -> Event.dst -> bool;
+  dn_fast : 't -> Event.dst -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
+  dn_after : 't -> Event.dst -> unit;
+  up_ok : 't -> Event.src -> int array -> int -> bool;
+  up_fast : 't -> Event.src -> Msg.t -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_after : 't -> Event.src -> unit;
+  expand : int array -> int -> 'h;
+}
+
+module type FAST = sig
+  include S
+
+  val cast : (t, header) case
+  (** The common case of a cast. *)
+
+  val state : t -> string
+  (** The layer's state in words, for the differential test: two states
+      that differ print differently. *)
+end
+
+val fast : (module FAST) -> t
+(** [fast (module L)] is [L] as a layer whose fused declaration stacks
+    find ({!find_fast}). *)
+
+val find_fast : t -> (module FAST) option
+val is_fast : t -> bool
+
+module Pass_fast (N : sig
+  val name : string
+end) : FAST
+(** {!Pass} with its (trivial) fused declaration. *)

@@ -216,3 +216,14 @@ let release t =
 
 let is_live t = t.live
 let pp ppf t = Fmt.pf ppf "<msg %d+%d bytes>" (header_length t) (length t - header_length t)
+
+let first_byte t =
+  check t "first_byte";
+  if t.hoff < Bytes.length t.head.buf then Char.code (Bytes.get t.head.buf t.hoff)
+  else
+    match t.body with
+    | [ v ] when t.boff < Iovec.length v -> Cstruct.get_uint8 (Iovec.cstruct v) t.boff
+    | body -> (
+        match piece_at t.boff body with
+        | None -> -1
+        | Some (v, off) -> Cstruct.get_uint8 (Iovec.cstruct v) off)

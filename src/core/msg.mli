@@ -81,3 +81,7 @@ val retain : t -> t
 val release : t -> unit
 val is_live : t -> bool
 val pp : t Fmt.t
+
+val first_byte : t -> int
+(** The first byte of [t] (its first header, or its body), [-1] if [t] is
+    empty. *)

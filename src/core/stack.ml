@@ -14,6 +14,21 @@ type node = {
   dn_ctl : Event.dn_ctl -> unit;
   timer : Time.t -> unit;
   counters : unit -> (string * int) list;
+  fast : fnode option;  (* the layer's common case of a cast, if it declared one *)
+}
+
+(* A layer's declared common case, closed over its state. [fdn] and [fup]
+   are given the frame of fields and this layer's offset in it. *)
+and fnode = {
+  off : int;
+  dn_ok : Event.dst -> bool;
+  fdn : Event.dst -> Msg.t -> int array -> int -> unit;
+  dn_after : Event.dst -> unit;
+  up_ok : Event.src -> int array -> int -> bool;
+  fup : Event.src -> Msg.t -> int array -> int -> Event.src;
+  up_after : Event.src -> unit;
+  push : int array -> int -> Msg.t -> Msg.t;  (* push the layered header of these fields *)
+  state : unit -> string;
 }
 
 type t = {
@@ -22,7 +37,31 @@ type t = {
   dues : Time.t array;  (* when each node asked its timer to run; [max_int]: not asked *)
   mutable next_alarm : Time.t;
   names : string list;
+  fused : bool;  (* every layer declared its common case, and the fused path is on *)
+  all_fast : bool;  (* every layer declared its common case: compressed casts are read *)
+  dframe : int array;  (* the fields of the cast going down through the bypass *)
+  uframe : int array;  (* the fields of the received compressed cast *)
+  mutable fused_sent : int;
+  mutable fused_received : int;
+  fused_garbage : int ref;
+  ferror : Codec.error -> Msg.t -> unit;
+  wcodec : unit Codec.t;
+  rcodec : unit Codec.t;
+  net : Event.dst -> Msg.t -> unit;
+  app : app;
 }
+
+let fused_param = "stack.fused"
+
+let () =
+  Params.register fused_param (Params.Bool false)
+    ~doc:
+      "casts take the fused path (one bypass for the whole stack, one compressed header) when every layer \
+       declares its common case and the case holds"
+
+(* The compressed header: this tag, the kind (0: a cast), then every
+   layer's varying fields, bottom first, as varints (never negative). *)
+let tag = 0xC6
 
 let describe layers = String.concat ":" (List.map Layer.name layers)
 
@@ -58,7 +97,8 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
-let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes dues i ~net ~app (module L : Layer.S) =
+let build (type s h) (ctx : Layer.ctx) (st : t Lazy.t) nodes dues i ~net ~app
+    (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
   let n = Array.length nodes in
   let garbage = ref 0 in
   let out : L.header Layer.out =
@@ -100,14 +140,95 @@ let instantiate (ctx : Layer.ctx) (st : t Lazy.t) nodes dues i ~net ~app (module
     dn_ctl = L.dn_ctl s;
     timer = L.timer s;
     counters = (fun () -> ("garbage", !garbage) :: L.counters s);
+    fast = mk s;
   }
 
-let create ?requires (ctx : Layer.ctx) layers ~net ~app =
+(* [m] with the layered headers of the layers from [hi] down to [lo]
+   pushed, from the fields in [frame]: the top one first, as the layered
+   path pushes them. *)
+let push_layered nodes frame ~hi ~lo m =
+  let m = ref m in
+  for j = hi downto lo do
+    match nodes.(j).fast with Some f -> m := f.push frame f.off !m | None -> assert false
+  done;
+  !m
+
+let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
+  match if off >= 0 then Layer.find_fast l else None with
+  | Some (module F : Layer.FAST) ->
+      let n = Array.length nodes in
+      let c = F.cast in
+      (* [layered] for a copy the layer keeps: the headers of the layers
+         above it, from the frame the case runs with. *)
+      let layered_dn m = push_layered nodes (fst (Lazy.force frames)) ~hi:(n - 1) ~lo:(i + 1) m in
+      let layered_up m = push_layered nodes (snd (Lazy.force frames)) ~hi:(n - 1) ~lo:(i + 1) m in
+      let mk s =
+        Some
+          {
+            off;
+            dn_ok = c.dn_ok s;
+            fdn = (fun dst msg a o -> c.dn_fast s dst msg ~layered:layered_dn a o);
+            dn_after = c.dn_after s;
+            up_ok = c.up_ok s;
+            fup = (fun src msg a o -> c.up_fast s src msg ~layered:layered_up a o);
+            up_after = c.up_after s;
+            push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
+            state = (fun () -> F.state s);
+          }
+      in
+      build ctx st nodes dues i ~net ~app (module F) ~mk
+  | None ->
+      let module L = (val l : Layer.S) in
+      build ctx st nodes dues i ~net ~app (module L) ~mk:(fun _ -> None)
+
+let fused_error count e msg =
+  incr count;
+  Log.debug (fun m -> m "dropped a compressed datagram: %a" Codec.pp_error e);
+  Msg.release msg
+
+(* The compressed header, written from the frame of the cast going down. *)
+let header_codec frame =
+  Codec.custom ~name:"fused"
+    ~size:(fun () ->
+      let n = ref 2 in
+      for k = 0 to Array.length frame - 1 do
+        n := !n + Codec.varint_size frame.(k)
+      done;
+      !n)
+    ~write:(fun w () ->
+      Codec.write Codec.uint8 w tag;
+      Codec.write Codec.uint8 w 0;
+      for k = 0 to Array.length frame - 1 do
+        Codec.write Codec.varint w frame.(k)
+      done)
+    ~read:(fun r ->
+      if Codec.read Codec.uint8 r <> tag then Codec.fail "not a compressed header";
+      if Codec.read Codec.uint8 r <> 0 then Codec.fail "unknown kind";
+      for k = 0 to Array.length frame - 1 do
+        frame.(k) <- Codec.read Codec.varint r
+      done)
+
+let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   match check ?requires layers with
   | Error _ as e -> e
   | Ok () ->
       let bottom_up = Array.of_list (List.rev layers) in
       let n = Array.length bottom_up in
+      let all_fast = Array.for_all Layer.is_fast bottom_up in
+      let fused = (match fused with Some b -> b | None -> Params.bool ctx.params fused_param) && all_fast in
+      let offs = Array.make n (-1) in
+      let nfields = ref 0 in
+      if all_fast then
+        Array.iteri
+          (fun i l ->
+            match Layer.find_fast l with
+            | Some (module F : Layer.FAST) ->
+                offs.(i) <- !nfields;
+                nfields := !nfields + F.cast.nfields
+            | None -> ())
+          bottom_up;
+      let dframe = Array.make !nfields 0 and uframe = Array.make !nfields 0 in
+      let fused_garbage = ref 0 in
       let dummy =
         {
           lname = "";
@@ -117,21 +238,101 @@ let create ?requires (ctx : Layer.ctx) layers ~net ~app =
           dn_ctl = ignore;
           timer = ignore;
           counters = (fun () -> []);
+          fast = None;
         }
       in
       let nodes = Array.make n dummy in
       let dues = Array.make n max_int in
       let st =
-        lazy { view = ctx.view; nodes; dues; next_alarm = max_int; names = List.map Layer.name layers }
+        lazy
+          {
+            view = ctx.view;
+            nodes;
+            dues;
+            next_alarm = max_int;
+            names = List.map Layer.name layers;
+            fused;
+            all_fast;
+            dframe;
+            uframe;
+            fused_sent = 0;
+            fused_received = 0;
+            fused_garbage;
+            ferror = fused_error fused_garbage;
+            wcodec = header_codec dframe;
+            rcodec = header_codec uframe;
+            net;
+            app;
+          }
       in
-      Array.iteri (fun i l -> nodes.(i) <- instantiate ctx st nodes dues i ~net ~app l) bottom_up;
+      let frames = lazy (dframe, uframe) in
+      Array.iteri
+        (fun i l -> nodes.(i) <- instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames l)
+        bottom_up;
       Ok (Lazy.force st)
 
+(* {1 The fused path}
+
+   Down: from the top, each layer whose case holds does its part and the
+   cast goes on to the next; the first whose case does not hold gets the
+   cast with the layered headers of the layers above pushed, and the rest
+   is the layered path. Under the bottom, the cast leaves with the
+   compressed header. What each layer does after the cast went on runs as
+   the calls return, bottom first, as in the layered path. Up is the
+   same from the bottom, the layered headers of the rest pushed back from
+   the fields where a case does not hold (a gap, a flush). *)
+
+let rec fused_dn t i dst msg =
+  if i < 0 then begin
+    t.fused_sent <- t.fused_sent + 1;
+    t.net dst (Msg.push t.wcodec () msg)
+  end
+  else
+    let nd = t.nodes.(i) in
+    match nd.fast with
+    | Some f when f.dn_ok dst ->
+        f.fdn dst msg t.dframe f.off;
+        fused_dn t (i - 1) dst msg;
+        f.dn_after dst
+    | _ ->
+        let msg = push_layered t.nodes t.dframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
+        nd.dn dst msg
+
+let rec fused_up t i src msg =
+  if i = Array.length t.nodes then t.app.deliver src msg
+  else
+    let nd = t.nodes.(i) in
+    match nd.fast with
+    | Some f when f.up_ok src t.uframe f.off ->
+        let src' = f.fup src msg t.uframe f.off in
+        fused_up t (i + 1) src' msg;
+        f.up_after src
+    | _ -> (
+        (* Fields from the network that no layered header can hold (a
+           number too large for its codec) make the datagram garbage. *)
+        let m = ref msg in
+        match
+          for j = Array.length t.nodes - 1 downto i do
+            match t.nodes.(j).fast with Some f -> m := f.push t.uframe f.off !m | None -> assert false
+          done
+        with
+        | () -> nd.up src !m
+        | exception Invalid_argument e -> t.ferror (`Malformed e) !m)
+
 let top t = t.nodes.(Array.length t.nodes - 1)
-let cast t msg = (top t).dn Event.Cast msg
+let cast t msg = if t.fused then fused_dn t (Array.length t.nodes - 1) Event.Cast msg else (top t).dn Event.Cast msg
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
-let recv t msg = t.nodes.(0).up Event.Raw msg
+
+let fused_ok t () msg =
+  t.fused_received <- t.fused_received + 1;
+  fused_up t 0 Event.Raw msg
+
+let recv t msg =
+  if t.all_fast && Msg.first_byte msg = tag then
+    Msg.pull_then t.rcodec msg t ~ok:fused_ok ~error:t.ferror
+  else t.nodes.(0).up Event.Raw msg
+
 
 (* Only the layers whose alarm is due run; each asks again for what it
    still needs. A layer's timer may make another ask for a time already
@@ -150,4 +351,32 @@ let timer t now =
 let next_alarm t = t.next_alarm
 let view t = t.view
 let layers t = t.names
-let counters t = List.rev (Array.to_list (Array.map (fun n -> (n.lname, n.counters ())) t.nodes))
+(* A compressed datagram that does not decode is the bottom layer's
+   garbage, as a layered one would be. *)
+let counters t =
+  List.rev
+    (Array.to_list
+       (Array.mapi
+          (fun i n ->
+            let c = n.counters () in
+            ( n.lname,
+              if i = 0 then List.map (fun (k, v) -> if k = "garbage" then (k, v + !(t.fused_garbage)) else (k, v)) c
+              else c ))
+          t.nodes))
+
+let fused t = t.fused
+
+let states t =
+  List.rev
+    (Array.to_list
+       (Array.map (fun n -> (n.lname, match n.fast with Some f -> f.state () | None -> "")) t.nodes))
+
+let fused_counters t = [ ("sent", t.fused_sent); ("received", t.fused_received); ("garbage", !(t.fused_garbage)) ]
+
+let expand t msg =
+  if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg
+  else
+    let frame = Array.make (Array.length t.uframe) 0 in
+    match Msg.pull (header_codec frame) msg with
+    | Error e -> Error e
+    | Ok ((), msg) -> Ok (push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:0 msg)

@@ -21,13 +21,19 @@ val check : ?requires:Contract.t list -> Layer.t list -> (unit, string) result
 
 val create :
   ?requires:Contract.t list ->
+  ?fused:bool ->
   Layer.ctx ->
   Layer.t list ->
   net:(Event.dst -> Msg.t -> unit) ->
   app:app ->
   (t, string) result
 (** [create ctx layers ~net ~app] checks and instantiates a stack. [net]
-    takes each datagram leaving the lowest layer (it owns the message). *)
+    takes each datagram leaving the lowest layer (it owns the message).
+
+    [fused] (default: the tunable [stack.fused]) turns on the fused path
+    for casts when every layer declared its common case
+    ({!Layer.fast}): see {!fused}. Every stack, fused or not, takes in
+    compressed datagrams. *)
 
 val cast : t -> Msg.t -> unit
 val send : t -> int -> Msg.t -> unit
@@ -54,3 +60,38 @@ val counters : t -> (string * (string * int) list) list
 
 val describe : Layer.t list -> string
 (** ["top:mnak:pt2pt:bottom"]. *)
+
+(** {1 The fused path}
+
+    A fused stack runs a cast through one bypass made at {!create} from
+    the layers' declared common cases ({!Layer.case}): from the top, each
+    layer whose case holds does its part, and the cast leaves with one
+    compressed header ([0xC6], the kind, then each layer's varying fields,
+    bottom first, as varints) instead of a header per layer. The
+    first layer whose case does not hold gets the cast with the layered
+    headers of the layers above, made from their fields, and the rest is
+    the layered path. A received compressed cast goes up the same way, from
+    the bottom; where a layer's case does not hold (a gap, a flush) the
+    layered headers of the rest are made again from the fields and the
+    cast takes the layered path from that layer. Everything else (sends,
+    control messages, retransmissions) is layered. A stack whose layers
+    did not all declare a case takes in a compressed cast as garbage.
+
+    The stamp in Bottom's fields (the view and the stack's identity)
+    makes sure a compressed cast is read only by a stack of the same
+    layers. *)
+
+val fused : t -> bool
+(** Whether casts take the fused path. *)
+
+val states : t -> (string * string) list
+(** Each layer's state in words ({!Layer.FAST.state}; [""] for a layer
+    without a declaration), top first: for the differential test. *)
+
+val fused_counters : t -> (string * int) list
+(** Compressed casts sent, received, and dropped as malformed. *)
+
+val expand : t -> Msg.t -> (Msg.t, Codec.error) result
+(** [expand t msg] is a compressed cast made layered (every layer's
+    header made from its fields), a datagram the layered path would have
+    sent; any other datagram unchanged. *)

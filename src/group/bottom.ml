@@ -56,6 +56,7 @@ module L = struct
     mutable from_self : int;
     mutable not_raw : int;
     mutable bad_dst : int;
+    froms : Event.src array;  (* [Cast_from r] for each rank, made once (the fused path) *)
   }
 
   let create (ctx : Layer.ctx) out =
@@ -70,6 +71,7 @@ module L = struct
       from_self = 0;
       not_raw = 0;
       bad_dst = 0;
+      froms = Array.init (View.nmembers ctx.view) (fun r -> Event.Cast_from r);
     }
 
   let drop msg why =
@@ -132,6 +134,33 @@ module L = struct
 
 end
 
+(* The common case of a cast: this view's stamp and a rank of the view;
+   the fields are the stamp and the origin. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 2;
+      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      dn_fast =
+        (fun t _ _ ~layered:_ a off ->
+          a.(off) <- t.group;
+          a.(off + 1) <- t.rank);
+      dn_after = (fun _ _ -> ());
+      up_ok =
+        (fun t src a off ->
+          let origin = a.(off + 1) in
+          (not t.stopped) && src = Event.Raw && a.(off) = t.group && origin < t.nmembers && origin <> t.rank);
+      up_fast = (fun t _ _ ~layered:_ a off -> t.froms.(a.(off + 1)));
+      up_after = (fun _ _ -> ());
+      expand = (fun a off -> Cast { group = a.(off); origin = a.(off + 1) });
+    }
+
+  let state t =
+    Fmt.str "stopped %b; %a" t.stopped Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

@@ -143,6 +143,7 @@ module L = struct
         (* tracking: what this member had when the flush reached it; its
            statuses claim no more of the others' casts *)
     told : int array;  (* the stability last told *)
+    mutable local : Msg.t;  (* the fused path: this member's own cast, delivered after it went on *)
   }
 
   let create (ctx : Layer.ctx) out =
@@ -186,6 +187,7 @@ module L = struct
       track = false;
       frozen = None;
       told = Array.make n 0;
+      local = Msg.empty ();
     }
 
   (* How many casts of [o] this member has contiguously. *)
@@ -547,6 +549,79 @@ module L = struct
     ]
 end
 
+(* The common case of a cast: down, any cast while not stopped (its number
+   is the field); up, the next cast expected from a member of the view. *)
+module F = struct
+  include L
+
+  let no_local = Msg.empty ()
+
+  let cast =
+    {
+      Layer.nfields = 1;
+      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      dn_fast =
+        (fun t _ msg ~layered a off ->
+          let seq = t.next in
+          t.next <- seq + 1;
+          let kept = layered (Msg.retain msg) in
+          keep t t.rank seq kept;
+          t.local <- Msg.retain kept;
+          a.(off) <- seq);
+      dn_after =
+        (fun t _ ->
+          let local = t.local in
+          t.local <- no_local;
+          release_stable t t.rank;
+          kick t;
+          t.out.up (Event.Cast_from t.rank) local;
+          tell_stable t);
+      up_ok =
+        (fun t src a off ->
+          (not t.stopped)
+          &&
+          match src with
+          | Event.Cast_from o ->
+              o >= 0 && o < t.n && o <> t.rank && a.(off) = t.expected.(o) && not (Hashtbl.mem t.held.(o) a.(off))
+          | _ -> false);
+      up_fast =
+        (fun t src msg ~layered a off ->
+          match src with
+          | Event.Cast_from o ->
+              let seq = a.(off) in
+              if seq >= t.seen.(o) then t.seen.(o) <- seq + 1;
+              if seq >= t.highest.(o) then t.highest.(o) <- seq + 1;
+              keep t o seq (layered (Msg.retain msg));
+              t.expected.(o) <- seq + 1;
+              src
+          | _ -> src);
+      up_after =
+        (fun t src ->
+          match src with
+          | Event.Cast_from o ->
+              drain t o;
+              tell_stable t;
+              if not t.stopped then release_stable t o;
+              kick t
+          | _ -> ());
+      expand = (fun a off -> Data { seq = a.(off) });
+    }
+
+  let state t =
+    let ints = Fmt.(array ~sep:sp int) in
+    let held ppf h =
+      Fmt.(Dump.list (pair int Dump.string)) ppf
+        (List.sort compare (Hashtbl.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h []))
+    in
+    Fmt.str
+      "stopped %b next %d; released %a; expected %a; highest %a; seen %a; early %a; known %a; suspected %a; \
+       nak_at %a; status_at %d requested %b track %b frozen %a told %a; held %a; %a"
+      t.stopped t.next ints t.released ints t.expected ints t.highest ints t.seen ints t.early_bytes
+      Fmt.(array ~sep:semi ints) t.known Fmt.(array ~sep:sp bool) t.suspected ints t.nak_at t.status_at
+      t.requested t.track Fmt.(option ints) t.frozen ints t.told Fmt.(array ~sep:semi held) t.held
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

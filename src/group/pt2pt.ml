@@ -347,6 +347,35 @@ module L = struct
     ]
 end
 
+(* Casts pass through: no field, nothing to do. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      dn_fast = (fun _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ -> ());
+      up_ok = (fun t src _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_fast = (fun _ src _ ~layered:_ _ _ -> src);
+      up_after = (fun _ _ -> ());
+      expand = (fun _ _ -> No_hdr);
+    }
+
+  let keys h = List.sort compare (Hashtbl.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h [])
+
+  let state t =
+    let peer ppf p =
+      Fmt.pf ppf "[una %d next %d rto %d rtx %d expected %d in %d ack %d top %d unacked %a early %a]" p.una p.next
+        p.rto p.rtx_at p.expected p.unacked_in p.ack_at p.early_top
+        Fmt.(Dump.list (pair int Dump.string)) (keys p.unacked)
+        Fmt.(Dump.list (pair int Dump.string)) (keys p.early)
+    in
+    Fmt.str "stopped %b; %a; %a" t.stopped Fmt.(array ~sep:sp peer) t.peers
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

@@ -426,6 +426,32 @@ module L = struct
     ]
 end
 
+(* Casts carry no header of Suspect; a received one is a proof of life. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 0;
+      dn_ok = (fun t dst -> (not t.stopped) && dst = Event.Cast);
+      dn_fast = (fun _ _ _ ~layered:_ _ _ -> ());
+      dn_after = (fun _ _ -> ());
+      up_ok = (fun t src _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_fast =
+        (fun t src _ ~layered:_ _ _ ->
+          (match src with Event.Cast_from r -> alive t r | _ -> ());
+          src);
+      up_after = (fun _ _ -> ());
+      expand = (fun _ _ -> No_hdr);
+    }
+
+  let state t =
+    Fmt.str "stopped %b; heard %a; probed %a; beat %d tick %d; waiting %d; suspected %a; %a" t.stopped
+      Fmt.(array ~sep:sp int) t.heard Fmt.(array ~sep:sp int) t.probed t.beat_at t.last_tick
+      (List.length t.waiting) Fmt.(list ~sep:sp int) (Rankset.elements t.suspected)
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

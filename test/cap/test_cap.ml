@@ -4,6 +4,7 @@ let () =
     Alcotest.run "consort-cap"
       [
         ("caps", Test_caps.tests);
+        ("gcm", Test_gcm.tests);
         ("rpc", Test_rpc.tests);
         ("udp", Test_udp.tests);
         ("stack", Test_stack.tests);

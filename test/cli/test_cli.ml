@@ -150,10 +150,13 @@ let cases : (string list * string list * (string list * int) list) list =
       [ "--index"; "0"; "--addrs"; "127.0.0.1:1,127.0.0.1:2"; "--kind"; "rtt" ],
       [ ([ "--index"; "0"; "--addrs"; "nonsense"; "--kind"; "rtt" ], 2) ] );
     ([ "bench"; "rpc" ], [], [ ([ "--calls"; "0" ], 124) ]);
+    ([ "bench"; "proc" ], [], [ ([ "--rounds"; "0" ], 124) ]);
     ([ "bench"; "rtt" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
     ([ "bench"; "throughput" ], [], [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ]);
+    ([ "cap"; "boot"; "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
+    ([ "cap"; "boot"; "serve" ], [ "--decl"; missing; "--data"; tmp ], [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ]);
     ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "fs"; "fsck" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; existing ], 2) ]);
     ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
@@ -164,6 +167,10 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
     ([ "cap"; "status" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
+    ([ "cap"; "exec" ], [ bad_cap; bad_cap ], [ ([ "not-a-cap"; bad_cap ], 2); ([ bad_cap; "x" ], 2); ([ "--cpu"; "0"; bad_cap; bad_cap ], 124) ]);
+    ([ "cap"; "kill" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap; "--signal"; "NOPE" ], 2) ]);
+    ([ "cap"; "proc"; "serve" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ([ "cap"; "ps" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "check-logs" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ]);
     ([ "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "demo" ], [], [ ([ "--limit"; "0" ], 124) ]);

@@ -1,0 +1,38 @@
+(** Running a program on a process server, from the caller's side: its
+    standard streams over virtual circuits that the caller hosts, its exit
+    code back. *)
+
+open Consort_cap
+
+type outcome = { kind : Proc_proto.kind; code : int; text : string }
+
+type error =
+  [ `Refused of Status.t * string  (** the server refused (nothing runs): why *)
+  | `Unknown of string  (** the server became unreachable: the program may be running *) ]
+
+val pp_error : error Fmt.t
+
+val exec :
+  Rpc_udp.node ->
+  server:Cap.t ->
+  program:Cap.t ->
+  ?args:string list ->
+  ?caps:(string * Cap.t) list ->
+  ?limits:Pd.limits ->
+  ?hints:string list ->
+  ?stdin:Unix.file_descr ->
+  ?stdout:(string -> unit) ->
+  ?stderr:(string -> unit) ->
+  ?interrupt:(unit -> bool) ->
+  ?started:(Cap.t -> unit) ->
+  unit ->
+  (outcome, error) result
+(** [exec node ~server ~program ()] runs [program] (a bytecode file's
+    capability) on the process server [server] and waits for its end. Its
+    standard input comes from [stdin] (none: the program reads end of
+    file at once), its output goes to [stdout] and [stderr] (default: this
+    process's), all of it passed on before [exec] returns. [interrupt ()]
+    is asked every 50 ms; [true] sends an interrupt (SIGINT for the
+    program). [started] is told the process's capability once it runs.
+    [caps] are more named capabilities ([root], ...). Runs the node's
+    loop; not for use inside a callback. *)

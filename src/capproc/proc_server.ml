@@ -1,0 +1,606 @@
+open Consort_cap
+module Loop = Consort_engine.Loop
+module Udp = Consort_engine.Udp
+module R = Rpc_udp
+module P = Proc_proto
+module E = Consort_capvc.Vc_end
+module Fs_proto = Consort_capfs_server.Fs_proto
+module Time = Consort.Time
+
+let src = Logs.Src.create "consort.capproc" ~doc:"Consort process server"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type config = {
+  data : string;
+  ocamlrun : string;
+  max_processes : int;
+  max_program : int;
+  default_limits : Pd.limits;
+  max_limits : Pd.limits;
+  keep : Time.t;
+  hold : Time.t;
+  locate : string list;
+  rpc : Rpc.config;
+}
+
+let find_ocamlrun () =
+  let path = try String.split_on_char ':' (Sys.getenv "PATH") with Not_found -> [] in
+  match List.find_opt (fun d -> Sys.file_exists (Filename.concat d "ocamlrun")) path with
+  | Some d -> Filename.concat d "ocamlrun"
+  | None -> "/usr/bin/ocamlrun"
+
+let default_config ~data =
+  {
+    data;
+    ocamlrun = find_ocamlrun ();
+    max_processes = 32;
+    max_program = 64 * 1024 * 1024;
+    default_limits = { Pd.cpu_ms = 60_000; memory_kib = 1024 * 1024; run_ms = 3_600_000 };
+    max_limits = { Pd.cpu_ms = 3_600_000; memory_kib = 4 * 1024 * 1024; run_ms = 86_400_000 };
+    keep = Time.of_sec 60.;
+    hold = Time.of_sec 10.;
+    locate = [];
+    rpc = Rpc.default_config;
+  }
+
+
+type final = { kind : P.kind; code : int; text : string }
+
+type state = Fetching | Running of int | Ending of final (* exited; output still being passed on *) | Done of final
+
+type proc = {
+  obj : int;
+  secret : Cap.Secret.t;
+  pd : Pd.t;
+  limits : Pd.limits;
+  node : R.node;
+  mutable state : state;
+  mutable file : string option;
+  mutable waiters : (Time.t * R.request) list;
+  mutable killed_for : (P.kind * string) option;
+  mutable relays : int;  (* output relays still passing bytes on *)
+  mutable tail : string;  (* the end of stderr *)
+  mutable stdin_fd : Unix.file_descr option;
+  mutable timers : Loop.timer list;
+  mutable ended_at : Time.t;
+  mutable ends : E.t list;
+  started : float;
+}
+
+type t = {
+  config : config;
+  loop : Loop.t;
+  snode : R.node;
+  key : Port.Key.t;
+  port : Port.t;
+  magic : string;
+  server_secret : Cap.Secret.t;
+  procs : (int, proc) Hashtbl.t;
+  mutable next : int;
+}
+
+let server_cap t = Cap.owner t.port ~obj:0 t.server_secret
+
+let running t =
+  Hashtbl.fold (fun _ p n -> match p.state with Running _ | Fetching | Ending _ -> n + 1 | Done _ -> n) t.procs 0
+
+let now t = Loop.now t.loop
+
+let read_all path =
+  let ic = open_in_bin path in
+  Fun.protect ~finally:(fun () -> close_in_noerr ic) (fun () -> really_input_string ic (in_channel_length ic))
+let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
+
+(* The bytecode magic number that the local ocamlrun expects. *)
+let read_magic path =
+  match read_all path with
+  | exception Sys_error e -> Error e
+  | s -> (
+      let pre = "Caml1999X" in
+      let rec find i =
+        if i + 12 > String.length s then None
+        else if String.sub s i 9 = pre && String.for_all (function '0' .. '9' -> true | _ -> false) (String.sub s (i + 9) 3)
+        then Some (String.sub s i 12)
+        else
+          match String.index_from_opt s (i + 1) 'C' with Some j -> find j | None -> None
+      in
+      match String.index_opt s 'C' with
+      | None -> Error (path ^ " holds no bytecode magic number")
+      | Some i -> ( match find i with Some m -> Ok m | None -> Error (path ^ " holds no bytecode magic number")))
+
+let check_bytecode t file =
+  match Unix.openfile file [ Unix.O_RDONLY ] 0 with
+  | exception Unix.Unix_error (e, _, _) -> Error (Unix.error_message e)
+  | fd ->
+      Fun.protect ~finally:(fun () -> Unix.close fd) (fun () ->
+          let size = (Unix.fstat fd).Unix.st_size in
+          if size < 16 then Error "not an OCaml bytecode executable (too short)"
+          else begin
+            ignore (Unix.lseek fd (size - 16) Unix.SEEK_SET);
+            let b = Bytes.create 16 in
+            let n = Unix.read fd b 0 16 in
+            let trailer = Bytes.sub_string b 0 n in
+            if n < 16 then Error "not an OCaml bytecode executable"
+            else
+              let magic = String.sub trailer 4 12 in
+              let sections = Int32.to_int (Bytes.get_int32_be b 0) in
+              if String.length magic = 12 && String.sub magic 0 9 = "Caml1999X" && magic <> t.magic then
+                Error (Printf.sprintf "bytecode for another OCaml runtime (%s; the local ocamlrun reads %s)" magic t.magic)
+              else if magic <> t.magic then Error "not an OCaml bytecode executable (no bytecode trailer)"
+              else if sections <= 0 || sections > 64 then Error "not an OCaml bytecode executable (bad section count)"
+              else Ok ()
+          end)
+
+let final_kind_text f = f.text
+
+let answer_wait p (r : R.request) =
+  match p.state with
+  | Done f -> R.putrep r (Header.reply ~offset:(P.kind_to_int f.kind) ~extra:f.code `Ok) f.text
+  | _ -> R.putrep r (Header.reply `Notnow) "still running"
+
+let finish t p f =
+  p.state <- Done f;
+  p.ended_at <- now t;
+  List.iter Loop.cancel p.timers;
+  p.timers <- [];
+  (match p.file with Some file -> (try Sys.remove file with Sys_error _ -> ()); p.file <- None | None -> ());
+  let ws = p.waiters in
+  p.waiters <- [];
+  List.iter (fun (_, r) -> answer_wait p r) ws;
+  Log.info (fun m -> m "process %d: %s" p.obj f.text)
+
+(* Output relays done and the child reaped: the process has ended. *)
+let maybe_done t p = match p.state with Ending f when p.relays = 0 -> finish t p f | _ -> ()
+
+let relay_done t p =
+  p.relays <- p.relays - 1;
+  maybe_done t p
+
+let close_quiet fd = try Unix.close fd with Unix.Unix_error _ -> ()
+
+(* Pass the bytes of [fd] (a pipe from the child) on to the circuit end [e]
+   (or nowhere, if it hung up), keeping the last 512 bytes in [tail]. *)
+let relay_out t p fd e ~tail =
+  Unix.set_nonblock fd;
+  let buf = Bytes.create Consort_capvc.Vc_proto.max_chunk in
+  let finished = ref false in
+  let stop () =
+    if not !finished then begin
+      finished := true;
+      Loop.unwatch t.loop fd;
+      close_quiet fd;
+      relay_done t p
+    end
+  in
+  let rec on_readable () =
+    match Unix.read fd buf 0 (Bytes.length buf) with
+    | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+    | exception Unix.Unix_error _ -> stop ()
+    | 0 -> (
+        match e with
+        | Some e when E.hung e = None ->
+            Loop.unwatch t.loop fd;
+            E.close e (fun _ -> stop ())
+        | _ -> stop ())
+    | n -> (
+        let s = Bytes.sub_string buf 0 n in
+        if tail then begin
+          let all = p.tail ^ s in
+          p.tail <- (if String.length all > 512 then String.sub all (String.length all - 512) 512 else all)
+        end;
+        match e with
+        | Some e when E.hung e = None ->
+            Loop.unwatch t.loop fd;
+            E.write e s (fun _ -> if not !finished then Loop.watch t.loop fd on_readable)
+        | _ -> () (* nobody to pass it to: drained so the child does not block *))
+  in
+  Loop.watch t.loop fd on_readable
+
+(* Pass what the circuit end [e] reads on to the child's stdin [fd]. *)
+let relay_in t p fd e =
+  Unix.set_nonblock fd;
+  let closed = ref false in
+  let close () =
+    if not !closed then begin
+      closed := true;
+      p.stdin_fd <- None;
+      close_quiet fd
+    end
+  in
+  let signal s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> () in
+  let rec write s off k =
+    if !closed then ()
+    else
+      match Unix.write_substring fd s off (String.length s - off) with
+      | n when off + n >= String.length s -> k ()
+      | n -> write s (off + n) k
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
+          ignore (Loop.after t.loop (Time.of_ms 10) (fun () -> write s off k))
+      | exception Unix.Unix_error _ -> close () (* the child closed its stdin *)
+  in
+  let rec next () =
+    match p.state with
+    | Done _ | Ending _ -> close ()
+    | _ ->
+        if not !closed then
+          E.read e (function
+            | `Data d -> write d 0 next
+            | `Eof -> close ()
+            | `Intr -> signal Sys.sigint; next ()
+            | `Hangup _ -> close (); signal Sys.sighup)
+  in
+  next ()
+
+let env_of t p ~locate =
+  let keep v = match Sys.getenv_opt v with Some x -> [ v ^ "=" ^ x ] | None -> [] in
+  let names = List.map fst p.pd.Pd.caps in
+  let self = Cap.restrict_with_secret p.secret (Cap.owner t.port ~obj:p.obj p.secret) Rights.read in
+  Array.of_list
+    ([ "PATH=/usr/local/bin:/usr/bin:/bin"; "CONSORT_CAPS=" ^ String.concat "," names; "CONSORT_PROCESS=" ^ Cap.to_string self ]
+    @ (if locate = [] then [] else [ "CONSORT_LOCATE=" ^ String.concat "," locate ])
+    @ keep "CAML_LD_LIBRARY_PATH" @ keep "CONSORT_MULTICAST"
+    @ List.map (fun (n, c) -> Consort_capenv.var n ^ "=" ^ Cap.to_string c) p.pd.Pd.caps)
+
+let reap t p pid =
+  match Unix.waitpid [ Unix.WNOHANG ] pid with
+  | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
+  | exception Unix.Unix_error (e, _, _) ->
+      p.state <- Ending { kind = Failed; code = 0; text = "lost: " ^ Unix.error_message e };
+      maybe_done t p
+  | 0, _ -> ()
+  | _, st ->
+      let l = p.limits in
+      let oom =
+        let low = String.lowercase_ascii p.tail in
+        let has sub =
+          let n = String.length sub and m = String.length low in
+          let rec go i = i + n <= m && (String.sub low i n = sub || go (i + 1)) in
+          go 0
+        in
+        has "out of memory" || has "out_of_memory"
+      in
+      let f =
+        match (p.killed_for, st) with
+        | Some (kind, why), _ -> { kind; code = Proc_proto.signal_to_system Sys.sigkill; text = "stopped: " ^ why }
+        | None, Unix.WSIGNALED s when s = Sys.sigxcpu ->
+            { kind = Limit; code = P.signal_to_system s; text = Printf.sprintf "stopped: cpu time limit (%d ms) exceeded" l.cpu_ms }
+        | None, Unix.WSIGNALED s -> { kind = Signaled; code = P.signal_to_system s; text = "killed by " ^ P.signal_name s }
+        | None, Unix.WSTOPPED s -> { kind = Signaled; code = P.signal_to_system s; text = "stopped by " ^ P.signal_name s }
+        | None, Unix.WEXITED 2 when oom ->
+            { kind = Limit; code = 2; text = Printf.sprintf "stopped: memory limit (%d KiB) exceeded" l.memory_kib }
+        | None, Unix.WEXITED c -> { kind = Exited; code = c; text = Printf.sprintf "exited with code %d" c }
+      in
+      (* Whatever the group left behind goes too. *)
+      (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
+      (match p.stdin_fd with Some fd -> close_quiet fd; p.stdin_fd <- None | None -> ());
+      p.state <- Ending f;
+      (* Output still held by a descendant is given 2 s. *)
+      p.timers <- Loop.after t.loop (Time.of_sec 2.) (fun () -> if p.relays > 0 then begin p.relays <- 0; maybe_done t p end) :: p.timers;
+      maybe_done t p
+
+let kill_group_of p s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> ()
+
+let start t p file ~locate =
+  let l = p.limits in
+  let pipe () = Unix.pipe ~cloexec:true () in
+  let end_of name = Pd.cap p.pd name in
+  let trans ~idempotent h d k = R.trans p.node ~idempotent h d k in
+  let ends = Hashtbl.create 3 in
+  let end_for c =
+    let k = Cap.to_raw c in
+    match Hashtbl.find_opt ends k with
+    | Some e -> e
+    | None ->
+        let e = E.create trans c in
+        Hashtbl.replace ends k e;
+        p.ends <- e :: p.ends;
+        e
+  in
+  let devnull flags = Unix.openfile "/dev/null" (Unix.O_CLOEXEC :: flags) 0 in
+  let in_r, in_w = match end_of "stdin" with Some _ -> pipe () | None -> (devnull [ Unix.O_RDONLY ], devnull [ Unix.O_WRONLY ]) in
+  let out_r, out_w = pipe () and err_r, err_w = pipe () in
+  let argv = Array.of_list ((t.config.ocamlrun :: file :: p.pd.Pd.args)) in
+  match
+    Spawn.spawn ~cpu_seconds:((l.cpu_ms + 999) / 1000) ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill
+      t.config.ocamlrun argv (env_of t p ~locate) (in_r, out_w, err_w)
+  with
+  | exception Unix.Unix_error (e, _, _) ->
+      List.iter close_quiet [ in_r; in_w; out_r; out_w; err_r; err_w ];
+      Error ("cannot start: " ^ Unix.error_message e)
+  | pid ->
+      List.iter close_quiet [ in_r; out_w; err_w ];
+      p.state <- Running pid;
+      (match end_of "stdin" with
+      | Some c ->
+          p.stdin_fd <- Some in_w;
+          relay_in t p in_w (end_for c)
+      | None -> close_quiet in_w);
+      p.relays <- 2;
+      relay_out t p out_r (Option.map end_for (end_of "stdout")) ~tail:false;
+      relay_out t p err_r (Option.map end_for (end_of "stderr")) ~tail:true;
+      let rec poll () =
+        match p.state with
+        | Running pid ->
+            reap t p pid;
+            (* SIGCHLD wakes the loop (see [create]); this poll is the fallback. *)
+            p.timers <- Loop.after t.loop (Time.of_ms 200) poll :: p.timers
+        | _ -> ()
+      in
+      poll ();
+      (* The caller's circuits: kept alive; when one hangs up (the caller
+         died or hung up), the program gets SIGHUP, as on a terminal. *)
+      let hup_sent = ref false in
+      let rec touch () =
+        match p.state with
+        | Running _ | Ending _ ->
+            if (not !hup_sent) && List.exists (fun e -> E.hung e <> None) p.ends then begin
+              hup_sent := true;
+              kill_group_of p Sys.sighup
+            end;
+            List.iter E.touch p.ends;
+            p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers
+        | _ -> ()
+      in
+      p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers;
+      if l.run_ms > 0 then
+        p.timers <-
+          Loop.after t.loop (Time.of_ms l.run_ms) (fun () ->
+              match p.state with
+              | Running pid ->
+                  p.killed_for <- Some (P.Limit, Printf.sprintf "run time limit (%d ms) exceeded" l.run_ms);
+                  (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ())
+              | _ -> ())
+          :: p.timers;
+      Ok ()
+
+(* Reads the program from its file server, one read after the other. *)
+let fetch t p k =
+  let trans h d k = R.trans p.node ~idempotent:true h d k in
+  let prog = p.pd.Pd.program in
+  let fail m = k (Error m) in
+  trans (Header.request prog Fs_proto.bs_size) "" (function
+    | Error e -> fail ("cannot reach the program's file server: " ^ Rpc_error.to_string e)
+    | Ok (h, _) when h.Header.status <> `Ok -> fail ("the program's file server refused: " ^ Status.to_string h.status)
+    | Ok (h, _) ->
+        let size = h.Header.size in
+        if size > t.config.max_program then fail (Printf.sprintf "the program is larger than %d bytes" t.config.max_program)
+        else begin
+          let file = Filename.concat (Filename.concat t.config.data "run") (Printf.sprintf "%d-%s.byte" p.obj (Crypto.random 6 |> Base64.encode_string ~alphabet:Base64.uri_safe_alphabet ~pad:false)) in
+          match Unix.openfile file [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL; Unix.O_CLOEXEC ] 0o500 with
+          | exception Unix.Unix_error (e, _, _) -> fail ("cannot store the program: " ^ Unix.error_message e)
+          | fd ->
+              p.file <- Some file;
+              let rec read off =
+                if off >= size then begin
+                  Unix.close fd;
+                  k (Ok file)
+                end
+                else
+                  let len = min Fs_proto.max_read (size - off) in
+                  trans (Header.request ~offset:off ~size:len prog Fs_proto.bs_read) "" (function
+                    | Error e -> Unix.close fd; fail ("the program's file server fell silent: " ^ Rpc_error.to_string e)
+                    | Ok (h, _) when h.Header.status <> `Ok -> Unix.close fd; fail ("the program's file server refused: " ^ Status.to_string h.status)
+                    | Ok (_, d) when String.length d = 0 || String.length d > len -> Unix.close fd; fail "the program's file server sent a bad read"
+                    | Ok (_, d) -> (
+                        match Unix.write_substring fd d 0 (String.length d) with
+                        | exception Unix.Unix_error (e, _, _) -> Unix.close fd; fail ("cannot store the program: " ^ Unix.error_message e)
+                        | _ -> read (off + String.length d)))
+              in
+              read 0
+        end)
+
+let clamp ~default ~max v = if v <= 0 then default else min v max
+
+let forget t p =
+  Hashtbl.remove t.procs p.obj;
+  (match p.file with Some f -> (try Sys.remove f with Sys_error _ -> ()) | None -> ());
+  R.close p.node
+
+let exec t r =
+  let refuse st why = R.putrep r (Header.reply st) (one_line why) in
+  match Pd.decode (R.data r) with
+  | Error e -> refuse `Argbad e
+  | Ok pd when pd.Pd.arch <> Pd.arch_bytecode -> refuse `Argbad (Printf.sprintf "architecture %S is not served here (only %s)" pd.Pd.arch Pd.arch_bytecode)
+  | Ok pd -> (
+      (* Room: forget the oldest ended processes first. *)
+      if Hashtbl.length t.procs >= t.config.max_processes then begin
+        let ended = Hashtbl.fold (fun _ p acc -> match p.state with Done _ -> p :: acc | _ -> acc) t.procs [] in
+        match List.sort (fun a b -> compare a.ended_at b.ended_at) ended with p :: _ -> forget t p | [] -> ()
+      end;
+      if Hashtbl.length t.procs >= t.config.max_processes then refuse `Nospace (Printf.sprintf "%d processes already" t.config.max_processes)
+      else
+        let bad_hint = List.find_opt (fun h -> Result.is_error (Udp.address_of_string h)) pd.Pd.hints in
+        match bad_hint with
+        | Some h -> refuse `Argbad ("bad locate hint " ^ h)
+        | None -> (
+            let locate = (Udp.address_to_string (R.client r) :: pd.Pd.hints) @ t.config.locate in
+            match R.open_node ~config:t.config.rpc ~locate:(String.concat "," locate) t.loop with
+            | Error e -> refuse `Syserr e
+            | Ok node ->
+                let d = t.config.default_limits and m = t.config.max_limits in
+                let limits =
+                  {
+                    Pd.cpu_ms = clamp ~default:d.cpu_ms ~max:m.cpu_ms pd.limits.cpu_ms;
+                    memory_kib = clamp ~default:d.memory_kib ~max:m.memory_kib pd.limits.memory_kib;
+                    run_ms = clamp ~default:d.run_ms ~max:m.run_ms pd.limits.run_ms;
+                  }
+                in
+                let rec fresh n = if Hashtbl.mem t.procs n || n > Cap.max_object then fresh (if n > Cap.max_object then 1 else n + 1) else n in
+                let obj = fresh t.next in
+                t.next <- obj + 1;
+                let p =
+                  {
+                    obj; secret = Cap.Secret.generate (); pd; limits; node; state = Fetching; file = None; waiters = [];
+                    killed_for = None; relays = 0; tail = ""; stdin_fd = None; timers = []; ended_at = 0; ends = [];
+                    started = Unix.gettimeofday ();
+                  }
+                in
+                Hashtbl.replace t.procs obj p;
+                let fail st why =
+                  forget t p;
+                  refuse st why
+                in
+                fetch t p (function
+                  | Error why -> fail `Notfound why
+                  | Ok file -> (
+                      match check_bytecode t file with
+                      | Error why -> fail `Argbad why
+                      | Ok () -> (
+                          match start t p file ~locate with
+                          | Error why -> fail `Syserr why
+                          | Ok () ->
+                              let c = Cap.owner t.port ~obj p.secret in
+                              let port, priv = Header.of_cap c in
+                              R.putrep r (Header.reply ~port ~priv `Ok) "")))))
+
+let status_line t p =
+  let st =
+    match p.state with
+    | Fetching -> "fetching"
+    | Running pid -> Printf.sprintf "running pid %d" pid
+    | Ending f | Done f -> final_kind_text f
+  in
+  ignore t;
+  Printf.sprintf "%d %s %.1fs %s" p.obj (one_line st) (Unix.gettimeofday () -. p.started)
+    (one_line (String.concat " " (List.map (fun a -> if String.length a > 40 then String.sub a 0 40 ^ "..." else a) p.pd.Pd.args)))
+
+let objects t =
+  {
+    Std.secret = (fun obj -> if obj = 0 then Some t.server_secret else Option.map (fun p -> p.secret) (Hashtbl.find_opt t.procs obj));
+    info = (fun obj -> if obj = 0 then "consort process server" else match Hashtbl.find_opt t.procs obj with Some p -> "process " ^ status_line t p | None -> "-");
+    destroy = (fun _ -> `Ok) (* done in [handle] *);
+    touch = (fun _ -> ());
+    age = (fun () -> ());
+    status =
+      (fun () ->
+        let ps = Hashtbl.fold (fun _ p acc -> p :: acc) t.procs [] |> List.sort (fun a b -> compare a.obj b.obj) in
+        String.concat "\n"
+          (Printf.sprintf "consort process server: %d processes, %d running or starting" (List.length ps) (running t)
+          :: List.map (status_line t) ps));
+  }
+
+let kill_group p s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> ()
+
+let handle t std r =
+  let h = R.header r in
+  let cmd = h.Header.command in
+  let reply st = R.putrep r (Header.reply st) "" in
+  let on_proc need f =
+    match Std.validate t.port std ~need h with
+    | Error st -> reply st
+    | Ok 0 -> reply `Argbad
+    | Ok obj -> ( match Hashtbl.find_opt t.procs obj with Some p -> f p | None -> reply `Notfound)
+  in
+  if cmd = P.ps_exec then
+    match Std.validate t.port std ~need:Rights.create h with
+    | Error st -> reply st
+    | Ok 0 -> exec t r
+    | Ok _ -> reply `Argbad
+  else if cmd = P.ps_wait then
+    on_proc Rights.read (fun p ->
+        match p.state with
+        | Done _ -> answer_wait p r
+        | _ ->
+            if List.length p.waiters >= 4 then reply `Notnow
+            else p.waiters <- (now t, r) :: p.waiters)
+  else if cmd = P.ps_signal then
+    on_proc Rights.modify (fun p ->
+        match List.find_opt (fun (_, s) -> P.signal_to_system s = h.Header.offset) P.signals with
+        | None -> reply `Argbad
+        | Some (_, s) -> (
+            match p.state with
+            | Running _ ->
+                if s = Sys.sigkill then p.killed_for <- Some (P.Killed, "killed (SIGKILL asked for)");
+                kill_group p s;
+                reply `Ok
+            | _ -> reply `Notnow))
+  else if cmd = Std.std_destroy then
+    on_proc Rights.destroy (fun p ->
+        (match p.state with
+        | Running _ ->
+            p.killed_for <- Some (P.Killed, "killed (std_destroy)");
+            kill_group p Sys.sigkill
+        | _ -> ());
+        reply `Ok)
+  else match Std.handle t.port std h (R.data r) with Some (h, d) -> R.putrep r h d | None -> reply `Combad
+
+let tick t =
+  let n = now t in
+  let gone = ref [] in
+  Hashtbl.iter
+    (fun _ p ->
+      (* Held waits are answered after [hold]; ended processes forgotten after [keep]. *)
+      let old, young = List.partition (fun (at, _) -> Time.diff n at >= t.config.hold) p.waiters in
+      p.waiters <- young;
+      List.iter (fun (_, r) -> answer_wait p r) old;
+      match p.state with Done _ when Time.diff n p.ended_at >= t.config.keep -> gone := p :: !gone | _ -> ())
+    t.procs;
+  List.iter (forget t) !gone
+
+let create config loop node key =
+  match read_magic config.ocamlrun with
+  | Error e -> Error ("ocamlrun: " ^ e)
+  | Ok magic -> (
+      let run = Filename.concat config.data "run" in
+      match
+        if not (Sys.file_exists run) then Unix.mkdir run 0o700;
+        Array.iter (fun f -> try Sys.remove (Filename.concat run f) with Sys_error _ -> ()) (Sys.readdir run)
+      with
+      | exception Unix.Unix_error (e, _, _) -> Error (run ^ ": " ^ Unix.error_message e)
+      | exception Sys_error e -> Error e
+      | () ->
+          let secret_file = Filename.concat config.data "server.secret" in
+          let secret =
+            match read_all secret_file with
+            | s -> Cap.Secret.of_raw s
+            | exception Sys_error _ ->
+                let s = Cap.Secret.generate () in
+                (try
+                   let oc = open_out_gen [ Open_wronly; Open_creat; Open_excl; Open_binary ] 0o600 secret_file in
+                   output_string oc (Cap.Secret.to_raw s);
+                   close_out oc;
+                   Ok s
+                 with Sys_error e -> Error e)
+          in
+          match secret with
+          | Error e -> Error (secret_file ^ ": " ^ e)
+          | Ok server_secret ->
+              let t =
+                { config; loop; snode = node; key; port = Port.Key.port key; magic; server_secret; procs = Hashtbl.create 16; next = 1 }
+              in
+              let std = objects t in
+              let srv = R.serve node key in
+              R.listen srv (fun r ->
+                  try handle t std r
+                  with e ->
+                    Log.err (fun m -> m "%s: %s" (P.command_name (R.header r).Header.command) (Printexc.to_string e));
+                    R.putrep r (Header.reply `Syserr) "");
+              (* SIGCHLD: a byte on a pipe the loop watches, then reap every child. *)
+              let r, w = Unix.pipe ~cloexec:true () in
+              Unix.set_nonblock r;
+              Unix.set_nonblock w;
+              let one = Bytes.make 1 'c' in
+              Sys.set_signal Sys.sigchld
+                (Sys.Signal_handle (fun _ -> try ignore (Unix.single_write w one 0 1) with Unix.Unix_error _ -> ()));
+              let buf = Bytes.create 64 in
+              Loop.watch loop r (fun () ->
+                  (try ignore (Unix.read r buf 0 64) with Unix.Unix_error _ -> ());
+                  Hashtbl.iter (fun _ p -> match p.state with Running pid -> reap t p pid | _ -> ()) t.procs);
+              let rec tk () =
+                tick t;
+                ignore (Loop.after loop (Time.of_ms 500) tk)
+              in
+              tk ();
+              Ok t)
+
+let shutdown t =
+  Hashtbl.iter
+    (fun _ p ->
+      match p.state with
+      | Running pid ->
+          (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
+          (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+      | _ -> ())
+    t.procs;
+  Hashtbl.iter (fun _ p -> (match p.file with Some f -> (try Sys.remove f with Sys_error _ -> ()) | None -> ())) t.procs

@@ -1,0 +1,316 @@
+(* The process server as real processes over loopback UDP: a file server,
+   a process server, and consort cap exec / ps / kill. A bytecode program
+   runs remotely with its capability environment and its exit code comes
+   back; programs over their limits are stopped and the caller is told
+   why; bad programs and descriptors are refused with one line. *)
+
+module Pd = Consort_capproc.Pd
+open Consort_cap
+
+let here = Filename.dirname Sys.executable_name
+let consort () = Filename.concat here (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+let prog_bc = Filename.concat here "prog.bc"
+let ( / ) = Filename.concat
+
+let rec rm_rf p =
+  match (Unix.lstat p).Unix.st_kind with
+  | Unix.S_DIR ->
+      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
+      Unix.rmdir p
+  | _ -> Unix.unlink p
+  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+
+let read_file p =
+  let ic = open_in_bin p in
+  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+
+let write_file p s =
+  let oc = open_out_bin p in
+  output_string oc s;
+  close_out oc
+
+let contains s sub =
+  let n = String.length sub in
+  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+  go 0
+
+let free_port () =
+  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
+  Unix.close s;
+  p
+
+let base_env = [ "CONSORT_MULTICAST=off" ]
+
+type server = { pid : int; cap : string; addr : string }
+
+let start_server ~log args =
+  let r, w = Unix.pipe ~cloexec:true () in
+  let err = Unix.openfile log [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let port = free_port () in
+  let addr = Printf.sprintf "127.0.0.1:%d" port in
+  let pid =
+    Unix.create_process_env (consort ())
+      (Array.of_list ("consort" :: args @ [ "--bind"; addr ]))
+      (Array.append (Array.of_list base_env) (Unix.environment ()))
+      Unix.stdin w err
+  in
+  Unix.close w;
+  Unix.close err;
+  let ic = Unix.in_channel_of_descr r in
+  let line = try input_line ic with End_of_file -> "" in
+  close_in ic;
+  match String.split_on_char ' ' line with
+  | [ "server"; cap ] -> { pid; cap; addr }
+  | _ -> Alcotest.failf "server's first line: %S (log %s)" line (try read_file log with _ -> "")
+
+let stop s =
+  (try Unix.kill s.pid Sys.sigterm with Unix.Unix_error _ -> ());
+  try ignore (Unix.waitpid [] s.pid) with Unix.Unix_error _ -> ()
+
+let spawn ?(env = []) ?stdin_fd ~out ~err args =
+  let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let o = fd out and e = fd err in
+  let i = match stdin_fd with Some f -> f | None -> Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let env = Array.concat [ Array.of_list (base_env @ env); Unix.environment () ] in
+  let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) env i o e in
+  Unix.close o;
+  Unix.close e;
+  if stdin_fd = None then Unix.close i;
+  pid
+
+let code_of = function Unix.WEXITED c -> c | Unix.WSIGNALED s -> 1000 + s | _ -> -1
+
+(* The exit status, waiting at most 60 s (then the process is killed and
+   the test fails): a bug that hangs fails instead of hanging the suite. *)
+let wait_code pid =
+  let rec go n =
+    match Unix.waitpid [ Unix.WNOHANG ] pid with
+    | 0, _ when n > 0 -> Unix.sleepf 0.05; go (n - 1)
+    | 0, _ ->
+        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+        ignore (Unix.waitpid [] pid);
+        Alcotest.failf "consort (pid %d) still running after 60 s" pid
+    | _, st -> code_of st
+  in
+  go 1200
+
+(* Runs consort; its exit status, standard output and error. *)
+let run ?env ?stdin_file args =
+  let out = Filename.temp_file "capproc-out" "" and err = Filename.temp_file "capproc-err" "" in
+  Fun.protect
+    ~finally:(fun () -> Sys.remove out; Sys.remove err)
+    (fun () ->
+      let stdin_fd = Option.map (fun f -> Unix.openfile f [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0) stdin_file in
+      let pid = spawn ?env ?stdin_fd ~out ~err args in
+      Option.iter Unix.close stdin_fd;
+      let code = wait_code pid in
+      (code, read_file out, read_file err))
+
+(* Waits (at most 30 s) until [f ()]. *)
+let eventually what f =
+  let rec go n = if f () then () else if n = 0 then Alcotest.failf "%s: not within 30 s" what else (Unix.sleepf 0.05; go (n - 1)) in
+  go 600
+
+type world = { dir : string; fs : server; ps : server; prog : string; env : string list }
+
+let with_world ?(ps_args = []) f =
+  let d = Filename.temp_file "capproc" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o700;
+  Unix.mkdir (d / "fs") 0o700;
+  Unix.mkdir (d / "ps") 0o700;
+  Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
+  let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
+  Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
+  let ps = start_server ~log:(d / "ps.log") ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args) in
+  Fun.protect ~finally:(fun () -> stop ps) @@ fun () ->
+  let env = [ "CONSORT_LOCATE=" ^ fs.addr ^ "," ^ ps.addr ] in
+  let code, prog, err = run ~env [ "cap"; "fs"; "put"; "--server"; fs.cap; prog_bc ] in
+  if code <> 0 then Alcotest.failf "put prog.bc: %s" err;
+  f { dir = d; fs; ps; prog = String.trim prog; env }
+
+let exec ?stdin_file w args = run ~env:w.env ?stdin_file ([ "cap"; "exec"; w.ps.cap; w.prog ] @ args)
+
+let test_remote_run () =
+  with_world @@ fun w ->
+  let input = w.dir / "input" in
+  write_file input "hello\nworld\n";
+  let extra = w.fs.cap in
+  let code, out, err = exec ~stdin_file:input w [ "--cap"; "extra=" ^ extra; "echo"; "7"; "a"; "b c" ] in
+  Alcotest.(check string) "stderr" "bye\n" err;
+  Alcotest.(check string) "stdout"
+    (Printf.sprintf "args: a b c\ncaps: stdin,stdout,stderr,extra\nextra: %s\nself: true\nHELLO\nWORLD\n" extra)
+    out;
+  Alcotest.(check int) "the program's exit code" 7 code;
+  (* With no input (-n) and a root capability from CONSORT_ROOT. *)
+  let code, out, _ = run ~env:(("CONSORT_ROOT=" ^ extra) :: w.env) [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
+  Alcotest.(check int) "exit 0" 0 code;
+  Alcotest.(check bool) "root given, no stdin" true (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
+  (* More output than a circuit holds: every line, in order. *)
+  let code, out, _ = exec w [ "-n"; "big"; "30000" ] in
+  Alcotest.(check int) "big: exit 0" 0 code;
+  let lines = String.split_on_char '\n' out in
+  Alcotest.(check int) "every line" 30001 (List.length lines);
+  Alcotest.(check bool) "in order" true (List.nth lines 29999 = "line 30000 " ^ String.make 50 'x')
+
+let test_limits () =
+  with_world @@ fun w ->
+  let code, _, err = exec w [ "-n"; "--cpu"; "1"; "spin" ] in
+  Alcotest.(check int) ("cpu: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool) ("cpu: told why: " ^ err) true (contains err "cpu time limit");
+  let code, _, err = exec w [ "-n"; "--memory"; "64"; "hog" ] in
+  Alcotest.(check int) ("memory: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool) ("memory: told why: " ^ err) true (contains err "memory limit (65536 KiB) exceeded");
+  let code, _, err = exec w [ "-n"; "--time"; "0.5"; "sleep" ] in
+  Alcotest.(check int) ("run time: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool) ("run time: told why: " ^ err) true (contains err "run time limit (500 ms) exceeded");
+  (* ps lists them, ended. *)
+  let code, out, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+  Alcotest.(check int) "ps" 0 code;
+  Alcotest.(check bool) ("ps lists the ended processes: " ^ out) true (contains out "cpu time limit" && contains out "run time limit")
+
+let test_refusals () =
+  with_world @@ fun w ->
+  let not_bc = w.dir / "script" in
+  write_file not_bc "#!/bin/sh\necho hello\n";
+  let code, cap, _ = run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; not_bc ] in
+  Alcotest.(check int) "put" 0 code;
+  let code, out, err = run ~env:w.env [ "cap"; "exec"; "-n"; w.ps.cap; String.trim cap ] in
+  Alcotest.(check int) ("not bytecode: exit 2; " ^ err) 2 code;
+  Alcotest.(check string) "nothing ran" "" out;
+  Alcotest.(check bool) ("one line naming the reason: " ^ err) true (contains err "not an OCaml bytecode executable" && List.length (String.split_on_char '\n' (String.trim err)) = 1);
+  (* A bytecode file for another runtime: the trailer's magic changed. *)
+  let other = w.dir / "other.bc" in
+  let s = read_file prog_bc in
+  let n = String.length s in
+  write_file other (String.sub s 0 (n - 3) ^ "999");
+  let _, cap, _ = run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; other ] in
+  let code, _, err = run ~env:w.env [ "cap"; "exec"; "-n"; w.ps.cap; String.trim cap ] in
+  Alcotest.(check int) "other runtime: exit 2" 2 code;
+  Alcotest.(check bool) ("names the runtime: " ^ err) true (contains err "another OCaml runtime");
+  (* A program capability that names nothing. *)
+  let _, cap2, _ = run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; not_bc ] in
+  let code, _, _ = run ~env:w.env [ "cap"; "destroy"; String.trim cap2 ] in
+  Alcotest.(check int) "destroy" 0 code;
+  let code, _, err = run ~env:w.env [ "cap"; "exec"; "-n"; w.ps.cap; String.trim cap2 ] in
+  Alcotest.(check int) ("destroyed program: exit 2; " ^ err) 2 code;
+  (* The file server's capability is not a process server's. *)
+  let code, _, _ = run ~env:w.env [ "cap"; "exec"; "-n"; w.fs.cap; w.prog ] in
+  Alcotest.(check int) "not a process server: exit 2" 2 code;
+  (* A process server capability without the create right. *)
+  let _, ro, _ = run ~env:w.env [ "cap"; "restrict"; w.ps.cap; "--rights"; "read" ] in
+  let code, _, err = run ~env:w.env [ "cap"; "exec"; "-n"; String.trim ro; w.prog; "echo"; "0" ] in
+  Alcotest.(check int) ("no create right: exit 2; " ^ err) 2 code;
+  Alcotest.(check bool) "denied" true (contains err "STD_DENIED");
+  let code, _, _ = run ~env:w.env [ "cap"; "exec"; "-n"; "--cap"; "BAD NAME=x"; w.ps.cap; w.prog ] in
+  Alcotest.(check int) "bad --cap: exit 2" 2 code;
+  (* The server goes on. *)
+  let code, _, _ = exec w [ "-n"; "echo"; "5" ] in
+  Alcotest.(check int) "still serving" 5 code
+
+let test_kill_and_interrupt () =
+  with_world @@ fun w ->
+  let out = w.dir / "k.out" and err = w.dir / "k.err" in
+  let pid = spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" ] in
+  let cap = ref "" in
+  eventually "the process's capability" (fun () ->
+      let e = read_file err in
+      match String.index_opt e '\n' with
+      | Some i when contains e "process cap1:" ->
+          cap := String.trim (List.nth (String.split_on_char ' ' (String.sub e 0 i)) 2);
+          true
+      | _ -> false);
+  let code, _, kerr = run ~env:w.env [ "cap"; "kill"; "--signal"; "KILL"; !cap ] in
+  Alcotest.(check int) ("kill: " ^ kerr) 0 code;
+  Alcotest.(check int) "the exec ends with 137" 137 (wait_code pid);
+  Alcotest.(check bool) "told it was killed" true (contains (read_file err) "killed");
+  let code, _, _ = run ~env:w.env [ "cap"; "kill"; !cap ] in
+  Alcotest.(check int) "kill of an ended process: refused" 2 code;
+  (* Ctrl-C at the caller: an interrupt over the circuit, SIGINT for the program. *)
+  let r, wr = Unix.pipe ~cloexec:true () in
+  let pid = spawn ~env:w.env ~stdin_fd:r ~out ~err [ "cap"; "exec"; w.ps.cap; w.prog; "intr" ] in
+  Unix.close r;
+  eventually "the program waits" (fun () -> contains (read_file out) "waiting");
+  Unix.kill pid Sys.sigint;
+  let code = wait_code pid in
+  Unix.close wr;
+  Alcotest.(check int) ("interrupted program's exit code; " ^ read_file err) 42 code;
+  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file out) "interrupted")
+
+(* A caller that dies: the program's standard input circuit hangs up (its
+   host fell silent), the program gets SIGHUP and the server says so. And
+   a server that allows 2 processes refuses a third, and takes new ones once
+   those ended are old enough to go. *)
+let test_dead_caller_and_bound () =
+  with_world ~ps_args:[ "--max-processes"; "2" ] @@ fun w ->
+  let out = w.dir / "d.out" and err = w.dir / "d.err" in
+  let r, wr = Unix.pipe ~cloexec:true () in
+  let pid = spawn ~env:w.env ~stdin_fd:r ~out ~err [ "cap"; "exec"; w.ps.cap; w.prog; "intr" ] in
+  Unix.close r;
+  eventually "the program waits" (fun () -> contains (read_file out) "waiting");
+  let pid2 = spawn ~env:w.env ~out:(w.dir / "s.out") ~err:(w.dir / "s.err") [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleep" ] in
+  eventually "two running" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      List.length (List.filter (fun l -> contains l "running pid") (String.split_on_char '\n' o)) = 2);
+  let code, _, e = exec w [ "-n"; "echo"; "0" ] in
+  Alcotest.(check int) ("a third is refused: " ^ e) 2 code;
+  Alcotest.(check bool) "with the reason" true (contains e "2 processes already");
+  Unix.kill pid Sys.sigkill;
+  ignore (wait_code pid);
+  Unix.close wr;
+  (* The other caller dies too: its program reads nothing, writes nothing,
+     but its circuits' host is gone. *)
+  Unix.kill pid2 Sys.sigkill;
+  ignore (wait_code pid2);
+  eventually "both programs were hung up on" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      List.length (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o)) = 2)
+
+(* The descriptor: round trip, bounds, and every truncation and corruption
+   refused with a message, never an exception. *)
+let test_descriptor () =
+  let g = Crypto.deterministic "pd" in
+  let port = Port.Key.port (Port.Key.generate ~g ()) in
+  let c n = Cap.owner port ~obj:n (Cap.Secret.generate ~g ()) in
+  let pd =
+    { Pd.arch = Pd.arch_bytecode; program = c 1; args = [ "a"; ""; String.make 300 'x' ]; caps = [ ("stdin", c 2); ("root", c 3) ];
+      limits = { Pd.cpu_ms = 1000; memory_kib = 65536; run_ms = 5000 }; hints = [ "127.0.0.1:7000" ] }
+  in
+  let s = Result.get_ok (Pd.encode pd) in
+  (match Pd.decode s with
+  | Ok p -> Alcotest.(check bool) "round trip" true (p.Pd.args = pd.args && p.limits = pd.limits && List.map fst p.caps = [ "stdin"; "root" ] && Cap.equal p.program pd.program && p.hints = pd.hints)
+  | Error e -> Alcotest.fail e);
+  for n = 0 to String.length s - 1 do
+    match Pd.decode (String.sub s 0 n) with Ok _ -> Alcotest.failf "truncated at %d accepted" n | Error _ -> ()
+  done;
+  Alcotest.(check bool) "trailing bytes" true (Result.is_error (Pd.decode (s ^ "x")));
+  let rs = Random.State.make [| 7 |] in
+  for _ = 1 to 2000 do
+    let b = Bytes.of_string s in
+    for _ = 1 to 1 + Random.State.int rs 4 do
+      Bytes.set b (Random.State.int rs (Bytes.length b)) (Char.chr (Random.State.int rs 256))
+    done;
+    match Pd.decode (Bytes.to_string b) with Ok _ | Error _ -> ()
+  done;
+  Alcotest.(check bool) "too many args" true (Result.is_error (Pd.encode { pd with args = List.init 257 string_of_int }));
+  Alcotest.(check bool) "bad name" true (Result.is_error (Pd.encode { pd with caps = [ ("Root", c 3) ] }));
+  Alcotest.(check bool) "name twice" true (Result.is_error (Pd.encode { pd with caps = [ ("root", c 3); ("root", c 4) ] }));
+  Alcotest.(check bool) "larger than the bound" true (Result.is_error (Pd.decode (String.make (Pd.max_size + 1) 'C')));
+  Alcotest.(check bool) "another version" true
+    (match Pd.decode ("CPD\002" ^ String.sub s 4 (String.length s - 4)) with Error m -> contains m "version 2" | Ok _ -> false)
+
+let () =
+  Alcotest.run "capproc"
+    [
+      ("descriptor", [ Alcotest.test_case "codec" `Quick test_descriptor ]);
+      ( "processes",
+        [
+          Alcotest.test_case "remote run, environment, exit code" `Quick test_remote_run;
+          Alcotest.test_case "limits" `Quick test_limits;
+          Alcotest.test_case "refusals" `Quick test_refusals;
+          Alcotest.test_case "kill and interrupt" `Quick test_kill_and_interrupt;
+          Alcotest.test_case "dead caller, bounded processes" `Quick test_dead_caller_and_bound;
+        ] );
+    ]

@@ -1,0 +1,277 @@
+(* The fused path is the layered path: a member runs in two copies, one
+   stack layered and one fused, side by side, fed the same random traces
+   (its casts and sends, its peers' casts and sends delivered late,
+   reordered, duplicated or lost, timers), and after every event both
+   copies must have put the same datagrams on the wire (the fused one's
+   compressed casts made layered again), delivered the same messages and
+   control events to the application, asked for the same alarm, and hold
+   the same state in every layer. The peers are fused stacks: their
+   compressed casts go to the fused copy as they are and to the layered
+   copy made layered. *)
+
+open Consort
+module G = Consort_group
+
+let pass name = Layer.fast (module Layer.Pass_fast (struct let name = name end))
+let pass1 = pass "pass1"
+let pass2 = pass "pass2"
+
+let stacks =
+  G.
+    [|
+      ("pt2pt:mnak:bottom", [ Pt2pt.layer; Mnak.layer; Bottom.layer ]);
+      ("pt2pt:mnak:suspect:bottom", [ Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ]);
+      ("pass1:pass2:pt2pt:mnak:suspect:bottom", [ pass1; pass2; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ]);
+    |]
+
+let params =
+  Params.(
+    empty
+    |> set "mnak.window" (Int 8)
+    |> set "mflow.window" (Int 256)
+    |> set "pt2pt.window" (Int 8)
+    |> set "frag.size" (Int 600))
+
+let n = 3
+
+type copy = {
+  st : Stack.t;
+  wire : string Queue.t;  (* what this copy put on the wire since the last check, layered *)
+  app : string Queue.t;  (* what reached its application since the last check *)
+}
+
+exception Differ of string
+
+let failf fmt = Fmt.kstr (fun s -> raise (Differ s)) fmt
+let dst_s = function Event.Cast -> "cast" | Event.Send r -> "send " ^ string_of_int r
+let src_s = function Event.Cast_from r -> "cast from " ^ string_of_int r | Event.Send_from r -> "send from " ^ string_of_int r | Event.Raw -> "raw"
+
+(* Totals over the traces, to show that the traces exercise what they
+   are meant to. *)
+let fused_sent = ref 0
+let fused_received = ref 0
+let left_and_came_back = ref 0
+
+let run_trace ~seed =
+  let rs = Random.State.make [| seed |] in
+  let name, layers = stacks.(seed mod Array.length stacks) in
+  let pool = Pool.create () in
+  let clock = ref 0 in
+  (* datagrams in flight: (destination rank, from, raw bytes, layered bytes) *)
+  let flight : (int * int * string * string) list ref = ref [] in
+  let ctx rank seed =
+    let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
+    { Layer.view; rng = Rng.create seed; params; pool; now = (fun () -> !clock) }
+  in
+  let expand st msg =
+    match Stack.expand st msg with
+    | Ok m ->
+        let s = Msg.to_string m in
+        Msg.release m;
+        s
+    | Error e -> failf "a compressed datagram does not expand: %a" Codec.pp_error e
+  in
+  let route from dst raw layered =
+    let to_ r = flight := !flight @ [ (r, from, raw, layered) ] in
+    match dst with
+    | Event.Cast -> for r = 0 to n - 1 do if r <> from then to_ r done
+    | Event.Send r -> if r >= 0 && r < n && r <> from then to_ r
+  in
+  let make_copy ~fused =
+    let self = ref None in
+    let wire = Queue.create () and app = Queue.create () in
+    let net dst msg =
+      let raw = Msg.to_string msg in
+      let layered = expand (Option.get !self) msg in
+      Queue.push (dst_s dst ^ ": " ^ layered) wire;
+      (* The fused copy's datagrams go to the peers; the layered copy's
+         are only compared. *)
+      if fused then route 0 dst raw layered
+    in
+    let deliver src msg =
+      Queue.push (src_s src ^ ": " ^ Msg.to_string msg) app;
+      Msg.release msg
+    in
+    let ctl e = Queue.push (Fmt.str "ctl %a" Event.pp_up_ctl e) app in
+    match Stack.create ~fused (ctx 0 (seed + 1)) layers ~net ~app:{ Stack.deliver; ctl } with
+    | Error e -> failwith e
+    | Ok st ->
+        self := Some st;
+        { st; wire; app }
+  in
+  let a = make_copy ~fused:false and b = make_copy ~fused:true in
+  if not (Stack.fused b.st) then failf "%s: the fused copy is not fused" name;
+  let peers =
+    Array.init n (fun r ->
+        if r = 0 then None
+        else
+          let self = ref None in
+          let net dst msg =
+            let raw = Msg.to_string msg in
+            let layered = expand (Option.get !self) msg in
+            route r dst raw layered
+          in
+          let app = { Stack.deliver = (fun _ m -> Msg.release m); ctl = ignore } in
+          match Stack.create ~fused:true (ctx r (seed + 10 + r)) layers ~net ~app with
+          | Error e -> failwith e
+          | Ok st ->
+              self := Some st;
+              Some st)
+  in
+  let peer r = Option.get peers.(r) in
+  let body () =
+    let len = match Random.State.int rs 10 with 0 -> 0 | 1 -> 700 + Random.State.int rs 800 | _ -> 1 + Random.State.int rs 40 in
+    String.init len (fun _ -> Char.chr (97 + Random.State.int rs 26))
+  in
+  let compare_copies step what =
+    let drain q = List.of_seq (Queue.to_seq q) in
+    let wa = drain a.wire and wb = drain b.wire in
+    Queue.clear a.wire;
+    Queue.clear b.wire;
+    if wa <> wb then
+      failf "%s, seed %d, step %d (%s): wire differs:@.layered %a@.fused   %a" name seed step what
+        Fmt.(Dump.list string) wa Fmt.(Dump.list string) wb;
+    let aa = drain a.app and ab = drain b.app in
+    Queue.clear a.app;
+    Queue.clear b.app;
+    if aa <> ab then
+      failf "%s, seed %d, step %d (%s): application differs:@.layered %a@.fused   %a" name seed step what
+        Fmt.(Dump.list string) aa Fmt.(Dump.list string) ab;
+    List.iter2
+      (fun (l, sa) (_, sb) ->
+        if sa <> sb then failf "%s, seed %d, step %d (%s): layer %s differs:@.layered %s@.fused   %s" name seed step what l sa sb)
+      (Stack.states a.st) (Stack.states b.st);
+    if Stack.next_alarm a.st <> Stack.next_alarm b.st then
+      failf "%s, seed %d, step %d (%s): alarm %d (layered) vs %d (fused)" name seed step what
+        (Stack.next_alarm a.st) (Stack.next_alarm b.st)
+  in
+  let fused_in () = List.assoc "received" (Stack.fused_counters b.st) in
+  let ooo () = List.assoc "out_of_order" (List.assoc "mnak" (Stack.counters b.st)) in
+  let left_at = ref None and came_back = ref false in
+  let steps = 30 + Random.State.int rs 40 in
+  let loss = Random.State.int rs 4 in
+  for step = 1 to steps do
+    let what =
+      match Random.State.int rs 12 with
+      | 0 | 1 ->
+          let m = body () in
+          Stack.cast a.st (Msg.of_string pool m);
+          Stack.cast b.st (Msg.of_string pool m);
+          "cast"
+      | 2 ->
+          let r = 1 + Random.State.int rs (n - 1) and m = body () in
+          Stack.send a.st r (Msg.of_string pool m);
+          Stack.send b.st r (Msg.of_string pool m);
+          "send"
+      | 3 | 4 ->
+          let r = 1 + Random.State.int rs (n - 1) in
+          Stack.cast (peer r) (Msg.of_string pool (body ()));
+          "peer cast"
+      | 5 ->
+          let r = 1 + Random.State.int rs (n - 1) in
+          Stack.send (peer r) 0 (Msg.of_string pool (body ()));
+          "peer send"
+      | 6 ->
+          clock := !clock + Random.State.int rs 30_000_000;
+          let t = !clock in
+          if Stack.next_alarm a.st <= t then Stack.timer a.st t;
+          if Stack.next_alarm b.st <= t then Stack.timer b.st t;
+          for r = 1 to n - 1 do
+            if Stack.next_alarm (peer r) <= t then Stack.timer (peer r) t
+          done;
+          "timers"
+      | _ -> (
+          match !flight with
+          | [] -> "nothing in flight"
+          | l ->
+              (* Mostly in order; sometimes a later one first, lost, or twice. *)
+              let k = if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l) else 0 in
+              let ((r, from, raw, layered) as d) = List.nth l k in
+              let fate = Random.State.int rs 10 in
+              flight := List.filteri (fun i _ -> i <> k) l;
+              if fate < loss then "lost"
+              else begin
+                if fate = 9 then flight := !flight @ [ d ];
+                if r = 0 then begin
+                  Stack.recv a.st (Msg.of_string pool layered);
+                  Stack.recv b.st (Msg.of_string pool raw)
+                end
+                else Stack.recv (peer r) (Msg.of_string pool raw);
+                Printf.sprintf "datagram %d -> %d" from r
+              end)
+    in
+    compare_copies step what;
+    (match !left_at with
+    | None -> if ooo () > 0 then left_at := Some (fused_in ())
+    | Some k -> if fused_in () > k then came_back := true)
+  done;
+  fused_sent := !fused_sent + List.assoc "sent" (Stack.fused_counters b.st);
+  fused_received := !fused_received + fused_in ();
+  if !came_back then incr left_and_came_back;
+  Stack.dn_ctl a.st Event.Stop;
+  Stack.dn_ctl b.st Event.Stop;
+  compare_copies (steps + 1) "stop";
+  for r = 1 to n - 1 do
+    Stack.dn_ctl (peer r) Event.Stop
+  done;
+  if Pool.leak_check pool <> 0 then failf "%s, seed %d: %d slices leaked" name seed (Pool.leak_check pool)
+
+let traces =
+  match Sys.getenv_opt "FUSED_TRACES" with Some s -> int_of_string s | None -> 10_000
+
+let test_traces () =
+  for seed = 1 to traces do
+    try run_trace ~seed with Differ s -> Alcotest.fail s
+  done;
+  Fmt.pr "%d traces: %d compressed casts sent, %d received; %d traces left the common case and came back@." traces
+    !fused_sent !fused_received !left_and_came_back;
+  Alcotest.(check bool) "compressed casts were sent" true (!fused_sent > traces);
+  Alcotest.(check bool) "compressed casts were received" true (!fused_received > traces);
+  Alcotest.(check bool) "traces left the common case and came back" true (!left_and_came_back > traces / 20)
+
+(* Compressed datagrams from a stranger: truncated, overlong, fields that
+   no layered header can hold, numbers out of every window. None raises,
+   none is delivered, nothing leaks, and each is counted somewhere. *)
+let test_hostile () =
+  let pool = Pool.create () in
+  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
+  let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
+  let delivered = ref 0 in
+  let app = { Stack.deliver = (fun _ m -> incr delivered; Msg.release m); ctl = ignore } in
+  let _, layers = stacks.(1) in
+  let st = Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app) in
+  let rs = Random.State.make [| 5 |] in
+  let stamp = View.stamp view in
+  let varint v = Codec.encode_string Codec.varint v in
+  let total () =
+    List.fold_left (fun acc (_, cs) -> List.fold_left (fun acc (_, v) -> acc + v) acc cs) 0 (Stack.counters st)
+    + List.assoc "garbage" (Stack.fused_counters st)
+  in
+  for i = 1 to 2000 do
+    let field () =
+      match Random.State.int rs 5 with
+      | 0 -> varint stamp
+      | 1 -> varint (Random.State.int rs 4)
+      | 2 -> varint (1 lsl 40)
+      | 3 -> varint (Random.State.bits rs)
+      | _ -> String.init (Random.State.int rs 4) (fun _ -> Char.chr (Random.State.int rs 256))
+    in
+    let kind = if Random.State.int rs 8 = 0 then "\001" else "\000" in
+    (* Half from origin 0, this member: never delivered; half anything. *)
+    let fields = String.concat "" [ varint stamp; varint 0; field (); field () ] in
+    let fields = if i mod 2 = 0 then fields else String.concat "" [ field (); field (); field () ] in
+    let d = "\xc6" ^ kind ^ fields ^ String.make (Random.State.int rs 3) 'x' in
+    let before = total () and got = !delivered in
+    Stack.recv st (Msg.of_string pool d);
+    if i mod 2 = 0 && !delivered > got then Alcotest.failf "datagram %S from this member delivered" d;
+    if total () = before && !delivered = got then Alcotest.failf "datagram %S left no trace in any counter" d
+  done;
+  Stack.dn_ctl st Event.Stop;
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
+let () =
+  Alcotest.run "fused"
+    [
+      ("differential", [ Alcotest.test_case "layered = fused" `Quick test_traces ]);
+      ("hostile", [ Alcotest.test_case "compressed garbage" `Quick test_hostile ]);
+    ]
