@@ -464,7 +464,8 @@ module L = struct
     ]
 end
 
-(* Casts carry no header of Suspect; a received one is a proof of life. *)
+(* Casts carry no header of Suspect; a received one is a proof of life, and
+   tells, as any datagram does, whether this member was paused. *)
 module F = struct
   include L
 
@@ -480,6 +481,7 @@ module F = struct
       up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast =
         (fun t src _ _ ~layered:_ _ _ ->
+          if t.n > 1 then running t (t.now ());
           (match src with Event.Cast_from r -> alive t r | _ -> ());
           src);
       up_after = (fun _ _ _ _ _ -> ());
