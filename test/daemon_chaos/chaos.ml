@@ -291,6 +291,10 @@ let () =
       C.close c.conn;
       close_out c.oc)
     stable;
+  (* A chaos client that died in the last moments (its connection not yet
+     closed, so not replaced) has its log still open: close every log
+     before reading them. *)
+  Array.iter (fun c -> close_out c.oc) chaos;
   let samples = List.rev !rss_samples in
   (* Bounded: the daemon's resident size stays under an absolute bound
      (about 33 MiB are reached with 100 clients here), and in a run of
