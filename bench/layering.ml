@@ -75,7 +75,13 @@ let stack_of layers =
     }
   in
   let ctx =
-    { Layer.view; rng = Rng.create 1; params = Params.empty; pool = Pool.default; now = (fun () -> 0) }
+    {
+      Layer.view;
+      rng = Rng.create 1;
+      params = Params.empty;
+      pool = Pool.default;
+      now = (fun () -> 0);
+    }
   in
   match Stack.create ctx layers ~net ~app with
   | Ok s ->
@@ -150,7 +156,7 @@ let to_json rows =
   ^ String.concat ","
       (List.map
          (fun r ->
-           Printf.sprintf "{\"kind\":%S,\"layers\":%d,\"ns_per_msg\":%.1f,\"words_per_msg\":%.1f}" r.kind
-             r.layers r.ns_per_msg r.words_per_msg)
+           Printf.sprintf "{\"kind\":%S,\"layers\":%d,\"ns_per_msg\":%.1f,\"words_per_msg\":%.1f}"
+             r.kind r.layers r.ns_per_msg r.words_per_msg)
          rows)
   ^ "]"

@@ -1,10 +1,9 @@
-(** The cost of layering: a message down and back up stacks of 1, 5, 10
-    and 20 layers, beside a direct function call, in the same run.
+(** The cost of layering: a message down and back up stacks of 1, 5, 10 and 20 layers, beside a
+    direct function call, in the same run.
 
-    At the bottom the message becomes one datagram buffer (headers then
-    body, as a transport sends it) and goes back up from there; the
-    baseline does the same copy with no layers between the caller and the
-    delivery, so the difference is the cost of layering alone. *)
+    At the bottom the message becomes one datagram buffer (headers then body, as a transport sends
+    it) and goes back up from there; the baseline does the same copy with no layers between the
+    caller and the delivery, so the difference is the cost of layering alone. *)
 
 type row = {
   layers : int;  (** 0 for the direct-call baseline *)
@@ -14,8 +13,8 @@ type row = {
 }
 
 val run : ?iterations:int -> ?depths:int list -> unit -> row list
-(** [run ()] measures each configuration, best of five rounds of
-    [iterations] (default 200_000) messages. *)
+(** [run ()] measures each configuration, best of five rounds of [iterations] (default 200_000)
+    messages. *)
 
 val pp_table : row list Fmt.t
 (** A table with the ratio of each row to the direct-call baseline. *)

@@ -9,12 +9,16 @@ module R = Rpc_udp
 
 (* Set from --params before a command runs. *)
 let rpc_config = ref Rpc.default_config
-
 let random n = Crypto.random n
 let clock () = int_of_float (Unix.gettimeofday () *. 1e9)
 
 (* Exit statuses: 0 done, 2 refused (nothing was done), 3 outcome unknown. *)
-let refused fmt = Fmt.kstr (fun s -> Fmt.epr "consort: %s@." s; 2) fmt
+let refused fmt =
+  Fmt.kstr
+    (fun s ->
+      Fmt.epr "consort: %s@." s;
+      2)
+    fmt
 
 let failed what (e : Fs_client.error) =
   match Fs_client.outcome e with
@@ -29,14 +33,14 @@ let failed what (e : Fs_client.error) =
 let fsck data =
   if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
   else
-  match Store.open_ ~clock data with
-  | Error `Locked -> refused "%s is in use by a running file server" data
-  | Error (`Io m) -> refused "%s" m
-  | Ok (t, found) ->
-      List.iter (fun f -> Fmt.pr "%a@." Store.pp_finding f) found;
-      Fmt.pr "%a@." Store.pp_stats (Store.stats t);
-      Store.close t;
-      if List.exists Store.is_damage found then 1 else 0
+    match Store.open_ ~clock data with
+    | Error `Locked -> refused "%s is in use by a running file server" data
+    | Error (`Io m) -> refused "%s" m
+    | Ok (t, found) ->
+        List.iter (fun f -> Fmt.pr "%a@." Store.pp_finding f) found;
+        Fmt.pr "%a@." Store.pp_stats (Store.stats t);
+        Store.close t;
+        if List.exists Store.is_damage found then 1 else 0
 
 (* consort cap fs serve --data DIR [--bind ADDR:PORT] [--key FILE] *)
 let serve data bind key_file =
@@ -71,8 +75,10 @@ let serve data bind key_file =
               Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
               Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
               Fmt.pr "server %s@." (Cap.to_string (Fs_server.server_cap fs));
-              Fmt.epr "consort: file server for port %s on %s, %a@." (Port.to_hex (Port.Key.port key))
-                (Udp.address_to_string (R.address node)) Store.pp_stats (Store.stats store);
+              Fmt.epr "consort: file server for port %s on %s, %a@."
+                (Port.to_hex (Port.Key.port key))
+                (Udp.address_to_string (R.address node))
+                Store.pp_stats (Store.stats store);
               Loop.run loop;
               R.close node;
               Store.close store;
@@ -89,7 +95,9 @@ let with_client locate f =
       Fun.protect ~finally:(fun () -> R.close node) (fun () -> f trans)
 
 let parse_cap s =
-  match Cap.of_string s with Ok c -> Ok c | Error e -> Error (Fmt.str "bad capability: %a" Cap.pp_decode_error e)
+  match Cap.of_string s with
+  | Ok c -> Ok c
+  | Error e -> Error (Fmt.str "bad capability: %a" Cap.pp_decode_error e)
 
 (* A progress bar on standard error, when it is a terminal and the transfer large. *)
 let progress_bar ~total =
@@ -102,7 +110,8 @@ let progress_bar ~total =
         last := now;
         let width = 40 in
         let filled = n * width / max total 1 in
-        Printf.eprintf "\r[%s%s] %3d%% %7.1f MB/s%!" (String.make filled '#') (String.make (width - filled) ' ')
+        Printf.eprintf "\r[%s%s] %3d%% %7.1f MB/s%!" (String.make filled '#')
+          (String.make (width - filled) ' ')
           (n * 100 / max total 1)
           (float n /. 1e6 /. max (now -. start) 1e-3))
     in
@@ -137,7 +146,8 @@ let put locate server file =
               (* What was read is stored; the file is incomplete: take it back. *)
               ignore (Fs_client.destroy trans c);
               refused "%s: %s" file m
-          | Error (`Refused _ as e), _ -> refused "put refused: %a; the file was not stored" Fs_client.pp_error e
+          | Error (`Refused _ as e), _ ->
+              refused "put refused: %a; the file was not stored" Fs_client.pp_error e
           | Error e, _ -> failed "put" e))
 
 (* Reads outstanding at once in a get, each on its own node (session), and
@@ -162,9 +172,11 @@ let get locate cap =
       in
       match open_nodes get_lanes [] with
       | Error m -> refused "%s" m
-      | Ok nodes ->
+      | Ok nodes -> (
           Fun.protect ~finally:(fun () -> List.iter R.close nodes) @@ fun () ->
-          let lanes = Array.of_list (List.map (fun n ~idempotent h d k -> R.trans n ~idempotent h d k) nodes) in
+          let lanes =
+            Array.of_list (List.map (fun n ~idempotent h d k -> R.trans n ~idempotent h d k) nodes)
+          in
           let run cond = if not (cond ()) then Loop.run ~until:cond loop in
           flush stdout;
           let write_error = ref None in
@@ -176,7 +188,14 @@ let get locate cap =
           in
           let bar = ref None in
           let progress n total =
-            let draw = match !bar with Some (d, _) -> d | None -> let b = progress_bar ~total in bar := Some b; fst b in
+            let draw =
+              match !bar with
+              | Some (d, _) -> d
+              | None ->
+                  let b = progress_bar ~total in
+                  bar := Some b;
+                  fst b
+            in
             draw n
           in
           let r = Fs_client.get_pipelined lanes ~run ~read_size ~progress cap output in
@@ -186,16 +205,21 @@ let get locate cap =
               Fmt.epr "consort: get: cannot write the output: %s@." m;
               1
           | None, Ok _ -> 0
-          | None, Error e -> failed "get" e)
+          | None, Error e -> failed "get" e))
 
 let simple what f locate cap =
   match parse_cap cap with
   | Error m -> refused "%s" m
-  | Ok cap -> with_client locate (fun trans -> match f trans cap with Ok () -> 0 | Error e -> failed what e)
+  | Ok cap ->
+      with_client locate (fun trans ->
+          match f trans cap with Ok () -> 0 | Error e -> failed what e)
 
 let size = simple "size" (fun trans cap -> Result.map (Fmt.pr "%d@.") (Fs_client.size trans cap))
 let destroy = simple "destroy" Fs_client.destroy
-let info_ = simple "info" (fun trans cap -> Result.map (fun s -> Fmt.pr "%a %s@." Cap.pp cap s) (Fs_client.info trans cap))
+
+let info_ =
+  simple "info" (fun trans cap ->
+      Result.map (fun s -> Fmt.pr "%a %s@." Cap.pp cap s) (Fs_client.info trans cap))
 
 (* consort cap fs revoke CAP: the object gets a secret chosen here, so that
    the new capability is known even when the outcome is not. *)
@@ -210,29 +234,38 @@ let revoke locate cap =
               print_endline (Cap.to_string c);
               0
           | Error e when Fs_client.outcome e = `Unknown ->
-              Fmt.epr "consort: revoke: outcome unknown: %a; if it was carried out, the owner capability is now %s@."
+              Fmt.epr
+                "consort: revoke: outcome unknown: %a; if it was carried out, the owner capability \
+                 is now %s@."
                 Fs_client.pp_error e
                 (Cap.to_string (Cap.owner cap.Cap.port ~obj:cap.Cap.obj secret));
               3
           | Error e -> failed "revoke" e)
 
-let status = simple "status" (fun trans cap -> Result.map print_endline (Fs_client.status trans cap))
+let status =
+  simple "status" (fun trans cap -> Result.map print_endline (Fs_client.status trans cap))
 
 let restrict locate cap rights =
   match Rights.of_string rights with
   | Error m -> refused "bad rights %S: %s" rights m
   | Ok mask ->
       simple "restrict"
-        (fun trans cap -> Result.map (fun c -> print_endline (Cap.to_string c)) (Fs_client.restrict trans cap mask))
+        (fun trans cap ->
+          Result.map (fun c -> print_endline (Cap.to_string c)) (Fs_client.restrict trans cap mask))
         locate cap
 
 (* The command line. *)
 
 let data =
-  Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"The file server's data directory.")
+  Arg.(
+    required
+    & opt (some string) None
+    & info [ "data" ] ~docv:"DIR" ~doc:"The file server's data directory.")
 
 let bind =
-  Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address to serve on.")
+  Arg.(
+    value & opt string "0.0.0.0:0"
+    & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address to serve on.")
 
 let key =
   Arg.(
@@ -240,31 +273,37 @@ let key =
     & opt (some string) None
     & info [ "key" ] ~docv:"FILE"
         ~doc:
-          "The server's private key, which its port is derived from (made if missing). Default: $(b,port.key) in \
-           the data directory.")
+          "The server's private key, which its port is derived from (made if missing). Default: \
+           $(b,port.key) in the data directory.")
 
 let locate =
   Arg.(
     value
     & opt (some string) None
     & info [ "locate" ] ~docv:"ADDR:PORT,..."
-        ~doc:"Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+        ~doc:
+          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
 
-let cap_arg = Arg.(required & pos 0 (some string) None & info [] ~docv:"CAP" ~doc:"A capability ($(b,cap1:...)).")
+let cap_arg =
+  Arg.(
+    required & pos 0 (some string) None & info [] ~docv:"CAP" ~doc:"A capability ($(b,cap1:...)).")
 
 let exits =
   Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2 ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
+  :: Cmd.Exit.info 2
+       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
   :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
   :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
 let envs =
   [
-    Cmd.Env.info "CONSORT_LOCATE" ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cmd.Env.info "CONSORT_LOCATE"
+      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
     Cmd.Env.info "CONSORT_MULTICAST"
       ~doc:
-        ("The IP multicast group where servers listen for locates and clients ask ($(i,ADDR:PORT)), or $(b,off). \
-          Default: " ^ Rpc_udp.default_multicast ^ ", where the network has multicast.");
+        ("The IP multicast group where servers listen for locates and clients ask \
+          ($(i,ADDR:PORT)), or $(b,off). Default: " ^ Rpc_udp.default_multicast
+       ^ ", where the network has multicast.");
   ]
 
 let params_arg =
@@ -274,8 +313,8 @@ let params_arg =
     & info [ "params" ] ~docv:"NAME=VALUE,..."
         ~doc:
           "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
-           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo frames \
-           ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8).")
+           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo \
+           frames ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8).")
 
 (* [configured t]: the command [t] with --params applied first. *)
 let configured t =
@@ -296,44 +335,62 @@ let fsck_cmd =
   Cmd.v
     (Consort_cli.info ~path:"cap fs fsck" "fsck"
        ~doc:
-         "Check a file server's data directory (the server must not be running): report each torn or corrupt \
-          file on one line and set it aside. Exits 1 if anything was damaged.")
+         "Check a file server's data directory (the server must not be running): report each torn \
+          or corrupt file on one line and set it aside. Exits 1 if anything was damaged.")
     Term.(const fsck $ data)
 
 let serve_cmd =
   Cmd.v
     (Consort_cli.info ~path:"cap fs serve" "serve" ~exits ~envs
        ~doc:
-         "Run a file server. Its first line on standard output is $(b,server CAP), the capability that allows \
-          creating files.")
-    (configured @@ Term.(const (fun d b k () () -> serve d b k) $ data $ bind $ key $ Consort_cli.logging))
+         "Run a file server. Its first line on standard output is $(b,server CAP), the capability \
+          that allows creating files.")
+    (configured
+    @@ Term.(const (fun d b k () () -> serve d b k) $ data $ bind $ key $ Consort_cli.logging))
 
 let put_cmd =
   let server =
-    Arg.(required & opt (some string) None & info [ "server" ] ~docv:"CAP" ~doc:"The server's capability.")
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "server" ] ~docv:"CAP" ~doc:"The server's capability.")
   in
-  let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The file to store.") in
+  let file =
+    Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The file to store.")
+  in
   Cmd.v
-    (Consort_cli.info ~path:"cap fs put" "put" ~exits ~envs ~doc:"Store a file (committed, safe) and print its capability.")
+    (Consort_cli.info ~path:"cap fs put" "put" ~exits ~envs
+       ~doc:"Store a file (committed, safe) and print its capability.")
     (configured @@ Term.(const (fun l s f () -> put l s f) $ locate $ server $ file))
 
 let get_cmd =
-  let exits = Cmd.Exit.info 1 ~doc:"the output could not be written (the file server was not changed)." :: exits in
-  Cmd.v (Consort_cli.info ~path:"cap fs get" "get" ~exits ~envs ~doc:"Write a file's bytes to standard output.") (configured @@ Term.(const (fun l c () -> get l c) $ locate $ cap_arg))
+  let exits =
+    Cmd.Exit.info 1 ~doc:"the output could not be written (the file server was not changed)."
+    :: exits
+  in
+  Cmd.v
+    (Consort_cli.info ~path:"cap fs get" "get" ~exits ~envs
+       ~doc:"Write a file's bytes to standard output.")
+    (configured @@ Term.(const (fun l c () -> get l c) $ locate $ cap_arg))
 
-let size_cmd = Cmd.v (Consort_cli.info ~path:"cap fs size" "size" ~exits ~envs ~doc:"Print a file's size.") (configured @@ Term.(const (fun l c () -> size l c) $ locate $ cap_arg))
+let size_cmd =
+  Cmd.v
+    (Consort_cli.info ~path:"cap fs size" "size" ~exits ~envs ~doc:"Print a file's size.")
+    (configured @@ Term.(const (fun l c () -> size l c) $ locate $ cap_arg))
 
 let revoke_cmd =
   Cmd.v
     (Consort_cli.info ~path:"cap fs revoke" "revoke" ~exits ~envs
        ~doc:
-         "Revoke every capability of a file, or of the server itself (its $(b,server) capability): the object \
-          gets a new secret, and the new owner capability is printed. Needs a capability with every right.")
+         "Revoke every capability of a file, or of the server itself (its $(b,server) capability): \
+          the object gets a new secret, and the new owner capability is printed. Needs a \
+          capability with every right.")
     (configured @@ Term.(const (fun l c () -> revoke l c) $ locate $ cap_arg))
 
 let fs_cmd =
   Cmd.group
-    (Cmd.info "fs" ~exits:Consort_cli.exits ~doc:"The immutable file server (Bullet semantics) and its tools.")
+    (Cmd.info "fs" ~exits:Consort_cli.exits
+       ~doc:"The immutable file server (Bullet semantics) and its tools.")
     [ serve_cmd; put_cmd; get_cmd; size_cmd; revoke_cmd; fsck_cmd ]
 
 let restrict_cmd =
@@ -341,29 +398,50 @@ let restrict_cmd =
     Arg.(
       required
       & opt (some string) None
-      & info [ "rights" ] ~docv:"LIST" ~doc:"The rights to keep: $(b,read,create,modify,destroy,admin,...).")
+      & info [ "rights" ] ~docv:"LIST"
+          ~doc:"The rights to keep: $(b,read,create,modify,destroy,admin,...).")
   in
   Cmd.v
     (Consort_cli.info ~path:"cap restrict" "restrict" ~exits ~envs
        ~doc:
-         "Print a capability with fewer rights (made locally from an owner capability, asked of the server \
-          otherwise).")
+         "Print a capability with fewer rights (made locally from an owner capability, asked of \
+          the server otherwise).")
     (configured @@ Term.(const (fun l c r () -> restrict l c r) $ locate $ cap_arg $ rights))
 
-let destroy_cmd = Cmd.v (Consort_cli.info ~path:"cap destroy" "destroy" ~exits ~envs ~doc:"Destroy an object.") (configured @@ Term.(const (fun l c () -> destroy l c) $ locate $ cap_arg))
+let destroy_cmd =
+  Cmd.v
+    (Consort_cli.info ~path:"cap destroy" "destroy" ~exits ~envs ~doc:"Destroy an object.")
+    (configured @@ Term.(const (fun l c () -> destroy l c) $ locate $ cap_arg))
 
 let info_cmd =
   Cmd.v
-    (Consort_cli.info ~path:"cap info" "info" ~exits ~envs ~doc:"Print a capability's port, object and rights, and the server's description.")
+    (Consort_cli.info ~path:"cap info" "info" ~exits ~envs
+       ~doc:"Print a capability's port, object and rights, and the server's description.")
     (configured @@ Term.(const (fun l c () -> info_ l c) $ locate $ cap_arg))
 
 let status_cmd =
-  Cmd.v (Consort_cli.info ~path:"cap status" "status" ~exits ~envs ~doc:"Print a server's status (std_status).") (configured @@ Term.(const (fun l c () -> status l c) $ locate $ cap_arg))
+  Cmd.v
+    (Consort_cli.info ~path:"cap status" "status" ~exits ~envs
+       ~doc:"Print a server's status (std_status).")
+    (configured @@ Term.(const (fun l c () -> status l c) $ locate $ cap_arg))
 
 let cmd =
   Cmd.group
-    (Cmd.info "cap" ~exits:Consort_cli.exits ~doc:"Capability services: the file server, capabilities.")
-    ([ fs_cmd; restrict_cmd; destroy_cmd; info_cmd; status_cmd; Proc_cmd.proc; Proc_cmd.exec; Proc_cmd.ps; Proc_cmd.kill; Boot_cmd.cmd ] @ Dir_cmd.commands)
+    (Cmd.info "cap" ~exits:Consort_cli.exits
+       ~doc:"Capability services: the file server, capabilities.")
+    ([
+       fs_cmd;
+       restrict_cmd;
+       destroy_cmd;
+       info_cmd;
+       status_cmd;
+       Proc_cmd.proc;
+       Proc_cmd.exec;
+       Proc_cmd.ps;
+       Proc_cmd.kill;
+       Boot_cmd.cmd;
+     ]
+    @ Dir_cmd.commands)
 
 (* consort bench fs: reading a 100 MB file from the server beside cat. *)
 
@@ -383,10 +461,10 @@ let bench_fs size_mb rounds json =
   let server = ref None in
   let cleanup_server () =
     match !server with
-    | Some pid ->
+    | Some pid -> (
         server := None;
         (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
-        (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+        try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
     | None -> ()
   in
   let cleanup () =
@@ -438,9 +516,12 @@ let bench_fs size_mb rounds json =
         try
           let ic = open_in (Printf.sprintf "/proc/%d/stat" pid) in
           let l = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> input_line ic) in
-          let rest = String.sub l (String.rindex l ')' + 2) (String.length l - String.rindex l ')' - 2) in
+          let rest =
+            String.sub l (String.rindex l ')' + 2) (String.length l - String.rindex l ')' - 2)
+          in
           match String.split_on_char ' ' rest with
-          | _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: ut :: st :: _ -> float_of_string (ut) /. 100. +. float_of_string st /. 100.
+          | _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: _ :: ut :: st :: _ ->
+              (float_of_string ut /. 100.) +. (float_of_string st /. 100.)
           | _ -> nan
         with _ -> nan)
   in
@@ -451,16 +532,21 @@ let bench_fs size_mb rounds json =
     let pid = Unix.create_process_env argv.(0) argv env devnull stdout Unix.stderr in
     let _, st = Unix.waitpid [] pid in
     let c1 = Unix.times () and s1 = server_time () in
-    (st, Unix.gettimeofday () -. t0, c1.tms_cutime +. c1.tms_cstime -. c0.tms_cutime -. c0.tms_cstime, s1 -. s0)
+    ( st,
+      Unix.gettimeofday () -. t0,
+      c1.tms_cutime +. c1.tms_cstime -. c0.tms_cutime -. c0.tms_cstime,
+      s1 -. s0 )
   in
   match String.split_on_char ' ' line with
   | [ "server"; scap ] -> (
       let out = Filename.concat dir "cap" in
-      let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600 in
+      let o =
+        Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600
+      in
       let st, put_s, _, _ = run [| exe; "cap"; "fs"; "put"; "--server"; scap; file |] ~stdout:o in
       Unix.close o;
       match st with
-      | Unix.WEXITED 0 ->
+      | Unix.WEXITED 0 -> (
           let cap =
             let ic = open_in_bin out in
             Fun.protect ~finally:(fun () -> close_in ic) (fun () -> String.trim (input_line ic))
@@ -473,89 +559,109 @@ let bench_fs size_mb rounds json =
           (* Each round: cat, then the get, then (as between machines) the get
              with 8 KB fragments; every ratio is of one round's figures. *)
           let lan = [| "--params"; "rpc.loopback_fragment=0" |] in
-          (match
+          match
             List.init rounds (fun _ ->
                 let st1, t_cat, c_cat, _ = run [| "cat"; blob |] ~stdout:devnull in
-                let st2, t_get, c_get, s_get = run [| exe; "cap"; "fs"; "get"; cap |] ~stdout:devnull in
-                let st3, t_lan, _, _ = run (Array.append [| exe; "cap"; "fs"; "get"; cap |] lan) ~stdout:devnull in
-                if st1 <> Unix.WEXITED 0 || st2 <> Unix.WEXITED 0 || st3 <> Unix.WEXITED 0 then raise Exit;
+                let st2, t_get, c_get, s_get =
+                  run [| exe; "cap"; "fs"; "get"; cap |] ~stdout:devnull
+                in
+                let st3, t_lan, _, _ =
+                  run (Array.append [| exe; "cap"; "fs"; "get"; cap |] lan) ~stdout:devnull
+                in
+                if st1 <> Unix.WEXITED 0 || st2 <> Unix.WEXITED 0 || st3 <> Unix.WEXITED 0 then
+                  raise Exit;
                 (t_cat, t_get, t_lan, c_cat, c_get, s_get))
           with
           | exception Exit ->
               Fmt.epr "consort: bench fs: a read failed@.";
               1
           | rounds_l ->
-          Unix.close devnull;
-          (* The store alone, in this process, once the server is gone. *)
-          cleanup_server ();
-          let t_store =
-            match Store.open_ ~clock data with
-            | Error _ -> nan
-            | Ok (store, _) ->
-                Fun.protect ~finally:(fun () -> Store.close store) @@ fun () ->
-                let obj = List.hd (Store.files store) in
-                let buf = Bytes.create read_size in
-                let best = ref infinity in
-                for _ = 1 to rounds do
-                  let t0 = Unix.gettimeofday () in
-                  let rec go off =
-                    match Store.read_into store obj ~off buf 0 (Bytes.length buf) with
-                    | Ok 0 | Error _ -> ()
-                    | Ok n -> go (off + n)
-                  in
-                  go 0;
-                  best := min !best (Unix.gettimeofday () -. t0)
-                done;
-                !best
-          in
-          let mbs t = float size /. 1e6 /. t in
-          let load =
-            try
-              let ic = open_in "/proc/loadavg" in
-              Fun.protect ~finally:(fun () -> close_in ic) (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
-            with _ -> "?"
-          in
-          Fmt.pr "File server: reading a %d MB file, %d rounds (load %s; the put took %.2f s, %.1f MB/s)@." size_mb rounds load
-            put_s (mbs put_s);
-          List.iteri
-            (fun i (t_cat, t_get, t_lan, c_cat, c_get, s_get) ->
-              Fmt.pr "  round %d: cat %.1f MB/s, get %.1f MB/s (8 KB fragments %.1f), ratio %.3f; CPU: cat %.3f s, get %.3f s, server %.3f s@."
-                (i + 1) (mbs t_cat) (mbs t_get) (mbs t_lan) (t_cat /. t_get) c_cat c_get s_get)
-            rounds_l;
-          let median key =
-            let a = Array.of_list rounds_l in
-            Array.sort (fun x y -> compare (key x) (key y)) a;
-            a.(Array.length a / 2)
-          in
-          let t_cat, t_get, _, _, _, _ = median (fun (c, g, _, _, _, _) -> c /. g) in
-          let t_cat8, _, t_lan, _, _, _ = median (fun (c, _, l, _, _, _) -> c /. l) in
-          Fmt.pr "  the median round of each comparison, both sides from that round:@.";
-          Fmt.pr "  %-36s %8s  %8s@." "" "rate" "time";
-          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s@." "cat of the stored file" (mbs t_cat) t_cat;
-          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  ratio get / cat %.3f@." "consort cap fs get (RPC, loopback)" (mbs t_get) t_get
-            (t_cat /. t_get);
-          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  ratio to cat %.3f (cat %.1f MB/s)@." "the same, 8 KB fragments (LAN)"
-            (mbs t_lan) t_lan (t_cat8 /. t_lan) (mbs t_cat8);
-          Fmt.pr "  %-36s %8.1f MB/s  %7.3f s@." "the store alone (in process)" (mbs t_store) t_store;
-          (* Per second of CPU of the busier process (server or reader: they
+              Unix.close devnull;
+              (* The store alone, in this process, once the server is gone. *)
+              cleanup_server ();
+              let t_store =
+                match Store.open_ ~clock data with
+                | Error _ -> nan
+                | Ok (store, _) ->
+                    Fun.protect ~finally:(fun () -> Store.close store) @@ fun () ->
+                    let obj = List.hd (Store.files store) in
+                    let buf = Bytes.create read_size in
+                    let best = ref infinity in
+                    for _ = 1 to rounds do
+                      let t0 = Unix.gettimeofday () in
+                      let rec go off =
+                        match Store.read_into store obj ~off buf 0 (Bytes.length buf) with
+                        | Ok 0 | Error _ -> ()
+                        | Ok n -> go (off + n)
+                      in
+                      go 0;
+                      best := min !best (Unix.gettimeofday () -. t0)
+                    done;
+                    !best
+              in
+              let mbs t = float size /. 1e6 /. t in
+              let load =
+                try
+                  let ic = open_in "/proc/loadavg" in
+                  Fun.protect
+                    ~finally:(fun () -> close_in ic)
+                    (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
+                with _ -> "?"
+              in
+              Fmt.pr
+                "File server: reading a %d MB file, %d rounds (load %s; the put took %.2f s, %.1f \
+                 MB/s)@."
+                size_mb rounds load put_s (mbs put_s);
+              List.iteri
+                (fun i (t_cat, t_get, t_lan, c_cat, c_get, s_get) ->
+                  Fmt.pr
+                    "  round %d: cat %.1f MB/s, get %.1f MB/s (8 KB fragments %.1f), ratio %.3f; \
+                     CPU: cat %.3f s, get %.3f s, server %.3f s@."
+                    (i + 1) (mbs t_cat) (mbs t_get) (mbs t_lan) (t_cat /. t_get) c_cat c_get s_get)
+                rounds_l;
+              let median key =
+                let a = Array.of_list rounds_l in
+                Array.sort (fun x y -> compare (key x) (key y)) a;
+                a.(Array.length a / 2)
+              in
+              let t_cat, t_get, _, _, _, _ = median (fun (c, g, _, _, _, _) -> c /. g) in
+              let t_cat8, _, t_lan, _, _, _ = median (fun (c, _, l, _, _, _) -> c /. l) in
+              Fmt.pr "  the median round of each comparison, both sides from that round:@.";
+              Fmt.pr "  %-36s %8s  %8s@." "" "rate" "time";
+              Fmt.pr "  %-36s %8.1f MB/s  %7.3f s@." "cat of the stored file" (mbs t_cat) t_cat;
+              Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  ratio get / cat %.3f@."
+                "consort cap fs get (RPC, loopback)" (mbs t_get) t_get (t_cat /. t_get);
+              Fmt.pr "  %-36s %8.1f MB/s  %7.3f s  ratio to cat %.3f (cat %.1f MB/s)@."
+                "the same, 8 KB fragments (LAN)" (mbs t_lan) t_lan (t_cat8 /. t_lan) (mbs t_cat8);
+              Fmt.pr "  %-36s %8.1f MB/s  %7.3f s@." "the store alone (in process)" (mbs t_store)
+                t_store;
+              (* Per second of CPU of the busier process (server or reader: they
              run side by side), which other load does not change. *)
-          let _, _, _, c_cat, c_get, s_get = median (fun (_, _, _, c, g, sv) -> c /. Float.max g sv) in
-          let busier = Float.max c_get s_get in
-          Fmt.pr "  per second of CPU (cat's; the busier of server and reader): cat %.1f MB/s, get %.1f MB/s, ratio %.3f@."
-            (mbs c_cat) (mbs busier) (c_cat /. busier);
-          (* Every byte read is sealed by the server and opened by the client
+              let _, _, _, c_cat, c_get, s_get =
+                median (fun (_, _, _, c, g, sv) -> c /. Float.max g sv)
+              in
+              let busier = Float.max c_get s_get in
+              Fmt.pr
+                "  per second of CPU (cat's; the busier of server and reader): cat %.1f MB/s, get \
+                 %.1f MB/s, ratio %.3f@."
+                (mbs c_cat) (mbs busier) (c_cat /. busier);
+              (* Every byte read is sealed by the server and opened by the client
              (two processes, so the two overlap): the cipher's rate on one
              side bounds any encrypted read. *)
-          let seal = Consort_cap_bench.Rpc_bench.gcm_seal (size / 2) in
-          Fmt.pr "  what bounds it: AES-256-GCM sealing 60 KB fragments alone, %.1f MB/s per second of CPU: ratio to cat %.3f;@."
-            seal (seal /. mbs c_cat);
-          Fmt.pr "  the get reaches %.0f%% of that (per second of CPU of the busier side)@." (100. *. mbs busier /. seal);
-          if json then
-            Fmt.pr
-              "{\"bench\":\"fs\",\"size_mb\":%d,\"cat_mbs\":%.1f,\"get_mbs\":%.1f,\"ratio\":%.4f,\"cat_cpu_s\":%.3f,\"get_cpu_s\":%.3f,\"server_cpu_s\":%.3f,\"store_mbs\":%.1f,\"put_mbs\":%.1f,\"gcm_seal_mbs\":%.1f,\"get_cpu_mbs\":%.1f,\"cat_cpu_mbs\":%.1f,\"get_8k_mbs\":%.1f}@."
-              size_mb (mbs t_cat) (mbs t_get) (t_cat /. t_get) c_cat c_get s_get (mbs t_store) (mbs put_s) seal (mbs busier)
-              (mbs c_cat) (mbs t_lan);
-          0)
+              let seal = Consort_cap_bench.Rpc_bench.gcm_seal (size / 2) in
+              Fmt.pr
+                "  what bounds it: AES-256-GCM sealing 60 KB fragments alone, %.1f MB/s per second \
+                 of CPU: ratio to cat %.3f;@."
+                seal
+                (seal /. mbs c_cat);
+              Fmt.pr "  the get reaches %.0f%% of that (per second of CPU of the busier side)@."
+                (100. *. mbs busier /. seal);
+              if json then
+                Fmt.pr
+                  "{\"bench\":\"fs\",\"size_mb\":%d,\"cat_mbs\":%.1f,\"get_mbs\":%.1f,\"ratio\":%.4f,\"cat_cpu_s\":%.3f,\"get_cpu_s\":%.3f,\"server_cpu_s\":%.3f,\"store_mbs\":%.1f,\"put_mbs\":%.1f,\"gcm_seal_mbs\":%.1f,\"get_cpu_mbs\":%.1f,\"cat_cpu_mbs\":%.1f,\"get_8k_mbs\":%.1f}@."
+                  size_mb (mbs t_cat) (mbs t_get) (t_cat /. t_get) c_cat c_get s_get (mbs t_store)
+                  (mbs put_s) seal (mbs busier) (mbs c_cat) (mbs t_lan);
+              0)
       | _ ->
           Fmt.epr "consort: bench fs: the put failed@.";
           1)
@@ -564,9 +670,19 @@ let bench_fs size_mb rounds json =
       1
 
 let bench =
-  let size = Arg.(value & opt Consort_cli.positive_int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.") in
-  let rounds = Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing cat and the reads; the median round of each comparison is shown.") in
+  let size =
+    Arg.(
+      value & opt Consort_cli.positive_int 100 & info [ "size" ] ~docv:"MB" ~doc:"File size in MB.")
+  in
+  let rounds =
+    Arg.(
+      value & opt Consort_cli.positive_int 3
+      & info [ "rounds" ] ~docv:"N"
+          ~doc:
+            "Rounds, each timing cat and the reads; the median round of each comparison is shown.")
+  in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
-    (Consort_cli.info ~path:"bench fs" "fs" ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
+    (Consort_cli.info ~path:"bench fs" "fs"
+       ~doc:"File server read throughput of a 100 MB file beside cat of the same file.")
     Term.(const bench_fs $ size $ rounds $ json)

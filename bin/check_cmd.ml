@@ -1,6 +1,5 @@
 open Cmdliner
 module Vsync = Consort_spec.Vsync
-
 module Order = Consort_spec.Order
 
 (* The ordering properties asked for, over the logs (already read once,
@@ -26,7 +25,9 @@ let order_problems ~total ~causal ~safe ~evs files =
   let t = one total "total order" Order.pp_violation Order.check_total in
   let c = one causal "causal order" Order.pp_violation Order.check_causal in
   let s = one safe "safe delivery" Order.pp_violation Order.check_safe in
-  let e = one evs "extended virtual synchrony" Consort_spec.Evs.pp_violation Consort_spec.Evs.check in
+  let e =
+    one evs "extended virtual synchrony" Consort_spec.Evs.pp_violation Consort_spec.Evs.check
+  in
   t @ c @ s @ e
 
 let run quiescent merged total causal safe evs files =
@@ -40,7 +41,9 @@ let run quiescent merged total causal safe evs files =
           Fmt.pr "%d violation(s)@." (List.length vs);
           1)
   | Error problems ->
-      let unreadable = List.filter (function Vsync.Unreadable _ -> true | Vsync.Violation _ -> false) problems in
+      let unreadable =
+        List.filter (function Vsync.Unreadable _ -> true | Vsync.Violation _ -> false) problems
+      in
       if unreadable <> [] then (
         List.iter (fun p -> Fmt.epr "consort check-logs: %a@." Vsync.pp_file_problem p) unreadable;
         2)
@@ -50,54 +53,74 @@ let run quiescent merged total causal safe evs files =
         1)
 
 let cmd =
-  let files = Arg.(non_empty & pos_all string [] & info [] ~docv:"LOG" ~doc:"Member logs (consort member --log).") in
+  let files =
+    Arg.(
+      non_empty & pos_all string [] & info [] ~docv:"LOG" ~doc:"Member logs (consort member --log).")
+  in
   let quiescent =
     Arg.(
       value & flag
       & info [ "quiescent" ]
-          ~doc:"The run ended quietly: members alive at the end in one view must have delivered each other's messages.")
+          ~doc:
+            "The run ended quietly: members alive at the end in one view must have delivered each \
+             other's messages.")
   in
   let merged =
-    Arg.(value & flag & info [ "merged" ] ~doc:"Partitions healed: members alive at the end must share one view.")
+    Arg.(
+      value & flag
+      & info [ "merged" ] ~doc:"Partitions healed: members alive at the end must share one view.")
   in
   let total =
     Arg.(
       value & flag
       & info [ "total" ]
           ~doc:
-            "Also check total order (the stack had $(b,Total)): members that go on together delivered the same \
-             sequence of casts, and one order fits every member's deliveries before its flush.")
+            "Also check total order (the stack had $(b,Total)): members that go on together \
+             delivered the same sequence of casts, and one order fits every member's deliveries \
+             before its flush.")
   in
-  let causal = Arg.(value & flag & info [ "causal" ] ~doc:"Also check causal order (the stack had $(b,Causal)).") in
+  let causal =
+    Arg.(
+      value & flag & info [ "causal" ] ~doc:"Also check causal order (the stack had $(b,Causal)).")
+  in
   let safe =
     Arg.(
       value & flag
       & info [ "safe" ]
           ~doc:
-            "Also check safe delivery (the stack had $(b,Agree)): a cast delivered before the flush was delivered \
-             in its view by every member that did not crash.")
+            "Also check safe delivery (the stack had $(b,Agree)): a cast delivered before the \
+             flush was delivered in its view by every member that did not crash.")
   in
   let evs =
     Arg.(
       value & flag
       & info [ "evs" ]
           ~doc:
-            "Also check extended virtual synchrony (the stack had $(b,Evs), and the logs its transitional views): \
-             each view change has a transitional view, the members of both views; a cast delivered before it was \
-             delivered in its view by every member that did not crash, one delivered after it by every member of \
-             the transitional view that did not crash.")
+            "Also check extended virtual synchrony (the stack had $(b,Evs), and the logs its \
+             transitional views): each view change has a transitional view, the members of both \
+             views; a cast delivered before it was delivered in its view by every member that did \
+             not crash, one delivered after it by every member of the transitional view that did \
+             not crash.")
   in
-  let doc = "Check member logs against virtual synchrony (and total order, causal order, safe delivery)." in
+  let doc =
+    "Check member logs against virtual synchrony (and total order, causal order, safe delivery)."
+  in
   let man =
     [
       `S Manpage.s_description;
       `P
-        "Reads the logs of every member incarnation of a run (one file each, in the format $(b,consort member --log) writes) and checks them together: agreed views, the same casts delivered by members that go on together, same-view, FIFO, once-only delivery without gaps, nothing sent between a block and the next view, and no wedge.";
-      `P "Prints a summary and exits 0 if the logs hold; otherwise one line per violation and exits 1; exits 2 if a log cannot be read.";
+        "Reads the logs of every member incarnation of a run (one file each, in the format \
+         $(b,consort member --log) writes) and checks them together: agreed views, the same casts \
+         delivered by members that go on together, same-view, FIFO, once-only delivery without \
+         gaps, nothing sent between a block and the next view, and no wedge.";
+      `P
+        "Prints a summary and exits 0 if the logs hold; otherwise one line per violation and exits \
+         1; exits 2 if a log cannot be read.";
     ]
   in
   let term = Term.(const run $ quiescent $ merged $ total $ causal $ safe $ evs $ files) in
   ( Cmd.v (Consort_cli.info ~path:"check-logs" "check-logs" ~doc ~man) term,
-    Cmd.v (Consort_cli.info ~path:"check" "check" ~doc:(doc ^ " The same as check-logs.") ~man) term )
+    Cmd.v (Consort_cli.info ~path:"check" "check" ~doc:(doc ^ " The same as check-logs.") ~man) term
+  )
 
 let cmd, check = cmd

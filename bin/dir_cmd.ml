@@ -10,7 +10,12 @@ module Loop = Consort_engine.Loop
 let rpc_config = ref Rpc.default_config
 
 (* Exit statuses: 0 done, 2 refused (nothing was done), 3 outcome unknown. *)
-let refused fmt = Fmt.kstr (fun s -> Fmt.epr "consort: %s@." s; 2) fmt
+let refused fmt =
+  Fmt.kstr
+    (fun s ->
+      Fmt.epr "consort: %s@." s;
+      2)
+    fmt
 
 let failed what (e : Dir_client.error) =
   match e with
@@ -26,11 +31,18 @@ let path_failed what (e : Dir_client.error Path.error) =
       3
   | e -> refused "%s: %a" what (Path.pp_error Dir_client.pp_error) e
 
-let root_file () = match Sys.getenv_opt "HOME" with Some h -> Some (Filename.concat h ".consort/root") | None -> None
+let root_file () =
+  match Sys.getenv_opt "HOME" with
+  | Some h -> Some (Filename.concat h ".consort/root")
+  | None -> None
 
 (* The root capability: --root, else CONSORT_ROOT, else ~/.consort/root. *)
 let root_cap root =
-  let parse where s = match Cap.of_string s with Ok c -> Ok c | Error e -> Error (Fmt.str "%s: bad capability: %a" where Cap.pp_decode_error e) in
+  let parse where s =
+    match Cap.of_string s with
+    | Ok c -> Ok c
+    | Error e -> Error (Fmt.str "%s: bad capability: %a" where Cap.pp_decode_error e)
+  in
   match root with
   | Some s -> parse "--root" s
   | None -> (
@@ -41,11 +53,15 @@ let root_cap root =
           | Some f when Sys.file_exists f -> (
               match
                 let ic = open_in_bin f in
-                Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+                Fun.protect
+                  ~finally:(fun () -> close_in ic)
+                  (fun () -> really_input_string ic (in_channel_length ic))
               with
               | s -> parse f s
               | exception Sys_error e -> Error e)
-          | _ -> Error "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
+          | _ ->
+              Error
+                "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
 
 let with_dir locate root f =
   match root_cap root with
@@ -56,25 +72,38 @@ let with_dir locate root f =
       | Error m -> refused "%s" m
       | Ok node ->
           let trans ~idempotent h d = Rpc_udp.Sync.trans node ~idempotent h d in
-          Fun.protect ~finally:(fun () -> Rpc_udp.close node) (fun () -> f (Dir_client.create trans) root))
+          Fun.protect
+            ~finally:(fun () -> Rpc_udp.close node)
+            (fun () -> f (Dir_client.create trans) root))
 
 (* The directory of a path's last component, and that component. *)
 let with_parent what c root path f =
   match Path.parent path with
   | None -> refused "%s: %S names the root directory" what path
-  | Some (parent, name) -> ( match Dir_client.resolve c root parent with Error e -> path_failed what e | Ok d -> f d name)
+  | Some (parent, name) -> (
+      match Dir_client.resolve c root parent with Error e -> path_failed what e | Ok d -> f d name)
 
 let parse_masks s =
   let cols = String.split_on_char ':' s in
-  if List.length cols > Dir.max_columns then Error (Printf.sprintf "%d column masks, at most %d" (List.length cols) Dir.max_columns)
+  if List.length cols > Dir.max_columns then
+    Error (Printf.sprintf "%d column masks, at most %d" (List.length cols) Dir.max_columns)
   else
     List.fold_right
-      (fun c acc -> match (acc, Rights.of_string c) with Error e, _ -> Error e | _, Error e -> Error (Printf.sprintf "%S: %s" c e) | Ok l, Ok r -> Ok (r :: l))
+      (fun c acc ->
+        match (acc, Rights.of_string c) with
+        | Error e, _ -> Error e
+        | _, Error e -> Error (Printf.sprintf "%S: %s" c e)
+        | Ok l, Ok r -> Ok (r :: l))
       cols (Ok [])
 
 (* Masks as numbers: on a directory row the bits are columns, not the
    file server's read, create, ... *)
-let pp_mask ppf r = match Rights.to_int r with 0xff -> Fmt.string ppf "all" | 0 -> Fmt.string ppf "none" | n -> Fmt.pf ppf "0x%02x" n
+let pp_mask ppf r =
+  match Rights.to_int r with
+  | 0xff -> Fmt.string ppf "all"
+  | 0 -> Fmt.string ppf "none"
+  | n -> Fmt.pf ppf "0x%02x" n
+
 let pp_masks = Fmt.(list ~sep:(any ":") pp_mask)
 
 let ls locate root path =
@@ -99,7 +128,11 @@ let mkdir locate root path masks =
       with_dir locate root (fun c root ->
           with_parent "mkdir" c root path (fun d name ->
               let secret = Cap.Secret.to_raw (Cap.Secret.generate ()) in
-              match Dir_client.call c (Dir.Create { via = d; secret; columns = Dir.default_columns; link = Some (name, masks) }) with
+              match
+                Dir_client.call c
+                  (Dir.Create
+                     { via = d; secret; columns = Dir.default_columns; link = Some (name, masks) })
+              with
               | Ok (Dir.Created { cap; _ }) ->
                   print_endline (Cap.to_string cap);
                   0
@@ -109,7 +142,9 @@ let mkdir locate root path masks =
 let rm locate root path =
   with_dir locate root (fun c root ->
       with_parent "rm" c root path (fun d name ->
-          match Dir_client.call c (Dir.Delete { dir = d; name }) with Ok _ -> 0 | Error e -> failed "rm" e))
+          match Dir_client.call c (Dir.Delete { dir = d; name }) with
+          | Ok _ -> 0
+          | Error e -> failed "rm" e))
 
 let chmod locate root path masks =
   match parse_masks masks with
@@ -117,7 +152,9 @@ let chmod locate root path masks =
   | Ok masks ->
       with_dir locate root (fun c root ->
           with_parent "chmod" c root path (fun d name ->
-              match Dir_client.call c (Dir.Chmod { dir = d; name; masks }) with Ok _ -> 0 | Error e -> failed "chmod" e))
+              match Dir_client.call c (Dir.Chmod { dir = d; name; masks }) with
+              | Ok _ -> 0
+              | Error e -> failed "chmod" e))
 
 let lookup locate root path =
   with_dir locate root (fun c root ->
@@ -127,7 +164,8 @@ let lookup locate root path =
               List.iter
                 (function
                   | Dir.Narrowed c -> print_endline (Cap.to_string c)
-                  | Dir.Withheld p -> Fmt.pr "withheld: only its server %a can narrow it@." Port.pp p)
+                  | Dir.Withheld p ->
+                      Fmt.pr "withheld: only its server %a can narrow it@." Port.pp p)
                 entries;
               0
           | Error e -> failed "lookup" e))
@@ -139,21 +177,36 @@ let link locate root path cap masks =
   | Ok target, Ok masks ->
       with_dir locate root (fun c root ->
           with_parent "link" c root path (fun d name ->
-              match Dir_client.call c (Dir.Install { dir = d; expect = None; rows = [ { Dir.name; masks; caps = [ target ] } ] }) with
+              match
+                Dir_client.call c
+                  (Dir.Install
+                     { dir = d; expect = None; rows = [ { Dir.name; masks; caps = [ target ] } ] })
+              with
               | Ok _ -> 0
               | Error e -> failed "link" e))
 
 (* consort cap dir gc --server CAP [--fs CAP ...] [--rounds N]: rounds of
    collection from the root over the directory server and file servers. *)
 let gc locate root server fss rounds =
-  let parse what s = match Cap.of_string s with Ok c -> Ok c | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e) in
-  let rec all = function [] -> Ok [] | x :: l -> Result.bind (parse "--fs" x) (fun c -> Result.map (fun l -> c :: l) (all l)) in
+  let parse what s =
+    match Cap.of_string s with
+    | Ok c -> Ok c
+    | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
+  in
+  let rec all = function
+    | [] -> Ok []
+    | x :: l -> Result.bind (parse "--fs" x) (fun c -> Result.map (fun l -> c :: l) (all l))
+  in
   match (parse "--server" server, all fss) with
   | Error e, _ | _, Error e -> refused "gc: %s" e
   | Ok dserver, Ok fss ->
       with_dir locate root (fun c root ->
           let trans = Dir_client.trans c in
-          let std h = match trans ~idempotent:true h "" with Ok (h, _) -> Ok h.Header.status | Error e -> Error (Fmt.str "%a" Rpc_error.pp e) in
+          let std h =
+            match trans ~idempotent:true h "" with
+            | Ok (h, _) -> Ok h.Header.status
+            | Error e -> Error (Fmt.str "%a" Rpc_error.pp e)
+          in
           (* Both servers answer the standard touch. *)
           let std_touch cap =
             match std (Std.touch_request cap) with
@@ -166,7 +219,11 @@ let gc locate root server fss rounds =
             {
               Consort_capdir.Gc.port = root.Cap.port;
               touch = (fun cap -> std_touch cap);
-              age = (fun () -> match Dir_client.call c (Dir.Age dserver) with Ok _ -> Ok () | Error e -> Error (Fmt.str "%a" Dir_client.pp_error e));
+              age =
+                (fun () ->
+                  match Dir_client.call c (Dir.Age dserver) with
+                  | Ok _ -> Ok ()
+                  | Error e -> Error (Fmt.str "%a" Dir_client.pp_error e));
             }
           in
 
@@ -174,7 +231,12 @@ let gc locate root server fss rounds =
             {
               Consort_capdir.Gc.port = fs.port;
               touch = std_touch;
-              age = (fun () -> match std (Std.age_request fs) with Ok `Ok -> Ok () | Ok st -> Error (Printf.sprintf "status %d" (Status.to_int st)) | Error e -> Error e);
+              age =
+                (fun () ->
+                  match std (Std.age_request fs) with
+                  | Ok `Ok -> Ok ()
+                  | Ok st -> Error (Printf.sprintf "status %d" (Status.to_int st))
+                  | Error e -> Error e);
             }
           in
           let refs (cap : Cap.t) =
@@ -205,14 +267,16 @@ let serve data key_file bind group peers params =
   | Ok params -> (
       match if not (Sys.file_exists data) then Unix.mkdir data 0o700 with
       | exception Unix.Unix_error (e, _, _) -> refused "%s: %s" data (Unix.error_message e)
-      | () ->
-      match Port.Key.load_or_create key_file with
-      | Error m -> refused "key %s: %s" key_file m
-      | Ok key -> (
-          let peers = List.filter (( <> ) "") (String.split_on_char ',' peers) in
-          match Dir_server.run { Dir_server.data; key; bind; group_bind = group; peers; params } with
-          | Ok () -> 0
-          | Error e -> refused "%s" e))
+      | () -> (
+          match Port.Key.load_or_create key_file with
+          | Error m -> refused "key %s: %s" key_file m
+          | Ok key -> (
+              let peers = List.filter (( <> ) "") (String.split_on_char ',' peers) in
+              match
+                Dir_server.run { Dir_server.data; key; bind; group_bind = group; peers; params }
+              with
+              | Ok () -> 0
+              | Error e -> refused "%s" e)))
 
 (* The command line. *)
 
@@ -220,15 +284,23 @@ let locate =
   Arg.(
     value
     & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..." ~doc:"Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+    & info [ "locate" ] ~docv:"ADDR:PORT,..."
+        ~doc:
+          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
 
 let root =
   Arg.(
     value
     & opt (some string) None
-    & info [ "root" ] ~docv:"CAP" ~doc:"The root directory's capability (default: $(b,CONSORT_ROOT), then $(b,~/.consort/root)).")
+    & info [ "root" ] ~docv:"CAP"
+        ~doc:
+          "The root directory's capability (default: $(b,CONSORT_ROOT), then $(b,~/.consort/root)).")
 
-let path_arg = Arg.(required & pos 0 (some string) None & info [] ~docv:"PATH" ~doc:"A path from the root directory: $(b,/home/alice/notes).")
+let path_arg =
+  Arg.(
+    required
+    & pos 0 (some string) None
+    & info [] ~docv:"PATH" ~doc:"A path from the root directory: $(b,/home/alice/notes).")
 
 let masks_opt =
   Arg.(
@@ -236,24 +308,32 @@ let masks_opt =
     & opt (some string) None
     & info [ "masks" ] ~docv:"MASK:MASK:..."
         ~doc:
-          "The row's rights mask for each column (owner, group, other), separated by colons, each a list of rights \
-           ($(b,all), $(b,read,modify), $(b,0x06), ...). Default $(b,all:0x06:0x04): for a directory, the group \
-           column sees the group and other columns, the other column the other column.")
+          "The row's rights mask for each column (owner, group, other), separated by colons, each \
+           a list of rights ($(b,all), $(b,read,modify), $(b,0x06), ...). Default \
+           $(b,all:0x06:0x04): for a directory, the group column sees the group and other columns, \
+           the other column the other column.")
 
 let exits =
   Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2 ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
+  :: Cmd.Exit.info 2
+       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
   :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
   :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
 let envs =
   [
-    Cmd.Env.info "CONSORT_ROOT" ~doc:"The root directory's capability, when $(b,--root) is not given.";
-    Cmd.Env.info "CONSORT_LOCATE" ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cmd.Env.info "CONSORT_ROOT"
+      ~doc:"The root directory's capability, when $(b,--root) is not given.";
+    Cmd.Env.info "CONSORT_LOCATE"
+      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
   ]
 
 let params_arg =
-  Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "params" ] ~docv:"NAME=VALUE,..."
+        ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
 
 let configured t =
   let run params f =
@@ -268,51 +348,129 @@ let configured t =
   in
   Term.(const run $ params_arg $ t)
 
-let client_cmd name ~path ~doc term = Cmd.v (Consort_cli.info ~path name ~exits ~envs ~doc) (configured term)
+let client_cmd name ~path ~doc term =
+  Cmd.v (Consort_cli.info ~path name ~exits ~envs ~doc) (configured term)
 
-let ls_cmd = client_cmd "ls" ~path:"cap ls" ~doc:"List a directory: its sequence number, its columns, and each row's name and column masks." Term.(const (fun l r p () -> ls l r p) $ locate $ root $ path_arg)
+let ls_cmd =
+  client_cmd "ls" ~path:"cap ls"
+    ~doc:"List a directory: its sequence number, its columns, and each row's name and column masks."
+    Term.(const (fun l r p () -> ls l r p) $ locate $ root $ path_arg)
 
 let mkdir_cmd =
-  client_cmd "mkdir" ~path:"cap mkdir" ~doc:"Make a directory and link it under PATH, in one step; prints its owner capability."
+  client_cmd "mkdir" ~path:"cap mkdir"
+    ~doc:"Make a directory and link it under PATH, in one step; prints its owner capability."
     Term.(const (fun l r p m () -> mkdir l r p m) $ locate $ root $ path_arg $ masks_opt)
 
-let rm_cmd = client_cmd "rm" ~path:"cap rm" ~doc:"Remove a row from its directory (needs the delete right; the object itself goes when no directory reaches it, at garbage collection)." Term.(const (fun l r p () -> rm l r p) $ locate $ root $ path_arg)
+let rm_cmd =
+  client_cmd "rm" ~path:"cap rm"
+    ~doc:
+      "Remove a row from its directory (needs the delete right; the object itself goes when no \
+       directory reaches it, at garbage collection)."
+    Term.(const (fun l r p () -> rm l r p) $ locate $ root $ path_arg)
 
 let chmod_cmd =
-  let masks = Arg.(required & pos 1 (some string) None & info [] ~docv:"MASK:MASK:..." ~doc:"The new column masks, as $(b,--masks) of $(b,mkdir).") in
-  client_cmd "chmod" ~path:"cap chmod" ~doc:"Set the column masks of a row (needs the modify right)." Term.(const (fun l r p m () -> chmod l r p m) $ locate $ root $ path_arg $ masks)
+  let masks =
+    Arg.(
+      required
+      & pos 1 (some string) None
+      & info [] ~docv:"MASK:MASK:..." ~doc:"The new column masks, as $(b,--masks) of $(b,mkdir).")
+  in
+  client_cmd "chmod" ~path:"cap chmod"
+    ~doc:"Set the column masks of a row (needs the modify right)."
+    Term.(const (fun l r p m () -> chmod l r p m) $ locate $ root $ path_arg $ masks)
 
 let lookup_cmd =
-  client_cmd "lookup" ~path:"cap dir lookup" ~doc:"Print the capabilities of the row PATH names, narrowed to what the path's columns allow."
+  client_cmd "lookup" ~path:"cap dir lookup"
+    ~doc:"Print the capabilities of the row PATH names, narrowed to what the path's columns allow."
     Term.(const (fun l r p () -> lookup l r p) $ locate $ root $ path_arg)
 
 let link_cmd =
-  let cap = Arg.(required & pos 1 (some string) None & info [] ~docv:"CAP" ~doc:"The capability to store.") in
-  client_cmd "link" ~path:"cap dir link" ~doc:"Store a capability (a file, a directory, any object) under PATH, replacing a row of that name."
+  let cap =
+    Arg.(required & pos 1 (some string) None & info [] ~docv:"CAP" ~doc:"The capability to store.")
+  in
+  client_cmd "link" ~path:"cap dir link"
+    ~doc:
+      "Store a capability (a file, a directory, any object) under PATH, replacing a row of that \
+       name."
     Term.(const (fun l r p c m () -> link l r p c m) $ locate $ root $ path_arg $ cap $ masks_opt)
 
 let serve_cmd =
-  let data = Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"This replica's store.") in
-  let key = Arg.(value & opt (some string) None & info [ "key" ] ~docv:"FILE" ~doc:"The directory's port key, the same file at every replica (made if missing). Default: $(b,port.key) in the data directory.") in
-  let bind = Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address of the RPC.") in
-  let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"ADDR:PORT" ~doc:"This replica's address in the replicas' group.") in
-  let peers = Arg.(value & opt string "" & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"The other replicas' group addresses.") in
-  let params = Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:("The group's tunables, over " ^ Dir_server.default_params ^ ".")) in
+  let data =
+    Arg.(
+      required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"This replica's store.")
+  in
+  let key =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "key" ] ~docv:"FILE"
+          ~doc:
+            "The directory's port key, the same file at every replica (made if missing). Default: \
+             $(b,port.key) in the data directory.")
+  in
+  let bind =
+    Arg.(
+      value & opt string "0.0.0.0:0"
+      & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address of the RPC.")
+  in
+  let group =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "group" ] ~docv:"ADDR:PORT" ~doc:"This replica's address in the replicas' group.")
+  in
+  let peers =
+    Arg.(
+      value & opt string ""
+      & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"The other replicas' group addresses.")
+  in
+  let params =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "params" ] ~docv:"NAME=VALUE,..."
+          ~doc:("The group's tunables, over " ^ Dir_server.default_params ^ "."))
+  in
   Cmd.v
     (Consort_cli.info ~path:"cap dir serve" "serve" ~exits
-       ~doc:"Run a replica of the directory server; prints the root and server capabilities, serves until SIGTERM or SIGINT.")
+       ~doc:
+         "Run a replica of the directory server; prints the root and server capabilities, serves \
+          until SIGTERM or SIGINT.")
     Term.(const serve $ data $ key $ bind $ group $ peers $ params)
 
 let gc_cmd =
-  let server = Arg.(required & opt (some string) None & info [ "server" ] ~docv:"CAP" ~doc:"The directory server's capability (printed by $(b,cap dir serve)): ageing and reading rows need its admin right.") in
-  let fss = Arg.(value & opt_all string [] & info [ "fs" ] ~docv:"CAP" ~doc:"A file server's capability (printed by $(b,cap fs serve)), to touch and age its files; repeat for each.") in
-  let rounds = Arg.(value & opt Consort_cli.positive_int 1 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds to run.") in
+  let server =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "server" ] ~docv:"CAP"
+          ~doc:
+            "The directory server's capability (printed by $(b,cap dir serve)): ageing and reading \
+             rows need its admin right.")
+  in
+  let fss =
+    Arg.(
+      value & opt_all string []
+      & info [ "fs" ] ~docv:"CAP"
+          ~doc:
+            "A file server's capability (printed by $(b,cap fs serve)), to touch and age its \
+             files; repeat for each.")
+  in
+  let rounds =
+    Arg.(value & opt Consort_cli.positive_int 1 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds to run.")
+  in
   client_cmd "gc" ~path:"cap dir gc"
     ~doc:
-      "Collect garbage: touch every object reachable from the root directory, then age the directory server's and \
-       the file servers' objects; unreachable ones go after their lifetime (8 rounds for directories, 24 for files). \
-       A round that cannot touch everything ages nothing."
+      "Collect garbage: touch every object reachable from the root directory, then age the \
+       directory server's and the file servers' objects; unreachable ones go after their lifetime \
+       (8 rounds for directories, 24 for files). A round that cannot touch everything ages \
+       nothing."
     Term.(const (fun l r s f n () -> gc l r s f n) $ locate $ root $ server $ fss $ rounds)
 
-let dir_cmd = Cmd.group (Cmd.info "dir" ~exits:Consort_cli.exits ~doc:"The replicated directory server (SOAP semantics).") [ serve_cmd; lookup_cmd; link_cmd; gc_cmd ]
+let dir_cmd =
+  Cmd.group
+    (Cmd.info "dir" ~exits:Consort_cli.exits
+       ~doc:"The replicated directory server (SOAP semantics).")
+    [ serve_cmd; lookup_cmd; link_cmd; gc_cmd ]
+
 let commands = [ dir_cmd; ls_cmd; mkdir_cmd; rm_cmd; chmod_cmd ]

@@ -3,7 +3,10 @@ module Kv = Consort_kv
 
 let setup_logs ((levels, format), verbose) = Consort_cli.setup_logs ~verbose format levels
 
-let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and state transfers on standard error.")
+let verbose =
+  Arg.(
+    value & flag
+    & info [ "verbose"; "v" ] ~doc:"Log view changes and state transfers on standard error.")
 
 let serve group data bind peers listen params verbose =
   setup_logs verbose;
@@ -18,14 +21,19 @@ let serve group data bind peers listen params verbose =
           Fmt.epr "consort kv serve: --bind %s@." e;
           2
       | Ok _ -> (
-          match List.find_map (fun p -> match Kv.Server.parse_addr p with Error e -> Some e | Ok _ -> None) peers with
+          match
+            List.find_map
+              (fun p -> match Kv.Server.parse_addr p with Error e -> Some e | Ok _ -> None)
+              peers
+          with
           | Some e ->
               Fmt.epr "consort kv serve: --peers %s@." e;
               2
           | None -> (
               match
                 Kv.Server.run
-                  ~on_ready:(fun () -> Fmt.pr "serving %s on %s, group %s at %s@." data listen group bind)
+                  ~on_ready:(fun () ->
+                    Fmt.pr "serving %s on %s, group %s at %s@." data listen group bind)
                   { Kv.Server.group; data; bind; peers; listen; params; max_connections = 1024 }
               with
               | Ok () -> 0
@@ -37,9 +45,14 @@ let servers =
   Arg.(
     required
     & opt (some (list string)) None
-    & info [ "servers" ] ~docv:"ADDR:PORT,..." ~doc:"The replicas' client addresses ($(b,--listen)), tried in turn.")
+    & info [ "servers" ] ~docv:"ADDR:PORT,..."
+        ~doc:"The replicas' client addresses ($(b,--listen)), tried in turn.")
 
-let timeout = Arg.(value & opt Consort_cli.positive_float 15. & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
+let timeout =
+  Arg.(
+    value
+    & opt Consort_cli.positive_float 15.
+    & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
 
 (* One result line; the exit status says what it means. *)
 let print_outcome = function
@@ -105,7 +118,8 @@ let shell servers timeout =
 let check files =
   let rec read acc = function
     | [] -> Ok (List.concat (List.rev acc))
-    | f :: rest -> ( match Kv.History.read f with Ok h -> read (h :: acc) rest | Error e -> Error e)
+    | f :: rest -> (
+        match Kv.History.read f with Ok h -> read (h :: acc) rest | Error e -> Error e)
   in
   match read [] files with
   | Error e ->
@@ -126,49 +140,105 @@ let value n docv = Arg.(required & pos n (some string) None & info [] ~docv)
 let exits =
   [
     Cmd.Exit.info 0 ~doc:"on $(b,ok), $(b,value VALUE), $(b,not-found) or $(b,cas-failed).";
-    Cmd.Exit.info 2 ~doc:"refused, on $(b,error: REASON): the request certainly did not take effect.";
+    Cmd.Exit.info 2
+      ~doc:"refused, on $(b,error: REASON): the request certainly did not take effect.";
     Cmd.Exit.info 3 ~doc:"on $(b,unknown: REASON): the request may or may not have taken effect.";
   ]
 
 let cmd =
   let serve =
-    let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The replicas' group.") in
-    let data = Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"The replica's log and snapshots.") in
-    let bind = Arg.(required & opt (some string) None & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The replica's address in the group (UDP).") in
-    let peers =
-      Arg.(value & opt (list string) [] & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"The other replicas' group addresses; with this one, they are the replicas a majority is counted of.")
+    let group =
+      Arg.(
+        required
+        & opt (some string) None
+        & info [ "group" ] ~docv:"NAME" ~doc:"The replicas' group.")
     in
-    let listen = Arg.(required & opt (some string) None & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).") in
+    let data =
+      Arg.(
+        required
+        & opt (some string) None
+        & info [ "data" ] ~docv:"DIR" ~doc:"The replica's log and snapshots.")
+    in
+    let bind =
+      Arg.(
+        required
+        & opt (some string) None
+        & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The replica's address in the group (UDP).")
+    in
+    let peers =
+      Arg.(
+        value
+        & opt (list string) []
+        & info [ "peers" ] ~docv:"ADDR:PORT,..."
+            ~doc:
+              "The other replicas' group addresses; with this one, they are the replicas a \
+               majority is counted of.")
+    in
+    let listen =
+      Arg.(
+        required
+        & opt (some string) None
+        & info [ "listen" ] ~docv:"ADDR:PORT" ~doc:"Where clients connect (TCP).")
+    in
     let params =
       Arg.(
         value
         & opt (some string) None
         & info [ "params" ] ~docv:"NAME=VALUE,..."
             ~doc:
-              "Override layer tunables (over the replica's own defaults, suspect.timeout=2s,suspect.verify=500ms; total.protocol=sequencer|token chooses the total order).")
+              "Override layer tunables (over the replica's own defaults, \
+               suspect.timeout=2s,suspect.verify=500ms; total.protocol=sequencer|token chooses the \
+               total order).")
     in
     Cmd.v
-      (Consort_cli.info ~path:"kv serve" "serve" ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
+      (Consort_cli.info ~path:"kv serve" "serve"
+         ~doc:"Run a replica of the key-value store until SIGTERM or SIGINT."
          ~man:
            [
              `S Manpage.s_description;
-             `P "The replica recovers its state from $(b,--data) (a torn or corrupt log tail is cut off and reported on standard error), joins the group of replicas, catches up by state transfer, and serves clients on $(b,--listen).";
-             `P "Only a group view holding a majority of the replicas ($(b,--bind) and $(b,--peers)) serves requests. Reads and writes are ordered by the view's sequencer; a request is answered once every replica of the view has it on disk.";
+             `P
+               "The replica recovers its state from $(b,--data) (a torn or corrupt log tail is cut \
+                off and reported on standard error), joins the group of replicas, catches up by \
+                state transfer, and serves clients on $(b,--listen).";
+             `P
+               "Only a group view holding a majority of the replicas ($(b,--bind) and \
+                $(b,--peers)) serves requests. Reads and writes are ordered by the view's \
+                sequencer; a request is answered once every replica of the view has it on disk.";
            ])
-      Term.(const serve $ group $ data $ bind $ peers $ listen $ params $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
+      Term.(
+        const serve $ group $ data $ bind $ peers $ listen $ params
+        $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
   in
-  let op name doc term = Cmd.v (Consort_cli.info ~path:("kv " ^ name) name ~doc ~exits) Term.(const one $ term $ servers $ timeout) in
-  let get = op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key) in
-  let put = op "put" "Set KEY to VALUE; print $(b,ok)." Term.(const (fun k v -> Kv.Op.Put (k, v)) $ key $ value 1 "VALUE") in
-  let del = op "del" "Remove KEY; print $(b,ok) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Del k) $ key) in
+  let op name doc term =
+    Cmd.v
+      (Consort_cli.info ~path:("kv " ^ name) name ~doc ~exits)
+      Term.(const one $ term $ servers $ timeout)
+  in
+  let get =
+    op "get" "Print $(b,value VALUE) or $(b,not-found)." Term.(const (fun k -> Kv.Op.Get k) $ key)
+  in
+  let put =
+    op "put" "Set KEY to VALUE; print $(b,ok)."
+      Term.(const (fun k v -> Kv.Op.Put (k, v)) $ key $ value 1 "VALUE")
+  in
+  let del =
+    op "del" "Remove KEY; print $(b,ok) or $(b,not-found)."
+      Term.(const (fun k -> Kv.Op.Del k) $ key)
+  in
   let cas =
     op "cas" "Set KEY to NEW if it holds OLD; print $(b,ok) or $(b,cas-failed)."
-      Term.(const (fun k e s -> Kv.Op.Cas { key = k; expect = e; set = s }) $ key $ value 1 "OLD" $ value 2 "NEW")
+      Term.(
+        const (fun k e s -> Kv.Op.Cas { key = k; expect = e; set = s })
+        $ key $ value 1 "OLD" $ value 2 "NEW")
   in
   let shell =
     Cmd.v
       (Consort_cli.info ~path:"kv shell" "shell" ~exits
-         ~doc:"Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), one per line, from standard input (words separated by spaces: in the shell a key or value cannot hold a space); print one result line for each, in order. Exits with the worst status of its commands.")
+         ~doc:
+           "Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), \
+            one per line, from standard input (words separated by spaces: in the shell a key or \
+            value cannot hold a space); print one result line for each, in order. Exits with the \
+            worst status of its commands.")
       Term.(const shell $ servers $ timeout)
   in
   let check =
@@ -176,7 +246,13 @@ let cmd =
     Cmd.v
       (Consort_cli.info ~path:"kv check" "check"
          ~doc:
-           "Check histories of client operations (one per line: CLIENT, CALL, RETURN, the operation, $(b,=>), the response, separated by tabs; RETURN -1 and response $(b,?) for an unknown outcome) for linearizability. Exit 0 if linearizable, 1 if not, 2 if a file cannot be read.")
+           "Check histories of client operations (one per line: CLIENT, CALL, RETURN, the \
+            operation, $(b,=>), the response, separated by tabs; RETURN -1 and response $(b,?) for \
+            an unknown outcome) for linearizability. Exit 0 if linearizable, 1 if not, 2 if a file \
+            cannot be read.")
       Term.(const check $ files)
   in
-  Cmd.group (Cmd.info "kv" ~exits:Consort_cli.exits ~doc:"A replicated key-value store with linearizable operations.") [ serve; get; put; del; cas; shell; check ]
+  Cmd.group
+    (Cmd.info "kv" ~exits:Consort_cli.exits
+       ~doc:"A replicated key-value store with linearizable operations.")
+    [ serve; get; put; del; cas; shell; check ]

@@ -1,7 +1,11 @@
 open Cmdliner
 
 let props_arg =
-  let parse s = match Consort_group.Properties.of_string s with Ok p -> Ok p | Error e -> Error (`Msg (Fmt.str "%a" Consort_group.Properties.pp_error e)) in
+  let parse s =
+    match Consort_group.Properties.of_string s with
+    | Ok p -> Ok p
+    | Error e -> Error (`Msg (Fmt.str "%a" Consort_group.Properties.pp_error e))
+  in
   let print ppf p = Consort_group.Properties.pp ppf p in
   Arg.conv (parse, print)
 
@@ -9,10 +13,10 @@ let props =
   Arg.(
     value
     & opt props_arg Consort_group.Properties.vsync
-    & info [ "props" ] ~docv:"P" ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync).")
+    & info [ "props" ] ~docv:"P"
+        ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync).")
 
 module Member = Consort_scenario.Member
-
 module Seal = Consort_seal.Seal
 
 (* The secret and mode a member seals with: [Privacy] if asked, [Auth] if
@@ -33,85 +37,142 @@ let seal_of props key =
       | Error e -> Error ("--key: " ^ e)
       | Ok secret -> Ok (Some (secret, if privacy then Seal.Privacy else Seal.Auth)))
 
-let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file discovery no_input key control metrics pcap =
+let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file
+    discovery no_input key control metrics pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
   match seal_of props key with
   | Error e ->
       Fmt.epr "consort member: %s@." e;
       2
-  | Ok seal ->
-  let params =
-    match params with
-    | None -> Ok Consort.Params.empty
-    | Some s -> Consort.Params.of_string s
-  in
-  match params with
-  | Error e ->
-      Fmt.epr "consort member: --params: %a@." Consort.Params.pp_error e;
-      2
-  | Ok params when seal <> None && List.mem Consort_group.Properties.Rekey props
-                  && not (Consort.Params.bool params Seal.rekey_param) ->
-      Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@." Seal.rekey_param;
-      2
-  | Ok params -> (
-      let peers =
-        match peers with
-        | Some l -> List.filter (fun p -> p <> "" && p <> "none") l
-        | None -> if discovery = None then Member.default_peers else []
+  | Ok seal -> (
+      let params =
+        match params with None -> Ok Consort.Params.empty | Some s -> Consort.Params.of_string s
       in
-      let seed = match seed with Some s -> s | None -> (Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6) in
-      let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
-      let cfg = { Member.group; props; bind; peers; log; params; quiet; input; seed; drop_file; discovery; seal; control; metrics; pcap } in
-      match Member.check_config cfg with
+      match params with
       | Error e ->
-          (* The command line is wrong: a usage error. *)
-          Fmt.epr "consort member: %a@." Member.pp_error e;
+          Fmt.epr "consort member: --params: %a@." Consort.Params.pp_error e;
           2
-      | Ok () -> (
-          match Member.run cfg with
-          | Ok () -> 0
+      | Ok params
+        when seal <> None
+             && List.mem Consort_group.Properties.Rekey props
+             && not (Consort.Params.bool params Seal.rekey_param) ->
+          Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@."
+            Seal.rekey_param;
+          2
+      | Ok params -> (
+          let peers =
+            match peers with
+            | Some l -> List.filter (fun p -> p <> "" && p <> "none") l
+            | None -> if discovery = None then Member.default_peers else []
+          in
+          let seed =
+            match seed with
+            | Some s -> s
+            | None -> Unix.getpid () * 7919 lxor int_of_float (Unix.gettimeofday () *. 1e6)
+          in
+          let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
+          let cfg =
+            {
+              Member.group;
+              props;
+              bind;
+              peers;
+              log;
+              params;
+              quiet;
+              input;
+              seed;
+              drop_file;
+              discovery;
+              seal;
+              control;
+              metrics;
+              pcap;
+            }
+          in
+          match Member.check_config cfg with
           | Error e ->
+              (* The command line is wrong: a usage error. *)
               Fmt.epr "consort member: %a@." Member.pp_error e;
-              Consort_cli.refused))
+              2
+          | Ok () -> (
+              match Member.run cfg with
+              | Ok () -> 0
+              | Error e ->
+                  Fmt.epr "consort member: %a@." Member.pp_error e;
+                  Consort_cli.refused)))
 
 let member =
-  let group = Arg.(required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The group to join.") in
+  let group =
+    Arg.(
+      required & opt (some string) None & info [ "group" ] ~docv:"NAME" ~doc:"The group to join.")
+  in
   let bind =
-    Arg.(value & opt (some string) None & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Local address (default: the first free port of 127.0.0.1:7400-7415).")
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "bind" ] ~docv:"ADDR:PORT"
+          ~doc:"Local address (default: the first free port of 127.0.0.1:7400-7415).")
   in
   let peers =
     Arg.(
       value
       & opt (some (list string)) None
-      & info [ "peers" ] ~docv:"ADDR:PORT,..." ~doc:"Where to look for the group's other members (default: 127.0.0.1:7400-7415).")
+      & info [ "peers" ] ~docv:"ADDR:PORT,..."
+          ~doc:"Where to look for the group's other members (default: 127.0.0.1:7400-7415).")
   in
-  let log = Arg.(value & opt (some string) None & info [ "log" ] ~docv:"FILE" ~doc:"Write one JSON object per event here.") in
+  let log =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "log" ] ~docv:"FILE" ~doc:"Write one JSON object per event here.")
+  in
   let params =
-    Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"Override layer tunables (see $(b,consort params)).")
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "params" ] ~docv:"NAME=VALUE,..."
+          ~doc:"Override layer tunables (see $(b,consort params)).")
   in
   let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print nothing on standard output.") in
-  let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log view changes and suspicions on standard error.") in
-  let seed = Arg.(value & opt (some int) None & info [ "seed" ] ~docv:"S" ~doc:"Seed of the member's random choices.") in
+  let verbose =
+    Arg.(
+      value & flag
+      & info [ "verbose"; "v" ] ~doc:"Log view changes and suspicions on standard error.")
+  in
+  let seed =
+    Arg.(
+      value
+      & opt (some int) None
+      & info [ "seed" ] ~docv:"S" ~doc:"Seed of the member's random choices.")
+  in
   let discovery =
     Arg.(
       value
       & opt (some string) None
       & info [ "mcast" ] ~docv:"GROUP:PORT"
-          ~doc:"Also find the group's members through this IP multicast group (where the network has multicast); with it, $(b,--peers) defaults to none.")
+          ~doc:
+            "Also find the group's members through this IP multicast group (where the network has \
+             multicast); with it, $(b,--peers) defaults to none.")
   in
   let drop_file =
     Arg.(
       value
       & opt (some string) None
       & info [ "drop-file" ] ~docv:"FILE"
-          ~doc:"For tests: drop datagrams from the addresses listed in $(docv), one per line, re-read as it changes.")
+          ~doc:
+            "For tests: drop datagrams from the addresses listed in $(docv), one per line, re-read \
+             as it changes.")
   in
   let no_input =
     Arg.(
       value & flag
       & info [ "no-input" ]
           ~doc:
-            "Do not read standard input: cast nothing and stay in the group until SIGTERM or SIGINT (for a start in the background or by a service manager). Without it, a regular file on standard input is read and cast line by line, and /dev/null counts as no input.")
+            "Do not read standard input: cast nothing and stay in the group until SIGTERM or \
+             SIGINT (for a start in the background or by a service manager). Without it, a regular \
+             file on standard input is read and cast line by line, and /dev/null counts as no \
+             input.")
   in
   let key =
     Arg.(
@@ -119,22 +180,35 @@ let member =
       & opt (some string) None
       & info [ "key" ] ~docv:"FILE"
           ~doc:
-            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every datagram is sealed (property Auth, implied) and only members holding the same secret are heard; with property Privacy payloads are also encrypted. Each view's traffic is also sealed under a key of its own, agreed at the view change (property Rekey, implied; $(b,--params seal.rekey=false) turns it off), so that a member that left or was excluded can neither read nor forge it.")
+            "The group's secret (a file from $(b,consort keygen), mode 0600). With it every \
+             datagram is sealed (property Auth, implied) and only members holding the same secret \
+             are heard; with property Privacy payloads are also encrypted. Each view's traffic is \
+             also sealed under a key of its own, agreed at the view change (property Rekey, \
+             implied; $(b,--params seal.rekey=false) turns it off), so that a member that left or \
+             was excluded can neither read nor forge it.")
   in
-  let doc = "Join a group over UDP, print views and deliveries, and cast each line of standard input." in
+  let doc =
+    "Join a group over UDP, print views and deliveries, and cast each line of standard input."
+  in
   let man =
     [
       `S Manpage.s_description;
       `P "The member leaves the group cleanly at the end of its input or on SIGTERM.";
       `P
-        "On SIGUSR1 and at exit it prints one line, $(b,counters) followed by every \
-         non-zero counter since it joined as $(i,LAYER.NAME=VALUE): the group's own (views installed, \
-         refused messages, malformed side-channel datagrams), each layer's in the current view, and \
-         Bottom's since it joined, which say why datagrams were dropped (garbage, wrong_group, \
-         bad_rank, from_self) and, with $(b,--key), the seal's (seal.bad_tag, seal.replayed, ...). The line \
-         goes to standard output; with $(b,--quiet), only SIGUSR1 prints it, on standard error.";
-      `P "With $(b,--log), each event is one JSON object on its own line: view, block, cast, send, deliver, refused, lost, exit (see the README).";
-      `P "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not 0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a usage error (exit code 2).";
+        "On SIGUSR1 and at exit it prints one line, $(b,counters) followed by every non-zero \
+         counter since it joined as $(i,LAYER.NAME=VALUE): the group's own (views installed, \
+         refused messages, malformed side-channel datagrams), each layer's in the current view, \
+         and Bottom's since it joined, which say why datagrams were dropped (garbage, wrong_group, \
+         bad_rank, from_self) and, with $(b,--key), the seal's (seal.bad_tag, seal.replayed, ...). \
+         The line goes to standard output; with $(b,--quiet), only SIGUSR1 prints it, on standard \
+         error.";
+      `P
+        "With $(b,--log), each event is one JSON object on its own line: view, block, cast, send, \
+         deliver, refused, lost, exit (see the README).";
+      `P
+        "Addresses are IPv4 $(i,IP:PORT). $(b,--bind) must be an address the peers can reach: not \
+         0.0.0.0, a broadcast or multicast address, or port 0. A wrong address or tunable is a \
+         usage error (exit code 2).";
     ]
   in
   let control =
@@ -142,26 +216,33 @@ let member =
       value
       & opt (some string) None
       & info [ "control" ] ~docv:"PATH"
-          ~doc:"Answer $(b,consort status), $(b,consort counters), $(b,consort cast) and $(b,consort send) on this Unix socket (created with mode 0600, removed at exit).")
+          ~doc:
+            "Answer $(b,consort status), $(b,consort counters), $(b,consort cast) and $(b,consort \
+             send) on this Unix socket (created with mode 0600, removed at exit).")
   in
   let metrics =
     Arg.(
       value
       & opt (some string) None
       & info [ "metrics" ] ~docv:"ADDR:PORT"
-          ~doc:"Serve the counters and the view in the Prometheus text format at http://$(docv)/metrics.")
+          ~doc:
+            "Serve the counters and the view in the Prometheus text format at \
+             http://$(docv)/metrics.")
   in
   let pcap =
     Arg.(
       value
       & opt (some string) None
       & info [ "pcap" ] ~docv:"FILE"
-          ~doc:"Record every datagram sent and received in $(docv) (pcap, for tcpdump -r or Wireshark; created with mode 0600, never overwritten; at most 1 GiB).")
+          ~doc:
+            "Record every datagram sent and received in $(docv) (pcap, for tcpdump -r or \
+             Wireshark; created with mode 0600, never overwritten; at most 1 GiB).")
   in
-  Cmd.v (Consort_cli.info ~path:"member" "member" ~doc ~man)
+  Cmd.v
+    (Consort_cli.info ~path:"member" "member" ~doc ~man)
     Term.(
-      const member $ Consort_cli.log_options $ group $ props $ bind $ peers $ log $ params $ quiet $ verbose $ seed $ drop_file $ discovery $ no_input $ key
-      $ control $ metrics $ pcap)
+      const member $ Consort_cli.log_options $ group $ props $ bind $ peers $ log $ params $ quiet
+      $ verbose $ seed $ drop_file $ discovery $ no_input $ key $ control $ metrics $ pcap)
 
 let keygen file =
   match Seal.write_key file (Seal.generate ()) with
@@ -173,16 +254,26 @@ let keygen file =
       Consort_cli.refused
 
 let keygen =
-  let file = Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The key file to create.") in
+  let file =
+    Arg.(required & pos 0 (some string) None & info [] ~docv:"FILE" ~doc:"The key file to create.")
+  in
   let man =
     [
       `S Manpage.s_description;
-      `P "Writes a new group secret (32 random bytes from the system's generator) to $(i,FILE), created with mode 0600; an existing file is never overwritten. Members given the same file with $(b,--key) admit only each other and seal every datagram (property Auth; with Privacy, also encrypt it).";
+      `P
+        "Writes a new group secret (32 random bytes from the system's generator) to $(i,FILE), \
+         created with mode 0600; an existing file is never overwritten. Members given the same \
+         file with $(b,--key) admit only each other and seal every datagram (property Auth; with \
+         Privacy, also encrypt it).";
       `S Manpage.s_examples;
-      `Pre "consort keygen /etc/consort/orders.key\nconsort member --group orders --key /etc/consort/orders.key --props vsync,Privacy";
+      `Pre
+        "consort keygen /etc/consort/orders.key\n\
+         consort member --group orders --key /etc/consort/orders.key --props vsync,Privacy";
     ]
   in
-  Cmd.v (Consort_cli.info ~path:"keygen" "keygen" ~doc:"Write a new group secret to a key file." ~man) Term.(const keygen $ file)
+  Cmd.v
+    (Consort_cli.info ~path:"keygen" "keygen" ~doc:"Write a new group secret to a key file." ~man)
+    Term.(const keygen $ file)
 
 module P = Consort_group.Properties
 
@@ -199,23 +290,34 @@ let stack_props =
   Arg.(
     value
     & opt (conv (parse, print)) (Ok P.vsync)
-    & info [ "props" ] ~docv:"P" ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync) (see $(b,--list)).")
+    & info [ "props" ] ~docv:"P"
+        ~doc:
+          "Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync) (see $(b,--list)).")
 
-let list = Arg.(value & flag & info [ "list" ] ~doc:"List every property: what it guarantees, or why it is not available.")
+let list =
+  Arg.(
+    value & flag
+    & info [ "list" ] ~doc:"List every property: what it guarantees, or why it is not available.")
 
 let print_list () =
   let rows =
     List.map (fun p -> (P.to_string p, P.doc p)) P.all
     @ List.map (fun (n, what) -> (n, "not available in this version: " ^ what)) P.not_available
   in
-  let rows = List.sort (fun (a, _) (b, _) -> compare (String.lowercase_ascii a) (String.lowercase_ascii b)) rows in
+  let rows =
+    List.sort
+      (fun (a, _) (b, _) -> compare (String.lowercase_ascii a) (String.lowercase_ascii b))
+      rows
+  in
   List.iter (fun (n, d) -> Fmt.pr "%-8s %s@." n d) rows;
   0
 
 (* One line per layer, top first: its name and what it gives the layers
    above it. *)
 let print_stack l =
-  let width = List.fold_left (fun w layer -> max w (String.length (Consort.Layer.name layer))) 0 l in
+  let width =
+    List.fold_left (fun w layer -> max w (String.length (Consort.Layer.name layer))) 0 l
+  in
   List.iter
     (fun layer ->
       let provides = List.map Consort.Contract.name (Consort.Layer.provides layer) in
@@ -237,9 +339,14 @@ let stack =
   let man =
     [
       `S Manpage.s_description;
-      `P "Prints the layers Consort stacks for a set of properties, one line per layer, top first: the layer's name and what it provides to the layers above it. A property that is not available in this version, or a set that cannot work (such as $(b,Total) without $(b,Gmp)), is refused with the reason (exit 2).";
+      `P
+        "Prints the layers Consort stacks for a set of properties, one line per layer, top first: \
+         the layer's name and what it provides to the layers above it. A property that is not \
+         available in this version, or a set that cannot work (such as $(b,Total) without \
+         $(b,Gmp)), is refused with the reason (exit 2).";
     ]
   in
   Cmd.v
-    (Consort_cli.info ~man ~path:"stack" "stack" ~doc:"Print the stack of layers chosen for a set of properties, top first.")
+    (Consort_cli.info ~man ~path:"stack" "stack"
+       ~doc:"Print the stack of layers chosen for a set of properties, top first.")
     Term.(const stack $ stack_props $ list)

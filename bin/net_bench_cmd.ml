@@ -18,30 +18,54 @@ let tcp bytes seconds rr_size rr_count mtu buffer rounds verbose =
 let cmd =
   let d = B.default in
   let bytes =
-    Arg.(value & opt Consort_cli.positive_int d.bytes & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per bulk transfer.")
+    Arg.(
+      value
+      & opt Consort_cli.positive_int d.bytes
+      & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per bulk transfer.")
   in
   let seconds =
-    Arg.(value & opt Consort_cli.positive_float d.seconds & info [ "seconds" ] ~docv:"SECONDS" ~doc:"Time bound of each transfer.")
+    Arg.(
+      value
+      & opt Consort_cli.positive_float d.seconds
+      & info [ "seconds" ] ~docv:"SECONDS" ~doc:"Time bound of each transfer.")
   in
   let rr_size =
-    Arg.(value & opt Consort_cli.positive_int d.rr_size & info [ "rr-size" ] ~docv:"BYTES" ~doc:"Bytes per request and per response.")
+    Arg.(
+      value
+      & opt Consort_cli.positive_int d.rr_size
+      & info [ "rr-size" ] ~docv:"BYTES" ~doc:"Bytes per request and per response.")
   in
   let rr_count =
-    Arg.(value & opt Consort_cli.positive_int d.rr_count & info [ "rr-count" ] ~docv:"N" ~doc:"Request/response round trips measured.")
+    Arg.(
+      value
+      & opt Consort_cli.positive_int d.rr_count
+      & info [ "rr-count" ] ~docv:"N" ~doc:"Request/response round trips measured.")
   in
-  let mtu = Arg.(value & opt Consort_cli.positive_int d.mtu & info [ "mtu" ] ~docv:"BYTES" ~doc:"MTU of every link.") in
+  let mtu =
+    Arg.(
+      value
+      & opt Consort_cli.positive_int d.mtu
+      & info [ "mtu" ] ~docv:"BYTES" ~doc:"MTU of every link.")
+  in
   let buffer =
-    Arg.(value & opt Consort_cli.positive_int d.buffer & info [ "buffer" ] ~docv:"BYTES" ~doc:"Consort's TCP send and receive buffers.")
+    Arg.(
+      value
+      & opt Consort_cli.positive_int d.buffer
+      & info [ "buffer" ] ~docv:"BYTES" ~doc:"Consort's TCP send and receive buffers.")
   in
   let rounds =
-    Arg.(value & opt Consort_cli.positive_int d.rounds & info [ "rounds" ] ~docv:"N" ~doc:"Transfers per setup; the fastest counts.")
+    Arg.(
+      value
+      & opt Consort_cli.positive_int d.rounds
+      & info [ "rounds" ] ~docv:"N" ~doc:"Transfers per setup; the fastest counts.")
   in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log the stack's counters.") in
   Cmd.v
     (Consort_cli.info ~path:"bench tcp" "tcp"
        ~doc:
-         "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP against the kernel, beside \
-          a C TAP bridge and veth without offloads (needs root; makes and removes its own namespaces and devices).")
+         "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP \
+          against the kernel, beside a C TAP bridge and veth without offloads (needs root; makes \
+          and removes its own namespaces and devices).")
     Term.(const tcp $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds $ verbose)
 
 module S = Consort_net_bench.Tcp_sim_bench
@@ -54,12 +78,20 @@ let tcp_sim connections bytes =
 
 let cmd_sim =
   let connections =
-    Arg.(value & opt Consort_cli.positive_int 5000 & info [ "connections" ] ~docv:"N" ~doc:"Connections for the setup rate.")
+    Arg.(
+      value & opt Consort_cli.positive_int 5000
+      & info [ "connections" ] ~docv:"N" ~doc:"Connections for the setup rate.")
   in
-  let bytes = Arg.(value & opt Consort_cli.positive_int (8 * 1024 * 1024) & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per transfer.") in
+  let bytes =
+    Arg.(
+      value
+      & opt Consort_cli.positive_int (8 * 1024 * 1024)
+      & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per transfer.")
+  in
   Cmd.v
     (Consort_cli.info ~path:"bench tcp-sim" "tcp-sim"
        ~doc:
-         "TCP on the in-memory network: connection setup rate and memory per connection, throughput under 1% loss \
-          and through a bottleneck with NewReno and CUBIC, the cost of a SACK-abusing ACK bounded and unbounded.")
+         "TCP on the in-memory network: connection setup rate and memory per connection, \
+          throughput under 1% loss and through a bottleneck with NewReno and CUBIC, the cost of a \
+          SACK-abusing ACK bounded and unbounded.")
     Term.(const tcp_sim $ connections $ bytes)

@@ -33,7 +33,10 @@ let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
     let equal_host = Ipv4_addr.equal
     let pp_host = Ipv4_addr.pp
     let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-    let rng = Consort.Rng.create ((Unix.getpid () * 7919) lxor int_of_float (Unix.gettimeofday () *. 1e6))
+
+    let rng =
+      Consort.Rng.create (Unix.getpid () * 7919 lxor int_of_float (Unix.gettimeofday () *. 1e6))
+
     let pool = up.pool
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
@@ -64,11 +67,17 @@ let tcp_on6 (up : Up.t) (v6 : Up.ip6) : ((module TCP), Protocol.error) result =
         let local = local
         let lower_address h = { Ipv6.dst = h; proto = 6 }
         let lower_pattern = { Ipv6.protocol = 6; source = None }
-        let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+
+        let pseudo_header =
+          Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+
         let equal_host = Ipv6_addr.equal
         let pp_host = Ipv6_addr.pp
         let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-        let rng = Consort.Rng.create ((Unix.getpid () * 7907) lxor int_of_float (Unix.gettimeofday () *. 1e6))
+
+        let rng =
+          Consort.Rng.create (Unix.getpid () * 7907 lxor int_of_float (Unix.gettimeofday () *. 1e6))
+
         let pool = up.pool
       end in
       let module T = Tcp.Make (Ipstack.Ip6) (P) in
@@ -102,7 +111,7 @@ let chargen_chunk =
 
 let rate bytes secs = if secs <= 0. then 0. else float bytes *. 8. /. secs /. 1e6
 
-let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
+let serve (module N : TCP) ~source_port ~source_bytes =
   let peer s =
     let h, p = N.T.remote (N.Sock.connection s) in
     Fmt.str "%a:%d" N.pp_host h p
@@ -134,9 +143,9 @@ let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
         | Error e -> failed "echo" s e
         | Ok 0 -> N.Sock.close s
         | Ok n ->
-            Promise.upon (N.Sock.write s (Cstruct.sub buf 0 n)) (function
-              | Ok () -> loop ()
-              | Error e -> failed "echo" s e))
+            Promise.upon
+              (N.Sock.write s (Cstruct.sub buf 0 n))
+              (function Ok () -> loop () | Error e -> failed "echo" s e))
     in
     loop ()
   in
@@ -150,7 +159,8 @@ let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
         | Error e -> failed "discard" s e
         | Ok 0 ->
             let dt = Unix.gettimeofday () -. t0 in
-            Fmt.pr "tcp discard: received %d bytes from %s in %.3f s (%.1f Mbit/s)@." !got who dt (rate !got dt);
+            Fmt.pr "tcp discard: received %d bytes from %s in %.3f s (%.1f Mbit/s)@." !got who dt
+              (rate !got dt);
             N.Sock.close s
         | Ok n ->
             got := !got + n;
@@ -176,9 +186,9 @@ let serve ((module N) : (module TCP)) ~source_port ~source_bytes =
       end
       else
         let n = min chunk (source_bytes - sent) in
-        Promise.upon (N.Sock.write s (Cstruct.sub chargen_chunk 0 n)) (function
-          | Ok () -> loop (sent + n)
-          | Error e -> failed "source" s e)
+        Promise.upon
+          (N.Sock.write s (Cstruct.sub chargen_chunk 0 n))
+          (function Ok () -> loop (sent + n) | Error e -> failed "source" s e)
     in
     loop 0
   in
@@ -208,19 +218,23 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
           | Error (`Msg e) -> give_up (Fmt.str "%s: %s" name e))
     in
     start "TCP" (fun () -> tcp_on up);
-    Option.iter (fun v6 -> if !problem = None then start "TCP over IPv6" (fun () -> tcp_on6 up v6)) up.v6
+    Option.iter
+      (fun v6 -> if !problem = None then start "TCP over IPv6" (fun () -> tcp_on6 up v6))
+      up.v6
   in
   let fail e =
     Fmt.epr "consort net up: %s@." e;
     Consort_cli.refused
   in
-  if source_port <= 0 || source_port > 0xffff || source_port = echo_port || source_port = discard_port then
-    fail (Printf.sprintf "--source-port %d: a port other than 7 and 9 is needed" source_port)
+  if
+    source_port <= 0 || source_port > 0xffff || source_port = echo_port
+    || source_port = discard_port
+  then fail (Printf.sprintf "--source-port %d: a port other than 7 and 9 is needed" source_port)
   else if source_mb < 0 then fail "--source-mb must not be negative"
   else
     match
-      Up.run ?ip6 ?gateway ?mtu ?timeout ~udp_echo:[ echo_port ] ~udp_discard:[ discard_port ] ~setup
-        ~stats_every:10. ~tap ~ip ()
+      Up.run ?ip6 ?gateway ?mtu ?timeout ~udp_echo:[ echo_port ] ~udp_discard:[ discard_port ]
+        ~setup ~stats_every:10. ~tap ~ip ()
     with
     | Error (`Msg e) -> fail e
     | Ok () -> (
@@ -229,22 +243,50 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
         | None ->
             List.iter
               (fun (name, (module N : TCP)) ->
-                Fmt.pr "%s: %a@." (if name = "TCP" then "tcp" else "tcp6") Tcp.pp_stats (N.T.query N.tcp))
+                Fmt.pr "%s: %a@."
+                  (if name = "TCP" then "tcp" else "tcp6")
+                  Tcp.pp_stats (N.T.query N.tcp))
               !tcp;
             0)
 
 let up_cmd =
-  let tap = Arg.(required & opt (some string) None & info [ "tap" ] ~docv:"NAME" ~doc:"TAP device to create or attach to.") in
-  let ip = Arg.(required & opt (some string) None & info [ "ip" ] ~docv:"ADDR/LEN" ~doc:"This stack's IPv4 address and prefix length.") in
+  let tap =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "tap" ] ~docv:"NAME" ~doc:"TAP device to create or attach to.")
+  in
+  let ip =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "ip" ] ~docv:"ADDR/LEN" ~doc:"This stack's IPv4 address and prefix length.")
+  in
   let ip6 =
     Arg.(
-      value & opt (some string) None
+      value
+      & opt (some string) None
       & info [ "ip6" ] ~docv:"ADDR/LEN"
-          ~doc:"Also run IPv6 with this address and prefix length (beside the link-local address made from the MAC): neighbour discovery, ping6, and the same UDP and TCP services over IPv6.")
+          ~doc:
+            "Also run IPv6 with this address and prefix length (beside the link-local address made \
+             from the MAC): neighbour discovery, ping6, and the same UDP and TCP services over \
+             IPv6.")
   in
-  let gateway = Arg.(value & opt (some string) None & info [ "gateway" ] ~docv:"ADDR" ~doc:"Default gateway.") in
-  let mtu = Arg.(value & opt (some Consort_cli.positive_int) None & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).") in
-  let seconds = Arg.(value & opt (some Consort_cli.positive_float) None & info [ "for" ] ~docv:"SECONDS" ~doc:"Stop after this long.") in
+  let gateway =
+    Arg.(value & opt (some string) None & info [ "gateway" ] ~docv:"ADDR" ~doc:"Default gateway.")
+  in
+  let mtu =
+    Arg.(
+      value
+      & opt (some Consort_cli.positive_int) None
+      & info [ "mtu" ] ~docv:"BYTES" ~doc:"Link MTU (default 1500).")
+  in
+  let seconds =
+    Arg.(
+      value
+      & opt (some Consort_cli.positive_float) None
+      & info [ "for" ] ~docv:"SECONDS" ~doc:"Stop after this long.")
+  in
   let source_port =
     Arg.(
       value & opt int 19
@@ -261,26 +303,34 @@ let up_cmd =
     [
       `S Manpage.s_description;
       `P
-        "Runs Consort's TCP/IP stack on a TAP device until SIGINT or SIGTERM (or $(b,--for)): it answers ARP and \
-         ping, and serves the standard small services over UDP and TCP: echo on port 7, discard on port 9. The \
-         stack's counters are printed every 10 seconds and at the end.";
+        "Runs Consort's TCP/IP stack on a TAP device until SIGINT or SIGTERM (or $(b,--for)): it \
+         answers ARP and ping, and serves the standard small services over UDP and TCP: echo on \
+         port 7, discard on port 9. The stack's counters are printed every 10 seconds and at the \
+         end.";
       `P
-        "Throughput test, one direction per port. Towards the kernel: every connection accepted on the source \
-         port ($(b,--source-port), default 19) is sent $(b,--source-mb) megabytes (default 100) of RFC 864 \
-         character-generator lines (72 printable characters, each line starting one character further along, \
-         CR LF) as fast as TCP takes them, then a FIN; once the peer has closed too, a line \
-         $(i,tcp source: sent N bytes to ADDR:PORT in S s (R Mbit/s)) is printed. From the kernel: TCP discard \
-         prints $(i,tcp discard: received N bytes from ADDR:PORT in S s (R Mbit/s)) for each connection when \
-         the peer closes it.";
-      `P "For example, from the kernel side: $(b,nc ADDR 19 | pv >/dev/null) and $(b,pv /dev/zero | nc -N ADDR 9).";
+        "Throughput test, one direction per port. Towards the kernel: every connection accepted on \
+         the source port ($(b,--source-port), default 19) is sent $(b,--source-mb) megabytes \
+         (default 100) of RFC 864 character-generator lines (72 printable characters, each line \
+         starting one character further along, CR LF) as fast as TCP takes them, then a FIN; once \
+         the peer has closed too, a line $(i,tcp source: sent N bytes to ADDR:PORT in S s (R \
+         Mbit/s)) is printed. From the kernel: TCP discard prints $(i,tcp discard: received N \
+         bytes from ADDR:PORT in S s (R Mbit/s)) for each connection when the peer closes it.";
+      `P
+        "For example, from the kernel side: $(b,nc ADDR 19 | pv >/dev/null) and $(b,pv /dev/zero | \
+         nc -N ADDR 9).";
     ]
   in
   Cmd.v
     (Consort_cli.info ~path:"net up" "up" ~man
-       ~doc:"Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a TCP throughput source.")
+       ~doc:
+         "Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a \
+          TCP throughput source.")
     Term.(const up $ tap $ ip $ ip6 $ gateway $ mtu $ seconds $ source_port $ source_mb)
 
-let cmd = Cmd.group (Cmd.info "net" ~exits:Consort_cli.exits ~doc:"Consort's user-space TCP/IP stack.") [ up_cmd ]
+let cmd =
+  Cmd.group
+    (Cmd.info "net" ~exits:Consort_cli.exits ~doc:"Consort's user-space TCP/IP stack.")
+    [ up_cmd ]
 
 let bench_checksum () =
   let rows = Consort_net_bench.Checksum_bench.run () in
@@ -289,4 +339,6 @@ let bench_checksum () =
   0
 
 let bench_checksum =
-  Cmd.v (Consort_cli.info ~path:"bench checksum" "checksum" ~doc:"Checksum GB/s beside memcpy GB/s.") Term.(const bench_checksum $ const ())
+  Cmd.v
+    (Consort_cli.info ~path:"bench checksum" "checksum" ~doc:"Checksum GB/s beside memcpy GB/s.")
+    Term.(const bench_checksum $ const ())

@@ -21,25 +21,47 @@ let ask cmd path line k =
       | j -> k answer j
       | exception Yojson.Json_error e -> Consort_cli.fail cmd "not a control socket's answer: %s" e)
 
-let str j k = match j with `Assoc l -> ( match List.assoc_opt k l with Some (`String s) -> s | _ -> "?") | _ -> "?"
-let int j k = match j with `Assoc l -> ( match List.assoc_opt k l with Some (`Int n) -> n | _ -> -1) | _ -> -1
-let bool j k = match j with `Assoc l -> ( match List.assoc_opt k l with Some (`Bool b) -> b | _ -> false) | _ -> false
+let str j k =
+  match j with
+  | `Assoc l -> ( match List.assoc_opt k l with Some (`String s) -> s | _ -> "?")
+  | _ -> "?"
+
+let int j k =
+  match j with
+  | `Assoc l -> ( match List.assoc_opt k l with Some (`Int n) -> n | _ -> -1)
+  | _ -> -1
+
+let bool j k =
+  match j with
+  | `Assoc l -> ( match List.assoc_opt k l with Some (`Bool b) -> b | _ -> false)
+  | _ -> false
 
 let status path json =
   ask "status" path "status" @@ fun raw j ->
   if json then print_endline raw
-  else if not (match j with `Assoc l -> List.mem_assoc "view" l | _ -> false) then Fmt.pr "group %s: not joined yet@." (str j "group")
+  else if not (match j with `Assoc l -> List.mem_assoc "view" l | _ -> false) then
+    Fmt.pr "group %s: not joined yet@." (str j "group")
   else begin
-    let members = match j with `Assoc l -> ( match List.assoc_opt "members" l with Some (`List m) -> m | _ -> []) | _ -> [] in
+    let members =
+      match j with
+      | `Assoc l -> ( match List.assoc_opt "members" l with Some (`List m) -> m | _ -> [])
+      | _ -> []
+    in
     let me = str j "me" and coord = str j "coordinator" in
-    Fmt.pr "group %s, view %s (ltime %d), %d members@." (str j "group") (str j "view") (int j "ltime") (List.length members);
+    Fmt.pr "group %s, view %s (ltime %d), %d members@." (str j "group") (str j "view")
+      (int j "ltime") (List.length members);
     List.iteri
       (fun i m ->
         let m = match m with `String s -> s | _ -> "?" in
-        let tags = List.filter_map (fun (c, t) -> if c then Some t else None) [ (m = coord, "coordinator"); (m = me, "this member") ] in
+        let tags =
+          List.filter_map
+            (fun (c, t) -> if c then Some t else None)
+            [ (m = coord, "coordinator"); (m = me, "this member") ]
+        in
         Fmt.pr "  %d %s%s@." i m (if tags = [] then "" else " (" ^ String.concat ", " tags ^ ")"))
       members;
-    Fmt.pr "view change under way: %s; flow control: %s@." (if bool j "blocked" then "yes" else "no")
+    Fmt.pr "view change under way: %s; flow control: %s@."
+      (if bool j "blocked" then "yes" else "no")
       (if bool j "flow_blocked" then "paused" else "open")
   end;
   0
@@ -54,7 +76,12 @@ let counters path json =
            (fun (layer, c) ->
              match c with
              | `Assoc kvs ->
-                 let items = List.filter_map (fun (k, v) -> match v with `Int n -> Some (Printf.sprintf "%s=%d" k n) | _ -> None) kvs in
+                 let items =
+                   List.filter_map
+                     (fun (k, v) ->
+                       match v with `Int n -> Some (Printf.sprintf "%s=%d" k n) | _ -> None)
+                     kvs
+                 in
                  Fmt.pr "%-10s %s@." layer (String.concat " " items)
              | _ -> ())
            layers
@@ -78,20 +105,31 @@ let send path id text =
     print_endline "ok";
     0
 
-let text n = Arg.(required & pos n (some string) None & info [] ~docv:"TEXT" ~doc:"The message (one line).")
+let text n =
+  Arg.(required & pos n (some string) None & info [] ~docv:"TEXT" ~doc:"The message (one line).")
 
 let commands =
   [
     Cmd.v
-      (Consort_cli.info ~path:"status" "status" ~doc:"A running member's group, view, members, coordinator and flow state.")
+      (Consort_cli.info ~path:"status" "status"
+         ~doc:"A running member's group, view, members, coordinator and flow state.")
       Term.(const status $ control $ json);
     Cmd.v
       (Consort_cli.info ~path:"counters" "counters" ~doc:"A running member's counters, per layer.")
       Term.(const counters $ control $ json);
     Cmd.v
-      (Consort_cli.info ~path:"cast" "cast" ~doc:"Cast a message to the group through a running member.")
+      (Consort_cli.info ~path:"cast" "cast"
+         ~doc:"Cast a message to the group through a running member.")
       Term.(const cast $ control $ text 0);
     Cmd.v
-      (Consort_cli.info ~path:"send" "send" ~doc:"Send a message to one member through a running member.")
-      Term.(const send $ control $ Arg.(required & pos 0 (some string) None & info [] ~docv:"ID" ~doc:"The destination's member id, as $(b,consort status) prints it.") $ text 1);
+      (Consort_cli.info ~path:"send" "send"
+         ~doc:"Send a message to one member through a running member.")
+      Term.(
+        const send $ control
+        $ Arg.(
+            required
+            & pos 0 (some string) None
+            & info [] ~docv:"ID"
+                ~doc:"The destination's member id, as $(b,consort status) prints it.")
+        $ text 1);
   ]

@@ -9,11 +9,25 @@ module Proc_client = Consort_capproc.Proc_client
 module P = Consort_capproc.Proc_proto
 
 let rpc_config = ref Rpc.default_config
-let refused fmt = Fmt.kstr (fun s -> Fmt.epr "consort: %s@." (Consort_cli.one_line s); 2) fmt
-let unknown fmt = Fmt.kstr (fun s -> Fmt.epr "consort: %s@." (Consort_cli.one_line s); 3) fmt
+
+let refused fmt =
+  Fmt.kstr
+    (fun s ->
+      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
+      2)
+    fmt
+
+let unknown fmt =
+  Fmt.kstr
+    (fun s ->
+      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
+      3)
+    fmt
 
 let parse_cap what s =
-  match Cap.of_string s with Ok c -> Ok c | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
+  match Cap.of_string s with
+  | Ok c -> Ok c
+  | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
 
 (* consort cap proc serve *)
 let serve data bind key_file locate max_processes =
@@ -28,7 +42,12 @@ let serve data bind key_file locate max_processes =
         | Error m -> refused "cannot serve on %s: %s" bind m
         | Ok node -> (
             let config =
-              { (Proc_server.default_config ~data) with max_processes; locate = Rpc.locate_list ?arg:locate (); rpc = !rpc_config }
+              {
+                (Proc_server.default_config ~data) with
+                max_processes;
+                locate = Rpc.locate_list ?arg:locate ();
+                rpc = !rpc_config;
+              }
             in
             match Proc_server.create config loop node key with
             | Error m ->
@@ -39,8 +58,10 @@ let serve data bind key_file locate max_processes =
                 Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
                 Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
                 Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
-                Fmt.epr "consort: process server for port %s on %s (ocamlrun %s)@." (Port.to_hex (Port.Key.port key))
-                  (Udp.address_to_string (R.address node)) config.ocamlrun;
+                Fmt.epr "consort: process server for port %s on %s (ocamlrun %s)@."
+                  (Port.to_hex (Port.Key.port key))
+                  (Udp.address_to_string (R.address node))
+                  config.ocamlrun;
                 Loop.run loop;
                 Proc_server.shutdown t;
                 R.close node;
@@ -75,10 +96,17 @@ let exec locate server program args caps root cpu memory time no_stdin show_cap 
             match String.index_opt s '=' with
             | None -> Error (Printf.sprintf "--cap %s: expected NAME=CAP" s)
             | Some i -> (
-                let name = String.sub s 0 i and v = String.sub s (i + 1) (String.length s - i - 1) in
-                if not (Pd.valid_name name) then Error (Printf.sprintf "--cap %s: a name is 1-32 characters of a-z, 0-9, _ . -" name)
-                else if List.mem name [ "stdin"; "stdout"; "stderr" ] then Error (Printf.sprintf "--cap %s: the standard streams are the terminal's" name)
-                else match parse_cap ("--cap " ^ name) v with Ok c -> Ok ((name, c) :: l) | Error e -> Error e)))
+                let name = String.sub s 0 i
+                and v = String.sub s (i + 1) (String.length s - i - 1) in
+                if not (Pd.valid_name name) then
+                  Error
+                    (Printf.sprintf "--cap %s: a name is 1-32 characters of a-z, 0-9, _ . -" name)
+                else if List.mem name [ "stdin"; "stdout"; "stderr" ] then
+                  Error (Printf.sprintf "--cap %s: the standard streams are the terminal's" name)
+                else
+                  match parse_cap ("--cap " ^ name) v with
+                  | Ok c -> Ok ((name, c) :: l)
+                  | Error e -> Error e)))
       (Ok []) caps
   in
   let caps = List.rev caps in
@@ -107,8 +135,13 @@ let exec locate server program args caps root cpu memory time no_stdin show_cap 
       in
       let started c = if show_cap then Fmt.epr "consort: process %s@." (Cap.to_string c) in
       let stdin = if no_stdin then None else Some Unix.stdin in
-      let control = if no_stdin then Result.to_option (R.open_node ~config:!rpc_config ?locate loop) else None in
-      let r = Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin ~interrupt ~started () in
+      let control =
+        if no_stdin then Result.to_option (R.open_node ~config:!rpc_config ?locate loop) else None
+      in
+      let r =
+        Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin ~interrupt
+          ~started ()
+      in
       Option.iter R.close control;
       R.close node;
       match r with
@@ -141,7 +174,9 @@ let ps locate server =
   | Ok cap ->
       with_node locate (fun node ->
           match R.Sync.std_status node cap with
-          | Ok s -> print_endline s; 0
+          | Ok s ->
+              print_endline s;
+              0
           | Error e -> call_failed "ps" e)
 
 let kill locate proc signal =
@@ -150,7 +185,9 @@ let kill locate proc signal =
   | _, None -> refused "--signal %s: one of %s" signal (String.concat ", " (List.map fst P.signals))
   | Ok cap, Some s ->
       with_node locate (fun node ->
-          match R.Sync.trans node (Header.request ~offset:(P.signal_to_system s) cap P.ps_signal) "" with
+          match
+            R.Sync.trans node (Header.request ~offset:(P.signal_to_system s) cap P.ps_signal) ""
+          with
           | Ok (h, _) when h.Header.status = `Ok -> 0
           | Ok (h, _) when h.Header.status = `Notnow -> refused "kill: the process has ended"
           | Ok (h, _) -> call_failed "kill" (`Status h.Header.status)
@@ -162,22 +199,31 @@ let locate =
   Arg.(
     value
     & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..." ~doc:"Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+    & info [ "locate" ] ~docv:"ADDR:PORT,..."
+        ~doc:
+          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
 
 let exits =
   Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2 ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
+  :: Cmd.Exit.info 2
+       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
   :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
   :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
 let envs =
   [
-    Cmd.Env.info "CONSORT_LOCATE" ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
-    Cmd.Env.info "CONSORT_MULTICAST" ~doc:"The IP multicast group where servers listen for locates and clients ask, or $(b,off).";
+    Cmd.Env.info "CONSORT_LOCATE"
+      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cmd.Env.info "CONSORT_MULTICAST"
+      ~doc:"The IP multicast group where servers listen for locates and clients ask, or $(b,off).";
   ]
 
 let params_arg =
-  Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "params" ] ~docv:"NAME=VALUE,..."
+        ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
 
 let configured t =
   let run params f =
@@ -193,61 +239,162 @@ let configured t =
   Term.(const run $ params_arg $ t)
 
 let serve_cmd =
-  let data = Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"The process server's directory (its key, the programs it runs).") in
-  let bind = Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Where to serve.") in
-  let key = Arg.(value & opt (some string) None & info [ "key" ] ~docv:"FILE" ~doc:"The server's key (default $(i,DIR)/port.key, made if missing).") in
-  let maxp = Arg.(value & opt Consort_cli.positive_int 32 & info [ "max-processes" ] ~docv:"N" ~doc:"Processes at once (ended ones count for 60 s).") in
+  let data =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "data" ] ~docv:"DIR"
+          ~doc:"The process server's directory (its key, the programs it runs).")
+  in
+  let bind =
+    Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Where to serve.")
+  in
+  let key =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "key" ] ~docv:"FILE"
+          ~doc:"The server's key (default $(i,DIR)/port.key, made if missing).")
+  in
+  let maxp =
+    Arg.(
+      value & opt Consort_cli.positive_int 32
+      & info [ "max-processes" ] ~docv:"N" ~doc:"Processes at once (ended ones count for 60 s).")
+  in
   Cmd.v
     (Consort_cli.info ~path:"cap proc serve" "serve" ~exits ~envs
        ~doc:
-         "Run a process server: it runs OCaml bytecode programs stored on file servers, under the local \
-          $(b,ocamlrun), with resource limits. Its first line on standard output is $(b,server CAP), the \
-          capability that allows starting programs.")
-    (configured @@ Term.(const (fun d b k l m () () -> serve d b k l m) $ data $ bind $ key $ locate $ maxp $ Consort_cli.logging))
+         "Run a process server: it runs OCaml bytecode programs stored on file servers, under the \
+          local $(b,ocamlrun), with resource limits. Its first line on standard output is \
+          $(b,server CAP), the capability that allows starting programs.")
+    (configured
+    @@ Term.(
+         const (fun d b k l m () () -> serve d b k l m)
+         $ data $ bind $ key $ locate $ maxp $ Consort_cli.logging))
 
 let proc =
   Cmd.group (Cmd.info "proc" ~exits:Consort_cli.exits ~doc:"The process server.") [ serve_cmd ]
 
 let exec =
-  let server = Arg.(required & pos 0 (some string) None & info [] ~docv:"SERVER" ~doc:"The process server's capability.") in
-  let program = Arg.(required & pos 1 (some string) None & info [] ~docv:"PROGRAM" ~doc:"The capability of the program's bytecode file on a file server.") in
-  let args = Arg.(value & pos_right 1 string [] & info [] ~docv:"ARG" ~doc:"The program's arguments (after $(b,--) if one starts with -).") in
-  let caps = Arg.(value & opt_all string [] & info [ "cap" ] ~docv:"NAME=CAP" ~doc:"A named capability for the program's environment (repeatable).") in
-  let root = Arg.(value & opt (some string) None & info [ "root" ] ~docv:"CAP" ~doc:"The program's root directory (default: $(b,CONSORT_ROOT), or the first line of ~/.consort/root).") in
-  let cpu = Arg.(value & opt Consort_cli.positive_float 60. & info [ "cpu" ] ~docv:"SECONDS" ~doc:"CPU time limit (whole seconds, rounded up).") in
-  let memory = Arg.(value & opt Consort_cli.positive_int 1024 & info [ "memory" ] ~docv:"MB" ~doc:"Address space limit.") in
-  let time = Arg.(value & opt Consort_cli.positive_float 3600. & info [ "time" ] ~docv:"SECONDS" ~doc:"Run time limit.") in
-  let no_stdin = Arg.(value & flag & info [ "n"; "no-stdin" ] ~doc:"Give the program no input (it reads end of file) instead of this standard input.") in
-  let show = Arg.(value & flag & info [ "show-cap" ] ~doc:"Print the process's capability on standard error once it runs (for $(b,consort cap kill)).") in
+  let server =
+    Arg.(
+      required
+      & pos 0 (some string) None
+      & info [] ~docv:"SERVER" ~doc:"The process server's capability.")
+  in
+  let program =
+    Arg.(
+      required
+      & pos 1 (some string) None
+      & info [] ~docv:"PROGRAM"
+          ~doc:"The capability of the program's bytecode file on a file server.")
+  in
+  let args =
+    Arg.(
+      value & pos_right 1 string []
+      & info [] ~docv:"ARG" ~doc:"The program's arguments (after $(b,--) if one starts with -).")
+  in
+  let caps =
+    Arg.(
+      value & opt_all string []
+      & info [ "cap" ] ~docv:"NAME=CAP"
+          ~doc:"A named capability for the program's environment (repeatable).")
+  in
+  let root =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "root" ] ~docv:"CAP"
+          ~doc:
+            "The program's root directory (default: $(b,CONSORT_ROOT), or the first line of \
+             ~/.consort/root).")
+  in
+  let cpu =
+    Arg.(
+      value
+      & opt Consort_cli.positive_float 60.
+      & info [ "cpu" ] ~docv:"SECONDS" ~doc:"CPU time limit (whole seconds, rounded up).")
+  in
+  let memory =
+    Arg.(
+      value & opt Consort_cli.positive_int 1024
+      & info [ "memory" ] ~docv:"MB" ~doc:"Address space limit.")
+  in
+  let time =
+    Arg.(
+      value
+      & opt Consort_cli.positive_float 3600.
+      & info [ "time" ] ~docv:"SECONDS" ~doc:"Run time limit.")
+  in
+  let no_stdin =
+    Arg.(
+      value & flag
+      & info [ "n"; "no-stdin" ]
+          ~doc:"Give the program no input (it reads end of file) instead of this standard input.")
+  in
+  let show =
+    Arg.(
+      value & flag
+      & info [ "show-cap" ]
+          ~doc:
+            "Print the process's capability on standard error once it runs (for $(b,consort cap \
+             kill)).")
+  in
   let exits =
     Cmd.Exit.info 0 ~doc:"the program exited with 0 (otherwise: the program's own exit code)."
-    :: Cmd.Exit.info 2 ~doc:"refused (bad capability, not a bytecode program, too many processes, ...): nothing runs."
-    :: Cmd.Exit.info 3 ~doc:"outcome unknown: the process server became unreachable (the program may be running)."
-    :: Cmd.Exit.info 137 ~doc:"the program was stopped for a limit or killed (why is printed); 128+N for signal N."
+    :: Cmd.Exit.info 2
+         ~doc:
+           "refused (bad capability, not a bytecode program, too many processes, ...): nothing \
+            runs."
+    :: Cmd.Exit.info 3
+         ~doc:"outcome unknown: the process server became unreachable (the program may be running)."
+    :: Cmd.Exit.info 137
+         ~doc:"the program was stopped for a limit or killed (why is printed); 128+N for signal N."
     :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
   in
-  let envs = Cmd.Env.info "CONSORT_ROOT" ~doc:"The root directory's capability, when $(b,--root) is not given." :: envs in
+  let envs =
+    Cmd.Env.info "CONSORT_ROOT"
+      ~doc:"The root directory's capability, when $(b,--root) is not given."
+    :: envs
+  in
   Cmd.v
     (Consort_cli.info ~path:"cap exec" "exec" ~exits ~envs
        ~doc:
-         "Run a bytecode program on a process server, its standard streams connected to this terminal by \
-          virtual circuits; exits with the program's exit code. Ctrl-C interrupts the program (SIGINT).")
+         "Run a bytecode program on a process server, its standard streams connected to this \
+          terminal by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the \
+          program (SIGINT).")
     (configured
     @@ Term.(
          const (fun l s p a c r cpu m t n sh () () -> exec l s p a c r cpu m t n sh)
-         $ locate $ server $ program $ args $ caps $ root $ cpu $ memory $ time $ no_stdin $ show $ Consort_cli.logging))
+         $ locate $ server $ program $ args $ caps $ root $ cpu $ memory $ time $ no_stdin $ show
+         $ Consort_cli.logging))
 
 let ps =
-  let server = Arg.(required & pos 0 (some string) None & info [] ~docv:"SERVER" ~doc:"The process server's capability.") in
+  let server =
+    Arg.(
+      required
+      & pos 0 (some string) None
+      & info [] ~docv:"SERVER" ~doc:"The process server's capability.")
+  in
   Cmd.v
-    (Consort_cli.info ~path:"cap ps" "ps" ~exits ~envs ~doc:"List a process server's processes: object, state, run time, arguments.")
+    (Consort_cli.info ~path:"cap ps" "ps" ~exits ~envs
+       ~doc:"List a process server's processes: object, state, run time, arguments.")
     (configured @@ Term.(const (fun l s () -> ps l s) $ locate $ server))
 
 let kill =
-  let proc = Arg.(required & pos 0 (some string) None & info [] ~docv:"PROCESS" ~doc:"The process's capability.") in
-  let signal = Arg.(value & opt string "TERM" & info [ "signal"; "s" ] ~docv:"NAME" ~doc:"The signal: HUP, INT, QUIT, KILL, USR1, USR2, TERM, STOP or CONT.") in
+  let proc =
+    Arg.(
+      required & pos 0 (some string) None & info [] ~docv:"PROCESS" ~doc:"The process's capability.")
+  in
+  let signal =
+    Arg.(
+      value & opt string "TERM"
+      & info [ "signal"; "s" ] ~docv:"NAME"
+          ~doc:"The signal: HUP, INT, QUIT, KILL, USR1, USR2, TERM, STOP or CONT.")
+  in
   Cmd.v
-    (Consort_cli.info ~path:"cap kill" "kill" ~exits ~envs ~doc:"Send a signal to a process (SIGTERM by default).")
+    (Consort_cli.info ~path:"cap kill" "kill" ~exits ~envs
+       ~doc:"Send a signal to a process (SIGTERM by default).")
     (configured @@ Term.(const (fun l p s () -> kill l p s) $ locate $ proc $ signal))
 
 (* consort bench proc: starting a program through the process server beside
@@ -285,7 +432,9 @@ let bench_proc rounds json =
   output_string oc "let () = exit 0\n";
   close_out oc;
   let compiled =
-    match Unix.create_process "ocamlc" [| "ocamlc"; "-o"; byte; src |] devnull devnull Unix.stderr with
+    match
+      Unix.create_process "ocamlc" [| "ocamlc"; "-o"; byte; src |] devnull devnull Unix.stderr
+    with
     | pid -> wait_ok pid
     | exception Unix.Unix_error _ -> false
   in
@@ -306,7 +455,9 @@ let bench_proc rounds json =
       let ic = Unix.in_channel_of_descr r in
       let line = try input_line ic with End_of_file -> "" in
       close_in ic;
-      match String.split_on_char ' ' line with [ "server"; c ] -> Cap.of_string c |> Result.to_option | _ -> None
+      match String.split_on_char ' ' line with
+      | [ "server"; c ] -> Cap.of_string c |> Result.to_option
+      | _ -> None
     in
     Unix.mkdir (dir / "fs") 0o700;
     Unix.mkdir (dir / "ps") 0o700;
@@ -326,31 +477,44 @@ let bench_proc rounds json =
             let size = (Unix.stat byte).Unix.st_size in
             let ic = open_in_bin byte in
             let put =
-              Fun.protect ~finally:(fun () -> close_in ic) (fun () ->
-                  Consort_capfs_server.Fs_client.put trans ~server:fs ~size (fun b o l -> input ic b o l))
+              Fun.protect
+                ~finally:(fun () -> close_in ic)
+                (fun () ->
+                  Consort_capfs_server.Fs_client.put trans ~server:fs ~size (fun b o l ->
+                      input ic b o l))
             in
             match put with
             | Error e -> refused "bench proc: put: %a" Consort_capfs_server.Fs_client.pp_error e
-            | Ok program ->
+            | Ok program -> (
                 let ocamlrun = (Proc_server.default_config ~data:dir).ocamlrun in
                 let local () =
                   let t0 = Unix.gettimeofday () in
-                  let pid = Unix.create_process ocamlrun [| ocamlrun; byte |] devnull devnull devnull in
+                  let pid =
+                    Unix.create_process ocamlrun [| ocamlrun; byte |] devnull devnull devnull
+                  in
                   if not (wait_ok pid) then failwith "ocamlrun failed";
                   Unix.gettimeofday () -. t0
                 in
                 let remote () =
                   let t0 = Unix.gettimeofday () in
-                  match Proc_client.exec node ~server:ps ~program ~stdout:ignore ~stderr:ignore () with
+                  match
+                    Proc_client.exec node ~server:ps ~program ~stdout:ignore ~stderr:ignore ()
+                  with
                   | Ok { Proc_client.kind = P.Exited; code = 0; _ } -> Unix.gettimeofday () -. t0
                   | Ok o -> failwith o.Proc_client.text
                   | Error e -> failwith (Fmt.str "%a" Proc_client.pp_error e)
                 in
                 let cli () =
                   let t0 = Unix.gettimeofday () in
-                  let env = Array.append [| "CONSORT_LOCATE=" ^ fsa ^ "," ^ psa; "CONSORT_MULTICAST=off" |] (Unix.environment ()) in
+                  let env =
+                    Array.append
+                      [| "CONSORT_LOCATE=" ^ fsa ^ "," ^ psa; "CONSORT_MULTICAST=off" |]
+                      (Unix.environment ())
+                  in
                   let pid =
-                    Unix.create_process_env exe [| exe; "cap"; "exec"; "-n"; Cap.to_string ps; Cap.to_string program |] env devnull devnull devnull
+                    Unix.create_process_env exe
+                      [| exe; "cap"; "exec"; "-n"; Cap.to_string ps; Cap.to_string program |]
+                      env devnull devnull devnull
                   in
                   if not (wait_ok pid) then failwith "consort cap exec failed";
                   Unix.gettimeofday () -. t0
@@ -368,21 +532,35 @@ let bench_proc rounds json =
                       a.(Stdlib.( / ) (Array.length a) 2)
                     in
                     let ms x = x *. 1000. in
-                    let l = med (fun (l, _, _) -> l) and r = med (fun (_, r, _) -> r) and c = med (fun (_, _, c) -> c) in
+                    let l = med (fun (l, _, _) -> l)
+                    and r = med (fun (_, r, _) -> r)
+                    and c = med (fun (_, _, c) -> c) in
                     let ratio = r /. l in
-                    Fmt.pr "Process start: a %d-byte bytecode program that exits at once, %d rounds (medians)@." size rounds;
+                    Fmt.pr
+                      "Process start: a %d-byte bytecode program that exits at once, %d rounds \
+                       (medians)@."
+                      size rounds;
                     Fmt.pr "  %-58s %8.2f ms@." "ocamlrun locally (fork, exec, run, wait)" (ms l);
-                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@." "through the process server (fetch, check, run, exit code)" (ms r) ratio;
-                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@." "consort cap exec (a new client process as well)" (ms c) (c /. l);
+                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
+                      "through the process server (fetch, check, run, exit code)" (ms r) ratio;
+                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
+                      "consort cap exec (a new client process as well)" (ms c) (c /. l);
                     if json then
-                      Fmt.pr "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"ratio\":%.2f}@." rounds (ms l)
-                        (ms r) (ms c) ratio;
-                    0))
+                      Fmt.pr
+                        "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"ratio\":%.2f}@."
+                        rounds (ms l) (ms r) (ms c) ratio;
+                    0)))
 
 let bench =
-  let rounds = Arg.(value & opt Consort_cli.positive_int 20 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each starting the program each way.") in
+  let rounds =
+    Arg.(
+      value & opt Consort_cli.positive_int 20
+      & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each starting the program each way.")
+  in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
     (Consort_cli.info ~path:"bench proc" "proc"
-       ~doc:"Process start latency through a process server (file and process servers on loopback) beside starting ocamlrun locally.")
+       ~doc:
+         "Process start latency through a process server (file and process servers on loopback) \
+          beside starting ocamlrun locally.")
     Term.(const bench_proc $ rounds $ json)

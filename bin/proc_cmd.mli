@@ -1,5 +1,5 @@
-(** [consort cap proc serve], [consort cap exec], [consort cap ps],
-    [consort cap kill]: the process server and its tools. *)
+(** [consort cap proc serve], [consort cap exec], [consort cap ps], [consort cap kill]: the process
+    server and its tools. *)
 
 val proc : int Cmdliner.Cmd.t
 val exec : int Cmdliner.Cmd.t

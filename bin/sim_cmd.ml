@@ -7,11 +7,14 @@ module Dir_sim = Consort_capdir.Dir_sim
 module Gc_sim = Consort_capdir.Gc_sim
 
 let describe s =
-  if s = Fs_sim.name then Some Fs_sim.doc else if s = Kv_sim.name then Some Kv_sim.doc
+  if s = Fs_sim.name then Some Fs_sim.doc
+  else if s = Kv_sim.name then Some Kv_sim.doc
   else if s = Dir_sim.name then Some Dir_sim.doc
-  else if s = Gc_sim.name then Some Gc_sim.doc else Consort_scenario.Scenario.describe s
+  else if s = Gc_sim.name then Some Gc_sim.doc
+  else Consort_scenario.Scenario.describe s
 
-let names = Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
+let names =
+  Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
 
 let run_one ?trace ~params s ~seed =
   if s = Fs_sim.name then
@@ -56,7 +59,9 @@ let run_one ?trace ~params s ~seed =
       {
         Consort_scenario.Scenario.seed;
         violations = o.violations;
-        trace_hash = Digest.to_hex (Digest.string (Printf.sprintf "%d %d %d %d" o.rounds o.completed o.collected o.steps));
+        trace_hash =
+          Digest.to_hex
+            (Digest.string (Printf.sprintf "%d %d %d %d" o.rounds o.completed o.collected o.steps));
         sent = o.rounds;
         delivered = o.completed;
         datagrams = o.collected;
@@ -74,58 +79,75 @@ let run scenario seeds seed trace quiet verbose params =
       Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
-  match Consort_scenario.Vsync_sim.check_params params with
-  | Error e ->
-      Fmt.epr "consort sim: --params: %s@." e;
-      2
-  | Ok () ->
-  match describe scenario with
-  | None ->
-      Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
-        (String.concat ", " names);
-      2
-  | Some doc ->
-      if not quiet then Fmt.pr "scenario %s: %s@." scenario doc;
-      let first = Option.value seed ~default:1 in
-      let seeds = match seed with Some _ when seeds = 0 -> 1 | _ -> max 1 seeds in
-      let oc = Option.map open_out trace in
-      let passed = ref 0 and failed = ref 0 in
-      for s = first to first + seeds - 1 do
-        match run_one ?trace:oc ~params scenario ~seed:s with
-        | Error e ->
-            Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
-            incr failed
-        | Ok o when o.violations = [] ->
-            incr passed;
-            if seeds = 1 && not quiet then
-              Fmt.pr "seed %d: %d sent, %d delivered, %d datagrams, last delivery at %a, trace %s@." s o.sent
-                o.delivered o.datagrams Consort.Time.pp o.end_time o.trace_hash
-        | Ok o ->
-            incr failed;
-            Fmt.pr "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim --scenario %s --seeds 1 --seed %d --trace trace-%d.txt@."
-              s (List.length o.violations) (List.hd o.violations) scenario s s;
-            (* One seed: every violation. *)
-            if seeds = 1 then List.iteri (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v) o.violations
-      done;
-      Option.iter close_out oc;
-      Fmt.pr "%d passed, %d failed@." !passed !failed;
-      if !failed = 0 then 0 else 1)
+      match Consort_scenario.Vsync_sim.check_params params with
+      | Error e ->
+          Fmt.epr "consort sim: --params: %s@." e;
+          2
+      | Ok () -> (
+          match describe scenario with
+          | None ->
+              Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
+                (String.concat ", " names);
+              2
+          | Some doc ->
+              if not quiet then Fmt.pr "scenario %s: %s@." scenario doc;
+              let first = Option.value seed ~default:1 in
+              let seeds = match seed with Some _ when seeds = 0 -> 1 | _ -> max 1 seeds in
+              let oc = Option.map open_out trace in
+              let passed = ref 0 and failed = ref 0 in
+              for s = first to first + seeds - 1 do
+                match run_one ?trace:oc ~params scenario ~seed:s with
+                | Error e ->
+                    Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
+                    incr failed
+                | Ok o when o.violations = [] ->
+                    incr passed;
+                    if seeds = 1 && not quiet then
+                      Fmt.pr
+                        "seed %d: %d sent, %d delivered, %d datagrams, last delivery at %a, trace \
+                         %s@."
+                        s o.sent o.delivered o.datagrams Consort.Time.pp o.end_time o.trace_hash
+                | Ok o ->
+                    incr failed;
+                    Fmt.pr
+                      "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim \
+                       --scenario %s --seeds 1 --seed %d --trace trace-%d.txt@."
+                      s (List.length o.violations) (List.hd o.violations) scenario s s;
+                    (* One seed: every violation. *)
+                    if seeds = 1 then
+                      List.iteri (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v) o.violations
+              done;
+              Option.iter close_out oc;
+              Fmt.pr "%d passed, %d failed@." !passed !failed;
+              if !failed = 0 then 0 else 1))
 
 let scenario =
   Arg.(required & opt (some string) None & info [ "scenario" ] ~docv:"NAME" ~doc:"Scenario to run.")
 
-let seeds = Arg.(value & opt Consort_cli.positive_int 1 & info [ "seeds" ] ~docv:"N" ~doc:"Number of seeded schedules to run.")
+let seeds =
+  Arg.(
+    value & opt Consort_cli.positive_int 1
+    & info [ "seeds" ] ~docv:"N" ~doc:"Number of seeded schedules to run.")
 
 let seed =
-  Arg.(value & opt (some Consort_cli.natural) None & info [ "seed" ] ~docv:"S" ~doc:"First seed (default 1); seeds S to S+N-1 run.")
+  Arg.(
+    value
+    & opt (some Consort_cli.natural) None
+    & info [ "seed" ] ~docv:"S" ~doc:"First seed (default 1); seeds S to S+N-1 run.")
 
 let trace =
-  Arg.(value & opt (some string) None & info [ "trace" ] ~docv:"FILE" ~doc:"Write the network and application trace here.")
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "trace" ] ~docv:"FILE" ~doc:"Write the network and application trace here.")
 
 let quiet = Arg.(value & flag & info [ "quiet"; "q" ] ~doc:"Print only failures and the summary.")
 
 let verbose =
-  Arg.(value & flag_all & info [ "verbose"; "v" ] ~doc:"Log the layers' decisions on standard error (twice: everything).")
+  Arg.(
+    value & flag_all
+    & info [ "verbose"; "v" ]
+        ~doc:"Log the layers' decisions on standard error (twice: everything).")
   |> Term.app (Term.const List.length)
 
 let params =
@@ -133,15 +155,21 @@ let params =
     value
     & opt (some string) None
     & info [ "params" ] ~docv:"NAME=VALUE,..."
-        ~doc:"Override layer tunables for every member (see $(b,consort params)), e.g. $(b,mflow.window=4096,suspect.timeout=2s).")
+        ~doc:
+          "Override layer tunables for every member (see $(b,consort params)), e.g. \
+           $(b,mflow.window=4096,suspect.timeout=2s).")
 
 let cmd =
   let doc = "Run seeded schedules of a scenario in the simulator and check each trace." in
   let man =
     [
       `S Manpage.s_description;
-      `P "Prints one line for each failing seed, with the command that reproduces it, then $(b,N passed, M failed). Exits 1 if any seed failed.";
+      `P
+        "Prints one line for each failing seed, with the command that reproduces it, then $(b,N \
+         passed, M failed). Exits 1 if any seed failed.";
       `P ("Scenarios: " ^ String.concat ", " names ^ ".");
     ]
   in
-  Cmd.v (Consort_cli.info ~path:"sim" "sim" ~doc ~man) Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)
+  Cmd.v
+    (Consort_cli.info ~path:"sim" "sim" ~doc ~man)
+    Term.(const run $ scenario $ seeds $ seed $ trace $ quiet $ verbose $ params)

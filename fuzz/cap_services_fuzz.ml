@@ -16,8 +16,10 @@ let register () =
           match Pd.encode pd with
           | Ok s' -> Crowbar.check_eq ~pp:Fmt.(fun ppf s -> pf ppf "%S" s) s s'
           | Error e -> Crowbar.failf "a decoded descriptor does not encode: %s" e));
-  Crowbar.add_test ~name:"process descriptor (tagged)" [ Crowbar.bytes ] (fun s -> ignore (Pd.decode ("CPD\001" ^ s)));
-  Crowbar.add_test ~name:"boot declarations" [ Crowbar.bytes ] (fun s -> ignore (Consort_capboot.Decl.parse s));
+  Crowbar.add_test ~name:"process descriptor (tagged)" [ Crowbar.bytes ] (fun s ->
+      ignore (Pd.decode ("CPD\001" ^ s)));
+  Crowbar.add_test ~name:"boot declarations" [ Crowbar.bytes ] (fun s ->
+      ignore (Consort_capboot.Decl.parse s));
   (* A circuit host fed any requests on its ends (valid capabilities,
      commands of the circuit, any numbers and data): each answered once at
      most, never an exception, never more buffered than its capacity. *)
@@ -26,16 +28,30 @@ let register () =
   let config = { Vc.default_config with capacity = 1024 } in
   let request =
     Crowbar.(
-      map [ range 7; bool; int; int; int; bytes ] (fun cmd which offset size extra data ->
+      map
+        [ range 7; bool; int; int; int; bytes ]
+        (fun cmd which offset size extra data ->
           (cmd, which, offset land 0xffff, size land 0xffff, extra, data)))
   in
-  Crowbar.add_test ~name:"virtual circuit host" [ Crowbar.list request ] (fun reqs ->
+  Crowbar.add_test ~name:"virtual circuit host"
+    [ Crowbar.list request ]
+    (fun reqs ->
       let host = Vc.create_host ~config ~g port in
       let c = Result.get_ok (Vc.create host ~now:0) in
       let now = ref 0 in
       List.iter
         (fun (cmd, which, offset, size, extra, data) ->
-          let command = [| P.vc_write; P.vc_read; P.vc_close; P.vc_intr; P.vc_hangup; Std.std_destroy; Std.std_touch |].(cmd) in
+          let command =
+            [|
+              P.vc_write;
+              P.vc_read;
+              P.vc_close;
+              P.vc_intr;
+              P.vc_hangup;
+              Std.std_destroy;
+              Std.std_touch;
+            |].(cmd)
+          in
           let h = Header.request ~offset ~size ~extra (if which then c.Vc.a else c.Vc.b) command in
           let answers = ref 0 in
           Vc.handle host ~now:!now h data (fun _ -> incr answers);

@@ -20,7 +20,9 @@ let canonical name decode encode =
           Crowbar.check_eq ~pp:pp_s s (String.sub f 4 (String.length f - 4)))
 
 let framer () =
-  Crowbar.add_test ~name:"daemon framer" [ Crowbar.list Crowbar.bytes; Crowbar.range 1000 ] (fun chunks max ->
+  Crowbar.add_test ~name:"daemon framer"
+    [ Crowbar.list Crowbar.bytes; Crowbar.range 1000 ]
+    (fun chunks max ->
       let f = Wire.framer ~max:(max + 1) in
       let rec drain () =
         match Wire.next f with
@@ -42,24 +44,53 @@ let framer () =
 (* {1 Sessions} *)
 
 let str = Crowbar.(choose [ bytes; const ""; const "g" ])
-let props = Crowbar.(choose [ const ""; const "vsync"; const "vsync,Total"; const "Gmp,Sync"; const "Nonsense"; const "vsync,Auth"; bytes ])
-let params = Crowbar.(choose [ const ""; const "suspect.timeout=2s"; const "mflow.window=0"; bytes ])
-let peers = Crowbar.(list (choose [ const "127.0.0.1:30500"; const "127.0.0.1:1-65535"; const "x"; bytes ]))
-let handle = Crowbar.(choose [ range 4; const Wire.no_handle; map [ int32 ] (fun i -> Int32.to_int i land 0xffffffff) ])
+
+let props =
+  Crowbar.(
+    choose
+      [
+        const "";
+        const "vsync";
+        const "vsync,Total";
+        const "Gmp,Sync";
+        const "Nonsense";
+        const "vsync,Auth";
+        bytes;
+      ])
+
+let params =
+  Crowbar.(choose [ const ""; const "suspect.timeout=2s"; const "mflow.window=0"; bytes ])
+
+let peers =
+  Crowbar.(list (choose [ const "127.0.0.1:30500"; const "127.0.0.1:1-65535"; const "x"; bytes ]))
+
+let handle =
+  Crowbar.(
+    choose
+      [ range 4; const Wire.no_handle; map [ int32 ] (fun i -> Int32.to_int i land 0xffffffff) ])
 
 let request =
   Crowbar.(
     choose
       [
-        map [ range 3; range 3; str ] (fun min_version max_version name -> Wire.Hello { min_version; max_version; name });
-        map [ handle; str; props; params; range 4; peers ] (fun handle group props params flags peers ->
+        map
+          [ range 3; range 3; str ]
+          (fun min_version max_version name -> Wire.Hello { min_version; max_version; name });
+        map
+          [ handle; str; props; params; range 4; peers ]
+          (fun handle group props params flags peers ->
             Wire.Join { handle; group; props; params; flags; peers });
         map [ handle ] (fun handle -> Wire.Leave { handle });
-        map [ handle; range 10; bytes ] (fun handle req payload -> Wire.Cast { handle; req; payload });
-        map [ handle; range 10; str; bytes ] (fun handle req dst payload -> Wire.Send { handle; req; dst; payload });
+        map
+          [ handle; range 10; bytes ]
+          (fun handle req payload -> Wire.Cast { handle; req; payload });
+        map
+          [ handle; range 10; str; bytes ]
+          (fun handle req dst payload -> Wire.Send { handle; req; dst; payload });
         map [ handle; list str ] (fun handle ids -> Wire.Suspect { handle; ids });
         map [ handle ] (fun handle -> Wire.Block_ok { handle });
-        map [ handle; props; params ] (fun handle props params -> Wire.Switch { handle; props; params });
+        map [ handle; props; params ] (fun handle props params ->
+            Wire.Switch { handle; props; params });
         map [ range 100 ] (fun cookie -> Wire.Ping { cookie });
       ])
 
@@ -84,7 +115,15 @@ let daemon =
     (let loop = Loop.create () in
      match
        Server.create loop
-         { Server.default with socket = None; tcp = Some "127.0.0.1:0"; bind = "127.0.0.1:30500"; ports = 4; max_frame = 4096; max_queue = 65536 }
+         {
+           Server.default with
+           socket = None;
+           tcp = Some "127.0.0.1:0";
+           bind = "127.0.0.1:30500";
+           ports = 4;
+           max_frame = 4096;
+           max_queue = 65536;
+         }
      with
      | Ok t -> (loop, t)
      | Error e -> failwith e)
@@ -102,7 +141,9 @@ let write_all loop fd s =
   go 0
 
 let session () =
-  Crowbar.add_test ~name:"daemon session" [ Crowbar.bool; Crowbar.list piece ] (fun say_hello pieces ->
+  Crowbar.add_test ~name:"daemon session"
+    [ Crowbar.bool; Crowbar.list piece ]
+    (fun say_hello pieces ->
       let loop, t = Lazy.force daemon in
       let errors = Loop.errors loop in
       let mine, theirs = Unix.socketpair ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in

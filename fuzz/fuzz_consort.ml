@@ -45,7 +45,9 @@ let member ?(net = fun _ m -> Msg.release m) ?(deliver = fun _ m -> Msg.release 
   let pool = Pool.create () in
   let clock = ref 0 in
   let view = View.v ~group:"fuzz" ~members ~rank () in
-  let ctx = { Layer.view; rng = Rng.create rank; params = Params.empty; pool; now = (fun () -> !clock) } in
+  let ctx =
+    { Layer.view; rng = Rng.create rank; params = Params.empty; pool; now = (fun () -> !clock) }
+  in
   match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
   | Ok st -> { st; pool; clock }
   | Error e -> failwith e
@@ -95,7 +97,8 @@ let captured =
      for i = 0 to 40 do
        let r = i mod 3 in
        let body = Msg.of_string (get r).pool (Printf.sprintf "cast %d from %d" i r) in
-       if i mod 4 = 3 then Stack.send (get r).st ((r + 1) mod 3) body else Stack.cast (get r).st body;
+       if i mod 4 = 3 then Stack.send (get r).st ((r + 1) mod 3) body
+       else Stack.cast (get r).st body;
        pump ();
        Array.iter (fun m -> advance (Option.get m) (Time.of_ms 30)) ms;
        pump ()
@@ -126,7 +129,10 @@ let input =
 let bytes_of_input = function
   | Raw s -> Some s
   | Framed { origin; cast; rest } ->
-      let h = if cast then G.Bottom.Cast { group = group_stamp; origin } else G.Bottom.Send { group = group_stamp; origin } in
+      let h =
+        if cast then G.Bottom.Cast { group = group_stamp; origin }
+        else G.Bottom.Send { group = group_stamp; origin }
+      in
       Some (Codec.encode_string G.Bottom.codec h ^ rest)
   | Mutated { index; at; value; cut } ->
       let c = Lazy.force captured in
@@ -140,7 +146,9 @@ let bytes_of_input = function
   | Tick _ -> None
 
 let () =
-  Crowbar.add_test ~name:"stack vsync" [ Crowbar.list input ] (fun inputs ->
+  Crowbar.add_test ~name:"stack vsync"
+    [ Crowbar.list input ]
+    (fun inputs ->
       let m = member 0 in
       List.iter
         (fun i ->
@@ -173,7 +181,9 @@ let mutate s { at; value; cut; _ } =
   Bytes.sub_string b 0 keep
 
 let () =
-  Crowbar.add_test ~name:"stack vsync, captured datagrams mutated" [ Crowbar.list mutation ] (fun muts ->
+  Crowbar.add_test ~name:"stack vsync, captured datagrams mutated"
+    [ Crowbar.list mutation ]
+    (fun muts ->
       let c = Lazy.force captured in
       let n = Array.length c in
       let m = member 0 in
@@ -231,14 +241,27 @@ let sealed_receiver =
      | None -> ());
      let _ =
        Sealed.open_ t "b" (fun _ ->
-           { Sealed.recv = (fun ~src:_ v -> incr got; Iovec.release v); closed = ignore })
+           {
+             Sealed.recv =
+               (fun ~src:_ v ->
+                 incr got;
+                 Iovec.release v);
+             closed = ignore;
+           })
      in
-     let x = Result.get_ok (Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
+     let x =
+       Result.get_ok
+         (Sim.open_ net "x" (fun _ ->
+              { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }))
+     in
      (* The view key's id, as a datagram under it carries it. *)
      let kid =
        match Sealed.held t with
        | Some h -> (
-           match Consort_seal.Seal.seal_held h ~under:`View ~id:(String.make 16 'i') ~counter:1L ~wall_ms:0L "\xc1" with
+           match
+             Consort_seal.Seal.seal_held h ~under:`View ~id:(String.make 16 'i') ~counter:1L
+               ~wall_ms:0L "\xc1"
+           with
            | Some d -> String.sub d 34 8
            | None -> "")
        | None -> ""
@@ -254,7 +277,9 @@ let () =
         Crowbar.const "\xc5\x02";
         Crowbar.const "\xc5\x03";
         Crowbar.const "\xc5\x04";
-        Crowbar.map [ Crowbar.bytes_fixed 32 ] (fun h ->
+        Crowbar.map
+          [ Crowbar.bytes_fixed 32 ]
+          (fun h ->
             let _, _, _, kid, _ = Lazy.force sealed_receiver in
             "\xc5\x04" ^ h ^ kid);
       ]
@@ -268,12 +293,15 @@ let () =
       Sim.run net;
       Crowbar.check_eq ~pp:Fmt.int before !got);
   (* A wrapped view key from anyone: never raises, never opens. *)
-  Crowbar.add_test ~name:"rekey unwrap" [ Crowbar.bytes; Crowbar.bytes; Crowbar.bytes ] (fun maker_pub wrapped context ->
+  Crowbar.add_test ~name:"rekey unwrap" [ Crowbar.bytes; Crowbar.bytes; Crowbar.bytes ]
+    (fun maker_pub wrapped context ->
       let _, _, _, _, t = Lazy.force sealed_receiver in
       match Sealed.rekey t with
       | Some r ->
           Crowbar.check
-            (r.Consort_group.Group.unwrap ~vid:"2:a" ~me:"b" ~context ~installer:("a", maker_pub) wrapped = None)
+            (r.Consort_group.Group.unwrap ~vid:"2:a" ~me:"b" ~context ~installer:("a", maker_pub)
+               wrapped
+            = None)
       | None -> Crowbar.fail "no keys")
 
 (* {2 Bundles}
@@ -287,17 +315,38 @@ module Bundled = G.Bundle.Make (Sim)
 
 let () =
   let pool = Pool.create ~name:"fuzz-bundle" () in
-  let head = Crowbar.map [ Crowbar.uint8; Crowbar.uint8 ] (fun a b -> Printf.sprintf "%c\001%c%c" (Char.chr G.Bundle.Wire.magic) (Char.chr (a land 1)) (Char.chr b)) in
+  let head =
+    Crowbar.map [ Crowbar.uint8; Crowbar.uint8 ] (fun a b ->
+        Printf.sprintf "%c\001%c%c" (Char.chr G.Bundle.Wire.magic)
+          (Char.chr (a land 1))
+          (Char.chr b))
+  in
   Crowbar.add_test ~name:"bundle" [ head; Crowbar.bytes ] (fun h s ->
       let input = h ^ s in
       let net = Sim.create ~pool () in
       let got = ref [] in
       let b =
-        match Bundled.open_ net "b" (fun _ -> { Bundled.recv = (fun ~src:_ v -> got := Iovec.to_string v :: !got; Iovec.release v); closed = ignore }) with
+        match
+          Bundled.open_ net "b" (fun _ ->
+              {
+                Bundled.recv =
+                  (fun ~src:_ v ->
+                    got := Iovec.to_string v :: !got;
+                    Iovec.release v);
+                closed = ignore;
+              })
+        with
         | Ok c -> c
         | Error _ -> Crowbar.fail "open"
       in
-      let x = match Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with Ok c -> c | Error _ -> Crowbar.fail "open" in
+      let x =
+        match
+          Sim.open_ net "x" (fun _ ->
+              { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+        with
+        | Ok c -> c
+        | Error _ -> Crowbar.fail "open"
+      in
       let m = Msg.of_string Pool.default input in
       ignore (Sim.send x ~dst:"b" m);
       Msg.release m;
@@ -312,10 +361,14 @@ let () =
       Bundled.close b;
       Sim.close x;
       Crowbar.check_eq ~pp:Fmt.int 0 (Pool.in_use pool));
-  Crowbar.add_test ~name:"bundle round trip" [ Crowbar.list1 Crowbar.bytes ] (fun ds ->
+  Crowbar.add_test ~name:"bundle round trip"
+    [ Crowbar.list1 Crowbar.bytes ]
+    (fun ds ->
       let ds = List.filter (fun d -> d <> "" && String.length d < 65536) ds in
       if ds <> [] && List.length ds <= G.Bundle.Wire.max_count then
-        Crowbar.check_eq ~pp:Fmt.(Dump.result ~ok:(Dump.list string) ~error:string) (Ok ds)
+        Crowbar.check_eq
+          ~pp:Fmt.(Dump.result ~ok:(Dump.list string) ~error:string)
+          (Ok ds)
           (G.Bundle.Wire.decode (G.Bundle.Wire.encode ds)))
 
 (* {2 A sealed group, its captured datagrams mutated}
@@ -334,7 +387,9 @@ let sealed_group =
     (let net = Sim.create ~seed:9 () in
      let secret = Result.get_ok (Consort_seal.Seal.secret_of_string (String.make 32 'g')) in
      let params =
-       match Params.of_string "suspect.timeout=1000s,suspect.verify=100s,gmp.flush_timeout=1000s" with
+       match
+         Params.of_string "suspect.timeout=1000s,suspect.verify=100s,gmp.flush_timeout=1000s"
+       with
        | Ok p -> p
        | Error _ -> Params.empty
      in
@@ -357,7 +412,10 @@ let sealed_group =
            exit = ignore;
          }
        in
-       match SG.join ~params ~peers:[ "a"; "b" ] ~seed:(Hashtbl.hash addr) ?rekey:(Sealed.rekey t) ~layers t ~group:"fuzz" ~addr cb with
+       match
+         SG.join ~params ~peers:[ "a"; "b" ] ~seed:(Hashtbl.hash addr) ?rekey:(Sealed.rekey t)
+           ~layers t ~group:"fuzz" ~addr cb
+       with
        | Ok g -> g
        | Error _ -> failwith "sealed group: join"
      in
@@ -378,7 +436,11 @@ let sealed_group =
      done;
      Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 1.)) net;
      Sim.crash net "a";
-     let x = Result.get_ok (Sim.open_ net "x" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
+     let x =
+       Result.get_ok
+         (Sim.open_ net "x" (fun _ ->
+              { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }))
+     in
      (net, b, x, Array.of_list (List.rev !got), delivered))
 
 let () =
@@ -388,7 +450,9 @@ let () =
         [ int; choose [ range 64; int ]; choose [ range 9; uint8 ]; int; bool ]
         (fun index at value cut keep -> (index, at, value, cut, keep)))
   in
-  Crowbar.add_test ~name:"sealed group, captured datagrams mutated" [ Crowbar.list mutation ] (fun muts ->
+  Crowbar.add_test ~name:"sealed group, captured datagrams mutated"
+    [ Crowbar.list mutation ]
+    (fun muts ->
       let net, b, x, c, delivered = Lazy.force sealed_group in
       if Array.length c < 20 then Crowbar.fail "too few datagrams captured";
       let before = (Sealed.stats (SG.connection b)).opened and got = !delivered in

@@ -21,7 +21,10 @@ let codec name c =
 let codec_tagged name c tags =
   codec name c;
   let tag = Crowbar.choose (List.map (fun t -> Crowbar.const (String.make 1 (Char.chr t))) tags) in
-  Crowbar.add_test ~name:("codec " ^ name ^ " (tagged)") [ tag; Crowbar.bytes ] (fun t s ->
+  Crowbar.add_test
+    ~name:("codec " ^ name ^ " (tagged)")
+    [ tag; Crowbar.bytes ]
+    (fun t s ->
       let s = t ^ s in
       match Codec.decode_string c s with
       | Error _ -> ()

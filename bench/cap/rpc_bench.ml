@@ -39,14 +39,33 @@ let deadline loop = Time.add (Loop.now loop) (Time.of_sec 60.)
 
 (* Raw UDP: an echo socket and a pinger, one datagram in flight. *)
 let raw_rtt loop calls =
-  let* addr0 = udp_err (Result.map_error (fun e -> `Bad_address e) (Udp.address_of_string local_addr)) in
+  let* addr0 =
+    udp_err (Result.map_error (fun e -> `Bad_address e) (Udp.address_of_string local_addr))
+  in
   let* echo =
     udp_err
       (Udp.open_ loop addr0 (fun c ->
-           { Udp.recv = (fun ~src iov -> let m = Msg.of_iovec iov in ignore (Udp.send c ~dst:src m); Msg.release m); closed = ignore }))
+           {
+             Udp.recv =
+               (fun ~src iov ->
+                 let m = Msg.of_iovec iov in
+                 ignore (Udp.send c ~dst:src m);
+                 Msg.release m);
+             closed = ignore;
+           }))
   in
   let got = ref 0 in
-  let* pinger = udp_err (Udp.open_ loop addr0 (fun _ -> { Udp.recv = (fun ~src:_ iov -> Iovec.release iov; incr got); closed = ignore })) in
+  let* pinger =
+    udp_err
+      (Udp.open_ loop addr0 (fun _ ->
+           {
+             Udp.recv =
+               (fun ~src:_ iov ->
+                 Iovec.release iov;
+                 incr got);
+             closed = ignore;
+           }))
+  in
   let dst = Udp.local echo in
   let samples = Array.make calls 0. in
   let stop = deadline loop in
@@ -73,13 +92,29 @@ let raw_rtt loop calls =
    for). The rate is the bytes received over the time taken (wall, and
    this process's CPU). *)
 let raw_oneway ?(dgram = 8192) loop total =
-  let* addr0 = udp_err (Result.map_error (fun e -> `Bad_address e) (Udp.address_of_string local_addr)) in
+  let* addr0 =
+    udp_err (Result.map_error (fun e -> `Bad_address e) (Udp.address_of_string local_addr))
+  in
   let received = ref 0 in
-  let* sink = udp_err (Udp.open_ loop addr0 (fun _ -> { Udp.recv = (fun ~src:_ iov -> received := !received + Iovec.length iov; Iovec.release iov); closed = ignore })) in
-  let* src = udp_err (Udp.open_ loop addr0 (fun _ -> { Udp.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore })) in
+  let* sink =
+    udp_err
+      (Udp.open_ loop addr0 (fun _ ->
+           {
+             Udp.recv =
+               (fun ~src:_ iov ->
+                 received := !received + Iovec.length iov;
+                 Iovec.release iov);
+             closed = ignore;
+           }))
+  in
+  let* src =
+    udp_err
+      (Udp.open_ loop addr0 (fun _ ->
+           { Udp.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore }))
+  in
   let dst = Udp.local sink in
   let payload = Msg.of_string Pool.default (String.make dgram 'x') in
-  let burst = max 1 ((512 * 1024) / dgram) in
+  let burst = max 1 (512 * 1024 / dgram) in
   let t0 = Loop.now loop and c0 = cpu () in
   let sent = ref 0 in
   while !sent < total do
@@ -94,7 +129,8 @@ let raw_oneway ?(dgram = 8192) loop total =
   Msg.release payload;
   Udp.close sink;
   Udp.close src;
-  if !received < total / 2 then Error (Printf.sprintf "raw UDP one-way: only %d of %d bytes arrived" !received total)
+  if !received < total / 2 then
+    Error (Printf.sprintf "raw UDP one-way: only %d of %d bytes arrived" !received total)
   else Ok (float_of_int !received /. elapsed /. 1e6, float_of_int !received /. cpu_s /. 1e6)
 
 (* An AEAD alone, per second of CPU: [size]-byte messages sealed (and, with
@@ -121,7 +157,12 @@ let gcm ?(size = 61440) ~open_ total =
   let key = Consort_cap.Gcm.of_secret (Cstruct.to_string secret) in
   aead ~size total
     ~seal:(fun ~nonce m -> Consort_cap.Gcm.seal key ~nonce:(Cstruct.to_string nonce) ~adata:"" m)
-    ~open_:(if open_ then Some (fun ~nonce s -> Consort_cap.Gcm.open_ key ~nonce:(Cstruct.to_string nonce) ~adata:"" s <> None) else None)
+    ~open_:
+      (if open_ then
+         Some
+           (fun ~nonce s ->
+             Consort_cap.Gcm.open_ key ~nonce:(Cstruct.to_string nonce) ~adata:"" s <> None)
+       else None)
 
 (* mirage-crypto's, the same format, which the wire used before. *)
 let gcm_mirage ?(size = 61440) total =
@@ -166,7 +207,11 @@ let rpc_setup ?config loop =
   let call data = Result.map_error Consort_cap.Rpc_error.to_string (R.Sync.trans client hdr data) in
   (* Warm up: locate, handshake. *)
   let* _ = call "" in
-  Ok (call, fun () -> R.close client; R.close server)
+  Ok
+    ( call,
+      fun () ->
+        R.close client;
+        R.close server )
 
 let rpc_null loop call calls =
   let samples = Array.make calls 0. in
@@ -184,7 +229,12 @@ let mb = String.make 1_000_000 'x'
 
 let rpc_bulk loop call transfers =
   let t0 = Loop.now loop and c0 = cpu () in
-  let rec bulk i = if i = transfers then Ok () else let* _ = call mb in bulk (i + 1) in
+  let rec bulk i =
+    if i = transfers then Ok ()
+    else
+      let* _ = call mb in
+      bulk (i + 1)
+  in
   let* () = bulk 0 in
   let secs = Time.to_sec (Time.diff (Loop.now loop) t0) and cpu_s = cpu () -. c0 in
   let bytes = float_of_int (transfers * 1_000_000) in
@@ -215,7 +265,9 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
       let* raw_mbps, raw_cpu_mbps = raw_oneway loop bytes in
       let* trans_mbps, trans_cpu_mbps = rpc_bulk loop call transfers in
       let* trans_lan_mbps, trans_lan_cpu_mbps = rpc_bulk loop call_lan transfers in
-      let* _, raw_big_cpu_mbps = raw_oneway ~dgram:(Consort_cap.Rpc.default_config.loopback_fragment + 100) loop bytes in
+      let* _, raw_big_cpu_mbps =
+        raw_oneway ~dgram:(Consort_cap.Rpc.default_config.loopback_fragment + 100) loop bytes
+      in
       let gcm_mbps = gcm_seal_open bytes in
       let gcm_mirage_mbps = gcm_mirage (bytes / 2) in
       let chacha_mbps = chacha (bytes / 4) in
@@ -223,8 +275,24 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
       let chacha_1k_mbps = chacha ~size:1024 (bytes / 40) in
       let chacha_evp_1k_mbps = chacha_evp ~size:1024 (bytes / 20) in
       go (i + 1)
-        ({ null_us; raw_rtt_us; trans_mbps; trans_cpu_mbps; trans_lan_mbps; trans_lan_cpu_mbps; raw_mbps; raw_cpu_mbps;
-           raw_big_cpu_mbps; gcm_mbps; gcm_mirage_mbps; chacha_mbps; chacha_evp_mbps; chacha_1k_mbps; chacha_evp_1k_mbps } :: acc)
+        ({
+           null_us;
+           raw_rtt_us;
+           trans_mbps;
+           trans_cpu_mbps;
+           trans_lan_mbps;
+           trans_lan_cpu_mbps;
+           raw_mbps;
+           raw_cpu_mbps;
+           raw_big_cpu_mbps;
+           gcm_mbps;
+           gcm_mirage_mbps;
+           chacha_mbps;
+           chacha_evp_mbps;
+           chacha_1k_mbps;
+           chacha_evp_1k_mbps;
+         }
+        :: acc)
   in
   let r = go 0 [] in
   close ();
@@ -245,29 +313,57 @@ let command_output argv =
      done
    with End_of_file -> ());
   let out = Buffer.contents b in
-  match Unix.close_process_in ic with Unix.WEXITED 0 -> Ok out | _ -> Error (String.concat " " (Array.to_list argv) ^ " failed")
+  match Unix.close_process_in ic with
+  | Unix.WEXITED 0 -> Ok out
+  | _ -> Error (String.concat " " (Array.to_list argv) ^ " failed")
 
 let find_go () =
-  let dirs = String.split_on_char ':' (Option.value ~default:"" (Sys.getenv_opt "PATH")) @ [ "/usr/local/go/bin"; "/usr/lib/go/bin" ] in
-  List.find_map (fun d -> let p = Filename.concat d "go" in if d <> "" && Sys.file_exists p then Some p else None) dirs
+  let dirs =
+    String.split_on_char ':' (Option.value ~default:"" (Sys.getenv_opt "PATH"))
+    @ [ "/usr/local/go/bin"; "/usr/lib/go/bin" ]
+  in
+  List.find_map
+    (fun d ->
+      let p = Filename.concat d "go" in
+      if d <> "" && Sys.file_exists p then Some p else None)
+    dirs
 
 let grpc_peer ~calls ~transfers =
   let src = Filename.concat (Sys.getcwd ()) "bench/cap/grpc" in
   match find_go () with
   | None -> Error "go not found"
-  | Some _ when not (Sys.file_exists (Filename.concat src "main.go")) -> Error ("no " ^ src ^ " (run from the repository root)")
-  | Some go -> (
-      let exe = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-grpc-bench-%d" (Unix.getpid ())) in
+  | Some _ when not (Sys.file_exists (Filename.concat src "main.go")) ->
+      Error ("no " ^ src ^ " (run from the repository root)")
+  | Some go ->
+      let exe =
+        Filename.concat (Filename.get_temp_dir_name ())
+          (Printf.sprintf "consort-grpc-bench-%d" (Unix.getpid ()))
+      in
       Fun.protect ~finally:(fun () -> try Sys.remove exe with Sys_error _ -> ()) @@ fun () ->
       Fmt.pr "  (building the gRPC peer from the Go module proxy...)@.";
-      let* _ = command_output [| "/bin/sh"; "-c"; Printf.sprintf "cd %s && %s build -mod=readonly -o %s . 2>&1" (Filename.quote src) (Filename.quote go) (Filename.quote exe) |] in
+      let* _ =
+        command_output
+          [|
+            "/bin/sh";
+            "-c";
+            Printf.sprintf "cd %s && %s build -mod=readonly -o %s . 2>&1" (Filename.quote src)
+              (Filename.quote go) (Filename.quote exe);
+          |]
+      in
       (* One thread running Go code, as our client and server share one
          event loop; then as Go runs by default, on every core. *)
       let once procs =
-        let env = match procs with Some p -> [| "/usr/bin/env"; "GOMAXPROCS=" ^ string_of_int p |] | None -> [||] in
-        let* out = command_output (Array.append env [| exe; string_of_int calls; string_of_int transfers |]) in
+        let env =
+          match procs with
+          | Some p -> [| "/usr/bin/env"; "GOMAXPROCS=" ^ string_of_int p |]
+          | None -> [||]
+        in
+        let* out =
+          command_output (Array.append env [| exe; string_of_int calls; string_of_int transfers |])
+        in
         match
-          Scanf.sscanf (String.trim out) "{\"plain\":{\"null_us\":%f,\"trans_mbps\":%f},\"tls\":{\"null_us\":%f,\"trans_mbps\":%f}}"
+          Scanf.sscanf (String.trim out)
+            "{\"plain\":{\"null_us\":%f,\"trans_mbps\":%f},\"tls\":{\"null_us\":%f,\"trans_mbps\":%f}}"
             (fun a b c d -> { plain_null_us = a; plain_mbps = b; tls_null_us = c; tls_mbps = d })
         with
         | g -> Ok g
@@ -275,17 +371,17 @@ let grpc_peer ~calls ~transfers =
       in
       let* one = once (Some 1) in
       let* all = once None in
-      Ok (one, all))
+      Ok (one, all)
 
 let print_grpc r = function
   | Error e -> Fmt.pr "  gRPC peer: not run (%s)@." e
   | Ok (one, all) ->
       let show what g =
         Fmt.pr "  gRPC (Go, unary, over TCP on 127.0.0.1), %s:@." what;
-        Fmt.pr "    null call  plain %6.1f us   TLS 1.3 %6.1f us   ours / gRPC-TLS %.2f@." g.plain_null_us g.tls_null_us
-          (r.null_us /. g.tls_null_us);
-        Fmt.pr "    1 MB call  plain %6.1f MB/s TLS 1.3 %6.1f MB/s ours / gRPC-TLS %.2f@." g.plain_mbps g.tls_mbps
-          (r.trans_mbps /. g.tls_mbps)
+        Fmt.pr "    null call  plain %6.1f us   TLS 1.3 %6.1f us   ours / gRPC-TLS %.2f@."
+          g.plain_null_us g.tls_null_us (r.null_us /. g.tls_null_us);
+        Fmt.pr "    1 MB call  plain %6.1f MB/s TLS 1.3 %6.1f MB/s ours / gRPC-TLS %.2f@."
+          g.plain_mbps g.tls_mbps (r.trans_mbps /. g.tls_mbps)
       in
       show "same placement (GOMAXPROCS=1: one thread, as our one event loop)" one;
       show "as Go runs by default (every core)" all
@@ -300,69 +396,113 @@ let print r =
   Fmt.pr "Capability RPC over kernel UDP, client and server in one process on 127.0.0.1 (load %s)@."
     (try
        let ic = open_in "/proc/loadavg" in
-       Fun.protect ~finally:(fun () -> close_in ic) (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
+       Fun.protect
+         ~finally:(fun () -> close_in ic)
+         (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
      with _ -> "?");
   List.iteri
     (fun i x ->
       Fmt.pr
-        "  round %d: null %.1f us, raw rtt %.1f us; 1 MB trans %.1f MB/s (8 KB fragments %.1f), raw 8 KB one-way %.1f MB/s, ratio %.2f (per CPU %.2f)@."
-        (i + 1) x.null_us x.raw_rtt_us x.trans_mbps x.trans_lan_mbps x.raw_mbps (x.trans_mbps /. x.raw_mbps)
+        "  round %d: null %.1f us, raw rtt %.1f us; 1 MB trans %.1f MB/s (8 KB fragments %.1f), \
+         raw 8 KB one-way %.1f MB/s, ratio %.2f (per CPU %.2f)@."
+        (i + 1) x.null_us x.raw_rtt_us x.trans_mbps x.trans_lan_mbps x.raw_mbps
+        (x.trans_mbps /. x.raw_mbps)
         (x.trans_cpu_mbps /. x.raw_cpu_mbps))
     rs;
   let n = median_round (fun r -> r.null_us -. r.raw_rtt_us) rs in
   Fmt.pr "  the median round of each comparison, both sides from that round:@.";
-  Fmt.pr "  null RPC (encrypted, at most once) %8.1f us   raw UDP round trip %8.1f us   +%.1f us, ratio %.2f@." n.null_us
-    n.raw_rtt_us (n.null_us -. n.raw_rtt_us) (n.null_us /. n.raw_rtt_us);
-  Fmt.pr "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." r.trans_mbps
-    r.raw_mbps (r.trans_mbps /. r.raw_mbps);
+  Fmt.pr
+    "  null RPC (encrypted, at most once) %8.1f us   raw UDP round trip %8.1f us   +%.1f us, ratio \
+     %.2f@."
+    n.null_us n.raw_rtt_us (n.null_us -. n.raw_rtt_us) (n.null_us /. n.raw_rtt_us);
+  Fmt.pr
+    "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@."
+    r.trans_mbps r.raw_mbps (r.trans_mbps /. r.raw_mbps);
   let l = median_round (fun r -> r.trans_lan_mbps /. r.raw_mbps) rs in
-  Fmt.pr "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." l.trans_lan_mbps
-    l.raw_mbps (l.trans_lan_mbps /. l.raw_mbps);
+  Fmt.pr
+    "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@."
+    l.trans_lan_mbps l.raw_mbps (l.trans_lan_mbps /. l.raw_mbps);
   let c = median_round (fun r -> r.trans_cpu_mbps /. r.raw_cpu_mbps) rs in
   Fmt.pr "  per second of CPU (what other load on the machine does not change):@.";
-  Fmt.pr "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." c.trans_cpu_mbps
-    c.raw_cpu_mbps (c.trans_cpu_mbps /. c.raw_cpu_mbps);
-  Fmt.pr "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@." c.trans_lan_cpu_mbps
-    c.raw_cpu_mbps (c.trans_lan_cpu_mbps /. c.raw_cpu_mbps);
+  Fmt.pr
+    "  1 MB trans                         %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@."
+    c.trans_cpu_mbps c.raw_cpu_mbps
+    (c.trans_cpu_mbps /. c.raw_cpu_mbps);
+  Fmt.pr
+    "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@."
+    c.trans_lan_cpu_mbps c.raw_cpu_mbps
+    (c.trans_lan_cpu_mbps /. c.raw_cpu_mbps);
   (* What bounds the ratio, from the same round. *)
   let frag = Consort_cap.Rpc.default_config.loopback_fragment in
-  Fmt.pr "  what bounds it (same round, per second of CPU; every byte is sealed and opened in this process):@.";
-  Fmt.pr "    AEAD alone, seal + open of %d KB: AES-256-GCM from OpenSSL (used) %.1f MB/s, from mirage-crypto %.1f MB/s@."
+  Fmt.pr
+    "  what bounds it (same round, per second of CPU; every byte is sealed and opened in this \
+     process):@.";
+  Fmt.pr
+    "    AEAD alone, seal + open of %d KB: AES-256-GCM from OpenSSL (used) %.1f MB/s, from \
+     mirage-crypto %.1f MB/s@."
     (frag / 1024) c.gcm_mbps c.gcm_mirage_mbps;
   Fmt.pr "      (OpenSSL / mirage-crypto %.2f)@." (c.gcm_mbps /. c.gcm_mirage_mbps);
-  Fmt.pr "    ChaCha20-Poly1305 (the group seal's), 60 KB: OpenSSL (used) %.1f MB/s, mirage-crypto %.1f MB/s (%.2f);@."
-    c.chacha_evp_mbps c.chacha_mbps (c.chacha_evp_mbps /. c.chacha_mbps);
-  Fmt.pr "      1 KB: OpenSSL %.1f MB/s, mirage-crypto %.1f MB/s (%.2f)@." c.chacha_evp_1k_mbps c.chacha_1k_mbps
+  Fmt.pr
+    "    ChaCha20-Poly1305 (the group seal's), 60 KB: OpenSSL (used) %.1f MB/s, mirage-crypto %.1f \
+     MB/s (%.2f);@."
+    c.chacha_evp_mbps c.chacha_mbps
+    (c.chacha_evp_mbps /. c.chacha_mbps);
+  Fmt.pr "      1 KB: OpenSSL %.1f MB/s, mirage-crypto %.1f MB/s (%.2f)@." c.chacha_evp_1k_mbps
+    c.chacha_1k_mbps
     (c.chacha_evp_1k_mbps /. c.chacha_1k_mbps);
-  Fmt.pr "    the cipher alone, with UDP free: ratio %.2f; raw UDP of %d KB datagrams (%.1f MB/s) plus the cipher and@."
+  Fmt.pr
+    "    the cipher alone, with UDP free: ratio %.2f; raw UDP of %d KB datagrams (%.1f MB/s) plus \
+     the cipher and@."
     (c.gcm_mbps /. c.raw_cpu_mbps) (frag / 1024) c.raw_big_cpu_mbps;
   let ceil = ceiling ~udp:c.raw_big_cpu_mbps ~aead:c.gcm_mbps in
-  Fmt.pr "    nothing else: %.1f MB/s, ratio %.2f; the 1 MB trans reaches %.0f%% of that ceiling@." ceil
-    (ceil /. c.raw_cpu_mbps) (100. *. c.trans_cpu_mbps /. ceil)
+  Fmt.pr "    nothing else: %.1f MB/s, ratio %.2f; the 1 MB trans reaches %.0f%% of that ceiling@."
+    ceil (ceil /. c.raw_cpu_mbps)
+    (100. *. c.trans_cpu_mbps /. ceil)
 
 let cmd =
   let open Cmdliner in
-  let calls = Arg.(value & opt Consort_cli.positive_int 2000 & info [ "calls" ] ~docv:"N" ~doc:"Null calls (and raw round trips) to time.") in
-  let transfers = Arg.(value & opt Consort_cli.positive_int 50 & info [ "transfers" ] ~docv:"N" ~doc:"1 MB transactions to time.") in
-  let rounds = Arg.(value & opt Consort_cli.positive_int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each timing every figure and its baseline; the median round is shown.") in
+  let calls =
+    Arg.(
+      value & opt Consort_cli.positive_int 2000
+      & info [ "calls" ] ~docv:"N" ~doc:"Null calls (and raw round trips) to time.")
+  in
+  let transfers =
+    Arg.(
+      value & opt Consort_cli.positive_int 50
+      & info [ "transfers" ] ~docv:"N" ~doc:"1 MB transactions to time.")
+  in
+  let rounds =
+    Arg.(
+      value & opt Consort_cli.positive_int 3
+      & info [ "rounds" ] ~docv:"N"
+          ~doc:"Rounds, each timing every figure and its baseline; the median round is shown.")
+  in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
-  let no_grpc = Arg.(value & flag & info [ "no-grpc" ] ~doc:"Do not build and run the gRPC peer.") in
+  let no_grpc =
+    Arg.(value & flag & info [ "no-grpc" ] ~doc:"Do not build and run the gRPC peer.")
+  in
   let go calls transfers rounds json no_grpc =
-    if calls < 1 || transfers < 1 || rounds < 1 then (Fmt.epr "consort bench rpc: --calls, --transfers and --rounds must be positive@."; 2)
+    if calls < 1 || transfers < 1 || rounds < 1 then (
+      Fmt.epr "consort bench rpc: --calls, --transfers and --rounds must be positive@.";
+      2)
     else
       match run ~calls ~transfers ~rounds () with
-      | Error e -> Fmt.epr "consort bench rpc: %s@." e; 1
+      | Error e ->
+          Fmt.epr "consort bench rpc: %s@." e;
+          1
       | Ok r ->
           print r;
           if not no_grpc then print_grpc r (grpc_peer ~calls ~transfers);
           if json then
             Fmt.pr
               "{\"bench\":\"rpc\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"gcm_mirage_mbps\":%.1f,\"chacha_mbps\":%.1f,\"chacha_evp_mbps\":%.1f,\"chacha_1k_mbps\":%.1f,\"chacha_evp_1k_mbps\":%.1f}@."
-              r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps (r.trans_mbps /. r.raw_mbps) r.trans_cpu_mbps
-              r.raw_cpu_mbps r.raw_big_cpu_mbps r.gcm_mbps r.gcm_mirage_mbps r.chacha_mbps r.chacha_evp_mbps r.chacha_1k_mbps
+              r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps
+              (r.trans_mbps /. r.raw_mbps) r.trans_cpu_mbps r.raw_cpu_mbps r.raw_big_cpu_mbps
+              r.gcm_mbps r.gcm_mirage_mbps r.chacha_mbps r.chacha_evp_mbps r.chacha_1k_mbps
               r.chacha_evp_1k_mbps;
           0
   in
   Cmd.v
-    (Consort_cli.info ~path:"bench rpc" "rpc" ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
+    (Consort_cli.info ~path:"bench rpc" "rpc"
+       ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
     Term.(const go $ calls $ transfers $ rounds $ json $ no_grpc)

@@ -1,55 +1,51 @@
 (** [consort bench rpc]: the capability RPC beside raw UDP, in one run.
 
-    Both sides run in one process on one event loop over kernel UDP on
-    127.0.0.1, so the RPC and its baselines share the same placement:
-    - null RPC latency (an empty request and reply, encrypted, at most
-      once) beside a raw UDP round trip of an empty datagram;
-    - 1 MB [trans] throughput (a 1 MB request, an empty reply) beside raw
-      UDP one-way throughput of 8 KB datagrams (the trans itself uses the
-      default configuration: 60 KB fragments on loopback; and 8 KB ones,
-      as between machines, for comparison).
-    Each round measures every figure and its baseline; each comparison is
-    printed from its median round, with the ratio, and beside it what
-    bounds the ratio: the AEAD's own rate and raw UDP at the fragment
-    size, measured in the same round. Then the
-    same null call and 1 MB request with gRPC (a Go program in
-    [bench/cap/grpc], built by the benchmark from the Go module proxy),
-    over plain TCP and over TLS 1.3: in the same placement (client and
-    server in one process, [GOMAXPROCS=1]: one thread runs Go code, as one
-    event loop runs ours), then as Go runs by default, on every core. *)
+    Both sides run in one process on one event loop over kernel UDP on 127.0.0.1, so the RPC and its
+    baselines share the same placement:
+    - null RPC latency (an empty request and reply, encrypted, at most once) beside a raw UDP round
+      trip of an empty datagram;
+    - 1 MB [trans] throughput (a 1 MB request, an empty reply) beside raw UDP one-way throughput of
+      8 KB datagrams (the trans itself uses the default configuration: 60 KB fragments on loopback;
+      and 8 KB ones, as between machines, for comparison). Each round measures every figure and its
+      baseline; each comparison is printed from its median round, with the ratio, and beside it what
+      bounds the ratio: the AEAD's own rate and raw UDP at the fragment size, measured in the same
+      round. Then the same null call and 1 MB request with gRPC (a Go program in [bench/cap/grpc],
+      built by the benchmark from the Go module proxy), over plain TCP and over TLS 1.3: in the same
+      placement (client and server in one process, [GOMAXPROCS=1]: one thread runs Go code, as one
+      event loop runs ours), then as Go runs by default, on every core. *)
 
 type figures = {
   null_us : float;  (** median null RPC of the round, microseconds *)
   raw_rtt_us : float;  (** median raw UDP round trip of the round *)
   trans_mbps : float;
-      (** 1 MB trans, MB/s (10{^6} bytes), default configuration (on
-          loopback: [loopback_fragment] fragments) *)
+      (** 1 MB trans, MB/s (10{^ 6} bytes), default configuration (on loopback: [loopback_fragment]
+          fragments) *)
   trans_cpu_mbps : float;  (** the same per second of this process's CPU time (user and system) *)
   trans_lan_mbps : float;  (** 1 MB trans with 8 KB fragments, as between machines *)
   trans_lan_cpu_mbps : float;
   raw_mbps : float;  (** raw UDP one-way, 8 KB datagrams, MB/s *)
   raw_cpu_mbps : float;  (** the same per second of CPU time: other load changes it little *)
-  raw_big_cpu_mbps : float;  (** raw UDP one-way with datagrams of the loopback fragment size, per second of CPU *)
+  raw_big_cpu_mbps : float;
+      (** raw UDP one-way with datagrams of the loopback fragment size, per second of CPU *)
   gcm_mbps : float;
-      (** AES-256-GCM as the wire runs it (OpenSSL, {!Consort_cap.Gcm})
-          sealing then opening messages of the loopback fragment size, per
-          second of CPU: with the raw UDP rate, the ceiling of a transfer
-          whose every byte is sealed and opened in this one process *)
+      (** AES-256-GCM as the wire runs it (OpenSSL, {!Consort_cap.Gcm}) sealing then opening
+          messages of the loopback fragment size, per second of CPU: with the raw UDP rate, the
+          ceiling of a transfer whose every byte is sealed and opened in this one process *)
   gcm_mirage_mbps : float;  (** mirage-crypto's AES-256-GCM, the same *)
   chacha_mbps : float;  (** ChaCha20-Poly1305 (mirage-crypto), the same *)
-  chacha_evp_mbps : float;  (** ChaCha20-Poly1305 from OpenSSL ({!Consort_cap.Chacha}, the group seal's), the same *)
+  chacha_evp_mbps : float;
+      (** ChaCha20-Poly1305 from OpenSSL ({!Consort_cap.Chacha}, the group seal's), the same *)
   chacha_1k_mbps : float;  (** mirage-crypto's ChaCha20-Poly1305 on 1 KB messages *)
   chacha_evp_1k_mbps : float;  (** OpenSSL's on 1 KB messages *)
 }
 
 val run : ?calls:int -> ?transfers:int -> ?rounds:int -> unit -> (figures, string) result
-(** [run ()] times [rounds] rounds, each with every figure and its
-    baseline, and is the round with the median throughput ratio (all
-    rounds are kept for {!cmd}'s printout). *)
+(** [run ()] times [rounds] rounds, each with every figure and its baseline, and is the round with
+    the median throughput ratio (all rounds are kept for {!cmd}'s printout). *)
 
 val gcm_seal : ?size:int -> int -> float
-(** [gcm_seal bytes] seals [bytes] in messages of [size] bytes (default
-    61440) with the wire's AES-256-GCM (OpenSSL) and is the rate per second of CPU, MB/s: what
-    one side of an encrypted transfer can do at best. *)
+(** [gcm_seal bytes] seals [bytes] in messages of [size] bytes (default 61440) with the wire's
+    AES-256-GCM (OpenSSL) and is the rate per second of CPU, MB/s: what one side of an encrypted
+    transfer can do at best. *)
 
 val cmd : int Cmdliner.Cmd.t

@@ -16,7 +16,7 @@ module Udp = Consort_engine.Udp
 module G = Consort_group.Group.Make (Udp)
 module C = Consort_client
 
-let layers = Result.get_ok (Consort_group.Properties.(layers vsync))
+let layers = Result.get_ok Consort_group.Properties.(layers vsync)
 let count = ref 2000
 let warmup = ref 200
 let tput_count = ref 10000
@@ -44,7 +44,11 @@ type member = {
   size : unit -> int;
 }
 
-type handlers = { mutable on_cast : origin:string -> string -> unit; mutable on_flow : bool -> unit; mutable me : string }
+type handlers = {
+  mutable on_cast : origin:string -> string -> unit;
+  mutable on_flow : bool -> unit;
+  mutable me : string;
+}
 
 let handlers () = { on_cast = (fun ~origin:_ _ -> ()); on_flow = ignore; me = "" }
 
@@ -65,7 +69,8 @@ let inproc ~addr ~peers h =
   h.me <- G.me g;
   {
     cast = (fun s -> G.cast g s = Ok ());
-    run = (fun ~until secs -> Loop.run loop ~until ~timeout:(Time.of_ms (int_of_float (secs *. 1000.))));
+    run =
+      (fun ~until secs -> Loop.run loop ~until ~timeout:(Time.of_ms (int_of_float (secs *. 1000.))));
     size = (fun () -> !size);
   }
 
@@ -87,7 +92,11 @@ let client ~socket h =
       exit = ignore;
     }
   in
-  let m = match C.join conn ~group:"bench" cb with Ok m -> m | Error e -> failwith (Fmt.str "%a" C.pp_join_error e) in
+  let m =
+    match C.join conn ~group:"bench" cb with
+    | Ok m -> m
+    | Error e -> failwith (Fmt.str "%a" C.pp_join_error e)
+  in
   h.me <- C.me m;
   (* Pipelined: the reply comes later; a cast refused by flow control is
      cast again once flow control lets it. *)
@@ -148,11 +157,24 @@ let consortd () =
 let daemons = ref []
 
 let start_daemon i ~bind ~peers =
-  let sock = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-bench-%d-%d.sock" (Unix.getpid ()) i) in
+  let sock =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-bench-%d-%d.sock" (Unix.getpid ()) i)
+  in
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
   let pid =
     Unix.create_process (consortd ())
-      [| "consortd"; "--socket"; sock; "--bind"; bind; "--ports"; "4"; "--peers"; String.concat "," peers |]
+      [|
+        "consortd";
+        "--socket";
+        sock;
+        "--bind";
+        bind;
+        "--ports";
+        "4";
+        "--peers";
+        String.concat "," peers;
+      |]
       devnull devnull Unix.stderr
   in
   Unix.close devnull;
@@ -164,7 +186,13 @@ let start_daemon i ~bind ~peers =
   sock
 
 let stop_daemons () =
-  List.iter (fun pid -> try Unix.kill pid Sys.sigterm; ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ()) !daemons;
+  List.iter
+    (fun pid ->
+      try
+        Unix.kill pid Sys.sigterm;
+        ignore (Unix.waitpid [] pid)
+      with Unix.Unix_error _ -> ())
+    !daemons;
   daemons := []
 
 let addr p = Printf.sprintf "127.0.0.1:%d" p
@@ -174,7 +202,16 @@ let addr p = Printf.sprintf "127.0.0.1:%d" p
 let rtt make_member role n =
   let h = handlers () in
   let m = make_member h in
-  if not (let ok = ref false in m.run ~until:(fun () -> ok := m.size () = 2; !ok) 20.; m.size () = 2) then "error no view of two"
+  if
+    not
+      (let ok = ref false in
+       m.run
+         ~until:(fun () ->
+           ok := m.size () = 2;
+           !ok)
+         20.;
+       m.size () = 2)
+  then "error no view of two"
   else begin
     let samples = Array.make n 0. in
     let i = ref 0 and t0 = ref 0. and finished = ref false in
@@ -203,7 +240,9 @@ let rtt make_member role n =
       ignore (m.cast (Printf.sprintf "p%015d" 0))
     end;
     m.run ~until:(fun () -> !finished) 120.;
-    if role = `Pong then (m.run ~until:(fun () -> false) 0.3; "done")
+    if role = `Pong then (
+      m.run ~until:(fun () -> false) 0.3;
+      "done")
     else if not !finished then Printf.sprintf "error only %d round trips" !i
     else begin
       Array.sort compare samples;
@@ -216,7 +255,11 @@ let rtt make_member role n =
 let tput make_member role n =
   let h = handlers () in
   let m = make_member h in
-  if not (m.run ~until:(fun () -> m.size () = 3) 20.; m.size () = 3) then "error no view of three"
+  if
+    not
+      (m.run ~until:(fun () -> m.size () = 3) 20.;
+       m.size () = 3)
+  then "error no view of three"
   else
     match role with
     | `Send ->
@@ -263,8 +306,16 @@ let () =
   let ra = result a and _ = result b in
   let in_rtt, in_p99 = try parse_rtt ra with _ -> fail "in-process round trip" ra in
   (* Round trip, through two daemons. *)
-  let s1 = start_daemon 1 ~bind:(addr (p + 10)) ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 20) (p + 23) ] in
-  let s2 = start_daemon 2 ~bind:(addr (p + 20)) ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 10) (p + 13) ] in
+  let s1 =
+    start_daemon 1
+      ~bind:(addr (p + 10))
+      ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 20) (p + 23) ]
+  in
+  let s2 =
+    start_daemon 2
+      ~bind:(addr (p + 20))
+      ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 10) (p + 13) ]
+  in
   let a = child (fun () -> rtt (client ~socket:s1) `Ping !count) in
   let b = child (fun () -> rtt (client ~socket:s2) `Pong !count) in
   let ra = result a and _ = result b in
@@ -272,18 +323,25 @@ let () =
   let d_rtt, d_p99 = try parse_rtt ra with _ -> fail "daemon round trip" ra in
   (* Throughput, in-process: 3 members. *)
   let n = !tput_count in
-  let peers i = List.filter (( <> ) (addr (p + 30 + i))) (List.init 3 (fun j -> addr (p + 30 + j))) in
+  let peers i =
+    List.filter (( <> ) (addr (p + 30 + i))) (List.init 3 (fun j -> addr (p + 30 + j)))
+  in
   let r1 = child (fun () -> tput (inproc ~addr:(addr (p + 31)) ~peers:(peers 1)) `Recv n) in
   let r2 = child (fun () -> tput (inproc ~addr:(addr (p + 32)) ~peers:(peers 2)) `Recv n) in
   let s = child (fun () -> tput (inproc ~addr:(addr (p + 30)) ~peers:(peers 0)) `Send n) in
   let x1 = result r1 and x2 = result r2 in
   ignore (result s);
-  let in_tput = try Float.min (parse_tput x1) (parse_tput x2) with _ -> fail "in-process throughput" (x1 ^ " / " ^ x2) in
+  let in_tput =
+    try Float.min (parse_tput x1) (parse_tput x2)
+    with _ -> fail "in-process throughput" (x1 ^ " / " ^ x2)
+  in
   (* Throughput through 3 daemons, one per member. *)
   let range i = Printf.sprintf "127.0.0.1:%d-%d" (p + 40 + (10 * i)) (p + 43 + (10 * i)) in
   let socks =
     List.init 3 (fun i ->
-        start_daemon (10 + i) ~bind:(addr (p + 40 + (10 * i))) ~peers:(List.filter_map (fun j -> if j <> i then Some (range j) else None) [ 0; 1; 2 ]))
+        start_daemon (10 + i)
+          ~bind:(addr (p + 40 + (10 * i)))
+          ~peers:(List.filter_map (fun j -> if j <> i then Some (range j) else None) [ 0; 1; 2 ]))
   in
   let r1 = child (fun () -> tput (client ~socket:(List.nth socks 1)) `Recv n) in
   let r2 = child (fun () -> tput (client ~socket:(List.nth socks 2)) `Recv n) in
@@ -291,14 +349,22 @@ let () =
   let x1 = result r1 and x2 = result r2 in
   ignore (result s);
   stop_daemons ();
-  let d_tput = try Float.min (parse_tput x1) (parse_tput x2) with _ -> fail "daemon throughput" (x1 ^ " / " ^ x2) in
-  Printf.printf "Through consortd: members of a vsync group on 127.0.0.1 (unpinned), beside in-process members, same run\n";
+  let d_tput =
+    try Float.min (parse_tput x1) (parse_tput x2)
+    with _ -> fail "daemon throughput" (x1 ^ " / " ^ x2)
+  in
+  Printf.printf
+    "Through consortd: members of a vsync group on 127.0.0.1 (unpinned), beside in-process \
+     members, same run\n";
   Printf.printf "%-34s %14s %14s %8s  %s\n" "" "in-process" "via daemon" "ratio" "target";
-  Printf.printf "%-34s %11.1f us %11.1f us %7.2fx  <= 1.30x %s\n" "round trip, 16 B (median)" in_rtt d_rtt (d_rtt /. in_rtt)
+  Printf.printf "%-34s %11.1f us %11.1f us %7.2fx  <= 1.30x %s\n" "round trip, 16 B (median)" in_rtt
+    d_rtt (d_rtt /. in_rtt)
     (if d_rtt /. in_rtt <= 1.3 then "met" else "NOT met");
-  Printf.printf "%-34s %11.1f us %11.1f us %7.2fx\n" "round trip, 16 B (99th percentile)" in_p99 d_p99 (d_p99 /. in_p99);
-  Printf.printf "%-34s %9.0f msg/s %9.0f msg/s %7.2fx  >= 0.70x %s\n" (Printf.sprintf "throughput, 1 KB, 1 sender, 3 members") in_tput d_tput
-    (d_tput /. in_tput)
+  Printf.printf "%-34s %11.1f us %11.1f us %7.2fx\n" "round trip, 16 B (99th percentile)" in_p99
+    d_p99 (d_p99 /. in_p99);
+  Printf.printf "%-34s %9.0f msg/s %9.0f msg/s %7.2fx  >= 0.70x %s\n"
+    (Printf.sprintf "throughput, 1 KB, 1 sender, 3 members")
+    in_tput d_tput (d_tput /. in_tput)
     (if d_tput /. in_tput >= 0.7 then "met" else "NOT met");
   if !json then
     Printf.printf

@@ -1,9 +1,7 @@
-(** Failure detection and view change: a group of member processes on
-    127.0.0.1 forms, one member is killed with SIGKILL, and the survivors
-    are timed from the kill to the moment each prints a view without it;
-    beside the configured silence after which a member is suspected
-    ([suspect.timeout], 5 s by default), which bounds detection from
-    below. *)
+(** Failure detection and view change: a group of member processes on 127.0.0.1 forms, one member is
+    killed with SIGKILL, and the survivors are timed from the kill to the moment each prints a view
+    without it; beside the configured silence after which a member is suspected ([suspect.timeout],
+    5 s by default), which bounds detection from below. *)
 
 type rep = {
   victim : [ `Coordinator | `Member ];  (** the killed member was the view's coordinator or not *)
@@ -17,12 +15,12 @@ type result = {
   reps : rep list;
 }
 
-val run : exe:string -> ?size:int -> ?reps:int -> ?params:string -> unit -> (result, string) Stdlib.result
-(** [run ~exe ()] forms a group of [size] (default 3), kills a member, and
-    times the survivors, [reps] times (default 3), with a fresh group each
-    time, killing the coordinator every second time and each time at
-    another point of the heartbeat period; [params] overrides
-    tunables as [consort member --params] does. *)
+val run :
+  exe:string -> ?size:int -> ?reps:int -> ?params:string -> unit -> (result, string) Stdlib.result
+(** [run ~exe ()] forms a group of [size] (default 3), kills a member, and times the survivors,
+    [reps] times (default 3), with a fresh group each time, killing the coordinator every second
+    time and each time at another point of the heartbeat period; [params] overrides tunables as
+    [consort member --params] does. *)
 
 val pp_table : result Fmt.t
 val to_json : result -> string

@@ -28,7 +28,9 @@ let parse_view line =
         match String.index_opt rest '(' with
         | None -> None
         | Some p ->
-            let members = List.filter (( <> ) "") (String.split_on_char ' ' (String.sub rest 0 p)) in
+            let members =
+              List.filter (( <> ) "") (String.split_on_char ' ' (String.sub rest 0 p))
+            in
             Some (vid, members))
     | Some _ -> None
 
@@ -41,7 +43,8 @@ let first_view m ~after p =
 
 let last_logged_view m =
   List.fold_left
-    (fun acc e -> match e with Consort_spec.Log.View { view; members; _ } -> Some (view, members) | _ -> acc)
+    (fun acc e ->
+      match e with Consort_spec.Log.View { view; members; _ } -> Some (view, members) | _ -> acc)
     None
     (Consort_scenario.Procs.events m.log)
 

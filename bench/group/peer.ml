@@ -13,9 +13,12 @@ let transport loop ~params props =
   let rekey = Params.bool params Seal.rekey_param in
   match Consort_group.Properties.of_string props with
   | Ok ps when List.mem Consort_group.Properties.Privacy ps ->
-      S.wrap ~rekey loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Privacy))
-  | Ok ps when List.mem Consort_group.Properties.Auth ps || List.mem Consort_group.Properties.Rekey ps ->
-      S.wrap ~rekey loop (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Auth))
+      S.wrap ~rekey loop
+        (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Privacy))
+  | Ok ps
+    when List.mem Consort_group.Properties.Auth ps || List.mem Consort_group.Properties.Rekey ps ->
+      S.wrap ~rekey loop
+        (Some (Result.get_ok (Seal.secret_of_string (String.make 32 'b')), Seal.Auth))
   | _ -> S.wrap loop None
 
 type kind = Group_rtt | Engine_rtt | Raw_rtt | Group_tput | Raw_tput
@@ -34,7 +37,9 @@ let kind_to_string k = fst (List.find (fun (_, k') -> k = k') kinds)
 let kind_of_string s =
   match List.assoc_opt s kinds with
   | Some k -> Ok k
-  | None -> Error (Printf.sprintf "unknown kind %S (one of %s)" s (String.concat ", " (List.map fst kinds)))
+  | None ->
+      Error
+        (Printf.sprintf "unknown kind %S (one of %s)" s (String.concat ", " (List.map fst kinds)))
 
 type config = {
   kind : kind;
@@ -118,8 +123,12 @@ let check_payload s ~size =
     | Some seq when seq < 0 -> None
     | Some seq ->
         let t = template ~size (seq mod 26) in
-        let rec words i = i + 8 > size || (String.get_int64_ne s i = String.get_int64_ne t i && words (i + 8)) in
-        let rec bytes i = i >= size || (String.unsafe_get s i = String.unsafe_get t i && bytes (i + 1)) in
+        let rec words i =
+          i + 8 > size || (String.get_int64_ne s i = String.get_int64_ne t i && words (i + 8))
+        in
+        let rec bytes i =
+          i >= size || (String.unsafe_get s i = String.unsafe_get t i && bytes (i + 1))
+        in
         let tail = 11 + ((size - 11) / 8 * 8) in
         if words 11 && bytes tail then Some seq else None
 
@@ -130,31 +139,45 @@ external string_get64 : string -> int -> int64 = "%caml_string_get64"
 let check_payload_cs cs ~size =
   if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then None
   else
-    let rec digits i acc = if i > 10 then Some acc else match Cstruct.get_char cs i with '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48) | _ -> None in
+    let rec digits i acc =
+      if i > 10 then Some acc
+      else
+        match Cstruct.get_char cs i with
+        | '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48)
+        | _ -> None
+    in
     match digits 1 0 with
     | None -> None
     | Some seq ->
         let t = template ~size (seq mod 26) in
         let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
-        let rec words i = i + 8 > size || ((bigstring_get64 buf (off + i) : int64) = string_get64 t i && words (i + 8)) in
-        let rec bytes i = i >= size || (Cstruct.get_char cs i = String.unsafe_get t i && bytes (i + 1)) in
+        let rec words i =
+          i + 8 > size
+          || ((bigstring_get64 buf (off + i) : int64) = string_get64 t i && words (i + 8))
+        in
+        let rec bytes i =
+          i >= size || (Cstruct.get_char cs i = String.unsafe_get t i && bytes (i + 1))
+        in
         let tail = 11 + ((size - 11) / 8 * 8) in
         if words 11 && bytes tail then Some seq else None
 
 let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid 0 i | None -> eid
-
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
 let me cfg = List.nth cfg.addrs cfg.index
 
-
 (* The stack of the property set [props] ("vsync", "vsync,Total", ...). *)
 let layers_of props =
-  Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error)
+  Result.map_error
+    (Fmt.str "%a" Consort_group.Properties.pp_error)
     (Result.bind (Consort_group.Properties.of_string props) Consort_group.Properties.layers)
 
 let transport_fields g =
   let i = S.query (G.connection g) in
-  [ ("dgrams_sent", string_of_int i.S.sent); ("dgrams_received", string_of_int i.received); ("dgrams_dropped", string_of_int i.dropped) ]
+  [
+    ("dgrams_sent", string_of_int i.S.sent);
+    ("dgrams_received", string_of_int i.received);
+    ("dgrams_dropped", string_of_int i.dropped);
+  ]
 
 let counter g layer name =
   match G.stack g with
@@ -214,7 +237,10 @@ let group_rtt cfg =
         }
       in
       let tr = transport loop ~params:cfg.params cfg.props in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ?rekey:(S.rekey tr) ~layers tr ~group:"bench-rtt" ~addr:(me cfg) cb with
+      match
+        G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ?rekey:(S.rekey tr)
+          ~layers tr ~group:"bench-rtt" ~addr:(me cfg) cb
+      with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
@@ -225,9 +251,17 @@ let group_rtt cfg =
           let elapsed = Time.to_sec (Loop.now loop - t0) in
           let fields = transport_fields grp in
           G.crash grp;
-          if not !finished then Error (Printf.sprintf "gave up after %.1f s at round trip %d of %d" elapsed (!seq + 1) total)
+          if not !finished then
+            Error
+              (Printf.sprintf "gave up after %.1f s at round trip %d of %d" elapsed (!seq + 1) total)
           else if pinger then
-            Ok (result ([ ("role", "ping"); ("n", string_of_int cfg.count); ("stray", string_of_int !stray) ] @ fields @ [ ("us", samples_field samples) ]))
+            Ok
+              (result
+                 ([
+                    ("role", "ping"); ("n", string_of_int cfg.count); ("stray", string_of_int !stray);
+                  ]
+                 @ fields
+                 @ [ ("us", samples_field samples) ]))
           else Ok (result ([ ("role", "pong"); ("stray", string_of_int !stray) ] @ fields)))
 
 (* {1 Round trip over the engine, no layers} *)
@@ -294,8 +328,12 @@ let engine_rtt cfg =
           greet ();
           Loop.run loop ~until:(fun () -> !finished) ~timeout:(Time.of_sec cfg.deadline);
           Udp.close c;
-          if not !finished then Error (Printf.sprintf "gave up at round trip %d of %d" (!seq + 1) total)
-          else if pinger then Ok (result [ ("role", "ping"); ("n", string_of_int cfg.count); ("us", samples_field samples) ])
+          if not !finished then
+            Error (Printf.sprintf "gave up at round trip %d of %d" (!seq + 1) total)
+          else if pinger then
+            Ok
+              (result
+                 [ ("role", "ping"); ("n", string_of_int cfg.count); ("us", samples_field samples) ])
           else Ok (result [ ("role", "pong") ]))
 
 (* {1 Round trip over blocking sockets} *)
@@ -311,7 +349,7 @@ let inet a =
 let udp_socket local ~rcvbuf ~timeout =
   let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
   Unix.bind s local;
-  if rcvbuf > 0 then (try Unix.setsockopt_int s Unix.SO_RCVBUF rcvbuf with Unix.Unix_error _ -> ());
+  (if rcvbuf > 0 then try Unix.setsockopt_int s Unix.SO_RCVBUF rcvbuf with Unix.Unix_error _ -> ());
   Unix.setsockopt_float s Unix.SO_RCVTIMEO timeout;
   s
 
@@ -357,7 +395,8 @@ let raw_rtt cfg =
                   | None -> false
                 in
                 if wait () then begin
-                  if seq >= cfg.warmup then samples.(seq - cfg.warmup) <- float (ns_now () - t0) /. 1e3;
+                  if seq >= cfg.warmup then
+                    samples.(seq - cfg.warmup) <- float (ns_now () - t0) /. 1e3;
                   one (seq + 1)
                 end
                 else begin
@@ -371,7 +410,14 @@ let raw_rtt cfg =
               send peer "stop"
             done;
             if ok then
-              Ok (result [ ("role", "ping"); ("n", string_of_int cfg.count); ("resent", string_of_int !resent); ("us", samples_field samples) ])
+              Ok
+                (result
+                   [
+                     ("role", "ping");
+                     ("n", string_of_int cfg.count);
+                     ("resent", string_of_int !resent);
+                     ("us", samples_field samples);
+                   ])
             else Error "gave up before the last round trip"
           end
         end
@@ -422,7 +468,11 @@ let group_tput cfg =
       let fill_pending = ref false in
       let rec fill () =
         fill_pending := false;
-        while !made < cfg.count && !made - !own < max_queued && try_cast (payload ~seq:!made ~size:cfg.size) do
+        while
+          !made < cfg.count
+          && !made - !own < max_queued
+          && try_cast (payload ~seq:!made ~size:cfg.size)
+        do
           incr made
         done
       and schedule_fill () =
@@ -433,7 +483,10 @@ let group_tput cfg =
       in
       let finished () = Hashtbl.length dones >= n in
       let gc0 = ref (0., 0., 0.) and gc1 = ref (0., 0., 0.) in
-      let gc_now () = let st = Gc.quick_stat () in (st.Gc.minor_words, st.promoted_words, st.major_words) in
+      let gc_now () =
+        let st = Gc.quick_stat () in
+        (st.Gc.minor_words, st.promoted_words, st.major_words)
+      in
       (* What is known of an origin, found by the identity of its string
          (the view's), so that a delivery costs no hashing or compare. *)
       let origins = ref [] in
@@ -513,12 +566,14 @@ let group_tput cfg =
       (* Deliveries as views of the received bytes: the payload is checked
          in place, and copied only when it is not a payload. *)
       let on_bytes _kind ~origin cs =
-        if Cstruct.length cs = cfg.size then
-          on_data_cs ~origin cs
+        if Cstruct.length cs = cfg.size then on_data_cs ~origin cs
         else on_cast ~origin (Cstruct.to_string cs)
       in
       let tr = transport loop ~params:cfg.params cfg.props in
-      match G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~on_bytes ?rekey:(S.rekey tr) ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb with
+      match
+        G.join ~params:cfg.params ~peers:(others cfg) ~seed:(cfg.index + 1) ~on_bytes
+          ?rekey:(S.rekey tr) ~layers tr ~group:"bench-tput" ~addr:(me cfg) cb
+      with
       | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e)
       | Ok grp ->
           g := Some grp;
@@ -551,13 +606,16 @@ let group_tput cfg =
                  ("copies_per_msg", per (float copies));
                  ("udp_copies_per_msg", per (float udp_copies));
                  ("copied_bytes_per_msg", per (float (gbytes + ubytes)));
-                 ("msgs_per_bundle", Printf.sprintf "%.1f" (float b.Consort_group.Bundle.bundled /. float (max 1 b.bundles_sent)));
+                 ( "msgs_per_bundle",
+                   Printf.sprintf "%.1f"
+                     (float b.Consort_group.Bundle.bundled /. float (max 1 b.bundles_sent)) );
                ])
             @ transport_fields grp
           in
           G.crash grp;
           if finished () then Ok (result fields)
-          else Error (String.concat " " ("gave up:" :: List.map (fun (k, v) -> k ^ "=" ^ v) fields)))
+          else Error (String.concat " " ("gave up:" :: List.map (fun (k, v) -> k ^ "=" ^ v) fields))
+      )
 
 (* {1 Throughput over blocking sockets, no flow control} *)
 
@@ -574,7 +632,10 @@ let raw_tput cfg =
       let res =
         if cfg.index = 0 then begin
           let s = udp_socket local ~rcvbuf:0 ~timeout:0.01 in
-          let send dst m = try ignore (Unix.sendto_substring s m 0 (String.length m) [] dst) with Unix.Unix_error _ -> () in
+          let send dst m =
+            try ignore (Unix.sendto_substring s m 0 (String.length m) [] dst)
+            with Unix.Unix_error _ -> ()
+          in
           let receivers = List.tl addrs in
           let answered = Hashtbl.create 4 in
           let rec greet () =
@@ -603,7 +664,9 @@ let raw_tput cfg =
               for seq = 0 to cfg.count - 1 do
                 Bytes.blit_string (Printf.sprintf "d%010d" seq) 0 b 0 11;
                 List.iter
-                  (fun r -> try ignore (Unix.sendto s b 0 cfg.size [] r) with Unix.Unix_error _ -> incr failed)
+                  (fun r ->
+                    try ignore (Unix.sendto s b 0 cfg.size [] r)
+                    with Unix.Unix_error _ -> incr failed)
                   receivers
               done;
               let span = float (ns_now () - t0) /. 1e9 in
@@ -626,7 +689,11 @@ let raw_tput cfg =
         end
         else begin
           let s = udp_socket local ~rcvbuf:(4 * 1024 * 1024) ~timeout:0.5 in
-          let received = ref 0 and disorder = ref 0 and next = ref 0 and first = ref 0 and last = ref 0 in
+          let received = ref 0
+          and disorder = ref 0
+          and next = ref 0
+          and first = ref 0
+          and last = ref 0 in
           let rec serve () =
             if Proc.now () > deadline then false
             else
@@ -659,7 +726,8 @@ let raw_tput cfg =
               ("span_s", Printf.sprintf "%.6f" (float (!last - !first) /. 1e9));
             ]
           in
-          if ok || !received > 0 then Ok (result fields) else Error "nothing received before the deadline"
+          if ok || !received > 0 then Ok (result fields)
+          else Error "nothing received before the deadline"
         end
       in
       res

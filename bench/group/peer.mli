@@ -1,22 +1,18 @@
-(** The processes of the round-trip and throughput benchmarks
-    ([consort bench peer]): each runs one side of a measurement and ends
-    with a result line on its standard output.
+(** The processes of the round-trip and throughput benchmarks ([consort bench peer]): each runs one
+    side of a measurement and ends with a result line on its standard output.
 
     Kinds:
-    - [group-rtt]: a member of a two-member group with the [vsync] stack,
-      each in its own process with its own {!Consort_engine.Loop}; index 0
-      casts 16 bytes, index 1 casts them back on delivery, index 0 times
-      the round trip;
-    - [engine-rtt]: the same ping-pong as datagrams over
-      {!Consort_engine.Udp} and a loop, with no layers;
+    - [group-rtt]: a member of a two-member group with the [vsync] stack, each in its own process
+      with its own {!Consort_engine.Loop}; index 0 casts 16 bytes, index 1 casts them back on
+      delivery, index 0 times the round trip;
+    - [engine-rtt]: the same ping-pong as datagrams over {!Consort_engine.Udp} and a loop, with no
+      layers;
     - [raw-rtt]: the same over blocking kernel UDP sockets;
-    - [group-tput]: a member of a group; the first [senders] members cast
-      [count] messages of [size] bytes each, as fast as flow control lets
-      them, and every member checks every delivery (origin, order,
-      content);
-    - [raw-tput]: index 0 sends [count] datagrams of [size] bytes to each
-      other index over blocking sockets, with no flow control; the others
-      count what they receive. *)
+    - [group-tput]: a member of a group; the first [senders] members cast [count] messages of [size]
+      bytes each, as fast as flow control lets them, and every member checks every delivery (origin,
+      order, content);
+    - [raw-tput]: index 0 sends [count] datagrams of [size] bytes to each other index over blocking
+      sockets, with no flow control; the others count what they receive. *)
 
 type kind = Group_rtt | Engine_rtt | Raw_rtt | Group_tput | Raw_tput
 
@@ -33,25 +29,24 @@ type config = {
   senders : int;  (** members that cast (group throughput) *)
   deadline : float;  (** seconds after which the process gives up *)
   params : Consort.Params.t;  (** tunables of the group stack *)
-  props : string;  (** the property set of the group's stack (group-tput): [vsync], [vsync,Total], ... *)
+  props : string;
+      (** the property set of the group's stack (group-tput): [vsync], [vsync,Total], ... *)
 }
 
 val run : config -> (string, string) result
-(** [run cfg] plays its part and returns the result line: ["result"]
-    followed by [key=value] pairs with no spaces in values. *)
+(** [run cfg] plays its part and returns the result line: ["result"] followed by [key=value] pairs
+    with no spaces in values. *)
 
 val parse_result : string -> (string * string) list option
-(** [parse_result line] is the pairs of a result line, or [None] if
-    [line] is not one. *)
+(** [parse_result line] is the pairs of a result line, or [None] if [line] is not one. *)
 
 val payload : seq:int -> size:int -> string
-(** [payload ~seq ~size] is the [size]-byte message number [seq] of the
-    throughput benchmarks (at least 11 bytes: ['d'], ten digits, filler
-    that depends on [seq]). *)
+(** [payload ~seq ~size] is the [size]-byte message number [seq] of the throughput benchmarks (at
+    least 11 bytes: ['d'], ten digits, filler that depends on [seq]). *)
 
 val check_payload_cs : Cstruct.t -> size:int -> int option
 (** The same on a view of received bytes, without copying them. *)
 
 val check_payload : string -> size:int -> int option
-(** [check_payload s ~size] is the number of message [s] if it is exactly
-    [payload ~seq ~size] for some [seq]. *)
+(** [check_payload s ~size] is the number of message [s] if it is exactly [payload ~seq ~size] for
+    some [seq]. *)

@@ -15,14 +15,17 @@ let now () = Int64.to_float (Mtime.Span.to_uint64_ns (Mtime_clock.elapsed ())) /
 let taskset =
   lazy
     (List.find_opt Sys.file_exists
-       (List.map (fun d -> Filename.concat d "taskset")
+       (List.map
+          (fun d -> Filename.concat d "taskset")
           ((match Sys.getenv_opt "PATH" with Some p -> String.split_on_char ':' p | None -> [])
           @ [ "/usr/bin"; "/bin" ])))
 
 let can_pin () = Lazy.force taskset <> None
 
 let placement ~cpu =
-  match (cpu, Lazy.force taskset) with Some c, Some _ -> Printf.sprintf "CPU %d" c | _ -> "unpinned"
+  match (cpu, Lazy.force taskset) with
+  | Some c, Some _ -> Printf.sprintf "CPU %d" c
+  | _ -> "unpinned"
 
 let spawn ?cpu ?(stdin = `Pipe) ?stderr ~name exe args =
   let argv =
@@ -62,7 +65,6 @@ let spawn ?cpu ?(stdin = `Pipe) ?stderr ~name exe args =
 let name p = p.name
 let spawned_at p = p.spawned
 let lines p = List.rev p.rev_lines
-
 let chunk = Bytes.create 65536
 
 let close_out_fd p =
@@ -149,7 +151,10 @@ let exit_ok p = (not p.killed) && p.status = Some (Unix.WEXITED 0)
 let finish ps ~timeout =
   let ended = wait_until ps ~timeout (fun () -> List.for_all reap ps) in
   (* What the processes wrote before they ended is still in the pipes. *)
-  ignore (wait_until ps ~timeout:(if ended then 0.5 else 0.) (fun () -> List.for_all (fun p -> p.out = None) ps));
+  ignore
+    (wait_until ps
+       ~timeout:(if ended then 0.5 else 0.)
+       (fun () -> List.for_all (fun p -> p.out = None) ps));
   List.iter kill ps;
   ended && List.for_all exit_ok ps
 
@@ -188,7 +193,8 @@ let temp_dir prefix =
 
 let remove_dir d =
   (match Sys.readdir d with
-  | files -> Array.iter (fun f -> try Sys.remove (Filename.concat d f) with Sys_error _ -> ()) files
+  | files ->
+      Array.iter (fun f -> try Sys.remove (Filename.concat d f) with Sys_error _ -> ()) files
   | exception Sys_error _ -> ());
   try Unix.rmdir d with Unix.Unix_error _ -> ()
 
@@ -200,10 +206,10 @@ let read_tail ?(max = 2000) f =
         ~finally:(fun () -> close_in ic)
         (fun () ->
           match in_channel_length ic with
-          | n ->
+          | n -> (
               let k = Int.min n max in
               seek_in ic (n - k);
-              (try really_input_string ic k with End_of_file -> "")
+              try really_input_string ic k with End_of_file -> "")
           | exception Sys_error _ -> "")
 
 (* "0-1", "0,2-3" *)
@@ -220,8 +226,11 @@ let online_cpus () =
     match String.split_on_char '-' part with
     | [ a ] -> Option.map (fun _ -> 1) (int_of_string_opt a)
     | [ a; b ] -> (
-        match (int_of_string_opt a, int_of_string_opt b) with Some a, Some b when b >= a -> Some (b - a + 1) | _ -> None)
+        match (int_of_string_opt a, int_of_string_opt b) with
+        | Some a, Some b when b >= a -> Some (b - a + 1)
+        | _ -> None)
     | _ -> None
   in
   let parts = List.map count (String.split_on_char ',' s) in
-  if s = "" || List.exists Option.is_none parts then 1 else List.fold_left (fun a p -> a + Option.get p) 0 parts
+  if s = "" || List.exists Option.is_none parts then 1
+  else List.fold_left (fun a p -> a + Option.get p) 0 parts

@@ -15,7 +15,8 @@ module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 type row = {
   stack : string;
   size : int;
-  formed : float option;  (** virtual seconds from the first start to one view of all; [None] if not within the bound *)
+  formed : float option;
+      (** virtual seconds from the first start to one view of all; [None] if not within the bound *)
   form_cpu : float;
   idle_datagrams : float;  (** per member and virtual second *)
   heartbeats : float;  (** per member and virtual second *)
@@ -45,12 +46,13 @@ let counter w key layer =
 (* Every live member in one view of [n]. *)
 let formed w n =
   let views =
-    List.filter_map (fun i -> Option.map (fun g -> (G.view g).Consort_group.Group.vid) (V.group w i)) (List.init (V.nprocs w) Fun.id)
+    List.filter_map
+      (fun i -> Option.map (fun g -> (G.view g).Consort_group.Group.vid) (V.group w i))
+      (List.init (V.nprocs w) Fun.id)
   in
   List.length views = n
   && (match views with v :: rest -> List.for_all (String.equal v) rest | [] -> false)
-  &&
-  match V.group w 0 with Some g -> Array.length (G.view g).members = n | None -> false
+  && match V.group w 0 with Some g -> Array.length (G.view g).members = n | None -> false
 
 (* Runs the simulator in steps of [step] until [ok] or [bound]; the
    virtual time it took. *)
@@ -74,7 +76,9 @@ let one ~seed ~params ~stack n =
     V.at w (Rng.int (V.rng w) 300_000_000) (fun () -> V.start w i)
   done;
   let c0 = cpu () in
-  let formed_at = run_until w ~step:(Time.of_ms 100) ~bound:(Time.of_sec 120.) (fun () -> formed w n) in
+  let formed_at =
+    run_until w ~step:(Time.of_ms 100) ~bound:(Time.of_sec 120.) (fun () -> formed w n)
+  in
   let form_cpu = cpu () -. c0 in
   let window = 5. in
   let sent () = (Sim.stats net).Sim.sent in
@@ -87,10 +91,14 @@ let one ~seed ~params ~stack n =
   let t = Sim.now net in
   for i = 0 to n - 1 do
     for k = 0 to int_of_float window - 1 do
-      V.at w (t + Time.of_sec (float_of_int k) + Rng.int (V.rng w) 1_000_000_000) (fun () -> V.cast ~size:100 w i)
+      V.at w
+        (t + Time.of_sec (float_of_int k) + Rng.int (V.rng w) 1_000_000_000)
+        (fun () -> V.cast ~size:100 w i)
     done
   done;
-  let st0 = counter w "status_sent" "mnak" and cr0 = counter w "credits_sent" "mflow" and a0 = counter w "acks_sent" "pt2pt" in
+  let st0 = counter w "status_sent" "mnak"
+  and cr0 = counter w "credits_sent" "mflow"
+  and a0 = counter w "acks_sent" "pt2pt" in
   Sim.run ~until:(t + Time.of_sec window) net;
   let s2 = sent () and st1 = counter w "status_sent" "mnak" in
   let cr1 = counter w "credits_sent" "mflow" and a1 = counter w "acks_sent" "pt2pt" in
@@ -102,10 +110,7 @@ let one ~seed ~params ~stack n =
     List.for_all
       (fun i ->
         i = victim
-        ||
-        match V.group w i with
-        | Some g -> Array.length (G.view g).members = n - 1
-        | None -> true)
+        || match V.group w i with Some g -> Array.length (G.view g).members = n - 1 | None -> true)
       (List.init n Fun.id)
   in
   V.crash w victim;
@@ -130,19 +135,30 @@ let one ~seed ~params ~stack n =
 
 (* Credit and stability status batched over 100 ms instead of 2 and 20 ms. *)
 let batched =
-  [ ("mflow.credit_delay", Params.Time (Time.of_ms 100)); ("mnak.status_interval", Params.Time (Time.of_ms 100)) ]
+  [
+    ("mflow.credit_delay", Params.Time (Time.of_ms 100));
+    ("mnak.status_interval", Params.Time (Time.of_ms 100));
+  ]
 
 let run ?(sizes = [ 16; 32; 64 ]) ?(params = Params.empty) () =
-  let tuned = Params.override (List.fold_left (fun ps (k, v) -> Params.set k v ps) Params.empty batched) ~by:params in
-  List.concat_map (fun n -> [ one ~seed:1 ~params ~stack:"vsync" n; one ~seed:1 ~params:tuned ~stack:"batched" n ]) sizes
+  let tuned =
+    Params.override
+      (List.fold_left (fun ps (k, v) -> Params.set k v ps) Params.empty batched)
+      ~by:params
+  in
+  List.concat_map
+    (fun n ->
+      [ one ~seed:1 ~params ~stack:"vsync" n; one ~seed:1 ~params:tuned ~stack:"batched" n ])
+    sizes
 
 let opt = function Some x -> Printf.sprintf "%.2f" x | None -> "-"
 
 let pp_table ppf rows =
-  Fmt.pf ppf "%-8s %7s %9s %7s | %8s %8s | %8s %8s %8s %8s | %7s %9s %7s | %7s %7s@." "stack" "members" "formed s" "cpu s" "dgram/s"
-    "beats/s" "dgram/s" "status/s" "credit/s" "acks/s" "cpu s" "change s" "cpu s" "idle x" "load x";
-  Fmt.pf ppf "%-8s %7s %9s %7s | %17s | %35s | %7s %9s %7s | %15s@." "" "" "(virtual)" "" "idle, per member" "load, per member" "10 s"
-    "(virtual)" "" "per member";
+  Fmt.pf ppf "%-8s %7s %9s %7s | %8s %8s | %8s %8s %8s %8s | %7s %9s %7s | %7s %7s@." "stack"
+    "members" "formed s" "cpu s" "dgram/s" "beats/s" "dgram/s" "status/s" "credit/s" "acks/s"
+    "cpu s" "change s" "cpu s" "idle x" "load x";
+  Fmt.pf ppf "%-8s %7s %9s %7s | %17s | %35s | %7s %9s %7s | %15s@." "" "" "(virtual)" ""
+    "idle, per member" "load, per member" "10 s" "(virtual)" "" "per member";
   match rows with
   | [] -> ()
   | first :: _ ->
@@ -150,18 +166,32 @@ let pp_table ppf rows =
         (fun r ->
           let base = List.find (fun b -> b.stack = r.stack) rows in
           let x a b = if b > 0. then a /. b else 0. in
-          Fmt.pf ppf "%-8s %7d %9s %7.1f | %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f | %7.1f %9s %7.1f | %7.2f %7.2f@." r.stack r.size (opt r.formed)
-            r.form_cpu r.idle_datagrams r.heartbeats r.load_datagrams r.status r.credits r.acks r.steady_cpu (opt r.view_change)
-            r.change_cpu (x r.idle_datagrams base.idle_datagrams) (x r.load_datagrams base.load_datagrams))
+          Fmt.pf ppf
+            "%-8s %7d %9s %7.1f | %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f | %7.1f %9s %7.1f | %7.2f \
+             %7.2f@."
+            r.stack r.size (opt r.formed) r.form_cpu r.idle_datagrams r.heartbeats r.load_datagrams
+            r.status r.credits r.acks r.steady_cpu (opt r.view_change) r.change_cpu
+            (x r.idle_datagrams base.idle_datagrams)
+            (x r.load_datagrams base.load_datagrams))
         rows;
       Fmt.pf ppf
-        "idle x, load x: datagrams per member beside the smallest group of the same stack (%d members); linear growth per member is x%s@."
+        "idle x, load x: datagrams per member beside the smallest group of the same stack (%d \
+         members); linear growth per member is x%s@."
         first.size
         (String.concat ", x"
-           (List.sort_uniq compare (List.map (fun r -> Printf.sprintf "%.0f" (float_of_int r.size /. float_of_int first.size)) rows)));
-      Fmt.pf ppf "batched: mflow.credit_delay=100ms, mnak.status_interval=100ms (the vsync stack credits and reports stability@.";
-      Fmt.pf ppf "after 2 and 20 ms: at low rates one credit cast per delivery, to every member, so its cost per member grows@.";
-      Fmt.pf ppf "with the square of the group; the status rate of busy members rises to its cap as the group grows)@."
+           (List.sort_uniq compare
+              (List.map
+                 (fun r -> Printf.sprintf "%.0f" (float_of_int r.size /. float_of_int first.size))
+                 rows)));
+      Fmt.pf ppf
+        "batched: mflow.credit_delay=100ms, mnak.status_interval=100ms (the vsync stack credits \
+         and reports stability@.";
+      Fmt.pf ppf
+        "after 2 and 20 ms: at low rates one credit cast per delivery, to every member, so its \
+         cost per member grows@.";
+      Fmt.pf ppf
+        "with the square of the group; the status rate of busy members rises to its cap as the \
+         group grows)@."
 
 let to_json rows =
   let f = function Some x -> Printf.sprintf "%.3f" x | None -> "null" in
@@ -171,6 +201,6 @@ let to_json rows =
           (fun r ->
             Printf.sprintf
               "{\"stack\":%S,\"members\":%d,\"formed_s\":%s,\"form_cpu_s\":%.2f,\"idle_datagrams_per_member_s\":%.1f,\"heartbeats_per_member_s\":%.1f,\"load_datagrams_per_member_s\":%.1f,\"status_per_member_s\":%.1f,\"credits_per_member_s\":%.1f,\"acks_per_member_s\":%.1f,\"steady_cpu_s\":%.2f,\"view_change_s\":%s,\"change_cpu_s\":%.2f}"
-              r.stack r.size (f r.formed) r.form_cpu r.idle_datagrams r.heartbeats r.load_datagrams r.status r.credits r.acks r.steady_cpu (f r.view_change)
-              r.change_cpu)
+              r.stack r.size (f r.formed) r.form_cpu r.idle_datagrams r.heartbeats r.load_datagrams
+              r.status r.credits r.acks r.steady_cpu (f r.view_change) r.change_cpu)
           rows))

@@ -1,8 +1,8 @@
 (** Summaries of samples: medians and percentiles. *)
 
 val percentile : float array -> float -> float
-(** [percentile xs p] is the [p]-th percentile (0 to 100) of [xs], by the
-    nearest-rank method; [nan] if [xs] is empty. [xs] is not modified. *)
+(** [percentile xs p] is the [p]-th percentile (0 to 100) of [xs], by the nearest-rank method; [nan]
+    if [xs] is empty. [xs] is not modified. *)
 
 val median : float array -> float
 (** [median xs] is [percentile xs 50.]. *)

@@ -20,7 +20,6 @@ type row = {
 
 (* Processes in a run: 3 unless [run ~members] says otherwise. *)
 let members_n = ref 3
-
 let rate _ m = if m.seconds > 0. && m.received > 1 then float (m.received - 1) /. m.seconds else nan
 
 let spawn_peers ?(props = "vsync") ~exe ~dir ~kind ~count ~size ~senders ~params ~deadline () =
@@ -28,30 +27,58 @@ let spawn_peers ?(props = "vsync") ~exe ~dir ~kind ~count ~size ~senders ~params
   List.init !members_n (fun i ->
       let args =
         [
-          "bench"; "peer"; "--kind"; kind; "--index"; string_of_int i; "--addrs"; String.concat "," addrs; "--count";
-          string_of_int count; "--size"; string_of_int size; "--senders"; string_of_int senders; "--deadline";
+          "bench";
+          "peer";
+          "--kind";
+          kind;
+          "--index";
+          string_of_int i;
+          "--addrs";
+          String.concat "," addrs;
+          "--count";
+          string_of_int count;
+          "--size";
+          string_of_int size;
+          "--senders";
+          string_of_int senders;
+          "--deadline";
           Printf.sprintf "%.1f" deadline;
         ]
         @ (if params = "" then [] else [ "--params"; params ])
         @ [ "--props"; props ]
       in
-      Proc.spawn ~stdin:`Null ~stderr:(Filename.concat dir (Printf.sprintf "peer-%d.err" i)) ~name:kind exe args)
+      Proc.spawn ~stdin:`Null
+        ~stderr:(Filename.concat dir (Printf.sprintf "peer-%d.err" i))
+        ~name:kind exe args)
 
-let results procs = List.map (fun p -> List.find_map (fun (_, l) -> Peer.parse_result l) (Proc.lines p)) procs
-let int_of pairs k = Option.bind (List.assoc_opt k pairs) int_of_string_opt |> Option.value ~default:0
-let float_of pairs k = Option.bind (List.assoc_opt k pairs) float_of_string_opt |> Option.value ~default:nan
+let results procs =
+  List.map (fun p -> List.find_map (fun (_, l) -> Peer.parse_result l) (Proc.lines p)) procs
 
-let errs dir = String.trim (String.concat "" (List.init !members_n (fun i -> Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
+let int_of pairs k =
+  Option.bind (List.assoc_opt k pairs) int_of_string_opt |> Option.value ~default:0
+
+let float_of pairs k =
+  Option.bind (List.assoc_opt k pairs) float_of_string_opt |> Option.value ~default:nan
+
+let errs dir =
+  String.trim
+    (String.concat ""
+       (List.init !members_n (fun i ->
+            Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
 
 let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~deadline () =
   let dir = Proc.temp_dir "consort-bench-tput" in
-  let procs = spawn_peers ?props ~exe ~dir ~kind:"group-tput" ~count ~size ~senders ~params ~deadline () in
+  let procs =
+    spawn_peers ?props ~exe ~dir ~kind:"group-tput" ~count ~size ~senders ~params ~deadline ()
+  in
   let finished = Proc.finish procs ~timeout:(deadline +. 5.) in
   let err = errs dir in
   Proc.remove_dir dir;
   let rs = results procs in
   if List.exists Option.is_none rs then
-    Error (Printf.sprintf "group throughput: a member gave no result%s" (if err = "" then "" else ": " ^ err))
+    Error
+      (Printf.sprintf "group throughput: a member gave no result%s"
+         (if err = "" then "" else ": " ^ err))
   else
     let members =
       List.mapi
@@ -74,7 +101,9 @@ let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~dea
 
 let raw ~exe ~count ~size ~deadline =
   let dir = Proc.temp_dir "consort-bench-tput" in
-  let procs = spawn_peers ~exe ~dir ~kind:"raw-tput" ~count ~size ~senders:1 ~params:"" ~deadline () in
+  let procs =
+    spawn_peers ~exe ~dir ~kind:"raw-tput" ~count ~size ~senders:1 ~params:"" ~deadline ()
+  in
   let finished = Proc.finish procs ~timeout:(deadline +. 5.) in
   let err = errs dir in
   Proc.remove_dir dir;
@@ -106,8 +135,20 @@ let raw ~exe ~count ~size ~deadline =
             })
           receivers
       in
-      Ok { kind = "raw UDP"; senders = 1; size; count; members = sender :: rs; ok = finished; runs = [] }
-  | _ -> Error (Printf.sprintf "raw UDP throughput: a process gave no result%s" (if err = "" then "" else ": " ^ err))
+      Ok
+        {
+          kind = "raw UDP";
+          senders = 1;
+          size;
+          count;
+          members = sender :: rs;
+          ok = finished;
+          runs = [];
+        }
+  | _ ->
+      Error
+        (Printf.sprintf "raw UDP throughput: a process gave no result%s"
+           (if err = "" then "" else ": " ^ err))
 
 let slowest r =
   List.fold_left
@@ -118,7 +159,11 @@ let slowest r =
 let repeat reps f =
   let rec go acc k =
     if k = 0 then Ok (List.rev acc)
-    else match f () with Error e -> Error e | Ok r when not r.ok -> Ok [ r ] | Ok r -> go (r :: acc) (k - 1)
+    else
+      match f () with
+      | Error e -> Error e
+      | Ok r when not r.ok -> Ok [ r ]
+      | Ok r -> go (r :: acc) (k - 1)
   in
   match go [] (max 1 reps) with
   | Error e -> Error e
@@ -132,7 +177,8 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
   members_n := members;
   if size < 11 || size > 65000 then Error "size between 11 and 65000 bytes"
   else if members < 2 || members > 32 then Error "members between 2 and 32"
-  else if List.exists (fun s -> s < 1 || s > members) senders then Error (Printf.sprintf "senders between 1 and %d" members)
+  else if List.exists (fun s -> s < 1 || s > members) senders then
+    Error (Printf.sprintf "senders between 1 and %d" members)
   else
     match repeat reps (fun () -> raw ~exe ~count ~size ~deadline) with
     | Error e -> Error e
@@ -144,7 +190,8 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
           | ((label, props, extra), s) :: rest -> (
               match
                 repeat reps (fun () ->
-                    group ~label ~props ~exe ~count ~size ~senders:s ~params:(join params extra) ~deadline ())
+                    group ~label ~props ~exe ~count ~size ~senders:s ~params:(join params extra)
+                      ~deadline ())
               with
               | Error e -> Error e
               | Ok row -> go (row :: acc) rest)
@@ -161,18 +208,22 @@ let pp_ratios ppf rows =
     (fun r ->
       if r.kind <> "raw UDP" then begin
         (match raw with
-        | Some u -> Fmt.pf ppf "ratio %s, %d sender(s) / raw UDP: %.2f@." r.kind r.senders (slowest r /. slowest u)
+        | Some u ->
+            Fmt.pf ppf "ratio %s, %d sender(s) / raw UDP: %.2f@." r.kind r.senders
+              (slowest r /. slowest u)
         | None -> ());
         if r.kind <> "unbundled" then
           match List.find_opt (fun u -> u.kind = "unbundled" && u.senders = r.senders) rows with
-          | Some u -> Fmt.pf ppf "ratio %s / unbundled, %d sender(s): %.2f@." r.kind r.senders (slowest r /. slowest u)
+          | Some u ->
+              Fmt.pf ppf "ratio %s / unbundled, %d sender(s): %.2f@." r.kind r.senders
+                (slowest r /. slowest u)
           | None -> ()
       end)
     rows
 
 let pp_table ppf rows =
-  Fmt.pf ppf "%-17s %7s %-16s | %8s / %-8s %6s | %8s | %12s %8s@." "kind" "senders" "process" "messages" "expected" "errors"
-    "seconds" "messages/s" "MB/s";
+  Fmt.pf ppf "%-17s %7s %-16s | %8s / %-8s %6s | %8s | %12s %8s@." "kind" "senders" "process"
+    "messages" "expected" "errors" "seconds" "messages/s" "MB/s";
   List.iter
     (fun r ->
       List.iter
@@ -185,24 +236,36 @@ let pp_table ppf rows =
         (String.concat ", " (List.map (Printf.sprintf "%.0f") r.runs));
       if r.kind <> "raw UDP" then
         Fmt.pf ppf "  %s; %s@."
-          (if r.ok then "every member delivered every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG")
+          (if r.ok then "every member delivered every cast once, in order, intact"
+           else "DELIVERIES INCOMPLETE OR WRONG")
           (String.concat ", "
              (List.map
                 (fun m ->
                   Printf.sprintf "%d: %s" m.index
                     (String.concat " "
                        (List.filter_map
-                          (fun (k, v) -> if List.mem k
-                                 [
-                                   "mflow_credits_sent"; "mnak_naks"; "mnak_retrans"; "dgrams_dropped"; "msgs_per_bundle";
-                                   "minor_words_per_msg"; "promoted_words_per_msg"; "copies_per_msg"; "copied_bytes_per_msg";
-                                 ]
-                            then Some (k ^ "=" ^ v) else None)
+                          (fun (k, v) ->
+                            if
+                              List.mem k
+                                [
+                                  "mflow_credits_sent";
+                                  "mnak_naks";
+                                  "mnak_retrans";
+                                  "dgrams_dropped";
+                                  "msgs_per_bundle";
+                                  "minor_words_per_msg";
+                                  "promoted_words_per_msg";
+                                  "copies_per_msg";
+                                  "copied_bytes_per_msg";
+                                ]
+                            then Some (k ^ "=" ^ v)
+                            else None)
                           m.detail)))
                 r.members))
       else begin
         let recv = List.filter (fun m -> m.role = "receiver") r.members in
-        let got = List.fold_left (fun a m -> a + m.received) 0 recv and want = List.fold_left (fun a m -> a + m.expected) 0 recv in
+        let got = List.fold_left (fun a m -> a + m.received) 0 recv
+        and want = List.fold_left (fun a m -> a + m.expected) 0 recv in
         Fmt.pf ppf "  received %d of %d datagrams sent (%.1f%% lost, no flow control)@." got want
           (100. *. float (want - got) /. float (max 1 want))
       end)
@@ -217,7 +280,9 @@ let pp_table ppf rows =
       | Some b when b != r && r.kind <> "raw UDP" && med b > 0. ->
           Fmt.pf ppf "%s, %d sender%s: %.0f%% of %s's throughput (costs %.0f%%)@." r.kind r.senders
             (if r.senders = 1 then "" else "s")
-            (100. *. med r /. med b) b.kind (100. *. (1. -. (med r /. med b)))
+            (100. *. med r /. med b)
+            b.kind
+            (100. *. (1. -. (med r /. med b)))
       | _ -> ())
     rows
 
@@ -236,7 +301,9 @@ let to_json rows =
                    (fun m ->
                      Printf.sprintf
                        "{\"index\":%d,\"role\":%S,\"messages\":%d,\"expected\":%d,\"errors\":%d,\"seconds\":%s,\"messages_per_s\":%s,\"mb_per_s\":%s}"
-                       m.index m.role m.received m.expected m.errors (f m.seconds) (f (rate r m)) (f (mb r m)))
+                       m.index m.role m.received m.expected m.errors (f m.seconds)
+                       (f (rate r m))
+                       (f (mb r m)))
                    r.members)))
          rows)
   ^ "]}"

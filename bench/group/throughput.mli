@@ -1,9 +1,8 @@
-(** Multicast throughput of 1 KB messages among 3 processes on 127.0.0.1:
-    casts in a group with the [vsync] stack (its default flow control),
-    every delivery checked at every member (origin, order, content, count);
-    beside one process sending the same datagrams to the 2 others over
-    blocking kernel UDP sockets with no flow control, counting what they
-    actually receive. Every run is bounded in messages and time. *)
+(** Multicast throughput of 1 KB messages among 3 processes on 127.0.0.1: casts in a group with the
+    [vsync] stack (its default flow control), every delivery checked at every member (origin, order,
+    content, count); beside one process sending the same datagrams to the 2 others over blocking
+    kernel UDP sockets with no flow control, counting what they actually receive. Every run is
+    bounded in messages and time. *)
 
 type member = {
   index : int;
@@ -22,7 +21,8 @@ type row = {
   count : int;  (** messages per sender *)
   members : member list;
   ok : bool;  (** every member got every message, in order *)
-  runs : float list;  (** the slowest receiving process's messages/s in each run; [members] is the median run *)
+  runs : float list;
+      (** the slowest receiving process's messages/s in each run; [members] is the median run *)
 }
 
 val rate : row -> member -> float
@@ -43,13 +43,11 @@ val run :
   ?reps:int ->
   unit ->
   (row list, string) result
-(** [run ~exe ()] runs raw UDP, then the group with 1 and with 3 senders
-    (default [senders]), [count] messages (default 20000) of [size] bytes
-    (default 1024) per sender, each configuration [reps] times (default 3;
-    the row is the median run), each run given up after [deadline]
-    seconds (default 30). [stacks] lists the group configurations, each
-    (label, property set, more tunables): by default [("group cast",
-    "vsync", "")]. [members]: processes (default 3). *)
+(** [run ~exe ()] runs raw UDP, then the group with 1 and with 3 senders (default [senders]),
+    [count] messages (default 20000) of [size] bytes (default 1024) per sender, each configuration
+    [reps] times (default 3; the row is the median run), each run given up after [deadline] seconds
+    (default 30). [stacks] lists the group configurations, each (label, property set, more
+    tunables): by default [("group cast", "vsync", "")]. [members]: processes (default 3). *)
 
 val pp_table : row list Fmt.t
 val to_json : row list -> string

@@ -62,7 +62,9 @@ let load ~name ~clients ~seconds ~dir (connect : int -> int -> bool) =
                 let i = ref 0 and failed = ref 0 in
                 while Unix.gettimeofday () < until do
                   let s = Unix.gettimeofday () in
-                  if op !i then Printf.fprintf oc "%d\n" (int_of_float ((Unix.gettimeofday () -. s) *. 1e6)) else incr failed;
+                  if op !i then
+                    Printf.fprintf oc "%d\n" (int_of_float ((Unix.gettimeofday () -. s) *. 1e6))
+                  else incr failed;
                   incr i
                 done;
                 Printf.fprintf oc "failed %d\n" !failed;
@@ -97,7 +99,14 @@ let load ~name ~clients ~seconds ~dir (connect : int -> int -> bool) =
     files;
   let a = Array.of_list !lats in
   Array.sort compare a;
-  { name; ops = Array.length a; seconds = elapsed; p50 = percentile a 0.5 /. 1000.; p99 = percentile a 0.99 /. 1000.; failed = !failed }
+  {
+    name;
+    ops = Array.length a;
+    seconds = elapsed;
+    p50 = percentile a 0.5 /. 1000.;
+    p99 = percentile a 0.99 /. 1000.;
+    failed = !failed;
+  }
 
 let key i c = Printf.sprintf "key%04d" (((i * 7919) + (c * 104729)) mod 1000)
 let value = String.make 100 'v'
@@ -109,9 +118,23 @@ let consort_cluster ?(params = []) ~dir ~n () =
   let pids =
     List.mapi
       (fun i (b, l) ->
-        spawn ~out:(dir / Printf.sprintf "kv%d-%d.log" n i) (self ())
-          ([ "kv"; "serve"; "--group"; Printf.sprintf "bench%d" n; "--data"; dir / Printf.sprintf "kv%d-%d" n i; "--bind"; b;
-            "--peers"; String.concat "," binds; "--listen"; l ]
+        spawn
+          ~out:(dir / Printf.sprintf "kv%d-%d.log" n i)
+          (self ())
+          ([
+             "kv";
+             "serve";
+             "--group";
+             Printf.sprintf "bench%d" n;
+             "--data";
+             dir / Printf.sprintf "kv%d-%d" n i;
+             "--bind";
+             b;
+             "--peers";
+             String.concat "," binds;
+             "--listen";
+             l;
+           ]
           @ if params = [] then [] else [ "--params"; String.concat "," params ]))
       (List.combine binds listens)
   in
@@ -127,8 +150,16 @@ let consort_ready listens =
       let c = Result.get_ok (K.Client.create ~timeout:1. [ l ]) in
       let rec go () =
         match K.Client.call c (K.Op.Put ("ready", "1")) with
-        | K.Wire.Done K.Op.Ok -> K.Client.close c; true
-        | _ -> if Unix.gettimeofday () -. t0 > 20. then (K.Client.close c; false) else (Unix.sleepf 0.2; go ())
+        | K.Wire.Done K.Op.Ok ->
+            K.Client.close c;
+            true
+        | _ ->
+            if Unix.gettimeofday () -. t0 > 20. then (
+              K.Client.close c;
+              false)
+            else (
+              Unix.sleepf 0.2;
+              go ())
       in
       go ())
     listens
@@ -141,7 +172,9 @@ let consort_op listens c =
   let cl = Result.get_ok (K.Client.create ~timeout:10. l) in
   fun i ->
     let op = if i land 1 = 0 then K.Op.Put (key i c, value) else K.Op.Get (key i c) in
-    match K.Client.call cl op with K.Wire.Done (K.Op.Ok | K.Op.Value _ | K.Op.Not_found) -> true | _ -> false
+    match K.Client.call cl op with
+    | K.Wire.Done (K.Op.Ok | K.Op.Value _ | K.Op.Not_found) -> true
+    | _ -> false
 
 (* etcd: three members on loopback, its JSON gateway over HTTP/1.1 with
    keep-alive (linearizable reads are etcd's default). *)
@@ -154,7 +187,9 @@ let install_etcd () =
   | None -> (
       let sudo = if Unix.getuid () = 0 then "" else "sudo " in
       let cmd =
-        sudo ^ "env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null 2>&1"
+        sudo
+        ^ "env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+           etcd-server >/dev/null 2>&1"
       in
       Fmt.pr "etcd: installing Debian's etcd-server@.";
       ignore (Sys.command cmd);
@@ -168,15 +203,38 @@ let install_etcd () =
 let etcd_cluster ~etcd ~dir =
   let names = [ "m0"; "m1"; "m2" ] in
   let ports = List.map (fun _ -> (free_port Unix.SOCK_STREAM, free_port Unix.SOCK_STREAM)) names in
-  let cluster = String.concat "," (List.map2 (fun n (_, p) -> Printf.sprintf "%s=http://127.0.0.1:%d" n p) names ports) in
+  let cluster =
+    String.concat ","
+      (List.map2 (fun n (_, p) -> Printf.sprintf "%s=http://127.0.0.1:%d" n p) names ports)
+  in
   let pids =
     List.map2
       (fun n (c, p) ->
-        spawn ~out:(dir / (n ^ ".log")) etcd
-          [ "--name"; n; "--data-dir"; dir / ("etcd-" ^ n); "--listen-client-urls"; Printf.sprintf "http://127.0.0.1:%d" c;
-            "--advertise-client-urls"; Printf.sprintf "http://127.0.0.1:%d" c; "--listen-peer-urls"; Printf.sprintf "http://127.0.0.1:%d" p;
-            "--initial-advertise-peer-urls"; Printf.sprintf "http://127.0.0.1:%d" p; "--initial-cluster"; cluster;
-            "--initial-cluster-state"; "new"; "--initial-cluster-token"; "consort-bench"; "--log-level"; "error" ])
+        spawn
+          ~out:(dir / (n ^ ".log"))
+          etcd
+          [
+            "--name";
+            n;
+            "--data-dir";
+            dir / ("etcd-" ^ n);
+            "--listen-client-urls";
+            Printf.sprintf "http://127.0.0.1:%d" c;
+            "--advertise-client-urls";
+            Printf.sprintf "http://127.0.0.1:%d" c;
+            "--listen-peer-urls";
+            Printf.sprintf "http://127.0.0.1:%d" p;
+            "--initial-advertise-peer-urls";
+            Printf.sprintf "http://127.0.0.1:%d" p;
+            "--initial-cluster";
+            cluster;
+            "--initial-cluster-state";
+            "new";
+            "--initial-cluster-token";
+            "consort-bench";
+            "--log-level";
+            "error";
+          ])
       names ports
   in
   (pids, List.map fst ports)
@@ -212,21 +270,31 @@ module Http = struct
 
   let find s sub from =
     let n = String.length sub in
-    let rec go i = if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1) in
+    let rec go i =
+      if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1)
+    in
     go from
 
   (* The status code and body of one response. *)
   let post t path body =
     let fd = conn t in
     let req =
-      Printf.sprintf "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" path
-        (String.length body) body
+      Printf.sprintf
+        "POST %s HTTP/1.1\r\n\
+         Host: 127.0.0.1\r\n\
+         Content-Type: application/json\r\n\
+         Content-Length: %d\r\n\
+         \r\n\
+         %s"
+        path (String.length body) body
     in
     ignore (Unix.write_substring fd req 0 (String.length req));
     let rec headers () =
       match find (Buffer.contents t.buf) "\r\n\r\n" 0 with
       | Some i -> i
-      | None -> fill t fd; headers ()
+      | None ->
+          fill t fd;
+          headers ()
     in
     let h = headers () in
     let s = Buffer.contents t.buf in
@@ -236,7 +304,9 @@ module Http = struct
     Buffer.clear t.buf;
     Buffer.add_string t.buf rest;
     let take n =
-      while Buffer.length t.buf < n do fill t fd done;
+      while Buffer.length t.buf < n do
+        fill t fd
+      done;
       let s = Buffer.contents t.buf in
       Buffer.clear t.buf;
       Buffer.add_string t.buf (String.sub s n (String.length s - n));
@@ -251,7 +321,13 @@ module Http = struct
           (* chunked *)
           let b = Buffer.create 256 in
           let rec chunks () =
-            let rec line () = match find (Buffer.contents t.buf) "\r\n" 0 with Some i -> i | None -> fill t fd; line () in
+            let rec line () =
+              match find (Buffer.contents t.buf) "\r\n" 0 with
+              | Some i -> i
+              | None ->
+                  fill t fd;
+                  line ()
+            in
             let i = line () in
             let size = int_of_string ("0x" ^ String.trim (take i)) in
             ignore (take 2);
@@ -273,7 +349,9 @@ let etcd_op ports c =
   let b64 = Base64.encode_string in
   fun i ->
     let path, body =
-      if i land 1 = 0 then ("/v3/kv/put", Printf.sprintf "{\"key\":\"%s\",\"value\":\"%s\"}" (b64 (key i c)) (b64 value))
+      if i land 1 = 0 then
+        ( "/v3/kv/put",
+          Printf.sprintf "{\"key\":\"%s\",\"value\":\"%s\"}" (b64 (key i c)) (b64 value) )
       else ("/v3/kv/range", Printf.sprintf "{\"key\":\"%s\"}" (b64 (key i c)))
     in
     match Http.post h path body with
@@ -286,7 +364,13 @@ let etcd_op ports c =
 let etcd_ready ports =
   let t0 = Unix.gettimeofday () in
   let op = etcd_op ports 0 in
-  let rec go () = if op 0 then true else if Unix.gettimeofday () -. t0 > 30. then false else (Unix.sleepf 0.3; go ()) in
+  let rec go () =
+    if op 0 then true
+    else if Unix.gettimeofday () -. t0 > 30. then false
+    else (
+      Unix.sleepf 0.3;
+      go ())
+  in
   go ()
 
 (* etcd's leader: the member whose status names itself as leader. *)
@@ -296,7 +380,9 @@ let etcd_leader ports =
     match Http.find body k 0 with
     | Some i -> (
         let j = i + String.length k in
-        match String.index_from_opt body j '"' with Some e -> Some (String.sub body j (e - j)) | None -> None)
+        match String.index_from_opt body j '"' with
+        | Some e -> Some (String.sub body j (e - j))
+        | None -> None)
     | None -> None
   in
   List.find_map
@@ -305,9 +391,15 @@ let etcd_leader ports =
       match Http.post h "/v3/maintenance/status" "{}" with
       | 200, body ->
           Http.close h;
-          if field "member_id" body <> None && field "member_id" body = field "leader" body then Some i else None
-      | _ -> Http.close h; None
-      | exception _ -> Http.close h; None)
+          if field "member_id" body <> None && field "member_id" body = field "leader" body then
+            Some i
+          else None
+      | _ ->
+          Http.close h;
+          None
+      | exception _ ->
+          Http.close h;
+          None)
     (List.mapi (fun i p -> (i, p)) ports)
 
 (* One client writes without pause; [kill ()] SIGKILLs a member 2 s in.
@@ -335,13 +427,19 @@ let failover ~name ~op ~kill =
   done;
   match !killed with
   | Some _ when !after >= 200 -> Ok (name, !worst)
-  | Some _ -> Error (Printf.sprintf "%s: writes did not go on after the kill (%d in %.0f s)" name !after (Unix.gettimeofday () -. t0))
+  | Some _ ->
+      Error
+        (Printf.sprintf "%s: writes did not go on after the kill (%d in %.0f s)" name !after
+           (Unix.gettimeofday () -. t0))
   | None -> Error (Printf.sprintf "%s: no kill" name)
 
 let pp_row base ppf r =
-  Fmt.pf ppf "%-24s %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  %s" r.name (float r.ops /. r.seconds) r.p50 r.p99
+  Fmt.pf ppf "%-24s %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  %s" r.name
+    (float r.ops /. r.seconds)
+    r.p50 r.p99
     (match base with
-    | Some b when b.ops > 0 -> Printf.sprintf "x%.2f of 3 replicas" (float r.ops /. r.seconds /. (float b.ops /. b.seconds))
+    | Some b when b.ops > 0 ->
+        Printf.sprintf "x%.2f of 3 replicas" (float r.ops /. r.seconds /. (float b.ops /. b.seconds))
     | _ -> "");
   if r.failed > 0 then Fmt.pf ppf "  (%d failed)" r.failed
 
@@ -351,13 +449,20 @@ let run clients seconds no_etcd json =
   Sys.remove dir;
   Unix.mkdir dir 0o700;
   Fun.protect ~finally:(fun () -> rm_rf dir) @@ fun () ->
-  Fmt.pr "Key-value store: %d client processes, each one operation at a time for %.0f s; half puts of 100 bytes, half linearizable gets, 1000 keys; data in %s@."
+  Fmt.pr
+    "Key-value store: %d client processes, each one operation at a time for %.0f s; half puts of \
+     100 bytes, half linearizable gets, 1000 keys; data in %s@."
     clients seconds (Filename.dirname dir);
   let consort n =
     let pids, listens = consort_cluster ~dir ~n () in
     Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
     if not (consort_ready listens) then Error (Printf.sprintf "%d replicas did not start" n)
-    else Ok (load ~name:(Printf.sprintf "consort kv, %d replica%s" n (if n = 1 then "" else "s")) ~clients ~seconds ~dir (fun c -> consort_op listens c))
+    else
+      Ok
+        (load
+           ~name:(Printf.sprintf "consort kv, %d replica%s" n (if n = 1 then "" else "s"))
+           ~clients ~seconds ~dir
+           (fun c -> consort_op listens c))
   in
   let r3 = consort 3 in
   let r1 = consort 1 in
@@ -380,10 +485,24 @@ let run clients seconds no_etcd json =
     Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
     if not (consort_ready listens) then Error "3 replicas did not start"
     else
-      let cl = Result.get_ok (Consort_kv.Client.create ~timeout:20. [ List.hd listens; List.nth listens 1 ]) in
-      let op i = match Consort_kv.Client.call cl (Consort_kv.Op.Put (key i 0, value)) with Consort_kv.Wire.Done Consort_kv.Op.Ok -> true | _ -> false in
-      let name = Printf.sprintf "consort kv, 3 replicas%s" (if params = [] then "" else " (" ^ String.concat "," params ^ ")") in
-      let r = Fun.protect ~finally:(fun () -> Consort_kv.Client.close cl) (fun () -> failover ~name ~op ~kill:(fun () -> kill_pid (List.nth pids 2))) in
+      let cl =
+        Result.get_ok
+          (Consort_kv.Client.create ~timeout:20. [ List.hd listens; List.nth listens 1 ])
+      in
+      let op i =
+        match Consort_kv.Client.call cl (Consort_kv.Op.Put (key i 0, value)) with
+        | Consort_kv.Wire.Done Consort_kv.Op.Ok -> true
+        | _ -> false
+      in
+      let name =
+        Printf.sprintf "consort kv, 3 replicas%s"
+          (if params = [] then "" else " (" ^ String.concat "," params ^ ")")
+      in
+      let r =
+        Fun.protect
+          ~finally:(fun () -> Consort_kv.Client.close cl)
+          (fun () -> failover ~name ~op ~kill:(fun () -> kill_pid (List.nth pids 2)))
+      in
       (* What the replicas said, when writes did not go on. *)
       if Result.is_error r then
         List.iter
@@ -398,7 +517,9 @@ let run clients seconds no_etcd json =
                    done
                  with End_of_file -> ());
                 close_in ic;
-                List.iter (fun l -> prerr_endline (f ^ ": " ^ l)) (List.rev (List.filteri (fun i _ -> i < 5) !lines))
+                List.iter
+                  (fun l -> prerr_endline (f ^ ": " ^ l))
+                  (List.rev (List.filteri (fun i _ -> i < 5) !lines))
             | exception Sys_error _ -> ())
           [ 0; 1; 2 ];
       r
@@ -410,7 +531,7 @@ let run clients seconds no_etcd json =
     else
       match find_etcd () with
       | None -> Error "etcd: not installed"
-      | Some etcd ->
+      | Some etcd -> (
           let dir = dir / "failover-etcd" in
           Unix.mkdir dir 0o700;
           let pids, ports = etcd_cluster ~etcd ~dir in
@@ -424,42 +545,61 @@ let run clients seconds no_etcd json =
                 let other = (leader + 1) mod 3 in
                 let op = etcd_op [ List.nth ports other ] 0 in
                 let op i = op (2 * i) in
-                failover ~name:"etcd, 3 members (leader killed)" ~op ~kill:(fun () -> kill_pid (List.nth pids leader))
+                failover ~name:"etcd, 3 members (leader killed)" ~op ~kill:(fun () ->
+                    kill_pid (List.nth pids leader)))
   in
   let base = Result.to_option r3 in
   (try
      let ic = open_in "/proc/loadavg" in
      let l = input_line ic in
      close_in ic;
-     Fmt.pr "load average (1, 5, 15 min) at the end: %s@." (String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' l)))
+     Fmt.pr "load average (1, 5, 15 min) at the end: %s@."
+       (String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' l)))
    with _ -> ());
   List.iter
     (function Ok r -> Fmt.pr "%a@." (pp_row base) r | Error e -> Fmt.pr "%s@." e)
     [ r3; r1; etcd ];
-  Fmt.pr "Failover: one client writes; a replica (etcd: the leader) is killed with SIGKILL; writes blocked for@.";
+  Fmt.pr
+    "Failover: one client writes; a replica (etcd: the leader) is killed with SIGKILL; writes \
+     blocked for@.";
   List.iter
     (function Ok (name, w) -> Fmt.pr "  %-66s %6.2f s@." name w | Error e -> Fmt.pr "  %s@." e)
     [ f_default; f_short; f_etcd ];
   if json then begin
     let j = function
       | Ok r ->
-          Printf.sprintf "{\"name\":%S,\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"failed\":%d}" r.name
-            (float r.ops /. r.seconds) r.p50 r.p99 r.failed
+          Printf.sprintf
+            "{\"name\":%S,\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"failed\":%d}" r.name
+            (float r.ops /. r.seconds)
+            r.p50 r.p99 r.failed
       | Error e -> Printf.sprintf "{\"error\":%S}" e
     in
     let f = function
       | Ok (name, w) -> Printf.sprintf "{\"failover\":%S,\"blocked_s\":%.3f}" name w
       | Error e -> Printf.sprintf "{\"error\":%S}" e
     in
-    print_endline ("[" ^ String.concat "," (List.map j [ r3; r1; etcd ] @ List.map f [ f_default; f_short; f_etcd ]) ^ "]")
+    print_endline
+      ("["
+      ^ String.concat "," (List.map j [ r3; r1; etcd ] @ List.map f [ f_default; f_short; f_etcd ])
+      ^ "]")
   end;
   match (r3, r1) with Ok _, Ok _ -> 0 | _ -> 1
 
 let cmd =
-  let clients = Arg.(value & opt Consort_cli.positive_int 8 & info [ "clients" ] ~docv:"N" ~doc:"Client processes.") in
-  let seconds = Arg.(value & opt Consort_cli.positive_float 5. & info [ "seconds" ] ~docv:"S" ~doc:"Duration of each run.") in
+  let clients =
+    Arg.(
+      value & opt Consort_cli.positive_int 8 & info [ "clients" ] ~docv:"N" ~doc:"Client processes.")
+  in
+  let seconds =
+    Arg.(
+      value & opt Consort_cli.positive_float 5.
+      & info [ "seconds" ] ~docv:"S" ~doc:"Duration of each run.")
+  in
   let no_etcd = Arg.(value & flag & info [ "no-etcd" ] ~doc:"Do not install and run etcd.") in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
   Cmd.v
-    (Consort_cli.info ~path:"bench kv" "kv" ~doc:"Key-value operations per second and latency with 3 replicas, beside 1 replica and beside etcd.")
+    (Consort_cli.info ~path:"bench kv" "kv"
+       ~doc:
+         "Key-value operations per second and latency with 3 replicas, beside 1 replica and beside \
+          etcd.")
     Term.(const run $ clients $ seconds $ no_etcd $ json)

@@ -32,7 +32,9 @@ let spawn ?ns ?(stdin = false) argv =
   | pid ->
       close_child_ends ();
       Unix.set_nonblock out_r;
-      let t = { pid; fd = out_r; input = in_w; buf = Buffer.create 256; eof = false; reaped = None } in
+      let t =
+        { pid; fd = out_r; input = in_w; buf = Buffer.create 256; eof = false; reaped = None }
+      in
       live := t :: !live;
       t
 
@@ -56,7 +58,8 @@ let pump t =
   in
   go ()
 
-let starts_with ~prefix s = String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix
+let starts_with ~prefix s =
+  String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix
 
 let complete_lines t =
   let s = output t in
@@ -65,7 +68,6 @@ let complete_lines t =
   if t.eof then lines else List.rev (List.tl (List.rev lines))
 
 let find_line t ~prefix = List.find_opt (starts_with ~prefix) (complete_lines t)
-
 let now () = Unix.gettimeofday ()
 
 (* Waits for more output until [ready ()] or [deadline]. *)
@@ -78,7 +80,8 @@ let wait_until t ~deadline ready =
       let left = deadline -. now () in
       if left <= 0. then false
       else begin
-        (try ignore (Unix.select [ t.fd ] [] [] (min left 0.2)) with Unix.Unix_error (EINTR, _, _) -> ());
+        (try ignore (Unix.select [ t.fd ] [] [] (min left 0.2))
+         with Unix.Unix_error (EINTR, _, _) -> ());
         go ()
       end
   in
@@ -104,10 +107,7 @@ let send_line t s =
       ignore (Unix.write_substring fd s 0 (String.length s))
 
 let close_stdin t =
-  match t.input with
-  | Some fd -> (
-      try Unix.close fd with Unix.Unix_error _ -> ())
-  | None -> ()
+  match t.input with Some fd -> ( try Unix.close fd with Unix.Unix_error _ -> ()) | None -> ()
 
 let reap t =
   match t.reaped with

@@ -30,14 +30,15 @@ let sink = ref 0
 let one ~seconds size =
   let ring = max 2 (262144 / size) in
   let ring = min ring 64 in
-  let srcs = Array.init ring (fun k -> Cstruct.of_string (String.init size (fun i -> Char.chr ((i + k) land 255)))) in
+  let srcs =
+    Array.init ring (fun k ->
+        Cstruct.of_string (String.init size (fun i -> Char.chr ((i + k) land 255))))
+  in
   let dst = Cstruct.create size in
   let checksum_gbps =
     measure ~seconds ~size (fun i -> sink := !sink + Checksum.sum srcs.(i mod ring))
   in
-  let memcpy_gbps =
-    measure ~seconds ~size (fun i -> Cstruct.blit srcs.(i mod ring) 0 dst 0 size)
-  in
+  let memcpy_gbps = measure ~seconds ~size (fun i -> Cstruct.blit srcs.(i mod ring) 0 dst 0 size) in
   let reference_gbps =
     measure ~seconds:(seconds /. 4.) ~size (fun i ->
         sink := !sink + Checksum.Reference.sum srcs.(i mod ring))
@@ -53,5 +54,6 @@ let pp_table ppf rows =
   List.iter
     (fun r ->
       Fmt.pf ppf "%8d %14.2f %14.2f %10.2f %16.2f@." r.size r.checksum_gbps r.memcpy_gbps
-        (r.checksum_gbps /. r.memcpy_gbps) r.reference_gbps)
+        (r.checksum_gbps /. r.memcpy_gbps)
+        r.reference_gbps)
     rows

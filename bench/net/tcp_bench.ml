@@ -19,11 +19,27 @@ type config = {
 }
 
 let default =
-  { bytes = 200_000_000; seconds = 20.; rr_size = 64; rr_count = 20_000; mtu = 1500; buffer = 1 lsl 20; rounds = 3 }
+  {
+    bytes = 200_000_000;
+    seconds = 20.;
+    rr_size = 64;
+    rr_count = 20_000;
+    mtu = 1500;
+    buffer = 1 lsl 20;
+    rounds = 3;
+  }
 
 type cpu = { who : string; user : float; sys : float }
 type flow = { bytes : int; secs : float; cpu : cpu list; machine : float; rates : float list }
-type rr = { size : int; rounds : int; min_us : float; median_us : float; p99_us : float; mean_us : float }
+
+type rr = {
+  size : int;
+  rounds : int;
+  min_us : float;
+  median_us : float;
+  p99_us : float;
+  mean_us : float;
+}
 
 type report = {
   config : config;
@@ -63,15 +79,22 @@ let cpu_of f who =
 let stack_ms_per_mb_consort f = per_mb f (cpu_of f "consort")
 
 let user_ms_per_mb_consort f =
-  per_mb f (match List.find_opt (fun c -> c.who = "consort") f.cpu with Some c -> c.user | None -> 0.)
+  per_mb f
+    (match List.find_opt (fun c -> c.who = "consort") f.cpu with Some c -> c.user | None -> 0.)
 
 (* The kernel's TCP for one end: the sender's and the receiver's system
    time, halved. *)
 let kernel_ms_per_mb f =
-  let sys = List.fold_left (fun acc c -> if c.who = "source" || c.who = "sink" then acc +. c.sys else acc) 0. f.cpu in
+  let sys =
+    List.fold_left
+      (fun acc c -> if c.who = "source" || c.who = "sink" then acc +. c.sys else acc)
+      0. f.cpu
+  in
   per_mb f (sys /. 2.)
 
-let throughput_ratios r = (mbit_s r.consort_in /. mbit_s r.bridge, mbit_s r.consort_out /. mbit_s r.bridge)
+let throughput_ratios r =
+  (mbit_s r.consort_in /. mbit_s r.bridge, mbit_s r.consort_out /. mbit_s r.bridge)
+
 let latency_ratio r = r.consort_rr.median_us /. r.bridge_rr.median_us
 let p99_ratio r = r.consort_rr.p99_us /. r.bridge_rr.p99_us
 
@@ -92,9 +115,12 @@ let check_interrupted () = if !Proc.interrupted then fail "interrupted"
 let impossible () =
   if Unix.geteuid () <> 0 then Some "not root: network namespaces, TAP and veth devices need root"
   else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
-  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then Some "the ip program (iproute2) is missing"
-  else if Sys.command "command -v taskset >/dev/null 2>&1" <> 0 then Some "taskset (util-linux) is missing"
-  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then Some "gcc is missing (it builds the C bridge and peers)"
+  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then
+    Some "the ip program (iproute2) is missing"
+  else if Sys.command "command -v taskset >/dev/null 2>&1" <> 0 then
+    Some "taskset (util-linux) is missing"
+  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then
+    Some "gcc is missing (it builds the C bridge and peers)"
   else None
 
 (* {1 The environment: helpers, namespaces and devices} *)
@@ -109,7 +135,6 @@ type env = {
 }
 
 let tag = Printf.sprintf "%d" (Unix.getpid ())
-
 let link_kinds = [ "t"; "a"; "b"; "va"; "vb" ]
 let ns_kinds = [ "ca"; "ba"; "bb"; "va"; "vb" ]
 let ns_prefix tag = Printf.sprintf "consort-bench-%s-" tag
@@ -149,7 +174,10 @@ let new_ns env suffix =
   let ns = ns_prefix env.tag ^ suffix in
   env.namespaces <- ns :: env.namespaces;
   sh "ip netns add %s" ns;
-  quiet "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1" ns;
+  quiet
+    "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
+     net.ipv6.conf.default.disable_ipv6=1"
+    ns;
   sh "ip -n %s link set lo up" ns;
   ns
 
@@ -168,9 +196,7 @@ let cleanup env =
   drop_namespaces env;
   remove_tree env.dir
 
-
 let lines cmd = match Proc.run cmd with Ok s -> String.split_on_char '\n' s | Error _ -> []
-
 let first_word l = match String.split_on_char ' ' (String.trim l) with w :: _ -> w | [] -> ""
 
 let leftovers () =
@@ -231,7 +257,8 @@ let machine_busy () =
   let line = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> input_line ic) in
   match List.filter (( <> ) "") (String.split_on_char ' ' line) with
   | "cpu" :: user :: nice :: system :: _idle :: _iowait :: irq :: softirq :: _ ->
-      float (List.fold_left (fun a s -> a + int_of_string s) 0 [ user; nice; system; irq; softirq ]) /. 100.
+      float (List.fold_left (fun a s -> a + int_of_string s) 0 [ user; nice; system; irq; softirq ])
+      /. 100.
   | _ -> fail "cannot read /proc/stat"
 
 let self_cpu () =
@@ -264,7 +291,9 @@ let pinned_argv pin argv = if pin then "taskset" :: "-c" :: "0" :: argv else arg
 (* {1 Kernel peers} *)
 
 let fields out prefix =
-  match Proc.result_fields out prefix with Some f -> f | None -> fail "no %s line in:\n%s" prefix out
+  match Proc.result_fields out prefix with
+  | Some f -> f
+  | None -> fail "no %s line in:\n%s" prefix out
 
 let float_field f key =
   match List.assoc_opt key f with
@@ -289,20 +318,36 @@ let rr_of out size =
 let port_in = 5001
 let port_out = 5002
 let port_rr = 5007
-
 let spawn_peer env ?(pin = false) ?ns args = Proc.spawn ?ns (pinned_argv pin (env.peer_exe :: args))
 
-let sink env (cfg : config) ns = spawn_peer env ~ns [ "sink"; string_of_int port_out; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
+let sink env (cfg : config) ns =
+  spawn_peer env ~ns [ "sink"; string_of_int port_out; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
 
 let source env (cfg : config) ns host port =
-  spawn_peer env ~ns [ "source"; host; string_of_int port; string_of_int cfg.bytes; Printf.sprintf "%.1f" cfg.seconds ]
+  spawn_peer env ~ns
+    [
+      "source"; host; string_of_int port; string_of_int cfg.bytes; Printf.sprintf "%.1f" cfg.seconds;
+    ]
 
 let pong env (cfg : config) ~pin ns =
-  spawn_peer env ~pin ~ns [ "pong"; string_of_int port_rr; string_of_int cfg.rr_size; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
+  spawn_peer env ~pin ~ns
+    [
+      "pong";
+      string_of_int port_rr;
+      string_of_int cfg.rr_size;
+      Printf.sprintf "%.1f" (cfg.seconds +. 10.);
+    ]
 
 let ping env (cfg : config) ~pin ns host =
   spawn_peer env ~pin ~ns
-    [ "ping"; host; string_of_int port_rr; string_of_int cfg.rr_size; string_of_int cfg.rr_count; Printf.sprintf "%.1f" cfg.seconds ]
+    [
+      "ping";
+      host;
+      string_of_int port_rr;
+      string_of_int cfg.rr_size;
+      string_of_int cfg.rr_count;
+      Printf.sprintf "%.1f" cfg.seconds;
+    ]
 
 let grace = 15.
 
@@ -311,33 +356,33 @@ let grace = 15.
    (the bridge), sampled before and after the transfer. *)
 let kernel_pair env (cfg : config) ~a ~b ~b_ip ~extra ~pin_between =
   let transfer () =
-  check_interrupted ();
-  let k = sink env cfg b in
-  ignore (ok (Proc.wait_line k ~prefix:"LISTENING" ~timeout:5.));
-  let before = extra () and m0 = machine_busy () in
-  let s = source env cfg a b_ip port_out in
-  let src_out = ok (Proc.finish s ~timeout:(cfg.seconds +. grace)) in
-  let sink_out = ok (Proc.finish k ~timeout:grace) in
-  let m1 = machine_busy () and after = extra () in
-  let f = fields sink_out "RESULT" in
-  let bytes = int_of_float (float_field f "bytes") in
-  if bytes <> int_of_float (float_field (fields src_out "RESULT") "bytes") then
-    fail "the sink received %d bytes, the source sent %s" bytes src_out;
-  let between =
-    match (before, after) with
-    | Some (u0, s0), Some (u1, s1) -> [ { who = "bridge"; user = u1 -. u0; sys = s1 -. s0 } ]
-    | _ -> []
-  in
-  let flow =
-    {
-      bytes;
-      secs = float_field f "secs";
-      cpu = (peer_cpu "source" src_out :: between) @ [ peer_cpu "sink" sink_out ];
-      machine = m1 -. m0;
-      rates = [];
-    }
-  in
-  flow
+    check_interrupted ();
+    let k = sink env cfg b in
+    ignore (ok (Proc.wait_line k ~prefix:"LISTENING" ~timeout:5.));
+    let before = extra () and m0 = machine_busy () in
+    let s = source env cfg a b_ip port_out in
+    let src_out = ok (Proc.finish s ~timeout:(cfg.seconds +. grace)) in
+    let sink_out = ok (Proc.finish k ~timeout:grace) in
+    let m1 = machine_busy () and after = extra () in
+    let f = fields sink_out "RESULT" in
+    let bytes = int_of_float (float_field f "bytes") in
+    if bytes <> int_of_float (float_field (fields src_out "RESULT") "bytes") then
+      fail "the sink received %d bytes, the source sent %s" bytes src_out;
+    let between =
+      match (before, after) with
+      | Some (u0, s0), Some (u1, s1) -> [ { who = "bridge"; user = u1 -. u0; sys = s1 -. s0 } ]
+      | _ -> []
+    in
+    let flow =
+      {
+        bytes;
+        secs = float_field f "secs";
+        cpu = (peer_cpu "source" src_out :: between) @ [ peer_cpu "sink" sink_out ];
+        machine = m1 -. m0;
+        rates = [];
+      }
+    in
+    flow
   in
   let flow = rounds cfg transfer in
   let rr pin =
@@ -370,8 +415,8 @@ let bridge_run env (cfg : config) progress =
   let stats () =
     let seen = List.length (Proc.lines br ~prefix:"STATS") in
     Proc.send_line br "stats";
-    if not (Proc.wait br ~timeout:5. (fun () -> List.length (Proc.lines br ~prefix:"STATS") > seen)) then
-      fail "the bridge does not answer:\n%s" (Proc.output br);
+    if not (Proc.wait br ~timeout:5. (fun () -> List.length (Proc.lines br ~prefix:"STATS") > seen))
+    then fail "the bridge does not answer:\n%s" (Proc.output br);
     let f = fields (List.nth (Proc.lines br ~prefix:"STATS") seen) "STATS" in
     Some (float_field f "utime", float_field f "stime")
   in
@@ -443,7 +488,11 @@ let tcp_on (cfg : config) (up : Up.t) : (module TCP_IP) =
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let config = { Tcp.default_config with send_buffer = cfg.buffer; receive_buffer = cfg.buffer } in
-  let tcp = match T.create ~config up.stack.ip with Ok t -> t | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e) in
+  let tcp =
+    match T.create ~config up.stack.ip with
+    | Ok t -> t
+    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
+  in
   (module struct
     module T = T
     module Sock = Socket.Make (T)
@@ -468,7 +517,8 @@ let run_with loop child ~timeout until =
       Proc.pump child;
       if Proc.eof child then Loop.unwatch loop fd);
   Loop.run
-    ~until:(fun () -> (until () && Proc.eof child) || !Proc.interrupted || !callback_failure <> None)
+    ~until:(fun () ->
+      (until () && Proc.eof child) || !Proc.interrupted || !callback_failure <> None)
     ~timeout:(Time.of_sec timeout) loop;
   if not (Proc.eof child) then Loop.unwatch loop fd;
   Option.iter (fun m -> fail "%s" m) !callback_failure;
@@ -478,7 +528,12 @@ let consort_run env (cfg : config) progress =
   let ns = new_ns env "ca" in
   let tap = link_name env "t" in
   env.links <- tap :: env.links;
-  let up = ok (Result.map_error (fun (`Msg m) -> "starting the stack: " ^ m) (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap ~ip:(our_ip ^ "/24") ())) in
+  let up =
+    ok
+      (Result.map_error
+         (fun (`Msg m) -> "starting the stack: " ^ m)
+         (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap ~ip:(our_ip ^ "/24") ()))
+  in
   Fun.protect
     ~finally:(fun () -> Up.stop up)
     (fun () ->
@@ -488,131 +543,154 @@ let consort_run env (cfg : config) progress =
       let loop = up.loop in
       (* Kernel to us: we read to the end. *)
       let flow_in () =
-      check_interrupted ();
-      progress "kernel -> consort over TAP";
-      let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
-      let result = ref None in
-      Socket.Promise.upon (N.Sock.accept l) (function
-        | Error e -> perr "accept" e
-        | Ok s ->
-            N.Sock.stop l;
-            let buf = Cstruct.create 65536 in
-            let got = ref 0 and t0 = ref 0. in
-            let c0 = self_cpu () and m0 = machine_busy () in
-            let rec read () =
-              Socket.Promise.upon (N.Sock.read s buf) (function
-                | Error e -> perr "read" e
-                | Ok 0 ->
-                    let t1 = Unix.gettimeofday () and u1, s1 = self_cpu () and m1 = machine_busy () in
-                    N.Sock.close s;
-                    let u0, s0 = c0 in
-                    result := Some (!got, t1 -. !t0, { who = "consort"; user = u1 -. u0; sys = s1 -. s0 }, m1 -. m0)
-                | Ok k ->
-                    if !got = 0 then t0 := Unix.gettimeofday ();
-                    got := !got + k;
-                    read ())
-            in
-            read ());
-      let k = source env cfg ns our_ip port_in in
-      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
-      let src_out = ok (Proc.finish k ~timeout:grace) in
-      let got, secs, ours, machine =
-        match !result with Some r -> r | None -> fail "kernel -> consort did not finish:\n%s" src_out
-      in
-      let consort_in = { bytes = got; secs; cpu = [ peer_cpu "source" src_out; ours ]; machine; rates = [] } in
-      if got <> int_of_float (float_field (fields src_out "RESULT") "bytes") then
-        fail "we received %d bytes, the kernel sent %s" got src_out;
-      consort_in
+        check_interrupted ();
+        progress "kernel -> consort over TAP";
+        let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
+        let result = ref None in
+        Socket.Promise.upon (N.Sock.accept l) (function
+          | Error e -> perr "accept" e
+          | Ok s ->
+              N.Sock.stop l;
+              let buf = Cstruct.create 65536 in
+              let got = ref 0 and t0 = ref 0. in
+              let c0 = self_cpu () and m0 = machine_busy () in
+              let rec read () =
+                Socket.Promise.upon (N.Sock.read s buf) (function
+                  | Error e -> perr "read" e
+                  | Ok 0 ->
+                      let t1 = Unix.gettimeofday ()
+                      and u1, s1 = self_cpu ()
+                      and m1 = machine_busy () in
+                      N.Sock.close s;
+                      let u0, s0 = c0 in
+                      result :=
+                        Some
+                          ( !got,
+                            t1 -. !t0,
+                            { who = "consort"; user = u1 -. u0; sys = s1 -. s0 },
+                            m1 -. m0 )
+                  | Ok k ->
+                      if !got = 0 then t0 := Unix.gettimeofday ();
+                      got := !got + k;
+                      read ())
+              in
+              read ());
+        let k = source env cfg ns our_ip port_in in
+        run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
+        let src_out = ok (Proc.finish k ~timeout:grace) in
+        let got, secs, ours, machine =
+          match !result with
+          | Some r -> r
+          | None -> fail "kernel -> consort did not finish:\n%s" src_out
+        in
+        let consort_in =
+          { bytes = got; secs; cpu = [ peer_cpu "source" src_out; ours ]; machine; rates = [] }
+        in
+        if got <> int_of_float (float_field (fields src_out "RESULT") "bytes") then
+          fail "we received %d bytes, the kernel sent %s" got src_out;
+        consort_in
       in
       (* Us to the kernel: we write [bytes] (or until the time is up). *)
       let flow_out () =
-      check_interrupted ();
-      progress "consort -> kernel over TAP";
-      let k = sink env cfg ns in
-      run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
-      if Proc.find_line k ~prefix:"LISTENING" = None then fail "the kernel sink is not listening:\n%s" (Proc.output k);
-      let finished = ref None in
-      let chunk = Cstruct.create (1 lsl 20) in
-      for i = 0 to Cstruct.length chunk - 1 do
-        Cstruct.set_uint8 chunk i ((i * 7) + 1)
-      done;
-      let c0 = self_cpu () and m0 = machine_busy () in
-      let deadline = Unix.gettimeofday () +. cfg.seconds in
-      Socket.Promise.upon (N.Sock.connect N.tcp (Ipv4_addr.of_string_exn kernel_ip) port_out) (function
-        | Error e -> perr "connect" e
-        | Ok s ->
-            let sent = ref 0 in
-            let rec write () =
-              if !sent >= cfg.bytes || Unix.gettimeofday () > deadline then N.Sock.shutdown s
-              else begin
-                let n = min (Cstruct.length chunk) (cfg.bytes - !sent) in
-                sent := !sent + n;
-                Socket.Promise.upon (N.Sock.write s (Cstruct.sub chunk 0 n)) (function
-                  | Error e -> perr "write" e
-                  | Ok () -> write ())
-              end
-            in
-            write ();
-            let buf = Cstruct.create 4096 in
-            let rec drain () =
-              Socket.Promise.upon (N.Sock.read s buf) (function
-                | Error e -> perr "read" e
-                | Ok 0 ->
-                    N.Sock.close s;
-                    let u1, s1 = self_cpu () and m1 = machine_busy () in
-                    let u0, s0 = c0 in
-                    finished := Some ({ who = "consort"; user = u1 -. u0; sys = s1 -. s0 }, m1 -. m0)
-                | Ok _ -> drain ())
-            in
-            drain ());
-      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
-      let sink_out = ok (Proc.finish k ~timeout:grace) in
-      let ours, machine = match !finished with Some r -> r | None -> fail "consort -> kernel did not finish:\n%s" sink_out in
-      let f = fields sink_out "RESULT" in
-      let consort_out =
-        {
-          bytes = int_of_float (float_field f "bytes");
-          secs = float_field f "secs";
-          cpu = [ ours; peer_cpu "sink" sink_out ];
-          machine;
-          rates = [];
-        }
-      in
-      consort_out
+        check_interrupted ();
+        progress "consort -> kernel over TAP";
+        let k = sink env cfg ns in
+        run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
+        if Proc.find_line k ~prefix:"LISTENING" = None then
+          fail "the kernel sink is not listening:\n%s" (Proc.output k);
+        let finished = ref None in
+        let chunk = Cstruct.create (1 lsl 20) in
+        for i = 0 to Cstruct.length chunk - 1 do
+          Cstruct.set_uint8 chunk i ((i * 7) + 1)
+        done;
+        let c0 = self_cpu () and m0 = machine_busy () in
+        let deadline = Unix.gettimeofday () +. cfg.seconds in
+        Socket.Promise.upon
+          (N.Sock.connect N.tcp (Ipv4_addr.of_string_exn kernel_ip) port_out)
+          (function
+            | Error e -> perr "connect" e
+            | Ok s ->
+                let sent = ref 0 in
+                let rec write () =
+                  if !sent >= cfg.bytes || Unix.gettimeofday () > deadline then N.Sock.shutdown s
+                  else begin
+                    let n = min (Cstruct.length chunk) (cfg.bytes - !sent) in
+                    sent := !sent + n;
+                    Socket.Promise.upon
+                      (N.Sock.write s (Cstruct.sub chunk 0 n))
+                      (function Error e -> perr "write" e | Ok () -> write ())
+                  end
+                in
+                write ();
+                let buf = Cstruct.create 4096 in
+                let rec drain () =
+                  Socket.Promise.upon (N.Sock.read s buf) (function
+                    | Error e -> perr "read" e
+                    | Ok 0 ->
+                        N.Sock.close s;
+                        let u1, s1 = self_cpu () and m1 = machine_busy () in
+                        let u0, s0 = c0 in
+                        finished :=
+                          Some ({ who = "consort"; user = u1 -. u0; sys = s1 -. s0 }, m1 -. m0)
+                    | Ok _ -> drain ())
+                in
+                drain ());
+        run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
+        let sink_out = ok (Proc.finish k ~timeout:grace) in
+        let ours, machine =
+          match !finished with
+          | Some r -> r
+          | None -> fail "consort -> kernel did not finish:\n%s" sink_out
+        in
+        let f = fields sink_out "RESULT" in
+        let consort_out =
+          {
+            bytes = int_of_float (float_field f "bytes");
+            secs = float_field f "secs";
+            cpu = [ ours; peer_cpu "sink" sink_out ];
+            machine;
+            rates = [];
+          }
+        in
+        consort_out
       in
       (* In and out alternate, round after round. *)
-      let pairs = List.init (max 1 cfg.rounds) (fun _ -> let i = flow_in () in (i, flow_out ())) in
+      let pairs =
+        List.init (max 1 cfg.rounds) (fun _ ->
+            let i = flow_in () in
+            (i, flow_out ()))
+      in
       let consort_in = best (List.map fst pairs) and consort_out = best (List.map snd pairs) in
       (* Request/response: the kernel pings, we echo. *)
       let rr pin =
-      progress (if pin then "request/response, one CPU" else "request/response, any CPU");
-      let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> perr "listen" e in
-      let echoed = ref false in
-      Socket.Promise.upon (N.Sock.accept l) (function
-        | Error e -> perr "accept" e
-        | Ok s ->
-            N.Sock.stop l;
-            N.T.set_nodelay (N.Sock.connection s) true;
-            let buf = Cstruct.create 65536 in
-            let rec echo () =
-              Socket.Promise.upon (N.Sock.read s buf) (function
-                | Error e -> perr "read" e
-                | Ok 0 ->
-                    N.Sock.close s;
-                    echoed := true
-                | Ok k ->
-                    Socket.Promise.upon (N.Sock.write s (Cstruct.sub buf 0 k)) (function
-                      | Error e -> perr "write" e
-                      | Ok () -> echo ()))
-            in
-            echo ());
-      let go () =
-        let q = ping env cfg ~pin ns our_ip in
-        run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
-        ok (Proc.finish q ~timeout:grace)
-      in
-      let ping_out = if pin then pinned_self go else go () in
-      rr_of ping_out cfg.rr_size
+        progress (if pin then "request/response, one CPU" else "request/response, any CPU");
+        let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> perr "listen" e in
+        let echoed = ref false in
+        Socket.Promise.upon (N.Sock.accept l) (function
+          | Error e -> perr "accept" e
+          | Ok s ->
+              N.Sock.stop l;
+              N.T.set_nodelay (N.Sock.connection s) true;
+              let buf = Cstruct.create 65536 in
+              let rec echo () =
+                Socket.Promise.upon (N.Sock.read s buf) (function
+                  | Error e -> perr "read" e
+                  | Ok 0 ->
+                      N.Sock.close s;
+                      echoed := true
+                  | Ok k ->
+                      Socket.Promise.upon
+                        (N.Sock.write s (Cstruct.sub buf 0 k))
+                        (function Error e -> perr "write" e | Ok () -> echo ()))
+              in
+              echo ());
+        let go () =
+          let q = ping env cfg ~pin ns our_ip in
+          run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
+          ok (Proc.finish q ~timeout:grace)
+        in
+        let ping_out = if pin then pinned_self go else go () in
+        rr_of ping_out cfg.rr_size
       in
       let rr_any = rr false in
       let rr_one = rr true in
@@ -651,7 +729,9 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
                 restore ())
               (fun () ->
                 match
-                  let consort_in, consort_out, consort_rr, consort_rr_any = consort_run env cfg progress in
+                  let consort_in, consort_out, consort_rr, consort_rr_any =
+                    consort_run env cfg progress
+                  in
                   check_interrupted ();
                   let bridge, bridge_rr, bridge_rr_any = bridge_run env cfg progress in
                   check_interrupted ();
@@ -674,7 +754,8 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
                 with
                 | r -> Ok r
                 | exception Failed e -> Error e
-                | exception Unix.Unix_error (e, f, a) -> Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
+                | exception Unix.Unix_error (e, f, a) ->
+                    Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
           in
           match (result, leftovers ()) with
           | result, [] -> result
@@ -685,17 +766,21 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
 (* {1 Printing} *)
 
 let pp_cpu ppf f =
-  Fmt.(list ~sep:(any ", ") (fun ppf c -> pf ppf "%s %.2f+%.2f" c.who (per_mb f c.user) (per_mb f c.sys))) ppf f.cpu
+  Fmt.(
+    list ~sep:(any ", ") (fun ppf c ->
+        pf ppf "%s %.2f+%.2f" c.who (per_mb f c.user) (per_mb f c.sys)))
+    ppf f.cpu
 
 let pp_table ppf r =
   let c = r.config in
-  Fmt.pf ppf "TCP over TAP and veth: MTU %d, %d MB per transfer, best of %d; %d-byte request/response x %d@."
+  Fmt.pf ppf
+    "TCP over TAP and veth: MTU %d, %d MB per transfer, best of %d; %d-byte request/response x %d@."
     c.mtu (c.bytes / 1_000_000) (max 1 c.rounds) c.rr_size c.rr_count;
-  Fmt.pf ppf "%-34s %9s %10s %10s  %-52s %s@." "transfer" "Mbit/s" "CPU ms/MB" "machine" "per process, user+sys ms/MB"
-    "every round, Mbit/s";
+  Fmt.pf ppf "%-34s %9s %10s %10s  %-52s %s@." "transfer" "Mbit/s" "CPU ms/MB" "machine"
+    "per process, user+sys ms/MB" "every round, Mbit/s";
   let row name f =
-    Fmt.pf ppf "%-34s %9.0f %10.2f %10.2f  %-52s %a@." name (mbit_s f) (cpu_ms_per_mb f) (machine_ms_per_mb f)
-      (Fmt.str "%a" pp_cpu f)
+    Fmt.pf ppf "%-34s %9.0f %10.2f %10.2f  %-52s %a@." name (mbit_s f) (cpu_ms_per_mb f)
+      (machine_ms_per_mb f) (Fmt.str "%a" pp_cpu f)
       Fmt.(list ~sep:(any " ") (fmt "%.0f"))
       f.rates
   in
@@ -703,27 +788,30 @@ let pp_table ppf r =
   row "consort -> kernel (TAP)" r.consort_out;
   row "kernel -> kernel (C TAP bridge)" r.bridge;
   row "kernel -> kernel (veth, no offload)" r.veth;
-  Fmt.pf ppf "%-34s %9s %10s %10s %10s   %s@." "request/response, all on CPU 0" "median us" "p99 us" "min us"
-    "mean us" "any CPU: median, p99 us";
+  Fmt.pf ppf "%-34s %9s %10s %10s %10s   %s@." "request/response, all on CPU 0" "median us" "p99 us"
+    "min us" "mean us" "any CPU: median, p99 us";
   let rrow name (x : rr) (y : rr) =
-    Fmt.pf ppf "%-34s %9.1f %10.1f %10.1f %10.1f   %.1f, %.1f@." name x.median_us x.p99_us x.min_us x.mean_us
-      y.median_us y.p99_us
+    Fmt.pf ppf "%-34s %9.1f %10.1f %10.1f %10.1f   %.1f, %.1f@." name x.median_us x.p99_us x.min_us
+      x.mean_us y.median_us y.p99_us
   in
   rrow "kernel <-> consort (TAP)" r.consort_rr r.consort_rr_any;
   rrow "kernel <-> kernel (C TAP bridge)" r.bridge_rr r.bridge_rr_any;
   rrow "kernel <-> kernel (veth)" r.veth_rr r.veth_rr_any;
   let i, o = throughput_ratios r in
   let mark b = if b then "met" else "MISSED" in
-  Fmt.pf ppf "throughput / bridge: in %.2f, out %.2f (target >= 0.70: %s)@." i o (mark (Float.min i o >= 0.7));
-  Fmt.pf ppf "latency / bridge, one CPU: median %.2f, p99 %.2f (target <= 1.50: %s); any CPU: median %.2f, p99 %.2f@."
+  Fmt.pf ppf "throughput / bridge: in %.2f, out %.2f (target >= 0.70: %s)@." i o
+    (mark (Float.min i o >= 0.7));
+  Fmt.pf ppf
+    "latency / bridge, one CPU: median %.2f, p99 %.2f (target <= 1.50: %s); any CPU: median %.2f, \
+     p99 %.2f@."
     (latency_ratio r) (p99_ratio r)
     (mark (latency_ratio r <= 1.5))
     (r.consort_rr_any.median_us /. r.bridge_rr_any.median_us)
     (r.consort_rr_any.p99_us /. r.bridge_rr_any.p99_us);
   let k = kernel_ms_per_mb r.veth in
   Fmt.pf ppf
-    "CPU per MB against the kernel's TCP for one end over veth (%.2f ms/MB): consort's process in %.1fx, out %.1fx; \
-     its user time alone in %.1fx, out %.1fx@."
+    "CPU per MB against the kernel's TCP for one end over veth (%.2f ms/MB): consort's process in \
+     %.1fx, out %.1fx; its user time alone in %.1fx, out %.1fx@."
     k
     (stack_ms_per_mb_consort r.consort_in /. k)
     (stack_ms_per_mb_consort r.consort_out /. k)
@@ -733,24 +821,32 @@ let pp_table ppf r =
     (cpu_ms_per_mb r.consort_in /. cpu_ms_per_mb r.bridge)
     (cpu_ms_per_mb r.consort_out /. cpu_ms_per_mb r.bridge);
   Fmt.pf ppf
-    "(CPU ms/MB: every process involved, from getrusage; machine: the whole machine's busy CPU over the transfer, \
-     from /proc/stat, other load included)@.";
+    "(CPU ms/MB: every process involved, from getrusage; machine: the whole machine's busy CPU \
+     over the transfer, from /proc/stat, other load included)@.";
   Fmt.pf ppf "veth offloads: %s%s@." r.offloads
     (if r.ethtool then "" else " (no ethtool program here: set through the ethtool ioctl)")
 
 let to_json r =
   let i, o = throughput_ratios r in
   let flow name f =
-    Printf.sprintf "\"%s_mbit_s\":%.1f,\"%s_cpu_ms_per_mb\":%.3f,\"%s_machine_ms_per_mb\":%.3f" name (mbit_s f) name
-      (cpu_ms_per_mb f) name (machine_ms_per_mb f)
+    Printf.sprintf "\"%s_mbit_s\":%.1f,\"%s_cpu_ms_per_mb\":%.3f,\"%s_machine_ms_per_mb\":%.3f" name
+      (mbit_s f) name (cpu_ms_per_mb f) name (machine_ms_per_mb f)
   in
-  let rr name (x : rr) = Printf.sprintf "\"%s_rr_median_us\":%.2f,\"%s_rr_p99_us\":%.2f" name x.median_us name x.p99_us in
+  let rr name (x : rr) =
+    Printf.sprintf "\"%s_rr_median_us\":%.2f,\"%s_rr_p99_us\":%.2f" name x.median_us name x.p99_us
+  in
   let rr2 name x y = rr name x ^ "," ^ rr (name ^ "_any_cpu") y in
   Printf.sprintf
     "{\"bench\":\"tcp\",\"mtu\":%d,\"bytes\":%d,\"rr_size\":%d,%s,%s,%s,%s,%s,%s,%s,\"throughput_ratio_in\":%.3f,\"throughput_ratio_out\":%.3f,\"latency_ratio\":%.3f,\"p99_ratio\":%.3f,\"consort_stack_ms_per_mb_in\":%.3f,\"consort_stack_ms_per_mb_out\":%.3f,\"consort_user_ms_per_mb_in\":%.3f,\"consort_user_ms_per_mb_out\":%.3f,\"kernel_one_end_ms_per_mb\":%.3f,\"targets_met\":%b}"
-    r.config.mtu r.config.bytes r.config.rr_size (flow "consort_in" r.consort_in) (flow "consort_out" r.consort_out)
-    (flow "bridge" r.bridge) (flow "veth" r.veth) (rr2 "consort" r.consort_rr r.consort_rr_any)
-    (rr2 "bridge" r.bridge_rr r.bridge_rr_any) (rr2 "veth" r.veth_rr r.veth_rr_any) i o (latency_ratio r) (p99_ratio r)
-    (stack_ms_per_mb_consort r.consort_in) (stack_ms_per_mb_consort r.consort_out)
-    (user_ms_per_mb_consort r.consort_in) (user_ms_per_mb_consort r.consort_out) (kernel_ms_per_mb r.veth)
-    (meets_targets r)
+    r.config.mtu r.config.bytes r.config.rr_size (flow "consort_in" r.consort_in)
+    (flow "consort_out" r.consort_out)
+    (flow "bridge" r.bridge) (flow "veth" r.veth)
+    (rr2 "consort" r.consort_rr r.consort_rr_any)
+    (rr2 "bridge" r.bridge_rr r.bridge_rr_any)
+    (rr2 "veth" r.veth_rr r.veth_rr_any)
+    i o (latency_ratio r) (p99_ratio r)
+    (stack_ms_per_mb_consort r.consort_in)
+    (stack_ms_per_mb_consort r.consort_out)
+    (user_ms_per_mb_consort r.consort_in)
+    (user_ms_per_mb_consort r.consort_out)
+    (kernel_ms_per_mb r.veth) (meets_targets r)

@@ -2,7 +2,13 @@ open Consort
 open Consort_net
 open Tcp_harness
 
-type setup = { connections : int; setup_per_sec : float; bytes_per_conn : int; accounted_per_conn : int }
+type setup = {
+  connections : int;
+  setup_per_sec : float;
+  bytes_per_conn : int;
+  accounted_per_conn : int;
+}
+
 type flow = {
   name : string;
   mbytes_per_sec : float;
@@ -11,6 +17,7 @@ type flow = {
   probes : int;
   cpu_s : float;
 }
+
 type sack = { blocks : int; bounded_ns : float; unbounded_ns : float }
 type rack = { bulk_on : flow; bulk_off : flow; short_on : flow; short_off : flow }
 type report = { setup : setup; flows : flow list; rack : rack; sack : sack }
@@ -36,7 +43,9 @@ let setup n =
   let t0 = Sys.time () in
   let conns =
     List.init n (fun _ ->
-        match A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler) with
+        match
+          A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler)
+        with
         | Ok c -> c
         | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e)
   in
@@ -58,7 +67,8 @@ let setup n =
    [seeds] runs (retransmissions, timeouts and probes summed). *)
 let seeds = 4
 
-let flow name ?(impairments = { Mem.perfect with loss = 0.01; delay = Time.of_ms 10 }) config bytes =
+let flow name ?(impairments = { Mem.perfect with loss = 0.01; delay = Time.of_ms 10 }) config bytes
+    =
   let t0 = Sys.time () in
   let rs = List.init seeds (fun i -> Transfer.run ~config ~impairments ~seed:(11 + i) bytes) in
   let sum f = List.fold_left (fun a r -> a + f r) 0 rs in
@@ -120,9 +130,11 @@ let run ?(connections = 5000) ?(bytes = 8 * 1024 * 1024) () =
       flow "newreno, 1% loss, 10 ms" buf bytes;
       flow "cubic, 1% loss, 10 ms" { buf with congestion = Cubic } bytes;
       flow "newreno, 10 MB/s bottleneck" buf bytes
-        ~impairments:{ Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
+        ~impairments:
+          { Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
       flow "cubic, 10 MB/s bottleneck" { buf with congestion = Cubic } bytes
-        ~impairments:{ Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
+        ~impairments:
+          { Mem.perfect with rate = Some 10_000_000; queue = 64 * 1024; delay = Time.of_ms 5 };
     ]
   in
   let rack =
@@ -146,11 +158,13 @@ let run ?(connections = 5000) ?(bytes = 8 * 1024 * 1024) () =
 
 let pp ppf r =
   Fmt.pf ppf "@[<v>TCP on the in-memory network (each flow: the mean of %d seeds)@," seeds;
-  Fmt.pf ppf "  setup: %d connections, %.0f handshakes/s of CPU, %d bytes of heap and %d accounted per connection@,"
+  Fmt.pf ppf
+    "  setup: %d connections, %.0f handshakes/s of CPU, %d bytes of heap and %d accounted per \
+     connection@,"
     r.setup.connections r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn;
   let pp_flow f =
-    Fmt.pf ppf "  %-30s %6.2f MB/s virtual, %4d retransmitted, %d timeouts, %d probes, %.2f s CPU@," f.name
-      f.mbytes_per_sec f.retransmitted f.timeouts f.probes f.cpu_s
+    Fmt.pf ppf "  %-30s %6.2f MB/s virtual, %4d retransmitted, %d timeouts, %d probes, %.2f s CPU@,"
+      f.name f.mbytes_per_sec f.retransmitted f.timeouts f.probes f.cpu_s
   in
   List.iter pp_flow r.flows;
   List.iter pp_flow [ r.rack.bulk_on; r.rack.bulk_off; r.rack.short_on; r.rack.short_off ];
@@ -160,17 +174,21 @@ let pp ppf r =
   (match r.flows with
   | [ nr; cu; nrb; cub ] ->
       Fmt.pf ppf "  cubic / newreno: %.2f at 1%% loss, %.2f through the bottleneck@,"
-        (cu.mbytes_per_sec /. nr.mbytes_per_sec) (cub.mbytes_per_sec /. nrb.mbytes_per_sec)
+        (cu.mbytes_per_sec /. nr.mbytes_per_sec)
+        (cub.mbytes_per_sec /. nrb.mbytes_per_sec)
   | _ -> ());
-  Fmt.pf ppf "  SACK-abusing ACK over %d blocks: %.0f ns bounded, %.0f ns unbounded (ratio %.1f)@]@."
-    r.sack.blocks r.sack.bounded_ns r.sack.unbounded_ns (r.sack.unbounded_ns /. r.sack.bounded_ns)
+  Fmt.pf ppf
+    "  SACK-abusing ACK over %d blocks: %.0f ns bounded, %.0f ns unbounded (ratio %.1f)@]@."
+    r.sack.blocks r.sack.bounded_ns r.sack.unbounded_ns
+    (r.sack.unbounded_ns /. r.sack.bounded_ns)
 
 let to_json r =
   let flows =
     String.concat ","
       (List.map
          (fun f ->
-           Printf.sprintf "{\"name\":%S,\"mbytes_per_sec\":%.3f,\"retransmitted\":%d,\"timeouts\":%d,\"probes\":%d}"
+           Printf.sprintf
+             "{\"name\":%S,\"mbytes_per_sec\":%.3f,\"retransmitted\":%d,\"timeouts\":%d,\"probes\":%d}"
              f.name f.mbytes_per_sec f.retransmitted f.timeouts f.probes)
          (r.flows @ [ r.rack.bulk_on; r.rack.bulk_off; r.rack.short_on; r.rack.short_off ]))
   in
@@ -179,5 +197,4 @@ let to_json r =
     r.setup.setup_per_sec r.setup.bytes_per_conn r.setup.accounted_per_conn flows
     (r.rack.bulk_on.mbytes_per_sec /. r.rack.bulk_off.mbytes_per_sec)
     (r.rack.short_on.mbytes_per_sec /. r.rack.short_off.mbytes_per_sec)
-    r.sack.bounded_ns
-    r.sack.unbounded_ns
+    r.sack.bounded_ns r.sack.unbounded_ns

@@ -9,8 +9,9 @@ let stack_cost iterations rounds out =
   | Ok rows ->
       List.iter
         (fun (r : Consort_peers_bench.Stack_cost.row) ->
-          Printf.printf "%-60s %-8s %3d layers %8.0f ns/msg %7.1f minor words/msg %.3f major words/msg\n" r.stack r.path r.layers r.ns_per_msg
-            r.words_per_msg r.major_words_per_msg)
+          Printf.printf
+            "%-60s %-8s %3d layers %8.0f ns/msg %7.1f minor words/msg %.3f major words/msg\n"
+            r.stack r.path r.layers r.ns_per_msg r.words_per_msg r.major_words_per_msg)
         rows;
       List.iter print_endline (Consort_peers_bench.Stack_cost.ratios rows);
       (match out with
@@ -19,12 +20,23 @@ let stack_cost iterations rounds out =
       0
 
 let stack_cost_cmd =
-  let iterations = Arg.(value & opt int 50_000 & info [ "iterations" ] ~docv:"N" ~doc:"Casts per round.") in
-  let rounds = Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds; the fastest is kept.") in
-  let out = Arg.(value & opt (some string) None & info [ "json" ] ~docv:"FILE" ~doc:"Write the rows as JSON to FILE.") in
+  let iterations =
+    Arg.(value & opt int 50_000 & info [ "iterations" ] ~docv:"N" ~doc:"Casts per round.")
+  in
+  let rounds =
+    Arg.(value & opt int 3 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds; the fastest is kept.")
+  in
+  let out =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "json" ] ~docv:"FILE" ~doc:"Write the rows as JSON to FILE.")
+  in
   Cmd.v
     (Cmd.info "stack-cost"
-       ~doc:"Cost per message of the default (vsync) stack and of a 10-layer stack, two members' stacks back to back in one process.")
+       ~doc:
+         "Cost per message of the default (vsync) stack and of a 10-layer stack, two members' \
+          stacks back to back in one process.")
     Term.(const stack_cost $ iterations $ rounds $ out)
 
 let report dir out =
@@ -35,9 +47,26 @@ let report dir out =
       1
 
 let report_cmd =
-  let dir = Arg.(required & opt (some string) None & info [ "dir" ] ~docv:"DIR" ~doc:"The results directory written by bench-peers.sh.") in
-  let out = Arg.(value & opt (some string) None & info [ "json" ] ~docv:"FILE" ~doc:"Also write the table as JSON to FILE.") in
-  Cmd.v (Cmd.info "report" ~doc:"Print the table of make bench-peers from a results directory, and write it as JSON.") Term.(const report $ dir $ out)
+  let dir =
+    Arg.(
+      required
+      & opt (some string) None
+      & info [ "dir" ] ~docv:"DIR" ~doc:"The results directory written by bench-peers.sh.")
+  in
+  let out =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "json" ] ~docv:"FILE" ~doc:"Also write the table as JSON to FILE.")
+  in
+  Cmd.v
+    (Cmd.info "report"
+       ~doc:"Print the table of make bench-peers from a results directory, and write it as JSON.")
+    Term.(const report $ dir $ out)
 
 let () =
-  exit (Cmd.eval' (Cmd.group (Cmd.info "bench_peers" ~doc:"Consort beside its peers (make bench-peers).") [ stack_cost_cmd; report_cmd ]))
+  exit
+    (Cmd.eval'
+       (Cmd.group
+          (Cmd.info "bench_peers" ~doc:"Consort beside its peers (make bench-peers).")
+          [ stack_cost_cmd; report_cmd ]))

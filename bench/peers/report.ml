@@ -17,7 +17,13 @@ let read_lines file =
   if not (Sys.file_exists file) then []
   else
     let ic = open_in file in
-    let rec go acc = match input_line ic with l -> go (l :: acc) | exception End_of_file -> close_in ic; List.rev acc in
+    let rec go acc =
+      match input_line ic with
+      | l -> go (l :: acc)
+      | exception End_of_file ->
+          close_in ic;
+          List.rev acc
+    in
     go []
 
 let parse_result line : kv option =
@@ -25,7 +31,10 @@ let parse_result line : kv option =
   | "result" :: rest ->
       Some
         (List.filter_map
-           (fun w -> match String.index_opt w '=' with Some i -> Some (String.sub w 0 i, String.sub w (i + 1) (String.length w - i - 1)) | None -> None)
+           (fun w ->
+             match String.index_opt w '=' with
+             | Some i -> Some (String.sub w 0 i, String.sub w (i + 1) (String.length w - i - 1))
+             | None -> None)
            rest)
   | _ -> None
 
@@ -33,14 +42,18 @@ let get k (r : kv) = List.assoc_opt k r
 let getf k r = Option.bind (get k r) float_of_string_opt
 let is k v r = get k r = Some v
 
-let machine_keys = [ "date"; "cpu_model"; "cores"; "kernel"; "host_memory"; "load_start"; "load_end" ]
-let is_machine k = List.mem k machine_keys || (String.length k > 5 && String.sub k 0 5 = "load_")
+let machine_keys =
+  [ "date"; "cpu_model"; "cores"; "kernel"; "host_memory"; "load_start"; "load_end" ]
 
+let is_machine k = List.mem k machine_keys || (String.length k > 5 && String.sub k 0 5 = "load_")
 let run_keys = [ "quick"; "reps" ]
 
 let read_meta dir =
   List.filter_map
-    (fun l -> match String.index_opt l '\t' with Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) | None -> None)
+    (fun l ->
+      match String.index_opt l '\t' with
+      | Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1))
+      | None -> None)
     (read_lines (Filename.concat dir "meta.tsv"))
 
 let read_json dir name =
@@ -51,7 +64,9 @@ let read_json dir name =
     List.fold_left
       (fun acc l ->
         let l = String.trim l in
-        if l <> "" && (l.[0] = '{' || l.[0] = '[') then match Yojson.Safe.from_string l with j -> Some j | exception _ -> acc else acc)
+        if l <> "" && (l.[0] = '{' || l.[0] = '[') then
+          match Yojson.Safe.from_string l with j -> Some j | exception _ -> acc
+        else acc)
       None (read_lines f)
 
 let member k = function `Assoc l -> List.assoc_opt k l | _ -> None
@@ -62,11 +77,22 @@ let to_list = function Some (`List l) -> l | _ -> []
 let median l =
   match List.sort compare l with
   | [] -> nan
-  | s -> let n = List.length s in if n mod 2 = 1 then List.nth s (n / 2) else (List.nth s (n / 2 - 1) +. List.nth s (n / 2)) /. 2.
+  | s ->
+      let n = List.length s in
+      if n mod 2 = 1 then List.nth s (n / 2)
+      else (List.nth s ((n / 2) - 1) +. List.nth s (n / 2)) /. 2.
 
 (* {1 Rows} *)
 
-type rtt = { r_system : string; r_setup : string; r_placement : string; r_n : int; r_median : float; r_p99 : float; r_min : float }
+type rtt = {
+  r_system : string;
+  r_setup : string;
+  r_placement : string;
+  r_n : int;
+  r_median : float;
+  r_p99 : float;
+  r_min : float;
+}
 
 type tput = {
   t_system : string;
@@ -83,7 +109,11 @@ type tput = {
 (* Tags carry no spaces: the script writes them as underscores. *)
 let setup_of s = String.map (function '_' -> ' ' | c -> c) s
 
-let placement_of s = match s with "same CPU" | "same-cpu" -> "same-cpu" | "different CPUs" | "different-cpus" -> "different-cpus" | s -> s
+let placement_of s =
+  match s with
+  | "same CPU" | "same-cpu" -> "same-cpu"
+  | "different CPUs" | "different-cpus" -> "different-cpus"
+  | s -> s
 
 let rtt_rows results consort =
   let ours =
@@ -122,8 +152,19 @@ let rtt_rows results consort =
         List.filter_map
           (fun row ->
             let kind = to_str (member "kind" row) in
-            let system = match kind with "group cast" -> Some "Consort vsync" | "Total seq" -> Some "Consort Total seq" | "Total token" -> Some "Consort Total token" | _ -> None in
-            match (system, to_float (member "median_us" row), to_float (member "p99_us" row), to_float (member "min_us" row)) with
+            let system =
+              match kind with
+              | "group cast" -> Some "Consort vsync"
+              | "Total seq" -> Some "Consort Total seq"
+              | "Total token" -> Some "Consort Total token"
+              | _ -> None
+            in
+            match
+              ( system,
+                to_float (member "median_us" row),
+                to_float (member "p99_us" row),
+                to_float (member "min_us" row) )
+            with
             | Some system, Some m, Some p, Some mn ->
                 Some
                   {
@@ -153,18 +194,31 @@ let classify ms =
   let members = Option.value ~default:0 (Option.bind (get "members" first) int_of_string_opt) in
   let order = Option.value ~default:"total" (get "order" first) in
   let answered = List.filter (fun m -> not (is "no_result" "1" m)) ms in
-  if List.exists (fun m -> not (is "errors" "0" m)) answered then Wrong "WRONG DELIVERIES (a duplicate, a gap or disorder)"
-  else if List.length answered <> members || List.exists (fun m -> get "delivered" m <> get "expected" m) answered then Unfinished
-  else if order = "total" && List.length (List.sort_uniq compare (List.filter_map (get "order_hash") answered)) <> 1 then
-    Wrong "MEMBERS DELIVERED IN DIFFERENT ORDERS"
+  if List.exists (fun m -> not (is "errors" "0" m)) answered then
+    Wrong "WRONG DELIVERIES (a duplicate, a gap or disorder)"
+  else if
+    List.length answered <> members
+    || List.exists (fun m -> get "delivered" m <> get "expected" m) answered
+  then Unfinished
+  else if
+    order = "total"
+    && List.length (List.sort_uniq compare (List.filter_map (get "order_hash") answered)) <> 1
+  then Wrong "MEMBERS DELIVERED IN DIFFERENT ORDERS"
   else
     let rates = List.filter_map (getf "msgs_per_s") answered in
-    if List.length rates <> members then Unfinished else Good (List.fold_left Float.min infinity rates)
+    if List.length rates <> members then Unfinished
+    else Good (List.fold_left Float.min infinity rates)
 
 let peer_tput results ~system ~label =
   let lines = List.filter (fun r -> is "bench" "tput" r && is "system" system r) results in
   let runs = List.sort_uniq compare (List.filter_map (get "run") lines) in
-  let per_run = List.map (fun run -> let ms = List.filter (is "run" run) lines in (List.hd ms, classify ms)) runs in
+  let per_run =
+    List.map
+      (fun run ->
+        let ms = List.filter (is "run" run) lines in
+        (List.hd ms, classify ms))
+      runs
+  in
   (* One row per (setup, config, order, senders). *)
   let key (first, _) =
     ( Option.value ~default:"" (get "setup" first),
@@ -178,20 +232,28 @@ let peer_tput results ~system ~label =
       let rs = List.filter (fun r -> key r = k) per_run in
       let rates = List.filter_map (function _, Good r -> Some r | _ -> None) rs in
       let wrong = List.filter_map (function _, Wrong w -> Some w | _ -> None) rs in
-      let unfinished = List.length (List.filter (function _, Unfinished -> true | _ -> false) rs) in
+      let unfinished =
+        List.length (List.filter (function _, Unfinished -> true | _ -> false) rs)
+      in
       let first = fst (List.hd rs) in
       let ok = wrong = [] && rates <> [] in
       let base =
-        if order = "total" then "all delivered, per-sender order kept, one delivery order at every member"
+        if order = "total" then
+          "all delivered, per-sender order kept, one delivery order at every member"
         else "all delivered, per-sender order kept"
       in
       let check =
         match wrong with
         | w :: _ -> w
-        | [] when rates = [] -> Printf.sprintf "NO RUN FINISHED (%d of %d: a member gave no result or was short at the deadline)" unfinished (List.length rs)
+        | [] when rates = [] ->
+            Printf.sprintf
+              "NO RUN FINISHED (%d of %d: a member gave no result or was short at the deadline)"
+              unfinished (List.length rs)
         | [] when unfinished > 0 ->
-            Printf.sprintf "%s; %d of %d runs did not finish (a member gave no result or was short at the deadline) and are left out" base unfinished
-              (List.length rs)
+            Printf.sprintf
+              "%s; %d of %d runs did not finish (a member gave no result or was short at the \
+               deadline) and are left out"
+              base unfinished (List.length rs)
         | [] -> base
       in
       {
@@ -212,9 +274,7 @@ let tput_rows results consort =
     List.filter_map
       (fun r ->
         if is "bench" "tput" r && is "system" "raw-udp" r then
-          Option.map
-            (fun rate -> (rate, r))
-            (getf "msgs_per_s" r)
+          Option.map (fun rate -> (rate, r)) (getf "msgs_per_s" r)
         else None)
       results
   in
@@ -233,7 +293,9 @@ let tput_rows results consort =
             t_runs = rates;
             t_ok = true;
             t_check =
-              Printf.sprintf "no flow control: %s%% lost (median run)" (Option.value ~default:"?" (get "lost_pct" (snd (List.nth (List.sort compare l) (List.length l / 2)))));
+              Printf.sprintf "no flow control: %s%% lost (median run)"
+                (Option.value ~default:"?"
+                   (get "lost_pct" (snd (List.nth (List.sort compare l) (List.length l / 2)))));
             t_count = Option.value ~default:0 (Option.bind (get "count" first) int_of_string_opt);
           };
         ]
@@ -242,13 +304,23 @@ let tput_rows results consort =
     let rows = List.concat_map (fun j -> to_list (member "rows" j)) consort in
     (* The same configuration from several rounds: one row, every run. *)
     let key row = (to_str (member "kind" row), member "senders" row) in
-    let rank (kind, senders) = ((match kind with "vsync FIFO" | "group cast" -> 0 | "Total seq" -> 1 | "Total token" -> 2 | _ -> 3), kind, senders) in
+    let rank (kind, senders) =
+      ( (match kind with
+        | "vsync FIFO" | "group cast" -> 0
+        | "Total seq" -> 1
+        | "Total token" -> 2
+        | _ -> 3),
+        kind,
+        senders )
+    in
     let keys = List.sort_uniq (fun a b -> compare (rank a) (rank b)) (List.map key rows) in
     let merged =
       List.map
         (fun k ->
           let rs = List.filter (fun r -> key r = k) rows in
-          let runs = List.concat_map (fun r -> to_list (member "runs_slowest_messages_per_s" r)) rs in
+          let runs =
+            List.concat_map (fun r -> to_list (member "runs_slowest_messages_per_s" r)) rs
+          in
           let ok = List.for_all (fun r -> member "ok" r = Some (`Bool true)) rs in
           match List.hd rs with
           | `Assoc l ->
@@ -274,7 +346,11 @@ let tput_rows results consort =
             in
             if system = "" then None
             else
-              let runs = List.filter_map (fun x -> to_float (Some x)) (to_list (member "runs_slowest_messages_per_s" row)) in
+              let runs =
+                List.filter_map
+                  (fun x -> to_float (Some x))
+                  (to_list (member "runs_slowest_messages_per_s" row))
+              in
               let ok = member "ok" row = Some (`Bool true) in
               Some
                 {
@@ -285,21 +361,38 @@ let tput_rows results consort =
                   t_rate = median runs;
                   t_runs = runs;
                   t_ok = ok;
-                  t_check = (if ok then "checked by consort bench: every cast once, in order, intact" else "DELIVERIES INCOMPLETE OR WRONG");
+                  t_check =
+                    (if ok then "checked by consort bench: every cast once, in order, intact"
+                     else "DELIVERIES INCOMPLETE OR WRONG");
                   t_count = (match member "count" row with Some (`Int n) -> n | _ -> 0);
                 })
           merged
   in
   let cpg = peer_tput results ~system:"corosync-cpg" ~label:(fun _ -> "Corosync CPG") in
   (* CPG has one ordering, agreed: total order. There is no FIFO mode. *)
-  let cpg = List.map (fun r -> { r with t_check = "CPG_TYPE_AGREED (CPG's only order, total): " ^ r.t_check }) cpg in
+  let cpg =
+    List.map
+      (fun r -> { r with t_check = "CPG_TYPE_AGREED (CPG's only order, total): " ^ r.t_check })
+      cpg
+  in
   let jg = peer_tput results ~system:"jgroups" ~label:(fun c -> "JGroups " ^ c) in
-  let jg = List.map (fun r -> if r.t_order = "total" then { r with t_system = r.t_system ^ "+SEQUENCER" } else r) jg in
+  let jg =
+    List.map
+      (fun r -> if r.t_order = "total" then { r with t_system = r.t_system ^ "+SEQUENCER" } else r)
+      jg
+  in
   raw_rows @ consort_rows @ cpg @ jg
 
 (* {1 Stack cost} *)
 
-type cost = { c_what : string; c_path : string; c_layers : int option; c_ns : float option; c_words : float option; c_note : string }
+type cost = {
+  c_what : string;
+  c_path : string;
+  c_layers : int option;
+  c_ns : float option;
+  c_words : float option;
+  c_note : string;
+}
 
 let cost_rows stack_cost layering =
   let sc =
@@ -314,45 +407,97 @@ let cost_rows stack_cost layering =
               c_layers = (match member "layers" r with Some (`Int n) -> Some n | _ -> None);
               c_ns = to_float (member "ns_per_msg" r);
               c_words = to_float (member "minor_words_per_msg" r);
-              c_note = Printf.sprintf "major words/msg %.3f" (Option.value ~default:nan (to_float (member "major_words_per_msg" r)));
+              c_note =
+                Printf.sprintf "major words/msg %.3f"
+                  (Option.value ~default:nan (to_float (member "major_words_per_msg" r)));
             })
           (to_list (Some j))
   in
   let lay = match layering with None -> [] | Some j -> to_list (Some j) in
   let lrow kind layers =
-    List.find_opt (fun r -> to_str (member "kind" r) = kind && member "layers" r = Some (`Int layers)) lay
+    List.find_opt
+      (fun r -> to_str (member "kind" r) = kind && member "layers" r = Some (`Int layers))
+      lay
   in
   let of_l what path r note =
-    { c_what = what; c_path = path; c_layers = (match member "layers" r with Some (`Int n) -> Some n | _ -> None); c_ns = to_float (member "ns_per_msg" r); c_words = to_float (member "words_per_msg" r); c_note = note }
+    {
+      c_what = what;
+      c_path = path;
+      c_layers = (match member "layers" r with Some (`Int n) -> Some n | _ -> None);
+      c_ns = to_float (member "ns_per_msg" r);
+      c_words = to_float (member "words_per_msg" r);
+      c_note = note;
+    }
   in
   let layered =
     List.filter_map Fun.id
       [
-        Option.map (fun r -> of_l "direct call, no layer (baseline)" "-" r "consort bench layering") (lrow "direct" 0);
-        Option.map (fun r -> of_l "10 layers, a varint header each, 1 stack down and up" "layered" r "consort bench layering") (lrow "seq" 10);
+        Option.map
+          (fun r -> of_l "direct call, no layer (baseline)" "-" r "consort bench layering")
+          (lrow "direct" 0);
+        Option.map
+          (fun r ->
+            of_l "10 layers, a varint header each, 1 stack down and up" "layered" r
+              "consort bench layering")
+          (lrow "seq" 10);
       ]
   in
   (* A fused path, once `consort bench layering` measures one, appears here
      by itself; until then the row says it is not built. *)
-  let fused = List.filter (fun r -> let k = to_str (member "kind" r) in String.length k >= 5 && String.sub k 0 5 = "fused") lay in
   let fused =
-    if fused <> [] then List.map (fun r -> of_l (to_str (member "kind" r)) "fused" r "consort bench layering") fused
+    List.filter
+      (fun r ->
+        let k = to_str (member "kind" r) in
+        String.length k >= 5 && String.sub k 0 5 = "fused")
+      lay
+  in
+  let fused =
+    if fused <> [] then
+      List.map (fun r -> of_l (to_str (member "kind" r)) "fused" r "consort bench layering") fused
     else if List.exists (fun c -> c.c_path = "fused") sc then []
-    else if fused = [] then [ { c_what = "fused fast path"; c_path = "fused"; c_layers = None; c_ns = None; c_words = None; c_note = "not built: no fused path in this tree" } ]
+    else if fused = [] then
+      [
+        {
+          c_what = "fused fast path";
+          c_path = "fused";
+          c_layers = None;
+          c_ns = None;
+          c_words = None;
+          c_note = "not built: no fused path in this tree";
+        };
+      ]
     else []
   in
   sc @ layered @ fused
 
 (* {1 Targets} *)
 
-type target = { g_what : string; g_value : float option; g_goal : string; g_met : bool option; g_detail : string }
+type target = {
+  g_what : string;
+  g_value : float option;
+  g_goal : string;
+  g_met : bool option;
+  g_detail : string;
+}
 
-let best l = List.fold_left (fun acc r -> match acc with Some b when b.t_rate >= r.t_rate -> acc | _ -> if Float.is_nan r.t_rate then acc else Some r) None l
+let best l =
+  List.fold_left
+    (fun acc r ->
+      match acc with
+      | Some b when b.t_rate >= r.t_rate -> acc
+      | _ -> if Float.is_nan r.t_rate then acc else Some r)
+    None l
 
 let targets tputs rtts costs =
   let find p = List.filter (fun r -> p r && r.t_ok) tputs in
   let per_senders =
-    List.sort_uniq compare (List.filter_map (fun r -> if String.length r.t_system > 7 && String.sub r.t_system 0 7 = "Consort" then Some r.t_senders else None) tputs)
+    List.sort_uniq compare
+      (List.filter_map
+         (fun r ->
+           if String.length r.t_system > 7 && String.sub r.t_system 0 7 = "Consort" then
+             Some r.t_senders
+           else None)
+         tputs)
   in
   let starts p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p in
   let ratio_target what mine theirs goal =
@@ -365,24 +510,57 @@ let targets tputs rtts costs =
           g_goal = Printf.sprintf ">= %.1fx" goal;
           g_met = Some (x >= goal);
           g_detail =
-            Printf.sprintf "%s %.0f/s vs %s (%s) %.0f/s%s" m.t_system m.t_rate t.t_system t.t_setup t.t_rate
-              (if x >= goal then "" else Printf.sprintf "; short by %.0f/s (needs %.0f/s)" ((goal *. t.t_rate) -. m.t_rate) (goal *. t.t_rate));
+            Printf.sprintf "%s %.0f/s vs %s (%s) %.0f/s%s" m.t_system m.t_rate t.t_system t.t_setup
+              t.t_rate
+              (if x >= goal then ""
+               else
+                 Printf.sprintf "; short by %.0f/s (needs %.0f/s)"
+                   ((goal *. t.t_rate) -. m.t_rate)
+                   (goal *. t.t_rate));
         }
-    | None, _ -> { g_what = what; g_value = None; g_goal = Printf.sprintf ">= %.1fx" goal; g_met = None; g_detail = "Consort's figure is missing or failed its checks" }
-    | _, None -> { g_what = what; g_value = None; g_goal = Printf.sprintf ">= %.1fx" goal; g_met = None; g_detail = "the peer's figure is missing or failed its checks (see skipped)" }
+    | None, _ ->
+        {
+          g_what = what;
+          g_value = None;
+          g_goal = Printf.sprintf ">= %.1fx" goal;
+          g_met = None;
+          g_detail = "Consort's figure is missing or failed its checks";
+        }
+    | _, None ->
+        {
+          g_what = what;
+          g_value = None;
+          g_goal = Printf.sprintf ">= %.1fx" goal;
+          g_met = None;
+          g_detail = "the peer's figure is missing or failed its checks (see skipped)";
+        }
   in
   let thr =
     List.concat_map
       (fun s ->
         let consort_fifo = best (find (fun r -> r.t_system = "Consort vsync" && r.t_senders = s)) in
-        let consort_total = best (find (fun r -> starts "Consort Total" r.t_system && r.t_senders = s)) in
-        let jg_fifo = best (find (fun r -> starts "JGroups" r.t_system && r.t_order = "fifo" && r.t_senders = s)) in
-        let jg_tcp_seq = best (find (fun r -> r.t_system = "JGroups tcp.xml+SEQUENCER" && r.t_senders = s)) in
+        let consort_total =
+          best (find (fun r -> starts "Consort Total" r.t_system && r.t_senders = s))
+        in
+        let jg_fifo =
+          best
+            (find (fun r -> starts "JGroups" r.t_system && r.t_order = "fifo" && r.t_senders = s))
+        in
+        let jg_tcp_seq =
+          best (find (fun r -> r.t_system = "JGroups tcp.xml+SEQUENCER" && r.t_senders = s))
+        in
         let cpg = best (find (fun r -> r.t_system = "Corosync CPG" && r.t_senders = s)) in
         [
-          ratio_target (Printf.sprintf "FIFO 1 KB, 3 processes, %d sender(s): Consort / best JGroups FIFO" s) consort_fifo jg_fifo 1.0;
-          ratio_target (Printf.sprintf "total 1 KB, 3 processes, %d sender(s): Consort / JGroups tcp+SEQUENCER" s) consort_total jg_tcp_seq 1.5;
-          ratio_target (Printf.sprintf "total 1 KB, 3 processes, %d sender(s): Consort / best Corosync CPG" s) consort_total cpg 2.0;
+          ratio_target
+            (Printf.sprintf "FIFO 1 KB, 3 processes, %d sender(s): Consort / best JGroups FIFO" s)
+            consort_fifo jg_fifo 1.0;
+          ratio_target
+            (Printf.sprintf "total 1 KB, 3 processes, %d sender(s): Consort / JGroups tcp+SEQUENCER"
+               s)
+            consort_total jg_tcp_seq 1.5;
+          ratio_target
+            (Printf.sprintf "total 1 KB, 3 processes, %d sender(s): Consort / best Corosync CPG" s)
+            consort_total cpg 2.0;
         ])
       per_senders
   in
@@ -396,38 +574,67 @@ let targets tputs rtts costs =
             let d = c.r_median -. raw.r_median in
             Some
               {
-                g_what = Printf.sprintf "round trip 16 B, %s: Consort vsync - raw UDP (C), medians" pl;
+                g_what =
+                  Printf.sprintf "round trip 16 B, %s: Consort vsync - raw UDP (C), medians" pl;
                 g_value = Some d;
                 g_goal = "<= +5.0 us";
                 g_met = Some (d <= 5.);
-                g_detail = Printf.sprintf "%.1f us vs %.1f us%s" c.r_median raw.r_median (if d <= 5. then "" else Printf.sprintf "; over by %.1f us" (d -. 5.));
+                g_detail =
+                  Printf.sprintf "%.1f us vs %.1f us%s" c.r_median raw.r_median
+                    (if d <= 5. then "" else Printf.sprintf "; over by %.1f us" (d -. 5.));
               }
         | _ -> None)
       [ "same-cpu"; "different-cpus" ]
   in
   let fused =
-    match List.find_opt (fun c -> c.c_path = "fused" && c.c_ns <> None && starts "default" c.c_what) costs with
+    match
+      List.find_opt
+        (fun c -> c.c_path = "fused" && c.c_ns <> None && starts "default" c.c_what)
+        costs
+    with
     | Some _ as f -> f
     | None -> List.find_opt (fun c -> c.c_path = "fused" && c.c_ns <> None) costs
   in
-  let layered_default = List.find_opt (fun c -> c.c_path = "layered" && starts "default" c.c_what) costs in
+  let layered_default =
+    List.find_opt (fun c -> c.c_path = "layered" && starts "default" c.c_what) costs
+  in
   let fu =
     match (fused, layered_default) with
     | Some f, Some l -> (
         match (f.c_ns, l.c_ns) with
         | Some fns, Some lns ->
             let x = fns /. lns in
-            [ { g_what = "stack cost, default stack: fused / layered"; g_value = Some x; g_goal = "<= 0.33x"; g_met = Some (x <= 1. /. 3.); g_detail = Printf.sprintf "%.0f ns vs %.0f ns (%s vs %s)" fns lns f.c_what l.c_what } ]
+            [
+              {
+                g_what = "stack cost, default stack: fused / layered";
+                g_value = Some x;
+                g_goal = "<= 0.33x";
+                g_met = Some (x <= 1. /. 3.);
+                g_detail = Printf.sprintf "%.0f ns vs %.0f ns (%s vs %s)" fns lns f.c_what l.c_what;
+              };
+            ]
         | _ -> [])
-    | _ -> [ { g_what = "stack cost, default stack: fused / layered"; g_value = None; g_goal = "<= 0.33x"; g_met = None; g_detail = "not measured: the fused path is not built" } ]
+    | _ ->
+        [
+          {
+            g_what = "stack cost, default stack: fused / layered";
+            g_value = None;
+            g_goal = "<= 0.33x";
+            g_met = None;
+            g_detail = "not measured: the fused path is not built";
+          };
+        ]
   in
-  let fused_default = List.find_opt (fun c -> c.c_path = "fused" && starts "default" c.c_what) costs in
+  let fused_default =
+    List.find_opt (fun c -> c.c_path = "fused" && starts "default" c.c_what) costs
+  in
   let words =
-    match (match fused_default with Some _ -> fused_default | None -> layered_default) with
+    match match fused_default with Some _ -> fused_default | None -> layered_default with
     | Some { c_words = Some w; c_layers = Some n; c_path; _ } ->
         [
           {
-            g_what = Printf.sprintf "minor words per message per layer, default stack (%s path)" c_path;
+            g_what =
+              Printf.sprintf "minor words per message per layer, default stack (%s path)" c_path;
             g_value = Some (w /. float (2 * n));
             g_goal = "< 1.0";
             g_met = Some (w /. float (2 * n) < 1.);
@@ -447,41 +654,65 @@ let print meta rtts tputs costs tgs skipped =
   let m k = Option.value ~default:"?" (List.assoc_opt k meta) in
   pr "Peers side by side: every figure below measured in this run, on this machine.\n";
   let quick = List.assoc_opt "quick" meta = Some "1" in
-  if quick then pr "QUICK RUN: tiny counts, to try the machinery; these figures and ratios mean nothing.\n";
-  pr "%s; %s, %s CPUs, kernel %s; load at start %s, at end %s\n" (m "date") (m "cpu_model") (m "cores") (m "kernel") (m "load_start") (m "load_end");
+  if quick then
+    pr "QUICK RUN: tiny counts, to try the machinery; these figures and ratios mean nothing.\n";
+  pr "%s; %s, %s CPUs, kernel %s; load at start %s, at end %s\n" (m "date") (m "cpu_model")
+    (m "cores") (m "kernel") (m "load_start") (m "load_end");
   let loads =
     List.filter_map
       (fun (k, v) ->
-        if String.length k > 5 && String.sub k 0 5 = "load_" && k <> "load_start" && k <> "load_end" then
-          Some (String.map (function '_' -> ' ' | c -> c) (String.sub k 5 (String.length k - 5)) ^ " " ^ v)
+        if String.length k > 5 && String.sub k 0 5 = "load_" && k <> "load_start" && k <> "load_end"
+        then
+          Some
+            (String.map (function '_' -> ' ' | c -> c) (String.sub k 5 (String.length k - 5))
+            ^ " " ^ v)
         else None)
       meta
   in
   if loads <> [] then pr "load average at the start of: %s\n" (String.concat "; " loads);
-  pr "Consort %s; %s; %s; %s; %s\n" (m "consort_commit") (m "corosync") (m "jgroups") (m "java") (m "gcc");
+  pr "Consort %s; %s; %s; %s; %s\n" (m "consort_commit") (m "corosync") (m "jgroups") (m "java")
+    (m "gcc");
   pr "\n== Round trip, 16 bytes, 2 processes (us; vs raw UDP in C in the same placement)\n";
   let width h f l = List.fold_left (fun a r -> max a (String.length (f r))) (String.length h) l in
-  let ws = width "system" (fun r -> r.r_system) rtts and wu = width "setup" (fun r -> r.r_setup) rtts in
-  pr "%-*s %-*s %-15s %6s %9s %9s %9s  %s\n" ws "system" wu "setup" "placement" "n" "min" "median" "p99" "median vs raw UDP";
+  let ws = width "system" (fun r -> r.r_system) rtts
+  and wu = width "setup" (fun r -> r.r_setup) rtts in
+  pr "%-*s %-*s %-15s %6s %9s %9s %9s  %s\n" ws "system" wu "setup" "placement" "n" "min" "median"
+    "p99" "median vs raw UDP";
   List.iter
     (fun pl ->
       let raw = List.find_opt (fun r -> r.r_system = "raw UDP (C)" && r.r_placement = pl) rtts in
       List.iter
         (fun r ->
           if r.r_placement = pl then
-            pr "%-*s %-*s %-15s %6d %9.1f %9.1f %9.1f  %s\n" ws r.r_system wu r.r_setup r.r_placement r.r_n r.r_min r.r_median r.r_p99
-              (match raw with Some b when r.r_system <> b.r_system -> Printf.sprintf "%+.1f us (x%.2f)" (r.r_median -. b.r_median) (r.r_median /. b.r_median) | _ -> "-"))
+            pr "%-*s %-*s %-15s %6d %9.1f %9.1f %9.1f  %s\n" ws r.r_system wu r.r_setup
+              r.r_placement r.r_n r.r_min r.r_median r.r_p99
+              (match raw with
+              | Some b when r.r_system <> b.r_system ->
+                  Printf.sprintf "%+.1f us (x%.2f)" (r.r_median -. b.r_median)
+                    (r.r_median /. b.r_median)
+              | _ -> "-"))
         rtts)
     (let rank = function "same-cpu" -> 0 | "different-cpus" -> 1 | _ -> 2 in
-     List.sort_uniq (fun a b -> compare (rank a, a) (rank b, b)) (List.map (fun r -> r.r_placement) rtts));
-  pr "\n== Multicast throughput, 1 KB, 3 member processes (messages/s delivered at the slowest receiver; median run)\n";
+     List.sort_uniq
+       (fun a b -> compare (rank a, a) (rank b, b))
+       (List.map (fun r -> r.r_placement) rtts));
+  pr
+    "\n\
+     == Multicast throughput, 1 KB, 3 member processes (messages/s delivered at the slowest \
+     receiver; median run)\n";
   let floor = List.find_opt (fun r -> r.t_system = "raw UDP (C)") tputs in
-  let ws = width "system" (fun r -> r.t_system) tputs and wu = width "setup" (fun r -> r.t_setup) tputs in
-  pr "%-*s %-*s %-5s %7s %10s %7s  %-9s %s\n" ws "system" wu "setup" "order" "senders" "msgs/s" "MB/s" "vs floor" "runs; checks";
+  let ws = width "system" (fun r -> r.t_system) tputs
+  and wu = width "setup" (fun r -> r.t_setup) tputs in
+  pr "%-*s %-*s %-5s %7s %10s %7s  %-9s %s\n" ws "system" wu "setup" "order" "senders" "msgs/s"
+    "MB/s" "vs floor" "runs; checks";
   List.iter
     (fun r ->
-      pr "%-*s %-*s %-5s %7d %10.0f %7.1f  %-9s %s; %s\n" ws r.t_system wu r.t_setup r.t_order r.t_senders r.t_rate (r.t_rate *. 1024. /. 1e6)
-        (match floor with Some f when f != r -> Printf.sprintf "x%.2f" (r.t_rate /. f.t_rate) | _ -> "-")
+      pr "%-*s %-*s %-5s %7d %10.0f %7.1f  %-9s %s; %s\n" ws r.t_system wu r.t_setup r.t_order
+        r.t_senders r.t_rate
+        (r.t_rate *. 1024. /. 1e6)
+        (match floor with
+        | Some f when f != r -> Printf.sprintf "x%.2f" (r.t_rate /. f.t_rate)
+        | _ -> "-")
         (String.concat "," (List.map (Printf.sprintf "%.0f") r.t_runs))
         r.t_check)
     tputs;
@@ -490,7 +721,9 @@ let print meta rtts tputs costs tgs skipped =
   pr "%-*s %-8s %6s %9s %11s  %s\n" wc "stack" "path" "layers" "ns/msg" "words/msg" "";
   List.iter
     (fun c ->
-      pr "%-*s %-8s %6s %9s %11s  %s\n" wc c.c_what c.c_path (match c.c_layers with Some n -> string_of_int n | None -> "-") (opt_f "%.0f" c.c_ns) (opt_f "%.1f" c.c_words) c.c_note)
+      pr "%-*s %-8s %6s %9s %11s  %s\n" wc c.c_what c.c_path
+        (match c.c_layers with Some n -> string_of_int n | None -> "-")
+        (opt_f "%.0f" c.c_ns) (opt_f "%.1f" c.c_words) c.c_note)
     costs;
   pr "\n== Targets of issue 11, as ratios in this run\n";
   List.iter
@@ -511,17 +744,35 @@ let json meta rtts tputs costs tgs skipped =
   `Assoc
     [
       ("bench", `String "peers");
-      ("machine", `Assoc (List.filter_map (fun (k, v) -> if is_machine k then Some (k, `String v) else None) meta));
-      ("run", `Assoc (List.filter_map (fun (k, v) -> if List.mem k run_keys then Some (k, `String v) else None) meta));
-      ("versions", `Assoc (List.filter_map (fun (k, v) -> if is_machine k || List.mem k run_keys then None else Some (k, `String v)) meta));
+      ( "machine",
+        `Assoc
+          (List.filter_map (fun (k, v) -> if is_machine k then Some (k, `String v) else None) meta)
+      );
+      ( "run",
+        `Assoc
+          (List.filter_map
+             (fun (k, v) -> if List.mem k run_keys then Some (k, `String v) else None)
+             meta) );
+      ( "versions",
+        `Assoc
+          (List.filter_map
+             (fun (k, v) ->
+               if is_machine k || List.mem k run_keys then None else Some (k, `String v))
+             meta) );
       ( "rtt",
         `List
           (List.map
              (fun r ->
                `Assoc
                  [
-                   ("system", `String r.r_system); ("setup", `String r.r_setup); ("placement", `String r.r_placement); ("bytes", `Int 16); ("n", `Int r.r_n);
-                   ("min_us", f r.r_min); ("median_us", f r.r_median); ("p99_us", f r.r_p99);
+                   ("system", `String r.r_system);
+                   ("setup", `String r.r_setup);
+                   ("placement", `String r.r_placement);
+                   ("bytes", `Int 16);
+                   ("n", `Int r.r_n);
+                   ("min_us", f r.r_min);
+                   ("median_us", f r.r_median);
+                   ("p99_us", f r.r_p99);
                  ])
              rtts) );
       ( "throughput",
@@ -530,8 +781,15 @@ let json meta rtts tputs costs tgs skipped =
              (fun r ->
                `Assoc
                  [
-                   ("system", `String r.t_system); ("setup", `String r.t_setup); ("order", `String r.t_order); ("senders", `Int r.t_senders); ("bytes", `Int 1024);
-                   ("count_per_sender", `Int r.t_count); ("msgs_per_s", f r.t_rate); ("runs_msgs_per_s", `List (List.map f r.t_runs)); ("ok", `Bool r.t_ok);
+                   ("system", `String r.t_system);
+                   ("setup", `String r.t_setup);
+                   ("order", `String r.t_order);
+                   ("senders", `Int r.t_senders);
+                   ("bytes", `Int 1024);
+                   ("count_per_sender", `Int r.t_count);
+                   ("msgs_per_s", f r.t_rate);
+                   ("runs_msgs_per_s", `List (List.map f r.t_runs));
+                   ("ok", `Bool r.t_ok);
                    ("checks", `String r.t_check);
                  ])
              tputs) );
@@ -541,17 +799,31 @@ let json meta rtts tputs costs tgs skipped =
              (fun c ->
                `Assoc
                  [
-                   ("stack", `String c.c_what); ("path", `String c.c_path); ("layers", match c.c_layers with Some n -> `Int n | None -> `Null); ("ns_per_msg", fo c.c_ns);
-                   ("minor_words_per_msg", fo c.c_words); ("note", `String c.c_note);
+                   ("stack", `String c.c_what);
+                   ("path", `String c.c_path);
+                   ("layers", match c.c_layers with Some n -> `Int n | None -> `Null);
+                   ("ns_per_msg", fo c.c_ns);
+                   ("minor_words_per_msg", fo c.c_words);
+                   ("note", `String c.c_note);
                  ])
              costs) );
       ( "targets",
         `List
           (List.map
              (fun g ->
-               `Assoc [ ("target", `String g.g_what); ("value", fo g.g_value); ("goal", `String g.g_goal); ("met", match g.g_met with Some b -> `Bool b | None -> `Null); ("detail", `String g.g_detail) ])
+               `Assoc
+                 [
+                   ("target", `String g.g_what);
+                   ("value", fo g.g_value);
+                   ("goal", `String g.g_goal);
+                   ("met", match g.g_met with Some b -> `Bool b | None -> `Null);
+                   ("detail", `String g.g_detail);
+                 ])
              tgs) );
-      ("skipped", `List (List.map (fun (w, why) -> `Assoc [ ("what", `String w); ("why", `String why) ]) skipped));
+      ( "skipped",
+        `List
+          (List.map (fun (w, why) -> `Assoc [ ("what", `String w); ("why", `String why) ]) skipped)
+      );
     ]
 
 let run ~dir ~out =
@@ -565,20 +837,31 @@ let run ~dir ~out =
       let files = try Array.to_list (Sys.readdir dir) with Sys_error _ -> [] in
       let files =
         List.sort compare
-          (List.filter (fun f -> String.length f > 17 && String.sub f 0 12 = "consort-tput" && Filename.check_suffix f ".json") files
+          (List.filter
+             (fun f ->
+               String.length f > 17
+               && String.sub f 0 12 = "consort-tput"
+               && Filename.check_suffix f ".json")
+             files
           @ if List.mem "consort-tput.json" files then [ "consort-tput.json" ] else [])
       in
       List.filter_map (read_json dir) files
     in
     let tputs = tput_rows results consort_tput in
-    let costs = cost_rows (read_json dir "stack-cost.json") (read_json dir "consort-layering.json") in
+    let costs =
+      cost_rows (read_json dir "stack-cost.json") (read_json dir "consort-layering.json")
+    in
     let tgs = targets tputs rtts costs in
     let skipped =
       List.filter_map
-        (fun l -> match String.index_opt l '\t' with Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) | None -> None)
+        (fun l ->
+          match String.index_opt l '\t' with
+          | Some i -> Some (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1))
+          | None -> None)
         (read_lines (Filename.concat dir "skipped.tsv"))
     in
-    if rtts = [] && tputs = [] && List.for_all (fun c -> c.c_ns = None) costs then Error (dir ^ ": no results to report")
+    if rtts = [] && tputs = [] && List.for_all (fun c -> c.c_ns = None) costs then
+      Error (dir ^ ": no results to report")
     else begin
       print meta rtts tputs costs tgs skipped;
       match out with

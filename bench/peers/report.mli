@@ -1,16 +1,15 @@
 (** The one table of [make bench-peers], and the same as JSON.
 
-    It reads a results directory written by [bench-peers.sh] (README.md
-    beside this file): the machine and versions ([meta.tsv]), the [result]
-    lines of [udp_raw], [cpg_bench] and [JgBench] ([results.txt]), the JSON
-    lines of Consort's own bench commands, the stack cost
-    ([stack-cost.json]) and what could not run ([skipped.tsv]). Nothing is
-    measured here: a missing figure is printed as missing. *)
+    It reads a results directory written by [bench-peers.sh] (README.md beside this file): the
+    machine and versions ([meta.tsv]), the [result] lines of [udp_raw], [cpg_bench] and [JgBench]
+    ([results.txt]), the JSON lines of Consort's own bench commands, the stack cost
+    ([stack-cost.json]) and what could not run ([skipped.tsv]). Nothing is measured here: a missing
+    figure is printed as missing. *)
 
 val parse_result : string -> (string * string) list option
-(** [parse_result "result a=1 b=x"] is [Some [("a","1"); ("b","x")]]; [None]
-    for a line that does not start with ["result"]. *)
+(** [parse_result "result a=1 b=x"] is [Some [("a","1"); ("b","x")]]; [None] for a line that does
+    not start with ["result"]. *)
 
 val run : dir:string -> out:string option -> (unit, string) result
-(** [run ~dir ~out] prints the table of [dir] on stdout and writes it as
-    JSON to [out]. An error names the directory and what is wrong with it. *)
+(** [run ~dir ~out] prints the table of [dir] on stdout and writes it as JSON to [out]. An error
+    names the directory and what is wrong with it. *)

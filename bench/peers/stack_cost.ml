@@ -30,7 +30,15 @@ let pair ~fused layers =
   in
   let make me =
     let view = View.v ~group:"stack-cost" ~members ~rank:me () in
-    let ctx = { Layer.view; rng = Rng.create (me + 1); params = Params.empty; pool = Pool.default; now = (fun () -> Int64.to_int (Mtime_clock.elapsed_ns ())) } in
+    let ctx =
+      {
+        Layer.view;
+        rng = Rng.create (me + 1);
+        params = Params.empty;
+        pool = Pool.default;
+        now = (fun () -> Int64.to_int (Mtime_clock.elapsed_ns ()));
+      }
+    in
     let app =
       {
         Stack.deliver =
@@ -104,9 +112,19 @@ let run_stack ~iterations ~rounds ~name ~fused ~layers () =
   let ns, w, mw = measure ~iterations ~rounds f in
   let casts = !i - casts_before and got = !delivered - before in
   if got <> casts then
-    Error (Printf.sprintf "%s: member 1 delivered %d of %d casts (the stack stalled or lost messages)" name got casts)
+    Error
+      (Printf.sprintf "%s: member 1 delivered %d of %d casts (the stack stalled or lost messages)"
+         name got casts)
   else
-    Ok { stack = name; path = (if fused then "fused" else "layered"); layers = n_layers; ns_per_msg = ns; words_per_msg = w; major_words_per_msg = mw }
+    Ok
+      {
+        stack = name;
+        path = (if fused then "fused" else "layered");
+        layers = n_layers;
+        ns_per_msg = ns;
+        words_per_msg = w;
+        major_words_per_msg = mw;
+      }
 
 (* Nine layers with a varint header each (a counter), and Bottom, with
    their common case declared: the counter is the varying field. Made once, so that the
@@ -157,7 +175,6 @@ let seq_layer i : Layer.t =
 
 let seq = lazy (List.init 9 seq_layer @ [ Consort_group.Bottom.layer ])
 let seq_layers () = Lazy.force seq
-
 let baseline_name = "Bottom alone"
 
 let run ?(iterations = 50_000) ?(rounds = 3) () =
@@ -168,7 +185,8 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   in
   let desc = Consort_group.Properties.describe Consort_group.Properties.vsync in
   let ( let* ) = Result.bind in
-  let dname = "default (vsync: " ^ desc ^ ")" and tname = "10 layers: 9 with a varint header each, and Bottom" in
+  let dname = "default (vsync: " ^ desc ^ ")"
+  and tname = "10 layers: 9 with a varint header each, and Bottom" in
   (* Layered and fused one after the other, twice, keeping the better of
      each: the machine is shared. *)
   let best a b = if b.ns_per_msg < a.ns_per_msg then b else a in
@@ -179,11 +197,22 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   let* dl2 = run_stack ~iterations ~rounds ~name:dname ~fused:false ~layers:default () in
   let* df2 = run_stack ~iterations ~rounds ~name:dname ~fused:true ~layers:default () in
   (* The baseline: the same harness with Bottom alone, layered. *)
-  let* b = run_stack ~iterations ~rounds ~name:baseline_name ~fused:false ~layers:(fun () -> [ Consort_group.Bottom.layer ]) () in
+  let* b =
+    run_stack ~iterations ~rounds ~name:baseline_name ~fused:false
+      ~layers:(fun () -> [ Consort_group.Bottom.layer ])
+      ()
+  in
   Ok [ best df df2; best dl dl2; tf; tl; b ]
 
 let ratios rows =
-  let find name path = List.find_opt (fun r -> r.path = path && String.length r.stack >= String.length name && String.sub r.stack 0 (String.length name) = name) rows in
+  let find name path =
+    List.find_opt
+      (fun r ->
+        r.path = path
+        && String.length r.stack >= String.length name
+        && String.sub r.stack 0 (String.length name) = name)
+      rows
+  in
   match find baseline_name "layered" with
   | None -> []
   | Some b ->
@@ -191,15 +220,23 @@ let ratios rows =
         (fun (label, name) ->
           match (find name "fused", find name "layered") with
           | Some f, Some l ->
-              let above x y = if y -. b.ns_per_msg <= 0. then nan else (x -. b.ns_per_msg) /. (y -. b.ns_per_msg) in
-              let abovew x y = if y -. b.words_per_msg <= 0. then nan else (x -. b.words_per_msg) /. (y -. b.words_per_msg) in
+              let above x y =
+                if y -. b.ns_per_msg <= 0. then nan else (x -. b.ns_per_msg) /. (y -. b.ns_per_msg)
+              in
+              let abovew x y =
+                if y -. b.words_per_msg <= 0. then nan
+                else (x -. b.words_per_msg) /. (y -. b.words_per_msg)
+              in
               Some
                 (Printf.sprintf
-                   "ratio fused / layered, %s: %.2f in ns (%.0f / %.0f), %.2f in minor words (%.1f / %.1f); above the baseline \
-                    (%s: %.0f ns, %.1f words): %.2f in ns, %.2f in words; words per layer and message above it: %.2f fused, %.2f layered"
-                   label (f.ns_per_msg /. l.ns_per_msg) f.ns_per_msg l.ns_per_msg (f.words_per_msg /. l.words_per_msg)
+                   "ratio fused / layered, %s: %.2f in ns (%.0f / %.0f), %.2f in minor words (%.1f \
+                    / %.1f); above the baseline (%s: %.0f ns, %.1f words): %.2f in ns, %.2f in \
+                    words; words per layer and message above it: %.2f fused, %.2f layered"
+                   label (f.ns_per_msg /. l.ns_per_msg) f.ns_per_msg l.ns_per_msg
+                   (f.words_per_msg /. l.words_per_msg)
                    f.words_per_msg l.words_per_msg baseline_name b.ns_per_msg b.words_per_msg
-                   (above f.ns_per_msg l.ns_per_msg) (abovew f.words_per_msg l.words_per_msg)
+                   (above f.ns_per_msg l.ns_per_msg)
+                   (abovew f.words_per_msg l.words_per_msg)
                    ((f.words_per_msg -. b.words_per_msg) /. float (2 * (f.layers - 1)))
                    ((l.words_per_msg -. b.words_per_msg) /. float (2 * (l.layers - 1))))
           | _ -> None)

@@ -1,8 +1,7 @@
-(** The cost of a stack per message, in one process: two members' stacks
-    wired back to back (what member 0's stack sends is handed, as one
-    datagram buffer, to member 1's stack, and the other way), member 0
-    casting 16 bytes, timers run when due. A message counts when member
-    1's application has it; every cast must arrive. *)
+(** The cost of a stack per message, in one process: two members' stacks wired back to back (what
+    member 0's stack sends is handed, as one datagram buffer, to member 1's stack, and the other
+    way), member 0 casting 16 bytes, timers run when due. A message counts when member 1's
+    application has it; every cast must arrive. *)
 
 type row = {
   stack : string;  (** what was measured *)
@@ -14,17 +13,15 @@ type row = {
 }
 
 val run : ?iterations:int -> ?rounds:int -> unit -> (row list, string) result
-(** [run ()] measures the default stack ([Properties.vsync]) and a stack of
-    10 layers with a varint header each, each layered and fused (the
-    default stack twice, keeping the better run of each path), and
-    Bottom alone (the baseline): the fastest of [rounds] (3) rounds
-    of [iterations] (50_000) casts, after a warm-up of a quarter of that.
-    An error says a stack stalled or lost casts. *)
+(** [run ()] measures the default stack ([Properties.vsync]) and a stack of 10 layers with a varint
+    header each, each layered and fused (the default stack twice, keeping the better run of each
+    path), and Bottom alone (the baseline): the fastest of [rounds] (3) rounds of [iterations]
+    (50_000) casts, after a warm-up of a quarter of that. An error says a stack stalled or lost
+    casts. *)
 
 val ratios : row list -> string list
-(** One line per stack: fused / layered in ns and minor words, in all and
-    above the baseline (the same harness with Bottom alone, layered: what
-    the stack above Bottom costs), and minor words per layer and message
-    above it (down at member 0 and up at member 1 count as two passes). *)
+(** One line per stack: fused / layered in ns and minor words, in all and above the baseline (the
+    same harness with Bottom alone, layered: what the stack above Bottom costs), and minor words per
+    layer and message above it (down at member 0 and up at member 1 count as two passes). *)
 
 val to_json : row list -> Yojson.Safe.t

@@ -15,7 +15,8 @@ let rate_limited ~per_second (r : Logs.reporter) =
       second := now;
       lines := 0;
       if !dropped > 0 then begin
-        Printf.eprintf "consortd: %d log lines dropped (more than %d a second)\n%!" !dropped per_second;
+        Printf.eprintf "consortd: %d log lines dropped (more than %d a second)\n%!" !dropped
+          per_second;
         dropped := 0
       end
     end;
@@ -33,13 +34,16 @@ let setup_logs ((levels, format), verbose) =
   Consort_cli.setup_logs ~verbose format levels;
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
-let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout verbose =
+let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout
+    verbose =
   setup_logs verbose;
   let seal =
     match key with
     | None -> Ok None
     | Some file -> (
-        match Seal.read_key file with Error e -> Error ("--key: " ^ e) | Ok s -> Ok (Some (s, Seal.Auth)))
+        match Seal.read_key file with
+        | Error e -> Error ("--key: " ^ e)
+        | Ok s -> Ok (Some (s, Seal.Auth)))
   in
   match seal with
   | Error e ->
@@ -51,7 +55,8 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
         2
       end
       else if max_queue < max_frame || max_queue > 1 lsl 32 then begin
-        Fmt.epr "consortd: --max-queue %d: at least --max-frame (%d) and at most 4 GiB@." max_queue max_frame;
+        Fmt.epr "consortd: --max-queue %d: at least --max-frame (%d) and at most 4 GiB@." max_queue
+          max_frame;
         2
       end
       else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
@@ -84,90 +89,123 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
             Fmt.epr "consortd: %s@." e;
             2
         | exception e ->
-            Fmt.epr "consortd: internal error: %s@." (String.map (function '\n' -> ' ' | c -> c) (Printexc.to_string e));
+            Fmt.epr "consortd: internal error: %s@."
+              (String.map (function '\n' -> ' ' | c -> c) (Printexc.to_string e));
             125)
 
 let cmd =
   let socket =
-    Arg.(value & opt (some string) None & info [ "socket" ] ~docv:"PATH" ~doc:"Listen for clients on this Unix socket.")
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "socket" ] ~docv:"PATH" ~doc:"Listen for clients on this Unix socket.")
   in
   let tcp =
     Arg.(
       value
       & opt (some string) None
-      & info [ "tcp" ] ~docv:"127.0.0.1:PORT" ~doc:"Also listen for clients over TCP on this loopback address.")
+      & info [ "tcp" ] ~docv:"127.0.0.1:PORT"
+          ~doc:"Also listen for clients over TCP on this loopback address.")
   in
   let bind =
     Arg.(
-      value
-      & opt string Server.default.bind
+      value & opt string Server.default.bind
       & info [ "bind" ] ~docv:"ADDR:PORT"
-          ~doc:"The members' UDP address and the first port of their range: each member the daemon holds takes the first free port of it.")
+          ~doc:
+            "The members' UDP address and the first port of their range: each member the daemon \
+             holds takes the first free port of it.")
   in
-  let ports = Arg.(value & opt int Server.default.ports & info [ "ports" ] ~docv:"N" ~doc:"The size of the members' port range.") in
+  let ports =
+    Arg.(
+      value & opt int Server.default.ports
+      & info [ "ports" ] ~docv:"N" ~doc:"The size of the members' port range.")
+  in
   let peers =
     Arg.(
       value
       & opt (some (list string)) None
       & info [ "peers" ] ~docv:"ADDR:PORT[-PORT],..."
-          ~doc:"Where to look for the groups' members on other machines (other daemons' ranges, members), unless a client's JOIN names its own.")
+          ~doc:
+            "Where to look for the groups' members on other machines (other daemons' ranges, \
+             members), unless a client's JOIN names its own.")
   in
   let key =
     Arg.(
       value
       & opt (some string) None
       & info [ "key" ] ~docv:"FILE"
-          ~doc:"The groups' secret (from $(b,consort keygen), mode 0600): every member seals its datagrams (Auth; Privacy when a client asks).")
+          ~doc:
+            "The groups' secret (from $(b,consort keygen), mode 0600): every member seals its \
+             datagrams (Auth; Privacy when a client asks).")
   in
   let max_frame =
-    Arg.(value & opt int Server.default.max_frame & info [ "max-frame" ] ~docv:"BYTES" ~doc:"The largest frame a client may send.")
+    Arg.(
+      value & opt int Server.default.max_frame
+      & info [ "max-frame" ] ~docv:"BYTES" ~doc:"The largest frame a client may send.")
   in
   let max_queue =
     Arg.(
-      value
-      & opt int Server.default.max_queue
-      & info [ "max-queue" ] ~docv:"BYTES" ~doc:"Bytes of upcalls a client may leave unread before it is failed out of its groups.")
+      value & opt int Server.default.max_queue
+      & info [ "max-queue" ] ~docv:"BYTES"
+          ~doc:"Bytes of upcalls a client may leave unread before it is failed out of its groups.")
   in
-  let max_clients = Arg.(value & opt int Server.default.max_clients & info [ "max-clients" ] ~docv:"N" ~doc:"Clients at once.") in
-  let max_members = Arg.(value & opt int Server.default.max_members & info [ "max-members" ] ~docv:"N" ~doc:"Members per client.") in
+  let max_clients =
+    Arg.(
+      value
+      & opt int Server.default.max_clients
+      & info [ "max-clients" ] ~docv:"N" ~doc:"Clients at once.")
+  in
+  let max_members =
+    Arg.(
+      value
+      & opt int Server.default.max_members
+      & info [ "max-members" ] ~docv:"N" ~doc:"Members per client.")
+  in
   let hello_timeout =
     Arg.(
       value
       & opt float Server.default.hello_timeout
-      & info [ "hello-timeout" ] ~docv:"SECONDS" ~doc:"A new connection that has not said HELLO by then is closed.")
+      & info [ "hello-timeout" ] ~docv:"SECONDS"
+          ~doc:"A new connection that has not said HELLO by then is closed.")
   in
-  let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log clients failed out and view changes on standard error.") in
+  let verbose =
+    Arg.(
+      value & flag
+      & info [ "verbose"; "v" ] ~doc:"Log clients failed out and view changes on standard error.")
+  in
   let man =
     [
       `S Manpage.s_description;
       `P
-        "One daemon per machine holds the process-group stacks of its local clients (C, Python, OCaml: see \
-         clients/), who connect to $(b,--socket) and speak the protocol of doc/protocol.md. A client that \
-         closes its connection, dies, sends what does not decode, or stops reading is failed out of its \
-         groups (its members leave); the others are not disturbed. SIGTERM or SIGINT: every member leaves, \
-         then the daemon exits.";
+        "One daemon per machine holds the process-group stacks of its local clients (C, Python, \
+         OCaml: see clients/), who connect to $(b,--socket) and speak the protocol of \
+         doc/protocol.md. A client that closes its connection, dies, sends what does not decode, \
+         or stops reading is failed out of its groups (its members leave); the others are not \
+         disturbed. SIGTERM or SIGINT: every member leaves, then the daemon exits.";
       `P
-        "Log lines (warnings; with $(b,--verbose), also clients failed out) go to standard error, at most 50 a \
-         second; what is dropped is counted in one line.";
+        "Log lines (warnings; with $(b,--verbose), also clients failed out) go to standard error, \
+         at most 50 a second; what is dropped is counted in one line.";
       `P
-        "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N members=N and its \
-         counters (clients accepted, frames and bytes in and out, clients failed out by reason: failed_closed, \
-         failed_malformed, failed_overloaded, ...).";
+        "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N \
+         members=N and its counters (clients accepted, frames and bytes in and out, clients failed \
+         out by reason: failed_closed, failed_malformed, failed_overloaded, ...).";
       `P
-        "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every member left); 2 for a \
-         bad argument, an address in use or a key that cannot be read; 124 for an option the command line parser \
-         refuses; 125 for an internal error.";
+        "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every \
+         member left); 2 for a bad argument, an address in use or a key that cannot be read; 124 \
+         for an option the command line parser refuses; 125 for an internal error.";
       `S Manpage.s_examples;
       `Pre
-        "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers 10.0.0.2:7500-7531\n\
+        "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers \
+         10.0.0.2:7500-7531\n\
          consortd --socket /tmp/c1.sock --bind 127.0.0.1:7500 --peers 127.0.0.1:7600-7631";
     ]
   in
   Cmd.v
-    (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits ~doc:"the Consort daemon: process groups for local clients" ~man)
+    (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits
+       ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
-      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients $ max_members
-      $ hello_timeout
+      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients
+      $ max_members $ hello_timeout
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

@@ -22,14 +22,20 @@ let obj_bytes obj =
   Bytes.to_string b
 
 let object_key secret port obj =
-  String.sub (Crypto.hmac ~key:secret [ "consort-cap-v1-owner"; Port.to_raw port; obj_bytes obj ]) 0 check_length
+  String.sub
+    (Crypto.hmac ~key:secret [ "consort-cap-v1-owner"; Port.to_raw port; obj_bytes obj ])
+    0 check_length
 
 let check_of_key key rights =
   if Rights.equal rights Rights.all then key
   else
-    String.sub (Crypto.hmac ~key [ "consort-cap-v1-rights"; String.make 1 (Char.chr (Rights.to_int rights)) ]) 0 check_length
+    String.sub
+      (Crypto.hmac ~key
+         [ "consort-cap-v1-rights"; String.make 1 (Char.chr (Rights.to_int rights)) ])
+      0 check_length
 
-let check_obj fn obj = if obj < 0 || obj > max_object then invalid_arg (fn ^ ": object number outside 0..2^48-1")
+let check_obj fn obj =
+  if obj < 0 || obj > max_object then invalid_arg (fn ^ ": object number outside 0..2^48-1")
 
 let make port ~obj secret rights =
   check_obj "Cap.make" obj;
@@ -39,7 +45,8 @@ let owner port ~obj secret = make port ~obj secret Rights.all
 
 let v ~port ~obj ~rights ~check =
   if obj < 0 || obj > max_object then Error "object number outside 0..2^48-1"
-  else if String.length check <> check_length then Error (Printf.sprintf "a check has %d bytes" check_length)
+  else if String.length check <> check_length then
+    Error (Printf.sprintf "a check has %d bytes" check_length)
   else Ok { port; obj; rights; check }
 
 let is_owner c = Rights.equal c.rights Rights.all
@@ -76,13 +83,21 @@ let pp_decode_error ppf = function
 
 let to_raw c =
   String.concat ""
-    [ String.make 1 (Char.chr version); Port.to_raw c.port; obj_bytes c.obj; String.make 1 (Char.chr (Rights.to_int c.rights)); c.check ]
+    [
+      String.make 1 (Char.chr version);
+      Port.to_raw c.port;
+      obj_bytes c.obj;
+      String.make 1 (Char.chr (Rights.to_int c.rights));
+      c.check;
+    ]
 
 let of_raw s =
   if String.length s >= 1 && Char.code s.[0] <> version then Error (`Bad_version (Char.code s.[0]))
   else if String.length s <> length then Error (`Bad_length (String.length s))
   else
-    let port = match Port.of_raw (String.sub s 1 Port.length) with Ok p -> p | Error _ -> assert false in
+    let port =
+      match Port.of_raw (String.sub s 1 Port.length) with Ok p -> p | Error _ -> assert false
+    in
     let obj = ref 0 in
     for i = 0 to 5 do
       obj := (!obj lsl 8) lor Char.code s.[1 + Port.length + i]
@@ -97,7 +112,8 @@ let codec =
 
 let prefix = "cap1:"
 
-let to_string c = prefix ^ Base64.encode_string ~pad:false ~alphabet:Base64.uri_safe_alphabet (to_raw c)
+let to_string c =
+  prefix ^ Base64.encode_string ~pad:false ~alphabet:Base64.uri_safe_alphabet (to_raw c)
 
 let of_string s =
   let s = String.trim s in
@@ -120,7 +136,8 @@ let of_string s =
     | exception _ -> Error (`Bad_text "not base64url")
 
 let equal a b =
-  Port.equal a.port b.port && a.obj = b.obj && Rights.equal a.rights b.rights && String.equal a.check b.check
+  Port.equal a.port b.port && a.obj = b.obj && Rights.equal a.rights b.rights
+  && String.equal a.check b.check
 
 let pp ppf c = Fmt.pf ppf "%a/%d(%a)" Port.pp c.port c.obj Rights.pp c.rights
 let pp_text ppf c = Fmt.string ppf (to_string c)

@@ -3,9 +3,9 @@ let initialised = ref false
 let ensure_default () =
   if not !initialised then begin
     initialised := true;
-    (match Mirage_crypto_rng.default_generator () with
+    match Mirage_crypto_rng.default_generator () with
     | _ -> ()
-    | exception _ -> Mirage_crypto_rng_unix.initialize ())
+    | exception _ -> Mirage_crypto_rng_unix.initialize ()
   end
 
 let random ?g n =

@@ -2,29 +2,45 @@ type key
 
 external create : string -> key = "consort_gcm_create"
 
-external c_seal : key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
+external c_seal :
+  key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
   = "consort_gcm_seal_bc" "consort_gcm_seal"
-  [@@noalloc]
+[@@noalloc]
 
-external c_open : key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
+external c_open :
+  key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
   = "consort_gcm_open_bc" "consort_gcm_open"
-  [@@noalloc]
+[@@noalloc]
 
 external c_seal2 :
-  key -> string -> string -> Cstruct.buffer -> int -> int -> string -> int -> int -> Cstruct.buffer -> int -> bool
-  = "consort_gcm_seal2_bc" "consort_gcm_seal2"
-  [@@noalloc]
+  key ->
+  string ->
+  string ->
+  Cstruct.buffer ->
+  int ->
+  int ->
+  string ->
+  int ->
+  int ->
+  Cstruct.buffer ->
+  int ->
+  bool = "consort_gcm_seal2_bc" "consort_gcm_seal2"
+[@@noalloc]
 
-external c_open_head : key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
+external c_open_head :
+  key -> string -> string -> Cstruct.buffer -> int -> int -> Cstruct.buffer -> int -> bool
   = "consort_gcm_open_head_bc" "consort_gcm_open_head"
-  [@@noalloc]
+[@@noalloc]
 
-external c_open_rest : key -> Cstruct.buffer -> int -> int -> Bytes.t -> int -> Cstruct.buffer -> int -> bool
+external c_open_rest :
+  key -> Cstruct.buffer -> int -> int -> Bytes.t -> int -> Cstruct.buffer -> int -> bool
   = "consort_gcm_open_rest_bc" "consort_gcm_open_rest"
-  [@@noalloc]
+[@@noalloc]
 
 let tag_size = 16
-let of_secret k = if String.length k <> 32 then invalid_arg "Gcm.of_secret: the key must be 32 bytes" else create k
+
+let of_secret k =
+  if String.length k <> 32 then invalid_arg "Gcm.of_secret: the key must be 32 bytes" else create k
 
 (* [dst] of [n] bytes may begin where [src] does, or not overlap it. *)
 let check name ~nonce (src : Cstruct.t) (dst : Cstruct.t) n =
@@ -42,10 +58,13 @@ let seal_into key ~nonce ~adata (msg : Cstruct.t) (dst : Cstruct.t) =
     failwith "Gcm.seal_into: libcrypto failed"
 
 let seal2_into key ~nonce ~adata (prefix : Cstruct.t) body ~off ~len (dst : Cstruct.t) =
-  if off < 0 || len < 0 || off > String.length body - len then invalid_arg "Gcm.seal2_into: the body's range is out of bounds";
+  if off < 0 || len < 0 || off > String.length body - len then
+    invalid_arg "Gcm.seal2_into: the body's range is out of bounds";
   check "Gcm.seal2_into" ~nonce prefix dst (prefix.len + len + tag_size);
-  if not (c_seal2 key nonce adata prefix.buffer prefix.off prefix.len body off len dst.buffer dst.off) then
-    failwith "Gcm.seal2_into: libcrypto failed"
+  if
+    not
+      (c_seal2 key nonce adata prefix.buffer prefix.off prefix.len body off len dst.buffer dst.off)
+  then failwith "Gcm.seal2_into: libcrypto failed"
 
 let seal key ~nonce ~adata msg =
   let dst = Cstruct.create_unsafe (Cstruct.length msg + tag_size) in
@@ -70,14 +89,19 @@ let open_split key ~nonce ~adata (sealed : Cstruct.t) ~head (hdst : Cstruct.t) p
   let n = sealed.len - tag_size in
   if String.length nonce <> 12 then invalid_arg "Gcm.open_split: the nonce must be 12 bytes";
   if head < 0 || head > n || Cstruct.length hdst < head then invalid_arg "Gcm.open_split: bad head";
-  if hdst.buffer == sealed.buffer then invalid_arg "Gcm.open_split: the head's destination is the source";
-  if not (c_open_head key nonce adata sealed.buffer sealed.off head hdst.buffer hdst.off) then `Refused
+  if hdst.buffer == sealed.buffer then
+    invalid_arg "Gcm.open_split: the head's destination is the source";
+  if not (c_open_head key nonce adata sealed.buffer sealed.off head hdst.buffer hdst.off) then
+    `Refused
   else
     let h = Cstruct.sub hdst 0 head in
     match place h with
     | None -> `Not_placed
     | Some (b, pos) ->
         let rest = n - head in
-        if pos < 0 || pos > Bytes.length b - rest then invalid_arg "Gcm.open_split: the rest does not fit";
-        if c_open_rest key sealed.buffer (sealed.off + head) rest b pos sealed.buffer (sealed.off + n) then `Opened
+        if pos < 0 || pos > Bytes.length b - rest then
+          invalid_arg "Gcm.open_split: the rest does not fit";
+        if
+          c_open_rest key sealed.buffer (sealed.off + head) rest b pos sealed.buffer (sealed.off + n)
+        then `Opened
         else `Refused

@@ -11,7 +11,10 @@ type t = {
 }
 
 let null_priv = { obj = 0; rights = Rights.none; check = String.make Cap.check_length '\000' }
-let null_port = match Port.of_raw (String.make Port.length '\000') with Ok p -> p | Error _ -> assert false
+
+let null_port =
+  match Port.of_raw (String.make Port.length '\000') with Ok p -> p | Error _ -> assert false
+
 let of_cap (c : Cap.t) = (c.port, { obj = c.obj; rights = c.rights; check = c.check })
 
 let request ?(offset = 0) ?(size = 0) ?(extra = 0) cap command =
@@ -36,16 +39,17 @@ let codec =
   let open Consort.Codec in
   map ~name:"header"
     (fun h -> ((h.port, h.priv, h.command, h.status), (h.offset, h.size, h.extra)))
-    (fun ((port, priv, command, status), (offset, size, extra)) -> { port; priv; command; status; offset; size; extra })
+    (fun ((port, priv, command, status), (offset, size, extra)) ->
+      { port; priv; command; status; offset; size; extra })
     (pair (tup4 Port.codec priv_codec varint Status.codec) (tup3 varint varint zigzag))
 
 let equal a b =
   Port.equal a.port b.port && a.priv.obj = b.priv.obj
   && Rights.equal a.priv.rights b.priv.rights
   && String.equal a.priv.check b.priv.check
-  && a.command = b.command && Status.equal a.status b.status && a.offset = b.offset && a.size = b.size
-  && a.extra = b.extra
+  && a.command = b.command && Status.equal a.status b.status && a.offset = b.offset
+  && a.size = b.size && a.extra = b.extra
 
 let pp ppf h =
-  Fmt.pf ppf "{port=%a obj=%d rights=%a command=%d status=%a offset=%d size=%d extra=%d}" Port.pp h.port h.priv.obj
-    Rights.pp h.priv.rights h.command Status.pp h.status h.offset h.size h.extra
+  Fmt.pf ppf "{port=%a obj=%d rights=%a command=%d status=%a offset=%d size=%d extra=%d}" Port.pp
+    h.port h.priv.obj Rights.pp h.priv.rights h.command Status.pp h.status h.offset h.size h.extra

@@ -1,7 +1,11 @@
 type t = string
 
 let length = 16
-let of_raw s = if String.length s = length then Ok s else Error (Printf.sprintf "a port has %d bytes, not %d" length (String.length s))
+
+let of_raw s =
+  if String.length s = length then Ok s
+  else Error (Printf.sprintf "a port has %d bytes, not %d" length (String.length s))
+
 let to_raw t = t
 let equal = String.equal
 let compare = String.compare
@@ -48,7 +52,8 @@ module Key = struct
   let of_string s =
     let s = String.trim s in
     let pl = String.length prefix in
-    if String.length s < pl || String.sub s 0 pl <> prefix then Error "not a consort key (expected consort-key-v1:HEX)"
+    if String.length s < pl || String.sub s 0 pl <> prefix then
+      Error "not a consort key (expected consort-key-v1:HEX)"
     else
       match Crypto.of_hex (String.sub s pl (String.length s - pl)) with
       | Error e -> Error ("bad key: " ^ e)
@@ -79,7 +84,9 @@ module Key = struct
         let r =
           match Unix.write_substring fd s 0 (String.length s) with
           | n when n = String.length s -> (
-              match Unix.fsync fd with () -> Ok () | exception Unix.Unix_error (e, _, _) -> Error (Unix.error_message e))
+              match Unix.fsync fd with
+              | () -> Ok ()
+              | exception Unix.Unix_error (e, _, _) -> Error (Unix.error_message e))
           | _ -> Error (path ^ ": short write")
           | exception Unix.Unix_error (e, _, _) -> Error (path ^ ": " ^ Unix.error_message e)
         in

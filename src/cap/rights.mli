@@ -1,10 +1,8 @@
-(** Rights: an 8-bit set, as in Amoeba, of the operations a capability
-    allows.
+(** Rights: an 8-bit set, as in Amoeba, of the operations a capability allows.
 
-    What each bit allows is up to the server that owns the object; the
-    names below are the conventions of Consort's servers (the file server
-    reads with [read], makes files with [create], and so on). {!all} is the
-    owner's set. *)
+    What each bit allows is up to the server that owns the object; the names below are the
+    conventions of Consort's servers (the file server reads with [read], makes files with [create],
+    and so on). {!all} is the owner's set. *)
 
 type t = private int
 (** A set of rights, 0 to 255. *)
@@ -36,14 +34,15 @@ val r6 : t
 val admin : t
 (** 0x80: server administration (std_age, std_status) *)
 
-
 val of_int : int -> (t, string) result
+
 val of_int_exn : int -> t
 (** @raise Invalid_argument outside 0..255 (a programmer error). *)
 
 val to_int : t -> int
 val union : t -> t -> t
 val inter : t -> t -> t
+
 val subset : t -> t -> bool
 (** [subset a b] is [true] when every right of [a] is in [b]. *)
 
@@ -53,13 +52,12 @@ val mem : t -> t -> bool
 val equal : t -> t -> bool
 
 val of_string : string -> (t, string) result
-(** [of_string "read,modify"] parses a comma-separated list of the names
-    [read], [create], [modify], [destroy], [r4], [r5], [r6], [admin], the
-    words [all] and [none], and numbers ([0x05], [5]); white space is
-    allowed around names. Total. *)
+(** [of_string "read,modify"] parses a comma-separated list of the names [read], [create], [modify],
+    [destroy], [r4], [r5], [r6], [admin], the words [all] and [none], and numbers ([0x05], [5]);
+    white space is allowed around names. Total. *)
 
 val to_string : t -> string
-(** [to_string r] is ["all"], ["none"], or the names of its bits joined
-    with commas; [of_string (to_string r) = Ok r]. *)
+(** [to_string r] is ["all"], ["none"], or the names of its bits joined with commas;
+    [of_string (to_string r) = Ok r]. *)
 
 val pp : t Fmt.t

@@ -65,7 +65,9 @@ let () =
       ("locate_ttl", Time d.locate_ttl, "a cached port location is trusted this long");
       ("max_message", Int d.max_message, "largest RPC request or reply, bytes");
       ("max_sessions", Int d.max_sessions, "server sessions kept");
-      ("max_buffered", Int d.max_buffered, "server bytes in requests being received and replies kept");
+      ( "max_buffered",
+        Int d.max_buffered,
+        "server bytes in requests being received and replies kept" );
       ("max_queued", Int d.max_queued, "requests waiting for getreq, per port");
       ("max_cache", Int d.max_cache, "locate cache entries");
       ("max_pending", Int d.max_pending, "client transactions not yet finished");
@@ -121,8 +123,15 @@ module Acc = struct
   type t = { mutable b : Bytes.t; mutable len : int }
 
   let create () = { b = Bytes.empty; len = 0 }
-  let reset t total = t.b <- Bytes.create total; t.len <- 0
-  let clear t = t.b <- Bytes.empty; t.len <- 0
+
+  let reset t total =
+    t.b <- Bytes.create total;
+    t.len <- 0
+
+  let clear t =
+    t.b <- Bytes.empty;
+    t.len <- 0
+
   let length t = t.len
   let fits_cs t cs = t.len + Cstruct.length cs <= Bytes.length t.b
   let fits t n = t.len + n <= Bytes.length t.b
@@ -135,7 +144,9 @@ module Acc = struct
     t.len <- t.len + Cstruct.length cs
 
   let contents t =
-    let s = if t.len = Bytes.length t.b then Bytes.unsafe_to_string t.b else Bytes.sub_string t.b 0 t.len in
+    let s =
+      if t.len = Bytes.length t.b then Bytes.unsafe_to_string t.b else Bytes.sub_string t.b 0 t.len
+    in
     t.b <- Bytes.empty;
     s
 end
@@ -151,12 +162,12 @@ module Make (T : Transport.S) = struct
     idempotent : bool;
     k : (reply, Rpc_error.t) result -> unit;
     progress : ([ `Sent | `Received ] -> int -> int -> unit) option;
-    mutable attempts : int;  (* locate/handshake rounds left *)
+    mutable attempts : int; (* locate/handshake rounds left *)
     mutable xid : int;
-    mutable sent_any : bool;  (* a request fragment went out on the current session *)
-    mutable acked : int;  (* request bytes the server acknowledged *)
-    mutable next : int;  (* next request byte to send *)
-    mutable working : bool;  (* the server said it has the whole request *)
+    mutable sent_any : bool; (* a request fragment went out on the current session *)
+    mutable acked : int; (* request bytes the server acknowledged *)
+    mutable next : int; (* next request byte to send *)
+    mutable working : bool; (* the server said it has the whole request *)
     mutable rep_hdr : Header.t option;
     mutable rep_total : int;
     rep_buf : Acc.t;
@@ -171,7 +182,6 @@ module Make (T : Transport.S) = struct
      datagram is never cut into frames. [ack_step]: the receiver acknowledges
      each time this many more bytes have arrived. *)
   type flow = { frag : int; window_bytes : int; ack_step : int }
-
   type cstate = Handshaking of Secure.client_state | Open of Secure.keys | Dead
 
   type csession = {
@@ -201,7 +211,15 @@ module Make (T : Transport.S) = struct
     | Idle
     | Receiving of { rxid : int; rtotal : int; rhdr : Header.t; rbuf : Acc.t; mutable nacked : int }
     | Executing of int
-    | Replied of { pxid : int; phdr : Header.t; pdata : string; mutable packed : int; mutable pnext : int; mutable ptimer : T.timer option; mutable ptries : int }
+    | Replied of {
+        pxid : int;
+        phdr : Header.t;
+        pdata : string;
+        mutable packed : int;
+        mutable pnext : int;
+        mutable ptimer : T.timer option;
+        mutable ptries : int;
+      }
     | Refused of int
     | Forgot of int
 
@@ -229,7 +247,13 @@ module Make (T : Transport.S) = struct
     mutable stopped : bool;
   }
 
-  and request = { rsession : ssession; xid : int; rheader : Header.t; rdata : string; mutable answered : bool }
+  and request = {
+    rsession : ssession;
+    xid : int;
+    rheader : Header.t;
+    rdata : string;
+    mutable answered : bool;
+  }
 
   and node = {
     tr : T.t;
@@ -238,8 +262,8 @@ module Make (T : Transport.S) = struct
     cfg : config;
     g : Mirage_crypto_rng.g option;
     pool : Pool.t;
-    scratch : Cstruct.t;  (* a fragment's plaintext, sealed at once *)
-    opened : Cstruct.t;  (* a received datagram's plaintext, used only while it is handled *)
+    scratch : Cstruct.t; (* a fragment's plaintext, sealed at once *)
+    opened : Cstruct.t; (* a received datagram's plaintext, used only while it is handled *)
     mutable opened_busy : bool;
     locate_addrs : T.address list;
     multicast : T.address option;
@@ -249,7 +273,7 @@ module Make (T : Transport.S) = struct
     mutable buffered : int;
     cache : (Port.t, T.address * Time.t) Hashtbl.t;
     locating : (Port.t, locating) Hashtbl.t;
-    csessions : (string, csession) Hashtbl.t;  (* by address and port *)
+    csessions : (string, csession) Hashtbl.t; (* by address and port *)
     cby_id : (string, csession) Hashtbl.t;
     mutable next_xid : int;
     mutable pending : int;
@@ -265,7 +289,9 @@ module Make (T : Transport.S) = struct
   let transport n = n.tr
   let config n = n.cfg
   let is_closed n = n.closed
-  let connection n = match n.conn with Some c -> c | None -> invalid_arg "Rpc.connection: not open"
+
+  let connection n =
+    match n.conn with Some c -> c | None -> invalid_arg "Rpc.connection: not open"
 
   let stats n =
     {
@@ -308,8 +334,11 @@ module Make (T : Transport.S) = struct
   let flow_to n addr =
     let mtu = match n.conn with Some c -> (T.query c).mtu | None -> max_int in
     let frag, window =
-      if n.cfg.loopback_fragment > 0 && n.cfg.loopback_fragment + frag_overhead <= mtu && is_loopback addr then
-        (n.cfg.loopback_fragment, n.cfg.loopback_window)
+      if
+        n.cfg.loopback_fragment > 0
+        && n.cfg.loopback_fragment + frag_overhead <= mtu
+        && is_loopback addr
+      then (n.cfg.loopback_fragment, n.cfg.loopback_window)
       else (n.cfg.fragment, n.cfg.window)
     in
     { frag; window_bytes = window * frag; ack_step = frag * max 1 (window / 8) }
@@ -317,7 +346,6 @@ module Make (T : Transport.S) = struct
   (* [crossed f before after]: an acknowledgement is due, [after] bytes having
      arrived where there were [before]. *)
   let crossed f before after = after / f.ack_step > before / f.ack_step
-
   let csession_key addr port = T.address_to_string addr ^ "|" ^ Port.to_raw port
 
   (* Seals [plain] and sends it as one [Data] datagram, sealed straight into
@@ -340,12 +368,14 @@ module Make (T : Transport.S) = struct
         | Error e -> Log.debug (fun m -> m "send to %a: %a" T.pp_address dst Transport.pp_error e))
 
   let send_sealed n dst keys ~up ~session ~seq plain =
-    send_sealed_with n dst ~up ~session ~seq (Cstruct.length plain) (Secure.seal_into keys ~session ~seq plain)
+    send_sealed_with n dst ~up ~session ~seq (Cstruct.length plain)
+      (Secure.seal_into keys ~session ~seq plain)
 
   (* A fragment: its prefix, then [len] bytes of [data] from [off], sealed
      from where they are. *)
   let send_frag n dst keys ~up ~session ~seq prefix data ~off ~len =
-    send_sealed_with n dst ~up ~session ~seq (Cstruct.length prefix + len)
+    send_sealed_with n dst ~up ~session ~seq
+      (Cstruct.length prefix + len)
       (Secure.seal2_into keys ~session ~seq prefix data ~off ~len)
 
   let plain inner = Cstruct.of_string (Codec.encode_string Wire.inner inner)
@@ -367,7 +397,6 @@ module Make (T : Transport.S) = struct
     | _ -> ()
 
   let send_c n cs inner = send_c_plain n cs (plain inner)
-
   let forget n port = Hashtbl.remove n.cache port
 
   let finish n (t : txn) r =
@@ -406,19 +435,27 @@ module Make (T : Transport.S) = struct
     let frag = cs.cflow.frag in
     let limit = t.acked + cs.cflow.window_bytes in
     let first = ref true in
-    while (!first && total = 0 && t.next = 0 && not t.sent_any) || (t.next < total && t.next < limit) do
+    while
+      (!first && total = 0 && t.next = 0 && not t.sent_any) || (t.next < total && t.next < limit)
+    do
       first := false;
       let off = t.next in
       let len = min frag (total - off) in
       let header = if off = 0 then Some t.hdr else None in
-      send_c_frag n cs (Wire.frag_head ~into:n.scratch ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header ~len) t.tdata ~off ~len;
+      send_c_frag n cs
+        (Wire.frag_head ~into:n.scratch ~dir:Wire.Req ~xid:t.xid ~total ~offset:off ~header ~len)
+        t.tdata ~off ~len;
       t.sent_any <- true;
       t.next <- off + len
     done
 
   let rec arm n cs t d =
     cancel t.timer;
-    t.timer <- Some (after n d (fun () -> t.timer <- None; on_timer n cs t))
+    t.timer <-
+      Some
+        (after n d (fun () ->
+             t.timer <- None;
+             on_timer n cs t))
 
   and on_timer n cs t =
     if t.finished || n.closed then ()
@@ -453,7 +490,8 @@ module Make (T : Transport.S) = struct
     Queue.iter
       (fun t ->
         t.attempts <- t.attempts - 1;
-        if t.attempts <= 0 then finish n t (Error (if t.sent_any then `Failure why else `Notfound)) else route n t)
+        if t.attempts <= 0 then finish n t (Error (if t.sent_any then `Failure why else `Notfound))
+        else route n t)
       retry
 
   and start_next n cs =
@@ -493,7 +531,9 @@ module Make (T : Transport.S) = struct
                  else begin
                    forget n cs.cport;
                    drop_csession n cs;
-                   let why = match cs.unsafe with Some u -> u | None -> "no answer to the handshake" in
+                   let why =
+                     match cs.unsafe with Some u -> u | None -> "no answer to the handshake"
+                   in
                    Queue.iter
                      (fun t ->
                        if not t.finished then (
@@ -551,10 +591,19 @@ module Make (T : Transport.S) = struct
             if dsts = [] then k (Error `Notfound)
             else if Hashtbl.length n.locating >= n.cfg.max_pending then k (Error `Tryagain)
             else begin
-              let l = { lnonce = Crypto.random ?g:n.g 16; waiters = [ k ]; ltries = n.cfg.locate_tries; ltimer = None } in
+              let l =
+                {
+                  lnonce = Crypto.random ?g:n.g 16;
+                  waiters = [ k ];
+                  ltries = n.cfg.locate_tries;
+                  ltimer = None;
+                }
+              in
               Hashtbl.replace n.locating port l;
               let rec ask () =
-                List.iter (fun dst -> send_outer n dst (Wire.Locate { port; nonce = l.lnonce })) dsts;
+                List.iter
+                  (fun dst -> send_outer n dst (Wire.Locate { port; nonce = l.lnonce }))
+                  dsts;
                 l.ltimer <-
                   Some
                     (after n n.cfg.locate_timeout (fun () ->
@@ -594,9 +643,14 @@ module Make (T : Transport.S) = struct
       }
     in
     if n.closed then k (Error `Aborted)
-    else if String.equal (Port.to_raw hdr.Header.port) (String.make Port.length '\000') then k (Error `Badport)
+    else if String.equal (Port.to_raw hdr.Header.port) (String.make Port.length '\000') then
+      k (Error `Badport)
     else if String.length data > n.cfg.max_message then
-      k (Error (`Badaddress (Printf.sprintf "request of %d bytes over the limit of %d" (String.length data) n.cfg.max_message)))
+      k
+        (Error
+           (`Badaddress
+              (Printf.sprintf "request of %d bytes over the limit of %d" (String.length data)
+                 n.cfg.max_message)))
     else if n.pending >= n.cfg.max_pending then k (Error `Tryagain)
     else begin
       n.pending <- n.pending + 1;
@@ -623,7 +677,11 @@ module Make (T : Transport.S) = struct
       | None -> ()
     end;
     if t.rep_hdr <> None && rtotal = t.rep_total && not t.finished then begin
-      if offset = Acc.length t.rep_buf && (Cstruct.length chunk > 0 || rtotal = 0) && Acc.fits_cs t.rep_buf chunk then begin
+      if
+        offset = Acc.length t.rep_buf
+        && (Cstruct.length chunk > 0 || rtotal = 0)
+        && Acc.fits_cs t.rep_buf chunk
+      then begin
         let before = Acc.length t.rep_buf in
         Acc.add_cs t.rep_buf chunk;
         Option.iter (fun f -> f `Received (Acc.length t.rep_buf) rtotal) t.progress;
@@ -697,8 +755,10 @@ module Make (T : Transport.S) = struct
                   if t.attempts <= 0 then finish n t (Error `Notfound) else route n t))
               q
         | Wire.Forgotten { xid } when xid = t.xid ->
-            complete n cs t (Error (`Failure "the server carried the request out but dropped its reply"))
-        | Wire.Frag { dir = Wire.Rep; xid; total = rtotal; offset; header; chunk } when xid = t.xid ->
+            complete n cs t
+              (Error (`Failure "the server carried the request out but dropped its reply"))
+        | Wire.Frag { dir = Wire.Rep; xid; total = rtotal; offset; header; chunk } when xid = t.xid
+          ->
             client_frag n cs t ~rtotal ~offset ~header (Cstruct.of_string chunk)
         | _ -> ())
 
@@ -734,7 +794,11 @@ module Make (T : Transport.S) = struct
   (* Drop kept replies, least recently used first, until [need] more bytes fit. *)
   let make_room n need =
     if n.buffered + need > n.cfg.max_buffered then begin
-      let replied = Hashtbl.fold (fun _ ss acc -> match ss.st with Replied _ -> ss :: acc | _ -> acc) n.ssessions [] in
+      let replied =
+        Hashtbl.fold
+          (fun _ ss acc -> match ss.st with Replied _ -> ss :: acc | _ -> acc)
+          n.ssessions []
+      in
       let replied = List.sort (fun a b -> compare a.used b.used) replied in
       List.iter
         (fun ss ->
@@ -760,7 +824,10 @@ module Make (T : Transport.S) = struct
           let off = p.pnext in
           let len = min frag (total - off) in
           let header = if off = 0 then Some p.phdr else None in
-          send_s_frag n ss (Wire.frag_head ~into:n.scratch ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header ~len) p.pdata ~off ~len;
+          send_s_frag n ss
+            (Wire.frag_head ~into:n.scratch ~dir:Wire.Rep ~xid:p.pxid ~total ~offset:off ~header
+               ~len)
+            p.pdata ~off ~len;
           p.pnext <- off + len
         done;
         (* Long replies are driven by the server: resend from the last ack when
@@ -810,7 +877,8 @@ module Make (T : Transport.S) = struct
       send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = total });
       deliver n ss xid rhdr data
     end
-    else if crossed ss.sflow (have - added) have then send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
+    else if crossed ss.sflow (have - added) have then
+      send_s n ss (Wire.Ack { dir = Wire.Req; xid; upto = have })
 
   (* Where the chunk of a request fragment whose prefix is in [head] goes
      if it is the next one of the request being received, with its first
@@ -821,7 +889,9 @@ module Make (T : Transport.S) = struct
     match Wire.peek_frag_head head ~plain_len with
     | Some (Wire.Req, xid, total, offset, _, len, pos) when xid = ss.last_xid && len > 0 -> (
         match ss.st with
-        | Receiving r when r.rxid = xid && total = r.rtotal && offset = Acc.length r.rbuf && Acc.fits r.rbuf len ->
+        | Receiving r
+          when r.rxid = xid && total = r.rtotal && offset = Acc.length r.rbuf && Acc.fits r.rbuf len
+          ->
             let k = Cstruct.length head - pos in
             Cstruct.blit_to_bytes head pos r.rbuf.b r.rbuf.len k;
             got := len;
@@ -878,7 +948,8 @@ module Make (T : Transport.S) = struct
             p.pnext <- p.packed;
             pump_reply n ss
           end
-      | Refused x when x = xid -> send_s n ss (if ss.sserver.stopped then Wire.Moved { xid } else Wire.Busy { xid })
+      | Refused x when x = xid ->
+          send_s n ss (if ss.sserver.stopped then Wire.Moved { xid } else Wire.Busy { xid })
       | Forgot x when x = xid -> send_s n ss (Wire.Forgotten { xid })
       | _ -> n.duplicates <- n.duplicates + 1
     end
@@ -900,7 +971,8 @@ module Make (T : Transport.S) = struct
               p.pnext <- p.packed;
               p.ptries <- 8;
               pump_reply n ss
-          | Refused _ -> send_s n ss (if ss.sserver.stopped then Wire.Moved { xid } else Wire.Busy { xid })
+          | Refused _ ->
+              send_s n ss (if ss.sserver.stopped then Wire.Moved { xid } else Wire.Busy { xid })
           | Forgot _ -> send_s n ss (Wire.Forgotten { xid })
           | Idle -> send_s n ss (Wire.Unknown { xid })
         end
@@ -934,7 +1006,17 @@ module Make (T : Transport.S) = struct
           end
           else begin
             n.buffered <- n.buffered + String.length data;
-            ss.st <- Replied { pxid = r.xid; phdr = hdr; pdata = data; packed = 0; pnext = 0; ptimer = None; ptries = 8 };
+            ss.st <-
+              Replied
+                {
+                  pxid = r.xid;
+                  phdr = hdr;
+                  pdata = data;
+                  packed = 0;
+                  pnext = 0;
+                  ptimer = None;
+                  ptries = 8;
+                };
             pump_reply n ss
           end
       | _ -> ()
@@ -964,7 +1046,7 @@ module Make (T : Transport.S) = struct
         match Hashtbl.find_opt n.hellos nonce with
         | Some ss when T.equal_address ss.saddr src -> send_outer n src ss.sack
         | Some _ -> n.bad <- n.bad + 1
-        | None ->
+        | None -> (
             if Hashtbl.length n.ssessions >= n.cfg.max_sessions && not (evict_session n) then
               Log.warn (fun m -> m "no room for a session from %a" T.pp_address src)
             else
@@ -996,14 +1078,16 @@ module Make (T : Transport.S) = struct
                   in
                   Hashtbl.replace n.ssessions sid ss;
                   Hashtbl.replace n.hellos nonce ss;
-                  send_outer n src ack)
+                  send_outer n src ack))
 
   let on_hello_ack n src nonce session eph public signature =
     let found =
       Hashtbl.fold
         (fun _ cs acc ->
           match cs.cstate with
-          | Handshaking st when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src -> Some (cs, st)
+          | Handshaking st
+            when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src ->
+              Some (cs, st)
           | _ -> acc)
         n.csessions None
     in
@@ -1014,7 +1098,8 @@ module Make (T : Transport.S) = struct
         | Error e ->
             n.rogue <- n.rogue + 1;
             cs.unsafe <- Some e;
-            Log.warn (fun m -> m "handshake with %a for %a refused: %s" T.pp_address src Port.pp cs.cport e)
+            Log.warn (fun m ->
+                m "handshake with %a for %a refused: %s" T.pp_address src Port.pp cs.cport e)
         | Ok keys ->
             cancel cs.hs_timer;
             cs.hs_timer <- None;
@@ -1029,7 +1114,9 @@ module Make (T : Transport.S) = struct
       Hashtbl.fold
         (fun _ cs acc ->
           match cs.cstate with
-          | Handshaking st when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src -> Some cs
+          | Handshaking st
+            when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src ->
+              Some cs
           | _ -> acc)
         n.csessions None
     in
@@ -1055,7 +1142,12 @@ module Make (T : Transport.S) = struct
           cancel l.ltimer;
           if Hashtbl.length n.cache >= n.cfg.max_cache then begin
             (* Full: drop the entry closest to expiry. *)
-            let victim = Hashtbl.fold (fun p (_, e) acc -> match acc with Some (_, e') when e' <= e -> acc | _ -> Some (p, e)) n.cache None in
+            let victim =
+              Hashtbl.fold
+                (fun p (_, e) acc ->
+                  match acc with Some (_, e') when e' <= e -> acc | _ -> Some (p, e))
+                n.cache None
+            in
             Option.iter (fun (p, _) -> Hashtbl.remove n.cache p) victim
           end;
           Hashtbl.replace n.cache port (src, Time.add (now n) n.cfg.locate_ttl);
@@ -1063,14 +1155,22 @@ module Make (T : Transport.S) = struct
         end
         else begin
           n.rogue <- n.rogue + 1;
-          Log.warn (fun m -> m "unverifiable locate answer for %a from %a" Port.pp port T.pp_address src)
+          Log.warn (fun m ->
+              m "unverifiable locate answer for %a from %a" Port.pp port T.pp_address src)
         end
     | _ -> ()
 
   let on_locate n src port nonce =
     match Hashtbl.find_opt n.servers port with
     | Some srv when not srv.stopped ->
-        send_outer n src (Wire.Hereis { port; nonce; public = Port.Key.public srv.skey; signature = Secure.locate_signature srv.skey ~nonce })
+        send_outer n src
+          (Wire.Hereis
+             {
+               port;
+               nonce;
+               public = Port.Key.public srv.skey;
+               signature = Secure.locate_signature srv.skey ~nonce;
+             })
     | _ -> ()
 
   (* Opens [sealed] into the node's [opened] buffer (into a fresh one when
@@ -1078,7 +1178,8 @@ module Make (T : Transport.S) = struct
      not keep it. *)
   let with_opened n keys ~session ~seq sealed k =
     let len = Cstruct.length sealed - Secure.sealed_length 0 in
-    if n.opened_busy || len < 0 || len > Cstruct.length n.opened then k (Secure.open_cs keys ~session ~seq sealed)
+    if n.opened_busy || len < 0 || len > Cstruct.length n.opened then
+      k (Secure.open_cs keys ~session ~seq sealed)
     else begin
       let plain = Cstruct.sub n.opened 0 len in
       if Secure.open_into keys ~session ~seq sealed plain then begin
@@ -1108,7 +1209,8 @@ module Make (T : Transport.S) = struct
           let placed =
             if plain_len < placed_min || n.opened_busy then `Not_placed
             else
-              Secure.open_split ss.skeys ~session ~seq sealed ~head:placed_head (Cstruct.sub n.opened 0 placed_head)
+              Secure.open_split ss.skeys ~session ~seq sealed ~head:placed_head
+                (Cstruct.sub n.opened 0 placed_head)
                 (server_place ss ~plain_len ~got)
           in
           match placed with
@@ -1120,18 +1222,18 @@ module Make (T : Transport.S) = struct
                   Acc.advance r.rbuf !got;
                   server_appended n ss ~xid:r.rxid ~total:r.rtotal r.rbuf r.rhdr ~added:!got
               | _ -> ())
-          | `Not_placed ->
-          with_opened n ss.skeys ~session ~seq sealed @@ function
-          | None -> n.bad <- n.bad + 1
-          | Some plain -> (
-              match Wire.peek_frag plain with
-              | Some (Wire.Req, xid, total, offset, header, chunk) ->
-                  ss.used <- now n;
-                  server_frag n ss ~xid ~total ~offset ~header chunk
-              | _ -> (
-                  match Codec.decode_exact Wire.inner plain with
-                  | Ok inner -> server_inner n ss inner
-                  | Error _ -> n.bad <- n.bad + 1)))
+          | `Not_placed -> (
+              with_opened n ss.skeys ~session ~seq sealed @@ function
+              | None -> n.bad <- n.bad + 1
+              | Some plain -> (
+                  match Wire.peek_frag plain with
+                  | Some (Wire.Req, xid, total, offset, header, chunk) ->
+                      ss.used <- now n;
+                      server_frag n ss ~xid ~total ~offset ~header chunk
+                  | _ -> (
+                      match Codec.decode_exact Wire.inner plain with
+                      | Ok inner -> server_inner n ss inner
+                      | Error _ -> n.bad <- n.bad + 1))))
     else
       match Hashtbl.find_opt n.cby_id session with
       | Some ({ cstate = Open keys; _ } as cs) when T.equal_address cs.caddr src -> (
@@ -1155,24 +1257,35 @@ module Make (T : Transport.S) = struct
     | Ok o -> (
         match o with
         | Wire.Hello { port; eph; nonce } -> on_hello n src port eph nonce
-        | Wire.Hello_ack { nonce; session; eph; public; signature } -> on_hello_ack n src nonce session eph public signature
+        | Wire.Hello_ack { nonce; session; eph; public; signature } ->
+            on_hello_ack n src nonce session eph public signature
         | Wire.Nothere { port; nonce } -> on_nothere n src port nonce
         | Wire.Locate { port; nonce } -> on_locate n src port nonce
-        | Wire.Hereis { port; nonce; public; signature } -> on_hereis n src port nonce public signature
+        | Wire.Hereis { port; nonce; public; signature } ->
+            on_hereis n src port nonce public signature
         | Wire.Badsession { session } -> (
             match Hashtbl.find_opt n.cby_id session with
             | Some cs when T.equal_address cs.caddr src -> lose_session n cs "the server restarted"
             | _ -> n.bad <- n.bad + 1)
-        | Wire.Data { up; session; seq; sealed } -> on_data n src ~up ~session ~seq (Cstruct.of_string sealed))
+        | Wire.Data { up; session; seq; sealed } ->
+            on_data n src ~up ~session ~seq (Cstruct.of_string sealed))
 
   let shutdown n =
     if not n.closed then begin
       n.closed <- true;
       Hashtbl.iter (fun _ srv -> srv.stopped <- true) n.servers;
-      Hashtbl.iter (fun _ ss -> release_state n ss; ss.alive_s <- false) n.ssessions;
+      Hashtbl.iter
+        (fun _ ss ->
+          release_state n ss;
+          ss.alive_s <- false)
+        n.ssessions;
       Hashtbl.reset n.ssessions;
       Hashtbl.reset n.hellos;
-      Hashtbl.iter (fun _ l -> cancel l.ltimer; List.iter (fun k -> k (Error `Aborted)) l.waiters) n.locating;
+      Hashtbl.iter
+        (fun _ l ->
+          cancel l.ltimer;
+          List.iter (fun k -> k (Error `Aborted)) l.waiters)
+        n.locating;
       Hashtbl.reset n.locating;
       let sessions = Hashtbl.fold (fun _ cs acc -> cs :: acc) n.csessions [] in
       Hashtbl.reset n.csessions;
@@ -1185,8 +1298,10 @@ module Make (T : Transport.S) = struct
         sessions
     end
 
-  let create ?(config = default_config) ?g ?(pool = Pool.default) ?(locate = []) ?multicast tr addr =
-    if config.fragment <= 0 || config.fragment > Wire.max_chunk then Error "fragment size outside 1..65536"
+  let create ?(config = default_config) ?g ?(pool = Pool.default) ?(locate = []) ?multicast tr addr
+      =
+    if config.fragment <= 0 || config.fragment > Wire.max_chunk then
+      Error "fragment size outside 1..65536"
     else if config.loopback_fragment < 0 || config.loopback_fragment > Wire.max_chunk then
       Error "loopback fragment size outside 0..65536"
     else if config.window <= 0 || config.loopback_window <= 0 then Error "window must be positive"
@@ -1230,7 +1345,9 @@ module Make (T : Transport.S) = struct
               else
                 match Wire.peek_data (Iovec.cstruct iov) with
                 | Some (up, session, seq, sealed) ->
-                    Fun.protect ~finally:(fun () -> Iovec.release iov) (fun () -> on_data n src ~up ~session ~seq sealed)
+                    Fun.protect
+                      ~finally:(fun () -> Iovec.release iov)
+                      (fun () -> on_data n src ~up ~session ~seq sealed)
                 | None ->
                     let s = Iovec.to_string iov in
                     Iovec.release iov;
@@ -1264,7 +1381,16 @@ module Make (T : Transport.S) = struct
     (match Hashtbl.find_opt n.servers port with
     | Some s when not s.stopped -> invalid_arg "Rpc.serve: the node already serves this port"
     | _ -> ());
-    let s = { skey = key; sport = port; snode = n; waiting_reqs = Queue.create (); getter = None; stopped = n.closed } in
+    let s =
+      {
+        skey = key;
+        sport = port;
+        snode = n;
+        waiting_reqs = Queue.create ();
+        getter = None;
+        stopped = n.closed;
+      }
+    in
     Hashtbl.replace n.servers port s;
     s
 
@@ -1280,7 +1406,11 @@ module Make (T : Transport.S) = struct
     | None -> s.getter <- Some k
 
   let listen s f =
-    let rec go () = getreq s (fun r -> f r; if not s.stopped then go ()) in
+    let rec go () =
+      getreq s (fun r ->
+          f r;
+          if not s.stopped then go ())
+    in
     go ()
 
   let stop s =
@@ -1305,10 +1435,13 @@ module Make (T : Transport.S) = struct
 
   let std_info n cap k = call n ~idempotent:true (Std.info_request cap) Std.parse_text k
   let std_status n cap k = call n ~idempotent:true (Std.status_request cap) Std.parse_text k
+
   let std_restrict n cap rights k =
     match Cap.restrict cap rights with
     | Ok c -> k (Ok c)
-    | Error `Needs_server -> call n ~idempotent:true (Std.restrict_request cap rights) Std.parse_restrict k
+    | Error `Needs_server ->
+        call n ~idempotent:true (Std.restrict_request cap rights) Std.parse_restrict k
+
   let std_destroy n cap k = call n (Std.destroy_request cap) Std.parse_unit k
   let std_touch n cap k = call n ~idempotent:true (Std.touch_request cap) Std.parse_unit k
   let std_age n cap k = call n (Std.age_request cap) Std.parse_unit k
@@ -1330,12 +1463,15 @@ module Make (T : Transport.S) = struct
       match !res with Some r -> r | None -> raise Exit
 
     let trans n ?idempotent ?progress hdr data =
-      match wait n (trans n ?idempotent ?progress hdr data) with r -> r | exception Exit -> Error `Aborted
+      match wait n (trans n ?idempotent ?progress hdr data) with
+      | r -> r
+      | exception Exit -> Error `Aborted
 
-    let getreq s =
-      match wait s.snode (getreq s) with r -> Some r | exception Exit -> None
+    let getreq s = match wait s.snode (getreq s) with r -> Some r | exception Exit -> None
 
-    let locate n port = match wait n (locate n port) with r -> r | exception Exit -> Error `Aborted
+    let locate n port =
+      match wait n (locate n port) with r -> r | exception Exit -> Error `Aborted
+
     let std n f = match wait n f with r -> r | exception Exit -> Error (`Rpc `Aborted)
     let std_info n cap = std n (std_info n cap)
     let std_status n cap = std n (std_status n cap)

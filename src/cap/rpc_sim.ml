@@ -16,8 +16,8 @@ let names = [ "rpc-at-most-once" ]
 let describe = function
   | "rpc-at-most-once" ->
       Some
-        "3 clients, 1 server that crashes and restarts; loss, duplication, reordering; each request carried out at most \
-         once, every success exactly once"
+        "3 clients, 1 server that crashes and restarts; loss, duplication, reordering; each \
+         request carried out at most once, every success exactly once"
   | _ -> None
 
 let run_at_most_once ?trace ~seed () =
@@ -35,10 +35,26 @@ let run_at_most_once ?trace ~seed () =
       reorder = pct 25;
       reorder_delay = Time.of_ms 10;
     };
-  let note fmt = Printf.ksprintf (fun s -> Option.iter (fun oc -> output_string oc s; output_char oc '\n') trace) fmt in
+  let note fmt =
+    Printf.ksprintf
+      (fun s ->
+        Option.iter
+          (fun oc ->
+            output_string oc s;
+            output_char oc '\n')
+          trace)
+      fmt
+  in
   let g = Crypto.deterministic ("rpc-at-most-once-" ^ string_of_int seed) in
   let config =
-    { Rpc.default_config with fragment = 1024; window = 8; silence = Time.of_sec 2.; alive = Time.of_ms 300; locate_tries = 4 }
+    {
+      Rpc.default_config with
+      fragment = 1024;
+      window = 8;
+      silence = Time.of_sec 2.;
+      alive = Time.of_ms 300;
+      locate_tries = 4;
+    }
   in
   let key = Port.Key.generate ~g () in
   let port = Port.Key.port key in
@@ -61,15 +77,17 @@ let run_at_most_once ?trace ~seed () =
             note "%d app execute %s" (Sim.now net) id;
             let delay =
               match Random.State.int rs 10 with
-              | 0 -> Time.of_ms (1000 + Random.State.int rs 2000)  (* long: alive probes *)
+              | 0 -> Time.of_ms (1000 + Random.State.int rs 2000) (* long: alive probes *)
               | 1 | 2 -> Time.of_ms (Random.State.int rs 200)
               | _ -> 0
             in
             let answer () =
               if not (R.is_closed n) then
-                R.putrep r (Header.reply `Ok) (if String.length (R.data r) > 32 then "done-long:" ^ id else "done:" ^ id)
+                R.putrep r (Header.reply `Ok)
+                  (if String.length (R.data r) > 32 then "done-long:" ^ id else "done:" ^ id)
             in
-            if delay = 0 then answer () else ignore (Sim.at net (Time.add (Sim.now net) delay) answer))
+            if delay = 0 then answer ()
+            else ignore (Sim.at net (Time.add (Sim.now net) delay) answer))
   in
   start_server ();
   (* Crashes and restarts. *)
@@ -82,7 +100,10 @@ let run_at_most_once ?trace ~seed () =
            if Sim.is_open net "s" then begin
              note "%d app crash server" (Sim.now net);
              Sim.crash net "s";
-             ignore (Sim.at net (Time.add (Sim.now net) down) (fun () -> if not (Sim.is_open net "s") then start_server ()))
+             ignore
+               (Sim.at net
+                  (Time.add (Sim.now net) down)
+                  (fun () -> if not (Sim.is_open net "s") then start_server ()))
            end))
   done;
   let clients = 3 and per_client = 10 in
@@ -95,7 +116,11 @@ let run_at_most_once ?trace ~seed () =
         let rec go i =
           if i < per_client then begin
             let id = Printf.sprintf "c%d-r%d" c i in
-            let data = if Random.State.int rs 4 = 0 then id ^ String.make (2000 + Random.State.int rs 6000) ' ' else id in
+            let data =
+              if Random.State.int rs 4 = 0 then
+                id ^ String.make (2000 + Random.State.int rs 6000) ' '
+              else id
+            in
             incr sent;
             Hashtbl.replace started id ();
             note "%d app trans %s" (Sim.now net) id;
@@ -108,7 +133,10 @@ let run_at_most_once ?trace ~seed () =
                   (match r with Ok _ -> incr succeeded | Error _ -> ());
                   last := Sim.now net;
                   (* The next request after a short think time. *)
-                  ignore (Sim.at net (Time.add (Sim.now net) (Time.of_ms (Random.State.int rs 300))) (fun () -> go (i + 1)))
+                  ignore
+                    (Sim.at net
+                       (Time.add (Sim.now net) (Time.of_ms (Random.State.int rs 300)))
+                       (fun () -> go (i + 1)))
                 end)
           end
         in
@@ -129,7 +157,8 @@ let run_at_most_once ?trace ~seed () =
           if d <> "done:" ^ id && d <> "done-long:" ^ id then violation "%s: wrong reply %S" id d
       | Some (`Err e) -> (
           match Rpc_error.outcome e with
-          | `Not_executed -> if times <> 0 then violation "%s: %s, yet carried out" id (Rpc_error.to_string e)
+          | `Not_executed ->
+              if times <> 0 then violation "%s: %s, yet carried out" id (Rpc_error.to_string e)
           | `Unknown -> ())
     done
   done;

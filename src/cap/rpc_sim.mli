@@ -1,15 +1,12 @@
-(** Simulated scenarios of the capability RPC, checked for at-most-once
-    execution.
+(** Simulated scenarios of the capability RPC, checked for at-most-once execution.
 
-    [rpc-at-most-once]: one server port and three clients over a lossy
-    simulated network (loss, duplication, reordering, jitter, all drawn
-    from the seed); the server crashes and restarts a few times (same key,
-    fresh memory), some requests are long (alive probes), some large
-    (streamed in fragments). Every request is unique and not idempotent.
-    The checker asserts that each request was carried out at most once,
-    that every success reported to a client was carried out exactly once
-    with the right reply, that every error said to mean "not carried out"
-    is true, and that every transaction ended with exactly one outcome. *)
+    [rpc-at-most-once]: one server port and three clients over a lossy simulated network (loss,
+    duplication, reordering, jitter, all drawn from the seed); the server crashes and restarts a few
+    times (same key, fresh memory), some requests are long (alive probes), some large (streamed in
+    fragments). Every request is unique and not idempotent. The checker asserts that each request
+    was carried out at most once, that every success reported to a client was carried out exactly
+    once with the right reply, that every error said to mean "not carried out" is true, and that
+    every transaction ended with exactly one outcome. *)
 
 type outcome = {
   violations : string list;

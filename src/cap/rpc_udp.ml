@@ -34,7 +34,9 @@ let multicast_of_env () =
   match Sys.getenv_opt "CONSORT_MULTICAST" with
   | None -> Some default_multicast
   | Some v -> (
-      match String.lowercase_ascii (String.trim v) with "" | "off" | "none" -> None | _ -> Some (String.trim v))
+      match String.lowercase_ascii (String.trim v) with
+      | "" | "off" | "none" -> None
+      | _ -> Some (String.trim v))
 
 let open_node ?config ?g ?locate ?multicast ?(bind = "0.0.0.0:0") loop =
   let multicast = match multicast with Some m -> m | None -> multicast_of_env () in
@@ -42,13 +44,18 @@ let open_node ?config ?g ?locate ?multicast ?(bind = "0.0.0.0:0") loop =
   | Error e, _ -> Error ("--bind: " ^ e)
   | _, Error e -> Error e
   | Ok addr, Ok locate -> (
-      let group = match multicast with None -> Ok None | Some m -> Result.map Option.some (Udp.address_of_string m) in
+      let group =
+        match multicast with
+        | None -> Ok None
+        | Some m -> Result.map Option.some (Udp.address_of_string m)
+      in
       match group with
       | Error e -> Error ("multicast group (CONSORT_MULTICAST): " ^ e)
       | Ok multicast -> (
           match create ?config ?g ~locate ?multicast loop addr with
           | Ok n -> Ok n
           | Error _ when multicast <> None ->
-              Logs.info (fun m -> m "multicast unavailable; locating by the configured addresses only");
+              Logs.info (fun m ->
+                  m "multicast unavailable; locating by the configured addresses only");
               create ?config ?g ~locate loop addr
           | Error e -> Error e))

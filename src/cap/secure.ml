@@ -1,4 +1,5 @@
 module X = Mirage_crypto_ec.X25519
+
 type keys = { send : Gcm.key; recv : Gcm.key }
 type client_state = { port : Port.t; secret : X.secret; eph : string; nonce : string }
 
@@ -20,7 +21,8 @@ let derive shared tr =
 
 let client_finish st ~session ~eph ~public ~signature =
   let tr = transcript ~port:st.port ~eph_c:st.eph ~nonce:st.nonce ~session ~eph_s:eph in
-  if not (Port.verify st.port ~public ~signature tr) then Error "the server did not prove that it holds the port's key"
+  if not (Port.verify st.port ~public ~signature tr) then
+    Error "the server did not prove that it holds the port's key"
   else
     match X.key_exchange st.secret (Cstruct.of_string eph) with
     | Error _ -> Error "bad key share from the server"
@@ -53,9 +55,13 @@ let adata session seq =
   Bytes.set_int64_be b 8 seq;
   Bytes.unsafe_to_string b
 
-let seal_cs k ~session ~seq msg = Gcm.seal k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg
+let seal_cs k ~session ~seq msg =
+  Gcm.seal k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg
+
 let sealed_length n = n + Gcm.tag_size
-let seal_into k ~session ~seq msg dst = Gcm.seal_into k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg dst
+
+let seal_into k ~session ~seq msg dst =
+  Gcm.seal_into k.send ~nonce:(nonce_of seq) ~adata:(adata session seq) msg dst
 
 let open_cs k ~session ~seq sealed =
   if Cstruct.length sealed < Gcm.tag_size || String.length session <> 8 then None
@@ -71,11 +77,16 @@ let open_into k ~session ~seq sealed dst =
 
 let open_split k ~session ~seq sealed ~head hdst place =
   if Cstruct.length sealed < Gcm.tag_size + head || String.length session <> 8 then `Refused
-  else Gcm.open_split k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed ~head hdst place
+  else
+    Gcm.open_split k.recv ~nonce:(nonce_of seq) ~adata:(adata session seq) sealed ~head hdst place
 
 let seal k ~session ~seq msg = Cstruct.to_string (seal_cs k ~session ~seq (Cstruct.of_string msg))
-let open_ k ~session ~seq sealed = Option.map Cstruct.to_string (open_cs k ~session ~seq (Cstruct.of_string sealed))
+
+let open_ k ~session ~seq sealed =
+  Option.map Cstruct.to_string (open_cs k ~session ~seq (Cstruct.of_string sealed))
 
 let locate_msg port nonce = String.concat "" [ "consort-locate-v1"; Port.to_raw port; nonce ]
 let locate_signature key ~nonce = Port.Key.sign key (locate_msg (Port.Key.port key) nonce)
-let locate_verify port ~nonce ~public ~signature = Port.verify port ~public ~signature (locate_msg port nonce)
+
+let locate_verify port ~nonce ~public ~signature =
+  Port.verify port ~public ~signature (locate_msg port nonce)

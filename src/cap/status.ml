@@ -37,9 +37,16 @@ let table : (t * int * string * string) list =
 
 let to_int = function
   | `Other n -> n
-  | s -> ( match List.find_opt (fun (s', _, _, _) -> s' = s) table with Some (_, n, _, _) -> n | None -> assert false)
+  | s -> (
+      match List.find_opt (fun (s', _, _, _) -> s' = s) table with
+      | Some (_, n, _, _) -> n
+      | None -> assert false)
 
-let of_int n = match List.find_opt (fun (_, n', _, _) -> n' = n) table with Some (s, _, _, _) -> s | None -> `Other n
+let of_int n =
+  match List.find_opt (fun (_, n', _, _) -> n' = n) table with
+  | Some (s, _, _, _) -> s
+  | None -> `Other n
+
 let codec = Consort.Codec.map ~name:"status" to_int of_int Consort.Codec.zigzag
 let equal a b = to_int a = to_int b
 

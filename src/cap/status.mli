@@ -1,8 +1,8 @@
 (** Amoeba's status codes, carried in the [status] field of a reply header.
 
-    A server answers every request with a status: [`Ok] or one of the
-    standard errors, numbered as in Amoeba's [stderr.h]. Codes that are not
-    standard (a server's own) are kept as [`Other n]; decoding is total. *)
+    A server answers every request with a status: [`Ok] or one of the standard errors, numbered as
+    in Amoeba's [stderr.h]. Codes that are not standard (a server's own) are kept as [`Other n];
+    decoding is total. *)
 
 type t =
   [ `Ok  (** STD_OK, 0 *)
@@ -23,9 +23,9 @@ type t =
   | `Other of int  (** a server's own code *) ]
 
 val to_int : t -> int
+
 val of_int : int -> t
-(** [of_int n] is the status numbered [n]; [of_int (to_int s) = s] for
-    every standard status. *)
+(** [of_int n] is the status numbered [n]; [of_int (to_int s) = s] for every standard status. *)
 
 val codec : t Consort.Codec.t
 val equal : t -> t -> bool

@@ -23,18 +23,29 @@ let validate port objs ~need (h : Header.t) =
         match objs.secret c.Cap.obj with
         | None -> Error `Notfound
         | Some secret -> (
-            match Cap.validate secret ~port ~need c with Ok () -> Ok c.Cap.obj | Error e -> Error (Status.of_cap_error e)))
+            match Cap.validate secret ~port ~need c with
+            | Ok () -> Ok c.Cap.obj
+            | Error e -> Error (Status.of_cap_error e)))
 
 let err s = (Header.reply s, "")
 
 let handle port objs (h : Header.t) _data =
-  let with_obj need f = Some (match validate port objs ~need h with Error s -> err s | Ok obj -> f obj) in
+  let with_obj need f =
+    Some (match validate port objs ~need h with Error s -> err s | Ok obj -> f obj)
+  in
   let c = h.Header.command in
   if c = std_info then with_obj Rights.none (fun obj -> (Header.reply `Ok, objs.info obj))
   else if c = std_status then with_obj Rights.none (fun _ -> (Header.reply `Ok, objs.status ()))
-  else if c = std_touch then with_obj Rights.none (fun obj -> objs.touch obj; (Header.reply `Ok, ""))
-  else if c = std_destroy then with_obj Rights.destroy (fun obj -> (Header.reply (objs.destroy obj), ""))
-  else if c = std_age then with_obj Rights.admin (fun _ -> objs.age (); (Header.reply `Ok, ""))
+  else if c = std_touch then
+    with_obj Rights.none (fun obj ->
+        objs.touch obj;
+        (Header.reply `Ok, ""))
+  else if c = std_destroy then
+    with_obj Rights.destroy (fun obj -> (Header.reply (objs.destroy obj), ""))
+  else if c = std_age then
+    with_obj Rights.admin (fun _ ->
+        objs.age ();
+        (Header.reply `Ok, ""))
   else if c = std_restrict then
     with_obj Rights.none (fun obj ->
         match (Rights.of_int h.Header.offset, objs.secret obj, Header.cap h) with
@@ -52,7 +63,6 @@ let destroy_request c = Header.request c std_destroy
 let touch_request c = Header.request c std_touch
 let age_request c = Header.request c std_age
 let status_request c = Header.request c std_status
-
 let status_of (h : Header.t) = match h.Header.status with `Ok -> Ok () | s -> Error s
 let parse_text ((h : Header.t), d) = Result.map (fun () -> d) (status_of h)
 let parse_unit ((h : Header.t), _) = status_of h

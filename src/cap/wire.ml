@@ -2,7 +2,13 @@ open Consort
 
 type outer =
   | Hello of { port : Port.t; eph : string; nonce : string }
-  | Hello_ack of { nonce : string; session : string; eph : string; public : string; signature : string }
+  | Hello_ack of {
+      nonce : string;
+      session : string;
+      eph : string;
+      public : string;
+      signature : string;
+    }
   | Nothere of { port : Port.t; nonce : string }
   | Data of { up : bool; session : string; seq : int64; sealed : string }
   | Badsession of { session : string }
@@ -26,33 +32,44 @@ let outer_union =
   let open Codec in
   union "rpc datagram"
     [
-      case 1 "hello" (tup3 Port.codec (b 32) (b 16))
+      case 1 "hello"
+        (tup3 Port.codec (b 32) (b 16))
         (function Hello { port; eph; nonce } -> Some (port, eph, nonce) | _ -> None)
         (fun (port, eph, nonce) -> Hello { port; eph; nonce });
       case 2 "hello-ack"
         (pair (tup3 (b 16) (b 8) (b 32)) (pair (b 32) (b 64)))
         (function
-          | Hello_ack { nonce; session; eph; public; signature } -> Some ((nonce, session, eph), (public, signature))
+          | Hello_ack { nonce; session; eph; public; signature } ->
+              Some ((nonce, session, eph), (public, signature))
           | _ -> None)
-        (fun ((nonce, session, eph), (public, signature)) -> Hello_ack { nonce; session; eph; public; signature });
-      case 3 "nothere" (pair Port.codec (b 16))
+        (fun ((nonce, session, eph), (public, signature)) ->
+          Hello_ack { nonce; session; eph; public; signature });
+      case 3 "nothere"
+        (pair Port.codec (b 16))
         (function Nothere { port; nonce } -> Some (port, nonce) | _ -> None)
         (fun (port, nonce) -> Nothere { port; nonce });
-      case 4 "data-up" (tup3 (b 8) int64 rest)
-        (function Data { up = true; session; seq; sealed } -> Some (session, seq, sealed) | _ -> None)
+      case 4 "data-up"
+        (tup3 (b 8) int64 rest)
+        (function
+          | Data { up = true; session; seq; sealed } -> Some (session, seq, sealed) | _ -> None)
         (fun (session, seq, sealed) -> Data { up = true; session; seq; sealed });
-      case 8 "data-down" (tup3 (b 8) int64 rest)
-        (function Data { up = false; session; seq; sealed } -> Some (session, seq, sealed) | _ -> None)
+      case 8 "data-down"
+        (tup3 (b 8) int64 rest)
+        (function
+          | Data { up = false; session; seq; sealed } -> Some (session, seq, sealed) | _ -> None)
         (fun (session, seq, sealed) -> Data { up = false; session; seq; sealed });
       case 5 "badsession" (b 8)
         (function Badsession { session } -> Some session | _ -> None)
         (fun session -> Badsession { session });
-      case 6 "locate" (pair Port.codec (b 16))
+      case 6 "locate"
+        (pair Port.codec (b 16))
         (function Locate { port; nonce } -> Some (port, nonce) | _ -> None)
         (fun (port, nonce) -> Locate { port; nonce });
       case 7 "hereis"
         (tup4 Port.codec (b 16) (b 32) (b 64))
-        (function Hereis { port; nonce; public; signature } -> Some (port, nonce, public, signature) | _ -> None)
+        (function
+          | Hereis { port; nonce; public; signature } -> Some (port, nonce, public, signature)
+          | _ -> None)
         (fun (port, nonce, public, signature) -> Hereis { port; nonce; public; signature });
     ]
 
@@ -65,7 +82,14 @@ let outer =
 type dir = Req | Rep
 
 type inner =
-  | Frag of { dir : dir; xid : int; total : int; offset : int; header : Header.t option; chunk : string }
+  | Frag of {
+      dir : dir;
+      xid : int;
+      total : int;
+      offset : int;
+      header : Header.t option;
+      chunk : string;
+    }
   | Ack of { dir : dir; xid : int; upto : int }
   | Enquire of { xid : int; have : int }
   | Alive of { xid : int }
@@ -76,7 +100,12 @@ type inner =
   | Moved of { xid : int }
 
 let max_chunk = 65536
-let dir_codec = Codec.map ~name:"dir" (function Req -> false | Rep -> true) (function false -> Req | true -> Rep) Codec.bool
+
+let dir_codec =
+  Codec.map ~name:"dir"
+    (function Req -> false | Rep -> true)
+    (function false -> Req | true -> Rep)
+    Codec.bool
 
 let inner =
   let open Codec in
@@ -84,23 +113,35 @@ let inner =
   union "rpc message"
     [
       case 1 "frag"
-        (pair (tup4 dir_codec varint varint varint) (pair (option Header.codec) (string ~max:max_chunk ())))
+        (pair
+           (tup4 dir_codec varint varint varint)
+           (pair (option Header.codec) (string ~max:max_chunk ())))
         (function
-          | Frag { dir; xid; total; offset; header; chunk } -> Some ((dir, xid, total, offset), (header, chunk))
+          | Frag { dir; xid; total; offset; header; chunk } ->
+              Some ((dir, xid, total, offset), (header, chunk))
           | _ -> None)
-        (fun ((dir, xid, total, offset), (header, chunk)) -> Frag { dir; xid; total; offset; header; chunk });
+        (fun ((dir, xid, total, offset), (header, chunk)) ->
+          Frag { dir; xid; total; offset; header; chunk });
       case 2 "ack" (tup3 dir_codec varint varint)
         (function Ack { dir; xid; upto } -> Some (dir, xid, upto) | _ -> None)
         (fun (dir, xid, upto) -> Ack { dir; xid; upto });
       case 3 "enquire" (pair varint varint)
         (function Enquire { xid; have } -> Some (xid, have) | _ -> None)
         (fun (xid, have) -> Enquire { xid; have });
-      xid_case 4 "alive" (function Alive { xid } -> Some xid | _ -> None) (fun xid -> Alive { xid });
-      xid_case 5 "unknown" (function Unknown { xid } -> Some xid | _ -> None) (fun xid -> Unknown { xid });
+      xid_case 4 "alive"
+        (function Alive { xid } -> Some xid | _ -> None)
+        (fun xid -> Alive { xid });
+      xid_case 5 "unknown"
+        (function Unknown { xid } -> Some xid | _ -> None)
+        (fun xid -> Unknown { xid });
       xid_case 6 "busy" (function Busy { xid } -> Some xid | _ -> None) (fun xid -> Busy { xid });
-      xid_case 7 "forgotten" (function Forgotten { xid } -> Some xid | _ -> None) (fun xid -> Forgotten { xid });
+      xid_case 7 "forgotten"
+        (function Forgotten { xid } -> Some xid | _ -> None)
+        (fun xid -> Forgotten { xid });
       xid_case 8 "done" (function Done { xid } -> Some xid | _ -> None) (fun xid -> Done { xid });
-      xid_case 9 "moved" (function Moved { xid } -> Some xid | _ -> None) (fun xid -> Moved { xid });
+      xid_case 9 "moved"
+        (function Moved { xid } -> Some xid | _ -> None)
+        (fun xid -> Moved { xid });
     ]
 
 let pp_dir ppf = function Req -> Fmt.string ppf "req" | Rep -> Fmt.string ppf "rep"
@@ -125,7 +166,9 @@ let pp_outer ppf = function
   | Hello_ack { session; _ } -> Fmt.pf ppf "hello-ack session=%s" (hex session)
   | Nothere { port; _ } -> Fmt.pf ppf "nothere %a" Port.pp port
   | Data { up; session; seq; sealed } ->
-      Fmt.pf ppf "data-%s session=%s seq=%Ld %dB" (if up then "up" else "down") (hex session) seq (String.length sealed)
+      Fmt.pf ppf "data-%s session=%s seq=%Ld %dB"
+        (if up then "up" else "down")
+        (hex session) seq (String.length sealed)
   | Badsession { session } -> Fmt.pf ppf "badsession %s" (hex session)
   | Locate { port; _ } -> Fmt.pf ppf "locate %a" Port.pp port
   | Hereis { port; _ } -> Fmt.pf ppf "hereis %a" Port.pp port
@@ -157,19 +200,23 @@ let frag_head ~into ~dir ~xid ~total ~offset ~header ~len =
   let plen = Codec.size frag_prefix prefix in
   let p = Bytes.create plen in
   ignore (Codec.encode_into frag_prefix p 0 prefix);
-  let cs = if Cstruct.length into >= plen then Cstruct.sub into 0 plen else Cstruct.create_unsafe plen in
+  let cs =
+    if Cstruct.length into >= plen then Cstruct.sub into 0 plen else Cstruct.create_unsafe plen
+  in
   Cstruct.blit_from_bytes p 0 cs 0 plen;
   cs
 
 let peek_frag cs =
   match Codec.decode frag_prefix cs 0 with
-  | Ok ((1, (dir, xid, total, offset), header, len), pos) when len <= max_chunk && pos + len = Cstruct.length cs ->
+  | Ok ((1, (dir, xid, total, offset), header, len), pos)
+    when len <= max_chunk && pos + len = Cstruct.length cs ->
       Some (dir, xid, total, offset, header, Cstruct.sub cs pos len)
   | _ -> None
 
 let peek_frag_head cs ~plain_len =
   match Codec.decode frag_prefix cs 0 with
-  | Ok ((1, (dir, xid, total, offset), header, len), pos) when len <= max_chunk && pos + len = plain_len ->
+  | Ok ((1, (dir, xid, total, offset), header, len), pos)
+    when len <= max_chunk && pos + len = plain_len ->
       Some (dir, xid, total, offset, header, len, pos)
   | _ -> None
 
@@ -184,9 +231,10 @@ let data_header ~up ~session ~seq =
   b
 
 let peek_data cs =
-  if Cstruct.length cs >= data_header_length + 16
-     && Cstruct.get_uint8 cs 0 = 1
-     && (Cstruct.get_uint8 cs 1 = 4 || Cstruct.get_uint8 cs 1 = 8)
+  if
+    Cstruct.length cs >= data_header_length + 16
+    && Cstruct.get_uint8 cs 0 = 1
+    && (Cstruct.get_uint8 cs 1 = 4 || Cstruct.get_uint8 cs 1 = 8)
   then
     Some
       ( Cstruct.get_uint8 cs 1 = 4,

@@ -9,7 +9,12 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type state = Cold | Starting | Up | Down | Restarting
 
-let state_name = function Cold -> "cold" | Starting -> "starting" | Up -> "up" | Down -> "down" | Restarting -> "restarting"
+let state_name = function
+  | Cold -> "cold"
+  | Starting -> "starting"
+  | Up -> "up"
+  | Down -> "down"
+  | Restarting -> "restarting"
 
 type svc = {
   d : Decl.service;
@@ -56,7 +61,11 @@ let log_fd t s =
   match t.log_dir with
   | None -> Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0
   | Some d -> (
-      try Unix.openfile (Filename.concat d (s.d.name ^ ".log")) [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
+      try
+        Unix.openfile
+          (Filename.concat d (s.d.name ^ ".log"))
+          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
+          0o644
       with Unix.Unix_error _ -> Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0)
 
 let after t s d f = s.timers <- Loop.after t.loop d f :: s.timers
@@ -66,7 +75,10 @@ let cancel_timers s =
   s.timers <- []
 
 (* Each service is a process group of its own. *)
-let kill s sig_ = match s.pid with Some pid -> (try Unix.kill (-pid) sig_ with Unix.Unix_error _ -> ()) | None -> ()
+let kill s sig_ =
+  match s.pid with
+  | Some pid -> ( try Unix.kill (-pid) sig_ with Unix.Unix_error _ -> ())
+  | None -> ()
 
 (* Stop a running service that failed: it is restarted when its exit is seen. *)
 let fail t s why =
@@ -81,14 +93,23 @@ let rec step t =
   if not t.stopping then
     List.iter
       (fun s ->
-        if s.state = Cold && List.for_all (fun d -> (find t d).state = Up) s.d.Decl.after then launch t s)
+        if s.state = Cold && List.for_all (fun d -> (find t d).state = Up) s.d.Decl.after then
+          launch t s)
       t.svcs
 
 and launch t s =
   let cap_of n = (find t n).cap_text in
   let expand w = Decl.expand cap_of w in
-  let all r = List.fold_right (fun x acc -> match (x, acc) with Ok v, Ok l -> Ok (v :: l) | Error e, _ | _, Error e -> Error e) r (Ok []) in
-  match (all (List.map expand s.d.run), all (List.map (fun (k, w) -> Result.map (fun v -> (k, v)) (expand w)) s.d.caps)) with
+  let all r =
+    List.fold_right
+      (fun x acc ->
+        match (x, acc) with Ok v, Ok l -> Ok (v :: l) | Error e, _ | _, Error e -> Error e)
+      r (Ok [])
+  in
+  match
+    ( all (List.map expand s.d.run),
+      all (List.map (fun (k, w) -> Result.map (fun v -> (k, v)) (expand w)) s.d.caps) )
+  with
   | Error e, _ | _, Error e -> ended t s ("cannot start: " ^ e) ~ok:false
   | Ok argv, Ok caps -> (
       let env =
@@ -97,14 +118,20 @@ and launch t s =
           @ (if caps = [] then [] else [ "CONSORT_CAPS=" ^ String.concat "," (List.map fst caps) ])
           @ List.map (fun (k, v) -> Consort_capenv.var k ^ "=" ^ v) caps
           @ List.filter
-              (fun kv -> not (String.length kv > 12 && String.sub kv 0 12 = "CONSORT_CAP_" || String.length kv > 12 && String.sub kv 0 12 = "CONSORT_CAPS"))
+              (fun kv ->
+                not
+                  ((String.length kv > 12 && String.sub kv 0 12 = "CONSORT_CAP_")
+                  || (String.length kv > 12 && String.sub kv 0 12 = "CONSORT_CAPS")))
               (Array.to_list (Unix.environment ())))
       in
       let r, w = Unix.pipe ~cloexec:true () in
       let err = log_fd t s in
       let null = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
       let prog = List.hd argv in
-      match Consort_capproc.Spawn.spawn ~die_with_parent:Sys.sigterm prog (Array.of_list argv) env (null, w, err) with
+      match
+        Consort_capproc.Spawn.spawn ~die_with_parent:Sys.sigterm prog (Array.of_list argv) env
+          (null, w, err)
+      with
       | exception Unix.Unix_error (e, _, _) ->
           List.iter close_quiet [ r; w; err; null ];
           ended t s (Printf.sprintf "cannot start %s: %s" prog (Unix.error_message e)) ~ok:false
@@ -142,7 +169,9 @@ and launch t s =
                               poll t s
                           | Error _ -> fail t s "its first line is not \"server CAP\"")
                       | _ -> fail t s "its first line is not \"server CAP\"")
-                  | None -> if Buffer.length s.line > 4096 then fail t s "its first line is not \"server CAP\""
+                  | None ->
+                      if Buffer.length s.line > 4096 then
+                        fail t s "its first line is not \"server CAP\""
                 end
                 else ignore (Unix.write err buf 0 n)
           and stop_out () =
@@ -152,9 +181,13 @@ and launch t s =
             s.out <- None
           in
           Loop.watch t.loop r on_out;
-          if not s.d.capability then after t s (Time.of_sec (min 1. s.d.poll)) (fun () -> if s.state = Starting && s.killed = None then came_up t s);
+          if not s.d.capability then
+            after t s
+              (Time.of_sec (min 1. s.d.poll))
+              (fun () -> if s.state = Starting && s.killed = None then came_up t s);
           after t s (Time.of_sec s.d.start_timeout) (fun () ->
-              if s.state = Starting && s.pid <> None then fail t s (Printf.sprintf "not up within %g s" s.d.start_timeout)))
+              if s.state = Starting && s.pid <> None then
+                fail t s (Printf.sprintf "not up within %g s" s.d.start_timeout)))
 
 and came_up t s =
   s.up_since <- now t;
@@ -177,7 +210,8 @@ and poll t s =
             | Error e ->
                 s.poll_fails <- s.poll_fails + 1;
                 Log.info (fun m -> m "%s: std_status: %a" s.d.name Rpc.pp_call_error e);
-                if s.poll_fails >= 3 then fail t s (Fmt.str "std_status failed 3 times (%a)" Rpc.pp_call_error e));
+                if s.poll_fails >= 3 then
+                  fail t s (Fmt.str "std_status failed 3 times (%a)" Rpc.pp_call_error e));
             after t s (Time.of_sec s.d.poll) (fun () -> if s.pid = Some pid then poll t s)
           end)
   | _ -> ()
@@ -189,7 +223,9 @@ and ended t s why ~ok =
   s.polling <- false;
   if t.stopping then set t s Down why
   else
-    let again = match s.d.restart with Decl.Always -> true | On_failure -> not ok | Never -> false in
+    let again =
+      match s.d.restart with Decl.Always -> true | On_failure -> not ok | Never -> false
+    in
     if not again then set t s Down why
     else begin
       if Time.diff (now t) s.up_since >= Time.of_sec 10. && s.state = Up then s.failures <- 0;
@@ -231,8 +267,22 @@ let create ?log_dir ?(on_change = fun _ _ _ -> ()) loop node decls =
     List.map
       (fun d ->
         {
-          d; state = Cold; pid = None; cap = None; cap_text = None; restarts = 0; failures = 0; poll_fails = 0; polling = false;
-          up_since = 0; started_at = 0; why = ""; out = None; line = Buffer.create 64; timers = []; killed = None;
+          d;
+          state = Cold;
+          pid = None;
+          cap = None;
+          cap_text = None;
+          restarts = 0;
+          failures = 0;
+          poll_fails = 0;
+          polling = false;
+          up_since = 0;
+          started_at = 0;
+          why = "";
+          out = None;
+          line = Buffer.create 64;
+          timers = [];
+          killed = None;
         })
       decls
   in
@@ -241,7 +291,8 @@ let create ?log_dir ?(on_change = fun _ _ _ -> ()) loop node decls =
 let start t =
   let rec tick () =
     reap t;
-    if not (t.stopping && List.for_all (fun s -> s.pid = None) t.svcs) then ignore (Loop.after t.loop (Time.of_ms 100) tick)
+    if not (t.stopping && List.for_all (fun s -> s.pid = None) t.svcs) then
+      ignore (Loop.after t.loop (Time.of_ms 100) tick)
   in
   tick ();
   step t
@@ -250,13 +301,15 @@ let states t = List.map (fun s -> (s.d.name, s.state)) t.svcs
 
 let status t =
   String.concat "\n"
-    (Printf.sprintf "consort boot server: %d services, %d up" (List.length t.svcs) (List.length (List.filter (fun s -> s.state = Up) t.svcs))
+    (Printf.sprintf "consort boot server: %d services, %d up" (List.length t.svcs)
+       (List.length (List.filter (fun s -> s.state = Up) t.svcs))
     :: List.map
          (fun s ->
            Printf.sprintf "%s %s%s restarts %d%s" s.d.name (state_name s.state)
              (match s.pid with Some p -> Printf.sprintf " pid %d" p | None -> "")
              s.restarts
-             (if s.why = "" then "" else " (" ^ String.map (function '\n' -> ' ' | c -> c) s.why ^ ")"))
+             (if s.why = "" then ""
+              else " (" ^ String.map (function '\n' -> ' ' | c -> c) s.why ^ ")"))
          t.svcs)
 
 let stop t =
@@ -270,13 +323,22 @@ let stop t =
           kill s Sys.sigterm;
           let rec wait n =
             match Unix.waitpid [ Unix.WNOHANG ] pid with
-            | 0, _ when n > 0 -> Unix.sleepf 0.05; wait (n - 1)
-            | 0, _ -> kill s Sys.sigkill; ignore (Unix.waitpid [] pid)
+            | 0, _ when n > 0 ->
+                Unix.sleepf 0.05;
+                wait (n - 1)
+            | 0, _ ->
+                kill s Sys.sigkill;
+                ignore (Unix.waitpid [] pid)
             | _ -> ()
             | exception Unix.Unix_error _ -> ()
           in
           wait 100;
           s.pid <- None;
-          (match s.out with Some fd -> Loop.unwatch t.loop fd; close_quiet fd; s.out <- None | None -> ());
+          (match s.out with
+          | Some fd ->
+              Loop.unwatch t.loop fd;
+              close_quiet fd;
+              s.out <- None
+          | None -> ());
           set t s Down "stopped")
     (List.rev t.svcs)

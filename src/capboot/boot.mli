@@ -1,19 +1,16 @@
-(** The boot server: starts a host's services ({!Decl}) in dependency
-    order, watches them (their process, and [std_status] on their
-    capability), restarts what fails with back-off, and reports every
-    service's state.
+(** The boot server: starts a host's services ({!Decl}) in dependency order, watches them (their
+    process, and [std_status] on their capability), restarts what fails with back-off, and reports
+    every service's state.
 
-    States: [cold] (not started: waiting for its dependencies to be up),
-    [starting] (running, not yet up: a service with a capability is up once
-    it printed [server CAP] and answered a [std_status]; one without, once
-    it ran for a second), [up], [restarting] (ended or stopped answering;
-    waiting its back-off), [down] (ended and not to be restarted, or could
-    not be started and its policy says never).
+    States: [cold] (not started: waiting for its dependencies to be up), [starting] (running, not
+    yet up: a service with a capability is up once it printed [server CAP] and answered a
+    [std_status]; one without, once it ran for a second), [up], [restarting] (ended or stopped
+    answering; waiting its back-off), [down] (ended and not to be restarted, or could not be started
+    and its policy says never).
 
-    A service that exits, does not come up within its start timeout, or
-    fails 3 [std_status] polls in a row is stopped (SIGKILL) and, as its
-    [restart] policy says, restarted after [MIN * 2^(n-1)] seconds (at most
-    MAX), [n] counting the failures since it was last up for 10 s. *)
+    A service that exits, does not come up within its start timeout, or fails 3 [std_status] polls
+    in a row is stopped (SIGKILL) and, as its [restart] policy says, restarted after [MIN * 2^(n-1)]
+    seconds (at most MAX), [n] counting the failures since it was last up for 10 s. *)
 
 type state = Cold | Starting | Up | Down | Restarting
 
@@ -28,9 +25,9 @@ val create :
   Consort_cap.Rpc_udp.node ->
   Decl.service list ->
   t
-(** [on_change name state detail] is called at every change of state. The
-    services' standard error and output (after the capability line) go to
-    [LOG_DIR/NAME.log] (default: /dev/null). Nothing starts before {!start}. *)
+(** [on_change name state detail] is called at every change of state. The services' standard error
+    and output (after the capability line) go to [LOG_DIR/NAME.log] (default: /dev/null). Nothing
+    starts before {!start}. *)
 
 val start : t -> unit
 
@@ -40,5 +37,5 @@ val status : t -> string
 val states : t -> (string * state) list
 
 val stop : t -> unit
-(** Stops every service, dependents first: SIGTERM, then SIGKILL after 5 s.
-    Blocks until they are gone. *)
+(** Stops every service, dependents first: SIGTERM, then SIGKILL after 5 s. Blocks until they are
+    gone. *)

@@ -47,7 +47,12 @@ type row_spec = { name : string; masks : Rights.t list; caps : Cap.t list }
 type op =
   | Lookup of { dir : Cap.t; name : string }
   | List of Cap.t
-  | Create of { via : Cap.t; secret : string; columns : string list; link : (string * Rights.t list) option }
+  | Create of {
+      via : Cap.t;
+      secret : string;
+      columns : string list;
+      link : (string * Rights.t list) option;
+    }
   | Install of { dir : Cap.t; expect : int option; rows : row_spec list }
   | Delete of { dir : Cap.t; name : string }
   | Chmod of { dir : Cap.t; name : string; masks : Rights.t list }
@@ -95,9 +100,24 @@ type t = {
 }
 
 let create lim =
-  let t = { lim; dirs = Hashtbl.create 64; next = root_obj + 1; total_rows = 0; dedup = Hashtbl.create 64; order = Queue.create () } in
+  let t =
+    {
+      lim;
+      dirs = Hashtbl.create 64;
+      next = root_obj + 1;
+      total_rows = 0;
+      dedup = Hashtbl.create 64;
+      order = Queue.create ();
+    }
+  in
   Hashtbl.replace t.dirs root_obj
-    { secret = lim.root_secret; columns = Array.of_list default_columns; rows = SMap.empty; seq = 0; life = lim.lifetime };
+    {
+      secret = lim.root_secret;
+      columns = Array.of_list default_columns;
+      rows = SMap.empty;
+      seq = 0;
+      life = lim.lifetime;
+    };
   t
 
 let limits t = t.lim
@@ -107,63 +127,81 @@ let dirs t = Hashtbl.length t.dirs
 let mem t obj = Hashtbl.mem t.dirs obj
 let life t obj = Option.map (fun d -> d.life) (Hashtbl.find_opt t.dirs obj)
 let seq t obj = Option.map (fun d -> d.seq) (Hashtbl.find_opt t.dirs obj)
-let secret t obj = if obj = 0 then Some t.lim.server_secret else Option.map (fun d -> d.secret) (Hashtbl.find_opt t.dirs obj)
+
+let secret t obj =
+  if obj = 0 then Some t.lim.server_secret
+  else Option.map (fun d -> d.secret) (Hashtbl.find_opt t.dirs obj)
 
 let info t obj =
   if obj = 0 then Printf.sprintf "directory server, %d directories" (Hashtbl.length t.dirs)
   else
     match Hashtbl.find_opt t.dirs obj with
-    | Some d -> Printf.sprintf "directory, %d rows, seq %d, columns %s" (SMap.cardinal d.rows) d.seq (String.concat ":" (Array.to_list d.columns))
+    | Some d ->
+        Printf.sprintf "directory, %d rows, seq %d, columns %s" (SMap.cardinal d.rows) d.seq
+          (String.concat ":" (Array.to_list d.columns))
     | None -> "-"
 
 let objects t = Hashtbl.fold (fun k _ acc -> k :: acc) t.dirs [] |> List.sort compare
-
 let is_read = function Lookup _ | List _ -> true | _ -> false
 
 (* {1 Checks} *)
 
 let check_name lim n =
   if n = "" then Stdlib.Error "an empty name"
-  else if String.length n > lim.max_name then Stdlib.Error (Printf.sprintf "a name over %d bytes" lim.max_name)
+  else if String.length n > lim.max_name then
+    Stdlib.Error (Printf.sprintf "a name over %d bytes" lim.max_name)
   else if n = "." || n = ".." then Stdlib.Error "the names . and .. are reserved"
   else if String.contains n '/' then Stdlib.Error "a name with a /"
-  else if String.exists (fun c -> Char.code c < 32) n then Stdlib.Error "a name with a control character"
+  else if String.exists (fun c -> Char.code c < 32) n then
+    Stdlib.Error "a name with a control character"
   else Ok ()
 
 let check_row_spec lim (r : row_spec) =
   match check_name lim r.name with
   | Stdlib.Error e -> Stdlib.Error e
   | Ok () ->
-      if List.length r.masks > max_columns then Stdlib.Error (Printf.sprintf "more than %d column masks" max_columns)
+      if List.length r.masks > max_columns then
+        Stdlib.Error (Printf.sprintf "more than %d column masks" max_columns)
       else if r.caps = [] then Stdlib.Error "a row without a capability"
-      else if List.length r.caps > lim.max_capset then Stdlib.Error (Printf.sprintf "more than %d capabilities in a row" lim.max_capset)
+      else if List.length r.caps > lim.max_capset then
+        Stdlib.Error (Printf.sprintf "more than %d capabilities in a row" lim.max_capset)
       else Ok ()
 
 let check lim = function
   | Lookup { name; _ } | Delete { name; _ } -> check_name lim name
   | Chmod { name; masks; _ } ->
       Result.bind (check_name lim name) (fun () ->
-          if List.length masks > max_columns then Stdlib.Error (Printf.sprintf "more than %d column masks" max_columns) else Ok ())
-  | Create { secret; columns; link; _ } ->
+          if List.length masks > max_columns then
+            Stdlib.Error (Printf.sprintf "more than %d column masks" max_columns)
+          else Ok ())
+  | Create { secret; columns; link; _ } -> (
       if String.length secret <> 32 then Stdlib.Error "a directory secret of other than 32 bytes"
-      else if columns = [] || List.length columns > max_columns then Stdlib.Error (Printf.sprintf "1 to %d columns" max_columns)
-      else if List.exists (fun c -> c = "" || String.length c > 32) columns then Stdlib.Error "a column name empty or over 32 bytes"
-      else (
+      else if columns = [] || List.length columns > max_columns then
+        Stdlib.Error (Printf.sprintf "1 to %d columns" max_columns)
+      else if List.exists (fun c -> c = "" || String.length c > 32) columns then
+        Stdlib.Error "a column name empty or over 32 bytes"
+      else
         match link with
         | None -> Ok ()
         | Some (n, masks) ->
             Result.bind (check_name lim n) (fun () ->
-                if List.length masks > max_columns then Stdlib.Error (Printf.sprintf "more than %d column masks" max_columns) else Ok ()))
+                if List.length masks > max_columns then
+                  Stdlib.Error (Printf.sprintf "more than %d column masks" max_columns)
+                else Ok ()))
   | Install { rows; _ } ->
       if rows = [] then Stdlib.Error "an install of no row"
-      else if List.length rows > lim.max_install then Stdlib.Error (Printf.sprintf "more than %d rows in one install" lim.max_install)
+      else if List.length rows > lim.max_install then
+        Stdlib.Error (Printf.sprintf "more than %d rows in one install" lim.max_install)
       else
         let rec go seen = function
           | [] -> Ok ()
           | r :: rest -> (
               match check_row_spec lim r with
               | Stdlib.Error e -> Stdlib.Error e
-              | Ok () -> if List.mem r.name seen then Stdlib.Error ("the name " ^ r.name ^ " twice in one install") else go (r.name :: seen) rest)
+              | Ok () ->
+                  if List.mem r.name seen then
+                    Stdlib.Error ("the name " ^ r.name ^ " twice in one install")
+                  else go (r.name :: seen) rest)
         in
         go [] rows
   | List _ | Touch _ | Refs _ | Age _ -> Ok ()
@@ -179,10 +217,14 @@ let find_dir t (c : Cap.t) ~need =
         match Cap.validate d.secret ~port:t.lim.port ~need c with
         | Ok () -> Ok d
         | Error `Capbad -> Stdlib.Error Capbad
-        | Error `Denied -> Stdlib.Error (Denied (Printf.sprintf "needs %s, has %s" (Rights.to_string need) (Rights.to_string c.rights))))
+        | Error `Denied ->
+            Stdlib.Error
+              (Denied
+                 (Printf.sprintf "needs %s, has %s" (Rights.to_string need)
+                    (Rights.to_string c.rights))))
 
 let check_server t (c : Cap.t) =
-  if not (Port.equal c.port t.lim.port) || c.obj <> 0 then Stdlib.Error Capbad
+  if (not (Port.equal c.port t.lim.port)) || c.obj <> 0 then Stdlib.Error Capbad
   else
     match Cap.validate t.lim.server_secret ~port:t.lim.port ~need:Rights.admin c with
     | Ok () -> Ok ()
@@ -194,7 +236,9 @@ let check_server t (c : Cap.t) =
 let mask_for (dircap : Cap.t) (d : dir) (r : row) =
   let m = ref Rights.none in
   Array.iteri
-    (fun i mask -> if i < Array.length d.columns && Rights.mem (col i) dircap.rights then m := Rights.union !m mask)
+    (fun i mask ->
+      if i < Array.length d.columns && Rights.mem (col i) dircap.rights then
+        m := Rights.union !m mask)
     r.masks;
   !m
 
@@ -207,12 +251,15 @@ let narrow t (c : Cap.t) mask =
   else
     match Hashtbl.find_opt t.dirs c.obj with
     | Some d when Port.equal c.port t.lim.port ->
-        if Result.is_ok (Cap.validate d.secret ~port:t.lim.port ~need:Rights.none c) then Narrowed (Cap.restrict_with_secret d.secret c mask)
+        if Result.is_ok (Cap.validate d.secret ~port:t.lim.port ~need:Rights.none c) then
+          Narrowed (Cap.restrict_with_secret d.secret c mask)
         else Withheld c.port
-    | _ -> ( match Cap.restrict c mask with Ok n -> Narrowed n | Error `Needs_server -> Withheld c.port)
+    | _ -> (
+        match Cap.restrict c mask with Ok n -> Narrowed n | Error `Needs_server -> Withheld c.port)
 
 let masks_array d masks =
-  Array.init (Array.length d.columns) (fun i -> match List.nth_opt masks i with Some m -> m | None -> Rights.none)
+  Array.init (Array.length d.columns) (fun i ->
+      match List.nth_opt masks i with Some m -> m | None -> Rights.none)
 
 let err e = Error e
 
@@ -235,35 +282,48 @@ let execute t op =
               Caps (List.map (fun c -> narrow t c mask) r.caps))
       | List dir ->
           let* d = find_dir t dir ~need:Rights.none in
-          if Rights.inter dir.rights columns_mask = Rights.none then err (Denied "needs a column right")
+          if Rights.inter dir.rights columns_mask = Rights.none then
+            err (Denied "needs a column right")
           else
             Listing
               {
                 seq = d.seq;
                 columns = Array.to_list d.columns;
-                rows = SMap.bindings d.rows |> List.map (fun (n, (r : row)) -> (n, Array.to_list r.masks));
+                rows =
+                  SMap.bindings d.rows
+                  |> List.map (fun (n, (r : row)) -> (n, Array.to_list r.masks));
               }
-      | Create { via; secret; columns; link } ->
+      | Create { via; secret; columns; link } -> (
           let* v = find_dir t via ~need:modify in
           let fits_link =
             match link with
             | None -> Ok ()
             | Some (n, _) ->
                 if SMap.mem n v.rows then Stdlib.Error (Exists n)
-                else if SMap.cardinal v.rows >= t.lim.max_rows || t.total_rows >= t.lim.max_total_rows then
-                  Stdlib.Error (Limit "too many rows")
+                else if
+                  SMap.cardinal v.rows >= t.lim.max_rows || t.total_rows >= t.lim.max_total_rows
+                then Stdlib.Error (Limit "too many rows")
                 else Ok ()
           in
           let* () = fits_link in
-          if Hashtbl.length t.dirs >= t.lim.max_dirs then err (Limit (Printf.sprintf "%d directories" t.lim.max_dirs))
+          if Hashtbl.length t.dirs >= t.lim.max_dirs then
+            err (Limit (Printf.sprintf "%d directories" t.lim.max_dirs))
           else
             let secret = Result.get_ok (Cap.Secret.of_raw secret) in
             let obj = t.next in
             t.next <- t.next + 1;
-            let d = { secret; columns = Array.of_list columns; rows = SMap.empty; seq = 0; life = t.lim.lifetime } in
+            let d =
+              {
+                secret;
+                columns = Array.of_list columns;
+                rows = SMap.empty;
+                seq = 0;
+                life = t.lim.lifetime;
+              }
+            in
             Hashtbl.replace t.dirs obj d;
             let cap = Cap.owner t.lim.port ~obj secret in
-            (match link with
+            match link with
             | None -> Created { cap; seq = v.seq }
             | Some (n, masks) ->
                 v.rows <- SMap.add n { masks = masks_array v masks; caps = [ cap ] } v.rows;
@@ -275,11 +335,19 @@ let execute t op =
           match expect with
           | Some s when s <> d.seq -> err (Conflict d.seq)
           | _ ->
-              let fresh = List.length (List.filter (fun (r : row_spec) -> not (SMap.mem r.name d.rows)) rows) in
-              if SMap.cardinal d.rows + fresh > t.lim.max_rows then err (Limit (Printf.sprintf "%d rows in a directory" t.lim.max_rows))
-              else if t.total_rows + fresh > t.lim.max_total_rows then err (Limit "too many rows on this server")
+              let fresh =
+                List.length (List.filter (fun (r : row_spec) -> not (SMap.mem r.name d.rows)) rows)
+              in
+              if SMap.cardinal d.rows + fresh > t.lim.max_rows then
+                err (Limit (Printf.sprintf "%d rows in a directory" t.lim.max_rows))
+              else if t.total_rows + fresh > t.lim.max_total_rows then
+                err (Limit "too many rows on this server")
               else begin
-                List.iter (fun (r : row_spec) -> d.rows <- SMap.add r.name { masks = masks_array d r.masks; caps = r.caps } d.rows) rows;
+                List.iter
+                  (fun (r : row_spec) ->
+                    d.rows <-
+                      SMap.add r.name { masks = masks_array d r.masks; caps = r.caps } d.rows)
+                  rows;
                 t.total_rows <- t.total_rows + fresh;
                 bump d
               end)
@@ -306,7 +374,10 @@ let execute t op =
           let* () = check_server t server in
           match Hashtbl.find_opt t.dirs dir with
           | None -> err (Not_found "no such directory")
-          | Some d -> Objects (SMap.fold (fun _ (r : row) acc -> List.rev_append r.caps acc) d.rows [] |> List.rev))
+          | Some d ->
+              Objects
+                (SMap.fold (fun _ (r : row) acc -> List.rev_append r.caps acc) d.rows [] |> List.rev)
+          )
       | Age server ->
           let* () = check_server t server in
           let gone =
@@ -339,15 +410,18 @@ let remember t client req r =
 
 let apply t ~client ~req op =
   if is_read op then (execute t op, false)
-  else if (match op with Touch _ -> true | _ -> false) then
+  else if match op with Touch _ -> true | _ -> false then
     (* Idempotent: a collector's touches need no place in the table of
        clients, where thousands of them would push real clients out. *)
-    match execute t op with Error _ as r -> (r, false) | r -> (r, true)
+    match execute t op with
+    | Error _ as r -> (r, false)
+    | r -> (r, true)
   else
     match Hashtbl.find_opt t.dedup client with
     | Some (last, r) when last = req -> (r, false)
     | Some (last, _) when req < last ->
-        (Error (Bad (Printf.sprintf "request %d is older than this client's last, %d" req last)), false)
+        ( Error (Bad (Printf.sprintf "request %d is older than this client's last, %d" req last)),
+          false )
     | _ ->
         let r = execute t op in
         remember t client req r;
@@ -359,28 +433,42 @@ let rights_codec = Codec.conv ~name:"rights" Rights.to_int Rights.of_int Codec.u
 let name_c = Codec.string ~max:4096 ()
 let masks_c = Codec.list ~max:max_columns rights_codec
 let caps_c = Codec.list ~max:64 Cap.codec
-let row_spec_c = Codec.map (fun (r : row_spec) -> (r.name, r.masks, r.caps)) (fun (name, masks, caps) -> { name; masks; caps }) (Codec.tup3 name_c masks_c caps_c)
+
+let row_spec_c =
+  Codec.map
+    (fun (r : row_spec) -> (r.name, r.masks, r.caps))
+    (fun (name, masks, caps) -> { name; masks; caps })
+    (Codec.tup3 name_c masks_c caps_c)
 
 let op_codec =
   let open Codec in
   union "dir-op"
     [
-      case 0 "lookup" (pair Cap.codec name_c) (function Lookup { dir; name } -> Some (dir, name) | _ -> None) (fun (dir, name) -> Lookup { dir; name });
+      case 0 "lookup" (pair Cap.codec name_c)
+        (function Lookup { dir; name } -> Some (dir, name) | _ -> None)
+        (fun (dir, name) -> Lookup { dir; name });
       case 1 "list" Cap.codec (function List c -> Some c | _ -> None) (fun c -> List c);
       case 2 "create"
-        (tup4 Cap.codec (string ~max:64 ()) (list ~max:max_columns (string ~max:64 ())) (option (pair name_c masks_c)))
-        (function Create { via; secret; columns; link } -> Some (via, secret, columns, link) | _ -> None)
+        (tup4 Cap.codec (string ~max:64 ())
+           (list ~max:max_columns (string ~max:64 ()))
+           (option (pair name_c masks_c)))
+        (function
+          | Create { via; secret; columns; link } -> Some (via, secret, columns, link) | _ -> None)
         (fun (via, secret, columns, link) -> Create { via; secret; columns; link });
       case 3 "install"
         (tup3 Cap.codec (option varint) (list ~max:4096 row_spec_c))
         (function Install { dir; expect; rows } -> Some (dir, expect, rows) | _ -> None)
         (fun (dir, expect, rows) -> Install { dir; expect; rows });
-      case 4 "delete" (pair Cap.codec name_c) (function Delete { dir; name } -> Some (dir, name) | _ -> None) (fun (dir, name) -> Delete { dir; name });
+      case 4 "delete" (pair Cap.codec name_c)
+        (function Delete { dir; name } -> Some (dir, name) | _ -> None)
+        (fun (dir, name) -> Delete { dir; name });
       case 5 "chmod" (tup3 Cap.codec name_c masks_c)
         (function Chmod { dir; name; masks } -> Some (dir, name, masks) | _ -> None)
         (fun (dir, name, masks) -> Chmod { dir; name; masks });
       case 6 "touch" Cap.codec (function Touch c -> Some c | _ -> None) (fun c -> Touch c);
-      case 7 "refs" (pair Cap.codec varint) (function Refs { server; dir } -> Some (server, dir) | _ -> None) (fun (server, dir) -> Refs { server; dir });
+      case 7 "refs" (pair Cap.codec varint)
+        (function Refs { server; dir } -> Some (server, dir) | _ -> None)
+        (fun (server, dir) -> Refs { server; dir });
       case 8 "age" Cap.codec (function Age c -> Some c | _ -> None) (fun c -> Age c);
     ]
 
@@ -388,8 +476,12 @@ let entry_codec =
   let open Codec in
   union "dir-entry"
     [
-      case 0 "narrowed" Cap.codec (function Narrowed c -> Some c | _ -> None) (fun c -> Narrowed c);
-      case 1 "withheld" Port.codec (function Withheld p -> Some p | _ -> None) (fun p -> Withheld p);
+      case 0 "narrowed" Cap.codec
+        (function Narrowed c -> Some c | _ -> None)
+        (fun c -> Narrowed c);
+      case 1 "withheld" Port.codec
+        (function Withheld p -> Some p | _ -> None)
+        (fun p -> Withheld p);
     ]
 
 let error_codec =
@@ -410,15 +502,25 @@ let response_codec =
   let open Codec in
   union "dir-response"
     [
-      case 0 "caps" (list ~max:64 entry_codec) (function Caps l -> Some l | _ -> None) (fun l -> Caps l);
+      case 0 "caps" (list ~max:64 entry_codec)
+        (function Caps l -> Some l | _ -> None)
+        (fun l -> Caps l);
       case 1 "listing"
-        (tup3 varint (list ~max:max_columns (string ~max:64 ())) (list ~max:1_000_000 (pair name_c masks_c)))
+        (tup3 varint
+           (list ~max:max_columns (string ~max:64 ()))
+           (list ~max:1_000_000 (pair name_c masks_c)))
         (function Listing { seq; columns; rows } -> Some (seq, columns, rows) | _ -> None)
         (fun (seq, columns, rows) -> Listing { seq; columns; rows });
-      case 2 "created" (pair Cap.codec varint) (function Created { cap; seq } -> Some (cap, seq) | _ -> None) (fun (cap, seq) -> Created { cap; seq });
+      case 2 "created" (pair Cap.codec varint)
+        (function Created { cap; seq } -> Some (cap, seq) | _ -> None)
+        (fun (cap, seq) -> Created { cap; seq });
       case 3 "done" varint (function Done s -> Some s | _ -> None) (fun s -> Done s);
-      case 4 "objects" (list ~max:1_000_000 Cap.codec) (function Objects l -> Some l | _ -> None) (fun l -> Objects l);
-      case 5 "aged" (list ~max:max_int varint) (function Aged l -> Some l | _ -> None) (fun l -> Aged l);
+      case 4 "objects" (list ~max:1_000_000 Cap.codec)
+        (function Objects l -> Some l | _ -> None)
+        (fun l -> Objects l);
+      case 5 "aged" (list ~max:max_int varint)
+        (function Aged l -> Some l | _ -> None)
+        (fun l -> Aged l);
       case 6 "error" error_codec (function Error e -> Some e | _ -> None) (fun e -> Error e);
     ]
 
@@ -427,7 +529,11 @@ let secret_c = Codec.conv ~name:"secret" Cap.Secret.to_raw Cap.Secret.of_raw (Co
 let dir_codec =
   let open Codec in
   map ~name:"dir"
-    (fun (obj, d) -> ((obj, d.secret, Array.to_list d.columns), (d.seq, d.life), SMap.bindings d.rows |> List.map (fun (n, (r : row)) -> (n, Array.to_list r.masks, r.caps))))
+    (fun (obj, d) ->
+      ( (obj, d.secret, Array.to_list d.columns),
+        (d.seq, d.life),
+        SMap.bindings d.rows |> List.map (fun (n, (r : row)) -> (n, Array.to_list r.masks, r.caps))
+      ))
     (fun ((obj, secret, columns), (seq, life), rows) ->
       let columns = Array.of_list columns in
       ( obj,
@@ -436,27 +542,53 @@ let dir_codec =
           columns;
           seq;
           life;
-          rows = List.fold_left (fun m (n, masks, caps) -> SMap.add n { masks = Array.of_list masks; caps } m) SMap.empty rows;
+          rows =
+            List.fold_left
+              (fun m (n, masks, caps) -> SMap.add n { masks = Array.of_list masks; caps } m)
+              SMap.empty rows;
         } ))
-    (tup3 (tup3 varint secret_c (list ~max:max_columns (string ~max:64 ()))) (pair varint zigzag) (list ~max:max_int (tup3 name_c masks_c caps_c)))
+    (tup3
+       (tup3 varint secret_c (list ~max:max_columns (string ~max:64 ())))
+       (pair varint zigzag)
+       (list ~max:max_int (tup3 name_c masks_c caps_c)))
 
 let codec lim =
   let open Codec in
   map ~name:"dir-state"
     (fun t ->
       ( t.next,
-        Hashtbl.fold (fun obj d acc -> (obj, d) :: acc) t.dirs [] |> List.sort (fun (a, _) (b, _) -> compare a b),
-        Queue.fold (fun acc c -> let req, r = Hashtbl.find t.dedup c in (c, req, r) :: acc) [] t.order |> List.rev ))
+        Hashtbl.fold (fun obj d acc -> (obj, d) :: acc) t.dirs []
+        |> List.sort (fun (a, _) (b, _) -> compare a b),
+        Queue.fold
+          (fun acc c ->
+            let req, r = Hashtbl.find t.dedup c in
+            (c, req, r) :: acc)
+          [] t.order
+        |> List.rev ))
     (fun (next, dirs, clients) ->
-      let t = { lim; dirs = Hashtbl.create 64; next; total_rows = 0; dedup = Hashtbl.create 64; order = Queue.create () } in
+      let t =
+        {
+          lim;
+          dirs = Hashtbl.create 64;
+          next;
+          total_rows = 0;
+          dedup = Hashtbl.create 64;
+          order = Queue.create ();
+        }
+      in
       List.iter
         (fun (obj, d) ->
           Hashtbl.replace t.dirs obj d;
           t.total_rows <- t.total_rows + SMap.cardinal d.rows)
         dirs;
-      List.iter (fun (c, req, r) -> Queue.push c t.order; Hashtbl.replace t.dedup c (req, r)) clients;
+      List.iter
+        (fun (c, req, r) ->
+          Queue.push c t.order;
+          Hashtbl.replace t.dedup c (req, r))
+        clients;
       t)
-    (tup3 varint (list ~max:max_int dir_codec) (list ~max:max_int (tup3 int64 varint response_codec)))
+    (tup3 varint (list ~max:max_int dir_codec)
+       (list ~max:max_int (tup3 int64 varint response_codec)))
 
 let digest t = Digest.to_hex (Digest.string (Codec.encode_string (codec t.lim) t))
 
@@ -475,9 +607,10 @@ let pp_masks = Fmt.(list ~sep:(any " ") Rights.pp)
 
 let pp_response ppf = function
   | Caps l ->
-      Fmt.(list ~sep:(any "@\n") (fun ppf -> function
-        | Narrowed c -> Cap.pp_text ppf c
-        | Withheld p -> Fmt.pf ppf "withheld (only its server %a can narrow it)" Port.pp p))
+      Fmt.(
+        list ~sep:(any "@\n") (fun ppf -> function
+          | Narrowed c -> Cap.pp_text ppf c
+          | Withheld p -> Fmt.pf ppf "withheld (only its server %a can narrow it)" Port.pp p))
         ppf l
   | Listing { seq; columns; rows } ->
       Fmt.pf ppf "seq %d  columns %a" seq Fmt.(list ~sep:(any ",") string) columns;
@@ -491,8 +624,16 @@ let pp_response ppf = function
 let op_size = function
   | Lookup { name; _ } | Delete { name; _ } | Chmod { name; _ } -> 64 + String.length name
   | List _ | Touch _ | Refs _ | Age _ -> 64
-  | Create { columns; link; _ } -> 128 + List.fold_left (fun a c -> a + String.length c) 0 columns + (match link with Some (n, _) -> String.length n | None -> 0)
-  | Install { rows; _ } -> 64 + List.fold_left (fun a (r : row_spec) -> a + 16 + String.length r.name + (Cap.length * List.length r.caps)) 0 rows
+  | Create { columns; link; _ } -> (
+      128
+      + List.fold_left (fun a c -> a + String.length c) 0 columns
+      + match link with Some (n, _) -> String.length n | None -> 0)
+  | Install { rows; _ } ->
+      64
+      + List.fold_left
+          (fun a (r : row_spec) ->
+            a + 16 + String.length r.name + (Cap.length * List.length r.caps))
+          0 rows
 
 module Rsm = struct
   type nonrec t = t
@@ -506,7 +647,9 @@ module Rsm = struct
      port and secrets. *)
   let default_limits =
     let z = Result.get_ok (Cap.Secret.of_raw (String.make 32 '\000')) in
-    default_limits ~port:(Result.get_ok (Port.of_raw (String.make Port.length '\000'))) ~server_secret:z ~root_secret:z
+    default_limits
+      ~port:(Result.get_ok (Port.of_raw (String.make Port.length '\000')))
+      ~server_secret:z ~root_secret:z
 
   let create = create
   let limits = limits

@@ -1,10 +1,12 @@
-(** A client of the directory server over any blocking capability RPC
-    ([trans]): each call carries this client's number and a request
-    number, so a request resent to another replica after a crash takes
-    effect once. *)
+(** A client of the directory server over any blocking capability RPC ([trans]): each call carries
+    this client's number and a request number, so a request resent to another replica after a crash
+    takes effect once. *)
 
 type trans =
-  idempotent:bool -> Consort_cap.Header.t -> string -> (Consort_cap.Header.t * string, Consort_cap.Rpc_error.t) result
+  idempotent:bool ->
+  Consort_cap.Header.t ->
+  string ->
+  (Consort_cap.Header.t * string, Consort_cap.Rpc_error.t) result
 
 type error =
   [ `Refused of string  (** certainly not done *)

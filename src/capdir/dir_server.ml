@@ -16,7 +16,6 @@ let src = Logs.Src.create "consort.capdir.server" ~doc:"Directory server replica
 module Log = (val Logs.src_log src : Logs.LOG)
 
 let dir_op = 2100
-
 let request_codec = Codec.tup3 Codec.int64 Codec.varint Dir.op_codec
 
 type outcome = Dir.response Wire.outcome_
@@ -25,16 +24,25 @@ let outcome_codec : outcome Codec.t =
   let s = Codec.string ~max:4096 () in
   Codec.union "dir-outcome"
     [
-      Codec.case 0 "done" Dir.response_codec (function Wire.Done r -> Some r | _ -> None) (fun r -> Wire.Done r);
-      Codec.case 1 "unknown" s (function Wire.Unknown r -> Some r | _ -> None) (fun r -> Wire.Unknown r);
-      Codec.case 2 "refused" s (function Wire.Refused r -> Some r | _ -> None) (fun r -> Wire.Refused r);
+      Codec.case 0 "done" Dir.response_codec
+        (function Wire.Done r -> Some r | _ -> None)
+        (fun r -> Wire.Done r);
+      Codec.case 1 "unknown" s
+        (function Wire.Unknown r -> Some r | _ -> None)
+        (fun r -> Wire.Unknown r);
+      Codec.case 2 "refused" s
+        (function Wire.Refused r -> Some r | _ -> None)
+        (fun r -> Wire.Refused r);
     ]
 
 let secret_of key label =
-  Result.get_ok (Cap.Secret.of_raw (String.sub (Crypto.hmac ~key:(Port.Key.to_string key) [ "consort-capdir-v1"; label ]) 0 32))
+  Result.get_ok
+    (Cap.Secret.of_raw
+       (String.sub (Crypto.hmac ~key:(Port.Key.to_string key) [ "consort-capdir-v1"; label ]) 0 32))
 
 let limits_of_key key =
-  Dir.default_limits ~port:(Port.Key.port key) ~server_secret:(secret_of key "server") ~root_secret:(secret_of key "root")
+  Dir.default_limits ~port:(Port.Key.port key) ~server_secret:(secret_of key "server")
+    ~root_secret:(secret_of key "root")
 
 let root_of_key key =
   let l = limits_of_key key in
@@ -59,11 +67,14 @@ let reply_of_request submit data k =
   match Codec.decode_string request_codec data with
   | Error e -> k (Header.reply `Argbad) (Fmt.str "bad directory request: %a" Codec.pp_error e)
   | Ok (client, req, op) ->
-      submit { Wire.client; req; op } (fun (o : outcome) -> k (Header.reply `Ok) (Codec.encode_string outcome_codec o))
+      submit { Wire.client; req; op } (fun (o : outcome) ->
+          k (Header.reply `Ok) (Codec.encode_string outcome_codec o))
 
 let run ?(on_ready = ignore) cfg =
   let params =
-    match Params.of_string default_params with Ok d -> Params.override d ~by:cfg.params | Error _ -> cfg.params
+    match Params.of_string default_params with
+    | Ok d -> Params.override d ~by:cfg.params
+    | Error _ -> cfg.params
   in
   let limits = limits_of_key cfg.key in
   match Store.open_ ~limits cfg.data with
@@ -71,7 +82,11 @@ let run ?(on_ready = ignore) cfg =
   | Ok (store, found) -> (
       List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Consort_kv.Store.pp_finding f) found;
       let loop = Loop.create () in
-      let rcfg = Replica.default_config ~group:("capdir-" ^ Port.to_hex (Port.Key.port cfg.key)) ~addr:cfg.group_bind ~peers:cfg.peers in
+      let rcfg =
+        Replica.default_config
+          ~group:("capdir-" ^ Port.to_hex (Port.Key.port cfg.key))
+          ~addr:cfg.group_bind ~peers:cfg.peers
+      in
       match R.create ~params loop rcfg store with
       | Error e ->
           Store.close store;
@@ -86,7 +101,8 @@ let run ?(on_ready = ignore) cfg =
               let server = Rpc.serve node cfg.key in
               Rpc.listen server (fun req ->
                   let h = Rpc.header req in
-                  if h.command = dir_op then reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
+                  if h.command = dir_op then
+                    reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
                   else if h.command = Consort_cap.Std.std_touch then
                     (* The standard touch, for collectors that know only it. *)
                     match Header.cap h with
@@ -106,7 +122,9 @@ let run ?(on_ready = ignore) cfg =
                     match Header.cap h with
                     | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
                     | Ok c ->
-                        R.submit r { Wire.client = Dir_client_id.fresh (); req = 1; op = Dir.Age c } (fun o ->
+                        R.submit r
+                          { Wire.client = Dir_client_id.fresh (); req = 1; op = Dir.Age c }
+                          (fun o ->
                             let st =
                               match o with
                               | Wire.Done (Dir.Aged _) -> `Ok
@@ -127,11 +145,15 @@ let run ?(on_ready = ignore) cfg =
                         age = ignore;
                         status =
                           (fun () ->
-                            Fmt.str "directory replica %s, %a, %d directories, write %d" (R.me r) Replica.pp_phase (R.phase r)
-                              (Dir.dirs (machine ())) (Store.seq (R.store r)));
+                            Fmt.str "directory replica %s, %a, %d directories, write %d" (R.me r)
+                              Replica.pp_phase (R.phase r)
+                              (Dir.dirs (machine ()))
+                              (Store.seq (R.store r)));
                       }
                     in
-                    match Consort_cap.Std.handle (Port.Key.port cfg.key) objects h (Rpc.data req) with
+                    match
+                      Consort_cap.Std.handle (Port.Key.port cfg.key) objects h (Rpc.data req)
+                    with
                     | Some (h, d) -> Rpc.putrep req h d
                     | None -> Rpc.putrep req (Header.reply `Combad) "");
               let stop = ref false in
@@ -140,10 +162,15 @@ let run ?(on_ready = ignore) cfg =
               Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
               (* One write: whoever started us may read the first line and close the pipe. *)
               Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
-              (try Fmt.pr "root %s\nserver %s@." (Cap.to_string (root_of_key cfg.key)) (Cap.to_string (server_of_key cfg.key))
+              (try
+                 Fmt.pr "root %s\nserver %s@."
+                   (Cap.to_string (root_of_key cfg.key))
+                   (Cap.to_string (server_of_key cfg.key))
                with Sys_error _ -> ());
-              Fmt.epr "consort: directory replica for port %s: RPC on %s, group on %s@." (Port.to_hex (Port.Key.port cfg.key))
-                (Udp.address_to_string (Rpc.address node)) cfg.group_bind;
+              Fmt.epr "consort: directory replica for port %s: RPC on %s, group on %s@."
+                (Port.to_hex (Port.Key.port cfg.key))
+                (Udp.address_to_string (Rpc.address node))
+                cfg.group_bind;
               on_ready ();
               let rec poll () = if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll) in
               poll ();

@@ -1,25 +1,27 @@
-(** A directory replica as a process: the replicated state machine
-    ({!Dir.Rsm} over the key-value store's replication) on the group over
-    kernel UDP, and the capability RPC ({!Consort_cap.Rpc_udp}) serving the
-    directory's port, on one event loop. Every replica holds the same port
-    key, so a client reaches whichever answers its locate; every request is
-    ordered in the group and answered once every member has it on disk.
+(** A directory replica as a process: the replicated state machine ({!Dir.Rsm} over the key-value
+    store's replication) on the group over kernel UDP, and the capability RPC
+    ({!Consort_cap.Rpc_udp}) serving the directory's port, on one event loop. Every replica holds
+    the same port key, so a client reaches whichever answers its locate; every request is ordered in
+    the group and answered once every member has it on disk.
 
-    The server and root secrets are derived from the port key
-    (HMAC-SHA256), so that every replica starts from the same state: the
-    root capability is printed at start. *)
+    The server and root secrets are derived from the port key (HMAC-SHA256), so that every replica
+    starts from the same state: the root capability is printed at start. *)
 
-module Store : Consort_kv.Store.S with type op = Dir.op and type response = Dir.response and type limits = Dir.limits and type machine = Dir.t
+module Store :
+  Consort_kv.Store.S
+    with type op = Dir.op
+     and type response = Dir.response
+     and type limits = Dir.limits
+     and type machine = Dir.t
 
 val dir_op : int
-(** The RPC command: the request's data is [client, request number,
-    operation] ({!request_codec}), the reply's an {!outcome}. *)
+(** The RPC command: the request's data is [client, request number, operation] ({!request_codec}),
+    the reply's an {!outcome}. *)
 
 type outcome = Dir.response Consort_kv.Wire.outcome_
 
 val request_codec : (int64 * int * Dir.op) Consort.Codec.t
 val outcome_codec : outcome Consort.Codec.t
-
 val limits_of_key : Consort_cap.Port.Key.t -> Dir.limits
 val root_of_key : Consort_cap.Port.Key.t -> Consort_cap.Cap.t
 val server_of_key : Consort_cap.Port.Key.t -> Consort_cap.Cap.t
@@ -29,9 +31,8 @@ val reply_of_request :
   string ->
   (Consort_cap.Header.t -> string -> unit) ->
   unit
-(** [reply_of_request submit data k]: decodes a request, submits it, and
-    calls [k] with the reply; a request that does not decode is
-    [STD_ARGBAD] with one line saying why. *)
+(** [reply_of_request submit data k]: decodes a request, submits it, and calls [k] with the reply; a
+    request that does not decode is [STD_ARGBAD] with one line saying why. *)
 
 type config = {
   data : string;  (** the replica's store *)

@@ -1,12 +1,10 @@
-(** The [dir-replicated] scenario: three replicas of the directory server
-    (the key-value store's replication over {!Dir.Rsm}) in the simulator,
-    clients looking up, installing (one row, or two at once) and deleting
-    rows of the root directory while replicas
-    crash (some in the middle of a write to disk), restart from their
-    disk, are partitioned away and healed; then every replica is stopped
-    and restarted from disk. The history of each row (a lookup a read, an install a write, a delete a delete) must be linearizable
-    (the final reads included, so no acknowledged write may be lost), and
-    the replicas must end with the same state. *)
+(** The [dir-replicated] scenario: three replicas of the directory server (the key-value store's
+    replication over {!Dir.Rsm}) in the simulator, clients looking up, installing (one row, or two
+    at once) and deleting rows of the root directory while replicas crash (some in the middle of a
+    write to disk), restart from their disk, are partitioned away and healed; then every replica is
+    stopped and restarted from disk. The history of each row (a lookup a read, an install a write, a
+    delete a delete) must be linearizable (the final reads included, so no acknowledged write may be
+    lost), and the replicas must end with the same state. *)
 
 val name : string
 val doc : string

@@ -16,12 +16,18 @@ module Fs = Consort_capfs_server.Fs_server
 let name = "dir-gc"
 
 let doc =
-  "a directory server and a file server; clients make, link and unlink directories and files while rounds of \
-   garbage collection run, with the collector, the file server or the directory server crashing during a round; \
-   reachable objects are never destroyed, unreachable ones go after their lifetime, lifetimes follow touches and \
-   ageing exactly"
+  "a directory server and a file server; clients make, link and unlink directories and files while \
+   rounds of garbage collection run, with the collector, the file server or the directory server \
+   crashing during a round; reachable objects are never destroyed, unreachable ones go after their \
+   lifetime, lifetimes follow touches and ageing exactly"
 
-type outcome = { violations : string list; rounds : int; completed : int; collected : int; steps : int }
+type outcome = {
+  violations : string list;
+  rounds : int;
+  completed : int;
+  collected : int;
+  steps : int;
+}
 
 let rec rm_rf p =
   match (Unix.lstat p).Unix.st_kind with
@@ -36,14 +42,16 @@ type kind = File | Directory
 type obj = {
   cap : Cap.t;
   kind : kind;
-  mutable life : int;  (* the model: rounds of ageing left *)
-  mutable idle : int;  (* agings of its server since it was last reachable *)
+  mutable life : int; (* the model: rounds of ageing left *)
+  mutable idle : int; (* agings of its server since it was last reachable *)
   mutable gone : bool;
 }
 
 let run ?trace ~seed () =
   let base = if Sys.file_exists "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name () in
-  let scratch = Filename.concat base (Printf.sprintf "consort-dirgc-sim.%d.%d" (Unix.getpid ()) seed) in
+  let scratch =
+    Filename.concat base (Printf.sprintf "consort-dirgc-sim.%d.%d" (Unix.getpid ()) seed)
+  in
   rm_rf scratch;
   Unix.mkdir scratch 0o755;
   Fun.protect ~finally:(fun () -> rm_rf scratch) @@ fun () ->
@@ -51,7 +59,12 @@ let run ?trace ~seed () =
   let g = Consort_cap.Crypto.deterministic (Printf.sprintf "dir-gc %d" seed) in
   let note fmt =
     match trace with
-    | Some oc -> Fmt.kstr (fun s -> output_string oc s; output_char oc '\n') fmt
+    | Some oc ->
+        Fmt.kstr
+          (fun s ->
+            output_string oc s;
+            output_char oc '\n')
+          fmt
     | None -> Format.ikfprintf ignore Format.str_formatter fmt
   in
   let violations = ref [] in
@@ -59,7 +72,14 @@ let run ?trace ~seed () =
   let lifetime = 2 + Random.State.int rng 3 in
   (* The directory server: its state is on its disk (replicated) before any answer. *)
   let dport = Port.Key.port (Port.Key.generate ~g ()) in
-  let limits = { (Dir.default_limits ~port:dport ~server_secret:(Cap.Secret.generate ~g ()) ~root_secret:(Cap.Secret.generate ~g ())) with lifetime } in
+  let limits =
+    {
+      (Dir.default_limits ~port:dport ~server_secret:(Cap.Secret.generate ~g ())
+         ~root_secret:(Cap.Secret.generate ~g ()))
+      with
+      lifetime;
+    }
+  in
   let dir = ref (Dir.create limits) in
   let disk = ref (Consort.Codec.encode_string (Dir.codec limits) !dir) in
   let dexec op =
@@ -93,19 +113,28 @@ let run ?trace ~seed () =
     Store.close (Fs.store !fs);
     fs := open_fs ();
     (* Lifetimes are in memory: every file starts whole again. *)
-    List.iter (fun o -> if o.kind = File && not o.gone then (o.life <- lifetime; o.idle <- 0)) !objs
+    List.iter
+      (fun o ->
+        if o.kind = File && not o.gone then (
+          o.life <- lifetime;
+          o.idle <- 0))
+      !objs
   in
   (* The model's edges: a directory object number to its rows. *)
   let rows : (int, (string * Cap.t) list) Hashtbl.t = Hashtbl.create 16 in
   Hashtbl.replace rows Dir.root_obj [];
-  let find_obj (c : Cap.t) = List.find_opt (fun o -> Port.equal o.cap.port c.port && o.cap.obj = c.obj) !objs in
+  let find_obj (c : Cap.t) =
+    List.find_opt (fun o -> Port.equal o.cap.port c.port && o.cap.obj = c.obj) !objs
+  in
   let reachable () =
     let seen = Hashtbl.create 16 in
     let rec go (c : Cap.t) =
       if not (Hashtbl.mem seen (Port.to_raw c.port, c.obj)) then begin
         Hashtbl.replace seen (Port.to_raw c.port, c.obj) ();
         if Port.equal c.port dport then
-          match Hashtbl.find_opt rows c.obj with Some l -> List.iter (fun (_, c) -> go c) l | None -> ()
+          match Hashtbl.find_opt rows c.obj with
+          | Some l -> List.iter (fun (_, c) -> go c) l
+          | None -> ()
       end
     in
     go root;
@@ -113,22 +142,37 @@ let run ?trace ~seed () =
   in
   let dirs_reachable () =
     let r = reachable () in
-    root :: List.filter_map (fun o -> if o.kind = Directory && (not o.gone) && r o then Some o.cap else None) !objs
+    root
+    :: List.filter_map
+         (fun o -> if o.kind = Directory && (not o.gone) && r o then Some o.cap else None)
+         !objs
   in
   let pick l = List.nth l (Random.State.int rng (List.length l)) in
   let names = ref 0 in
   let link (parent : Cap.t) (c : Cap.t) =
     incr names;
     let name = Printf.sprintf "n%d" !names in
-    match dexec (Dir.Install { dir = parent; expect = None; rows = [ { Dir.name; masks = [ Rights.all ]; caps = [ c ] } ] }) with
+    match
+      dexec
+        (Dir.Install
+           {
+             dir = parent;
+             expect = None;
+             rows = [ { Dir.name; masks = [ Rights.all ]; caps = [ c ] } ];
+           })
+    with
     | Dir.Done _ ->
-        Hashtbl.replace rows parent.obj ((name, c) :: Option.value ~default:[] (Hashtbl.find_opt rows parent.obj));
+        Hashtbl.replace rows parent.obj
+          ((name, c) :: Option.value ~default:[] (Hashtbl.find_opt rows parent.obj));
         note "link %s in %d -> %a" name parent.obj Cap.pp c
     | r -> violation "link in directory %d: %a" parent.obj Dir.pp_response r
   in
   let new_obj cap kind = objs := { cap; kind; life = lifetime; idle = 0; gone = false } :: !objs in
   let make_file () =
-    match Store.create (Fs.store !fs) ~commit:true ~safe:false (Printf.sprintf "file %d" (Random.State.bits rng)) with
+    match
+      Store.create (Fs.store !fs) ~commit:true ~safe:false
+        (Printf.sprintf "file %d" (Random.State.bits rng))
+    with
     | Ok n -> (
         match Fs.file_cap !fs n with
         | Some c ->
@@ -142,7 +186,16 @@ let run ?trace ~seed () =
         None
   in
   let make_dir () =
-    match dexec (Dir.Create { via = root; secret = Cap.Secret.to_raw (Cap.Secret.generate ~g ()); columns = [ "owner" ]; link = None }) with
+    match
+      dexec
+        (Dir.Create
+           {
+             via = root;
+             secret = Cap.Secret.to_raw (Cap.Secret.generate ~g ());
+             columns = [ "owner" ];
+             link = None;
+           })
+    with
     | Dir.Created { cap; _ } ->
         new_obj cap Directory;
         Hashtbl.replace rows cap.obj [];
@@ -208,29 +261,54 @@ let run ?trace ~seed () =
         | Dir.Objects l -> Some (Ok l)
         | r -> Some (Error (Fmt.str "%a" Dir.pp_response r))
     in
-    let aged_files () = List.iter (fun o -> if o.kind = File && not o.gone then (o.life <- o.life - 1; o.idle <- o.idle + 1)) !objs in
-    let aged_dirs () = List.iter (fun o -> if o.kind = Directory && not o.gone then (o.life <- o.life - 1; o.idle <- o.idle + 1)) !objs in
+    let aged_files () =
+      List.iter
+        (fun o ->
+          if o.kind = File && not o.gone then (
+            o.life <- o.life - 1;
+            o.idle <- o.idle + 1))
+        !objs
+    in
+    let aged_dirs () =
+      List.iter
+        (fun o ->
+          if o.kind = Directory && not o.gone then (
+            o.life <- o.life - 1;
+            o.idle <- o.idle + 1))
+        !objs
+    in
     let age_fs () =
       if mode = 5 then (
         fs_restart ();
         Error "the file server crashed")
       else
         let h, _ = Fs.handle !fs (Std.age_request (Fs.server_cap !fs)) "" in
-        match h.status with `Ok -> aged_files (); Ok () | s -> Error (Printf.sprintf "status %d" (Consort_cap.Status.to_int s))
+        match h.status with
+        | `Ok ->
+            aged_files ();
+            Ok ()
+        | s -> Error (Printf.sprintf "status %d" (Consort_cap.Status.to_int s))
     in
     let age_dir () =
       if mode = 6 then Error "the directory server is down"
       else
         match dexec (Dir.Age dserver) with
-        | Dir.Aged _ -> aged_dirs (); Ok ()
+        | Dir.Aged _ ->
+            aged_dirs ();
+            Ok ()
         | r -> Error (Fmt.str "%a" Dir.pp_response r)
     in
-    let servers = [ { Gc.port = dport; touch = touch_dir; age = age_dir }; { Gc.port = fport; touch = touch_fs; age = age_fs } ] in
-    (match Gc.round ~refs ~servers root with
+    let servers =
+      [
+        { Gc.port = dport; touch = touch_dir; age = age_dir };
+        { Gc.port = fport; touch = touch_fs; age = age_fs };
+      ]
+    in
+    match Gc.round ~refs ~servers root with
     | Ok r ->
         incr completed;
         note "round %d (mode %d): %a" !rounds mode Gc.pp_report r
-    | Error e -> note "round %d (mode %d) abandoned: %s" !rounds mode e)
+    | Error e -> note "round %d (mode %d) abandoned: %s" !rounds mode e
   in
   let check where =
     let r = reachable () in
@@ -247,12 +325,16 @@ let run ?trace ~seed () =
           incr collected;
           if o.kind = Directory then Hashtbl.remove rows o.cap.obj;
           if r o then violation "%s: reachable %a destroyed" where Cap.pp o.cap;
-          if o.life > 0 then violation "%s: %a destroyed with %d rounds of life left" where Cap.pp o.cap o.life
+          if o.life > 0 then
+            violation "%s: %a destroyed with %d rounds of life left" where Cap.pp o.cap o.life
         end
-        else if exists && o.gone then violation "%s: %a back after it was destroyed" where Cap.pp o.cap
+        else if exists && o.gone then
+          violation "%s: %a back after it was destroyed" where Cap.pp o.cap
         else if exists then begin
           if o.life <= 0 then violation "%s: %a still there with no life left" where Cap.pp o.cap;
-          if o.idle >= lifetime then violation "%s: %a unreachable through %d agings of its server, still there" where Cap.pp o.cap o.idle
+          if o.idle >= lifetime then
+            violation "%s: %a unreachable through %d agings of its server, still there" where Cap.pp
+              o.cap o.idle
         end)
       !objs
   in
@@ -260,11 +342,24 @@ let run ?trace ~seed () =
   for i = 1 to steps do
     let where = Printf.sprintf "step %d" i in
     (match Random.State.int rng 12 with
-    | 0 | 1 -> Option.iter (fun c -> if Random.State.int rng 4 > 0 then link (pick (dirs_reachable ())) c) (make_file ())
-    | 2 | 3 -> Option.iter (fun c -> if Random.State.int rng 4 > 0 then link (pick (dirs_reachable ())) c) (make_dir ())
+    | 0 | 1 ->
+        Option.iter
+          (fun c -> if Random.State.int rng 4 > 0 then link (pick (dirs_reachable ())) c)
+          (make_file ())
+    | 2 | 3 ->
+        Option.iter
+          (fun c -> if Random.State.int rng 4 > 0 then link (pick (dirs_reachable ())) c)
+          (make_dir ())
     | 4 | 5 -> (
         (* unlink a row of a reachable directory *)
-        let candidates = List.concat_map (fun (d : Cap.t) -> List.map (fun (n, _) -> (d, n)) (Option.value ~default:[] (Hashtbl.find_opt rows d.obj))) (dirs_reachable ()) in
+        let candidates =
+          List.concat_map
+            (fun (d : Cap.t) ->
+              List.map
+                (fun (n, _) -> (d, n))
+                (Option.value ~default:[] (Hashtbl.find_opt rows d.obj)))
+            (dirs_reachable ())
+        in
         match candidates with
         | [] -> ()
         | l -> (
@@ -276,7 +371,9 @@ let run ?trace ~seed () =
             | r -> violation "unlink %s: %a" name Dir.pp_response r))
     | 6 -> (
         (* link again an object that still exists *)
-        match List.filter (fun o -> not o.gone) !objs with [] -> () | l -> link (pick (dirs_reachable ())) (pick l).cap)
+        match List.filter (fun o -> not o.gone) !objs with
+        | [] -> ()
+        | l -> link (pick (dirs_reachable ())) (pick l).cap)
     | 7 -> if Random.State.int rng 3 = 0 then fs_restart () else dir_restart ()
     | _ -> gc_round ());
     check where
@@ -286,6 +383,13 @@ let run ?trace ~seed () =
     gc_round ~faults:false ();
     check (Printf.sprintf "final round %d" i)
   done;
-  if List.exists (fun o -> (not o.gone) && not (reachable () o)) !objs then violation "unreachable objects left after %d rounds without faults" (lifetime + 1);
+  if List.exists (fun o -> (not o.gone) && not (reachable () o)) !objs then
+    violation "unreachable objects left after %d rounds without faults" (lifetime + 1);
   Store.close (Fs.store !fs);
-  { violations = List.rev !violations; rounds = !rounds; completed = !completed; collected = !collected; steps }
+  {
+    violations = List.rev !violations;
+    rounds = !rounds;
+    completed = !completed;
+    collected = !collected;
+    steps;
+  }

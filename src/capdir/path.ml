@@ -3,7 +3,9 @@ module Cap = Consort_cap.Cap
 let split path = String.split_on_char '/' path |> List.filter (fun s -> s <> "" && s <> ".")
 
 let parent path =
-  match List.rev (split path) with [] -> None | last :: rest -> Some (String.concat "/" (List.rev rest), last)
+  match List.rev (split path) with
+  | [] -> None
+  | last :: rest -> Some (String.concat "/" (List.rev rest), last)
 
 type 'e error = [ `Lookup of string * 'e | `Withheld of string | `Empty of string ]
 
@@ -20,7 +22,9 @@ let resolve ~lookup root path =
         match lookup cap name with
         | Error e -> Error (`Lookup (here, e))
         | Ok entries -> (
-            match List.find_map (function Dir.Narrowed c -> Some c | Dir.Withheld _ -> None) entries with
+            match
+              List.find_map (function Dir.Narrowed c -> Some c | Dir.Withheld _ -> None) entries
+            with
             | Some c -> go c (name :: seen) rest
             | None -> if entries = [] then Error (`Empty here) else Error (`Withheld here)))
   in

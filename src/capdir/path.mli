@@ -1,6 +1,5 @@
-(** Paths across directories ([/home/alice/notes]): each component is
-    looked up in the directory the previous one named, through the
-    capability that lookup gave (so rights narrow along the way), on
+(** Paths across directories ([/home/alice/notes]): each component is looked up in the directory the
+    previous one named, through the capability that lookup gave (so rights narrow along the way), on
     whatever server holds it. *)
 
 val split : string -> string list
@@ -9,7 +8,10 @@ val split : string -> string list
 val parent : string -> (string * string) option
 (** [parent "a/b/c"] is [Some ("a/b", "c")]; [None] for the root. *)
 
-type 'e error = [ `Lookup of string * 'e  (** the lookup of this prefix failed *) | `Withheld of string | `Empty of string ]
+type 'e error =
+  [ `Lookup of string * 'e  (** the lookup of this prefix failed *)
+  | `Withheld of string
+  | `Empty of string ]
 
 val pp_error : 'e Fmt.t -> 'e error Fmt.t
 
@@ -18,6 +20,5 @@ val resolve :
   Consort_cap.Cap.t ->
   string ->
   (Consort_cap.Cap.t, 'e error) result
-(** [resolve ~lookup root path] follows [path] from [root], taking at each
-    step the first capability of the row that this directory could
-    narrow. *)
+(** [resolve ~lookup root path] follows [path] from [root], taking at each step the first capability
+    of the row that this directory could narrow. *)

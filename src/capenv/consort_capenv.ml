@@ -1,5 +1,8 @@
 let var name =
-  "CONSORT_CAP_" ^ String.map (function 'a' .. 'z' as c -> Char.uppercase_ascii c | '.' | '-' -> '_' | c -> c) name
+  "CONSORT_CAP_"
+  ^ String.map
+      (function 'a' .. 'z' as c -> Char.uppercase_ascii c | '.' | '-' -> '_' | c -> c)
+      name
 
 let names () =
   match Sys.getenv_opt "CONSORT_CAPS" with

@@ -59,7 +59,9 @@ let pp_finding ppf = function
 
 let is_damage = function
   | Temp_removed _ | Orphan_removed _ -> false
-  | Corrupt_record _ | Corrupt_blob _ | Missing_blob _ | Unknown_file _ | Server_record_replaced _ -> true
+  | Corrupt_record _ | Corrupt_blob _ | Missing_blob _ | Unknown_file _ | Server_record_replaced _
+    ->
+      true
 
 type upload = { mutable buf : Bytes.t; mutable len : int; mutable last_use : Consort.Time.t }
 
@@ -81,14 +83,14 @@ type t = {
   blobs : (string, blob) Hashtbl.t;
   mutable server_secret : string;
   mutable next_obj : obj;
-  mutable reserved : obj;  (* numbers below this may have been handed out: never reused *)
+  mutable reserved : obj; (* numbers below this may have been handed out: never reused *)
   mutable unc_files : int;
   mutable unc_bytes : int;
   mutable tmp_seq : int;
   fds : (string, Unix.file_descr) Hashtbl.t;
   fd_order : string Queue.t;
   mutable closed : bool;
-  lives : (obj, int) Hashtbl.t;  (* rounds of ageing left to a committed file; absent: all of them *)
+  lives : (obj, int) Hashtbl.t; (* rounds of ageing left to a committed file; absent: all of them *)
 }
 
 let secret_len = 32
@@ -149,7 +151,8 @@ let fields magic body =
         | [ "" ] -> Some (List.rev acc)
         | l :: ls -> (
             match String.index_opt l ' ' with
-            | Some i -> go ((String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) :: acc) ls
+            | Some i ->
+                go ((String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1)) :: acc) ls
             | None -> None)
         | [] -> None
       in
@@ -160,10 +163,15 @@ let meta_magic = "consort-capfs-meta 1"
 let server_magic = "consort-capfs-server 1"
 
 let encode_record ~obj ~secret ~hash ~size =
-  seal (Printf.sprintf "%s\nobj %d\nsecret %s\nblob %s\nsize %d\n" meta_magic obj (hex secret) (hex hash) size)
+  seal
+    (Printf.sprintf "%s\nobj %d\nsecret %s\nblob %s\nsize %d\n" meta_magic obj (hex secret)
+       (hex hash) size)
 
 let int_field s =
-  if s = "" || String.length s > 18 || not (String.for_all (function '0' .. '9' -> true | _ -> false) s)
+  if
+    s = ""
+    || String.length s > 18
+    || not (String.for_all (function '0' .. '9' -> true | _ -> false) s)
   then None
   else Some (int_of_string s)
 
@@ -174,7 +182,8 @@ let decode_record s =
       match fields meta_magic body with
       | Some [ ("obj", o); ("secret", sec); ("blob", h); ("size", sz) ] -> (
           match (int_field o, unhex sec, unhex h, int_field sz) with
-          | Some o, Some sec, Some h, Some sz when String.length sec = secret_len && String.length h = 32 ->
+          | Some o, Some sec, Some h, Some sz
+            when String.length sec = secret_len && String.length h = 32 ->
               Ok (o, sec, h, sz)
           | _ -> Error "bad field")
       | _ -> Error "bad layout")
@@ -210,7 +219,6 @@ let unix_error fn e arg =
   | _ -> `Io (Printf.sprintf "%s %s: %s" fn arg (Unix.error_message e))
 
 let catch f = try Ok (f ()) with Unix.Unix_error (e, fn, arg) -> Error (unix_error fn e arg)
-
 let now t = t.clock ()
 
 (* Durable writes. *)
@@ -234,9 +242,7 @@ let write_new t ~safe ~kind path b len =
         Fun.protect
           ~finally:(fun () -> Unix.close fd)
           (fun () ->
-            let rec go off =
-              if off < len then go (off + t.io.write tmp fd b off (len - off))
-            in
+            let rec go off = if off < len then go (off + t.io.write tmp fd b off (len - off)) in
             go 0;
             if safe then t.io.fsync tmp fd);
         t.io.rename tmp path;
@@ -327,7 +333,9 @@ let set_aside t sub name =
   let src = t.dir / sub / name in
   let rec dst i =
     let base = if sub = "." then name else sub ^ "-" ^ name in
-    let d = corrupt_dir t / Printf.sprintf "%s%s" base (if i = 0 then "" else "." ^ string_of_int i) in
+    let d =
+      corrupt_dir t / Printf.sprintf "%s%s" base (if i = 0 then "" else "." ^ string_of_int i)
+    in
     if Sys.file_exists d then dst (i + 1) else d
   in
   try t.io.rename src (dst 0)
@@ -430,7 +438,9 @@ let recover t =
                 if hex h = n then Hashtbl.replace good n size
                 else (
                   set_aside t "blobs" n;
-                  note (Corrupt_blob ("blobs" / n, Printf.sprintf "content hash differs (%d bytes)" size))))
+                  note
+                    (Corrupt_blob
+                       ("blobs" / n, Printf.sprintf "content hash differs (%d bytes)" size))))
         (readdir_list (blobs_dir t));
       List.iter
         (fun (o, sec, h, sz) ->
@@ -450,9 +460,9 @@ let recover t =
               note (Missing_blob (o, "blob missing or corrupt")))
         (List.sort compare !records);
       (* What recovery moved or removed stays so. *)
-      if !found <> [] then (
-        try List.iter t.io.fsync_dir [ tmp_dir t; meta_dir t; blobs_dir t; corrupt_dir t; t.dir ]
-        with Unix.Unix_error _ -> ());
+      (if !found <> [] then
+         try List.iter t.io.fsync_dir [ tmp_dir t; meta_dir t; blobs_dir t; corrupt_dir t; t.dir ]
+         with Unix.Unix_error _ -> ());
       Ok (List.rev !found)
 
 let urandom n =
@@ -466,7 +476,8 @@ let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock 
     List.iter (fun s -> mkdir (dir / s)) [ "blobs"; "meta"; "tmp"; "corrupt" ];
     Unix.openfile (dir / "lock") [ Unix.O_RDWR; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644
   with
-  | exception Unix.Unix_error (e, fn, arg) -> Error (`Io (Printf.sprintf "%s %s: %s" fn arg (Unix.error_message e)))
+  | exception Unix.Unix_error (e, fn, arg) ->
+      Error (`Io (Printf.sprintf "%s %s: %s" fn arg (Unix.error_message e)))
   | lock -> (
       match Unix.lockf lock Unix.F_TLOCK 0 with
       | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EACCES), _, _) ->
@@ -650,7 +661,7 @@ let change t obj ~commit ~safe ~new_len ~apply =
       set_len t u nl;
       u.last_use <- now t;
       if commit then Result.map (fun () -> obj) (commit_upload t obj f u ~safe) else Ok obj
-  | Committed { hash; size; _ } ->
+  | Committed { hash; size; _ } -> (
       let* nl = new_len size in
       let* () = check_room t ~new_files:1 ~delta:nl ~new_len:nl in
       let buf = Bytes.create (max size nl) in
@@ -668,7 +679,7 @@ let change t obj ~commit ~safe ~new_len ~apply =
           | Ok () -> Ok obj'
           | Error e ->
               drop_uncommitted t obj' u;
-              Error e
+              Error e)
 
 let modify t obj ~off data ~commit ~safe =
   let dl = String.length data in
@@ -686,7 +697,8 @@ let insert t obj ~off data ~commit ~safe =
 
 let delete t obj ~off ~len:dl ~commit ~safe =
   change t obj ~commit ~safe
-    ~new_len:(fun len -> if off < 0 || dl < 0 || off + dl > len then Error `Bad_range else Ok (len - dl))
+    ~new_len:(fun len ->
+      if off < 0 || dl < 0 || off + dl > len then Error `Bad_range else Ok (len - dl))
     ~apply:(fun u -> Bytes.blit u.buf (off + dl) u.buf off (u.len - off - dl))
 
 let commit t obj ~safe =
@@ -730,7 +742,9 @@ let destroy t obj =
 
 let touch t obj =
   let* f = find t obj in
-  (match f.state with Uncommitted u -> u.last_use <- now t | Committed _ -> Hashtbl.remove t.lives obj);
+  (match f.state with
+  | Uncommitted u -> u.last_use <- now t
+  | Committed _ -> Hashtbl.remove t.lives obj);
   Ok ()
 
 let gc_age t =
@@ -741,7 +755,9 @@ let gc_age t =
         (fun obj f acc ->
           match f.state with
           | Committed _ ->
-              let left = Option.value (Hashtbl.find_opt t.lives obj) ~default:t.config.lifetime - 1 in
+              let left =
+                Option.value (Hashtbl.find_opt t.lives obj) ~default:t.config.lifetime - 1
+              in
               if left <= 0 then obj :: acc
               else (
                 Hashtbl.replace t.lives obj left;
@@ -763,7 +779,8 @@ let gc_age t =
 
 let life t obj =
   match Hashtbl.find_opt t.files obj with
-  | Some { state = Committed _; _ } -> Some (Option.value (Hashtbl.find_opt t.lives obj) ~default:t.config.lifetime)
+  | Some { state = Committed _; _ } ->
+      Some (Option.value (Hashtbl.find_opt t.lives obj) ~default:t.config.lifetime)
   | _ -> None
 
 let age t =
@@ -772,7 +789,8 @@ let age t =
     Hashtbl.fold
       (fun obj f acc ->
         match f.state with
-        | Uncommitted u when Consort.Time.diff n u.last_use > t.config.idle_timeout -> (obj, u) :: acc
+        | Uncommitted u when Consort.Time.diff n u.last_use > t.config.idle_timeout ->
+            (obj, u) :: acc
         | _ -> acc)
       t.files []
   in
@@ -792,7 +810,12 @@ let secret t obj =
   else match Hashtbl.find_opt t.files obj with Some f -> Some f.secret | None -> None
 
 let revoke ?secret t obj =
-  let s = match secret with Some s when String.length s = secret_len -> s | Some _ -> invalid_arg "Store.revoke: secret length" | None -> t.random secret_len in
+  let s =
+    match secret with
+    | Some s when String.length s = secret_len -> s
+    | Some _ -> invalid_arg "Store.revoke: secret length"
+    | None -> t.random secret_len
+  in
   if obj = 0 then (
     let b = Bytes.of_string (encode_server s t.reserved) in
     let* () = write_new t ~safe:true ~kind:"server" (server_path t) b (Bytes.length b) in
@@ -812,7 +835,9 @@ let revoke ?secret t obj =
         Ok s
 
 let files t =
-  Hashtbl.fold (fun o f acc -> match f.state with Committed _ -> o :: acc | Uncommitted _ -> acc) t.files []
+  Hashtbl.fold
+    (fun o f acc -> match f.state with Committed _ -> o :: acc | Uncommitted _ -> acc)
+    t.files []
   |> List.sort compare
 
 let digest t obj =
@@ -838,5 +863,5 @@ let stats t =
   }
 
 let pp_stats ppf s =
-  Fmt.pf ppf "%d committed files in %d blobs (%d bytes), %d uncommitted files (%d bytes)" s.committed_files
-    s.blobs s.blob_bytes s.uncommitted_files s.uncommitted_bytes
+  Fmt.pf ppf "%d committed files in %d blobs (%d bytes), %d uncommitted files (%d bytes)"
+    s.committed_files s.blobs s.blob_bytes s.uncommitted_files s.uncommitted_bytes

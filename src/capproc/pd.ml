@@ -31,21 +31,30 @@ let cap t name = List.assoc_opt name t.caps
 
 let check t =
   let args_bytes = List.fold_left (fun a s -> a + String.length s) 0 t.args in
-  if String.length t.arch = 0 || String.length t.arch > 64 then Error "the architecture name is empty or too long"
-  else if List.length t.args > max_args then Error (Printf.sprintf "more than %d arguments" max_args)
-  else if args_bytes > max_args_bytes then Error (Printf.sprintf "the arguments take more than %d bytes" max_args_bytes)
-  else if List.exists (fun a -> String.length a > 0xffff) t.args then Error "an argument is too long"
-  else if List.length t.caps > max_caps then Error (Printf.sprintf "more than %d named capabilities" max_caps)
+  if String.length t.arch = 0 || String.length t.arch > 64 then
+    Error "the architecture name is empty or too long"
+  else if List.length t.args > max_args then
+    Error (Printf.sprintf "more than %d arguments" max_args)
+  else if args_bytes > max_args_bytes then
+    Error (Printf.sprintf "the arguments take more than %d bytes" max_args_bytes)
+  else if List.exists (fun a -> String.length a > 0xffff) t.args then
+    Error "an argument is too long"
+  else if List.length t.caps > max_caps then
+    Error (Printf.sprintf "more than %d named capabilities" max_caps)
   else if List.exists (fun (n, _) -> not (valid_name n)) t.caps then
     Error "a capability name is not 1-32 characters of a-z, 0-9, _ . -"
   else if
     let names = List.map fst t.caps in
     List.length (List.sort_uniq compare names) <> List.length names
   then Error "a capability name is given twice"
-  else if List.length t.hints > max_hints || List.exists (fun h -> String.length h = 0 || String.length h > 64) t.hints then
-    Error "too many or too long locate hints"
   else if
-    List.exists (fun v -> v < 0 || v > u32_max) [ t.limits.cpu_ms; t.limits.memory_kib; t.limits.run_ms ]
+    List.length t.hints > max_hints
+    || List.exists (fun h -> String.length h = 0 || String.length h > 64) t.hints
+  then Error "too many or too long locate hints"
+  else if
+    List.exists
+      (fun v -> v < 0 || v > u32_max)
+      [ t.limits.cpu_ms; t.limits.memory_kib; t.limits.run_ms ]
   then Error "a limit is out of range"
   else Ok ()
 
@@ -56,7 +65,10 @@ let encode t =
       let b = Buffer.create 256 in
       let u8 n = Buffer.add_uint8 b n and u16 n = Buffer.add_uint16_be b n in
       let u32 n = Buffer.add_int32_be b (Int32.of_int n) in
-      let str8 s = u8 (String.length s); Buffer.add_string b s in
+      let str8 s =
+        u8 (String.length s);
+        Buffer.add_string b s
+      in
       Buffer.add_string b magic;
       u8 version;
       str8 t.arch;
@@ -65,12 +77,21 @@ let encode t =
       u32 t.limits.memory_kib;
       u32 t.limits.run_ms;
       u16 (List.length t.args);
-      List.iter (fun a -> u16 (String.length a); Buffer.add_string b a) t.args;
+      List.iter
+        (fun a ->
+          u16 (String.length a);
+          Buffer.add_string b a)
+        t.args;
       u8 (List.length t.caps);
-      List.iter (fun (n, c) -> str8 n; Buffer.add_string b (Cap.to_raw c)) t.caps;
+      List.iter
+        (fun (n, c) ->
+          str8 n;
+          Buffer.add_string b (Cap.to_raw c))
+        t.caps;
       u8 (List.length t.hints);
       List.iter str8 t.hints;
-      if Buffer.length b > max_size then Error (Printf.sprintf "the descriptor is larger than %d bytes" max_size)
+      if Buffer.length b > max_size then
+        Error (Printf.sprintf "the descriptor is larger than %d bytes" max_size)
       else Ok (Buffer.contents b)
 
 exception Bad of string
@@ -85,8 +106,18 @@ let decode s =
     pos := !pos + n;
     r
   in
-  let u8 what = need 1 what; let v = Char.code s.[!pos] in incr pos; v in
-  let u16 what = need 2 what; let v = String.get_uint16_be s !pos in pos := !pos + 2; v in
+  let u8 what =
+    need 1 what;
+    let v = Char.code s.[!pos] in
+    incr pos;
+    v
+  in
+  let u16 what =
+    need 2 what;
+    let v = String.get_uint16_be s !pos in
+    pos := !pos + 2;
+    v
+  in
   let u32 what =
     need 4 what;
     let v = Int32.to_int (String.get_int32_be s !pos) land u32_max in
@@ -99,10 +130,12 @@ let decode s =
     | Error e -> raise (Bad (Fmt.str "%s: %a" what Cap.pp_decode_error e))
   in
   try
-    if len > max_size then raise (Bad (Printf.sprintf "the descriptor is larger than %d bytes" max_size));
+    if len > max_size then
+      raise (Bad (Printf.sprintf "the descriptor is larger than %d bytes" max_size));
     if take 3 "magic" <> magic then raise (Bad "not a process descriptor");
     let v = u8 "version" in
-    if v <> version then raise (Bad (Printf.sprintf "process descriptor version %d (this server reads %d)" v version));
+    if v <> version then
+      raise (Bad (Printf.sprintf "process descriptor version %d (this server reads %d)" v version));
     let arch = take (u8 "arch") "arch" in
     let program = cap "program" in
     let cpu_ms = u32 "limits" in

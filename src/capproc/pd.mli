@@ -1,8 +1,8 @@
-(** Process descriptors: what a process server needs to start a program
-    (Amoeba's process descriptor, as VAMNET wraps bytecode in one).
+(** Process descriptors: what a process server needs to start a program (Amoeba's process
+    descriptor, as VAMNET wraps bytecode in one).
 
-    The binary form is versioned and bounded; decoding is total (every
-    error is a [Error msg] of one line) and never uses [Marshal]:
+    The binary form is versioned and bounded; decoding is total (every error is a [Error msg] of one
+    line) and never uses [Marshal]:
 
     {v
     "CPD" version(1 byte = 1)
@@ -14,10 +14,9 @@
     hints     : u8 count, then each: u8 length, "ADDR:PORT"
     v}
 
-    Bounds: at most {!max_args} arguments, all together at most
-    {!max_args_bytes} bytes; at most {!max_caps} named capabilities, names of
-    1-32 characters in [a-z0-9_.-]; at most 8 hints of at most 64 bytes; the
-    whole descriptor at most {!max_size} bytes. *)
+    Bounds: at most {!max_args} arguments, all together at most {!max_args_bytes} bytes; at most
+    {!max_caps} named capabilities, names of 1-32 characters in [a-z0-9_.-]; at most 8 hints of at
+    most 64 bytes; the whole descriptor at most {!max_size} bytes. *)
 
 open Consort_cap
 
@@ -41,7 +40,6 @@ val max_size : int
 val max_args : int
 val max_args_bytes : int
 val max_caps : int
-
 val valid_name : string -> bool
 
 val encode : t -> (string, string) result

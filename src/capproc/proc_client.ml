@@ -10,34 +10,42 @@ type outcome = { kind : P.kind; code : int; text : string }
 type error = [ `Refused of Status.t * string | `Unknown of string ]
 
 let pp_error ppf = function
-  | `Refused (st, why) -> if why = "" then Status.pp ppf st else Fmt.pf ppf "%a: %s" Status.pp st why
+  | `Refused (st, why) ->
+      if why = "" then Status.pp ppf st else Fmt.pf ppf "%a: %s" Status.pp st why
   | `Unknown why -> Fmt.pf ppf "outcome unknown: %s" why
 
 let write_all fd s =
-  let rec go off = if off < String.length s then go (off + Unix.write_substring fd s off (String.length s - off)) in
+  let rec go off =
+    if off < String.length s then go (off + Unix.write_substring fd s off (String.length s - off))
+  in
   try go 0 with Unix.Unix_error _ -> ()
 
-let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits) ?(hints = []) ?stdin
-    ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr) ?(interrupt = fun () -> false) ?(started = ignore) () =
+let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits)
+    ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr)
+    ?(interrupt = fun () -> false) ?(started = ignore) () =
   let loop = R.transport node in
   let key = Port.Key.generate () in
   let srv = R.serve node key in
   let host = Vc.create_host (Port.Key.port key) in
   let now () = Loop.now loop in
-  R.listen srv (fun r -> Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
+  R.listen srv (fun r ->
+      Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
   let live = ref true in
   let rec tick () =
     Vc.tick host ~now:(now ());
     if !live then ignore (Loop.after loop (Time.of_ms 200) tick)
   in
   tick ();
-  let c1 = Result.get_ok (Vc.create host ~now:(now ())) and c2 = Result.get_ok (Vc.create host ~now:(now ())) in
+  let c1 = Result.get_ok (Vc.create host ~now:(now ()))
+  and c2 = Result.get_ok (Vc.create host ~now:(now ())) in
   let a1 = E.local host ~now c1.Vc.a and a2 = E.local host ~now c2.Vc.a in
   (* Output: read each circuit to its end. *)
   let out_done = ref 0 in
   let rec pump e out =
     E.read e (function
-      | `Data d -> out d; pump e out
+      | `Data d ->
+          out d;
+          pump e out
       | `Intr -> pump e out
       | `Eof | `Hangup _ -> incr out_done)
   in
@@ -59,8 +67,12 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
       let rec on_readable () =
         match Unix.read fd buf 0 (Bytes.length buf) with
         | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EINTR), _, _) -> ()
-        | exception Unix.Unix_error _ -> stop_input (); E.close a1 ignore
-        | 0 -> stop_input (); E.close a1 ignore
+        | exception Unix.Unix_error _ ->
+            stop_input ();
+            E.close a1 ignore
+        | 0 ->
+            stop_input ();
+            E.close a1 ignore
         | n ->
             stop_input ();
             E.write a1 (Bytes.sub_string buf 0 n) (function Ok () -> watch () | Error _ -> ())
@@ -83,7 +95,11 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
         | Some _, _ -> E.intr a1 ignore
         | None, Some p ->
             (* Not on [node]: its session is busy with the held ps_wait. *)
-            R.trans (Option.value control ~default:node) ~idempotent:false (Header.request ~offset:(P.signal_to_system Sys.sigint) p P.ps_signal) "" ignore
+            R.trans
+              (Option.value control ~default:node)
+              ~idempotent:false
+              (Header.request ~offset:(P.signal_to_system Sys.sigint) p P.ps_signal)
+              "" ignore
         | None, None -> ()
       end;
       ignore (Loop.after loop (Time.of_ms 50) poll_intr)
@@ -98,20 +114,26 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
     R.stop srv;
     r
   in
-  match Pd.encode { Pd.arch = Pd.arch_bytecode; program; args; caps = env @ caps; limits; hints } with
+  match
+    Pd.encode { Pd.arch = Pd.arch_bytecode; program; args; caps = env @ caps; limits; hints }
+  with
   | Error e -> finish (Error (`Refused (`Argbad, e)))
   | Ok pd -> (
       match R.Sync.trans node (Header.request server P.ps_exec) pd with
       | Error e -> (
           match Rpc_error.outcome e with
-          | `Not_executed -> finish (Error (`Refused (`Notfound, "the process server: " ^ Rpc_error.to_string e)))
+          | `Not_executed ->
+              finish (Error (`Refused (`Notfound, "the process server: " ^ Rpc_error.to_string e)))
           | `Unknown -> finish (Error (`Unknown (Rpc_error.to_string e))))
       | Ok (h, d) when h.Header.status <> `Ok -> finish (Error (`Refused (h.status, d)))
       | Ok (h, _) -> (
           match Header.cap h with
           | Error e -> finish (Error (`Unknown ("the process server's reply: " ^ e)))
           | Ok proc_cap ->
-              let proc = (proc := Some proc_cap; proc_cap) in
+              let proc =
+                proc := Some proc_cap;
+                proc_cap
+              in
               started proc;
               let rec wait tries =
                 match R.Sync.trans node ~idempotent:true (Header.request proc P.ps_wait) "" with
@@ -120,7 +142,8 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
                     match P.kind_of_int h.Header.offset with
                     | Some kind -> Ok { kind; code = h.Header.extra; text = d }
                     | None -> Error (`Unknown "the process server's reply makes no sense"))
-                | Ok (h, d) -> Error (`Unknown (Fmt.str "waiting: %a %s" Status.pp h.Header.status d))
+                | Ok (h, d) ->
+                    Error (`Unknown (Fmt.str "waiting: %a %s" Status.pp h.Header.status d))
                 | Error e -> Error (`Unknown ("waiting: " ^ Rpc_error.to_string e))
               in
               (* A process may run for a day; each wait is held 10 s. *)

@@ -1,6 +1,5 @@
-(** Running a program on a process server, from the caller's side: its
-    standard streams over virtual circuits that the caller hosts, its exit
-    code back. *)
+(** Running a program on a process server, from the caller's side: its standard streams over virtual
+    circuits that the caller hosts, its exit code back. *)
 
 open Consort_cap
 
@@ -28,15 +27,12 @@ val exec :
   ?started:(Cap.t -> unit) ->
   unit ->
   (outcome, error) result
-(** [exec node ~server ~program ()] runs [program] (a bytecode file's
-    capability) on the process server [server] and waits for its end. Its
-    standard input comes from [stdin] (none: the program reads end of
-    file at once), its output goes to [stdout] and [stderr] (default: this
-    process's), all of it passed on before [exec] returns. [interrupt ()]
-    is asked every 50 ms; [true] sends an interrupt (SIGINT for the
-    program: over its input circuit, or asked of the server when it has
-    no input). [started] is told the process's capability once it runs.
-    [caps] are more named capabilities ([root], ...). [control], a second
-    node on the same loop, carries the SIGINT requests (the first node's
-    session with the server is taken by the held [ps_wait] meanwhile). Runs the node's
-    loop; not for use inside a callback. *)
+(** [exec node ~server ~program ()] runs [program] (a bytecode file's capability) on the process
+    server [server] and waits for its end. Its standard input comes from [stdin] (none: the program
+    reads end of file at once), its output goes to [stdout] and [stderr] (default: this process's),
+    all of it passed on before [exec] returns. [interrupt ()] is asked every 50 ms; [true] sends an
+    interrupt (SIGINT for the program: over its input circuit, or asked of the server when it has no
+    input). [started] is told the process's capability once it runs. [caps] are more named
+    capabilities ([root], ...). [control], a second node on the same loop, carries the SIGINT
+    requests (the first node's session with the server is taken by the held [ps_wait] meanwhile).
+    Runs the node's loop; not for use inside a callback. *)

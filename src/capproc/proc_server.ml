@@ -46,10 +46,14 @@ let default_config ~data =
     rpc = Rpc.default_config;
   }
 
-
 type final = { kind : P.kind; code : int; text : string }
 
-type state = Fetching | Running of int | Ending of final (* exited; output still being passed on *) | Done of final
+type state =
+  | Fetching
+  | Running of int
+  | Ending of final
+  (* exited; output still being passed on *)
+  | Done of final
 
 type proc = {
   obj : int;
@@ -61,8 +65,8 @@ type proc = {
   mutable file : string option;
   mutable waiters : (Time.t * R.request) list;
   mutable killed_for : (P.kind * string) option;
-  mutable relays : int;  (* output relays still passing bytes on *)
-  mutable tail : string;  (* the end of stderr *)
+  mutable relays : int; (* output relays still passing bytes on *)
+  mutable tail : string; (* the end of stderr *)
   mutable stdin_fd : Unix.file_descr option;
   mutable timers : Loop.timer list;
   mutable ended_at : Time.t;
@@ -85,13 +89,18 @@ type t = {
 let server_cap t = Cap.owner t.port ~obj:0 t.server_secret
 
 let running t =
-  Hashtbl.fold (fun _ p n -> match p.state with Running _ | Fetching | Ending _ -> n + 1 | Done _ -> n) t.procs 0
+  Hashtbl.fold
+    (fun _ p n -> match p.state with Running _ | Fetching | Ending _ -> n + 1 | Done _ -> n)
+    t.procs 0
 
 let now t = Loop.now t.loop
 
 let read_all path =
   let ic = open_in_bin path in
-  Fun.protect ~finally:(fun () -> close_in_noerr ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in_noerr ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
+
 let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
 
 (* The bytecode magic number that the local ocamlrun expects. *)
@@ -102,20 +111,26 @@ let read_magic path =
       let pre = "Caml1999X" in
       let rec find i =
         if i + 12 > String.length s then None
-        else if String.sub s i 9 = pre && String.for_all (function '0' .. '9' -> true | _ -> false) (String.sub s (i + 9) 3)
+        else if
+          String.sub s i 9 = pre
+          && String.for_all (function '0' .. '9' -> true | _ -> false) (String.sub s (i + 9) 3)
         then Some (String.sub s i 12)
-        else
-          match String.index_from_opt s (i + 1) 'C' with Some j -> find j | None -> None
+        else match String.index_from_opt s (i + 1) 'C' with Some j -> find j | None -> None
       in
       match String.index_opt s 'C' with
       | None -> Error (path ^ " holds no bytecode magic number")
-      | Some i -> ( match find i with Some m -> Ok m | None -> Error (path ^ " holds no bytecode magic number")))
+      | Some i -> (
+          match find i with
+          | Some m -> Ok m
+          | None -> Error (path ^ " holds no bytecode magic number")))
 
 let check_bytecode t file =
   match Unix.openfile file [ Unix.O_RDONLY ] 0 with
   | exception Unix.Unix_error (e, _, _) -> Error (Unix.error_message e)
   | fd ->
-      Fun.protect ~finally:(fun () -> Unix.close fd) (fun () ->
+      Fun.protect
+        ~finally:(fun () -> Unix.close fd)
+        (fun () ->
           let size = (Unix.fstat fd).Unix.st_size in
           if size < 16 then Error "not an OCaml bytecode executable (too short)"
           else begin
@@ -127,10 +142,16 @@ let check_bytecode t file =
             else
               let magic = String.sub trailer 4 12 in
               let sections = Int32.to_int (Bytes.get_int32_be b 0) in
-              if String.length magic = 12 && String.sub magic 0 9 = "Caml1999X" && magic <> t.magic then
-                Error (Printf.sprintf "bytecode for another OCaml runtime (%s; the local ocamlrun reads %s)" magic t.magic)
-              else if magic <> t.magic then Error "not an OCaml bytecode executable (no bytecode trailer)"
-              else if sections <= 0 || sections > 64 then Error "not an OCaml bytecode executable (bad section count)"
+              if String.length magic = 12 && String.sub magic 0 9 = "Caml1999X" && magic <> t.magic
+              then
+                Error
+                  (Printf.sprintf
+                     "bytecode for another OCaml runtime (%s; the local ocamlrun reads %s)" magic
+                     t.magic)
+              else if magic <> t.magic then
+                Error "not an OCaml bytecode executable (no bytecode trailer)"
+              else if sections <= 0 || sections > 64 then
+                Error "not an OCaml bytecode executable (bad section count)"
               else Ok ()
           end)
 
@@ -146,7 +167,11 @@ let finish t p f =
   p.ended_at <- now t;
   List.iter Loop.cancel p.timers;
   p.timers <- [];
-  (match p.file with Some file -> (try Sys.remove file with Sys_error _ -> ()); p.file <- None | None -> ());
+  (match p.file with
+  | Some file ->
+      (try Sys.remove file with Sys_error _ -> ());
+      p.file <- None
+  | None -> ());
   let ws = p.waiters in
   p.waiters <- [];
   List.iter (fun (_, r) -> answer_wait p r) ws;
@@ -189,7 +214,8 @@ let relay_out t p fd e ~tail =
         let s = Bytes.sub_string buf 0 n in
         if tail then begin
           let all = p.tail ^ s in
-          p.tail <- (if String.length all > 512 then String.sub all (String.length all - 512) 512 else all)
+          p.tail <-
+            (if String.length all > 512 then String.sub all (String.length all - 512) 512 else all)
         end;
         match e with
         | Some e when E.hung e = None ->
@@ -210,7 +236,11 @@ let relay_in t p fd e =
       close_quiet fd
     end
   in
-  let signal s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> () in
+  let signal s =
+    match p.state with
+    | Running pid -> ( try Unix.kill (-pid) s with Unix.Unix_error _ -> ())
+    | _ -> ()
+  in
   let rec write s off k =
     if !closed then ()
     else
@@ -229,8 +259,12 @@ let relay_in t p fd e =
           E.read e (function
             | `Data d -> write d 0 next
             | `Eof -> close ()
-            | `Intr -> signal Sys.sigint; next ()
-            | `Hangup _ -> close (); signal Sys.sighup)
+            | `Intr ->
+                signal Sys.sigint;
+                next ()
+            | `Hangup _ ->
+                close ();
+                signal Sys.sighup)
   in
   next ()
 
@@ -239,7 +273,11 @@ let env_of t p ~locate =
   let names = List.map fst p.pd.Pd.caps in
   let self = Cap.restrict_with_secret p.secret (Cap.owner t.port ~obj:p.obj p.secret) Rights.read in
   Array.of_list
-    ([ "PATH=/usr/local/bin:/usr/bin:/bin"; "CONSORT_CAPS=" ^ String.concat "," names; "CONSORT_PROCESS=" ^ Cap.to_string self ]
+    ([
+       "PATH=/usr/local/bin:/usr/bin:/bin";
+       "CONSORT_CAPS=" ^ String.concat "," names;
+       "CONSORT_PROCESS=" ^ Cap.to_string self;
+     ]
     @ (if locate = [] then [] else [ "CONSORT_LOCATE=" ^ String.concat "," locate ])
     @ keep "CAML_LD_LIBRARY_PATH" @ keep "CONSORT_MULTICAST"
     @ List.map (fun (n, c) -> Consort_capenv.var n ^ "=" ^ Cap.to_string c) p.pd.Pd.caps)
@@ -264,24 +302,49 @@ let reap t p pid =
       in
       let f =
         match (p.killed_for, st) with
-        | Some (kind, why), _ -> { kind; code = Proc_proto.signal_to_system Sys.sigkill; text = "stopped: " ^ why }
+        | Some (kind, why), _ ->
+            { kind; code = Proc_proto.signal_to_system Sys.sigkill; text = "stopped: " ^ why }
         | None, Unix.WSIGNALED s when s = Sys.sigxcpu ->
-            { kind = Limit; code = P.signal_to_system s; text = Printf.sprintf "stopped: cpu time limit (%d ms) exceeded" l.cpu_ms }
-        | None, Unix.WSIGNALED s -> { kind = Signaled; code = P.signal_to_system s; text = "killed by " ^ P.signal_name s }
-        | None, Unix.WSTOPPED s -> { kind = Signaled; code = P.signal_to_system s; text = "stopped by " ^ P.signal_name s }
+            {
+              kind = Limit;
+              code = P.signal_to_system s;
+              text = Printf.sprintf "stopped: cpu time limit (%d ms) exceeded" l.cpu_ms;
+            }
+        | None, Unix.WSIGNALED s ->
+            { kind = Signaled; code = P.signal_to_system s; text = "killed by " ^ P.signal_name s }
+        | None, Unix.WSTOPPED s ->
+            { kind = Signaled; code = P.signal_to_system s; text = "stopped by " ^ P.signal_name s }
         | None, Unix.WEXITED 2 when oom ->
-            { kind = Limit; code = 2; text = Printf.sprintf "stopped: memory limit (%d KiB) exceeded" l.memory_kib }
-        | None, Unix.WEXITED c -> { kind = Exited; code = c; text = Printf.sprintf "exited with code %d" c }
+            {
+              kind = Limit;
+              code = 2;
+              text = Printf.sprintf "stopped: memory limit (%d KiB) exceeded" l.memory_kib;
+            }
+        | None, Unix.WEXITED c ->
+            { kind = Exited; code = c; text = Printf.sprintf "exited with code %d" c }
       in
       (* Whatever the group left behind goes too. *)
       (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
-      (match p.stdin_fd with Some fd -> close_quiet fd; p.stdin_fd <- None | None -> ());
+      (match p.stdin_fd with
+      | Some fd ->
+          close_quiet fd;
+          p.stdin_fd <- None
+      | None -> ());
       p.state <- Ending f;
       (* Output still held by a descendant is given 2 s. *)
-      p.timers <- Loop.after t.loop (Time.of_sec 2.) (fun () -> if p.relays > 0 then begin p.relays <- 0; maybe_done t p end) :: p.timers;
+      p.timers <-
+        Loop.after t.loop (Time.of_sec 2.) (fun () ->
+            if p.relays > 0 then begin
+              p.relays <- 0;
+              maybe_done t p
+            end)
+        :: p.timers;
       maybe_done t p
 
-let kill_group_of p s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> ()
+let kill_group_of p s =
+  match p.state with
+  | Running pid -> ( try Unix.kill (-pid) s with Unix.Unix_error _ -> ())
+  | _ -> ()
 
 let start t p file ~locate =
   let l = p.limits in
@@ -300,12 +363,18 @@ let start t p file ~locate =
         e
   in
   let devnull flags = Unix.openfile "/dev/null" (Unix.O_CLOEXEC :: flags) 0 in
-  let in_r, in_w = match end_of "stdin" with Some _ -> pipe () | None -> (devnull [ Unix.O_RDONLY ], devnull [ Unix.O_WRONLY ]) in
+  let in_r, in_w =
+    match end_of "stdin" with
+    | Some _ -> pipe ()
+    | None -> (devnull [ Unix.O_RDONLY ], devnull [ Unix.O_WRONLY ])
+  in
   let out_r, out_w = pipe () and err_r, err_w = pipe () in
-  let argv = Array.of_list ((t.config.ocamlrun :: file :: p.pd.Pd.args)) in
+  let argv = Array.of_list (t.config.ocamlrun :: file :: p.pd.Pd.args) in
   match
-    Spawn.spawn ~cpu_seconds:((l.cpu_ms + 999) / 1000) ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill
-      t.config.ocamlrun argv (env_of t p ~locate) (in_r, out_w, err_w)
+    Spawn.spawn
+      ~cpu_seconds:((l.cpu_ms + 999) / 1000)
+      ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill t.config.ocamlrun argv
+      (env_of t p ~locate) (in_r, out_w, err_w)
   with
   | exception Unix.Unix_error (e, _, _) ->
       List.iter close_quiet [ in_r; in_w; out_r; out_w; err_r; err_w ];
@@ -349,9 +418,10 @@ let start t p file ~locate =
         p.timers <-
           Loop.after t.loop (Time.of_ms l.run_ms) (fun () ->
               match p.state with
-              | Running pid ->
-                  p.killed_for <- Some (P.Limit, Printf.sprintf "run time limit (%d ms) exceeded" l.run_ms);
-                  (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ())
+              | Running pid -> (
+                  p.killed_for <-
+                    Some (P.Limit, Printf.sprintf "run time limit (%d ms) exceeded" l.run_ms);
+                  try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ())
               | _ -> ())
           :: p.timers;
       Ok ()
@@ -363,18 +433,30 @@ let fetch t p k =
   let fail m = k (Error m) in
   trans (Header.request prog Fs_proto.bs_size) "" (function
     | Error e -> fail ("cannot reach the program's file server: " ^ Rpc_error.to_string e)
-    | Ok (h, _) when h.Header.status <> `Ok -> fail ("the program's file server refused: " ^ Status.to_string h.status)
+    | Ok (h, _) when h.Header.status <> `Ok ->
+        fail ("the program's file server refused: " ^ Status.to_string h.status)
     | Ok (h, _) ->
         let size = h.Header.size in
-        if size > t.config.max_program then fail (Printf.sprintf "the program is larger than %d bytes" t.config.max_program)
+        if size > t.config.max_program then
+          fail (Printf.sprintf "the program is larger than %d bytes" t.config.max_program)
         else begin
-          let file = Filename.concat (Filename.concat t.config.data "run") (Printf.sprintf "%d-%s.byte" p.obj (Crypto.random 6 |> Base64.encode_string ~alphabet:Base64.uri_safe_alphabet ~pad:false)) in
-          match Unix.openfile file [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL; Unix.O_CLOEXEC ] 0o500 with
-          | exception Unix.Unix_error (e, _, _) -> fail ("cannot store the program: " ^ Unix.error_message e)
+          let file =
+            Filename.concat
+              (Filename.concat t.config.data "run")
+              (Printf.sprintf "%d-%s.byte" p.obj
+                 (Crypto.random 6
+                 |> Base64.encode_string ~alphabet:Base64.uri_safe_alphabet ~pad:false))
+          in
+          match
+            Unix.openfile file [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL; Unix.O_CLOEXEC ] 0o500
+          with
+          | exception Unix.Unix_error (e, _, _) ->
+              fail ("cannot store the program: " ^ Unix.error_message e)
           | fd ->
               p.file <- Some file;
               let rec read off =
-                if p.state <> Fetching || not (Hashtbl.mem t.procs p.obj) then (try Unix.close fd with Unix.Unix_error _ -> ())
+                if p.state <> Fetching || not (Hashtbl.mem t.procs p.obj) then
+                  try Unix.close fd with Unix.Unix_error _ -> ()
                   (* given up (see [fetch_timeout]) *)
                 else if off >= size then begin
                   Unix.close fd;
@@ -383,12 +465,20 @@ let fetch t p k =
                 else
                   let len = min Fs_proto.max_read (size - off) in
                   trans (Header.request ~offset:off ~size:len prog Fs_proto.bs_read) "" (function
-                    | Error e -> Unix.close fd; fail ("the program's file server fell silent: " ^ Rpc_error.to_string e)
-                    | Ok (h, _) when h.Header.status <> `Ok -> Unix.close fd; fail ("the program's file server refused: " ^ Status.to_string h.status)
-                    | Ok (_, d) when String.length d = 0 || String.length d > len -> Unix.close fd; fail "the program's file server sent a bad read"
+                    | Error e ->
+                        Unix.close fd;
+                        fail ("the program's file server fell silent: " ^ Rpc_error.to_string e)
+                    | Ok (h, _) when h.Header.status <> `Ok ->
+                        Unix.close fd;
+                        fail ("the program's file server refused: " ^ Status.to_string h.status)
+                    | Ok (_, d) when String.length d = 0 || String.length d > len ->
+                        Unix.close fd;
+                        fail "the program's file server sent a bad read"
                     | Ok (_, d) -> (
                         match Unix.write_substring fd d 0 (String.length d) with
-                        | exception Unix.Unix_error (e, _, _) -> Unix.close fd; fail ("cannot store the program: " ^ Unix.error_message e)
+                        | exception Unix.Unix_error (e, _, _) ->
+                            Unix.close fd;
+                            fail ("cannot store the program: " ^ Unix.error_message e)
                         | _ -> read (off + String.length d)))
               in
               read 0
@@ -398,23 +488,34 @@ let clamp ~default ~max v = if v <= 0 then default else min v max
 
 let forget t p =
   Hashtbl.remove t.procs p.obj;
-  (match p.file with Some f -> (try Sys.remove f with Sys_error _ -> ()) | None -> ());
+  (match p.file with Some f -> ( try Sys.remove f with Sys_error _ -> ()) | None -> ());
   R.close p.node
 
 let exec t r =
   let refuse st why = R.putrep r (Header.reply st) (one_line why) in
   match Pd.decode (R.data r) with
   | Error e -> refuse `Argbad e
-  | Ok pd when pd.Pd.arch <> Pd.arch_bytecode -> refuse `Argbad (Printf.sprintf "architecture %S is not served here (only %s)" pd.Pd.arch Pd.arch_bytecode)
+  | Ok pd when pd.Pd.arch <> Pd.arch_bytecode ->
+      refuse `Argbad
+        (Printf.sprintf "architecture %S is not served here (only %s)" pd.Pd.arch Pd.arch_bytecode)
   | Ok pd -> (
       (* Room: forget the oldest ended processes first. *)
       if Hashtbl.length t.procs >= t.config.max_processes then begin
-        let ended = Hashtbl.fold (fun _ p acc -> match p.state with Done _ -> p :: acc | _ -> acc) t.procs [] in
-        match List.sort (fun a b -> compare a.ended_at b.ended_at) ended with p :: _ -> forget t p | [] -> ()
+        let ended =
+          Hashtbl.fold
+            (fun _ p acc -> match p.state with Done _ -> p :: acc | _ -> acc)
+            t.procs []
+        in
+        match List.sort (fun a b -> compare a.ended_at b.ended_at) ended with
+        | p :: _ -> forget t p
+        | [] -> ()
       end;
-      if Hashtbl.length t.procs >= t.config.max_processes then refuse `Nospace (Printf.sprintf "%d processes already" t.config.max_processes)
+      if Hashtbl.length t.procs >= t.config.max_processes then
+        refuse `Nospace (Printf.sprintf "%d processes already" t.config.max_processes)
       else
-        let bad_hint = List.find_opt (fun h -> Result.is_error (Udp.address_of_string h)) pd.Pd.hints in
+        let bad_hint =
+          List.find_opt (fun h -> Result.is_error (Udp.address_of_string h)) pd.Pd.hints
+        in
         match bad_hint with
         | Some h -> refuse `Argbad ("bad locate hint " ^ h)
         | None -> (
@@ -430,13 +531,30 @@ let exec t r =
                     run_ms = clamp ~default:d.run_ms ~max:m.run_ms pd.limits.run_ms;
                   }
                 in
-                let rec fresh n = if Hashtbl.mem t.procs n || n > Cap.max_object then fresh (if n > Cap.max_object then 1 else n + 1) else n in
+                let rec fresh n =
+                  if Hashtbl.mem t.procs n || n > Cap.max_object then
+                    fresh (if n > Cap.max_object then 1 else n + 1)
+                  else n
+                in
                 let obj = fresh t.next in
                 t.next <- obj + 1;
                 let p =
                   {
-                    obj; secret = Cap.Secret.generate (); pd; limits; node; state = Fetching; file = None; waiters = [];
-                    killed_for = None; relays = 0; tail = ""; stdin_fd = None; timers = []; ended_at = 0; ends = [];
+                    obj;
+                    secret = Cap.Secret.generate ();
+                    pd;
+                    limits;
+                    node;
+                    state = Fetching;
+                    file = None;
+                    waiters = [];
+                    killed_for = None;
+                    relays = 0;
+                    tail = "";
+                    stdin_fd = None;
+                    timers = [];
+                    ended_at = 0;
+                    ends = [];
                     started = Unix.gettimeofday ();
                   }
                 in
@@ -452,7 +570,8 @@ let exec t r =
                 (* A file server that answers too slowly does not hold a place for ever. *)
                 p.timers <-
                   Loop.after t.loop t.config.fetch_timeout (fun () ->
-                      if p.state = Fetching then fail `Notfound "the program's file server is too slow")
+                      if p.state = Fetching then
+                        fail `Notfound "the program's file server is too slow")
                   :: p.timers;
                 fetch t p (function
                   | _ when !decided -> ()
@@ -477,25 +596,46 @@ let status_line t p =
     | Ending f | Done f -> final_kind_text f
   in
   ignore t;
-  Printf.sprintf "%d %s %.1fs %s" p.obj (one_line st) (Unix.gettimeofday () -. p.started)
-    (one_line (String.concat " " (List.map (fun a -> if String.length a > 40 then String.sub a 0 40 ^ "..." else a) p.pd.Pd.args)))
+  Printf.sprintf "%d %s %.1fs %s" p.obj (one_line st)
+    (Unix.gettimeofday () -. p.started)
+    (one_line
+       (String.concat " "
+          (List.map
+             (fun a -> if String.length a > 40 then String.sub a 0 40 ^ "..." else a)
+             p.pd.Pd.args)))
 
 let objects t =
   {
-    Std.secret = (fun obj -> if obj = 0 then Some t.server_secret else Option.map (fun p -> p.secret) (Hashtbl.find_opt t.procs obj));
-    info = (fun obj -> if obj = 0 then "consort process server" else match Hashtbl.find_opt t.procs obj with Some p -> "process " ^ status_line t p | None -> "-");
+    Std.secret =
+      (fun obj ->
+        if obj = 0 then Some t.server_secret
+        else Option.map (fun p -> p.secret) (Hashtbl.find_opt t.procs obj));
+    info =
+      (fun obj ->
+        if obj = 0 then "consort process server"
+        else
+          match Hashtbl.find_opt t.procs obj with
+          | Some p -> "process " ^ status_line t p
+          | None -> "-");
     destroy = (fun _ -> `Ok) (* done in [handle] *);
     touch = (fun _ -> ());
     age = (fun () -> ());
     status =
       (fun () ->
-        let ps = Hashtbl.fold (fun _ p acc -> p :: acc) t.procs [] |> List.sort (fun a b -> compare a.obj b.obj) in
+        let ps =
+          Hashtbl.fold (fun _ p acc -> p :: acc) t.procs []
+          |> List.sort (fun a b -> compare a.obj b.obj)
+        in
         String.concat "\n"
-          (Printf.sprintf "consort process server: %d processes, %d running or starting" (List.length ps) (running t)
+          (Printf.sprintf "consort process server: %d processes, %d running or starting"
+             (List.length ps) (running t)
           :: List.map (status_line t) ps));
   }
 
-let kill_group p s = match p.state with Running pid -> (try Unix.kill (-pid) s with Unix.Unix_error _ -> ()) | _ -> ()
+let kill_group p s =
+  match p.state with
+  | Running pid -> ( try Unix.kill (-pid) s with Unix.Unix_error _ -> ())
+  | _ -> ()
 
 let handle t std r =
   let h = R.header r in
@@ -538,7 +678,10 @@ let handle t std r =
             kill_group p Sys.sigkill
         | _ -> ());
         reply `Ok)
-  else match Std.handle t.port std h (R.data r) with Some (h, d) -> R.putrep r h d | None -> reply `Combad
+  else
+    match Std.handle t.port std h (R.data r) with
+    | Some (h, d) -> R.putrep r h d
+    | None -> reply `Combad
 
 let tick t =
   let n = now t in
@@ -549,7 +692,9 @@ let tick t =
       let old, young = List.partition (fun (at, _) -> Time.diff n at >= t.config.hold) p.waiters in
       p.waiters <- young;
       List.iter (fun (_, r) -> answer_wait p r) old;
-      match p.state with Done _ when Time.diff n p.ended_at >= t.config.keep -> gone := p :: !gone | _ -> ())
+      match p.state with
+      | Done _ when Time.diff n p.ended_at >= t.config.keep -> gone := p :: !gone
+      | _ -> ())
     t.procs;
   List.iter (forget t) !gone
 
@@ -560,36 +705,55 @@ let create config loop node key =
       let run = Filename.concat config.data "run" in
       match
         if not (Sys.file_exists run) then Unix.mkdir run 0o700;
-        Array.iter (fun f -> try Sys.remove (Filename.concat run f) with Sys_error _ -> ()) (Sys.readdir run)
+        Array.iter
+          (fun f -> try Sys.remove (Filename.concat run f) with Sys_error _ -> ())
+          (Sys.readdir run)
       with
       | exception Unix.Unix_error (e, _, _) -> Error (run ^ ": " ^ Unix.error_message e)
       | exception Sys_error e -> Error e
-      | () ->
+      | () -> (
           let secret_file = Filename.concat config.data "server.secret" in
           let secret =
             match read_all secret_file with
             | s -> Cap.Secret.of_raw s
-            | exception Sys_error _ ->
+            | exception Sys_error _ -> (
                 let s = Cap.Secret.generate () in
-                (try
-                   let oc = open_out_gen [ Open_wronly; Open_creat; Open_excl; Open_binary ] 0o600 secret_file in
-                   output_string oc (Cap.Secret.to_raw s);
-                   close_out oc;
-                   Ok s
-                 with Sys_error e -> Error e)
+                try
+                  let oc =
+                    open_out_gen
+                      [ Open_wronly; Open_creat; Open_excl; Open_binary ]
+                      0o600 secret_file
+                  in
+                  output_string oc (Cap.Secret.to_raw s);
+                  close_out oc;
+                  Ok s
+                with Sys_error e -> Error e)
           in
           match secret with
           | Error e -> Error (secret_file ^ ": " ^ e)
           | Ok server_secret ->
               let t =
-                { config; loop; snode = node; key; port = Port.Key.port key; magic; server_secret; procs = Hashtbl.create 16; next = 1 }
+                {
+                  config;
+                  loop;
+                  snode = node;
+                  key;
+                  port = Port.Key.port key;
+                  magic;
+                  server_secret;
+                  procs = Hashtbl.create 16;
+                  next = 1;
+                }
               in
               let std = objects t in
               let srv = R.serve node key in
               R.listen srv (fun r ->
                   try handle t std r
                   with e ->
-                    Log.err (fun m -> m "%s: %s" (P.command_name (R.header r).Header.command) (Printexc.to_string e));
+                    Log.err (fun m ->
+                        m "%s: %s"
+                          (P.command_name (R.header r).Header.command)
+                          (Printexc.to_string e));
                     R.putrep r (Header.reply `Syserr) "");
               (* SIGCHLD: a byte on a pipe the loop watches, then reap every child. *)
               let r, w = Unix.pipe ~cloexec:true () in
@@ -597,25 +761,32 @@ let create config loop node key =
               Unix.set_nonblock w;
               let one = Bytes.make 1 'c' in
               Sys.set_signal Sys.sigchld
-                (Sys.Signal_handle (fun _ -> try ignore (Unix.single_write w one 0 1) with Unix.Unix_error _ -> ()));
+                (Sys.Signal_handle
+                   (fun _ ->
+                     try ignore (Unix.single_write w one 0 1) with Unix.Unix_error _ -> ()));
               let buf = Bytes.create 64 in
               Loop.watch loop r (fun () ->
                   (try ignore (Unix.read r buf 0 64) with Unix.Unix_error _ -> ());
-                  Hashtbl.iter (fun _ p -> match p.state with Running pid -> reap t p pid | _ -> ()) t.procs);
+                  Hashtbl.iter
+                    (fun _ p -> match p.state with Running pid -> reap t p pid | _ -> ())
+                    t.procs);
               let rec tk () =
                 tick t;
                 ignore (Loop.after loop (Time.of_ms 500) tk)
               in
               tk ();
-              Ok t)
+              Ok t))
 
 let shutdown t =
   Hashtbl.iter
     (fun _ p ->
       match p.state with
-      | Running pid ->
+      | Running pid -> (
           (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
-          (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+          try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
       | _ -> ())
     t.procs;
-  Hashtbl.iter (fun _ p -> (match p.file with Some f -> (try Sys.remove f with Sys_error _ -> ()) | None -> ())) t.procs
+  Hashtbl.iter
+    (fun _ p ->
+      match p.file with Some f -> ( try Sys.remove f with Sys_error _ -> ()) | None -> ())
+    t.procs

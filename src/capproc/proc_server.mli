@@ -1,26 +1,21 @@
-(** The process server: starts OCaml bytecode programs named by process
-    descriptors ({!Pd}) as children of this process, under [ocamlrun], with
-    resource limits, their standard streams connected to the capabilities
-    of the descriptor (virtual circuits, {!Consort_capvc}), each process an
-    object with a capability (see {!Proc_proto}).
+(** The process server: starts OCaml bytecode programs named by process descriptors ({!Pd}) as
+    children of this process, under [ocamlrun], with resource limits, their standard streams
+    connected to the capabilities of the descriptor (virtual circuits, {!Consort_capvc}), each
+    process an object with a capability (see {!Proc_proto}).
 
-    For each [ps_exec]: the descriptor is decoded and checked (architecture
-    [ocaml-bytecode], bounds); the program is read from its file server
-    (at most [max_program] bytes), written under [DATA/run/], and checked: it
-    must end with the bytecode trailer of the local [ocamlrun] (its magic
-    number, read from the [ocamlrun] binary at start); then it runs as
-    [ocamlrun FILE ARGS...] in a process group of its own, with RLIMIT_CPU,
-    RLIMIT_AS and a run-time timer, an environment of only [PATH],
-    [CAML_LD_LIBRARY_PATH] and the capability environment
-    ({!Consort_capenv}). Each process uses its own RPC node, which locates
-    the environment's ports at the caller's address, the descriptor's hints
-    and the server's own locate list (answers are signed: a hint cannot
+    For each [ps_exec]: the descriptor is decoded and checked (architecture [ocaml-bytecode],
+    bounds); the program is read from its file server (at most [max_program] bytes), written under
+    [DATA/run/], and checked: it must end with the bytecode trailer of the local [ocamlrun] (its
+    magic number, read from the [ocamlrun] binary at start); then it runs as [ocamlrun FILE ARGS...]
+    in a process group of its own, with RLIMIT_CPU, RLIMIT_AS and a run-time timer, an environment
+    of only [PATH], [CAML_LD_LIBRARY_PATH] and the capability environment ({!Consort_capenv}). Each
+    process uses its own RPC node, which locates the environment's ports at the caller's address,
+    the descriptor's hints and the server's own locate list (answers are signed: a hint cannot
     redirect anything).
 
-    Bounds: [max_processes] at once (ended ones are kept [keep] for
-    [ps_wait], then forgotten); every limit at most the server's maximum;
-    4 waiters per process; the stderr tail kept to tell an out-of-memory
-    end is 512 bytes. *)
+    Bounds: [max_processes] at once (ended ones are kept [keep] for [ps_wait], then forgotten);
+    every limit at most the server's maximum; 4 waiters per process; the stderr tail kept to tell an
+    out-of-memory end is 512 bytes. *)
 
 type config = {
   data : string;  (** a directory of this server's own *)
@@ -41,9 +36,13 @@ val default_config : data:string -> config
 type t
 
 val create :
-  config -> Consort_engine.Loop.t -> Consort_cap.Rpc_udp.node -> Consort_cap.Port.Key.t -> (t, string) result
-(** Serves the key's port on the node. [Error] if [ocamlrun] cannot be
-    read or [DATA/run] cannot be made. *)
+  config ->
+  Consort_engine.Loop.t ->
+  Consort_cap.Rpc_udp.node ->
+  Consort_cap.Port.Key.t ->
+  (t, string) result
+(** Serves the key's port on the node. [Error] if [ocamlrun] cannot be read or [DATA/run] cannot be
+    made. *)
 
 val server_cap : t -> Consort_cap.Cap.t
 val running : t -> int

@@ -1,14 +1,23 @@
-external c_spawn : string -> string array -> string array -> Unix.file_descr array -> int array -> int = "consort_proc_spawn"
+external c_spawn :
+  string -> string array -> string array -> Unix.file_descr array -> int array -> int
+  = "consort_proc_spawn"
 
 let find prog =
   if String.contains prog '/' then prog
   else
-    let dirs = match Sys.getenv_opt "PATH" with Some p -> String.split_on_char ':' p | None -> [ "/usr/bin"; "/bin" ] in
+    let dirs =
+      match Sys.getenv_opt "PATH" with
+      | Some p -> String.split_on_char ':' p
+      | None -> [ "/usr/bin"; "/bin" ]
+    in
     match
       List.find_opt
         (fun d ->
           let f = Filename.concat (if d = "" then "." else d) prog in
-          try Unix.access f [ Unix.X_OK ]; not (Sys.is_directory f) with Unix.Unix_error _ | Sys_error _ -> false)
+          try
+            Unix.access f [ Unix.X_OK ];
+            not (Sys.is_directory f)
+          with Unix.Unix_error _ | Sys_error _ -> false)
         dirs
     with
     | Some d -> Filename.concat (if d = "" then "." else d) prog

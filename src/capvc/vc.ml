@@ -27,10 +27,10 @@ type reply = Header.t * string -> unit
 (* One direction: a ring indexed by absolute stream position. *)
 type dir = {
   ring : Bytes.t;
-  mutable acked : int;  (* bytes consumed by the reader *)
-  mutable written : int;  (* bytes accepted from the writer *)
-  mutable closed : int option;  (* the stream ends here *)
-  mutable intr : int;  (* interrupts sent into this direction *)
+  mutable acked : int; (* bytes consumed by the reader *)
+  mutable written : int; (* bytes accepted from the writer *)
+  mutable closed : int option; (* the stream ends here *)
+  mutable intr : int; (* interrupts sent into this direction *)
   mutable held_read : (Consort.Time.t * Header.t * reply) option;
   mutable held_write : (Consort.Time.t * Header.t * string * reply) option;
 }
@@ -38,9 +38,9 @@ type dir = {
 type circ = {
   num : int;
   secret : Cap.Secret.t;
-  ab : dir;  (* end A writes, end B reads *)
+  ab : dir; (* end A writes, end B reads *)
   ba : dir;
-  heard : Consort.Time.t array;  (* per end *)
+  heard : Consort.Time.t array; (* per end *)
   mutable hung : (string * Consort.Time.t) option;
 }
 
@@ -59,14 +59,21 @@ type stats = { circuits : int; buffered : int; held : int }
 let port t = t.port
 
 let new_dir cap =
-  { ring = Bytes.create cap; acked = 0; written = 0; closed = None; intr = 0; held_read = None; held_write = None }
+  {
+    ring = Bytes.create cap;
+    acked = 0;
+    written = 0;
+    closed = None;
+    intr = 0;
+    held_read = None;
+    held_write = None;
+  }
 
 (* Objects: circuit n has ends 2n (A) and 2n+1 (B); object 0 is never used. *)
 let circ_in table obj = if obj < 2 then None else Hashtbl.find_opt table (obj / 2)
 let circ_of t obj = circ_in t.table obj
 let side obj = obj land 1
 let dirs c obj = if side obj = 0 then (c.ab, c.ba) else (c.ba, c.ab) (* (out, in) *)
-
 let reply_status st = (Header.reply st, "")
 
 let rec answer_held_read t c d ~now =
@@ -81,7 +88,8 @@ and do_read t c d ~now (h : Header.t) k =
   | Some (why, _) -> k (Header.reply P.hungup, why)
   | None ->
       let o = h.offset in
-      if o < d.acked || o > d.written || h.size <= 0 || h.size > P.max_chunk then k (reply_status `Argbad)
+      if o < d.acked || o > d.written || h.size <= 0 || h.size > P.max_chunk then
+        k (reply_status `Argbad)
       else begin
         if o > d.acked then begin
           d.acked <- o;
@@ -97,10 +105,14 @@ and do_read t c d ~now (h : Header.t) k =
           let first = min n (cap - start) in
           Bytes.blit d.ring start s 0 first;
           if first < n then Bytes.blit d.ring 0 s first (n - first);
-          k (Header.reply ~offset:o ~size:d.intr ~extra:(if eof_here n then P.eof_flag else 0) `Ok, Bytes.unsafe_to_string s)
+          k
+            ( Header.reply ~offset:o ~size:d.intr ~extra:(if eof_here n then P.eof_flag else 0) `Ok,
+              Bytes.unsafe_to_string s )
         end
         else if eof_here 0 || d.intr > h.extra then
-          k (Header.reply ~offset:o ~size:d.intr ~extra:(if eof_here 0 then P.eof_flag else 0) `Ok, "")
+          k
+            ( Header.reply ~offset:o ~size:d.intr ~extra:(if eof_here 0 then P.eof_flag else 0) `Ok,
+              "" )
         else begin
           (* Nothing yet: hold it; a newer read replaces an older one. *)
           (match d.held_read with
@@ -122,7 +134,7 @@ and wake_write t c d ~now =
 and do_write t c d ~now (h : Header.t) data k =
   match c.hung with
   | Some (why, _) -> k (Header.reply P.hungup, why)
-  | None ->
+  | None -> (
       let o = h.offset and l = String.length data in
       if o > d.written || l > P.max_chunk then k (reply_status `Argbad)
       else
@@ -152,7 +164,7 @@ and do_write t c d ~now (h : Header.t) data k =
                 d.written <- d.written + n;
                 k (Header.reply ~offset:d.written `Ok, "");
                 answer_held_read t c d ~now
-              end
+              end)
 
 let do_hangup t c ~now why =
   ignore t;
@@ -160,8 +172,16 @@ let do_hangup t c ~now why =
     c.hung <- Some (why, now);
     List.iter
       (fun d ->
-        (match d.held_read with Some (_, _, k) -> d.held_read <- None; k (Header.reply P.hungup, why) | None -> ());
-        match d.held_write with Some (_, _, _, k) -> d.held_write <- None; k (Header.reply P.hungup, why) | None -> ())
+        (match d.held_read with
+        | Some (_, _, k) ->
+            d.held_read <- None;
+            k (Header.reply P.hungup, why)
+        | None -> ());
+        match d.held_write with
+        | Some (_, _, _, k) ->
+            d.held_write <- None;
+            k (Header.reply P.hungup, why)
+        | None -> ())
       [ c.ab; c.ba ]
   end
 
@@ -173,7 +193,8 @@ let objects_of table =
         match circ_in table obj with
         | None -> "-"
         | Some c ->
-            Printf.sprintf "virtual circuit %d end %c%s" c.num (if side obj = 0 then 'A' else 'B')
+            Printf.sprintf "virtual circuit %d end %c%s" c.num
+              (if side obj = 0 then 'A' else 'B')
               (match c.hung with Some (w, _) -> ", hung up: " ^ w | None -> ""));
     destroy = (fun _ -> `Ok);
     touch = (fun _ -> ());
@@ -188,15 +209,30 @@ let create_host ?(config = default_config) ?g port =
 let create t ~now =
   if Hashtbl.length t.table >= t.config.max_circuits then Error `Full
   else begin
-    let rec fresh n = if Hashtbl.mem t.table n || 2 * n + 1 > Cap.max_object then fresh (if 2 * n + 1 > Cap.max_object then 1 else n + 1) else n in
+    let rec fresh n =
+      if Hashtbl.mem t.table n || (2 * n) + 1 > Cap.max_object then
+        fresh (if (2 * n) + 1 > Cap.max_object then 1 else n + 1)
+      else n
+    in
     let num = fresh t.next in
     t.next <- num + 1;
     let secret = Cap.Secret.generate ?g:t.g () in
     let c =
-      { num; secret; ab = new_dir t.config.capacity; ba = new_dir t.config.capacity; heard = [| now; now |]; hung = None }
+      {
+        num;
+        secret;
+        ab = new_dir t.config.capacity;
+        ba = new_dir t.config.capacity;
+        heard = [| now; now |];
+        hung = None;
+      }
     in
     Hashtbl.replace t.table num c;
-    Ok { a = Cap.owner t.port ~obj:(2 * num) secret; b = Cap.owner t.port ~obj:((2 * num) + 1) secret }
+    Ok
+      {
+        a = Cap.owner t.port ~obj:(2 * num) secret;
+        b = Cap.owner t.port ~obj:((2 * num) + 1) secret;
+      }
   end
 
 let hangup t ~now cap why =
@@ -216,8 +252,10 @@ let handle_exn t ~now (h : Header.t) data k =
             c.heard.(side obj) <- now;
             f c obj)
   in
-  if cmd = P.vc_write then on_end Rights.modify (fun c obj -> do_write t c (fst (dirs c obj)) ~now h data k)
-  else if cmd = P.vc_read then on_end Rights.read (fun c obj -> do_read t c (snd (dirs c obj)) ~now h k)
+  if cmd = P.vc_write then
+    on_end Rights.modify (fun c obj -> do_write t c (fst (dirs c obj)) ~now h data k)
+  else if cmd = P.vc_read then
+    on_end Rights.read (fun c obj -> do_read t c (snd (dirs c obj)) ~now h k)
   else if cmd = P.vc_close then
     on_end Rights.modify (fun c obj ->
         let d = fst (dirs c obj) in
@@ -252,8 +290,7 @@ let handle_exn t ~now (h : Header.t) data k =
         do_hangup t c ~now (Printf.sprintf "end %c destroyed" (if side obj = 0 then 'A' else 'B'));
         k (reply_status `Ok))
   else if cmd = Std.std_touch then on_end Rights.none (fun _ _ -> k (reply_status `Ok))
-  else
-    match Std.handle t.port t.std h data with Some r -> k r | None -> k (reply_status `Combad)
+  else match Std.handle t.port t.std h data with Some r -> k r | None -> k (reply_status `Combad)
 
 let handle t ~now h data k =
   let answered = ref false in
@@ -278,7 +315,8 @@ let tick t ~now =
       | None ->
           if Array.exists (fun at -> Consort.Time.diff now at >= t.config.silence) c.heard then
             do_hangup t c ~now
-              (Printf.sprintf "end %c fell silent" (if Consort.Time.diff now c.heard.(0) >= t.config.silence then 'A' else 'B'))
+              (Printf.sprintf "end %c fell silent"
+                 (if Consort.Time.diff now c.heard.(0) >= t.config.silence then 'A' else 'B'))
           else
             List.iter
               (fun d ->
@@ -305,4 +343,5 @@ let stats t =
         buffered = s.buffered + (c.ab.written - c.ab.acked) + (c.ba.written - c.ba.acked);
         held = s.held + held c.ab + held c.ba;
       })
-    t.table { circuits = 0; buffered = 0; held = 0 }
+    t.table
+    { circuits = 0; buffered = 0; held = 0 }

@@ -48,7 +48,8 @@ let hang t why =
 
 (* The reason for a reply that is not [`Ok]. *)
 let refusal t ((h : Header.t), d) =
-  if Status.equal h.status P.hungup then hang t (if d = "" then "hung up" else String.sub d 0 (min 200 (String.length d)))
+  if Status.equal h.status P.hungup then
+    hang t (if d = "" then "hung up" else String.sub d 0 (min 200 (String.length d)))
   else if Status.equal h.status `Notfound then hang t "the circuit is gone"
   else hang t (Status.to_string h.status)
 
@@ -75,11 +76,13 @@ let read t ?(max = P.max_chunk) k =
         end
         else if t.eof then finish `Eof
         else
-          call t (Header.request ~offset:t.rd ~size:max ~extra:t.intr_seen t.cap P.vc_read) "" (function
+          call t (Header.request ~offset:t.rd ~size:max ~extra:t.intr_seen t.cap P.vc_read) ""
+            (function
             | Error why -> finish (`Hangup why)
             | Ok ((h : Header.t), d) ->
                 let n = String.length d in
-                if h.offset <> t.rd || n > max || h.size < t.intr_seen then finish (`Hangup (hang t "the host's reply makes no sense"))
+                if h.offset <> t.rd || n > max || h.size < t.intr_seen then
+                  finish (`Hangup (hang t "the host's reply makes no sense"))
                 else begin
                   t.rd <- t.rd + n;
                   if h.extra land P.eof_flag <> 0 then t.eof <- true;
@@ -111,7 +114,8 @@ let write t s k =
           call t (Header.request ~offset:t.wr t.cap P.vc_write) (String.sub s off n) (function
             | Error why -> finish (Error why)
             | Ok ((h : Header.t), _) ->
-                if h.offset < t.wr || h.offset > t.wr + n then finish (Error (hang t "the host's reply makes no sense"))
+                if h.offset < t.wr || h.offset > t.wr + n then
+                  finish (Error (hang t "the host's reply makes no sense"))
                 else begin
                   t.wr <- h.offset;
                   go ()

@@ -8,12 +8,17 @@ let unknown = 3
 let exits =
   [
     Cmd.Exit.info ok ~doc:"done (for checkers and simulations: every check passed).";
-    Cmd.Exit.info checks_failed ~doc:"the command ran and what it checked failed (a violation, a failing seed).";
+    Cmd.Exit.info checks_failed
+      ~doc:"the command ran and what it checked failed (a violation, a failing seed).";
     Cmd.Exit.info refused
-      ~doc:"refused: a bad value, file, address, key or capability; nothing was done. One line on standard error says why.";
+      ~doc:
+        "refused: a bad value, file, address, key or capability; nothing was done. One line on \
+         standard error says why.";
     Cmd.Exit.info unknown ~doc:"outcome unknown: a peer was lost while a request was under way.";
-    Cmd.Exit.info Cmd.Exit.cli_error ~doc:"the command line could not be read (unknown option, missing argument, bad value).";
-    Cmd.Exit.info Cmd.Exit.internal_error ~doc:"internal error: a defect in Consort, never an expected outcome.";
+    Cmd.Exit.info Cmd.Exit.cli_error
+      ~doc:"the command line could not be read (unknown option, missing argument, bad value).";
+    Cmd.Exit.info Cmd.Exit.internal_error
+      ~doc:"internal error: a defect in Consort, never an expected outcome.";
   ]
 
 let bounded_int ~what ~min =
@@ -82,97 +87,243 @@ let table =
   [
     ("bench checksum", [ ("Checksum speed beside memcpy:", "consort bench checksum") ]);
     ( "bench failover",
-      [ ("Failure detection and view change after a SIGKILL:", "consort bench failover");
-        ("With a shorter suspicion timeout:", "consort bench failover --params suspect.timeout=1s") ] );
-    ("bench fs", [ ("Read a 100 MB file through the file server beside cat:", "consort bench fs"); ("A quicker run:", "consort bench fs --size 10 --rounds 1") ]);
-    ("bench join", [ ("Join latency of groups of 2 to 8 processes:", "consort bench join"); ("Only groups of 3 and 5:", "consort bench join --sizes 3,5") ]);
-    ("bench dir", [ ("Directory lookups and installs beside the key-value store, 3 replicas each:", "consort bench dir") ]);
-    ("bench kv", [ ("Key-value operations per second beside etcd:", "consort bench kv"); ("Without etcd, for 2 seconds:", "consort bench kv --no-etcd --seconds 2") ]);
-    ("bench layering", [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ]);
-    ("bench peer", [ ("Started by the rtt and throughput benchmarks, not by hand:", "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501") ]);
+      [
+        ("Failure detection and view change after a SIGKILL:", "consort bench failover");
+        ("With a shorter suspicion timeout:", "consort bench failover --params suspect.timeout=1s");
+      ] );
+    ( "bench fs",
+      [
+        ("Read a 100 MB file through the file server beside cat:", "consort bench fs");
+        ("A quicker run:", "consort bench fs --size 10 --rounds 1");
+      ] );
+    ( "bench join",
+      [
+        ("Join latency of groups of 2 to 8 processes:", "consort bench join");
+        ("Only groups of 3 and 5:", "consort bench join --sizes 3,5");
+      ] );
+    ( "bench dir",
+      [
+        ( "Directory lookups and installs beside the key-value store, 3 replicas each:",
+          "consort bench dir" );
+      ] );
+    ( "bench kv",
+      [
+        ("Key-value operations per second beside etcd:", "consort bench kv");
+        ("Without etcd, for 2 seconds:", "consort bench kv --no-etcd --seconds 2");
+      ] );
+    ( "bench layering",
+      [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ] );
+    ( "bench peer",
+      [
+        ( "Started by the rtt and throughput benchmarks, not by hand:",
+          "consort bench peer --kind group-rtt --index 0 --addrs 127.0.0.1:7500,127.0.0.1:7501" );
+      ] );
     ("bench rpc", [ ("Null RPC and 1 MB transfers beside raw UDP and gRPC:", "consort bench rpc") ]);
-    ("bench rtt", [ ("Round trips of 16-byte casts beside UDP:", "consort bench rtt"); ("With total order, and sealed:", "consort bench rtt --total --seal") ]);
+    ( "bench rtt",
+      [
+        ("Round trips of 16-byte casts beside UDP:", "consort bench rtt");
+        ("With total order, and sealed:", "consort bench rtt --total --seal");
+      ] );
     ( "bench scale",
-      [ ("Cost per member of the vsync stack at 16, 32 and 64 simulated members:", "consort bench scale");
-        ("At 64 and 128 members:", "consort bench scale --sizes 64,128") ] );
+      [
+        ( "Cost per member of the vsync stack at 16, 32 and 64 simulated members:",
+          "consort bench scale" );
+        ("At 64 and 128 members:", "consort bench scale --sizes 64,128");
+      ] );
     ("bench tcp", [ ("Consort's TCP over TAP beside the kernel's:", "consort bench tcp") ]);
-    ("bench proc", [ ("Process start through a process server beside ocamlrun locally:", "consort bench proc --rounds 50") ]);
-    ("bench tcp-sim", [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ]);
+    ( "bench proc",
+      [
+        ( "Process start through a process server beside ocamlrun locally:",
+          "consort bench proc --rounds 50" );
+      ] );
+    ( "bench tcp-sim",
+      [ ("TCP in the simulator: setup rate and bulk transfer:", "consort bench tcp-sim") ] );
     ( "bench throughput",
-      [ ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
-        ("Total order among 5 members:", "consort bench throughput --total --members 5") ] );
-    ("cap boot check", [ ("Check a declaration file and list its services in starting order:", "consort cap boot check /etc/consort/boot.decl") ]);
+      [
+        ("Casts per second among 3 processes beside UDP:", "consort bench throughput");
+        ("Total order among 5 members:", "consort bench throughput --total --members 5");
+      ] );
+    ( "cap boot check",
+      [
+        ( "Check a declaration file and list its services in starting order:",
+          "consort cap boot check /etc/consort/boot.decl" );
+      ] );
     ( "cap boot serve",
-      [ ("Start and watch the services of this host:", "consort cap boot serve --decl /etc/consort/boot.decl --data /var/lib/consort/boot --bind 127.0.0.1:7690") ] );
+      [
+        ( "Start and watch the services of this host:",
+          "consort cap boot serve --decl /etc/consort/boot.decl --data /var/lib/consort/boot \
+           --bind 127.0.0.1:7690" );
+      ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
     ( "cap exec",
-      [ ("Run a stored bytecode program on a process server, with this terminal:", "consort cap exec cap1:SERVER... cap1:PROGRAM... arg1 arg2");
-        ("With limits and a named capability, no input:", "consort cap exec -n --cpu 10 --memory 256 --cap data=cap1:... cap1:SERVER... cap1:PROGRAM...") ] );
-    ("cap kill", [ ("Interrupt a process, then kill it:", "consort cap kill --signal INT cap1:PROCESS...") ]);
-    ("cap proc serve", [ ("Serve processes, fetching programs from a file server on 127.0.0.1:7700:", "consort cap proc serve --data /var/lib/consort/proc --locate 127.0.0.1:7700") ]);
+      [
+        ( "Run a stored bytecode program on a process server, with this terminal:",
+          "consort cap exec cap1:SERVER... cap1:PROGRAM... arg1 arg2" );
+        ( "With limits and a named capability, no input:",
+          "consort cap exec -n --cpu 10 --memory 256 --cap data=cap1:... cap1:SERVER... \
+           cap1:PROGRAM..." );
+      ] );
+    ( "cap kill",
+      [ ("Interrupt a process, then kill it:", "consort cap kill --signal INT cap1:PROCESS...") ] );
+    ( "cap proc serve",
+      [
+        ( "Serve processes, fetching programs from a file server on 127.0.0.1:7700:",
+          "consort cap proc serve --data /var/lib/consort/proc --locate 127.0.0.1:7700" );
+      ] );
     ("cap ps", [ ("A process server's processes:", "consort cap ps cap1:SERVER...") ]);
-    ("cap chmod", [ ("Let the group column read a file, and no one else:", "consort cap chmod /home/alice/notes all:read:none") ]);
+    ( "cap chmod",
+      [
+        ( "Let the group column read a file, and no one else:",
+          "consort cap chmod /home/alice/notes all:read:none" );
+      ] );
     ( "cap dir gc",
-      [ ("Collect the directory server's and a file server's garbage:", "consort cap dir gc --server cap1:... --fs cap1:...") ] );
+      [
+        ( "Collect the directory server's and a file server's garbage:",
+          "consort cap dir gc --server cap1:... --fs cap1:..." );
+      ] );
     ( "cap dir link",
-      [ ("Store a file's capability under a name:", "consort cap dir link /home/alice/notes cap1:... --masks all:read:none") ] );
-    ("cap dir lookup", [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ]);
+      [
+        ( "Store a file's capability under a name:",
+          "consort cap dir link /home/alice/notes cap1:... --masks all:read:none" );
+      ] );
+    ( "cap dir lookup",
+      [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ] );
     ( "cap dir serve",
       [
         ( "One of three replicas, on loopback, sharing one key file:",
-          "consort cap dir serve --data /var/lib/consort/dir1 --key /etc/consort/dir.key --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+          "consort cap dir serve --data /var/lib/consort/dir1 --key /etc/consort/dir.key --bind \
+           127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
       ] );
-    ("cap ls", [ ("List a directory (the root capability from CONSORT_ROOT):", "consort cap ls /home/alice") ]);
+    ( "cap ls",
+      [
+        ("List a directory (the root capability from CONSORT_ROOT):", "consort cap ls /home/alice");
+      ] );
     ("cap mkdir", [ ("Make a directory under the root:", "consort cap mkdir /home") ]);
     ("cap rm", [ ("Remove a row:", "consort cap rm /home/alice/notes") ]);
-    ("cap fs fsck", [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]);
-    ("cap fs get", [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ]);
-    ("cap fs put", [ ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt") ]);
-    ("cap fs serve", [ ("Serve a store on a fixed address:", "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700") ]);
-    ("cap fs revoke", [ ("Revoke every capability of a file; prints the new owner capability:", "consort cap fs revoke cap1:...") ]);
+    ( "cap fs fsck",
+      [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]
+    );
+    ( "cap fs get",
+      [ ("Write a file's bytes to a local file:", "consort cap fs get cap1:... > notes.txt") ] );
+    ( "cap fs put",
+      [
+        ("Store a file, printing its capability:", "consort cap fs put --server cap1:... notes.txt");
+      ] );
+    ( "cap fs serve",
+      [
+        ( "Serve a store on a fixed address:",
+          "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700" );
+      ] );
+    ( "cap fs revoke",
+      [
+        ( "Revoke every capability of a file; prints the new owner capability:",
+          "consort cap fs revoke cap1:..." );
+      ] );
     ("cap fs size", [ ("A stored file's size:", "consort cap fs size cap1:...") ]);
     ("cap info", [ ("What a capability designates, and its rights:", "consort cap info cap1:...") ]);
-    ("cap restrict", [ ("A read-only capability to give away:", "consort cap restrict cap1:... --rights read") ]);
+    ( "cap restrict",
+      [ ("A read-only capability to give away:", "consort cap restrict cap1:... --rights read") ] );
     ("cap status", [ ("A server's status:", "consort cap status cap1:...") ]);
     ( "check-logs",
-      [ ("Check the logs of a run against virtual synchrony:", "consort check-logs a.log b.log c.log");
-        ("And total order, for a group with Total:", "consort check-logs --total a.log b.log c.log") ] );
+      [
+        ( "Check the logs of a run against virtual synchrony:",
+          "consort check-logs a.log b.log c.log" );
+        ("And total order, for a group with Total:", "consort check-logs --total a.log b.log c.log");
+      ] );
     ( "check",
-      [ ("Check the logs of a run against virtual synchrony and total order:", "consort check --total a.log b.log c.log") ] );
+      [
+        ( "Check the logs of a run against virtual synchrony and total order:",
+          "consort check --total a.log b.log c.log" );
+      ] );
     ("demo", [ ("The main job: a group of processes, a crash, a restart:", "consort demo") ]);
     ("keygen", [ ("A key file for a secured group (mode 0600):", "consort keygen group.key") ]);
-    ("kv cas", [ ("Set a key only if it holds a given value:", "consort kv cas --servers 127.0.0.1:7801 colour red blue") ]);
-    ("kv check", [ ("Check a recorded history for linearizability:", "consort kv check history.jsonl") ]);
-    ("kv del", [ ("Delete a key:", "consort kv del --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ]);
-    ("kv get", [ ("Read a key, trying two replicas in turn:", "consort kv get --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ]);
+    ( "kv cas",
+      [
+        ( "Set a key only if it holds a given value:",
+          "consort kv cas --servers 127.0.0.1:7801 colour red blue" );
+      ] );
+    ( "kv check",
+      [ ("Check a recorded history for linearizability:", "consort kv check history.jsonl") ] );
+    ( "kv del",
+      [ ("Delete a key:", "consort kv del --servers 127.0.0.1:7801,127.0.0.1:7802 colour") ] );
+    ( "kv get",
+      [
+        ( "Read a key, trying two replicas in turn:",
+          "consort kv get --servers 127.0.0.1:7801,127.0.0.1:7802 colour" );
+      ] );
     ("kv put", [ ("Write a key:", "consort kv put --servers 127.0.0.1:7801 colour red") ]);
     ( "kv serve",
-      [ ("One of three replicas:",
-         "consort kv serve --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 --peers 127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801") ] );
-    ("kv shell", [ ("Commands from a script, one result line each:", "printf 'put a 1\\nget a\\n' | consort kv shell --servers 127.0.0.1:7801") ]);
-    ("mcast-peer", [ ("Started by the demo, not by hand:", "consort mcast-peer --rank 0 --members 127.0.0.1:7450,127.0.0.1:7451") ]);
+      [
+        ( "One of three replicas:",
+          "consort kv serve --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 --peers \
+           127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801" );
+      ] );
+    ( "kv shell",
+      [
+        ( "Commands from a script, one result line each:",
+          "printf 'put a 1\\nget a\\n' | consort kv shell --servers 127.0.0.1:7801" );
+      ] );
+    ( "mcast-peer",
+      [
+        ( "Started by the demo, not by hand:",
+          "consort mcast-peer --rank 0 --members 127.0.0.1:7450,127.0.0.1:7451" );
+      ] );
     ( "member",
-      [ ("Join group chat on the first free port of 7400-7415 and cast each line typed:", "consort member --group chat");
-        ("With total order and a log for consort check-logs:", "consort member --group chat --props vsync,Total --log chat.log");
-        ("A secured, private group:", "consort member --group chat --props vsync,Privacy --key group.key") ] );
-    ("net up", [ ("Bring Consort's TCP/IP stack up on a TAP device for a minute:", "consort net up --tap tap0 --ip 10.0.0.2/24 --for 60") ]);
+      [
+        ( "Join group chat on the first free port of 7400-7415 and cast each line typed:",
+          "consort member --group chat" );
+        ( "With total order and a log for consort check-logs:",
+          "consort member --group chat --props vsync,Total --log chat.log" );
+        ( "A secured, private group:",
+          "consort member --group chat --props vsync,Privacy --key group.key" );
+      ] );
+    ( "net up",
+      [
+        ( "Bring Consort's TCP/IP stack up on a TAP device for a minute:",
+          "consort net up --tap tap0 --ip 10.0.0.2/24 --for 60" );
+      ] );
     ("params", [ ("Every tunable with its default:", "consort params") ]);
     ( "sim",
-      [ ("2000 seeded schedules of a scenario, checked by the specifications:", "consort sim --scenario vsync-crash --seeds 2000");
-        ("Seed 17 alone, with its trace:", "consort sim --scenario vsync-crash --seed 17 --trace t.txt") ] );
-    ("stack", [ ("The layers chosen for total order:", "consort stack --props vsync,Total"); ("Every property, and what it guarantees:", "consort stack --list") ]);
+      [
+        ( "2000 seeded schedules of a scenario, checked by the specifications:",
+          "consort sim --scenario vsync-crash --seeds 2000" );
+        ( "Seed 17 alone, with its trace:",
+          "consort sim --scenario vsync-crash --seed 17 --trace t.txt" );
+      ] );
+    ( "stack",
+      [
+        ("The layers chosen for total order:", "consort stack --props vsync,Total");
+        ("Every property, and what it guarantees:", "consort stack --list");
+      ] );
     ( "status",
-      [ ("A member started with --control /run/consort/chat.sock:", "consort status --control /run/consort/chat.sock");
-        ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json") ] );
-    ("counters", [ ("Every counter of a running member, per layer:", "consort counters --control /run/consort/chat.sock") ]);
-    ("cast", [ ("Cast a line to the group through a running member:", "consort cast --control /run/consort/chat.sock 'deploy finished'") ]);
-    ("send", [ ("Send to one member (an id from consort status):", "consort send --control /run/consort/chat.sock 127.0.0.1:7401#1a2b3c4d 'hello'") ]);
+      [
+        ( "A member started with --control /run/consort/chat.sock:",
+          "consort status --control /run/consort/chat.sock" );
+        ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json");
+      ] );
+    ( "counters",
+      [
+        ( "Every counter of a running member, per layer:",
+          "consort counters --control /run/consort/chat.sock" );
+      ] );
+    ( "cast",
+      [
+        ( "Cast a line to the group through a running member:",
+          "consort cast --control /run/consort/chat.sock 'deploy finished'" );
+      ] );
+    ( "send",
+      [
+        ( "Send to one member (an id from consort status):",
+          "consort send --control /run/consort/chat.sock 127.0.0.1:7401#1a2b3c4d 'hello'" );
+      ] );
   ]
 
 let examples path =
   match List.assoc_opt path table with
   | None -> []
-  | Some l -> `S Manpage.s_examples :: List.concat_map (fun (what, cmd) -> [ `P what; `Pre ("    " ^ cmd) ]) l
+  | Some l ->
+      `S Manpage.s_examples
+      :: List.concat_map (fun (what, cmd) -> [ `P what; `Pre ("    " ^ cmd) ]) l
 
 let info ?(man = []) ?envs ?(exits = exits) ?(hidden = false) ~path ~doc name =
   let docs = if hidden then Some Manpage.s_none else None in
@@ -189,7 +340,9 @@ let level_of_string = function
   | "app" -> Ok (Some Logs.App)
   | s -> Error (Printf.sprintf "%S is not a level (quiet, error, warning, info, debug)" s)
 
-let level_to_string = function None -> "quiet" | Some l -> String.lowercase_ascii (Logs.level_to_string (Some l))
+let level_to_string = function
+  | None -> "quiet"
+  | Some l -> String.lowercase_ascii (Logs.level_to_string (Some l))
 
 let log_levels =
   let parse s =
@@ -198,7 +351,8 @@ let log_levels =
       | [] -> Ok (default, List.rev srcs)
       | p :: rest -> (
           match String.index_opt p '=' with
-          | None -> ( match level_of_string p with Ok l -> go l srcs rest | Error e -> Error (`Msg e))
+          | None -> (
+              match level_of_string p with Ok l -> go l srcs rest | Error e -> Error (`Msg e))
           | Some i -> (
               let src = String.sub p 0 i and lv = String.sub p (i + 1) (String.length p - i - 1) in
               match level_of_string lv with
@@ -209,14 +363,17 @@ let log_levels =
     go (Some Logs.Warning) [] parts
   in
   let print ppf (d, srcs) =
-    Format.pp_print_string ppf (String.concat "," (level_to_string d :: List.map (fun (s, l) -> s ^ "=" ^ level_to_string l) srcs))
+    Format.pp_print_string ppf
+      (String.concat ","
+         (level_to_string d :: List.map (fun (s, l) -> s ^ "=" ^ level_to_string l) srcs))
   in
   Arg.conv ~docv:"LEVEL[,SOURCE=LEVEL...]" (parse, print)
 
 let timestamp () =
   let t = Unix.gettimeofday () in
   let tm = Unix.gmtime t in
-  Printf.sprintf "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" (tm.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
+  Printf.sprintf "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" (tm.tm_year + 1900) (tm.tm_mon + 1)
+    tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
     (int_of_float ((t -. Float.of_int (int_of_float t)) *. 1000.))
 
 let json_string s =
@@ -241,11 +398,16 @@ let reporter format =
       (fun msg ->
         let line =
           match format with
-          | Text -> Printf.sprintf "%s %s %s: %s" (timestamp ()) (String.uppercase_ascii (Logs.level_to_string (Some level))) (Logs.Src.name src) (one_line msg)
+          | Text ->
+              Printf.sprintf "%s %s %s: %s" (timestamp ())
+                (String.uppercase_ascii (Logs.level_to_string (Some level)))
+                (Logs.Src.name src) (one_line msg)
           | Json ->
-              Printf.sprintf "{\"t\":%s,\"level\":%s,\"src\":%s,\"msg\":%s}" (json_string (timestamp ()))
+              Printf.sprintf "{\"t\":%s,\"level\":%s,\"src\":%s,\"msg\":%s}"
+                (json_string (timestamp ()))
                 (json_string (String.lowercase_ascii (Logs.level_to_string (Some level))))
-                (json_string (Logs.Src.name src)) (json_string (one_line msg))
+                (json_string (Logs.Src.name src))
+                (json_string (one_line msg))
         in
         prerr_endline line;
         over ();
@@ -256,7 +418,11 @@ let reporter format =
 
 let setup_logs ?(verbose = false) format (default, srcs) =
   Logs.set_reporter (reporter format);
-  let default = if verbose && (default = None || default = Some Logs.Warning || default = Some Logs.Error) then Some Logs.Info else default in
+  let default =
+    if verbose && (default = None || default = Some Logs.Warning || default = Some Logs.Error) then
+      Some Logs.Info
+    else default
+  in
   Logs.set_level ~all:true default;
   List.iter
     (fun (name, level) ->
@@ -265,7 +431,8 @@ let setup_logs ?(verbose = false) format (default, srcs) =
         (fun s ->
           let n = Logs.Src.name s in
           let m = String.length name in
-          if n = name || (family && String.length n >= m && String.sub n 0 m = name) then Logs.Src.set_level s level)
+          if n = name || (family && String.length n >= m && String.sub n 0 m = name) then
+            Logs.Src.set_level s level)
         (Logs.Src.list ()))
     srcs
 
@@ -276,13 +443,19 @@ let log_options =
       & opt log_levels (Some Logs.Warning, [])
       & info [ "log-level" ] ~docv:"LEVEL[,SOURCE=LEVEL...]"
           ~doc:
-            "How much to log on standard error: a level for every source ($(b,quiet), $(b,error), $(b,warning), $(b,info), $(b,debug)), then levels for named sources, e.g. $(b,warning,consort.gmp=debug,consort.tcp.=info) (a name ending in a dot names a family).")
+            "How much to log on standard error: a level for every source ($(b,quiet), $(b,error), \
+             $(b,warning), $(b,info), $(b,debug)), then levels for named sources, e.g. \
+             $(b,warning,consort.gmp=debug,consort.tcp.=info) (a name ending in a dot names a \
+             family).")
   in
   let format =
     Arg.(
       value
       & opt (enum [ ("text", Text); ("json", Json) ]) Text
-      & info [ "log-format" ] ~docv:"FORMAT" ~doc:"$(b,text): one line per record, with a UTC timestamp, the level and the source; $(b,json): one JSON object per line.")
+      & info [ "log-format" ] ~docv:"FORMAT"
+          ~doc:
+            "$(b,text): one line per record, with a UTC timestamp, the level and the source; \
+             $(b,json): one JSON object per line.")
   in
   Term.(const (fun levels format -> (levels, format)) $ levels $ format)
 

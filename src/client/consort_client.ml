@@ -48,7 +48,6 @@ let shut t reason =
   end
 
 let close t = shut t "closed by the client"
-
 let is_reply = function Wire.Hello_ok _ | Ok _ | Error _ | Pong _ -> true | _ -> false
 
 let process t s =
@@ -97,11 +96,12 @@ let write t s =
       match Unix.select [ t.fd ] [ t.fd ] [] (-1.) with
       | r, w, _ ->
           if r <> [] then read_once t;
-          if w <> [] && t.closed = None then (
+          if w <> [] && t.closed = None then
             match Unix.single_write_substring t.fd s off (len - off) with
             | n -> go (off + n)
-            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> wait off
-            | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e))
+            | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
+                wait off
+            | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e)
           else wait off
       | exception Unix.Unix_error (Unix.EINTR, _, _) -> wait off
   in
@@ -148,7 +148,8 @@ let connect ?(name = "ocaml") addr =
       | None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
       | Some i -> (
           match
-            (Unix.inet_addr_of_string (String.sub a 0 i), int_of_string_opt (String.sub a (i + 1) (String.length a - i - 1)))
+            ( Unix.inet_addr_of_string (String.sub a 0 i),
+              int_of_string_opt (String.sub a (i + 1) (String.length a - i - 1)) )
           with
           | ip, Some p -> Ok (Unix.PF_INET, Unix.ADDR_INET (ip, p))
           | _, None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
@@ -164,7 +165,8 @@ let connect ?(name = "ocaml") addr =
           Unix.close fd;
           Error (Printf.sprintf "%s: %s" addr (Unix.error_message e))
       | () -> (
-          if dom = Unix.PF_INET then (try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
+          (if dom = Unix.PF_INET then
+             try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
           Unix.set_nonblock fd;
           let t =
             {
@@ -181,7 +183,9 @@ let connect ?(name = "ocaml") addr =
               kick = None;
             }
           in
-          match call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name }) with
+          match
+            call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name })
+          with
           | Some (Wire.Hello_ok _) -> Ok t
           | Some (Wire.Error { code; reason; _ }) ->
               shut t reason;
@@ -197,9 +201,19 @@ let max_message m = m.max_message
 let has_exited m = m.exited
 
 let empty_view me =
-  { Group.vid = ""; ltime = 0; members = [| me |]; rank = 0; coordinator = me; joined = []; left = []; why = [] }
+  {
+    Group.vid = "";
+    ltime = 0;
+    members = [| me |];
+    rank = 0;
+    coordinator = me;
+    joined = [];
+    left = [];
+    why = [];
+  }
 
-let join ?(props = Consort_group.Properties.vsync) ?(params = "") ?(peers = []) ?on_sent ?on_lost t ~group cb =
+let join ?(props = Consort_group.Properties.vsync) ?(params = "") ?(peers = []) ?on_sent ?on_lost t
+    ~group cb =
   t.next_handle <- t.next_handle + 1;
   let handle = t.next_handle in
   let flags = if on_sent <> None || on_lost <> None then Wire.flag_report else 0 in
@@ -242,7 +256,9 @@ let refusal m size code reason =
   match code with
   | Wire.Flow_control -> Group.Flow_control
   | Wire.Too_big -> Group.Too_big { size; max = m.max_message }
-  | Wire.Not_member -> Group.Not_member (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
+  | Wire.Not_member ->
+      Group.Not_member
+        (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
   | Wire.Leaving -> Group.Leaving
   | _ -> Group.Exited
 
@@ -262,7 +278,9 @@ let cast m payload =
   if m.exited then Error Group.Exited
   else
     let req = track m `Cast payload in
-    let r = result m (String.length payload) (call m.conn (Wire.Cast { handle = m.handle; req; payload })) in
+    let r =
+      result m (String.length payload) (call m.conn (Wire.Cast { handle = m.handle; req; payload }))
+    in
     if r <> Ok () then untrack m req;
     r
 
@@ -270,13 +288,17 @@ let send m dst payload =
   if m.exited then Error Group.Exited
   else
     let req = track m (`Send dst) payload in
-    let r = result m (String.length payload) (call m.conn (Wire.Send { handle = m.handle; req; dst; payload })) in
+    let r =
+      result m (String.length payload)
+        (call m.conn (Wire.Send { handle = m.handle; req; dst; payload }))
+    in
     if r <> Ok () then untrack m req;
     r
 
 let cast_async ?(on_result = ignore) m payload =
   let t = m.conn in
-  if m.exited || t.closed <> None then Queue.push (fun () -> on_result (Error Group.Exited)) t.deferred
+  if m.exited || t.closed <> None then
+    Queue.push (fun () -> on_result (Error Group.Exited)) t.deferred
   else begin
     let req = track m `Cast payload in
     let size = String.length payload in
@@ -314,13 +336,29 @@ let upcall t ev =
   | View { handle; vid; ltime; rank; coordinator; members; joined; left; why } -> (
       match find handle with
       | Some m ->
-          let why = List.combine left (if List.length why = List.length left then why else List.map (fun _ -> "") left) in
-          let v = { Group.vid; ltime; members = Array.of_list members; rank; coordinator; joined; left; why } in
+          let why =
+            List.combine left
+              (if List.length why = List.length left then why else List.map (fun _ -> "") left)
+          in
+          let v =
+            {
+              Group.vid;
+              ltime;
+              members = Array.of_list members;
+              rank;
+              coordinator;
+              joined;
+              left;
+              why;
+            }
+          in
           m.view <- v;
           m.cb.view v
       | None -> ())
-  | Cast_up { handle; origin; payload } -> Option.iter (fun m -> m.cb.cast ~origin payload) (find handle)
-  | Send_up { handle; origin; payload } -> Option.iter (fun m -> m.cb.send ~origin payload) (find handle)
+  | Cast_up { handle; origin; payload } ->
+      Option.iter (fun m -> m.cb.cast ~origin payload) (find handle)
+  | Send_up { handle; origin; payload } ->
+      Option.iter (fun m -> m.cb.send ~origin payload) (find handle)
   | Block { handle } -> Option.iter (fun m -> m.cb.block ()) (find handle)
   | Flow { handle; blocked } -> Option.iter (fun m -> m.cb.flow blocked) (find handle)
   | Exit { handle } ->

@@ -62,9 +62,7 @@ let decode_exact c cs =
   | Error _ as e -> e
 
 let decode_string c s = decode_exact c (Cstruct.of_string s)
-
 let custom ~name ~size ~write ~read = { name; size; write; read }
-
 let unit = { name = "unit"; size = (fun () -> 0); write = (fun _ () -> ()); read = (fun _ -> ()) }
 
 let uint8 =
@@ -196,7 +194,7 @@ let varint =
   }
 
 let zz v = (v lsl 1) lxor (v asr 62)
-let unzz u = (u lsr 1) lxor (-(u land 1))
+let unzz u = (u lsr 1) lxor -(u land 1)
 
 let zigzag =
   {
@@ -249,7 +247,12 @@ let option c =
   {
     name = c.name ^ " option";
     size = (function None -> 1 | Some v -> 1 + c.size v);
-    write = (fun w -> function None -> uint8.write w 0 | Some v -> uint8.write w 1; c.write w v);
+    write =
+      (fun w -> function
+        | None -> uint8.write w 0
+        | Some v ->
+            uint8.write w 1;
+            c.write w v);
     read =
       (fun r ->
         match uint8.read r with
@@ -262,7 +265,10 @@ let pair a b =
   {
     name = Printf.sprintf "(%s * %s)" a.name b.name;
     size = (fun (x, y) -> a.size x + b.size y);
-    write = (fun w (x, y) -> a.write w x; b.write w y);
+    write =
+      (fun w (x, y) ->
+        a.write w x;
+        b.write w y);
     read =
       (fun r ->
         let x = a.read r in
@@ -274,7 +280,11 @@ let tup3 a b c =
   {
     name = Printf.sprintf "(%s * %s * %s)" a.name b.name c.name;
     size = (fun (x, y, z) -> a.size x + b.size y + c.size z);
-    write = (fun w (x, y, z) -> a.write w x; b.write w y; c.write w z);
+    write =
+      (fun w (x, y, z) ->
+        a.write w x;
+        b.write w y;
+        c.write w z);
     read =
       (fun r ->
         let x = a.read r in
@@ -287,7 +297,12 @@ let tup4 a b c d =
   {
     name = Printf.sprintf "(%s * %s * %s * %s)" a.name b.name c.name d.name;
     size = (fun (x, y, z, u) -> a.size x + b.size y + c.size z + d.size u);
-    write = (fun w (x, y, z, u) -> a.write w x; b.write w y; c.write w z; d.write w u);
+    write =
+      (fun w (x, y, z, u) ->
+        a.write w x;
+        b.write w y;
+        c.write w z;
+        d.write w u);
     read =
       (fun r ->
         let x = a.read r in
@@ -350,7 +365,8 @@ let union name cases =
   let table = Array.make 256 None in
   List.iter
     (fun (Case (tag, _, _, _, _) as k) ->
-      if table.(tag) <> None then invalid_arg (Printf.sprintf "Codec.union %s: tag %d twice" name tag);
+      if table.(tag) <> None then
+        invalid_arg (Printf.sprintf "Codec.union %s: tag %d twice" name tag);
       table.(tag) <- Some k)
     cases;
   {

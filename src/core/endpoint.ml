@@ -1,5 +1,3 @@
-
-
 let src = Logs.Src.create "consort.endpoint" ~doc:"Stacks bound to transports"
 
 module Log = (val Logs.src_log src : Logs.LOG)
@@ -24,7 +22,7 @@ module Make (T : Transport.S) = struct
       stack : Stack.t Lazy.t;
       addrs : T.address array;
       rank : int;
-      mutable others : T.address list;  (* where a cast goes: every address but this member's *)
+      mutable others : T.address list; (* where a cast goes: every address but this member's *)
       mutable scheduled : Time.t;
       mutable timer : T.timer option;
       mutable stopped : bool;
@@ -67,15 +65,17 @@ module Make (T : Transport.S) = struct
     let net t dst msg =
       if not t.stopped then begin
         match dst with
-        | Event.Send r when r >= 0 && r < Array.length t.addrs -> report t (T.send t.conn ~dst:t.addrs.(r) msg)
+        | Event.Send r when r >= 0 && r < Array.length t.addrs ->
+            report t (T.send t.conn ~dst:t.addrs.(r) msg)
         | Event.Send r -> Log.err (fun m -> m "send to rank %d outside the view" r)
         | Event.Cast -> report t (T.cast t.conn ~dsts:t.others msg)
       end;
       Msg.release msg
 
-    let bind ?requires ?(params = Params.empty) ?(pool = Pool.default) tr conn ~(view : View.t) ~addrs ~rng
-        ~layers ~app () =
-      if Array.length addrs <> View.nmembers view then Error (Bad_stack "one address per member is needed")
+    let bind ?requires ?(params = Params.empty) ?(pool = Pool.default) tr conn ~(view : View.t)
+        ~addrs ~rng ~layers ~app () =
+      if Array.length addrs <> View.nmembers view then
+        Error (Bad_stack "one address per member is needed")
       else
         let self = ref None in
         let ctx = { Layer.view; rng; params; pool; now = (fun () -> T.now tr) } in
@@ -125,6 +125,7 @@ module Make (T : Transport.S) = struct
         Stack.send (stack t) r msg;
         reschedule t
       end
+
     let dn_ctl t e = guard t (fun () -> Stack.dn_ctl (stack t) e)
 
     let halt t =
@@ -159,7 +160,9 @@ module Make (T : Transport.S) = struct
   let create ?requires ?(params = Params.empty) ?(pool = Pool.default) tr ~(view : View.t) ~seed
       ~layers ~app () =
     let parse s =
-      match T.address_of_string s with Ok a -> Ok a | Error reason -> Error (Bad_address { member = s; reason })
+      match T.address_of_string s with
+      | Ok a -> Ok a
+      | Error reason -> Error (Bad_address { member = s; reason })
     in
     let rec all acc = function
       | [] -> Ok (Array.of_list (List.rev acc))
@@ -193,7 +196,10 @@ module Make (T : Transport.S) = struct
             | Ok conn -> (
                 let t = { conn; b = None; closed = false } in
                 self := Some t;
-                match Binding.bind ?requires ~params ~pool tr conn ~view ~addrs ~rng:(Rng.create seed) ~layers ~app () with
+                match
+                  Binding.bind ?requires ~params ~pool tr conn ~view ~addrs ~rng:(Rng.create seed)
+                    ~layers ~app ()
+                with
                 | Error e ->
                     T.close conn;
                     Error e

@@ -4,7 +4,6 @@ type dn_ctl = ..
 type up_ctl = ..
 type up_ctl += Lost_message of int | Blocked of bool
 type dn_ctl += Stop
-
 type part = string * string
 type up_ctl += Block_ok of { round : int; parts : part list }
 type dn_ctl += Block_req of { round : int } | Flush_parts of { parts : (int * part list) list }
@@ -33,9 +32,11 @@ let dn_printers =
       (function
       | Stop -> Some (fun ppf -> Fmt.string ppf "stop")
       | Block_req { round } -> Some (fun ppf -> Fmt.pf ppf "block(%d)" round)
-      | Flush_parts { parts } -> Some (fun ppf -> Fmt.pf ppf "flush-parts(%d members)" (List.length parts))
+      | Flush_parts { parts } ->
+          Some (fun ppf -> Fmt.pf ppf "flush-parts(%d members)" (List.length parts))
       | _ -> None);
     ]
+
 let register_up_ctl_printer f = up_printers := f :: !up_printers
 let register_dn_ctl_printer f = dn_printers := f :: !dn_printers
 

@@ -1,25 +1,24 @@
 exception Use_after_release of string
 
-let checked_mode =
-  ref (match Sys.getenv_opt "CONSORT_CHECKED" with Some "1" -> true | _ -> false)
-
+let checked_mode = ref (match Sys.getenv_opt "CONSORT_CHECKED" with Some "1" -> true | _ -> false)
 let set_checked b = checked_mode := b
 let checked () = !checked_mode
 
 type t = { seg : Segment.t; cs : Cstruct.t; mutable live : bool }
 
 let describe t =
-  Printf.sprintf "iovec of %d bytes at offset %d of segment %d" t.cs.Cstruct.len
-    t.cs.Cstruct.off (Segment.id t.seg)
+  Printf.sprintf "iovec of %d bytes at offset %d of segment %d" t.cs.Cstruct.len t.cs.Cstruct.off
+    (Segment.id t.seg)
 
 let dead t = raise (Use_after_release (describe t))
 
 let watch t =
-  let where =
-    Printexc.raw_backtrace_to_string (Printexc.get_callstack 6)
-  in
+  let where = Printexc.raw_backtrace_to_string (Printexc.get_callstack 6) in
   Gc.finalise
-    (fun t -> if t.live then (t.live <- false; Segment.handle_leaked t.seg where))
+    (fun t ->
+      if t.live then (
+        t.live <- false;
+        Segment.handle_leaked t.seg where))
     t
 
 let make seg ~off ~len =
@@ -37,8 +36,7 @@ let sub t ~off ~len =
   if not t.live then dead t;
   if off < 0 || len < 0 || off + len > t.cs.Cstruct.len then
     invalid_arg
-      (Printf.sprintf "Iovec.sub: range [%d,%d) outside %d bytes" off (off + len)
-         t.cs.Cstruct.len);
+      (Printf.sprintf "Iovec.sub: range [%d,%d) outside %d bytes" off (off + len) t.cs.Cstruct.len);
   make t.seg ~off:(t.cs.Cstruct.off + off) ~len
 
 let shift t n = sub t ~off:n ~len:(length t - n)
@@ -50,6 +48,4 @@ let release t =
   Segment.decr t.seg
 
 let to_string t = Cstruct.to_string (cstruct t)
-
-let pp ppf t =
-  Fmt.pf ppf "<iovec %d bytes%s>" (length t) (if t.live then "" else " released")
+let pp ppf t = Fmt.pf ppf "<iovec %d bytes%s>" (length t) (if t.live then "" else " released")

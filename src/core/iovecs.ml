@@ -15,7 +15,8 @@ let release t = List.iter Iovec.release t
 
 let sub t ~off ~len =
   if off < 0 || len < 0 || off + len > length t then
-    invalid_arg (Printf.sprintf "Iovecs.sub: range [%d,%d) outside %d bytes" off (off + len) (length t));
+    invalid_arg
+      (Printf.sprintf "Iovecs.sub: range [%d,%d) outside %d bytes" off (off + len) (length t));
   let rec go acc off len = function
     | _ when len = 0 -> List.rev acc
     | [] -> assert false

@@ -1,30 +1,21 @@
 (** Layers: sans-IO protocol state machines, composed at run time.
 
-    A layer owns no socket, clock or random source. It is created with a
-    {!ctx} (its view, a seeded generator, tunables, a buffer pool, a way to
-    read the current time) and an {!out} record through which it emits
-    events to its neighbours and asks for a timer. The same code runs in
-    the real engine and in the simulator.
+    A layer owns no socket, clock or random source. It is created with a {!ctx} (its view, a seeded
+    generator, tunables, a buffer pool, a way to read the current time) and an {!out} record through
+    which it emits events to its neighbours and asks for a timer. The same code runs in the real
+    engine and in the simulator.
 
-    Message events going down carry exactly one header of each layer they
-    pass: a layer calls [out.dn dst hdr msg] and the stack pushes [hdr],
-    encoded with the layer's {!S.codec}, in front of [msg]. On the way up
-    the stack pulls and decodes that header and hands it to {!S.up}; a
-    header that does not decode is counted and the message dropped, so a
-    layer only ever sees well-formed headers of its own type.
+    Message events going down carry exactly one header of each layer they pass: a layer calls
+    [out.dn dst hdr msg] and the stack pushes [hdr], encoded with the layer's {!S.codec}, in front
+    of [msg]. On the way up the stack pulls and decodes that header and hands it to {!S.up}; a
+    header that does not decode is counted and the message dropped, so a layer only ever sees
+    well-formed headers of its own type.
 
-    Ownership: a layer that receives a message owns it and must pass it on,
-    keep it, or {!Msg.release} it. Layers call their neighbours directly,
-    so a handler may be re-entered through an event it emits: update state
-    before emitting. *)
+    Ownership: a layer that receives a message owns it and must pass it on, keep it, or
+    {!Msg.release} it. Layers call their neighbours directly, so a handler may be re-entered through
+    an event it emits: update state before emitting. *)
 
-type ctx = {
-  view : View.t;
-  rng : Rng.t;
-  params : Params.t;
-  pool : Pool.t;
-  now : unit -> Time.t;
-}
+type ctx = { view : View.t; rng : Rng.t; params : Params.t; pool : Pool.t; now : unit -> Time.t }
 
 type 'h out = {
   up : Event.src -> Msg.t -> unit;  (** deliver a message to the layer above *)
@@ -32,9 +23,9 @@ type 'h out = {
   dn : Event.dst -> 'h -> Msg.t -> unit;  (** send a message below, with this header *)
   dn_ctl : Event.dn_ctl -> unit;
   alarm : Time.t -> unit;
-      (** [alarm t]: call my [timer] at or soon after [t]. A layer's timer
-          runs only when a time it asked for has come (the earliest of
-          them), and then once: it asks again for whatever it still needs. *)
+      (** [alarm t]: call my [timer] at or soon after [t]. A layer's timer runs only when a time it
+          asked for has come (the earliest of them), and then once: it asks again for whatever it
+          still needs. *)
 }
 
 module type S = sig
@@ -68,54 +59,44 @@ val name : t -> string
 val provides : t -> Contract.t list
 val requires : t -> Contract.t list
 
+(** A layer that passes every event on, with an empty header: for tests and for measuring the cost
+    of layering. *)
 module Pass (N : sig
   val name : string
 end) : S
-(** A layer that passes every event on, with an empty header: for tests
-    and for measuring the cost of layering. *)
 
 (** {1 The fused path (seed 001, sec. 4)}
 
-    A layer may declare the common case of a cast, so that a stack of such
-    layers runs a cast down, or a received cast up, through one bypass
-    (see {!Stack}): no layered header is encoded or decoded, and the
-    datagram carries one compressed header, a tag and the fields that vary
-    (a sequence number), where the layered path carries every layer's
-    header. The declaration is a split of the layer's own handlers:
+    A layer may declare the common case of a cast, so that a stack of such layers runs a cast down,
+    or a received cast up, through one bypass (see {!Stack}): no layered header is encoded or
+    decoded, and the datagram carries one compressed header, a tag and the fields that vary (a
+    sequence number), where the layered path carries every layer's header. The declaration is a
+    split of the layer's own handlers:
 
-    - [dn_ok t dst len]: the common case for a cast going down, a function
-      of the state only (changes nothing); [len] is the length the message
-      has at this layer in the layered path (its body and the layered
-      headers of the layers above) if the layer declared [length], [-1]
+    - [dn_ok t dst len]: the common case for a cast going down, a function of the state only
+      (changes nothing); [len] is the length the message has at this layer in the layered path (its
+      body and the layered headers of the layers above) if the layer declared [length], [-1]
       otherwise;
-    - [dn_fast t dst msg len ~layered fields off]: what [dn] does before it
-      passes the message on, writing its [nfields] varying fields at
-      [off]; it emits no event (an alarm is fine) and keeps [msg] (passing
-      it on is the stack's); [layered m] is [m] with the layered headers of
-      the layers above pushed, for a copy the layer keeps (a
-      retransmission buffer);
-    - [dn_after t dst len ~up fields off]: what [dn] does after the
-      message went on (the fields are still this cast's); [up src m]
-      delivers [m] (a copy of the cast made in [dn_fast], with no layered
-      header) to the layers above, as [out.up] would the layered cast;
-    - [up_ok t src len fields off], [up_fast], [up_after]: the same on the
-      way up, for a received cast whose fields are [fields] at [off];
-      [up_fast] returns the source to pass on (Bottom turns [Raw] into
-      [Cast_from]);
-    - [framed]: the layer's layered headers never begin with the byte
-      [0xC8], the compressed header's tag (Bottom's begin with [0xC1]); a
-      stack is fused only if its lowest layer is framed, so that a
-      receiver tells a compressed datagram from a layered one by its
-      first byte;
-    - [expand fields off]: the layered header of these fields (a header
-      that does not vary is a constant), and [size fields off] its length
-      in bytes.
+    - [dn_fast t dst msg len ~layered fields off]: what [dn] does before it passes the message on,
+      writing its [nfields] varying fields at [off]; it emits no event (an alarm is fine) and keeps
+      [msg] (passing it on is the stack's); [layered m] is [m] with the layered headers of the
+      layers above pushed, for a copy the layer keeps (a retransmission buffer);
+    - [dn_after t dst len ~up fields off]: what [dn] does after the message went on (the fields are
+      still this cast's); [up src m] delivers [m] (a copy of the cast made in [dn_fast], with no
+      layered header) to the layers above, as [out.up] would the layered cast;
+    - [up_ok t src len fields off], [up_fast], [up_after]: the same on the way up, for a received
+      cast whose fields are [fields] at [off]; [up_fast] returns the source to pass on (Bottom turns
+      [Raw] into [Cast_from]);
+    - [framed]: the layer's layered headers never begin with the byte [0xC8], the compressed
+      header's tag (Bottom's begin with [0xC1]); a stack is fused only if its lowest layer is
+      framed, so that a receiver tells a compressed datagram from a layered one by its first byte;
+    - [expand fields off]: the layered header of these fields (a header that does not vary is a
+      constant), and [size fields off] its length in bytes.
 
-    Whenever [dn_ok] (or [up_ok]) holds, [dn_fast; pass the message on;
-    dn_after] must do exactly what the layered handler does: the
-    differential test ([test/group/test_fused.exe]) checks it on random
-    traces. A predicate may be stricter than it needs to be (the layered
-    path is then taken), never looser. *)
+    Whenever [dn_ok] (or [up_ok]) holds, [dn_fast; pass the message on; dn_after] must do exactly
+    what the layered handler does: the differential test ([test/group/test_fused.exe]) checks it on
+    random traces. A predicate may be stricter than it needs to be (the layered path is then taken),
+    never looser. *)
 
 type ('t, 'h) case = {
   nfields : int;
@@ -126,7 +107,8 @@ type ('t, 'h) case = {
   dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
   dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
   up_ok : 't -> Event.src -> int -> int array -> int -> bool;
-  up_fast : 't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_fast :
+    't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
 }
@@ -138,18 +120,17 @@ module type FAST = sig
   (** The common case of a cast. *)
 
   val state : t -> string
-  (** The layer's state in words, for the differential test: two states
-      that differ print differently. *)
+  (** The layer's state in words, for the differential test: two states that differ print
+      differently. *)
 end
 
 val fast : (module FAST) -> t
-(** [fast (module L)] is [L] as a layer whose fused declaration stacks
-    find ({!find_fast}). *)
+(** [fast (module L)] is [L] as a layer whose fused declaration stacks find ({!find_fast}). *)
 
 val find_fast : t -> (module FAST) option
 val is_fast : t -> bool
 
+(** {!Pass} with its (trivial) fused declaration. *)
 module Pass_fast (N : sig
   val name : string
 end) : FAST
-(** {!Pass} with its (trivial) fused declaration. *)

@@ -9,14 +9,20 @@ type t = {
   mutable head : head;
   mutable hoff : int;
   body : Iovecs.t;
-  mutable boff : int;  (* bytes of [body] already pulled *)
+  mutable boff : int; (* bytes of [body] already pulled *)
   mutable live : bool;
 }
 
 let no_head () = { buf = Bytes.empty; low = 0 }
 
 let create ?(headroom = default_headroom) body =
-  { head = { buf = Bytes.create headroom; low = headroom }; hoff = headroom; body; boff = 0; live = true }
+  {
+    head = { buf = Bytes.create headroom; low = headroom };
+    hoff = headroom;
+    body;
+    boff = 0;
+    live = true;
+  }
 
 let of_string pool s = create (Iovecs.of_string pool s)
 let of_iovec v = { head = no_head (); hoff = 0; body = [ v ]; boff = 0; live = true }

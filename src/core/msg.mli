@@ -1,16 +1,14 @@
 (** Messages: typed headers in front of an off-heap body.
 
-    On the way down each layer {!push}es its encoded header in front of the
-    message, into headroom reserved when the message was made; nothing is
-    copied while there is room. On the way up each layer {!pull}s its own
-    header off the front, also without copying.
+    On the way down each layer {!push}es its encoded header in front of the message, into headroom
+    reserved when the message was made; nothing is copied while there is room. On the way up each
+    layer {!pull}s its own header off the front, also without copying.
 
-    A message owns one reference to each piece of its body. Every function
-    that takes a message and returns one ([push], [pull]) moves that
-    ownership: the argument must not be used afterwards. {!retain} makes a
-    second owner (for retransmission buffers); {!release} gives one up.
-    Versions made by {!retain} share header storage safely: a push in front
-    of an older version copies instead of overwriting a newer one's bytes. *)
+    A message owns one reference to each piece of its body. Every function that takes a message and
+    returns one ([push], [pull]) moves that ownership: the argument must not be used afterwards.
+    {!retain} makes a second owner (for retransmission buffers); {!release} gives one up. Versions
+    made by {!retain} share header storage safely: a push in front of an older version copies
+    instead of overwriting a newer one's bytes. *)
 
 type t
 
@@ -18,15 +16,14 @@ val default_headroom : int
 (** Bytes of header space reserved by {!create} unless told otherwise (64). *)
 
 val create : ?headroom:int -> Iovecs.t -> t
-(** [create body] is a message with no headers whose body is [body]
-    (ownership moves into the message). *)
+(** [create body] is a message with no headers whose body is [body] (ownership moves into the
+    message). *)
 
 val of_string : Pool.t -> string -> t
 (** [of_string pool s] is a message whose body is a copy of [s]. *)
 
 val of_iovec : Iovec.t -> t
-(** [of_iovec v] is a received datagram: headers still at the front of the
-    body, to be pulled. *)
+(** [of_iovec v] is a received datagram: headers still at the front of the body, to be pulled. *)
 
 val empty : unit -> t
 (** A message with an empty body, for control messages. *)
@@ -35,14 +32,13 @@ val push : 'h Codec.t -> 'h -> t -> t
 (** [push c h t] is [t] with [h] encoded in front. *)
 
 val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
-(** [pull c t] decodes a header from the front of [t] and returns it with
-    the rest. On [Error], [t] is unchanged and still owned by the caller. *)
+(** [pull c t] decodes a header from the front of [t] and returns it with the rest. On [Error], [t]
+    is unchanged and still owned by the caller. *)
 
 val pull_then :
   'h Codec.t -> t -> 'x -> ok:('x -> 'h -> t -> unit) -> error:(Codec.error -> t -> unit) -> unit
-(** [pull_then c t x ~ok ~error] is [ok x h t'] if [pull c t] is
-    [Ok (h, t')] and [error e t] if it is [Error e], without allocating the
-    result (the way up of a stack). *)
+(** [pull_then c t x ~ok ~error] is [ok x h t'] if [pull c t] is [Ok (h, t')] and [error e t] if it
+    is [Error e], without allocating the result (the way up of a stack). *)
 
 val length : t -> int
 (** Bytes of headers and body not yet pulled. *)
@@ -51,28 +47,25 @@ val header_length : t -> int
 (** Bytes of pushed headers. *)
 
 val body : t -> Iovecs.t
-(** [body t] is a new owner of what is left of [t] after its headers:
-    for pushed messages the original body, for received ones the bytes
-    after the pulled headers. [t] stays live. Pushed headers not yet pulled
-    are not included. *)
+(** [body t] is a new owner of what is left of [t] after its headers: for pushed messages the
+    original body, for received ones the bytes after the pulled headers. [t] stays live. Pushed
+    headers not yet pulled are not included. *)
 
 val blit_to : t -> Cstruct.t -> int -> int
-(** [blit_to t dst off] copies all of [t]'s bytes (headers then body) into
-    [dst] at [off] and returns the number of bytes copied. *)
+(** [blit_to t dst off] copies all of [t]'s bytes (headers then body) into [dst] at [off] and
+    returns the number of bytes copied. *)
 
 val headers : t -> Bytes.t * int * int
-(** [headers t] is the buffer, offset and length of [t]'s pushed headers,
-    valid until [t] is next used: the first piece of a scatter-gather
-    write. *)
+(** [headers t] is the buffer, offset and length of [t]'s pushed headers, valid until [t] is next
+    used: the first piece of a scatter-gather write. *)
 
 val iter_body : (Cstruct.buffer -> int -> int -> unit) -> t -> unit
-(** [iter_body f t] calls [f buf off len] on each non-empty piece of [t]'s
-    body after its headers, in order, without copying or taking
-    references: the other pieces of a scatter-gather write. *)
+(** [iter_body f t] calls [f buf off len] on each non-empty piece of [t]'s body after its headers,
+    in order, without copying or taking references: the other pieces of a scatter-gather write. *)
 
 val to_iovec : Pool.t -> t -> Iovec.t
-(** [to_iovec pool t] is one fresh slice holding all of [t]'s bytes, the
-    form in which it crosses a network. [t] stays live. *)
+(** [to_iovec pool t] is one fresh slice holding all of [t]'s bytes, the form in which it crosses a
+    network. [t] stays live. *)
 
 val to_string : t -> string
 (** All of [t]'s bytes (headers then body) as a string, for tests. *)
@@ -83,5 +76,4 @@ val is_live : t -> bool
 val pp : t Fmt.t
 
 val first_byte : t -> int
-(** The first byte of [t] (its first header, or its body), [-1] if [t] is
-    empty. *)
+(** The first byte of [t] (its first header, or its body), [-1] if [t] is empty. *)

@@ -26,12 +26,16 @@ let register ?min ?max name v ~doc =
     | None, _, _ -> None
     | Some d, lo, hi ->
         let pick given dflt =
-          match given with Some x when same_kind x v -> x | Some _ -> invalid_arg ("Params.register: range of " ^ name) | None -> dflt
+          match given with
+          | Some x when same_kind x v -> x
+          | Some _ -> invalid_arg ("Params.register: range of " ^ name)
+          | None -> dflt
         in
         Some { min = pick lo d.min; max = pick hi d.max }
   in
   match Hashtbl.find_opt table name with
-  | Some (old, _, _) when not (same_kind old v) -> invalid_arg ("Params.register: " ^ name ^ " twice")
+  | Some (old, _, _) when not (same_kind old v) ->
+      invalid_arg ("Params.register: " ^ name ^ " twice")
   | _ -> Hashtbl.replace table name (v, doc, range)
 
 let find t name =
@@ -57,7 +61,8 @@ let parse_time s =
     | _ -> None
   in
   let ends suf = String.length s > String.length suf && String.ends_with ~suffix:suf s in
-  if ends "ns" then num "ns" 1. else if ends "us" then num "us" 1e3
+  if ends "ns" then num "ns" 1.
+  else if ends "us" then num "us" 1e3
   else if ends "ms" then num "ms" 1e6
   else if ends "s" then num "s" 1e9
   else None
@@ -68,7 +73,9 @@ let parse name default s =
   | Float _ -> Option.map (fun f -> Float f) (float_of_string_opt s)
   | Bool _ -> Option.map (fun b -> Bool b) (bool_of_string_opt s)
   | Time _ -> Option.map (fun t -> Time t) (parse_time s)
-  | String _ -> ignore name; Some (String s)
+  | String _ ->
+      ignore name;
+      Some (String s)
 
 let pp_value ppf = function
   | Int i -> Fmt.int ppf i

@@ -11,16 +11,15 @@ type t = {
   mutable free : Segment.t list;
   mutable nfree : int;
   mutable created : int;
-  mutable in_use : int;  (* pooled segments with count > 0, not counting current *)
+  mutable in_use : int; (* pooled segments with count > 0, not counting current *)
   mutable oversize : int;
   mutable allocs : int;
   mutable leaks : int;
   mutable where : string list;
-  mutable pending : (Segment.t * string) list;  (* written by finalisers only *)
+  mutable pending : (Segment.t * string) list; (* written by finalisers only *)
 }
 
-let poison seg =
-  if Iovec.checked () then Bigarray.Array1.fill (Segment.buffer seg) '\xde'
+let poison seg = if Iovec.checked () then Bigarray.Array1.fill (Segment.buffer seg) '\xde'
 
 let rec on_free t seg =
   match t.current with
@@ -36,15 +35,15 @@ and on_leak t seg =
   (* In checked mode the slices' own finalisers report and recover it. *)
   if not (Iovec.checked ()) then begin
     t.leaks <- t.leaks + 1;
-    Log.err (fun m -> m "pool %s: segment %d collected with live references" t.name (Segment.id seg))
+    Log.err (fun m ->
+        m "pool %s: segment %d collected with live references" t.name (Segment.id seg))
   end
 
 and on_handle_leak t seg where = t.pending <- (seg, where) :: t.pending
 
 and new_segment t size =
   t.created <- t.created + 1;
-  Segment.create ~size ~on_free:(on_free t) ~on_leak:(on_leak t)
-    ~on_handle_leak:(on_handle_leak t)
+  Segment.create ~size ~on_free:(on_free t) ~on_leak:(on_leak t) ~on_handle_leak:(on_handle_leak t)
 
 let drain t =
   match t.pending with
@@ -56,8 +55,8 @@ let drain t =
           t.leaks <- t.leaks + 1;
           if List.length t.where < 32 then t.where <- where :: t.where;
           Log.err (fun m ->
-              m "pool %s: slice of segment %d leaked (never released), made at:@\n%s"
-                t.name (Segment.id seg) where);
+              m "pool %s: slice of segment %d leaked (never released), made at:@\n%s" t.name
+                (Segment.id seg) where);
           Segment.decr seg)
         l
 
@@ -176,8 +175,8 @@ let stats t =
 let pp_stats ppf s =
   Fmt.pf ppf
     "segments: %d created, %d free, %d in use (+%d oversize); %d allocs; %d bytes in use; %d leaks"
-    s.segments_created s.segments_free s.segments_in_use s.oversize_in_use s.allocs
-    s.bytes_in_use s.leaks
+    s.segments_created s.segments_free s.segments_in_use s.oversize_in_use s.allocs s.bytes_in_use
+    s.leaks
 
 let in_use t =
   drain t;

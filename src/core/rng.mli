@@ -1,7 +1,7 @@
 (** Seeded pseudo-random generators.
 
-    Layers and simulators never use the global [Random] state: each gets a
-    generator derived from one seed, so a run is reproducible from its seed. *)
+    Layers and simulators never use the global [Random] state: each gets a generator derived from
+    one seed, so a run is reproducible from its seed. *)
 
 type t
 

@@ -9,7 +9,6 @@ type t = {
 }
 
 let next_id = ref 0
-
 let finalise t = if t.count > 0 then t.on_leak t
 
 let create ~size ~on_free ~on_leak ~on_handle_leak =

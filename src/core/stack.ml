@@ -14,7 +14,7 @@ type node = {
   dn_ctl : Event.dn_ctl -> unit;
   timer : Time.t -> unit;
   counters : unit -> (string * int) list;
-  fast : fnode option;  (* the layer's common case of a cast, if it declared one *)
+  fast : fnode option; (* the layer's common case of a cast, if it declared one *)
 }
 
 (* A layer's declared common case, closed over its state. [fdn] and [fup]
@@ -25,30 +25,30 @@ and fnode = {
   size : int array -> int -> int;
   dn_ok : Event.dst -> int -> bool;
   fdn : Event.dst -> Msg.t -> int -> int array -> int -> unit;
-  dn_after : Event.dst -> int -> int array -> int -> unit;  (* [up] given *)
+  dn_after : Event.dst -> int -> int array -> int -> unit; (* [up] given *)
   up_ok : Event.src -> int -> int array -> int -> bool;
   fup : Event.src -> Msg.t -> int -> int array -> int -> Event.src;
   up_after : Event.src -> int -> int array -> int -> unit;
-  push : int array -> int -> Msg.t -> Msg.t;  (* push the layered header of these fields *)
+  push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
   state : unit -> string;
 }
 
 type t = {
   view : View.t;
-  nodes : node array;  (* bottom first *)
-  dues : Time.t array;  (* when each node asked its timer to run; [max_int]: not asked *)
+  nodes : node array; (* bottom first *)
+  dues : Time.t array; (* when each node asked its timer to run; [max_int]: not asked *)
   mutable next_alarm : Time.t;
   names : string list;
-  fused : bool;  (* every layer declared its common case, and the fused path is on *)
-  all_fast : bool;  (* every layer declared its common case: compressed casts are read *)
+  fused : bool; (* every layer declared its common case, and the fused path is on *)
+  all_fast : bool; (* every layer declared its common case: compressed casts are read *)
   nfields : int;
   mutable frames : int array array;
       (* the fields of the casts going through the bypass, one frame per
          nested cast (an application that casts from its delivery) *)
-  mutable depth : int;  (* frames in use *)
-  mutable frame : int array;  (* the frame of the innermost cast *)
-  lengths : bool array;  (* [lengths.(i)]: a layer at or below [i] needs the layered length *)
-  rframe : int array;  (* where a received compressed header is read *)
+  mutable depth : int; (* frames in use *)
+  mutable frame : int array; (* the frame of the innermost cast *)
+  lengths : bool array; (* [lengths.(i)]: a layer at or below [i] needs the layered length *)
+  rframe : int array; (* where a received compressed header is read *)
   mutable fused_sent : int;
   mutable fused_received : int;
   fused_garbage : int ref;
@@ -63,8 +63,8 @@ let fused_param = "stack.fused"
 let () =
   Params.register fused_param (Params.Bool false)
     ~doc:
-      "casts take the fused path (one bypass for the whole stack, one compressed header) when every layer \
-       declares its common case and the case holds"
+      "casts take the fused path (one bypass for the whole stack, one compressed header) when \
+       every layer declares its common case and the case holds"
 
 (* The compressed header: this tag, the kind (0: a cast), then every
    layer's varying fields, bottom first, as varints (never negative). *)
@@ -73,7 +73,6 @@ let tag = 0xC8
    Migrate 0xC6, the daemon's clients 0xC7. *)
 
 let describe layers = String.concat ":" (List.map Layer.name layers)
-
 let names ps = String.concat ", " (List.map Contract.name ps)
 
 let check ?(requires = []) layers =
@@ -85,7 +84,8 @@ let check ?(requires = []) layers =
         | Some r ->
             Error
               (Printf.sprintf
-                 "stack %s does not provide %s (%s), which the application requires; it provides: %s"
+                 "stack %s does not provide %s (%s), which the application requires; it provides: \
+                  %s"
                  (describe layers) (Contract.name r) (Contract.doc r)
                  (if avail = [] then "nothing" else names avail)))
     | l :: rest -> (
@@ -94,12 +94,11 @@ let check ?(requires = []) layers =
         with
         | Some r ->
             Error
-              (Printf.sprintf
-                 "layer %s requires %s (%s) below it, but %s provide%s only: %s"
+              (Printf.sprintf "layer %s requires %s (%s) below it, but %s provide%s only: %s"
                  (Layer.name l) (Contract.name r) (Contract.doc r)
                  (match below with
-                  | [] -> "the transport"
-                  | _ -> "the layers under it (" ^ String.concat ":" below ^ ") and the transport")
+                 | [] -> "the transport"
+                 | _ -> "the layers under it (" ^ String.concat ":" below ^ ") and the transport")
                  (match below with [] -> "s" | _ -> "")
                  (names avail))
         | None -> go (avail @ Layer.provides l) (Layer.name l :: below) rest)
@@ -272,9 +271,14 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
       let n = Array.length bottom_up in
       let all_fast =
         Array.for_all Layer.is_fast bottom_up
-        && match Layer.find_fast bottom_up.(0) with Some (module F : Layer.FAST) -> F.cast.framed | None -> false
+        &&
+        match Layer.find_fast bottom_up.(0) with
+        | Some (module F : Layer.FAST) -> F.cast.framed
+        | None -> false
       in
-      let fused = (match fused with Some b -> b | None -> Params.bool ctx.params fused_param) && all_fast in
+      let fused =
+        (match fused with Some b -> b | None -> Params.bool ctx.params fused_param) && all_fast
+      in
       let offs = Array.make n (-1) in
       let nfields = ref 0 in
       if all_fast then
@@ -286,14 +290,18 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                 nfields := !nfields + F.cast.nfields
             | None -> ())
           bottom_up;
-      let frames = Array.init 4 (fun _ -> Array.make !nfields 0) and rframe = Array.make !nfields 0 in
+      let frames = Array.init 4 (fun _ -> Array.make !nfields 0)
+      and rframe = Array.make !nfields 0 in
       let lengths = Array.make n false in
       if all_fast then
         Array.iteri
           (fun i l ->
             match Layer.find_fast l with
             | Some (module F : Layer.FAST) ->
-                if F.cast.length then for j = i to n - 1 do lengths.(j) <- true done
+                if F.cast.length then
+                  for j = i to n - 1 do
+                    lengths.(j) <- true
+                  done
             | None -> ())
           bottom_up;
       let fused_garbage = ref 0 in
@@ -337,7 +345,8 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
           }
       in
       Array.iteri
-        (fun i l -> nodes.(i) <- instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames:st l)
+        (fun i l ->
+          nodes.(i) <- instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames:st l)
         bottom_up;
       Ok (Lazy.force st)
 
@@ -395,7 +404,8 @@ let rec fused_up t frame i src msg above =
   else
     let nd = t.nodes.(i) in
     let above =
-      if t.lengths.(Array.length t.nodes - 1) then match nd.fast with Some f -> above - f.size frame f.off | None -> above
+      if t.lengths.(Array.length t.nodes - 1) then
+        match nd.fast with Some f -> above - f.size frame f.off | None -> above
       else above
     in
     match nd.fast with
@@ -410,7 +420,9 @@ let rec fused_up t frame i src msg above =
         let m = ref msg in
         match
           for j = Array.length t.nodes - 1 downto i do
-            match t.nodes.(j).fast with Some f -> m := f.push frame f.off !m | None -> assert false
+            match t.nodes.(j).fast with
+            | Some f -> m := f.push frame f.off !m
+            | None -> assert false
           done
         with
         | () -> nd.up src !m
@@ -463,7 +475,6 @@ let recv t msg =
     Msg.pull_then t.rcodec msg t ~ok:fused_ok ~error:t.ferror
   else t.nodes.(0).up Event.Raw msg
 
-
 (* Only the layers whose alarm is due run; each asks again for what it
    still needs. A layer's timer may make another ask for a time already
    past: [next_alarm] then says so and the driver comes back at once. *)
@@ -481,6 +492,7 @@ let timer t now =
 let next_alarm t = t.next_alarm
 let view t = t.view
 let layers t = t.names
+
 (* A compressed datagram that does not decode is the bottom layer's
    garbage, as a layered one would be. *)
 let counters t =
@@ -490,7 +502,10 @@ let counters t =
           (fun i n ->
             let c = n.counters () in
             ( n.lname,
-              if i = 0 then List.map (fun (k, v) -> if k = "garbage" then (k, v + !(t.fused_garbage)) else (k, v)) c
+              if i = 0 then
+                List.map
+                  (fun (k, v) -> if k = "garbage" then (k, v + !(t.fused_garbage)) else (k, v))
+                  c
               else c ))
           t.nodes))
 
@@ -499,9 +514,12 @@ let fused t = t.fused
 let states t =
   List.rev
     (Array.to_list
-       (Array.map (fun n -> (n.lname, match n.fast with Some f -> f.state () | None -> "")) t.nodes))
+       (Array.map
+          (fun n -> (n.lname, match n.fast with Some f -> f.state () | None -> ""))
+          t.nodes))
 
-let fused_counters t = [ ("sent", t.fused_sent); ("received", t.fused_received); ("garbage", !(t.fused_garbage)) ]
+let fused_counters t =
+  [ ("sent", t.fused_sent); ("received", t.fused_received); ("garbage", !(t.fused_garbage)) ]
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg

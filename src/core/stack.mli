@@ -1,23 +1,20 @@
 (** Stacks: layers composed at run time, with their contracts checked.
 
-    Layers are given top first, as Ensemble writes them
-    ([Top:Mnak:Pt2pt:Bottom]). The lowest layer receives raw datagrams from
-    the driver (the transport provides {!Contract.net}); the highest
+    Layers are given top first, as Ensemble writes them ([Top:Mnak:Pt2pt:Bottom]). The lowest layer
+    receives raw datagrams from the driver (the transport provides {!Contract.net}); the highest
     delivers to the application. *)
 
 type t
 
 type app = {
-  deliver : Event.src -> Msg.t -> unit;
-      (** a message for the application; it owns the message *)
+  deliver : Event.src -> Msg.t -> unit;  (** a message for the application; it owns the message *)
   ctl : Event.up_ctl -> unit;  (** a control event reached the top *)
 }
 
 val check : ?requires:Contract.t list -> Layer.t list -> (unit, string) result
-(** [check ~requires layers] checks, from the bottom up, that each layer's
-    requirements are provided by the layers below it, and that the
-    application's [requires] are provided by the whole stack. The error
-    names the layer, the missing property and what was available. *)
+(** [check ~requires layers] checks, from the bottom up, that each layer's requirements are provided
+    by the layers below it, and that the application's [requires] are provided by the whole stack.
+    The error names the layer, the missing property and what was available. *)
 
 val create :
   ?requires:Contract.t list ->
@@ -27,14 +24,12 @@ val create :
   net:(Event.dst -> Msg.t -> unit) ->
   app:app ->
   (t, string) result
-(** [create ctx layers ~net ~app] checks and instantiates a stack. [net]
-    takes each datagram leaving the lowest layer (it owns the message).
+(** [create ctx layers ~net ~app] checks and instantiates a stack. [net] takes each datagram leaving
+    the lowest layer (it owns the message).
 
-    [fused] (default: the tunable [stack.fused]) turns on the fused path
-    for casts when every layer declared its common case
-    ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see
-    {!fused}. Every stack, fused or not, takes in
-    compressed datagrams. *)
+    [fused] (default: the tunable [stack.fused]) turns on the fused path for casts when every layer
+    declared its common case ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see {!fused}.
+    Every stack, fused or not, takes in compressed datagrams. *)
 
 val cast : t -> Msg.t -> unit
 val send : t -> int -> Msg.t -> unit
@@ -44,55 +39,50 @@ val recv : t -> Msg.t -> unit
 (** [recv t msg] hands a datagram from the transport to the lowest layer. *)
 
 val timer : t -> Time.t -> unit
-(** [timer t now] runs the timer of each layer whose alarm is due at
-    [now] (not the others). Drivers call it once [now] has reached
-    {!next_alarm}. *)
+(** [timer t now] runs the timer of each layer whose alarm is due at [now] (not the others). Drivers
+    call it once [now] has reached {!next_alarm}. *)
 
 val next_alarm : t -> Time.t
 (** The earliest time a layer asked to be called at; [max_int] if none. *)
 
 val view : t -> View.t
+
 val layers : t -> string list
 (** Layer names, top first. *)
 
 val counters : t -> (string * (string * int) list) list
-(** Each layer's counters, top first, including ["garbage"]: messages
-    dropped because that layer's header did not decode. *)
+(** Each layer's counters, top first, including ["garbage"]: messages dropped because that layer's
+    header did not decode. *)
 
 val describe : Layer.t list -> string
 (** ["top:mnak:pt2pt:bottom"]. *)
 
 (** {1 The fused path}
 
-    A fused stack runs a cast through one bypass made at {!create} from
-    the layers' declared common cases ({!Layer.case}): from the top, each
-    layer whose case holds does its part, and the cast leaves with one
-    compressed header ([0xC8], the kind, then each layer's varying fields,
-    bottom first, as varints) instead of a header per layer. The
-    first layer whose case does not hold gets the cast with the layered
-    headers of the layers above, made from their fields, and the rest is
-    the layered path. A received compressed cast goes up the same way, from
-    the bottom; where a layer's case does not hold (a gap, a flush) the
-    layered headers of the rest are made again from the fields and the
-    cast takes the layered path from that layer. Everything else (sends,
-    control messages, retransmissions) is layered. A stack whose layers
-    did not all declare a case takes in a compressed cast as garbage.
+    A fused stack runs a cast through one bypass made at {!create} from the layers' declared common
+    cases ({!Layer.case}): from the top, each layer whose case holds does its part, and the cast
+    leaves with one compressed header ([0xC8], the kind, then each layer's varying fields, bottom
+    first, as varints) instead of a header per layer. The first layer whose case does not hold gets
+    the cast with the layered headers of the layers above, made from their fields, and the rest is
+    the layered path. A received compressed cast goes up the same way, from the bottom; where a
+    layer's case does not hold (a gap, a flush) the layered headers of the rest are made again from
+    the fields and the cast takes the layered path from that layer. Everything else (sends, control
+    messages, retransmissions) is layered. A stack whose layers did not all declare a case takes in
+    a compressed cast as garbage.
 
-    The stamp in Bottom's fields (the view and the stack's identity)
-    makes sure a compressed cast is read only by a stack of the same
-    layers. *)
+    The stamp in Bottom's fields (the view and the stack's identity) makes sure a compressed cast is
+    read only by a stack of the same layers. *)
 
 val fused : t -> bool
 (** Whether casts take the fused path. *)
 
 val states : t -> (string * string) list
-(** Each layer's state in words ({!Layer.FAST.state}; [""] for a layer
-    without a declaration), top first: for the differential test. *)
+(** Each layer's state in words ({!Layer.FAST.state}; [""] for a layer without a declaration), top
+    first: for the differential test. *)
 
 val fused_counters : t -> (string * int) list
 (** Compressed casts sent, received, and dropped as malformed. *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
-(** [expand t msg] is a compressed cast made layered (every layer's
-    header made from its fields), a datagram the layered path would have
-    sent; any other datagram unchanged. *)
+(** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a
+    datagram the layered path would have sent; any other datagram unchanged. *)

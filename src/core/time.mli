@@ -1,8 +1,7 @@
 (** Time in nanoseconds, as a plain integer.
 
-    The same type serves the real engine (monotonic clock) and the simulator
-    (virtual time starting at zero). 63-bit integers hold 292 years of
-    nanoseconds. *)
+    The same type serves the real engine (monotonic clock) and the simulator (virtual time starting
+    at zero). 63-bit integers hold 292 years of nanoseconds. *)
 
 type t = int
 
@@ -16,5 +15,6 @@ val to_ms : t -> float
 val to_sec : t -> float
 val add : t -> t -> t
 val diff : t -> t -> t
+
 val pp : t Fmt.t
 (** [pp] prints a duration or a date with a fitting unit ([12.3ms]). *)

@@ -33,7 +33,9 @@ module type S = sig
   val cast : connection -> dsts:address list -> Msg.t -> (unit, error) result
   val close : connection -> unit
 
-  type control = Drop_filter of (src:address -> Cstruct.t -> bool) option | Join_multicast of address
+  type control =
+    | Drop_filter of (src:address -> Cstruct.t -> bool) option
+    | Join_multicast of address
 
   val control : connection -> control -> (unit, error) result
 

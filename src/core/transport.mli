@@ -1,13 +1,11 @@
-(** The generic transport signature, after Fox's PROTOCOL (Biagioni et al.,
-    "Signatures for a network protocol stack", Fig. 3).
+(** The generic transport signature, after Fox's PROTOCOL (Biagioni et al., "Signatures for a
+    network protocol stack", Fig. 3).
 
-    Everything that moves datagrams for a stack matches {!S}: the
-    deterministic simulator, kernel UDP in the real engine, and later the
-    user-space UDP/IP over TAP and the capability network. A transport
-    instance also gives time and timers, so that the code that binds a
-    stack to it ({!Consort_engine.Endpoint}) is the same for all of them. *)
+    Everything that moves datagrams for a stack matches {!S}: the deterministic simulator, kernel
+    UDP in the real engine, and later the user-space UDP/IP over TAP and the capability network. A
+    transport instance also gives time and timers, so that the code that binds a stack to it
+    ({!Consort_engine.Endpoint}) is the same for all of them. *)
 
-(** The fixed set of errors every transport reports. *)
 type error =
   [ `Closed  (** the connection was closed *)
   | `Too_big of int * int  (** datagram of this size over this MTU *)
@@ -16,6 +14,7 @@ type error =
   | `Bad_address of string
   | `Unsupported of string  (** the control or query is not available here *)
   | `System of string  (** an error from the operating system *) ]
+(** The fixed set of errors every transport reports. *)
 
 val pp_error : error Fmt.t
 
@@ -34,30 +33,28 @@ module type S = sig
   (** An open endpoint, bound to a local address. *)
 
   type handler = {
-    recv : src:address -> Iovec.t -> unit;
-        (** a datagram arrived; the handler owns the iovec *)
+    recv : src:address -> Iovec.t -> unit;  (** a datagram arrived; the handler owns the iovec *)
     closed : unit -> unit;  (** the connection went away (crash, close) *)
   }
 
   val open_ : t -> address -> (connection -> handler) -> (connection, error) result
-  (** [open_ t addr f] binds a connection at [addr]; [f] is called once
-      with the connection to make its handler (Fox's upcall). *)
+  (** [open_ t addr f] binds a connection at [addr]; [f] is called once with the connection to make
+      its handler (Fox's upcall). *)
 
   val send : connection -> dst:address -> Msg.t -> (unit, error) result
-  (** [send c ~dst msg] sends one datagram with [msg]'s bytes (headers and
-      body, scatter-gather where the transport can). The caller keeps
-      ownership of [msg]. *)
+  (** [send c ~dst msg] sends one datagram with [msg]'s bytes (headers and body, scatter-gather
+      where the transport can). The caller keeps ownership of [msg]. *)
 
   val cast : connection -> dsts:address list -> Msg.t -> (unit, error) result
-  (** [cast c ~dsts msg] sends one datagram to each of [dsts], by IP
-      multicast where the transport has it, by unicast fan-out otherwise. *)
+  (** [cast c ~dsts msg] sends one datagram to each of [dsts], by IP multicast where the transport
+      has it, by unicast fan-out otherwise. *)
 
   val close : connection -> unit
 
   type control =
     | Drop_filter of (src:address -> Cstruct.t -> bool) option
-        (** drop received datagrams for which the filter is [true]; for
-            tests of loss over real sockets *)
+        (** drop received datagrams for which the filter is [true]; for tests of loss over real
+            sockets *)
     | Join_multicast of address
 
   val control : connection -> control -> (unit, error) result
@@ -72,7 +69,6 @@ module type S = sig
   }
 
   val query : connection -> info
-
   val now : t -> Time.t
 
   type timer

@@ -10,7 +10,7 @@ let nmembers t = Array.length t.members
 (* FNV-1a, 32 bits: stable across OCaml versions, unlike Hashtbl.hash. *)
 let fnv s =
   let h = ref 0x811c9dc5 in
-  String.iter (fun c -> h := (!h lxor Char.code c) * 0x01000193 land 0xffff_ffff) s;
+  String.iter (fun c -> h := !h lxor Char.code c * 0x01000193 land 0xffff_ffff) s;
   !h
 
 let group_hash t = fnv t.group

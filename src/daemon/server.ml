@@ -83,9 +83,14 @@ let parse_peers ?(max_peers = max_peers) l =
                   Error (Printf.sprintf "%S: not a range of ports" p)
               | Some last ->
                   let k = last - first + 1 in
-                  if n + k > max_peers then Error (Printf.sprintf "more than %d peer addresses" max_peers)
+                  if n + k > max_peers then
+                    Error (Printf.sprintf "more than %d peer addresses" max_peers)
                   else
-                    go (List.rev_append (List.init k (fun i -> Printf.sprintf "%s:%d" host (first + i))) acc) (n + k) rest))
+                    go
+                      (List.rev_append
+                         (List.init k (fun i -> Printf.sprintf "%s:%d" host (first + i)))
+                         acc)
+                      (n + k) rest))
   in
   go [] 0 l
 
@@ -167,7 +172,8 @@ let rec flush t c =
             end;
             schedule t c (if n = len then 0 else Time.of_ms 1)
           end
-      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> schedule t c (Time.of_ms 1)
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
+          schedule t c (Time.of_ms 1)
       | exception Unix.Unix_error (e, _, _) -> fail t c "write" (Unix.error_message e)
     end
   end
@@ -215,7 +221,6 @@ and fail t c why detail =
     List.iter (fun m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) ms
   end
 
-
 (* An ERROR about the connection itself, then the end of it. *)
 let fatal t c code reason =
   if not c.closed then begin
@@ -239,8 +244,10 @@ let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
 (* {1 Members} *)
 
 let refusal = function
-  | Consort_group.Group.Flow_control -> (Wire.Flow_control, "flow control is full: wait for flow off")
-  | Too_big { size; max } -> (Wire.Too_big, Printf.sprintf "%d bytes, over the largest message, %d" size max)
+  | Consort_group.Group.Flow_control ->
+      (Wire.Flow_control, "flow control is full: wait for flow off")
+  | Too_big { size; max } ->
+      (Wire.Too_big, Printf.sprintf "%d bytes, over the largest message, %d" size max)
   | Not_member id -> (Wire.Not_member, Printf.sprintf "%s is not in the view" id)
   | Leaving -> (Wire.Leaving, "the member is leaving")
   | Exited -> (Wire.Exited, "the member has left the group")
@@ -256,7 +263,8 @@ let take_pending m payload =
   else
     let found = ref None and rest = Queue.create () in
     Queue.iter
-      (fun ((req, p) as e) -> if !found = None && p == payload then found := Some req else Queue.push e rest)
+      (fun ((req, p) as e) ->
+        if !found = None && p == payload then found := Some req else Queue.push e rest)
       m.pending;
     Queue.clear m.pending;
     Queue.transfer rest m.pending;
@@ -265,7 +273,9 @@ let take_pending m payload =
 let member_exited t m =
   if not m.exited then begin
     m.exited <- true;
-    (match Hashtbl.find_opt t.live m.port with Some m' when m' == m -> Hashtbl.remove t.live m.port | _ -> ());
+    (match Hashtbl.find_opt t.live m.port with
+    | Some m' when m' == m -> Hashtbl.remove t.live m.port
+    | _ -> ());
     Hashtbl.remove m.client.handles m.handle;
     Queue.clear m.pending;
     up t m (Wire.Exit { handle = m.handle })
@@ -287,7 +297,11 @@ let callbacks t m =
                members = Array.to_list v.members;
                joined = v.joined;
                left = v.left;
-               why = List.map (fun id -> match List.assoc_opt id v.why with Some w -> one_line w | None -> "") v.left;
+               why =
+                 List.map
+                   (fun id ->
+                     match List.assoc_opt id v.why with Some w -> one_line w | None -> "")
+                   v.left;
              }));
     cast = (fun ~origin s -> up t m (Wire.Cast_up { handle; origin; payload = s }));
     send = (fun ~origin s -> up t m (Wire.Send_up { handle; origin; payload = s }));
@@ -303,34 +317,54 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
     else Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props)
   in
   let* () =
-    if List.mem P.Xfer props then Error (Wire.Bad_props, "Xfer needs state callbacks in the member's process: not offered through the daemon")
+    if List.mem P.Xfer props then
+      Error
+        ( Wire.Bad_props,
+          "Xfer needs state callbacks in the member's process: not offered through the daemon" )
     else Ok ()
   in
   let privacy = List.mem P.Privacy props and auth = List.mem P.Auth props in
   let* seal =
     match t.cfg.seal with
-    | None when privacy || auth -> Error (Wire.Join_failed, "property Auth or Privacy needs the daemon to run with --key FILE")
+    | None when privacy || auth ->
+        Error (Wire.Join_failed, "property Auth or Privacy needs the daemon to run with --key FILE")
     | None -> Ok None
     | Some (secret, mode) -> Ok (Some (secret, if privacy then Seal.Privacy else mode))
   in
-  let* layers = Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props) in
+  let* layers =
+    Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props)
+  in
   let* params =
     if String.trim params = "" then Ok Params.empty
-    else Result.map_error (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e)) (Params.of_string params)
+    else
+      Result.map_error
+        (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
+        (Params.of_string params)
   in
-  let* () = Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params) in
+  let* () =
+    Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params)
+  in
   let* peers =
     Result.map_error
       (fun e -> (Wire.Bad_address, "peers: " ^ e))
       (if peers = [] then Ok t.peers else parse_peers ~max_peers:max_client_peers peers)
   in
-  let* () = if Hashtbl.mem c.handles handle || handle = Wire.no_handle then Error (Wire.Handle_in_use, Printf.sprintf "handle %d is in use" handle) else Ok () in
+  let* () =
+    if Hashtbl.mem c.handles handle || handle = Wire.no_handle then
+      Error (Wire.Handle_in_use, Printf.sprintf "handle %d is in use" handle)
+    else Ok ()
+  in
   let* () =
     if Hashtbl.length c.handles >= t.cfg.max_members then
       Error (Wire.Overloaded, Printf.sprintf "at most %d members per client" t.cfg.max_members)
     else Ok ()
   in
-  let local = Hashtbl.fold (fun port m acc -> if m.group = group && not m.exited then Printf.sprintf "%s:%d" t.ip port :: acc else acc) t.live [] in
+  let local =
+    Hashtbl.fold
+      (fun port m acc ->
+        if m.group = group && not m.exited then Printf.sprintf "%s:%d" t.ip port :: acc else acc)
+      t.live []
+  in
   let peers = List.sort_uniq compare (local @ peers) in
   let m =
     {
@@ -349,26 +383,44 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let on_sent ~vid kind s =
     if m.report then
       match take_pending m s with
-      | Some req -> up t m (Wire.Sent { handle; req; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); view = vid })
+      | Some req ->
+          up t m
+            (Wire.Sent
+               {
+                 handle;
+                 req;
+                 kind = (match kind with `Cast -> `Cast | `Send _ -> `Send);
+                 view = vid;
+               })
       | None -> ()
   in
   let on_lost _kind s reason =
-    if m.report then match take_pending m s with Some req -> up t m (Wire.Lost { handle; req; reason = one_line reason }) | None -> ()
+    if m.report then
+      match take_pending m s with
+      | Some req -> up t m (Wire.Lost { handle; req; reason = one_line reason })
+      | None -> ()
   in
   let rec try_port i =
-    if i >= t.cfg.ports then Error (Wire.Join_failed, Printf.sprintf "no free port in %s:%d-%d" t.ip t.first_port (t.first_port + t.cfg.ports - 1))
+    if i >= t.cfg.ports then
+      Error
+        ( Wire.Join_failed,
+          Printf.sprintf "no free port in %s:%d-%d" t.ip t.first_port
+            (t.first_port + t.cfg.ports - 1) )
     else
       let port = t.first_port + i in
       if Hashtbl.mem t.live port then try_port (i + 1)
       else begin
         m.port <- port;
         match
-          G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers (S.wrap t.loop seal) ~group
-            ~addr:(Printf.sprintf "%s:%d" t.ip port) (callbacks t m)
+          G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
+            (S.wrap t.loop seal) ~group
+            ~addr:(Printf.sprintf "%s:%d" t.ip port)
+            (callbacks t m)
         with
         | Ok g -> Ok g
         | Error (Consort_group.Group.Cannot_open _) -> try_port (i + 1)
-        | Error e -> Error (Wire.Join_failed, one_line (Fmt.str "%a" Consort_group.Group.pp_join_error e))
+        | Error e ->
+            Error (Wire.Join_failed, one_line (Fmt.str "%a" Consort_group.Group.pp_join_error e))
       end
   in
   let* g = try_port 0 in
@@ -384,7 +436,6 @@ let with_member t c handle f =
   | _ -> err t c handle Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
 
 let max_group = 255
-
 let ok t c handle = reply t c (Wire.Ok { handle; value = 0; info = "" })
 
 let request t c (r : Wire.request) =
@@ -393,21 +444,28 @@ let request t c (r : Wire.request) =
       if c.hello then fatal t c Wire.Not_hello "a second HELLO"
       else if max_version < Wire.min_version || min_version > Wire.version then
         fatal t c Wire.Version
-          (Printf.sprintf "the client speaks versions %d-%d, the daemon %d-%d" min_version max_version Wire.min_version Wire.version)
+          (Printf.sprintf "the client speaks versions %d-%d, the daemon %d-%d" min_version
+             max_version Wire.min_version Wire.version)
       else begin
         c.hello <- true;
         Option.iter Loop.cancel c.hello_timer;
         c.hello_timer <- None;
         reply t c
           (Wire.Hello_ok
-             { version = min max_version Wire.version; max_frame = t.cfg.max_frame; max_queue = t.cfg.max_queue; server = "consortd 0.1.0" })
+             {
+               version = min max_version Wire.version;
+               max_frame = t.cfg.max_frame;
+               max_queue = t.cfg.max_queue;
+               server = "consortd 0.1.0";
+             })
       end
   | _ when not c.hello -> fatal t c Wire.Not_hello "the first frame must be HELLO"
   | Ping { cookie } -> reply t c (Wire.Pong { cookie })
   | Join { handle; group; props; params; flags; peers } -> (
       if group = "" then err t c handle Wire.Bad_props "an empty group name"
       else if String.length group > max_group then
-        err t c handle Wire.Bad_props (Printf.sprintf "a group name of %d bytes, over %d" (String.length group) max_group)
+        err t c handle Wire.Bad_props
+          (Printf.sprintf "a group name of %d bytes, over %d" (String.length group) max_group)
       else if t.closing then err t c handle Wire.Overloaded "the daemon is stopping"
       else
         match join_member t c ~handle ~group ~props ~params ~flags ~peers with
@@ -448,17 +506,30 @@ let request t c (r : Wire.request) =
       with_member t c handle (fun _ g ->
           let r =
             let ( let* ) = Result.bind in
-            let* props = Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props) in
-            let* layers = Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props) in
+            let* props =
+              Result.map_error
+                (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
+                (P.of_string props)
+            in
+            let* layers =
+              Result.map_error
+                (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
+                (P.layers props)
+            in
             let* params =
               if String.trim params = "" then Ok Params.empty
-              else Result.map_error (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e)) (Params.of_string params)
+              else
+                Result.map_error
+                  (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
+                  (Params.of_string params)
             in
             Result.map_error
               (fun e -> (Wire.Bad_switch, Fmt.str "%a" Consort_group.Group.pp_switch_error e))
               (G.switch ~params g layers)
           in
-          match r with Ok () -> ok t c handle | Error (code, reason) -> err t c handle code (one_line reason))
+          match r with
+          | Ok () -> ok t c handle
+          | Error (code, reason) -> err t c handle code (one_line reason))
 
 (* Reads what the client sent and serves every whole frame. *)
 let readable t c =
@@ -483,7 +554,8 @@ let readable t c =
               if not c.hello then fatal t c Wire.Not_hello "the first frame must be HELLO"
               else begin
                 let handle = if handle = Wire.no_handle then 0 else handle in
-                err t c handle Wire.Too_big (Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame);
+                err t c handle Wire.Too_big
+                  (Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame);
                 frames ()
               end
           | `Frame s -> (
@@ -528,7 +600,8 @@ let add_client t fd =
   Hashtbl.replace t.clients c.cid c;
   if t.closing || Hashtbl.length t.clients > t.cfg.max_clients then
     fatal t c Wire.Overloaded
-      (if t.closing then "the daemon is stopping" else Printf.sprintf "at most %d clients" t.cfg.max_clients)
+      (if t.closing then "the daemon is stopping"
+       else Printf.sprintf "at most %d clients" t.cfg.max_clients)
   else begin
     Loop.watch t.loop fd (fun () -> if not c.closed then readable t c);
     (* A connection that does not say HELLO in time holds nothing for long. *)
@@ -566,7 +639,8 @@ let listen_unix path =
             (try Unix.unlink path with Unix.Unix_error _ -> ());
             Ok ())
     | _ -> Error (Printf.sprintf "%s exists and is not a socket" path)
-    | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
+    | exception Unix.Unix_error (e, _, _) ->
+        Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
   in
   match stale () with
   | Error e -> Error e
@@ -594,7 +668,9 @@ let listen_tcp addr =
   | Ok (host, port) -> (
       let ip = Unix.inet_addr_of_string host in
       let octet0 = int_of_string (List.hd (String.split_on_char '.' host)) in
-      if octet0 <> 127 then Error (Printf.sprintf "--tcp %s: only a loopback address (127.x.x.x): clients are local" addr)
+      if octet0 <> 127 then
+        Error
+          (Printf.sprintf "--tcp %s: only a loopback address (127.x.x.x): clients are local" addr)
       else
         let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_STREAM 0 in
         match
@@ -613,15 +689,27 @@ let create loop cfg =
   let ( let* ) = Result.bind in
   let* ip, first_port = Result.map_error (fun e -> "--bind: " ^ e) (split_addr cfg.bind) in
   let* () =
-    if ip = "0.0.0.0" || ip = "255.255.255.255" then Error (Printf.sprintf "--bind %s: members need an address peers can reach" cfg.bind)
-    else if first_port = 0 then Error (Printf.sprintf "--bind %s: port 0 picks a port peers cannot know; give one" cfg.bind)
-    else if cfg.ports < 1 || first_port + cfg.ports - 1 > 65535 then Error (Printf.sprintf "--ports %d: not a range of ports from %d" cfg.ports first_port)
+    if ip = "0.0.0.0" || ip = "255.255.255.255" then
+      Error (Printf.sprintf "--bind %s: members need an address peers can reach" cfg.bind)
+    else if first_port = 0 then
+      Error (Printf.sprintf "--bind %s: port 0 picks a port peers cannot know; give one" cfg.bind)
+    else if cfg.ports < 1 || first_port + cfg.ports - 1 > 65535 then
+      Error (Printf.sprintf "--ports %d: not a range of ports from %d" cfg.ports first_port)
     else Ok ()
   in
   let* peers = Result.map_error (fun e -> "--peers: " ^ e) (parse_peers cfg.peers) in
-  let* () = if cfg.socket = None && cfg.tcp = None then Error "give --socket PATH or --tcp 127.0.0.1:PORT" else Ok () in
-  let* () = if cfg.max_frame < 64 || cfg.max_queue < cfg.max_frame then Error "limits: --max-queue must be at least the frame limit" else Ok () in
-  let* lu = match cfg.socket with None -> Ok [] | Some p -> Result.map (fun s -> [ s ]) (listen_unix p) in
+  let* () =
+    if cfg.socket = None && cfg.tcp = None then Error "give --socket PATH or --tcp 127.0.0.1:PORT"
+    else Ok ()
+  in
+  let* () =
+    if cfg.max_frame < 64 || cfg.max_queue < cfg.max_frame then
+      Error "limits: --max-queue must be at least the frame limit"
+    else Ok ()
+  in
+  let* lu =
+    match cfg.socket with None -> Ok [] | Some p -> Result.map (fun s -> [ s ]) (listen_unix p)
+  in
   let* lt =
     match cfg.tcp with
     | None -> Ok []
@@ -662,7 +750,9 @@ let close t ~on_done =
       t.listeners;
     t.listeners <- [];
     Option.iter (fun p -> try Unix.unlink p with Unix.Unix_error _ -> ()) t.cfg.socket;
-    List.iter (fun c -> fail t c "stopping" "the daemon is stopping") (Hashtbl.fold (fun _ c acc -> c :: acc) t.clients [])
+    List.iter
+      (fun c -> fail t c "stopping" "the daemon is stopping")
+      (Hashtbl.fold (fun _ c acc -> c :: acc) t.clients [])
   end;
   let deadline = Time.add (Loop.now t.loop) (Time.of_ms 5000) in
   let rec wait () =
@@ -687,14 +777,18 @@ let run cfg =
           usr1 := false;
           let gc = Gc.stat () in
           let head =
-            Printf.sprintf "counters clients=%d members=%d timers=%d watched=%d heap_kib=%d live_kib=%d" (clients t)
-              (members t) (Loop.timers loop) (Loop.watched loop)
+            Printf.sprintf
+              "counters clients=%d members=%d timers=%d watched=%d heap_kib=%d live_kib=%d"
+              (clients t) (members t) (Loop.timers loop) (Loop.watched loop)
               (gc.Gc.heap_words * (Sys.word_size / 8) / 1024)
               (gc.Gc.live_words * (Sys.word_size / 8) / 1024)
           in
-          prerr_endline (String.concat " " (head :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
+          prerr_endline
+            (String.concat " "
+               (head :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
         end;
-        if !stop then close t ~on_done:(fun () -> finished := true) else ignore (Loop.after loop (Time.of_ms 50) poll)
+        if !stop then close t ~on_done:(fun () -> finished := true)
+        else ignore (Loop.after loop (Time.of_ms 50) poll)
       in
       poll ();
       Loop.run loop ~until:(fun () -> !finished);

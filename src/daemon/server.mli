@@ -1,20 +1,16 @@
-(** consortd: one daemon per machine holding the group stacks of its local
-    clients, who connect over a Unix socket (or TCP on loopback) and speak
-    {!Wire} (see doc/protocol.md).
+(** consortd: one daemon per machine holding the group stacks of its local clients, who connect over
+    a Unix socket (or TCP on loopback) and speak {!Wire} (see doc/protocol.md).
 
-    Each JOIN makes a member over real UDP ({!Consort_group.Group} on
-    {!Consort_engine.Udp}, sealed with the daemon's key if it has one),
-    bound to the first free port of the daemon's range. A new member looks
-    for the group's other members at the daemon's peers (its [--peers],
-    or the client's) and at the other members of that group on this
-    daemon.
+    Each JOIN makes a member over real UDP ({!Consort_group.Group} on {!Consort_engine.Udp}, sealed
+    with the daemon's key if it has one), bound to the first free port of the daemon's range. A new
+    member looks for the group's other members at the daemon's peers (its [--peers], or the
+    client's) and at the other members of that group on this daemon.
 
-    A client that closes its connection, dies mid-frame, sends bytes that
-    do not decode, goes over the frame limit, or lets more than
-    [max_queue] bytes of upcalls wait unread is failed out: its members
-    leave their groups (a clean leave; the others install a view without
-    them), and its connection is closed. Nothing a client sends or fails
-    to read reaches another client or raises out of the daemon. *)
+    A client that closes its connection, dies mid-frame, sends bytes that do not decode, goes over
+    the frame limit, or lets more than [max_queue] bytes of upcalls wait unread is failed out: its
+    members leave their groups (a clean leave; the others install a view without them), and its
+    connection is closed. Nothing a client sends or fails to read reaches another client or raises
+    out of the daemon. *)
 
 type config = {
   socket : string option;  (** a Unix socket path *)
@@ -31,14 +27,12 @@ type config = {
 }
 
 val default : config
-(** No socket, UDP from 127.0.0.1:7500 (32 ports), frames up to 1 MiB +
-    1 KiB, 8 MiB of queue per client, 256 clients, 64 members each, 10 s
-    to say HELLO. *)
+(** No socket, UDP from 127.0.0.1:7500 (32 ports), frames up to 1 MiB + 1 KiB, 8 MiB of queue per
+    client, 256 clients, 64 members each, 10 s to say HELLO. *)
 
 val parse_peers : ?max_peers:int -> string list -> (string list, string) result
-(** Expands ["IP:PORT-PORT"] ranges (at most [max_peers], default 1024,
-    addresses in all); one line per error. A client's JOIN may name at most
-    64. *)
+(** Expands ["IP:PORT-PORT"] ranges (at most [max_peers], default 1024, addresses in all); one line
+    per error. A client's JOIN may name at most 64. *)
 
 type t
 
@@ -46,12 +40,12 @@ val create : Consort_engine.Loop.t -> config -> (t, string) result
 (** Checks [config], listens, and serves clients on the loop. *)
 
 val adopt : t -> Unix.file_descr -> unit
-(** [adopt t fd] serves a connected stream socket as a client (for tests
-    and fuzzing: a socketpair). *)
+(** [adopt t fd] serves a connected stream socket as a client (for tests and fuzzing: a socketpair).
+*)
 
 val close : t -> on_done:(unit -> unit) -> unit
-(** Stops accepting, fails every client out (their members leave), and
-    calls [on_done] once every member has exited (or after 5 s). *)
+(** Stops accepting, fails every client out (their members leave), and calls [on_done] once every
+    member has exited (or after 5 s). *)
 
 val clients : t -> int
 val members : t -> int
@@ -60,6 +54,5 @@ val stats : t -> (string * int) list
 (** Counters: clients accepted and failed (by reason), frames, bytes. *)
 
 val run : config -> (unit, string) result
-(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On
-    SIGUSR1 it prints one line on standard error: [counters clients=N
-    members=N] and {!stats} as [NAME=VALUE]. *)
+(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On SIGUSR1 it prints one line
+    on standard error: [counters clients=N members=N] and {!stats} as [NAME=VALUE]. *)

@@ -45,7 +45,9 @@ let code_to_int = function
   | c -> List.fold_left (fun acc (c', n, _) -> if c = c' then n else acc) 0 codes
 
 let code_of_int n =
-  match List.find_opt (fun (_, n', _) -> n = n') codes with Some (c, _, _) -> c | None -> Unknown_code n
+  match List.find_opt (fun (_, n', _) -> n = n') codes with
+  | Some (c, _, _) -> c
+  | None -> Unknown_code n
 
 let code_name = function
   | Unknown_code n -> Printf.sprintf "code-%d" n
@@ -53,7 +55,14 @@ let code_name = function
 
 type request =
   | Hello of { min_version : int; max_version : int; name : string }
-  | Join of { handle : int; group : string; props : string; params : string; flags : int; peers : string list }
+  | Join of {
+      handle : int;
+      group : string;
+      props : string;
+      params : string;
+      flags : int;
+      peers : string list;
+    }
   | Leave of { handle : int }
   | Cast of { handle : int; req : int; payload : string }
   | Send of { handle : int; req : int; dst : string; payload : string }
@@ -95,7 +104,10 @@ let no_handle = 0xffffffff
 (* {1 Encoding} *)
 
 let u8 b n = Buffer.add_char b (Char.chr (n land 0xff))
-let u16 b n = u8 b (n lsr 8); u8 b n
+
+let u16 b n =
+  u8 b (n lsr 8);
+  u8 b n
 
 let u32 b n =
   u16 b ((n lsr 16) land 0xffff);
@@ -265,14 +277,16 @@ let gstrs c =
   if n > (String.length c.s - c.pos) / 4 then raise (Bad "a list longer than its frame");
   List.init n (fun _ -> gstr c)
 
-let gbool c = match g8 c with 0 -> false | 1 -> true | _ -> raise (Bad "a boolean that is neither 0 nor 1")
+let gbool c =
+  match g8 c with 0 -> false | 1 -> true | _ -> raise (Bad "a boolean that is neither 0 nor 1")
 
 let decode f s =
   let c = { s; pos = 0 } in
   match
     let ty = g8 c in
     let v = f c ty in
-    if c.pos <> String.length s then raise (Bad (Printf.sprintf "%d bytes after the fields" (String.length s - c.pos)));
+    if c.pos <> String.length s then
+      raise (Bad (Printf.sprintf "%d bytes after the fields" (String.length s - c.pos)));
     v
   with
   | v -> Result.Ok v
@@ -357,7 +371,12 @@ let decode_event =
     | 0xa7 ->
         let handle = g32 c in
         let req = g32 c in
-        let kind = match g8 c with 0 -> `Cast | 1 -> `Send | _ -> raise (Bad "a kind that is neither 0 nor 1") in
+        let kind =
+          match g8 c with
+          | 0 -> `Cast
+          | 1 -> `Send
+          | _ -> raise (Bad "a kind that is neither 0 nor 1")
+        in
         Sent { handle; req; kind; view = gstr c }
     | 0xa8 ->
         let handle = g32 c in
@@ -366,11 +385,14 @@ let decode_event =
     | t -> raise (Bad (Printf.sprintf "unknown event type 0x%02x" t)))
 
 let pp_request ppf = function
-  | Hello { min_version; max_version; name } -> Fmt.pf ppf "HELLO %d-%d %S" min_version max_version name
+  | Hello { min_version; max_version; name } ->
+      Fmt.pf ppf "HELLO %d-%d %S" min_version max_version name
   | Join { handle; group; props; _ } -> Fmt.pf ppf "JOIN %d %S %S" handle group props
   | Leave { handle } -> Fmt.pf ppf "LEAVE %d" handle
-  | Cast { handle; req; payload } -> Fmt.pf ppf "CAST %d #%d (%d bytes)" handle req (String.length payload)
-  | Send { handle; req; dst; payload } -> Fmt.pf ppf "SEND %d #%d to %s (%d bytes)" handle req dst (String.length payload)
+  | Cast { handle; req; payload } ->
+      Fmt.pf ppf "CAST %d #%d (%d bytes)" handle req (String.length payload)
+  | Send { handle; req; dst; payload } ->
+      Fmt.pf ppf "SEND %d #%d to %s (%d bytes)" handle req dst (String.length payload)
   | Suspect { handle; ids } -> Fmt.pf ppf "SUSPECT %d [%s]" handle (String.concat " " ids)
   | Block_ok { handle } -> Fmt.pf ppf "BLOCK_OK %d" handle
   | Switch { handle; props; _ } -> Fmt.pf ppf "SWITCH %d %S" handle props

@@ -1,12 +1,11 @@
-(** The daemon's client protocol (see doc/protocol.md): length-prefixed
-    binary frames over a stream socket.
+(** The daemon's client protocol (see doc/protocol.md): length-prefixed binary frames over a stream
+    socket.
 
-    A frame is a 4-byte big-endian length [L] (the bytes that follow, at
-    least 1) and [L] bytes: a type byte and its fields. Integers are
-    big-endian ([u8], [u16], [u32], [u64] below 2{^62}); a string is a [u32]
-    length and its bytes; a list is a [u32] count and its elements. The
-    decoders are total (any bytes give a value or an error, never an
-    exception) and canonical (a decoded value encodes to the same bytes). *)
+    A frame is a 4-byte big-endian length [L] (the bytes that follow, at least 1) and [L] bytes: a
+    type byte and its fields. Integers are big-endian ([u8], [u16], [u32], [u64] below 2{^ 62}); a
+    string is a [u32] length and its bytes; a list is a [u32] count and its elements. The decoders
+    are total (any bytes give a value or an error, never an exception) and canonical (a decoded
+    value encodes to the same bytes). *)
 
 val version : int
 (** The protocol version this code speaks: [1]. *)
@@ -37,11 +36,18 @@ val code_to_int : code -> int
 val code_of_int : int -> code
 val code_name : code -> string
 
-(** Client to daemon. Every request but HELLO names a member by the
-    handle the client chose at JOIN. *)
+(** Client to daemon. Every request but HELLO names a member by the handle the client chose at JOIN.
+*)
 type request =
   | Hello of { min_version : int; max_version : int; name : string }
-  | Join of { handle : int; group : string; props : string; params : string; flags : int; peers : string list }
+  | Join of {
+      handle : int;
+      group : string;
+      props : string;
+      params : string;
+      flags : int;
+      peers : string list;
+    }
   | Leave of { handle : int }
   | Cast of { handle : int; req : int; payload : string }
   | Send of { handle : int; req : int; dst : string; payload : string }
@@ -55,8 +61,8 @@ val flag_report : int
 
 type kind = [ `Cast | `Send ]
 
-(** Daemon to client: replies (HELLO_OK, OK, ERROR, PONG: one per request,
-    in order) and upcalls (the others). *)
+(** Daemon to client: replies (HELLO_OK, OK, ERROR, PONG: one per request, in order) and upcalls
+    (the others). *)
 type event =
   | Hello_ok of { version : int; max_frame : int; max_queue : int; server : string }
   | Ok of { handle : int; value : int; info : string }
@@ -107,9 +113,9 @@ val feed : framer -> Bytes.t -> int -> int -> unit
 (** [feed f b off len] appends bytes read from the stream. *)
 
 val next : framer -> [ `Frame of string | `Need | `Too_big of int | `Empty_frame ]
-(** The next whole frame's body, if there is one. [`Too_big n] and
-    [`Empty_frame] are fatal: the stream cannot be resynchronised. Never
-    holds more than [max] + 4 bytes of a partial frame beyond one [feed]. *)
+(** The next whole frame's body, if there is one. [`Too_big n] and [`Empty_frame] are fatal: the
+    stream cannot be resynchronised. Never holds more than [max] + 4 bytes of a partial frame beyond
+    one [feed]. *)
 
 val buffered : framer -> int
 (** Bytes held. *)

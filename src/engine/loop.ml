@@ -10,7 +10,7 @@ type timer = {
   time : Time.t;
   seq : int;
   f : unit -> unit;
-  mutable index : int;  (* -1 once fired or cancelled *)
+  mutable index : int; (* -1 once fired or cancelled *)
   heap : heap;
 }
 
@@ -22,20 +22,18 @@ type t = {
   heap : heap;
   ws : (Unix.file_descr, w) Hashtbl.t;
   mutable next_order : int;
-  mutable epfd : Unix.file_descr option;  (* while something is watched *)
+  mutable epfd : Unix.file_descr option; (* while something is watched *)
   ready : Unix.file_descr array;
   mutable running : bool;
   mutable stopped : bool;
   mutable errors : int;
-  mutable pinned : bool;  (* the epoll descriptor was given out: keep it *)
-  mutable wakeup : unit -> unit;  (* called when the earliest deadline moves earlier *)
+  mutable pinned : bool; (* the epoll descriptor was given out: keep it *)
+  mutable wakeup : unit -> unit; (* called when the earliest deadline moves earlier *)
 }
 
 external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
 external epoll_ctl : Unix.file_descr -> Unix.file_descr -> bool -> unit = "consort_epoll_ctl"
-
-external epoll_wait : Unix.file_descr -> Unix.file_descr array -> int -> int
-  = "consort_epoll_wait"
+external epoll_wait : Unix.file_descr -> Unix.file_descr array -> int -> int = "consort_epoll_wait"
 
 let now _ = Int64.to_int (Mtime_clock.now_ns ())
 
@@ -167,7 +165,7 @@ let fire_timers t now =
   let h = t.heap in
   let limit = h.next_seq in
   let rec go () =
-    if h.n > 0 && (not t.stopped) then begin
+    if h.n > 0 && not t.stopped then begin
       let x = h.a.(0) in
       if x.time <= now && x.seq < limit then begin
         remove h 0;
@@ -191,7 +189,9 @@ let wait_and_serve t wait =
       done;
       let ready = List.sort (fun a b -> compare a.order b.order) !ready in
       (* Callbacks may unwatch others: skip what is no longer active. *)
-      List.iter (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb) ready
+      List.iter
+        (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)
+        ready
 
 let run ?(until = fun () -> false) ?timeout t =
   if t.running then invalid_arg "Loop.run: already running";

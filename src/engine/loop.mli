@@ -1,15 +1,12 @@
 (** The event loop: one per process, single-threaded.
 
-    A loop owns a monotonic clock, a heap of timers and a set of file
-    descriptors watched for reading. {!run} waits for the earliest timer or
-    a readable descriptor (with epoll, to the millisecond, never early) and
-    calls back. Callbacks
-    must not block: they run on the loop, and nothing else happens while
-    they run.
+    A loop owns a monotonic clock, a heap of timers and a set of file descriptors watched for
+    reading. {!run} waits for the earliest timer or a readable descriptor (with epoll, to the
+    millisecond, never early) and calls back. Callbacks must not block: they run on the loop, and
+    nothing else happens while they run.
 
-    A callback that raises does not stop the loop: the exception is logged
-    (source ["consort.loop"], level error), counted in {!errors}, and the
-    loop goes on with the next callback.
+    A callback that raises does not stop the loop: the exception is logged (source ["consort.loop"],
+    level error), counted in {!errors}, and the loop goes on with the next callback.
 
     Timers due at the same time fire in the order they were set. *)
 
@@ -19,8 +16,8 @@ val create : unit -> t
 (** [create ()] is a loop with no timers and no watched descriptors. *)
 
 val now : t -> Consort.Time.t
-(** [now t] is the monotonic clock in nanoseconds (its origin is
-    arbitrary; only differences mean something). *)
+(** [now t] is the monotonic clock in nanoseconds (its origin is arbitrary; only differences mean
+    something). *)
 
 (** {1 Timers} *)
 
@@ -44,16 +41,15 @@ val timers : t -> int
 (** {1 Descriptors} *)
 
 val watch : t -> Unix.file_descr -> (unit -> unit) -> unit
-(** [watch t fd f] calls [f] during {!run} each time [fd] is readable,
-    until {!unwatch}. Descriptors ready together are served in the order
-    they were watched. Closing [fd] without {!unwatch} stops its callbacks.
+(** [watch t fd f] calls [f] during {!run} each time [fd] is readable, until {!unwatch}. Descriptors
+    ready together are served in the order they were watched. Closing [fd] without {!unwatch} stops
+    its callbacks.
     @raise Invalid_argument if [fd] is already watched.
     @raise Unix.Unix_error if [fd] cannot be watched (a regular file). *)
 
 val unwatch : t -> Unix.file_descr -> unit
-(** [unwatch t fd] stops watching [fd]; a callback for it that has not run
-    yet in the current round does not run. Unknown descriptors are
-    ignored. *)
+(** [unwatch t fd] stops watching [fd]; a callback for it that has not run yet in the current round
+    does not run. Unknown descriptors are ignored. *)
 
 val watched : t -> int
 (** The number of watched descriptors. *)
@@ -61,53 +57,49 @@ val watched : t -> int
 (** {1 Running} *)
 
 val run : ?until:(unit -> bool) -> ?timeout:Consort.Time.t -> t -> unit
-(** [run ?until ?timeout t] calls back timers and readable descriptors
-    until one of: {!stop} is called, [until ()] is [true] (checked before
-    each wait and after each round of callbacks), [timeout] nanoseconds have
-    passed since the call, or there is nothing left to wait for (no timer
-    and no descriptor). Without [until] and [timeout] a loop with a
-    descriptor runs until {!stop}.
+(** [run ?until ?timeout t] calls back timers and readable descriptors until one of: {!stop} is
+    called, [until ()] is [true] (checked before each wait and after each round of callbacks),
+    [timeout] nanoseconds have passed since the call, or there is nothing left to wait for (no timer
+    and no descriptor). Without [until] and [timeout] a loop with a descriptor runs until {!stop}.
     @raise Invalid_argument if [t] is already running (runs do not nest). *)
 
 val stop : t -> unit
-(** [stop t] makes the current {!run} return once the running callback
-    returns. A later {!run} starts afresh. *)
+(** [stop t] makes the current {!run} return once the running callback returns. A later {!run}
+    starts afresh. *)
 
 val errors : t -> int
 (** The number of callbacks that raised since [t] was created. *)
 
 (** {1 Driving the loop from another event loop}
 
-    A program with its own event loop (Lwt, Async, a GUI toolkit, a
-    hand-written [select]) runs Consort without a thread and without
-    polling: it watches one descriptor, keeps one timer for the next
-    deadline, and calls {!step} when either fires. [consort.lwt]
-    ({!Consort_lwt}) does exactly this for Lwt.
+    A program with its own event loop (Lwt, Async, a GUI toolkit, a hand-written [select]) runs
+    Consort without a thread and without polling: it watches one descriptor, keeps one timer for the
+    next deadline, and calls {!step} when either fires. [consort.lwt] ({!Consort_lwt}) does exactly
+    this for Lwt.
 
     {[
       let fd = Loop.descriptor loop in
       (* when fd is readable, or the deadline passes: *)
-      Loop.step loop;
+      Loop.step loop
       (* then wait again for fd, and until Loop.next_deadline loop *)
     ]}
 
-    {!on_wakeup} tells the host loop when a new timer comes before the
-    deadline it waits for (a cast sets a retransmission timer, say). *)
+    {!on_wakeup} tells the host loop when a new timer comes before the deadline it waits for (a cast
+    sets a retransmission timer, say). *)
 
 val descriptor : t -> Unix.file_descr
-(** One descriptor that is readable whenever a watched descriptor is (the
-    loop's epoll descriptor), the same for the life of the loop once
-    asked for. Only wait for it to be readable; never read it. *)
+(** One descriptor that is readable whenever a watched descriptor is (the loop's epoll descriptor),
+    the same for the life of the loop once asked for. Only wait for it to be readable; never read
+    it. *)
 
 val next_deadline : t -> Consort.Time.t option
 (** The earliest timer's time ({!now}'s clock), if any. *)
 
 val on_wakeup : t -> (unit -> unit) -> unit
-(** [on_wakeup t f]: [f ()] is called each time a timer is set that comes
-    before every other pending timer, so that the host loop can wait less.
-    One callback; a later call replaces it. *)
+(** [on_wakeup t f]: [f ()] is called each time a timer is set that comes before every other pending
+    timer, so that the host loop can wait less. One callback; a later call replaces it. *)
 
 val step : t -> unit
-(** [step t] fires the timers due now and serves the descriptors ready now,
-    without waiting, then returns.
+(** [step t] fires the timers due now and serves the descriptors ready now, without waiting, then
+    returns.
     @raise Invalid_argument inside {!run} or another {!step}. *)

@@ -63,21 +63,20 @@ type info = {
 
 (* A datagram on the wire. [epoch] is the destination's crash count when it
    was sent: a crash in between makes it stale. *)
-type datagram = {
-  id : int;
-  from : address;
-  dst : address;
-  payload : string;
-  epoch : int;
-}
-
+type datagram = { id : int; from : address; dst : address; payload : string; epoch : int }
 type kind = Fire of (unit -> unit) | Arrive of datagram
 
 (* [idx] is the event's position in the heap, [-1] once it left it.
    [who] is the address whose process runs it ([""]: none): a datagram's
    destination, or the address whose code set the timer; an event of a
    paused address waits for the end of the pause. *)
-type event = { mutable time : Time.t; mutable seq : int; mutable idx : int; kind : kind; who : string }
+type event = {
+  mutable time : Time.t;
+  mutable seq : int;
+  mutable idx : int;
+  kind : kind;
+  who : string;
+}
 
 type t = {
   rng : Rng.t;
@@ -105,8 +104,8 @@ type t = {
   mutable n_filter : int;
   mutable n_mtu : int;
   mutable n_events : int;
-  mutable current : string;  (* the address whose code runs now, [""] if none *)
-  paused : (string, Time.t) Hashtbl.t;  (* address -> end of its pause *)
+  mutable current : string; (* the address whose code runs now, [""] if none *)
+  paused : (string, Time.t) Hashtbl.t; (* address -> end of its pause *)
 }
 
 (* What is known of one address: the connection open there, if any, and
@@ -374,8 +373,7 @@ let uniform t n =
 
 let delay t l =
   let d = if l.jitter > 0 then l.latency + uniform t (l.jitter + 1) else l.latency in
-  if l.reorder_delay > 0 && Rng.chance t.rng l.reorder then d + 1 + uniform t l.reorder_delay
-  else d
+  if l.reorder_delay > 0 && Rng.chance t.rng l.reorder then d + 1 + uniform t l.reorder_delay else d
 
 let count_drop t = function
   | Loss -> t.n_loss <- t.n_loss + 1
@@ -387,8 +385,7 @@ let count_drop t = function
 
 let drop t ~id ~from ~dst reason =
   count_drop t reason;
-  Log.debug (fun m ->
-      m "%a: drop #%d %s>%s (%a)" Time.pp t.now id from dst pp_drop_reason reason);
+  Log.debug (fun m -> m "%a: drop #%d %s>%s (%a)" Time.pp t.now id from dst pp_drop_reason reason);
   tracef t "drop #%d %s>%s %s" id from dst (drop_reason_to_string reason)
 
 let transmit t c payload md5 dst =
@@ -511,7 +508,8 @@ let pause t addr ~until =
     tracef t "pause %s until %d" addr u
   end
 
-let is_paused t addr = match Hashtbl.find_opt t.paused addr with Some u -> u > t.now | None -> false
+let is_paused t addr =
+  match Hashtbl.find_opt t.paused addr with Some u -> u > t.now | None -> false
 
 (* The end of [ev]'s pause, if its address is paused when it is due. *)
 let held t ev =
@@ -535,12 +533,12 @@ let step t =
            for the end of its pause (a timer keeps its handle). *)
         ev.time <- u;
         insert t ev
-    | None ->
+    | None -> (
         t.now <- ev.time;
         t.n_events <- t.n_events + 1;
         let saved = t.current in
         t.current <- ev.who;
-        (match match ev.kind with Fire f -> f () | Arrive d -> arrive t d with
+        match match ev.kind with Fire f -> f () | Arrive d -> arrive t d with
         | () -> t.current <- saved
         | exception e ->
             t.current <- saved;

@@ -15,7 +15,10 @@ let make_address ip port = (ip lsl 16) lor port
 
 let address_to_string a =
   let i = ip a in
-  Printf.sprintf "%d.%d.%d.%d:%d" ((i lsr 24) land 255) ((i lsr 16) land 255) ((i lsr 8) land 255)
+  Printf.sprintf "%d.%d.%d.%d:%d"
+    ((i lsr 24) land 255)
+    ((i lsr 16) land 255)
+    ((i lsr 8) land 255)
     (i land 255) (port a)
 
 let pp_address = Fmt.of_to_string address_to_string
@@ -45,7 +48,10 @@ let address_of_string s =
 
 let inet_addr_of_ip i =
   Unix.inet_addr_of_string
-    (Printf.sprintf "%d.%d.%d.%d" ((i lsr 24) land 255) ((i lsr 16) land 255) ((i lsr 8) land 255)
+    (Printf.sprintf "%d.%d.%d.%d"
+       ((i lsr 24) land 255)
+       ((i lsr 16) land 255)
+       ((i lsr 8) land 255)
        (i land 255))
 
 let ip_of_inet_addr a =
@@ -177,7 +183,11 @@ let with_sgl pool msg f =
     sgl.n <- 0;
     pieces := 0;
     add_piece cs.Cstruct.buffer cs.Cstruct.off cs.Cstruct.len;
-    Fun.protect ~finally:(fun () -> clear_sgl (); Iovec.release v) f
+    Fun.protect
+      ~finally:(fun () ->
+        clear_sgl ();
+        Iovec.release v)
+      f
   end
 
 (* Datagrams land in slots of 64 KiB, each a slice of a segment of its own
@@ -197,7 +207,8 @@ type landing = {
   results : int array;
 }
 
-let receive_pool = lazy (Pool.create ~segment_size:slot ~max_free:(2 * nslots) ~name:"udp-receive" ())
+let receive_pool =
+  lazy (Pool.create ~segment_size:slot ~max_free:(2 * nslots) ~name:"udp-receive" ())
 
 let set_slot l i v =
   let cs = Iovec.cstruct v in
@@ -242,14 +253,13 @@ let send_error dst e fn =
 let copies_made = ref 0
 let bytes_copied = ref 0
 let copies () = (!copies_made, !bytes_copied)
-
-let is_self c src =
-  src = c.local || (ip c.local = 0 && port src = port c.local)
+let is_self c src = src = c.local || (ip c.local = 0 && port src = port c.local)
 
 let handle c ~src v =
   c.received <- c.received + 1;
   try c.handler.recv ~src v
-  with e -> Log.err (fun m -> m "%a: receive handler raised %s" pp_address c.local (Printexc.to_string e))
+  with e ->
+    Log.err (fun m -> m "%a: receive handler raised %s" pp_address c.local (Printexc.to_string e))
 
 let deliver c ~group l i len src =
   if len < 0 then c.dropped <- c.dropped + 1
@@ -435,7 +445,7 @@ let fan_out c dsts n len =
   let i = ref 0 in
   while !i < n do
     let count = min max_msgs (n - !i) in
-    (match c_sendmmsg c.fd sgl dsts !i count with
+    match c_sendmmsg c.fd sgl dsts !i count with
     | exception Unix.Unix_error (e, fn, _) ->
         note (Error (send_error dsts.(!i) e fn));
         incr i
@@ -451,7 +461,7 @@ let fan_out c dsts n len =
         incr i
     | r ->
         note (Error (`System (Printf.sprintf "sendmmsg: unexpected result %d" r)));
-        incr i)
+        incr i
   done;
   !first
 
@@ -480,8 +490,7 @@ let join c g =
   else
     match c.group with
     | Some (g', _) when g' = g -> Ok ()
-    | Some (g', _) ->
-        Error (`Unsupported ("already in multicast group " ^ address_to_string g'))
+    | Some (g', _) -> Error (`Unsupported ("already in multicast group " ^ address_to_string g'))
     | None -> (
         match Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 with
         | exception Unix.Unix_error (e, fn, _) -> Error (system e fn)

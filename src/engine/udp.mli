@@ -1,34 +1,28 @@
 (** The generic transport over kernel UDP/IPv4, driven by a {!Loop}.
 
-    Addresses are ["IP:PORT"] strings of an IPv4 address in dotted decimal
-    and a port; port [0] in {!open_} picks a free port, and {!query} gives
-    the address really bound. Sockets are non-blocking with large kernel
-    buffers (4 MiB asked for, past the system limit when privileged).
+    Addresses are ["IP:PORT"] strings of an IPv4 address in dotted decimal and a port; port [0] in
+    {!open_} picks a free port, and {!query} gives the address really bound. Sockets are
+    non-blocking with large kernel buffers (4 MiB asked for, past the system limit when privileged).
 
-    Receiving: when a socket is readable, datagrams are taken in batches
-    with [recvmmsg] until none is left or a budget per wake-up is spent,
-    each into a 64 KiB slot of its own. A datagram of more than 2 KiB is
-    handed up as a slice of its slot, with no copy (the slot is replaced
-    if the datagram is kept); a smaller one is copied out into its own
-    {!Consort.Iovec.t} of exactly its size, so that a small datagram kept
-    by a protocol never pins a large buffer. A handler that raises is
-    logged and the batch goes on. [info.dropped] counts datagrams dropped
-    by the [Drop_filter], truncated or not IPv4, refused for a full send
-    buffer, and those the kernel dropped for a full receive buffer
-    ([SO_RXQ_OVFL], learnt with the next datagram that arrives).
+    Receiving: when a socket is readable, datagrams are taken in batches with [recvmmsg] until none
+    is left or a budget per wake-up is spent, each into a 64 KiB slot of its own. A datagram of more
+    than 2 KiB is handed up as a slice of its slot, with no copy (the slot is replaced if the
+    datagram is kept); a smaller one is copied out into its own {!Consort.Iovec.t} of exactly its
+    size, so that a small datagram kept by a protocol never pins a large buffer. A handler that
+    raises is logged and the batch goes on. [info.dropped] counts datagrams dropped by the
+    [Drop_filter], truncated or not IPv4, refused for a full send buffer, and those the kernel
+    dropped for a full receive buffer ([SO_RXQ_OVFL], learnt with the next datagram that arrives).
 
-    Sending: one [sendmsg] gathers the message's header bytes and body
-    pieces without copying them. {!cast} sends one datagram to the group
-    after [Join_multicast], otherwise one per destination with [sendmmsg].
-    A full buffer ([EAGAIN], [ENOBUFS]) drops the datagram and counts it
-    in [info.dropped], as UDP may; [ECONNREFUSED] (left by an earlier ICMP
-    error) is ignored; other failures are [`System] errors.
+    Sending: one [sendmsg] gathers the message's header bytes and body pieces without copying them.
+    {!cast} sends one datagram to the group after [Join_multicast], otherwise one per destination
+    with [sendmmsg]. A full buffer ([EAGAIN], [ENOBUFS]) drops the datagram and counts it in
+    [info.dropped], as UDP may; [ECONNREFUSED] (left by an earlier ICMP error) is ignored; other
+    failures are [`System] errors.
 
-    The unicast socket is bound without [SO_REUSEADDR], so that a port in
-    use is reported instead of silently shared; the socket that receives a
-    multicast group sets it, so that several members on one host share
-    the group's port. A member's own multicast datagrams, looped back by
-    the kernel, are not handed up. *)
+    The unicast socket is bound without [SO_REUSEADDR], so that a port in use is reported instead of
+    silently shared; the socket that receives a multicast group sets it, so that several members on
+    one host share the group's port. A member's own multicast datagrams, looped back by the kernel,
+    are not handed up. *)
 
 include Consort.Transport.S with type t = Loop.t
 
@@ -41,18 +35,17 @@ val open_with :
   address ->
   (connection -> handler) ->
   (connection, Consort.Transport.error) result
-(** [open_with ?pool t addr f] is {!open_} with received datagrams
-    allocated from [pool] (default {!Consort.Pool.default}). *)
+(** [open_with ?pool t addr f] is {!open_} with received datagrams allocated from [pool] (default
+    {!Consort.Pool.default}). *)
 
 val local : connection -> address
 (** [local c] is the address [c] is bound to (its real port). *)
 
 val buffer_sizes : connection -> int * int
-(** [buffer_sizes c] is the receive and send buffer sizes the kernel
-    granted, in bytes. *)
+(** [buffer_sizes c] is the receive and send buffer sizes the kernel granted, in bytes. *)
 
 val is_closed : connection -> bool
 
 val copies : unit -> int * int
-(** Received datagrams copied out of the slot the kernel wrote them to
-    (those of 2 KiB or less), in this process, so far, and their bytes. *)
+(** Received datagrams copied out of the slot the kernel wrote them to (those of 2 KiB or less), in
+    this process, so far, and their bytes. *)

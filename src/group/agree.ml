@@ -4,7 +4,8 @@ let src = Logs.Src.create "consort.agree" ~doc:"Agree layer: safe delivery"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-let safe_delivery = Contract.v "safe-delivery" ~doc:"casts delivered once every member of the view holds them"
+let safe_delivery =
+  Contract.v "safe-delivery" ~doc:"casts delivered once every member of the view holds them"
 
 module L = struct
   type header = Pass  (** a send *) | Data  (** a cast *)
@@ -31,11 +32,11 @@ module L = struct
   type t = {
     out : header Layer.out;
     n : int;
-    stable : int array;  (* Mnak: casts of each origin every member holds *)
-    held : held Queue.t;  (* in the order they came *)
+    stable : int array; (* Mnak: casts of each origin every member holds *)
+    held : held Queue.t; (* in the order they came *)
     mutable tracking : bool;
     mutable synced : bool;
-    mutable flushing : bool;  (* a view change started: the regular part of the view is over *)
+    mutable flushing : bool; (* a view change started: the regular part of the view is over *)
     mutable stopped : bool;
     mutable safe : int;
     mutable at_flush : int;
@@ -118,7 +119,10 @@ module L = struct
            stopped delivering): what is held waits for the end of the view,
            after the transitional view, where it is safe among the members
            that go on together. *)
-        (match e with Gmp.Synced | Gmp.Excluded -> t.synced <- true | Gmp.Block -> t.flushing <- true | _ -> ());
+        (match e with
+        | Gmp.Synced | Gmp.Excluded -> t.synced <- true
+        | Gmp.Block -> t.flushing <- true
+        | _ -> ());
         t.out.up_ctl e
 
   let dn_ctl t e =

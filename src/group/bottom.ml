@@ -8,15 +8,18 @@ let stack_param = "bottom.stack"
 
 let () =
   Params.register stack_param (Params.String "")
-    ~doc:"the identity of the stack (set by the group runtime): part of the stamp, so stacks that differ do not talk"
+    ~doc:
+      "the identity of the stack (set by the group runtime): part of the stamp, so stacks that \
+       differ do not talk"
 
 (* FNV-1a, 32 bits, as View.stamp. *)
 let fnv h s =
   let h = ref h in
-  String.iter (fun c -> h := (!h lxor Char.code c) * 0x01000193 land 0xffff_ffff) s;
+  String.iter (fun c -> h := !h lxor Char.code c * 0x01000193 land 0xffff_ffff) s;
   !h
 
-let stamp view ~stack = if stack = "" then View.stamp view else fnv (View.stamp view) ("\000" ^ stack)
+let stamp view ~stack =
+  if stack = "" then View.stamp view else fnv (View.stamp view) ("\000" ^ stack)
 
 module L = struct
   type header = Cast of { group : int; origin : int } | Send of { group : int; origin : int }
@@ -56,7 +59,7 @@ module L = struct
     mutable from_self : int;
     mutable not_raw : int;
     mutable bad_dst : int;
-    froms : Event.src array;  (* [Cast_from r] for each rank, made once (the fused path) *)
+    froms : Event.src array; (* [Cast_from r] for each rank, made once (the fused path) *)
   }
 
   let create (ctx : Layer.ctx) out =
@@ -131,7 +134,6 @@ module L = struct
       ("not_raw", t.not_raw);
       ("bad_dst", t.bad_dst);
     ]
-
 end
 
 (* The common case of a cast: this view's stamp and a rank of the view;
@@ -154,14 +156,18 @@ module F = struct
       up_ok =
         (fun t src _ a off ->
           let origin = a.(off + 1) in
-          (not t.stopped) && src = Event.Raw && a.(off) = t.group && origin < t.nmembers && origin <> t.rank);
+          (not t.stopped) && src = Event.Raw
+          && a.(off) = t.group
+          && origin < t.nmembers && origin <> t.rank);
       up_fast = (fun t _ _ _ ~layered:_ a off -> t.froms.(a.(off + 1)));
       up_after = (fun _ _ _ _ _ -> ());
       expand = (fun a off -> Cast { group = a.(off); origin = a.(off + 1) });
     }
 
   let state t =
-    Fmt.str "stopped %b; %a" t.stopped Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+    Fmt.str "stopped %b; %a" t.stopped
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

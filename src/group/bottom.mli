@@ -1,15 +1,12 @@
 (** Bottom: the lowest layer of a group stack (Ensemble's [Bottom]).
 
-    Going down it stamps every message with a small header: a magic and
-    version byte, the 32-bit stamp of the group name, the view id and the
-    stack's identity ({!stamp}),
-    the sender's rank and whether the message is a cast or a send. Going up
-    it takes raw datagrams from the transport and lets through only those
-    of its own protocol version and group, from another valid rank; it hands
-    them up as [Cast_from r] or [Send_from r]. Everything else is dropped,
-    counted and logged at debug level: undecodable headers in the stack's
-    ["garbage"] counter, the rest in this layer's counters ["wrong_group"],
-    ["bad_rank"], ["from_self"], ["not_raw"] and, going down, ["bad_dst"]
+    Going down it stamps every message with a small header: a magic and version byte, the 32-bit
+    stamp of the group name, the view id and the stack's identity ({!stamp}), the sender's rank and
+    whether the message is a cast or a send. Going up it takes raw datagrams from the transport and
+    lets through only those of its own protocol version and group, from another valid rank; it hands
+    them up as [Cast_from r] or [Send_from r]. Everything else is dropped, counted and logged at
+    debug level: undecodable headers in the stack's ["garbage"] counter, the rest in this layer's
+    counters ["wrong_group"], ["bad_rank"], ["from_self"], ["not_raw"] and, going down, ["bad_dst"]
     (a send to this member itself or to a rank outside the view).
 
     Requires {!Consort.Contract.net}; provides {!Consort.Contract.datagram}. *)
@@ -25,9 +22,10 @@ val magic : int
 (** [magic] is the first byte of every Bottom header: protocol and version. *)
 
 val name : string
+
 val codec : header Consort.Codec.t
-(** Layout: magic byte, group hash (uint32, big-endian), origin (varint),
-    kind byte (0 cast, 1 send). A wrong magic or kind does not decode. *)
+(** Layout: magic byte, group hash (uint32, big-endian), origin (varint), kind byte (0 cast, 1
+    send). A wrong magic or kind does not decode. *)
 
 val pp_header : header Fmt.t
 val provides : Consort.Contract.t list
@@ -44,9 +42,9 @@ val layer : Consort.Layer.t
 (** [layer] is Bottom as a first-class layer. *)
 
 val stack_param : string
-(** ["bottom.stack"]: the identity of the stack ({!Stack_id.digest}), set by
-    the group runtime; default [""]. *)
+(** ["bottom.stack"]: the identity of the stack ({!Stack_id.digest}), set by the group runtime;
+    default [""]. *)
 
 val stamp : Consort.View.t -> stack:string -> int
-(** The stamp Bottom puts on every datagram: a hash of the group, the view
-    and the stack's identity ({!Consort.View.stamp} when [stack] is [""]). *)
+(** The stamp Bottom puts on every datagram: a hash of the group, the view and the stack's identity
+    ({!Consort.View.stamp} when [stack] is [""]). *)

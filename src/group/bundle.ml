@@ -16,7 +16,8 @@ module Wire = struct
     let len = Cstruct.length cs in
     if len < header then Error (Printf.sprintf "%d bytes, shorter than a bundle's header" len)
     else if Cstruct.get_uint8 cs 0 <> magic then Error "not a bundle"
-    else if Cstruct.get_uint8 cs 1 <> format then Error (Printf.sprintf "format %d" (Cstruct.get_uint8 cs 1))
+    else if Cstruct.get_uint8 cs 1 <> format then
+      Error (Printf.sprintf "format %d" (Cstruct.get_uint8 cs 1))
     else
       let count = Cstruct.BE.get_uint16 cs 2 in
       if count = 0 then Error "no datagram"
@@ -24,14 +25,19 @@ module Wire = struct
         (* Each datagram takes at least 3 bytes: the walk is bounded by the
            datagram's own length whatever the count says. *)
         let rec walk i pos =
-          if i = count then if pos = len then Ok count else Error (Printf.sprintf "%d bytes after the last datagram" (len - pos))
-          else if pos + per_datagram > len then Error (Printf.sprintf "datagram %d of %d: length cut" (i + 1) count)
+          if i = count then
+            if pos = len then Ok count
+            else Error (Printf.sprintf "%d bytes after the last datagram" (len - pos))
+          else if pos + per_datagram > len then
+            Error (Printf.sprintf "datagram %d of %d: length cut" (i + 1) count)
           else
             let l = Cstruct.BE.get_uint16 cs pos in
             let start = pos + per_datagram in
             if l = 0 then Error (Printf.sprintf "datagram %d of %d: empty" (i + 1) count)
             else if start + l > len then
-              Error (Printf.sprintf "datagram %d of %d: %d bytes, past the end by %d" (i + 1) count l (start + l - len))
+              Error
+                (Printf.sprintf "datagram %d of %d: %d bytes, past the end by %d" (i + 1) count l
+                   (start + l - len))
             else walk (i + 1) (start + l)
         in
         walk 0 header
@@ -80,8 +86,8 @@ module Param = struct
   let () =
     Params.register size (Params.Int 60_000) ~min:(Params.Int 0) ~max:(Params.Int 65_507)
       ~doc:
-        "largest bundle in bytes: datagrams for one destination made in one step of the engine go out \
-         together (0: no bundling)"
+        "largest bundle in bytes: datagrams for one destination made in one step of the engine go \
+         out together (0: no bundling)"
 end
 
 type stats = {
@@ -94,8 +100,8 @@ type stats = {
 }
 
 let pp_stats ppf s =
-  Fmt.pf ppf "bundles_sent=%d bundled=%d alone=%d bundles_received=%d unbundled=%d malformed=%d" s.bundles_sent
-    s.bundled s.alone s.bundles_received s.unbundled s.malformed
+  Fmt.pf ppf "bundles_sent=%d bundled=%d alone=%d bundles_received=%d unbundled=%d malformed=%d"
+    s.bundles_sent s.bundled s.alone s.bundles_received s.unbundled s.malformed
 
 module Make (T : Transport.S) = struct
   type t = T.t
@@ -107,7 +113,10 @@ module Make (T : Transport.S) = struct
   let address_of_string = T.address_of_string
 
   type handler = T.handler = { recv : src:address -> Iovec.t -> unit; closed : unit -> unit }
-  type nonrec control = T.control = Drop_filter of (src:address -> Cstruct.t -> bool) option | Join_multicast of address
+
+  type nonrec control = T.control =
+    | Drop_filter of (src:address -> Cstruct.t -> bool) option
+    | Join_multicast of address
 
   type info = T.info = {
     local : address;
@@ -128,24 +137,24 @@ module Make (T : Transport.S) = struct
      cast goes to (the cast queue): one datagram as it was given, or a
      bundle being filled. *)
   type queue = {
-    mutable dst : address option;  (* a send queue's destination *)
-    mutable dsts : address list;  (* the cast queue's destinations *)
+    mutable dst : address option; (* a send queue's destination *)
+    mutable dsts : address list; (* the cast queue's destinations *)
     mutable lone : Msg.t option;
-    mutable buf : Iovec.t option;  (* a bundle: header, then datagrams *)
+    mutable buf : Iovec.t option; (* a bundle: header, then datagrams *)
     mutable fill : int;
     mutable count : int;
-    mutable waiting : bool;  (* listed in [ready] *)
+    mutable waiting : bool; (* listed in [ready] *)
   }
 
   type connection = {
     tr : T.t;
     c : T.connection;
     pool : Pool.t;
-    limit : int;  (* 0: no bundling *)
+    limit : int; (* 0: no bundling *)
     cast_q : queue;
-    mutable sends : queue array;  (* send queues, [nsends] in use *)
+    mutable sends : queue array; (* send queues, [nsends] in use *)
     mutable nsends : int;
-    mutable ready : queue list;  (* queues holding something, latest first *)
+    mutable ready : queue list; (* queues holding something, latest first *)
     mutable timer : T.timer option;
     mutable flush_cb : unit -> unit;
     mutable h : handler;
@@ -162,7 +171,9 @@ module Make (T : Transport.S) = struct
      table starts again (the side channel may talk to many addresses). *)
   let max_queues = 64
 
-  let new_queue () = { dst = None; dsts = []; lone = None; buf = None; fill = 0; count = 0; waiting = false }
+  let new_queue () =
+    { dst = None; dsts = []; lone = None; buf = None; fill = 0; count = 0; waiting = false }
+
   let inner c = c.c
 
   let stats c =
@@ -272,7 +283,11 @@ module Make (T : Transport.S) = struct
      read as a bundle. *)
   let direct c q msg =
     let len = Msg.length msg in
-    if len > 0 && first_byte msg = Wire.magic && len + Wire.header + Wire.per_datagram <= Wire.max_datagram then begin
+    if
+      len > 0
+      && first_byte msg = Wire.magic
+      && len + Wire.header + Wire.per_datagram <= Wire.max_datagram
+    then begin
       let v = Pool.alloc c.pool (len + Wire.header + Wire.per_datagram) in
       let cs = Iovec.cstruct v in
       Cstruct.set_uint8 cs 0 Wire.magic;
@@ -330,7 +345,13 @@ module Make (T : Transport.S) = struct
     end
 
   let send_queue c dst =
-    let rec find i = if i >= c.nsends then None else match c.sends.(i).dst with Some d when T.equal_address d dst -> Some c.sends.(i) | _ -> find (i + 1) in
+    let rec find i =
+      if i >= c.nsends then None
+      else
+        match c.sends.(i).dst with
+        | Some d when T.equal_address d dst -> Some c.sends.(i)
+        | _ -> find (i + 1)
+    in
     match find 0 with
     | Some q -> q
     | None ->
@@ -353,7 +374,8 @@ module Make (T : Transport.S) = struct
     else if c.limit = 0 then direct c { (new_queue ()) with dst = Some dst } msg
     else enqueue c (send_queue c dst) msg
 
-  let send_alone c ~dst msg = if c.closed then Error `Closed else direct c { (new_queue ()) with dst = Some dst } msg
+  let send_alone c ~dst msg =
+    if c.closed then Error `Closed else direct c { (new_queue ()) with dst = Some dst } msg
 
   let cast c ~dsts msg =
     if c.closed then Error `Closed
@@ -392,7 +414,9 @@ module Make (T : Transport.S) = struct
   let open_with ?(size = 60_000) ?(pool = Pool.default) tr addr f =
     let self = ref None in
     let handler tc =
-      let limit = if size <= Wire.header + (2 * (Wire.per_datagram + 1)) then 0 else min size (T.query tc).mtu in
+      let limit =
+        if size <= Wire.header + (2 * (Wire.per_datagram + 1)) then 0 else min size (T.query tc).mtu
+      in
       let c =
         {
           tr;
@@ -415,7 +439,10 @@ module Make (T : Transport.S) = struct
           malformed = 0;
         }
       in
-      c.flush_cb <- (fun () -> c.timer <- None; if not c.closed then flush c);
+      c.flush_cb <-
+        (fun () ->
+          c.timer <- None;
+          if not c.closed then flush c);
       self := Some c;
       c.h <- f c;
       {
@@ -431,7 +458,10 @@ module Make (T : Transport.S) = struct
     in
     match T.open_ tr addr handler with
     | Error e -> Error e
-    | Ok _ -> ( match !self with Some c -> Ok c | None -> Error (`System "bundle: the transport did not call the handler"))
+    | Ok _ -> (
+        match !self with
+        | Some c -> Ok c
+        | None -> Error (`System "bundle: the transport did not call the handler"))
 
   let open_ tr addr f = open_with tr addr f
 

@@ -4,15 +4,15 @@ let src = Logs.Src.create "consort.causal" ~doc:"Causal layer: causally ordered 
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-let causal_order = Contract.v "causal-order" ~doc:"casts delivered after every cast that precedes them causally"
+let causal_order =
+  Contract.v "causal-order" ~doc:"casts delivered after every cast that precedes them causally"
 
 module L = struct
   type header =
     | Pass  (** a send *)
     | Data of (int * int) list
-        (** a cast, and the entries of its sender's vector that changed
-            since its previous cast of the view: (origin, casts of it
-            delivered) *)
+        (** a cast, and the entries of its sender's vector that changed since its previous cast of
+            the view: (origin, casts of it delivered) *)
 
   let name = "causal"
   let max_entries = 4096
@@ -39,10 +39,10 @@ module L = struct
     out : header Layer.out;
     n : int;
     me : int;
-    delivered : int array;  (* casts of each origin delivered here *)
-    sent : int array;  (* the vector of this member's previous cast *)
-    last : int array array;  (* per origin: the vector of its latest cast received *)
-    waiting : (int array * Msg.t) Queue.t array;  (* per origin, in FIFO order *)
+    delivered : int array; (* casts of each origin delivered here *)
+    sent : int array; (* the vector of this member's previous cast *)
+    last : int array array; (* per origin: the vector of its latest cast received *)
+    waiting : (int array * Msg.t) Queue.t array; (* per origin, in FIFO order *)
     mutable stopped : bool;
     mutable delayed : int;
     mutable dropped : int;
@@ -98,7 +98,8 @@ module L = struct
       match (src, h) with
       | Event.Send_from _, Pass -> t.out.up src msg
       | Event.Cast_from o, Data entries
-        when o >= 0 && o < t.n && List.for_all (fun (x, k) -> x >= 0 && x < t.n && k >= t.last.(o).(x)) entries ->
+        when o >= 0 && o < t.n
+             && List.for_all (fun (x, k) -> x >= 0 && x < t.n && k >= t.last.(o).(x)) entries ->
           let v = t.last.(o) in
           List.iter (fun (x, k) -> v.(x) <- k) entries;
           let v = Array.copy v in

@@ -1,10 +1,18 @@
 open Consort
 
-let src = Logs.Src.create "consort.chk" ~doc:"Checking layers: FIFO, total order and virtual synchrony in a running stack"
+let src =
+  Logs.Src.create "consort.chk"
+    ~doc:"Checking layers: FIFO, total order and virtual synchrony in a running stack"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type violation = { layer : string; member : string; view : string; what : string; events : string list }
+type violation = {
+  layer : string;
+  member : string;
+  view : string;
+  what : string;
+  events : string list;
+}
 
 let pp_violation ppf v =
   Fmt.pf ppf "%s: violation at %s in view %s: %s" v.layer v.member v.view v.what;
@@ -29,7 +37,9 @@ module Param = struct
     Params.register history (Params.Int 32) ~min:(Params.Int 1) ~max:(Params.Int 1024)
       ~doc:"debugging layers: recent events each checking layer keeps, printed with a violation";
     Params.register reports (Params.Int 8) ~min:(Params.Int 1) ~max:(Params.Int 1_000_000)
-      ~doc:"debugging layers: violations a checking layer reports in a view; later ones are only counted"
+      ~doc:
+        "debugging layers: violations a checking layer reports in a view; later ones are only \
+         counted"
 end
 
 (* {1 What a checking layer shares: its recent events, its reports} *)
@@ -98,10 +108,10 @@ let violate ?(before = []) c what =
 let mask = (1 lsl 46) - 1
 
 let mix h a b =
-  let x = (h * 0x100000001b3) lxor ((a + 1) * 0x9E3779B1) lxor ((b + 7) * 0x85EBCA6B) in
+  let x = h * 0x100000001b3 lxor ((a + 1) * 0x9E3779B1) lxor ((b + 7) * 0x85EBCA6B) in
   let x = x lxor (x lsr 29) in
   let x = x * 0xBF58476D1CE4E5B in
-  (x lxor (x lsr 32)) land mask
+  x lxor (x lsr 32) land mask
 
 (* {1 chk_fifo} *)
 
@@ -121,9 +131,9 @@ module Fifo = struct
     out : header Layer.out;
     mutable cast_next : int;
     send_next : int array;
-    cast_exp : int array;  (* the number expected next from each origin *)
+    cast_exp : int array; (* the number expected next from each origin *)
     send_exp : int array;
-    lost : bool array;  (* a reliable layer gave up on this origin: a gap is no violation *)
+    lost : bool array; (* a reliable layer gave up on this origin: a gap is no violation *)
     mutable checked : int;
     mutable after_loss : int;
   }
@@ -168,11 +178,13 @@ module Fifo = struct
     else if s > e then (
       exp.(o) <- s + 1;
       violate t.c
-        (Fmt.str "%s #%d from rank %d delivered while #%d was expected: %s lost or overtaken" kind s o e
+        (Fmt.str "%s #%d from rank %d delivered while #%d was expected: %s lost or overtaken" kind s
+           o e
            (if s = e + 1 then Fmt.str "#%d" e else Fmt.str "#%d to #%d" e (s - 1))))
     else
       violate t.c
-        (Fmt.str "%s #%d from rank %d delivered after #%d: delivered twice or out of order" kind s o (e - 1))
+        (Fmt.str "%s #%d from rank %d delivered after #%d: delivered twice or out of order" kind s o
+           (e - 1))
 
   let up t src s msg =
     match src with
@@ -203,12 +215,18 @@ module Fifo = struct
   let timer _ _ = ()
 
   let counters t =
-    [ ("checked", t.checked); ("violations", t.c.violations); ("after_loss", t.after_loss); ("malformed", t.c.malformed) ]
+    [
+      ("checked", t.checked);
+      ("violations", t.c.violations);
+      ("after_loss", t.after_loss);
+      ("malformed", t.c.malformed);
+    ]
 end
 
 (* {1 chk_total} *)
 
-let total_checked = Contract.v "total-checked" ~doc:"one order of casts at every member checked (chk_total)"
+let total_checked =
+  Contract.v "total-checked" ~doc:"one order of casts at every member checked (chk_total)"
 
 (* Positions of the delivery order remembered to compare claims with, and
    claims about positions not reached yet. *)
@@ -219,8 +237,8 @@ module Total_chk = struct
   type header =
     | Pass  (** a send *)
     | Cast of { seq : int; count : int; hash : int }
-        (** a cast, its origin's number for it, and the sender's claim: the
-            casts it had delivered in this view, and a hash of their order *)
+        (** a cast, its origin's number for it, and the sender's claim: the casts it had delivered
+            in this view, and a hash of their order *)
 
   let name = "chk_total"
 
@@ -245,10 +263,10 @@ module Total_chk = struct
     c : common;
     out : header Layer.out;
     mutable cast_next : int;
-    mutable count : int;  (* casts delivered in the regular part of the view *)
+    mutable count : int; (* casts delivered in the regular part of the view *)
     mutable hash : int;
-    prefix : int array;  (* hash of the order's first k casts, at k mod window *)
-    mutable pending : (int * int * int * int) list;  (* count, hash, origin, seq *)
+    prefix : int array; (* hash of the order's first k casts, at k mod window *)
+    mutable pending : (int * int * int * int) list; (* count, hash, origin, seq *)
     mutable npending : int;
     mutable stopped : bool;
     mutable checked : int;
@@ -290,7 +308,8 @@ module Total_chk = struct
       if t.prefix.(k mod window) <> h then
         violate t.c
           (Fmt.str
-             "the first %d casts of the view were delivered in another order at rank %d (its claim with cast #%d) than here"
+             "the first %d casts of the view were delivered in another order at rank %d (its claim \
+              with cast #%d) than here"
              k o seq)
     end
 
@@ -358,7 +377,8 @@ end
 (* {1 chk_sync} *)
 
 let sync_checked =
-  Contract.v "sync-checked" ~doc:"members that install the same two views delivered the same casts in the first (chk_sync)"
+  Contract.v "sync-checked"
+    ~doc:"members that install the same two views delivered the same casts in the first (chk_sync)"
 
 (* What each member of this process delivered in its latest view, by its
    member id: the next view's chk_sync casts it. Bounded: past [max_members]
@@ -371,8 +391,7 @@ module Sync_chk = struct
     | Pass  (** a send *)
     | Data of int  (** a cast, and its origin's number for it *)
     | Digest of { prev : string; count : int; digest : int }
-        (** the casts the sender delivered in its previous view: how many,
-            and a hash of the set *)
+        (** the casts the sender delivered in its previous view: how many, and a hash of the set *)
 
   let name = "chk_sync"
   let max_vid = 1024
@@ -400,8 +419,8 @@ module Sync_chk = struct
   type t = {
     c : common;
     out : header Layer.out;
-    prev : (string * int * int) option;  (* this member's previous view: id, casts, digest *)
-    before : string list;  (* the previous view's last events here *)
+    prev : (string * int * int) option; (* this member's previous view: id, casts, digest *)
+    before : string list; (* the previous view's last events here *)
     mutable told : bool;
     mutable cast_next : int;
     mutable count : int;
@@ -418,10 +437,24 @@ module Sync_chk = struct
     let c = common name ctx in
     let prev, before =
       match Hashtbl.find_opt last c.me with
-      | Some (vid, count, digest, pc) -> (Some (vid, count, digest), List.map (fun e -> "(view " ^ vid ^ ") " ^ e) (events pc))
+      | Some (vid, count, digest, pc) ->
+          (Some (vid, count, digest), List.map (fun e -> "(view " ^ vid ^ ") " ^ e) (events pc))
       | None -> (None, [])
     in
-    let t = { c; out; prev; before; told = false; cast_next = 1; count = 0; digest = 0; compared = 0; skipped = 0 } in
+    let t =
+      {
+        c;
+        out;
+        prev;
+        before;
+        told = false;
+        cast_next = 1;
+        count = 0;
+        digest = 0;
+        compared = 0;
+        skipped = 0;
+      }
+    in
     record t;
     (* Tell the others, once the stack runs. *)
     if prev <> None && c.n > 1 then out.alarm (ctx.now ());
@@ -453,8 +486,8 @@ module Sync_chk = struct
         if c <> count || d <> digest then
           violate ~before:t.before t.c
             (Fmt.str
-               "rank %d and this member installed view %s, then this view, but delivered other casts in %s: %d there \
-                (digest %x), %d here (digest %x)"
+               "rank %d and this member installed view %s, then this view, but delivered other \
+                casts in %s: %d there (digest %x), %d here (digest %x)"
                o prev prev count digest c d)
     | _ -> t.skipped <- t.skipped + 1
 
@@ -495,7 +528,6 @@ module Sync_chk = struct
 end
 
 let reset () = Hashtbl.reset last
-
 let fifo : Layer.t = (module Fifo)
 let total : Layer.t = (module Total_chk)
 let sync : Layer.t = (module Sync_chk)

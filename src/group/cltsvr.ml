@@ -14,17 +14,25 @@ module Param = struct
   let max_request = "cltsvr.max_request"
 
   let () =
-    Params.register max_clients (Params.Int 1024) ~doc:"sessions the servers hold at most; an open beyond is refused (busy)";
+    Params.register max_clients (Params.Int 1024)
+      ~doc:"sessions the servers hold at most; an open beyond is refused (busy)";
     Params.register backlog (Params.Int 64)
-      ~doc:"notifications kept per session for a client that asks again (after a loss or a failover); older ones are told lost";
-    Params.register window (Params.Int 32) ~doc:"a client's requests not yet acknowledged; request refuses beyond";
-    Params.register client_timeout (Params.Time (Time.of_sec 10.))
+      ~doc:
+        "notifications kept per session for a client that asks again (after a loss or a failover); \
+         older ones are told lost";
+    Params.register window (Params.Int 32)
+      ~doc:"a client's requests not yet acknowledged; request refuses beyond";
+    Params.register client_timeout
+      (Params.Time (Time.of_sec 10.))
       ~doc:"a session no server has heard of for this long is forgotten by every server";
-    Params.register failover (Params.Time (Time.of_sec 1.))
+    Params.register failover
+      (Params.Time (Time.of_sec 1.))
       ~doc:"a client that hears nothing from its server for this long turns to the next one";
-    Params.register retry (Params.Time (Time.of_ms 200))
+    Params.register retry
+      (Params.Time (Time.of_ms 200))
       ~doc:"period of a client's resends and keepalives, and of the servers' checks";
-    Params.register max_request (Params.Int 65536) ~doc:"the largest request or notification, in bytes"
+    Params.register max_request (Params.Int 65536)
+      ~doc:"the largest request or notification, in bytes"
 end
 
 (* {1 The wire} *)
@@ -58,11 +66,15 @@ let wire_body =
     [
       Codec.case 0 "hello"
         Codec.(tup4 str str bool varint)
-        (function Hello { group; session; resumed; heard } -> Some (group, session, resumed, heard) | _ -> None)
+        (function
+          | Hello { group; session; resumed; heard } -> Some (group, session, resumed, heard)
+          | _ -> None)
         (fun (group, session, resumed, heard) -> Hello { group; session; resumed; heard });
       Codec.case 1 "request"
         Codec.(tup4 str str varint body)
-        (function Request { group; session; seq; payload } -> Some (group, session, seq, payload) | _ -> None)
+        (function
+          | Request { group; session; seq; payload } -> Some (group, session, seq, payload)
+          | _ -> None)
         (fun (group, session, seq, payload) -> Request { group; session; seq; payload });
       Codec.case 2 "bye"
         Codec.(pair str str)
@@ -101,7 +113,9 @@ let wire_codec =
 let env_body =
   Codec.union "cltsvr-env"
     [
-      Codec.case 0 "open" str (function Open { session } -> Some session | _ -> None) (fun session -> Open { session });
+      Codec.case 0 "open" str
+        (function Open { session } -> Some session | _ -> None)
+        (fun session -> Open { session });
       Codec.case 1 "req"
         Codec.(tup3 str varint body)
         (function Req { session; seq; payload } -> Some (session, seq, payload) | _ -> None)
@@ -126,10 +140,18 @@ let env_codec =
     (fun (m, v) -> if m = Group.client_magic then Ok v else Error (Printf.sprintf "magic 0x%02x" m))
     Codec.(pair uint8 env_body)
 
-type error = Flow_control | Too_big of { size : int; max : int } | Unknown_client of string | Closed | Not_running
+type error =
+  | Flow_control
+  | Too_big of { size : int; max : int }
+  | Unknown_client of string
+  | Closed
+  | Not_running
 
 let pp_error ppf = function
-  | Flow_control -> Fmt.string ppf "too many requests not yet acknowledged (cltsvr.window), or the group's flow control is full"
+  | Flow_control ->
+      Fmt.string ppf
+        "too many requests not yet acknowledged (cltsvr.window), or the group's flow control is \
+         full"
   | Too_big { size; max } -> Fmt.pf ppf "message of %d bytes, over the largest (%d)" size max
   | Unknown_client c -> Fmt.pf ppf "no session %s" c
   | Closed -> Fmt.string ppf "the client is closed (it said bye, or its session expired)"
@@ -139,16 +161,18 @@ type attach_error = No_total of string
 
 let pp_attach_error ppf (No_total st) =
   Fmt.pf ppf
-    "the servers' stack %s has no total order: client-server groups need Total (sessions are opened, numbered and \
-     forgotten in one order at every server)"
+    "the servers' stack %s has no total order: client-server groups need Total (sessions are \
+     opened, numbered and forgotten in one order at every server)"
     st
 
 type status = Connected of string | Busy_refused | Expired_session | Failing_over of string
 
 let pp_status ppf = function
   | Connected s -> Fmt.pf ppf "connected to %s" s
-  | Busy_refused -> Fmt.string ppf "refused: the servers hold as many sessions as they may (cltsvr.max_clients)"
-  | Expired_session -> Fmt.string ppf "the session expired (silent for longer than cltsvr.client_timeout)"
+  | Busy_refused ->
+      Fmt.string ppf "refused: the servers hold as many sessions as they may (cltsvr.max_clients)"
+  | Expired_session ->
+      Fmt.string ppf "the session expired (silent for longer than cltsvr.client_timeout)"
   | Failing_over s -> Fmt.pf ppf "no answer: turning to %s" s
 
 let encode_wire w = Codec.encode_string wire_codec w
@@ -158,11 +182,11 @@ module Make (T : Transport.S) = struct
 
   module Server = struct
     type session = {
-      mutable upto : int;  (* requests delivered *)
-      mutable notes : int;  (* notifications numbered *)
-      kept : (int * string) Queue.t;  (* the latest notifications, at most [backlog] *)
-      mutable seen : Time.t;  (* when the group last spoke of it (local clock) *)
-      mutable mentions : int;  (* casts about it delivered: the same at every server at each point *)
+      mutable upto : int; (* requests delivered *)
+      mutable notes : int; (* notifications numbered *)
+      kept : (int * string) Queue.t; (* the latest notifications, at most [backlog] *)
+      mutable seen : Time.t; (* when the group last spoke of it (local clock) *)
+      mutable mentions : int; (* casts about it delivered: the same at every server at each point *)
     }
 
     (* A client that talks to this server. *)
@@ -183,15 +207,16 @@ module Make (T : Transport.S) = struct
       cb : callbacks;
       sessions : (string, session) Hashtbl.t;
       contacts : (string, contact) Hashtbl.t;
-      opening : (string, Time.t) Hashtbl.t;  (* opens cast and not yet delivered, by session *)
-      forgetting : (string, Time.t) Hashtbl.t;  (* forgets cast and not yet delivered *)
+      opening : (string, Time.t) Hashtbl.t; (* opens cast and not yet delivered, by session *)
+      forgetting : (string, Time.t) Hashtbl.t; (* forgets cast and not yet delivered *)
       max_clients : int;
       backlog : int;
       client_timeout : Time.t;
       retry : Time.t;
       max_request : int;
       mutable last_alive : Time.t;
-      mutable ordered_at : Time.t;  (* when this server's own Alive was last delivered: the group orders casts *)
+      mutable ordered_at : Time.t;
+          (* when this server's own Alive was last delivered: the group orders casts *)
       mutable stopped : bool;
       mutable garbage : int;
       mutable refused_busy : int;
@@ -226,7 +251,9 @@ module Make (T : Transport.S) = struct
       }
 
     let now t = T.now t.tr
-    let reply t addr w = match t.g with Some g -> G.send_client g ~dst:addr (encode_wire w) | None -> ()
+
+    let reply t addr w =
+      match t.g with Some g -> G.send_client g ~dst:addr (encode_wire w) | None -> ()
 
     let cast_env t e =
       match t.g with
@@ -241,11 +268,13 @@ module Make (T : Transport.S) = struct
           match G.cast g ("\000" ^ s) with
           | Ok () -> Ok ()
           | Error Group.Flow_control -> Error Flow_control
-          | Error (Group.Too_big { size; max }) -> Error (Too_big { size = size - 1; max = max - 1 })
+          | Error (Group.Too_big { size; max }) ->
+              Error (Too_big { size = size - 1; max = max - 1 })
           | Error _ -> Error Not_running)
 
     let notify_env t session payload =
-      if String.length payload > t.max_request then Error (Too_big { size = String.length payload; max = t.max_request })
+      if String.length payload > t.max_request then
+        Error (Too_big { size = String.length payload; max = t.max_request })
       else
         match t.g with
         | None -> Error Not_running
@@ -257,7 +286,8 @@ module Make (T : Transport.S) = struct
             | Error _ -> Error Not_running)
 
     let notify t ~client payload =
-      if not (Hashtbl.mem t.sessions client) then Error (Unknown_client client) else notify_env t (Some client) payload
+      if not (Hashtbl.mem t.sessions client) then Error (Unknown_client client)
+      else notify_env t (Some client) payload
 
     let notify_all t payload = notify_env t None payload
 
@@ -266,8 +296,11 @@ module Make (T : Transport.S) = struct
        lost. *)
     let resend_notes t session s addr ~from =
       let first = match Queue.peek_opt s.kept with Some (n, _) -> n | None -> s.notes + 1 in
-      if from < first && from <= s.notes then reply t addr (Gap { session; first = from; last = min s.notes (first - 1) });
-      Queue.iter (fun (n, p) -> if n >= from then reply t addr (Note { session; n; payload = p })) s.kept
+      if from < first && from <= s.notes then
+        reply t addr (Gap { session; first = from; last = min s.notes (first - 1) });
+      Queue.iter
+        (fun (n, p) -> if n >= from then reply t addr (Note { session; n; payload = p }))
+        s.kept
 
     let contact_of t session addr =
       match Hashtbl.find_opt t.contacts session with
@@ -276,7 +309,9 @@ module Make (T : Transport.S) = struct
           c.heard_at <- now t;
           c
       | None ->
-          let upto = match Hashtbl.find_opt t.sessions session with Some s -> s.upto | None -> 0 in
+          let upto =
+            match Hashtbl.find_opt t.sessions session with Some s -> s.upto | None -> 0
+          in
           let c = { addr; heard_at = now t; forwarded = upto } in
           Hashtbl.replace t.contacts session c;
           c
@@ -297,7 +332,9 @@ module Make (T : Transport.S) = struct
           | None ->
               (* A new session: opened in one order at every server. The
                  contacts of sessions not yet open are bounded too. *)
-              if Hashtbl.length t.sessions + Hashtbl.length t.opening >= t.max_clients && not (Hashtbl.mem t.opening session)
+              if
+                Hashtbl.length t.sessions + Hashtbl.length t.opening >= t.max_clients
+                && not (Hashtbl.mem t.opening session)
               then begin
                 t.refused_busy <- t.refused_busy + 1;
                 reply t src (Refused { session; why = Busy })
@@ -305,12 +342,15 @@ module Make (T : Transport.S) = struct
               else begin
                 ignore (contact_of t session src);
                 match Hashtbl.find_opt t.opening session with
-                | Some at when now t < at + t.retry * 5 -> ()
-                | _ -> if cast_env t (Open { session }) then Hashtbl.replace t.opening session (now t)
+                | Some at when now t < at + (t.retry * 5) -> ()
+                | _ ->
+                    if cast_env t (Open { session }) then Hashtbl.replace t.opening session (now t)
               end)
       | Ok (Request { group; session; seq; payload }) when group = t.group -> (
           match Hashtbl.find_opt t.sessions session with
-          | None -> if not (Hashtbl.mem t.opening session) then reply t src (Refused { session; why = Expired })
+          | None ->
+              if not (Hashtbl.mem t.opening session) then
+                reply t src (Refused { session; why = Expired })
           | Some s ->
               let c = contact_of t session src in
               if seq <= s.upto then reply t src (Ack { session; upto = s.upto })
@@ -318,10 +358,12 @@ module Make (T : Transport.S) = struct
                 if cast_env t (Req { session; seq; payload }) then c.forwarded <- seq
               end
               (* Further on: the client sends it again once the ones
-                 before are acknowledged. *))
+                 before are acknowledged. *)
+          )
       | Ok (Bye { group; session }) when group = t.group ->
           if Hashtbl.mem t.sessions session && not (Hashtbl.mem t.forgetting session) then
-            if cast_env t (Forget { session; why = "said bye"; mentions = None }) then Hashtbl.replace t.forgetting session (now t)
+            if cast_env t (Forget { session; why = "said bye"; mentions = None }) then
+              Hashtbl.replace t.forgetting session (now t)
       | Ok _ -> t.garbage <- t.garbage + 1
 
     let forget t session why =
@@ -353,7 +395,9 @@ module Make (T : Transport.S) = struct
                 | None -> ()
               end
               else begin
-                let s = { upto = 0; notes = 0; kept = Queue.create (); seen = now t; mentions = 1 } in
+                let s =
+                  { upto = 0; notes = 0; kept = Queue.create (); seen = now t; mentions = 1 }
+                in
                 Hashtbl.replace t.sessions session s;
                 t.cb.opened ~client:session;
                 match Hashtbl.find_opt t.contacts session with
@@ -362,16 +406,16 @@ module Make (T : Transport.S) = struct
               end)
       | Req { session; seq; payload } -> (
           match Hashtbl.find_opt t.sessions session with
-          | Some s when seq = s.upto + 1 ->
+          | Some s when seq = s.upto + 1 -> (
               s.upto <- seq;
               mention s t;
               t.delivered <- t.delivered + 1;
               t.cb.request ~client:session ~seq payload;
-              (match Hashtbl.find_opt t.contacts session with
+              match Hashtbl.find_opt t.contacts session with
               | Some c -> reply t c.addr (Ack { session; upto = s.upto })
               | None -> ())
           | Some _ | None -> t.duplicates <- t.duplicates + 1)
-      | Notify { session; payload } ->
+      | Notify { session; payload } -> (
           let one session s =
             s.notes <- s.notes + 1;
             t.cb.noted ~client:session ~n:s.notes payload;
@@ -383,7 +427,7 @@ module Make (T : Transport.S) = struct
             | Some c -> reply t c.addr (Note { session; n = s.notes; payload })
             | None -> ()
           in
-          (match session with
+          match session with
           | Some c -> Option.iter (one c) (Hashtbl.find_opt t.sessions c)
           | None ->
               (* In a fixed order, the same at every server. *)
@@ -392,7 +436,9 @@ module Make (T : Transport.S) = struct
                 (List.sort compare (Hashtbl.fold (fun c _ acc -> c :: acc) t.sessions [])))
       | Alive { sessions } ->
           if mine then t.ordered_at <- now t;
-          List.iter (fun c -> match Hashtbl.find_opt t.sessions c with Some s -> mention s t | None -> ()) sessions
+          List.iter
+            (fun c -> match Hashtbl.find_opt t.sessions c with Some s -> mention s t | None -> ())
+            sessions
       | Forget { session; why; mentions } -> (
           (* Unless something about it was delivered since the Forget was
              cast (a client that came back, an Alive delayed): the same
@@ -407,11 +453,15 @@ module Make (T : Transport.S) = struct
       if String.length s > 0 && Char.code s.[0] = Group.client_magic then
         match Codec.decode_string env_codec s with
         | Ok e -> deliver_env t ~mine:(match t.g with Some g -> origin = G.me g | None -> false) e
-        | Error e -> Log.warn (fun m -> m "a server cast of the client protocol does not decode: %a" Codec.pp_error e)
-      else if String.length s > 0 && s.[0] = '\000' then t.cb.cast ~origin (String.sub s 1 (String.length s - 1))
+        | Error e ->
+            Log.warn (fun m ->
+                m "a server cast of the client protocol does not decode: %a" Codec.pp_error e)
+      else if String.length s > 0 && s.[0] = '\000' then
+        t.cb.cast ~origin (String.sub s 1 (String.length s - 1))
       else t.cb.cast ~origin s
 
-    let callbacks t (cb : Group.callbacks) = { cb with Group.cast = (fun ~origin s -> on_cast t ~origin s) }
+    let callbacks t (cb : Group.callbacks) =
+      { cb with Group.cast = (fun ~origin s -> on_cast t ~origin s) }
 
     let rec tick t =
       if not t.stopped then begin
@@ -428,22 +478,30 @@ module Make (T : Transport.S) = struct
                (a sequencer that crashed, before the view change) is not
                taken for the clients'. *)
             if n - t.last_alive >= t.client_timeout / 4 && not (G.is_blocked g) then begin
-              let mine = Hashtbl.fold (fun c _ acc -> if Hashtbl.mem t.sessions c then c :: acc else acc) t.contacts [] in
+              let mine =
+                Hashtbl.fold
+                  (fun c _ acc -> if Hashtbl.mem t.sessions c then c :: acc else acc)
+                  t.contacts []
+              in
               if cast_env t (Alive { sessions = List.sort compare mine }) then t.last_alive <- n
             end;
             (* Sessions no one has spoken of, while the group ordered
                casts: forgotten, everywhere. *)
             if n - t.ordered_at < t.client_timeout / 2 then
-            Hashtbl.iter
-              (fun c s ->
-                if n - s.seen > t.client_timeout then
-                  match Hashtbl.find_opt t.forgetting c with
-                  | Some at when n < at + t.client_timeout / 2 -> ()
-                  | _ ->
-                      if cast_env t (Forget { session = c; why = "silent"; mentions = Some s.mentions }) then
-                        Hashtbl.replace t.forgetting c n)
-              t.sessions;
-            Hashtbl.filter_map_inplace (fun _ at -> if n - at > t.client_timeout then None else Some at) t.opening
+              Hashtbl.iter
+                (fun c s ->
+                  if n - s.seen > t.client_timeout then
+                    match Hashtbl.find_opt t.forgetting c with
+                    | Some at when n < at + (t.client_timeout / 2) -> ()
+                    | _ ->
+                        if
+                          cast_env t
+                            (Forget { session = c; why = "silent"; mentions = Some s.mentions })
+                        then Hashtbl.replace t.forgetting c n)
+                t.sessions;
+            Hashtbl.filter_map_inplace
+              (fun _ at -> if n - at > t.client_timeout then None else Some at)
+              t.opening
         | _ -> ());
         match t.g with
         | Some g when G.has_exited g -> t.stopped <- true
@@ -470,7 +528,10 @@ module Make (T : Transport.S) = struct
     let take_state t =
       let l =
         List.sort compare
-          (Hashtbl.fold (fun c s acc -> (c, (s.upto, s.notes, s.mentions), List.of_seq (Queue.to_seq s.kept), ()) :: acc) t.sessions [])
+          (Hashtbl.fold
+             (fun c s acc ->
+               (c, (s.upto, s.notes, s.mentions), List.of_seq (Queue.to_seq s.kept), ()) :: acc)
+             t.sessions [])
       in
       Codec.encode_string state_codec l
 
@@ -488,7 +549,12 @@ module Make (T : Transport.S) = struct
               Hashtbl.replace t.sessions c { upto; notes; kept = q; seen = now t; mentions })
             l;
           (* Contacts forward from what the group delivered. *)
-          Hashtbl.iter (fun c ct -> match Hashtbl.find_opt t.sessions c with Some s -> ct.forwarded <- s.upto | None -> ()) t.contacts
+          Hashtbl.iter
+            (fun c ct ->
+              match Hashtbl.find_opt t.sessions c with
+              | Some s -> ct.forwarded <- s.upto
+              | None -> ())
+            t.contacts
 
     let stop t = t.stopped <- true
     let sessions t = Hashtbl.length t.sessions
@@ -519,12 +585,12 @@ module Make (T : Transport.S) = struct
       servers : string array;
       mutable contact : int;
       cb : callbacks;
-      mutable opened : bool;  (* the servers opened the session once *)
-      mutable welcomed : bool;  (* the current contact welcomed it *)
-      mutable next : int;  (* the number of the next request *)
-      outstanding : (int * string) Queue.t;  (* requests not yet acknowledged, in order *)
+      mutable opened : bool; (* the servers opened the session once *)
+      mutable welcomed : bool; (* the current contact welcomed it *)
+      mutable next : int; (* the number of the next request *)
+      outstanding : (int * string) Queue.t; (* requests not yet acknowledged, in order *)
       mutable acked : int;
-      mutable heard : int;  (* notifications heard (or told lost), in order *)
+      mutable heard : int; (* notifications heard (or told lost), in order *)
       mutable last_reply : Time.t;
       mutable last_sent : Time.t;
       mutable closed : bool;
@@ -548,10 +614,15 @@ module Make (T : Transport.S) = struct
             ignore (T.send t.conn ~dst msg);
             Msg.release msg
 
-    let hello t = send t (Hello { group = t.group; session = t.session; resumed = t.opened; heard = t.heard })
+    let hello t =
+      send t (Hello { group = t.group; session = t.session; resumed = t.opened; heard = t.heard })
 
     let resend t =
-      if t.welcomed then Queue.iter (fun (seq, payload) -> send t (Request { group = t.group; session = t.session; seq; payload })) t.outstanding
+      if t.welcomed then
+        Queue.iter
+          (fun (seq, payload) ->
+            send t (Request { group = t.group; session = t.session; seq; payload }))
+          t.outstanding
 
     let close t =
       if not t.closed then begin
@@ -563,7 +634,7 @@ module Make (T : Transport.S) = struct
     let acked_upto t upto =
       if upto > t.acked then begin
         t.acked <- upto;
-        while (match Queue.peek_opt t.outstanding with Some (s, _) -> s <= upto | None -> false) do
+        while match Queue.peek_opt t.outstanding with Some (s, _) -> s <= upto | None -> false do
           ignore (Queue.pop t.outstanding)
         done
       end
@@ -574,7 +645,11 @@ module Make (T : Transport.S) = struct
       | Error _ -> t.garbage <- t.garbage + 1
       | Ok w -> (
           match w with
-          | (Welcome { session; _ } | Ack { session; _ } | Note { session; _ } | Gap { session; _ } | Refused { session; _ })
+          | Welcome { session; _ }
+          | Ack { session; _ }
+          | Note { session; _ }
+          | Gap { session; _ }
+          | Refused { session; _ }
             when session <> t.session ->
               t.garbage <- t.garbage + 1
           | Welcome { upto; _ } when from_contact ->
@@ -636,9 +711,15 @@ module Make (T : Transport.S) = struct
             match List.find_opt (fun s -> Result.is_error (T.address_of_string s)) servers with
             | Some s -> Error (Printf.sprintf "bad server address %S" s)
             | None -> (
-                let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
+                let seed =
+                  match seed with
+                  | Some s -> s
+                  | None -> Random.State.bits (Random.State.make_self_init ())
+                in
                 let rng = Rng.create seed in
-                let session = Printf.sprintf "%08x%08x" (Rng.int rng 0x3fffffff) (Rng.int rng 0x3fffffff) in
+                let session =
+                  Printf.sprintf "%08x%08x" (Rng.int rng 0x3fffffff) (Rng.int rng 0x3fffffff)
+                in
                 let self = ref None in
                 let handler _ =
                   {
@@ -646,7 +727,9 @@ module Make (T : Transport.S) = struct
                       (fun ~src v ->
                         let s = Cstruct.to_string (Iovec.cstruct v) in
                         Iovec.release v;
-                        match !self with Some t when not t.closed -> on_wire t ~src:(T.address_to_string src) s | _ -> ());
+                        match !self with
+                        | Some t when not t.closed -> on_wire t ~src:(T.address_to_string src) s
+                        | _ -> ());
                     closed = (fun () -> match !self with Some t -> t.closed <- true | None -> ());
                   }
                 in
@@ -687,7 +770,8 @@ module Make (T : Transport.S) = struct
 
     let request t payload =
       if t.closed then Error Closed
-      else if String.length payload > t.max_request then Error (Too_big { size = String.length payload; max = t.max_request })
+      else if String.length payload > t.max_request then
+        Error (Too_big { size = String.length payload; max = t.max_request })
       else if Queue.length t.outstanding >= t.window then Error Flow_control
       else begin
         let seq = t.next in
@@ -704,6 +788,7 @@ module Make (T : Transport.S) = struct
     let server t = t.servers.(t.contact)
     let is_closed t = t.closed
     let failovers t = t.failovers
+
     let crash t =
       if not t.closed then begin
         t.closed <- true;

@@ -1,76 +1,71 @@
-(** Client-server groups (property [Cltsvr], Ensemble's client-server
-    management): clients that send requests to a group of servers and hear
-    notifications from them, without being members of the servers' view.
-    The servers' views, flushes and failure detection involve the servers
-    only, so that hundreds of clients do not slow their view changes.
+(** Client-server groups (property [Cltsvr], Ensemble's client-server management): clients that send
+    requests to a group of servers and hear notifications from them, without being members of the
+    servers' view. The servers' views, flushes and failure detection involve the servers only, so
+    that hundreds of clients do not slow their view changes.
 
     {2 How it works}
 
-    A client opens a {e session} (a random id) with one server, its
-    {e contact}, over datagrams ({!Group.client_magic}) on the server's
-    member address. The contact casts what the client sends into the
-    servers' group, which must run [Total] (the same order at every
-    server); every server applies those casts to the session table in that
-    order, so the table is the same at every server. A client that hears
-    nothing from its contact for [cltsvr.failover] turns to the next server
-    of its list and resumes its session there.
+    A client opens a {e session} (a random id) with one server, its {e contact}, over datagrams
+    ({!Group.client_magic}) on the server's member address. The contact casts what the client sends
+    into the servers' group, which must run [Total] (the same order at every server); every server
+    applies those casts to the session table in that order, so the table is the same at every
+    server. A client that hears nothing from its contact for [cltsvr.failover] turns to the next
+    server of its list and resumes its session there.
 
     {2 Guarantees}
 
-    - {b Requests.} The requests of a session are numbered 1, 2, ... by the
-      client. Every server delivers request [k] of a session ([request]
-      callback) at most once, after request [k-1] and only after it, in the
-      servers' total order (with virtual synchrony: servers that go on
-      together from a view delivered the same requests in it). A request is
-      acknowledged to the client once its contact delivered it; the client
-      sends again what is not acknowledged, to another server after a
-      failover, so a request survives the crash of the server it was given
-      to: while the client runs and some server stays up, every request is
-      delivered. At most [cltsvr.window] requests are unacknowledged
-      ({!Make.Client.request} refuses beyond).
-    - {b Notifications.} A server casts a notification to one session
-      ({!Make.Server.notify}) or to all ({!Make.Server.notify_all}); every
-      server numbers the notifications of each session in the total order,
-      so number [n] is the same notification everywhere. The client hears
-      them in that order, each once ([note] callback); after a loss or a
-      failover it asks its contact from the first it lacks, and hears those
-      the servers still keep (the last [cltsvr.backlog]); older ones are
-      told lost ([lost n]), never skipped silently.
-    - {b Bounded state.} The servers hold at most [cltsvr.max_clients]
-      sessions (an open beyond is refused: {!Busy_refused}), each with
-      its two counters and at most [cltsvr.backlog] notifications; a server
-      keeps, per client it is the contact of, an address and two numbers.
-      A session no server has heard from for [cltsvr.client_timeout] (the
-      client crashed or went away) is forgotten by every server, at the
-      same point of the total order, within twice that time; a client that
-      comes back after it is told its session expired ({!Expired_session})
-      and must open a new one; so a request is never delivered twice, even
-      across an expiry. A client's [Bye] forgets its session at once.
-    - Datagrams that do not decode, of another group or of another session
-      are counted and dropped; nothing a client sends makes a server
-      allocate beyond the bounds above.
+    - {b Requests.} The requests of a session are numbered 1, 2, ... by the client. Every server
+      delivers request [k] of a session ([request] callback) at most once, after request [k-1] and
+      only after it, in the servers' total order (with virtual synchrony: servers that go on
+      together from a view delivered the same requests in it). A request is acknowledged to the
+      client once its contact delivered it; the client sends again what is not acknowledged, to
+      another server after a failover, so a request survives the crash of the server it was given
+      to: while the client runs and some server stays up, every request is delivered. At most
+      [cltsvr.window] requests are unacknowledged ({!Make.Client.request} refuses beyond).
+    - {b Notifications.} A server casts a notification to one session ({!Make.Server.notify}) or to
+      all ({!Make.Server.notify_all}); every server numbers the notifications of each session in the
+      total order, so number [n] is the same notification everywhere. The client hears them in that
+      order, each once ([note] callback); after a loss or a failover it asks its contact from the
+      first it lacks, and hears those the servers still keep (the last [cltsvr.backlog]); older ones
+      are told lost ([lost n]), never skipped silently.
+    - {b Bounded state.} The servers hold at most [cltsvr.max_clients] sessions (an open beyond is
+      refused: {!Busy_refused}), each with its two counters and at most [cltsvr.backlog]
+      notifications; a server keeps, per client it is the contact of, an address and two numbers. A
+      session no server has heard from for [cltsvr.client_timeout] (the client crashed or went away)
+      is forgotten by every server, at the same point of the total order, within twice that time; a
+      client that comes back after it is told its session expired ({!Expired_session}) and must open
+      a new one; so a request is never delivered twice, even across an expiry. A client's [Bye]
+      forgets its session at once.
+    - Datagrams that do not decode, of another group or of another session are counted and dropped;
+      nothing a client sends makes a server allocate beyond the bounds above.
 
-    Limits: a server that joins the servers later (a restarted one) must
-    get the session table by state transfer ([Xfer], {!Make.Server.take_state}),
-    else it has none and its table disagrees; a partition of the servers that heals merges
-    two session tables that may disagree. With [Auth] (and [Rekey]) the
-    clients seal with the group's secret, as the servers' side channel
-    does: whoever lacks it can open no session. *)
+    Limits: a server that joins the servers later (a restarted one) must get the session table by
+    state transfer ([Xfer], {!Make.Server.take_state}), else it has none and its table disagrees; a
+    partition of the servers that heals merges two session tables that may disagree. With [Auth]
+    (and [Rekey]) the clients seal with the group's secret, as the servers' side channel does:
+    whoever lacks it can open no session. *)
 
 module Param : sig
-  val max_clients : string  (** ["cltsvr.max_clients"], default 1024 *)
+  val max_clients : string
+  (** ["cltsvr.max_clients"], default 1024 *)
 
-  val backlog : string  (** ["cltsvr.backlog"], default 64 notifications per session *)
+  val backlog : string
+  (** ["cltsvr.backlog"], default 64 notifications per session *)
 
-  val window : string  (** ["cltsvr.window"], default 32 requests not yet acknowledged *)
+  val window : string
+  (** ["cltsvr.window"], default 32 requests not yet acknowledged *)
 
-  val client_timeout : string  (** ["cltsvr.client_timeout"], default 10 s *)
+  val client_timeout : string
+  (** ["cltsvr.client_timeout"], default 10 s *)
 
-  val failover : string  (** ["cltsvr.failover"], default 1 s *)
+  val failover : string
+  (** ["cltsvr.failover"], default 1 s *)
 
-  val retry : string  (** ["cltsvr.retry"], default 200 ms: resends, keepalives, checks *)
+  val retry : string
+  (** ["cltsvr.retry"], default 200 ms: resends, keepalives, checks *)
 
-  val max_request : string  (** ["cltsvr.max_request"], default 64 KiB *)
+  val max_request : string
+  (** ["cltsvr.max_request"], default 64 KiB *)
 end
 
 type refusal = Busy | Expired
@@ -95,8 +90,8 @@ type env =
   | Notify of { session : string option; payload : string }
   | Alive of { sessions : string list }  (** the sessions a server hears from, cast periodically *)
   | Forget of { session : string; why : string; mentions : int option }
-      (** forget the session, unless the casts about it delivered so far
-          are no longer [mentions] (then it was heard of since) *)
+      (** forget the session, unless the casts about it delivered so far are no longer [mentions]
+          (then it was heard of since) *)
 
 val env_codec : env Consort.Codec.t
 
@@ -127,18 +122,19 @@ module Make (T : Consort.Transport.S) : sig
     type t
 
     type callbacks = {
-      request : client:string -> seq:int -> string -> unit;  (** request [seq] of session [client] *)
+      request : client:string -> seq:int -> string -> unit;
+          (** request [seq] of session [client] *)
       opened : client:string -> unit;
       closed : client:string -> why:string -> unit;  (** forgotten: ["silent"] or ["said bye"] *)
-      noted : client:string -> n:int -> string -> unit;  (** notification [n] of session [client] was numbered here *)
+      noted : client:string -> n:int -> string -> unit;
+          (** notification [n] of session [client] was numbered here *)
       cast : origin:string -> string -> unit;  (** the application's own casts ({!cast}) *)
     }
 
     val create : ?params:Consort.Params.t -> T.t -> group:string -> callbacks -> t
 
     val callbacks : t -> Group.callbacks -> Group.callbacks
-    (** The callbacks to give {!Group.Make.join}: the group's casts go
-        through the server first. *)
+    (** The callbacks to give {!Group.Make.join}: the group's casts go through the server first. *)
 
     val attach : t -> Group.Make(T).t -> (unit, attach_error) result
     (** After the join: the member's address serves clients. *)
@@ -148,18 +144,18 @@ module Make (T : Consort.Transport.S) : sig
 
     val notify : t -> client:string -> string -> (unit, error) result
     val notify_all : t -> string -> (unit, error) result
-
     val take_state : t -> string
+
     val install_state : t -> string -> unit
-    (** The session table, for state transfer (property [Xfer]): give them
-        to {!Group.Make.join} ([take_state], [install_state]; composed with
-        the application's own state, if any), so that a server that joins
-        the servers later (a restarted one) gets the table before any
-        cast of its view. *)
+    (** The session table, for state transfer (property [Xfer]): give them to {!Group.Make.join}
+        ([take_state], [install_state]; composed with the application's own state, if any), so that
+        a server that joins the servers later (a restarted one) gets the table before any cast of
+        its view. *)
 
     val stop : t -> unit
     val sessions : t -> int
     val clients : t -> string list
+
     val upto : t -> string -> int option
     (** Requests of this session delivered here. *)
 
@@ -172,7 +168,8 @@ module Make (T : Consort.Transport.S) : sig
 
     type callbacks = {
       note : string -> unit;  (** the next notification *)
-      lost : int -> unit;  (** that many notifications, next in order, are lost (out of the backlog) *)
+      lost : int -> unit;
+          (** that many notifications, next in order, are lost (out of the backlog) *)
       status : status -> unit;
     }
 
@@ -185,9 +182,8 @@ module Make (T : Consort.Transport.S) : sig
       servers:string list ->
       callbacks ->
       (t, string) result
-    (** [connect tr ~group ~addr ~servers cb] opens [addr] and a session
-        with one of [servers] (the servers' member addresses). [Error] is
-        one line. *)
+    (** [connect tr ~group ~addr ~servers cb] opens [addr] and a session with one of [servers] (the
+        servers' member addresses). [Error] is one line. *)
 
     val request : t -> string -> (int, error) result
     (** The request's number. *)

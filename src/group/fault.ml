@@ -1,6 +1,8 @@
 open Consort
 
-let src = Logs.Src.create "consort.fault" ~doc:"Fault layers: datagrams dropped, delayed, duplicated, partitioned"
+let src =
+  Logs.Src.create "consort.fault"
+    ~doc:"Fault layers: datagrams dropped, delayed, duplicated, partitioned"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
@@ -15,26 +17,38 @@ module Param = struct
   let partition = "partition.sets"
 
   let () =
-    Params.register seed (Params.Int 0) ~min:(Params.Int 0) ~max:(Params.Int (1 lsl 40))
+    Params.register seed (Params.Int 0) ~min:(Params.Int 0)
+      ~max:(Params.Int (1 lsl 40))
       ~doc:
-        "fault layers: the seed of their choices (with the view and the member's rank); 0: the stack's own \
-         generator";
+        "fault layers: the seed of their choices (with the view and the member's rank); 0: the \
+         stack's own generator";
     Params.register drop (Params.Float 0.) ~min:(Params.Float 0.) ~max:(Params.Float 1.)
       ~doc:"fault layer drop: the fraction of received datagrams dropped";
     Params.register dup (Params.Float 0.) ~min:(Params.Float 0.) ~max:(Params.Float 1.)
       ~doc:"fault layer dup: the fraction of received datagrams delivered twice";
     Params.register delay (Params.Float 0.) ~min:(Params.Float 0.) ~max:(Params.Float 1.)
-      ~doc:"fault layer delay: the fraction of received datagrams held for delay.min to delay.max (so reordered)";
-    Params.register delay_min (Params.Time (Time.of_ms 1)) ~min:(Params.Time (Time.of_ms 0))
-      ~max:(Params.Time (Time.of_sec 60.)) ~doc:"fault layer delay: the shortest delay";
-    Params.register delay_max (Params.Time (Time.of_ms 50)) ~min:(Params.Time (Time.of_ms 0))
-      ~max:(Params.Time (Time.of_sec 60.)) ~doc:"fault layer delay: the longest delay";
+      ~doc:
+        "fault layer delay: the fraction of received datagrams held for delay.min to delay.max (so \
+         reordered)";
+    Params.register delay_min
+      (Params.Time (Time.of_ms 1))
+      ~min:(Params.Time (Time.of_ms 0))
+      ~max:(Params.Time (Time.of_sec 60.))
+      ~doc:"fault layer delay: the shortest delay";
+    Params.register delay_max
+      (Params.Time (Time.of_ms 50))
+      ~min:(Params.Time (Time.of_ms 0))
+      ~max:(Params.Time (Time.of_sec 60.))
+      ~doc:"fault layer delay: the longest delay";
     Params.register delay_queue (Params.Int 4096) ~min:(Params.Int 1) ~max:(Params.Int 1_000_000)
-      ~doc:"fault layer delay: datagrams held at most; beyond, a datagram that would be held is dropped";
+      ~doc:
+        "fault layer delay: datagrams held at most; beyond, a datagram that would be held is \
+         dropped";
     Params.register partition (Params.String "")
       ~doc:
-        "fault layer partition: sets of members that hear only each other, as ADDR:PORT+ADDR:PORT/ADDR:PORT (or \
-         member ids); members named in no set form one more; empty: no partition"
+        "fault layer partition: sets of members that hear only each other, as \
+         ADDR:PORT+ADDR:PORT/ADDR:PORT (or member ids); members named in no set form one more; \
+         empty: no partition"
 end
 
 let rng (ctx : Layer.ctx) =
@@ -58,9 +72,17 @@ module Drop = struct
 
   let name = "drop"
 
-  type t = { out : header Layer.out; rng : Rng.t; rate : float; mutable dropped : int; mutable passed : int }
+  type t = {
+    out : header Layer.out;
+    rng : Rng.t;
+    rate : float;
+    mutable dropped : int;
+    mutable passed : int;
+  }
 
-  let create ctx out = { out; rng = rng ctx; rate = Params.float ctx.params Param.drop; dropped = 0; passed = 0 }
+  let create ctx out =
+    { out; rng = rng ctx; rate = Params.float ctx.params Param.drop; dropped = 0; passed = 0 }
+
   let dn t dst msg = t.out.dn dst () msg
 
   let up t src () msg =
@@ -82,10 +104,22 @@ module Dup = struct
 
   let name = "dup"
 
-  type t = { out : header Layer.out; rng : Rng.t; pool : Pool.t; rate : float; mutable duplicated : int }
+  type t = {
+    out : header Layer.out;
+    rng : Rng.t;
+    pool : Pool.t;
+    rate : float;
+    mutable duplicated : int;
+  }
 
   let create (ctx : Layer.ctx) out =
-    { out; rng = rng ctx; pool = ctx.pool; rate = Params.float ctx.params Param.dup; duplicated = 0 }
+    {
+      out;
+      rng = rng ctx;
+      pool = ctx.pool;
+      rate = Params.float ctx.params Param.dup;
+      duplicated = 0;
+    }
 
   let dn t dst msg = t.out.dn dst () msg
 
@@ -133,7 +167,8 @@ module Delay = struct
   }
 
   let create (ctx : Layer.ctx) out =
-    let lo = Params.time ctx.params Param.delay_min and hi = Params.time ctx.params Param.delay_max in
+    let lo = Params.time ctx.params Param.delay_min
+    and hi = Params.time ctx.params Param.delay_max in
     {
       out;
       rng = rng ctx;
@@ -200,7 +235,8 @@ let parse_sets s =
   if String.trim s = "" then []
   else
     String.split_on_char '/' s
-    |> List.map (fun set -> String.split_on_char '+' set |> List.map String.trim |> List.filter (( <> ) ""))
+    |> List.map (fun set ->
+           String.split_on_char '+' set |> List.map String.trim |> List.filter (( <> ) ""))
 
 (* A member id is ADDR:PORT#INCARNATION: a set names it by either. *)
 let names item member =
@@ -226,13 +262,18 @@ module Partition = struct
   let create (ctx : Layer.ctx) out =
     let sets = parse_sets (Params.string ctx.params Param.partition) in
     let mine = set_of sets ctx.view.members.(ctx.view.rank) in
-    { out; apart = Array.map (fun m -> sets <> [] && set_of sets m <> mine) ctx.view.members; cut = 0 }
+    {
+      out;
+      apart = Array.map (fun m -> sets <> [] && set_of sets m <> mine) ctx.view.members;
+      cut = 0;
+    }
 
   let dn t dst msg = t.out.dn dst () msg
 
   let up t src () msg =
     match src with
-    | (Event.Cast_from o | Event.Send_from o) when o >= 0 && o < Array.length t.apart && t.apart.(o) ->
+    | (Event.Cast_from o | Event.Send_from o) when o >= 0 && o < Array.length t.apart && t.apart.(o)
+      ->
         t.cut <- t.cut + 1;
         Msg.release msg
     | _ -> t.out.up src msg

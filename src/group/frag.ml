@@ -11,12 +11,12 @@ module Param = struct
   let () =
     Params.register size (Params.Int 60_000)
       ~doc:"bytes of payload per fragment, below the largest UDP datagram less lower headers";
-    Params.register max_message (Params.Int (64 lsl 20))
+    Params.register max_message
+      (Params.Int (64 lsl 20))
       ~doc:"largest message sent or reassembled, in bytes"
 end
 
-let contract =
-  Contract.v "frag" ~doc:"messages of any size up to frag.max_message, casts and sends"
+let contract = Contract.v "frag" ~doc:"messages of any size up to frag.max_message, casts and sends"
 
 module L = struct
   type header = Whole | First of { length : int } | More of { index : int }
@@ -46,10 +46,10 @@ module L = struct
 
   (* A message being put together from one origin's fragments. *)
   type assembly = {
-    length : int;  (* of the whole message *)
+    length : int; (* of the whole message *)
     mutable got : int;
-    mutable next : int;  (* index of the fragment expected next *)
-    mutable parts : Iovecs.t list;  (* newest first *)
+    mutable next : int; (* index of the fragment expected next *)
+    mutable parts : Iovecs.t list; (* newest first *)
   }
 
   type t = {
@@ -58,7 +58,7 @@ module L = struct
     n : int;
     size : int;
     max_message : int;
-    casts : assembly option array;  (* by origin *)
+    casts : assembly option array; (* by origin *)
     sends : assembly option array;
     pending : (Event.dst * header * Msg.t) Queue.t;
     mutable draining : bool;
@@ -286,11 +286,13 @@ module F = struct
       length = true;
       framed = false;
       size = (fun _ _ -> Codec.size codec Whole);
-      dn_ok = (fun t dst len -> (not t.stopped) && (not t.draining) && dst = Event.Cast && len <= t.size);
+      dn_ok =
+        (fun t dst len -> (not t.stopped) && (not t.draining) && dst = Event.Cast && len <= t.size);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
-        (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
       up_fast =
         (fun t src _ _ ~layered:_ _ _ ->
           (match src with Event.Cast_from o -> interrupted t src t.casts o | _ -> ());
@@ -305,7 +307,13 @@ module F = struct
       | Some a -> Fmt.pf ppf "%d/%d@%d" a.got a.length a.next
     in
     Fmt.str "stopped %b draining %b pending %d; casts %a; sends %a; %a" t.stopped t.draining
-      (Queue.length t.pending) Fmt.(array ~sep:sp slot) t.casts Fmt.(array ~sep:sp slot) t.sends Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+      (Queue.length t.pending)
+      Fmt.(array ~sep:sp slot)
+      t.casts
+      Fmt.(array ~sep:sp slot)
+      t.sends
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

@@ -21,7 +21,8 @@ let () =
   Consort.Event.register_up_ctl_printer (function
     | Suspect { ranks; reason } ->
         Some (fun ppf -> Fmt.pf ppf "suspect([%a]: %s)" pp_ranks ranks reason)
-    | Flush_verdict { coord; accept } -> Some (fun ppf -> Fmt.pf ppf "flush-verdict(%d: %b)" coord accept)
+    | Flush_verdict { coord; accept } ->
+        Some (fun ppf -> Fmt.pf ppf "flush-verdict(%d: %b)" coord accept)
     | _ -> None);
   Consort.Event.register_dn_ctl_printer (function
     | Suspect_request { ranks; reason } ->
@@ -31,7 +32,8 @@ let () =
     | Accusation { accuser; ranks; reason; kind } ->
         Some
           (fun ppf ->
-            Fmt.pf ppf "accusation(%d suspects [%a], %a: %s)" accuser pp_ranks ranks pp_kind kind reason)
+            Fmt.pf ppf "accusation(%d suspects [%a], %a: %s)" accuser pp_ranks ranks pp_kind kind
+              reason)
     | Judge_flush { coord; excluded } ->
         Some (fun ppf -> Fmt.pf ppf "judge-flush(%d excludes [%a])" coord pp_ranks excluded)
     | _ -> None)

@@ -17,7 +17,8 @@ module Param = struct
   let flush_timeout = "gmp.flush_timeout"
 
   let () =
-    Params.register flush_timeout (Params.Time (Time.of_sec 4.))
+    Params.register flush_timeout
+      (Params.Time (Time.of_sec 4.))
       ~doc:
         "how long the coordinator waits for a member's flush report or completion before it \
          suspects that member"
@@ -29,15 +30,21 @@ let () =
     | Flushed { survivors; leavers } ->
         Some
           (fun ppf ->
-            Fmt.pf ppf "flushed(survivors [%a], leavers [%a])" Fmt.(list ~sep:comma int) survivors
-              Fmt.(list ~sep:comma int) leavers)
+            Fmt.pf ppf "flushed(survivors [%a], leavers [%a])"
+              Fmt.(list ~sep:comma int)
+              survivors
+              Fmt.(list ~sep:comma int)
+              leavers)
     | Excluded -> Some (fun ppf -> Fmt.string ppf "excluded")
     | Synced -> Some (fun ppf -> Fmt.string ppf "synced")
     | Reported { coord; excluded; leaving; into = _ } ->
         Some
           (fun ppf ->
-            Fmt.pf ppf "reported(to %d, excluded [%a], leaving [%a])" coord Fmt.(list ~sep:comma int) excluded
-              Fmt.(list ~sep:comma int) leaving)
+            Fmt.pf ppf "reported(to %d, excluded [%a], leaving [%a])" coord
+              Fmt.(list ~sep:comma int)
+              excluded
+              Fmt.(list ~sep:comma int)
+              leaving)
     | _ -> None);
   Event.register_dn_ctl_printer (function
     | Start_flush why -> Some (fun ppf -> Fmt.pf ppf "start-flush(%s)" why)
@@ -48,8 +55,20 @@ module L = struct
   type header =
     | App
     | Leave_req
-    | Flush of { coord : int; attempt : int; excluded : int list; leaving : int list; into : string }
-    | Flush_ok of { coord : int; attempt : int; casts : int array; sent : int array; parts : Event.part list }
+    | Flush of {
+        coord : int;
+        attempt : int;
+        excluded : int list;
+        leaving : int list;
+        into : string;
+      }
+    | Flush_ok of {
+        coord : int;
+        attempt : int;
+        casts : int array;
+        sent : int array;
+        parts : Event.part list;
+      }
     | Target of {
         coord : int;
         attempt : int;
@@ -70,25 +89,33 @@ module L = struct
     Codec.union "gmp"
       [
         Codec.case 0 "app" Codec.unit (function App -> Some () | _ -> None) (fun () -> App);
-        Codec.case 1 "leave" Codec.unit (function Leave_req -> Some () | _ -> None) (fun () -> Leave_req);
+        Codec.case 1 "leave" Codec.unit
+          (function Leave_req -> Some () | _ -> None)
+          (fun () -> Leave_req);
         Codec.case 2 "flush"
           Codec.(tup4 (pair varint varint) ints ints (string ~max:1024 ()))
           (function
-            | Flush { coord; attempt; excluded; leaving; into } -> Some ((coord, attempt), excluded, leaving, into)
+            | Flush { coord; attempt; excluded; leaving; into } ->
+                Some ((coord, attempt), excluded, leaving, into)
             | _ -> None)
-          (fun ((coord, attempt), excluded, leaving, into) -> Flush { coord; attempt; excluded; leaving; into });
+          (fun ((coord, attempt), excluded, leaving, into) ->
+            Flush { coord; attempt; excluded; leaving; into });
         Codec.case 3 "flush_ok"
           Codec.(tup4 (pair varint varint) vec vec parts)
           (function
-            | Flush_ok { coord; attempt; casts; sent; parts } -> Some ((coord, attempt), casts, sent, parts)
+            | Flush_ok { coord; attempt; casts; sent; parts } ->
+                Some ((coord, attempt), casts, sent, parts)
             | _ -> None)
-          (fun ((coord, attempt), casts, sent, parts) -> Flush_ok { coord; attempt; casts; sent; parts });
+          (fun ((coord, attempt), casts, sent, parts) ->
+            Flush_ok { coord; attempt; casts; sent; parts });
         Codec.case 4 "target"
           Codec.(tup4 (pair varint varint) vec vec all_parts)
           (function
-            | Target { coord; attempt; casts; sends; parts } -> Some ((coord, attempt), casts, sends, parts)
+            | Target { coord; attempt; casts; sends; parts } ->
+                Some ((coord, attempt), casts, sends, parts)
             | _ -> None)
-          (fun ((coord, attempt), casts, sends, parts) -> Target { coord; attempt; casts; sends; parts });
+          (fun ((coord, attempt), casts, sends, parts) ->
+            Target { coord; attempt; casts; sends; parts });
         Codec.case 5 "done"
           Codec.(pair varint varint)
           (function Done { coord; attempt } -> Some (coord, attempt) | _ -> None)
@@ -102,11 +129,12 @@ module L = struct
     | App -> Fmt.string ppf "app"
     | Leave_req -> Fmt.string ppf "leave"
     | Flush { coord; attempt; excluded; leaving; into } ->
-        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a]%s)" coord attempt pp_ints excluded pp_ints
-          leaving (if into = "" then "" else ", into " ^ into)
+        Fmt.pf ppf "flush(%d.%d, excluded [%a], leaving [%a]%s)" coord attempt pp_ints excluded
+          pp_ints leaving
+          (if into = "" then "" else ", into " ^ into)
     | Flush_ok { coord; attempt; casts; sent; parts } ->
-        Fmt.pf ppf "flush-ok(%d.%d, casts [%a], sent [%a], %d parts)" coord attempt pp_vec casts pp_vec sent
-          (List.length parts)
+        Fmt.pf ppf "flush-ok(%d.%d, casts [%a], sent [%a], %d parts)" coord attempt pp_vec casts
+          pp_vec sent (List.length parts)
     | Target { coord; attempt; casts; sends; parts = _ } ->
         Fmt.pf ppf "target(%d.%d, casts [%a], sends [%a])" coord attempt pp_vec casts pp_vec sends
     | Done { coord; attempt } -> Fmt.pf ppf "done(%d.%d)" coord attempt
@@ -123,7 +151,7 @@ module L = struct
     excluded : int list;
     leaving : int list;
     r_into : string;
-    stamp : int;  (* of the Block_req sent down for this round *)
+    stamp : int; (* of the Block_req sent down for this round *)
     mutable reported : (int array * int array) option;
         (* what this member reported, once the stack below has drained:
            deliveries past it are held *)
@@ -133,7 +161,7 @@ module L = struct
     oks : (int array * int array * Event.part list) option array;
         (* per rank: casts delivered, sends sent to each, the layers' parts *)
     dones : bool array;
-    deadline : Time.t;  (* when members that have not answered are suspected *)
+    deadline : Time.t; (* when members that have not answered are suspected *)
     mutable expired : bool;
   }
 
@@ -141,12 +169,13 @@ module L = struct
     out : header Layer.out;
     now : unit -> Time.t;
     flush_timeout : Time.t;
-    mutable stamps : int;  (* Block_req sent so far *)
-    mutable attempts : int;  (* rounds started by this member as coordinator *)
+    mutable stamps : int; (* Block_req sent so far *)
+    mutable attempts : int; (* rounds started by this member as coordinator *)
     mutable pending : (int * int * int list * int list * string) list;
-    mutable into : string;  (* as coordinator: the member whose view this one merges into, or "" *)
-        (* rounds whose exclusions this member could not confirm yet *)
-    mutable verdict : (int * bool) option;  (* the failure detector's answer *)
+    mutable into : string;
+    (* as coordinator: the member whose view this one merges into, or "" *)
+    (* rounds whose exclusions this member could not confirm yet *)
+    mutable verdict : (int * bool) option; (* the failure detector's answer *)
     mutable unconfirmed : int;
     retry : Time.t;
     mutable timed_out : int;
@@ -155,13 +184,13 @@ module L = struct
     me : int;
     suspected : bool array;
     leavers : bool array;
-    casts : int array;  (* application casts delivered from each origin *)
-    sends : int array;  (* application sends delivered from each origin *)
-    sent : int array;  (* application sends this member sent to each rank *)
-    held : (Event.src * Msg.t) Queue.t;  (* deliveries past what this member reported *)
+    casts : int array; (* application casts delivered from each origin *)
+    sends : int array; (* application sends delivered from each origin *)
+    sent : int array; (* application sends this member sent to each rank *)
+    held : (Event.src * Msg.t) Queue.t; (* deliveries past what this member reported *)
     mutable round : round option;
     mutable blocked : bool;
-    mutable flushed : bool;  (* the coordinator has reported Flushed for the current round *)
+    mutable flushed : bool; (* the coordinator has reported Flushed for the current round *)
     mutable stopped : bool;
     mutable held_dropped : int;
     mutable nonsense : int;
@@ -207,7 +236,9 @@ module L = struct
 
   let is_coord t = coordinator t = t.me
   let excluded_list t = List.filter (fun r -> t.suspected.(r)) (List.init t.n Fun.id)
-  let leaving_list t = List.filter (fun r -> t.leavers.(r) && not t.suspected.(r)) (List.init t.n Fun.id)
+
+  let leaving_list t =
+    List.filter (fun r -> t.leavers.(r) && not t.suspected.(r)) (List.init t.n Fun.id)
 
   let cast_ctl t h = t.out.dn Event.Cast h (Msg.empty ())
   let send_ctl t r h = if r = t.me then () else t.out.dn (Event.Send r) h (Msg.empty ())
@@ -230,7 +261,15 @@ module L = struct
       (* Drain the flow control below first, so that the Flush itself does
          not wait for credit behind application casts. *)
       t.out.dn_ctl (Event.Block_req { round = 0 });
-      cast_ctl t (Flush { coord = t.me; attempt; excluded = excluded_list t; leaving = leaving_list t; into = t.into })
+      cast_ctl t
+        (Flush
+           {
+             coord = t.me;
+             attempt;
+             excluded = excluded_list t;
+             leaving = leaving_list t;
+             into = t.into;
+           })
     end
 
   let request_flush t why =
@@ -323,7 +362,9 @@ module L = struct
                 Array.init t.n (fun o -> if List.mem o r.excluded then 0 else sends_to.(o).(x))
               in
               if x = t.me then set_target t r (tc, ts) parts
-              else send_ctl t x (Target { coord = t.me; attempt = r.attempt; casts = tc; sends = ts; parts }))
+              else
+                send_ctl t x
+                  (Target { coord = t.me; attempt = r.attempt; casts = tc; sends = ts; parts }))
             members;
           check_done t
         end;
@@ -343,18 +384,23 @@ module L = struct
       (* The runtime accepts the next view only from this round's
          coordinator (or the partition it merges into), with exactly these
          members gone. *)
-      t.out.up_ctl (Reported { coord = r.coord; excluded = r.excluded; leaving = r.leaving; into = r.r_into });
+      t.out.up_ctl
+        (Reported { coord = r.coord; excluded = r.excluded; leaving = r.leaving; into = r.r_into });
       if r.coord = t.me then begin
         r.oks.(t.me) <- Some (casts, Array.copy t.sent, parts);
         coord_progress t
       end
-      else send_ctl t r.coord (Flush_ok { coord = r.coord; attempt = r.attempt; casts; sent = Array.copy t.sent; parts })
+      else
+        send_ctl t r.coord
+          (Flush_ok { coord = r.coord; attempt = r.attempt; casts; sent = Array.copy t.sent; parts })
     end
 
   (* Whether the failure detector below confirms every exclusion of this
      round (no failure detector: yes). *)
   let confirmed t coord excluded =
-    if coord = t.me || excluded = [] || List.for_all (fun r -> r <> t.me && t.suspected.(r)) excluded then true
+    if
+      coord = t.me || excluded = [] || List.for_all (fun r -> r <> t.me && t.suspected.(r)) excluded
+    then true
     else begin
       t.verdict <- None;
       t.out.dn_ctl (Gevent.Judge_flush { coord; excluded });
@@ -376,7 +422,9 @@ module L = struct
          faulty. *)
       if not (List.exists (fun (c, a, _, _, _) -> c = coord && a >= attempt) t.pending) then begin
         t.unconfirmed <- t.unconfirmed + 1;
-        t.pending <- (coord, attempt, excluded, leaving, into) :: List.filter (fun (c, _, _, _, _) -> c <> coord) t.pending;
+        t.pending <-
+          (coord, attempt, excluded, leaving, into)
+          :: List.filter (fun (c, _, _, _, _) -> c <> coord) t.pending;
         t.out.alarm (t.now () + t.retry)
       end
     end
@@ -393,7 +441,9 @@ module L = struct
       List.iter (fun r -> t.suspected.(r) <- true) excluded;
       List.iter (fun r -> t.leavers.(r) <- true) leaving;
       if fresh <> [] then
-        t.out.up_ctl (Gevent.Suspect { ranks = fresh; reason = Printf.sprintf "excluded by the flush of rank %d" coord });
+        t.out.up_ctl
+          (Gevent.Suspect
+             { ranks = fresh; reason = Printf.sprintf "excluded by the flush of rank %d" coord });
       block t;
       t.stamps <- t.stamps + 1;
       let r =
@@ -476,7 +526,9 @@ module L = struct
       | App -> deliver_app t src msg
       | _ -> (
           Msg.release msg;
-          let from = match src with Event.Cast_from o | Event.Send_from o -> o | Event.Raw -> -1 in
+          let from =
+            match src with Event.Cast_from o | Event.Send_from o -> o | Event.Raw -> -1
+          in
           if not (valid t from) then t.nonsense <- t.nonsense + 1
           else
             match h with
@@ -497,7 +549,9 @@ module L = struct
             | Target { coord; attempt; casts; sends; parts } -> (
                 match current t coord attempt with
                 | Some r
-                  when from = coord && Array.length casts = t.n && Array.length sends = t.n
+                  when from = coord
+                       && Array.length casts = t.n
+                       && Array.length sends = t.n
                        && List.for_all (fun (x, _) -> valid t x) parts ->
                     set_target t r (casts, sends) parts
                 | Some _ -> t.nonsense <- t.nonsense + 1
@@ -567,8 +621,9 @@ module L = struct
         if now >= r.deadline then begin
           r.expired <- true;
           let waiting x =
-            x <> t.me && (not (List.mem x r.excluded))
-            && (match r.target with None -> r.oks.(x) = None | Some _ -> not r.dones.(x))
+            x <> t.me
+            && (not (List.mem x r.excluded))
+            && match r.target with None -> r.oks.(x) = None | Some _ -> not r.dones.(x)
           in
           let laggards = List.filter waiting (List.init t.n Fun.id) in
           if laggards <> [] then begin
@@ -600,8 +655,14 @@ module L = struct
       ("nonsense", t.nonsense);
       ("round", match t.round with Some r -> r.attempt | None -> 0);
       ("round_coord", match t.round with Some r -> r.coord | None -> -1);
-      ("oks", match t.round with Some r -> Array.fold_left (fun n o -> if o <> None then n + 1 else n) 0 r.oks | None -> 0);
-      ("dones", match t.round with Some r -> Array.fold_left (fun n d -> if d then n + 1 else n) 0 r.dones | None -> 0);
+      ( "oks",
+        match t.round with
+        | Some r -> Array.fold_left (fun n o -> if o <> None then n + 1 else n) 0 r.oks
+        | None -> 0 );
+      ( "dones",
+        match t.round with
+        | Some r -> Array.fold_left (fun n d -> if d then n + 1 else n) 0 r.dones
+        | None -> 0 );
       ("target", match t.round with Some { target = Some _; _ } -> 1 | _ -> 0);
       ("done_sent", match t.round with Some { done_sent = true; _ } -> 1 | _ -> 0);
       ("flushed", if t.flushed then 1 else 0);
@@ -623,7 +684,8 @@ module F = struct
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
         (fun t src _ _ _ ->
-          (not t.stopped) && t.round = None && match src with Event.Cast_from o -> valid t o | _ -> false);
+          (not t.stopped) && t.round = None
+          && match src with Event.Cast_from o -> valid t o | _ -> false);
       up_fast =
         (fun t src _ _ ~layered:_ _ _ ->
           (match src with Event.Cast_from o -> t.casts.(o) <- t.casts.(o) + 1 | _ -> ());
@@ -634,9 +696,17 @@ module F = struct
 
   let state t =
     let ints = Fmt.(array ~sep:sp int) in
-    Fmt.str "stopped %b blocked %b flushed %b round %b; casts %a; sends %a; sent %a; held %d; suspected %a; leavers %a; %a"
-      t.stopped t.blocked t.flushed (t.round <> None) ints t.casts ints t.sends ints t.sent (Queue.length t.held)
-      Fmt.(array ~sep:sp bool) t.suspected Fmt.(array ~sep:sp bool) t.leavers Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+    Fmt.str
+      "stopped %b blocked %b flushed %b round %b; casts %a; sends %a; sent %a; held %d; suspected \
+       %a; leavers %a; %a"
+      t.stopped t.blocked t.flushed (t.round <> None) ints t.casts ints t.sends ints t.sent
+      (Queue.length t.held)
+      Fmt.(array ~sep:sp bool)
+      t.suspected
+      Fmt.(array ~sep:sp bool)
+      t.leavers
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

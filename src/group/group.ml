@@ -18,7 +18,8 @@ type view_info = {
 type transitional = { ending : string; next : string; survivors : string array }
 
 let pp_transitional ppf t =
-  Fmt.pf ppf "transitional view of %s into %s: [%s]" t.ending t.next (String.concat ", " (Array.to_list t.survivors))
+  Fmt.pf ppf "transitional view of %s into %s: [%s]" t.ending t.next
+    (String.concat ", " (Array.to_list t.survivors))
 
 type callbacks = {
   view : view_info -> unit;
@@ -31,8 +32,19 @@ type callbacks = {
 
 type rekey = {
   public : string;
-  draw : vid:string -> me:string -> context:string -> (string * string) list -> (string * string) list * (unit -> unit);
-  unwrap : vid:string -> me:string -> context:string -> installer:string * string -> string -> (unit -> unit) option;
+  draw :
+    vid:string ->
+    me:string ->
+    context:string ->
+    (string * string) list ->
+    (string * string) list * (unit -> unit);
+  unwrap :
+    vid:string ->
+    me:string ->
+    context:string ->
+    installer:string * string ->
+    string ->
+    (unit -> unit) option;
 }
 
 type error =
@@ -45,7 +57,8 @@ type error =
 
 let pp_error ppf = function
   | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
-  | Too_big { size; max } -> Fmt.pf ppf "message of %d bytes, over the largest this stack carries (%d)" size max
+  | Too_big { size; max } ->
+      Fmt.pf ppf "message of %d bytes, over the largest this stack carries (%d)" size max
   | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
   | Leaving -> Fmt.string ppf "this member is leaving the group"
   | Exited -> Fmt.string ppf "this member has left the group"
@@ -64,7 +77,8 @@ type stack_error =
 let pp_stack_error ppf = function
   | Incompatible { peer; ours; theirs } ->
       Fmt.pf ppf "%s runs another stack (%s, here %s): no merge until one switches" peer theirs ours
-  | Unknown_stack { peer; stack; reason } -> Fmt.pf ppf "%s runs stack %s, which this member cannot build: %s" peer stack reason
+  | Unknown_stack { peer; stack; reason } ->
+      Fmt.pf ppf "%s runs stack %s, which this member cannot build: %s" peer stack reason
 
 type switch_error = Not_a_stack of string | Changes_xfer | Not_running
 
@@ -82,7 +96,8 @@ let pp_switch_error ppf = function
   | Not_a_stack e -> Fmt.pf ppf "the layers do not make a group's stack: %s" e
   | Changes_xfer ->
       Fmt.string ppf
-        "a switch cannot add or remove state transfer (Xfer): the state's callbacks are given when a member joins; leave and join again with or without it"
+        "a switch cannot add or remove state transfer (Xfer): the state's callbacks are given when \
+         a member joins; leave and join again with or without it"
   | Not_running -> Fmt.string ppf "this member has left the group"
 
 let pp_join_error ppf = function
@@ -105,21 +120,27 @@ module Param = struct
   let migrate_drain = "group.migrate_drain"
 
   let () =
-    Params.register queue (Params.Int (1024 * 1024))
+    Params.register queue
+      (Params.Int (1024 * 1024))
       ~doc:
         "bytes of messages (64 more each) the application may make while a view change flushes; \
          beyond, cast and send refuse with Flow_control";
-    Params.register heal_interval (Params.Time (Time.of_ms 500))
+    Params.register heal_interval
+      (Params.Time (Time.of_ms 500))
       ~doc:"period of a coordinator's discovery messages to other partitions";
-    Params.register merge_timeout (Params.Time (Time.of_ms 2000))
+    Params.register merge_timeout
+      (Params.Time (Time.of_ms 2000))
       ~doc:"how long a partition that asked to merge waits for the new view";
-    Params.register install_retry (Params.Time (Time.of_ms 100))
+    Params.register install_retry
+      (Params.Time (Time.of_ms 100))
       ~doc:"period at which a new view is resent to members that have not acknowledged it";
-    Params.register migrate_drain (Params.Time (Time.of_ms 10_000))
+    Params.register migrate_drain
+      (Params.Time (Time.of_ms 10_000))
       ~doc:
-        "how long a member that moved keeps its old address open for members that have not acknowledged the move \
-         (it closes it as soon as all have)";
-    Params.register leave_timeout (Params.Time (Time.of_ms 3000))
+        "how long a member that moved keeps its old address open for members that have not \
+         acknowledged the move (it closes it as soon as all have)";
+    Params.register leave_timeout
+      (Params.Time (Time.of_ms 3000))
       ~doc:"how long a leaving member waits for the view without it before it goes anyway"
 end
 
@@ -156,14 +177,15 @@ module Make (T : Transport.S) = struct
      them and the stacks' datagrams, which the network may reorder. *)
   module B = Bundle.Make (T)
   module Ep = Endpoint.Make (B)
+
   type cur = {
     view : View.t;
     info : view_info;
     addrs : T.address array;
-    pubs : string array;  (* the members' public keys (Rekey), by rank *)
-    ep : Ep.Binding.t;  (* the view's stack, bound to the member's connection *)
+    pubs : string array; (* the members' public keys (Rekey), by rank *)
+    ep : Ep.Binding.t; (* the view's stack, bound to the member's connection *)
     suspected : bool array;
-    reasons : (int, string) Hashtbl.t;  (* why each suspected member is *)
+    reasons : (int, string) Hashtbl.t; (* why each suspected member is *)
     mutable reported : (int * int list * int list * string) option;
         (* the flush round this member last reported to: coordinator,
            excluded, leaving *)
@@ -172,19 +194,20 @@ module Make (T : Transport.S) = struct
   type t = {
     tr : T.t;
     mutable conn : B.connection Lazy.t;
-    mutable me : Side.member;  (* its address changes when the member moves *)
-    mutable moves : int;  (* this member's moves so far ({!Migrate}) *)
+    mutable me : Side.member; (* its address changes when the member moves *)
+    mutable moves : int; (* this member's moves so far ({!Migrate}) *)
     mutable unmoved : (string * B.connection) list;
         (* members of the view that have not acknowledged this member's
            latest move, with the connection they know it at *)
-    mutable old_conns : (B.connection * Time.t) list;  (* connections left, open until this deadline *)
-    mutable move_sent : Time.t;  (* when the move was last told *)
+    mutable old_conns : (B.connection * Time.t) list;
+        (* connections left, open until this deadline *)
+    mutable move_sent : Time.t; (* when the move was last told *)
     known_moves : (string, int * T.address) Hashtbl.t;
         (* the latest move accepted, and its address, by member of the view *)
-    mutable prev_vid : string;  (* the view before the current one, [""] if none *)
+    mutable prev_vid : string; (* the view before the current one, [""] if none *)
     mutable move_refused : int;
     mutable move_garbage : int;
-    mutable clients : (src:string -> string -> unit) option;  (* client-server traffic ({!Cltsvr}) *)
+    mutable clients : (src:string -> string -> unit) option; (* client-server traffic ({!Cltsvr}) *)
     group : string;
     layers : Layer.t list;
     params : Params.t;
@@ -195,64 +218,69 @@ module Make (T : Transport.S) = struct
     on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
     on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
         (* deliveries as views of the received buffers, instead of strings *)
-    mutable copies : int;  (* deliveries whose bytes were copied on the way to the application *)
+    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
     mutable copied_bytes : int;
     peers : T.address list;
-    discovery : T.address option;  (* a multicast group all members joined *)
+    discovery : T.address option; (* a multicast group all members joined *)
     heal : bool;
-    known : (string, Side.member) Hashtbl.t;  (* every member seen, by id *)
+    known : (string, Side.member) Hashtbl.t; (* every member seen, by id *)
     mutable cur : cur option;
     mutable blocked : bool;
     queued : [ `Cast of string | `Send of string * string ] Queue.t;
     mutable queued_bytes : int;
     queue_limit : int;
     mutable max_message : int;
-    mutable stack_flow : bool;  (* the stack's flow control asks to pause *)
-    mutable queue_full : bool;  (* a message was refused for lack of queue room *)
-    mutable flow_told : bool;  (* what the application last heard *)
+    mutable stack_flow : bool; (* the stack's flow control asks to pause *)
+    mutable queue_full : bool; (* a message was refused for lack of queue room *)
+    mutable flow_told : bool; (* what the application last heard *)
     mutable dropped_sends : int;
     mutable refused : int;
     mutable merging : (T.address * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
-    mutable merge_req : Side.t option;  (* the request sent with the current merge, asked again until answered *)
+    mutable merge_req : Side.t option;
+        (* the request sent with the current merge, asked again until answered *)
     mutable absorbing : (int * Side.member list * string list) option;
         (* will take these members in: their logical time, members, views *)
-    mutable minted : int;  (* the highest logical time this member named a view with *)
+    mutable minted : int; (* the highest logical time this member named a view with *)
     mutable pending : (Side.t * (string * T.address) list) option;
-    mutable pending_since : Time.t;  (* when [pending] was announced *)
-        (* a view this coordinator announced, and who has not acknowledged it *)
+    mutable pending_since : Time.t;
+    (* when [pending] was announced *)
+    (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
-    mutable merge_since : Time.t;  (* when the current merge attempt started *)
+    mutable merge_since : Time.t; (* when the current merge attempt started *)
     mutable heard : (T.address * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable exited : bool;
     xfer : Xfer.t option;
-    mutable cur_layers : Layer.t list;  (* the stack of the current view *)
+    mutable cur_layers : Layer.t list; (* the stack of the current view *)
     mutable cur_params : Params.t;
     mutable sid : Stack_id.t;
-    mutable epoch : int;  (* switches that made the current stack *)
-    mutable switch_to : (int * Stack_id.t) option;  (* the stack of the view this coordinator makes next *)
+    mutable epoch : int; (* switches that made the current stack *)
+    mutable switch_to : (int * Stack_id.t) option;
+        (* the stack of the view this coordinator makes next *)
     mutable switch_wanted : (int * int * Stack_id.t) option;
         (* a switch asked in the stack of this epoch, to this epoch and stack *)
     on_stack_error : stack_error -> unit;
-    on_transitional : (transitional -> unit) option;  (* extended virtual synchrony *)
-    primary_config : Primary.config option;  (* with the Primary layer: the votes *)
+    on_transitional : (transitional -> unit) option; (* extended virtual synchrony *)
+    primary_config : Primary.config option; (* with the Primary layer: the votes *)
     on_primary : Primary.quorum -> unit;
-    mutable quorum : Primary.quorum option;  (* of the current view, with Primary: as told *)
+    mutable quorum : Primary.quorum option; (* of the current view, with Primary: as told *)
     mutable quorum_pending : Primary.quorum option;
         (* a view with the quorum, not primary until every member is known to have installed it *)
-    mutable told : (string * string) list;  (* stack errors reported, by peer and stack *)  (* with the Xfer layer: the state transfer *)
+    mutable told : (string * string) list;
+    (* stack errors reported, by peer and stack *)
+    (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
     mutable garbage : int;
     mutable past : (string * (string * int) list) list;
         (* Bottom's counters in the stacks of earlier views, summed *)
-    mutable views : int;  (* views installed *)
+    mutable views : int; (* views installed *)
     mutable send_errors : int;
-    rekey : rekey option;  (* per-view keys *)
-    mutable no_key : int;  (* Installs refused for want of a view key *)
-    mutable sent : int;  (* messages handed to a view's stack *)
-    mutable delivered : int;  (* messages delivered to the application *)
+    rekey : rekey option; (* per-view keys *)
+    mutable no_key : int; (* Installs refused for want of a view key *)
+    mutable sent : int; (* messages handed to a view's stack *)
+    mutable delivered : int; (* messages delivered to the application *)
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
@@ -292,7 +320,10 @@ module Make (T : Transport.S) = struct
           List.find_map
             (fun (eid, kc) ->
               match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-              | Some r when T.equal_address c.addrs.(r) dst && List.exists (fun (oc, _) -> oc == kc) t.old_conns -> Some kc
+              | Some r
+                when T.equal_address c.addrs.(r) dst
+                     && List.exists (fun (oc, _) -> oc == kc) t.old_conns ->
+                  Some kc
               | _ -> None)
             t.unmoved
         in
@@ -335,12 +366,14 @@ module Make (T : Transport.S) = struct
   let is_coordinator t =
     match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
 
-  let member_of c r = { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r); pub = c.pubs.(r) }
+  let member_of c r =
+    { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r); pub = c.pubs.(r) }
 
   (* Counters summed layer by layer, name by name, in first-seen order. *)
   let add_counters a b =
     let add_kv kvs (k, v) =
-      if List.mem_assoc k kvs then List.map (fun (k', v') -> if k' = k then (k', v' + v) else (k', v')) kvs
+      if List.mem_assoc k kvs then
+        List.map (fun (k', v') -> if k' = k then (k', v' + v) else (k', v')) kvs
       else kvs @ [ (k, v) ]
     in
     List.fold_left
@@ -348,19 +381,27 @@ module Make (T : Transport.S) = struct
         match List.assoc_opt layer acc with
         | None -> acc @ [ (layer, kvs) ]
         | Some old ->
-            List.map (fun (l, k) -> if l = layer then (l, List.fold_left add_kv old kvs) else (l, k)) acc)
+            List.map
+              (fun (l, k) -> if l = layer then (l, List.fold_left add_kv old kvs) else (l, k))
+              acc)
       a b
 
   (* Bottom's counters are all drops by reason; other layers' include
      gauges of the view (a window, a round), which do not add up. *)
   let stop_stack t c =
-    t.past <- add_counters t.past (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
+    t.past <-
+      add_counters t.past
+        (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
     Ep.Binding.stop c.ep
 
   let side_stack t = { Side.epoch = t.epoch; id = Stack_id.to_string t.sid }
 
   let stack_error t e =
-    let key = match e with Incompatible { peer; theirs; _ } -> (peer, theirs) | Unknown_stack { peer; stack; _ } -> (peer, stack) in
+    let key =
+      match e with
+      | Incompatible { peer; theirs; _ } -> (peer, theirs)
+      | Unknown_stack { peer; stack; _ } -> (peer, stack)
+    in
     if not (List.mem key t.told) then begin
       t.told <- key :: (if List.length t.told > 64 then [] else t.told);
       Log.warn (fun m -> m "%s: %a" t.me.eid pp_stack_error e);
@@ -368,12 +409,15 @@ module Make (T : Transport.S) = struct
     end
 
   let max_message_of t layers info_mtu =
-    if List.exists (fun l -> Layer.name l = Frag.name) layers then Params.int t.params Frag.Param.max_message
+    if List.exists (fun l -> Layer.name l = Frag.name) layers then
+      Params.int t.params Frag.Param.max_message
     else max 0 (info_mtu - header_reserve)
 
   (* The next view runs [stack]: build it from the registry. *)
   let adopt t (stack : Side.stack) =
-    if stack.id = Stack_id.to_string t.sid then (t.epoch <- max t.epoch stack.epoch; Ok ())
+    if stack.id = Stack_id.to_string t.sid then (
+      t.epoch <- max t.epoch stack.epoch;
+      Ok ())
     else
       match Stack_id.of_string stack.id with
       | Error e -> Error e
@@ -384,8 +428,9 @@ module Make (T : Transport.S) = struct
               if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then
                 Error "it adds or removes state transfer (Xfer)"
               else begin
-                Log.info (fun m -> m "%s: switches from stack %s (epoch %d) to %s (epoch %d)" t.me.eid (Stack_id.describe t.sid) t.epoch
-                    (Stack_id.describe sid) stack.epoch);
+                Log.info (fun m ->
+                    m "%s: switches from stack %s (epoch %d) to %s (epoch %d)" t.me.eid
+                      (Stack_id.describe t.sid) t.epoch (Stack_id.describe sid) stack.epoch);
                 t.cur_layers <- layers;
                 t.cur_params <- params;
                 t.sid <- sid;
@@ -402,7 +447,7 @@ module Make (T : Transport.S) = struct
     Migrate.Move
       {
         group = t.group;
-        vids = (c.view.View.id :: (if t.prev_vid = "" then [] else [ t.prev_vid ]));
+        vids = c.view.View.id :: (if t.prev_vid = "" then [] else [ t.prev_vid ]);
         eid = t.me.eid;
         seq = t.moves;
         addr = t.me.addr;
@@ -429,13 +474,15 @@ module Make (T : Transport.S) = struct
     let changing = t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None in
     let keep, gone =
       List.partition
-        (fun (oc, deadline) -> now t <= deadline && (changing || List.exists (fun (_, kc) -> kc == oc) t.unmoved))
+        (fun (oc, deadline) ->
+          now t <= deadline && (changing || List.exists (fun (_, kc) -> kc == oc) t.unmoved))
         t.old_conns
     in
     t.old_conns <- keep;
     List.iter
       (fun (oc, _) ->
-        Log.info (fun m -> m "%s: closes the address it moved from, %a" t.me.eid T.pp_address (B.query oc).B.local);
+        Log.info (fun m ->
+            m "%s: closes the address it moved from, %a" t.me.eid T.pp_address (B.query oc).B.local);
         B.close oc)
       gone
 
@@ -447,11 +494,14 @@ module Make (T : Transport.S) = struct
         | Some st -> (
             match adopt t st with
             | Ok () -> ()
-            | Error e -> Log.err (fun m -> m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
+            | Error e ->
+                Log.err (fun m ->
+                    m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
         | None -> ());
         t.switch_to <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
-        if List.exists Option.is_none addrs then Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
+        if List.exists Option.is_none addrs then
+          Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
         else
           let addrs = Array.of_list (List.map Option.get addrs) in
           (* This member is where it is, whatever the view's maker knew. *)
@@ -462,21 +512,31 @@ module Make (T : Transport.S) = struct
              move, the mover tells this member itself). *)
           List.iteri
             (fun r (m : Side.member) ->
-              match Hashtbl.find_opt t.known_moves m.eid with Some (_, a) when r <> rank -> addrs.(r) <- a | _ -> ())
+              match Hashtbl.find_opt t.known_moves m.eid with
+              | Some (_, a) when r <> rank -> addrs.(r) <- a
+              | _ -> ())
             members;
           let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
-          List.iter (fun (m : Side.member) -> if m.eid <> t.me.eid then Hashtbl.replace t.known m.eid m) members;
+          List.iter
+            (fun (m : Side.member) -> if m.eid <> t.me.eid then Hashtbl.replace t.known m.eid m)
+            members;
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
           t.prev_vid <- (match old with Some c -> c.view.View.id | None -> "");
-          Hashtbl.filter_map_inplace (fun eid seq -> if Array.mem eid eids then Some seq else None) t.known_moves;
+          Hashtbl.filter_map_inplace
+            (fun eid seq -> if Array.mem eid eids then Some seq else None)
+            t.known_moves;
           (* Members that have not heard of this member's move: those of
              the new view that had not acknowledged it, and every other one
              if the view was made with its old address. *)
           if t.moves > 0 then begin
             let others = List.filter (fun e -> e <> t.me.eid) (Array.to_list eids) in
             let at_old addr =
-              match List.find_opt (fun (oc, _) -> T.address_to_string (B.query oc).B.local = addr) t.old_conns with
+              match
+                List.find_opt
+                  (fun (oc, _) -> T.address_to_string (B.query oc).B.local = addr)
+                  t.old_conns
+              with
               | Some (oc, _) -> oc
               | None -> conn t
             in
@@ -503,7 +563,10 @@ module Make (T : Transport.S) = struct
              safe only among them. *)
           (match (t.on_transitional, old) with
           | Some f, Some c ->
-              let survivors = Array.of_list (List.filter (fun e -> Array.mem e eids) (Array.to_list c.view.View.members)) in
+              let survivors =
+                Array.of_list
+                  (List.filter (fun e -> Array.mem e eids) (Array.to_list c.view.View.members))
+              in
               f { ending = c.view.View.id; next = vid; survivors }
           | _ -> ());
           (* The old stack goes first: its buffers are released now. *)
@@ -541,18 +604,26 @@ module Make (T : Transport.S) = struct
                               | None -> (
                                   match c.reported with
                                   | Some (_, _, leaving, _) when List.mem r leaving -> "left"
-                                  | _ -> "not in the next view" ) ))
+                                  | _ -> "not in the next view") ))
                       (List.mapi (fun r e -> (r, e)) before));
             }
           in
           let cell = ref None in
-          let app = { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) } in
+          let app =
+            {
+              Stack.deliver = (fun src msg -> deliver t cell src msg);
+              ctl = (fun e -> ctl t cell e);
+            }
+          in
           match
             Ep.Binding.bind
-              ~params:(Params.set Bottom.stack_param (Params.String (Stack_id.digest t.sid)) t.cur_params)
-              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng) ~layers:t.cur_layers ~app ()
+              ~params:
+                (Params.set Bottom.stack_param (Params.String (Stack_id.digest t.sid)) t.cur_params)
+              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng) ~layers:t.cur_layers
+              ~app ()
           with
-          | Error e -> Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
+          | Error e ->
+              Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
           | Ok ep ->
               let c =
                 {
@@ -574,7 +645,10 @@ module Make (T : Transport.S) = struct
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               (* Who is gone, and why: left, or excluded and the suspicion. *)
-              List.iter (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why)) info.why;
+              List.iter
+                (fun (e, why) ->
+                  Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
+                info.why;
               (* With Primary: a view without the quorum is told so at
                  once; one with it is primary once every member has said
                  it is there (Primary.Confirmed), casts waiting until then. *)
@@ -601,9 +675,12 @@ module Make (T : Transport.S) = struct
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
-                    ~hold_credit:(fun hold -> Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
-                    ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
-                    ~send_ctl:(fun r payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
+                    ~hold_credit:(fun hold ->
+                      Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
+                    ~cast_ctl:(fun payload ->
+                      Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
+                    ~send_ctl:(fun r payload ->
+                      Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
                 t.xfer;
               flush_queue t;
               send_moves t;
@@ -611,12 +688,18 @@ module Make (T : Transport.S) = struct
               update_flow t)
 
   and flush_queue t =
-    while (not t.blocked) && t.quorum_pending = None && (not (Queue.is_empty t.queued)) && t.cur <> None do
+    while
+      (not t.blocked) && t.quorum_pending = None && (not (Queue.is_empty t.queued)) && t.cur <> None
+    do
       match Queue.pop t.queued with
-      | `Cast s when (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+      | `Cast s when match t.quorum with Some q -> not q.Primary.primary | None -> false ->
           t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          let why = Fmt.str "view %s is not primary" (match t.cur with Some c -> c.view.View.id | None -> "") in
-          Log.warn (fun m -> m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
+          let why =
+            Fmt.str "view %s is not primary"
+              (match t.cur with Some c -> c.view.View.id | None -> "")
+          in
+          Log.warn (fun m ->
+              m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
           t.on_lost `Cast s why
       | `Cast s ->
           t.queued_bytes <- t.queued_bytes - String.length s - 64;
@@ -652,30 +735,34 @@ module Make (T : Transport.S) = struct
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
             t.dropped_sends <- t.dropped_sends + 1;
-            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
+            Log.warn (fun m ->
+                m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
             t.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
     match (t.on_bytes, t.xfer, !cell, src) with
     | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
-      when (match t.cur with Some c' -> c == c' | None -> false) ->
+      when match t.cur with Some c' -> c == c' | None -> false ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
         let origin = c.view.View.members.(r) in
         (* One piece: a view of the received datagram. A message
            reassembled from fragments is in pieces: one copy. *)
         piece.n <- 0;
         Msg.iter_body note_piece msg;
-        (if piece.n = 1 then f kind ~origin (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
-         else if piece.n = 0 then f kind ~origin Cstruct.empty
-         else begin
-           let body = Msg.body msg in
-           let v = Iovecs.flatten t.pool body in
-           Iovecs.release body;
-           t.copies <- t.copies + 1;
-           t.copied_bytes <- t.copied_bytes + Iovec.length v;
-           Fun.protect ~finally:(fun () -> Iovec.release v) (fun () -> f kind ~origin (Iovec.cstruct v))
-         end);
+        if piece.n = 1 then
+          f kind ~origin (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
+        else if piece.n = 0 then f kind ~origin Cstruct.empty
+        else begin
+          let body = Msg.body msg in
+          let v = Iovecs.flatten t.pool body in
+          Iovecs.release body;
+          t.copies <- t.copies + 1;
+          t.copied_bytes <- t.copied_bytes + Iovec.length v;
+          Fun.protect
+            ~finally:(fun () -> Iovec.release v)
+            (fun () -> f kind ~origin (Iovec.cstruct v))
+        end;
         piece.buf <- no_buffer;
         Msg.release msg
     | _ -> deliver_string t cell src msg
@@ -690,18 +777,22 @@ module Make (T : Transport.S) = struct
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
-        (match src with Event.Cast_from _ | Event.Send_from _ -> t.delivered <- t.delivered + 1 | Event.Raw -> ());
+        (match src with
+        | Event.Cast_from _ | Event.Send_from _ -> t.delivered <- t.delivered + 1
+        | Event.Raw -> ());
         match (src, t.xfer) with
         | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
         | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
-        | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, Some x -> Xfer.on_app x ~vid:c.view.View.id `Send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, Some x ->
+            Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, Some x ->
+            Xfer.on_app x ~vid:c.view.View.id `Send ~origin:c.view.View.members.(r) s
         | Event.Raw, _ -> ())
     | None -> ()
 
   and ctl t cell e =
     match !cell with
-    | Some c when (match t.cur with Some c' -> c == c' | None -> false) -> (
+    | Some c when match t.cur with Some c' -> c == c' | None -> false -> (
         match e with
         | Gmp.Block ->
             if not t.blocked then begin
@@ -714,18 +805,21 @@ module Make (T : Transport.S) = struct
                 if r >= 0 && r < Array.length c.suspected && not c.suspected.(r) then begin
                   c.suspected.(r) <- true;
                   Hashtbl.replace c.reasons r reason;
-                  Log.info (fun m -> m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
+                  Log.info (fun m ->
+                      m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
                 end)
               ranks
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
-        | Gmp.Reported { coord; excluded; leaving; into } -> c.reported <- Some (coord, excluded, leaving, into)
+        | Gmp.Reported { coord; excluded; leaving; into } ->
+            c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded -> alone t c
         | Primary.Confirmed -> (
             match t.quorum_pending with
             | Some q ->
                 t.quorum_pending <- None;
                 t.quorum <- Some q;
-                Log.info (fun m -> m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
+                Log.info (fun m ->
+                    m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
                 t.on_primary q;
                 flush_queue t;
                 update_flow t
@@ -745,7 +839,13 @@ module Make (T : Transport.S) = struct
     | Some (dst, _) ->
         let req =
           Side.Merge_req
-            { group = t.group; vid = c.view.View.id; ltime = c.view.View.ltime; members = mine; stack = side_stack t }
+            {
+              group = t.group;
+              vid = c.view.View.id;
+              ltime = c.view.View.ltime;
+              members = mine;
+              stack = side_stack t;
+            }
         in
         side_send t dst req;
         t.merge_req <- Some req;
@@ -754,7 +854,13 @@ module Make (T : Transport.S) = struct
         let joiners, their_ltime, their_vids =
           match t.absorbing with Some (l, m, v) -> (m, l, v) | None -> ([], 0, [])
         in
-        let members = mine @ List.filter (fun (j : Side.member) -> not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine)) joiners in
+        let members =
+          mine
+          @ List.filter
+              (fun (j : Side.member) ->
+                not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine))
+              joiners
+        in
         let preds = c.view.View.id :: their_vids in
         if List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members then begin
           let ltime = mint t (max c.view.View.ltime their_ltime) in
@@ -770,7 +876,9 @@ module Make (T : Transport.S) = struct
              has acknowledged it or the leave times out. *)
           let ltime = mint t (max c.view.View.ltime their_ltime) in
           let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          if members <> [] then ignore (announce t ~stack:(next_stack t) ~vid ~ltime ~members ~leavers:leaver_ids ~preds c);
+          if members <> [] then
+            ignore
+              (announce t ~stack:(next_stack t) ~vid ~ltime ~members ~leavers:leaver_ids ~preds c);
           if t.pending = None then exit_group t
         end
 
@@ -785,17 +893,23 @@ module Make (T : Transport.S) = struct
   (* The stack of the view this coordinator makes: the one it switches to,
      if any. *)
   and next_stack t =
-    match t.switch_to with Some (epoch, sid) -> { Side.epoch; id = Stack_id.to_string sid } | None -> side_stack t
+    match t.switch_to with
+    | Some (epoch, sid) -> { Side.epoch; id = Stack_id.to_string sid }
+    | None -> side_stack t
 
   and announce t ~stack ~vid ~ltime ~members ~leavers ~preds c =
-    let msg = Side.Install { group = t.group; vid; ltime; members; leavers; preds; stack; keys = [] } in
+    let msg =
+      Side.Install { group = t.group; vid; ltime; members; leavers; preds; stack; keys = [] }
+    in
     (* With Rekey, a fresh key for the view, wrapped for its members only:
        not for those excluded or leaving, which get the Install too. *)
     let msg, key =
       match (t.rekey, msg) with
       | Some r, Side.Install i ->
           let others =
-            List.filter_map (fun (m : Side.member) -> if m.eid = t.me.eid then None else Some (m.eid, m.pub)) members
+            List.filter_map
+              (fun (m : Side.member) -> if m.eid = t.me.eid then None else Some (m.eid, m.pub))
+              members
           in
           let keys, activate = r.draw ~vid ~me:t.me.eid ~context:(Side.context msg) others in
           (Side.Install { i with keys }, Some activate)
@@ -803,7 +917,8 @@ module Make (T : Transport.S) = struct
     in
     let targets =
       List.filter_map
-        (fun (m : Side.member) -> if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
+        (fun (m : Side.member) ->
+          if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
         members
       @ List.filter_map
           (fun eid ->
@@ -845,7 +960,8 @@ module Make (T : Transport.S) = struct
   (* {1 The side channel} *)
 
   let start_merge t c dst eid =
-    Log.info (fun m -> m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
+    Log.info (fun m ->
+        m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
     t.merge_since <- now t;
     (* The members accept the next view from the coordinator of this view
@@ -872,8 +988,13 @@ module Make (T : Transport.S) = struct
      identity takes the other's. Two stacks as configured (epoch 0) are an
      error: members started with other properties or tunables. *)
   let other_stack t ~peer (stack : Side.stack) =
-    let theirs = match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id in
-    if stack.epoch > t.epoch || (stack.epoch = t.epoch && t.epoch > 0 && String.compare stack.id (Stack_id.to_string t.sid) > 0)
+    let theirs =
+      match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id
+    in
+    if
+      stack.epoch > t.epoch
+      || stack.epoch = t.epoch && t.epoch > 0
+         && String.compare stack.id (Stack_id.to_string t.sid) > 0
     then begin
       match Stack_id.of_string stack.id with
       | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
@@ -882,12 +1003,18 @@ module Make (T : Transport.S) = struct
           | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
           | Ok _ -> (
               match t.switch_wanted with
-              | Some (_, e, s) when e > stack.epoch || (e = stack.epoch && String.compare (Stack_id.to_string s) stack.id >= 0) -> ()
+              | Some (_, e, s)
+                when e > stack.epoch
+                     || (e = stack.epoch && String.compare (Stack_id.to_string s) stack.id >= 0) ->
+                  ()
               | _ ->
-                  Log.info (fun m -> m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs stack.epoch);
+                  Log.info (fun m ->
+                      m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs
+                        stack.epoch);
                   t.switch_wanted <- Some (t.epoch, stack.epoch, sid)))
     end
-    else if stack.epoch = 0 && t.epoch = 0 then stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
+    else if stack.epoch = 0 && t.epoch = 0 then
+      stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
 
   (* With Rekey, the key an Install brings this member: wrapped for it by
      the view's maker, whose public key is the one this member's view
@@ -901,15 +1028,23 @@ module Make (T : Transport.S) = struct
         let pub =
           match index_where (String.equal by) (Array.to_list c.view.View.members) with
           | Some rank -> Some c.pubs.(rank)
-          | None -> Option.map (fun (m : Side.member) -> m.pub) (List.find_opt (fun (m : Side.member) -> m.eid = by) members)
+          | None ->
+              Option.map
+                (fun (m : Side.member) -> m.pub)
+                (List.find_opt (fun (m : Side.member) -> m.eid = by) members)
         in
         match (pub, List.assoc_opt t.me.eid keys) with
         | None, _ -> Error "its maker is neither in this member's view nor in it"
         | _, None -> Error "it carries no view key for this member"
         | Some pub, Some wrapped -> (
-            match r.unwrap ~vid ~me:t.me.eid ~context:(Side.context v) ~installer:(by, pub) wrapped with
+            match
+              r.unwrap ~vid ~me:t.me.eid ~context:(Side.context v) ~installer:(by, pub) wrapped
+            with
             | Some k -> Ok (Some k)
-            | None -> Error "its view key for this member does not open (not wrapped by its maker, or altered)"))
+            | None ->
+                Error
+                  "its view key for this member does not open (not wrapped by its maker, or \
+                   altered)"))
     | Some _, _ -> Ok None
 
   let on_side t ~src v =
@@ -917,12 +1052,20 @@ module Make (T : Transport.S) = struct
     else
       match (v, t.cur) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
-        when (t.rekey <> None) <> (m.pub <> "") ->
+        when t.rekey <> None <> (m.pub <> "") ->
           (* Members with and without per-view keys cannot share a view:
              one seals its stack's traffic under the secret, which the
              other refuses. Never merge; say so once. *)
-          let with_keys b = Stack_id.describe t.sid ^ if b then " with Rekey" else " without Rekey" in
-          stack_error t (Incompatible { peer = m.eid; ours = with_keys (t.rekey <> None); theirs = with_keys (m.pub <> "") })
+          let with_keys b =
+            Stack_id.describe t.sid ^ if b then " with Rekey" else " without Rekey"
+          in
+          stack_error t
+            (Incompatible
+               {
+                 peer = m.eid;
+                 ours = with_keys (t.rekey <> None);
+                 theirs = with_keys (m.pub <> "");
+               })
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
           Hashtbl.replace t.known coord.eid coord;
           other_stack t ~peer:coord.eid stack
@@ -935,27 +1078,37 @@ module Make (T : Transport.S) = struct
           let busy = t.blocked || t.merging <> None || t.absorbing <> None in
           match
             Side.on_gossip ~me:t.me.eid ~my_coord ~same_view:(vid = c.view.View.id) ~in_my_view:mine
-              ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None) ~their_coord:coord.eid
+              ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None)
+              ~their_coord:coord.eid
           with
           | Side.Merge_into -> start_merge t c target coord.eid
           | Side.Merge_later -> t.heard <- Some (target, coord.eid)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
       | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
-          other_stack t ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src) stack
+          other_stack t
+            ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src)
+            stack
       | Side.Switch_req { vid; stack; _ }, Some c ->
           (* From a member of this view, about this view's stack. *)
-          if vid = c.view.View.id && stack.epoch > t.epoch && stack.id <> Stack_id.to_string t.sid
-             && Array.exists (fun a -> T.equal_address a src) c.addrs
+          if
+            vid = c.view.View.id && stack.epoch > t.epoch
+            && stack.id <> Stack_id.to_string t.sid
+            && Array.exists (fun a -> T.equal_address a src) c.addrs
           then begin
             match Stack_id.of_string stack.id with
-            | Ok sid when t.switch_wanted = None -> t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
+            | Ok sid when t.switch_wanted = None ->
+                t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
             | _ -> ()
           end
       | Side.Merge_req { ltime; members; vid = their_vid; _ }, Some c ->
           List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
-          let from_mine = List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members in
-          if is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not from_mine
+          let from_mine =
+            List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
+          in
+          if
+            is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
+            && not from_mine
           then begin
             Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
             t.absorbing <- Some (ltime, members, [ their_vid ]);
@@ -964,14 +1117,20 @@ module Make (T : Transport.S) = struct
           else if is_coordinator t && t.merging = None && not from_mine then begin
             match t.absorbing with
             | Some (l, joiners, vids)
-              when not (List.exists (fun (m : Side.member) -> List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners) members) ->
+              when not
+                     (List.exists
+                        (fun (m : Side.member) ->
+                          List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners)
+                        members) ->
                 (* A flush for a merge is under way: take these in with it. *)
                 Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
                 t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids)
             | _ -> ()
           end
-          else if (not (is_coordinator t)) && (not from_mine)
-                  && List.exists (fun (m : Side.member) -> m.addr = T.address_to_string src) members
+          else if
+            (not (is_coordinator t))
+            && (not from_mine)
+            && List.exists (fun (m : Side.member) -> m.addr = T.address_to_string src) members
           then
             (* Asked as the coordinator of a view this member has since left:
                pass the request on, once (only a request from its author), to
@@ -980,10 +1139,14 @@ module Make (T : Transport.S) = struct
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
-            if vid = c.view.View.id then side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+            if vid = c.view.View.id then
+              side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
             else if t.blocked && ltime > c.view.View.ltime then begin
-              match Side.accept_install ~me:t.me.eid ~view:c.view ~addr:(fun r -> T.address_to_string c.addrs.(r))
-                      ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds with
+              match
+                Side.accept_install ~me:t.me.eid ~view:c.view
+                  ~addr:(fun r -> T.address_to_string c.addrs.(r))
+                  ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds
+              with
               | Ok () -> (
                   let build =
                     if stack.id = Stack_id.to_string t.sid then Ok ()
@@ -993,20 +1156,26 @@ module Make (T : Transport.S) = struct
                       | Ok sid -> Result.map (fun _ -> ()) (Stack_id.resolve sid ~base:t.params)
                   in
                   let build = Result.map_error (fun e -> `Stack e) build in
-                  match Result.bind build (fun () -> Result.map_error (fun e -> `Key e) (view_key t c install_msg)) with
+                  match
+                    Result.bind build (fun () ->
+                        Result.map_error (fun e -> `Key e) (view_key t c install_msg))
+                  with
                   | Ok key ->
                       install t ?key ~stack ~vid ~ltime ~members;
                       side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
                   | Error (`Key why) ->
                       t.garbage <- t.garbage + 1;
                       t.no_key <- t.no_key + 1;
-                      Log.warn (fun m -> m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
+                      Log.warn (fun m ->
+                          m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
                   | Error (`Stack reason) ->
                       t.garbage <- t.garbage + 1;
-                      stack_error t (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason }))
+                      stack_error t
+                        (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason }))
               | Error why ->
                   t.garbage <- t.garbage + 1;
-                  Log.warn (fun m -> m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
+                  Log.warn (fun m ->
+                      m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
             end
           end
           else if List.mem t.me.eid leavers && t.leaving <> None then exit_group t
@@ -1014,7 +1183,9 @@ module Make (T : Transport.S) = struct
           match t.pending with
           | Some ((Side.Install { vid = v; _ } as msg), targets) when v = vid ->
               (* Only from the member named, at its address. *)
-              let rest = List.filter (fun (e, a) -> not (e = eid && T.equal_address a src)) targets in
+              let rest =
+                List.filter (fun (e, a) -> not (e = eid && T.equal_address a src)) targets
+              in
               t.pending <- (if rest = [] then None else Some (msg, rest))
           | _ -> ())
       | _, None -> ()
@@ -1026,14 +1197,15 @@ module Make (T : Transport.S) = struct
     | Migrate.Moved { mover; seq; eid; _ }, _ ->
         if mover = t.me.eid && seq = t.moves && List.mem_assoc eid t.unmoved then begin
           t.unmoved <- List.remove_assoc eid t.unmoved;
-          if t.unmoved = [] then Log.info (fun m -> m "%s: every member knows its move %d" t.me.eid seq);
+          if t.unmoved = [] then
+            Log.info (fun m -> m "%s: every member knows its move %d" t.me.eid seq);
           close_old t
         end
     | Migrate.Move { eid; seq; _ }, Some c -> (
         let known = match Hashtbl.find_opt t.known_moves eid with Some (k, _) -> k | None -> 0 in
         match
-          Migrate.judge ~me:t.me.eid ~vid:c.view.View.id ~prev_vid:t.prev_vid ~members:c.view.View.members ~known
-            ~src:(T.address_to_string src) m
+          Migrate.judge ~me:t.me.eid ~vid:c.view.View.id ~prev_vid:t.prev_vid
+            ~members:c.view.View.members ~known ~src:(T.address_to_string src) m
         with
         | Migrate.Refuse why ->
             t.move_refused <- t.move_refused + 1;
@@ -1041,20 +1213,24 @@ module Make (T : Transport.S) = struct
         | Migrate.Accept ->
             Hashtbl.replace t.known_moves eid (seq, src);
             (match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-            | Some r when not (T.equal_address c.addrs.(r) src) ->
-                Log.info (fun m -> m "%s: %s moved to %a (move %d)" t.me.eid eid T.pp_address src seq);
+            | Some r when not (T.equal_address c.addrs.(r) src) -> (
+                Log.info (fun m ->
+                    m "%s: %s moved to %a (move %d)" t.me.eid eid T.pp_address src seq);
                 Ep.Binding.set_addr c.ep r src;
                 let a = T.address_to_string src in
                 (match Hashtbl.find_opt t.known eid with
                 | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
                 | None -> ());
                 (* A view this coordinator waits on goes there too. *)
-                (match t.pending with
+                match t.pending with
                 | Some (msg, targets) ->
-                    t.pending <- Some (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
+                    t.pending <-
+                      Some
+                        (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
                 | None -> ())
             | _ -> ());
-            migrate_send t src (Migrate.Moved { group = t.group; mover = eid; seq; eid = t.me.eid }))
+            migrate_send t src (Migrate.Moved { group = t.group; mover = eid; seq; eid = t.me.eid })
+        )
     | Migrate.Move _, None -> ()
 
   let recv t ~src v =
@@ -1064,7 +1240,9 @@ module Make (T : Transport.S) = struct
       if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = client_magic then begin
         let s = Cstruct.to_string cs in
         Iovec.release v;
-        match t.clients with Some f -> f ~src:(T.address_to_string src) s | None -> t.garbage <- t.garbage + 1
+        match t.clients with
+        | Some f -> f ~src:(T.address_to_string src) s
+        | None -> t.garbage <- t.garbage + 1
       end
       else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
         (match Codec.decode_exact Migrate.codec cs with
@@ -1082,10 +1260,7 @@ module Make (T : Transport.S) = struct
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
-      else
-        match t.cur with
-        | Some c -> Ep.Binding.recv c.ep v
-        | None -> Iovec.release v
+      else match t.cur with Some c -> Ep.Binding.recv c.ep v | None -> Iovec.release v
     end
 
   (* {1 Periodic work} *)
@@ -1094,7 +1269,8 @@ module Make (T : Transport.S) = struct
     let msg = gossip_msg t c in
     let to_known =
       Hashtbl.fold
-        (fun eid (m : Side.member) acc -> if Array.mem eid c.view.View.members then acc else m.addr :: acc)
+        (fun eid (m : Side.member) acc ->
+          if Array.mem eid c.view.View.members then acc else m.addr :: acc)
         t.known []
       |> List.sort_uniq compare
       |> List.filter_map (addr_of t)
@@ -1102,7 +1278,9 @@ module Make (T : Transport.S) = struct
     let dsts = t.peers @ to_known @ Option.to_list t.discovery in
     let self = T.address_to_string c.addrs.(c.view.View.rank) in
     List.iter
-      (fun a -> if T.address_to_string a <> self && not (Array.exists (T.equal_address a) c.addrs) then side_send t a msg)
+      (fun a ->
+        if T.address_to_string a <> self && not (Array.exists (T.equal_address a) c.addrs) then
+          side_send t a msg)
       (List.sort_uniq (fun a b -> compare (T.address_to_string a) (T.address_to_string b)) dsts)
 
   let rec tick t =
@@ -1111,7 +1289,8 @@ module Make (T : Transport.S) = struct
       (match t.cur with
       | Some c ->
           (match t.pending with
-          | Some (Side.Install { vid; _ }, targets) when vid = c.view.View.id && now t > t.pending_since + t.merge_timeout ->
+          | Some (Side.Install { vid; _ }, targets)
+            when vid = c.view.View.id && now t > t.pending_since + t.merge_timeout ->
               (* A member that has not acknowledged this view in the time a
                  joiner waits for one went on without it (its merge timed
                  out): stop asking, and let a flush exclude it now rather
@@ -1127,31 +1306,43 @@ module Make (T : Transport.S) = struct
               in
               if ranks <> [] then
                 Ep.Binding.dn_ctl c.ep
-                  (Gevent.Suspect_request { ranks; reason = Printf.sprintf "did not acknowledge view %s" vid })
+                  (Gevent.Suspect_request
+                     { ranks; reason = Printf.sprintf "did not acknowledge view %s" vid })
           | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
           | None -> ());
           (* The other coordinator ignores requests while it changes views
              for others: ask again, during the first half of the wait. *)
           (match (t.merging, t.merge_req) with
-          | Some (dst, Some deadline), Some req when t.blocked && now t < deadline - (t.merge_timeout / 2) ->
+          | Some (dst, Some deadline), Some req
+            when t.blocked && now t < deadline - (t.merge_timeout / 2) ->
               side_send t dst req
           | _ -> ());
           (match t.merging with
           | Some (_, Some deadline) when now t > deadline && t.blocked ->
               (* The other partition did not answer: carry on alone, in a
                  fresh view of the same members. *)
-              Log.info (fun m -> m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
+              Log.info (fun m ->
+                  m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
               t.merging <- None;
               (* Without the members the flush excluded or let go. *)
               let gone r =
                 c.suspected.(r)
-                || match c.reported with Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv | None -> false
+                ||
+                match c.reported with
+                | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
+                | None -> false
               in
-              let members = List.filteri (fun r _ -> not (gone r)) (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members)) in
+              let members =
+                List.filteri
+                  (fun r _ -> not (gone r))
+                  (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members))
+              in
               let ltime = mint t c.view.View.ltime in
               let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
               let stack = next_stack t in
-              let key = announce t ~stack ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c in
+              let key =
+                announce t ~stack ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c
+              in
               install t ?key ~stack ~vid ~ltime ~members
           | _ -> ());
           (* A merge whose flush never started (the stack saw no reason to
@@ -1168,31 +1359,46 @@ module Make (T : Transport.S) = struct
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
           (match (t.switch_wanted, t.cur) with
-          | Some (from, _, sid), _ when t.epoch > from || Stack_id.equal sid t.sid -> t.switch_wanted <- None
+          | Some (from, _, sid), _ when t.epoch > from || Stack_id.equal sid t.sid ->
+              t.switch_wanted <- None
           | Some (_, epoch, sid), Some c when not t.exited ->
               if is_coordinator t then begin
-                if (not t.blocked) && t.merging = None && t.absorbing = None && t.leaving = None then begin
-                  Log.info (fun m -> m "%s: switching view %s to stack %s" t.me.eid c.view.View.id (Stack_id.describe sid));
+                if (not t.blocked) && t.merging = None && t.absorbing = None && t.leaving = None
+                then begin
+                  Log.info (fun m ->
+                      m "%s: switching view %s to stack %s" t.me.eid c.view.View.id
+                        (Stack_id.describe sid));
                   t.switch_to <- Some (epoch, sid);
                   Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
                 end
               end
               else if not t.blocked then
-                side_send t c.addrs.(coordinator_rank c)
-                  (Side.Switch_req { group = t.group; vid = c.view.View.id; stack = { Side.epoch; id = Stack_id.to_string sid } })
+                side_send t
+                  c.addrs.(coordinator_rank c)
+                  (Side.Switch_req
+                     {
+                       group = t.group;
+                       vid = c.view.View.id;
+                       stack = { Side.epoch; id = Stack_id.to_string sid };
+                     })
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
           (match (t.heard, t.cur) with
           | Some (dst, eid), Some c
-            when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None && not t.exited ->
+            when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
+                 && not t.exited ->
               t.heard <- None;
               if not (Array.mem eid c.view.View.members) then start_merge t c dst eid
           | _ -> ());
           (match t.cur with
-          | Some c when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited -> gossip t c
+          | Some c
+            when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited
+            ->
+              gossip t c
           | _ -> ());
           (* A move not yet acknowledged by everyone: told again. *)
-          if t.unmoved <> [] && now t >= t.move_sent + t.install_retry && not t.exited then send_moves t;
+          if t.unmoved <> [] && now t >= t.move_sent + t.install_retry && not t.exited then
+            send_moves t;
           if t.old_conns <> [] && not t.exited then close_old t
       | None -> ());
       (* While a merge waits for an answer or a view waits for
@@ -1216,38 +1422,51 @@ module Make (T : Transport.S) = struct
       closed =
         (fun () ->
           match !self with
-          | Some t -> if (not t.exited) && Lazy.is_val t.conn && Lazy.force t.conn == c then exit_group t
+          | Some t ->
+              if (not t.exited) && Lazy.is_val t.conn && Lazy.force t.conn == c then exit_group t
           | None -> ());
     }
 
   let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true)
-      ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ?(primary = fun _ -> ()) ~layers tr ~group
-      ~addr cb =
-    let seed = match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ()) in
+      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery
+      ?(heal = true) ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state
+      ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ?(primary = fun _ -> ()) ~layers tr
+      ~group ~addr cb =
+    let seed =
+      match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ())
+    in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
     let parse what s =
-      match T.address_of_string s with Ok a -> Ok a | Error reason -> Error (Bad_address { what; addr = s; reason })
+      match T.address_of_string s with
+      | Ok a -> Ok a
+      | Error reason -> Error (Bad_address { what; addr = s; reason })
     in
     let rec all acc = function
       | [] -> Ok (List.rev acc)
       | p :: rest -> ( match parse "peer" p with Ok a -> all (a :: acc) rest | Error e -> Error e)
     in
-    let discovery = match discovery with None -> Ok None | Some d -> Result.map Option.some (parse "discovery" d) in
+    let discovery =
+      match discovery with
+      | None -> Ok None
+      | Some d -> Result.map Option.some (parse "discovery" d)
+    in
     match (parse "member" addr, discovery, all [] peers) with
     | Error e, _, _ | _, Error e, _ | _, _, Error e -> Error e
     | Ok local, Ok discovery, Ok peers -> (
         (* A group's stack must agree on views. *)
         match
           Result.bind (Stack.check ~requires:[ Gmp.membership ] layers) (fun () ->
-              if List.exists (fun l -> Layer.name l = Primary.name) layers then Result.map Option.some (Primary.config params)
+              if List.exists (fun l -> Layer.name l = Primary.name) layers then
+                Result.map Option.some (Primary.config params)
               else Ok None)
         with
         | Error e -> Error (Bad_stack e)
         | Ok primary_config -> (
             let self = ref None in
-            match B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local (handler self) with
+            match
+              B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local (handler self)
+            with
             | Error e -> Error (Cannot_open e)
             | Ok conn -> (
                 match
@@ -1259,116 +1478,123 @@ module Make (T : Transport.S) = struct
                     B.close conn;
                     Error (Cannot_join_discovery e)
                 | Ok () ->
-                let info = B.query conn in
-                let addr = T.address_to_string info.B.local in
-                let max_message =
-                  if List.exists (fun l -> Layer.name l = Frag.name) layers then
-                    Params.int params Frag.Param.max_message
-                  else
-                    (* Without Frag a message is one datagram, headers of
+                    let info = B.query conn in
+                    let addr = T.address_to_string info.B.local in
+                    let max_message =
+                      if List.exists (fun l -> Layer.name l = Frag.name) layers then
+                        Params.int params Frag.Param.max_message
+                      else
+                        (* Without Frag a message is one datagram, headers of
                        every layer included. *)
-                    max 0 (info.B.mtu - header_reserve)
-                in
-                let eid = addr ^ "#" ^ incarnation in
-                let on_primary = primary in
-                let xfer =
-                  if List.exists (fun l -> Layer.name l = Xfer.name) layers then
-                    Some
-                      (Xfer.create ?durable:durable_state ~params ~max_message ~me:eid
-                         {
-                           Xfer.take = take_state;
-                           install = install_state;
-                           deliver =
-                             (fun kind ~origin s ->
-                               match kind with `Cast -> cb.cast ~origin s | `Send -> cb.send ~origin s);
-                         })
-                  else None
-                in
-                let t =
-                  {
-                    tr;
-                    conn = Lazy.from_val conn;
-                    me = { Side.eid; addr; pub = (match rekey with Some r -> r.public | None -> "") };
-                    moves = 0;
-                    unmoved = [];
-                    old_conns = [];
-                    move_sent = 0;
-                    known_moves = Hashtbl.create 8;
-                    prev_vid = "";
-                    move_refused = 0;
-                    move_garbage = 0;
-                    clients = None;
-                    group;
-                    layers;
-                    params;
-                    pool;
-                    rng;
-                    cb;
-                    on_sent;
-                    on_lost;
-                    on_bytes;
-                    copies = 0;
-                    copied_bytes = 0;
-                    peers;
-                    discovery;
-                    heal;
-                    known = Hashtbl.create 16;
-                    cur = None;
-                    blocked = false;
-                    queued = Queue.create ();
-                    queued_bytes = 0;
-                    queue_limit = max 0 (Params.int params Param.queue);
-                    max_message;
-                    stack_flow = false;
-                    queue_full = false;
-                    flow_told = false;
-                    dropped_sends = 0;
-                    refused = 0;
-                    merging = None;
-                    merge_req = None;
-                    minted = 0;
-                    absorbing = None;
-                    pending = None;
-                    pending_since = 0;
-                    leaving = None;
-                    heard = None;
-                    merge_since = 0;
-                    exited = false;
-                    xfer;
-                    cur_layers = layers;
-                    cur_params = params;
-                    sid = Stack_id.of_layers ~params layers;
-                    epoch = 0;
-                    switch_to = None;
-                    switch_wanted = None;
-                    on_stack_error;
-                    on_transitional = transitional;
-                    primary_config;
-                    on_primary;
-                    quorum = None;
-                    quorum_pending = None;
-                    told = [];
-                    tick = None;
-                    garbage = 0;
-                    past = [];
-                    views = 0;
-                    send_errors = 0;
-                    rekey;
-                    no_key = 0;
-                    sent = 0;
-                    delivered = 0;
-                    heal_interval = Params.time params Param.heal_interval;
-                    merge_timeout = Params.time params Param.merge_timeout;
-                    install_retry = Params.time params Param.install_retry;
-                    leave_timeout = Params.time params Param.leave_timeout;
-                    migrate_drain = Params.time params Param.migrate_drain;
-                  }
-                in
-                self := Some t;
-                List.iter Stack_id.register layers;
-                install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
-                tick t;
-                Ok t)))
+                        max 0 (info.B.mtu - header_reserve)
+                    in
+                    let eid = addr ^ "#" ^ incarnation in
+                    let on_primary = primary in
+                    let xfer =
+                      if List.exists (fun l -> Layer.name l = Xfer.name) layers then
+                        Some
+                          (Xfer.create ?durable:durable_state ~params ~max_message ~me:eid
+                             {
+                               Xfer.take = take_state;
+                               install = install_state;
+                               deliver =
+                                 (fun kind ~origin s ->
+                                   match kind with
+                                   | `Cast -> cb.cast ~origin s
+                                   | `Send -> cb.send ~origin s);
+                             })
+                      else None
+                    in
+                    let t =
+                      {
+                        tr;
+                        conn = Lazy.from_val conn;
+                        me =
+                          {
+                            Side.eid;
+                            addr;
+                            pub = (match rekey with Some r -> r.public | None -> "");
+                          };
+                        moves = 0;
+                        unmoved = [];
+                        old_conns = [];
+                        move_sent = 0;
+                        known_moves = Hashtbl.create 8;
+                        prev_vid = "";
+                        move_refused = 0;
+                        move_garbage = 0;
+                        clients = None;
+                        group;
+                        layers;
+                        params;
+                        pool;
+                        rng;
+                        cb;
+                        on_sent;
+                        on_lost;
+                        on_bytes;
+                        copies = 0;
+                        copied_bytes = 0;
+                        peers;
+                        discovery;
+                        heal;
+                        known = Hashtbl.create 16;
+                        cur = None;
+                        blocked = false;
+                        queued = Queue.create ();
+                        queued_bytes = 0;
+                        queue_limit = max 0 (Params.int params Param.queue);
+                        max_message;
+                        stack_flow = false;
+                        queue_full = false;
+                        flow_told = false;
+                        dropped_sends = 0;
+                        refused = 0;
+                        merging = None;
+                        merge_req = None;
+                        minted = 0;
+                        absorbing = None;
+                        pending = None;
+                        pending_since = 0;
+                        leaving = None;
+                        heard = None;
+                        merge_since = 0;
+                        exited = false;
+                        xfer;
+                        cur_layers = layers;
+                        cur_params = params;
+                        sid = Stack_id.of_layers ~params layers;
+                        epoch = 0;
+                        switch_to = None;
+                        switch_wanted = None;
+                        on_stack_error;
+                        on_transitional = transitional;
+                        primary_config;
+                        on_primary;
+                        quorum = None;
+                        quorum_pending = None;
+                        told = [];
+                        tick = None;
+                        garbage = 0;
+                        past = [];
+                        views = 0;
+                        send_errors = 0;
+                        rekey;
+                        no_key = 0;
+                        sent = 0;
+                        delivered = 0;
+                        heal_interval = Params.time params Param.heal_interval;
+                        merge_timeout = Params.time params Param.merge_timeout;
+                        install_retry = Params.time params Param.install_retry;
+                        leave_timeout = Params.time params Param.leave_timeout;
+                        migrate_drain = Params.time params Param.migrate_drain;
+                      }
+                    in
+                    self := Some t;
+                    List.iter Stack_id.register layers;
+                    install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
+                    tick t;
+                    Ok t)))
 
   (* Whether the application may hand over a message of [size] bytes
      now. A message refused here is counted by no layer. *)
@@ -1377,7 +1603,9 @@ module Make (T : Transport.S) = struct
     else if t.leaving <> None then Error Leaving
     else if size > t.max_message then Error (Too_big { size; max = t.max_message })
     else if t.stack_flow then Error Flow_control
-    else if (t.blocked || not (Queue.is_empty t.queued)) && t.queued_bytes + size + 64 > t.queue_limit then begin
+    else if
+      (t.blocked || not (Queue.is_empty t.queued)) && t.queued_bytes + size + 64 > t.queue_limit
+    then begin
       t.queue_full <- true;
       update_flow t;
       Error Flow_control
@@ -1391,7 +1619,9 @@ module Make (T : Transport.S) = struct
   let cast t s =
     match admit t (String.length s) with
     | Error e -> refuse t e
-    | Ok () when t.quorum_pending = None && (match t.quorum with Some q -> not q.Primary.primary | None -> false) ->
+    | Ok ()
+      when t.quorum_pending = None
+           && match t.quorum with Some q -> not q.Primary.primary | None -> false ->
         refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
     | Ok () ->
         if t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued) then begin
@@ -1421,12 +1651,16 @@ module Make (T : Transport.S) = struct
       match Stack.check ~requires:[ Gmp.membership ] layers with
       | Error e -> Error (Not_a_stack e)
       | Ok () ->
-          if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then Error Changes_xfer
+          if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then
+            Error Changes_xfer
           else begin
             List.iter Stack_id.register layers;
-            let params = match params with Some p -> Params.override t.params ~by:p | None -> t.params in
+            let params =
+              match params with Some p -> Params.override t.params ~by:p | None -> t.params
+            in
             let sid = Stack_id.of_layers ~params layers in
-            if not (Stack_id.equal sid t.sid) then t.switch_wanted <- Some (t.epoch, t.epoch + 1, sid);
+            if not (Stack_id.equal sid t.sid) then
+              t.switch_wanted <- Some (t.epoch, t.epoch + 1, sid);
             Ok ()
           end
 
@@ -1440,10 +1674,17 @@ module Make (T : Transport.S) = struct
       match T.address_of_string addr with
       | Error reason -> Error (Bad_new_address { addr; reason })
       | Ok a -> (
-          match B.open_with ~size:(Params.int t.params Bundle.Param.size) ~pool:t.pool t.tr a (handler (ref (Some t))) with
+          match
+            B.open_with
+              ~size:(Params.int t.params Bundle.Param.size)
+              ~pool:t.pool t.tr a
+              (handler (ref (Some t)))
+          with
           | Error e -> Error (Cannot_move e)
           | Ok nc -> (
-              match match t.discovery with Some d -> B.control nc (B.Join_multicast d) | None -> Ok () with
+              match
+                match t.discovery with Some d -> B.control nc (B.Join_multicast d) | None -> Ok ()
+              with
               | Error e ->
                   B.close nc;
                   Error (Cannot_move e)
@@ -1456,10 +1697,14 @@ module Make (T : Transport.S) = struct
                   t.old_conns <- (old, now t + t.migrate_drain) :: t.old_conns;
                   if List.length t.old_conns > max_old then begin
                     let keep = List.filteri (fun i _ -> i < max_old) t.old_conns in
-                    List.iter (fun (oc, _) -> if not (List.exists (fun (k, _) -> k == oc) keep) then B.close oc) t.old_conns;
+                    List.iter
+                      (fun (oc, _) ->
+                        if not (List.exists (fun (k, _) -> k == oc) keep) then B.close oc)
+                      t.old_conns;
                     t.old_conns <- keep
                   end;
-                  Log.info (fun m -> m "%s: moves to %a (move %d)" t.me.eid T.pp_address local t.moves);
+                  Log.info (fun m ->
+                      m "%s: moves to %a (move %d)" t.me.eid T.pp_address local t.moves);
                   (match t.cur with
                   | Some c ->
                       let rank = c.view.View.rank in
@@ -1469,7 +1714,12 @@ module Make (T : Transport.S) = struct
                         List.filter_map
                           (fun e ->
                             if e = t.me.eid then None
-                            else Some (e, match List.assoc_opt e t.unmoved with Some kc -> kc | None -> old))
+                            else
+                              Some
+                                ( e,
+                                  match List.assoc_opt e t.unmoved with
+                                  | Some kc -> kc
+                                  | None -> old ))
                           (Array.to_list c.view.View.members);
                       send_moves t;
                       close_old t
@@ -1477,7 +1727,6 @@ module Make (T : Transport.S) = struct
                   Ok ()))
 
   let address t = t.me.addr
-
   let set_client_handler t f = t.clients <- Some f
 
   let send_client t ~dst s =
@@ -1498,7 +1747,6 @@ module Make (T : Transport.S) = struct
     | None -> None
 
   let unmoved t = List.map fst t.unmoved
-
   let stack_id t = Stack_id.digest t.sid
   let stack_name t = Stack_id.describe t.sid
   let stack_epoch t = t.epoch
@@ -1519,10 +1767,13 @@ module Make (T : Transport.S) = struct
     match t.cur with
     | Some c when not t.exited ->
         let ranks =
-          List.filter_map (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members)) ids
+          List.filter_map
+            (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members))
+            ids
         in
         if ranks <> [] then
-          Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason = "asked by the application" })
+          Ep.Binding.dn_ctl c.ep
+            (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
   let connection t = B.inner (conn t)
@@ -1534,7 +1785,11 @@ module Make (T : Transport.S) = struct
   let garbage t = t.garbage
 
   let counters t =
-    let cur = match t.cur with Some c when not t.exited -> Stack.counters (Ep.Binding.stack c.ep) | _ -> [] in
+    let cur =
+      match t.cur with
+      | Some c when not t.exited -> Stack.counters (Ep.Binding.stack c.ep)
+      | _ -> []
+    in
     ( "group",
       [
         ("views", t.views);
@@ -1560,14 +1815,19 @@ module Make (T : Transport.S) = struct
           ] ))
     ::
     (if List.mem_assoc "bottom" cur then
-       List.map (fun (l, kvs) -> if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs)) cur
+       List.map
+         (fun (l, kvs) ->
+           if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs))
+         cur
      else cur @ t.past)
 
   let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
+
   let delivery_view t =
     match t.xfer with
     | Some x -> ( match Xfer.delivery_view x with Some v -> v | None -> (view t).vid)
     | None -> (view t).vid
+
   let xfer_counters t = match t.xfer with Some x -> Xfer.counters x | None -> []
   let crash t = exit_group t
 end

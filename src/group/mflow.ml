@@ -10,11 +10,14 @@ module Param = struct
   let credit_delay = "mflow.credit_delay"
 
   let () =
-    Params.register window (Params.Int (256 * 1024))
+    Params.register window
+      (Params.Int (256 * 1024))
       ~doc:"bytes of casts not yet credited by every other member";
-    Params.register queue (Params.Int (1024 * 1024))
+    Params.register queue
+      (Params.Int (1024 * 1024))
       ~doc:"bytes of queued casts beyond which the application is told it is blocked";
-    Params.register credit_delay (Params.Time (Time.of_ms 2))
+    Params.register credit_delay
+      (Params.Time (Time.of_ms 2))
       ~doc:"how long a receiver waits to batch credit"
 end
 
@@ -29,7 +32,9 @@ type Event.dn_ctl += Hold_credit of { who : string; hold : bool; except : int li
 let () =
   Event.register_dn_ctl_printer (function
     | Hold_credit { who; hold; except } ->
-        Some (fun ppf -> Fmt.pf ppf "hold-credit(%s, %b, except %a)" who hold Fmt.(list ~sep:comma int) except)
+        Some
+          (fun ppf ->
+            Fmt.pf ppf "hold-credit(%s, %b, except %a)" who hold Fmt.(list ~sep:comma int) except)
     | _ -> None)
 
 module L = struct
@@ -80,15 +85,15 @@ module L = struct
     credit_delay : Time.t;
     queue : (Msg.t * int) Queue.t;
     mutable queued : int;
-    mutable sent : int;  (* of our casts *)
-    mutable asked : int;  (* of those, covered by our last request for credit *)
-    credited : int array;  (* [credited.(m)]: of our casts, delivered by [m] *)
-    gone : bool array;  (* suspected members: their credit is not waited for *)
-    mutable floor : int;  (* the least of [credited] over the other members *)
-    consumed : int array;  (* [consumed.(o)]: of [o]'s casts, delivered here *)
-    reported : int array;  (* [reported.(o)]: of those, credited to [o] *)
+    mutable sent : int; (* of our casts *)
+    mutable asked : int; (* of those, covered by our last request for credit *)
+    credited : int array; (* [credited.(m)]: of our casts, delivered by [m] *)
+    gone : bool array; (* suspected members: their credit is not waited for *)
+    mutable floor : int; (* the least of [credited] over the other members *)
+    consumed : int array; (* [consumed.(o)]: of [o]'s casts, delivered here *)
+    reported : int array; (* [reported.(o)]: of those, credited to [o] *)
     mutable credit_at : Time.t;
-    mutable flushing : bool;  (* a view change drains the queue *)
+    mutable flushing : bool; (* a view change drains the queue *)
     mutable over : bool;
     mutable below : bool;
     mutable told : bool;
@@ -152,6 +157,7 @@ module L = struct
 
   (* Alone in the view, everything cast is delivered everywhere at once. *)
   let outstanding t = if t.n <= 1 then 0 else t.sent - t.floor
+
   (* While the view flushes, nothing waits: the application is blocked
      and what was queued must be counted in this view. *)
   let fits t c = t.flushing || outstanding t = 0 || outstanding t + c <= t.window
@@ -212,26 +218,26 @@ module L = struct
     t.credit_at <- max_int;
     let held o = List.exists (fun (_, except) -> not (List.mem o except)) t.holders in
     begin
-    let owed = ref [] in
-    for o = t.n - 1 downto 0 do
-      if t.consumed.(o) > t.reported.(o) && not (held o) then begin
-        t.reported.(o) <- t.consumed.(o);
-        owed := (o, t.consumed.(o)) :: !owed
-      end
-    done;
-    let rec send l =
-      if l <> [] then begin
-        let rec split k acc = function
-          | x :: rest when k > 0 -> split (k - 1) (x :: acc) rest
-          | rest -> (List.rev acc, rest)
-        in
-        let credits, rest = split max_credits [] l in
-        t.credits_sent <- t.credits_sent + 1;
-        t.out.dn Event.Cast (Credit { credits }) (Msg.empty ());
-        send rest
-      end
-    in
-    send !owed
+      let owed = ref [] in
+      for o = t.n - 1 downto 0 do
+        if t.consumed.(o) > t.reported.(o) && not (held o) then begin
+          t.reported.(o) <- t.consumed.(o);
+          owed := (o, t.consumed.(o)) :: !owed
+        end
+      done;
+      let rec send l =
+        if l <> [] then begin
+          let rec split k acc = function
+            | x :: rest when k > 0 -> split (k - 1) (x :: acc) rest
+            | rest -> (List.rev acc, rest)
+          in
+          let credits, rest = split max_credits [] l in
+          t.credits_sent <- t.credits_sent + 1;
+          t.out.dn Event.Cast (Credit { credits }) (Msg.empty ());
+          send rest
+        end
+      in
+      send !owed
     end
 
   let consumed t o c ~ask =
@@ -256,7 +262,9 @@ module L = struct
       Log.debug (fun f -> f "from %d: credit for ranks outside a view of %d" m t.n)
     end
     else
-      let mine = List.fold_left (fun acc (o, v) -> if o = t.rank then max acc v else acc) (-1) credits in
+      let mine =
+        List.fold_left (fun acc (o, v) -> if o = t.rank then max acc v else acc) (-1) credits
+      in
       if mine > t.sent then begin
         t.bad_credit <- t.bad_credit + 1;
         Log.debug (fun f -> f "from %d: credit for %d bytes, %d cast" m mine t.sent)
@@ -365,15 +373,19 @@ module F = struct
       framed = false;
       size = (fun _ _ -> Codec.size codec (Data { ask = false }));
       dn_ok =
-        (fun t dst len -> (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
+        (fun t dst len ->
+          (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
       dn_fast = (fun t _ _ len ~layered:_ _ _ -> t.sent <- t.sent + len + overhead);
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
-      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after =
         (fun t src len _ _ ->
           match src with
-          | Event.Cast_from o when o <> t.rank && not t.stopped -> consumed t o (len + overhead) ~ask:false
+          | Event.Cast_from o when o <> t.rank && not t.stopped ->
+              consumed t o (len + overhead) ~ask:false
           | _ -> ());
       expand = (fun _ _ -> Data { ask = false });
     }
@@ -381,10 +393,14 @@ module F = struct
   let state t =
     let ints = Fmt.(array ~sep:sp int) in
     Fmt.str
-      "stopped %b flushing %b over %b below %b told %b; queue %d/%d sent %d asked %d floor %d credit_at %d; credited %a; \
-       gone %a; consumed %a; reported %a; holders %d; %a"
-      t.stopped t.flushing t.over t.below t.told (Queue.length t.queue) t.queued t.sent t.asked t.floor t.credit_at ints
-      t.credited Fmt.(array ~sep:sp bool) t.gone ints t.consumed ints t.reported (List.length t.holders) Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+      "stopped %b flushing %b over %b below %b told %b; queue %d/%d sent %d asked %d floor %d \
+       credit_at %d; credited %a; gone %a; consumed %a; reported %a; holders %d; %a"
+      t.stopped t.flushing t.over t.below t.told (Queue.length t.queue) t.queued t.sent t.asked
+      t.floor t.credit_at ints t.credited
+      Fmt.(array ~sep:sp bool)
+      t.gone ints t.consumed ints t.reported (List.length t.holders)
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

@@ -15,7 +15,8 @@ let body =
     [
       Codec.case 0 "move"
         Codec.(tup4 (pair str (list ~max:2 str)) str varint str)
-        (function Move { group; vids; eid; seq; addr } -> Some ((group, vids), eid, seq, addr) | _ -> None)
+        (function
+          | Move { group; vids; eid; seq; addr } -> Some ((group, vids), eid, seq, addr) | _ -> None)
         (fun ((group, vids), eid, seq, addr) -> Move { group; vids; eid; seq; addr });
       Codec.case 1 "moved"
         Codec.(tup4 str str varint str)
@@ -38,11 +39,13 @@ let judge ~me ~vid ~prev_vid ~members ~known ~src (m : t) =
   | Moved _ -> Refuse "not a move"
   | Move { vids; eid; seq; addr; _ } ->
       if eid = me then Refuse "a move of this member itself"
-      else if not (Array.mem eid members) then Refuse (Printf.sprintf "%s is not in view %s" eid vid)
+      else if not (Array.mem eid members) then
+        Refuse (Printf.sprintf "%s is not in view %s" eid vid)
       else if not (List.mem vid vids || (prev_vid <> "" && List.mem prev_vid vids)) then
         Refuse
           (Printf.sprintf "made in view %s, neither this member's view %s nor the one before"
              (String.concat " or " vids) vid)
       else if src <> addr then Refuse (Printf.sprintf "names address %s but comes from %s" addr src)
-      else if seq < 1 || seq < known then Refuse (Printf.sprintf "move %d of %s, older than move %d known here" seq eid known)
+      else if seq < 1 || seq < known then
+        Refuse (Printf.sprintf "move %d of %s, older than move %d known here" seq eid known)
       else Accept

@@ -13,13 +13,16 @@ module Param = struct
   let () =
     Params.register window (Params.Int 1024)
       ~doc:
-        "casts buffered ahead of the next expected one per origin, and resent per NAK; raised \
-         to what Mflow's window lets an origin have in flight (mflow.window / 64)";
-    Params.register status_interval (Params.Time (Time.of_ms 20))
+        "casts buffered ahead of the next expected one per origin, and resent per NAK; raised to \
+         what Mflow's window lets an origin have in flight (mflow.window / 64)";
+    Params.register status_interval
+      (Params.Time (Time.of_ms 20))
       ~doc:"period of status casts while casts are unstable";
-    Params.register nak_delay (Params.Time (Time.of_ms 2))
+    Params.register nak_delay
+      (Params.Time (Time.of_ms 2))
       ~doc:"wait between noticing a gap and the first NAK";
-    Params.register nak_retry (Params.Time (Time.of_ms 20))
+    Params.register nak_retry
+      (Params.Time (Time.of_ms 20))
       ~doc:"wait before asking again for a gap"
 end
 
@@ -40,7 +43,9 @@ let max_early params = max (1 lsl 20) (4 * min (Params.int params Mflow.Param.wi
 let effective_window params =
   let own = Params.int params Param.window in
   let flow = Params.int params Mflow.Param.window in
-  let flow_casts = if flow <= 0 then 0 else (min flow max_window + Mflow.overhead - 1) / Mflow.overhead in
+  let flow_casts =
+    if flow <= 0 then 0 else (min flow max_window + Mflow.overhead - 1) / Mflow.overhead
+  in
   max 1 (min max_window (max own flow_casts))
 
 type Event.up_ctl += Stable of { stable : int array; received : int array }
@@ -51,9 +56,15 @@ let () =
     | Stable { stable; received } ->
         Some
           (fun ppf ->
-            Fmt.pf ppf "stable(%a / %a)" Fmt.(array ~sep:comma int) stable Fmt.(array ~sep:comma int) received)
+            Fmt.pf ppf "stable(%a / %a)"
+              Fmt.(array ~sep:comma int)
+              stable
+              Fmt.(array ~sep:comma int)
+              received)
     | _ -> None);
-  Event.register_dn_ctl_printer (function Track_stability -> Some (fun ppf -> Fmt.string ppf "track-stability") | _ -> None)
+  Event.register_dn_ctl_printer (function
+    | Track_stability -> Some (fun ppf -> Fmt.string ppf "track-stability")
+    | _ -> None)
 
 module L = struct
   type header =
@@ -110,19 +121,20 @@ module L = struct
     status_interval : Time.t;
     nak_delay : Time.t;
     nak_retry : Time.t;
-    mutable next : int;  (* number of casts this member has made *)
+    mutable next : int; (* number of casts this member has made *)
     held : (int, Msg.t) Hashtbl.t array;
         (* per origin, the casts kept: numbered from [released.(o)], delivered
            ones below [expected.(o)] and early ones above it *)
-    released : int array;  (* casts of [o] below this are stable and released *)
-    expected : int array;  (* the next cast of [o] to deliver *)
-    highest : int array;  (* casts of [o] believed to exist *)
-    seen : int array;  (* above the highest number of [o] received within the window *)
-    early_bytes : int array;  (* bytes of [o]'s casts kept above [expected.(o)] *)
+    released : int array; (* casts of [o] below this are stable and released *)
+    expected : int array; (* the next cast of [o] to deliver *)
+    highest : int array; (* casts of [o] believed to exist *)
+    seen : int array; (* above the highest number of [o] received within the window *)
+    early_bytes : int array; (* bytes of [o]'s casts kept above [expected.(o)] *)
     max_early : int;
-    known : int array array;  (* [known.(m).(o)]: [m] has the casts of [o] below this *)
-    suspected : bool array;  (* final within the view: not waited for, not asked *)
-    answered : Time.t array array;  (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
+    known : int array array; (* [known.(m).(o)]: [m] has the casts of [o] below this *)
+    suspected : bool array; (* final within the view: not waited for, not asked *)
+    answered : Time.t array array;
+        (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
     nak_at : Time.t array;
     mutable status_at : Time.t;
     mutable requested : bool;
@@ -138,12 +150,12 @@ module L = struct
     mutable malformed : int;
     mutable impossible : int;
     mutable naks_ignored : int;
-    mutable track : bool;  (* a layer above asked for Stable events *)
+    mutable track : bool; (* a layer above asked for Stable events *)
     mutable frozen : int array option;
         (* tracking: what this member had when the flush reached it; its
            statuses claim no more of the others' casts *)
-    told : int array;  (* the stability last told *)
-    mutable local : Msg.t;  (* the fused path: this member's own cast, delivered after it went on *)
+    told : int array; (* the stability last told *)
+    mutable local : Msg.t; (* the fused path: this member's own cast, delivered after it went on *)
   }
 
   let create (ctx : Layer.ctx) out =
@@ -198,7 +210,9 @@ module L = struct
      and the members known to have them, none suspected. *)
   let holders t o lo =
     let ok m = m <> t.rank && not t.suspected.(m) in
-    let others = List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id) in
+    let others =
+      List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id)
+    in
     if ok o then o :: others else others
 
   (* A gap worth asking about: some member that is not suspected can fill it. *)
@@ -257,7 +271,8 @@ module L = struct
           changed := true
         end
       done;
-      if !changed then t.out.up_ctl (Stable { stable = Array.copy t.told; received = Array.init t.n (mine t) })
+      if !changed then
+        t.out.up_ctl (Stable { stable = Array.copy t.told; received = Array.init t.n (mine t) })
     end
 
   (* Arm the timers that the current state needs. *)
@@ -300,7 +315,8 @@ module L = struct
     end
     else if seq > t.expected.(o) && t.early_bytes.(o) + Msg.length msg > t.max_early then begin
       t.beyond_window <- t.beyond_window + 1;
-      Log.debug (fun m -> m "from %d: dropped %d, %d bytes already kept early" o seq t.early_bytes.(o));
+      Log.debug (fun m ->
+          m "from %d: dropped %d, %d bytes already kept early" o seq t.early_bytes.(o));
       Msg.release msg
     end
     else begin
@@ -357,7 +373,8 @@ module L = struct
     if vector.(t.rank) > t.next then begin
       t.impossible <- t.impossible + 1;
       Log.debug (fun f ->
-          f "status of %d claims %d casts of this member, which made %d: dropped" m vector.(t.rank) t.next)
+          f "status of %d claims %d casts of this member, which made %d: dropped" m vector.(t.rank)
+            t.next)
     end
     else begin
       for o = 0 to t.n - 1 do
@@ -393,21 +410,21 @@ module L = struct
     match Array.of_list (holders t o t.expected.(o)) with
     | [||] -> ()
     | candidates ->
-    let target = candidates.(Rng.int t.rng (Array.length candidates)) in
-    let ranges =
-      if target = o then missing t o
-      else
-        let has = t.known.(target).(o) in
-        List.filter_map
-          (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1)))
-          (missing t o)
-    in
-    if ranges <> [] then begin
-      t.naks_sent <- t.naks_sent + 1;
-      Log.debug (fun m ->
-          m "asking %d for casts of %d: %a" target o Fmt.(list ~sep:comma pp_range) ranges);
-      t.out.dn (Event.Send target) (Nak { origin = o; ranges }) (Msg.empty ())
-    end
+        let target = candidates.(Rng.int t.rng (Array.length candidates)) in
+        let ranges =
+          if target = o then missing t o
+          else
+            let has = t.known.(target).(o) in
+            List.filter_map
+              (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1)))
+              (missing t o)
+        in
+        if ranges <> [] then begin
+          t.naks_sent <- t.naks_sent + 1;
+          Log.debug (fun m ->
+              m "asking %d for casts of %d: %a" target o Fmt.(list ~sep:comma pp_range) ranges);
+          t.out.dn (Event.Send target) (Nak { origin = o; ranges }) (Msg.empty ())
+        end
 
   (* A NAK is answered with what this member holds in its ranges, at most
      a window's worth of numbers looked at, and at most once per half
@@ -418,23 +435,23 @@ module L = struct
     if t.suspected.(m) || now < t.answered.(m).(o) + (t.nak_retry / 2) then
       t.naks_ignored <- t.naks_ignored + 1
     else begin
-    t.answered.(m).(o) <- now;
-    let top = if o = t.rank then t.next - 1 else t.expected.(o) + t.window - 1 in
-    let budget = ref t.window in
-    List.iter
-      (fun (a, b) ->
-        let s = ref (max a t.released.(o)) in
-        let e = min b top in
-        while !s <= e && !budget > 0 do
-          decr budget;
-          (match Hashtbl.find_opt t.held.(o) !s with
-          | Some msg when not t.stopped ->
-              t.retransmissions <- t.retransmissions + 1;
-              t.out.dn (Event.Send m) (Retrans { origin = o; seq = !s }) (Msg.retain msg)
-          | _ -> ());
-          incr s
-        done)
-      ranges
+      t.answered.(m).(o) <- now;
+      let top = if o = t.rank then t.next - 1 else t.expected.(o) + t.window - 1 in
+      let budget = ref t.window in
+      List.iter
+        (fun (a, b) ->
+          let s = ref (max a t.released.(o)) in
+          let e = min b top in
+          while !s <= e && !budget > 0 do
+            decr budget;
+            (match Hashtbl.find_opt t.held.(o) !s with
+            | Some msg when not t.stopped ->
+                t.retransmissions <- t.retransmissions + 1;
+                t.out.dn (Event.Send m) (Retrans { origin = o; seq = !s }) (Msg.retain msg)
+            | _ -> ());
+            incr s
+          done)
+        ranges
     end
 
   let malformed t src h msg =
@@ -468,7 +485,9 @@ module L = struct
   (* A suspicion is final within the view: the suspected member is not
      waited for by stability, not asked for repairs, not answered. *)
   let suspect t ranks =
-    let fresh = List.filter (fun r -> r >= 0 && r < t.n && r <> t.rank && not t.suspected.(r)) ranks in
+    let fresh =
+      List.filter (fun r -> r >= 0 && r < t.n && r <> t.rank && not t.suspected.(r)) ranks
+    in
     if fresh <> [] && not t.stopped then begin
       List.iter (fun r -> t.suspected.(r) <- true) fresh;
       for o = 0 to t.n - 1 do
@@ -585,7 +604,9 @@ module F = struct
           &&
           match src with
           | Event.Cast_from o ->
-              o >= 0 && o < t.n && o <> t.rank && a.(off) = t.expected.(o) && not (Hashtbl.mem t.held.(o) a.(off))
+              o >= 0 && o < t.n && o <> t.rank
+              && a.(off) = t.expected.(o)
+              && not (Hashtbl.mem t.held.(o) a.(off))
           | _ -> false);
       up_fast =
         (fun t src msg _ ~layered a off ->
@@ -613,16 +634,24 @@ module F = struct
   let state t =
     let ints = Fmt.(array ~sep:sp int) in
     let held ppf h =
-      Fmt.(Dump.list (pair int Dump.string)) ppf
+      Fmt.(Dump.list (pair int Dump.string))
+        ppf
         (List.sort compare (Hashtbl.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h []))
     in
     Fmt.str
-      "stopped %b next %d; released %a; expected %a; highest %a; seen %a; early %a; known %a; suspected %a; \
-       nak_at %a; status_at %d requested %b track %b frozen %a told %a; held %a; %a"
+      "stopped %b next %d; released %a; expected %a; highest %a; seen %a; early %a; known %a; \
+       suspected %a; nak_at %a; status_at %d requested %b track %b frozen %a told %a; held %a; %a"
       t.stopped t.next ints t.released ints t.expected ints t.highest ints t.seen ints t.early_bytes
-      Fmt.(array ~sep:semi ints) t.known Fmt.(array ~sep:sp bool) t.suspected ints t.nak_at t.status_at
-      t.requested t.track Fmt.(option ints) t.frozen ints t.told Fmt.(array ~sep:semi held) t.held
-      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+      Fmt.(array ~sep:semi ints)
+      t.known
+      Fmt.(array ~sep:sp bool)
+      t.suspected ints t.nak_at t.status_at t.requested t.track
+      Fmt.(option ints)
+      t.frozen ints t.told
+      Fmt.(array ~sep:semi held)
+      t.held
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

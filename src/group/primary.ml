@@ -10,13 +10,17 @@ module Param = struct
     Params.register expected (Params.Int 0) ~min:(Params.Int 0) ~max:(Params.Int 1_000_000)
       ~doc:"Primary: the votes of the whole configured group (the quorum is half of it plus one)";
     Params.register votes (Params.String "")
-      ~doc:"Primary: ADDR=N items joined by + giving members' votes by address; an address not listed has one vote"
+      ~doc:
+        "Primary: ADDR=N items joined by + giving members' votes by address; an address not listed \
+         has one vote"
 end
 
 type quorum = { primary : bool; votes : int; needed : int; expected : int }
 
 let pp_quorum ppf q =
-  Fmt.pf ppf "%s (%d of %d votes, %d needed)" (if q.primary then "primary" else "not primary") q.votes q.expected q.needed
+  Fmt.pf ppf "%s (%d of %d votes, %d needed)"
+    (if q.primary then "primary" else "not primary")
+    q.votes q.expected q.needed
 
 type config = { table : (string * int) list; expected : int }
 
@@ -29,12 +33,17 @@ let parse_votes s =
           match String.rindex_opt item '=' with
           | None -> Error (Printf.sprintf "%s: %S is not ADDR=VOTES" Param.votes item)
           | Some i -> (
-              let addr = String.sub item 0 i and n = String.sub item (i + 1) (String.length item - i - 1) in
+              let addr = String.sub item 0 i
+              and n = String.sub item (i + 1) (String.length item - i - 1) in
               match int_of_string_opt n with
               | Some v when v >= 0 && v <= 1000 && addr <> "" ->
-                  if List.mem_assoc addr l then Error (Printf.sprintf "%s: %s is given twice" Param.votes addr)
+                  if List.mem_assoc addr l then
+                    Error (Printf.sprintf "%s: %s is given twice" Param.votes addr)
                   else Ok ((addr, v) :: l)
-              | _ -> Error (Printf.sprintf "%s: %S is not ADDR=VOTES with VOTES from 0 to 1000" Param.votes item))))
+              | _ ->
+                  Error
+                    (Printf.sprintf "%s: %S is not ADDR=VOTES with VOTES from 0 to 1000" Param.votes
+                       item))))
     (Ok []) items
   |> Result.map List.rev
 
@@ -46,16 +55,20 @@ let config params =
       let expected = max listed (Params.int params Param.expected) in
       if expected <= 0 then
         Error
-          (Printf.sprintf "property Primary needs %s (the votes of the whole group) or %s" Param.expected Param.votes)
+          (Printf.sprintf "property Primary needs %s (the votes of the whole group) or %s"
+             Param.expected Param.votes)
       else Ok { table; expected }
 
 let decide c addrs =
   let addrs = List.sort_uniq compare addrs in
-  let votes = List.fold_left (fun acc a -> acc + Option.value ~default:1 (List.assoc_opt a c.table)) 0 addrs in
+  let votes =
+    List.fold_left (fun acc a -> acc + Option.value ~default:1 (List.assoc_opt a c.table)) 0 addrs
+  in
   let needed = (c.expected / 2) + 1 in
   { primary = votes >= needed; votes; needed; expected = c.expected }
 
-let primary_component = Contract.v "primary-component" ~doc:"views told primary when they hold a quorum of votes"
+let primary_component =
+  Contract.v "primary-component" ~doc:"views told primary when they hold a quorum of votes"
 
 type Event.dn_ctl += Start
 type Event.up_ctl += Confirmed
@@ -65,7 +78,7 @@ module L = struct
 
   type t = {
     out : header Layer.out;
-    heard : bool array;  (* the members whose Here came, by rank *)
+    heard : bool array; (* the members whose Here came, by rank *)
     mutable started : bool;
     mutable confirmed : bool;
     mutable nonsense : int;
@@ -86,7 +99,13 @@ module L = struct
   let requires = [ Gmp.membership ]
 
   let create (ctx : Layer.ctx) out =
-    { out; heard = Array.make (View.nmembers ctx.view) false; started = false; confirmed = false; nonsense = 0 }
+    {
+      out;
+      heard = Array.make (View.nmembers ctx.view) false;
+      started = false;
+      confirmed = false;
+      nonsense = 0;
+    }
 
   let check t =
     if (not t.confirmed) && Array.for_all Fun.id t.heard then begin
@@ -118,7 +137,12 @@ module L = struct
     | e -> t.out.dn_ctl e
 
   let timer _ _ = ()
-  let counters t = [ ("heard", Array.fold_left (fun n b -> if b then n + 1 else n) 0 t.heard); ("nonsense", t.nonsense) ]
+
+  let counters t =
+    [
+      ("heard", Array.fold_left (fun n b -> if b then n + 1 else n) 0 t.heard);
+      ("nonsense", t.nonsense);
+    ]
 end
 
 let layer : Layer.t = (module L)

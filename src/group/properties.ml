@@ -1,6 +1,21 @@
 open Consort
 
-type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | Agree | Auth | Privacy | Rekey | Xfer | Evs
+type t =
+  | Gmp
+  | Sync
+  | Heal
+  | Frag
+  | Suspect
+  | Flow
+  | Slander
+  | Total
+  | Causal
+  | Agree
+  | Auth
+  | Privacy
+  | Rekey
+  | Xfer
+  | Evs
   | Switch
   | Debug
   | Migrate
@@ -8,7 +23,11 @@ type t = Gmp | Sync | Heal | Frag | Suspect | Flow | Slander | Total | Causal | 
   | Cltsvr
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
-let all = vsync @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ] @ [ Switch; Debug; Migrate; Primary; Cltsvr ]
+
+let all =
+  vsync
+  @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ]
+  @ [ Switch; Debug; Migrate; Primary; Cltsvr ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -38,7 +57,9 @@ let to_string = function
 let docs =
   [
     ("Gmp", "group membership: views agreed by every member, with joins, leaves and failures");
-    ("Sync", "virtual synchrony: members that install the same two views delivered the same messages in the first");
+    ( "Sync",
+      "virtual synchrony: members that install the same two views delivered the same messages in \
+       the first" );
     ("Heal", "partitions of the group find each other and merge when the network heals");
     ("Frag", "messages up to 64 MiB, fragmented and reassembled");
     ("Suspect", "failures detected by heartbeats and direct probes");
@@ -46,18 +67,33 @@ let docs =
     ("Slander", "suspicions shared, so that every member that stays reports them");
     ("Total", "casts delivered in one order at every member (sequencer or token)");
     ("Causal", "casts delivered in causal order");
-    ("Agree", "safe delivery: a cast is delivered once every member of the view holds it (alias Safe)");
+    ( "Agree",
+      "safe delivery: a cast is delivered once every member of the view holds it (alias Safe)" );
     ("Auth", "only holders of the group's secret join; every datagram authenticated");
     ("Privacy", "Auth, and every payload encrypted");
-    ("Rekey", "each view's traffic under a key of its own: an excluded member can neither read nor forge later views");
+    ( "Rekey",
+      "each view's traffic under a key of its own: an excluded member can neither read nor forge \
+       later views" );
     ("Xfer", "state transfer: a member that joins gets the group's state before it delivers");
-    ("Evs", "extended virtual synchrony: a transitional view before each regular one, safe delivery stated relative to it (brings Agree)");
-    ("Switch", "the group switches to another stack while it runs, at a view boundary (Group.switch)");
-    ("Primary", "a primary component with quorum: only the component holding a majority of the configured votes (primary.expected, primary.votes) is primary; casts refused outside it");
-    ("Cltsvr", "client-server groups: clients send requests (at most once, in order, resent to another server after a failover) and hear notifications without being members of the servers' view; sessions bounded (Consort_group.Cltsvr; needs Total)");
-    ("Migrate", "a member moves to another address (Group.migrate) keeping its id and place in the view, with no view change; a stranger cannot redirect it (with Auth)");
-    ("Debug", "checking layers report violations of FIFO, total order and virtual synchrony with the events before them; \
-       fault layers drop, delay, duplicate and partition as drop.rate, delay.rate, dup.rate, partition.sets say");
+    ( "Evs",
+      "extended virtual synchrony: a transitional view before each regular one, safe delivery \
+       stated relative to it (brings Agree)" );
+    ( "Switch",
+      "the group switches to another stack while it runs, at a view boundary (Group.switch)" );
+    ( "Primary",
+      "a primary component with quorum: only the component holding a majority of the configured \
+       votes (primary.expected, primary.votes) is primary; casts refused outside it" );
+    ( "Cltsvr",
+      "client-server groups: clients send requests (at most once, in order, resent to another \
+       server after a failover) and hear notifications without being members of the servers' view; \
+       sessions bounded (Consort_group.Cltsvr; needs Total)" );
+    ( "Migrate",
+      "a member moves to another address (Group.migrate) keeping its id and place in the view, \
+       with no view change; a stranger cannot redirect it (with Auth)" );
+    ( "Debug",
+      "checking layers report violations of FIFO, total order and virtual synchrony with the \
+       events before them; fault layers drop, delay, duplicate and partition as drop.rate, \
+       delay.rate, dup.rate, partition.sets say" );
   ]
 
 (* Properties of Ensemble's table (and the issue that brings the rest)
@@ -65,16 +101,21 @@ let docs =
    would guarantee. A name leaves this list by itself once [all] holds it. *)
 let planned =
   [
-    ("Scale", "large groups: failure detection and stability whose cost per member grows at most logarithmically");
+    ( "Scale",
+      "large groups: failure detection and stability whose cost per member grows at most \
+       logarithmically" );
   ]
 
 let same_name a b = String.lowercase_ascii a = String.lowercase_ascii b
 
 let doc p =
   let n = to_string p in
-  match List.assoc_opt n docs with Some d -> d | None -> Option.value ~default:"" (List.assoc_opt n planned)
+  match List.assoc_opt n docs with
+  | Some d -> d
+  | None -> Option.value ~default:"" (List.assoc_opt n planned)
 
-let not_available = List.filter (fun (n, _) -> not (List.exists (fun p -> same_name (to_string p) n) all)) planned
+let not_available =
+  List.filter (fun (n, _) -> not (List.exists (fun p -> same_name (to_string p) n) all)) planned
 
 type error =
   | Unknown of { name : string; known : string list }
@@ -85,12 +126,16 @@ type error =
   | Needs of { prop : t; needs : t; why : string }
 
 let pp_error ppf = function
-  | Unknown { name; known } -> Fmt.pf ppf "unknown property %S (known: %s)" name (String.concat ", " known)
+  | Unknown { name; known } ->
+      Fmt.pf ppf "unknown property %S (known: %s)" name (String.concat ", " known)
   | Empty -> Fmt.string ppf "no property given"
   | Sync_without_gmp -> Fmt.string ppf "property Sync needs Gmp: a flush is part of a view change"
   | Stack e -> Fmt.string ppf e
-  | Not_available { name; what } -> Fmt.pf ppf "property %s is not available in this version of Consort (it would give %s)" name what
-  | Needs { prop; needs; why } -> Fmt.pf ppf "property %s needs %s: %s" (to_string prop) (to_string needs) why
+  | Not_available { name; what } ->
+      Fmt.pf ppf "property %s is not available in this version of Consort (it would give %s)" name
+        what
+  | Needs { prop; needs; why } ->
+      Fmt.pf ppf "property %s needs %s: %s" (to_string prop) (to_string needs) why
 
 let pp ppf ps = Fmt.string ppf (String.concat "," (List.map to_string ps))
 
@@ -107,7 +152,11 @@ let of_string s =
             | None -> (
                 match List.find_opt (fun (n, _) -> same_name n item) not_available with
                 | Some (name, what) -> Error (Not_available { name; what })
-                | None -> Error (Unknown { name = item; known = ("vsync" :: List.map to_string all) @ [ "Safe" ] }))))
+                | None ->
+                    Error
+                      (Unknown
+                         { name = item; known = ("vsync" :: List.map to_string all) @ [ "Safe" ] }))
+            ))
   in
   match List.fold_left one (Ok []) items with
   | Ok [] -> Error Empty
@@ -137,52 +186,59 @@ let layers ps =
     match List.find_opt (fun (p, _) -> has p && not (has Gmp)) needs_gmp with
     | Some (prop, why) -> Error (Needs { prop; needs = Gmp; why })
     | None when has Cltsvr && not (has Total) ->
-        Error (Needs { prop = Cltsvr; needs = Total; why = "every server applies the sessions' requests in one order" })
-    | None ->
-    let l =
-      List.concat
-        [
-          (* Primary passes everything through: it carries the property
+        Error
+          (Needs
+             {
+               prop = Cltsvr;
+               needs = Total;
+               why = "every server applies the sessions' requests in one order";
+             })
+    | None -> (
+        let l =
+          List.concat
+            [
+              (* Primary passes everything through: it carries the property
              and its tunables (the votes) in the stack's identity. *)
-          (if has Primary then [ Primary.layer ] else []);
-          (* Checking layers on top: they check what the application gets. *)
-          (if has Debug then [ Chk.fifo ] else []);
-          (if has Debug && has Gmp then [ Chk.sync ] else []);
-          (* State transfer on top: its messages are ordered as the
+              (if has Primary then [ Primary.layer ] else []);
+              (* Checking layers on top: they check what the application gets. *)
+              (if has Debug then [ Chk.fifo ] else []);
+              (if has Debug && has Gmp then [ Chk.sync ] else []);
+              (* State transfer on top: its messages are ordered as the
              application's are. *)
-          (if has Xfer then [ Xfer.layer ] else []);
-          (* Ordering layers above the flush, which hands every member
+              (if has Xfer then [ Xfer.layer ] else []);
+              (* Ordering layers above the flush, which hands every member
              that goes on the same casts, theirs included. *)
-          (* Extended virtual synchrony states safe delivery relative to
+              (* Extended virtual synchrony states safe delivery relative to
              the transitional view: it brings Agree. *)
-          (if has Agree || has Evs then [ Agree.layer ] else []);
-          (if has Causal then [ Causal.layer ] else []);
-          (* Cltsvr brings Total: the servers' session table changes in
+              (if has Agree || has Evs then [ Agree.layer ] else []);
+              (if has Causal then [ Causal.layer ] else []);
+              (* Cltsvr brings Total: the servers' session table changes in
              one order at every server. *)
-          (if has Debug && (has Total || has Cltsvr) then [ Chk.total ] else []);
-          (if has Total || has Cltsvr then [ Total.layer ] else []);
-          (if has Gmp || has Sync then [ Gmp.layer ] else []);
-          (if has Frag then [ Frag.layer ] else []);
-          (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
-          (if has Slander then [ Slander.layer ] else []);
-          (* Mnak under Pt2pt, as in Ensemble: its NAKs and retransmissions
+              (if has Debug && (has Total || has Cltsvr) then [ Chk.total ] else []);
+              (if has Total || has Cltsvr then [ Total.layer ] else []);
+              (if has Gmp || has Sync then [ Gmp.layer ] else []);
+              (if has Frag then [ Frag.layer ] else []);
+              (if has Flow then [ Pt2ptw.layer; Mflow.layer ] else []);
+              (if has Slander then [ Slander.layer ] else []);
+              (* Mnak under Pt2pt, as in Ensemble: its NAKs and retransmissions
              are plain datagrams, repeated by Mnak itself, never queued in
              Pt2pt's window behind (or ahead of) the application's sends. *)
-          [ Pt2pt.layer; Mnak.layer ];
-          (* Membership needs a failure detector: without one, a crash
+              [ Pt2pt.layer; Mnak.layer ];
+              (* Membership needs a failure detector: without one, a crash
              outside a flush round would go unnoticed for good. *)
-          (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);
-          (* Faults on what arrives, under the failure detector: as a
+              (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);
+              (* Faults on what arrives, under the failure detector: as a
              faulty network would be. *)
-          (if has Debug then [ Fault.partition; Fault.delay; Fault.dup; Fault.drop ] else []);
-          [ Bottom.layer ];
-        ]
-    in
-    match Stack.check l with
-    | Ok () ->
-        (* Known by name, so that a group can switch to this stack. *)
-        List.iter Stack_id.register l;
-        Ok l
-    | Error e -> Error (Stack e)
+              (if has Debug then [ Fault.partition; Fault.delay; Fault.dup; Fault.drop ] else []);
+              [ Bottom.layer ];
+            ]
+        in
+        match Stack.check l with
+        | Ok () ->
+            (* Known by name, so that a group can switch to this stack. *)
+            List.iter Stack_id.register l;
+            Ok l
+        | Error e -> Error (Stack e))
 
-let describe ps = match layers ps with Ok l -> Stack.describe l | Error e -> Fmt.str "%a" pp_error e
+let describe ps =
+  match layers ps with Ok l -> Stack.describe l | Error e -> Fmt.str "%a" pp_error e

@@ -1,9 +1,8 @@
-(** Properties a group asks for, and the stack that provides them
-    (Ensemble's [Property]).
+(** Properties a group asks for, and the stack that provides them (Ensemble's [Property]).
 
-    A property set is turned into an ordered list of layers, top first;
-    the stack builder checks the layers' contracts, so a set that cannot be
-    satisfied is refused with a message naming the missing property. *)
+    A property set is turned into an ordered list of layers, top first; the stack builder checks the
+    layers' contracts, so a set that cannot be satisfied is refused with a message naming the
+    missing property. *)
 
 type t =
   | Gmp  (** group membership: views, joins, leaves, failures *)
@@ -17,48 +16,44 @@ type t =
   | Causal  (** casts delivered in causal order ({!Causal}); needs [vsync] *)
   | Agree  (** safe delivery ({!Agree}; ["Safe"] is accepted for it); needs [vsync] *)
   | Auth
-      (** only holders of the group's secret join, and every datagram is
-          authenticated (the transport seals it: [Consort_seal.Seal]); adds no layer *)
+      (** only holders of the group's secret join, and every datagram is authenticated (the
+          transport seals it: [Consort_seal.Seal]); adds no layer *)
   | Privacy  (** [Auth], and every payload encrypted; adds no layer *)
   | Rekey
-      (** [Auth], and each view's datagrams sealed under a key of its own,
-          agreed at the view change (X25519), so that a member that left or
-          was excluded can neither read nor forge later views' traffic; on
-          whenever [Auth] or [Privacy] is (see [Consort_seal.Seal]); adds
-          no layer *)
+      (** [Auth], and each view's datagrams sealed under a key of its own, agreed at the view change
+          (X25519), so that a member that left or was excluded can neither read nor forge later
+          views' traffic; on whenever [Auth] or [Privacy] is (see [Consort_seal.Seal]); adds no
+          layer *)
   | Xfer  (** state transfer to members that join (needs [Gmp]) *)
   | Evs
-      (** extended virtual synchrony: safe delivery ([Agree], which it
-          brings) stated relative to transitional views, which the runtime
-          announces at each view change to an application that asks
-          ([Group.Make.join ~transitional]); needs [vsync] *)
+      (** extended virtual synchrony: safe delivery ([Agree], which it brings) stated relative to
+          transitional views, which the runtime announces at each view change to an application that
+          asks ([Group.Make.join ~transitional]); needs [vsync] *)
   | Switch
-      (** the group may switch to another stack while it runs, at a view
-          boundary ([Group.Make.switch]; needs [Gmp]); adds no layer *)
+      (** the group may switch to another stack while it runs, at a view boundary
+          ([Group.Make.switch]; needs [Gmp]); adds no layer *)
   | Debug
-      (** debugging layers: {!Chk.fifo} on top (and {!Chk.sync} with [Gmp],
-          {!Chk.total} above [Total]) report violations of their property
-          with the events that led to them; {!Fault.drop}, [delay], [dup]
-          and [partition] above Bottom act on what arrives, as their
+      (** debugging layers: {!Chk.fifo} on top (and {!Chk.sync} with [Gmp], {!Chk.total} above
+          [Total]) report violations of their property with the events that led to them;
+          {!Fault.drop}, [delay], [dup] and [partition] above Bottom act on what arrives, as their
           tunables say (by default they let everything through) *)
   | Migrate
-      (** a member may move to another address keeping its id and place in
-          the view ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
+      (** a member may move to another address keeping its id and place in the view
+          ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
   | Primary
-      (** a primary component with quorum ({!Primary}: static votes,
-          [primary.expected] and [primary.votes]): the application hears
-          whether each view is primary, and casts are refused outside it;
-          needs [Gmp] *)
+      (** a primary component with quorum ({!Primary}: static votes, [primary.expected] and
+          [primary.votes]): the application hears whether each view is primary, and casts are
+          refused outside it; needs [Gmp] *)
   | Cltsvr
-      (** client-server groups: clients that are not members send requests
-          to the servers and hear notifications ([Cltsvr]); needs [Gmp] and
-          [Total] (the servers' session table changes in one order at every
-          server) *)
+      (** client-server groups: clients that are not members send requests to the servers and hear
+          notifications ([Cltsvr]); needs [Gmp] and [Total] (the servers' session table changes in
+          one order at every server) *)
 
 val all : t list
+
 val vsync : t list
-(** Ensemble's default set: [Gmp; Sync; Heal; Frag; Suspect; Flow; Slander]
-    ([all] adds the ordering properties). *)
+(** Ensemble's default set: [Gmp; Sync; Heal; Frag; Suspect; Flow; Slander] ([all] adds the ordering
+    properties). *)
 
 val to_string : t -> string
 
@@ -66,9 +61,8 @@ val doc : t -> string
 (** What the property guarantees, in one line. *)
 
 val not_available : (string * string) list
-(** Properties of Ensemble's Table 1 (and of quorum, [Primary]) that this
-    version does not build: each name with what it would guarantee.
-    {!of_string} refuses them with {!Not_available}. *)
+(** Properties of Ensemble's Table 1 (and of quorum, [Primary]) that this version does not build:
+    each name with what it would guarantee. {!of_string} refuses them with {!Not_available}. *)
 
 (** Why a property set is refused. *)
 type error =
@@ -84,17 +78,17 @@ val pp_error : error Fmt.t
 (** One line, naming what is wrong. *)
 
 val of_string : string -> (t list, error) result
-(** [of_string "Gmp,Sync,Heal"] or ["vsync"] (names are case-insensitive;
-    ["vsync"] stands for {!vsync}). *)
+(** [of_string "Gmp,Sync,Heal"] or ["vsync"] (names are case-insensitive; ["vsync"] stands for
+    {!vsync}). *)
 
 val pp : t list Fmt.t
 
 val layers : t list -> (Consort.Layer.t list, error) result
-(** [layers ps] is the stack for [ps], top first, checked. Membership
-    needs reliable casts and sends, so the reliable layers are always
-    there, and a failure detector, so [Gmp] brings [Suspect] with it;
-    [Sync] without [Gmp] is refused, and so are [Total], [Causal],
-    [Agree], [Evs], [Xfer], [Heal], [Switch], [Migrate], [Primary], [Cltsvr] and [Rekey] without [Gmp], and [Cltsvr] without [Total] ({!Needs}). *)
+(** [layers ps] is the stack for [ps], top first, checked. Membership needs reliable casts and
+    sends, so the reliable layers are always there, and a failure detector, so [Gmp] brings
+    [Suspect] with it; [Sync] without [Gmp] is refused, and so are [Total], [Causal], [Agree],
+    [Evs], [Xfer], [Heal], [Switch], [Migrate], [Primary], [Cltsvr] and [Rekey] without [Gmp], and
+    [Cltsvr] without [Total] ({!Needs}). *)
 
 val describe : t list -> string
 (** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

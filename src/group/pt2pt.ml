@@ -13,11 +13,13 @@ module Param = struct
 
   let () =
     Params.register rto (Params.Time (Time.of_ms 20)) ~doc:"initial retransmission timeout";
-    Params.register max_rto (Params.Time (Time.of_ms 1000))
+    Params.register max_rto
+      (Params.Time (Time.of_ms 1000))
       ~doc:"largest retransmission timeout after exponential backoff";
     Params.register window (Params.Int 256)
       ~doc:"messages buffered ahead of the next expected one, and resent at each timeout";
-    Params.register ack_delay (Params.Time (Time.of_ms 5))
+    Params.register ack_delay
+      (Params.Time (Time.of_ms 5))
       ~doc:"how long an acknowledgement waits for a data message to ride on";
     Params.register ack_every (Params.Int 32)
       ~doc:"messages received after which an acknowledgement is sent at once"
@@ -63,15 +65,15 @@ module L = struct
      oldest number not cumulatively acknowledged, [next] the next to use)
      and the receiving half ([expected] is the next number to deliver). *)
   type peer = {
-    unacked : (int, Msg.t) Hashtbl.t;  (* in [una, next), less those selectively acknowledged *)
+    unacked : (int, Msg.t) Hashtbl.t; (* in [una, next), less those selectively acknowledged *)
     mutable una : int;
     mutable next : int;
     mutable rto : Time.t;
     mutable rtx_at : Time.t;
-    early : (int, Msg.t) Hashtbl.t;  (* received above [expected] *)
-    mutable early_top : int;  (* above the highest number in [early] *)
+    early : (int, Msg.t) Hashtbl.t; (* received above [expected] *)
+    mutable early_top : int; (* above the highest number in [early] *)
     mutable expected : int;
-    mutable unacked_in : int;  (* delivered since our last acknowledgement *)
+    mutable unacked_in : int; (* delivered since our last acknowledgement *)
     mutable ack_at : Time.t;
   }
 
@@ -265,14 +267,18 @@ module L = struct
       (* Numbers are checked before anything changes: an acknowledgement of
          messages never sent, or a message beyond the window, is dropped
          whole, acknowledgement included. *)
-      | (Event.Send_from r, (Data { ack; _ } | Ack { ack; _ })) when peer t r && ack > t.peers.(r).next ->
+      | Event.Send_from r, (Data { ack; _ } | Ack { ack; _ })
+        when peer t r && ack > t.peers.(r).next ->
           t.impossible <- t.impossible + 1;
           Log.debug (fun m ->
-              m "from %d: acknowledgement %d beyond the %d messages sent, dropped" r ack t.peers.(r).next);
+              m "from %d: acknowledgement %d beyond the %d messages sent, dropped" r ack
+                t.peers.(r).next);
           Msg.release msg
-      | Event.Send_from r, Data { seq; _ } when peer t r && seq - t.peers.(r).expected >= t.window ->
+      | Event.Send_from r, Data { seq; _ } when peer t r && seq - t.peers.(r).expected >= t.window
+        ->
           t.beyond_window <- t.beyond_window + 1;
-          Log.debug (fun m -> m "from %d: dropped %d, beyond window at %d" r seq t.peers.(r).expected);
+          Log.debug (fun m ->
+              m "from %d: dropped %d, beyond window at %d" r seq t.peers.(r).expected);
           Msg.release msg
       | Event.Send_from r, Data { seq; ack } when peer t r ->
           let p = t.peers.(r) in
@@ -360,7 +366,9 @@ module F = struct
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
-      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after = (fun _ _ _ _ _ -> ());
       expand = (fun _ _ -> No_hdr);
@@ -370,13 +378,19 @@ module F = struct
 
   let state t =
     let peer ppf p =
-      Fmt.pf ppf "[una %d next %d rto %d rtx %d expected %d in %d ack %d top %d unacked %a early %a]" p.una p.next
-        p.rto p.rtx_at p.expected p.unacked_in p.ack_at p.early_top
-        Fmt.(Dump.list (pair int Dump.string)) (keys p.unacked)
-        Fmt.(Dump.list (pair int Dump.string)) (keys p.early)
+      Fmt.pf ppf
+        "[una %d next %d rto %d rtx %d expected %d in %d ack %d top %d unacked %a early %a]" p.una
+        p.next p.rto p.rtx_at p.expected p.unacked_in p.ack_at p.early_top
+        Fmt.(Dump.list (pair int Dump.string))
+        (keys p.unacked)
+        Fmt.(Dump.list (pair int Dump.string))
+        (keys p.early)
     in
-    Fmt.str "stopped %b; %a; %a" t.stopped Fmt.(array ~sep:sp peer) t.peers
-      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+    Fmt.str "stopped %b; %a; %a" t.stopped
+      Fmt.(array ~sep:sp peer)
+      t.peers
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

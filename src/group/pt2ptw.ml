@@ -10,11 +10,14 @@ module Param = struct
   let ack_delay = "pt2ptw.ack_delay"
 
   let () =
-    Params.register window (Params.Int (256 * 1024))
+    Params.register window
+      (Params.Int (256 * 1024))
       ~doc:"bytes sent to one peer and not yet acknowledged by its application";
-    Params.register queue (Params.Int (1024 * 1024))
+    Params.register queue
+      (Params.Int (1024 * 1024))
       ~doc:"bytes queued for one peer beyond which the application is told it is blocked";
-    Params.register ack_delay (Params.Time (Time.of_ms 2))
+    Params.register ack_delay
+      (Params.Time (Time.of_ms 2))
       ~doc:"how long a receiver waits to batch an acknowledgement"
 end
 
@@ -74,16 +77,16 @@ module L = struct
     now : unit -> Time.t;
     rank : int;
     peers : peer array;
-    gone : bool array;  (* suspected members: nothing more is sent to them *)
+    gone : bool array; (* suspected members: nothing more is sent to them *)
     window : int;
     limit : int;
     low : int;
     threshold : int;
     ack_delay : Time.t;
-    mutable flushing : bool;  (* a view change drains the queues *)
-    mutable over : bool;  (* some queue went past [limit] and not all are back to [low] *)
-    mutable below : bool;  (* the layers below said they are blocked *)
-    mutable told : bool;  (* what the layer above was last told *)
+    mutable flushing : bool; (* a view change drains the queues *)
+    mutable over : bool; (* some queue went past [limit] and not all are back to [low] *)
+    mutable below : bool; (* the layers below said they are blocked *)
+    mutable told : bool; (* what the layer above was last told *)
     mutable stopped : bool;
     mutable acks_sent : int;
     mutable blocked : int;
@@ -120,7 +123,7 @@ module L = struct
       threshold = max 1 (window / 4);
       ack_delay = Params.time ctx.params Param.ack_delay;
       flushing = false;
-        over = false;
+      over = false;
       below = false;
       told = false;
       stopped = false;
@@ -262,7 +265,11 @@ module L = struct
         if r >= 0 && r < Array.length t.peers && r <> t.rank && not t.gone.(r) then begin
           t.gone.(r) <- true;
           let p = t.peers.(r) in
-          Queue.iter (fun (m, _) -> t.to_gone <- t.to_gone + 1; Msg.release m) p.queue;
+          Queue.iter
+            (fun (m, _) ->
+              t.to_gone <- t.to_gone + 1;
+              Msg.release m)
+            p.queue;
           Queue.clear p.queue;
           p.queued <- 0
         end)
@@ -336,7 +343,9 @@ module F = struct
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
-      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after = (fun _ _ _ _ _ -> ());
       expand = (fun _ _ -> No_hdr);
@@ -344,11 +353,17 @@ module F = struct
 
   let state t =
     let peer ppf p =
-      Fmt.pf ppf "[queue %d/%d sent %d acked %d asked %d consumed %d reported %d ack %d]" (Queue.length p.queue)
-        p.queued p.sent p.acked p.asked p.consumed p.reported p.ack_at
+      Fmt.pf ppf "[queue %d/%d sent %d acked %d asked %d consumed %d reported %d ack %d]"
+        (Queue.length p.queue) p.queued p.sent p.acked p.asked p.consumed p.reported p.ack_at
     in
-    Fmt.str "stopped %b flushing %b over %b below %b told %b; gone %a; %a; %a" t.stopped t.flushing t.over t.below
-      t.told Fmt.(array ~sep:sp bool) t.gone Fmt.(array ~sep:sp peer) t.peers Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+    Fmt.str "stopped %b flushing %b over %b below %b told %b; gone %a; %a; %a" t.stopped t.flushing
+      t.over t.below t.told
+      Fmt.(array ~sep:sp bool)
+      t.gone
+      Fmt.(array ~sep:sp peer)
+      t.peers
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

@@ -1,32 +1,25 @@
-(** Pt2ptw: window flow control for point-to-point messages (Ensemble's
-    [Pt2ptw]).
+(** Pt2ptw: window flow control for point-to-point messages (Ensemble's [Pt2ptw]).
 
-    A message counts for its length plus {!overhead} bytes. A sender keeps
-    at most {!Param.window} bytes of messages to each peer that the peer's
-    application has not yet consumed; a message that does not fit waits in
-    a queue for that peer, in order, and goes as soon as acknowledgements
-    make room. A message larger than the whole window goes alone, once
-    nothing else is outstanding.
+    A message counts for its length plus {!overhead} bytes. A sender keeps at most {!Param.window}
+    bytes of messages to each peer that the peer's application has not yet consumed; a message that
+    does not fit waits in a queue for that peer, in order, and goes as soon as acknowledgements make
+    room. A message larger than the whole window goes alone, once nothing else is outstanding.
 
-    A receiver counts the bytes it delivers to the layer above, and
-    acknowledges them with a cumulative total, batched: as soon as a
-    quarter of its own window has been delivered since its last
-    acknowledgement, otherwise {!Param.ack_delay} after the first delivery
-    not acknowledged. A sender whose window is full while messages wait
-    asks for an acknowledgement at once: on the last message that fits,
-    or with an {!Ask} of its own if that message went before anything
-    waited. A steady stream thus moves a window per round trip.
+    A receiver counts the bytes it delivers to the layer above, and acknowledges them with a
+    cumulative total, batched: as soon as a quarter of its own window has been delivered since its
+    last acknowledgement, otherwise {!Param.ack_delay} after the first delivery not acknowledged. A
+    sender whose window is full while messages wait asks for an acknowledgement at once: on the last
+    message that fits, or with an {!Ask} of its own if that message went before anything waited. A
+    steady stream thus moves a window per round trip.
 
-    When the queue for some peer grows beyond {!Param.queue} bytes, the
-    layer tells the application [Blocked true]; once every queue is back
-    to half that limit, [Blocked false]. Messages sent while blocked are
-    still queued, not lost: the application is expected to wait. [Blocked]
-    events from the layers below are merged with this layer's own state,
-    so the application sees one [true] / [false] alternation for the
-    whole stack beneath.
+    When the queue for some peer grows beyond {!Param.queue} bytes, the layer tells the application
+    [Blocked true]; once every queue is back to half that limit, [Blocked false]. Messages sent
+    while blocked are still queued, not lost: the application is expected to wait. [Blocked] events
+    from the layers below are merged with this layer's own state, so the application sees one [true]
+    / [false] alternation for the whole stack beneath.
 
-    Casts and sends to this member itself pass through with {!No_hdr}. On
-    [Stop] every queued message is released.
+    Casts and sends to this member itself pass through with {!No_hdr}. On [Stop] every queued
+    message is released.
 
     Requires {!Consort.Contract.reliable_send}; provides {!contract}. *)
 
@@ -36,42 +29,38 @@ type t
 type header =
   | No_hdr  (** a cast or a send to oneself, outside flow control *)
   | Data of { ask : bool }
-      (** a flow-controlled point-to-point message; [ask]: acknowledge
-          as soon as it is consumed *)
+      (** a flow-controlled point-to-point message; [ask]: acknowledge as soon as it is consumed *)
   | Ack of { consumed : int }
-      (** the sender's application has consumed this many bytes of the
-          receiver's messages to it, since the stack began *)
+      (** the sender's application has consumed this many bytes of the receiver's messages to it,
+          since the stack began *)
   | Ask  (** acknowledge what you have consumed, at once *)
 
 val overhead : int
-(** [overhead] is what each message counts for beyond its length (64
-    bytes), so that empty messages are bounded too. *)
+(** [overhead] is what each message counts for beyond its length (64 bytes), so that empty messages
+    are bounded too. *)
 
 (** Names of the registered tunables. *)
 module Param : sig
   val window : string
-  (** ["pt2ptw.window"]: bytes sent to one peer and not yet acknowledged
-      (default 256 KiB). *)
+  (** ["pt2ptw.window"]: bytes sent to one peer and not yet acknowledged (default 256 KiB). *)
 
   val queue : string
-  (** ["pt2ptw.queue"]: bytes queued for one peer beyond which the
-      application is told it is blocked (default 1 MiB). *)
+  (** ["pt2ptw.queue"]: bytes queued for one peer beyond which the application is told it is blocked
+      (default 1 MiB). *)
 
   val ack_delay : string
-  (** ["pt2ptw.ack_delay"]: how long a receiver waits to batch an
-      acknowledgement (default 2 ms). *)
+  (** ["pt2ptw.ack_delay"]: how long a receiver waits to batch an acknowledgement (default 2 ms). *)
 end
 
 val contract : Consort.Contract.t
-(** ["send-flow"]: a fast sender of point-to-point messages cannot
-    exhaust a slow receiver's memory. *)
+(** ["send-flow"]: a fast sender of point-to-point messages cannot exhaust a slow receiver's memory.
+*)
 
 val name : string
 
 val codec : header Consort.Codec.t
-(** Layout: a tag byte (0 no header, 1 data, 2 data asking for an
-    acknowledgement, 3 ack, 4 ask), then for an ack the consumed total as
-    a varint. *)
+(** Layout: a tag byte (0 no header, 1 data, 2 data asking for an acknowledgement, 3 ack, 4 ask),
+    then for an ack the consumed total as a varint. *)
 
 val pp_header : header Fmt.t
 val provides : Consort.Contract.t list
@@ -84,11 +73,10 @@ val dn_ctl : t -> Consort.Event.dn_ctl -> unit
 val timer : t -> Consort.Time.t -> unit
 
 val counters : t -> (string * int) list
-(** ["acks_sent"], ["blocked"] (times the application was told to stop),
-    ["malformed"] (headers that do not fit their source), ["bad_ack"]
-    (acknowledgements of more than was sent), ["bad_dst"], and the
-    gauges ["outstanding"] (bytes sent and not acknowledged), ["queued"]
-    (bytes waiting) and ["queued_messages"], summed over peers. *)
+(** ["acks_sent"], ["blocked"] (times the application was told to stop), ["malformed"] (headers that
+    do not fit their source), ["bad_ack"] (acknowledgements of more than was sent), ["bad_dst"], and
+    the gauges ["outstanding"] (bytes sent and not acknowledged), ["queued"] (bytes waiting) and
+    ["queued_messages"], summed over peers. *)
 
 val layer : Consort.Layer.t
 (** [layer] is Pt2ptw as a first-class layer. *)

@@ -1,4 +1,11 @@
-type t = { n : int; me : int; marked : bool array; mutable count : int; mutable bad_rank : int; mutable self : int }
+type t = {
+  n : int;
+  me : int;
+  marked : bool array;
+  mutable count : int;
+  mutable bad_rank : int;
+  mutable self : int;
+}
 
 let create ~n ~me = { n; me; marked = Array.make n false; count = 0; bad_rank = 0; self = 0 }
 

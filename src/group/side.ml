@@ -5,11 +5,17 @@ open Consort
  datagram is for the current stack (Bottom's magic) or for this side
  channel. *)
 type member = { eid : string; addr : string; pub : string }
-
 type stack = { epoch : int; id : string }
 
 type t =
-  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int; stack : stack }
+  | Gossip of {
+      group : string;
+      vid : string;
+      ltime : int;
+      coord : member;
+      size : int;
+      stack : stack;
+    }
   | Merge_req of { group : string; vid : string; ltime : int; members : member list; stack : stack }
   | Install of {
       group : string;
@@ -37,7 +43,9 @@ let member =
 let members = Codec.list ~max:4096 member
 
 let stack =
-  Codec.map ~name:"stack" (fun s -> (s.epoch, s.id)) (fun (epoch, id) -> { epoch; id })
+  Codec.map ~name:"stack"
+    (fun s -> (s.epoch, s.id))
+    (fun (epoch, id) -> { epoch; id })
     Codec.(pair varint (string ~max:16384 ()))
 
 let body =
@@ -46,18 +54,24 @@ let body =
       Codec.case 0 "gossip"
         Codec.(tup4 (pair str str) varint member (pair varint stack))
         (function
-          | Gossip { group; vid; ltime; coord; size; stack } -> Some ((group, vid), ltime, coord, (size, stack))
+          | Gossip { group; vid; ltime; coord; size; stack } ->
+              Some ((group, vid), ltime, coord, (size, stack))
           | _ -> None)
-        (fun ((group, vid), ltime, coord, (size, stack)) -> Gossip { group; vid; ltime; coord; size; stack });
+        (fun ((group, vid), ltime, coord, (size, stack)) ->
+          Gossip { group; vid; ltime; coord; size; stack });
       Codec.case 1 "merge"
         Codec.(tup4 str str varint (pair members stack))
         (function
-          | Merge_req { group; vid; ltime; members; stack } -> Some (group, vid, ltime, (members, stack)) | _ -> None)
-        (fun (group, vid, ltime, (members, stack)) -> Merge_req { group; vid; ltime; members; stack });
+          | Merge_req { group; vid; ltime; members; stack } ->
+              Some (group, vid, ltime, (members, stack))
+          | _ -> None)
+        (fun (group, vid, ltime, (members, stack)) ->
+          Merge_req { group; vid; ltime; members; stack });
       Codec.case 2 "install"
         Codec.(
           tup4 (pair str str) varint members
-            (tup4 (list ~max:4096 str) (list ~max:4096 str) stack (list ~max:4096 (pair str (string ~max:128 ())))))
+            (tup4 (list ~max:4096 str) (list ~max:4096 str) stack
+               (list ~max:4096 (pair str (string ~max:128 ())))))
         (function
           | Install { group; vid; ltime; members; leavers; preds; stack; keys } ->
               Some ((group, vid), ltime, members, (leavers, preds, stack, keys))
@@ -81,8 +95,11 @@ let codec =
     Codec.(pair uint8 body)
 
 let group = function
-  | Gossip { group; _ } | Merge_req { group; _ } | Install { group; _ } | Install_ack { group; _ } | Switch_req { group; _ }
-    ->
+  | Gossip { group; _ }
+  | Merge_req { group; _ }
+  | Install { group; _ }
+  | Install_ack { group; _ }
+  | Switch_req { group; _ } ->
       group
 
 (* What a view key is wrapped for: the Install as its maker sent it, less
@@ -92,32 +109,43 @@ let context = function
   | v -> Codec.encode_string codec v
 
 (* "LTIME:EID": the member that named the view. *)
-let installer vid = match String.index_opt vid ':' with Some i -> String.sub vid (i + 1) (String.length vid - i - 1) | None -> ""
+let installer vid =
+  match String.index_opt vid ':' with
+  | Some i -> String.sub vid (i + 1) (String.length vid - i - 1)
+  | None -> ""
 
 let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~preds =
   let ids l = String.concat ", " l in
   if not (List.mem view.View.id preds) then
-    Error (Printf.sprintf "it does not follow this member's view %s (it follows [%s])" view.View.id (ids preds))
+    Error
+      (Printf.sprintf "it does not follow this member's view %s (it follows [%s])" view.View.id
+         (ids preds))
   else
     match reported with
     | None -> Error "this member has not reported to a flush of its view"
     | Some (coord, excluded, leaving, into) ->
         let old = Array.to_list view.View.members in
-        let survivors = List.filteri (fun r _ -> not (List.mem r excluded || List.mem r leaving)) old in
+        let survivors =
+          List.filteri (fun r _ -> not (List.mem r excluded || List.mem r leaving)) old
+        in
         let kept = List.filter (fun e -> List.exists (fun (m : member) -> m.eid = e) members) old in
         if List.sort compare survivors <> List.sort compare kept then
           Error
-            (Printf.sprintf "it keeps [%s] of view %s, where the flush left [%s]" (ids kept) view.View.id
-               (ids survivors))
+            (Printf.sprintf "it keeps [%s] of view %s, where the flush left [%s]" (ids kept)
+               view.View.id (ids survivors))
         else
           let by = installer vid in
-          let from_coord = coord >= 0 && coord < Array.length view.View.members && addr coord = src in
+          let from_coord =
+            coord >= 0 && coord < Array.length view.View.members && addr coord = src
+          in
           (* The view of a merge is made by the coordinator of the partition
              merged into (the one the flush named, or the coordinator it
              passed the request on to): a member of that view, which named
              it and sends it from its own address. A flush that merges into
              no one takes its view from its coordinator only. *)
-          let from_target = into <> "" && List.exists (fun (m : member) -> m.eid = by && m.addr = src) members in
+          let from_target =
+            into <> "" && List.exists (fun (m : member) -> m.eid = by && m.addr = src) members
+          in
           if from_coord || from_target then Ok ()
           else
             Error
@@ -133,7 +161,8 @@ type gossip_action = Merge_into | Merge_later | Answer | Nothing
    coordinates them, so that the request goes to the right member. *)
 let on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving ~their_coord =
   if same_view || in_my_view then Nothing
-  else if String.compare their_coord me < 0 then if coordinator && not busy then Merge_into else Merge_later
+  else if String.compare their_coord me < 0 then
+    if coordinator && not busy then Merge_into else Merge_later
   else if leaving then Nothing
   else if (not coordinator) && String.compare their_coord my_coord > 0 then Answer
   else if coordinator && String.compare their_coord me > 0 then Answer

@@ -1,22 +1,26 @@
-(** The side channel between views: discovery, merge requests, view
-    installation (Ensemble's Heal, Inter and Merge messages).
+(** The side channel between views: discovery, merge requests, view installation (Ensemble's Heal,
+    Inter and Merge messages).
 
-    These messages travel between members that are not in one view, so no
-    per-view stack can carry them; they start with their own magic byte
-    ({!magic}), so a datagram is either for the current stack (Bottom's
-    magic) or for this channel. *)
+    These messages travel between members that are not in one view, so no per-view stack can carry
+    them; they start with their own magic byte ({!magic}), so a datagram is either for the current
+    stack (Bottom's magic) or for this channel. *)
 
 type member = { eid : string; addr : string; pub : string }
-(** A member incarnation, the address it listens on, and its X25519 public
-    key for per-view keys (property [Rekey]; [""] without). *)
+(** A member incarnation, the address it listens on, and its X25519 public key for per-view keys
+    (property [Rekey]; [""] without). *)
 
 type stack = { epoch : int; id : string }
-(** The stack a view runs ({!Stack_id.to_string}), and how many switches
-    made it ([epoch]). *)
+(** The stack a view runs ({!Stack_id.to_string}), and how many switches made it ([epoch]). *)
 
 type t =
-  | Gossip of { group : string; vid : string; ltime : int; coord : member; size : int; stack : stack }
-      (** discovery: a view of the group exists, coordinated by [coord] *)
+  | Gossip of {
+      group : string;
+      vid : string;
+      ltime : int;
+      coord : member;
+      size : int;
+      stack : stack;
+    }  (** discovery: a view of the group exists, coordinated by [coord] *)
   | Merge_req of { group : string; vid : string; ltime : int; members : member list; stack : stack }
       (** the coordinator of view [vid] has flushed it and asks to be taken in *)
   | Install of {
@@ -28,8 +32,8 @@ type t =
       preds : string list;  (** the views this one follows *)
       stack : stack;  (** the stack the view runs *)
       keys : (string * string) list;
-          (** with [Rekey]: the view's key, wrapped for each member of the
-              view but its maker (member id, wrapped key); [[]] without *)
+          (** with [Rekey]: the view's key, wrapped for each member of the view but its maker
+              (member id, wrapped key); [[]] without *)
     }  (** the next view, from the member that made it *)
   | Install_ack of { group : string; vid : string; eid : string }
   | Switch_req of { group : string; vid : string; stack : stack }
@@ -40,9 +44,8 @@ val codec : t Consort.Codec.t
 val group : t -> string
 
 val context : t -> string
-(** What a view key is bound to: the message's bytes, for an [Install]
-    those less its [keys] (a wrapped key opens only in the Install its
-    maker sent it in). *)
+(** What a view key is bound to: the message's bytes, for an [Install] those less its [keys] (a
+    wrapped key opens only in the Install its maker sent it in). *)
 
 val installer : string -> string
 (** [installer vid]: the member that named view [vid] (["LTIME:EID"]). *)
@@ -57,15 +60,13 @@ val accept_install :
   members:member list ->
   preds:string list ->
   (unit, string) result
-(** Whether a member in [view] (whose rank [r] listens at [addr r]) that
-    last reported to the flush round [reported] (its coordinator's rank,
-    the ranks it excludes and lets go, and the id of the member whose view
-    it merges into, or [""]) takes the view [vid] of [members], sent from
-    [src]: only if it follows [view] ([preds]), keeps exactly the members
-    of [view] that the round left, and comes from the round's coordinator,
-    or, in a round for a merge, from the member that named the view and is
-    in it (the coordinator merged into, or the one it passed the request
-    on to). [Error] says why not, in one sentence. *)
+(** Whether a member in [view] (whose rank [r] listens at [addr r]) that last reported to the flush
+    round [reported] (its coordinator's rank, the ranks it excludes and lets go, and the id of the
+    member whose view it merges into, or [""]) takes the view [vid] of [members], sent from [src]:
+    only if it follows [view] ([preds]), keeps exactly the members of [view] that the round left,
+    and comes from the round's coordinator, or, in a round for a merge, from the member that named
+    the view and is in it (the coordinator merged into, or the one it passed the request on to).
+    [Error] says why not, in one sentence. *)
 
 (** What a member does with a discovery message from another partition. *)
 type gossip_action =
@@ -84,9 +85,8 @@ val on_gossip :
   leaving:bool ->
   their_coord:string ->
   gossip_action
-(** [on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy
-    ~leaving ~their_coord]: the decision of member [me] (whose view is
-    coordinated by [my_coord]; [coordinator] if that is [me]; [busy] while
-    it changes views) on hearing of a view coordinated by [their_coord].
-    Partitions merge into the one whose coordinator has the least id, so
-    there is one answer whoever hears of whom first. *)
+(** [on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving ~their_coord]: the
+    decision of member [me] (whose view is coordinated by [my_coord]; [coordinator] if that is [me];
+    [busy] while it changes views) on hearing of a view coordinated by [their_coord]. Partitions
+    merge into the one whose coordinator has the least id, so there is one answer whoever hears of
+    whom first. *)

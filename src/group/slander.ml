@@ -24,21 +24,27 @@ module L = struct
           case 0 "no_hdr" unit (function No_hdr -> Some () | _ -> None) (fun () -> No_hdr);
           case 1 "slander"
             (pair (list ~max:max_members varint) (string ~max:max_reason ()))
-            (function Slander { ranks; reason; kind = Gevent.Silent } -> Some (ranks, reason) | _ -> None)
+            (function
+              | Slander { ranks; reason; kind = Gevent.Silent } -> Some (ranks, reason) | _ -> None)
             (fun (ranks, reason) -> Slander { ranks; reason; kind = Gevent.Silent });
           case 2 "slander_requested"
             (pair (list ~max:max_members varint) (string ~max:max_reason ()))
-            (function Slander { ranks; reason; kind = Gevent.Requested } -> Some (ranks, reason) | _ -> None)
+            (function
+              | Slander { ranks; reason; kind = Gevent.Requested } -> Some (ranks, reason)
+              | _ -> None)
             (fun (ranks, reason) -> Slander { ranks; reason; kind = Gevent.Requested });
           case 3 "slander_unresponsive"
             (pair (list ~max:max_members varint) (string ~max:max_reason ()))
-            (function Slander { ranks; reason; kind = Gevent.Unresponsive } -> Some (ranks, reason) | _ -> None)
+            (function
+              | Slander { ranks; reason; kind = Gevent.Unresponsive } -> Some (ranks, reason)
+              | _ -> None)
             (fun (ranks, reason) -> Slander { ranks; reason; kind = Gevent.Unresponsive });
         ])
 
   let pp_header ppf = function
     | No_hdr -> Fmt.string ppf "no_hdr"
-    | Slander { ranks; reason; kind } -> Fmt.pf ppf "slander(%a, %a: %s)" pp_ranks ranks Gevent.pp_kind kind reason
+    | Slander { ranks; reason; kind } ->
+        Fmt.pf ppf "slander(%a, %a: %s)" pp_ranks ranks Gevent.pp_kind kind reason
 
   let provides = [ contract ]
   let requires = [ Contract.reliable_cast; Suspect.contract ]
@@ -72,7 +78,6 @@ module L = struct
     }
 
   let fresh t ranks = Rankset.add t.suspected ranks
-
   let truncate s = if String.length s <= max_reason then s else String.sub s 0 max_reason
 
   (* A suspicion raised here: tell the group, then the layers above (each
@@ -81,7 +86,8 @@ module L = struct
     let added = fresh t ranks in
     if added <> [] then begin
       t.slanders_sent <- t.slanders_sent + 1;
-      Log.info (fun m -> m "rank %d tells the group it suspects %a: %s" t.rank pp_ranks added reason);
+      Log.info (fun m ->
+          m "rank %d tells the group it suspects %a: %s" t.rank pp_ranks added reason);
       t.out.dn Event.Cast (Slander { ranks = added; reason = truncate reason; kind }) (Msg.empty ());
       t.out.up_ctl (Gevent.Suspect { ranks = added; reason })
     end
@@ -164,14 +170,20 @@ module F = struct
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
-      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
       up_after = (fun _ _ _ _ _ -> ());
       expand = (fun _ _ -> No_hdr);
     }
 
   let state t =
-    Fmt.str "stopped %b; suspected %a; %a" t.stopped Fmt.(list ~sep:sp int) (Rankset.elements t.suspected) Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+    Fmt.str "stopped %b; suspected %a; %a" t.stopped
+      Fmt.(list ~sep:sp int)
+      (Rankset.elements t.suspected)
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

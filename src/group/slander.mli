@@ -1,32 +1,24 @@
 (** Slander: members share their suspicions reliably (Ensemble's [Slander]).
 
-    It sits above the reliable layers and a failure detector such as
-    {!Suspect}. When a {!Gevent.Suspect} event comes up from below, or a
-    {!Gevent.Suspect_request} comes down from the application or a
-    membership layer, it casts the ranks not yet suspected here, with the
-    reason, reliably to the group, and reports them up at once as a
-    {!Gevent.Suspect} with the same reason. A request then goes on down, so
-    that the failure detector also stops watching those ranks.
+    It sits above the reliable layers and a failure detector such as {!Suspect}. When a
+    {!Gevent.Suspect} event comes up from below, or a {!Gevent.Suspect_request} comes down from the
+    application or a membership layer, it casts the ranks not yet suspected here, with the reason,
+    reliably to the group, and reports them up at once as a {!Gevent.Suspect} with the same reason.
+    A request then goes on down, so that the failure detector also stops watching those ranks.
 
-    A member that receives a slander does not take it on trust: it hands
-    it down to the failure detector as a {!Gevent.Accusation}, which judges
-    it against what this member hears and reports up what it adopts (see
-    {!Suspect.judge}). A slander says why: {!Gevent.Silent} (from the
-    failure detector), {!Gevent.Requested} (asked by an application:
-    adopted everywhere) or {!Gevent.Unresponsive} (a coordinator's flush
-    timeout). Every member that raises a suspicion casts it, so the news
-    reaches every member that stays even if the first one to raise it
-    fails.
+    A member that receives a slander does not take it on trust: it hands it down to the failure
+    detector as a {!Gevent.Accusation}, which judges it against what this member hears and reports
+    up what it adopts (see {!Suspect.judge}). A slander says why: {!Gevent.Silent} (from the failure
+    detector), {!Gevent.Requested} (asked by an application: adopted everywhere) or
+    {!Gevent.Unresponsive} (a coordinator's flush timeout). Every member that raises a suspicion
+    casts it, so the news reaches every member that stays even if the first one to raise it fails.
 
-    Messages of the layers above pass through with the {!No_hdr} header;
-    other control events pass on untouched. Nonsense never raises:
-    suspicions of ranks outside the view and of this member itself are
-    counted and ignored, and a slander that did not come as a cast is
-    counted as malformed. Reasons longer than 1024 bytes are cut on the
-    wire. On [Stop] the layer falls silent.
+    Messages of the layers above pass through with the {!No_hdr} header; other control events pass
+    on untouched. Nonsense never raises: suspicions of ranks outside the view and of this member
+    itself are counted and ignored, and a slander that did not come as a cast is counted as
+    malformed. Reasons longer than 1024 bytes are cut on the wire. On [Stop] the layer falls silent.
 
-    Requires {!Consort.Contract.reliable_cast} and {!Suspect.contract};
-    provides {!contract}. *)
+    Requires {!Consort.Contract.reliable_cast} and {!Suspect.contract}; provides {!contract}. *)
 
 type t
 
@@ -34,19 +26,18 @@ type t
 type header =
   | No_hdr  (** a message of the layers above, passed through *)
   | Slander of { ranks : int list; reason : string; kind : Gevent.kind }
-      (** the sender suspects these ranks, for this reason (tag 1 silent,
-          2 requested, 3 unresponsive) *)
+      (** the sender suspects these ranks, for this reason (tag 1 silent, 2 requested, 3
+          unresponsive) *)
 
 val contract : Consort.Contract.t
-(** [contract] is the property ["slander"]: a suspicion raised at one
-    member is reported up at every member that stays. *)
+(** [contract] is the property ["slander"]: a suspicion raised at one member is reported up at every
+    member that stays. *)
 
 val name : string
 
 val codec : header Consort.Codec.t
-(** Layout: a tag byte (0 no header, 1 slander); for a slander, a varint
-    count (at most 4096) and the ranks as varints, then the reason as a
-    varint length (at most 1024) and its bytes. *)
+(** Layout: a tag byte (0 no header, 1 slander); for a slander, a varint count (at most 4096) and
+    the ranks as varints, then the reason as a varint length (at most 1024) and its bytes. *)
 
 val pp_header : header Fmt.t
 val provides : Consort.Contract.t list
@@ -59,9 +50,9 @@ val dn_ctl : t -> Consort.Event.dn_ctl -> unit
 val timer : t -> Consort.Time.t -> unit
 
 val counters : t -> (string * int) list
-(** ["slanders_sent"], ["slanders_received"] (from other members),
-    ["bad_rank"] and ["self_suspicions"] (nonsense in slanders, events and
-    requests), ["malformed"], and the gauge ["suspected"]. *)
+(** ["slanders_sent"], ["slanders_received"] (from other members), ["bad_rank"] and
+    ["self_suspicions"] (nonsense in slanders, events and requests), ["malformed"], and the gauge
+    ["suspected"]. *)
 
 val layer : Consort.Layer.t
 (** [layer] is Slander as a first-class layer. *)

@@ -24,7 +24,9 @@ let effective params name = function
 let own = "bottom.stack"
 
 let make layers params =
-  let text = String.concat ":" layers ^ "|" ^ String.concat "," (List.map (fun (k, v) -> k ^ "=" ^ v) params) in
+  let text =
+    String.concat ":" layers ^ "|" ^ String.concat "," (List.map (fun (k, v) -> k ^ "=" ^ v) params)
+  in
   { layers; params; text; digest = String.sub (Digest.to_hex (Digest.string text)) 0 16 }
 
 let of_layers ~params layers =
@@ -49,21 +51,26 @@ let equal a b = String.equal a.text b.text
 let of_string s =
   match String.index_opt s '|' with
   | None -> Error (Printf.sprintf "%S is not LAYERS|TUNABLES" s)
-  | Some i -> (
+  | Some i ->
       let layers = String.split_on_char ':' (String.sub s 0 i) in
       let rest = String.sub s (i + 1) (String.length s - i - 1) in
       let items = if rest = "" then [] else String.split_on_char ',' rest in
       let pairs =
         List.map
-          (fun it -> match String.index_opt it '=' with Some j -> Some (String.sub it 0 j, String.sub it (j + 1) (String.length it - j - 1)) | None -> None)
+          (fun it ->
+            match String.index_opt it '=' with
+            | Some j -> Some (String.sub it 0 j, String.sub it (j + 1) (String.length it - j - 1))
+            | None -> None)
           items
       in
       if List.exists (( = ) "") layers then Error (Printf.sprintf "an empty layer name in %S" s)
-      else if List.exists Option.is_none pairs then Error (Printf.sprintf "a tunable that is not NAME=VALUE in %S" s)
+      else if List.exists Option.is_none pairs then
+        Error (Printf.sprintf "a tunable that is not NAME=VALUE in %S" s)
       else
         let pairs = List.map Option.get pairs in
-        if List.sort compare pairs <> pairs then Error (Printf.sprintf "tunables not in order in %S" s)
-        else Ok (make layers pairs))
+        if List.sort compare pairs <> pairs then
+          Error (Printf.sprintf "tunables not in order in %S" s)
+        else Ok (make layers pairs)
 
 let resolve t ~base =
   match List.find_opt (fun n -> not (Hashtbl.mem registry n)) t.layers with
@@ -72,6 +79,8 @@ let resolve t ~base =
       let layers = List.map (Hashtbl.find registry) t.layers in
       if t.params = [] then Ok (layers, base)
       else
-      match Params.of_string (String.concat "," (List.map (fun (k, v) -> k ^ "=" ^ v) t.params)) with
-      | Error e -> Error (Fmt.str "its tunables: %a" Params.pp_error e)
-      | Ok ps -> Ok (layers, Params.override base ~by:ps))
+        match
+          Params.of_string (String.concat "," (List.map (fun (k, v) -> k ^ "=" ^ v) t.params))
+        with
+        | Error e -> Error (Fmt.str "its tunables: %a" Params.pp_error e)
+        | Ok ps -> Ok (layers, Params.override base ~by:ps))

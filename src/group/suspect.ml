@@ -13,20 +13,24 @@ module Param = struct
 
   let () =
     Params.register interval (Params.Time (Time.of_ms 250)) ~doc:"period of heartbeat casts";
-    Params.register timeout (Params.Time (Time.of_sec 5.))
+    Params.register timeout
+      (Params.Time (Time.of_sec 5.))
       ~doc:"silence after which a member is suspected of having failed";
-    Params.register pause (Params.Time (Time.of_sec 1.))
+    Params.register pause
+      (Params.Time (Time.of_sec 1.))
       ~doc:
         "gap between two timer calls taken as a pause of this member (at least twice the \
          interval); silence during a pause is not held against others";
-    Params.register grace (Params.Time (Time.of_sec 1.))
+    Params.register grace
+      (Params.Time (Time.of_sec 1.))
       ~doc:
         "how long another member's suspicion of a member this one still hears waits before it is \
          adopted (a member that stops hearing everyone is found out within it)";
-    Params.register verify (Params.Time (Time.of_sec 1.))
+    Params.register verify
+      (Params.Time (Time.of_sec 1.))
       ~doc:
-        "before the timeout, how long a silent member is probed directly (one probe per \
-         interval) before it is suspected"
+        "before the timeout, how long a silent member is probed directly (one probe per interval) \
+         before it is suspected"
 end
 
 let contract =
@@ -34,9 +38,7 @@ let contract =
     ~doc:"members silent for too long are reported up as Suspect events, once per rank per view"
 
 let max_members = 4096
-
 let pp_ranks = Fmt.(list ~sep:comma int)
-
 let seconds d = Printf.sprintf "%.1f s" (Time.to_sec d)
 
 type verdict = { adopt : int list; blame_accuser : bool }
@@ -59,7 +61,9 @@ let judge ~n ~me ~hears ?(vouches = hears) ?(self = true) ~accuser ~kind ?(all =
   match (kind : Gevent.kind) with
   | Requested -> { adopt = others; blame_accuser = false }
   | Silent | Unresponsive ->
-      let contradicted = (self && List.mem me all) || List.exists vouches (List.filter (fun r -> r <> me) all) in
+      let contradicted =
+        (self && List.mem me all) || List.exists vouches (List.filter (fun r -> r <> me) all)
+      in
       let most = 2 * List.length all > n - 1 in
       if contradicted && most && accuser <> me then { adopt = []; blame_accuser = true }
       else
@@ -81,8 +85,12 @@ module L = struct
           case 1 "heartbeat" (list ~max:max_members varint)
             (function Heartbeat { suspects } -> Some suspects | _ -> None)
             (fun suspects -> Heartbeat { suspects });
-          case 2 "probe" unit (function Probe { ack = false } -> Some () | _ -> None) (fun () -> Probe { ack = false });
-          case 3 "probe_ack" unit (function Probe { ack = true } -> Some () | _ -> None) (fun () -> Probe { ack = true });
+          case 2 "probe" unit
+            (function Probe { ack = false } -> Some () | _ -> None)
+            (fun () -> Probe { ack = false });
+          case 3 "probe_ack" unit
+            (function Probe { ack = true } -> Some () | _ -> None)
+            (fun () -> Probe { ack = true });
         ])
 
   let pp_header ppf = function
@@ -104,19 +112,19 @@ module L = struct
     timeout : Time.t;
     pause : Time.t;
     verify : Time.t;
-    heard : Time.t array;  (* when the last datagram of each rank arrived *)
+    heard : Time.t array; (* when the last datagram of each rank arrived *)
     back : Time.t array;
         (* when each rank was last heard again after a silence of half the
            timeout or more (as seen here) *)
-    mutable woke : Time.t;  (* when this member last ran again after a pause *)
-    probed : Time.t array;  (* when each rank was last probed *)
-    claims : bool array array;  (* [claims.(a).(r)]: [a] has said it suspects [r] *)
-    since : Time.t array array;  (* when [a] first said so *)
+    mutable woke : Time.t; (* when this member last ran again after a pause *)
+    probed : Time.t array; (* when each rank was last probed *)
+    claims : bool array array; (* [claims.(a).(r)]: [a] has said it suspects [r] *)
+    since : Time.t array array; (* when [a] first said so *)
     grace : Time.t;
     mutable waiting : (int * int * string) list;
         (* suspicions of members heard here, adopted after the grace period
            unless their accuser is found faulty first *)
-    asked : bool array;  (* an application asked for these ranks to be suspected *)
+    asked : bool array; (* an application asked for these ranks to be suspected *)
     told : bool array;
         (* suspected on request or for a flush timeout, not for silence: left
            out of heartbeats, whose suspicions are judged as silences *)
@@ -184,7 +192,6 @@ module L = struct
     t
 
   let peer t r = r >= 0 && r < t.n && r <> t.rank
-
   let fresh t ranks = Rankset.add t.suspected ranks
 
   let report t ranks reason =
@@ -211,18 +218,27 @@ module L = struct
      (or this member's) pause says nothing of the silence before. *)
   let vouches t r =
     let now = t.now () in
-    hears t r && (not (Rankset.mem t.suspected r)) && now - t.back.(r) >= t.timeout && now - t.woke >= t.timeout
+    hears t r
+    && (not (Rankset.mem t.suspected r))
+    && now - t.back.(r) >= t.timeout
+    && now - t.woke >= t.timeout
 
   (* This member has run without a pause for the last timeout: an
      accusation of it is then a contradiction. *)
   let kept_running t = t.now () - t.woke >= t.timeout
 
   let accusation t accuser ranks reason kind =
-    if peer t accuser && (not t.stopped) && not (Rankset.mem t.suspected accuser && kind <> Gevent.Requested) then begin
+    if
+      peer t accuser && (not t.stopped)
+      && not (Rankset.mem t.suspected accuser && kind <> Gevent.Requested)
+    then begin
       (* An accuser's suspicions add up: one that names the members one by
          one is judged on all it has named. *)
       let all = List.filter (fun r -> t.claims.(accuser).(r)) (List.init t.n Fun.id) in
-      let v = judge ~n:t.n ~me:t.rank ~hears:(hears t) ~vouches:(vouches t) ~self:(kept_running t) ~accuser ~kind ~all ranks in
+      let v =
+        judge ~n:t.n ~me:t.rank ~hears:(hears t) ~vouches:(vouches t) ~self:(kept_running t)
+          ~accuser ~kind ~all ranks
+      in
       List.iter
         (fun r ->
           if r >= 0 && r < t.n then
@@ -234,18 +250,25 @@ module L = struct
         ranks;
       let all = List.filter (fun r -> t.claims.(accuser).(r)) (List.init t.n Fun.id) in
       let rejected =
-        List.filter (fun r -> peer t r && r <> accuser && (not (Rankset.mem t.suspected r)) && not (List.mem r v.adopt)) ranks
+        List.filter
+          (fun r ->
+            peer t r && r <> accuser
+            && (not (Rankset.mem t.suspected r))
+            && not (List.mem r v.adopt))
+          ranks
       in
       if rejected <> [] || List.mem t.rank ranks then begin
         t.rejected <- t.rejected + 1;
         Log.info (fun m ->
-            m "rank %d: not adopting %d's suspicion of %a yet: heard from them recently" t.rank accuser pp_ranks
+            m "rank %d: not adopting %d's suspicion of %a yet: heard from them recently" t.rank
+              accuser pp_ranks
               (List.filter (fun r -> r <> accuser) ranks))
       end;
       if not v.blame_accuser then
         List.iter
           (fun r ->
-            if peer t r && not (List.exists (fun (a, r', _) -> a = accuser && r' = r) t.waiting) then begin
+            if peer t r && not (List.exists (fun (a, r', _) -> a = accuser && r' = r) t.waiting)
+            then begin
               t.waiting <- (accuser, r, reason) :: t.waiting;
               t.out.alarm (t.since.(accuser).(r) + t.grace)
             end)
@@ -256,7 +279,8 @@ module L = struct
         if added <> [] then
           report t added
             (Printf.sprintf "suspects %d of the %d other members, some of which this member hears"
-               (List.length (List.filter (fun r -> r <> accuser) all)) (t.n - 1))
+               (List.length (List.filter (fun r -> r <> accuser) all))
+               (t.n - 1))
       end;
       let added = fresh t v.adopt in
       if added <> [] then begin
@@ -266,7 +290,8 @@ module L = struct
           (match kind with
           | Gevent.Requested -> Printf.sprintf "asked at rank %d: %s" accuser reason
           | Gevent.Unresponsive -> Printf.sprintf "rank %d: %s" accuser reason
-          | Gevent.Silent -> Printf.sprintf "suspected by %d (%s) and silent here too" accuser reason)
+          | Gevent.Silent ->
+              Printf.sprintf "suspected by %d (%s) and silent here too" accuser reason)
       end
     end
 
@@ -284,7 +309,8 @@ module L = struct
           if (not (Rankset.mem t.suspected a)) && not (Rankset.mem t.suspected r) then begin
             t.gossiped <- t.gossiped + 1;
             report t (fresh t [ r ])
-              (Printf.sprintf "suspected by %d (%s) for %s, though heard here" a reason (seconds t.grace))
+              (Printf.sprintf "suspected by %d (%s) for %s, though heard here" a reason
+                 (seconds t.grace))
           end)
         (List.rev due);
       List.iter (fun (a, r, _) -> t.out.alarm (t.since.(a).(r) + t.grace)) t.waiting
@@ -327,8 +353,10 @@ module L = struct
           t.heartbeats_received <- t.heartbeats_received + 1;
           if List.mem t.rank suspects then
             Log.info (fun m -> m "rank %d suspects this member, rank %d" r t.rank);
-          if List.exists (fun x -> not (Rankset.mem t.suspected x) && x <> t.rank) suspects || List.mem t.rank suspects then
-            accusation t r suspects "heartbeat" Gevent.Silent
+          if
+            List.exists (fun x -> (not (Rankset.mem t.suspected x)) && x <> t.rank) suspects
+            || List.mem t.rank suspects
+          then accusation t r suspects "heartbeat" Gevent.Silent
       | Event.Send_from r, Probe { ack } when peer t r ->
           Msg.release msg;
           alive t r;
@@ -362,7 +390,12 @@ module L = struct
                if r = t.rank then
                  t.asked.(r)
                  || (t.claims.(coord).(r) && t.now () >= t.since.(coord).(r) + t.grace)
-                 || List.length (List.filter (fun a -> a <> t.rank && t.claims.(a).(r) && not (Rankset.mem t.suspected a)) (List.init t.n Fun.id)) >= 2
+                 || List.length
+                      (List.filter
+                         (fun a ->
+                           a <> t.rank && t.claims.(a).(r) && not (Rankset.mem t.suspected a))
+                         (List.init t.n Fun.id))
+                    >= 2
                else r < 0 || r >= t.n || Rankset.mem t.suspected r || t.asked.(r) || not (hears t r))
              excluded
       end
@@ -395,9 +428,11 @@ module L = struct
      any answer (any datagram) is proof of life. *)
   let probe t now =
     for r = 0 to t.n - 1 do
-      if peer t r && (not (Rankset.mem t.suspected r))
-         && now - t.heard.(r) >= t.timeout - t.verify
-         && now - t.probed.(r) >= t.interval
+      if
+        peer t r
+        && (not (Rankset.mem t.suspected r))
+        && now - t.heard.(r) >= t.timeout - t.verify
+        && now - t.probed.(r) >= t.interval
       then begin
         t.probed.(r) <- now;
         t.probes <- t.probes + 1;
@@ -434,12 +469,16 @@ module L = struct
       if t.beat_at <= now then begin
         t.heartbeats_sent <- t.heartbeats_sent + 1;
         t.beat_at <- now + t.interval;
-        t.out.dn Event.Cast (Heartbeat { suspects = List.filter (fun r -> not t.told.(r)) (Rankset.elements t.suspected) }) (Msg.empty ())
+        t.out.dn Event.Cast
+          (Heartbeat
+             { suspects = List.filter (fun r -> not t.told.(r)) (Rankset.elements t.suspected) })
+          (Msg.empty ())
       end;
       t.out.alarm t.beat_at;
       let next = ref max_int in
       for r = 0 to t.n - 1 do
-        if peer t r && not (Rankset.mem t.suspected r) then next := min !next (t.heard.(r) + t.timeout)
+        if peer t r && not (Rankset.mem t.suspected r) then
+          next := min !next (t.heard.(r) + t.timeout)
       done;
       if !next <> max_int then t.out.alarm !next
     end
@@ -478,7 +517,9 @@ module F = struct
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
-      up_ok = (fun t src _ _ _ -> (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast =
         (fun t src _ _ ~layered:_ _ _ ->
           if t.n > 1 then running t (t.now ());
@@ -489,10 +530,16 @@ module F = struct
     }
 
   let state t =
-    Fmt.str "stopped %b; heard %a; probed %a; beat %d tick %d; waiting %d; suspected %a; %a" t.stopped
-      Fmt.(array ~sep:sp int) t.heard Fmt.(array ~sep:sp int) t.probed t.beat_at t.last_tick
-      (List.length t.waiting) Fmt.(list ~sep:sp int) (Rankset.elements t.suspected)
-      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int)) (counters t)
+    Fmt.str "stopped %b; heard %a; probed %a; beat %d tick %d; waiting %d; suspected %a; %a"
+      t.stopped
+      Fmt.(array ~sep:sp int)
+      t.heard
+      Fmt.(array ~sep:sp int)
+      t.probed t.beat_at t.last_tick (List.length t.waiting)
+      Fmt.(list ~sep:sp int)
+      (Rankset.elements t.suspected)
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
 end
 
 include L

@@ -15,15 +15,20 @@ module Param = struct
   let () =
     Params.register protocol (Params.String "sequencer")
       ~doc:
-        "how casts are ordered: sequencer (the view's coordinator orders, Ensemble's Seqbb) or token (the \
-         holder of a token passed around the members orders, as Totem)";
-    Params.register burst (Params.Int 64) ~doc:"token: casts a member orders each time it holds the token";
-    Params.register queue (Params.Int (1 lsl 20))
-      ~doc:"token: bytes of casts waiting for the token beyond which the application is asked to pause";
-    Params.register held (Params.Int (4 lsl 20)) ~min:(Params.Int 1024)
+        "how casts are ordered: sequencer (the view's coordinator orders, Ensemble's Seqbb) or \
+         token (the holder of a token passed around the members orders, as Totem)";
+    Params.register burst (Params.Int 64)
+      ~doc:"token: casts a member orders each time it holds the token";
+    Params.register queue
+      (Params.Int (1 lsl 20))
       ~doc:
-        "bytes of casts received and waiting for their place beyond which this member stops returning flow \
-         control credit (every sender slows down to it) until they are back to half"
+        "token: bytes of casts waiting for the token beyond which the application is asked to pause";
+    Params.register held
+      (Params.Int (4 lsl 20))
+      ~min:(Params.Int 1024)
+      ~doc:
+        "bytes of casts received and waiting for their place beyond which this member stops \
+         returning flow control credit (every sender slows down to it) until they are back to half"
 end
 
 let protocol_of_string s =
@@ -35,7 +40,9 @@ let protocol_of_string s =
 let protocol params = protocol_of_string (Params.string params Param.protocol)
 let check_params params = Result.map ignore (protocol params)
 let protocol_name = function Sequencer -> "sequencer" | Token -> "token"
-let total_order = Contract.v "total-order" ~doc:"every member delivers the casts of a view in one order"
+
+let total_order =
+  Contract.v "total-order" ~doc:"every member delivers the casts of a view in one order"
 
 (* Bounds on what a header may claim. *)
 let max_runs = 4096
@@ -48,7 +55,8 @@ module L = struct
     | Data  (** a cast without its place: ordered by the sequencer, or at the end of the view *)
     | Order of (int * int) list  (** sequencer: the next casts, as runs (origin, how many) *)
     | Stamped of int  (** token: a cast and its place in the view's order *)
-    | Token of { next : int; idle : int }  (** token: the next place, and holders in a row with nothing to order *)
+    | Token of { next : int; idle : int }
+        (** token: the next place, and holders in a row with nothing to order *)
     | Want  (** token: this member has casts waiting for the token *)
 
   let name = "total"
@@ -90,17 +98,17 @@ module L = struct
     n : int;
     me : int;
     pending : Msg.t Queue.t array;
-        (* per origin, in FIFO order: casts received without a place
+    (* per origin, in FIFO order: casts received without a place
            (sequencer: not yet delivered; token: cast at a flush) *)
     (* sequencer *)
-    runs : run Queue.t;  (* the order known and not yet delivered *)
-    mutable unsent : (int * int) list;  (* at the sequencer: runs not yet cast, newest first *)
+    runs : run Queue.t; (* the order known and not yet delivered *)
+    mutable unsent : (int * int) list; (* at the sequencer: runs not yet cast, newest first *)
     mutable armed : bool;
     (* token *)
-    stamped : (int, int * Msg.t) Hashtbl.t;  (* place -> origin, cast *)
+    stamped : (int, int * Msg.t) Hashtbl.t; (* place -> origin, cast *)
     mutable next_deliver : int;
-    mutable holding : (int * int) option;  (* the token: next place, idle count *)
-    outq : Msg.t Queue.t;  (* own casts waiting for the token *)
+    mutable holding : (int * int) option; (* the token: next place, idle count *)
+    outq : Msg.t Queue.t; (* own casts waiting for the token *)
     mutable outq_bytes : int;
     queue_limit : int;
     burst : int;
@@ -108,7 +116,7 @@ module L = struct
     mutable want_sent : bool;
     (* both *)
     mutable blocked : bool;
-    mutable synced : bool;  (* a flush round has completed here *)
+    mutable synced : bool; (* a flush round has completed here *)
     mutable flow_below : bool;
     mutable flow_told : bool;
     mutable stopped : bool;
@@ -176,7 +184,6 @@ module L = struct
 
   let valid t r = r >= 0 && r < t.n
   let sequencer = 0
-
   let deliver t o msg = t.out.up (Event.Cast_from o) msg
 
   (* What waits here for its place is bounded: over [total.held] bytes,
@@ -190,14 +197,20 @@ module L = struct
       t.holding_credit <- true;
       t.credit_held <- t.credit_held + 1;
       Log.warn (fun m ->
-          m "rank %d: %d bytes of casts wait for their place (total.held %d): credit held back" t.me t.held_bytes
-            t.held_limit);
+          m "rank %d: %d bytes of casts wait for their place (total.held %d): credit held back" t.me
+            t.held_bytes t.held_limit);
       t.out.dn_ctl
-        (Mflow.Hold_credit { who = "total"; hold = true; except = (match t.proto with Sequencer -> [ 0 ] | Token -> []) })
+        (Mflow.Hold_credit
+           {
+             who = "total";
+             hold = true;
+             except = (match t.proto with Sequencer -> [ 0 ] | Token -> []);
+           })
     end
     else if t.holding_credit && t.held_bytes <= t.held_limit / 2 then begin
       t.holding_credit <- false;
-      if not t.stopped then t.out.dn_ctl (Mflow.Hold_credit { who = "total"; hold = false; except = [] })
+      if not t.stopped then
+        t.out.dn_ctl (Mflow.Hold_credit { who = "total"; hold = false; except = [] })
     end
 
   let held t d =
@@ -251,10 +264,10 @@ module L = struct
     Queue.add msg t.pending.(o);
     held t (Msg.length msg);
     if t.me = sequencer then begin
-      (t.unsent <-
-         match t.unsent with
-         | (o', k) :: rest when o' = o && k < max_run -> (o, k + 1) :: rest
-         | l -> (o, 1) :: l);
+      t.unsent <-
+        (match t.unsent with
+        | (o', k) :: rest when o' = o && k < max_run -> (o, k + 1) :: rest
+        | l -> (o, 1) :: l);
       if not t.armed then begin
         t.armed <- true;
         t.out.alarm (t.now ())
@@ -263,8 +276,10 @@ module L = struct
     seq_deliver t
 
   let seq_order t from runs =
-    if from <> sequencer || not (List.for_all (fun (o, k) -> valid t o && k >= 1 && k <= max_run) runs) then
-      t.nonsense <- t.nonsense + 1
+    if
+      from <> sequencer
+      || not (List.for_all (fun (o, k) -> valid t o && k >= 1 && k <= max_run) runs)
+    then t.nonsense <- t.nonsense + 1
     else begin
       List.iter (fun (origin, left) -> Queue.add { origin; left } t.runs) runs;
       seq_deliver t
@@ -349,7 +364,8 @@ module L = struct
 
   let tok_stamped t o place msg =
     t.wants.(o) <- false;
-    if place < t.next_deliver || place >= t.next_deliver + max_ahead || Hashtbl.mem t.stamped place then begin
+    if place < t.next_deliver || place >= t.next_deliver + max_ahead || Hashtbl.mem t.stamped place
+    then begin
       t.nonsense <- t.nonsense + 1;
       Msg.release msg
     end
@@ -386,7 +402,8 @@ module L = struct
       | Event.Cast_from o, Order runs when valid t o && t.proto = Sequencer ->
           Msg.release msg;
           seq_order t o runs
-      | Event.Cast_from o, Stamped place when valid t o && t.proto = Token -> tok_stamped t o place msg
+      | Event.Cast_from o, Stamped place when valid t o && t.proto = Token ->
+          tok_stamped t o place msg
       | Event.Send_from _, Token { next; idle } when t.proto = Token -> (
           Msg.release msg;
           match t.holding with
@@ -488,7 +505,8 @@ module L = struct
       ("orders_sent", t.orders_sent);
       ("tokens_passed", t.tokens_passed);
       ("nonsense", t.nonsense);
-      ("unordered", Array.fold_left (fun a q -> a + Queue.length q) 0 t.pending + Hashtbl.length t.stamped);
+      ( "unordered",
+        Array.fold_left (fun a q -> a + Queue.length q) 0 t.pending + Hashtbl.length t.stamped );
       ("waiting_token", Queue.length t.outq);
       ("holding", match t.holding with Some _ -> 1 | None -> 0);
       ("held_bytes", t.held_bytes);

@@ -24,7 +24,9 @@ let create ?(timeout = 15.) servers =
   let rec parse acc = function
     | [] -> Ok (Array.of_list (List.rev acc))
     | s :: rest -> (
-        match Server.parse_addr s with Ok a -> parse ((s, a) :: acc) rest | Error e -> Error ("--servers: " ^ e))
+        match Server.parse_addr s with
+        | Ok a -> parse ((s, a) :: acc) rest
+        | Error e -> Error ("--servers: " ^ e))
   in
   match parse [] servers with
   | Error e -> Error e
@@ -49,7 +51,9 @@ let connect t deadline =
         (match Unix.select [] [ fd ] [] wait with
         | _, [], _ -> raise (Unix.Unix_error (Unix.ETIMEDOUT, "connect", ""))
         | _ -> (
-            match Unix.getsockopt_error fd with Some e -> raise (Unix.Unix_error (e, "connect", "")) | None -> ()));
+            match Unix.getsockopt_error fd with
+            | Some e -> raise (Unix.Unix_error (e, "connect", ""))
+            | None -> ()));
         Unix.clear_nonblock fd;
         (try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
         t.conn <- Some fd;
@@ -59,7 +63,8 @@ let connect t deadline =
         Error (Printf.sprintf "%s: %s" (fst t.servers.(t.cur)) (Unix.error_message e)))
 
 let rec write_all fd s off =
-  if off < String.length s then write_all fd s (off + Unix.write_substring fd s off (String.length s - off))
+  if off < String.length s then
+    write_all fd s (off + Unix.write_substring fd s off (String.length s - off))
 
 (* Reads the reply to [req], skipping late replies to earlier requests. *)
 let read_reply fd req deadline =
@@ -107,7 +112,8 @@ let call t op =
     if Unix.gettimeofday () >= deadline || !unreachable >= 2 * n then give_up ()
     else begin
       (* After a round of every server, wait a little: a view change may be under way. *)
-      if tries > 0 && tries mod n = 0 then Unix.sleepf (min 0.5 (max 0. (deadline -. Unix.gettimeofday ())));
+      if tries > 0 && tries mod n = 0 then
+        Unix.sleepf (min 0.5 (max 0. (deadline -. Unix.gettimeofday ())));
       match connect t deadline with
       | Error e ->
           incr unreachable;
@@ -119,7 +125,8 @@ let call t op =
           | exception Unix.Unix_error (e, _, _) ->
               (* Perhaps sent in part: the server never decodes a partial frame. *)
               next ();
-              attempt (tries + 1) maybe (Printf.sprintf "%s: %s" (fst t.servers.(t.cur)) (Unix.error_message e))
+              attempt (tries + 1) maybe
+                (Printf.sprintf "%s: %s" (fst t.servers.(t.cur)) (Unix.error_message e))
           | () -> (
               match read_reply fd req deadline with
               | `Reply (Wire.Done r) -> Wire.Done r

@@ -1,17 +1,15 @@
 (** A client of the replicated store over TCP, with blocking calls.
 
-    A call tries the servers in turn: a server that cannot be reached or
-    that refuses (no quorum, busy) is skipped; when the connection is lost
-    or the answer is late after the request went out, the same request
-    (same client id and request number) is sent to the next server, so
-    that a write takes effect at most once. *)
+    A call tries the servers in turn: a server that cannot be reached or that refuses (no quorum,
+    busy) is skipped; when the connection is lost or the answer is late after the request went out,
+    the same request (same client id and request number) is sent to the next server, so that a write
+    takes effect at most once. *)
 
 type t
 
 val create : ?timeout:float -> string list -> (t, string) result
-(** [create servers] is a client with a fresh random id. [timeout]
-    (default 15 s) bounds each call. [Error] if an address does not
-    parse. *)
+(** [create servers] is a client with a fresh random id. [timeout] (default 15 s) bounds each call.
+    [Error] if an address does not parse. *)
 
 val call : t -> Op.t -> Wire.outcome
 val close : t -> unit

@@ -6,9 +6,9 @@ module L = Consort_spec.Linearizable
 let name = "kv-linearizable"
 
 let doc =
-  "3 replicas of the key-value store; clients issue concurrent gets, puts, deletes and compare-and-sets while \
-   replicas crash (some mid-write), restart from disk, are partitioned and healed, then all restart from disk; \
-   the history is linearizable and the replicas agree"
+  "3 replicas of the key-value store; clients issue concurrent gets, puts, deletes and \
+   compare-and-sets while replicas crash (some mid-write), restart from disk, are partitioned and \
+   healed, then all restart from disk; the history is linearizable and the replicas agree"
 
 type outcome = {
   violations : string list;
@@ -30,17 +30,19 @@ let rec rm_rf p =
   | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
 
 let scratch_dir seed =
-  let base = if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name () in
+  let base =
+    if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm"
+    else Filename.get_temp_dir_name ()
+  in
   Filename.concat base (Printf.sprintf "consort-kv-sim.%d.%d" (Unix.getpid ()) seed)
-
 
 type replica = {
   addr : string;
   dir : string;
   mutable r : (R.t * Store.t) option;
-  mutable dies_at : int;  (* disk step at which this incarnation dies; 0: never *)
-  mutable dying : bool;  (* it died at a disk step: nothing more reaches its disk *)
-  mutable torn : bool;  (* it died in the middle of a write: its log may end torn *)
+  mutable dies_at : int; (* disk step at which this incarnation dies; 0: never *)
+  mutable dying : bool; (* it died at a disk step: nothing more reaches its disk *)
+  mutable torn : bool; (* it died in the middle of a write: its log may end torn *)
 }
 
 let s = Time.of_sec
@@ -72,7 +74,10 @@ let run ?trace ?(params = Params.empty) ~seed () =
     | None -> Printf.ifprintf () fmt
   in
   let params =
-    match Params.of_string "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s" with
+    match
+      Params.of_string
+        "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s"
+    with
     | Ok p -> Params.override p ~by:params
     | Error _ -> params
   in
@@ -80,7 +85,17 @@ let run ?trace ?(params = Params.empty) ~seed () =
   let violation fmt = Fmt.kstr (fun s -> violations := s :: !violations) fmt in
   let n = 3 in
   let addrs = List.init n (Printf.sprintf "r%d") in
-  let reps = Array.init n (fun i -> { addr = List.nth addrs i; dir = Filename.concat root (Printf.sprintf "r%d" i); r = None; dies_at = 0; dying = false; torn = false }) in
+  let reps =
+    Array.init n (fun i ->
+        {
+          addr = List.nth addrs i;
+          dir = Filename.concat root (Printf.sprintf "r%d" i);
+          r = None;
+          dies_at = 0;
+          dying = false;
+          torn = false;
+        })
+  in
   let restarts = ref 0 and repaired = ref 0 in
   let disk_steps = ref 0 in
   let rec start i =
@@ -125,7 +140,11 @@ let run ?trace ?(params = Params.empty) ~seed () =
           unlink = (fun path -> if step () then real.unlink path);
         }
       in
-      match Store.open_ ~io ~snapshot_bytes:(4096 + Random.State.int rng 8192) ~retain:(Random.State.int rng 100) p.dir with
+      match
+        Store.open_ ~io
+          ~snapshot_bytes:(4096 + Random.State.int rng 8192)
+          ~retain:(Random.State.int rng 100) p.dir
+      with
       | Error e -> violation "%s: store does not open: %s" p.addr e
       | Ok (store, found) -> (
           List.iter
@@ -134,12 +153,15 @@ let run ?trace ?(params = Params.empty) ~seed () =
               | Store.Torn_tail _ when p.torn ->
                   incr repaired;
                   note "%s: %s" p.addr (Fmt.str "%a" Store.pp_finding f)
-              | f -> if Store.is_damage f then violation "%s: recovery: %a" p.addr Store.pp_finding f)
+              | f ->
+                  if Store.is_damage f then violation "%s: recovery: %a" p.addr Store.pp_finding f)
             found;
           p.torn <- false;
           let cfg =
             {
-              (Replica.default_config ~group:"kv" ~addr:p.addr ~peers:(List.filter (( <> ) p.addr) addrs)) with
+              (Replica.default_config ~group:"kv" ~addr:p.addr
+                 ~peers:(List.filter (( <> ) p.addr) addrs))
+              with
               request_timeout = s 4.;
               max_batch = 1 + Random.State.int rng 8;
             }
@@ -203,10 +225,16 @@ let run ?trace ?(params = Params.empty) ~seed () =
           | 3 | 4 | 5 -> (k, Op.Put (k, v))
           | 6 -> (k, Op.Del k)
           | _ ->
-              let expect = match Hashtbl.find_opt recent k with Some e when Random.State.int rng 4 > 0 -> e | _ -> "none" in
+              let expect =
+                match Hashtbl.find_opt recent k with
+                | Some e when Random.State.int rng 4 > 0 -> e
+                | _ -> "none"
+              in
               (k, Op.Cas { key = k; expect; set = v }))
     in
-    (match op with Op.Put (k, v) | Op.Cas { key = k; set = v; _ } -> Hashtbl.replace recent k v | _ -> ());
+    (match op with
+    | Op.Put (k, v) | Op.Cas { key = k; set = v; _ } -> Hashtbl.replace recent k v
+    | _ -> ());
     let call = now () in
     let request = { Wire.client = id; req; op } in
     let maybe = ref false in
@@ -215,15 +243,34 @@ let run ?trace ?(params = Params.empty) ~seed () =
       | Some r -> (
           incr acked;
           match Op.response_to_spec r with
-          | Some resp -> history := { L.client = c; key; op = Op.to_spec op; call; return = Some (now ()); response = Some resp } :: !history
-          | None -> violation "client %d: %s refused: %s" c (Fmt.str "%a" Op.pp op) (Fmt.str "%a" Op.pp_response r))
+          | Some resp ->
+              history :=
+                {
+                  L.client = c;
+                  key;
+                  op = Op.to_spec op;
+                  call;
+                  return = Some (now ());
+                  response = Some resp;
+                }
+                :: !history
+          | None ->
+              violation "client %d: %s refused: %s" c (Fmt.str "%a" Op.pp op)
+                (Fmt.str "%a" Op.pp_response r))
       | None ->
           if !maybe then (
             incr unknown;
-            history := { L.client = c; key; op = Op.to_spec op; call; return = None; response = None } :: !history));
-      note "client %d: %s -> %s" c (Fmt.str "%a" Op.pp op) (match response with Some r -> Fmt.str "%a" Op.pp_response r | None -> if !maybe then "unknown" else "not done");
+            history :=
+              { L.client = c; key; op = Op.to_spec op; call; return = None; response = None }
+              :: !history));
+      note "client %d: %s -> %s" c (Fmt.str "%a" Op.pp op)
+        (match response with
+        | Some r -> Fmt.str "%a" Op.pp_response r
+        | None -> if !maybe then "unknown" else "not done");
       if final = None && now () < stop_at then
-        at (Time.add (now ()) (ms (Random.State.int rng 100))) (fun () -> client c ~id ~req:(req + 1) ~final:None)
+        at
+          (Time.add (now ()) (ms (Random.State.int rng 100)))
+          (fun () -> client c ~id ~req:(req + 1) ~final:None)
     in
     (* Attempts at live replicas in turn, until a definite answer or the
        client's deadline. *)
@@ -243,7 +290,9 @@ let run ?trace ?(params = Params.empty) ~seed () =
                 at (Time.add (now ()) delay) (fun () -> attempt (k + 1)))
             in
             (* A replica that crashes never answers: the client gives up on it. *)
-            at (Time.add (now ()) (s 5.)) (fun () ->
+            at
+              (Time.add (now ()) (s 5.))
+              (fun () ->
                 if not !answered then (
                   maybe := true;
                   next Time.zero));
@@ -260,21 +309,27 @@ let run ?trace ?(params = Params.empty) ~seed () =
     attempt c
   in
   for c = 0 to clients - 1 do
-    at (Time.add (s 1.) (ms (Random.State.int rng 500))) (fun () ->
-        client c ~id:(Int64.of_int (1000 + c)) ~req:1 ~final:None)
+    at
+      (Time.add (s 1.) (ms (Random.State.int rng 500)))
+      (fun () -> client c ~id:(Int64.of_int (1000 + c)) ~req:1 ~final:None)
   done;
   (* Faults during the workload. *)
   let faults = 1 + Random.State.int rng 3 in
   (* Half of the faults strike the sequencer. *)
   let victim () =
     let seq = ref None in
-    Array.iteri (fun i p -> match p.r with Some (r, _) when R.is_sequencer r -> seq := Some i | _ -> ()) reps;
+    Array.iteri
+      (fun i p -> match p.r with Some (r, _) when R.is_sequencer r -> seq := Some i | _ -> ())
+      reps;
     match !seq with Some i when Random.State.bool rng -> i | _ -> Random.State.int rng n
   in
   for _ = 1 to faults do
     let t = Time.add (s 2.) (ms (Random.State.int rng 9_000)) in
     let i = ref 0 in
-    let pick f () = i := victim (); f () in
+    let pick f () =
+      i := victim ();
+      f ()
+    in
     match Random.State.int rng 3 with
     | 0 ->
         let down = ms (500 + Random.State.int rng 4000) in
@@ -300,9 +355,17 @@ let run ?trace ?(params = Params.empty) ~seed () =
   let phase_reads ~from ~cid =
     at from (fun () ->
         Sim.heal net;
-        Array.iteri (fun i p -> p.dies_at <- 0; if p.r = None then start i) reps);
+        Array.iteri
+          (fun i p ->
+            p.dies_at <- 0;
+            if p.r = None then start i)
+          reps);
     Array.iteri
-      (fun j k -> at (Time.add from (s 7.)) (fun () -> client (100 + cid + j) ~id:(Int64.of_int (5000 + cid + j)) ~req:1 ~final:(Some k)))
+      (fun j k ->
+        at
+          (Time.add from (s 7.))
+          (fun () ->
+            client (100 + cid + j) ~id:(Int64.of_int (5000 + cid + j)) ~req:1 ~final:(Some k)))
       keys
   in
   phase_reads ~from:(s 16.) ~cid:0;
@@ -314,15 +377,21 @@ let run ?trace ?(params = Params.empty) ~seed () =
   phase_reads ~from:(s 28.) ~cid:10;
   Sim.run ~until:(s 45.) ~max_events:3_000_000 net;
   (* The replicas agree. *)
-  let live = List.filter_map (fun p -> Option.map (fun (r, st) -> (p.addr, r, st)) p.r) (Array.to_list reps) in
+  let live =
+    List.filter_map (fun p -> Option.map (fun (r, st) -> (p.addr, r, st)) p.r) (Array.to_list reps)
+  in
   if List.length live <> n then violation "%d replicas up at the end, of %d" (List.length live) n;
-  List.iter (fun (a, r, _) -> if R.phase r <> Replica.Active then violation "%s ends %a" a Replica.pp_phase (R.phase r)) live;
+  List.iter
+    (fun (a, r, _) ->
+      if R.phase r <> Replica.Active then violation "%s ends %a" a Replica.pp_phase (R.phase r))
+    live;
   (match live with
   | (a0, _, st0) :: rest ->
       List.iter
         (fun (a, _, st) ->
           if Machine.digest (Store.machine st) <> Machine.digest (Store.machine st0) then
-            violation "%s and %s end with different states (writes %d and %d)" a0 a (Store.seq st0) (Store.seq st))
+            violation "%s and %s end with different states (writes %d and %d)" a0 a (Store.seq st0)
+              (Store.seq st))
         rest
   | [] -> ());
   let h = List.rev !history in
@@ -332,7 +401,9 @@ let run ?trace ?(params = Params.empty) ~seed () =
   (* The final reads of each round must have answered. *)
   let finals = List.filter (fun e -> e.L.client >= 100) h in
   if List.length (List.filter (fun e -> e.L.return <> None) finals) < 2 * Array.length keys then
-    violation "final reads unanswered (%d of %d)" (List.length (List.filter (fun e -> e.L.return <> None) finals)) (2 * Array.length keys);
+    violation "final reads unanswered (%d of %d)"
+      (List.length (List.filter (fun e -> e.L.return <> None) finals))
+      (2 * Array.length keys);
   Array.iteri (fun i _ -> crash i) reps;
   let st = Sim.stats net in
   {

@@ -1,10 +1,8 @@
-(** The [kv-linearizable] scenario: three replicas of the key-value store in
-    the simulator, clients issuing concurrent operations while replicas
-    crash (some in the middle of a write to disk), restart from their
-    disk, are partitioned away and healed; then every replica is stopped
-    and restarted from disk. The clients' history must be linearizable
-    (the final reads included, so no acknowledged write may be lost), and
-    the replicas must end with the same state. *)
+(** The [kv-linearizable] scenario: three replicas of the key-value store in the simulator, clients
+    issuing concurrent operations while replicas crash (some in the middle of a write to disk),
+    restart from their disk, are partitioned away and healed; then every replica is stopped and
+    restarted from disk. The clients' history must be linearizable (the final reads included, so no
+    acknowledged write may be lost), and the replicas must end with the same state. *)
 
 val name : string
 val doc : string

@@ -5,10 +5,18 @@ type t = {
   data : (string, string) Hashtbl.t;
   mutable bytes : int;
   dedup : (int64, int * Op.response) Hashtbl.t;
-  order : int64 Queue.t;  (* clients, oldest first *)
+  order : int64 Queue.t; (* clients, oldest first *)
 }
 
-let create limits = { limits; data = Hashtbl.create 1024; bytes = 0; dedup = Hashtbl.create 64; order = Queue.create () }
+let create limits =
+  {
+    limits;
+    data = Hashtbl.create 1024;
+    bytes = 0;
+    dedup = Hashtbl.create 64;
+    order = Queue.create ();
+  }
+
 let limits t = t.limits
 let read t k = Hashtbl.find_opt t.data k
 let keys t = Hashtbl.length t.data
@@ -34,9 +42,12 @@ let fits t k v =
   let l = t.limits in
   match Hashtbl.find_opt t.data k with
   | Some old -> t.bytes - String.length old + String.length v <= l.max_bytes
-  | None -> Hashtbl.length t.data < l.max_keys && t.bytes + String.length k + String.length v <= l.max_bytes
+  | None ->
+      Hashtbl.length t.data < l.max_keys
+      && t.bytes + String.length k + String.length v <= l.max_bytes
 
-let full t = Op.Error (Printf.sprintf "store full (%d keys, %d bytes)" (Hashtbl.length t.data) t.bytes)
+let full t =
+  Op.Error (Printf.sprintf "store full (%d keys, %d bytes)" (Hashtbl.length t.data) t.bytes)
 
 let execute t (op : Op.t) : Op.response =
   match Op.check t.limits op with
@@ -77,14 +88,14 @@ let apply t ~client ~req op =
   else
     match Hashtbl.find_opt t.dedup client with
     | Some (last, r) when last = req -> (r, false)
-    | Some (last, _) when req < last -> (Op.Error (Printf.sprintf "request %d is older than this client's last, %d" req last), false)
+    | Some (last, _) when req < last ->
+        (Op.Error (Printf.sprintf "request %d is older than this client's last, %d" req last), false)
     | _ ->
         let r = execute t op in
         remember t client req r;
         (r, true)
 
 let bindings t = Hashtbl.fold (fun k v acc -> (k, v) :: acc) t.data [] |> List.sort compare
-
 let s = Codec.string ~max:(16 * 1024 * 1024) ()
 
 let codec limits =
@@ -93,11 +104,20 @@ let codec limits =
   Codec.map ~name:"kv-state"
     (fun t ->
       ( bindings t,
-        Queue.fold (fun acc c -> let req, r = Hashtbl.find t.dedup c in (c, req, r) :: acc) [] t.order |> List.rev ))
+        Queue.fold
+          (fun acc c ->
+            let req, r = Hashtbl.find t.dedup c in
+            (c, req, r) :: acc)
+          [] t.order
+        |> List.rev ))
     (fun (kvs, cs) ->
       let t = create limits in
       List.iter (fun (k, v) -> set t k v) kvs;
-      List.iter (fun (c, req, r) -> Queue.push c t.order; Hashtbl.replace t.dedup c (req, r)) cs;
+      List.iter
+        (fun (c, req, r) ->
+          Queue.push c t.order;
+          Hashtbl.replace t.dedup c (req, r))
+        cs;
       t)
     (Codec.pair pairs clients)
 

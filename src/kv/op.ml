@@ -1,6 +1,11 @@
 module Codec = Consort.Codec
 
-type t = Get of string | Put of string * string | Del of string | Cas of { key : string; expect : string; set : string }
+type t =
+  | Get of string
+  | Put of string * string
+  | Del of string
+  | Cas of { key : string; expect : string; set : string }
+
 type response = Ok | Value of string | Not_found | Cas_failed | Error of string
 
 let key = function Get k | Put (k, _) | Del k -> k | Cas { key; _ } -> key
@@ -27,7 +32,9 @@ let codec =
   Codec.union "kv-op"
     [
       Codec.case 0 "get" s (function Get k -> Some k | _ -> None) (fun k -> Get k);
-      Codec.case 1 "put" (Codec.pair s s) (function Put (k, v) -> Some (k, v) | _ -> None) (fun (k, v) -> Put (k, v));
+      Codec.case 1 "put" (Codec.pair s s)
+        (function Put (k, v) -> Some (k, v) | _ -> None)
+        (fun (k, v) -> Put (k, v));
       Codec.case 2 "del" s (function Del k -> Some k | _ -> None) (fun k -> Del k);
       Codec.case 3 "cas" (Codec.tup3 s s s)
         (function Cas { key; expect; set } -> Some (key, expect, set) | _ -> None)
@@ -39,20 +46,37 @@ let response_codec =
     [
       Codec.case 0 "ok" Codec.unit (function Ok -> Some () | _ -> None) (fun () -> Ok);
       Codec.case 1 "value" s (function Value v -> Some v | _ -> None) (fun v -> Value v);
-      Codec.case 2 "not-found" Codec.unit (function Not_found -> Some () | _ -> None) (fun () -> Not_found);
-      Codec.case 3 "cas-failed" Codec.unit (function Cas_failed -> Some () | _ -> None) (fun () -> Cas_failed);
-      Codec.case 4 "error" (Codec.string ~max:4096 ()) (function Error r -> Some r | _ -> None) (fun r -> Error r);
+      Codec.case 2 "not-found" Codec.unit
+        (function Not_found -> Some () | _ -> None)
+        (fun () -> Not_found);
+      Codec.case 3 "cas-failed" Codec.unit
+        (function Cas_failed -> Some () | _ -> None)
+        (fun () -> Cas_failed);
+      Codec.case 4 "error" (Codec.string ~max:4096 ())
+        (function Error r -> Some r | _ -> None)
+        (fun r -> Error r);
     ]
 
 type limits = { max_key : int; max_value : int; max_keys : int; max_bytes : int; max_clients : int }
 
 let default_limits =
-  { max_key = 1024; max_value = 65536; max_keys = 1_000_000; max_bytes = 32 * 1024 * 1024; max_clients = 100_000 }
+  {
+    max_key = 1024;
+    max_value = 65536;
+    max_keys = 1_000_000;
+    max_bytes = 32 * 1024 * 1024;
+    max_clients = 100_000;
+  }
 
 let check l op =
   let k = key op in
-  let value v = if String.length v > l.max_value then Result.Error (Printf.sprintf "value of %d bytes, over %d" (String.length v) l.max_value) else Result.Ok () in
-  if String.length k > l.max_key then Result.Error (Printf.sprintf "key of %d bytes, over %d" (String.length k) l.max_key)
+  let value v =
+    if String.length v > l.max_value then
+      Result.Error (Printf.sprintf "value of %d bytes, over %d" (String.length v) l.max_value)
+    else Result.Ok ()
+  in
+  if String.length k > l.max_key then
+    Result.Error (Printf.sprintf "key of %d bytes, over %d" (String.length k) l.max_key)
   else if k = "" then Result.Error "empty key"
   else
     match op with
@@ -81,7 +105,11 @@ let parse = function
   | [ "del"; k ] -> Result.Ok (Del k)
   | [ "cas"; k; e; s ] -> Result.Ok (Cas { key = k; expect = e; set = s })
   | ("get" | "put" | "del" | "cas") :: _ as w ->
-      Result.Error (Printf.sprintf "%s takes %s" (List.hd w)
-        (match List.hd w with "get" | "del" -> "KEY" | "put" -> "KEY VALUE" | _ -> "KEY OLD NEW"))
+      Result.Error
+        (Printf.sprintf "%s takes %s" (List.hd w)
+           (match List.hd w with
+           | "get" | "del" -> "KEY"
+           | "put" -> "KEY VALUE"
+           | _ -> "KEY OLD NEW"))
   | w :: _ -> Result.Error (Printf.sprintf "unknown command %S (get, put, del, cas)" w)
   | [] -> Result.Error "empty command"

@@ -4,7 +4,8 @@ type t =
   | Get of string
   | Put of string * string  (** key, value *)
   | Del of string
-  | Cas of { key : string; expect : string; set : string }  (** put [set] if the value is [expect] *)
+  | Cas of { key : string; expect : string; set : string }
+      (** put [set] if the value is [expect] *)
 
 type response =
   | Ok  (** a put, a delete of a present key, a cas that took place *)
@@ -34,14 +35,15 @@ type limits = {
 }
 
 val default_limits : limits
-(** Keys up to 1 KiB, values up to 64 KiB, 1,000,000 keys, 32 MiB, 100,000 clients. A
-    state transfer may send the whole state in one cast, so the state must
-    stay under the group's largest message ([frag.max_message], 64 MiB). *)
+(** Keys up to 1 KiB, values up to 64 KiB, 1,000,000 keys, 32 MiB, 100,000 clients. A state transfer
+    may send the whole state in one cast, so the state must stay under the group's largest message
+    ([frag.max_message], 64 MiB). *)
 
 val check : limits -> t -> (unit, string) result
 (** [check l op] refuses an operation whose key or values are over the limits. *)
 
 val to_spec : t -> Consort_spec.Linearizable.op
+
 val response_to_spec : response -> Consort_spec.Linearizable.response option
 (** [None] for [Error]. *)
 

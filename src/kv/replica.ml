@@ -4,19 +4,25 @@ let src = Logs.Src.create "consort.kv" ~doc:"Replicated key-value store"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type config = { group : string; addr : string; peers : string list; request_timeout : Time.t; max_batch : int }
+type config = {
+  group : string;
+  addr : string;
+  peers : string list;
+  request_timeout : Time.t;
+  max_batch : int;
+}
 
-let default_config ~group ~addr ~peers = { group; addr; peers; request_timeout = Time.of_sec 10.; max_batch = 500 }
+let default_config ~group ~addr ~peers =
+  { group; addr; peers; request_timeout = Time.of_sec 10.; max_batch = 500 }
 
 type phase = Minority | Syncing | Active
 
-let pp_phase ppf p = Fmt.string ppf (match p with Minority -> "minority" | Syncing -> "syncing" | Active -> "active")
+let pp_phase ppf p =
+  Fmt.string ppf (match p with Minority -> "minority" | Syncing -> "syncing" | Active -> "active")
 
 (* A member id is ADDR#INCARNATION. *)
 let max_in_flight = 10_000
-
 let addr_of id = match String.index_opt id '#' with Some i -> String.sub id 0 i | None -> id
-
 let stack () = Consort_group.Properties.(layers (vsync @ [ Total; Xfer ]))
 
 (* The age of a state, for state transfer: its epoch, then its write. *)
@@ -24,7 +30,12 @@ let age_of ~epoch ~seq = (epoch lsl 32) lor min seq 0xffff_ffff
 
 module Generic
     (M : Rsm.MACHINE)
-    (Store : Store.S with type op = M.op and type response = M.response and type limits = M.limits and type machine = M.t)
+    (Store :
+      Store.S
+        with type op = M.op
+         and type response = M.response
+         and type limits = M.limits
+         and type machine = M.t)
     (T : Transport.S) =
 struct
   module W = Wire.Make (M)
@@ -34,14 +45,14 @@ struct
     k : W.outcome -> unit;
     req : W.request;
     mutable timer : T.timer option;
-    mutable sent : bool;  (* cast at least once: it may have taken effect *)
+    mutable sent : bool; (* cast at least once: it may have taken effect *)
   }
 
   type t = {
     tr : T.t;
     cfg : config;
     store : Store.t;
-    replicas : string list;  (* configured group addresses *)
+    replicas : string list; (* configured group addresses *)
     mutable g : G.t option;
     mutable me : string;
     mutable view : Consort_group.Group.view_info option;
@@ -49,22 +60,22 @@ struct
     (* requests from this member's clients, by local number *)
     waiting : (int, waiting) Hashtbl.t;
     mutable next_rid : int;
-    pending : int Queue.t;  (* rids to cast in this view *)
+    pending : int Queue.t; (* rids to cast in this view *)
     mutable next_batch : int;
     (* results of applied requests of this member, waiting for commit *)
-    results : (int * int * W.outcome) Queue.t;  (* order, rid, outcome *)
+    results : (int * int * W.outcome) Queue.t; (* order, rid, outcome *)
     acks : (string, int) Hashtbl.t;
-    acks_sent : (string, int) Hashtbl.t;  (* the last acknowledgement sent to each member *)
-    mutable delivered : int;  (* orders applied here in this view *)
+    acks_sent : (string, int) Hashtbl.t; (* the last acknowledgement sent to each member *)
+    mutable delivered : int; (* orders applied here in this view *)
     mutable acked : int;
     mutable committed : int;
     mutable sync_timer : T.timer option;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
-    mutable epoch_next : int option;  (* the view's epoch, once its state transfer decided *)
-    begins : (string, unit) Hashtbl.t;  (* members whose Begin was delivered in this view *)
-    mutable suffixes : int;  (* states received as a suffix of the log *)
-    mutable snapshots : int;  (* ... as a whole snapshot *)
+    mutable epoch_next : int option; (* the view's epoch, once its state transfer decided *)
+    begins : (string, unit) Hashtbl.t; (* members whose Begin was delivered in this view *)
+    mutable suffixes : int; (* states received as a suffix of the log *)
+    mutable snapshots : int; (* ... as a whole snapshot *)
   }
 
   let phase t = t.phase
@@ -76,7 +87,17 @@ struct
   let view t =
     match t.view with
     | Some v -> v
-    | None -> { Consort_group.Group.vid = ""; ltime = 0; members = [||]; rank = 0; coordinator = ""; joined = []; left = []; why = [] }
+    | None ->
+        {
+          Consort_group.Group.vid = "";
+          ltime = 0;
+          members = [||];
+          rank = 0;
+          coordinator = "";
+          joined = [];
+          left = [];
+          why = [];
+        }
 
   (* With Total's sequencer (the default), the view's first member orders. *)
   let is_sequencer t = t.phase = Active && (view t).rank = 0
@@ -106,7 +127,10 @@ struct
      view has not changed. *)
   let retry t f =
     let vid = (view t).vid in
-    ignore (T.at t.tr (Time.add (T.now t.tr) (Time.of_ms 5)) (fun () -> if (not t.dead) && (view t).vid = vid then f ()))
+    ignore
+      (T.at t.tr
+         (Time.add (T.now t.tr) (Time.of_ms 5))
+         (fun () -> if (not t.dead) && (view t).vid = vid then f ()))
 
   (* This member casts its clients' requests, in batches, in the group's
      total order. *)
@@ -123,14 +147,23 @@ struct
         List.filter_map
           (fun rid ->
             match Hashtbl.find_opt t.waiting rid with
-            | Some w -> Some { Wire.origin = t.me; rid; cmd = { Rsm.client = w.req.client; req = w.req.req; op = w.req.op } }
+            | Some w ->
+                Some
+                  {
+                    Wire.origin = t.me;
+                    rid;
+                    cmd = { Rsm.client = w.req.client; req = w.req.req; op = w.req.op };
+                  }
             | None -> None)
           rids
       in
       if items <> [] then
         if cast t (Wire.Order { batch = t.next_batch; items }) then begin
           t.next_batch <- t.next_batch + 1;
-          List.iter (fun rid -> match Hashtbl.find_opt t.waiting rid with Some w -> w.sent <- true | None -> ()) rids
+          List.iter
+            (fun rid ->
+              match Hashtbl.find_opt t.waiting rid with Some w -> w.sent <- true | None -> ())
+            rids
         end
         else begin
           (* Flow control: put them back, in front, and try again shortly. *)
@@ -159,13 +192,18 @@ struct
     go ()
 
   let update_commit t =
-    let c = List.fold_left (fun acc m -> min acc (Option.value (Hashtbl.find_opt t.acks m) ~default:0)) max_int (members t) in
+    let c =
+      List.fold_left
+        (fun acc m -> min acc (Option.value (Hashtbl.find_opt t.acks m) ~default:0))
+        max_int (members t)
+    in
     if c <> max_int && c > t.committed then (
       t.committed <- c;
       release t)
 
   let on_ack t ~origin b =
-    if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then Hashtbl.replace t.acks origin b;
+    if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then
+      Hashtbl.replace t.acks origin b;
     update_commit t
 
   (* An acknowledgement needs no order: it goes point-to-point to every
@@ -186,7 +224,8 @@ struct
                   Hashtbl.replace t.acks_sent m b;
                   true
               | Error e ->
-                  Log.info (fun f -> f "%s: ack to %s refused: %a" t.me m Consort_group.Group.pp_error e);
+                  Log.info (fun f ->
+                      f "%s: ack to %s refused: %a" t.me m Consort_group.Group.pp_error e);
                   false)
             others
         in
@@ -204,12 +243,14 @@ struct
                if not t.dead then begin
                  Store.sync t.store;
                  if t.delivered > t.acked then
-                   if send_ack t t.delivered then t.acked <- t.delivered else retry t (fun () -> schedule_sync t)
+                   if send_ack t t.delivered then t.acked <- t.delivered
+                   else retry t (fun () -> schedule_sync t)
                end))
 
   let quorum t = (List.length t.replicas / 2) + 1
 
-  let rec send_begin t = if t.phase = Syncing && not (cast t Wire.Begin) then retry t (fun () -> send_begin t)
+  let rec send_begin t =
+    if t.phase = Syncing && not (cast t Wire.Begin) then retry t (fun () -> send_begin t)
 
   (* Every member's position is in (Xfer's decision): the view's epoch is
      greater than every member's epoch and promise, and than the view's
@@ -295,17 +336,20 @@ struct
       match W.decode_position pos with
       | Ok p when is_prefix t p -> (
           match Store.entries_since t.store p.seq with
-          | Some entries -> Wire.Suffix { epoch = Store.epoch t.store; history = Store.history t.store; entries }
+          | Some entries ->
+              Wire.Suffix { epoch = Store.epoch t.store; history = Store.history t.store; entries }
           | None -> Wire.Snapshot (Store.snapshot t.store))
       | Ok _ -> Wire.Snapshot (Store.snapshot t.store)
       | Error e ->
-          Log.warn (fun m -> m "%s: a member's position does not decode (%s): it gets a snapshot" t.me e);
+          Log.warn (fun m ->
+              m "%s: a member's position does not decode (%s): it gets a snapshot" t.me e);
           Wire.Snapshot (Store.snapshot t.store)
     in
     Log.info (fun m ->
         m "%s: gives %s" t.me
           (match transfer with
-          | Wire.Suffix { entries; _ } -> Printf.sprintf "the %d writes after the receiver's last" (List.length entries)
+          | Wire.Suffix { entries; _ } ->
+              Printf.sprintf "the %d writes after the receiver's last" (List.length entries)
           | Wire.Snapshot s -> Printf.sprintf "a snapshot of %d bytes" (String.length s)));
     W.encode_transfer transfer
 
@@ -326,11 +370,14 @@ struct
           | exception Invalid_argument e -> Error e)
     in
     match installed with
-    | Ok () -> Log.info (fun m -> m "%s: caught up: epoch %d, write %d" t.me (Store.epoch t.store) (Store.seq t.store))
+    | Ok () ->
+        Log.info (fun m ->
+            m "%s: caught up: epoch %d, write %d" t.me (Store.epoch t.store) (Store.seq t.store))
     | Error e ->
         (* Nothing the others hold can be trusted here any more: this
            replica stops serving and leaves the group. *)
-        Log.err (fun m -> m "%s: state from the group refused: %s; this replica leaves the group" t.me e);
+        Log.err (fun m ->
+            m "%s: state from the group refused: %s; this replica leaves the group" t.me e);
         t.dead <- true;
         Option.iter G.leave t.g
 
@@ -343,9 +390,11 @@ struct
     Store.start_epoch t.store epoch;
     Store.sync t.store;
     t.phase <- Active;
-    if (not (Queue.is_empty t.pending)) && t.flush_timer = None then t.flush_timer <- Some (soon t (fun () -> flush t));
+    if (not (Queue.is_empty t.pending)) && t.flush_timer = None then
+      t.flush_timer <- Some (soon t (fun () -> flush t));
     Log.info (fun m ->
-        m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store) (Store.seq t.store))
+        m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store)
+          (Store.seq t.store))
 
   let on_order t items =
     let batch = t.delivered + 1 in
@@ -389,7 +438,11 @@ struct
       | Ok () -> (
           match t.phase with
           | Minority ->
-              k (Wire.Refused (Printf.sprintf "no quorum: this replica sees %d of the %d replicas" (List.length (members t)) (List.length t.replicas)))
+              k
+                (Wire.Refused
+                   (Printf.sprintf "no quorum: this replica sees %d of the %d replicas"
+                      (List.length (members t))
+                      (List.length t.replicas)))
           | (Syncing | Active) when Hashtbl.length t.waiting >= max_in_flight ->
               k (Wire.Refused (Printf.sprintf "replica busy: %d requests in flight" max_in_flight))
           | Syncing | Active ->
@@ -399,13 +452,19 @@ struct
               Hashtbl.replace t.waiting rid w;
               w.timer <-
                 Some
-                  (T.at t.tr (Time.add (T.now t.tr) t.cfg.request_timeout) (fun () ->
+                  (T.at t.tr
+                     (Time.add (T.now t.tr) t.cfg.request_timeout)
+                     (fun () ->
                        w.timer <- None;
                        answer t rid (Wire.Unknown "timeout")));
               forward t rid)
 
   let create ?params ?seed ?layers tr cfg store =
-    match match layers with Some l -> Ok l | None -> Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error) (stack ()) with
+    match
+      match layers with
+      | Some l -> Ok l
+      | None -> Result.map_error (Fmt.str "%a" Consort_group.Properties.pp_error) (stack ())
+    with
     | Error e -> Error e
     | Ok layers -> (
         let t =
@@ -456,8 +515,8 @@ struct
           }
         in
         match
-          G.join ?params ?seed ~peers:cfg.peers ~durable_state ~install_state:(install t) ~layers tr ~group:cfg.group
-            ~addr:cfg.addr cb
+          G.join ?params ?seed ~peers:cfg.peers ~durable_state ~install_state:(install t) ~layers tr
+            ~group:cfg.group ~addr:cfg.addr cb
         with
         | Ok g ->
             t.g <- Some g;

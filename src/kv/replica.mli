@@ -1,49 +1,39 @@
-(** A replica of the key-value store: a state machine replicated over a
-    process group with virtual synchrony, total order ([Total]) and state
-    transfer ([Xfer]): the stack [vsync,Total,Xfer].
+(** A replica of the key-value store: a state machine replicated over a process group with virtual
+    synchrony, total order ([Total]) and state transfer ([Xfer]): the stack [vsync,Total,Xfer].
 
-    {b Ordering.} Each member casts the requests its clients make, in
-    batches; the group's total order ([total.protocol]: the sequencer by
-    default, or the token) gives every member the same sequence, which it
-    applies. Reads are ordered the same way (ordered reads, not leases): a
-    read is answered from the state reached at its place in the order, once
-    that place is committed. This needs no clock assumption, which a lease
-    would (a lease holder must trust a bound on clock drift and on pauses
-    of its own process; a pause longer than the bound gives stale reads).
+    {b Ordering.} Each member casts the requests its clients make, in batches; the group's total
+    order ([total.protocol]: the sequencer by default, or the token) gives every member the same
+    sequence, which it applies. Reads are ordered the same way (ordered reads, not leases): a read
+    is answered from the state reached at its place in the order, once that place is committed. This
+    needs no clock assumption, which a lease would (a lease holder must trust a bound on clock drift
+    and on pauses of its own process; a pause longer than the bound gives stale reads).
 
-    {b Commit.} A member applies an order, writes it to its log and fsyncs,
-    then sends an acknowledgement to every other member (point-to-point:
-    it needs no order). A request is answered when every member
-    of the view has acknowledged its order: by then the write is on the
-    disk of every member of a majority, so it survives the crash of any
-    of them and a restart of all.
+    {b Commit.} A member applies an order, writes it to its log and fsyncs, then sends an
+    acknowledgement to every other member (point-to-point: it needs no order). A request is answered
+    when every member of the view has acknowledged its order: by then the write is on the disk of
+    every member of a majority, so it survives the crash of any of them and a restart of all.
 
-    {b Primary views.} Only a view holding a majority of the configured
-    replicas serves requests; a member in a minority view refuses new
-    requests ([no quorum]) and answers those in flight as unknown.
+    {b Primary views.} Only a view holding a majority of the configured replicas serves requests; a
+    member in a minority view refuses new requests ([no quorum]) and answers those in flight as
+    unknown.
 
-    {b State transfer.} At each view the group's [Xfer] layer, with a
-    durable state ({!Consort_group.Xfer.durable}), compares every member's
-    age (its epoch, then its write number): the most advanced member gives
-    each member behind the writes it misses when that member's log is a
-    prefix of its own and the writes are still in its memory, a full
-    snapshot otherwise, streamed in chunks; the member behind holds its
-    deliveries until it has installed it. A replica that restarts thus
-    catches up by state transfer when it joins, from its own log and a
-    suffix when it can.
+    {b State transfer.} At each view the group's [Xfer] layer, with a durable state
+    ({!Consort_group.Xfer.durable}), compares every member's age (its epoch, then its write number):
+    the most advanced member gives each member behind the writes it misses when that member's log is
+    a prefix of its own and the writes are still in its memory, a full snapshot otherwise, streamed
+    in chunks; the member behind holds its deliveries until it has installed it. A replica that
+    restarts thus catches up by state transfer when it joins, from its own log and a suffix when it
+    can.
 
-    {b Epochs.} Once Xfer's decision is made (every member's position is
-    known, the same everywhere), every member of a primary view computes
-    the view's epoch (greater than the view's logical time and than every
-    member's epoch and promise), promises it durably and casts [Begin]; the
-    epoch starts at each member once every member's [Begin] is delivered,
-    and only then are requests cast. So any later primary view, which
-    shares a member with this one, starts a greater epoch: two views never
-    start the same epoch, and the most advanced state (greatest epoch, then
-    write number) holds every answered write. Epochs alone do not tell
-    whether one log is a prefix of another (members that end a view apart
-    each apply their part of it, then what had no place in the order):
-    a chained digest of the writes does. *)
+    {b Epochs.} Once Xfer's decision is made (every member's position is known, the same
+    everywhere), every member of a primary view computes the view's epoch (greater than the view's
+    logical time and than every member's epoch and promise), promises it durably and casts [Begin];
+    the epoch starts at each member once every member's [Begin] is delivered, and only then are
+    requests cast. So any later primary view, which shares a member with this one, starts a greater
+    epoch: two views never start the same epoch, and the most advanced state (greatest epoch, then
+    write number) holds every answered write. Epochs alone do not tell whether one log is a prefix
+    of another (members that end a view apart each apply their part of it, then what had no place in
+    the order): a chained digest of the writes does. *)
 
 val src : Logs.src
 
@@ -62,12 +52,16 @@ type phase = Minority | Syncing | Active
 
 val pp_phase : phase Fmt.t
 
-(** The replica of any state machine ({!Rsm.MACHINE}) with its store
-    ([Store.Make (M)]): the directory server's replicas are
-    [Generic (Dir_machine) (Store.Make (Dir_machine)) (T)]. *)
+(** The replica of any state machine ({!Rsm.MACHINE}) with its store ([Store.Make (M)]): the
+    directory server's replicas are [Generic (Dir_machine) (Store.Make (Dir_machine)) (T)]. *)
 module Generic
     (M : Rsm.MACHINE)
-    (Store : Store.S with type op = M.op and type response = M.response and type limits = M.limits and type machine = M.t)
+    (Store :
+      Store.S
+        with type op = M.op
+         and type response = M.response
+         and type limits = M.limits
+         and type machine = M.t)
     (T : Consort.Transport.S) : sig
   type t
 
@@ -79,9 +73,8 @@ module Generic
     config ->
     Store.t ->
     (t, string) result
-  (** [create tr cfg store] joins the group (with the [vsync,Total,Xfer]
-      stack unless [layers]; [params] may choose [total.protocol]) and
-      starts serving once in a primary view. *)
+  (** [create tr cfg store] joins the group (with the [vsync,Total,Xfer] stack unless [layers];
+      [params] may choose [total.protocol]) and starts serving once in a primary view. *)
 
   val submit : t -> M.op Wire.request_ -> (M.response Wire.outcome_ -> unit) -> unit
   (** [submit t r k] carries out [r]; [k] is called once with the outcome. *)
@@ -89,6 +82,7 @@ module Generic
   val phase : t -> phase
   val me : t -> string
   val view : t -> Consort_group.Group.view_info
+
   val is_sequencer : t -> bool
   (** Active and the view's first member: the one that orders with Total's sequencer. *)
 
@@ -102,13 +96,13 @@ module Generic
   (** Stops at once, telling no one; requests in flight get no answer. *)
 
   val halt : t -> unit
-  (** Stops the application at once (no cast, no answer, no disk step), as
-      a process that has just died; the group member goes on until
-      {!crash}. For tests that kill a replica in the middle of a step. *)
+  (** Stops the application at once (no cast, no answer, no disk step), as a process that has just
+      died; the group member goes on until {!crash}. For tests that kill a replica in the middle of
+      a step. *)
 
   val leave : t -> unit
   (** Answers the requests in flight as unknown, and leaves the group. *)
 end
 
-module Make (T : Consort.Transport.S) : module type of Generic (Machine.Rsm) (Store) (T)
 (** The key-value store's replica. *)
+module Make (T : Consort.Transport.S) : module type of Generic (Machine.Rsm) (Store) (T)

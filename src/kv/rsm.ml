@@ -1,6 +1,5 @@
-(** What a replicated state machine gives {!Store.Make}, {!Wire.Make} and
-    {!Replica.Generic}: the key-value store's {!Machine} is one, the
-    directory server's another. *)
+(** What a replicated state machine gives {!Store.Make}, {!Wire.Make} and {!Replica.Generic}: the
+    key-value store's {!Machine} is one, the directory server's another. *)
 
 module type MACHINE = sig
   type t
@@ -16,9 +15,8 @@ module type MACHINE = sig
   val limits : t -> limits
 
   val apply : t -> client:int64 -> req:int -> op -> response * bool
-  (** Deterministic; reads change nothing; a client's retried last request
-      gets its recorded response again. The [bool]: the state changed (the
-      write must be logged). *)
+  (** Deterministic; reads change nothing; a client's retried last request gets its recorded
+      response again. The [bool]: the state changed (the write must be logged). *)
 
   val check : limits -> op -> (unit, string) result
   (** Refuses an operation over the limits before it is ordered. *)

@@ -92,7 +92,8 @@ let run ?(on_ready = ignore) cfg =
                   Buffer.clear c.output;
                   Buffer.add_string c.output (String.sub s n (String.length s - n));
                   if Buffer.length c.output > 0 then later c
-              | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> later c
+              | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
+                  later c
               | exception Unix.Unix_error _ -> close c
           and later c =
             if not c.flushing then (
@@ -143,12 +144,21 @@ let run ?(on_ready = ignore) cfg =
                   incr conns;
                   Unix.set_nonblock fd;
                   (try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
-                  let c = { fd; input = Buffer.create 256; output = Buffer.create 256; closed = false; flushing = false } in
+                  let c =
+                    {
+                      fd;
+                      input = Buffer.create 256;
+                      output = Buffer.create 256;
+                      closed = false;
+                      flushing = false;
+                    }
+                  in
                   Loop.watch loop fd (on_readable c)
                 end;
                 accept ()
             | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
-            | exception Unix.Unix_error (e, _, _) -> Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
+            | exception Unix.Unix_error (e, _, _) ->
+                Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
           in
           Loop.watch loop sock accept;
           let stop = ref false in

@@ -1,5 +1,4 @@
-(** A replica as a process: the group over kernel UDP, clients over TCP,
-    one event loop. *)
+(** A replica as a process: the group over kernel UDP, clients over TCP, one event loop. *)
 
 type config = {
   group : string;
@@ -12,17 +11,14 @@ type config = {
 }
 
 val default_params : string
-(** ["suspect.timeout=2s,suspect.verify=500ms"]: a dead replica blocks
-    writes until the failure detector excludes it (about
-    [suspect.timeout]), so the replica's is shorter than the group's 5 s
-    default (etcd's leader election waits 1 s by default). A false
-    suspicion (a pause longer than that) costs a view change and a catch-up,
-    never correctness. *)
+(** ["suspect.timeout=2s,suspect.verify=500ms"]: a dead replica blocks writes until the failure
+    detector excludes it (about [suspect.timeout]), so the replica's is shorter than the group's 5 s
+    default (etcd's leader election waits 1 s by default). A false suspicion (a pause longer than
+    that) costs a view change and a catch-up, never correctness. *)
 
 val run : ?on_ready:(unit -> unit) -> config -> (unit, string) result
-(** [run cfg] opens the store (printing what recovery found, one line each,
-    on standard error), joins the group, serves clients until SIGTERM or
-    SIGINT, then leaves the group. *)
+(** [run cfg] opens the store (printing what recovery found, one line each, on standard error),
+    joins the group, serves clients until SIGTERM or SIGINT, then leaves the group. *)
 
 val parse_addr : string -> (Unix.sockaddr, string) result
 (** [parse_addr "127.0.0.1:7000"]. *)

@@ -7,380 +7,426 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type 'op command = 'op Rsm.command = { client : int64; req : int; op : 'op }
 
-type finding = Store_intf.finding = Torn_tail of { file : string; offset : int; dropped : int; why : string } | Temp_removed of string
+type finding = Store_intf.finding =
+  | Torn_tail of { file : string; offset : int; dropped : int; why : string }
+  | Temp_removed of string
 
 module type S = Store_intf.S
 
 let pp_finding ppf = function
   | Torn_tail { file; offset; dropped; why } ->
-      Fmt.pf ppf "%s: torn or corrupt tail at offset %d (%s): %d bytes cut off" file offset why dropped
+      Fmt.pf ppf "%s: torn or corrupt tail at offset %d (%s): %d bytes cut off" file offset why
+        dropped
   | Temp_removed f -> Fmt.pf ppf "%s: left by an interrupted write, removed" f
 
 let is_damage = function Torn_tail _ -> true | Temp_removed _ -> false
 
 module Make (M : Rsm.MACHINE) = struct
-type op = M.op
-type response = M.response
-type limits = M.limits
-type machine = M.t
-type cmd = op command
+  type op = M.op
+  type response = M.response
+  type limits = M.limits
+  type machine = M.t
+  type cmd = op command
+  type record = Write of int * cmd | Epoch of int * int | Promise of int
 
-type record = Write of int * cmd | Epoch of int * int | Promise of int
+  let cmd_codec =
+    Codec.map ~name:(M.name ^ "-cmd")
+      (fun c -> (c.client, c.req, c.op))
+      (fun (client, req, op) -> { client; req; op })
+      (Codec.tup3 Codec.int64 Codec.varint M.op_codec)
 
-let cmd_codec =
-  Codec.map ~name:(M.name ^ "-cmd")
-    (fun c -> (c.client, c.req, c.op))
-    (fun (client, req, op) -> { client; req; op })
-    (Codec.tup3 Codec.int64 Codec.varint M.op_codec)
+  let entry_codec = Codec.pair Codec.varint cmd_codec
 
-let entry_codec = Codec.pair Codec.varint cmd_codec
+  let record_codec =
+    Codec.union (M.name ^ "-record")
+      [
+        Codec.case 1 "write" entry_codec
+          (function Write (s, c) -> Some (s, c) | _ -> None)
+          (fun (s, c) -> Write (s, c));
+        Codec.case 2 "epoch"
+          (Codec.pair Codec.varint Codec.varint)
+          (function Epoch (e, s) -> Some (e, s) | _ -> None)
+          (fun (e, s) -> Epoch (e, s));
+        Codec.case 3 "promise" Codec.varint
+          (function Promise p -> Some p | _ -> None)
+          (fun p -> Promise p);
+      ]
 
-let record_codec =
-  Codec.union (M.name ^ "-record")
-    [
-      Codec.case 1 "write" entry_codec (function Write (s, c) -> Some (s, c) | _ -> None) (fun (s, c) -> Write (s, c));
-      Codec.case 2 "epoch" (Codec.pair Codec.varint Codec.varint)
-        (function Epoch (e, s) -> Some (e, s) | _ -> None)
-        (fun (e, s) -> Epoch (e, s));
-      Codec.case 3 "promise" Codec.varint (function Promise p -> Some p | _ -> None) (fun p -> Promise p);
-    ]
+  let wal_magic = "consort-" ^ M.name ^ "-wal 1\n"
+  let snap_magic = "consort-" ^ M.name ^ "-snapshot 1\n"
+  let max_record = 64 * 1024 * 1024
 
-let wal_magic = "consort-" ^ M.name ^ "-wal 1\n"
-let snap_magic = "consort-" ^ M.name ^ "-snapshot 1\n"
-let max_record = 64 * 1024 * 1024
+  type t = {
+    dir : string;
+    io : Io.t;
+    limits : M.limits;
+    snapshot_bytes : int;
+    retain : int;
+    mutable machine : M.t;
+    mutable seq : int;
+    mutable epoch : int;
+    mutable history : (int * int) list;
+    mutable promise : int; (* no epoch below this will be started here *)
+    mutable wal : Unix.file_descr;
+    mutable wal_size : int;
+    pending : Buffer.t;
+    recent : (int * cmd * string) Queue.t; (* write, its command, the chain before it *)
+    mutable chain : string; (* digest of the whole log: of the chain before and the last write *)
+    mutable recent_bytes : int;
+    lock : Unix.file_descr;
+  }
 
-type t = {
-  dir : string;
-  io : Io.t;
-  limits : M.limits;
-  snapshot_bytes : int;
-  retain : int;
-  mutable machine : M.t;
-  mutable seq : int;
-  mutable epoch : int;
-  mutable history : (int * int) list;
-  mutable promise : int;  (* no epoch below this will be started here *)
-  mutable wal : Unix.file_descr;
-  mutable wal_size : int;
-  pending : Buffer.t;
-  recent : (int * cmd * string) Queue.t;  (* write, its command, the chain before it *)
-  mutable chain : string;  (* digest of the whole log: of the chain before and the last write *)
-  mutable recent_bytes : int;
-  lock : Unix.file_descr;
-}
+  let dir t = t.dir
+  let machine t = t.machine
+  let seq t = t.seq
+  let epoch t = t.epoch
+  let history t = t.history
+  let promise t = t.promise
+  let dirty t = Buffer.length t.pending > 0
+  let path t f = Filename.concat t.dir f
 
-let dir t = t.dir
-let machine t = t.machine
-let seq t = t.seq
-let epoch t = t.epoch
-let history t = t.history
-let promise t = t.promise
-let dirty t = Buffer.length t.pending > 0
-let path t f = Filename.concat t.dir f
+  let frame payload =
+    let b = Buffer.create (String.length payload + 12) in
+    let len = String.length payload in
+    Buffer.add_char b (Char.chr ((len lsr 24) land 0xff));
+    Buffer.add_char b (Char.chr ((len lsr 16) land 0xff));
+    Buffer.add_char b (Char.chr ((len lsr 8) land 0xff));
+    Buffer.add_char b (Char.chr (len land 0xff));
+    Buffer.add_string b (String.sub (Digest.string payload) 0 8);
+    Buffer.add_string b payload;
+    Buffer.contents b
 
-let frame payload =
-  let b = Buffer.create (String.length payload + 12) in
-  let len = String.length payload in
-  Buffer.add_char b (Char.chr ((len lsr 24) land 0xff));
-  Buffer.add_char b (Char.chr ((len lsr 16) land 0xff));
-  Buffer.add_char b (Char.chr ((len lsr 8) land 0xff));
-  Buffer.add_char b (Char.chr (len land 0xff));
-  Buffer.add_string b (String.sub (Digest.string payload) 0 8);
-  Buffer.add_string b payload;
-  Buffer.contents b
-
-(* [unframe s off]: the payload at [off] and the next offset, or why not. *)
-let unframe s off =
-  let n = String.length s in
-  if off + 12 > n then Error "record header cut short"
-  else
-    let len =
-      (Char.code s.[off] lsl 24) lor (Char.code s.[off + 1] lsl 16) lor (Char.code s.[off + 2] lsl 8) lor Char.code s.[off + 3]
-    in
-    if len > max_record then Error (Printf.sprintf "record length %d, over %d" len max_record)
-    else if off + 12 + len > n then Error "record cut short"
+  (* [unframe s off]: the payload at [off] and the next offset, or why not. *)
+  let unframe s off =
+    let n = String.length s in
+    if off + 12 > n then Error "record header cut short"
     else
-      let payload = String.sub s (off + 12) len in
-      if String.sub (Digest.string payload) 0 8 <> String.sub s (off + 4) 8 then Error "checksum mismatch"
-      else Ok (payload, off + 12 + len)
+      let len =
+        (Char.code s.[off] lsl 24)
+        lor (Char.code s.[off + 1] lsl 16)
+        lor (Char.code s.[off + 2] lsl 8)
+        lor Char.code s.[off + 3]
+      in
+      if len > max_record then Error (Printf.sprintf "record length %d, over %d" len max_record)
+      else if off + 12 + len > n then Error "record cut short"
+      else
+        let payload = String.sub s (off + 12) len in
+        if String.sub (Digest.string payload) 0 8 <> String.sub s (off + 4) 8 then
+          Error "checksum mismatch"
+        else Ok (payload, off + 12 + len)
 
-let read_file p =
-  let ic = open_in_bin p in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  let read_file p =
+    let ic = open_in_bin p in
+    Fun.protect
+      ~finally:(fun () -> close_in ic)
+      (fun () -> really_input_string ic (in_channel_length ic))
 
-let write_all io p fd s =
-  let b = Bytes.unsafe_of_string s in
-  let rec go off = if off < Bytes.length b then go (off + io.Io.write p fd b off (Bytes.length b - off)) in
-  go 0
-
-let cmd_size (c : cmd) = 32 + M.op_size c.op
-
-(* Recent writes, bounded in number and in bytes (16 MiB). *)
-let retain_bytes = 16 * 1024 * 1024
-
-let remember t (n, c) =
-  let before = t.chain in
-  t.chain <- Digest.string (before ^ Codec.encode_string entry_codec (n, c));
-  Queue.push (n, c, before) t.recent;
-  t.recent_bytes <- t.recent_bytes + cmd_size c;
-  while Queue.length t.recent > t.retain || t.recent_bytes > retain_bytes do
-    let _, c, _ = Queue.pop t.recent in
-    t.recent_bytes <- t.recent_bytes - cmd_size c
-  done
-
-let chain t = t.chain
-
-let chain_at t s =
-  if s = t.seq then Some t.chain
-  else if s > t.seq || s < 0 then None
-  else Queue.fold (fun acc (n, _, before) -> if n = s + 1 then Some before else acc) None t.recent
-
-let log_record t r = Buffer.add_string t.pending (frame (Codec.encode_string record_codec r))
-
-let execute t c =
-  let r, changed = M.apply t.machine ~client:c.client ~req:c.req c.op in
-  if changed then begin
-    t.seq <- t.seq + 1;
-    log_record t (Write (t.seq, c));
-    remember t (t.seq, c)
-  end;
-  r
-
-let start_epoch t e =
-  t.epoch <- e;
-  t.history <- (e, t.seq) :: List.filteri (fun i _ -> i < 63) t.history;
-  log_record t (Epoch (e, t.seq))
-
-let adopt t ~epoch ~history =
-  List.iter
-    (fun (e, after) ->
-      if e > t.epoch then begin
-        t.epoch <- e;
-        t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history;
-        log_record t (Epoch (e, after))
-      end)
-    (List.rev history);
-  if epoch > t.epoch then start_epoch t epoch
-
-let apply_entries t l =
-  List.iter
-    (fun (s, c) ->
-      if s > t.seq then
-        if s <> t.seq + 1 then invalid_arg (Printf.sprintf "Store.apply_entries: write %d after %d" s t.seq)
-        else begin
-          let _, changed = M.apply t.machine ~client:c.client ~req:c.req c.op in
-          if not changed then Log.warn (fun m -> m "write %d changed nothing" s);
-          t.seq <- s;
-          log_record t (Write (s, c));
-          remember t (s, c)
-        end)
-    l
-
-let entries_since t s =
-  if s >= t.seq then Some []
-  else
-    match Queue.peek_opt t.recent with
-    | Some (first, _, _) when first <= s + 1 -> Some (Queue.fold (fun acc (n, c, _) -> if n > s then (n, c) :: acc else acc) [] t.recent |> List.rev)
-    | _ -> None
-
-let snap_codec limits =
-  Codec.tup4 (Codec.pair Codec.varint (Codec.string ~max:16 ())) Codec.varint (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)) (M.codec limits)
-
-let snapshot t = Codec.encode_string (snap_codec t.limits) ((t.seq, t.chain), t.epoch, t.history, t.machine)
-
-let open_wal p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
-
-(* A file replaced atomically: written to [f.tmp], synced, renamed, the
-   directory synced. *)
-let replace t f contents =
-  let tmp = path t (f ^ ".tmp") in
-  let fd = Unix.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
-  Fun.protect ~finally:(fun () -> Unix.close fd) (fun () ->
-      write_all t.io tmp fd contents;
-      t.io.Io.fsync tmp fd);
-  t.io.Io.rename tmp (path t f);
-  t.io.Io.fsync_dir t.dir
-
-(* The snapshot, then an empty log. *)
-let write_snapshot t =
-  replace t "snapshot" (snap_magic ^ frame (snapshot t));
-  Unix.close t.wal;
-  replace t "wal" wal_magic;
-  t.wal <- open_wal (path t "wal");
-  t.wal_size <- String.length wal_magic;
-  (* The promise outlives the log it was in. *)
-  if t.promise > 0 then begin
-    let r = frame (Codec.encode_string record_codec (Promise t.promise)) in
-    write_all t.io (path t "wal") t.wal r;
-    t.io.Io.fsync (path t "wal") t.wal;
-    t.wal_size <- t.wal_size + String.length r
-  end;
-  Log.info (fun m -> m "%s: snapshot at write %d" t.dir t.seq)
-
-let sync t =
-  if dirty t then begin
-    let s = Buffer.contents t.pending in
-    Buffer.clear t.pending;
-    write_all t.io (path t "wal") t.wal s;
-    t.io.Io.fsync (path t "wal") t.wal;
-    t.wal_size <- t.wal_size + String.length s;
-    if t.wal_size > t.snapshot_bytes then write_snapshot t
-  end
-
-let install t s =
-  match Codec.decode_string (snap_codec t.limits) s with
-  | Error e -> Error (Fmt.str "snapshot does not decode: %a" Codec.pp_error e)
-  | Ok ((seq, chain), epoch, history, machine) ->
-      Buffer.clear t.pending;
-      t.seq <- seq;
-      t.chain <- chain;
-      t.epoch <- epoch;
-      t.history <- history;
-      t.machine <- machine;
-      Queue.clear t.recent;
-      t.recent_bytes <- 0;
-      write_snapshot t;
-      Ok ()
-
-let promise_to t p =
-  if p > t.promise then begin
-    t.promise <- p;
-    log_record t (Promise p);
-    sync t
-  end
-
-let close t =
-  (try Unix.close t.wal with Unix.Unix_error _ -> ());
-  try Unix.close t.lock with Unix.Unix_error _ -> ()
-
-let open_ ?(io = Io.real) ?(limits = M.default_limits) ?(snapshot_bytes = 8 * 1024 * 1024) ?(retain = 10_000) dir =
-  let ( let* ) = Result.bind in
-  let findings = ref [] in
-  let p f = Filename.concat dir f in
-  let* () =
-    try
-      if not (Sys.file_exists dir) then Unix.mkdir dir 0o755;
-      if Sys.is_directory dir then Ok () else Error (dir ^ ": not a directory")
-    with Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" dir (Unix.error_message e))
-  in
-  let* lock =
-    try
-      let fd = Unix.openfile (p "lock") [ Unix.O_RDWR; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
-      try
-        Unix.lockf fd Unix.F_TLOCK 0;
-        Ok fd
-      with Unix.Unix_error _ ->
-        Unix.close fd;
-        Error (dir ^ ": in use by another process")
-    with Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" (p "lock") (Unix.error_message e))
-  in
-  let fail fmt = Printf.ksprintf (fun s -> Unix.close lock; Error s) fmt in
-  try
-    List.iter
-      (fun f ->
-        if Sys.file_exists (p f) then (
-          Sys.remove (p f);
-          findings := Temp_removed (p f) :: !findings))
-      [ "snapshot.tmp"; "wal.tmp" ];
-    let base =
-      if Sys.file_exists (p "snapshot") then
-        let s = read_file (p "snapshot") in
-        let m = String.length snap_magic in
-        if String.length s < m || String.sub s 0 m <> snap_magic then Error "not a snapshot of this store"
-        else
-          match unframe s m with
-          | Error why -> Error why
-          | Ok (payload, _) -> (
-              match Codec.decode_string (snap_codec limits) payload with
-              | Ok v -> Ok v
-              | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
-      else Ok ((0, ""), 0, [], M.create limits)
+  let write_all io p fd s =
+    let b = Bytes.unsafe_of_string s in
+    let rec go off =
+      if off < Bytes.length b then go (off + io.Io.write p fd b off (Bytes.length b - off))
     in
-    match base with
-    | Error why ->
-        fail "%s: corrupt (%s): refusing to start; move it away to start empty and catch up from the group" (p "snapshot") why
+    go 0
+
+  let cmd_size (c : cmd) = 32 + M.op_size c.op
+
+  (* Recent writes, bounded in number and in bytes (16 MiB). *)
+  let retain_bytes = 16 * 1024 * 1024
+
+  let remember t (n, c) =
+    let before = t.chain in
+    t.chain <- Digest.string (before ^ Codec.encode_string entry_codec (n, c));
+    Queue.push (n, c, before) t.recent;
+    t.recent_bytes <- t.recent_bytes + cmd_size c;
+    while Queue.length t.recent > t.retain || t.recent_bytes > retain_bytes do
+      let _, c, _ = Queue.pop t.recent in
+      t.recent_bytes <- t.recent_bytes - cmd_size c
+    done
+
+  let chain t = t.chain
+
+  let chain_at t s =
+    if s = t.seq then Some t.chain
+    else if s > t.seq || s < 0 then None
+    else Queue.fold (fun acc (n, _, before) -> if n = s + 1 then Some before else acc) None t.recent
+
+  let log_record t r = Buffer.add_string t.pending (frame (Codec.encode_string record_codec r))
+
+  let execute t c =
+    let r, changed = M.apply t.machine ~client:c.client ~req:c.req c.op in
+    if changed then begin
+      t.seq <- t.seq + 1;
+      log_record t (Write (t.seq, c));
+      remember t (t.seq, c)
+    end;
+    r
+
+  let start_epoch t e =
+    t.epoch <- e;
+    t.history <- (e, t.seq) :: List.filteri (fun i _ -> i < 63) t.history;
+    log_record t (Epoch (e, t.seq))
+
+  let adopt t ~epoch ~history =
+    List.iter
+      (fun (e, after) ->
+        if e > t.epoch then begin
+          t.epoch <- e;
+          t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history;
+          log_record t (Epoch (e, after))
+        end)
+      (List.rev history);
+    if epoch > t.epoch then start_epoch t epoch
+
+  let apply_entries t l =
+    List.iter
+      (fun (s, c) ->
+        if s > t.seq then
+          if s <> t.seq + 1 then
+            invalid_arg (Printf.sprintf "Store.apply_entries: write %d after %d" s t.seq)
+          else begin
+            let _, changed = M.apply t.machine ~client:c.client ~req:c.req c.op in
+            if not changed then Log.warn (fun m -> m "write %d changed nothing" s);
+            t.seq <- s;
+            log_record t (Write (s, c));
+            remember t (s, c)
+          end)
+      l
+
+  let entries_since t s =
+    if s >= t.seq then Some []
+    else
+      match Queue.peek_opt t.recent with
+      | Some (first, _, _) when first <= s + 1 ->
+          Some
+            (Queue.fold (fun acc (n, c, _) -> if n > s then (n, c) :: acc else acc) [] t.recent
+            |> List.rev)
+      | _ -> None
+
+  let snap_codec limits =
+    Codec.tup4
+      (Codec.pair Codec.varint (Codec.string ~max:16 ()))
+      Codec.varint
+      (Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint))
+      (M.codec limits)
+
+  let snapshot t =
+    Codec.encode_string (snap_codec t.limits) ((t.seq, t.chain), t.epoch, t.history, t.machine)
+
+  let open_wal p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
+
+  (* A file replaced atomically: written to [f.tmp], synced, renamed, the
+   directory synced. *)
+  let replace t f contents =
+    let tmp = path t (f ^ ".tmp") in
+    let fd =
+      Unix.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+    in
+    Fun.protect
+      ~finally:(fun () -> Unix.close fd)
+      (fun () ->
+        write_all t.io tmp fd contents;
+        t.io.Io.fsync tmp fd);
+    t.io.Io.rename tmp (path t f);
+    t.io.Io.fsync_dir t.dir
+
+  (* The snapshot, then an empty log. *)
+  let write_snapshot t =
+    replace t "snapshot" (snap_magic ^ frame (snapshot t));
+    Unix.close t.wal;
+    replace t "wal" wal_magic;
+    t.wal <- open_wal (path t "wal");
+    t.wal_size <- String.length wal_magic;
+    (* The promise outlives the log it was in. *)
+    if t.promise > 0 then begin
+      let r = frame (Codec.encode_string record_codec (Promise t.promise)) in
+      write_all t.io (path t "wal") t.wal r;
+      t.io.Io.fsync (path t "wal") t.wal;
+      t.wal_size <- t.wal_size + String.length r
+    end;
+    Log.info (fun m -> m "%s: snapshot at write %d" t.dir t.seq)
+
+  let sync t =
+    if dirty t then begin
+      let s = Buffer.contents t.pending in
+      Buffer.clear t.pending;
+      write_all t.io (path t "wal") t.wal s;
+      t.io.Io.fsync (path t "wal") t.wal;
+      t.wal_size <- t.wal_size + String.length s;
+      if t.wal_size > t.snapshot_bytes then write_snapshot t
+    end
+
+  let install t s =
+    match Codec.decode_string (snap_codec t.limits) s with
+    | Error e -> Error (Fmt.str "snapshot does not decode: %a" Codec.pp_error e)
     | Ok ((seq, chain), epoch, history, machine) ->
-        let t =
-          {
-            dir;
-            io;
-            limits;
-            snapshot_bytes;
-            retain;
-            machine;
-            seq;
-            epoch;
-            history;
-            promise = 0;
-            wal = Unix.stdin;
-            wal_size = 0;
-            pending = Buffer.create 4096;
-            recent = Queue.create ();
-            chain;
-            recent_bytes = 0;
-            lock;
-          }
-        in
-        let m = String.length wal_magic in
-        let s = if Sys.file_exists (p "wal") then read_file (p "wal") else "" in
-        let good =
-          if s = "" then (
-            replace t "wal" wal_magic;
-            m)
-          else if String.length s < m then
-            if String.sub wal_magic 0 (String.length s) = s then (
+        Buffer.clear t.pending;
+        t.seq <- seq;
+        t.chain <- chain;
+        t.epoch <- epoch;
+        t.history <- history;
+        t.machine <- machine;
+        Queue.clear t.recent;
+        t.recent_bytes <- 0;
+        write_snapshot t;
+        Ok ()
+
+  let promise_to t p =
+    if p > t.promise then begin
+      t.promise <- p;
+      log_record t (Promise p);
+      sync t
+    end
+
+  let close t =
+    (try Unix.close t.wal with Unix.Unix_error _ -> ());
+    try Unix.close t.lock with Unix.Unix_error _ -> ()
+
+  let open_ ?(io = Io.real) ?(limits = M.default_limits) ?(snapshot_bytes = 8 * 1024 * 1024)
+      ?(retain = 10_000) dir =
+    let ( let* ) = Result.bind in
+    let findings = ref [] in
+    let p f = Filename.concat dir f in
+    let* () =
+      try
+        if not (Sys.file_exists dir) then Unix.mkdir dir 0o755;
+        if Sys.is_directory dir then Ok () else Error (dir ^ ": not a directory")
+      with Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" dir (Unix.error_message e))
+    in
+    let* lock =
+      try
+        let fd = Unix.openfile (p "lock") [ Unix.O_RDWR; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
+        try
+          Unix.lockf fd Unix.F_TLOCK 0;
+          Ok fd
+        with Unix.Unix_error _ ->
+          Unix.close fd;
+          Error (dir ^ ": in use by another process")
+      with Unix.Unix_error (e, _, _) ->
+        Error (Printf.sprintf "%s: %s" (p "lock") (Unix.error_message e))
+    in
+    let fail fmt =
+      Printf.ksprintf
+        (fun s ->
+          Unix.close lock;
+          Error s)
+        fmt
+    in
+    try
+      List.iter
+        (fun f ->
+          if Sys.file_exists (p f) then (
+            Sys.remove (p f);
+            findings := Temp_removed (p f) :: !findings))
+        [ "snapshot.tmp"; "wal.tmp" ];
+      let base =
+        if Sys.file_exists (p "snapshot") then
+          let s = read_file (p "snapshot") in
+          let m = String.length snap_magic in
+          if String.length s < m || String.sub s 0 m <> snap_magic then
+            Error "not a snapshot of this store"
+          else
+            match unframe s m with
+            | Error why -> Error why
+            | Ok (payload, _) -> (
+                match Codec.decode_string (snap_codec limits) payload with
+                | Ok v -> Ok v
+                | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
+        else Ok ((0, ""), 0, [], M.create limits)
+      in
+      match base with
+      | Error why ->
+          fail
+            "%s: corrupt (%s): refusing to start; move it away to start empty and catch up from \
+             the group"
+            (p "snapshot") why
+      | Ok ((seq, chain), epoch, history, machine) ->
+          let t =
+            {
+              dir;
+              io;
+              limits;
+              snapshot_bytes;
+              retain;
+              machine;
+              seq;
+              epoch;
+              history;
+              promise = 0;
+              wal = Unix.stdin;
+              wal_size = 0;
+              pending = Buffer.create 4096;
+              recent = Queue.create ();
+              chain;
+              recent_bytes = 0;
+              lock;
+            }
+          in
+          let m = String.length wal_magic in
+          let s = if Sys.file_exists (p "wal") then read_file (p "wal") else "" in
+          let good =
+            if s = "" then (
               replace t "wal" wal_magic;
               m)
-            else -1
-          else if String.sub s 0 m <> wal_magic then -1
-          else
-            (* Replay the records after the snapshot; stop at the first bad one. *)
-            let rec go off =
-              if off = String.length s then off
-              else
-                let bad why =
-                  findings := Torn_tail { file = p "wal"; offset = off; dropped = String.length s - off; why } :: !findings;
-                  off
-                in
-                match unframe s off with
-                | Error why -> bad why
-                | Ok (payload, next) -> (
-                    match Codec.decode_string record_codec payload with
-                    | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
-                    | Ok (Promise p) ->
-                        if p > t.promise then t.promise <- p;
-                        go next
-                    | Ok (Epoch (e, after)) ->
-                        if e > t.epoch then (
-                          t.epoch <- e;
-                          t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history);
-                        go next
-                    | Ok (Write (n, c)) ->
-                        if n <= t.seq then go next
-                        else if n <> t.seq + 1 then bad (Printf.sprintf "write %d after %d" n t.seq)
-                        else (
-                          ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
-                          t.seq <- n;
-                          remember t (n, c);
-                          go next))
-            in
-            go m
-        in
-        if good < 0 then fail "%s: not a log of this store" (p "wal")
-        else begin
-          if good < String.length s then begin
-            let fd = Unix.openfile (p "wal") [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
-            Fun.protect ~finally:(fun () -> Unix.close fd) (fun () ->
-                Unix.ftruncate fd good;
-                io.Io.fsync (p "wal") fd)
-          end;
-          t.wal <- open_wal (p "wal");
-          t.wal_size <- max good m;
-          Ok (t, List.rev !findings)
-        end
-  with
-  | Unix.Unix_error (e, f, a) -> fail "%s: %s %s: %s" dir f a (Unix.error_message e)
-  | Sys_error e -> fail "%s" e
+            else if String.length s < m then
+              if String.sub wal_magic 0 (String.length s) = s then (
+                replace t "wal" wal_magic;
+                m)
+              else -1
+            else if String.sub s 0 m <> wal_magic then -1
+            else
+              (* Replay the records after the snapshot; stop at the first bad one. *)
+              let rec go off =
+                if off = String.length s then off
+                else
+                  let bad why =
+                    findings :=
+                      Torn_tail
+                        { file = p "wal"; offset = off; dropped = String.length s - off; why }
+                      :: !findings;
+                    off
+                  in
+                  match unframe s off with
+                  | Error why -> bad why
+                  | Ok (payload, next) -> (
+                      match Codec.decode_string record_codec payload with
+                      | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
+                      | Ok (Promise p) ->
+                          if p > t.promise then t.promise <- p;
+                          go next
+                      | Ok (Epoch (e, after)) ->
+                          if e > t.epoch then (
+                            t.epoch <- e;
+                            t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history);
+                          go next
+                      | Ok (Write (n, c)) ->
+                          if n <= t.seq then go next
+                          else if n <> t.seq + 1 then
+                            bad (Printf.sprintf "write %d after %d" n t.seq)
+                          else (
+                            ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
+                            t.seq <- n;
+                            remember t (n, c);
+                            go next))
+              in
+              go m
+          in
+          if good < 0 then fail "%s: not a log of this store" (p "wal")
+          else begin
+            if good < String.length s then begin
+              let fd = Unix.openfile (p "wal") [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+              Fun.protect
+                ~finally:(fun () -> Unix.close fd)
+                (fun () ->
+                  Unix.ftruncate fd good;
+                  io.Io.fsync (p "wal") fd)
+            end;
+            t.wal <- open_wal (p "wal");
+            t.wal_size <- max good m;
+            Ok (t, List.rev !findings)
+          end
+    with
+    | Unix.Unix_error (e, f, a) -> fail "%s: %s %s: %s" dir f a (Unix.error_message e)
+    | Sys_error e -> fail "%s" e
 end
 
 include Make (Machine.Rsm)

@@ -1,25 +1,22 @@
 (** A replica's state on disk: a write-ahead log and snapshots.
 
     Directory layout:
-    - [wal]: a magic line, then records, each [length (4 bytes, big
-      endian) | MD5 of the payload (8 bytes) | payload]: a write (its
-      sequence number, client, request number and operation), or the start
-      of an epoch (a primary view of the group whose members agreed on the
-      state);
-    - [snapshot]: the same framing around the whole state (sequence number,
-      epoch, epoch history, map, deduplication table), replaced atomically
-      (written to [snapshot.tmp], synced, renamed, the directory synced);
+    - [wal]: a magic line, then records, each
+      [length (4 bytes, big endian) | MD5 of the payload (8 bytes) | payload]: a write (its sequence
+      number, client, request number and operation), or the start of an epoch (a primary view of the
+      group whose members agreed on the state);
+    - [snapshot]: the same framing around the whole state (sequence number, epoch, epoch history,
+      map, deduplication table), replaced atomically (written to [snapshot.tmp], synced, renamed,
+      the directory synced);
     - [lock]: held (with [lockf]) while a process has the store open.
 
-    Writes are applied to the state machine at once and buffered; {!sync}
-    writes them and fsyncs the log: a reply may go out only after it.
-    When the log grows past [snapshot_bytes], {!sync} writes a snapshot and
-    starts an empty log.
+    Writes are applied to the state machine at once and buffered; {!sync} writes them and fsyncs the
+    log: a reply may go out only after it. When the log grows past [snapshot_bytes], {!sync} writes
+    a snapshot and starts an empty log.
 
-    On {!open_}, a record that is cut short, fails its checksum or does not
-    decode ends the log: it and everything after it are the torn tail, cut
-    off and reported in one {!finding}. A snapshot that fails its checks is
-    never used: {!open_} refuses the directory. *)
+    On {!open_}, a record that is cut short, fails its checksum or does not decode ends the log: it
+    and everything after it are the torn tail, cut off and reported in one {!finding}. A snapshot
+    that fails its checks is never used: {!open_} refuses the directory. *)
 
 type 'op command = 'op Rsm.command = { client : int64; req : int; op : 'op }
 
@@ -31,10 +28,20 @@ type finding = Store_intf.finding =
 val pp_finding : finding Fmt.t
 val is_damage : finding -> bool
 
-(** A store for any replicated state machine ({!Rsm.MACHINE}); the
-    key-value store's is [Make (Machine.Rsm)], included below. *)
 module type S = Store_intf.S
+(** A store for any replicated state machine ({!Rsm.MACHINE}); the key-value store's is
+    [Make (Machine.Rsm)], included below. *)
 
-module Make (M : Rsm.MACHINE) : S with type op = M.op and type response = M.response and type limits = M.limits and type machine = M.t
+module Make (M : Rsm.MACHINE) :
+  S
+    with type op = M.op
+     and type response = M.response
+     and type limits = M.limits
+     and type machine = M.t
 
-include S with type op = Op.t and type response = Op.response and type limits = Op.limits and type machine = Machine.t
+include
+  S
+    with type op = Op.t
+     and type response = Op.response
+     and type limits = Op.limits
+     and type machine = Machine.t

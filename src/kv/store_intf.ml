@@ -13,16 +13,19 @@ module type S = sig
   type limits
   type machine
   type cmd = op command
-
   type t
 
   val open_ :
-    ?io:Consort_capfs.Io.t -> ?limits:limits -> ?snapshot_bytes:int -> ?retain:int -> string -> (t * finding list, string) result
-  (** [open_ dir] opens or creates the store in [dir] and recovers it.
-      [snapshot_bytes] (default 8 MiB) is the log size that triggers a
-      snapshot; [retain] (default 10,000) the number of recent writes kept
-      in memory (at most 16 MiB of them) to bring a lagging replica up to
-      date without a snapshot. *)
+    ?io:Consort_capfs.Io.t ->
+    ?limits:limits ->
+    ?snapshot_bytes:int ->
+    ?retain:int ->
+    string ->
+    (t * finding list, string) result
+  (** [open_ dir] opens or creates the store in [dir] and recovers it. [snapshot_bytes] (default 8
+      MiB) is the log size that triggers a snapshot; [retain] (default 10,000) the number of recent
+      writes kept in memory (at most 16 MiB of them) to bring a lagging replica up to date without a
+      snapshot. *)
 
   val close : t -> unit
   val dir : t -> string
@@ -32,63 +35,60 @@ module type S = sig
   (** The number of the last write applied. *)
 
   val chain : t -> string
-  (** A digest of the whole log, chained write by write: two stores with
-      the same {!seq} and chain hold the same writes. *)
+  (** A digest of the whole log, chained write by write: two stores with the same {!seq} and chain
+      hold the same writes. *)
 
   val chain_at : t -> int -> string option
-  (** [chain_at t s]: the chain after write [s], if [s] is the last write or
-      one kept in memory before it. *)
+  (** [chain_at t s]: the chain after write [s], if [s] is the last write or one kept in memory
+      before it. *)
 
   val epoch : t -> int
   (** The last epoch started (0 for a new store). *)
 
   val history : t -> (int * int) list
-  (** Epochs known, newest first, each with the sequence number after which
-      it started. *)
+  (** Epochs known, newest first, each with the sequence number after which it started. *)
 
   val execute : t -> cmd -> response
-  (** [execute t c] applies [c]; a write that changes the state is logged
-      with the next sequence number (not yet synced). *)
+  (** [execute t c] applies [c]; a write that changes the state is logged with the next sequence
+      number (not yet synced). *)
 
   val promise : t -> int
   (** The greatest epoch this store promised (see {!promise_to}); 0 at first. *)
 
   val promise_to : t -> int -> unit
-  (** [promise_to t e] records, durably before it returns, that this replica
-      took part in the start of epoch [e] (a later one must be greater). It
-      survives snapshots. *)
+  (** [promise_to t e] records, durably before it returns, that this replica took part in the start
+      of epoch [e] (a later one must be greater). It survives snapshots. *)
 
   val start_epoch : t -> int -> unit
   (** [start_epoch t e] records that epoch [e] starts after {!seq}. *)
 
   val adopt : t -> epoch:int -> history:(int * int) list -> unit
-  (** [adopt t ~epoch ~history], after {!apply_entries} brought this log up
-      to another's ([epoch], [history]: its {!epoch} and {!history}): records
-      that one's epochs newer than this one's last. *)
+  (** [adopt t ~epoch ~history], after {!apply_entries} brought this log up to another's ([epoch],
+      [history]: its {!epoch} and {!history}): records that one's epochs newer than this one's last.
+  *)
 
   val apply_entries : t -> (int * cmd) list -> unit
-  (** [apply_entries t l] applies writes numbered after {!seq}, logging them;
-      those numbered at or below {!seq} are skipped.
+  (** [apply_entries t l] applies writes numbered after {!seq}, logging them; those numbered at or
+      below {!seq} are skipped.
       @raise Invalid_argument on a gap. *)
 
   val entries_since : t -> int -> (int * cmd) list option
-  (** [entries_since t s] is the writes after [s] kept in memory, in order,
-      or [None] if some are not kept any more. *)
+  (** [entries_since t s] is the writes after [s] kept in memory, in order, or [None] if some are
+      not kept any more. *)
 
   val dirty : t -> bool
   (** Whether there are writes not yet synced. *)
 
   val sync : t -> unit
-  (** [sync t] writes and fsyncs what was logged since the last sync (and
-      perhaps takes a snapshot).
+  (** [sync t] writes and fsyncs what was logged since the last sync (and perhaps takes a snapshot).
       @raise Unix.Unix_error on an I/O error. *)
 
   val snapshot : t -> string
   (** The whole state, encoded. *)
 
   val install : t -> string -> (unit, string) result
-  (** [install t s] replaces the state by a snapshot taken by {!snapshot}
-      (here or elsewhere), durably, before it returns. *)
+  (** [install t s] replaces the state by a snapshot taken by {!snapshot} (here or elsewhere),
+      durably, before it returns. *)
 
   val cmd_codec : cmd Consort.Codec.t
   val entry_codec : (int * cmd) Consort.Codec.t

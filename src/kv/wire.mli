@@ -1,10 +1,9 @@
-(** The messages replicas exchange over the group, and the client protocol
-    over TCP. Both are versioned: a frame or message starts with its
-    version byte; another version is refused with a clear error.
+(** The messages replicas exchange over the group, and the client protocol over TCP. Both are
+    versioned: a frame or message starts with its version byte; another version is refused with a
+    clear error.
 
-    The types take the machine's operation (['op]) or response (['r]);
-    {!Make} gives the codecs for any {!Rsm.MACHINE}, and the key-value
-    store's are included at the end. *)
+    The types take the machine's operation (['op]) or response (['r]); {!Make} gives the codecs for
+    any {!Rsm.MACHINE}, and the key-value store's are included at the end. *)
 
 (** {1 Between replicas} *)
 
@@ -13,20 +12,27 @@ type 'op item_ = { origin : string; rid : int; cmd : 'op Store.command }
 
 type 'op msg_ =
   | Order of { batch : int; items : 'op item_ list }
-      (** requests a member's clients made, cast in the group's total order: every member applies them in that order *)
-  | Ack of int  (** sent to every other member: the first [n] orders of this view are applied and on disk here *)
+      (** requests a member's clients made, cast in the group's total order: every member applies
+          them in that order *)
+  | Ack of int
+      (** sent to every other member: the first [n] orders of this view are applied and on disk here
+      *)
   | Begin
-      (** cast by every member of a primary view once it knows the view's
-          epoch and has promised it: the epoch starts, at every member, once
-          every member's [Begin] is delivered *)
+      (** cast by every member of a primary view once it knows the view's epoch and has promised it:
+          the epoch starts, at every member, once every member's [Begin] is delivered *)
 
 (** {2 State transfer} *)
 
-type position = { epoch : int; seq : int; chain : string; history : (int * int) list; promise : int }
-(** Where a replica's log is: its last epoch, its last write, the digest
-    of its writes ({!Store.chain}), its epochs (newest first, each with the
-    write after which it started), and the greatest epoch whose start it
-    took part in ({!Store.promise}). *)
+type position = {
+  epoch : int;
+  seq : int;
+  chain : string;
+  history : (int * int) list;
+  promise : int;
+}
+(** Where a replica's log is: its last epoch, its last write, the digest of its writes
+    ({!Store.chain}), its epochs (newest first, each with the write after which it started), and the
+    greatest epoch whose start it took part in ({!Store.promise}). *)
 
 type 'op transfer_ =
   | Snapshot of string  (** the whole state ({!Store.snapshot}) *)
@@ -35,10 +41,9 @@ type 'op transfer_ =
 
 (** {1 Client protocol}
 
-    A frame is [length (4 bytes, big endian) | version (1 byte) | body];
-    [length] counts the version and body and is at most [max_frame]. A
-    request's body is [client (8 bytes) | request number | operation]; a
-    reply's [request number | outcome]. *)
+    A frame is [length (4 bytes, big endian) | version (1 byte) | body]; [length] counts the version
+    and body and is at most [max_frame]. A request's body is
+    [client (8 bytes) | request number | operation]; a reply's [request number | outcome]. *)
 
 type 'r outcome_ =
   | Done of 'r
@@ -59,9 +64,8 @@ module type S = sig
   type reply = response reply_
 
   val encode : vid:string -> msg -> string
-  (** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a
-      member in another view (one made while the view changed goes out in
-      the next) is ignored there. *)
+  (** [encode ~vid m]: [m] as made in view [vid]; a message that reaches a member in another view
+      (one made while the view changed goes out in the next) is ignored there. *)
 
   val decode : string -> (string * msg, string) result
   val encode_position : position -> string
@@ -74,14 +78,12 @@ module type S = sig
   val frame_reply : reply -> string
 
   val read_frame : Buffer.t -> (string option, string) result
-  (** [read_frame b] takes one whole frame's version and body out of the
-      front of [b] if there is one; [Error] if the length is over
-      [max_frame]. *)
+  (** [read_frame b] takes one whole frame's version and body out of the front of [b] if there is
+      one; [Error] if the length is over [max_frame]. *)
 
   val decode_request : string -> (request, string) result
   val decode_reply : string -> (reply, string) result
 end
 
 module Make (M : Rsm.MACHINE) : S with type op = M.op and type response = M.response
-
 include S with type op = Op.t and type response = Op.response

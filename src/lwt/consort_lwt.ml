@@ -25,7 +25,13 @@ let rec arm t =
         | _ ->
             cancel_timer t;
             let delay = Float.max 0. (Consort.Time.to_sec (d - Loop.now t.loop)) in
-            t.timer <- Some (Lwt_engine.on_timer delay false (fun ev -> Lwt_engine.stop_event ev; t.timer <- None; step t), d))
+            t.timer <-
+              Some
+                ( Lwt_engine.on_timer delay false (fun ev ->
+                      Lwt_engine.stop_event ev;
+                      t.timer <- None;
+                      step t),
+                  d ))
 
 and step t =
   if t.attached then begin

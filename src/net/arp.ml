@@ -29,9 +29,10 @@ type info = {
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a: %d entries; requests %d out (%d refreshes) %d in, replies %d out %d in; %d bad, %d dropped from queues, %d failed, %d conflicts"
-    Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.refreshes i.requests_received i.replies_sent
-    i.replies_received i.bad i.queue_dropped i.resolution_failed i.conflicts
+    "%a: %d entries; requests %d out (%d refreshes) %d in, replies %d out %d in; %d bad, %d \
+     dropped from queues, %d failed, %d conflicts"
+    Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.refreshes i.requests_received
+    i.replies_sent i.replies_received i.bad i.queue_dropped i.resolution_failed i.conflicts
 
 type config = {
   entry_ttl : Consort.Time.t;
@@ -67,7 +68,9 @@ module type S = sig
 
   type ethernet
 
-  val create : ?config:config -> clock:Clock.t -> pool:Consort.Pool.t -> ip:Ipv4_addr.t -> ethernet -> t
+  val create :
+    ?config:config -> clock:Clock.t -> pool:Consort.Pool.t -> ip:Ipv4_addr.t -> ethernet -> t
+
   val lookup : t -> Ipv4_addr.t -> Mac_addr.t option
   val remote : connection -> Ipv4_addr.t
   val mac : t -> Mac_addr.t
@@ -91,8 +94,8 @@ module Make (E : Ethernet.S) = struct
     static : Mac_addr.t Itbl.t;
     resolved : resolved Lru.t;
     pending : pending Lru.t;
-    mutable queued : int;  (* packets in every pending queue *)
-    out : E.connection Itbl.t;  (* per ethertype, for sending *)
+    mutable queued : int; (* packets in every pending queue *)
+    out : E.connection Itbl.t; (* per ethertype, for sending *)
     mutable last_defence : Consort.Time.t;
     mutable requests_sent : int;
     mutable refreshes : int;
@@ -108,7 +111,7 @@ module Make (E : Ethernet.S) = struct
   and resolved = {
     mutable mac : Mac_addr.t;
     mutable expires : Consort.Time.t;
-    mutable probed : Consort.Time.t;  (* last unicast refresh request; 0: none *)
+    mutable probed : Consort.Time.t; (* last unicast refresh request; 0: none *)
   }
 
   and pending = {
@@ -266,7 +269,9 @@ module Make (E : Ethernet.S) = struct
     Packet.release p
 
   let create ?(config = default_config) ~clock ~pool ~ip eth =
-    if config.max_entries < 1 || config.max_pending < 1 || config.max_queued < 1 || config.queue_limit < 1
+    if
+      config.max_entries < 1 || config.max_pending < 1 || config.max_queued < 1
+      || config.queue_limit < 1
     then invalid_arg "Arp.create: a limit below 1";
     let evict_pending = ref (fun _ _ -> ()) in
     let t =
@@ -328,11 +333,18 @@ module Make (E : Ethernet.S) = struct
             let now = t.clock.now () in
             if r.expires <= now then None
             else begin
-              if r.expires - now <= t.config.refresh && now - r.probed >= t.config.retry_interval then begin
+              if r.expires - now <= t.config.refresh && now - r.probed >= t.config.retry_interval
+              then begin
                 r.probed <- now;
                 t.refreshes <- t.refreshes + 1;
                 send_arp t ~dst:r.mac
-                  { op = Request; sha = mac t; spa = t.my_ip; tha = Mac_addr.zero; tpa = Ipv4_addr.of_int ip }
+                  {
+                    op = Request;
+                    sha = mac t;
+                    spa = t.my_ip;
+                    tha = Mac_addr.zero;
+                    tpa = Ipv4_addr.of_int ip;
+                  }
               end;
               Some r.mac
             end)
@@ -373,7 +385,8 @@ module Make (E : Ethernet.S) = struct
     else
       let ip = (c.peer :> int) in
       let direct =
-        if ip = 0xffff_ffff || Ipv4_addr.is_multicast c.peer then lookup t c.peer else resolve_for_send t ip
+        if ip = 0xffff_ffff || Ipv4_addr.is_multicast c.peer then lookup t c.peer
+        else resolve_for_send t ip
       in
       match direct with
       | Some mac -> (
@@ -454,7 +467,10 @@ module Make (E : Ethernet.S) = struct
     let now = t.clock.now () in
     let entries =
       Itbl.fold (fun ip mac acc -> (Ipv4_addr.of_int ip, Some mac) :: acc) t.static []
-      |> Lru.fold (fun ip r acc -> if r.expires > now then (Ipv4_addr.of_int ip, Some r.mac) :: acc else acc) t.resolved
+      |> Lru.fold
+           (fun ip r acc ->
+             if r.expires > now then (Ipv4_addr.of_int ip, Some r.mac) :: acc else acc)
+           t.resolved
       |> Lru.fold (fun ip _ acc -> (Ipv4_addr.of_int ip, None) :: acc) t.pending
       |> List.sort compare
     in

@@ -1,32 +1,27 @@
-(** ARP (RFC 826) over Ethernet, as a protocol layer: the layer above
-    addresses peers by IPv4 address (the next hop) and ARP resolves them.
+(** ARP (RFC 826) over Ethernet, as a protocol layer: the layer above addresses peers by IPv4
+    address (the next hop) and ARP resolves them.
 
-    Resolved entries expire after [entry_ttl]. An entry that packets are
-    sent to in its last [refresh] is refreshed by a unicast request to the
-    MAC it holds (at most once per [retry_interval]) while it goes on being
-    used, so an active flow never stalls for a new resolution; an entry
-    nobody uses just expires. A packet for an address not yet resolved
-    waits in a queue for that address (at most [queue_limit] packets; the
-    oldest are dropped first; at most [max_queued] in all queues) while
-    requests go out at most once per [retry_interval], [retries] times;
-    then the queue is dropped and the connections that had packets in it
-    are told {!Unresolved}. Requests for our address are answered; senders
-    are learnt; gratuitous ARP updates existing entries, and one claiming
-    our own address is answered by a gratuitous reply defending it (at
-    most once per [retry_interval]).
+    Resolved entries expire after [entry_ttl]. An entry that packets are sent to in its last
+    [refresh] is refreshed by a unicast request to the MAC it holds (at most once per
+    [retry_interval]) while it goes on being used, so an active flow never stalls for a new
+    resolution; an entry nobody uses just expires. A packet for an address not yet resolved waits in
+    a queue for that address (at most [queue_limit] packets; the oldest are dropped first; at most
+    [max_queued] in all queues) while requests go out at most once per [retry_interval], [retries]
+    times; then the queue is dropped and the connections that had packets in it are told
+    {!Unresolved}. Requests for our address are answered; senders are learnt; gratuitous ARP updates
+    existing entries, and one claiming our own address is answered by a gratuitous reply defending
+    it (at most once per [retry_interval]).
 
-    Resolved entries are a cache ({!Lru}) of at most [max_entries], the
-    least recently used evicted for a new one; at most [max_pending]
-    resolutions are under way, a new one giving up the oldest. Static
-    entries are kept apart and never evicted. A flood of requests from
-    random addresses therefore never fills the table for good.
+    Resolved entries are a cache ({!Lru}) of at most [max_entries], the least recently used evicted
+    for a new one; at most [max_pending] resolutions are under way, a new one giving up the oldest.
+    Static entries are kept apart and never evicted. A flood of requests from random addresses
+    therefore never fills the table for good.
 
-    Receiving: a passive open on an ethertype delivers every packet of that
-    type, on one connection whose {!remote} is [Ipv4_addr.any] (the peer
-    is named in the packet itself); sending on it fails. *)
+    Receiving: a passive open on an ethertype delivers every packet of that type, on one connection
+    whose {!remote} is [Ipv4_addr.any] (the peer is named in the packet itself); sending on it
+    fails. *)
 
 type address = { ip : Ipv4_addr.t; ethertype : int }
-
 type address_pattern = Ethertype of int
 type status = Unresolved  (** packets queued for this connection's address were dropped *)
 
@@ -77,9 +72,10 @@ module type S = sig
 
   type ethernet
 
-  val create : ?config:config -> clock:Clock.t -> pool:Consort.Pool.t -> ip:Ipv4_addr.t -> ethernet -> t
-  (** [create ~clock ~pool ~ip eth] runs ARP for address [ip] on [eth];
-      ARP packets are allocated from [pool]. *)
+  val create :
+    ?config:config -> clock:Clock.t -> pool:Consort.Pool.t -> ip:Ipv4_addr.t -> ethernet -> t
+  (** [create ~clock ~pool ~ip eth] runs ARP for address [ip] on [eth]; ARP packets are allocated
+      from [pool]. *)
 
   val lookup : t -> Ipv4_addr.t -> Mac_addr.t option
   (** [lookup t ip] is [ip]'s resolved, unexpired entry. *)

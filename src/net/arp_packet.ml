@@ -5,8 +5,10 @@ type t = { op : op; sha : Mac_addr.t; spa : Ipv4_addr.t; tha : Mac_addr.t; tpa :
 
 let pp ppf t =
   match t.op with
-  | Request -> Fmt.pf ppf "who-has %a tell %a (%a)" Ipv4_addr.pp t.tpa Ipv4_addr.pp t.spa Mac_addr.pp t.sha
-  | Reply -> Fmt.pf ppf "%a is-at %a (to %a)" Ipv4_addr.pp t.spa Mac_addr.pp t.sha Ipv4_addr.pp t.tpa
+  | Request ->
+      Fmt.pf ppf "who-has %a tell %a (%a)" Ipv4_addr.pp t.tpa Ipv4_addr.pp t.spa Mac_addr.pp t.sha
+  | Reply ->
+      Fmt.pf ppf "%a is-at %a (to %a)" Ipv4_addr.pp t.spa Mac_addr.pp t.sha Ipv4_addr.pp t.tpa
 
 let equal a b = a = b
 

@@ -14,8 +14,8 @@ val pp : t Fmt.t
 val equal : t -> t -> bool
 
 val decode : Cstruct.t -> (t, [> `Msg of string ]) result
-(** [decode buf] reads the message at the start of [buf] (trailing bytes,
-    such as Ethernet padding, are ignored); it never raises. *)
+(** [decode buf] reads the message at the start of [buf] (trailing bytes, such as Ethernet padding,
+    are ignored); it never raises. *)
 
 val encode : t -> Cstruct.t -> unit
 (** [encode t buf] writes the 28-byte message at the start of [buf].

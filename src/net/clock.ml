@@ -6,7 +6,12 @@ module Virtual = struct
 
   (* A binary min-heap on (time, seq): timers due at the same time run in
      the order they were set. *)
-  type clock = { mutable now : Consort.Time.t; mutable seq : int; mutable heap : entry array; mutable size : int }
+  type clock = {
+    mutable now : Consort.Time.t;
+    mutable seq : int;
+    mutable heap : entry array;
+    mutable size : int;
+  }
 
   let dummy = { time = 0; seq = 0; f = ignore; live = false }
   let create () = { now = 0; seq = 0; heap = Array.make 64 dummy; size = 0 }

@@ -21,9 +21,11 @@ type info = {
 }
 
 let pp_info ppf i =
-  Fmt.pf ppf "%a mtu %d: in %d out %d; dropped: %d runts, %d not for us, %d unknown type, %d from a group address; %d peers (%d evicted)"
-    Mac_addr.pp i.mac i.mtu i.frames_in i.frames_out i.runts i.not_for_us i.unknown_type i.bad_source i.peers
-    i.peers_evicted
+  Fmt.pf ppf
+    "%a mtu %d: in %d out %d; dropped: %d runts, %d not for us, %d unknown type, %d from a group \
+     address; %d peers (%d evicted)"
+    Mac_addr.pp i.mac i.mtu i.frames_in i.frames_out i.runts i.not_for_us i.unknown_type
+    i.bad_source i.peers i.peers_evicted
 
 module type S = sig
   include
@@ -35,7 +37,6 @@ module type S = sig
        and type info = info
 
   type host = Mac_addr.t
-
   type device
 
   val create : ?max_peers:int -> ?peer_idle:Consort.Time.t -> ?clock:Clock.t -> device -> t
@@ -91,14 +92,22 @@ module Make (D : Device.S) = struct
 
   and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
 
-  let nothing = { receive = (fun _ p -> Packet.release p); status = (fun _ (s : status) -> match s with _ -> .) }
+  let nothing =
+    {
+      receive = (fun _ p -> Packet.release p);
+      status = (fun _ (s : status) -> match s with _ -> .);
+    }
 
   let table t ty =
     match Itbl.find t.types ty with
     | e -> e
     | exception Not_found ->
         let e =
-          { pinned = Itbl.create 8; peers = Lru.create ?idle:t.peer_idle ~now:t.now t.max_peers; listener = None }
+          {
+            pinned = Itbl.create 8;
+            peers = Lru.create ?idle:t.peer_idle ~now:t.now t.max_peers;
+            listener = None;
+          }
         in
         Itbl.replace t.types ty e;
         e
@@ -138,7 +147,17 @@ module Make (D : Device.S) = struct
                     t.unknown_type <- t.unknown_type + 1;
                     Packet.release p
                 | Some f ->
-                    let c = { eth = t; ty; peer = src; handler = nothing; open_ = true; users = 1; is_pinned = false } in
+                    let c =
+                      {
+                        eth = t;
+                        ty;
+                        peer = src;
+                        handler = nothing;
+                        open_ = true;
+                        users = 1;
+                        is_pinned = false;
+                      }
+                    in
                     Lru.add e.peers (src :> int) c;
                     c.handler <- f c;
                     t.frames_in <- t.frames_in + 1;
@@ -178,7 +197,7 @@ module Make (D : Device.S) = struct
   let active_open t { dst; ethertype } f =
     match check_type ethertype with
     | Error _ as e -> e
-    | Ok () ->
+    | Ok () -> (
         let e = table t ethertype in
         let k = (dst :> int) in
         match find_peer e k with
@@ -191,13 +210,23 @@ module Make (D : Device.S) = struct
             end;
             Ok c
         | None ->
-            let c = { eth = t; ty = ethertype; peer = dst; handler = nothing; open_ = true; users = 1; is_pinned = false } in
+            let c =
+              {
+                eth = t;
+                ty = ethertype;
+                peer = dst;
+                handler = nothing;
+                open_ = true;
+                users = 1;
+                is_pinned = false;
+              }
+            in
             if not (Mac_addr.is_group dst) then begin
               Itbl.replace e.pinned k c;
               c.is_pinned <- true
             end;
             c.handler <- f c;
-            Ok c
+            Ok c)
 
   let passive_open t (Ethertype ty) f =
     match check_type ty with
@@ -237,7 +266,8 @@ module Make (D : Device.S) = struct
           let k = (c.peer :> int) in
           match Itbl.find_opt e.pinned k with
           | Some c' when c' == c -> Itbl.remove e.pinned k
-          | _ -> ( match Lru.peek e.peers k with Some c' when c' == c -> Lru.remove e.peers k | _ -> ()))
+          | _ -> (
+              match Lru.peek e.peers k with Some c' when c' == c -> Lru.remove e.peers k | _ -> ()))
       | None -> ()
     end
 

@@ -6,8 +6,7 @@ val pp : t Fmt.t
 val equal : t -> t -> bool
 
 val decode : Cstruct.t -> (t * Cstruct.t, [> `Msg of string ]) result
-(** [decode frame] is the header and the payload after it; it never
-    raises. *)
+(** [decode frame] is the header and the payload after it; it never raises. *)
 
 val encode : t -> Cstruct.t -> unit
 (** [encode t buf] writes the header into the first 14 bytes of [buf].

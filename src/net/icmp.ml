@@ -4,7 +4,6 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type address = { dst : Ipv4_addr.t; id : int }
 type address_pattern = |
-
 type status = Echo_reply of { seq : int; rtt : Consort.Time.t } | Icmp_error of Icmp_packet.t
 type control = Replies of bool
 
@@ -48,7 +47,7 @@ module Make (Ip : Ipv4.S) = struct
   type t = {
     ip : Ip.t;
     clock_now : unit -> Consort.Time.t;
-    sessions : connection Itbl.t;  (* (dst lsl 16) lor id *)
+    sessions : connection Itbl.t; (* (dst lsl 16) lor id *)
     mutable replies : bool;
     mutable echo_requests_in : int;
     mutable echo_replies_out : int;
@@ -65,7 +64,7 @@ module Make (Ip : Ipv4.S) = struct
     dst : Ipv4_addr.t;
     id : int;
     mutable seq : int;
-    sent_at : Consort.Time.t array;  (* by seq land 255 *)
+    sent_at : Consort.Time.t array; (* by seq land 255 *)
     mutable handler : handler;
     mutable open_ : bool;
   }
@@ -160,7 +159,16 @@ module Make (Ip : Ipv4.S) = struct
       | Error _ as e -> e
       | Ok ipc ->
           let c =
-            { icmp = t; ipc; dst; id = id land 0xffff; seq = 0; sent_at = Array.make 256 0; handler = nothing; open_ = true }
+            {
+              icmp = t;
+              ipc;
+              dst;
+              id = id land 0xffff;
+              seq = 0;
+              sent_at = Array.make 256 0;
+              handler = nothing;
+              open_ = true;
+            }
           in
           Itbl.replace t.sessions k c;
           c.handler <- f c;

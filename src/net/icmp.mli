@@ -1,18 +1,15 @@
-(** ICMP (RFC 792) over IPv4: echo requests answered (in place, without a
-    copy), echo sessions for ping, and errors received passed to the
-    connection they are about.
+(** ICMP (RFC 792) over IPv4: echo requests answered (in place, without a copy), echo sessions for
+    ping, and errors received passed to the connection they are about.
 
-    A connection is an echo session with one destination and identifier:
-    {!send} sends an echo request carrying the packet as its payload, with
-    the session's next sequence number (from 0). Each matching echo reply
-    is reported by the [status] upcall ({!Echo_reply}, with the round trip
+    A connection is an echo session with one destination and identifier: {!send} sends an echo
+    request carrying the packet as its payload, with the session's next sequence number (from 0).
+    Each matching echo reply is reported by the [status] upcall ({!Echo_reply}, with the round trip
     time) and then handed to [receive] with the ICMP header pulled. *)
 
 type address = { dst : Ipv4_addr.t; id : int }
 
+(** Passive opens are not supported: echo requests are answered by the layer itself. *)
 type address_pattern = |
-(** Passive opens are not supported: echo requests are answered by the
-    layer itself. *)
 
 type status =
   | Echo_reply of { seq : int; rtt : Consort.Time.t }
@@ -44,8 +41,8 @@ module type S = sig
   type ip
 
   val create : clock:Clock.t -> ip -> t
-  (** [create ~clock ip] runs ICMP over [ip] (a passive open of protocol
-      1); [clock] times round trips. *)
+  (** [create ~clock ip] runs ICMP over [ip] (a passive open of protocol 1); [clock] times round
+      trips. *)
 end
 
 module Make (Ip : Ipv4.S) : S with type ip = Ip.t

@@ -20,13 +20,13 @@ val equal : t -> t -> bool
 val pp_unreachable : unreachable Fmt.t
 
 val decode : Cstruct.t -> (t * Cstruct.t, [> `Msg of string ]) result
-(** [decode msg] is the header and the payload of the whole ICMP message
-    [msg], whose checksum is checked; it never raises. For errors the
-    payload is the quoted IP header and the start of its payload. *)
+(** [decode msg] is the header and the payload of the whole ICMP message [msg], whose checksum is
+    checked; it never raises. For errors the payload is the quoted IP header and the start of its
+    payload. *)
 
 val encode : t -> Cstruct.t -> unit
-(** [encode t msg] writes the header into the first 8 bytes of [msg] and
-    the checksum over all of [msg] (the payload must already be there).
+(** [encode t msg] writes the header into the first 8 bytes of [msg] and the checksum over all of
+    [msg] (the payload must already be there).
     @raise Invalid_argument if [msg] is shorter than 8 bytes. *)
 
 val to_string : t -> string -> string

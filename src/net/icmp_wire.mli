@@ -17,6 +17,7 @@ val get_id : Cstruct.t -> int
 val set_id : Cstruct.t -> int -> unit
 val get_seq : Cstruct.t -> int
 val set_seq : Cstruct.t -> int -> unit
+
 val get_rest : Cstruct.t -> int
 (** The four bytes after the checksum, as one 32-bit number. *)
 

@@ -106,8 +106,11 @@ let wrap ~clock ~seed ~pool config inner =
     }
   in
   let d =
-    Device.v ~name:(Device.name inner ^ "+impair") ~mac:(Device.mac inner) ~mtu:(Device.mtu inner)
-      ~send:(send t) ~close:(fun () -> Device.close inner) ()
+    Device.v
+      ~name:(Device.name inner ^ "+impair")
+      ~mac:(Device.mac inner) ~mtu:(Device.mtu inner) ~send:(send t)
+      ~close:(fun () -> Device.close inner)
+      ()
   in
   Device.set_receive inner (Device.deliver d);
   t.device <- Some d;
@@ -117,4 +120,10 @@ let device t = match t.device with Some d -> d | None -> assert false
 let set_config t c = t.config <- c
 
 let stats t =
-  { sent = t.sent; dropped = t.dropped; corrupted = t.corrupted; duplicated = t.duplicated; reordered = t.reordered }
+  {
+    sent = t.sent;
+    dropped = t.dropped;
+    corrupted = t.corrupted;
+    duplicated = t.duplicated;
+    reordered = t.reordered;
+  }

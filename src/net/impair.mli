@@ -1,9 +1,8 @@
-(** A device wrapper that impairs frames sent through it: seeded drop,
-    corruption, duplication, reordering and delay (what netem does, in
-    process and deterministically).
+(** A device wrapper that impairs frames sent through it: seeded drop, corruption, duplication,
+    reordering and delay (what netem does, in process and deterministically).
 
-    Impairments apply to frames sent on the wrapper; frames received pass
-    through untouched (wrap both ends of a link for both directions). *)
+    Impairments apply to frames sent on the wrapper; frames received pass through untouched (wrap
+    both ends of a link for both directions). *)
 
 type config = {
   drop : float;  (** probability a frame is lost *)
@@ -21,12 +20,11 @@ val none : config
 val pp_config : config Fmt.t
 
 type stats = { sent : int; dropped : int; corrupted : int; duplicated : int; reordered : int }
-
 type t
 
 val wrap : clock:Clock.t -> seed:int -> pool:Consort.Pool.t -> config -> Device.t -> t
-(** [wrap ~clock ~seed ~pool config dev] is a wrapper around [dev];
-    copies (for corruption and duplication) come from [pool]. *)
+(** [wrap ~clock ~seed ~pool config dev] is a wrapper around [dev]; copies (for corruption and
+    duplication) come from [pool]. *)
 
 val device : t -> Device.t
 val set_config : t -> config -> unit

@@ -7,10 +7,20 @@ type address_pattern = { protocol : int; source : Ipv4_addr.t option }
 type status = Icmp_error of { error : Icmp_packet.t; quoted : string }
 type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
 
-type reassembly = { timeout : Consort.Time.t; max_bytes : int; max_fragments : int; max_datagrams : int }
+type reassembly = {
+  timeout : Consort.Time.t;
+  max_bytes : int;
+  max_fragments : int;
+  max_datagrams : int;
+}
 
 let default_reassembly =
-  { timeout = Consort.Time.of_sec 30.; max_bytes = 1 lsl 20; max_fragments = 64; max_datagrams = 64 }
+  {
+    timeout = Consort.Time.of_sec 30.;
+    max_bytes = 1 lsl 20;
+    max_fragments = 64;
+    max_datagrams = 64;
+  }
 
 type info = {
   address : Ipv4_addr.Prefix.t;
@@ -35,12 +45,14 @@ type info = {
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a%a mtu %d: sent %d received %d; dropped: %d bad (%d bad source), %d not for us, %d no route, %d unknown protocol; fragments %d out %d in, %d reassembled, %d given up, %d timed out; %d ICMP errors sent; %d connections (%d evicted)"
+    "%a%a mtu %d: sent %d received %d; dropped: %d bad (%d bad source), %d not for us, %d no \
+     route, %d unknown protocol; fragments %d out %d in, %d reassembled, %d given up, %d timed \
+     out; %d ICMP errors sent; %d connections (%d evicted)"
     Ipv4_addr.Prefix.pp i.address
     Fmt.(option (any " via " ++ Ipv4_addr.pp))
     i.gateway i.mtu i.sent i.received i.bad i.bad_source i.not_for_us i.no_route i.unknown_protocol
-    i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped
-    i.reassembly_timeouts i.icmp_errors_sent i.connections i.connections_evicted
+    i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped i.reassembly_timeouts
+    i.icmp_errors_sent i.connections i.connections_evicted
 
 module type S = sig
   include
@@ -52,7 +64,6 @@ module type S = sig
        and type info = info
 
   type host = Ipv4_addr.t
-
   type arp
 
   val create :
@@ -104,10 +115,10 @@ module Make (A : LINK) = struct
     fsrc : Ipv4_addr.t;
     fproto : int;
     fid : int;
-    mutable frags : (int * int * Packet.t) list;  (* offset, length, payload; sorted *)
+    mutable frags : (int * int * Packet.t) list; (* offset, length, payload; sorted *)
     mutable bytes : int;
     mutable count : int;
-    mutable total : int;  (* -1 until the last fragment arrives *)
+    mutable total : int; (* -1 until the last fragment arrives *)
     mutable cancel : Clock.cancel;
   }
 
@@ -120,11 +131,11 @@ module Make (A : LINK) = struct
     mutable gateway : Ipv4_addr.t option;
     mutable bcast : Ipv4_addr.t;
     mtu : int;
-    pinned : connection Itbl.t;  (* opened actively, until closed *)
-    conns : connection Lru.t;  (* made by a passive open *)
+    pinned : connection Itbl.t; (* opened actively, until closed *)
+    conns : connection Lru.t; (* made by a passive open *)
     listeners : (Ipv4_addr.t option * (connection -> handler)) list Itbl.t;
     hops : A.connection Lru.t;
-    pending : fragments Lru.t;  (* the oldest evicted for a new datagram *)
+    pending : fragments Lru.t; (* the oldest evicted for a new datagram *)
     mutable pending_bytes : int;
     mutable next_id : int;
     mutable rx_hlen : int;
@@ -282,7 +293,9 @@ module Make (A : LINK) = struct
       else
         let src = Ipv4_wire.get_src orig in
         let quoted = min (Packet.length p) (576 - hlen - Icmp_wire.sizeof_icmp) in
-        let q = Packet.create ~headroom:(hlen + A.headroom t.arp) t.pool (Icmp_wire.sizeof_icmp + quoted) in
+        let q =
+          Packet.create ~headroom:(hlen + A.headroom t.arp) t.pool (Icmp_wire.sizeof_icmp + quoted)
+        in
         let m = Packet.cstruct q in
         Cstruct.blit (Packet.cstruct p) 0 m Icmp_wire.sizeof_icmp quoted;
         Packet.release p;
@@ -290,7 +303,8 @@ module Make (A : LINK) = struct
         t.icmp_errors_sent <- t.icmp_errors_sent + 1;
         ignore (output t ~df:false ~dst:src ~proto:Ipv4_wire.proto_icmp q)
 
-  let find_conn t k = match Itbl.find_opt t.pinned k with Some _ as c -> c | None -> Lru.find t.conns k
+  let find_conn t k =
+    match Itbl.find_opt t.pinned k with Some _ as c -> c | None -> Lru.find t.conns k
 
   let deliver_icmp_error t err quoted =
     match Ipv4_packet.decode ~verify:false quoted with
@@ -302,7 +316,9 @@ module Make (A : LINK) = struct
         if Ipv4_wire.get_src quoted = t.prefix.addr then
           match find_conn t (key dst proto) with
           | Some c ->
-              let rest = Cstruct.to_string (Cstruct.shift quoted (min ihl (Cstruct.length quoted))) in
+              let rest =
+                Cstruct.to_string (Cstruct.shift quoted (min ihl (Cstruct.length quoted)))
+              in
               c.handler.status c (Icmp_error { error = err; quoted = rest })
           | None -> ())
 
@@ -312,7 +328,10 @@ module Make (A : LINK) = struct
     | Some l -> (
         match List.find_opt (fun (s, _) -> s = Some src) l with
         | Some (_, f) -> Some f
-        | None -> ( match List.find_opt (fun (s, _) -> s = None) l with Some (_, f) -> Some f | None -> None))
+        | None -> (
+            match List.find_opt (fun (s, _) -> s = None) l with
+            | Some (_, f) -> Some f
+            | None -> None))
 
   (* [p]'s window is the datagram, header of [h] bytes included. *)
   let deliver t p ~src ~proto ~h ~bcast =
@@ -327,14 +346,24 @@ module Make (A : LINK) = struct
     | None -> (
         match find_listener t proto src with
         | Some f ->
-              let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1; is_pinned = false } in
-              Lru.add t.conns k c;
-              c.handler <- f c;
-              let (_ : (unit, _) result) = Packet.pull p h in
-              t.rx_hlen <- h;
-              t.rx_bcast <- bcast;
-              t.received <- t.received + 1;
-              c.handler.receive c p
+            let c =
+              {
+                ip = t;
+                peer = src;
+                proto;
+                key = k;
+                handler = nothing;
+                users = 1;
+                is_pinned = false;
+              }
+            in
+            Lru.add t.conns k c;
+            c.handler <- f c;
+            let (_ : (unit, _) result) = Packet.pull p h in
+            t.rx_hlen <- h;
+            t.rx_bcast <- bcast;
+            t.received <- t.received + 1;
+            c.handler.receive c p
         | None ->
             t.unknown_protocol <- t.unknown_protocol + 1;
             let (_ : (unit, _) result) = Packet.pull p h in
@@ -387,7 +416,7 @@ module Make (A : LINK) = struct
   let reassemble t p ~src ~proto ~h ~fo =
     let cs = Packet.cstruct p in
     let id = Ipv4_wire.get_id cs in
-    let off = (fo land 0x1fff) * 8 and more = fo land Ipv4_wire.flag_mf <> 0 in
+    let off = fo land 0x1fff * 8 and more = fo land Ipv4_wire.flag_mf <> 0 in
     let len = Cstruct.length cs - h in
     t.fragments_received <- t.fragments_received + 1;
     if len = 0 || (more && len land 7 <> 0) || off + len > max_payload then (
@@ -399,21 +428,32 @@ module Make (A : LINK) = struct
         match Lru.peek t.pending k with
         | Some fr -> Some fr
         | None ->
-              (* When [max_datagrams] are in progress, the one started
+            (* When [max_datagrams] are in progress, the one started
                  longest ago is given up: a flood of first fragments never
                  locks out new datagrams. *)
-              let fr =
-                { fsrc = src; fproto = proto; fid = id; frags = []; bytes = 0; count = 0; total = -1; cancel = (fun () -> ()) }
-              in
-              Lru.add t.pending k fr;
-              fr.cancel <-
-                t.clock.at (t.clock.now () + t.reasm.timeout) (fun () ->
-                    match Lru.peek t.pending k with
-                    | Some fr' when fr' == fr ->
-                        t.reassembly_timeouts <- t.reassembly_timeouts + 1;
-                        drop_fragments t k fr
-                    | _ -> ());
-              Some fr
+            let fr =
+              {
+                fsrc = src;
+                fproto = proto;
+                fid = id;
+                frags = [];
+                bytes = 0;
+                count = 0;
+                total = -1;
+                cancel = (fun () -> ());
+              }
+            in
+            Lru.add t.pending k fr;
+            fr.cancel <-
+              t.clock.at
+                (t.clock.now () + t.reasm.timeout)
+                (fun () ->
+                  match Lru.peek t.pending k with
+                  | Some fr' when fr' == fr ->
+                      t.reassembly_timeouts <- t.reassembly_timeouts + 1;
+                      drop_fragments t k fr
+                  | _ -> ());
+            Some fr
       in
       match fr with
       | None ->
@@ -425,8 +465,9 @@ module Make (A : LINK) = struct
             let overlaps = List.exists (fun (o, l, _) -> off < o + l && o < off + len) fr.frags in
             let total = if more then fr.total else off + len in
             let bad_total =
-              (not more) && fr.total >= 0 && fr.total <> total
-              || (total >= 0 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags))
+              ((not more) && fr.total >= 0 && fr.total <> total)
+              || total >= 0
+                 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags)
             in
             (* Over the byte limit, the oldest other datagrams make room. *)
             let rec make_room () =
@@ -440,8 +481,7 @@ module Make (A : LINK) = struct
             in
             if not (overlaps || bad_total || fr.count >= t.reasm.max_fragments) then make_room ();
             if
-              overlaps || bad_total
-              || fr.count >= t.reasm.max_fragments
+              overlaps || bad_total || fr.count >= t.reasm.max_fragments
               || t.pending_bytes + len > t.reasm.max_bytes
             then (
               t.reassembly_dropped <- t.reassembly_dropped + 1;
@@ -451,7 +491,8 @@ module Make (A : LINK) = struct
               let (_ : (unit, _) result) = Packet.pull p h in
               let rec insert = function
                 | [] -> [ (off, len, p) ]
-                | ((o, _, _) as x) :: rest as l -> if off < o then (off, len, p) :: l else x :: insert rest
+                | ((o, _, _) as x) :: rest as l ->
+                    if off < o then (off, len, p) :: l else x :: insert rest
               in
               fr.frags <- insert fr.frags;
               fr.bytes <- fr.bytes + len;
@@ -480,9 +521,10 @@ module Make (A : LINK) = struct
       t.bad <- t.bad + 1;
       Packet.release p)
     else
-      let h = (Cstruct.get_uint8 cs 0 land 0xf) * 4 in
+      let h = Cstruct.get_uint8 cs 0 land 0xf * 4 in
       let total = Ipv4_wire.get_len cs in
-      if h < hlen || h > n || total < h || total > n || Checksum.sum_sub cs ~off:0 ~len:h <> 0xffff then (
+      if h < hlen || h > n || total < h || total > n || Checksum.sum_sub cs ~off:0 ~len:h <> 0xffff
+      then (
         t.bad <- t.bad + 1;
         Packet.release p)
       else
@@ -533,9 +575,7 @@ module Make (A : LINK) = struct
         listeners = Itbl.create 8;
         hops = Lru.create ~idle:connection_idle ~now:clock.now 256;
         pending =
-          Lru.create
-            ~on_evict:(fun _ fr -> !evict_fragments fr)
-            (max 1 reassembly.max_datagrams);
+          Lru.create ~on_evict:(fun _ fr -> !evict_fragments fr) (max 1 reassembly.max_datagrams);
         pending_bytes = 0;
         next_id = 1;
         rx_hlen = 0;
@@ -588,13 +628,16 @@ module Make (A : LINK) = struct
             t.no_route <- t.no_route + 1;
             Error (`Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst)))
           else
-            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true } in
+            let c =
+              { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true }
+            in
             Itbl.replace t.pinned k c;
             c.handler <- f c;
             Ok c
 
   let passive_open t { protocol; source } f =
-    if protocol < 0 || protocol > 255 then Error (`Bad_address (Printf.sprintf "protocol %d" protocol))
+    if protocol < 0 || protocol > 255 then
+      Error (`Bad_address (Printf.sprintf "protocol %d" protocol))
     else
       let l = Option.value ~default:[] (Itbl.find_opt t.listeners protocol) in
       if List.exists (fun (s, _) -> s = source) l then
@@ -608,7 +651,10 @@ module Make (A : LINK) = struct
     if c.users <= 0 then
       match Itbl.find_opt c.ip.pinned c.key with
       | Some c' when c' == c -> Itbl.remove c.ip.pinned c.key
-      | _ -> ( match Lru.peek c.ip.conns c.key with Some c' when c' == c -> Lru.remove c.ip.conns c.key | _ -> ())
+      | _ -> (
+          match Lru.peek c.ip.conns c.key with
+          | Some c' when c' == c -> Lru.remove c.ip.conns c.key
+          | _ -> ())
 
   let abort = close
   let max_packet c = mtu c

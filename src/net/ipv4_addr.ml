@@ -2,7 +2,9 @@ type t = int
 
 let of_int n = n land 0xffff_ffff
 let to_int t = t
-let v a b c d = of_int (((a land 255) lsl 24) lor ((b land 255) lsl 16) lor ((c land 255) lsl 8) lor (d land 255))
+
+let v a b c d =
+  of_int (((a land 255) lsl 24) lor ((b land 255) lsl 16) lor ((c land 255) lsl 8) lor (d land 255))
 
 let of_string s =
   let err () = Error (`Msg (Printf.sprintf "bad IPv4 address %S" s)) in
@@ -20,11 +22,13 @@ let of_string s =
       | _ -> err ())
   | _ -> err ()
 
-let of_string_exn s =
-  match of_string s with Ok a -> a | Error (`Msg m) -> invalid_arg m
+let of_string_exn s = match of_string s with Ok a -> a | Error (`Msg m) -> invalid_arg m
 
 let to_string t =
-  Printf.sprintf "%d.%d.%d.%d" ((t lsr 24) land 255) ((t lsr 16) land 255) ((t lsr 8) land 255)
+  Printf.sprintf "%d.%d.%d.%d"
+    ((t lsr 24) land 255)
+    ((t lsr 16) land 255)
+    ((t lsr 8) land 255)
     (t land 255)
 
 let pp ppf t = Fmt.string ppf (to_string t)
@@ -44,8 +48,7 @@ module Prefix = struct
     | Some i -> (
         let a = String.sub s 0 i and l = String.sub s (i + 1) (String.length s - i - 1) in
         match (of_string a, int_of_string_opt l) with
-        | Ok addr, Some len when len >= 0 && len <= 32 && l <> "" && l.[0] <> '-' && l.[0] <> '+'
-          ->
+        | Ok addr, Some len when len >= 0 && len <= 32 && l <> "" && l.[0] <> '-' && l.[0] <> '+' ->
             Ok { addr; len }
         | Error e, _ -> Error e
         | _ -> Error (`Msg (Printf.sprintf "bad prefix length in %S" s)))

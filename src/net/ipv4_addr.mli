@@ -1,12 +1,13 @@
 (** IPv4 addresses, as immediate integers (no allocation), and prefixes. *)
 
 type t = private int
-(** An address in \[0, 2{^32}): the 32-bit number in host order. *)
+(** An address in \[0, 2{^ 32}): the 32-bit number in host order. *)
 
 val of_int : int -> t
 (** [of_int n] is [n land 0xffff_ffff]. *)
 
 val to_int : t -> int
+
 val v : int -> int -> int -> int -> t
 (** [v a b c d] is [a.b.c.d]. *)
 
@@ -20,6 +21,7 @@ val to_string : t -> string
 val pp : t Fmt.t
 val equal : t -> t -> bool
 val compare : t -> t -> int
+
 val any : t
 (** [0.0.0.0]. *)
 
@@ -41,6 +43,7 @@ module Prefix : sig
   val netmask : t -> addr
   val network : t -> addr
   val broadcast : t -> addr
+
   val mem : addr -> t -> bool
   (** [mem a p] holds when [a] is in [p]'s subnet. *)
 end

@@ -48,7 +48,7 @@ let decode ?(verify = true) cs =
             id = get_id cs;
             df = fo land flag_df <> 0;
             mf = fo land flag_mf <> 0;
-            frag_offset = (fo land 0x1fff) * 8;
+            frag_offset = fo land 0x1fff * 8;
             ttl = get_ttl cs;
             proto = get_proto cs;
             src = get_src cs;

@@ -13,7 +13,16 @@ type t = {
   options : string;  (** raw, a multiple of 4 bytes, at most 40 *)
 }
 
-val v : ?tos:int -> ?id:int -> ?df:bool -> ?ttl:int -> proto:int -> src:Ipv4_addr.t -> dst:Ipv4_addr.t -> unit -> t
+val v :
+  ?tos:int ->
+  ?id:int ->
+  ?df:bool ->
+  ?ttl:int ->
+  proto:int ->
+  src:Ipv4_addr.t ->
+  dst:Ipv4_addr.t ->
+  unit ->
+  t
 (** An unfragmented header without options. *)
 
 val pp : t Fmt.t
@@ -23,16 +32,13 @@ val header_length : t -> int
 (** 20 plus the options. *)
 
 val decode : ?verify:bool -> Cstruct.t -> (t * Cstruct.t, [> `Msg of string ]) result
-(** [decode buf] is the header at the start of [buf] and the payload
-    (trimmed to the header's total length; trailing padding dropped). It
-    checks the version, lengths and (if [verify], the default) the header
-    checksum; it never raises. *)
+(** [decode buf] is the header at the start of [buf] and the payload (trimmed to the header's total
+    length; trailing padding dropped). It checks the version, lengths and (if [verify], the default)
+    the header checksum; it never raises. *)
 
 val encode : t -> payload_len:int -> Cstruct.t -> unit
-(** [encode t ~payload_len buf] writes the header, checksum included, at
-    the start of [buf].
-    @raise Invalid_argument if [buf] is too short or a field is out of
-    range. *)
+(** [encode t ~payload_len buf] writes the header, checksum included, at the start of [buf].
+    @raise Invalid_argument if [buf] is too short or a field is out of range. *)
 
 val to_string : t -> string -> string
 (** [to_string t payload] is a whole datagram. *)

@@ -6,8 +6,8 @@ val sizeof_ipv4 : int
 val proto_icmp : int
 val proto_tcp : int
 val proto_udp : int
-
 val get_version : Cstruct.t -> int
+
 val get_ihl : Cstruct.t -> int
 (** Header length in 32-bit words. *)
 
@@ -18,6 +18,7 @@ val get_len : Cstruct.t -> int
 val set_len : Cstruct.t -> int -> unit
 val get_id : Cstruct.t -> int
 val set_id : Cstruct.t -> int -> unit
+
 val get_flags_off : Cstruct.t -> int
 (** Flags (3 high bits) and fragment offset (in 8-byte units). *)
 

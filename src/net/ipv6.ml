@@ -19,7 +19,8 @@ let pp_icmp_error ppf = function
   | Unreachable c -> Fmt.pf ppf "destination unreachable (code %d)" c
   | Packet_too_big m -> Fmt.pf ppf "packet too big (MTU %d)" m
   | Time_exceeded c -> Fmt.pf ppf "time exceeded (code %d)" c
-  | Parameter_problem { code; pointer } -> Fmt.pf ppf "parameter problem (code %d at %d)" code pointer
+  | Parameter_problem { code; pointer } ->
+      Fmt.pf ppf "parameter problem (code %d at %d)" code pointer
 
 type status = Icmp_error of { error : icmp_error; quoted : string }
 
@@ -88,13 +89,16 @@ type info = {
 
 let pp_info ppf i =
   Fmt.pf ppf
-    "%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown protocol; %d neighbours, NS %d out %d in, NA %d out %d in, %d failed, %d dropped from queues; %d echo replies, ICMPv6 errors %d out %d in; fragments %d in, %d reassembled, %d given up, %d timed out; %d connections (%d evicted)"
+    "%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown \
+     protocol; %d neighbours, NS %d out %d in, NA %d out %d in, %d failed, %d dropped from queues; \
+     %d echo replies, ICMPv6 errors %d out %d in; fragments %d in, %d reassembled, %d given up, %d \
+     timed out; %d connections (%d evicted)"
     Fmt.(list ~sep:comma Ipv6_addr.pp)
     i.addresses i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
     (List.length i.neighbours) i.solicitations_sent i.solicitations_received i.advertisements_sent
-    i.advertisements_received i.resolution_failed i.queue_dropped i.echo_replies_sent i.icmp_errors_sent
-    i.icmp_errors_received i.fragments_received i.reassembled i.reassembly_dropped i.reassembly_timeouts
-    i.connections i.connections_evicted
+    i.advertisements_received i.resolution_failed i.queue_dropped i.echo_replies_sent
+    i.icmp_errors_sent i.icmp_errors_received i.fragments_received i.reassembled
+    i.reassembly_dropped i.reassembly_timeouts i.connections i.connections_evicted
 
 module type S = sig
   include
@@ -166,7 +170,12 @@ module Make (E : Ethernet.S) = struct
   type ethernet = E.t
   type host = Ipv6_addr.t
 
-  type neighbour = { mutable mac : Mac_addr.t; mutable expires : Consort.Time.t; mutable probed : Consort.Time.t }
+  type neighbour = {
+    mutable mac : Mac_addr.t;
+    mutable expires : Consort.Time.t;
+    mutable probed : Consort.Time.t;
+  }
+
   type pending = { queue : Packet.t Queue.t; mutable tries : int; mutable cancel : Clock.cancel }
 
   type fragments = {
@@ -174,7 +183,7 @@ module Make (E : Ethernet.S) = struct
     mutable bytes : int;
     mutable count : int;
     mutable total : int;
-    mutable next : int;  (* the next header of the fragmentable part *)
+    mutable next : int; (* the next header of the fragmentable part *)
     mutable fcancel : Clock.cancel;
   }
 
@@ -250,7 +259,6 @@ module Make (E : Ethernet.S) = struct
     else match t.prefix with Some p -> p.addr | None -> t.link_local
 
   let local c = source_for c.ip c.peer
-
   let pseudo = Transport_checksum.ipv6
 
   module Pseudo_header = struct
@@ -260,13 +268,17 @@ module Make (E : Ethernet.S) = struct
   end
 
   let is_ours t a =
-    Ipv6_addr.equal a t.link_local || match t.prefix with Some p -> Ipv6_addr.equal a p.addr | None -> false
+    Ipv6_addr.equal a t.link_local
+    || match t.prefix with Some p -> Ipv6_addr.equal a p.addr | None -> false
 
   let accepts t dst =
     is_ours t dst
     || Ipv6_addr.equal dst Ipv6_addr.all_nodes
     || Ipv6_addr.equal dst (Ipv6_addr.solicited_node t.link_local)
-    || match t.prefix with Some p -> Ipv6_addr.equal dst (Ipv6_addr.solicited_node p.addr) | None -> false
+    ||
+    match t.prefix with
+    | Some p -> Ipv6_addr.equal dst (Ipv6_addr.solicited_node p.addr)
+    | None -> false
 
   let on_link t dst =
     Ipv6_addr.is_link_local dst || Ipv6_addr.is_multicast dst
@@ -279,8 +291,8 @@ module Make (E : Ethernet.S) = struct
     | Some c -> Ok c
     | None -> (
         match
-          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ethertype_ipv6 } (fun _ ->
-              { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
+          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ethertype_ipv6 }
+            (fun _ -> { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
         with
         | Ok c ->
             t.out <- Some c;
@@ -318,7 +330,11 @@ module Make (E : Ethernet.S) = struct
 
   let send_ns t ~(target : Ipv6_addr.t) ~dst ~mac_dst =
     let src = source_for t target in
-    let body = (target :> string) ^ "\001\001" ^ String.init 6 (fun i -> Char.chr ((Mac_addr.to_int t.mac lsr (8 * (5 - i))) land 0xff)) in
+    let body =
+      (target :> string)
+      ^ "\001\001"
+      ^ String.init 6 (fun i -> Char.chr ((Mac_addr.to_int t.mac lsr (8 * (5 - i))) land 0xff))
+    in
     let p = icmp_packet t ~src ~dst ~ty:ty_ns ~code:0 ~rest:0l body in
     let h = Packet.push p hlen in
     write_header h ~src ~dst ~proto:proto_icmp ~len:(Packet.length p - hlen) ~hop:255;
@@ -327,7 +343,11 @@ module Make (E : Ethernet.S) = struct
 
   let send_na t ~(target : Ipv6_addr.t) ~dst ~mac_dst ~solicited =
     let src = target in
-    let body = (target :> string) ^ "\002\001" ^ String.init 6 (fun i -> Char.chr ((Mac_addr.to_int t.mac lsr (8 * (5 - i))) land 0xff)) in
+    let body =
+      (target :> string)
+      ^ "\002\001"
+      ^ String.init 6 (fun i -> Char.chr ((Mac_addr.to_int t.mac lsr (8 * (5 - i))) land 0xff))
+    in
     let flags = if solicited then 0x6000_0000l else 0x2000_0000l in
     let p = icmp_packet t ~src ~dst ~ty:ty_na ~code:0 ~rest:flags body in
     let h = Packet.push p hlen in
@@ -335,7 +355,9 @@ module Make (E : Ethernet.S) = struct
     t.advertisements_sent <- t.advertisements_sent + 1;
     ignore (transmit t mac_dst p)
 
-  let solicit t target = send_ns t ~target ~dst:(Ipv6_addr.solicited_node target) ~mac_dst:(Ipv6_addr.multicast_mac (Ipv6_addr.solicited_node target))
+  let solicit t target =
+    send_ns t ~target ~dst:(Ipv6_addr.solicited_node target)
+      ~mac_dst:(Ipv6_addr.multicast_mac (Ipv6_addr.solicited_node target))
 
   (* Neighbour resolution, as ARP's. *)
   let give_up t ip pd =
@@ -373,7 +395,9 @@ module Make (E : Ethernet.S) = struct
           n.mac <- mac;
           n.expires <- expires;
           n.probed <- 0
-      | None -> if create || Addr_lru.mem t.pending ip then Addr_lru.add t.neighbours ip { mac; expires; probed = 0 });
+      | None ->
+          if create || Addr_lru.mem t.pending ip then
+            Addr_lru.add t.neighbours ip { mac; expires; probed = 0 });
       match Addr_lru.peek t.pending ip with
       | Some pd ->
           Addr_lru.remove t.pending ip;
@@ -388,7 +412,9 @@ module Make (E : Ethernet.S) = struct
     match Hashtbl.find_opt t.static ip with
     | Some _ as m -> m
     | None -> (
-        match Addr_lru.peek t.neighbours ip with Some n when n.expires > t.clock.now () -> Some n.mac | _ -> None)
+        match Addr_lru.peek t.neighbours ip with
+        | Some n when n.expires > t.clock.now () -> Some n.mac
+        | _ -> None)
 
   let resolve_for_send t ip =
     if Ipv6_addr.is_multicast ip then Some (Ipv6_addr.multicast_mac ip)
@@ -402,7 +428,8 @@ module Make (E : Ethernet.S) = struct
               let now = t.clock.now () in
               if n.expires <= now then None
               else begin
-                if n.expires - now <= t.config.refresh && now - n.probed >= t.config.retry_interval then begin
+                if n.expires - now <= t.config.refresh && now - n.probed >= t.config.retry_interval
+                then begin
                   n.probed <- now;
                   send_ns t ~target:ip ~dst:ip ~mac_dst:n.mac
                 end;
@@ -467,8 +494,9 @@ module Make (E : Ethernet.S) = struct
     let t = c.ip in
     let src = local c in
     if c.proto = proto_icmp && Packet.length p >= 4 then
-      Transport_checksum.fill ~pseudo:(pseudo ~src ~dst:c.peer ~proto:proto_icmp ~len:(Packet.length p)) ~field:2
-        (Packet.cstruct p);
+      Transport_checksum.fill
+        ~pseudo:(pseudo ~src ~dst:c.peer ~proto:proto_icmp ~len:(Packet.length p))
+        ~field:2 (Packet.cstruct p);
     output t ~src ~dst:c.peer ~proto:c.proto p
 
   let icmp_allowed t =
@@ -492,7 +520,11 @@ module Make (E : Ethernet.S) = struct
      much as fits in the minimum MTU. *)
   let send_icmp_error t err p =
     let dst = t.rx_src in
-    if Ipv6_addr.is_multicast t.rx_dst || Ipv6_addr.equal dst Ipv6_addr.unspecified || not (icmp_allowed t) then Packet.release p
+    if
+      Ipv6_addr.is_multicast t.rx_dst
+      || Ipv6_addr.equal dst Ipv6_addr.unspecified
+      || not (icmp_allowed t)
+    then Packet.release p
     else begin
       let quoted_max = 1280 - hlen - 8 in
       let payload = Packet.to_string p in
@@ -506,15 +538,23 @@ module Make (E : Ethernet.S) = struct
       ignore (output t ~src ~dst ~proto:proto_icmp q)
     end
 
-  let find_conn t k = match Hashtbl.find_opt t.pinned k with Some _ as c -> c | None -> Key_lru.find t.conns k
+  let find_conn t k =
+    match Hashtbl.find_opt t.pinned k with Some _ as c -> c | None -> Key_lru.find t.conns k
 
   let find_listener t proto src =
     match Hashtbl.find_opt t.listeners proto with
     | None -> None
     | Some l -> (
-        match List.find_opt (fun (s, _) -> match s with Some a -> Ipv6_addr.equal a src | None -> false) l with
+        match
+          List.find_opt
+            (fun (s, _) -> match s with Some a -> Ipv6_addr.equal a src | None -> false)
+            l
+        with
         | Some (_, f) -> Some f
-        | None -> ( match List.find_opt (fun (s, _) -> s = None) l with Some (_, f) -> Some f | None -> None))
+        | None -> (
+            match List.find_opt (fun (s, _) -> s = None) l with
+            | Some (_, f) -> Some f
+            | None -> None))
 
   (* Hands [p] (window: the upper protocol's message) to the connection
      for [src] and [proto], or a listener; [Error ()] if nobody takes it. *)
@@ -528,7 +568,17 @@ module Make (E : Ethernet.S) = struct
     | None -> (
         match find_listener t proto src with
         | Some f ->
-            let c = { ip = t; peer = src; proto; key = k; handler = nothing; users = 1; is_pinned = false } in
+            let c =
+              {
+                ip = t;
+                peer = src;
+                proto;
+                key = k;
+                handler = nothing;
+                users = 1;
+                is_pinned = false;
+              }
+            in
             Key_lru.add t.conns k c;
             c.handler <- f c;
             t.received <- t.received + 1;
@@ -552,7 +602,9 @@ module Make (E : Ethernet.S) = struct
   let icmp_input t ~src ~dst ~hop p =
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
-    if n < 8 || not (Transport_checksum.valid ~pseudo:(pseudo ~src ~dst ~proto:proto_icmp ~len:n) cs) then (
+    if
+      n < 8 || not (Transport_checksum.valid ~pseudo:(pseudo ~src ~dst ~proto:proto_icmp ~len:n) cs)
+    then (
       t.bad <- t.bad + 1;
       Packet.release p)
     else
@@ -563,7 +615,9 @@ module Make (E : Ethernet.S) = struct
           (* Answered in place, from the address asked (or ours, for a group). *)
           let me = if Ipv6_addr.is_multicast dst then source_for t src else dst in
           Cstruct.set_uint8 cs 0 ty_echo_reply;
-          Transport_checksum.fill ~pseudo:(pseudo ~src:me ~dst:src ~proto:proto_icmp ~len:n) ~field:2 cs;
+          Transport_checksum.fill
+            ~pseudo:(pseudo ~src:me ~dst:src ~proto:proto_icmp ~len:n)
+            ~field:2 cs;
           t.echo_replies_sent <- t.echo_replies_sent + 1;
           ignore (output t ~src:me ~dst:src ~proto:proto_icmp p)
         end
@@ -576,9 +630,13 @@ module Make (E : Ethernet.S) = struct
         if is_ours t target then begin
           if Ipv6_addr.equal src Ipv6_addr.unspecified then
             (* Duplicate address detection by another host: defend. *)
-            send_na t ~target ~dst:Ipv6_addr.all_nodes ~mac_dst:(Ipv6_addr.multicast_mac Ipv6_addr.all_nodes) ~solicited:false
+            send_na t ~target ~dst:Ipv6_addr.all_nodes
+              ~mac_dst:(Ipv6_addr.multicast_mac Ipv6_addr.all_nodes)
+              ~solicited:false
           else begin
-            (match slla with Some mac when not (Mac_addr.is_group mac) -> learn t src mac ~create:true | _ -> ());
+            (match slla with
+            | Some mac when not (Mac_addr.is_group mac) -> learn t src mac ~create:true
+            | _ -> ());
             let mac_dst = match slla with Some m -> Some m | None -> lookup t src in
             match mac_dst with
             | Some mac_dst -> send_na t ~target ~dst:src ~mac_dst ~solicited:true
@@ -606,10 +664,14 @@ module Make (E : Ethernet.S) = struct
         (* The quoted datagram must be one we sent. *)
         (if n >= 8 + hlen then
            let q = Cstruct.shift cs 8 in
-           let qsrc = Ipv6_addr.get q 8 and qdst = Ipv6_addr.get q 24 and qproto = Cstruct.get_uint8 q 6 in
+           let qsrc = Ipv6_addr.get q 8
+           and qdst = Ipv6_addr.get q 24
+           and qproto = Cstruct.get_uint8 q 6 in
            if is_ours t qsrc then
              match find_conn t (key qdst qproto) with
-             | Some c -> c.handler.status c (Icmp_error { error; quoted = Cstruct.to_string (Cstruct.shift q hlen) })
+             | Some c ->
+                 c.handler.status c
+                   (Icmp_error { error; quoted = Cstruct.to_string (Cstruct.shift q hlen) })
              | None -> ());
         Packet.release p
       end
@@ -674,17 +736,28 @@ module Make (E : Ethernet.S) = struct
           match Key_lru.peek t.reasm k with
           | Some fr -> Some fr
           | None ->
-                (* The oldest datagram in progress is given up for a new one. *)
-                let fr = { frags = []; bytes = 0; count = 0; total = -1; next = -1; fcancel = (fun () -> ()) } in
-                Key_lru.add t.reasm k fr;
-                fr.fcancel <-
-                  t.clock.at (t.clock.now () + rc.timeout) (fun () ->
-                      match Key_lru.peek t.reasm k with
-                      | Some fr' when fr' == fr ->
-                          t.reassembly_timeouts <- t.reassembly_timeouts + 1;
-                          drop_fragments t k fr
-                      | _ -> ());
-                Some fr
+              (* The oldest datagram in progress is given up for a new one. *)
+              let fr =
+                {
+                  frags = [];
+                  bytes = 0;
+                  count = 0;
+                  total = -1;
+                  next = -1;
+                  fcancel = (fun () -> ());
+                }
+              in
+              Key_lru.add t.reasm k fr;
+              fr.fcancel <-
+                t.clock.at
+                  (t.clock.now () + rc.timeout)
+                  (fun () ->
+                    match Key_lru.peek t.reasm k with
+                    | Some fr' when fr' == fr ->
+                        t.reassembly_timeouts <- t.reassembly_timeouts + 1;
+                        drop_fragments t k fr
+                    | _ -> ());
+              Some fr
         in
         match fr with
         | None ->
@@ -697,7 +770,8 @@ module Make (E : Ethernet.S) = struct
               let total = if more then fr.total else off + len in
               let bad_total =
                 ((not more) && fr.total >= 0 && fr.total <> total)
-                || (total >= 0 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags))
+                || total >= 0
+                   && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags)
               in
               let rec make_room () =
                 if t.reasm_bytes + len > rc.max_bytes then
@@ -709,7 +783,10 @@ module Make (E : Ethernet.S) = struct
                   | _ -> ()
               in
               if not (overlaps || bad_total || fr.count >= rc.max_fragments) then make_room ();
-              if overlaps || bad_total || fr.count >= rc.max_fragments || t.reasm_bytes + len > rc.max_bytes then (
+              if
+                overlaps || bad_total || fr.count >= rc.max_fragments
+                || t.reasm_bytes + len > rc.max_bytes
+              then (
                 t.reassembly_dropped <- t.reassembly_dropped + 1;
                 Packet.release p;
                 drop_fragments t k fr)
@@ -717,7 +794,8 @@ module Make (E : Ethernet.S) = struct
                 ignore (Packet.pull p 8);
                 let rec insert = function
                   | [] -> [ (off, len, p) ]
-                  | ((o, _, _) as x) :: rest as l -> if off < o then (off, len, p) :: l else x :: insert rest
+                  | ((o, _, _) as x) :: rest as l ->
+                      if off < o then (off, len, p) :: l else x :: insert rest
                 in
                 fr.frags <- insert fr.frags;
                 fr.bytes <- fr.bytes + len;
@@ -775,8 +853,9 @@ module Make (E : Ethernet.S) = struct
       end
 
   let create ?(config = default_config) ?address ?gateway ~clock ~pool eth =
-    if config.max_neighbours < 1 || config.max_pending < 1 || config.max_connections < 1 || config.max_queued < 1
-       || config.queue_limit < 1
+    if
+      config.max_neighbours < 1 || config.max_pending < 1 || config.max_connections < 1
+      || config.max_queued < 1 || config.queue_limit < 1
     then invalid_arg "Ipv6.create: a limit below 1";
     let mac = E.mac eth in
     let evict_pending = ref (fun _ _ -> ()) in
@@ -800,7 +879,10 @@ module Make (E : Ethernet.S) = struct
         pinned = Hashtbl.create 16;
         conns = Key_lru.create ~idle:config.connection_idle ~now:clock.now config.max_connections;
         listeners = Hashtbl.create 8;
-        reasm = Key_lru.create ~on_evict:(fun _ fr -> !evict_fragments fr) (max 1 config.reassembly.max_datagrams);
+        reasm =
+          Key_lru.create
+            ~on_evict:(fun _ fr -> !evict_fragments fr)
+            (max 1 config.reassembly.max_datagrams);
         reasm_bytes = 0;
         next_id = 1;
         icmp_tokens = config.icmp_rate;
@@ -863,13 +945,16 @@ module Make (E : Ethernet.S) = struct
             t.no_route <- t.no_route + 1;
             Error (`Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst)))
           else
-            let c = { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true } in
+            let c =
+              { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true }
+            in
             Hashtbl.replace t.pinned k c;
             c.handler <- f c;
             Ok c
 
   let passive_open t { protocol; source } f =
-    if protocol < 0 || protocol > 255 then Error (`Bad_address (Printf.sprintf "next header %d" protocol))
+    if protocol < 0 || protocol > 255 then
+      Error (`Bad_address (Printf.sprintf "next header %d" protocol))
     else
       let l = Option.value ~default:[] (Hashtbl.find_opt t.listeners protocol) in
       if List.exists (fun (s, _) -> Option.equal Ipv6_addr.equal s source) l then
@@ -883,7 +968,10 @@ module Make (E : Ethernet.S) = struct
     if c.users <= 0 then
       match Hashtbl.find_opt c.ip.pinned c.key with
       | Some c' when c' == c -> Hashtbl.remove c.ip.pinned c.key
-      | _ -> ( match Key_lru.peek c.ip.conns c.key with Some c' when c' == c -> Key_lru.remove c.ip.conns c.key | _ -> ())
+      | _ -> (
+          match Key_lru.peek c.ip.conns c.key with
+          | Some c' when c' == c -> Key_lru.remove c.ip.conns c.key
+          | _ -> ())
 
   let abort = close
   let max_packet c = c.ip.mtu - hlen
@@ -904,7 +992,9 @@ module Make (E : Ethernet.S) = struct
     let now = t.clock.now () in
     let neighbours =
       Hashtbl.fold (fun ip mac acc -> (ip, Some mac) :: acc) t.static []
-      |> Addr_lru.fold (fun ip n acc -> if n.expires > now then (ip, Some n.mac) :: acc else acc) t.neighbours
+      |> Addr_lru.fold
+           (fun ip n acc -> if n.expires > now then (ip, Some n.mac) :: acc else acc)
+           t.neighbours
       |> Addr_lru.fold (fun ip _ acc -> (ip, None) :: acc) t.pending
       |> List.sort compare
     in

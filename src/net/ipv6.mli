@@ -1,36 +1,30 @@
-(** IPv6 (RFC 8200) over Ethernet, with neighbour discovery (RFC 4861)
-    and ICMPv6 (RFC 4443) built in.
+(** IPv6 (RFC 8200) over Ethernet, with neighbour discovery (RFC 4861) and ICMPv6 (RFC 4443) built
+    in.
 
-    One interface with a link-local address (from the MAC, RFC 4291
-    appendix A) and optionally one configured address and prefix; routes
-    to the link and, with a gateway, beyond. Connections are per (remote
-    address, next header), shared and counted as {!Ipv4}'s are, and those
-    a passive open made are a bounded cache ({!Lru}).
+    One interface with a link-local address (from the MAC, RFC 4291 appendix A) and optionally one
+    configured address and prefix; routes to the link and, with a gateway, beyond. Connections are
+    per (remote address, next header), shared and counted as {!Ipv4}'s are, and those a passive open
+    made are a bounded cache ({!Lru}).
 
-    Neighbour discovery: a packet for a neighbour not yet resolved waits
-    (at most [queue_limit] per neighbour, [max_queued] in all) while
-    neighbour solicitations go to its solicited-node group, at most once
-    per [retry_interval], [retries] times; resolved entries last
-    [reachable_time] and, while in use, are refreshed by a unicast
-    solicitation in their last [refresh]. At most [max_neighbours]
-    resolved entries (least recently used evicted) and [max_pending]
-    resolutions are kept. Solicitations for our addresses are answered and
-    teach us their sender; advertisements update entries we have.
+    Neighbour discovery: a packet for a neighbour not yet resolved waits (at most [queue_limit] per
+    neighbour, [max_queued] in all) while neighbour solicitations go to its solicited-node group, at
+    most once per [retry_interval], [retries] times; resolved entries last [reachable_time] and,
+    while in use, are refreshed by a unicast solicitation in their last [refresh]. At most
+    [max_neighbours] resolved entries (least recently used evicted) and [max_pending] resolutions
+    are kept. Solicitations for our addresses are answered and teach us their sender; advertisements
+    update entries we have.
 
-    ICMPv6: echo requests are answered; errors received are passed to the
-    connection whose datagram they quote ({!Icmp_error}); we send
-    destination unreachable (port, from UDP; unrecognised next header as a
-    parameter problem), at most [icmp_rate] a second. Echo replies and
-    ICMPv6 messages we do not handle go to a connection of next header 58
-    with their sender, if one is open (how ping is done): on such a
-    connection {!send} fills in the ICMPv6 checksum.
+    ICMPv6: echo requests are answered; errors received are passed to the connection whose datagram
+    they quote ({!Icmp_error}); we send destination unreachable (port, from UDP; unrecognised next
+    header as a parameter problem), at most [icmp_rate] a second. Echo replies and ICMPv6 messages
+    we do not handle go to a connection of next header 58 with their sender, if one is open (how
+    ping is done): on such a connection {!send} fills in the ICMPv6 checksum.
 
-    Received datagrams pass through hop-by-hop, destination options,
-    routing (with no segments left) and fragment headers; fragments are
-    reassembled within the same limits, and the same eviction of the oldest, as {!Ipv4}; overlapping
-    fragments drop their datagram (RFC 5722). Datagrams are sent whole (no
-    fragmentation on send: [`Too_big] over the MTU). Datagrams from a
-    multicast, loopback or our own address are dropped. *)
+    Received datagrams pass through hop-by-hop, destination options, routing (with no segments left)
+    and fragment headers; fragments are reassembled within the same limits, and the same eviction of
+    the oldest, as {!Ipv4}; overlapping fragments drop their datagram (RFC 5722). Datagrams are sent
+    whole (no fragmentation on send: [`Too_big] over the MTU). Datagrams from a multicast, loopback
+    or our own address are dropped. *)
 
 type address = { dst : Ipv6_addr.t; proto : int }
 type address_pattern = { protocol : int; source : Ipv6_addr.t option }
@@ -45,8 +39,8 @@ val pp_icmp_error : icmp_error Fmt.t
 
 type status =
   | Icmp_error of { error : icmp_error; quoted : string }
-      (** An ICMPv6 error about a datagram sent on this connection; [quoted]
-          is the start of that datagram's payload after its IPv6 header. *)
+      (** An ICMPv6 error about a datagram sent on this connection; [quoted] is the start of that
+          datagram's payload after its IPv6 header. *)
 
 type control =
   | Set_address of Ipv6_addr.Prefix.t
@@ -119,16 +113,16 @@ module type S = sig
     pool:Consort.Pool.t ->
     ethernet ->
     t
-  (** [create ~clock ~pool eth] runs IPv6 on [eth] with its link-local
-      address and, if given, [address]. *)
+  (** [create ~clock ~pool eth] runs IPv6 on [eth] with its link-local address and, if given,
+      [address]. *)
 
   val link_local : t -> Ipv6_addr.t
   val address : t -> Ipv6_addr.t option
   val remote : connection -> host
 
   val local : connection -> Ipv6_addr.t
-  (** The source address of what a connection sends: the link-local one
-      for a link-local peer, the configured one otherwise. *)
+  (** The source address of what a connection sends: the link-local one for a link-local peer, the
+      configured one otherwise. *)
 
   val protocol : connection -> int
 
@@ -139,10 +133,9 @@ module type S = sig
   (** The IPv6 pseudo-header of a connection, for UDP and TCP checksums. *)
 
   val send_icmp_error : t -> icmp_error -> Packet.t -> unit
-  (** [send_icmp_error t err p] sends [err] to the source of the datagram
-      [p] was delivered in ([p]'s window where IPv6 delivered it); it
-      takes [p]. Nothing is sent about multicast datagrams or over the
-      rate limit. *)
+  (** [send_icmp_error t err p] sends [err] to the source of the datagram [p] was delivered in
+      ([p]'s window where IPv6 delivered it); it takes [p]. Nothing is sent about multicast
+      datagrams or over the rate limit. *)
 end
 
 module Make (E : Ethernet.S) : S with type ethernet = E.t

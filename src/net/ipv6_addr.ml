@@ -1,6 +1,9 @@
 type t = string
 
-let of_octets s = if String.length s = 16 then Ok s else Error (`Msg (Printf.sprintf "an IPv6 address is 16 bytes, not %d" (String.length s)))
+let of_octets s =
+  if String.length s = 16 then Ok s
+  else Error (`Msg (Printf.sprintf "an IPv6 address is 16 bytes, not %d" (String.length s)))
+
 let of_octets_exn s = match of_octets s with Ok a -> a | Error (`Msg m) -> invalid_arg m
 let to_octets t = t
 let equal = String.equal
@@ -9,7 +12,8 @@ let hash (t : t) = Hashtbl.hash t
 let group t i = (Char.code t.[2 * i] lsl 8) lor Char.code t.[(2 * i) + 1]
 
 let of_groups g =
-  String.init 16 (fun i -> Char.chr (if i land 1 = 0 then (g.(i / 2) lsr 8) land 0xff else g.(i / 2) land 0xff))
+  String.init 16 (fun i ->
+      Char.chr (if i land 1 = 0 then (g.(i / 2) lsr 8) land 0xff else g.(i / 2) land 0xff))
 
 let parse s =
   let fail () = Error (`Msg (Printf.sprintf "%S is not an IPv6 address" s)) in
@@ -18,7 +22,9 @@ let parse s =
     if n = 0 || n > 4 then None
     else
       let ok = ref true in
-      String.iter (fun c -> match c with '0' .. '9' | 'a' .. 'f' | 'A' .. 'F' -> () | _ -> ok := false) p;
+      String.iter
+        (fun c -> match c with '0' .. '9' | 'a' .. 'f' | 'A' .. 'F' -> () | _ -> ok := false)
+        p;
       if !ok then Some (int_of_string ("0x" ^ p)) else None
   in
   (* Groups of one side of "::": hex groups, the last possibly a dotted quad. *)
@@ -40,7 +46,9 @@ let parse s =
   in
   let find_dc () =
     let n = String.length s in
-    let rec go i = if i + 1 >= n then None else if s.[i] = ':' && s.[i + 1] = ':' then Some i else go (i + 1) in
+    let rec go i =
+      if i + 1 >= n then None else if s.[i] = ':' && s.[i + 1] = ':' then Some i else go (i + 1)
+    in
     go 0
   in
   match find_dc () with
@@ -50,9 +58,18 @@ let parse s =
       | _ -> fail ())
   | Some i -> (
       let left = String.sub s 0 i and right = String.sub s (i + 2) (String.length s - i - 2) in
-      if (String.length right > 0 && (right.[0] = ':' || (let n = String.length right in right.[n - 1] = ':' )))
-         || (String.length left > 0 && left.[String.length left - 1] = ':')
-         || (let rec has_dc j = j + 1 < String.length right && ((right.[j] = ':' && right.[j + 1] = ':') || has_dc (j + 1)) in has_dc 0)
+      if
+        String.length right > 0
+        && (right.[0] = ':'
+           ||
+           let n = String.length right in
+           right.[n - 1] = ':')
+        || (String.length left > 0 && left.[String.length left - 1] = ':')
+        ||
+        let rec has_dc j =
+          j + 1 < String.length right && ((right.[j] = ':' && right.[j + 1] = ':') || has_dc (j + 1))
+        in
+        has_dc 0
       then fail ()
       else
         match (groups left, groups right) with
@@ -72,7 +89,9 @@ let to_string t =
   while !i < 8 do
     if g.(!i) = 0 then begin
       let j = ref !i in
-      while !j < 8 && g.(!j) = 0 do incr j done;
+      while !j < 8 && g.(!j) = 0 do
+        incr j
+      done;
       if !j - !i > snd !best && !j - !i >= 2 then best := (!i, !j - !i);
       i := !j
     end
@@ -82,7 +101,8 @@ let to_string t =
   match !best with
   | -1, _ -> String.concat ":" (List.init 8 hex)
   | s, n ->
-      let left = String.concat ":" (List.init s hex) and right = String.concat ":" (List.init (8 - s - n) (fun k -> hex (s + n + k))) in
+      let left = String.concat ":" (List.init s hex)
+      and right = String.concat ":" (List.init (8 - s - n) (fun k -> hex (s + n + k))) in
       left ^ "::" ^ right
 
 let pp ppf t = Fmt.string ppf (to_string t)
@@ -118,7 +138,9 @@ module Prefix = struct
     | Some i -> (
         let a = String.sub s 0 i and l = String.sub s (i + 1) (String.length s - i - 1) in
         match (parse a, int_of_string_opt l) with
-        | Ok addr, Some len when len >= 0 && len <= 128 && l <> "" && l.[0] <> '+' && l.[0] <> '-' -> Ok { addr; len }
+        | Ok addr, Some len when len >= 0 && len <= 128 && l <> "" && l.[0] <> '+' && l.[0] <> '-'
+          ->
+            Ok { addr; len }
         | Error e, _ -> Error e
         | _ -> Error (`Msg (Printf.sprintf "%S: a prefix length is 0 to 128" s)))
 

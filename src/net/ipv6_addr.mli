@@ -1,9 +1,8 @@
 (** IPv6 addresses (RFC 4291) and prefixes.
 
-    An address is its 16 bytes in network order, in a string (immutable,
-    compared and hashed as a string). Text is parsed in every RFC 4291 2.2
-    form (with [::] and a trailing dotted quad) and printed in the RFC 5952
-    canonical form. *)
+    An address is its 16 bytes in network order, in a string (immutable, compared and hashed as a
+    string). Text is parsed in every RFC 4291 2.2 form (with [::] and a trailing dotted quad) and
+    printed in the RFC 5952 canonical form. *)
 
 type t = private string
 
@@ -22,8 +21,8 @@ val of_string_exn : string -> t
 (** @raise Invalid_argument on a malformed address. *)
 
 val to_string : t -> string
-(** The canonical text form (RFC 5952): lower case, longest run of two or
-    more zero groups as [::] (the first if tied). *)
+(** The canonical text form (RFC 5952): lower case, longest run of two or more zero groups as [::]
+    (the first if tied). *)
 
 val pp : t Fmt.t
 val equal : t -> t -> bool
@@ -43,6 +42,7 @@ val all_routers : t
 (** [ff02::2]. *)
 
 val is_multicast : t -> bool
+
 val is_link_local : t -> bool
 (** In [fe80::/10]. *)
 
@@ -50,16 +50,13 @@ val is_ipv4_mapped : t -> bool
 (** In [::ffff:0:0/96]. *)
 
 val solicited_node : t -> t
-(** [solicited_node a] is [ff02::1:ffXX:XXXX] with [a]'s last 24 bits
-    (RFC 4291 2.7.1). *)
+(** [solicited_node a] is [ff02::1:ffXX:XXXX] with [a]'s last 24 bits (RFC 4291 2.7.1). *)
 
 val multicast_mac : t -> Mac_addr.t
-(** The Ethernet address of a multicast group: [33:33] and the group's
-    last 32 bits (RFC 2464 7). *)
+(** The Ethernet address of a multicast group: [33:33] and the group's last 32 bits (RFC 2464 7). *)
 
 val link_local_of_mac : Mac_addr.t -> t
-(** [fe80::] and the modified EUI-64 interface identifier of a MAC
-    (RFC 4291 appendix A). *)
+(** [fe80::] and the modified EUI-64 interface identifier of a MAC (RFC 4291 appendix A). *)
 
 val get : Cstruct.t -> int -> t
 (** [get cs off] reads 16 bytes. *)

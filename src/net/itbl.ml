@@ -7,5 +7,5 @@ include Hashtbl.Make (struct
   let hash x =
     let x = x lxor (x lsr 29) in
     let x = x * 0x5bd1e995 in
-    (x lxor (x lsr 23)) land max_int
+    x lxor (x lsr 23) land max_int
 end)

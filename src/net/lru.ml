@@ -2,7 +2,13 @@ module type S = sig
   type key
   type 'a t
 
-  val create : ?idle:Consort.Time.t -> ?now:(unit -> Consort.Time.t) -> ?on_evict:(key -> 'a -> unit) -> int -> 'a t
+  val create :
+    ?idle:Consort.Time.t ->
+    ?now:(unit -> Consort.Time.t) ->
+    ?on_evict:(key -> 'a -> unit) ->
+    int ->
+    'a t
+
   val find : 'a t -> key -> 'a option
   val peek : 'a t -> key -> 'a option
   val mem : 'a t -> key -> bool
@@ -27,7 +33,7 @@ module Make (K : Hashtbl.HashedType) = struct
     key : key;
     mutable value : 'a;
     mutable used : Consort.Time.t;
-    mutable newer : 'a node option;  (* towards the most recently used *)
+    mutable newer : 'a node option; (* towards the most recently used *)
     mutable older : 'a node option;
   }
 
@@ -46,7 +52,16 @@ module Make (K : Hashtbl.HashedType) = struct
 
   let create ?idle ?(now = zero) ?(on_evict = fun _ _ -> ()) cap =
     if cap < 1 then invalid_arg "Lru.create: capacity < 1";
-    { tbl = H.create (min cap 1024); cap; idle; now; on_evict; newest = None; oldest = None; evicted = 0 }
+    {
+      tbl = H.create (min cap 1024);
+      cap;
+      idle;
+      now;
+      on_evict;
+      newest = None;
+      oldest = None;
+      evicted = 0;
+    }
 
   let unlink t n =
     (match n.newer with Some m -> m.older <- n.older | None -> t.newest <- n.older);
@@ -133,7 +148,6 @@ module Make (K : Hashtbl.HashedType) = struct
     H.reset t.tbl;
     t.newest <- None;
     t.oldest <- None
-
 end
 
 include Make (struct

@@ -33,7 +33,8 @@ let is_group t = (t lsr 40) land 1 = 1
 let local n = (0x02 lsl 40) lor (n land 0xff_ffff_ffff)
 
 let get cs off =
-  (Cstruct.BE.get_uint16 cs off lsl 32) lor (Int32.to_int (Cstruct.BE.get_uint32 cs (off + 2)) land 0xffff_ffff)
+  (Cstruct.BE.get_uint16 cs off lsl 32)
+  lor (Int32.to_int (Cstruct.BE.get_uint32 cs (off + 2)) land 0xffff_ffff)
 
 let set cs off t =
   Cstruct.BE.set_uint16 cs off (t lsr 32);

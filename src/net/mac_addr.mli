@@ -21,8 +21,7 @@ val is_group : t -> bool
 (** [is_group a] holds for broadcast and multicast addresses. *)
 
 val local : int -> t
-(** [local n] is a locally administered unicast address ending in [n]'s
-    low 40 bits ([02:..]). *)
+(** [local n] is a locally administered unicast address ending in [n]'s low 40 bits ([02:..]). *)
 
 val get : Cstruct.t -> int -> t
 val set : Cstruct.t -> int -> t -> unit

@@ -1,5 +1,5 @@
-let pair ?(latency = Consort.Time.of_us 10) ?(mtu = 1500) ?(names = ("mem0", "mem1")) ~clock
-    ~pool_a ~pool_b mac_a mac_b =
+let pair ?(latency = Consort.Time.of_us 10) ?(mtu = 1500) ?(names = ("mem0", "mem1")) ~clock ~pool_a
+    ~pool_b mac_a mac_b =
   let peer_a = ref None and peer_b = ref None in
   let send self_peer peer_pool p =
     let n = Packet.length p in

@@ -23,7 +23,7 @@ module Make (D : Device.S) = struct
 
   type t = {
     dev : D.t;
-    mutable v4 : connection option;  (* the passive opens, by IP version *)
+    mutable v4 : connection option; (* the passive opens, by IP version *)
     mutable v6 : connection option;
     mutable frames_in : int;
     mutable frames_out : int;
@@ -38,7 +38,7 @@ module Make (D : Device.S) = struct
   let input t p =
     let cs = Packet.cstruct p in
     let version = if Cstruct.length cs > 0 then Cstruct.get_uint8 cs 0 lsr 4 else 0 in
-    match (if version = 4 then t.v4 else if version = 6 then t.v6 else None) with
+    match if version = 4 then t.v4 else if version = 6 then t.v6 else None with
     | Some c when c.open_ ->
         t.frames_in <- t.frames_in + 1;
         c.handler.receive c p
@@ -60,10 +60,18 @@ module Make (D : Device.S) = struct
     Ok c
 
   let passive_open t (Arp.Ethertype ety) f =
-    let slot = if ety = Ethernet_wire.ethertype_ipv4 then `V4 else if ety = ethertype_ipv6 then `V6 else `None in
-    match slot, t.v4, t.v6 with
-    | `None, _, _ -> Error (`Unsupported (Printf.sprintf "a point-to-point link carries IP only, not ethertype 0x%04x" ety))
-    | `V4, Some c, _ | `V6, _, Some c when c.open_ -> Error (`In_use (Printf.sprintf "ethertype 0x%04x" ety))
+    let slot =
+      if ety = Ethernet_wire.ethertype_ipv4 then `V4
+      else if ety = ethertype_ipv6 then `V6
+      else `None
+    in
+    match (slot, t.v4, t.v6) with
+    | `None, _, _ ->
+        Error
+          (`Unsupported
+             (Printf.sprintf "a point-to-point link carries IP only, not ethertype 0x%04x" ety))
+    | (`V4, Some c, _ | `V6, _, Some c) when c.open_ ->
+        Error (`In_use (Printf.sprintf "ethertype 0x%04x" ety))
     | (`V4 | `V6), _, _ ->
         let c = { link = t; peer = Ipv4_addr.any; handler = nothing; open_ = true } in
         c.handler <- f c;

@@ -35,7 +35,9 @@ let frames w = w.frames
 
 let wrap w inner =
   let d =
-    Device.v ~name:(Device.name inner ^ "+pcap") ~mac:(Device.mac inner) ~mtu:(Device.mtu inner)
+    Device.v
+      ~name:(Device.name inner ^ "+pcap")
+      ~mac:(Device.mac inner) ~mtu:(Device.mtu inner)
       ~send:(fun p ->
         record w (Packet.cstruct p);
         Device.send inner p)
@@ -51,17 +53,18 @@ module Reader = struct
   let read path =
     match open_in_bin path with
     | exception Sys_error e -> Error (`Msg e)
-    | ic ->
-        let s = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic)) in
+    | ic -> (
+        let s =
+          Fun.protect
+            ~finally:(fun () -> close_in ic)
+            (fun () -> really_input_string ic (in_channel_length ic))
+        in
         let n = String.length s in
         let u32 off = Int32.to_int (String.get_int32_le s off) land 0xffff_ffff in
         if n < 24 then Error (`Msg "pcap: short file")
         else
           let scale =
-            match u32 0 with
-            | 0xa1b23c4d -> Some 1
-            | 0xa1b2c3d4 -> Some 1000
-            | _ -> None
+            match u32 0 with 0xa1b23c4d -> Some 1 | 0xa1b2c3d4 -> Some 1000 | _ -> None
           in
           match scale with
           | None -> Error (`Msg "pcap: bad magic (or big-endian file)")
@@ -73,8 +76,10 @@ module Reader = struct
                   let sec = u32 off and frac = u32 (off + 4) and caplen = u32 (off + 8) in
                   if off + 16 + caplen > n then Error (`Msg "pcap: truncated record")
                   else
-                    go (off + 16 + caplen)
-                      (((sec * 1_000_000_000) + (frac * scale), String.sub s (off + 16) caplen) :: acc)
+                    go
+                      (off + 16 + caplen)
+                      (((sec * 1_000_000_000) + (frac * scale), String.sub s (off + 16) caplen)
+                      :: acc)
               in
-              go 24 []
+              go 24 [])
 end

@@ -1,12 +1,10 @@
-(** A device wrapper that records every frame, both ways, in a pcap file
-    (nanosecond timestamps from the clock, LINKTYPE_ETHERNET), which
-    tshark, tcpdump and Wireshark read. *)
+(** A device wrapper that records every frame, both ways, in a pcap file (nanosecond timestamps from
+    the clock, LINKTYPE_ETHERNET), which tshark, tcpdump and Wireshark read. *)
 
 type writer
 
 val create : clock:Clock.t -> string -> writer
-(** [create ~clock path] opens [path] for writing and writes the file
-    header. *)
+(** [create ~clock path] opens [path] for writing and writes the file header. *)
 
 val of_channel : clock:Clock.t -> out_channel -> writer
 

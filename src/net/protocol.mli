@@ -1,17 +1,14 @@
-(** The generic protocol signature of the TCP/IP stack, after Fox's
-    PROTOCOL (Biagioni, Harper, Lee, Milnes, "Signatures for a network
-    protocol stack", Fig. 3).
+(** The generic protocol signature of the TCP/IP stack, after Fox's PROTOCOL (Biagioni, Harper, Lee,
+    Milnes, "Signatures for a network protocol stack", Fig. 3).
 
-    Every layer of the stack (Ethernet, ARP, IPv4, ICMP, UDP, TCP) matches
-    {!S}. Protocol-specific signatures include it and make its types
-    concrete with type equalities, as Fig. 4 does for IP; a functor that
-    takes any [S] as its lower layer can then be stacked on any of them
-    (TCP straight over Ethernet is one functor application).
+    Every layer of the stack (Ethernet, ARP, IPv4, ICMP, UDP, TCP) matches {!S}. Protocol-specific
+    signatures include it and make its types concrete with type equalities, as Fig. 4 does for IP; a
+    functor that takes any [S] as its lower layer can then be stacked on any of them (TCP straight
+    over Ethernet is one functor application).
 
-    Receiving is by upcall: opening a connection installs a handler that
-    the layer below calls with each packet, its own header already pulled.
-    Sending passes a {!Packet.t} down; each layer pushes its header into
-    the packet's headroom. Errors are a fixed polymorphic variant. *)
+    Receiving is by upcall: opening a connection installs a handler that the layer below calls with
+    each packet, its own header already pulled. Sending passes a {!Packet.t} down; each layer pushes
+    its header into the packet's headroom. Errors are a fixed polymorphic variant. *)
 
 type error =
   [ `Closed  (** the connection is closed *)
@@ -32,8 +29,8 @@ module type S = sig
   (** One instance of the protocol: its state and its lower layer. *)
 
   type address
-  (** A peer, as the layer above names it (for IP: destination address and
-      protocol number; for TCP: remote address and port, local port). *)
+  (** A peer, as the layer above names it (for IP: destination address and protocol number; for TCP:
+      remote address and port, local port). *)
 
   type address_pattern
   (** The peers a passive open accepts. *)
@@ -42,8 +39,7 @@ module type S = sig
 
   type handler = {
     receive : connection -> Packet.t -> unit;
-        (** a packet for this connection, this layer's header pulled; the
-            handler owns it *)
+        (** a packet for this connection, this layer's header pulled; the handler owns it *)
     status : connection -> status -> unit;  (** a change the upper layer must know of *)
   }
 
@@ -51,12 +47,12 @@ module type S = sig
   (** Protocol-specific notifications (TCP: connected, peer closed, reset). *)
 
   val active_open : t -> address -> (connection -> handler) -> (connection, error) result
-  (** [active_open t a f] opens a connection to [a]; [f] makes its handler
-      once the connection exists (an upcall). *)
+  (** [active_open t a f] opens a connection to [a]; [f] makes its handler once the connection
+      exists (an upcall). *)
 
   val passive_open : t -> address_pattern -> (connection -> handler) -> (unit, error) result
-  (** [passive_open t p f] accepts connections from peers matching [p];
-      [f] makes the handler of each new connection. *)
+  (** [passive_open t p f] accepts connections from peers matching [p]; [f] makes the handler of
+      each new connection. *)
 
   val send : connection -> Packet.t -> (unit, error) result
   (** [send c p] sends [p]'s window; the layer takes ownership of [p]. *)
@@ -71,8 +67,8 @@ module type S = sig
   (** The largest window [send] accepts on [c] (the MTU seen from above). *)
 
   val headroom : t -> int
-  (** Bytes of header this layer and those below it push: what a packet
-      given to [send] must have free in front. *)
+  (** Bytes of header this layer and those below it push: what a packet given to [send] must have
+      free in front. *)
 
   type control
   type info

@@ -16,9 +16,7 @@ module Promise = struct
   let return v = { st = Resolved v }
   let peek p = match p.st with Resolved v -> Some v | Pending _ -> None
   let is_resolved p = match p.st with Resolved _ -> true | Pending _ -> false
-
-  let upon p f =
-    match p.st with Resolved v -> f v | Pending ks -> p.st <- Pending (f :: ks)
+  let upon p f = match p.st with Resolved v -> f v | Pending ks -> p.st <- Pending (f :: ks)
 end
 
 module Make (T : Tcp.S) = struct
@@ -117,9 +115,7 @@ module Make (T : Tcp.S) = struct
 
   let maybe_shutdown s =
     if s.shutdown_wanted && Queue.is_empty s.writers then
-      match s.conn with
-      | Some c -> if s.closing then T.close c else T.shutdown c
-      | None -> ()
+      match s.conn with Some c -> if s.closing then T.close c else T.shutdown c | None -> ()
 
   let rec serve_writers s =
     match s.error with
@@ -138,9 +134,13 @@ module Make (T : Tcp.S) = struct
               w.done_ (Ok ());
               serve_writers s
             end
-            else if n = 0 && T.send_space c = 0 && T.state c <> Tcp.Syn_sent
-                    && T.state c <> Tcp.Syn_received && T.state c <> Tcp.Established
-                    && T.state c <> Tcp.Close_wait
+            else if
+              n = 0
+              && T.send_space c = 0
+              && T.state c <> Tcp.Syn_sent
+              && T.state c <> Tcp.Syn_received
+              && T.state c <> Tcp.Established
+              && T.state c <> Tcp.Close_wait
             then begin
               s.error <- Some `Closed;
               serve_writers s
@@ -202,13 +202,10 @@ module Make (T : Tcp.S) = struct
     p
 
   let listen tcp port =
-    let l =
-      { tcp; port; ready = Queue.create (); waiting = Queue.create (); stopped = false }
-    in
+    let l = { tcp; port; ready = Queue.create (); waiting = Queue.create (); stopped = false } in
     let on_conn s = function
       | Ok _ ->
-          if Queue.is_empty l.waiting then Queue.push s l.ready
-          else (Queue.pop l.waiting) (Ok s)
+          if Queue.is_empty l.waiting then Queue.push s l.ready else (Queue.pop l.waiting) (Ok s)
       | Error _ -> ()
     in
     match

@@ -1,6 +1,5 @@
 open Consort
 include Tcp_types
-
 module Log = Tcp_tcb.Log
 
 (* Integer comparisons compiled as such (Stdlib's [min] and [max] are
@@ -10,10 +9,11 @@ let max (a : int) b = if a > b then a else b
 
 module Make
     (Lower : LOWER)
-    (P : PARAMS
-           with type host = Lower.host
-            and type lower_address = Lower.address
-            and type lower_pattern = Lower.address_pattern) =
+    (P :
+      PARAMS
+        with type host = Lower.host
+         and type lower_address = Lower.address
+         and type lower_pattern = Lower.address_pattern) =
 struct
   (* The records and the helpers every part shares; what goes out (and
      loss recovery, resets); TIME-WAIT records; timers; listeners. Each
@@ -191,7 +191,8 @@ struct
   and dispatch t lconn remote (h : Tcp_packet.t) pkt =
     match Key_tbl.find_opt t.conns (remote, h.src_port, h.dst_port) with
     | Some tcb ->
-        Log.debug (fun m -> m "%a: recv %a len %d" pp_connection tcb Tcp_packet.pp h (Packet.length pkt));
+        Log.debug (fun m ->
+            m "%a: recv %a len %d" pp_connection tcb Tcp_packet.pp h (Packet.length pkt));
         segment_arrives tcb h pkt
     | None when Key_tbl.mem t.time_wait (remote, h.src_port, h.dst_port) ->
         tw_input t (Key_tbl.find t.time_wait (remote, h.src_port, h.dst_port)) lconn remote h pkt
@@ -240,8 +241,8 @@ struct
     let ack_bad = h.flags.ack && (Tcp_seq.leq h.ack tcb.iss || Tcp_seq.gt h.ack tcb.snd_max) in
     if ack_bad then begin
       if not h.flags.rst then
-        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
-          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false
+        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port ~dst_port:tcb.remote_port
+          ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false
     end
     else if h.flags.rst then begin
       if h.flags.ack then fail tcb (`Refused "connection refused")
@@ -308,8 +309,7 @@ struct
     let h =
       if
         tcb.state = Syn_received && h.flags.syn && h.flags.ack && (not h.flags.rst)
-        && Tcp_seq.equal h.seq tcb.irs
-        && Tcp_seq.equal h.ack tcb.snd_max
+        && Tcp_seq.equal h.seq tcb.irs && Tcp_seq.equal h.ack tcb.snd_max
       then
         (* Simultaneous open: the peer's SYN-ACK acknowledges our SYN; its
            SYN is a repeat, already counted in RCV.NXT. *)
@@ -366,7 +366,9 @@ struct
        if tcb.sack_ok && payload > 0 && (not h.flags.rst) && Tcp_seq.lt ds tcb.rcv_nxt then
          tcb.dsack <- Some (ds, Tcp_seq.min (Tcp_seq.add ds payload) tcb.rcv_nxt));
       let wnd = Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv in
-      let acceptable = Tcp_verdict.acceptable ~rcv_nxt:tcb.rcv_nxt ~rcv_wnd:wnd ~seq:h.seq ~seg_len in
+      let acceptable =
+        Tcp_verdict.acceptable ~rcv_nxt:tcb.rcv_nxt ~rcv_wnd:wnd ~seq:h.seq ~seg_len
+      in
       let zero_window_probe =
         (not acceptable)
         && Tcp_verdict.zero_window_probe ~rcv_nxt:tcb.rcv_nxt ~rcv_wnd:wnd ~seq:h.seq ~seg_len
@@ -439,7 +441,7 @@ struct
           | `Continue ->
               if tcb.alive then begin
                 (match tcb.state with
-                | Established | Fin_wait_1 | Fin_wait_2 when Packet.length pkt > 0 ->
+                | (Established | Fin_wait_1 | Fin_wait_2) when Packet.length pkt > 0 ->
                     if tcb.app_closed then begin
                       (* RFC 1122 4.2.2.13: nobody will read it. *)
                       drop ();
@@ -491,8 +493,8 @@ struct
         ack_established tcb h ~payload
       end
       else begin
-        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port
-          ~dst_port:tcb.remote_port ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false;
+        send_raw t tcb.lconn ~dst:tcb.remote_host ~src_port:tcb.local_port ~dst_port:tcb.remote_port
+          ~seq:h.ack ~ack:Tcp_seq.zero ~ack_flag:false;
         `Drop
       end
     end
@@ -511,21 +513,21 @@ struct
         challenge_ack tcb;
         `Drop
     | Old | Duplicate | New _ -> begin
-      process_ack tcb h ~payload;
-      match tcb.state with
-      | Fin_wait_1 when fin_acked tcb ->
-          tcb.state <- Fin_wait_2;
-          if tcb.app_closed then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
-          `Continue
-      | Closing when fin_acked tcb ->
-          enter_time_wait tcb;
-          `Continue
-      | Last_ack when fin_acked tcb ->
-          report tcb Closed_normally;
-          delete tcb;
-          `Drop
-      | _ -> `Continue
-    end
+        process_ack tcb h ~payload;
+        match tcb.state with
+        | Fin_wait_1 when fin_acked tcb ->
+            tcb.state <- Fin_wait_2;
+            if tcb.app_closed then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+            `Continue
+        | Closing when fin_acked tcb ->
+            enter_time_wait tcb;
+            `Continue
+        | Last_ack when fin_acked tcb ->
+            report tcb Closed_normally;
+            delete tcb;
+            `Drop
+        | _ -> `Continue
+      end
 
   and process_ack tcb (h : Tcp_packet.t) ~payload =
     let smss = smss tcb in
@@ -807,9 +809,13 @@ struct
   let send tcb pkt =
     let n = Packet.length pkt in
     let result =
-      if not (tcb.alive && (match tcb.state with
-          | Syn_sent | Syn_received | Established | Close_wait -> true
-          | _ -> false) && not tcb.fin_queued)
+      if
+        not
+          (tcb.alive
+          && (match tcb.state with
+             | Syn_sent | Syn_received | Established | Close_wait -> true
+             | _ -> false)
+          && not tcb.fin_queued)
       then Error `Closed
       else if n > Tcp_sndbuf.space tcb.sndbuf then begin
         tcb.want_writable <- true;
@@ -883,8 +889,7 @@ struct
       tcb.app_closed <- true;
       tcb.unconsumed <- 0;
       shutdown_tcb tcb;
-      if tcb.alive && tcb.state = Fin_wait_2 then
-        tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
+      if tcb.alive && tcb.state = Fin_wait_2 then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
       orphaned tcb;
       schedule tcb
     end;
@@ -893,9 +898,7 @@ struct
   let abort tcb =
     (match tcb.tw with Some w -> tw_remove tcb.inst w | None -> ());
     if tcb.alive then begin
-      (match tcb.state with
-      | Syn_sent | Closed | Listen | Time_wait -> ()
-      | _ -> send_rst tcb);
+      (match tcb.state with Syn_sent | Closed | Listen | Time_wait -> () | _ -> send_rst tcb);
       tcb.reported <- true;
       delete tcb
     end;
@@ -955,6 +958,7 @@ struct
   let state tcb =
     if tcb.alive then tcb.state
     else match tcb.tw with Some w when w.tw_live -> Time_wait | _ -> Closed
+
   let local_port (tcb : tcb) = tcb.local_port
   let remote tcb = (tcb.remote_host, tcb.remote_port)
 

@@ -6,7 +6,10 @@ module type S = sig
   val cwnd : t -> int
   val ssthresh : t -> int
   val set_cwnd : t -> int -> unit
-  val on_ack : t -> now:Consort.Time.t -> srtt:Consort.Time.t option -> acked:int -> smss:int -> unit
+
+  val on_ack :
+    t -> now:Consort.Time.t -> srtt:Consort.Time.t option -> acked:int -> smss:int -> unit
+
   val on_dupack : t -> smss:int -> unit
   val on_partial_ack : t -> acked:int -> smss:int -> unit
   val on_recovered : t -> flight:int -> smss:int -> unit

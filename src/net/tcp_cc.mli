@@ -1,23 +1,21 @@
-(** Congestion control behind one signature, driven by the connection's
-    loss recovery: NewReno (RFC 5681, RFC 6582) and CUBIC (RFC 9438).
-    Windows are in bytes. Fast recovery itself (which segments go when) is
-    the connection's; an algorithm only sets the windows. *)
+(** Congestion control behind one signature, driven by the connection's loss recovery: NewReno (RFC
+    5681, RFC 6582) and CUBIC (RFC 9438). Windows are in bytes. Fast recovery itself (which segments
+    go when) is the connection's; an algorithm only sets the windows. *)
 
 module type S = sig
   type t
 
   val name : string
   val create : unit -> t
-
   val cwnd : t -> int
   val ssthresh : t -> int
 
   val set_cwnd : t -> int -> unit
   (** The initial window, once the handshake has set the MSS. *)
 
-  val on_ack : t -> now:Consort.Time.t -> srtt:Consort.Time.t option -> acked:int -> smss:int -> unit
-  (** New data acknowledged outside recovery: slow start or congestion
-      avoidance. *)
+  val on_ack :
+    t -> now:Consort.Time.t -> srtt:Consort.Time.t option -> acked:int -> smss:int -> unit
+  (** New data acknowledged outside recovery: slow start or congestion avoidance. *)
 
   val on_dupack : t -> smss:int -> unit
   (** A duplicate ACK during recovery without SACK: inflate by one segment. *)
@@ -35,8 +33,7 @@ module type S = sig
   (** The retransmission timer expired ([first]: not already backed off). *)
 
   val on_idle : t -> initial:int -> unit
-  (** Sending again after an idle period longer than the RTO
-      (RFC 5681 section 4.1). *)
+  (** Sending again after an idle period longer than the RTO (RFC 5681 section 4.1). *)
 end
 
 module New_reno : S

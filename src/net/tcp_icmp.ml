@@ -21,7 +21,8 @@ let of_icmp (e : Icmp_packet.t) ~quoted =
     | Dest_unreachable Net -> Some (Soft "network unreachable")
     | Dest_unreachable Host -> Some (Soft "host unreachable")
     | Dest_unreachable (Frag_needed { mtu }) -> Some (Frag_needed (mtu - Ipv4_wire.sizeof_ipv4))
-    | Dest_unreachable (Other_unreachable c) -> Some (Soft (Printf.sprintf "unreachable (code %d)" c))
+    | Dest_unreachable (Other_unreachable c) ->
+        Some (Soft (Printf.sprintf "unreachable (code %d)" c))
     | Time_exceeded _ -> Some (Soft "time exceeded")
     | Echo_request _ | Echo_reply _ | Other _ -> None
   in

@@ -24,7 +24,9 @@ module Make (B : Tcp_tcb.S) = struct
     let ts =
       Option.map
         (fun v ->
-          let ts_now = ((now () / 1_000_000) + Tcp_secret.ts_offset t.secret ~tuple) land 0xFFFF_FFFF in
+          let ts_now =
+            ((now () / 1_000_000) + Tcp_secret.ts_offset t.secret ~tuple) land 0xFFFF_FFFF
+          in
           (Tcp_secret.cookie_ts ~ts_now ~wscale ~sack, v))
         ts
     in
@@ -66,8 +68,7 @@ module Make (B : Tcp_tcb.S) = struct
       | Some mss ->
           t.counters.c_cookies_ok <- t.counters.c_cookies_ok + 1;
           let tcb =
-            new_tcb ~iss t ~cfg ~lconn ~remote ~rport ~lport ~listener:(Some l)
-              ~state:Syn_received
+            new_tcb ~iss t ~cfg ~lconn ~remote ~rport ~lport ~listener:(Some l) ~state:Syn_received
           in
           l.half_open <- l.half_open + 1;
           tcb.irs <- peer_isn;

@@ -22,17 +22,13 @@ let syn ~mss ~wscale ~sack ~ts =
   let ws = match wscale with Some s -> [ Tcp_packet.Window_scale s ] | None -> [] in
   let sack = if sack then [ Tcp_packet.Sack_permitted ] else [] in
   let ts =
-    match ts with
-    | Some (value, echo) -> [ Tcp_packet.Timestamp { value; echo } ]
-    | None -> []
+    match ts with Some (value, echo) -> [ Tcp_packet.Timestamp { value; echo } ] | None -> []
   in
   (Tcp_packet.Mss mss :: ws) @ sack @ ts
 
 let data ~ts ~sack =
   let ts =
-    match ts with
-    | Some (value, echo) -> [ Tcp_packet.Timestamp { value; echo } ]
-    | None -> []
+    match ts with Some (value, echo) -> [ Tcp_packet.Timestamp { value; echo } ] | None -> []
   in
   match sack with [] -> ts | bs -> ts @ [ Tcp_packet.Sack bs ]
 

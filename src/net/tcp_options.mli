@@ -1,6 +1,6 @@
-(** TCP options as the connection uses them: what a SYN offers, the
-    options of a data segment, and their room in the header (RFC 9293,
-    RFC 7323, RFC 2018). Pure functions over {!Tcp_packet.option_} lists. *)
+(** TCP options as the connection uses them: what a SYN offers, the options of a data segment, and
+    their room in the header (RFC 9293, RFC 7323, RFC 2018). Pure functions over
+    {!Tcp_packet.option_} lists. *)
 
 type syn = {
   mss : int option;
@@ -21,14 +21,13 @@ val syn :
   mss:int -> wscale:int option -> sack:bool -> ts:(int * int) option -> Tcp_packet.option_ list
 (** The options of a SYN or SYN-ACK, in the order Linux sends them. *)
 
-val data :
-  ts:(int * int) option -> sack:(Tcp_seq.t * Tcp_seq.t) list -> Tcp_packet.option_ list
-(** The options of a segment after the handshake: the timestamp, then SACK
-    blocks when there are any. *)
+val data : ts:(int * int) option -> sack:(Tcp_seq.t * Tcp_seq.t) list -> Tcp_packet.option_ list
+(** The options of a segment after the handshake: the timestamp, then SACK blocks when there are
+    any. *)
 
 val sack_max : ts:bool -> int
 (** How many SACK blocks fit beside the options every segment carries. *)
 
 val length : ts:bool -> sack_blocks:int -> int
-(** Bytes of options, padded to 4, for a segment with a timestamp when
-    [ts] and [sack_blocks] SACK blocks. *)
+(** Bytes of options, padded to 4, for a segment with a timestamp when [ts] and [sack_blocks] SACK
+    blocks. *)

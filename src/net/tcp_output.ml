@@ -18,7 +18,10 @@ module Make (B : Tcp_tcb.S) = struct
     if
       rack_on tcb && (not tcb.in_recovery) && tcb.tlp_end = None
       && Tcp_seq.lt tcb.snd_una tcb.snd_max
-      && (match tcb.state with Established | Close_wait | Fin_wait_1 | Closing | Last_ack -> true | _ -> false)
+      &&
+      match tcb.state with
+      | Established | Close_wait | Fin_wait_1 | Closing | Last_ack -> true
+      | _ -> false
     then
       match Tcp_rto.srtt tcb.rto with
       | None -> ()
@@ -131,7 +134,8 @@ module Make (B : Tcp_tcb.S) = struct
     then Tcp_cc.on_idle tcb.cc ~initial:(initial_cwnd tcb);
     if len > 0 then tcb.last_data_sent <- now ();
     let fin =
-      tcb.fin_queued && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb)
+      tcb.fin_queued
+      && Tcp_seq.equal (Tcp_seq.add seq len) (data_end tcb)
       && tcb.state <> Syn_received
     in
     let seg_end = Tcp_seq.add seq (len + if fin then 1 else 0) in
@@ -152,7 +156,8 @@ module Make (B : Tcp_tcb.S) = struct
       end;
       tcb.snd_max <- seg_end
     end;
-    if rack_on tcb && Tcp_seq.gt seg_end seq then Tcp_rack.sent ~fin tcb.rack ~seq ~end_:seg_end ~now:(now ());
+    if rack_on tcb && Tcp_seq.gt seg_end seq then
+      Tcp_rack.sent ~fin tcb.rack ~seq ~end_:seg_end ~now:(now ());
     emit tcb ~fin ~seq ~len;
     if tcb.t_rtx = never then restart_rtx tcb;
     if fresh && not probe then arm_tlp tcb;
@@ -194,9 +199,7 @@ module Make (B : Tcp_tcb.S) = struct
     let wnd = if force then max wnd 1 else wnd in
     let usable = min wnd budget in
     let len = max 0 (min avail (min cap usable)) in
-    let fin_pending =
-      tcb.fin_queued && not (Tcp_seq.gt tcb.snd_nxt (data_end tcb))
-    in
+    let fin_pending = tcb.fin_queued && not (Tcp_seq.gt tcb.snd_nxt (data_end tcb)) in
     if len > 0 then
       let retransmission = Tcp_seq.lt tcb.snd_nxt tcb.snd_max in
       let all = len = avail in
@@ -317,9 +320,7 @@ module Make (B : Tcp_tcb.S) = struct
                       tcb.snd_nxt <- send_data tcb ~seq:tcb.snd_nxt ~len;
                       sent := true
                   | None -> (
-                      match r with
-                      | `Unsacked (s, len) -> rexmit s len
-                      | `None -> continue := false))
+                      match r with `Unsacked (s, len) -> rexmit s len | `None -> continue := false))
           end
           else begin
             let budget =
@@ -328,13 +329,13 @@ module Make (B : Tcp_tcb.S) = struct
             in
             if (not !force) && send_mtu_probe tcb then sent := true
             else
-            match next_new tcb ~budget ~force:!force with
-            | Some len ->
-                let seq = tcb.snd_nxt in
-                let e = send_data tcb ~seq ~len in
-                tcb.snd_nxt <- Tcp_seq.max tcb.snd_nxt e;
-                sent := true
-            | None -> continue := false
+              match next_new tcb ~budget ~force:!force with
+              | Some len ->
+                  let seq = tcb.snd_nxt in
+                  let e = send_data tcb ~seq ~len in
+                  tcb.snd_nxt <- Tcp_seq.max tcb.snd_nxt e;
+                  sent := true
+              | None -> continue := false
           end;
           force := false
         done;
@@ -369,11 +370,9 @@ module Make (B : Tcp_tcb.S) = struct
          ~flags:{ Tcp_packet.no_flags with rst = true; ack = ack_flag }
          ())
 
-
   (* {2 Limits} *)
 
-  let send_rst tcb =
-    if tcb.alive then emit tcb ~rst:true ~ack:false ~seq:tcb.snd_max ~len:0
+  let send_rst tcb = if tcb.alive then emit tcb ~rst:true ~ack:false ~seq:tcb.snd_max ~len:0
 
   (* {2 Limits} *)
 
@@ -413,9 +412,7 @@ module Make (B : Tcp_tcb.S) = struct
       Queue.push tcb t.orphans;
       compact t.orphans is_orphan t.n_orphans;
       if t.n_orphans > t.config.max_orphans then
-        match oldest t.orphans is_orphan with
-        | Some o -> evict o "orphan limit"
-        | None -> ()
+        match oldest t.orphans is_orphan with Some o -> evict o "orphan limit" | None -> ()
     end
 
   (* Fast retransmit and recovery: after three duplicate ACKs, SACKed data
@@ -493,20 +490,18 @@ module Make (B : Tcp_tcb.S) = struct
         match Tcp_rack.last tcb.rack with
         | Some (s, e) ->
             let s = Tcp_seq.max s tcb.snd_una in
-            let len =
-              min (capacity tcb) (max 0 (Tcp_seq.sub (Tcp_seq.min e (data_end tcb)) s))
-            in
+            let len = min (capacity tcb) (max 0 (Tcp_seq.sub (Tcp_seq.min e (data_end tcb)) s)) in
             ignore (send_data ~probe:true tcb ~seq:s ~len : Tcp_seq.t)
         | None -> ()
       end;
-      Log.debug (fun m -> m "%a: loss probe (%s)" pp_connection tcb (if fresh then "new" else "last"));
+      Log.debug (fun m ->
+          m "%a: loss probe (%s)" pp_connection tcb (if fresh then "new" else "last"));
       tcb.n_probes <- tcb.n_probes + 1;
       tcb.tlp_end <- Some tcb.snd_max;
       tcb.tlp_rexmit <- not fresh;
       tcb.tlp_ts <- ts_now tcb;
       restart_rtx tcb
     end
-
 
   (* The end of a loss probe's episode (RFC 8985 section 7.4): a D-SACK
      says the probe was a duplicate; an ACK past it that the probe itself

@@ -10,7 +10,16 @@ type flags = {
 }
 
 let no_flags =
-  { fin = false; syn = false; rst = false; psh = false; ack = false; urg = false; ece = false; cwr = false }
+  {
+    fin = false;
+    syn = false;
+    rst = false;
+    psh = false;
+    ack = false;
+    urg = false;
+    ece = false;
+    cwr = false;
+  }
 
 let flags_of_int n =
   let b m = n land m <> 0 in
@@ -28,7 +37,8 @@ let flags_of_int n =
 let int_of_flags f =
   let b c m = if c then m else 0 in
   b f.fin Tcp_wire.fin lor b f.syn Tcp_wire.syn lor b f.rst Tcp_wire.rst lor b f.psh Tcp_wire.psh
-  lor b f.ack Tcp_wire.ack lor b f.urg Tcp_wire.urg lor b f.ece Tcp_wire.ece lor b f.cwr Tcp_wire.cwr
+  lor b f.ack Tcp_wire.ack lor b f.urg Tcp_wire.urg lor b f.ece Tcp_wire.ece
+  lor b f.cwr Tcp_wire.cwr
 
 let pp_flags ppf f =
   let s c ch = if c then Fmt.char ppf ch in
@@ -40,7 +50,8 @@ let pp_flags ppf f =
   s f.ece 'E';
   s f.cwr 'W';
   if f.ack then Fmt.char ppf '.'
-  else if not (f.syn || f.fin || f.rst || f.psh || f.urg || f.ece || f.cwr) then Fmt.string ppf "none"
+  else if not (f.syn || f.fin || f.rst || f.psh || f.urg || f.ece || f.cwr) then
+    Fmt.string ppf "none"
 
 type option_ =
   | Mss of int
@@ -78,7 +89,8 @@ type t = {
   options : option_ list;
 }
 
-let v ?(flags = no_flags) ?(window = 0) ?(urgent = 0) ?(options = []) ~src_port ~dst_port ~seq ~ack () =
+let v ?(flags = no_flags) ?(window = 0) ?(urgent = 0) ?(options = []) ~src_port ~dst_port ~seq ~ack
+    () =
   { src_port; dst_port; seq; ack; flags; window; urgent; options }
 
 let pp ppf t =
@@ -101,7 +113,8 @@ let get32 b off = Int32.to_int (Cstruct.BE.get_uint32 b off) land 0xFFFF_FFFF
 let decode_option b off kind len =
   let data_len = len - 2 in
   let unknown () = Unknown { kind; data = Cstruct.to_string (Cstruct.sub b (off + 2) data_len) } in
-  if kind = Tcp_wire.opt_mss then if len = 4 then Mss (Cstruct.BE.get_uint16 b (off + 2)) else unknown ()
+  if kind = Tcp_wire.opt_mss then
+    if len = 4 then Mss (Cstruct.BE.get_uint16 b (off + 2)) else unknown ()
   else if kind = Tcp_wire.opt_window_scale then
     if len = 3 then Window_scale (Cstruct.get_uint8 b (off + 2)) else unknown ()
   else if kind = Tcp_wire.opt_sack_permitted then if len = 2 then Sack_permitted else unknown ()
@@ -113,7 +126,8 @@ let decode_option b off kind len =
              (Tcp_seq.of_int (get32 b o), Tcp_seq.of_int (get32 b (o + 4)))))
     else unknown ()
   else if kind = Tcp_wire.opt_timestamp then
-    if len = 10 then Timestamp { value = get32 b (off + 2); echo = get32 b (off + 6) } else unknown ()
+    if len = 10 then Timestamp { value = get32 b (off + 2); echo = get32 b (off + 6) }
+    else unknown ()
   else unknown ()
 
 let decode_options b =

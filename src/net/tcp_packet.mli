@@ -1,9 +1,9 @@
-(** TCP segment headers as values: a record, a printer, a total decoder and
-    an encoder (RFC 9293 section 3.1; options from RFC 2018 and 7323).
+(** TCP segment headers as values: a record, a printer, a total decoder and an encoder (RFC 9293
+    section 3.1; options from RFC 2018 and 7323).
 
-    [decode] never raises: every byte string either decodes or yields an
-    {!error}. Options that are well formed but have a length their kind
-    does not allow decode as [Unknown], as receivers must ignore them. *)
+    [decode] never raises: every byte string either decodes or yields an {!error}. Options that are
+    well formed but have a length their kind does not allow decode as [Unknown], as receivers must
+    ignore them. *)
 
 type flags = {
   fin : bool;
@@ -19,6 +19,7 @@ type flags = {
 val no_flags : flags
 val flags_of_int : int -> flags
 val int_of_flags : flags -> int
+
 val pp_flags : flags Fmt.t
 (** [pp_flags] prints flags as tcpdump does ([S.] for SYN and ACK). *)
 
@@ -55,8 +56,8 @@ val v :
   ack:Tcp_seq.t ->
   unit ->
   t
-(** [v ~src_port ~dst_port ~seq ~ack ()] is a header with no flags, a zero
-    window and no options unless given. *)
+(** [v ~src_port ~dst_port ~seq ~ack ()] is a header with no flags, a zero window and no options
+    unless given. *)
 
 val pp : t Fmt.t
 val equal : t -> t -> bool
@@ -66,19 +67,18 @@ type error = [ `Too_short of int | `Bad_offset of int | `Bad_options of string ]
 val pp_error : error Fmt.t
 
 val decode : Cstruct.t -> (t * int, error) result
-(** [decode b] is the header at the start of [b] and its length in bytes
-    (where the payload starts). It does not verify the checksum. *)
+(** [decode b] is the header at the start of [b] and its length in bytes (where the payload starts).
+    It does not verify the checksum. *)
 
 val header_length : t -> int
 (** [header_length t] is 20 plus the options, padded to a multiple of 4.
     @raise Invalid_argument if the options take more than 40 bytes. *)
 
 val encode_into : t -> Cstruct.t -> unit
-(** [encode_into t b] writes [t]'s header in the first [header_length t]
-    bytes of [b], with a zero checksum field.
+(** [encode_into t b] writes [t]'s header in the first [header_length t] bytes of [b], with a zero
+    checksum field.
     @raise Invalid_argument if [b] is too short. *)
 
 val to_cstruct : ?pseudo:int -> t -> payload:string -> Cstruct.t
-(** [to_cstruct ~pseudo t ~payload] is a whole segment with its checksum
-    computed from the unfolded pseudo-header sum [pseudo] (no checksum,
-    a zero field, when [pseudo] is absent). *)
+(** [to_cstruct ~pseudo t ~payload] is a whole segment with its checksum computed from the unfolded
+    pseudo-header sum [pseudo] (no checksum, a zero field, when [pseudo] is absent). *)

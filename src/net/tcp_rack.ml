@@ -15,12 +15,13 @@ type seg = {
   mutable delivered : bool;
   mutable fin : bool;  (** the last sequence number is a FIN (never SACKed) *)
   mutable skip : int;
-      (** how far on the next record that may be undelivered is: those
-          between are delivered (records never become undelivered) *)
+      (** how far on the next record that may be undelivered is: those between are delivered
+          (records never become undelivered) *)
 }
 
 type st = {
-  mutable segs : seg array;  (** from [lo] up to, not including, [hi], in sequence order, disjoint *)
+  mutable segs : seg array;
+      (** from [lo] up to, not including, [hi], in sequence order, disjoint *)
   mutable lo : int;
   mutable hi : int;
   mutable r_xmit : Time.t;  (** RACK.xmit_ts: the most recently sent delivered segment *)
@@ -39,7 +40,18 @@ type st = {
   mutable nspare : int;
 }
 
-let dummy = { s = Tcp_seq.zero; e = Tcp_seq.zero; xmit = 0; order = 0; rexmit = false; lost = false; delivered = false; fin = false; skip = 1 }
+let dummy =
+  {
+    s = Tcp_seq.zero;
+    e = Tcp_seq.zero;
+    xmit = 0;
+    order = 0;
+    rexmit = false;
+    lost = false;
+    delivered = false;
+    fin = false;
+    skip = 1;
+  }
 
 (* The state is made at the first transmission: a connection that never
    sends data (most of those a flood makes) pays one word for it. *)
@@ -249,7 +261,8 @@ let ack_st t ~una ~newly ~sacked ~now =
         incr steps;
         let g = t.segs.(!i) in
         let data_end = if g.fin then Tcp_seq.add g.e (-1) else g.e in
-        if (not g.delivered) && Tcp_seq.lt g.s data_end && sacked g.s data_end then delivered t g ~now;
+        if (not g.delivered) && Tcp_seq.lt g.s data_end && sacked g.s data_end then
+          delivered t g ~now;
         incr i
       done)
     newly
@@ -283,8 +296,7 @@ let detect_st t ~now ~reo_wnd =
             g.lost <- true;
             incr n
           end
-          else
-            timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
+          else timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
         end;
         i := live t (!i + 1)
       end
@@ -313,11 +325,9 @@ let is_lost_st t s =
   i < t.hi && Tcp_seq.leq t.segs.(i).s s && t.segs.(i).lost && not t.segs.(i).delivered
 
 let pipe_st t = t.inflight
-
 let last_st t = if t.hi > t.lo then Some (t.segs.(t.hi - 1).s, t.segs.(t.hi - 1).e) else None
 let min_rtt_st t = if t.min_rtt = max_int then None else Some t.min_rtt
 let reordering_seen_st t = t.reord
-
 let create () = { st = None }
 let work () = work ()
 let clear t = Option.iter clear_st t.st
@@ -338,7 +348,9 @@ let dsack t = dsack_st (get t)
 let reo_wnd t ~in_recovery ~dupacks ~srtt =
   match t.st with Some s -> reo_wnd_st s ~in_recovery ~dupacks ~srtt | None -> 0
 
-let detect t ~now ~reo_wnd = match t.st with Some s -> detect_st s ~now ~reo_wnd | None -> (0, None)
+let detect t ~now ~reo_wnd =
+  match t.st with Some s -> detect_st s ~now ~reo_wnd | None -> (0, None)
+
 let mark_all_lost t = Option.iter mark_all_lost_st t.st
 let next_lost t = Option.bind t.st next_lost_st
 let is_lost t q = match t.st with Some s -> is_lost_st s q | None -> false
@@ -351,6 +363,6 @@ let pp ppf t =
   match t.st with
   | None -> Fmt.string ppf "rack: nothing sent"
   | Some t ->
-  Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments_st t) Time.pp t.r_rtt
-    Fmt.(option ~none:(any "-") Time.pp)
-    (min_rtt_st t) t.reord t.mult
+      Fmt.pf ppf "rack %d segs, rtt %a, min %a, reord %b x%d" (segments_st t) Time.pp t.r_rtt
+        Fmt.(option ~none:(any "-") Time.pp)
+        (min_rtt_st t) t.reord t.mult

@@ -1,17 +1,14 @@
 (** RACK (RFC 8985): time-based loss detection for a TCP sender with SACK.
 
-    The sender records when it sent each segment (a retransmission
-    refreshes the time). An ACK or SACK that delivers a segment sent at time
-    T makes every undelivered segment sent before T lost once it has been
-    out for the latest round trip plus a reordering window (a quarter of the
+    The sender records when it sent each segment (a retransmission refreshes the time). An ACK or
+    SACK that delivers a segment sent at time T makes every undelivered segment sent before T lost
+    once it has been out for the latest round trip plus a reordering window (a quarter of the
     minimum RTT, widened by D-SACKs). What is not yet overdue gets a timer.
 
-    The records are kept in sequence order in an array, at most one per
-    segment in flight. An ACK looks at the records it newly delivers (at
-    most 1024, whatever the peer reports) and, for loss detection, at the
-    undelivered records sent before the latest delivered one (delivered
-    runs are jumped over, the jump remembered); the bytes in flight are
-    counted as records change. *)
+    The records are kept in sequence order in an array, at most one per segment in flight. An ACK
+    looks at the records it newly delivers (at most 1024, whatever the peer reports) and, for loss
+    detection, at the undelivered records sent before the latest delivered one (delivered runs are
+    jumped over, the jump remembered); the bytes in flight are counted as records change. *)
 
 type t
 
@@ -22,10 +19,9 @@ val segments : t -> int
 (** Segments recorded (sent, not yet cumulatively acknowledged). *)
 
 val sent : ?fin:bool -> t -> seq:Tcp_seq.t -> end_:Tcp_seq.t -> now:Consort.Time.t -> unit
-(** [sent t ~seq ~end_ ~now] records the transmission of \[seq, end_): new
-    data at the top, or a retransmission of recorded segments (split at its
-    edges), which clears their lost mark and refreshes their time. [fin]:
-    the segment ends with a FIN, which SACK blocks never cover. *)
+(** [sent t ~seq ~end_ ~now] records the transmission of \[seq, end_): new data at the top, or a
+    retransmission of recorded segments (split at its edges), which clears their lost mark and
+    refreshes their time. [fin]: the segment ends with a FIN, which SACK blocks never cover. *)
 
 val ack :
   t ->
@@ -34,30 +30,25 @@ val ack :
   sacked:(Tcp_seq.t -> Tcp_seq.t -> bool) ->
   now:Consort.Time.t ->
   unit
-(** [ack t ~una ~newly ~sacked ~now] takes an ACK in: segments below [una]
-    are forgotten; those touching the (ascending) ranges [newly] SACKed
-    and now wholly SACKed ([sacked s e]) are delivered (at most 1024 per
-    ACK: a peer's reports cannot make an ACK cost more); and
-    each delivery updates the most recently sent delivered segment, the
-    RTT of RACK, the minimum RTT, and whether reordering was seen. A
-    retransmitted segment delivered sooner than the minimum RTT after its
-    retransmission is not believed (the original was acknowledged). *)
+(** [ack t ~una ~newly ~sacked ~now] takes an ACK in: segments below [una] are forgotten; those
+    touching the (ascending) ranges [newly] SACKed and now wholly SACKed ([sacked s e]) are
+    delivered (at most 1024 per ACK: a peer's reports cannot make an ACK cost more); and each
+    delivery updates the most recently sent delivered segment, the RTT of RACK, the minimum RTT, and
+    whether reordering was seen. A retransmitted segment delivered sooner than the minimum RTT after
+    its retransmission is not believed (the original was acknowledged). *)
 
 val dsack : t -> unit
-(** A D-SACK arrived: a retransmission was spurious, so reordering is
-    seen, and the reordering window grows by a quarter of the minimum RTT
-    (up to the smoothed RTT). *)
+(** A D-SACK arrived: a retransmission was spurious, so reordering is seen, and the reordering
+    window grows by a quarter of the minimum RTT (up to the smoothed RTT). *)
 
 val reo_wnd : t -> in_recovery:bool -> dupacks:int -> srtt:Consort.Time.t -> Consort.Time.t
-(** RFC 8985 section 6.2 step 4: zero in recovery or after three duplicate
-    ACKs unless reordering was seen, else a quarter of the minimum RTT (times
-    the D-SACK multiplier), at most [srtt]. *)
+(** RFC 8985 section 6.2 step 4: zero in recovery or after three duplicate ACKs unless reordering
+    was seen, else a quarter of the minimum RTT (times the D-SACK multiplier), at most [srtt]. *)
 
 val detect : t -> now:Consort.Time.t -> reo_wnd:Consort.Time.t -> int * Consort.Time.t option
-(** [detect t ~now ~reo_wnd] marks lost every undelivered segment sent
-    before the most recently sent delivered one and out for longer than
-    RACK's RTT plus [reo_wnd]; it returns how many it newly marked, and
-    when the next such segment becomes overdue ([None]: none waits). *)
+(** [detect t ~now ~reo_wnd] marks lost every undelivered segment sent before the most recently sent
+    delivered one and out for longer than RACK's RTT plus [reo_wnd]; it returns how many it newly
+    marked, and when the next such segment becomes overdue ([None]: none waits). *)
 
 val mark_all_lost : t -> unit
 (** After a retransmission timeout (RFC 8985 section 6.3). *)
@@ -69,16 +60,17 @@ val is_lost : t -> Tcp_seq.t -> bool
 (** [is_lost t s] holds when the segment holding [s] is marked lost. *)
 
 val pipe : t -> int
-(** Bytes thought in flight: recorded, not delivered, not lost (or
-    retransmitted since marked lost). *)
+(** Bytes thought in flight: recorded, not delivered, not lost (or retransmitted since marked lost).
+*)
 
 val last : t -> (Tcp_seq.t * Tcp_seq.t) option
 (** The highest recorded segment (what a tail loss probe sends again). *)
 
 val min_rtt : t -> Consort.Time.t option
 val reordering_seen : t -> bool
+
 val work : unit -> int
-(** Records looked at by ACKs and loss detection since the program
-    started: what a test counts to bound the work per ACK. *)
+(** Records looked at by ACKs and loss detection since the program started: what a test counts to
+    bound the work per ACK. *)
 
 val pp : t Fmt.t

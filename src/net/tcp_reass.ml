@@ -164,7 +164,8 @@ let collapse t pool =
     List.fold_left
       (fun acc s ->
         match acc with
-        | (r :: _ as run) :: rest when Tcp_seq.equal (end_ r) s.seq && run_len run + s.len <= 65536 ->
+        | (r :: _ as run) :: rest when Tcp_seq.equal (end_ r) s.seq && run_len run + s.len <= 65536
+          ->
             (s :: run) :: rest
         | _ -> [ s ] :: acc)
       [] t.q

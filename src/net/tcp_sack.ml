@@ -14,7 +14,9 @@ let default_max_blocks = 64
 let steps = ref 0
 let work () = !steps
 let visit n = steps := !steps + n
-let create ?(max_blocks = default_max_blocks) () = { max_blocks = max 1 max_blocks; blocks = []; count = 0; sacked = 0 }
+
+let create ?(max_blocks = default_max_blocks) () =
+  { max_blocks = max 1 max_blocks; blocks = []; count = 0; sacked = 0 }
 
 let set t blocks =
   let rec measure n b = function
@@ -75,7 +77,8 @@ let newly t ~una ~high bs =
               (if Tcp_seq.lt l bl then [ (l, bl) ] else [])
               @ if Tcp_seq.lt br r then [ (br, r) ] else [])
           parts)
-      [ (l, r) ] t.blocks
+      [ (l, r) ]
+      t.blocks
   in
   bs
   |> List.concat_map (fun (l, r) ->
@@ -86,13 +89,11 @@ let newly t ~una ~high bs =
 let advance t una =
   set t
   @@ List.filter_map
-      (fun (l, r) ->
-        if Tcp_seq.leq r una then None else if Tcp_seq.lt l una then Some (una, r) else Some (l, r))
-      t.blocks
+       (fun (l, r) ->
+         if Tcp_seq.leq r una then None else if Tcp_seq.lt l una then Some (una, r) else Some (l, r))
+       t.blocks
 
-let high_sacked t =
-  match List.rev t.blocks with [] -> None | (_, r) :: _ -> Some r
-
+let high_sacked t = match List.rev t.blocks with [] -> None | (_, r) :: _ -> Some r
 let is_sacked t s = List.exists (fun (l, r) -> Tcp_seq.between s ~low:l ~high:r) t.blocks
 
 let hole t s =
@@ -129,7 +130,9 @@ let unsacked_between t a b =
 
 let pipe t ~una ~high_rxt ~high_data ~smss =
   let not_lost_from =
-    match lost_below t ~smss with None -> una | Some l -> Tcp_seq.max una (Tcp_seq.min l high_data)
+    match lost_below t ~smss with
+    | None -> una
+    | Some l -> Tcp_seq.max una (Tcp_seq.min l high_data)
   in
   let rxt_to = Tcp_seq.max una (Tcp_seq.min high_rxt high_data) in
   unsacked_between t not_lost_from high_data + unsacked_between t una rxt_to

@@ -2,9 +2,7 @@ type t = { key : Cstruct.t }
 
 let create ?key () =
   let key =
-    match key with
-    | Some k -> Cstruct.of_string k
-    | None -> Mirage_crypto_rng_unix.getrandom 32
+    match key with Some k -> Cstruct.of_string k | None -> Mirage_crypto_rng_unix.getrandom 32
   in
   { key }
 
@@ -47,7 +45,9 @@ let check_cookie t ~tuple ~now ~peer_isn ~cookie =
 let ts_bits = 6
 
 let cookie_ts ~ts_now ~wscale ~sack =
-  let opts = (match wscale with Some s -> s land 0xF | None -> 0xF) lor if sack then 0x10 else 0 in
+  let opts =
+    (match wscale with Some s -> s land 0xF | None -> 0xF) lor if sack then 0x10 else 0
+  in
   let ts = ((ts_now lsr ts_bits) lsl ts_bits) lor opts in
   (if ts > ts_now then ts - (1 lsl ts_bits) else ts) land 0xFFFF_FFFF
 

@@ -1,26 +1,25 @@
-(** TCP sequence numbers: 32-bit unsigned integers compared modulo 2{^32}
-    (RFC 9293, section 3.4).
+(** TCP sequence numbers: 32-bit unsigned integers compared modulo 2{^ 32} (RFC 9293, section 3.4).
 
-    The type is abstract so that sequence numbers are never compared with
-    the ordinary integer order, which is wrong across wrap-around:
-    [lt a b] holds when [b] is less than 2{^31} ahead of [a]. *)
+    The type is abstract so that sequence numbers are never compared with the ordinary integer
+    order, which is wrong across wrap-around: [lt a b] holds when [b] is less than 2{^ 31} ahead of
+    [a]. *)
 
 type t
 
 val of_int : int -> t
-(** [of_int n] is [n] modulo 2{^32}. *)
+(** [of_int n] is [n] modulo 2{^ 32}. *)
 
 val to_int : t -> int
-(** [to_int s] is [s] as an integer in \[0, 2{^32}). *)
+(** [to_int s] is [s] as an integer in \[0, 2{^ 32}). *)
 
 val zero : t
 
 val add : t -> int -> t
-(** [add s n] is [s + n] modulo 2{^32} ([n] may be negative). *)
+(** [add s n] is [s + n] modulo 2{^ 32} ([n] may be negative). *)
 
 val sub : t -> t -> int
-(** [sub a b] is the signed distance from [b] to [a], in
-    \[-2{^31}, 2{^31}): [add b (sub a b) = a]. *)
+(** [sub a b] is the signed distance from [b] to [a], in \[-2{^ 31}, 2{^ 31}):
+    [add b (sub a b) = a]. *)
 
 val succ : t -> t
 

@@ -1,13 +1,12 @@
-(** The send buffer: a ring of bytes the application has written and the
-    peer has not yet acknowledged. Segments are copied out of it at each
-    (re)transmission, so retransmissions can be cut at any boundary. *)
+(** The send buffer: a ring of bytes the application has written and the peer has not yet
+    acknowledged. Segments are copied out of it at each (re)transmission, so retransmissions can be
+    cut at any boundary. *)
 
 type t
 
 val create : int -> t
-(** [create n] is an empty buffer of capacity [n] bytes. No memory is
-    taken until the first {!write} (a connection that never sends holds
-    none), and {!release} gives it back. *)
+(** [create n] is an empty buffer of capacity [n] bytes. No memory is taken until the first {!write}
+    (a connection that never sends holds none), and {!release} gives it back. *)
 
 val allocated : t -> int
 (** Bytes of memory the buffer holds now. *)
@@ -16,6 +15,7 @@ val release : t -> unit
 (** [release t] discards every byte held and the memory. *)
 
 val capacity : t -> int
+
 val length : t -> int
 (** Bytes held: written and not yet acknowledged. *)
 
@@ -23,12 +23,11 @@ val space : t -> int
 (** [space t] is [capacity t - length t]. *)
 
 val write : t -> Cstruct.t -> off:int -> len:int -> int
-(** [write t b ~off ~len] appends as many of those bytes as fit and
-    returns how many. *)
+(** [write t b ~off ~len] appends as many of those bytes as fit and returns how many. *)
 
 val blit_out : t -> src_off:int -> Cstruct.t -> dst_off:int -> len:int -> unit
-(** [blit_out t ~src_off dst ~dst_off ~len] copies [len] bytes starting
-    [src_off] bytes after the oldest one.
+(** [blit_out t ~src_off dst ~dst_off ~len] copies [len] bytes starting [src_off] bytes after the
+    oldest one.
     @raise Invalid_argument if the range is not held. *)
 
 val drop : t -> int -> unit

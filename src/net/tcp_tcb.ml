@@ -6,17 +6,17 @@ include Tcp_tcb_intf
    polymorphic, and every segment pays for them). *)
 let min (a : int) b = if a < b then a else b
 let max (a : int) b = if a > b then a else b
-
 let src = Logs.Src.create "consort.tcp" ~doc:"TCP"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
 module Make
     (Lower : LOWER)
-    (P : PARAMS
-           with type host = Lower.host
-            and type lower_address = Lower.address
-            and type lower_pattern = Lower.address_pattern) =
+    (P :
+      PARAMS
+        with type host = Lower.host
+         and type lower_address = Lower.address
+         and type lower_pattern = Lower.address_pattern) =
 struct
   type host = Lower.host
   type lower = Lower.t
@@ -153,7 +153,8 @@ struct
     mutable last_data_sent : Time.t;
     sack : Tcp_sack.t;
     rack : Tcp_rack.t;
-    mutable tlp_end : Tcp_seq.t option;  (** SND.MAX when a loss probe went, until its episode ends *)
+    mutable tlp_end : Tcp_seq.t option;
+        (** SND.MAX when a loss probe went, until its episode ends *)
     mutable tlp_rexmit : bool;  (** the probe sent old data again *)
     mutable tlp_ts : int;  (** our timestamp when it went *)
     (* Acknowledgements. *)
@@ -214,7 +215,11 @@ struct
   }
 
   and connection = tcb
-  and handler = { receive : connection -> Packet.t -> unit; status : connection -> Tcp_types.status -> unit }
+
+  and handler = {
+    receive : connection -> Packet.t -> unit;
+    status : connection -> Tcp_types.status -> unit;
+  }
 
   let local = P.local
   let pp_host = P.pp_host
@@ -227,7 +232,6 @@ struct
   let lower_headroom = Lower.headroom
   let lower_max_packet = Lower.max_packet
   let never = max_int
-
   let now () = clock.now ()
 
   (* {2 Upcalls} *)
@@ -261,7 +265,6 @@ struct
   (* {2 Sequence-space helpers} *)
 
   let data_end tcb = Tcp_seq.add tcb.buf_seq (Tcp_sndbuf.length tcb.sndbuf)
-
   let fin_acked tcb = tcb.fin_queued && Tcp_seq.gt tcb.snd_una (data_end tcb)
   let flight tcb = Tcp_seq.sub tcb.snd_max tcb.snd_una
   let ts_now tcb = ((now () / 1_000_000) + tcb.ts_offset) land 0xFFFF_FFFF
@@ -270,7 +273,6 @@ struct
      options every data segment carries. *)
   let mss_base tcb = max 1 (min tcb.peer_mss (tcb.lower_max - Tcp_wire.min_header))
   let smss tcb = max 1 (mss_base tcb - if tcb.ts_ok then 12 else 0)
-
   let sack_max tcb = Tcp_options.sack_max ~ts:tcb.ts_ok
 
   let options_len tcb =
@@ -283,7 +285,6 @@ struct
     Tcp_options.length ~ts:tcb.ts_ok ~sack_blocks
 
   let capacity tcb = max 1 (mss_base tcb - options_len tcb)
-
   let restart_rtx tcb = tcb.t_rtx <- now () + Tcp_rto.rto tcb.rto
 
   (* RACK-TLP runs on connections that agreed on SACK. *)
@@ -366,14 +367,14 @@ struct
         tcb.rcv_wscale <- 0);
     tcb.sack_ok <- tcb.offer_sack && o.sack_permitted;
     tcb.offer_sack <- tcb.sack_ok;
-    (match o.ts_val with
+    match o.ts_val with
     | Some v when tcb.offer_ts ->
         tcb.ts_ok <- true;
         tcb.ts_recent <- v;
         tcb.ts_recent_age <- now ()
     | _ ->
         tcb.ts_ok <- false;
-        tcb.offer_ts <- false)
+        tcb.offer_ts <- false
 
   (* {2 Creating connections} *)
 

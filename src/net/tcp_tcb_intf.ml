@@ -131,7 +131,8 @@ module type S = sig
     mutable last_data_sent : Time.t;
     sack : Tcp_sack.t;
     rack : Tcp_rack.t;
-    mutable tlp_end : Tcp_seq.t option;  (** SND.MAX when a loss probe went, until its episode ends *)
+    mutable tlp_end : Tcp_seq.t option;
+        (** SND.MAX when a loss probe went, until its episode ends *)
     mutable tlp_rexmit : bool;  (** the probe sent old data again *)
     mutable tlp_ts : int;  (** our timestamp when it went *)
     (* Acknowledgements. *)
@@ -192,7 +193,11 @@ module type S = sig
   }
 
   and connection = tcb
-  and handler = { receive : connection -> Packet.t -> unit; status : connection -> Tcp_types.status -> unit }
+
+  and handler = {
+    receive : connection -> Packet.t -> unit;
+    status : connection -> Tcp_types.status -> unit;
+  }
 
   (** {1 The lower layer and the parameters} *)
 
@@ -221,6 +226,7 @@ module type S = sig
   (** Makes the queued upcalls (not from inside one). *)
 
   val notify : tcb -> status -> unit
+
   val report : tcb -> status -> unit
   (** [report] notifies the last status, once. *)
 

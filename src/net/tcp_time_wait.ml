@@ -147,14 +147,15 @@ module Make (B : Tcp_tcb.S) = struct
     else begin
       let ts = Tcp_options.timestamp h.options in
       (match
-        Tcp_verdict.paws ~ts_ok:w.tw_ts_ok ~rst:false ~syn:h.flags.syn ~ts_val:(Option.map fst ts)
-          ~ts_recent:w.tw_ts_recent ~ts_recent_age:w.tw_ts_recent_age ~now:(now ())
-      with
+         Tcp_verdict.paws ~ts_ok:w.tw_ts_ok ~rst:false ~syn:h.flags.syn ~ts_val:(Option.map fst ts)
+           ~ts_recent:w.tw_ts_recent ~ts_recent_age:w.tw_ts_recent_age ~now:(now ())
+       with
       | Missing -> ()
       | Stale -> tw_ack t w
       | Fresh ->
           (match ts with
-          | Some (v, _) when w.tw_ts_ok && Tcp_seq.geq (Tcp_seq.of_int v) (Tcp_seq.of_int w.tw_ts_recent) ->
+          | Some (v, _)
+            when w.tw_ts_ok && Tcp_seq.geq (Tcp_seq.of_int v) (Tcp_seq.of_int w.tw_ts_recent) ->
               w.tw_ts_recent <- v;
               w.tw_ts_recent_age <- now ()
           | _ -> ());

@@ -44,7 +44,8 @@ module Make (B : Tcp_tcb.S) = struct
                  twice to the timer; smaller segments, then the search. *)
               tcb.pmtu_high <- min tcb.pmtu_high tcb.lower_max;
               tcb.lower_max <- max (pmtu_floor tcb) (tcb.lower_max / 2);
-              Log.debug (fun m -> m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
+              Log.debug (fun m ->
+                  m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
             end;
             let smss = smss tcb in
             Tcp_cc.on_rto tcb.cc ~flight:(flight tcb) ~smss ~first:(Tcp_rto.backoffs tcb.rto = 0);
@@ -87,8 +88,7 @@ module Make (B : Tcp_tcb.S) = struct
         else output ~force:true tcb;
         tcb.persist_backoff <- min (tcb.persist_backoff + 1) 16;
         if Tcp_seq.equal tcb.snd_una tcb.snd_max then
-          tcb.t_persist <-
-            now () + min tcb.cfg.max_rto (Tcp_rto.rto tcb.rto lsl tcb.persist_backoff)
+          tcb.t_persist <- now () + min tcb.cfg.max_rto (Tcp_rto.rto tcb.rto lsl tcb.persist_backoff)
       end
     end
 

@@ -110,8 +110,12 @@ let default_config =
 
 let pp_config ppf c =
   Fmt.pf ppf
-    "@[<v>mss %a@,buffers send %d receive %d@,wscale %b sack %b timestamps %b nodelay %b@,\
-     delayed ack %a@,rto initial %a min %a max %a@,msl %a@]"
+    "@[<v>mss %a@,\
+     buffers send %d receive %d@,\
+     wscale %b sack %b timestamps %b nodelay %b@,\
+     delayed ack %a@,\
+     rto initial %a min %a max %a@,\
+     msl %a@]"
     Fmt.(option ~none:(any "auto") int)
     c.mss c.send_buffer c.receive_buffer c.window_scale c.sack c.timestamps c.nodelay Time.pp
     c.delayed_ack Time.pp c.initial_rto Time.pp c.min_rto Time.pp c.max_rto Time.pp c.msl
@@ -158,8 +162,7 @@ let pp_conn_info ppf i =
     i.srtt
     Fmt.(option ~none:(any "-") Time.pp)
     i.rttvar Time.pp i.rto i.cwnd i.ssthresh i.snd_wnd i.rcv_wnd i.unacked i.unsent i.unread
-    i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.timeouts
-    i.probes
+    i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.timeouts i.probes
 
 type stats = {
   segments_in : int;
@@ -182,10 +185,11 @@ type stats = {
 
 let pp_stats ppf s =
   Fmt.pf ppf
-    "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks \
-     %d dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d"
-    s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in
-    s.resets_out s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans s.dsacks_received s.dsacks_sent
+    "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks %d \
+     dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d"
+    s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in s.resets_out
+    s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
+    s.dsacks_received s.dsacks_sent
 
 type control = Set_config of config | Abort_all
 
@@ -235,6 +239,7 @@ module type S = sig
     ?icmp:(lower_status -> Tcp_icmp.t option) ->
     lower ->
     (t, Protocol.error) result
+
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   val send_space : connection -> int
   val consume : connection -> int -> unit

@@ -1,6 +1,5 @@
-(** The types TCP shares with its users and its parts: states, upcall
-    statuses, configuration, statistics, and the signatures of the lower
-    layer, the functor parameters and the protocol. *)
+(** The types TCP shares with its users and its parts: states, upcall statuses, configuration,
+    statistics, and the signatures of the lower layer, the functor parameters and the protocol. *)
 
 (** {1 Shared types} *)
 
@@ -24,8 +23,7 @@ type status =
   | Writable  (** send space opened after a write found the buffer full *)
   | Peer_closed  (** the peer's FIN arrived: no more data will come *)
   | Closed_normally  (** both directions are closed (the last upcall) *)
-  | Failed of Protocol.error
-      (** reset by the peer, refused or timed out (the last upcall) *)
+  | Failed of Protocol.error  (** reset by the peer, refused or timed out (the last upcall) *)
 
 val pp_status : status Fmt.t
 
@@ -57,37 +55,34 @@ type config = {
   max_ooo_segments : int;  (** bound of the out-of-order queue *)
   backlog : int;  (** half-open connections per listener *)
   challenge_ack_limit : int;
-      (** challenge ACKs per second and connection (RFC 5961 section 7), at
-          most; each second's budget is drawn between half of it and it *)
+      (** challenge ACKs per second and connection (RFC 5961 section 7), at most; each second's
+          budget is drawn between half of it and it *)
   congestion : congestion;  (** of connections opened from now on *)
   rack : bool;
-      (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss
-          detection and tail loss probes; off, loss is detected by
-          duplicate ACKs (RFC 6675) and tail losses wait for the RTO *)
+      (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss detection and tail loss
+          probes; off, loss is detected by duplicate ACKs (RFC 6675) and tail losses wait for the
+          RTO *)
   plpmtud : bool;
-      (** packetization-layer path MTU discovery (RFC 8899, RFC 4821): a
-          segment lost to two timeouts in a row makes the segments smaller
-          (a black hole: a path that drops large packets and says nothing),
-          then probes with larger ones find the size the path carries *)
+      (** packetization-layer path MTU discovery (RFC 8899, RFC 4821): a segment lost to two
+          timeouts in a row makes the segments smaller (a black hole: a path that drops large
+          packets and says nothing), then probes with larger ones find the size the path carries *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
   min_mss : int;
-      (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48):
-          a peer asking for less gets that much (CVE-2019-11479) *)
+      (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48): a peer asking for less
+          gets that much (CVE-2019-11479) *)
   orphan_retries : int;
-      (** window probes a connection closed by the application sends to a
-          receiver that keeps its window shut, before it resets *)
+      (** window probes a connection closed by the application sends to a receiver that keeps its
+          window shut, before it resets *)
   max_connections : int;
-      (** connections at once (TIME-WAIT records apart); at the limit a new
-          one resets the oldest orphan, or else it is refused (a SYN gets a
-          cookie) *)
+      (** connections at once (TIME-WAIT records apart); at the limit a new one resets the oldest
+          orphan, or else it is refused (a SYN gets a cookie) *)
   max_orphans : int;
-      (** connections closed by the application and not yet gone; over it
-          the oldest is reset *)
+      (** connections closed by the application and not yet gone; over it the oldest is reset *)
 }
 
 val default_config : config
-(** 256 KiB buffers, window scaling, SACK and timestamps on, 40 ms delayed
-    ACK, RTO 1 s initially and within \[200 ms, 60 s\], MSL 30 s. *)
+(** 256 KiB buffers, window scaling, SACK and timestamps on, 40 ms delayed ACK, RTO 1 s initially
+    and within \[200 ms, 60 s\], MSL 30 s. *)
 
 val pp_config : config Fmt.t
 
@@ -137,8 +132,8 @@ type stats = {
   syn_cookies_sent : int;
   syn_cookies_accepted : int;  (** handshakes completed from a cookie *)
   memory : int;
-      (** bytes held for connections: an estimate of each record, the send
-          buffers allocated and the pool segments the receive queues pin *)
+      (** bytes held for connections: an estimate of each record, the send buffers allocated and the
+          pool segments the receive queues pin *)
   orphans : int;  (** connections closed by the application, not yet gone *)
   dsacks_sent : int;  (** duplicates reported (RFC 2883) *)
   dsacks_received : int;  (** duplicates the peers reported: spurious retransmissions *)
@@ -152,9 +147,8 @@ type control =
 
 (** {1 The lower layer and the parameters} *)
 
-(** What TCP needs of the layer below: the generic signature, and the host
-    a lower connection talks to (to demultiplex, and for the checksum's
-    pseudo header). *)
+(** What TCP needs of the layer below: the generic signature, and the host a lower connection talks
+    to (to demultiplex, and for the checksum's pseudo header). *)
 module type LOWER = sig
   type host
 
@@ -163,8 +157,8 @@ module type LOWER = sig
   val remote : connection -> host
 end
 
-(** The functor's parameters (Fox passes the pseudo-header checksum as a
-    functor argument in the same way). *)
+(** The functor's parameters (Fox passes the pseudo-header checksum as a functor argument in the
+    same way). *)
 module type PARAMS = sig
   type host
   type lower_address
@@ -174,26 +168,23 @@ module type PARAMS = sig
   (** This stack's own address. *)
 
   val lower_address : host -> lower_address
-  (** The lower layer's address of TCP at a host (for IP: the host and
-      protocol 6). *)
+  (** The lower layer's address of TCP at a host (for IP: the host and protocol 6). *)
 
   val lower_pattern : lower_pattern
   (** The lower layer's pattern for all of TCP's packets. *)
 
   val pseudo_header : (src:host -> dst:host -> len:int -> int) option
-  (** The checksum policy: [Some f] checksums every segment, [f] giving the
-      unfolded sum of the pseudo header for a segment of [len] bytes;
-      [None] sends a zero checksum field and verifies nothing (for a lower
-      layer with its own integrity check). *)
+  (** The checksum policy: [Some f] checksums every segment, [f] giving the unfolded sum of the
+      pseudo header for a segment of [len] bytes; [None] sends a zero checksum field and verifies
+      nothing (for a lower layer with its own integrity check). *)
 
   val equal_host : host -> host -> bool
   val pp_host : host Fmt.t
-
   val clock : Clock.t
+
   val rng : Consort.Rng.t
-  (** The draws that need not be secret (the challenge-ACK budget);
-      sequence numbers, ports and timestamp offsets come from
-      {!Tcp_secret}. *)
+  (** The draws that need not be secret (the challenge-ACK budget); sequence numbers, ports and
+      timestamp offsets come from {!Tcp_secret}. *)
 
   val pool : Consort.Pool.t
   (** Where outgoing segments are allocated. *)
@@ -206,8 +197,8 @@ module type S = sig
   type lower
 
   type tcp_address = { host : host; port : int; local_port : int option }
-  (** A peer for {!active_open}: its host and port, and the local port
-      ([None]: an ephemeral one). *)
+  (** A peer for {!active_open}: its host and port, and the local port ([None]: an ephemeral one).
+  *)
 
   type tcp_pattern = { port : int; from : host option }
   (** A passive open: the local port, and optionally the one host allowed. *)
@@ -229,28 +220,24 @@ module type S = sig
     ?icmp:(lower_status -> Tcp_icmp.t option) ->
     lower ->
     (t, Protocol.error) result
-  (** [create lower] is a TCP instance receiving every TCP packet of
-      [lower]. [secret] keys its initial sequence numbers, SYN cookies,
-      timestamp offsets and port choice ({!Tcp_secret}); by default 32 bytes
-      from the system's generator. [icmp] reads an ICMP error out of the
-      lower layer's upcall ({!Tcp_icmp.of_ipv4} over IPv4); without it
-      ICMP errors are ignored. *)
+  (** [create lower] is a TCP instance receiving every TCP packet of [lower]. [secret] keys its
+      initial sequence numbers, SYN cookies, timestamp offsets and port choice ({!Tcp_secret}); by
+      default 32 bytes from the system's generator. [icmp] reads an ICMP error out of the lower
+      layer's upcall ({!Tcp_icmp.of_ipv4} over IPv4); without it ICMP errors are ignored. *)
 
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
-  (** [write c b] copies as much of [b] as the send buffer takes and
-      returns that count; zero when full (wait for [Writable]) or when the
-      connection can no longer send. *)
+  (** [write c b] copies as much of [b] as the send buffer takes and returns that count; zero when
+      full (wait for [Writable]) or when the connection can no longer send. *)
 
   val send_space : connection -> int
   (** Bytes {!write} would take now. *)
 
   val consume : connection -> int -> unit
-  (** [consume c n] tells TCP that the application has used [n] bytes of
-      what was delivered: the receive window opens by that much. *)
+  (** [consume c n] tells TCP that the application has used [n] bytes of what was delivered: the
+      receive window opens by that much. *)
 
   val shutdown : connection -> unit
-  (** [shutdown c] sends a FIN after the data already written; receiving
-      goes on. *)
+  (** [shutdown c] sends a FIN after the data already written; receiving goes on. *)
 
   val unlisten : t -> int -> unit
   (** [unlisten t port] stops accepting connections on [port]. *)

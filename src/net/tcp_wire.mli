@@ -1,8 +1,8 @@
-(** The TCP header on the wire (RFC 9293, section 3.1): field offsets and
-    unchecked accessors on a buffer that starts at the header.
+(** The TCP header on the wire (RFC 9293, section 3.1): field offsets and unchecked accessors on a
+    buffer that starts at the header.
 
-    Callers check the length ({!min_header} bytes, then the data offset)
-    before using the accessors; {!Tcp_packet} is the checked decoder. *)
+    Callers check the length ({!min_header} bytes, then the data offset) before using the accessors;
+    {!Tcp_packet} is the checked decoder. *)
 
 val min_header : int
 (** 20: a header without options. *)
@@ -20,16 +20,13 @@ val get_ack : Cstruct.t -> int
 val set_ack : Cstruct.t -> int -> unit
 
 val get_data_offset : Cstruct.t -> int
-(** [get_data_offset b] is the header length in bytes (the 4-bit field
-    times 4). *)
+(** [get_data_offset b] is the header length in bytes (the 4-bit field times 4). *)
 
 val set_data_offset : Cstruct.t -> int -> unit
-(** [set_data_offset b n] stores a header length of [n] bytes (a multiple
-    of 4). *)
+(** [set_data_offset b n] stores a header length of [n] bytes (a multiple of 4). *)
 
 val get_flags : Cstruct.t -> int
-(** [get_flags b] is the byte of flags: CWR ECE URG ACK PSH RST SYN FIN from
-    the high bit down. *)
+(** [get_flags b] is the byte of flags: CWR ECE URG ACK PSH RST SYN FIN from the high bit down. *)
 
 val set_flags : Cstruct.t -> int -> unit
 val get_window : Cstruct.t -> int
@@ -38,7 +35,6 @@ val get_checksum : Cstruct.t -> int
 val set_checksum : Cstruct.t -> int -> unit
 val get_urgent : Cstruct.t -> int
 val set_urgent : Cstruct.t -> int -> unit
-
 val fin : int
 val syn : int
 val rst : int

@@ -1,7 +1,8 @@
 let ipv4 = Checksum.pseudo_ipv4
 
 let fill ?(zero = 0) ~pseudo ~field seg =
-  if field < 0 || field + 2 > Cstruct.length seg then invalid_arg "Transport_checksum.fill: field outside the segment";
+  if field < 0 || field + 2 > Cstruct.length seg then
+    invalid_arg "Transport_checksum.fill: field outside the segment";
   Cstruct.BE.set_uint16 seg field 0;
   let ck = Checksum.digest ~init:pseudo seg in
   Cstruct.BE.set_uint16 seg field (if ck = 0 then zero else ck)
@@ -14,7 +15,10 @@ let ipv6 ~(src : Ipv6_addr.t) ~(dst : Ipv6_addr.t) ~proto ~len =
   let add (a : Ipv6_addr.t) =
     let a = (a :> string) in
     for i = 0 to 7 do
-      s := !s + ((Char.code (String.unsafe_get a (2 * i)) lsl 8) lor Char.code (String.unsafe_get a ((2 * i) + 1)))
+      s :=
+        !s
+        + (Char.code (String.unsafe_get a (2 * i)) lsl 8)
+          lor Char.code (String.unsafe_get a ((2 * i) + 1))
     done
   in
   add src;

@@ -7,7 +7,6 @@ type address = Ipv4_addr.t endpoint
 type address_pattern = Port of int
 type status = Unreachable of Icmp_packet.unreachable
 type control = Unlisten of int
-
 type info = { datagrams_in : int; datagrams_out : int; bad : int; no_port : int; wrong_peer : int }
 
 let pp_info ppf i =
@@ -140,8 +139,10 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
     if
       ulen < Udp_wire.sizeof_udp || ulen > n
       || C.verify
-         && (if Udp_wire.get_checksum cs = 0 then not Ip.zero_checksum_ok
-             else not (Transport_checksum.valid_sub ~pseudo:(Ip.pseudo_header ipc ~len:ulen) cs ~len:ulen))
+         &&
+         if Udp_wire.get_checksum cs = 0 then not Ip.zero_checksum_ok
+         else
+           not (Transport_checksum.valid_sub ~pseudo:(Ip.pseudo_header ipc ~len:ulen) cs ~len:ulen)
     then (
       t.bad <- t.bad + 1;
       Packet.release p)
@@ -158,7 +159,18 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
             t.wrong_peer <- t.wrong_peer + 1;
             Packet.release p)
       | Listening f ->
-          let c = { udp = t; ipc; lport = dport; rport = sport; bound = false; owns_ip = false; handler = nothing; open_ = true } in
+          let c =
+            {
+              udp = t;
+              ipc;
+              lport = dport;
+              rport = sport;
+              bound = false;
+              owns_ip = false;
+              handler = nothing;
+              open_ = true;
+            }
+          in
           c.handler <- f c;
           let (_ : (unit, _) result) = Packet.pull p Udp_wire.sizeof_udp in
           t.datagrams_in <- t.datagrams_in + 1;
@@ -224,7 +236,18 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
           match Ip.active_open t.ip (Ip.udp_address dst) (ip_handler t) with
           | Error _ as e -> e
           | Ok ipc ->
-              let c = { udp = t; ipc; lport; rport = dst_port; bound = true; owns_ip = true; handler = nothing; open_ = true } in
+              let c =
+                {
+                  udp = t;
+                  ipc;
+                  lport;
+                  rport = dst_port;
+                  bound = true;
+                  owns_ip = true;
+                  handler = nothing;
+                  open_ = true;
+                }
+              in
               Itbl.replace t.ports lport (Bound c);
               c.handler <- f c;
               Ok c)
@@ -236,7 +259,17 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
       match Ip.active_open t.ip (Ip.udp_address dst) (ip_handler t) with
       | Error _ as e -> e
       | Ok ipc ->
-          Ok { udp = t; ipc; lport = src_port; rport = dst_port; bound = false; owns_ip = true; handler = nothing; open_ = true }
+          Ok
+            {
+              udp = t;
+              ipc;
+              lport = src_port;
+              rport = dst_port;
+              bound = false;
+              owns_ip = true;
+              handler = nothing;
+              open_ = true;
+            }
 
   let passive_open t (Port p) f =
     if not (valid_port p) then Error (`Bad_address (Printf.sprintf "port %d" p))
@@ -261,7 +294,8 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
       Udp_wire.set_length h len;
       Udp_wire.set_checksum h 0;
       if C.compute || not Ip.zero_checksum_ok then
-        Transport_checksum.fill ~zero:0xffff ~pseudo:(Ip.pseudo_header c.ipc ~len) ~field:6 (Packet.cstruct p);
+        Transport_checksum.fill ~zero:0xffff ~pseudo:(Ip.pseudo_header c.ipc ~len) ~field:6
+          (Packet.cstruct p);
       c.udp.datagrams_out <- c.udp.datagrams_out + 1;
       Ip.send c.ipc p
 
@@ -281,9 +315,7 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
   let headroom t = Udp_wire.sizeof_udp + Ip.headroom t.ip
 
   let control t (Unlisten p) =
-    (match Itbl.find_opt t.ports p with
-    | Some (Listening _) -> Itbl.remove t.ports p
-    | _ -> ());
+    (match Itbl.find_opt t.ports p with Some (Listening _) -> Itbl.remove t.ports p | _ -> ());
     Ok ()
 
   let query t =

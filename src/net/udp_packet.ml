@@ -17,7 +17,8 @@ let decode ?pseudo cs =
       | Some init when get_checksum cs <> 0 && not (Checksum.valid ~init cs) ->
           Error (`Msg "udp: bad checksum")
       | _ ->
-          Ok ({ src_port = get_src_port cs; dst_port = get_dst_port cs }, Cstruct.shift cs sizeof_udp)
+          Ok
+            ({ src_port = get_src_port cs; dst_port = get_dst_port cs }, Cstruct.shift cs sizeof_udp)
 
 let encode ?pseudo t cs =
   let n = Cstruct.length cs in

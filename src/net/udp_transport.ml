@@ -9,8 +9,7 @@ type address = { ip : Ipv4_addr.t; port : int }
 module type S = sig
   type stack
 
-  include
-    Consort.Transport.S with type address = address and type timer = Clock.cancel
+  include Consort.Transport.S with type address = address and type timer = Clock.cancel
 
   val create : ?pool:Consort.Pool.t -> stack -> t
   val stack : t -> stack
@@ -31,7 +30,8 @@ let address_of_string s =
   | Some i -> (
       let host = String.sub s 0 i and p = String.sub s (i + 1) (String.length s - i - 1) in
       let port =
-        if p = "" || String.length p > 5 || not (String.for_all (fun c -> c >= '0' && c <= '9') p) then None
+        if p = "" || String.length p > 5 || not (String.for_all (fun c -> c >= '0' && c <= '9') p)
+        then None
         else
           let v = int_of_string p in
           if v > 0xffff then None else Some v
@@ -129,18 +129,20 @@ module Make (S : Ipstack.S) = struct
       c.received <- c.received + 1;
       try c.handler.recv ~src v
       with e ->
-        Log.err (fun m -> m "%a: receive handler raised %s" pp_address c.local (Printexc.to_string e))
+        Log.err (fun m ->
+            m "%a: receive handler raised %s" pp_address c.local (Printexc.to_string e))
     end
 
   let input c uc p =
     if c.closed then Packet.release p
     else begin
       let ip, port = S.Udp.remote uc in
-      Fun.protect ~finally:(fun () -> Packet.release p) (fun () -> deliver c ~src:{ ip; port } (Packet.cstruct p))
+      Fun.protect
+        ~finally:(fun () -> Packet.release p)
+        (fun () -> deliver c ~src:{ ip; port } (Packet.cstruct p))
     end
 
   let no_handler = { recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }
-
   let udp_handler c _ = { S.Udp.receive = input c; status = (fun _ _ -> ()) }
 
   let bind t port f =
@@ -208,7 +210,8 @@ module Make (S : Ipstack.S) = struct
     | None -> (
         if Hashtbl.length c.senders >= max_senders then close_senders c;
         match
-          S.Udp.sender c.tr.stack.S.udp { Udp.dst = dst.ip; dst_port = dst.port; src_port = c.local.port }
+          S.Udp.sender c.tr.stack.S.udp
+            { Udp.dst = dst.ip; dst_port = dst.port; src_port = c.local.port }
         with
         | Ok uc ->
             Hashtbl.replace c.senders dst uc;
@@ -225,7 +228,9 @@ module Make (S : Ipstack.S) = struct
       t.stack.S.clock.at (t.stack.S.clock.now ()) (fun () ->
           match Itbl.find_opt t.conns dst.port with
           | Some d when not d.closed ->
-              Fun.protect ~finally:(fun () -> Iovec.release v) (fun () -> deliver d ~src (Iovec.cstruct v))
+              Fun.protect
+                ~finally:(fun () -> Iovec.release v)
+                (fun () -> deliver d ~src (Iovec.cstruct v))
           | _ -> Iovec.release v)
     in
     c.sent <- c.sent + 1;
@@ -256,7 +261,8 @@ module Make (S : Ipstack.S) = struct
       let len = Msg.length msg in
       if len > mtu then Error (`Too_big (len, mtu)) else Ok len
 
-  let send c ~dst msg = match check c msg with Error _ as e -> e | Ok len -> send_one c dst len msg
+  let send c ~dst msg =
+    match check c msg with Error _ as e -> e | Ok len -> send_one c dst len msg
 
   let cast c ~dsts msg =
     match check c msg with
@@ -278,7 +284,14 @@ module Make (S : Ipstack.S) = struct
     | Join_multicast _ -> Error (`Unsupported "IP multicast on this stack")
 
   let query (c : connection) =
-    { local = c.local; mtu; multicast = false; sent = c.sent; received = c.received; dropped = c.dropped }
+    {
+      local = c.local;
+      mtu;
+      multicast = false;
+      sent = c.sent;
+      received = c.received;
+      dropped = c.dropped;
+    }
 
   (* Time. *)
 

@@ -4,7 +4,14 @@ let src = Logs.Src.create "consort.capture" ~doc:"pcap capture of datagrams"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type writer = { oc : out_channel; limit : int; mutable written : int; mutable records : int; mutable stopped : bool; mutable closed : bool }
+type writer = {
+  oc : out_channel;
+  limit : int;
+  mutable written : int;
+  mutable records : int;
+  mutable stopped : bool;
+  mutable closed : bool;
+}
 
 let header =
   let b = Bytes.create 24 in
@@ -45,10 +52,14 @@ let ipv4_port s =
   match String.rindex_opt s ':' with
   | None -> None
   | Some i -> (
-      match (String.split_on_char '.' (String.sub s 0 i), int_of_string_opt (String.sub s (i + 1) (String.length s - i - 1))) with
+      match
+        ( String.split_on_char '.' (String.sub s 0 i),
+          int_of_string_opt (String.sub s (i + 1) (String.length s - i - 1)) )
+      with
       | [ a; b; c; d ], Some port when port >= 0 && port < 65536 -> (
           match List.map int_of_string_opt [ a; b; c; d ] with
-          | [ Some a; Some b; Some c; Some d ] when List.for_all (fun x -> x >= 0 && x < 256) [ a; b; c; d ] ->
+          | [ Some a; Some b; Some c; Some d ]
+            when List.for_all (fun x -> x >= 0 && x < 256) [ a; b; c; d ] ->
               Some ((a lsl 24) lor (b lsl 16) lor (c lsl 8) lor d, port)
           | _ -> None)
       | _ -> None)
@@ -69,7 +80,8 @@ let record w ~src ~dst pieces =
     | Some (sa, sp), Some (da, dp) ->
         let len = List.fold_left (fun n c -> n + Cstruct.length c) 0 pieces in
         let total = 28 + len in
-        if w.written + 16 + total > w.limit then stop w (Printf.sprintf "the file reached its limit of %d bytes" w.limit)
+        if w.written + 16 + total > w.limit then
+          stop w (Printf.sprintf "the file reached its limit of %d bytes" w.limit)
         else begin
           let t = Unix.gettimeofday () in
           let h = Bytes.make (16 + 28) '\000' in
@@ -125,7 +137,10 @@ module Make (T : Transport.S) = struct
 
   type connection = { c : T.connection; w : writer option; me : string }
   type handler = T.handler = { recv : src:address -> Iovec.t -> unit; closed : unit -> unit }
-  type nonrec control = T.control = Drop_filter of (src:address -> Cstruct.t -> bool) option | Join_multicast of address
+
+  type nonrec control = T.control =
+    | Drop_filter of (src:address -> Cstruct.t -> bool) option
+    | Join_multicast of address
 
   type info = T.info = {
     local : address;
@@ -144,14 +159,23 @@ module Make (T : Transport.S) = struct
 
   let open_ t addr mk =
     match t.writer with
-    | None -> Result.map (fun c -> { c; w = None; me = T.address_to_string addr }) (T.open_ t.inner addr (fun c -> mk { c; w = None; me = "" }))
+    | None ->
+        Result.map
+          (fun c -> { c; w = None; me = T.address_to_string addr })
+          (T.open_ t.inner addr (fun c -> mk { c; w = None; me = "" }))
     | Some w ->
         let local = ref (T.address_to_string addr) in
         let r =
           T.open_ t.inner addr (fun c ->
               let me = { c; w = Some w; me = !local } in
               let h = mk me in
-              { recv = (fun ~src iov -> record w ~src:(T.address_to_string src) ~dst:!local [ Iovec.cstruct iov ]; h.recv ~src iov); closed = h.closed })
+              {
+                recv =
+                  (fun ~src iov ->
+                    record w ~src:(T.address_to_string src) ~dst:!local [ Iovec.cstruct iov ];
+                    h.recv ~src iov);
+                closed = h.closed;
+              })
         in
         Result.map
           (fun c ->
@@ -167,7 +191,11 @@ module Make (T : Transport.S) = struct
     T.send c.c ~dst msg
 
   let cast c ~dsts msg =
-    Option.iter (fun w -> let p = pieces msg in List.iter (fun d -> record w ~src:c.me ~dst:(T.address_to_string d) p) dsts) c.w;
+    Option.iter
+      (fun w ->
+        let p = pieces msg in
+        List.iter (fun d -> record w ~src:c.me ~dst:(T.address_to_string d) p) dsts)
+      c.w;
     T.cast c.c ~dsts msg
 
   let close c = T.close c.c

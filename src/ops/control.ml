@@ -11,7 +11,8 @@ let ok = `Assoc [ ("ok", `Bool true) ]
 let error e = `Assoc [ ("error", `String e) ]
 let of_result = function Ok () -> ok | Error e -> error e
 
-let counters_json c = `Assoc (List.map (fun (layer, l) -> (layer, `Assoc (List.map (fun (k, n) -> (k, `Int n)) l))) c)
+let counters_json c =
+  `Assoc (List.map (fun (layer, l) -> (layer, `Assoc (List.map (fun (k, n) -> (k, `Int n)) l))) c)
 
 (* [word line] splits off the first space-separated word. *)
 let word line =
@@ -40,8 +41,13 @@ let answer h line =
     | "leave", "" ->
         h.leave ();
         ok
-    | w, _ -> error (Printf.sprintf "unknown request %S (status, counters, cast, send, suspect, leave)" (shorten w))
+    | w, _ ->
+        error
+          (Printf.sprintf "unknown request %S (status, counters, cast, send, suspect, leave)"
+             (shorten w))
   in
   Yojson.Safe.to_string json
 
-let serve loop path h = Serve.listen ~max_connections:16 ~max_request:(1 lsl 20) loop (Unix.ADDR_UNIX path) Lines (answer h)
+let serve loop path h =
+  Serve.listen ~max_connections:16 ~max_request:(1 lsl 20) loop (Unix.ADDR_UNIX path) Lines
+    (answer h)

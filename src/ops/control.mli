@@ -1,6 +1,6 @@
-(** The control socket of a running member: a Unix socket where
-    [consort status], [consort counters], [consort cast] and [consort send]
-    (or any program) ask one line and read one line of JSON.
+(** The control socket of a running member: a Unix socket where [consort status],
+    [consort counters], [consort cast] and [consort send] (or any program) ask one line and read one
+    line of JSON.
 
     {v
     status                  {"group":G,"me":ID,"view":VID,"ltime":N,"coordinator":ID,"members":[ID,...],"rank":N,"blocked":B,"flow_blocked":B}
@@ -12,8 +12,7 @@
     anything else           {"error":"unknown request ..."}
     v}
 
-    Versioned by its words: a request it does not know is answered with
-    an error, never ignored. *)
+    Versioned by its words: a request it does not know is answered with an error, never ignored. *)
 
 type handler = {
   status : unit -> Yojson.Safe.t;
@@ -28,8 +27,7 @@ val answer : handler -> string -> string
 (** One request line to its answer line. *)
 
 val serve : Consort_engine.Loop.t -> string -> handler -> (Serve.t, string) result
-(** [serve loop path handler] listens on the Unix socket [path] (mode 0600;
-    refused if another server answers there), at most 16 clients, 1 MiB a
-    request. *)
+(** [serve loop path handler] listens on the Unix socket [path] (mode 0600; refused if another
+    server answers there), at most 16 clients, 1 MiB a request. *)
 
 val counters_json : (string * (string * int) list) list -> Yojson.Safe.t

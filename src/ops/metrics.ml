@@ -1,4 +1,10 @@
-type sample = { name : string; help : string; kind : [ `Counter | `Gauge ]; labels : (string * string) list; value : float }
+type sample = {
+  name : string;
+  help : string;
+  kind : [ `Counter | `Gauge ];
+  labels : (string * string) list;
+  value : float;
+}
 
 let valid_name s =
   String.mapi
@@ -12,13 +18,22 @@ let valid_name s =
 let escape v =
   let b = Buffer.create (String.length v) in
   String.iter
-    (function '\\' -> Buffer.add_string b "\\\\" | '"' -> Buffer.add_string b "\\\"" | '\n' -> Buffer.add_string b "\\n" | c -> Buffer.add_char b c)
+    (function
+      | '\\' -> Buffer.add_string b "\\\\"
+      | '"' -> Buffer.add_string b "\\\""
+      | '\n' -> Buffer.add_string b "\\n"
+      | c -> Buffer.add_char b c)
     v;
   Buffer.contents b
 
 let escape_help v =
   let b = Buffer.create (String.length v) in
-  String.iter (function '\\' -> Buffer.add_string b "\\\\" | '\n' -> Buffer.add_string b "\\n" | c -> Buffer.add_char b c) v;
+  String.iter
+    (function
+      | '\\' -> Buffer.add_string b "\\\\"
+      | '\n' -> Buffer.add_string b "\\n"
+      | c -> Buffer.add_char b c)
+    v;
   Buffer.contents b
 
 let value v =
@@ -30,12 +45,20 @@ let value v =
 
 let render samples =
   let b = Buffer.create 4096 in
-  let names = List.fold_left (fun acc s -> let n = valid_name s.name in if List.mem n acc then acc else n :: acc) [] samples |> List.rev in
+  let names =
+    List.fold_left
+      (fun acc s ->
+        let n = valid_name s.name in
+        if List.mem n acc then acc else n :: acc)
+      [] samples
+    |> List.rev
+  in
   List.iter
     (fun n ->
       let mine = List.filter (fun s -> valid_name s.name = n) samples in
       let first = List.hd mine in
-      Printf.bprintf b "# HELP %s %s\n# TYPE %s %s\n" n (escape_help first.help) n (match first.kind with `Counter -> "counter" | `Gauge -> "gauge");
+      Printf.bprintf b "# HELP %s %s\n# TYPE %s %s\n" n (escape_help first.help) n
+        (match first.kind with `Counter -> "counter" | `Gauge -> "gauge");
       List.iter
         (fun s ->
           Buffer.add_string b n;
@@ -59,7 +82,9 @@ let of_counters ~labels counters =
         (fun (counter, n) ->
           {
             name = "consort_layer_counter";
-            help = "A counter of one layer of the member's stack (layers above Bottom restart at each view).";
+            help =
+              "A counter of one layer of the member's stack (layers above Bottom restart at each \
+               view).";
             kind = `Counter;
             labels = labels @ [ ("layer", layer); ("counter", counter) ];
             value = float_of_int n;
@@ -68,15 +93,25 @@ let of_counters ~labels counters =
     counters
 
 let response code reason body =
-  Printf.sprintf "HTTP/1.1 %d %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" code reason
-    (String.length body) body
+  Printf.sprintf
+    "HTTP/1.1 %d %s\r\n\
+     Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+     Content-Length: %d\r\n\
+     Connection: close\r\n\
+     \r\n\
+     %s"
+    code reason (String.length body) body
 
 let serve ?max_connections loop addr samples =
   Serve.listen ?max_connections ~max_request:8192 ~idle:10. loop addr Http (fun req ->
-      let line = match String.index_opt req '\r' with Some i -> String.sub req 0 i | None -> req in
+      let line =
+        match String.index_opt req '\r' with Some i -> String.sub req 0 i | None -> req
+      in
       match String.split_on_char ' ' line with
       | [ "GET"; path; _ ] | [ "GET"; path ] -> (
-          let path = match String.index_opt path '?' with Some i -> String.sub path 0 i | None -> path in
+          let path =
+            match String.index_opt path '?' with Some i -> String.sub path 0 i | None -> path
+          in
           match path with
           | "/metrics" -> response 200 "OK" (render (samples ()))
           | "/" -> response 200 "OK" "Consort: the metrics are at /metrics\n"

@@ -6,7 +6,12 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type framing = Lines | Http
 
-type conn = { fd : Unix.file_descr; buf : Buffer.t; mutable idle_timer : Loop.timer option; mutable alive : bool }
+type conn = {
+  fd : Unix.file_descr;
+  buf : Buffer.t;
+  mutable idle_timer : Loop.timer option;
+  mutable alive : bool;
+}
 
 type t = {
   loop : Loop.t;
@@ -53,21 +58,26 @@ let write_all t c s =
   in
   go 0 (Unix.gettimeofday () +. 1.)
 
-let answer t req = try t.answer req with e ->
-  Log.err (fun m -> m "answering a request: %s" (Printexc.to_string e));
-  raise Exit
+let answer t req =
+  try t.answer req
+  with e ->
+    Log.err (fun m -> m "answering a request: %s" (Printexc.to_string e));
+    raise Exit
 
 let arm_idle t c =
   Option.iter Loop.cancel c.idle_timer;
   c.idle_timer <- Some (Loop.after t.loop (Consort.Time.of_sec t.idle) (fun () -> drop t c))
 
 let http_response code reason ?(ctype = "text/plain; charset=utf-8") body =
-  Printf.sprintf "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" code reason
-    ctype (String.length body) body
+  Printf.sprintf
+    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" code
+    reason ctype (String.length body) body
 
 let index_from s i sub =
   let n = String.length s and m = String.length sub in
-  let rec go i = if i + m > n then None else if String.sub s i m = sub then Some i else go (i + 1) in
+  let rec go i =
+    if i + m > n then None else if String.sub s i m = sub then Some i else go (i + 1)
+  in
   go i
 
 (* Serves what [c]'s buffer holds: every complete line (Lines), or the
@@ -80,14 +90,17 @@ let serve t c =
         match String.index_from_opt data start '\n' with
         | Some i when c.alive ->
             let line = String.sub data start (i - start) in
-            let line = if String.length line > 0 && line.[String.length line - 1] = '\r' then String.sub line 0 (String.length line - 1) else line in
-            (match answer t line with
-            | a -> write_all t c (a ^ "\n")
-            | exception Exit -> drop t c);
+            let line =
+              if String.length line > 0 && line.[String.length line - 1] = '\r' then
+                String.sub line 0 (String.length line - 1)
+              else line
+            in
+            (match answer t line with a -> write_all t c (a ^ "\n") | exception Exit -> drop t c);
             go (i + 1)
         | _ ->
             Buffer.clear c.buf;
-            if c.alive then Buffer.add_string c.buf (String.sub data start (String.length data - start))
+            if c.alive then
+              Buffer.add_string c.buf (String.sub data start (String.length data - start))
       in
       go 0
   | Http -> (
@@ -96,14 +109,16 @@ let serve t c =
       | Some i ->
           (match answer t (String.sub data 0 i) with
           | a -> write_all t c a
-          | exception Exit -> write_all t c (http_response 500 "Internal Server Error" "internal error\n"));
+          | exception Exit ->
+              write_all t c (http_response 500 "Internal Server Error" "internal error\n"));
           drop t c)
 
 let too_big t c =
   t.refused <- t.refused + 1;
   (match t.framing with
   | Lines -> write_all t c (Printf.sprintf "{\"error\":\"request over %d bytes\"}\n" t.max_request)
-  | Http -> write_all t c (http_response 431 "Request Header Fields Too Large" "request too large\n"));
+  | Http ->
+      write_all t c (http_response 431 "Request Header Fields Too Large" "request too large\n"));
   drop t c
 
 let on_readable t c () =
@@ -135,13 +150,16 @@ let on_accept t () =
             Loop.watch t.loop fd (on_readable t c);
             loop (k - 1))
       | exception Unix.Unix_error ((EAGAIN | EWOULDBLOCK | EINTR | ECONNABORTED), _, _) -> ()
-      | exception Unix.Unix_error (e, _, _) -> Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
+      | exception Unix.Unix_error (e, _, _) ->
+          Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
   in
   loop 64
 
 let unix_error what e = Error (Printf.sprintf "%s: %s" what (Unix.error_message e))
 
-let describe = function Unix.ADDR_UNIX p -> p | ADDR_INET (a, p) -> Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
+let describe = function
+  | Unix.ADDR_UNIX p -> p
+  | ADDR_INET (a, p) -> Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
 
 (* A Unix socket path where nothing answers is stale: remove it. One where
    a server answers is in use. *)
@@ -149,12 +167,18 @@ let clear_unix_path path =
   if not (Sys.file_exists path) then Ok ()
   else
     let s = Unix.socket ~cloexec:true PF_UNIX SOCK_STREAM 0 in
-    let live = match Unix.connect s (ADDR_UNIX path) with () -> true | exception Unix.Unix_error _ -> false in
+    let live =
+      match Unix.connect s (ADDR_UNIX path) with () -> true | exception Unix.Unix_error _ -> false
+    in
     Unix.close s;
     if live then Error (Printf.sprintf "%s: a server already answers there" path)
     else
       match (Unix.lstat path).st_kind with
-      | S_SOCK -> (try Unix.unlink path; Ok () with Unix.Unix_error (e, _, _) -> unix_error path e)
+      | S_SOCK -> (
+          try
+            Unix.unlink path;
+            Ok ()
+          with Unix.Unix_error (e, _, _) -> unix_error path e)
       | _ -> Error (Printf.sprintf "%s: exists and is not a socket" path)
       | exception Unix.Unix_error (e, _, _) -> unix_error path e
 
@@ -180,7 +204,19 @@ let listen ?(max_connections = 32) ?(max_request = 65536) ?(idle = 30.) loop add
         Unix.listen sock 64;
         Unix.set_nonblock sock;
         let t =
-          { loop; sock; addr = Unix.getsockname sock; framing; answer; max_connections; max_request; idle; conns = []; refused = 0; closed = false }
+          {
+            loop;
+            sock;
+            addr = Unix.getsockname sock;
+            framing;
+            answer;
+            max_connections;
+            max_request;
+            idle;
+            conns = [];
+            refused = 0;
+            closed = false;
+          }
         in
         Loop.watch loop sock (on_accept t);
         Ok t
@@ -192,7 +228,9 @@ let close t =
     List.iter (drop t) t.conns;
     Loop.unwatch t.loop t.sock;
     (try Unix.close t.sock with Unix.Unix_error _ -> ());
-    match t.addr with Unix.ADDR_UNIX p -> (try Unix.unlink p with Unix.Unix_error _ -> ()) | _ -> ())
+    match t.addr with
+    | Unix.ADDR_UNIX p -> ( try Unix.unlink p with Unix.Unix_error _ -> ())
+    | _ -> ())
 
 let request ?(timeout = 5.) addr line =
   let s = Unix.socket ~cloexec:true (Unix.domain_of_sockaddr addr) SOCK_STREAM 0 in
@@ -210,11 +248,16 @@ let request ?(timeout = 5.) addr line =
       | n -> (
           Buffer.add_subbytes buf chunk 0 n;
           let b = Buffer.contents buf in
-          match String.index_opt b '\n' with Some i -> Ok (String.sub b 0 i) | None -> if Buffer.length buf > 16 * 1024 * 1024 then Error "answer too long" else read ())
+          match String.index_opt b '\n' with
+          | Some i -> Ok (String.sub b 0 i)
+          | None ->
+              if Buffer.length buf > 16 * 1024 * 1024 then Error "answer too long" else read ())
     in
     let r = read () in
     finally ();
     r
   with Unix.Unix_error (e, _, _) ->
     finally ();
-    Error (Printf.sprintf "%s: %s" (describe addr) (match e with EAGAIN | EWOULDBLOCK -> "no answer in time" | e -> Unix.error_message e))
+    Error
+      (Printf.sprintf "%s: %s" (describe addr)
+         (match e with EAGAIN | EWOULDBLOCK -> "no answer in time" | e -> Unix.error_message e))

@@ -30,7 +30,8 @@ let payload pool origin seq =
 
 let decode msg =
   let s = Msg.to_string msg in
-  if String.length s <> 5 + padding then Error (Printf.sprintf "payload of %d bytes" (String.length s))
+  if String.length s <> 5 + padding then
+    Error (Printf.sprintf "payload of %d bytes" (String.length s))
   else
     let origin = Char.code s.[0] in
     let seq = Int32.to_int (String.get_int32_be s 1) land 0xffff_ffff in
@@ -142,17 +143,27 @@ let run_checked ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
   (* Everything delivered here, and every cast stable (received by all). *)
   let settled () =
     complete ()
-    && (match counter Consort_group.Mnak.name "buffered" with Some 0 -> true | Some _ -> false | None -> true)
+    &&
+    match counter Consort_group.Mnak.name "buffered" with
+    | Some 0 -> true
+    | Some _ -> false
+    | None -> true
   in
   let grace = Time.of_ms 300 in
-  Loop.run loop ~timeout:(deadline - Loop.now loop) ~until:(fun () ->
+  Loop.run loop
+    ~timeout:(deadline - Loop.now loop)
+    ~until:(fun () ->
       settled ()
       || match !completed_at with Some t -> Loop.now loop - t > Time.of_sec 5. | None -> false);
   (* Stay a little to answer late requests, still checking deliveries. *)
   Loop.run loop ~timeout:(min grace (max 0 (deadline - Loop.now loop)));
   let elapsed = Loop.now loop - t0 in
   let info = Udp.query (E.connection ep) in
-  let mnak = match List.assoc_opt Consort_group.Mnak.name (Stack.counters (E.stack ep)) with Some c -> c | None -> [] in
+  let mnak =
+    match List.assoc_opt Consort_group.Mnak.name (Stack.counters (E.stack ep)) with
+    | Some c -> c
+    | None -> []
+  in
   E.close ep;
   let leaks = Pool.leak_check pool in
   if leaks > 0 then error "%d buffers leaked" leaks;
@@ -161,7 +172,8 @@ let run_checked ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
   let missing = Array.make n 0 in
   List.iter
     (function
-      | Fifo.Missing { receiver; sender; _ } -> if receiver = rank then missing.(sender) <- missing.(sender) + 1
+      | Fifo.Missing { receiver; sender; _ } ->
+          if receiver = rank then missing.(sender) <- missing.(sender) + 1
       | v -> error "%s" (Fmt.str "%a" Fifo.pp_violation v))
     (Fifo.finish fifo);
   Array.iteri (fun o k -> if k > 0 then error "%d casts of %d never delivered" k o) missing;
@@ -177,11 +189,9 @@ let run_checked ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
      %!"
     rank
     (if ok then "OK" else "FAILED")
-    (Array.fold_left ( + ) 0 next)
-    (Array.fold_left ( + ) 0 counts)
+    (Array.fold_left ( + ) 0 next) (Array.fold_left ( + ) 0 counts)
     (String.concat "," (Array.to_list (Array.map string_of_int next)))
-    (Fmt.str "%a" Time.pp elapsed)
-    info.sent info.received info.dropped !filtered !seen
+    (Fmt.str "%a" Time.pp elapsed) info.sent info.received info.dropped !filtered !seen
     (if !seen = 0 then 0. else 100. *. float !filtered /. float !seen)
     (String.concat " " (List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) mnak));
   List.iter (fun e -> Printf.printf "peer %d: error: %s\n%!" rank e) (List.rev !errors);
@@ -190,10 +200,14 @@ let run_checked ~rank ~members ~counts ~loss ~seed ~deadline:deadline_s =
 
 let run ~rank ~members ~counts ~loss ~seed ~deadline =
   let n = Array.length members in
-  if rank < 0 || rank >= n then Error (Bad_argument (Printf.sprintf "rank %d outside the %d members" rank n))
+  if rank < 0 || rank >= n then
+    Error (Bad_argument (Printf.sprintf "rank %d outside the %d members" rank n))
   else if Array.length counts <> n then Error (Bad_argument "one count per member")
-  else if Array.exists (fun c -> c < 0) counts then Error (Bad_argument "counts must not be negative")
-  else if not (loss >= 0. && loss < 1.) then Error (Bad_argument (Printf.sprintf "loss %g outside [0, 1)" loss))
-  else match run_checked ~rank ~members ~counts ~loss ~seed ~deadline with
+  else if Array.exists (fun c -> c < 0) counts then
+    Error (Bad_argument "counts must not be negative")
+  else if not (loss >= 0. && loss < 1.) then
+    Error (Bad_argument (Printf.sprintf "loss %g outside [0, 1)" loss))
+  else
+    match run_checked ~rank ~members ~counts ~loss ~seed ~deadline with
     | ok -> Ok ok
     | exception Setup e -> Error e

@@ -10,8 +10,8 @@ let s = Time.of_sec
 type obs = {
   addrs : string list array;
   mutable moves : int;
-  mutable next : int;  (* fresh addresses *)
-  mutable left : (string * string * string) list;  (* who saw, which member left, in which view *)
+  mutable next : int; (* fresh addresses *)
+  mutable left : (string * string * string) list; (* who saw, which member left, in which view *)
   mutable problems : string list;
 }
 
@@ -19,15 +19,18 @@ type obs = {
    the configured addresses, which every other member may have left). *)
 let move w obs i =
   match V.group w i with
-  | Some g when V.is_alive w i && Array.length (G.view g).Consort_group.Group.members > 1 ->
+  | Some g when V.is_alive w i && Array.length (G.view g).Consort_group.Group.members > 1 -> (
       obs.next <- obs.next + 1;
       let dst = Printf.sprintf "%s.m%d" (V.addr w i) obs.next in
       V.note w "%d %s moves to %s" (Sim.now (V.net w)) (G.me g) dst;
-      (match G.migrate g dst with
+      match G.migrate g dst with
       | Ok () ->
           obs.moves <- obs.moves + 1;
           obs.addrs.(i) <- dst :: obs.addrs.(i)
-      | Error e -> obs.problems <- Fmt.str "%s: move to %s refused: %a" (G.me g) dst Consort_group.Group.pp_migrate_error e :: obs.problems)
+      | Error e ->
+          obs.problems <-
+            Fmt.str "%s: move to %s refused: %a" (G.me g) dst Consort_group.Group.pp_migrate_error e
+            :: obs.problems)
   | _ -> ()
 
 (* A crash takes every address the process listens at. *)
@@ -55,7 +58,9 @@ let settled w obs =
       match (V.group w i, obs.addrs.(i)) with
       | Some g, (_ :: _ as addrs) ->
           let here = G.address g in
-          (if here <> List.hd addrs then [ Printf.sprintf "%s listens at %s, moved last to %s" (G.me g) here (List.hd addrs) ] else [])
+          (if here <> List.hd addrs then
+             [ Printf.sprintf "%s listens at %s, moved last to %s" (G.me g) here (List.hd addrs) ]
+           else [])
           @ List.filter_map
               (fun j ->
                 match V.group w j with
@@ -64,15 +69,24 @@ let settled w obs =
                     | Some a when a = here -> None
                     | a ->
                         Some
-                          (Printf.sprintf "%s sends to %s at %s, which moved to %s" (G.me h) (G.me g)
-                             (Option.value ~default:"(not in its view)" a) here))
+                          (Printf.sprintf "%s sends to %s at %s, which moved to %s" (G.me h)
+                             (G.me g)
+                             (Option.value ~default:"(not in its view)" a)
+                             here))
                 | _ -> None)
               live
           @ (match G.unmoved g with
             | [] -> []
-            | l -> [ Printf.sprintf "%s: [%s] never acknowledged its move" (G.me g) (String.concat ", " l) ])
+            | l ->
+                [
+                  Printf.sprintf "%s: [%s] never acknowledged its move" (G.me g)
+                    (String.concat ", " l);
+                ])
           @ List.filter_map
-              (fun a -> if Sim.is_open (V.net w) a then Some (Printf.sprintf "%s still listens at %s, which it left" (G.me g) a) else None)
+              (fun a ->
+                if Sim.is_open (V.net w) a then
+                  Some (Printf.sprintf "%s still listens at %s, which it left" (G.me g) a)
+                else None)
               (V.addr w i :: List.tl addrs)
       | _ -> [])
     live
@@ -85,7 +99,9 @@ let migrate_scenario ?trace ?params seed =
   V.set_hooks w
     {
       V.no_hooks with
-      viewed = (fun _ id v -> List.iter (fun l -> obs.left <- (id, l, v.Consort_group.Group.vid) :: obs.left) v.left);
+      viewed =
+        (fun _ id v ->
+          List.iter (fun l -> obs.left <- (id, l, v.Consort_group.Group.vid) :: obs.left) v.left);
     };
   for i = 0 to n - 1 do
     V.at w (Rng.int r 400_000_000) (fun () -> start w obs i)
@@ -123,7 +139,8 @@ let migrate_scenario ?trace ?params seed =
   let spurious =
     List.filter_map
       (fun (who, l, vid) ->
-        if List.mem l crashed then None else Some (Printf.sprintf "%s saw %s leave in view %s, and it never crashed" who l vid))
+        if List.mem l crashed then None
+        else Some (Printf.sprintf "%s saw %s leave in view %s, and it never crashed" who l vid))
       (List.rev obs.left)
   in
   let none = if obs.moves = 0 then [ "no member moved" ] else [] in
@@ -132,9 +149,10 @@ let migrate_scenario ?trace ?params seed =
 let scenarios =
   [
     ( "migrate",
-      "5 members under casts and sends move to new addresses (Group.migrate): while the view is stable, while it \
-       changes after a crash, while the crashed member rejoins, and twice in a row; 3% loss; virtual synchrony, no \
-       member seen leaving, every member known at its last address, old addresses closed",
+      "5 members under casts and sends move to new addresses (Group.migrate): while the view is \
+       stable, while it changes after a crash, while the crashed member rejoins, and twice in a \
+       row; 3% loss; virtual synchrony, no member seen leaving, every member known at its last \
+       address, old addresses closed",
       migrate_scenario );
   ]
 

@@ -60,17 +60,25 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
   (* The crash hits the coordinator (the sequencer) one time in two. *)
   let sequencer = Rng.bool rng in
   let other = Rng.int rng 5 in
-  event (s 7. + Rng.int rng (s 2.)) (fun () ->
+  event
+    (s 7. + Rng.int rng (s 2.))
+    (fun () ->
       let victim = if sequencer then Option.value ~default:other (coordinator w) else other in
-      V.note w "%d crash p%d%s" (Consort_engine.Sim.now (V.net w)) victim (if sequencer then " (coordinator)" else "");
+      V.note w "%d crash p%d%s"
+        (Consort_engine.Sim.now (V.net w))
+        victim
+        (if sequencer then " (coordinator)" else "");
       V.crash w victim);
   let cut = s 11. + Rng.int rng (s 2.) in
   let addrs = List.init 5 (V.addr w) in
   let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
   event cut (fun () ->
       V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
-      Consort_engine.Sim.partition (V.net w) [ List.filteri (fun i _ -> i < 2) shuffled; List.filteri (fun i _ -> i >= 2) shuffled ]);
-  event (cut + s 6.) (fun () ->
+      Consort_engine.Sim.partition (V.net w)
+        [ List.filteri (fun i _ -> i < 2) shuffled; List.filteri (fun i _ -> i >= 2) shuffled ]);
+  event
+    (cut + s 6.)
+    (fun () ->
       V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
       Consort_engine.Sim.heal (V.net w));
   let restart = Rng.int rng 5 in
@@ -102,13 +110,20 @@ let partitions ~props ~defaults ~checks ?trace ?params seed =
   let last = ref 0 in
   for k = 0 to 2 do
     let cut = s 5. + (k * s 8.) + Rng.int rng (s 2.) in
-    let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
+    let shuffled =
+      List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs))
+    in
     let side = 1 + Rng.int rng 2 in
     event cut (fun () ->
         V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.partition (V.net w)
-          [ List.filteri (fun i _ -> i < side) shuffled; List.filteri (fun i _ -> i >= side) shuffled ]);
-    event (cut + s 5.) (fun () ->
+          [
+            List.filteri (fun i _ -> i < side) shuffled;
+            List.filteri (fun i _ -> i >= side) shuffled;
+          ]);
+    event
+      (cut + s 5.)
+      (fun () ->
         V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.heal (V.net w));
     last := cut + s 5.
@@ -132,7 +147,9 @@ let quorum_check w logs =
         let addr = match String.index_opt id '#' with Some i -> String.sub id 0 i | None -> id in
         (Consort_group.Primary.decide c [ addr ]).votes
       in
-      match Consort_spec.Quorum.check ~live_quorum:true ~votes ~needed:((expected / 2) + 1) logs with
+      match
+        Consort_spec.Quorum.check ~live_quorum:true ~votes ~needed:((expected / 2) + 1) logs
+      with
       | Ok () -> []
       | Error vs -> List.map (Fmt.str "primary: %a" Consort_spec.Quorum.pp_violation) vs)
 
@@ -147,7 +164,11 @@ let primary_partitions ?trace ?params seed =
   let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
   let w =
     V.with_params w
-      [ ("primary.votes", Params.String "p0=2"); ("primary.expected", Params.Int 6); ("suspect.timeout", Params.Time (Time.of_sec 2.)) ]
+      [
+        ("primary.votes", Params.String "p0=2");
+        ("primary.expected", Params.Int 6);
+        ("suspect.timeout", Params.Time (Time.of_sec 2.));
+      ]
   in
   let rng = V.rng w in
   for i = 0 to 4 do
@@ -161,14 +182,25 @@ let primary_partitions ?trace ?params seed =
   let last = ref 0 in
   for k = 0 to 3 do
     let cut = s 3. + (k * s 7.) + Rng.int rng (s 1.) in
-    let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
+    let shuffled =
+      List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs))
+    in
     let a = 1 + Rng.int rng 3 in
     let b = if Rng.int rng 3 = 0 then a + 1 + Rng.int rng (4 - a) else 5 in
-    let sides = List.filter (( <> ) []) [ List.filteri (fun i _ -> i < a) shuffled; List.filteri (fun i _ -> i >= a && i < b) shuffled; List.filteri (fun i _ -> i >= b) shuffled ] in
+    let sides =
+      List.filter (( <> ) [])
+        [
+          List.filteri (fun i _ -> i < a) shuffled;
+          List.filteri (fun i _ -> i >= a && i < b) shuffled;
+          List.filteri (fun i _ -> i >= b) shuffled;
+        ]
+    in
     event cut (fun () ->
         V.note w "%d partition into %d" (Consort_engine.Sim.now (V.net w)) (List.length sides);
         Consort_engine.Sim.partition (V.net w) sides);
-    event (cut + s 5.) (fun () ->
+    event
+      (cut + s 5.)
+      (fun () ->
         V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
         Consort_engine.Sim.heal (V.net w));
     last := cut + s 5.
@@ -185,33 +217,43 @@ let with_total = P.vsync @ [ P.Total ]
 let scenarios =
   [
     ( "total-seq",
-      "total order with the sequencer: 5 members, the coordinator or another crashes, a 2/3 partition heals, \
-       joins, a leave, bursts at each view change; 3% loss",
-      mixed ~props:with_total ~defaults:[ ("total.protocol", Params.String "sequencer") ] ~checks:[ total ] );
+      "total order with the sequencer: 5 members, the coordinator or another crashes, a 2/3 \
+       partition heals, joins, a leave, bursts at each view change; 3% loss",
+      mixed ~props:with_total
+        ~defaults:[ ("total.protocol", Params.String "sequencer") ]
+        ~checks:[ total ] );
     ( "total-token",
-      "total order with the rotating token: 5 members, crashes, a 2/3 partition heals, joins, a leave, bursts \
-       at each view change; 3% loss",
-      mixed ~props:with_total ~defaults:[ ("total.protocol", Params.String "token") ] ~checks:[ total ] );
-    ( "causal",
-      "causal order with compressed vector timestamps: 5 members, crashes, a 2/3 partition heals, joins, a \
+      "total order with the rotating token: 5 members, crashes, a 2/3 partition heals, joins, a \
        leave, bursts at each view change; 3% loss",
+      mixed ~props:with_total
+        ~defaults:[ ("total.protocol", Params.String "token") ]
+        ~checks:[ total ] );
+    ( "causal",
+      "causal order with compressed vector timestamps: 5 members, crashes, a 2/3 partition heals, \
+       joins, a leave, bursts at each view change; 3% loss",
       mixed ~props:(P.vsync @ [ P.Causal ]) ~defaults:[] ~checks:[ causal ] );
     ( "safe",
-      "safe delivery (Agree): 5 members, crashes, a 2/3 partition heals, joins, a leave, bursts at each view \
-       change; 3% loss",
+      "safe delivery (Agree): 5 members, crashes, a 2/3 partition heals, joins, a leave, bursts at \
+       each view change; 3% loss",
       mixed ~props:(P.vsync @ [ P.Agree ]) ~defaults:[] ~checks:[ safe ] );
     ( "ordered-all",
-      "Agree, Causal and Total together (total.protocol as given, sequencer by default): the schedule of \
-       total-seq, every ordering property checked",
-      mixed ~props:(P.vsync @ [ P.Total; P.Causal; P.Agree ]) ~defaults:[] ~checks:[ total; causal; safe ] );
+      "Agree, Causal and Total together (total.protocol as given, sequencer by default): the \
+       schedule of total-seq, every ordering property checked",
+      mixed
+        ~props:(P.vsync @ [ P.Total; P.Causal; P.Agree ])
+        ~defaults:[] ~checks:[ total; causal; safe ] );
     ( "evs",
-      "extended virtual synchrony (Evs: transitional views, safe delivery relative to them): 5 members, three \
-       random two-way partitions healed, a crash and a restart, bursts at each cut and heal; 3% loss",
-      partitions ~props:(P.vsync @ [ P.Evs ]) ~defaults:[ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ] ~checks:[ V.evs; safe ] );
+      "extended virtual synchrony (Evs: transitional views, safe delivery relative to them): 5 \
+       members, three random two-way partitions healed, a crash and a restart, bursts at each cut \
+       and heal; 3% loss",
+      partitions ~props:(P.vsync @ [ P.Evs ])
+        ~defaults:[ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ]
+        ~checks:[ V.evs; safe ] );
     ( "primary-partitions",
-      "primary components with quorum (Primary, votes p0=2 and 1 for the others, 4 of 6 needed) over Total and \
-       Evs: 5 members, four splits into two or three random sides healed, a crash and a restart, bursts at each cut \
-       and heal; 3% loss; at most one primary at a time, in one sequence",
+      "primary components with quorum (Primary, votes p0=2 and 1 for the others, 4 of 6 needed) \
+       over Total and Evs: 5 members, four splits into two or three random sides healed, a crash \
+       and a restart, bursts at each cut and heal; 3% loss; at most one primary at a time, in one \
+       sequence",
       primary_partitions );
   ]
 

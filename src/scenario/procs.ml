@@ -7,7 +7,7 @@ type member = {
   mutable pid : int option;
   mutable input : out_channel option;
   mutable incarnation : int;
-  mutable logs : string list;  (* one file per incarnation, newest first *)
+  mutable logs : string list; (* one file per incarnation, newest first *)
 }
 
 let free_ports n =
@@ -38,19 +38,35 @@ let create_at ~dir addrs =
 
 let create ~dir n = create_at ~dir (List.map (Printf.sprintf "127.0.0.1:%d") (free_ports n))
 
-let start ~exe ?(wrap = []) ?(extra = []) ?(params = "") ?(props = "vsync") ~group ~peers ?(output = "/dev/null") m =
+let start ~exe ?(wrap = []) ?(extra = []) ?(params = "") ?(props = "vsync") ~group ~peers
+    ?(output = "/dev/null") m =
   m.incarnation <- m.incarnation + 1;
   let log = Filename.concat m.dir (Printf.sprintf "member-%d.%d.log" m.idx m.incarnation) in
   m.logs <- log :: m.logs;
   let r, w = Unix.pipe ~cloexec:true () in
-  let out = Unix.openfile output [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let out =
+    Unix.openfile output [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
+  in
   let args =
     wrap
     @ [
-      exe; "member"; "--group"; group; "--props"; props; "--bind"; m.addr; "--peers";
-      (if peers = [] then "none" else String.concat "," peers);
-      "--log"; log; "--drop-file"; drop_file m; "--seed"; string_of_int ((m.idx * 1000) + m.incarnation);
-    ]
+        exe;
+        "member";
+        "--group";
+        group;
+        "--props";
+        props;
+        "--bind";
+        m.addr;
+        "--peers";
+        (if peers = [] then "none" else String.concat "," peers);
+        "--log";
+        log;
+        "--drop-file";
+        drop_file m;
+        "--seed";
+        string_of_int ((m.idx * 1000) + m.incarnation);
+      ]
     @ (if params = "" then [] else [ "--params"; params ])
     @ extra
   in
@@ -137,7 +153,9 @@ let read_lines file =
   match open_in_bin file with
   | exception Sys_error _ -> []
   | ic ->
-      let rec go acc = match input_line ic with l -> go (l :: acc) | exception End_of_file -> List.rev acc in
+      let rec go acc =
+        match input_line ic with l -> go (l :: acc) | exception End_of_file -> List.rev acc
+      in
       let l = go [] in
       close_in ic;
       l
@@ -150,7 +168,8 @@ let current_view m =
   | [] -> None
   | log :: _ ->
       List.fold_left
-        (fun acc e -> match e with Log.View { view; members; _ } -> Some (view, members) | _ -> acc)
+        (fun acc e ->
+          match e with Log.View { view; members; _ } -> Some (view, members) | _ -> acc)
         None (events log)
 
 let same_view ms =
@@ -164,10 +183,12 @@ let all_logs ms = List.concat_map (fun m -> List.rev m.logs) ms
 let deliveries m =
   match m.logs with
   | [] -> 0
-  | log :: _ -> List.length (List.filter (function Log.Deliver _ -> true | _ -> false) (events log))
+  | log :: _ ->
+      List.length (List.filter (function Log.Deliver _ -> true | _ -> false) (events log))
 
 let remove_dir dir =
   (match Sys.readdir dir with
-  | files -> Array.iter (fun f -> try Sys.remove (Filename.concat dir f) with Sys_error _ -> ()) files
+  | files ->
+      Array.iter (fun f -> try Sys.remove (Filename.concat dir f) with Sys_error _ -> ()) files
   | exception Sys_error _ -> ());
   try Unix.rmdir dir with Unix.Unix_error _ -> ()

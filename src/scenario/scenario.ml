@@ -39,7 +39,9 @@ let scenarios =
   [
     {
       name = "pt2pt-lossy";
-      doc = "5 endpoints send point-to-point messages to random peers; loss 30%, duplication 10%, reordering";
+      doc =
+        "5 endpoints send point-to-point messages to random peers; loss 30%, duplication 10%, \
+         reordering";
       layers = [ Consort_group.Pt2pt.layer; Consort_group.Bottom.layer ];
       requires = [ Contract.reliable_send ];
       workload = Sends;
@@ -59,21 +61,32 @@ let scenarios =
 
 let names =
   List.map (fun s -> s.name) scenarios
-  @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Xfer_sim.names @ Switch_sim.names @ Consort_cap.Rpc_sim.names
-  @ Migrate_sim.names @ Cltsvr_sim.names
+  @ Vsync_sim.names @ Vsync_forged.names @ Order_sim.names @ Xfer_sim.names @ Switch_sim.names
+  @ Consort_cap.Rpc_sim.names @ Migrate_sim.names @ Cltsvr_sim.names
 
 let describe n =
-  match Migrate_sim.describe n with Some d -> Some d | None ->
-  match Cltsvr_sim.describe n with Some d -> Some d | None ->
-  match List.find_opt (fun s -> s.name = n) scenarios with
-  | Some s -> Some s.doc
+  match Migrate_sim.describe n with
+  | Some d -> Some d
   | None -> (
-      match match Vsync_sim.describe n with None -> (match Xfer_sim.describe n with None -> Switch_sim.describe n | d -> d) | d -> d with
+      match Cltsvr_sim.describe n with
       | Some d -> Some d
       | None -> (
-          match Vsync_forged.describe n with
-          | Some d -> Some d
-          | None -> ( match Order_sim.describe n with Some d -> Some d | None -> Consort_cap.Rpc_sim.describe n)))
+          match List.find_opt (fun s -> s.name = n) scenarios with
+          | Some s -> Some s.doc
+          | None -> (
+              match
+                match Vsync_sim.describe n with
+                | None -> ( match Xfer_sim.describe n with None -> Switch_sim.describe n | d -> d)
+                | d -> d
+              with
+              | Some d -> Some d
+              | None -> (
+                  match Vsync_forged.describe n with
+                  | Some d -> Some d
+                  | None -> (
+                      match Order_sim.describe n with
+                      | Some d -> Some d
+                      | None -> Consort_cap.Rpc_sim.describe n)))))
 
 (* Application payload: sender and sequence number, then padding of a
    random length so that messages differ in size. *)
@@ -90,7 +103,14 @@ let run_spec ?trace ?params spec ~seed =
   let events = ref [] in
   let record e = events := e :: !events in
   let note fmt =
-    Printf.ksprintf (fun s -> Option.iter (fun oc -> output_string oc s; output_char oc '\n') trace) fmt
+    Printf.ksprintf
+      (fun s ->
+        Option.iter
+          (fun oc ->
+            output_string oc s;
+            output_char oc '\n')
+          trace)
+      fmt
   in
   let violations = ref [] in
   let delivered = ref 0 in
@@ -110,7 +130,12 @@ let run_spec ?trace ?params spec ~seed =
               note "%d app deliver at=%d from=%d seq=%d" (Sim.now net) rank sender seq;
               record
                 (Fifo.Delivered
-                   { receiver = rank; sender; cast = (match src with Event.Cast_from _ -> true | _ -> false); seq })
+                   {
+                     receiver = rank;
+                     sender;
+                     cast = (match src with Event.Cast_from _ -> true | _ -> false);
+                     seq;
+                   })
           | Ok (sender, seq, _), _ ->
               violations :=
                 Printf.sprintf "endpoint %d: message (%d,%d) delivered as %s" rank sender seq
@@ -118,11 +143,13 @@ let run_spec ?trace ?params spec ~seed =
                 :: !violations
           | Error e, _ ->
               violations :=
-                Fmt.str "endpoint %d: undecodable payload delivered (%a)" rank Codec.pp_error e :: !violations
+                Fmt.str "endpoint %d: undecodable payload delivered (%a)" rank Codec.pp_error e
+                :: !violations
         in
         let app = { Stack.deliver; ctl = (fun _ -> ()) } in
         match
-          Ep.create ?params ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff) ~layers:spec.layers ~app ()
+          Ep.create ?params ~pool ~requires:spec.requires net ~view ~seed:(Rng.int rng 0x3fff_ffff)
+            ~layers:spec.layers ~app ()
         with
         | Ok ep -> ep
         | Error e -> Fmt.failwith "scenario %s: %a" spec.name Consort_engine.Endpoint.pp_error e)
@@ -130,14 +157,23 @@ let run_spec ?trace ?params spec ~seed =
   (* Each sender's messages at random times in the first second. *)
   let sent = ref 0 in
   for sender = 0 to n - 1 do
-    let times = List.init spec.per_sender (fun _ -> Rng.int rng 1_000_000_000) |> List.sort compare in
+    let times =
+      List.init spec.per_sender (fun _ -> Rng.int rng 1_000_000_000) |> List.sort compare
+    in
     List.iteri
       (fun seq at ->
-        let kind = match spec.workload with Casts -> Fifo.Cast | Sends -> Fifo.Send ((sender + 1 + Rng.int rng (n - 1)) mod n) in
+        let kind =
+          match spec.workload with
+          | Casts -> Fifo.Cast
+          | Sends -> Fifo.Send ((sender + 1 + Rng.int rng (n - 1)) mod n)
+        in
         let pad = String.make (Rng.int rng 200) (Char.chr (97 + (seq mod 26))) in
         ignore
           (Sim.at net at (fun () ->
-               let msg = Msg.create (Iovecs.of_string pool (Codec.encode_string payload_codec (sender, seq, pad))) in
+               let msg =
+                 Msg.create
+                   (Iovecs.of_string pool (Codec.encode_string payload_codec (sender, seq, pad)))
+               in
                incr sent;
                record (Fifo.Sent { sender; kind; seq });
                note "%d app send from=%d seq=%d" (Sim.now net) sender seq;
@@ -194,7 +230,11 @@ let run ?trace ?params name ~seed =
       | None -> Error (Unknown_scenario { name; known = names }))
   | None -> (
       match
-        match match Migrate_sim.run ?trace ?params name ~seed with Some o -> Some o | None -> Vsync_sim.run ?trace ?params name ~seed with
+        match
+          match Migrate_sim.run ?trace ?params name ~seed with
+          | Some o -> Some o
+          | None -> Vsync_sim.run ?trace ?params name ~seed
+        with
         | Some o -> Some o
         | None -> (
             match Xfer_sim.run ?trace ?params name ~seed with
@@ -239,8 +279,15 @@ let run ?trace ?params name ~seed =
   let reports = ref [] in
   Consort_group.Chk.reset ();
   Consort_group.Chk.on_violation (fun v -> reports := v :: !reports);
-  let r = Fun.protect ~finally:Consort_group.Chk.reset_handler (fun () -> run ?trace ?params name ~seed) in
+  let r =
+    Fun.protect ~finally:Consort_group.Chk.reset_handler (fun () -> run ?trace ?params name ~seed)
+  in
   match r with
   | Ok o when !reports <> [] ->
-      Ok { o with violations = o.violations @ List.rev_map (Fmt.str "%a" Consort_group.Chk.pp_violation) !reports }
+      Ok
+        {
+          o with
+          violations =
+            o.violations @ List.rev_map (Fmt.str "%a" Consort_group.Chk.pp_violation) !reports;
+        }
   | r -> r

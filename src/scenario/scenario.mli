@@ -1,9 +1,8 @@
 (** Named simulation scenarios, checked by the executable specifications.
 
-    A scenario builds endpoints on the deterministic simulator, drives an
-    application workload and network faults from one seed, runs to
-    quiescence, and checks the recorded trace. The same name and seed
-    always give the same trace. *)
+    A scenario builds endpoints on the deterministic simulator, drives an application workload and
+    network faults from one seed, runs to quiescence, and checks the recorded trace. The same name
+    and seed always give the same trace. *)
 
 type outcome = {
   seed : int;
@@ -25,7 +24,6 @@ val pp_error : error Fmt.t
 
 val run :
   ?trace:out_channel -> ?params:Consort.Params.t -> string -> seed:int -> (outcome, error) result
-(** [run name ~seed] runs scenario [name] once. [Error] for an unknown name.
-    With [trace], the network and application events are written there, one
-    per line. [params] override layer tunables (the scenario's own
-    settings included). *)
+(** [run name ~seed] runs scenario [name] once. [Error] for an unknown name. With [trace], the
+    network and application events are written there, one per line. [params] override layer tunables
+    (the scenario's own settings included). *)

@@ -6,7 +6,6 @@ module P = Consort_group.Properties
 module Order = Consort_spec.Order
 
 let s = Time.of_sec
-
 let layers ps = match P.layers ps with Ok l -> l | Error e -> Fmt.failwith "%a" P.pp_error e
 let protocol p = Params.set "total.protocol" (Params.String p) Params.empty
 
@@ -15,14 +14,18 @@ let protocol p = Params.set "total.protocol" (Params.String p) Params.empty
    safe delivery. *)
 let token = (layers P.(vsync @ [ Total ]), protocol "token", "Total (token)")
 let causal = (layers P.(vsync @ [ Total; Causal ]), protocol "token", "Total (token), Causal")
-let agree = (layers P.(vsync @ [ Total; Causal; Agree ]), protocol "token", "Total (token), Causal, Agree")
+
+let agree =
+  (layers P.(vsync @ [ Total; Causal; Agree ]), protocol "token", "Total (token), Causal, Agree")
 
 type obs = {
-  by_view : (string, string * string) Hashtbl.t;  (* view -> the stack's layers, first member that reported it *)
+  by_view : (string, string * string) Hashtbl.t;
+      (* view -> the stack's layers, first member that reported it *)
   mutable problems : string list;
-  mutable errors : (string * Consort_group.Group.stack_error) list;  (* member, error *)
-  first_group_view : (string, string * string list) Hashtbl.t;  (* member -> its first view with others: digest, members *)
-  digests : (string, string) Hashtbl.t;  (* view -> stack identity *)
+  mutable errors : (string * Consort_group.Group.stack_error) list; (* member, error *)
+  first_group_view : (string, string * string list) Hashtbl.t;
+      (* member -> its first view with others: digest, members *)
+  digests : (string, string) Hashtbl.t; (* view -> stack identity *)
 }
 
 let hooks w obs =
@@ -31,17 +34,24 @@ let hooks w obs =
     viewed =
       (fun i id v ->
         (* In join, before the member is known: its first view is its own. *)
-        let stack, digest = match V.group w i with Some g -> (G.stack_name g, G.stack_id g) | None -> ("", "") in
+        let stack, digest =
+          match V.group w i with Some g -> (G.stack_name g, G.stack_id g) | None -> ("", "")
+        in
         if stack <> "" then begin
           match Hashtbl.find_opt obs.by_view v.Consort_group.Group.vid with
           | Some (st, who) when st <> stack ->
-              obs.problems <- Printf.sprintf "view %s runs stack %s at %s but %s at %s" v.vid st who stack id :: obs.problems
+              obs.problems <-
+                Printf.sprintf "view %s runs stack %s at %s but %s at %s" v.vid st who stack id
+                :: obs.problems
           | Some _ -> ()
           | None -> Hashtbl.replace obs.by_view v.vid (stack, id)
         end;
         if digest <> "" then begin
           match Hashtbl.find_opt obs.digests v.vid with
-          | Some d when d <> digest -> obs.problems <- Printf.sprintf "view %s runs two stack identities (%s at %s)" v.vid digest id :: obs.problems
+          | Some d when d <> digest ->
+              obs.problems <-
+                Printf.sprintf "view %s runs two stack identities (%s at %s)" v.vid digest id
+                :: obs.problems
           | Some _ -> ()
           | None -> Hashtbl.replace obs.digests v.vid digest
         end;
@@ -54,7 +64,9 @@ let hooks w obs =
    switch flushes, and go out on the new stack. *)
 let burst w ~from =
   for k = 0 to 19 do
-    V.at w (from + (k * Time.of_ms 5)) (fun () ->
+    V.at w
+      (from + (k * Time.of_ms 5))
+      (fun () ->
         for i = 0 to V.nprocs w - 1 do
           if Rng.int (V.rng w) 4 = 0 then V.cast w i
         done)
@@ -72,12 +84,19 @@ let switch_at w obs t ~who (stack, params, name) =
               V.note w "%d %s switches the group to %s" (Sim.now (V.net w)) (G.me g) name;
               match G.switch ~params g stack with
               | Ok () -> burst w ~from:(Sim.now (V.net w))
-              | Error e -> obs.problems <- Fmt.str "%s: switch refused: %a" (G.me g) Consort_group.Group.pp_switch_error e :: obs.problems)
+              | Error e ->
+                  obs.problems <-
+                    Fmt.str "%s: switch refused: %a" (G.me g) Consort_group.Group.pp_switch_error e
+                    :: obs.problems)
           | None -> ()))
 
 (* An ordering checker, on the views whose stack has [layer] only. *)
 let only obs layer name check logs =
-  let has vid = match Hashtbl.find_opt obs.by_view vid with Some (st, _) -> List.mem layer (String.split_on_char ':' st) | None -> false in
+  let has vid =
+    match Hashtbl.find_opt obs.by_view vid with
+    | Some (st, _) -> List.mem layer (String.split_on_char ':' st)
+    | None -> false
+  in
   let keep = function
     | Consort_spec.Log.Deliver { view; kind = `Cast; _ } -> has view
     | _ -> true
@@ -92,7 +111,13 @@ let switch_scenario ?trace ?params seed =
   let w = V.with_params w [ ("total.protocol", Params.String "sequencer") ] in
   let r = V.rng w in
   let obs =
-    { by_view = Hashtbl.create 16; problems = []; errors = []; first_group_view = Hashtbl.create 8; digests = Hashtbl.create 16 }
+    {
+      by_view = Hashtbl.create 16;
+      problems = [];
+      errors = [];
+      first_group_view = Hashtbl.create 8;
+      digests = Hashtbl.create 16;
+    }
   in
   V.set_hooks w (hooks w obs);
   let group = [ 0; 1; 2; 3 ] in
@@ -121,13 +146,16 @@ let switch_scenario ?trace ?params seed =
   let t3 = s 9.5 + Rng.int r (s 1.) in
   let addrs = List.init n (V.addr w) in
   let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 r, a)) addrs)) in
-  let side_a = List.filteri (fun i _ -> i < 3) shuffled and side_b = List.filteri (fun i _ -> i >= 3) shuffled in
+  let side_a = List.filteri (fun i _ -> i < 3) shuffled
+  and side_b = List.filteri (fun i _ -> i >= 3) shuffled in
   V.at w t3 (fun () ->
       V.note w "%d partition" (Sim.now (V.net w));
       Sim.partition (V.net w) [ side_a; side_b ]);
   let on_a = List.filter (fun i -> List.mem (V.addr w i) side_a) (List.init n Fun.id) in
   switch_at w obs (t3 + s 1.5) ~who:on_a agree;
-  V.at w (t3 + s 5.) (fun () ->
+  V.at w
+    (t3 + s 5.)
+    (fun () ->
       V.note w "%d heal" (Sim.now (V.net w));
       Sim.heal (V.net w));
   V.workload w ~from:(s 2.) ~until:(t3 + s 7.) ~count:80;
@@ -137,19 +165,39 @@ let switch_scenario ?trace ?params seed =
        someone heard why. *)
     (match Hashtbl.find_opt obs.first_group_view !odd with
     | Some (d, members) when d <> !odd_stack ->
-        [ Printf.sprintf "%s, started with the token, was in a view [%s] on another stack" !odd (String.concat ", " members) ]
+        [
+          Printf.sprintf "%s, started with the token, was in a view [%s] on another stack" !odd
+            (String.concat ", " members);
+        ]
     | _ -> [])
-    @ (if !odd <> "" && not (List.exists (fun (id, e) -> id = !odd || match e with Consort_group.Group.Incompatible { peer; _ } -> peer = !odd | _ -> false) obs.errors)
-       then [ Printf.sprintf "no stack error was reported about %s while it ran another stack" !odd ]
+    @ (if
+         !odd <> ""
+         && not
+              (List.exists
+                 (fun (id, e) ->
+                   id = !odd
+                   ||
+                   match e with
+                   | Consort_group.Group.Incompatible { peer; _ } -> peer = !odd
+                   | _ -> false)
+                 obs.errors)
+       then
+         [ Printf.sprintf "no stack error was reported about %s while it ran another stack" !odd ]
        else [])
     @ List.rev obs.problems
   in
   (* Every live member ends on one stack. *)
   let finals =
     List.sort_uniq compare
-      (List.filter_map (fun i -> match V.group w i with Some g -> Some (G.stack_id g) | None -> None) (List.init n Fun.id))
+      (List.filter_map
+         (fun i -> match V.group w i with Some g -> Some (G.stack_id g) | None -> None)
+         (List.init n Fun.id))
   in
-  let extra = if List.length finals > 1 then Printf.sprintf "live members end on %d stacks" (List.length finals) :: extra else extra in
+  let extra =
+    if List.length finals > 1 then
+      Printf.sprintf "live members end on %d stacks" (List.length finals) :: extra
+    else extra
+  in
   let checks =
     [
       only obs "total" "total" Order.check_total;
@@ -162,9 +210,10 @@ let switch_scenario ?trace ?params seed =
 let scenarios =
   [
     ( "switch",
-      "4 members switch their stack three times (total order by sequencer to token, adding Causal during a crash, \
-       adding Agree in one side of a partition, taken by the other at the heal) under casts, sends and bursts; a \
-       member started with the token joins only once the group runs it; 2% loss",
+      "4 members switch their stack three times (total order by sequencer to token, adding Causal \
+       during a crash, adding Agree in one side of a partition, taken by the other at the heal) \
+       under casts, sends and bursts; a member started with the token joins only once the group \
+       runs it; 2% loss",
       switch_scenario );
   ]
 

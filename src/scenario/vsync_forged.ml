@@ -25,7 +25,8 @@ let under ~layers ~target ~stamp ~origin ~cast =
           if l = Bottom.name then
             Some
               (enc Bottom.codec
-                 (if cast then Bottom.Cast { group = stamp; origin } else Bottom.Send { group = stamp; origin }))
+                 (if cast then Bottom.Cast { group = stamp; origin }
+                  else Bottom.Send { group = stamp; origin }))
           else if l = Suspect.name then Some (enc Suspect.codec Suspect.No_hdr)
           else if l = Mnak.name then Some (enc Mnak.codec Mnak.No_hdr)
           else if l = Pt2pt.name then Some (enc Pt2pt.codec Pt2pt.No_hdr)
@@ -52,8 +53,19 @@ type kind =
   | Negative  (** a varint that overflows to a negative number *)
 
 let kinds =
-  [| Data_huge; Retrans_huge; Nak_forged; Status_huge; Status_impossible; Pt2pt_huge; Pt2pt_ack; Wrong_group;
-     Bad_origin; Truncated; Negative |]
+  [|
+    Data_huge;
+    Retrans_huge;
+    Nak_forged;
+    Status_huge;
+    Status_impossible;
+    Pt2pt_huge;
+    Pt2pt_ack;
+    Wrong_group;
+    Bad_origin;
+    Truncated;
+    Negative;
+  |]
 
 let huge rng =
   match Rng.int rng 4 with
@@ -67,9 +79,15 @@ let huge rng =
 let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
   let n = View.nmembers view and stamp = Bottom.stamp view ~stack in
   let mnak ?(stamp = stamp) ?(origin = origin) ~cast h =
-    Option.map (fun p -> p ^ enc Mnak.codec h) (under ~layers ~target:Mnak.name ~stamp ~origin ~cast)
+    Option.map
+      (fun p -> p ^ enc Mnak.codec h)
+      (under ~layers ~target:Mnak.name ~stamp ~origin ~cast)
   in
-  let pt2pt h = Option.map (fun p -> p ^ enc Pt2pt.codec h) (under ~layers ~target:Pt2pt.name ~stamp ~origin ~cast:false) in
+  let pt2pt h =
+    Option.map
+      (fun p -> p ^ enc Pt2pt.codec h)
+      (under ~layers ~target:Pt2pt.name ~stamp ~origin ~cast:false)
+  in
   let valid_rank () = Rng.int rng n in
   match kind with
   | Data_huge -> mnak ~cast:true (Mnak.Data { seq = huge rng })
@@ -81,9 +99,13 @@ let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
         | 1 -> (max_int, max_int)
         | _ -> (huge rng, Rng.int rng 10)
       in
-      mnak ~cast:false (Mnak.Nak { origin = valid_rank (); ranges = List.init (1 + Rng.int rng 4) (fun _ -> range ()) })
+      mnak ~cast:false
+        (Mnak.Nak
+           { origin = valid_rank (); ranges = List.init (1 + Rng.int rng 4) (fun _ -> range ()) })
   | Status_huge ->
-      let vector = Array.init n (fun o -> if o = target then 0 else if Rng.bool rng then huge rng else 0) in
+      let vector =
+        Array.init n (fun o -> if o = target then 0 else if Rng.bool rng then huge rng else 0)
+      in
       mnak ~cast:true (Mnak.Status { busy = Rng.bool rng; vector })
   | Status_impossible ->
       let vector = Array.init n (fun o -> if o = target then huge rng else Rng.int rng 3) in
@@ -92,14 +114,19 @@ let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
   | Pt2pt_ack ->
       if Rng.bool rng then pt2pt (Pt2pt.Ack { ack = huge rng; sack = [] })
       else pt2pt (Pt2pt.Data { seq = 0; ack = huge rng })
-  | Wrong_group -> mnak ~stamp:((stamp lxor (1 + Rng.int rng 0xffff)) land 0xffff_ffff) ~cast:true (Mnak.Data { seq = 0 })
+  | Wrong_group ->
+      mnak
+        ~stamp:(stamp lxor (1 + Rng.int rng 0xffff) land 0xffff_ffff)
+        ~cast:true
+        (Mnak.Data { seq = 0 })
   | Bad_origin ->
       let origin = if Rng.bool rng then target else n + Rng.int rng 1000 in
       mnak ~origin ~cast:true (Mnak.Data { seq = 0 })
   | Truncated -> (
       let k = kinds.(Rng.int rng 7) in
       match forge rng k ~layers ~view ~stack ~target ~origin with
-      | Some s when String.length s > 1 -> Some (String.sub s 0 (1 + Rng.int rng (String.length s - 1)))
+      | Some s when String.length s > 1 ->
+          Some (String.sub s 0 (1 + Rng.int rng (String.length s - 1)))
       | other -> other)
   | Negative ->
       Option.map
@@ -111,10 +138,10 @@ let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
 (* Counters summed over every stack a member had: the largest value seen
    of each, by member and view. *)
 type tally = {
-  seen : (string * string * string, int) Hashtbl.t;  (* (member, view, layer.counter) *)
+  seen : (string * string * string, int) Hashtbl.t; (* (member, view, layer.counter) *)
   mutable peak_mnak : int;
   mutable peak_pt2pt : int;
-  mutable last_repair : Time.t;  (* last time a NAK or status went out *)
+  mutable last_repair : Time.t; (* last time a NAK or status went out *)
   mutable last_view : Time.t;
   mutable views : int;
 }
@@ -138,10 +165,12 @@ let sample w t =
                 let old = Option.value (Hashtbl.find_opt t.seen key) ~default:0 in
                 if v > old then begin
                   Hashtbl.replace t.seen key v;
-                  if layer = Mnak.name && (c = "naks_sent" || c = "status_sent") then t.last_repair <- now
+                  if layer = Mnak.name && (c = "naks_sent" || c = "status_sent") then
+                    t.last_repair <- now
                 end;
                 if layer = Mnak.name && c = "buffered" then t.peak_mnak <- max t.peak_mnak v;
-                if layer = Pt2pt.name && (c = "buffered" || c = "unacked") then t.peak_pt2pt <- max t.peak_pt2pt v)
+                if layer = Pt2pt.name && (c = "buffered" || c = "unacked") then
+                  t.peak_pt2pt <- max t.peak_pt2pt v)
               cs)
           (Stack.counters st)
   done
@@ -149,7 +178,10 @@ let sample w t =
 let total t names =
   Hashtbl.fold (fun (_, _, c) v acc -> if List.mem c names then acc + v else acc) t.seen 0
 
-let garbage t = Hashtbl.fold (fun (_, _, c) v acc -> if Filename.extension c = ".garbage" then acc + v else acc) t.seen 0
+let garbage t =
+  Hashtbl.fold
+    (fun (_, _, c) v acc -> if Filename.extension c = ".garbage" then acc + v else acc)
+    t.seen 0
 
 (* Bounds asserted: what a member buffers never grows with the forgeries. *)
 let max_mnak_buffered = 512
@@ -170,7 +202,10 @@ let scenario ?trace ?params seed =
   let forger = ref None in
   let sent = ref 0 in
   V.at w (s 1.) (fun () ->
-      match Sim.open_ (V.net w) "x0" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+      match
+        Sim.open_ (V.net w) "x0" (fun _ ->
+            { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+      with
       | Ok c -> forger := Some c
       | Error e -> V.problem w (Fmt.str "forger: %a" Transport.pp_error e));
   let inject () =
@@ -202,23 +237,42 @@ let scenario ?trace ?params seed =
   for _ = 1 to 500 do
     V.at w (attack_from + Rng.int rng (attack_until - attack_from)) inject
   done;
-  let t = { seen = Hashtbl.create 256; peak_mnak = 0; peak_pt2pt = 0; last_repair = 0; last_view = 0; views = 0 } in
+  let t =
+    {
+      seen = Hashtbl.create 256;
+      peak_mnak = 0;
+      peak_pt2pt = 0;
+      last_repair = 0;
+      last_view = 0;
+      views = 0;
+    }
+  in
   let horizon = s 30. in
   let step = Time.of_ms 250 in
-  let rec tick at = if at <= horizon then V.at w at (fun () -> sample w t; tick (at + step)) in
+  let rec tick at =
+    if at <= horizon then
+      V.at w at (fun () ->
+          sample w t;
+          tick (at + step))
+  in
   tick step;
   Sim.run ~until:horizon (V.net w);
   let bound what v limit =
-    if v > limit then V.problem w (Printf.sprintf "%s reached %d, over the bound of %d" what v limit)
+    if v > limit then
+      V.problem w (Printf.sprintf "%s reached %d, over the bound of %d" what v limit)
   in
   bound "Mnak's buffered casts at one member" t.peak_mnak max_mnak_buffered;
   bound "Pt2pt's buffered and unacknowledged messages at one member" t.peak_pt2pt max_pt2pt_buffered;
   let quiet_by = max attack_until t.last_view + settle in
   if t.last_repair > quiet_by then
     V.problem w
-      (Printf.sprintf "NAKs or statuses still sent at %s, %s after the attack and the last view change"
-         (Fmt.str "%a" Time.pp t.last_repair) (Fmt.str "%a" Time.pp settle));
-  let need what v = if v = 0 then V.problem w (Printf.sprintf "no forgery was counted as %s" what) in
+      (Printf.sprintf
+         "NAKs or statuses still sent at %s, %s after the attack and the last view change"
+         (Fmt.str "%a" Time.pp t.last_repair)
+         (Fmt.str "%a" Time.pp settle));
+  let need what v =
+    if v = 0 then V.problem w (Printf.sprintf "no forgery was counted as %s" what)
+  in
   (* Sealed members (sim.props with Auth, Privacy or Rekey) drop the
      stranger's datagrams before any layer: the seal counts them. *)
   let seals =
@@ -228,24 +282,27 @@ let scenario ?trace ?params seed =
   in
   if !sent = 0 then V.problem w "no forgery was sent"
   else if List.exists (fun st -> st.Consort_seal.Seal.sealed > 0) seals then
-    need "unsealed by the seal" (List.fold_left (fun a st -> a + st.Consort_seal.Seal.clear) 0 seals)
+    need "unsealed by the seal"
+      (List.fold_left (fun a st -> a + st.Consort_seal.Seal.clear) 0 seals)
   else begin
     need "beyond the window" (total t [ "mnak.beyond_window"; "pt2pt.beyond_window" ]);
     need "impossible" (total t [ "mnak.impossible"; "pt2pt.impossible" ]);
-    need "not for this group or member" (total t [ "bottom.wrong_group"; "bottom.from_self"; "bottom.bad_rank" ]);
+    need "not for this group or member"
+      (total t [ "bottom.wrong_group"; "bottom.from_self"; "bottom.bad_rank" ]);
     need "garbage" (garbage t);
     need "a NAK repeated too soon" (total t [ "mnak.naks_ignored" ])
   end;
-  V.note w "forged %d datagrams; peak buffered mnak %d pt2pt %d; last repair at %d" !sent t.peak_mnak t.peak_pt2pt
-    t.last_repair;
+  V.note w "forged %d datagrams; peak buffered mnak %d pt2pt %d; last repair at %d" !sent
+    t.peak_mnak t.peak_pt2pt t.last_repair;
   V.finish w
 
 let scenarios =
   [
     ( "vsync-forged",
-      "5 members cast and send under 2% loss (one may crash) while a stranger injects forged datagrams: numbers \
-       beyond any window and max_int, negative varints, wrong group stamps and origins, NAK storms, impossible \
-       statuses, truncated headers; buffers stay bounded and repairs fall silent",
+      "5 members cast and send under 2% loss (one may crash) while a stranger injects forged \
+       datagrams: numbers beyond any window and max_int, negative varints, wrong group stamps and \
+       origins, NAK storms, impossible statuses, truncated headers; buffers stay bounded and \
+       repairs fall silent",
       scenario );
   ]
 

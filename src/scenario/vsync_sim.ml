@@ -27,8 +27,8 @@ type proc = {
   mutable g : G.t option;
   mutable incarnation : int;
   mutable kill : unit -> unit;
-  mutable next_seq : int;  (* of the current incarnation: the last message number given *)
-  mutable accepted : int;  (* casts the API accepted from the current incarnation *)
+  mutable next_seq : int; (* of the current incarnation: the last message number given *)
+  mutable accepted : int; (* casts the API accepted from the current incarnation *)
 }
 
 (* What the application of process [i], member [id], does with its state
@@ -54,25 +54,26 @@ type world = {
   net : Sim.t;
   rng : Rng.t;
   layers : Layer.t list;
-  extra_props : Consort_group.Properties.t list;  (* ordering properties asked for with sim.props: checked too *)
+  extra_props : Consort_group.Properties.t list;
+      (* ordering properties asked for with sim.props: checked too *)
   params : Params.t;
   procs : proc array;
-  logs : (string, Log.event list ref) Hashtbl.t;  (* by member id, newest first *)
-  order : string list ref;  (* member ids in order of creation *)
+  logs : (string, Log.event list ref) Hashtbl.t; (* by member id, newest first *)
+  order : string list ref; (* member ids in order of creation *)
   crashed : string list ref;
   mutable sent : int;
-  mutable made : int;  (* payloads made: each is unique *)
+  mutable made : int; (* payloads made: each is unique *)
   mutable refused : int;
   mutable delivered : int;
   mutable views : int;
   mutable problems : string list;
   trace : out_channel option;
   mutable hooks : hooks;
-  mutable held : bool;  (* deliveries may name earlier views (state transfer) *)
-  seal : (Seal.secret * Seal.mode) option;  (* with Auth, Privacy or Rekey *)
+  mutable held : bool; (* deliveries may name earlier views (state transfer) *)
+  seal : (Seal.secret * Seal.mode) option; (* with Auth, Privacy or Rekey *)
   rekey : bool;
   seed : int;
-  evs : bool;  (* members log their transitional views (Evs) *)
+  evs : bool; (* members log their transitional views (Evs) *)
 }
 
 let note w fmt =
@@ -157,12 +158,15 @@ let start ?layers ?params w i =
           w.views <- w.views + 1;
           w.hooks.viewed i !self v;
           record w !self
-            (Log.View { t = Sim.now w.net; me = !self; view = v.vid; members = Array.to_list v.members }));
+            (Log.View
+               { t = Sim.now w.net; me = !self; view = v.vid; members = Array.to_list v.members }));
       cast = deliver `Cast;
       send = deliver `Send;
-      block = (fun () -> record w !self (Log.Block { t = Sim.now w.net; me = !self; view = cur_view () }));
+      block =
+        (fun () -> record w !self (Log.Block { t = Sim.now w.net; me = !self; view = cur_view () }));
       flow = ignore;
-      exit = (fun () -> if not !dead then record w !self (Log.Exit { t = Sim.now w.net; me = !self }));
+      exit =
+        (fun () -> if not !dead then record w !self (Log.Exit { t = Sim.now w.net; me = !self }));
     }
   in
   let on_sent ~vid kind s =
@@ -177,7 +181,13 @@ let start ?layers ?params w i =
   let on_lost kind s reason =
     record w !self
       (Log.Lost
-         { t = Sim.now w.net; me = !self; kind = (match kind with `Cast -> `Cast | `Send _ -> `Send); seq = seq_of s; reason })
+         {
+           t = Sim.now w.net;
+           me = !self;
+           kind = (match kind with `Cast -> `Cast | `Send _ -> `Send);
+           seq = seq_of s;
+           reason;
+         })
   in
   let tr =
     match w.seal with
@@ -186,13 +196,16 @@ let start ?layers ?params w i =
         (* Keys and sender ids drawn from the run's seed; the seal's clock
            is the simulator's. *)
         S.wrap ~rekey:w.rekey
-          ~g:(Consort_cap.Crypto.deterministic (Printf.sprintf "sim-%d-%s-%d" w.seed p.addr p.incarnation))
+          ~g:
+            (Consort_cap.Crypto.deterministic
+               (Printf.sprintf "sim-%d-%s-%d" w.seed p.addr p.incarnation))
           ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now w.net))
           w.net w.seal
   in
   match
-    G.join ~params:(match params with Some p -> Params.override w.params ~by:p | None -> w.params) ~peers ~seed ~on_sent ~on_lost
-      ?rekey:(S.rekey tr)
+    G.join
+      ~params:(match params with Some p -> Params.override w.params ~by:p | None -> w.params)
+      ~peers ~seed ~on_sent ~on_lost ?rekey:(S.rekey tr)
       ?transitional:
         (if w.evs then
            Some
@@ -200,18 +213,26 @@ let start ?layers ?params w i =
                (* Logged even as the process is killed: the stack's last
                   deliveries, which come after it, are logged too. *)
                record w !self
-                   (Log.Trans
-                      {
-                        t = Sim.now w.net;
-                        me = !self;
-                        view = tv.ending;
-                        next = (if tv.next = "" then None else Some tv.next);
-                        members = Array.to_list tv.survivors;
-                      }))
+                 (Log.Trans
+                    {
+                      t = Sim.now w.net;
+                      me = !self;
+                      view = tv.ending;
+                      next = (if tv.next = "" then None else Some tv.next);
+                      members = Array.to_list tv.survivors;
+                    }))
          else None)
       ~primary:(fun (q : Consort_group.Primary.quorum) ->
         record w !self
-          (Log.Quorum { t = Sim.now w.net; me = !self; view = !last_vid; primary = q.primary; votes = q.votes; needed = q.needed }))
+          (Log.Quorum
+             {
+               t = Sim.now w.net;
+               me = !self;
+               view = !last_vid;
+               primary = q.primary;
+               votes = q.votes;
+               needed = q.needed;
+             }))
       ~layers:(Option.value layers ~default:w.layers)
       ~on_stack_error:(fun e -> w.hooks.stack_error i !self e)
       ~take_state:(fun () -> w.hooks.take i !self)
@@ -222,7 +243,9 @@ let start ?layers ?params w i =
       mine := Some g;
       p.g <- Some g;
       p.kill <- (fun () -> dead := true)
-  | Error e -> w.problems <- Fmt.str "%s could not join: %a" p.addr Consort_group.Group.pp_join_error e :: w.problems
+  | Error e ->
+      w.problems <-
+        Fmt.str "%s could not join: %a" p.addr Consort_group.Group.pp_join_error e :: w.problems
 
 let crash w i =
   let p = w.procs.(i) in
@@ -244,14 +267,25 @@ let submit w p g kind dst s r =
   | Ok () ->
       (match kind with `Cast -> p.accepted <- p.accepted + 1 | `Send _ -> ());
       if size > G.max_message g then
-        w.problems <- Printf.sprintf "%s accepted a message of %d bytes, over %d" (G.me g) size (G.max_message g) :: w.problems
+        w.problems <-
+          Printf.sprintf "%s accepted a message of %d bytes, over %d" (G.me g) size
+            (G.max_message g)
+          :: w.problems
   | Error e -> (
       w.refused <- w.refused + 1;
-      refused w g (match kind with `Cast -> `Cast | `Send _ -> `Send) dst s (Fmt.str "%a" Consort_group.Group.pp_error e);
+      refused w g
+        (match kind with `Cast -> `Cast | `Send _ -> `Send)
+        dst s
+        (Fmt.str "%a" Consort_group.Group.pp_error e);
       match e with
       | Consort_group.Group.Too_big { size = s'; max } when s' > max -> ()
-      | Consort_group.Group.Flow_control | Consort_group.Group.Leaving | Consort_group.Group.Not_primary _ -> ()
-      | e -> w.problems <- Fmt.str "%s refused a message: %a" (G.me g) Consort_group.Group.pp_error e :: w.problems)
+      | Consort_group.Group.Flow_control | Consort_group.Group.Leaving
+      | Consort_group.Group.Not_primary _ ->
+          ()
+      | e ->
+          w.problems <-
+            Fmt.str "%s refused a message: %a" (G.me g) Consort_group.Group.pp_error e :: w.problems
+      )
 
 (* A cast of a unique payload, of [size] bytes or of a random length. *)
 let cast ?size w i =
@@ -261,7 +295,9 @@ let cast ?size w i =
       w.made <- w.made + 1;
       p.next_seq <- p.next_seq + 1;
       let head = Printf.sprintf "%d|%s|%d|" p.next_seq (G.me g) w.made in
-      let pad = match size with Some n -> max 0 (n - String.length head) | None -> Rng.int w.rng 64 in
+      let pad =
+        match size with Some n -> max 0 (n - String.length head) | None -> Rng.int w.rng 64
+      in
       let m = head ^ String.make pad 'x' in
       submit w p g `Cast None m (G.cast g m)
   | _ -> ()
@@ -279,7 +315,12 @@ let send ?size w i =
           w.made <- w.made + 1;
           p.next_seq <- p.next_seq + 1;
           let head = Printf.sprintf "%d|%s>%s|%d|" p.next_seq (G.me g) dst w.made in
-          let m = head ^ String.make (match size with Some n -> max 0 (n - String.length head) | None -> 0) 'z' in
+          let m =
+            head
+            ^ String.make
+                (match size with Some n -> max 0 (n - String.length head) | None -> 0)
+                'z'
+          in
           submit w p g (`Send dst) (Some dst) m (G.send g dst m))
   | _ -> ()
 
@@ -300,11 +341,13 @@ let sim_props = "sim.props"
 let () =
   Params.register sim_props (Params.String "vsync")
     ~doc:
-      "consort sim: the property set of the members' stack in the vsync-* scenarios, names joined by + \
-       (vsync+Total); the ordering properties it adds are checked too; with Auth, Privacy or Rekey the members seal \
-       their datagrams (per-view keys unless seal.rekey=false)"
+      "consort sim: the property set of the members' stack in the vsync-* scenarios, names joined \
+       by + (vsync+Total); the ordering properties it adds are checked too; with Auth, Privacy or \
+       Rekey the members seal their datagrams (per-view keys unless seal.rekey=false)"
 
-let props_of params = Consort_group.Properties.of_string (String.map (function '+' -> ',' | c -> c) (Params.string params sim_props))
+let props_of params =
+  Consort_group.Properties.of_string
+    (String.map (function '+' -> ',' | c -> c) (Params.string params sim_props))
 
 let check_params params =
   match props_of params with
@@ -334,7 +377,9 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
   let has p = List.mem p props in
   let seal =
     let open Consort_group.Properties in
-    if has Privacy then Some Seal.Privacy else if has Auth || has Rekey then Some Seal.Auth else None
+    if has Privacy then Some Seal.Privacy
+    else if has Auth || has Rekey then Some Seal.Auth
+    else None
   in
   {
     net;
@@ -344,7 +389,14 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
     params;
     procs =
       Array.init n (fun i ->
-          { addr = Printf.sprintf "p%d" i; g = None; incarnation = 0; kill = ignore; next_seq = 0; accepted = 0 });
+          {
+            addr = Printf.sprintf "p%d" i;
+            g = None;
+            incarnation = 0;
+            kill = ignore;
+            next_seq = 0;
+            accepted = 0;
+          });
     logs = Hashtbl.create 16;
     order = ref [];
     crashed = ref [];
@@ -360,7 +412,10 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
     seal =
       Option.map
         (fun mode ->
-          ((match Seal.secret_of_string (String.make 32 's') with Ok s -> s | Error e -> failwith e), mode))
+          ( (match Seal.secret_of_string (String.make 32 's') with
+            | Ok s -> s
+            | Error e -> failwith e),
+            mode ))
         seal;
     rekey = has Consort_group.Properties.Rekey || Params.bool params Seal.rekey_param;
     seed;
@@ -378,7 +433,9 @@ let sealed w =
         match p.g with
         | Some g when alive p ->
             let st = S.stats (G.connection g) in
-            let views = try List.assoc "views" (List.assoc "group" (G.counters g)) with Not_found -> -1 in
+            let views =
+              try List.assoc "views" (List.assoc "group" (G.counters g)) with Not_found -> -1
+            in
             (if st.Seal.bad_tag + st.wrong_key + st.unsent > 0 then
                [ Fmt.str "%s: seal dropped datagrams of members: %a" (G.me g) Seal.pp_stats st ]
              else [])
@@ -405,7 +462,10 @@ let converged w =
           | Some st ->
               List.concat_map
                 (fun (layer, cs) ->
-                  List.filter_map (fun (k, v) -> if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None) cs)
+                  List.filter_map
+                    (fun (k, v) ->
+                      if v <> 0 then Some (Printf.sprintf "%s.%s=%d" layer k v) else None)
+                    cs)
                 (Stack.counters st)
           | None -> []
         in
@@ -414,7 +474,10 @@ let converged w =
           (String.concat " " counters)
       in
       if not agree then
-        [ Printf.sprintf "live members end in different views: %s" (String.concat "; " (List.map state live)) ]
+        [
+          Printf.sprintf "live members end in different views: %s"
+            (String.concat "; " (List.map state live));
+        ]
       else if List.sort compare (Array.to_list v.members) <> ids then
         [
           Printf.sprintf "final view %s has [%s], the live members are [%s]" v.vid
@@ -425,7 +488,10 @@ let converged w =
 
 (* Extended virtual synchrony (Consort_spec.Evs), for runs whose members
    log their transitional views. *)
-let evs logs = match Consort_spec.Evs.check logs with Ok () -> [] | Error vs -> List.map (Fmt.str "evs: %a" Consort_spec.Evs.pp_violation) vs
+let evs logs =
+  match Consort_spec.Evs.check logs with
+  | Ok () -> []
+  | Error vs -> List.map (Fmt.str "evs: %a" Consort_spec.Evs.pp_violation) vs
 
 let finish ?(extra = []) ?(checks = []) w =
   (* The run ended after a quiet period, the network healed: every live
@@ -438,13 +504,19 @@ let finish ?(extra = []) ?(checks = []) w =
       | _ -> ())
     w.procs;
   let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
-  let logs = if w.held then List.map (fun (id, l) -> (id, Consort_spec.Xfer.normalize l)) logs else logs in
+  let logs =
+    if w.held then List.map (fun (id, l) -> (id, Consort_spec.Xfer.normalize l)) logs else logs
+  in
   let spec =
     match Vsync.check ~quiescent:true ~crashed:!(w.crashed) logs with
     | Ok () -> []
     | Error vs -> List.map (Fmt.str "%a" Vsync.pp_violation) vs
   in
-  let order name f = match f logs with Ok () -> [] | Error vs -> List.map (Fmt.str "%s: %a" name Consort_spec.Order.pp_violation) vs in
+  let order name f =
+    match f logs with
+    | Ok () -> []
+    | Error vs -> List.map (Fmt.str "%s: %a" name Consort_spec.Order.pp_violation) vs
+  in
   let auto =
     List.concat_map
       (function
@@ -469,7 +541,14 @@ let finish ?(extra = []) ?(checks = []) w =
 
 let s x = Time.of_sec x
 
-let lossy loss = { Sim.default_link with loss; jitter = Time.of_ms 2; reorder = loss; reorder_delay = Time.of_ms 5 }
+let lossy loss =
+  {
+    Sim.default_link with
+    loss;
+    jitter = Time.of_ms 2;
+    reorder = loss;
+    reorder_delay = Time.of_ms 5;
+  }
 
 let crash_scenario ?trace ?params seed =
   let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
@@ -493,7 +572,9 @@ let join_leave_scenario ?trace ?params seed =
   at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 3);
   at w (s 4. + Rng.int w.rng (s 4.)) (fun () -> start w 4);
   let leaver = Rng.int w.rng 5 in
-  at w (s 9. + Rng.int w.rng (s 3.)) (fun () ->
+  at w
+    (s 9. + Rng.int w.rng (s 3.))
+    (fun () ->
       match w.procs.(leaver).g with Some g when alive w.procs.(leaver) -> G.leave g | _ -> ());
   workload w ~from:(s 2.) ~until:(s 16.) ~count:120;
   Sim.run ~until:(s 40.) w.net;
@@ -504,13 +585,18 @@ let partition_scenario ?trace ?params seed =
   Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
   let addrs = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
   (* Two random members against the other three. *)
-  let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 w.rng, a)) addrs)) in
-  let side_a = List.filteri (fun i _ -> i < 2) shuffled and side_b = List.filteri (fun i _ -> i >= 2) shuffled in
+  let shuffled =
+    List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 w.rng, a)) addrs))
+  in
+  let side_a = List.filteri (fun i _ -> i < 2) shuffled
+  and side_b = List.filteri (fun i _ -> i >= 2) shuffled in
   let cut = s 5. + Rng.int w.rng (s 3.) in
   at w cut (fun () ->
       note w "%d partition" (Sim.now w.net);
       Sim.partition w.net [ side_a; side_b ]);
-  at w (cut + s 12.) (fun () ->
+  at w
+    (cut + s 12.)
+    (fun () ->
       note w "%d heal" (Sim.now w.net);
       Sim.heal w.net);
   workload w ~from:(s 2.) ~until:(cut + s 16.) ~count:160;
@@ -529,11 +615,17 @@ let churn_scenario ?trace ?params seed =
     let i = Rng.int w.rng n in
     match Rng.int w.rng 5 with
     | 0 -> at w t (fun () -> if not (alive w.procs.(i)) then start w i)
-    | 1 -> at w t (fun () -> match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ())
+    | 1 ->
+        at w t (fun () ->
+            match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ())
     | 2 -> at w t (fun () -> crash w i)
     | 3 ->
         at w t (fun () ->
-            let a, b = List.partition (fun _ -> Rng.bool w.rng) (Array.to_list (Array.map (fun p -> p.addr) w.procs)) in
+            let a, b =
+              List.partition
+                (fun _ -> Rng.bool w.rng)
+                (Array.to_list (Array.map (fun p -> p.addr) w.procs))
+            in
             note w "%d partition" (Sim.now w.net);
             Sim.partition w.net [ a; b ])
     | _ ->
@@ -558,7 +650,8 @@ let not_wedged w =
   List.filter_map
     (fun p ->
       match p.g with
-      | Some g when alive p && G.is_blocked g -> Some (Printf.sprintf "%s ends blocked in view %s" (G.me g) (G.view g).vid)
+      | Some g when alive p && G.is_blocked g ->
+          Some (Printf.sprintf "%s ends blocked in view %s" (G.me g) (G.view g).vid)
       | _ -> None)
     (Array.to_list w.procs)
 
@@ -573,7 +666,11 @@ let flow_flush_scenario ?trace ?params seed =
   let w = make ?trace ?params ~seed ~n:5 ~link:(lossy 0.02) () in
   let w =
     with_params w
-      [ ("frag.size", Params.Int 2000); ("mflow.window", Params.Int 8_000); ("mflow.queue", Params.Int 32_000) ]
+      [
+        ("frag.size", Params.Int 2000);
+        ("mflow.window", Params.Int 8_000);
+        ("mflow.queue", Params.Int 32_000);
+      ]
   in
   for i = 0 to 2 do
     at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
@@ -597,7 +694,9 @@ let flow_flush_scenario ?trace ?params seed =
    while a member joins and another crashes. *)
 let oversize_scenario ?trace ?params seed =
   let w = make ?trace ?params ~seed ~n:4 ~link:(lossy 0.02) () in
-  let w = with_params w [ ("frag.size", Params.Int 8000); ("frag.max_message", Params.Int 40_000) ] in
+  let w =
+    with_params w [ ("frag.size", Params.Int 8000); ("frag.max_message", Params.Int 40_000) ]
+  in
   for i = 0 to 2 do
     at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
   done;
@@ -606,7 +705,8 @@ let oversize_scenario ?trace ?params seed =
   for _ = 1 to 12 do
     let at_ = s 2. + Rng.int w.rng (s 12.) and i = Rng.int w.rng 4 in
     let size = 40_001 + Rng.int w.rng 20_000 in
-    if Rng.bool w.rng then at w at_ (fun () -> cast ~size w i) else at w at_ (fun () -> send ~size w i)
+    if Rng.bool w.rng then at w at_ (fun () -> cast ~size w i)
+    else at w at_ (fun () -> send ~size w i)
   done;
   workload w ~from:(s 2.) ~until:(s 14.) ~count:80;
   Sim.run ~until:(s 40.) w.net;
@@ -630,14 +730,20 @@ let deaf_scenario ?trace ?params seed =
       note w "%d deaf %s" (Sim.now w.net) w.procs.(deaf).addr;
       healthy_ids := List.filter_map (fun i -> Option.map G.me w.procs.(i).g) healthy;
       List.iter
-        (fun id -> Hashtbl.replace before id (match Hashtbl.find_opt w.logs id with Some l -> List.length !l | None -> 0))
+        (fun id ->
+          Hashtbl.replace before id
+            (match Hashtbl.find_opt w.logs id with Some l -> List.length !l | None -> 0))
         !healthy_ids;
       List.iter
-        (fun i -> Sim.set_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr { (lossy 0.02) with loss = 1.0 })
+        (fun i ->
+          Sim.set_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr
+            { (lossy 0.02) with loss = 1.0 })
         healthy);
   at w until (fun () ->
       note w "%d hears again %s" (Sim.now w.net) w.procs.(deaf).addr;
-      List.iter (fun i -> Sim.clear_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr) healthy);
+      List.iter
+        (fun i -> Sim.clear_link w.net ~src:w.procs.(i).addr ~dst:w.procs.(deaf).addr)
+        healthy);
   workload w ~from:(s 2.) ~until:(s 20.) ~count:150;
   Sim.run ~until:(s 50.) w.net;
   (* Every view a healthy member installs while the other is deaf holds
@@ -651,8 +757,11 @@ let deaf_scenario ?trace ?params seed =
             let after = List.filteri (fun i _ -> i < List.length !l - Hashtbl.find before id) !l in
             List.filter_map
               (function
-                | Log.View { me; view; members; _ } when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
-                    Some (Printf.sprintf "%s installed %s [%s] without every healthy member" me view (String.concat ", " members))
+                | Log.View { me; view; members; _ }
+                  when List.exists (fun h -> not (List.mem h members)) !healthy_ids ->
+                    Some
+                      (Printf.sprintf "%s installed %s [%s] without every healthy member" me view
+                         (String.concat ", " members))
                 | _ -> None)
               after)
       !healthy_ids
@@ -699,7 +808,12 @@ let leave_coord_scenario ?trace ?params seed =
       | g :: _ ->
           let v = G.view g in
           let coord = v.members.(0) in
-          List.iter (fun g' -> if G.me g' = coord then (note w "%d coordinator %s leaves" (Sim.now w.net) coord; G.leave g')) live
+          List.iter
+            (fun g' ->
+              if G.me g' = coord then (
+                note w "%d coordinator %s leaves" (Sim.now w.net) coord;
+                G.leave g'))
+            live
       | [] -> ());
   at w (t - s 1. + Rng.int w.rng (s 2.)) (fun () -> start w 4);
   workload w ~from:(s 2.) ~until:(s 15.) ~count:200;
@@ -729,24 +843,36 @@ let bundle_scenario ?trace ?params seed =
     at w t (fun () -> burst i)
   done;
   let victim = Rng.int w.rng 4 in
-  at w (s 5. + Rng.int w.rng (s 2.)) (fun () ->
+  at w
+    (s 5. + Rng.int w.rng (s 2.))
+    (fun () ->
       burst victim;
       burst ((victim + 1) mod 4);
       crash w victim);
-  at w (s 8. + Rng.int w.rng (s 2.)) (fun () ->
+  at w
+    (s 8. + Rng.int w.rng (s 2.))
+    (fun () ->
       burst ((victim + 2) mod 4);
       start w 4);
   let leaver = (victim + 3) mod 4 in
-  at w (s 12. + Rng.int w.rng (s 2.)) (fun () ->
+  at w
+    (s 12. + Rng.int w.rng (s 2.))
+    (fun () ->
       burst leaver;
       burst 4;
       match w.procs.(leaver).g with Some g when alive w.procs.(leaver) -> G.leave g | _ -> ());
   Sim.run ~until:(s 40.) w.net;
-  let stats = List.filter_map (fun p -> match p.g with Some g when alive p -> Some (G.bundle_stats g) | _ -> None) (Array.to_list w.procs) in
+  let stats =
+    List.filter_map
+      (fun p -> match p.g with Some g when alive p -> Some (G.bundle_stats g) | _ -> None)
+      (Array.to_list w.procs)
+  in
   let sum f = List.fold_left (fun acc st -> acc + f st) 0 stats in
   let bundling =
-    (if sum (fun st -> st.Consort_group.Bundle.bundled) = 0 then [ "no datagram went in a bundle" ] else [])
-    @ (if sum (fun st -> st.Consort_group.Bundle.unbundled) = 0 then [ "no bundle was received" ] else [])
+    (if sum (fun st -> st.Consort_group.Bundle.bundled) = 0 then [ "no datagram went in a bundle" ]
+     else [])
+    @ (if sum (fun st -> st.Consort_group.Bundle.unbundled) = 0 then [ "no bundle was received" ]
+       else [])
     @ if sum (fun st -> st.Consort_group.Bundle.malformed) > 0 then [ "malformed bundles" ] else []
   in
   finish ~extra:(not_wedged w @ bundling) w
@@ -774,7 +900,9 @@ let slow_many_scenario ?trace ?params seed =
     at w (Rng.int w.rng 300_000_000) (within i (fun () -> start w i))
   done;
   let starved =
-    List.filteri (fun k _ -> k < 5) (List.map snd (List.sort compare (List.init (n - 1) (fun i -> (Rng.bits64 w.rng, i)))))
+    List.filteri
+      (fun k _ -> k < 5)
+      (List.map snd (List.sort compare (List.init (n - 1) (fun i -> (Rng.bits64 w.rng, i)))))
   in
   let from = s 6. + Rng.int w.rng (s 2.) in
   let last = ref 0 in
@@ -800,7 +928,9 @@ let slow_many_scenario ?trace ?params seed =
           List.iter
             (fun (who, why) ->
               if contains why "some of which this member hears" then
-                slandered := Printf.sprintf "%s excluded %s for slander (%s) in %s" me who why v.vid :: !slandered)
+                slandered :=
+                  Printf.sprintf "%s excluded %s for slander (%s) in %s" me who why v.vid
+                  :: !slandered)
             v.why);
     };
   Sim.run ~until:(!last + s 40.) w.net;
@@ -809,20 +939,27 @@ let slow_many_scenario ?trace ?params seed =
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
-    ("vsync-join-leave", "3 members, 2 join later, one leaves, casts and sends flow; 2% loss", join_leave_scenario);
+    ( "vsync-join-leave",
+      "3 members, 2 join later, one leaves, casts and sends flow; 2% loss",
+      join_leave_scenario );
     ( "vsync-partition-merge",
       "5 members split 2/3 for 12 s while both sides cast, then heal and merge; 2% loss",
       partition_scenario );
     ( "vsync-churn",
-      "random joins, leaves, crashes, partitions and heals under 10% loss and reordering, then a final heal",
+      "random joins, leaves, crashes, partitions and heals under 10% loss and reordering, then a \
+       final heal",
       churn_scenario );
     ( "vsync-flow-flush",
-      "5 members cast 2-20 KB fragmented messages beyond a small flow window while two join and one crashes; 2% loss",
+      "5 members cast 2-20 KB fragmented messages beyond a small flow window while two join and \
+       one crashes; 2% loss",
       flow_flush_scenario );
     ( "vsync-oversize",
-      "casts and sends over frag.max_message mixed with normal traffic while a member joins and one crashes",
+      "casts and sends over frag.max_message mixed with normal traffic while a member joins and \
+       one crashes",
       oversize_scenario );
-    ("vsync-deaf", "one of 5 members hears nothing for 8 s: it alone is excluded, then merges back", deaf_scenario);
+    ( "vsync-deaf",
+      "one of 5 members hears nothing for 8 s: it alone is excluded, then merges back",
+      deaf_scenario );
     ( "vsync-slander",
       "the application suspects live members while they cast, under 10% loss",
       slander_scenario );
@@ -830,10 +967,12 @@ let scenarios =
       "the coordinator leaves while casts flow and a member joins; 3% loss",
       leave_coord_scenario );
     ( "vsync-bundle",
-      "bursts of casts and sends that go in bundles while a member crashes, one joins and one leaves, each with a burst in flight; 3% loss",
+      "bursts of casts and sends that go in bundles while a member crashes, one joins and one \
+       leaves, each with a burst in flight; 3% loss",
       bundle_scenario );
     ( "vsync-slow-many",
-      "5 of 9 members starved at once for 6-10 s while the others cast and one joins; no member is excluded for slander",
+      "5 of 9 members starved at once for 6-10 s while the others cast and one joins; no member is \
+       excluded for slander",
       slow_many_scenario );
   ]
 
@@ -853,7 +992,6 @@ let nprocs w = Array.length w.procs
 let addr w i = w.procs.(i).addr
 let views w = w.views
 let problem w p = w.problems <- p :: w.problems
-
 let set_hooks w h = w.hooks <- h
 let group w i = match w.procs.(i).g with Some g when alive w.procs.(i) -> Some g | _ -> None
 let crashed w = !(w.crashed)
@@ -866,9 +1004,9 @@ let member w i =
 
 let addr_of_member w eid =
   Array.to_list w.procs
-  |> List.find_map (fun p -> match p.g with Some g when alive p && G.me g = eid -> Some p.addr | _ -> None)
+  |> List.find_map (fun p ->
+         match p.g with Some g when alive p && G.me g = eid -> Some p.addr | _ -> None)
 
 let leave w i = match w.procs.(i).g with Some g when alive w.procs.(i) -> G.leave g | _ -> ()
 let is_alive w i = alive w.procs.(i)
-
 let params w = w.params

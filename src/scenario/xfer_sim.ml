@@ -6,7 +6,11 @@ module X = Consort_spec.Xfer
 
 (* The application of one member incarnation: the casts it applied, by key
    (the payload's digest), with their payloads, and its trace. *)
-type app = { state : (string, string) Hashtbl.t; mutable trace : X.event list; mutable view : string }
+type app = {
+  state : (string, string) Hashtbl.t;
+  mutable trace : X.event list;
+  mutable view : string;
+}
 
 type apps = { by_id : (string, app) Hashtbl.t; order : string list ref }
 
@@ -91,7 +95,11 @@ let hooks w apps =
 let s = Time.of_sec
 
 let setup ?trace ?params ~n seed =
-  let w = V.make ?trace ?params ~props:Consort_group.Properties.(vsync @ [ Xfer ]) ~seed ~n ~link:(V.lossy 0.02) () in
+  let w =
+    V.make ?trace ?params
+      ~props:Consort_group.Properties.(vsync @ [ Xfer ])
+      ~seed ~n ~link:(V.lossy 0.02) ()
+  in
   (* Small chunks and window: a state of a few hundred KB takes many round
      trips, so that crashes and casts happen while it streams. *)
   let w = V.with_params w [ ("xfer.chunk", Params.Int 2000); ("xfer.window", Params.Int 8000) ] in
@@ -117,16 +125,22 @@ let finish w apps ~must_install ~extra =
       | Some g ->
           let id = G.me g in
           let a = app apps id in
-          a.trace <- X.Final { view = (G.view g).vid; keys = Hashtbl.fold (fun k _ acc -> k :: acc) a.state [] } :: a.trace
+          a.trace <-
+            X.Final
+              { view = (G.view g).vid; keys = Hashtbl.fold (fun k _ acc -> k :: acc) a.state [] }
+            :: a.trace
       | None -> ())
     (Array.make (V.nprocs w) ());
-  let traces = List.rev_map (fun id -> (id, List.rev (Hashtbl.find apps.by_id id).trace)) !(apps.order) in
+  let traces =
+    List.rev_map (fun id -> (id, List.rev (Hashtbl.find apps.by_id id).trace)) !(apps.order)
+  in
   let installs =
     List.filter_map
       (fun id ->
         match List.assoc_opt id traces with
         | Some tr when not (List.exists (function X.Install _ -> true | _ -> false) tr) ->
-            if List.mem id (V.crashed w) then None else Some (Printf.sprintf "%s joined a group with a state and never installed it" id)
+            if List.mem id (V.crashed w) then None
+            else Some (Printf.sprintf "%s joined a group with a state and never installed it" id)
         | _ -> None)
       (must_install ())
   in
@@ -159,8 +173,11 @@ let join_scenario ?trace ?params seed =
   let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 r, a)) addrs)) in
   V.at w cut (fun () ->
       V.note w "%d partition" (Sim.now (V.net w));
-      Sim.partition (V.net w) [ List.filteri (fun i _ -> i < 2) shuffled; List.filteri (fun i _ -> i >= 2) shuffled ]);
-  V.at w (cut + s 7.) (fun () ->
+      Sim.partition (V.net w)
+        [ List.filteri (fun i _ -> i < 2) shuffled; List.filteri (fun i _ -> i >= 2) shuffled ]);
+  V.at w
+    (cut + s 7.)
+    (fun () ->
       V.note w "%d heal" (Sim.now (V.net w));
       Sim.heal (V.net w));
   V.workload w ~from:(cut + s 0.5) ~until:(cut + s 6.5) ~count:24;
@@ -177,7 +194,9 @@ let giver_crash_scenario ?trace ?params seed =
   V.workload w ~from:(s 1.) ~until:(s 10.) ~count:30;
   let joiner = 4 and joined = ref "" in
   let cut = ref None in
-  let sent i = match V.group w i with Some g -> List.assoc "chunks_sent" (G.xfer_counters g) | None -> 0 in
+  let sent i =
+    match V.group w i with Some g -> List.assoc "chunks_sent" (G.xfer_counters g) | None -> 0
+  in
   let join_t = s 5. + Rng.int r (s 2.) in
   let before = Array.make 5 0 in
   V.at w join_t (fun () ->
@@ -189,9 +208,12 @@ let giver_crash_scenario ?trace ?params seed =
   (* Once the joiner has a few chunks, crash the member sending them. *)
   let rec watch k =
     if k > 0 && !cut = None then
-      V.at w (Sim.now (V.net w) + Time.of_ms 2) (fun () ->
+      V.at w
+        (Sim.now (V.net w) + Time.of_ms 2)
+        (fun () ->
           match V.group w joiner with
-          | Some g when G.needs_state g && List.assoc "chunks_received" (G.xfer_counters g) >= 3 -> (
+          | Some g when G.needs_state g && List.assoc "chunks_received" (G.xfer_counters g) >= 3
+            -> (
               match List.find_opt (fun i -> sent i > before.(i)) [ 0; 1; 2; 3 ] with
               | Some i ->
                   let id = match V.group w i with Some gi -> G.me gi | None -> "" in
@@ -212,26 +234,42 @@ let giver_crash_scenario ?trace ?params seed =
         (* It installed it after the giver was gone: another one gave it. *)
         match Hashtbl.find_opt apps.by_id !joined with
         | Some a when not (List.exists (function X.Install _ -> true | _ -> false) a.trace) ->
-            [ Printf.sprintf "%s never installed the state after %s crashed while giving it" !joined giver ]
-        | _ -> (
+            [
+              Printf.sprintf "%s never installed the state after %s crashed while giving it" !joined
+                giver;
+            ]
+        | _ ->
             (* Another member held the same snapshot and went on from the
                bytes the joiner had: no fall back to a later state. *)
-            let counter i name = match V.group w i with Some g -> List.assoc name (G.xfer_counters g) | None -> 0 in
-            let resumed = List.fold_left (fun acc i -> acc + counter i "resumed") 0 [ 0; 1; 2; 3 ] in
+            let counter i name =
+              match V.group w i with Some g -> List.assoc name (G.xfer_counters g) | None -> 0
+            in
+            let resumed =
+              List.fold_left (fun acc i -> acc + counter i "resumed") 0 [ 0; 1; 2; 3 ]
+            in
             (if counter joiner "rebased" > 0 then
-               [ Printf.sprintf "%s fell back to a later state: no other member went on with the transfer" !joined ]
+               [
+                 Printf.sprintf
+                   "%s fell back to a later state: no other member went on with the transfer"
+                   !joined;
+               ]
              else [])
-            @ if resumed = 0 then [ Printf.sprintf "no member went on from the bytes %s had" !joined ] else []))
+            @
+            if resumed = 0 then [ Printf.sprintf "no member went on from the bytes %s had" !joined ]
+            else [])
   in
   finish w apps ~must_install:(fun () -> if !joined = "" then [] else [ !joined ]) ~extra
 
 let scenarios =
   [
     ( "xfer-join",
-      "3 members cast large messages; 2 join and a crashed one comes back: each gets the state in chunks while casts go on; then a 2/3 partition heals and one side takes the state of the other; 2% loss",
+      "3 members cast large messages; 2 join and a crashed one comes back: each gets the state in \
+       chunks while casts go on; then a 2/3 partition heals and one side takes the state of the \
+       other; 2% loss",
       join_scenario );
     ( "xfer-giver-crash",
-      "4 members cast large messages; a fifth joins and the member giving it the state crashes midway: another one goes on; 2% loss",
+      "4 members cast large messages; a fifth joins and the member giving it the state crashes \
+       midway: another one goes on; 2% loss",
       giver_crash_scenario );
   ]
 

@@ -11,14 +11,13 @@ type mode = Auth | Privacy
 
 let pp_mode ppf = function Auth -> Fmt.string ppf "Auth" | Privacy -> Fmt.string ppf "Privacy"
 let mode_byte = function Auth -> 1 | Privacy -> 2
-
 let rekey_param = "seal.rekey"
 
 let () =
   Params.register rekey_param (Params.Bool true)
     ~doc:
-      "with Auth or Privacy: per-view keys (property Rekey), agreed at each view change, so that a member that left or \
-       was excluded can neither read nor forge later views' traffic"
+      "with Auth or Privacy: per-view keys (property Rekey), agreed at each view change, so that a \
+       member that left or was excluded can neither read nor forge later views' traffic"
 
 type secret = string
 
@@ -28,45 +27,62 @@ let secret_of_string s =
   if String.length s = secret_length then Ok s
   else Error (Printf.sprintf "a group secret is %d bytes, not %d" secret_length (String.length s))
 
-let pp_secret ppf s = Fmt.pf ppf "secret:%s" (String.sub (Crypto.to_hex (Crypto.sha256 [ "consort-key-id-v1"; s ])) 0 8)
+let pp_secret ppf s =
+  Fmt.pf ppf "secret:%s" (String.sub (Crypto.to_hex (Crypto.sha256 [ "consort-key-id-v1"; s ])) 0 8)
+
 let generate () = Crypto.random secret_length
 let key_prefix = "consort-key-v1:"
 
 let write_key path s =
   match Unix.openfile path [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL; Unix.O_CLOEXEC ] 0o600 with
-  | exception Unix.Unix_error (Unix.EEXIST, _, _) -> Error (path ^ ": already exists (a key is never overwritten)")
-  | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
+  | exception Unix.Unix_error (Unix.EEXIST, _, _) ->
+      Error (path ^ ": already exists (a key is never overwritten)")
+  | exception Unix.Unix_error (e, _, _) ->
+      Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
   | fd ->
       Fun.protect
         ~finally:(fun () -> Unix.close fd)
         (fun () ->
-          let line = key_prefix ^ Base64.encode_string ~pad:false ~alphabet:Base64.uri_safe_alphabet s ^ "\n" in
+          let line =
+            key_prefix ^ Base64.encode_string ~pad:false ~alphabet:Base64.uri_safe_alphabet s ^ "\n"
+          in
           match
             Unix.fchmod fd 0o600;
             ignore (Unix.write_substring fd line 0 (String.length line));
             Unix.fsync fd
           with
           | () -> Ok ()
-          | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" path (Unix.error_message e)))
+          | exception Unix.Unix_error (e, _, _) ->
+              Error (Printf.sprintf "%s: %s" path (Unix.error_message e)))
 
 let read_key path =
   match Unix.stat path with
-  | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
+  | exception Unix.Unix_error (e, _, _) ->
+      Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
   | st when st.Unix.st_kind <> Unix.S_REG -> Error (path ^ ": not a regular file")
   | st when st.Unix.st_perm land 0o077 <> 0 ->
-      Error (Printf.sprintf "%s: mode %o lets others read or write the key; chmod 600 it" path st.Unix.st_perm)
+      Error
+        (Printf.sprintf "%s: mode %o lets others read or write the key; chmod 600 it" path
+           st.Unix.st_perm)
   | st when st.Unix.st_size > 4096 -> Error (path ^ ": too large for a key file")
   | _ -> (
       match open_in_bin path with
       | exception Sys_error e -> Error e
       | ic -> (
-          let s = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic)) in
+          let s =
+            Fun.protect
+              ~finally:(fun () -> close_in ic)
+              (fun () -> really_input_string ic (in_channel_length ic))
+          in
           let s = String.trim s in
           let n = String.length key_prefix in
           if String.length s < n || String.sub s 0 n <> key_prefix then
             Error (path ^ ": not a Consort key file (consort keygen writes one)")
           else
-            match Base64.decode ~pad:false ~alphabet:Base64.uri_safe_alphabet (String.sub s n (String.length s - n)) with
+            match
+              Base64.decode ~pad:false ~alphabet:Base64.uri_safe_alphabet
+                (String.sub s n (String.length s - n))
+            with
             | Error _ -> Error (path ^ ": the key is not valid base64url")
             | Ok k -> (
                 match secret_of_string k with Ok k -> Ok k | Error e -> Error (path ^ ": " ^ e))))
@@ -88,10 +104,10 @@ type stats = {
 
 let pp_stats ppf s =
   Fmt.pf ppf
-    "sealed=%d opened=%d malformed=%d clear=%d bad_tag=%d wrong_mode=%d replayed=%d stale=%d unknown_key=%d \
-     wrong_key=%d unsent=%d rekeys=%d"
-    s.sealed s.opened s.malformed s.clear s.bad_tag s.wrong_mode s.replayed s.stale s.unknown_key s.wrong_key s.unsent
-    s.rekeys
+    "sealed=%d opened=%d malformed=%d clear=%d bad_tag=%d wrong_mode=%d replayed=%d stale=%d \
+     unknown_key=%d wrong_key=%d unsent=%d rekeys=%d"
+    s.sealed s.opened s.malformed s.clear s.bad_tag s.wrong_mode s.replayed s.stale s.unknown_key
+    s.wrong_key s.unsent s.rekeys
 
 let stats_list (s : stats) =
   [
@@ -129,7 +145,8 @@ let max_senders = 4096
    senders. *)
 type keys = { aead : Aead.key }
 
-let sender_key secret id = { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:secret [ "consort-seal-v1"; id ])) }
+let sender_key secret id =
+  { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:secret [ "consort-seal-v1"; id ])) }
 
 (* The marker byte both modes encrypt: with Privacy before the payload,
    with Auth alone (the header and the payload are then associated data),
@@ -176,7 +193,8 @@ let make_ring g =
 let kid_of vk = String.sub (Crypto.hmac ~key:vk [ "consort-seal-kid-v1" ]) 0 kid_length
 
 (* A view's per-sender key: as under the group secret, with the view key. *)
-let view_sender_key vk id = { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:vk [ "consort-seal-view-v1"; id ])) }
+let view_sender_key vk id =
+  { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:vk [ "consort-seal-view-v1"; id ])) }
 
 let activate ring vk () =
   ring.current <- Some { kid = kid_of vk; vk };
@@ -218,9 +236,14 @@ let draw ring ~vid ~me ~context members =
         match X25519.key_exchange ring.priv (Cstruct.of_string pub) with
         | Error _ -> None (* no key, or not a point: that member gets no key *)
         | Ok shared ->
-            let key = wrap_key ~shared ~vid ~maker:me ~maker_pub:ring.public ~member:eid ~member_pub:pub ~context in
+            let key =
+              wrap_key ~shared ~vid ~maker:me ~maker_pub:ring.public ~member:eid ~member_pub:pub
+                ~context
+            in
             let nonce = Crypto.random ?g:ring.g wrap_nonce_length in
-            let sealed = Aead.authenticate_encrypt ~key ~nonce:(Cstruct.of_string nonce) (Cstruct.of_string vk) in
+            let sealed =
+              Aead.authenticate_encrypt ~key ~nonce:(Cstruct.of_string nonce) (Cstruct.of_string vk)
+            in
             Some (eid, nonce ^ Cstruct.to_string sealed))
       members
   in
@@ -232,13 +255,17 @@ let unwrap ring ~vid ~me ~context ~installer:(maker, maker_pub) wrapped =
     match X25519.key_exchange ring.priv (Cstruct.of_string maker_pub) with
     | Error _ -> None
     | Ok shared -> (
-        let key = wrap_key ~shared ~vid ~maker ~maker_pub ~member:me ~member_pub:ring.public ~context in
+        let key =
+          wrap_key ~shared ~vid ~maker ~maker_pub ~member:me ~member_pub:ring.public ~context
+        in
         let nonce = Cstruct.of_string (String.sub wrapped 0 wrap_nonce_length) in
         match
           Aead.authenticate_decrypt ~key ~nonce
-            (Cstruct.of_string (String.sub wrapped wrap_nonce_length (wrapped_length - wrap_nonce_length)))
+            (Cstruct.of_string
+               (String.sub wrapped wrap_nonce_length (wrapped_length - wrap_nonce_length)))
         with
-        | Some vk when Cstruct.length vk = view_key_length -> Some (activate ring (Cstruct.to_string vk))
+        | Some vk when Cstruct.length vk = view_key_length ->
+            Some (activate ring (Cstruct.to_string vk))
         | Some _ | None -> None)
 
 let side_magic = Consort_group.Side.magic
@@ -255,7 +282,9 @@ let first_byte msg =
   if len > 0 then Char.code (Bytes.get b off)
   else
     let r = ref (-1) in
-    Msg.iter_body (fun buf o l -> if !r < 0 && l > 0 then r := Char.code (Bigarray.Array1.get buf o)) msg;
+    Msg.iter_body
+      (fun buf o l -> if !r < 0 && l > 0 then r := Char.code (Bigarray.Array1.get buf o))
+      msg;
     !r
 
 let bit_index c = Int64.to_int (Int64.rem c (Int64.of_int window))
@@ -263,14 +292,16 @@ let get_bit b i = Char.code (Bytes.get b (i lsr 3)) land (1 lsl (i land 7)) <> 0
 
 let set_bit b i v =
   let c = Char.code (Bytes.get b (i lsr 3)) in
-  Bytes.set b (i lsr 3) (Char.chr (if v then c lor (1 lsl (i land 7)) else c land lnot (1 lsl (i land 7))))
+  Bytes.set b (i lsr 3)
+    (Char.chr (if v then c lor (1 lsl (i land 7)) else c land lnot (1 lsl (i land 7))))
 
 (* Accepts [c] once: false for a counter seen, or too old to tell. *)
 let accept_counter p c =
   if Int64.compare c p.top > 0 then begin
     (* Clear the bits of the counters skipped over, then mark [c]. *)
     let gap = Int64.sub c p.top in
-    if Int64.compare gap (Int64.of_int window) >= 0 then Bytes.fill p.seen 0 (Bytes.length p.seen) '\000'
+    if Int64.compare gap (Int64.of_int window) >= 0 then
+      Bytes.fill p.seen 0 (Bytes.length p.seen) '\000'
     else begin
       let x = ref (Int64.succ p.top) in
       while Int64.compare !x c <= 0 do
@@ -298,16 +329,22 @@ let verify key m h cs =
   let len = Cstruct.length cs in
   let nonce = nonce (Cstruct.BE.get_uint64 cs 18) in
   if m mod 2 = 0 then
-    match Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len - h)) with
-    | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.to_string ~off:1 plain)
+    match
+      Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h)
+        (Cstruct.sub cs h (len - h))
+    with
+    | Some plain when Cstruct.length plain >= 1 && Cstruct.get_uint8 plain 0 = 0 ->
+        Some (Cstruct.to_string ~off:1 plain)
     | Some _ | None -> None
   else
     let plen = len - h - 1 - tag_length in
     match
-      Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + plen))
+      Aead.authenticate_decrypt ~key:key.aead ~nonce
+        ~adata:(Cstruct.sub cs 0 (h + plen))
         (Cstruct.sub cs (h + plen) (1 + tag_length))
     with
-    | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (Cstruct.to_string ~off:h ~len:plen cs)
+    | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 ->
+        Some (Cstruct.to_string ~off:h ~len:plen cs)
     | Some _ | None -> None
 
 let open_held held s =
@@ -323,7 +360,8 @@ let open_held held s =
       if m < 3 then verify (sender_key held.h_secret id) m h cs
       else
         match held.h_view with
-        | Some v when v.kid = Cstruct.to_string ~off:header_length ~len:kid_length cs -> verify (view_sender_key v.vk id) m h cs
+        | Some v when v.kid = Cstruct.to_string ~off:header_length ~len:kid_length cs ->
+            verify (view_sender_key v.vk id) m h cs
         | _ -> None
 
 let seal_held held ~under ~id ~counter ~wall_ms payload =
@@ -349,11 +387,18 @@ let seal_held held ~under ~id ~counter ~wall_ms payload =
       (match held.h_mode with
       | Privacy ->
           Cstruct.blit_from_string payload 0 cs (h + 1) len;
-          let sealed = Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len + 1)) in
+          let sealed =
+            Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 h)
+              (Cstruct.sub cs h (len + 1))
+          in
           Cstruct.blit sealed 0 cs h (Cstruct.length sealed)
       | Auth ->
           Cstruct.blit_from_string payload 0 cs h len;
-          let tag = Aead.authenticate_encrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + len)) marker in
+          let tag =
+            Aead.authenticate_encrypt ~key:key.aead ~nonce
+              ~adata:(Cstruct.sub cs 0 (h + len))
+              marker
+          in
           Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
       Some (Cstruct.to_string cs)
 
@@ -378,24 +423,27 @@ module Make (T : Transport.S) = struct
     freshness : Time.t;
     wall : unit -> float;
     pool : Pool.t;
-    ring : ring option;  (* with Rekey *)
+    ring : ring option; (* with Rekey *)
     g : Mirage_crypto_rng.g option;
   }
 
-  let wrap ?(freshness = Time.of_sec 60.) ?(wall = Unix.gettimeofday) ?(rekey = false) ?g inner seal =
+  let wrap ?(freshness = Time.of_sec 60.) ?(wall = Unix.gettimeofday) ?(rekey = false) ?g inner seal
+      =
     let ring = match seal with Some _ when rekey -> Some (make_ring g) | _ -> None in
     { inner; seal; freshness; wall; pool = Pool.create ~name:"seal" (); ring; g }
 
   let rekey t : Consort_group.Group.rekey option =
     Option.map
-      (fun ring -> { Consort_group.Group.public = ring.public; draw = draw ring; unwrap = unwrap ring })
+      (fun ring ->
+        { Consort_group.Group.public = ring.public; draw = draw ring; unwrap = unwrap ring })
       t.ring
 
   let inner t = t.inner
 
   let held t =
     Option.map
-      (fun (h_secret, h_mode) -> { h_secret; h_mode; h_view = Option.bind t.ring (fun r -> r.current) })
+      (fun (h_secret, h_mode) ->
+        { h_secret; h_mode; h_view = Option.bind t.ring (fun r -> r.current) })
       t.seal
 
   type counts = {
@@ -416,15 +464,19 @@ module Make (T : Transport.S) = struct
     c : T.connection;
     t : t;
     id : string;
-    key : keys option;  (* this sender's *)
-    mutable vsend : (string * keys) option;  (* this sender's under the current view key, and its id *)
+    key : keys option; (* this sender's *)
+    mutable vsend : (string * keys) option;
+        (* this sender's under the current view key, and its id *)
     mutable counter : int64;
     peers : peer Ids.t;
     n : counts;
   }
 
   type handler = T.handler = { recv : src:address -> Iovec.t -> unit; closed : unit -> unit }
-  type nonrec control = T.control = Drop_filter of (src:address -> Cstruct.t -> bool) option | Join_multicast of address
+
+  type nonrec control = T.control =
+    | Drop_filter of (src:address -> Cstruct.t -> bool) option
+    | Join_multicast of address
 
   type info = T.info = {
     local : address;
@@ -507,12 +559,15 @@ module Make (T : Transport.S) = struct
             Cstruct.set_uint8 cs h 0;
             ignore (Msg.blit_to msg cs (h + 1));
             let sealed =
-              Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 h) (Cstruct.sub cs h (len + 1))
+              Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 h)
+                (Cstruct.sub cs h (len + 1))
             in
             Cstruct.blit sealed 0 cs h (Cstruct.length sealed)
         | Auth ->
             ignore (Msg.blit_to msg cs h);
-            let tag = Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 (h + len)) marker in
+            let tag =
+              Aead.authenticate_encrypt ~key ~nonce ~adata:(Cstruct.sub cs 0 (h + len)) marker
+            in
             Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
         c.n.sealed <- c.n.sealed + 1;
         Some (Msg.of_iovec v)
@@ -601,10 +656,12 @@ module Make (T : Transport.S) = struct
               else
                 let plen = len - h - 1 - tag_length in
                 match
-                  Aead.authenticate_decrypt ~key:key.aead ~nonce ~adata:(Cstruct.sub cs 0 (h + plen))
+                  Aead.authenticate_decrypt ~key:key.aead ~nonce
+                    ~adata:(Cstruct.sub cs 0 (h + plen))
                     (Cstruct.sub cs (h + plen) (1 + tag_length))
                 with
-                | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 -> Some (`In_place (h, plen))
+                | Some plain when Cstruct.length plain = 1 && Cstruct.get_uint8 plain 0 = 0 ->
+                    Some (`In_place (h, plen))
                 | Some _ | None -> None
             in
             match opened with
@@ -640,11 +697,20 @@ module Make (T : Transport.S) = struct
                       match known with
                       | Some p -> p
                       | None ->
-                          let p = { skey = None; vkey = None; top = 0L; seen = Bytes.make (window / 8) '\000' } in
+                          let p =
+                            {
+                              skey = None;
+                              vkey = None;
+                              top = 0L;
+                              seen = Bytes.make (window / 8) '\000';
+                            }
+                          in
                           Ids.add c.peers id p;
                           p
                     in
-                    (match kid with Some kid -> p.vkey <- Some (kid, key) | None -> p.skey <- Some key);
+                    (match kid with
+                    | Some kid -> p.vkey <- Some (kid, key)
+                    | None -> p.skey <- Some key);
                     if id = c.id || not (accept_counter p counter) then begin
                       n.replayed <- n.replayed + 1;
                       None
@@ -701,6 +767,9 @@ module Make (T : Transport.S) = struct
           }
     in
     match T.open_ t.inner addr wrap_handler with
-    | Ok _ -> ( match !self with Some c -> Ok c | None -> Error (`System "seal: the transport made no connection"))
+    | Ok _ -> (
+        match !self with
+        | Some c -> Ok c
+        | None -> Error (`System "seal: the transport made no connection"))
     | Error e -> Error e
 end

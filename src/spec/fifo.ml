@@ -29,11 +29,11 @@ let pp_violation ppf = function
   | Resent { index; sender; seq; first } ->
       Fmt.pf ppf "event %d: %d sent #%d again (first sent at event %d)" index sender seq first
   | Not_sent { index; receiver; sender; seq } ->
-      Fmt.pf ppf "event %d: %d delivered #%d of %d, which %d had not sent" index receiver seq
-        sender sender
+      Fmt.pf ppf "event %d: %d delivered #%d of %d, which %d had not sent" index receiver seq sender
+        sender
   | Wrong_kind { index; receiver; sender; seq; sent } ->
-      Fmt.pf ppf "event %d: %d delivered #%d of %d as a %s, but it was sent as a %a" index
-        receiver seq sender
+      Fmt.pf ppf "event %d: %d delivered #%d of %d as a %s, but it was sent as a %a" index receiver
+        seq sender
         (match sent with Cast -> "send" | Send _ -> "cast")
         pp_kind sent
   | Misaddressed { index; receiver; sender; seq; dst } ->
@@ -55,14 +55,14 @@ type msg = { seq : int; kind : kind; pos : int; sent_at : int; first : int array
 
 type t = {
   n : int;
-  msgs : (int, msg) Hashtbl.t array;  (* per sender, by seq *)
-  order : msg list array;  (* per sender, latest first *)
-  npos : int array;  (* per sender, messages sent so far *)
-  last_pos : int array;  (* per (receiver, sender), highest [pos] delivered, or -1 *)
-  last_seq : int array;  (* the [seq] of that message *)
+  msgs : (int, msg) Hashtbl.t array; (* per sender, by seq *)
+  order : msg list array; (* per sender, latest first *)
+  npos : int array; (* per sender, messages sent so far *)
+  last_pos : int array; (* per (receiver, sender), highest [pos] delivered, or -1 *)
+  last_seq : int array; (* the [seq] of that message *)
   crashed : bool array;
   mutable index : int;
-  mutable found : violation list;  (* latest first *)
+  mutable found : violation list; (* latest first *)
 }
 
 let create ~n =
@@ -87,7 +87,9 @@ let sent t index sender kind seq =
   | Some m -> report t (Resent { index; sender; seq; first = m.sent_at })
   | None ->
       let slots = match kind with Cast -> t.n | Send _ -> 1 in
-      let m = { seq; kind; pos = t.npos.(sender); sent_at = index; first = Array.make slots (-1) } in
+      let m =
+        { seq; kind; pos = t.npos.(sender); sent_at = index; first = Array.make slots (-1) }
+      in
       t.npos.(sender) <- t.npos.(sender) + 1;
       Hashtbl.add t.msgs.(sender) seq m;
       t.order.(sender) <- m :: t.order.(sender)
@@ -154,7 +156,10 @@ let missing t =
               acc := Missing { receiver; sender; seq = m.seq } :: !acc
           in
           match m.kind with
-          | Cast -> for r = t.n - 1 downto 0 do check r r done
+          | Cast ->
+              for r = t.n - 1 downto 0 do
+                check r r
+              done
           | Send d -> check d 0)
         t.order.(sender)
   done;

@@ -44,7 +44,10 @@ let pp_violation ppf v =
     Fmt.(option (any "; cannot order next: " ++ pp_event))
     v.stuck_at
 
-type result = Linearizable | Not_linearizable of violation | Gave_up of { key : string; steps : int }
+type result =
+  | Linearizable
+  | Not_linearizable of violation
+  | Gave_up of { key : string; steps : int }
 
 let pp_result ppf = function
   | Linearizable -> Fmt.string ppf "linearizable"
@@ -119,7 +122,8 @@ let check_key ~max_steps key (ops : event array) =
   in
   let clear i =
     let b = bits i and j = slot.(i) in
-    Bytes.set b (j lsr 3) (Char.chr (Char.code (Bytes.get b (j lsr 3)) land lnot (1 lsl (j land 7))))
+    Bytes.set b (j lsr 3)
+      (Char.chr (Char.code (Bytes.get b (j lsr 3)) land lnot (1 lsl (j land 7))))
   in
   let subset a b =
     let r = ref true and k = ref 0 in
@@ -179,7 +183,8 @@ let check_key ~max_steps key (ops : event array) =
           best := !depth;
           stuck := Some ops.(i));
         match !stack with
-        | [] -> raise (Stop (Not_linearizable { key; ops = n; linearized = !best; stuck_at = !stuck }))
+        | [] ->
+            raise (Stop (Not_linearizable { key; ops = n; linearized = !best; stuck_at = !stuck }))
         | (j, s) :: rest ->
             stack := rest;
             decr depth;

@@ -1,18 +1,15 @@
 (** Linearizability of key-value histories, as a checker.
 
-    A history is a set of operations on a map from keys to values, each with
-    the time it was invoked and the time its response came back, or no
-    response at all (its outcome is {e unknown}: it may or may not have taken
-    effect, at any time after its invocation). The history is linearizable if
-    every operation can be given one instant between its invocation and its
-    response (any instant after its invocation, or none, for an unknown one)
-    such that the responses are those of a single map applying the
-    operations one after the other at those instants (Herlihy and Wing).
+    A history is a set of operations on a map from keys to values, each with the time it was invoked
+    and the time its response came back, or no response at all (its outcome is {e unknown}: it may
+    or may not have taken effect, at any time after its invocation). The history is linearizable if
+    every operation can be given one instant between its invocation and its response (any instant
+    after its invocation, or none, for an unknown one) such that the responses are those of a single
+    map applying the operations one after the other at those instants (Herlihy and Wing).
 
-    The search is Wing and Gong's, with Lowe's memoisation as in Porcupine:
-    operations on different keys are independent, so each key's operations
-    are checked on their own; the search remembers every (set of operations
-    linearized, value of the key) it has tried. *)
+    The search is Wing and Gong's, with Lowe's memoisation as in Porcupine: operations on different
+    keys are independent, so each key's operations are checked on their own; the search remembers
+    every (set of operations linearized, value of the key) it has tried. *)
 
 type op =
   | Get
@@ -40,8 +37,8 @@ val pp_response : response Fmt.t
 val pp_event : event Fmt.t
 
 val step : string option -> op -> response * string option
-(** [step v op] is the response of [op] on a key holding [v], and the key's
-    new value: the sequential specification. *)
+(** [step v op] is the response of [op] on a key holding [v], and the key's new value: the
+    sequential specification. *)
 
 type violation = {
   key : string;
@@ -60,8 +57,7 @@ type result =
 val pp_result : result Fmt.t
 
 val check : ?max_steps:int -> event list -> result
-(** [check events] decides whether the history is linearizable. Events
-    whose [return] is before their [call], or that have a [response] without
-    a [return] or the reverse, make it not linearizable ([stuck_at] names
-    the first). [max_steps] (default 50 million) bounds the search steps for
-    each key. *)
+(** [check events] decides whether the history is linearizable. Events whose [return] is before
+    their [call], or that have a [response] without a [return] or the reverse, make it not
+    linearizable ([stuck_at] names the first). [max_steps] (default 50 million) bounds the search
+    steps for each key. *)

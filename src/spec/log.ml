@@ -82,7 +82,8 @@ let to_json e : Yojson.Safe.t =
     | View { t; me; view; members } ->
         head "view" t me @ [ ("view", s view); ("members", `List (List.map s members)) ]
     | Cast { t; me; view; seq; len; digest } ->
-        head "cast" t me @ [ ("view", s view); ("seq", i seq); ("len", i len); ("digest", s digest) ]
+        head "cast" t me
+        @ [ ("view", s view); ("seq", i seq); ("len", i len); ("digest", s digest) ]
     | Send { t; me; view; dst; seq; len; digest } ->
         head "send" t me
         @ [ ("view", s view); ("to", s dst); ("seq", i seq); ("len", i len); ("digest", s digest) ]
@@ -107,11 +108,13 @@ let to_json e : Yojson.Safe.t =
     | Exit { t; me } -> head "exit" t me
     | Live { t; me; casts } -> head "live" t me @ [ ("casts", i casts) ]
     | Trans { t; me; view; next; members } ->
-        head "trans" t me @ [ ("view", s view) ]
+        head "trans" t me
+        @ [ ("view", s view) ]
         @ (match next with Some n -> [ ("next", s n) ] | None -> [])
         @ [ ("members", `List (List.map s members)) ]
     | Quorum { t; me; view; primary; votes; needed } ->
-        head "quorum" t me @ [ ("view", s view); ("primary", `Bool primary); ("votes", i votes); ("needed", i needed) ])
+        head "quorum" t me
+        @ [ ("view", s view); ("primary", `Bool primary); ("votes", i votes); ("needed", i needed) ])
 
 let to_line e = Yojson.Safe.to_string (to_json e)
 let pp ppf e = Fmt.string ppf (to_line e)
@@ -178,15 +181,22 @@ let event_of_fields fields =
     match field k with
     | `List l ->
         List.map
-          (function `String s when s <> "" -> s | _ -> bad (Bad_value { key = k; expected = "an array of non-empty strings" }))
+          (function
+            | `String s when s <> "" -> s
+            | _ -> bad (Bad_value { key = k; expected = "an array of non-empty strings" }))
           l
     | _ -> bad (Bad_value { key = k; expected = "an array of non-empty strings" })
   in
-  let ev = match field "ev" with `String s -> s | _ -> bad (Bad_value { key = "ev"; expected = "a string" }) in
+  let ev =
+    match field "ev" with
+    | `String s -> s
+    | _ -> bad (Bad_value { key = "ev"; expected = "a string" })
+  in
   let t = int "t" and me = str "me" in
   match ev with
   | "view" -> View { t; me; view = str "view"; members = strs "members" }
-  | "cast" -> Cast { t; me; view = str "view"; seq = int "seq"; len = int "len"; digest = digest () }
+  | "cast" ->
+      Cast { t; me; view = str "view"; seq = int "seq"; len = int "len"; digest = digest () }
   | "send" ->
       let view = str "view" and dst = str "to" in
       Send { t; me; view; dst; seq = int "seq"; len = int "len"; digest = digest () }
@@ -215,7 +225,9 @@ let event_of_fields fields =
   | "quorum" ->
       let view = str "view" in
       let primary =
-        match field "primary" with `Bool b -> b | _ -> bad (Bad_value { key = "primary"; expected = "true or false" })
+        match field "primary" with
+        | `Bool b -> b
+        | _ -> bad (Bad_value { key = "primary"; expected = "true or false" })
       in
       let votes = int "votes" and needed = int "needed" in
       Quorum { t; me; view; primary; votes; needed }

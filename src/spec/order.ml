@@ -24,22 +24,22 @@ let pp_opt ppf = function Some c -> pp_cast ppf c | None -> Fmt.string ppf "noth
 let pp_violation ppf = function
   | Not_same_sequence { view; next; a; b; index; at_a; at_b } ->
       Fmt.pf ppf
-        "total order: %s and %s go on from view %s into %s but deliver different sequences in it: cast %d \
-         is %a at %s, %a at %s"
+        "total order: %s and %s go on from view %s into %s but deliver different sequences in it: \
+         cast %d is %a at %s, %a at %s"
         a b view next (index + 1) pp_opt at_a a pp_opt at_b b
   | No_total_order { view; cycle; members } ->
-      Fmt.pf ppf "total order: no one order of the casts of view %s fits the deliveries of [%s]: %s" view
-        (String.concat "; " members)
+      Fmt.pf ppf "total order: no one order of the casts of view %s fits the deliveries of [%s]: %s"
+        view (String.concat "; " members)
         (String.concat " < " (List.map (Fmt.str "%a" pp_cast) cycle))
   | Not_causal { member; line; view; cast; before } ->
       Fmt.pf ppf
-        "[%s] line %d: causal order: delivered %a in view %s before %a, which its sender had delivered or \
-         cast before casting it"
+        "[%s] line %d: causal order: delivered %a in view %s before %a, which its sender had \
+         delivered or cast before casting it"
         member line pp_cast cast view pp_cast before
   | Not_safe { member; line; view; cast; absent } ->
       Fmt.pf ppf
-        "[%s] line %d: safe delivery: delivered %a in view %s before its block, but member %s of the view, \
-         which went on, never delivered it there"
+        "[%s] line %d: safe delivery: delivered %a in view %s before its block, but member %s of \
+         the view, which went on, never delivered it there"
         member line pp_cast cast view absent
 
 (* {1 Logs, by member and view} *)
@@ -50,16 +50,16 @@ type mview = {
   member : string;
   view : string;
   members : string list;
-  mutable evs : ev list;  (* newest first while reading *)
+  mutable evs : ev list; (* newest first while reading *)
   mutable blocked : bool;
-  mutable next : string option;  (* the view this member installed after this one *)
-  mutable went_on : bool;  (* the member installed a next view, or is alive at the end in this one *)
+  mutable next : string option; (* the view this member installed after this one *)
+  mutable went_on : bool; (* the member installed a next view, or is alive at the end in this one *)
 }
 
 type logs = {
-  views : (string, mview list) Hashtbl.t;  (* by view, the members' *)
-  by : (string * string, mview) Hashtbl.t;  (* (member, view) *)
-  order : string list;  (* view ids, in first-seen order *)
+  views : (string, mview list) Hashtbl.t; (* by view, the members' *)
+  by : (string * string, mview) Hashtbl.t; (* (member, view) *)
+  order : string list; (* view ids, in first-seen order *)
 }
 
 let index logs =
@@ -83,10 +83,21 @@ let index logs =
                       mv.next <- Some view;
                       mv.went_on <- true
                   | None -> ());
-                  let mv = { member; view; members; evs = []; blocked = false; next = None; went_on = false } in
+                  let mv =
+                    {
+                      member;
+                      view;
+                      members;
+                      evs = [];
+                      blocked = false;
+                      next = None;
+                      went_on = false;
+                    }
+                  in
                   Hashtbl.replace by (member, view) mv;
                   if not (Hashtbl.mem views view) then order := view :: !order;
-                  Hashtbl.replace views view (mv :: Option.value ~default:[] (Hashtbl.find_opt views view));
+                  Hashtbl.replace views view
+                    (mv :: Option.value ~default:[] (Hashtbl.find_opt views view));
                   cur := Some mv
                 end
             | Log.Cast { view; seq; _ } -> (
@@ -95,7 +106,8 @@ let index logs =
                 | _ -> ())
             | Log.Deliver { view; from; kind = `Cast; seq; _ } -> (
                 match !cur with
-                | Some mv when mv.view = view -> mv.evs <- Got { c = { from; seq }; line; pre = not mv.blocked } :: mv.evs
+                | Some mv when mv.view = view ->
+                    mv.evs <- Got { c = { from; seq }; line; pre = not mv.blocked } :: mv.evs
                 | _ -> ())
             | Log.Block _ -> Option.iter (fun mv -> mv.blocked <- true) !cur
             | Log.Live _ -> Option.iter (fun mv -> mv.went_on <- true) !cur
@@ -107,9 +119,10 @@ let index logs =
   { views; by; order = List.rev !order }
 
 let members_of l v = List.sort compare (Option.value ~default:[] (Hashtbl.find_opt l.views v))
-
 let delivered mv = List.filter_map (function Got { c; _ } -> Some c | Own _ -> None) mv.evs
-let delivered_pre mv = List.filter_map (function Got { c; pre = true; _ } -> Some c | _ -> None) mv.evs
+
+let delivered_pre mv =
+  List.filter_map (function Got { c; pre = true; _ } -> Some c | _ -> None) mv.evs
 
 (* {1 Total order} *)
 
@@ -153,12 +166,17 @@ let find_cycle (seqs : cast list list) =
     (* Every node left has a predecessor left: walk back among them
        until one repeats. *)
     let left c = not (Hashtbl.mem done_ c) in
-    let start = Hashtbl.fold (fun c _ acc -> if left c then Some c else acc) indeg None |> Option.get in
+    let start =
+      Hashtbl.fold (fun c _ acc -> if left c then Some c else acc) indeg None |> Option.get
+    in
     let seen = Hashtbl.create 16 in
     let rec walk c path =
       if Hashtbl.mem seen c then
         (* [path] is newest first: the cycle is from [c]'s first visit. *)
-        let rec upto acc = function [] -> acc | x :: rest -> if x = c then x :: acc else upto (x :: acc) rest in
+        let rec upto acc = function
+          | [] -> acc
+          | x :: rest -> if x = c then x :: acc else upto (x :: acc) rest
+        in
         List.rev (c :: List.rev (upto [] path)) |> List.rev
       else begin
         Hashtbl.replace seen c ();
@@ -180,19 +198,24 @@ let check_total_logs l =
       List.iter
         (fun mv ->
           match mv.next with
-          | Some w -> Hashtbl.replace classes w (mv :: Option.value ~default:[] (Hashtbl.find_opt classes w))
+          | Some w ->
+              Hashtbl.replace classes w (mv :: Option.value ~default:[] (Hashtbl.find_opt classes w))
           | None -> ())
         mvs;
       let pre = List.map delivered_pre mvs in
-      let pre_of ms = List.map delivered_pre (List.filter (fun mv -> List.memq mv ms || not mv.went_on) mvs) in
+      let pre_of ms =
+        List.map delivered_pre (List.filter (fun mv -> List.memq mv ms || not mv.went_on) mvs)
+      in
       (match find_cycle pre with
-      | Some cycle -> out := No_total_order { view; cycle; members = List.map (fun mv -> mv.member) mvs } :: !out
+      | Some cycle ->
+          out :=
+            No_total_order { view; cycle; members = List.map (fun mv -> mv.member) mvs } :: !out
       | None -> ());
       Hashtbl.iter
         (fun next ms ->
           match List.sort (fun a b -> compare a.member b.member) ms with
           | [] -> ()
-          | first :: others ->
+          | first :: others -> (
               let ref_seq = delivered first in
               List.iter
                 (fun mv ->
@@ -208,7 +231,9 @@ let check_total_logs l =
                     in
                     let index, at_a, at_b = diff 0 ref_seq s in
                     out :=
-                      Not_same_sequence { view; next; a = first.member; b = mv.member; index; at_a; at_b } :: !out
+                      Not_same_sequence
+                        { view; next; a = first.member; b = mv.member; index; at_a; at_b }
+                      :: !out
                   end)
                 others;
               (* One order fits what those going on delivered and what
@@ -217,8 +242,11 @@ let check_total_logs l =
               let others = pre_of ms in
               if others <> [] then
                 match find_cycle (ref_seq :: others) with
-                | Some cycle -> out := No_total_order { view; cycle; members = List.map (fun mv -> mv.member) ms } :: !out
-                | None -> ())
+                | Some cycle ->
+                    out :=
+                      No_total_order { view; cycle; members = List.map (fun mv -> mv.member) ms }
+                      :: !out
+                | None -> ()))
         classes)
     l.order;
   List.rev !out
@@ -246,7 +274,9 @@ let check_safe_logs l =
                   List.iter
                     (fun (q, h) ->
                       if q.went_on && not (Hashtbl.mem h c) then
-                        out := Not_safe { member = mv.member; line; view; cast = c; absent = q.member } :: !out)
+                        out :=
+                          Not_safe { member = mv.member; line; view; cast = c; absent = q.member }
+                          :: !out)
                     sets
               | _ -> ())
             mv.evs)
@@ -296,7 +326,8 @@ let check_causal_logs l =
         &&
         match evs.(i).(cursor.(i)) with
         | Own _ -> true
-        | Got { c; _ } -> (not (Hashtbl.mem number c)) || Hashtbl.mem past c || not (Hashtbl.mem slot c.from)
+        | Got { c; _ } ->
+            (not (Hashtbl.mem number c)) || Hashtbl.mem past c || not (Hashtbl.mem slot c.from)
       in
       let take i =
         let mv = mvs.(i) in
@@ -315,7 +346,10 @@ let check_causal_logs l =
                      (fun x need ->
                        if x <> o && got.(i).(x) < need then begin
                          (match Hashtbl.find_opt nth (mvs.(x).member, need) with
-                         | Some before -> out := Not_causal { member = mv.member; line; view; cast = c; before } :: !out
+                         | Some before ->
+                             out :=
+                               Not_causal { member = mv.member; line; view; cast = c; before }
+                               :: !out
                          | None -> ());
                          raise Exit
                        end)
@@ -327,7 +361,9 @@ let check_causal_logs l =
             | _ -> ()));
         cursor.(i) <- cursor.(i) + 1
       in
-      let left () = Array.exists (fun x -> x) (Array.mapi (fun i c -> c < Array.length evs.(i)) cursor) in
+      let left () =
+        Array.exists (fun x -> x) (Array.mapi (fun i c -> c < Array.length evs.(i)) cursor)
+      in
       while left () do
         let progress = ref false in
         for i = 0 to k - 1 do

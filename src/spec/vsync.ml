@@ -88,7 +88,8 @@ let pp_ids ppf l = Fmt.pf ppf "[%s]" (String.concat "; " l)
 let pp_at ppf (member, line) = Fmt.pf ppf "[%s] line %d:" member line
 
 let pp_finals ppf finals =
-  Fmt.string ppf (String.concat "; " (List.map (fun (v, ms) -> Fmt.str "%s has %a" v pp_ids ms) finals))
+  Fmt.string ppf
+    (String.concat "; " (List.map (fun (v, ms) -> Fmt.str "%s has %a" v pp_ids ms) finals))
 
 let pp_violation ppf = function
   | Duplicate_log { member } ->
@@ -97,8 +98,7 @@ let pp_violation ppf = function
       Fmt.pf ppf "%a event of member %s in this member's log" pp_at (member, line) me
   | No_view { member; line } ->
       Fmt.pf ppf "%a message event before any view was installed" pp_at (member, line)
-  | After_exit { member; line } ->
-      Fmt.pf ppf "%a event after the member's exit" pp_at (member, line)
+  | After_exit { member; line } -> Fmt.pf ppf "%a event after the member's exit" pp_at (member, line)
   | After_live { member; line } ->
       Fmt.pf ppf "%a event after the member's live line, which ends its log" pp_at (member, line)
   | Not_current_view { member; line; view; current } ->
@@ -119,8 +119,8 @@ let pp_violation ppf = function
       Fmt.pf ppf "%a view %s is %a here, but %a at %s" pp_at (member, line) view pp_ids members
         pp_ids other_members other
   | Duplicate_id { member; line; seq; first } ->
-      Fmt.pf ppf "%a uses message id %s#%d again (first at line %d)" pp_at (member, line) member
-        seq first
+      Fmt.pf ppf "%a uses message id %s#%d again (first at line %d)" pp_at (member, line) member seq
+        first
   | Sent_while_blocked { member; line; view; seq; block } ->
       Fmt.pf ppf "%a sends message %d in view %s after its block at line %d, before the next view"
         pp_at (member, line) seq view block
@@ -144,11 +144,11 @@ let pp_violation ppf = function
       Fmt.pf ppf "%a delivers message %d of %s, which was sent to %s" pp_at (member, line) seq from
         dst
   | Wrong_length { member; line; from; seq; len; sent } ->
-      Fmt.pf ppf "%a delivers message %d of %s with length %d, but it was sent with length %d"
-        pp_at (member, line) seq from len sent
+      Fmt.pf ppf "%a delivers message %d of %s with length %d, but it was sent with length %d" pp_at
+        (member, line) seq from len sent
   | Wrong_digest { member; line; from; seq; digest; sent } ->
-      Fmt.pf ppf "%a delivers message %d of %s with digest %s, but it was sent with digest %s"
-        pp_at (member, line) seq from digest sent
+      Fmt.pf ppf "%a delivers message %d of %s with digest %s, but it was sent with digest %s" pp_at
+        (member, line) seq from digest sent
   | Outsider { member; line; view; from; seq } ->
       Fmt.pf ppf "%a delivers message %d of %s in view %s, which %s is not in" pp_at (member, line)
         seq from view from
@@ -163,8 +163,8 @@ let pp_violation ppf = function
         (member, line) seq from view after from
   | Gap { member; line; view; from; kind; seq; missing } ->
       Fmt.pf ppf
-        "%a delivers %a %d of %s in view %s but never delivers its earlier %a %d of that view \
-         (a gap)"
+        "%a delivers %a %d of %s in view %s but never delivers its earlier %a %d of that view (a \
+         gap)"
         pp_at (member, line) Log.pp_kind kind seq from view Log.pp_kind kind missing
   | Not_synchronous { view; next; from; seq; delivered; missing } ->
       Fmt.pf ppf
@@ -186,12 +186,11 @@ let pp_violation ppf = function
         "[%s] is live at the end but still blocked in view %s (block at line %d, no view after it)"
         member view block
   | Casts_unaccounted { member; accepted; accounted } when accounted < accepted ->
-      Fmt.pf ppf
-        "[%s] the API accepted %d casts, but only %d were sent or reported lost: %d wedged" member
-        accepted accounted (accepted - accounted)
+      Fmt.pf ppf "[%s] the API accepted %d casts, but only %d were sent or reported lost: %d wedged"
+        member accepted accounted (accepted - accounted)
   | Casts_unaccounted { member; accepted; accounted } ->
-      Fmt.pf ppf "[%s] the API accepted %d casts, but %d were sent or reported lost" member
-        accepted accounted
+      Fmt.pf ppf "[%s] the API accepted %d casts, but %d were sent or reported lost" member accepted
+        accounted
   | Wedged { member; line; view; seq } ->
       Fmt.pf ppf
         "%a cast %d in view %s is neither delivered by its live sender nor reported lost (a wedge)"
@@ -205,24 +204,18 @@ let pp_violation ppf = function
 type span = {
   vid : string;
   members : string list;
-  at : int;  (* line of the install *)
-  mutable casts : int list;  (* seqs cast in the span, latest first *)
-  mutable sends : (string * int) list;  (* (dst, seq) sent, latest first *)
-  got : (string * int, unit) Hashtbl.t;  (* (from, seq) delivered in the span *)
-  mutable got_casts : (string * int) list;  (* cast deliveries, latest first *)
+  at : int; (* line of the install *)
+  mutable casts : int list; (* seqs cast in the span, latest first *)
+  mutable sends : (string * int) list; (* (dst, seq) sent, latest first *)
+  got : (string * int, unit) Hashtbl.t; (* (from, seq) delivered in the span *)
+  mutable got_casts : (string * int) list; (* cast deliveries, latest first *)
   (* per (from, is a cast): the latest in send order of the messages of
      [from] sent in this view and delivered here: sender's line, seq, line
      of the delivery *)
   top : (string * bool, int * int * int) Hashtbl.t;
 }
 
-type sent = {
-  s_line : int;
-  s_span : int;
-  s_dst : string option;
-  s_len : int;
-  s_digest : string;
-}
+type sent = { s_line : int; s_span : int; s_dst : string option; s_len : int; s_digest : string }
 
 type delivery = {
   d_line : int;
@@ -238,12 +231,12 @@ type member = {
   id : string;
   spans : span array;
   exited : bool;
-  sent : (int, sent) Hashtbl.t;  (* by seq *)
-  refused : (int, int) Hashtbl.t;  (* seq -> line *)
+  sent : (int, sent) Hashtbl.t; (* by seq *)
+  refused : (int, int) Hashtbl.t; (* seq -> line *)
   lost : (int, Log.kind) Hashtbl.t;
-  deliveries : delivery list;  (* in log order *)
-  blocked_at_end : int option;  (* line of a block after the last view *)
-  live : (int * int) option;  (* line, casts accepted *)
+  deliveries : delivery list; (* in log order *)
+  blocked_at_end : int option; (* line of a block after the last view *)
+  live : (int * int) option; (* line, casts accepted *)
 }
 
 (* "LTIME:COORD" with LTIME decimal digits and COORD non-empty. *)
@@ -289,7 +282,8 @@ let scan report id events =
     | None -> ());
     let fresh = fresh_id line seq in
     if fresh then
-      Hashtbl.add sent seq { s_line = line; s_span = span; s_dst = dst; s_len = len; s_digest = digest };
+      Hashtbl.add sent seq
+        { s_line = line; s_span = span; s_dst = dst; s_len = len; s_digest = digest };
     fresh
   in
   List.iteri
@@ -318,7 +312,8 @@ let scan report id events =
             let seen = Hashtbl.create 8 in
             List.iter
               (fun m ->
-                if Hashtbl.mem seen m then report (Repeated_member { member = id; line; view; id = m })
+                if Hashtbl.mem seen m then
+                  report (Repeated_member { member = id; line; view; id = m })
                 else Hashtbl.add seen m ())
               members;
             blocked := None;
@@ -412,7 +407,8 @@ let check_against_sender report r d ~span s m =
         report (Wrong_kind { member; line; from; seq; kind });
         false
   in
-  if m.s_len <> d.d_len then report (Wrong_length { member; line; from; seq; len = d.d_len; sent = m.s_len });
+  if m.s_len <> d.d_len then
+    report (Wrong_length { member; line; from; seq; len = d.d_len; sent = m.s_len });
   if m.s_digest <> d.d_digest then
     report (Wrong_digest { member; line; from; seq; digest = d.d_digest; sent = m.s_digest });
   let sent = s.spans.(m.s_span).vid in
@@ -420,7 +416,8 @@ let check_against_sender report r d ~span s m =
   else if ok_kind then
     let key = (from, d.d_kind = `Cast) in
     match Hashtbl.find_opt span.top key with
-    | Some (l, after, _) when l > m.s_line -> report (Out_of_order { member; line; view; from; seq; after })
+    | Some (l, after, _) when l > m.s_line ->
+        report (Out_of_order { member; line; view; from; seq; after })
     | _ -> Hashtbl.replace span.top key (m.s_line, seq, line)
 
 (* Gaps: in each span of [r], for each sender whose log is given, every
@@ -490,7 +487,8 @@ let check_deliveries report by_id members =
               let view = span.vid in
               Hashtbl.replace span.got key ();
               if d.d_kind = `Cast then span.got_casts <- key :: span.got_casts;
-              if not (List.mem from span.members) then report (Outsider { member; line; view; from; seq });
+              if not (List.mem from span.members) then
+                report (Outsider { member; line; view; from; seq });
               match Hashtbl.find_opt by_id from with
               | None -> no_log from r d
               | Some s -> (
@@ -498,7 +496,8 @@ let check_deliveries report by_id members =
                   | Some m -> check_against_sender report r d ~span s m
                   | None -> (
                       match Hashtbl.find_opt s.refused seq with
-                      | Some refused -> report (Delivered_refused { member; line; from; seq; refused })
+                      | Some refused ->
+                          report (Delivered_refused { member; line; from; seq; refused })
                       | None -> report (Not_sent { member; line; view; from; seq })))))
         r.deliveries;
       check_gaps report by_id r)
@@ -543,7 +542,9 @@ let check_live report ~view ~next group =
           (* With a next view, casts delivered by some are left to the
              virtual synchrony check. *)
           let report_it =
-            match next with None -> missing <> [] | Some _ -> List.length missing = List.length ids
+            match next with
+            | None -> missing <> []
+            | Some _ -> List.length missing = List.length ids
           in
           if report_it && not (Hashtbl.mem s.lost seq) then
             report (Not_delivered { view; next; from = s.id; seq; missing }))
@@ -551,7 +552,8 @@ let check_live report ~view ~next group =
       List.iter
         (fun (dst, seq) ->
           match List.find_opt (fun (r, _) -> r.id = dst) group with
-          | Some (_, sp) when (not (Hashtbl.mem sp.got (s.id, seq))) && not (Hashtbl.mem s.lost seq) ->
+          | Some (_, sp) when (not (Hashtbl.mem sp.got (s.id, seq))) && not (Hashtbl.mem s.lost seq)
+            ->
               report (Not_delivered { view; next; from = s.id; seq; missing = [ dst ] })
           | _ -> ())
         (List.rev span.sends))
@@ -637,20 +639,24 @@ let check_wedges report members =
     (fun m ->
       let n = Array.length m.spans in
       (match m.blocked_at_end with
-      | Some block when n > 0 -> report (Ended_blocked { member = m.id; view = m.spans.(n - 1).vid; block })
+      | Some block when n > 0 ->
+          report (Ended_blocked { member = m.id; view = m.spans.(n - 1).vid; block })
       | _ -> ());
-      let casts = Hashtbl.fold (fun seq s acc -> if s.s_dst = None then seq :: acc else acc) m.sent [] in
+      let casts =
+        Hashtbl.fold (fun seq s acc -> if s.s_dst = None then seq :: acc else acc) m.sent []
+      in
       let lost_unsent =
         Hashtbl.fold
           (fun seq kind acc ->
-            if kind = `Cast && (not (Hashtbl.mem m.sent seq)) && not (Hashtbl.mem m.refused seq) then
-              acc + 1
+            if kind = `Cast && (not (Hashtbl.mem m.sent seq)) && not (Hashtbl.mem m.refused seq)
+            then acc + 1
             else acc)
           m.lost 0
       in
       let accepted = match m.live with Some (_, c) -> c | None -> 0 in
       let accounted = List.length casts + lost_unsent in
-      if accounted <> accepted then report (Casts_unaccounted { member = m.id; accepted; accounted });
+      if accounted <> accepted then
+        report (Casts_unaccounted { member = m.id; accepted; accounted });
       List.iter
         (fun seq ->
           let s = Hashtbl.find m.sent seq in
@@ -755,8 +761,8 @@ let summarize logs =
 
 let pp_summary ppf s =
   Fmt.pf ppf
-    "%d logs, %d members, %d views (%d installs), %d casts, %d sends, %d deliveries, %d blocks, \
-     %d refused, %d lost, %d exits"
+    "%d logs, %d members, %d views (%d installs), %d casts, %d sends, %d deliveries, %d blocks, %d \
+     refused, %d lost, %d exits"
     s.logs s.members s.views s.installs s.casts s.sends s.deliveries s.blocks s.refused s.lost
     s.exits
 

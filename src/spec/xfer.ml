@@ -21,7 +21,8 @@ let state_at trace view =
 let show s =
   let l = S.elements s in
   let n = List.length l in
-  if n <= 4 then "{" ^ String.concat ", " l ^ "}" else Printf.sprintf "{%s, ... (%d)}" (String.concat ", " (List.filteri (fun i _ -> i < 4) l)) n
+  if n <= 4 then "{" ^ String.concat ", " l ^ "}"
+  else Printf.sprintf "{%s, ... (%d)}" (String.concat ", " (List.filteri (fun i _ -> i < 4) l)) n
 
 let check traces =
   let problems = ref [] in
@@ -31,7 +32,12 @@ let check traces =
     (fun (me, trace) ->
       (* The index of each view in this member's order of installation. *)
       let index = Hashtbl.create 8 in
-      List.iter (function View { view } -> if not (Hashtbl.mem index view) then Hashtbl.replace index view (Hashtbl.length index) | _ -> ()) trace;
+      List.iter
+        (function
+          | View { view } ->
+              if not (Hashtbl.mem index view) then Hashtbl.replace index view (Hashtbl.length index)
+          | _ -> ())
+        trace;
       let idx v = Option.value ~default:(-1) (Hashtbl.find_opt index v) in
       let st = ref S.empty in
       (* The base of the snapshot last installed, by index. *)
@@ -41,13 +47,16 @@ let check traces =
           match ev with
           | View _ -> ()
           | Apply { view; key } ->
-              if idx view < 0 then problem "%s applied %s, delivered in view %s it never installed" me key view
+              if idx view < 0 then
+                problem "%s applied %s, delivered in view %s it never installed" me key view
               else if idx view < !floor then
-                problem "%s applied %s of view %s after installing a state that already holds that view" me key view;
+                problem
+                  "%s applied %s of view %s after installing a state that already holds that view"
+                  me key view;
               (* A later install of an earlier or equal base is checked below. *)
               st := S.add key !st
           | Take _ -> ()
-          | Install { base; keys } -> (
+          | Install { base; keys } ->
               let b = idx base in
               if b < 0 then problem "%s installed a state of view %s it never installed" me base
               else begin
@@ -55,7 +64,8 @@ let check traces =
                   (fun j ev' ->
                     match ev' with
                     | Apply { view; key } when j < i && idx view >= b && b >= 0 ->
-                        problem "%s applied %s of view %s before installing the state of view %s" me key view base
+                        problem "%s applied %s of view %s before installing the state of view %s" me
+                          key view base
                     | _ -> ())
                   trace;
                 floor := b
@@ -63,28 +73,42 @@ let check traces =
               let got = S.of_list keys in
               st := got;
               let takers =
-                List.filter (fun (_, tr) -> List.exists (function Take { base = b } -> b = base | _ -> false) tr) traces
+                List.filter
+                  (fun (_, tr) ->
+                    List.exists (function Take { base = b } -> b = base | _ -> false) tr)
+                  traces
               in
-              if takers = [] then problem "%s installed a state of view %s that no member took" me base;
+              if takers = [] then
+                problem "%s installed a state of view %s that no member took" me base;
               List.iter
                 (fun (giver, gt) ->
                   match state_at gt base with
                   | None -> problem "%s took a state of view %s it never installed" giver base
                   | Some want ->
                       if not (S.equal want got) then
-                        problem "%s installed a state of view %s that is not the replay of the deliveries of %s, which took it: %s missing, %s extra"
-                          me base giver (show (S.diff want got)) (show (S.diff got want)))
-                takers)
+                        problem
+                          "%s installed a state of view %s that is not the replay of the \
+                           deliveries of %s, which took it: %s missing, %s extra"
+                          me base giver
+                          (show (S.diff want got))
+                          (show (S.diff got want)))
+                takers
           | Final { view; keys } ->
               let got = S.of_list keys in
               if not (S.equal got !st) then
-                problem "%s ends with a state that is not the replay of its trace: %s missing, %s extra" me
-                  (show (S.diff !st got)) (show (S.diff got !st));
+                problem
+                  "%s ends with a state that is not the replay of its trace: %s missing, %s extra"
+                  me
+                  (show (S.diff !st got))
+                  (show (S.diff got !st));
               finals := (view, me, got) :: !finals)
         trace)
     traces;
   let by_view = Hashtbl.create 8 in
-  List.iter (fun (v, me, s) -> Hashtbl.replace by_view v ((me, s) :: Option.value ~default:[] (Hashtbl.find_opt by_view v))) !finals;
+  List.iter
+    (fun (v, me, s) ->
+      Hashtbl.replace by_view v ((me, s) :: Option.value ~default:[] (Hashtbl.find_opt by_view v)))
+    !finals;
   Hashtbl.iter
     (fun v l ->
       match l with
@@ -92,8 +116,13 @@ let check traces =
           List.iter
             (fun (m, s) ->
               if not (S.equal s s0) then
-                problem "%s and %s end in view %s with different states: %s only at %s, %s only at %s" m0 m v
-                  (show (S.diff s0 s)) m0 (show (S.diff s s0)) m)
+                problem
+                  "%s and %s end in view %s with different states: %s only at %s, %s only at %s" m0
+                  m v
+                  (show (S.diff s0 s))
+                  m0
+                  (show (S.diff s s0))
+                  m)
             rest
       | [] -> ())
     by_view;
@@ -112,7 +141,8 @@ let normalize events =
               if not (Hashtbl.mem index view) then Hashtbl.replace index view k;
               cur := Hashtbl.find index view;
               !cur
-          | Log.Deliver { view; _ } -> ( match Hashtbl.find_opt index view with Some k -> k | None -> !cur)
+          | Log.Deliver { view; _ } -> (
+              match Hashtbl.find_opt index view with Some k -> k | None -> !cur)
           | _ -> !cur
         in
         ((k, i), e))

@@ -9,7 +9,10 @@ let here = Filename.dirname Sys.executable_name
 let peers = Filename.concat here "../../bench/peers"
 
 let temp_dir () =
-  let d = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "bench-peers-smoke-%d-%d" (Unix.getpid ()) (Random.bits ())) in
+  let d =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "bench-peers-smoke-%d-%d" (Unix.getpid ()) (Random.bits ()))
+  in
   Unix.mkdir d 0o700;
   d
 
@@ -22,14 +25,24 @@ let write file s =
 
 let run_lines cmd =
   let ic = Unix.open_process_in cmd in
-  let rec go acc = match input_line ic with l -> go (l :: acc) | exception End_of_file -> List.rev acc in
+  let rec go acc =
+    match input_line ic with l -> go (l :: acc) | exception End_of_file -> List.rev acc
+  in
   let lines = go [] in
-  match Unix.close_process_in ic with Unix.WEXITED 0 -> lines | _ -> Alcotest.failf "%s failed" cmd
+  match Unix.close_process_in ic with
+  | Unix.WEXITED 0 -> lines
+  | _ -> Alcotest.failf "%s failed" cmd
 
-let field k r = match List.assoc_opt k r with Some v -> v | None -> Alcotest.failf "no %s in the result" k
-let num k r = match float_of_string_opt (field k r) with Some f -> f | None -> Alcotest.failf "%s is not a number" k
+let field k r =
+  match List.assoc_opt k r with Some v -> v | None -> Alcotest.failf "no %s in the result" k
 
-let between what lo hi x = if not (x >= lo && x <= hi) then Alcotest.failf "%s: %g is not within [%g, %g]" what x lo hi
+let num k r =
+  match float_of_string_opt (field k r) with
+  | Some f -> f
+  | None -> Alcotest.failf "%s is not a number" k
+
+let between what lo hi x =
+  if not (x >= lo && x <= hi) then Alcotest.failf "%s: %g is not within [%g, %g]" what x lo hi
 
 let one_result cmd =
   match List.filter_map R.parse_result (run_lines cmd) with
@@ -42,7 +55,8 @@ let raw_udp () =
   Alcotest.(check string) "placement" "same-cpu" (field "placement" r);
   Alcotest.(check string) "n" "300" (field "n" r);
   between "median us" 1. 50_000. (num "median_us" r);
-  if num "min_us" r > num "median_us" r || num "median_us" r > num "p99_us" r then Alcotest.fail "min <= median <= p99";
+  if num "min_us" r > num "median_us" r || num "median_us" r > num "p99_us" r then
+    Alcotest.fail "min <= median <= p99";
   let t = one_result (exe ^ " tput --count 3000 --size 1024 --receivers 2 --deadline 20") in
   Alcotest.(check string) "sent" "6000" (field "sender_sent" t);
   List.iter
@@ -53,7 +67,9 @@ let raw_udp () =
     [ 0; 1 ];
   between "messages/s" 1. 1e8 (num "msgs_per_s" t);
   (* A bad argument is refused with one line, and nothing runs. *)
-  Alcotest.(check bool) "bad count refused" true (Sys.command (exe ^ " rtt --count -3 2>/dev/null") <> 0)
+  Alcotest.(check bool)
+    "bad count refused" true
+    (Sys.command (exe ^ " rtt --count -3 2>/dev/null") <> 0)
 
 (* {1 The report, on known inputs} *)
 
@@ -66,58 +82,90 @@ let consort_tput =
 let results =
   String.concat "\n"
     [
-      "result bench=rtt system=raw-udp bytes=16 cpus=0,0 placement=same-cpu n=100 min_us=11.00 median_us=12.00 p99_us=13.00 mean_us=12.00 setup=loopback";
-      "result bench=rtt system=raw-udp bytes=16 cpus=0,1 placement=different-cpus n=100 min_us=20.00 median_us=50.00 p99_us=60.00 mean_us=50.00 setup=loopback";
-      "result bench=tput system=raw-udp bytes=1024 count=100 msgs_per_s=90000 lost_pct=0.00 run=raw1";
+      "result bench=rtt system=raw-udp bytes=16 cpus=0,0 placement=same-cpu n=100 min_us=11.00 \
+       median_us=12.00 p99_us=13.00 mean_us=12.00 setup=loopback";
+      "result bench=rtt system=raw-udp bytes=16 cpus=0,1 placement=different-cpus n=100 \
+       min_us=20.00 median_us=50.00 p99_us=60.00 mean_us=50.00 setup=loopback";
+      "result bench=tput system=raw-udp bytes=1024 count=100 msgs_per_s=90000 lost_pct=0.00 \
+       run=raw1";
       (* CPG: two good runs, one each side of 20000 at the slowest member. *)
-      "result bench=tput system=corosync-cpg index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=21000 order_hash=aa setup=one run=c1";
-      "result bench=tput system=corosync-cpg index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=19000 order_hash=aa setup=one run=c1";
-      "result bench=tput system=corosync-cpg index=2 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=25000 order_hash=aa setup=one run=c1";
-      "result bench=tput system=corosync-cpg index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=21000 order_hash=bb setup=one run=c2";
-      "result bench=tput system=corosync-cpg index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=23000 order_hash=bb setup=one run=c2";
-      "result bench=tput system=corosync-cpg index=2 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=21000 order_hash=bb setup=one run=c2";
+      "result bench=tput system=corosync-cpg index=0 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=21000 order_hash=aa setup=one run=c1";
+      "result bench=tput system=corosync-cpg index=1 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=19000 order_hash=aa setup=one run=c1";
+      "result bench=tput system=corosync-cpg index=2 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=25000 order_hash=aa setup=one run=c1";
+      "result bench=tput system=corosync-cpg index=0 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=21000 order_hash=bb setup=one run=c2";
+      "result bench=tput system=corosync-cpg index=1 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=23000 order_hash=bb setup=one run=c2";
+      "result bench=tput system=corosync-cpg index=2 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=21000 order_hash=bb setup=one run=c2";
       (* CPG elsewhere: faster, but the members disagree on the order. *)
-      "result bench=tput system=corosync-cpg index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=99000 order_hash=aa setup=two run=d1";
-      "result bench=tput system=corosync-cpg index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=99000 order_hash=ab setup=two run=d1";
-      "result bench=tput system=corosync-cpg index=2 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=99000 order_hash=aa setup=two run=d1";
+      "result bench=tput system=corosync-cpg index=0 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=99000 order_hash=aa setup=two run=d1";
+      "result bench=tput system=corosync-cpg index=1 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=99000 order_hash=ab setup=two run=d1";
+      "result bench=tput system=corosync-cpg index=2 members=3 senders=1 delivered=100 \
+       expected=100 errors=0 msgs_per_s=99000 order_hash=aa setup=two run=d1";
       (* JGroups FIFO: a member gave no result. *)
-      "result bench=tput system=jgroups config=udp.xml order=fifo index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=500000 order_hash=aa setup=x run=j1";
-      "result bench=tput system=jgroups config=udp.xml order=fifo index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=500000 order_hash=aa setup=x run=j1";
+      "result bench=tput system=jgroups config=udp.xml order=fifo index=0 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=500000 order_hash=aa setup=x run=j1";
+      "result bench=tput system=jgroups config=udp.xml order=fifo index=1 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=500000 order_hash=aa setup=x run=j1";
       (* JGroups tcp + SEQUENCER: a run short at the deadline (left out), a
          run with no result from member 2 (left out), a good run. *)
-      "result bench=tput system=jgroups config=tcp.xml order=total index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=10000 order_hash=aa setup=x run=k1";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=10000 order_hash=aa setup=x run=k1";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=2 members=3 senders=1 delivered=99 expected=100 errors=0 msgs_per_s=10000 order_hash=aa setup=x run=k1";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=90000 order_hash=aa setup=x run=k2";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=90000 order_hash=aa setup=x run=k2";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=2 members=3 senders=1 no_result=1 setup=x run=k2";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=0 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=12000 order_hash=cc setup=x run=k3";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=1 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=16000 order_hash=cc setup=x run=k3";
-      "result bench=tput system=jgroups config=tcp.xml order=total index=2 members=3 senders=1 delivered=100 expected=100 errors=0 msgs_per_s=13000 order_hash=cc setup=x run=k3";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=0 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=10000 order_hash=aa setup=x run=k1";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=1 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=10000 order_hash=aa setup=x run=k1";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=2 members=3 senders=1 \
+       delivered=99 expected=100 errors=0 msgs_per_s=10000 order_hash=aa setup=x run=k1";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=0 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=90000 order_hash=aa setup=x run=k2";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=1 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=90000 order_hash=aa setup=x run=k2";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=2 members=3 senders=1 \
+       no_result=1 setup=x run=k2";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=0 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=12000 order_hash=cc setup=x run=k3";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=1 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=16000 order_hash=cc setup=x run=k3";
+      "result bench=tput system=jgroups config=tcp.xml order=total index=2 members=3 senders=1 \
+       delivered=100 expected=100 errors=0 msgs_per_s=13000 order_hash=cc setup=x run=k3";
       (* Corosync elsewhere: a duplicate seen by one member. *)
-      "result bench=tput system=corosync-cpg index=0 members=3 senders=3 delivered=300 expected=300 errors=0 msgs_per_s=50000 order_hash=aa setup=one run=e1";
-      "result bench=tput system=corosync-cpg index=1 members=3 senders=3 delivered=300 expected=300 errors=1 msgs_per_s=50000 order_hash=aa setup=one run=e1";
-      "result bench=tput system=corosync-cpg index=2 members=3 senders=3 delivered=300 expected=300 errors=0 msgs_per_s=50000 order_hash=aa setup=one run=e1";
+      "result bench=tput system=corosync-cpg index=0 members=3 senders=3 delivered=300 \
+       expected=300 errors=0 msgs_per_s=50000 order_hash=aa setup=one run=e1";
+      "result bench=tput system=corosync-cpg index=1 members=3 senders=3 delivered=300 \
+       expected=300 errors=1 msgs_per_s=50000 order_hash=aa setup=one run=e1";
+      "result bench=tput system=corosync-cpg index=2 members=3 senders=3 delivered=300 \
+       expected=300 errors=0 msgs_per_s=50000 order_hash=aa setup=one run=e1";
       "not a result line";
       "";
     ]
 
-let assoc k = function `Assoc l -> (match List.assoc_opt k l with Some v -> v | None -> Alcotest.failf "no %s" k) | _ -> Alcotest.failf "%s: not an object" k
+let assoc k = function
+  | `Assoc l -> ( match List.assoc_opt k l with Some v -> v | None -> Alcotest.failf "no %s" k)
+  | _ -> Alcotest.failf "%s: not an object" k
+
 let str = function `String s -> s | _ -> Alcotest.fail "not a string"
 let flt = function `Float f -> f | `Int i -> float i | _ -> Alcotest.fail "not a number"
 let lst = function `List l -> l | _ -> Alcotest.fail "not a list"
 
-let find what p l = match List.filter p l with [ x ] -> x | l -> Alcotest.failf "%s: %d rows" what (List.length l)
+let find what p l =
+  match List.filter p l with [ x ] -> x | l -> Alcotest.failf "%s: %d rows" what (List.length l)
 
 let report () =
   let d = temp_dir () in
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
-  write (Filename.concat d "meta.tsv") "cpu_model\tTest CPU\ncores\t2\nload_start\t0.10 0.20 0.30\njgroups\tJGroups 5.test\n";
+  write (Filename.concat d "meta.tsv")
+    "cpu_model\tTest CPU\ncores\t2\nload_start\t0.10 0.20 0.30\njgroups\tJGroups 5.test\n";
   write (Filename.concat d "results.txt") results;
   write (Filename.concat d "consort-rtt.json") ("Round trip table\n" ^ consort_rtt ^ "\n");
   write (Filename.concat d "consort-tput.json") consort_tput;
   (* Another round of Consort's throughput: its runs join the same row. *)
-  write (Filename.concat d "consort-tput-2.json")
+  write
+    (Filename.concat d "consort-tput-2.json")
     {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[80000],"members":[]}]}|};
   write (Filename.concat d "skipped.tsv") "Something\tnot here\n";
   let out = Filename.concat d "out.json" in
@@ -126,27 +174,54 @@ let report () =
   Alcotest.(check string) "machine" "Test CPU" (str (assoc "cpu_model" (assoc "machine" j)));
   Alcotest.(check string) "versions" "JGroups 5.test" (str (assoc "jgroups" (assoc "versions" j)));
   let rtt = lst (assoc "rtt" j) in
-  let row sys pl = find (sys ^ " " ^ pl) (fun r -> str (assoc "system" r) = sys && str (assoc "placement" r) = pl) rtt in
-  Alcotest.(check (float 1e-9)) "raw same" 12. (flt (assoc "median_us" (row "raw UDP (C)" "same-cpu")));
-  Alcotest.(check (float 1e-9)) "consort same" 30. (flt (assoc "median_us" (row "Consort vsync" "same-cpu")));
-  Alcotest.(check int) "consort's own raw UDP row is not the C floor" 0
+  let row sys pl =
+    find
+      (sys ^ " " ^ pl)
+      (fun r -> str (assoc "system" r) = sys && str (assoc "placement" r) = pl)
+      rtt
+  in
+  Alcotest.(check (float 1e-9))
+    "raw same" 12.
+    (flt (assoc "median_us" (row "raw UDP (C)" "same-cpu")));
+  Alcotest.(check (float 1e-9))
+    "consort same" 30.
+    (flt (assoc "median_us" (row "Consort vsync" "same-cpu")));
+  Alcotest.(check int)
+    "consort's own raw UDP row is not the C floor" 0
     (List.length (List.filter (fun r -> str (assoc "system" r) = "raw UDP") rtt));
   let tp = lst (assoc "throughput" j) in
   let trow ?(senders = 1) sys setup =
-    find (sys ^ " " ^ setup) (fun r -> str (assoc "system" r) = sys && str (assoc "setup" r) = setup && assoc "senders" r = `Int senders) tp
+    find
+      (sys ^ " " ^ setup)
+      (fun r ->
+        str (assoc "system" r) = sys
+        && str (assoc "setup" r) = setup
+        && assoc "senders" r = `Int senders)
+      tp
   in
   let cf = trow "Consort vsync" "loopback" in
-  Alcotest.(check (float 1e-9)) "consort FIFO: the median of every round's runs" 65000. (flt (assoc "msgs_per_s" cf));
-  Alcotest.(check int) "consort FIFO: 4 runs from 2 files" 4 (List.length (lst (assoc "runs_msgs_per_s" cf)));
+  Alcotest.(check (float 1e-9))
+    "consort FIFO: the median of every round's runs" 65000.
+    (flt (assoc "msgs_per_s" cf));
+  Alcotest.(check int)
+    "consort FIFO: 4 runs from 2 files" 4
+    (List.length (lst (assoc "runs_msgs_per_s" cf)));
   let cpg = trow "Corosync CPG" "one" in
   Alcotest.(check bool) "CPG ok" true (assoc "ok" cpg = `Bool true);
   (* Slowest members 19000 and 21000: the median of two runs. *)
   Alcotest.(check (float 1e-9)) "CPG slowest member, median" 20000. (flt (assoc "msgs_per_s" cpg));
   let bad = trow "Corosync CPG" "two" in
   Alcotest.(check bool) "orders differ: not ok" true (assoc "ok" bad = `Bool false);
-  let ends_with suffix s = let n = String.length s and k = String.length suffix in n >= k && String.sub s (n - k) k = suffix in
-  Alcotest.(check bool) "orders differ: said" true (ends_with "MEMBERS DELIVERED IN DIFFERENT ORDERS" (str (assoc "checks" bad)));
-  let starts_with prefix s = String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix in
+  let ends_with suffix s =
+    let n = String.length s and k = String.length suffix in
+    n >= k && String.sub s (n - k) k = suffix
+  in
+  Alcotest.(check bool)
+    "orders differ: said" true
+    (ends_with "MEMBERS DELIVERED IN DIFFERENT ORDERS" (str (assoc "checks" bad)));
+  let starts_with prefix s =
+    String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix
+  in
   let contains sub s =
     let n = String.length s and k = String.length sub in
     let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
@@ -155,18 +230,34 @@ let report () =
   let jf = trow "JGroups udp.xml" "x" in
   Alcotest.(check bool) "member missing, no other run: not ok" true (assoc "ok" jf = `Bool false);
   Alcotest.(check bool) "member missing: no figure" true (assoc "msgs_per_s" jf = `Null);
-  Alcotest.(check bool) "member missing: said" true (starts_with "NO RUN FINISHED" (str (assoc "checks" jf)));
+  Alcotest.(check bool)
+    "member missing: said" true
+    (starts_with "NO RUN FINISHED" (str (assoc "checks" jf)));
   let js = trow "JGroups tcp.xml+SEQUENCER" "x" in
   Alcotest.(check bool) "unfinished runs left out: ok" true (assoc "ok" js = `Bool true);
-  Alcotest.(check (float 1e-9)) "unfinished runs left out: the good run's slowest" 12000. (flt (assoc "msgs_per_s" js));
+  Alcotest.(check (float 1e-9))
+    "unfinished runs left out: the good run's slowest" 12000.
+    (flt (assoc "msgs_per_s" js));
   Alcotest.(check int) "one run counted" 1 (List.length (lst (assoc "runs_msgs_per_s" js)));
-  Alcotest.(check bool) "unfinished runs: said" true (contains "2 of 3 runs did not finish" (str (assoc "checks" js)));
-  let dup = find "CPG 3 senders" (fun r -> str (assoc "system" r) = "Corosync CPG" && assoc "senders" r = `Int 3) tp in
+  Alcotest.(check bool)
+    "unfinished runs: said" true
+    (contains "2 of 3 runs did not finish" (str (assoc "checks" js)));
+  let dup =
+    find "CPG 3 senders"
+      (fun r -> str (assoc "system" r) = "Corosync CPG" && assoc "senders" r = `Int 3)
+      tp
+  in
   Alcotest.(check bool) "a duplicate: not ok" true (assoc "ok" dup = `Bool false);
-  Alcotest.(check bool) "a duplicate: said" true (contains "WRONG DELIVERIES" (str (assoc "checks" dup)));
+  Alcotest.(check bool)
+    "a duplicate: said" true
+    (contains "WRONG DELIVERIES" (str (assoc "checks" dup)));
   let tg = lst (assoc "targets" j) in
   let target prefix =
-    find prefix (fun t -> let s = str (assoc "target" t) in String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix) tg
+    find prefix
+      (fun t ->
+        let s = str (assoc "target" t) in
+        String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix)
+      tg
   in
   (* Only the checked CPG figure counts: 40000 / 20000. *)
   let t = target "total 1 KB, 3 processes, 1 sender(s): Consort / best Corosync CPG" in
@@ -174,9 +265,13 @@ let report () =
   Alcotest.(check bool) "total vs CPG met" true (assoc "met" t = `Bool true);
   (* JGroups FIFO has no finished run: no ratio, no verdict. *)
   let t = target "FIFO 1 KB, 3 processes, 1 sender(s)" in
-  Alcotest.(check bool) "FIFO vs failed JGroups: no value" true (assoc "value" t = `Null && assoc "met" t = `Null);
+  Alcotest.(check bool)
+    "FIFO vs failed JGroups: no value" true
+    (assoc "value" t = `Null && assoc "met" t = `Null);
   let t = target "total 1 KB, 3 processes, 1 sender(s): Consort / JGroups tcp+SEQUENCER" in
-  Alcotest.(check (float 1e-9)) "total vs tcp+SEQUENCER: 40000 / 12000" (40000. /. 12000.) (flt (assoc "value" t));
+  Alcotest.(check (float 1e-9))
+    "total vs tcp+SEQUENCER: 40000 / 12000" (40000. /. 12000.)
+    (flt (assoc "value" t));
   let t = target "round trip 16 B, same-cpu" in
   Alcotest.(check (float 1e-9)) "rtt same: +18 us" 18. (flt (assoc "value" t));
   Alcotest.(check bool) "rtt same: short" true (assoc "met" t = `Bool false);
@@ -184,13 +279,19 @@ let report () =
   Alcotest.(check bool) "rtt different: met" true (assoc "met" t = `Bool true);
   let fused = find "fused" (fun c -> str (assoc "path" c) = "fused") (lst (assoc "stack_cost" j)) in
   Alcotest.(check bool) "fused: no number" true (assoc "ns_per_msg" fused = `Null);
-  Alcotest.(check string) "fused: said" "not built: no fused path in this tree" (str (assoc "note" fused));
+  Alcotest.(check string)
+    "fused: said" "not built: no fused path in this tree"
+    (str (assoc "note" fused));
   Alcotest.(check int) "skipped kept" 1 (List.length (lst (assoc "skipped" j)));
   (* Bad input: one error, no exception. *)
-  (match R.run ~dir:(Filename.concat d "nope") ~out:None with Error _ -> () | Ok () -> Alcotest.fail "a missing directory is an error");
+  (match R.run ~dir:(Filename.concat d "nope") ~out:None with
+  | Error _ -> ()
+  | Ok () -> Alcotest.fail "a missing directory is an error");
   let empty = Filename.concat d "empty" in
   Unix.mkdir empty 0o700;
-  match R.run ~dir:empty ~out:None with Error _ -> () | Ok () -> Alcotest.fail "an empty directory is an error"
+  match R.run ~dir:empty ~out:None with
+  | Error _ -> ()
+  | Ok () -> Alcotest.fail "an empty directory is an error"
 
 (* {1 The script end to end, raw UDP only} *)
 
@@ -198,7 +299,8 @@ let script () =
   let d = temp_dir () in
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   let cmd =
-    Printf.sprintf "PEERS=raw QUICK=1 RESULTS_DIR=%s CONSORT=%s BENCH_PEERS=%s %s > %s 2>&1" (Filename.quote d)
+    Printf.sprintf "PEERS=raw QUICK=1 RESULTS_DIR=%s CONSORT=%s BENCH_PEERS=%s %s > %s 2>&1"
+      (Filename.quote d)
       (Filename.quote (Filename.concat here "../../bin/main.exe"))
       (Filename.quote (Filename.concat peers "main.exe"))
       (Filename.quote (Filename.concat peers "bench-peers.sh"))
@@ -207,7 +309,9 @@ let script () =
   if Sys.command cmd <> 0 then Alcotest.failf "bench-peers.sh failed: see %s" cmd;
   let j = Yojson.Safe.from_file (Filename.concat d "peers-quick.json") in
   Alcotest.(check bool) "cores" true (str (assoc "cores" (assoc "machine" j)) <> "");
-  Alcotest.(check bool) "load at start" true (String.length (str (assoc "load_start" (assoc "machine" j))) > 0);
+  Alcotest.(check bool)
+    "load at start" true
+    (String.length (str (assoc "load_start" (assoc "machine" j))) > 0);
   let rtt = lst (assoc "rtt" j) in
   let same = find "raw same" (fun r -> str (assoc "placement" r) = "same-cpu") rtt in
   between "raw UDP round trip, us" 1. 50_000. (flt (assoc "median_us" same));

@@ -13,7 +13,8 @@ let exe () =
 let get = function Ok x -> x | Error e -> Alcotest.fail e
 
 let between what lo hi x =
-  if not (Float.is_finite x && x >= lo && x <= hi) then Alcotest.failf "%s: %.3f is not within [%g, %g]" what x lo hi
+  if not (Float.is_finite x && x >= lo && x <= hi) then
+    Alcotest.failf "%s: %.3f is not within [%g, %g]" what x lo hi
 
 let stats () =
   let xs = [| 5.; 1.; 4.; 2.; 3. |] in
@@ -29,8 +30,11 @@ let parsing () =
   Alcotest.(check (option (pair string (list string))))
     "view line"
     (Some ("2:127.0.0.1:9#0a", [ "127.0.0.1:9#0a"; "127.0.0.1:8#0b" ]))
-    (B.Members.parse_view "view 2:127.0.0.1:9#0a: 127.0.0.1:9#0a 127.0.0.1:8#0b (rank 1; joined [], left [])");
-  Alcotest.(check (option (pair string (list string)))) "other line" None (B.Members.parse_view "cast from x: view");
+    (B.Members.parse_view
+       "view 2:127.0.0.1:9#0a: 127.0.0.1:9#0a 127.0.0.1:8#0b (rank 1; joined [], left [])");
+  Alcotest.(check (option (pair string (list string))))
+    "other line" None
+    (B.Members.parse_view "cast from x: view");
   Alcotest.(check (option (list (pair string string))))
     "result line"
     (Some [ ("a", "1"); ("b", "x,y") ])
@@ -41,11 +45,19 @@ let parsing () =
   List.iter
     (fun seq ->
       let p = B.Peer.payload ~seq ~size:1024 in
-      let want = String.init 1024 (fun i -> if i < 11 then (Printf.sprintf "d%010d" seq).[i] else Char.chr (97 + ((seq + (i * 7)) mod 26))) in
+      let want =
+        String.init 1024 (fun i ->
+            if i < 11 then (Printf.sprintf "d%010d" seq).[i]
+            else Char.chr (97 + ((seq + (i * 7)) mod 26)))
+      in
       Alcotest.(check string) (Printf.sprintf "payload %d" seq) want p;
-      Alcotest.(check (option int)) "checked in place" (Some seq) (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1024))
+      Alcotest.(check (option int))
+        "checked in place" (Some seq)
+        (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1024))
     [ 0; 1; 25; 26; 999_999; 1_234_567_891 ];
-  Alcotest.(check (option int)) "in place: other size refused" None (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1000);
+  Alcotest.(check (option int))
+    "in place: other size refused" None
+    (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1000);
   List.iter
     (fun i ->
       let bad = Bytes.of_string p in
@@ -65,7 +77,9 @@ let join () =
       Alcotest.(check int) "one figure per member" r.B.Join.size (Array.length r.join_ms);
       Array.iter (between "start ms" 0.05 2000.) r.start_ms;
       Array.iter (between "join ms" 0.05 5000.) r.join_ms;
-      Array.iteri (fun i j -> if j < r.start_ms.(i) then Alcotest.fail "joined before the first view") r.join_ms)
+      Array.iteri
+        (fun i j -> if j < r.start_ms.(i) then Alcotest.fail "joined before the first view")
+        r.join_ms)
     rows;
   ignore (B.Join.to_json rows)
 
@@ -84,7 +98,10 @@ let failover () =
   | _ -> Alcotest.fail "one run"
 
 let rtt () =
-  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:200 ~warmup:20 ~placements:[ `Same; `Different ] ~rounds:2 ()) in
+  let rows =
+    get
+      (B.Rtt.run ~exe:(exe ()) ~count:200 ~warmup:20 ~placements:[ `Same; `Different ] ~rounds:2 ())
+  in
   Alcotest.(check int) "three kinds, two placements" 6 (List.length rows);
   List.iter
     (fun r ->
@@ -94,8 +111,13 @@ let rtt () =
   ignore (B.Rtt.to_json rows)
 
 let throughput () =
-  let rows = get (B.Throughput.run ~exe:(exe ()) ~count:500 ~senders:[ 1; 3 ] ~deadline:10. ~reps:1 ()) in
-  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "group cast"; "group cast" ] (List.map (fun r -> r.B.Throughput.kind) rows);
+  let rows =
+    get (B.Throughput.run ~exe:(exe ()) ~count:500 ~senders:[ 1; 3 ] ~deadline:10. ~reps:1 ())
+  in
+  Alcotest.(check (list string))
+    "kinds"
+    [ "raw UDP"; "group cast"; "group cast" ]
+    (List.map (fun r -> r.B.Throughput.kind) rows);
   List.iter
     (fun r ->
       Alcotest.(check int) "one run" 1 (List.length r.B.Throughput.runs);
@@ -110,35 +132,58 @@ let throughput () =
       end
       else
         List.iter
-          (fun m -> if m.B.Throughput.role = "receiver" && m.received > 1 then between "raw messages/s" 100. 1e8 (B.Throughput.rate r m))
+          (fun m ->
+            if m.B.Throughput.role = "receiver" && m.received > 1 then
+              between "raw messages/s" 100. 1e8 (B.Throughput.rate r m))
           r.members)
     rows;
   ignore (B.Throughput.to_json rows)
 
 let rtt_total () =
-  let rows = get (B.Rtt.run ~exe:(exe ()) ~count:100 ~warmup:20 ~placements:[ `Same ] ~rounds:1 ~total:true ()) in
-  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "engine UDP"; "group cast"; "Total seq"; "Total token" ]
+  let rows =
+    get
+      (B.Rtt.run ~exe:(exe ()) ~count:100 ~warmup:20 ~placements:[ `Same ] ~rounds:1 ~total:true ())
+  in
+  Alcotest.(check (list string))
+    "kinds"
+    [ "raw UDP"; "engine UDP"; "group cast"; "Total seq"; "Total token" ]
     (List.map (fun r -> r.B.Rtt.kind) rows);
   List.iter (fun r -> Alcotest.(check int) "samples" 100 (Array.length r.B.Rtt.samples)) rows
 
 (* Total order in the throughput benchmark: both protocols deliver every
    cast, in each origin's order, at every member. *)
 let throughput_total () =
-  let stacks = [ ("Total seq", "vsync,Total", "total.protocol=sequencer"); ("Total token", "vsync,Total", "total.protocol=token") ] in
-  let rows = get (B.Throughput.run ~exe:(exe ()) ~count:300 ~senders:[ 3 ] ~stacks ~deadline:10. ~reps:1 ()) in
-  Alcotest.(check (list string)) "kinds" [ "raw UDP"; "Total seq"; "Total token" ] (List.map (fun r -> r.B.Throughput.kind) rows);
+  let stacks =
+    [
+      ("Total seq", "vsync,Total", "total.protocol=sequencer");
+      ("Total token", "vsync,Total", "total.protocol=token");
+    ]
+  in
+  let rows =
+    get (B.Throughput.run ~exe:(exe ()) ~count:300 ~senders:[ 3 ] ~stacks ~deadline:10. ~reps:1 ())
+  in
+  Alcotest.(check (list string))
+    "kinds"
+    [ "raw UDP"; "Total seq"; "Total token" ]
+    (List.map (fun r -> r.B.Throughput.kind) rows);
   List.iter
     (fun r ->
       if r.B.Throughput.kind <> "raw UDP" then begin
         Alcotest.(check bool) (r.kind ^ ": every delivery checked and right") true r.ok;
-        List.iter (fun m -> Alcotest.(check int) "all delivered" (300 * r.senders) m.B.Throughput.received) r.members
+        List.iter
+          (fun m -> Alcotest.(check int) "all delivered" (300 * r.senders) m.B.Throughput.received)
+          r.members
       end)
     rows
 
 let () =
   Alcotest.run "bench_smoke"
     [
-      ("helpers", [ Alcotest.test_case "statistics" `Quick stats; Alcotest.test_case "lines and payloads" `Quick parsing ]);
+      ( "helpers",
+        [
+          Alcotest.test_case "statistics" `Quick stats;
+          Alcotest.test_case "lines and payloads" `Quick parsing;
+        ] );
       ( "benchmarks",
         [
           Alcotest.test_case "join of 2 and 3" `Quick join;

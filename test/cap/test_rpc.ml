@@ -14,8 +14,8 @@ type bed = {
   mutable server : R.node;
   mutable srv : R.server;
   client : R.node;
-  executed : (string, int) Hashtbl.t;  (* request data -> times carried out *)
-  mutable delay : Time.t;  (* how long the server works on a request *)
+  executed : (string, int) Hashtbl.t; (* request data -> times carried out *)
+  mutable delay : Time.t; (* how long the server works on a request *)
   g : Mirage_crypto_rng.g;
 }
 
@@ -27,7 +27,8 @@ let echo_server b =
         if not (R.is_closed b.server) then
           R.putrep r (Header.reply ~size:(String.length d) `Ok) (String.uppercase_ascii d)
       in
-      if b.delay = 0 then answer () else ignore (Sim.at b.net (Time.add (Sim.now b.net) b.delay) answer))
+      if b.delay = 0 then answer ()
+      else ignore (Sim.at b.net (Time.add (Sim.now b.net) b.delay) answer))
 
 let start_server b =
   b.server <- ok (R.create ~config:cfg ~g:b.g b.net "s");
@@ -50,7 +51,10 @@ let cap b = Cap.owner (Port.Key.port b.key) ~obj:1 secret
 
 let call ?idempotent b data =
   let res = ref None in
-  R.trans b.client ?idempotent (Header.request (cap b) 1) data (fun r ->
+  R.trans b.client ?idempotent
+    (Header.request (cap b) 1)
+    data
+    (fun r ->
       if !res <> None then Alcotest.fail "reply callback called twice";
       res := Some r);
   (res, fun () -> Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 60.)) b.net)
@@ -78,7 +82,7 @@ let null_and_small () =
   let s = R.stats b.server in
   Alcotest.(check int) "one session" 1 s.Rpc.sessions
 
-let payload n seed = String.init n (fun i -> Char.chr (97 + ((i * 7) + seed) mod 26))
+let payload n seed = String.init n (fun i -> Char.chr (97 + (((i * 7) + seed) mod 26)))
 
 let large () =
   let b = bed () in
@@ -87,13 +91,21 @@ let large () =
   Alcotest.(check int) "executed once" 1 (times b d);
   Alcotest.(check int) "nothing held after Done" 0 (R.stats b.server).Rpc.buffered
 
-let lossy_link = { Sim.default_link with loss = 0.2; duplicate = 0.2; reorder = 0.2; reorder_delay = Time.of_ms 5; jitter = Time.of_ms 1 }
+let lossy_link =
+  {
+    Sim.default_link with
+    loss = 0.2;
+    duplicate = 0.2;
+    reorder = 0.2;
+    reorder_delay = Time.of_ms 5;
+    jitter = Time.of_ms 1;
+  }
 
 let lossy () =
   for seed = 1 to 20 do
     let b = bed ~seed ~link:lossy_link () in
     for i = 1 to 5 do
-      let d = payload (if i mod 2 = 0 then 20_000 else 10) (seed * 10 + i) in
+      let d = payload (if i mod 2 = 0 then 20_000 else 10) ((seed * 10) + i) in
       (match run_call b d with
       | Ok (_, r) -> Alcotest.(check string) "data" (String.uppercase_ascii d) r
       | Error (`Failure _) -> ()
@@ -103,7 +115,9 @@ let lossy () =
   done
 
 let duplicates () =
-  let link = { Sim.default_link with duplicate = 0.9; reorder = 0.5; reorder_delay = Time.of_ms 20 } in
+  let link =
+    { Sim.default_link with duplicate = 0.9; reorder = 0.5; reorder_delay = Time.of_ms 20 }
+  in
   let b = bed ~link () in
   for i = 1 to 20 do
     let d = "req" ^ string_of_int i in
@@ -141,7 +155,9 @@ let restart_mid_request () =
   start_server b;
   b.delay <- 0;
   Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_sec 30.)) b.net;
-  (match !res with Some (Ok (_, "READ 5")) -> () | _ -> Alcotest.fail "idempotent request not retried");
+  (match !res with
+  | Some (Ok (_, "READ 5")) -> ()
+  | _ -> Alcotest.fail "idempotent request not retried");
   Alcotest.(check int) "idempotent: carried out twice" 2 (times b "read 5")
 
 (* A request much longer than the silence limit: the client's probes keep
@@ -164,7 +180,8 @@ let server_gone () =
   Sim.crash b.net "s";
   run ();
   match !res with
-  | Some (Error (`Failure _ as e)) -> Alcotest.(check bool) "outcome unknown" true (Rpc_error.outcome e = `Unknown)
+  | Some (Error (`Failure _ as e)) ->
+      Alcotest.(check bool) "outcome unknown" true (Rpc_error.outcome e = `Unknown)
   | _ -> Alcotest.fail "expected RPC_FAILURE"
 
 let not_found () =
@@ -205,7 +222,9 @@ let moved () =
   let res = ref None in
   R.trans client2 (Header.request (cap b) 1) "x" (fun r -> res := Some r);
   Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 10.)) net;
-  match !res with Some (Ok (_, "moved:x")) -> () | _ -> Alcotest.fail "not served by the new place"
+  match !res with
+  | Some (Ok (_, "moved:x")) -> ()
+  | _ -> Alcotest.fail "not served by the new place"
 
 (* A rogue process answers locates and handshakes for a port whose key it
    does not hold. *)
@@ -235,7 +254,13 @@ let rogue () =
               incr answered;
               (* Its own key, its own signature: the digest is not the port. *)
               reply
-                (Wire.Hereis { port; nonce; public = Port.Key.public rogue_key; signature = Secure.locate_signature rogue_key ~nonce })
+                (Wire.Hereis
+                   {
+                     port;
+                     nonce;
+                     public = Port.Key.public rogue_key;
+                     signature = Secure.locate_signature rogue_key ~nonce;
+                   })
           | Ok (Wire.Hello { port = _; eph; nonce }) -> (
               incr answered;
               match Secure.server_accept ~g rogue_key ~session:"12345678" ~eph ~nonce with
@@ -248,7 +273,10 @@ let rogue () =
   ignore (ok (Result.map_error (Fmt.str "%a" Transport.pp_error) (Sim.open_ net "rogue" handler)));
   let client = ok (R.create ~config:cfg ~g ~locate:[ "rogue" ] net "c") in
   let res = ref None in
-  R.trans client (Header.request (Cap.owner port ~obj:1 secret) 1) "secret data" (fun r -> res := Some r);
+  R.trans client
+    (Header.request (Cap.owner port ~obj:1 secret) 1)
+    "secret data"
+    (fun r -> res := Some r);
   Sim.run net;
   (match !res with Some (Error `Notfound) -> () | _ -> Alcotest.fail "rogue locate accepted");
   Alcotest.(check bool) "rogue answers counted" true ((R.stats client).Rpc.rogue_answers > 0);
@@ -302,7 +330,14 @@ let capture () =
   let b = bed () in
   let seen = ref [] in
   let tap node =
-    match Sim.control (R.connection node) (Sim.Drop_filter (Some (fun ~src:_ cs -> seen := Cstruct.to_string cs :: !seen; false))) with
+    match
+      Sim.control (R.connection node)
+        (Sim.Drop_filter
+           (Some
+              (fun ~src:_ cs ->
+                seen := Cstruct.to_string cs :: !seen;
+                false)))
+    with
     | Ok () -> ()
     | Error _ -> Alcotest.fail "no filter"
   in
@@ -313,11 +348,14 @@ let capture () =
   let res = ref None in
   R.trans b.client (Header.request c 1) payload (fun r -> res := Some r);
   Sim.run b.net;
-  (match !res with Some (Ok (_, d)) -> Alcotest.(check string) "reply" (String.uppercase_ascii payload) d | _ -> Alcotest.fail "no reply");
+  (match !res with
+  | Some (Ok (_, d)) -> Alcotest.(check string) "reply" (String.uppercase_ascii payload) d
+  | _ -> Alcotest.fail "no reply");
   Alcotest.(check bool) "datagrams captured" true (List.length !seen >= 4);
   let all = String.concat "" !seen in
   List.iter
-    (fun (what, sub) -> if contains ~sub all then Alcotest.failf "%s found in clear on the wire" what)
+    (fun (what, sub) ->
+      if contains ~sub all then Alcotest.failf "%s found in clear on the wire" what)
     [
       ("capability (binary)", Cap.to_raw c);
       ("capability check", c.Cap.check);
@@ -340,31 +378,50 @@ let tamper () =
       | Wire.Hello_ack { session; eph; public; signature; _ } ->
           let kc = Secure.client_finish st ~session ~eph ~public ~signature |> Result.get_ok in
           let sealed = Secure.seal kc ~session ~seq:5L "request" in
-          Alcotest.(check (option string)) "opens" (Some "request") (Secure.open_ ks ~session ~seq:5L sealed);
-          Alcotest.(check (option string)) "other seq" None (Secure.open_ ks ~session ~seq:6L sealed);
-          Alcotest.(check (option string)) "other session" None (Secure.open_ ks ~session:"sessionY" ~seq:5L sealed);
-          Alcotest.(check (option string)) "own direction" None (Secure.open_ kc ~session ~seq:5L sealed);
+          Alcotest.(check (option string))
+            "opens" (Some "request")
+            (Secure.open_ ks ~session ~seq:5L sealed);
+          Alcotest.(check (option string))
+            "other seq" None
+            (Secure.open_ ks ~session ~seq:6L sealed);
+          Alcotest.(check (option string))
+            "other session" None
+            (Secure.open_ ks ~session:"sessionY" ~seq:5L sealed);
+          Alcotest.(check (option string))
+            "own direction" None
+            (Secure.open_ kc ~session ~seq:5L sealed);
           for i = 0 to String.length sealed - 1 do
             let b = Bytes.of_string sealed in
             Bytes.set b i (Char.chr (Char.code sealed.[i] lxor 1));
-            if Secure.open_ ks ~session ~seq:5L (Bytes.to_string b) <> None then Alcotest.failf "byte %d altered, accepted" i
+            if Secure.open_ ks ~session ~seq:5L (Bytes.to_string b) <> None then
+              Alcotest.failf "byte %d altered, accepted" i
           done;
           (* A handshake answer signed by another key is refused. *)
           let rogue = Port.Key.generate ~g () in
           let st2, _ = Secure.client_hello ~g (Port.Key.port key) in
-          let _, ack2 = Secure.server_accept ~g rogue ~session:"sessionZ" ~eph ~nonce:(Secure.client_nonce st2) |> Result.get_ok in
+          let _, ack2 =
+            Secure.server_accept ~g rogue ~session:"sessionZ" ~eph ~nonce:(Secure.client_nonce st2)
+            |> Result.get_ok
+          in
           (match ack2 with
           | Wire.Hello_ack { session; eph; public; signature; _ } ->
-              Alcotest.(check bool) "rogue handshake refused" true
+              Alcotest.(check bool)
+                "rogue handshake refused" true
                 (Result.is_error (Secure.client_finish st2 ~session ~eph ~public ~signature))
           | _ -> Alcotest.fail "no ack");
           (* A correct signature over another session id is refused too. *)
-          Alcotest.(check bool) "replayed signature refused" true
+          Alcotest.(check bool)
+            "replayed signature refused" true
             (Result.is_error (Secure.client_finish st ~session:"sessionW" ~eph ~public ~signature))
       | _ -> Alcotest.fail "no ack")
   | _ -> Alcotest.fail "no hello"
 
-let tests = tests @ [ Alcotest.test_case "capture: nothing in clear" `Quick capture; Alcotest.test_case "AEAD and handshake refuse tampering" `Quick tamper ]
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "capture: nothing in clear" `Quick capture;
+      Alcotest.test_case "AEAD and handshake refuse tampering" `Quick tamper;
+    ]
 
 (* The fast path writes the same bytes as the codecs. *)
 let fast_path () =
@@ -372,42 +429,69 @@ let fast_path () =
   let g = Crypto.deterministic "fast" in
   let port = Port.Key.port (Port.Key.generate ~g ()) in
   for _ = 1 to 300 do
-    let data = String.init (Random.State.int rs 3000) (fun _ -> Char.chr (Random.State.int rs 256)) in
+    let data =
+      String.init (Random.State.int rs 3000) (fun _ -> Char.chr (Random.State.int rs 256))
+    in
     let off = if data = "" then 0 else Random.State.int rs (String.length data) in
     let len = Random.State.int rs (String.length data - off + 1) in
     let header =
       if Random.State.bool rs then None
       else
         Some
-          (Header.request ~offset:(Random.State.int rs 100000) ~extra:(Random.State.int rs 1000 - 500)
-             (Cap.owner port ~obj:(Random.State.int rs 1000) secret) (Random.State.int rs 5000))
+          (Header.request ~offset:(Random.State.int rs 100000)
+             ~extra:(Random.State.int rs 1000 - 500)
+             (Cap.owner port ~obj:(Random.State.int rs 1000) secret)
+             (Random.State.int rs 5000))
     in
     let dir = if Random.State.bool rs then Wire.Req else Wire.Rep in
-    let xid = Random.State.int rs 1_000_000 and total = Random.State.int rs 10_000_000 and offset = Random.State.int rs 1_000_000 in
-    let fast = Cstruct.to_string (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len) in
-    let slow = Codec.encode_string Wire.inner (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len }) in
+    let xid = Random.State.int rs 1_000_000
+    and total = Random.State.int rs 10_000_000
+    and offset = Random.State.int rs 1_000_000 in
+    let fast =
+      Cstruct.to_string
+        (Wire.frag_cstruct ~headroom:0 ~dir ~xid ~total ~offset ~header data ~off ~len)
+    in
+    let slow =
+      Codec.encode_string Wire.inner
+        (Wire.Frag { dir; xid; total; offset; header; chunk = String.sub data off len })
+    in
     Alcotest.(check string) "same bytes" slow fast;
-    let head = Wire.frag_head ~into:(Cstruct.create (Random.State.int rs 300)) ~dir ~xid ~total ~offset ~header ~len in
-    Alcotest.(check string) "head, then the chunk: same bytes" slow (Cstruct.to_string head ^ String.sub data off len);
+    let head =
+      Wire.frag_head
+        ~into:(Cstruct.create (Random.State.int rs 300))
+        ~dir ~xid ~total ~offset ~header ~len
+    in
+    Alcotest.(check string)
+      "head, then the chunk: same bytes" slow
+      (Cstruct.to_string head ^ String.sub data off len);
     (match Wire.peek_frag (Cstruct.of_string fast) with
     | Some (d, x, t, o, h, c) ->
-        Alcotest.(check bool) "peek: fields" true (d = dir && x = xid && t = total && o = offset && h = header);
+        Alcotest.(check bool)
+          "peek: fields" true
+          (d = dir && x = xid && t = total && o = offset && h = header);
         Alcotest.(check string) "peek: chunk" (String.sub data off len) (Cstruct.to_string c)
     | None -> Alcotest.fail "peek_frag: not recognised");
     (* Cut short or lengthened, it is not a fragment (nor for the codec). *)
     let cut = String.sub fast 0 (String.length fast - 1) and longer = fast ^ "x" in
     List.iter
       (fun bad ->
-        Alcotest.(check bool) "peek agrees with the codec" true
+        Alcotest.(check bool)
+          "peek agrees with the codec" true
           (Wire.peek_frag (Cstruct.of_string bad) = None
           && match Codec.decode_string Wire.inner bad with Ok (Wire.Frag _) -> false | _ -> true))
       [ cut; longer ];
-    Alcotest.(check bool) "an ack is not a fragment" true
-      (Wire.peek_frag (Cstruct.of_string (Codec.encode_string Wire.inner (Wire.Ack { dir; xid; upto = offset }))) = None);
+    Alcotest.(check bool)
+      "an ack is not a fragment" true
+      (Wire.peek_frag
+         (Cstruct.of_string (Codec.encode_string Wire.inner (Wire.Ack { dir; xid; upto = offset })))
+      = None);
     let session = Crypto.random ~g 8 and seq = Random.State.int64 rs Int64.max_int in
     let sealed = String.make (16 + Random.State.int rs 50) 'z' in
     let whole = Bytes.to_string (Wire.data_header ~up:(dir = Wire.Req) ~session ~seq) ^ sealed in
-    Alcotest.(check string) "data header" (Codec.encode_string Wire.outer (Wire.Data { up = dir = Wire.Req; session; seq; sealed })) whole;
+    Alcotest.(check string)
+      "data header"
+      (Codec.encode_string Wire.outer (Wire.Data { up = dir = Wire.Req; session; seq; sealed }))
+      whole;
     match Wire.peek_data (Cstruct.of_string whole) with
     | Some (up, s, q, body) ->
         Alcotest.(check bool) "up" (dir = Wire.Req) up;
@@ -470,7 +554,8 @@ let relaying_rogue () =
   | None -> Alcotest.fail "no outcome");
   Alcotest.(check int) "nothing carried out" 0 (times b "secret payload");
   let all = String.concat "" !seen in
-  if contains ~sub:"secret payload" all || contains ~sub:c.Cap.check all then Alcotest.fail "the rogue saw secrets"
+  if contains ~sub:"secret payload" all || contains ~sub:c.Cap.check all then
+    Alcotest.fail "the rogue saw secrets"
 
 (* Bytes held by a server are bounded: a request that does not fit is
    refused, not carried out. *)
@@ -518,7 +603,13 @@ let garbage () =
   let b = bed () in
   let captured = ref [] in
   let tap node =
-    ignore (Sim.control (R.connection node) (Sim.Drop_filter (Some (fun ~src:_ cs -> captured := Cstruct.to_string cs :: !captured; false))))
+    ignore
+      (Sim.control (R.connection node)
+         (Sim.Drop_filter
+            (Some
+               (fun ~src:_ cs ->
+                 captured := Cstruct.to_string cs :: !captured;
+                 false))))
   in
   tap b.client;
   tap b.server;
@@ -526,7 +617,10 @@ let garbage () =
   let samples = Array.of_list !captured in
   let rs = Random.State.make [| 11 |] in
   let attacker = ref None in
-  ignore (Sim.open_ b.net "x" (fun c -> attacker := Some c; { Sim.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore }));
+  ignore
+    (Sim.open_ b.net "x" (fun c ->
+         attacker := Some c;
+         { Sim.recv = (fun ~src:_ iov -> Iovec.release iov); closed = ignore }));
   let c = Option.get !attacker in
   for i = 1 to 3000 do
     let s =
@@ -536,9 +630,14 @@ let garbage () =
           let base = Bytes.of_string samples.(Random.State.int rs (Array.length samples)) in
           for _ = 0 to Random.State.int rs 4 do
             if Bytes.length base > 0 then
-              Bytes.set base (Random.State.int rs (Bytes.length base)) (Char.chr (Random.State.int rs 256))
+              Bytes.set base
+                (Random.State.int rs (Bytes.length base))
+                (Char.chr (Random.State.int rs 256))
           done;
-          let cut = if Random.State.int rs 4 = 0 then Random.State.int rs (Bytes.length base + 1) else Bytes.length base in
+          let cut =
+            if Random.State.int rs 4 = 0 then Random.State.int rs (Bytes.length base + 1)
+            else Bytes.length base
+          in
           Bytes.sub_string base 0 cut
     in
     let m = Msg.of_string Pool.default s in
@@ -581,10 +680,17 @@ let corrupted_bulk () =
       let d = payload 100_000 5 in
       expect_ok b d;
       if not !flipped then Alcotest.failf "%s: no fragment altered" what;
-      Alcotest.(check bool) (what ^ ": the altered fragment refused") true ((R.stats b.server).Rpc.bad_datagrams > bad0);
+      Alcotest.(check bool)
+        (what ^ ": the altered fragment refused")
+        true
+        ((R.stats b.server).Rpc.bad_datagrams > bad0);
       Alcotest.(check int) (what ^ ": carried out once, intact") 1 (times b d);
       Alcotest.(check int) (what ^ ": nothing else carried out") 2 (Hashtbl.length b.executed))
-    [ ("middle of the chunk", fun n -> n / 2); ("just after the prefix", fun _ -> 18 + 40); ("the tag", fun n -> n - 3) ]
+    [
+      ("middle of the chunk", fun n -> n / 2);
+      ("just after the prefix", fun _ -> 18 + 40);
+      ("the tag", fun n -> n - 3);
+    ]
 
 let tests = tests @ [ Alcotest.test_case "a corrupted bulk fragment refused" `Quick corrupted_bulk ]
 
@@ -598,19 +704,27 @@ let enquire_not_resend () =
   let sizes = ref [] in
   ignore
     (Sim.control (R.connection b.server)
-       (Sim.Drop_filter (Some (fun ~src:_ cs -> sizes := Cstruct.length cs :: !sizes; false))));
+       (Sim.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               sizes := Cstruct.length cs :: !sizes;
+               false))));
   let d = payload 50_000 9 in
   let res, _ = call b d in
   Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 500)) b.net;
   sizes := [];
   Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 2000)) b.net;
   Alcotest.(check bool) "probes sent while waiting" true (List.length !sizes >= 3);
-  List.iter (fun n -> if n > 200 then Alcotest.failf "a %d-byte datagram while the server works" n) !sizes;
+  List.iter
+    (fun n -> if n > 200 then Alcotest.failf "a %d-byte datagram while the server works" n)
+    !sizes;
   Sim.run b.net;
   (match !res with Some (Ok _) -> () | _ -> Alcotest.fail "no reply");
   Alcotest.(check int) "once" 1 (times b d)
 
-let tests = tests @ [ Alcotest.test_case "enquire, not resend, while the server works" `Quick enquire_not_resend ]
+let tests =
+  tests
+  @ [ Alcotest.test_case "enquire, not resend, while the server works" `Quick enquire_not_resend ]
 
 let params () =
   let p = Result.get_ok (Params.of_string "rpc.fragment=61440,rpc.silence=9s") in
@@ -618,7 +732,9 @@ let params () =
   Alcotest.(check int) "override" 61440 c.Rpc.fragment;
   Alcotest.(check int) "time override" (Time.of_sec 9.) c.Rpc.silence;
   Alcotest.(check int) "default" Rpc.default_config.Rpc.window c.Rpc.window;
-  Alcotest.(check bool) "same as the record" true (Rpc.config_of_params Params.empty = Rpc.default_config)
+  Alcotest.(check bool)
+    "same as the record" true
+    (Rpc.config_of_params Params.empty = Rpc.default_config)
 
 let tests = tests @ [ Alcotest.test_case "tunables" `Quick params ]
 
@@ -634,13 +750,18 @@ let replicas () =
     n
   in
   let _a = start "a" and _b = start "b" in
-  let client = ok (R.create ~config:{ cfg with silence = Time.of_sec 1. } ~g ~locate:[ "a"; "b" ] net "c") in
+  let client =
+    ok (R.create ~config:{ cfg with silence = Time.of_sec 1. } ~g ~locate:[ "a"; "b" ] net "c")
+  in
   let cap = Cap.owner (Port.Key.port key) ~obj:1 secret in
   let call () =
     let res = ref None in
     R.trans client ~idempotent:true (Header.request cap 1) "" (fun r -> res := Some r);
     Sim.run net;
-    match !res with Some (Ok (_, who)) -> who | Some (Error e) -> Alcotest.failf "%a" Rpc_error.pp e | None -> Alcotest.fail "no outcome"
+    match !res with
+    | Some (Ok (_, who)) -> who
+    | Some (Error e) -> Alcotest.failf "%a" Rpc_error.pp e
+    | None -> Alcotest.fail "no outcome"
   in
   let first = call () in
   Alcotest.(check string) "sticks to one replica" first (call ());
@@ -689,7 +810,9 @@ let follows_moves () =
   let call ?idempotent d =
     let res = ref None in
     let t0 = Sim.now net in
-    R.trans client ?idempotent (Header.request cap 1) d (fun r -> took := Time.diff (Sim.now net) t0; res := Some r);
+    R.trans client ?idempotent (Header.request cap 1) d (fun r ->
+        took := Time.diff (Sim.now net) t0;
+        res := Some r);
     Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 60.)) net;
     match !res with Some r -> r | None -> Alcotest.fail "no outcome"
   in

@@ -12,7 +12,9 @@ let own_stack () =
   let vc = Clock.Virtual.create () in
   let clock = Clock.Virtual.clock vc in
   let pool = Pool.create ~name:"cap-stack" () in
-  let da, db = Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool (Mac_addr.local 1) (Mac_addr.local 2) in
+  let da, db =
+    Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool (Mac_addr.local 1) (Mac_addr.local 2)
+  in
   let a = Ipstack.create ~clock ~pool ~address:{ addr = Ipv4_addr.v 10 0 0 1; len = 24 } da in
   let b = Ipstack.create ~clock ~pool ~address:{ addr = Ipv4_addr.v 10 0 0 2; len = 24 } db in
   let ta = U.create a and tb = U.create b in
@@ -20,7 +22,8 @@ let own_stack () =
   let g = Crypto.deterministic "stack" in
   let key = Port.Key.generate ~g () in
   let server = ok (R.create ~g tb (addr "10.0.0.2:7470")) in
-  R.listen (R.serve server key) (fun r -> R.putrep r (Header.reply `Ok) (String.uppercase_ascii (R.data r)));
+  R.listen (R.serve server key) (fun r ->
+      R.putrep r (Header.reply `Ok) (String.uppercase_ascii (R.data r)));
   let client = ok (R.create ~g ~locate:[ addr "10.0.0.2:7470" ] ta (addr "10.0.0.1:7471")) in
   let cap = Cap.owner (Port.Key.port key) ~obj:1 (Cap.Secret.generate ~g ()) in
   let call data =

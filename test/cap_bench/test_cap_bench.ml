@@ -3,7 +3,8 @@
 module B = Consort_cap_bench.Rpc_bench
 
 let sane what lo hi x =
-  if not (Float.is_finite x && x >= lo && x <= hi) then Alcotest.failf "%s: %.3f is not within [%g, %g]" what x lo hi
+  if not (Float.is_finite x && x >= lo && x <= hi) then
+    Alcotest.failf "%s: %.3f is not within [%g, %g]" what x lo hi
 
 let tiny () =
   match B.run ~calls:20 ~transfers:2 ~rounds:1 () with

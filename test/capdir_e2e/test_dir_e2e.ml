@@ -8,7 +8,9 @@
 open Consort_cap
 
 let consort () =
-  Filename.concat (Filename.dirname Sys.executable_name) (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+  Filename.concat
+    (Filename.dirname Sys.executable_name)
+    (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
 let rec rm_rf p =
   match (Unix.lstat p).Unix.st_kind with
@@ -22,7 +24,9 @@ let ( / ) = Filename.concat
 
 let read_file p =
   let ic = open_in_bin p in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let free_port () =
   let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
@@ -35,11 +39,33 @@ type replica = { i : int; rpc : string; group : string; mutable pid : int }
 
 let start d reps r =
   let out, w = Unix.pipe ~cloexec:true () in
-  let err = Unix.openfile (d / Printf.sprintf "r%d.log" r.i) [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
-  let peers = String.concat "," (List.filter_map (fun x -> if x.i <> r.i then Some x.group else None) reps) in
+  let err =
+    Unix.openfile
+      (d / Printf.sprintf "r%d.log" r.i)
+      [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
+      0o644
+  in
+  let peers =
+    String.concat "," (List.filter_map (fun x -> if x.i <> r.i then Some x.group else None) reps)
+  in
   let pid =
     Unix.create_process_env (consort ())
-      [| "consort"; "cap"; "dir"; "serve"; "--data"; d / Printf.sprintf "r%d" r.i; "--key"; d / "dir.key"; "--bind"; r.rpc; "--group"; r.group; "--peers"; peers |]
+      [|
+        "consort";
+        "cap";
+        "dir";
+        "serve";
+        "--data";
+        d / Printf.sprintf "r%d" r.i;
+        "--key";
+        d / "dir.key";
+        "--bind";
+        r.rpc;
+        "--group";
+        r.group;
+        "--peers";
+        peers;
+      |]
       (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
       Unix.stdin w err
   in
@@ -61,11 +87,18 @@ let kill r =
 let run ~env args =
   let out = Filename.temp_file "dir-out" "" and err = Filename.temp_file "dir-err" "" in
   Fun.protect
-    ~finally:(fun () -> Sys.remove out; Sys.remove err)
+    ~finally:(fun () ->
+      Sys.remove out;
+      Sys.remove err)
     (fun () ->
       let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
       let o = fd out and e = fd err in
-      let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) (Array.append (Array.of_list env) (Unix.environment ())) Unix.stdin o e in
+      let pid =
+        Unix.create_process_env (consort ())
+          (Array.of_list ("consort" :: args))
+          (Array.append (Array.of_list env) (Unix.environment ()))
+          Unix.stdin o e
+      in
       Unix.close o;
       Unix.close e;
       let _, st = Unix.waitpid [] pid in
@@ -84,7 +117,8 @@ let ok ~env args =
 let refused ~env reason args =
   let code, _, err = run ~env args in
   Alcotest.(check int) (String.concat " " args ^ ": exit 2") 2 code;
-  if not (contains err reason) then Alcotest.failf "%s: %S does not name %S" (String.concat " " args) err reason;
+  if not (contains err reason) then
+    Alcotest.failf "%s: %S does not name %S" (String.concat " " args) err reason;
   Alcotest.(check int) "one line" 1 (List.length (String.split_on_char '\n' (String.trim err)))
 
 (* Until [f] gives Some, at most [n] tries a second apart (the replicas
@@ -92,17 +126,34 @@ let refused ~env reason args =
 let rec eventually n what f =
   match f () with
   | Some x -> x
-  | None -> if n <= 0 then Alcotest.failf "%s: never" what else (Unix.sleepf 1.; eventually (n - 1) what f)
+  | None ->
+      if n <= 0 then Alcotest.failf "%s: never" what
+      else (
+        Unix.sleepf 1.;
+        eventually (n - 1) what f)
 
-let rows ls = List.filter_map (fun l -> match String.split_on_char '\t' l with [ n; _ ] -> Some n | _ -> None) (String.split_on_char '\n' ls)
+let rows ls =
+  List.filter_map
+    (fun l -> match String.split_on_char '\t' l with [ n; _ ] -> Some n | _ -> None)
+    (String.split_on_char '\n' ls)
 
 let test_replicated () =
   let d = Filename.temp_file "capdir-e2e" "" in
   Sys.remove d;
   Unix.mkdir d 0o700;
-  let reps = List.init 3 (fun i -> { i; rpc = Printf.sprintf "127.0.0.1:%d" (free_port ()); group = Printf.sprintf "127.0.0.1:%d" (free_port ()); pid = 0 }) in
+  let reps =
+    List.init 3 (fun i ->
+        {
+          i;
+          rpc = Printf.sprintf "127.0.0.1:%d" (free_port ());
+          group = Printf.sprintf "127.0.0.1:%d" (free_port ());
+          pid = 0;
+        })
+  in
   Fun.protect
-    ~finally:(fun () -> List.iter kill reps; rm_rf d)
+    ~finally:(fun () ->
+      List.iter kill reps;
+      rm_rf d)
     (fun () ->
       (* The first makes the key; the others share it. *)
       let roots = List.map (start d reps) reps in
@@ -110,7 +161,12 @@ let test_replicated () =
       List.iter (fun (r, _) -> Alcotest.(check string) "one root for all replicas" root r) roots;
       let locate l = "CONSORT_LOCATE=" ^ String.concat "," (List.map (fun r -> r.rpc) l) in
       let env = [ "CONSORT_ROOT=" ^ root; locate reps; "CONSORT_MULTICAST=off" ] in
-      let home = eventually 30 "the first mkdir" (fun () -> match run ~env [ "cap"; "mkdir"; "/home" ] with 0, out, _ -> Some (String.trim out) | _ -> None) in
+      let home =
+        eventually 30 "the first mkdir" (fun () ->
+            match run ~env [ "cap"; "mkdir"; "/home" ] with
+            | 0, out, _ -> Some (String.trim out)
+            | _ -> None)
+      in
       Alcotest.(check bool) "mkdir prints a capability" true (Result.is_ok (Cap.of_string home));
       ignore (ok ~env [ "cap"; "mkdir"; "/home/alice" ]);
       (* A capability of another server, stored under a name. *)
@@ -119,29 +175,50 @@ let test_replicated () =
       let file = Cap.owner fport ~obj:7 (Cap.Secret.generate ~g ()) in
       ignore (ok ~env [ "cap"; "dir"; "link"; "/home/alice/notes"; Cap.to_string file ]);
       ignore (ok ~env [ "cap"; "chmod"; "/home/alice/notes"; "all:read:none" ]);
-      Alcotest.(check (list string)) "ls" [ "notes" ] (rows (ok ~env [ "cap"; "ls"; "/home/alice" ]));
-      (match Cap.of_string (String.trim (ok ~env [ "cap"; "dir"; "lookup"; "/home/alice/notes" ])) with
+      Alcotest.(check (list string))
+        "ls" [ "notes" ]
+        (rows (ok ~env [ "cap"; "ls"; "/home/alice" ]));
+      (match
+         Cap.of_string (String.trim (ok ~env [ "cap"; "dir"; "lookup"; "/home/alice/notes" ]))
+       with
       | Ok c -> Alcotest.(check bool) "the owner gets all" true (Cap.equal c file)
       | Error _ -> Alcotest.fail "lookup output");
       (* Through the root's group column: home narrowed to its group and
          other columns, alice likewise, notes to read. *)
-      let group_root = Result.get_ok (Cap.restrict (Result.get_ok (Cap.of_string root)) (Rights.of_int_exn 0x02)) in
-      (match Cap.of_string (String.trim (ok ~env [ "cap"; "dir"; "lookup"; "--root"; Cap.to_string group_root; "/home/alice/notes" ])) with
+      let group_root =
+        Result.get_ok (Cap.restrict (Result.get_ok (Cap.of_string root)) (Rights.of_int_exn 0x02))
+      in
+      (match
+         Cap.of_string
+           (String.trim
+              (ok ~env
+                 [ "cap"; "dir"; "lookup"; "--root"; Cap.to_string group_root; "/home/alice/notes" ]))
+       with
       | Ok c -> Alcotest.(check string) "the group column reads" "read" (Rights.to_string c.rights)
       | Error _ -> Alcotest.fail "lookup output");
       refused ~env "denied" [ "cap"; "rm"; "--root"; Cap.to_string group_root; "/home/alice/notes" ];
       (* The standard operations: info, status, restrict; destroy refused. *)
-      Alcotest.(check bool) "std_info" true (contains (ok ~env [ "cap"; "info"; home ]) "directory, 1 rows");
-      Alcotest.(check bool) "std_status" true (contains (ok ~env [ "cap"; "status"; dserver ]) "directory replica");
-      let narrowed = String.trim (ok ~env [ "cap"; "restrict"; Cap.to_string group_root; "--rights"; "0x00" ]) in
-      Alcotest.(check bool) "std_restrict" true (match Cap.of_string narrowed with Ok c -> Rights.to_int c.rights = 0 | Error _ -> false);
+      Alcotest.(check bool)
+        "std_info" true
+        (contains (ok ~env [ "cap"; "info"; home ]) "directory, 1 rows");
+      Alcotest.(check bool)
+        "std_status" true
+        (contains (ok ~env [ "cap"; "status"; dserver ]) "directory replica");
+      let narrowed =
+        String.trim (ok ~env [ "cap"; "restrict"; Cap.to_string group_root; "--rights"; "0x00" ])
+      in
+      Alcotest.(check bool)
+        "std_restrict" true
+        (match Cap.of_string narrowed with Ok c -> Rights.to_int c.rights = 0 | Error _ -> false);
       refused ~env "refused" [ "cap"; "destroy"; home ];
       refused ~env "not found: nothing" [ "cap"; "rm"; "/home/nothing" ];
       refused ~env "no server answered" [ "cap"; "ls"; "/home/alice/notes" ];
       refused ~env "x: not found" [ "cap"; "ls"; "/x/y" ];
       refused ~env "unknown right" [ "cap"; "chmod"; "/home/alice/notes"; "all:bogus" ];
       refused ~env "exists" [ "cap"; "mkdir"; "/home/alice" ];
-      refused ~env:[ "CONSORT_ROOT=cap1:nonsense"; locate reps ] "bad capability" [ "cap"; "ls"; "/" ];
+      refused
+        ~env:[ "CONSORT_ROOT=cap1:nonsense"; locate reps ]
+        "bad capability" [ "cap"; "ls"; "/" ];
       (* One replica killed: the others go on (once it is excluded). *)
       let r0 = List.nth reps 0 and r1 = List.nth reps 1 in
       kill r0;
@@ -150,7 +227,10 @@ let test_replicated () =
          "exists" or "not found" says the first one took effect. *)
       let again ~env args already =
         eventually 30 (String.concat " " args) (fun () ->
-            match run ~env args with 0, _, _ -> Some () | 2, _, e when contains e already -> Some () | _ -> None)
+            match run ~env args with
+            | 0, _, _ -> Some ()
+            | 2, _, e when contains e already -> Some ()
+            | _ -> None)
       in
       again ~env [ "cap"; "mkdir"; "/home/bob" ] "exists";
       again ~env [ "cap"; "rm"; "/home/alice/notes" ] "not found";
@@ -158,12 +238,19 @@ let test_replicated () =
          and the restarted one serves with the third. *)
       ignore (start d reps r0 : string * string);
       let env0 = [ "CONSORT_ROOT=" ^ root; locate [ r0 ]; "CONSORT_MULTICAST=off" ] in
-      let ls0 = eventually 30 "the restarted replica" (fun () -> match run ~env:env0 [ "cap"; "ls"; "/home" ] with 0, out, _ -> Some out | _ -> None) in
+      let ls0 =
+        eventually 30 "the restarted replica" (fun () ->
+            match run ~env:env0 [ "cap"; "ls"; "/home" ] with 0, out, _ -> Some out | _ -> None)
+      in
       Alcotest.(check (list string)) "caught up" [ "alice"; "bob" ] (rows ls0);
       kill r1;
       again ~env:env0 [ "cap"; "mkdir"; "/home/carol" ] "exists";
-      Alcotest.(check (list string)) "after the second kill" [ "alice"; "bob"; "carol" ] (rows (ok ~env:env0 [ "cap"; "ls"; "/home" ]));
-      Alcotest.(check (list string)) "rm took effect" [] (rows (ok ~env:env0 [ "cap"; "ls"; "/home/alice" ])))
+      Alcotest.(check (list string))
+        "after the second kill" [ "alice"; "bob"; "carol" ]
+        (rows (ok ~env:env0 [ "cap"; "ls"; "/home" ]));
+      Alcotest.(check (list string))
+        "rm took effect" []
+        (rows (ok ~env:env0 [ "cap"; "ls"; "/home/alice" ])))
 
 (* Garbage collection over processes: one directory replica and a file
    server; a linked file and directory stay through every round, an
@@ -172,7 +259,14 @@ let test_gc () =
   let d = Filename.temp_file "capdir-gc" "" in
   Sys.remove d;
   Unix.mkdir d 0o700;
-  let r = { i = 0; rpc = Printf.sprintf "127.0.0.1:%d" (free_port ()); group = Printf.sprintf "127.0.0.1:%d" (free_port ()); pid = 0 } in
+  let r =
+    {
+      i = 0;
+      rpc = Printf.sprintf "127.0.0.1:%d" (free_port ());
+      group = Printf.sprintf "127.0.0.1:%d" (free_port ());
+      pid = 0;
+    }
+  in
   let fs_addr = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
   let fs_pid = ref 0 in
   Fun.protect
@@ -191,28 +285,54 @@ let test_gc () =
           Unix.stdin w Unix.stderr;
       Unix.close w;
       let ic = Unix.in_channel_of_descr out in
-      let fserver = match String.split_on_char ' ' (input_line ic) with [ "server"; c ] -> c | _ -> Alcotest.fail "file server's first line" in
+      let fserver =
+        match String.split_on_char ' ' (input_line ic) with
+        | [ "server"; c ] -> c
+        | _ -> Alcotest.fail "file server's first line"
+      in
       close_in ic;
-      let env = [ "CONSORT_ROOT=" ^ root; "CONSORT_LOCATE=" ^ r.rpc ^ "," ^ fs_addr; "CONSORT_MULTICAST=off" ] in
+      let env =
+        [
+          "CONSORT_ROOT=" ^ root; "CONSORT_LOCATE=" ^ r.rpc ^ "," ^ fs_addr; "CONSORT_MULTICAST=off";
+        ]
+      in
       let data = d / "data.txt" in
       let oc = open_out data in
       output_string oc "kept";
       close_out oc;
       let put () = String.trim (ok ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ]) in
-      let kept = eventually 30 "the first put" (fun () -> match run ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ] with 0, o, _ -> Some (String.trim o) | _ -> None) in
+      let kept =
+        eventually 30 "the first put" (fun () ->
+            match run ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ] with
+            | 0, o, _ -> Some (String.trim o)
+            | _ -> None)
+      in
       let lost = put () in
-      let home = eventually 30 "the first mkdir" (fun () -> match run ~env [ "cap"; "mkdir"; "/home" ] with 0, o, _ -> Some (String.trim o) | _ -> None) in
+      let home =
+        eventually 30 "the first mkdir" (fun () ->
+            match run ~env [ "cap"; "mkdir"; "/home" ] with
+            | 0, o, _ -> Some (String.trim o)
+            | _ -> None)
+      in
       let gone_dir = String.trim (ok ~env [ "cap"; "mkdir"; "/tmp" ]) in
       ignore (ok ~env [ "cap"; "dir"; "link"; "/home/kept"; kept ]);
       refused ~env "not a directory" [ "cap"; "ls"; "/home/kept" ];
       ignore (ok ~env [ "cap"; "dir"; "link"; "/tmp/lost"; lost ]);
       ignore (ok ~env [ "cap"; "rm"; "/tmp" ]);
-      let report = ok ~env [ "cap"; "dir"; "gc"; "--server"; dserver; "--fs"; fserver; "--rounds"; "25" ] in
-      Alcotest.(check int) "25 rounds" 25 (List.length (List.filter (fun l -> l <> "") (String.split_on_char '\n' report)));
-      Alcotest.(check string) "a reachable file stays" "4" (String.trim (ok ~env [ "cap"; "fs"; "size"; kept ]));
+      let report =
+        ok ~env [ "cap"; "dir"; "gc"; "--server"; dserver; "--fs"; fserver; "--rounds"; "25" ]
+      in
+      Alcotest.(check int)
+        "25 rounds" 25
+        (List.length (List.filter (fun l -> l <> "") (String.split_on_char '\n' report)));
+      Alcotest.(check string)
+        "a reachable file stays" "4"
+        (String.trim (ok ~env [ "cap"; "fs"; "size"; kept ]));
       refused ~env "not found" [ "cap"; "fs"; "size"; lost ];
       refused ~env "not found" [ "cap"; "ls"; "--root"; gone_dir; "/" ];
-      Alcotest.(check (list string)) "a reachable directory stays" [ "kept" ] (rows (ok ~env [ "cap"; "ls"; "--root"; home; "/" ])))
+      Alcotest.(check (list string))
+        "a reachable directory stays" [ "kept" ]
+        (rows (ok ~env [ "cap"; "ls"; "--root"; home; "/" ])))
 
 (* consort bench dir in a tiny configuration: it runs to the end, every
    operation of every row succeeds. *)

@@ -24,11 +24,14 @@ let say fmt =
       flush stdout)
     fmt
 
-let fail fmt = Printf.ksprintf (fun s -> prerr_endline s; exit 1) fmt
+let fail fmt =
+  Printf.ksprintf
+    (fun s ->
+      prerr_endline s;
+      exit 1)
+    fmt
 
-let ok what = function
-  | Ok x -> x
-  | Error e -> fail "%s: %s" what (Fmt.str "%a" Store.pp_error e)
+let ok what = function Ok x -> x | Error e -> fail "%s: %s" what (Fmt.str "%a" Store.pp_error e)
 
 let upload dir seed nfiles kill_at =
   let steps = ref 0 in
@@ -55,11 +58,15 @@ let upload dir seed nfiles kill_at =
       | 1 ->
           (* In pieces: a first part, then appends, the last one committing. *)
           let first = n / 3 in
-          let o = ok "create" (Store.create t ~commit:false ~safe:false (String.sub data 0 first)) in
+          let o =
+            ok "create" (Store.create t ~commit:false ~safe:false (String.sub data 0 first))
+          in
           let rec go off =
             let len = min 50_000 (n - off) in
             let last = off + len >= n in
-            let o' = ok "modify" (Store.modify t o ~off (String.sub data off len) ~commit:last ~safe:true) in
+            let o' =
+              ok "modify" (Store.modify t o ~off (String.sub data off len) ~commit:last ~safe:true)
+            in
             if o' <> o then fail "modify of an uncommitted file gave a new file";
             if not last then go (off + len)
           in
@@ -70,9 +77,12 @@ let upload dir seed nfiles kill_at =
           let a = n / 4 and b = n / 2 in
           let o =
             ok "create"
-              (Store.create t ~commit:false ~safe:false (String.sub data 0 a ^ String.sub data b (n - b)))
+              (Store.create t ~commit:false ~safe:false
+                 (String.sub data 0 a ^ String.sub data b (n - b)))
           in
-          ignore (ok "insert" (Store.insert t o ~off:a (String.sub data a (b - a)) ~commit:true ~safe:true));
+          ignore
+            (ok "insert"
+               (Store.insert t o ~off:a (String.sub data a (b - a)) ~commit:true ~safe:true));
           o
       | _ ->
           let o = ok "create" (Store.create t ~commit:true ~safe:false data) in
@@ -119,12 +129,16 @@ let fill dir =
     files;
   if Sys.readdir (Filename.concat dir "tmp") <> [||] then fail "tmp/ not empty after No_space";
   (* An uncommitted file can wait for room and be committed later. *)
-  let o = ok "create uncommitted" (Store.create t ~commit:false ~safe:false (String.make 250_000 'x')) in
+  let o =
+    ok "create uncommitted" (Store.create t ~commit:false ~safe:false (String.make 250_000 'x'))
+  in
   (match Store.commit t o ~safe:true with
   | Error `No_space -> ()
   | Ok () -> fail "commit of 250 kB succeeded on a full disk"
   | Error e -> fail "commit: %s" (Fmt.str "%a" Store.pp_error e));
-  (match Store.committed t o with Some false -> () | _ -> fail "file not left uncommitted after No_space");
+  (match Store.committed t o with
+  | Some false -> ()
+  | _ -> fail "file not left uncommitted after No_space");
   ok "destroy" (Store.destroy t (fst (List.hd files)));
   ok "destroy" (Store.destroy t (fst (List.nth files 1)));
   ok "destroy" (Store.destroy t (fst (List.nth files 2)));
@@ -142,7 +156,8 @@ let lock dir =
 
 let () =
   match Array.to_list Sys.argv |> List.tl with
-  | [ "upload"; dir; seed; n; k ] -> upload dir (int_of_string seed) (int_of_string n) (int_of_string k)
+  | [ "upload"; dir; seed; n; k ] ->
+      upload dir (int_of_string seed) (int_of_string n) (int_of_string k)
   | [ "fill"; dir ] -> fill dir
   | [ "lock"; dir ] -> lock dir
   | _ -> fail "usage: capfs_child upload DIR SEED NFILES KILL_AT | fill DIR | lock DIR"

@@ -9,7 +9,7 @@ let size ~seed ~i =
   | 2 -> 10_000
   | 3 -> 65_536
   | 4 -> 150_000
-  | _ -> 1 + ((seed * 31) + (i * 1009)) mod 120_000
+  | _ -> 1 + (((seed * 31) + (i * 1009)) mod 120_000)
 
 let content ~seed ~i =
   (* Some indices repeat the previous content, so that blobs are shared. *)

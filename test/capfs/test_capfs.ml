@@ -47,11 +47,15 @@ let test_create_read () =
   Alcotest.(check bool) "files are numbered from 1" true (o >= 1);
   Alcotest.check (res Alcotest.string) "read all" (Ok "hello, world") (read_all t o);
   Alcotest.check (res Alcotest.string) "read a range" (Ok "world") (Store.read t o ~off:7 ~len:5);
-  Alcotest.check (res Alcotest.string) "a read past the end is cut" (Ok "ld") (Store.read t o ~off:10 ~len:100);
+  Alcotest.check (res Alcotest.string) "a read past the end is cut" (Ok "ld")
+    (Store.read t o ~off:10 ~len:100);
   Alcotest.check (res Alcotest.string) "at the end: nothing" (Ok "") (Store.read t o ~off:12 ~len:5);
-  Alcotest.check (res Alcotest.string) "offset past the end" (Error `Bad_range) (Store.read t o ~off:13 ~len:1);
-  Alcotest.check (res Alcotest.string) "negative offset" (Error `Bad_range) (Store.read t o ~off:(-1) ~len:1);
-  Alcotest.check (res Alcotest.string) "negative length" (Error `Bad_range) (Store.read t o ~off:0 ~len:(-1));
+  Alcotest.check (res Alcotest.string) "offset past the end" (Error `Bad_range)
+    (Store.read t o ~off:13 ~len:1);
+  Alcotest.check (res Alcotest.string) "negative offset" (Error `Bad_range)
+    (Store.read t o ~off:(-1) ~len:1);
+  Alcotest.check (res Alcotest.string) "negative length" (Error `Bad_range)
+    (Store.read t o ~off:0 ~len:(-1));
   Alcotest.check (res Alcotest.int) "size" (Ok 12) (Store.size t o);
   Alcotest.check (res Alcotest.string) "no such file" (Error `Not_found) (read_all t (o + 100));
   let e = get (Store.create t ~commit:true ~safe:false "") in
@@ -94,14 +98,18 @@ let test_committed_immutable () =
     (Store.modify t o ~off:7 "z" ~commit:true ~safe:true);
   Alcotest.check (res Alcotest.int) "delete past the end" (Error `Bad_range)
     (Store.delete t o ~off:4 ~len:3 ~commit:true ~safe:true);
-  Alcotest.check (res Alcotest.string) "the original is still unchanged" (Ok "abcdef") (read_all t o);
+  Alcotest.check (res Alcotest.string) "the original is still unchanged" (Ok "abcdef")
+    (read_all t o);
   Alcotest.(check int) "no uncommitted file left behind" 0 (Store.stats t).uncommitted_files;
   Store.close t
 
 (* Random sequences of changes against a model: a string per file. *)
 let prop_model =
   QCheck.Test.make ~count:100 ~name:"changes match a model of strings"
-    QCheck.(list_of_size Gen.(int_range 1 25) (quad (int_bound 5) small_nat small_nat (string_of_size Gen.(int_bound 40))))
+    QCheck.(
+      list_of_size
+        Gen.(int_range 1 25)
+        (quad (int_bound 5) small_nat small_nat (string_of_size Gen.(int_bound 40))))
     (fun ops ->
       with_dir @@ fun d ->
       let t, _ = open_store d in
@@ -190,7 +198,9 @@ let test_dedup () =
   Alcotest.check (res Alcotest.int) "the last sharer still reads" (Ok 100_000) (Store.size t b);
   Alcotest.check (res Alcotest.string) "destroyed" (Error `Not_found) (read_all t a);
   get (Store.destroy t b);
-  Alcotest.(check int) "the blob goes with the last file" 0 (Array.length (Sys.readdir (d / "blobs")));
+  Alcotest.(check int)
+    "the blob goes with the last file" 0
+    (Array.length (Sys.readdir (d / "blobs")));
   Alcotest.(check int) "no records" 0 (Array.length (Sys.readdir (d / "meta")));
   Store.close t
 
@@ -220,7 +230,12 @@ let test_aging () =
 let test_limits () =
   with_dir @@ fun d ->
   let config =
-    { Store.default_config with max_uncommitted_files = 3; max_uncommitted_bytes = 1000; max_file_size = 600 }
+    {
+      Store.default_config with
+      max_uncommitted_files = 3;
+      max_uncommitted_bytes = 1000;
+      max_file_size = 600;
+    }
   in
   let t, _ = open_store ~config d in
   let a = get (Store.create t ~commit:false ~safe:false (String.make 400 'a')) in
@@ -231,13 +246,16 @@ let test_limits () =
     (Store.create t ~commit:true ~safe:false (String.make 601 'c'));
   Alcotest.check (res Alcotest.int) "growing past the byte limit" (Error `Too_large)
     (Store.insert t a ~off:0 (String.make 201 'x') ~commit:false ~safe:false);
-  Alcotest.check (res Alcotest.string) "a refused change changes nothing" (Ok (String.make 400 'a'))
+  Alcotest.check (res Alcotest.string) "a refused change changes nothing"
+    (Ok (String.make 400 'a'))
     (get (Store.commit t a ~safe:false);
      read_all t a);
   let _ = get (Store.create t ~commit:false ~safe:false "c") in
   let _ = get (Store.create t ~commit:false ~safe:false "d") in
-  Alcotest.check (res Alcotest.int) "count" (Error `Too_many_uncommitted) (Store.create t ~commit:false ~safe:false "e");
-  Alcotest.check (res Alcotest.int) "a copy of a committed file counts too" (Error `Too_many_uncommitted)
+  Alcotest.check (res Alcotest.int) "count" (Error `Too_many_uncommitted)
+    (Store.create t ~commit:false ~safe:false "e");
+  Alcotest.check (res Alcotest.int) "a copy of a committed file counts too"
+    (Error `Too_many_uncommitted)
     (Store.modify t a ~off:0 "z" ~commit:false ~safe:false);
   let s = Store.stats t in
   Alcotest.(check int) "uncommitted files" 3 s.uncommitted_files;
@@ -281,7 +299,9 @@ let test_lock () =
   with_dir @@ fun d ->
   let run () =
     let r, w = Unix.pipe ~cloexec:true () in
-    let pid = Unix.create_process (child_exe ()) [| "capfs_child"; "lock"; d |] Unix.stdin w Unix.stderr in
+    let pid =
+      Unix.create_process (child_exe ()) [| "capfs_child"; "lock"; d |] Unix.stdin w Unix.stderr
+    in
     Unix.close w;
     let ic = Unix.in_channel_of_descr r in
     let line = try input_line ic with End_of_file -> "" in
@@ -309,7 +329,8 @@ let test_step_order () =
           | Io.Fsync p -> "fsync " ^ Filename.basename (Filename.dirname p)
           | Io.Fsync_dir p -> "fsync-dir " ^ Filename.basename p
           | Io.Rename (a, b) ->
-              Printf.sprintf "rename %s -> %s" (Filename.basename (Filename.dirname a))
+              Printf.sprintf "rename %s -> %s"
+                (Filename.basename (Filename.dirname a))
                 (Filename.basename (Filename.dirname b))
           | Io.Unlink p -> "unlink " ^ Filename.basename (Filename.dirname p))
         !steps
@@ -319,31 +340,52 @@ let test_step_order () =
   in
   steps := [];
   let first = get (Store.create t ~commit:false ~safe:false "") in
-  Alcotest.(check (list string)) "the first file number reserves a block of them"
-    [ "write tmp"; "fsync tmp"; "rename tmp -> " ^ Filename.basename d; "fsync-dir " ^ Filename.basename d ] (shape ());
+  Alcotest.(check (list string))
+    "the first file number reserves a block of them"
+    [
+      "write tmp";
+      "fsync tmp";
+      "rename tmp -> " ^ Filename.basename d;
+      "fsync-dir " ^ Filename.basename d;
+    ]
+    (shape ());
   ignore first;
   on := true;
   let a = get (Store.create t ~commit:true ~safe:true (String.make 100_000 'x')) in
-  Alcotest.(check (list string)) "a safe commit"
+  Alcotest.(check (list string))
+    "a safe commit"
     [
-      "write tmp"; "write tmp"; "fsync tmp"; "rename tmp -> blobs"; "fsync-dir blobs";
-      "write tmp"; "fsync tmp"; "rename tmp -> meta"; "fsync-dir meta";
+      "write tmp";
+      "write tmp";
+      "fsync tmp";
+      "rename tmp -> blobs";
+      "fsync-dir blobs";
+      "write tmp";
+      "fsync tmp";
+      "rename tmp -> meta";
+      "fsync-dir meta";
     ]
     (shape ());
   let b = get (Store.create t ~commit:true ~safe:false "y") in
-  Alcotest.(check (list string)) "an unsafe commit"
+  Alcotest.(check (list string))
+    "an unsafe commit"
     [ "write tmp"; "rename tmp -> blobs"; "write tmp"; "rename tmp -> meta" ]
     (shape ());
   get (Store.commit t b ~safe:true);
-  Alcotest.(check (list string)) "made safe later"
+  Alcotest.(check (list string))
+    "made safe later"
     [ "fsync blobs"; "fsync-dir blobs"; "fsync meta"; "fsync-dir meta" ]
     (shape ());
   let _ = get (Store.create t ~commit:true ~safe:true (String.make 100_000 'x')) in
-  Alcotest.(check (list string)) "a shared blob: only the record"
+  Alcotest.(check (list string))
+    "a shared blob: only the record"
     [ "write tmp"; "fsync tmp"; "rename tmp -> meta"; "fsync-dir meta" ]
     (shape ());
   get (Store.destroy t a);
-  Alcotest.(check (list string)) "destroy: the record first" [ "unlink meta"; "fsync-dir meta" ] (shape ());
+  Alcotest.(check (list string))
+    "destroy: the record first"
+    [ "unlink meta"; "fsync-dir meta" ]
+    (shape ());
   Store.close t
 
 (* Damage found at recovery. *)
@@ -405,7 +447,8 @@ let test_flipped_record () =
   flip (d / "meta" / string_of_int b) 30;
   let t, found = open_store d in
   Alcotest.check findings "reported"
-    [ Printf.sprintf "corrupt record meta/%d: checksum mismatch (set aside)" b ] (show found);
+    [ Printf.sprintf "corrupt record meta/%d: checksum mismatch (set aside)" b ]
+    (show found);
   Alcotest.check (res Alcotest.string) "never served" (Error `Not_found) (read_all t b);
   Alcotest.check (res Alcotest.int) "the others are" (Ok 5000) (Store.size t a);
   Alcotest.(check bool) "blob kept" true (Sys.file_exists (d / "blobs" / ha));
@@ -419,7 +462,9 @@ let test_flipped_record () =
   Unix.truncate (d / "meta" / string_of_int o) 50;
   let t, found = open_store d in
   Alcotest.(check int) "record and blob reported" 2 (List.length (damage found));
-  Alcotest.(check bool) "the bytes are kept in corrupt/" true (Sys.file_exists (d / "corrupt" / ("blobs-" ^ h)));
+  Alcotest.(check bool)
+    "the bytes are kept in corrupt/" true
+    (Sys.file_exists (d / "corrupt" / ("blobs-" ^ h)));
   Alcotest.(check (list int)) "nothing served" [] (Store.files t);
   Store.close t
 
@@ -455,7 +500,9 @@ let test_server_record () =
   Store.close t;
   flip (d / "server") 40;
   let t, found = open_store d in
-  Alcotest.check findings "reported" [ "server record bad: checksum mismatch; new server secret made" ] (show found);
+  Alcotest.check findings "reported"
+    [ "server record bad: checksum mismatch; new server secret made" ]
+    (show found);
   Alcotest.(check bool) "new secret" true (Store.secret t 0 <> s0);
   Store.close t
 
@@ -464,13 +511,20 @@ let test_server_record () =
 let test_no_space_injected () =
   with_dir @@ fun d ->
   let full = ref false in
-  let io = Io.hooked (function Io.Write _ when !full -> raise (Unix.Unix_error (Unix.ENOSPC, "write", "")) | _ -> ()) Io.real in
+  let io =
+    Io.hooked
+      (function
+        | Io.Write _ when !full -> raise (Unix.Unix_error (Unix.ENOSPC, "write", "")) | _ -> ())
+      Io.real
+  in
   let t, _ = open_store ~io d in
   let a = get (Store.create t ~commit:true ~safe:true "before") in
   full := true;
   Alcotest.check (res Alcotest.int) "create refused" (Error `No_space)
     (Store.create t ~commit:true ~safe:true "during");
-  Alcotest.(check int) "no file left" 1 (List.length (Store.files t) + (Store.stats t).uncommitted_files);
+  Alcotest.(check int)
+    "no file left" 1
+    (List.length (Store.files t) + (Store.stats t).uncommitted_files);
   let u = get (Store.create t ~commit:false ~safe:false "draft") in
   Alcotest.check (res Alcotest.int) "a change that commits" (Error `No_space)
     (Store.modify t u ~off:5 "!" ~commit:true ~safe:true);
@@ -494,11 +548,17 @@ let test_no_space_tmpfs () =
   with_dir @@ fun d ->
   Unix.mkdir d 0o755;
   let script =
-    Printf.sprintf "mount -t tmpfs -o size=1m consort-capfs %s && exec %s fill %s/store" (Filename.quote d)
-      (Filename.quote (child_exe ())) (Filename.quote d)
+    Printf.sprintf "mount -t tmpfs -o size=1m consort-capfs %s && exec %s fill %s/store"
+      (Filename.quote d)
+      (Filename.quote (child_exe ()))
+      (Filename.quote d)
   in
   let r, w = Unix.pipe ~cloexec:true () in
-  let pid = Unix.create_process "unshare" [| "unshare"; "-m"; "--propagation"; "private"; "sh"; "-c"; script |] Unix.stdin w Unix.stderr in
+  let pid =
+    Unix.create_process "unshare"
+      [| "unshare"; "-m"; "--propagation"; "private"; "sh"; "-c"; script |]
+      Unix.stdin w Unix.stderr
+  in
   Unix.close w;
   let ic = Unix.in_channel_of_descr r in
   let lines = ref [] in
@@ -514,14 +574,19 @@ let test_no_space_tmpfs () =
   let acks = List.filter (fun l -> String.length l > 4 && String.sub l 0 4 = "ack ") lines in
   Alcotest.(check bool) "some files fit" true (List.length acks >= 3);
   Alcotest.(check bool) "the disk filled" true (List.mem "full" lines);
-  Alcotest.(check bool) "recommitted after room was made" true
+  Alcotest.(check bool)
+    "recommitted after room was made" true
     (List.exists (fun l -> String.length l > 12 && String.sub l 0 12 = "recommitted ") lines)
 
 (* Processes killed with SIGKILL during uploads. *)
 
 let run_child args =
   let r, w = Unix.pipe ~cloexec:true () in
-  let pid = Unix.create_process (child_exe ()) (Array.of_list ("capfs_child" :: args)) Unix.stdin w Unix.stderr in
+  let pid =
+    Unix.create_process (child_exe ())
+      (Array.of_list ("capfs_child" :: args))
+      Unix.stdin w Unix.stderr
+  in
   Unix.close w;
   (pid, Unix.in_channel_of_descr r)
 
@@ -564,7 +629,9 @@ let test_crash () =
     List.iter
       (fun o ->
         match read_all t o with
-        | Ok s -> if not (Capfs_gen_t.check s) then Alcotest.failf "round %d: file %d is not a whole upload" round o
+        | Ok s ->
+            if not (Capfs_gen_t.check s) then
+              Alcotest.failf "round %d: file %d is not a whole upload" round o
         | Error e -> Alcotest.failf "round %d: listed file %d: %a" round o Store.pp_error e)
       (Store.files t);
     Alcotest.(check int) "tmp is clean after recovery" 0 (Array.length (Sys.readdir (d / "tmp")));
@@ -581,7 +648,8 @@ let test_crash () =
     (match st with
     | Unix.WSIGNALED s when s = Sys.sigkill -> incr killed
     | Unix.WEXITED 0 ->
-        Alcotest.(check bool) "a child that was not killed finished" true
+        Alcotest.(check bool)
+          "a child that was not killed finished" true
           (List.exists (fun l -> String.length l > 5 && String.sub l 0 5 = "done ") lines)
     | _ -> Alcotest.failf "round %d: child failed" round);
     List.iter

@@ -4,7 +4,9 @@
    uploads, restarted with every acknowledged file intact. *)
 
 let consort () =
-  Filename.concat (Filename.dirname Sys.executable_name) (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+  Filename.concat
+    (Filename.dirname Sys.executable_name)
+    (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
 let rec rm_rf p =
   match (Unix.lstat p).Unix.st_kind with
@@ -24,7 +26,9 @@ let ( / ) = Filename.concat
 
 let read_file p =
   let ic = open_in_bin p in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let write_file p s =
   let oc = open_out_bin p in
@@ -43,7 +47,11 @@ type server = { pid : int; cap : string; addr : string }
 
 let start_server ?(env = []) ~data ~port () =
   let r, w = Unix.pipe ~cloexec:true () in
-  let err = Unix.openfile (data ^ ".log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let err =
+    Unix.openfile (data ^ ".log")
+      [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
+      0o644
+  in
   let addr = Printf.sprintf "127.0.0.1:%d" port in
   let pid =
     Unix.create_process_env (consort ())
@@ -68,11 +76,15 @@ let stop s =
 let run ?(env = []) ?exe ?stdin_file ?stdout_file args =
   let out = Filename.temp_file "capfs-out" "" and err = Filename.temp_file "capfs-err" "" in
   Fun.protect
-    ~finally:(fun () -> Sys.remove out; Sys.remove err)
+    ~finally:(fun () ->
+      Sys.remove out;
+      Sys.remove err)
     (fun () ->
       let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
       let o = fd (Option.value stdout_file ~default:out) and e = fd err in
-      let i = match stdin_file with Some f -> Unix.openfile f [ Unix.O_RDONLY ] 0 | None -> Unix.stdin in
+      let i =
+        match stdin_file with Some f -> Unix.openfile f [ Unix.O_RDONLY ] 0 | None -> Unix.stdin
+      in
       let env = Array.append (Array.of_list env) (Unix.environment ()) in
       let prog, argv0 = match exe with Some x -> (x, x) | None -> (consort (), "consort") in
       let pid = Unix.create_process_env prog (Array.of_list (argv0 :: args)) env i o e in
@@ -102,7 +114,9 @@ let test_tools () =
   let env = locate s in
   let small = d / "small" and big = d / "big" in
   write_file small "hello, capabilities\n";
-  let big_data = String.init (5 * 1048576 + 3) (fun i -> Char.chr (((i * 31) lxor (i lsr 9)) land 255)) in
+  let big_data =
+    String.init ((5 * 1048576) + 3) (fun i -> Char.chr (i * 31 lxor (i lsr 9) land 255))
+  in
   write_file big big_data;
   let code, f, err = run ~env [ "cap"; "fs"; "put"; "--server"; s.cap; small ] in
   Alcotest.(check int) ("put: " ^ err) 0 code;
@@ -119,49 +133,71 @@ let test_tools () =
   if Sys.file_exists "/dev/full" then begin
     let code, _, err = run ~env ~stdout_file:"/dev/full" [ "cap"; "fs"; "get"; trim b ] in
     Alcotest.(check int) ("get to a full disk: " ^ err) 1 code;
-    Alcotest.(check bool) "one line naming the output" true
-      (String.length err > 0 && String.index err '\n' = String.length err - 1
-       && String.sub err 0 (min 40 (String.length err)) = String.sub "consort: get: cannot write the output: No" 0 (min 40 (String.length err)))
+    Alcotest.(check bool)
+      "one line naming the output" true
+      (String.length err > 0
+      && String.index err '\n' = String.length err - 1
+      && String.sub err 0 (min 40 (String.length err))
+         = String.sub "consort: get: cannot write the output: No" 0 (min 40 (String.length err)))
   end;
   let code, out, _ = run ~env [ "cap"; "info"; f ] in
   Alcotest.(check int) "info" 0 code;
-  Alcotest.(check bool) "info names the size" true (String.length out > 0 && String.sub (trim out) (String.length (trim out) - 8) 8 = "20 bytes");
+  Alcotest.(check bool)
+    "info names the size" true
+    (String.length out > 0 && String.sub (trim out) (String.length (trim out) - 8) 8 = "20 bytes");
   let code, r, _ = run ~env [ "cap"; "restrict"; f; "--rights"; "read" ] in
   Alcotest.(check int) "restrict" 0 code;
   let r = trim r in
   let code, out, _ = run ~env [ "cap"; "fs"; "get"; r ] in
-  Alcotest.(check (pair int string)) "get with a read-only capability" (0, "hello, capabilities\n") (code, out);
+  Alcotest.(check (pair int string))
+    "get with a read-only capability" (0, "hello, capabilities\n") (code, out);
   let code, r0, _ = run ~env [ "cap"; "restrict"; r; "--rights"; "none" ] in
   Alcotest.(check int) "restrict a restricted capability (std_restrict)" 0 code;
   expect_refused ~env "get with no rights" "too few rights" [ "cap"; "fs"; "get"; trim r0 ];
   expect_refused ~env "destroy with read only" "too few rights" [ "cap"; "destroy"; r ];
-  expect_refused ~env "put with a file's capability" "bad argument" [ "cap"; "fs"; "put"; "--server"; f; small ];
+  expect_refused ~env "put with a file's capability" "bad argument"
+    [ "cap"; "fs"; "put"; "--server"; f; small ];
   (* Altered capabilities: rights raised on a restricted one, a check changed. *)
-  let raw s = Base64.decode_exn ~pad:false ~alphabet:Base64.uri_safe_alphabet (String.sub s 5 (String.length s - 5)) in
+  let raw s =
+    Base64.decode_exn ~pad:false ~alphabet:Base64.uri_safe_alphabet
+      (String.sub s 5 (String.length s - 5))
+  in
   let text b = "cap1:" ^ Base64.encode_exn ~pad:false ~alphabet:Base64.uri_safe_alphabet b in
   let widened = Bytes.of_string (raw r) in
   Bytes.set widened 23 '\xff';
-  expect_refused ~env "over-rights capability" "bad capability" [ "cap"; "destroy"; text (Bytes.to_string widened) ];
+  expect_refused ~env "over-rights capability" "bad capability"
+    [ "cap"; "destroy"; text (Bytes.to_string widened) ];
   let forged = Bytes.of_string (raw f) in
   Bytes.set forged 39 (Char.chr (Char.code (Bytes.get forged 39) lxor 1));
-  expect_refused ~env "forged check" "bad capability" [ "cap"; "fs"; "get"; text (Bytes.to_string forged) ];
+  expect_refused ~env "forged check" "bad capability"
+    [ "cap"; "fs"; "get"; text (Bytes.to_string forged) ];
   expect_refused ~env "not a capability" "bad capability" [ "cap"; "fs"; "size"; "cap1:nonsense" ];
   (* Revocation: a new owner capability; the old one and its restrictions fail. *)
-  expect_refused ~env "revoke with a restricted capability" "too few rights" [ "cap"; "fs"; "revoke"; r ];
+  expect_refused ~env "revoke with a restricted capability" "too few rights"
+    [ "cap"; "fs"; "revoke"; r ];
   let code, b', err = run ~env [ "cap"; "fs"; "revoke"; trim b ] in
   Alcotest.(check int) ("revoke: " ^ err) 0 code;
   let b' = trim b' in
-  Alcotest.(check bool) "a new capability" true (b' <> trim b && String.length b' > 5 && String.sub b' 0 5 = "cap1:");
+  Alcotest.(check bool)
+    "a new capability" true
+    (b' <> trim b && String.length b' > 5 && String.sub b' 0 5 = "cap1:");
   expect_refused ~env "a revoked capability" "bad capability" [ "cap"; "fs"; "size"; trim b ];
   let code, out, _ = run ~env [ "cap"; "fs"; "size"; b' ] in
-  Alcotest.(check (pair int string)) "the new capability" (0, string_of_int (String.length big_data) ^ "\n") (code, out);
+  Alcotest.(check (pair int string))
+    "the new capability"
+    (0, string_of_int (String.length big_data) ^ "\n")
+    (code, out);
   let b = b' in
   let code, _, _ = run ~env [ "cap"; "destroy"; f ] in
   Alcotest.(check int) "destroy" 0 code;
   expect_refused ~env "a destroyed file" "not found" [ "cap"; "fs"; "get"; f ];
   expect_refused ~env "a destroyed file, restricted" "not found" [ "cap"; "fs"; "size"; r ];
   (* Found by multicast too, when the network has it. *)
-  let code, _, _ = run ~env:[ Printf.sprintf "CONSORT_LOCATE=127.0.0.1:%d" (free_port ()) ] [ "cap"; "fs"; "size"; trim b ] in
+  let code, _, _ =
+    run
+      ~env:[ Printf.sprintf "CONSORT_LOCATE=127.0.0.1:%d" (free_port ()) ]
+      [ "cap"; "fs"; "size"; trim b ]
+  in
   Alcotest.(check bool) "found, or refused without multicast" true (code = 0 || code = 2);
   stop s;
   expect_refused ~env "no server" "RPC_NOTFOUND" [ "cap"; "fs"; "size"; trim b ]
@@ -175,8 +211,9 @@ let test_unknown_outcome () =
   write_file big (String.make (64 * 1048576) 'z');
   let env = Array.append [| "CONSORT_LOCATE=" ^ s.addr |] (Unix.environment ()) in
   let pid =
-    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; big |] env Unix.stdin
-      Unix.stdout Unix.stderr
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; big |]
+      env Unix.stdin Unix.stdout Unix.stderr
   in
   (* Wait until the upload is under way: the server holds an uncommitted file. *)
   let rec wait n =
@@ -184,16 +221,23 @@ let test_unknown_outcome () =
     let _, out, _ = run ~env:(locate s) [ "cap"; "status"; s.cap ] in
     let started =
       match String.split_on_char ',' out with
-      | [ _; u ] -> (try Scanf.sscanf (String.trim u) "%d uncommitted files (%d bytes)" (fun f b -> f = 1 && b > 0) with _ -> false)
+      | [ _; u ] -> (
+          try
+            Scanf.sscanf (String.trim u) "%d uncommitted files (%d bytes)" (fun f b ->
+                f = 1 && b > 0)
+          with _ -> false)
       | _ -> false
     in
-    if not started then (Unix.sleepf 0.02; wait (n - 1))
+    if not started then (
+      Unix.sleepf 0.02;
+      wait (n - 1))
   in
   wait 500;
   Unix.kill s.pid Sys.sigstop;
   let _, st = Unix.waitpid [] pid in
   Unix.kill s.pid Sys.sigcont;
-  Alcotest.(check bool) "put exits 3 when the server falls silent mid-upload" true (st = Unix.WEXITED 3)
+  Alcotest.(check bool)
+    "put exits 3 when the server falls silent mid-upload" true (st = Unix.WEXITED 3)
 
 (* Servers killed with SIGKILL while several clients upload; every file
    whose capability a put printed (exit 0) must come back whole after a
@@ -217,11 +261,14 @@ let test_crash_restart () =
       Array.mapi
         (fun i f ->
           let out = d / Printf.sprintf "out%d.%d" round i in
-          let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+          let o =
+            Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+          in
           let e = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
           let pid =
-            Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; f |] env Unix.stdin
-              o e
+            Unix.create_process_env (consort ())
+              [| "consort"; "cap"; "fs"; "put"; "--server"; s.cap; f |]
+              env Unix.stdin o e
           in
           Unix.close o;
           Unix.close e;
@@ -260,7 +307,6 @@ let test_crash_restart () =
   Alcotest.(check bool) "some puts were acknowledged" true (List.length !acked >= 3);
   Alcotest.(check bool) "some puts were cut by the kill" true (!unknown >= 1)
 
-
 let contains s sub =
   let n = String.length sub in
   let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
@@ -286,7 +332,8 @@ let test_locate () =
     if code <> 0 then Alcotest.failf "%s with --locate: exit %d: %s" name code err;
     let code, _, err = run ~env args in
     Alcotest.(check int) (name ^ " with only a wrong CONSORT_LOCATE: exit 2") 2 code;
-    if not (contains err "RPC_NOTFOUND") then Alcotest.failf "%s: %S does not say RPC_NOTFOUND" name err;
+    if not (contains err "RPC_NOTFOUND") then
+      Alcotest.failf "%s: %S does not say RPC_NOTFOUND" name err;
     out
   in
   let f = trim (ok "put" [ "cap"; "fs"; "put"; "--server"; s.cap; small ]) in
@@ -300,14 +347,22 @@ let test_locate () =
   let r = trim r in
   ignore (ok "restrict (std_restrict)" [ "cap"; "restrict"; r; "--rights"; "none" ]);
   (* CONSORT_LOCATE alone, a list with spaces and a dead place first. *)
-  let code, out, _ = run ~env:[ no_mcast; Printf.sprintf "CONSORT_LOCATE= %s , %s" dead s.addr ] [ "cap"; "fs"; "size"; f ] in
+  let code, out, _ =
+    run
+      ~env:[ no_mcast; Printf.sprintf "CONSORT_LOCATE= %s , %s" dead s.addr ]
+      [ "cap"; "fs"; "size"; f ]
+  in
   Alcotest.(check (pair int string)) "CONSORT_LOCATE list" (0, "8\n") (code, out);
   ignore (ok "destroy" [ "cap"; "destroy"; f ]);
   expect_refused ~env "bad --locate" "--locate" [ "cap"; "fs"; "size"; f; "--locate"; "nowhere" ];
-  expect_refused ~env:[ "CONSORT_LOCATE=nowhere:x" ] "bad CONSORT_LOCATE" "--locate" [ "cap"; "fs"; "size"; f ];
-  expect_refused ~env:[ "CONSORT_MULTICAST=bogus" ] "bad CONSORT_MULTICAST" "CONSORT_MULTICAST" [ "cap"; "fs"; "size"; f ];
-  expect_refused ~env "unknown tunable" "--params" [ "cap"; "fs"; "size"; f; "--params"; "rpc.bogus=1" ];
-  expect_refused ~env "fragment too large" "fragment size" [ "cap"; "status"; s.cap; "--params"; "rpc.fragment=100000" ];
+  expect_refused ~env:[ "CONSORT_LOCATE=nowhere:x" ] "bad CONSORT_LOCATE" "--locate"
+    [ "cap"; "fs"; "size"; f ];
+  expect_refused ~env:[ "CONSORT_MULTICAST=bogus" ] "bad CONSORT_MULTICAST" "CONSORT_MULTICAST"
+    [ "cap"; "fs"; "size"; f ];
+  expect_refused ~env "unknown tunable" "--params"
+    [ "cap"; "fs"; "size"; f; "--params"; "rpc.bogus=1" ];
+  expect_refused ~env "fragment too large" "fragment size"
+    [ "cap"; "status"; s.cap; "--params"; "rpc.fragment=100000" ];
   (* Tunables reach the RPC: with 4 KB fragments to loopback the file still comes back. *)
   let big = d / "big" in
   let content = String.init 3_000_000 (fun i -> Char.chr (i * 7 land 255)) in
@@ -328,7 +383,8 @@ let start_stalled_get ~env cap =
   let err = Filename.temp_file "capfs-err" "" in
   let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
   let pid =
-    Unix.create_process_env (consort ()) [| "consort"; "cap"; "fs"; "get"; cap; "--params"; short_silence |]
+    Unix.create_process_env (consort ())
+      [| "consort"; "cap"; "fs"; "get"; cap; "--params"; short_silence |]
       (Array.append (Array.of_list env) (Unix.environment ()))
       Unix.stdin w e
   in
@@ -344,7 +400,9 @@ let start_stalled_get ~env cap =
     let rec drain () =
       match Unix.read r chunk 0 65536 with
       | 0 -> ()
-      | n -> Buffer.add_subbytes b chunk 0 n; drain ()
+      | n ->
+          Buffer.add_subbytes b chunk 0 n;
+          drain ()
     in
     drain ();
     Unix.close r;
@@ -355,7 +413,7 @@ let start_stalled_get ~env cap =
   in
   finish
 
-let pattern n = String.init n (fun i -> Char.chr (((i * 13) lxor (i lsr 11)) land 255))
+let pattern n = String.init n (fun i -> Char.chr (i * 13 lxor (i lsr 11) land 255))
 
 (* The server is killed mid-get and restarts elsewhere (another address,
    the same data and key): the same client process falls silent on the old
@@ -370,7 +428,9 @@ let test_server_moves () =
   let s1 = start_server ~env:[ no_mcast ] ~data ~port:p1 () in
   let env = [ no_mcast; Printf.sprintf "CONSORT_LOCATE=127.0.0.1:%d,127.0.0.1:%d" p1 p2 ] in
   let code, f, err = run ~env [ "cap"; "fs"; "put"; "--server"; s1.cap; big ] in
-  if code <> 0 then (stop s1; Alcotest.failf "put: %s" err);
+  if code <> 0 then (
+    stop s1;
+    Alcotest.failf "put: %s" err);
   let f = trim f in
   let finish = start_stalled_get ~env f in
   stop s1;
@@ -384,7 +444,8 @@ let test_server_moves () =
   let st, out, err = finish () in
   Alcotest.(check bool) "get exits 3 when its server is killed mid-file" true (st = Unix.WEXITED 3);
   Alcotest.(check bool) "the message says the output is cut" true (contains err "cut short");
-  Alcotest.(check bool) "what was written is a prefix" true
+  Alcotest.(check bool)
+    "what was written is a prefix" true
     (String.length out < String.length content && out = String.sub content 0 (String.length out))
 
 (* A put from a pipe whose server is killed by SIGKILL mid-upload exits 3. *)
@@ -407,12 +468,16 @@ let test_put_killed () =
   let w = Unix.openfile fifo [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
   let piece = Bytes.of_string (pattern 1048576) in
   let write () = ignore (Unix.write w piece 0 (Bytes.length piece)) in
-  write (); write (); write ();
+  write ();
+  write ();
+  write ();
   (* The server holds the uncommitted file. *)
   let rec wait n =
     if n = 0 then Alcotest.fail "the upload never reached the server";
     let _, out, _ = run ~env [ "cap"; "status"; s.cap ] in
-    if not (contains out "1 uncommitted file") then (Unix.sleepf 0.02; wait (n - 1))
+    if not (contains out "1 uncommitted file") then (
+      Unix.sleepf 0.02;
+      wait (n - 1))
   in
   wait 500;
   stop s;
@@ -439,7 +504,10 @@ let test_progress_bar () =
   Alcotest.(check int) "get" 0 code;
   Alcotest.(check string) "nothing on a standard error that is not a terminal (get)" "" err;
   let term args =
-    let cmd = String.concat " " (List.map Filename.quote ("env" :: env @ (consort () :: args))) ^ " > /dev/null" in
+    let cmd =
+      String.concat " " (List.map Filename.quote (("env" :: env) @ (consort () :: args)))
+      ^ " > /dev/null"
+    in
     run ~exe:"script" [ "-q"; "-e"; "-c"; cmd; "/dev/null" ]
   in
   let code, out, _ = term [ "cap"; "fs"; "get"; f ] in
@@ -448,7 +516,8 @@ let test_progress_bar () =
     Alcotest.failf "no progress bar on a terminal: %S" out;
   let code, out, _ = term [ "cap"; "fs"; "put"; "--server"; s.cap; big ] in
   Alcotest.(check int) "put on a terminal" 0 code;
-  if not (contains out "100%" && contains out "MB/s") then Alcotest.failf "no progress bar for put on a terminal: %S" out
+  if not (contains out "100%" && contains out "MB/s") then
+    Alcotest.failf "no progress bar for put on a terminal: %S" out
 
 (* The tools with no address to ask, only a multicast group
    (CONSORT_MULTICAST), inside a network namespace this test creates (with
@@ -457,15 +526,19 @@ let test_multicast () =
   let ip = List.find_opt Sys.file_exists [ "/usr/sbin/ip"; "/sbin/ip"; "/usr/bin/ip"; "/bin/ip" ] in
   match ip with
   | None -> Alcotest.fail "the multicast test needs the ip command (iproute2)"
-  | Some _ when Unix.getuid () <> 0 -> Alcotest.fail "the multicast test needs root, to create a network namespace"
+  | Some _ when Unix.getuid () <> 0 ->
+      Alcotest.fail "the multicast test needs root, to create a network namespace"
   | Some ip ->
       let ns = Printf.sprintf "consort-capfs-%d" (Unix.getpid ()) in
       let sh argv =
         let pid = Unix.create_process argv.(0) argv Unix.stdin Unix.stdout Unix.stderr in
-        match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> () | _ -> Alcotest.failf "%s failed" (String.concat " " (Array.to_list argv))
+        match Unix.waitpid [] pid with
+        | _, Unix.WEXITED 0 -> ()
+        | _ -> Alcotest.failf "%s failed" (String.concat " " (Array.to_list argv))
       in
       sh [| ip; "netns"; "add"; ns |];
-      Fun.protect ~finally:(fun () -> try sh [| ip; "netns"; "delete"; ns |] with _ -> ()) @@ fun () ->
+      Fun.protect ~finally:(fun () -> try sh [| ip; "netns"; "delete"; ns |] with _ -> ())
+      @@ fun () ->
       sh [| ip; "netns"; "exec"; ns; ip; "link"; "set"; "lo"; "up"; "multicast"; "on" |];
       sh [| ip; "netns"; "exec"; ns; ip; "route"; "add"; "224.0.0.0/4"; "dev"; "lo" |];
       with_dir @@ fun d ->
@@ -478,25 +551,44 @@ let test_multicast () =
       in
       (* The server, in the namespace. *)
       let r, w = Unix.pipe ~cloexec:true () in
-      let err = Unix.openfile (d / "server.log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
-      let argv = Array.of_list ("env" :: group :: in_ns [ "cap"; "fs"; "serve"; "--data"; d / "data"; "--bind"; "127.0.0.1:47470" ]) in
+      let err =
+        Unix.openfile (d / "server.log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644
+      in
+      let argv =
+        Array.of_list
+          ("env" :: group
+          :: in_ns [ "cap"; "fs"; "serve"; "--data"; d / "data"; "--bind"; "127.0.0.1:47470" ])
+      in
       let pid = Unix.create_process "env" argv Unix.stdin w err in
       Unix.close w;
       Unix.close err;
-      let stop () = (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ()); ignore (Unix.waitpid [] pid) in
+      let stop () =
+        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+        ignore (Unix.waitpid [] pid)
+      in
       Fun.protect ~finally:stop @@ fun () ->
       let ic = Unix.in_channel_of_descr r in
       let line = try input_line ic with End_of_file -> "" in
       close_in ic;
-      let scap = match String.split_on_char ' ' line with [ "server"; c ] -> c | _ -> Alcotest.failf "server's first line: %S" line in
+      let scap =
+        match String.split_on_char ' ' line with
+        | [ "server"; c ] -> c
+        | _ -> Alcotest.failf "server's first line: %S" line
+      in
       let small = d / "small" in
       write_file small "found by multicast\n";
-      let code, f, e = run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "put"; "--server"; scap; small ] in
-      if code <> 0 then Alcotest.failf "put by multicast: exit %d: %s (server: %s)" code e (read_file (d / "server.log"));
+      let code, f, e =
+        run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "put"; "--server"; scap; small ]
+      in
+      if code <> 0 then
+        Alcotest.failf "put by multicast: exit %d: %s (server: %s)" code e
+          (read_file (d / "server.log"));
       let code, out, _ = run_ns ~env:[ group; no_list ] [ "cap"; "fs"; "get"; trim f ] in
       Alcotest.(check (pair int string)) "get by multicast" (0, "found by multicast\n") (code, out);
       (* Without the group, nothing is asked: not found. *)
-      let code, _, e = run_ns ~env:[ "CONSORT_MULTICAST=off"; no_list ] [ "cap"; "fs"; "size"; trim f ] in
+      let code, _, e =
+        run_ns ~env:[ "CONSORT_MULTICAST=off"; no_list ] [ "cap"; "fs"; "size"; trim f ]
+      in
       Alcotest.(check int) "without multicast: exit 2" 2 code;
       if not (contains e "RPC_NOTFOUND") then Alcotest.failf "without multicast: %S" e
 

@@ -24,7 +24,9 @@ let with_server f =
     ~finally:(fun () -> rm_rf d)
     (fun () ->
       let store, _ =
-        match Store.open_ ~clock:(fun () -> !now) d with Ok x -> x | Error _ -> Alcotest.fail "open"
+        match Store.open_ ~clock:(fun () -> !now) d with
+        | Ok x -> x
+        | Error _ -> Alcotest.fail "open"
       in
       let key = Port.Key.generate ~g:(Crypto.deterministic "capfs-test") () in
       let srv = S.create store (Port.Key.port key) in
@@ -75,7 +77,9 @@ let test_files () =
 let test_bullet_over_rpc () =
   with_server @@ fun srv trans ->
   let server = S.server_cap srv in
-  let call cap cmd ?offset ?size ?extra data = S.handle srv (Header.request ?offset ?size ?extra cap cmd) data in
+  let call cap cmd ?offset ?size ?extra data =
+    S.handle srv (Header.request ?offset ?size ?extra cap cmd) data
+  in
   let cap_of (h, _) = Result.get_ok (Header.cap (h : Header.t)) in
   let r = call server P.bs_create ~extra:0 "draft" in
   Alcotest.(check bool) "create uncommitted" true (Status.equal (fst r).status `Ok);
@@ -95,10 +99,16 @@ let test_bullet_over_rpc () =
   ignore (call w P.bs_commit ~extra:(P.flags ~commit:true ~safe:true) "");
   Alcotest.(check string) "delete then commit" ">!" (get (get_all trans w));
   let st (h, _) = (h : Header.t).status in
-  Alcotest.(check string) "unknown command" "STD_COMBAD" (Status.to_string (st (call w 4242 "")) |> fun s -> String.sub s 0 10);
-  Alcotest.(check bool) "a read too large" true (Status.equal (st (call w P.bs_read ~size:(P.max_read + 1) "")) `Argbad);
+  Alcotest.(check string)
+    "unknown command" "STD_COMBAD"
+    (Status.to_string (st (call w 4242 "")) |> fun s -> String.sub s 0 10);
+  Alcotest.(check bool)
+    "a read too large" true
+    (Status.equal (st (call w P.bs_read ~size:(P.max_read + 1) "")) `Argbad);
   Alcotest.(check bool) "create on a file" true (Status.equal (st (call w P.bs_create "x")) `Argbad);
-  Alcotest.(check bool) "read of the server" true (Status.equal (st (call server P.bs_read ~size:1 "")) `Argbad)
+  Alcotest.(check bool)
+    "read of the server" true
+    (Status.equal (st (call server P.bs_read ~size:1 "")) `Argbad)
 
 let test_rights () =
   with_server @@ fun srv trans ->
@@ -110,7 +120,9 @@ let test_rights () =
   let h, _ = S.handle srv (Header.request ~extra:0 r P.bs_modify) "x" in
   Alcotest.(check bool) "modify with read" true (Status.equal h.status `Denied);
   let none = get (C.restrict trans r Rights.none) in
-  Alcotest.(check bool) "std_restrict of a restricted capability" true (Rights.equal none.rights Rights.none);
+  Alcotest.(check bool)
+    "std_restrict of a restricted capability" true
+    (Rights.equal none.rights Rights.none);
   refused "read with none" `Denied (C.size trans none);
   Alcotest.(check string) "info needs no right" "- 11 bytes" (get (C.info trans none));
   let rs = get (C.restrict trans r (rights "read,destroy")) in
@@ -118,7 +130,9 @@ let test_rights () =
   (* A restricted capability with its rights raised: the check no longer fits. *)
   let widened = Result.get_ok (Cap.v ~port:r.port ~obj:r.obj ~rights:Rights.all ~check:r.check) in
   refused "widened" `Capbad (C.destroy trans widened);
-  let forged = Result.get_ok (Cap.v ~port:f.port ~obj:f.obj ~rights:Rights.all ~check:(String.make 16 'x')) in
+  let forged =
+    Result.get_ok (Cap.v ~port:f.port ~obj:f.obj ~rights:Rights.all ~check:(String.make 16 'x'))
+  in
   refused "forged check" `Capbad (C.size trans forged);
   let flipped =
     let c = Bytes.of_string f.check in
@@ -130,17 +144,22 @@ let test_rights () =
   let moved = Result.get_ok (Cap.v ~port:f.port ~obj:g.obj ~rights:f.rights ~check:f.check) in
   refused "another object's check" `Capbad (C.size trans moved);
   let other_port = Port.Key.port (Port.Key.generate ~g:(Crypto.deterministic "elsewhere") ()) in
-  let foreign = Cap.owner other_port ~obj:f.obj (Cap.Secret.generate ~g:(Crypto.deterministic "s") ()) in
+  let foreign =
+    Cap.owner other_port ~obj:f.obj (Cap.Secret.generate ~g:(Crypto.deterministic "s") ())
+  in
   refused "another port" `Capbad (C.size trans foreign);
   let reader_server = get (C.restrict trans server (rights "read")) in
   refused "create without the create right" `Denied (put trans reader_server "x");
-  refused "age without admin" `Denied (C.age trans (get (C.restrict trans server (rights "create"))));
-  refused "no such object" `Notfound (C.size trans (Cap.owner f.port ~obj:999 (Cap.Secret.generate ())));
+  refused "age without admin" `Denied
+    (C.age trans (get (C.restrict trans server (rights "create"))));
+  refused "no such object" `Notfound
+    (C.size trans (Cap.owner f.port ~obj:999 (Cap.Secret.generate ())));
   (* Revocation: a new secret, every old capability fails. *)
   ignore (Store.revoke (S.store srv) f.obj);
   refused "revoked owner" `Capbad (C.size trans f);
   refused "revoked restricted" `Capbad (C.size trans r);
-  Alcotest.(check string) "a new owner capability works" "secret data"
+  Alcotest.(check string)
+    "a new owner capability works" "secret data"
     (get (get_all trans (Option.get (S.file_cap srv f.obj))));
   (* The same by BS_REVOKE, with the secret the client chose. *)
   let f = Option.get (S.file_cap srv f.obj) in
@@ -151,7 +170,9 @@ let test_rights () =
   refused "revoke without every right" `Denied (C.revoke trans all_but_admin s1);
   refused "revoke with a forged capability" `Capbad (C.revoke trans flipped s1);
   let f1 = get (C.revoke trans f s1) in
-  Alcotest.(check bool) "the owner capability of the chosen secret" true (Cap.equal f1 (Cap.owner f.port ~obj:f.obj s1));
+  Alcotest.(check bool)
+    "the owner capability of the chosen secret" true
+    (Cap.equal f1 (Cap.owner f.port ~obj:f.obj s1));
   refused "revoked by BS_REVOKE: owner" `Capbad (C.size trans f);
   refused "revoked by BS_REVOKE: restricted" `Capbad (C.size trans r);
   Alcotest.(check string) "the new capability reads" "secret data" (get (get_all trans f1));
@@ -159,14 +180,19 @@ let test_rights () =
   Alcotest.(check bool) "a resent revoke" true (Cap.equal f1 (get (C.revoke trans f s1)));
   Alcotest.(check string) "still readable" "secret data" (get (get_all trans f1));
   (* Another secret with the old capability: refused. *)
-  refused "the old capability cannot revoke again" `Capbad (C.revoke trans f (Cap.Secret.generate ~g:(Crypto.deterministic "revoke-2") ()));
+  refused "the old capability cannot revoke again" `Capbad
+    (C.revoke trans f (Cap.Secret.generate ~g:(Crypto.deterministic "revoke-2") ()));
   let bad = S.handle srv (Header.request f1 P.bs_revoke) "short" in
-  Alcotest.(check bool) "a secret of the wrong length" true (Status.equal (fst bad).Header.status `Argbad);
+  Alcotest.(check bool)
+    "a secret of the wrong length" true
+    (Status.equal (fst bad).Header.status `Argbad);
   (* The server's own capability: the old one creates nothing any more. *)
   let s2 = Cap.Secret.generate ~g:(Crypto.deterministic "revoke-3") () in
   let server' = get (C.revoke trans server s2) in
   refused "create with a revoked server capability" `Capbad (put trans server "x");
-  Alcotest.(check string) "create with the new one" "x" (get (get_all trans (get (put trans server' "x"))))
+  Alcotest.(check string)
+    "create with the new one" "x"
+    (get (get_all trans (get (put trans server' "x"))))
 
 (* Every request the client calls idempotent is carried out twice (as when
    its reply is lost and it is sent again): a put still makes one file. *)
@@ -186,7 +212,9 @@ let test_resent () =
   Alcotest.(check string) "small" "small" (get (get_all trans g));
   let s1 = Cap.Secret.generate ~g:(Crypto.deterministic "resent-revoke") () in
   let g' = get (C.revoke twice g s1) in
-  Alcotest.(check string) "revoked twice: the second is answered as done" "small" (get (get_all trans g'))
+  Alcotest.(check string)
+    "revoked twice: the second is answered as done" "small"
+    (get (get_all trans g'))
 
 let test_age () =
   with_server @@ fun srv trans ->
@@ -205,7 +233,7 @@ let test_pipelined () =
   with_server @@ fun srv trans ->
   let server = S.server_cap srv in
   let n = (2 * P.max_read) + (P.max_read / 2) + 7 in
-  let data = String.init n (fun i -> Char.chr ((i * 7) lxor (i lsr 13) land 255)) in
+  let data = String.init n (fun i -> Char.chr (i * 7 lxor (i lsr 13) land 255)) in
   let pos = ref 0 in
   let input b off len =
     let k = min len (n - !pos) in
@@ -223,9 +251,9 @@ let test_pipelined () =
     while not (cond ()) do
       match !pending with
       | [] -> Alcotest.fail "nothing outstanding and not done"
-      | (h, d, k, fail, alter) :: rest ->
+      | (h, d, k, fail, alter) :: rest -> (
           pending := rest;
-          (match fail (h : Header.t) with
+          match fail (h : Header.t) with
           | Some e -> k (Error e)
           | None ->
               let rh, rd = S.handle srv h d in
@@ -242,7 +270,9 @@ let test_pipelined () =
   Alcotest.(check bool) "whole and in order" true (out = data);
   Alcotest.(check int) "one read per lane at most" 3 !most;
   (* The read at offset max_read fails: only the first read is written. *)
-  let fail (h : Header.t) = if h.command = P.bs_read && h.offset = P.max_read then Some (`Failure "gone") else None in
+  let fail (h : Header.t) =
+    if h.command = P.bs_read && h.offset = P.max_read then Some (`Failure "gone") else None
+  in
   let r, out = read [| lane (); lane ~fail (); lane () |] in
   (match r with
   | Error (`Cut (k, `Failure _)) -> Alcotest.(check int) "cut after the first read" P.max_read k
@@ -250,9 +280,12 @@ let test_pipelined () =
   | Ok _ -> Alcotest.fail "expected a cut");
   Alcotest.(check bool) "a prefix" true (out = String.sub data 0 P.max_read);
   (* The same with the sequential get. *)
-  let failing ~idempotent h d = match fail h with Some e -> Error e | None -> trans ~idempotent h d in
+  let failing ~idempotent h d =
+    match fail h with Some e -> Error e | None -> trans ~idempotent h d
+  in
   (match C.get failing cap ignore with
-  | Error (`Cut (k, `Failure _)) -> Alcotest.(check int) "sequential: cut after the first read" P.max_read k
+  | Error (`Cut (k, `Failure _)) ->
+      Alcotest.(check int) "sequential: cut after the first read" P.max_read k
   | _ -> Alcotest.fail "sequential get: expected a cut");
   pending := [];
   let alter d = if String.length d > 1 then String.sub d 1 (String.length d - 1) else d in
@@ -268,7 +301,12 @@ let test_pipelined () =
   (* An empty file. *)
   pos := 0;
   let empty = get (C.put trans ~server ~size:0 (fun _ _ _ -> 0)) in
-  match C.get_pipelined [| lane (); lane () |] ~run empty (fun _ -> Alcotest.fail "output for an empty file") with
+  match
+    C.get_pipelined
+      [| lane (); lane () |]
+      ~run empty
+      (fun _ -> Alcotest.fail "output for an empty file")
+  with
   | Ok 0 -> ()
   | _ -> Alcotest.fail "empty file"
 

@@ -8,7 +8,9 @@ let () =
       Printf.printf "args: %s\n" (String.concat " " rest);
       Printf.printf "caps: %s\n" (String.concat "," (Consort_capenv.names ()));
       List.iter
-        (fun n -> if not (List.mem n [ "stdin"; "stdout"; "stderr" ]) then Printf.printf "%s: %s\n" n (Option.value ~default:"-" (Consort_capenv.find n)))
+        (fun n ->
+          if not (List.mem n [ "stdin"; "stdout"; "stderr" ]) then
+            Printf.printf "%s: %s\n" n (Option.value ~default:"-" (Consort_capenv.find n)))
         (Consort_capenv.names ());
       Printf.printf "self: %b\n" (Consort_capenv.self () <> None);
       (try
@@ -26,22 +28,42 @@ let () =
       exit 0
   | _ :: "spin" :: _ ->
       let x = ref 0 in
-      while true do incr x done
+      while true do
+        incr x
+      done
   | _ :: "hog" :: _ ->
       let l = ref [] in
-      while true do l := Bytes.make 1_048_576 'x' :: !l done
+      while true do
+        l := Bytes.make 1_048_576 'x' :: !l
+      done
   | _ :: "sleep" :: _ -> Unix.sleepf 3600. |> ignore
   | _ :: "sleepint" :: _ ->
       (* Like intr, but with no input: sleeps until SIGINT. *)
-      Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> print_endline "interrupted"; exit 42));
+      Sys.set_signal Sys.sigint
+        (Sys.Signal_handle
+           (fun _ ->
+             print_endline "interrupted";
+             exit 42));
       print_endline "waiting";
-      for _ = 1 to 3600 do Unix.sleepf 1. done;
+      for _ = 1 to 3600 do
+        Unix.sleepf 1.
+      done;
       exit 1
   | _ :: "intr" :: _ ->
       (* Waits for SIGINT (the caller's interrupt), then exits 42. *)
-      Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> print_endline "interrupted"; exit 42));
+      Sys.set_signal Sys.sigint
+        (Sys.Signal_handle
+           (fun _ ->
+             print_endline "interrupted";
+             exit 42));
       print_endline "waiting";
-      let rec wait n = if n > 0 then (ignore (Sys.opaque_identity (input_line stdin)); wait (n - 1)) in
+      let rec wait n =
+        if n > 0 then (
+          ignore (Sys.opaque_identity (input_line stdin));
+          wait (n - 1))
+      in
       (try wait 1000 with End_of_file -> ());
       exit 1
-  | _ -> prerr_endline "prog: unknown mode"; exit 64
+  | _ ->
+      prerr_endline "prog: unknown mode";
+      exit 64

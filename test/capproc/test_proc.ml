@@ -22,7 +22,9 @@ let rec rm_rf p =
 
 let read_file p =
   let ic = open_in_bin p in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let write_file p s =
   let oc = open_out_bin p in
@@ -47,12 +49,14 @@ type server = { pid : int; cap : string; addr : string }
 
 let start_server ?(env = []) ~log args =
   let r, w = Unix.pipe ~cloexec:true () in
-  let err = Unix.openfile log [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let err =
+    Unix.openfile log [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
+  in
   let port = free_port () in
   let addr = Printf.sprintf "127.0.0.1:%d" port in
   let pid =
     Unix.create_process_env (consort ())
-      (Array.of_list ("consort" :: args @ [ "--bind"; addr ]))
+      (Array.of_list (("consort" :: args) @ [ "--bind"; addr ]))
       (Array.concat [ Array.of_list (base_env @ env); Unix.environment () ])
       Unix.stdin w err
   in
@@ -72,7 +76,11 @@ let stop s =
 let spawn ?(env = []) ?stdin_fd ~out ~err args =
   let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
   let o = fd out and e = fd err in
-  let i = match stdin_fd with Some f -> f | None -> Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let i =
+    match stdin_fd with
+    | Some f -> f
+    | None -> Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0
+  in
   let env = Array.concat [ Array.of_list (base_env @ env); Unix.environment () ] in
   let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) env i o e in
   Unix.close o;
@@ -87,7 +95,9 @@ let code_of = function Unix.WEXITED c -> c | Unix.WSIGNALED s -> 1000 + s | _ ->
 let wait_code pid =
   let rec go n =
     match Unix.waitpid [ Unix.WNOHANG ] pid with
-    | 0, _ when n > 0 -> Unix.sleepf 0.05; go (n - 1)
+    | 0, _ when n > 0 ->
+        Unix.sleepf 0.05;
+        go (n - 1)
     | 0, _ ->
         (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
         ignore (Unix.waitpid [] pid);
@@ -100,9 +110,13 @@ let wait_code pid =
 let run ?env ?stdin_file args =
   let out = Filename.temp_file "capproc-out" "" and err = Filename.temp_file "capproc-err" "" in
   Fun.protect
-    ~finally:(fun () -> Sys.remove out; Sys.remove err)
+    ~finally:(fun () ->
+      Sys.remove out;
+      Sys.remove err)
     (fun () ->
-      let stdin_fd = Option.map (fun f -> Unix.openfile f [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0) stdin_file in
+      let stdin_fd =
+        Option.map (fun f -> Unix.openfile f [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0) stdin_file
+      in
       let pid = spawn ?env ?stdin_fd ~out ~err args in
       Option.iter Unix.close stdin_fd;
       let code = wait_code pid in
@@ -110,7 +124,13 @@ let run ?env ?stdin_file args =
 
 (* Waits (at most 30 s) until [f ()]. *)
 let eventually what f =
-  let rec go n = if f () then () else if n = 0 then Alcotest.failf "%s: not within 30 s" what else (Unix.sleepf 0.05; go (n - 1)) in
+  let rec go n =
+    if f () then ()
+    else if n = 0 then Alcotest.failf "%s: not within 30 s" what
+    else (
+      Unix.sleepf 0.05;
+      go (n - 1))
+  in
   go 600
 
 type world = { dir : string; fs : server; ps : server; prog : string; env : string list }
@@ -125,8 +145,16 @@ let with_world ?(ps_args = []) f =
   let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
   Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
   (* Programs built here find the C stubs of Consort's libraries there. *)
-  let stubs = String.concat ":" (List.map (fun l -> Filename.concat here (".." / ".." / "src" / l)) [ "cap"; "engine" ]) in
-  let ps = start_server ~env:[ "CAML_LD_LIBRARY_PATH=" ^ stubs ] ~log:(d / "ps.log") ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args) in
+  let stubs =
+    String.concat ":"
+      (List.map (fun l -> Filename.concat here (".." / ".." / "src" / l)) [ "cap"; "engine" ])
+  in
+  let ps =
+    start_server
+      ~env:[ "CAML_LD_LIBRARY_PATH=" ^ stubs ]
+      ~log:(d / "ps.log")
+      ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args)
+  in
   Fun.protect ~finally:(fun () -> stop ps) @@ fun () ->
   let env = [ "CONSORT_LOCATE=" ^ fs.addr ^ "," ^ ps.addr ] in
   let code, prog, err = run ~env [ "cap"; "fs"; "put"; "--server"; fs.cap; prog_bc ] in
@@ -140,16 +168,26 @@ let test_remote_run () =
   let input = w.dir / "input" in
   write_file input "hello\nworld\n";
   let extra = w.fs.cap in
-  let code, out, err = exec ~stdin_file:input w [ "--cap"; "extra=" ^ extra; "echo"; "7"; "a"; "b c" ] in
+  let code, out, err =
+    exec ~stdin_file:input w [ "--cap"; "extra=" ^ extra; "echo"; "7"; "a"; "b c" ]
+  in
   Alcotest.(check string) "stderr" "bye\n" err;
-  Alcotest.(check string) "stdout"
-    (Printf.sprintf "args: a b c\ncaps: stdin,stdout,stderr,extra\nextra: %s\nself: true\nHELLO\nWORLD\n" extra)
+  Alcotest.(check string)
+    "stdout"
+    (Printf.sprintf
+       "args: a b c\ncaps: stdin,stdout,stderr,extra\nextra: %s\nself: true\nHELLO\nWORLD\n" extra)
     out;
   Alcotest.(check int) "the program's exit code" 7 code;
   (* With no input (-n) and a root capability from CONSORT_ROOT. *)
-  let code, out, _ = run ~env:(("CONSORT_ROOT=" ^ extra) :: w.env) [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
+  let code, out, _ =
+    run
+      ~env:(("CONSORT_ROOT=" ^ extra) :: w.env)
+      [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "echo"; "0" ]
+  in
   Alcotest.(check int) "exit 0" 0 code;
-  Alcotest.(check bool) "root given, no stdin" true (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
+  Alcotest.(check bool)
+    "root given, no stdin" true
+    (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
   (* More output than a circuit holds: every line, in order. *)
   let code, out, _ = exec w [ "-n"; "big"; "30000" ] in
   Alcotest.(check int) "big: exit 0" 0 code;
@@ -161,10 +199,17 @@ let test_remote_run () =
    the RPC, located where the process server says. *)
 let test_capability_use () =
   with_world @@ fun w ->
-  let code, prog, err = run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; here / "prog_cap.bc" ] in
+  let code, prog, err =
+    run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; here / "prog_cap.bc" ]
+  in
   if code <> 0 then Alcotest.failf "put prog_cap.bc: %s" err;
-  let code, out, err = run ~env:w.env [ "cap"; "exec"; "-n"; "--cap"; "files=" ^ w.fs.cap; w.ps.cap; String.trim prog ] in
-  Alcotest.(check (pair int string)) ("the program reached its capability; " ^ err) (0, "info: consort file server\n") (code, out)
+  let code, out, err =
+    run ~env:w.env [ "cap"; "exec"; "-n"; "--cap"; "files=" ^ w.fs.cap; w.ps.cap; String.trim prog ]
+  in
+  Alcotest.(check (pair int string))
+    ("the program reached its capability; " ^ err)
+    (0, "info: consort file server\n")
+    (code, out)
 
 let test_limits () =
   with_world @@ fun w ->
@@ -173,14 +218,21 @@ let test_limits () =
   Alcotest.(check bool) ("cpu: told why: " ^ err) true (contains err "cpu time limit");
   let code, _, err = exec w [ "-n"; "--memory"; "64"; "hog" ] in
   Alcotest.(check int) ("memory: exit 137; " ^ err) 137 code;
-  Alcotest.(check bool) ("memory: told why: " ^ err) true (contains err "memory limit (65536 KiB) exceeded");
+  Alcotest.(check bool)
+    ("memory: told why: " ^ err) true
+    (contains err "memory limit (65536 KiB) exceeded");
   let code, _, err = exec w [ "-n"; "--time"; "0.5"; "sleep" ] in
   Alcotest.(check int) ("run time: exit 137; " ^ err) 137 code;
-  Alcotest.(check bool) ("run time: told why: " ^ err) true (contains err "run time limit (500 ms) exceeded");
+  Alcotest.(check bool)
+    ("run time: told why: " ^ err) true
+    (contains err "run time limit (500 ms) exceeded");
   (* ps lists them, ended. *)
   let code, out, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
   Alcotest.(check int) "ps" 0 code;
-  Alcotest.(check bool) ("ps lists the ended processes: " ^ out) true (contains out "cpu time limit" && contains out "run time limit")
+  Alcotest.(check bool)
+    ("ps lists the ended processes: " ^ out)
+    true
+    (contains out "cpu time limit" && contains out "run time limit")
 
 let test_refusals () =
   with_world @@ fun w ->
@@ -191,7 +243,11 @@ let test_refusals () =
   let code, out, err = run ~env:w.env [ "cap"; "exec"; "-n"; w.ps.cap; String.trim cap ] in
   Alcotest.(check int) ("not bytecode: exit 2; " ^ err) 2 code;
   Alcotest.(check string) "nothing ran" "" out;
-  Alcotest.(check bool) ("one line naming the reason: " ^ err) true (contains err "not an OCaml bytecode executable" && List.length (String.split_on_char '\n' (String.trim err)) = 1);
+  Alcotest.(check bool)
+    ("one line naming the reason: " ^ err)
+    true
+    (contains err "not an OCaml bytecode executable"
+    && List.length (String.split_on_char '\n' (String.trim err)) = 1);
   (* A bytecode file for another runtime: the trailer's magic changed. *)
   let other = w.dir / "other.bc" in
   let s = read_file prog_bc in
@@ -215,7 +271,9 @@ let test_refusals () =
   let code, _, err = run ~env:w.env [ "cap"; "exec"; "-n"; String.trim ro; w.prog; "echo"; "0" ] in
   Alcotest.(check int) ("no create right: exit 2; " ^ err) 2 code;
   Alcotest.(check bool) "denied" true (contains err "STD_DENIED");
-  let code, _, _ = run ~env:w.env [ "cap"; "exec"; "-n"; "--cap"; "BAD NAME=x"; w.ps.cap; w.prog ] in
+  let code, _, _ =
+    run ~env:w.env [ "cap"; "exec"; "-n"; "--cap"; "BAD NAME=x"; w.ps.cap; w.prog ]
+  in
   Alcotest.(check int) "bad --cap: exit 2" 2 code;
   (* The server goes on. *)
   let code, _, _ = exec w [ "-n"; "echo"; "5" ] in
@@ -224,7 +282,9 @@ let test_refusals () =
 let test_kill_and_interrupt () =
   with_world @@ fun w ->
   let out = w.dir / "k.out" and err = w.dir / "k.err" in
-  let pid = spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" ] in
+  let pid =
+    spawn ~env:w.env ~out ~err [ "cap"; "exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" ]
+  in
   let cap = ref "" in
   eventually "the process's capability" (fun () ->
       let e = read_file err in
@@ -267,10 +327,14 @@ let test_dead_caller_and_bound () =
   let pid = spawn ~env:w.env ~stdin_fd:r ~out ~err [ "cap"; "exec"; w.ps.cap; w.prog; "intr" ] in
   Unix.close r;
   eventually "the program waits" (fun () -> contains (read_file out) "waiting");
-  let pid2 = spawn ~env:w.env ~out:(w.dir / "s.out") ~err:(w.dir / "s.err") [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleep" ] in
+  let pid2 =
+    spawn ~env:w.env ~out:(w.dir / "s.out") ~err:(w.dir / "s.err")
+      [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "sleep" ]
+  in
   eventually "two running" (fun () ->
       let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
-      List.length (List.filter (fun l -> contains l "running pid") (String.split_on_char '\n' o)) = 2);
+      List.length (List.filter (fun l -> contains l "running pid") (String.split_on_char '\n' o))
+      = 2);
   let code, _, e = exec w [ "-n"; "echo"; "0" ] in
   Alcotest.(check int) ("a third is refused: " ^ e) 2 code;
   Alcotest.(check bool) "with the reason" true (contains e "2 processes already");
@@ -283,7 +347,9 @@ let test_dead_caller_and_bound () =
   ignore (wait_code pid2);
   eventually "both programs were hung up on" (fun () ->
       let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
-      List.length (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o)) = 2)
+      List.length
+        (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o))
+      = 2)
 
 (* A process server that dies (SIGKILL) while a program runs: the caller
    says the outcome is unknown (exit 3), and the program does not outlive
@@ -298,7 +364,9 @@ let test_dead_server () =
       match List.find_opt (fun l -> contains l "running pid") (String.split_on_char '\n' o) with
       | Some l -> (
           match String.split_on_char ' ' l with
-          | _ :: "running" :: "pid" :: p :: _ -> child := int_of_string p; true
+          | _ :: "running" :: "pid" :: p :: _ ->
+              child := int_of_string p;
+              true
           | _ -> false)
       | None -> false);
   Unix.kill w.ps.pid Sys.sigkill;
@@ -318,15 +386,28 @@ let test_descriptor () =
   let port = Port.Key.port (Port.Key.generate ~g ()) in
   let c n = Cap.owner port ~obj:n (Cap.Secret.generate ~g ()) in
   let pd =
-    { Pd.arch = Pd.arch_bytecode; program = c 1; args = [ "a"; ""; String.make 300 'x' ]; caps = [ ("stdin", c 2); ("root", c 3) ];
-      limits = { Pd.cpu_ms = 1000; memory_kib = 65536; run_ms = 5000 }; hints = [ "127.0.0.1:7000" ] }
+    {
+      Pd.arch = Pd.arch_bytecode;
+      program = c 1;
+      args = [ "a"; ""; String.make 300 'x' ];
+      caps = [ ("stdin", c 2); ("root", c 3) ];
+      limits = { Pd.cpu_ms = 1000; memory_kib = 65536; run_ms = 5000 };
+      hints = [ "127.0.0.1:7000" ];
+    }
   in
   let s = Result.get_ok (Pd.encode pd) in
   (match Pd.decode s with
-  | Ok p -> Alcotest.(check bool) "round trip" true (p.Pd.args = pd.args && p.limits = pd.limits && List.map fst p.caps = [ "stdin"; "root" ] && Cap.equal p.program pd.program && p.hints = pd.hints)
+  | Ok p ->
+      Alcotest.(check bool)
+        "round trip" true
+        (p.Pd.args = pd.args && p.limits = pd.limits
+        && List.map fst p.caps = [ "stdin"; "root" ]
+        && Cap.equal p.program pd.program && p.hints = pd.hints)
   | Error e -> Alcotest.fail e);
   for n = 0 to String.length s - 1 do
-    match Pd.decode (String.sub s 0 n) with Ok _ -> Alcotest.failf "truncated at %d accepted" n | Error _ -> ()
+    match Pd.decode (String.sub s 0 n) with
+    | Ok _ -> Alcotest.failf "truncated at %d accepted" n
+    | Error _ -> ()
   done;
   Alcotest.(check bool) "trailing bytes" true (Result.is_error (Pd.decode (s ^ "x")));
   let rs = Random.State.make [| 7 |] in
@@ -337,12 +418,23 @@ let test_descriptor () =
     done;
     match Pd.decode (Bytes.to_string b) with Ok _ | Error _ -> ()
   done;
-  Alcotest.(check bool) "too many args" true (Result.is_error (Pd.encode { pd with args = List.init 257 string_of_int }));
-  Alcotest.(check bool) "bad name" true (Result.is_error (Pd.encode { pd with caps = [ ("Root", c 3) ] }));
-  Alcotest.(check bool) "name twice" true (Result.is_error (Pd.encode { pd with caps = [ ("root", c 3); ("root", c 4) ] }));
-  Alcotest.(check bool) "larger than the bound" true (Result.is_error (Pd.decode (String.make (Pd.max_size + 1) 'C')));
-  Alcotest.(check bool) "another version" true
-    (match Pd.decode ("CPD\002" ^ String.sub s 4 (String.length s - 4)) with Error m -> contains m "version 2" | Ok _ -> false)
+  Alcotest.(check bool)
+    "too many args" true
+    (Result.is_error (Pd.encode { pd with args = List.init 257 string_of_int }));
+  Alcotest.(check bool)
+    "bad name" true
+    (Result.is_error (Pd.encode { pd with caps = [ ("Root", c 3) ] }));
+  Alcotest.(check bool)
+    "name twice" true
+    (Result.is_error (Pd.encode { pd with caps = [ ("root", c 3); ("root", c 4) ] }));
+  Alcotest.(check bool)
+    "larger than the bound" true
+    (Result.is_error (Pd.decode (String.make (Pd.max_size + 1) 'C')));
+  Alcotest.(check bool)
+    "another version" true
+    (match Pd.decode ("CPD\002" ^ String.sub s 4 (String.length s - 4)) with
+    | Error m -> contains m "version 2"
+    | Ok _ -> false)
 
 let () =
   Alcotest.run "capproc"

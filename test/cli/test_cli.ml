@@ -81,9 +81,11 @@ let subcommands path =
       if String.length l > 0 && l.[0] <> ' ' then (
         in_section := l = "COMMANDS";
         None)
-      else if !in_section && String.length l > 7 && String.sub l 0 7 = "       " && l.[7] <> ' ' then
+      else if !in_section && String.length l > 7 && String.sub l 0 7 = "       " && l.[7] <> ' '
+      then
         match String.split_on_char ' ' (String.trim l) with
-        | name :: rest when name <> "" && name.[0] >= 'a' && name.[0] <= 'z' -> Some (name, List.mem "COMMAND" rest)
+        | name :: rest when name <> "" && name.[0] >= 'a' && name.[0] <= 'z' ->
+            Some (name, List.mem "COMMAND" rest)
         | _ -> None
       else None)
     (String.split_on_char '\n' r.out)
@@ -117,10 +119,13 @@ let numeric_options path =
                  match String.index_opt tail '=' with
                  | Some i when contains tail "(absent=" ->
                      let v = String.sub tail (i + 1) (String.length tail - i - 1) in
-                     Some (String.sub v 0 (try String.index v ')' with Not_found -> String.length v))
+                     Some
+                       (String.sub v 0 (try String.index v ')' with Not_found -> String.length v))
                  | _ -> None
                in
-               let numeric_docv = List.mem docv [ "N"; "BYTES"; "SECONDS"; "MB"; "PORT"; "I"; "R" ] in
+               let numeric_docv =
+                 List.mem docv [ "N"; "BYTES"; "SECONDS"; "MB"; "PORT"; "I"; "R" ]
+               in
                match absent with
                | Some v when re_num v && name <> "--seed" -> Some name
                | None when numeric_docv && name <> "--seed" -> Some name
@@ -153,55 +158,104 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "bench"; "rpc" ], [], [ ([ "--calls"; "0" ], 124) ]);
     ([ "bench"; "proc" ], [], [ ([ "--rounds"; "0" ], 124) ]);
     ([ "bench"; "rtt" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
-    ([ "bench"; "scale" ], [ "--sizes"; "2" ], [ ([ "--sizes"; "0" ], 124); ([ "--params"; "no.such=1" ], 2) ]);
+    ( [ "bench"; "scale" ],
+      [ "--sizes"; "2" ],
+      [ ([ "--sizes"; "0" ], 124); ([ "--params"; "no.such=1" ], 2) ] );
     ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
-    ([ "bench"; "throughput" ], [], [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ]);
+    ( [ "bench"; "throughput" ],
+      [],
+      [ ([ "--params"; "no.such=1" ], 2); ([ "--members"; "0" ], 124) ] );
     ([ "cap"; "boot"; "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
-    ([ "cap"; "boot"; "serve" ], [ "--decl"; missing; "--data"; tmp ], [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ]);
+    ( [ "cap"; "boot"; "serve" ],
+      [ "--decl"; missing; "--data"; tmp ],
+      [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ] );
     ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
-    ([ "cap"; "chmod" ], [ "/a"; "all" ], [ ([ "/a"; "all"; "--root"; "not-a-cap" ], 2); ([ "/a"; "bogus"; "--root"; bad_cap ], 2) ]);
-    ([ "cap"; "dir"; "gc" ], [ "--server"; bad_cap ], [ ([ "--server"; "not-a-cap" ], 2); ([ "--server"; bad_cap; "--rounds"; "0" ], 124) ]);
-    ([ "cap"; "dir"; "link" ], [ "/a"; bad_cap ], [ ([ "/a"; "not-a-cap" ], 2); ([ "/a"; bad_cap; "--root"; "not-a-cap" ], 2) ]);
+    ( [ "cap"; "chmod" ],
+      [ "/a"; "all" ],
+      [ ([ "/a"; "all"; "--root"; "not-a-cap" ], 2); ([ "/a"; "bogus"; "--root"; bad_cap ], 2) ] );
+    ( [ "cap"; "dir"; "gc" ],
+      [ "--server"; bad_cap ],
+      [ ([ "--server"; "not-a-cap" ], 2); ([ "--server"; bad_cap; "--rounds"; "0" ], 124) ] );
+    ( [ "cap"; "dir"; "link" ],
+      [ "/a"; bad_cap ],
+      [ ([ "/a"; "not-a-cap" ], 2); ([ "/a"; bad_cap; "--root"; "not-a-cap" ], 2) ] );
     ([ "cap"; "dir"; "lookup" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2) ]);
     ( [ "cap"; "dir"; "serve" ],
       [ "--data"; missing; "--group"; "127.0.0.1:1" ],
-      [ ([ "--data"; "/proc/1/consort"; "--group"; "127.0.0.1:1" ], 2); ([ "--data"; tmp; "--key"; existing; "--group"; "127.0.0.1:1" ], 2) ] );
+      [
+        ([ "--data"; "/proc/1/consort"; "--group"; "127.0.0.1:1" ], 2);
+        ([ "--data"; tmp; "--key"; existing; "--group"; "127.0.0.1:1" ], 2);
+      ] );
     ([ "cap"; "ls" ], [ "/" ], [ ([ "/"; "--root"; "not-a-cap" ], 2) ]);
-    ([ "cap"; "mkdir" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ]);
-    ([ "cap"; "rm" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ]);
-    ([ "cap"; "fs"; "fsck" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; existing ], 2) ]);
-    ([ "cap"; "fs"; "get" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ]);
-    ([ "cap"; "fs"; "put" ], [ "--server"; bad_cap; existing ], [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ]);
-    ([ "cap"; "fs"; "serve" ], [ "--data"; missing ], [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ( [ "cap"; "mkdir" ],
+      [ "/a" ],
+      [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ] );
+    ( [ "cap"; "rm" ],
+      [ "/a" ],
+      [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ] );
+    ( [ "cap"; "fs"; "fsck" ],
+      [ "--data"; missing ],
+      [ ([ "--data"; missing ], 2); ([ "--data"; existing ], 2) ] );
+    ( [ "cap"; "fs"; "get" ],
+      [ bad_cap ],
+      [ ([ "not-a-cap" ], 2); ([ "cap1:" ^ String.make 40 'A' ], 2) ] );
+    ( [ "cap"; "fs"; "put" ],
+      [ "--server"; bad_cap; existing ],
+      [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ] );
+    ( [ "cap"; "fs"; "serve" ],
+      [ "--data"; missing ],
+      [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ] );
     ([ "cap"; "fs"; "revoke" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "fs"; "size" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
-    ([ "cap"; "restrict" ], [ bad_cap; "--rights"; "read" ], [ ([ "not-a-cap"; "--rights"; "read" ], 2) ]);
+    ( [ "cap"; "restrict" ],
+      [ bad_cap; "--rights"; "read" ],
+      [ ([ "not-a-cap"; "--rights"; "read" ], 2) ] );
     ([ "cap"; "status" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
-    ([ "cap"; "exec" ], [ bad_cap; bad_cap ], [ ([ "not-a-cap"; bad_cap ], 2); ([ bad_cap; "x" ], 2); ([ "--cpu"; "0"; bad_cap; bad_cap ], 124) ]);
+    ( [ "cap"; "exec" ],
+      [ bad_cap; bad_cap ],
+      [
+        ([ "not-a-cap"; bad_cap ], 2);
+        ([ bad_cap; "x" ], 2);
+        ([ "--cpu"; "0"; bad_cap; bad_cap ], 124);
+      ] );
     ([ "cap"; "kill" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap; "--signal"; "NOPE" ], 2) ]);
-    ([ "cap"; "proc"; "serve" ], [ "--data"; missing ], [ ([ "--data"; missing ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ]);
+    ( [ "cap"; "proc"; "serve" ],
+      [ "--data"; missing ],
+      [ ([ "--data"; missing ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ] );
     ([ "cap"; "ps" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
-    ([ "check-logs" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ]);
+    ( [ "check-logs" ],
+      [ existing ],
+      [ ([ missing ], 2); ([ existing ], 2); ([ "/proc/self/mem" ], 2) ] );
     ([ "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "demo" ], [], [ ([ "--limit"; "0" ], 124) ]);
     ([ "keygen" ], [ missing ], [ ([ missing ], 2); ([ existing ], 2) ]);
-    ([ "kv"; "cas" ], [ "k"; "a"; "b"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "a"; "b"; "--servers"; "bad" ], 2) ]);
+    ( [ "kv"; "cas" ],
+      [ "k"; "a"; "b"; "--servers"; "127.0.0.1:1" ],
+      [ ([ "k"; "a"; "b"; "--servers"; "bad" ], 2) ] );
     ([ "kv"; "check" ], [ existing ], [ ([ missing ], 124); ([ existing ], 2) ]);
     ([ "kv"; "del" ], [ "k"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "--servers"; "bad" ], 2) ]);
-    ([ "kv"; "get" ], [ "k"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "--servers"; "bad" ], 2); ([ "k"; "--servers"; "127.0.0.1:99999" ], 2) ]);
-    ([ "kv"; "put" ], [ "k"; "v"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "v"; "--servers"; "bad" ], 2) ]);
+    ( [ "kv"; "get" ],
+      [ "k"; "--servers"; "127.0.0.1:1" ],
+      [ ([ "k"; "--servers"; "bad" ], 2); ([ "k"; "--servers"; "127.0.0.1:99999" ], 2) ] );
+    ( [ "kv"; "put" ],
+      [ "k"; "v"; "--servers"; "127.0.0.1:1" ],
+      [ ([ "k"; "v"; "--servers"; "bad" ], 2) ] );
     ( [ "kv"; "serve" ],
       [ "--group"; "g"; "--data"; missing; "--bind"; "127.0.0.1:1"; "--listen"; "127.0.0.1:2" ],
       [
-        ([ "--group"; "g"; "--data"; missing; "--bind"; "127.0.0.1:7"; "--listen"; "127.0.0.1:8" ], 2);
+        ( [ "--group"; "g"; "--data"; missing; "--bind"; "127.0.0.1:7"; "--listen"; "127.0.0.1:8" ],
+          2 );
         ([ "--group"; "g"; "--data"; tmp; "--bind"; "nowhere"; "--listen"; "127.0.0.1:8" ], 2);
       ] );
     ([ "kv"; "shell" ], [ "--servers"; "127.0.0.1:1" ], [ ([ "--servers"; "bad" ], 2) ]);
     ( [ "mcast-peer" ],
       [ "--rank"; "0"; "--members"; "127.0.0.1:1,127.0.0.1:2" ],
-      [ ([ "--rank"; "0"; "--members"; "nonsense" ], 2); ([ "--rank"; "0"; "--members"; "127.0.0.1:1"; "--loss"; "2" ], 124) ] );
+      [
+        ([ "--rank"; "0"; "--members"; "nonsense" ], 2);
+        ([ "--rank"; "0"; "--members"; "127.0.0.1:1"; "--loss"; "2" ], 124);
+      ] );
     ( [ "member" ],
       [ "--group"; "g" ],
       [
@@ -213,17 +267,33 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ "--group"; "g"; "--peers"; "bad" ], 2);
         ([ "--group"; "g"; "--props"; "Bogus" ], 124);
       ] );
-    ([ "net"; "up" ], [ "--tap"; "consort-none"; "--ip"; "10.9.0.2/24" ], [ ([ "--tap"; "consort-none"; "--ip"; "nonsense" ], 2) ]);
+    ( [ "net"; "up" ],
+      [ "--tap"; "consort-none"; "--ip"; "10.9.0.2/24" ],
+      [ ([ "--tap"; "consort-none"; "--ip"; "nonsense" ], 2) ] );
     ([ "params" ], [], []);
-    ([ "sim" ], [ "--scenario"; "vsync-crash" ], [ ([ "--scenario"; "no-such" ], 2); ([ "--scenario"; "vsync-crash"; "--params"; "no.such=1" ], 2) ]);
+    ( [ "sim" ],
+      [ "--scenario"; "vsync-crash" ],
+      [
+        ([ "--scenario"; "no-such" ], 2);
+        ([ "--scenario"; "vsync-crash"; "--params"; "no.such=1" ], 2);
+      ] );
     ([ "stack" ], [], [ ([ "--props"; "Bogus" ], 124) ]);
-    ([ "status" ], [ "--control"; missing ], [ ([ "--control"; missing ], 2); ([ "--control"; existing ], 2) ]);
+    ( [ "status" ],
+      [ "--control"; missing ],
+      [ ([ "--control"; missing ], 2); ([ "--control"; existing ], 2) ] );
     ([ "counters" ], [ "--control"; missing ], [ ([ "--control"; missing ], 2) ]);
-    ([ "cast" ], [ "--control"; missing; "x" ], [ ([ "--control"; missing; "x" ], 2); ([ "--control"; missing; "two\nlines" ], 2) ]);
-    ([ "send" ], [ "--control"; missing; "id"; "x" ], [ ([ "--control"; missing; "id"; "x" ], 2); ([ "--control"; missing; "a b"; "x" ], 2) ]);
+    ( [ "cast" ],
+      [ "--control"; missing; "x" ],
+      [ ([ "--control"; missing; "x" ], 2); ([ "--control"; missing; "two\nlines" ], 2) ] );
+    ( [ "send" ],
+      [ "--control"; missing; "id"; "x" ],
+      [ ([ "--control"; missing; "id"; "x" ], 2); ([ "--control"; missing; "a b"; "x" ], 2) ] );
     ( [ "member" ],
       [ "--group"; "g"; "--control"; missing ],
-      [ ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--control"; missing ], 2); ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--metrics"; "nowhere" ], 2) ] );
+      [
+        ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--control"; missing ], 2);
+        ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--metrics"; "nowhere" ], 2);
+      ] );
   ]
 
 let find path = List.find_opt (fun (p, _, _) -> p = path) cases
@@ -236,15 +306,18 @@ let hidden = [ [ "mcast-peer" ]; [ "bench"; "peer" ] ]
 
 let every_command_has_cases () =
   let all = leaves [] in
-  if List.length all < 20 then Alcotest.failf "only %d commands found in the help pages" (List.length all);
+  if List.length all < 20 then
+    Alcotest.failf "only %d commands found in the help pages" (List.length all);
   List.iter
-    (fun path -> if find path = None then Alcotest.failf "%s has no row in the CLI test's cases" (show path))
+    (fun path ->
+      if find path = None then Alcotest.failf "%s has no row in the CLI test's cases" (show path))
     all;
   List.iter
     (fun (p, _, _) ->
       if List.mem p hidden then (
         if List.mem p all then Alcotest.failf "%s is internal but listed in the help" (show p))
-      else if not (List.mem p all) then Alcotest.failf "%s is in the cases but not in the help" (show p))
+      else if not (List.mem p all) then
+        Alcotest.failf "%s is in the cases but not in the help" (show p))
     cases
 
 (* A refusal at run time: exit 2 and one line on standard error that
@@ -253,21 +326,31 @@ let check_refused path args expected =
   let args = path @ args in
   let r = run args in
   no_defect args r;
-  if r.code <> expected then Alcotest.failf "%s: exit %d, expected %d\n%s%s" (show args) r.code expected r.out r.err;
+  if r.code <> expected then
+    Alcotest.failf "%s: exit %d, expected %d\n%s%s" (show args) r.code expected r.out r.err;
   (* The key-value client commands answer on standard output, one line
      ("error: REASON"), as their documented form says. *)
-  let err = match (lines r.err, lines r.out) with [], [ l ] when String.length l > 6 && String.sub l 0 6 = "error:" -> [ l ] | e, _ -> e in
-  if expected = 2 then (
-    (match err with
+  let err =
+    match (lines r.err, lines r.out) with
+    | [], [ l ] when String.length l > 6 && String.sub l 0 6 = "error:" -> [ l ]
+    | e, _ -> e
+  in
+  if expected = 2 then
+    match err with
     | [ l ] ->
-        if not (String.length l > 7 && (String.sub l 0 7 = "consort" || String.sub l 0 6 = "error:")) then
-          Alcotest.failf "%s: the error does not say which command: %S" (show args) l
+        if not (String.length l > 7 && (String.sub l 0 7 = "consort" || String.sub l 0 6 = "error:"))
+        then Alcotest.failf "%s: the error does not say which command: %S" (show args) l
     | [] -> Alcotest.failf "%s: exit 2 without a word on standard error" (show args)
-    | l -> Alcotest.failf "%s: %d lines on standard error, expected one:\n%s" (show args) (List.length l) r.err))
-  else if err = [] then Alcotest.failf "%s: exit %d without a word on standard error" (show args) r.code
+    | l ->
+        Alcotest.failf "%s: %d lines on standard error, expected one:\n%s" (show args)
+          (List.length l) r.err
+  else if err = [] then
+    Alcotest.failf "%s: exit %d without a word on standard error" (show args) r.code
 
 let bad_arguments () =
-  List.iter (fun (path, _, bad) -> List.iter (fun (args, code) -> check_refused path args code) bad) cases
+  List.iter
+    (fun (path, _, bad) -> List.iter (fun (args, code) -> check_refused path args code) bad)
+    cases
 
 let unknown_option () =
   List.iter
@@ -290,9 +373,11 @@ let negative_numbers () =
           no_defect args r;
           incr checked;
           (* Refused when read (124), or at once with a line naming it (2). *)
-          if r.code <> 124 && r.code <> 2 then Alcotest.failf "%s: exit %d, expected 124 or 2\n%s%s" (show args) r.code r.out r.err;
+          if r.code <> 124 && r.code <> 2 then
+            Alcotest.failf "%s: exit %d, expected 124 or 2\n%s%s" (show args) r.code r.out r.err;
           let bare = String.sub opt 2 (String.length opt - 2) in
-          if not (contains r.err bare) then Alcotest.failf "%s: the error does not name %s: %S" (show args) opt r.err)
+          if not (contains r.err bare) then
+            Alcotest.failf "%s: the error does not name %s: %S" (show args) opt r.err)
         (numeric_options path))
     cases;
   if !checked < 30 then Alcotest.failf "only %d numeric options found" !checked
@@ -308,11 +393,24 @@ let help_everywhere () =
       (* An EXAMPLES section with at least one command line of this command. *)
       match String.split_on_char '\n' r.out |> List.map String.trim with
       | ls ->
-          let rec after = function [] -> [] | "EXAMPLES" :: rest -> rest | _ :: rest -> after rest in
+          let rec after = function
+            | [] -> []
+            | "EXAMPLES" :: rest -> rest
+            | _ :: rest -> after rest
+          in
           let ex = after ls in
           let prefix = show path in
-          if not (List.exists (fun l -> String.length l >= String.length prefix && String.sub l 0 (String.length prefix) = prefix || contains l ("| " ^ prefix)) ex)
-          then Alcotest.failf "%s --help has no EXAMPLES section with a %s command line" (show path) prefix)
+          if
+            not
+              (List.exists
+                 (fun l ->
+                   String.length l >= String.length prefix
+                   && String.sub l 0 (String.length prefix) = prefix
+                   || contains l ("| " ^ prefix))
+                 ex)
+          then
+            Alcotest.failf "%s --help has no EXAMPLES section with a %s command line" (show path)
+              prefix)
     cases
 
 (* {1 Properties and scenarios: the lists users read, built from the code} *)
@@ -321,21 +419,35 @@ let help_everywhere () =
 let scenario_names () =
   let r = run [ "sim"; "--scenario"; "no-such" ] in
   let marker = "(known: " in
-  let rec find i = if i + String.length marker > String.length r.err then Alcotest.failf "no known list: %S" r.err else if String.sub r.err i (String.length marker) = marker then i + String.length marker else find (i + 1) in
+  let rec find i =
+    if i + String.length marker > String.length r.err then Alcotest.failf "no known list: %S" r.err
+    else if String.sub r.err i (String.length marker) = marker then i + String.length marker
+    else find (i + 1)
+  in
   let start = find 0 in
   let stop = String.index_from r.err start ')' in
   String.sub r.err start (stop - start) |> String.split_on_char ',' |> List.map String.trim
 
 let sim_help_lists_every_scenario () =
   let names = scenario_names () in
-  List.iter (fun n -> if not (List.mem n names) then Alcotest.failf "consort sim does not know %s" n) [ "vsync-crash"; "fs-crash"; "kv-linearizable" ];
+  List.iter
+    (fun n -> if not (List.mem n names) then Alcotest.failf "consort sim does not know %s" n)
+    [ "vsync-crash"; "fs-crash"; "kv-linearizable" ];
   let help = run [ "sim"; "--help=plain" ] in
   (* Help wraps lines: compare words. *)
   let words =
-    String.split_on_char '\n' help.out |> List.concat_map (String.split_on_char ' ')
-    |> List.map (fun w -> String.trim w |> fun w -> if w <> "" && (w.[String.length w - 1] = ',' || w.[String.length w - 1] = '.') then String.sub w 0 (String.length w - 1) else w)
+    String.split_on_char '\n' help.out
+    |> List.concat_map (String.split_on_char ' ')
+    |> List.map (fun w ->
+           String.trim w |> fun w ->
+           if w <> "" && (w.[String.length w - 1] = ',' || w.[String.length w - 1] = '.') then
+             String.sub w 0 (String.length w - 1)
+           else w)
   in
-  List.iter (fun n -> if not (List.mem n words) then Alcotest.failf "consort sim --help does not list scenario %s" n) names
+  List.iter
+    (fun n ->
+      if not (List.mem n words) then Alcotest.failf "consort sim --help does not list scenario %s" n)
+    names
 
 (* [consort stack --list]: each property, and whether it is built. *)
 let properties () =
@@ -352,8 +464,30 @@ let stack_knows_every_property () =
   let ps = properties () in
   (* Seed 000's Table 1. *)
   List.iter
-    (fun n -> if not (List.mem_assoc n ps) then Alcotest.failf "consort stack --list does not know %s" n)
-    [ "Agree"; "Auth"; "Causal"; "Cltsvr"; "Debug"; "Evs"; "Flow"; "Frag"; "Gmp"; "Heal"; "Migrate"; "Privacy"; "Rekey"; "Scale"; "Suspect"; "Switch"; "Sync"; "Total"; "Xfer"; "Primary" ];
+    (fun n ->
+      if not (List.mem_assoc n ps) then Alcotest.failf "consort stack --list does not know %s" n)
+    [
+      "Agree";
+      "Auth";
+      "Causal";
+      "Cltsvr";
+      "Debug";
+      "Evs";
+      "Flow";
+      "Frag";
+      "Gmp";
+      "Heal";
+      "Migrate";
+      "Privacy";
+      "Rekey";
+      "Scale";
+      "Suspect";
+      "Switch";
+      "Sync";
+      "Total";
+      "Xfer";
+      "Primary";
+    ];
   List.iter
     (fun (n, available) ->
       (* With Total: some properties need it (Cltsvr). *)
@@ -365,11 +499,17 @@ let stack_knows_every_property () =
         (* One line per layer, top first, down to bottom. *)
         let ls = lines r.out in
         if List.length ls < 5 then Alcotest.failf "%s: %d lines" (show args) (List.length ls);
-        List.iter (fun l -> if String.contains (List.hd (String.split_on_char ' ' l)) ':' then Alcotest.failf "%s: not one layer a line: %S" (show args) l) ls;
+        List.iter
+          (fun l ->
+            if String.contains (List.hd (String.split_on_char ' ' l)) ':' then
+              Alcotest.failf "%s: not one layer a line: %S" (show args) l)
+          ls;
         let last = List.nth ls (List.length ls - 1) in
-        if not (String.length last >= 6 && String.sub last 0 6 = "bottom") then Alcotest.failf "%s: ends with %S" (show args) last)
+        if not (String.length last >= 6 && String.sub last 0 6 = "bottom") then
+          Alcotest.failf "%s: ends with %S" (show args) last)
       else (
-        if r.code <> 2 then Alcotest.failf "%s: exit %d, expected 2 (not available)" (show args) r.code;
+        if r.code <> 2 then
+          Alcotest.failf "%s: exit %d, expected 2 (not available)" (show args) r.code;
         match lines r.err with
         | [ l ] when contains l "not available" && contains l n -> ()
         | _ -> Alcotest.failf "%s: %S" (show args) r.err))
@@ -381,8 +521,16 @@ let stack_knows_every_property () =
       let r = run args in
       no_defect args r;
       if r.code <> 2 then Alcotest.failf "%s: exit %d, expected 2" (show args) r.code;
-      match lines r.err with [ l ] when contains l why -> () | _ -> Alcotest.failf "%s: %S" (show args) r.err)
-    [ ("Total", "needs Gmp"); ("Sync", "needs Gmp"); ("Heal,Frag", "needs Gmp"); ("Frag,Auth,Switch", "Switch needs Gmp"); ("vsync,Cltsvr", "Cltsvr needs Total") ]
+      match lines r.err with
+      | [ l ] when contains l why -> ()
+      | _ -> Alcotest.failf "%s: %S" (show args) r.err)
+    [
+      ("Total", "needs Gmp");
+      ("Sync", "needs Gmp");
+      ("Heal,Frag", "needs Gmp");
+      ("Frag,Auth,Switch", "Switch needs Gmp");
+      ("vsync,Cltsvr", "Cltsvr needs Total");
+    ]
 
 (* The README's table of properties: a row for every property, and every
    scenario it names runs. *)
@@ -397,9 +545,20 @@ let readme_table () =
     s
   in
   let rec table = function
-    | [] -> Alcotest.fail "README.md has no table of properties (a line \"| property | guarantees | checked by |\")"
+    | [] ->
+        Alcotest.fail
+          "README.md has no table of properties (a line \"| property | guarantees | checked by |\")"
     | l :: rest when String.trim l = "| property | guarantees | checked by |" -> (
-        match rest with _sep :: rows -> List.filter (fun l -> String.length l > 0 && l.[0] = '|') (let rec take = function l :: r when String.length l > 0 && l.[0] = '|' -> l :: take r | _ -> [] in take rows) | [] -> [])
+        match rest with
+        | _sep :: rows ->
+            List.filter
+              (fun l -> String.length l > 0 && l.[0] = '|')
+              (let rec take = function
+                 | l :: r when String.length l > 0 && l.[0] = '|' -> l :: take r
+                 | _ -> []
+               in
+               take rows)
+        | [] -> [])
     | _ :: rest -> table rest
   in
   let rows = table (String.split_on_char '\n' readme) in
@@ -416,20 +575,40 @@ let readme_table () =
       (fun row ->
         match String.split_on_char '|' row with
         | _ :: p :: guarantee :: checked :: _ ->
-            let name = match quoted p with n :: _ -> n | [] -> Alcotest.failf "README row without a property: %S" row in
-            let available = match List.assoc_opt name ps with Some a -> a | None -> Alcotest.failf "README lists %s, which consort stack --list does not know" name in
+            let name =
+              match quoted p with
+              | n :: _ -> n
+              | [] -> Alcotest.failf "README row without a property: %S" row
+            in
+            let available =
+              match List.assoc_opt name ps with
+              | Some a -> a
+              | None ->
+                  Alcotest.failf "README lists %s, which consort stack --list does not know" name
+            in
             let named = List.filter (fun w -> not (String.contains w '=')) (quoted checked) in
             (* A property not built yet may name the scenario that will
                check it; one that is built names scenarios that exist. *)
             if available then
-              List.iter (fun s -> if not (List.mem s scenarios) then Alcotest.failf "README: %s is checked by %S, which is no scenario of consort sim" name s) named;
-            if available && named = [] then Alcotest.failf "README: %s names no scenario that checks it" name;
-            if (not available) && not (contains guarantee "not available") then Alcotest.failf "README: %s is not available, its row says otherwise" name;
+              List.iter
+                (fun s ->
+                  if not (List.mem s scenarios) then
+                    Alcotest.failf
+                      "README: %s is checked by %S, which is no scenario of consort sim" name s)
+                named;
+            if available && named = [] then
+              Alcotest.failf "README: %s names no scenario that checks it" name;
+            if (not available) && not (contains guarantee "not available") then
+              Alcotest.failf "README: %s is not available, its row says otherwise" name;
             name
         | _ -> Alcotest.failf "README row: %S" row)
       rows
   in
-  List.iter (fun (n, _) -> if not (List.mem n seen) then Alcotest.failf "README's table of properties has no row for %s" n) ps
+  List.iter
+    (fun (n, _) ->
+      if not (List.mem n seen) then
+        Alcotest.failf "README's table of properties has no row for %s" n)
+    ps
 
 let () =
   Alcotest.run "cli"
@@ -440,12 +619,15 @@ let () =
           Alcotest.test_case "bad arguments: one line, the documented status" `Quick bad_arguments;
           Alcotest.test_case "an unknown option: 124" `Quick unknown_option;
           Alcotest.test_case "negative numbers refused when read" `Quick negative_numbers;
-          Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick help_everywhere;
+          Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick
+            help_everywhere;
         ] );
       ( "lists",
         [
-          Alcotest.test_case "consort sim --help lists every scenario" `Quick sim_help_lists_every_scenario;
-          Alcotest.test_case "consort stack knows every property, refuses what cannot work" `Quick stack_knows_every_property;
+          Alcotest.test_case "consort sim --help lists every scenario" `Quick
+            sim_help_lists_every_scenario;
+          Alcotest.test_case "consort stack knows every property, refuses what cannot work" `Quick
+            stack_knows_every_property;
           Alcotest.test_case "the README's table of properties" `Quick readme_table;
         ] );
     ]

@@ -11,7 +11,9 @@ let count v = Segment.count (Iovec.segment v)
 let segment_counts () =
   let freed = ref 0 in
   let seg =
-    Segment.create ~size:16 ~on_free:(fun _ -> incr freed) ~on_leak:ignore
+    Segment.create ~size:16
+      ~on_free:(fun _ -> incr freed)
+      ~on_leak:ignore
       ~on_handle_leak:(fun _ _ -> ())
   in
   Alcotest.(check int) "size" 16 (Segment.size seg);
@@ -128,7 +130,8 @@ let current_segment_reused () =
   let seg = Iovec.segment a in
   let b = Pool.alloc pool 40 in
   Alcotest.(check bool) "bump allocation in one segment" true (Iovec.segment b == seg);
-  Alcotest.(check bool) "8-byte aligned, not overlapping" true
+  Alcotest.(check bool)
+    "8-byte aligned, not overlapping" true
     ((Iovec.cstruct b).Cstruct.off >= 40 && (Iovec.cstruct b).Cstruct.off mod 8 = 0);
   Iovec.release a;
   Iovec.release b;
@@ -161,7 +164,8 @@ let oversize () =
   Alcotest.(check int) "oversize in use" 1 s.oversize_in_use;
   Alcotest.(check int) "created counts it" 2 s.segments_created;
   let small2 = Pool.alloc pool 8 in
-  Alcotest.(check bool) "current segment untouched" true
+  Alcotest.(check bool)
+    "current segment untouched" true
     (Iovec.segment small2 == Iovec.segment small);
   Cstruct.memset (Iovec.cstruct big) 0x41;
   let tail = Iovec.sub big ~off:990 ~len:10 in
@@ -200,9 +204,7 @@ let stats_and_copy () =
 
 (* Leaks *)
 
-let[@inline never] drop_alloc pool n =
-  ignore (Sys.opaque_identity (Pool.alloc pool n))
-
+let[@inline never] drop_alloc pool n = ignore (Sys.opaque_identity (Pool.alloc pool n))
 let[@inline never] drop_sub v = ignore (Sys.opaque_identity (Iovec.sub v ~off:0 ~len:1))
 
 let leak_checked () =
@@ -251,7 +253,8 @@ let poison () =
   let big = Pool.of_string pool (String.make 100 'y') in
   let raw = Iovec.cstruct big in
   Iovec.release big;
-  Alcotest.(check string) "freed oversize segment poisoned" (String.make 100 '\xde') (Cstruct.to_string raw);
+  Alcotest.(check string)
+    "freed oversize segment poisoned" (String.make 100 '\xde') (Cstruct.to_string raw);
   no_leaks pool
 
 (* Iovecs *)
@@ -268,7 +271,8 @@ let iovecs_basics () =
   let s = Iovecs.sub t ~off:3 ~len:5 in
   Alcotest.(check string) "sub across pieces" "lo wo" (Iovecs.to_string s);
   Alcotest.(check int) "three pieces" 3 (List.length s);
-  Alcotest.(check bool) "no copy" true
+  Alcotest.(check bool)
+    "no copy" true
     (List.for_all2 (fun a b -> Iovec.segment a == Iovec.segment b) s t);
   Alcotest.(check int) "empty sub" 0 (List.length (Iovecs.sub t ~off:11 ~len:0));
   let inner = Iovecs.sub t ~off:7 ~len:3 in

@@ -13,9 +13,16 @@ let gen_nat = G.(map2 (fun b x -> (x land max_int) lsr b) (int_range 0 62) int)
 let gen_int = G.(map2 (fun b x -> x asr b) (int_range 0 62) int)
 
 let gen_edge_int =
-  G.(oneof [ gen_int; oneofl [ 0; 1; -1; 63; 64; -64; -65; 127; 128; max_int; min_int; max_int - 1; min_int + 1 ] ])
+  G.(
+    oneof
+      [
+        gen_int;
+        oneofl [ 0; 1; -1; 63; 64; -64; -65; 127; 128; max_int; min_int; max_int - 1; min_int + 1 ];
+      ])
 
-let gen_edge_nat = G.(oneof [ gen_nat; oneofl [ 0; 1; 127; 128; 16383; 16384; max_int; max_int - 1 ] ])
+let gen_edge_nat =
+  G.(oneof [ gen_nat; oneofl [ 0; 1; 127; 128; 16383; 16384; max_int; max_int - 1 ] ])
+
 let gen_str = G.(string_size ~gen:char (oneof [ int_range 0 20; int_range 120 300 ]))
 let gen_small_str = G.(string_size ~gen:char (int_range 0 10))
 
@@ -32,7 +39,8 @@ let shape =
     union "shape"
       [
         case 0 "circle" varint (function Circle r -> Some r | _ -> None) (fun r -> Circle r);
-        case 1 "rect" (pair uint16 uint16) (function Rect (w, h) -> Some (w, h) | _ -> None)
+        case 1 "rect" (pair uint16 uint16)
+          (function Rect (w, h) -> Some (w, h) | _ -> None)
           (fun (w, h) -> Rect (w, h));
         case 2 "label" (string ()) (function Label s -> Some s | _ -> None) (fun s -> Label s);
         case 7 "empty" unit (function Empty -> Some () | _ -> None) (fun () -> Empty);
@@ -68,9 +76,7 @@ let gen_range =
   G.(map2 (fun lo d -> { lo; hi = lo + d }) (int_range (-1000000) 1000000) (int_range 0 1000000))
 
 let even =
-  Codec.conv ~name:"even" Fun.id
-    (fun x -> if x mod 2 = 0 then Ok x else Error "odd")
-    Codec.varint
+  Codec.conv ~name:"even" Fun.id (fun x -> if x mod 2 = 0 then Ok x else Error "odd") Codec.varint
 
 let char = Codec.map ~name:"char" Char.code Char.chr Codec.uint8
 
@@ -81,30 +87,109 @@ let codecs =
     P { name = "bool"; codec = bool; gen = G.bool; print = P.bool };
     P { name = "uint8"; codec = uint8; gen = G.int_range 0 255; print = P.int };
     P { name = "uint16"; codec = uint16; gen = G.int_range 0 0xffff; print = P.int };
-    P { name = "uint32"; codec = uint32; gen = G.(oneof [ int_range 0 0xffff_ffff; oneofl [ 0; 0xffff_ffff; 0x8000_0000 ] ]); print = P.int };
-    P { name = "int64"; codec = int64; gen = G.(oneof [ ui64; oneofl [ 0L; -1L; Int64.max_int; Int64.min_int ] ]); print = Int64.to_string };
+    P
+      {
+        name = "uint32";
+        codec = uint32;
+        gen = G.(oneof [ int_range 0 0xffff_ffff; oneofl [ 0; 0xffff_ffff; 0x8000_0000 ] ]);
+        print = P.int;
+      };
+    P
+      {
+        name = "int64";
+        codec = int64;
+        gen = G.(oneof [ ui64; oneofl [ 0L; -1L; Int64.max_int; Int64.min_int ] ]);
+        print = Int64.to_string;
+      };
     P { name = "varint"; codec = varint; gen = gen_edge_nat; print = P.int };
     P { name = "zigzag"; codec = zigzag; gen = gen_edge_int; print = P.int };
     P { name = "string"; codec = string (); gen = gen_str; print = P.string };
-    P { name = "string ~max:5"; codec = string ~max:5 (); gen = G.(string_size ~gen:char (int_range 0 5)); print = P.string };
-    P { name = "fixed_string"; codec = fixed_string 4; gen = G.(string_size ~gen:char (return 4)); print = P.string };
-    P { name = "option"; codec = option (pair uint8 (string ())); gen = G.(opt (pair (int_range 0 255) gen_small_str)); print = P.(option (pair int string)) };
-    P { name = "pair"; codec = pair varint bool; gen = G.pair gen_nat G.bool; print = P.(pair int bool) };
-    P { name = "tup3"; codec = tup3 uint16 zigzag (option bool); gen = G.(triple (int_range 0 0xffff) gen_int (opt bool)); print = P.(triple int int (option bool)) };
-    P { name = "tup4"; codec = tup4 bool uint8 uint32 (string ()); gen = G.(quad bool (int_range 0 255) (int_range 0 0xffff_ffff) gen_small_str); print = P.(quad bool int int string) };
-    P { name = "list"; codec = list varint; gen = G.(list_size (oneof [ int_range 0 10; int_range 127 140 ]) gen_nat); print = P.(list int) };
-    P { name = "list unit"; codec = list unit; gen = G.(list_size (int_range 0 200) unit); print = P.(list unit) };
-    P { name = "list ~max:3"; codec = list ~max:3 uint8; gen = G.(list_size (int_range 0 3) (int_range 0 255)); print = P.(list int) };
-    P { name = "array"; codec = array zigzag; gen = G.(array_size (int_range 0 10) gen_int); print = P.(array int) };
+    P
+      {
+        name = "string ~max:5";
+        codec = string ~max:5 ();
+        gen = G.(string_size ~gen:char (int_range 0 5));
+        print = P.string;
+      };
+    P
+      {
+        name = "fixed_string";
+        codec = fixed_string 4;
+        gen = G.(string_size ~gen:char (return 4));
+        print = P.string;
+      };
+    P
+      {
+        name = "option";
+        codec = option (pair uint8 (string ()));
+        gen = G.(opt (pair (int_range 0 255) gen_small_str));
+        print = P.(option (pair int string));
+      };
+    P
+      {
+        name = "pair";
+        codec = pair varint bool;
+        gen = G.pair gen_nat G.bool;
+        print = P.(pair int bool);
+      };
+    P
+      {
+        name = "tup3";
+        codec = tup3 uint16 zigzag (option bool);
+        gen = G.(triple (int_range 0 0xffff) gen_int (opt bool));
+        print = P.(triple int int (option bool));
+      };
+    P
+      {
+        name = "tup4";
+        codec = tup4 bool uint8 uint32 (string ());
+        gen = G.(quad bool (int_range 0 255) (int_range 0 0xffff_ffff) gen_small_str);
+        print = P.(quad bool int int string);
+      };
+    P
+      {
+        name = "list";
+        codec = list varint;
+        gen = G.(list_size (oneof [ int_range 0 10; int_range 127 140 ]) gen_nat);
+        print = P.(list int);
+      };
+    P
+      {
+        name = "list unit";
+        codec = list unit;
+        gen = G.(list_size (int_range 0 200) unit);
+        print = P.(list unit);
+      };
+    P
+      {
+        name = "list ~max:3";
+        codec = list ~max:3 uint8;
+        gen = G.(list_size (int_range 0 3) (int_range 0 255));
+        print = P.(list int);
+      };
+    P
+      {
+        name = "array";
+        codec = array zigzag;
+        gen = G.(array_size (int_range 0 10) gen_int);
+        print = P.(array int);
+      };
     P { name = "conv"; codec = even; gen = G.map (fun x -> x land lnot 1) gen_nat; print = P.int };
     P { name = "map"; codec = char; gen = G.char; print = P.char };
     P { name = "union"; codec = shape; gen = gen_shape; print = print_shape };
-    P { name = "custom"; codec = range; gen = gen_range; print = (fun r -> Printf.sprintf "[%d,%d]" r.lo r.hi) };
+    P
+      {
+        name = "custom";
+        codec = range;
+        gen = gen_range;
+        print = (fun r -> Printf.sprintf "[%d,%d]" r.lo r.hi);
+      };
     P
       {
         name = "nested";
         codec = list (option (pair zigzag (list shape)));
-        gen = G.(list_size (int_range 0 5) (opt (pair gen_int (list_size (int_range 0 3) gen_shape))));
+        gen =
+          G.(list_size (int_range 0 5) (opt (pair gen_int (list_size (int_range 0 3) gen_shape))));
         print = P.(list (option (pair int (list print_shape))));
       };
   ]
@@ -117,7 +202,8 @@ let roundtrip (P { name; codec; gen; print }) =
   qtest ~count:300 ("roundtrip " ^ name) (QCheck.make ~print gen) (fun v ->
       let s = Codec.encode_string codec v in
       let n = String.length s in
-      if n <> Codec.size codec v then QCheck.Test.fail_reportf "size %d, wrote %d" (Codec.size codec v) n;
+      if n <> Codec.size codec v then
+        QCheck.Test.fail_reportf "size %d, wrote %d" (Codec.size codec v) n;
       (match Codec.decode_string codec s with
       | Ok v' when v' = v -> ()
       | Ok v' -> QCheck.Test.fail_reportf "decoded %s" (print v')
@@ -162,11 +248,11 @@ let garbage (P { name; codec; gen; print = _ }) =
   qtest ~count:500 ("random bytes " ^ name) (QCheck.make ~print:P.string gen) (fun s ->
       match Codec.decode codec (Cstruct.of_string s) 0 with
       | Error _ -> true
-      | Ok (v, off) ->
+      | Ok (v, off) -> (
           if off > String.length s then QCheck.Test.fail_report "consumed past the end";
           if Codec.encode_string codec v <> String.sub s 0 off then
             QCheck.Test.fail_report "not canonical";
-          (match Codec.decode_string codec s with
+          match Codec.decode_string codec s with
           | Ok _ -> off = String.length s || QCheck.Test.fail_report "exact accepted trailing bytes"
           | Error (`Trailing k) -> k = String.length s - off
           | Error _ -> QCheck.Test.fail_report "exact disagrees with decode"))
@@ -199,7 +285,8 @@ let varint_edges () =
   raises_invalid "negative encode" (fun () -> Codec.encode Codec.varint (-1));
   raises_invalid "negative encode_into" (fun () ->
       Codec.encode_into Codec.varint (Bytes.create 10) 0 min_int);
-  Alcotest.(check (list int)) "varint_size" [ 1; 1; 2; 2; 3; 9 ]
+  Alcotest.(check (list int))
+    "varint_size" [ 1; 1; 2; 2; 3; 9 ]
     (List.map Codec.varint_size [ 0; 127; 128; 16383; 16384; max_int ])
 
 let zigzag_edges () =
@@ -214,7 +301,8 @@ let zigzag_edges () =
       Alcotest.(check int) "nine bytes" 9 (String.length (enc v));
       Alcotest.(check ok_int) (string_of_int v) (Ok v) (Codec.decode_string Codec.zigzag (enc v)))
     [ min_int; max_int ];
-  check_err "10 bytes" "malformed" (Codec.decode_string Codec.zigzag (String.make 9 '\xff' ^ "\x01"))
+  check_err "10 bytes" "malformed"
+    (Codec.decode_string Codec.zigzag (String.make 9 '\xff' ^ "\x01"))
 
 let scalar_edges () =
   check_err "bool 2" "malformed" (Codec.decode_string Codec.bool "\x02");
@@ -223,9 +311,11 @@ let scalar_edges () =
   raises_invalid "uint8 -1" (fun () -> Codec.encode Codec.uint8 (-1));
   raises_invalid "uint16 65536" (fun () -> Codec.encode Codec.uint16 0x10000);
   raises_invalid "uint32 2^32" (fun () -> Codec.encode Codec.uint32 0x1_0000_0000);
-  Alcotest.(check string) "uint32 big-endian" "\x01\x02\x03\x04"
+  Alcotest.(check string)
+    "uint32 big-endian" "\x01\x02\x03\x04"
     (Codec.encode_string Codec.uint32 0x01020304);
-  Alcotest.(check ok_int) "uint32 high bit" (Ok 0xffff_fffe)
+  Alcotest.(check ok_int)
+    "uint32 high bit" (Ok 0xffff_fffe)
     (Codec.decode_string Codec.uint32 "\xff\xff\xff\xfe");
   Alcotest.(check string) "uint16 big-endian" "\x12\x34" (Codec.encode_string Codec.uint16 0x1234);
   raises_invalid "fixed_string wrong length" (fun () -> Codec.encode (Codec.fixed_string 3) "ab");
@@ -236,7 +326,8 @@ let limits () =
   Alcotest.(check (result string reject)) "at max" (Ok "abc") (Codec.decode_string s3 "\x03abc");
   check_err "string over max" "malformed" (Codec.decode_string s3 "\x04abcd");
   raises_invalid "encode string over max" (fun () -> Codec.encode s3 "abcd");
-  check_err "string length beyond input" "truncated" (Codec.decode_string (Codec.string ()) "\x05ab");
+  check_err "string length beyond input" "truncated"
+    (Codec.decode_string (Codec.string ()) "\x05ab");
   check_err "huge string length" "malformed"
     (Codec.decode_string (Codec.string ()) (String.make 8 '\xff' ^ "\x3f"));
   let l2 = Codec.list ~max:2 Codec.uint8 in
@@ -250,7 +341,9 @@ let limits () =
   check_err "list of units negative count" "malformed"
     (Codec.decode_string (Codec.list Codec.unit) neg);
   check_err "list negative count" "malformed" (Codec.decode_string (Codec.list Codec.uint8) neg);
-  Alcotest.(check (result (list unit) reject)) "list of units at max" (Ok (List.init 4096 ignore))
+  Alcotest.(check (result (list unit) reject))
+    "list of units at max"
+    (Ok (List.init 4096 ignore))
     (Codec.decode_string (Codec.list Codec.unit) "\x80\x20")
 
 let unions () =
@@ -258,10 +351,14 @@ let unions () =
   check_err "tag only" "truncated" (Codec.decode_string shape "\x01\x00");
   Alcotest.(check string) "tag then payload" "\x07" (Codec.encode_string shape Empty);
   raises_invalid "duplicate tags" (fun () ->
-      Codec.(union "dup" [ case 1 "a" unit (fun () -> Some ()) Fun.id; case 1 "b" unit (fun () -> Some ()) Fun.id ]));
+      Codec.(
+        union "dup"
+          [ case 1 "a" unit (fun () -> Some ()) Fun.id; case 1 "b" unit (fun () -> Some ()) Fun.id ]));
   raises_invalid "tag 256" (fun () -> Codec.case 256 "x" Codec.unit (fun () -> Some ()) Fun.id);
   let partial =
-    Codec.(union "partial" [ case 0 "zero" unit (fun x -> if x = 0 then Some () else None) (fun () -> 0) ])
+    Codec.(
+      union "partial"
+        [ case 0 "zero" unit (fun x -> if x = 0 then Some () else None) (fun () -> 0) ])
   in
   raises_invalid "no case for value" (fun () -> Codec.encode partial 1);
   check_err "conv refuses" "malformed" (Codec.decode_string even "\x03");
@@ -273,7 +370,8 @@ let unions () =
 
 let running () =
   check_err "trailing" "trailing 2" (Codec.decode_string Codec.uint8 "\x01\x02\x03");
-  check_err "trailing after list" "trailing 1" (Codec.decode_string (Codec.list Codec.uint8) "\x01\x05\x06");
+  check_err "trailing after list" "trailing 1"
+    (Codec.decode_string (Codec.list Codec.uint8) "\x01\x05\x06");
   let cs = Cstruct.of_string "\x05\x06" in
   (match Codec.decode Codec.uint8 cs 1 with
   | Ok (6, 2) -> ()
@@ -283,15 +381,20 @@ let running () =
   check_err "negative offset" "truncated" (Codec.decode Codec.unit cs (-1));
   Alcotest.(check bool) "unit at end" true (Codec.decode Codec.unit cs 2 = Ok ((), 2));
   Alcotest.(check string) "name" "varint list" (Codec.name (Codec.list Codec.varint));
-  Alcotest.(check string) "pp truncated" "truncated uint8" (Fmt.str "%a" Codec.pp_error (`Truncated "uint8"));
-  Alcotest.(check string) "pp trailing" "3 trailing bytes" (Fmt.str "%a" Codec.pp_error (`Trailing 3));
-  Alcotest.(check string) "pp malformed" "malformed: x" (Fmt.str "%a" Codec.pp_error (`Malformed "x"));
+  Alcotest.(check string)
+    "pp truncated" "truncated uint8"
+    (Fmt.str "%a" Codec.pp_error (`Truncated "uint8"));
+  Alcotest.(check string)
+    "pp trailing" "3 trailing bytes"
+    (Fmt.str "%a" Codec.pp_error (`Trailing 3));
+  Alcotest.(check string)
+    "pp malformed" "malformed: x"
+    (Fmt.str "%a" Codec.pp_error (`Malformed "x"));
   let r = { Codec.R.cs = Cstruct.of_string "abcd"; pos = 1 } in
   Alcotest.(check int) "remaining" 3 (Codec.R.remaining r)
 
 let tests =
-  List.map roundtrip codecs
-  @ List.map garbage codecs
+  List.map roundtrip codecs @ List.map garbage codecs
   @ [
       Alcotest.test_case "varint edges" `Quick varint_edges;
       Alcotest.test_case "zigzag edges" `Quick zigzag_edges;

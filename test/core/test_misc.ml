@@ -9,7 +9,8 @@ let () =
   Params.register "test.bool" (Params.Bool false) ~doc:"a bool";
   Params.register "test.time" (Params.Time (Time.of_ms 10)) ~doc:"a time";
   Params.register "test.string" (Params.String "x") ~doc:"a string";
-  Params.register ~min:(Params.Int 4) ~max:(Params.Int 8) "test.ranged" (Params.Int 5) ~doc:"a ranged int"
+  Params.register ~min:(Params.Int 4) ~max:(Params.Int 8) "test.ranged" (Params.Int 5)
+    ~doc:"a ranged int"
 
 let params_defaults_and_overrides () =
   let p = Params.empty in
@@ -30,15 +31,22 @@ let params_defaults_and_overrides () =
   let names = List.map (fun (n, _, _) -> n) (Params.registered ()) in
   Alcotest.(check bool) "registered lists ours" true (List.mem "test.time" names);
   Alcotest.(check bool) "sorted" true (List.sort compare names = names);
-  Alcotest.(check string) "doc kept" "a bool"
-    (List.find_map (fun (n, _, d) -> if n = "test.bool" then Some d else None) (Params.registered ())
+  Alcotest.(check string)
+    "doc kept" "a bool"
+    (List.find_map
+       (fun (n, _, d) -> if n = "test.bool" then Some d else None)
+       (Params.registered ())
     |> Option.get);
-  Alcotest.(check string) "pp time" "10.0ms" (Fmt.str "%a" Params.pp_value (Params.Time (Time.of_ms 10)));
+  Alcotest.(check string)
+    "pp time" "10.0ms"
+    (Fmt.str "%a" Params.pp_value (Params.Time (Time.of_ms 10)));
   Alcotest.(check string) "pp int" "3" (Fmt.str "%a" Params.pp_value (Params.Int 3))
 
 let params_of_string () =
   let ok s =
-    match Params.of_string s with Ok p -> p | Error e -> Alcotest.failf "%S: %a" s Params.pp_error e
+    match Params.of_string s with
+    | Ok p -> p
+    | Error e -> Alcotest.failf "%S: %a" s Params.pp_error e
   in
   let p = ok "test.int=42, test.float=1.25,test.bool=true,test.string=hello" in
   Alcotest.(check int) "int" 42 (Params.int p "test.int");
@@ -49,7 +57,14 @@ let params_of_string () =
   Alcotest.(check int) "empty items skipped" 1 (Params.int (ok ",test.int=1,,") "test.int");
   List.iter
     (fun (s, ns) -> Alcotest.(check int) s ns (Params.time (ok ("test.time=" ^ s)) "test.time"))
-    [ ("7ns", 7); ("3us", 3_000); ("20ms", 20_000_000); ("2s", 2_000_000_000); ("1.5ms", 1_500_000); ("0.25s", 250_000_000) ];
+    [
+      ("7ns", 7);
+      ("3us", 3_000);
+      ("20ms", 20_000_000);
+      ("2s", 2_000_000_000);
+      ("1.5ms", 1_500_000);
+      ("0.25s", 250_000_000);
+    ];
   let error s sub =
     match Params.of_string s with
     | Ok _ -> Alcotest.failf "%S accepted" s
@@ -83,9 +98,11 @@ let view () =
   Alcotest.(check int) "nmembers" 2 (View.nmembers v);
   Alcotest.(check string) "pp" "grp@3:a[a, b] rank 1" (Fmt.str "%a" View.pp v);
   Alcotest.(check string) "default id" "3:a" v.View.id;
-  Alcotest.(check bool) "stamp depends on the view" true
+  Alcotest.(check bool)
+    "stamp depends on the view" true
     (View.stamp v <> View.stamp (View.v ~group:"grp" ~ltime:4 ~members:[| "a"; "b" |] ~rank:1 ()));
-  Alcotest.(check int) "ltime default" 0 (View.v ~group:"g" ~members:[| "a" |] ~rank:0 ()).View.ltime;
+  Alcotest.(check int)
+    "ltime default" 0 (View.v ~group:"g" ~members:[| "a" |] ~rank:0 ()).View.ltime;
   raises_invalid "rank too big" (fun () -> View.v ~group:"g" ~members:[| "a" |] ~rank:1 ());
   raises_invalid "negative rank" (fun () -> View.v ~group:"g" ~members:[| "a" |] ~rank:(-1) ());
   let h g = View.group_hash (View.v ~group:g ~members:[| "a" |] ~rank:0 ()) in
@@ -107,21 +124,35 @@ let time () =
   Alcotest.(check int) "zero" 0 Time.zero;
   List.iter
     (fun (t, s) -> Alcotest.(check string) s s (Fmt.str "%a" Time.pp t))
-    [ (999, "999ns"); (1_500, "1.5us"); (12_300_000, "12.3ms"); (2_500_000_000, "2.500s"); (-5_000_000, "-5.0ms"); (0, "0ns") ]
+    [
+      (999, "999ns");
+      (1_500, "1.5us");
+      (12_300_000, "12.3ms");
+      (2_500_000_000, "2.500s");
+      (-5_000_000, "-5.0ms");
+      (0, "0ns");
+    ]
 
 let rng () =
   let draw r = (Rng.int r 1000, Rng.float r 1.0, Rng.bool r, Rng.bits64 r) in
-  let seq seed = let r = Rng.create seed in List.init 50 (fun _ -> draw r) in
+  let seq seed =
+    let r = Rng.create seed in
+    List.init 50 (fun _ -> draw r)
+  in
   Alcotest.(check bool) "same seed, same sequence" true (seq 42 = seq 42);
   Alcotest.(check bool) "other seed, other sequence" true (seq 42 <> seq 43);
   let a = Rng.create 7 and b = Rng.create 7 in
   let sa = Rng.split a and sb = Rng.split b in
-  Alcotest.(check bool) "split deterministic" true
+  Alcotest.(check bool)
+    "split deterministic" true
     (List.init 20 (fun _ -> Rng.int sa 1_000_000) = List.init 20 (fun _ -> Rng.int sb 1_000_000));
-  Alcotest.(check bool) "split advances parent alike" true (Rng.int a 1_000_000 = Rng.int b 1_000_000);
+  Alcotest.(check bool)
+    "split advances parent alike" true
+    (Rng.int a 1_000_000 = Rng.int b 1_000_000);
   let c = Rng.create 7 in
   let child = Rng.split c in
-  Alcotest.(check bool) "child differs from parent" true
+  Alcotest.(check bool)
+    "child differs from parent" true
     (List.init 20 (fun _ -> Rng.int child 1_000_000) <> List.init 20 (fun _ -> Rng.int c 1_000_000));
   let r = Rng.create 1 in
   for _ = 1 to 1000 do
@@ -154,10 +185,14 @@ let events () =
   Event.register_up_ctl_printer (function
     | Custom_up s -> Some (fun ppf -> Fmt.pf ppf "custom(%s)" s)
     | _ -> None);
-  Event.register_dn_ctl_printer (function Custom_dn -> Some (fun ppf -> Fmt.string ppf "custom-dn") | _ -> None);
+  Event.register_dn_ctl_printer (function
+    | Custom_dn -> Some (fun ppf -> Fmt.string ppf "custom-dn")
+    | _ -> None);
   Alcotest.(check string) "registered up" "custom(x)" (str Event.pp_up_ctl (Custom_up "x"));
   Alcotest.(check string) "registered dn" "custom-dn" (str Event.pp_dn_ctl Custom_dn);
-  Alcotest.(check string) "builtin still printed" "blocked(false)" (str Event.pp_up_ctl (Event.Blocked false))
+  Alcotest.(check string)
+    "builtin still printed" "blocked(false)"
+    (str Event.pp_up_ctl (Event.Blocked false))
 
 let contract () =
   let a = Contract.v "p" ~doc:"one" and b = Contract.v "p" ~doc:"two" in

@@ -72,14 +72,18 @@ let header_split_across_pieces () =
   let pool = fresh_pool () in
   let enc = Codec.encode_string h3 "split-header" in
   let a = String.sub enc 0 4 and b = String.sub enc 4 (String.length enc - 4) in
-  let m = Msg.create (Iovecs.of_string pool a @ Iovecs.of_string pool (b ^ "xy") @ Iovecs.of_string pool "z") in
+  let m =
+    Msg.create
+      (Iovecs.of_string pool a @ Iovecs.of_string pool (b ^ "xy") @ Iovecs.of_string pool "z")
+  in
   let s, m = pull_ok h3 m in
   Alcotest.(check string) "split header" "split-header" s;
   Alcotest.(check string) "rest" "xyz" (body_string m);
   let c, m = pull_ok Codec.(fixed_string 3) m in
   Alcotest.(check string) "across two more pieces" "xyz" c;
   Alcotest.(check int) "empty" 0 (Msg.length m);
-  Alcotest.(check bool) "pull past end" true
+  Alcotest.(check bool)
+    "pull past end" true
     (match Msg.pull h1 m with Error (`Truncated _) -> true | _ -> false);
   Msg.release m;
   no_leaks pool
@@ -113,8 +117,11 @@ let retained_versions_prop =
      always equal its own pushes in front of the body. *)
   let open QCheck in
   let arb =
-    make ~print:Print.(list (pair int string))
-      Gen.(list_size (int_range 1 30) (pair (int_range 0 100) (string_size ~gen:printable (int_range 0 40))))
+    make
+      ~print:Print.(list (pair int string))
+      Gen.(
+        list_size (int_range 1 30)
+          (pair (int_range 0 100) (string_size ~gen:printable (int_range 0 40))))
   in
   qtest ~count:200 "pushes on retained versions never interfere" arb (fun ops ->
       let pool = fresh_pool () in
@@ -142,7 +149,9 @@ let headroom_growth () =
   let m = Msg.push h3 (String.make 100 'h') m in
   Alcotest.(check int) "grown" (101 + 4) (Msg.header_length m);
   let m = Msg.push h1 3 m in
-  Alcotest.(check string) "all headers" ("\x00\x03\x64" ^ String.make 100 'h' ^ "\x00\x02\x00\x01b")
+  Alcotest.(check string)
+    "all headers"
+    ("\x00\x03\x64" ^ String.make 100 'h' ^ "\x00\x02\x00\x01b")
     (Msg.to_string m);
   let rec pushes m i = if i = 0 then m else pushes (Msg.push h1 i m) (i - 1) in
   let m = pushes m 200 in
@@ -175,9 +184,11 @@ let ownership () =
   raises_uar "release on consumed" (fun () -> Msg.release m);
   (* A failed pull leaves the message with the caller, unchanged. *)
   let refuse = Codec.conv Fun.id (fun _ -> Error "refused") Codec.uint8 in
-  Alcotest.(check bool) "malformed header" true
+  Alcotest.(check bool)
+    "malformed header" true
     (match Msg.pull refuse m2 with Error (`Malformed _) -> true | _ -> false);
-  Alcotest.(check bool) "truncated header" true
+  Alcotest.(check bool)
+    "truncated header" true
     (match Msg.pull Codec.(fixed_string 10) m2 with Error (`Truncated _) -> true | _ -> false);
   Alcotest.(check bool) "still live" true (Msg.is_live m2);
   Alcotest.(check string) "unchanged" "\x00\x01abc" (Msg.to_string m2);
@@ -192,7 +203,8 @@ let ownership () =
   Alcotest.(check int) "default headroom" 64 Msg.default_headroom;
   no_leaks pool
 
-let[@inline never] drop_msg pool = ignore (Sys.opaque_identity (Msg.push h1 1 (Msg.of_string pool "x")))
+let[@inline never] drop_msg pool =
+  ignore (Sys.opaque_identity (Msg.push h1 1 (Msg.of_string pool "x")))
 
 let leaked_message_found () =
   let pool = fresh_pool () in

@@ -15,22 +15,15 @@ let layer name ~provides:p ~requires:r : Layer.t =
   end)
 
 let bottom = layer "bottom" ~provides:[ Contract.datagram ] ~requires:[ Contract.net ]
-
-let pt2pt =
-  layer "pt2pt" ~provides:[ Contract.reliable_send ] ~requires:[ Contract.datagram ]
-
-let mnak =
-  layer "mnak" ~provides:[ Contract.reliable_cast ] ~requires:[ Contract.datagram ]
-
-let top =
-  layer "top" ~provides:[]
-    ~requires:[ Contract.reliable_send; Contract.reliable_cast ]
-
+let pt2pt = layer "pt2pt" ~provides:[ Contract.reliable_send ] ~requires:[ Contract.datagram ]
+let mnak = layer "mnak" ~provides:[ Contract.reliable_cast ] ~requires:[ Contract.datagram ]
+let top = layer "top" ~provides:[] ~requires:[ Contract.reliable_send; Contract.reliable_cast ]
 let err = function Ok () -> Alcotest.fail "stack accepted" | Error s -> s
 
 let contracts () =
   Alcotest.(check (result unit string)) "fits" (Ok ()) (Stack.check [ top; mnak; pt2pt; bottom ]);
-  Alcotest.(check (result unit string)) "application requires, provided" (Ok ())
+  Alcotest.(check (result unit string))
+    "application requires, provided" (Ok ())
     (Stack.check ~requires:[ Contract.reliable_cast ] [ mnak; pt2pt; bottom ]);
   let e = err (Stack.check [ top; pt2pt; bottom ]) in
   check_contains "names the layer" ~sub:"layer top requires reliable-cast" e;
@@ -45,22 +38,33 @@ let contracts () =
   check_contains "application" ~sub:"which the application requires" e;
   check_contains "stack named" ~sub:"pt2pt:bottom" e;
   Alcotest.(check (result unit string)) "empty" (Error "empty stack") (Stack.check []);
-  Alcotest.(check string) "describe" "top:mnak:pt2pt:bottom" (Stack.describe [ top; mnak; pt2pt; bottom ]);
+  Alcotest.(check string)
+    "describe" "top:mnak:pt2pt:bottom"
+    (Stack.describe [ top; mnak; pt2pt; bottom ]);
   Alcotest.(check string) "Layer.name" "pt2pt" (Layer.name pt2pt);
-  Alcotest.(check (list string)) "Layer.requires" [ "datagram" ]
+  Alcotest.(check (list string))
+    "Layer.requires" [ "datagram" ]
     (List.map Contract.name (Layer.requires pt2pt));
-  Alcotest.(check (list string)) "Layer.provides" [ "reliable-send" ]
+  Alcotest.(check (list string))
+    "Layer.provides" [ "reliable-send" ]
     (List.map Contract.name (Layer.provides pt2pt))
 
 (* A bottom-like layer with a real header: the kind of destination and the
    sender's rank. It turns Raw into Cast_from / Send_from, asks for an
    alarm 10ms after each send, and reports Stop upwards. *)
 type hdr = { cast : bool; from : int }
-
 type Event.up_ctl += Stopped of int
 
 module Hdr = struct
-  type t = { ctx : Layer.ctx; out : header Layer.out; mutable ups : int; mutable dns : int; mutable ticks : Time.t list; mutable due : Time.t }
+  type t = {
+    ctx : Layer.ctx;
+    out : header Layer.out;
+    mutable ups : int;
+    mutable dns : int;
+    mutable ticks : Time.t list;
+    mutable due : Time.t;
+  }
+
   and header = hdr
 
   let name = "hdr"
@@ -69,8 +73,12 @@ module Hdr = struct
     Codec.(
       union "hdr"
         [
-          case 1 "cast" uint16 (fun h -> if h.cast then Some h.from else None) (fun from -> { cast = true; from });
-          case 2 "send" uint16 (fun h -> if h.cast then None else Some h.from) (fun from -> { cast = false; from });
+          case 1 "cast" uint16
+            (fun h -> if h.cast then Some h.from else None)
+            (fun from -> { cast = true; from });
+          case 2 "send" uint16
+            (fun h -> if h.cast then None else Some h.from)
+            (fun from -> { cast = false; from });
         ])
 
   let pp_header ppf h = Fmt.pf ppf "%s from %d" (if h.cast then "cast" else "send") h.from
@@ -91,9 +99,7 @@ module Hdr = struct
     t.out.alarm t.due;
     t.out.dn dst { cast = dst = Event.Cast; from = t.ctx.view.View.rank } msg
 
-  let dn_ctl t = function
-    | Event.Stop -> t.out.up_ctl (Stopped t.dns)
-    | e -> t.out.dn_ctl e
+  let dn_ctl t = function Event.Stop -> t.out.up_ctl (Stopped t.dns) | e -> t.out.dn_ctl e
 
   let timer t now =
     if now >= t.due then (
@@ -132,9 +138,17 @@ module Seq = struct
   let counters t = [ ("next", t.next); ("seen", List.length t.seen) ]
 end
 
-module Pass1 = Layer.Pass (struct let name = "pass1" end)
-module Pass2 = Layer.Pass (struct let name = "pass2" end)
-module Pass3 = Layer.Pass (struct let name = "pass3" end)
+module Pass1 = Layer.Pass (struct
+  let name = "pass1"
+end)
+
+module Pass2 = Layer.Pass (struct
+  let name = "pass2"
+end)
+
+module Pass3 = Layer.Pass (struct
+  let name = "pass3"
+end)
 
 let layers : Layer.t list =
   [ (module Pass1); (module Seq); (module Pass2); (module Pass3); (module Hdr) ]
@@ -150,7 +164,9 @@ let clock = ref 0
 
 let make ?(layers = layers) pool rank =
   let view = View.v ~group:"g" ~members:[| "a"; "b"; "c" |] ~rank () in
-  let ctx = { Layer.view; rng = Rng.create rank; params = Params.empty; pool; now = (fun () -> !clock) } in
+  let ctx =
+    { Layer.view; rng = Rng.create rank; params = Params.empty; pool; now = (fun () -> !clock) }
+  in
   let out = Queue.create () and got = Queue.create () and ctl = Queue.create () in
   let app =
     {
@@ -173,7 +189,6 @@ let deliver pool ~from ~to_ =
   dst
 
 let counter st layer name = List.assoc name (List.assoc layer (Stack.counters st))
-
 let pp_src = Alcotest.testable Event.pp_src ( = )
 let pp_dst = Alcotest.testable Event.pp_dst ( = )
 
@@ -181,26 +196,33 @@ let down_and_up () =
   let pool = fresh_pool () in
   clock := 0;
   let a = make pool 0 and b = make pool 1 in
-  Alcotest.(check (list string)) "layers top first" [ "pass1"; "seq"; "pass2"; "pass3"; "hdr" ] (Stack.layers a.stack);
+  Alcotest.(check (list string))
+    "layers top first"
+    [ "pass1"; "seq"; "pass2"; "pass3"; "hdr" ]
+    (Stack.layers a.stack);
   Alcotest.(check int) "view" 1 (Stack.view b.stack).View.rank;
   Stack.cast a.stack (Msg.of_string pool "hello");
   Stack.send a.stack 1 (Msg.of_string pool "direct");
   Alcotest.(check int) "two datagrams" 2 (Queue.length a.out);
   let _, first = Queue.peek a.out in
-  Alcotest.(check string) "wire bytes: hdr, then seq, then body" "\x01\x00\x00\x00hello" (Msg.to_string first);
+  Alcotest.(check string)
+    "wire bytes: hdr, then seq, then body" "\x01\x00\x00\x00hello" (Msg.to_string first);
   Alcotest.(check pp_dst) "cast" Event.Cast (deliver pool ~from:a ~to_:b);
   Alcotest.(check pp_dst) "send" (Event.Send 1) (deliver pool ~from:a ~to_:b);
-  Alcotest.(check (list (pair pp_src string))) "delivered"
+  Alcotest.(check (list (pair pp_src string)))
+    "delivered"
     [ (Event.Cast_from 0, "hello"); (Event.Send_from 0, "direct") ]
     (List.of_seq (Queue.to_seq b.got));
   Alcotest.(check int) "seq numbers seen" 2 (counter b.stack "seq" "seen");
   Alcotest.(check int) "hdr up" 2 (counter b.stack "hdr" "up");
   Alcotest.(check int) "hdr dn" 2 (counter a.stack "hdr" "dn");
   Alcotest.(check int) "no garbage" 0 (counter b.stack "hdr" "garbage");
-  Alcotest.(check (list string)) "counters top first, each with garbage"
+  Alcotest.(check (list string))
+    "counters top first, each with garbage"
     [ "pass1"; "seq"; "pass2"; "pass3"; "hdr" ]
     (List.map fst (Stack.counters b.stack));
-  Alcotest.(check bool) "garbage listed for pass layers" true
+  Alcotest.(check bool)
+    "garbage listed for pass layers" true
     (List.mem_assoc "garbage" (List.assoc "pass2" (Stack.counters b.stack)));
   no_leaks pool
 
@@ -211,7 +233,8 @@ let pass_only () =
   Stack.send a.stack 2 (Msg.of_string pool "to two");
   Alcotest.(check pp_dst) "cast reached net" Event.Cast (deliver pool ~from:a ~to_:a);
   Alcotest.(check pp_dst) "send reached net" (Event.Send 2) (deliver pool ~from:a ~to_:a);
-  Alcotest.(check (list (pair pp_src string))) "back up, empty headers"
+  Alcotest.(check (list (pair pp_src string)))
+    "back up, empty headers"
     [ (Event.Raw, "plain"); (Event.Raw, "to two") ]
     (List.of_seq (Queue.to_seq a.got));
   no_leaks pool
@@ -243,7 +266,9 @@ let garbage () =
   Alcotest.(check int) "seq garbage" 2 (counter b.stack "seq" "garbage");
   Alcotest.(check int) "nothing delivered" 0 (Queue.length b.got);
   recv "\x02\x00\x02\x05ok";
-  Alcotest.(check (list (pair pp_src string))) "good one delivered" [ (Event.Send_from 2, "ok") ]
+  Alcotest.(check (list (pair pp_src string)))
+    "good one delivered"
+    [ (Event.Send_from 2, "ok") ]
     (List.of_seq (Queue.to_seq b.got));
   no_leaks pool
 
@@ -275,7 +300,12 @@ let create_refused () =
   (match Stack.create ctx [ top; bottom ] ~net:(fun _ m -> Msg.release m) ~app with
   | Ok _ -> Alcotest.fail "accepted"
   | Error e -> check_contains "create refuses" ~sub:"layer top requires reliable-send" e);
-  match Stack.create ~requires:[ Contract.reliable_send ] ctx [ (module Seq); (module Hdr) ] ~net:(fun _ m -> Msg.release m) ~app with
+  match
+    Stack.create ~requires:[ Contract.reliable_send ] ctx
+      [ (module Seq); (module Hdr) ]
+      ~net:(fun _ m -> Msg.release m)
+      ~app
+  with
   | Ok _ -> Alcotest.fail "accepted without reliable-send"
   | Error e -> check_contains "application requires" ~sub:"reliable-send" e
 

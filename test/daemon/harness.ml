@@ -8,14 +8,22 @@ module C = Consort_client
 let consortd () =
   let here = Filename.dirname Sys.executable_name in
   let cands =
-    [ Filename.concat here "../../bin/consortd/consortd.exe"; "_build/default/bin/consortd/consortd.exe" ]
+    [
+      Filename.concat here "../../bin/consortd/consortd.exe";
+      "_build/default/bin/consortd/consortd.exe";
+    ]
   in
-  match List.find_opt Sys.file_exists cands with Some p -> p | None -> failwith "consortd.exe not built"
+  match List.find_opt Sys.file_exists cands with
+  | Some p -> p
+  | None -> failwith "consortd.exe not built"
 
 type daemon = { pid : int; socket : string; dir : string }
 
 let tmpdir () =
-  let d = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consortd-test-%d-%d" (Unix.getpid ()) (Random.bits ())) in
+  let d =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consortd-test-%d-%d" (Unix.getpid ()) (Random.bits ()))
+  in
   Unix.mkdir d 0o700;
   d
 
@@ -29,12 +37,23 @@ let rec rm_rf p =
 
 let start ?(args = []) ?dir ~bind () =
   let dir = match dir with Some d -> d | None -> tmpdir () in
-  let socket = Filename.concat dir (Printf.sprintf "d%s.sock" (String.map (function ':' | '.' -> '_' | c -> c) bind)) in
+  let socket =
+    Filename.concat dir
+      (Printf.sprintf "d%s.sock" (String.map (function ':' | '.' -> '_' | c -> c) bind))
+  in
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
-  let err = Unix.openfile (Filename.concat dir "consortd.err") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND ] 0o600 in
+  let err =
+    Unix.openfile
+      (Filename.concat dir "consortd.err")
+      [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND ]
+      0o600
+  in
   let pid =
     Unix.create_process (consortd ())
-      (Array.of_list ([ "consortd"; "--socket"; socket; "--bind"; bind ] @ (if List.mem "--ports" args then [] else [ "--ports"; "8" ]) @ args))
+      (Array.of_list
+         ([ "consortd"; "--socket"; socket; "--bind"; bind ]
+         @ (if List.mem "--ports" args then [] else [ "--ports"; "8" ])
+         @ args))
       devnull devnull err
   in
   Unix.close devnull;
@@ -50,7 +69,11 @@ let start ?(args = []) ?dir ~bind () =
   wait ();
   { pid; socket; dir }
 
-let alive d = match Unix.waitpid [ Unix.WNOHANG ] d.pid with 0, _ -> true | _ -> false | exception Unix.Unix_error _ -> false
+let alive d =
+  match Unix.waitpid [ Unix.WNOHANG ] d.pid with
+  | 0, _ -> true
+  | _ -> false
+  | exception Unix.Unix_error _ -> false
 
 let stop d =
   (try Unix.kill d.pid Sys.sigterm with Unix.Unix_error _ -> ());
@@ -90,17 +113,23 @@ let raw d =
   { fd; fr = Wire.framer ~max:(1 lsl 26); buf = Bytes.create 65536 }
 
 let put r s =
-  let rec go off = if off < String.length s then go (off + Unix.write_substring r.fd s off (String.length s - off)) in
+  let rec go off =
+    if off < String.length s then go (off + Unix.write_substring r.fd s off (String.length s - off))
+  in
   go 0
 
-let hello r = put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 1; name = "raw" }))
+let hello r =
+  put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 1; name = "raw" }))
 
 (* The next event within [timeout] seconds: [`Event], [`Closed] or [`Timeout]. *)
 let next ?(timeout = 5.) r =
   let deadline = Unix.gettimeofday () +. timeout in
   let rec go () =
     match Wire.next r.fr with
-    | `Frame s -> ( match Wire.decode_event s with Ok e -> `Event e | Error e -> failwith ("undecodable event: " ^ e))
+    | `Frame s -> (
+        match Wire.decode_event s with
+        | Ok e -> `Event e
+        | Error e -> failwith ("undecodable event: " ^ e))
     | `Too_big _ | `Empty_frame -> failwith "bad frame from the daemon"
     | `Need -> (
         let left = deadline -. Unix.gettimeofday () in
@@ -148,7 +177,8 @@ let member ?props ?params ?peers ?(name = "test") d group =
   | Ok m -> { conn; m; views; casts; sends; exited }
   | Error e -> failwith (Fmt.str "join: %a" C.pp_join_error e)
 
-let view_size r = match !(r.views) with v :: _ -> Array.length v.Consort_group.Group.members | [] -> 0
+let view_size r =
+  match !(r.views) with v :: _ -> Array.length v.Consort_group.Group.members | [] -> 0
 
 (* Steps every connection until [cond ()] or [timeout] seconds. *)
 let until ?(timeout = 15.) conns cond =
@@ -157,8 +187,12 @@ let until ?(timeout = 15.) conns cond =
     if cond () then true
     else if Unix.gettimeofday () > deadline then false
     else begin
-      let fds = List.filter_map (fun c -> if C.closed c = None then Some (C.fd c) else None) conns in
-      (match Unix.select fds [] [] 0.02 with _ -> () | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
+      let fds =
+        List.filter_map (fun c -> if C.closed c = None then Some (C.fd c) else None) conns
+      in
+      (match Unix.select fds [] [] 0.02 with
+      | _ -> ()
+      | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
       List.iter (fun c -> ignore (C.step c)) conns;
       go ()
     end

@@ -21,7 +21,9 @@ module Astring_like = struct
 
   let find s sub =
     let n = String.length sub in
-    let rec go i = if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1) in
+    let rec go i =
+      if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1)
+    in
     go 0
 end
 
@@ -38,14 +40,18 @@ let with_daemon ?args bind f =
 let test_group () =
   with_daemon (addr 0) (fun d ->
       let a = member d "g" and b = member d "g" in
-      check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "a view of two" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       for i = 1 to 50 do
         Alcotest.(check bool) "cast accepted" true (C.cast a.m (Printf.sprintf "a%d" i) = Ok ());
         Alcotest.(check bool) "cast accepted" true (C.cast b.m (Printf.sprintf "b%d" i) = Ok ())
       done;
       check "all delivered" true
-        (until [ a.conn; b.conn ] (fun () -> List.length !(a.casts) = 100 && List.length !(b.casts) = 100));
-      let from r o = List.rev (List.filter_map (fun (o', s) -> if o' = o then Some s else None) !(r.casts)) in
+        (until [ a.conn; b.conn ] (fun () ->
+             List.length !(a.casts) = 100 && List.length !(b.casts) = 100));
+      let from r o =
+        List.rev (List.filter_map (fun (o', s) -> if o' = o then Some s else None) !(r.casts))
+      in
       let expect p = List.init 50 (fun i -> Printf.sprintf "%s%d" p (i + 1)) in
       List.iter
         (fun r ->
@@ -54,7 +60,8 @@ let test_group () =
         [ a; b ];
       (* A send, and a send to a stranger refused with its reason. *)
       Alcotest.(check bool) "send" true (C.send a.m (C.me b.m) "psst" = Ok ());
-      check "send delivered" true (until [ a.conn; b.conn ] (fun () -> !(b.sends) = [ (C.me a.m, "psst") ]));
+      check "send delivered" true
+        (until [ a.conn; b.conn ] (fun () -> !(b.sends) = [ (C.me a.m, "psst") ]));
       (match C.send a.m "127.0.0.1:1#1" "x" with
       | Error (Consort_group.Group.Not_member _) -> ()
       | _ -> Alcotest.fail "a send to a stranger must be refused");
@@ -80,7 +87,8 @@ let test_handshake () =
       let r = raw d in
       put r (Wire.encode_request (Wire.Hello { min_version = 7; max_version = 9; name = "future" }));
       (match next r with
-      | `Event (Wire.Error { code = Wire.Version; reason; _ }) -> check "one line" true (not (String.contains reason '\n'))
+      | `Event (Wire.Error { code = Wire.Version; reason; _ }) ->
+          check "one line" true (not (String.contains reason '\n'))
       | _ -> Alcotest.fail "no common version: version");
       close_raw r;
       let r = raw d in
@@ -92,27 +100,59 @@ let test_handshake () =
       (match next r with
       | `Event (Wire.Error { code = Wire.No_such_handle; handle = 9; _ }) -> ()
       | _ -> Alcotest.fail "a cast on no member: no-such-handle");
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = "Nonsense"; params = ""; flags = 0; peers = [] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join
+              { handle = 1; group = "g"; props = "Nonsense"; params = ""; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
       | _ -> Alcotest.fail "bad properties: bad-props");
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = "no.such=1"; flags = 0; peers = [] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join
+              { handle = 1; group = "g"; props = ""; params = "no.such=1"; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_params; _ }) -> ()
       | _ -> Alcotest.fail "bad params: bad-params");
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [ "nowhere" ] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join
+              { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [ "nowhere" ] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
       | _ -> Alcotest.fail "bad peers: bad-address");
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [ "10.1.2.3:1000-1064" ] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join
+              {
+                handle = 1;
+                group = "g";
+                props = "";
+                params = "";
+                flags = 0;
+                peers = [ "10.1.2.3:1000-1064" ];
+              }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
       | _ -> Alcotest.fail "more than 64 peer addresses from a client: bad-address");
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = String.make 256 'g'; props = ""; params = ""; flags = 0; peers = [] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join
+              {
+                handle = 1;
+                group = String.make 256 'g';
+                props = "";
+                params = "";
+                flags = 0;
+                peers = [];
+              }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
       | _ -> Alcotest.fail "a group name over 255 bytes: bad-props");
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = "vsync,Auth"; params = ""; flags = 0; peers = [] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join
+              { handle = 1; group = "g"; props = "vsync,Auth"; params = ""; flags = 0; peers = [] }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Join_failed; _ }) -> ()
       | _ -> Alcotest.fail "Auth without a key: join-failed");
@@ -124,13 +164,15 @@ let test_handshake () =
    it stays in its view (no view change at all), and keeps delivering. *)
 let undisturbed d f =
   let a = member d "g" and b = member d "g" in
-  check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+  check "a view of two" true
+    (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
   let views_before = List.length !(a.views) in
   f ();
   ignore (until ~timeout:1. [ a.conn; b.conn ] (fun () -> false));
   check "the daemon is alive" true (alive d);
   Alcotest.(check bool) "still casting" true (C.cast a.m "after" = Ok ());
-  check "delivered" true (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "after") !(b.casts)));
+  check "delivered" true
+    (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "after") !(b.casts)));
   Alcotest.(check int) "no view change for the others" views_before (List.length !(a.views));
   C.close a.conn;
   C.close b.conn
@@ -144,10 +186,15 @@ let test_garbage () =
             let r = raw d in
             hello r;
             ignore (next r);
-            let junk = String.init (1 + (i * 37 mod 200)) (fun j -> Char.chr ((i * 131 + j * 17) land 0xff)) in
+            let junk =
+              String.init
+                (1 + (i * 37 mod 200))
+                (fun j -> Char.chr (((i * 131) + (j * 17)) land 0xff))
+            in
             put r (Printf.sprintf "\000\000\000%c\x77%s" (Char.chr (String.length junk + 1)) junk);
             (match next r with
-            | `Event (Wire.Error { code = Wire.Malformed; handle; _ }) -> Alcotest.(check int) "about the connection" Wire.no_handle handle
+            | `Event (Wire.Error { code = Wire.Malformed; handle; _ }) ->
+                Alcotest.(check int) "about the connection" Wire.no_handle handle
             | _ -> Alcotest.fail "garbage: malformed");
             check "closed" true (next r = `Closed);
             close_raw r
@@ -156,7 +203,10 @@ let test_garbage () =
           let r = raw d in
           put r "GET / HTTP/1.0\r\n\r\n";
           check "refused and closed" true
-            (match next r with `Event (Wire.Error _) -> next r = `Closed | `Closed -> true | `Timeout -> false
+            (match next r with
+            | `Event (Wire.Error _) -> next r = `Closed
+            | `Closed -> true
+            | `Timeout -> false
             | `Event _ -> false);
           close_raw r))
 
@@ -187,12 +237,16 @@ let test_huge_length () =
           let r = raw d in
           hello r;
           ignore (next r);
-          put r (Wire.encode_request (Wire.Cast { handle = 3; req = 1; payload = String.make (2 lsl 20) 'y' }));
+          put r
+            (Wire.encode_request
+               (Wire.Cast { handle = 3; req = 1; payload = String.make (2 lsl 20) 'y' }));
           (match next r with
           | `Event (Wire.Error { code = Wire.Too_big; handle = 3; _ }) -> ()
           | _ -> Alcotest.fail "an oversize frame: too-big");
           put r (Wire.encode_request (Wire.Ping { cookie = 5 }));
-          (match next r with `Event (Wire.Pong { cookie = 5 }) -> () | _ -> Alcotest.fail "still in step after it");
+          (match next r with
+          | `Event (Wire.Pong { cookie = 5 }) -> ()
+          | _ -> Alcotest.fail "still in step after it");
           close_raw r))
 
 (* A client whose member is in the group and that dies in the middle of a
@@ -200,21 +254,31 @@ let test_huge_length () =
 let test_dies_mid_frame () =
   with_daemon (addr 40) (fun d ->
       let a = member d "g" and b = member d "g" in
-      check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "a view of two" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       let r = raw d in
       hello r;
       ignore (next r);
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [] }));
-      let rid = match next r with `Event (Wire.Ok { info; _ }) -> info | _ -> Alcotest.fail "join" in
-      check "a view of three" true (until [ a.conn; b.conn ] (fun () -> view_size a = 3 && view_size b = 3));
-      let frame = Wire.encode_request (Wire.Cast { handle = 1; req = 1; payload = String.make 1000 'z' }) in
+      put r
+        (Wire.encode_request
+           (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [] }));
+      let rid =
+        match next r with `Event (Wire.Ok { info; _ }) -> info | _ -> Alcotest.fail "join"
+      in
+      check "a view of three" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 3 && view_size b = 3));
+      let frame =
+        Wire.encode_request (Wire.Cast { handle = 1; req = 1; payload = String.make 1000 'z' })
+      in
       put r (String.sub frame 0 500);
       close_raw r;
-      check "the dead client's member is gone" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "the dead client's member is gone" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       (match !(a.views) with
       | v :: _ -> Alcotest.(check (list (pair string string))) "it left" [ (rid, "left") ] v.why
       | [] -> ());
-      check "its half cast was never delivered" true (List.for_all (fun (o, _) -> o <> rid) !(a.casts));
+      check "its half cast was never delivered" true
+        (List.for_all (fun (o, _) -> o <> rid) !(a.casts));
       C.close a.conn;
       C.close b.conn)
 
@@ -227,9 +291,12 @@ let test_stops_reading () =
       let r = raw d in
       hello r;
       ignore (next r);
-      put r (Wire.encode_request (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [] }));
+      put r
+        (Wire.encode_request
+           (Wire.Join { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [] }));
       (match next r with `Event (Wire.Ok _) -> () | _ -> Alcotest.fail "join");
-      check "a view of three" true (until [ a.conn; b.conn ] (fun () -> view_size a = 3 && view_size b = 3));
+      check "a view of three" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 3 && view_size b = 3));
       (* r reads nothing from now on. *)
       let payload = String.make 60000 'p' in
       let accepted = ref 0 in
@@ -239,11 +306,14 @@ let test_stops_reading () =
         incr i;
         (match C.cast a.m payload with Ok () -> incr accepted | Error _ -> ());
         (* a and b read what comes (b keeps up with a's casts); r does not. *)
-        ignore (until ~timeout:5. [ a.conn; b.conn ] (fun () -> List.length !(b.casts) >= !accepted - 2 || view_size a = 2))
+        ignore
+          (until ~timeout:5. [ a.conn; b.conn ] (fun () ->
+               List.length !(b.casts) >= !accepted - 2 || view_size a = 2))
       done;
       check "the reader that stopped is failed out" true (view_size a = 2);
       check "b is still in" true (until [ a.conn; b.conn ] (fun () -> view_size b = 2));
-      check "a's casts all reach b" true (until [ a.conn; b.conn ] (fun () -> List.length !(b.casts) = !accepted));
+      check "a's casts all reach b" true
+        (until [ a.conn; b.conn ] (fun () -> List.length !(b.casts) = !accepted));
       close_raw r;
       C.close a.conn;
       C.close b.conn)
@@ -253,11 +323,13 @@ let test_stops_reading () =
 let test_client_closes () =
   with_daemon (addr 60) (fun d ->
       let a = member d "g" and b = member d "g" and c = member d "g" in
-      check "a view of three" true (until [ a.conn; b.conn; c.conn ] (fun () -> view_size a = 3 && view_size c = 3));
+      check "a view of three" true
+        (until [ a.conn; b.conn; c.conn ] (fun () -> view_size a = 3 && view_size c = 3));
       C.close c.conn;
       (* Well within the failure detector's 5 s: a leave, not a suspicion. *)
       let t0 = Unix.gettimeofday () in
-      check "failed out" true (until ~timeout:4. [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "failed out" true
+        (until ~timeout:4. [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       check "quickly" true (Unix.gettimeofday () -. t0 < 4.);
       C.close a.conn;
       C.close b.conn)
@@ -267,8 +339,10 @@ let test_client_closes () =
 let test_tcp_and_key () =
   let dir = tmpdir () in
   let key = Filename.concat dir "k.key" in
-  (match Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()) with Ok () -> () | Error e -> Alcotest.fail e);
-  let tcp = (addr 79) in
+  (match Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()) with
+  | Ok () -> ()
+  | Error e -> Alcotest.fail e);
+  let tcp = addr 79 in
   let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key ] ~bind:(addr 70) () in
   Fun.protect
     ~finally:(fun () ->
@@ -294,16 +368,29 @@ let test_tcp_and_key () =
       in
       let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy") in
       let a = via_tcp props and b = member ~props d "sealed" in
-      check "a sealed view of two, one client over TCP" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "a sealed view of two, one client over TCP" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       Alcotest.(check bool) "cast" true (C.cast a.m "secret" = Ok ());
-      check "delivered" true (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "secret") !(b.casts)));
+      check "delivered" true
+        (until [ a.conn; b.conn ] (fun () -> List.mem (C.me a.m, "secret") !(b.casts)));
       C.close a.conn;
       C.close b.conn);
   with_daemon (addr 75) (fun d ->
       let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
       let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Auth") in
-      (match C.join ~props conn ~group:"g" { Consort_group.Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } with
-      | Error (C.Refused (Wire.Join_failed, reason)) -> check "says --key" true (Astring_like.contains reason "--key")
+      (match
+         C.join ~props conn ~group:"g"
+           {
+             Consort_group.Group.view = ignore;
+             cast = (fun ~origin:_ _ -> ());
+             send = (fun ~origin:_ _ -> ());
+             block = ignore;
+             flow = ignore;
+             exit = ignore;
+           }
+       with
+      | Error (C.Refused (Wire.Join_failed, reason)) ->
+          check "says --key" true (Astring_like.contains reason "--key")
       | _ -> Alcotest.fail "Auth without a daemon key: join-failed");
       C.close conn)
 
@@ -311,8 +398,22 @@ let test_tcp_and_key () =
    SIGTERM: the members leave (the other daemon's member sees them go as
    a leave), the socket is removed, and the daemon exits with 0. *)
 let test_idle_and_sigterm () =
-  let d = start ~args:[ "--hello-timeout"; "0.5"; "--peers"; (Printf.sprintf "127.0.0.1:%d-%d" (base + 90) (base + 91)) ] ~bind:(addr 80) () in
-  let d2 = start ~args:[ "--peers"; (Printf.sprintf "127.0.0.1:%d-%d" (base + 80) (base + 81)) ] ~bind:(addr 90) () in
+  let d =
+    start
+      ~args:
+        [
+          "--hello-timeout";
+          "0.5";
+          "--peers";
+          Printf.sprintf "127.0.0.1:%d-%d" (base + 90) (base + 91);
+        ]
+      ~bind:(addr 80) ()
+  in
+  let d2 =
+    start
+      ~args:[ "--peers"; Printf.sprintf "127.0.0.1:%d-%d" (base + 80) (base + 81) ]
+      ~bind:(addr 90) ()
+  in
   Fun.protect
     ~finally:(fun () ->
       stop d;
@@ -322,12 +423,14 @@ let test_idle_and_sigterm () =
     (fun () ->
       let r = raw d in
       (match next ~timeout:5. r with
-      | `Event (Wire.Error { code = Wire.Not_hello; reason; _ }) -> check "says why" true (String.length reason > 0)
+      | `Event (Wire.Error { code = Wire.Not_hello; reason; _ }) ->
+          check "says why" true (String.length reason > 0)
       | _ -> Alcotest.fail "an idle connection: not-hello after the timeout");
       check "closed" true (next r = `Closed);
       close_raw r;
       let a = member d "g" and b = member d2 "g" in
-      check "a view of two over two daemons" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "a view of two over two daemons" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       Unix.kill d.pid Sys.sigusr1;
       let err = Filename.concat d.dir "consortd.err" in
       let read () =
@@ -339,16 +442,20 @@ let test_idle_and_sigterm () =
         with Sys_error _ -> ""
       in
       let deadline = Unix.gettimeofday () +. 5. in
-      while (not (Astring_like.contains (read ()) "counters ")) && Unix.gettimeofday () < deadline do
+      while
+        (not (Astring_like.contains (read ()) "counters ")) && Unix.gettimeofday () < deadline
+      do
         Unix.sleepf 0.02
       done;
       let line = read () in
       check "SIGUSR1: one line of counters" true
-        (Astring_like.contains line "counters clients=1 members=1" && Astring_like.contains line "failed_not-hello=1");
+        (Astring_like.contains line "counters clients=1 members=1"
+        && Astring_like.contains line "failed_not-hello=1");
       Unix.kill d.pid Sys.sigterm;
       check "b sees a leave" true (until ~timeout:5. [ b.conn ] (fun () -> view_size b = 1));
       (match !(b.views) with
-      | v :: _ -> Alcotest.(check (list (pair string string))) "as a leave" [ (C.me a.m, "left") ] v.why
+      | v :: _ ->
+          Alcotest.(check (list (pair string string))) "as a leave" [ (C.me a.m, "left") ] v.why
       | [] -> ());
       let deadline = Unix.gettimeofday () +. 5. in
       let rec wait () =
@@ -371,19 +478,24 @@ let test_suspect_switch () =
   with_daemon (addr 95) (fun d ->
       let a = member d "g" and b = member d "g" and c = member d "g" in
       let conns = [ a.conn; b.conn; c.conn ] in
-      check "a view of three" true (until conns (fun () -> view_size a = 3 && view_size b = 3 && view_size c = 3));
+      check "a view of three" true
+        (until conns (fun () -> view_size a = 3 && view_size b = 3 && view_size c = 3));
       C.suspect a.m [ C.me c.m ];
-      check "the suspected member is excluded" true (until conns (fun () -> view_size a = 2 && view_size b = 2));
+      check "the suspected member is excluded" true
+        (until conns (fun () -> view_size a = 2 && view_size b = 2));
       (match !(a.views) with
       | v :: _ ->
           check "named with its reason" true
-            (match List.assoc_opt (C.me c.m) v.why with Some w -> String.length w > 9 && String.sub w 0 9 = "excluded:" | None -> false)
+            (match List.assoc_opt (C.me c.m) v.why with
+            | Some w -> String.length w > 9 && String.sub w 0 9 = "excluded:"
+            | None -> false)
       | [] -> ());
       let views = List.length !(a.views) in
       (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Total")) with
       | Ok () -> ()
       | Error (code, reason) -> Alcotest.failf "switch: %s: %s" (Wire.code_name code) reason);
-      check "a view on the new stack" true (until conns (fun () -> List.length !(a.views) > views && view_size a = 2));
+      check "a view on the new stack" true
+        (until conns (fun () -> List.length !(a.views) > views && view_size a = 2));
       (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Xfer")) with
       | Error (Wire.Bad_switch, reason) -> check "one line" true (not (String.contains reason '\n'))
       | _ -> Alcotest.fail "a switch that adds state transfer: bad-switch");
@@ -426,14 +538,22 @@ let test_churn_leaves_nothing () =
       let line = read () in
       let field k =
         match Astring_like.find line (k ^ "=") with
-        | Some i -> Scanf.sscanf (String.sub line (i + String.length k + 1) (String.length line - i - String.length k - 1)) "%d" Fun.id
+        | Some i ->
+            Scanf.sscanf
+              (String.sub line
+                 (i + String.length k + 1)
+                 (String.length line - i - String.length k - 1))
+              "%d" Fun.id
         | None -> -1
       in
       Alcotest.(check int) "clients" 1 (field "clients");
       Alcotest.(check int) "members" 1 (field "members");
       (* The listener, the client, and the member's socket. *)
       Alcotest.(check int) "descriptors watched" 3 (field "watched");
-      check (Printf.sprintf "timers: %d, none per past client" (field "timers")) true (field "timers" >= 0 && field "timers" < 20);
+      check
+        (Printf.sprintf "timers: %d, none per past client" (field "timers"))
+        true
+        (field "timers" >= 0 && field "timers" < 20);
       C.close a.conn)
 
 (* A client served by the engine's loop: upcalls dispatched as they come,
@@ -441,7 +561,8 @@ let test_churn_leaves_nothing () =
 let test_attach () =
   with_daemon (addr 60) (fun d ->
       let a = member d "g" and b = member d "g" in
-      check "a view of two" true (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      check "a view of two" true
+        (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       C.close a.conn;
       C.close b.conn;
       let loop = Consort_engine.Loop.create () in
@@ -453,7 +574,9 @@ let test_attach () =
         let cb =
           {
             Consort_group.Group.view = (fun v -> if Array.length v.members = 2 then incr views);
-            cast = (fun ~origin s -> match !me with Some m when origin <> C.me m -> on_cast m s | _ -> ());
+            cast =
+              (fun ~origin s ->
+                match !me with Some m when origin <> C.me m -> on_cast m s | _ -> ());
             send = (fun ~origin:_ _ -> ());
             block = ignore;
             flow = ignore;
@@ -472,10 +595,14 @@ let test_attach () =
             if !rounds < 50 then C.cast_async m s)
       in
       let _ = mk "pong" (fun m s -> C.cast_async m s) in
-      Consort_engine.Loop.run loop ~until:(fun () -> !views >= 2) ~timeout:(Consort.Time.of_ms 15_000);
+      Consort_engine.Loop.run loop
+        ~until:(fun () -> !views >= 2)
+        ~timeout:(Consort.Time.of_ms 15_000);
       check "views through the loop" true (!views >= 2);
       C.cast_async pinger "ball";
-      Consort_engine.Loop.run loop ~until:(fun () -> !rounds >= 50) ~timeout:(Consort.Time.of_ms 15_000);
+      Consort_engine.Loop.run loop
+        ~until:(fun () -> !rounds >= 50)
+        ~timeout:(Consort.Time.of_ms 15_000);
       Alcotest.(check int) "50 rounds, no polling" 50 !rounds)
 
 let () =

@@ -89,7 +89,12 @@ let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Random.init !seed;
   let rng = Random.State.make [| !seed |] in
-  let d = start ~args:[ "--ports"; string_of_int (!slots * 2); "--max-clients"; string_of_int (!slots + 10) ] ~bind:(Printf.sprintf "127.0.0.1:%d" !port) () in
+  let d =
+    start
+      ~args:[ "--ports"; string_of_int (!slots * 2); "--max-clients"; string_of_int (!slots + 10) ]
+      ~bind:(Printf.sprintf "127.0.0.1:%d" !port)
+      ()
+  in
   let logdir = Filename.concat d.dir "logs" in
   Unix.mkdir logdir 0o700;
   let logs = ref [] in
@@ -138,13 +143,26 @@ let () =
                 if c.stable && not !ending then
                   List.iter
                     (fun (who, why) ->
-                      if Hashtbl.mem stable_ids who then excluded_stable := Printf.sprintf "%s saw stable %s go: %s" c.me who why :: !excluded_stable)
+                      if Hashtbl.mem stable_ids who then
+                        excluded_stable :=
+                          Printf.sprintf "%s saw stable %s go: %s" c.me who why :: !excluded_stable)
                     v.why;
                 write c (Log.View { t = now_ns (); me = c.me; view = v.vid; members = c.members }));
             cast =
               (fun ~origin s ->
                 let seq, s = unframe s in
-                write c (Log.Deliver { t = now_ns (); me = c.me; view = c.vid; from = origin; kind = `Cast; seq; len = String.length s; digest = digest s }));
+                write c
+                  (Log.Deliver
+                     {
+                       t = now_ns ();
+                       me = c.me;
+                       view = c.vid;
+                       from = origin;
+                       kind = `Cast;
+                       seq;
+                       len = String.length s;
+                       digest = digest s;
+                     }));
             send = (fun ~origin:_ _ -> ());
             block = (fun () -> write c (Log.Block { t = now_ns (); me = c.me; view = c.vid }));
             flow = ignore;
@@ -158,7 +176,17 @@ let () =
           let seq, s = unframe s in
           c.unsent <- c.unsent - 1;
           match kind with
-          | `Cast -> write c (Log.Cast { t = now_ns (); me = c.me; view = vid; seq; len = String.length s; digest = digest s })
+          | `Cast ->
+              write c
+                (Log.Cast
+                   {
+                     t = now_ns ();
+                     me = c.me;
+                     view = vid;
+                     seq;
+                     len = String.length s;
+                     digest = digest s;
+                   })
           | `Send _ -> ()
         in
         let on_lost _ s reason =
@@ -176,8 +204,14 @@ let () =
         c
   in
   let group i = Printf.sprintf "chaos%d" i in
-  let stable = List.init (2 * !groups) (fun i -> make_client ~stable:true (group (i mod !groups))) in
-  let chaos = Array.init (!slots - List.length stable) (fun i -> make_client ~stable:false (group (i mod !groups))) in
+  let stable =
+    List.init (2 * !groups) (fun i -> make_client ~stable:true (group (i mod !groups)))
+  in
+  let chaos =
+    Array.init
+      (!slots - List.length stable)
+      (fun i -> make_client ~stable:false (group (i mod !groups)))
+  in
   let all () = stable @ Array.to_list chaos in
   let kills = Hashtbl.create 4 in
   let bump k = Hashtbl.replace kills k (1 + Option.value ~default:0 (Hashtbl.find_opt kills k)) in
@@ -187,13 +221,15 @@ let () =
     | 0 ->
         bump "closed";
         C.close c.conn
-    | 1 -> (
+    | 1 ->
         bump "died mid-frame";
         (* Half a CAST, then gone. *)
-        let f = Wire.encode_request (Wire.Cast { handle = 1; req = 999; payload = String.make 200 'h' }) in
+        let f =
+          Wire.encode_request (Wire.Cast { handle = 1; req = 999; payload = String.make 200 'h' })
+        in
         let fd = C.fd c.conn in
         (try ignore (Unix.write_substring fd f 0 100) with Unix.Unix_error _ -> ());
-        C.close c.conn)
+        C.close c.conn
     | _ ->
         bump "left";
         Option.iter C.leave c.m;
@@ -218,7 +254,17 @@ let () =
               if not c.dead then
                 write c
                   (Log.Refused
-                     { t = now_ns (); me = c.me; view = c.vid; kind = `Cast; dst = None; seq; len = String.length text; digest = digest text; reason }))
+                     {
+                       t = now_ns ();
+                       me = c.me;
+                       view = c.vid;
+                       kind = `Cast;
+                       dst = None;
+                       seq;
+                       len = String.length text;
+                       digest = digest text;
+                       reason;
+                     }))
     | _ -> ()
   in
   let rss_samples = ref [] in
@@ -226,7 +272,9 @@ let () =
   let step_all timeout =
     let live = List.filter (fun c -> C.closed c.conn = None) (all ()) in
     let fds = List.map (fun c -> C.fd c.conn) live in
-    (match Unix.select fds [] [] timeout with _ -> () | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
+    (match Unix.select fds [] [] timeout with
+    | _ -> ()
+    | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
     List.iter (fun c -> ignore (C.step c.conn)) live
   in
   let joins = ref (List.length stable + Array.length chaos) in
@@ -237,7 +285,7 @@ let () =
     if t >= !next_sample then begin
       rss_samples := (t, rss d.pid) :: !rss_samples;
       (* With --keep, the daemon's counters every sample, in its log. *)
-      if !keep then (try Unix.kill d.pid Sys.sigusr1 with Unix.Unix_error _ -> ());
+      (if !keep then try Unix.kill d.pid Sys.sigusr1 with Unix.Unix_error _ -> ());
       next_sample := t +. 0.25
     end;
     List.iter
@@ -245,7 +293,7 @@ let () =
         if (not c.dead) && t >= c.next_cast then begin
           incr casts;
           cast c;
-          c.next_cast <- t +. (if c.stable then 0.05 else 0.1 +. Random.State.float rng 0.3)
+          c.next_cast <- (t +. if c.stable then 0.05 else 0.1 +. Random.State.float rng 0.3)
         end)
       (all ());
     Array.iteri
@@ -271,7 +319,11 @@ let () =
       c.dead <- true;
       Option.iter C.leave c.m)
     rest;
-  let left = until ~timeout:20. (List.map (fun c -> c.conn) (stable @ rest)) (fun () -> List.for_all (fun c -> c.exited) rest) in
+  let left =
+    until ~timeout:20.
+      (List.map (fun c -> c.conn) (stable @ rest))
+      (fun () -> List.for_all (fun c -> c.exited) rest)
+  in
   check "the chaos clients still in at the end leave cleanly" left "";
   List.iter
     (fun c ->
@@ -279,8 +331,13 @@ let () =
       close_out c.oc)
     rest;
   let settled =
-    until ~timeout:20. (List.map (fun c -> c.conn) stable) (fun () ->
-        List.for_all (fun c -> List.for_all (fun m -> Hashtbl.mem stable_ids m) c.members && List.length c.members = 2) stable)
+    until ~timeout:20.
+      (List.map (fun c -> c.conn) stable)
+      (fun () ->
+        List.for_all
+          (fun c ->
+            List.for_all (fun m -> Hashtbl.mem stable_ids m) c.members && List.length c.members = 2)
+          stable)
   in
   check "the stable members end in views of their own two" settled "";
   check "the daemon is alive" (alive d) "";
@@ -304,29 +361,46 @@ let () =
      leak per client or per message grows with the run. (Leaks of clients,
      members, descriptors and timers are also counted exactly by
      test_daemon's churn test.) *)
-  let peak a b = List.fold_left (fun acc (t, r) -> if t >= a && t < b then max acc r else acc) 0 samples in
+  let peak a b =
+    List.fold_left (fun acc (t, r) -> if t >= a && t < b then max acc r else acc) 0 samples
+  in
   let q = !seconds /. 4. in
-  let q2 = peak q (2. *. q) and q4 = peak (3. *. q) (4. *. q +. 1.) and all = peak 0. (!seconds +. 1.) in
+  let q2 = peak q (2. *. q)
+  and q4 = peak (3. *. q) ((4. *. q) +. 1.)
+  and all = peak 0. (!seconds +. 1.) in
   Printf.printf "daemon RSS (MiB) every %.0f s: %s\n" (!seconds /. 12.)
     (String.concat " "
        (List.filter_map
           (fun i ->
             let a = float i *. !seconds /. 12. in
-            match peak a (a +. (!seconds /. 12.)) with 0 -> None | r -> Some (string_of_int (r / 1024)))
+            match peak a (a +. (!seconds /. 12.)) with
+            | 0 -> None
+            | r -> Some (string_of_int (r / 1024)))
           (List.init 12 Fun.id)));
   let limit = 96 * 1024 in
-  check (Printf.sprintf "daemon memory under %d MiB: peak %d MiB" (limit / 1024) (all / 1024)) (all > 0 && all <= limit) "";
+  check
+    (Printf.sprintf "daemon memory under %d MiB: peak %d MiB" (limit / 1024) (all / 1024))
+    (all > 0 && all <= limit)
+    "";
   if !seconds >= 40. then
     check
-      (Printf.sprintf "daemon memory flat once warm: peak %d MiB in the second quarter of the run, %d MiB in the last" (q2 / 1024)
-         (q4 / 1024))
+      (Printf.sprintf
+         "daemon memory flat once warm: peak %d MiB in the second quarter of the run, %d MiB in \
+          the last"
+         (q2 / 1024) (q4 / 1024))
       (q4 <= q2 + (q2 / 10) + (8 * 1024))
       "";
-  check "no stable member saw another stable one go" (!excluded_stable = []) (String.concat "; " (List.filteri (fun i _ -> i < 3) !excluded_stable));
+  check "no stable member saw another stable one go" (!excluded_stable = [])
+    (String.concat "; " (List.filteri (fun i _ -> i < 3) !excluded_stable));
   let refused = List.concat_map (fun c -> c.refused) stable in
-  check "no stable member's cast refused but by flow control" (refused = []) (String.concat "; " (List.filteri (fun i _ -> i < 3) refused));
+  check "no stable member's cast refused but by flow control" (refused = [])
+    (String.concat "; " (List.filteri (fun i _ -> i < 3) refused));
   (match Consort_spec.Vsync.check_files !logs with
-  | Ok s -> check (Fmt.str "virtual synchrony over %d logs: %a" (List.length !logs) Consort_spec.Vsync.pp_summary s) true ""
+  | Ok s ->
+      check
+        (Fmt.str "virtual synchrony over %d logs: %a" (List.length !logs)
+           Consort_spec.Vsync.pp_summary s)
+        true ""
   | Error vs ->
       List.iteri (fun i v -> if i < 10 then Fmt.pr "  %a@." Consort_spec.Vsync.pp_file_problem v) vs;
       check "virtual synchrony" false (Printf.sprintf "%d violations" (List.length vs)));

@@ -14,10 +14,7 @@ let addr s = match Udp.address_of_string s with Ok a -> a | Error e -> Alcotest.
 let pp_error = Transport.pp_error
 let error = Alcotest.testable pp_error ( = )
 let ok_unit = Alcotest.(result unit error)
-
-let get = function
-  | Ok x -> x
-  | Error e -> Alcotest.failf "unexpected error: %a" pp_error e
+let get = function Ok x -> x | Error e -> Alcotest.failf "unexpected error: %a" pp_error e
 
 let with_pool f =
   Iovec.set_checked true;
@@ -94,7 +91,8 @@ let heap_order =
       let fired = ref [] in
       let ts =
         List.mapi
-          (fun i (dt, keep) -> (i, dt, keep, Loop.at loop (base + dt) (fun () -> fired := i :: !fired)))
+          (fun i (dt, keep) ->
+            (i, dt, keep, Loop.at loop (base + dt) (fun () -> fired := i :: !fired)))
           specs
       in
       List.iter (fun (_, _, keep, tm) -> if not keep then Loop.cancel tm) ts;
@@ -140,8 +138,7 @@ let until_and_stop () =
   Alcotest.check_raises "no nesting" (Invalid_argument "Loop.run: already running") (fun () ->
       let inner = ref None in
       ignore
-        (Loop.after loop 0 (fun () ->
-             try Loop.run loop ~timeout:(ms 1) with e -> inner := Some e));
+        (Loop.after loop 0 (fun () -> try Loop.run loop ~timeout:(ms 1) with e -> inner := Some e));
       Loop.run loop ~timeout:(ms 50);
       match !inner with Some e -> raise e | None -> ())
 
@@ -375,8 +372,8 @@ let throughput () =
   Loop.run loop ~timeout:(ms 10_000) ~until:(fun () -> !sent = n && !count + lost () >= n);
   let dt = Loop.now loop - t0 in
   Iovec.release body;
-  Fmt.pr "throughput: %d of %d datagrams of 104 B in %a: %.0f datagrams/s (%d dropped)@."
-    !count n Time.pp dt
+  Fmt.pr "throughput: %d of %d datagrams of 104 B in %a: %.0f datagrams/s (%d dropped)@." !count n
+    Time.pp dt
     (float !count /. Time.to_sec dt)
     (lost ());
   Alcotest.(check int) "every datagram accounted for" n (!count + lost ());
@@ -430,9 +427,11 @@ let drop_filter () =
   let ib = Udp.query b in
   Alcotest.(check int) "dropped" 50 ib.dropped;
   Alcotest.(check int) "received" 50 ib.received;
-  Alcotest.(check bool) "only even ones" true
+  Alcotest.(check bool)
+    "only even ones" true
     (List.for_all (fun (_, d) -> Char.code d.[0] land 1 = 0) rxb.got);
-  Alcotest.(check bool) "filter saw the source" true
+  Alcotest.(check bool)
+    "filter saw the source" true
     (List.for_all (Udp.equal_address (Udp.local a)) !seen_src);
   (* A filter that raises drops, and the loop goes on. *)
   Alcotest.check ok_unit "raising" (Ok ())
@@ -454,12 +453,17 @@ let bad_addresses () =
   | Ok _ -> Alcotest.fail "bound a foreign address");
   let a, _ = open_rx ~pool loop in
   let m = Msg.of_string pool "x" in
-  Alcotest.check ok_unit "port 0" (Error (`Bad_address "127.0.0.1:0")) (Udp.send a ~dst:(addr "127.0.0.1:0") m);
-  Alcotest.check ok_unit "group not multicast" (Error (`Bad_address "127.0.0.1:4000"))
+  Alcotest.check ok_unit "port 0"
+    (Error (`Bad_address "127.0.0.1:0"))
+    (Udp.send a ~dst:(addr "127.0.0.1:0") m);
+  Alcotest.check ok_unit "group not multicast"
+    (Error (`Bad_address "127.0.0.1:4000"))
     (Udp.control a (Udp.Join_multicast (addr "127.0.0.1:4000")));
   Msg.release m;
   let big = Msg.create [ Pool.alloc pool 65508 ] in
-  Alcotest.check ok_unit "too big" (Error (`Too_big (65508, 65507))) (Udp.send a ~dst:(Udp.local a) big);
+  Alcotest.check ok_unit "too big"
+    (Error (`Too_big (65508, 65507)))
+    (Udp.send a ~dst:(Udp.local a) big);
   Msg.release big;
   let b, rxb = open_rx ~pool loop in
   let max = Msg.create [ Pool.alloc pool 65507 ] in
@@ -499,7 +503,8 @@ let closing () =
   let m = Msg.of_string pool "late" in
   Alcotest.check ok_unit "send after close" (Error `Closed) (Udp.send b ~dst:(Udp.local a) m);
   Alcotest.check ok_unit "cast after close" (Error `Closed) (Udp.cast b ~dsts:[ Udp.local a ] m);
-  Alcotest.check ok_unit "control after close" (Error `Closed) (Udp.control b (Udp.Drop_filter None));
+  Alcotest.check ok_unit "control after close" (Error `Closed)
+    (Udp.control b (Udp.Drop_filter None));
   (* Sending to a closed port is not an error for UDP. *)
   Alcotest.check ok_unit "to a closed port" (Ok ()) (Udp.send a ~dst:(Udp.local b) m);
   Alcotest.check ok_unit "again" (Ok ()) (Udp.send a ~dst:(Udp.local b) m);
@@ -587,14 +592,22 @@ let nested_loops () =
     send a (Udp.local b) (Printf.sprintf "outer %d" i)
   done;
   Alcotest.(check bool) "outer done" true (wait outer (fun () -> List.length !got = 5));
-  Alcotest.(check (list string)) "outer intact" (List.init 5 (fun i -> Printf.sprintf "outer %d" (i + 1))) (List.rev !got);
-  Alcotest.(check (list string)) "inner intact" (List.init 5 (fun i -> Printf.sprintf "inner %d" (i + 1)))
+  Alcotest.(check (list string))
+    "outer intact"
+    (List.init 5 (fun i -> Printf.sprintf "outer %d" (i + 1)))
+    (List.rev !got);
+  Alcotest.(check (list string))
+    "inner intact"
+    (List.init 5 (fun i -> Printf.sprintf "inner %d" (i + 1)))
     (List.rev_map snd rxx.got);
   List.iter Udp.close [ a; b; x ]
 
 (* Endpoint.Make (Udp): two one-layer stacks cast to each other. *)
 module E = Consort_engine.Endpoint.Make (Udp)
-module Pass = Layer.Pass (struct let name = "pass" end)
+
+module Pass = Layer.Pass (struct
+  let name = "pass"
+end)
 
 let endpoint_over_udp () =
   with_pool @@ fun pool ->
@@ -635,7 +648,13 @@ let endpoint_over_udp () =
 let group = "239.192.7.11:47011"
 
 let multicast_child () =
-  let fail fmt = Printf.ksprintf (fun s -> prerr_endline ("multicast child: " ^ s); exit 1) fmt in
+  let fail fmt =
+    Printf.ksprintf
+      (fun s ->
+        prerr_endline ("multicast child: " ^ s);
+        exit 1)
+      fmt
+  in
   let get = function Ok x -> x | Error e -> fail "%s" (Fmt.str "%a" pp_error e) in
   let loop = Loop.create () in
   let pool = Pool.create () in
@@ -664,7 +683,8 @@ let multicast_child () =
   if (Udp.query a).sent <> 1 then fail "sent %d datagrams, not 1" (Udp.query a).sent;
   List.iter
     (fun (x, _) ->
-      if not (Udp.equal_address x (Udp.local a)) then fail "wrong source %s" (Udp.address_to_string x))
+      if not (Udp.equal_address x (Udp.local a)) then
+        fail "wrong source %s" (Udp.address_to_string x))
     (rxb.got @ rxc.got);
   List.iter Udp.close [ a; b; c ];
   print_endline "multicast child: ok";
@@ -707,7 +727,10 @@ let multicast () =
       Fun.protect
         ~finally:(fun () -> ignore (command [| ip; "netns"; "delete"; ns |]))
         (fun () ->
-          if not (command [| ip; "netns"; "exec"; ns; ip; "link"; "set"; "lo"; "up"; "multicast"; "on" |])
+          if
+            not
+              (command
+                 [| ip; "netns"; "exec"; ns; ip; "link"; "set"; "lo"; "up"; "multicast"; "on" |])
           then Alcotest.fail "could not bring up lo in the namespace";
           let argv = [| ip; "netns"; "exec"; ns; Sys.executable_name; "--multicast-child" |] in
           let pid = Unix.create_process ip argv Unix.stdin Unix.stdout Unix.stderr in

@@ -70,7 +70,9 @@ let three_processes () =
     List.init 3 (fun rank ->
         let out = Filename.temp_file (Printf.sprintf "consort-peer%d-" rank) ".log" in
         let fd = Unix.openfile out [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600 in
-        let argv = Array.of_list ((exe :: string_of_int rank :: addrs) @ [ counts; loss; seed; deadline ]) in
+        let argv =
+          Array.of_list ((exe :: string_of_int rank :: addrs) @ [ counts; loss; seed; deadline ])
+        in
         let pid = Unix.create_process exe argv Unix.stdin fd fd in
         Unix.close fd;
         (rank, pid, out))
@@ -101,7 +103,9 @@ let three_processes () =
       let expect = Printf.sprintf "peer %d: OK delivered 10000/10000" rank in
       let has =
         let n = String.length expect in
-        let rec find i = i + n <= String.length out && (String.sub out i n = expect || find (i + 1)) in
+        let rec find i =
+          i + n <= String.length out && (String.sub out i n = expect || find (i + 1))
+        in
         find 0
       in
       if not has then Alcotest.failf "peer %d did not report full delivery:\n%s" rank out)

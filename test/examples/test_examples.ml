@@ -12,7 +12,11 @@ let exe_dir =
 let root =
   let in_build d = List.mem "_build" (String.split_on_char '/' d) in
   let rec up d n =
-    if (not (in_build d)) && Sys.file_exists (Filename.concat d "README.md") && Sys.file_exists (Filename.concat d "examples/readme_group.ml") then d
+    if
+      (not (in_build d))
+      && Sys.file_exists (Filename.concat d "README.md")
+      && Sys.file_exists (Filename.concat d "examples/readme_group.ml")
+    then d
     else if n = 0 || Filename.dirname d = d then Alcotest.failf "no source tree above %s" exe_dir
     else up (Filename.dirname d) (n - 1)
   in
@@ -32,16 +36,22 @@ let blocks text =
     | l :: rest -> (
         let fence = String.length l >= 3 && String.sub l 0 3 = "```" in
         match cur with
-        | None when fence -> go (n + 1) acc (Some (String.sub l 3 (String.length l - 3), n, [])) rest
+        | None when fence ->
+            go (n + 1) acc (Some (String.sub l 3 (String.length l - 3), n, [])) rest
         | None -> go (n + 1) acc None rest
-        | Some (lang, start, body) when fence -> go (n + 1) ((String.trim lang, start, String.concat "\n" (List.rev body)) :: acc) None rest
+        | Some (lang, start, body) when fence ->
+            go (n + 1)
+              ((String.trim lang, start, String.concat "\n" (List.rev body)) :: acc)
+              None rest
         | Some (lang, start, body) -> go (n + 1) acc (Some (lang, start, l :: body)) rest)
   in
   go 1 [] None lines
 
 let trim_right l =
   let n = ref (String.length l) in
-  while !n > 0 && (l.[!n - 1] = ' ' || l.[!n - 1] = '\r') do decr n done;
+  while !n > 0 && (l.[!n - 1] = ' ' || l.[!n - 1] = '\r') do
+    decr n
+  done;
   String.sub l 0 !n
 
 let normalise s = String.split_on_char '\n' s |> List.map trim_right |> String.concat "\n"
@@ -75,7 +85,8 @@ let blocks_are_files doc () =
         incr checked;
         let body = normalise body in
         if not (List.exists (fun (_, text) -> contains text body) sources) then
-          Alcotest.failf "%s:%d: this %s block is not in any file under examples/ or clients/" doc line lang))
+          Alcotest.failf "%s:%d: this %s block is not in any file under examples/ or clients/" doc
+            line lang))
     (blocks (read (Filename.concat root doc)));
   if !checked = 0 then Alcotest.failf "no code block found in %s" doc
 
@@ -112,23 +123,35 @@ let run_example ?(limit = 60.) name =
 
 let example name expect () =
   let text = run_example name in
-  List.iter (fun s -> if not (contains text s) then Alcotest.failf "%s: %S not in its output:\n%s" name s text) expect
+  List.iter
+    (fun s ->
+      if not (contains text s) then Alcotest.failf "%s: %S not in its output:\n%s" name s text)
+    expect
 
 let () =
   Alcotest.run "examples"
     [
       ( "readme",
         [
-          Alcotest.test_case "every code block of README.md is a file under examples/" `Quick (blocks_are_files "README.md");
-          Alcotest.test_case "every code block of doc/tutorial.md is a file under examples/" `Quick (blocks_are_files "doc/tutorial.md");
+          Alcotest.test_case "every code block of README.md is a file under examples/" `Quick
+            (blocks_are_files "README.md");
+          Alcotest.test_case "every code block of doc/tutorial.md is a file under examples/" `Quick
+            (blocks_are_files "doc/tutorial.md");
         ] );
       ( "run",
         [
-          Alcotest.test_case "readme_group" `Quick (example "readme_group" [ "says \"hello from 127.0.0.1:7460\""; "says \"hello from 127.0.0.1:7461\"" ]);
+          Alcotest.test_case "readme_group" `Quick
+            (example "readme_group"
+               [ "says \"hello from 127.0.0.1:7460\""; "says \"hello from 127.0.0.1:7461\"" ]);
           Alcotest.test_case "group_chat" `Quick (example "group_chat" [ "alice's final view" ]);
           Alcotest.test_case "reliable_cast" `Quick (example "reliable_cast" []);
           Alcotest.test_case "cap_counter" `Quick (example "cap_counter" []);
-          Alcotest.test_case "total_order" `Quick (example "total_order" [ "all 3 members delivered the 12 casts in one order" ]);
-          Alcotest.test_case "lwt_group" `Quick (example "lwt_group" [ "127.0.0.1:7494: 127.0.0.1:7493"; "says \"hello from Lwt\""; "done: the ticker ran" ]);
+          Alcotest.test_case "total_order" `Quick
+            (example "total_order" [ "all 3 members delivered the 12 casts in one order" ]);
+          Alcotest.test_case "lwt_group" `Quick
+            (example "lwt_group"
+               [
+                 "127.0.0.1:7494: 127.0.0.1:7493"; "says \"hello from Lwt\""; "done: the ticker ran";
+               ]);
         ] );
     ]

@@ -18,10 +18,14 @@ let random_bytes name codec tags =
       oneof
         [
           string_size (int_bound 40);
-          map2 (fun t s -> String.make 1 (Char.chr t) ^ s) (oneofl tags) (string_size (int_bound 40));
+          map2
+            (fun t s -> String.make 1 (Char.chr t) ^ s)
+            (oneofl tags)
+            (string_size (int_bound 40));
         ])
   in
-  QCheck.Test.make ~count:5000 ~name:(name ^ " decodes random bytes totally")
+  QCheck.Test.make ~count:5000
+    ~name:(name ^ " decodes random bytes totally")
     (QCheck.make ~print:(Printf.sprintf "%S") gen)
     (fun s ->
       (match Codec.decode codec (Cstruct.of_string s) 0 with Ok _ | Error _ -> ());

@@ -7,6 +7,5 @@ val round_trip : string -> 'a Consort.Codec.t -> 'a Fmt.t -> 'a QCheck.Gen.t -> 
 (** Encoding a header gives [size] bytes that decode to the same header. *)
 
 val random_bytes : string -> 'a Consort.Codec.t -> int list -> QCheck2.Test.t
-(** Arbitrary bytes, half of them starting with one of the given tags,
-    decode to an error or to a header whose encoding is exactly those
-    bytes; decoding never raises. *)
+(** Arbitrary bytes, half of them starting with one of the given tags, decode to an error or to a
+    header whose encoding is exactly those bytes; decoding never raises. *)

@@ -51,16 +51,15 @@ let transmit t i dst msg =
   List.iter
     (fun j ->
       t.datagrams <- t.datagrams + 1;
-      if (not (t.drop ~src:i ~dst:j (Iovec.to_string v))) && not (Rng.chance t.rng t.net.loss)
-      then begin
+      if (not (t.drop ~src:i ~dst:j (Iovec.to_string v))) && not (Rng.chance t.rng t.net.loss) then begin
         push t (t.now + delay t) (Datagram (j, Iovec.retain v));
         if Rng.chance t.rng t.net.dup then push t (t.now + delay t) (Datagram (j, Iovec.retain v))
       end)
     dsts;
   Iovec.release v
 
-let create ?(params = Params.empty) ?(net = faulty) ?(drop = fun ~src:_ ~dst:_ _ -> false) ~seed ~pool
-    ~n ~layers ~deliver () =
+let create ?(params = Params.empty) ?(net = faulty) ?(drop = fun ~src:_ ~dst:_ _ -> false) ~seed
+    ~pool ~n ~layers ~deliver () =
   let t =
     {
       now = 0;

@@ -1,6 +1,6 @@
-(** A deterministic in-memory group: [n] stacks in one process, a virtual
-    clock and a faulty network (seeded loss, duplication and delay, hence
-    reordering). Datagrams cross it as copied bytes, as on a real network. *)
+(** A deterministic in-memory group: [n] stacks in one process, a virtual clock and a faulty network
+    (seeded loss, duplication and delay, hence reordering). Datagrams cross it as copied bytes, as
+    on a real network. *)
 
 type net = {
   loss : float;  (** probability that a datagram to one destination is lost *)
@@ -28,11 +28,10 @@ val create :
   deliver:(int -> Consort.Event.src -> Consort.Msg.t -> unit) ->
   unit ->
   t
-(** [create ~seed ~pool ~n ~layers ~deliver ()] is a group of [n] members,
-    each running [layers] in its own view; [deliver i src msg] receives
-    what reaches the application of member [i] (it owns [msg]). [drop]
-    decides, before the random faults, to lose a datagram from [src] to
-    [dst] given its bytes. *)
+(** [create ~seed ~pool ~n ~layers ~deliver ()] is a group of [n] members, each running [layers] in
+    its own view; [deliver i src msg] receives what reaches the application of member [i] (it owns
+    [msg]). [drop] decides, before the random faults, to lose a datagram from [src] to [dst] given
+    its bytes. *)
 
 val now : t -> Consort.Time.t
 val stack : t -> int -> Consort.Stack.t
@@ -40,11 +39,11 @@ val stack : t -> int -> Consort.Stack.t
 val at : t -> Consort.Time.t -> (unit -> unit) -> unit
 (** [at t time f] runs [f] when the clock reaches [time]. *)
 
-val run : ?until:Consort.Time.t -> ?max_steps:int -> ?every:(unit -> unit) -> t -> [ `Quiescent | `Timeout ]
-(** [run t] processes datagrams, actions and alarms in time order until
-    nothing is in flight and no alarm is set ([`Quiescent]), or until the
-    clock would pass [until] or [max_steps] events were handled
-    ([`Timeout]). [every] is called after each event. *)
+val run :
+  ?until:Consort.Time.t -> ?max_steps:int -> ?every:(unit -> unit) -> t -> [ `Quiescent | `Timeout ]
+(** [run t] processes datagrams, actions and alarms in time order until nothing is in flight and no
+    alarm is set ([`Quiescent]), or until the clock would pass [until] or [max_steps] events were
+    handled ([`Timeout]). [every] is called after each event. *)
 
 val datagrams : t -> int
 (** Datagrams handed to the network so far (one per destination). *)

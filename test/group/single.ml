@@ -56,7 +56,9 @@ let counter_of st layer name =
   match List.assoc_opt layer (Stack.counters st) with
   | None -> Alcotest.failf "no layer %s" layer
   | Some l -> (
-      match List.assoc_opt name l with Some v -> v | None -> Alcotest.failf "no counter %s.%s" layer name)
+      match List.assoc_opt name l with
+      | Some v -> v
+      | None -> Alcotest.failf "no counter %s.%s" layer name)
 
 let counter s = counter_of s.st
 

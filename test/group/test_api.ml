@@ -11,16 +11,18 @@ let sec = Time.of_sec
 let ms = Time.of_ms
 
 let layers () =
-  match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
+  match Consort_group.Properties.(layers vsync) with
+  | Ok l -> l
+  | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
   pool : Pool.t;
-  casts : (string * string) list ref;  (* origin, payload; newest first *)
-  flow : bool list ref;  (* newest first *)
-  views : string list list ref;  (* the members of each view installed, newest first *)
-  why : (string * string) list ref;  (* why members left, all views *)
-  lost : (string * string) list ref;  (* payload, reason *)
+  casts : (string * string) list ref; (* origin, payload; newest first *)
+  flow : bool list ref; (* newest first *)
+  views : string list list ref; (* the members of each view installed, newest first *)
+  why : (string * string) list ref; (* why members left, all views *)
+  lost : (string * string) list ref; (* payload, reason *)
 }
 
 let join ?(params = Params.empty) net addr peers =
@@ -40,7 +42,10 @@ let join ?(params = Params.empty) net addr peers =
     }
   in
   let on_lost _ s reason = lost := (s, reason) :: !lost in
-  match G.join ~params ~pool ~peers ~seed:(Hashtbl.hash addr) ~on_lost ~layers:(layers ()) net ~group:"api" ~addr cb with
+  match
+    G.join ~params ~pool ~peers ~seed:(Hashtbl.hash addr) ~on_lost ~layers:(layers ()) net
+      ~group:"api" ~addr cb
+  with
   | Ok g -> { g; pool; casts; flow; views; why; lost }
   | Error e -> Alcotest.failf "%a" Group.pp_join_error e
 
@@ -49,7 +54,8 @@ let group ?params ?(n = 3) net =
   let ms = List.map (fun a -> join ?params net a addrs) addrs in
   Sim.run ~until:(sec 3.) net;
   List.iter
-    (fun m -> Alcotest.(check int) "everyone in one view" n (Array.length (G.view m.g).Group.members))
+    (fun m ->
+      Alcotest.(check int) "everyone in one view" n (Array.length (G.view m.g).Group.members))
     ms;
   Array.of_list ms
 
@@ -58,24 +64,43 @@ let result = Alcotest.(result unit refused)
 
 (* Each member delivered exactly [expected] from [origin], in order. *)
 let delivered_in_order what m origin expected =
-  let got = List.rev (List.filter_map (fun (o, s) -> if o = origin then Some s else None) !(m.casts)) in
+  let got =
+    List.rev (List.filter_map (fun (o, s) -> if o = origin then Some s else None) !(m.casts))
+  in
   Alcotest.(check int) (what ^ ": count") (List.length expected) (List.length got);
   Alcotest.(check bool) (what ^ ": each once, in order") true (got = expected)
 
 let join_errors () =
   let net = Sim.create ~seed:2 () in
-  let cb = { Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } in
+  let cb =
+    {
+      Group.view = ignore;
+      cast = (fun ~origin:_ _ -> ());
+      send = (fun ~origin:_ _ -> ());
+      block = ignore;
+      flow = ignore;
+      exit = ignore;
+    }
+  in
   let err ?(peers = []) ?discovery addr =
     match G.join ~peers ?discovery ~layers:(layers ()) net ~group:"e" ~addr cb with
     | Ok _ -> Alcotest.failf "%s joined" addr
     | Error e -> Fmt.str "%a" Group.pp_join_error e
   in
-  Alcotest.(check string) "a peer that does not parse is an error, not dropped" "bad peer address \"\": empty address"
+  Alcotest.(check string)
+    "a peer that does not parse is an error, not dropped" "bad peer address \"\": empty address"
     (err ~peers:[ "b"; "" ] "a0");
-  (match G.join ~layers:(layers ()) net ~group:"e" ~addr:"dup" cb with Ok _ -> () | Error e -> Alcotest.failf "%a" Group.pp_join_error e);
-  Alcotest.(check bool) "an address in use" true
+  (match G.join ~layers:(layers ()) net ~group:"e" ~addr:"dup" cb with
+  | Ok _ -> ()
+  | Error e -> Alcotest.failf "%a" Group.pp_join_error e);
+  Alcotest.(check bool)
+    "an address in use" true
     (String.length (err "dup") > 0 && String.sub (err "dup") 0 10 = "cannot ope");
-  let l = match Consort_group.Properties.(layers [ Gmp; Sync ]) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e in
+  let l =
+    match Consort_group.Properties.(layers [ Gmp; Sync ]) with
+    | Ok l -> l
+    | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
+  in
   match G.join ~layers:(List.tl l) net ~group:"e" ~addr:"nogmp" cb with
   | Error (Group.Bad_stack _) -> ()
   | Ok _ -> Alcotest.fail "a stack without membership accepted"
@@ -87,13 +112,18 @@ let refusals () =
   let m = group ~params net in
   Alcotest.check result "a normal cast" (Ok ()) (G.cast m.(0).g "hello");
   Alcotest.(check int) "the largest message" 10_000 (G.max_message m.(0).g);
-  Alcotest.check result "one byte over" (Error (Group.Too_big { size = 10_001; max = 10_000 }))
+  Alcotest.check result "one byte over"
+    (Error (Group.Too_big { size = 10_001; max = 10_000 }))
     (G.cast m.(0).g (String.make 10_001 'x'));
-  Alcotest.check result "a send over" (Error (Group.Too_big { size = 20_000; max = 10_000 }))
+  Alcotest.check result "a send over"
+    (Error (Group.Too_big { size = 20_000; max = 10_000 }))
     (G.send m.(0).g (G.me m.(1).g) (String.make 20_000 'x'));
-  Alcotest.check result "a send to a stranger" (Error (Group.Not_member "nobody#1")) (G.send m.(0).g "nobody#1" "hi");
+  Alcotest.check result "a send to a stranger" (Error (Group.Not_member "nobody#1"))
+    (G.send m.(0).g "nobody#1" "hi");
   Sim.run ~until:(sec 4.) net;
-  List.iter (fun x -> delivered_in_order "only the normal cast" x (G.me m.(0).g) [ "hello" ]) (Array.to_list m);
+  List.iter
+    (fun x -> delivered_in_order "only the normal cast" x (G.me m.(0).g) [ "hello" ])
+    (Array.to_list m);
   Alcotest.(check int) "refusals counted" 3 (G.refused m.(0).g);
   G.leave m.(2).g;
   Alcotest.check result "leaving" (Error Group.Leaving) (G.cast m.(2).g "late");
@@ -104,15 +134,30 @@ let refusals () =
 (* Without Frag, a message is one datagram. *)
 let without_frag () =
   let net = Sim.create ~seed:4 ~mtu:9000 () in
-  let l = match Consort_group.Properties.(layers [ Gmp; Sync; Heal; Suspect; Flow; Slander ]) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e in
+  let l =
+    match Consort_group.Properties.(layers [ Gmp; Sync; Heal; Suspect; Flow; Slander ]) with
+    | Ok l -> l
+    | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
+  in
   let got = ref 0 in
-  let cb = { Group.view = ignore; cast = (fun ~origin:_ _ -> incr got); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } in
+  let cb =
+    {
+      Group.view = ignore;
+      cast = (fun ~origin:_ _ -> incr got);
+      send = (fun ~origin:_ _ -> ());
+      block = ignore;
+      flow = ignore;
+      exit = ignore;
+    }
+  in
   match G.join ~layers:l net ~group:"nofrag" ~addr:"a" cb with
   | Error e -> Alcotest.failf "%a" Group.pp_join_error e
   | Ok g ->
       Alcotest.(check int) "one datagram less the headers" (9000 - 512) (G.max_message g);
       Alcotest.check result "fits" (Ok ()) (G.cast g (String.make (9000 - 512) 'x'));
-      Alcotest.check result "does not" (Error (Group.Too_big { size = 9000; max = 9000 - 512 })) (G.cast g (String.make 9000 'x'));
+      Alcotest.check result "does not"
+        (Error (Group.Too_big { size = 9000; max = 9000 - 512 }))
+        (G.cast g (String.make 9000 'x'));
       Sim.run ~until:(sec 1.) net;
       Alcotest.(check int) "the one that fits is delivered" 1 !got
 
@@ -124,9 +169,7 @@ let stopped_receiver () =
   let window = 64 * 1024 and queue = 256 * 1024 in
   let params =
     Params.(
-      empty
-      |> set "mflow.window" (Int window)
-      |> set "mflow.queue" (Int queue)
+      empty |> set "mflow.window" (Int window) |> set "mflow.queue" (Int queue)
       |> set "suspect.timeout" (Time (sec 1000.))
       |> set "gmp.flush_timeout" (Time (sec 1000.)))
   in
@@ -135,7 +178,12 @@ let stopped_receiver () =
   let stopped = m.(2) in
   let cut () =
     Array.iter
-      (fun x -> if x != stopped then Sim.set_link net ~src:(G.me x.g |> String.split_on_char '#' |> List.hd) ~dst:"m2" { Sim.default_link with loss = 1.0 })
+      (fun x ->
+        if x != stopped then
+          Sim.set_link net
+            ~src:(G.me x.g |> String.split_on_char '#' |> List.hd)
+            ~dst:"m2"
+            { Sim.default_link with loss = 1.0 })
       m
   in
   cut ();
@@ -164,15 +212,21 @@ let stopped_receiver () =
   (* What the sender holds: its casts not yet stable (at most the window
      plus the queue, and one message beyond each), with headers, in 256 KiB
      pool segments. *)
-  let bound = 4 * (window + queue) + (2 * 256 * 1024) in
+  let bound = (4 * (window + queue)) + (2 * 256 * 1024) in
   Alcotest.(check bool)
     (Printf.sprintf "sender memory %d bytes at most %d" !peak bound)
     true (!peak <= bound);
-  Array.iter (fun x -> if x != stopped then Sim.clear_link net ~src:(List.hd (String.split_on_char '#' (G.me x.g))) ~dst:"m2") m;
+  Array.iter
+    (fun x ->
+      if x != stopped then
+        Sim.clear_link net ~src:(List.hd (String.split_on_char '#' (G.me x.g))) ~dst:"m2")
+    m;
   Sim.run ~until:(sec 30.) net;
   let expected = List.rev !accepted in
   Alcotest.(check bool) "some were accepted" true (List.length expected > 100);
-  Array.iteri (fun i x -> delivered_in_order (Printf.sprintf "member %d" i) x (G.me sender.g) expected) m;
+  Array.iteri
+    (fun i x -> delivered_in_order (Printf.sprintf "member %d" i) x (G.me sender.g) expected)
+    m;
   Alcotest.(check (option bool)) "and may go on" (Some false) (List.nth_opt !(sender.flow) 0)
 
 (* Casts made while a view change waits are queued up to group.queue, then
@@ -191,7 +245,8 @@ let blocked_queue () =
     if G.is_blocked m.(0).g && !blocked_at = None then begin
       blocked_at := Some (Sim.now net);
       for i = 1 to 50 do
-        results := (i, G.cast m.(0).g (Printf.sprintf "q%02d%s" i (String.make 400 'q'))) :: !results
+        results :=
+          (i, G.cast m.(0).g (Printf.sprintf "q%02d%s" i (String.make 400 'q'))) :: !results
       done
     end
     else if !blocked_at = None then ignore (Sim.at net (Sim.now net + ms 1) poll)
@@ -203,9 +258,11 @@ let blocked_queue () =
   let no = List.filter (fun (_, r) -> r <> Ok ()) !results in
   (* 10,000 bytes at 464 (400 + 64) each. *)
   Alcotest.(check int) "queued up to the bound" 21 (List.length ok);
-  Alcotest.(check bool) "the rest refused as flow control" true
+  Alcotest.(check bool)
+    "the rest refused as flow control" true
     (List.for_all (fun (_, r) -> r = Error Group.Flow_control) no);
-  Alcotest.(check bool) "flow control told, then lifted" true
+  Alcotest.(check bool)
+    "flow control told, then lifted" true
     (match !(m.(0).flow) with false :: rest -> List.mem true rest | _ -> false);
   let want = List.map (fun i -> Printf.sprintf "q%02d%s" i (String.make 400 'q')) ok in
   delivered_in_order "the coordinator" m.(0) (G.me m.(0).g) want;
@@ -217,7 +274,8 @@ let blocked_queue () =
    coordinator's flush timeout excludes it, and the others go on. *)
 let flush_timeout () =
   let params =
-    Params.(empty |> set "suspect.timeout" (Time (sec 1000.)) |> set "gmp.flush_timeout" (Time (sec 1.)))
+    Params.(
+      empty |> set "suspect.timeout" (Time (sec 1000.)) |> set "gmp.flush_timeout" (Time (sec 1.)))
   in
   let net = Sim.create ~seed:9 () in
   let m = group ~params ~n:4 net in
@@ -230,12 +288,15 @@ let flush_timeout () =
   G.leave m.(3).g;
   Sim.run ~until:(t0 + sec 4.) net;
   let without = List.sort compare [ G.me m.(0).g; G.me m.(1).g ] in
-  Alcotest.(check bool) "the coordinator went on without the mute member" true (List.mem without !(m.(0).views));
+  Alcotest.(check bool)
+    "the coordinator went on without the mute member" true (List.mem without !(m.(0).views));
   Alcotest.(check bool) "and so did the other" true (List.mem without !(m.(1).views));
-  Alcotest.(check (option string)) "the application hears why"
-    (Some "excluded: did not answer flush 0.1 within 1.0 s")
+  Alcotest.(check (option string))
+    "the application hears why" (Some "excluded: did not answer flush 0.1 within 1.0 s")
     (List.assoc_opt (G.me m.(2).g) !(m.(0).why));
-  Alcotest.(check (option string)) "and that the other one left" (Some "left") (List.assoc_opt (G.me m.(3).g) !(m.(0).why));
+  Alcotest.(check (option string))
+    "and that the other one left" (Some "left")
+    (List.assoc_opt (G.me m.(3).g) !(m.(0).why));
   Alcotest.(check bool) "neither is blocked" false (G.is_blocked m.(0).g || G.is_blocked m.(1).g)
 
 (* {1 The flush report: layers add their part} *)
@@ -257,7 +318,8 @@ module Reporter = struct
   let up t src () msg = t.out.up src msg
 
   let up_ctl t = function
-    | Event.Block_ok { round; parts } -> t.out.up_ctl (Event.Block_ok { round; parts = ("reporter", t.me) :: parts })
+    | Event.Block_ok { round; parts } ->
+        t.out.up_ctl (Event.Block_ok { round; parts = ("reporter", t.me) :: parts })
     | e -> t.out.up_ctl e
 
   let dn t dst msg = t.out.dn dst () msg
@@ -274,10 +336,21 @@ end
 
 let flush_parts () =
   seen_parts := [];
-  let layers = match layers () with gmp :: rest -> gmp :: (module Reporter : Layer.S) :: rest | [] -> [] in
+  let layers =
+    match layers () with gmp :: rest -> gmp :: (module Reporter : Layer.S) :: rest | [] -> []
+  in
   let net = Sim.create ~seed:8 () in
   let addrs = [ "m0"; "m1"; "m2" ] in
-  let cb = { Group.view = ignore; cast = (fun ~origin:_ _ -> ()); send = (fun ~origin:_ _ -> ()); block = ignore; flow = ignore; exit = ignore } in
+  let cb =
+    {
+      Group.view = ignore;
+      cast = (fun ~origin:_ _ -> ());
+      send = (fun ~origin:_ _ -> ());
+      block = ignore;
+      flow = ignore;
+      exit = ignore;
+    }
+  in
   let gs =
     List.map
       (fun addr ->
@@ -300,8 +373,13 @@ let flush_parts () =
   | [ p0 ], [ p1 ], [ p2 ] ->
       Alcotest.(check bool) "every member was handed the same reports" true (p0 = p1 && p1 = p2);
       let names = List.sort compare (List.concat_map (fun (_, ps) -> List.map snd ps) p0) in
-      Alcotest.(check (list string)) "one part from each member of the round" (List.sort compare (leaver :: survivors)) names
-  | a, b, c -> Alcotest.failf "reports handed: %d, %d, %d times" (List.length a) (List.length b) (List.length c)
+      Alcotest.(check (list string))
+        "one part from each member of the round"
+        (List.sort compare (leaver :: survivors))
+        names
+  | a, b, c ->
+      Alcotest.failf "reports handed: %d, %d, %d times" (List.length a) (List.length b)
+        (List.length c)
 
 (* A send accepted during a view change, to a member that does not come
    along into the next view, is reported lost. *)
@@ -323,7 +401,8 @@ let lost_send () =
   Alcotest.(check bool) "sent during the flush" true !sent;
   Alcotest.(check int) "counted" 1 (G.dropped_sends m.(0).g);
   match !(m.(0).lost) with
-  | [ ("late", reason) ] -> Alcotest.(check bool) ("reason names it: " ^ reason) true (String.length reason > 0)
+  | [ ("late", reason) ] ->
+      Alcotest.(check bool) ("reason names it: " ^ reason) true (String.length reason > 0)
   | l -> Alcotest.failf "lost: %d reports" (List.length l)
 
 (* {1 The side channel's rules} *)
@@ -334,19 +413,23 @@ let view ?(id = "3:a#1") members rank =
 let mem e = { Side.eid = e; addr = List.hd (String.split_on_char '#' e); pub = "" }
 let addr_of v r = List.hd (String.split_on_char '#' v.View.members.(r))
 
-let accept ?(reported = Some (0, [], [], "")) ?(src = "a") ?(vid = "4:a#1") ?(preds = [ "3:a#1" ]) v members =
-  Side.accept_install ~me:"b#1" ~view:v ~addr:(addr_of v) ~reported ~src ~vid ~members:(List.map mem members) ~preds
+let accept ?(reported = Some (0, [], [], "")) ?(src = "a") ?(vid = "4:a#1") ?(preds = [ "3:a#1" ]) v
+    members =
+  Side.accept_install ~me:"b#1" ~view:v ~addr:(addr_of v) ~reported ~src ~vid
+    ~members:(List.map mem members) ~preds
 
 let install_rules () =
   let v = view [ "a#1"; "b#1"; "c#1" ] 1 in
   let ok = Alcotest.(result unit string) in
   let is_error what r = Alcotest.(check bool) what true (Result.is_error r) in
-  Alcotest.check ok "from the coordinator, the same members" (Ok ()) (accept v [ "a#1"; "b#1"; "c#1" ]);
+  Alcotest.check ok "from the coordinator, the same members" (Ok ())
+    (accept v [ "a#1"; "b#1"; "c#1" ]);
   Alcotest.check ok "with members merging in" (Ok ()) (accept v [ "a#1"; "b#1"; "c#1"; "d#1" ]);
   is_error "not reported to any flush" (accept ~reported:None v [ "a#1"; "b#1"; "c#1" ]);
   is_error "a view that follows another" (accept ~preds:[ "2:x#1" ] v [ "a#1"; "b#1"; "c#1" ]);
   is_error "a member missing that the flush kept" (accept v [ "a#1"; "b#1" ]);
-  is_error "an excluded member kept" (accept ~reported:(Some (0, [ 2 ], [], "")) v [ "a#1"; "b#1"; "c#1" ]);
+  is_error "an excluded member kept"
+    (accept ~reported:(Some (0, [ 2 ], [], "")) v [ "a#1"; "b#1"; "c#1" ]);
   Alcotest.check ok "the excluded member left out" (Ok ())
     (accept ~reported:(Some (0, [ 2 ], [], "")) v [ "a#1"; "b#1" ]);
   is_error "a leaver kept" (accept ~reported:(Some (0, [], [ 2 ], "")) v [ "a#1"; "b#1"; "c#1" ]);
@@ -354,38 +437,55 @@ let install_rules () =
   is_error "from another member of the view" (accept ~src:"c" v [ "a#1"; "b#1"; "c#1" ]);
   (* A merge: the coordinator of the partition merged into makes the view. *)
   Alcotest.check ok "from the member the flush merges into" (Ok ())
-    (accept ~reported:(Some (0, [], [], "z#1")) ~src:"z" ~vid:"9:z#1" ~preds:[ "8:z#1"; "3:a#1" ] v
-       [ "z#1"; "a#1"; "b#1"; "c#1" ]);
+    (accept
+       ~reported:(Some (0, [], [], "z#1"))
+       ~src:"z" ~vid:"9:z#1" ~preds:[ "8:z#1"; "3:a#1" ] v [ "z#1"; "a#1"; "b#1"; "c#1" ]);
   is_error "from a member that names itself, in a flush that merges into no one"
     (accept ~src:"z" ~vid:"9:z#1" ~preds:[ "8:z#1"; "3:a#1" ] v [ "z#1"; "a#1"; "b#1"; "c#1" ]);
   Alcotest.check ok "from the member the request was passed on to" (Ok ())
-    (accept ~reported:(Some (0, [], [], "y#1")) ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v
+    (accept
+       ~reported:(Some (0, [], [], "y#1"))
+       ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v
        [ "z#1"; "y#1"; "a#1"; "b#1"; "c#1" ]);
   is_error "in a merge, from a maker that is not in the view"
-    (accept ~reported:(Some (0, [], [], "z#1")) ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v [ "y#1"; "a#1"; "b#1"; "c#1" ]);
+    (accept
+       ~reported:(Some (0, [], [], "z#1"))
+       ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v [ "y#1"; "a#1"; "b#1"; "c#1" ]);
   is_error "a maker that is not in it and not the coordinator"
     (accept ~src:"z" ~vid:"9:z#1" ~preds:[ "3:a#1" ] v [ "a#1"; "b#1"; "c#1" ]);
   (* A leaving coordinator makes a view it is not in. *)
   Alcotest.check ok "a leaving coordinator" (Ok ())
     (accept ~reported:(Some (0, [], [ 0 ], "")) ~vid:"4:a#1" v [ "b#1"; "c#1" ]);
-  Alcotest.(check string) "the maker of a view" "127.0.0.1:7400#ab" (Side.installer "12:127.0.0.1:7400#ab")
+  Alcotest.(check string)
+    "the maker of a view" "127.0.0.1:7400#ab"
+    (Side.installer "12:127.0.0.1:7400#ab")
 
 let gossip_rules () =
-  let a = Alcotest.testable (fun ppf x ->
-      Fmt.string ppf (match x with Side.Merge_into -> "merge" | Merge_later -> "later" | Answer -> "answer" | Nothing -> "nothing"))
+  let a =
+    Alcotest.testable
+      (fun ppf x ->
+        Fmt.string ppf
+          (match x with
+          | Side.Merge_into -> "merge"
+          | Merge_later -> "later"
+          | Answer -> "answer"
+          | Nothing -> "nothing"))
       ( = )
   in
-  let d ?(me = "m") ?(my_coord = "m") ?(same_view = false) ?(in_my_view = false) ?(coordinator = true) ?(busy = false)
-      ?(leaving = false) their =
-    Side.on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving ~their_coord:their
+  let d ?(me = "m") ?(my_coord = "m") ?(same_view = false) ?(in_my_view = false)
+      ?(coordinator = true) ?(busy = false) ?(leaving = false) their =
+    Side.on_gossip ~me ~my_coord ~same_view ~in_my_view ~coordinator ~busy ~leaving
+      ~their_coord:their
   in
   Alcotest.check a "a lesser coordinator: merge into it" Side.Merge_into (d "a");
   Alcotest.check a "while busy: later" Side.Merge_later (d ~busy:true "a");
-  Alcotest.check a "not the coordinator: later, in case it becomes it" Side.Merge_later (d ~coordinator:false ~my_coord:"b" "a");
+  Alcotest.check a "not the coordinator: later, in case it becomes it" Side.Merge_later
+    (d ~coordinator:false ~my_coord:"b" "a");
   Alcotest.check a "a greater coordinator: tell it to come" Side.Answer (d "z");
   Alcotest.check a "a greater one heard by a member: tell it who coordinates" Side.Answer
     (d ~coordinator:false ~me:"n" ~my_coord:"b" "z");
-  Alcotest.check a "one lesser than this member's coordinator: the coordinator will merge" Side.Nothing
+  Alcotest.check a "one lesser than this member's coordinator: the coordinator will merge"
+    Side.Nothing
     (d ~coordinator:false ~me:"n" ~my_coord:"q" "p");
   Alcotest.check a "leaving: no answer" Side.Nothing (d ~leaving:true "z");
   Alcotest.check a "the same view" Side.Nothing (d ~same_view:true "a");
@@ -403,13 +503,22 @@ let gossip_rules () =
 let side_codec () =
   let m =
     Side.Install
-      { group = "g"; vid = "4:a#1"; ltime = 4; members = [ mem "a#1"; mem "b#1" ]; leavers = [ "c#1" ]; preds = [ "3:a#1"; "2:z#1" ];
-        stack = { Side.epoch = 2; id = "gmp:bottom|gmp.flush_timeout=4000000000ns" }; keys = [ ("b#1", String.make 48 'k') ] }
+      {
+        group = "g";
+        vid = "4:a#1";
+        ltime = 4;
+        members = [ mem "a#1"; mem "b#1" ];
+        leavers = [ "c#1" ];
+        preds = [ "3:a#1"; "2:z#1" ];
+        stack = { Side.epoch = 2; id = "gmp:bottom|gmp.flush_timeout=4000000000ns" };
+        keys = [ ("b#1", String.make 48 'k') ];
+      }
   in
   let s = Codec.encode_string Side.codec m in
   Alcotest.(check bool) "round trip" true (Codec.decode_string Side.codec s = Ok m);
   for cut = 0 to String.length s - 1 do
-    Alcotest.(check bool) "a truncated message is an error" true
+    Alcotest.(check bool)
+      "a truncated message is an error" true
       (Result.is_error (Codec.decode_string Side.codec (String.sub s 0 cut)))
   done
 
@@ -421,7 +530,8 @@ let () =
           Alcotest.test_case "join errors are typed and say what is wrong" `Quick join_errors;
           Alcotest.test_case "refusals: too big, not a member, leaving, exited" `Quick refusals;
           Alcotest.test_case "without Frag, one datagram" `Quick without_frag;
-          Alcotest.test_case "a stopped receiver: the flood is refused, memory bounded, nothing lost" `Quick
+          Alcotest.test_case
+            "a stopped receiver: the flood is refused, memory bounded, nothing lost" `Quick
             stopped_receiver;
           Alcotest.test_case "the queue of a view change is bounded" `Quick blocked_queue;
           Alcotest.test_case "a send to a member that is gone is reported lost" `Quick lost_send;
@@ -429,7 +539,8 @@ let () =
       ( "flush",
         [
           Alcotest.test_case "layers add their part to the report, all see all" `Quick flush_parts;
-          Alcotest.test_case "a member that does not answer a flush is excluded" `Quick flush_timeout;
+          Alcotest.test_case "a member that does not answer a flush is excluded" `Quick
+            flush_timeout;
         ] );
       ( "side channel",
         [

@@ -13,26 +13,52 @@ let ms = Time.of_ms
    their arrival time. *)
 let raw net addr =
   let got = ref [] in
-  let h _ = { Sim.recv = (fun ~src:_ v -> got := (Sim.now net, Iovec.to_string v) :: !got; Iovec.release v); closed = ignore } in
-  match Sim.open_ net addr h with Ok c -> (c, got) | Error e -> Alcotest.failf "open %s: %a" addr Transport.pp_error e
+  let h _ =
+    {
+      Sim.recv =
+        (fun ~src:_ v ->
+          got := (Sim.now net, Iovec.to_string v) :: !got;
+          Iovec.release v);
+      closed = ignore;
+    }
+  in
+  match Sim.open_ net addr h with
+  | Ok c -> (c, got)
+  | Error e -> Alcotest.failf "open %s: %a" addr Transport.pp_error e
 
 (* A bundling endpoint that records the datagrams handed up, by source. *)
 let bundled ?size net addr =
   let got = ref [] in
-  let h _ = { B.recv = (fun ~src v -> got := (src, Iovec.to_string v) :: !got; Iovec.release v); closed = ignore } in
-  match B.open_with ?size net addr h with Ok c -> (c, got) | Error e -> Alcotest.failf "open %s: %a" addr Transport.pp_error e
+  let h _ =
+    {
+      B.recv =
+        (fun ~src v ->
+          got := (src, Iovec.to_string v) :: !got;
+          Iovec.release v);
+      closed = ignore;
+    }
+  in
+  match B.open_with ?size net addr h with
+  | Ok c -> (c, got)
+  | Error e -> Alcotest.failf "open %s: %a" addr Transport.pp_error e
 
 let send c dst s =
   let m = Msg.of_string Pool.default s in
-  (match B.send c ~dst m with Ok () -> () | Error e -> Alcotest.failf "send: %a" Transport.pp_error e);
+  (match B.send c ~dst m with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "send: %a" Transport.pp_error e);
   Msg.release m
 
 let cast c dsts s =
   let m = Msg.of_string Pool.default s in
-  (match B.cast c ~dsts m with Ok () -> () | Error e -> Alcotest.failf "cast: %a" Transport.pp_error e);
+  (match B.cast c ~dsts m with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "cast: %a" Transport.pp_error e);
   Msg.release m
 
-let payload i n = let h = Printf.sprintf "m%d:" i in h ^ String.make (max 0 (n - String.length h)) (Char.chr (97 + (i mod 26)))
+let payload i n =
+  let h = Printf.sprintf "m%d:" i in
+  h ^ String.make (max 0 (n - String.length h)) (Char.chr (97 + (i mod 26)))
 
 let strings = Alcotest.(list string)
 
@@ -45,7 +71,9 @@ let lone () =
   let _r, got = raw net "r" in
   let s, _ = bundled net "s" in
   let p =
-    match Sim.open_ net "p" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+    match
+      Sim.open_ net "p" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+    with
     | Ok c -> c
     | Error _ -> Alcotest.fail "open p"
   in
@@ -77,7 +105,10 @@ let burst () =
   ignore b;
   let s, _ = bundled ~size:4000 net "s" in
   let msgs = List.init 100 (fun i -> payload i 700) in
-  ignore (Sim.at net (ms 1) (fun () -> List.iter (send s "b") msgs; List.iter (send s "r") msgs));
+  ignore
+    (Sim.at net (ms 1) (fun () ->
+         List.iter (send s "b") msgs;
+         List.iter (send s "r") msgs));
   Sim.run net;
   Alcotest.(check strings) "all, in order" msgs (List.rev_map snd !got);
   let sizes = List.map (fun (_, d) -> String.length d) !wire in
@@ -96,7 +127,11 @@ let off () =
   let net = Sim.create ~seed:3 () in
   let _r, wire = raw net "r" in
   let s, _ = bundled ~size:0 net "s" in
-  ignore (Sim.at net (ms 1) (fun () -> for i = 1 to 10 do send s "r" (payload i 50) done));
+  ignore
+    (Sim.at net (ms 1) (fun () ->
+         for i = 1 to 10 do
+           send s "r" (payload i 50)
+         done));
   Sim.run net;
   Alcotest.(check int) "datagrams" 10 (List.length !wire)
 
@@ -106,7 +141,9 @@ let large () =
   let net = Sim.create ~seed:4 () in
   let _b, got = bundled net "b" in
   let s, _ = bundled ~size:2000 net "s" in
-  let msgs = [ payload 1 100; payload 2 300; payload 3 5000; payload 4 100; payload 5 1990; payload 6 10 ] in
+  let msgs =
+    [ payload 1 100; payload 2 300; payload 3 5000; payload 4 100; payload 5 1990; payload 6 10 ]
+  in
   ignore (Sim.at net (ms 1) (fun () -> List.iter (send s "b") msgs));
   Sim.run net;
   Alcotest.(check strings) "in order" msgs (List.rev_map snd !got)
@@ -116,7 +153,12 @@ let close_flushes () =
   let net = Sim.create ~seed:5 () in
   let _b, got = bundled net "b" in
   let s, _ = bundled net "s" in
-  ignore (Sim.at net (ms 1) (fun () -> send s "b" "one"; send s "b" "two"; cast s [ "b" ] "three"; B.close s));
+  ignore
+    (Sim.at net (ms 1) (fun () ->
+         send s "b" "one";
+         send s "b" "two";
+         cast s [ "b" ] "three";
+         B.close s));
   Sim.run net;
   Alcotest.(check strings) "all" [ "one"; "two"; "three" ] (List.rev_map snd !got)
 
@@ -137,9 +179,14 @@ let random_traces () =
       let script =
         List.init ops (fun _ ->
             incr n;
-            let len = 1 + Random.State.int rng (if Random.State.int rng 10 = 0 then 12000 else 600) in
+            let len =
+              1 + Random.State.int rng (if Random.State.int rng 10 = 0 then 12000 else 600)
+            in
             let p = payload !n len in
-            let p = if Random.State.int rng 20 = 0 then String.make 1 (Char.chr Bundle.Wire.magic) ^ p else p in
+            let p =
+              if Random.State.int rng 20 = 0 then String.make 1 (Char.chr Bundle.Wire.magic) ^ p
+              else p
+            in
             if Random.State.bool rng then begin
               let d = Random.State.int rng 3 in
               expect_sends.(d) <- p :: expect_sends.(d);
@@ -156,7 +203,8 @@ let random_traces () =
              List.iter
                (function
                  | `Send (d, p) -> send s (Printf.sprintf "r%d" d) p
-                 | `Cast (dsts, p) -> if dsts <> [] then cast s (List.map (Printf.sprintf "r%d") dsts) p)
+                 | `Cast (dsts, p) ->
+                     if dsts <> [] then cast s (List.map (Printf.sprintf "r%d") dsts) p)
                script))
     done;
     Sim.run net;
@@ -164,16 +212,26 @@ let random_traces () =
       (fun d (_, got) ->
         let got = List.rev_map snd !got in
         let is_send p = List.mem p expect_sends.(d) in
-        Alcotest.(check strings) (Printf.sprintf "seed %d: sends to r%d" seed d) (List.rev expect_sends.(d)) (List.filter is_send got);
-        Alcotest.(check strings) (Printf.sprintf "seed %d: casts to r%d" seed d) (List.rev expect_casts.(d))
+        Alcotest.(check strings)
+          (Printf.sprintf "seed %d: sends to r%d" seed d)
+          (List.rev expect_sends.(d))
+          (List.filter is_send got);
+        Alcotest.(check strings)
+          (Printf.sprintf "seed %d: casts to r%d" seed d)
+          (List.rev expect_casts.(d))
           (List.filter (fun p -> not (is_send p)) got))
       rs
   done
 
 (* {1 Hostile bundles} *)
 
-let hdr count = Printf.sprintf "%c\001%c%c" (Char.chr Bundle.Wire.magic) (Char.chr (count lsr 8)) (Char.chr (count land 255))
-let entry s = Printf.sprintf "%c%c%s" (Char.chr (String.length s lsr 8)) (Char.chr (String.length s land 255)) s
+let hdr count =
+  Printf.sprintf "%c\001%c%c" (Char.chr Bundle.Wire.magic)
+    (Char.chr (count lsr 8))
+    (Char.chr (count land 255))
+
+let entry s =
+  Printf.sprintf "%c%c%s" (Char.chr (String.length s lsr 8)) (Char.chr (String.length s land 255)) s
 
 let hostile_inputs =
   [
@@ -207,7 +265,8 @@ let hostile () =
   let inner = hdr 1 ^ entry "x" in
   put (hdr 2 ^ entry "ab" ^ entry inner);
   Sim.run net;
-  Alcotest.(check strings) "only the good bundles" [ "good"; "ones"; "ab"; inner ] (List.rev_map snd !got);
+  Alcotest.(check strings)
+    "only the good bundles" [ "good"; "ones"; "ab"; inner ] (List.rev_map snd !got);
   Alcotest.(check int) "malformed" (List.length hostile_inputs) (B.stats b).malformed;
   Alcotest.(check int) "no buffer kept" 0 (Pool.in_use pool);
   List.iter
@@ -251,13 +310,17 @@ module Group = Consort_group.Group
 module G = Group.Make (Sim)
 
 let layers () =
-  match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
+  match Consort_group.Properties.(layers vsync) with
+  | Ok l -> l
+  | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 (* Three members; member 0 casts 300 messages in one step, then 300 more
    while member 2 leaves (a flush with bundles in flight). Every member
    delivers each cast once, in order, and the casts went in bundles. *)
 let group_burst () =
-  let net = Sim.create ~seed:8 ~link:{ Sim.default_link with loss = 0.02; jitter = Time.of_ms 1 } () in
+  let net =
+    Sim.create ~seed:8 ~link:{ Sim.default_link with loss = 0.02; jitter = Time.of_ms 1 } ()
+  in
   let addrs = [ "m0"; "m1"; "m2" ] in
   let members =
     List.map
@@ -273,7 +336,9 @@ let group_burst () =
             exit = ignore;
           }
         in
-        match G.join ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers:(layers ()) net ~group:"b" ~addr cb with
+        match
+          G.join ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers:(layers ()) net ~group:"b" ~addr cb
+        with
         | Ok g -> (g, got)
         | Error e -> Alcotest.failf "%a" Group.pp_join_error e)
       addrs
@@ -291,21 +356,35 @@ let group_burst () =
   burst 0 300;
   Sim.run ~until:(Time.of_sec 4.) net;
   let g2, _ = List.nth members 2 in
-  ignore (Sim.at net (Time.of_sec 4. + Time.of_ms 1) (fun () -> burst 300 300; G.leave g2));
+  ignore
+    (Sim.at net
+       (Time.of_sec 4. + Time.of_ms 1)
+       (fun () ->
+         burst 300 300;
+         G.leave g2));
   Sim.run ~until:(Time.of_sec 12.) net;
   let expected = List.rev !accepted in
   Alcotest.(check bool) "most casts accepted" true (List.length expected > 300);
   List.iteri
     (fun i (g, got) ->
-      let mine = List.rev (List.filter_map (fun (o, s) -> if o = G.me g0 then Some s else None) !got) in
-      if i < 2 then Alcotest.(check strings) (Printf.sprintf "member %d delivers every cast once, in order" i) expected mine
+      let mine =
+        List.rev (List.filter_map (fun (o, s) -> if o = G.me g0 then Some s else None) !got)
+      in
+      if i < 2 then
+        Alcotest.(check strings)
+          (Printf.sprintf "member %d delivers every cast once, in order" i)
+          expected mine
       else
         (* The leaver delivers a prefix: what was in its last view. *)
-        Alcotest.(check strings) "the leaver: a prefix" (List.filteri (fun j _ -> j < List.length mine) expected) mine;
+        Alcotest.(check strings)
+          "the leaver: a prefix"
+          (List.filteri (fun j _ -> j < List.length mine) expected)
+          mine;
       ignore g)
     members;
   let st = G.bundle_stats g0 in
-  if st.Bundle.bundles_sent = 0 || st.bundled < 100 then Alcotest.failf "bundles: %a" Bundle.pp_stats st;
+  if st.Bundle.bundles_sent = 0 || st.bundled < 100 then
+    Alcotest.failf "bundles: %a" Bundle.pp_stats st;
   let st1 = G.bundle_stats (fst (List.nth members 1)) in
   if st1.Bundle.unbundled < 100 then Alcotest.failf "member 1: %a" Bundle.pp_stats st1
 
@@ -329,7 +408,10 @@ let views () =
           }
         in
         let on_bytes kind ~origin cs = got := (kind, origin, Cstruct.to_string cs) :: !got in
-        match G.join ~peers:addrs ~seed:(Hashtbl.hash addr) ~on_bytes ~layers:(layers ()) net ~group:"v" ~addr cb with
+        match
+          G.join ~peers:addrs ~seed:(Hashtbl.hash addr) ~on_bytes ~layers:(layers ()) net ~group:"v"
+            ~addr cb
+        with
         | Ok g -> (g, got)
         | Error e -> Alcotest.failf "%a" Group.pp_join_error e)
       addrs
@@ -345,11 +427,17 @@ let views () =
   List.iteri
     (fun i (g, got) ->
       if i > 0 then begin
-        let casts = List.rev (List.filter_map (fun (k, o, s) -> if k = `Cast && o = G.me g0 then Some s else None) !got) in
+        let casts =
+          List.rev
+            (List.filter_map
+               (fun (k, o, s) -> if k = `Cast && o = G.me g0 then Some s else None)
+               !got)
+        in
         Alcotest.(check strings) "casts, as views" (small @ [ big ]) casts;
         let sends = List.filter_map (fun (k, _, s) -> if k = `Send then Some s else None) !got in
         Alcotest.(check strings) "the send" (if i = 1 then [ "to one" ] else []) sends;
-        Alcotest.(check (pair int int)) "copied: the fragmented message only" (1, 200_000) (G.copies g)
+        Alcotest.(check (pair int int))
+          "copied: the fragmented message only" (1, 200_000) (G.copies g)
       end)
     members
 
@@ -364,7 +452,8 @@ let () =
           Alcotest.test_case "too large to share: alone, in order" `Quick large;
           Alcotest.test_case "close sends what is held" `Quick close_flushes;
           Alcotest.test_case "random steps: exact and in order" `Quick random_traces;
-          Alcotest.test_case "wire: decode (encode ds) = ds" `Quick (fun () -> QCheck.Test.check_exn wire_round_trip);
+          Alcotest.test_case "wire: decode (encode ds) = ds" `Quick (fun () ->
+              QCheck.Test.check_exn wire_round_trip);
         ] );
       ( "hostile",
         [

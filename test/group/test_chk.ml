@@ -49,7 +49,14 @@ end) : Layer.S = struct
 
   let create (ctx : Layer.ctx) out =
     let n = View.nmembers ctx.view in
-    { out; on = !active && ctx.view.rank = 1 && n >= 3; counts = Array.make n 0; all = 0; held = None; fired = false }
+    {
+      out;
+      on = !active && ctx.view.rank = 1 && n >= 3;
+      counts = Array.make n 0;
+      all = 0;
+      held = None;
+      fired = false;
+    }
 
   let dn t dst msg = t.out.dn dst () msg
 
@@ -125,14 +132,19 @@ let run ?(params = Params.empty) ~seed l =
       let gs =
         List.mapi
           (fun i addr ->
-            match G.join ~params ~seed:(seed + i) ~peers:addrs ~layers:l net ~group:"chk" ~addr (cb casts.(i)) with
+            match
+              G.join ~params ~seed:(seed + i) ~peers:addrs ~layers:l net ~group:"chk" ~addr
+                (cb casts.(i))
+            with
             | Ok g -> g
             | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e)
           addrs
       in
       let g = Array.of_list gs in
       Sim.run ~until:(sec 6.) net;
-      Array.iter (fun x -> Alcotest.(check int) "three members" 3 (Array.length (G.view x).members)) g;
+      Array.iter
+        (fun x -> Alcotest.(check int) "three members" 3 (Array.length (G.view x).members))
+        g;
       for k = 1 to 20 do
         Array.iteri (fun i x -> ignore (G.cast x (Printf.sprintf "%d.%d" i k))) g;
         Sim.run ~until:(Time.add (Sim.now net) (Time.of_ms 20)) net
@@ -154,26 +166,36 @@ let run ?(params = Params.empty) ~seed l =
 
 let counter counters layer name =
   match List.assoc_opt layer counters with
-  | Some l -> ( match List.assoc_opt name l with Some v -> v | None -> Alcotest.failf "no counter %s.%s" layer name)
+  | Some l -> (
+      match List.assoc_opt name l with
+      | Some v -> v
+      | None -> Alcotest.failf "no counter %s.%s" layer name)
   | None -> Alcotest.failf "no layer %s in the counters" layer
 
 let by layer reports = List.filter (fun (v : Chk.violation) -> v.layer = layer) reports
-
 let show reports = String.concat "\n" (List.map (Fmt.str "%a" Chk.pp_violation) reports)
 
 (* A report names what happened and carries the events before it. *)
 let well_formed (v : Chk.violation) =
   if v.events = [] then Alcotest.failf "a report without its events: %a" Chk.pp_violation v;
-  if List.length v.events > 32 then Alcotest.failf "more events than chk.history: %d" (List.length v.events)
+  if List.length v.events > 32 then
+    Alcotest.failf "more events than chk.history: %d" (List.length v.events)
 
 let control ps () =
   active := false;
-  let reports, counters = Fun.protect ~finally:(fun () -> active := true) (fun () -> run ~seed:3 (layers ps)) in
+  let reports, counters =
+    Fun.protect ~finally:(fun () -> active := true) (fun () -> run ~seed:3 (layers ps))
+  in
   if reports <> [] then Alcotest.failf "a correct stack, yet:\n%s" (show reports);
   (* The checks ran. *)
   Alcotest.(check bool) "chk_fifo checked casts" true (counter counters "chk_fifo" "checked" >= 10);
-  Alcotest.(check bool) "chk_sync compared digests" true (counter counters "chk_sync" "compared" >= 1);
-  if List.mem P.Total ps then Alcotest.(check bool) "chk_total checked claims" true (counter counters "chk_total" "checked" >= 1)
+  Alcotest.(check bool)
+    "chk_sync compared digests" true
+    (counter counters "chk_sync" "compared" >= 1);
+  if List.mem P.Total ps then
+    Alcotest.(check bool)
+      "chk_total checked claims" true
+      (counter counters "chk_total" "checked" >= 1)
 
 let fifo_swap () =
   let l = insert_under "chk_fifo" (broken Swap_fifo) (layers (P.vsync @ [ P.Debug ])) in
@@ -183,7 +205,11 @@ let fifo_swap () =
   | [] -> Alcotest.failf "chk_fifo said nothing of two casts swapped:\n%s" (show reports)
   | v :: _ as fifo ->
       well_formed v;
-      Alcotest.(check bool) "at b, the member that swapped" true (List.for_all (fun (v : Chk.violation) -> String.length v.member > 0 && v.member.[0] = 'b') fifo);
+      Alcotest.(check bool)
+        "at b, the member that swapped" true
+        (List.for_all
+           (fun (v : Chk.violation) -> String.length v.member > 0 && v.member.[0] = 'b')
+           fifo);
       Alcotest.(check bool) "the report says what came out of order" true (String.length v.what > 0)
 
 let total_swap protocol () =
@@ -192,7 +218,8 @@ let total_swap protocol () =
   let reports, _ = run ~params ~seed:5 l in
   Fmt.epr "%s@." (show reports);
   match by "chk_total" reports with
-  | [] -> Alcotest.failf "chk_total said nothing of two casts swapped at one member:\n%s" (show reports)
+  | [] ->
+      Alcotest.failf "chk_total said nothing of two casts swapped at one member:\n%s" (show reports)
   | v :: _ -> well_formed v
 
 let sync_forget () =
@@ -219,7 +246,10 @@ let bounded_reports () =
       let k = (v.layer, v.member, v.view) in
       Hashtbl.replace per k (1 + Option.value ~default:0 (Hashtbl.find_opt per k)))
     reports;
-  Hashtbl.iter (fun _ n -> if n > 2 then Alcotest.failf "%d reports from one layer in one view, chk.reports=2" n) per
+  Hashtbl.iter
+    (fun _ n ->
+      if n > 2 then Alcotest.failf "%d reports from one layer in one view, chk.reports=2" n)
+    per
 
 (* {1 Fault layers} *)
 
@@ -227,15 +257,20 @@ let bounded_reports () =
    it, the checks hold, and the counters show the faults happened. *)
 let faults () =
   let params =
-    match Params.of_string "drop.rate=0.1,dup.rate=0.1,delay.rate=0.3,delay.max=20ms,fault.seed=7" with
+    match
+      Params.of_string "drop.rate=0.1,dup.rate=0.1,delay.rate=0.3,delay.max=20ms,fault.seed=7"
+    with
     | Ok p -> p
     | Error e -> Alcotest.failf "%a" Params.pp_error e
   in
   active := false;
   let reports, counters =
-    Fun.protect ~finally:(fun () -> active := true) (fun () -> run ~params ~seed:8 (layers (P.vsync @ [ P.Total; P.Debug ])))
+    Fun.protect
+      ~finally:(fun () -> active := true)
+      (fun () -> run ~params ~seed:8 (layers (P.vsync @ [ P.Total; P.Debug ])))
   in
-  if reports <> [] then Alcotest.failf "faults below the reliable layers broke a check:\n%s" (show reports);
+  if reports <> [] then
+    Alcotest.failf "faults below the reliable layers broke a check:\n%s" (show reports);
   Alcotest.(check bool) "dropped" true (counter counters "drop" "dropped" > 0);
   Alcotest.(check bool) "duplicated" true (counter counters "dup" "duplicated" > 0);
   Alcotest.(check bool) "delayed" true (counter counters "delay" "delayed" > 0)
@@ -246,9 +281,16 @@ let faults () =
    channel: c is excluded, merges back, is excluded again, while casts
    flow; the checks hold throughout. *)
 let partition () =
-  Alcotest.(check (list (list string))) "sets" [ [ "a"; "b" ]; [ "c" ] ] (Consort_group.Fault.parse_sets "a+b/c");
+  Alcotest.(check (list (list string)))
+    "sets"
+    [ [ "a"; "b" ]; [ "c" ] ]
+    (Consort_group.Fault.parse_sets "a+b/c");
   Alcotest.(check (list (list string))) "none" [] (Consort_group.Fault.parse_sets " ");
-  let params = match Params.of_string "partition.sets=a+b/c" with Ok p -> p | Error e -> Alcotest.failf "%a" Params.pp_error e in
+  let params =
+    match Params.of_string "partition.sets=a+b/c" with
+    | Ok p -> p
+    | Error e -> Alcotest.failf "%a" Params.pp_error e
+  in
   let l = layers (P.vsync @ [ P.Total; P.Debug ]) in
   Chk.reset ();
   let reports = ref [] in
@@ -260,7 +302,10 @@ let partition () =
         Array.of_list
           (List.mapi
              (fun i addr ->
-               match G.join ~params ~seed:i ~peers:addrs ~layers:l net ~group:"p" ~addr (cb delivered.(i)) with
+               match
+                 G.join ~params ~seed:i ~peers:addrs ~layers:l net ~group:"p" ~addr
+                   (cb delivered.(i))
+               with
                | Ok g -> g
                | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e)
              addrs)
@@ -272,10 +317,14 @@ let partition () =
         let v = G.view g.(2) in
         if not (List.mem v.vid !views_c) then views_c := v.vid :: !views_c
       done;
-      let cut = counter (G.counters g.(0)) "partition" "cut" + counter (G.counters g.(2)) "partition" "cut" in
+      let cut =
+        counter (G.counters g.(0)) "partition" "cut" + counter (G.counters g.(2)) "partition" "cut"
+      in
       if !reports <> [] then Alcotest.failf "under a partition:\n%s" (show !reports);
       Alcotest.(check bool) "datagrams were cut" true (cut > 0 || List.length !views_c > 4);
-      Alcotest.(check bool) "c excluded and merged back, again and again" true (List.length !views_c >= 4);
+      Alcotest.(check bool)
+        "c excluded and merged back, again and again" true
+        (List.length !views_c >= 4);
       (* a and b hear each other all along. *)
       let from_b = List.length (List.filter (fun s -> s.[0] = '1') !(delivered.(0))) in
       Alcotest.(check bool) "a delivered b's casts" true (from_b >= 300))
@@ -299,7 +348,8 @@ let delay_bounds () =
   in
   let g =
     Harness.create ~params ~net:Harness.perfect ~seed:1 ~pool ~n:2
-      ~layers:[ Consort_group.Fault.delay; Consort_group.Bottom.layer ] ~deliver ()
+      ~layers:[ Consort_group.Fault.delay; Consort_group.Bottom.layer ]
+      ~deliver ()
   in
   h := Some g;
   for _ = 1 to 20 do
@@ -311,9 +361,12 @@ let delay_bounds () =
   Alcotest.(check int) "overflow counted" 12 (Harness.counter g 1 "delay" "overflow");
   List.iter
     (fun t ->
-      if t < sec 2. || t > Time.add (sec 5.) (Time.of_ms 2) then Alcotest.failf "delivered at %a, outside [2 s, 5 s]" Time.pp t)
+      if t < sec 2. || t > Time.add (sec 5.) (Time.of_ms 2) then
+        Alcotest.failf "delivered at %a, outside [2 s, 5 s]" Time.pp t)
     !times;
-  Alcotest.(check bool) "delays over a second drawn too" true (List.exists (fun t -> t > sec 3.2) !times);
+  Alcotest.(check bool)
+    "delays over a second drawn too" true
+    (List.exists (fun t -> t > sec 3.2) !times);
   Harness.stop g
 
 (* {1 Over real sockets} *)
@@ -330,7 +383,11 @@ let free_ports n =
         Unix.bind s (ADDR_INET (Unix.inet_addr_loopback, 0));
         s)
   in
-  let ports = List.map (fun s -> match Unix.getsockname s with ADDR_INET (_, p) -> p | _ -> assert false) socks in
+  let ports =
+    List.map
+      (fun s -> match Unix.getsockname s with ADDR_INET (_, p) -> p | _ -> assert false)
+      socks
+  in
   List.iter Unix.close socks;
   ports
 
@@ -351,12 +408,18 @@ let udp_swap () =
         Array.of_list
           (List.mapi
              (fun i addr ->
-               match GU.join ~peers:addrs ~layers:l loop ~group:"chk-udp" ~addr (cb delivered.(i)) with
+               match
+                 GU.join ~peers:addrs ~layers:l loop ~group:"chk-udp" ~addr (cb delivered.(i))
+               with
                | Ok g -> g
                | Error e -> Alcotest.failf "join: %a" Group.pp_join_error e)
              addrs)
       in
-      let all_three () = Array.for_all (fun x -> Array.length (GU.view x).members = 3 && (GU.view x).vid = (GU.view g.(0)).vid) g in
+      let all_three () =
+        Array.for_all
+          (fun x -> Array.length (GU.view x).members = 3 && (GU.view x).vid = (GU.view g.(0)).vid)
+          g
+      in
       Loop.run ~timeout:(sec 30.) ~until:all_three loop;
       if not (all_three ()) then Alcotest.fail "no view of three within 30 s";
       let members = (GU.view g.(0)).members in
@@ -368,10 +431,14 @@ let udp_swap () =
       Array.iter GU.leave g;
       Loop.run ~timeout:(sec 5.) loop;
       let fifo = by "chk_fifo" !reports in
-      if fifo = [] then Alcotest.failf "chk_fifo said nothing over UDP (b delivered %d casts):\n%s" (List.length !(delivered.(1))) (show !reports);
+      if fifo = [] then
+        Alcotest.failf "chk_fifo said nothing over UDP (b delivered %d casts):\n%s"
+          (List.length !(delivered.(1)))
+          (show !reports);
       List.iter well_formed fifo;
       (* The broken layer acts at rank 1. *)
-      Alcotest.(check bool) "reported at the member of rank 1" true
+      Alcotest.(check bool)
+        "reported at the member of rank 1" true
         (List.for_all (fun (v : Chk.violation) -> v.member = members.(1)) fifo))
 
 let () =
@@ -379,15 +446,24 @@ let () =
     [
       ( "checks",
         [
-          Alcotest.test_case "a correct stack: no report, the checks ran" `Quick (control (P.vsync @ [ P.Debug ]));
-          Alcotest.test_case "a correct stack with Total: no report" `Quick (control (P.vsync @ [ P.Total; P.Debug ]));
+          Alcotest.test_case "a correct stack: no report, the checks ran" `Quick
+            (control (P.vsync @ [ P.Debug ]));
+          Alcotest.test_case "a correct stack with Total: no report" `Quick
+            (control (P.vsync @ [ P.Total; P.Debug ]));
           Alcotest.test_case "chk_fifo: two casts of one origin swapped" `Quick fifo_swap;
-          Alcotest.test_case "chk_total: two casts swapped at one member (sequencer)" `Quick (total_swap "sequencer");
-          Alcotest.test_case "chk_total: two casts swapped at one member (token)" `Quick (total_swap "token");
+          Alcotest.test_case "chk_total: two casts swapped at one member (sequencer)" `Quick
+            (total_swap "sequencer");
+          Alcotest.test_case "chk_total: two casts swapped at one member (token)" `Quick
+            (total_swap "token");
           Alcotest.test_case "chk_sync: a cast one member never delivered" `Quick sync_forget;
           Alcotest.test_case "reports bounded by chk.reports" `Quick bounded_reports;
         ] );
       ("udp", [ Alcotest.test_case "chk_fifo over UDP on 127.0.0.1" `Quick udp_swap ]);
-      ("delay", [ Alcotest.test_case "delays within their bounds, queue bounded" `Quick delay_bounds ]);
-      ("faults", [ Alcotest.test_case "drop, dup, delay under the reliable layers" `Quick faults; Alcotest.test_case "partition" `Quick partition ]);
+      ( "delay",
+        [ Alcotest.test_case "delays within their bounds, queue bounded" `Quick delay_bounds ] );
+      ( "faults",
+        [
+          Alcotest.test_case "drop, dup, delay under the reliable layers" `Quick faults;
+          Alcotest.test_case "partition" `Quick partition;
+        ] );
     ]

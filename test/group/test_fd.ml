@@ -4,7 +4,6 @@ module G = Consort_group
 module Sim = Consort_engine.Sim
 module Ep = Consort_engine.Endpoint.Make (Sim)
 
-
 let ms = Time.of_ms
 let sec = Time.of_sec
 let interval = ms 250
@@ -39,7 +38,8 @@ let slander_gen =
         return G.Slander.No_hdr;
         map3
           (fun ranks reason kind -> G.Slander.Slander { ranks; reason; kind })
-          ranks_gen (string_size (int_bound 100))
+          ranks_gen
+          (string_size (int_bound 100))
           (oneofl G.Gevent.[ Silent; Requested; Unresponsive ]);
       ])
 
@@ -50,7 +50,8 @@ let layouts () =
     (enc G.Suspect.codec (G.Suspect.Heartbeat { suspects = [ 1; 200 ] }));
   Alcotest.(check string)
     "slander" "\001\001\004\002hi"
-    (enc G.Slander.codec (G.Slander.Slander { ranks = [ 4 ]; reason = "hi"; kind = G.Gevent.Silent }))
+    (enc G.Slander.codec
+       (G.Slander.Slander { ranks = [ 4 ]; reason = "hi"; kind = G.Gevent.Silent }))
 
 let codec_tests =
   [
@@ -90,11 +91,11 @@ let next_seq s r =
   a.(r) <- seq + 1;
   seq
 
-
-
 let bottom_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
 let bottom_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
-let heartbeat s r suspects = bottom_cast s r ^ enc G.Suspect.codec (G.Suspect.Heartbeat { suspects })
+
+let heartbeat s r suspects =
+  bottom_cast s r ^ enc G.Suspect.codec (G.Suspect.Heartbeat { suspects })
 
 (* [codec]'s header of an outgoing datagram, and the offset just after it. *)
 let split codec bytes =
@@ -137,7 +138,9 @@ let suspect_by_hand () =
   run_until s (sec 1.);
   feed s (bottom_cast s 1 ^ enc G.Suspect.codec G.Suspect.No_hdr ^ "data");
   Alcotest.(check (list (pair src_t string)))
-    "messages pass through" [ (Event.Cast_from 1, "data") ] (List.rev !(s.got));
+    "messages pass through"
+    [ (Event.Cast_from 1, "data") ]
+    (List.rev !(s.got));
   run_until s (sec 2.);
   feed s (heartbeat s 2 []);
   Alcotest.(check int) "heartbeat counted" 1 (counter s "suspect" "heartbeats_received");
@@ -156,8 +159,11 @@ let suspect_by_hand () =
   Alcotest.(check (list int)) "heartbeats carry the suspicions" [ 1; 2 ] (List.nth beats 28);
   Alcotest.(check (list int)) "set grows as suspicions come" [ 1 ] (List.nth beats 27);
   feed s (heartbeat s 1 [ 0; 2; 17 ]);
-  Alcotest.(check int) "life after suspicion counted" 1 (counter s "suspect" "heard_after_suspicion");
-  Alcotest.(check int) "a suspected member's accusations are not judged" 0
+  Alcotest.(check int)
+    "life after suspicion counted" 1
+    (counter s "suspect" "heard_after_suspicion");
+  Alcotest.(check int)
+    "a suspected member's accusations are not judged" 0
     (counter s "suspect" "accusations_rejected" + counter s "suspect" "accusers_blamed");
   Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks = [ 0; 17 ]; reason = "operator" });
   Alcotest.(check int) "suspicion of self counted" 1 (counter s "suspect" "self_suspicions");
@@ -197,7 +203,8 @@ let suspect_gossip_and_requests () =
   run_until s (sec 3.25);
   (* Heartbeats carry what this member found silent, not what it was asked
      to suspect: their suspicions are judged as silences. *)
-  Alcotest.(check (list int)) "next heartbeat carries the silent ones, not the requested" [ 1; 3 ]
+  Alcotest.(check (list int))
+    "next heartbeat carries the silent ones, not the requested" [ 1; 3 ]
     (List.hd (List.rev (heartbeats_sent s)));
   run_until s (sec 20.);
   Alcotest.check ctl_t "rank 4 by silence, nothing repeated"
@@ -222,8 +229,11 @@ let suspect_deaf_accuser () =
   Alcotest.(check int) "blamed" 1 (counter s "suspect" "accusers_blamed");
   (* An application's request is adopted whoever is heard. *)
   Stack.dn_ctl s.st
-    (G.Gevent.Accusation { accuser = 3; ranks = [ 1 ]; reason = "operator"; kind = G.Gevent.Requested });
-  Alcotest.(check (list int)) "requested: adopted" [ 4; 1 ] (List.concat_map (fun (_, r, _) -> r) (ctl s));
+    (G.Gevent.Accusation
+       { accuser = 3; ranks = [ 1 ]; reason = "operator"; kind = G.Gevent.Requested });
+  Alcotest.(check (list int))
+    "requested: adopted" [ 4; 1 ]
+    (List.concat_map (fun (_, r, _) -> r) (ctl s));
   stop s
 
 let judge () =
@@ -235,21 +245,26 @@ let judge () =
   let nobody _ = false and everyone _ = true in
   let open G.Gevent in
   Alcotest.check r "a crash: nobody hears it" ([ 3 ], false) (j ~hears:nobody ~kind:Silent 1 [ 3 ]);
-  Alcotest.check r "heard here: not adopted, not blamed" ([], false) (j ~hears:everyone ~kind:Silent 1 [ 3 ]);
+  Alcotest.check r "heard here: not adopted, not blamed" ([], false)
+    (j ~hears:everyone ~kind:Silent 1 [ 3 ]);
   Alcotest.check r "self, the accuser, outside the view: never" ([], false)
     (j ~hears:nobody ~kind:Silent 1 [ 0; 1; 7; -1 ]);
   Alcotest.check r "most of the view, this member included: blamed" ([], true)
     (j ~hears:everyone ~kind:Silent 4 [ 0; 1; 2 ]);
   Alcotest.check r "most of the view, counting what it said before" ([], true)
     (j ~hears:everyone ~all:[ 1; 2 ] ~kind:Silent 4 [ 3 ]);
-  Alcotest.check r "a partition of 2 against 3: adopted" ([ 2; 3; 4 ], false)
+  Alcotest.check r "a partition of 2 against 3: adopted"
+    ([ 2; 3; 4 ], false)
     (j ~hears:(fun r -> r = 1) ~kind:Silent 1 [ 2; 3; 4 ]);
   Alcotest.check r "unresponsive, a minority: adopted though heard" ([ 3 ], false)
     (j ~hears:everyone ~kind:Unresponsive 1 [ 3 ]);
   Alcotest.check r "unresponsive, most of the view: blamed" ([], true)
     (j ~hears:everyone ~kind:Unresponsive 1 [ 0; 2; 3 ]);
-  Alcotest.check r "requested: adopted whatever" ([ 2; 3 ], false) (j ~hears:everyone ~kind:Requested 1 [ 0; 2; 3 ]);
-  Alcotest.check r "two members: the other accuses this one" ([], true) (j ~n:2 ~hears:everyone ~kind:Silent 1 [ 0 ]);
+  Alcotest.check r "requested: adopted whatever"
+    ([ 2; 3 ], false)
+    (j ~hears:everyone ~kind:Requested 1 [ 0; 2; 3 ]);
+  Alcotest.check r "two members: the other accuses this one" ([], true)
+    (j ~n:2 ~hears:everyone ~kind:Silent 1 [ 0 ]);
   (* Starved together: this member was paused and hears the others again
      only since a moment ago; the member that went on is right. *)
   Alcotest.check r "starved here: heard again, not vouched for, accused here: not blamed" ([], false)
@@ -258,7 +273,8 @@ let judge () =
     (j ~hears:everyone ~vouches:nobody ~self:true ~kind:Silent 4 [ 0; 1; 2 ]);
   Alcotest.check r "this one starved, vouches for one accused: blamed" ([], true)
     (j ~hears:everyone ~vouches:(fun r -> r = 2) ~self:false ~kind:Silent 4 [ 0; 1; 2 ]);
-  Alcotest.check r "starved members not heard here: adopted" ([ 1; 2 ], false)
+  Alcotest.check r "starved members not heard here: adopted"
+    ([ 1; 2 ], false)
     (j ~hears:nobody ~vouches:nobody ~self:false ~kind:Silent 4 [ 0; 1; 2 ])
 
 let suspect_alone () =
@@ -290,7 +306,9 @@ let pause_by_hand () =
   Stack.timer s.st !(s.clock);
   Alcotest.check ctl_t "not at once" [] (ctl s);
   beats s ~from:(sec 14.6) ~until:(sec 20.) [ 1 ];
-  Alcotest.check ctl_t "one interval after waking" [ (sec 14.75, [ 2 ], "silent for 5.0 s") ] (ctl s);
+  Alcotest.check ctl_t "one interval after waking"
+    [ (sec 14.75, [ 2 ], "silent for 5.0 s") ]
+    (ctl s);
   stop s;
   (* Without the rule (a pause threshold of an hour) everyone is suspected on waking. *)
   let params = Params.(empty |> set G.Suspect.Param.pause (Time (sec 3600.))) in
@@ -298,7 +316,9 @@ let pause_by_hand () =
   beats s ~from:0 ~until:(sec 2.) [ 1; 2 ];
   s.clock := sec 12.;
   Stack.timer s.st !(s.clock);
-  Alcotest.check ctl_t "all suspected without the rule" [ (sec 12., [ 1; 2 ], "silent for 10.0 s") ] (ctl s);
+  Alcotest.check ctl_t "all suspected without the rule"
+    [ (sec 12., [ 1; 2 ], "silent for 10.0 s") ]
+    (ctl s);
   stop s
 
 (* Slander over Mnak over Suspect, fed by hand. *)
@@ -333,13 +353,17 @@ let slander_by_hand () =
   run_until s (sec 6.);
   Alcotest.check ctl_t "reported" [ (sec 5., [ 1; 2 ], "silent for 5.0 s") ] (ctl s);
   Alcotest.(check (list (pair (list int) string)))
-    "cast to the group" [ ([ 1; 2 ], "silent for 5.0 s") ] (slanders_sent s);
+    "cast to the group"
+    [ ([ 1; 2 ], "silent for 5.0 s") ]
+    (slanders_sent s);
   Alcotest.(check int) "slanders sent" 1 (counter s "slander" "slanders_sent");
   stop s;
   (* Slanders received; nonsense counted; requests. *)
   let s = single ~n:4 ~rank:0 slander_stack in
   run_until s (sec 1.);
-  feed s (slander_cast s 1 (G.Slander.Slander { ranks = [ 2; 9 ]; reason = "because"; kind = G.Gevent.Silent }));
+  feed s
+    (slander_cast s 1
+       (G.Slander.Slander { ranks = [ 2; 9 ]; reason = "because"; kind = G.Gevent.Silent }));
   Alcotest.check ctl_t "judged below: rank 2 is heard here" [] (ctl s);
   run_until s (sec 1.9);
   Alcotest.check ctl_t "not within the grace period" [] (ctl s);
@@ -348,16 +372,20 @@ let slander_by_hand () =
     [ (sec 2., [ 2 ], "suspected by 1 (because) for 1.0 s, though heard here") ]
     (ctl s);
   Alcotest.(check (list (pair (list int) string)))
-    "adopted suspicions are cast again" [ ([ 2 ], "suspected by 1 (because) for 1.0 s, though heard here") ]
+    "adopted suspicions are cast again"
+    [ ([ 2 ], "suspected by 1 (because) for 1.0 s, though heard here") ]
     (slanders_sent s);
-  feed s (slander_cast s 3 (G.Slander.Slander { ranks = [ 2 ]; reason = "again"; kind = G.Gevent.Silent }));
+  feed s
+    (slander_cast s 3
+       (G.Slander.Slander { ranks = [ 2 ]; reason = "again"; kind = G.Gevent.Silent }));
   Alcotest.(check int) "not reported twice" 1 (List.length (ctl s));
   Alcotest.(check int) "slanders received" 2 (counter s "slander" "slanders_received");
   feed s
     (bottom_send s 3
     ^ enc G.Suspect.codec G.Suspect.No_hdr
     ^ enc G.Mnak.codec G.Mnak.No_hdr
-    ^ enc G.Slander.codec (G.Slander.Slander { ranks = [ 1 ]; reason = "p2p"; kind = G.Gevent.Silent }));
+    ^ enc G.Slander.codec
+        (G.Slander.Slander { ranks = [ 1 ]; reason = "p2p"; kind = G.Gevent.Silent }));
   Alcotest.(check int) "slander not cast is malformed" 1 (counter s "slander" "malformed");
   feed s
     (bottom_send s 3
@@ -366,16 +394,23 @@ let slander_by_hand () =
     ^ enc G.Slander.codec G.Slander.No_hdr
     ^ "hello");
   Alcotest.(check (list (pair src_t string)))
-    "messages pass through" [ (Event.Send_from 3, "hello") ] (List.rev !(s.got));
+    "messages pass through"
+    [ (Event.Send_from 3, "hello") ]
+    (List.rev !(s.got));
   s.sent := [];
   Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks = [ 3; 2; 0; 9 ]; reason = "operator" });
   Alcotest.check ctl_t "request reported once, new ranks only"
-    [ (sec 2., [ 2 ], "suspected by 1 (because) for 1.0 s, though heard here"); (sec 2.1, [ 3 ], "operator") ]
+    [
+      (sec 2., [ 2 ], "suspected by 1 (because) for 1.0 s, though heard here");
+      (sec 2.1, [ 3 ], "operator");
+    ]
     (ctl s);
   Alcotest.(check int) "self" 1 (counter s "slander" "self_suspicions");
   Alcotest.(check int) "bad rank" 1 (counter s "slander" "bad_rank");
   Alcotest.(check (list (pair (list int) string)))
-    "and cast" [ ([ 3 ], "operator") ] (slanders_sent s);
+    "and cast"
+    [ ([ 3 ], "operator") ]
+    (slanders_sent s);
   Alcotest.(check int) "the detector below adopted it too" 2 (counter s "suspect" "suspected");
   run_until s (sec 20.);
   Alcotest.check ctl_t "rank 1 later, by silence"
@@ -418,7 +453,10 @@ let fuzz =
           | Bytes (r, b) -> feed s (bottom_cast s r ^ b)
           | Beat (r, l) -> feed s (heartbeat s r l)
           | Slandr (r, ranks) ->
-              if r <> 1 then feed s (slander_cast s r (G.Slander.Slander { ranks; reason = "x"; kind = G.Gevent.Silent }))
+              if r <> 1 then
+                feed s
+                  (slander_cast s r
+                     (G.Slander.Slander { ranks; reason = "x"; kind = G.Gevent.Silent }))
           | Request ranks -> Stack.dn_ctl s.st (G.Gevent.Suspect_request { ranks; reason = "r" })
           | Wait d -> run_until s (!(s.clock) + ms d))
         inputs;
@@ -443,7 +481,7 @@ module Net = struct
   type member = {
     mutable crashed : bool;
     mutable paused : bool;
-    mutable keep : bool;  (* datagrams arriving during a pause wait in the socket *)
+    mutable keep : bool; (* datagrams arriving during a pause wait in the socket *)
     held : Iovec.t Queue.t;
   }
 
@@ -457,7 +495,7 @@ module Net = struct
     pool : Pool.t;
     members : member array;
     mutable stacks : Stack.t array;
-    mutable seen : seen list;  (* newest first *)
+    mutable seen : seen list; (* newest first *)
     mutable delivered : int;
   }
 
@@ -484,8 +522,8 @@ module Net = struct
       dsts;
     Iovec.release v
 
-  let create ?(params = Params.empty) ?(loss = 0.) ?(drop = fun ~src:_ ~dst:_ _ -> false) ~seed ~pool
-      ~n layers =
+  let create ?(params = Params.empty) ?(loss = 0.) ?(drop = fun ~src:_ ~dst:_ _ -> false) ~seed
+      ~pool ~n layers =
     let t =
       {
         now = 0;
@@ -495,7 +533,9 @@ module Net = struct
         loss;
         drop;
         pool;
-        members = Array.init n (fun _ -> { crashed = false; paused = false; keep = true; held = Queue.create () });
+        members =
+          Array.init n (fun _ ->
+              { crashed = false; paused = false; keep = true; held = Queue.create () });
         stacks = [||];
         seen = [];
         delivered = 0;
@@ -504,13 +544,16 @@ module Net = struct
     let members = Array.init n (Printf.sprintf "m%d") in
     let make i =
       let view = View.v ~group:"fd" ~members ~rank:i () in
-      let ctx = { Layer.view; rng = Rng.create ((seed * 1000) + i); params; pool; now = (fun () -> t.now) } in
+      let ctx =
+        { Layer.view; rng = Rng.create ((seed * 1000) + i); params; pool; now = (fun () -> t.now) }
+      in
       let deliver _ msg =
         t.delivered <- t.delivered + 1;
         Msg.release msg
       in
       let ctl = function
-        | G.Gevent.Suspect { ranks; reason } -> t.seen <- { at = t.now; who = i; ranks; reason } :: t.seen
+        | G.Gevent.Suspect { ranks; reason } ->
+            t.seen <- { at = t.now; who = i; ranks; reason } :: t.seen
         | _ -> ()
       in
       match Stack.create ctx layers ~net:(transmit t i) ~app:{ Stack.deliver; ctl } with
@@ -562,7 +605,9 @@ module Net = struct
 
   let run t ~until =
     let rec loop steps =
-      let q = match Q.min_binding_opt t.queue with Some ((time, _), _) -> time | None -> max_int in
+      let q =
+        match Q.min_binding_opt t.queue with Some ((time, _), _) -> time | None -> max_int
+      in
       let a = next_alarm t in
       if min q a > until then t.now <- until
       else if steps > 5_000_000 then Alcotest.fail "too many steps"
@@ -605,14 +650,19 @@ end
 
 (* What member [who] reported, oldest first; the ranks it suspected, sorted. *)
 let reports seen who = List.rev (List.filter (fun s -> s.who = who) seen)
-let suspected seen who = List.sort_uniq compare (List.concat_map (fun s -> s.ranks) (reports seen who))
+
+let suspected seen who =
+  List.sort_uniq compare (List.concat_map (fun s -> s.ranks) (reports seen who))
 
 let first_report seen who r =
   match List.find_opt (fun s -> List.mem r s.ranks) (reports seen who) with
   | Some s -> s
   | None -> Alcotest.failf "member %d never suspected %d" who r
 
-let pp_seen ppf s = Fmt.pf ppf "%a: %d suspects [%a] (%s)" Time.pp s.at s.who Fmt.(list ~sep:comma int) s.ranks s.reason
+let pp_seen ppf s =
+  Fmt.pf ppf "%a: %d suspects [%a] (%s)" Time.pp s.at s.who
+    Fmt.(list ~sep:comma int)
+    s.ranks s.reason
 
 let no_reports what seen =
   if seen <> [] then Alcotest.failf "%s: %a" what Fmt.(list ~sep:semi pp_seen) (List.rev seen)
@@ -656,12 +706,14 @@ let pause_in_a_group () =
       Alcotest.(check int) "pause noticed" 1 pauses;
       no_reports "the member that slept" (reports seen 2);
       List.iter
-        (fun i -> Alcotest.(check (list int)) "the others suspect the sleeper" [ 2 ] (suspected seen i))
+        (fun i ->
+          Alcotest.(check (list int)) "the others suspect the sleeper" [ 2 ] (suspected seen i))
         [ 0; 1; 3; 4 ])
     [ (detector, true); (detector, false); (full, true); (full, false) ];
   let params = Params.(empty |> set G.Suspect.Param.pause (Time (sec 3600.))) in
   let seen, _ = run ~params detector true in
-  Alcotest.(check (list int)) "without the rule the sleeper suspects everyone" [ 0; 1; 3; 4 ] (suspected seen 2);
+  Alcotest.(check (list int))
+    "without the rule the sleeper suspects everyone" [ 0; 1; 3; 4 ] (suspected seen 2);
   check_no_leaks pool
 
 (* Member 0 cannot hear member 4; the heartbeats of 0 that carry suspicions
@@ -695,12 +747,16 @@ let slander_spreads () =
                   (Printf.sprintf "reason names 0 and why: %S" s.reason)
                   true
                   (contains s.reason "suspected by 0 (silent for");
-                Alcotest.(check bool) "after the grace period" true (s.at >= at + sec 1. && s.at - at < sec 2.)
+                Alcotest.(check bool)
+                  "after the grace period" true
+                  (s.at >= at + sec 1. && s.at - at < sec 2.)
             | l -> Alcotest.failf "member %d: %a" i Fmt.(list ~sep:semi pp_seen) l
           done
       | l -> Alcotest.failf "member 0: %a" Fmt.(list ~sep:semi pp_seen) l);
       no_reports "the suspected member" (reports seen 4);
-      Alcotest.(check bool) "4 heard it is suspected" true (Net.counter t 4 "suspect" "accusations_rejected" >= 1);
+      Alcotest.(check bool)
+        "4 heard it is suspected" true
+        (Net.counter t 4 "suspect" "accusations_rejected" >= 1);
       Net.stop t)
     [ 1; 2; 3 ];
   check_no_leaks pool
@@ -716,8 +772,10 @@ let heartbeats_spread () =
     match reports t.seen i with
     | [ s ] ->
         Alcotest.(check (list int)) "only 4" [ 4 ] s.ranks;
-        Alcotest.(check string) "from 0's heartbeat" "suspected by 0 (heartbeat) for 1.0 s, though heard here" s.reason;
-        Alcotest.(check bool) "after the grace period, within an interval" true
+        Alcotest.(check string)
+          "from 0's heartbeat" "suspected by 0 (heartbeat) for 1.0 s, though heard here" s.reason;
+        Alcotest.(check bool)
+          "after the grace period, within an interval" true
           (s.at - s0.at >= sec 1. && s.at - s0.at <= sec 1. + interval + ms 6)
     | l -> Alcotest.failf "member %d: %a" i Fmt.(list ~sep:semi pp_seen) l
   done;
@@ -731,10 +789,14 @@ let request_reaches_all () =
     (fun seed ->
       let t = Net.create ~loss:0.2 ~seed ~pool ~n:5 full in
       Net.at t (sec 1.) (fun () ->
-          Stack.dn_ctl t.stacks.(2) (G.Gevent.Suspect_request { ranks = [ 1; 7; 2 ]; reason = "operator" }));
+          Stack.dn_ctl t.stacks.(2)
+            (G.Gevent.Suspect_request { ranks = [ 1; 7; 2 ]; reason = "operator" }));
       Net.run t ~until:(sec 4.);
       (match reports t.seen 2 with
-      | [ s ] -> Alcotest.check ctl_t "at once where asked" [ (sec 1., [ 1 ], "operator") ] [ (s.at, s.ranks, s.reason) ]
+      | [ s ] ->
+          Alcotest.check ctl_t "at once where asked"
+            [ (sec 1., [ 1 ], "operator") ]
+            [ (s.at, s.ranks, s.reason) ]
       | l -> Alcotest.failf "member 2: %a" Fmt.(list ~sep:semi pp_seen) l);
       Alcotest.(check int) "nonsense: outside" 1 (Net.counter t 2 "slander" "bad_rank");
       Alcotest.(check int) "nonsense: self" 1 (Net.counter t 2 "slander" "self_suspicions");
@@ -747,7 +809,9 @@ let request_reaches_all () =
                  it on as a request. *)
               let suffix = "asked at rank 2: operator" in
               let ls = String.length s.reason and lx = String.length suffix in
-              Alcotest.(check bool) (Printf.sprintf "reason %S" s.reason) true
+              Alcotest.(check bool)
+                (Printf.sprintf "reason %S" s.reason)
+                true
                 (ls >= lx && String.sub s.reason (ls - lx) lx = suffix);
               Alcotest.(check bool) "within a second" true (s.at - sec 1. < sec 1.)
           | l -> Alcotest.failf "member %d: %a" i Fmt.(list ~sep:semi pp_seen) l)
@@ -779,9 +843,12 @@ let request_passed_on () =
       in
       Net.at t 0 clock;
       Net.at t (sec 1.) (fun () ->
-          Stack.dn_ctl t.stacks.(0) (G.Gevent.Suspect_request { ranks = [ 2; 3; 4 ]; reason = "did not acknowledge view" }));
+          Stack.dn_ctl t.stacks.(0)
+            (G.Gevent.Suspect_request { ranks = [ 2; 3; 4 ]; reason = "did not acknowledge view" }));
       Net.run t ~until:(sec 6.);
-      let blamed = List.filter (fun s -> contains s.reason "some of which this member hears") t.seen in
+      let blamed =
+        List.filter (fun s -> contains s.reason "some of which this member hears") t.seen
+      in
       no_reports "members blamed for passing a request on" blamed;
       Alcotest.(check int) "no accuser blamed at 3" 0 (Net.counter t 3 "suspect" "accusers_blamed");
       Net.stop t)
@@ -799,7 +866,8 @@ let sim_group ?(link = Sim.default_link) ~seed ~pool ~n layers =
   let endpoint rank =
     let view = View.v ~group:"fd" ~members ~rank () in
     let ctl = function
-      | G.Gevent.Suspect { ranks; reason } -> seen := { at = Sim.now net; who = rank; ranks; reason } :: !seen
+      | G.Gevent.Suspect { ranks; reason } ->
+          seen := { at = Sim.now net; who = rank; ranks; reason } :: !seen
       | _ -> ()
     in
     match
@@ -830,8 +898,9 @@ let crash_detected () =
       no_reports "the crashed member" (reports seen 3);
       List.iter
         (fun i ->
-          Alcotest.(check (list int)) (Printf.sprintf "seed %d: member %d suspects 3 only" seed i) [ 3 ]
-            (suspected seen i);
+          Alcotest.(check (list int))
+            (Printf.sprintf "seed %d: member %d suspects 3 only" seed i)
+            [ 3 ] (suspected seen i);
           let s = first_report seen i 3 in
           let after = s.at - crash_at in
           Alcotest.(check bool)
@@ -849,12 +918,16 @@ let partition_detected () =
   List.iter
     (fun (link, seed) ->
       let g = sim_group ~link ~seed ~pool ~n:5 full in
-      ignore (Sim.at g.net split_at (fun () -> Sim.partition g.net [ [ "p0"; "p1" ]; [ "p2"; "p3"; "p4" ] ]));
+      ignore
+        (Sim.at g.net split_at (fun () ->
+             Sim.partition g.net [ [ "p0"; "p1" ]; [ "p2"; "p3"; "p4" ] ]));
       Sim.run ~until:(sec 20.) g.net;
       let seen = !(g.seen) in
       let other i = if i < 2 then [ 2; 3; 4 ] else [ 0; 1 ] in
       for i = 0 to 4 do
-        Alcotest.(check (list int)) (Printf.sprintf "member %d suspects the other side" i) (other i) (suspected seen i);
+        Alcotest.(check (list int))
+          (Printf.sprintf "member %d suspects the other side" i)
+          (other i) (suspected seen i);
         List.iter
           (fun r ->
             let s = first_report seen i r in
@@ -876,19 +949,19 @@ let () =
       ("codecs", codec_tests);
       ( "suspect",
         [
-          Alcotest.test_case "heartbeats, proof of life, suspicion once per rank" `Quick suspect_by_hand;
+          Alcotest.test_case "heartbeats, proof of life, suspicion once per rank" `Quick
+            suspect_by_hand;
           Alcotest.test_case "judges suspicions from heartbeats, adopts requests" `Quick
             suspect_gossip_and_requests;
           Alcotest.test_case "a group of one" `Quick suspect_alone;
-          Alcotest.test_case "a member that hears nobody is the one suspected" `Quick suspect_deaf_accuser;
+          Alcotest.test_case "a member that hears nobody is the one suspected" `Quick
+            suspect_deaf_accuser;
           Alcotest.test_case "judging accusations" `Quick judge;
           Alcotest.test_case "a pause of this member is forgiven" `Quick pause_by_hand;
         ] );
       ( "slander",
-        [
-          Alcotest.test_case "casts, reports, counts nonsense" `Quick slander_by_hand;
-          qtest fuzz;
-        ] );
+        [ Alcotest.test_case "casts, reports, counts nonsense" `Quick slander_by_hand; qtest fuzz ]
+      );
       ( "group",
         [
           Alcotest.test_case "no false suspicion under 30% loss, 60 s, 6 seeds" `Quick
@@ -897,7 +970,8 @@ let () =
           Alcotest.test_case "slander spreads one member's suspicion to all" `Quick slander_spreads;
           Alcotest.test_case "heartbeats spread suspicions without slander" `Quick heartbeats_spread;
           Alcotest.test_case "a request from the application reaches all" `Quick request_reaches_all;
-          Alcotest.test_case "a request of most of the view, passed on, is no slander" `Quick request_passed_on;
+          Alcotest.test_case "a request of most of the view, passed on, is no slander" `Quick
+            request_passed_on;
         ] );
       ( "simulator",
         [

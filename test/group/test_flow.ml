@@ -55,9 +55,12 @@ let codec_tests =
     qtest (random_bytes "mflow" G.Mflow.codec [ 0; 1; 2; 3; 4; 5 ]);
     Alcotest.test_case "small headers" `Quick (fun () ->
         Alcotest.(check int) "whole" 1 (Codec.size G.Frag.codec G.Frag.Whole);
-        Alcotest.(check int) "pt2ptw data" 1 (Codec.size G.Pt2ptw.codec (G.Pt2ptw.Data { ask = true }));
+        Alcotest.(check int)
+          "pt2ptw data" 1
+          (Codec.size G.Pt2ptw.codec (G.Pt2ptw.Data { ask = true }));
         Alcotest.(check int) "mflow data" 1 (Codec.size G.Mflow.codec (G.Mflow.Data { ask = true }));
-        Alcotest.(check int) "first of 16 MiB" 5
+        Alcotest.(check int)
+          "first of 16 MiB" 5
           (Codec.size G.Frag.codec (G.Frag.First { length = mib 16 })));
   ]
 
@@ -163,7 +166,14 @@ module Slow = struct
   let requires = []
 
   let create (ctx : Layer.ctx) out =
-    { me = ctx.view.rank = !rank; out; now = ctx.now; held = Queue.create (); bytes = 0; at = max_int }
+    {
+      me = ctx.view.rank = !rank;
+      out;
+      now = ctx.now;
+      held = Queue.create ();
+      bytes = 0;
+      at = max_int;
+    }
 
   let up t src () msg =
     let origin = match src with Event.Cast_from o | Event.Send_from o -> o | Event.Raw -> -1 in
@@ -238,8 +248,8 @@ end
 type single = {
   st : Stack.t;
   clock : Time.t ref;
-  got : (Event.src * Msg.t) Queue.t;  (* delivered, owned by the test *)
-  ctl : Event.up_ctl list ref;  (* newest first *)
+  got : (Event.src * Msg.t) Queue.t; (* delivered, owned by the test *)
+  ctl : Event.up_ctl list ref; (* newest first *)
   pool : Pool.t;
 }
 
@@ -252,7 +262,10 @@ let single ?(params = Params.empty) ?(n = 2) ?(rank = 0) layers =
   let ctx = { Layer.view; rng = Rng.create 7; params; pool; now = (fun () -> !clock) } in
   let net _ msg = Msg.release msg in
   let app =
-    { Stack.deliver = (fun src msg -> Queue.push (src, msg) got); ctl = (fun e -> ctl := e :: !ctl) }
+    {
+      Stack.deliver = (fun src msg -> Queue.push (src, msg) got);
+      ctl = (fun e -> ctl := e :: !ctl);
+    }
   in
   match Stack.create ctx layers ~net ~app with
   | Error e -> Alcotest.fail e
@@ -353,7 +366,8 @@ let frag_zero_copy () =
   let seg = Iovec.segment v in
   let on_seg what body =
     List.iter
-      (fun p -> Alcotest.(check bool) (what ^ " shares the original segment") true (Iovec.segment p == seg))
+      (fun p ->
+        Alcotest.(check bool) (what ^ " shares the original segment") true (Iovec.segment p == seg))
       body
   in
   let allocs = (Pool.stats s.pool).allocs in
@@ -408,7 +422,9 @@ let frag_headers_above () =
   stop s
 
 let frag_refuses () =
-  let params = Params.(empty |> set G.Frag.Param.size (Int 1000) |> set G.Frag.Param.max_message (Int 10_000)) in
+  let params =
+    Params.(empty |> set G.Frag.Param.size (Int 1000) |> set G.Frag.Param.max_message (Int 10_000))
+  in
   let s = single ~params [ G.Frag.layer; wire ] in
   Stack.cast s.st (Msg.of_string s.pool (String.make 10_001 'x'));
   Alcotest.(check int) "refused" 1 (counter s "frag" "refused");
@@ -465,7 +481,8 @@ let frag_garbage () =
   Alcotest.(check int) "empty fragment" 4 (counter s "frag" "malformed");
   f c1 (first 6) "abcd";
   f c1 G.Frag.Whole "w";
-  Alcotest.(check int) "a whole message cuts a partial one short" 3 (counter s "frag" "out_of_order");
+  Alcotest.(check int)
+    "a whole message cuts a partial one short" 3 (counter s "frag" "out_of_order");
   Alcotest.(check (list (pair src_t string))) "only the whole one" [ (c1, "w") ] (delivered s);
   Wire.from := Event.Raw;
   Stack.recv s.st (Msg.of_string s.pool "\000raw");
@@ -480,7 +497,7 @@ let frag_garbage () =
 let frag_reentrant () =
   let params = Params.(empty |> set G.Frag.Param.size (Int 4)) in
   let s = single ~params [ G.Frag.layer; wire ] in
-  Wire.on_dn := (fun () -> Stack.send s.st 1 (Msg.of_string s.pool "late"));
+  (Wire.on_dn := fun () -> Stack.send s.st 1 (Msg.of_string s.pool "late"));
   Stack.send s.st 1 (Msg.of_string s.pool "0123456789");
   let got =
     List.map
@@ -530,7 +547,10 @@ let pt2ptw_window () =
       (Event.Cast, G.Pt2ptw.No_hdr);
     ];
   Alcotest.(check int) "queued" (3 * c) (counter s "pt2ptw" "queued");
-  Alcotest.(check int) "outstanding" ((2 * c) + 10 + G.Pt2ptw.overhead) (counter s "pt2ptw" "outstanding");
+  Alcotest.(check int)
+    "outstanding"
+    ((2 * c) + 10 + G.Pt2ptw.overhead)
+    (counter s "pt2ptw" "outstanding");
   Alcotest.(check (list bool)) "blocked once, past the queue limit" [ true ] (blocked_ctl s);
   let ack consumed = feed s (Event.Send_from 1) G.Pt2ptw.codec (G.Pt2ptw.Ack { consumed }) "" in
   ack (10 * c);
@@ -547,7 +567,8 @@ let pt2ptw_window () =
   ack (4 * c);
   check "the last one, nothing behind it" [ (Event.Send 1, data false) ];
   ack (5 * c);
-  Alcotest.(check int) "nothing outstanding but to peer 2" (10 + G.Pt2ptw.overhead)
+  Alcotest.(check int)
+    "nothing outstanding but to peer 2" (10 + G.Pt2ptw.overhead)
     (counter s "pt2ptw" "outstanding");
   Stack.send s.st 1 (Msg.of_string s.pool (String.make 5000 'y'));
   check "a message over the window goes alone" [ (Event.Send 1, data false) ];
@@ -569,12 +590,16 @@ let pt2ptw_acks () =
   let params = Params.(empty |> set G.Pt2ptw.Param.window (Int 4000)) in
   let s = single ~params [ G.Pt2ptw.layer; wire ] in
   let o = G.Pt2ptw.overhead in
-  let data ?(ask = false) body = feed s (Event.Send_from 1) G.Pt2ptw.codec (G.Pt2ptw.Data { ask }) body in
+  let data ?(ask = false) body =
+    feed s (Event.Send_from 1) G.Pt2ptw.codec (G.Pt2ptw.Data { ask }) body
+  in
   let acks () =
     List.map
       (function
         | Event.Send 1, G.Pt2ptw.Ack { consumed } -> consumed
-        | d, h -> Alcotest.failf "expected an acknowledgement to 1, got %a to %a" G.Pt2ptw.pp_header h Event.pp_dst d)
+        | d, h ->
+            Alcotest.failf "expected an acknowledgement to 1, got %a to %a" G.Pt2ptw.pp_header h
+              Event.pp_dst d)
       (sent_headers G.Pt2ptw.codec)
   in
   data "a";
@@ -613,7 +638,9 @@ let mflow_credit () =
   let s = single ~n:3 ~rank:0 ~params [ G.Mflow.layer; wire ] in
   let c = 1000 + G.Mflow.overhead and o = G.Mflow.overhead in
   let data_h ask = G.Mflow.Data { ask } in
-  let check what want = Alcotest.(check (list (pair dst_t mflow_t))) what want (sent_headers G.Mflow.codec) in
+  let check what want =
+    Alcotest.(check (list (pair dst_t mflow_t))) what want (sent_headers G.Mflow.codec)
+  in
   for _ = 1 to 4 do
     Stack.cast s.st (Msg.of_string s.pool (String.make 1000 'x'))
   done;
@@ -631,8 +658,10 @@ let mflow_credit () =
   credit 1 [ (0, 2 * c) ];
   check "one member's credit is not enough" [];
   credit 2 [ (1, 5); (0, c) ];
-  check "every member's is; the window is full again, and the ask is still unanswered" [ (Event.Cast, data_h false) ];
-  Alcotest.(check int) "outstanding: cast less the least credit" (2 * c) (counter s "mflow" "outstanding");
+  check "every member's is; the window is full again, and the ask is still unanswered"
+    [ (Event.Cast, data_h false) ];
+  Alcotest.(check int)
+    "outstanding: cast less the least credit" (2 * c) (counter s "mflow" "outstanding");
   credit 2 [ (0, 3 * c); (7, 1) ];
   credit 2 [ (0, 10 * c) ];
   Alcotest.(check int) "credit for unknown ranks or unsent bytes" 2 (counter s "mflow" "bad_credit");
@@ -645,7 +674,9 @@ let mflow_credit () =
   check "the last one goes" [ (Event.Cast, data_h false) ];
   Alcotest.(check (list bool)) "blocked, then unblocked" [ false; true ] (blocked_ctl s);
   (* Receiving: credit cast back per origin, batched. *)
-  let data ?(ask = false) m body = feed s (Event.Cast_from m) G.Mflow.codec (G.Mflow.Data { ask }) body in
+  let data ?(ask = false) m body =
+    feed s (Event.Cast_from m) G.Mflow.codec (G.Mflow.Data { ask }) body
+  in
   data 1 "a";
   data 2 "bb";
   data 0 "own";
@@ -686,10 +717,10 @@ let mflow_alone () =
    each origin, per kind, in order, byte for byte. *)
 module Expect = struct
   type t = {
-    queues : (int * int * bool, string Queue.t) Hashtbl.t;  (* (member, origin, cast) *)
+    queues : (int * int * bool, string Queue.t) Hashtbl.t; (* (member, origin, cast) *)
     mutable errors : string list;
     mutable delivered : int;
-    mutable last : Time.t;  (* of the last delivery *)
+    mutable last : Time.t; (* of the last delivery *)
   }
 
   let create () = { queues = Hashtbl.create 16; errors = []; delivered = 0; last = 0 }
@@ -702,7 +733,8 @@ module Expect = struct
         Hashtbl.replace t.queues key q;
         q
 
-  let error t fmt = Fmt.kstr (fun s -> if List.length t.errors < 10 then t.errors <- s :: t.errors) fmt
+  let error t fmt =
+    Fmt.kstr (fun s -> if List.length t.errors < 10 then t.errors <- s :: t.errors) fmt
 
   let expect t ~n ~origin dst body =
     match dst with
@@ -776,16 +808,17 @@ let idle h n layers =
   List.iter
     (fun (layer, names) ->
       List.iter (fun name -> Alcotest.(check int) (layer ^ " " ^ name) 0 (sum h n layer name)) names)
-    (List.filter (fun (l, _) -> List.mem l layers) [
-      ("frag", [ "reassembling" ]);
-      ("pt2ptw", [ "queued"; "outstanding" ]);
-      ("mflow", [ "queued"; "outstanding" ]);
-      ("pt2pt", [ "unacked"; "buffered" ]);
-      ("mnak", [ "buffered" ]);
-    ])
+    (List.filter
+       (fun (l, _) -> List.mem l layers)
+       [
+         ("frag", [ "reassembling" ]);
+         ("pt2ptw", [ "queued"; "outstanding" ]);
+         ("mflow", [ "queued"; "outstanding" ]);
+         ("pt2pt", [ "unacked"; "buffered" ]);
+         ("mnak", [ "buffered" ]);
+       ])
 
 let names layers = List.map Layer.name layers
-
 let blocked_events r = List.rev !Probe.events.(r)
 
 (* [true; false; true; false; ...], at least one of each. *)
@@ -831,10 +864,13 @@ let sixteen layers () =
   Alcotest.(check int) "five large deliveries" 5 ex.delivered;
   Alcotest.(check int) "fragmented" 3 (sum h n "frag" "fragmented");
   Alcotest.(check int) "reassembled" 5 (sum h n "frag" "reassembled");
-  Alcotest.(check bool) "losses were repaired" true
+  Alcotest.(check bool)
+    "losses were repaired" true
     (sum h n "pt2pt" "retransmissions" > 0 && sum h n "mnak" "naks_sent" > 0);
-  Fmt.pr "done at %a after %d datagrams; %d retransmitted by pt2pt, %d NAKs@." Time.pp (H.now h) (H.datagrams h)
-    (sum h n "pt2pt" "retransmissions") (sum h n "mnak" "naks_sent");
+  Fmt.pr "done at %a after %d datagrams; %d retransmitted by pt2pt, %d NAKs@." Time.pp (H.now h)
+    (H.datagrams h)
+    (sum h n "pt2pt" "retransmissions")
+    (sum h n "mnak" "naks_sent");
   idle h n (names layers);
   if List.mem "pt2ptw" (names layers) then alternates "member 0" (blocked_events 0);
   H.stop h;
@@ -848,25 +884,31 @@ let mixed () =
   let size = 1000 in
   let params =
     Params.(
-      empty
-      |> set G.Frag.Param.size (Int size)
+      empty |> set G.Frag.Param.size (Int size)
       |> set G.Pt2ptw.Param.window (Int (kib 16))
       |> set G.Mflow.Param.window (Int (kib 16)))
   in
-  let layers = [ G.Frag.layer; G.Pt2ptw.layer; G.Mflow.layer; G.Mnak.layer; G.Pt2pt.layer; G.Bottom.layer ] in
+  let layers =
+    [ G.Frag.layer; G.Pt2ptw.layer; G.Mflow.layer; G.Mnak.layer; G.Pt2pt.layer; G.Bottom.layer ]
+  in
   let h, ex = group ~params ~seed:7 ~pool ~n layers in
   let rng = Rng.create 9 in
   let count = ref 0 in
   for origin = 0 to n - 1 do
     for k = 0 to 149 do
       let len =
-        match Rng.int rng 6 with 0 -> 0 | 1 -> size | 2 -> (3 * size) - Rng.int rng 3 | _ -> Rng.int rng (3 * size)
+        match Rng.int rng 6 with
+        | 0 -> 0
+        | 1 -> size
+        | 2 -> (3 * size) - Rng.int rng 3
+        | _ -> Rng.int rng (3 * size)
       in
       let body = pattern ((origin * 1000) + k) len in
       let dst = if Rng.bool rng then Event.Cast else Event.Send (Rng.int rng n) in
       incr count;
-      H.at h ((k / 10 * Time.of_ms 10) + Rng.int rng (Time.of_ms 10)) (fun () ->
-          submit ex h ~n ~origin dst body (Msg.of_string pool body))
+      H.at h
+        ((k / 10 * Time.of_ms 10) + Rng.int rng (Time.of_ms 10))
+        (fun () -> submit ex h ~n ~origin dst body (Msg.of_string pool body))
     done
   done;
   quiesce h;
@@ -892,7 +934,9 @@ let slow_receiver ~layer ~n ~dst () =
   let flow = if layer = "pt2ptw" then G.Pt2ptw.layer else G.Mflow.layer in
   Slow.rank := n - 1;
   Slow.period := Time.of_ms 1;
-  let h, ex = group ~params ~net:H.perfect ~seed:11 ~pool ~n [ probe; flow; slow; reliable; G.Bottom.layer ] in
+  let h, ex =
+    group ~params ~net:H.perfect ~seed:11 ~pool ~n [ probe; flow; slow; reliable; G.Bottom.layer ]
+  in
   let count = 300 in
   let made = ref 0 in
   let rec tick time =
@@ -924,7 +968,8 @@ let slow_receiver ~layer ~n ~dst () =
     true
     (!peak_out <= window && !peak_out > window / 2);
   Alcotest.(check bool)
-    (Printf.sprintf "bytes held by the slow receiver (peak %d) fill the window (%d)" !peak_held window)
+    (Printf.sprintf "bytes held by the slow receiver (peak %d) fill the window (%d)" !peak_held
+       window)
     true
     (!peak_held <= window && !peak_held > window - (2 * cost));
   Alcotest.(check bool)
@@ -946,7 +991,10 @@ let slow_receiver ~layer ~n ~dst () =
 let throughput ~layer ~n ~dst () =
   let pool = Pool.create () in
   let window = kib 64 and len = 1000 and count = 2000 in
-  let params = Params.(empty |> set G.Pt2ptw.Param.window (Int window) |> set G.Mflow.Param.window (Int window)) in
+  let params =
+    Params.(
+      empty |> set G.Pt2ptw.Param.window (Int window) |> set G.Mflow.Param.window (Int window))
+  in
   let layers =
     if layer = "pt2ptw" then [ G.Pt2ptw.layer; G.Pt2pt.layer; G.Bottom.layer ]
     else [ G.Mflow.layer; G.Mnak.layer; G.Bottom.layer ]
@@ -1010,7 +1058,14 @@ let () =
             (sixteen [ G.Frag.layer; G.Mnak.layer; G.Pt2pt.layer; G.Bottom.layer ]);
           Alcotest.test_case "16 MiB cast and sends: the whole flow-controlled stack, lossy" `Quick
             (sixteen
-               [ G.Frag.layer; G.Pt2ptw.layer; G.Mflow.layer; G.Mnak.layer; G.Pt2pt.layer; G.Bottom.layer ]);
+               [
+                 G.Frag.layer;
+                 G.Pt2ptw.layer;
+                 G.Mflow.layer;
+                 G.Mnak.layer;
+                 G.Pt2pt.layer;
+                 G.Bottom.layer;
+               ]);
           Alcotest.test_case "mixed sizes, casts and sends, FIFO, lossy" `Quick mixed;
         ] );
     ]

@@ -12,7 +12,12 @@
 open Consort
 module G = Consort_group
 
-let pass name = Layer.fast (module Layer.Pass_fast (struct let name = name end))
+let pass name =
+  Layer.fast
+    (module Layer.Pass_fast (struct
+      let name = name
+    end))
+
 let pass1 = pass "pass1"
 let pass2 = pass "pass2"
 
@@ -21,33 +26,44 @@ let stacks =
     [|
       ("pt2pt:mnak:bottom", [ Pt2pt.layer; Mnak.layer; Bottom.layer ]);
       ("pt2pt:mnak:suspect:bottom", [ Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ]);
-      ("pass1:pass2:pt2pt:mnak:suspect:bottom", [ pass1; pass2; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ]);
+      ( "pass1:pass2:pt2pt:mnak:suspect:bottom",
+        [ pass1; pass2; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ] );
       ( "frag:pt2ptw:mflow:slander:pt2pt:mnak:suspect:bottom",
-        [ Frag.layer; Pt2ptw.layer; Mflow.layer; Slander.layer; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ] );
+        [
+          Frag.layer;
+          Pt2ptw.layer;
+          Mflow.layer;
+          Slander.layer;
+          Pt2pt.layer;
+          Mnak.layer;
+          Suspect.layer;
+          Bottom.layer;
+        ] );
       (Properties.describe Properties.vsync, Result.get_ok (Properties.layers Properties.vsync));
     |]
 
 let params =
   Params.(
-    empty
-    |> set "mnak.window" (Int 8)
-    |> set "mflow.window" (Int 256)
-    |> set "pt2pt.window" (Int 8)
+    empty |> set "mnak.window" (Int 8) |> set "mflow.window" (Int 256) |> set "pt2pt.window" (Int 8)
     |> set "frag.size" (Int 600))
 
 let n = 3
 
 type copy = {
   st : Stack.t;
-  wire : string Queue.t;  (* what this copy put on the wire since the last check, layered *)
-  app : string Queue.t;  (* what reached its application since the last check *)
+  wire : string Queue.t; (* what this copy put on the wire since the last check, layered *)
+  app : string Queue.t; (* what reached its application since the last check *)
 }
 
 exception Differ of string
 
 let failf fmt = Fmt.kstr (fun s -> raise (Differ s)) fmt
 let dst_s = function Event.Cast -> "cast" | Event.Send r -> "send " ^ string_of_int r
-let src_s = function Event.Cast_from r -> "cast from " ^ string_of_int r | Event.Send_from r -> "send from " ^ string_of_int r | Event.Raw -> "raw"
+
+let src_s = function
+  | Event.Cast_from r -> "cast from " ^ string_of_int r
+  | Event.Send_from r -> "send from " ^ string_of_int r
+  | Event.Raw -> "raw"
 
 (* Totals over the traces, to show that the traces exercise what they
    are meant to. *)
@@ -77,7 +93,10 @@ let run_trace ~seed =
   let route from dst raw layered =
     let to_ r = flight := !flight @ [ (r, from, raw, layered) ] in
     match dst with
-    | Event.Cast -> for r = 0 to n - 1 do if r <> from then to_ r done
+    | Event.Cast ->
+        for r = 0 to n - 1 do
+          if r <> from then to_ r
+        done
     | Event.Send r -> if r >= 0 && r < n && r <> from then to_ r
   in
   let make_copy ~fused =
@@ -123,7 +142,12 @@ let run_trace ~seed =
   in
   let peer r = Option.get peers.(r) in
   let body () =
-    let len = match Random.State.int rs 10 with 0 -> 0 | 1 -> 700 + Random.State.int rs 800 | _ -> 1 + Random.State.int rs 40 in
+    let len =
+      match Random.State.int rs 10 with
+      | 0 -> 0
+      | 1 -> 700 + Random.State.int rs 800
+      | _ -> 1 + Random.State.int rs 40
+    in
     String.init len (fun _ -> Char.chr (97 + Random.State.int rs 26))
   in
   let compare_copies step what =
@@ -133,16 +157,25 @@ let run_trace ~seed =
     Queue.clear b.wire;
     if wa <> wb then
       failf "%s, seed %d, step %d (%s): wire differs:@.layered %a@.fused   %a" name seed step what
-        Fmt.(Dump.list string) wa Fmt.(Dump.list string) wb;
+        Fmt.(Dump.list string)
+        wa
+        Fmt.(Dump.list string)
+        wb;
     let aa = drain a.app and ab = drain b.app in
     Queue.clear a.app;
     Queue.clear b.app;
     if aa <> ab then
-      failf "%s, seed %d, step %d (%s): application differs:@.layered %a@.fused   %a" name seed step what
-        Fmt.(Dump.list string) aa Fmt.(Dump.list string) ab;
+      failf "%s, seed %d, step %d (%s): application differs:@.layered %a@.fused   %a" name seed step
+        what
+        Fmt.(Dump.list string)
+        aa
+        Fmt.(Dump.list string)
+        ab;
     List.iter2
       (fun (l, sa) (_, sb) ->
-        if sa <> sb then failf "%s, seed %d, step %d (%s): layer %s differs:@.layered %s@.fused   %s" name seed step what l sa sb)
+        if sa <> sb then
+          failf "%s, seed %d, step %d (%s): layer %s differs:@.layered %s@.fused   %s" name seed
+            step what l sa sb)
       (Stack.states a.st) (Stack.states b.st);
     if Stack.next_alarm a.st <> Stack.next_alarm b.st then
       failf "%s, seed %d, step %d (%s): alarm %d (layered) vs %d (fused)" name seed step what
@@ -188,7 +221,9 @@ let run_trace ~seed =
           | [] -> "nothing in flight"
           | l ->
               (* Mostly in order; sometimes a later one first, lost, or twice. *)
-              let k = if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l) else 0 in
+              let k =
+                if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l) else 0
+              in
               let ((r, from, raw, layered) as d) = List.nth l k in
               let fate = Random.State.int rs 10 in
               flight := List.filteri (fun i _ -> i <> k) l;
@@ -204,9 +239,9 @@ let run_trace ~seed =
               end)
     in
     compare_copies step what;
-    (match !left_at with
+    match !left_at with
     | None -> if ooo () > 0 then left_at := Some (fused_in ())
-    | Some k -> if fused_in () > k then came_back := true)
+    | Some k -> if fused_in () > k then came_back := true
   done;
   fused_sent := !fused_sent + List.assoc "sent" (Stack.fused_counters b.st);
   fused_received := !fused_received + fused_in ();
@@ -217,20 +252,24 @@ let run_trace ~seed =
   for r = 1 to n - 1 do
     Stack.dn_ctl (peer r) Event.Stop
   done;
-  if Pool.leak_check pool <> 0 then failf "%s, seed %d: %d slices leaked" name seed (Pool.leak_check pool)
+  if Pool.leak_check pool <> 0 then
+    failf "%s, seed %d: %d slices leaked" name seed (Pool.leak_check pool)
 
-let traces =
-  match Sys.getenv_opt "FUSED_TRACES" with Some s -> int_of_string s | None -> 10_000
+let traces = match Sys.getenv_opt "FUSED_TRACES" with Some s -> int_of_string s | None -> 10_000
 
 let test_traces () =
   for seed = 1 to traces do
     try run_trace ~seed with Differ s -> Alcotest.fail s
   done;
-  Fmt.pr "%d traces: %d compressed casts sent, %d received; %d traces left the common case and came back@." traces
-    !fused_sent !fused_received !left_and_came_back;
+  Fmt.pr
+    "%d traces: %d compressed casts sent, %d received; %d traces left the common case and came \
+     back@."
+    traces !fused_sent !fused_received !left_and_came_back;
   Alcotest.(check bool) "compressed casts were sent" true (!fused_sent > traces);
   Alcotest.(check bool) "compressed casts were received" true (!fused_received > traces);
-  Alcotest.(check bool) "traces left the common case and came back" true (!left_and_came_back > traces / 20)
+  Alcotest.(check bool)
+    "traces left the common case and came back" true
+    (!left_and_came_back > traces / 20)
 
 (* Compressed datagrams from a stranger: truncated, overlong, fields that
    no layered header can hold, numbers out of every window. None raises,
@@ -240,14 +279,26 @@ let test_hostile () =
   let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
   let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
   let delivered = ref 0 in
-  let app = { Stack.deliver = (fun _ m -> incr delivered; Msg.release m); ctl = ignore } in
+  let app =
+    {
+      Stack.deliver =
+        (fun _ m ->
+          incr delivered;
+          Msg.release m);
+      ctl = ignore;
+    }
+  in
   let _, layers = stacks.(1) in
-  let st = Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app) in
+  let st =
+    Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app)
+  in
   let rs = Random.State.make [| 5 |] in
   let stamp = View.stamp view in
   let varint v = Codec.encode_string Codec.varint v in
   let total () =
-    List.fold_left (fun acc (_, cs) -> List.fold_left (fun acc (_, v) -> acc + v) acc cs) 0 (Stack.counters st)
+    List.fold_left
+      (fun acc (_, cs) -> List.fold_left (fun acc (_, v) -> acc + v) acc cs)
+      0 (Stack.counters st)
     + List.assoc "garbage" (Stack.fused_counters st)
   in
   for i = 1 to 2000 do
@@ -262,12 +313,16 @@ let test_hostile () =
     let kind = if Random.State.int rs 8 = 0 then "\001" else "\000" in
     (* Half from origin 0, this member: never delivered; half anything. *)
     let fields = String.concat "" [ varint stamp; varint 0; field (); field () ] in
-    let fields = if i mod 2 = 0 then fields else String.concat "" [ field (); field (); field () ] in
+    let fields =
+      if i mod 2 = 0 then fields else String.concat "" [ field (); field (); field () ]
+    in
     let d = "\xc8" ^ kind ^ fields ^ String.make (Random.State.int rs 3) 'x' in
     let before = total () and got = !delivered in
     Stack.recv st (Msg.of_string pool d);
-    if i mod 2 = 0 && !delivered > got then Alcotest.failf "datagram %S from this member delivered" d;
-    if total () = before && !delivered = got then Alcotest.failf "datagram %S left no trace in any counter" d
+    if i mod 2 = 0 && !delivered > got then
+      Alcotest.failf "datagram %S from this member delivered" d;
+    if total () = before && !delivered = got then
+      Alcotest.failf "datagram %S left no trace in any counter" d
   done;
   Stack.dn_ctl st Event.Stop;
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
@@ -299,7 +354,9 @@ let test_runtime () =
             exit = ignore;
           }
         in
-        match GS.join ~params ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers net ~group:"fused" ~addr cb with
+        match
+          GS.join ~params ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers net ~group:"fused" ~addr cb
+        with
         | Ok g -> (g, got)
         | Error e -> Alcotest.failf "%a" Gr.pp_join_error e)
       addrs
@@ -307,19 +364,27 @@ let test_runtime () =
   Sim.run ~until:(Time.of_sec 3.) net;
   let g0, _ = List.hd members in
   let sent = List.init 200 (Printf.sprintf "cast %d") in
-  List.iter (fun s -> match GS.cast g0 s with Ok () -> () | Error e -> Alcotest.failf "%a" Gr.pp_error e) sent;
+  List.iter
+    (fun s -> match GS.cast g0 s with Ok () -> () | Error e -> Alcotest.failf "%a" Gr.pp_error e)
+    sent;
   Sim.run ~until:(Time.of_sec 6.) net;
   List.iteri
     (fun i (g, got) ->
-      let from0 = List.rev (List.filter_map (fun (o, s) -> if o = GS.me g0 then Some s else None) !got) in
-      Alcotest.(check (list string)) (Printf.sprintf "m%d delivered every cast once, in order" i) sent from0;
+      let from0 =
+        List.rev (List.filter_map (fun (o, s) -> if o = GS.me g0 then Some s else None) !got)
+      in
+      Alcotest.(check (list string))
+        (Printf.sprintf "m%d delivered every cast once, in order" i)
+        sent from0;
       match GS.stack g with
       | None -> Alcotest.fail "no stack"
       | Some st ->
           Alcotest.(check bool) "the stack is fused" true (Stack.fused st);
           let c = Stack.fused_counters st in
-          if i = 0 then Alcotest.(check bool) "casts sent compressed" true (List.assoc "sent" c >= 200)
-          else Alcotest.(check bool) "casts received compressed" true (List.assoc "received" c >= 200);
+          if i = 0 then
+            Alcotest.(check bool) "casts sent compressed" true (List.assoc "sent" c >= 200)
+          else
+            Alcotest.(check bool) "casts received compressed" true (List.assoc "received" c >= 200);
           Alcotest.(check int) "no compressed garbage" 0 (List.assoc "garbage" c))
     members
 

@@ -3,7 +3,6 @@ open Consort
 module G = Consort_group
 module H = Harness
 
-
 (* {1 Codecs} *)
 
 let nat = QCheck.Gen.(oneof [ small_nat; map (fun x -> x land max_int) int ])
@@ -22,7 +21,10 @@ let pt2pt_gen =
       [
         return G.Pt2pt.No_hdr;
         map2 (fun seq ack -> G.Pt2pt.Data { seq; ack }) nat nat;
-        map2 (fun ack sack -> G.Pt2pt.Ack { ack; sack }) nat (list_size (int_bound 16) (pair nat nat));
+        map2
+          (fun ack sack -> G.Pt2pt.Ack { ack; sack })
+          nat
+          (list_size (int_bound 16) (pair nat nat));
       ])
 
 let mnak_gen =
@@ -58,8 +60,6 @@ open Single
 
 let single = create
 let enc = Codec.encode_string
-
-
 let src_t = Alcotest.testable Event.pp_src ( = )
 let dst_t = Alcotest.testable Event.pp_dst ( = )
 let pt2pt_t = Alcotest.testable G.Pt2pt.pp_header ( = )
@@ -88,8 +88,8 @@ let bottom_filters () =
   let good = from_cast s 3 in
   feed s (String.sub good 0 (String.length good - 1));
   feed s (String.make 1 (Char.chr (G.Bottom.magic + 1)) ^ String.sub good 1 (String.length good - 1));
-  Alcotest.(check int) "truncated and wrong magic are garbage" (garbage + 2)
-    (counter s "bottom" "garbage");
+  Alcotest.(check int)
+    "truncated and wrong magic are garbage" (garbage + 2) (counter s "bottom" "garbage");
   Alcotest.(check int) "nothing delivered" 0 (List.length !(s.got));
   feed s (good ^ "hello");
   feed s (from_send s 4 ^ "world");
@@ -118,7 +118,9 @@ let bottom_down () =
 
 (* {1 Pt2pt, by hand} *)
 
-let pt2pt_data s ~seq ~ack body = from_send s 1 ^ enc G.Pt2pt.codec (G.Pt2pt.Data { seq; ack }) ^ body
+let pt2pt_data s ~seq ~ack body =
+  from_send s 1 ^ enc G.Pt2pt.codec (G.Pt2pt.Data { seq; ack }) ^ body
+
 let pt2pt_ack ?(sack = []) s ack = from_send s 1 ^ enc G.Pt2pt.codec (G.Pt2pt.Ack { ack; sack })
 let pt2pt_sent s = List.rev_map (fun (d, b) -> (d, split G.Pt2pt.codec b)) !(s.sent)
 
@@ -131,7 +133,8 @@ let pt2pt_orders () =
   feed s (pt2pt_data s ~seq:0 ~ack:0 "a");
   Alcotest.(check int) "duplicate counted" 1 (counter s "pt2pt" "duplicates");
   (match pt2pt_sent s with
-  | [ (Event.Send 1, (_, h, "")) ] -> Alcotest.check pt2pt_t "ack on duplicate" (G.Pt2pt.Ack { ack = 2; sack = [] }) h
+  | [ (Event.Send 1, (_, h, "")) ] ->
+      Alcotest.check pt2pt_t "ack on duplicate" (G.Pt2pt.Ack { ack = 2; sack = [] }) h
   | l -> Alcotest.failf "expected one ack, got %d datagrams" (List.length l));
   feed s (pt2pt_data s ~seq:6 ~ack:0 "g");
   Alcotest.(check int) "beyond the window" 1 (counter s "pt2pt" "beyond_window");
@@ -151,7 +154,8 @@ let pt2pt_acks () =
   Alcotest.(check int) "ack delayed 5ms" (Time.of_ms 5) (Stack.next_alarm s.st);
   advance s (Time.of_ms 5);
   (match pt2pt_sent s with
-  | [ (_, (_, h, _)) ] -> Alcotest.check pt2pt_t "delayed ack" (G.Pt2pt.Ack { ack = 1; sack = [] }) h
+  | [ (_, (_, h, _)) ] ->
+      Alcotest.check pt2pt_t "delayed ack" (G.Pt2pt.Ack { ack = 1; sack = [] }) h
   | _ -> Alcotest.fail "expected one ack");
   feed s (pt2pt_data s ~seq:1 ~ack:0 "b");
   Stack.send s.st 1 (Msg.of_string s.pool "reply");
@@ -169,7 +173,10 @@ let pt2pt_acks () =
 
 let pt2pt_backoff () =
   let params =
-    Params.(empty |> set G.Pt2pt.Param.rto (Time (Time.of_ms 20)) |> set G.Pt2pt.Param.max_rto (Time (Time.of_ms 80)))
+    Params.(
+      empty
+      |> set G.Pt2pt.Param.rto (Time (Time.of_ms 20))
+      |> set G.Pt2pt.Param.max_rto (Time (Time.of_ms 80)))
   in
   let s = single ~params [ G.Pt2pt.layer; G.Bottom.layer ] in
   Stack.send s.st 1 (Msg.of_string s.pool "x");
@@ -179,7 +186,10 @@ let pt2pt_backoff () =
     advance s at;
     times := at :: !times
   done;
-  Alcotest.(check (list int)) "retransmission times" (List.map Time.of_ms [ 0; 20; 60; 140; 220 ]) (List.rev !times);
+  Alcotest.(check (list int))
+    "retransmission times"
+    (List.map Time.of_ms [ 0; 20; 60; 140; 220 ])
+    (List.rev !times);
   let sent = pt2pt_sent s in
   Alcotest.(check int) "five copies" 5 (List.length sent);
   List.iter
@@ -205,7 +215,9 @@ let pt2pt_sack () =
   advance s (Time.of_ms 5);
   (match pt2pt_sent s with
   | [ (_, (_, h, _)) ] ->
-      Alcotest.check pt2pt_t "early ones listed" (G.Pt2pt.Ack { ack = 0; sack = [ (2, 2); (4, 5) ] }) h
+      Alcotest.check pt2pt_t "early ones listed"
+        (G.Pt2pt.Ack { ack = 0; sack = [ (2, 2); (4, 5) ] })
+        h
   | _ -> Alcotest.fail "expected one ack");
   s.sent := [];
   List.iter (fun b -> Stack.send s.st 1 (Msg.of_string s.pool b)) [ "0"; "1"; "2"; "3" ];
@@ -246,7 +258,12 @@ let mnak_by_hand () =
   Stack.cast s.st (Msg.of_string s.pool "mine");
   Alcotest.(check (list (pair src_t string)))
     "in order, own cast delivered locally"
-    [ (Event.Cast_from 1, "a"); (Event.Cast_from 1, "b"); (Event.Cast_from 1, "c"); (Event.Cast_from 0, "mine") ]
+    [
+      (Event.Cast_from 1, "a");
+      (Event.Cast_from 1, "b");
+      (Event.Cast_from 1, "c");
+      (Event.Cast_from 0, "mine");
+    ]
     (got s);
   s.sent := [];
   feed s (from_send s 2 ^ mnak (G.Mnak.Nak { origin = 1; ranges = [ (1, 1); (7, 9) ] }));
@@ -276,9 +293,9 @@ let mnak_by_hand () =
 module Check = struct
   type t = {
     n : int;
-    casts : int array;  (* made by each origin *)
-    sends : int array array;  (* [sends.(o).(d)]: from [o] to [d] *)
-    cast_next : int array array;  (* [cast_next.(i).(o)] at receiver [i] *)
+    casts : int array; (* made by each origin *)
+    sends : int array array; (* [sends.(o).(d)]: from [o] to [d] *)
+    cast_next : int array array; (* [cast_next.(i).(o)] at receiver [i] *)
     send_next : int array array;
     mutable errors : string list;
     mutable delivered : int;
@@ -295,19 +312,23 @@ module Check = struct
       delivered = 0;
     }
 
-  let error t fmt = Fmt.kstr (fun s -> if List.length t.errors < 10 then t.errors <- s :: t.errors) fmt
+  let error t fmt =
+    Fmt.kstr (fun s -> if List.length t.errors < 10 then t.errors <- s :: t.errors) fmt
 
   let deliver t i src msg =
     let body = Msg.to_string msg in
     Msg.release msg;
     t.delivered <- t.delivered + 1;
     let expect next o k =
-      if k <> next.(i).(o) then error t "member %d: %S from %d, expected number %d" i body o next.(i).(o);
+      if k <> next.(i).(o) then
+        error t "member %d: %S from %d, expected number %d" i body o next.(i).(o);
       next.(i).(o) <- k + 1
     in
     match (String.split_on_char ':' body, src) with
-    | [ "c"; o; k; _ ], Event.Cast_from r when int_of_string o = r -> expect t.cast_next r (int_of_string k)
-    | [ "s"; o; k; _ ], Event.Send_from r when int_of_string o = r -> expect t.send_next r (int_of_string k)
+    | [ "c"; o; k; _ ], Event.Cast_from r when int_of_string o = r ->
+        expect t.cast_next r (int_of_string k)
+    | [ "s"; o; k; _ ], Event.Send_from r when int_of_string o = r ->
+        expect t.send_next r (int_of_string k)
     | _ -> error t "member %d: unexpected %S (%a)" i body Event.pp_src src
 
   let body kind o k pad = Printf.sprintf "%s:%d:%d:%s" kind o k (String.make pad '.')
@@ -330,9 +351,14 @@ module Check = struct
     for i = 0 to t.n - 1 do
       for o = 0 to t.n - 1 do
         if t.cast_next.(i).(o) <> t.casts.(o) then
-          Alcotest.failf "member %d delivered %d of %d casts from %d" i t.cast_next.(i).(o) t.casts.(o) o;
+          Alcotest.failf "member %d delivered %d of %d casts from %d" i
+            t.cast_next.(i).(o)
+            t.casts.(o) o;
         if t.send_next.(i).(o) <> t.sends.(o).(i) then
-          Alcotest.failf "member %d delivered %d of %d sends from %d" i t.send_next.(i).(o) t.sends.(o).(i) o
+          Alcotest.failf "member %d delivered %d of %d sends from %d" i
+            t.send_next.(i).(o)
+            t.sends.(o).(i)
+            o
       done
     done
 end
@@ -424,8 +450,7 @@ let small_windows () =
   let pool = Pool.create () in
   let params =
     Params.(
-      empty
-      |> set G.Pt2pt.Param.window (Int 8)
+      empty |> set G.Pt2pt.Param.window (Int 8)
       |> set G.Pt2pt.Param.ack_every (Int 4)
       |> set G.Mnak.Param.window (Int 16)
       |> set G.Mflow.Param.window (Int 1024))
@@ -433,7 +458,9 @@ let small_windows () =
   let beyond = ref 0 in
   List.iter
     (fun seed ->
-      run_group ~params ~seed ~pool ~layers:[ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ] ~n:5
+      run_group ~params ~seed ~pool
+        ~layers:[ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ]
+        ~n:5
         { casts = 100; sends = 100; span = Time.of_ms 200 }
         (fun h ->
           pt2pt_idle h;
@@ -449,7 +476,10 @@ let small_windows () =
 let mnak_alone () =
   let s = single ~n:1 [ G.Mnak.layer; G.Bottom.layer ] in
   Stack.cast s.st (Msg.of_string s.pool "solo");
-  Alcotest.(check (list (pair src_t string))) "delivered to itself" [ (Event.Cast_from 0, "solo") ] (got s);
+  Alcotest.(check (list (pair src_t string)))
+    "delivered to itself"
+    [ (Event.Cast_from 0, "solo") ]
+    (got s);
   Alcotest.(check int) "stable at once" 0 (counter s "mnak" "buffered");
   Alcotest.(check int) "no timer" max_int (Stack.next_alarm s.st);
   Stack.dn_ctl s.st Event.Stop;
@@ -464,7 +494,9 @@ let mnak_tail_loss () =
     let cs = Cstruct.of_string bytes in
     match Codec.decode G.Bottom.codec cs 0 with
     | Ok (G.Bottom.Cast _, off) -> (
-        match Codec.decode G.Mnak.codec cs off with Ok (G.Mnak.Data { seq = 9 }, _) -> true | _ -> false)
+        match Codec.decode G.Mnak.codec cs off with
+        | Ok (G.Mnak.Data { seq = 9 }, _) -> true
+        | _ -> false)
     | _ -> false
   in
   run_group ~net:H.perfect ~drop ~seed:1 ~pool ~layers:[ G.Mnak.layer; G.Bottom.layer ] ~n:3
@@ -473,7 +505,8 @@ let mnak_tail_loss () =
       for i = 1 to 2 do
         Alcotest.(check bool) "asked for the tail" true (H.counter h i "mnak" "naks_sent" > 0)
       done;
-      Alcotest.(check int) "all buffers released" 0
+      Alcotest.(check int)
+        "all buffers released" 0
         (List.fold_left ( + ) 0 (List.init 3 (fun i -> H.counter h i "mnak" "buffered"))));
   check_no_leaks pool
 
@@ -483,7 +516,8 @@ let mnak_bounded () =
   let n = 5 and per_member = 600 in
   let ck = Check.create n in
   let h =
-    H.create ~seed:5 ~pool ~n ~layers:[ G.Mnak.layer; G.Bottom.layer ] ~deliver:(Check.deliver ck) ()
+    H.create ~seed:5 ~pool ~n ~layers:[ G.Mnak.layer; G.Bottom.layer ] ~deliver:(Check.deliver ck)
+      ()
   in
   let rng = Rng.create 11 in
   for o = 0 to n - 1 do
@@ -515,7 +549,9 @@ let mnak_quiet () =
   run_group ~net:H.perfect ~seed:3 ~pool ~layers:[ G.Mnak.layer; G.Bottom.layer ] ~n:5
     { casts = 1; sends = 0; span = Time.of_ms 1 }
     (fun h ->
-      let statuses = List.fold_left ( + ) 0 (List.init 5 (fun i -> H.counter h i "mnak" "status_sent")) in
+      let statuses =
+        List.fold_left ( + ) 0 (List.init 5 (fun i -> H.counter h i "mnak" "status_sent"))
+      in
       Alcotest.(check bool) (Printf.sprintf "few statuses (%d)" statuses) true (statuses <= 20);
       mnak_idle h);
   check_no_leaks pool
@@ -535,8 +571,10 @@ let () =
           Alcotest.test_case "orders, suppresses duplicates, bounds the window" `Quick pt2pt_orders;
           Alcotest.test_case "delays and piggybacks acknowledgements" `Quick pt2pt_acks;
           Alcotest.test_case "retransmits with exponential backoff" `Quick pt2pt_backoff;
-          Alcotest.test_case "acknowledges selectively, resends only what is missing" `Quick pt2pt_sack;
-          Alcotest.test_case "exactly-once FIFO over a faulty network, 20 seeds" `Quick pt2pt_end_to_end;
+          Alcotest.test_case "acknowledges selectively, resends only what is missing" `Quick
+            pt2pt_sack;
+          Alcotest.test_case "exactly-once FIFO over a faulty network, 20 seeds" `Quick
+            pt2pt_end_to_end;
         ] );
       ( "mnak",
         [
@@ -544,7 +582,8 @@ let () =
           Alcotest.test_case "a group of one" `Quick mnak_alone;
           Alcotest.test_case "recovers a lost tail through statuses" `Quick mnak_tail_loss;
           Alcotest.test_case "falls silent when stable" `Quick mnak_quiet;
-          Alcotest.test_case "exactly-once FIFO over a faulty network, 20 seeds" `Quick mnak_end_to_end;
+          Alcotest.test_case "exactly-once FIFO over a faulty network, 20 seeds" `Quick
+            mnak_end_to_end;
           Alcotest.test_case "bounded buffers in a long run" `Quick mnak_bounded;
         ] );
       ( "stacks",

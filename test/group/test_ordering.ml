@@ -8,7 +8,9 @@ module G = Consort_group
 module H = Harness
 
 let layers props =
-  match G.Properties.layers props with Ok l -> l | Error e -> Alcotest.failf "%a" G.Properties.pp_error e
+  match G.Properties.layers props with
+  | Ok l -> l
+  | Error e -> Alcotest.failf "%a" G.Properties.pp_error e
 
 (* [n] members each cast [k] payloads "ORIGIN.I" at random times; what
    each member delivers, in order. *)
@@ -24,7 +26,10 @@ let run_group ?(params = Params.empty) ~props ~seed ~n ~k () =
   for o = 0 to n - 1 do
     let times = List.sort compare (List.init k (fun _ -> Rng.int rng (Time.of_ms 400))) in
     List.iteri
-      (fun i at -> H.at h (Time.of_ms 1 + at) (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d" o i))))
+      (fun i at ->
+        H.at h
+          (Time.of_ms 1 + at)
+          (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d" o i))))
       times
   done;
   ignore (H.run ~until:(Time.of_sec 3.) h);
@@ -52,9 +57,13 @@ let total protocol () =
       let seqs = run_group ~params ~props:[ G.Properties.Gmp; Total ] ~seed ~n:4 ~k:25 () in
       Array.iteri
         (fun i s ->
-          Alcotest.(check int) (Printf.sprintf "seed %d: member %d delivers every cast" seed i) 100 (List.length s);
+          Alcotest.(check int)
+            (Printf.sprintf "seed %d: member %d delivers every cast" seed i)
+            100 (List.length s);
           Alcotest.(check bool) "in each origin's order" true (fifo s);
-          Alcotest.(check (list string)) (Printf.sprintf "seed %d: member %d, the same order as member 0" seed i) seqs.(0) s)
+          Alcotest.(check (list string))
+            (Printf.sprintf "seed %d: member %d, the same order as member 0" seed i)
+            seqs.(0) s)
         seqs)
     [ 1; 2; 3 ]
 
@@ -95,16 +104,24 @@ let safe_waits_for_deaf () =
     Msg.release msg
   in
   let drop ~src:_ ~dst _ = !deaf && dst = 3 in
-  let h = H.create ~net:H.perfect ~drop ~seed:9 ~pool ~n ~layers:(layers [ G.Properties.Gmp; Agree ]) ~deliver () in
+  let h =
+    H.create ~net:H.perfect ~drop ~seed:9 ~pool ~n
+      ~layers:(layers [ G.Properties.Gmp; Agree ])
+      ~deliver ()
+  in
   for o = 0 to n - 1 do
     for i = 0 to k - 1 do
-      H.at h (Time.of_ms (1 + (i * 20))) (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d" o i)))
+      H.at h
+        (Time.of_ms (1 + (i * 20)))
+        (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d" o i)))
     done
   done;
   H.at h (Time.of_ms 1500) (fun () -> deaf := false);
   ignore (H.run ~until:(Time.of_sec 4.) h);
   Alcotest.(check (list (pair int string))) "nothing delivered that member 3 lacks" [] !early;
-  Array.iteri (fun i c -> Alcotest.(check int) (Printf.sprintf "member %d delivers all" i) (n * k) c) got;
+  Array.iteri
+    (fun i c -> Alcotest.(check int) (Printf.sprintf "member %d delivers all" i) (n * k) c)
+    got;
   Alcotest.(check bool) "stability from Mnak" true (H.counter h 0 "agree" "stability_events" > 0);
   H.stop h;
   Alcotest.(check int) "no buffer leaked" 0 (Pool.leak_check pool)
@@ -126,11 +143,17 @@ let total_held_bounded () =
   in
   let drop ~src ~dst _ = !cut && src = 0 && dst = 3 in
   let params = Result.get_ok (Params.of_string "total.held=65536,mflow.window=65536") in
-  let h = H.create ~params ~net:H.perfect ~drop ~seed:3 ~pool ~n ~layers:(layers [ G.Properties.Gmp; Flow; Total ]) ~deliver () in
+  let h =
+    H.create ~params ~net:H.perfect ~drop ~seed:3 ~pool ~n
+      ~layers:(layers [ G.Properties.Gmp; Flow; Total ])
+      ~deliver ()
+  in
   let body = String.make size 'x' in
   for o = 1 to 2 do
     for i = 0 to k - 1 do
-      H.at h (Time.of_ms 1 + (i * Time.of_ms 1 / 2)) (fun () ->
+      H.at h
+        (Time.of_ms 1 + (i * Time.of_ms 1 / 2))
+        (fun () ->
           Stack.cast (H.stack h o) (Msg.of_string pool (Printf.sprintf "%d.%d.%s" o i body)))
     done
   done;
@@ -143,8 +166,13 @@ let total_held_bounded () =
     (peak <= 65536 + (3 * 65536) + (4 * size));
   Alcotest.(check bool) "credit held back" true (H.counter h 3 "total" "credit_held" > 0);
   let seqs = Array.map List.rev got in
-  Array.iteri (fun i s -> Alcotest.(check int) (Printf.sprintf "member %d delivers all" i) (2 * k) (List.length s)) seqs;
-  Array.iteri (fun i s -> Alcotest.(check bool) (Printf.sprintf "member %d: one order" i) true (s = seqs.(0))) seqs;
+  Array.iteri
+    (fun i s ->
+      Alcotest.(check int) (Printf.sprintf "member %d delivers all" i) (2 * k) (List.length s))
+    seqs;
+  Array.iteri
+    (fun i s -> Alcotest.(check bool) (Printf.sprintf "member %d: one order" i) true (s = seqs.(0)))
+    seqs;
   H.stop h;
   Alcotest.(check int) "no buffer leaked" 0 (Pool.leak_check pool)
 
@@ -160,7 +188,10 @@ let nonsense () =
       let ups = ref 0 in
       let out =
         {
-          Layer.up = (fun _ m -> incr ups; Msg.release m);
+          Layer.up =
+            (fun _ m ->
+              incr ups;
+              Msg.release m);
           up_ctl = ignore;
           dn = (fun _ _ m -> Msg.release m);
           dn_ctl = ignore;

@@ -23,7 +23,8 @@ let mnak_headers s =
       (d, h))
     !(s.sent)
 
-let naks s = List.length (List.filter (function _, G.Mnak.Nak _ -> true | _ -> false) (mnak_headers s))
+let naks s =
+  List.length (List.filter (function _, G.Mnak.Nak _ -> true | _ -> false) (mnak_headers s))
 
 let window = G.Mnak.effective_window Params.empty
 
@@ -31,7 +32,8 @@ let window = G.Mnak.effective_window Params.empty
 
 let forged_data () =
   let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
-  Alcotest.(check bool) "default window holds Mflow's window of empty casts" true
+  Alcotest.(check bool)
+    "default window holds Mflow's window of empty casts" true
     (window * G.Mflow.overhead >= Params.int Params.empty G.Mflow.Param.window);
   feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = max_int }) ^ "x");
   feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 1 lsl 40 }) ^ "x");
@@ -80,7 +82,8 @@ let forged_status () =
   feed s (from_cast s 1 ^ mnak (G.Mnak.Status { busy = false; vector = [| 5; 0; 0 |] }));
   feed s (from_cast s 2 ^ mnak (G.Mnak.Status { busy = false; vector = [| max_int; 0; 0 |] }));
   Alcotest.(check int) "claims of casts never made" 2 (counter s "mnak" "impossible");
-  Alcotest.(check int) "own cast not released on an impossible claim" 1 (counter s "mnak" "buffered");
+  Alcotest.(check int)
+    "own cast not released on an impossible claim" 1 (counter s "mnak" "buffered");
   (* Rank 1 claims rank 2 made max_int casts; rank 2 says it made none. *)
   feed s (from_cast s 1 ^ mnak (G.Mnak.Status { busy = false; vector = [| 1; 0; max_int |] }));
   feed s (from_cast s 2 ^ mnak (G.Mnak.Status { busy = false; vector = [| 1; 0; 0 |] }));
@@ -95,7 +98,8 @@ let forged_status () =
     (function
       | _, G.Mnak.Nak { ranges; _ } ->
           List.iter
-            (fun (a, b) -> Alcotest.(check bool) "NAK within the window" true (a >= 0 && b < window))
+            (fun (a, b) ->
+              Alcotest.(check bool) "NAK within the window" true (a >= 0 && b < window))
             ranges
       | _ -> ())
     (mnak_headers s);
@@ -114,8 +118,12 @@ let forged_naks () =
     Stack.cast s.st (Msg.of_string s.pool (string_of_int i))
   done;
   s.sent := [];
-  let retrans () = List.length (List.filter (function _, G.Mnak.Retrans _ -> true | _ -> false) (mnak_headers s)) in
-  let nak = from_send s 2 ^ mnak (G.Mnak.Nak { origin = 0; ranges = [ (0, max_int); (max_int, max_int) ] }) in
+  let retrans () =
+    List.length (List.filter (function _, G.Mnak.Retrans _ -> true | _ -> false) (mnak_headers s))
+  in
+  let nak =
+    from_send s 2 ^ mnak (G.Mnak.Nak { origin = 0; ranges = [ (0, max_int); (max_int, max_int) ] })
+  in
   feed s nak;
   Alcotest.(check int) "what is held, once" 3 (retrans ());
   feed s nak;
@@ -142,7 +150,7 @@ let is_data ?(suspect = false) ?seq bytes =
         else match Codec.decode G.Suspect.codec cs off with Ok (_, off') -> off' | Error _ -> off
       in
       match Codec.decode G.Mnak.codec cs off with
-      | Ok (G.Mnak.Data { seq = s }, _) -> (match seq with None -> true | Some q -> q = s)
+      | Ok (G.Mnak.Data { seq = s }, _) -> ( match seq with None -> true | Some q -> q = s)
       | _ -> false)
   | _ -> false
 
@@ -153,7 +161,9 @@ let dead_origin () =
   let pool = Pool.create () in
   let params = Params.(empty |> set G.Suspect.Param.timeout (Time (Time.of_ms 300))) in
   let drop ~src ~dst bytes =
-    (src = 2 && not (dst = 1 && (is_data ~suspect:true ~seq:0 bytes || is_data ~suspect:true ~seq:2 bytes))) || dst = 2
+    src = 2
+    && not (dst = 1 && (is_data ~suspect:true ~seq:0 bytes || is_data ~suspect:true ~seq:2 bytes))
+    || dst = 2
   in
   let delivered = Array.make 3 0 in
   let deliver i _ msg =
@@ -173,7 +183,9 @@ let dead_origin () =
   ignore (H.run ~until:(Time.of_ms 200) h);
   let early = H.counter h 1 "mnak" "naks_sent" in
   Alcotest.(check bool) "rank 1 asks rank 2 while it is trusted" true (early > 0);
-  Alcotest.(check bool) "rank 0 holds its cast for rank 2" true (H.counter h 0 "mnak" "buffered" >= 1);
+  Alcotest.(check bool)
+    "rank 0 holds its cast for rank 2" true
+    (H.counter h 0 "mnak" "buffered" >= 1);
   ignore (H.run ~until:(Time.of_sec 1.) h);
   Alcotest.(check int) "rank 2 suspected" 1 (H.counter h 1 "suspect" "suspected");
   let later = H.counter h 1 "mnak" "naks_sent" in
@@ -192,7 +204,10 @@ let flow_burst () =
   let burst = Params.int Params.empty G.Mflow.Param.window / G.Mflow.overhead in
   let lost = ref false in
   let drop ~src ~dst bytes =
-    src = 0 && dst = 2 && (not !lost) && is_data ~seq:0 bytes && (lost := true; true)
+    src = 0 && dst = 2 && (not !lost) && is_data ~seq:0 bytes
+    &&
+    (lost := true;
+     true)
   in
   let delivered = Array.make 3 0 in
   let deliver i _ msg =
@@ -200,7 +215,8 @@ let flow_burst () =
     Msg.release msg
   in
   let h =
-    H.create ~net:H.perfect ~drop ~seed:1 ~pool ~n:3 ~layers:[ G.Mflow.layer; G.Mnak.layer; G.Bottom.layer ]
+    H.create ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
+      ~layers:[ G.Mflow.layer; G.Mnak.layer; G.Bottom.layer ]
       ~deliver ()
   in
   H.at h (Time.of_ms 1) (fun () ->
@@ -210,7 +226,8 @@ let flow_burst () =
   Alcotest.(check bool) "quiescent" true (H.run ~until:(Time.of_sec 60.) h = `Quiescent);
   Alcotest.(check bool) "the first cast was lost" true !lost;
   Alcotest.(check bool)
-    (Printf.sprintf "the burst was in flight at once (%d early)" (H.counter h 2 "mnak" "out_of_order"))
+    (Printf.sprintf "the burst was in flight at once (%d early)"
+       (H.counter h 2 "mnak" "out_of_order"))
     true
     (H.counter h 2 "mnak" "out_of_order" >= burst - 1);
   Alcotest.(check int) "none beyond the window" 0 (H.counter h 2 "mnak" "beyond_window");
@@ -258,10 +275,14 @@ let repairs_unreliable () =
   let deliver _ _ msg = Msg.release msg in
   let naks = ref 0 in
   for seed = 1 to 3 do
-    let h = H.create ~seed ~pool ~n:4 ~layers:[ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ] ~deliver () in
+    let h =
+      H.create ~seed ~pool ~n:4 ~layers:[ G.Pt2pt.layer; G.Mnak.layer; G.Bottom.layer ] ~deliver ()
+    in
     for o = 0 to 3 do
       for k = 0 to 49 do
-        H.at h (Time.of_ms (1 + (k * 3) + o)) (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool "c"))
+        H.at h
+          (Time.of_ms (1 + (k * 3) + o))
+          (fun () -> Stack.cast (H.stack h o) (Msg.of_string pool "c"))
       done
     done;
     Alcotest.(check bool) "quiescent" true (H.run ~until:(Time.of_sec 600.) h = `Quiescent);
@@ -287,10 +308,12 @@ let () =
           Alcotest.test_case "statuses: impossible claims dropped, others held to the window" `Quick
             forged_status;
           Alcotest.test_case "NAKs: bounded answers, repeated ones ignored" `Quick forged_naks;
-          Alcotest.test_case "a dead origin: no NAK once suspected, stability without it" `Quick dead_origin;
+          Alcotest.test_case "a dead origin: no NAK once suspected, stability without it" `Quick
+            dead_origin;
           Alcotest.test_case "a full Mflow window of empty casts fits the window" `Quick flow_burst;
         ] );
-      ("pt2pt", [ Alcotest.test_case "numbers checked before any state changes" `Quick pt2pt_forged ]);
+      ( "pt2pt",
+        [ Alcotest.test_case "numbers checked before any state changes" `Quick pt2pt_forged ] );
       ( "stack",
         [
           Alcotest.test_case "vsync puts Mnak under Pt2pt" `Quick order;

@@ -8,7 +8,8 @@ module L = Linearizable
 let ev ?(client = 0) ?(key = "k") op call ret resp =
   { L.client; key; op; call; return = Some ret; response = Some resp }
 
-let unknown ?(client = 0) ?(key = "k") op call = { L.client; key; op; call; return = None; response = None }
+let unknown ?(client = 0) ?(key = "k") op call =
+  { L.client; key; op; call; return = None; response = None }
 
 let is_lin h = match L.check h with L.Linearizable -> true | _ -> false
 
@@ -18,7 +19,13 @@ let expect name want h =
   | _, r -> Alcotest.failf "%s: %a" name L.pp_result r
 
 let hand () =
-  expect "sequential" true [ ev (L.Put "a") 0 1 L.Ok; ev L.Get 2 3 (L.Value "a"); ev L.Del 4 5 L.Ok; ev L.Get 6 7 L.Not_found ];
+  expect "sequential" true
+    [
+      ev (L.Put "a") 0 1 L.Ok;
+      ev L.Get 2 3 (L.Value "a");
+      ev L.Del 4 5 L.Ok;
+      ev L.Get 6 7 L.Not_found;
+    ];
   (* A read after a write returned must see it. *)
   expect "stale read" false [ ev (L.Put "a") 0 1 L.Ok; ev ~client:1 L.Get 2 3 L.Not_found ];
   (* Overlapping: either order. *)
@@ -26,16 +33,30 @@ let hand () =
   expect "overlap new" true [ ev (L.Put "a") 0 10 L.Ok; ev ~client:1 L.Get 2 3 (L.Value "a") ];
   (* Once a read saw the new value, a later read cannot see the old one. *)
   expect "new then old" false
-    [ ev (L.Put "a") 0 10 L.Ok; ev ~client:1 L.Get 2 3 (L.Value "a"); ev ~client:2 L.Get 4 5 L.Not_found ];
+    [
+      ev (L.Put "a") 0 10 L.Ok;
+      ev ~client:1 L.Get 2 3 (L.Value "a");
+      ev ~client:2 L.Get 4 5 L.Not_found;
+    ];
   (* An unknown put may happen late, or never. *)
-  expect "unknown late" true [ unknown (L.Put "a") 0; ev ~client:1 L.Get 5 6 L.Not_found; ev ~client:1 L.Get 7 8 (L.Value "a") ];
+  expect "unknown late" true
+    [
+      unknown (L.Put "a") 0;
+      ev ~client:1 L.Get 5 6 L.Not_found;
+      ev ~client:1 L.Get 7 8 (L.Value "a");
+    ];
   expect "unknown never" true [ unknown (L.Put "a") 0; ev ~client:1 L.Get 5 6 L.Not_found ];
-  expect "unknown not before its call" false [ ev ~client:1 L.Get 0 1 (L.Value "a"); unknown (L.Put "a") 2 ];
+  expect "unknown not before its call" false
+    [ ev ~client:1 L.Get 0 1 (L.Value "a"); unknown (L.Put "a") 2 ];
   (* A value nobody wrote. *)
   expect "invented" false [ ev (L.Put "a") 0 1 L.Ok; ev L.Get 2 3 (L.Value "b") ];
   (* Compare and set. *)
   expect "cas" true
-    [ ev (L.Put "a") 0 1 L.Ok; ev (L.Cas { expect = "a"; set = "b" }) 2 3 L.Ok; ev L.Get 4 5 (L.Value "b") ];
+    [
+      ev (L.Put "a") 0 1 L.Ok;
+      ev (L.Cas { expect = "a"; set = "b" }) 2 3 L.Ok;
+      ev L.Get 4 5 (L.Value "b");
+    ];
   expect "two cas both win" false
     [
       ev (L.Put "a") 0 1 L.Ok;
@@ -65,7 +86,9 @@ let gen ?(abandon = 30) ~rng ~clients ~keys ~n () =
     | 0 | 1 | 2 | 3 -> L.Get
     | 4 | 5 | 6 -> L.Put (string_of_int !vals)
     | 7 -> L.Del
-    | _ -> L.Cas { expect = string_of_int (Random.State.int rng (max 1 !vals)); set = string_of_int !vals }
+    | _ ->
+        L.Cas
+          { expect = string_of_int (Random.State.int rng (max 1 !vals)); set = string_of_int !vals }
   in
   let apply key op =
     let v = Hashtbl.find_opt state key in
@@ -111,12 +134,21 @@ let corrupt ~rng h =
   | [] -> None
   | _ ->
       let target = List.nth gets (Random.State.int rng (List.length gets)) in
-      Some (List.map (fun e -> if e == target then { e with L.response = Some (L.Value "never") } else e) h)
+      Some
+        (List.map
+           (fun e -> if e == target then { e with L.response = Some (L.Value "never") } else e)
+           h)
 
 let random_accept () =
   for seed = 1 to 300 do
     let rng = Random.State.make [| seed |] in
-    let h = gen ~rng ~clients:(2 + Random.State.int rng 6) ~keys:(1 + Random.State.int rng 3) ~n:(10 + Random.State.int rng 150) () in
+    let h =
+      gen ~rng
+        ~clients:(2 + Random.State.int rng 6)
+        ~keys:(1 + Random.State.int rng 3)
+        ~n:(10 + Random.State.int rng 150)
+        ()
+    in
     match L.check h with
     | L.Linearizable -> ()
     | r -> Alcotest.failf "seed %d: a linearizable history refused: %a" seed L.pp_result r
@@ -125,7 +157,13 @@ let random_accept () =
 let random_refuse () =
   for seed = 1 to 300 do
     let rng = Random.State.make [| seed; 7 |] in
-    let h = gen ~rng ~clients:(2 + Random.State.int rng 6) ~keys:(1 + Random.State.int rng 3) ~n:(10 + Random.State.int rng 150) () in
+    let h =
+      gen ~rng
+        ~clients:(2 + Random.State.int rng 6)
+        ~keys:(1 + Random.State.int rng 3)
+        ~n:(10 + Random.State.int rng 150)
+        ()
+    in
     match corrupt ~rng h with
     | None -> ()
     | Some h' -> (
@@ -138,11 +176,7 @@ let random_refuse () =
    second one's value before it was written. *)
 let swapped () =
   let h =
-    [
-      ev (L.Put "1") 0 1 L.Ok;
-      ev (L.Put "2") 2 3 L.Ok;
-      ev ~client:1 L.Get 4 5 (L.Value "1");
-    ]
+    [ ev (L.Put "1") 0 1 L.Ok; ev (L.Put "2") 2 3 L.Ok; ev ~client:1 L.Get 4 5 (L.Value "1") ]
   in
   Alcotest.(check bool) "old value after a newer write returned" false (is_lin h)
 
@@ -172,7 +206,10 @@ let large () =
     | Some h' -> (
         let t0 = Unix.gettimeofday () in
         match L.check h' with
-        | L.Not_linearizable v -> Fmt.pr "%s, corrupted: refused in %.3f s: %a@." name (Unix.gettimeofday () -. t0) L.pp_violation v
+        | L.Not_linearizable v ->
+            Fmt.pr "%s, corrupted: refused in %.3f s: %a@." name
+              (Unix.gettimeofday () -. t0)
+              L.pp_violation v
         | r -> Alcotest.failf "%s, corrupted: %a" name L.pp_result r)
     | None -> Alcotest.failf "%s: no get to corrupt" name
   in

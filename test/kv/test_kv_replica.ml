@@ -21,7 +21,9 @@ let base = if Sys.file_exists "/dev/shm" then "/dev/shm" else Filename.get_temp_
 let s = Time.of_sec
 
 let params =
-  Result.get_ok (Params.of_string "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s")
+  Result.get_ok
+    (Params.of_string
+       "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s")
 
 type world = { net : Sim.t; dir : string; addrs : string list; reps : (R.t * Store.t) option array }
 
@@ -35,7 +37,12 @@ let world name =
 let start ?retain w i =
   let addr = List.nth w.addrs i in
   let store, _ = Result.get_ok (Store.open_ ?retain (Filename.concat w.dir addr)) in
-  let cfg = { (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with request_timeout = s 3. } in
+  let cfg =
+    {
+      (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with
+      request_timeout = s 3.;
+    }
+  in
   match R.create ~params ~seed:(i + 1) w.net cfg store with
   | Ok r -> w.reps.(i) <- Some (r, store)
   | Error e -> Alcotest.failf "start %s: %s" addr e
@@ -49,7 +56,9 @@ let crash w i =
       w.reps.(i) <- None
   | None -> ()
 
-let rep w i = match w.reps.(i) with Some (r, _) -> r | None -> Alcotest.failf "replica %d is down" i
+let rep w i =
+  match w.reps.(i) with Some (r, _) -> r | None -> Alcotest.failf "replica %d is down" i
+
 let run w d = Sim.run ~until:(Time.add (Sim.now w.net) d) w.net
 
 (* Submits and runs until answered (or [d] passes): the outcome, if any. *)
@@ -74,8 +83,15 @@ let cut_off_sequencer () =
     start w i
   done;
   run w (s 5.);
-  Array.iteri (fun i _ -> Alcotest.(check string) (Printf.sprintf "r%d active" i) "active" (Fmt.str "%a" Replica.pp_phase (R.phase (rep w i)))) w.reps;
-  Alcotest.(check (option outcome)) "put" (Some (Wire.Done Op.Ok)) (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  Array.iteri
+    (fun i _ ->
+      Alcotest.(check string)
+        (Printf.sprintf "r%d active" i) "active"
+        (Fmt.str "%a" Replica.pp_phase (R.phase (rep w i))))
+    w.reps;
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
   let sq = List.find (fun i -> R.is_sequencer (rep w i)) [ 0; 1; 2 ] in
   let others = List.filter (( <> ) sq) [ 0; 1; 2 ] in
   Sim.partition w.net [ [ List.nth w.addrs sq ]; List.map (List.nth w.addrs) others ];
@@ -83,12 +99,16 @@ let cut_off_sequencer () =
      answer a read (it would be stale) nor a write (it would be lost). *)
   let read = ref None and write = ref None in
   R.submit (rep w sq) { Wire.client = 2L; req = 1; op = Op.Get "k" } (fun o -> read := Some o);
-  R.submit (rep w sq) { Wire.client = 3L; req = 1; op = Op.Put ("k", "lost?") } (fun o -> write := Some o);
-  Alcotest.(check (option outcome)) "majority writes" (Some (Wire.Done Op.Ok))
+  R.submit (rep w sq)
+    { Wire.client = 3L; req = 1; op = Op.Put ("k", "lost?") }
+    (fun o -> write := Some o);
+  Alcotest.(check (option outcome))
+    "majority writes" (Some (Wire.Done Op.Ok))
     (call w (List.hd others) ~d:(s 20.) ~client:1L ~req:2 (Op.Put ("k", "2")));
   run w (s 5.);
   let not_done name = function
-    | Some (Wire.Done r) -> Alcotest.failf "%s answered by a cut-off sequencer: %a" name Op.pp_response r
+    | Some (Wire.Done r) ->
+        Alcotest.failf "%s answered by a cut-off sequencer: %a" name Op.pp_response r
     | _ -> ()
   in
   not_done "read" !read;
@@ -108,12 +128,16 @@ let cut_off_sequencer () =
       | Some (Wire.Done (Op.Value v)) when v = "2" || v = "lost?" -> ()
       | o -> Alcotest.failf "r%d after the heal: %a" i Fmt.(option Wire.pp_outcome) o)
     [ 0; 1; 2 ];
-  let d = List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ] in
+  let d =
+    List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ]
+  in
   Alcotest.(check int) "one state" 1 (List.length (List.sort_uniq compare d));
   (* The old sequencer's log ends with a write the others never applied,
      at the same write number and epoch as theirs: not a prefix, so it got
      a whole snapshot. *)
-  Alcotest.(check (pair int int)) "the cut-off sequencer got a snapshot" (0, 1) (R.transfers (rep w sq));
+  Alcotest.(check (pair int int))
+    "the cut-off sequencer got a snapshot" (0, 1)
+    (R.transfers (rep w sq));
   finish w
 
 let restart_catches_up () =
@@ -124,22 +148,33 @@ let restart_catches_up () =
   run w (s 5.);
   crash w 2;
   for i = 1 to 30 do
-    match call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i)) with
+    match
+      call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i
+        (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i))
+    with
     | Some (Wire.Done Op.Ok) -> ()
     | o -> Alcotest.failf "put %d: %a" i Fmt.(option Wire.pp_outcome) o
   done;
   start w 2;
   run w (s 8.);
-  Alcotest.(check int) "r2 caught up" (Store.seq (snd (Option.get w.reps.(0)))) (Store.seq (snd (Option.get w.reps.(2))));
+  Alcotest.(check int)
+    "r2 caught up"
+    (Store.seq (snd (Option.get w.reps.(0))))
+    (Store.seq (snd (Option.get w.reps.(2))));
   (* From its own log and the writes it missed, not a snapshot. *)
   Alcotest.(check (pair int int)) "r2 got a suffix" (1, 0) (R.transfers (rep w 2));
-  Alcotest.(check (option outcome)) "read through r2" (Some (Wire.Done (Op.Value "29"))) (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
+  Alcotest.(check (option outcome))
+    "read through r2" (Some (Wire.Done (Op.Value "29")))
+    (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
   (* A retried write (same client and number) takes effect once. *)
-  Alcotest.(check (option outcome)) "cas" (Some (Wire.Done Op.Ok))
+  Alcotest.(check (option outcome))
+    "cas" (Some (Wire.Done Op.Ok))
     (call w 2 ~client:6L ~req:1 (Op.Cas { key = "k1"; expect = "29"; set = "x" }));
-  Alcotest.(check (option outcome)) "cas retried elsewhere" (Some (Wire.Done Op.Ok))
+  Alcotest.(check (option outcome))
+    "cas retried elsewhere" (Some (Wire.Done Op.Ok))
     (call w 0 ~client:6L ~req:1 (Op.Cas { key = "k1"; expect = "29"; set = "x" }));
-  Alcotest.(check (option outcome)) "a new cas fails" (Some (Wire.Done Op.Cas_failed))
+  Alcotest.(check (option outcome))
+    "a new cas fails" (Some (Wire.Done Op.Cas_failed))
     (call w 1 ~client:6L ~req:2 (Op.Cas { key = "k1"; expect = "29"; set = "y" }));
   (* Alone, a replica has no quorum: it refuses at once. *)
   crash w 0;
@@ -160,16 +195,25 @@ let too_old_gets_snapshot () =
   run w (s 5.);
   crash w 2;
   for i = 1 to 30 do
-    match call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i)) with
+    match
+      call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i
+        (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i))
+    with
     | Some (Wire.Done Op.Ok) -> ()
     | o -> Alcotest.failf "put %d: %a" i Fmt.(option Wire.pp_outcome) o
   done;
   start ~retain:5 w 2;
   run w (s 8.);
   Alcotest.(check (pair int int)) "r2 got a snapshot" (0, 1) (R.transfers (rep w 2));
-  Alcotest.(check (option outcome)) "read through r2" (Some (Wire.Done (Op.Value "29"))) (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
-  Alcotest.(check (option outcome)) "write through r2" (Some (Wire.Done Op.Ok)) (call w 2 ~client:5L ~req:2 (Op.Put ("k1", "z")));
-  let d = List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ] in
+  Alcotest.(check (option outcome))
+    "read through r2" (Some (Wire.Done (Op.Value "29")))
+    (call w 2 ~client:5L ~req:1 (Op.Get "k1"));
+  Alcotest.(check (option outcome))
+    "write through r2" (Some (Wire.Done Op.Ok))
+    (call w 2 ~client:5L ~req:2 (Op.Put ("k1", "z")));
+  let d =
+    List.map (fun i -> Machine.digest (Store.machine (snd (Option.get w.reps.(i))))) [ 0; 1; 2 ]
+  in
   Alcotest.(check int) "one state" 1 (List.length (List.sort_uniq compare d));
   finish w
 
@@ -185,7 +229,8 @@ let same_age_other_state () =
     Store.promise_to store 1;
     Store.start_epoch store 1;
     ignore (Store.execute store { Store.client = 1L; req = 1; op = Op.Put ("k", "base") });
-    ignore (Store.execute store { Store.client = Int64.of_int (2 + i); req = 1; op = Op.Put ("k", v) });
+    ignore
+      (Store.execute store { Store.client = Int64.of_int (2 + i); req = 1; op = Op.Put ("k", v) });
     Store.sync store;
     Store.close store
   in
@@ -195,19 +240,29 @@ let same_age_other_state () =
   start w 1;
   run w (s 8.);
   let st i = snd (Option.get w.reps.(i)) in
-  Alcotest.(check (pair int int)) "same age" (Store.epoch (st 0), Store.seq (st 0)) (Store.epoch (st 1), Store.seq (st 1));
-  Alcotest.(check bool) "one state" true (Machine.digest (Store.machine (st 0)) = Machine.digest (Store.machine (st 1)));
+  Alcotest.(check (pair int int))
+    "same age"
+    (Store.epoch (st 0), Store.seq (st 0))
+    (Store.epoch (st 1), Store.seq (st 1));
+  Alcotest.(check bool)
+    "one state" true
+    (Machine.digest (Store.machine (st 0)) = Machine.digest (Store.machine (st 1)));
   let read i = call w i ~client:(Int64.of_int (10 + i)) ~req:1 (Op.Get "k") in
   let r0 = read 0 and r1 = read 1 in
-  (match r0 with Some (Wire.Done (Op.Value _)) -> () | o -> Alcotest.failf "read through r0: %a" Fmt.(option Wire.pp_outcome) o);
+  (match r0 with
+  | Some (Wire.Done (Op.Value _)) -> ()
+  | o -> Alcotest.failf "read through r0: %a" Fmt.(option Wire.pp_outcome) o);
   Alcotest.(check (option outcome)) "both read the same value" r0 r1;
-  Alcotest.(check int) "one of them took the other's state" 1
+  Alcotest.(check int)
+    "one of them took the other's state" 1
     (let a, b = R.transfers (rep w 0) and c, d = R.transfers (rep w 1) in
      a + b + c + d);
   finish w
 
 let fuzz =
-  QCheck.Test.make ~count:2000 ~name:"decoders never raise" QCheck.(string_gen_of_size Gen.(0 -- 200) Gen.char) (fun s ->
+  QCheck.Test.make ~count:2000 ~name:"decoders never raise"
+    QCheck.(string_gen_of_size Gen.(0 -- 200) Gen.char)
+    (fun s ->
       ignore (Wire.decode s);
       ignore (Wire.decode_request s);
       ignore (Wire.decode_reply s);
@@ -229,7 +284,8 @@ let roundtrip =
           let b = Buffer.create 16 in
           Buffer.add_string b f;
           match Wire.read_frame b with
-          | Ok (Some body) -> Wire.decode_request body = Ok { Wire.client; req; op } && Buffer.length b = 0
+          | Ok (Some body) ->
+              Wire.decode_request body = Ok { Wire.client; req; op } && Buffer.length b = 0
           | _ -> false)
         ops
       &&
@@ -237,7 +293,8 @@ let roundtrip =
       let b = Buffer.create 16 in
       Buffer.add_string b f;
       match Wire.read_frame b with
-      | Ok (Some body) -> Wire.decode_reply body = Ok { Wire.rreq = req; outcome = Wire.Done (Op.Value v) }
+      | Ok (Some body) ->
+          Wire.decode_reply body = Ok { Wire.rreq = req; outcome = Wire.Done (Op.Value v) }
       | _ -> false)
 
 let oversized () =
@@ -249,21 +306,26 @@ let () =
   if Sys.getenv_opt "KVDBG" <> None then begin
     Logs.set_reporter (Logs.format_reporter ());
     Logs.Src.set_level Replica.src (Some Logs.Info);
-    List.iter (fun s -> if Logs.Src.name s = "consort.xfer" then Logs.Src.set_level s (Some Logs.Info)) (Logs.Src.list ())
+    List.iter
+      (fun s -> if Logs.Src.name s = "consort.xfer" then Logs.Src.set_level s (Some Logs.Info))
+      (Logs.Src.list ())
   end;
   Alcotest.run "kv-replica"
     [
       ( "replica",
         [
           Alcotest.test_case "a cut-off sequencer answers nothing" `Quick cut_off_sequencer;
-          Alcotest.test_case "a restarted replica catches up; retries once" `Quick restart_catches_up;
+          Alcotest.test_case "a restarted replica catches up; retries once" `Quick
+            restart_catches_up;
           Alcotest.test_case "a log too old: a snapshot" `Quick too_old_gets_snapshot;
           Alcotest.test_case "same age, another state: one is taken" `Quick same_age_other_state;
         ] );
       ( "wire",
         [
-          Alcotest.test_case "decoders never raise" `Quick (fun () -> QCheck.Test.check_exn ~rand:(Random.State.make [| 3 |]) fuzz);
-          Alcotest.test_case "round trips" `Quick (fun () -> QCheck.Test.check_exn ~rand:(Random.State.make [| 4 |]) roundtrip);
+          Alcotest.test_case "decoders never raise" `Quick (fun () ->
+              QCheck.Test.check_exn ~rand:(Random.State.make [| 3 |]) fuzz);
+          Alcotest.test_case "round trips" `Quick (fun () ->
+              QCheck.Test.check_exn ~rand:(Random.State.make [| 4 |]) roundtrip);
           Alcotest.test_case "oversized frame refused" `Quick oversized;
         ] );
     ]

@@ -14,7 +14,9 @@ let rec rm_rf p =
 
 (* Memory-backed when there is /dev/shm: what is tested is the order of the
    steps, not the disk. *)
-let base = if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name ()
+let base =
+  if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm"
+  else Filename.get_temp_dir_name ()
 
 let fresh name =
   let d = Filename.concat base (Printf.sprintf "kv-store-%s-%d" name (Unix.getpid ())) in
@@ -35,8 +37,10 @@ let basic () =
   Alcotest.(check int) "no findings" 0 (List.length f);
   Alcotest.check resp "put" Op.Ok (Store.execute t (cmd 1 (Op.Put ("a", "1"))));
   Alcotest.check resp "get" (Op.Value "1") (Store.execute t (cmd 2 (Op.Get "a")));
-  Alcotest.check resp "cas" Op.Ok (Store.execute t (cmd 3 (Op.Cas { key = "a"; expect = "1"; set = "2" })));
-  Alcotest.check resp "cas fails" Op.Cas_failed (Store.execute t (cmd 4 (Op.Cas { key = "a"; expect = "1"; set = "3" })));
+  Alcotest.check resp "cas" Op.Ok
+    (Store.execute t (cmd 3 (Op.Cas { key = "a"; expect = "1"; set = "2" })));
+  Alcotest.check resp "cas fails" Op.Cas_failed
+    (Store.execute t (cmd 4 (Op.Cas { key = "a"; expect = "1"; set = "3" })));
   Alcotest.check resp "del absent" Op.Not_found (Store.execute t (cmd 5 (Op.Del "b")));
   (* A retry of the last request: the recorded response, no second effect. *)
   Alcotest.check resp "put b" Op.Ok (Store.execute t (cmd ~client:2L 1 (Op.Put ("b", "x"))));
@@ -93,14 +97,22 @@ exception Died
 let workload ~seed =
   let rng = Random.State.make [| seed |] in
   List.init 30 (fun b ->
-      List.init (1 + Random.State.int rng 5) (fun i ->
+      List.init
+        (1 + Random.State.int rng 5)
+        (fun i ->
           let client = Int64.of_int (1 + Random.State.int rng 4) in
           let key = "k" ^ string_of_int (Random.State.int rng 5) in
           let op =
             match Random.State.int rng 4 with
             | 0 -> Op.Put (key, Printf.sprintf "v%d.%d" b i)
             | 1 -> Op.Del key
-            | 2 -> Op.Cas { key; expect = Printf.sprintf "v%d.%d" (max 0 (b - 1)) i; set = Printf.sprintf "c%d.%d" b i }
+            | 2 ->
+                Op.Cas
+                  {
+                    key;
+                    expect = Printf.sprintf "v%d.%d" (max 0 (b - 1)) i;
+                    set = Printf.sprintf "c%d.%d" b i;
+                  }
             | _ -> Op.Put (key, String.make (Random.State.int rng 300) 'x')
           in
           cmd ~client ((b * 10) + i + 1) op))
@@ -125,10 +137,20 @@ let crash_points () =
   while not !finished do
     let d = fresh "crash" in
     let count = ref 0 in
-    let io = Io.hooked (fun _ -> incr count; if !count = !n then raise Died) Io.real in
+    let io =
+      Io.hooked
+        (fun _ ->
+          incr count;
+          if !count = !n then raise Died)
+        Io.real
+    in
     let acked = ref 0 and attempted = ref 0 in
     (try
-       let t, _ = match Store.open_ ~io ~snapshot_bytes:2000 d with Ok x -> x | Error e -> Alcotest.failf "open: %s" e in
+       let t, _ =
+         match Store.open_ ~io ~snapshot_bytes:2000 d with
+         | Ok x -> x
+         | Error e -> Alcotest.failf "open: %s" e
+       in
        List.iter
          (fun batch ->
            List.iter (fun c -> ignore (Store.execute t c)) batch;
@@ -145,10 +167,16 @@ let crash_points () =
     let t, f = open_ok d in
     let s = Store.seq t in
     if s < !acked || s > !attempted then
-      Alcotest.failf "crash at step %d: recovered write %d, synced %d, attempted %d" !n s !acked !attempted;
-    Alcotest.(check string) (Printf.sprintf "crash at step %d: state after write %d" !n s) (Hashtbl.find digests s)
+      Alcotest.failf "crash at step %d: recovered write %d, synced %d, attempted %d" !n s !acked
+        !attempted;
+    Alcotest.(check string)
+      (Printf.sprintf "crash at step %d: state after write %d" !n s)
+      (Hashtbl.find digests s)
       (Machine.digest (Store.machine t));
-    List.iter (fun x -> if Store.is_damage x then Alcotest.failf "crash at step %d: %a" !n Store.pp_finding x) f;
+    List.iter
+      (fun x ->
+        if Store.is_damage x then Alcotest.failf "crash at step %d: %a" !n Store.pp_finding x)
+      f;
     Store.close t;
     rm_rf d;
     incr tried;
@@ -190,7 +218,9 @@ let tails () =
     Store.close t;
     let t, findings = open_ok d in
     Alcotest.(check int) (name ^ ": appends after repair") 0 (List.length findings);
-    Alcotest.(check (option string)) (name ^ ": new write kept") (Some "repair") (Machine.read (Store.machine t) "after");
+    Alcotest.(check (option string))
+      (name ^ ": new write kept") (Some "repair")
+      (Machine.read (Store.machine t) "after");
     Store.close t;
     rm_rf d
   in
@@ -239,7 +269,10 @@ let transfer () =
   Store.start_epoch a 5;
   Store.sync a;
   (match Store.install b (Store.snapshot a) with Ok () -> () | Error e -> Alcotest.fail e);
-  Alcotest.(check string) "installed" (Machine.digest (Store.machine a)) (Machine.digest (Store.machine b));
+  Alcotest.(check string)
+    "installed"
+    (Machine.digest (Store.machine a))
+    (Machine.digest (Store.machine b));
   Alcotest.(check int) "epoch" 5 (Store.epoch b);
   for i = 11 to 15 do
     ignore (Store.execute a (cmd i (Op.Put ("k", string_of_int i))))
@@ -250,10 +283,16 @@ let transfer () =
       Store.apply_entries b l
   | None -> Alcotest.fail "entries kept");
   Store.sync b;
-  Alcotest.(check string) "caught up" (Machine.digest (Store.machine a)) (Machine.digest (Store.machine b));
+  Alcotest.(check string)
+    "caught up"
+    (Machine.digest (Store.machine a))
+    (Machine.digest (Store.machine b));
   Store.close b;
   let b, _ = open_ok d2 in
-  Alcotest.(check string) "durable" (Machine.digest (Store.machine a)) (Machine.digest (Store.machine b));
+  Alcotest.(check string)
+    "durable"
+    (Machine.digest (Store.machine a))
+    (Machine.digest (Store.machine b));
   Alcotest.(check int) "seq" 15 (Store.seq b);
   Store.close a;
   Store.close b;

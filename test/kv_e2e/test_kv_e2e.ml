@@ -10,7 +10,9 @@ module Kv = Consort_kv
 module L = Consort_spec.Linearizable
 
 let consort () =
-  Filename.concat (Filename.dirname Sys.executable_name) (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
+  Filename.concat
+    (Filename.dirname Sys.executable_name)
+    (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
 let rec rm_rf p =
   match (Unix.lstat p).Unix.st_kind with
@@ -29,7 +31,9 @@ let contains s sub =
 
 let read_file p =
   let ic = open_in_bin p in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let free_port ty =
   let s = Unix.socket Unix.PF_INET ty 0 in
@@ -43,12 +47,31 @@ let params = "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.fl
 type replica = { data : string; bind : string; listen : string; mutable pid : int }
 
 let start ~peers r =
-  let err = Unix.openfile (r.data ^ ".log") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644 in
+  let err =
+    Unix.openfile (r.data ^ ".log")
+      [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
+      0o644
+  in
   let out = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
   r.pid <-
     Unix.create_process (consort ())
-      [| "consort"; "kv"; "serve"; "--group"; "e2e"; "--data"; r.data; "--bind"; r.bind; "--peers"; String.concat "," peers;
-         "--listen"; r.listen; "--params"; params |]
+      [|
+        "consort";
+        "kv";
+        "serve";
+        "--group";
+        "e2e";
+        "--data";
+        r.data;
+        "--bind";
+        r.bind;
+        "--peers";
+        String.concat "," peers;
+        "--listen";
+        r.listen;
+        "--params";
+        params;
+      |]
       Unix.stdin out err;
   Unix.close err;
   Unix.close out
@@ -70,7 +93,8 @@ let wait_ready via =
     match Kv.Client.call c (Kv.Op.Get "ready") with
     | Kv.Wire.Done _ -> Kv.Client.close c
     | o ->
-        if Unix.gettimeofday () -. t0 > 30. then Alcotest.failf "no answer through %s: %a" (String.concat "," via) Kv.Wire.pp_outcome o;
+        if Unix.gettimeofday () -. t0 > 30. then
+          Alcotest.failf "no answer through %s: %a" (String.concat "," via) Kv.Wire.pp_outcome o;
         Unix.sleepf 0.2;
         go ()
   in
@@ -78,9 +102,13 @@ let wait_ready via =
 
 let now_us () = int_of_float (Unix.gettimeofday () *. 1e6)
 
-let op_line c call ret op resp = Kv.History.line ~client:c ~call ~return:(if ret < 0 then None else Some ret) op resp
+let op_line c call ret op resp =
+  Kv.History.line ~client:c ~call ~return:(if ret < 0 then None else Some ret) op resp
 
-let parse_line l = match Kv.History.parse l with Ok e -> e | Error e -> Alcotest.failf "bad history line %S: %s" l e
+let parse_line l =
+  match Kv.History.parse l with
+  | Ok e -> e
+  | Error e -> Alcotest.failf "bad history line %S: %s" l e
 
 let keys = [| "a"; "b"; "c"; "d" |]
 
@@ -104,14 +132,18 @@ let client_proc ~id ~servers ~until ~file =
               | 0 | 1 | 2 -> Kv.Op.Get k
               | 3 | 4 | 5 -> Kv.Op.Put (k, v)
               | 6 -> Kv.Op.Del k
-              | _ -> Kv.Op.Cas { key = k; expect = Option.value (Hashtbl.find_opt last k) ~default:"none"; set = v }
+              | _ ->
+                  Kv.Op.Cas
+                    {
+                      key = k;
+                      expect = Option.value (Hashtbl.find_opt last k) ~default:"none";
+                      set = v;
+                    }
             in
             let call = now_us () in
             let o = Kv.Client.call c op in
             let ret = now_us () in
-            (match o with
-            | Kv.Wire.Done (Kv.Op.Value x) -> Hashtbl.replace last k x
-            | _ -> ());
+            (match o with Kv.Wire.Done (Kv.Op.Value x) -> Hashtbl.replace last k x | _ -> ());
             (match op with Kv.Op.Put (k, v) -> Hashtbl.replace last k v | _ -> ());
             match o with
             | Kv.Wire.Done (Kv.Op.Error e) -> Printf.fprintf oc "#error %s\n" e
@@ -175,21 +207,28 @@ let check_history name h =
   let known = List.length (List.filter (fun e -> e.L.return <> None) h) in
   let t0 = Unix.gettimeofday () in
   let r = L.check h in
-  Fmt.pr "%s: %d operations (%d with a known outcome), checked in %.2f s: %a@." name (List.length h) known
-    (Unix.gettimeofday () -. t0) L.pp_result r;
+  Fmt.pr "%s: %d operations (%d with a known outcome), checked in %.2f s: %a@." name (List.length h)
+    known
+    (Unix.gettimeofday () -. t0)
+    L.pp_result r;
   match r with L.Linearizable -> () | _ -> Alcotest.failf "%s: %a" name L.pp_result r
 
 (* Runs consort with [args] and [stdin]; exit status and output. *)
 let run ?(stdin = "") args =
   let inp = Filename.temp_file "kv-in" "" and out = Filename.temp_file "kv-out" "" in
   Fun.protect
-    ~finally:(fun () -> Sys.remove inp; Sys.remove out)
+    ~finally:(fun () ->
+      Sys.remove inp;
+      Sys.remove out)
     (fun () ->
       let oc = open_out inp in
       output_string oc stdin;
       close_out oc;
-      let i = Unix.openfile inp [ Unix.O_RDONLY ] 0 and o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_TRUNC ] 0 in
-      let pid = Unix.create_process (consort ()) (Array.of_list ("consort" :: args)) i o Unix.stderr in
+      let i = Unix.openfile inp [ Unix.O_RDONLY ] 0
+      and o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_TRUNC ] 0 in
+      let pid =
+        Unix.create_process (consort ()) (Array.of_list ("consort" :: args)) i o Unix.stderr
+      in
       Unix.close i;
       Unix.close o;
       let _, st = Unix.waitpid [] pid in
@@ -201,7 +240,9 @@ let crash_restart () =
   wait_ready (servers rs);
   let until = Unix.gettimeofday () +. 8. in
   let files = List.init 4 (fun i -> dir / Printf.sprintf "client%d" i) in
-  let pids = List.mapi (fun i file -> client_proc ~id:(i + 1) ~servers:(servers rs) ~until ~file) files in
+  let pids =
+    List.mapi (fun i file -> client_proc ~id:(i + 1) ~servers:(servers rs) ~until ~file) files
+  in
   (* One replica is killed and comes back while the clients go on. *)
   Unix.sleepf 2.;
   let victim = List.nth rs 2 in
@@ -225,11 +266,19 @@ let crash_restart () =
   Alcotest.(check int) ("consort kv check: " ^ out) 0 code;
   let bad = dir / "bad" in
   let oc = open_out bad in
-  output_string oc (op_line 99 (now_us ()) (now_us () + 1) (Kv.Op.Get "a") (Some (Kv.Op.Value "never-written")) ^ "\n");
+  output_string oc
+    (op_line 99 (now_us ()) (now_us () + 1) (Kv.Op.Get "a") (Some (Kv.Op.Value "never-written"))
+    ^ "\n");
   close_out oc;
   let code, out = run ("kv" :: "check" :: bad :: files) in
   Alcotest.(check int) ("consort kv check, a value never written: " ^ out) 1 code;
-  let during = List.length (List.filter (fun e -> e.L.call < killed_at && (match e.L.return with Some r -> r > killed_at | None -> true)) h1) in
+  let during =
+    List.length
+      (List.filter
+         (fun e ->
+           e.L.call < killed_at && match e.L.return with Some r -> r > killed_at | None -> true)
+         h1)
+  in
   let after = List.length (List.filter (fun e -> e.L.call > restarted_at && e.L.client < 100) h1) in
   Fmt.pr "%d operations in flight at the kill, %d made after the restart@." during after;
   Alcotest.(check bool) "clients made progress" true (List.length h1 > 100);
@@ -265,7 +314,9 @@ let torn_tail () =
   wait_ready [ r0.listen ];
   let log = read_file (r0.data ^ ".log") in
   let said = String.sub log (String.length before) (String.length log - String.length before) in
-  let lines = String.split_on_char '\n' said |> List.filter (fun l -> contains l "torn or corrupt tail") in
+  let lines =
+    String.split_on_char '\n' said |> List.filter (fun l -> contains l "torn or corrupt tail")
+  in
   (match lines with
   | [ l ] -> Fmt.pr "the replica said: %s@." l
   | _ -> Alcotest.failf "the replica did not say it repaired its log in one line: %S" said);
@@ -274,7 +325,8 @@ let torn_tail () =
   for j = 0 to 4 do
     let last = if j = 0 then 50 else 45 + j in
     match Kv.Client.call c0 (Kv.Op.Get ("k" ^ string_of_int j)) with
-    | Kv.Wire.Done (Kv.Op.Value v) -> Alcotest.(check string) ("k" ^ string_of_int j) (string_of_int last) v
+    | Kv.Wire.Done (Kv.Op.Value v) ->
+        Alcotest.(check string) ("k" ^ string_of_int j) (string_of_int last) v
     | o -> Alcotest.failf "get k%d: %a" j Kv.Wire.pp_outcome o
   done;
   Kv.Client.close c0;
@@ -300,9 +352,19 @@ let cli () =
   Alcotest.(check int) "value over the limit: exit 2" 2 c;
   Alcotest.(check bool) "error line" true (String.length o > 7 && String.sub o 0 7 = "error: ");
   let c, o =
-    run ~stdin:"put y 1\nget y\n\nfrob y\ncas y 1 2\nget y\ndel y\nget y\n" [ "kv"; "shell"; "--servers"; s ]
+    run ~stdin:"put y 1\nget y\n\nfrob y\ncas y 1 2\nget y\ndel y\nget y\n"
+      [ "kv"; "shell"; "--servers"; s ]
   in
-  Alcotest.(check string) "shell" "ok\nvalue 1\nerror: unknown command \"frob\" (get, put, del, cas)\nok\nvalue 2\nok\nnot-found\n" o;
+  Alcotest.(check string)
+    "shell"
+    "ok\n\
+     value 1\n\
+     error: unknown command \"frob\" (get, put, del, cas)\n\
+     ok\n\
+     value 2\n\
+     ok\n\
+     not-found\n"
+    o;
   Alcotest.(check int) "shell exit: its worst" 2 c;
   (* No replica listening: certainly not done. *)
   let dead = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM) in
@@ -316,7 +378,9 @@ let cli () =
   Unix.bind sock (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
   Unix.listen sock 8;
   let port = match Unix.getsockname sock with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
-  let c, o = run [ "kv"; "put"; "z"; "1"; "--timeout"; "1"; "--servers"; Printf.sprintf "127.0.0.1:%d" port ] in
+  let c, o =
+    run [ "kv"; "put"; "z"; "1"; "--timeout"; "1"; "--servers"; Printf.sprintf "127.0.0.1:%d" port ]
+  in
   Unix.close sock;
   Alcotest.(check int) "no answer: exit 3" 3 c;
   Alcotest.(check bool) "unknown line" true (String.length o > 9 && String.sub o 0 9 = "unknown: ")

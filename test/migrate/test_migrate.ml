@@ -12,18 +12,36 @@ module G = Consort_group.Group.Make (S)
 module Group = Consort_group.Group
 module Migrate = Consort_group.Migrate
 
-let secret = match Seal.secret_of_string (String.make 32 'm') with Ok s -> s | Error e -> failwith e
-let other_secret = match Seal.secret_of_string (String.make 32 'x') with Ok s -> s | Error e -> failwith e
-let layers = match Consort_group.Properties.layers Consort_group.Properties.vsync with Ok l -> l | Error _ -> assert false
+let secret =
+  match Seal.secret_of_string (String.make 32 'm') with Ok s -> s | Error e -> failwith e
+
+let other_secret =
+  match Seal.secret_of_string (String.make 32 'x') with Ok s -> s | Error e -> failwith e
+
+let layers =
+  match Consort_group.Properties.layers Consort_group.Properties.vsync with
+  | Ok l -> l
+  | Error _ -> assert false
+
 let wall net () = 1_700_000_000. +. Time.to_sec (Sim.now net)
 
-type member = { addr : string; t : S.t; g : G.t; got : (string * string) list ref (* origin, payload; newest first *); views : int ref }
+type member = {
+  addr : string;
+  t : S.t;
+  g : G.t;
+  got : (string * string) list ref (* origin, payload; newest first *);
+  views : int ref;
+}
 
 let join ?seal net ~peers addr =
   let t =
     match seal with
     | None -> S.wrap net None
-    | Some mode -> S.wrap ~rekey:false ~g:(Consort_cap.Crypto.deterministic ("migrate-" ^ addr)) ~wall:(wall net) net (Some (secret, mode))
+    | Some mode ->
+        S.wrap ~rekey:false
+          ~g:(Consort_cap.Crypto.deterministic ("migrate-" ^ addr))
+          ~wall:(wall net) net
+          (Some (secret, mode))
   in
   let got = ref [] and views = ref 0 in
   let cb =
@@ -43,7 +61,8 @@ let join ?seal net ~peers addr =
 let run net secs = Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec secs)) net
 let vid m = (G.view m.g).Group.vid
 
-let cast m s = match G.cast m.g s with Ok () -> () | Error e -> Alcotest.failf "cast: %a" Group.pp_error e
+let cast m s =
+  match G.cast m.g s with Ok () -> () | Error e -> Alcotest.failf "cast: %a" Group.pp_error e
 
 let group ?seal ?(loss = 0.) seed =
   let net = Sim.create ~seed ~link:{ Sim.default_link with loss; jitter = Time.of_ms 2 } () in
@@ -52,11 +71,14 @@ let group ?seal ?(loss = 0.) seed =
   run net 6.;
   let v = vid (List.hd ms) in
   List.iter
-    (fun m -> if vid m <> v || Array.length (G.view m.g).Group.members <> 3 then Alcotest.failf "%s is not in a view of three" m.addr)
+    (fun m ->
+      if vid m <> v || Array.length (G.view m.g).Group.members <> 3 then
+        Alcotest.failf "%s is not in a view of three" m.addr)
     ms;
   (net, ms)
 
-let from_ m origin = List.rev (List.filter_map (fun (o, s) -> if o = origin then Some s else None) !(m.got))
+let from_ m origin =
+  List.rev (List.filter_map (fun (o, s) -> if o = origin then Some s else None) !(m.got))
 
 let address_at m other = G.member_address m.g (G.me other.g)
 
@@ -72,7 +94,9 @@ let moves_under_traffic () =
   let moved = ref 0 in
   for k = 1 to 60 do
     ignore
-      (Sim.at net (Time.add (Sim.now net) (Time.of_ms (10 * k))) (fun () ->
+      (Sim.at net
+         (Time.add (Sim.now net) (Time.of_ms (10 * k)))
+         (fun () ->
            cast p1 (Printf.sprintf "p1-%d" k);
            cast p0 (Printf.sprintf "p0-%d" k);
            if k = 20 || k = 21 then begin
@@ -88,17 +112,24 @@ let moves_under_traffic () =
   List.iter
     (fun m ->
       Alcotest.(check string) (m.addr ^ ": the same view") v (vid m);
-      Alcotest.(check (list string)) (m.addr ^ ": p1's casts, in order") (List.init 60 (fun k -> Printf.sprintf "p1-%d" (k + 1))) (from_ m me);
+      Alcotest.(check (list string))
+        (m.addr ^ ": p1's casts, in order")
+        (List.init 60 (fun k -> Printf.sprintf "p1-%d" (k + 1)))
+        (from_ m me);
       Alcotest.(check (list string))
         (m.addr ^ ": p0's casts, in order")
         (List.init 60 (fun k -> Printf.sprintf "p0-%d" (k + 1)))
         (from_ m (G.me p0.g)))
     ms;
   Alcotest.(check (list int)) "no view installed since" views (List.map (fun m -> !(m.views)) ms);
-  Alcotest.(check (option string)) "p0 sends to p1's last address" (Some "p1.new21") (address_at p0 p1);
-  Alcotest.(check (option string)) "p2 sends to p1's last address" (Some "p1.new21") (address_at p2 p1);
+  Alcotest.(check (option string))
+    "p0 sends to p1's last address" (Some "p1.new21") (address_at p0 p1);
+  Alcotest.(check (option string))
+    "p2 sends to p1's last address" (Some "p1.new21") (address_at p2 p1);
   Alcotest.(check (list string)) "every member acknowledged" [] (G.unmoved p1.g);
-  List.iter (fun a -> if Sim.is_open net a then Alcotest.failf "p1 still listens at %s" a) [ "p1"; "p1.new20" ]
+  List.iter
+    (fun a -> if Sim.is_open net a then Alcotest.failf "p1 still listens at %s" a)
+    [ "p1"; "p1.new20" ]
 
 (* Bad input: an address that does not parse, or one in use: a one-line
    error, and the member goes on where it was. *)
@@ -106,7 +137,10 @@ let bad_addresses () =
   let net, ms = group 5 in
   let p0 = List.nth ms 0 and p1 = List.nth ms 1 in
   (match G.migrate p1.g "" with
-  | Error (Group.Bad_new_address _ as e) -> Alcotest.(check bool) "one line" false (String.contains (Fmt.str "%a" Group.pp_migrate_error e) '\n')
+  | Error (Group.Bad_new_address _ as e) ->
+      Alcotest.(check bool)
+        "one line" false
+        (String.contains (Fmt.str "%a" Group.pp_migrate_error e) '\n')
   | _ -> Alcotest.fail "an empty address was taken");
   (match G.migrate p1.g "p2" with
   | Error (Group.Cannot_move _) -> ()
@@ -128,13 +162,17 @@ let tap m capture =
                false))))
 
 let raw_send net ~from ~dst bytes =
-  match Sim.open_ net from (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+  match
+    Sim.open_ net from (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+  with
   | Error e -> Alcotest.failf "open %s: %a" from Transport.pp_error e
   | Ok c ->
       ignore (Sim.send c ~dst (Msg.create (Iovecs.of_string Pool.default bytes)));
       c
 
-let move_bytes ~vid ~eid ~seq ~addr = Codec.encode_string Migrate.codec (Migrate.Move { group = "movers"; vids = [ vid ]; eid; seq; addr })
+let move_bytes ~vid ~eid ~seq ~addr =
+  Codec.encode_string Migrate.codec
+    (Migrate.Move { group = "movers"; vids = [ vid ]; eid; seq; addr })
 
 (* With Auth: a stranger (another secret, or none) sends a move that would
    redirect p1's traffic to itself; then, once p1 has moved twice, replays
@@ -148,38 +186,58 @@ let stranger_cannot_redirect () =
   tap p0 capture;
   let victim = G.me p1.g and v = vid p0 in
   (* Forged under another secret, from the address it names. *)
-  let evil = S.wrap ~g:(Consort_cap.Crypto.deterministic "evil") ~wall:(wall net) ~rekey:false net (Some (other_secret, Seal.Auth)) in
-  (match S.open_ evil "evil" (fun _ -> { S.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+  let evil =
+    S.wrap
+      ~g:(Consort_cap.Crypto.deterministic "evil")
+      ~wall:(wall net) ~rekey:false net
+      (Some (other_secret, Seal.Auth))
+  in
+  (match
+     S.open_ evil "evil" (fun _ -> { S.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+   with
   | Error e -> Alcotest.failf "open evil: %a" Transport.pp_error e
-  | Ok c -> ignore (S.send c ~dst:"p0" (Msg.create (Iovecs.of_string Pool.default (move_bytes ~vid:v ~eid:victim ~seq:9 ~addr:"evil")))));
+  | Ok c ->
+      ignore
+        (S.send c ~dst:"p0"
+           (Msg.create
+              (Iovecs.of_string Pool.default (move_bytes ~vid:v ~eid:victim ~seq:9 ~addr:"evil")))));
   (* In clear. *)
   ignore (raw_send net ~from:"evil2" ~dst:"p0" (move_bytes ~vid:v ~eid:victim ~seq:9 ~addr:"evil2"));
   run net 1.;
   Alcotest.(check (option string)) "p1 is not redirected" (Some "p1") (address_at p0 p1);
   (* p1 moves, twice; its first move is captured on its way to p0. *)
-  (match G.migrate p1.g "p1.a" with Ok () -> () | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
+  (match G.migrate p1.g "p1.a" with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
   run net 1.;
   let first = List.filter_map (fun (src, d) -> if src = "p1.a" then Some d else None) !capture in
   if first = [] then Alcotest.fail "nothing captured from p1.a";
-  (match G.migrate p1.g "p1.b" with Ok () -> () | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
+  (match G.migrate p1.g "p1.b" with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
   run net 12.;
   Alcotest.(check (option string)) "p0 sends to p1.b" (Some "p1.b") (address_at p0 p1);
   if Sim.is_open net "p1.a" then Alcotest.fail "p1 still listens at p1.a";
   let st0 = S.stats (G.connection p0.g) in
   let replay = raw_send net ~from:"p1.a" ~dst:"p0" "" in
-  List.iter (fun d -> ignore (Sim.send replay ~dst:"p0" (Msg.create (Iovecs.of_string Pool.default d)))) first;
+  List.iter
+    (fun d -> ignore (Sim.send replay ~dst:"p0" (Msg.create (Iovecs.of_string Pool.default d))))
+    first;
   run net 1.;
   let st = S.stats (G.connection p0.g) in
   Alcotest.(check (option string)) "the replay redirects nothing" (Some "p1.b") (address_at p0 p1);
   if st.Seal.bad_tag < 1 then Alcotest.fail "the forged move was not dropped for its tag";
   if st.clear < 1 then Alcotest.fail "the move in clear was not dropped";
-  if st.replayed + st.stale <= st0.Seal.replayed + st0.stale then Alcotest.fail "the replay was not dropped as one";
+  if st.replayed + st.stale <= st0.Seal.replayed + st0.stale then
+    Alcotest.fail "the replay was not dropped as one";
   (* And the group still works, at p1's new address. *)
   cast p0 "still";
   cast p1 "here";
   run net 2.;
   List.iter
-    (fun m -> if not (List.mem (G.me p1.g, "here") !(m.got) && List.mem (G.me p0.g, "still") !(m.got)) then Alcotest.failf "%s lost a cast" m.addr)
+    (fun m ->
+      if not (List.mem (G.me p1.g, "here") !(m.got) && List.mem (G.me p0.g, "still") !(m.got)) then
+        Alcotest.failf "%s lost a cast" m.addr)
     ms;
   Alcotest.(check string) "the same view" v (vid p0)
 
@@ -192,29 +250,46 @@ let replay_in_clear () =
   let p0 = List.nth ms 0 and p1 = List.nth ms 1 in
   let capture = ref [] in
   tap p0 capture;
-  (match G.migrate p1.g "p1.a" with Ok () -> () | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
+  (match G.migrate p1.g "p1.a" with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
   run net 1.;
   let first =
-    List.filter_map (fun (src, d) -> if src = "p1.a" && d <> "" && Char.code d.[0] = Migrate.magic then Some d else None) !capture
+    List.filter_map
+      (fun (src, d) ->
+        if src = "p1.a" && d <> "" && Char.code d.[0] = Migrate.magic then Some d else None)
+      !capture
   in
   if first = [] then Alcotest.fail "p1's move was not captured";
-  (match G.migrate p1.g "p1.b" with Ok () -> () | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
+  (match G.migrate p1.g "p1.b" with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
   run net 12.;
   let refused = List.assoc "move_refused" (List.assoc "group" (G.counters p0.g)) in
   let c = raw_send net ~from:"p1.a" ~dst:"p0" (List.hd first) in
   ignore c;
   (* Another view's move, and one from an address it does not name. *)
-  ignore (raw_send net ~from:"x1" ~dst:"p0" (move_bytes ~vid:"9:nobody" ~eid:(G.me p1.g) ~seq:7 ~addr:"x1"));
-  ignore (raw_send net ~from:"x2" ~dst:"p0" (move_bytes ~vid:(vid p0) ~eid:(G.me p1.g) ~seq:7 ~addr:"p9"));
+  ignore
+    (raw_send net ~from:"x1" ~dst:"p0"
+       (move_bytes ~vid:"9:nobody" ~eid:(G.me p1.g) ~seq:7 ~addr:"x1"));
+  ignore
+    (raw_send net ~from:"x2" ~dst:"p0"
+       (move_bytes ~vid:(vid p0) ~eid:(G.me p1.g) ~seq:7 ~addr:"p9"));
   run net 1.;
   Alcotest.(check (option string)) "p0 still sends to p1.b" (Some "p1.b") (address_at p0 p1);
-  Alcotest.(check int) "three moves refused" (refused + 3) (List.assoc "move_refused" (List.assoc "group" (G.counters p0.g)))
+  Alcotest.(check int)
+    "three moves refused" (refused + 3)
+    (List.assoc "move_refused" (List.assoc "group" (G.counters p0.g)))
 
 let judge () =
   let members = [| "a"; "b"; "c" |] in
-  let mv ?(vids = [ "5:a" ]) ?(eid = "b") ?(seq = 2) ?(addr = "b2") () = Migrate.Move { group = "g"; vids; eid; seq; addr } in
+  let mv ?(vids = [ "5:a" ]) ?(eid = "b") ?(seq = 2) ?(addr = "b2") () =
+    Migrate.Move { group = "g"; vids; eid; seq; addr }
+  in
   let j ?(known = 1) ?(src = "b2") ?(prev = "4:a") m =
-    match Migrate.judge ~me:"a" ~vid:"5:a" ~prev_vid:prev ~members ~known ~src m with Migrate.Accept -> true | Refuse _ -> false
+    match Migrate.judge ~me:"a" ~vid:"5:a" ~prev_vid:prev ~members ~known ~src m with
+    | Migrate.Accept -> true
+    | Refuse _ -> false
   in
   Alcotest.(check bool) "a good move" true (j (mv ()));
   Alcotest.(check bool) "the same move again" true (j ~known:2 (mv ()));
@@ -227,8 +302,12 @@ let judge () =
   Alcotest.(check bool) "move 0" false (j ~known:0 (mv ~seq:0 ()));
   (* The codec refuses what it does not know, and round-trips. *)
   let m = mv () in
-  Alcotest.(check bool) "round trip" true (Codec.decode_string Migrate.codec (Codec.encode_string Migrate.codec m) = Ok m);
-  Alcotest.(check bool) "another magic" true (Result.is_error (Codec.decode_string Migrate.codec "\xc2\x00"))
+  Alcotest.(check bool)
+    "round trip" true
+    (Codec.decode_string Migrate.codec (Codec.encode_string Migrate.codec m) = Ok m);
+  Alcotest.(check bool)
+    "another magic" true
+    (Result.is_error (Codec.decode_string Migrate.codec "\xc2\x00"))
 
 (* Over kernel UDP on loopback: three members, one rebinds to a new port
    while casts flow. *)
@@ -258,9 +337,13 @@ let over_udp () =
   (* Three free ports, so that each member has the others as peers. *)
   let free () =
     let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-    Fun.protect ~finally:(fun () -> Unix.close s) (fun () ->
+    Fun.protect
+      ~finally:(fun () -> Unix.close s)
+      (fun () ->
         Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-        match Unix.getsockname s with Unix.ADDR_INET (_, p) -> Printf.sprintf "127.0.0.1:%d" p | _ -> assert false)
+        match Unix.getsockname s with
+        | Unix.ADDR_INET (_, p) -> Printf.sprintf "127.0.0.1:%d" p
+        | _ -> assert false)
   in
   let addrs = List.init n (fun _ -> free ()) in
   let gs = Array.of_list (List.mapi (fun i a -> member i a (List.filter (( <> ) a) addrs)) addrs) in
@@ -271,14 +354,17 @@ let over_udp () =
     if not (cond ()) then Alcotest.failf "over UDP: no %s within %.0f s" what secs;
     Printf.printf "%s: %.2f s\n%!" what (Unix.gettimeofday () -. t0)
   in
-  wait "view of three" 20. (fun () -> Array.for_all (fun g -> Array.length (UG.view g).Group.members = n) gs
-                                      && Array.for_all (fun g -> (UG.view g).Group.vid = (UG.view g0).Group.vid) gs);
+  wait "view of three" 20. (fun () ->
+      Array.for_all (fun g -> Array.length (UG.view g).Group.members = n) gs
+      && Array.for_all (fun g -> (UG.view g).Group.vid = (UG.view g0).Group.vid) gs);
   let v = (UG.view g0).Group.vid and old = UG.address g1 and views0 = Array.copy views in
   for k = 1 to 50 do
     ignore (UG.cast g1 (Printf.sprintf "b%d" k));
     ignore (UG.cast g0 (Printf.sprintf "a%d" k))
   done;
-  (match UG.migrate g1 "127.0.0.1:0" with Ok () -> () | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
+  (match UG.migrate g1 "127.0.0.1:0" with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "migrate: %a" Group.pp_migrate_error e);
   let now = UG.address g1 in
   if now = old then Alcotest.fail "the port did not change";
   for k = 51 to 100 do
@@ -290,19 +376,36 @@ let over_udp () =
   let from p l = List.filter (fun s -> s.[0] = p) (List.rev l) in
   Array.iteri
     (fun i l ->
-      Alcotest.(check (list string)) (Printf.sprintf "member %d: the mover's casts in order" i) (List.init 100 (fun k -> Printf.sprintf "b%d" (k + 1))) (from 'b' l);
-      Alcotest.(check (list string)) (Printf.sprintf "member %d: the others' casts in order" i) (List.init 100 (fun k -> Printf.sprintf "a%d" (k + 1))) (from 'a' l))
+      Alcotest.(check (list string))
+        (Printf.sprintf "member %d: the mover's casts in order" i)
+        (List.init 100 (fun k -> Printf.sprintf "b%d" (k + 1)))
+        (from 'b' l);
+      Alcotest.(check (list string))
+        (Printf.sprintf "member %d: the others' casts in order" i)
+        (List.init 100 (fun k -> Printf.sprintf "a%d" (k + 1)))
+        (from 'a' l))
     got;
   Array.iter (fun g -> Alcotest.(check string) "the same view" v (UG.view g).Group.vid) gs;
   Alcotest.(check (array int)) "no view installed" views0 views;
-  Alcotest.(check (option string)) "member 0 sends to the new port" (Some now) (UG.member_address g0 (UG.me g1));
-  Alcotest.(check (option string)) "member 2 sends to the new port" (Some now) (UG.member_address g2 (UG.me g1));
+  Alcotest.(check (option string))
+    "member 0 sends to the new port" (Some now)
+    (UG.member_address g0 (UG.me g1));
+  Alcotest.(check (option string))
+    "member 2 sends to the new port" (Some now)
+    (UG.member_address g2 (UG.me g1));
   (* The old port is closed: it can be bound again. *)
   let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  let port = match String.rindex_opt old ':' with Some i -> int_of_string (String.sub old (i + 1) (String.length old - i - 1)) | None -> 0 in
-  Fun.protect ~finally:(fun () -> Unix.close s) (fun () ->
+  let port =
+    match String.rindex_opt old ':' with
+    | Some i -> int_of_string (String.sub old (i + 1) (String.length old - i - 1))
+    | None -> 0
+  in
+  Fun.protect
+    ~finally:(fun () -> Unix.close s)
+    (fun () ->
       try Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, port))
-      with Unix.Unix_error (e, _, _) -> Alcotest.failf "the old port %d is still bound: %s" port (Unix.error_message e));
+      with Unix.Unix_error (e, _, _) ->
+        Alcotest.failf "the old port %d is still bound: %s" port (Unix.error_message e));
   Array.iter UG.crash gs
 
 let () =

@@ -1,5 +1,4 @@
 open Consort_net
-
 open Util
 
 (* RFC 1071 section 3: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to ddf2. *)
@@ -13,8 +12,28 @@ let rfc1071 () =
 let ipv4_header () =
   let cs =
     cs_of_list
-      [ 0x45; 0x00; 0x00; 0x73; 0x00; 0x00; 0x40; 0x00; 0x40; 0x11; 0x00; 0x00; 0xc0; 0xa8; 0x00;
-        0x01; 0xc0; 0xa8; 0x00; 0xc7 ]
+      [
+        0x45;
+        0x00;
+        0x00;
+        0x73;
+        0x00;
+        0x00;
+        0x40;
+        0x00;
+        0x40;
+        0x11;
+        0x00;
+        0x00;
+        0xc0;
+        0xa8;
+        0x00;
+        0x01;
+        0xc0;
+        0xa8;
+        0x00;
+        0xc7;
+      ]
   in
   Alcotest.(check int) "checksum" 0xb861 (Checksum.digest cs);
   Cstruct.BE.set_uint16 cs 10 0xb861;
@@ -24,15 +43,19 @@ let odd_and_small () =
   Alcotest.(check int) "empty" 0 (Checksum.sum Cstruct.empty);
   Alcotest.(check int) "one byte is the high byte" 0xab00 (Checksum.sum (cs_of_list [ 0xab ]));
   Alcotest.(check int) "three bytes" (0x0102 + 0x0300) (Checksum.sum (cs_of_list [ 1; 2; 3 ]));
-  Alcotest.(check int) "all ones" 0xffff (Checksum.sum (Cstruct.of_string (String.make 1000 '\xff')));
+  Alcotest.(check int)
+    "all ones" 0xffff
+    (Checksum.sum (Cstruct.of_string (String.make 1000 '\xff')));
   Alcotest.(check int) "init carried" 0x0001 (Checksum.sum ~init:0xffff (cs_of_list [ 0; 1 ]));
-  let big = Cstruct.of_string (String.init 9001 (fun i -> Char.chr ((i * 7) land 255))) in
-  Alcotest.(check int) "sum_sub" (Checksum.sum (Cstruct.sub big 3 4001))
+  let big = Cstruct.of_string (String.init 9001 (fun i -> Char.chr (i * 7 land 255))) in
+  Alcotest.(check int)
+    "sum_sub"
+    (Checksum.sum (Cstruct.sub big 3 4001))
     (Checksum.sum_sub big ~off:3 ~len:4001)
 
 (* Summing in two pieces at an even split equals summing at once. *)
 let pieces () =
-  let b = Cstruct.of_string (String.init 301 (fun i -> Char.chr ((i * 13 + 5) land 255))) in
+  let b = Cstruct.of_string (String.init 301 (fun i -> Char.chr (((i * 13) + 5) land 255))) in
   let whole = Checksum.sum b in
   let a = Checksum.sum (Cstruct.sub b 0 120) and c = Checksum.sum (Cstruct.sub b 120 181) in
   Alcotest.(check int) "add" whole (Checksum.add a c);
@@ -55,7 +78,9 @@ let pseudo () =
   Ipv4_addr.set h 4 dst;
   Cstruct.set_uint8 h 9 17;
   Cstruct.BE.set_uint16 h 10 1234;
-  Alcotest.(check int) "pseudo" (Checksum.sum h) (Checksum.pseudo_ipv4 ~src ~dst ~proto:17 ~len:1234)
+  Alcotest.(check int)
+    "pseudo" (Checksum.sum h)
+    (Checksum.pseudo_ipv4 ~src ~dst ~proto:17 ~len:1234)
 
 let agree =
   qtest "C and OCaml sums agree (random bytes, offsets, lengths, init)" ~count:2000
@@ -77,7 +102,7 @@ let agree_long =
 (* Past the vector code's 2 MiB block, so its 32-bit lanes are flushed. *)
 let large () =
   let st = Random.State.make [| 7 |] in
-  let s = String.init (5 * 1024 * 1024 + 77) (fun _ -> Char.chr (Random.State.int st 256)) in
+  let s = String.init ((5 * 1024 * 1024) + 77) (fun _ -> Char.chr (Random.State.int st 256)) in
   let cs = Cstruct.of_string s in
   Alcotest.(check int) "5 MiB" (Checksum.Reference.sum cs) (Checksum.sum cs);
   let cs = Cstruct.sub cs 1 (Cstruct.length cs - 1) in

@@ -9,7 +9,7 @@ let ok = function Ok x -> x | Error e -> Alcotest.failf "%a" Protocol.pp_error e
 type link = {
   vc : Clock.Virtual.clock;
   pool : Pool.t;
-  tx : Device.t;  (* impaired sender *)
+  tx : Device.t; (* impaired sender *)
   imp : Impair.t;
   got : (Time.t * string) list ref;
 }
@@ -61,7 +61,10 @@ let drops () =
   let s = Impair.stats l.imp in
   let n = List.length (received l) in
   Alcotest.(check int) "delivered + dropped = sent" 1000 (n + s.dropped);
-  Alcotest.(check bool) (Printf.sprintf "about 30%% dropped (%d)" s.dropped) true (s.dropped > 250 && s.dropped < 350);
+  Alcotest.(check bool)
+    (Printf.sprintf "about 30%% dropped (%d)" s.dropped)
+    true
+    (s.dropped > 250 && s.dropped < 350);
   (* Deterministic: the same seed drops the same frames. *)
   let l' = link ~seed:3 { Impair.none with drop = 0.3 } in
   send_all l' (frames 1000);
@@ -77,7 +80,9 @@ let duplicates () =
   done_ l
 
 let reordering_and_delay () =
-  let l = link { Impair.none with reorder = 0.3; reorder_delay = Time.of_ms 1; delay = Time.of_ms 2 } in
+  let l =
+    link { Impair.none with reorder = 0.3; reorder_delay = Time.of_ms 1; delay = Time.of_ms 2 }
+  in
   let fs = List.init 200 (fun i -> Printf.sprintf "%03d" i) in
   List.iteri
     (fun i f ->

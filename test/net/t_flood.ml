@@ -43,7 +43,7 @@ let tcp_on w (s : S.t) local : (module NODE) =
 
 (* A sends [n] bytes to B's port 80 over TCP; B checks every byte. *)
 let tcp_transfer ?(dst = ip_b) vc (module A : NODE) (module B : NODE) n =
-  let data = String.init n (fun i -> Char.chr ((i * 31 + (i lsr 8)) land 255)) in
+  let data = String.init n (fun i -> Char.chr (((i * 31) + (i lsr 8)) land 255)) in
   let l = ok (B.Sock.listen B.tcp 80) in
   let got = ref 0 and eof = ref false and closed = ref 0 in
   Socket.Promise.upon (B.Sock.accept l) (function
@@ -67,11 +67,13 @@ let tcp_transfer ?(dst = ip_b) vc (module A : NODE) (module B : NODE) n =
   Socket.Promise.upon (A.Sock.connect A.tcp dst 80) (function
     | Error e -> Alcotest.failf "connect: %a" Protocol.pp_error e
     | Ok s ->
-        Socket.Promise.upon (A.Sock.write s (Cstruct.of_string data)) (function
-          | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
-          | Ok () ->
-              A.Sock.shutdown s;
-              Socket.Promise.upon (A.Sock.closed s) (fun r -> if r = Ok () then incr closed)));
+        Socket.Promise.upon
+          (A.Sock.write s (Cstruct.of_string data))
+          (function
+            | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+            | Ok () ->
+                A.Sock.shutdown s;
+                Socket.Promise.upon (A.Sock.closed s) (fun r -> if r = Ok () then incr closed)));
   let clock = Clock.Virtual.clock vc in
   Clock.Virtual.run_until_idle ~limit:(clock.now () + Time.of_sec 600.) vc;
   Alcotest.(check int) "TCP: bytes received" n !got;
@@ -85,7 +87,8 @@ let ping_once w =
       (S.Icmp.active_open w.a.icmp { dst = ip_b; id = 0x4242 } (fun _ ->
            {
              S.Icmp.receive = (fun _ p -> Packet.release p);
-             status = (fun _ -> function Icmp.Echo_reply _ -> incr replies | Icmp.Icmp_error _ -> ());
+             status =
+               (fun _ -> function Icmp.Echo_reply _ -> incr replies | Icmp.Icmp_error _ -> ());
            }))
   in
   ok (S.Icmp.send c (Packet.of_string ~headroom:(S.Icmp.headroom w.a.icmp) w.pool "are you there"));
@@ -111,7 +114,8 @@ let martian i = i lsr 24 = 0 || i lsr 24 = 127 || i lsr 24 >= 224
 let rand_ip st =
   let rec go () =
     let i = (Random.State.bits st lsl 2) lxor Random.State.bits st land 0xffff_ffff in
-    if martian i || i = Ipv4_addr.to_int ip_a || i = Ipv4_addr.to_int ip_b then go () else Ipv4_addr.of_int i
+    if martian i || i = Ipv4_addr.to_int ip_a || i = Ipv4_addr.to_int ip_b then go ()
+    else Ipv4_addr.of_int i
   in
   go ()
 
@@ -122,17 +126,20 @@ let eth ~src ty payload = Ethernet_packet.to_string { dst = mac_b; src; ethertyp
    would cost more than the stack takes to drop it. *)
 let udp_template port =
   eth ~src:mac_a Ethernet_wire.ethertype_ipv4
-    (Ipv4_packet.to_string (Ipv4_packet.v ~proto:17 ~src:ip_a ~dst:ip_b ())
+    (Ipv4_packet.to_string
+       (Ipv4_packet.v ~proto:17 ~src:ip_a ~dst:ip_b ())
        (Udp_packet.to_string { src_port = 1234; dst_port = port } "flood"))
 
 let echo_template =
   eth ~src:mac_a Ethernet_wire.ethertype_ipv4
-    (Ipv4_packet.to_string (Ipv4_packet.v ~proto:1 ~src:ip_a ~dst:ip_b ())
+    (Ipv4_packet.to_string
+       (Ipv4_packet.v ~proto:1 ~src:ip_a ~dst:ip_b ())
        (Icmp_packet.to_string (Echo_request { id = 1; seq = 1 }) "ping"))
 
 let arp_template =
   eth ~src:mac_a Ethernet_wire.ethertype_arp
-    (Arp_packet.to_string { op = Request; sha = mac_a; spa = ip_a; tha = Mac_addr.zero; tpa = ip_b })
+    (Arp_packet.to_string
+       { op = Request; sha = mac_a; spa = ip_a; tha = Mac_addr.zero; tpa = ip_b })
 
 let stamp w template ~mac ~ip =
   let p = Packet.of_string w.pool template in
@@ -165,7 +172,9 @@ let max_heap_growth = 8 * 1024 * 1024
 let flood () =
   let w = world () in
   udp_echo w.b 7;
-  ok (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ -> { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
+  ok
+    (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ ->
+         { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
   (* A is a known client before the flood. *)
   Alcotest.(check int) "ping before the flood" 1 (ping_once w);
   let st = Random.State.make [| 17 |] in
@@ -183,24 +192,43 @@ let flood () =
     inject (stamp w arp_template ~mac:(rand_mac st) ~ip:(rand_ip st));
     (* Pings from spoofed neighbours: each answer needs a resolution. *)
     if i mod 5 = 0 then
-      inject (stamp w echo_template ~mac:(rand_mac st) ~ip:(Ipv4_addr.v 10 0 0 (3 + Random.State.int st 250)));
+      inject
+        (stamp w echo_template ~mac:(rand_mac st)
+           ~ip:(Ipv4_addr.v 10 0 0 (3 + Random.State.int st 250)));
     if i mod 100 = 0 then advance w (Time.of_ms 1)
   done;
   Iovec.set_checked true;
   let growth = live_bytes () - before in
   let e = S.Eth.query w.b.eth and ip = S.Ip.query w.b.ip and arp = S.Arp.query w.b.arp in
-  Fmt.pr "after %d x 3 flood frames: %d Ethernet peers (%d evicted), %d IPv4 connections (%d evicted), %d ARP entries; heap +%d KiB; %d pool segments in use (%.1f s)@."
-        flood_n e.peers e.peers_evicted ip.connections ip.connections_evicted (List.length arp.entries)
-        (growth / 1024) (Pool.in_use w.pool) (Unix.gettimeofday () -. t0);
-  Alcotest.(check bool) (Fmt.str "Ethernet peers bounded (%d)" e.peers) true (e.peers <= max_eth_peers);
-  Alcotest.(check bool) "Ethernet peers evicted" true (e.peers_evicted >= (2 * flood_n) - max_eth_peers);
-  Alcotest.(check bool) (Fmt.str "IPv4 connections bounded (%d)" ip.connections) true (ip.connections <= max_ip_connections);
-  Alcotest.(check bool) "IPv4 connections evicted" true (ip.connections_evicted >= flood_n - max_ip_connections);
-  Alcotest.(check bool) (Fmt.str "ARP entries bounded (%d)" (List.length arp.entries)) true
+  Fmt.pr
+    "after %d x 3 flood frames: %d Ethernet peers (%d evicted), %d IPv4 connections (%d evicted), \
+     %d ARP entries; heap +%d KiB; %d pool segments in use (%.1f s)@."
+    flood_n e.peers e.peers_evicted ip.connections ip.connections_evicted (List.length arp.entries)
+    (growth / 1024) (Pool.in_use w.pool)
+    (Unix.gettimeofday () -. t0);
+  Alcotest.(check bool)
+    (Fmt.str "Ethernet peers bounded (%d)" e.peers)
+    true (e.peers <= max_eth_peers);
+  Alcotest.(check bool)
+    "Ethernet peers evicted" true
+    (e.peers_evicted >= (2 * flood_n) - max_eth_peers);
+  Alcotest.(check bool)
+    (Fmt.str "IPv4 connections bounded (%d)" ip.connections)
+    true
+    (ip.connections <= max_ip_connections);
+  Alcotest.(check bool)
+    "IPv4 connections evicted" true
+    (ip.connections_evicted >= flood_n - max_ip_connections);
+  Alcotest.(check bool)
+    (Fmt.str "ARP entries bounded (%d)" (List.length arp.entries))
+    true
     (List.length arp.entries <= max_arp);
-  Alcotest.(check bool) (Fmt.str "heap growth bounded (%d bytes)" growth) true (growth <= max_heap_growth);
+  Alcotest.(check bool)
+    (Fmt.str "heap growth bounded (%d bytes)" growth)
+    true (growth <= max_heap_growth);
   Alcotest.(check bool) "pool segments bounded" true (Pool.in_use w.pool <= 16);
-  Alcotest.(check int) "every flood datagram to port 9 delivered" (flood_n / 2) (S.Udp.query w.b.udp).datagrams_in;
+  Alcotest.(check int)
+    "every flood datagram to port 9 delivered" (flood_n / 2) (S.Udp.query w.b.udp).datagrams_in;
   (* Right after the flood, and again once every resolution has given up. *)
   Alcotest.(check int) "ping right after the flood" 1 (ping_once w);
   Alcotest.(check (list string)) "UDP echo right after the flood" [ "still here" ] (udp_echo_once w);
@@ -229,23 +257,45 @@ let flood_during_transfer () =
         Device.deliver w.dev_b (stamp w udp9 ~mac:(rand_mac st) ~ip:(rand_ip st));
         Device.deliver w.dev_b (stamp w arp_template ~mac:(rand_mac st) ~ip:(rand_ip st))
       done;
-      let (_ : Clock.cancel) = w.clock.at (w.clock.now () + Time.of_ms 1) flood in ()
+      let (_ : Clock.cancel) = w.clock.at (w.clock.now () + Time.of_ms 1) flood in
+      ()
     end
   in
-  ok (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ -> { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
+  ok
+    (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ ->
+         { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
   let (_ : Clock.cancel) = w.clock.at (Time.of_ms 1) flood in
   tcp_transfer w.vc a b (4 * 1024 * 1024);
   Alcotest.(check int) "the whole flood went in" 20_000 !sent;
-  Alcotest.(check bool) "it churned the tables" true ((S.Ip.query w.b.ip).connections_evicted > 10_000);
+  Alcotest.(check bool)
+    "it churned the tables" true
+    ((S.Ip.query w.b.ip).connections_evicted > 10_000);
   finish w
 
 let martians () =
   let w = world () in
   let got = ref 0 in
-  ok (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ -> { S.Udp.receive = (fun _ p -> incr got; Packet.release p); status = (fun _ _ -> ()) }));
+  ok
+    (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ ->
+         {
+           S.Udp.receive =
+             (fun _ p ->
+               incr got;
+               Packet.release p);
+           status = (fun _ _ -> ());
+         }));
   let bad =
-    [ Ipv4_addr.any; Ipv4_addr.v 127 0 0 1; Ipv4_addr.v 127 9 9 9; Ipv4_addr.v 224 0 0 1; Ipv4_addr.v 239 1 2 3;
-      Ipv4_addr.broadcast; Ipv4_addr.v 10 0 0 255; ip_b; Ipv4_addr.v 240 0 0 1 ]
+    [
+      Ipv4_addr.any;
+      Ipv4_addr.v 127 0 0 1;
+      Ipv4_addr.v 127 9 9 9;
+      Ipv4_addr.v 224 0 0 1;
+      Ipv4_addr.v 239 1 2 3;
+      Ipv4_addr.broadcast;
+      Ipv4_addr.v 10 0 0 255;
+      ip_b;
+      Ipv4_addr.v 240 0 0 1;
+    ]
   in
   let udp9 = udp_template 9 in
   List.iter (fun ip -> Device.deliver w.dev_b (stamp w udp9 ~mac:mac_a ~ip)) bad;
@@ -274,14 +324,18 @@ let arp_refresh () =
   done;
   Alcotest.(check int) "all echoed" 200 (List.length !got);
   let i = S.Arp.query w.a.arp in
-  Alcotest.(check int) "one announcement, one broadcast resolution in 20 s" 2 (i.requests_sent - i.refreshes);
+  Alcotest.(check int)
+    "one announcement, one broadcast resolution in 20 s" 2 (i.requests_sent - i.refreshes);
   Alcotest.(check int) "no packet waited" 0 i.queue_dropped;
   (* Each side's refresh also refreshes the other's entry (a request
      teaches its sender): B never resolved A by broadcast either. *)
   let ib = S.Arp.query w.b.arp in
   Alcotest.(check int) "B: only its announcement" 1 (ib.requests_sent - ib.refreshes);
   let r = i.refreshes + ib.refreshes in
-  Alcotest.(check bool) (Fmt.str "refreshed by unicast, about every 3 s (%d)" r) true (r >= 5 && r <= 8);
+  Alcotest.(check bool)
+    (Fmt.str "refreshed by unicast, about every 3 s (%d)" r)
+    true
+    (r >= 5 && r <= 8);
   (* Silence: the entry expires. *)
   advance w (Time.of_sec 6.);
   Alcotest.(check bool) "unused entry expired" true (S.Arp.lookup w.a.arp ip_b = None);
@@ -295,19 +349,32 @@ let arp_pending_bound () =
   let w = world () in
   let c k =
     ok
-      (S.Ip.active_open w.a.ip { dst = Ipv4_addr.v 10 0 1 k; proto = 253 } (fun _ ->
-           { S.Ip.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }))
+      (S.Ip.active_open w.a.ip
+         { dst = Ipv4_addr.v 10 0 1 k; proto = 253 }
+         (fun _ -> { S.Ip.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }))
   in
   ignore (S.Ip.control w.a.ip (Ipv4.Set_address Ipv4_addr.Prefix.{ addr = ip_a; len = 16 }));
   ignore (S.Ip.control w.b.ip (Ipv4.Set_address Ipv4_addr.Prefix.{ addr = ip_b; len = 16 }));
   let conns = List.init 250 (fun k -> c (k + 1)) in
-  List.iter (fun c -> for _ = 1 to 5 do ignore (S.Ip.send c (packet w "x")) done) conns;
+  List.iter
+    (fun c ->
+      for _ = 1 to 5 do
+        ignore (S.Ip.send c (packet w "x"))
+      done)
+    conns;
   let i = S.Arp.query w.a.arp in
   let pending = List.length (List.filter (fun (_, m) -> m = None) i.entries) in
-  Alcotest.(check bool) (Fmt.str "at most 64 pending (%d)" pending) true (pending > 0 && pending <= 64);
-  Alcotest.(check int) "and the static entry for the subnet's broadcast (the old one removed)" 1
+  Alcotest.(check bool)
+    (Fmt.str "at most 64 pending (%d)" pending)
+    true
+    (pending > 0 && pending <= 64);
+  Alcotest.(check int)
+    "and the static entry for the subnet's broadcast (the old one removed)" 1
     (List.length i.entries - pending);
-  Alcotest.(check bool) (Fmt.str "at most 256 packets held (%d)" i.waiting) true (i.waiting > 200 && i.waiting <= 256);
+  Alcotest.(check bool)
+    (Fmt.str "at most 256 packets held (%d)" i.waiting)
+    true
+    (i.waiting > 200 && i.waiting <= 256);
   Alcotest.(check int) "the others dropped" (1250 - i.waiting) i.queue_dropped;
   udp_echo w.b 7;
   let got, h = udp_collect () in
@@ -337,7 +404,9 @@ let fragment_flood () =
   inject (frag_frame ~src:ip_a ~id:7 ~off:2000 ~more:false (String.sub dgram 2000 8));
   Alcotest.(check (list int)) "the real datagram reassembled" [ 2000 ] (List.map String.length !got);
   let i = S.Ip.query w.b.ip in
-  Alcotest.(check bool) (Fmt.str "the oldest given up (%d)" i.reassembly_dropped) true
+  Alcotest.(check bool)
+    (Fmt.str "the oldest given up (%d)" i.reassembly_dropped)
+    true
     (i.reassembly_dropped >= 5000 - Ipv4.default_reassembly.max_datagrams);
   Alcotest.(check bool) "buffers bounded" true (Pool.in_use w.pool <= 2);
   advance w (Time.of_sec 31.);
@@ -347,7 +416,9 @@ let fragment_flood () =
    when the table is full. *)
 let idle_reclaimed () =
   let w = world () in
-  ok (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ -> { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
+  ok
+    (S.Udp.passive_open w.b.udp (Udp.Port 9) (fun _ ->
+         { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }));
   let st = Random.State.make [| 20 |] in
   let udp9 = udp_template 9 in
   for _ = 1 to 1000 do

@@ -21,7 +21,13 @@ let world6 ?config () =
   let ipb = Ip6.create ?config ~address:(prefix6 b6) ~clock:w.clock ~pool:w.pool w.b.eth in
   { w; ipa; ipb; ua = Udp6.create ipa; ub = Udp6.create ipb }
 
-let echo_request ~id ~seq payload = Printf.sprintf "\x80\x00\x00\x00%c%c%c%c%s" (Char.chr (id lsr 8)) (Char.chr (id land 255)) (Char.chr (seq lsr 8)) (Char.chr (seq land 255)) payload
+let echo_request ~id ~seq payload =
+  Printf.sprintf "\x80\x00\x00\x00%c%c%c%c%s"
+    (Char.chr (id lsr 8))
+    (Char.chr (id land 255))
+    (Char.chr (seq lsr 8))
+    (Char.chr (seq land 255))
+    payload
 
 (* Pings [dst] from [ip]; the replies' payloads. *)
 let ping (x : w6) ip dst n =
@@ -39,7 +45,10 @@ let ping (x : w6) ip dst n =
            }))
   in
   for i = 1 to n do
-    ok (Ip6.send c (Packet.of_string ~headroom:(Ip6.headroom ip) x.w.pool (echo_request ~id:7 ~seq:i (Printf.sprintf "ping %d" i))));
+    ok
+      (Ip6.send c
+         (Packet.of_string ~headroom:(Ip6.headroom ip) x.w.pool
+            (echo_request ~id:7 ~seq:i (Printf.sprintf "ping %d" i))));
     run x.w
   done;
   Ip6.close c;
@@ -47,28 +56,46 @@ let ping (x : w6) ip dst n =
 
 let ping6 () =
   let x = world6 () in
-  Alcotest.(check (list string)) "three replies" [ "ping 1"; "ping 2"; "ping 3" ] (ping x x.ipa b6 3);
-  Alcotest.(check (option string)) "A resolved B by neighbour discovery" (Some (Mac_addr.to_string mac_b))
+  Alcotest.(check (list string))
+    "three replies" [ "ping 1"; "ping 2"; "ping 3" ] (ping x x.ipa b6 3);
+  Alcotest.(check (option string))
+    "A resolved B by neighbour discovery"
+    (Some (Mac_addr.to_string mac_b))
     (Option.map Mac_addr.to_string (Ip6.lookup x.ipa b6));
-  Alcotest.(check (option string)) "B learnt A from the solicitation" (Some (Mac_addr.to_string mac_a))
+  Alcotest.(check (option string))
+    "B learnt A from the solicitation"
+    (Some (Mac_addr.to_string mac_a))
     (Option.map Mac_addr.to_string (Ip6.lookup x.ipb a6));
   let ia = Ip6.query x.ipa and ib = Ip6.query x.ipb in
   Alcotest.(check int) "one solicitation" 1 ia.solicitations_sent;
   Alcotest.(check int) "one advertisement" 1 ib.advertisements_sent;
   Alcotest.(check int) "three echo replies" 3 ib.echo_replies_sent;
   (* Link-local addresses work with no configured address. *)
-  Alcotest.(check (list string)) "link-local ping" [ "ping 1" ] (ping x x.ipb (Ip6.link_local x.ipa) 1);
-  Alcotest.(check string) "link-local from the MAC" "fe80::ff:fe00:1"
+  Alcotest.(check (list string))
+    "link-local ping" [ "ping 1" ]
+    (ping x x.ipb (Ip6.link_local x.ipa) 1);
+  Alcotest.(check string)
+    "link-local from the MAC" "fe80::ff:fe00:1"
     (Ipv6_addr.to_string (Ip6.link_local x.ipa));
   finish x.w
 
 let udp6_collect () =
   let got = ref [] in
-  (got, fun _ -> { Udp6.receive = (fun _ p -> got := Packet.to_string p :: !got; Packet.release p); status = (fun _ _ -> ()) })
+  ( got,
+    fun _ ->
+      {
+        Udp6.receive =
+          (fun _ p ->
+            got := Packet.to_string p :: !got;
+            Packet.release p);
+        status = (fun _ _ -> ());
+      } )
 
 let udp6 () =
   let x = world6 () in
-  ok (Udp6.passive_open x.ub (Udp.Port 7) (fun _ -> { Udp6.receive = (fun c p -> ignore (Udp6.send c p)); status = (fun _ _ -> ()) }));
+  ok
+    (Udp6.passive_open x.ub (Udp.Port 7) (fun _ ->
+         { Udp6.receive = (fun c p -> ignore (Udp6.send c p)); status = (fun _ _ -> ()) }));
   let got, h = udp6_collect () in
   let c = ok (Udp6.active_open x.ua { dst = b6; dst_port = 7; src_port = 0 } h) in
   let data = List.init 20 (fun i -> String.make (1 + (i * 70)) (Char.chr (65 + i))) in
@@ -80,8 +107,11 @@ let udp6 () =
     data;
   run x.w;
   Alcotest.(check (list string)) "echoed over IPv6" data (List.rev !got);
-  Alcotest.(check bool) "too big for the link" true
-    (match Udp6.send c (Packet.of_string ~headroom:(Udp6.headroom x.ua) x.w.pool (String.make 1500 'x')) with
+  Alcotest.(check bool)
+    "too big for the link" true
+    (match
+       Udp6.send c (Packet.of_string ~headroom:(Udp6.headroom x.ua) x.w.pool (String.make 1500 'x'))
+     with
     | Error (`Too_big _) -> true
     | _ -> false);
   (* Port unreachable comes back as ICMPv6 and reaches the sender. *)
@@ -89,16 +119,21 @@ let udp6 () =
   let d =
     ok
       (Udp6.active_open x.ua { dst = b6; dst_port = 9999; src_port = 0 } (fun _ ->
-           { Udp6.receive = (fun _ p -> Packet.release p); status = (fun _ (Udp.Unreachable u) -> told := u :: !told) }))
+           {
+             Udp6.receive = (fun _ p -> Packet.release p);
+             status = (fun _ (Udp.Unreachable u) -> told := u :: !told);
+           }))
   in
   ok (Udp6.send d (Packet.of_string ~headroom:(Udp6.headroom x.ua) x.w.pool "anyone?"));
   run x.w;
-  Alcotest.(check (list string)) "port unreachable" [ "port unreachable" ]
+  Alcotest.(check (list string))
+    "port unreachable" [ "port unreachable" ]
     (List.map (Fmt.to_to_string Icmp_packet.pp_unreachable) !told);
   (* A zero UDP checksum is refused over IPv6. *)
   let before = (Udp6.query x.ub).bad in
   let frame =
-    Ethernet_packet.to_string { dst = mac_b; src = mac_a; ethertype = 0x86dd }
+    Ethernet_packet.to_string
+      { dst = mac_b; src = mac_a; ethertype = 0x86dd }
       (let udp = Udp_packet.to_string { src_port = 5; dst_port = 7 } "no sum" in
        let h = Bytes.make 40 '\000' in
        Bytes.set h 0 '\x60';
@@ -133,10 +168,14 @@ let frag_frame ~id ~off ~more ~next chunk =
   Bytes.set h 40 (Char.chr next);
   Bytes.set_uint16_be h 42 (off lor if more then 1 else 0);
   Bytes.set_int32_be h 44 (Int32.of_int id);
-  Ethernet_packet.to_string { dst = mac_b; src = mac_a; ethertype = 0x86dd } (Bytes.to_string h ^ chunk)
+  Ethernet_packet.to_string
+    { dst = mac_b; src = mac_a; ethertype = 0x86dd }
+    (Bytes.to_string h ^ chunk)
 
 let fragments6 () =
-  let reassembly = { Ipv4.timeout = Time.of_sec 10.; max_bytes = 32 * 1024; max_fragments = 8; max_datagrams = 4 } in
+  let reassembly =
+    { Ipv4.timeout = Time.of_sec 10.; max_bytes = 32 * 1024; max_fragments = 8; max_datagrams = 4 }
+  in
   let x = world6 ~config:{ Ipv6.default_config with reassembly } () in
   let got, h = udp6_collect () in
   ok (Udp6.passive_open x.ub (Udp.Port 4000) h);
@@ -146,7 +185,8 @@ let fragments6 () =
   inject (frag_frame ~id:1 ~off:1456 ~more:true ~next:17 (String.sub d 1456 1456));
   inject (frag_frame ~id:1 ~off:0 ~more:true ~next:17 (String.sub d 0 1456));
   inject (frag_frame ~id:1 ~off:0 ~more:true ~next:17 (String.sub d 0 1456));
-  inject (frag_frame ~id:1 ~off:2912 ~more:false ~next:17 (String.sub d 2912 (String.length d - 2912)));
+  inject
+    (frag_frame ~id:1 ~off:2912 ~more:false ~next:17 (String.sub d 2912 (String.length d - 2912)));
   Alcotest.(check (list int)) "reassembled" [ 3000 ] (List.map String.length !got);
   Alcotest.(check int) "counted" 1 (Ip6.query x.ipb).reassembled;
   (* Overlap (RFC 5722): the datagram is dropped. *)
@@ -189,19 +229,30 @@ let nd_flood () =
     Bytes.set h 7 '\255';
     Bytes.blit_string (Ipv6_addr.to_octets src) 0 h 8 16;
     Bytes.blit_string (Ipv6_addr.to_octets dst) 0 h 24 16;
-    Ethernet_packet.to_string { dst = Ipv6_addr.multicast_mac dst; src = mac; ethertype = 0x86dd } (Bytes.to_string h ^ Bytes.to_string body)
+    Ethernet_packet.to_string
+      { dst = Ipv6_addr.multicast_mac dst; src = mac; ethertype = 0x86dd }
+      (Bytes.to_string h ^ Bytes.to_string body)
   in
   Iovec.set_checked false;
   for i = 1 to 20_000 do
-    let src = Ipv6_addr.of_octets_exn ("\xfd\000\000\000\000\000\000\000" ^ String.init 8 (fun _ -> Char.chr (Random.State.int st 256))) in
-    let mac = Mac_addr.of_int ((Random.State.bits st lsl 16) land 0xfcff_ffff_ffff lor 0x0200_0000_0000) in
+    let src =
+      Ipv6_addr.of_octets_exn
+        ("\xfd\000\000\000\000\000\000\000"
+        ^ String.init 8 (fun _ -> Char.chr (Random.State.int st 256)))
+    in
+    let mac =
+      Mac_addr.of_int ((Random.State.bits st lsl 16) land 0xfcff_ffff_ffff lor 0x0200_0000_0000)
+    in
     Device.deliver x.w.dev_b (packet x.w (ns ~src ~mac));
     if i mod 100 = 0 then advance x.w (Time.of_ms 1)
   done;
   Iovec.set_checked true;
   let i = Ip6.query x.ipb in
   Alcotest.(check int) "every solicitation answered" 20_000 i.advertisements_sent;
-  Alcotest.(check bool) (Fmt.str "neighbour cache bounded (%d)" (List.length i.neighbours)) true (List.length i.neighbours <= 1024);
+  Alcotest.(check bool)
+    (Fmt.str "neighbour cache bounded (%d)" (List.length i.neighbours))
+    true
+    (List.length i.neighbours <= 1024);
   Alcotest.(check (list string)) "A still served" [ "ping 1" ] (ping x x.ipa b6 1);
   finish x.w
 
@@ -210,7 +261,11 @@ let martians6 () =
   let got, h = udp6_collect () in
   ok (Udp6.passive_open x.ub (Udp.Port 4000) h);
   let from src =
-    let d = Udp_packet.to_string ~pseudo:(Transport_checksum.ipv6 ~src ~dst:b6 ~proto:17 ~len:10) { src_port = 1; dst_port = 4000 } "hi" in
+    let d =
+      Udp_packet.to_string
+        ~pseudo:(Transport_checksum.ipv6 ~src ~dst:b6 ~proto:17 ~len:10)
+        { src_port = 1; dst_port = 4000 } "hi"
+    in
     let h = Bytes.make 40 '\000' in
     Bytes.set h 0 '\x60';
     Bytes.set_uint16_be h 4 (String.length d);
@@ -218,7 +273,9 @@ let martians6 () =
     Bytes.set h 7 '\064';
     Bytes.blit_string (Ipv6_addr.to_octets src) 0 h 8 16;
     Bytes.blit_string (Ipv6_addr.to_octets b6) 0 h 24 16;
-    Ethernet_packet.to_string { dst = mac_b; src = mac_a; ethertype = 0x86dd } (Bytes.to_string h ^ d)
+    Ethernet_packet.to_string
+      { dst = mac_b; src = mac_a; ethertype = 0x86dd }
+      (Bytes.to_string h ^ d)
   in
   List.iter
     (fun a -> Device.deliver x.w.dev_b (packet x.w (from (Ipv6_addr.of_string_exn a))))
@@ -245,15 +302,31 @@ let addresses () =
       ("fe80::ff:fe00:1", "fe80::ff:fe00:1");
     ];
   List.iter
-    (fun s -> Alcotest.(check bool) ("refused: " ^ s) true (Result.is_error (Ipv6_addr.of_string s)))
-    [ ""; ":"; ":::"; "1::2::3"; "1:2:3:4:5:6:7:8:9"; "12345::"; "g::"; "1:2:3:4:5:6:7"; "::1:"; ":1::" ];
-  Alcotest.(check string) "solicited node" "ff02::1:ff00:2" (Ipv6_addr.to_string (Ipv6_addr.solicited_node b6));
+    (fun s ->
+      Alcotest.(check bool) ("refused: " ^ s) true (Result.is_error (Ipv6_addr.of_string s)))
+    [
+      "";
+      ":";
+      ":::";
+      "1::2::3";
+      "1:2:3:4:5:6:7:8:9";
+      "12345::";
+      "g::";
+      "1:2:3:4:5:6:7";
+      "::1:";
+      ":1::";
+    ];
+  Alcotest.(check string)
+    "solicited node" "ff02::1:ff00:2"
+    (Ipv6_addr.to_string (Ipv6_addr.solicited_node b6));
   Alcotest.(check bool) "prefix" true (Ipv6_addr.Prefix.mem b6 (prefix6 a6));
-  Alcotest.(check bool) "not in prefix" false
+  Alcotest.(check bool)
+    "not in prefix" false
     (Ipv6_addr.Prefix.mem (Ipv6_addr.of_string_exn "fd01::2") (prefix6 a6))
 
 let address_roundtrip =
-  Util.qtest "IPv6 text form round trip" QCheck.(string_of_size (Gen.return 16))
+  Util.qtest "IPv6 text form round trip"
+    QCheck.(string_of_size (Gen.return 16))
     (fun s ->
       let a = Ipv6_addr.of_octets_exn s in
       Ipv6_addr.equal a (Ipv6_addr.of_string_exn (Ipv6_addr.to_string a)))
@@ -265,13 +338,20 @@ let fragment_flood6 () =
   let got, h = udp6_collect () in
   ok (Udp6.passive_open x.ub (Udp.Port 4000) h);
   for id = 1 to 5000 do
-    Device.deliver x.w.dev_b (packet x.w (frag_frame ~id:(id + 100) ~off:0 ~more:true ~next:17 (String.make 1000 'f')))
+    Device.deliver x.w.dev_b
+      (packet x.w (frag_frame ~id:(id + 100) ~off:0 ~more:true ~next:17 (String.make 1000 'f')))
   done;
   let d = udp6_datagram (String.make 1500 'r') in
-  Device.deliver x.w.dev_b (packet x.w (frag_frame ~id:1 ~off:0 ~more:true ~next:17 (String.sub d 0 1000)));
-  Device.deliver x.w.dev_b (packet x.w (frag_frame ~id:1 ~off:1000 ~more:false ~next:17 (String.sub d 1000 (String.length d - 1000))));
+  Device.deliver x.w.dev_b
+    (packet x.w (frag_frame ~id:1 ~off:0 ~more:true ~next:17 (String.sub d 0 1000)));
+  Device.deliver x.w.dev_b
+    (packet x.w
+       (frag_frame ~id:1 ~off:1000 ~more:false ~next:17
+          (String.sub d 1000 (String.length d - 1000))));
   Alcotest.(check (list int)) "the real datagram reassembled" [ 1500 ] (List.map String.length !got);
-  Alcotest.(check bool) "the oldest given up" true ((Ip6.query x.ipb).reassembly_dropped >= 5000 - 64);
+  Alcotest.(check bool)
+    "the oldest given up" true
+    ((Ip6.query x.ipb).reassembly_dropped >= 5000 - 64);
   advance x.w (Time.of_sec 61.);
   finish x.w
 

@@ -29,7 +29,9 @@ let p2p_pair () =
   let clock = Clock.Virtual.clock vc in
   let pool = fresh_pool () in
   (* The wire carries IP datagrams as they are: no link header. *)
-  let da, db = Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool (Mac_addr.local 1) (Mac_addr.local 2) in
+  let da, db =
+    Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool (Mac_addr.local 1) (Mac_addr.local 2)
+  in
   (vc, clock, pool, da, db, node ~clock ~pool da ip_a, node ~clock ~pool db ip_b)
 
 let ipv4_point_to_point () =
@@ -41,7 +43,10 @@ let ipv4_point_to_point () =
   let c =
     ok
       (Icmp_p.active_open a.icmp { dst = ip_b; id = 9 } (fun _ ->
-           { Icmp_p.receive = (fun _ p -> Packet.release p); status = (fun _ -> function Icmp.Echo_reply _ -> incr replies | _ -> ()) }))
+           {
+             Icmp_p.receive = (fun _ p -> Packet.release p);
+             status = (fun _ -> function Icmp.Echo_reply _ -> incr replies | _ -> ());
+           }))
   in
   ok (Icmp_p.send c (Packet.of_string ~headroom:(Icmp_p.headroom a.icmp) pool "hello"));
   Clock.Virtual.run_until_idle vc;
@@ -55,19 +60,29 @@ let ipv4_point_to_point () =
   let u =
     ok
       (Udp_p.active_open a.udp { dst = ip_b; dst_port = 7; src_port = 0 } (fun _ ->
-           { Udp_p.receive = (fun _ p -> got := Packet.to_string p :: !got; Packet.release p); status = (fun _ _ -> ()) }))
+           {
+             Udp_p.receive =
+               (fun _ p ->
+                 got := Packet.to_string p :: !got;
+                 Packet.release p);
+             status = (fun _ _ -> ());
+           }))
   in
   let data = [ "x"; String.make 1472 'a'; String.make 1481 'b'; String.make 20000 'c' ] in
-  List.iter (fun d -> ok (Udp_p.send u (Packet.of_string ~headroom:(Udp_p.headroom a.udp) pool d))) data;
+  List.iter
+    (fun d -> ok (Udp_p.send u (Packet.of_string ~headroom:(Udp_p.headroom a.udp) pool d)))
+    data;
   Clock.Virtual.run_until_idle vc;
-  Alcotest.(check (list int)) "echoed, fragmented and reassembled" (List.map String.length data)
+  Alcotest.(check (list int))
+    "echoed, fragmented and reassembled" (List.map String.length data)
     (List.rev_map String.length !got);
   Alcotest.(check bool) "intact" true (List.rev !got = data);
   Alcotest.(check int) "fragments: 2 for 1481 bytes, 14 for 20000" 16 (Ip.query a.ip).fragments_sent;
   (* What crossed the wire: IP datagrams only. *)
   ignore frames;
   let sa = Device.stats da in
-  Alcotest.(check int) "every frame sent was an IP datagram" (Link.query a.link).frames_out sa.tx_frames;
+  Alcotest.(check int)
+    "every frame sent was an IP datagram" (Link.query a.link).frames_out sa.tx_frames;
   Alcotest.(check int) "and every frame received" 0 (Link.query a.link).unknown;
   Alcotest.(check int) "no header pushed" 0 (Ip.headroom a.ip - Ipv4_wire.sizeof_ipv4);
   (* Garbage that is no IP datagram is counted and dropped. *)
@@ -89,7 +104,10 @@ let tcp_point_to_point () =
       let local = local
       let lower_address h = { Ipv4.dst = h; proto = 6 }
       let lower_pattern = { Ipv4.protocol = 6; source = None }
-      let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
+
+      let pseudo_header =
+        Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
+
       let equal_host = Ipv4_addr.equal
       let pp_host = Ipv4_addr.pp
       let clock = clock
@@ -143,15 +161,24 @@ let udp_over_ethernet () =
   let c =
     ok
       (Udp_eth.active_open ua { dst = mac_b; dst_port = 7; src_port = 5000 } (fun _ ->
-           { Udp_eth.receive = (fun c p -> got := (Udp_eth.remote c, Packet.to_string p) :: !got; Packet.release p); status = (fun _ _ -> ()) }))
+           {
+             Udp_eth.receive =
+               (fun c p ->
+                 got := (Udp_eth.remote c, Packet.to_string p) :: !got;
+                 Packet.release p);
+             status = (fun _ _ -> ());
+           }))
   in
   ok (Udp_eth.send c (Packet.of_string ~headroom:(Udp_eth.headroom ua) pool "over ethernet"));
   Clock.Virtual.run_until_idle vc;
-  Alcotest.(check (list (pair string string))) "echoed by MAC and port" [ (Mac_addr.to_string mac_b ^ ":7", "over ethernet") ]
+  Alcotest.(check (list (pair string string)))
+    "echoed by MAC and port"
+    [ (Mac_addr.to_string mac_b ^ ":7", "over ethernet") ]
     (List.map (fun ((m, p), s) -> (Mac_addr.to_string m ^ ":" ^ string_of_int p, s)) !got);
   (* A corrupted datagram is caught by the checksum (no pseudo-header). *)
   let frame =
-    Ethernet_packet.to_string { dst = mac_b; src = mac_a; ethertype = 0x88b6 }
+    Ethernet_packet.to_string
+      { dst = mac_b; src = mac_a; ethertype = 0x88b6 }
       (Udp_packet.to_string ~pseudo:0 { src_port = 5000; dst_port = 7 } "bad")
   in
   let b = Bytes.of_string frame in
@@ -163,7 +190,8 @@ let udp_over_ethernet () =
   Alcotest.(check int) "no buffers in use" 0 (Pool.in_use pool)
 
 let transport_checksum =
-  qtest "checksum: fill then valid; one bit flipped is caught" QCheck.(pair (string_of_size Gen.(8 -- 200)) (int_bound 0xffff))
+  qtest "checksum: fill then valid; one bit flipped is caught"
+    QCheck.(pair (string_of_size Gen.(8 -- 200)) (int_bound 0xffff))
     (fun (s, pseudo) ->
       let seg = Cstruct.of_string s in
       Transport_checksum.fill ~zero:0xffff ~pseudo ~field:6 seg;
@@ -184,7 +212,8 @@ let transport_checksum_matches_udp () =
 
 let suite =
   [
-    Alcotest.test_case "IPv4 on a point-to-point link: ping, UDP, fragments, no ARP" `Quick ipv4_point_to_point;
+    Alcotest.test_case "IPv4 on a point-to-point link: ping, UDP, fragments, no ARP" `Quick
+      ipv4_point_to_point;
     Alcotest.test_case "TCP over IPv4 on a point-to-point link" `Quick tcp_point_to_point;
     Alcotest.test_case "UDP straight over Ethernet" `Quick udp_over_ethernet;
     transport_checksum;

@@ -17,7 +17,7 @@ type world = {
   pool : Pool.t;
   a : S.t;
   b : S.t;
-  dev_a : Device.t;  (* the device under A's stack (after wrappers) *)
+  dev_a : Device.t; (* the device under A's stack (after wrappers) *)
   dev_b : Device.t;
   impair_a : Impair.t;
   impair_b : Impair.t;
@@ -50,7 +50,13 @@ let packet w s = Packet.of_string w.pool s
 let udp_collect () =
   let got = ref [] in
   let handler _ =
-    { S.Udp.receive = (fun _ p -> got := Packet.to_string p :: !got; Packet.release p); status = (fun _ _ -> ()) }
+    {
+      S.Udp.receive =
+        (fun _ p ->
+          got := Packet.to_string p :: !got;
+          Packet.release p);
+      status = (fun _ _ -> ());
+    }
   in
   (got, handler)
 
@@ -62,17 +68,24 @@ let udp_echo (s : S.t) port =
 
 let arp_resolution () =
   let w = world () in
-  Alcotest.(check (option string)) "not yet" None (Option.map Mac_addr.to_string (S.Arp.lookup w.a.arp ip_b));
+  Alcotest.(check (option string))
+    "not yet" None
+    (Option.map Mac_addr.to_string (S.Arp.lookup w.a.arp ip_b));
   let got, h = udp_collect () in
   udp_echo w.b 7;
   let c = ok (S.Udp.active_open w.a.udp { dst = ip_b; dst_port = 7; src_port = 0 } h) in
   ok (S.Udp.send c (packet w "one"));
   ok (S.Udp.send c (packet w "two"));
   run w;
-  Alcotest.(check (list string)) "both queued behind ARP, delivered in order" [ "one"; "two" ] (List.rev !got);
-  Alcotest.(check (option string)) "A resolved B" (Some (Mac_addr.to_string mac_b))
+  Alcotest.(check (list string))
+    "both queued behind ARP, delivered in order" [ "one"; "two" ] (List.rev !got);
+  Alcotest.(check (option string))
+    "A resolved B"
+    (Some (Mac_addr.to_string mac_b))
     (Option.map Mac_addr.to_string (S.Arp.lookup w.a.arp ip_b));
-  Alcotest.(check (option string)) "B learnt A from the request" (Some (Mac_addr.to_string mac_a))
+  Alcotest.(check (option string))
+    "B learnt A from the request"
+    (Some (Mac_addr.to_string mac_a))
     (Option.map Mac_addr.to_string (S.Arp.lookup w.b.arp ip_a));
   let ia = S.Arp.query w.a.arp and ib = S.Arp.query w.b.arp in
   Alcotest.(check int) "an announcement and one request" 2 ia.requests_sent;
@@ -113,7 +126,8 @@ let arp_unresolved () =
     ok (S.Ip.send c (packet w (string_of_int i)))
   done;
   advance w (Time.of_ms 2500);
-  Alcotest.(check int) "an announcement and three requests in 2.5 s" 4 (S.Arp.query w.a.arp).requests_sent;
+  Alcotest.(check int)
+    "an announcement and three requests in 2.5 s" 4 (S.Arp.query w.a.arp).requests_sent;
   run w;
   let i = S.Arp.query w.a.arp in
   Alcotest.(check int) "still three requests" 4 i.requests_sent;
@@ -129,7 +143,8 @@ let arp_gratuitous () =
   let w = world () in
   let intruder = Mac_addr.local 66 in
   let garp ~sha ~ip =
-    Ethernet_packet.to_string { dst = Mac_addr.broadcast; src = sha; ethertype = Ethernet_wire.ethertype_arp }
+    Ethernet_packet.to_string
+      { dst = Mac_addr.broadcast; src = sha; ethertype = Ethernet_wire.ethertype_arp }
       (Arp_packet.to_string { op = Request; sha; spa = ip; tha = Mac_addr.zero; tpa = ip })
   in
   let sent = ref [] in
@@ -146,15 +161,23 @@ let arp_gratuitous () =
   Alcotest.(check bool) "B did not learn A from it" true (S.Arp.lookup w.b.arp ip_a = None);
   (* Now B resolves A, then A's address moves to a new MAC by gratuitous ARP. *)
   ignore (S.Arp.control w.b.arp (Arp.Add_static (Ipv4_addr.v 10 0 0 50, Mac_addr.local 50)));
-  let c = ok (S.Ip.active_open w.b.ip { dst = ip_a; proto = 253 } (fun _ -> { S.Ip.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })) in
+  let c =
+    ok
+      (S.Ip.active_open w.b.ip { dst = ip_a; proto = 253 } (fun _ ->
+           { S.Ip.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }))
+  in
   ok (S.Ip.send c (packet w "hi"));
   run w;
-  Alcotest.(check (option string)) "B resolved A" (Some (Mac_addr.to_string mac_a))
+  Alcotest.(check (option string))
+    "B resolved A"
+    (Some (Mac_addr.to_string mac_a))
     (Option.map Mac_addr.to_string (S.Arp.lookup w.b.arp ip_a));
   let moved = Mac_addr.local 77 in
   Device.deliver w.dev_b (packet w (garp ~sha:moved ~ip:ip_a));
   run w;
-  Alcotest.(check (option string)) "entry updated by gratuitous ARP" (Some (Mac_addr.to_string moved))
+  Alcotest.(check (option string))
+    "entry updated by gratuitous ARP"
+    (Some (Mac_addr.to_string moved))
     (Option.map Mac_addr.to_string (S.Arp.lookup w.b.arp ip_a));
   ignore sent;
   S.Ip.close c;
@@ -167,7 +190,10 @@ let ping () =
     ok
       (S.Icmp.active_open w.a.icmp { dst = ip_b; id = 0x1234 } (fun _ ->
            {
-             S.Icmp.receive = (fun _ p -> payloads := Packet.to_string p :: !payloads; Packet.release p);
+             S.Icmp.receive =
+               (fun _ p ->
+                 payloads := Packet.to_string p :: !payloads;
+                 Packet.release p);
              status =
                (fun _ -> function
                  | Icmp.Echo_reply { seq; rtt } -> replies := (seq, rtt) :: !replies
@@ -175,11 +201,14 @@ let ping () =
            }))
   in
   for i = 0 to 2 do
-    ok (S.Icmp.send c (Packet.of_string ~headroom:(S.Icmp.headroom w.a.icmp) w.pool (Printf.sprintf "ping %d" i)));
+    ok
+      (S.Icmp.send c
+         (Packet.of_string ~headroom:(S.Icmp.headroom w.a.icmp) w.pool (Printf.sprintf "ping %d" i)));
     run w
   done;
   Alcotest.(check (list int)) "three replies in order" [ 0; 1; 2 ] (List.rev_map fst !replies);
-  Alcotest.(check (list string)) "payloads echoed" [ "ping 0"; "ping 1"; "ping 2" ] (List.rev !payloads);
+  Alcotest.(check (list string))
+    "payloads echoed" [ "ping 0"; "ping 1"; "ping 2" ] (List.rev !payloads);
   (* Link latency 10 us each way; the first also waited for ARP. *)
   Alcotest.(check int) "rtt of a resolved ping" (Time.of_us 20) (snd (List.hd !replies));
   let ib = S.Icmp.query w.b.icmp in
@@ -202,11 +231,21 @@ let udp_both_ways () =
     ok (S.Udp.send cb (packet w (String.make i 'b')))
   done;
   run w;
-  Alcotest.(check (list string)) "A's datagrams echoed" (List.init 50 (fun i -> Printf.sprintf "a%d" (i + 1))) (List.rev !from_a);
-  Alcotest.(check (list string)) "B's datagrams echoed" (List.init 50 (fun i -> String.make (i + 1) 'b')) (List.rev !from_b);
-  Alcotest.(check (pair string int)) "remote" ("10.0.0.2", 7)
-    (let a, p = S.Udp.remote ca in (Ipv4_addr.to_string a, p));
-  Alcotest.(check bool) "port in use" true (Result.is_error (S.Udp.passive_open w.a.udp (Udp.Port 7) (fun _ -> assert false)));
+  Alcotest.(check (list string))
+    "A's datagrams echoed"
+    (List.init 50 (fun i -> Printf.sprintf "a%d" (i + 1)))
+    (List.rev !from_a);
+  Alcotest.(check (list string))
+    "B's datagrams echoed"
+    (List.init 50 (fun i -> String.make (i + 1) 'b'))
+    (List.rev !from_b);
+  Alcotest.(check (pair string int))
+    "remote" ("10.0.0.2", 7)
+    (let a, p = S.Udp.remote ca in
+     (Ipv4_addr.to_string a, p));
+  Alcotest.(check bool)
+    "port in use" true
+    (Result.is_error (S.Udp.passive_open w.a.udp (Udp.Port 7) (fun _ -> assert false)));
   S.Udp.close ca;
   S.Udp.close cb;
   finish w
@@ -217,13 +256,17 @@ let port_unreachable () =
   let c =
     ok
       (S.Udp.active_open w.a.udp { dst = ip_b; dst_port = 9999; src_port = 0 } (fun _ ->
-           { S.Udp.receive = (fun _ p -> Packet.release p); status = (fun _ (Udp.Unreachable u) -> status := u :: !status) }))
+           {
+             S.Udp.receive = (fun _ p -> Packet.release p);
+             status = (fun _ (Udp.Unreachable u) -> status := u :: !status);
+           }))
   in
   ok (S.Udp.send c (packet w "anyone?"));
   run w;
   Alcotest.(check int) "B counted it" 1 (S.Udp.query w.b.udp).no_port;
   Alcotest.(check int) "B sent one ICMP error" 1 (S.Ip.query w.b.ip).icmp_errors_sent;
-  Alcotest.(check (list string)) "A told: port unreachable" [ "port unreachable" ]
+  Alcotest.(check (list string))
+    "A told: port unreachable" [ "port unreachable" ]
     (List.map (Fmt.to_to_string Icmp_packet.pp_unreachable) !status);
   S.Udp.close c;
   finish w
@@ -241,7 +284,8 @@ let protocol_unreachable () =
   in
   ok (S.Ip.send c (packet w "proto 200"));
   run w;
-  Alcotest.(check (list string)) "protocol unreachable" [ "protocol unreachable" ]
+  Alcotest.(check (list string))
+    "protocol unreachable" [ "protocol unreachable" ]
     (List.map (Fmt.to_to_string Icmp_packet.pp) !errors);
   S.Ip.close c;
   finish w
@@ -268,13 +312,18 @@ let fragmentation () =
   Alcotest.(check int) "fragments sent by A" (2 + 3 + 4 + 45) ia.fragments_sent;
   Alcotest.(check int) "fragments sent by B" (2 + 3 + 4 + 45) ib.fragments_sent;
   Alcotest.(check int) "reassembled by B" 4 ib.reassembled;
-  Alcotest.(check bool) "too big" true
-    (match S.Udp.send c (packet w (String.make 65508 'x')) with Error (`Too_big _) -> true | _ -> false);
+  Alcotest.(check bool)
+    "too big" true
+    (match S.Udp.send c (packet w (String.make 65508 'x')) with
+    | Error (`Too_big _) -> true
+    | _ -> false);
   S.Udp.close c;
   finish w
 
 let fragmentation_with_loss () =
-  let w = world ~seed:11 ~impair:{ Impair.none with drop = 0.05; duplicate = 0.05; reorder = 0.1 } () in
+  let w =
+    world ~seed:11 ~impair:{ Impair.none with drop = 0.05; duplicate = 0.05; reorder = 0.1 } ()
+  in
   udp_echo w.b 7;
   let got, h = udp_collect () in
   let c = ok (S.Udp.active_open w.a.udp { dst = ip_b; dst_port = 7; src_port = 0 } h) in
@@ -295,7 +344,9 @@ let fragmentation_with_loss () =
     (fun d -> if not (List.mem d data) then Alcotest.fail "a datagram came back altered")
     got;
   let ib = S.Ip.query w.b.ip and ia = S.Ip.query w.a.ip in
-  Alcotest.(check bool) "incomplete datagrams timed out" true (ib.reassembly_timeouts + ia.reassembly_timeouts > 0);
+  Alcotest.(check bool)
+    "incomplete datagrams timed out" true
+    (ib.reassembly_timeouts + ia.reassembly_timeouts > 0);
   Alcotest.(check int) "nothing left in reassembly (all released)" 0 (Pool.in_use w.pool);
   S.Udp.close c;
   finish w
@@ -303,11 +354,14 @@ let fragmentation_with_loss () =
 (* Crafted fragments straight into B's device. *)
 let frag_frame ~src ~id ~off ~more payload =
   let h = { (Ipv4_packet.v ~proto:17 ~src ~dst:ip_b ()) with id; frag_offset = off; mf = more } in
-  Ethernet_packet.to_string { dst = mac_b; src = mac_a; ethertype = Ethernet_wire.ethertype_ipv4 }
+  Ethernet_packet.to_string
+    { dst = mac_b; src = mac_a; ethertype = Ethernet_wire.ethertype_ipv4 }
     (Ipv4_packet.to_string h payload)
 
 let reassembly_limits () =
-  let reassembly = { Ipv4.timeout = Time.of_sec 10.; max_bytes = 32 * 1024; max_fragments = 8; max_datagrams = 4 } in
+  let reassembly =
+    { Ipv4.timeout = Time.of_sec 10.; max_bytes = 32 * 1024; max_fragments = 8; max_datagrams = 4 }
+  in
   let w = world ~reassembly () in
   let inject s = Device.deliver w.dev_b (packet w s) in
   let q () = S.Ip.query w.b.ip in
@@ -353,7 +407,9 @@ let reassembly_limits () =
 let garbage () =
   let w = world () in
   let st = Random.State.make [| 99 |] in
-  let eth ty payload = Ethernet_packet.to_string { dst = mac_b; src = Mac_addr.local 5; ethertype = ty } payload in
+  let eth ty payload =
+    Ethernet_packet.to_string { dst = mac_b; src = Mac_addr.local 5; ethertype = ty } payload
+  in
   for i = 0 to 2999 do
     let body = random_string st (Random.State.int st 120) in
     let frame =
@@ -365,7 +421,10 @@ let garbage () =
       | 4 ->
           (* A valid IP header for B with a garbage UDP or ICMP payload. *)
           let proto = if i mod 12 = 4 then 17 else 1 in
-          eth Ethernet_wire.ethertype_ipv4 (Ipv4_packet.to_string (Ipv4_packet.v ~proto ~src:(Ipv4_addr.v 10 0 0 5) ~dst:ip_b ()) body)
+          eth Ethernet_wire.ethertype_ipv4
+            (Ipv4_packet.to_string
+               (Ipv4_packet.v ~proto ~src:(Ipv4_addr.v 10 0 0 5) ~dst:ip_b ())
+               body)
       | _ -> String.sub body 0 (min 13 (String.length body))
     in
     Device.deliver w.dev_b (packet w frame)
@@ -392,10 +451,19 @@ let corruption () =
   udp_echo w.b 7;
   let got, h = udp_collect () in
   let c = ok (S.Udp.active_open w.a.udp { dst = ip_b; dst_port = 7; src_port = 0 } h) in
-  let data = List.init 200 (fun i -> Printf.sprintf "datagram %d %s" i (String.make 200 (Char.chr (65 + (i mod 26))))) in
-  List.iter (fun d -> ok (S.Udp.send c (packet w d)); advance w (Time.of_ms 1)) data;
+  let data =
+    List.init 200 (fun i ->
+        Printf.sprintf "datagram %d %s" i (String.make 200 (Char.chr (65 + (i mod 26)))))
+  in
+  List.iter
+    (fun d ->
+      ok (S.Udp.send c (packet w d));
+      advance w (Time.of_ms 1))
+    data;
   run w;
-  List.iter (fun d -> if not (List.mem d data) then Alcotest.failf "corrupted datagram delivered: %S" d) !got;
+  List.iter
+    (fun d -> if not (List.mem d data) then Alcotest.failf "corrupted datagram delivered: %S" d)
+    !got;
   let corrupted = (Impair.stats w.impair_a).corrupted + (Impair.stats w.impair_b).corrupted in
   Alcotest.(check bool) "some corrupted" true (corrupted > 20);
   Alcotest.(check bool) "some delivered" true (List.length !got > 100);
@@ -417,16 +485,22 @@ let pcap () =
   match Pcap.Reader.read path with
   | Error (`Msg m) -> Alcotest.fail m
   | Ok frames ->
-      Alcotest.(check int) "two announcements, ARP request, reply, datagram, echo" 6 (List.length frames);
+      Alcotest.(check int)
+        "two announcements, ARP request, reply, datagram, echo" 6 (List.length frames);
       (match Ethernet_packet.decode (Cstruct.of_string (snd (List.nth frames 2))) with
       | Ok (h, arp) ->
           Alcotest.(check int) "third is ARP" Ethernet_wire.ethertype_arp h.ethertype;
-          Alcotest.(check bool) "a request for B" true
-            (match Arp_packet.decode arp with Ok { op = Request; tpa; _ } -> tpa = ip_b | _ -> false)
+          Alcotest.(check bool)
+            "a request for B" true
+            (match Arp_packet.decode arp with
+            | Ok { op = Request; tpa; _ } -> tpa = ip_b
+            | _ -> false)
       | Error _ -> Alcotest.fail "bad first frame");
       let last = snd (List.nth frames 5) in
-      Alcotest.(check bool) "last carries the echo" true
-        (let n = String.length last in String.sub last (n - 8) 8 = "captured");
+      Alcotest.(check bool)
+        "last carries the echo" true
+        (let n = String.length last in
+         String.sub last (n - 8) 8 = "captured");
       S.Udp.close c;
       finish w
 

@@ -13,11 +13,14 @@ let kernel_ip = "10.77.0.1"
 let require_root () =
   if Unix.geteuid () <> 0 then
     Alcotest.fail
-      "the TAP interop tests need root (to open /dev/net/tun and create a network namespace); run them as root"
+      "the TAP interop tests need root (to open /dev/net/tun and create a network namespace); run \
+       them as root"
 
 let read_file path =
   let ic = open_in_bin path in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 (* [replace s a b] is [s] with every [a] replaced by [b]. *)
 let replace s a b =
@@ -36,7 +39,6 @@ let replace s a b =
   Buffer.contents buf
 
 let contains s sub = replace s sub "" <> s
-
 let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
 
 let must cmd =
@@ -72,7 +74,8 @@ let with_env f =
     (fun () ->
       ignore (must (Printf.sprintf "ip netns add %s" ns));
       ignore (must (Printf.sprintf "ip link set %s netns %s" tap ns));
-      ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+      ignore
+        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
       ignore (must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap));
       ignore (must (Printf.sprintf "ip -n %s link set %s up" ns tap));
       ignore (must (Printf.sprintf "ip -n %s link set lo up" ns));
@@ -108,7 +111,10 @@ let in_ns env ?(timeout = 10.) argv =
   Sys.remove out;
   match st with
   | WEXITED n -> (n, text)
-  | _ -> Alcotest.failf "%s: killed (timeout %.0fs)\n%s" (String.concat " " (Array.to_list argv)) timeout text
+  | _ ->
+      Alcotest.failf "%s: killed (timeout %.0fs)\n%s"
+        (String.concat " " (Array.to_list argv))
+        timeout text
 
 let python env ?timeout script = in_ns env ?timeout [| "python3"; "-c"; script |]
 
@@ -142,7 +148,6 @@ print('replies', ok)
 sys.exit(0 if ok == 3 else 1)
 |}
 
-
 let kernel_pings_us () =
   with_env @@ fun env ->
   let rc, out = python env (replace ping_script "DST" our_ip) in
@@ -167,10 +172,13 @@ let we_ping_kernel () =
   let replies = ref 0 in
   let c =
     match
-      S.Icmp.active_open st.icmp { dst = Ipv4_addr.of_string_exn kernel_ip; id = 77 } (fun _ ->
+      S.Icmp.active_open st.icmp
+        { dst = Ipv4_addr.of_string_exn kernel_ip; id = 77 }
+        (fun _ ->
           {
             S.Icmp.receive = (fun _ p -> Packet.release p);
-            status = (fun _ -> function Icmp.Echo_reply _ -> incr replies | Icmp.Icmp_error _ -> ());
+            status =
+              (fun _ -> function Icmp.Echo_reply _ -> incr replies | Icmp.Icmp_error _ -> ());
           })
     with
     | Ok c -> c
@@ -232,15 +240,31 @@ print('echoed', n)
 let us_udp_to_kernel () =
   with_env @@ fun env ->
   let st = env.up.stack in
-  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; replace udp_server_script "KERNEL" kernel_ip |] in
+  let argv =
+    [|
+      "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; replace udp_server_script "KERNEL" kernel_ip;
+    |]
+  in
   let pid = Unix.create_process "ip" argv Unix.stdin Unix.stdout Unix.stderr in
-  Fun.protect ~finally:(fun () -> try Unix.kill pid Sys.sigkill; ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+  Fun.protect ~finally:(fun () ->
+      try
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid)
+      with Unix.Unix_error _ -> ())
   @@ fun () ->
   let got = ref [] in
   let c =
     match
-      S.Udp.active_open st.udp { dst = Ipv4_addr.of_string_exn kernel_ip; dst_port = 9000; src_port = 0 } (fun _ ->
-          { S.Udp.receive = (fun _ p -> got := Packet.to_string p :: !got; Packet.release p); status = (fun _ _ -> ()) })
+      S.Udp.active_open st.udp
+        { dst = Ipv4_addr.of_string_exn kernel_ip; dst_port = 9000; src_port = 0 }
+        (fun _ ->
+          {
+            S.Udp.receive =
+              (fun _ p ->
+                got := Packet.to_string p :: !got;
+                Packet.release p);
+            status = (fun _ _ -> ());
+          })
     with
     | Ok c -> c
     | Error e -> Alcotest.failf "%a" Protocol.pp_error e
@@ -248,14 +272,17 @@ let us_udp_to_kernel () =
   let sizes = [ 10; 1472; 3000; 9000; 30000 ] in
   List.iter
     (fun n ->
-      let data = String.init n (fun i -> Char.chr ((i * 13 + n) land 255)) in
+      let data = String.init n (fun i -> Char.chr (((i * 13) + n) land 255)) in
       (* The server may not be listening yet: retry until it echoes. *)
       let rec attempt k =
         if k = 0 then Alcotest.failf "no echo from the kernel for %d bytes" n;
         got := [];
         ignore (S.Udp.send c (Packet.of_string ~headroom:(S.Udp.headroom st.udp) st.pool data));
         Loop.run ~until:(fun () -> !got <> []) ~timeout:(Time.of_ms 300) env.up.loop;
-        match !got with [ d ] when d = data -> () | [] -> attempt (k - 1) | _ -> Alcotest.failf "bad echo for %d bytes" n
+        match !got with
+        | [ d ] when d = data -> ()
+        | [] -> attempt (k - 1)
+        | _ -> Alcotest.failf "bad echo for %d bytes" n
       in
       attempt 20)
     sizes;
@@ -265,6 +292,7 @@ let suite =
   [
     Alcotest.test_case "kernel ARP and ping reach our stack" `Quick kernel_pings_us;
     Alcotest.test_case "we ping the kernel" `Quick we_ping_kernel;
-    Alcotest.test_case "kernel UDP client, our echo (fragments, port unreachable)" `Quick kernel_udp_to_us;
+    Alcotest.test_case "kernel UDP client, our echo (fragments, port unreachable)" `Quick
+      kernel_udp_to_us;
     Alcotest.test_case "our UDP client, kernel echo (fragments)" `Quick us_udp_to_kernel;
   ]

@@ -16,7 +16,8 @@ let our_ip6 = "fd79::2"
 let kernel_ip6 = "fd79::1"
 let counter = ref 0
 
-let v6 (env : env) = match env.up.v6 with Some v -> v | None -> Alcotest.fail "no IPv6 on the stack"
+let v6 (env : env) =
+  match env.up.v6 with Some v -> v | None -> Alcotest.fail "no IPv6 on the stack"
 
 let with_env6 f =
   require_root ();
@@ -37,8 +38,11 @@ let with_env6 f =
     (fun () ->
       ignore (must (Printf.sprintf "ip netns add %s" ns));
       ignore (must (Printf.sprintf "ip link set %s netns %s" tap ns));
-      ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
-      ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns tap));
+      ignore
+        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
+      ignore
+        (quiet
+           (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns tap));
       ignore (must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap));
       ignore (must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns kernel_ip6 tap));
       ignore (must (Printf.sprintf "ip -n %s link set %s up" ns tap));
@@ -84,8 +88,15 @@ let kernel_pings6_us () =
   if not (contains neigh mac) then Alcotest.failf "kernel neighbour table: %s (want %s)" neigh mac;
   (* The link-local address too. *)
   let ll = Ipv6_addr.to_string (S.Ip6.link_local (v6 env).ip6) in
-  let tap = String.trim (must (Printf.sprintf "ip -n %s -o link show | awk -F': ' '/c6n/ {print $2}' | cut -d@ -f1" env.ns)) in
-  let rc, out = python env (replace ping6_script "'DST', 0" (Printf.sprintf "'%s%%%s', 0" ll tap)) in
+  let tap =
+    String.trim
+      (must
+         (Printf.sprintf "ip -n %s -o link show | awk -F': ' '/c6n/ {print $2}' | cut -d@ -f1"
+            env.ns))
+  in
+  let rc, out =
+    python env (replace ping6_script "'DST', 0" (Printf.sprintf "'%s%%%s', 0" ll tap))
+  in
   if rc <> 0 then Alcotest.failf "kernel ping6 to our link-local address failed: %s" out;
   if quiet "command -v ping" = 0 then begin
     let rc, out = in_ns env [| "ping"; "-6"; "-c"; "3"; "-i"; "0.2"; "-W"; "2"; our_ip6 |] in
@@ -98,7 +109,9 @@ let we_ping6_kernel () =
   let replies = ref 0 in
   let c =
     match
-      S.Ip6.active_open v.ip6 { dst = Ipv6_addr.of_string_exn kernel_ip6; proto = 58 } (fun _ ->
+      S.Ip6.active_open v.ip6
+        { dst = Ipv6_addr.of_string_exn kernel_ip6; proto = 58 }
+        (fun _ ->
           {
             S.Ip6.receive =
               (fun _ p ->
@@ -111,13 +124,17 @@ let we_ping6_kernel () =
     | Error e -> Alcotest.failf "%a" Protocol.pp_error e
   in
   for i = 1 to 3 do
-    let p = Packet.of_string ~headroom:(S.Ip6.headroom v.ip6) env.up.pool (T_ipv6.echo_request ~id:77 ~seq:i (String.make 56 'p')) in
+    let p =
+      Packet.of_string ~headroom:(S.Ip6.headroom v.ip6) env.up.pool
+        (T_ipv6.echo_request ~id:77 ~seq:i (String.make 56 'p'))
+    in
     (match S.Ip6.send c p with Ok () -> () | Error e -> Alcotest.failf "%a" Protocol.pp_error e);
     Loop.run ~until:(fun () -> !replies >= i) ~timeout:(Time.of_sec 3.) env.up.loop
   done;
   S.Ip6.close c;
   Alcotest.(check int) "the kernel answered three pings" 3 !replies;
-  Alcotest.(check bool) "we resolved the kernel by neighbour discovery" true
+  Alcotest.(check bool)
+    "we resolved the kernel by neighbour discovery" true
     (S.Ip6.lookup v.ip6 (Ipv6_addr.of_string_exn kernel_ip6) <> None)
 
 let udp6_client_script =
@@ -156,7 +173,9 @@ let kernel_udp6_to_us () =
   Loop.run ~timeout:(Time.of_ms 200) env.up.loop;
   let v = v6 env in
   Alcotest.(check bool) "port unreachable sent" true ((S.Udp6.query v.udp6).no_port >= 1);
-  Alcotest.(check bool) "the kernel's fragments reassembled" true ((S.Ip6.query v.ip6).reassembled >= 1)
+  Alcotest.(check bool)
+    "the kernel's fragments reassembled" true
+    ((S.Ip6.query v.ip6).reassembled >= 1)
 
 let udp6_server_script =
   {|
@@ -175,28 +194,48 @@ print('echoed', n)
 let us_udp6_to_kernel () =
   with_env6 @@ fun env ->
   let v = v6 env in
-  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; replace udp6_server_script "KERNEL" kernel_ip6 |] in
+  let argv =
+    [|
+      "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; replace udp6_server_script "KERNEL" kernel_ip6;
+    |]
+  in
   let pid = Unix.create_process "ip" argv Unix.stdin Unix.stdout Unix.stderr in
-  Fun.protect ~finally:(fun () -> try Unix.kill pid Sys.sigkill; ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+  Fun.protect ~finally:(fun () ->
+      try
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid)
+      with Unix.Unix_error _ -> ())
   @@ fun () ->
   let got = ref [] in
   let c =
     match
-      S.Udp6.active_open v.udp6 { dst = Ipv6_addr.of_string_exn kernel_ip6; dst_port = 9000; src_port = 0 } (fun _ ->
-          { S.Udp6.receive = (fun _ p -> got := Packet.to_string p :: !got; Packet.release p); status = (fun _ _ -> ()) })
+      S.Udp6.active_open v.udp6
+        { dst = Ipv6_addr.of_string_exn kernel_ip6; dst_port = 9000; src_port = 0 }
+        (fun _ ->
+          {
+            S.Udp6.receive =
+              (fun _ p ->
+                got := Packet.to_string p :: !got;
+                Packet.release p);
+            status = (fun _ _ -> ());
+          })
     with
     | Ok c -> c
     | Error e -> Alcotest.failf "%a" Protocol.pp_error e
   in
   List.iter
     (fun n ->
-      let data = String.init n (fun i -> Char.chr ((i * 13 + n) land 255)) in
+      let data = String.init n (fun i -> Char.chr (((i * 13) + n) land 255)) in
       let rec attempt k =
         if k = 0 then Alcotest.failf "no echo from the kernel for %d bytes" n;
         got := [];
-        ignore (S.Udp6.send c (Packet.of_string ~headroom:(S.Udp6.headroom v.udp6) env.up.pool data));
+        ignore
+          (S.Udp6.send c (Packet.of_string ~headroom:(S.Udp6.headroom v.udp6) env.up.pool data));
         Loop.run ~until:(fun () -> !got <> []) ~timeout:(Time.of_ms 300) env.up.loop;
-        match !got with [ d ] when d = data -> () | [] -> attempt (k - 1) | _ -> Alcotest.failf "bad echo for %d bytes" n
+        match !got with
+        | [ d ] when d = data -> ()
+        | [] -> attempt (k - 1)
+        | _ -> Alcotest.failf "bad echo for %d bytes" n
       in
       attempt 20)
     [ 10; 500; 1400; 1452 ];
@@ -204,7 +243,8 @@ let us_udp6_to_kernel () =
 
 let suite =
   [
-    Alcotest.test_case "kernel neighbour discovery and ping6 reach our stack" `Quick kernel_pings6_us;
+    Alcotest.test_case "kernel neighbour discovery and ping6 reach our stack" `Quick
+      kernel_pings6_us;
     Alcotest.test_case "we ping6 the kernel" `Quick we_ping6_kernel;
     Alcotest.test_case "kernel UDP client over IPv6, our echo" `Quick kernel_udp6_to_us;
     Alcotest.test_case "our UDP client over IPv6, kernel echo" `Quick us_udp6_to_kernel;

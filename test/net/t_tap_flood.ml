@@ -67,7 +67,11 @@ let tcp_node (env : env) : (module T_flood.NODE) =
     let pool = env.up.pool
   end in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
-  let tcp = match T.create env.up.stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
+  let tcp =
+    match T.create env.up.stack.ip with
+    | Ok t -> t
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
   (module struct
     module T = T
     module Sock = Socket.Make (T)
@@ -103,8 +107,15 @@ let flood_then_serve () =
   let before = T_flood.live_bytes () in
   let rc, out =
     python env ~timeout:120.
-      (List.fold_left (fun s (a, b) -> replace s a b) flood_script
-         [ ("@TAP@", tap); ("@DSTMAC@", String.concat "" (String.split_on_char ':' mac)); ("@OUR@", our_ip); ("@N@", string_of_int n) ])
+      (List.fold_left
+         (fun s (a, b) -> replace s a b)
+         flood_script
+         [
+           ("@TAP@", tap);
+           ("@DSTMAC@", String.concat "" (String.split_on_char ':' mac));
+           ("@OUR@", our_ip);
+           ("@N@", string_of_int n);
+         ])
   in
   if rc <> 0 then Alcotest.failf "the flood failed: %s" out;
   (* Drain what the kernel has queued for us: until 200 ms pass with no
@@ -112,28 +123,42 @@ let flood_then_serve () =
   let rec drain k =
     let before = (S.Eth.query st.eth).frames_in + (S.Eth.query st.eth).not_for_us in
     Loop.run ~timeout:(Time.of_ms 200) env.up.loop;
-    if k > 0 && (S.Eth.query st.eth).frames_in + (S.Eth.query st.eth).not_for_us > before then drain (k - 1)
+    if k > 0 && (S.Eth.query st.eth).frames_in + (S.Eth.query st.eth).not_for_us > before then
+      drain (k - 1)
   in
   drain 150;
   let growth = T_flood.live_bytes () - before in
   let e = S.Eth.query st.eth and ip = S.Ip.query st.ip and arp = S.Arp.query st.arp in
   Fmt.pr
-    "over TAP, after %s frames: %d received, %d Ethernet peers (%d evicted), %d IPv4 connections (%d evicted), %d ARP entries; heap +%d KiB@."
+    "over TAP, after %s frames: %d received, %d Ethernet peers (%d evicted), %d IPv4 connections \
+     (%d evicted), %d ARP entries; heap +%d KiB@."
     (String.trim out) e.frames_in e.peers e.peers_evicted ip.connections ip.connections_evicted
     (List.length arp.entries) (growth / 1024);
   (* The kernel's TAP queue may drop some; most must have reached us. *)
-  Alcotest.(check bool) (Fmt.str "the flood reached us (%d of %d frames)" e.frames_in (2 * n)) true (e.frames_in >= 2 * n * 95 / 100);
+  Alcotest.(check bool)
+    (Fmt.str "the flood reached us (%d of %d frames)" e.frames_in (2 * n))
+    true
+    (e.frames_in >= 2 * n * 95 / 100);
   Alcotest.(check bool) "Ethernet peers bounded" true (e.peers <= T_flood.max_eth_peers);
   Alcotest.(check bool) "Ethernet peers evicted" true (e.peers_evicted > n / 2);
-  Alcotest.(check bool) "IPv4 connections bounded" true (ip.connections <= T_flood.max_ip_connections);
+  Alcotest.(check bool)
+    "IPv4 connections bounded" true
+    (ip.connections <= T_flood.max_ip_connections);
   Alcotest.(check bool) "IPv4 connections evicted" true (ip.connections_evicted > n / 4);
   Alcotest.(check bool) "ARP entries bounded" true (List.length arp.entries <= T_flood.max_arp);
-  Alcotest.(check bool) (Fmt.str "heap growth bounded (%d bytes)" growth) true (growth <= T_flood.max_heap_growth);
+  Alcotest.(check bool)
+    (Fmt.str "heap growth bounded (%d bytes)" growth)
+    true
+    (growth <= T_flood.max_heap_growth);
   (* The kernel still reaches us: ping, then TCP. *)
   let rc, out = python env (replace ping_script "DST" our_ip) in
   if rc <> 0 then Alcotest.failf "kernel ping after the flood failed: %s" out;
   let (module N) = tcp_node env in
-  let l = match N.Sock.listen N.tcp 80 with Ok l -> l | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
+  let l =
+    match N.Sock.listen N.tcp 80 with
+    | Ok l -> l
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
   let got = Buffer.create 1_000_000 in
   Socket.Promise.upon (N.Sock.accept l) (function
     | Error e -> Alcotest.failf "accept: %a" Protocol.pp_error e
@@ -144,19 +169,30 @@ let flood_then_serve () =
             | Error e -> Alcotest.failf "read: %a" Protocol.pp_error e
             | Ok 0 ->
                 (* Echo it all back, then close. *)
-                Socket.Promise.upon (N.Sock.write s (Cstruct.of_string (Buffer.contents got))) (fun _ -> N.Sock.close s)
+                Socket.Promise.upon
+                  (N.Sock.write s (Cstruct.of_string (Buffer.contents got)))
+                  (fun _ -> N.Sock.close s)
             | Ok k ->
                 Buffer.add_string got (Cstruct.to_string (Cstruct.sub buf 0 k));
                 loop ())
         in
         loop ());
   let size = 1_000_000 in
-  let rc, out = python env ~timeout:60. (replace (replace tcp_client_script "@OUR@" our_ip) "@N@" (string_of_int size)) in
+  let rc, out =
+    python env ~timeout:60.
+      (replace (replace tcp_client_script "@OUR@" our_ip) "@N@" (string_of_int size))
+  in
   if rc <> 0 then Alcotest.failf "kernel TCP client after the flood failed: %s" out;
-  let data = String.init size (fun i -> Char.chr ((i * 31 + (i lsr 8)) mod 256)) in
+  let data = String.init size (fun i -> Char.chr (((i * 31) + (i lsr 8)) mod 256)) in
   Alcotest.(check int) "TCP: all received" size (Buffer.length got);
   Alcotest.(check bool) "TCP: intact" true (Buffer.contents got = data);
-  Alcotest.(check bool) "TCP: all echoed to the kernel" true (contains out (Printf.sprintf "BACK %d" size));
+  Alcotest.(check bool)
+    "TCP: all echoed to the kernel" true
+    (contains out (Printf.sprintf "BACK %d" size));
   Loop.run ~timeout:(Time.of_ms 300) env.up.loop
 
-let suite = [ Alcotest.test_case "flood over TAP: bounded, and the kernel still served" `Quick flood_then_serve ]
+let suite =
+  [
+    Alcotest.test_case "flood over TAP: bounded, and the kernel still served" `Quick
+      flood_then_serve;
+  ]

@@ -25,7 +25,8 @@ let at ip = Printf.sprintf "%s:%d" ip port
 
 let require_root () =
   if Unix.geteuid () <> 0 then
-    Alcotest.fail "this test needs root (to open /dev/net/tun and create a network namespace); run it as root";
+    Alcotest.fail
+      "this test needs root (to open /dev/net/tun and create a network namespace); run it as root";
   if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing"
 
 (* The [consort] binary, built beside this test. *)
@@ -38,7 +39,9 @@ let consort_exe () =
 
 let read_file path =
   let ic = open_in_bin path in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
 
@@ -51,11 +54,14 @@ let must cmd =
 
 let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 
-let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
+let layers () =
+  match Consort_group.Properties.(layers vsync) with
+  | Ok l -> l
+  | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
-  casts : (string * string) list ref;  (* origin, payload; newest first *)
+  casts : (string * string) list ref; (* origin, payload; newest first *)
   exited : bool ref;
 }
 
@@ -63,7 +69,8 @@ let join tr addr ~pool ~peers ~seed =
   let casts = ref [] and exited = ref false in
   let cb =
     {
-      Consort_group.Group.view = (fun v -> Logs.info (fun m -> m "%s: %a" addr Consort_group.Group.pp_view_info v));
+      Consort_group.Group.view =
+        (fun v -> Logs.info (fun m -> m "%s: %a" addr Consort_group.Group.pp_view_info v));
       cast = (fun ~origin s -> casts := (origin, s) :: !casts);
       send = (fun ~origin:_ _ -> ());
       block = ignore;
@@ -89,7 +96,10 @@ let group_over_tap () =
   require_root ();
   let exe = consort_exe () in
   let id = Printf.sprintf "%d" (Unix.getpid () mod 100_000) in
-  let ns = "consort-group-" ^ id and br = "cgbr" ^ id and tap_a = "cga" ^ id and tap_b = "cgb" ^ id in
+  let ns = "consort-group-" ^ id
+  and br = "cgbr" ^ id
+  and tap_a = "cga" ^ id
+  and tap_b = "cgb" ^ id in
   let loop = Loop.create () in
   let start tap ip mac =
     match Up.start ~loop ~mac ~udp_echo:[] ~udp_discard:[] ~tap ~ip:(ip ^ "/24") () with
@@ -100,8 +110,7 @@ let group_over_tap () =
   let ups = ref [ up_a ] in
   let out = Filename.temp_file "consort-group" ".member" in
   let pid = ref None in
-  Fun.protect
-    ~finally:(fun () ->
+  Fun.protect ~finally:(fun () ->
       (match !pid with
       | Some p -> (
           try
@@ -134,8 +143,22 @@ let group_over_tap () =
   let rd, wr = Unix.pipe ~cloexec:true () in
   let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
   let argv =
-    [| "ip"; "netns"; "exec"; ns; exe; "member"; "--group"; "tap"; "--bind"; at kernel_ip; "--peers";
-       String.concat "," peers; "--seed"; "7" |]
+    [|
+      "ip";
+      "netns";
+      "exec";
+      ns;
+      exe;
+      "member";
+      "--group";
+      "tap";
+      "--bind";
+      at kernel_ip;
+      "--peers";
+      String.concat "," peers;
+      "--seed";
+      "7";
+    |]
   in
   let t0 = Unix.gettimeofday () in
   pid := Some (Unix.create_process "ip" argv rd fd fd);
@@ -148,14 +171,17 @@ let group_over_tap () =
   let run_until ?(timeout = 15.) what cond =
     Loop.run ~until:cond ~timeout:(Time.of_sec timeout) loop;
     if not (cond ()) then
-      Alcotest.failf "%s: not within %.0f s; member over kernel UDP said:\n%s" what timeout (read_file out)
+      Alcotest.failf "%s: not within %.0f s; member over kernel UDP said:\n%s" what timeout
+        (read_file out)
   in
   run_until "one view of three" (fun () -> one_view ours 3);
   let formed = Unix.gettimeofday () -. t0 in
   let kernel_id =
     match List.find_opt (fun id -> starts_with id (at kernel_ip ^ "#")) (view_members a) with
     | Some id -> id
-    | None -> Alcotest.failf "the member over kernel UDP is not in the view: %s" (String.concat " " (view_members a))
+    | None ->
+        Alcotest.failf "the member over kernel UDP is not in the view: %s"
+          (String.concat " " (view_members a))
   in
   Alcotest.(check (list string)) "both see the same members" (view_members a) (view_members b);
   (* A cast from each of the three. *)
@@ -164,14 +190,21 @@ let group_over_tap () =
   accepted (G.cast b.g "from B over our stack");
   let line = "from the kernel member\n" in
   ignore (Unix.write_substring wr line 0 (String.length line) : int);
-  run_until "three casts at our members" (fun () -> List.for_all (fun m -> List.length !(m.casts) = 3) ours);
+  run_until "three casts at our members" (fun () ->
+      List.for_all (fun m -> List.length !(m.casts) = 3) ours);
   let delivered = Unix.gettimeofday () -. t1 in
   let expected =
     List.sort compare
-      [ (G.me a.g, "from A over our stack"); (G.me b.g, "from B over our stack"); (kernel_id, "from the kernel member") ]
+      [
+        (G.me a.g, "from A over our stack");
+        (G.me b.g, "from B over our stack");
+        (kernel_id, "from the kernel member");
+      ]
   in
   List.iter
-    (fun m -> Alcotest.(check (list (pair string string))) "casts, with origins" expected (List.sort compare !(m.casts)))
+    (fun m ->
+      Alcotest.(check (list (pair string string)))
+        "casts, with origins" expected (List.sort compare !(m.casts)))
     ours;
   (* End of input: the kernel member leaves; we install a view of two. *)
   Unix.close wr;
@@ -188,20 +221,29 @@ let group_over_tap () =
   let said = read_file out in
   Alcotest.(check bool) "the kernel member exited cleanly" true (!status = Some (Unix.WEXITED 0));
   let lines = String.split_on_char '\n' said in
-  let has l = if not (List.mem l lines) then Alcotest.failf "the kernel member did not say %S:\n%s" l said in
+  let has l =
+    if not (List.mem l lines) then Alcotest.failf "the kernel member did not say %S:\n%s" l said
+  in
   has (Printf.sprintf "cast from %s: from A over our stack" (G.me a.g));
   has (Printf.sprintf "cast from %s: from B over our stack" (G.me b.g));
   has (Printf.sprintf "cast from %s: from the kernel member" kernel_id);
   has "left the group";
   let all_three l =
     starts_with l "view "
-    && List.for_all (fun id -> List.mem id (String.split_on_char ' ' l)) [ G.me a.g; G.me b.g; kernel_id ]
+    && List.for_all
+         (fun id -> List.mem id (String.split_on_char ' ' l))
+         [ G.me a.g; G.me b.g; kernel_id ]
   in
   if not (List.exists all_three lines) then
     Alcotest.failf "the kernel member never saw a view of three:\n%s" said;
-  List.iter (fun m -> Alcotest.(check bool) "the kernel member is gone" false (List.mem kernel_id (view_members m))) ours;
+  List.iter
+    (fun m ->
+      Alcotest.(check bool) "the kernel member is gone" false (List.mem kernel_id (view_members m)))
+    ours;
   let crossed (up : Up.t) = (Ipstack.Udp.query up.stack.udp).datagrams_in in
-  Alcotest.(check bool) "datagrams came in over both TAP devices" true (crossed up_a > 0 && crossed up_b > 0);
+  Alcotest.(check bool)
+    "datagrams came in over both TAP devices" true
+    (crossed up_a > 0 && crossed up_b > 0);
   let t2 = Unix.gettimeofday () in
   G.leave a.g;
   run_until "A's leave" (fun () -> !(a.exited) && one_view [ b ] 1);
@@ -210,12 +252,22 @@ let group_over_tap () =
   let left = Unix.gettimeofday () -. t2 in
   Alcotest.(check int) "group buffers" 0 (Pool.leak_check gpool);
   Logs.app (fun m ->
-      m "one view of three in %.2f s; three casts delivered at our members in %.1f ms; both left in %.2f s; %a / %a" formed
-        (delivered *. 1000.) left Udp.pp_info (Ipstack.Udp.query up_a.stack.udp) Udp.pp_info
+      m
+        "one view of three in %.2f s; three casts delivered at our members in %.1f ms; both left \
+         in %.2f s; %a / %a"
+        formed (delivered *. 1000.) left Udp.pp_info
+        (Ipstack.Udp.query up_a.stack.udp)
+        Udp.pp_info
         (Ipstack.Udp.query up_b.stack.udp))
 
 let () =
   Logs.set_reporter (Logs_fmt.reporter ());
   Logs.set_level (Some Logs.Warning);
   Alcotest.run "net_group_tap"
-    [ ("tap", [ Alcotest.test_case "vsync group: two members over our stack on TAP, one over kernel UDP" `Quick group_over_tap ]) ]
+    [
+      ( "tap",
+        [
+          Alcotest.test_case "vsync group: two members over our stack on TAP, one over kernel UDP"
+            `Quick group_over_tap;
+        ] );
+    ]

@@ -16,21 +16,16 @@ let accepted = function
 let ip_a = Ipv4_addr.v 10 0 0 1
 let ip_b = Ipv4_addr.v 10 0 0 2
 
-type world = {
-  vc : Clock.Virtual.clock;
-  pool : Pool.t;
-  a : S.t;
-  b : S.t;
-  ta : U.t;
-  tb : U.t;
-}
+type world = { vc : Clock.Virtual.clock; pool : Pool.t; a : S.t; b : S.t; ta : U.t; tb : U.t }
 
 let world () =
   Iovec.set_checked true;
   let vc = Clock.Virtual.create () in
   let clock = Clock.Virtual.clock vc in
   let pool = Pool.create ~name:"net_group" () in
-  let da, db = Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool (Mac_addr.local 1) (Mac_addr.local 2) in
+  let da, db =
+    Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool (Mac_addr.local 1) (Mac_addr.local 2)
+  in
   let a = S.create ~clock ~pool ~address:{ addr = ip_a; len = 24 } da in
   let b = S.create ~clock ~pool ~address:{ addr = ip_b; len = 24 } db in
   { vc; pool; a; b; ta = U.create a; tb = U.create b }
@@ -81,22 +76,36 @@ let addresses () =
   Alcotest.(check bool) "not equal" false (U.equal_address a (addr "10.0.0.1:7401"));
   List.iter
     (fun s ->
-      match U.address_of_string s with
-      | Ok _ -> Alcotest.failf "%S accepted" s
-      | Error _ -> ())
-    [ ""; "10.0.0.1"; "10.0.0.1:"; "10.0.0.1:65536"; "10.0.0.1:-1"; "10.0.0:7"; "host:7"; "10.0.0.1:7x" ]
+      match U.address_of_string s with Ok _ -> Alcotest.failf "%S accepted" s | Error _ -> ())
+    [
+      "";
+      "10.0.0.1";
+      "10.0.0.1:";
+      "10.0.0.1:65536";
+      "10.0.0.1:-1";
+      "10.0.0:7";
+      "host:7";
+      "10.0.0.1:7x";
+    ]
 
 let send_and_receive () =
   let w = world () in
   let got, h = collector () in
   let cb = ok_tr (U.open_ w.tb (addr "10.0.0.2:7000") h) in
-  let ca = ok_tr (U.open_ w.ta (addr "0.0.0.0:7001") (fun _ -> { U.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
+  let ca =
+    ok_tr
+      (U.open_ w.ta (addr "0.0.0.0:7001") (fun _ ->
+           { U.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }))
+  in
   Alcotest.(check string) "local address" "10.0.0.1:7001" (U.address_to_string (U.query ca).local);
   let m = msg w "hello" in
   ok_tr (U.send ca ~dst:(addr "10.0.0.2:7000") m);
   Msg.release m;
   run w;
-  Alcotest.(check (list (pair string string))) "received with its sender" [ ("10.0.0.1:7001", "hello") ] !got;
+  Alcotest.(check (list (pair string string)))
+    "received with its sender"
+    [ ("10.0.0.1:7001", "hello") ]
+    !got;
   (* Headers pushed on a message go out in front of its body. *)
   let m = Msg.push Codec.uint16 0x4142 (msg w "body") in
   ok_tr (U.send ca ~dst:(addr "10.0.0.2:7000") m);
@@ -120,7 +129,11 @@ let big_datagrams () =
   let w = world () in
   let got, h = collector () in
   let _cb = ok_tr (U.open_ w.tb (addr "10.0.0.2:7000") h) in
-  let ca = ok_tr (U.open_ w.ta (addr "10.0.0.1:7001") (fun _ -> { U.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })) in
+  let ca =
+    ok_tr
+      (U.open_ w.ta (addr "10.0.0.1:7001") (fun _ ->
+           { U.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }))
+  in
   (* The first datagram to a peer waits for ARP in a short queue: a small
      one resolves the peer first. *)
   let m = msg w "hi" in
@@ -128,7 +141,7 @@ let big_datagrams () =
   Msg.release m;
   run w;
   got := [];
-  let data = String.init U.mtu (fun i -> Char.chr ((i * 31) land 255)) in
+  let data = String.init U.mtu (fun i -> Char.chr (i * 31 land 255)) in
   let m = msg w data in
   ok_tr (U.send ca ~dst:(addr "10.0.0.2:7000") m);
   Msg.release m;
@@ -158,7 +171,10 @@ let fan_out_and_loopback () =
   Alcotest.(check (list (pair string string))) "loopback waits for the clock" [] !got2;
   Msg.release m;
   run w;
-  Alcotest.(check (list (pair string string))) "same stack, other port" [ ("10.0.0.1:7400", "to all") ] !got2;
+  Alcotest.(check (list (pair string string)))
+    "same stack, other port"
+    [ ("10.0.0.1:7400", "to all") ]
+    !got2;
   Alcotest.(check (list (pair string string))) "other stack" [ ("10.0.0.1:7400", "to all") ] !got3;
   Alcotest.(check (list (pair string string))) "not to itself" [] !got1;
   Alcotest.(check int) "two sent" 2 (U.query c1).sent;
@@ -183,7 +199,9 @@ let errors_and_controls () =
   | _ -> Alcotest.fail "an address not the stack's was opened");
   let e1 = ok_tr (U.open_ w.tb (addr "0.0.0.0:0") h) in
   let e2 = ok_tr (U.open_ w.tb (addr "10.0.0.2:0") h) in
-  Alcotest.(check (list int)) "ephemeral ports" [ 49152; 49153 ] [ (U.query e1).local.port; (U.query e2).local.port ];
+  Alcotest.(check (list int))
+    "ephemeral ports" [ 49152; 49153 ]
+    [ (U.query e1).local.port; (U.query e2).local.port ];
   (match U.control cb (U.Join_multicast (addr "239.1.2.3:7500")) with
   | Error (`Unsupported _) -> ()
   | _ -> Alcotest.fail "multicast accepted");
@@ -197,7 +215,10 @@ let errors_and_controls () =
   (* The filter sees the datagram and its sender. *)
   ok_tr
     (U.control cb
-       (U.Drop_filter (Some (fun ~src cs -> U.address_to_string src = "10.0.0.1:7001" && Cstruct.to_string cs = "drop me"))));
+       (U.Drop_filter
+          (Some
+             (fun ~src cs ->
+               U.address_to_string src = "10.0.0.1:7001" && Cstruct.to_string cs = "drop me"))));
   ok_tr (send "drop me");
   ok_tr (send "keep me");
   run w;
@@ -215,19 +236,27 @@ let errors_and_controls () =
   | _ -> Alcotest.fail "port 0 accepted as a destination");
   (match
      let m = msg w "x" in
-     Fun.protect ~finally:(fun () -> Msg.release m) (fun () -> U.send ca ~dst:(addr "192.168.1.1:7") m)
+     Fun.protect
+       ~finally:(fun () -> Msg.release m)
+       (fun () -> U.send ca ~dst:(addr "192.168.1.1:7") m)
    with
   | Error (`Unreachable _) -> ()
   | r -> Alcotest.failf "no route, yet %a" Fmt.(result ~ok:nop ~error:Transport.pp_error) r);
   U.close cb;
   U.close cb;
   Alcotest.(check int) "closed called once" 1 !closed;
-  (match send "after close" with Ok () -> () | Error e -> Alcotest.failf "%a" Transport.pp_error e);
+  (match send "after close" with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "%a" Transport.pp_error e);
   run w;
   Alcotest.(check int) "after close: port unreachable" 1 (S.Udp.query w.b.udp).no_port;
   U.close ca;
-  (match send "closed" with Error `Closed -> () | _ -> Alcotest.fail "send on a closed connection");
-  (match U.control ca (U.Drop_filter None) with Error `Closed -> () | _ -> Alcotest.fail "control on a closed connection");
+  (match send "closed" with
+  | Error `Closed -> ()
+  | _ -> Alcotest.fail "send on a closed connection");
+  (match U.control ca (U.Drop_filter None) with
+  | Error `Closed -> ()
+  | _ -> Alcotest.fail "control on a closed connection");
   (* The port is free again. *)
   let again = ok_tr (U.open_ w.tb (addr "10.0.0.2:7000") h) in
   List.iter U.close [ again; e1; e2 ];
@@ -249,12 +278,15 @@ let timers () =
 
 (* {1 A group over it} *)
 
-let layers () = match Consort_group.Properties.(layers vsync) with Ok l -> l | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
+let layers () =
+  match Consort_group.Properties.(layers vsync) with
+  | Ok l -> l
+  | Error e -> Alcotest.failf "%a" Consort_group.Properties.pp_error e
 
 type member = {
   g : G.t;
   views : Consort_group.Group.view_info list ref;
-  casts : (string * string) list ref;  (* origin, payload; newest first *)
+  casts : (string * string) list ref; (* origin, payload; newest first *)
 }
 
 let join w gpool tr addr ~peers ~seed =
@@ -287,18 +319,26 @@ let group_over_our_udp () =
   let gpool = Pool.create ~name:"group" () in
   let addrs = [ "10.0.0.1:7400"; "10.0.0.1:7401"; "10.0.0.2:7400" ] in
   let trs = [ w.ta; w.ta; w.tb ] in
-  let ms = List.mapi (fun i (tr, a) -> join w gpool tr a ~peers:addrs ~seed:(100 + i)) (List.combine trs addrs) in
+  let ms =
+    List.mapi
+      (fun i (tr, a) -> join w gpool tr a ~peers:addrs ~seed:(100 + i))
+      (List.combine trs addrs)
+  in
   run_until w "one view of three" (fun () -> one_view ms);
   let v = G.view (List.hd ms).g in
   Alcotest.(check int) "three members" 3 (Array.length v.members);
   List.iter (fun m -> Alcotest.(check string) "same view everywhere" v.vid (G.view m.g).vid) ms;
   List.iteri (fun i m -> accepted (G.cast m.g (Printf.sprintf "cast %d from %s" i (G.me m.g)))) ms;
-  run_until w "every cast everywhere" (fun () -> List.for_all (fun m -> List.length !(m.casts) = 3) ms);
+  run_until w "every cast everywhere" (fun () ->
+      List.for_all (fun m -> List.length !(m.casts) = 3) ms);
   let expected =
-    List.sort compare (List.mapi (fun i m -> (G.me m.g, Printf.sprintf "cast %d from %s" i (G.me m.g))) ms)
+    List.sort compare
+      (List.mapi (fun i m -> (G.me m.g, Printf.sprintf "cast %d from %s" i (G.me m.g))) ms)
   in
   List.iter
-    (fun m -> Alcotest.(check (list (pair string string))) "casts delivered, with origins" expected (List.sort compare !(m.casts)))
+    (fun m ->
+      Alcotest.(check (list (pair string string)))
+        "casts delivered, with origins" expected (List.sort compare !(m.casts)))
     ms;
   (* Casts from one origin arrive in order. *)
   let first = List.hd ms in
@@ -308,12 +348,17 @@ let group_over_our_udp () =
   run_until w "twenty more casts" (fun () -> List.for_all (fun m -> List.length !(m.casts) = 23) ms);
   List.iter
     (fun m ->
-      let seq = List.rev (List.filter_map (fun (o, s) -> if o = G.me first.g then Some s else None) !(m.casts)) in
-      Alcotest.(check (list string)) "FIFO from one origin"
+      let seq =
+        List.rev
+          (List.filter_map (fun (o, s) -> if o = G.me first.g then Some s else None) !(m.casts))
+      in
+      Alcotest.(check (list string))
+        "FIFO from one origin"
         (List.hd seq :: List.init 20 (fun i -> Printf.sprintf "seq %02d" (i + 1)))
         seq)
     ms;
-  Alcotest.(check bool) "datagrams crossed the wire both ways" true
+  Alcotest.(check bool)
+    "datagrams crossed the wire both ways" true
     ((S.Udp.query w.a.udp).datagrams_in > 0 && (S.Udp.query w.b.udp).datagrams_in > 0);
   (* A leave: the others install a view of two. *)
   let last = List.nth ms 2 in
@@ -339,5 +384,6 @@ let () =
           Alcotest.test_case "errors, drop filter, close" `Quick errors_and_controls;
           Alcotest.test_case "time and timers from the stack's clock" `Quick timers;
         ] );
-      ("group", [ Alcotest.test_case "vsync group over our UDP/IP/Ethernet" `Quick group_over_our_udp ]);
+      ( "group",
+        [ Alcotest.test_case "vsync group over our UDP/IP/Ethernet" `Quick group_over_our_udp ] );
     ]

@@ -12,14 +12,18 @@ module S = Ipstack
 
 let our_ip = "10.82.0.2"
 let kernel_ip = "10.82.0.1"
-let size = match Sys.getenv_opt "TCP_IMPAIR_BYTES" with Some n -> int_of_string n | None -> 20_000_000
+
+let size =
+  match Sys.getenv_opt "TCP_IMPAIR_BYTES" with Some n -> int_of_string n | None -> 20_000_000
 
 let impairment =
   { Impair.none with drop = 0.01; reorder = 0.02; reorder_delay = Time.of_ms 2; duplicate = 0.005 }
 
 let read_file path =
   let ic = open_in_bin path in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
 
@@ -57,8 +61,8 @@ type env = {
   loop : Loop.t;
   pool : Pool.t;
   stack : S.t;
-  out_imp : Impair.t;  (* our frames towards the kernel *)
-  in_imp : Impair.t;  (* the kernel's frames towards us *)
+  out_imp : Impair.t; (* our frames towards the kernel *)
+  in_imp : Impair.t; (* the kernel's frames towards us *)
   node : (module NODE);
   data : Bytes.t;
   file : string;
@@ -112,7 +116,11 @@ let tcp_on ~clock ~pool (stack : S.t) : (module NODE) =
   end in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 } in
-  let tcp = match T.create ~config stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
+  let tcp =
+    match T.create ~config stack.ip with
+    | Ok t -> t
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
   (module struct
     module T = T
     module Sock = Socket.Make (T)
@@ -123,7 +131,8 @@ let tcp_on ~clock ~pool (stack : S.t) : (module NODE) =
 let counter = ref 0
 
 let with_env f =
-  if Unix.geteuid () <> 0 then Alcotest.fail "a TAP device and a network namespace need root: run as root";
+  if Unix.geteuid () <> 0 then
+    Alcotest.fail "a TAP device and a network namespace need root: run as root";
   if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing";
   incr counter;
   let ns = Printf.sprintf "consort-imp-%d-%d" (Unix.getpid ()) !counter in
@@ -137,7 +146,11 @@ let with_env f =
   let sha = Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string data)) in
   let loop = Loop.create () in
   let pool = Pool.create ~name:"impair" () in
-  let tap = match Tap.open_ ~pool loop tap_name with Ok t -> t | Error (`Msg m) -> Alcotest.failf "TAP %s: %s" tap_name m in
+  let tap =
+    match Tap.open_ ~pool loop tap_name with
+    | Ok t -> t
+    | Error (`Msg m) -> Alcotest.failf "TAP %s: %s" tap_name m
+  in
   Fun.protect
     ~finally:(fun () ->
       Tap.close tap;
@@ -152,7 +165,8 @@ let with_env f =
       let node = tcp_on ~clock ~pool stack in
       must (Printf.sprintf "ip netns add %s" ns);
       must (Printf.sprintf "ip link set %s netns %s" tap_name ns);
-      ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+      ignore
+        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
       must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap_name);
       must (Printf.sprintf "ip -n %s link set %s up" ns tap_name);
       must (Printf.sprintf "ip -n %s link set lo up" ns);
@@ -187,7 +201,11 @@ let spawn env script =
 
 let field text key =
   let lines = String.split_on_char '\n' text in
-  match List.find_opt (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key) lines with
+  match
+    List.find_opt
+      (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key)
+      lines
+  with
   | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
   | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
 
@@ -255,18 +273,28 @@ let read_all read k =
 
 let check_impaired env =
   let o = Impair.stats env.out_imp and i = Impair.stats env.in_imp in
-  Alcotest.(check bool) (Fmt.str "our frames dropped (%d) and reordered (%d)" o.dropped o.reordered) true
+  Alcotest.(check bool)
+    (Fmt.str "our frames dropped (%d) and reordered (%d)" o.dropped o.reordered)
+    true
     (o.dropped > 10 && o.reordered > 10);
-  Alcotest.(check bool) (Fmt.str "the kernel's frames dropped (%d) and reordered (%d)" i.dropped i.reordered) true
+  Alcotest.(check bool)
+    (Fmt.str "the kernel's frames dropped (%d) and reordered (%d)" i.dropped i.reordered)
+    true
     (i.dropped > 10 && i.reordered > 10);
   Logs.app (fun m ->
-      m "impaired: ours %d sent, %d dropped, %d reordered, %d duplicated; the kernel's %d, %d, %d, %d" o.sent
-        o.dropped o.reordered o.duplicated i.sent i.dropped i.reordered i.duplicated)
+      m
+        "impaired: ours %d sent, %d dropped, %d reordered, %d duplicated; the kernel's %d, %d, %d, \
+         %d"
+        o.sent o.dropped o.reordered o.duplicated i.sent i.dropped i.reordered i.duplicated)
 
 let kernel_connects () =
   with_env @@ fun env ->
   let (module N) = env.node in
-  let l = match N.Sock.listen N.tcp 5001 with Ok l -> l | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
+  let l =
+    match N.Sock.listen N.tcp 5001 with
+    | Ok l -> l
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
   let result = ref None in
   let t0 = Unix.gettimeofday () in
   Socket.Promise.upon (N.Sock.accept l) (function
@@ -274,25 +302,32 @@ let kernel_connects () =
     | Ok s ->
         read_all (N.Sock.read s) (fun got ->
             let rx = Unix.gettimeofday () -. t0 in
-            Socket.Promise.upon (N.Sock.write s (Cstruct.of_bytes env.data)) (function
-              | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
-              | Ok () ->
-                  N.Sock.close s;
-                  Socket.Promise.upon (N.Sock.closed s) (function
-                    | Ok () -> result := Some (got, rx, Unix.gettimeofday () -. t0 -. rx)
-                    | Error e -> Alcotest.failf "close: %a" Protocol.pp_error e))));
+            Socket.Promise.upon
+              (N.Sock.write s (Cstruct.of_bytes env.data))
+              (function
+                | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+                | Ok () ->
+                    N.Sock.close s;
+                    Socket.Promise.upon (N.Sock.closed s) (function
+                      | Ok () -> result := Some (got, rx, Unix.gettimeofday () -. t0 -. rx)
+                      | Error e -> Alcotest.failf "close: %a" Protocol.pp_error e))));
   let wait = spawn env (replace (replace kernel_client "OUR" our_ip) "FILE" env.file) in
   let out = wait ~until:(fun () -> !result <> None) () in
   let got, rx, tx = Option.get !result in
   Alcotest.(check int) "bytes received" size (Bytes.length got);
   Alcotest.(check bool) "received byte for byte" true (Bytes.equal got env.data);
   Alcotest.(check string) "SHA-256 of what the kernel sent" env.sha (field out "SENT");
-  Alcotest.(check string) "SHA-256 of what we received" env.sha (Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string got)));
-  Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
+  Alcotest.(check string)
+    "SHA-256 of what we received" env.sha
+    (Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string got)));
+  Alcotest.(check string)
+    "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
   check_impaired env;
   Logs.app (fun m ->
       m "kernel connects, impaired: kernel -> us %.1f MB/s, us -> kernel %.1f MB/s; %a"
-        (float size /. rx /. 1e6) (float size /. tx /. 1e6) Tcp.pp_stats (N.T.query N.tcp))
+        (float size /. rx /. 1e6)
+        (float size /. tx /. 1e6)
+        Tcp.pp_stats (N.T.query N.tcp))
 
 let we_connect () =
   with_env @@ fun env ->
@@ -311,23 +346,29 @@ let we_connect () =
   in
   let s = connect 50 in
   let t0 = Unix.gettimeofday () in
-  Socket.Promise.upon (N.Sock.write s (Cstruct.of_bytes env.data)) (function
-    | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
-    | Ok () -> N.Sock.shutdown s);
+  Socket.Promise.upon
+    (N.Sock.write s (Cstruct.of_bytes env.data))
+    (function
+      | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e | Ok () -> N.Sock.shutdown s);
   let result = ref None in
   read_all (N.Sock.read s) (fun got ->
       N.Sock.close s;
-      Socket.Promise.upon (N.Sock.closed s) (fun _ -> result := Some (got, Unix.gettimeofday () -. t0)));
+      Socket.Promise.upon (N.Sock.closed s) (fun _ ->
+          result := Some (got, Unix.gettimeofday () -. t0)));
   let out = wait ~until:(fun () -> !result <> None) () in
   let got, dt = Option.get !result in
-  Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
+  Alcotest.(check string)
+    "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
   Alcotest.(check string) "SHA-256 of what the kernel sent" env.sha (field out "SENT");
   Alcotest.(check int) "bytes received" size (Bytes.length got);
   Alcotest.(check bool) "received byte for byte" true (Bytes.equal got env.data);
-  Alcotest.(check string) "SHA-256 of what we received" env.sha (Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string got)));
+  Alcotest.(check string)
+    "SHA-256 of what we received" env.sha
+    (Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string got)));
   check_impaired env;
   Logs.app (fun m ->
-      m "we connect, impaired: %d bytes each way in %.1f s; %a" size dt Tcp.pp_stats (N.T.query N.tcp))
+      m "we connect, impaired: %d bytes each way in %.1f s; %a" size dt Tcp.pp_stats
+        (N.T.query N.tcp))
 
 let () =
   Logs.set_reporter (Logs_fmt.reporter ());
@@ -336,7 +377,9 @@ let () =
     [
       ( "kernel",
         [
-          Alcotest.test_case "the kernel connects; both ways through loss and reordering" `Quick kernel_connects;
-          Alcotest.test_case "we connect to the kernel; both ways through loss and reordering" `Quick we_connect;
+          Alcotest.test_case "the kernel connects; both ways through loss and reordering" `Quick
+            kernel_connects;
+          Alcotest.test_case "we connect to the kernel; both ways through loss and reordering"
+            `Quick we_connect;
         ] );
     ]

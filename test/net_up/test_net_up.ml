@@ -12,9 +12,11 @@ let discard_mb = 100
 
 let require_root () =
   if Unix.geteuid () <> 0 then
-    Alcotest.fail "this test needs root (to open /dev/net/tun and create a network namespace); run it as root";
+    Alcotest.fail
+      "this test needs root (to open /dev/net/tun and create a network namespace); run it as root";
   if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing";
-  if Sys.command "command -v python3 >/dev/null" <> 0 then Alcotest.fail "python3 is needed on the kernel side"
+  if Sys.command "command -v python3 >/dev/null" <> 0 then
+    Alcotest.fail "python3 is needed on the kernel side"
 
 let consort_exe () =
   let dir = Filename.dirname Sys.executable_name in
@@ -25,7 +27,9 @@ let consort_exe () =
 
 let read_file path =
   let ic = open_in_bin path in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let write_file path s =
   let oc = open_out_bin path in
@@ -188,8 +192,7 @@ let services () =
   let pid = ref None in
   let exited = ref None in
   let reap p = match Unix.waitpid [ WNOHANG ] p with 0, _ -> () | _, st -> exited := Some st in
-  Fun.protect
-    ~finally:(fun () ->
+  Fun.protect ~finally:(fun () ->
       (match (!pid, !exited) with
       | Some p, None -> (
           try
@@ -203,26 +206,53 @@ let services () =
   @@ fun () ->
   let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
   let argv =
-    [| exe; "net"; "up"; "--tap"; tap; "--ip"; our_ip ^ "/24"; "--source-port"; string_of_int source_port;
-       "--source-mb"; string_of_int source_mb; "--for"; "60" |]
+    [|
+      exe;
+      "net";
+      "up";
+      "--tap";
+      tap;
+      "--ip";
+      our_ip ^ "/24";
+      "--source-port";
+      string_of_int source_port;
+      "--source-mb";
+      string_of_int source_mb;
+      "--for";
+      "60";
+    |]
   in
   let p = Unix.create_process exe argv Unix.stdin fd fd in
   Unix.close fd;
   pid := Some p;
   let banner = Printf.sprintf "consort net: %s up as %s/24" tap our_ip in
-  if not (wait_for 5. (fun () -> reap p; !exited <> None || contains (read_file out) banner)) || !exited <> None then
-    Alcotest.failf "consort net up did not come up:\n%s" (read_file out);
+  if
+    (not
+       (wait_for 5. (fun () ->
+            reap p;
+            !exited <> None || contains (read_file out) banner)))
+    || !exited <> None
+  then Alcotest.failf "consort net up did not come up:\n%s" (read_file out);
   must ("ip netns add " ^ ns);
   must (Printf.sprintf "ip link set %s netns %s" tap ns);
   ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
   must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
   must (Printf.sprintf "ip -n %s link set %s up" ns tap);
   must (Printf.sprintf "ip -n %s link set lo up" ns);
-  let rc, said = run (Printf.sprintf "timeout 25 ip netns exec %s python3 %s" ns (Filename.quote script)) in
-  if rc <> 0 then Alcotest.failf "the kernel-side client failed (%d):\n%s\nconsort net up said:\n%s" rc said (read_file out);
+  let rc, said =
+    run (Printf.sprintf "timeout 25 ip netns exec %s python3 %s" ns (Filename.quote script))
+  in
+  if rc <> 0 then
+    Alcotest.failf "the kernel-side client failed (%d):\n%s\nconsort net up said:\n%s" rc said
+      (read_file out);
   (* SIGTERM: the stack prints its counters and exits. *)
   Unix.kill p Sys.sigterm;
-  if not (wait_for 5. (fun () -> reap p; !exited <> None)) then Alcotest.fail "consort net up did not stop on SIGTERM";
+  if
+    not
+      (wait_for 5. (fun () ->
+           reap p;
+           !exited <> None))
+  then Alcotest.fail "consort net up did not stop on SIGTERM";
   let printed = read_file out in
   Alcotest.(check bool) "consort net up exited cleanly" true (!exited = Some (Unix.WEXITED 0));
   let has what prefix =
@@ -233,16 +263,29 @@ let services () =
   Alcotest.(check (list string)) "echo" [ "ok" ] (field said "ECHO");
   Alcotest.(check (list string)) "discard" [ "ok" ] (field said "DISCARD");
   let from_us = field said "FROM_US" and to_us = field said "TO_US" in
-  Alcotest.(check string) "the source's bytes, all of them" (string_of_int (source_mb * 1_000_000)) (List.hd from_us);
-  Alcotest.(check string) "the kernel's bytes, all of them" (string_of_int (discard_mb * 1_000_000)) (List.hd to_us);
+  Alcotest.(check string)
+    "the source's bytes, all of them"
+    (string_of_int (source_mb * 1_000_000))
+    (List.hd from_us);
+  Alcotest.(check string)
+    "the kernel's bytes, all of them"
+    (string_of_int (discard_mb * 1_000_000))
+    (List.hd to_us);
   ignore (has "the small discard" "tcp discard: received 1000000 bytes from 10.80.0.1:");
-  let d = has "the timed discard" (Printf.sprintf "tcp discard: received %d bytes from 10.80.0.1:" (discard_mb * 1_000_000)) in
-  let s = has "the source's report" (Printf.sprintf "tcp source: sent %d bytes to 10.80.0.1:" (source_mb * 1_000_000)) in
+  let d =
+    has "the timed discard"
+      (Printf.sprintf "tcp discard: received %d bytes from 10.80.0.1:" (discard_mb * 1_000_000))
+  in
+  let s =
+    has "the source's report"
+      (Printf.sprintf "tcp source: sent %d bytes to 10.80.0.1:" (source_mb * 1_000_000))
+  in
   ignore (has "TCP counters" "tcp: ");
   Logs.app (fun m ->
-      m "kernel -> consort: %s Mbit/s at the kernel (%s); consort -> kernel: %s Mbit/s at the kernel (%s)"
+      m
+        "kernel -> consort: %s Mbit/s at the kernel (%s); consort -> kernel: %s Mbit/s at the \
+         kernel (%s)"
         (List.nth to_us 1) d (List.nth from_us 1) s)
-
 
 (* [--ip6]: neighbour discovery, ping6, UDP echo and TCP echo and discard
    over IPv6 from the kernel's side; a malformed address is one clear line
@@ -294,7 +337,11 @@ time.sleep(0.5)
 let ip6_up () =
   let exe = consort_exe () in
   (* Bad input first (no root needed: it is refused before any device). *)
-  let rc, said = run (Printf.sprintf "%s net up --tap cupx --ip 10.81.0.2/24 --ip6 fd81::zz/64" (Filename.quote exe)) in
+  let rc, said =
+    run
+      (Printf.sprintf "%s net up --tap cupx --ip 10.81.0.2/24 --ip6 fd81::zz/64"
+         (Filename.quote exe))
+  in
   Alcotest.(check int) "a malformed --ip6 is refused: exit 2" 2 rc;
   Alcotest.(check int) "with one line" 1 (List.length (lines said));
   Alcotest.(check bool) (Printf.sprintf "naming the option: %S" said) true (contains said "--ip6");
@@ -306,42 +353,67 @@ let ip6_up () =
   write_file script (replace client6 "OUR_IP6" "fd81::2");
   let pid = ref None and exited = ref None in
   let reap p = match Unix.waitpid [ WNOHANG ] p with 0, _ -> () | _, st -> exited := Some st in
-  Fun.protect
-    ~finally:(fun () ->
+  Fun.protect ~finally:(fun () ->
       (match (!pid, !exited) with
-      | Some p, None -> ( try Unix.kill p Sys.sigkill; ignore (Unix.waitpid [] p) with Unix.Unix_error _ -> ())
+      | Some p, None -> (
+          try
+            Unix.kill p Sys.sigkill;
+            ignore (Unix.waitpid [] p)
+          with Unix.Unix_error _ -> ())
       | _ -> ());
       List.iter (fun f -> try Sys.remove f with Sys_error _ -> ()) [ out; script ];
       ignore (quiet ("ip netns del " ^ ns));
       ignore (quiet ("ip link del " ^ tap)))
   @@ fun () ->
   let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
-  let argv = [| exe; "net"; "up"; "--tap"; tap; "--ip"; "10.81.0.2/24"; "--ip6"; "fd81::2/64"; "--for"; "30" |] in
+  let argv =
+    [|
+      exe; "net"; "up"; "--tap"; tap; "--ip"; "10.81.0.2/24"; "--ip6"; "fd81::2/64"; "--for"; "30";
+    |]
+  in
   let p = Unix.create_process exe argv Unix.stdin fd fd in
   Unix.close fd;
   pid := Some p;
   let banner = Printf.sprintf "consort net: %s up as 10.81.0.2/24 and fe80::" tap in
-  if not (wait_for 5. (fun () -> reap p; !exited <> None || contains (read_file out) banner)) || !exited <> None then
-    Alcotest.failf "consort net up --ip6 did not come up:\n%s" (read_file out);
-  Alcotest.(check bool) "the banner names the IPv6 address" true (contains (read_file out) "and fd81::2 (");
+  if
+    (not
+       (wait_for 5. (fun () ->
+            reap p;
+            !exited <> None || contains (read_file out) banner)))
+    || !exited <> None
+  then Alcotest.failf "consort net up --ip6 did not come up:\n%s" (read_file out);
+  Alcotest.(check bool)
+    "the banner names the IPv6 address" true
+    (contains (read_file out) "and fd81::2 (");
   must ("ip netns add " ^ ns);
   must (Printf.sprintf "ip link set %s netns %s" tap ns);
   ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
   must (Printf.sprintf "ip -n %s -6 addr add fd81::1/64 dev %s nodad" ns tap);
   must (Printf.sprintf "ip -n %s link set %s up" ns tap);
-  let rc, said = run (Printf.sprintf "timeout 25 ip netns exec %s python3 %s" ns (Filename.quote script)) in
+  let rc, said =
+    run (Printf.sprintf "timeout 25 ip netns exec %s python3 %s" ns (Filename.quote script))
+  in
   if rc <> 0 then Alcotest.failf "the kernel-side client failed (%d):\n%s" rc said;
   Unix.kill p Sys.sigterm;
-  if not (wait_for 5. (fun () -> reap p; !exited <> None)) then Alcotest.fail "consort net up did not stop on SIGTERM";
+  if
+    not
+      (wait_for 5. (fun () ->
+           reap p;
+           !exited <> None))
+  then Alcotest.fail "consort net up did not stop on SIGTERM";
   Alcotest.(check bool) "exited cleanly" true (!exited = Some (Unix.WEXITED 0));
   Alcotest.(check (list string)) "ping6 from the kernel" [ "3" ] (field said "PING6");
   Alcotest.(check (list string)) "UDP echo over IPv6" [ "udp"; "over"; "ipv6" ] (field said "UDP6");
-  Alcotest.(check (list string)) "TCP echo over IPv6: every byte back" [ "300000"; "True" ] (field said "TCP6ECHO");
-  Alcotest.(check bool) "TCP discard over IPv6 reported the kernel's megabyte" true
+  Alcotest.(check (list string))
+    "TCP echo over IPv6: every byte back" [ "300000"; "True" ] (field said "TCP6ECHO");
+  Alcotest.(check bool)
+    "TCP discard over IPv6 reported the kernel's megabyte" true
     (contains (read_file out) "tcp discard: received 1000000 bytes from [fd81::1]:");
-  Alcotest.(check bool) "TCP over IPv6 counters printed" true
+  Alcotest.(check bool)
+    "TCP over IPv6 counters printed" true
     (List.exists (fun l -> starts_with l "tcp6: ") (lines (read_file out)));
-  Alcotest.(check bool) "IPv6 counters printed" true
+  Alcotest.(check bool)
+    "IPv6 counters printed" true
     (List.exists (fun l -> starts_with l "ipv6: ") (lines (read_file out)))
 
 let () =

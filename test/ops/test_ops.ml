@@ -14,14 +14,26 @@ let contains s sub =
 (* {1 The exposition format} *)
 
 let render () =
-  let s l v = { Metrics.name = "consort_layer_counter"; help = "a\nb \\ c"; kind = `Counter; labels = l; value = v } in
+  let s l v =
+    {
+      Metrics.name = "consort_layer_counter";
+      help = "a\nb \\ c";
+      kind = `Counter;
+      labels = l;
+      value = v;
+    }
+  in
   let text =
     Metrics.render
-      [ s [ ("layer", "mnak"); ("counter", "retrans") ] 12.; s [ ("layer", "we\"ird\\\n") ] 0.5;
-        { Metrics.name = "bad-name 1"; help = "g"; kind = `Gauge; labels = []; value = 3. } ]
+      [
+        s [ ("layer", "mnak"); ("counter", "retrans") ] 12.;
+        s [ ("layer", "we\"ird\\\n") ] 0.5;
+        { Metrics.name = "bad-name 1"; help = "g"; kind = `Gauge; labels = []; value = 3. };
+      ]
   in
   let lines = List.filter (( <> ) "") (String.split_on_char '\n' text) in
-  Alcotest.(check (list string)) "exposition"
+  Alcotest.(check (list string))
+    "exposition"
     [
       "# HELP consort_layer_counter a\\nb \\\\ c";
       "# TYPE consort_layer_counter counter";
@@ -38,7 +50,10 @@ let render () =
 (* Runs a server in a child for [seconds]; [f] talks to it; the child is
    reaped afterwards. *)
 let with_server ?(seconds = 20.) ?max_connections ?max_request ?idle framing answer f =
-  let path = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-ops-%d.sock" (Unix.getpid ())) in
+  let path =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-%d.sock" (Unix.getpid ()))
+  in
   let addr, ready =
     match framing with
     | Serve.Lines -> (Unix.ADDR_UNIX path, path ^ ".ready")
@@ -75,16 +90,35 @@ let with_server ?(seconds = 20.) ?max_connections ?max_request ?idle framing ans
           Loop.run loop;
           Serve.close s);
       exit 0
-  | pid ->
-      let rec wait n = if not (Sys.file_exists ready) && n > 0 then (Unix.sleepf 0.02; wait (n - 1)) in
+  | pid -> (
+      let rec wait n =
+        if (not (Sys.file_exists ready)) && n > 0 then (
+          Unix.sleepf 0.02;
+          wait (n - 1))
+      in
       wait 1500;
-      let port = int_of_string (String.trim (let ic = open_in ready in let l = input_line ic in close_in ic; l)) in
-      let addr = match framing with Serve.Lines -> Unix.ADDR_UNIX path | Http -> Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
+      let port =
+        int_of_string
+          (String.trim
+             (let ic = open_in ready in
+              let l = input_line ic in
+              close_in ic;
+              l))
+      in
+      let addr =
+        match framing with
+        | Serve.Lines -> Unix.ADDR_UNIX path
+        | Http -> Unix.ADDR_INET (Unix.inet_addr_loopback, port)
+      in
       let refused () =
         let q = ready ^ ".refused" in
         (try Sys.remove q with Sys_error _ -> ());
         close_out (open_out (ready ^ ".ask"));
-        let rec w n = if not (Sys.file_exists q) && n > 0 then (Unix.sleepf 0.02; w (n - 1)) in
+        let rec w n =
+          if (not (Sys.file_exists q)) && n > 0 then (
+            Unix.sleepf 0.02;
+            w (n - 1))
+        in
         w 750;
         let ic = open_in q in
         let r = Scanf.sscanf (input_line ic) "%d %d" (fun a b -> (a, b)) in
@@ -94,9 +128,15 @@ let with_server ?(seconds = 20.) ?max_connections ?max_request ?idle framing ans
       let finish () =
         (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
         ignore (Unix.waitpid [] pid);
-        List.iter (fun f -> try Sys.remove f with Sys_error _ -> ()) [ ready; ready ^ ".refused"; path ]
+        List.iter
+          (fun f -> try Sys.remove f with Sys_error _ -> ())
+          [ ready; ready ^ ".refused"; path ]
       in
-      (match f addr refused with () -> finish () | exception e -> finish (); raise e)
+      match f addr refused with
+      | () -> finish ()
+      | exception e ->
+          finish ();
+          raise e)
 
 let connect addr =
   let s = Unix.socket (Unix.domain_of_sockaddr addr) SOCK_STREAM 0 in
@@ -109,7 +149,9 @@ let read_all s =
   let rec go () =
     match Unix.read s chunk 0 4096 with
     | 0 -> ()
-    | n -> Buffer.add_subbytes b chunk 0 n; go ()
+    | n ->
+        Buffer.add_subbytes b chunk 0 n;
+        go ()
     | exception Unix.Unix_error ((EAGAIN | EWOULDBLOCK), _, _) -> ()
     | exception Unix.Unix_error (ECONNRESET, _, _) -> ()
   in
@@ -120,10 +162,12 @@ let echo l = "echo:" ^ l
 
 let lines_served () =
   with_server Lines echo (fun addr _ ->
-      Alcotest.(check (result string string)) "one request" (Ok "echo:hello") (Serve.request addr "hello");
+      Alcotest.(check (result string string))
+        "one request" (Ok "echo:hello") (Serve.request addr "hello");
       (* Several lines in one write, each answered in order. *)
       let s = connect addr in
-      (let r = "a\nb\r\nc\n" in ignore (Unix.write_substring s r 0 (String.length r)));
+      (let r = "a\nb\r\nc\n" in
+       ignore (Unix.write_substring s r 0 (String.length r)));
       Unix.shutdown s SHUTDOWN_SEND;
       Alcotest.(check string) "pipelined" "echo:a\necho:b\necho:c\n" (read_all s);
       Unix.close s)
@@ -146,7 +190,8 @@ let request_bounded () =
       (try ignore (Unix.write_substring s big 0 5000) with Unix.Unix_error _ -> ());
       let answer = read_all s in
       Unix.close s;
-      if not (contains answer "request over 1024 bytes") then Alcotest.failf "no error for an oversize request: %S" answer;
+      if not (contains answer "request over 1024 bytes") then
+        Alcotest.failf "no error for an oversize request: %S" answer;
       let r, _ = refused () in
       if r < 1 then Alcotest.fail "the oversize request was not counted";
       Alcotest.(check (result string string)) "serves again" (Ok "echo:y") (Serve.request addr "y"))
@@ -164,7 +209,9 @@ let reader_that_never_reads () =
   (* A client asks a lot and reads nothing: the server drops it after its
      write bound and goes on serving others. *)
   let big = String.make 60000 'x' in
-  with_server Lines (fun _ -> big) (fun addr _ ->
+  with_server Lines
+    (fun _ -> big)
+    (fun addr _ ->
       let s = connect addr in
       let req = String.concat "" (List.init 2000 (fun _ -> "q\n")) in
       (try ignore (Unix.write_substring s req 0 (String.length req)) with Unix.Unix_error _ -> ());
@@ -175,15 +222,22 @@ let reader_that_never_reads () =
       Unix.close s)
 
 let http () =
-  let samples () = [ { Metrics.name = "consort_up"; help = "up"; kind = `Gauge; labels = []; value = 1. } ] in
-  let path = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-http-%d" (Unix.getpid ())) in
+  let samples () =
+    [ { Metrics.name = "consort_up"; help = "up"; kind = `Gauge; labels = []; value = 1. } ]
+  in
+  let path =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-http-%d" (Unix.getpid ()))
+  in
   match Unix.fork () with
   | 0 ->
       let loop = Loop.create () in
       (match Metrics.serve loop (Unix.ADDR_INET (Unix.inet_addr_loopback, 0)) samples with
       | Ok s ->
           let oc = open_out (path ^ ".tmp") in
-          (match Serve.address s with ADDR_INET (_, p) -> output_string oc (string_of_int p) | _ -> ());
+          (match Serve.address s with
+          | ADDR_INET (_, p) -> output_string oc (string_of_int p)
+          | _ -> ());
           close_out oc;
           Sys.rename (path ^ ".tmp") path;
           ignore (Loop.after loop (Consort.Time.of_sec 15.) (fun () -> Loop.stop loop));
@@ -191,10 +245,19 @@ let http () =
       | Error e -> prerr_endline e);
       exit 0
   | pid ->
-      let rec wait n = if not (Sys.file_exists path) && n > 0 then (Unix.sleepf 0.02; wait (n - 1)) in
+      let rec wait n =
+        if (not (Sys.file_exists path)) && n > 0 then (
+          Unix.sleepf 0.02;
+          wait (n - 1))
+      in
       wait 1500;
       Unix.sleepf 0.05;
-      let port = let ic = open_in path in let l = input_line ic in close_in ic; int_of_string l in
+      let port =
+        let ic = open_in path in
+        let l = input_line ic in
+        close_in ic;
+        int_of_string l
+      in
       let addr = Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
       let ask req =
         let s = connect addr in
@@ -203,15 +266,31 @@ let http () =
         Unix.close s;
         a
       in
-      let finish () = Unix.kill pid Sys.sigterm; ignore (Unix.waitpid [] pid); Sys.remove path in
+      let finish () =
+        Unix.kill pid Sys.sigterm;
+        ignore (Unix.waitpid [] pid);
+        Sys.remove path
+      in
       (try
          let a = ask "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" in
-         if not (contains a "HTTP/1.1 200" && contains a "consort_up 1" && contains a "version=0.0.4") then Alcotest.failf "GET /metrics: %S" a;
-         if not (contains (ask "GET /nope HTTP/1.1\r\n\r\n") "HTTP/1.1 404") then Alcotest.fail "no 404";
-         if not (contains (ask "POST /metrics HTTP/1.1\r\n\r\n") "HTTP/1.1 405") then Alcotest.fail "no 405";
-         if not (contains (ask ("GET /metrics HTTP/1.1\r\nX: " ^ String.make 20000 'a')) "HTTP/1.1 431") then Alcotest.fail "no 431 for a huge header";
-         if not (contains (ask "\001\002garbage\r\n\r\n") "HTTP/1.1 400") then Alcotest.fail "no 400 for garbage"
-       with e -> finish (); raise e);
+         if
+           not (contains a "HTTP/1.1 200" && contains a "consort_up 1" && contains a "version=0.0.4")
+         then Alcotest.failf "GET /metrics: %S" a;
+         if not (contains (ask "GET /nope HTTP/1.1\r\n\r\n") "HTTP/1.1 404") then
+           Alcotest.fail "no 404";
+         if not (contains (ask "POST /metrics HTTP/1.1\r\n\r\n") "HTTP/1.1 405") then
+           Alcotest.fail "no 405";
+         if
+           not
+             (contains
+                (ask ("GET /metrics HTTP/1.1\r\nX: " ^ String.make 20000 'a'))
+                "HTTP/1.1 431")
+         then Alcotest.fail "no 431 for a huge header";
+         if not (contains (ask "\001\002garbage\r\n\r\n") "HTTP/1.1 400") then
+           Alcotest.fail "no 400 for garbage"
+       with e ->
+         finish ();
+         raise e);
       finish ()
 
 (* {1 Real members} *)
@@ -223,12 +302,19 @@ let exe =
 
 let run_cmd args =
   let out = Filename.temp_file "ops" ".out" and err = Filename.temp_file "ops" ".err" in
-  let o = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 and e = Unix.openfile err [ O_WRONLY; O_TRUNC ] 0o600 in
+  let o = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600
+  and e = Unix.openfile err [ O_WRONLY; O_TRUNC ] 0o600 in
   let pid = Unix.create_process exe (Array.of_list (exe :: args)) Unix.stdin o e in
   Unix.close o;
   Unix.close e;
   let code = match Unix.waitpid [] pid with _, WEXITED c -> c | _ -> -1 in
-  let read f = let ic = open_in_bin f in let s = really_input_string ic (in_channel_length ic) in close_in ic; Sys.remove f; s in
+  let read f =
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    Sys.remove f;
+    s
+  in
   (code, read out, read err)
 
 let spawn args out =
@@ -239,28 +325,76 @@ let spawn args out =
   Unix.close null;
   pid
 
-let file s = let ic = open_in_bin s in let t = really_input_string ic (in_channel_length ic) in close_in ic; t
+let file s =
+  let ic = open_in_bin s in
+  let t = really_input_string ic (in_channel_length ic) in
+  close_in ic;
+  t
 
-let rec until ?(n = 750) what f = if f () then () else if n = 0 then Alcotest.failf "timed out waiting for %s" what else (Unix.sleepf 0.04; until ~n:(n - 1) what f)
+let rec until ?(n = 750) what f =
+  if f () then ()
+  else if n = 0 then Alcotest.failf "timed out waiting for %s" what
+  else (
+    Unix.sleepf 0.04;
+    until ~n:(n - 1) what f)
 
 let members () =
-  let dir = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-ops-m%d" (Unix.getpid ())) in
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-m%d" (Unix.getpid ()))
+  in
   (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
-  let sock = Filename.concat dir "a.sock" and out_a = Filename.concat dir "a.out" and out_b = Filename.concat dir "b.out" in
+  let sock = Filename.concat dir "a.sock"
+  and out_a = Filename.concat dir "a.out"
+  and out_b = Filename.concat dir "b.out" in
   let a = "127.0.0.1:7476" and b = "127.0.0.1:7477" in
   let pcap = Filename.concat dir "a.pcap" in
-  let pa = spawn [ "member"; "--group"; "opsg"; "--bind"; a; "--peers"; b; "--no-input"; "--control"; sock; "--metrics"; "127.0.0.1:9476"; "--pcap"; pcap ] out_a in
+  let pa =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsg";
+        "--bind";
+        a;
+        "--peers";
+        b;
+        "--no-input";
+        "--control";
+        sock;
+        "--metrics";
+        "127.0.0.1:9476";
+        "--pcap";
+        pcap;
+      ]
+      out_a
+  in
   let pb = spawn [ "member"; "--group"; "opsg"; "--bind"; b; "--peers"; a; "--no-input" ] out_b in
   let pids = ref [ pa; pb ] in
-  let stop () = List.iter (fun p -> (try Unix.kill p Sys.sigkill with Unix.Unix_error _ -> ()); ignore (Unix.waitpid [] p)) !pids; pids := [] in
-  Fun.protect ~finally:(fun () -> stop (); ignore (Sys.command ("rm -rf " ^ Filename.quote dir))) @@ fun () ->
+  let stop () =
+    List.iter
+      (fun p ->
+        (try Unix.kill p Sys.sigkill with Unix.Unix_error _ -> ());
+        ignore (Unix.waitpid [] p))
+      !pids;
+    pids := []
+  in
+  Fun.protect ~finally:(fun () ->
+      stop ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
   until "a view of 2" (fun () ->
       match run_cmd [ "status"; "--control"; sock; "--json" ] with
-      | 0, out, _ -> ( match Yojson.Safe.from_string out with `Assoc l -> List.assoc_opt "members" l |> (function Some (`List [ _; _ ]) -> true | _ -> false) | _ -> false)
+      | 0, out, _ -> (
+          match Yojson.Safe.from_string out with
+          | `Assoc l -> (
+              List.assoc_opt "members" l |> function Some (`List [ _; _ ]) -> true | _ -> false)
+          | _ -> false)
       | _ -> false);
   let code, out, _ = run_cmd [ "status"; "--control"; sock ] in
   Alcotest.(check int) "status exit" 0 code;
-  if not (contains out "2 members" && contains out "(coordinator") then Alcotest.failf "status: %S" out;
+  if not (contains out "2 members" && contains out "(coordinator") then
+    Alcotest.failf "status: %S" out;
   (* A cast given on the command line is delivered at the other member. *)
   let code, out, _ = run_cmd [ "cast"; "--control"; sock; "ops says hi" ] in
   Alcotest.(check (pair int string)) "cast" (0, "ok\n") (code, out);
@@ -268,18 +402,34 @@ let members () =
   (* The capture holds the cast as it went on the wire, readable by tcpdump. *)
   until "the cast in the capture" (fun () -> contains (file pcap) "ops says hi");
   let dump = Filename.concat dir "dump.txt" in
-  let rc = Sys.command (Printf.sprintf "tcpdump -nn -r %s > %s 2>&1" (Filename.quote pcap) (Filename.quote dump)) in
+  let rc =
+    Sys.command
+      (Printf.sprintf "tcpdump -nn -r %s > %s 2>&1" (Filename.quote pcap) (Filename.quote dump))
+  in
   Alcotest.(check int) "tcpdump reads the capture" 0 rc;
   let d = file dump in
-  if not (contains d "IP 127.0.0.1.7476 > 127.0.0.1.7477: UDP" && contains d "IP 127.0.0.1.7477 > 127.0.0.1.7476: UDP") then
-    Alcotest.failf "tcpdump: both directions not found:\n%s" d;
-  let code, _, err = run_cmd [ "member"; "--group"; "opsg"; "--bind"; "127.0.0.1:7479"; "--no-input"; "--pcap"; pcap ] in
+  if
+    not
+      (contains d "IP 127.0.0.1.7476 > 127.0.0.1.7477: UDP"
+      && contains d "IP 127.0.0.1.7477 > 127.0.0.1.7476: UDP")
+  then Alcotest.failf "tcpdump: both directions not found:\n%s" d;
+  let code, _, err =
+    run_cmd
+      [ "member"; "--group"; "opsg"; "--bind"; "127.0.0.1:7479"; "--no-input"; "--pcap"; pcap ]
+  in
   Alcotest.(check int) "an existing capture file is refused" 2 code;
   if not (contains err "--pcap") then Alcotest.failf "pcap refusal: %S" err;
   (* A send to b's id. *)
   let code, out, _ = run_cmd [ "status"; "--control"; sock; "--json" ] in
   Alcotest.(check int) "status --json" 0 code;
-  let ids = match Yojson.Safe.from_string out with `Assoc l -> (match List.assoc "members" l with `List m -> List.map (function `String s -> s | _ -> "") m | _ -> []) | _ -> [] in
+  let ids =
+    match Yojson.Safe.from_string out with
+    | `Assoc l -> (
+        match List.assoc "members" l with
+        | `List m -> List.map (function `String s -> s | _ -> "") m
+        | _ -> [])
+    | _ -> []
+  in
   let b_id = List.find (fun id -> String.length id > 14 && String.sub id 0 14 = b) ids in
   let code, _, _ = run_cmd [ "send"; "--control"; sock; b_id; "just for b" ] in
   Alcotest.(check int) "send" 0 code;
@@ -292,26 +442,61 @@ let members () =
   Alcotest.(check int) "counters" 0 code;
   (match Yojson.Safe.from_string out with
   | `Assoc l ->
-      if not (List.mem_assoc "group" l && List.mem_assoc "mnak" l && List.mem_assoc "seal" l) then Alcotest.failf "counters: %S" out
+      if not (List.mem_assoc "group" l && List.mem_assoc "mnak" l && List.mem_assoc "seal" l) then
+        Alcotest.failf "counters: %S" out
   | _ -> Alcotest.failf "counters: %S" out);
   let s = connect (Unix.ADDR_INET (Unix.inet_addr_loopback, 9476)) in
   let req = "GET /metrics HTTP/1.0\r\n\r\n" in
   ignore (Unix.write_substring s req 0 (String.length req));
   let m = read_all s in
   Unix.close s;
-  if not (contains m "consort_view_members{group=\"opsg\"" && contains m "layer=\"mnak\"") then Alcotest.failf "metrics: %S" m;
+  if not (contains m "consort_view_members{group=\"opsg\"" && contains m "layer=\"mnak\"") then
+    Alcotest.failf "metrics: %S" m;
   (* A second member on the same control path is refused; after a SIGKILL
      the stale socket is replaced. *)
-  let code, _, err = run_cmd [ "member"; "--group"; "opsg"; "--bind"; "127.0.0.1:7478"; "--peers"; a; "--no-input"; "--control"; sock ] in
+  let code, _, err =
+    run_cmd
+      [
+        "member";
+        "--group";
+        "opsg";
+        "--bind";
+        "127.0.0.1:7478";
+        "--peers";
+        a;
+        "--no-input";
+        "--control";
+        sock;
+      ]
+  in
   Alcotest.(check int) "control path in use: refused" 2 code;
   if not (contains err "already answers") then Alcotest.failf "in use: %S" err;
   Unix.kill pa Sys.sigkill;
   ignore (Unix.waitpid [] pa);
   pids := [ pb ];
-  if not (Sys.file_exists sock) then Alcotest.fail "the killed member's socket file is gone: nothing stale to replace";
-  let pc = spawn [ "member"; "--group"; "opsg"; "--bind"; "127.0.0.1:7478"; "--peers"; b; "--no-input"; "--control"; sock ] (Filename.concat dir "c.out") in
+  if not (Sys.file_exists sock) then
+    Alcotest.fail "the killed member's socket file is gone: nothing stale to replace";
+  let pc =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsg";
+        "--bind";
+        "127.0.0.1:7478";
+        "--peers";
+        b;
+        "--no-input";
+        "--control";
+        sock;
+      ]
+      (Filename.concat dir "c.out")
+  in
   pids := pc :: !pids;
-  until "the new member's status" (fun () -> match run_cmd [ "status"; "--control"; sock ] with 0, out, _ -> contains out "127.0.0.1:7478" | _ -> false);
+  until "the new member's status" (fun () ->
+      match run_cmd [ "status"; "--control"; sock ] with
+      | 0, out, _ -> contains out "127.0.0.1:7478"
+      | _ -> false);
   (* A clean exit removes the socket. *)
   Unix.kill pc Sys.sigterm;
   ignore (Unix.waitpid [] pc);
@@ -321,7 +506,11 @@ let members () =
 let () =
   Alcotest.run "ops"
     [
-      ("metrics", [ Alcotest.test_case "exposition format" `Quick render; Alcotest.test_case "HTTP: 200, 404, 405, 431, 400" `Quick http ]);
+      ( "metrics",
+        [
+          Alcotest.test_case "exposition format" `Quick render;
+          Alcotest.test_case "HTTP: 200, 404, 405, 431, 400" `Quick http;
+        ] );
       ( "serve",
         [
           Alcotest.test_case "lines answered in order" `Quick lines_served;
@@ -330,5 +519,9 @@ let () =
           Alcotest.test_case "idle connections closed" `Quick idle_closed;
           Alcotest.test_case "a client that never reads is dropped" `Quick reader_that_never_reads;
         ] );
-      ("member", [ Alcotest.test_case "status, cast, send, counters, metrics over real members" `Quick members ]);
+      ( "member",
+        [
+          Alcotest.test_case "status, cast, send, counters, metrics over real members" `Quick
+            members;
+        ] );
     ]

@@ -6,12 +6,17 @@ module P = Consort_scenario.Procs
 let exe () =
   let dir = Filename.dirname Sys.executable_name in
   let candidates = [ Filename.concat dir "../../bin/main.exe"; "_build/default/bin/main.exe" ] in
-  match List.find_opt Sys.file_exists candidates with Some e -> e | None -> Alcotest.fail "consort binary not found"
+  match List.find_opt Sys.file_exists candidates with
+  | Some e -> e
+  | None -> Alcotest.fail "consort binary not found"
 
 let expect what ok = if not ok then Alcotest.failf "timed out waiting until %s" what
 
 let temp_dir () =
-  let d = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-poison-%d" (Unix.getpid ())) in
+  let d =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-poison-%d" (Unix.getpid ()))
+  in
   if not (Sys.file_exists d) then Unix.mkdir d 0o755;
   d
 
@@ -40,7 +45,7 @@ let pcap_payloads file =
       else
         let acc =
           if incl >= 14 + 20 + 8 && String.get_uint16_be s (frame + 12) = 0x0800 then
-            let ihl = (Char.code s.[frame + 14] land 15) * 4 in
+            let ihl = Char.code s.[frame + 14] land 15 * 4 in
             let udp = frame + 14 + ihl in
             if Char.code s.[frame + 14 + 9] = 17 && udp + 8 <= frame + incl then
               let dport = String.get_uint16_be s (udp + 2) in
@@ -58,7 +63,9 @@ let port_of addr = int_of_string (List.nth (String.split_on_char ':' addr) 1)
 (* Runs tcpdump on lo for the members' ports while [f] runs. *)
 let capture ~dir ms f =
   let file = Filename.concat dir "capture.pcap" in
-  let filter = String.concat " or " (List.map (fun m -> "udp dst port " ^ string_of_int (port_of m.P.addr)) ms) in
+  let filter =
+    String.concat " or " (List.map (fun m -> "udp dst port " ^ string_of_int (port_of m.P.addr)) ms)
+  in
   let err = Filename.concat dir "tcpdump.err" in
   let null = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
   let errfd = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] 0o644 in
@@ -67,7 +74,8 @@ let capture ~dir ms f =
       Unix.create_process "tcpdump"
         [| "tcpdump"; "-i"; "lo"; "--immediate-mode"; "-U"; "-n"; "-s"; "0"; "-w"; file; filter |]
         Unix.stdin null errfd
-    with Unix.Unix_error (e, _, _) -> Alcotest.failf "tcpdump: %s (make test installs it)" (Unix.error_message e)
+    with Unix.Unix_error (e, _, _) ->
+      Alcotest.failf "tcpdump: %s (make test installs it)" (Unix.error_message e)
   in
   Unix.close null;
   Unix.close errfd;
@@ -92,15 +100,19 @@ let capture ~dir ms f =
     f;
   pcap_payloads file
 
-
 (* The last "counters ..." line a member printed, as (LAYER.NAME, VALUE). *)
 let counters out =
-  let lines = List.filter (fun l -> String.length l > 9 && String.sub l 0 9 = "counters ") (String.split_on_char '\n' (read_file out)) in
+  let lines =
+    List.filter
+      (fun l -> String.length l > 9 && String.sub l 0 9 = "counters ")
+      (String.split_on_char '\n' (read_file out))
+  in
   match List.rev lines with
   | [] -> Alcotest.failf "%s: no counters line" out
   | l :: _ ->
       List.filter_map
-        (fun kv -> match String.split_on_char '=' kv with [ k; v ] -> Some (k, int_of_string v) | _ -> None)
+        (fun kv ->
+          match String.split_on_char '=' kv with [ k; v ] -> Some (k, int_of_string v) | _ -> None)
         (List.tl (String.split_on_char ' ' l))
 
 let get cs k = Option.value ~default:0 (List.assoc_opt k cs)
@@ -122,7 +134,10 @@ let send_all targets datagrams =
         (fun d ->
           List.iter
             (fun p ->
-              try ignore (Unix.sendto_substring sock d 0 (String.length d) [] (Unix.ADDR_INET (Unix.inet_addr_loopback, p)))
+              try
+                ignore
+                  (Unix.sendto_substring sock d 0 (String.length d) []
+                     (Unix.ADDR_INET (Unix.inet_addr_loopback, p)))
               with Unix.Unix_error _ -> ())
             targets)
         datagrams)

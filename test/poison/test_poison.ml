@@ -10,10 +10,10 @@
 module P = Consort_scenario.Procs
 module Vsync = Consort_spec.Vsync
 module G = Consort_group
-
 open Capture
 
-let total = try int_of_string (Sys.getenv "POISON_DATAGRAMS") with Not_found | Failure _ -> 1_000_000
+let total =
+  try int_of_string (Sys.getenv "POISON_DATAGRAMS") with Not_found | Failure _ -> 1_000_000
 
 (* {1 The poison} *)
 
@@ -31,7 +31,10 @@ let kind_name = function
   | Truncated -> "replayed, truncated"
 
 (* Random bytes: slices of one random megabyte, at random offsets. *)
-let noise = lazy (let rng = Random.State.make [| 7 |] in String.init (1 lsl 20) (fun _ -> Char.chr (Random.State.int rng 256)))
+let noise =
+  lazy
+    (let rng = Random.State.make [| 7 |] in
+     String.init (1 lsl 20) (fun _ -> Char.chr (Random.State.int rng 256)))
 
 let random_string rng n =
   let noise = Lazy.force noise in
@@ -39,18 +42,25 @@ let random_string rng n =
 
 let make rng captured = function
   | Random_bytes -> random_string rng (Random.State.int rng 200)
-  | Group_magic -> String.make 1 (Char.chr G.Bottom.magic) ^ random_string rng (Random.State.int rng 120)
-  | Side_magic -> String.make 1 (Char.chr G.Side.magic) ^ random_string rng (Random.State.int rng 200)
-  | Oversize -> String.make 1 (Char.chr G.Bottom.magic) ^ random_string rng (20_000 + Random.State.int rng 40_000)
+  | Group_magic ->
+      String.make 1 (Char.chr G.Bottom.magic) ^ random_string rng (Random.State.int rng 120)
+  | Side_magic ->
+      String.make 1 (Char.chr G.Side.magic) ^ random_string rng (Random.State.int rng 200)
+  | Oversize ->
+      String.make 1 (Char.chr G.Bottom.magic)
+      ^ random_string rng (20_000 + Random.State.int rng 40_000)
   | Foreign ->
       (* A well-formed Bottom header of another group or view, then a
          datagram of this group's traffic. *)
       let h =
         Consort.Codec.encode_string G.Bottom.codec
-          (G.Bottom.Cast { group = Random.State.bits rng land 0xffff_ffff; origin = Random.State.int rng 3 })
+          (G.Bottom.Cast
+             { group = Random.State.bits rng land 0xffff_ffff; origin = Random.State.int rng 3 })
       in
-      let body = if captured = [||] then "" else captured.(Random.State.int rng (Array.length captured)) in
-      h ^ (if String.length body > 7 then String.sub body 7 (String.length body - 7) else body)
+      let body =
+        if captured = [||] then "" else captured.(Random.State.int rng (Array.length captured))
+      in
+      h ^ if String.length body > 7 then String.sub body 7 (String.length body - 7) else body
   | Replay -> captured.(Random.State.int rng (Array.length captured))
   | Truncated ->
       let s = captured.(Random.State.int rng (Array.length captured)) in
@@ -61,7 +71,9 @@ let make rng captured = function
 let poison ~targets ~captured ~rate ~between =
   let rng = Random.State.make [| 2026 |] in
   let sock = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  let addrs = Array.of_list (List.map (fun p -> Unix.ADDR_INET (Unix.inet_addr_loopback, p)) targets) in
+  let addrs =
+    Array.of_list (List.map (fun p -> Unix.ADDR_INET (Unix.inet_addr_loopback, p)) targets)
+  in
   let counts = Array.make (Array.length kinds) 0 in
   let others = [| 0; 1; 2; 4; 5; 6 |] in
   let start = Unix.gettimeofday () in
@@ -71,7 +83,10 @@ let poison ~targets ~captured ~rate ~between =
       for i = 0 to total - 1 do
         (* Over-size datagrams are one in fifty: each costs the kernel
            tens of kilobytes of copying. The other kinds are equally likely. *)
-        let k = if Random.State.int rng 50 = 0 then 3 else others.(Random.State.int rng (Array.length others)) in
+        let k =
+          if Random.State.int rng 50 = 0 then 3
+          else others.(Random.State.int rng (Array.length others))
+        in
         let k = if captured = [||] && (kinds.(k) = Replay || kinds.(k) = Truncated) then 0 else k in
         let d = Bytes.unsafe_of_string (make rng captured kinds.(k)) in
         counts.(k) <- counts.(k) + 1;
@@ -84,7 +99,6 @@ let poison ~targets ~captured ~rate ~between =
         end
       done);
   counts
-
 
 let million () =
   let dir = temp_dir () in
@@ -117,8 +131,10 @@ let million () =
       Alcotest.(check bool) "traffic was captured" true (Array.length captured >= 30);
       let t0 = Unix.gettimeofday () in
       let counts =
-        poison ~targets:(List.map (fun m -> port_of m.P.addr) ms) ~captured ~rate:100_000. ~between:(fun () ->
-            cast_round "during")
+        poison
+          ~targets:(List.map (fun m -> port_of m.P.addr) ms)
+          ~captured ~rate:100_000.
+          ~between:(fun () -> cast_round "during")
       in
       let secs = Unix.gettimeofday () -. t0 in
       let expected = 3 * !sent in
@@ -126,10 +142,14 @@ let million () =
         (P.wait_until ~timeout:30. (fun () -> List.for_all (fun m -> P.deliveries m >= expected) ms));
       List.iter
         (fun m ->
-          Alcotest.(check bool) (Printf.sprintf "member %d is still running" m.P.idx) false (P.reap m);
+          Alcotest.(check bool)
+            (Printf.sprintf "member %d is still running" m.P.idx)
+            false (P.reap m);
           match P.current_view m with
           | Some (v, members) ->
-              Alcotest.(check string) (Printf.sprintf "member %d: the view did not change" m.P.idx) vid v;
+              Alcotest.(check string)
+                (Printf.sprintf "member %d: the view did not change" m.P.idx)
+                vid v;
               Alcotest.(check int) "three members" 3 (List.length members)
           | None -> Alcotest.fail "no view")
         ms;
@@ -139,9 +159,16 @@ let million () =
       | Error errs ->
           Alcotest.failf "the logs break the specification:\n%s"
             (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) errs)));
-      List.iter (fun m -> Alcotest.(check int) (Printf.sprintf "member %d: deliveries" m.P.idx) expected (P.deliveries m)) ms;
-      Printf.printf "%d datagrams in %.1f s (%.0f/s), %d casts delivered at each member\n" total secs
-        (float_of_int total /. secs) expected;
+      List.iter
+        (fun m ->
+          Alcotest.(check int)
+            (Printf.sprintf "member %d: deliveries" m.P.idx)
+            expected (P.deliveries m))
+        ms;
+      Printf.printf "%d datagrams in %.1f s (%.0f/s), %d casts delivered at each member\n" total
+        secs
+        (float_of_int total /. secs)
+        expected;
       Array.iteri (fun i k -> Printf.printf "  %-40s %d\n" (kind_name k) counts.(i)) kinds;
       let sum = Array.make 6 0 in
       List.iter
@@ -151,7 +178,14 @@ let million () =
             (String.concat " " (List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) cs));
           List.iteri
             (fun i k -> sum.(i) <- sum.(i) + get cs k)
-            [ "bottom.garbage"; "bottom.wrong_group"; "group.side_garbage"; "bottom.bad_rank"; "bottom.from_self"; "group.views" ])
+            [
+              "bottom.garbage";
+              "bottom.wrong_group";
+              "group.side_garbage";
+              "bottom.bad_rank";
+              "bottom.from_self";
+              "group.views";
+            ])
         ms;
       Alcotest.(check bool) "undecodable datagrams counted" true (sum.(0) > 0);
       Alcotest.(check bool) "other groups' datagrams counted" true (sum.(1) > 0);
@@ -160,4 +194,6 @@ let million () =
       Printf.printf "dropped by Bottom and the side channel: %d of %d\n" dropped total;
       Alcotest.(check bool) "the counted drops do not exceed what was sent" true (dropped <= total))
 
-let () = Alcotest.run "poison" [ ("group", [ Alcotest.test_case "a million hostile datagrams" `Slow million ]) ]
+let () =
+  Alcotest.run "poison"
+    [ ("group", [ Alcotest.test_case "a million hostile datagrams" `Slow million ]) ]

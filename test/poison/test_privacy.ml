@@ -9,9 +9,6 @@ open Capture
 module Vsync = Consort_spec.Vsync
 module Seal = Consort_seal.Seal
 
-
-
-
 let outsider () =
   let dir = temp_dir () in
   let key = Filename.concat dir "group.key" and other = Filename.concat dir "other.key" in
@@ -22,7 +19,8 @@ let outsider () =
   let peers = List.map (fun m -> m.P.addr) ms in
   let out m = Filename.concat dir (Printf.sprintf "out-%d.txt" m.P.idx) in
   let start ?(key = key) m =
-    P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~extra:[ "--key"; key ] ~group:"privacy-group" ~peers ~output:(out m) m
+    P.start ~exe:(exe ()) ~props:"vsync,Privacy" ~extra:[ "--key"; key ] ~group:"privacy-group"
+      ~peers ~output:(out m) m
   in
   Fun.protect
     ~finally:(fun () ->
@@ -31,7 +29,9 @@ let outsider () =
     (fun () ->
       List.iter (fun m -> start m) group;
       expect "the three form one group" (P.wait_until ~timeout:30. (fun () -> P.same_view group));
-      let vid = match P.current_view (List.hd group) with Some (v, _) -> v | None -> assert false in
+      let vid =
+        match P.current_view (List.hd group) with Some (v, _) -> v | None -> assert false
+      in
       let sent = ref 0 in
       let cast_round () =
         List.iter (fun m -> P.cast m (Printf.sprintf "PLAINTEXT-MARKER-%d-%d" m.P.idx !sent)) group;
@@ -44,15 +44,20 @@ let outsider () =
               Unix.sleepf 0.02
             done;
             expect "the casts are delivered"
-              (P.wait_until ~timeout:10. (fun () -> List.for_all (fun m -> P.deliveries m >= 3 * !sent) group)))
+              (P.wait_until ~timeout:10. (fun () ->
+                   List.for_all (fun m -> P.deliveries m >= 3 * !sent) group)))
       in
       let payloads = List.map snd captured in
-      if List.length payloads < 60 then Alcotest.failf "only %d datagrams captured (tcpdump: %s)" (List.length payloads) (String.escaped (read_file (Filename.concat dir "tcpdump.err")));
+      if List.length payloads < 60 then
+        Alcotest.failf "only %d datagrams captured (tcpdump: %s)" (List.length payloads)
+          (String.escaped (read_file (Filename.concat dir "tcpdump.err")));
       List.iter
         (fun d ->
           if contains d "PLAINTEXT-MARKER" then Alcotest.fail "a payload is in clear on the wire";
-          if contains d "privacy-group" then Alcotest.fail "the group's name is in clear on the wire";
-          if String.length d = 0 || Char.code d.[0] <> 0xC5 then Alcotest.fail "a datagram is not sealed")
+          if contains d "privacy-group" then
+            Alcotest.fail "the group's name is in clear on the wire";
+          if String.length d = 0 || Char.code d.[0] <> 0xC5 then
+            Alcotest.fail "a datagram is not sealed")
         payloads;
       (* A member with another key. *)
       start ~key:other intruder;
@@ -76,7 +81,8 @@ let outsider () =
       send_all targets forged;
       cast_round ();
       expect "casts still delivered"
-        (P.wait_until ~timeout:10. (fun () -> List.for_all (fun m -> P.deliveries m >= 3 * !sent) group));
+        (P.wait_until ~timeout:10. (fun () ->
+             List.for_all (fun m -> P.deliveries m >= 3 * !sent) group));
       Unix.sleepf 1.;
       List.iter
         (fun m ->
@@ -88,18 +94,22 @@ let outsider () =
         group;
       P.kill intruder;
       expect "everyone leaves cleanly" (P.leave_all group ~timeout:20.);
-      List.iter (fun m -> Alcotest.(check int) "each cast delivered once" (3 * !sent) (P.deliveries m)) group;
+      List.iter
+        (fun m -> Alcotest.(check int) "each cast delivered once" (3 * !sent) (P.deliveries m))
+        group;
       (match Vsync.check_files ~quiescent:false (P.all_logs group) with
       | Ok _ -> ()
       | Error errs ->
           Alcotest.failf "the logs break the specification:\n%s"
             (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) errs)));
       let total k = List.fold_left (fun acc m -> acc + get (counters (out m)) k) 0 group in
-      Printf.printf "replayed=%d bad_tag=%d stale=%d opened=%d\n" (total "seal.replayed") (total "seal.bad_tag")
-        (total "seal.stale") (total "seal.opened");
+      Printf.printf "replayed=%d bad_tag=%d stale=%d opened=%d\n" (total "seal.replayed")
+        (total "seal.bad_tag") (total "seal.stale") (total "seal.opened");
       Alcotest.(check bool) "replays counted" true (total "seal.replayed" >= List.length payloads);
-      Alcotest.(check bool) "forgeries and the intruder's datagrams counted" true
+      Alcotest.(check bool)
+        "forgeries and the intruder's datagrams counted" true
         (total "seal.bad_tag" >= List.length payloads))
 
 let () =
-  Alcotest.run "privacy" [ ("group", [ Alcotest.test_case "an outsider with a capture" `Slow outsider ]) ]
+  Alcotest.run "privacy"
+    [ ("group", [ Alcotest.test_case "an outsider with a capture" `Slow outsider ]) ]

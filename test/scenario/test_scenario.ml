@@ -9,7 +9,9 @@ let run name seed =
 let with_trace name seed =
   let file = Filename.temp_file "consort-trace" ".txt" in
   let oc = open_out file in
-  let o = match S.run ~trace:oc name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e in
+  let o =
+    match S.run ~trace:oc name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e
+  in
   close_out oc;
   let ic = open_in_bin file in
   let s = really_input_string ic (in_channel_length ic) in
@@ -45,7 +47,8 @@ let unknown () =
       Alcotest.(check string) "the error names the scenario" "no-such-scenario" name;
       Alcotest.(check (list string)) "and the known ones" S.names known;
       let e = Fmt.str "%a" S.pp_error e in
-      Alcotest.(check bool) "printed, the error names the known scenarios" true
+      Alcotest.(check bool)
+        "printed, the error names the known scenarios" true
         (List.for_all (fun n -> Text.contains e n) S.names)
 
 (* The member logs of the group scenarios, as their trace shows them
@@ -100,12 +103,15 @@ let () =
     [
       Alcotest.test_case (name ^ ": same seed, same trace") `Quick (same_seed name);
       Alcotest.test_case (name ^ ": same seed, identical trace file") `Quick (same_trace_file name);
-      Alcotest.test_case (name ^ ": different seeds, different traces") `Quick (different_seeds name);
+      Alcotest.test_case
+        (name ^ ": different seeds, different traces")
+        `Quick (different_seeds name);
     ]
   in
   Alcotest.run "scenario"
     [
       ("determinism", List.concat_map per S.names);
       ("names", [ Alcotest.test_case "unknown scenario" `Quick unknown ]);
-      ("logs", [ Alcotest.test_case "group scenarios log what the checker needs" `Quick member_logs ]);
+      ( "logs",
+        [ Alcotest.test_case "group scenarios log what the checker needs" `Quick member_logs ] );
     ]

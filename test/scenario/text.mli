@@ -1,2 +1,2 @@
-(** [contains s sub] is [true] if [sub] occurs in [s]. *)
 val contains : string -> string -> bool
+(** [contains s sub] is [true] if [sub] occurs in [s]. *)

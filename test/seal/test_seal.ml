@@ -8,7 +8,8 @@ module Sim = Consort_engine.Sim
 module Seal = Consort_seal.Seal
 module S = Seal.Make (Sim)
 
-let secret c = match Seal.secret_of_string (String.make 32 c) with Ok s -> s | Error e -> failwith e
+let secret c =
+  match Seal.secret_of_string (String.make 32 c) with Ok s -> s | Error e -> failwith e
 
 type node = { conn : S.connection; got : string list ref; raw : string list ref }
 
@@ -40,13 +41,17 @@ let node ?(wall = fun () -> 1_700_000_000.) net addr seal =
 
 (* An unsealed sender, for injecting bytes. *)
 let raw_sender net addr =
-  match Sim.open_ net addr (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+  match
+    Sim.open_ net addr (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+  with
   | Ok c -> c
   | Error e -> Alcotest.failf "open: %a" Transport.pp_error e
 
 let send_s net conn dst s =
   let m = Msg.of_string Pool.default s in
-  (match S.send conn ~dst m with Ok () -> () | Error e -> Alcotest.failf "send: %a" Transport.pp_error e);
+  (match S.send conn ~dst m with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "send: %a" Transport.pp_error e);
   Msg.release m;
   Sim.run net
 
@@ -61,8 +66,7 @@ let contains s sub =
   let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
   go 0
 
-let stats_t =
-  Alcotest.testable Seal.pp_stats ( = )
+let stats_t = Alcotest.testable Seal.pp_stats ( = )
 
 let round_trip mode () =
   let net = Sim.create () in
@@ -70,9 +74,7 @@ let round_trip mode () =
   send_s net a.conn "b" "the payload of a cast";
   Alcotest.(check (list string)) "delivered as sent" [ "the payload of a cast" ] !(b.got);
   let wire = List.hd !(b.raw) in
-  Alcotest.(check int) "overhead"
-    (String.length "the payload of a cast" + 51)
-    (String.length wire);
+  Alcotest.(check int) "overhead" (String.length "the payload of a cast" + 51) (String.length wire);
   Alcotest.(check bool)
     "the payload is in clear on the wire only without Privacy" (mode = Seal.Auth)
     (contains wire "the payload of a cast");
@@ -82,7 +84,8 @@ let round_trip mode () =
 
 let altered () =
   let net = Sim.create () in
-  let a = node net "a" (Some (secret 'k', Seal.Privacy)) and b = node net "b" (Some (secret 'k', Seal.Privacy)) in
+  let a = node net "a" (Some (secret 'k', Seal.Privacy))
+  and b = node net "b" (Some (secret 'k', Seal.Privacy)) in
   let x = raw_sender net "x" in
   send_s net a.conn "b" "original";
   let wire = List.hd !(b.raw) in
@@ -99,14 +102,16 @@ let altered () =
   done;
   Alcotest.(check (list string)) "only the original was delivered" [ "original" ] !(b.got);
   let st = S.stats b.conn in
-  Alcotest.(check int) "every alteration dropped"
-    ((2 * String.length wire))
+  Alcotest.(check int)
+    "every alteration dropped"
+    (2 * String.length wire)
     (st.bad_tag + st.malformed + st.clear + st.replayed);
   Alcotest.(check bool) "most fail the tag" true (st.bad_tag >= String.length wire - 2)
 
 let replayed () =
   let net = Sim.create () in
-  let a = node net "a" (Some (secret 'k', Seal.Auth)) and b = node net "b" (Some (secret 'k', Seal.Auth)) in
+  let a = node net "a" (Some (secret 'k', Seal.Auth))
+  and b = node net "b" (Some (secret 'k', Seal.Auth)) in
   let x = raw_sender net "x" in
   for i = 1 to 5 do
     send_s net a.conn "b" (Printf.sprintf "m%d" i)
@@ -119,11 +124,18 @@ let replayed () =
 
 let window () =
   let net = Sim.create () in
-  let a = node net "a" (Some (secret 'k', Seal.Auth)) and b = node net "b" (Some (secret 'k', Seal.Auth)) in
+  let a = node net "a" (Some (secret 'k', Seal.Auth))
+  and b = node net "b" (Some (secret 'k', Seal.Auth)) in
   let x = raw_sender net "x" in
   (* 1500 datagrams captured, none delivered yet (b drops them all while
      its filter says so), then delivered out of order. *)
-  ignore (S.control b.conn (S.Drop_filter (Some (fun ~src:_ cs -> b.raw := Cstruct.to_string cs :: !(b.raw); true))));
+  ignore
+    (S.control b.conn
+       (S.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               b.raw := Cstruct.to_string cs :: !(b.raw);
+               true))));
   for i = 1 to 1500 do
     send_s net a.conn "b" (string_of_int i)
   done;
@@ -137,7 +149,10 @@ let window () =
   Alcotest.(check int) "within the window: delivered" 1024 (List.length !(b.got));
   Alcotest.(check int) "older than the window: refused" (1500 - 1024) (S.stats b.conn).replayed;
   inject net x "b" d.(1400);
-  Alcotest.(check int) "a repeat within the window: refused" (1500 - 1024 + 1) (S.stats b.conn).replayed
+  Alcotest.(check int)
+    "a repeat within the window: refused"
+    (1500 - 1024 + 1)
+    (S.stats b.conn).replayed
 
 let wrong_secret_and_mode () =
   let net = Sim.create () in
@@ -153,7 +168,8 @@ let wrong_secret_and_mode () =
   Alcotest.(check int) "another secret: bad tag" 1 (S.stats b.conn).bad_tag;
   Alcotest.(check (list string)) "another mode: nothing" [] !(c.got);
   Alcotest.(check int) "another mode" 1 (S.stats c.conn).wrong_mode;
-  Alcotest.(check int) "an unsealed member hands up the sealed bytes as they are" 1 (List.length !(d.got));
+  Alcotest.(check int)
+    "an unsealed member hands up the sealed bytes as they are" 1 (List.length !(d.got));
   Alcotest.(check (list string)) "a sealed member ignores clear datagrams" [] !(a.got);
   Alcotest.(check int) "clear counted" 1 (S.stats a.conn).clear
 
@@ -173,7 +189,11 @@ let flood () =
   let x = raw_sender net "x" in
   let rng = Random.State.make [| 5 |] in
   for _ = 1 to 10_000 do
-    let s = String.init (Seal.overhead + Random.State.int rng 64) (fun _ -> Char.chr (Random.State.int rng 256)) in
+    let s =
+      String.init
+        (Seal.overhead + Random.State.int rng 64)
+        (fun _ -> Char.chr (Random.State.int rng 256))
+    in
     let s = "\xc5\x02" ^ String.sub s 2 (String.length s - 2) in
     inject net x "b" s
   done;
@@ -194,7 +214,9 @@ let unsealed_passes () =
 
 (* {1 Key files} *)
 
-let temp () = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-key-%d-%d" (Unix.getpid ()) (Random.bits ()))
+let temp () =
+  Filename.concat (Filename.get_temp_dir_name ())
+    (Printf.sprintf "consort-key-%d-%d" (Unix.getpid ()) (Random.bits ()))
 
 let key_files () =
   let f = temp () in
@@ -206,7 +228,9 @@ let key_files () =
       Alcotest.(check int) "mode 0600" 0o600 ((Unix.stat f).Unix.st_perm land 0o777);
       (match Seal.write_key f s with Ok () -> Alcotest.fail "overwrote a key" | Error _ -> ());
       (match Seal.read_key f with
-      | Ok s' -> Alcotest.(check string) "read back" (Fmt.str "%a" Seal.pp_secret s) (Fmt.str "%a" Seal.pp_secret s')
+      | Ok s' ->
+          Alcotest.(check string)
+            "read back" (Fmt.str "%a" Seal.pp_secret s) (Fmt.str "%a" Seal.pp_secret s')
       | Error e -> Alcotest.fail e);
       Unix.chmod f 0o644;
       (match Seal.read_key f with
@@ -216,7 +240,9 @@ let key_files () =
       let oc = open_out f in
       output_string oc "consort-key-v1:AAAA\n";
       close_out oc;
-      (match Seal.read_key f with Ok _ -> Alcotest.fail "a short key was accepted" | Error _ -> ());
+      (match Seal.read_key f with
+      | Ok _ -> Alcotest.fail "a short key was accepted"
+      | Error _ -> ());
       let oc = open_out f in
       output_string oc "hello\n";
       close_out oc;
@@ -244,5 +270,9 @@ let () =
           Alcotest.test_case "a flood of forged senders" `Quick flood;
           Alcotest.test_case "no secret: nothing added" `Quick unsealed_passes;
         ] );
-      ("keys", [ Alcotest.test_case "key files" `Quick key_files; Alcotest.test_case "never printed" `Quick never_printed ]);
+      ( "keys",
+        [
+          Alcotest.test_case "key files" `Quick key_files;
+          Alcotest.test_case "never printed" `Quick never_printed;
+        ] );
     ]

@@ -15,11 +15,7 @@ let link ?(latency = ms 1) ?(jitter = 0) ?(loss = 0.) ?(duplicate = 0.) ?(reorde
   { S.latency; jitter; loss; duplicate; reorder; reorder_delay }
 
 (* An endpoint that records what it receives: (arrival time, source, bytes). *)
-type peer = {
-  conn : S.connection;
-  got : (Time.t * string * string) list ref;
-  closed : int ref;
-}
+type peer = { conn : S.connection; got : (Time.t * string * string) list ref; closed : int ref }
 
 let peer sim addr =
   let got = ref [] and closed = ref 0 in
@@ -96,9 +92,13 @@ let workload ?trace ~seed ~work () =
     ignore
       (S.at sim time (fun () ->
            if Rng.bool rng then ignore (send pool (conn i) ~dst:(name (Rng.int rng n)) body)
-           else ignore (cast pool (conn i) ~dsts:(List.init 3 (fun j -> name ((i + j + 1) mod n))) body)))
+           else
+             ignore
+               (cast pool (conn i) ~dsts:(List.init 3 (fun j -> name ((i + j + 1) mod n))) body)))
   done;
-  ignore (S.at sim (ms 50) (fun () -> S.partition sim [ [ "p0"; "p1"; "p2"; "p3" ]; [ "p4"; "p5"; "p6"; "p7" ] ]));
+  ignore
+    (S.at sim (ms 50) (fun () ->
+         S.partition sim [ [ "p0"; "p1"; "p2"; "p3" ]; [ "p4"; "p5"; "p6"; "p7" ] ]));
   ignore (S.at sim (ms 80) (fun () -> S.crash sim "p2"));
   ignore (S.at sim (ms 100) (fun () -> start 2));
   ignore (S.at sim (ms 120) (fun () -> S.heal sim));
@@ -129,7 +129,8 @@ let test_same_seed () =
   Alcotest.(check string) "same hash" h1 h2;
   Alcotest.(check bool) "same trace text" true (String.equal t1 t2);
   Alcotest.(check bool) "a real workload" true (s1.S.sent > 500 && s1.S.delivered > 300);
-  Alcotest.(check bool) "every fault happened" true
+  Alcotest.(check bool)
+    "every fault happened" true
     (s1.S.dropped_loss > 0 && s1.S.dropped_partition > 0 && s1.S.duplicated > 0);
   Alcotest.(check bool) "same counters" true (s1 = s2);
   let lines = List.length (String.split_on_char '\n' t1) - 1 in
@@ -220,7 +221,9 @@ let test_latency () =
   S.set_link sim ~src:"b" ~dst:"a" (link ~latency:(ms 40) ());
   for i = 0 to 499 do
     ignore
-      (S.at sim (us (37 * i)) (fun () ->
+      (S.at sim
+         (us (37 * i))
+         (fun () ->
            ok (send pool a.conn ~dst:"b" (string_of_int (S.now sim)));
            ok (send pool b.conn ~dst:"a" (string_of_int (S.now sim)))))
   done;
@@ -231,7 +234,8 @@ let test_latency () =
   List.iter
     (fun d -> if d < ms 5 || d > ms 7 then Alcotest.failf "delay %a outside [5ms, 7ms]" Time.pp d)
     ab;
-  Alcotest.(check bool) "jitter varies" true
+  Alcotest.(check bool)
+    "jitter varies" true
     (List.fold_left max 0 ab - List.fold_left min max_int ab > ms 1);
   Alcotest.(check bool) "override on b->a" true (List.for_all (fun d -> d = ms 40) ba);
   Alcotest.(check bool) "link reads back" true ((S.link sim ~src:"b" ~dst:"a").S.latency = ms 40);
@@ -306,7 +310,9 @@ let test_crash () =
   Alcotest.(check (list string)) "a hears the restarted b" [ "back" ] (payloads a);
   Alcotest.(check int) "crashed drops" 1 (S.stats sim).S.dropped_crashed;
   Alcotest.(check int) "closed once" 1 !(b.closed);
-  (match S.open_ sim "b" (fun _ -> { S.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore }) with
+  (match
+     S.open_ sim "b" (fun _ -> { S.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+   with
   | Error (`Address_in_use "b") -> ()
   | _ -> Alcotest.fail "second open must fail");
   (* Down and still down at arrival. *)
@@ -371,7 +377,9 @@ let prop_timer_order =
       let sim = S.create () in
       let fired = ref [] in
       let timers =
-        List.mapi (fun i (time, _) -> (i, time, S.at sim time (fun () -> fired := i :: !fired))) plan
+        List.mapi
+          (fun i (time, _) -> (i, time, S.at sim time (fun () -> fired := i :: !fired)))
+          plan
       in
       List.iter2 (fun (_, _, tm) (_, cancel) -> if cancel then S.cancel tm) timers plan;
       let expected =
@@ -456,7 +464,10 @@ let test_many_endpoints () =
   for i = 0 to n - 1 do
     for k = 0 to 99 do
       let dst = name (Rng.int rng n) in
-      ignore (S.at sim (us (Rng.int rng 100_000)) (fun () -> ok (send pool conns.(i) ~dst (string_of_int k))))
+      ignore
+        (S.at sim
+           (us (Rng.int rng 100_000))
+           (fun () -> ok (send pool conns.(i) ~dst (string_of_int k))))
     done;
     ignore
       (S.at sim (ms 50) (fun () ->
@@ -476,8 +487,8 @@ let test_many_endpoints () =
    queue is empty, under every fault. *)
 let test_conservation () =
   let _, st = workload ~seed:3 ~work:5 () in
-  Alcotest.(check int) "sent + duplicated = delivered + dropped"
-    (st.S.sent + st.S.duplicated)
+  Alcotest.(check int)
+    "sent + duplicated = delivered + dropped" (st.S.sent + st.S.duplicated)
     (st.S.delivered + S.dropped st - st.S.dropped_mtu)
 
 (* A stack bound with Endpoint *)
@@ -610,8 +621,7 @@ let () =
           Alcotest.test_case "partition and heal" `Quick test_partition;
           Alcotest.test_case "crash and restart" `Quick test_crash;
         ] );
-      ( "time",
-        [ Alcotest.test_case "timers and cancel" `Quick test_timers; prop_timer_order ] );
+      ("time", [ Alcotest.test_case "timers and cancel" `Quick test_timers; prop_timer_order ]);
       ( "limits",
         [
           Alcotest.test_case "mtu" `Quick test_mtu;

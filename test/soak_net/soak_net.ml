@@ -33,7 +33,13 @@ let () =
     (fun a -> raise (Arg.Bad ("unexpected argument " ^ a)))
     "soak_net [--seconds S] [--seed N] [--members N] [--props P] [--exe PATH]"
 
-let say fmt = Printf.ksprintf (fun s -> print_endline s; flush stdout) fmt
+let say fmt =
+  Printf.ksprintf
+    (fun s ->
+      print_endline s;
+      flush stdout)
+    fmt
+
 let t0 = Unix.gettimeofday ()
 let now () = Unix.gettimeofday () -. t0
 
@@ -55,10 +61,16 @@ let in_hub cmd = Printf.sprintf "ip netns exec %s %s" hub cmd
 let setup () =
   sh ("ip netns add " ^ hub);
   sh (in_hub "ip link set lo up");
-  List.iter (fun br -> sh (in_hub (Printf.sprintf "ip link add %s type bridge" br)); sh (in_hub ("ip link set " ^ br ^ " up"))) [ "br0"; "br1" ];
+  List.iter
+    (fun br ->
+      sh (in_hub (Printf.sprintf "ip link add %s type bridge" br));
+      sh (in_hub ("ip link set " ^ br ^ " up")))
+    [ "br0"; "br1" ];
   for i = 0 to !n - 1 do
     sh ("ip netns add " ^ ns i);
-    sh (Printf.sprintf "ip link add %s netns %s type veth peer name eth0 netns %s" (port i) hub (ns i));
+    sh
+      (Printf.sprintf "ip link add %s netns %s type veth peer name eth0 netns %s" (port i) hub
+         (ns i));
     sh (in_hub (Printf.sprintf "ip link set %s master br0" (port i)));
     sh (in_hub (Printf.sprintf "ip link set %s up" (port i)));
     sh (Printf.sprintf "ip netns exec %s ip addr add %s/16 dev eth0" (ns i) (ip i));
@@ -76,16 +88,30 @@ let teardown () =
 
 type fault = Kill | Pause | Partition | Cut
 
-let fault_name = function Kill -> "kill" | Pause -> "pause" | Partition -> "partition" | Cut -> "cut"
+let fault_name = function
+  | Kill -> "kill"
+  | Pause -> "pause"
+  | Partition -> "partition"
+  | Cut -> "cut"
 
 let () =
-  if Unix.getuid () <> 0 then (prerr_endline "soak_net: needs root (network namespaces)"; exit 2);
-  if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then (prerr_endline "soak_net: needs ip (iproute2)"; exit 2);
+  if Unix.getuid () <> 0 then (
+    prerr_endline "soak_net: needs root (network namespaces)";
+    exit 2);
+  if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then (
+    prerr_endline "soak_net: needs ip (iproute2)";
+    exit 2);
   if !exe = "" then begin
     let dir = Filename.dirname Sys.executable_name in
-    exe := List.find (fun e -> Sys.file_exists e) [ Filename.concat dir "../../bin/main.exe"; "_build/default/bin/main.exe" ]
+    exe :=
+      List.find
+        (fun e -> Sys.file_exists e)
+        [ Filename.concat dir "../../bin/main.exe"; "_build/default/bin/main.exe" ]
   end;
-  let dir = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-soak-%d" (Unix.getpid ())) in
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-soak-%d" (Unix.getpid ()))
+  in
   Unix.mkdir dir 0o755;
   let ms = P.create_at ~dir (List.init !n (fun i -> ip i ^ ":7400")) in
   let cleanup () =
@@ -99,45 +125,68 @@ let () =
   let passed = ref 0 and failed = ref 0 in
   let check name ok detail =
     if ok then incr passed else incr failed;
-    say "%s %s%s" (if ok then "ok  " else "FAIL") name (if ok || detail = "" then "" else ": " ^ detail)
+    say "%s %s%s"
+      (if ok then "ok  " else "FAIL")
+      name
+      (if ok || detail = "" then "" else ": " ^ detail)
   in
-  (try setup () with Failure e -> say "setup: %s" e; check "network set up" false e; say "%d passed, %d failed" !passed !failed; exit 1);
+  (try setup ()
+   with Failure e ->
+     say "setup: %s" e;
+     check "network set up" false e;
+     say "%d passed, %d failed" !passed !failed;
+     exit 1);
   let peers = List.map (fun m -> m.P.addr) ms in
   let params = "suspect.timeout=2s,group.merge_timeout=1s" in
   let start m =
-    P.start ~exe:!exe ~wrap:[ "ip"; "netns"; "exec"; ns m.P.idx ] ~props:!props ~params ~group:"soak" ~peers
-      ~output:(Filename.concat dir (Printf.sprintf "out-%d.txt" m.P.idx)) m
+    P.start ~exe:!exe
+      ~wrap:[ "ip"; "netns"; "exec"; ns m.P.idx ]
+      ~props:!props ~params ~group:"soak" ~peers
+      ~output:(Filename.concat dir (Printf.sprintf "out-%d.txt" m.P.idx))
+      m
   in
   List.iter start ms;
   let rng = Random.State.make [| !seed |] in
   let counts = Hashtbl.create 7 in
-  let count f = Hashtbl.replace counts f (1 + Option.value ~default:0 (Hashtbl.find_opt counts f)) in
+  let count f =
+    Hashtbl.replace counts f (1 + Option.value ~default:0 (Hashtbl.find_opt counts f))
+  in
   (* Pending repairs: (due time, what, action). *)
   let pending = ref [] in
   let later dt what f = pending := (now () +. dt, what, f) :: !pending in
   let down = Array.make !n false and paused = Array.make !n false in
   let net_fault = ref false in
   let killed_ids = ref [] in
-  let first_me m = match m.P.logs with [] -> None | log :: _ -> ( match P.events log with e :: _ -> Some (Log.me e) | [] -> None) in
+  let first_me m =
+    match m.P.logs with
+    | [] -> None
+    | log :: _ -> ( match P.events log with e :: _ -> Some (Log.me e) | [] -> None)
+  in
   let seq = ref 0 in
   let cast_all () =
     incr seq;
-    List.iter (fun m -> if not down.(m.P.idx) && not paused.(m.P.idx) then P.cast m (Printf.sprintf "c-%d-%d" m.P.idx !seq)) ms
+    List.iter
+      (fun m ->
+        if (not down.(m.P.idx)) && not paused.(m.P.idx) then
+          P.cast m (Printf.sprintf "c-%d-%d" m.P.idx !seq))
+      ms
   in
   let inject () =
     let i = Random.State.int rng !n in
     let m = List.nth ms i in
     let kinds = [| Kill; Pause; Partition; Cut |] in
     match kinds.(Random.State.int rng 4) with
-    | Kill when not down.(i) && not paused.(i) ->
+    | Kill when (not down.(i)) && not paused.(i) ->
         count Kill;
         Option.iter (fun id -> killed_ids := id :: !killed_ids) (first_me m);
         P.kill m;
         down.(i) <- true;
         let dt = 1. +. Random.State.float rng 3. in
         say "%6.1f s  kill member %d (restart in %.1f s)" (now ()) i dt;
-        later dt "restart" (fun () -> down.(i) <- false; start m)
-    | Pause when not down.(i) && not paused.(i) -> (
+        later dt "restart" (fun () ->
+            down.(i) <- false;
+            start m)
+    | Pause when (not down.(i)) && not paused.(i) -> (
         match m.P.pid with
         | Some pid ->
             count Pause;
@@ -155,10 +204,14 @@ let () =
         let side = List.filter (fun _ -> Random.State.bool rng) (List.init !n Fun.id) in
         let side = if side = [] || List.length side = !n then [ i ] else side in
         let dt = 2. +. Random.State.float rng 6. in
-        say "%6.1f s  partition {%s} from the rest for %.1f s" (now ()) (String.concat "," (List.map string_of_int side)) dt;
+        say "%6.1f s  partition {%s} from the rest for %.1f s" (now ())
+          (String.concat "," (List.map string_of_int side))
+          dt;
         List.iter (fun j -> sh (in_hub (Printf.sprintf "ip link set %s master br1" (port j)))) side;
         later dt "heal" (fun () ->
-            List.iter (fun j -> sh (in_hub (Printf.sprintf "ip link set %s master br0" (port j)))) side;
+            List.iter
+              (fun j -> sh (in_hub (Printf.sprintf "ip link set %s master br0" (port j))))
+              side;
             net_fault := false)
     | Cut when not !net_fault ->
         count Cut;
@@ -204,12 +257,21 @@ let () =
     List.concat_map
       (fun m ->
         List.filter_map
-          (fun f -> match Log.read_file f with Ok (e :: _ as es) -> Some (Log.me e, es) | Ok [] | Error _ -> None)
+          (fun f ->
+            match Log.read_file f with
+            | Ok (e :: _ as es) -> Some (Log.me e, es)
+            | Ok [] | Error _ -> None)
           m.P.logs)
       ms
   in
   let s = Vsync.summarize logs in
-  say "faults: %s" (String.concat ", " (List.map (fun f -> Printf.sprintf "%s %d" (fault_name f) (Option.value ~default:0 (Hashtbl.find_opt counts f))) [ Kill; Pause; Partition; Cut ]));
+  say "faults: %s"
+    (String.concat ", "
+       (List.map
+          (fun f ->
+            Printf.sprintf "%s %d" (fault_name f)
+              (Option.value ~default:0 (Hashtbl.find_opt counts f)))
+          [ Kill; Pause; Partition; Cut ]));
   say "logs: %a" (fun () -> Fmt.str "%a" Vsync.pp_summary) s;
   (match Vsync.check ~crashed:!killed_ids logs with
   | Ok () -> check "virtual synchrony" true ""

@@ -7,7 +7,10 @@ module Evs = Consort_spec.Evs
 
 let view me view members = Log.View { t = 0; me; view; members }
 let cast me view seq = Log.Cast { t = 0; me; view; seq; len = 1; digest = "00" }
-let del me view from seq = Log.Deliver { t = 0; me; view; from; kind = `Cast; seq; len = 1; digest = "00" }
+
+let del me view from seq =
+  Log.Deliver { t = 0; me; view; from; kind = `Cast; seq; len = 1; digest = "00" }
+
 let block me view = Log.Block { t = 0; me; view }
 let trans me view next members = Log.Trans { t = 0; me; view; next = Some next; members }
 let live me = Log.Live { t = 0; me; casts = 0 }
@@ -16,14 +19,17 @@ let abc = [ "a"; "b"; "c" ]
 let holds name logs =
   match Evs.check logs with
   | Ok () -> ()
-  | Error vs -> Alcotest.failf "%s: %s" name (String.concat "; " (List.map (Fmt.str "%a" Evs.pp_violation) vs))
+  | Error vs ->
+      Alcotest.failf "%s: %s" name
+        (String.concat "; " (List.map (Fmt.str "%a" Evs.pp_violation) vs))
 
 let breaks name logs expect =
   match Evs.check logs with
   | Ok () -> Alcotest.failf "%s: not found" name
   | Error vs ->
       if not (List.exists expect vs) then
-        Alcotest.failf "%s: other violations: %s" name (String.concat "; " (List.map (Fmt.str "%a" Evs.pp_violation) vs))
+        Alcotest.failf "%s: other violations: %s" name
+          (String.concat "; " (List.map (Fmt.str "%a" Evs.pp_violation) vs))
 
 (* View 1:a of a, b, c splits: a and b go on into 2:a, c into 2:c. Member
    [me] delivers [regular] before its transitional view and [trans_part]
@@ -61,8 +67,13 @@ let correct () =
 
 let broken () =
   breaks "regular delivery that c never makes"
-    [ split "a" ~regular:[ ("a", 1); ("a", 2) ] (); split "b" ~trans_part:[ ("a", 1); ("a", 2) ] (); split "c" ~trans_part:[ ("a", 1) ] () ]
-    (function Evs.Not_safe { absent = "c"; cast = { from = "a"; seq = 2 }; _ } -> true | _ -> false);
+    [
+      split "a" ~regular:[ ("a", 1); ("a", 2) ] ();
+      split "b" ~trans_part:[ ("a", 1); ("a", 2) ] ();
+      split "c" ~trans_part:[ ("a", 1) ] ();
+    ]
+    (function
+      | Evs.Not_safe { absent = "c"; cast = { from = "a"; seq = 2 }; _ } -> true | _ -> false);
   breaks "transitional delivery that b never makes"
     [ split "a" ~trans_part:[ ("a", 2) ] (); split "b" (); split "c" () ]
     (function Evs.Not_safe_transitional { absent = "b"; _ } -> true | _ -> false);
@@ -73,13 +84,38 @@ let broken () =
     [ ("a", [ view "a" "1:a" [ "a" ]; view "a" "2:a" [ "a"; "b" ]; live "a" ]) ]
     (function Evs.No_transitional { member = "a"; _ } -> true | _ -> false);
   breaks "a transitional view into another view"
-    [ ("a", [ view "a" "1:a" [ "a" ]; trans "a" "1:a" "3:a" [ "a" ]; view "a" "2:a" [ "a"; "b" ]; live "a" ]) ]
+    [
+      ( "a",
+        [
+          view "a" "1:a" [ "a" ];
+          trans "a" "1:a" "3:a" [ "a" ];
+          view "a" "2:a" [ "a"; "b" ];
+          live "a";
+        ] );
+    ]
     (function Evs.Misplaced { member = "a"; line = 2; _ } -> true | _ -> false);
   breaks "a cast after the transitional view"
-    [ ("a", [ view "a" "1:a" [ "a" ]; trans "a" "1:a" "2:a" [ "a" ]; cast "a" "1:a" 1; view "a" "2:a" [ "a"; "b" ]; live "a" ]) ]
+    [
+      ( "a",
+        [
+          view "a" "1:a" [ "a" ];
+          trans "a" "1:a" "2:a" [ "a" ];
+          cast "a" "1:a" 1;
+          view "a" "2:a" [ "a"; "b" ];
+          live "a";
+        ] );
+    ]
     (function Evs.Misplaced { member = "a"; line = 3; _ } -> true | _ -> false);
   breaks "a transitional view without its member"
-    [ ("a", [ view "a" "1:a" [ "a"; "b" ]; trans "a" "1:a" "2:a" [ "b" ]; view "a" "2:a" [ "a" ]; live "a" ]) ]
+    [
+      ( "a",
+        [
+          view "a" "1:a" [ "a"; "b" ];
+          trans "a" "1:a" "2:a" [ "b" ];
+          view "a" "2:a" [ "a" ];
+          live "a";
+        ] );
+    ]
     (function Evs.Misplaced { member = "a"; line = 2; _ } -> true | _ -> false)
 
 (* A member that leaves: a transitional view of itself, its last
@@ -90,7 +126,14 @@ let leave () =
     [
       split "a" ~trans_part:[ ("a", 2) ] ();
       split "b" ~trans_part:[ ("a", 2) ] ();
-      ("c", [ view "c" "1:a" abc; block "c" "1:a"; leaver; del "c" "1:a" "a" 1; Log.Exit { t = 0; me = "c" } ]);
+      ( "c",
+        [
+          view "c" "1:a" abc;
+          block "c" "1:a";
+          leaver;
+          del "c" "1:a" "a" 1;
+          Log.Exit { t = 0; me = "c" };
+        ] );
     ];
   breaks "a leave, then a view"
     [ ("c", [ view "c" "1:a" [ "c" ]; leaver; view "c" "2:c" [ "c" ]; live "c" ]) ]
@@ -99,11 +142,21 @@ let leave () =
 (* The log line round-trips. *)
 let line () =
   let e = trans "a" "1:a" "2:a" [ "a"; "b" ] in
-  Alcotest.(check string) "line" {|{"ev":"trans","t":0,"me":"a","view":"1:a","next":"2:a","members":["a","b"]}|} (Log.to_line e);
+  Alcotest.(check string)
+    "line" {|{"ev":"trans","t":0,"me":"a","view":"1:a","next":"2:a","members":["a","b"]}|}
+    (Log.to_line e);
   match Log.of_line (Log.to_line e) with
   | Ok e' when Log.equal e e' -> ()
   | _ -> Alcotest.fail "does not read back"
 
 let () =
   Alcotest.run "evs"
-    [ ("evs", [ Alcotest.test_case "correct runs" `Quick correct; Alcotest.test_case "broken runs" `Quick broken; Alcotest.test_case "a leave" `Quick leave; Alcotest.test_case "log line" `Quick line ]) ]
+    [
+      ( "evs",
+        [
+          Alcotest.test_case "correct runs" `Quick correct;
+          Alcotest.test_case "broken runs" `Quick broken;
+          Alcotest.test_case "a leave" `Quick leave;
+          Alcotest.test_case "log line" `Quick line;
+        ] );
+    ]

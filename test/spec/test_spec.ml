@@ -30,8 +30,20 @@ let check_err name ~n trace expected =
 (* Three endpoints: two casts and a send each way, interleaved. *)
 let good =
   [
-    cast 0 1; dc 0 0 1; send 1 0 7; cast 0 2; dc 1 0 1; ds 0 1 7; dc 2 0 1; dc 2 0 2;
-    dc 0 0 2; cast 2 5; dc 1 0 2; dc 2 2 5; dc 1 2 5; dc 0 2 5;
+    cast 0 1;
+    dc 0 0 1;
+    send 1 0 7;
+    cast 0 2;
+    dc 1 0 1;
+    ds 0 1 7;
+    dc 2 0 1;
+    dc 2 0 2;
+    dc 0 0 2;
+    cast 2 5;
+    dc 1 0 2;
+    dc 2 2 5;
+    dc 1 2 5;
+    dc 0 2 5;
   ]
 
 let correct_traces () =
@@ -45,9 +57,11 @@ let correct_traces () =
     [ cast 0 10; cast 0 3; dc 0 0 10; dc 1 0 10; dc 0 0 3; dc 1 0 3 ]
 
 let duplicate () =
-  check_err "duplicate cast" ~n:3 (good @ [ dc 1 0 1 ])
+  check_err "duplicate cast" ~n:3
+    (good @ [ dc 1 0 1 ])
     [ F.Duplicate { index = 14; receiver = 1; sender = 0; seq = 1; first = 4 } ];
-  check_err "duplicate send" ~n:2 [ send 1 0 7; ds 0 1 7; ds 0 1 7 ]
+  check_err "duplicate send" ~n:2
+    [ send 1 0 7; ds 0 1 7; ds 0 1 7 ]
     [ F.Duplicate { index = 2; receiver = 0; sender = 1; seq = 7; first = 1 } ]
 
 let reorder () =
@@ -65,11 +79,14 @@ let reorder () =
     ]
 
 let missing () =
-  check_err "cast missing at one receiver" ~n:3 (List.filter (( <> ) (dc 2 0 2)) good)
+  check_err "cast missing at one receiver" ~n:3
+    (List.filter (( <> ) (dc 2 0 2)) good)
     [ F.Missing { receiver = 2; sender = 0; seq = 2 } ];
-  check_err "cast missing at its sender" ~n:2 [ cast 1 4; dc 0 1 4 ]
+  check_err "cast missing at its sender" ~n:2
+    [ cast 1 4; dc 0 1 4 ]
     [ F.Missing { receiver = 1; sender = 1; seq = 4 } ];
-  check_err "send missing" ~n:2 [ send 0 1 1; send 0 1 2; ds 1 0 2 ]
+  check_err "send missing" ~n:2
+    [ send 0 1 1; send 0 1 2; ds 1 0 2 ]
     [ F.Missing { receiver = 1; sender = 0; seq = 1 } ];
   check_err "nothing delivered, in send order then receiver order" ~n:2
     [ cast 1 1; send 0 1 2; cast 0 3 ]
@@ -82,18 +99,25 @@ let missing () =
     ]
 
 let invented () =
-  check_err "never sent" ~n:2 [ dc 1 0 9 ] [ F.Not_sent { index = 0; receiver = 1; sender = 0; seq = 9 } ];
-  check_err "delivered before sent" ~n:2 [ ds 1 0 1; send 0 1 1; ds 1 0 1 ]
+  check_err "never sent" ~n:2
+    [ dc 1 0 9 ]
+    [ F.Not_sent { index = 0; receiver = 1; sender = 0; seq = 9 } ];
+  check_err "delivered before sent" ~n:2
+    [ ds 1 0 1; send 0 1 1; ds 1 0 1 ]
     [ F.Not_sent { index = 0; receiver = 1; sender = 0; seq = 1 } ];
-  check_err "sent by another endpoint" ~n:2 [ cast 0 1; dc 0 0 1; dc 1 0 1; dc 1 1 1 ]
+  check_err "sent by another endpoint" ~n:2
+    [ cast 0 1; dc 0 0 1; dc 1 0 1; dc 1 1 1 ]
     [ F.Not_sent { index = 3; receiver = 1; sender = 1; seq = 1 } ]
 
 let misaddressed () =
-  check_err "send delivered elsewhere" ~n:3 [ send 0 1 1; ds 1 0 1; ds 2 0 1 ]
+  check_err "send delivered elsewhere" ~n:3
+    [ send 0 1 1; ds 1 0 1; ds 2 0 1 ]
     [ F.Misaddressed { index = 2; receiver = 2; sender = 0; seq = 1; dst = 1 } ];
-  check_err "send delivered as a cast" ~n:2 [ send 0 1 1; dc 1 0 1 ]
+  check_err "send delivered as a cast" ~n:2
+    [ send 0 1 1; dc 1 0 1 ]
     [ F.Wrong_kind { index = 1; receiver = 1; sender = 0; seq = 1; sent = F.Send 1 } ];
-  check_err "cast delivered as a send" ~n:2 [ cast 0 1; dc 0 0 1; ds 1 0 1 ]
+  check_err "cast delivered as a send" ~n:2
+    [ cast 0 1; dc 0 0 1; ds 1 0 1 ]
     [ F.Wrong_kind { index = 2; receiver = 1; sender = 0; seq = 1; sent = F.Cast } ]
 
 let malformed () =
@@ -105,9 +129,11 @@ let malformed () =
       F.Bad_endpoint { index = 2; endpoint = -1 };
       F.Bad_endpoint { index = 3; endpoint = 9 };
     ];
-  check_err "seq reused" ~n:1 [ cast 0 1; dc 0 0 1; cast 0 1 ]
+  check_err "seq reused" ~n:1
+    [ cast 0 1; dc 0 0 1; cast 0 1 ]
     [ F.Resent { index = 2; sender = 0; seq = 1; first = 0 } ];
-  Alcotest.check_raises "n < 1" (Invalid_argument "Fifo.create: n < 1") (fun () -> ignore (F.create ~n:0))
+  Alcotest.check_raises "n < 1" (Invalid_argument "Fifo.create: n < 1") (fun () ->
+      ignore (F.create ~n:0))
 
 let crashes () =
   check_ok "crashed sender: casts may be missing anywhere" ~n:3
@@ -124,7 +150,8 @@ let crashes () =
   check_err "crash does not excuse reordering" ~n:2
     [ cast 0 1; cast 0 2; F.Crashed 0; dc 1 0 2; dc 1 0 1 ]
     [ F.Out_of_order { index = 4; receiver = 1; sender = 0; seq = 1; after = 2 } ];
-  check_err "crash does not excuse invention" ~n:2 [ F.Crashed 0; dc 1 0 1 ]
+  check_err "crash does not excuse invention" ~n:2
+    [ F.Crashed 0; dc 1 0 1 ]
     [ F.Not_sent { index = 1; receiver = 1; sender = 0; seq = 1 } ];
   check_err "other pairs still checked" ~n:3
     [ cast 0 1; cast 1 2; F.Crashed 2; dc 0 0 1; dc 1 0 1; dc 0 1 2 ]
@@ -134,9 +161,12 @@ let incremental () =
   let t = F.create ~n:2 in
   List.iter (F.add t) [ cast 0 1; dc 0 0 1; dc 0 0 1 ];
   Alcotest.(check int) "events" 3 (F.events t);
-  Alcotest.(check (list viol)) "safety found at once"
-    [ F.Duplicate { index = 2; receiver = 0; sender = 0; seq = 1; first = 1 } ] (F.violations t);
-  Alcotest.(check (list viol)) "finish adds missing"
+  Alcotest.(check (list viol))
+    "safety found at once"
+    [ F.Duplicate { index = 2; receiver = 0; sender = 0; seq = 1; first = 1 } ]
+    (F.violations t);
+  Alcotest.(check (list viol))
+    "finish adds missing"
     [
       F.Duplicate { index = 2; receiver = 0; sender = 0; seq = 1; first = 1 };
       F.Missing { receiver = 1; sender = 0; seq = 1 };
@@ -147,23 +177,29 @@ let incremental () =
 
 let printers () =
   let s v = Fmt.str "%a" F.pp_violation v in
-  Alcotest.(check string) "duplicate" "event 14: 1 delivered #1 of 0 again (first at event 4)"
+  Alcotest.(check string)
+    "duplicate" "event 14: 1 delivered #1 of 0 again (first at event 4)"
     (s (F.Duplicate { index = 14; receiver = 1; sender = 0; seq = 1; first = 4 }));
-  Alcotest.(check string) "out of order"
-    "event 5: 1 delivered #1 of 0 out of order, after #2 which 0 sent later"
+  Alcotest.(check string)
+    "out of order" "event 5: 1 delivered #1 of 0 out of order, after #2 which 0 sent later"
     (s (F.Out_of_order { index = 5; receiver = 1; sender = 0; seq = 1; after = 2 }));
-  Alcotest.(check string) "missing" "2 never delivered #2 of 0, though both stayed correct"
+  Alcotest.(check string)
+    "missing" "2 never delivered #2 of 0, though both stayed correct"
     (s (F.Missing { receiver = 2; sender = 0; seq = 2 }));
-  Alcotest.(check string) "not sent" "event 0: 1 delivered #9 of 0, which 0 had not sent"
+  Alcotest.(check string)
+    "not sent" "event 0: 1 delivered #9 of 0, which 0 had not sent"
     (s (F.Not_sent { index = 0; receiver = 1; sender = 0; seq = 9 }));
-  Alcotest.(check string) "misaddressed" "event 2: 2 delivered #1 of 0, which was sent to 1 only"
+  Alcotest.(check string)
+    "misaddressed" "event 2: 2 delivered #1 of 0, which was sent to 1 only"
     (s (F.Misaddressed { index = 2; receiver = 2; sender = 0; seq = 1; dst = 1 }));
-  Alcotest.(check string) "wrong kind"
-    "event 1: 1 delivered #1 of 0 as a cast, but it was sent as a send to 1"
+  Alcotest.(check string)
+    "wrong kind" "event 1: 1 delivered #1 of 0 as a cast, but it was sent as a send to 1"
     (s (F.Wrong_kind { index = 1; receiver = 1; sender = 0; seq = 1; sent = F.Send 1 }));
-  Alcotest.(check string) "resent" "event 2: 0 sent #1 again (first sent at event 0)"
+  Alcotest.(check string)
+    "resent" "event 2: 0 sent #1 again (first sent at event 0)"
     (s (F.Resent { index = 2; sender = 0; seq = 1; first = 0 }));
-  Alcotest.(check string) "bad endpoint" "event 3: endpoint 9 does not exist"
+  Alcotest.(check string)
+    "bad endpoint" "event 3: endpoint 9 does not exist"
     (s (F.Bad_endpoint { index = 3; endpoint = 9 }));
   Alcotest.(check string) "event" "1 delivered #7 of 0 (send)" (Fmt.str "%a" F.pp_event (ds 1 0 7));
   Alcotest.(check string) "sent" "0 sent #3 (send to 2)" (Fmt.str "%a" F.pp_event (send 0 2 3))
@@ -182,7 +218,10 @@ let trace ?(crashes = 0) ~n ~msgs rand =
   let deliver_one () =
     (* Pick a random non-empty queue, scanning from a random start. *)
     let start = rint (n * n) in
-    let rec find i = let k = (start + i) mod (n * n) in if Queue.is_empty q.(k) then find (i + 1) else k in
+    let rec find i =
+      let k = (start + i) mod (n * n) in
+      if Queue.is_empty q.(k) then find (i + 1) else k
+    in
     let k = find 0 in
     let r = k / n and s = k mod n in
     let seq, cast = Queue.pop q.(k) in
@@ -193,7 +232,10 @@ let trace ?(crashes = 0) ~n ~msgs rand =
   while !sent < msgs || !queued > 0 do
     if !ncrashed < crashes && rint 50 = 0 then begin
       let e = rint n in
-      if not crashed.(e) then (crashed.(e) <- true; incr ncrashed; emit (F.Crashed e))
+      if not crashed.(e) then (
+        crashed.(e) <- true;
+        incr ncrashed;
+        emit (F.Crashed e))
     end
     else if !sent < msgs && (!queued = 0 || rint 2 = 0) then begin
       let s = rint n in
@@ -209,7 +251,10 @@ let trace ?(crashes = 0) ~n ~msgs rand =
       end
       else begin
         emit (F.Sent { sender = s; kind = F.Cast; seq });
-        for r = 0 to n - 1 do Queue.push (seq, true) q.((r * n) + s); incr queued done
+        for r = 0 to n - 1 do
+          Queue.push (seq, true) q.((r * n) + s);
+          incr queued
+        done
       end
     end
     else deliver_one ()
@@ -224,10 +269,12 @@ let pp_mutation ppf = function
   | Swap (i, j) -> Fmt.pf ppf "swap %d and %d" i j
 
 let deliveries tr =
-  List.filter (fun i -> match tr.(i) with F.Delivered _ -> true | _ -> false)
+  List.filter
+    (fun i -> match tr.(i) with F.Delivered _ -> true | _ -> false)
     (List.init (Array.length tr) Fun.id)
 
-let pair_of tr i = match tr.(i) with F.Delivered { receiver; sender; _ } -> (receiver, sender) | _ -> (-1, -1)
+let pair_of tr i =
+  match tr.(i) with F.Delivered { receiver; sender; _ } -> (receiver, sender) | _ -> (-1, -1)
 
 (* A mutation of a delivery: drop it, copy it to a later place, or swap it
    with a later delivery of the same pair (when there is one). *)
@@ -235,10 +282,13 @@ let mutate ~allow_drop tr rand =
   let ds = Array.of_list (deliveries tr) in
   let rint k = Random.State.int rand k in
   let i = ds.(rint (Array.length ds)) in
-  let later_same_pair = List.filter (fun j -> j > i && pair_of tr j = pair_of tr i) (Array.to_list ds) in
+  let later_same_pair =
+    List.filter (fun j -> j > i && pair_of tr j = pair_of tr i) (Array.to_list ds)
+  in
   match rint 3 with
   | 0 when allow_drop -> Drop i
-  | 1 when later_same_pair <> [] -> Swap (i, List.nth later_same_pair (rint (List.length later_same_pair)))
+  | 1 when later_same_pair <> [] ->
+      Swap (i, List.nth later_same_pair (rint (List.length later_same_pair)))
   | _ -> Dup (i, i + 1 + rint (Array.length tr - i))
 
 let apply tr = function
@@ -257,8 +307,7 @@ let gen_trace ~crashes =
     triple (int_range 1 5) (int_range 1 40) int >|= fun (n, msgs, s) ->
     (n, trace ~crashes ~n ~msgs (Random.State.make [| s |])))
 
-let print_trace (n, tr) =
-  Fmt.str "n=%d@.%a" n Fmt.(array ~sep:cut F.pp_event) tr
+let print_trace (n, tr) = Fmt.str "n=%d@.%a" n Fmt.(array ~sep:cut F.pp_event) tr
 
 let prop_correct =
   qtest "random correct traces pass"
@@ -284,18 +333,24 @@ let caught tr n m =
         | Swap _, (F.Out_of_order _ | F.Not_sent _) -> true
         | _ -> false
       in
-      List.exists expected l || QCheck.Test.fail_reportf "%a: wrong report %a" pp_mutation m
-                                  Fmt.(list ~sep:semi F.pp_violation) l
+      List.exists expected l
+      || QCheck.Test.fail_reportf "%a: wrong report %a" pp_mutation m
+           Fmt.(list ~sep:semi F.pp_violation)
+           l
 
 let gen_mutated ~crashes ~allow_drop =
   QCheck.Gen.(
     gen_trace ~crashes >>= fun (n, tr) ->
     int >|= fun s ->
-    let m = if deliveries tr = [] then None else Some (mutate ~allow_drop tr (Random.State.make [| s |])) in
+    let m =
+      if deliveries tr = [] then None else Some (mutate ~allow_drop tr (Random.State.make [| s |]))
+    in
     (n, tr, m))
 
 let print_mutated (n, tr, m) =
-  print_trace (n, tr) ^ "\n" ^ match m with None -> "no mutation" | Some m -> Fmt.str "%a" pp_mutation m
+  print_trace (n, tr)
+  ^ "\n"
+  ^ match m with None -> "no mutation" | Some m -> Fmt.str "%a" pp_mutation m
 
 let prop_mutation =
   qtest ~count:500 "drop, duplicate or swap of a delivery is caught"

@@ -43,17 +43,38 @@ let send ?(len = 1) ?digest me view dst seq =
   Log.Send { t = 0; me; view; dst; seq; len; digest = Option.value digest ~default:(dg seq) }
 
 let dc ?(len = 1) ?digest me view from seq =
-  Log.Deliver { t = 0; me; view; from; kind = `Cast; seq; len; digest = Option.value digest ~default:(dg seq) }
+  Log.Deliver
+    {
+      t = 0;
+      me;
+      view;
+      from;
+      kind = `Cast;
+      seq;
+      len;
+      digest = Option.value digest ~default:(dg seq);
+    }
 
 let ds ?(len = 1) ?digest me view from seq =
-  Log.Deliver { t = 0; me; view; from; kind = `Send; seq; len; digest = Option.value digest ~default:(dg seq) }
+  Log.Deliver
+    {
+      t = 0;
+      me;
+      view;
+      from;
+      kind = `Send;
+      seq;
+      len;
+      digest = Option.value digest ~default:(dg seq);
+    }
 
 let block me view = Log.Block { t = 0; me; view }
 let exit me = Log.Exit { t = 0; me }
 let live me casts = Log.Live { t = 0; me; casts }
 
 let refused ?(kind = `Cast) ?dst me view seq =
-  Log.Refused { t = 0; me; view; kind; dst; seq; len = 1; digest = dg seq; reason = "flow control full" }
+  Log.Refused
+    { t = 0; me; view; kind; dst; seq; len = 1; digest = dg seq; reason = "flow control full" }
 
 let lost ?(kind = `Cast) me seq = Log.Lost { t = 0; me; kind; seq; reason = "sender crashed" }
 let m1 = 1
@@ -134,7 +155,10 @@ let correct_runs () =
     [ ("a", [ view "a" "0:a" [ "a" ]; cast "a" "0:a" m1; dc "a" "0:a" "a" m1; exit "a" ]) ];
   check_ok "casts and sends are not ordered with each other"
     [
-      ("a", [ view "a" "1:a" [ "a"; "b" ]; send "a" "1:a" "b" m1; cast "a" "1:a" m2; dc "a" "1:a" "a" m2 ]);
+      ( "a",
+        [
+          view "a" "1:a" [ "a"; "b" ]; send "a" "1:a" "b" m1; cast "a" "1:a" m2; dc "a" "1:a" "a" m2;
+        ] );
       ("b", [ view "b" "1:a" [ "a"; "b" ]; dc "b" "1:a" "a" m2; ds "b" "1:a" "a" m1 ]);
     ];
   check_ok "view ids: LTIME may have leading zeros and COORD any characters"
@@ -145,39 +169,64 @@ let views () =
     [ ("a", [ view "a" "1:a" [ "a"; "b" ] ]); ("b", [ view "b" "1:a" [ "b"; "a" ] ]) ]
     [
       V.Membership_disagrees
-        { member = "b"; line = 1; view = "1:a"; members = [ "b"; "a" ]; other = "a"; other_members = [ "a"; "b" ] };
+        {
+          member = "b";
+          line = 1;
+          view = "1:a";
+          members = [ "b"; "a" ];
+          other = "a";
+          other_members = [ "a"; "b" ];
+        };
     ];
-  check_err "not in its own view" [ ("a", [ view "a" "1:b" [ "b" ] ]) ]
+  check_err "not in its own view"
+    [ ("a", [ view "a" "1:b" [ "b" ] ]) ]
     [ V.Not_in_own_view { member = "a"; line = 1; view = "1:b"; members = [ "b" ] } ];
   check_err "installed twice"
     [ ("a", [ view "a" "1:a" [ "a" ]; view "a" "2:a" [ "a" ]; view "a" "1:a" [ "a" ] ]) ]
     [ V.Reinstalled { member = "a"; line = 3; view = "1:a"; first = 1 } ];
-  check_err "twice in a row" [ ("a", [ view "a" "1:a" [ "a" ]; view "a" "1:a" [ "a" ] ]) ]
+  check_err "twice in a row"
+    [ ("a", [ view "a" "1:a" [ "a" ]; view "a" "1:a" [ "a" ] ]) ]
     [ V.Reinstalled { member = "a"; line = 2; view = "1:a"; first = 1 } ];
   check_err "LTIME decreasing, then equal"
-    [ ("a", [ view "a" "5:a" [ "a" ]; view "a" "4:b" [ "a" ]; view "a" "5:b" [ "a" ]; view "a" "6:a" [ "a" ] ]) ]
+    [
+      ( "a",
+        [
+          view "a" "5:a" [ "a" ];
+          view "a" "4:b" [ "a" ];
+          view "a" "5:b" [ "a" ];
+          view "a" "6:a" [ "a" ];
+        ] );
+    ]
     [
       V.Not_increasing { member = "a"; line = 2; view = "4:b"; previous = "5:a" };
       V.Not_increasing { member = "a"; line = 3; view = "5:b"; previous = "5:a" };
     ];
   List.iter
     (fun vid ->
-      check_err ("bad view id " ^ vid) [ ("a", [ view "a" vid [ "a" ] ]) ]
+      check_err ("bad view id " ^ vid)
+        [ ("a", [ view "a" vid [ "a" ] ]) ]
         [ V.Bad_view_id { member = "a"; line = 1; view = vid } ])
     [ "view1"; ":a"; "1:"; "x:a"; "-1:a"; " 1:a"; "1234567890123456789:a" ];
-  check_err "member listed twice" [ ("a", [ view "a" "1:a" [ "a"; "b"; "a" ] ]) ]
+  check_err "member listed twice"
+    [ ("a", [ view "a" "1:a" [ "a"; "b"; "a" ] ]) ]
     [ V.Repeated_member { member = "a"; line = 1; view = "1:a"; id = "a" } ]
 
 let structure () =
   check_err "event in another view than the current one"
-    [ ("a", [ view "a" "1:a" [ "a" ]; view "a" "2:a" [ "a" ]; cast "a" "1:a" m1; dc "a" "2:a" "a" m1 ]) ]
+    [
+      ( "a",
+        [ view "a" "1:a" [ "a" ]; view "a" "2:a" [ "a" ]; cast "a" "1:a" m1; dc "a" "2:a" "a" m1 ]
+      );
+    ]
     [ V.Not_current_view { member = "a"; line = 3; view = "1:a"; current = "2:a" } ];
-  check_err "message before any view" [ ("a", [ cast "a" "1:a" m1; view "a" "1:a" [ "a" ] ]) ]
+  check_err "message before any view"
+    [ ("a", [ cast "a" "1:a" m1; view "a" "1:a" [ "a" ] ]) ]
     [ V.No_view { member = "a"; line = 1 } ];
   check_err "event after exit"
     [ ("a", [ view "a" "1:a" [ "a" ]; exit "a"; cast "a" "1:a" m1; exit "a" ]) ]
     [ V.After_exit { member = "a"; line = 3 }; V.After_exit { member = "a"; line = 4 } ];
-  check_err "event of another member" [ ("a", [ view "a" "1:a" [ "a" ]; exit "b" ]) ]
+  check_err "event of another member"
+    [ ("a", [ view "a" "1:a" [ "a" ]; exit "b" ]) ]
     [ V.Foreign_event { member = "a"; line = 2; me = "b" } ];
   check_err "two logs of one member"
     [ ("a", [ view "a" "1:a" [ "a" ] ]); ("a", [ view "a" "1:b" [ "b" ] ]) ]
@@ -194,7 +243,11 @@ let three ?(a = []) ?(b = []) ?(c = []) ?(a2 = []) ?(b2 = []) () =
 
 let synchrony () =
   check_ok "crashed sender, cast delivered by all survivors or by none"
-    (three ~c:[ cast "c" "1:x" m1; cast "c" "1:x" m2 ] ~a:[ dc "a" "1:x" "c" m1 ] ~b:[ dc "b" "1:x" "c" m1 ] ());
+    (three
+       ~c:[ cast "c" "1:x" m1; cast "c" "1:x" m2 ]
+       ~a:[ dc "a" "1:x" "c" m1 ]
+       ~b:[ dc "b" "1:x" "c" m1 ]
+       ());
   check_err "crashed sender, cast delivered by one survivor only"
     (three ~c:[ cast "c" "1:x" m1 ] ~a:[ dc "a" "1:x" "c" m1 ] ())
     [
@@ -209,19 +262,31 @@ let synchrony () =
     ];
   check_err "survivor's cast delivered by nobody staying"
     (three ~a:[ cast "a" "1:x" m1 ] ~c:[ dc "c" "1:x" "a" m1 ] ())
-    [ V.Not_delivered { view = "1:x"; next = Some "2:x"; from = "a"; seq = m1; missing = [ "a"; "b" ] } ];
+    [
+      V.Not_delivered
+        { view = "1:x"; next = Some "2:x"; from = "a"; seq = m1; missing = [ "a"; "b" ] };
+    ];
   check_err "send to a member staying with the sender, not delivered"
     (three ~a:[ send "a" "1:x" "b" m1; send "a" "1:x" "c" m2 ] ())
     [ V.Not_delivered { view = "1:x"; next = Some "2:x"; from = "a"; seq = m1; missing = [ "b" ] } ];
   check_ok "members going to different views need not agree"
     [
-      ("a", [ view "a" "1:x" [ "a"; "b" ]; cast "a" "1:x" m1; dc "a" "1:x" "a" m1; view "a" "2:a" [ "a" ] ]);
+      ( "a",
+        [
+          view "a" "1:x" [ "a"; "b" ];
+          cast "a" "1:x" m1;
+          dc "a" "1:x" "a" m1;
+          view "a" "2:a" [ "a" ];
+        ] );
       ("b", [ view "b" "1:x" [ "a"; "b" ]; view "b" "2:b" [ "b" ] ]);
     ];
   (* Only the last view is open: without quiescence nothing is required. *)
   let open_end =
     [
-      ("a", [ view "a" "1:x" [ "a"; "b" ]; cast "a" "1:x" m1; dc "a" "1:x" "a" m1; send "a" "1:x" "b" m2 ]);
+      ( "a",
+        [
+          view "a" "1:x" [ "a"; "b" ]; cast "a" "1:x" m1; dc "a" "1:x" "a" m1; send "a" "1:x" "b" m2;
+        ] );
       ("b", [ view "b" "1:x" [ "a"; "b" ] ]);
     ]
   in
@@ -232,8 +297,12 @@ let synchrony () =
       V.Not_delivered { view = "1:x"; next = None; from = "a"; seq = m2; missing = [ "b" ] };
     ];
   check_ok ~quiescent:true "crashed and left members are exempt in the last view"
-    (three ~c:[ cast "c" "1:x" m1 ] ~a:[ cast "a" "1:x" m2; dc "a" "1:x" "a" m2 ]
-       ~b:[ dc "b" "1:x" "a" m2 ] ~b2:[ cast "b" "2:x" m3; exit "b" ] ())
+    (three
+       ~c:[ cast "c" "1:x" m1 ]
+       ~a:[ cast "a" "1:x" m2; dc "a" "1:x" "a" m2 ]
+       ~b:[ dc "b" "1:x" "a" m2 ]
+       ~b2:[ cast "b" "2:x" m3; exit "b" ]
+       ())
 
 let same_view () =
   check_err "delivered in the next view"
@@ -258,10 +327,16 @@ let two ?(a = []) ?(b = []) () =
 
 let fifo () =
   check_err "casts reordered"
-    (two ~a:[ cast "a" "1:x" m1; cast "a" "1:x" m2 ] ~b:[ dc "b" "1:x" "a" m2; dc "b" "1:x" "a" m1 ] ())
+    (two
+       ~a:[ cast "a" "1:x" m1; cast "a" "1:x" m2 ]
+       ~b:[ dc "b" "1:x" "a" m2; dc "b" "1:x" "a" m1 ]
+       ())
     [ V.Out_of_order { member = "b"; line = 3; view = "1:x"; from = "a"; seq = m1; after = m2 } ];
   check_err "sends reordered"
-    (two ~a:[ send "a" "1:x" "b" m1; send "a" "1:x" "b" m2 ] ~b:[ ds "b" "1:x" "a" m2; ds "b" "1:x" "a" m1 ] ())
+    (two
+       ~a:[ send "a" "1:x" "b" m1; send "a" "1:x" "b" m2 ]
+       ~b:[ ds "b" "1:x" "a" m2; ds "b" "1:x" "a" m1 ]
+       ())
     [ V.Out_of_order { member = "b"; line = 3; view = "1:x"; from = "a"; seq = m1; after = m2 } ];
   check_err "duplicate"
     (two ~a:[ cast "a" "1:x" m1 ] ~b:[ dc "b" "1:x" "a" m1; dc "b" "1:x" "a" m1 ] ())
@@ -271,7 +346,8 @@ let fifo () =
     [ V.Duplicate_id { member = "a"; line = 3; seq = m1; first = 2 } ]
 
 let creation () =
-  check_err "never sent" (two ~b:[ dc "b" "1:x" "a" m3 ] ())
+  check_err "never sent"
+    (two ~b:[ dc "b" "1:x" "a" m3 ] ())
     [ V.Not_sent { member = "b"; line = 2; view = "1:x"; from = "a"; seq = m3 } ];
   check_err "sender's log missing"
     [
@@ -287,8 +363,10 @@ let creation () =
     [ ("a", [ view "a" "1:a" [ "a" ]; dc "a" "1:a" "a" m1; cast "a" "1:a" m1 ]) ]
     [ V.Delivered_before_sent { member = "a"; line = 2; seq = m1; sent = 3 } ];
   check_err "cast delivered as a send, send as a cast"
-    (two ~a:[ cast "a" "1:x" m1; send "a" "1:x" "b" m2; dc "a" "1:x" "a" m1 ]
-       ~b:[ ds "b" "1:x" "a" m1; dc "b" "1:x" "a" m2 ] ())
+    (two
+       ~a:[ cast "a" "1:x" m1; send "a" "1:x" "b" m2; dc "a" "1:x" "a" m1 ]
+       ~b:[ ds "b" "1:x" "a" m1; dc "b" "1:x" "a" m2 ]
+       ())
     [
       V.Wrong_kind { member = "b"; line = 2; from = "a"; seq = m1; kind = `Send };
       V.Wrong_kind { member = "b"; line = 3; from = "a"; seq = m2; kind = `Cast };
@@ -297,7 +375,10 @@ let creation () =
     (two ~a:[ send "a" "1:x" "a" m1; ds "a" "1:x" "a" m1 ] ~b:[ ds "b" "1:x" "a" m1 ] ())
     [ V.Misaddressed { member = "b"; line = 2; from = "a"; seq = m1; dst = "a" } ];
   check_err "length differs"
-    (two ~a:[ cast ~len:10 "a" "1:x" m1; dc ~len:10 "a" "1:x" "a" m1 ] ~b:[ dc ~len:9 "b" "1:x" "a" m1 ] ())
+    (two
+       ~a:[ cast ~len:10 "a" "1:x" m1; dc ~len:10 "a" "1:x" "a" m1 ]
+       ~b:[ dc ~len:9 "b" "1:x" "a" m1 ]
+       ())
     [ V.Wrong_length { member = "b"; line = 2; from = "a"; seq = m1; len = 9; sent = 10 } ]
 
 (* Identity by number, not payload. *)
@@ -305,30 +386,55 @@ let identity () =
   let same = "00000000000000aa" in
   check_ok ~quiescent:true "two casts with equal payloads, both delivered by all"
     (two
-       ~a:[ cast ~digest:same "a" "1:x" m1; cast ~digest:same "a" "1:x" m2; dc ~digest:same "a" "1:x" "a" m1;
-            dc ~digest:same "a" "1:x" "a" m2 ]
-       ~b:[ dc ~digest:same "b" "1:x" "a" m1; dc ~digest:same "b" "1:x" "a" m2 ] ());
-  check_err ~quiescent:true "two casts with equal payloads, one delivered twice: a duplicate and a loss"
+       ~a:
+         [
+           cast ~digest:same "a" "1:x" m1;
+           cast ~digest:same "a" "1:x" m2;
+           dc ~digest:same "a" "1:x" "a" m1;
+           dc ~digest:same "a" "1:x" "a" m2;
+         ]
+       ~b:[ dc ~digest:same "b" "1:x" "a" m1; dc ~digest:same "b" "1:x" "a" m2 ]
+       ());
+  check_err ~quiescent:true
+    "two casts with equal payloads, one delivered twice: a duplicate and a loss"
     (two
-       ~a:[ cast ~digest:same "a" "1:x" m1; cast ~digest:same "a" "1:x" m2; dc ~digest:same "a" "1:x" "a" m1;
-            dc ~digest:same "a" "1:x" "a" m2 ]
-       ~b:[ dc ~digest:same "b" "1:x" "a" m1; dc ~digest:same "b" "1:x" "a" m1 ] ())
+       ~a:
+         [
+           cast ~digest:same "a" "1:x" m1;
+           cast ~digest:same "a" "1:x" m2;
+           dc ~digest:same "a" "1:x" "a" m1;
+           dc ~digest:same "a" "1:x" "a" m2;
+         ]
+       ~b:[ dc ~digest:same "b" "1:x" "a" m1; dc ~digest:same "b" "1:x" "a" m1 ]
+       ())
     [
       V.Duplicate { member = "b"; line = 3; from = "a"; seq = m1; first = 2 };
       V.Not_delivered { view = "1:x"; next = None; from = "a"; seq = m2; missing = [ "b" ] };
     ];
   check_err "a number used twice, even for equal payloads"
-    [ ("a", [ view "a" "1:a" [ "a" ]; cast ~digest:same "a" "1:a" m1; cast ~digest:same "a" "1:a" m1 ]) ]
+    [
+      ( "a",
+        [ view "a" "1:a" [ "a" ]; cast ~digest:same "a" "1:a" m1; cast ~digest:same "a" "1:a" m1 ]
+      );
+    ]
     [ V.Duplicate_id { member = "a"; line = 3; seq = m1; first = 2 } ];
   check_err "a number refused, then used again"
-    [ ("a", [ view "a" "1:a" [ "a" ]; refused "a" "1:a" m1; cast "a" "1:a" m1; dc "a" "1:a" "a" m1 ]) ]
+    [
+      ("a", [ view "a" "1:a" [ "a" ]; refused "a" "1:a" m1; cast "a" "1:a" m1; dc "a" "1:a" "a" m1 ]);
+    ]
     [
       V.Duplicate_id { member = "a"; line = 3; seq = m1; first = 2 };
       V.Delivered_refused { member = "a"; line = 4; from = "a"; seq = m1; refused = 2 };
     ];
   check_err "delivered with another payload than sent"
-    (two ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1 ] ~b:[ dc ~digest:"00000000000000bb" "b" "1:x" "a" m1 ] ())
-    [ V.Wrong_digest { member = "b"; line = 2; from = "a"; seq = m1; digest = "00000000000000bb"; sent = dg m1 } ];
+    (two
+       ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1 ]
+       ~b:[ dc ~digest:"00000000000000bb" "b" "1:x" "a" m1 ]
+       ())
+    [
+      V.Wrong_digest
+        { member = "b"; line = 2; from = "a"; seq = m1; digest = "00000000000000bb"; sent = dg m1 };
+    ];
   check_err "a refused message delivered"
     (two ~a:[ refused "a" "1:x" m1 ] ~b:[ dc "b" "1:x" "a" m1 ] ())
     [ V.Delivered_refused { member = "b"; line = 2; from = "a"; seq = m1; refused = 2 } ];
@@ -337,47 +443,104 @@ let identity () =
 
 let gaps () =
   check_err "a cast skipped, the next delivered (the receiver then crashes)"
-    (three ~a:[ cast "a" "1:x" m1; cast "a" "1:x" m2; dc "a" "1:x" "a" m1; dc "a" "1:x" "a" m2 ]
-       ~b:[ dc "b" "1:x" "a" m1; dc "b" "1:x" "a" m2 ] ~c:[ dc "c" "1:x" "a" m2 ] ())
-    [ V.Gap { member = "c"; line = 2; view = "1:x"; from = "a"; kind = `Cast; seq = m2; missing = m1 } ];
+    (three
+       ~a:[ cast "a" "1:x" m1; cast "a" "1:x" m2; dc "a" "1:x" "a" m1; dc "a" "1:x" "a" m2 ]
+       ~b:[ dc "b" "1:x" "a" m1; dc "b" "1:x" "a" m2 ]
+       ~c:[ dc "c" "1:x" "a" m2 ]
+       ())
+    [
+      V.Gap
+        { member = "c"; line = 2; view = "1:x"; from = "a"; kind = `Cast; seq = m2; missing = m1 };
+    ];
   check_err "a send skipped"
     (three ~a:[ send "a" "1:x" "c" m1; send "a" "1:x" "c" m2 ] ~c:[ ds "c" "1:x" "a" m2 ] ())
-    [ V.Gap { member = "c"; line = 2; view = "1:x"; from = "a"; kind = `Send; seq = m2; missing = m1 } ];
-  let v = [ "a"; "b"; "c" ] in
-  check_ok "a prefix is no gap; casts and sends are not ordered with each other; sends to others are not expected"
     [
-      ("a", [ view "a" "1:x" v; cast "a" "1:x" m1; send "a" "1:x" "b" m2; send "a" "1:x" "c" m3; cast "a" "1:x" 4 ]);
+      V.Gap
+        { member = "c"; line = 2; view = "1:x"; from = "a"; kind = `Send; seq = m2; missing = m1 };
+    ];
+  let v = [ "a"; "b"; "c" ] in
+  check_ok
+    "a prefix is no gap; casts and sends are not ordered with each other; sends to others are not \
+     expected"
+    [
+      ( "a",
+        [
+          view "a" "1:x" v;
+          cast "a" "1:x" m1;
+          send "a" "1:x" "b" m2;
+          send "a" "1:x" "c" m3;
+          cast "a" "1:x" 4;
+        ] );
       ("b", [ view "b" "1:x" v ]);
       ("c", [ view "c" "1:x" v; dc "c" "1:x" "a" m1; ds "c" "1:x" "a" m3 ]);
     ];
   check_err "gaps are per view: a message of the previous view does not count"
     [
-      ("a", [ view "a" "1:x" [ "a"; "b" ]; cast "a" "1:x" m1; dc "a" "1:x" "a" m1; view "a" "2:x" [ "a"; "b" ];
-              cast "a" "2:x" m2; cast "a" "2:x" m3; dc "a" "2:x" "a" m2; dc "a" "2:x" "a" m3 ]);
-      ("b", [ view "b" "1:x" [ "a"; "b" ]; dc "b" "1:x" "a" m1; view "b" "2:x" [ "a"; "b" ]; dc "b" "2:x" "a" m3 ]);
+      ( "a",
+        [
+          view "a" "1:x" [ "a"; "b" ];
+          cast "a" "1:x" m1;
+          dc "a" "1:x" "a" m1;
+          view "a" "2:x" [ "a"; "b" ];
+          cast "a" "2:x" m2;
+          cast "a" "2:x" m3;
+          dc "a" "2:x" "a" m2;
+          dc "a" "2:x" "a" m3;
+        ] );
+      ( "b",
+        [
+          view "b" "1:x" [ "a"; "b" ];
+          dc "b" "1:x" "a" m1;
+          view "b" "2:x" [ "a"; "b" ];
+          dc "b" "2:x" "a" m3;
+        ] );
     ]
     [
-      V.Gap { member = "b"; line = 4; view = "2:x"; from = "a"; kind = `Cast; seq = m3; missing = m2 };
+      V.Gap
+        { member = "b"; line = 4; view = "2:x"; from = "a"; kind = `Cast; seq = m3; missing = m2 };
     ];
   check_err "every missing message is named"
-    (two ~a:[ cast "a" "1:x" m1; cast "a" "1:x" m2; cast "a" "1:x" m3 ] ~b:[ dc "b" "1:x" "a" m3 ] ())
+    (two
+       ~a:[ cast "a" "1:x" m1; cast "a" "1:x" m2; cast "a" "1:x" m3 ]
+       ~b:[ dc "b" "1:x" "a" m3 ]
+       ())
     [
-      V.Gap { member = "b"; line = 2; view = "1:x"; from = "a"; kind = `Cast; seq = m3; missing = m1 };
-      V.Gap { member = "b"; line = 2; view = "1:x"; from = "a"; kind = `Cast; seq = m3; missing = m2 };
+      V.Gap
+        { member = "b"; line = 2; view = "1:x"; from = "a"; kind = `Cast; seq = m3; missing = m1 };
+      V.Gap
+        { member = "b"; line = 2; view = "1:x"; from = "a"; kind = `Cast; seq = m3; missing = m2 };
     ]
 
 let blocks () =
   check_ok "nothing sent between block and the next view"
-    (two ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; block "a" "1:x"; view "a" "2:x" [ "a"; "b" ]; cast "a" "2:x" m2 ]
-       ~b:[ dc "b" "1:x" "a" m1; block "b" "1:x"; view "b" "2:x" [ "a"; "b" ] ] ());
+    (two
+       ~a:
+         [
+           cast "a" "1:x" m1;
+           dc "a" "1:x" "a" m1;
+           block "a" "1:x";
+           view "a" "2:x" [ "a"; "b" ];
+           cast "a" "2:x" m2;
+         ]
+       ~b:[ dc "b" "1:x" "a" m1; block "b" "1:x"; view "b" "2:x" [ "a"; "b" ] ]
+       ());
   check_err "a cast after the block"
-    (two ~a:[ block "a" "1:x"; cast "a" "1:x" m1; dc "a" "1:x" "a" m1 ] ~b:[ dc "b" "1:x" "a" m1 ] ())
+    (two
+       ~a:[ block "a" "1:x"; cast "a" "1:x" m1; dc "a" "1:x" "a" m1 ]
+       ~b:[ dc "b" "1:x" "a" m1 ]
+       ())
     [ V.Sent_while_blocked { member = "a"; line = 3; view = "1:x"; seq = m1; block = 2 } ];
   check_err "a send after the block, the first block counts"
-    (two ~a:[ block "a" "1:x"; block "a" "1:x"; send "a" "1:x" "b" m1 ] ~b:[ ds "b" "1:x" "a" m1 ] ())
+    (two
+       ~a:[ block "a" "1:x"; block "a" "1:x"; send "a" "1:x" "b" m1 ]
+       ~b:[ ds "b" "1:x" "a" m1 ]
+       ())
     [ V.Sent_while_blocked { member = "a"; line = 4; view = "1:x"; seq = m1; block = 2 } ];
   check_ok "deliveries after the block are fine"
-    (two ~a:[ cast "a" "1:x" m1; block "a" "1:x"; dc "a" "1:x" "a" m1 ] ~b:[ block "b" "1:x"; dc "b" "1:x" "a" m1 ] ());
+    (two
+       ~a:[ cast "a" "1:x" m1; block "a" "1:x"; dc "a" "1:x" "a" m1 ]
+       ~b:[ block "b" "1:x"; dc "b" "1:x" "a" m1 ]
+       ());
   check_err "a block in another view than the current one"
     [ ("a", [ view "a" "1:a" [ "a" ]; block "a" "0:a" ]) ]
     [ V.Not_current_view { member = "a"; line = 2; view = "0:a"; current = "1:a" } ]
@@ -387,18 +550,28 @@ let wedges () =
     [ ("a", view "a" "1:x" [ "a"; "b" ] :: a); ("b", view "b" "1:x" [ "a"; "b" ] :: b) ]
   in
   check_ok "live members, every accepted cast delivered"
-    (ab ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; refused "a" "1:x" m2; live "a" 1 ] ~b:[ dc "b" "1:x" "a" m1; live "b" 0 ] ());
+    (ab
+       ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; refused "a" "1:x" m2; live "a" 1 ]
+       ~b:[ dc "b" "1:x" "a" m1; live "b" 0 ]
+       ());
   check_err "a live member ends blocked"
     (ab ~a:[ block "a" "1:x"; live "a" 0 ] ~b:[ live "b" 0 ] ())
     [ V.Ended_blocked { member = "a"; view = "1:x"; block = 2 } ];
-  check_ok "a blocked member that crashed is no wedge" (ab ~a:[ block "a" "1:x" ] ~b:[ live "b" 0 ] ());
+  check_ok "a blocked member that crashed is no wedge"
+    (ab ~a:[ block "a" "1:x" ] ~b:[ live "b" 0 ] ());
   check_err "accepted casts never sent (held in a queue)"
-    (ab ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; live "a" 3 ] ~b:[ dc "b" "1:x" "a" m1; live "b" 0 ] ())
+    (ab
+       ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; live "a" 3 ]
+       ~b:[ dc "b" "1:x" "a" m1; live "b" 0 ]
+       ())
     [ V.Casts_unaccounted { member = "a"; accepted = 3; accounted = 1 } ];
   check_ok "accepted casts reported lost"
     (ab ~a:[ cast "a" "1:x" m1; lost "a" m1; lost "a" m2; live "a" 2 ] ~b:[ live "b" 0 ] ());
   check_err "more casts sent than accepted"
-    (ab ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; live "a" 0 ] ~b:[ dc "b" "1:x" "a" m1; live "b" 0 ] ())
+    (ab
+       ~a:[ cast "a" "1:x" m1; dc "a" "1:x" "a" m1; live "a" 0 ]
+       ~b:[ dc "b" "1:x" "a" m1; live "b" 0 ]
+       ())
     [ V.Casts_unaccounted { member = "a"; accepted = 0; accounted = 1 } ];
   check_err "a cast sent but never delivered, not even by its sender"
     (ab ~a:[ cast "a" "1:x" m1; live "a" 1 ] ~b:[ live "b" 0 ] ())
@@ -426,13 +599,9 @@ let merge () =
   let merged = List.map (fun (id, es) -> (id, es @ [ view id "3:a" [ "a"; "b"; "c" ] ])) split in
   check_ok ~require_merge:true "partitions merged" merged;
   check_ok ~require_merge:true "a killed member does not block the merge"
-    (edit "c" (fun es -> [ List.hd es ]) split
-    |> edit "b" (fun es -> es @ [ exit "b" ]));
+    (edit "c" (fun es -> [ List.hd es ]) split |> edit "b" (fun es -> es @ [ exit "b" ]));
   check_err ~require_merge:true "a stale member nobody excluded blocks it"
-    [
-      ("a", [ view "a" "1:a" [ "a" ] ]);
-      ("b", [ view "b" "1:b" [ "b" ] ]);
-    ]
+    [ ("a", [ view "a" "1:a" [ "a" ] ]); ("b", [ view "b" "1:b" [ "b" ] ]) ]
     [ V.Not_merged { finals = [ ("1:a", [ "a" ]); ("1:b", [ "b" ]) ] } ]
 
 let good_mutated () =
@@ -444,70 +613,96 @@ let good_mutated () =
     (edit "b" (fun es -> remove_nth 1 es) g)
     [
       V.Not_synchronous
-        {
-          view = "1:a";
-          next = "2:a";
-          from = "a";
-          seq = 1;
-          delivered = [ "a" ];
-          missing = [ "b" ];
-        };
+        { view = "1:a"; next = "2:a"; from = "a"; seq = 1; delivered = [ "a" ]; missing = [ "b" ] };
     ];
   check_ok "good run without c's log: nobody delivered from c, nothing to report"
     (List.filter (fun (id, _) -> id <> "c") g);
   check_err "good run without a's log"
     (List.filter (fun (id, _) -> id <> "a") g)
-    [
-      V.Sender_log_missing { from = "a"; member = "b"; line = 2; seq = 1; count = 6 };
-    ]
+    [ V.Sender_log_missing { from = "a"; member = "b"; line = 2; seq = 1; count = 6 } ]
 
 let printers () =
   let s v = Fmt.str "%a" V.pp_violation v in
-  Alcotest.(check string) "not synchronous"
-    "views 1:x then 2:x: message 1 of c delivered in 1:x by [a] but not by [b], which stay with them"
-    (s (V.Not_synchronous { view = "1:x"; next = "2:x"; from = "c"; seq = m1; delivered = [ "a" ]; missing = [ "b" ] }));
-  Alcotest.(check string) "wrong view"
-    "[b] line 3: delivers message 1 of a in view 2:x, but it was sent in view 1:x"
+  Alcotest.(check string)
+    "not synchronous"
+    "views 1:x then 2:x: message 1 of c delivered in 1:x by [a] but not by [b], which stay with \
+     them"
+    (s
+       (V.Not_synchronous
+          {
+            view = "1:x";
+            next = "2:x";
+            from = "c";
+            seq = m1;
+            delivered = [ "a" ];
+            missing = [ "b" ];
+          }));
+  Alcotest.(check string)
+    "wrong view" "[b] line 3: delivers message 1 of a in view 2:x, but it was sent in view 1:x"
     (s (V.Wrong_view { member = "b"; line = 3; view = "2:x"; from = "a"; seq = m1; sent = "1:x" }));
-  Alcotest.(check string) "not delivered, final"
+  Alcotest.(check string)
+    "not delivered, final"
     "final view 1:x: message 2 of a not delivered by [b], though all are alive at the end"
     (s (V.Not_delivered { view = "1:x"; next = None; from = "a"; seq = m2; missing = [ "b" ] }));
-  Alcotest.(check string) "membership"
-    "[b] line 1: view 1:a is [b; a] here, but [a; b] at a"
-    (s (V.Membership_disagrees
-          { member = "b"; line = 1; view = "1:a"; members = [ "b"; "a" ]; other = "a"; other_members = [ "a"; "b" ] }));
-  Alcotest.(check string) "merge" "members alive at the end are in 2 views: 2:a has [a]; 2:b has [b; c]"
+  Alcotest.(check string)
+    "membership" "[b] line 1: view 1:a is [b; a] here, but [a; b] at a"
+    (s
+       (V.Membership_disagrees
+          {
+            member = "b";
+            line = 1;
+            view = "1:a";
+            members = [ "b"; "a" ];
+            other = "a";
+            other_members = [ "a"; "b" ];
+          }));
+  Alcotest.(check string)
+    "merge" "members alive at the end are in 2 views: 2:a has [a]; 2:b has [b; c]"
     (s (V.Not_merged { finals = [ ("2:a", [ "a" ]); ("2:b", [ "b"; "c" ]) ] }));
-  Alcotest.(check string) "missing log"
+  Alcotest.(check string)
+    "missing log"
     "no log of a, whose messages were delivered 2 time(s) (first: message 1 at [b] line 2)"
     (s (V.Sender_log_missing { from = "a"; member = "b"; line = 2; seq = m1; count = 2 }));
-  Alcotest.(check string) "gap"
-    "[b] line 4: delivers cast 3 of a in view 1:x but never delivers its earlier cast 2 of that view (a gap)"
-    (s (V.Gap { member = "b"; line = 4; view = "1:x"; from = "a"; kind = `Cast; seq = 3; missing = 2 }));
-  Alcotest.(check string) "sent while blocked"
+  Alcotest.(check string)
+    "gap"
+    "[b] line 4: delivers cast 3 of a in view 1:x but never delivers its earlier cast 2 of that \
+     view (a gap)"
+    (s
+       (V.Gap
+          { member = "b"; line = 4; view = "1:x"; from = "a"; kind = `Cast; seq = 3; missing = 2 }));
+  Alcotest.(check string)
+    "sent while blocked"
     "[a] line 3: sends message 2 in view 1:x after its block at line 2, before the next view"
     (s (V.Sent_while_blocked { member = "a"; line = 3; view = "1:x"; seq = 2; block = 2 }));
-  Alcotest.(check string) "duplicate id" "[a] line 3: uses message id a#1 again (first at line 2)"
+  Alcotest.(check string)
+    "duplicate id" "[a] line 3: uses message id a#1 again (first at line 2)"
     (s (V.Duplicate_id { member = "a"; line = 3; seq = 1; first = 2 }));
-  Alcotest.(check string) "ended blocked"
+  Alcotest.(check string)
+    "ended blocked"
     "[a] is live at the end but still blocked in view 1:x (block at line 4, no view after it)"
     (s (V.Ended_blocked { member = "a"; view = "1:x"; block = 4 }));
-  Alcotest.(check string) "casts unaccounted"
+  Alcotest.(check string)
+    "casts unaccounted"
     "[a] the API accepted 3 casts, but only 1 were sent or reported lost: 2 wedged"
     (s (V.Casts_unaccounted { member = "a"; accepted = 3; accounted = 1 }));
-  Alcotest.(check string) "wedged"
-    "[a] line 2: cast 1 in view 1:x is neither delivered by its live sender nor reported lost (a wedge)"
+  Alcotest.(check string)
+    "wedged"
+    "[a] line 2: cast 1 in view 1:x is neither delivered by its live sender nor reported lost (a \
+     wedge)"
     (s (V.Wedged { member = "a"; line = 2; view = "1:x"; seq = 1 }))
 
 (* The log format. *)
 
 let lines () =
   let chk name expected e = Alcotest.(check string) name expected (Log.to_line e) in
-  chk "view" {|{"ev":"view","t":0,"me":"a","view":"3:a","members":["a","b"]}|} (view "a" "3:a" [ "a"; "b" ]);
+  chk "view" {|{"ev":"view","t":0,"me":"a","view":"3:a","members":["a","b"]}|}
+    (view "a" "3:a" [ "a"; "b" ]);
   chk "empty members" {|{"ev":"view","t":0,"me":"a","view":"3:a","members":[]}|} (view "a" "3:a" []);
-  chk "cast" {|{"ev":"cast","t":0,"me":"a","view":"3:a","seq":7,"len":12,"digest":"0123456789abcdef"}|}
+  chk "cast"
+    {|{"ev":"cast","t":0,"me":"a","view":"3:a","seq":7,"len":12,"digest":"0123456789abcdef"}|}
     (cast ~len:12 ~digest:"0123456789abcdef" "a" "3:a" 7);
-  chk "send" {|{"ev":"send","t":0,"me":"a","view":"3:a","to":"b","seq":1,"len":0,"digest":"0000000000000001"}|}
+  chk "send"
+    {|{"ev":"send","t":0,"me":"a","view":"3:a","to":"b","seq":1,"len":0,"digest":"0000000000000001"}|}
     (send ~len:0 "a" "3:a" "b" m1);
   chk "deliver"
     {|{"ev":"deliver","t":0,"me":"b","view":"3:a","from":"a","kind":"cast","seq":1,"len":1,"digest":"0000000000000001"}|}
@@ -522,23 +717,30 @@ let lines () =
   chk "refused send"
     {|{"ev":"refused","t":0,"me":"a","view":"3:a","kind":"send","to":"b","seq":2,"len":1,"digest":"0000000000000002","reason":"flow control full"}|}
     (refused ~kind:`Send ~dst:"b" "a" "3:a" 2);
-  chk "lost" {|{"ev":"lost","t":0,"me":"a","kind":"cast","seq":3,"reason":"sender crashed"}|} (lost "a" 3);
+  chk "lost" {|{"ev":"lost","t":0,"me":"a","kind":"cast","seq":3,"reason":"sender crashed"}|}
+    (lost "a" 3);
   chk "exit" {|{"ev":"exit","t":0,"me":"a"}|} (exit "a");
   chk "live" {|{"ev":"live","t":0,"me":"a","casts":12}|} (live "a" 12);
-  chk "time" {|{"ev":"exit","t":1700000000123456789,"me":"a"}|} (Log.Exit { t = 1700000000123456789; me = "a" });
-  chk "escapes" {|{"ev":"exit","t":0,"me":"q\"\\\n\r\t\b\f\u0001\u001f/é"}|} (exit "q\"\\\n\r\t\b\012\001\031/é");
+  chk "time" {|{"ev":"exit","t":1700000000123456789,"me":"a"}|}
+    (Log.Exit { t = 1700000000123456789; me = "a" });
+  chk "escapes" {|{"ev":"exit","t":0,"me":"q\"\\\n\r\t\b\f\u0001\u001f/é"}|}
+    (exit "q\"\\\n\r\t\b\012\001\031/é");
   let ok name expected s =
     match Log.of_line s with
     | Ok e -> Alcotest.check event name expected e
     | Error e -> Alcotest.failf "%s: %a" name Log.pp_error e
   in
   ok "keys in any order, whitespace" (dc "b" "3:a" "a" m1)
-    " {\t\"digest\" : \"0000000000000001\", \"seq\":1, \"len\":1,\"kind\":\"cast\",\"from\":\"a\",\"view\":\"3:a\",\"me\":\"b\",\"t\":0,\"ev\":\"deliver\"}\r";
-  ok "unknown keys are ignored" (exit "a") {|{"ev":"exit","t":0,"me":"a","view":"1:a","extra":{"x":[1,2.5,null]}}|};
-  ok "escapes" (exit "\"\\/\b\012\n\r\t\000é€😀")
+    " {\t\"digest\" : \"0000000000000001\", \"seq\":1, \
+     \"len\":1,\"kind\":\"cast\",\"from\":\"a\",\"view\":\"3:a\",\"me\":\"b\",\"t\":0,\"ev\":\"deliver\"}\r";
+  ok "unknown keys are ignored" (exit "a")
+    {|{"ev":"exit","t":0,"me":"a","view":"1:a","extra":{"x":[1,2.5,null]}}|};
+  ok "escapes"
+    (exit "\"\\/\b\012\n\r\t\000é€😀")
     {|{"ev":"exit","t":0,"me":"\"\\\/\b\f\n\r\t\u0000\u00e9\u20AC\ud83d\ude00"}|};
   ok "raw UTF-8" (exit "é€😀") "{\"ev\":\"exit\",\"t\":0,\"me\":\"é€😀\"}";
-  ok "members with spaces" (view "a" "1:a" [ "a"; "b" ])
+  ok "members with spaces"
+    (view "a" "1:a" [ "a"; "b" ])
     {|{"ev":"view","t":0,"me":"a","view":"1:a","members":[ "a" , "b" ]}|};
   let bad name s =
     match Log.of_line s with
@@ -553,9 +755,12 @@ let lines () =
       ("unknown event", {|{"ev":"join","t":0,"me":"a"}|});
       ("missing ev", {|{"t":0,"me":"a"}|});
       ("missing t", {|{"ev":"exit","me":"a"}|});
-      ("missing seq", {|{"ev":"cast","t":0,"me":"a","view":"1:a","len":1,"digest":"0000000000000001"}|});
+      ( "missing seq",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","len":1,"digest":"0000000000000001"}|} );
       ("missing key", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1}|});
-      ("refused send without to", {|{"ev":"refused","t":0,"me":"a","view":"1:a","kind":"send","seq":1,"len":1,"digest":"0000000000000001","reason":"x"}|});
+      ( "refused send without to",
+        {|{"ev":"refused","t":0,"me":"a","view":"1:a","kind":"send","seq":1,"len":1,"digest":"0000000000000001","reason":"x"}|}
+      );
       ("empty reason", {|{"ev":"lost","t":0,"me":"a","kind":"cast","seq":1,"reason":""}|});
       ("repeated key", {|{"ev":"exit","t":0,"me":"a","me":"a"}|});
       ("number for string", {|{"ev":"exit","t":0,"me":1}|});
@@ -565,18 +770,36 @@ let lines () =
       ("empty member", {|{"ev":"view","t":0,"me":"a","view":"1:a","members":["a",""]}|});
       ("numbers in members", {|{"ev":"view","t":0,"me":"a","view":"1:a","members":[1]}|});
       ("trailing comma", {|{"ev":"view","t":0,"me":"a","view":"1:a","members":["a",]}|});
-      ("negative len", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":-1,"digest":"0000000000000001"}|});
+      ( "negative len",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":-1,"digest":"0000000000000001"}|}
+      );
       ("negative t", {|{"ev":"exit","t":-1,"me":"a"}|});
       ("fraction t", {|{"ev":"exit","t":1.5,"me":"a"}|});
-      ("fraction len", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1.0,"digest":"0000000000000001"}|});
-      ("exponent len", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1e3,"digest":"0000000000000001"}|});
-      ("leading zero", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":01,"digest":"0000000000000001"}|});
-      ("huge len", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1234567890123456789012,"digest":"0000000000000001"}|});
-      ("seq beyond 2^62", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":4611686018427387904,"len":1,"digest":"0000000000000001"}|});
-      ("string len", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":"1","digest":"0000000000000001"}|});
-      ("short digest", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1,"digest":"000000000000001"}|});
-      ("upper-case digest", {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1,"digest":"000000000000000A"}|});
-      ("bad kind", {|{"ev":"deliver","t":0,"me":"b","view":"1:a","from":"a","kind":"multicast","seq":1,"len":1,"digest":"0000000000000001"}|});
+      ( "fraction len",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1.0,"digest":"0000000000000001"}|}
+      );
+      ( "exponent len",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1e3,"digest":"0000000000000001"}|}
+      );
+      ( "leading zero",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":01,"digest":"0000000000000001"}|}
+      );
+      ( "huge len",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1234567890123456789012,"digest":"0000000000000001"}|}
+      );
+      ( "seq beyond 2^62",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":4611686018427387904,"len":1,"digest":"0000000000000001"}|}
+      );
+      ( "string len",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":"1","digest":"0000000000000001"}|}
+      );
+      ( "short digest",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1,"digest":"000000000000001"}|} );
+      ( "upper-case digest",
+        {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1,"digest":"000000000000000A"}|} );
+      ( "bad kind",
+        {|{"ev":"deliver","t":0,"me":"b","view":"1:a","from":"a","kind":"multicast","seq":1,"len":1,"digest":"0000000000000001"}|}
+      );
       ("trailing garbage", {|{"ev":"exit","t":0,"me":"a"} x|});
       ("two objects", {|{"ev":"exit","t":0,"me":"a"}{"ev":"exit","t":0,"me":"a"}|});
       ("unterminated", {|{"ev":"exit","t":0,"me":"a|});
@@ -585,15 +808,23 @@ let lines () =
       ("short \\u", {|{"ev":"exit","t":0,"me":"\u41"}|});
       ("lone high surrogate", {|{"ev":"exit","t":0,"me":"\ud83d"}|});
     ];
-  let err s = match Log.of_line s with Error e -> Fmt.str "%a" Log.pp_error e | Ok _ -> "accepted" in
-  Alcotest.(check string) "error names the missing key" {|missing key "t"|} (err {|{"ev":"exit","me":"a"}|});
-  Alcotest.(check string) "error names the repeated key" {|repeated key "me"|}
+  let err s =
+    match Log.of_line s with Error e -> Fmt.str "%a" Log.pp_error e | Ok _ -> "accepted"
+  in
+  Alcotest.(check string)
+    "error names the missing key" {|missing key "t"|} (err {|{"ev":"exit","me":"a"}|});
+  Alcotest.(check string)
+    "error names the repeated key" {|repeated key "me"|}
     (err {|{"ev":"exit","t":0,"me":"a","me":"b"}|});
-  Alcotest.(check string) "syntax error, one line" "not JSON: Line 1, bytes 26-27: Unexpected end of input"
+  Alcotest.(check string)
+    "syntax error, one line" "not JSON: Line 1, bytes 26-27: Unexpected end of input"
     (err {|{"ev":"exit","t":0,"me":"a"|});
-  Alcotest.(check string) "digest error" {|"digest": expected 16 lower-case hex digits|}
+  Alcotest.(check string)
+    "digest error" {|"digest": expected 16 lower-case hex digits|}
     (err {|{"ev":"cast","t":0,"me":"a","view":"1:a","seq":1,"len":1,"digest":"00"}|});
-  Alcotest.(check string) "unknown event" {|unknown event "join"|} (err {|{"ev":"join","t":0,"me":"a"}|})
+  Alcotest.(check string)
+    "unknown event" {|unknown event "join"|}
+    (err {|{"ev":"join","t":0,"me":"a"}|})
 
 (* Random events with strings of random code points. *)
 let gen_string =
@@ -621,34 +852,39 @@ let gen_event =
     num >>= fun t ->
     oneof
       [
-        map3 (fun me v members -> Log.View { t; me; view = v; members }) gen_string gen_string
+        map3
+          (fun me v members -> Log.View { t; me; view = v; members })
+          gen_string gen_string
           (list_size (int_range 0 5) gen_string);
         map3
           (fun (me, view) seq (len, digest) -> Log.Cast { t; me; view; seq; len; digest })
           (pair gen_string gen_string) num (pair num digest);
         map3
           (fun (me, view, dst) seq (len, digest) -> Log.Send { t; me; view; dst; seq; len; digest })
-          (triple gen_string gen_string gen_string) num (pair num digest);
+          (triple gen_string gen_string gen_string)
+          num (pair num digest);
         map3
           (fun (me, view, from) (kind, seq) (len, digest) ->
             Log.Deliver { t; me; view; from; kind; seq; len; digest })
-          (triple gen_string gen_string gen_string) (pair kind num) (pair num digest);
+          (triple gen_string gen_string gen_string)
+          (pair kind num) (pair num digest);
         map2 (fun me view -> Log.Block { t; me; view }) gen_string gen_string;
         map3
           (fun (me, view, dst) (kind, seq) (len, digest, reason) ->
             let dst = match kind with `Send -> Some dst | `Cast -> None in
             Log.Refused { t; me; view; kind; dst; seq; len; digest; reason })
-          (triple gen_string gen_string gen_string) (pair kind num) (triple num digest gen_string);
-        map3 (fun me (kind, seq) reason -> Log.Lost { t; me; kind; seq; reason }) gen_string (pair kind num)
-          gen_string;
+          (triple gen_string gen_string gen_string)
+          (pair kind num) (triple num digest gen_string);
+        map3
+          (fun me (kind, seq) reason -> Log.Lost { t; me; kind; seq; reason })
+          gen_string (pair kind num) gen_string;
         map (fun me -> Log.Exit { t; me }) gen_string;
         map2 (fun me casts -> Log.Live { t; me; casts }) gen_string num;
       ])
 
 let prop_round_trip =
   qtest ~count:1000 "to_line then of_line is the identity"
-    (QCheck.make ~print:Log.to_line gen_event)
-    (fun e -> Log.of_line (Log.to_line e) = Ok e)
+    (QCheck.make ~print:Log.to_line gen_event) (fun e -> Log.of_line (Log.to_line e) = Ok e)
 
 (* Garbage: random bytes, and valid lines with bytes changed, inserted or
    cut. Whatever [of_line] accepts must print back to an equal event. *)
@@ -678,13 +914,13 @@ let prop_garbage =
   qtest ~count:3000 "garbage lines are errors, never exceptions"
     (QCheck.make ~print:(Printf.sprintf "%S") gen_garbage)
     (fun s ->
-      match Log.of_line s with
-      | Error _ -> true
-      | Ok e -> Log.of_line (Log.to_line e) = Ok e)
+      match Log.of_line s with Error _ -> true | Ok e -> Log.of_line (Log.to_line e) = Ok e)
 
 let with_file contents f =
   let path = Filename.temp_file "consort-vsync" ".log" in
-  Fun.protect ~finally:(fun () -> Sys.remove path) (fun () ->
+  Fun.protect
+    ~finally:(fun () -> Sys.remove path)
+    (fun () ->
       let oc = open_out_bin path in
       output_string oc contents;
       close_out oc;
@@ -713,42 +949,61 @@ let files () =
       Alcotest.(check (result (list event) string)) "with final newline" (Ok a) (read_file p));
   with_file text (fun p ->
       Alcotest.(check (result (list event) string)) "without final newline" (Ok a) (read_file p));
-  with_file (String.concat "\r\n" (List.map Log.to_line a) ^ "\r\n") (fun p ->
-      Alcotest.(check (result (list event) string)) "CRLF" (Ok a) (read_file p));
-  with_file "" (fun p -> Alcotest.(check (result (list event) string)) "empty file" (Ok []) (read_file p));
-  with_file ({|{"ev":"exit","t":0,"me":"a"}|} ^ "\n\n" ^ {|{"ev":"exit","t":0,"me":"a"}|}) (fun p ->
-      Alcotest.(check (result (list event) string)) "blank line"
-        (Error (p ^ ":2: not JSON: Blank input data")) (read_file p));
-  with_file ({|{"ev":"exit","t":0,"me":"a"}|} ^ "\n" ^ {|{"ev":"exit","t":0,"me":"a"|}) (fun p ->
-      Alcotest.(check (result (list event) string)) "truncated last line"
-        (Error (p ^ ":2: not JSON: Line 1, bytes 26-27: Unexpected end of input")) (read_file p));
+  with_file
+    (String.concat "\r\n" (List.map Log.to_line a) ^ "\r\n")
+    (fun p -> Alcotest.(check (result (list event) string)) "CRLF" (Ok a) (read_file p));
+  with_file "" (fun p ->
+      Alcotest.(check (result (list event) string)) "empty file" (Ok []) (read_file p));
+  with_file
+    ({|{"ev":"exit","t":0,"me":"a"}|} ^ "\n\n" ^ {|{"ev":"exit","t":0,"me":"a"}|})
+    (fun p ->
+      Alcotest.(check (result (list event) string))
+        "blank line"
+        (Error (p ^ ":2: not JSON: Blank input data"))
+        (read_file p));
+  with_file
+    ({|{"ev":"exit","t":0,"me":"a"}|} ^ "\n" ^ {|{"ev":"exit","t":0,"me":"a"|})
+    (fun p ->
+      Alcotest.(check (result (list event) string))
+        "truncated last line"
+        (Error (p ^ ":2: not JSON: Line 1, bytes 26-27: Unexpected end of input"))
+        (read_file p));
   (match Log.read_file "/nonexistent/consort.log" with
   | Error (Log.Io e) -> Alcotest.(check bool) "missing file names it" true (String.length e > 0)
   | Error _ -> Alcotest.fail "missing file: wrong error"
   | Ok _ -> Alcotest.fail "missing file read");
   let g = good () in
-  with_files (List.map snd g @ [ [] ]) (fun paths ->
+  with_files
+    (List.map snd g @ [ [] ])
+    (fun paths ->
       match V.check_files ~quiescent:true ~require_merge:true paths with
       | Error l -> Alcotest.failf "good run: %a" Fmt.(list ~sep:cut string) (problems l)
       | Ok s ->
-          Alcotest.(check string) "summary"
-            "5 logs, 4 members, 3 views (8 installs), 7 casts, 1 sends, 18 deliveries, 0 blocks, 0 refused, 0 lost, 1 exits"
+          Alcotest.(check string)
+            "summary"
+            "5 logs, 4 members, 3 views (8 installs), 7 casts, 1 sends, 18 deliveries, 0 blocks, 0 \
+             refused, 0 lost, 1 exits"
             (Fmt.str "%a" V.pp_summary s);
           Alcotest.(check int) "casts" 7 s.casts);
-  with_files (List.map snd (edit "b" (fun es -> remove_nth 1 es) g)) (fun paths ->
+  with_files
+    (List.map snd (edit "b" (fun es -> remove_nth 1 es) g))
+    (fun paths ->
       match V.check_files paths with
       | Ok _ -> Alcotest.fail "b misses a1: accepted"
       | Error l ->
-          Alcotest.(check (list string)) "violations as strings"
+          Alcotest.(check (list string))
+            "violations as strings"
             [
-              "views 1:a then 2:a: message 1 of a delivered in 1:a by [a] but not by [b], \
-               which stay with them";
+              "views 1:a then 2:a: message 1 of a delivered in 1:a by [a] but not by [b], which \
+               stay with them";
             ]
             (problems l));
   with_file {|{"ev":"exit","t":0,"me":"a"}|} (fun good_path ->
       with_file "{\"ev\":\"exit\",\"t\":0}\n" (fun bad_path ->
-          Alcotest.(check (result reject (list string))) "read errors, all of them"
-            (Error [ bad_path ^ ":1: missing key \"me\""; "/nonexistent/x: No such file or directory" ])
+          Alcotest.(check (result reject (list string)))
+            "read errors, all of them"
+            (Error
+               [ bad_path ^ ":1: missing key \"me\""; "/nonexistent/x: No such file or directory" ])
             (Result.map_error problems (V.check_files [ good_path; bad_path; "/nonexistent/x" ]))))
 
 (* Random correct histories: a simulated group whose members cast, send
@@ -764,14 +1019,14 @@ module Sim = struct
     vid : string;
     members : string list;
     q : (string * string, item Queue.t) Hashtbl.t;
-    upto : (string * string, int) Hashtbl.t;  (* 1 + idx of the last delivery *)
+    upto : (string * string, int) Hashtbl.t; (* 1 + idx of the last delivery *)
     nsent : (string, int) Hashtbl.t;
   }
 
   type t = {
     rand : Random.State.t;
     logs : (string, Log.event list ref) Hashtbl.t;
-    mutable pids : string list;  (* latest first *)
+    mutable pids : string list; (* latest first *)
     mutable groups : group list;
     mutable ltime : int;
     mutable ndigests : int;
@@ -781,7 +1036,10 @@ module Sim = struct
 
   let rint t n = Random.State.int t.rand n
   let pick t l = List.nth l (rint t (List.length l))
-  let emit t pid e = let l = Hashtbl.find t.logs pid in l := e :: !l
+
+  let emit t pid e =
+    let l = Hashtbl.find t.logs pid in
+    l := e :: !l
 
   let fresh_pid t =
     let p = Printf.sprintf "p%d" (List.length t.pids + 1) in
@@ -822,7 +1080,9 @@ module Sim = struct
 
   let send t g s d =
     let m = message t g s `Send in
-    emit t s (Log.Send { t = 0; me = s; view = g.vid; dst = d; seq = m.seq; len = m.len; digest = m.digest });
+    emit t s
+      (Log.Send
+         { t = 0; me = s; view = g.vid; dst = d; seq = m.seq; len = m.len; digest = m.digest });
     Queue.push m (queue g s d)
 
   let deliver t g r s m =
@@ -866,8 +1126,7 @@ module Sim = struct
           (fun r ->
             let l = List.filter (fun m -> m.idx < cut) (List.of_seq (Queue.to_seq (queue g s r))) in
             Queue.clear (queue g s r);
-            if l <> [] then
-              Hashtbl.replace pending r ((s, ref l) :: find_list pending r))
+            if l <> [] then Hashtbl.replace pending r ((s, ref l) :: find_list pending r))
           stay)
       g.members;
     List.iter
@@ -876,7 +1135,11 @@ module Sim = struct
           let srcs = List.filter (fun (_, l) -> !l <> []) (find_list pending r) in
           if srcs <> [] then begin
             let s, l = pick t srcs in
-            (match !l with m :: rest -> deliver t g r s m; l := rest | [] -> ());
+            (match !l with
+            | m :: rest ->
+                deliver t g r s m;
+                l := rest
+            | [] -> ());
             go ()
           end
         in
@@ -926,10 +1189,7 @@ module Sim = struct
     let g = pick t t.groups in
     match rint t 20 with
     | 0 -> view_change t
-    | 1 | 2 -> (
-        match g.members with
-        | [] -> ()
-        | ms -> send t g (pick t ms) (pick t ms))
+    | 1 | 2 -> ( match g.members with [] -> () | ms -> send t g (pick t ms) (pick t ms))
     | 3 | 4 | 5 | 6 | 7 | 8 | 9 | 10 -> cast t g (pick t g.members)
     | _ -> if not (deliver_one t g) then cast t g (pick t g.members)
 
@@ -937,7 +1197,9 @@ module Sim = struct
     let t = { rand; logs = Hashtbl.create 16; pids = []; groups = []; ltime = 0; ndigests = 0 } in
     let first = List.init (1 + rint t 4) (fun _ -> fresh_pid t) in
     t.groups <- [ install t first ];
-    for _ = 1 to steps do step t done;
+    for _ = 1 to steps do
+      step t
+    done;
     (match ending with
     | Open -> ()
     | Quiescent -> List.iter (fun g -> flush t g g.members) t.groups
@@ -983,8 +1245,7 @@ let check_history ending logs =
   V.check ~quiescent ~require_merge logs
 
 let prop_correct =
-  qtest "random correct histories pass"
-    (QCheck.make ~print:print_history gen_history)
+  qtest "random correct histories pass" (QCheck.make ~print:print_history gen_history)
     (fun (ending, logs, _) ->
       match check_history ending logs with
       | Ok () -> true
@@ -994,8 +1255,8 @@ let prop_correct =
 type mutation =
   | Drop of string * int
   | Swap of string * int * int
-  | Dup of string * int * int  (* copy event i before event j *)
-  | Move of string * int * int * string  (* move event i before event j, now in view v *)
+  | Dup of string * int * int (* copy event i before event j *)
+  | Move of string * int * int * string (* move event i before event j, now in view v *)
   | Disagree of string * int * string list
 
 let pp_mutation ppf = function
@@ -1082,7 +1343,9 @@ let candidates ending logs alive =
                 | `Not_in -> false
               in
               if must then drops := Drop (id, i) :: !drops;
-              for j = i + 1 to sh.ends.(k) do dups := Dup (id, i, j) :: !dups done;
+              for j = i + 1 to sh.ends.(k) do
+                dups := Dup (id, i, j) :: !dups
+              done;
               for j = i + 1 to sh.ends.(k) - 1 do
                 match a.(j) with
                 | Log.Deliver d when d.from = from && d.kind = kind ->
@@ -1107,7 +1370,9 @@ let candidates ending logs alive =
   List.filter (fun l -> l <> []) [ !drops; !swaps; !dups; !moves; !disagree ]
 
 let apply logs m =
-  let on id f = List.map (fun (i, es) -> if i = id then (i, f (Array.of_list es)) else (i, es)) logs in
+  let on id f =
+    List.map (fun (i, es) -> if i = id then (i, f (Array.of_list es)) else (i, es)) logs
+  in
   (* [e] inserted before index [j] of [a], or at its end *)
   let insert a j e =
     List.concat (List.mapi (fun k x -> if k = j then [ e; x ] else [ x ]) (Array.to_list a))
@@ -1169,10 +1434,12 @@ let caught (ending, logs, _, m) =
       | Error l ->
           List.exists expected l
           || QCheck.Test.fail_reportf "%a: wrong report:@ %a" pp_mutation m
-               Fmt.(list ~sep:cut V.pp_violation) l)
+               Fmt.(list ~sep:cut V.pp_violation)
+               l)
 
 let print_mutated (ending, logs, alive, m) =
-  print_history (ending, logs, alive) ^ "\n"
+  print_history (ending, logs, alive)
+  ^ "\n"
   ^ match m with None -> "no mutation" | Some m -> Fmt.str "%a" pp_mutation m
 
 let prop_mutation =
@@ -1208,11 +1475,15 @@ let coverage () =
     if List.exists (fun (_, es) -> has is_send es) logs then count "send";
     (* Members alive at the end in different views: partitioned. *)
     let finals = Hashtbl.create 8 in
-    List.iter (fun (id, es) ->
+    List.iter
+      (fun (id, es) ->
         if List.mem id alive then
-          match List.rev (List.filter_map (function Log.View v -> Some v.view | _ -> None) es) with
+          match
+            List.rev (List.filter_map (function Log.View v -> Some v.view | _ -> None) es)
+          with
           | v :: _ -> Hashtbl.replace finals v ()
-          | [] -> ()) logs;
+          | [] -> ())
+      logs;
     if Hashtbl.length finals > 1 then count "partitioned at the end"
   done;
   List.iter
@@ -1220,7 +1491,15 @@ let coverage () =
       let n = get k in
       if n < 20 then Alcotest.failf "%s: only %d histories in 300" k n)
     [
-      "drop"; "swap"; "dup"; "move"; "disagree"; "exit"; "crash"; "send"; "partitioned at the end";
+      "drop";
+      "swap";
+      "dup";
+      "move";
+      "disagree";
+      "exit";
+      "crash";
+      "send";
+      "partitioned at the end";
       "more than 5 members";
     ]
 

@@ -31,11 +31,15 @@ let () =
   let b n d doc = Arg.(value & opt bool d & info [ n ] ~doc) in
   let term =
     Term.(
-      const run $ i "bytes" 1_000_000 "bytes to send" $ f "loss" 0. "loss probability"
-      $ i "buffer" 262144 "send and receive buffer" $ f "reorder" 0. "reorder probability"
-      $ f "duplicate" 0. "duplication probability" $ i "rate" 0 "bottleneck bytes/s (0: none)"
-      $ i "delay" 1000 "one-way delay, us" $ i "seed" 1 "seed" $ b "sack" true "SACK"
-      $ b "timestamps" true "timestamps"
+      const run
+      $ i "bytes" 1_000_000 "bytes to send"
+      $ f "loss" 0. "loss probability"
+      $ i "buffer" 262144 "send and receive buffer"
+      $ f "reorder" 0. "reorder probability"
+      $ f "duplicate" 0. "duplication probability"
+      $ i "rate" 0 "bottleneck bytes/s (0: none)"
+      $ i "delay" 1000 "one-way delay, us"
+      $ i "seed" 1 "seed" $ b "sack" true "SACK" $ b "timestamps" true "timestamps"
       $ Arg.(value & flag & info [ "debug" ] ~doc:"debug logs"))
   in
   exit (Cmd.eval (Cmd.v (Cmd.info "tcp_transfer") term))

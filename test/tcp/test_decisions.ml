@@ -8,7 +8,9 @@ let check_bool = Alcotest.(check bool)
 let case name f = Alcotest.test_case name `Quick f
 
 let acceptable () =
-  let a ~wnd ~s ~len = Tcp_verdict.acceptable ~rcv_nxt:(seq 1000) ~rcv_wnd:wnd ~seq:(seq s) ~seg_len:len in
+  let a ~wnd ~s ~len =
+    Tcp_verdict.acceptable ~rcv_nxt:(seq 1000) ~rcv_wnd:wnd ~seq:(seq s) ~seg_len:len
+  in
   (* The four cases of the table. *)
   check_bool "empty, zero window, at RCV.NXT" true (a ~wnd:0 ~s:1000 ~len:0);
   check_bool "empty, zero window, elsewhere" false (a ~wnd:0 ~s:1001 ~len:0);
@@ -109,7 +111,8 @@ let window () =
   check_bool "read opening a closed window updates" true
     (Tcp_window.update_after_read ~buffer:10_000 ~unconsumed:0 ~open_now:0 ~rcv_mss:1000 ~shift:0);
   check_bool "a small read does not" false
-    (Tcp_window.update_after_read ~buffer:10_000 ~unconsumed:9_500 ~open_now:0 ~rcv_mss:1000 ~shift:0)
+    (Tcp_window.update_after_read ~buffer:10_000 ~unconsumed:9_500 ~open_now:0 ~rcv_mss:1000
+       ~shift:0)
 
 let options () =
   let o =

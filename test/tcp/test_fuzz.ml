@@ -16,19 +16,26 @@ type seg = {
 
 let gen_seg =
   let open QCheck.Gen in
-  let near = frequency [ (4, int_range (-3000) 70000); (1, int_range (-0x7FFF_FFFF) 0x7FFF_FFFF) ] in
+  let near =
+    frequency [ (4, int_range (-3000) 70000); (1, int_range (-0x7FFF_FFFF) 0x7FFF_FFFF) ]
+  in
   let opt =
     oneof
       [
         map (fun n -> Tcp_packet.Mss n) (int_bound 0xFFFF);
         map (fun n -> Tcp_packet.Window_scale n) (int_bound 20);
         return Tcp_packet.Sack_permitted;
-        map2 (fun a b -> Tcp_packet.Sack [ (Tcp_seq.of_int a, Tcp_seq.of_int b) ]) (int_bound 100000) (int_bound 100000);
-        map2 (fun value echo -> Tcp_packet.Timestamp { value; echo }) (int_bound 5000) (int_bound 5000);
+        map2
+          (fun a b -> Tcp_packet.Sack [ (Tcp_seq.of_int a, Tcp_seq.of_int b) ])
+          (int_bound 100000) (int_bound 100000);
+        map2
+          (fun value echo -> Tcp_packet.Timestamp { value; echo })
+          (int_bound 5000) (int_bound 5000);
       ]
   in
   map
-    (fun ((flags, dseq, dack, len), (window, opts, wait)) -> { flags; dseq; dack; len; window; opts; wait })
+    (fun ((flags, dseq, dack, len), (window, opts, wait)) ->
+      { flags; dseq; dack; len; window; opts; wait })
     (pair
        (quad (int_bound 0x3F) near near (frequency [ (3, return 0); (2, int_range 1 1400) ]))
        (triple (int_bound 0xFFFF) (list_size (int_bound 2) opt) (int_bound 300)))
@@ -64,13 +71,16 @@ let run_case (timestamps, segs) =
     (N.T.passive_open N.tcp { N.T.port = 80; from = None } (fun c ->
          conn := Some c;
          {
-           N.T.receive = (fun c p -> N.T.consume c (Packet.length p); Packet.release p);
+           N.T.receive =
+             (fun c p ->
+               N.T.consume c (Packet.length p);
+               Packet.release p);
            status = (fun _ _ -> ());
          }));
   let inject ~seq ~ack ~flags ~window ~options ~len =
     let hdr =
-      Tcp_packet.v ~src_port:5000 ~dst_port:80 ~seq ~ack ~flags:(Tcp_packet.flags_of_int flags) ~window
-        ~options ()
+      Tcp_packet.v ~src_port:5000 ~dst_port:80 ~seq ~ack ~flags:(Tcp_packet.flags_of_int flags)
+        ~window ~options ()
     in
     let payload = String.make len 'x' in
     let n = Tcp_packet.header_length hdr + len in
@@ -81,7 +91,8 @@ let run_case (timestamps, segs) =
   let irs = Tcp_seq.of_int 1000 in
   let ts = if timestamps then [ Tcp_packet.Timestamp { value = 1; echo = 0 } ] else [] in
   inject ~seq:irs ~ack:Tcp_seq.zero ~flags:Tcp_wire.syn ~window:65535
-    ~options:([ Tcp_packet.Mss 1000; Window_scale 2; Sack_permitted ] @ ts) ~len:0;
+    ~options:([ Tcp_packet.Mss 1000; Window_scale 2; Sack_permitted ] @ ts)
+    ~len:0;
   let iss = match !sent with [ (h, _) ] -> h.seq | _ -> failwith "no SYN-ACK" in
   let rcv = Tcp_seq.succ irs and una = Tcp_seq.succ iss in
   inject ~seq:rcv ~ack:una ~flags:Tcp_wire.ack ~window:1000 ~options:ts ~len:0;
@@ -90,19 +101,24 @@ let run_case (timestamps, segs) =
   List.iter
     (fun s ->
       let options =
-        if timestamps && not (List.exists (function Tcp_packet.Timestamp _ -> true | _ -> false) s.opts)
+        if
+          timestamps
+          && not (List.exists (function Tcp_packet.Timestamp _ -> true | _ -> false) s.opts)
         then Tcp_packet.Timestamp { value = 2; echo = 0 } :: s.opts
         else s.opts
       in
       let options =
         let rec fit n = function
           | [] -> []
-          | o :: r -> if n + Tcp_packet.option_length o <= 40 then o :: fit (n + Tcp_packet.option_length o) r else []
+          | o :: r ->
+              if n + Tcp_packet.option_length o <= 40 then
+                o :: fit (n + Tcp_packet.option_length o) r
+              else []
         in
         fit 0 options
       in
-      inject ~seq:(Tcp_seq.add rcv s.dseq) ~ack:(Tcp_seq.add una s.dack) ~flags:s.flags ~window:s.window
-        ~options ~len:s.len;
+      inject ~seq:(Tcp_seq.add rcv s.dseq) ~ack:(Tcp_seq.add una s.dack) ~flags:s.flags
+        ~window:s.window ~options ~len:s.len;
       Clock.Virtual.advance vclock (Time.of_ms s.wait))
     segs;
   Clock.Virtual.advance vclock (Time.of_sec 5.);
@@ -132,7 +148,10 @@ let prop timestamps seed =
   let name = Fmt.str "random segments on an established connection (timestamps %b)" timestamps in
   let t =
     QCheck.Test.make ~count:300 ~name
-      QCheck.(make ~print:(fun l -> Fmt.str "%a" Fmt.(list ~sep:semi pp_seg) l) Gen.(list_size (int_range 1 40) gen_seg))
+      QCheck.(
+        make
+          ~print:(fun l -> Fmt.str "%a" Fmt.(list ~sep:semi pp_seg) l)
+          Gen.(list_size (int_range 1 40) gen_seg))
       (fun segs -> run_case (timestamps, segs))
   in
   Alcotest.test_case name `Quick (fun () ->

@@ -67,8 +67,7 @@ let mss_clamp =
 0.3   > P. 49:97(48) ack 1
 |}
 
-let tests =
-  [ cookie_with_timestamps; cookie_without_timestamps; cookie_expires; mss_clamp ]
+let tests = [ cookie_with_timestamps; cookie_without_timestamps; cookie_expires; mss_clamp ]
 
 (* {1 Floods} *)
 
@@ -78,7 +77,8 @@ let spoofed_syn ~src ~dst ~sport ~dport ~seq =
     Tcp_packet.v ~src_port:sport ~dst_port:dport ~seq:(Tcp_seq.of_int seq) ~ack:Tcp_seq.zero
       ~flags:{ Tcp_packet.no_flags with syn = true }
       ~window:65535
-      ~options:Tcp_packet.[ Mss 1460; Sack_permitted; Timestamp { value = seq; echo = 0 }; Window_scale 7 ]
+      ~options:
+        Tcp_packet.[ Mss 1460; Sack_permitted; Timestamp { value = seq; echo = 0 }; Window_scale 7 ]
       ()
   in
   let cs = Cstruct.create (Tcp_packet.header_length hdr) in
@@ -105,16 +105,20 @@ let syn_flood () =
     for i = 1 to n do
       let src = 1000 + Random.State.int rng 1_000_000_000 in
       Mem.inject net ~src ~dst:2
-        (spoofed_syn ~src ~dst:2 ~sport:(1024 + (i mod 60000)) ~dport:80
-           ~seq:(Random.State.bits rng))
+        (spoofed_syn ~src ~dst:2
+           ~sport:(1024 + (i mod 60000))
+           ~dport:80 ~seq:(Random.State.bits rng))
     done;
     let grown = (live_words () - before) * (Sys.word_size / 8) in
     let s = B.T.query B.tcp in
     let backlog = Tcp.default_config.backlog in
     Logs.app (fun m ->
         m "after %d SYNs: %a; heap grew %d KiB; %d lower connections; %d pool segments" n
-          Tcp.pp_stats s (grown / 1024) (Mem.connections B.mem) (Consort.Pool.in_use (Mem.pool net)));
-    Alcotest.(check bool) (Fmt.str "half-open connections bounded (%d)" s.active) true (s.active <= backlog);
+          Tcp.pp_stats s (grown / 1024) (Mem.connections B.mem)
+          (Consort.Pool.in_use (Mem.pool net)));
+    Alcotest.(check bool)
+      (Fmt.str "half-open connections bounded (%d)" s.active)
+      true (s.active <= backlog);
     Alcotest.(check int) "the rest answered with cookies" (n - backlog) s.syn_cookies_sent;
     Alcotest.(check bool)
       (Fmt.str "lower connections bounded (%d)" (Mem.connections B.mem))
@@ -122,8 +126,12 @@ let syn_flood () =
       (Mem.connections B.mem <= backlog);
     Alcotest.(check bool)
       (Fmt.str "accounted memory under 1 MiB (%d)" s.memory)
-      true (s.memory < 1 lsl 20);
-    Alcotest.(check bool) (Fmt.str "heap grew under 4 MiB (%d KiB)" (grown / 1024)) true (grown < 4 lsl 20);
+      true
+      (s.memory < 1 lsl 20);
+    Alcotest.(check bool)
+      (Fmt.str "heap grew under 4 MiB (%d KiB)" (grown / 1024))
+      true
+      (grown < 4 lsl 20);
     Alcotest.(check bool) "pool segments" true (Consort.Pool.in_use (Mem.pool net) <= 2);
     checked := true
   in
@@ -185,24 +193,32 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?beside () 
            }))
   in
   if fresh then
-  ignore
-    (N.T.passive_open N.tcp { N.T.port = 80; from = None } (fun c ->
-         Hashtbl.replace conns (fst (N.T.remote c))
-           ((fun () -> N.T.info c), fun n -> N.T.write c (Cstruct.create n));
-         {
-           N.T.receive = (fun c p -> N.T.consume c (Packet.length p); Packet.release p);
-           status = (fun _ _ -> ());
-         }));
+    ignore
+      (N.T.passive_open N.tcp { N.T.port = 80; from = None } (fun c ->
+           Hashtbl.replace conns
+             (fst (N.T.remote c))
+             ((fun () -> N.T.info c), fun n -> N.T.write c (Cstruct.create n));
+           {
+             N.T.receive =
+               (fun c p ->
+                 N.T.consume c (Packet.length p);
+                 Packet.release p);
+             status = (fun _ _ -> ());
+           }));
   let irs = 1000 in
   let iss = ref 0 in
   let inject ?(options = []) ?(len = 0) ?(window = 65535) ~seq ~ack flags =
     let hdr =
-      Tcp_packet.v ~src_port:5000 ~dst_port:80 ~seq:(Tcp_seq.of_int (irs + seq))
-        ~ack:(Tcp_seq.of_int (!iss + ack)) ~flags:(Tcp_packet.flags_of_int flags) ~window ~options ()
+      Tcp_packet.v ~src_port:5000 ~dst_port:80
+        ~seq:(Tcp_seq.of_int (irs + seq))
+        ~ack:(Tcp_seq.of_int (!iss + ack))
+        ~flags:(Tcp_packet.flags_of_int flags) ~window ~options ()
     in
     let n = Tcp_packet.header_length hdr + len in
     let cs =
-      Tcp_packet.to_cstruct ~pseudo:(Mem.pseudo ~src:host ~dst:1 ~len:n) hdr ~payload:(String.make len 'x')
+      Tcp_packet.to_cstruct
+        ~pseudo:(Mem.pseudo ~src:host ~dst:1 ~len:n)
+        hdr ~payload:(String.make len 'x')
     in
     ignore (Mem.send pc (Packet.of_string pool (Cstruct.to_string cs)));
     Clock.Virtual.advance vclock 0
@@ -210,11 +226,11 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?beside () 
   let tso = if ts then [ Tcp_packet.Timestamp { value = 1; echo = 0 } ] else [] in
   inject ~seq:0 ~ack:0 Tcp_wire.syn
     ~options:((Tcp_packet.Mss 1000 :: (if sack then [ Tcp_packet.Sack_permitted ] else [])) @ tso);
-  (match !sent with
-  | [ (h, _) ] -> iss := Tcp_seq.to_int h.seq
-  | _ -> failwith "no SYN-ACK");
+  (match !sent with [ (h, _) ] -> iss := Tcp_seq.to_int h.seq | _ -> failwith "no SYN-ACK");
   inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:tso;
-  let get () = match Hashtbl.find_opt conns host with Some c -> c | None -> failwith "not established" in
+  let get () =
+    match Hashtbl.find_opt conns host with Some c -> c | None -> failwith "not established"
+  in
   {
     vclock;
     node;
@@ -232,7 +248,9 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?beside () 
    budget varies from second to second. *)
 let challenge_budget () =
   let limit = 10 in
-  let r = raw ~config:{ Tcp.default_config with challenge_ack_limit = limit; timestamps = false } () in
+  let r =
+    raw ~config:{ Tcp.default_config with challenge_ack_limit = limit; timestamps = false } ()
+  in
   let counts =
     List.init 30 (fun _ ->
         r.sent := [];
@@ -245,7 +263,11 @@ let challenge_budget () =
   in
   Logs.app (fun m -> m "challenge ACKs per second: %a" Fmt.(list ~sep:sp int) counts);
   List.iter
-    (fun n -> Alcotest.(check bool) (Fmt.str "within [%d, %d]: %d" (limit / 2) limit n) true (n >= limit / 2 && n <= limit))
+    (fun n ->
+      Alcotest.(check bool)
+        (Fmt.str "within [%d, %d]: %d" (limit / 2) limit n)
+        true
+        (n >= limit / 2 && n <= limit))
     counts;
   Alcotest.(check bool) "the budget varies" true (List.exists (fun n -> n <> List.hd counts) counts)
 
@@ -308,7 +330,9 @@ let sack_abuse () =
     true
     (per_ack <= 8 * (Tcp_sack.default_max_blocks + 4))
 
-let tests = tests @ [ Alcotest.test_case "a SACK-abusing receiver costs bounded work per ACK" `Quick sack_abuse ]
+let tests =
+  tests
+  @ [ Alcotest.test_case "a SACK-abusing receiver costs bounded work per ACK" `Quick sack_abuse ]
 
 (* {1 Conformance} *)
 
@@ -326,7 +350,7 @@ let handshake =
 let data_after_close =
   case "data after close draws a RST (RFC 1122 4.2.2.13)" ~config:plain
     (handshake
-    ^ {|
+   ^ {|
 0.3   close
 0.3   > F. 1:1(0) ack 1
 0.4   < . 1:1(0) ack 2 win 65535
@@ -334,31 +358,34 @@ let data_after_close =
 0.5   < P. 1:11(10) ack 2 win 65535
 0.5   > R 2:2(0)
 0.5   expect state CLOSED
-|})
+|}
+    )
 
 let close_unread =
   case "close with unread data sends RST, not FIN" ~config:plain
     (handshake
-    ^ {|
+   ^ {|
 0.3   autoconsume off
 0.3   < P. 1:11(10) ack 1 win 65535
 0.34  > . 1:1(0) ack 11
 0.4   close
 0.4   > R 1:1(0)
 0.4   expect state CLOSED
-|})
+|}
+    )
 
 let close_read =
   case "close after reading everything sends FIN" ~config:plain
     (handshake
-    ^ {|
+   ^ {|
 0.3   autoconsume off
 0.3   < P. 1:11(10) ack 1 win 65535
 0.34  > . 1:1(0) ack 11
 0.4   read 10
 0.4   close
 0.4   > F. 1:1(0) ack 11
-|})
+|}
+    )
 
 let paws_missing =
   case "PAWS: a segment without a timestamp is dropped silently, an old one ACKed"
@@ -378,7 +405,7 @@ let paws_missing =
 let rfc1337 =
   case "RST in TIME-WAIT is ignored (RFC 1337)" ~config:plain
     (handshake
-    ^ {|
+   ^ {|
 0.3   close
 0.3   > F. 1:1(0) ack 1
 0.4   < F. 1:1(0) ack 2 win 65535
@@ -388,13 +415,14 @@ let rfc1337 =
 0.5   expect state TIME-WAIT
 0.6   < F. 1:1(0) ack 2 win 65535                   # the FIN again: still acknowledged
 0.6   > . 2:2(0) ack 2
-|})
+|}
+    )
 
 let zero_window_orphan =
   case "a connection closed behind a zero window gives up probing" ~config:plain
     ~tol:(Consort.Time.of_ms 1)
     (handshake
-    ^ {|
+   ^ {|
 0.3   write 2000
 0.3   > . 1:1001(1000) ack 1
 0.3   > P. 1001:2001(1000) ack 1
@@ -419,11 +447,11 @@ let zero_window_orphan =
 64.15 < . 1:1(0) ack 2001 win 0
 124.15 > R 2001:2001(0)                           # the ninth expiry: 8 probes sent
 124.15 expect state CLOSED
-|})
+|}
+    )
 
 let tests =
-  tests
-  @ [ data_after_close; close_unread; close_read; paws_missing; rfc1337; zero_window_orphan ]
+  tests @ [ data_after_close; close_unread; close_read; paws_missing; rfc1337; zero_window_orphan ]
 
 (* {1 Many connections} *)
 
@@ -458,7 +486,9 @@ let churn ?(config = Tcp.default_config) ~n ~bytes () =
     Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
       | Error e -> Fmt.failwith "connect: %a" Protocol.pp_error e
       | Ok s ->
-          Socket.Promise.upon (A.Sock.write s (Cstruct.create bytes)) (fun _ ->
+          Socket.Promise.upon
+            (A.Sock.write s (Cstruct.create bytes))
+            (fun _ ->
               A.Sock.close s;
               Socket.Promise.upon (A.Sock.closed s) (fun _ -> incr done_)))
   done;
@@ -471,7 +501,8 @@ let time_wait_small () =
   let vclock, (module A), (module B), served, done_ = churn ~n ~bytes:1000 () in
   let grown = (live_words () - before) * (Sys.word_size / 8) in
   let s = A.T.query A.tcp in
-  Logs.app (fun m -> m "%d connections in TIME-WAIT: %a; heap %d KiB" n Tcp.pp_stats s (grown / 1024));
+  Logs.app (fun m ->
+      m "%d connections in TIME-WAIT: %a; heap %d KiB" n Tcp.pp_stats s (grown / 1024));
   Alcotest.(check int) "all served" n !served;
   Alcotest.(check int) "all closed" n !done_;
   Alcotest.(check int) "all in TIME-WAIT" n s.active;
@@ -518,11 +549,13 @@ let orphan_limit () =
   Logs.app (fun m -> m "%a" Tcp.pp_stats st);
   Alcotest.(check int) "orphans at the limit" 10 st.orphans;
   Alcotest.(check int) "connections left" 10 st.active;
-  Alcotest.(check bool) "the oldest were reset, the newest kept" true
+  Alcotest.(check bool)
+    "the oldest were reset, the newest kept" true
     (List.for_all (fun c -> A.T.state c = Tcp.Closed) (List.filteri (fun i _ -> i >= 10) conns)
     && List.for_all (fun c -> A.T.state c <> Tcp.Closed) (List.filteri (fun i _ -> i < 10) conns))
 
-let tests = tests @ [ Alcotest.test_case "orphans over the limit: the oldest are reset" `Quick orphan_limit ]
+let tests =
+  tests @ [ Alcotest.test_case "orphans over the limit: the oldest are reset" `Quick orphan_limit ]
 
 (* At the global limit a new connection takes the place of the oldest
    orphan, and is refused when there is none. *)
@@ -538,7 +571,9 @@ let connection_limit () =
   let rec accept () = Socket.Promise.upon (B.Sock.accept l) (fun _ -> accept ()) in
   accept ();
   let handler = { A.T.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) } in
-  let opn () = A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler) in
+  let opn () =
+    A.T.active_open A.tcp { A.T.host = 2; port = 80; local_port = None } (fun _ -> handler)
+  in
   let conns = List.init 5 (fun _ -> Result.get_ok (opn ())) in
   Clock.Virtual.advance vclock (Time.of_sec 1.);
   (match opn () with
@@ -601,14 +636,16 @@ let ooo_collapse () =
     peak := max !peak (N.T.query N.tcp).memory
   done;
   let info = r.info () in
-  Logs.app (fun m -> m "peak accounted memory %d KiB; %d segments queued" (!peak / 1024) info.ooo_segments);
+  Logs.app (fun m ->
+      m "peak accounted memory %d KiB; %d segments queued" (!peak / 1024) info.ooo_segments);
   Alcotest.(check bool) (Fmt.str "memory bounded (%d KiB)" (!peak / 1024)) true (!peak < 3 lsl 20);
   Alcotest.(check int) "all 100 held" 100 info.ooo_segments;
   (* The hole is filled: every byte comes out. *)
   r.inject ~seq:1 ~ack:1 ~len:202 Tcp_wire.ack;
   Alcotest.(check int) "delivered" 202 (r.info ()).bytes_received
 
-let tests = tests @ [ Alcotest.test_case "out-of-order queue collapsed under pressure" `Quick ooo_collapse ]
+let tests =
+  tests @ [ Alcotest.test_case "out-of-order queue collapsed under pressure" `Quick ooo_collapse ]
 
 (* {1 ICMP errors} *)
 
@@ -642,7 +679,8 @@ let err kind (h : Tcp_packet.t) ?(seq = h.seq) () =
 let icmp_hard () =
   icmp_case (fun ~net ~vclock ~state ~info:_ ~status ~syn ->
       (* Off the path: a sequence number not in flight is not believed. *)
-      Mem.icmp net ~at:1 ~about:2 (err (Hard "port unreachable") syn ~seq:(Tcp_seq.add syn.seq 5000) ());
+      Mem.icmp net ~at:1 ~about:2
+        (err (Hard "port unreachable") syn ~seq:(Tcp_seq.add syn.seq 5000) ());
       Alcotest.(check bool) "forged error ignored" true (state () = Tcp.Syn_sent);
       Clock.Virtual.advance vclock (Consort.Time.of_ms 100);
       Mem.icmp net ~at:1 ~about:2 (err (Hard "port unreachable") syn ());
@@ -692,11 +730,19 @@ let icmp_frag_needed () =
    and nothing without 8 bytes of quoted header. *)
 let icmp6_to_tcp () =
   let quoted = "\x00\x50\x13\x88\x00\x00\x10\x00" in
-  let kind e = Option.map (fun (t : Tcp_icmp.t) -> t.kind) (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = e; quoted })) in
-  Alcotest.(check bool) "packet too big 1280: 1240 for TCP" true (kind (Packet_too_big 1280) = Some (Frag_needed 1240));
-  Alcotest.(check bool) "port unreachable: hard" true
+  let kind e =
+    Option.map
+      (fun (t : Tcp_icmp.t) -> t.kind)
+      (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = e; quoted }))
+  in
+  Alcotest.(check bool)
+    "packet too big 1280: 1240 for TCP" true
+    (kind (Packet_too_big 1280) = Some (Frag_needed 1240));
+  Alcotest.(check bool)
+    "port unreachable: hard" true
     (match kind (Unreachable 4) with Some (Hard _) -> true | _ -> false);
-  Alcotest.(check bool) "time exceeded: soft" true
+  Alcotest.(check bool)
+    "time exceeded: soft" true
     (match kind (Time_exceeded 0) with Some (Soft _) -> true | _ -> false);
   (match Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted }) with
   | Some t ->
@@ -704,7 +750,8 @@ let icmp6_to_tcp () =
       Alcotest.(check int) "the other port" 5000 t.dst_port;
       Alcotest.(check int) "the sequence number" 0x1000 (Tcp_seq.to_int t.seq)
   | None -> Alcotest.fail "not read");
-  Alcotest.(check bool) "too short a quote" true
+  Alcotest.(check bool)
+    "too short a quote" true
     (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted = "abc" }) = None)
 
 let tests =
@@ -712,6 +759,7 @@ let tests =
   @ [
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
-      Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick icmp_frag_needed;
+      Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick
+        icmp_frag_needed;
       Alcotest.test_case "ICMPv6 errors as TCP reads them" `Quick icmp6_to_tcp;
     ]

@@ -15,7 +15,8 @@ let black_hole limit net (module _ : Node.S) =
 let run ?(plpmtud = true) ?(limit = Time.of_sec 3600.) hole n =
   let config = { Tcp.default_config with plpmtud } in
   Transfer.run ~config ~receiver_config:config ~limit ~prelude:(black_hole hole)
-    ~impairments:{ Mem.perfect with delay = Time.of_ms 5 } ~seed:3 n
+    ~impairments:{ Mem.perfect with delay = Time.of_ms 5 }
+    ~seed:3 n
 
 let finds hole () =
   let n = 1024 * kb in
@@ -36,12 +37,15 @@ let finds hole () =
 
 let stuck_without () =
   match run ~plpmtud:false ~limit:(Time.of_sec 120.) 1000 (64 * kb) with
-  | r -> Alcotest.failf "the transfer completed through a black hole without probing: %a" Transfer.pp_result r
+  | r ->
+      Alcotest.failf "the transfer completed through a black hole without probing: %a"
+        Transfer.pp_result r
   | exception Failure msg -> Logs.app (fun m -> m "without probing: %s" msg)
 
 let tests =
   [
-    Alcotest.test_case "a black hole at 1000 bytes: found, the transfer completes" `Quick (finds 1000);
+    Alcotest.test_case "a black hole at 1000 bytes: found, the transfer completes" `Quick
+      (finds 1000);
     Alcotest.test_case "a black hole at 600 bytes" `Quick (finds 600);
     Alcotest.test_case "a black hole at 1400 bytes (just under the link's)" `Quick (finds 1400);
     Alcotest.test_case "without probing, nothing gets through a black hole" `Quick stuck_without;

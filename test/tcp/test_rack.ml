@@ -55,7 +55,9 @@ let tail_loss () =
   let rack = run ~receiver_config ~prelude:(drop_tail ~n ~tail) n in
   let base = run ~receiver_config ~rack:false ~prelude:(drop_tail ~n ~tail) n in
   Logs.app (fun m ->
-      m "clean %.1f ms; tail loss: RACK-TLP %.1f ms (%d probes, %d timeouts), without %.1f ms (%d timeouts)"
+      m
+        "clean %.1f ms; tail loss: RACK-TLP %.1f ms (%d probes, %d timeouts), without %.1f ms (%d \
+         timeouts)"
         (ms clean.virtual_time) (ms rack.virtual_time) rack.sender.probes rack.timeouts
         (ms base.virtual_time) base.timeouts);
   Alcotest.(check int) "no loss, no probe retransmission" 0 clean.retransmitted;
@@ -88,7 +90,9 @@ let drop_one ~at net (module _ : Node.S) =
          match Tcp_packet.decode (Cstruct.of_string frame) with
          | Error _ -> false
          | Ok (h, hl) -> (
-             if h.flags.syn then (isn := Some h.seq; false)
+             if h.flags.syn then (
+               isn := Some h.seq;
+               false)
              else
                match !isn with
                | Some isn when String.length frame > hl && Tcp_seq.sub h.seq isn - 1 >= at ->
@@ -130,14 +134,18 @@ let short_transfers () =
   let total rack =
     List.fold_left
       (fun (vt, rto, probes) seed ->
-        let r = Transfer.run ~config:{ Tcp.default_config with rack } ~impairments ~seed (64 * kb) in
+        let r =
+          Transfer.run ~config:{ Tcp.default_config with rack } ~impairments ~seed (64 * kb)
+        in
         (vt + r.virtual_time, rto + r.timeouts, probes + r.sender.probes))
       (0, 0, 0)
       (List.init 200 (fun i -> 100 + i))
   in
   let vt_on, rto_on, probes_on = total true and vt_off, rto_off, _ = total false in
   Logs.app (fun m ->
-      m "200 x 64 KiB at 1%% loss: RACK-TLP %.0f ms, %d timeouts, %d probes; without %.0f ms, %d timeouts"
+      m
+        "200 x 64 KiB at 1%% loss: RACK-TLP %.0f ms, %d timeouts, %d probes; without %.0f ms, %d \
+         timeouts"
         (ms vt_on) rto_on probes_on (ms vt_off) rto_off);
   Alcotest.(check bool) "probes went" true (probes_on > 0);
   Alcotest.(check bool) "without RACK-TLP, tails wait for the RTO" true (rto_off >= 4);
@@ -149,5 +157,6 @@ let tests =
     Alcotest.test_case "a tail loss costs a probe and a round trip, not the RTO" `Quick tail_loss;
     Alcotest.test_case "a loss in the middle is found by time, once" `Quick middle_loss;
     Alcotest.test_case "reordering inside the window is not loss" `Quick reordering;
-    Alcotest.test_case "short transfers at 1% loss: probes instead of timeouts" `Quick short_transfers;
+    Alcotest.test_case "short transfers at 1% loss: probes instead of timeouts" `Quick
+      short_transfers;
   ]

@@ -50,7 +50,6 @@ let passive_lifecycle =
 90.1  > R 3002:3002(0)
 |}
 
-
 let full = { Tcp.default_config with window_scale = true; sack = true; timestamps = true }
 let plain = { Tcp.default_config with window_scale = false; sack = false; timestamps = false }
 
@@ -104,7 +103,7 @@ let no_options =
 let rst_handling =
   case "RST and SYN on an established connection: RFC 5961 challenge ACKs"
     (handshake
-    ^ {|
+   ^ {|
 0.3   < R 1000:1000(0) win 0            # in window, not exact: challenge ACK
 0.3   > . 1:1(0) ack 1
 0.4   < R 100000:100000(0) win 0        # outside the window: ignored
@@ -119,7 +118,8 @@ let rst_handling =
 0.7   expect status reset
 0.8   < . 1:1(0) ack 1 win 100
 0.8   > R 1:1(0)
-|})
+|}
+    )
 
 let syn_sent_rst =
   case "SYN-SENT: unacceptable ACKs and RSTs, then a refusal"
@@ -137,8 +137,7 @@ let syn_sent_rst =
 |}
 
 let ooo_sack =
-  case "out-of-order segments are queued and reported with SACK"
-    ~config:{ plain with sack = true }
+  case "out-of-order segments are queued and reported with SACK" ~config:{ plain with sack = true }
     {|
 0     listen 8080
 0.1   < S 0:0(0) win 65535 <mss 1000,sackOK>
@@ -162,7 +161,7 @@ let fast_retransmit =
   case "three duplicate ACKs: fast retransmit, partial ACK, NewReno recovery"
     ~config:{ plain with initial_window = Some 10 }
     (handshake
-    ^ {|
+   ^ {|
 0.3   write 10000
 0.3   > . 1:1001(1000) ack 1
 0.3   > . 1001:2001(1000) ack 1
@@ -186,7 +185,8 @@ let fast_retransmit =
 0.5   > . 3001:4001(1000) ack 1
 0.6   < . 1:1(0) ack 10001 win 65535
 0.6   expect cwnd 2000                      # min (ssthresh, flight + 1 segment)
-|})
+|}
+    )
 
 let sack_recovery =
   case "SACK loss recovery (RFC 6675): lost segments retransmitted, SACKed ones not"
@@ -226,7 +226,7 @@ let sack_recovery =
 let zero_window_probe =
   case "zero window: persist probes with backoff until the window opens"
     (handshake
-    ^ {|
+   ^ {|
 0.25  < . 1:1(0) ack 1 win 0
 0.3   write 2000
 0.6   > . 0:0(0) ack 1                      # RTO 300 ms
@@ -238,7 +238,8 @@ let zero_window_probe =
 2.5   > . 1:1001(1000) ack 1
 2.6   < . 1:1(0) ack 1001 win 1000
 2.6   > P. 1001:2001(1000) ack 1
-|})
+|}
+    )
 
 let receive_window =
   case "receive window: closes when the application stops reading, reopens with an update"
@@ -307,7 +308,7 @@ let fin_listen_syn_sent =
 let fin_wait_1_closing =
   case "FIN in FIN-WAIT-1 (simultaneous close) then CLOSING, TIME-WAIT"
     (handshake
-    ^ {|
+   ^ {|
 0.3   close
 0.3   > F. 1:1(0) ack 1
 0.3   < F. 1:1(0) ack 1 win 65535           # crosses our FIN
@@ -318,12 +319,13 @@ let fin_wait_1_closing =
 0.4   < . 2:2(0) ack 2 win 65535
 0.4   expect state TIME-WAIT
 0.4   expect status closed
-|})
+|}
+    )
 
 let fin_wait_1_acked =
   case "FIN in FIN-WAIT-1 that also acknowledges ours: straight to TIME-WAIT"
     (handshake
-    ^ {|
+   ^ {|
 0.3   write 10
 0.3   > P. 1:11(10) ack 1
 0.3   shutdown
@@ -331,12 +333,13 @@ let fin_wait_1_acked =
 0.4   < F. 1:1(0) ack 12 win 65535
 0.4   > . 12:12(0) ack 2
 0.4   expect state TIME-WAIT
-|})
+|}
+    )
 
 let fin_out_of_order =
   case "a FIN beyond a hole waits for the hole"
     (handshake
-    ^ {|
+   ^ {|
 0.3   < F. 101:201(100) ack 1 win 65535
 0.3   > . 1:1(0) ack 1
 0.3   expect state ESTABLISHED
@@ -344,7 +347,8 @@ let fin_out_of_order =
 0.4   > . 1:1(0) ack 202
 0.4   expect state CLOSE-WAIT
 0.4   expect delivered 200
-|})
+|}
+    )
 
 let simultaneous_open =
   case "simultaneous open"
@@ -364,7 +368,7 @@ let simultaneous_open =
 let time_wait_reuse =
   case "a new SYN in TIME-WAIT above the old sequence opens a new connection"
     (handshake
-    ^ {|
+   ^ {|
 0.3   close
 0.3   > F. 1:1(0) ack 1
 0.4   < F. 1:1(0) ack 2 win 65535
@@ -372,13 +376,14 @@ let time_wait_reuse =
 0.4   expect state TIME-WAIT
 1.0   < S 100000:100000(0) win 65535 <mss 1000>
 1.0   > S. 0:0(0) ack 100001 win 65535 <mss 1460>
-|})
+|}
+    )
 
 let rto_backoff_karn =
   case "RTO: exponential backoff, Karn's rule, then a fresh sample"
     ~config:{ plain with plpmtud = false } (* or the second timeout halves the segments *)
     (handshake
-    ^ {|
+   ^ {|
 0.2   expect rto 300
 0.3   write 1000
 0.3   > P. 1:1001(1000) ack 1
@@ -392,7 +397,8 @@ let rto_backoff_karn =
 5.1   > P. 1001:2001(1000) ack 1
 5.2   < . 1:1(0) ack 2001 win 65535
 5.2   expect rto 250                        # srtt 100 ms, rttvar 37.5 ms
-|})
+|}
+    )
 
 (* RFC 8899 section 4.3: the same segment lost to two timeouts in a row
    may be a path that drops large packets without a word; the segments
@@ -401,7 +407,7 @@ let rto_backoff_karn =
 let black_hole_halves =
   case "black hole: the second timeout halves the segments (RFC 8899)"
     (handshake
-    ^ {|
+   ^ {|
 0.2   expect rto 300
 0.3   write 1000
 0.3   > P. 1:1001(1000) ack 1
@@ -411,7 +417,8 @@ let black_hole_halves =
 1.3   > P. 721:1001(280) ack 1
 1.4   < . 1:1(0) ack 1001 win 65535
 1.4   expect mss 720
-|})
+|}
+    )
 
 let syn_backoff =
   case "SYN retransmissions back off from 1 s, then the open times out"
@@ -445,7 +452,7 @@ let paws =
 let nodelay =
   case "Nagle holds small segments while data is unacknowledged; no-delay does not"
     (handshake
-    ^ {|
+   ^ {|
 0.3   write 10
 0.3   > P. 1:11(10) ack 1
 0.3   write 10
@@ -458,17 +465,19 @@ let nodelay =
 0.6   > P. 31:41(10) ack 1
 0.6   write 10
 0.6   > P. 41:51(10) ack 1
-|})
+|}
+    )
 
 let keepalive =
   case "keepalive: probes after idle time, then the connection times out"
     ~config:
       {
         plain with
-        keepalive = Some { Tcp.idle = Consort.Time.of_sec 10.; interval = Consort.Time.of_sec 1.; probes = 3 };
+        keepalive =
+          Some { Tcp.idle = Consort.Time.of_sec 10.; interval = Consort.Time.of_sec 1.; probes = 3 };
       }
     (handshake
-    ^ {|
+   ^ {|
 10.2  > . 0:0(0) ack 1
 10.3  < . 1:1(0) ack 1 win 65535            # answered: idle again
 20.3  > . 0:0(0) ack 1
@@ -476,20 +485,22 @@ let keepalive =
 22.3  > . 0:0(0) ack 1
 23.3  > R 1:1(0)
 23.3  expect status timeout
-|})
+|}
+    )
 
 let challenge_rate_limit =
   case "challenge ACKs are rate-limited per second (RFC 5961 section 7)"
     ~config:{ plain with challenge_ack_limit = 1 }
     (handshake
-    ^ {|
+   ^ {|
 0.3   < R 1000:1000(0) win 0
 0.3   > . 1:1(0) ack 1
 0.31  < S 7:7(0) win 0                    # over the limit: nothing
 0.32  < R 1000:1000(0) win 0
 1.1   < R 1000:1000(0) win 0              # a new second
 1.1   > . 1:1(0) ack 1
-|})
+|}
+    )
 
 let old_ack =
   case "an ACK older than the largest window is challenged, a recent one ignored"
@@ -542,7 +553,7 @@ let syn_ack_lost =
 let idle_restart =
   case "after an idle period longer than the RTO, the window restarts from IW (RFC 5681 4.1)"
     (handshake
-    ^ {|
+   ^ {|
 0.3   write 4000
 0.3   > . 1:1001(1000) ack 1
 0.3   > . 1001:2001(1000) ack 1
@@ -556,7 +567,8 @@ let idle_restart =
 2.0   > . 6001:7001(1000) ack 1
 2.0   > . 7001:8001(1000) ack 1
 2.0   expect cwnd 4000
-|})
+|}
+    )
 
 let tests =
   [

@@ -65,7 +65,8 @@ let echo () =
           Promise.upon (B.Sock.read s buf) (function
             | Ok 0 -> B.Sock.close s
             | Ok k ->
-                Promise.upon (B.Sock.write s (Cstruct.sub (Cstruct.of_string (Cstruct.to_string buf)) 0 k))
+                Promise.upon
+                  (B.Sock.write s (Cstruct.sub (Cstruct.of_string (Cstruct.to_string buf)) 0 k))
                   (function Ok () -> loop () | Error x -> Alcotest.failf "echo write: %a" err x)
             | Error x -> Alcotest.failf "echo read: %a" err x)
         in
@@ -73,7 +74,7 @@ let echo () =
   let s = ok err (await e (A.Sock.connect A.tcp 2 7)) in
   List.iter
     (fun n ->
-      let msg = String.init n (fun i -> Char.chr ((i * 31 + n) land 0xFF)) in
+      let msg = String.init n (fun i -> Char.chr (((i * 31) + n) land 0xFF)) in
       ok err (await e (A.Sock.write_string s msg));
       Alcotest.(check string) (Fmt.str "echo of %d bytes" n) msg (read_exactly e (A.Sock.read s) n))
     [ 1; 100; 1460; 5000; 100_000 ];
@@ -130,14 +131,19 @@ let half_close () =
   ok err (await e (A.Sock.write_string cli "request"));
   A.Sock.shutdown cli;
   Alcotest.(check string) "request" "request" (read_exactly e (B.Sock.read srv) 7);
-  Alcotest.(check int) "then end of stream" 0 (ok err (await e (B.Sock.read srv (Cstruct.create 10))));
+  Alcotest.(check int)
+    "then end of stream" 0
+    (ok err (await e (B.Sock.read srv (Cstruct.create 10))));
   Clock.Virtual.advance e.vclock (Time.of_ms 10);
-  Alcotest.(check bool) "the client side is still open for reading" true
+  Alcotest.(check bool)
+    "the client side is still open for reading" true
     (A.T.state (A.Sock.connection cli) = Tcp.Fin_wait_2);
   let reply = String.make 300_000 'r' in
   ok err (await e (B.Sock.write_string srv reply));
   B.Sock.close srv;
-  Alcotest.(check string) "reply after the half-close" reply (read_exactly e (A.Sock.read cli) 300_000);
+  Alcotest.(check string)
+    "reply after the half-close" reply
+    (read_exactly e (A.Sock.read cli) 300_000);
   ok err (await e (A.Sock.closed cli));
   ok err (await e (B.Sock.closed srv));
   finish e
@@ -151,7 +157,9 @@ let back_pressure () =
   let cli = ok err (await e c) in
   let w = A.Sock.write cli (Cstruct.create 200_000) in
   Alcotest.(check bool) "the write waits for the buffer" false (Promise.is_resolved w);
-  Alcotest.(check bool) "send buffer is full" true ((A.Sock.info cli).unsent + (A.Sock.info cli).unacked = 16 * 1024);
+  Alcotest.(check bool)
+    "send buffer is full" true
+    ((A.Sock.info cli).unsent + (A.Sock.info cli).unacked = 16 * 1024);
   let got = read_exactly e (B.Sock.read srv) 200_000 in
   Alcotest.(check int) "all bytes" 200_000 (String.length got);
   ok err (await e w);

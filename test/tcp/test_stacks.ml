@@ -13,7 +13,13 @@ let ip_b = Ipv4_addr.of_string_exn "10.1.0.2"
 let prefix ip = Result.get_ok (Ipv4_addr.Prefix.of_string (Ipv4_addr.to_string ip ^ "/24"))
 let tcp_ethertype = 0x88B5
 
-type world = { vc : Clock.Virtual.clock; clock : Clock.t; pool : Pool.t; a : Ipstack.t; b : Ipstack.t }
+type world = {
+  vc : Clock.Virtual.clock;
+  clock : Clock.t;
+  pool : Pool.t;
+  a : Ipstack.t;
+  b : Ipstack.t;
+}
 
 (* A device that passes [d]'s frames through [drop] on the way out: those
    for which it holds vanish. *)
@@ -82,7 +88,9 @@ let over_ip w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_a
    checksum, ICMPv6 errors read by {!Tcp_icmp.of_ipv6}. *)
 let over_ip6 w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv6_addr.t) =
   let ip6 =
-    Ipstack.Ip6.create ~address:Ipv6_addr.Prefix.{ addr = local; len = 64 } ~clock:w.clock ~pool:w.pool s.eth
+    Ipstack.Ip6.create
+      ~address:Ipv6_addr.Prefix.{ addr = local; len = 64 }
+      ~clock:w.clock ~pool:w.pool s.eth
   in
   let module P = struct
     type host = Ipv6_addr.t
@@ -139,7 +147,8 @@ let over_ethernet w (s : Ipstack.t) local ~seed : (module NODE with type host = 
 
 (* Send [n] bytes from A to B's port 80 and check them all; returns A's
    and B's TCP counters. *)
-let bulk (type h) w (module A : NODE with type host = h) (module B : NODE with type host = h) (dst : h) n =
+let bulk (type h) w (module A : NODE with type host = h) (module B : NODE with type host = h)
+    (dst : h) n =
   let data = Tcp_harness.Transfer.payload ~seed:n n in
   let l = Result.get_ok (B.Sock.listen B.tcp 80) in
   let got = ref 0 and eof = ref false and closed = ref 0 in
@@ -164,11 +173,13 @@ let bulk (type h) w (module A : NODE with type host = h) (module B : NODE with t
   Socket.Promise.upon (A.Sock.connect A.tcp dst 80) (function
     | Error e -> Alcotest.failf "connect: %a" Protocol.pp_error e
     | Ok s ->
-        Socket.Promise.upon (A.Sock.write s (Cstruct.of_bytes data)) (function
-          | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
-          | Ok () ->
-              A.Sock.shutdown s;
-              Socket.Promise.upon (A.Sock.closed s) (fun r -> if r = Ok () then incr closed)));
+        Socket.Promise.upon
+          (A.Sock.write s (Cstruct.of_bytes data))
+          (function
+            | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+            | Ok () ->
+                A.Sock.shutdown s;
+                Socket.Promise.upon (A.Sock.closed s) (fun r -> if r = Ok () then incr closed)));
   Clock.Virtual.run_until_idle ~limit:(Time.of_sec 3600.) w.vc;
   Alcotest.(check int) "bytes" n !got;
   Alcotest.(check bool) "end of stream" true !eof;
@@ -179,11 +190,20 @@ let bulk (type h) w (module A : NODE with type host = h) (module B : NODE with t
 let over_ipv4 () =
   let w =
     world ~seed:3
-      { Impair.none with drop = 0.02; duplicate = 0.02; reorder = 0.05; corrupt = 0.02; reorder_delay = Time.of_ms 3; delay = Time.of_ms 1 }
+      {
+        Impair.none with
+        drop = 0.02;
+        duplicate = 0.02;
+        reorder = 0.05;
+        corrupt = 0.02;
+        reorder_delay = Time.of_ms 3;
+        delay = Time.of_ms 1;
+      }
   in
   let a = over_ip w w.a ip_a ~seed:1 and b = over_ip w w.b ip_b ~seed:2 in
   let sa, sb = bulk w a b ip_b (2 * 1024 * 1024) in
-  Alcotest.(check bool) "corrupted segments caught by the checksum" true
+  Alcotest.(check bool)
+    "corrupted segments caught by the checksum" true
     (sa.bad_checksum + sb.bad_checksum > 0);
   Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
 
@@ -205,7 +225,9 @@ let black_hole_ipv4 () =
   let w = world ~drop ~seed:5 { Impair.none with delay = Time.of_ms 2 } in
   let a = over_ip w w.a ip_a ~seed:1 and b = over_ip w w.b ip_b ~seed:2 in
   let sa, _ = bulk w a b ip_b (1024 * 1024) in
-  Logs.app (fun m -> m "%d TCP datagrams, %d without DF, %d dropped by the black hole; %a" !tcp !without_df !dropped Tcp.pp_stats sa);
+  Logs.app (fun m ->
+      m "%d TCP datagrams, %d without DF, %d dropped by the black hole; %a" !tcp !without_df
+        !dropped Tcp.pp_stats sa);
   Alcotest.(check bool) "TCP was seen" true (!tcp > 500);
   Alcotest.(check int) "DF on every TCP datagram" 0 !without_df;
   Alcotest.(check bool) "the black hole swallowed the first segments" true (!dropped > 0);
@@ -217,11 +239,20 @@ let ip6_b = Ipv6_addr.of_string_exn "fd01::b"
 let over_ipv6 () =
   let w =
     world ~seed:6
-      { Impair.none with drop = 0.02; duplicate = 0.02; reorder = 0.05; corrupt = 0.02; reorder_delay = Time.of_ms 3; delay = Time.of_ms 1 }
+      {
+        Impair.none with
+        drop = 0.02;
+        duplicate = 0.02;
+        reorder = 0.05;
+        corrupt = 0.02;
+        reorder_delay = Time.of_ms 3;
+        delay = Time.of_ms 1;
+      }
   in
   let a = over_ip6 w w.a ip6_a ~seed:1 and b = over_ip6 w w.b ip6_b ~seed:2 in
   let sa, sb = bulk w a b ip6_b (2 * 1024 * 1024) in
-  Alcotest.(check bool) "corrupted segments caught by the checksum" true
+  Alcotest.(check bool)
+    "corrupted segments caught by the checksum" true
     (sa.bad_checksum + sb.bad_checksum > 0);
   Alcotest.(check bool) "losses repaired" true (sa.retransmitted > 0)
 
@@ -234,8 +265,11 @@ let over_raw_ethernet () =
 
 let tests =
   [
-    Alcotest.test_case "over IPv4 and Ethernet, with loss, duplication, reordering, corruption" `Quick over_ipv4;
+    Alcotest.test_case "over IPv4 and Ethernet, with loss, duplication, reordering, corruption"
+      `Quick over_ipv4;
     Alcotest.test_case "straight over Ethernet, checksums off (Fox Fig. 2)" `Quick over_raw_ethernet;
-    Alcotest.test_case "over IPv6 (same functor), with loss, duplication, reordering, corruption" `Quick over_ipv6;
-    Alcotest.test_case "over IPv4: DF on every segment; a black hole found by probing" `Quick black_hole_ipv4;
+    Alcotest.test_case "over IPv6 (same functor), with loss, duplication, reordering, corruption"
+      `Quick over_ipv6;
+    Alcotest.test_case "over IPv4: DF on every segment; a black hole found by probing" `Quick
+      black_hole_ipv4;
   ]

@@ -29,9 +29,12 @@ let grid =
           let n = if loss >= 0.05 && buf <= 16 * kb then 512 * kb else 2 * mb in
           transfer
             (Fmt.str "loss %g%%, buffers %d KiB, %d KiB" (loss *. 100.) (buf / kb) (n / kb))
-            ~config ~impairments:(lossy loss) ~seed:(int_of_float (loss *. 1000.) + buf) n
+            ~config ~impairments:(lossy loss)
+            ~seed:(int_of_float (loss *. 1000.) + buf)
+            n
             ~check:(fun r ->
-              if loss = 0. then Alcotest.(check int) "no retransmission without loss" 0 r.retransmitted
+              if loss = 0. then
+                Alcotest.(check int) "no retransmission without loss" 0 r.retransmitted
               else Alcotest.(check bool) "losses were repaired" true (r.retransmitted > 0)))
         [ 16 * kb; 64 * kb; 256 * kb; mb ])
     [ 0.; 0.01; 0.05; 0.10 ]
@@ -55,16 +58,13 @@ let reorder =
 let newreno =
   transfer "NewReno alone (no SACK, no timestamps), 5% loss"
     ~config:{ Tcp.default_config with sack = false; timestamps = false }
-    ~impairments:(lossy 0.05) (mb)
-    ~check:(fun r ->
+    ~impairments:(lossy 0.05) mb ~check:(fun r ->
       Alcotest.(check bool) "SACK off" false r.sender.sack_ok;
       Alcotest.(check bool) "fast retransmits" true (r.fast_retransmits > 0))
 
 let no_wscale =
   transfer "no window scaling: the window stays under 64 KiB"
-    ~config:{ Tcp.default_config with window_scale = false }
-    (mb)
-    ~check:(fun r ->
+    ~config:{ Tcp.default_config with window_scale = false } mb ~check:(fun r ->
       Alcotest.(check (option int)) "no scale" None r.sender.snd_wscale;
       Alcotest.(check bool) "window" true (r.sender.snd_wnd <= 0xFFFF))
 
@@ -79,7 +79,7 @@ let wscale =
 
 let no_checksum =
   transfer "checksums off (TCP straight over a link, Fox Fig. 2)" ~checksum:false
-    ~impairments:(lossy 0.02) (mb)
+    ~impairments:(lossy 0.02) mb
 
 let small_mtu =
   transfer "IP MTU 576 (556 bytes for TCP): MSS 536" ~mtu:556 ~impairments:(lossy 0.02) (512 * kb)
@@ -103,14 +103,17 @@ let cubic_bottleneck =
       Alcotest.(check bool) "congestion losses were recovered" true (r.net.queue_drops > 0))
 
 let cubic_lossy =
-  transfer "CUBIC, 2% loss, reordering" ~config:{ Tcp.default_config with congestion = Cubic }
+  transfer "CUBIC, 2% loss, reordering"
+    ~config:{ Tcp.default_config with congestion = Cubic }
     ~impairments:{ (lossy 0.02) with reorder = 0.05; jitter = Time.of_ms 2 }
     (2 * mb)
     ~check:(fun r -> Alcotest.(check bool) "losses were repaired" true (r.retransmitted > 0))
 
 let deterministic () =
   let run () =
-    Transfer.run ~impairments:{ (lossy 0.03) with reorder = 0.05; jitter = Time.of_ms 2 } ~seed:42 (mb)
+    Transfer.run
+      ~impairments:{ (lossy 0.03) with reorder = 0.05; jitter = Time.of_ms 2 }
+      ~seed:42 mb
   in
   let a = run () and b = run () in
   Alcotest.(check int) "same virtual time" a.virtual_time b.virtual_time;

@@ -41,7 +41,11 @@ let seq_props =
 
 let gen_option =
   let open QCheck.Gen in
-  let u32 = map (fun x -> x land 0xFFFF_FFFF) (int_bound 0x3FFF_FFFF >>= fun a -> map (fun b -> (a lsl 2) lor b) (int_bound 3)) in
+  let u32 =
+    map
+      (fun x -> x land 0xFFFF_FFFF)
+      (int_bound 0x3FFF_FFFF >>= fun a -> map (fun b -> (a lsl 2) lor b) (int_bound 3))
+  in
   frequency
     [
       (2, map (fun n -> Tcp_packet.Mss n) (int_bound 0xFFFF));
@@ -73,7 +77,8 @@ let gen_header =
         ~flags:(Tcp_packet.flags_of_int flags) ~window ~urgent ~options:(fit [] options) ())
     (pair
        (quad (int_bound 0xFFFF) (int_bound 0xFFFF) (int_bound 0x3FFF_FFFF) (int_bound 0x3FFF_FFFF))
-       (quad (int_bound 255) (int_bound 0xFFFF) (int_bound 0xFFFF) (list_size (int_bound 5) gen_option)))
+       (quad (int_bound 255) (int_bound 0xFFFF) (int_bound 0xFFFF)
+          (list_size (int_bound 5) gen_option)))
 
 let arb_header = QCheck.make ~print:(Fmt.to_to_string Tcp_packet.pp) gen_header
 
@@ -111,7 +116,9 @@ let codec_mutations =
       match Tcp_packet.decode cut with Ok _ | Error _ -> true)
 
 let codec_errors () =
-  let bad s = match Tcp_packet.decode (Cstruct.of_string s) with Ok _ -> false | Error _ -> true in
+  let bad s =
+    match Tcp_packet.decode (Cstruct.of_string s) with Ok _ -> false | Error _ -> true
+  in
   check_bool "short" true (bad (String.make 19 '\000'));
   let h = String.make 20 '\000' in
   let with_offset b = String.mapi (fun i c -> if i = 12 then Char.chr b else c) h in
@@ -139,15 +146,22 @@ let checksum_vectors () =
   (* RFC 1071 section 3. *)
   let cs = Cstruct.of_string "\x00\x01\xf2\x03\xf4\xf5\xf6\xf7" in
   check_int "RFC 1071 sum" 0xddf2 (Tcp_checksum.fold (Tcp_checksum.sum cs));
-  check_int "odd length pads with zero" 0x0100 (Tcp_checksum.fold (Tcp_checksum.sum (Cstruct.of_string "\x01")));
+  check_int "odd length pads with zero" 0x0100
+    (Tcp_checksum.fold (Tcp_checksum.sum (Cstruct.of_string "\x01")));
   check_int "finish" 0x220d (Tcp_checksum.finish (Tcp_checksum.sum cs))
 
 let checksum_model =
-  qtest ~seed:5 "the sum agrees with a word-by-word model" QCheck.(string_of_size (Gen.int_bound 300))
+  qtest ~seed:5 "the sum agrees with a word-by-word model"
+    QCheck.(string_of_size (Gen.int_bound 300))
     (fun s ->
       let model = ref 0 in
-      String.iteri (fun i c -> model := !model + if i land 1 = 0 then Char.code c lsl 8 else Char.code c) s;
-      let fold x = let rec go x = if x > 0xFFFF then go ((x land 0xFFFF) + (x lsr 16)) else x in go x in
+      String.iteri
+        (fun i c -> model := !model + if i land 1 = 0 then Char.code c lsl 8 else Char.code c)
+        s;
+      let fold x =
+        let rec go x = if x > 0xFFFF then go ((x land 0xFFFF) + (x lsr 16)) else x in
+        go x
+      in
       let cs = Cstruct.of_string s in
       Tcp_checksum.fold (Tcp_checksum.sum cs) = fold !model
       && Tcp_checksum.fold (Tcp_checksum.reference_sum cs) = fold !model
@@ -190,34 +204,39 @@ let sndbuf_model =
       List.for_all
         (fun (w, n) ->
           if w then begin
-            let src = Cstruct.of_string (String.init n (fun i -> Char.chr ((!next + i) land 0xFF))) in
+            let src =
+              Cstruct.of_string (String.init n (fun i -> Char.chr ((!next + i) land 0xFF)))
+            in
             let k = Tcp_sndbuf.write r src ~off:0 ~len:n in
             Buffer.add_string model (Cstruct.to_string (Cstruct.sub src 0 k));
             next := !next + k;
             k = min n (64 - (Buffer.length model - k))
           end
-          else begin
-            let n = min n (Buffer.length model) in
-            let dst = Cstruct.create (Buffer.length model) in
-            Tcp_sndbuf.blit_out r ~src_off:0 dst ~dst_off:0 ~len:(Buffer.length model);
-            let same = Cstruct.to_string dst = Buffer.contents model in
-            Tcp_sndbuf.drop r n;
-            let rest = Buffer.sub model n (Buffer.length model - n) in
-            Buffer.clear model;
-            Buffer.add_string model rest;
-            same
-          end
-          && Tcp_sndbuf.length r = Buffer.length model)
+          else
+            begin
+              let n = min n (Buffer.length model) in
+              let dst = Cstruct.create (Buffer.length model) in
+              Tcp_sndbuf.blit_out r ~src_off:0 dst ~dst_off:0 ~len:(Buffer.length model);
+              let same = Cstruct.to_string dst = Buffer.contents model in
+              Tcp_sndbuf.drop r n;
+              let rest = Buffer.sub model n (Buffer.length model - n) in
+              Buffer.clear model;
+              Buffer.add_string model rest;
+              same
+            end
+            && Tcp_sndbuf.length r = Buffer.length model)
         ops)
 
 (* {1 Reassembly} *)
 
 let reass_model =
   qtest ~count:300 ~seed:7 "the out-of-order queue rebuilds the stream from overlapping pieces"
-    QCheck.(pair (int_bound 0xFFFF_FFFF) (list_of_size (Gen.int_range 1 40) (pair (int_bound 2000) (int_range 1 300))))
+    QCheck.(
+      pair (int_bound 0xFFFF_FFFF)
+        (list_of_size (Gen.int_range 1 40) (pair (int_bound 2000) (int_range 1 300))))
     (fun (base, pieces) ->
       let pool = Consort.Pool.create () in
-      let stream = String.init 2300 (fun i -> Char.chr ((i * 7) land 0xFF)) in
+      let stream = String.init 2300 (fun i -> Char.chr (i * 7 land 0xFF)) in
       let q = Tcp_reass.create ~max_segments:1000 in
       let base = seq base in
       let held = Array.make 2300 false in
@@ -273,7 +292,9 @@ let reass_bound () =
   Alcotest.(check bool) "second" true (ins 20 = `Stored);
   Alcotest.(check bool) "over the bound" true (ins 30 = `Full);
   Alcotest.(check bool) "duplicate" true (ins 10 = `Duplicate);
-  Alcotest.(check (list (pair int int))) "sack blocks, newest first" [ (20, 24); (10, 14) ]
+  Alcotest.(check (list (pair int int)))
+    "sack blocks, newest first"
+    [ (20, 24); (10, 14) ]
     (List.map (fun (l, r) -> (Tcp_seq.to_int l, Tcp_seq.to_int r)) (Tcp_reass.sack_blocks q ~max:4));
   Tcp_reass.clear q;
   check_int "released" 0 (Consort.Pool.in_use pool)
@@ -294,10 +315,13 @@ let sack_scoreboard () =
   check_bool "not lost: only 1 segment above" false (Tcp_sack.is_lost sb ~smss (seq 4000));
   (* Holes: 1000-2000 (lost), 4000-5000, 6000-11000. *)
   check_int "pipe" (1000 + 5000) (Tcp_sack.pipe sb ~una ~high_rxt:una ~high_data:high ~smss);
-  check_int "pipe counts retransmissions" (1000 + 5000 + 1000)
+  check_int "pipe counts retransmissions"
+    (1000 + 5000 + 1000)
     (Tcp_sack.pipe sb ~una ~high_rxt:(seq 2000) ~high_data:high ~smss);
   (match Tcp_sack.next_seg sb ~una ~high_rxt:una ~smss with
-  | `Lost (s, l) -> check_int "first lost" 1000 (Tcp_seq.to_int s); check_int "len" 1000 l
+  | `Lost (s, l) ->
+      check_int "first lost" 1000 (Tcp_seq.to_int s);
+      check_int "len" 1000 l
   | _ -> Alcotest.fail "expected a lost segment");
   (match Tcp_sack.next_seg sb ~una ~high_rxt:(seq 2000) ~smss with
   | `Unsacked (s, _) -> check_int "rule 3" 4000 (Tcp_seq.to_int s)
@@ -313,11 +337,16 @@ let sack_newly () =
   let una = seq 0 and high = seq 100_000 in
   ignore (Tcp_sack.update sb ~una ~high [ (seq 2000, seq 3000); (seq 5000, seq 6000) ] : int);
   let show l = List.map (fun (a, b) -> (Tcp_seq.to_int a, Tcp_seq.to_int b)) l in
-  Alcotest.(check (list (pair int int))) "around and between the blocks" [ (1000, 2000); (3000, 5000); (6000, 7000) ]
+  Alcotest.(check (list (pair int int)))
+    "around and between the blocks"
+    [ (1000, 2000); (3000, 5000); (6000, 7000) ]
     (show (Tcp_sack.newly sb ~una ~high [ (seq 1000, seq 7000) ]));
-  Alcotest.(check (list (pair int int))) "nothing new" []
+  Alcotest.(check (list (pair int int)))
+    "nothing new" []
     (show (Tcp_sack.newly sb ~una ~high [ (seq 2000, seq 3000); (seq 5500, seq 6000) ]));
-  Alcotest.(check (list (pair int int))) "clipped to una, ascending" [ (500, 1000); (8000, 9000) ]
+  Alcotest.(check (list (pair int int)))
+    "clipped to una, ascending"
+    [ (500, 1000); (8000, 9000) ]
     (show (Tcp_sack.newly sb ~una:(seq 500) ~high [ (seq 8000, seq 9000); (seq 0, seq 1000) ]))
 
 (* RACK's records against a simple model: bytes in flight as records are
@@ -352,7 +381,8 @@ let rack_records () =
   Tcp_rack.sent r ~seq:(seq 0) ~end_:(seq (mss / 2)) ~now:30;
   Alcotest.(check int) "half of it sent again (split)" (mss / 2) (Tcp_rack.pipe r);
   (match Tcp_rack.next_lost r with
-  | Some (s, len) -> Alcotest.(check (pair int int)) "the other half" (mss / 2, mss / 2) (Tcp_seq.to_int s, len)
+  | Some (s, len) ->
+      Alcotest.(check (pair int int)) "the other half" (mss / 2, mss / 2) (Tcp_seq.to_int s, len)
   | None -> Alcotest.fail "the other half is still lost");
   (* A peer that reports the whole range as new on every ACK. *)
   let before = Tcp_rack.work () in
@@ -361,7 +391,10 @@ let rack_records () =
     ignore (Tcp_rack.detect r ~now:40 ~reo_wnd:5 : int * Consort.Time.t option)
   done;
   let per_ack = (Tcp_rack.work () - before) / 100 in
-  Alcotest.(check bool) (Fmt.str "bounded per ACK whatever is reported (%d)" per_ack) true (per_ack <= 1024 + 8);
+  Alcotest.(check bool)
+    (Fmt.str "bounded per ACK whatever is reported (%d)" per_ack)
+    true
+    (per_ack <= 1024 + 8);
   Tcp_rack.ack r ~una:(seq (n * mss)) ~newly:[] ~sacked ~now:50;
   Alcotest.(check int) "all acknowledged: nothing in flight" 0 (Tcp_rack.pipe r);
   Alcotest.(check int) "no record left" 0 (Tcp_rack.segments r)

@@ -9,7 +9,9 @@ module Vsync = Consort_spec.Vsync
 let exe () =
   let dir = Filename.dirname Sys.executable_name in
   let candidates = [ Filename.concat dir "../../bin/main.exe"; "_build/default/bin/main.exe" ] in
-  match List.find_opt Sys.file_exists candidates with Some e -> e | None -> Alcotest.fail "consort binary not found"
+  match List.find_opt Sys.file_exists candidates with
+  | Some e -> e
+  | None -> Alcotest.fail "consort binary not found"
 
 let free_port () =
   let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
@@ -22,7 +24,9 @@ let counter = ref 0
 
 let temp suffix =
   incr counter;
-  Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-cli-%d-%d%s" (Unix.getpid ()) !counter suffix)
+  Filename.concat (Filename.get_temp_dir_name ())
+    (Printf.sprintf "consort-cli-%d-%d%s" (Unix.getpid ()) !counter suffix)
+
 let remove f = try Sys.remove f with Sys_error _ -> ()
 
 let read_file f =
@@ -38,7 +42,9 @@ let read_file f =
 let spawn ~stdin args =
   let err = temp ".err" in
   let out = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
-  let errfd = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let errfd =
+    Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+  in
   let pid = Unix.create_process (exe ()) (Array.of_list ("consort" :: args)) stdin out errfd in
   Unix.close out;
   Unix.close errfd;
@@ -73,9 +79,13 @@ let contains s sub =
 (* Runs the binary to its end: exit code and standard output. *)
 let run_out args =
   let out = temp ".out" in
-  Fun.protect ~finally:(fun () -> remove out) (fun () ->
+  Fun.protect
+    ~finally:(fun () -> remove out)
+    (fun () ->
       let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
-      let fd = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+      let fd =
+        Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+      in
       let pid = Unix.create_process (exe ()) (Array.of_list ("consort" :: args)) null fd null in
       Unix.close null;
       Unix.close fd;
@@ -86,7 +96,13 @@ let events log = match Log.read_file log with Ok es -> es | Error _ -> []
 
 let wait_until ?(timeout = 10.) f =
   let deadline = Unix.gettimeofday () +. timeout in
-  let rec go () = f () || (Unix.gettimeofday () < deadline && (Unix.sleepf 0.05; go ())) in
+  let rec go () =
+    f ()
+    || Unix.gettimeofday () < deadline
+       &&
+       (Unix.sleepf 0.05;
+        go ())
+  in
   go ()
 
 let with_stdin_file path f =
@@ -104,9 +120,13 @@ let is_exit = function Log.Exit _ -> true | _ -> false
 (* The member stays in the group until SIGTERM, then leaves cleanly. *)
 let stays_until_term ~stdin ?extra name =
   let log = temp ".log" in
-  Fun.protect ~finally:(fun () -> remove log) (fun () ->
+  Fun.protect
+    ~finally:(fun () -> remove log)
+    (fun () ->
       let pid, err = spawn ~stdin (member_args ?extra ~log ()) in
-      Fun.protect ~finally:(fun () -> remove err) (fun () ->
+      Fun.protect
+        ~finally:(fun () -> remove err)
+        (fun () ->
           if not (wait_until (fun () -> List.exists is_view (events log))) then begin
             Unix.kill pid Sys.sigkill;
             ignore (Unix.waitpid [] pid);
@@ -117,9 +137,13 @@ let stays_until_term ~stdin ?extra name =
           | 0, _ -> ()
           | _ -> Alcotest.failf "%s: the member ended by itself; stderr: %s" name (read_file err));
           Unix.kill pid Sys.sigterm;
-          Alcotest.(check (option int)) (name ^ ": exit code after SIGTERM") (Some 0) (wait_exit pid);
+          Alcotest.(check (option int))
+            (name ^ ": exit code after SIGTERM")
+            (Some 0) (wait_exit pid);
           Alcotest.(check string) (name ^ ": nothing on stderr") "" (read_file err);
-          Alcotest.(check bool) (name ^ ": the log ends with an exit") true
+          Alcotest.(check bool)
+            (name ^ ": the log ends with an exit")
+            true
             (match List.rev (events log) with e :: _ -> is_exit e | [] -> false)))
 
 let dev_null () =
@@ -130,43 +154,59 @@ let no_input () =
      with it, the member ignores it and still stays. *)
   let r, w = Unix.pipe ~cloexec:true () in
   Fun.protect
-    ~finally:(fun () -> Unix.close r; Unix.close w)
+    ~finally:(fun () ->
+      Unix.close r;
+      Unix.close w)
     (fun () -> stays_until_term ~stdin:r ~extra:[ "--no-input" ] "--no-input");
   (* The end of a pipe makes a member leave, unless --no-input. *)
   let r, w = Unix.pipe ~cloexec:true () in
   Unix.close w;
-  Fun.protect ~finally:(fun () -> Unix.close r) (fun () -> stays_until_term ~stdin:r ~extra:[ "--no-input" ] "--no-input, closed pipe")
+  Fun.protect
+    ~finally:(fun () -> Unix.close r)
+    (fun () -> stays_until_term ~stdin:r ~extra:[ "--no-input" ] "--no-input, closed pipe")
 
 (* A regular file: each line is cast (two equal lines are two messages),
    then the member leaves at its end. *)
 let regular_file () =
   let input = temp ".txt" and log = temp ".log" in
   Fun.protect
-    ~finally:(fun () -> remove input; remove log)
+    ~finally:(fun () ->
+      remove input;
+      remove log)
     (fun () ->
       let oc = open_out_bin input in
       output_string oc "hello\nhello\nlast line without newline";
       close_out oc;
       with_stdin_file input (fun fd ->
           let pid, err = spawn ~stdin:fd (member_args ~log ()) in
-          Fun.protect ~finally:(fun () -> remove err) (fun () ->
-              Alcotest.(check (option int)) "exit code at the end of the file" (Some 0) (wait_exit pid);
+          Fun.protect
+            ~finally:(fun () -> remove err)
+            (fun () ->
+              Alcotest.(check (option int))
+                "exit code at the end of the file" (Some 0) (wait_exit pid);
               Alcotest.(check string) "nothing on stderr" "" (read_file err)));
       let es = events log in
       let delivered =
         List.filter_map (function Log.Deliver { seq; len; _ } -> Some (seq, len) | _ -> None) es
       in
-      Alcotest.(check (list (pair int int))) "three messages, numbered, the equal lines twice"
-        [ (1, 5); (2, 5); (3, 25) ] delivered;
+      Alcotest.(check (list (pair int int)))
+        "three messages, numbered, the equal lines twice"
+        [ (1, 5); (2, 5); (3, 25) ]
+        delivered;
       (match Vsync.check_files ~quiescent:true [ log ] with
       | Ok s -> Alcotest.(check int) "casts in the log" 3 s.Vsync.casts
-      | Error l -> Alcotest.failf "%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) l)));
+      | Error l ->
+          Alcotest.failf "%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) l)));
       (* The same log through consort check-logs, then altered. *)
       let code, out = run_out [ "check-logs"; "--quiescent"; log ] in
       Alcotest.(check (option int)) "check-logs: the log holds" (Some 0) code;
-      Alcotest.(check bool) ("check-logs says so: " ^ out) true (starts_with out "virtual synchrony holds: 1 logs, 1 members");
+      Alcotest.(check bool)
+        ("check-logs says so: " ^ out) true
+        (starts_with out "virtual synchrony holds: 1 logs, 1 members");
       let altered = temp ".log" in
-      Fun.protect ~finally:(fun () -> remove altered) (fun () ->
+      Fun.protect
+        ~finally:(fun () -> remove altered)
+        (fun () ->
           let lines = List.filter (( <> ) "") (String.split_on_char '\n' (read_file log)) in
           let oc = open_out_bin altered in
           (* Each delivery written twice. *)
@@ -178,7 +218,9 @@ let regular_file () =
           close_out oc;
           let code, out = run_out [ "check-logs"; altered ] in
           Alcotest.(check (option int)) "check-logs: a delivery twice" (Some 1) code;
-          Alcotest.(check bool) ("check-logs names it: " ^ out) true (contains out "delivers message 1 of");
+          Alcotest.(check bool)
+            ("check-logs names it: " ^ out) true
+            (contains out "delivers message 1 of");
           Alcotest.(check bool) ("and counts: " ^ out) true (contains out "3 violation(s)"));
       let code, _ = run_out [ "check-logs"; "/nonexistent/consort.log" ] in
       Alcotest.(check (option int)) "check-logs: a missing file" (Some 2) code)
@@ -188,7 +230,9 @@ let regular_file () =
 let long_line () =
   let input = temp ".txt" and log = temp ".log" in
   Fun.protect
-    ~finally:(fun () -> remove input; remove log)
+    ~finally:(fun () ->
+      remove input;
+      remove log)
     (fun () ->
       let oc = open_out_bin input in
       output_string oc (String.make ((1 lsl 20) + 10) 'x');
@@ -198,12 +242,20 @@ let long_line () =
       close_out oc;
       with_stdin_file input (fun fd ->
           let pid, err = spawn ~stdin:fd (member_args ~log ()) in
-          Fun.protect ~finally:(fun () -> remove err) (fun () ->
-              Alcotest.(check (option int)) "exit code at the end of the file" (Some 0) (wait_exit pid);
-              let warning = "consort member: standard input: a line longer than 1048576 bytes is not cast\n" in
-              Alcotest.(check string) "one line on stderr per long line" (warning ^ warning) (read_file err)));
+          Fun.protect
+            ~finally:(fun () -> remove err)
+            (fun () ->
+              Alcotest.(check (option int))
+                "exit code at the end of the file" (Some 0) (wait_exit pid);
+              let warning =
+                "consort member: standard input: a line longer than 1048576 bytes is not cast\n"
+              in
+              Alcotest.(check string)
+                "one line on stderr per long line" (warning ^ warning) (read_file err)));
       let delivered =
-        List.filter_map (function Log.Deliver { seq; len; _ } -> Some (seq, len) | _ -> None) (events log)
+        List.filter_map
+          (function Log.Deliver { seq; len; _ } -> Some (seq, len) | _ -> None)
+          (events log)
       in
       Alcotest.(check (list (pair int int))) "only the short lines" [ (1, 5); (2, 3) ] delivered)
 
@@ -211,7 +263,9 @@ let long_line () =
 let usage_error name args ~mentions =
   with_stdin_file "/dev/null" (fun fd ->
       let pid, err = spawn ~stdin:fd args in
-      Fun.protect ~finally:(fun () -> remove err) (fun () ->
+      Fun.protect
+        ~finally:(fun () -> remove err)
+        (fun () ->
           let code = wait_exit pid in
           let text = read_file err in
           Alcotest.(check (option int)) (name ^ ": exit code") (Some 2) code;
@@ -226,26 +280,45 @@ let usage_error name args ~mentions =
 
 let bad_command_lines () =
   let base = [ "member"; "--group"; "cli"; "--quiet" ] in
-  usage_error "a peer that does not parse" (base @ [ "--peers"; "127.0.0.1:7400,localhost:7401" ])
+  usage_error "a peer that does not parse"
+    (base @ [ "--peers"; "127.0.0.1:7400,localhost:7401" ])
     ~mentions:[ "--peers"; "localhost:7401" ];
-  usage_error "a peer without a port" (base @ [ "--peers"; "10.0.0.1" ]) ~mentions:[ "--peers"; "10.0.0.1"; "no port" ];
-  usage_error "a peer with a bad port" (base @ [ "--peers"; "10.0.0.1:70000" ]) ~mentions:[ "10.0.0.1:70000"; "port" ];
-  usage_error "bind to the wildcard address" (base @ [ "--bind"; "0.0.0.0:7400" ])
+  usage_error "a peer without a port"
+    (base @ [ "--peers"; "10.0.0.1" ])
+    ~mentions:[ "--peers"; "10.0.0.1"; "no port" ];
+  usage_error "a peer with a bad port"
+    (base @ [ "--peers"; "10.0.0.1:70000" ])
+    ~mentions:[ "10.0.0.1:70000"; "port" ];
+  usage_error "bind to the wildcard address"
+    (base @ [ "--bind"; "0.0.0.0:7400" ])
     ~mentions:[ "--bind 0.0.0.0:7400"; "cannot be reached by peers" ];
-  usage_error "bind to port 0" (base @ [ "--bind"; "127.0.0.1:0" ]) ~mentions:[ "--bind 127.0.0.1:0"; "port" ];
-  usage_error "bind to a multicast address" (base @ [ "--bind"; "239.1.2.3:7400" ]) ~mentions:[ "multicast" ];
-  usage_error "bind to the broadcast address" (base @ [ "--bind"; "255.255.255.255:7400" ]) ~mentions:[ "broadcast" ];
+  usage_error "bind to port 0"
+    (base @ [ "--bind"; "127.0.0.1:0" ])
+    ~mentions:[ "--bind 127.0.0.1:0"; "port" ];
+  usage_error "bind to a multicast address"
+    (base @ [ "--bind"; "239.1.2.3:7400" ])
+    ~mentions:[ "multicast" ];
+  usage_error "bind to the broadcast address"
+    (base @ [ "--bind"; "255.255.255.255:7400" ])
+    ~mentions:[ "broadcast" ];
   usage_error "bind to loopback with a peer elsewhere"
     (base @ [ "--bind"; "127.0.0.1:7400"; "--peers"; "10.1.2.3:7400" ])
     ~mentions:[ "127.0.0.1:7400"; "10.1.2.3:7400"; "loopback" ];
-  usage_error "a bind address that does not parse" (base @ [ "--bind"; "here:7400" ]) ~mentions:[ "--bind here:7400" ];
-  usage_error "a window of zero" (base @ [ "--params"; "mnak.window=0" ])
+  usage_error "a bind address that does not parse"
+    (base @ [ "--bind"; "here:7400" ])
+    ~mentions:[ "--bind here:7400" ];
+  usage_error "a window of zero"
+    (base @ [ "--params"; "mnak.window=0" ])
     ~mentions:[ "--params"; "mnak.window=0"; "out of its range [1, " ];
-  usage_error "a negative timeout" (base @ [ "--params"; "suspect.timeout=-1s" ])
+  usage_error "a negative timeout"
+    (base @ [ "--params"; "suspect.timeout=-1s" ])
     ~mentions:[ "suspect.timeout"; "out of its range" ];
-  usage_error "a tunable of the wrong kind" (base @ [ "--params"; "pt2pt.rto=fast" ])
+  usage_error "a tunable of the wrong kind"
+    (base @ [ "--params"; "pt2pt.rto=fast" ])
     ~mentions:[ "pt2pt.rto=fast"; "expected a duration" ];
-  usage_error "an unknown tunable" (base @ [ "--params"; "nope.x=1" ]) ~mentions:[ "unknown tunable"; "nope.x" ]
+  usage_error "an unknown tunable"
+    (base @ [ "--params"; "nope.x=1" ])
+    ~mentions:[ "unknown tunable"; "nope.x" ]
 
 let () =
   Alcotest.run "consort-member-cli"
@@ -254,8 +327,13 @@ let () =
         [
           Alcotest.test_case "standard input is /dev/null: the member stays" `Quick dev_null;
           Alcotest.test_case "--no-input: the member stays, whatever its input" `Quick no_input;
-          Alcotest.test_case "standard input is a regular file: its lines are cast" `Quick regular_file;
+          Alcotest.test_case "standard input is a regular file: its lines are cast" `Quick
+            regular_file;
           Alcotest.test_case "a line over 1 MiB is not cast" `Quick long_line;
         ] );
-      ("command line", [ Alcotest.test_case "wrong addresses and tunables: exit 2, one line" `Quick bad_command_lines ]);
+      ( "command line",
+        [
+          Alcotest.test_case "wrong addresses and tunables: exit 2, one line" `Quick
+            bad_command_lines;
+        ] );
     ]

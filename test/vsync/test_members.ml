@@ -12,30 +12,45 @@ module Vsync = Consort_spec.Vsync
 let exe () =
   let dir = Filename.dirname Sys.executable_name in
   let candidates = [ Filename.concat dir "../../bin/main.exe"; "_build/default/bin/main.exe" ] in
-  match List.find_opt Sys.file_exists candidates with Some e -> e | None -> Alcotest.fail "consort binary not found"
+  match List.find_opt Sys.file_exists candidates with
+  | Some e -> e
+  | None -> Alcotest.fail "consort binary not found"
 
 (* Faster failure detection than the default 5 s keeps the test short. *)
 let params = "suspect.timeout=1500ms,group.merge_timeout=1s"
 
 let temp_dir () =
-  let d = Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "consort-members-%d" (Unix.getpid ())) in
+  let d =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-members-%d" (Unix.getpid ()))
+  in
   if not (Sys.file_exists d) then Unix.mkdir d 0o755;
   d
 
 let check_logs ms =
   match Vsync.check_files ~quiescent:false (P.all_logs ms) with
   | Ok summary -> summary
-  | Error errs -> Alcotest.failf "the logs break the specification:\n%s" (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) errs))
+  | Error errs ->
+      Alcotest.failf "the logs break the specification:\n%s"
+        (String.concat "\n" (List.map (Fmt.str "%a" Vsync.pp_file_problem) errs))
 
 let expect what ok = if not ok then Alcotest.failf "timed out waiting until %s" what
 
-let casts ms k tag = List.iter (fun m -> for i = 1 to k do P.cast m (Printf.sprintf "%s-%d-%d" tag m.P.idx i) done) ms
+let casts ms k tag =
+  List.iter
+    (fun m ->
+      for i = 1 to k do
+        P.cast m (Printf.sprintf "%s-%d-%d" tag m.P.idx i)
+      done)
+    ms
 
 let with_members n f =
   let dir = temp_dir () in
   let ms = P.create ~dir n in
   let peers = List.map (fun m -> m.P.addr) ms in
-  let start m = P.start ~exe:(exe ()) ~params ~group:"test" ~peers ~output:(Filename.concat dir "out.txt") m in
+  let start m =
+    P.start ~exe:(exe ()) ~params ~group:"test" ~peers ~output:(Filename.concat dir "out.txt") m
+  in
   Fun.protect
     ~finally:(fun () ->
       List.iter P.kill ms;
@@ -102,8 +117,10 @@ let multicast_discovery () =
           let dir = temp_dir () in
           List.iter
             (fun m ->
-              P.start ~exe:(exe ()) ~wrap:[ "ip"; "netns"; "exec"; ns ] ~extra:[ "--mcast"; "239.7.7.7:7600" ] ~params
-                ~group:"mc" ~peers:[] ~output:(Filename.concat dir "out-mc.txt") m)
+              P.start ~exe:(exe ()) ~wrap:[ "ip"; "netns"; "exec"; ns ]
+                ~extra:[ "--mcast"; "239.7.7.7:7600" ] ~params ~group:"mc" ~peers:[]
+                ~output:(Filename.concat dir "out-mc.txt")
+                m)
             ms;
           expect "the three find each other by multicast and form one group"
             (P.wait_until ~timeout:20. (fun () -> P.same_view ms));

@@ -16,9 +16,11 @@ let pp_error ppf = function
   | `Bad_reply m -> Fmt.pf ppf "bad reply from the server: %s" m
   | `Interrupted (n, commit, e) ->
       Fmt.pf ppf "interrupted after %d bytes, %s: %a" n
-        (if commit then "while committing (the file may have been stored)" else "before the file was committed")
+        (if commit then "while committing (the file may have been stored)"
+         else "before the file was committed")
         Rpc_error.pp e
-  | `Cut (n, e) -> Fmt.pf ppf "cut short after %d bytes of the file were written: %a" n Rpc_error.pp e
+  | `Cut (n, e) ->
+      Fmt.pf ppf "cut short after %d bytes of the file were written: %a" n Rpc_error.pp e
 
 let outcome = function
   | `Refused _ -> `Refused
@@ -31,7 +33,8 @@ let ( let* ) = Result.bind
 let call trans ~idempotent h data =
   match trans ~idempotent h data with
   | Error e -> Error (`Rpc e)
-  | Ok ((r : Header.t), d) -> if Status.equal r.status `Ok then Ok (r, d) else Error (`Refused r.status)
+  | Ok ((r : Header.t), d) ->
+      if Status.equal r.status `Ok then Ok (r, d) else Error (`Refused r.status)
 
 let reply_cap (r : Header.t) =
   match Header.cap r with Ok c -> Ok c | Error m -> Error (`Bad_reply ("capability: " ^ m))
@@ -42,7 +45,8 @@ let size trans cap =
 
 let read trans cap ~off ~len =
   let* r, d = call trans ~idempotent:true (Header.request ~offset:off ~size:len cap P.bs_read) "" in
-  if r.size <> String.length d || String.length d > len then Error (`Bad_reply "read length") else Ok d
+  if r.size <> String.length d || String.length d > len then Error (`Bad_reply "read length")
+  else Ok d
 
 let put trans ~server ?(chunk = chunk) ?(progress = ignore) ~size input =
   let buf = Bytes.create (min chunk (max size 1)) in
@@ -90,7 +94,9 @@ let put trans ~server ?(chunk = chunk) ?(progress = ignore) ~size input =
   let commit off =
     let* _ =
       interrupted off ~commit:true
-        (call trans ~idempotent:true (Header.request ~extra:(P.flags ~commit:true ~safe:true) cap P.bs_commit) "")
+        (call trans ~idempotent:true
+           (Header.request ~extra:(P.flags ~commit:true ~safe:true) cap P.bs_commit)
+           "")
     in
     Ok cap
   in
@@ -161,7 +167,8 @@ let get_pipelined lanes ~run ?(read_size = P.max_read) ?(progress = fun _ _ -> (
           | Error e -> fail (`Rpc e)
           | Ok ((h : Header.t), d) ->
               if not (Status.equal h.status `Ok) then fail (`Refused h.status)
-              else if h.size <> String.length d || String.length d <> len then fail (`Bad_reply "read length")
+              else if h.size <> String.length d || String.length d <> len then
+                fail (`Bad_reply "read length")
               else Hashtbl.replace ready off d);
           flush ();
           issue i)
@@ -185,10 +192,13 @@ let std trans ~idempotent h parse =
 let restrict trans cap mask =
   match Cap.restrict cap mask with
   | Ok c -> Ok c
-  | Error `Needs_server -> std trans ~idempotent:true (Std.restrict_request cap mask) Std.parse_restrict
+  | Error `Needs_server ->
+      std trans ~idempotent:true (Std.restrict_request cap mask) Std.parse_restrict
 
 let revoke trans cap secret =
-  let* r, _ = call trans ~idempotent:true (Header.request cap P.bs_revoke) (Cap.Secret.to_raw secret) in
+  let* r, _ =
+    call trans ~idempotent:true (Header.request cap P.bs_revoke) (Cap.Secret.to_raw secret)
+  in
   let* c = reply_cap r in
   if Cap.equal c (Cap.owner cap.Cap.port ~obj:cap.Cap.obj secret) then Ok c
   else Error (`Bad_reply "revoke: not the capability of the new secret")

@@ -13,11 +13,20 @@ let max_read = 4 lsl 20
 
 let names =
   [
-    (Consort_cap.Std.std_age, "STD_AGE"); (Consort_cap.Std.std_destroy, "STD_DESTROY");
-    (Consort_cap.Std.std_info, "STD_INFO"); (Consort_cap.Std.std_restrict, "STD_RESTRICT");
-    (Consort_cap.Std.std_status, "STD_STATUS"); (Consort_cap.Std.std_touch, "STD_TOUCH"); (bs_create, "BS_CREATE"); (bs_read, "BS_READ");
-    (bs_size, "BS_SIZE"); (bs_modify, "BS_MODIFY"); (bs_insert, "BS_INSERT"); (bs_delete, "BS_DELETE");
-    (bs_commit, "BS_COMMIT"); (bs_revoke, "BS_REVOKE");
+    (Consort_cap.Std.std_age, "STD_AGE");
+    (Consort_cap.Std.std_destroy, "STD_DESTROY");
+    (Consort_cap.Std.std_info, "STD_INFO");
+    (Consort_cap.Std.std_restrict, "STD_RESTRICT");
+    (Consort_cap.Std.std_status, "STD_STATUS");
+    (Consort_cap.Std.std_touch, "STD_TOUCH");
+    (bs_create, "BS_CREATE");
+    (bs_read, "BS_READ");
+    (bs_size, "BS_SIZE");
+    (bs_modify, "BS_MODIFY");
+    (bs_insert, "BS_INSERT");
+    (bs_delete, "BS_DELETE");
+    (bs_commit, "BS_COMMIT");
+    (bs_revoke, "BS_REVOKE");
   ]
 
 let command_name c = match List.assoc_opt c names with Some n -> n | None -> string_of_int c

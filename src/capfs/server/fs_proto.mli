@@ -1,5 +1,5 @@
-(** The file server's requests: command numbers (Amoeba's [bullet.h]) and
-    flags. The standard operations ({!Consort_cap.Std}) are answered too.
+(** The file server's requests: command numbers (Amoeba's [bullet.h]) and flags. The standard
+    operations ({!Consort_cap.Std}) are answered too.
 
     {v
     command       capability, rights     header in            data in   reply
@@ -21,13 +21,12 @@
 
     A BS_READ of an uncommitted file is refused with STD_NOTNOW.
 
-    BS_REVOKE (not in Amoeba's Bullet server) gives a file, or the server
-    itself (object 0: the capability that allows creating files), the 32
-    secret bytes the client chose: every capability made with the old
-    secret fails from then on. The client chooses them so that a resent
-    request is harmless: the request's capability no longer checks, but a
-    request that names the object's current secret is answered as done
-    (knowing the secret is more than holding the owner capability). *)
+    BS_REVOKE (not in Amoeba's Bullet server) gives a file, or the server itself (object 0: the
+    capability that allows creating files), the 32 secret bytes the client chose: every capability
+    made with the old secret fails from then on. The client chooses them so that a resent request is
+    harmless: the request's capability no longer checks, but a request that names the object's
+    current secret is answered as done (knowing the secret is more than holding the owner
+    capability). *)
 
 val bs_create : int
 val bs_read : int

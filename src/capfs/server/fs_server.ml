@@ -7,6 +7,7 @@ let src = Logs.Src.create "consort.capfs.server" ~doc:"Consort file server"
 module Log = (val Logs.src_log src : Logs.LOG)
 
 type t = { store : Store.t; port : Port.t; std : Std.objects }
+
 let store t = t.store
 let port t = t.port
 
@@ -31,7 +32,6 @@ let status_of_error : Store.error -> Status.t = function
 
 let fail st = (Header.reply st, "")
 let ok ?offset ?size ?extra () = (Header.reply ?offset ?size ?extra `Ok, "")
-
 let with_cap c = (Header.reply ~port:(fst (Header.of_cap c)) ~priv:(snd (Header.of_cap c)) `Ok, "")
 
 let info store obj =
@@ -78,8 +78,7 @@ let on_file t h ~need f =
 
 let file_result t = function
   | Error e -> fail (status_of_error e)
-  | Ok obj -> (
-      match file_cap t obj with Some c -> with_cap c | None -> fail `Syserr)
+  | Ok obj -> ( match file_cap t obj with Some c -> with_cap c | None -> fail `Syserr)
 
 let handle_exn t (h : Header.t) data =
   let cmd = h.command in
@@ -123,20 +122,24 @@ let handle_exn t (h : Header.t) data =
     | Ok wanted -> (
         let obj = h.priv.obj in
         let already =
-          Port.equal h.port t.port && match secret t obj with Some s -> Cap.Secret.equal s wanted | None -> false
+          Port.equal h.port t.port
+          && match secret t obj with Some s -> Cap.Secret.equal s wanted | None -> false
         in
         if already then
           (* A resent revoke: done already, and its sender knows the secret. *)
-          match cap_of t obj Rights.all with Some c -> with_cap c | None -> fail `Syserr
+          match cap_of t obj Rights.all with
+          | Some c -> with_cap c
+          | None -> fail `Syserr
         else
           match check t h ~need:Rights.all with
           | Error st -> fail st
           | Ok c -> (
               match Store.revoke ~secret:data t.store c.obj with
               | Error e -> fail (status_of_error e)
-              | Ok _ -> ( match cap_of t c.obj Rights.all with Some c -> with_cap c | None -> fail `Syserr)))
+              | Ok _ -> (
+                  match cap_of t c.obj Rights.all with Some c -> with_cap c | None -> fail `Syserr))
+        )
   else match Std.handle t.port t.std h data with Some r -> r | None -> fail `Combad
-
 
 let handle t h data =
   try handle_exn t h data

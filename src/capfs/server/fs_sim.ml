@@ -16,9 +16,9 @@ module Log = (val Logs.src_log src : Logs.LOG)
 let name = "fs-crash"
 
 let doc =
-  "a client puts, reads and destroys files on a file server over a lossy, duplicating, reordering network \
-   while the server crashes and restarts; every acknowledged file is intact, no request is carried out twice, \
-   nothing half-written is served"
+  "a client puts, reads and destroys files on a file server over a lossy, duplicating, reordering \
+   network while the server crashes and restarts; every acknowledged file is intact, no request is \
+   carried out twice, nothing half-written is served"
 
 type outcome = {
   violations : string list;
@@ -40,7 +40,10 @@ let rec rm_rf p =
   | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
 
 let scratch_dir seed =
-  let base = if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name () in
+  let base =
+    if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm"
+    else Filename.get_temp_dir_name ()
+  in
   Filename.concat base (Printf.sprintf "consort-fs-sim.%d.%d" (Unix.getpid ()) seed)
 
 let run ?trace ~seed () =
@@ -86,52 +89,60 @@ let run ?trace ~seed () =
   let rec start_server () =
     if !server <> None then ()
     else
-    match Store.open_ ~config ~io ~random ~clock:(fun () -> Sim.now sim) dir with
-    | exception Failure _ when !died ->
-        (* It died while recovering: it starts again. *)
-        died := false;
-        dies_at := 0;
-        incr restarts;
-        ignore (Sim.at sim (Consort.Time.add (Sim.now sim) (ms 50)) start_server)
-    | Error _ -> violation "the store did not open"
-    | Ok (store, found) -> (
-        List.iter (fun f -> if Store.is_damage f then violation "recovery: %a" Store.pp_finding f) found;
-        match R.create ~g sim "srv" with
-        | Error m -> violation "server node: %s" m
-        | Ok node ->
-            let fs = Fs_server.create store (Port.Key.port key) in
-            let srv = R.serve node key in
-            R.listen srv (fun r ->
-                let h, d = Fs_server.handle fs (R.header r) (R.data r) in
-                if !died then (
-                  (* It never replies; it restarts a little later. *)
-                  Log.debug (fun m -> m "%a server died at disk step %d" Consort.Time.pp (Sim.now sim) !disk_steps);
-                  died := false;
-                  dies_at := 0;
-                  crash_server ();
-                  incr restarts;
-                  ignore (Sim.at sim (Consort.Time.add (Sim.now sim) (ms 50)) start_server))
-                else begin
-                Log.debug (fun m ->
-                    m "%a server: %s offset %d, %d bytes -> %a, object %d" Consort.Time.pp (Sim.now sim)
-                      (Fs_proto.command_name (R.header r).command) (R.header r).offset (String.length (R.data r))
-                      Status.pp h.status h.priv.obj);
-                R.putrep r h d
-                end);
-            server := Some (node, store, fs))
+      match Store.open_ ~config ~io ~random ~clock:(fun () -> Sim.now sim) dir with
+      | exception Failure _ when !died ->
+          (* It died while recovering: it starts again. *)
+          died := false;
+          dies_at := 0;
+          incr restarts;
+          ignore (Sim.at sim (Consort.Time.add (Sim.now sim) (ms 50)) start_server)
+      | Error _ -> violation "the store did not open"
+      | Ok (store, found) -> (
+          List.iter
+            (fun f -> if Store.is_damage f then violation "recovery: %a" Store.pp_finding f)
+            found;
+          match R.create ~g sim "srv" with
+          | Error m -> violation "server node: %s" m
+          | Ok node ->
+              let fs = Fs_server.create store (Port.Key.port key) in
+              let srv = R.serve node key in
+              R.listen srv (fun r ->
+                  let h, d = Fs_server.handle fs (R.header r) (R.data r) in
+                  if !died then (
+                    (* It never replies; it restarts a little later. *)
+                    Log.debug (fun m ->
+                        m "%a server died at disk step %d" Consort.Time.pp (Sim.now sim) !disk_steps);
+                    died := false;
+                    dies_at := 0;
+                    crash_server ();
+                    incr restarts;
+                    ignore (Sim.at sim (Consort.Time.add (Sim.now sim) (ms 50)) start_server))
+                  else begin
+                    Log.debug (fun m ->
+                        m "%a server: %s offset %d, %d bytes -> %a, object %d" Consort.Time.pp
+                          (Sim.now sim)
+                          (Fs_proto.command_name (R.header r).command)
+                          (R.header r).offset
+                          (String.length (R.data r))
+                          Status.pp h.status h.priv.obj);
+                    R.putrep r h d
+                  end);
+              server := Some (node, store, fs))
   in
-  crash_server_ref :=
-    (fun () ->
-      match !server with
-      | None -> ()
-      | Some (node, store, _) ->
-          Sim.crash sim "srv";
-          if not (R.is_closed node) then R.close node;
-          Store.close store;
-          server := None);
+  (crash_server_ref :=
+     fun () ->
+       match !server with
+       | None -> ()
+       | Some (node, store, _) ->
+           Sim.crash sim "srv";
+           if not (R.is_closed node) then R.close node;
+           Store.close store;
+           server := None);
   start_server ();
   if Random.State.bool rng then dies_at := !disk_steps + 1 + Random.State.int rng 150;
-  let server_cap = match !server with Some (_, _, fs) -> Fs_server.server_cap fs | None -> assert false in
+  let server_cap =
+    match !server with Some (_, _, fs) -> Fs_server.server_cap fs | None -> assert false
+  in
   (* Crashes at random times during the workload, each followed by a restart. *)
   let n_crashes = Random.State.int rng 4 in
   let t = ref (ms 0) in
@@ -147,14 +158,19 @@ let run ?trace ~seed () =
              ignore (Sim.at sim (Consort.Time.add (Sim.now sim) down) start_server))));
     t := Consort.Time.add !t down
   done;
-  let client = match R.create ~g ~locate:[ "srv" ] sim "cli" with Ok n -> n | Error m -> failwith m in
+  let client =
+    match R.create ~g ~locate:[ "srv" ] sim "cli" with Ok n -> n | Error m -> failwith m
+  in
   let trans ~idempotent h d = B.trans client ~idempotent h d in
   let contents = Hashtbl.create 16 in
   let acked = ref [] and unknown = ref 0 and destroyed = ref [] and maybe_destroyed = ref [] in
   let n_puts = 4 + Random.State.int rng 5 in
   for i = 0 to n_puts - 1 do
     let size = [| 0; 100; 3000; 9000; 20000 |].(Random.State.int rng 5) + i in
-    let data = Printf.sprintf "%d/%d:" seed i ^ String.init size (fun _ -> Char.chr (Random.State.int rng 256)) in
+    let data =
+      Printf.sprintf "%d/%d:" seed i
+      ^ String.init size (fun _ -> Char.chr (Random.State.int rng 256))
+    in
     Hashtbl.replace contents data i;
     let pos = ref 0 in
     let input b off len =
@@ -163,7 +179,7 @@ let run ?trace ~seed () =
       pos := !pos + n;
       n
     in
-    (match Fs_client.put trans ~server:server_cap ~chunk:4096 ~size:(String.length data) input with
+    match Fs_client.put trans ~server:server_cap ~chunk:4096 ~size:(String.length data) input with
     | Ok cap -> (
         Log.debug (fun m -> m "%a put %d -> file %d" Consort.Time.pp (Sim.now sim) i cap.Cap.obj);
         acked := (cap, data) :: !acked;
@@ -176,7 +192,8 @@ let run ?trace ~seed () =
         if Random.State.int rng 4 = 0 then
           match Fs_client.destroy trans cap with
           | Ok () ->
-              Log.debug (fun m -> m "%a destroyed file %d" Consort.Time.pp (Sim.now sim) cap.Cap.obj);
+              Log.debug (fun m ->
+                  m "%a destroyed file %d" Consort.Time.pp (Sim.now sim) cap.Cap.obj);
               destroyed := cap :: !destroyed
           | Error (`Refused st) -> violation "destroy of file %d refused: %a" i Status.pp st
           | Error _ -> maybe_destroyed := cap :: !maybe_destroyed)
@@ -185,8 +202,9 @@ let run ?trace ~seed () =
         | `Unknown -> incr unknown
         | `Refused -> (
             match e with
-            | `Refused (`Notfound | `Notnow) | `Rpc _ -> incr unknown (* the server restarted mid-upload *)
-            | _ -> violation "put %d refused: %a" i Fs_client.pp_error e)))
+            | `Refused (`Notfound | `Notnow) | `Rpc _ ->
+                incr unknown (* the server restarted mid-upload *)
+            | _ -> violation "put %d refused: %a" i Fs_client.pp_error e))
   done;
   (* Let the network and the server settle, then look at the store itself. *)
   if !server = None then start_server ();

@@ -1,14 +1,12 @@
-(** The [fs-crash] simulation: a client and a file server over the
-    simulator's lossy, duplicating, reordering network, the server crashing
-    and restarting (losing its uncommitted files and RPC sessions, keeping
-    what it committed).
+(** The [fs-crash] simulation: a client and a file server over the simulator's lossy, duplicating,
+    reordering network, the server crashing and restarting (losing its uncommitted files and RPC
+    sessions, keeping what it committed).
 
-    Checked at the end, against the store itself: every file whose put was
-    acknowledged holds exactly its bytes (unless a destroy of it had an
-    unknown outcome); every acknowledged destroy took effect; every file the
-    store serves holds the whole bytes of one put (nothing half-written);
-    no put is stored twice (no create carried out twice). A put refused for
-    a reason other than the server's restart is a violation too. *)
+    Checked at the end, against the store itself: every file whose put was acknowledged holds
+    exactly its bytes (unless a destroy of it had an unknown outcome); every acknowledged destroy
+    took effect; every file the store serves holds the whole bytes of one put (nothing
+    half-written); no put is stored twice (no create carried out twice). A put refused for a reason
+    other than the server's restart is a violation too. *)
 
 val name : string
 val doc : string
@@ -25,5 +23,5 @@ type outcome = {
 }
 
 val run : ?trace:out_channel -> seed:int -> unit -> outcome
-(** [run ~seed ()] runs one seeded schedule. The store lives in a fresh
-    directory under [/dev/shm] (or the temporary directory), removed after. *)
+(** [run ~seed ()] runs one seeded schedule. The store lives in a fresh directory under [/dev/shm]
+    (or the temporary directory), removed after. *)

@@ -69,8 +69,7 @@ let readable t () =
       end
       else begin
         t.spare <- Some p;
-        if r < 0 && -r <> eagain then
-          Log.warn (fun m -> m "read from %s: errno %d" t.name (-r))
+        if r < 0 && -r <> eagain then Log.warn (fun m -> m "read from %s: errno %d" t.name (-r))
       end
     end
   in
@@ -80,7 +79,8 @@ let pid_mac () = Mac_addr.local ((Unix.getpid () lsl 8) lor 0x42)
 
 let open_ ?(mtu = 1500) ?mac ?(batch = 64) ?(up = true) ~pool loop name =
   match tap_open name with
-  | exception Unix.Unix_error (e, f, a) -> Error (`Msg (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
+  | exception Unix.Unix_error (e, f, a) ->
+      Error (`Msg (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
   | exception Invalid_argument m -> Error (`Msg m)
   | fd, name -> (
       let t =
@@ -122,5 +122,8 @@ let open_ ?(mtu = 1500) ?mac ?(batch = 64) ?(up = true) ~pool loop name =
 let device t = match t.device with Some d -> d | None -> assert false
 let name t = t.name
 let fd t = t.fd
-let stats t = { reads = t.reads; wakeups = t.wakeups; writes = t.writes; write_drops = t.write_drops }
+
+let stats t =
+  { reads = t.reads; wakeups = t.wakeups; writes = t.writes; write_drops = t.write_drops }
+
 let close t = Device.close (device t)

@@ -1,11 +1,9 @@
-(** TAP devices ([/dev/net/tun], [IFF_TAP | IFF_NO_PI]) as frame devices
-    on an engine loop.
+(** TAP devices ([/dev/net/tun], [IFF_TAP | IFF_NO_PI]) as frame devices on an engine loop.
 
-    The descriptor is non-blocking and watched by the loop: when it is
-    readable, up to [batch] frames are read, one read per frame, each
-    straight into a packet from the pool (with headroom, so replies are
-    built in place). Each frame sent is one write; a write the kernel
-    refuses (its queue full) drops the frame and is counted. *)
+    The descriptor is non-blocking and watched by the loop: when it is readable, up to [batch]
+    frames are read, one read per frame, each straight into a packet from the pool (with headroom,
+    so replies are built in place). Each frame sent is one write; a write the kernel refuses (its
+    queue full) drops the frame and is counted. *)
 
 type t
 
@@ -25,10 +23,9 @@ val open_ :
   Consort_engine.Loop.t ->
   string ->
   (t, [ `Msg of string ]) result
-(** [open_ ~pool loop name] creates (or attaches to) TAP interface [name]
-    ([""]: the kernel picks [tapN]). [mtu] (default 1500) is the device's
-    Ethernet payload size and, with [up] (default [true]), the interface's
-    MTU as it is brought up. [mac] is our address on the link (default: a
+(** [open_ ~pool loop name] creates (or attaches to) TAP interface [name] ([""]: the kernel picks
+    [tapN]). [mtu] (default 1500) is the device's Ethernet payload size and, with [up] (default
+    [true]), the interface's MTU as it is brought up. [mac] is our address on the link (default: a
     locally administered one derived from the process id). *)
 
 val device : t -> Consort_net.Device.t
@@ -37,5 +34,5 @@ val fd : t -> Unix.file_descr
 val stats : t -> stats
 
 val close : t -> unit
-(** [close t] stops watching and closes the descriptor (a TAP interface
-    not made persistent disappears with it). *)
+(** [close t] stops watching and closes the descriptor (a TAP interface not made persistent
+    disappears with it). *)

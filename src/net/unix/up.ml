@@ -31,16 +31,16 @@ let udp6_service udp6 port ~echo =
 
 let rec all = function [] -> Ok () | r :: rest -> Result.bind r (fun () -> all rest)
 
-let start ?ip6 ?(mtu = 1500) ?gateway ?mac ?(udp_echo = [ 7 ]) ?(udp_discard = [ 9 ]) ?(setup = fun _ -> ())
-    ?loop ~tap ~ip () =
+let start ?ip6 ?(mtu = 1500) ?gateway ?mac ?(udp_echo = [ 7 ]) ?(udp_discard = [ 9 ])
+    ?(setup = fun _ -> ()) ?loop ~tap ~ip () =
   let loop = match loop with Some l -> l | None -> Loop.create () in
   let* address = Ipv4_addr.Prefix.of_string ip in
   let* gateway =
-    match gateway with
-    | None -> Ok None
-    | Some g -> Result.map Option.some (Ipv4_addr.of_string g)
+    match gateway with None -> Ok None | Some g -> Result.map Option.some (Ipv4_addr.of_string g)
   in
-  let* mac = match mac with None -> Ok None | Some m -> Result.map Option.some (Mac_addr.of_string m) in
+  let* mac =
+    match mac with None -> Ok None | Some m -> Result.map Option.some (Mac_addr.of_string m)
+  in
   let* prefix6 =
     match ip6 with
     | None -> Ok None
@@ -67,7 +67,8 @@ let start ?ip6 ?(mtu = 1500) ?gateway ?mac ?(udp_echo = [ 7 ]) ?(udp_discard = [
     match v6 with
     | None -> []
     | Some v ->
-        List.map (udp6_service v.udp6 ~echo:true) udp_echo @ List.map (udp6_service v.udp6 ~echo:false) udp_discard
+        List.map (udp6_service v.udp6 ~echo:true) udp_echo
+        @ List.map (udp6_service v.udp6 ~echo:false) udp_discard
   in
   match
     all
@@ -92,7 +93,8 @@ let run ?ip6 ?mtu ?gateway ?mac ?udp_echo ?udp_discard ?setup ?stats_every ?time
   let* t = start ?ip6 ?mtu ?gateway ?mac ?udp_echo ?udp_discard ?setup ~tap ~ip () in
   Fmt.pr "consort net: %s up as %s%s (%a), mtu %d@." (Tap.name t.tap) ip
     (match t.v6 with
-    | Some v -> Fmt.str " and %a" Fmt.(list ~sep:(any " and ") Ipv6_addr.pp) (S.Ip6.query v.ip6).addresses
+    | Some v ->
+        Fmt.str " and %a" Fmt.(list ~sep:(any " and ") Ipv6_addr.pp) (S.Ip6.query v.ip6).addresses
     | None -> "")
     Mac_addr.pp
     (Device.mac (Tap.device t.tap))
@@ -105,8 +107,6 @@ let run ?ip6 ?mtu ?gateway ?mac ?udp_echo ?udp_discard ?setup ?stats_every ?time
     ignore (Loop.after t.loop (Consort.Time.of_sec every) (tick every))
   in
   Option.iter (fun e -> ignore (Loop.after t.loop (Consort.Time.of_sec e) (tick e))) stats_every;
-  Fun.protect
-    ~finally:(fun () -> stop t)
-    (fun () -> Loop.run ?timeout t.loop);
+  Fun.protect ~finally:(fun () -> stop t) (fun () -> Loop.run ?timeout t.loop);
   Fmt.pr "%a@." pp_stats t;
   Ok ()

@@ -1,7 +1,6 @@
-(** The stack on a TAP device, as [consort net up --tap NAME --ip ADDR/LEN]
-    runs it: it answers ARP and ping, echoes UDP on port 7 and discards UDP
-    on port 9 (the standard services), and lets the caller add more
-    (TCP echo and discard) through [setup]. *)
+(** The stack on a TAP device, as [consort net up --tap NAME --ip ADDR/LEN] runs it: it answers ARP
+    and ping, echoes UDP on port 7 and discards UDP on port 9 (the standard services), and lets the
+    caller add more (TCP echo and discard) through [setup]. *)
 
 type ip6 = { ip6 : Consort_net.Ipstack.Ip6.t; udp6 : Consort_net.Ipstack.Udp6.t }
 (** IPv6 beside IPv4 on the same Ethernet, with UDP over it. *)
@@ -27,13 +26,11 @@ val start :
   ip:string ->
   unit ->
   (t, [ `Msg of string ]) result
-(** [start ~tap ~ip ()] opens (creating it if needed) TAP interface [tap],
-    brings it up, and runs the stack on it with address [ip] ([ADDR/LEN])
-    on [loop] (default a fresh one), with UDP echo on [udp_echo] (default
-    [[7]]) and discard on [udp_discard] (default [[9]]); then calls
-    [setup]. With [ip6] ([ADDR/LEN]) it also runs IPv6 with that address
-    (and its link-local one), answering neighbour discovery and ping6,
-    with the same UDP services. Nothing runs until the loop does. *)
+(** [start ~tap ~ip ()] opens (creating it if needed) TAP interface [tap], brings it up, and runs
+    the stack on it with address [ip] ([ADDR/LEN]) on [loop] (default a fresh one), with UDP echo on
+    [udp_echo] (default [[7]]) and discard on [udp_discard] (default [[9]]); then calls [setup].
+    With [ip6] ([ADDR/LEN]) it also runs IPv6 with that address (and its link-local one), answering
+    neighbour discovery and ping6, with the same UDP services. Nothing runs until the loop does. *)
 
 val stop : t -> unit
 (** [stop t] closes the TAP device. *)
@@ -52,6 +49,5 @@ val run :
   ip:string ->
   unit ->
   (unit, [ `Msg of string ]) result
-(** [run ~tap ~ip ()] is {!start}, then the loop until SIGINT or SIGTERM
-    (or [timeout]), printing the stack's counters every [stats_every]
-    seconds if given and once at the end, then {!stop}. *)
+(** [run ~tap ~ip ()] is {!start}, then the loop until SIGINT or SIGTERM (or [timeout]), printing
+    the stack's counters every [stats_every] seconds if given and once at the end, then {!stop}. *)

@@ -1,7 +1,6 @@
-(** An in-memory lower layer for TCP tests: hosts on one simulated network,
-    driven by a virtual clock, with seeded impairments (loss, duplication,
-    reordering, delay, a bottleneck rate with a drop-tail queue). Frames are
-    copied when sent, as a wire would. *)
+(** An in-memory lower layer for TCP tests: hosts on one simulated network, driven by a virtual
+    clock, with seeded impairments (loss, duplication, reordering, delay, a bottleneck rate with a
+    drop-tail queue). Frames are copied when sent, as a wire would. *)
 
 type host = int
 
@@ -20,7 +19,9 @@ val perfect : impairments
 
 type net
 
-val create_net : ?seed:int -> ?impairments:impairments -> Clock.Virtual.clock -> Consort.Pool.t -> net
+val create_net :
+  ?seed:int -> ?impairments:impairments -> Clock.Virtual.clock -> Consort.Pool.t -> net
+
 val set_impairments : net -> impairments -> unit
 val clock : net -> Clock.t
 val pool : net -> Consort.Pool.t
@@ -29,16 +30,14 @@ val on_frame : net -> (Consort.Time.t -> src:host -> dst:host -> string -> unit)
 (** [on_frame net f] calls [f] for every frame sent (before impairments). *)
 
 val set_drop : net -> (src:host -> dst:host -> string -> bool) option -> unit
-(** [set_drop net (Some f)] drops every frame for which [f] holds, before
-    the random impairments. *)
+(** [set_drop net (Some f)] drops every frame for which [f] holds, before the random impairments. *)
 
 type counts = { sent : int; delivered : int; lost : int; duplicated : int; queue_drops : int }
 
 val counts : net -> counts
 
 val pseudo : src:host -> dst:host -> len:int -> int
-(** The unfolded pseudo-header sum, as IPv4 would make it for hosts read
-    as 32-bit addresses. *)
+(** The unfolded pseudo-header sum, as IPv4 would make it for hosts read as 32-bit addresses. *)
 
 include
   Tcp.LOWER
@@ -50,18 +49,18 @@ include
      and type info = unit
 
 val attach : ?mtu:int -> net -> host -> t
-(** [attach net h] is the endpoint of host [h] on [net]; [mtu] (default
-    1480) is the largest packet it sends. *)
+(** [attach net h] is the endpoint of host [h] on [net]; [mtu] (default 1480) is the largest packet
+    it sends. *)
 
 val host : t -> host
 
 val inject : net -> src:host -> dst:host -> string -> unit
-(** [inject net ~src ~dst frame] delivers [frame] to [dst] at once, as if
-    [src] (any host, attached or not) had sent it: spoofing. *)
+(** [inject net ~src ~dst frame] delivers [frame] to [dst] at once, as if [src] (any host, attached
+    or not) had sent it: spoofing. *)
 
 val connections : t -> int
 (** Lower connections the endpoint holds (one per peer in use). *)
 
 val icmp : net -> at:host -> about:host -> Tcp_icmp.t -> unit
-(** [icmp net ~at ~about e] reports the ICMP error [e] to host [at], about
-    a segment it sent to [about] (as IPv4 does, on that connection). *)
+(** [icmp net ~at ~about e] reports the ICMP error [e] to host [at], about a segment it sent to
+    [about] (as IPv4 does, on that connection). *)

@@ -25,7 +25,9 @@ let make ?config ?(checksum = true) ?mtu net pool host ~seed : (module S) =
   end in
   let module T = Tcp.Make (Mem) (P) in
   let tcp =
-    match T.create ?config ~icmp:Option.some mem with Ok t -> t | Error e -> Fmt.failwith "%a" Protocol.pp_error e
+    match T.create ?config ~icmp:Option.some mem with
+    | Ok t -> t
+    | Error e -> Fmt.failwith "%a" Protocol.pp_error e
   in
   (module struct
     module T = T

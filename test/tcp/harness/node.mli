@@ -9,5 +9,12 @@ module type S = sig
 end
 
 val make :
-  ?config:Tcp.config -> ?checksum:bool -> ?mtu:int -> Mem.net -> Consort.Pool.t -> int -> seed:int -> (module S)
+  ?config:Tcp.config ->
+  ?checksum:bool ->
+  ?mtu:int ->
+  Mem.net ->
+  Consort.Pool.t ->
+  int ->
+  seed:int ->
+  (module S)
 (** [make net pool host ~seed] attaches [host] to [net] and runs TCP on it. *)

@@ -23,14 +23,11 @@ type segment = {
   opts : opt list option;  (** [None]: not given or [<...>] *)
 }
 
-type event =
-  | Inject of segment
-  | Expect of segment
-  | App of string list
-
+type event = Inject of segment | Expect of segment | App of string list
 type line = { lineno : int; time : Time.t; ev : event; text : string }
 
-let fail_line l fmt = Fmt.kstr (fun s -> failwith (Fmt.str "line %d (%s): %s" l.lineno l.text s)) fmt
+let fail_line l fmt =
+  Fmt.kstr (fun s -> failwith (Fmt.str "line %d (%s): %s" l.lineno l.text s)) fmt
 
 (* {1 Parsing} *)
 
@@ -48,9 +45,7 @@ let parse_flags s =
     s;
   !f
 
-let parse_seq s =
-  Scanf.sscanf s "%d:%d(%d)%!" (fun start stop len -> { start; stop; len })
-
+let parse_seq s = Scanf.sscanf s "%d:%d(%d)%!" (fun start stop len -> { start; stop; len })
 let value s = if s = "*" then Any else V (int_of_string s)
 
 let parse_opts s =
@@ -70,8 +65,7 @@ let parse_opts s =
            | [ "TS"; "val"; v; "ecr"; e ] -> Some (O_ts (value v, value e))
            | "sack" :: blocks ->
                Some
-                 (O_sack
-                    (List.map (fun b -> Scanf.sscanf b "%d:%d%!" (fun l r -> (l, r))) blocks))
+                 (O_sack (List.map (fun b -> Scanf.sscanf b "%d:%d%!" (fun l r -> (l, r))) blocks))
            | _ -> failwith ("bad option " ^ it))
          items)
 
@@ -95,18 +89,24 @@ let parse script =
     (List.mapi
        (fun i raw ->
          let text = String.trim raw in
-         let text = match String.index_opt text '#' with Some j -> String.trim (String.sub text 0 j) | None -> text in
+         let text =
+           match String.index_opt text '#' with
+           | Some j -> String.trim (String.sub text 0 j)
+           | None -> text
+         in
          if text = "" then []
          else
            try
              let time_s, rest =
                match String.index_opt text ' ' with
-               | Some j -> (String.sub text 0 j, String.trim (String.sub text j (String.length text - j)))
+               | Some j ->
+                   (String.sub text 0 j, String.trim (String.sub text j (String.length text - j)))
                | None -> failwith "no event"
              in
              let secs s = Time.of_sec (float_of_string s) in
              let time =
-               if time_s.[0] = '+' then !prev + secs (String.sub time_s 1 (String.length time_s - 1))
+               if time_s.[0] = '+' then
+                 !prev + secs (String.sub time_s 1 (String.length time_s - 1))
                else secs time_s
              in
              prev := time;
@@ -128,12 +128,14 @@ let parse script =
                | w -> App w
              in
              [ { lineno = i + 1; time; ev; text } ]
-           with Failure m | Scanf.Scan_failure m -> failwith (Fmt.str "line %d (%s): %s" (i + 1) text m))
+           with Failure m | Scanf.Scan_failure m ->
+             failwith (Fmt.str "line %d (%s): %s" (i + 1) text m))
        lines)
 
 (* {1 Running} *)
 
-let run ?(config = { Tcp.default_config with sack = false; timestamps = false; window_scale = false })
+let run
+    ?(config = { Tcp.default_config with sack = false; timestamps = false; window_scale = false })
     ?(tol = 0) ?(checksum = true) script =
   let lines = parse script in
   let vclock = Clock.Virtual.create () in
@@ -151,7 +153,8 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
               (fun _ p ->
                 (match Tcp_packet.decode (Packet.cstruct p) with
                 | Ok (h, hl) -> Queue.push (clock.now (), h, Packet.length p - hl) captured
-                | Error e -> Fmt.failwith "the stack sent a malformed segment: %a" Tcp_packet.pp_error e);
+                | Error e ->
+                    Fmt.failwith "the stack sent a malformed segment: %a" Tcp_packet.pp_error e);
                 Packet.release p);
             status = (fun _ _ -> ());
           })
@@ -200,14 +203,11 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
           | O_mss a, Mss b -> a = b
           | O_ws a, Window_scale b -> a = b
           | O_sackok, Sack_permitted -> true
-          | O_ts (v, e), Timestamp { value; echo } ->
-              ok_val v value
-              && (match e with Any -> true | V y -> y = echo)
+          | O_ts (v, e), Timestamp { value; echo } -> (
+              ok_val v value && match e with Any -> true | V y -> y = echo)
           | O_sack bs, Sack gs ->
               List.length bs = List.length gs
-              && List.for_all2
-                   (fun (a, b) (c, d) -> a = rel_out_ack c && b = rel_out_ack d)
-                   bs gs
+              && List.for_all2 (fun (a, b) (c, d) -> a = rel_out_ack c && b = rel_out_ack d) bs gs
           | _ -> false
         in
         if List.length want <> List.length got || not (List.for_all2 eq want got) then
@@ -225,7 +225,11 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
           tcp_port := h.src_port;
           peer_port := h.dst_port
         end;
-        (match List.find_map (function Tcp_packet.Timestamp { value; _ } -> Some value | _ -> None) h.options with
+        (match
+           List.find_map
+             (function Tcp_packet.Timestamp { value; _ } -> Some value | _ -> None)
+             h.options
+         with
         | Some v -> last_tsval := v
         | None -> ());
         if h.flags <> seg.flags then fail_line l "flags differ: %s" (show ());
@@ -256,7 +260,9 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
               | O_nop -> None
               | O_ts (v, e) ->
                   let g = function V x -> x | Any -> !last_tsval in
-                  Some (Tcp_packet.Timestamp { value = g v; echo = (match e with V x -> x | Any -> !last_tsval) })
+                  Some
+                    (Tcp_packet.Timestamp
+                       { value = g v; echo = (match e with V x -> x | Any -> !last_tsval) })
               | O_sack bs ->
                   Some
                     (Tcp_packet.Sack
@@ -270,8 +276,13 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
     let hdr =
       Tcp_packet.v ~src_port:!peer_port ~dst_port:!tcp_port
         ~seq:(Tcp_seq.add (Tcp_seq.of_int peer_isn) seg.sq.start)
-        ~ack:(match seg.ack with Some a -> Tcp_seq.add (Tcp_seq.of_int !local_isn) a | None -> Tcp_seq.zero)
-        ~flags:seg.flags ~window:(Option.value seg.win ~default:65535) ~options:opts ()
+        ~ack:
+          (match seg.ack with
+          | Some a -> Tcp_seq.add (Tcp_seq.of_int !local_isn) a
+          | None -> Tcp_seq.zero)
+        ~flags:seg.flags
+        ~window:(Option.value seg.win ~default:65535)
+        ~options:opts ()
     in
     let payload = String.init seg.sq.len (fun i -> Char.chr (97 + (i mod 26))) in
     let len = Tcp_packet.header_length hdr + String.length payload in
@@ -296,14 +307,18 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
     run_to l.time;
     check_no_output l;
     match words with
-    | [ "listen"; p ] ->
+    | [ "listen"; p ] -> (
         tcp_port := int_of_string p;
-        (match N.T.passive_open N.tcp { N.T.port = !tcp_port; from = None } handler with
+        match N.T.passive_open N.tcp { N.T.port = !tcp_port; from = None } handler with
         | Ok () -> ()
         | Error e -> fail_line l "%a" Protocol.pp_error e)
     | [ "connect"; p ] -> (
         peer_port := int_of_string p;
-        match N.T.active_open N.tcp { N.T.host = peer_host; port = !peer_port; local_port = None } handler with
+        match
+          N.T.active_open N.tcp
+            { N.T.host = peer_host; port = !peer_port; local_port = None }
+            handler
+        with
         | Ok c -> conn := Some c
         | Error e -> fail_line l "%a" Protocol.pp_error e)
     | [ "write"; n ] ->
@@ -327,7 +342,8 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
         match List.partition (fun st -> status_name st = s) !statuses with
         | _ :: _, rest -> statuses := rest
         | [], _ ->
-            fail_line l "no %s status (got: %s)" s (String.concat ", " (List.map status_name !statuses)))
+            fail_line l "no %s status (got: %s)" s
+              (String.concat ", " (List.map status_name !statuses)))
     | [ "expect"; "delivered"; n ] ->
         if !delivered <> int_of_string n then fail_line l "delivered %d bytes" !delivered
     | [ "expect"; "mss"; n ] ->
@@ -353,6 +369,7 @@ let run ?(config = { Tcp.default_config with sack = false; timestamps = false; w
     (fun l -> match l.ev with Inject s -> inject l s | Expect s -> expect l s | App w -> app l w)
     lines;
   (match Queue.peek_opt captured with
-  | Some (at, h, n) -> Fmt.failwith "unexpected segment at the end, at %a: %a len %d" Time.pp at Tcp_packet.pp h n
+  | Some (at, h, n) ->
+      Fmt.failwith "unexpected segment at the end, at %a: %a len %d" Time.pp at Tcp_packet.pp h n
   | None -> ());
   ignore pool

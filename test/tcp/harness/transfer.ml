@@ -21,7 +21,7 @@ let pp_result ppf r =
 (* Pseudo-random bytes from a xorshift generator, eight at a time. *)
 let payload ~seed n =
   let b = Bytes.create (n + 8) in
-  let x = ref (Int64.of_int ((seed * 0x9E3779B9) lor 1)) in
+  let x = ref (Int64.of_int (seed * 0x9E3779B9 lor 1)) in
   let i = ref 0 in
   while !i < n do
     let open Int64 in
@@ -34,9 +34,8 @@ let payload ~seed n =
   Bytes.sub b 0 n
 
 let run ?(config = Tcp.default_config) ?receiver_config ?(checksum = true) ?mtu
-    ?(impairments = Mem.perfect) ?(seed = 1)
-    ?(chunk = 65536) ?(read_size = 16384) ?(read_pause = 0) ?(limit = Time.of_sec 3600.)
-    ?(prelude = fun _ _ -> ()) n =
+    ?(impairments = Mem.perfect) ?(seed = 1) ?(chunk = 65536) ?(read_size = 16384) ?(read_pause = 0)
+    ?(limit = Time.of_sec 3600.) ?(prelude = fun _ _ -> ()) n =
   let t0 = Unix.gettimeofday () in
   let vclock = Clock.Virtual.create () in
   let pool = Pool.create ~name:"transfer" () in
@@ -105,8 +104,7 @@ let run ?(config = Tcp.default_config) ?receiver_config ?(checksum = true) ?mtu
             Socket.Promise.upon
               (A.Sock.write s (Cstruct.of_bytes ~off ~len data))
               (function
-                | Error e -> fail "write: %a" Protocol.pp_error e
-                | Ok () -> send (off + len))
+                | Error e -> fail "write: %a" Protocol.pp_error e | Ok () -> send (off + len))
         in
         send 0;
         let rec watch () =

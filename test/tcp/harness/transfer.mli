@@ -1,5 +1,4 @@
-(** Bulk transfers between two TCP stacks over a {!Mem} network, verified
-    byte for byte. *)
+(** Bulk transfers between two TCP stacks over a {!Mem} network, verified byte for byte. *)
 
 type result = {
   bytes : int;  (** bytes received and verified *)
@@ -32,10 +31,8 @@ val run :
   ?prelude:(Mem.net -> (module Node.S) -> unit) ->
   int ->
   result
-(** [run n] connects host 1 to host 2, sends [n] pseudo-random bytes,
-    shuts down, and checks every byte the receiver reads, then that both
-    sides close normally and no buffer leaked. [checksum] (default true)
-    turns the pseudo-header checksum on; [mtu] is the link's. [prelude]
-    runs once the receiver (host 2) listens on port 80, before host 1
-    connects (to flood it first).
+(** [run n] connects host 1 to host 2, sends [n] pseudo-random bytes, shuts down, and checks every
+    byte the receiver reads, then that both sides close normally and no buffer leaked. [checksum]
+    (default true) turns the pseudo-header checksum on; [mtu] is the link's. [prelude] runs once the
+    receiver (host 2) listens on port 80, before host 1 connects (to flood it first).
     @raise Failure with a description when any check fails. *)

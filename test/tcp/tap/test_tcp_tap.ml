@@ -13,12 +13,13 @@ let our_ip = "10.78.0.2"
 let kernel_ip = "10.78.0.1"
 let our_ip6 = "fd78::2"
 let kernel_ip6 = "fd78::1"
-let size = match Sys.getenv_opt "TCP_TAP_BYTES" with Some n -> int_of_string n | None -> 100_000_000
+
+let size =
+  match Sys.getenv_opt "TCP_TAP_BYTES" with Some n -> int_of_string n | None -> 100_000_000
 
 (* Why the tests cannot run here, if they cannot. *)
 let impossible () =
-  if Unix.geteuid () <> 0 then
-    Some "not root: a TAP device and a network namespace need root"
+  if Unix.geteuid () <> 0 then Some "not root: a TAP device and a network namespace need root"
   else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
   else if Sys.command "command -v python3 >/dev/null && command -v ss >/dev/null" <> 0 then
     Some "python3 and ss are needed on the kernel side"
@@ -26,7 +27,9 @@ let impossible () =
 
 let read_file path =
   let ic = open_in_bin path in
-  Fun.protect ~finally:(fun () -> close_in ic) (fun () -> really_input_string ic (in_channel_length ic))
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
 
 let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
 
@@ -71,8 +74,7 @@ module type TCP_IP = sig
   val v6 : bool
 end
 
-let config =
-  { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
+let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
 
 let tcp_on (up : Up.t) : (module TCP_IP) =
   let module P = struct
@@ -92,7 +94,9 @@ let tcp_on (up : Up.t) : (module TCP_IP) =
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp =
-    match T.create ~config up.stack.ip with Ok t -> t | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+    match T.create ~config up.stack.ip with
+    | Ok t -> t
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
   in
   (module struct
     type host = Ipv4_addr.t
@@ -153,39 +157,49 @@ let with_env ?(v6 = false) f =
   match impossible () with
   | Some why -> Logs.app (fun m -> m "SKIPPED: %s" why)
   | None ->
-  incr counter;
-  let ns = Printf.sprintf "consort-tcp-%d-%d" (Unix.getpid ()) !counter in
-  let tap = Printf.sprintf "ct%d%d" (Unix.getpid () mod 1_000_000) !counter in
-  let data = Tcp_harness.Transfer.payload ~seed:!counter size in
-  let file = Filename.temp_file "consort-tcp" ".data" in
-  let oc = open_out_bin file in
-  output_bytes oc data;
-  close_out oc;
-  let sha = Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string data)) in
-  let up =
-    match Up.start ?ip6:(if v6 then Some (our_ip6 ^ "/64") else None) ~tap ~ip:(our_ip ^ "/24") () with
-    | Ok up -> up
-    | Error (`Msg m) -> Alcotest.failf "starting the stack on TAP %s: %s" tap m
-  in
-  Fun.protect
-    ~finally:(fun () ->
-      Up.stop up;
-      Sys.remove file;
-      ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-      ignore (quiet (Printf.sprintf "ip link del %s" tap)))
-    (fun () ->
-      must (Printf.sprintf "ip netns add %s" ns);
-      must (Printf.sprintf "ip link set %s netns %s" tap ns);
-      if v6 then begin
-        ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
-        ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns tap));
-        must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns kernel_ip6 tap)
-      end
-      else ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-      must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
-      must (Printf.sprintf "ip -n %s link set %s up" ns tap);
-      must (Printf.sprintf "ip -n %s link set lo up" ns);
-      f { ns; up; data; file; sha })
+      incr counter;
+      let ns = Printf.sprintf "consort-tcp-%d-%d" (Unix.getpid ()) !counter in
+      let tap = Printf.sprintf "ct%d%d" (Unix.getpid () mod 1_000_000) !counter in
+      let data = Tcp_harness.Transfer.payload ~seed:!counter size in
+      let file = Filename.temp_file "consort-tcp" ".data" in
+      let oc = open_out_bin file in
+      output_bytes oc data;
+      close_out oc;
+      let sha = Sha256.to_hex (Sha256.string (Bytes.unsafe_to_string data)) in
+      let up =
+        match
+          Up.start ?ip6:(if v6 then Some (our_ip6 ^ "/64") else None) ~tap ~ip:(our_ip ^ "/24") ()
+        with
+        | Ok up -> up
+        | Error (`Msg m) -> Alcotest.failf "starting the stack on TAP %s: %s" tap m
+      in
+      Fun.protect
+        ~finally:(fun () ->
+          Up.stop up;
+          Sys.remove file;
+          ignore (quiet (Printf.sprintf "ip netns del %s" ns));
+          ignore (quiet (Printf.sprintf "ip link del %s" tap)))
+        (fun () ->
+          must (Printf.sprintf "ip netns add %s" ns);
+          must (Printf.sprintf "ip link set %s netns %s" tap ns);
+          if v6 then begin
+            ignore
+              (quiet
+                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
+            ignore
+              (quiet
+                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns
+                    tap));
+            must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns kernel_ip6 tap)
+          end
+          else
+            ignore
+              (quiet
+                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+          must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
+          must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+          must (Printf.sprintf "ip -n %s link set lo up" ns);
+          f { ns; up; data; file; sha })
 
 (* Start [script] under python3 in the namespace; [wait] runs our loop
    until it exits and returns its output. *)
@@ -203,7 +217,9 @@ let spawn env script =
       | _, st -> status := Some st
     in
     poll ();
-    Loop.run ~until:(fun () -> !status <> None && until ()) ~timeout:(Time.of_sec timeout) env.up.loop;
+    Loop.run
+      ~until:(fun () -> !status <> None && until ())
+      ~timeout:(Time.of_sec timeout) env.up.loop;
     let text = read_file out in
     Sys.remove out;
     match !status with
@@ -219,13 +235,22 @@ let spawn env script =
 let field text key =
   (* The word after [key] on the line starting with it. *)
   let lines = String.split_on_char '\n' text in
-  match List.find_opt (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key) lines with
+  match
+    List.find_opt
+      (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key)
+      lines
+  with
   | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
   | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
 
 let ss_word ss prefix =
   let words = String.split_on_char ' ' (replace (replace ss "\t" " ") "\n" " ") in
-  match List.find_opt (fun w -> String.length w > String.length prefix && String.sub w 0 (String.length prefix) = prefix) words with
+  match
+    List.find_opt
+      (fun w ->
+        String.length w > String.length prefix && String.sub w 0 (String.length prefix) = prefix)
+      words
+  with
   | Some w -> String.sub w (String.length prefix) (String.length w - String.length prefix)
   | None -> Alcotest.failf "no %s in ss output: %s" prefix ss
 
@@ -287,19 +312,26 @@ let check_ss ~mss ss (i : Tcp.conn_info) =
   let ours = match i.rcv_wscale with Some s -> string_of_int s | None -> "none" in
   let theirs = match i.snd_wscale with Some s -> string_of_int s | None -> "none" in
   Alcotest.(check string) "ss: window scale" (ours ^ "," ^ theirs) ws;
-  Alcotest.(check string) "ss: the kernel's MSS (ours less timestamps)" (string_of_int mss) (ss_word ss "mss:")
+  Alcotest.(check string)
+    "ss: the kernel's MSS (ours less timestamps)" (string_of_int mss) (ss_word ss "mss:")
 
 (* The kernel scripts with the addresses filled in ([ss] wants an IPv6
    address in brackets). *)
 let script (module N : TCP_IP) env text =
   let ss = if N.v6 then "[" ^ N.ours ^ "]" else N.ours in
-  List.fold_left (fun t (a, b) -> replace t a b) text
+  List.fold_left
+    (fun t (a, b) -> replace t a b)
+    text
     [ ("SSOUR", ss); ("OUR", N.ours); ("KERNEL", N.kernel); ("FILE", env.file) ]
 
 let kernel_connects ~v6 () =
   with_env ~v6 @@ fun env ->
   let (module N) = if v6 then tcp_on6 env.up else tcp_on env.up in
-  let l = match N.Sock.listen N.tcp 5001 with Ok l -> l | Error e -> Alcotest.failf "%a" Protocol.pp_error e in
+  let l =
+    match N.Sock.listen N.tcp 5001 with
+    | Ok l -> l
+    | Error e -> Alcotest.failf "%a" Protocol.pp_error e
+  in
   let result = ref None and info = ref None in
   Socket.Promise.upon (N.Sock.accept l) (function
     | Error e -> Alcotest.failf "accept: %a" Protocol.pp_error e
@@ -314,17 +346,23 @@ let kernel_connects ~v6 () =
             | Ok 0 ->
                 let rx = Unix.gettimeofday () -. t0 in
                 let t1 = Unix.gettimeofday () in
-                Socket.Promise.upon (N.Sock.write s (Cstruct.of_bytes env.data)) (function
-                  | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
-                  | Ok () ->
-                      N.Sock.close s;
-                      Socket.Promise.upon (N.Sock.closed s) (function
-                        | Ok () ->
-                            let tx = Unix.gettimeofday () -. t1 in
-                            if Bytes.sub store 0 !got <> env.data then Alcotest.fail "received bytes differ";
-                            let sha = Sha256.to_hex (Sha256.substring (Bytes.unsafe_to_string store) 0 !got) in
-                            result := Some (!got, sha, rx, tx)
-                        | Error e -> Alcotest.failf "close: %a" Protocol.pp_error e))
+                Socket.Promise.upon
+                  (N.Sock.write s (Cstruct.of_bytes env.data))
+                  (function
+                    | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
+                    | Ok () ->
+                        N.Sock.close s;
+                        Socket.Promise.upon (N.Sock.closed s) (function
+                          | Ok () ->
+                              let tx = Unix.gettimeofday () -. t1 in
+                              if Bytes.sub store 0 !got <> env.data then
+                                Alcotest.fail "received bytes differ";
+                              let sha =
+                                Sha256.to_hex
+                                  (Sha256.substring (Bytes.unsafe_to_string store) 0 !got)
+                              in
+                              result := Some (!got, sha, rx, tx)
+                          | Error e -> Alcotest.failf "close: %a" Protocol.pp_error e))
             | Ok k ->
                 if !got + k > size then Alcotest.fail "too many bytes";
                 Cstruct.blit_to_bytes buf 0 store !got k;
@@ -336,14 +374,16 @@ let kernel_connects ~v6 () =
   let out = wait ~until:(fun () -> !result <> None) () in
   let got, sha, rx, tx = Option.get !result in
   Alcotest.(check int) "bytes received" size got;
-  Alcotest.(check string) "SHA-256 of what the kernel sent, as it computed it" env.sha (field out "SENT");
+  Alcotest.(check string)
+    "SHA-256 of what the kernel sent, as it computed it" env.sha (field out "SENT");
   Alcotest.(check string) "SHA-256 of what we received" env.sha sha;
-  Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
+  Alcotest.(check string)
+    "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
   check_ss ~mss:N.mss (field out "SS") (Option.get !info);
   Logs.app (fun m ->
       m "%s, kernel connects: kernel -> us %.1f MB/s, us -> kernel %.1f MB/s; %a"
-        (if v6 then "IPv6" else "IPv4") (mb_s size rx)
-        (mb_s size tx) Tcp.pp_stats (N.T.query N.tcp))
+        (if v6 then "IPv6" else "IPv4")
+        (mb_s size rx) (mb_s size tx) Tcp.pp_stats (N.T.query N.tcp))
 
 let we_connect ~v6 () =
   with_env ~v6 @@ fun env ->
@@ -365,9 +405,10 @@ let we_connect ~v6 () =
   let info = N.Sock.info s in
   let t0 = Unix.gettimeofday () in
   let sent = ref None in
-  Socket.Promise.upon (N.Sock.write s (Cstruct.of_bytes env.data)) (function
-    | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e
-    | Ok () -> N.Sock.shutdown s);
+  Socket.Promise.upon
+    (N.Sock.write s (Cstruct.of_bytes env.data))
+    (function
+      | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e | Ok () -> N.Sock.shutdown s);
   (* Read the kernel's reply to the end. *)
   let store = Bytes.create size and got = ref 0 and t1 = ref 0. and done_ = ref false in
   let rx = ref 0. in
@@ -392,17 +433,20 @@ let we_connect ~v6 () =
   loop ();
   let out = wait ~until:(fun () -> !done_) () in
   let rx = !rx in
-  Alcotest.(check string) "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
+  Alcotest.(check string)
+    "what the kernel received" (Fmt.str "%d %s" size env.sha) (field out "RECV");
   Alcotest.(check string) "SHA-256 of what the kernel sent" env.sha (field out "SENT");
   Alcotest.(check int) "bytes received" size !got;
   Alcotest.(check bool) "received bytes, byte for byte" true (Bytes.sub store 0 !got = env.data);
-  Alcotest.(check string) "SHA-256 of what we received" env.sha
+  Alcotest.(check string)
+    "SHA-256 of what we received" env.sha
     (Sha256.to_hex (Sha256.substring (Bytes.unsafe_to_string store) 0 !got));
   check_ss ~mss:N.mss (field out "SS") info;
   Logs.app (fun m ->
       m "%s, we connect: us -> kernel %.1f MB/s, kernel -> us %.1f MB/s; %a"
         (if v6 then "IPv6" else "IPv4")
-        (mb_s size (Option.value !sent ~default:1.)) (mb_s size rx) Tcp.pp_stats (N.T.query N.tcp))
+        (mb_s size (Option.value !sent ~default:1.))
+        (mb_s size rx) Tcp.pp_stats (N.T.query N.tcp))
 
 let () =
   Logs.set_reporter (Logs_fmt.reporter ());
@@ -414,9 +458,13 @@ let () =
     [
       ( "kernel",
         [
-          Alcotest.test_case "the kernel connects to us; 100 MB each way" `Slow (kernel_connects ~v6:false);
-          Alcotest.test_case "we connect to the kernel; 100 MB each way" `Slow (we_connect ~v6:false);
-          Alcotest.test_case "IPv6: the kernel connects to us; 100 MB each way" `Slow (kernel_connects ~v6:true);
-          Alcotest.test_case "IPv6: we connect to the kernel; 100 MB each way" `Slow (we_connect ~v6:true);
+          Alcotest.test_case "the kernel connects to us; 100 MB each way" `Slow
+            (kernel_connects ~v6:false);
+          Alcotest.test_case "we connect to the kernel; 100 MB each way" `Slow
+            (we_connect ~v6:false);
+          Alcotest.test_case "IPv6: the kernel connects to us; 100 MB each way" `Slow
+            (kernel_connects ~v6:true);
+          Alcotest.test_case "IPv6: we connect to the kernel; 100 MB each way" `Slow
+            (we_connect ~v6:true);
         ] );
     ]
