@@ -126,6 +126,8 @@ for s in rpc-at-most-once fs-crash; do
 done
 # The API documentation builds (odoc).
 jobs+=("counted|doc|scripts/doc.sh --check")
+# Every OCaml and dune file is formatted (ocamlformat as pinned in .ocamlformat; make fmt formats).
+jobs+=("counted|format|scripts/fmt.sh --check")
 # Every deliberate bug under test/mutants/ still applies and is in the README's table (make mutants runs them).
 jobs+=("counted|mutants apply|scripts/mutants-check.sh")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).
