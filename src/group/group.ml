@@ -268,6 +268,9 @@ module Make (T : Transport.S) = struct
     mutable quorum : Primary.quorum option; (* of the current view, with Primary: as told *)
     mutable quorum_pending : Primary.quorum option;
         (* a view with the quorum, not primary until every member is known to have installed it *)
+    mutable past_primaries : Primary.knowledge; (* dynamic votes: of past primaries, across views *)
+    mutable attempt : Primary.session option; (* dynamic votes: the current view's, attempted *)
+    mutable quorum_members : (string * string) list; (* the current view's, by id and address *)
     mutable told : (string * string) list;
     (* stack errors reported, by peer and stack *)
     (* with the Xfer layer: the state transfer *)
@@ -652,11 +655,30 @@ module Make (T : Transport.S) = struct
               (* With Primary: a view without the quorum is told so at
                  once; one with it is primary once every member has said
                  it is there (Primary.Confirmed), casts waiting until then. *)
-              let decision =
+              let with_primary =
                 match t.primary_config with
                 | Some pc when List.exists (fun l -> Layer.name l = Primary.name) t.cur_layers ->
-                    Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
+                    Some pc
                 | _ -> None
+              in
+              t.attempt <- None;
+              t.quorum_members <- List.map (fun (m : Side.member) -> (m.eid, m.addr)) members;
+              let dynamic =
+                match with_primary with Some pc -> Primary.mode pc = Dynamic | None -> false
+              in
+              let decision =
+                match with_primary with
+                | Some pc when dynamic ->
+                    (* Undecided until every member's knowledge is in: held as a view with the
+                       quorum that is not yet confirmed. *)
+                    Some
+                      {
+                        (Primary.decide_dynamic pc ~members:t.quorum_members [] |> fst) with
+                        Primary.primary = true;
+                      }
+                | Some pc ->
+                    Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
+                | None -> None
               in
               (match decision with
               | Some q when q.Primary.primary ->
@@ -670,6 +692,7 @@ module Make (T : Transport.S) = struct
               | Some q when not q.Primary.primary ->
                   Log.info (fun m -> m "%s: view %s is %a" t.me.eid vid Primary.pp_quorum q);
                   t.on_primary q
+              | Some _ when dynamic -> Ep.Binding.dn_ctl ep (Primary.Start_dynamic t.past_primaries)
               | Some _ -> Ep.Binding.dn_ctl ep Primary.Start
               | None -> ());
               Option.iter
@@ -813,9 +836,36 @@ module Make (T : Transport.S) = struct
         | Gmp.Reported { coord; excluded; leaving; into } ->
             c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded -> alone t c
+        | Primary.Heard ks -> (
+            match (t.quorum_pending, t.primary_config) with
+            | Some _, Some pc when t.attempt = None ->
+                let q, session = Primary.decide_dynamic pc ~members:t.quorum_members ks in
+                t.past_primaries <- Primary.learn t.past_primaries ks;
+                if q.Primary.primary then begin
+                  (* Recorded before the attempt goes out: from now on this view may form at
+                     another member. *)
+                  t.past_primaries <-
+                    { t.past_primaries with ambiguous = session :: t.past_primaries.ambiguous };
+                  t.attempt <- Some session;
+                  t.quorum_pending <- Some q;
+                  Ep.Binding.dn_ctl c.ep Primary.Attempt
+                end
+                else begin
+                  t.quorum_pending <- None;
+                  t.quorum <- Some q;
+                  Log.info (fun m ->
+                      m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
+                  t.on_primary q;
+                  flush_queue t;
+                  update_flow t
+                end
+            | _ -> ())
         | Primary.Confirmed -> (
             match t.quorum_pending with
             | Some q ->
+                Option.iter
+                  (fun s -> t.past_primaries <- { Primary.last = Some s; ambiguous = [] })
+                  t.attempt;
                 t.quorum_pending <- None;
                 t.quorum <- Some q;
                 Log.info (fun m ->
@@ -1573,6 +1623,9 @@ module Make (T : Transport.S) = struct
                         on_primary;
                         quorum = None;
                         quorum_pending = None;
+                        past_primaries = Primary.no_knowledge;
+                        attempt = None;
+                        quorum_members = [];
                         told = [];
                         tick = None;
                         garbage = 0;

@@ -212,6 +212,102 @@ let primary_partitions ?trace ?params seed =
   Consort_engine.Sim.run ~until:(!last + s 11.) (V.net w);
   V.finish ~extra:(V.not_wedged w) ~checks:[ V.evs; safe; total; quorum_check w ] w
 
+(* Dynamic votes: the quorum checker without the static count, primaries checked link by link. *)
+let quorum_check_dynamic logs =
+  match
+    Consort_spec.Quorum.check ~live_quorum:true ~dynamic:true ~votes:(fun _ -> 1) ~needed:0 logs
+  with
+  | Ok () -> []
+  | Error vs -> List.map (Fmt.str "primary: %a" Consort_spec.Quorum.pp_violation) vs
+
+(* Some primary view had [k] members: the primary shrank that far. *)
+let primary_of_size k logs =
+  let sizes = Hashtbl.create 16 in
+  List.iter
+    (fun (_, evs) ->
+      List.iter
+        (function
+          | Consort_spec.Log.View { view; members; _ } ->
+              Hashtbl.replace sizes view (List.length members)
+          | _ -> ())
+        evs)
+    logs;
+  let found =
+    List.exists
+      (fun (_, evs) ->
+        List.exists
+          (function
+            | Consort_spec.Log.Quorum { view; primary = true; _ } ->
+                Hashtbl.find_opt sizes view = Some k
+            | _ -> false)
+          evs)
+      logs
+  in
+  if found then [] else [ Printf.sprintf "primary: no primary view of %d members formed" k ]
+
+(* Dynamic votes (primary.mode=dynamic), 5 members with one vote each, under 3% loss. The primary
+   forms once all five are together (no primary before: every vote needed), then shrinks: a split
+   of 3 and 2 (the 3 are primary), a split of those 3 into 2 and 1 (the 2 are primary, 2 of the 3
+   votes of the last primary; the 2 cut off first are not, 2 of 5), and a heal. Then a crash and
+   a restart while the primary is whole, and a last split into two or three random sides healed.
+   Bursts of casts at every cut and heal. At most one primary at a time, link by link in one
+   sequence; a primary of 2 members formed; everyone alive ends in a primary. *)
+let primary_dynamic ?trace ?params seed =
+  let props = P.vsync @ [ P.Total; P.Evs; P.Primary ] in
+  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
+  let w =
+    V.with_params w
+      [
+        ("primary.mode", Params.String "dynamic");
+        ("primary.expected", Params.Int 5);
+        ("suspect.timeout", Params.Time (Time.of_sec 2.));
+      ]
+  in
+  let rng = V.rng w in
+  for i = 0 to 4 do
+    V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
+  done;
+  let event t f =
+    V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
+    V.at w t f
+  in
+  let partition t sides =
+    event t (fun () ->
+        V.note w "%d partition into %d" (Consort_engine.Sim.now (V.net w)) (List.length sides);
+        Consort_engine.Sim.partition (V.net w) sides)
+  in
+  let heal t =
+    event t (fun () ->
+        V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
+        Consort_engine.Sim.heal (V.net w))
+  in
+  let shuffle l = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) l)) in
+  let addrs = shuffle (List.init 5 (V.addr w)) in
+  let take n l = List.filteri (fun i _ -> i < n) l
+  and drop n l = List.filteri (fun i _ -> i >= n) l in
+  let t1 = s 4. + Rng.int rng (s 1.) in
+  partition t1 [ take 3 addrs; drop 3 addrs ];
+  let t2 = t1 + s 7. in
+  partition t2 [ take 2 addrs; [ List.nth addrs 2 ]; drop 3 addrs ];
+  let t3 = t2 + s 7. in
+  heal t3;
+  let victim = Rng.int rng 5 in
+  event (t3 + s 7.) (fun () -> V.crash w victim);
+  event (t3 + s 10.) (fun () -> if not (V.is_alive w victim) then V.start w victim);
+  let t4 = t3 + s 17. + Rng.int rng (s 1.) in
+  let again = shuffle (List.init 5 (V.addr w)) in
+  let a = 1 + Rng.int rng 3 in
+  let b = if Rng.int rng 3 = 0 then a + 1 + Rng.int rng (4 - a) else 5 in
+  partition t4
+    (List.filter (( <> ) [])
+       [ take a again; List.filteri (fun i _ -> i >= a && i < b) again; drop b again ]);
+  heal (t4 + s 5.);
+  V.workload w ~from:(s 1.) ~until:(t4 + s 7.) ~count:160;
+  Consort_engine.Sim.run ~until:(t4 + s 16.) (V.net w);
+  V.finish ~extra:(V.not_wedged w)
+    ~checks:[ V.evs; safe; total; quorum_check_dynamic; primary_of_size 2 ]
+    w
+
 let with_total = P.vsync @ [ P.Total ]
 
 let scenarios =
@@ -255,6 +351,12 @@ let scenarios =
        and a restart, bursts at each cut and heal; 3% loss; at most one primary at a time, in one \
        sequence",
       primary_partitions );
+    ( "primary-dynamic",
+      "primary components with dynamic votes (Primary, primary.mode=dynamic, one vote each) over \
+       Total and Evs: 5 members; the primary forms with all five, shrinks to 3 and then to 2 of \
+       those 3 in two splits, heals; a crash and a restart; a split into random sides healed; \
+       bursts at each cut and heal; 3% loss; at most one primary at a time, in one sequence",
+      primary_dynamic );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -52,7 +52,7 @@ type mview = { got : (string * int, unit) Hashtbl.t; mutable blocked : bool }
 
 let max_violations = 1000
 
-let check ?(live_quorum = false) ~votes ~needed logs =
+let check ?(live_quorum = false) ?(dynamic = false) ~votes ~needed logs =
   let vs = ref [] and nv = ref 0 in
   let report v =
     if !nv < max_violations then begin
@@ -97,7 +97,7 @@ let check ?(live_quorum = false) ~votes ~needed logs =
                     decided := Some p;
                     let members = Option.value ~default:[] (Hashtbl.find_opt memberships view) in
                     let expected_votes = List.fold_left (fun acc m -> acc + votes m) 0 members in
-                    if (p && expected_votes < needed) || n <> expected_votes then
+                    if (not dynamic) && ((p && expected_votes < needed) || n <> expected_votes) then
                       report
                         (Wrong_decision
                            { member; line; view; primary = p; votes = n; expected_votes });
@@ -149,14 +149,21 @@ let check ?(live_quorum = false) ~votes ~needed logs =
   (* Any two primary views share a member that installed both (so one
      came before the other there: Vsync checks that a member's views
      increase), and have distinct logical times: never two at once. *)
+  let share a b = List.exists (fun m -> List.mem m (inst b)) (inst a) in
   let rec pairs = function
     | [] -> ()
+    | (la, a) :: rest when dynamic ->
+        (match rest with
+        | (lb, b) :: _ ->
+            if la = lb then report (Same_time { a; b })
+            else if not (share a b) then report (Concurrent { a; b })
+        | [] -> ());
+        pairs rest
     | (la, a) :: rest ->
         List.iter
           (fun (lb, b) ->
             if la = lb then report (Same_time { a; b })
-            else if not (List.exists (fun m -> List.mem m (inst b)) (inst a)) then
-              report (Concurrent { a; b }))
+            else if not (share a b) then report (Concurrent { a; b }))
           rest;
         pairs rest
   in

@@ -19,7 +19,13 @@
       delivered before its flush (what the primary served is carried into the next one; with safe
       delivery, [Agree] or [Evs]).
     - {b Rejoin}: with [~live_quorum:true], members alive at the end (a [live] line) end in a
-      primary view. *)
+      primary view.
+
+    With [~dynamic:true] (dynamic votes, [primary.mode=dynamic]) the quorum follows the last
+    primary, so the votes of a decision are not checked against [needed], and two primaries far
+    apart in the chain may share no member: instead, each primary view shares a member that
+    installed both with the primary view just before it in LTIME order. Two primaries at once in
+    disjoint components fail this wherever their views meet in that order. *)
 
 type violation =
   | No_decision of { member : string; line : int; view : string }
@@ -53,6 +59,7 @@ val pp_violation : violation Fmt.t
 
 val check :
   ?live_quorum:bool ->
+  ?dynamic:bool ->
   votes:(string -> int) ->
   needed:int ->
   (string * Log.event list) list ->
