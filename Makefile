@@ -72,6 +72,7 @@ soak: build
 	@./_build/default/bin/main.exe sim --scenario kv-linearizable --seeds $(SOAK_SEEDS) --quiet --params total.protocol=token
 	@./_build/default/bin/main.exe sim --scenario evs --seeds $(SOAK_SEEDS) --quiet
 	@./_build/default/bin/main.exe sim --scenario primary-partitions --seeds $(SOAK_SEEDS) --quiet
+	@./_build/default/bin/main.exe sim --scenario primary-dynamic --seeds $(SOAK_SEEDS) --quiet
 	@for s in vsync-crash vsync-partition-merge vsync-churn vsync-flow-flush vsync-slander vsync-leave-coord; do \
 	  for p in sequencer token; do \
 	    ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \

@@ -82,7 +82,8 @@ let docs =
       "the group switches to another stack while it runs, at a view boundary (Group.switch)" );
     ( "Primary",
       "a primary component with quorum: only the component holding a majority of the configured \
-       votes (primary.expected, primary.votes) is primary; casts refused outside it" );
+       votes (primary.expected, primary.votes), or with primary.mode=dynamic of the last primary's \
+       votes, is primary; casts refused outside it" );
     ( "Cltsvr",
       "client-server groups: clients send requests (at most once, in order, resent to another \
        server after a failover) and hear notifications without being members of the servers' view; \
