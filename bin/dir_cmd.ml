@@ -31,37 +31,7 @@ let path_failed what (e : Dir_client.error Path.error) =
       3
   | e -> refused "%s: %a" what (Path.pp_error Dir_client.pp_error) e
 
-let root_file () =
-  match Sys.getenv_opt "HOME" with
-  | Some h -> Some (Filename.concat h ".consort/root")
-  | None -> None
-
-(* The root capability: --root, else CONSORT_ROOT, else ~/.consort/root. *)
-let root_cap root =
-  let parse where s =
-    match Cap.of_string s with
-    | Ok c -> Ok c
-    | Error e -> Error (Fmt.str "%s: bad capability: %a" where Cap.pp_decode_error e)
-  in
-  match root with
-  | Some s -> parse "--root" s
-  | None -> (
-      match Sys.getenv_opt "CONSORT_ROOT" with
-      | Some s when String.trim s <> "" -> parse "CONSORT_ROOT" s
-      | _ -> (
-          match root_file () with
-          | Some f when Sys.file_exists f -> (
-              match
-                let ic = open_in_bin f in
-                Fun.protect
-                  ~finally:(fun () -> close_in ic)
-                  (fun () -> really_input_string ic (in_channel_length ic))
-              with
-              | s -> parse f s
-              | exception Sys_error e -> Error e)
-          | _ ->
-              Error
-                "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
+let root_cap = Cap_common.root_cap
 
 let with_dir locate root f =
   match root_cap root with

@@ -85,8 +85,9 @@ let default_root () =
 (* consort cap exec SERVER PROGRAM ARGS... *)
 let exec locate server program args caps root cpu memory time no_stdin show_cap =
   let ( let* ) r f = match r with Error m -> refused "%s" m | Ok v -> f v in
-  let* server = parse_cap "SERVER" server in
-  let* program = parse_cap "PROGRAM" program in
+  let resolve what s = Cap_common.resolve ~config:!rpc_config ?locate ?root what s in
+  let* server = resolve "SERVER" server in
+  let* program = resolve "PROGRAM" program in
   let* caps =
     List.fold_left
       (fun acc s ->
@@ -169,7 +170,7 @@ let call_failed what = function
       | `Unknown -> unknown "%s: outcome unknown: %a" what Rpc_error.pp e)
 
 let ps locate server =
-  match parse_cap "SERVER" server with
+  match Cap_common.resolve ~config:!rpc_config ?locate "SERVER" server with
   | Error m -> refused "%s" m
   | Ok cap ->
       with_node locate (fun node ->
@@ -280,14 +281,17 @@ let exec =
     Arg.(
       required
       & pos 0 (some string) None
-      & info [] ~docv:"SERVER" ~doc:"The process server's capability.")
+      & info [] ~docv:"SERVER"
+          ~doc:"The process server's capability, or its path from the root directory.")
   in
   let program =
     Arg.(
       required
       & pos 1 (some string) None
       & info [] ~docv:"PROGRAM"
-          ~doc:"The capability of the program's bytecode file on a file server.")
+          ~doc:
+            "The program's bytecode file on a file server: its capability, or its path from the \
+             root directory ($(b,/bin/hello)).")
   in
   let args =
     Arg.(
@@ -374,7 +378,8 @@ let ps =
     Arg.(
       required
       & pos 0 (some string) None
-      & info [] ~docv:"SERVER" ~doc:"The process server's capability.")
+      & info [] ~docv:"SERVER"
+          ~doc:"The process server's capability, or its path from the root directory.")
   in
   Cmd.v
     (Consort_cli.info ~path:"cap ps" "ps" ~exits ~envs

@@ -1,0 +1,65 @@
+(* What the capability commands share: the root capability, and capabilities named by path. *)
+open Consort_cap
+module Dir_client = Consort_capdir.Dir_client
+module Path = Consort_capdir.Path
+module Loop = Consort_engine.Loop
+
+let root_file () =
+  match Sys.getenv_opt "HOME" with
+  | Some h -> Some (Filename.concat h ".consort/root")
+  | None -> None
+
+let parse what s =
+  match Cap.of_string (String.trim s) with
+  | Ok c -> Ok c
+  | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
+
+let root_cap root =
+  match root with
+  | Some s -> parse "--root" s
+  | None -> (
+      match Sys.getenv_opt "CONSORT_ROOT" with
+      | Some s when String.trim s <> "" -> parse "CONSORT_ROOT" s
+      | _ -> (
+          match root_file () with
+          | Some f when Sys.file_exists f -> (
+              match
+                let ic = open_in_bin f in
+                Fun.protect
+                  ~finally:(fun () -> close_in ic)
+                  (fun () -> really_input_string ic (in_channel_length ic))
+              with
+              | s -> (
+                  (* The first line: the file may hold notes after it. *)
+                  match String.split_on_char '\n' s with
+                  | l :: _ -> parse f l
+                  | [] -> parse f s)
+              | exception Sys_error e -> Error e)
+          | _ ->
+              Error
+                "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
+
+let is_cap s = String.length s >= 5 && String.sub s 0 5 = "cap1:"
+
+let path_error e = Fmt.str "%a" (Path.pp_error Dir_client.pp_error) e
+
+(* A capability given on the command line: as text, or as a path from the root directory. *)
+let resolve ~config ?locate ?root what s =
+  if is_cap s then parse what s
+  else
+    match root_cap root with
+    | Error m -> Error (Printf.sprintf "%s %s: %s" what s m)
+    | Ok r -> (
+        let loop = Loop.create () in
+        match Rpc_udp.open_node ~config ?locate loop with
+        | Error m -> Error m
+        | Ok node ->
+            Fun.protect
+              ~finally:(fun () -> Rpc_udp.close node)
+              (fun () ->
+                let c =
+                  Dir_client.create (fun ~idempotent h d -> Rpc_udp.Sync.trans node ~idempotent h d)
+                in
+                match Dir_client.resolve c r s with
+                | Ok cap -> Ok cap
+                | Error e -> Error (Printf.sprintf "%s %s: %s" what s (path_error e))))
