@@ -40,7 +40,6 @@ let root_cap root =
                 "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
 
 let is_cap s = String.length s >= 5 && String.sub s 0 5 = "cap1:"
-
 let path_error e = Fmt.str "%a" (Path.pp_error Dir_client.pp_error) e
 
 (* A capability given on the command line: as text, or as a path from the root directory. *)

@@ -76,55 +76,58 @@ let pp_mask ppf r =
 
 let pp_masks = Fmt.(list ~sep:(any ":") pp_mask)
 
-let ls locate root path =
-  with_dir locate root (fun c root ->
-      match Dir_client.resolve c root path with
-      | Error e -> path_failed "ls" e
-      | Ok d -> (
-          match Dir_client.call c (Dir.List d) with
-          | Ok (Dir.Listing { seq; columns; rows }) ->
-              Fmt.pr "# seq %d, columns %s@." seq (String.concat ":" columns);
-              List.iter (fun (n, m) -> Fmt.pr "%s\t%a@." n pp_masks m) rows;
-              0
-          | Ok r -> refused "ls: unexpected reply %a" Dir.pp_response r
-          | Error e -> failed "ls" e))
+let ls_in c root path =
+  match Dir_client.resolve c root path with
+  | Error e -> path_failed "ls" e
+  | Ok d -> (
+      match Dir_client.call c (Dir.List d) with
+      | Ok (Dir.Listing { seq; columns; rows }) ->
+          Fmt.pr "# seq %d, columns %s@." seq (String.concat ":" columns);
+          List.iter (fun (n, m) -> Fmt.pr "%s\t%a@." n pp_masks m) rows;
+          0
+      | Ok r -> refused "ls: unexpected reply %a" Dir.pp_response r
+      | Error e -> failed "ls" e)
 
+let ls locate root path = with_dir locate root (fun c root -> ls_in c root path)
 let default_masks = [ Rights.all; Rights.of_int_exn 0x06; Rights.of_int_exn 0x04 ]
 
-let mkdir locate root path masks =
+let mkdir_in c root path masks =
   match Option.fold ~none:(Ok default_masks) ~some:parse_masks masks with
   | Error e -> refused "mkdir: --masks: %s" e
   | Ok masks ->
-      with_dir locate root (fun c root ->
-          with_parent "mkdir" c root path (fun d name ->
-              let secret = Cap.Secret.to_raw (Cap.Secret.generate ()) in
-              match
-                Dir_client.call c
-                  (Dir.Create
-                     { via = d; secret; columns = Dir.default_columns; link = Some (name, masks) })
-              with
-              | Ok (Dir.Created { cap; _ }) ->
-                  print_endline (Cap.to_string cap);
-                  0
-              | Ok r -> refused "mkdir: unexpected reply %a" Dir.pp_response r
-              | Error e -> failed "mkdir" e))
+      with_parent "mkdir" c root path (fun d name ->
+          let secret = Cap.Secret.to_raw (Cap.Secret.generate ()) in
+          match
+            Dir_client.call c
+              (Dir.Create
+                 { via = d; secret; columns = Dir.default_columns; link = Some (name, masks) })
+          with
+          | Ok (Dir.Created { cap; _ }) ->
+              print_endline (Cap.to_string cap);
+              0
+          | Ok r -> refused "mkdir: unexpected reply %a" Dir.pp_response r
+          | Error e -> failed "mkdir" e)
 
-let rm locate root path =
-  with_dir locate root (fun c root ->
-      with_parent "rm" c root path (fun d name ->
-          match Dir_client.call c (Dir.Delete { dir = d; name }) with
-          | Ok _ -> 0
-          | Error e -> failed "rm" e))
+let mkdir locate root path masks = with_dir locate root (fun c root -> mkdir_in c root path masks)
 
-let chmod locate root path masks =
+let rm_in c root path =
+  with_parent "rm" c root path (fun d name ->
+      match Dir_client.call c (Dir.Delete { dir = d; name }) with
+      | Ok _ -> 0
+      | Error e -> failed "rm" e)
+
+let rm locate root path = with_dir locate root (fun c root -> rm_in c root path)
+
+let chmod_in c root path masks =
   match parse_masks masks with
   | Error e -> refused "chmod: %s" e
   | Ok masks ->
-      with_dir locate root (fun c root ->
-          with_parent "chmod" c root path (fun d name ->
-              match Dir_client.call c (Dir.Chmod { dir = d; name; masks }) with
-              | Ok _ -> 0
-              | Error e -> failed "chmod" e))
+      with_parent "chmod" c root path (fun d name ->
+          match Dir_client.call c (Dir.Chmod { dir = d; name; masks }) with
+          | Ok _ -> 0
+          | Error e -> failed "chmod" e)
+
+let chmod locate root path masks = with_dir locate root (fun c root -> chmod_in c root path masks)
 
 let lookup locate root path =
   with_dir locate root (fun c root ->

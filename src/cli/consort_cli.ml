@@ -200,6 +200,22 @@ let table =
       ] );
     ("cap mkdir", [ ("Make a directory under the root:", "consort cap mkdir /home") ]);
     ("cap rm", [ ("Remove a row:", "consort cap rm /home/alice/notes") ]);
+    ( "cap put",
+      [
+        ("Store a file and link it by path:", "consort cap put notes.txt /home/alice/notes");
+        ("From standard input, replacing the row:", "date | consort cap put --force - /tmp/now");
+      ] );
+    ( "cap get",
+      [
+        ( "Copy a file here (written whole or not at all):",
+          "consort cap get /home/alice/notes notes.txt" );
+      ] );
+    ("cap cat", [ ("Print files:", "consort cap cat /home/alice/notes /etc/motd") ]);
+    ( "cap shell",
+      [
+        ("Browse the directory graph (Tab completes names):", "consort cap shell");
+        ("Run commands from a script:", "printf 'cd /home\\nls\\n' | consort cap shell");
+      ] );
     ( "cap fs fsck",
       [ ("Check a stopped file server's store:", "consort cap fs fsck --data /var/lib/consort/fs") ]
     );

@@ -343,10 +343,157 @@ let test_bench () =
   Alcotest.(check int) "four rows" 4 (List.length rows);
   List.iter (fun l -> if contains l "failed" then Alcotest.failf "bench dir: %s" l) rows
 
+(* consort cap put, get, cat and shell: files by path over a real directory replica and file
+   server, the file server found at /sys/fs. *)
+let test_shell () =
+  let d = Filename.temp_file "capdir-shell" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o700;
+  let r =
+    {
+      i = 0;
+      rpc = Printf.sprintf "127.0.0.1:%d" (free_port ());
+      group = Printf.sprintf "127.0.0.1:%d" (free_port ());
+      pid = 0;
+    }
+  in
+  let fs_addr = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  let fs_pid = ref 0 in
+  Fun.protect
+    ~finally:(fun () ->
+      kill r;
+      (try Unix.kill !fs_pid Sys.sigkill with Unix.Unix_error _ -> ());
+      (try ignore (Unix.waitpid [] !fs_pid) with Unix.Unix_error _ -> ());
+      rm_rf d)
+    (fun () ->
+      let root, _ = start d [ r ] r in
+      let out, w = Unix.pipe ~cloexec:true () in
+      fs_pid :=
+        Unix.create_process_env (consort ())
+          [| "consort"; "cap"; "fs"; "serve"; "--data"; d / "fs"; "--bind"; fs_addr |]
+          (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
+          Unix.stdin w Unix.stderr;
+      Unix.close w;
+      let ic = Unix.in_channel_of_descr out in
+      let fserver =
+        match String.split_on_char ' ' (input_line ic) with
+        | [ "server"; c ] -> c
+        | _ -> Alcotest.fail "file server's first line"
+      in
+      close_in ic;
+      let env =
+        [
+          "CONSORT_ROOT=" ^ root; "CONSORT_LOCATE=" ^ r.rpc ^ "," ^ fs_addr; "CONSORT_MULTICAST=off";
+        ]
+      in
+      ignore
+        (eventually 30 "the first mkdir" (fun () ->
+             match run ~env [ "cap"; "mkdir"; "/sys" ] with 0, o, _ -> Some o | _ -> None));
+      ignore (ok ~env [ "cap"; "mkdir"; "/home" ]);
+      (* No file server known yet: put says so. *)
+      let write p content =
+        let oc = open_out_bin p in
+        output_string oc content;
+        close_out oc
+      in
+      write (d / "small") "hello";
+      refused ~env "no file server" [ "cap"; "put"; d / "small"; "/home/small" ];
+      ignore (ok ~env [ "cap"; "dir"; "link"; "/sys/fs"; fserver ]);
+      (* Binary content, an empty file, and a file of several chunks (1 MiB each). *)
+      let binary = String.init 70_000 (fun i -> Char.chr (i * 7 land 255)) in
+      let big =
+        String.init (((5 lsl 20) lsr 1) + 123) (fun i -> Char.chr (((i * 31) + (i lsr 9)) land 255))
+      in
+      write (d / "bin") binary;
+      write (d / "empty") "";
+      write (d / "big") big;
+      List.iter
+        (fun n -> ignore (ok ~env [ "cap"; "put"; d / n; "/home/" ^ n ]))
+        [ "small"; "bin"; "empty"; "big" ];
+      Alcotest.(check string) "cat" "hello" (ok ~env [ "cap"; "cat"; "/home/small" ]);
+      Alcotest.(check string)
+        "cat of two" "hellohello"
+        (ok ~env [ "cap"; "cat"; "/home/small"; "/home/small" ]);
+      Alcotest.(check string) "empty" "" (ok ~env [ "cap"; "cat"; "/home/empty" ]);
+      ignore (ok ~env [ "cap"; "get"; "/home/bin"; d / "bin.back" ]);
+      Alcotest.(check bool) "binary round trip" true (read_file (d / "bin.back") = binary);
+      ignore (ok ~env [ "cap"; "get"; "/home/big"; d / "big.back" ]);
+      Alcotest.(check int)
+        "several chunks: size" (String.length big)
+        (String.length (read_file (d / "big.back")));
+      Alcotest.(check bool) "several chunks: bytes" true (read_file (d / "big.back") = big);
+      (* Refusals: one line, exit 2, nothing changed. *)
+      refused ~env "exists" [ "cap"; "put"; d / "bin"; "/home/small" ];
+      Alcotest.(check string) "not replaced" "hello" (ok ~env [ "cap"; "cat"; "/home/small" ]);
+      ignore (ok ~env [ "cap"; "put"; "--force"; d / "bin"; "/home/small" ]);
+      Alcotest.(check bool)
+        "--force replaces" true
+        (ok ~env [ "cap"; "cat"; "/home/small" ] = binary);
+      refused ~env "not a file" [ "cap"; "cat"; "/home" ];
+      refused ~env "not found" [ "cap"; "cat"; "/home/nothing" ];
+      refused ~env "not found" [ "cap"; "get"; "/home/nothing"; d / "nothing" ];
+      Alcotest.(check bool) "a failed get writes nothing" false (Sys.file_exists (d / "nothing"));
+      (* A file capability without the read right, linked by path: cat is refused by its server. *)
+      let cap = String.trim (ok ~env [ "cap"; "dir"; "lookup"; "/home/empty" ]) in
+      let noread = String.trim (ok ~env [ "cap"; "restrict"; cap; "--rights"; "destroy" ]) in
+      ignore (ok ~env [ "cap"; "dir"; "link"; "/home/noread"; noread ]);
+      let code, _, err = run ~env [ "cap"; "cat"; "/home/noread" ] in
+      Alcotest.(check int) "no read right: exit 2" 2 code;
+      Alcotest.(check int)
+        "no read right: one line" 1
+        (List.length (String.split_on_char '\n' (String.trim err)));
+      (* The shell, line by line from a file: cd, ls, cat, pwd, completion, a failure. *)
+      write (d / "script")
+        "cd /home\n\
+         pwd\n\
+         ls\n\
+         cat empty\n\
+         complete b\n\
+         complete /home/sm\n\
+         complete /sys/\n\
+         cd small\n\
+         cd ..\n\
+         pwd\n";
+      let sh = Unix.openfile (d / "script") [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+      let o =
+        Unix.openfile (d / "sh.out")
+          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
+          0o600
+      in
+      let e =
+        Unix.openfile (d / "sh.err")
+          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
+          0o600
+      in
+      let pid =
+        Unix.create_process_env (consort ()) [| "consort"; "cap"; "shell" |]
+          (Array.append (Array.of_list env) (Unix.environment ()))
+          sh o e
+      in
+      List.iter Unix.close [ sh; o; e ];
+      let _, st = Unix.waitpid [] pid in
+      Alcotest.(check bool)
+        "the shell ends with the last command's status" true (st = Unix.WEXITED 0);
+      let lines = String.split_on_char '\n' (read_file (d / "sh.out")) in
+      let has l = List.mem l lines in
+      Alcotest.(check bool) "pwd after cd" true (has "/home");
+      Alcotest.(check bool) "ls lists" true (List.exists (fun l -> contains l "big\t") lines);
+      Alcotest.(check bool) "completion in the current directory" true (has "big" && has "bin");
+      Alcotest.(check bool) "completion of an absolute path" true (has "/home/small");
+      Alcotest.(check bool) "completion lists a directory" true (has "/sys/fs");
+      Alcotest.(check bool)
+        "completion offers only matching names" false
+        (has "small" || has "empty");
+      Alcotest.(check bool) "cd .. back to the root" true (has "/");
+      Alcotest.(check bool)
+        "cd into a file is refused" true
+        (contains (read_file (d / "sh.err")) "not a directory"))
+
 let () =
   Alcotest.run "capdir-e2e"
     [
       ("replicas", [ Alcotest.test_case "three replicas, tools, kills" `Quick test_replicated ]);
       ("gc", [ Alcotest.test_case "collection over a directory and a file server" `Quick test_gc ]);
       ("bench", [ Alcotest.test_case "bench dir runs" `Quick test_bench ]);
+      ("shell", [ Alcotest.test_case "put, get, cat and the shell by path" `Quick test_shell ]);
     ]
