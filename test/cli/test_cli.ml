@@ -188,6 +188,16 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ "--data"; tmp; "--key"; existing; "--group"; "127.0.0.1:1" ], 2);
       ] );
     ([ "cap"; "ls" ], [ "/" ], [ ([ "/"; "--root"; "not-a-cap" ], 2) ]);
+    ([ "cap"; "cat" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([], 124) ]);
+    ( [ "cap"; "get" ],
+      [ "/a" ],
+      [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/a"; "x"; "--root"; bad_cap ], 2) ] );
+    ( [ "cap"; "put" ],
+      [ existing; "/a" ],
+      [
+        ([ existing; "/a"; "--root"; "not-a-cap" ], 2); ([ existing; "/a"; "--masks"; "bogus" ], 2);
+      ] );
+    ([ "cap"; "shell" ], [], [ ([ "--root"; "not-a-cap" ], 2) ]);
     ( [ "cap"; "mkdir" ],
       [ "/a" ],
       [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ] );
