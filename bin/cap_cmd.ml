@@ -441,7 +441,7 @@ let cmd =
        Proc_cmd.kill;
        Boot_cmd.cmd;
      ]
-    @ Dir_cmd.commands @ Capsh_cmd.commands)
+    @ Dir_cmd.commands @ Capsh_cmd.commands @ [ Capdemo_cmd.cmd ])
 
 (* consort bench fs: reading a 100 MB file from the server beside cat. *)
 

@@ -129,6 +129,8 @@ done
 jobs+=("counted|doc|scripts/doc.sh --check")
 # Every OCaml and dune file is formatted (ocamlformat as pinned in .ocamlformat; make fmt formats).
 jobs+=("counted|format|scripts/fmt.sh --check")
+# consort cap demo: boot server, file server, 3 directory replicas, 2 process servers, kills (a few s).
+jobs+=("counted|cap demo|$BIN/bin/main.exe cap demo")
 # Every deliberate bug under test/mutants/ still applies and is in the README's table (make mutants runs them).
 jobs+=("counted|mutants apply|scripts/mutants-check.sh")
 # Every decoder on the network path, fuzzed for a short seeded while (make fuzz runs AFL++).

@@ -33,6 +33,8 @@ type svc = {
   mutable line : Buffer.t;
   mutable timers : Loop.timer list;
   mutable killed : string option;
+  mutable held : bool; (* restarts wait until released *)
+  mutable due : bool; (* held when its back-off ended *)
 }
 
 type t = {
@@ -155,6 +157,23 @@ and launch t s =
             | n ->
                 if s.d.capability && s.cap = None then begin
                   Buffer.add_subbytes s.line buf 0 n;
+                  (* Lines naming other capabilities ([root CAP]) may come before [server CAP]:
+                     they go to the log, at most 4 of them. *)
+                  let rec named k =
+                    let l = Buffer.contents s.line in
+                    match String.index_opt l '\n' with
+                    | Some i when k < 4 -> (
+                        match String.split_on_char ' ' (String.trim (String.sub l 0 i)) with
+                        | [ w; c ] when w <> "server" && Result.is_ok (Cap.of_string c) ->
+                            ignore (Unix.write_substring err l 0 (i + 1));
+                            Buffer.clear s.line;
+                            Buffer.add_string s.line
+                              (String.sub l (i + 1) (String.length l - i - 1));
+                            named (k + 1)
+                        | _ -> ())
+                    | _ -> ()
+                  in
+                  named 0;
                   let l = Buffer.contents s.line in
                   match String.index_opt l '\n' with
                   | Some i -> (
@@ -234,12 +253,15 @@ and ended t s why ~ok =
       let delay = Float.min hi (lo *. (2. ** float (min 30 (s.failures - 1)))) in
       set t s Restarting (Printf.sprintf "%s; again in %g s" why delay);
       after t s (Time.of_sec delay) (fun () ->
-          if s.state = Restarting && not t.stopping then begin
-            s.restarts <- s.restarts + 1;
-            s.state <- Cold;
-            step t
-          end)
+          if s.state = Restarting && not t.stopping then
+            if s.held then s.due <- true else restart_now t s)
     end
+
+and restart_now t s =
+  s.due <- false;
+  s.restarts <- s.restarts + 1;
+  s.state <- Cold;
+  step t
 
 let reap t =
   List.iter
@@ -283,6 +305,8 @@ let create ?log_dir ?(on_change = fun _ _ _ -> ()) loop node decls =
           line = Buffer.create 64;
           timers = [];
           killed = None;
+          held = false;
+          due = false;
         })
       decls
   in
@@ -298,6 +322,16 @@ let start t =
   step t
 
 let states t = List.map (fun s -> (s.d.name, s.state)) t.svcs
+let service t name = List.find_opt (fun s -> s.d.name = name) t.svcs
+let capability t name = Option.bind (service t name) (fun s -> s.cap)
+let pid t name = Option.bind (service t name) (fun s -> s.pid)
+
+let hold t name on =
+  match service t name with
+  | None -> ()
+  | Some s ->
+      s.held <- on;
+      if (not on) && s.due && s.state = Restarting && not t.stopping then restart_now t s
 
 let status t =
   String.concat "\n"

@@ -2,6 +2,9 @@
     process, and [std_status] on their capability), restarts what fails with back-off, and reports
     every service's state.
 
+    A service's first line is [server CAP]; lines [WORD CAP] naming other capabilities (at most 4,
+    such as a directory replica's [root CAP]) may come before it.
+
     States: [cold] (not started: waiting for its dependencies to be up), [starting] (running, not
     yet up: a service with a capability is up once it printed [server CAP] and answered a
     [std_status]; one without, once it ran for a second), [up], [restarting] (ended or stopped
@@ -35,6 +38,17 @@ val status : t -> string
 (** One line per service: name, state, pid, restarts, and the last reason. *)
 
 val states : t -> (string * state) list
+
+val capability : t -> string -> Consort_cap.Cap.t option
+(** The capability the service printed ([server CAP]) in its current run. *)
+
+val pid : t -> string -> int option
+(** The process of the service's current run. *)
+
+val hold : t -> string -> bool -> unit
+(** [hold t name true]: the service is not restarted until [hold t name false] (a restart whose
+    back-off ended meanwhile happens then): for maintenance, or to show a system working without it.
+*)
 
 val stop : t -> unit
 (** Stops every service, dependents first: SIGTERM, then SIGKILL after 5 s. Blocks until they are

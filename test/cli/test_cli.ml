@@ -198,6 +198,7 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ existing; "/a"; "--root"; "not-a-cap" ], 2); ([ existing; "/a"; "--masks"; "bogus" ], 2);
       ] );
     ([ "cap"; "shell" ], [], [ ([ "--root"; "not-a-cap" ], 2) ]);
+    ([ "cap"; "demo" ], [], [ ([ "--timeout"; "0" ], 124) ]);
     ( [ "cap"; "mkdir" ],
       [ "/a" ],
       [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([ "/"; "--root"; bad_cap ], 2) ] );
