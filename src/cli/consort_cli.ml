@@ -211,6 +211,11 @@ let table =
           "consort cap get /home/alice/notes notes.txt" );
       ] );
     ("cap cat", [ ("Print files:", "consort cap cat /home/alice/notes /etc/motd") ]);
+    ( "cap demo",
+      [
+        ("Run the demo (a few seconds; ends with N passed, M failed):", "consort cap demo");
+        ("Keep its logs and stores to look at:", "consort cap demo --keep");
+      ] );
     ( "cap shell",
       [
         ("Browse the directory graph (Tab completes names):", "consort cap shell");
