@@ -118,7 +118,18 @@ let demo timeout keep =
               "  after fs";
               "  backoff 0.2 2";
             ])
-          procs)
+          procs
+      @ [
+          "# The garbage collector: a round every second over the directory and the file server.";
+          "service gc";
+          Printf.sprintf "  run %s cap dir gc --server $dir1 --fs $fs --every 1" exe;
+          "  env CONSORT_ROOT=" ^ Cap.to_string root;
+          "  env CONSORT_LOCATE=" ^ locate;
+          "  env CONSORT_MULTICAST=off";
+          "  capability none";
+          "  after dir2 dir3";
+          "  backoff 0.2 2";
+        ])
     ^ "\n"
   in
   write_file (dir / "host.decl") decl;
@@ -221,7 +232,7 @@ let demo timeout keep =
   let result =
     match
       say "working directory %s" dir;
-      say "starting fs, dir1-3, proc1-2 through the boot server (%s)" (dir / "host.decl");
+      say "starting fs, dir1-3, proc1-2 and gc through the boot server (%s)" (dir / "host.decl");
       Boot.start boot;
       wait "every service up" (fun () -> List.for_all up all);
       check "every service is up" true;
@@ -281,7 +292,16 @@ let demo timeout keep =
       link_proc 1;
       exec 1;
       let ls = until_ok [ "cap"; "ls"; "/sys" ] in
-      check "the directory lists the servers" (contains ls "fs\t" && contains ls "proc1\t")
+      check "the directory lists the servers" (contains ls "fs\t" && contains ls "proc1\t");
+      (* The collector ran by itself, and kept what the root reaches. *)
+      let collected () =
+        let log = try read_file (dir / "boot" / "gc.log") with Sys_error _ -> "" in
+        contains log "objects touched"
+      in
+      wait "a round of garbage collection" collected;
+      check "the collector completed a round by itself" true;
+      let ls = until_ok [ "cap"; "ls"; "/bin" ] in
+      check "what the root reaches is kept" (contains ls "hello\t")
     with
     | () -> Ok ()
     | exception Failed m -> Error m

@@ -160,7 +160,7 @@ let link locate root path cap masks =
 
 (* consort cap dir gc --server CAP [--fs CAP ...] [--rounds N]: rounds of
    collection from the root over the directory server and file servers. *)
-let gc locate root server fss rounds =
+let gc locate root server fss rounds every =
   let parse what s =
     match Cap.of_string s with
     | Ok c -> Ok c
@@ -222,14 +222,31 @@ let gc locate root server fss rounds =
                 | Error e -> Error (Fmt.str "%a" Dir_client.pp_error e))
           in
           let servers = dir_server :: List.map fs_server fss in
+          let rounds =
+            match (rounds, every) with Some n, _ -> n | None, None -> 1 | None, Some _ -> max_int
+          in
           let rec go i =
             if i > rounds then 0
             else
               match Consort_capdir.Gc.round ~refs ~servers root with
               | Ok r ->
                   Fmt.pr "round %d: %a@." i Consort_capdir.Gc.pp_report r;
-                  go (i + 1)
-              | Error e -> refused "gc: round %d: %s" i e
+                  next i
+              | Error e -> (
+                  match every with
+                  | None -> refused "gc: round %d: %s" i e
+                  | Some _ ->
+                      (* Collecting by itself: a round that could not touch everything aged
+                         nothing; the next one tries again. *)
+                      Fmt.pr "round %d: not done (%s); again in the next interval@." i
+                        (Consort_cli.one_line e);
+                      next i)
+          and next i =
+            match every with
+            | Some e when i < rounds ->
+                Unix.sleepf e;
+                go (i + 1)
+            | _ -> go (i + 1)
           in
           go 1)
 
@@ -430,7 +447,19 @@ let gc_cmd =
              files; repeat for each.")
   in
   let rounds =
-    Arg.(value & opt Consort_cli.positive_int 1 & info [ "rounds" ] ~docv:"N" ~doc:"Rounds to run.")
+    Arg.(
+      value
+      & opt (some Consort_cli.positive_int) None
+      & info [ "rounds" ] ~docv:"N" ~doc:"Rounds to run (default 1; with $(b,--every), no end).")
+  in
+  let every =
+    Arg.(
+      value
+      & opt (some Consort_cli.positive_float) None
+      & info [ "every" ] ~docv:"SECONDS"
+          ~doc:
+            "Collect by itself: a round every SECONDS, as a service of the boot server would; a \
+             round that fails is reported and the next one tries again.")
   in
   client_cmd "gc" ~path:"cap dir gc"
     ~doc:
@@ -438,7 +467,8 @@ let gc_cmd =
        directory server's and the file servers' objects; unreachable ones go after their lifetime \
        (8 rounds for directories, 24 for files). A round that cannot touch everything ages \
        nothing."
-    Term.(const (fun l r s f n () -> gc l r s f n) $ locate $ root $ server $ fss $ rounds)
+    Term.(
+      const (fun l r s f n e () -> gc l r s f n e) $ locate $ root $ server $ fss $ rounds $ every)
 
 let dir_cmd =
   Cmd.group
