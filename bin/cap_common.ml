@@ -4,6 +4,22 @@ module Dir_client = Consort_capdir.Dir_client
 module Path = Consort_capdir.Path
 module Loop = Consort_engine.Loop
 
+(* Exit statuses of the capability commands: 0 done, 2 refused (nothing was done), 3 outcome
+   unknown; the reason on one line of standard error. *)
+let refused fmt =
+  Fmt.kstr
+    (fun s ->
+      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
+      2)
+    fmt
+
+let unknown fmt =
+  Fmt.kstr
+    (fun s ->
+      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
+      3)
+    fmt
+
 let root_file () =
   match Sys.getenv_opt "HOME" with
   | Some h -> Some (Filename.concat h ".consort/root")

@@ -9,20 +9,8 @@ module Loop = Consort_engine.Loop
 module R = Rpc_udp
 
 let rpc_config = ref Rpc.default_config
-
-let refused fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      2)
-    fmt
-
-let unknown fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      3)
-    fmt
+let refused = Cap_common.refused
+let unknown = Cap_common.unknown
 
 (* One client of the directory and file servers, and the shell's current directory. *)
 type session = {

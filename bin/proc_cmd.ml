@@ -9,20 +9,8 @@ module Proc_client = Consort_capproc.Proc_client
 module P = Consort_capproc.Proc_proto
 
 let rpc_config = ref Rpc.default_config
-
-let refused fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      2)
-    fmt
-
-let unknown fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      3)
-    fmt
+let refused = Cap_common.refused
+let unknown = Cap_common.unknown
 
 let parse_cap what s =
   match Cap.of_string s with

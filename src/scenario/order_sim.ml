@@ -159,17 +159,12 @@ let quorum_check w logs =
    three random sides, each healed 5 s later (members suspected after 2 s
    of silence), bursts of casts at each cut
    and heal (refused outside the primary); a crash and a restart. *)
-let primary_partitions ?trace ?params seed =
+(* Five members with Primary over Total and Evs under 3% loss, started within 0.3 s, with these
+   parameters; [event t f] runs [f] at [t] after a burst of casts. *)
+let primary_world ?trace ?params seed ps =
   let props = P.vsync @ [ P.Total; P.Evs; P.Primary ] in
   let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
-  let w =
-    V.with_params w
-      [
-        ("primary.votes", Params.String "p0=2");
-        ("primary.expected", Params.Int 6);
-        ("suspect.timeout", Params.Time (Time.of_sec 2.));
-      ]
-  in
+  let w = V.with_params w (ps @ [ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ]) in
   let rng = V.rng w in
   for i = 0 to 4 do
     V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
@@ -177,6 +172,13 @@ let primary_partitions ?trace ?params seed =
   let event t f =
     V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
     V.at w t f
+  in
+  (w, rng, event)
+
+let primary_partitions ?trace ?params seed =
+  let w, rng, event =
+    primary_world ?trace ?params seed
+      [ ("primary.votes", Params.String "p0=2"); ("primary.expected", Params.Int 6) ]
   in
   let addrs = List.init 5 (V.addr w) in
   let last = ref 0 in
@@ -253,23 +255,9 @@ let primary_of_size k logs =
    Bursts of casts at every cut and heal. At most one primary at a time, link by link in one
    sequence; a primary of 2 members formed; everyone alive ends in a primary. *)
 let primary_dynamic ?trace ?params seed =
-  let props = P.vsync @ [ P.Total; P.Evs; P.Primary ] in
-  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
-  let w =
-    V.with_params w
-      [
-        ("primary.mode", Params.String "dynamic");
-        ("primary.expected", Params.Int 5);
-        ("suspect.timeout", Params.Time (Time.of_sec 2.));
-      ]
-  in
-  let rng = V.rng w in
-  for i = 0 to 4 do
-    V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
-  done;
-  let event t f =
-    V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
-    V.at w t f
+  let w, rng, event =
+    primary_world ?trace ?params seed
+      [ ("primary.mode", Params.String "dynamic"); ("primary.expected", Params.Int 5) ]
   in
   let partition t sides =
     event t (fun () ->

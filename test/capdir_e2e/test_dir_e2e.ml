@@ -255,8 +255,10 @@ let test_replicated () =
 (* Garbage collection over processes: one directory replica and a file
    server; a linked file and directory stay through every round, an
    unlinked file and directory go after their lifetimes. *)
-let test_gc () =
-  let d = Filename.temp_file "capdir-gc" "" in
+(* One directory replica and a file server in a fresh directory: [f d ~env ~root ~dserver ~fserver],
+   then both killed and the directory removed. *)
+let with_replica_and_fs name f =
+  let d = Filename.temp_file name "" in
   Sys.remove d;
   Unix.mkdir d 0o700;
   let r =
@@ -296,43 +298,47 @@ let test_gc () =
           "CONSORT_ROOT=" ^ root; "CONSORT_LOCATE=" ^ r.rpc ^ "," ^ fs_addr; "CONSORT_MULTICAST=off";
         ]
       in
-      let data = d / "data.txt" in
-      let oc = open_out data in
-      output_string oc "kept";
-      close_out oc;
-      let put () = String.trim (ok ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ]) in
-      let kept =
-        eventually 30 "the first put" (fun () ->
-            match run ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ] with
-            | 0, o, _ -> Some (String.trim o)
-            | _ -> None)
-      in
-      let lost = put () in
-      let home =
-        eventually 30 "the first mkdir" (fun () ->
-            match run ~env [ "cap"; "mkdir"; "/home" ] with
-            | 0, o, _ -> Some (String.trim o)
-            | _ -> None)
-      in
-      let gone_dir = String.trim (ok ~env [ "cap"; "mkdir"; "/tmp" ]) in
-      ignore (ok ~env [ "cap"; "dir"; "link"; "/home/kept"; kept ]);
-      refused ~env "not a directory" [ "cap"; "ls"; "/home/kept" ];
-      ignore (ok ~env [ "cap"; "dir"; "link"; "/tmp/lost"; lost ]);
-      ignore (ok ~env [ "cap"; "rm"; "/tmp" ]);
-      let report =
-        ok ~env [ "cap"; "dir"; "gc"; "--server"; dserver; "--fs"; fserver; "--rounds"; "25" ]
-      in
-      Alcotest.(check int)
-        "25 rounds" 25
-        (List.length (List.filter (fun l -> l <> "") (String.split_on_char '\n' report)));
-      Alcotest.(check string)
-        "a reachable file stays" "4"
-        (String.trim (ok ~env [ "cap"; "fs"; "size"; kept ]));
-      refused ~env "not found" [ "cap"; "fs"; "size"; lost ];
-      refused ~env "not found" [ "cap"; "ls"; "--root"; gone_dir; "/" ];
-      Alcotest.(check (list string))
-        "a reachable directory stays" [ "kept" ]
-        (rows (ok ~env [ "cap"; "ls"; "--root"; home; "/" ])))
+      f d ~env ~root ~dserver ~fserver)
+
+let test_gc () =
+  with_replica_and_fs "capdir-gc" @@ fun d ~env ~root:_ ~dserver ~fserver ->
+  let data = d / "data.txt" in
+  let oc = open_out data in
+  output_string oc "kept";
+  close_out oc;
+  let put () = String.trim (ok ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ]) in
+  let kept =
+    eventually 30 "the first put" (fun () ->
+        match run ~env [ "cap"; "fs"; "put"; "--server"; fserver; data ] with
+        | 0, o, _ -> Some (String.trim o)
+        | _ -> None)
+  in
+  let lost = put () in
+  let home =
+    eventually 30 "the first mkdir" (fun () ->
+        match run ~env [ "cap"; "mkdir"; "/home" ] with
+        | 0, o, _ -> Some (String.trim o)
+        | _ -> None)
+  in
+  let gone_dir = String.trim (ok ~env [ "cap"; "mkdir"; "/tmp" ]) in
+  ignore (ok ~env [ "cap"; "dir"; "link"; "/home/kept"; kept ]);
+  refused ~env "not a directory" [ "cap"; "ls"; "/home/kept" ];
+  ignore (ok ~env [ "cap"; "dir"; "link"; "/tmp/lost"; lost ]);
+  ignore (ok ~env [ "cap"; "rm"; "/tmp" ]);
+  let report =
+    ok ~env [ "cap"; "dir"; "gc"; "--server"; dserver; "--fs"; fserver; "--rounds"; "25" ]
+  in
+  Alcotest.(check int)
+    "25 rounds" 25
+    (List.length (List.filter (fun l -> l <> "") (String.split_on_char '\n' report)));
+  Alcotest.(check string)
+    "a reachable file stays" "4"
+    (String.trim (ok ~env [ "cap"; "fs"; "size"; kept ]));
+  refused ~env "not found" [ "cap"; "fs"; "size"; lost ];
+  refused ~env "not found" [ "cap"; "ls"; "--root"; gone_dir; "/" ];
+  Alcotest.(check (list string))
+    "a reachable directory stays" [ "kept" ]
+    (rows (ok ~env [ "cap"; "ls"; "--root"; home; "/" ]))
 
 (* consort bench dir in a tiny configuration: it runs to the end, every
    operation of every row succeeds. *)
@@ -346,148 +352,100 @@ let test_bench () =
 (* consort cap put, get, cat and shell: files by path over a real directory replica and file
    server, the file server found at /sys/fs. *)
 let test_shell () =
-  let d = Filename.temp_file "capdir-shell" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
-  let r =
-    {
-      i = 0;
-      rpc = Printf.sprintf "127.0.0.1:%d" (free_port ());
-      group = Printf.sprintf "127.0.0.1:%d" (free_port ());
-      pid = 0;
-    }
+  with_replica_and_fs "capdir-shell" @@ fun d ~env ~root:_ ~dserver:_ ~fserver ->
+  ignore
+    (eventually 30 "the first mkdir" (fun () ->
+         match run ~env [ "cap"; "mkdir"; "/sys" ] with 0, o, _ -> Some o | _ -> None));
+  ignore (ok ~env [ "cap"; "mkdir"; "/home" ]);
+  (* No file server known yet: put says so. *)
+  let write p content =
+    let oc = open_out_bin p in
+    output_string oc content;
+    close_out oc
   in
-  let fs_addr = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
-  let fs_pid = ref 0 in
-  Fun.protect
-    ~finally:(fun () ->
-      kill r;
-      (try Unix.kill !fs_pid Sys.sigkill with Unix.Unix_error _ -> ());
-      (try ignore (Unix.waitpid [] !fs_pid) with Unix.Unix_error _ -> ());
-      rm_rf d)
-    (fun () ->
-      let root, _ = start d [ r ] r in
-      let out, w = Unix.pipe ~cloexec:true () in
-      fs_pid :=
-        Unix.create_process_env (consort ())
-          [| "consort"; "cap"; "fs"; "serve"; "--data"; d / "fs"; "--bind"; fs_addr |]
-          (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
-          Unix.stdin w Unix.stderr;
-      Unix.close w;
-      let ic = Unix.in_channel_of_descr out in
-      let fserver =
-        match String.split_on_char ' ' (input_line ic) with
-        | [ "server"; c ] -> c
-        | _ -> Alcotest.fail "file server's first line"
-      in
-      close_in ic;
-      let env =
-        [
-          "CONSORT_ROOT=" ^ root; "CONSORT_LOCATE=" ^ r.rpc ^ "," ^ fs_addr; "CONSORT_MULTICAST=off";
-        ]
-      in
-      ignore
-        (eventually 30 "the first mkdir" (fun () ->
-             match run ~env [ "cap"; "mkdir"; "/sys" ] with 0, o, _ -> Some o | _ -> None));
-      ignore (ok ~env [ "cap"; "mkdir"; "/home" ]);
-      (* No file server known yet: put says so. *)
-      let write p content =
-        let oc = open_out_bin p in
-        output_string oc content;
-        close_out oc
-      in
-      write (d / "small") "hello";
-      refused ~env "no file server" [ "cap"; "put"; d / "small"; "/home/small" ];
-      ignore (ok ~env [ "cap"; "dir"; "link"; "/sys/fs"; fserver ]);
-      (* Binary content, an empty file, and a file of several chunks (1 MiB each). *)
-      let binary = String.init 70_000 (fun i -> Char.chr (i * 7 land 255)) in
-      let big =
-        String.init (((5 lsl 20) lsr 1) + 123) (fun i -> Char.chr (((i * 31) + (i lsr 9)) land 255))
-      in
-      write (d / "bin") binary;
-      write (d / "empty") "";
-      write (d / "big") big;
-      List.iter
-        (fun n -> ignore (ok ~env [ "cap"; "put"; d / n; "/home/" ^ n ]))
-        [ "small"; "bin"; "empty"; "big" ];
-      Alcotest.(check string) "cat" "hello" (ok ~env [ "cap"; "cat"; "/home/small" ]);
-      Alcotest.(check string)
-        "cat of two" "hellohello"
-        (ok ~env [ "cap"; "cat"; "/home/small"; "/home/small" ]);
-      Alcotest.(check string) "empty" "" (ok ~env [ "cap"; "cat"; "/home/empty" ]);
-      ignore (ok ~env [ "cap"; "get"; "/home/bin"; d / "bin.back" ]);
-      Alcotest.(check bool) "binary round trip" true (read_file (d / "bin.back") = binary);
-      ignore (ok ~env [ "cap"; "get"; "/home/big"; d / "big.back" ]);
-      Alcotest.(check int)
-        "several chunks: size" (String.length big)
-        (String.length (read_file (d / "big.back")));
-      Alcotest.(check bool) "several chunks: bytes" true (read_file (d / "big.back") = big);
-      (* Refusals: one line, exit 2, nothing changed. *)
-      refused ~env "exists" [ "cap"; "put"; d / "bin"; "/home/small" ];
-      Alcotest.(check string) "not replaced" "hello" (ok ~env [ "cap"; "cat"; "/home/small" ]);
-      ignore (ok ~env [ "cap"; "put"; "--force"; d / "bin"; "/home/small" ]);
-      Alcotest.(check bool)
-        "--force replaces" true
-        (ok ~env [ "cap"; "cat"; "/home/small" ] = binary);
-      refused ~env "not a file" [ "cap"; "cat"; "/home" ];
-      refused ~env "not found" [ "cap"; "cat"; "/home/nothing" ];
-      refused ~env "not found" [ "cap"; "get"; "/home/nothing"; d / "nothing" ];
-      Alcotest.(check bool) "a failed get writes nothing" false (Sys.file_exists (d / "nothing"));
-      (* A file capability without the read right, linked by path: cat is refused by its server. *)
-      let cap = String.trim (ok ~env [ "cap"; "dir"; "lookup"; "/home/empty" ]) in
-      let noread = String.trim (ok ~env [ "cap"; "restrict"; cap; "--rights"; "destroy" ]) in
-      ignore (ok ~env [ "cap"; "dir"; "link"; "/home/noread"; noread ]);
-      let code, _, err = run ~env [ "cap"; "cat"; "/home/noread" ] in
-      Alcotest.(check int) "no read right: exit 2" 2 code;
-      Alcotest.(check int)
-        "no read right: one line" 1
-        (List.length (String.split_on_char '\n' (String.trim err)));
-      (* The shell, line by line from a file: cd, ls, cat, pwd, completion, a failure. *)
-      write (d / "script")
-        "cd /home\n\
-         pwd\n\
-         ls\n\
-         cat empty\n\
-         complete b\n\
-         complete /home/sm\n\
-         complete /sys/\n\
-         cd small\n\
-         cd ..\n\
-         pwd\n";
-      let sh = Unix.openfile (d / "script") [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
-      let o =
-        Unix.openfile (d / "sh.out")
-          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
-          0o600
-      in
-      let e =
-        Unix.openfile (d / "sh.err")
-          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
-          0o600
-      in
-      let pid =
-        Unix.create_process_env (consort ()) [| "consort"; "cap"; "shell" |]
-          (Array.append (Array.of_list env) (Unix.environment ()))
-          sh o e
-      in
-      List.iter Unix.close [ sh; o; e ];
-      let _, st = Unix.waitpid [] pid in
-      Alcotest.(check bool)
-        "the shell ends with the last command's status" true (st = Unix.WEXITED 0);
-      let lines = String.split_on_char '\n' (read_file (d / "sh.out")) in
-      let has l = List.mem l lines in
-      Alcotest.(check bool) "pwd after cd" true (has "/home");
-      Alcotest.(check bool) "ls lists" true (List.exists (fun l -> contains l "big\t") lines);
-      Alcotest.(check bool) "completion in the current directory" true (has "big" && has "bin");
-      Alcotest.(check bool) "completion of an absolute path" true (has "/home/small");
-      Alcotest.(check bool) "completion lists a directory" true (has "/sys/fs");
-      Alcotest.(check bool)
-        "completion offers only matching names" false
-        (has "small" || has "empty");
-      Alcotest.(check bool) "cd .. back to the root" true (has "/");
-      Alcotest.(check bool)
-        "cd into a file is refused" true
-        (contains (read_file (d / "sh.err")) "not a directory"))
+  write (d / "small") "hello";
+  refused ~env "no file server" [ "cap"; "put"; d / "small"; "/home/small" ];
+  ignore (ok ~env [ "cap"; "dir"; "link"; "/sys/fs"; fserver ]);
+  (* Binary content, an empty file, and a file of several chunks (1 MiB each). *)
+  let binary = String.init 70_000 (fun i -> Char.chr (i * 7 land 255)) in
+  let big =
+    String.init (((5 lsl 20) lsr 1) + 123) (fun i -> Char.chr (((i * 31) + (i lsr 9)) land 255))
+  in
+  write (d / "bin") binary;
+  write (d / "empty") "";
+  write (d / "big") big;
+  List.iter
+    (fun n -> ignore (ok ~env [ "cap"; "put"; d / n; "/home/" ^ n ]))
+    [ "small"; "bin"; "empty"; "big" ];
+  Alcotest.(check string) "cat" "hello" (ok ~env [ "cap"; "cat"; "/home/small" ]);
+  Alcotest.(check string)
+    "cat of two" "hellohello"
+    (ok ~env [ "cap"; "cat"; "/home/small"; "/home/small" ]);
+  Alcotest.(check string) "empty" "" (ok ~env [ "cap"; "cat"; "/home/empty" ]);
+  ignore (ok ~env [ "cap"; "get"; "/home/bin"; d / "bin.back" ]);
+  Alcotest.(check bool) "binary round trip" true (read_file (d / "bin.back") = binary);
+  ignore (ok ~env [ "cap"; "get"; "/home/big"; d / "big.back" ]);
+  Alcotest.(check int)
+    "several chunks: size" (String.length big)
+    (String.length (read_file (d / "big.back")));
+  Alcotest.(check bool) "several chunks: bytes" true (read_file (d / "big.back") = big);
+  (* Refusals: one line, exit 2, nothing changed. *)
+  refused ~env "exists" [ "cap"; "put"; d / "bin"; "/home/small" ];
+  Alcotest.(check string) "not replaced" "hello" (ok ~env [ "cap"; "cat"; "/home/small" ]);
+  ignore (ok ~env [ "cap"; "put"; "--force"; d / "bin"; "/home/small" ]);
+  Alcotest.(check bool) "--force replaces" true (ok ~env [ "cap"; "cat"; "/home/small" ] = binary);
+  refused ~env "not a file" [ "cap"; "cat"; "/home" ];
+  refused ~env "not found" [ "cap"; "cat"; "/home/nothing" ];
+  refused ~env "not found" [ "cap"; "get"; "/home/nothing"; d / "nothing" ];
+  Alcotest.(check bool) "a failed get writes nothing" false (Sys.file_exists (d / "nothing"));
+  (* A file capability without the read right, linked by path: cat is refused by its server. *)
+  let cap = String.trim (ok ~env [ "cap"; "dir"; "lookup"; "/home/empty" ]) in
+  let noread = String.trim (ok ~env [ "cap"; "restrict"; cap; "--rights"; "destroy" ]) in
+  ignore (ok ~env [ "cap"; "dir"; "link"; "/home/noread"; noread ]);
+  let code, _, err = run ~env [ "cap"; "cat"; "/home/noread" ] in
+  Alcotest.(check int) "no read right: exit 2" 2 code;
+  Alcotest.(check int)
+    "no read right: one line" 1
+    (List.length (String.split_on_char '\n' (String.trim err)));
+  (* The shell, line by line from a file: cd, ls, cat, pwd, completion, a failure. *)
+  write (d / "script")
+    "cd /home\n\
+     pwd\n\
+     ls\n\
+     cat empty\n\
+     complete b\n\
+     complete /home/sm\n\
+     complete /sys/\n\
+     cd small\n\
+     cd ..\n\
+     pwd\n";
+  let sh = Unix.openfile (d / "script") [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let o =
+    Unix.openfile (d / "sh.out") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600
+  in
+  let e =
+    Unix.openfile (d / "sh.err") [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600
+  in
+  let pid =
+    Unix.create_process_env (consort ()) [| "consort"; "cap"; "shell" |]
+      (Array.append (Array.of_list env) (Unix.environment ()))
+      sh o e
+  in
+  List.iter Unix.close [ sh; o; e ];
+  let _, st = Unix.waitpid [] pid in
+  Alcotest.(check bool) "the shell ends with the last command's status" true (st = Unix.WEXITED 0);
+  let lines = String.split_on_char '\n' (read_file (d / "sh.out")) in
+  let has l = List.mem l lines in
+  Alcotest.(check bool) "pwd after cd" true (has "/home");
+  Alcotest.(check bool) "ls lists" true (List.exists (fun l -> contains l "big\t") lines);
+  Alcotest.(check bool) "completion in the current directory" true (has "big" && has "bin");
+  Alcotest.(check bool) "completion of an absolute path" true (has "/home/small");
+  Alcotest.(check bool) "completion lists a directory" true (has "/sys/fs");
+  Alcotest.(check bool) "completion offers only matching names" false (has "small" || has "empty");
+  Alcotest.(check bool) "cd .. back to the root" true (has "/");
+  Alcotest.(check bool)
+    "cd into a file is refused" true
+    (contains (read_file (d / "sh.err")) "not a directory")
 
 let () =
   Alcotest.run "capdir-e2e"
