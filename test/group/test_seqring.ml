@@ -1,0 +1,67 @@
+(* Seqring against a hash table as the model: random adds, removes and look-ups over a sliding
+   range of numbers, with jumps that make it grow. *)
+
+module R = Consort_group.Seqring
+
+let ops = QCheck.Gen.(list_size (int_range 1 400) (pair (int_range 0 9) (int_range 0 60)))
+
+let same_as_hashtbl =
+  QCheck.Test.make ~count:2000 ~name:"Seqring behaves as a hash table of numbers" (QCheck.make ops)
+    (fun ops ->
+      let r = R.create ~size:4 (-1) and h = Hashtbl.create 16 in
+      let base = ref 1000 in
+      List.for_all
+        (fun (op, k) ->
+          let seq = !base + k in
+          (match op with
+          | 0 | 1 | 2 | 3 ->
+              R.replace r seq (seq * 3);
+              Hashtbl.replace h seq (seq * 3)
+          | 4 | 5 | 6 ->
+              R.remove r seq;
+              Hashtbl.remove h seq
+          | 7 ->
+              (* The window moves on: what is below goes. *)
+              base := !base + (k / 4);
+              Hashtbl.filter_map_inplace (fun s v -> if s < !base then None else Some v) h;
+              R.iter (fun s _ -> if s < !base then R.remove r s) r
+          | 8 ->
+              if k = 0 then begin
+                R.reset r;
+                Hashtbl.reset h
+              end
+          | _ -> ());
+          let model = List.sort compare (Hashtbl.fold (fun s v acc -> (s, v) :: acc) h []) in
+          let mine = List.rev (R.fold (fun s v acc -> (s, v) :: acc) r []) in
+          R.length r = Hashtbl.length h
+          && mine = model
+          && List.for_all
+               (fun d ->
+                 let s = !base + d in
+                 R.mem r s = Hashtbl.mem h s
+                 && R.find_opt r s = Hashtbl.find_opt h s
+                 && R.find r s = Option.value ~default:(-1) (Hashtbl.find_opt h s))
+               [ -3; -1; 0; 1; 5; 30; 59; 61; 200 ])
+        ops)
+
+(* A window that slides far keeps the ring small: it grows with the span kept, not the numbers. *)
+let bounded () =
+  let r = R.create ~size:8 0 in
+  for s = 0 to 1_000_000 do
+    R.replace r s s;
+    if s >= 10 then R.remove r (s - 10)
+  done;
+  Alcotest.(check int) "ten kept" 10 (R.length r);
+  let words = Obj.reachable_words (Obj.repr r) in
+  Alcotest.(check bool) (Printf.sprintf "small (%d words)" words) true (words < 200)
+
+let () =
+  Alcotest.run "seqring"
+    [
+      ( "model",
+        [
+          Alcotest.test_case "as a hash table, 2000 random runs" `Quick (fun () ->
+              QCheck.Test.check_exn ~rand:(Random.State.make [| 17 |]) same_as_hashtbl);
+        ] );
+      ("bounded", [ Alcotest.test_case "a sliding window stays small" `Quick bounded ]);
+    ]
