@@ -96,7 +96,8 @@ let test_example () =
     Option.value ~default:(List.hd candidates) (List.find_opt Sys.file_exists candidates)
   in
   match Decl.load file with
-  | Ok l -> Alcotest.(check (list string)) "services" [ "fs"; "proc" ] (names l)
+  | Ok l ->
+      Alcotest.(check (list string)) "services" [ "fs"; "proc"; "dir1"; "dir2"; "dir3" ] (names l)
   | Error e -> Alcotest.fail e
 
 let test_errors () =
