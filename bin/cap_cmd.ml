@@ -7,8 +7,7 @@ module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module R = Rpc_udp
 
-(* Set from --params before a command runs. *)
-let rpc_config = ref Rpc.default_config
+let rpc_config = Cap_common.rpc_config
 let random n = Crypto.random n
 let clock () = int_of_float (Unix.gettimeofday () *. 1e9)
 
@@ -276,29 +275,16 @@ let key =
           "The server's private key, which its port is derived from (made if missing). Default: \
            $(b,port.key) in the data directory.")
 
-let locate =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..."
-        ~doc:
-          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+let locate = Cap_common.locate
+let exits = Cap_common.exits
 
 let cap_arg =
   Arg.(
     required & pos 0 (some string) None & info [] ~docv:"CAP" ~doc:"A capability ($(b,cap1:...)).")
 
-let exits =
-  Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2
-       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
-  :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
-
 let envs =
   [
-    Cmd.Env.info "CONSORT_LOCATE"
-      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cap_common.locate_env;
     Cmd.Env.info "CONSORT_MULTICAST"
       ~doc:
         ("The IP multicast group where servers listen for locates and clients ask \
@@ -307,29 +293,13 @@ let envs =
   ]
 
 let params_arg =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "params" ] ~docv:"NAME=VALUE,..."
-        ~doc:
-          "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
-           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo \
-           frames ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8).")
+  Cap_common.params_arg_with
+    ~doc:
+      "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
+       $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo frames \
+       ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8)."
 
-(* [configured t]: the command [t] with --params applied first. *)
-let configured t =
-  let run params f =
-    R.keep_memory ();
-    match params with
-    | None -> f ()
-    | Some s -> (
-        match Consort.Params.of_string s with
-        | Error e -> refused "--params: %a" Consort.Params.pp_error e
-        | Ok p ->
-            rpc_config := Rpc.config_of_params p;
-            f ())
-  in
-  Term.(const run $ params_arg $ t)
+let configured t = Cap_common.configured ~setup:R.keep_memory ~params:params_arg t
 
 let fsck_cmd =
   Cmd.v

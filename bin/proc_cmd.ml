@@ -8,7 +8,7 @@ module Proc_server = Consort_capproc.Proc_server
 module Proc_client = Consort_capproc.Proc_client
 module P = Consort_capproc.Proc_proto
 
-let rpc_config = ref Rpc.default_config
+let rpc_config = Cap_common.rpc_config
 let refused = Cap_common.refused
 let unknown = Cap_common.unknown
 
@@ -184,48 +184,17 @@ let kill locate proc signal =
 
 (* The command line. *)
 
-let locate =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..."
-        ~doc:
-          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
-
-let exits =
-  Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2
-       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
-  :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+let locate = Cap_common.locate
+let exits = Cap_common.exits
 
 let envs =
   [
-    Cmd.Env.info "CONSORT_LOCATE"
-      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cap_common.locate_env;
     Cmd.Env.info "CONSORT_MULTICAST"
       ~doc:"The IP multicast group where servers listen for locates and clients ask, or $(b,off).";
   ]
 
-let params_arg =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "params" ] ~docv:"NAME=VALUE,..."
-        ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
-
-let configured t =
-  let run params f =
-    match params with
-    | None -> f ()
-    | Some s -> (
-        match Consort.Params.of_string s with
-        | Error e -> refused "--params: %a" Consort.Params.pp_error e
-        | Ok p ->
-            rpc_config := Rpc.config_of_params p;
-            f ())
-  in
-  Term.(const run $ params_arg $ t)
+let configured t = Cap_common.configured t
 
 let serve_cmd =
   let data =
