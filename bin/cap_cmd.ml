@@ -417,17 +417,7 @@ let cmd =
 
 let bench_fs size_mb rounds json =
   let exe = Sys.executable_name in
-  let dir = Filename.temp_file "consort-bench-fs" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
-  let rec rm_rf p =
-    match (Unix.lstat p).Unix.st_kind with
-    | Unix.S_DIR ->
-        Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-        Unix.rmdir p
-    | _ -> Unix.unlink p
-    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-  in
+  let dir = Consort_local.temp_dir "consort-bench-fs" in
   let server = ref None in
   let cleanup_server () =
     match !server with
@@ -439,7 +429,7 @@ let bench_fs size_mb rounds json =
   in
   let cleanup () =
     cleanup_server ();
-    rm_rf dir
+    Consort_local.rm_rf dir
   in
   Fun.protect ~finally:cleanup @@ fun () ->
   let file = Filename.concat dir "file" and data = Filename.concat dir "data" in
@@ -454,11 +444,7 @@ let bench_fs size_mb rounds json =
     output_bytes oc chunk
   done;
   close_out oc;
-  let probe = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Unix.bind probe (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-  let port = match Unix.getsockname probe with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
-  Unix.close probe;
-  let addr = Printf.sprintf "127.0.0.1:%d" port in
+  let addr = Printf.sprintf "127.0.0.1:%d" (Consort_local.free_port ()) in
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
   (* Starts the server; its first line. *)
   let start_server params =

@@ -39,12 +39,7 @@ let root_cap root =
       | _ -> (
           match root_file () with
           | Some f when Sys.file_exists f -> (
-              match
-                let ic = open_in_bin f in
-                Fun.protect
-                  ~finally:(fun () -> close_in ic)
-                  (fun () -> really_input_string ic (in_channel_length ic))
-              with
+              match Consort_local.read_file f with
               | s -> (
                   (* The first line: the file may hold notes after it. *)
                   match String.split_on_char '\n' s with

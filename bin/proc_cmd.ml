@@ -364,17 +364,7 @@ let kill =
 
 let bench_proc rounds json =
   let exe = Sys.executable_name in
-  let dir = Filename.temp_file "consort-bench-proc" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
-  let rec rm_rf p =
-    match (Unix.lstat p).Unix.st_kind with
-    | Unix.S_DIR ->
-        Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-        Unix.rmdir p
-    | _ -> Unix.unlink p
-    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-  in
+  let dir = Consort_local.temp_dir "consort-bench-proc" in
   let children = ref [] in
   let cleanup () =
     List.iter
@@ -382,7 +372,7 @@ let bench_proc rounds json =
         (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
         try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
       !children;
-    rm_rf dir
+    Consort_local.rm_rf dir
   in
   Fun.protect ~finally:cleanup @@ fun () ->
   let ( / ) = Filename.concat in
@@ -402,13 +392,7 @@ let bench_proc rounds json =
   in
   if not compiled then refused "bench proc: cannot compile a bytecode program (ocamlc)"
   else
-    let free_port () =
-      let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-      Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-      let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
-      Unix.close s;
-      Printf.sprintf "127.0.0.1:%d" p
-    in
+    let free_port () = Printf.sprintf "127.0.0.1:%d" (Consort_local.free_port ()) in
     let start args =
       let r, w = Unix.pipe ~cloexec:true () in
       let pid = Unix.create_process exe (Array.of_list (exe :: args)) devnull w devnull in

@@ -40,7 +40,7 @@ type obj = {
 }
 
 let run ?trace ~seed () =
-  Consort_capfs.Scratch.with_dir "dirgc" ~seed @@ fun scratch ->
+  Consort_local.with_scratch "dirgc" ~seed @@ fun scratch ->
   let rng = Random.State.make [| seed; 0x6763 |] in
   let g = Consort_cap.Crypto.deterministic (Printf.sprintf "dir-gc %d" seed) in
   let note fmt =

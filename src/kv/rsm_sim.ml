@@ -60,7 +60,7 @@ struct
   let digest m = Digest.string (Codec.encode_string (M.codec (M.limits m)) m)
 
   let run cfg workload ?trace ?(params = Params.empty) ~seed () =
-    Consort_capfs.Scratch.with_dir cfg.tag ~seed @@ fun scratch ->
+    Consort_local.with_scratch cfg.tag ~seed @@ fun scratch ->
     let rng = Random.State.make [| seed; cfg.salt |] in
     let w = workload ~seed rng in
     let link =

@@ -32,7 +32,7 @@ type outcome = {
 }
 
 let run ?trace ~seed () =
-  Consort_capfs.Scratch.with_dir "fs" ~seed @@ fun dir ->
+  Consort_local.with_scratch "fs" ~seed @@ fun dir ->
   let rng = Random.State.make [| seed; 0xf5 |] in
   let ms = Consort.Time.of_ms in
   let link =
