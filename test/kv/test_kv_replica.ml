@@ -8,14 +8,7 @@ open Consort
 open Consort_kv
 module Sim = Consort_engine.Sim
 module R = Replica.Make (Sim)
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+open Consort_local
 
 let base = if Sys.file_exists "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name ()
 let s = Time.of_sec
