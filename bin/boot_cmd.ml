@@ -108,17 +108,10 @@ let locate =
 
 let serve_cmd =
   let data =
-    Arg.(
-      required
-      & opt (some string) None
-      & info [ "data" ] ~docv:"DIR"
-          ~doc:"The boot server's directory: its key, and one log per service ($(i,NAME).log).")
+    Cap_common.data_arg
+      ~doc:"The boot server's directory: its key, and one log per service ($(i,NAME).log)."
   in
-  let bind =
-    Arg.(
-      value & opt string "0.0.0.0:0"
-      & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Where to answer std_status.")
-  in
+  let bind = Cap_common.bind_arg ~doc:"Where to answer std_status." in
   Cmd.v
     (Consort_cli.info ~path:"cap boot serve" "serve" ~exits
        ~doc:

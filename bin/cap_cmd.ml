@@ -255,25 +255,14 @@ let restrict locate cap rights =
 
 (* The command line. *)
 
-let data =
-  Arg.(
-    required
-    & opt (some string) None
-    & info [ "data" ] ~docv:"DIR" ~doc:"The file server's data directory.")
-
-let bind =
-  Arg.(
-    value & opt string "0.0.0.0:0"
-    & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address to serve on.")
+let data = Cap_common.data_arg ~doc:"The file server's data directory."
+let bind = Cap_common.bind_arg ~doc:"The UDP address to serve on."
 
 let key =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "key" ] ~docv:"FILE"
-        ~doc:
-          "The server's private key, which its port is derived from (made if missing). Default: \
-           $(b,port.key) in the data directory.")
+  Cap_common.key_arg
+    ~doc:
+      "The server's private key, which its port is derived from (made if missing). Default: \
+       $(b,port.key) in the data directory."
 
 let locate = Cap_common.locate
 let exits = Cap_common.exits

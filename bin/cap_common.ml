@@ -121,3 +121,12 @@ let configured ?(setup = ignore) ?(params = params_arg) t =
             f ())
   in
   Cmdliner.Term.(const run $ params $ t)
+
+(* A server's --data (required), --bind (0.0.0.0:0 by default) and --key. *)
+let data_arg ~doc =
+  Cmdliner.Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc)
+
+let bind_arg ~doc =
+  Cmdliner.Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc)
+
+let key_arg ~doc = Cmdliner.Arg.(value & opt (some string) None & info [ "key" ] ~docv:"FILE" ~doc)

@@ -355,24 +355,14 @@ let link_cmd =
     Term.(const (fun l r p c m () -> link l r p c m) $ locate $ root $ path_arg $ cap $ masks_opt)
 
 let serve_cmd =
-  let data =
-    Arg.(
-      required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"This replica's store.")
-  in
+  let data = Cap_common.data_arg ~doc:"This replica's store." in
   let key =
-    Arg.(
-      value
-      & opt (some string) None
-      & info [ "key" ] ~docv:"FILE"
-          ~doc:
-            "The directory's port key, the same file at every replica (made if missing). Default: \
-             $(b,port.key) in the data directory.")
+    Cap_common.key_arg
+      ~doc:
+        "The directory's port key, the same file at every replica (made if missing). Default: \
+         $(b,port.key) in the data directory."
   in
-  let bind =
-    Arg.(
-      value & opt string "0.0.0.0:0"
-      & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address of the RPC.")
-  in
+  let bind = Cap_common.bind_arg ~doc:"The UDP address of the RPC." in
   let group =
     Arg.(
       required

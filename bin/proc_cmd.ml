@@ -198,21 +198,11 @@ let configured t = Cap_common.configured t
 
 let serve_cmd =
   let data =
-    Arg.(
-      required
-      & opt (some string) None
-      & info [ "data" ] ~docv:"DIR"
-          ~doc:"The process server's directory (its key, the programs it runs).")
+    Cap_common.data_arg ~doc:"The process server's directory (its key, the programs it runs)."
   in
-  let bind =
-    Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Where to serve.")
-  in
+  let bind = Cap_common.bind_arg ~doc:"Where to serve." in
   let key =
-    Arg.(
-      value
-      & opt (some string) None
-      & info [ "key" ] ~docv:"FILE"
-          ~doc:"The server's key (default $(i,DIR)/port.key, made if missing).")
+    Cap_common.key_arg ~doc:"The server's key (default $(i,DIR)/port.key, made if missing)."
   in
   let maxp =
     Arg.(
