@@ -113,9 +113,7 @@ let rows ls =
     (String.split_on_char '\n' ls)
 
 let test_replicated () =
-  let d = Filename.temp_file "capdir-e2e" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir "capdir-e2e" in
   let reps =
     List.init 3 (fun i ->
         {
@@ -233,9 +231,7 @@ let test_replicated () =
 (* One directory replica and a file server in a fresh directory: [f d ~env ~root ~dserver ~fserver],
    then both killed and the directory removed. *)
 let with_replica_and_fs name f =
-  let d = Filename.temp_file name "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir name in
   let r =
     {
       i = 0;

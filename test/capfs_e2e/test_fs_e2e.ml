@@ -11,9 +11,7 @@ let consort () =
     (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
 let with_dir f =
-  let d = Filename.temp_file "capfs-e2e" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir "capfs-e2e" in
   Fun.protect ~finally:(fun () -> rm_rf d) (fun () -> f d)
 
 let ( / ) = Filename.concat

@@ -166,9 +166,7 @@ let final_reads ~servers ~base =
          | o -> Alcotest.failf "final read of %s: %a" k Kv.Wire.pp_outcome o)
 
 let with_cluster f =
-  let dir = Filename.temp_file "kv-e2e" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
+  let dir = temp_dir "kv-e2e" in
   let rs =
     List.init 3 (fun i ->
         {
