@@ -34,8 +34,8 @@ let setup_logs ((levels, format), verbose) =
   Consort_cli.setup_logs ~verbose format levels;
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
-let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout
-    verbose =
+let main socket tcp bind ports peers key max_frame max_queue max_queued max_clients max_members
+    hello_timeout verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -59,6 +59,11 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
           max_frame;
         2
       end
+      else if max_queued < max_frame || max_queued > 1 lsl 40 then begin
+        Fmt.epr "consortd: --max-queued %d: at least --max-frame (%d) and at most 1 TiB@."
+          max_queued max_frame;
+        2
+      end
       else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
         Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
         2
@@ -78,6 +83,7 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
             seal;
             max_frame;
             max_queue;
+            max_queued;
             max_clients;
             max_members;
             hello_timeout;
@@ -149,6 +155,14 @@ let cmd =
       & info [ "max-queue" ] ~docv:"BYTES"
           ~doc:"Bytes of upcalls a client may leave unread before it is failed out of its groups.")
   in
+  let max_queued =
+    Arg.(
+      value & opt int Server.default.max_queued
+      & info [ "max-queued" ] ~docv:"BYTES"
+          ~doc:
+            "Bytes of upcalls all clients together may leave unread: over it, the client that \
+             leaves the most is failed out of its groups (ERROR $(b,overloaded)).")
+  in
   let max_clients =
     Arg.(
       value
@@ -204,8 +218,8 @@ let cmd =
     (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
-      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients
-      $ max_members $ hello_timeout
+      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_queued
+      $ max_clients $ max_members $ hello_timeout
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

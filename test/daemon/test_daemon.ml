@@ -282,6 +282,29 @@ let test_dies_mid_frame () =
       C.close a.conn;
       C.close b.conn)
 
+(* Everything a raw connection gets until it ends (or [timeout] seconds
+   without a frame): the events, and whether it ended. *)
+let drain ?(timeout = 5.) r =
+  let rec go acc =
+    match next ~timeout r with
+    | `Event e -> go (e :: acc)
+    | `Closed -> (List.rev acc, true)
+    | `Timeout -> (List.rev acc, false)
+  in
+  go []
+
+let raw_join r group =
+  put r
+    (Wire.encode_request
+       (Wire.Join { handle = 1; group; props = ""; params = ""; flags = 0; peers = [] }));
+  let rec reply () =
+    match next r with
+    | `Event (Wire.Ok { info; _ }) -> info
+    | `Event (Wire.View _) -> reply ()
+    | _ -> Alcotest.fail "join"
+  in
+  reply ()
+
 (* A client that stops reading while its group is busy: once more than
    --max-queue bytes wait for it, it is failed out; the sender is not held
    up, and every one of its casts reaches the member that reads. *)
@@ -311,12 +334,92 @@ let test_stops_reading () =
                List.length !(b.casts) >= !accepted - 2 || view_size a = 2))
       done;
       check "the reader that stopped is failed out" true (view_size a = 2);
+      (match List.rev (fst (drain r)) with
+      | Wire.Error { code = Wire.Overloaded; reason; _ } :: _ ->
+          check
+            ("its stream ends with ERROR overloaded: " ^ reason)
+            true
+            (Astring_like.contains reason "--max-queue")
+      | _ -> Alcotest.fail "the stream of the reader that stopped does not end with its ERROR");
       check "b is still in" true (until [ a.conn; b.conn ] (fun () -> view_size b = 2));
       check "a's casts all reach b" true
         (until [ a.conn; b.conn ] (fun () -> List.length !(b.casts) = !accepted));
       close_raw r;
       C.close a.conn;
       C.close b.conn)
+
+(* The daemon's cap on what all clients leave unread (--max-queued): two
+   clients stop reading, the older one well behind the newer; once the two
+   leave more than the cap together, the older one (the most unread) is
+   failed out, its stream ending with ERROR overloaded after the frames it
+   had; the newer one stays in the group, and reads all that was cast. *)
+let test_global_cap () =
+  with_daemon ~args:[ "--max-queue"; "8000000"; "--max-queued"; "3000000"; "--max-frame"; "70000" ]
+    (addr 85) (fun d ->
+      let a = member d "g" in
+      let r1 = raw d in
+      hello r1;
+      ignore (next r1);
+      let id1 = raw_join r1 "g" in
+      check "a view of two" true (until [ a.conn ] (fun () -> view_size a = 2));
+      let payload = String.make 60000 'p' in
+      let accepted = ref 0 in
+      let cast () =
+        (match C.cast a.m payload with Ok () -> incr accepted | Error _ -> ());
+        ignore (until ~timeout:5. [ a.conn ] (fun () -> List.length !(a.casts) >= !accepted))
+      in
+      (* r1 reads nothing from now on: 2.4 MB behind before r2 comes. *)
+      for _ = 1 to 40 do
+        cast ()
+      done;
+      let r2 = raw d in
+      hello r2;
+      ignore (next r2);
+      let id2 = raw_join r2 "g" in
+      check "a view of three" true (until [ a.conn ] (fun () -> view_size a = 3));
+      let before = !accepted in
+      (* r2 reads nothing either, until someone is failed out. *)
+      let deadline = Unix.gettimeofday () +. 20. in
+      while view_size a = 3 && !accepted - before < 200 && Unix.gettimeofday () < deadline do
+        cast ()
+      done;
+      let members () =
+        match !(a.views) with v :: _ -> Array.to_list v.Consort_group.Group.members | [] -> []
+      in
+      check "someone was failed out" true (view_size a = 2);
+      check "the older client, the most behind, is out" false (List.mem id1 (members ()));
+      check "the newer client is still in" true (List.mem id2 (members ()));
+      (* r1's stream: the casts it had, then ERROR overloaded, then the end. *)
+      let evs, ended = drain r1 in
+      check "r1's connection ended" true ended;
+      (match List.rev evs with
+      | Wire.Error { handle; code = Wire.Overloaded; reason } :: _ ->
+          Alcotest.(check int) "an ERROR about the connection" Wire.no_handle handle;
+          check ("names the cap: " ^ reason) true (Astring_like.contains reason "--max-queued")
+      | _ -> Alcotest.fail "r1's last frame is not ERROR overloaded");
+      check "r1 got whole casts before it" true
+        (List.for_all
+           (function
+             | Wire.Cast_up { payload = p; _ } -> p = payload
+             | Wire.Error _ | Wire.View _ | Wire.Block _ | Wire.Flow _ -> true
+             | _ -> false)
+           evs);
+      (* r2 reads now: every cast since it joined, no error, still open. *)
+      let evs, ended = drain ~timeout:2. r2 in
+      check "r2 is still connected" false ended;
+      check "r2 got no error" true (List.for_all (function Wire.Error _ -> false | _ -> true) evs);
+      let got = List.length (List.filter (function Wire.Cast_up _ -> true | _ -> false) evs) in
+      Alcotest.(check int) "r2 got every cast since it joined" (!accepted - before) got;
+      check "a still casts to r2" true
+        (C.cast a.m "after" = Ok ()
+        &&
+        match drain ~timeout:2. r2 with
+        | evs, false ->
+            List.exists (function Wire.Cast_up { payload = "after"; _ } -> true | _ -> false) evs
+        | _, true -> false);
+      close_raw r1;
+      close_raw r2;
+      C.close a.conn)
 
 (* A client that closes its connection without leaving: its members are
    failed out (a leave), the others see a view without them at once. *)
@@ -617,6 +720,7 @@ let () =
           Alcotest.test_case "a huge length is never buffered" `Quick test_huge_length;
           Alcotest.test_case "a client dies mid-frame" `Quick test_dies_mid_frame;
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
+          Alcotest.test_case "the daemon's cap fails the most unread" `Quick test_global_cap;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
