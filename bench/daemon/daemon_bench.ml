@@ -22,6 +22,8 @@ let warmup = ref 200
 let tput_count = ref 10000
 let base = ref 30000
 let json = ref false
+let only = ref ""
+let rounds = ref 5
 
 let () =
   Arg.parse
@@ -30,6 +32,8 @@ let () =
       ("--messages", Arg.Set_int tput_count, "N 1 KB messages for throughput (10000)");
       ("--port", Arg.Set_int base, "P first UDP port used (30000)");
       ("--json", Arg.Set json, " also one JSON line");
+      ("--rounds", Arg.Set_int rounds, "N measure each figure N times, keep the medians (5)");
+      ("--only", Arg.Set_string only, "rtt|tput only one of the two figures (for profiling)");
     ]
     (fun _ -> raise (Arg.Bad "no positional arguments"))
     "daemon_bench [--count N] [--messages N] [--json]"
@@ -39,9 +43,10 @@ let now () = Unix.gettimeofday ()
 (* {1 Members: in-process or through a daemon, with one interface} *)
 
 type member = {
-  cast : string -> bool;  (** [false]: refused by flow control *)
+  cast : string -> bool;  (** [false]: refused by flow control, or too many casts in flight *)
   run : until:(unit -> bool) -> float -> unit;
   size : unit -> int;
+  idle : unit -> bool;  (** every cast made is in the stack *)
 }
 
 type handlers = {
@@ -72,6 +77,7 @@ let inproc ~addr ~peers h =
     run =
       (fun ~until secs -> Loop.run loop ~until ~timeout:(Time.of_ms (int_of_float (secs *. 1000.))));
     size = (fun () -> !size);
+    idle = (fun () -> true);
   }
 
 let client ~socket h =
@@ -98,33 +104,47 @@ let client ~socket h =
     | Error e -> failwith (Fmt.str "%a" C.pp_join_error e)
   in
   h.me <- C.me m;
-  (* Pipelined: the reply comes later; a cast refused by flow control is
-     cast again once flow control lets it. *)
+  (* Pipelined: the reply comes later. At most [window] casts wait for
+     theirs (a client's share of flow control: Mflow lets 256 KiB of casts
+     be in flight); one refused by flow control is cast again once flow
+     control lets it. *)
+  let window = 256 and in_flight = ref 0 in
   let rec cast s =
+    incr in_flight;
     C.cast_async m s ~on_result:(function
-      | Error Consort_group.Group.Flow_control -> Queue.push s retry
-      | _ -> ())
+      | Error Consort_group.Group.Flow_control ->
+          decr in_flight;
+          Queue.push s retry
+      | _ -> decr in_flight)
   and resend () =
-    let k = ref 0 in
-    while (not !blocked) && (not (Queue.is_empty retry)) && !k < 64 do
-      incr k;
+    while (not !blocked) && (not (Queue.is_empty retry)) && !in_flight < window do
       cast (Queue.pop retry)
     done
   in
   {
     cast =
       (fun s ->
-        cast s;
-        true);
+        resend ();
+        if !blocked || !in_flight >= window || not (Queue.is_empty retry) then false
+        else begin
+          cast s;
+          true
+        end);
     run =
       (fun ~until secs ->
+        (* At least one step: a caller held back by the window waits here
+           for replies. *)
         let deadline = now () +. secs in
-        let rec go () =
+        let rec go first =
           resend ();
-          if (not (until ())) && now () < deadline && C.step ~timeout:0.001 conn then go ()
+          if
+            (first || ((not (until ())) && now () < deadline))
+            && C.step ~timeout:(if until () then 0. else 0.001) conn
+          then go false
         in
-        go ());
+        go true);
     size = (fun () -> !size);
+    idle = (fun () -> !in_flight = 0 && Queue.is_empty retry);
   }
 
 (* {1 Processes} *)
@@ -274,8 +294,9 @@ let tput make_member role n =
           done;
           m.run ~until:(fun () -> not !paused) 0.01
         done;
+        m.run ~until:m.idle 60.;
         m.run ~until:(fun () -> false) 3.;
-        "sent"
+        if m.idle () then "sent" else "error casts still refused at the end"
     | `Recv ->
         let got = ref 0 and first = ref 0. and last = ref 0. in
         h.on_cast <-
@@ -300,73 +321,115 @@ let () =
     stop_daemons ();
     exit 1
   in
-  (* Round trip, in-process. *)
-  let a = child (fun () -> rtt (inproc ~addr:(addr p) ~peers:[ addr (p + 1) ]) `Ping !count) in
-  let b = child (fun () -> rtt (inproc ~addr:(addr (p + 1)) ~peers:[ addr p ]) `Pong !count) in
-  let ra = result a and _ = result b in
-  let in_rtt, in_p99 = try parse_rtt ra with _ -> fail "in-process round trip" ra in
-  (* Round trip, through two daemons. *)
-  let s1 =
-    start_daemon 1
-      ~bind:(addr (p + 10))
-      ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 20) (p + 23) ]
+  let rtts () =
+    (* Round trip, in-process. *)
+    let a = child (fun () -> rtt (inproc ~addr:(addr p) ~peers:[ addr (p + 1) ]) `Ping !count) in
+    let b = child (fun () -> rtt (inproc ~addr:(addr (p + 1)) ~peers:[ addr p ]) `Pong !count) in
+    let ra = result a and _ = result b in
+    let in_rtt, in_p99 = try parse_rtt ra with _ -> fail "in-process round trip" ra in
+    (* Round trip, through two daemons. *)
+    let s1 =
+      start_daemon 1
+        ~bind:(addr (p + 10))
+        ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 20) (p + 23) ]
+    in
+    let s2 =
+      start_daemon 2
+        ~bind:(addr (p + 20))
+        ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 10) (p + 13) ]
+    in
+    let a = child (fun () -> rtt (client ~socket:s1) `Ping !count) in
+    let b = child (fun () -> rtt (client ~socket:s2) `Pong !count) in
+    let ra = result a and _ = result b in
+    stop_daemons ();
+    let d_rtt, d_p99 = try parse_rtt ra with _ -> fail "daemon round trip" ra in
+    (in_rtt, in_p99, d_rtt, d_p99)
   in
-  let s2 =
-    start_daemon 2
-      ~bind:(addr (p + 20))
-      ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 10) (p + 13) ]
+  let tputs () =
+    (* Throughput, in-process: 3 members. *)
+    let n = !tput_count in
+    let peers i =
+      List.filter (( <> ) (addr (p + 30 + i))) (List.init 3 (fun j -> addr (p + 30 + j)))
+    in
+    let r1 = child (fun () -> tput (inproc ~addr:(addr (p + 31)) ~peers:(peers 1)) `Recv n) in
+    let r2 = child (fun () -> tput (inproc ~addr:(addr (p + 32)) ~peers:(peers 2)) `Recv n) in
+    let s = child (fun () -> tput (inproc ~addr:(addr (p + 30)) ~peers:(peers 0)) `Send n) in
+    let x1 = result r1 and x2 = result r2 in
+    ignore (result s);
+    let in_tput =
+      try Float.min (parse_tput x1) (parse_tput x2)
+      with _ -> fail "in-process throughput" (x1 ^ " / " ^ x2)
+    in
+    (* Throughput through 3 daemons, one per member. *)
+    let range i = Printf.sprintf "127.0.0.1:%d-%d" (p + 40 + (10 * i)) (p + 43 + (10 * i)) in
+    let socks =
+      List.init 3 (fun i ->
+          start_daemon (10 + i)
+            ~bind:(addr (p + 40 + (10 * i)))
+            ~peers:(List.filter_map (fun j -> if j <> i then Some (range j) else None) [ 0; 1; 2 ]))
+    in
+    let r1 = child (fun () -> tput (client ~socket:(List.nth socks 1)) `Recv n) in
+    let r2 = child (fun () -> tput (client ~socket:(List.nth socks 2)) `Recv n) in
+    let s = child (fun () -> tput (client ~socket:(List.nth socks 0)) `Send n) in
+    let x1 = result r1 and x2 = result r2 in
+    ignore (result s);
+    stop_daemons ();
+    let d_tput =
+      try Float.min (parse_tput x1) (parse_tput x2)
+      with _ -> fail "daemon throughput" (x1 ^ " / " ^ x2)
+    in
+    (in_tput, d_tput)
   in
-  let a = child (fun () -> rtt (client ~socket:s1) `Ping !count) in
-  let b = child (fun () -> rtt (client ~socket:s2) `Pong !count) in
-  let ra = result a and _ = result b in
-  stop_daemons ();
-  let d_rtt, d_p99 = try parse_rtt ra with _ -> fail "daemon round trip" ra in
-  (* Throughput, in-process: 3 members. *)
-  let n = !tput_count in
-  let peers i =
-    List.filter (( <> ) (addr (p + 30 + i))) (List.init 3 (fun j -> addr (p + 30 + j)))
+  (* Each figure is measured [rounds] times, in-process and through the
+     daemon in turn, and the median of each side is kept: the machine is
+     shared, and one round can fall on a busy moment of either side. *)
+  let median l =
+    let a = Array.of_list l in
+    Array.sort compare a;
+    a.(Array.length a / 2)
   in
-  let r1 = child (fun () -> tput (inproc ~addr:(addr (p + 31)) ~peers:(peers 1)) `Recv n) in
-  let r2 = child (fun () -> tput (inproc ~addr:(addr (p + 32)) ~peers:(peers 2)) `Recv n) in
-  let s = child (fun () -> tput (inproc ~addr:(addr (p + 30)) ~peers:(peers 0)) `Send n) in
-  let x1 = result r1 and x2 = result r2 in
-  ignore (result s);
-  let in_tput =
-    try Float.min (parse_tput x1) (parse_tput x2)
-    with _ -> fail "in-process throughput" (x1 ^ " / " ^ x2)
+  let repeat f = List.init (max 1 !rounds) (fun _ -> f ()) in
+  let rtts =
+    if !only = "" || !only = "rtt" then begin
+      let l = repeat rtts in
+      Some
+        ( median (List.map (fun (a, _, _, _) -> a) l),
+          median (List.map (fun (_, b, _, _) -> b) l),
+          median (List.map (fun (_, _, c, _) -> c) l),
+          median (List.map (fun (_, _, _, d) -> d) l) )
+    end
+    else None
   in
-  (* Throughput through 3 daemons, one per member. *)
-  let range i = Printf.sprintf "127.0.0.1:%d-%d" (p + 40 + (10 * i)) (p + 43 + (10 * i)) in
-  let socks =
-    List.init 3 (fun i ->
-        start_daemon (10 + i)
-          ~bind:(addr (p + 40 + (10 * i)))
-          ~peers:(List.filter_map (fun j -> if j <> i then Some (range j) else None) [ 0; 1; 2 ]))
-  in
-  let r1 = child (fun () -> tput (client ~socket:(List.nth socks 1)) `Recv n) in
-  let r2 = child (fun () -> tput (client ~socket:(List.nth socks 2)) `Recv n) in
-  let s = child (fun () -> tput (client ~socket:(List.nth socks 0)) `Send n) in
-  let x1 = result r1 and x2 = result r2 in
-  ignore (result s);
-  stop_daemons ();
-  let d_tput =
-    try Float.min (parse_tput x1) (parse_tput x2)
-    with _ -> fail "daemon throughput" (x1 ^ " / " ^ x2)
+  let tputs =
+    if !only = "" || !only = "tput" then begin
+      let l = repeat tputs in
+      Some (median (List.map fst l), median (List.map snd l))
+    end
+    else None
   in
   Printf.printf
     "Through consortd: members of a vsync group on 127.0.0.1 (unpinned), beside in-process \
-     members, same run\n";
+     members, same run (medians of %d rounds)\n"
+    !rounds;
   Printf.printf "%-34s %14s %14s %8s  %s\n" "" "in-process" "via daemon" "ratio" "target";
-  Printf.printf "%-34s %11.1f us %11.1f us %7.2fx  <= 1.30x %s\n" "round trip, 16 B (median)" in_rtt
-    d_rtt (d_rtt /. in_rtt)
-    (if d_rtt /. in_rtt <= 1.3 then "met" else "NOT met");
-  Printf.printf "%-34s %11.1f us %11.1f us %7.2fx\n" "round trip, 16 B (99th percentile)" in_p99
-    d_p99 (d_p99 /. in_p99);
-  Printf.printf "%-34s %9.0f msg/s %9.0f msg/s %7.2fx  >= 0.70x %s\n"
-    (Printf.sprintf "throughput, 1 KB, 1 sender, 3 members")
-    in_tput d_tput (d_tput /. in_tput)
-    (if d_tput /. in_tput >= 0.7 then "met" else "NOT met");
-  if !json then
-    Printf.printf
-      "{\"bench\":\"daemon\",\"rtt_us\":{\"inproc\":%.1f,\"daemon\":%.1f,\"ratio\":%.3f},\"tput_msgs\":{\"inproc\":%.0f,\"daemon\":%.0f,\"ratio\":%.3f},\"count\":%d,\"messages\":%d}\n"
-      in_rtt d_rtt (d_rtt /. in_rtt) in_tput d_tput (d_tput /. in_tput) !count n
+  Option.iter
+    (fun (in_rtt, in_p99, d_rtt, d_p99) ->
+      Printf.printf "%-34s %11.1f us %11.1f us %7.2fx  <= 1.30x %s\n" "round trip, 16 B (median)"
+        in_rtt d_rtt (d_rtt /. in_rtt)
+        (if d_rtt /. in_rtt <= 1.3 then "met" else "NOT met");
+      Printf.printf "%-34s %11.1f us %11.1f us %7.2fx\n" "round trip, 16 B (99th percentile)" in_p99
+        d_p99 (d_p99 /. in_p99))
+    rtts;
+  Option.iter
+    (fun (in_tput, d_tput) ->
+      Printf.printf "%-34s %9.0f msg/s %9.0f msg/s %7.2fx  >= 0.70x %s\n"
+        (Printf.sprintf "throughput, 1 KB, 1 sender, 3 members")
+        in_tput d_tput (d_tput /. in_tput)
+        (if d_tput /. in_tput >= 0.7 then "met" else "NOT met"))
+    tputs;
+  match (rtts, tputs) with
+  | Some (in_rtt, _, d_rtt, _), Some (in_tput, d_tput) when !json ->
+      Printf.printf
+        "{\"bench\":\"daemon\",\"rtt_us\":{\"inproc\":%.1f,\"daemon\":%.1f,\"ratio\":%.3f},\"tput_msgs\":{\"inproc\":%.0f,\"daemon\":%.0f,\"ratio\":%.3f},\"count\":%d,\"messages\":%d}\n"
+        in_rtt d_rtt (d_rtt /. in_rtt) in_tput d_tput (d_tput /. in_tput) !count !tput_count
+  | _ -> ()
