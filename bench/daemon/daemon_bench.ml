@@ -24,6 +24,7 @@ let base = ref 30000
 let json = ref false
 let only = ref ""
 let rounds = ref 5
+let spin_us = ref 0
 
 let () =
   Arg.parse
@@ -32,6 +33,10 @@ let () =
       ("--messages", Arg.Set_int tput_count, "N 1 KB messages for throughput (10000)");
       ("--port", Arg.Set_int base, "P first UDP port used (30000)");
       ("--json", Arg.Set json, " also one JSON line");
+      ( "--spin-us",
+        Arg.Set_int spin_us,
+        "US every process polls this long before it sleeps: in-process members' loops, the daemons \
+         (--spin-us), the clients (CONSORT_CLIENT_SPIN_US) (0)" );
       ("--rounds", Arg.Set_int rounds, "N measure each figure N times, keep the medians (5)");
       ("--only", Arg.Set_string only, "rtt|tput only one of the two figures (for profiling)");
     ]
@@ -59,6 +64,7 @@ let handlers () = { on_cast = (fun ~origin:_ _ -> ()); on_flow = ignore; me = ""
 
 let inproc ~addr ~peers h =
   let loop = Loop.create () in
+  Loop.set_spin loop (Time.of_us !spin_us);
   let size = ref 0 in
   let cb =
     {
@@ -194,6 +200,8 @@ let start_daemon i ~bind ~peers =
         "4";
         "--peers";
         String.concat "," peers;
+        "--spin-us";
+        string_of_int !spin_us;
       |]
       devnull devnull Unix.stderr
   in
@@ -315,6 +323,7 @@ let parse_tput s = Scanf.sscanf s "tput %f" (fun a -> a)
 
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+  Unix.putenv "CONSORT_CLIENT_SPIN_US" (string_of_int !spin_us);
   let p = !base in
   let fail what s =
     Printf.printf "daemon bench: %s: %s\n" what s;

@@ -35,7 +35,7 @@ let setup_logs ((levels, format), verbose) =
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
 let main socket tcp bind ports peers key max_frame max_queue max_queued max_clients max_members
-    hello_timeout verbose =
+    hello_timeout spin_us verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -68,6 +68,10 @@ let main socket tcp bind ports peers key max_frame max_queue max_queued max_clie
         Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
         2
       end
+      else if spin_us < 0 || spin_us > 10_000 then begin
+        Fmt.epr "consortd: --spin-us %d: between 0 and 10000@." spin_us;
+        2
+      end
       else if max_clients < 1 || max_members < 1 then begin
         Fmt.epr "consortd: --max-clients and --max-members must be at least 1@.";
         2
@@ -87,6 +91,7 @@ let main socket tcp bind ports peers key max_frame max_queue max_queued max_clie
             max_clients;
             max_members;
             hello_timeout;
+            spin_us;
           }
         in
         match Server.run cfg with
@@ -182,6 +187,15 @@ let cmd =
       & info [ "hello-timeout" ] ~docv:"SECONDS"
           ~doc:"A new connection that has not said HELLO by then is closed.")
   in
+  let spin_us =
+    Arg.(
+      value & opt int Server.default.spin_us
+      & info [ "spin-us" ] ~docv:"MICROSECONDS"
+          ~doc:
+            "Before it sleeps, the daemon polls its sockets this long (0: it sleeps at once). What \
+             comes within it is served without waking a sleeping process (tens of microseconds on \
+             an idle virtual CPU), at the price of that much CPU each time the daemon goes idle.")
+  in
   let verbose =
     Arg.(
       value & flag
@@ -219,7 +233,7 @@ let cmd =
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
       const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_queued
-      $ max_clients $ max_members $ hello_timeout
+      $ max_clients $ max_members $ hello_timeout $ spin_us
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

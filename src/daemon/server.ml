@@ -23,6 +23,7 @@ type config = {
   max_clients : int;
   max_members : int;
   hello_timeout : float;
+  spin_us : int;
 }
 
 let default =
@@ -39,6 +40,7 @@ let default =
     max_clients = 256;
     max_members = 64;
     hello_timeout = 10.;
+    spin_us = 0;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -119,6 +121,7 @@ and client = {
   mutable fd_open : bool;  (** after [closed], until the last frames are out (or given up) *)
   mutable flush_timer : Loop.timer option;
   mutable hello : bool;
+  mutable version : int;  (** agreed at HELLO *)
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
   mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
@@ -158,12 +161,16 @@ let members t = Hashtbl.length t.live
 
    A client's replies and upcalls wait as whole frames in [out], counted
    in [c.queued] and, while the client is live, in [t.queued]. A client
-   failed out with an ERROR keeps, for at most [linger], only the rest of
-   the frame it was reading and that ERROR: what follows in its stream is
-   the ERROR, then the end. Such a connection counts as a client until it
-   is closed. *)
+   failed out with an ERROR gets, within [linger], the frames that waited
+   for it (when it is not failed out for leaving too much unread, and they
+   are at most [max_kept] bytes; otherwise only the rest of the frame it
+   was reading), then the ERROR, then the end. Such a connection counts as
+   a client until it is closed. *)
 
 let linger = Time.of_ms 2000
+
+(* What a client failed out with an ERROR may still get before it. *)
+let max_kept = 65536
 
 (* [n] bytes written: the frames they finish are dropped. *)
 let rec consume c n =
@@ -305,15 +312,19 @@ and fail ?error t c why detail =
     (match error with
     | None -> close_fd t c
     | Some (code, reason) ->
-        (* Only the frame under way stays, then the ERROR; at most
-           [linger] to write them. *)
-        let keep = if c.out_off > 0 then Queue.take_opt c.out else None in
-        Queue.clear c.out;
-        Option.iter (fun f -> Queue.push f c.out) keep;
+        (* The frames waiting stay if they are few (the client is owed
+           its replies) and the client is not failed out for leaving too
+           much unread; otherwise only the frame under way. Then the
+           ERROR, and at most [linger] to write them. *)
+        if code = Wire.Overloaded || c.queued > max_kept then begin
+          let keep = if c.out_off > 0 then Queue.take_opt c.out else None in
+          Queue.clear c.out;
+          Option.iter (fun f -> Queue.push f c.out) keep;
+          c.queued <- Option.fold ~none:0 ~some:(fun f -> String.length f - c.out_off) keep
+        end;
         let e = Wire.encode_event (Wire.Error { handle = Wire.no_handle; code; reason }) in
         Queue.push e c.out;
-        c.queued <-
-          String.length e + Option.fold ~none:0 ~some:(fun f -> String.length f - c.out_off) keep;
+        c.queued <- c.queued + String.length e;
         Option.iter Loop.cancel c.flush_timer;
         c.flush_timer <- None;
         flush t c;
@@ -533,6 +544,24 @@ let with_member t c handle f =
 let max_group = 255
 let ok t c handle = reply t c (Wire.Ok { handle; value = 0; info = "" })
 
+(* A CAST or SEND: OK or ERROR in version 1; in version 2, nothing when
+   it is taken, REFUSED when not. *)
+let message t c ~handle ~req payload f =
+  let refused code reason =
+    if c.version >= 2 then reply t c (Wire.Refused { handle; req; code; reason })
+    else err t c handle code reason
+  in
+  match Hashtbl.find_opt c.handles handle with
+  | Some ({ g = Some g; exited = false; _ } as m) -> (
+      if m.report then Queue.push (req, payload) m.pending;
+      match f g with
+      | Ok () -> if c.version < 2 then ok t c handle
+      | Error e ->
+          if m.report then ignore (take_pending m payload);
+          let code, reason = refusal e in
+          refused code reason)
+  | _ -> refused Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
+
 let request t c (r : Wire.request) =
   match r with
   | Hello { min_version; max_version; _ } ->
@@ -543,12 +572,13 @@ let request t c (r : Wire.request) =
              max_version Wire.min_version Wire.version)
       else begin
         c.hello <- true;
+        c.version <- min max_version Wire.version;
         Option.iter Loop.cancel c.hello_timer;
         c.hello_timer <- None;
         reply t c
           (Wire.Hello_ok
              {
-               version = min max_version Wire.version;
+               version = c.version;
                max_frame = t.cfg.max_frame;
                max_queue = t.cfg.max_queue;
                server = "consortd 0.1.0";
@@ -574,24 +604,9 @@ let request t c (r : Wire.request) =
       with_member t c handle (fun _ g ->
           ok t c handle;
           G.leave g)
-  | Cast { handle; req; payload } ->
-      with_member t c handle (fun m g ->
-          if m.report then Queue.push (req, payload) m.pending;
-          match G.cast g payload with
-          | Ok () -> ok t c handle
-          | Error e ->
-              if m.report then ignore (take_pending m payload);
-              let code, reason = refusal e in
-              err t c handle code reason)
+  | Cast { handle; req; payload } -> message t c ~handle ~req payload (fun g -> G.cast g payload)
   | Send { handle; req; dst; payload } ->
-      with_member t c handle (fun m g ->
-          if m.report then Queue.push (req, payload) m.pending;
-          match G.send g dst payload with
-          | Ok () -> ok t c handle
-          | Error e ->
-              if m.report then ignore (take_pending m payload);
-              let code, reason = refusal e in
-              err t c handle code reason)
+      message t c ~handle ~req payload (fun g -> G.send g dst payload)
   | Suspect { handle; ids } ->
       with_member t c handle (fun _ g ->
           G.suspect g ids;
@@ -636,7 +651,7 @@ let readable t c =
       let rec frames () =
         if c.discard > 0 then c.discard <- c.discard - Wire.skip c.framer c.discard;
         if (not c.closed) && c.discard = 0 then
-          match Wire.next c.framer with
+          match Wire.next_request c.framer with
           | `Need -> ()
           | `Empty_frame -> fatal t c Wire.Malformed "a frame of length 0"
           | `Too_big n ->
@@ -644,18 +659,26 @@ let readable t c =
                  its reply says why (the stream stays in step). *)
               count t "frames_too_big" 1;
               let handle = Option.value ~default:Wire.no_handle (Wire.peek_u32 c.framer 5) in
+              let ty = Option.map (fun v -> v land 0xff) (Wire.peek_u32 c.framer 1) in
+              let req = Option.value ~default:0 (Wire.peek_u32 c.framer 9) in
               ignore (Wire.skip c.framer 4);
               c.discard <- n;
               if not c.hello then fatal t c Wire.Not_hello "the first frame must be HELLO"
               else begin
                 let handle = if handle = Wire.no_handle then 0 else handle in
-                err t c handle Wire.Too_big
-                  (Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame);
+                let reason =
+                  Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame
+                in
+                (* In version 2 a CAST or SEND has no reply: REFUSED says it. *)
+                (match ty with
+                | Some (0x04 | 0x05) when c.version >= 2 ->
+                    reply t c (Wire.Refused { handle; req; code = Wire.Too_big; reason })
+                | _ -> err t c handle Wire.Too_big reason);
                 frames ()
               end
-          | `Frame s -> (
+          | `Frame r -> (
               count t "frames_in" 1;
-              match Wire.decode_request s with
+              match r with
               | Error e -> fatal t c Wire.Malformed (one_line e)
               | Ok r ->
                   request t c r;
@@ -687,6 +710,7 @@ let add_client t fd =
       close_timer = None;
       flush_timer = None;
       hello = false;
+      version = Wire.min_version;
       closed = false;
       discard = 0;
       batch = false;
@@ -867,6 +891,7 @@ let close t ~on_done =
 let run cfg =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   let loop = Loop.create () in
+  Loop.set_spin loop (Time.of_us cfg.spin_us);
   match create loop cfg with
   | Error e -> Error e
   | Ok t ->

@@ -28,6 +28,9 @@ type config = {
   max_clients : int;
   max_members : int;  (** per client *)
   hello_timeout : float;  (** seconds a new connection has to say HELLO *)
+  spin_us : int;
+      (** microseconds the loop polls before it sleeps (0: none); see
+          {!Consort_engine.Loop.set_spin} *)
 }
 
 val default : config
