@@ -422,6 +422,83 @@ let test_global_cap () =
       close_raw r2;
       C.close a.conn)
 
+(* Protocol version 2: a cast the daemon takes gets no reply (the PING
+   after it is answered first), one it refuses gets REFUSED with its
+   request number (no member; a frame over the limit; leaving), and
+   a version 1 client on the same daemon still gets OK. *)
+let test_version2 () =
+  with_daemon ~args:[ "--max-frame"; "70000" ] (addr 65) (fun d ->
+      let a = member d "g" in
+      let r = raw d in
+      put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "v2" }));
+      (match next r with
+      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
+      | _ -> Alcotest.fail "HELLO_OK version 2");
+      let id = raw_join r "g" in
+      check "a view of two" true (until [ a.conn ] (fun () -> view_size a = 2));
+      let cast req payload = put r (Wire.encode_request (Wire.Cast { handle = 1; req; payload })) in
+      let ping cookie = put r (Wire.encode_request (Wire.Ping { cookie })) in
+      (* Replies and REFUSED in order, upcalls aside. *)
+      let rec answers n acc =
+        if n = 0 then List.rev acc
+        else
+          match next r with
+          | `Event (Wire.Pong _ as e) | `Event (Wire.Ok _ as e) | `Event (Wire.Error _ as e) ->
+              answers (n - 1) (e :: acc)
+          | `Event (Wire.Refused _ as e) -> answers (n - 1) (e :: acc)
+          | `Event _ -> answers n acc
+          | `Closed | `Timeout -> List.rev acc
+      in
+      cast 1 "one";
+      cast 2 "two";
+      ping 7;
+      (match answers 1 [] with
+      | [ Wire.Pong { cookie = 7 } ] -> ()
+      | _ -> Alcotest.fail "version 2: a cast taken has no reply; the PING's comes first");
+      check "both casts delivered to a" true
+        (until [ a.conn ] (fun () ->
+             List.mem (id, "one") !(a.casts) && List.mem (id, "two") !(a.casts)));
+      put r (Wire.encode_request (Wire.Cast { handle = 5; req = 3; payload = "x" }));
+      cast 4 (String.make 80000 'b');
+      ping 8;
+      (match answers 3 [] with
+      | [
+       Wire.Refused { handle = 5; req = 3; code = Wire.No_such_handle; _ };
+       Wire.Refused { handle = 1; req = 4; code = Wire.Too_big; _ };
+       Wire.Pong { cookie = 8 };
+      ] ->
+          ()
+      | _ -> Alcotest.fail "version 2: REFUSED no-such-handle, REFUSED too-big, then PONG");
+      (* After LEAVE (its OK is a reply), a cast is refused by number. *)
+      put r (Wire.encode_request (Wire.Leave { handle = 1 }));
+      cast 5 "late";
+      ping 9;
+      (match answers 3 [] with
+      | [
+       Wire.Ok { handle = 1; _ };
+       Wire.Refused { handle = 1; req = 5; code = Wire.Leaving | Wire.No_such_handle; _ };
+       Wire.Pong { cookie = 9 };
+      ] ->
+          ()
+      | _ -> Alcotest.fail "version 2: OK to LEAVE, REFUSED for the cast after it, PONG");
+      (* A version 1 client of the same daemon: OK per cast. *)
+      let r1 = raw d in
+      hello r1;
+      ignore (next r1);
+      ignore (raw_join r1 "g");
+      put r1 (Wire.encode_request (Wire.Cast { handle = 1; req = 1; payload = "v1" }));
+      let rec ok () =
+        match next r1 with
+        | `Event (Wire.Ok { handle = 1; _ }) -> true
+        | `Event (Wire.Ok _ | Wire.Error _ | Wire.Refused _) -> false
+        | `Event _ -> ok ()
+        | _ -> false
+      in
+      check "version 1: OK" true (ok ());
+      close_raw r1;
+      close_raw r;
+      C.close a.conn)
+
 (* A client that closes its connection without leaving: its members are
    failed out (a leave), the others see a view without them at once. *)
 let test_client_closes () =
@@ -722,6 +799,7 @@ let () =
           Alcotest.test_case "a client dies mid-frame" `Quick test_dies_mid_frame;
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
           Alcotest.test_case "the daemon's cap fails the most unread" `Quick test_global_cap;
+          Alcotest.test_case "protocol version 2: no reply to a cast taken" `Quick test_version2;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
