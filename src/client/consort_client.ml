@@ -29,7 +29,6 @@ and quiet = {
 and t = {
   fd : Unix.file_descr;
   framer : Wire.framer;
-  rbuf : Bytes.t;
   mutable closed : string option;
   mutable version : int;
   replies : (int * (Wire.event option -> unit)) Queue.t;
@@ -118,12 +117,11 @@ let process t = function
 (* Reads once what is there: [true] if something was (or the connection
    ended). *)
 let poll_once t =
-  match Unix.read t.fd t.rbuf 0 (Bytes.length t.rbuf) with
+  match Wire.read t.framer t.fd with
   | 0 ->
       shut t "the daemon closed the connection";
       true
-  | n ->
-      Wire.feed t.framer t.rbuf 0 n;
+  | _ ->
       let rec go () =
         if t.closed = None then
           match Wire.next_event t.framer with
@@ -240,7 +238,6 @@ let connect ?(name = "ocaml") addr =
             {
               fd;
               framer = Wire.framer ~max:(1 lsl 30);
-              rbuf = Bytes.create 65536;
               closed = None;
               version = Wire.min_version;
               replies = Queue.create ();

@@ -144,7 +144,6 @@ type t = {
   mutable closing : bool;
   mutable queued : int;  (** bytes of upcalls and replies waiting for live clients, in all *)
   mutable lingering : int;  (** connections failed out, not closed yet *)
-  rbuf : Bytes.t;
   wbuf : Bytes.t;  (** small frames are gathered here to go out in one write *)
 }
 
@@ -643,11 +642,10 @@ let request t c (r : Wire.request) =
 
 (* Reads what the client sent and serves every whole frame. *)
 let readable t c =
-  match Unix.read c.fd t.rbuf 0 (Bytes.length t.rbuf) with
+  match Wire.read c.framer c.fd with
   | 0 -> fail t c "closed" "end of stream"
   | n ->
       count t "bytes_in" n;
-      Wire.feed c.framer t.rbuf 0 n;
       let rec frames () =
         if c.discard > 0 then c.discard <- c.discard - Wire.skip c.framer c.discard;
         if (not c.closed) && c.discard = 0 then
@@ -860,7 +858,6 @@ let create loop cfg =
       closing = false;
       queued = 0;
       lingering = 0;
-      rbuf = Bytes.create 65536;
       wbuf = Bytes.create 65536;
     }
   in

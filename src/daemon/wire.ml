@@ -476,6 +476,27 @@ let feed f b off len =
     f.stop <- f.stop + len
   end
 
+(* Room for [want] more bytes at the end of the buffer. *)
+let reserve f want =
+  let have = f.stop - f.start in
+  if f.stop + want > Bytes.length f.buf then begin
+    let cap = ref (max 4096 (Bytes.length f.buf)) in
+    while !cap < have + want do
+      cap := 2 * !cap
+    done;
+    let nb = if !cap > Bytes.length f.buf then Bytes.create !cap else f.buf in
+    Bytes.blit f.buf f.start nb 0 have;
+    f.buf <- nb;
+    f.start <- 0;
+    f.stop <- have
+  end
+
+let read f fd =
+  reserve f 65536;
+  let n = Unix.read fd f.buf f.stop 65536 in
+  f.stop <- f.stop + n;
+  n
+
 let next f =
   let have = f.stop - f.start in
   if have < 4 then `Need

@@ -114,6 +114,11 @@ val framer : max:int -> framer
 val feed : framer -> Bytes.t -> int -> int -> unit
 (** [feed f b off len] appends bytes read from the stream. *)
 
+val read : framer -> Unix.file_descr -> int
+(** [read f fd] reads up to 64 KiB from [fd] straight into the framer (as {!feed} would append
+    them); says how many ([0]: the end of the stream).
+    @raise Unix.Unix_error as [Unix.read]. *)
+
 val next : framer -> [ `Frame of string | `Need | `Too_big of int | `Empty_frame ]
 (** The next whole frame's body, if there is one. [`Too_big n] and [`Empty_frame] are fatal: the
     stream cannot be resynchronised. Never holds more than [max] + 4 bytes of a partial frame beyond
