@@ -259,16 +259,10 @@ and emit t c frame =
       fail t c "overloaded" reason ~error:(Wire.Overloaded, reason)
     else begin
       if t.queued > t.cfg.max_queued then shed t;
-      if c.closed then ()
-      else if c.batch then schedule t c 0
-      else if c.flush_timer = None then begin
-        (* Nothing waiting: out at once (an upcall from the network), and
-           what follows in this round of the loop goes out together at
-           its end. While a client's requests are served, replies are
-           written together at the end of the batch. *)
-        flush t c;
-        schedule t c 0
-      end
+      (* Out at the end of this round of the loop, with what else comes
+         in it (one write for the datagrams of one receive); while a
+         client's requests are served, at the end of the batch. *)
+      if not c.closed then schedule t c 0
     end
   end
 
