@@ -25,6 +25,8 @@ let json = ref false
 let only = ref ""
 let rounds = ref 5
 let spin_us = ref 0
+let pin = ref false
+let one_cpu = ref false
 
 let () =
   Arg.parse
@@ -37,6 +39,11 @@ let () =
         Arg.Set_int spin_us,
         "US every process polls this long before it sleeps: in-process members' loops, the daemons \
          (--spin-us), the clients (CONSORT_CLIENT_SPIN_US) (0)" );
+      ( "--pin",
+        Arg.Set pin,
+        " pin each process to a CPU (taskset): a client with its daemon, the two ends of a round \
+         trip apart" );
+      ("--one-cpu", Arg.Set one_cpu, " pin every process to CPU 0");
       ("--rounds", Arg.Set_int rounds, "N measure each figure N times, keep the medians (5)");
       ("--only", Arg.Set_string only, "rtt|tput only one of the two figures (for profiling)");
     ]
@@ -155,11 +162,26 @@ let client ~socket h =
 
 (* {1 Processes} *)
 
-let child f =
+(* With --pin, process [pid] runs on CPU [cpu] only. *)
+let pin_to cpu pid =
+  if !pin || !one_cpu then begin
+    let cpu = if !one_cpu then 0 else cpu in
+    let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+    let p =
+      Unix.create_process "taskset"
+        [| "taskset"; "-pc"; string_of_int cpu; string_of_int pid |]
+        null null null
+    in
+    Unix.close null;
+    ignore (Unix.waitpid [] p)
+  end
+
+let child ~cpu f =
   let r, w = Unix.pipe () in
   match Unix.fork () with
   | 0 ->
       Unix.close r;
+      pin_to cpu (Unix.getpid ());
       let oc = Unix.out_channel_of_descr w in
       (try output_string oc (f ()) with e -> output_string oc ("error " ^ Printexc.to_string e));
       close_out oc;
@@ -182,7 +204,7 @@ let consortd () =
 
 let daemons = ref []
 
-let start_daemon i ~bind ~peers =
+let start_daemon ~cpu i ~bind ~peers =
   let sock =
     Filename.concat (Filename.get_temp_dir_name ())
       (Printf.sprintf "consort-bench-%d-%d.sock" (Unix.getpid ()) i)
@@ -206,6 +228,7 @@ let start_daemon i ~bind ~peers =
       devnull devnull Unix.stderr
   in
   Unix.close devnull;
+  pin_to cpu pid;
   daemons := pid :: !daemons;
   let deadline = now () +. 10. in
   while (not (Sys.file_exists sock)) && now () < deadline do
@@ -332,23 +355,27 @@ let () =
   in
   let rtts () =
     (* Round trip, in-process. *)
-    let a = child (fun () -> rtt (inproc ~addr:(addr p) ~peers:[ addr (p + 1) ]) `Ping !count) in
-    let b = child (fun () -> rtt (inproc ~addr:(addr (p + 1)) ~peers:[ addr p ]) `Pong !count) in
+    let a =
+      child ~cpu:0 (fun () -> rtt (inproc ~addr:(addr p) ~peers:[ addr (p + 1) ]) `Ping !count)
+    in
+    let b =
+      child ~cpu:1 (fun () -> rtt (inproc ~addr:(addr (p + 1)) ~peers:[ addr p ]) `Pong !count)
+    in
     let ra = result a and _ = result b in
     let in_rtt, in_p99 = try parse_rtt ra with _ -> fail "in-process round trip" ra in
     (* Round trip, through two daemons. *)
     let s1 =
-      start_daemon 1
+      start_daemon ~cpu:0 1
         ~bind:(addr (p + 10))
         ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 20) (p + 23) ]
     in
     let s2 =
-      start_daemon 2
+      start_daemon ~cpu:1 2
         ~bind:(addr (p + 20))
         ~peers:[ Printf.sprintf "127.0.0.1:%d-%d" (p + 10) (p + 13) ]
     in
-    let a = child (fun () -> rtt (client ~socket:s1) `Ping !count) in
-    let b = child (fun () -> rtt (client ~socket:s2) `Pong !count) in
+    let a = child ~cpu:0 (fun () -> rtt (client ~socket:s1) `Ping !count) in
+    let b = child ~cpu:1 (fun () -> rtt (client ~socket:s2) `Pong !count) in
     let ra = result a and _ = result b in
     stop_daemons ();
     let d_rtt, d_p99 = try parse_rtt ra with _ -> fail "daemon round trip" ra in
@@ -360,9 +387,13 @@ let () =
     let peers i =
       List.filter (( <> ) (addr (p + 30 + i))) (List.init 3 (fun j -> addr (p + 30 + j)))
     in
-    let r1 = child (fun () -> tput (inproc ~addr:(addr (p + 31)) ~peers:(peers 1)) `Recv n) in
-    let r2 = child (fun () -> tput (inproc ~addr:(addr (p + 32)) ~peers:(peers 2)) `Recv n) in
-    let s = child (fun () -> tput (inproc ~addr:(addr (p + 30)) ~peers:(peers 0)) `Send n) in
+    let r1 =
+      child ~cpu:1 (fun () -> tput (inproc ~addr:(addr (p + 31)) ~peers:(peers 1)) `Recv n)
+    in
+    let r2 =
+      child ~cpu:1 (fun () -> tput (inproc ~addr:(addr (p + 32)) ~peers:(peers 2)) `Recv n)
+    in
+    let s = child ~cpu:0 (fun () -> tput (inproc ~addr:(addr (p + 30)) ~peers:(peers 0)) `Send n) in
     let x1 = result r1 and x2 = result r2 in
     ignore (result s);
     let in_tput =
@@ -373,13 +404,13 @@ let () =
     let range i = Printf.sprintf "127.0.0.1:%d-%d" (p + 40 + (10 * i)) (p + 43 + (10 * i)) in
     let socks =
       List.init 3 (fun i ->
-          start_daemon (10 + i)
+          start_daemon ~cpu:(min i 1) (10 + i)
             ~bind:(addr (p + 40 + (10 * i)))
             ~peers:(List.filter_map (fun j -> if j <> i then Some (range j) else None) [ 0; 1; 2 ]))
     in
-    let r1 = child (fun () -> tput (client ~socket:(List.nth socks 1)) `Recv n) in
-    let r2 = child (fun () -> tput (client ~socket:(List.nth socks 2)) `Recv n) in
-    let s = child (fun () -> tput (client ~socket:(List.nth socks 0)) `Send n) in
+    let r1 = child ~cpu:1 (fun () -> tput (client ~socket:(List.nth socks 1)) `Recv n) in
+    let r2 = child ~cpu:1 (fun () -> tput (client ~socket:(List.nth socks 2)) `Recv n) in
+    let s = child ~cpu:0 (fun () -> tput (client ~socket:(List.nth socks 0)) `Send n) in
     let x1 = result r1 and x2 = result r2 in
     ignore (result s);
     stop_daemons ();
@@ -417,9 +448,16 @@ let () =
     else None
   in
   Printf.printf
-    "Through consortd: members of a vsync group on 127.0.0.1 (unpinned), beside in-process \
-     members, same run (medians of %d rounds)\n"
-    !rounds;
+    "Through consortd: members of a vsync group on 127.0.0.1 (%s), beside in-process members, same \
+     run (medians of %d rounds%s)\n"
+    (if !one_cpu then "every process pinned to CPU 0"
+     else if !pin then
+       "pinned: round trip, each end and its daemon on a CPU of its own; throughput, the sender \
+        and its daemon on CPU 0, the two receivers and theirs on CPU 1"
+     else "unpinned")
+    !rounds
+    (if !spin_us > 0 then Printf.sprintf ", every process polling %d us before it sleeps" !spin_us
+     else "");
   Printf.printf "%-34s %14s %14s %8s  %s\n" "" "in-process" "via daemon" "ratio" "target";
   Option.iter
     (fun (in_rtt, in_p99, d_rtt, d_p99) ->
