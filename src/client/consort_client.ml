@@ -500,15 +500,26 @@ let dispatch t =
       (Hashtbl.copy t.members)
 
 (* CONSORT_CLIENT_SPIN_US: how long a step that may wait polls the
-   connection before it sleeps (0 by default). *)
-let spin =
-  lazy
-    (match Sys.getenv_opt "CONSORT_CLIENT_SPIN_US" with
-    | Some v -> (
-        match int_of_string_opt v with
-        | Some n when n > 0 -> Float.min 0.01 (float n *. 1e-6)
-        | _ -> 0.)
-    | None -> 0.)
+   connection before it sleeps (0 by default), in seconds; {!set_spin}
+   sets it. *)
+let spin_s = ref None
+
+let spin () =
+  match !spin_s with
+  | Some s -> s
+  | None ->
+      let s =
+        match Sys.getenv_opt "CONSORT_CLIENT_SPIN_US" with
+        | Some v -> (
+            match int_of_string_opt v with
+            | Some n when n > 0 -> Float.min 0.01 (float n *. 1e-6)
+            | _ -> 0.)
+        | None -> 0.
+      in
+      spin_s := Some s;
+      s
+
+let set_spin us = spin_s := Some (Float.min 0.01 (float (max 0 us) *. 1e-6))
 
 (* In version 2, with messages whose fate is not known and no reply on
    the way, a PING that will tell it. *)
@@ -521,7 +532,7 @@ let ask t =
 let step ?(timeout = 0.) t =
   flush_out t;
   if t.closed = None then begin
-    let spin = Lazy.force spin in
+    let spin = spin () in
     let spun =
       timeout > 0. && spin > 0.
       &&

@@ -86,6 +86,11 @@ val step : ?timeout:float -> t -> bool
 (** Waits up to [timeout] seconds (default 0: no wait) for input, reads what there is, and
     dispatches. [false] once the connection is closed. *)
 
+val set_spin : int -> unit
+(** [set_spin us]: a {!step} that may wait first polls the connection for up to [us] microseconds
+    (at most 10000) before it sleeps: what comes within it is read without the wake-up of a sleeping
+    process. [0] (the default, or the environment's [CONSORT_CLIENT_SPIN_US]) sleeps at once. *)
+
 val run : ?until:(unit -> bool) -> ?timeout:float -> t -> unit
 (** Steps until [until ()], [timeout] seconds, or the connection closes. *)
 

@@ -499,6 +499,39 @@ let test_version2 () =
       close_raw r;
       C.close a.conn)
 
+(* Spinning (consortd --spin-us, Consort_client.set_spin): casts flow,
+   and a step that spins returns as soon as what it waits for is read
+   (not when its timeout ends). *)
+let test_spin () =
+  with_daemon ~args:[ "--spin-us"; "200" ] (addr 88) (fun d ->
+      C.set_spin 5000;
+      Fun.protect
+        ~finally:(fun () -> C.set_spin 0)
+        (fun () ->
+          let a = member d "g" and b = member d "g" in
+          check "a view of two" true
+            (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+          let slow = ref 0 in
+          for i = 1 to 20 do
+            check "cast" true (C.cast a.m (Printf.sprintf "s%d" i) = Ok ());
+            let t0 = Unix.gettimeofday () in
+            let rec wait () =
+              if List.length !(b.casts) < i && Unix.gettimeofday () -. t0 < 10. then begin
+                ignore (C.step ~timeout:2. b.conn);
+                wait ()
+              end
+            in
+            wait ();
+            if Unix.gettimeofday () -. t0 > 1. then incr slow
+          done;
+          Alcotest.(check (list string))
+            "b got a's casts in order"
+            (List.init 20 (fun i -> Printf.sprintf "s%d" (i + 1)))
+            (List.rev_map snd !(b.casts));
+          Alcotest.(check int) "no step waited out its timeout with the cast read" 0 !slow;
+          C.close a.conn;
+          C.close b.conn))
+
 (* A client that closes its connection without leaving: its members are
    failed out (a leave), the others see a view without them at once. *)
 let test_client_closes () =
@@ -800,6 +833,7 @@ let () =
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
           Alcotest.test_case "the daemon's cap fails the most unread" `Quick test_global_cap;
           Alcotest.test_case "protocol version 2: no reply to a cast taken" `Quick test_version2;
+          Alcotest.test_case "spinning daemon and client" `Quick test_spin;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;
