@@ -1,12 +1,14 @@
 (* The cost of going through consortd, beside in-process members, in the
-   same run on 127.0.0.1 (unpinned):
+   same run on 127.0.0.1 (unpinned unless --pin or --one-cpu), each figure
+   the median of --rounds rounds (5), in-process and daemon in turn:
    - round trip: 16-byte casts ping-pong between the two members of a
      group (vsync), members in-process (two processes, the Group API over
      UDP) and members through two daemons (a client process per daemon:
      client -> daemon -> UDP -> daemon -> client);
    - throughput: one member casts N 1 KB messages to a group of 3, as fast
-     as flow control lets it; the rate is the slowest receiver's, first to
-     last message.
+     as flow control lets it (a client keeps at most 256 casts waiting
+     for the daemon's answer); the rate is the slowest receiver's, first
+     to last message.
    Prints each figure, the ratio daemon/in-process, and the targets (round
    trip at most 1.3x, throughput at least 0.7x). *)
 
