@@ -453,9 +453,15 @@ let pp_request ppf = function
 
 (* {1 Framing} *)
 
-type framer = { max : int; mutable buf : Bytes.t; mutable start : int; mutable stop : int }
+type framer = {
+  max : int;
+  mutable buf : Bytes.t;
+  mutable start : int;
+  mutable stop : int;
+  mutable room : int;  (** what {!read} asks for: doubled when a read fills it, halved when not *)
+}
 
-let framer ~max = { max; buf = Bytes.create 4096; start = 0; stop = 0 }
+let framer ~max = { max; buf = Bytes.create 4096; start = 0; stop = 0; room = 4096 }
 let buffered f = f.stop - f.start
 
 let feed f b off len =
@@ -491,10 +497,14 @@ let reserve f want =
     f.stop <- have
   end
 
+(* A connection that reads little keeps a small buffer; one that fills
+   its reads gets larger ones, up to 64 KiB. *)
 let read f fd =
-  reserve f 65536;
-  let n = Unix.read fd f.buf f.stop 65536 in
+  reserve f f.room;
+  let n = Unix.read fd f.buf f.stop f.room in
   f.stop <- f.stop + n;
+  if n = f.room then f.room <- min 65536 (2 * f.room)
+  else if n < f.room / 2 then f.room <- max 4096 (f.room / 2);
   n
 
 let next f =
@@ -513,7 +523,7 @@ let next f =
         f.start <- 0;
         f.stop <- 0;
         (* Do not keep a large buffer for an idle client. *)
-        if Bytes.length f.buf > 65536 then f.buf <- Bytes.create 4096
+        if Bytes.length f.buf > max 65536 (2 * f.room) then f.buf <- Bytes.create 4096
       end;
       `Frame s
     end
@@ -534,7 +544,7 @@ let next_decoded dec f =
       if f.start = f.stop then begin
         f.start <- 0;
         f.stop <- 0;
-        if Bytes.length f.buf > 65536 then f.buf <- Bytes.create 4096
+        if Bytes.length f.buf > 2 * f.room then f.buf <- Bytes.create f.room
       end;
       `Frame r
     end
