@@ -150,11 +150,9 @@ jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK
 jobs+=("counted|daemon python client|clients/python/run-tests.sh")
 jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
 jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
-# Clients joining, casting and dying at random for 15 s (make soak-daemon: 100 clients, 60 s).
-# 60 client slots here: with 100 on a machine at load 10 or more, the daemon's
-# resident size passes the test's fixed 96 MiB bound (upcalls queue for a
-# starved reader, up to 8 MiB per client by default).
-jobs+=("counted|daemon chaos (15 s, 60 clients)|$BIN/test/daemon_chaos/chaos.exe --seconds ${DAEMON_CHAOS_SECONDS:-15} --clients ${DAEMON_CHAOS_CLIENTS:-60}")
+# 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s); the
+# daemon's peak resident size is bounded by a formula from its caps (test/daemon_chaos).
+jobs+=("counted|daemon chaos (15 s, 100 clients)|$BIN/test/daemon_chaos/chaos.exe --seconds ${DAEMON_CHAOS_SECONDS:-15} --clients ${DAEMON_CHAOS_CLIENTS:-100}")
 n=${#jobs[@]}
 
 # Start order: the simulations (the longest) first, from the last, then the
