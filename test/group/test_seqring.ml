@@ -55,6 +55,24 @@ let bounded () =
   let words = Obj.reachable_words (Obj.repr r) in
   Alcotest.(check bool) (Printf.sprintf "small (%d words)" words) true (words < 200)
 
+(* The span follows what is kept: once the low numbers went, a number that fits the ring with what
+   is left takes a slot without the ring growing. *)
+let span_shrinks () =
+  let r = R.create ~size:8 0 in
+  for s = 0 to 7 do
+    R.replace r s s
+  done;
+  for s = 0 to 6 do
+    R.remove r s
+  done;
+  let before = Obj.reachable_words (Obj.repr r) in
+  R.replace r 14 14;
+  Alcotest.(check int) "ring not grown" before (Obj.reachable_words (Obj.repr r));
+  Alcotest.(check (list (pair int int)))
+    "kept"
+    [ (7, 7); (14, 14) ]
+    (List.rev (R.fold (fun s v acc -> (s, v) :: acc) r []))
+
 let () =
   Alcotest.run "seqring"
     [
@@ -63,5 +81,9 @@ let () =
           Alcotest.test_case "as a hash table, 2000 random runs" `Quick (fun () ->
               QCheck.Test.check_exn ~rand:(Random.State.make [| 17 |]) same_as_hashtbl);
         ] );
-      ("bounded", [ Alcotest.test_case "a sliding window stays small" `Quick bounded ]);
+      ( "bounded",
+        [
+          Alcotest.test_case "a sliding window stays small" `Quick bounded;
+          Alcotest.test_case "the span shrinks as the least go" `Quick span_shrinks;
+        ] );
     ]
