@@ -179,14 +179,12 @@ let raw_codec =
       w.pos <- w.pos + String.length s)
     ~read:(fun _ -> Codec.fail "write only")
 
+let rec same_key c frame n k =
+  k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
+
 let push_cached c nodes frame ~hi ~lo m =
   let n = Array.length frame - c.from in
-  let same =
-    c.valid
-    &&
-    let rec eq k = k >= n || (frame.(c.from + k) = c.key.(k) && eq (k + 1)) in
-    eq 0
-  in
+  let same = c.valid && same_key c frame n 0 in
   if not same then begin
     let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
     c.bytes <- Msg.to_string e;
