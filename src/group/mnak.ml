@@ -137,6 +137,8 @@ module L = struct
         (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
     nak_at : Time.t array;
     mutable status_at : Time.t;
+    due : Deadlines.t; (* [o]: [nak_at.(o)]; [n]: [status_at] *)
+    due_now : int array; (* the keys due in this call of [timer] *)
     mutable requested : bool;
     mutable nheld : int;
     mutable stopped : bool;
@@ -183,6 +185,8 @@ module L = struct
       answered = Array.make_matrix n n min_int;
       nak_at = Array.make n max_int;
       status_at = max_int;
+      due = Deadlines.create (n + 1);
+      due_now = Array.make (n + 1) 0;
       requested = false;
       nheld = 0;
       stopped = false;
@@ -276,19 +280,25 @@ module L = struct
     end
 
   (* Arm the timers that the current state needs. *)
+  (* Each deadline is kept in its field and in [due], whence the timer
+     takes only those due. *)
+  let set_nak t o at =
+    t.nak_at.(o) <- at;
+    Deadlines.set t.due o at;
+    if at <> max_int then t.out.alarm at
+
+  let set_status t at =
+    t.status_at <- at;
+    Deadlines.set t.due t.n at;
+    if at <> max_int then t.out.alarm at
+
   let kick t =
     if not t.stopped then begin
       let now = t.now () in
       for o = 0 to t.n - 1 do
-        if wanted t o && t.nak_at.(o) = max_int then begin
-          t.nak_at.(o) <- now + t.nak_delay;
-          t.out.alarm t.nak_at.(o)
-        end
+        if wanted t o && t.nak_at.(o) = max_int then set_nak t o (now + t.nak_delay)
       done;
-      if t.status_at = max_int && (t.requested || busy t) then begin
-        t.status_at <- now + t.status_interval;
-        t.out.alarm t.status_at
-      end
+      if t.status_at = max_int && (t.requested || busy t) then set_status t (now + t.status_interval)
     end
 
   let rec drain t o =
@@ -516,7 +526,8 @@ module L = struct
     t.nheld <- 0;
     Array.fill t.early_bytes 0 t.n 0;
     Array.fill t.nak_at 0 t.n max_int;
-    t.status_at <- max_int
+    t.status_at <- max_int;
+    Deadlines.reset t.due
 
   let dn_ctl t e =
     match e with
@@ -531,26 +542,31 @@ module L = struct
         | _ -> ());
         t.out.dn_ctl e
 
+  (* Only the deadlines due are visited, earliest first. *)
   let timer t now =
     if not t.stopped then begin
-      for o = 0 to t.n - 1 do
-        if t.nak_at.(o) <= now then
-          if wanted t o then begin
-            send_nak t o;
-            t.nak_at.(o) <- now + t.nak_retry
-          end
-          else t.nak_at.(o) <- max_int
-      done;
-      if t.status_at <= now then begin
-        t.status_at <- max_int;
-        if t.requested || busy t then begin
-          t.requested <- false;
-          send_status t
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let o = t.due_now.(j) in
+        if o < t.n then begin
+          if t.nak_at.(o) <= now then
+            if wanted t o then begin
+              send_nak t o;
+              set_nak t o (now + t.nak_retry)
+            end
+            else set_nak t o max_int
         end
-      end;
+        else if t.status_at <= now then begin
+          set_status t max_int;
+          if t.requested || busy t then begin
+            t.requested <- false;
+            send_status t
+          end
+        end
+      done;
       kick t;
-      Array.iter (fun at -> if at <> max_int then t.out.alarm at) t.nak_at;
-      if t.status_at <> max_int then t.out.alarm t.status_at
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
     end
 
   let counters t =

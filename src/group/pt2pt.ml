@@ -85,6 +85,8 @@ module L = struct
     now : unit -> Time.t;
     rank : int;
     peers : peer array;
+    due : Deadlines.t; (* [2r]: [ack_at] of peer [r]; [2r + 1]: its [rtx_at] *)
+    due_now : int array; (* the keys due in this call of [timer] *)
     rto0 : Time.t;
     max_rto : Time.t;
     window : int;
@@ -122,6 +124,8 @@ module L = struct
       now = ctx.now;
       rank = ctx.view.rank;
       peers = Array.init (View.nmembers ctx.view) peer;
+      due = Deadlines.create (2 * View.nmembers ctx.view);
+      due_now = Array.make (2 * View.nmembers ctx.view) 0;
       rto0;
       max_rto = Params.time ctx.params Param.max_rto;
       window = max 1 (min max_window (Params.int ctx.params Param.window));
@@ -150,15 +154,27 @@ module L = struct
     in
     if Seqring.length p.early = 0 then [] else go (p.expected + 1) [] max_sack
 
+  (* Each deadline is kept in the peer and in [due], whence the timer takes
+     only those due. *)
+  let set_ack t r p at =
+    p.ack_at <- at;
+    Deadlines.set t.due (2 * r) at;
+    if at <> max_int then t.out.alarm at
+
+  let set_rtx t r p at =
+    p.rtx_at <- at;
+    Deadlines.set t.due ((2 * r) + 1) at;
+    if at <> max_int then t.out.alarm at
+
   let send_ack t r p =
-    p.ack_at <- max_int;
+    set_ack t r p max_int;
     p.unacked_in <- 0;
     t.acks_sent <- t.acks_sent + 1;
     t.out.dn (Event.Send r) (Ack { ack = p.expected; sack = sack p }) (Msg.empty ())
 
   let transmit t r p seq =
     (* Any data message carries our acknowledgement of the peer. *)
-    p.ack_at <- max_int;
+    set_ack t r p max_int;
     p.unacked_in <- 0;
     let m = Seqring.find p.unacked seq in
     t.out.dn (Event.Send r) (Data { seq; ack = p.expected }) (Msg.retain m)
@@ -176,8 +192,7 @@ module L = struct
           Seqring.replace p.unacked seq msg;
           if p.rtx_at = max_int then begin
             p.rto <- t.rto0;
-            p.rtx_at <- t.now () + p.rto;
-            t.out.alarm p.rtx_at
+            set_rtx t r p (t.now () + p.rto)
           end;
           transmit t r p seq
       | Event.Send r ->
@@ -194,7 +209,7 @@ module L = struct
 
   (* The peer has all our messages below [ack] and those in [sack]: they
      need no more sending. *)
-  let acked t p ack sack =
+  let acked t r p ack sack =
     if ack > p.next then
       Log.debug (fun m -> m "acknowledgement %d beyond the %d messages sent" ack p.next)
     else begin
@@ -213,18 +228,14 @@ module L = struct
         sack;
       if Seqring.length p.unacked < before then begin
         p.rto <- t.rto0;
-        p.rtx_at <- (if Seqring.length p.unacked = 0 then max_int else t.now () + p.rto);
-        if p.rtx_at <> max_int then t.out.alarm p.rtx_at
+        set_rtx t r p (if Seqring.length p.unacked = 0 then max_int else t.now () + p.rto)
       end
     end
 
   let schedule_ack t r p =
     p.unacked_in <- p.unacked_in + 1;
     if p.unacked_in >= t.ack_every then send_ack t r p
-    else if p.ack_at = max_int then begin
-      p.ack_at <- t.now () + t.ack_delay;
-      t.out.alarm p.ack_at
-    end
+    else if p.ack_at = max_int then set_ack t r p (t.now () + t.ack_delay)
 
   let received t r p seq msg =
     if seq < p.expected || Seqring.mem p.early seq then begin
@@ -285,10 +296,10 @@ module L = struct
           Msg.release msg
       | Event.Send_from r, Data { seq; ack } when peer t r ->
           let p = t.peers.(r) in
-          acked t p ack [];
+          acked t r p ack [];
           received t r p seq msg
       | Event.Send_from r, Ack { ack; sack } when peer t r ->
-          acked t t.peers.(r) ack sack;
+          acked t r t.peers.(r) ack sack;
           Msg.release msg
       | _ ->
           t.malformed <- t.malformed + 1;
@@ -307,7 +318,8 @@ module L = struct
         p.una <- p.next;
         p.rtx_at <- max_int;
         p.ack_at <- max_int)
-      t.peers
+      t.peers;
+    Deadlines.reset t.due
 
   let dn_ctl t e =
     (match e with
@@ -317,28 +329,37 @@ module L = struct
     | _ -> ());
     t.out.dn_ctl e
 
+  (* Only the deadlines due are visited, earliest first; a handler may
+     have moved a later one of the same peer (a retransmission carries the
+     acknowledgement), so each is checked again. *)
   let timer t now =
-    if not t.stopped then
-      Array.iteri
-        (fun r p ->
-          if p.ack_at <= now then send_ack t r p;
-          if p.rtx_at <= now && Seqring.length p.unacked > 0 then begin
-            let last = min p.next (p.una + t.window) - 1 in
-            Log.debug (fun m ->
-                m "to %d: retransmitting in %d..%d after %a" r p.una last Time.pp p.rto);
-            for s = p.una to last do
-              if Seqring.mem p.unacked s then begin
-                t.retransmissions <- t.retransmissions + 1;
-                transmit t r p s
-              end
-            done;
-            p.rto <- min t.max_rto (2 * p.rto);
-            p.rtx_at <- now + p.rto
-          end
-          else if p.rtx_at <= now then p.rtx_at <- max_int;
-          if p.ack_at <> max_int then t.out.alarm p.ack_at;
-          if p.rtx_at <> max_int then t.out.alarm p.rtx_at)
-        t.peers
+    if not t.stopped then begin
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let key = t.due_now.(j) in
+        let r = key / 2 in
+        let p = t.peers.(r) in
+        if key land 1 = 0 then begin
+          if p.ack_at <= now then send_ack t r p
+        end
+        else if p.rtx_at <= now && Seqring.length p.unacked > 0 then begin
+          let last = min p.next (p.una + t.window) - 1 in
+          Log.debug (fun m ->
+              m "to %d: retransmitting in %d..%d after %a" r p.una last Time.pp p.rto);
+          for s = p.una to last do
+            if Seqring.mem p.unacked s then begin
+              t.retransmissions <- t.retransmissions + 1;
+              transmit t r p s
+            end
+          done;
+          p.rto <- min t.max_rto (2 * p.rto);
+          set_rtx t r p (now + p.rto)
+        end
+        else if p.rtx_at <= now then set_rtx t r p max_int
+      done;
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
+    end
 
   let counters t =
     let sum f = Array.fold_left (fun acc p -> acc + f p) 0 t.peers in

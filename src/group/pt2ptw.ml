@@ -82,6 +82,8 @@ module L = struct
     now : unit -> Time.t;
     rank : int;
     peers : peer array;
+    due : Deadlines.t; (* [ack_at] by peer *)
+    due_now : int array; (* the peers due in this call of [timer] *)
     gone : bool array; (* suspected members: nothing more is sent to them *)
     window : int;
     limit : int;
@@ -123,6 +125,8 @@ module L = struct
       now = ctx.now;
       rank = ctx.view.rank;
       peers = Array.init (View.nmembers ctx.view) peer;
+      due = Deadlines.create (View.nmembers ctx.view);
+      due_now = Array.make (View.nmembers ctx.view) 0;
       gone = Array.make (View.nmembers ctx.view) false;
       window;
       limit;
@@ -225,19 +229,23 @@ module L = struct
           Log.err (fun m -> m "send to rank %d outside a view of %d" r (Array.length t.peers));
           Msg.release msg
 
+  (* The deadline is kept in the peer and in [due], whence the timer takes
+     only those due. *)
+  let set_ack t r p at =
+    p.ack_at <- at;
+    Deadlines.set t.due r at;
+    if at <> max_int then t.out.alarm at
+
   let send_ack t r p =
     p.reported <- p.consumed;
-    p.ack_at <- max_int;
+    set_ack t r p max_int;
     t.acks_sent <- t.acks_sent + 1;
     t.out.dn (Event.Send r) (Ack { consumed = p.consumed }) (Msg.empty ())
 
   let consumed t r p c ~ask =
     p.consumed <- p.consumed + c;
     if ask || p.consumed - p.reported >= t.threshold then send_ack t r p
-    else if p.ack_at = max_int then begin
-      p.ack_at <- t.now () + t.ack_delay;
-      t.out.alarm p.ack_at
-    end
+    else if p.ack_at = max_int then set_ack t r p (t.now () + t.ack_delay)
 
   let acked t r p total =
     if total > p.sent then begin
@@ -316,18 +324,23 @@ module L = struct
             Seqring.iter (fun _ m -> Msg.release m) p.queue;
             clear p;
             p.ack_at <- max_int)
-          t.peers
+          t.peers;
+        Deadlines.reset t.due
     | _ -> ());
     t.out.dn_ctl e
 
   let timer t now =
-    if not t.stopped then
-      Array.iteri
-        (fun r p ->
-          if p.ack_at <= now then
-            if p.consumed > p.reported then send_ack t r p else p.ack_at <- max_int;
-          if p.ack_at <> max_int then t.out.alarm p.ack_at)
-        t.peers
+    if not t.stopped then begin
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let r = t.due_now.(j) in
+        let p = t.peers.(r) in
+        if p.ack_at <= now then
+          if p.consumed > p.reported then send_ack t r p else set_ack t r p max_int
+      done;
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
+    end
 
   let counters t =
     let sum f = Array.fold_left (fun acc p -> acc + f p) 0 t.peers in
