@@ -85,6 +85,25 @@ let push c h t =
     t
   end
 
+let bytes_codec =
+  Codec.custom ~name:"headers" ~size:Bytes.length
+    ~write:(fun (w : Codec.W.t) b ->
+      Bytes.blit b 0 w.buf w.pos (Bytes.length b);
+      w.pos <- w.pos + Bytes.length b)
+    ~read:(fun _ -> Codec.fail "write only")
+
+(* The shared buffer's [low] is 0: nothing is ever pushed in place in
+   front of it. *)
+let push_bytes b t =
+  check t "push_bytes";
+  if header_length t = 0 then begin
+    let t = moved t in
+    t.head <- { buf = b; low = 0 };
+    t.hoff <- 0;
+    t
+  end
+  else push bytes_codec b t
+
 let rec piece_at boff = function
   | [] -> None
   | v :: rest ->

@@ -31,6 +31,11 @@ val empty : unit -> t
 val push : 'h Codec.t -> 'h -> t -> t
 (** [push c h t] is [t] with [h] encoded in front. *)
 
+val push_bytes : Bytes.t -> t -> t
+(** [push_bytes b t] is [t] with the bytes of [b] in front, as headers already encoded. Where [t]
+    has no pushed header, [b] becomes its header storage, shared and never written (a later push
+    copies): [b] must not change afterwards. Otherwise [b] is copied in front, as {!push} would. *)
+
 val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
 (** [pull c t] decodes a header from the front of [t] and returns it with the rest. On [Error], [t]
     is unchanged and still owned by the caller. *)

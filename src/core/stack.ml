@@ -166,14 +166,7 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
    fields they were last made from: in the common case those fields do
    not change (they are constants above Mnak in the default stack), and
    a copy a layer keeps gets them in one push. *)
-type cache = { mutable key : int array; mutable bytes : string; from : int; mutable valid : bool }
-
-let raw_codec =
-  Codec.custom ~name:"layered headers" ~size:String.length
-    ~write:(fun (w : Codec.W.t) s ->
-      Bytes.blit_string s 0 w.buf w.pos (String.length s);
-      w.pos <- w.pos + String.length s)
-    ~read:(fun _ -> Codec.fail "write only")
+type cache = { mutable key : int array; mutable bytes : Bytes.t; from : int; mutable valid : bool }
 
 let rec same_key c frame n k =
   k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
@@ -183,12 +176,12 @@ let push_cached c nodes frame ~hi ~lo m =
   let same = c.valid && same_key c frame n 0 in
   if not same then begin
     let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
-    c.bytes <- Msg.to_string e;
+    c.bytes <- Bytes.unsafe_of_string (Msg.to_string e);
     Msg.release e;
     c.key <- Array.sub frame c.from n;
     c.valid <- true
   end;
-  if c.bytes = "" then m else Msg.push raw_codec c.bytes m
+  if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
 
 let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
   ignore frames;
@@ -198,7 +191,7 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
          above it, from the frame the case runs with. *)
-      let cache = { key = [||]; bytes = ""; from = off + c.nfields; valid = false } in
+      let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; valid = false } in
       let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
       let mk s =
         Some
