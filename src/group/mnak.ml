@@ -297,15 +297,16 @@ module L = struct
       (* The clock is read once, and only when something is armed: most
          calls arm nothing. *)
       let now = ref min_int in
-      let now () =
-        if !now = min_int then now := t.now ();
-        !now
-      in
       for o = 0 to t.n - 1 do
-        if wanted t o && t.nak_at.(o) = max_int then set_nak t o (now () + t.nak_delay)
+        if wanted t o && t.nak_at.(o) = max_int then begin
+          if !now = min_int then now := t.now ();
+          set_nak t o (!now + t.nak_delay)
+        end
       done;
-      if t.status_at = max_int && (t.requested || busy t) then
-        set_status t (now () + t.status_interval)
+      if t.status_at = max_int && (t.requested || busy t) then begin
+        if !now = min_int then now := t.now ();
+        set_status t (!now + t.status_interval)
+      end
     end
 
   let rec drain t o =
