@@ -240,6 +240,26 @@ let release t =
   Iovecs.release t.body
 
 let is_live t = t.live
+
+let is_simple t =
+  check t "is_simple";
+  match t.body with [] -> true | [ v ] -> t.boff <= Iovec.length v | _ -> false
+
+let head_bytes t = t.head.buf
+let head_offset t = t.hoff
+
+let slice_segment t =
+  match t.body with
+  | [ v ] when t.boff < Iovec.length v -> Iovec.segment v
+  | _ -> invalid_arg "Msg.slice_segment: no body"
+
+let slice_offset t = match t.body with [ v ] -> (Iovec.cstruct v).Cstruct.off + t.boff | _ -> 0
+let slice_length t = match t.body with [ v ] -> Iovec.length v - t.boff | _ -> 0
+
+let assemble buf hoff seg ~off ~len =
+  let body = if len > 0 then [ Iovec.make seg ~off ~len ] else [] in
+  { head = { buf; low = 0 }; hoff; body; boff = 0; live = true }
+
 let pp ppf t = Fmt.pf ppf "<msg %d+%d bytes>" (header_length t) (length t - header_length t)
 
 let first_byte t =
