@@ -47,6 +47,15 @@ let decode c cs off =
     | exception Fail e -> Error e
     | exception Invalid_argument why -> Error (`Malformed (c.name ^ ": " ^ why))
 
+exception Decode_error of error
+
+let read_cursor c (r : R.t) =
+  if r.pos < 0 || r.pos > Cstruct.length r.cs then raise (Decode_error (`Truncated c.name));
+  match c.read r with
+  | v -> v
+  | exception Fail e -> raise (Decode_error e)
+  | exception Invalid_argument why -> raise (Decode_error (`Malformed (c.name ^ ": " ^ why)))
+
 let decode_cursor c (r : R.t) =
   if r.pos < 0 || r.pos > Cstruct.length r.cs then Error (`Truncated c.name)
   else

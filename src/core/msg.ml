@@ -166,14 +166,14 @@ let pull_then c t x ~ok ~error =
     | [ v ] when t.boff < Iovec.length v -> (
         rcur.cs <- Iovec.cstruct v;
         rcur.pos <- t.boff;
-        match Codec.decode_cursor c rcur with
-        | Ok h ->
+        match Codec.read_cursor c rcur with
+        | h ->
             let pulled = rcur.pos - t.boff in
             rcur.cs <- Cstruct.empty;
             let t = moved t in
             t.boff <- t.boff + pulled;
             ok x h t
-        | Error e ->
+        | exception Codec.Decode_error e ->
             rcur.cs <- Cstruct.empty;
             error e t)
     | _ -> ( match pull c t with Ok (h, t) -> ok x h t | Error e -> error e t)
