@@ -371,7 +371,9 @@ module F = struct
       Layer.nfields = 0;
       length = true;
       framed = false;
-      size = (fun _ _ -> Codec.size codec (Data { ask = false }));
+      size =
+        (let n = Codec.size codec (Data { ask = false }) in
+         fun _ _ -> n);
       dn_ok =
         (fun t dst len ->
           (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));

@@ -122,7 +122,7 @@ module L = struct
     nak_delay : Time.t;
     nak_retry : Time.t;
     mutable next : int; (* number of casts this member has made *)
-    held : Msg.t Seqring.t array;
+    held : Msgring.t array;
         (* per origin, the casts kept: numbered from [released.(o)], delivered
            ones below [expected.(o)] and early ones above it *)
     released : int array; (* casts of [o] below this are stable and released *)
@@ -137,6 +137,8 @@ module L = struct
         (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
     nak_at : Time.t array;
     mutable status_at : Time.t;
+    due : Deadlines.t; (* [o]: [nak_at.(o)]; [n]: [status_at] *)
+    due_now : int array; (* the keys due in this call of [timer] *)
     mutable requested : bool;
     mutable nheld : int;
     mutable stopped : bool;
@@ -171,7 +173,7 @@ module L = struct
       nak_delay = Params.time ctx.params Param.nak_delay;
       nak_retry = Params.time ctx.params Param.nak_retry;
       next = 0;
-      held = Array.init n (fun _ -> Seqring.create ~size:64 (Msg.empty ()));
+      held = Array.init n (fun _ -> Msgring.create ~size:64 ());
       released = Array.make n 0;
       expected = Array.make n 0;
       highest = Array.make n 0;
@@ -183,6 +185,8 @@ module L = struct
       answered = Array.make_matrix n n min_int;
       nak_at = Array.make n max_int;
       status_at = max_int;
+      due = Deadlines.create (n + 1);
+      due_now = Array.make (n + 1) 0;
       requested = false;
       nheld = 0;
       stopped = false;
@@ -225,7 +229,7 @@ module L = struct
     any 0
 
   let keep t o seq msg =
-    Seqring.replace t.held.(o) seq msg;
+    Msgring.replace t.held.(o) seq msg;
     t.nheld <- t.nheld + 1
 
   let stable t o =
@@ -239,12 +243,10 @@ module L = struct
     let s = stable t o in
     while t.released.(o) < s do
       let seq = t.released.(o) in
-      if Seqring.mem t.held.(o) seq then begin
-        let m = Seqring.find t.held.(o) seq in
-        Seqring.remove t.held.(o) seq;
+      if Msgring.mem t.held.(o) seq then begin
+        Msgring.release t.held.(o) seq;
         t.nheld <- t.nheld - 1;
-        t.stable_released <- t.stable_released + 1;
-        Msg.release m
+        t.stable_released <- t.stable_released + 1
       end;
       t.released.(o) <- seq + 1
     done
@@ -276,35 +278,49 @@ module L = struct
     end
 
   (* Arm the timers that the current state needs. *)
+  (* Each deadline is kept in its field and in [due], whence the timer
+     takes only those due. *)
+  let set_nak t o at =
+    t.nak_at.(o) <- at;
+    Deadlines.set t.due o at;
+    if at <> max_int then t.out.alarm at
+
+  let set_status t at =
+    t.status_at <- at;
+    Deadlines.set t.due t.n at;
+    if at <> max_int then t.out.alarm at
+
   let kick t =
     if not t.stopped then begin
-      let now = t.now () in
+      (* The clock is read once, and only when something is armed: most
+         calls arm nothing. *)
+      let now = ref min_int in
       for o = 0 to t.n - 1 do
         if wanted t o && t.nak_at.(o) = max_int then begin
-          t.nak_at.(o) <- now + t.nak_delay;
-          t.out.alarm t.nak_at.(o)
+          if !now = min_int then now := t.now ();
+          set_nak t o (!now + t.nak_delay)
         end
       done;
       if t.status_at = max_int && (t.requested || busy t) then begin
-        t.status_at <- now + t.status_interval;
-        t.out.alarm t.status_at
+        if !now = min_int then now := t.now ();
+        set_status t (!now + t.status_interval)
       end
     end
 
   let rec drain t o =
     if not t.stopped then
-      if Seqring.mem t.held.(o) t.expected.(o) then begin
-        let m = Seqring.find t.held.(o) t.expected.(o) in
-        t.early_bytes.(o) <- t.early_bytes.(o) - Msg.length m;
-        t.expected.(o) <- t.expected.(o) + 1;
-        t.out.up (Event.Cast_from o) (Msg.retain m);
+      if Msgring.mem t.held.(o) t.expected.(o) then begin
+        let h = t.held.(o) and seq = t.expected.(o) in
+        t.early_bytes.(o) <- t.early_bytes.(o) - Msgring.msg_length h seq;
+        t.expected.(o) <- seq + 1;
+        t.out.up (Event.Cast_from o) (Msgring.copy h seq);
         drain t o
       end
 
   (* The window is checked before anything changes: a number beyond it
      (a burst too large, or a forged or corrupt header) leaves no trace. *)
   let receive t o seq msg =
-    if seq < t.expected.(o) || Seqring.mem t.held.(o) seq then begin
+    if seq < t.expected.(o) || Msgring.mem t.held.(o) seq then begin
       t.duplicates <- t.duplicates + 1;
       Msg.release msg
     end
@@ -396,10 +412,10 @@ module L = struct
     let limit = min t.highest.(o) (t.expected.(o) + t.window) in
     let rec go s acc k =
       if s >= limit || k = 0 then List.rev acc
-      else if Seqring.mem t.held.(o) s then go (s + 1) acc k
+      else if Msgring.mem t.held.(o) s then go (s + 1) acc k
       else
         let rec run e =
-          if e + 1 < limit && not (Seqring.mem t.held.(o) (e + 1)) then run (e + 1) else e
+          if e + 1 < limit && not (Msgring.mem t.held.(o) (e + 1)) then run (e + 1) else e
         in
         let e = run s in
         go (e + 1) ((s, e) :: acc) (k - 1)
@@ -444,11 +460,11 @@ module L = struct
           let e = min b top in
           while !s <= e && !budget > 0 do
             decr budget;
-            if (not t.stopped) && Seqring.mem t.held.(o) !s then begin
+            if (not t.stopped) && Msgring.mem t.held.(o) !s then begin
               t.retransmissions <- t.retransmissions + 1;
               t.out.dn (Event.Send m)
                 (Retrans { origin = o; seq = !s })
-                (Msg.retain (Seqring.find t.held.(o) !s))
+                (Msgring.copy t.held.(o) !s)
             end;
             incr s
           done)
@@ -508,15 +524,12 @@ module L = struct
     t.out.up_ctl e
 
   let release_all t =
-    Array.iter
-      (fun h ->
-        Seqring.iter (fun _ m -> Msg.release m) h;
-        Seqring.reset h)
-      t.held;
+    Array.iter Msgring.reset t.held;
     t.nheld <- 0;
     Array.fill t.early_bytes 0 t.n 0;
     Array.fill t.nak_at 0 t.n max_int;
-    t.status_at <- max_int
+    t.status_at <- max_int;
+    Deadlines.reset t.due
 
   let dn_ctl t e =
     match e with
@@ -531,26 +544,31 @@ module L = struct
         | _ -> ());
         t.out.dn_ctl e
 
+  (* Only the deadlines due are visited, earliest first. *)
   let timer t now =
     if not t.stopped then begin
-      for o = 0 to t.n - 1 do
-        if t.nak_at.(o) <= now then
-          if wanted t o then begin
-            send_nak t o;
-            t.nak_at.(o) <- now + t.nak_retry
-          end
-          else t.nak_at.(o) <- max_int
-      done;
-      if t.status_at <= now then begin
-        t.status_at <- max_int;
-        if t.requested || busy t then begin
-          t.requested <- false;
-          send_status t
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let o = t.due_now.(j) in
+        if o < t.n then begin
+          if t.nak_at.(o) <= now then
+            if wanted t o then begin
+              send_nak t o;
+              set_nak t o (now + t.nak_retry)
+            end
+            else set_nak t o max_int
         end
-      end;
+        else if t.status_at <= now then begin
+          set_status t max_int;
+          if t.requested || busy t then begin
+            t.requested <- false;
+            send_status t
+          end
+        end
+      done;
       kick t;
-      Array.iter (fun at -> if at <> max_int then t.out.alarm at) t.nak_at;
-      if t.status_at <> max_int then t.out.alarm t.status_at
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
     end
 
   let counters t =
@@ -607,7 +625,7 @@ module F = struct
           | Event.Cast_from o ->
               o >= 0 && o < t.n && o <> t.rank
               && a.(off) = t.expected.(o)
-              && not (Seqring.mem t.held.(o) a.(off))
+              && not (Msgring.mem t.held.(o) a.(off))
           | _ -> false);
       up_fast =
         (fun t src msg _ ~layered a off ->
@@ -637,7 +655,7 @@ module F = struct
     let held ppf h =
       Fmt.(Dump.list (pair int Dump.string))
         ppf
-        (List.sort compare (Seqring.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h []))
+        (List.sort compare (Msgring.fold (fun k s acc -> (k, s) :: acc) h []))
     in
     Fmt.str
       "stopped %b next %d; released %a; expected %a; highest %a; seen %a; early %a; known %a; \
