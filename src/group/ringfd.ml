@@ -64,6 +64,7 @@ module L = struct
   type t = {
     out : header Layer.out;
     now : unit -> Time.t;
+    rng : Rng.t;
     rank : int;
     n : int;
     k : int;
@@ -89,6 +90,11 @@ module L = struct
     told : bool array;
     suspected : Rankset.t;
     mutable woke : Time.t;
+    mutable alone : (Time.t * int list) option;
+        (* every watched rank fell silent at once: these ranks, drawn at
+           random, were probed then to tell a cut-off member from crashed
+           neighbours *)
+    mutable isolated : int;
     mutable beat_at : Time.t;
     mutable last_tick : Time.t;
     mutable stopped : bool;
@@ -132,6 +138,7 @@ module L = struct
       {
         out;
         now = ctx.now;
+        rng = ctx.rng;
         rank = ctx.view.rank;
         n;
         k = max 1 (Params.int ctx.params Param.monitors);
@@ -154,6 +161,8 @@ module L = struct
         told = Array.make n false;
         suspected = Rankset.create ~n ~me:ctx.view.rank;
         woke = min_int / 2;
+        alone = None;
+        isolated = 0;
         beat_at = (if n > 1 then now else max_int);
         last_tick = now;
         stopped = false;
@@ -410,8 +419,58 @@ module L = struct
         end)
       t.watched
 
+  (* When every watched rank falls silent at once, either they all failed
+     or this member is cut off: [k] other members drawn at random are
+     probed, and if none answers within [suspect.verify], this member
+     suspects every other one (and forms a view of its own, to merge back
+     when the network heals) instead of walking the ring [k] ranks per
+     timeout. *)
+  let test_alone t now silent =
+    if t.alone = None then begin
+      let others =
+        List.filter
+          (fun r -> peer t r && (not (gone t r)) && not (List.mem r silent))
+          (List.init t.n Fun.id)
+      in
+      let pool = Array.of_list others in
+      let m = Array.length pool in
+      let drawn = ref [] in
+      for _ = 1 to min t.k m do
+        let i = Rng.int t.rng m in
+        if not (List.mem pool.(i) !drawn) then drawn := pool.(i) :: !drawn
+      done;
+      if !drawn <> [] then begin
+        List.iter
+          (fun r ->
+            t.probes <- t.probes + 1;
+            t.out.dn (Event.Send r) (Probe { ack = false }) (Msg.empty ()))
+          !drawn;
+        t.alone <- Some (now, !drawn)
+      end
+    end
+
+  let check_alone t now =
+    match t.alone with
+    | Some (at, drawn) when now >= at + max t.verify t.interval ->
+        t.alone <- None;
+        if not (List.exists (fun r -> t.heard.(r) >= at) drawn) then begin
+          let others = List.filter (fun r -> peer t r && not (gone t r)) (List.init t.n Fun.id) in
+          t.isolated <- t.isolated + 1;
+          let added = Rankset.add t.suspected others in
+          t.by_silence <- t.by_silence + List.length added;
+          if added <> [] then begin
+            rering t;
+            report t added
+              (Fmt.str "this member is cut off: its ring neighbours and %a, probed, are silent"
+                 pp_ranks drawn)
+          end
+        end
+    | _ -> ()
+
   let check t now =
     let silent = List.filter (fun r -> now - t.heard.(r) >= t.timeout) t.watched in
+    if silent <> [] && List.for_all (fun r -> not (hears t r)) t.watched then
+      test_alone t now t.watched;
     if silent <> [] then begin
       let lo = List.fold_left (fun a r -> min a (now - t.heard.(r))) max_int silent in
       let added = Rankset.add t.suspected silent in
@@ -425,6 +484,7 @@ module L = struct
   let timer t now =
     if (not t.stopped) && t.n > 1 then begin
       running t now;
+      check_alone t now;
       check t now;
       probe t now;
       if t.beat_at <= now then begin
@@ -436,6 +496,7 @@ module L = struct
           t.targets
       end;
       t.out.alarm t.beat_at;
+      Option.iter (fun (at, _) -> t.out.alarm (at + max t.verify t.interval)) t.alone;
       List.iter
         (fun r ->
           let probe_at = t.heard.(r) + t.timeout - t.verify in
@@ -456,6 +517,7 @@ module L = struct
       ("probes", t.probes);
       ("accusations_waiting", t.waiting);
       ("accusers_blamed", t.blamed);
+      ("isolated", t.isolated);
       ("claims_dropped", t.claims_dropped);
       ("bad_rank", Rankset.bad_rank t.suspected);
       ("self_suspicions", Rankset.self t.suspected);
