@@ -244,19 +244,19 @@ module L = struct
             end)
           !owed
       else
-      let rec send l =
-        if l <> [] then begin
-          let rec split k acc = function
-            | x :: rest when k > 0 -> split (k - 1) (x :: acc) rest
-            | rest -> (List.rev acc, rest)
-          in
-          let credits, rest = split max_credits [] l in
-          t.credits_sent <- t.credits_sent + 1;
-          t.out.dn Event.Cast (Credit { credits }) (Msg.empty ());
-          send rest
-        end
-      in
-      send !owed
+        let rec send l =
+          if l <> [] then begin
+            let rec split k acc = function
+              | x :: rest when k > 0 -> split (k - 1) (x :: acc) rest
+              | rest -> (List.rev acc, rest)
+            in
+            let credits, rest = split max_credits [] l in
+            t.credits_sent <- t.credits_sent + 1;
+            t.out.dn Event.Cast (Credit { credits }) (Msg.empty ());
+            send rest
+          end
+        in
+        send !owed
     end
 
   let consumed t o c ~ask =

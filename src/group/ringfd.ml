@@ -73,7 +73,10 @@ module L = struct
     pause : Time.t;
     verify : Time.t;
     grace : Time.t;
-    heard : Time.t array; (* when the last datagram of each rank arrived *)
+    heard : Time.t array;
+        (* when the last datagram of each rank arrived, or this member began
+           to watch it if later *)
+    seen : Time.t array; (* when the last datagram of each rank arrived *)
     back : Time.t array; (* when each rank was last heard again after a long silence *)
     watch_since : Time.t array; (* when this member began to watch each rank *)
     probed : Time.t array;
@@ -148,6 +151,7 @@ module L = struct
         verify = max 0 (Params.time ctx.params Suspect.Param.verify);
         grace = max 0 (Params.time ctx.params "suspect.grace");
         heard = Array.make n now;
+        seen = Array.make n min_int;
         back = Array.make n (min_int / 2);
         watch_since = Array.make n now;
         probed = Array.make n (min_int / 2);
@@ -196,7 +200,8 @@ module L = struct
     if peer t r then begin
       let now = t.now () in
       if now - t.heard.(r) >= t.timeout / 2 then t.back.(r) <- now;
-      t.heard.(r) <- now
+      t.heard.(r) <- now;
+      t.seen.(r) <- now
     end
 
   let hears t r = peer t r && t.now () - t.heard.(r) < t.timeout / 2
@@ -387,7 +392,7 @@ module L = struct
       t.out.dn (Event.Send r) (Probe { ack = false }) (Msg.empty ());
       false
     end
-    else now >= t.asked_at.(r) + max t.verify t.interval && t.heard.(r) < t.asked_at.(r)
+    else now >= t.asked_at.(r) + max t.verify t.interval && t.seen.(r) < t.asked_at.(r)
 
   let dn_ctl t e =
     (match e with
@@ -453,7 +458,7 @@ module L = struct
     match t.alone with
     | Some (at, drawn) when now >= at + max t.verify t.interval ->
         t.alone <- None;
-        if not (List.exists (fun r -> t.heard.(r) >= at) drawn) then begin
+        if not (List.exists (fun r -> t.seen.(r) >= at) drawn) then begin
           let others = List.filter (fun r -> peer t r && not (gone t r)) (List.init t.n Fun.id) in
           t.isolated <- t.isolated + 1;
           let added = Rankset.add t.suspected others in

@@ -970,7 +970,9 @@ let scale_scenario ~n ?trace ?(params = Params.empty) seed =
     at w at_cut (fun () ->
         note w "%d partition" (Sim.now w.net);
         Sim.partition w.net [ [ alone ]; List.filter (fun a -> a <> alone) addrs ]);
-    at w (at_cut + s 10.) (fun () ->
+    at w
+      (at_cut + s 10.)
+      (fun () ->
         note w "%d heal" (Sim.now w.net);
         Sim.heal w.net)
   end;
@@ -1019,9 +1021,7 @@ let scenarios =
       "256 members on the Scale stack (Ringfd, mnak_tree) merge, casts and sends flow, two crash \
        (often ring neighbours), one is cut off for 10 s on half the seeds; 2% loss",
       scale_scenario ~n:256 );
-    ( "scale-64",
-      "scale-256 with 64 members (for many seeds)",
-      scale_scenario ~n:64 );
+    ("scale-64", "scale-256 with 64 members (for many seeds)", scale_scenario ~n:64);
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios
