@@ -942,6 +942,29 @@ let partition_detected () =
     [ (Sim.default_link, 1); ({ Sim.default_link with loss = 0.1; jitter = ms 3 }, 2) ];
   check_no_leaks pool
 
+(* A silent rank is probed directly for the last [suspect.verify] of the
+   timeout, once per interval, and an answer saves it. *)
+let suspect_probes () =
+  let s = single ~n:3 ~rank:0 detector in
+  let probes () =
+    List.length
+      (List.filter
+         (fun (d, b) ->
+           match (d, split G.Suspect.codec b) with
+           | Event.Send 1, (G.Suspect.Probe { ack = false }, _) -> true
+           | _ -> false)
+         !(s.sent))
+  in
+  beats s ~from:0 ~until:(sec 3.9) [ 2 ];
+  Alcotest.(check int) "no probe before the last second" 0 (probes ());
+  beats s ~from:(sec 4.) ~until:(sec 4.6) [ 2 ];
+  Alcotest.(check bool) "probed once per interval within it" true (probes () >= 2);
+  feed s (bottom_send s 1 ^ enc G.Suspect.codec (G.Suspect.Probe { ack = true }));
+  beats s ~from:(sec 4.75) ~until:(sec 6.) [ 2 ];
+  Alcotest.check ctl_t "the answer saved it" [] (ctl s);
+  Alcotest.(check int) "counted" (probes ()) (counter s "suspect" "probes");
+  stop s
+
 (* {1 Ringfd: the ring failure detector of Scale} *)
 
 let ring = [ G.Ringfd.layer; G.Bottom.layer ]
@@ -1119,6 +1142,8 @@ let () =
             suspect_deaf_accuser;
           Alcotest.test_case "judging accusations" `Quick judge;
           Alcotest.test_case "a pause of this member is forgiven" `Quick pause_by_hand;
+          Alcotest.test_case "a silent rank is probed before it is suspected" `Quick
+            suspect_probes;
         ] );
       ( "ringfd",
         [
