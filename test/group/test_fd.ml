@@ -1142,8 +1142,7 @@ let () =
             suspect_deaf_accuser;
           Alcotest.test_case "judging accusations" `Quick judge;
           Alcotest.test_case "a pause of this member is forgiven" `Quick pause_by_hand;
-          Alcotest.test_case "a silent rank is probed before it is suspected" `Quick
-            suspect_probes;
+          Alcotest.test_case "a silent rank is probed before it is suspected" `Quick suspect_probes;
         ] );
       ( "ringfd",
         [
