@@ -102,6 +102,14 @@ jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS
 # Primary components with quorum under repeated partitions (about 50 s of CPU).
 jobs+=("counted|sim primary-partitions|$BIN/bin/main.exe sim --scenario primary-partitions --seeds ${PRIMARY_SEEDS:-1000}")
 jobs+=("counted|sim primary-dynamic|$BIN/bin/main.exe sim --scenario primary-dynamic --seeds ${PRIMARY_SEEDS:-1000}")
+# Scale (Ringfd, mnak_tree) on the small adversarial schedules, then large
+# groups: 64 members (about 9 CPU s a seed) and 256 (about 60 CPU s a seed);
+# many more in make soak.
+for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do
+  jobs+=("counted|sim $s (Scale)|$BIN/bin/main.exe sim --scenario $s --seeds ${SCALE_VSYNC_SEEDS:-200} --params sim.props=vsync+Scale")
+done
+jobs+=("counted|sim scale-64|$BIN/bin/main.exe sim --scenario scale-64 --seeds ${SCALE64_SEEDS:-8}")
+jobs+=("counted|sim scale-256|$BIN/bin/main.exe sim --scenario scale-256 --seeds ${SCALE256_SEEDS:-2}")
 # Total with each protocol under adversarial vsync schedules (more in make soak).
 for s in vsync-churn vsync-slander; do
   for p in sequencer token; do

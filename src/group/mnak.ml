@@ -9,6 +9,7 @@ module Param = struct
   let status_interval = "mnak.status_interval"
   let nak_delay = "mnak.nak_delay"
   let nak_retry = "mnak.nak_retry"
+  let fanout = "mnak.fanout"
 
   let () =
     Params.register window (Params.Int 1024)
@@ -23,7 +24,11 @@ module Param = struct
       ~doc:"wait between noticing a gap and the first NAK";
     Params.register nak_retry
       (Params.Time (Time.of_ms 20))
-      ~doc:"wait before asking again for a gap"
+      ~doc:"wait before asking again for a gap";
+    Params.register fanout (Params.Int 8) ~min:(Params.Int 2) ~max:(Params.Int 256)
+      ~doc:
+        "with the Scale property, how many members report their status to each member of the \
+         stability tree"
 end
 
 let max_ranges = 256
@@ -73,6 +78,8 @@ module L = struct
     | Retrans of { origin : int; seq : int }
     | Nak of { origin : int; ranges : (int * int) list }
     | Status of { busy : bool; vector : int array }
+    | Report of { busy : bool; cover : string; low : int array; high : int array; who : int array }
+    | Stability of { busy : bool; stable : int array; high : int array; who : int array }
 
   let name = "mnak"
 
@@ -95,6 +102,21 @@ module L = struct
             (pair bool (array ~max:max_members varint))
             (function Status { busy; vector } -> Some (busy, vector) | _ -> None)
             (fun (busy, vector) -> Status { busy; vector });
+          case 5 "report"
+            (tup4 bool
+               (string ~max:((max_members + 7) / 8) ())
+               (array ~max:max_members varint)
+               (pair (array ~max:max_members varint) (array ~max:max_members varint)))
+            (function
+              | Report { busy; cover; low; high; who } -> Some (busy, cover, low, (high, who))
+              | _ -> None)
+            (fun (busy, cover, low, (high, who)) -> Report { busy; cover; low; high; who });
+          case 6 "stability"
+            (tup4 bool (array ~max:max_members varint) (array ~max:max_members varint)
+               (array ~max:max_members varint))
+            (function
+              | Stability { busy; stable; high; who } -> Some (busy, stable, high, who) | _ -> None)
+            (fun (busy, stable, high, who) -> Stability { busy; stable; high; who });
         ])
 
   let pp_range ppf (lo, hi) = Fmt.pf ppf "%d..%d" lo hi
@@ -107,6 +129,20 @@ module L = struct
         Fmt.pf ppf "nak(%d: %a)" origin Fmt.(list ~sep:comma pp_range) ranges
     | Status { busy; vector } ->
         Fmt.pf ppf "status(%s[%a])" (if busy then "busy " else "") Fmt.(array ~sep:sp int) vector
+    | Report { busy; low; high; _ } ->
+        Fmt.pf ppf "report(%s[%a] [%a])"
+          (if busy then "busy " else "")
+          Fmt.(array ~sep:sp int)
+          low
+          Fmt.(array ~sep:sp int)
+          high
+    | Stability { busy; stable; high; _ } ->
+        Fmt.pf ppf "stability(%s[%a] [%a])"
+          (if busy then "busy " else "")
+          Fmt.(array ~sep:sp int)
+          stable
+          Fmt.(array ~sep:sp int)
+          high
 
   let provides = [ Contract.reliable_cast ]
   let requires = [ Contract.datagram ]
@@ -158,9 +194,29 @@ module L = struct
            statuses claim no more of the others' casts *)
     told : int array; (* the stability last told *)
     mutable local : Msg.t; (* the fused path: this member's own cast, delivered after it went on *)
+    tree : bool;
+        (* Scale: statuses go up a tree of the members not suspected, and its
+           root casts what all of them hold; [known] is then not kept *)
+    fanout : int;
+    mutable live : int array; (* the members not suspected, in rank order *)
+    pos : int array; (* each rank's place in [live], -1 if suspected *)
+    kids : (int, kid) Hashtbl.t; (* the last report of each child in the tree *)
+    gstable : int array; (* tree: casts of [o] that every member holds, as the root last said *)
+    gmax : int array; (* tree: the most casts of [o] some member holds... *)
+    gwho : int array; (* ... and that member *)
+    mutable reports_sent : int;
+    mutable stability_sent : int;
   }
 
-  let create (ctx : Layer.ctx) out =
+  and kid = {
+    k_busy : bool;
+    k_cover : string;
+    k_low : int array;
+    k_high : int array;
+    k_who : int array;
+  }
+
+  let create_mode ~tree (ctx : Layer.ctx) out =
     let n = View.nmembers ctx.view in
     {
       out;
@@ -173,16 +229,16 @@ module L = struct
       nak_delay = Params.time ctx.params Param.nak_delay;
       nak_retry = Params.time ctx.params Param.nak_retry;
       next = 0;
-      held = Array.init n (fun _ -> Msgring.create ~size:64 ());
+      held = Array.init n (fun _ -> Msgring.create ~size:(if tree then 4 else 64) ());
       released = Array.make n 0;
       expected = Array.make n 0;
       highest = Array.make n 0;
       seen = Array.make n 0;
       early_bytes = Array.make n 0;
       max_early = max_early ctx.params;
-      known = Array.make_matrix n n 0;
+      known = (if tree then Array.make n [||] else Array.make_matrix n n 0);
       suspected = Array.make n false;
-      answered = Array.make_matrix n n min_int;
+      answered = Array.make n [||];
       nak_at = Array.make n max_int;
       status_at = max_int;
       due = Deadlines.create (n + 1);
@@ -204,7 +260,19 @@ module L = struct
       frozen = None;
       told = Array.make n 0;
       local = Msg.empty ();
+      tree;
+      fanout = max 2 (Params.int ctx.params Param.fanout);
+      live = Array.init n Fun.id;
+      pos = Array.init n Fun.id;
+      kids = Hashtbl.create 8;
+      gstable = Array.make n 0;
+      gmax = Array.make n 0;
+      gwho = Array.init n Fun.id;
+      reports_sent = 0;
+      stability_sent = 0;
     }
+
+  let create ctx out = create_mode ~tree:false ctx out
 
   (* How many casts of [o] this member has contiguously. *)
   let mine t o = if o = t.rank then t.next else t.expected.(o)
@@ -215,12 +283,30 @@ module L = struct
   let holders t o lo =
     let ok m = m <> t.rank && not t.suspected.(m) in
     let others =
-      List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id)
+      if t.tree then begin
+        (* The member the root last named as holding the most of [o]'s
+           casts, and one other member not suspected, drawn at random: no
+           member knows who else holds what. *)
+        let w = t.gwho.(o) in
+        let named = if w <> o && ok w && t.gmax.(o) > lo then [ w ] else [] in
+        let others = Array.length t.live - 1 in
+        if others <= 0 then named
+        else
+          let r = t.live.(Rng.int t.rng (Array.length t.live)) in
+          if ok r && r <> o && not (List.mem r named) then r :: named else named
+      end
+      else List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id)
     in
     if ok o then o :: others else others
 
   (* A gap worth asking about: some member that is not suspected can fill it. *)
-  let wanted t o = gap t o && holders t o t.expected.(o) <> []
+  let wanted t o =
+    gap t o
+    &&
+    if t.tree then
+      (* Some member not suspected may hold it: in a tree, none knows who. *)
+      Array.exists (fun m -> m <> t.rank) t.live
+    else holders t o t.expected.(o) <> []
 
   let busy t =
     t.nheld > 0
@@ -233,11 +319,13 @@ module L = struct
     t.nheld <- t.nheld + 1
 
   let stable t o =
-    let s = ref (mine t o) in
-    for m = 0 to t.n - 1 do
-      if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
-    done;
-    !s
+    if t.tree then min (mine t o) t.gstable.(o)
+    else
+      let s = ref (mine t o) in
+      for m = 0 to t.n - 1 do
+        if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
+      done;
+      !s
 
   let release_stable t o =
     let s = stable t o in
@@ -254,11 +342,13 @@ module L = struct
   (* How many casts of [o] every member of the view holds, the suspected
      ones included (as far as their statuses tell). *)
   let held_by_all t o =
-    let s = ref (mine t o) in
-    for m = 0 to t.n - 1 do
-      if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
-    done;
-    !s
+    if t.tree then min (mine t o) t.gstable.(o)
+    else
+      let s = ref (mine t o) in
+      for m = 0 to t.n - 1 do
+        if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
+      done;
+      !s
 
   (* Tell the layers above when what every member holds grows (once asked:
      [Track_stability]), with what this member has received: every cast
@@ -370,14 +460,122 @@ module L = struct
           t.out.up (Event.Cast_from t.rank) local;
           tell_stable t
 
-  let send_status t =
-    t.status_sent <- t.status_sent + 1;
-    let vector =
-      match t.frozen with
-      | Some f -> Array.init t.n (fun o -> if o = t.rank then mine t o else min f.(o) (mine t o))
-      | None -> Array.init t.n (mine t)
+  let own_vector t =
+    match t.frozen with
+    | Some f -> Array.init t.n (fun o -> if o = t.rank then mine t o else min f.(o) (mine t o))
+    | None -> Array.init t.n (mine t)
+
+  (* {b The stability tree} (Scale). The members not suspected, in rank
+     order, form a tree of [fanout] children per node: member [live.(i)]
+     reports to [live.((i - 1) / fanout)]. A report carries, for its
+     sender's subtree, the fewest casts of each origin any of them holds
+     ([low]), the most and who has them ([high], [who]), and which members it
+     covers. The root casts [low] as what every member holds once the
+     reports cover every member not suspected, with [high] and [who], so
+     that a lost tail shows as a gap and has someone to be asked of. Each
+     member sends one report and hears [fanout] and one root cast per
+     interval, whatever the size of the group. *)
+  let rebuild_tree t =
+    let live = List.filter (fun r -> not t.suspected.(r)) (List.init t.n Fun.id) in
+    t.live <- Array.of_list live;
+    Array.fill t.pos 0 t.n (-1);
+    Array.iteri (fun i r -> t.pos.(r) <- i) t.live
+
+  let parent_of t r =
+    let p = if r >= 0 && r < t.n then t.pos.(r) else -1 in
+    if p <= 0 then None else Some t.live.((p - 1) / t.fanout)
+
+  let is_child t c = parent_of t c = Some t.rank
+  let covers cover r = Char.code cover.[r / 8] land (1 lsl (r mod 8)) <> 0
+
+  let on_stability t busy stable high who =
+    if stable.(t.rank) > t.next || high.(t.rank) > t.next then begin
+      t.impossible <- t.impossible + 1;
+      Log.debug (fun f -> f "stability claims more casts of this member than it made: dropped")
+    end
+    else begin
+      for o = 0 to t.n - 1 do
+        if stable.(o) > t.gstable.(o) then t.gstable.(o) <- stable.(o);
+        let h = if o = t.rank then high.(o) else min high.(o) (t.expected.(o) + t.window) in
+        (* The latest word on who holds the most: the member named before may
+           be suspected since. *)
+        if h >= t.gmax.(o) && who.(o) >= 0 && who.(o) < t.n then begin
+          t.gmax.(o) <- h;
+          t.gwho.(o) <- who.(o)
+        end;
+        if o <> t.rank && h > t.highest.(o) then t.highest.(o) <- h
+      done;
+      for o = 0 to t.n - 1 do
+        release_stable t o
+      done;
+      if busy then t.requested <- true;
+      kick t;
+      tell_stable t
+    end
+
+  let report_up t =
+    let low = own_vector t in
+    let high = Array.copy low and who = Array.make t.n t.rank in
+    let cover = Bytes.make ((t.n + 7) / 8) '\000' in
+    let mark r =
+      Bytes.set cover (r / 8) (Char.chr (Char.code (Bytes.get cover (r / 8)) lor (1 lsl (r mod 8))))
     in
-    t.out.dn Event.Cast (Status { busy = busy t; vector }) (Msg.empty ())
+    mark t.rank;
+    let busy = ref (busy t) in
+    Hashtbl.iter
+      (fun _ k ->
+        busy := !busy || k.k_busy;
+        for o = 0 to t.n - 1 do
+          if k.k_low.(o) < low.(o) then low.(o) <- k.k_low.(o);
+          if k.k_high.(o) > high.(o) then begin
+            high.(o) <- k.k_high.(o);
+            who.(o) <- k.k_who.(o)
+          end
+        done;
+        for r = 0 to t.n - 1 do
+          if covers k.k_cover r then mark r
+        done)
+      t.kids;
+    let cover = Bytes.unsafe_to_string cover in
+    match parent_of t t.rank with
+    | Some p ->
+        t.reports_sent <- t.reports_sent + 1;
+        t.out.dn (Event.Send p) (Report { busy = !busy; cover; low; high; who }) (Msg.empty ())
+    | None ->
+        (* The root: what every member holds is known once every member
+           not suspected is covered; until then the root asks for reports. *)
+        let complete = Array.for_all (covers cover) t.live in
+        let stable =
+          if complete then Array.init t.n (fun o -> max t.gstable.(o) low.(o))
+          else Array.copy t.gstable
+        in
+        let busy = !busy || not complete in
+        if t.n > 1 then begin
+          t.stability_sent <- t.stability_sent + 1;
+          t.out.dn Event.Cast (Stability { busy; stable; high; who }) (Msg.empty ())
+        end;
+        on_stability t false stable high who
+
+  let on_report t m busy cover low high who =
+    if not (is_child t m) then begin
+      t.malformed <- t.malformed + 1;
+      Log.debug (fun f -> f "report from %d, not a child of this member in the tree: dropped" m)
+    end
+    else if low.(t.rank) > t.next || high.(t.rank) > t.next then t.impossible <- t.impossible + 1
+    else begin
+      let who = Array.map (fun w -> if w >= 0 && w < t.n then w else m) who in
+      Hashtbl.replace t.kids m
+        { k_busy = busy; k_cover = cover; k_low = low; k_high = high; k_who = who };
+      if busy then t.requested <- true;
+      kick t
+    end
+
+  let send_status t =
+    if t.tree then report_up t
+    else begin
+      t.status_sent <- t.status_sent + 1;
+      t.out.dn Event.Cast (Status { busy = busy t; vector = own_vector t }) (Msg.empty ())
+    end
 
   (* A status is checked whole before it is used: claiming more of this
      member's casts than it has made is impossible, and drops it. Claims
@@ -430,7 +628,11 @@ module L = struct
         let ranges =
           if target = o then missing t o
           else
-            let has = t.known.(target).(o) in
+            let has =
+              if not t.tree then t.known.(target).(o)
+              else if target = t.gwho.(o) then t.gmax.(o)
+              else max_int
+            in
             List.filter_map
               (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1)))
               (missing t o)
@@ -448,6 +650,8 @@ module L = struct
      often): forged or duplicated NAKs cannot make it send more. *)
   let on_nak t m o ranges =
     let now = t.now () in
+    (* A row for [m] is made when it first asks: most members never do. *)
+    if Array.length t.answered.(m) = 0 then t.answered.(m) <- Array.make t.n min_int;
     if t.suspected.(m) || now < t.answered.(m).(o) + (t.nak_retry / 2) then
       t.naks_ignored <- t.naks_ignored + 1
     else begin
@@ -496,7 +700,22 @@ module L = struct
       | (Event.Send_from m | Event.Cast_from m), Status { busy; vector }
         when valid m && m <> t.rank && Array.length vector = t.n ->
           Msg.release msg;
-          on_status t m busy vector
+          if t.tree then malformed t src h (Msg.empty ()) else on_status t m busy vector
+      | Event.Send_from m, Report { busy; cover; low; high; who }
+        when t.tree && valid m && m <> t.rank
+             && String.length cover = (t.n + 7) / 8
+             && Array.length low = t.n
+             && Array.length high = t.n
+             && Array.length who = t.n ->
+          Msg.release msg;
+          on_report t m busy cover low high who
+      | Event.Cast_from m, Stability { busy; stable; high; who }
+        when t.tree && valid m && m <> t.rank
+             && Array.length stable = t.n
+             && Array.length high = t.n
+             && Array.length who = t.n ->
+          Msg.release msg;
+          on_stability t busy stable high who
       | _ -> malformed t src h msg
 
   (* A suspicion is final within the view: the suspected member is not
@@ -507,6 +726,10 @@ module L = struct
     in
     if fresh <> [] && not t.stopped then begin
       List.iter (fun r -> t.suspected.(r) <- true) fresh;
+      if t.tree then begin
+        rebuild_tree t;
+        Hashtbl.filter_map_inplace (fun c k -> if is_child t c then Some k else None) t.kids
+      end;
       for o = 0 to t.n - 1 do
         release_stable t o
       done;
@@ -583,6 +806,8 @@ module L = struct
       ("malformed", t.malformed);
       ("impossible", t.impossible);
       ("naks_ignored", t.naks_ignored);
+      ("reports_sent", t.reports_sent);
+      ("stability_sent", t.stability_sent);
       ("buffered", t.nheld);
     ]
 end
@@ -676,3 +901,13 @@ end
 include L
 
 let layer : Layer.t = Layer.fast (module F)
+
+(* Scale: the same layer, its statuses gathered up a tree (see [report_up]). *)
+module Tree = struct
+  include F
+
+  let name = "mnak_tree"
+  let create ctx out = create_mode ~tree:true ctx out
+end
+
+let tree_layer : Layer.t = Layer.fast (module Tree)

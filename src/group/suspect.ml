@@ -163,7 +163,8 @@ module L = struct
         heard = Array.make n now;
         back = Array.make n (min_int / 2);
         woke = min_int / 2;
-        probed = Array.make n min_int;
+        probed = Array.make n (min_int / 2);
+        (* [min_int / 2]: "never", and [now - probed] cannot overflow. *)
         claims = Array.make_matrix n n false;
         since = Array.make_matrix n n max_int;
         grace = max 0 (Params.time ctx.params Param.grace);
