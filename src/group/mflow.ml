@@ -321,7 +321,11 @@ module L = struct
           Msg.release msg;
           if t.consumed.(o) > t.reported.(o) then send_credit t
       | Event.Cast_from m, Credit _ when m = t.rank -> Msg.release msg
-      | (Event.Cast_from m | Event.Send_from m), Credit { credits } when valid m ->
+      | Event.Cast_from m, Credit { credits } when valid m ->
+          Msg.release msg;
+          on_credit t m credits
+      (* Credit by send comes only in groups where it is sent so. *)
+      | Event.Send_from m, Credit { credits } when valid m && t.n >= unicast_from ->
           Msg.release msg;
           on_credit t m credits
       | _ ->
