@@ -16,10 +16,14 @@ val with_scratch : string -> seed:int -> (string -> 'a) -> 'a
     [/dev/shm] when there is one (memory, not the disk), else in the temporary directory. *)
 
 val read_file : string -> string
-(** The whole file. @raise Sys_error if it cannot be read. *)
+(** The whole file.
+
+    @raise Sys_error if it cannot be read. *)
 
 val write_file : string -> string -> unit
-(** [write_file path s] makes [path] hold [s]. @raise Sys_error if it cannot be written. *)
+(** [write_file path s] makes [path] hold [s].
+
+    @raise Sys_error if it cannot be written. *)
 
 val contains : string -> string -> bool
 (** [contains s sub]: [sub] is a substring of [s]. *)
