@@ -55,17 +55,18 @@ end
 
 (* The fused path. *)
 
+type above = { push : Msg.t -> Msg.t; head : unit -> Bytes.t }
+
 type ('t, 'h) case = {
   nfields : int;
   length : bool;
   framed : bool;
   size : int array -> int -> int;
   dn_ok : 't -> Event.dst -> int -> bool;
-  dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
+  dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:above -> int array -> int -> unit;
   dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
   up_ok : 't -> Event.src -> int -> int array -> int -> bool;
-  up_fast :
-    't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_fast : 't -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src;
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
 }

@@ -79,8 +79,8 @@ end) : S
       otherwise;
     - [dn_fast t dst msg len ~layered fields off]: what [dn] does before it passes the message on,
       writing its [nfields] varying fields at [off]; it emits no event (an alarm is fine) and keeps
-      [msg] (passing it on is the stack's); [layered m] is [m] with the layered headers of the
-      layers above pushed, for a copy the layer keeps (a retransmission buffer);
+      [msg] (passing it on is the stack's); [layered] gives the layered headers of the layers above,
+      for a copy the layer keeps (a retransmission buffer): see {!above};
     - [dn_after t dst len ~up fields off]: what [dn] does after the message went on (the fields are
       still this cast's); [up src m] delivers [m] (a copy of the cast made in [dn_fast], with no
       layered header) to the layers above, as [out.up] would the layered cast;
@@ -98,17 +98,22 @@ end) : S
     random traces. A predicate may be stricter than it needs to be (the layered path is then taken),
     never looser. *)
 
+type above = { push : Msg.t -> Msg.t; head : unit -> Bytes.t }
+(** The layered headers of the layers above a layer, made from the fields of the cast under way:
+    [push m] is [m] with them pushed; [head ()] is the same bytes, as {!Msg.push_bytes} would put
+    them in front (never to be written: the stack reuses them while the fields do not change), for a
+    store that keeps a message taken apart without making it first. *)
+
 type ('t, 'h) case = {
   nfields : int;
   length : bool;
   framed : bool;
   size : int array -> int -> int;
   dn_ok : 't -> Event.dst -> int -> bool;
-  dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> unit;
+  dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:above -> int array -> int -> unit;
   dn_after : 't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
   up_ok : 't -> Event.src -> int -> int array -> int -> bool;
-  up_fast :
-    't -> Event.src -> Msg.t -> int -> layered:(Msg.t -> Msg.t) -> int array -> int -> Event.src;
+  up_fast : 't -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src;
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
 }

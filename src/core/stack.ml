@@ -171,7 +171,7 @@ type cache = { mutable key : int array; mutable bytes : Bytes.t; from : int; mut
 let rec same_key c frame n k =
   k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
 
-let push_cached c nodes frame ~hi ~lo m =
+let cached c nodes frame ~hi ~lo =
   let n = Array.length frame - c.from in
   let same = c.valid && same_key c frame n 0 in
   if not same then begin
@@ -181,7 +181,11 @@ let push_cached c nodes frame ~hi ~lo m =
     c.key <- Array.sub frame c.from n;
     c.valid <- true
   end;
-  if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
+  c.bytes
+
+let push_cached c nodes frame ~hi ~lo m =
+  let b = cached c nodes frame ~hi ~lo in
+  if Bytes.length b = 0 then m else Msg.push_bytes b m
 
 let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
   ignore frames;
@@ -192,7 +196,13 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
       (* [layered] for a copy the layer keeps: the headers of the layers
          above it, from the frame the case runs with. *)
       let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; valid = false } in
-      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
+      let layered =
+        {
+          Layer.push =
+            (fun m -> push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m);
+          head = (fun () -> cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1));
+        }
+      in
       let mk s =
         Some
           {
@@ -363,9 +373,11 @@ let leave t =
   t.depth <- d;
   t.frame <- t.frames.(if d = 0 then 0 else d - 1)
 
-(* [above]: bytes of the layered headers of the layers above [i], counted
-   only where a layer at or below [i] needs the layered length. *)
-let rec fused_dn t frame i dst msg above =
+(* [total]: the message's layered length at layer [i] (its length, which
+   the fused path does not change, and the bytes of the layered headers of
+   the layers above [i]), counted only where a layer at or below [i] needs
+   it. *)
+let rec fused_dn t frame i dst msg total =
   if i < 0 then begin
     t.fused_sent <- t.fused_sent + 1;
     t.net dst (Msg.push write_codec frame msg)
@@ -373,32 +385,32 @@ let rec fused_dn t frame i dst msg above =
   else
     let nd = t.nodes.(i) in
     match nd.fast with
-    | Some f when f.dn_ok dst (if f.length then Msg.length msg + above else -1) ->
-        let len = if f.length then Msg.length msg + above else -1 in
+    | Some f when f.dn_ok dst (if f.length then total else -1) ->
+        let len = if f.length then total else -1 in
         f.fdn dst msg len frame f.off;
-        let above = if i > 0 && t.lengths.(i - 1) then above + f.size frame f.off else above in
-        fused_dn t frame (i - 1) dst msg above;
+        let total = if i > 0 && t.lengths.(i - 1) then total + f.size frame f.off else total in
+        fused_dn t frame (i - 1) dst msg total;
         f.dn_after dst len frame f.off
     | _ ->
         let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
         nd.dn dst msg
 
-(* [above]: bytes of the layered headers of the layers above [i - 1]
-   (all of them at the bottom), where needed. *)
-let rec fused_up t frame i src msg above =
+(* [total]: the message's length and the bytes of the layered headers of
+   the layers above [i - 1] (all of them at the bottom), where needed. *)
+let rec fused_up t frame i src msg total =
   if i = Array.length t.nodes then t.app.deliver src msg
   else
     let nd = t.nodes.(i) in
-    let above =
+    let total =
       if t.lengths.(Array.length t.nodes - 1) then
-        match nd.fast with Some f -> above - f.size frame f.off | None -> above
-      else above
+        match nd.fast with Some f -> total - f.size frame f.off | None -> total
+      else total
     in
     match nd.fast with
-    | Some f when f.up_ok src (if f.length then Msg.length msg + above else -1) frame f.off ->
-        let len = if f.length then Msg.length msg + above else -1 in
+    | Some f when f.up_ok src (if f.length then total else -1) frame f.off ->
+        let len = if f.length then total else -1 in
         let src' = f.fup src msg len frame f.off in
-        fused_up t frame (i + 1) src' msg above;
+        fused_up t frame (i + 1) src' msg total;
         f.up_after src len frame f.off
     | _ -> (
         (* Fields from the network that no layered header can hold (a
@@ -418,19 +430,23 @@ let () =
   local_up :=
     fun t j src msg ->
       let frame = t.frame in
-      let above = ref 0 in
-      if t.lengths.(Array.length t.nodes - 1) then
+      let total = ref 0 in
+      if t.lengths.(Array.length t.nodes - 1) then begin
+        total := Msg.length msg;
         for k = j to Array.length t.nodes - 1 do
-          match t.nodes.(k).fast with Some f -> above := !above + f.size frame f.off | None -> ()
-        done;
-      fused_up t frame j src msg !above
+          match t.nodes.(k).fast with Some f -> total := !total + f.size frame f.off | None -> ()
+        done
+      end;
+      fused_up t frame j src msg !total
 
 let top t = t.nodes.(Array.length t.nodes - 1)
 
 let cast t msg =
   if t.fused then begin
     let frame = enter t in
-    match fused_dn t frame (Array.length t.nodes - 1) Event.Cast msg 0 with
+    let n = Array.length t.nodes in
+    let total = if t.lengths.(n - 1) then Msg.length msg else 0 in
+    match fused_dn t frame (n - 1) Event.Cast msg total with
     | () -> leave t
     | exception e ->
         leave t;
@@ -445,12 +461,14 @@ let fused_ok t () msg =
   t.fused_received <- t.fused_received + 1;
   let frame = enter t in
   Array.blit t.rframe 0 frame 0 t.nfields;
-  let above = ref 0 in
-  if t.lengths.(Array.length t.nodes - 1) then
+  let total = ref 0 in
+  if t.lengths.(Array.length t.nodes - 1) then begin
+    total := Msg.length msg;
     for k = 0 to Array.length t.nodes - 1 do
-      match t.nodes.(k).fast with Some f -> above := !above + f.size frame f.off | None -> ()
-    done;
-  match fused_up t frame 0 Event.Raw msg !above with
+      match t.nodes.(k).fast with Some f -> total := !total + f.size frame f.off | None -> ()
+    done
+  end;
+  match fused_up t frame 0 Event.Raw msg !total with
   | () -> leave t
   | exception e ->
       leave t;

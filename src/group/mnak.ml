@@ -194,6 +194,7 @@ module L = struct
            statuses claim no more of the others' casts *)
     told : int array; (* the stability last told *)
     mutable local : Msg.t; (* the fused path: this member's own cast, delivered after it went on *)
+    self : Event.src; (* [Cast_from rank], made once *)
     tree : bool;
         (* Scale: statuses go up a tree of the members not suspected, and its
            root casts what all of them hold; [known] is then not kept *)
@@ -260,6 +261,7 @@ module L = struct
       frozen = None;
       told = Array.make n 0;
       local = Msg.empty ();
+      self = Event.Cast_from ctx.view.rank;
       tree;
       fanout = max 2 (Params.int ctx.params Param.fanout);
       live = Array.init n Fun.id;
@@ -316,6 +318,11 @@ module L = struct
 
   let keep t o seq msg =
     Msgring.replace t.held.(o) seq msg;
+    t.nheld <- t.nheld + 1
+
+  (* [keep] of [Msg.push_bytes head (Msg.retain msg)], which is not made. *)
+  let keep_head t o seq head msg =
+    Msgring.replace_head t.held.(o) seq head msg;
     t.nheld <- t.nheld + 1
 
   let stable t o =
@@ -457,7 +464,7 @@ module L = struct
           t.out.dn Event.Cast (Data { seq }) msg;
           release_stable t t.rank;
           kick t;
-          t.out.up (Event.Cast_from t.rank) local;
+          t.out.up t.self local;
           tell_stable t
 
   let own_vector t =
@@ -830,7 +837,7 @@ module F = struct
         (fun t _ msg _ ~layered a off ->
           let seq = t.next in
           t.next <- seq + 1;
-          keep t t.rank seq (layered (Msg.retain msg));
+          keep_head t t.rank seq (layered.head ()) msg;
           t.local <- Msg.retain msg;
           a.(off) <- seq);
       dn_after =
@@ -840,7 +847,7 @@ module F = struct
           release_stable t t.rank;
           kick t;
           (* Up the fused path too: [local] has no layered header. *)
-          up (Event.Cast_from t.rank) local;
+          up t.self local;
           tell_stable t);
       up_ok =
         (fun t src _ a off ->
@@ -859,7 +866,7 @@ module F = struct
               let seq = a.(off) in
               if seq >= t.seen.(o) then t.seen.(o) <- seq + 1;
               if seq >= t.highest.(o) then t.highest.(o) <- seq + 1;
-              keep t o seq (layered (Msg.retain msg));
+              keep_head t o seq (layered.head ()) msg;
               t.expected.(o) <- seq + 1;
               src
           | _ -> src);

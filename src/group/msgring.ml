@@ -112,6 +112,27 @@ let replace t seq m =
   end;
   Seqring.replace t.index seq i
 
+let replace_head t seq head m =
+  if Msg.header_length m = 0 && Msg.is_simple m then begin
+    release t seq;
+    let i = take_slot t in
+    let len = Msg.slice_length m in
+    Bytes.set t.kind i '\001';
+    t.bufs.(i) <- head;
+    t.hoffs.(i) <- 0;
+    t.lens.(i) <- len;
+    if len > 0 then begin
+      let s = Msg.slice_segment m in
+      Segment.incr s;
+      t.segs.(i) <- s;
+      t.offs.(i) <- Msg.slice_offset m
+    end;
+    Seqring.replace t.index seq i
+  end
+  else
+    let m = Msg.retain m in
+    replace t seq (if Bytes.length head = 0 then m else Msg.push_bytes head m)
+
 let copy_slot t i =
   if Bytes.get t.kind i = '\001' then
     Msg.assemble t.bufs.(i) t.hoffs.(i) t.segs.(i) ~off:t.offs.(i) ~len:t.lens.(i)

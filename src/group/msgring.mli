@@ -14,6 +14,12 @@ val mem : t -> int -> bool
 val replace : t -> int -> Msg.t -> unit
 (** [replace t seq m] keeps [m] (ownership moves in) for [seq], releasing what was kept for it. *)
 
+val replace_head : t -> int -> Bytes.t -> Msg.t -> unit
+(** [replace_head t seq head m] keeps, for [seq], what
+    [replace t seq (Msg.push_bytes head (Msg.retain m))] would, without making that message when [m]
+    has no pushed header and its body is one slice: a reference to the slice is taken and nothing is
+    allocated. [m] stays the caller's; [head] is kept as it is and must not change afterwards. *)
+
 val copy : t -> int -> Msg.t
 (** A new owner of the message kept for [seq].
     @raise Not_found if none. *)

@@ -74,8 +74,8 @@ let span_shrinks () =
     (List.rev (R.fold (fun s v acc -> (s, v) :: acc) r []))
 
 (* Msgring against a hash table of strings: messages of one slice (taken apart), of no body, and of
-   two slices (kept whole), with headers; kept, copied, replaced, released; every buffer comes back
-   to the pool. *)
+   two slices (kept whole), with headers; kept (with [replace] or [replace_head]), copied, replaced,
+   released; every buffer comes back to the pool. *)
 module M = Consort_group.Msgring
 open Consort
 
@@ -96,6 +96,29 @@ let msgring_as_hashtbl =
         let m = Msg.push Codec.varint seq (Msg.create body) in
         (m, Msg.to_string m)
       in
+      (* For [replace_head]: a message of no pushed header (made, or received
+         with its header pulled), or one with a header pushed. *)
+      let make_bare seq =
+        let m, s = make seq in
+        match seq / 3 mod 3 with
+        | 0 ->
+            Msg.release m;
+            let body =
+              match seq mod 3 with
+              | 0 -> Iovecs.of_string pool (Printf.sprintf "body %d" seq)
+              | 1 -> []
+              | _ -> Iovecs.of_string pool "two " @ Iovecs.of_string pool (string_of_int seq)
+            in
+            let m = Msg.create body in
+            (m, Msg.to_string m)
+        | 1 -> (
+            let v = Msg.to_iovec pool m in
+            Msg.release m;
+            match Msg.pull Codec.varint (Msg.of_iovec v) with
+            | Ok (_, m) -> (m, Msg.to_string m)
+            | Error _ -> assert false)
+        | _ -> (m, s)
+      in
       let ok =
         List.for_all
           (fun (op, seq) ->
@@ -113,6 +136,15 @@ let msgring_as_hashtbl =
                   let c = Msg.push Codec.varint 99 (M.copy r seq) in
                   Msg.release c
                 end
+            | 8 ->
+                let head =
+                  if seq mod 4 = 0 then Bytes.empty else Bytes.of_string (Printf.sprintf "H%d" seq)
+                in
+                let m, s = make_bare seq in
+                M.replace_head r seq head m;
+                Hashtbl.replace h seq (Bytes.to_string head ^ s);
+                (* The message stays the caller's: releasing it leaves the kept one. *)
+                Msg.release m
             | 7 ->
                 if seq = 0 then begin
                   M.reset r;
@@ -163,6 +195,35 @@ let msgring_no_heap () =
   M.reset r;
   Iovec.release body
 
+(* The fused path keeps each cast with [replace_head]: a message of one slice and no pushed header is
+   kept without allocating (no message made, no slice handle). *)
+let replace_head_allocates_nothing () =
+  let pool = Pool.create () in
+  let r = M.create ~size:64 () in
+  let m = Msg.create [ Pool.of_string pool (String.make 100 'x') ] in
+  let hdr = Bytes.of_string "HDR" in
+  for s = 0 to 63 do
+    M.replace_head r s hdr m
+  done;
+  for s = 0 to 63 do
+    M.release r s
+  done;
+  let before = Gc.minor_words () in
+  for s = 64 to 1063 do
+    M.replace_head r s hdr m;
+    M.release r (s - 32)
+  done;
+  let words = Gc.minor_words () -. before in
+  Alcotest.(check bool)
+    (Printf.sprintf "fewer than 1 minor word per message kept (%.0f for 1000)" words)
+    true (words < 1000.);
+  let c = M.copy r 1063 in
+  Alcotest.(check string) "kept as pushed" ("HDR" ^ String.make 100 'x') (Msg.to_string c);
+  Msg.release c;
+  M.reset r;
+  Msg.release m;
+  Alcotest.(check int) "every slice back" 0 (Pool.in_use pool)
+
 let () =
   Alcotest.run "seqring"
     [
@@ -181,5 +242,6 @@ let () =
           Alcotest.test_case "as a hash table of bytes, 300 random runs" `Quick (fun () ->
               QCheck.Test.check_exn ~rand:(Random.State.make [| 23 |]) msgring_as_hashtbl);
           Alcotest.test_case "a message of one slice is kept off the heap" `Quick msgring_no_heap;
+          Alcotest.test_case "replace_head allocates nothing" `Quick replace_head_allocates_nothing;
         ] );
     ]
