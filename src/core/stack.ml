@@ -17,21 +17,26 @@ type node = {
   fast : fnode option; (* the layer's common case of a cast, if it declared one *)
 }
 
-(* A layer's declared common case, closed over its state. [fdn] and [fup]
-   are given the frame of fields and this layer's offset in it. *)
+(* A layer's declared common case and its state. The case's handlers are
+   called on the state directly (one indirect call each), given the frame
+   of fields and this layer's offset in it. *)
 and fnode = {
   off : int;
   length : bool;
   size : int array -> int -> int;
-  dn_ok : Event.dst -> int -> bool;
-  fdn : Event.dst -> Msg.t -> int -> int array -> int -> unit;
-  dn_after : Event.dst -> int -> int array -> int -> unit; (* [up] given *)
-  up_ok : Event.src -> int -> int array -> int -> bool;
-  fup : Event.src -> Msg.t -> int -> int array -> int -> Event.src;
-  up_after : Event.src -> int -> int array -> int -> unit;
+  case : case;
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
   state : unit -> string;
 }
+
+and case =
+  | Case : {
+      s : 's;
+      c : ('s, 'h) Layer.case;
+      layered : Layer.above;
+      local : Event.src -> Msg.t -> unit; (* [up] for [dn_after] *)
+    }
+      -> case
 
 type t = {
   view : View.t;
@@ -209,14 +214,14 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
             off;
             length = c.length;
             size = c.size;
-            dn_ok = (fun dst len -> c.dn_ok s dst len);
-            fdn = (fun dst msg len a o -> c.dn_fast s dst msg len ~layered a o);
-            dn_after =
-              (let up src m = !local_up (Lazy.force frames) (i + 1) src m in
-               fun dst len a o -> c.dn_after s dst len ~up a o);
-            up_ok = (fun src len a o -> c.up_ok s src len a o);
-            fup = (fun src msg len a o -> c.up_fast s src msg len ~layered a o);
-            up_after = (fun src len a o -> c.up_after s src len a o);
+            case =
+              Case
+                {
+                  s;
+                  c;
+                  layered;
+                  local = (fun src m -> !local_up (Lazy.force frames) (i + 1) src m);
+                };
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
             state = (fun () -> F.state s);
           }
@@ -383,17 +388,21 @@ let rec fused_dn t frame i dst msg total =
     t.net dst (Msg.push write_codec frame msg)
   end
   else
-    let nd = t.nodes.(i) in
-    match nd.fast with
-    | Some f when f.dn_ok dst (if f.length then total else -1) ->
-        let len = if f.length then total else -1 in
-        f.fdn dst msg len frame f.off;
-        let total = if i > 0 && t.lengths.(i - 1) then total + f.size frame f.off else total in
-        fused_dn t frame (i - 1) dst msg total;
-        f.dn_after dst len frame f.off
-    | _ ->
-        let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
-        nd.dn dst msg
+    match t.nodes.(i).fast with
+    | Some { off; length; size; case = Case { s; c; layered; local }; _ } ->
+        let len = if length then total else -1 in
+        if c.dn_ok s dst len then begin
+          c.dn_fast s dst msg len ~layered frame off;
+          let total = if i > 0 && t.lengths.(i - 1) then total + size frame off else total in
+          fused_dn t frame (i - 1) dst msg total;
+          c.dn_after s dst len ~up:local frame off
+        end
+        else dn_layered t frame i dst msg
+    | None -> dn_layered t frame i dst msg
+
+and dn_layered t frame i dst msg =
+  let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
+  t.nodes.(i).dn dst msg
 
 (* [total]: the message's length and the bytes of the layered headers of
    the layers above [i - 1] (all of them at the bottom), where needed. *)
@@ -407,11 +416,12 @@ let rec fused_up t frame i src msg total =
       else total
     in
     match nd.fast with
-    | Some f when f.up_ok src (if f.length then total else -1) frame f.off ->
-        let len = if f.length then total else -1 in
-        let src' = f.fup src msg len frame f.off in
+    | Some { off; length; case = Case { s; c; layered; _ }; _ }
+      when c.up_ok s src (if length then total else -1) frame off ->
+        let len = if length then total else -1 in
+        let src' = c.up_fast s src msg len ~layered frame off in
         fused_up t frame (i + 1) src' msg total;
-        f.up_after src len frame f.off
+        c.up_after s src len frame off
     | _ -> (
         (* Fields from the network that no layered header can hold (a
            number too large for its codec) make the datagram garbage. *)

@@ -147,7 +147,7 @@ module F = struct
       length = false;
       framed = true;
       size = (fun a off -> 6 + Codec.varint_size a.(off + 1));
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
       dn_fast =
         (fun t _ _ _ ~layered:_ a off ->
           a.(off) <- t.group;
@@ -156,7 +156,7 @@ module F = struct
       up_ok =
         (fun t src _ a off ->
           let origin = a.(off + 1) in
-          (not t.stopped) && src = Event.Raw
+          (not t.stopped) && src == Event.Raw
           && a.(off) = t.group
           && origin < t.nmembers && origin <> t.rank);
       up_fast = (fun t _ _ _ ~layered:_ a off -> t.froms.(a.(off + 1)));

@@ -289,7 +289,7 @@ module F = struct
         (let n = Codec.size codec Whole in
          fun _ _ -> n);
       dn_ok =
-        (fun t dst len -> (not t.stopped) && (not t.draining) && dst = Event.Cast && len <= t.size);
+        (fun t dst len -> (not t.stopped) && (not t.draining) && dst == Event.Cast && len <= t.size);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =

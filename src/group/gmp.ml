@@ -681,7 +681,7 @@ module F = struct
       size =
         (let n = Codec.size codec App in
          fun _ _ -> n);
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =

@@ -399,7 +399,7 @@ module F = struct
          fun _ _ -> n);
       dn_ok =
         (fun t dst len ->
-          (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
+          (not t.stopped) && dst == Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
       dn_fast = (fun t _ _ len ~layered:_ _ _ -> t.sent <- t.sent + len + overhead);
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =

@@ -832,7 +832,7 @@ module F = struct
       length = false;
       framed = false;
       size = (fun a off -> 1 + Codec.varint_size a.(off));
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
       dn_fast =
         (fun t _ msg _ ~layered a off ->
           let seq = t.next in

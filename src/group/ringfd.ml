@@ -542,7 +542,7 @@ module F = struct
       length = false;
       framed = false;
       size = (fun _ _ -> Codec.size codec No_hdr);
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =

@@ -199,14 +199,14 @@ module L = struct
     Log.info (fun m -> m "rank %d suspects %a: %s" t.rank pp_ranks ranks reason);
     t.out.up_ctl (Gevent.Suspect { ranks; reason })
 
-  let alive t r =
+  let alive_at t r now =
     if peer t r then begin
       if Rankset.mem t.suspected r then t.heard_after <- t.heard_after + 1;
-      let now = t.now () in
       if now - t.heard.(r) >= t.timeout / 2 then t.back.(r) <- now;
       t.heard.(r) <- now
     end
 
+  let alive t r = if peer t r then alive_at t r (t.now ())
   let dn t dst msg = if t.stopped then Msg.release msg else t.out.dn dst No_hdr msg
 
   (* This member hears [r]: a datagram came from it within half the
@@ -517,7 +517,7 @@ module F = struct
       size =
         (let n = Codec.size codec No_hdr in
          fun _ _ -> n);
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
+      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
       up_ok =
@@ -525,8 +525,10 @@ module F = struct
           (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
       up_fast =
         (fun t src _ _ ~layered:_ _ _ ->
-          if t.n > 1 then running t (t.now ());
-          (match src with Event.Cast_from r -> alive t r | _ -> ());
+          (* The clock read once for both. *)
+          let now = t.now () in
+          if t.n > 1 then running t now;
+          (match src with Event.Cast_from r -> alive_at t r now | _ -> ());
           src);
       up_after = (fun _ _ _ _ _ -> ());
       expand = (fun _ _ -> No_hdr);
