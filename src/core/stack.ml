@@ -378,23 +378,30 @@ let leave t =
   t.depth <- d;
   t.frame <- t.frames.(if d = 0 then 0 else d - 1)
 
-(* [total]: the message's layered length at layer [i] (its length, which
-   the fused path does not change, and the bytes of the layered headers of
-   the layers above [i]), counted only where a layer at or below [i] needs
-   it. *)
-let rec fused_dn t frame i dst msg total =
+(* Bytes of the layered headers of the layers above [i], from their fields:
+   with the message's length (which the fused path does not change), the
+   layered length at [i], counted only for a layer that needs it. *)
+let above t frame i =
+  let n = ref 0 in
+  for k = i + 1 to Array.length t.nodes - 1 do
+    match t.nodes.(k).fast with Some f -> n := !n + f.size frame f.off | None -> ()
+  done;
+  !n
+
+(* [mlen]: the message's length, where some layer needs the layered
+   length. *)
+let rec fused_dn t frame i dst msg mlen =
   if i < 0 then begin
     t.fused_sent <- t.fused_sent + 1;
     t.net dst (Msg.push write_codec frame msg)
   end
   else
     match t.nodes.(i).fast with
-    | Some { off; length; size; case = Case { s; c; layered; local }; _ } ->
-        let len = if length then total else -1 in
+    | Some { off; length; case = Case { s; c; layered; local }; _ } ->
+        let len = if length then mlen + above t frame i else -1 in
         if c.dn_ok s dst len then begin
           c.dn_fast s dst msg len ~layered frame off;
-          let total = if i > 0 && t.lengths.(i - 1) then total + size frame off else total in
-          fused_dn t frame (i - 1) dst msg total;
+          fused_dn t frame (i - 1) dst msg mlen;
           c.dn_after s dst len ~up:local frame off
         end
         else dn_layered t frame i dst msg
@@ -404,59 +411,40 @@ and dn_layered t frame i dst msg =
   let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
   t.nodes.(i).dn dst msg
 
-(* [total]: the message's length and the bytes of the layered headers of
-   the layers above [i - 1] (all of them at the bottom), where needed. *)
-let rec fused_up t frame i src msg total =
+let rec fused_up t frame i src msg mlen =
   if i = Array.length t.nodes then t.app.deliver src msg
   else
-    let nd = t.nodes.(i) in
-    let total =
-      if t.lengths.(Array.length t.nodes - 1) then
-        match nd.fast with Some f -> total - f.size frame f.off | None -> total
-      else total
-    in
-    match nd.fast with
-    | Some { off; length; case = Case { s; c; layered; _ }; _ }
-      when c.up_ok s src (if length then total else -1) frame off ->
-        let len = if length then total else -1 in
-        let src' = c.up_fast s src msg len ~layered frame off in
-        fused_up t frame (i + 1) src' msg total;
-        c.up_after s src len frame off
-    | _ -> (
-        (* Fields from the network that no layered header can hold (a
-           number too large for its codec) make the datagram garbage. *)
-        let m = ref msg in
-        match
-          for j = Array.length t.nodes - 1 downto i do
-            match t.nodes.(j).fast with
-            | Some f -> m := f.push frame f.off !m
-            | None -> assert false
-          done
-        with
-        | () -> nd.up src !m
-        | exception Invalid_argument e -> t.ferror (`Malformed e) !m)
+    match t.nodes.(i).fast with
+    | Some { off; length; case = Case { s; c; layered; _ }; _ } ->
+        let len = if length then mlen + above t frame i else -1 in
+        if c.up_ok s src len frame off then begin
+          let src' = c.up_fast s src msg len ~layered frame off in
+          fused_up t frame (i + 1) src' msg mlen;
+          c.up_after s src len frame off
+        end
+        else up_layered t frame i src msg
+    | None -> up_layered t frame i src msg
 
-let () =
-  local_up :=
-    fun t j src msg ->
-      let frame = t.frame in
-      let total = ref 0 in
-      if t.lengths.(Array.length t.nodes - 1) then begin
-        total := Msg.length msg;
-        for k = j to Array.length t.nodes - 1 do
-          match t.nodes.(k).fast with Some f -> total := !total + f.size frame f.off | None -> ()
-        done
-      end;
-      fused_up t frame j src msg !total
+(* Fields from the network that no layered header can hold (a number too
+   large for its codec) make the datagram garbage. *)
+and up_layered t frame i src msg =
+  let m = ref msg in
+  match
+    for j = Array.length t.nodes - 1 downto i do
+      match t.nodes.(j).fast with Some f -> m := f.push frame f.off !m | None -> assert false
+    done
+  with
+  | () -> t.nodes.(i).up src !m
+  | exception Invalid_argument e -> t.ferror (`Malformed e) !m
 
+let mlen t msg = if t.lengths.(Array.length t.nodes - 1) then Msg.length msg else 0
+let () = local_up := fun t j src msg -> fused_up t t.frame j src msg (mlen t msg)
 let top t = t.nodes.(Array.length t.nodes - 1)
 
 let cast t msg =
   if t.fused then begin
     let frame = enter t in
-    let n = Array.length t.nodes in
-    let total = if t.lengths.(n - 1) then Msg.length msg else 0 in
-    match fused_dn t frame (n - 1) Event.Cast msg total with
+    match fused_dn t frame (Array.length t.nodes - 1) Event.Cast msg (mlen t msg) with
     | () -> leave t
     | exception e ->
         leave t;
@@ -471,14 +459,7 @@ let fused_ok t () msg =
   t.fused_received <- t.fused_received + 1;
   let frame = enter t in
   Array.blit t.rframe 0 frame 0 t.nfields;
-  let total = ref 0 in
-  if t.lengths.(Array.length t.nodes - 1) then begin
-    total := Msg.length msg;
-    for k = 0 to Array.length t.nodes - 1 do
-      match t.nodes.(k).fast with Some f -> total := !total + f.size frame f.off | None -> ()
-    done
-  end;
-  match fused_up t frame 0 Event.Raw msg !total with
+  match fused_up t frame 0 Event.Raw msg (mlen t msg) with
   | () -> leave t
   | exception e ->
       leave t;
