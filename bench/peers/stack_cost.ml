@@ -164,10 +164,10 @@ let seq_layer i : Layer.t =
             (fun t _ _ _ ~layered:_ a off ->
               t.next <- t.next + 1;
               a.(off) <- t.next land 0xffff);
-          dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+          dn_after = Layer.nothing_dn_after;
           up_ok = (fun _ _ _ _ _ -> true);
-          up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
-          up_after = (fun _ _ _ _ _ -> ());
+          up_fast = Layer.nothing_up_fast;
+          up_after = Layer.nothing_up_after;
           expand = (fun a off -> a.(off));
         }
 

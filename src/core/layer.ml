@@ -71,6 +71,11 @@ type ('t, 'h) case = {
   expand : int array -> int -> 'h;
 }
 
+let nothing_dn_fast _ _ _ _ ~layered:_ _ _ = ()
+let nothing_dn_after _ _ _ ~up:_ _ _ = ()
+let nothing_up_fast _ src _ _ ~layered:_ _ _ = src
+let nothing_up_after _ _ _ _ _ = ()
+
 module type FAST = sig
   include S
 
@@ -101,11 +106,11 @@ struct
       framed = false;
       size = (fun _ _ -> 0);
       dn_ok = (fun _ _ _ -> true);
-      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_fast = nothing_dn_fast;
+      dn_after = nothing_dn_after;
       up_ok = (fun _ _ _ _ _ -> true);
-      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
-      up_after = (fun _ _ _ _ _ -> ());
+      up_fast = nothing_up_fast;
+      up_after = nothing_up_after;
       expand = (fun _ _ -> ());
     }
 

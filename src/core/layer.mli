@@ -118,6 +118,19 @@ type ('t, 'h) case = {
   expand : int array -> int -> 'h;
 }
 
+(** Parts that do nothing (an empty [dn_fast], [dn_after] or [up_after], an [up_fast] that returns
+    its source): a case that uses these very values lets the stack skip the call. *)
+
+val nothing_dn_fast : 't -> Event.dst -> Msg.t -> int -> layered:above -> int array -> int -> unit
+
+val nothing_dn_after :
+  't -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit
+
+val nothing_up_fast :
+  't -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src
+
+val nothing_up_after : 't -> Event.src -> int -> int array -> int -> unit
+
 module type FAST = sig
   include S
 

@@ -35,6 +35,10 @@ and case =
       c : ('s, 'h) Layer.case;
       layered : Layer.above;
       local : Event.src -> Msg.t -> unit; (* [up] for [dn_after] *)
+      dn_fast : bool; (* the part is not {!Layer.nothing_dn_fast}: call it *)
+      dn_after : bool;
+      up_fast : bool;
+      up_after : bool;
     }
       -> case
 
@@ -221,6 +225,10 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
                   c;
                   layered;
                   local = (fun src m -> !local_up (Lazy.force frames) (i + 1) src m);
+                  dn_fast = c.dn_fast != Layer.nothing_dn_fast;
+                  dn_after = c.dn_after != Layer.nothing_dn_after;
+                  up_fast = c.up_fast != Layer.nothing_up_fast;
+                  up_after = c.up_after != Layer.nothing_up_after;
                 };
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
             state = (fun () -> F.state s);
@@ -397,12 +405,12 @@ let rec fused_dn t frame i dst msg mlen =
   end
   else
     match t.nodes.(i).fast with
-    | Some { off; length; case = Case { s; c; layered; local }; _ } ->
+    | Some { off; length; case = Case { s; c; layered; local; dn_fast; dn_after; _ }; _ } ->
         let len = if length then mlen + above t frame i else -1 in
         if c.dn_ok s dst len then begin
-          c.dn_fast s dst msg len ~layered frame off;
+          if dn_fast then c.dn_fast s dst msg len ~layered frame off;
           fused_dn t frame (i - 1) dst msg mlen;
-          c.dn_after s dst len ~up:local frame off
+          if dn_after then c.dn_after s dst len ~up:local frame off
         end
         else dn_layered t frame i dst msg
     | None -> dn_layered t frame i dst msg
@@ -415,12 +423,12 @@ let rec fused_up t frame i src msg mlen =
   if i = Array.length t.nodes then t.app.deliver src msg
   else
     match t.nodes.(i).fast with
-    | Some { off; length; case = Case { s; c; layered; _ }; _ } ->
+    | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
         let len = if length then mlen + above t frame i else -1 in
         if c.up_ok s src len frame off then begin
-          let src' = c.up_fast s src msg len ~layered frame off in
+          let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
           fused_up t frame (i + 1) src' msg mlen;
-          c.up_after s src len frame off
+          if up_after then c.up_after s src len frame off
         end
         else up_layered t frame i src msg
     | None -> up_layered t frame i src msg

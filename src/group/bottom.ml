@@ -152,7 +152,7 @@ module F = struct
         (fun t _ _ _ ~layered:_ a off ->
           a.(off) <- t.group;
           a.(off + 1) <- t.rank);
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ a off ->
           let origin = a.(off + 1) in
@@ -160,7 +160,7 @@ module F = struct
           && a.(off) = t.group
           && origin < t.nmembers && origin <> t.rank);
       up_fast = (fun t _ _ _ ~layered:_ a off -> t.froms.(a.(off + 1)));
-      up_after = (fun _ _ _ _ _ -> ());
+      up_after = Layer.nothing_up_after;
       expand = (fun a off -> Cast { group = a.(off); origin = a.(off + 1) });
     }
 

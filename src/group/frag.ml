@@ -290,8 +290,8 @@ module F = struct
          fun _ _ -> n);
       dn_ok =
         (fun t dst len -> (not t.stopped) && (not t.draining) && dst == Event.Cast && len <= t.size);
-      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_fast = Layer.nothing_dn_fast;
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
@@ -299,7 +299,7 @@ module F = struct
         (fun t src _ _ ~layered:_ _ _ ->
           (match src with Event.Cast_from o -> interrupted t src t.casts o | _ -> ());
           src);
-      up_after = (fun _ _ _ _ _ -> ());
+      up_after = Layer.nothing_up_after;
       expand = (fun _ _ -> Whole);
     }
 

@@ -682,8 +682,8 @@ module F = struct
         (let n = Codec.size codec App in
          fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
-      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_fast = Layer.nothing_dn_fast;
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && t.round = None

@@ -401,11 +401,11 @@ module F = struct
         (fun t dst len ->
           (not t.stopped) && dst == Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));
       dn_fast = (fun t _ _ len ~layered:_ _ _ -> t.sent <- t.sent + len + overhead);
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && match src with Event.Cast_from o -> o >= 0 && o < t.n | _ -> false);
-      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
+      up_fast = Layer.nothing_up_fast;
       up_after =
         (fun t src len _ _ ->
           match src with

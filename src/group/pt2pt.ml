@@ -390,13 +390,13 @@ module F = struct
         (let n = Codec.size codec No_hdr in
          fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
-      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_fast = Layer.nothing_dn_fast;
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
-      up_fast = (fun _ src _ _ ~layered:_ _ _ -> src);
-      up_after = (fun _ _ _ _ _ -> ());
+      up_fast = Layer.nothing_up_fast;
+      up_after = Layer.nothing_up_after;
       expand = (fun _ _ -> No_hdr);
     }
 

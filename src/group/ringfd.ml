@@ -543,8 +543,8 @@ module F = struct
       framed = false;
       size = (fun _ _ -> Codec.size codec No_hdr);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
-      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_fast = Layer.nothing_dn_fast;
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
@@ -553,7 +553,7 @@ module F = struct
           if t.n > 1 then running t (t.now ());
           (match src with Event.Cast_from r -> alive t r | _ -> ());
           src);
-      up_after = (fun _ _ _ _ _ -> ());
+      up_after = Layer.nothing_up_after;
       expand = (fun _ _ -> No_hdr);
     }
 

@@ -518,8 +518,8 @@ module F = struct
         (let n = Codec.size codec No_hdr in
          fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
-      dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      dn_fast = Layer.nothing_dn_fast;
+      dn_after = Layer.nothing_dn_after;
       up_ok =
         (fun t src _ _ _ ->
           (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
@@ -530,7 +530,7 @@ module F = struct
           if t.n > 1 then running t now;
           (match src with Event.Cast_from r -> alive_at t r now | _ -> ());
           src);
-      up_after = (fun _ _ _ _ _ -> ());
+      up_after = Layer.nothing_up_after;
       expand = (fun _ _ -> No_hdr);
     }
 
