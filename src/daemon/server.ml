@@ -724,10 +724,11 @@ let readable t c =
       c.batch <- true;
       frames ();
       c.batch <- false;
-      if not c.closed then begin
-        Option.iter Loop.cancel c.flush_timer;
-        flush t c
-      end
+      (* Out in the timers of the next round, after the datagrams the
+         requests made (the stack sends them from a timer set before): a
+         client's own cast comes back to it after it is on its way to the
+         others, not before. *)
+      if (not c.closed) && c.queued > 0 then schedule t c 0
   | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
   | exception Unix.Unix_error (e, _, _) -> fail t c "closed" (Unix.error_message e)
 
