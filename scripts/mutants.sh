@@ -50,9 +50,11 @@ chmod +x "$tmp/bin/consort"
 kills() { sed -n '/^diff \|^--- /q; s/^Kill: *//p' "$1"; }
 describe() { sed -n '/^diff \|^--- /q; s/^Mutant: *//p' "$1" | head -1; }
 
-# Build targets: the binary, and every _build/default/....exe a command names.
+# Build targets: the binaries (tests start consortd), and every _build/default/....exe a command
+# names.
 targets() {
   echo bin/main.exe
+  echo bin/consortd/consortd.exe
   for p in "${patches[@]}"; do kills "$p"; done | grep -Eo '_build/default/[A-Za-z0-9_./-]+\.exe' | sed 's|^_build/default/||'
 }
 mapfile -t build_targets < <(targets | sort -u)

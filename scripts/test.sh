@@ -212,5 +212,7 @@ for ((i = 0; i < n; i++)); do
 done
 flush
 
+lanes=$(cat "$log_dir"/*.res | awk '{s += $(NF - 1)} END {print s}')
+echo "suites took ${SECONDS}s on $JOBS lanes (${lanes}s in all)"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

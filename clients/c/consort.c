@@ -1,4 +1,4 @@
-/* consort.c - the consortd protocol, version 1 (doc/protocol.md). */
+/* consort.c - the consortd protocol, versions 1 and 2 (doc/protocol.md). */
 #define _GNU_SOURCE
 #include "consort.h"
 
@@ -46,6 +46,7 @@ struct consort_client {
     uint32_t next_handle;
     uint32_t next_req;
     uint32_t max_frame;
+    int version; /* agreed at HELLO */
 };
 
 static const char *names[] = {"ok", "malformed", "version", "too-big", "flow-control", "not-member",
@@ -87,6 +88,7 @@ const char *consort_error(const consort_client *c) { return c ? c->err : "out of
 int consort_fd(const consort_client *c) { return c->fd; }
 size_t consort_pending(const consort_client *c) { return c->npending; }
 uint32_t consort_max_frame(const consort_client *c) { return c->max_frame; }
+int consort_version(const consort_client *c) { return c->version; }
 
 /* {1 Encoding} */
 
@@ -338,13 +340,44 @@ static int call(consort_client *c, struct buf *b, struct frame **reply) {
     }
 }
 
+/* A CAST or SEND: in version 1 it waits for its reply; in version 2 the
+ * daemon replies to none it takes, and a refusal comes as a REFUSED event. */
+static int message(consort_client *c, struct buf *b) {
+    if (c->version < 2) return call(c, b, NULL);
+    if (b->oom) {
+        free(b->p);
+        set_err(c, "out of memory");
+        return CONSORT_E_OVERLOADED;
+    }
+    finish(b);
+    if (c->closed) {
+        free(b->p);
+        return CONSORT_DISCONNECTED;
+    }
+    if (c->max_frame && b->len - 4 > c->max_frame) {
+        set_err(c, "a frame of %zu bytes, over the daemon's limit of %u", b->len - 4, c->max_frame);
+        free(b->p);
+        return CONSORT_E_TOO_BIG;
+    }
+    int r = write_all(c, b->p, b->len);
+    free(b->p);
+    return r;
+}
+
 /* {1 The API} */
 
 int consort_connect(const char *address, const char *name, consort_client **out) {
+    return consort_connect_version(address, name, CONSORT_PROTOCOL_VERSION, out);
+}
+
+int consort_connect_version(const char *address, const char *name, int max_version, consort_client **out) {
     consort_client *c = calloc(1, sizeof *c);
     *out = c;
     if (!c) return CONSORT_DISCONNECTED;
     c->fd = -1;
+    if (max_version < 1 || max_version > CONSORT_PROTOCOL_VERSION)
+        return disconnect(c, "protocol version %d: this library speaks 1 to %d", max_version,
+                          CONSORT_PROTOCOL_VERSION);
     if (!address) return disconnect(c, "no address");
     if (strncmp(address, "tcp:", 4) == 0) {
         const char *a = address + 4, *colon = strrchr(a, ':');
@@ -375,8 +408,8 @@ int consort_connect(const char *address, const char *name, consort_client **out)
     }
     struct buf b;
     begin(&b, 0x01);
-    put16(&b, CONSORT_PROTOCOL_VERSION);
-    put16(&b, CONSORT_PROTOCOL_VERSION);
+    put16(&b, 1);
+    put16(&b, (unsigned)max_version);
     putstr(&b, name ? name : "c");
     struct frame *f = NULL;
     int r = call(c, &b, &f);
@@ -389,9 +422,12 @@ int consort_connect(const char *address, const char *name, consort_client **out)
         return disconnect(c, "the daemon answered HELLO with something else");
     }
     struct cur k = {f->data, f->len, 1, 0};
-    get16(&k);
+    c->version = (int)get16(&k);
     c->max_frame = get32(&k);
     free(f);
+    if (k.bad || c->version < 1 || c->version > max_version)
+        return disconnect(c, "the daemon answered HELLO with version %d, not one of 1 to %d", c->version,
+                          max_version);
     return 0;
 }
 
@@ -494,7 +530,7 @@ int consort_cast(consort_client *c, uint32_t member, const void *data, size_t le
     put32(&b, member);
     put32(&b, q);
     putbytes(&b, data, len);
-    return call(c, &b, NULL);
+    return message(c, &b);
 }
 
 int consort_send(consort_client *c, uint32_t member, const char *dst, const void *data, size_t len,
@@ -507,7 +543,7 @@ int consort_send(consort_client *c, uint32_t member, const char *dst, const void
     put32(&b, q);
     putstr(&b, dst);
     putbytes(&b, data, len);
-    return call(c, &b, NULL);
+    return message(c, &b);
 }
 
 static int simple(consort_client *c, unsigned type, uint32_t member) {
@@ -641,6 +677,12 @@ static consort_event *decode_event(consort_client *c, const struct frame *f) {
     case 0xa8:
         ev->type = CONSORT_LOST;
         ev->req = get32(&k);
+        ev->reason = copy_str(e, &k, NULL);
+        break;
+    case 0xa9:
+        ev->type = CONSORT_REFUSED;
+        ev->req = get32(&k);
+        ev->code = (int)get16(&k);
         ev->reason = copy_str(e, &k, NULL);
         break;
     default:

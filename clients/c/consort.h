@@ -13,7 +13,8 @@
  *     deliveries, blocks, flow control, exits) as events.
  *
  *     A connection is blocking and single-threaded: every request waits for
- *     its reply; upcalls that arrive meanwhile are queued, in order, for
+ *     its reply (but casts and sends in protocol version 2, the default: see
+ *     consort_cast); upcalls that arrive meanwhile are queued, in order, for
  *     consort_next_event(). Use one connection per thread, or lock around it.
  *
  * RETURN VALUES
@@ -54,7 +55,8 @@
 extern "C" {
 #endif
 
-#define CONSORT_PROTOCOL_VERSION 1
+/* The highest protocol version this library speaks; it speaks 1 too. */
+#define CONSORT_PROTOCOL_VERSION 2
 
 /* The connection is gone: consort_error() says why. */
 #define CONSORT_DISCONNECTED (-1)
@@ -91,7 +93,8 @@ enum consort_event_type {
     CONSORT_FLOW,     /* blocked = 1: flow control asks to pause; 0: go on */
     CONSORT_EXIT,     /* the member has left the group; its handle is free */
     CONSORT_SENT,     /* (CONSORT_REPORT) message req entered the stack in view, as kind */
-    CONSORT_LOST      /* (CONSORT_REPORT) message req, accepted, will not be delivered: reason */
+    CONSORT_LOST,     /* (CONSORT_REPORT) message req, accepted, will not be delivered: reason */
+    CONSORT_REFUSED   /* (version 2) cast or send req was refused: code (CONSORT_E_*), reason */
 };
 
 typedef struct consort_event {
@@ -119,17 +122,26 @@ typedef struct consort_event {
     /* CONSORT_FLOW */
     int blocked;
 
-    /* CONSORT_SENT, CONSORT_LOST */
+    /* CONSORT_SENT, CONSORT_LOST, CONSORT_REFUSED */
     uint32_t req;
     int kind; /* 0: cast, 1: send */
     const char *view;
     const char *reason;
+    int code; /* CONSORT_REFUSED: a CONSORT_E_* code (or one this library does not know) */
 } consort_event;
 
 /* consort_connect: connects to the daemon at address (a Unix socket path, or
- * "tcp:127.0.0.1:PORT") and says HELLO; name appears in the daemon's logs.
- * *out is set even on failure (for consort_error), and must be closed. */
+ * "tcp:127.0.0.1:PORT") and says HELLO, offering protocol versions 1 to
+ * CONSORT_PROTOCOL_VERSION; name appears in the daemon's logs. *out is set
+ * even on failure (for consort_error), and must be closed. */
 int consort_connect(const char *address, const char *name, consort_client **out);
+
+/* consort_connect_version: consort_connect offering versions 1 to
+ * max_version only (1: every cast and send waits for its reply). */
+int consort_connect_version(const char *address, const char *name, int max_version, consort_client **out);
+
+/* consort_version: the protocol version agreed at HELLO (1 or 2). */
+int consort_version(const consort_client *c);
 
 /* consort_close: closes the connection and frees everything; the daemon
  * fails this client's members out of their groups (they leave). NULL is
@@ -166,9 +178,18 @@ const char *consort_member_id(const consort_client *c, uint32_t member);
 uint64_t consort_max_message(const consort_client *c, uint32_t member);
 
 /* consort_cast: sends len bytes to every member of the view, this one
- * included. *req (if not NULL) is the message's number, named by SENT and
- * LOST events. Refusals: CONSORT_E_FLOW_CONTROL, CONSORT_E_TOO_BIG,
- * CONSORT_E_LEAVING, CONSORT_E_EXITED, CONSORT_E_NO_SUCH_HANDLE. */
+ * included. *req (if not NULL) is the message's number, named by SENT,
+ * LOST and REFUSED events. Refusals: CONSORT_E_FLOW_CONTROL,
+ * CONSORT_E_TOO_BIG, CONSORT_E_LEAVING, CONSORT_E_EXITED,
+ * CONSORT_E_NO_SUCH_HANDLE.
+ *
+ * In version 1 the call waits for the daemon's answer and returns the
+ * refusal. In version 2 (the default) it writes the request and returns 0
+ * without waiting: a refused message comes back as a CONSORT_REFUSED event
+ * naming req, and every message written before a call that waits for a
+ * reply (consort_ping, say) and not refused by then was taken. Only a
+ * message over consort_max_frame() is refused at once (CONSORT_E_TOO_BIG).
+ * A client that casts a lot must read its events: see consort_next_event. */
 int consort_cast(consort_client *c, uint32_t member, const void *data, size_t len, uint32_t *req);
 
 /* consort_send: sends to one member of the view (its id); also
@@ -195,7 +216,14 @@ int consort_ping(consort_client *c);
 /* consort_next_event: the next upcall, waiting up to timeout_ms
  * milliseconds (-1: for ever; 0: not at all). Returns 1 and sets *ev (free
  * it with consort_event_free), 0 on timeout, CONSORT_DISCONNECTED once the
- * connection is gone. */
+ * connection is gone.
+ *
+ * Upcalls left unread wait in the daemon, up to a cap (max_queue, 8 MiB by
+ * default): over it the client is failed out. Past half of it the daemon
+ * sends each of the client's members a CONSORT_FLOW event with blocked = 1
+ * and refuses their casts and sends (CONSORT_E_FLOW_CONTROL) until the
+ * unread upcalls are under a quarter of it, when blocked = 0 follows
+ * (doc/protocol.md, "Backpressure"). */
 int consort_next_event(consort_client *c, int timeout_ms, consort_event **ev);
 
 /* consort_event_free: frees an event and everything it points to. */

@@ -109,6 +109,7 @@ type member = {
   report : bool;
   pending : (int * string) Queue.t;  (** accepted, not yet in the stack: request number, payload *)
   mutable exited : bool;
+  mutable group_flow : bool;  (** the group's flow control holds it (its last flow upcall) *)
 }
 
 and client = {
@@ -125,6 +126,9 @@ and client = {
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
   mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
+  mutable slow : bool;
+      (** over the high mark: its members are told FLOW 1 and their messages refused, until it is
+          under the low mark *)
   mutable hello_timer : Loop.timer option;
   mutable close_timer : Loop.timer option;  (** the end of [linger] *)
   handles : (int, member) Hashtbl.t;
@@ -167,6 +171,11 @@ let members t = Hashtbl.length t.live
    a client until it is closed. *)
 
 let linger = Time.of_ms 2000
+
+(* A client with more than [high_mark] bytes unread is slowed until it has
+   less than [low_mark]. *)
+let high_mark t = t.cfg.max_queue / 2
+let low_mark t = t.cfg.max_queue / 4
 
 (* What a client failed out with an ERROR may still get before it. *)
 let max_kept = 65536
@@ -220,7 +229,12 @@ let write_some t c =
     Unix.single_write c.fd t.wbuf 0 !len
   end
 
-let rec flush t c =
+(* Writes while the socket takes them, at most [max_writes] times a round:
+   one write a round would let a client that reads as fast as it is sent
+   to fall behind whoever makes the daemon send more than [wbuf] a round. *)
+let max_writes = 16
+
+let rec flush ?(writes = 0) t c =
   c.flush_timer <- None;
   if c.fd_open && c.queued > 0 then begin
     match write_some t c with
@@ -229,7 +243,10 @@ let rec flush t c =
         consume c n;
         c.queued <- c.queued - n;
         if not c.closed then t.queued <- t.queued - n;
-        if c.queued > 0 then schedule t c (Time.of_ms (if c.closed then 10 else 1))
+        if c.slow && (not c.closed) && c.queued < low_mark t then set_slow t c false;
+        if c.queued > 0 then
+          if writes + 1 < max_writes && not c.closed then flush ~writes:(writes + 1) t c
+          else schedule t c (Time.of_ms (if c.closed then 10 else 1))
         else if c.closed then close_fd t c
     | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
         schedule t c (Time.of_ms (if c.closed then 10 else 1))
@@ -258,6 +275,7 @@ and emit t c frame =
       in
       fail t c "overloaded" reason ~error:(Wire.Overloaded, reason)
     else begin
+      if (not c.slow) && c.queued > high_mark t then set_slow t c true;
       if t.queued > t.cfg.max_queued then shed t;
       (* Out at the end of this round of the loop, with what else comes
          in it (one write for the datagrams of one receive); while a
@@ -265,6 +283,20 @@ and emit t c frame =
       if not c.closed then schedule t c 0
     end
   end
+
+(* Backpressure (doc/protocol.md): past the high mark, each of the
+   client's members is told FLOW 1 (unless its group's flow control already
+   holds it) and its messages are refused; under the low mark, FLOW 0
+   (unless the group's still holds it). *)
+and set_slow t c slow =
+  c.slow <- slow;
+  count t (if slow then "slow_on" else "slow_off") 1;
+  Hashtbl.iter
+    (fun _ m ->
+      (* A member whose JOIN reply is not out yet is told when it is. *)
+      if m.ready && (not m.exited) && not m.group_flow then
+        emit t c (Wire.encode_event (Wire.Flow { handle = m.handle; blocked = slow })))
+    c.handles
 
 (* Over the daemon's cap: the clients that leave the most are failed out
    until the rest is under it. *)
@@ -405,7 +437,11 @@ let callbacks t m =
     cast = (fun ~origin s -> up t m (Wire.Cast_up { handle; origin; payload = s }));
     send = (fun ~origin s -> up t m (Wire.Send_up { handle; origin; payload = s }));
     block = (fun () -> up t m (Wire.Block { handle }));
-    flow = (fun b -> up t m (Wire.Flow { handle; blocked = b }));
+    flow =
+      (fun b ->
+        m.group_flow <- b;
+        (* While the client is slowed its members are told blocked already. *)
+        if not m.client.slow then up t m (Wire.Flow { handle; blocked = b }));
     exit = (fun () -> member_exited t m);
   }
 
@@ -477,6 +513,7 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       report = flags land Wire.flag_report <> 0;
       pending = Queue.create ();
       exited = false;
+      group_flow = false;
     }
   in
   let on_sent ~vid kind s =
@@ -545,6 +582,12 @@ let message t c ~handle ~req payload f =
     else err t c handle code reason
   in
   match Hashtbl.find_opt c.handles handle with
+  | Some { g = Some _; exited = false; _ } when c.slow ->
+      count t "refused_slow" 1;
+      refused Wire.Flow_control
+        (Printf.sprintf
+           "the client leaves more than %d bytes of upcalls unread: wait for flow off (below %d)"
+           (high_mark t) (low_mark t))
   | Some ({ g = Some g; exited = false; _ } as m) -> (
       if m.report then Queue.push (req, payload) m.pending;
       match f g with
@@ -592,7 +635,9 @@ let request t c (r : Wire.request) =
             reply t c (Wire.Ok { handle; value = G.max_message g; info = G.me g });
             m.ready <- true;
             Queue.iter (emit t c) m.early;
-            Queue.clear m.early)
+            Queue.clear m.early;
+            (* A member that joins a slowed client starts blocked. *)
+            if c.slow && not c.closed then up t m (Wire.Flow { handle; blocked = true }))
   | Leave { handle } ->
       with_member t c handle (fun _ g ->
           ok t c handle;
@@ -679,10 +724,11 @@ let readable t c =
       c.batch <- true;
       frames ();
       c.batch <- false;
-      if not c.closed then begin
-        Option.iter Loop.cancel c.flush_timer;
-        flush t c
-      end
+      (* Out in the timers of the next round, after the datagrams the
+         requests made (the stack sends them from a timer set before): a
+         client's own cast comes back to it after it is on its way to the
+         others, not before. *)
+      if (not c.closed) && c.queued > 0 then schedule t c 0
   | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
   | exception Unix.Unix_error (e, _, _) -> fail t c "closed" (Unix.error_message e)
 
@@ -706,6 +752,7 @@ let add_client t fd =
       closed = false;
       discard = 0;
       batch = false;
+      slow = false;
       hello_timer = None;
       handles = Hashtbl.create 4;
     }

@@ -6,6 +6,10 @@
     member looks for the group's other members at the daemon's peers (its [--peers], or the
     client's) and at the other members of that group on this daemon.
 
+    A client with more than half of [max_queue] bytes unread is slowed: its members get FLOW 1 and
+    their casts and sends are refused with [flow-control] until it has less than a quarter unread,
+    when FLOW 0 follows (doc/protocol.md, "Backpressure").
+
     A client that closes its connection, dies mid-frame, sends bytes that do not decode, goes over
     the frame limit, or lets more than [max_queue] bytes of upcalls wait unread is failed out (so
     is, when all clients together leave more than [max_queued] bytes unread, the one that leaves the

@@ -499,6 +499,142 @@ let test_version2 () =
       close_raw r;
       C.close a.conn)
 
+(* Backpressure (doc/protocol.md): a client that casts more than it reads
+   is told FLOW 1 past half its queue cap and its casts are refused until
+   it is under a quarter. [s] casts 16 KiB messages (each comes back to it)
+   and reads only 4 KiB per cast: a client that stops casting at FLOW 1 or
+   at a flow-control refusal and goes on at FLOW 0 casts 400 messages and is
+   never failed out; one that casts on and reads nothing is failed out at
+   the cap. [b], in the same group, reads all the while: it gets every cast
+   taken, its view does not change but for [s]'s leaving, and it is never
+   told to pause. *)
+let test_backpressure () =
+  with_daemon ~args:[ "--max-queue"; "1000000"; "--max-frame"; "70000" ] (addr 25) (fun d ->
+      let b = member d "g" in
+      let s = raw d in
+      put s (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "slow" }));
+      (match next s with
+      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
+      | _ -> Alcotest.fail "HELLO_OK version 2");
+      let sid = raw_join s "g" in
+      check "a view of two" true (until [ b.conn ] (fun () -> view_size b = 2));
+      let vid = match !(b.views) with v :: _ -> v.Consort_group.Group.vid | [] -> "" in
+      let payload = String.make 16384 'p' in
+      let req = ref 0 and refused = ref 0 and flow = ref false and flows_on = ref 0 in
+      let closed = ref false and overloaded = ref false and delivered = ref 0 in
+      (* Reads at most [k] bytes of what is there, and takes the whole frames. *)
+      let read_some k =
+        (match Unix.select [ s.fd ] [] [] 0. with
+        | [], _, _ -> ()
+        | _ -> (
+            match Unix.read s.fd s.buf 0 (min k (Bytes.length s.buf)) with
+            | 0 -> closed := true
+            | n -> Wire.feed s.fr s.buf 0 n
+            | exception Unix.Unix_error _ -> closed := true));
+        let rec frames () =
+          match Wire.next s.fr with
+          | `Frame f ->
+              (match Wire.decode_event f with
+              | Ok (Wire.Flow { blocked; _ }) ->
+                  if blocked && not !flow then incr flows_on;
+                  flow := blocked
+              | Ok (Wire.Refused { code = Wire.Flow_control; _ }) ->
+                  incr refused;
+                  flow := true
+              | Ok (Wire.Refused _) -> Alcotest.fail "a refusal other than flow-control"
+              | Ok (Wire.Error { code = Wire.Overloaded; _ }) -> overloaded := true
+              | Ok (Wire.Cast_up { origin; _ }) when origin = sid -> incr delivered
+              | Ok _ -> ()
+              | Error e -> Alcotest.fail e);
+              frames ()
+          | _ -> ()
+        in
+        frames ()
+      in
+      let cast () =
+        incr req;
+        match put s (Wire.encode_request (Wire.Cast { handle = 1; req = !req; payload })) with
+        | () -> ()
+        | exception Unix.Unix_error _ -> closed := true
+      in
+      (* The client that obeys. *)
+      let deadline = Unix.gettimeofday () +. 60. in
+      while !delivered < 400 && (not !closed) && Unix.gettimeofday () < deadline do
+        if (not !flow) && !req - !refused < 400 then cast ();
+        (* A millisecond per cast: the daemon has time to deliver it. *)
+        ignore (Unix.select [ C.fd b.conn ] [] [] 0.001);
+        read_some 4096;
+        ignore (C.step b.conn)
+      done;
+      (* Then it reads everything, and knows the fate of each cast. *)
+      (try put s (Wire.encode_request (Wire.Ping { cookie = 1 }))
+       with Unix.Unix_error _ -> closed := true);
+      let pong = ref false in
+      let deadline = Unix.gettimeofday () +. 20. in
+      while (not !pong) && (not !closed) && Unix.gettimeofday () < deadline do
+        (match next ~timeout:1. s with
+        | `Event (Wire.Pong _) -> pong := true
+        | `Event (Wire.Refused { code = Wire.Flow_control; _ }) -> incr refused
+        | `Event (Wire.Flow { blocked; _ }) -> flow := blocked
+        | `Event (Wire.Error { code = Wire.Overloaded; _ }) -> overloaded := true
+        | `Event _ -> ()
+        | `Closed -> closed := true
+        | `Timeout -> ());
+        ignore (C.step b.conn)
+      done;
+      check "the slow client that obeys is not failed out" false (!closed || !overloaded);
+      check "it was told to pause, and its casts refused meanwhile" true
+        (!flows_on >= 1 && !refused >= 1);
+      let taken = !req - !refused in
+      check "400 casts taken, and read back" true (taken >= 400 && !delivered >= 400);
+      let from_s () = List.length (List.filter (fun (o, _) -> o = sid) !(b.casts)) in
+      check "b gets every one" true (until [ b.conn ] (fun () -> from_s () = taken));
+      check "b's view is the same" true
+        (match !(b.views) with v :: _ -> v.Consort_group.Group.vid = vid | [] -> false);
+      (* The client that ignores it: it casts on and reads nothing. *)
+      let before = !req in
+      let n = ref 0 in
+      let small = String.make 1024 'q' in
+      (* Its writes never wait (the test would stop reading for b). *)
+      Unix.set_nonblock s.fd;
+      let frame = ref "" and off = ref 0 in
+      while (not !closed) && !n < 50000 && view_size b = 2 && C.closed b.conn = None do
+        if !off = String.length !frame then begin
+          incr n;
+          incr req;
+          frame := Wire.encode_request (Wire.Cast { handle = 1; req = !req; payload = small });
+          off := 0
+        end;
+        (match Unix.write_substring s.fd !frame !off (String.length !frame - !off) with
+        | k -> off := !off + k
+        | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK), _, _) ->
+            if C.closed b.conn = None then ignore (Unix.select [ C.fd b.conn ] [] [] 0.001)
+        | exception Unix.Unix_error _ -> closed := true);
+        ignore (C.step b.conn)
+      done;
+      Unix.clear_nonblock s.fd;
+      check "the client that ignores it is failed out" true
+        (until [ b.conn ] (fun () -> view_size b = 1));
+      (match List.rev (fst (drain s)) with
+      | Wire.Error { code = Wire.Overloaded; reason; _ } :: _ ->
+          check ("at the cap: " ^ reason) true (Astring_like.contains reason "(--max-queue)")
+      | e :: _ ->
+          Alcotest.fail
+            (match e with
+            | Wire.Refused _ -> "ends with refused"
+            | Wire.Cast_up _ -> "ends with cast"
+            | Wire.Flow _ -> "ends with flow"
+            | Wire.Error { reason; _ } -> reason
+            | _ -> "ends with other")
+      | [] -> Alcotest.fail "its stream does not end with ERROR overloaded: nothing");
+      check "after more than the casts that fill the cap with deliveries" true (!req - before > 100);
+      (match !(b.views) with
+      | v :: _ -> check "b's next view has s left" true (v.Consort_group.Group.left = [ sid ])
+      | [] -> ());
+      check "b still casts" true (C.cast b.m "after" = Ok ());
+      close_raw s;
+      C.close b.conn)
+
 (* Spinning (consortd --spin-us, Consort_client.set_spin): casts flow,
    and a step that spins returns as soon as what it waits for is read
    (not when its timeout ends). *)
@@ -833,6 +969,8 @@ let () =
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
           Alcotest.test_case "the daemon's cap fails the most unread" `Quick test_global_cap;
           Alcotest.test_case "protocol version 2: no reply to a cast taken" `Quick test_version2;
+          Alcotest.test_case "backpressure: a slow client that obeys FLOW stays" `Quick
+            test_backpressure;
           Alcotest.test_case "spinning daemon and client" `Quick test_spin;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;

@@ -162,6 +162,14 @@ int main(int argc, char **argv) {
                         "\"digest\":\"%s\"}\n",
                         now_ns(), me_, ev->view, p->seq, p->len, p->digest);
                 fflush(logf_);
+            } else if (ev->type == CONSORT_REFUSED) {
+                /* Version 2: a refusal comes after the cast, as an event. */
+                struct pending *p = &pend[ev->req & 0xffff];
+                fprintf(logf_,
+                        "{\"ev\":\"refused\",\"t\":%lld,\"me\":\"%s\",\"view\":\"%s\",\"kind\":\"cast\","
+                        "\"seq\":%ld,\"len\":%zu,\"digest\":\"%s\",\"reason\":\"%s\"}\n",
+                        now_ns(), me_, view_, p->seq, p->len, p->digest, consort_strerror(ev->code));
+                fflush(logf_);
             } else if (ev->type == CONSORT_LOST) {
                 fprintf(logf_, "{\"ev\":\"lost\",\"t\":%lld,\"me\":\"%s\",\"kind\":\"cast\",\"seq\":%ld,\"reason\":\"lost\"}\n",
                         now_ns(), me_, pend[ev->req & 0xffff].seq);

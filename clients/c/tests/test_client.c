@@ -35,6 +35,9 @@ struct member {
     char last_left_why[64];
     char order_ok;
     int next_from[2];
+    int refused;
+    uint32_t refused_req;
+    int refused_code;
 };
 
 /* Takes the events of every member for up to `secs`, until cond holds. */
@@ -66,6 +69,11 @@ static int pump(struct member **ms, int n, double secs, int (*cond)(struct membe
                     break;
                 case CONSORT_EXIT:
                     m->exited = 1;
+                    break;
+                case CONSORT_REFUSED:
+                    m->refused++;
+                    m->refused_req = ev->req;
+                    m->refused_code = ev->code;
                     break;
                 case CONSORT_SENT:
                     m->sent++;
@@ -101,6 +109,112 @@ static int a_exited(struct member **ms, int n) {
     (void)n;
     return ms[0]->exited;
 }
+static int a_refused(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->refused > 0;
+}
+static int many_casts(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->casts == 1000 && ms[1]->casts == 1000;
+}
+
+/* A refusal: in version 1 the call's result, in version 2 a REFUSED event
+ * naming the request. */
+static int refusal(struct member *a, int version, int r, uint32_t req) {
+    if (version < 2) return r;
+    if (r != 0) return -100;
+    struct member *ms[1] = {a};
+    a->refused = 0;
+    if (!pump(ms, 1, 5, a_refused)) return -101;
+    return a->refused == 1 && a->refused_req == req ? a->refused_code : -102;
+}
+
+static void scenario(const char *sock, int version) {
+    char what[128];
+#define CHECKV(cond, text)                                      \
+    do {                                                        \
+        snprintf(what, sizeof what, "v%d: %s", version, text); \
+        CHECK(cond, what);                                      \
+    } while (0)
+    int r;
+    uint32_t req;
+    struct member a = {.order_ok = 1}, b = {.order_ok = 1};
+    CHECKV(consort_connect_version(sock, "a", version, &a.c) == 0, "connect a");
+    CHECKV(consort_connect_version(sock, "b", version, &b.c) == 0, "connect b");
+    CHECKV(consort_version(a.c) == version, "the version asked for is agreed");
+    CHECKV(consort_max_frame(a.c) > 1000, "the daemon's frame limit is known");
+
+    r = consort_join(a.c, "g", "Nonsense", NULL, NULL, 0, 0, &a.h);
+    CHECKV(r == CONSORT_E_BAD_PROPS, "unknown properties: bad-props");
+    CHECKV(strstr(consort_error(a.c), "bad-props") != NULL, "the error says so");
+    const char *bad_peer[] = {"not-an-address"};
+    r = consort_join(a.c, "g", "vsync", NULL, bad_peer, 1, 0, &a.h);
+    CHECKV(r == CONSORT_E_BAD_ADDRESS, "a bad peer: bad-address");
+
+    CHECKV(consort_join(a.c, "g", "vsync", NULL, NULL, 0, CONSORT_REPORT, &a.h) == 0, "a joins");
+    CHECKV(consort_join(b.c, "g", "", "", NULL, 0, 0, &b.h) == 0, "b joins");
+    CHECKV(consort_member_id(a.c, a.h) && strchr(consort_member_id(a.c, a.h), '#'), "a has an id");
+    CHECKV(consort_max_message(a.c, a.h) > 0, "and a largest message");
+    struct member *ms[2] = {&a, &b};
+    CHECKV(pump(ms, 2, 20, both_two), "a view of two");
+
+    char msg[32];
+    int refused = 0;
+    for (int i = 1; i <= 20; i++) {
+        snprintf(msg, sizeof msg, "A%d", i);
+        refused += consort_cast(a.c, a.h, msg, strlen(msg), NULL) != 0;
+        snprintf(msg, sizeof msg, "B%d", i);
+        refused += consort_cast(b.c, b.h, msg, strlen(msg), NULL) != 0;
+    }
+    CHECKV(refused == 0, "40 casts accepted");
+    CHECKV(pump(ms, 2, 20, all_casts), "every cast delivered to both");
+    CHECKV(a.order_ok && b.order_ok, "in FIFO order per origin");
+    CHECKV(a.sent_in_view == 20, "SENT names the view each cast went out in");
+    CHECKV(a.refused == 0 && b.refused == 0, "and none refused");
+
+    CHECKV(consort_send(a.c, a.h, consort_member_id(b.c, b.h), "psst", 4, NULL) == 0, "a send");
+    CHECKV(pump(ms, 2, 10, got_send), "delivered to b");
+    r = consort_send(a.c, a.h, "127.0.0.1:1#1", "x", 1, &req);
+    CHECKV(refusal(&a, version, r, req) == CONSORT_E_NOT_MEMBER, "a send to a stranger: not-member");
+
+    size_t big = consort_max_frame(a.c) + 1;
+    char *huge = calloc(1, big);
+    r = consort_cast(a.c, a.h, huge, big, NULL);
+    free(huge);
+    CHECKV(r == CONSORT_E_TOO_BIG, "a message over the frame limit: too-big, at once");
+    CHECKV(consort_ping(a.c) == 0, "and the connection goes on");
+    r = consort_cast(a.c, 999, "x", 1, &req);
+    CHECKV(refusal(&a, version, r, req) == CONSORT_E_NO_SUCH_HANDLE, "a cast on no member: no-such-handle");
+
+    /* Casts written back to back, the events read after: in version 2 no
+       reply waits for any of them. */
+    a.casts = b.casts = a.refused = b.refused = 0;
+    a.next_from[0] = a.next_from[1] = b.next_from[0] = b.next_from[1] = 0;
+    refused = 0;
+    for (int i = 1; i <= 500; i++) {
+        snprintf(msg, sizeof msg, "A%d", i);
+        refused += consort_cast(a.c, a.h, msg, strlen(msg), NULL) != 0;
+    }
+    for (int i = 1; i <= 500; i++) {
+        snprintf(msg, sizeof msg, "B%d", i);
+        refused += consort_cast(b.c, b.h, msg, strlen(msg), NULL) != 0;
+    }
+    CHECKV(refused == 0 && consort_ping(a.c) == 0 && consort_ping(b.c) == 0, "500 casts each, then a ping");
+    CHECKV(pump(ms, 2, 20, many_casts), "every one delivered to both");
+    CHECKV(a.order_ok && b.order_ok && a.refused == 0 && b.refused == 0, "in FIFO order, none refused");
+
+    /* b's connection closes without leaving: b is failed out. */
+    consort_close(b.c);
+    b.c = NULL;
+    CHECKV(pump(ms, 1, 5, a_alone), "a client that closes is failed out at once");
+    CHECKV(strcmp(a.last_left_why, "left") == 0, "as a leave");
+
+    CHECKV(consort_leave(a.c, a.h) == 0, "a leaves");
+    CHECKV(pump(ms, 1, 10, a_exited), "EXIT follows");
+    CHECKV(consort_member_id(a.c, a.h) == NULL, "and the handle is free");
+    consort_close(a.c);
+#undef CHECKV
+}
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -120,61 +234,15 @@ int main(int argc, char **argv) {
     CHECK(r == CONSORT_DISCONNECTED, "a malformed tcp: address is refused");
     consort_close(x);
 
-    struct member a = {.order_ok = 1}, b = {.order_ok = 1};
-    CHECK(consort_connect(sock, "a", &a.c) == 0, "connect a");
-    CHECK(consort_connect(sock, "b", &b.c) == 0, "connect b");
-    CHECK(consort_max_frame(a.c) > 1000, "the daemon's frame limit is known");
+    r = consort_connect_version(sock, "t", 3, &x);
+    CHECK(r == CONSORT_DISCONNECTED && strstr(consort_error(x), "version"), "a version the library does not speak");
+    consort_close(x);
+    CHECK(consort_connect(sock, "t", &x) == 0 && consort_version(x) == CONSORT_PROTOCOL_VERSION,
+          "consort_connect agrees on the highest version");
+    consort_close(x);
 
-    r = consort_join(a.c, "g", "Nonsense", NULL, NULL, 0, 0, &a.h);
-    CHECK(r == CONSORT_E_BAD_PROPS, "unknown properties: bad-props");
-    CHECK(strstr(consort_error(a.c), "bad-props") != NULL, "the error says so");
-    const char *bad_peer[] = {"not-an-address"};
-    r = consort_join(a.c, "g", "vsync", NULL, bad_peer, 1, 0, &a.h);
-    CHECK(r == CONSORT_E_BAD_ADDRESS, "a bad peer: bad-address");
-
-    CHECK(consort_join(a.c, "g", "vsync", NULL, NULL, 0, CONSORT_REPORT, &a.h) == 0, "a joins");
-    CHECK(consort_join(b.c, "g", "", "", NULL, 0, 0, &b.h) == 0, "b joins");
-    CHECK(consort_member_id(a.c, a.h) && strchr(consort_member_id(a.c, a.h), '#'), "a has an id");
-    CHECK(consort_max_message(a.c, a.h) > 0, "and a largest message");
-    struct member *ms[2] = {&a, &b};
-    CHECK(pump(ms, 2, 20, both_two), "a view of two");
-
-    char msg[32];
-    int refused = 0;
-    for (int i = 1; i <= 20; i++) {
-        snprintf(msg, sizeof msg, "A%d", i);
-        refused += consort_cast(a.c, a.h, msg, strlen(msg), NULL) != 0;
-        snprintf(msg, sizeof msg, "B%d", i);
-        refused += consort_cast(b.c, b.h, msg, strlen(msg), NULL) != 0;
-    }
-    CHECK(refused == 0, "40 casts accepted");
-    CHECK(pump(ms, 2, 20, all_casts), "every cast delivered to both");
-    CHECK(a.order_ok && b.order_ok, "in FIFO order per origin");
-    CHECK(a.sent_in_view == 20, "SENT names the view each cast went out in");
-
-    CHECK(consort_send(a.c, a.h, consort_member_id(b.c, b.h), "psst", 4, NULL) == 0, "a send");
-    CHECK(pump(ms, 2, 10, got_send), "delivered to b");
-    r = consort_send(a.c, a.h, "127.0.0.1:1#1", "x", 1, NULL);
-    CHECK(r == CONSORT_E_NOT_MEMBER, "a send to a stranger: not-member");
-
-    size_t big = consort_max_frame(a.c) + 1;
-    char *huge = calloc(1, big);
-    r = consort_cast(a.c, a.h, huge, big, NULL);
-    free(huge);
-    CHECK(r == CONSORT_E_TOO_BIG, "a message over the frame limit: too-big");
-    CHECK(consort_ping(a.c) == 0, "and the connection goes on");
-    CHECK(consort_cast(a.c, 999, "x", 1, NULL) == CONSORT_E_NO_SUCH_HANDLE, "a cast on no member: no-such-handle");
-
-    /* b's connection closes without leaving: b is failed out. */
-    consort_close(b.c);
-    b.c = NULL;
-    CHECK(pump(ms, 1, 5, a_alone), "a client that closes is failed out at once");
-    CHECK(strcmp(a.last_left_why, "left") == 0, "as a leave");
-
-    CHECK(consort_leave(a.c, a.h) == 0, "a leaves");
-    CHECK(pump(ms, 1, 10, a_exited), "EXIT follows");
-    CHECK(consort_member_id(a.c, a.h) == NULL, "and the handle is free");
-    consort_close(a.c);
+    scenario(sock, 1);
+    scenario(sock, 2);
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

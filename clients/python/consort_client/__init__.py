@@ -5,7 +5,7 @@ Pure standard library. Client is blocking; AsyncClient is for asyncio.
 
 from .client import Client, ConsortError, Disconnected, Member, Refused
 from .aio import AsyncClient, AsyncMember
-from .wire import Block, Cast, Exit, Flow, Lost, Send, Sent, View
+from .wire import Block, Cast, Exit, Flow, Lost, Refusal, Send, Sent, View
 from . import log
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Exit",
     "Sent",
     "Lost",
+    "Refusal",
     "log",
 ]
 __version__ = "0.1.0"

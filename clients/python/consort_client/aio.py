@@ -7,7 +7,9 @@
         ...
 
 Requests from several tasks may be in flight at once: replies come in the
-order of the requests.
+order of the requests. In protocol version 2 (the default) a cast or send
+does not wait for the daemon: a refused one comes back as a Refusal event
+(see client.Member.cast).
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ class AsyncMember:
         return self._req
 
     async def cast(self, payload: bytes) -> int:
+        """As client.Member.cast."""
         req = self._next_req()
-        await self.client._call(wire.cast(self.handle, req, payload))
+        await self.client._message(wire.cast(self.handle, req, payload))
         return req
 
     async def send(self, dst: str, payload: bytes) -> int:
         req = self._next_req()
-        await self.client._call(wire.send(self.handle, req, dst, payload))
+        await self.client._message(wire.send(self.handle, req, dst, payload))
         return req
 
     async def leave(self) -> None:
@@ -65,10 +68,15 @@ class AsyncClient:
         self.closed: Optional[str] = None
         self._handle = 0
         self.max_frame = 1 << 30
+        self.max_queue = 0
+        self.version = wire.MIN_VERSION
         self._task = asyncio.ensure_future(self._reader())
 
     @classmethod
-    async def connect(cls, address: str, name: str = "python-asyncio") -> "AsyncClient":
+    async def connect(cls, address: str, name: str = "python-asyncio", version: int = wire.VERSION) -> "AsyncClient":
+        """version: the highest protocol version to offer (1 or 2)."""
+        if not wire.MIN_VERSION <= version <= wire.VERSION:
+            raise ValueError("protocol version %d: this package speaks %d to %d" % (version, wire.MIN_VERSION, wire.VERSION))
         family, addr = parse_address(address)
         try:
             if isinstance(addr, str):
@@ -78,9 +86,14 @@ class AsyncClient:
         except OSError as e:
             raise Disconnected("%s: %s" % (address, e.strerror or e)) from None
         c = cls(reader, writer)
-        hello = await c._call(wire.hello(name))
+        hello = await c._call(wire.hello(name, version))
         assert isinstance(hello, wire.HelloOk)
+        if not wire.MIN_VERSION <= hello.version <= version:
+            await c.close()
+            raise Disconnected("the daemon answered HELLO with version %d" % hello.version)
+        c.version = hello.version
         c.max_frame = hello.max_frame
+        c.max_queue = hello.max_queue
         return c
 
     def _shut(self, reason: str) -> None:
@@ -124,11 +137,23 @@ class AsyncClient:
         except asyncio.CancelledError:
             self._shut("closed by the client")
 
-    async def _call(self, frame: bytes) -> Event:
+    def _check(self, frame: bytes) -> None:
         if self.closed is not None:
             raise Disconnected(self.closed)
         if len(frame) - 4 > self.max_frame:
             raise Refused(3, "a frame of %d bytes, over the daemon's limit of %d" % (len(frame) - 4, self.max_frame))
+
+    async def _message(self, frame: bytes) -> None:
+        """A CAST or SEND: in version 2 no reply comes for it."""
+        if self.version >= 2:
+            self._check(frame)
+            self.writer.write(frame)
+            await self.writer.drain()
+        else:
+            await self._call(frame)
+
+    async def _call(self, frame: bytes) -> Event:
+        self._check(frame)
         f: "asyncio.Future[Event]" = asyncio.get_running_loop().create_future()
         self.replies.append(f)
         self.writer.write(frame)

@@ -6,8 +6,9 @@
     for ev in c.events(timeout=5.0):
         ...
 
-Every request waits for its reply; upcalls that arrive meanwhile are kept,
-in order, for next_event(). One thread per Client.
+Every request waits for its reply, but casts and sends in protocol version 2
+(the default: see Member.cast); upcalls that arrive meanwhile are kept, in
+order, for next_event(). One thread per Client.
 """
 
 from __future__ import annotations
@@ -70,15 +71,24 @@ class Member:
 
     def cast(self, payload: bytes) -> int:
         """Casts payload to the view; returns its request number (named by Sent
-        events when the member reports). Raises Refused (flow-control, too-big,
-        leaving, exited) with the reason."""
+        and Lost events when the member reports, and by Refusal events).
+
+        In version 1 it waits for the daemon's answer and raises Refused
+        (flow-control, too-big, leaving, exited) with the reason. In version 2
+        it writes the request and returns at once: a refused message comes back
+        as a Refusal event naming its request number, and every message written
+        before a request that waits for a reply (Client.ping, say) and not
+        refused by then was taken. Only a message over the daemon's frame limit
+        raises Refused (too-big) at once."""
         req = self._next_req()
-        self.client._call(wire.cast(self.handle, req, payload))
+        self.client._message(wire.cast(self.handle, req, payload))
         return req
 
     def send(self, dst: str, payload: bytes) -> int:
+        """Sends payload to one member of the view (its id); as cast, also
+        not-member."""
         req = self._next_req()
-        self.client._call(wire.send(self.handle, req, dst, payload))
+        self.client._message(wire.send(self.handle, req, dst, payload))
         return req
 
     def leave(self) -> None:
@@ -98,7 +108,13 @@ class Member:
 class Client:
     """A connection to consortd."""
 
-    def __init__(self, address: str, name: str = "python", timeout: Optional[float] = 30.0) -> None:
+    def __init__(
+        self, address: str, name: str = "python", timeout: Optional[float] = 30.0, version: int = wire.VERSION
+    ) -> None:
+        """version: the highest protocol version to offer (1 or 2); the one
+        agreed is self.version."""
+        if not wire.MIN_VERSION <= version <= wire.VERSION:
+            raise ValueError("protocol version %d: this package speaks %d to %d" % (version, wire.MIN_VERSION, wire.VERSION))
         family, addr = parse_address(address)
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.timeout = timeout
@@ -115,9 +131,13 @@ class Client:
         self.members: Dict[int, Member] = {}
         self._handle = 0
         self.closed: Optional[str] = None
-        hello = self._call(wire.hello(name))
+        hello = self._call(wire.hello(name, version))
         assert isinstance(hello, wire.HelloOk)
+        if not wire.MIN_VERSION <= hello.version <= version:
+            self._shut("the daemon answered HELLO with version %d" % hello.version)
+        self.version = hello.version
         self.max_frame = hello.max_frame
+        self.max_queue = hello.max_queue
         self.server = hello.server
 
     def fileno(self) -> int:
@@ -164,7 +184,7 @@ class Client:
                 return
             yield wire.decode_event(body)
 
-    def _call(self, frame: bytes) -> Event:
+    def _write(self, frame: bytes) -> None:
         if self.closed is not None:
             raise Disconnected(self.closed)
         if len(frame) - 4 > getattr(self, "max_frame", 1 << 30):
@@ -173,6 +193,16 @@ class Client:
             self.sock.sendall(frame)
         except OSError as e:
             self._shut(str(e))
+
+    def _message(self, frame: bytes) -> None:
+        """A CAST or SEND: in version 2 no reply comes for it."""
+        if self.version >= 2:
+            self._write(frame)
+        else:
+            self._call(frame)
+
+    def _call(self, frame: bytes) -> Event:
+        self._write(frame)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             for ev in self._frames():
@@ -211,8 +241,14 @@ class Client:
         self._call(wire.ping(1))
 
     def next_event(self, timeout: Optional[float] = None) -> Optional[Event]:
-        """The next upcall (View, Cast, Send, Block, Flow, Exit, Sent, Lost),
-        or None after timeout seconds (None: wait for ever)."""
+        """The next upcall (View, Cast, Send, Block, Flow, Exit, Sent, Lost,
+        Refusal), or None after timeout seconds (None: wait for ever).
+
+        Upcalls left unread wait in the daemon up to self.max_queue bytes: over
+        it the client is failed out. Past half of it the daemon sends each of
+        the client's members Flow(blocked=True) and refuses their casts and
+        sends (flow-control) until under a quarter of it, when
+        Flow(blocked=False) follows (doc/protocol.md, "Backpressure")."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if not self.upcalls:

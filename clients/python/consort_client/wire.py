@@ -1,4 +1,4 @@
-"""The consortd protocol, version 1 (doc/protocol.md): frames and their fields.
+"""The consortd protocol, versions 1 and 2 (doc/protocol.md): frames and their fields.
 
 A frame is a 4-byte big-endian length and that many bytes: a type byte and
 its fields. Integers are big-endian; a string is a u32 length and its bytes;
@@ -11,7 +11,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
-VERSION = 1
+# The versions this package speaks. In version 2 the daemon replies to no
+# CAST or SEND it takes, and names one it refuses in a Refusal event.
+VERSION = 2
+MIN_VERSION = 1
 NO_HANDLE = 0xFFFFFFFF
 FLAG_REPORT = 1
 
@@ -55,8 +58,8 @@ def frame(ty: int, body: bytes) -> bytes:
     return struct.pack(">IB", len(body) + 1, ty) + body
 
 
-def hello(name: str) -> bytes:
-    return frame(HELLO, struct.pack(">HH", VERSION, VERSION) + _str(name.encode()))
+def hello(name: str, max_version: int = VERSION) -> bytes:
+    return frame(HELLO, struct.pack(">HH", MIN_VERSION, max_version) + _str(name.encode()))
 
 
 def join(handle: int, group: str, props: str, params: str, flags: int, peers: List[str]) -> bytes:
@@ -191,7 +194,21 @@ class Lost:
     reason: str
 
 
-Event = Union[HelloOk, Ok, Error, Pong, View, Cast, Send, Block, Flow, Exit, Sent, Lost]
+@dataclass
+class Refusal:
+    """Version 2: cast or send req of this member was refused (code as in Error)."""
+
+    handle: int
+    req: int
+    code: int
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return CODES.get(self.code, "code-%d" % self.code)
+
+
+Event = Union[HelloOk, Ok, Error, Pong, View, Cast, Send, Block, Flow, Exit, Sent, Lost, Refusal]
 REPLIES = (HelloOk, Ok, Error, Pong)
 
 
@@ -263,6 +280,8 @@ def decode_event(body: bytes) -> Event:
         ev = Sent(h, req, kind, c.text())
     elif ty == 0xA8:
         ev = Lost(c.u32(), c.u32(), c.text())
+    elif ty == 0xA9:
+        ev = Refusal(c.u32(), c.u32(), c.u16(), c.text())
     else:
         raise ProtocolError("unknown event type 0x%02x" % ty)
     if c.pos != len(body):

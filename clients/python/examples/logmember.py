@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from consort_client import Block, Cast, Client, ConsortError, Exit, Lost, Refused, Send, Sent, View, log  # noqa: E402
+from consort_client import Block, Cast, Client, ConsortError, Exit, Lost, Refusal, Refused, Send, Sent, View, log  # noqa: E402
 
 
 def main() -> int:
@@ -50,6 +50,10 @@ def main() -> int:
             elif isinstance(ev, Lost):
                 s, _ = pending.pop(ev.req)
                 w.lost("cast", s, ev.reason)
+            elif isinstance(ev, Refusal):
+                # Version 2: a refusal comes after the cast, as an event.
+                s, text = pending.pop(ev.req)
+                w.refused(vid, s, text, ev.name)
             elif isinstance(ev, Exit):
                 w.exit()
                 out.close()

@@ -15,6 +15,7 @@ from consort_client import (
     Client,
     Disconnected,
     Exit,
+    Refusal,
     Refused,
     Send,
     Sent,
@@ -34,8 +35,30 @@ def wait_view(clients: List[Client], members, size: int, timeout: float = 15.0) 
     raise AssertionError("no view of %d: %r" % (size, [m.view for m in members]))
 
 
-def test_group_blocking(daemon):
-    a, b = Client(daemon.socket), Client(daemon.socket)
+VERSIONS = pytest.mark.parametrize("version", [1, 2])
+
+
+def refusal(c: Client, version: int, request) -> str:
+    """The name of the code a cast or send was refused with: in version 1
+    raised at once, in version 2 as a Refusal event naming its request."""
+    if version == 1:
+        with pytest.raises(Refused) as e:
+            request()
+        return e.value.name
+    req = request()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        ev = c.next_event(0.1)
+        if isinstance(ev, Refusal):
+            assert ev.req == req and "\n" not in ev.reason
+            return ev.name
+    raise AssertionError("no Refusal event")
+
+
+@VERSIONS
+def test_group_blocking(daemon, version):
+    a, b = Client(daemon.socket, version=version), Client(daemon.socket, version=version)
+    assert a.version == version
     ma, mb = a.join("g"), b.join("g")
     assert ma.me != mb.me and ma.max_message > 0
     wait_view([a, b], [ma, mb], 2)
@@ -68,8 +91,9 @@ def test_group_blocking(daemon):
     b.close()
 
 
-def test_refusals(daemon):
-    with Client(daemon.socket) as c:
+@VERSIONS
+def test_refusals(daemon, version):
+    with Client(daemon.socket, version=version) as c:
         with pytest.raises(Refused) as e:
             c.join("g", props="Nonsense")
         assert e.value.name == "bad-props" and "\n" not in e.value.reason
@@ -80,20 +104,60 @@ def test_refusals(daemon):
             c.join("g", peers=["not an address"])
         assert e.value.name == "bad-address"
         m = c.join("g")
-        with pytest.raises(Refused) as e:
-            m.send("127.0.0.1:1#1", b"x")
-        assert e.value.name == "not-member"
+        assert refusal(c, version, lambda: m.send("127.0.0.1:1#1", b"x")) == "not-member"
         # Over the daemon's frame limit: refused here, the connection goes on.
         with pytest.raises(Refused) as e:
             m.cast(b"x" * (c.max_frame + 1))
         assert e.value.name == "too-big"
         c.ping()
         m.leave()
-        with pytest.raises(Refused):
-            # Leaving: refused with a reason, or already gone.
-            while True:
+        # Leaving: refused with a reason, or already gone.
+        deadline = time.monotonic() + 5
+        refused = None
+        while refused is None and time.monotonic() < deadline:
+            try:
                 m.cast(b"late")
-                c.next_event(0.05)
+            except Refused as e:
+                refused = e.name
+            ev = c.next_event(0.05)
+            if isinstance(ev, Refusal):
+                refused = ev.name
+        assert refused in ("leaving", "exited", "no-such-handle")
+
+
+def test_versions(daemon):
+    with Client(daemon.socket) as c:
+        assert c.version == wire.VERSION == 2
+    with pytest.raises(ValueError):
+        Client(daemon.socket, version=3)
+
+
+@VERSIONS
+def test_many_casts_in_a_row(daemon, version):
+    """Casts written back to back from two members, read after: in version 2
+    none waits for a reply; all arrive, in order, none refused."""
+    a, b = Client(daemon.socket, version=version), Client(daemon.socket, version=version)
+    ma, mb = a.join("g"), b.join("g")
+    wait_view([a, b], [ma, mb], 2)
+    for i in range(300):
+        ma.cast(b"a%d" % i)
+    for i in range(300):
+        mb.cast(b"b%d" % i)
+    a.ping()
+    b.ping()
+    got = {a: [], b: []}
+    deadline = time.monotonic() + 20
+    while any(len(g) < 600 for g in got.values()) and time.monotonic() < deadline:
+        for c in (a, b):
+            ev = c.next_event(0.01)
+            assert not isinstance(ev, Refusal), ev
+            if isinstance(ev, Cast):
+                got[c].append(ev.payload)
+    for g in got.values():
+        assert [p for p in g if p[:1] == b"a"] == [b"a%d" % i for i in range(300)]
+        assert [p for p in g if p[:1] == b"b"] == [b"b%d" % i for i in range(300)]
+    a.close()
+    b.close()
 
 
 def test_connect_errors(tmp_path):
@@ -166,10 +230,12 @@ def test_report_sent(daemon):
         assert all(s.kind == "cast" and s.view == m.view.vid for s in sent.values())
 
 
-def test_asyncio(daemon):
+@VERSIONS
+def test_asyncio(daemon, version):
     async def main() -> None:
-        a = await AsyncClient.connect(daemon.socket)
-        b = await AsyncClient.connect(daemon.socket)
+        a = await AsyncClient.connect(daemon.socket, version=version)
+        b = await AsyncClient.connect(daemon.socket, version=version)
+        assert a.version == version
         ma, mb = await a.join("g"), await b.join("g")
 
         async def until_view(c: AsyncClient, m, n: int) -> None:
@@ -187,8 +253,17 @@ def test_asyncio(daemon):
             if isinstance(ev, Cast):
                 got.append(ev.payload)
         assert got == [b"m%d" % i for i in range(30)]
-        with pytest.raises(Refused):
-            await ma.send("nobody#1", b"x")
+        if version == 1:
+            with pytest.raises(Refused):
+                await ma.send("nobody#1", b"x")
+        else:
+            req = await ma.send("nobody#1", b"x")
+            while True:
+                ev = await a.next_event(10)
+                assert ev is not None, "no Refusal event"
+                if isinstance(ev, Refusal):
+                    assert ev.req == req and ev.name == "not-member"
+                    break
         await ma.leave()
         while not ma.exited:
             assert await a.next_event(10) is not None
