@@ -51,6 +51,9 @@ type t = {
   rframe : int array; (* where a received compressed header is read *)
   mutable fused_sent : int;
   mutable fused_received : int;
+  mutable fused_delivered : int; (* casts the bypass delivered to the application *)
+  left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
+  left_up : int array; (* the same going up *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
   rcodec : unit Codec.t;
@@ -337,6 +340,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             rframe;
             fused_sent = 0;
             fused_received = 0;
+            fused_delivered = 0;
+            left_dn = Array.make n 0;
+            left_up = Array.make n 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
             rcodec = read_codec rframe;
@@ -394,13 +400,17 @@ let rec fused_dn t frame i dst msg above =
         fused_dn t frame (i - 1) dst msg above;
         f.dn_after dst len frame f.off
     | _ ->
+        t.left_dn.(i) <- t.left_dn.(i) + 1;
         let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
         nd.dn dst msg
 
 (* [above]: bytes of the layered headers of the layers above [i - 1]
    (all of them at the bottom), where needed. *)
 let rec fused_up t frame i src msg above =
-  if i = Array.length t.nodes then t.app.deliver src msg
+  if i = Array.length t.nodes then begin
+    t.fused_delivered <- t.fused_delivered + 1;
+    t.app.deliver src msg
+  end
   else
     let nd = t.nodes.(i) in
     let above =
@@ -417,6 +427,7 @@ let rec fused_up t frame i src msg above =
     | _ -> (
         (* Fields from the network that no layered header can hold (a
            number too large for its codec) make the datagram garbage. *)
+        t.left_up.(i) <- t.left_up.(i) + 1;
         let m = ref msg in
         match
           for j = Array.length t.nodes - 1 downto i do
@@ -519,7 +530,23 @@ let states t =
           t.nodes))
 
 let fused_counters t =
-  [ ("sent", t.fused_sent); ("received", t.fused_received); ("garbage", !(t.fused_garbage)) ]
+  let left which a =
+    List.concat
+      (List.rev
+         (Array.to_list
+            (Array.mapi
+               (fun i k ->
+                 if k = 0 then []
+                 else [ (Printf.sprintf "layered from %s %s" t.nodes.(i).lname which, k) ])
+               a)))
+  in
+  [
+    ("sent", t.fused_sent);
+    ("received", t.fused_received);
+    ("garbage", !(t.fused_garbage));
+    ("delivered", t.fused_delivered);
+  ]
+  @ left "down" t.left_dn @ left "up" t.left_up
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg

@@ -58,6 +58,9 @@ module L = struct
     | Token of { next : int; idle : int }
         (** token: the next place, and holders in a row with nothing to order *)
     | Want  (** token: this member has casts waiting for the token *)
+    | Placed of int
+        (** sequencer: a cast of the sequencer, ordered as it goes, and its place in the view's
+            order *)
 
   let name = "total"
 
@@ -76,6 +79,7 @@ module L = struct
             (function Token { next; idle } -> Some (next, idle) | _ -> None)
             (fun (next, idle) -> Token { next; idle });
           case 5 "want" unit (function Want -> Some () | _ -> None) (fun () -> Want);
+          case 6 "placed" varint (function Placed p -> Some p | _ -> None) (fun p -> Placed p);
         ])
 
   let pp_header ppf = function
@@ -85,6 +89,7 @@ module L = struct
     | Stamped s -> Fmt.pf ppf "stamped(%d)" s
     | Token { next; idle } -> Fmt.pf ppf "token(next %d, idle %d)" next idle
     | Want -> Fmt.string ppf "want"
+    | Placed p -> Fmt.pf ppf "placed(%d)" p
 
   let provides = [ total_order ]
   let requires = [ Gmp.membership ]
@@ -104,6 +109,8 @@ module L = struct
     runs : run Queue.t; (* the order known and not yet delivered *)
     mutable unsent : (int * int) list; (* at the sequencer: runs not yet cast, newest first *)
     mutable armed : bool;
+    mutable places : int; (* at the sequencer: places given, by its orders and its own casts *)
+    mutable known : int; (* places known here: runs received and the sequencer's casts *)
     (* token *)
     stamped : (int, int * Msg.t) Hashtbl.t; (* place -> origin, cast *)
     mutable next_deliver : int;
@@ -154,6 +161,8 @@ module L = struct
       runs = Queue.create ();
       unsent = [];
       armed = false;
+      places = 0;
+      known = 0;
       stamped = Hashtbl.create 64;
       next_deliver = 0;
       (* The token starts parked at the view's first member. *)
@@ -254,13 +263,35 @@ module L = struct
             let c = List.filteri (fun i _ -> i < max_runs) l in
             let rest = List.filteri (fun i _ -> i >= max_runs) l in
             t.orders_sent <- t.orders_sent + 1;
+            t.places <- List.fold_left (fun a (_, k) -> a + k) t.places c;
             t.out.dn Event.Cast (Order c) (Msg.empty ());
             chunks rest
       in
       chunks runs
     end
 
-  let seq_data t o msg =
+  (* A cast whose place is known and that comes in its turn (the next run
+     is its origin's and nothing of that origin waits) is delivered at once,
+     without being held; then what the order says next, as far as it can. *)
+  let in_turn t o =
+    Queue.is_empty t.pending.(o)
+    && match Queue.peek_opt t.runs with Some r -> r.origin = o | None -> false
+
+  let take_turn t =
+    let r = Queue.peek t.runs in
+    r.left <- r.left - 1;
+    if r.left = 0 then ignore (Queue.pop t.runs);
+    t.ordered <- t.ordered + 1
+
+  let rec seq_data t o msg =
+    if t.me <> sequencer && in_turn t o then begin
+      take_turn t;
+      deliver t o msg;
+      seq_deliver t
+    end
+    else seq_hold t o msg
+
+  and seq_hold t o msg =
     Queue.add msg t.pending.(o);
     held t (Msg.length msg);
     if t.me = sequencer then begin
@@ -281,8 +312,34 @@ module L = struct
       || not (List.for_all (fun (o, k) -> valid t o && k >= 1 && k <= max_run) runs)
     then t.nonsense <- t.nonsense + 1
     else begin
-      List.iter (fun (origin, left) -> Queue.add { origin; left } t.runs) runs;
+      List.iter
+        (fun (origin, left) ->
+          t.known <- t.known + left;
+          Queue.add { origin; left } t.runs)
+        runs;
       seq_deliver t
+    end
+
+  (* A cast of the sequencer, with its place: the next after its orders
+     (which came before it: they are its casts too). Delivered at once when
+     nothing ordered before it waits. *)
+  let seq_placed t o place msg =
+    if o <> sequencer || place <> t.known then begin
+      t.nonsense <- t.nonsense + 1;
+      Msg.release msg
+    end
+    else begin
+      t.known <- t.known + 1;
+      if Queue.is_empty t.runs && Queue.is_empty t.pending.(o) then begin
+        t.ordered <- t.ordered + 1;
+        deliver t o msg
+      end
+      else begin
+        Queue.add { origin = o; left = 1 } t.runs;
+        Queue.add msg t.pending.(o);
+        held t (Msg.length msg);
+        seq_deliver t
+      end
     end
 
   (* The end of the view: every member that goes on with this one holds
@@ -402,6 +459,8 @@ module L = struct
       | Event.Cast_from o, Order runs when valid t o && t.proto = Sequencer ->
           Msg.release msg;
           seq_order t o runs
+      | Event.Cast_from o, Placed place when valid t o && t.proto = Sequencer ->
+          seq_placed t o place msg
       | Event.Cast_from o, Stamped place when valid t o && t.proto = Token ->
           tok_stamped t o place msg
       | Event.Send_from _, Token { next; idle } when t.proto = Token -> (
@@ -425,7 +484,14 @@ module L = struct
       | Event.Send _ -> t.out.dn dst Pass msg
       | Event.Cast -> (
           match t.proto with
-          | Sequencer -> t.out.dn dst Data msg
+          | Sequencer when t.me <> sequencer -> t.out.dn dst Data msg
+          | Sequencer ->
+              (* The sequencer orders its own cast as it goes, after what it
+                 ordered before: the order it has not cast yet goes first. *)
+              if t.unsent <> [] then send_order t;
+              let place = t.places in
+              t.places <- place + 1;
+              t.out.dn dst (Placed place) msg
           | Token when t.blocked -> t.out.dn dst Data msg
           | Token -> tok_cast t msg)
 
@@ -515,6 +581,87 @@ module L = struct
     ]
 end
 
+(* The common case of a cast, sequencer protocol: down, a member's cast
+   (the sequencer's when it has no order left to cast: its place is the
+   field); up, a cast that comes in its turn (the sequencer's with the
+   next place, nothing ordered waiting; another member's whose order came
+   first). The field: 0 for [Data], the place plus 1 for [Placed]. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 1;
+      length = false;
+      framed = false;
+      size = (fun a off -> if a.(off) = 0 then 1 else 1 + Codec.varint_size (a.(off) - 1));
+      dn_ok =
+        (fun t dst _ ->
+          (not t.stopped) && dst = Event.Cast && t.proto = Sequencer
+          && (t.me <> sequencer || t.unsent = []));
+      dn_fast =
+        (fun t _ _ _ ~layered:_ a off ->
+          if t.me = sequencer then begin
+            let place = t.places in
+            t.places <- place + 1;
+            a.(off) <- place + 1
+          end
+          else a.(off) <- 0);
+      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+      up_ok =
+        (fun t src _ a off ->
+          (not t.stopped) && t.proto = Sequencer
+          &&
+          match src with
+          | Event.Cast_from o ->
+              valid t o
+              &&
+              let f = a.(off) in
+              if f = 0 then t.me <> sequencer && in_turn t o
+              else
+                o = sequencer
+                && f - 1 = t.known
+                && Queue.is_empty t.runs
+                && Queue.is_empty t.pending.(o)
+          | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ a off ->
+          if a.(off) = 0 then take_turn t
+          else begin
+            t.known <- t.known + 1;
+            t.ordered <- t.ordered + 1
+          end;
+          src);
+      up_after = (fun t _ _ a off -> if a.(off) = 0 then seq_deliver t);
+      expand = (fun a off -> if a.(off) = 0 then Data else Placed (a.(off) - 1));
+    }
+
+  let state t =
+    let msgs ppf q =
+      Fmt.(Dump.list Dump.string) ppf (List.map Msg.to_string (List.of_seq (Queue.to_seq q)))
+    in
+    let pairs = Fmt.(Dump.list (pair ~sep:(any "x") int int)) in
+    Fmt.str
+      "%s stopped %b blocked %b synced %b flow %b/%b; pending %a; runs %a; unsent %a armed %b; \
+       places %d known %d; stamped %a; next %d; holding %a; outq %a (%d); wants %a want_sent %b; \
+       held %d peak %d holding_credit %b; %a"
+      (protocol_name t.proto) t.stopped t.blocked t.synced t.flow_below t.flow_told
+      Fmt.(array ~sep:semi msgs)
+      t.pending pairs
+      (List.map (fun r -> (r.origin, r.left)) (List.of_seq (Queue.to_seq t.runs)))
+      pairs t.unsent t.armed t.places t.known
+      Fmt.(Dump.list (pair ~sep:(any "=") int (pair ~sep:(any ":") int Dump.string)))
+      (List.sort compare
+         (Hashtbl.fold (fun k (o, m) acc -> (k, (o, Msg.to_string m)) :: acc) t.stamped []))
+      t.next_deliver
+      Fmt.(option ~none:(any "-") (pair ~sep:(any "/") int int))
+      t.holding msgs t.outq t.outq_bytes
+      Fmt.(array ~sep:sp bool)
+      t.wants t.want_sent t.held_bytes t.held_peak t.holding_credit
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

@@ -67,6 +67,7 @@ type header =
   | Token of { next : int; idle : int }
       (** token: the next place, and holders in a row that had nothing *)
   | Want  (** token: this member has casts waiting *)
+  | Placed of int  (** sequencer: a cast of the sequencer, ordered as it goes, and its place *)
 
 include Consort.Layer.S with type t := t and type header := header
 
