@@ -185,6 +185,13 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   in
   let desc = Consort_group.Properties.describe Consort_group.Properties.vsync in
   let ( let* ) = Result.bind in
+  let total () =
+    match Consort_group.Properties.(layers (vsync @ [ Total ])) with
+    | Ok l -> l
+    | Error e -> failwith (Fmt.str "%a" Consort_group.Properties.pp_error e)
+  in
+  let tdesc = Consort_group.Properties.(describe (vsync @ [ Total ])) in
+  let oname = "total order (vsync+Total, the sequencer casts: " ^ tdesc ^ ")" in
   let dname = "default (vsync: " ^ desc ^ ")"
   and tname = "10 layers: 9 with a varint header each, and Bottom" in
   (* Layered and fused one after the other, twice, keeping the better of
@@ -196,13 +203,17 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   let* tf = run_stack ~iterations ~rounds ~name:tname ~fused:true ~layers:seq_layers () in
   let* dl2 = run_stack ~iterations ~rounds ~name:dname ~fused:false ~layers:default () in
   let* df2 = run_stack ~iterations ~rounds ~name:dname ~fused:true ~layers:default () in
+  let* ol = run_stack ~iterations ~rounds ~name:oname ~fused:false ~layers:total () in
+  let* of_ = run_stack ~iterations ~rounds ~name:oname ~fused:true ~layers:total () in
+  let* ol2 = run_stack ~iterations ~rounds ~name:oname ~fused:false ~layers:total () in
+  let* of2 = run_stack ~iterations ~rounds ~name:oname ~fused:true ~layers:total () in
   (* The baseline: the same harness with Bottom alone, layered. *)
   let* b =
     run_stack ~iterations ~rounds ~name:baseline_name ~fused:false
       ~layers:(fun () -> [ Consort_group.Bottom.layer ])
       ()
   in
-  Ok [ best df df2; best dl dl2; tf; tl; b ]
+  Ok [ best df df2; best dl dl2; best of_ of2; best ol ol2; tf; tl; b ]
 
 let ratios rows =
   let find name path =
@@ -240,7 +251,11 @@ let ratios rows =
                    ((f.words_per_msg -. b.words_per_msg) /. float (2 * (f.layers - 1)))
                    ((l.words_per_msg -. b.words_per_msg) /. float (2 * (l.layers - 1))))
           | _ -> None)
-        [ ("default stack", "default"); ("10-layer stack", "10 layers") ]
+        [
+          ("default stack", "default");
+          ("total-order stack", "total order");
+          ("10-layer stack", "10 layers");
+        ]
 
 let to_json rows =
   `List

@@ -172,8 +172,18 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
 (* The layered headers of the layers above one layer, as bytes, for the
    fields they were last made from: in the common case those fields do
    not change (they are constants above Mnak in the default stack), and
-   a copy a layer keeps gets them in one push. *)
-type cache = { mutable key : int array; mutable bytes : string; from : int; mutable valid : bool }
+   a copy a layer keeps gets them in one push. The cache covers the
+   layers up to the first above that has fields (the fields [from] to
+   [upto] of the frame); that one and those above it are pushed from
+   their fields each time (Total's place, above Mnak in a stack with
+   Total, changes with every cast). *)
+type cache = {
+  mutable key : int array;
+  mutable bytes : string;
+  from : int;
+  upto : int;
+  mutable valid : bool;
+}
 
 let raw_codec =
   Codec.custom ~name:"layered headers" ~size:String.length
@@ -183,7 +193,7 @@ let raw_codec =
     ~read:(fun _ -> Codec.fail "write only")
 
 let push_cached c nodes frame ~hi ~lo m =
-  let n = Array.length frame - c.from in
+  let n = c.upto - c.from in
   let same =
     c.valid
     &&
@@ -199,16 +209,21 @@ let push_cached c nodes frame ~hi ~lo m =
   end;
   if c.bytes = "" then m else Msg.push raw_codec c.bytes m
 
-let instantiate ctx st nodes dues i ~net ~app ~off ~frames l =
-  ignore frames;
+let instantiate ctx st nodes dues i ~net ~app ~off ~frames ~split l =
   match if off >= 0 then Layer.find_fast l else None with
   | Some (module F : Layer.FAST) ->
       let n = Array.length nodes in
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
-         above it, from the frame the case runs with. *)
-      let cache = { key = [||]; bytes = ""; from = off + c.nfields; valid = false } in
-      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
+         above it, from the frame the case runs with: those from the
+         layer [s] up pushed from their fields, the others cached. *)
+      let s, upto = split in
+      let cache = { key = [||]; bytes = ""; from = off + c.nfields; upto; valid = false } in
+      let layered m =
+        let frame = (Lazy.force frames).frame in
+        let m = if s <= n - 1 then push_layered nodes frame ~hi:(n - 1) ~lo:s m else m in
+        push_cached cache nodes frame ~hi:(s - 1) ~lo:(i + 1) m
+      in
       let mk s =
         Some
           {
@@ -350,9 +365,24 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             app;
           }
       in
+      (* For each layer, the first layer above it whose case has fields,
+         and where they start in the frame. *)
+      let nf i =
+        match Layer.find_fast bottom_up.(i) with
+        | Some (module F : Layer.FAST) -> F.cast.nfields
+        | None -> 0
+      in
+      let split i =
+        let s = ref (i + 1) in
+        while !s < n && nf !s = 0 do
+          incr s
+        done;
+        (!s, if !s < n then offs.(!s) else !nfields)
+      in
       Array.iteri
         (fun i l ->
-          nodes.(i) <- instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames:st l)
+          nodes.(i) <-
+            instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i) l)
         bottom_up;
       Ok (Lazy.force st)
 

@@ -56,7 +56,10 @@ let is_total i = i >= 5
 let token_stack = 6
 
 let params_of i =
-  if i = token_stack then Params.set "total.protocol" (String "token") params else params
+  (* With Total, a wider flow control window: more casts in flight, more
+     orders that overtake the casts they order. *)
+  let p = if is_total i then Params.set "mflow.window" (Int 2048) params else params in
+  if i = token_stack then Params.set "total.protocol" (String "token") p else p
 
 let n = 3
 
@@ -261,7 +264,10 @@ let run_trace ~seed =
         "view change"
       end
       else
-        match Random.State.int rs 12 with
+        (* With Total, timers run more often, at once (the sequencer's
+           orders go out), so that an order may overtake the cast it
+           orders. *)
+        match Random.State.int rs (if is_total si then 18 else 12) with
         | 0 | 1 ->
             let m = body () in
             Stack.cast !a.st (Msg.of_string pool m);
@@ -272,7 +278,7 @@ let run_trace ~seed =
             Stack.send !a.st r (Msg.of_string pool m);
             Stack.send !b.st r (Msg.of_string pool m);
             "send"
-        | 3 | 4 ->
+        | 3 | 4 | 14 | 15 ->
             let r = other () in
             Stack.cast (peer r) (Msg.of_string pool (body ()));
             "peer cast"
@@ -280,8 +286,8 @@ let run_trace ~seed =
             let r = other () in
             Stack.send (peer r) !me (Msg.of_string pool (body ()));
             "peer send"
-        | 6 ->
-            clock := !clock + Random.State.int rs 30_000_000;
+        | (6 | 12 | 13) as k ->
+            if k = 6 then clock := !clock + Random.State.int rs 30_000_000;
             let t = !clock in
             if Stack.next_alarm !a.st <= t then Stack.timer !a.st t;
             if Stack.next_alarm !b.st <= t then Stack.timer !b.st t;
@@ -289,13 +295,17 @@ let run_trace ~seed =
               (function Some st -> if Stack.next_alarm st <= t then Stack.timer st t | None -> ())
               !peers;
             "timers"
-        | _ -> (
+        | kind -> (
             match !flight with
             | [] -> "nothing in flight"
             | l ->
-                (* Mostly in order; sometimes a later one first, lost, or twice. *)
+                (* Mostly in order; sometimes a later one first (with Total,
+                   sometimes the latest: an order overtakes the cast it
+                   orders), lost, or twice. *)
                 let k =
-                  if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l) else 0
+                  if kind >= 16 then List.length l - 1
+                  else if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l)
+                  else 0
                 in
                 let ((r, from, raw, layered) as d) = List.nth l k in
                 let fate = Random.State.int rs 10 in
