@@ -375,19 +375,30 @@ module L = struct
           tok_deliver t
       | None -> ()
 
-  let stamp_queue t next =
-    let next = ref next and k = ref 0 in
-    while !k < t.burst && not (Queue.is_empty t.outq) do
+  (* Stamp what waits, [k] casts stamped so far (a cast made while one
+     goes down, from a delivery, is stamped in the same holding). *)
+  let rec stamp_queue t next k =
+    if k < t.burst && not (Queue.is_empty t.outq) then begin
       let m = Queue.pop t.outq in
       t.outq_bytes <- t.outq_bytes - Msg.length m;
-      let place = !next in
-      incr next;
-      incr k;
-      t.out.dn Event.Cast (Stamped place) m
-    done;
-    if Queue.is_empty t.outq then t.want_sent <- false;
-    flow t;
-    (!next, !k)
+      t.out.dn Event.Cast (Stamped next) m;
+      stamp_queue t (next + 1) (k + 1)
+    end
+    else begin
+      if Queue.is_empty t.outq then t.want_sent <- false;
+      flow t;
+      (next, k)
+    end
+
+  (* The token after [k] casts were stamped: kept, or passed on. *)
+  let pass_on t next k idle =
+    let idle = if k > 0 then 0 else idle + 1 in
+    let wanted = Array.exists Fun.id t.wants || not (Queue.is_empty t.outq) in
+    if t.n = 1 || (idle >= t.n && not wanted) then t.holding <- Some (next, idle)
+    else begin
+      t.tokens_passed <- t.tokens_passed + 1;
+      t.out.dn (Event.Send ((t.me + 1) mod t.n)) (Token { next; idle }) (Msg.empty ())
+    end
 
   (* This member holds the token: order what waits, then pass it on,
      unless a whole round of holders had nothing to order and no member
@@ -397,14 +408,8 @@ module L = struct
     if t.blocked || t.stopped then t.holding <- Some (next, idle)
     else begin
       t.holding <- None;
-      let next, k = stamp_queue t next in
-      let idle = if k > 0 then 0 else idle + 1 in
-      let wanted = Array.exists Fun.id t.wants || not (Queue.is_empty t.outq) in
-      if t.n = 1 || (idle >= t.n && not wanted) then t.holding <- Some (next, idle)
-      else begin
-        t.tokens_passed <- t.tokens_passed + 1;
-        t.out.dn (Event.Send ((t.me + 1) mod t.n)) (Token { next; idle }) (Msg.empty ())
-      end
+      let next, k = stamp_queue t next 0 in
+      pass_on t next k idle
     end
 
   let tok_cast t msg =
@@ -425,6 +430,13 @@ module L = struct
     then begin
       t.nonsense <- t.nonsense + 1;
       Msg.release msg
+    end
+    else if place = t.next_deliver && Hashtbl.length t.stamped = 0 then begin
+      (* Its turn: delivered at once. *)
+      t.next_deliver <- place + 1;
+      t.ordered <- t.ordered + 1;
+      deliver t o msg;
+      tok_deliver t
     end
     else begin
       Hashtbl.replace t.stamped place (o, msg);
@@ -581,11 +593,15 @@ module L = struct
     ]
 end
 
-(* The common case of a cast, sequencer protocol: down, a member's cast
+(* The common case of a cast. Sequencer protocol: down, a member's cast
    (the sequencer's when it has no order left to cast: its place is the
    field); up, a cast that comes in its turn (the sequencer's with the
    next place, nothing ordered waiting; another member's whose order came
-   first). The field: 0 for [Data], the place plus 1 for [Placed]. *)
+   first). Token protocol: down, a cast of the holder of the token with
+   nothing waiting for it (stamped with the next place; what the token
+   does then follows the cast); up, a stamped cast with the next place,
+   nothing stamped waiting. The field: 0 for [Data], [2p + 1] for
+   [Placed p], [2p + 2] for [Stamped p]. *)
 module F = struct
   include L
 
@@ -594,46 +610,84 @@ module F = struct
       Layer.nfields = 1;
       length = false;
       framed = false;
-      size = (fun a off -> if a.(off) = 0 then 1 else 1 + Codec.varint_size (a.(off) - 1));
+      size = (fun a off -> if a.(off) = 0 then 1 else 1 + Codec.varint_size ((a.(off) - 1) / 2));
       dn_ok =
         (fun t dst _ ->
-          (not t.stopped) && dst = Event.Cast && t.proto = Sequencer
-          && (t.me <> sequencer || t.unsent = []));
+          (not t.stopped) && dst = Event.Cast
+          &&
+          match t.proto with
+          | Sequencer -> t.me <> sequencer || t.unsent = []
+          | Token -> (not t.blocked) && t.holding <> None && Queue.is_empty t.outq);
       dn_fast =
         (fun t _ _ _ ~layered:_ a off ->
-          if t.me = sequencer then begin
-            let place = t.places in
-            t.places <- place + 1;
-            a.(off) <- place + 1
-          end
-          else a.(off) <- 0);
-      dn_after = (fun _ _ _ ~up:_ _ _ -> ());
+          match t.proto with
+          | Sequencer ->
+              if t.me = sequencer then begin
+                let place = t.places in
+                t.places <- place + 1;
+                a.(off) <- (2 * place) + 1
+              end
+              else a.(off) <- 0
+          | Token -> (
+              match t.holding with
+              | Some (next, _) ->
+                  t.holding <- None;
+                  a.(off) <- (2 * next) + 2
+              | None -> ()));
+      dn_after =
+        (fun t _ _ ~up:_ a off ->
+          match t.proto with
+          | Sequencer -> ()
+          | Token ->
+              let next, k = stamp_queue t (((a.(off) - 2) / 2) + 1) 1 in
+              pass_on t next k 0);
       up_ok =
         (fun t src _ a off ->
-          (not t.stopped) && t.proto = Sequencer
+          (not t.stopped)
           &&
           match src with
           | Event.Cast_from o ->
               valid t o
               &&
               let f = a.(off) in
-              if f = 0 then t.me <> sequencer && in_turn t o
-              else
-                o = sequencer
-                && f - 1 = t.known
-                && Queue.is_empty t.runs
-                && Queue.is_empty t.pending.(o)
+              (match t.proto with
+              | Sequencer ->
+                  if f = 0 then t.me <> sequencer && in_turn t o
+                  else
+                    f land 1 = 1
+                    && o = sequencer
+                    && f / 2 = t.known
+                    && Queue.is_empty t.runs
+                    && Queue.is_empty t.pending.(o)
+              | Token ->
+                  f > 0 && f land 1 = 0
+                  && (f - 2) / 2 = t.next_deliver
+                  && Hashtbl.length t.stamped = 0)
           | _ -> false);
       up_fast =
         (fun t src _ _ ~layered:_ a off ->
-          if a.(off) = 0 then take_turn t
-          else begin
-            t.known <- t.known + 1;
-            t.ordered <- t.ordered + 1
-          end;
+          (match (t.proto, src) with
+          | Sequencer, _ ->
+              if a.(off) = 0 then take_turn t
+              else begin
+                t.known <- t.known + 1;
+                t.ordered <- t.ordered + 1
+              end
+          | Token, Event.Cast_from o ->
+              t.wants.(o) <- false;
+              t.next_deliver <- t.next_deliver + 1;
+              t.ordered <- t.ordered + 1
+          | Token, _ -> ());
           src);
-      up_after = (fun t _ _ a off -> if a.(off) = 0 then seq_deliver t);
-      expand = (fun a off -> if a.(off) = 0 then Data else Placed (a.(off) - 1));
+      up_after =
+        (fun t _ _ a off ->
+          match t.proto with
+          | Sequencer -> if a.(off) = 0 then seq_deliver t
+          | Token -> tok_deliver t);
+      expand =
+        (fun a off ->
+          let f = a.(off) in
+          if f = 0 then Data else if f land 1 = 1 then Placed (f / 2) else Stamped ((f - 2) / 2));
     }
 
   let state t =
