@@ -646,11 +646,11 @@ module F = struct
           (not t.stopped)
           &&
           match src with
-          | Event.Cast_from o ->
+          | Event.Cast_from o -> (
               valid t o
               &&
               let f = a.(off) in
-              (match t.proto with
+              match t.proto with
               | Sequencer ->
                   if f = 0 then t.me <> sequencer && in_turn t o
                   else
@@ -660,7 +660,8 @@ module F = struct
                     && Queue.is_empty t.runs
                     && Queue.is_empty t.pending.(o)
               | Token ->
-                  f > 0 && f land 1 = 0
+                  f > 0
+                  && f land 1 = 0
                   && (f - 2) / 2 = t.next_deliver
                   && Hashtbl.length t.stamped = 0)
           | _ -> false);
