@@ -454,6 +454,34 @@ let test_overtaken () =
   in
   try run_trace ~script:(total, 1, script) ~seed:1 () with Differ s -> Alcotest.fail s
 
+(* A written trace with Total's token, this member of rank 1: its first
+   cast waits for the token (it asks for it, layered), gets it, stamps the
+   cast and passes it on; the token goes round idle and stops here; the
+   next cast is stamped on the bypass and the token goes on. *)
+let test_token () =
+  let script =
+    [
+      Cast "a";
+      Expect [];
+      Deliver (1, 0) (* the request: rank 0, which holds the token, passes it here *);
+      Deliver (0, 1);
+      Expect [ "cast from 1: a" ];
+      Bypassed 0;
+      Deliver (1, 2);
+      Deliver (2, 0);
+      Deliver (0, 1) (* a round with nothing to order: the token stays here *);
+      Cast "b";
+      Expect [ "cast from 1: b" ];
+      Bypassed 1;
+      Deliver (1, 0);
+      Deliver (1, 2);
+      Cast "c" (* no token here any more: a request again *);
+      Expect [];
+      Bypassed 1;
+    ]
+  in
+  try run_trace ~script:(token_stack, 1, script) ~seed:2 () with Differ s -> Alcotest.fail s
+
 (* Compressed datagrams from a stranger: truncated, overlong, fields that
    no layered header can hold, numbers out of every window. None raises,
    none is delivered, nothing leaks, and each is counted somewhere. *)
@@ -655,6 +683,7 @@ let () =
         [
           Alcotest.test_case "layered = fused" `Quick test_traces;
           Alcotest.test_case "an order overtakes its cast" `Quick test_overtaken;
+          Alcotest.test_case "the token comes and goes" `Quick test_token;
         ] );
       ("hostile", [ Alcotest.test_case "compressed garbage" `Quick test_hostile ]);
     ]
