@@ -484,10 +484,12 @@ let test_token () =
 
 (* Compressed datagrams from a stranger: truncated, overlong, fields that
    no layered header can hold, numbers out of every window. None raises,
-   none is delivered, nothing leaks, and each is counted somewhere. *)
-let test_hostile () =
+   none is delivered, nothing leaks, and each is counted somewhere. With
+   Total, the last field is Total's (this member is the sequencer). *)
+let test_hostile si () =
   let pool = Pool.create () in
   let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
+  let params = params_of si in
   let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
   let delivered = ref 0 in
   let app =
@@ -499,7 +501,7 @@ let test_hostile () =
       ctl = ignore;
     }
   in
-  let _, layers = stacks.(1) in
+  let _, layers = stacks.(si) in
   let st =
     Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app)
   in
@@ -685,5 +687,10 @@ let () =
           Alcotest.test_case "an order overtakes its cast" `Quick test_overtaken;
           Alcotest.test_case "the token comes and goes" `Quick test_token;
         ] );
-      ("hostile", [ Alcotest.test_case "compressed garbage" `Quick test_hostile ]);
+      ( "hostile",
+        [
+          Alcotest.test_case "compressed garbage" `Quick (test_hostile 1);
+          Alcotest.test_case "compressed garbage, Total (sequencer)" `Quick (test_hostile 5);
+          Alcotest.test_case "compressed garbage, Total (token)" `Quick (test_hostile token_stack);
+        ] );
     ]
