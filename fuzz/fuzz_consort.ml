@@ -20,6 +20,7 @@ let () =
   codec_tagged "suspect" G.Suspect.codec [ 0; 1; 2; 3 ];
   codec_tagged "slander" G.Slander.codec [ 0; 1; 2; 3 ];
   codec_tagged "gmp" G.Gmp.codec [ 0; 1; 2; 3; 4; 5; 6; 7 ];
+  codec_tagged "total" G.Total.codec [ 0; 1; 2; 3; 4; 5; 6 ];
   codec_tagged "side" G.Side.codec [ G.Side.magic ];
   codec_tagged "migrate" G.Migrate.codec [ G.Migrate.magic ];
   codec_tagged "cltsvr" G.Cltsvr.wire_codec [ G.Group.client_magic ];
