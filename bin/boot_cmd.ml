@@ -6,12 +6,7 @@ module R = Rpc_udp
 module Decl = Consort_capboot.Decl
 module Boot = Consort_capboot.Boot
 
-let refused fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      2)
-    fmt
+let refused = Cap_common.refused
 
 let check file =
   match Decl.load file with
@@ -25,11 +20,8 @@ let check file =
       0
 
 let load_secret file =
-  match open_in_bin file with
-  | ic ->
-      let s = really_input_string ic (in_channel_length ic) in
-      close_in ic;
-      Cap.Secret.of_raw s
+  match Consort_local.read_file file with
+  | s -> Cap.Secret.of_raw s
   | exception Sys_error _ -> (
       let s = Cap.Secret.generate () in
       try
@@ -116,17 +108,10 @@ let locate =
 
 let serve_cmd =
   let data =
-    Arg.(
-      required
-      & opt (some string) None
-      & info [ "data" ] ~docv:"DIR"
-          ~doc:"The boot server's directory: its key, and one log per service ($(i,NAME).log).")
+    Cap_common.data_arg
+      ~doc:"The boot server's directory: its key, and one log per service ($(i,NAME).log)."
   in
-  let bind =
-    Arg.(
-      value & opt string "0.0.0.0:0"
-      & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Where to answer std_status.")
-  in
+  let bind = Cap_common.bind_arg ~doc:"Where to answer std_status." in
   Cmd.v
     (Consort_cli.info ~path:"cap boot serve" "serve" ~exits
        ~doc:

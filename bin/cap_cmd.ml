@@ -7,8 +7,7 @@ module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module R = Rpc_udp
 
-(* Set from --params before a command runs. *)
-let rpc_config = ref Rpc.default_config
+let rpc_config = Cap_common.rpc_config
 let random n = Crypto.random n
 let clock () = int_of_float (Unix.gettimeofday () *. 1e9)
 
@@ -256,49 +255,25 @@ let restrict locate cap rights =
 
 (* The command line. *)
 
-let data =
-  Arg.(
-    required
-    & opt (some string) None
-    & info [ "data" ] ~docv:"DIR" ~doc:"The file server's data directory.")
-
-let bind =
-  Arg.(
-    value & opt string "0.0.0.0:0"
-    & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address to serve on.")
+let data = Cap_common.data_arg ~doc:"The file server's data directory."
+let bind = Cap_common.bind_arg ~doc:"The UDP address to serve on."
 
 let key =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "key" ] ~docv:"FILE"
-        ~doc:
-          "The server's private key, which its port is derived from (made if missing). Default: \
-           $(b,port.key) in the data directory.")
+  Cap_common.key_arg
+    ~doc:
+      "The server's private key, which its port is derived from (made if missing). Default: \
+       $(b,port.key) in the data directory."
 
-let locate =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..."
-        ~doc:
-          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+let locate = Cap_common.locate
+let exits = Cap_common.exits
 
 let cap_arg =
   Arg.(
     required & pos 0 (some string) None & info [] ~docv:"CAP" ~doc:"A capability ($(b,cap1:...)).")
 
-let exits =
-  Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2
-       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
-  :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
-
 let envs =
   [
-    Cmd.Env.info "CONSORT_LOCATE"
-      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cap_common.locate_env;
     Cmd.Env.info "CONSORT_MULTICAST"
       ~doc:
         ("The IP multicast group where servers listen for locates and clients ask \
@@ -307,29 +282,13 @@ let envs =
   ]
 
 let params_arg =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "params" ] ~docv:"NAME=VALUE,..."
-        ~doc:
-          "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
-           $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo \
-           frames ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8).")
+  Cap_common.params_arg_with
+    ~doc:
+      "RPC tunables ($(b,rpc.*), listed by $(b,consort params)), such as \
+       $(b,rpc.fragment=61440,rpc.window=16) for larger fragments between machines on jumbo frames \
+       ($(b,rpc.loopback_fragment) applies to peers on 127.0.0.0/8)."
 
-(* [configured t]: the command [t] with --params applied first. *)
-let configured t =
-  let run params f =
-    R.keep_memory ();
-    match params with
-    | None -> f ()
-    | Some s -> (
-        match Consort.Params.of_string s with
-        | Error e -> refused "--params: %a" Consort.Params.pp_error e
-        | Ok p ->
-            rpc_config := Rpc.config_of_params p;
-            f ())
-  in
-  Term.(const run $ params_arg $ t)
+let configured t = Cap_common.configured ~setup:R.keep_memory ~params:params_arg t
 
 let fsck_cmd =
   Cmd.v
@@ -447,17 +406,7 @@ let cmd =
 
 let bench_fs size_mb rounds json =
   let exe = Sys.executable_name in
-  let dir = Filename.temp_file "consort-bench-fs" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
-  let rec rm_rf p =
-    match (Unix.lstat p).Unix.st_kind with
-    | Unix.S_DIR ->
-        Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-        Unix.rmdir p
-    | _ -> Unix.unlink p
-    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-  in
+  let dir = Consort_local.temp_dir "consort-bench-fs" in
   let server = ref None in
   let cleanup_server () =
     match !server with
@@ -469,7 +418,7 @@ let bench_fs size_mb rounds json =
   in
   let cleanup () =
     cleanup_server ();
-    rm_rf dir
+    Consort_local.rm_rf dir
   in
   Fun.protect ~finally:cleanup @@ fun () ->
   let file = Filename.concat dir "file" and data = Filename.concat dir "data" in
@@ -484,11 +433,7 @@ let bench_fs size_mb rounds json =
     output_bytes oc chunk
   done;
   close_out oc;
-  let probe = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Unix.bind probe (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-  let port = match Unix.getsockname probe with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
-  Unix.close probe;
-  let addr = Printf.sprintf "127.0.0.1:%d" port in
+  let addr = Printf.sprintf "127.0.0.1:%d" (Consort_local.free_port ()) in
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
   (* Starts the server; its first line. *)
   let start_server params =

@@ -39,12 +39,7 @@ let root_cap root =
       | _ -> (
           match root_file () with
           | Some f when Sys.file_exists f -> (
-              match
-                let ic = open_in_bin f in
-                Fun.protect
-                  ~finally:(fun () -> close_in ic)
-                  (fun () -> really_input_string ic (in_channel_length ic))
-              with
+              match Consort_local.read_file f with
               | s -> (
                   (* The first line: the file may hold notes after it. *)
                   match String.split_on_char '\n' s with
@@ -78,3 +73,60 @@ let resolve ~config ?locate ?root what s =
                 match Dir_client.resolve c r s with
                 | Ok cap -> Ok cap
                 | Error e -> Error (Printf.sprintf "%s %s: %s" what s (path_error e))))
+
+(* The command line the capability commands share. *)
+
+(* The RPC tunables, set from --params before a command runs. *)
+let rpc_config = ref Rpc.default_config
+
+(* Exit statuses 0, 2 and 3, with what refused and unknown mean to a command. *)
+let exits_with ~refused ~unknown =
+  let open Cmdliner in
+  Cmd.Exit.info 0 ~doc:"done." :: Cmd.Exit.info 2 ~doc:refused :: Cmd.Exit.info 3 ~doc:unknown
+  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+
+let exits =
+  exits_with
+    ~refused:"refused (bad capability, too few rights, not found, ...): nothing was done."
+    ~unknown:"outcome unknown: the server became unreachable during the request."
+
+let locate =
+  Cmdliner.Arg.(
+    value
+    & opt (some string) None
+    & info [ "locate" ] ~docv:"ADDR:PORT,..."
+        ~doc:
+          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+
+let locate_env =
+  Cmdliner.Cmd.Env.info "CONSORT_LOCATE"
+    ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given."
+
+let params_arg_with ~doc =
+  Cmdliner.Arg.(value & opt (some string) None & info [ "params" ] ~docv:"NAME=VALUE,..." ~doc)
+
+let params_arg = params_arg_with ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params))."
+
+(* [configured t]: the command [t] with --params ([params]) applied first, after [setup ()]. *)
+let configured ?(setup = ignore) ?(params = params_arg) t =
+  let run params f =
+    setup ();
+    match params with
+    | None -> f ()
+    | Some s -> (
+        match Consort.Params.of_string s with
+        | Error e -> refused "--params: %a" Consort.Params.pp_error e
+        | Ok p ->
+            rpc_config := Rpc.config_of_params p;
+            f ())
+  in
+  Cmdliner.Term.(const run $ params $ t)
+
+(* A server's --data (required), --bind (0.0.0.0:0 by default) and --key. *)
+let data_arg ~doc =
+  Cmdliner.Arg.(required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc)
+
+let bind_arg ~doc =
+  Cmdliner.Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc)
+
+let key_arg ~doc = Cmdliner.Arg.(value & opt (some string) None & info [ "key" ] ~docv:"FILE" ~doc)

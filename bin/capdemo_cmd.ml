@@ -3,43 +3,13 @@
    process server, a replica and a process server killed while the system goes on. *)
 open Cmdliner
 open Consort_cap
+open Consort_local
 module Loop = Consort_engine.Loop
 module Boot = Consort_capboot.Boot
 module Decl = Consort_capboot.Decl
 module Time = Consort.Time
 
 let ( / ) = Filename.concat
-
-let free_port () =
-  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Fun.protect
-    ~finally:(fun () -> Unix.close s)
-    (fun () ->
-      Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-      match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> 0)
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (p / n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error _ -> ()
-
-let read_file p =
-  let ic = open_in_bin p in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let write_file p s =
-  let oc = open_out_bin p in
-  Fun.protect ~finally:(fun () -> close_out oc) (fun () -> output_string oc s)
-
-let contains s sub =
-  let n = String.length sub in
-  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
-  go 0
 
 let program =
   {|(* The demo's program: says where it runs, and exits with 7. *)
@@ -54,9 +24,7 @@ exception Failed of string
 let demo timeout keep =
   let exe = Sys.executable_name in
   let t0 = Unix.gettimeofday () in
-  let dir = Filename.temp_file "consort-demo" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
+  let dir = temp_dir "consort-demo" in
   let passed = ref 0 and failed = ref 0 in
   let say fmt = Fmt.kstr (fun s -> Fmt.pr "%6.1f s  %s@." (Unix.gettimeofday () -. t0) s) fmt in
   let check what ok =

@@ -8,7 +8,7 @@ module Fs_client = Consort_capfs_server.Fs_client
 module Loop = Consort_engine.Loop
 module R = Rpc_udp
 
-let rpc_config = ref Rpc.default_config
+let rpc_config = Cap_common.rpc_config
 let refused = Cap_common.refused
 let unknown = Cap_common.unknown
 
@@ -435,25 +435,12 @@ let envs =
     ]
 
 let exits =
-  Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2
-       ~doc:
-         "refused (no such name, not a file, too few rights, bad capability...): nothing was done."
-  :: Cmd.Exit.info 3 ~doc:"outcome unknown: a server became unreachable during the request."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  Cap_common.exits_with
+    ~refused:
+      "refused (no such name, not a file, too few rights, bad capability...): nothing was done."
+    ~unknown:"outcome unknown: a server became unreachable during the request."
 
-let configured t =
-  let run params f =
-    match params with
-    | None -> f ()
-    | Some p -> (
-        match Consort.Params.of_string p with
-        | Error e -> refused "--params: %a" Consort.Params.pp_error e
-        | Ok p ->
-            rpc_config := Rpc.config_of_params p;
-            f ())
-  in
-  Term.(const run $ Dir_cmd.params_arg $ t)
+let configured t = Cap_common.configured t
 
 let cmd name ~doc term =
   Cmd.v (Consort_cli.info ~path:("cap " ^ name) name ~exits ~envs ~doc) (configured term)

@@ -7,7 +7,7 @@ module Dir_client = Consort_capdir.Dir_client
 module Path = Consort_capdir.Path
 module Loop = Consort_engine.Loop
 
-let rpc_config = ref Rpc.default_config
+let rpc_config = Cap_common.rpc_config
 
 (* Exit statuses: 0 done, 2 refused (nothing was done), 3 outcome unknown. *)
 let refused fmt =
@@ -270,13 +270,7 @@ let serve data key_file bind group peers params =
 
 (* The command line. *)
 
-let locate =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..."
-        ~doc:
-          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+let locate = Cap_common.locate
 
 let root =
   Arg.(
@@ -303,40 +297,16 @@ let masks_opt =
            $(b,all:0x06:0x04): for a directory, the group column sees the group and other columns, \
            the other column the other column.")
 
-let exits =
-  Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2
-       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
-  :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+let exits = Cap_common.exits
 
 let envs =
   [
     Cmd.Env.info "CONSORT_ROOT"
       ~doc:"The root directory's capability, when $(b,--root) is not given.";
-    Cmd.Env.info "CONSORT_LOCATE"
-      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cap_common.locate_env;
   ]
 
-let params_arg =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "params" ] ~docv:"NAME=VALUE,..."
-        ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
-
-let configured t =
-  let run params f =
-    match params with
-    | None -> f ()
-    | Some s -> (
-        match Consort.Params.of_string s with
-        | Error e -> refused "--params: %a" Consort.Params.pp_error e
-        | Ok p ->
-            rpc_config := Rpc.config_of_params p;
-            f ())
-  in
-  Term.(const run $ params_arg $ t)
+let configured t = Cap_common.configured t
 
 let client_cmd name ~path ~doc term =
   Cmd.v (Consort_cli.info ~path name ~exits ~envs ~doc) (configured term)
@@ -385,24 +355,14 @@ let link_cmd =
     Term.(const (fun l r p c m () -> link l r p c m) $ locate $ root $ path_arg $ cap $ masks_opt)
 
 let serve_cmd =
-  let data =
-    Arg.(
-      required & opt (some string) None & info [ "data" ] ~docv:"DIR" ~doc:"This replica's store.")
-  in
+  let data = Cap_common.data_arg ~doc:"This replica's store." in
   let key =
-    Arg.(
-      value
-      & opt (some string) None
-      & info [ "key" ] ~docv:"FILE"
-          ~doc:
-            "The directory's port key, the same file at every replica (made if missing). Default: \
-             $(b,port.key) in the data directory.")
+    Cap_common.key_arg
+      ~doc:
+        "The directory's port key, the same file at every replica (made if missing). Default: \
+         $(b,port.key) in the data directory."
   in
-  let bind =
-    Arg.(
-      value & opt string "0.0.0.0:0"
-      & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"The UDP address of the RPC.")
-  in
+  let bind = Cap_common.bind_arg ~doc:"The UDP address of the RPC." in
   let group =
     Arg.(
       required

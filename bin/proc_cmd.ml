@@ -8,7 +8,7 @@ module Proc_server = Consort_capproc.Proc_server
 module Proc_client = Consort_capproc.Proc_client
 module P = Consort_capproc.Proc_proto
 
-let rpc_config = ref Rpc.default_config
+let rpc_config = Cap_common.rpc_config
 let refused = Cap_common.refused
 let unknown = Cap_common.unknown
 
@@ -184,66 +184,25 @@ let kill locate proc signal =
 
 (* The command line. *)
 
-let locate =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "locate" ] ~docv:"ADDR:PORT,..."
-        ~doc:
-          "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
-
-let exits =
-  Cmd.Exit.info 0 ~doc:"done."
-  :: Cmd.Exit.info 2
-       ~doc:"refused (bad capability, too few rights, not found, ...): nothing was done."
-  :: Cmd.Exit.info 3 ~doc:"outcome unknown: the server became unreachable during the request."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+let locate = Cap_common.locate
+let exits = Cap_common.exits
 
 let envs =
   [
-    Cmd.Env.info "CONSORT_LOCATE"
-      ~doc:"Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+    Cap_common.locate_env;
     Cmd.Env.info "CONSORT_MULTICAST"
       ~doc:"The IP multicast group where servers listen for locates and clients ask, or $(b,off).";
   ]
 
-let params_arg =
-  Arg.(
-    value
-    & opt (some string) None
-    & info [ "params" ] ~docv:"NAME=VALUE,..."
-        ~doc:"RPC tunables ($(b,rpc.*), listed by $(b,consort params)).")
-
-let configured t =
-  let run params f =
-    match params with
-    | None -> f ()
-    | Some s -> (
-        match Consort.Params.of_string s with
-        | Error e -> refused "--params: %a" Consort.Params.pp_error e
-        | Ok p ->
-            rpc_config := Rpc.config_of_params p;
-            f ())
-  in
-  Term.(const run $ params_arg $ t)
+let configured t = Cap_common.configured t
 
 let serve_cmd =
   let data =
-    Arg.(
-      required
-      & opt (some string) None
-      & info [ "data" ] ~docv:"DIR"
-          ~doc:"The process server's directory (its key, the programs it runs).")
+    Cap_common.data_arg ~doc:"The process server's directory (its key, the programs it runs)."
   in
-  let bind =
-    Arg.(value & opt string "0.0.0.0:0" & info [ "bind" ] ~docv:"ADDR:PORT" ~doc:"Where to serve.")
-  in
+  let bind = Cap_common.bind_arg ~doc:"Where to serve." in
   let key =
-    Arg.(
-      value
-      & opt (some string) None
-      & info [ "key" ] ~docv:"FILE"
-          ~doc:"The server's key (default $(i,DIR)/port.key, made if missing).")
+    Cap_common.key_arg ~doc:"The server's key (default $(i,DIR)/port.key, made if missing)."
   in
   let maxp =
     Arg.(
@@ -395,17 +354,7 @@ let kill =
 
 let bench_proc rounds json =
   let exe = Sys.executable_name in
-  let dir = Filename.temp_file "consort-bench-proc" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
-  let rec rm_rf p =
-    match (Unix.lstat p).Unix.st_kind with
-    | Unix.S_DIR ->
-        Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-        Unix.rmdir p
-    | _ -> Unix.unlink p
-    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-  in
+  let dir = Consort_local.temp_dir "consort-bench-proc" in
   let children = ref [] in
   let cleanup () =
     List.iter
@@ -413,7 +362,7 @@ let bench_proc rounds json =
         (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
         try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
       !children;
-    rm_rf dir
+    Consort_local.rm_rf dir
   in
   Fun.protect ~finally:cleanup @@ fun () ->
   let ( / ) = Filename.concat in
@@ -433,13 +382,7 @@ let bench_proc rounds json =
   in
   if not compiled then refused "bench proc: cannot compile a bytecode program (ocamlc)"
   else
-    let free_port () =
-      let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-      Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-      let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
-      Unix.close s;
-      Printf.sprintf "127.0.0.1:%d" p
-    in
+    let free_port () = Printf.sprintf "127.0.0.1:%d" (Consort_local.free_port ()) in
     let start args =
       let r, w = Unix.pipe ~cloexec:true () in
       let pid = Unix.create_process exe (Array.of_list (exe :: args)) devnull w devnull in

@@ -16,6 +16,19 @@ let describe s =
 let names =
   Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
 
+(* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
+   those with a known outcome as delivered. *)
+let of_rsm ~seed (o : Consort_kv.Rsm_sim.outcome) =
+  {
+    Consort_scenario.Scenario.seed;
+    violations = o.violations;
+    trace_hash = o.trace_hash;
+    sent = o.ops;
+    delivered = o.acked;
+    datagrams = o.datagrams;
+    end_time = o.end_time;
+  }
+
 let run_one ?trace ~params s ~seed =
   if s = Fs_sim.name then
     let o = Fs_sim.run ?trace ~seed () in
@@ -29,30 +42,8 @@ let run_one ?trace ~params s ~seed =
         datagrams = o.datagrams;
         end_time = o.end_time;
       }
-  else if s = Kv_sim.name then
-    let o = Kv_sim.run ?trace ~params ~seed () in
-    Ok
-      {
-        Consort_scenario.Scenario.seed;
-        violations = o.violations;
-        trace_hash = o.trace_hash;
-        sent = o.ops;
-        delivered = o.acked;
-        datagrams = o.datagrams;
-        end_time = o.end_time;
-      }
-  else if s = Dir_sim.name then
-    let o = Dir_sim.run ?trace ~params ~seed () in
-    Ok
-      {
-        Consort_scenario.Scenario.seed;
-        violations = o.violations;
-        trace_hash = o.trace_hash;
-        sent = o.ops;
-        delivered = o.acked;
-        datagrams = o.datagrams;
-        end_time = o.end_time;
-      }
+  else if s = Kv_sim.name then Ok (of_rsm ~seed (Kv_sim.run ?trace ~params ~seed ()))
+  else if s = Dir_sim.name then Ok (of_rsm ~seed (Dir_sim.run ?trace ~params ~seed ()))
   else if s = Gc_sim.name then
     let o = Gc_sim.run ?trace ~seed () in
     Ok

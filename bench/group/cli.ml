@@ -325,14 +325,16 @@ let peer_cmd =
       const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params
       $ props)
 
-let scale sizes params json =
+let scale sizes scale_sizes params json =
   checked "scale" params @@ fun () ->
   let params = Result.get_ok (Consort.Params.of_string params) in
   Fmt.pr
     "Scale of the vsync stack in the simulator (1 ms links, no loss): N members start at once and \
      merge;@.";
-  Fmt.pr "5 s idle, 5 s with each member casting 100 bytes once a second, then one member crashes@.";
-  let rows = Scale_sim.run ~sizes ~params () in
+  Fmt.pr
+    "5 s idle, 5 s with each member (at most 64) casting 100 bytes once a second, then one member \
+     crashes@.";
+  let rows = Scale_sim.run ~sizes ~scale_sizes ~params () in
   Fmt.pr "%a" Scale_sim.pp_table rows;
   if json then print_endline (Scale_sim.to_json rows);
   0
@@ -342,13 +344,20 @@ let scale_cmd =
     Arg.(
       value
       & opt (list Consort_cli.positive_int) [ 16; 32; 64 ]
-      & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes.")
+      & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes for the vsync stack, and batched.")
+  in
+  let scale_sizes =
+    Arg.(
+      value
+      & opt (list Consort_cli.positive_int) [ 64; 256; 1024 ]
+      & info [ "scale-sizes" ] ~docv:"N,..."
+          ~doc:"Group sizes for the Scale stack (vsync+Scale: Ringfd and mnak_tree).")
   in
   Cmd.v
     (Consort_cli.info ~path:"bench scale" "scale"
        ~doc:
          "How the cost per member of the vsync stack grows with the group, in the simulator \
           (virtual and CPU time).")
-    Term.(const scale $ sizes $ params $ json)
+    Term.(const scale $ sizes $ scale_sizes $ params $ json)
 
 let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd; scale_cmd ]

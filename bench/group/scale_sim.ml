@@ -31,17 +31,33 @@ type row = {
 
 let cpu () = Sys.time ()
 
-let counter w key layer =
+(* The sum over members of counter [key] of the first of [layers] that the
+   stack has (Suspect or Ringfd, Mnak or mnak_tree). *)
+let counter w key layers =
   let sum = ref 0 in
   for i = 0 to V.nprocs w - 1 do
     match V.member w i with
     | Some (_, st) -> (
-        match List.assoc_opt layer (Stack.counters st) with
+        let cs = Stack.counters st in
+        match List.find_map (fun l -> List.assoc_opt l cs) layers with
         | Some cs -> sum := !sum + Option.value ~default:0 (List.assoc_opt key cs)
         | None -> ())
     | None -> ()
   done;
   !sum
+
+let heartbeats w = counter w "heartbeats_sent" [ "suspect"; "ringfd" ]
+
+(* Stability messages: Mnak's status casts, or mnak_tree's reports and
+   the root's casts. *)
+let stability w =
+  counter w "status_sent" [ "mnak" ]
+  + counter w "reports_sent" [ "mnak_tree" ]
+  + counter w "stability_sent" [ "mnak_tree" ]
+
+(* Members that cast under load: all of them up to 64, then 64, so that the
+   application's own traffic stays the same beyond 64 members. *)
+let max_senders = 64
 
 (* Every live member in one view of [n]. *)
 let formed w n =
@@ -84,24 +100,24 @@ let one ~seed ~params ~stack n =
   let sent () = (Sim.stats net).Sim.sent in
   (* Idle. *)
   let c1 = cpu () in
-  let s0 = sent () and h0 = counter w "heartbeats_sent" "suspect" in
+  let s0 = sent () and h0 = heartbeats w in
   Sim.run ~until:(Sim.now net + Time.of_sec window) net;
-  let s1 = sent () and h1 = counter w "heartbeats_sent" "suspect" in
-  (* Every member casts once a second. *)
+  let s1 = sent () and h1 = heartbeats w in
+  (* Every member casts once a second (at most [max_senders] of them). *)
   let t = Sim.now net in
-  for i = 0 to n - 1 do
+  for i = 0 to min n max_senders - 1 do
     for k = 0 to int_of_float window - 1 do
       V.at w
         (t + Time.of_sec (float_of_int k) + Rng.int (V.rng w) 1_000_000_000)
         (fun () -> V.cast ~size:100 w i)
     done
   done;
-  let st0 = counter w "status_sent" "mnak"
-  and cr0 = counter w "credits_sent" "mflow"
-  and a0 = counter w "acks_sent" "pt2pt" in
+  let st0 = stability w
+  and cr0 = counter w "credits_sent" [ "mflow" ]
+  and a0 = counter w "acks_sent" [ "pt2pt" ] in
   Sim.run ~until:(t + Time.of_sec window) net;
-  let s2 = sent () and st1 = counter w "status_sent" "mnak" in
-  let cr1 = counter w "credits_sent" "mflow" and a1 = counter w "acks_sent" "pt2pt" in
+  let s2 = sent () and st1 = stability w in
+  let cr1 = counter w "credits_sent" [ "mflow" ] and a1 = counter w "acks_sent" [ "pt2pt" ] in
   let steady_cpu = cpu () -. c1 in
   (* A crash of a member that is not the coordinator. *)
   let victim = n - 1 in
@@ -140,16 +156,20 @@ let batched =
     ("mnak.status_interval", Params.Time (Time.of_ms 100));
   ]
 
-let run ?(sizes = [ 16; 32; 64 ]) ?(params = Params.empty) () =
+let run ?(sizes = [ 16; 32; 64 ]) ?(scale_sizes = [ 64; 256; 1024 ]) ?(params = Params.empty) () =
   let tuned =
     Params.override
       (List.fold_left (fun ps (k, v) -> Params.set k v ps) Params.empty batched)
       ~by:params
   in
+  let scale =
+    Params.override (Params.set "sim.props" (Params.String "vsync+Scale") Params.empty) ~by:params
+  in
   List.concat_map
     (fun n ->
       [ one ~seed:1 ~params ~stack:"vsync" n; one ~seed:1 ~params:tuned ~stack:"batched" n ])
     sizes
+  @ List.map (fun n -> one ~seed:1 ~params:scale ~stack:"scale" n) scale_sizes
 
 let opt = function Some x -> Printf.sprintf "%.2f" x | None -> "-"
 

@@ -34,8 +34,8 @@ let setup_logs ((levels, format), verbose) =
   Consort_cli.setup_logs ~verbose format levels;
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
-let main socket tcp bind ports peers key max_frame max_queue max_clients max_members hello_timeout
-    verbose =
+let main socket tcp bind ports peers key max_frame max_queue max_queued max_clients max_members
+    hello_timeout spin_us verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -59,8 +59,17 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
           max_frame;
         2
       end
+      else if max_queued < max_frame || max_queued > 1 lsl 40 then begin
+        Fmt.epr "consortd: --max-queued %d: at least --max-frame (%d) and at most 1 TiB@."
+          max_queued max_frame;
+        2
+      end
       else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
         Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
+        2
+      end
+      else if spin_us < 0 || spin_us > 10_000 then begin
+        Fmt.epr "consortd: --spin-us %d: between 0 and 10000@." spin_us;
         2
       end
       else if max_clients < 1 || max_members < 1 then begin
@@ -78,9 +87,11 @@ let main socket tcp bind ports peers key max_frame max_queue max_clients max_mem
             seal;
             max_frame;
             max_queue;
+            max_queued;
             max_clients;
             max_members;
             hello_timeout;
+            spin_us;
           }
         in
         match Server.run cfg with
@@ -149,6 +160,14 @@ let cmd =
       & info [ "max-queue" ] ~docv:"BYTES"
           ~doc:"Bytes of upcalls a client may leave unread before it is failed out of its groups.")
   in
+  let max_queued =
+    Arg.(
+      value & opt int Server.default.max_queued
+      & info [ "max-queued" ] ~docv:"BYTES"
+          ~doc:
+            "Bytes of upcalls all clients together may leave unread: over it, the client that \
+             leaves the most is failed out of its groups (ERROR $(b,overloaded)).")
+  in
   let max_clients =
     Arg.(
       value
@@ -167,6 +186,15 @@ let cmd =
       & opt float Server.default.hello_timeout
       & info [ "hello-timeout" ] ~docv:"SECONDS"
           ~doc:"A new connection that has not said HELLO by then is closed.")
+  in
+  let spin_us =
+    Arg.(
+      value & opt int Server.default.spin_us
+      & info [ "spin-us" ] ~docv:"MICROSECONDS"
+          ~doc:
+            "Before it sleeps, the daemon polls its sockets this long (0: it sleeps at once). What \
+             comes within it is served without waking a sleeping process (tens of microseconds on \
+             an idle virtual CPU), at the price of that much CPU each time the daemon goes idle.")
   in
   let verbose =
     Arg.(
@@ -204,8 +232,8 @@ let cmd =
     (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
-      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_clients
-      $ max_members $ hello_timeout
+      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_queued
+      $ max_clients $ max_members $ hello_timeout $ spin_us
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

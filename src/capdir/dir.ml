@@ -95,8 +95,7 @@ type t = {
   dirs : (int, dir) Hashtbl.t;
   mutable next : int;
   mutable total_rows : int;
-  dedup : (int64, int * response) Hashtbl.t;
-  order : int64 Queue.t;
+  dedup : response Consort_kv.Dedup.t;
 }
 
 let create lim =
@@ -106,8 +105,7 @@ let create lim =
       dirs = Hashtbl.create 64;
       next = root_obj + 1;
       total_rows = 0;
-      dedup = Hashtbl.create 64;
-      order = Queue.create ();
+      dedup = Consort_kv.Dedup.create ();
     }
   in
   Hashtbl.replace t.dirs root_obj
@@ -399,15 +397,6 @@ let execute t op =
             gone;
           Aged gone)
 
-let remember t client req r =
-  if not (Hashtbl.mem t.dedup client) then begin
-    while Hashtbl.length t.dedup >= t.lim.max_clients && not (Queue.is_empty t.order) do
-      Hashtbl.remove t.dedup (Queue.pop t.order)
-    done;
-    Queue.push client t.order
-  end;
-  Hashtbl.replace t.dedup client (req, r)
-
 let apply t ~client ~req op =
   if is_read op then (execute t op, false)
   else if match op with Touch _ -> true | _ -> false then
@@ -417,15 +406,9 @@ let apply t ~client ~req op =
     | Error _ as r -> (r, false)
     | r -> (r, true)
   else
-    match Hashtbl.find_opt t.dedup client with
-    | Some (last, r) when last = req -> (r, false)
-    | Some (last, _) when req < last ->
-        ( Error (Bad (Printf.sprintf "request %d is older than this client's last, %d" req last)),
-          false )
-    | _ ->
-        let r = execute t op in
-        remember t client req r;
-        (r, true)
+    Consort_kv.Dedup.apply t.dedup ~max_clients:t.lim.max_clients ~client ~req
+      ~older:(fun why -> Error (Bad why))
+      (fun () -> execute t op)
 
 (* {1 Codecs} *)
 
@@ -559,36 +542,16 @@ let codec lim =
       ( t.next,
         Hashtbl.fold (fun obj d acc -> (obj, d) :: acc) t.dirs []
         |> List.sort (fun (a, _) (b, _) -> compare a b),
-        Queue.fold
-          (fun acc c ->
-            let req, r = Hashtbl.find t.dedup c in
-            (c, req, r) :: acc)
-          [] t.order
-        |> List.rev ))
-    (fun (next, dirs, clients) ->
-      let t =
-        {
-          lim;
-          dirs = Hashtbl.create 64;
-          next;
-          total_rows = 0;
-          dedup = Hashtbl.create 64;
-          order = Queue.create ();
-        }
-      in
+        t.dedup ))
+    (fun (next, dirs, dedup) ->
+      let t = { lim; dirs = Hashtbl.create 64; next; total_rows = 0; dedup } in
       List.iter
         (fun (obj, d) ->
           Hashtbl.replace t.dirs obj d;
           t.total_rows <- t.total_rows + SMap.cardinal d.rows)
         dirs;
-      List.iter
-        (fun (c, req, r) ->
-          Queue.push c t.order;
-          Hashtbl.replace t.dedup c (req, r))
-        clients;
       t)
-    (tup3 varint (list ~max:max_int dir_codec)
-       (list ~max:max_int (tup3 int64 varint response_codec)))
+    (tup3 varint (list ~max:max_int dir_codec) (Consort_kv.Dedup.codec response_codec))
 
 let digest t = Digest.to_hex (Digest.string (Codec.encode_string (codec t.lim) t))
 

@@ -29,14 +29,6 @@ type outcome = {
   steps : int;
 }
 
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
 type kind = File | Directory
 
 type obj = {
@@ -48,13 +40,7 @@ type obj = {
 }
 
 let run ?trace ~seed () =
-  let base = if Sys.file_exists "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name () in
-  let scratch =
-    Filename.concat base (Printf.sprintf "consort-dirgc-sim.%d.%d" (Unix.getpid ()) seed)
-  in
-  rm_rf scratch;
-  Unix.mkdir scratch 0o755;
-  Fun.protect ~finally:(fun () -> rm_rf scratch) @@ fun () ->
+  Consort_local.with_scratch "dirgc" ~seed @@ fun scratch ->
   let rng = Random.State.make [| seed; 0x6763 |] in
   let g = Consort_cap.Crypto.deterministic (Printf.sprintf "dir-gc %d" seed) in
   let note fmt =

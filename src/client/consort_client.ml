@@ -15,12 +15,27 @@ type member = {
   on_lost : ([ `Cast | `Send of string ] -> string -> string -> unit) option;
 }
 
+(* In version 2 a CAST or SEND taken by the daemon gets no reply: it waits
+   here until a later reply shows that the daemon has served it, or until
+   a REFUSED names it. *)
+and quiet = {
+  qm : member;
+  qreq : int;
+  qsize : int;
+  qseq : int;  (** its number among the connection's quiet requests *)
+  qk : (unit, Group.error) result -> unit;
+}
+
 and t = {
   fd : Unix.file_descr;
   framer : Wire.framer;
-  rbuf : Bytes.t;
   mutable closed : string option;
-  replies : (Wire.event option -> unit) Queue.t;  (** [None]: the connection closed *)
+  mutable version : int;
+  replies : (int * (Wire.event option -> unit)) Queue.t;
+      (** each with the number of quiet requests written before it; [None]: the connection closed *)
+  quiet : quiet Queue.t;
+  mutable quiet_n : int;  (** quiet requests written *)
+  mutable since_ping : int;  (** quiet requests written since the last request with a reply *)
   upcalls : Wire.event Queue.t;
   deferred : (unit -> unit) Queue.t;
   members : (int, member) Hashtbl.t;
@@ -44,42 +59,87 @@ let shut t reason =
     (try Unix.close t.fd with Unix.Unix_error _ -> ());
     let q = Queue.copy t.replies in
     Queue.clear t.replies;
-    Queue.iter (fun k -> k None) q
+    Queue.iter (fun (_, k) -> k None) q;
+    let q = Queue.copy t.quiet in
+    Queue.clear t.quiet;
+    Queue.iter (fun e -> e.qk (Error Group.Exited)) q
   end
 
 let close t = shut t "closed by the client"
 let is_reply = function Wire.Hello_ok _ | Ok _ | Error _ | Pong _ -> true | _ -> false
 
-let process t s =
-  match Wire.decode_event s with
+let refusal m size code reason =
+  match code with
+  | Wire.Flow_control -> Group.Flow_control
+  | Wire.Too_big -> Group.Too_big { size; max = m.max_message }
+  | Wire.Not_member ->
+      Group.Not_member
+        (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
+  | Wire.Leaving -> Group.Leaving
+  | _ -> Group.Exited
+
+(* The quiet requests up to number [q] that were not refused were taken. *)
+let rec taken_upto t q =
+  match Queue.peek_opt t.quiet with
+  | Some e when e.qseq <= q ->
+      ignore (Queue.pop t.quiet);
+      e.qk (Ok ());
+      taken_upto t q
+  | _ -> ()
+
+(* REFUSED: the ones before it were taken, this one was not. *)
+let refused t handle req code reason =
+  let rec go () =
+    match Queue.take_opt t.quiet with
+    | Some e when e.qm.handle = handle && e.qreq = req ->
+        Hashtbl.remove e.qm.sent req;
+        e.qk (Error (refusal e.qm e.qsize code reason))
+    | Some e ->
+        e.qk (Ok ());
+        go ()
+    | None -> shut t "the daemon refused a message it was not sent"
+  in
+  go ()
+
+let process t = function
   | Error e -> shut t ("the daemon sent a frame that does not decode: " ^ e)
   | Ok (Wire.Error { handle; code; reason }) when handle = Wire.no_handle ->
       shut t (Printf.sprintf "%s: %s" (Wire.code_name code) reason)
   | Ok ev when is_reply ev -> (
       match Queue.take_opt t.replies with
-      | Some k -> k (Some ev)
+      | Some (q, k) ->
+          taken_upto t q;
+          k (Some ev)
       | None -> shut t "the daemon sent a reply to no request")
+  | Ok (Wire.Refused { handle; req; code; reason }) -> refused t handle req code reason
   | Ok ev -> Queue.push ev t.upcalls
 
-(* Reads once (the descriptor is readable, or blocking is fine). *)
-let read_once t =
-  match Unix.read t.fd t.rbuf 0 (Bytes.length t.rbuf) with
-  | 0 -> shut t "the daemon closed the connection"
-  | n ->
-      Wire.feed t.framer t.rbuf 0 n;
+(* Reads once what is there: [true] if something was (or the connection
+   ended). *)
+let poll_once t =
+  match Wire.read t.framer t.fd with
+  | 0 ->
+      shut t "the daemon closed the connection";
+      true
+  | _ ->
       let rec go () =
         if t.closed = None then
-          match Wire.next t.framer with
+          match Wire.next_event t.framer with
           | `Need -> ()
-          | `Frame s ->
-              process t s;
+          | `Frame r ->
+              process t r;
               go ()
           | `Too_big n -> shut t (Printf.sprintf "the daemon sent a frame of %d bytes" n)
           | `Empty_frame -> shut t "the daemon sent an empty frame"
       in
-      go ()
-  | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
-  | exception Unix.Unix_error (e, _, _) -> shut t (Unix.error_message e)
+      go ();
+      true
+  | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> false
+  | exception Unix.Unix_error (e, _, _) ->
+      shut t (Unix.error_message e);
+      true
+
+let read_once t = ignore (poll_once t)
 
 (* Writes a whole frame, reading meanwhile so that neither side waits on
    the other. *)
@@ -115,26 +175,32 @@ let flush_out t =
     write t s
   end
 
+(* Writes what is queued and reads until [got]. *)
+let await t got =
+  flush_out t;
+  while (not !got) && t.closed = None do
+    match Unix.select [ t.fd ] [] [] (-1.) with
+    | _ -> read_once t
+    | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
+  done;
+  (* Upcalls read while waiting: a loop serving the connection would not
+     hear of them from the descriptor. *)
+  if not (Queue.is_empty t.upcalls) then Option.iter (fun k -> k ()) t.kick
+
 (* A request and its reply. *)
 let call t req =
   let res = ref None and got = ref false in
   if t.closed <> None then None
   else begin
     Queue.push
-      (fun ev ->
-        got := true;
-        res := ev)
+      ( t.quiet_n,
+        fun ev ->
+          got := true;
+          res := ev )
       t.replies;
-    flush_out t;
-    write t (Wire.encode_request req);
-    while (not !got) && t.closed = None do
-      match Unix.select [ t.fd ] [] [] (-1.) with
-      | _ -> read_once t
-      | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
-    done;
-    (* Upcalls read while waiting: a loop serving the connection would not
-       hear of them from the descriptor. *)
-    if not (Queue.is_empty t.upcalls) then Option.iter (fun k -> k ()) t.kick;
+    t.since_ping <- 0;
+    Buffer.add_string t.out (Wire.encode_request req);
+    await t got;
     !res
   end
 
@@ -172,9 +238,12 @@ let connect ?(name = "ocaml") addr =
             {
               fd;
               framer = Wire.framer ~max:(1 lsl 30);
-              rbuf = Bytes.create 65536;
               closed = None;
+              version = Wire.min_version;
               replies = Queue.create ();
+              quiet = Queue.create ();
+              quiet_n = 0;
+              since_ping = 0;
               upcalls = Queue.create ();
               deferred = Queue.create ();
               members = Hashtbl.create 4;
@@ -186,7 +255,9 @@ let connect ?(name = "ocaml") addr =
           match
             call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name })
           with
-          | Some (Wire.Hello_ok _) -> Ok t
+          | Some (Wire.Hello_ok { version; _ }) ->
+              t.version <- version;
+              Ok t
           | Some (Wire.Error { code; reason; _ }) ->
               shut t reason;
               Error (Printf.sprintf "%s: %s: %s" addr (Wire.code_name code) reason)
@@ -252,16 +323,6 @@ let join ?(props = Consort_group.Properties.vsync) ?(params = "") ?(peers = []) 
       Hashtbl.remove t.members handle;
       Error (Disconnected (reason t))
 
-let refusal m size code reason =
-  match code with
-  | Wire.Flow_control -> Group.Flow_control
-  | Wire.Too_big -> Group.Too_big { size; max = m.max_message }
-  | Wire.Not_member ->
-      Group.Not_member
-        (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
-  | Wire.Leaving -> Group.Leaving
-  | _ -> Group.Exited
-
 let result m size = function
   | Some (Wire.Ok _) -> Ok ()
   | Some (Wire.Error { code; reason; _ }) -> Error (refusal m size code reason)
@@ -274,41 +335,67 @@ let track m kind payload =
 
 let untrack m req = Hashtbl.remove m.sent req
 
-let cast m payload =
-  if m.exited then Error Group.Exited
-  else
-    let req = track m `Cast payload in
-    let r =
-      result m (String.length payload) (call m.conn (Wire.Cast { handle = m.handle; req; payload }))
-    in
-    if r <> Ok () then untrack m req;
-    r
+(* Every so many quiet requests, one with a reply: it shows which were
+   taken, and bounds what waits in [quiet]. *)
+let quiet_window = 64
 
-let send m dst payload =
-  if m.exited then Error Group.Exited
-  else
-    let req = track m (`Send dst) payload in
-    let r =
-      result m (String.length payload)
-        (call m.conn (Wire.Send { handle = m.handle; req; dst; payload }))
-    in
-    if r <> Ok () then untrack m req;
-    r
+let push_ping t =
+  t.since_ping <- 0;
+  Queue.push (t.quiet_n, ignore) t.replies;
+  Buffer.add_string t.out (Wire.encode_request (Wire.Ping { cookie = 0 }))
+
+(* Queues a CAST or SEND; [k] gets its result (from the reading code). *)
+let message m kind payload k =
+  let t = m.conn in
+  let req = track m kind payload in
+  let size = String.length payload in
+  let frame =
+    match kind with
+    | `Cast -> Wire.encode_request (Wire.Cast { handle = m.handle; req; payload })
+    | `Send dst -> Wire.encode_request (Wire.Send { handle = m.handle; req; dst; payload })
+  in
+  if t.version >= 2 then begin
+    t.quiet_n <- t.quiet_n + 1;
+    Queue.push { qm = m; qreq = req; qsize = size; qseq = t.quiet_n; qk = k } t.quiet;
+    Buffer.add_string t.out frame;
+    t.since_ping <- t.since_ping + 1;
+    if t.since_ping >= quiet_window then push_ping t
+  end
+  else begin
+    Queue.push
+      ( t.quiet_n,
+        fun ev ->
+          let r = result m size ev in
+          if r <> Ok () then untrack m req;
+          k r )
+      t.replies;
+    t.since_ping <- 0;
+    Buffer.add_string t.out frame
+  end
+
+(* A message and its result: in version 2, a PING after it says when the
+   daemon has served it. *)
+let message_sync m kind payload =
+  if m.exited || m.conn.closed <> None then Error Group.Exited
+  else begin
+    let res = ref (Error Group.Exited) and got = ref false in
+    message m kind payload (fun r ->
+        res := r;
+        got := true);
+    if m.conn.version >= 2 then push_ping m.conn;
+    await m.conn got;
+    !res
+  end
+
+let cast m payload = message_sync m `Cast payload
+let send m dst payload = message_sync m (`Send dst) payload
 
 let cast_async ?(on_result = ignore) m payload =
   let t = m.conn in
   if m.exited || t.closed <> None then
     Queue.push (fun () -> on_result (Error Group.Exited)) t.deferred
   else begin
-    let req = track m `Cast payload in
-    let size = String.length payload in
-    Queue.push
-      (fun ev ->
-        let r = result m size ev in
-        if r <> Ok () then untrack m req;
-        Queue.push (fun () -> on_result r) t.deferred)
-      t.replies;
-    Buffer.add_string t.out (Wire.encode_request (Wire.Cast { handle = m.handle; req; payload }));
+    message m `Cast payload (fun r -> Queue.push (fun () -> on_result r) t.deferred);
     if Buffer.length t.out >= 65536 then flush_out t else Option.iter (fun k -> k ()) t.kick
   end
 
@@ -386,7 +473,7 @@ let upcall t ev =
               Option.iter (fun f -> f kind payload reason) m.on_lost
           | None -> ())
         (find handle)
-  | Hello_ok _ | Ok _ | Error _ | Pong _ -> ()
+  | Hello_ok _ | Ok _ | Error _ | Pong _ | Refused _ -> ()
 
 let dispatch t =
   let rec go () =
@@ -412,12 +499,56 @@ let dispatch t =
         end)
       (Hashtbl.copy t.members)
 
+(* CONSORT_CLIENT_SPIN_US: how long a step that may wait polls the
+   connection before it sleeps (0 by default), in seconds; {!set_spin}
+   sets it. *)
+let spin_s = ref None
+
+let spin () =
+  match !spin_s with
+  | Some s -> s
+  | None ->
+      let s =
+        match Sys.getenv_opt "CONSORT_CLIENT_SPIN_US" with
+        | Some v -> (
+            match int_of_string_opt v with
+            | Some n when n > 0 -> Float.min 0.01 (float n *. 1e-6)
+            | _ -> 0.)
+        | None -> 0.
+      in
+      spin_s := Some s;
+      s
+
+let set_spin us = spin_s := Some (Float.min 0.01 (float (max 0 us) *. 1e-6))
+
+(* In version 2, with messages whose fate is not known and no reply on
+   the way, a PING that will tell it. *)
+let ask t =
+  if (not (Queue.is_empty t.quiet)) && Queue.is_empty t.replies then begin
+    push_ping t;
+    flush_out t
+  end
+
 let step ?(timeout = 0.) t =
   flush_out t;
   if t.closed = None then begin
-    match Unix.select [ t.fd ] [] [] timeout with
-    | r, _, _ -> if r <> [] then read_once t
-    | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
+    let spin = spin () in
+    let spun =
+      timeout > 0. && spin > 0.
+      &&
+      let until = Unix.gettimeofday () +. Float.min spin timeout in
+      let rec go () = poll_once t || (Unix.gettimeofday () < until && go ()) in
+      go ()
+    in
+    let read =
+      spun
+      ||
+      match Unix.select [ t.fd ] [] [] timeout with
+      | r, _, _ -> r <> [] && poll_once t
+      | exception Unix.Unix_error (Unix.EINTR, _, _) -> false
+    in
+    (* Idle with messages whose fate is not known yet: ask. *)
+    if (not read) && t.closed = None then ask t
   end;
   dispatch t;
   t.closed = None
@@ -436,6 +567,7 @@ let attach t loop =
   let module L = Consort_engine.Loop in
   let serve () =
     dispatch t;
+    ask t;
     flush_out t;
     if t.closed <> None then begin
       t.kick <- None;

@@ -12,7 +12,8 @@ type t
 
 val connect : ?name:string -> string -> (t, string) result
 (** [connect addr]: [addr] is a Unix socket path, or ["tcp:127.0.0.1:PORT"]. Says HELLO (protocol
-    version 1); [name] names the client in the daemon's logs. One-line errors. *)
+    versions 1 and 2: with 2, a cast or send the daemon takes gets no reply); [name] names the
+    client in the daemon's logs. One-line errors. *)
 
 val close : t -> unit
 (** Closes the connection: the daemon fails the client's members out of their groups (they leave).
@@ -61,7 +62,9 @@ val cast_async :
   ?on_result:((unit, Consort_group.Group.error) result -> unit) -> member -> string -> unit
 (** Queues the cast without waiting for its reply: queued casts go out together at the next {!step}
     (or {!run}, or any other request), or once 64 KiB are queued; [on_result] is called from
-    {!dispatch} when the reply comes. *)
+    {!dispatch} once the daemon's answer is known: with protocol version 2, a refusal as soon as it
+    comes, and [Ok] once a later reply shows the cast was taken (the client sends a PING after every
+    64 casts, and from a {!step} that finds nothing to read). *)
 
 val leave : member -> unit
 val suspect : member -> string list -> unit
@@ -82,6 +85,11 @@ val dispatch : t -> unit
 val step : ?timeout:float -> t -> bool
 (** Waits up to [timeout] seconds (default 0: no wait) for input, reads what there is, and
     dispatches. [false] once the connection is closed. *)
+
+val set_spin : int -> unit
+(** [set_spin us]: a {!step} that may wait first polls the connection for up to [us] microseconds
+    (at most 10000) before it sleeps: what comes within it is read without the wake-up of a sleeping
+    process. [0] (the default, or the environment's [CONSORT_CLIENT_SPIN_US]) sleeps at once. *)
 
 val run : ?until:(unit -> bool) -> ?timeout:float -> t -> unit
 (** Steps until [until ()], [timeout] seconds, or the connection closes. *)

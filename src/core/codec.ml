@@ -47,6 +47,15 @@ let decode c cs off =
     | exception Fail e -> Error e
     | exception Invalid_argument why -> Error (`Malformed (c.name ^ ": " ^ why))
 
+exception Decode_error of error
+
+let read_cursor c (r : R.t) =
+  if r.pos < 0 || r.pos > Cstruct.length r.cs then raise (Decode_error (`Truncated c.name));
+  match c.read r with
+  | v -> v
+  | exception Fail e -> raise (Decode_error e)
+  | exception Invalid_argument why -> raise (Decode_error (`Malformed (c.name ^ ": " ^ why)))
+
 let decode_cursor c (r : R.t) =
   if r.pos < 0 || r.pos > Cstruct.length r.cs then Error (`Truncated c.name)
   else
@@ -148,32 +157,28 @@ let varint_size v =
   let rec go n v = if v land lnot 0x7f = 0 then n else go (n + 1) (v lsr 7) in
   go 1 v
 
-let write_varint (w : W.t) v =
-  let rec go v =
-    if v land lnot 0x7f = 0 then (
-      Bytes.unsafe_set w.buf w.pos (Char.unsafe_chr v);
-      w.pos <- w.pos + 1)
-    else (
-      Bytes.unsafe_set w.buf w.pos (Char.unsafe_chr (v land 0x7f lor 0x80));
-      w.pos <- w.pos + 1;
-      go (v lsr 7))
-  in
-  go v
+(* The loops take everything as arguments: no closure is made per number. *)
+let rec write_varint (w : W.t) v =
+  if v land lnot 0x7f = 0 then (
+    Bytes.unsafe_set w.buf w.pos (Char.unsafe_chr v);
+    w.pos <- w.pos + 1)
+  else (
+    Bytes.unsafe_set w.buf w.pos (Char.unsafe_chr (v land 0x7f lor 0x80));
+    w.pos <- w.pos + 1;
+    write_varint w (v lsr 7))
 
-let read_varint name (r : R.t) =
-  let len = Cstruct.length r.cs in
-  let rec go acc shift i =
-    if r.pos >= len then raise (Fail (`Truncated name));
-    let b = Cstruct.get_uint8 r.cs r.pos in
-    r.pos <- r.pos + 1;
-    let acc = acc lor ((b land 0x7f) lsl shift) in
-    if b land 0x80 = 0 then (
-      if b = 0 && i > 0 then fail (name ^ ": overlong encoding");
-      acc)
-    else if i = 8 then fail (name ^ ": more than 9 bytes")
-    else go acc (shift + 7) (i + 1)
-  in
-  go 0 0 0
+let rec read_varint_from name (r : R.t) len acc shift i =
+  if r.pos >= len then raise (Fail (`Truncated name));
+  let b = Cstruct.get_uint8 r.cs r.pos in
+  r.pos <- r.pos + 1;
+  let acc = acc lor ((b land 0x7f) lsl shift) in
+  if b land 0x80 = 0 then (
+    if b = 0 && i > 0 then fail (name ^ ": overlong encoding");
+    acc)
+  else if i = 8 then fail (name ^ ": more than 9 bytes")
+  else read_varint_from name r len acc (shift + 7) (i + 1)
+
+let read_varint name (r : R.t) = read_varint_from name r (Cstruct.length r.cs) 0 0 0
 
 let varint =
   {
@@ -361,6 +366,21 @@ let case tag name c proj inj =
   if tag < 0 || tag > 255 then invalid_arg "Codec.case: tag outside 0..255";
   Case (tag, name, c, proj, inj)
 
+(* Top-level loops: no closure is made per value. *)
+let rec union_size name v = function
+  | [] -> invalid_arg ("Codec.union " ^ name ^ ": no case for value")
+  | Case (_, _, c, proj, _) :: rest -> (
+      match proj v with Some b -> 1 + c.size b | None -> union_size name v rest)
+
+let rec union_write name w v = function
+  | [] -> invalid_arg ("Codec.union " ^ name ^ ": no case for value")
+  | Case (tag, _, c, proj, _) :: rest -> (
+      match proj v with
+      | Some b ->
+          uint8.write w tag;
+          c.write w b
+      | None -> union_write name w v rest)
+
 let union name cases =
   let table = Array.make 256 None in
   List.iter
@@ -371,26 +391,8 @@ let union name cases =
     cases;
   {
     name;
-    size =
-      (fun v ->
-        let rec go = function
-          | [] -> invalid_arg ("Codec.union " ^ name ^ ": no case for value")
-          | Case (_, _, c, proj, _) :: rest -> (
-              match proj v with Some b -> 1 + c.size b | None -> go rest)
-        in
-        go cases);
-    write =
-      (fun w v ->
-        let rec go = function
-          | [] -> invalid_arg ("Codec.union " ^ name ^ ": no case for value")
-          | Case (tag, _, c, proj, _) :: rest -> (
-              match proj v with
-              | Some b ->
-                  uint8.write w tag;
-                  c.write w b
-              | None -> go rest)
-        in
-        go cases);
+    size = (fun v -> union_size name v cases);
+    write = (fun w v -> union_write name w v cases);
     read =
       (fun r ->
         let tag = uint8.read r in

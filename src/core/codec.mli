@@ -56,6 +56,12 @@ val encode_into : 'a t -> Bytes.t -> int -> 'a -> int
 val decode : 'a t -> Cstruct.t -> int -> ('a * int, error) result
 (** [decode c cs off] reads one value at [off], returning it and the offset after it. *)
 
+exception Decode_error of error
+
+val read_cursor : 'a t -> R.t -> 'a
+(** [read_cursor c r] is {!decode_cursor} without a result to allocate: the value, or [Decode_error]
+    with what {!decode_cursor} would have returned. *)
+
 val decode_cursor : 'a t -> R.t -> ('a, error) result
 (** [decode_cursor c r] reads one value at [r.pos] and leaves [r.pos] after it (on [Error], [r.pos]
     is unspecified). Lets a hot path reuse one cursor instead of allocating one per value. *)

@@ -40,7 +40,14 @@ let sub t ~off ~len =
   make t.seg ~off:(t.cs.Cstruct.off + off) ~len
 
 let shift t n = sub t ~off:n ~len:(length t - n)
-let retain t = sub t ~off:0 ~len:(length t)
+
+(* A new owner of the same bytes: the slice (immutable) is shared. *)
+let retain t =
+  if not t.live then dead t;
+  Segment.incr t.seg;
+  let r = { seg = t.seg; cs = t.cs; live = true } in
+  if !checked_mode then watch r;
+  r
 
 let release t =
   if not t.live then dead t;

@@ -85,6 +85,25 @@ let push c h t =
     t
   end
 
+let bytes_codec =
+  Codec.custom ~name:"headers" ~size:Bytes.length
+    ~write:(fun (w : Codec.W.t) b ->
+      Bytes.blit b 0 w.buf w.pos (Bytes.length b);
+      w.pos <- w.pos + Bytes.length b)
+    ~read:(fun _ -> Codec.fail "write only")
+
+(* The shared buffer's [low] is 0: nothing is ever pushed in place in
+   front of it. *)
+let push_bytes b t =
+  check t "push_bytes";
+  if header_length t = 0 then begin
+    let t = moved t in
+    t.head <- { buf = b; low = 0 };
+    t.hoff <- 0;
+    t
+  end
+  else push bytes_codec b t
+
 let rec piece_at boff = function
   | [] -> None
   | v :: rest ->
@@ -147,14 +166,14 @@ let pull_then c t x ~ok ~error =
     | [ v ] when t.boff < Iovec.length v -> (
         rcur.cs <- Iovec.cstruct v;
         rcur.pos <- t.boff;
-        match Codec.decode_cursor c rcur with
-        | Ok h ->
+        match Codec.read_cursor c rcur with
+        | h ->
             let pulled = rcur.pos - t.boff in
             rcur.cs <- Cstruct.empty;
             let t = moved t in
             t.boff <- t.boff + pulled;
             ok x h t
-        | Error e ->
+        | exception Codec.Decode_error e ->
             rcur.cs <- Cstruct.empty;
             error e t)
     | _ -> ( match pull c t with Ok (h, t) -> ok x h t | Error e -> error e t)
@@ -221,6 +240,26 @@ let release t =
   Iovecs.release t.body
 
 let is_live t = t.live
+
+let is_simple t =
+  check t "is_simple";
+  match t.body with [] -> true | [ v ] -> t.boff <= Iovec.length v | _ -> false
+
+let head_bytes t = t.head.buf
+let head_offset t = t.hoff
+
+let slice_segment t =
+  match t.body with
+  | [ v ] when t.boff < Iovec.length v -> Iovec.segment v
+  | _ -> invalid_arg "Msg.slice_segment: no body"
+
+let slice_offset t = match t.body with [ v ] -> (Iovec.cstruct v).Cstruct.off + t.boff | _ -> 0
+let slice_length t = match t.body with [ v ] -> Iovec.length v - t.boff | _ -> 0
+
+let assemble buf hoff seg ~off ~len =
+  let body = if len > 0 then [ Iovec.make seg ~off ~len ] else [] in
+  { head = { buf; low = 0 }; hoff; body; boff = 0; live = true }
+
 let pp ppf t = Fmt.pf ppf "<msg %d+%d bytes>" (header_length t) (length t - header_length t)
 
 let first_byte t =

@@ -31,6 +31,11 @@ val empty : unit -> t
 val push : 'h Codec.t -> 'h -> t -> t
 (** [push c h t] is [t] with [h] encoded in front. *)
 
+val push_bytes : Bytes.t -> t -> t
+(** [push_bytes b t] is [t] with the bytes of [b] in front, as headers already encoded. Where [t]
+    has no pushed header, [b] becomes its header storage, shared and never written (a later push
+    copies): [b] must not change afterwards. Otherwise [b] is copied in front, as {!push} would. *)
+
 val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
 (** [pull c t] decodes a header from the front of [t] and returns it with the rest. On [Error], [t]
     is unchanged and still owned by the caller. *)
@@ -72,6 +77,36 @@ val to_string : t -> string
 
 val retain : t -> t
 val release : t -> unit
+
+(** {1 Taken apart}
+
+    A message whose body is one slice, seen as its header storage and that slice: a store that keeps
+    many messages (a retransmission buffer) holds these parts in flat arrays, so that keeping a
+    message leaves no object on the heap for the collector to promote. *)
+
+val is_simple : t -> bool
+(** What is left of [t]'s body is one slice (or nothing). *)
+
+val head_bytes : t -> Bytes.t
+(** The buffer holding [t]'s pushed headers, from {!head_offset} to its end. A store that keeps it
+    must not write it, nor pass it where it could be written. *)
+
+val head_offset : t -> int
+
+val slice_segment : t -> Segment.t
+(** The segment of a simple message's body slice.
+    @raise Invalid_argument if the body is empty ({!slice_length} 0). *)
+
+val slice_offset : t -> int
+(** Where a simple message's body starts in its segment's buffer. *)
+
+val slice_length : t -> int
+
+val assemble : Bytes.t -> int -> Segment.t -> off:int -> len:int -> t
+(** [assemble buf hoff seg ~off ~len] is a new message with the headers of [buf] from [hoff] (never
+    written: a push in front copies) and the body [len] bytes of [seg] at [off], taking a reference
+    of [seg]; [seg] is not used if [len] is 0. *)
+
 val is_live : t -> bool
 val pp : t Fmt.t
 

@@ -36,8 +36,8 @@ and fnode = {
 type t = {
   view : View.t;
   nodes : node array; (* bottom first *)
-  dues : Time.t array; (* when each node asked its timer to run; [max_int]: not asked *)
-  mutable next_alarm : Time.t;
+  dues : Deadlines.t; (* when each node asked its timer to run, by node *)
+  due_now : int array; (* the nodes whose timers run in this call of [timer] *)
   names : string list;
   fused : bool; (* every layer declared its common case, and the fused path is on *)
   all_fast : bool; (* every layer declared its common case: compressed casts are read *)
@@ -108,7 +108,7 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
-let build (type s h) (ctx : Layer.ctx) (st : t Lazy.t) nodes dues i ~net ~app
+let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
   let n = Array.length nodes in
   let garbage = ref 0 in
@@ -129,11 +129,7 @@ let build (type s h) (ctx : Layer.ctx) (st : t Lazy.t) nodes dues i ~net ~app
                 (* The bottom of the stack: everything below has drained. *)
                 nodes.(0).up_ctl (Event.Block_ok { round; parts = [] })
             | _ -> ());
-      alarm =
-        (fun at ->
-          if at < dues.(i) then dues.(i) <- at;
-          let st = Lazy.force st in
-          if at < st.next_alarm then st.next_alarm <- at);
+      alarm = (fun at -> if at < Deadlines.get dues i then Deadlines.set dues i at);
     }
   in
   let s = L.create ctx out in
@@ -179,37 +175,28 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
    Total, changes with every cast). *)
 type cache = {
   mutable key : int array;
-  mutable bytes : string;
+  mutable bytes : Bytes.t;
   from : int;
   upto : int;
   mutable valid : bool;
 }
 
-let raw_codec =
-  Codec.custom ~name:"layered headers" ~size:String.length
-    ~write:(fun (w : Codec.W.t) s ->
-      Bytes.blit_string s 0 w.buf w.pos (String.length s);
-      w.pos <- w.pos + String.length s)
-    ~read:(fun _ -> Codec.fail "write only")
+let rec same_key c frame n k =
+  k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
 
 let push_cached c nodes frame ~hi ~lo m =
   let n = c.upto - c.from in
-  let same =
-    c.valid
-    &&
-    let rec eq k = k >= n || (frame.(c.from + k) = c.key.(k) && eq (k + 1)) in
-    eq 0
-  in
+  let same = c.valid && same_key c frame n 0 in
   if not same then begin
     let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
-    c.bytes <- Msg.to_string e;
+    c.bytes <- Bytes.unsafe_of_string (Msg.to_string e);
     Msg.release e;
     c.key <- Array.sub frame c.from n;
     c.valid <- true
   end;
-  if c.bytes = "" then m else Msg.push raw_codec c.bytes m
+  if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
 
-let instantiate ctx st nodes dues i ~net ~app ~off ~frames ~split l =
+let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
   match if off >= 0 then Layer.find_fast l else None with
   | Some (module F : Layer.FAST) ->
       let n = Array.length nodes in
@@ -218,7 +205,7 @@ let instantiate ctx st nodes dues i ~net ~app ~off ~frames ~split l =
          above it, from the frame the case runs with: those from the
          layer [s] up pushed from their fields, the others cached. *)
       let s, upto = split in
-      let cache = { key = [||]; bytes = ""; from = off + c.nfields; upto; valid = false } in
+      let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false } in
       let layered m =
         let frame = (Lazy.force frames).frame in
         let m = if s <= n - 1 then push_layered nodes frame ~hi:(n - 1) ~lo:s m else m in
@@ -242,10 +229,10 @@ let instantiate ctx st nodes dues i ~net ~app ~off ~frames ~split l =
             state = (fun () -> F.state s);
           }
       in
-      build ctx st nodes dues i ~net ~app (module F) ~mk
+      build ctx nodes dues i ~net ~app (module F) ~mk
   | None ->
       let module L = (val l : Layer.S) in
-      build ctx st nodes dues i ~net ~app (module L) ~mk:(fun _ -> None)
+      build ctx nodes dues i ~net ~app (module L) ~mk:(fun _ -> None)
 
 let fused_error count e msg =
   incr count;
@@ -336,14 +323,14 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
         }
       in
       let nodes = Array.make n dummy in
-      let dues = Array.make n max_int in
+      let dues = Deadlines.create n in
       let st =
         lazy
           {
             view = ctx.view;
             nodes;
             dues;
-            next_alarm = max_int;
+            due_now = Array.make n 0;
             names = List.map Layer.name layers;
             fused;
             all_fast;
@@ -382,7 +369,7 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
       Array.iteri
         (fun i l ->
           nodes.(i) <-
-            instantiate ctx st nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i) l)
+            instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i) l)
         bottom_up;
       Ok (Lazy.force st)
 
@@ -516,21 +503,28 @@ let recv t msg =
     Msg.pull_then t.rcodec msg t ~ok:fused_ok ~error:t.ferror
   else t.nodes.(0).up Event.Raw msg
 
-(* Only the layers whose alarm is due run; each asks again for what it
-   still needs. A layer's timer may make another ask for a time already
-   past: [next_alarm] then says so and the driver comes back at once. *)
+(* Only the layers whose alarm is due run, bottom first; each asks again
+   for what it still needs. A layer's timer may make another ask for a
+   time already past: [next_alarm] then says so and the driver comes back
+   at once. *)
 let timer t now =
-  for i = 0 to Array.length t.nodes - 1 do
-    if t.dues.(i) <= now then begin
-      t.dues.(i) <- max_int;
-      t.nodes.(i).timer now
-    end
+  let k = Deadlines.take_due t.dues now t.due_now in
+  let d = t.due_now in
+  for j = 1 to k - 1 do
+    (* Bottom first: an insertion sort of the few due. *)
+    let x = d.(j) in
+    let m = ref j in
+    while !m > 0 && d.(!m - 1) > x do
+      d.(!m) <- d.(!m - 1);
+      decr m
+    done;
+    d.(!m) <- x
   done;
-  let next = ref max_int in
-  Array.iter (fun (d : Time.t) -> if d < !next then next := d) t.dues;
-  t.next_alarm <- !next
+  for j = 0 to k - 1 do
+    t.nodes.(t.due_now.(j)).timer now
+  done
 
-let next_alarm t = t.next_alarm
+let next_alarm t = Deadlines.next t.dues
 let view t = t.view
 let layers t = t.names
 

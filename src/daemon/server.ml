@@ -19,9 +19,11 @@ type config = {
   seal : (Seal.secret * Seal.mode) option;
   max_frame : int;
   max_queue : int;
+  max_queued : int;
   max_clients : int;
   max_members : int;
   hello_timeout : float;
+  spin_us : int;
 }
 
 let default =
@@ -34,9 +36,11 @@ let default =
     seal = None;
     max_frame = (1 lsl 20) + 1024;
     max_queue = 8 lsl 20;
+    max_queued = 64 lsl 20;
     max_clients = 256;
     max_members = 64;
     hello_timeout = 10.;
+    spin_us = 0;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -111,14 +115,18 @@ and client = {
   cid : int;
   fd : Unix.file_descr;
   framer : Wire.framer;
-  out : Buffer.t;
+  out : string Queue.t;  (** whole frames, the first one written from [out_off] on *)
   mutable out_off : int;
+  mutable queued : int;  (** bytes of [out] not written yet *)
+  mutable fd_open : bool;  (** after [closed], until the last frames are out (or given up) *)
   mutable flush_timer : Loop.timer option;
   mutable hello : bool;
+  mutable version : int;  (** agreed at HELLO *)
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
   mutable batch : bool;  (** serving the client's requests: replies wait for the end *)
   mutable hello_timer : Loop.timer option;
+  mutable close_timer : Loop.timer option;  (** the end of [linger] *)
   handles : (int, member) Hashtbl.t;
 }
 
@@ -134,7 +142,9 @@ type t = {
   live : (int, member) Hashtbl.t;  (** by UDP port: members not yet exited *)
   counters : (string, int ref) Hashtbl.t;
   mutable closing : bool;
-  rbuf : Bytes.t;
+  mutable queued : int;  (** bytes of upcalls and replies waiting for live clients, in all *)
+  mutable lingering : int;  (** connections failed out, not closed yet *)
+  wbuf : Bytes.t;  (** small frames are gathered here to go out in one write *)
 }
 
 let count t name n =
@@ -146,75 +156,172 @@ let stats t = List.sort compare (Hashtbl.fold (fun k v acc -> (k, !v) :: acc) t.
 let clients t = Hashtbl.length t.clients
 let members t = Hashtbl.length t.live
 
-(* {1 Output} *)
+(* {1 Output}
+
+   A client's replies and upcalls wait as whole frames in [out], counted
+   in [c.queued] and, while the client is live, in [t.queued]. A client
+   failed out with an ERROR gets, within [linger], the frames that waited
+   for it (when it is not failed out for leaving too much unread, and they
+   are at most [max_kept] bytes; otherwise only the rest of the frame it
+   was reading), then the ERROR, then the end. Such a connection counts as
+   a client until it is closed. *)
+
+let linger = Time.of_ms 2000
+
+(* What a client failed out with an ERROR may still get before it. *)
+let max_kept = 65536
+
+(* [n] bytes written: the frames they finish are dropped. *)
+let rec consume c n =
+  if n > 0 then begin
+    let f = Queue.peek c.out in
+    let rest = String.length f - c.out_off in
+    if n >= rest then begin
+      ignore (Queue.pop c.out);
+      c.out_off <- 0;
+      consume c (n - rest)
+    end
+    else c.out_off <- c.out_off + n
+  end
+
+let close_fd t c =
+  if c.fd_open then begin
+    c.fd_open <- false;
+    Option.iter Loop.cancel c.flush_timer;
+    c.flush_timer <- None;
+    Option.iter Loop.cancel c.close_timer;
+    c.close_timer <- None;
+    (try Unix.close c.fd with Unix.Unix_error _ -> ());
+    if c.closed then t.lingering <- t.lingering - 1 else t.queued <- t.queued - c.queued;
+    Queue.clear c.out;
+    c.out_off <- 0;
+    c.queued <- 0
+  end
+
+(* One write: the first frame's rest alone if it is large, else as many
+   frames as fit in [wbuf]. *)
+let write_some t c =
+  let first = Queue.peek c.out in
+  let rest = String.length first - c.out_off in
+  if rest >= Bytes.length t.wbuf / 2 || Queue.length c.out = 1 then
+    Unix.single_write_substring c.fd first c.out_off (min rest (256 * 1024))
+  else begin
+    let len = ref 0 and off = ref c.out_off in
+    (try
+       Queue.iter
+         (fun f ->
+           let k = min (String.length f - !off) (Bytes.length t.wbuf - !len) in
+           Bytes.blit_string f !off t.wbuf !len k;
+           len := !len + k;
+           off := 0;
+           if !len = Bytes.length t.wbuf then raise Exit)
+         c.out
+     with Exit -> ());
+    Unix.single_write c.fd t.wbuf 0 !len
+  end
 
 let rec flush t c =
   c.flush_timer <- None;
-  if not c.closed then begin
-    let len = min (Buffer.length c.out - c.out_off) (256 * 1024) in
-    if len > 0 then begin
-      let s = Buffer.sub c.out c.out_off len in
-      match Unix.single_write_substring c.fd s 0 len with
-      | n ->
-          count t "bytes_out" n;
-          c.out_off <- c.out_off + n;
-          if c.out_off = Buffer.length c.out then begin
-            (* Do not keep a large buffer for an idle client. *)
-            if Buffer.length c.out > 65536 then Buffer.reset c.out else Buffer.clear c.out;
-            c.out_off <- 0
-          end
-          else begin
-            if c.out_off > 65536 then begin
-              let rest = Buffer.sub c.out c.out_off (Buffer.length c.out - c.out_off) in
-              Buffer.reset c.out;
-              Buffer.add_string c.out rest;
-              c.out_off <- 0
-            end;
-            schedule t c (if n = len then 0 else Time.of_ms 1)
-          end
-      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
-          schedule t c (Time.of_ms 1)
-      | exception Unix.Unix_error (e, _, _) -> fail t c "write" (Unix.error_message e)
-    end
+  if c.fd_open && c.queued > 0 then begin
+    match write_some t c with
+    | n ->
+        count t "bytes_out" n;
+        consume c n;
+        c.queued <- c.queued - n;
+        if not c.closed then t.queued <- t.queued - n;
+        if c.queued > 0 then schedule t c (Time.of_ms (if c.closed then 10 else 1))
+        else if c.closed then close_fd t c
+    | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
+        schedule t c (Time.of_ms (if c.closed then 10 else 1))
+    | exception Unix.Unix_error (e, _, _) ->
+        if c.closed then close_fd t c else fail t c "write" (Unix.error_message e)
   end
+  else if c.closed then close_fd t c
 
 and schedule t c delay =
   match c.flush_timer with
   | Some _ -> ()
   | None -> c.flush_timer <- Some (Loop.after t.loop delay (fun () -> flush t c))
 
-(* Queue a frame to a client; a client that leaves more than [max_queue]
-   bytes unread is failed out. *)
+(* Queue a frame to a client. A client that leaves more than [max_queue]
+   bytes unread is failed out; so is, when all clients together leave more
+   than [max_queued], the one that leaves the most. *)
 and emit t c frame =
   if not c.closed then begin
-    Buffer.add_string c.out frame;
-    if Buffer.length c.out - c.out_off > t.cfg.max_queue then
-      fail t c "overloaded" (Printf.sprintf "more than %d bytes of upcalls unread" t.cfg.max_queue)
-    else if c.batch then schedule t c 0
-    else if c.flush_timer = None then begin
-      (* Nothing waiting: out at once (an upcall from the network), and
-         what follows in this round of the loop goes out together at its
-         end. While a client's requests are served, replies are written
-         together at the end of the batch. *)
-      flush t c;
-      schedule t c 0
+    let n = String.length frame in
+    Queue.push frame c.out;
+    c.queued <- c.queued + n;
+    t.queued <- t.queued + n;
+    if c.queued > t.cfg.max_queue then
+      let reason =
+        Printf.sprintf "more than %d bytes of upcalls unread (--max-queue)" t.cfg.max_queue
+      in
+      fail t c "overloaded" reason ~error:(Wire.Overloaded, reason)
+    else begin
+      if t.queued > t.cfg.max_queued then shed t;
+      (* Out at the end of this round of the loop, with what else comes
+         in it (one write for the datagrams of one receive); while a
+         client's requests are served, at the end of the batch. *)
+      if not c.closed then schedule t c 0
     end
   end
 
-(* The client is gone, or is to be: its members leave their groups. *)
-and fail t c why detail =
+(* Over the daemon's cap: the clients that leave the most are failed out
+   until the rest is under it. *)
+and shed t =
+  let worst =
+    Hashtbl.fold
+      (fun _ (c : client) (acc : client option) ->
+        match acc with
+        | Some w when w.queued >= c.queued -> acc
+        | _ -> if c.queued > 0 then Some c else acc)
+      t.clients None
+  in
+  match worst with
+  | None -> ()
+  | Some c ->
+      let reason =
+        Printf.sprintf
+          "the daemon's clients leave more than %d bytes unread (--max-queued); this one the most, \
+           %d"
+          t.cfg.max_queued c.queued
+      in
+      fail t c "overloaded" reason ~error:(Wire.Overloaded, reason);
+      if t.queued > t.cfg.max_queued then shed t
+
+(* The client is gone, or is to be: its members leave their groups. With
+   [error], an ERROR about the connection is its last frame. *)
+and fail ?error t c why detail =
   if not c.closed then begin
-    c.closed <- true;
     count t ("failed_" ^ why) 1;
     Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail);
-    Option.iter Loop.cancel c.flush_timer;
-    c.flush_timer <- None;
+    c.closed <- true;
+    t.queued <- t.queued - c.queued;
     Option.iter Loop.cancel c.hello_timer;
     c.hello_timer <- None;
     Loop.unwatch t.loop c.fd;
-    (try Unix.close c.fd with Unix.Unix_error _ -> ());
     Hashtbl.remove t.clients c.cid;
-    Buffer.reset c.out;
+    t.lingering <- t.lingering + 1;
+    (match error with
+    | None -> close_fd t c
+    | Some (code, reason) ->
+        (* The frames waiting stay if they are few (the client is owed
+           its replies) and the client is not failed out for leaving too
+           much unread; otherwise only the frame under way. Then the
+           ERROR, and at most [linger] to write them. *)
+        if code = Wire.Overloaded || c.queued > max_kept then begin
+          let keep = if c.out_off > 0 then Queue.take_opt c.out else None in
+          Queue.clear c.out;
+          Option.iter (fun f -> Queue.push f c.out) keep;
+          c.queued <- Option.fold ~none:0 ~some:(fun f -> String.length f - c.out_off) keep
+        end;
+        let e = Wire.encode_event (Wire.Error { handle = Wire.no_handle; code; reason }) in
+        Queue.push e c.out;
+        c.queued <- c.queued + String.length e;
+        Option.iter Loop.cancel c.flush_timer;
+        c.flush_timer <- None;
+        flush t c;
+        if c.fd_open then c.close_timer <- Some (Loop.after t.loop linger (fun () -> close_fd t c)));
     (* A leave may exit at once (a member alone), which changes the table:
        the members are listed first. *)
     let ms = Hashtbl.fold (fun _ m acc -> m :: acc) c.handles [] in
@@ -222,15 +329,7 @@ and fail t c why detail =
   end
 
 (* An ERROR about the connection itself, then the end of it. *)
-let fatal t c code reason =
-  if not c.closed then begin
-    let frame = Wire.encode_event (Wire.Error { handle = Wire.no_handle; code; reason }) in
-    Buffer.add_string c.out frame;
-    (* A last try, without waiting: the client may not be reading. *)
-    flush t c;
-    fail t c (Wire.code_name code) reason
-  end
-
+let fatal t c code reason = fail t c (Wire.code_name code) reason ~error:(code, reason)
 let reply t c ev = emit t c (Wire.encode_event ev)
 let err t c handle code reason = reply t c (Wire.Error { handle; code; reason })
 
@@ -438,6 +537,24 @@ let with_member t c handle f =
 let max_group = 255
 let ok t c handle = reply t c (Wire.Ok { handle; value = 0; info = "" })
 
+(* A CAST or SEND: OK or ERROR in version 1; in version 2, nothing when
+   it is taken, REFUSED when not. *)
+let message t c ~handle ~req payload f =
+  let refused code reason =
+    if c.version >= 2 then reply t c (Wire.Refused { handle; req; code; reason })
+    else err t c handle code reason
+  in
+  match Hashtbl.find_opt c.handles handle with
+  | Some ({ g = Some g; exited = false; _ } as m) -> (
+      if m.report then Queue.push (req, payload) m.pending;
+      match f g with
+      | Ok () -> if c.version < 2 then ok t c handle
+      | Error e ->
+          if m.report then ignore (take_pending m payload);
+          let code, reason = refusal e in
+          refused code reason)
+  | _ -> refused Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
+
 let request t c (r : Wire.request) =
   match r with
   | Hello { min_version; max_version; _ } ->
@@ -448,12 +565,13 @@ let request t c (r : Wire.request) =
              max_version Wire.min_version Wire.version)
       else begin
         c.hello <- true;
+        c.version <- min max_version Wire.version;
         Option.iter Loop.cancel c.hello_timer;
         c.hello_timer <- None;
         reply t c
           (Wire.Hello_ok
              {
-               version = min max_version Wire.version;
+               version = c.version;
                max_frame = t.cfg.max_frame;
                max_queue = t.cfg.max_queue;
                server = "consortd 0.1.0";
@@ -479,24 +597,9 @@ let request t c (r : Wire.request) =
       with_member t c handle (fun _ g ->
           ok t c handle;
           G.leave g)
-  | Cast { handle; req; payload } ->
-      with_member t c handle (fun m g ->
-          if m.report then Queue.push (req, payload) m.pending;
-          match G.cast g payload with
-          | Ok () -> ok t c handle
-          | Error e ->
-              if m.report then ignore (take_pending m payload);
-              let code, reason = refusal e in
-              err t c handle code reason)
+  | Cast { handle; req; payload } -> message t c ~handle ~req payload (fun g -> G.cast g payload)
   | Send { handle; req; dst; payload } ->
-      with_member t c handle (fun m g ->
-          if m.report then Queue.push (req, payload) m.pending;
-          match G.send g dst payload with
-          | Ok () -> ok t c handle
-          | Error e ->
-              if m.report then ignore (take_pending m payload);
-              let code, reason = refusal e in
-              err t c handle code reason)
+      message t c ~handle ~req payload (fun g -> G.send g dst payload)
   | Suspect { handle; ids } ->
       with_member t c handle (fun _ g ->
           G.suspect g ids;
@@ -533,15 +636,14 @@ let request t c (r : Wire.request) =
 
 (* Reads what the client sent and serves every whole frame. *)
 let readable t c =
-  match Unix.read c.fd t.rbuf 0 (Bytes.length t.rbuf) with
+  match Wire.read c.framer c.fd with
   | 0 -> fail t c "closed" "end of stream"
   | n ->
       count t "bytes_in" n;
-      Wire.feed c.framer t.rbuf 0 n;
       let rec frames () =
         if c.discard > 0 then c.discard <- c.discard - Wire.skip c.framer c.discard;
         if (not c.closed) && c.discard = 0 then
-          match Wire.next c.framer with
+          match Wire.next_request c.framer with
           | `Need -> ()
           | `Empty_frame -> fatal t c Wire.Malformed "a frame of length 0"
           | `Too_big n ->
@@ -549,18 +651,26 @@ let readable t c =
                  its reply says why (the stream stays in step). *)
               count t "frames_too_big" 1;
               let handle = Option.value ~default:Wire.no_handle (Wire.peek_u32 c.framer 5) in
+              let ty = Option.map (fun v -> v land 0xff) (Wire.peek_u32 c.framer 1) in
+              let req = Option.value ~default:0 (Wire.peek_u32 c.framer 9) in
               ignore (Wire.skip c.framer 4);
               c.discard <- n;
               if not c.hello then fatal t c Wire.Not_hello "the first frame must be HELLO"
               else begin
                 let handle = if handle = Wire.no_handle then 0 else handle in
-                err t c handle Wire.Too_big
-                  (Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame);
+                let reason =
+                  Printf.sprintf "a frame of %d bytes, over the limit of %d" n t.cfg.max_frame
+                in
+                (* In version 2 a CAST or SEND has no reply: REFUSED says it. *)
+                (match ty with
+                | Some (0x04 | 0x05) when c.version >= 2 ->
+                    reply t c (Wire.Refused { handle; req; code = Wire.Too_big; reason })
+                | _ -> err t c handle Wire.Too_big reason);
                 frames ()
               end
-          | `Frame s -> (
+          | `Frame r -> (
               count t "frames_in" 1;
-              match Wire.decode_request s with
+              match r with
               | Error e -> fatal t c Wire.Malformed (one_line e)
               | Ok r ->
                   request t c r;
@@ -585,10 +695,14 @@ let add_client t fd =
       cid = t.next_cid;
       fd;
       framer = Wire.framer ~max:t.cfg.max_frame;
-      out = Buffer.create 256;
+      out = Queue.create ();
       out_off = 0;
+      queued = 0;
+      fd_open = true;
+      close_timer = None;
       flush_timer = None;
       hello = false;
+      version = Wire.min_version;
       closed = false;
       discard = 0;
       batch = false;
@@ -598,7 +712,7 @@ let add_client t fd =
   in
   count t "clients" 1;
   Hashtbl.replace t.clients c.cid c;
-  if t.closing || Hashtbl.length t.clients > t.cfg.max_clients then
+  if t.closing || Hashtbl.length t.clients + t.lingering > t.cfg.max_clients then
     fatal t c Wire.Overloaded
       (if t.closing then "the daemon is stopping"
        else Printf.sprintf "at most %d clients" t.cfg.max_clients)
@@ -705,6 +819,8 @@ let create loop cfg =
   let* () =
     if cfg.max_frame < 64 || cfg.max_queue < cfg.max_frame then
       Error "limits: --max-queue must be at least the frame limit"
+    else if cfg.max_queued < cfg.max_frame then
+      Error "limits: --max-queued must be at least the frame limit"
     else Ok ()
   in
   let* lu =
@@ -734,7 +850,9 @@ let create loop cfg =
       live = Hashtbl.create 64;
       counters = Hashtbl.create 16;
       closing = false;
-      rbuf = Bytes.create 65536;
+      queued = 0;
+      lingering = 0;
+      wbuf = Bytes.create 65536;
     }
   in
   List.iter (fun l -> Loop.watch loop l (fun () -> accept t l)) t.listeners;
@@ -764,6 +882,7 @@ let close t ~on_done =
 let run cfg =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   let loop = Loop.create () in
+  Loop.set_spin loop (Time.of_us cfg.spin_us);
   match create loop cfg with
   | Error e -> Error e
   | Ok t ->
@@ -778,8 +897,9 @@ let run cfg =
           let gc = Gc.stat () in
           let head =
             Printf.sprintf
-              "counters clients=%d members=%d timers=%d watched=%d heap_kib=%d live_kib=%d"
-              (clients t) (members t) (Loop.timers loop) (Loop.watched loop)
+              "counters clients=%d members=%d queued=%d lingering=%d timers=%d watched=%d \
+               heap_kib=%d live_kib=%d"
+              (clients t) (members t) t.queued t.lingering (Loop.timers loop) (Loop.watched loop)
               (gc.Gc.heap_words * (Sys.word_size / 8) / 1024)
               (gc.Gc.live_words * (Sys.word_size / 8) / 1024)
           in

@@ -7,10 +7,11 @@
     client's) and at the other members of that group on this daemon.
 
     A client that closes its connection, dies mid-frame, sends bytes that do not decode, goes over
-    the frame limit, or lets more than [max_queue] bytes of upcalls wait unread is failed out: its
-    members leave their groups (a clean leave; the others install a view without them), and its
-    connection is closed. Nothing a client sends or fails to read reaches another client or raises
-    out of the daemon. *)
+    the frame limit, or lets more than [max_queue] bytes of upcalls wait unread is failed out (so
+    is, when all clients together leave more than [max_queued] bytes unread, the one that leaves the
+    most): its members leave their groups (a clean leave; the others install a view without them),
+    and its connection is closed. Nothing a client sends or fails to read reaches another client or
+    raises out of the daemon. *)
 
 type config = {
   socket : string option;  (** a Unix socket path *)
@@ -21,14 +22,20 @@ type config = {
   seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
   max_frame : int;  (** the largest frame body accepted *)
   max_queue : int;  (** bytes of upcalls a client may leave unread *)
+  max_queued : int;
+      (** bytes of upcalls all clients together may leave unread: over it, the client that leaves
+          the most is failed out *)
   max_clients : int;
   max_members : int;  (** per client *)
   hello_timeout : float;  (** seconds a new connection has to say HELLO *)
+  spin_us : int;
+      (** microseconds the loop polls before it sleeps (0: none); see
+          {!Consort_engine.Loop.set_spin} *)
 }
 
 val default : config
 (** No socket, UDP from 127.0.0.1:7500 (32 ports), frames up to 1 MiB + 1 KiB, 8 MiB of queue per
-    client, 256 clients, 64 members each, 10 s to say HELLO. *)
+    client and 64 MiB for all, 256 clients, 64 members each, 10 s to say HELLO. *)
 
 val parse_peers : ?max_peers:int -> string list -> (string list, string) result
 (** Expands ["IP:PORT-PORT"] ranges (at most [max_peers], default 1024, addresses in all); one line

@@ -1,4 +1,4 @@
-let version = 1
+let version = 2
 let min_version = 1
 
 type code =
@@ -98,107 +98,135 @@ type event =
   | Exit of { handle : int }
   | Sent of { handle : int; req : int; kind : kind; view : string }
   | Lost of { handle : int; req : int; reason : string }
+  | Refused of { handle : int; req : int; code : code; reason : string }
 
 let no_handle = 0xffffffff
 
-(* {1 Encoding} *)
+(* {1 Encoding}: each frame is sized first, then written once into bytes
+   of exactly its size. *)
 
-let u8 b n = Buffer.add_char b (Char.chr (n land 0xff))
+type w = { b : Bytes.t; mutable p : int }
 
-let u16 b n =
-  u8 b (n lsr 8);
-  u8 b n
+let u8 w n =
+  Bytes.unsafe_set w.b w.p (Char.unsafe_chr (n land 0xff));
+  w.p <- w.p + 1
 
-let u32 b n =
-  u16 b ((n lsr 16) land 0xffff);
-  u16 b (n land 0xffff)
+let u16 w n =
+  Bytes.set_uint16_be w.b w.p (n land 0xffff);
+  w.p <- w.p + 2
 
-let u64 b n =
-  u32 b ((n lsr 32) land 0xffffffff);
-  u32 b (n land 0xffffffff)
+let u32 w n =
+  Bytes.set_int32_be w.b w.p (Int32.of_int (n land 0xffffffff));
+  w.p <- w.p + 4
 
-let str b s =
-  u32 b (String.length s);
-  Buffer.add_string b s
+let u64 w n =
+  u32 w ((n lsr 32) land 0xffffffff);
+  u32 w (n land 0xffffffff)
 
-let strs b l =
-  u32 b (List.length l);
-  List.iter (str b) l
+let str w s =
+  u32 w (String.length s);
+  Bytes.blit_string s 0 w.b w.p (String.length s);
+  w.p <- w.p + String.length s
 
-(* The frame: its length, then the body [f] writes. *)
-let frame ty f =
-  let b = Buffer.create 64 in
-  u32 b 0;
-  u8 b ty;
-  f b;
-  let s = Buffer.to_bytes b in
-  let n = Bytes.length s - 4 in
-  Bytes.set s 0 (Char.chr ((n lsr 24) land 0xff));
-  Bytes.set s 1 (Char.chr ((n lsr 16) land 0xff));
-  Bytes.set s 2 (Char.chr ((n lsr 8) land 0xff));
-  Bytes.set s 3 (Char.chr (n land 0xff));
-  Bytes.unsafe_to_string s
+let strs w l =
+  u32 w (List.length l);
+  List.iter (str w) l
+
+(* Sizes of the fields. *)
+let s_str s = 4 + String.length s
+let s_strs l = List.fold_left (fun n s -> n + s_str s) 4 l
+
+(* The frame of [size] bytes of fields: its length, then the body [f]
+   writes. *)
+let frame ty size f =
+  let w = { b = Bytes.create (5 + size); p = 0 } in
+  u32 w (size + 1);
+  u8 w ty;
+  f w;
+  assert (w.p = 5 + size);
+  Bytes.unsafe_to_string w.b
 
 let encode_request = function
   | Hello { min_version; max_version; name } ->
-      frame 0x01 (fun b ->
+      frame 0x01
+        (4 + s_str name)
+        (fun b ->
           u16 b min_version;
           u16 b max_version;
           str b name)
   | Join { handle; group; props; params; flags; peers } ->
-      frame 0x02 (fun b ->
+      frame 0x02
+        (4 + s_str group + s_str props + s_str params + 4 + s_strs peers)
+        (fun b ->
           u32 b handle;
           str b group;
           str b props;
           str b params;
           u32 b flags;
           strs b peers)
-  | Leave { handle } -> frame 0x03 (fun b -> u32 b handle)
+  | Leave { handle } -> frame 0x03 4 (fun b -> u32 b handle)
   | Cast { handle; req; payload } ->
-      frame 0x04 (fun b ->
+      frame 0x04
+        (8 + s_str payload)
+        (fun b ->
           u32 b handle;
           u32 b req;
           str b payload)
   | Send { handle; req; dst; payload } ->
-      frame 0x05 (fun b ->
+      frame 0x05
+        (8 + s_str dst + s_str payload)
+        (fun b ->
           u32 b handle;
           u32 b req;
           str b dst;
           str b payload)
   | Suspect { handle; ids } ->
-      frame 0x06 (fun b ->
+      frame 0x06
+        (4 + s_strs ids)
+        (fun b ->
           u32 b handle;
           strs b ids)
-  | Block_ok { handle } -> frame 0x07 (fun b -> u32 b handle)
+  | Block_ok { handle } -> frame 0x07 4 (fun b -> u32 b handle)
   | Switch { handle; props; params } ->
-      frame 0x08 (fun b ->
+      frame 0x08
+        (4 + s_str props + s_str params)
+        (fun b ->
           u32 b handle;
           str b props;
           str b params)
-  | Ping { cookie } -> frame 0x09 (fun b -> u32 b cookie)
+  | Ping { cookie } -> frame 0x09 4 (fun b -> u32 b cookie)
 
 let kind_to_int = function `Cast -> 0 | `Send -> 1
 
 let encode_event = function
   | Hello_ok { version; max_frame; max_queue; server } ->
-      frame 0x81 (fun b ->
+      frame 0x81
+        (10 + s_str server)
+        (fun b ->
           u16 b version;
           u32 b max_frame;
           u32 b max_queue;
           str b server)
   | Ok { handle; value; info } ->
-      frame 0x82 (fun b ->
+      frame 0x82
+        (12 + s_str info)
+        (fun b ->
           u32 b handle;
           u64 b value;
           str b info)
   | Error { handle; code; reason } ->
-      frame 0x83 (fun b ->
+      frame 0x83
+        (6 + s_str reason)
+        (fun b ->
           u32 b handle;
           u16 b (code_to_int code);
           str b reason)
-  | Pong { cookie } -> frame 0x84 (fun b -> u32 b cookie)
+  | Pong { cookie } -> frame 0x84 4 (fun b -> u32 b cookie)
   | View { handle; vid; ltime; rank; coordinator; members; joined; left; why } ->
-      frame 0xa1 (fun b ->
+      frame 0xa1
+        (4 + s_str vid + 8 + 4 + s_str coordinator + s_strs members + s_strs joined + s_strs left
+       + s_strs why)
+        (fun b ->
           u32 b handle;
           str b vid;
           u64 b ltime;
@@ -209,40 +237,56 @@ let encode_event = function
           strs b left;
           strs b why)
   | Cast_up { handle; origin; payload } ->
-      frame 0xa2 (fun b ->
+      frame 0xa2
+        (4 + s_str origin + s_str payload)
+        (fun b ->
           u32 b handle;
           str b origin;
           str b payload)
   | Send_up { handle; origin; payload } ->
-      frame 0xa3 (fun b ->
+      frame 0xa3
+        (4 + s_str origin + s_str payload)
+        (fun b ->
           u32 b handle;
           str b origin;
           str b payload)
-  | Block { handle } -> frame 0xa4 (fun b -> u32 b handle)
+  | Block { handle } -> frame 0xa4 4 (fun b -> u32 b handle)
   | Flow { handle; blocked } ->
-      frame 0xa5 (fun b ->
+      frame 0xa5 5 (fun b ->
           u32 b handle;
           u8 b (if blocked then 1 else 0))
-  | Exit { handle } -> frame 0xa6 (fun b -> u32 b handle)
+  | Exit { handle } -> frame 0xa6 4 (fun b -> u32 b handle)
   | Sent { handle; req; kind; view } ->
-      frame 0xa7 (fun b ->
+      frame 0xa7
+        (9 + s_str view)
+        (fun b ->
           u32 b handle;
           u32 b req;
           u8 b (kind_to_int kind);
           str b view)
   | Lost { handle; req; reason } ->
-      frame 0xa8 (fun b ->
+      frame 0xa8
+        (8 + s_str reason)
+        (fun b ->
           u32 b handle;
           u32 b req;
+          str b reason)
+  | Refused { handle; req; code; reason } ->
+      frame 0xa9
+        (10 + s_str reason)
+        (fun b ->
+          u32 b handle;
+          u32 b req;
+          u16 b (code_to_int code);
           str b reason)
 
 (* {1 Decoding}: a cursor over the body; [Short] and [Bad] never escape. *)
 
 exception Bad of string
 
-type cur = { s : string; mutable pos : int }
+type cur = { s : string; mutable pos : int; lim : int }
 
-let need c n = if n < 0 || c.pos + n > String.length c.s then raise (Bad "truncated")
+let need c n = if n < 0 || c.pos + n > c.lim then raise (Bad "truncated")
 
 let g8 c =
   need c 1;
@@ -274,115 +318,124 @@ let gstrs c =
   let n = g32 c in
   (* Each element takes at least 4 bytes: a count beyond what is left is
      refused before anything is built. *)
-  if n > (String.length c.s - c.pos) / 4 then raise (Bad "a list longer than its frame");
+  if n > (c.lim - c.pos) / 4 then raise (Bad "a list longer than its frame");
   List.init n (fun _ -> gstr c)
 
 let gbool c =
   match g8 c with 0 -> false | 1 -> true | _ -> raise (Bad "a boolean that is neither 0 nor 1")
 
-let decode f s =
-  let c = { s; pos = 0 } in
+(* The body at [off], [len] bytes, of [s]. *)
+let decode_sub f s off len =
+  let c = { s; pos = off; lim = off + len } in
   match
     let ty = g8 c in
     let v = f c ty in
-    if c.pos <> String.length s then
-      raise (Bad (Printf.sprintf "%d bytes after the fields" (String.length s - c.pos)));
+    if c.pos <> c.lim then raise (Bad (Printf.sprintf "%d bytes after the fields" (c.lim - c.pos)));
     v
   with
   | v -> Result.Ok v
   | exception Bad e -> Result.Error e
 
-let decode_request =
-  decode (fun c -> function
-    | 0x01 ->
-        let min_version = g16 c in
-        let max_version = g16 c in
-        let name = gstr c in
-        Hello { min_version; max_version; name }
-    | 0x02 ->
-        let handle = g32 c in
-        let group = gstr c in
-        let props = gstr c in
-        let params = gstr c in
-        let flags = g32 c in
-        let peers = gstrs c in
-        Join { handle; group; props; params; flags; peers }
-    | 0x03 -> Leave { handle = g32 c }
-    | 0x04 ->
-        let handle = g32 c in
-        let req = g32 c in
-        Cast { handle; req; payload = gstr c }
-    | 0x05 ->
-        let handle = g32 c in
-        let req = g32 c in
-        let dst = gstr c in
-        Send { handle; req; dst; payload = gstr c }
-    | 0x06 ->
-        let handle = g32 c in
-        Suspect { handle; ids = gstrs c }
-    | 0x07 -> Block_ok { handle = g32 c }
-    | 0x08 ->
-        let handle = g32 c in
-        let props = gstr c in
-        Switch { handle; props; params = gstr c }
-    | 0x09 -> Ping { cookie = g32 c }
-    | t -> raise (Bad (Printf.sprintf "unknown request type 0x%02x" t)))
+let decode f s = decode_sub f s 0 (String.length s)
 
-let decode_event =
-  decode (fun c -> function
-    | 0x81 ->
-        let version = g16 c in
-        let max_frame = g32 c in
-        let max_queue = g32 c in
-        Hello_ok { version; max_frame; max_queue; server = gstr c }
-    | 0x82 ->
-        let handle = g32 c in
-        let value = g64 c in
-        Ok { handle; value; info = gstr c }
-    | 0x83 ->
-        let handle = g32 c in
-        let code = code_of_int (g16 c) in
-        Error { handle; code; reason = gstr c }
-    | 0x84 -> Pong { cookie = g32 c }
-    | 0xa1 ->
-        let handle = g32 c in
-        let vid = gstr c in
-        let ltime = g64 c in
-        let rank = g32 c in
-        let coordinator = gstr c in
-        let members = gstrs c in
-        let joined = gstrs c in
-        let left = gstrs c in
-        let why = gstrs c in
-        View { handle; vid; ltime; rank; coordinator; members; joined; left; why }
-    | 0xa2 ->
-        let handle = g32 c in
-        let origin = gstr c in
-        Cast_up { handle; origin; payload = gstr c }
-    | 0xa3 ->
-        let handle = g32 c in
-        let origin = gstr c in
-        Send_up { handle; origin; payload = gstr c }
-    | 0xa4 -> Block { handle = g32 c }
-    | 0xa5 ->
-        let handle = g32 c in
-        Flow { handle; blocked = gbool c }
-    | 0xa6 -> Exit { handle = g32 c }
-    | 0xa7 ->
-        let handle = g32 c in
-        let req = g32 c in
-        let kind =
-          match g8 c with
-          | 0 -> `Cast
-          | 1 -> `Send
-          | _ -> raise (Bad "a kind that is neither 0 nor 1")
-        in
-        Sent { handle; req; kind; view = gstr c }
-    | 0xa8 ->
-        let handle = g32 c in
-        let req = g32 c in
-        Lost { handle; req; reason = gstr c }
-    | t -> raise (Bad (Printf.sprintf "unknown event type 0x%02x" t)))
+let request_of c = function
+  | 0x01 ->
+      let min_version = g16 c in
+      let max_version = g16 c in
+      let name = gstr c in
+      Hello { min_version; max_version; name }
+  | 0x02 ->
+      let handle = g32 c in
+      let group = gstr c in
+      let props = gstr c in
+      let params = gstr c in
+      let flags = g32 c in
+      let peers = gstrs c in
+      Join { handle; group; props; params; flags; peers }
+  | 0x03 -> Leave { handle = g32 c }
+  | 0x04 ->
+      let handle = g32 c in
+      let req = g32 c in
+      Cast { handle; req; payload = gstr c }
+  | 0x05 ->
+      let handle = g32 c in
+      let req = g32 c in
+      let dst = gstr c in
+      Send { handle; req; dst; payload = gstr c }
+  | 0x06 ->
+      let handle = g32 c in
+      Suspect { handle; ids = gstrs c }
+  | 0x07 -> Block_ok { handle = g32 c }
+  | 0x08 ->
+      let handle = g32 c in
+      let props = gstr c in
+      Switch { handle; props; params = gstr c }
+  | 0x09 -> Ping { cookie = g32 c }
+  | t -> raise (Bad (Printf.sprintf "unknown request type 0x%02x" t))
+
+let decode_request = decode request_of
+
+let event_of c = function
+  | 0x81 ->
+      let version = g16 c in
+      let max_frame = g32 c in
+      let max_queue = g32 c in
+      Hello_ok { version; max_frame; max_queue; server = gstr c }
+  | 0x82 ->
+      let handle = g32 c in
+      let value = g64 c in
+      Ok { handle; value; info = gstr c }
+  | 0x83 ->
+      let handle = g32 c in
+      let code = code_of_int (g16 c) in
+      Error { handle; code; reason = gstr c }
+  | 0x84 -> Pong { cookie = g32 c }
+  | 0xa1 ->
+      let handle = g32 c in
+      let vid = gstr c in
+      let ltime = g64 c in
+      let rank = g32 c in
+      let coordinator = gstr c in
+      let members = gstrs c in
+      let joined = gstrs c in
+      let left = gstrs c in
+      let why = gstrs c in
+      View { handle; vid; ltime; rank; coordinator; members; joined; left; why }
+  | 0xa2 ->
+      let handle = g32 c in
+      let origin = gstr c in
+      Cast_up { handle; origin; payload = gstr c }
+  | 0xa3 ->
+      let handle = g32 c in
+      let origin = gstr c in
+      Send_up { handle; origin; payload = gstr c }
+  | 0xa4 -> Block { handle = g32 c }
+  | 0xa5 ->
+      let handle = g32 c in
+      Flow { handle; blocked = gbool c }
+  | 0xa6 -> Exit { handle = g32 c }
+  | 0xa7 ->
+      let handle = g32 c in
+      let req = g32 c in
+      let kind =
+        match g8 c with
+        | 0 -> `Cast
+        | 1 -> `Send
+        | _ -> raise (Bad "a kind that is neither 0 nor 1")
+      in
+      Sent { handle; req; kind; view = gstr c }
+  | 0xa8 ->
+      let handle = g32 c in
+      let req = g32 c in
+      Lost { handle; req; reason = gstr c }
+  | 0xa9 ->
+      let handle = g32 c in
+      let req = g32 c in
+      let code = code_of_int (g16 c) in
+      Refused { handle; req; code; reason = gstr c }
+  | t -> raise (Bad (Printf.sprintf "unknown event type 0x%02x" t))
+
+let decode_event = decode event_of
 
 let pp_request ppf = function
   | Hello { min_version; max_version; name } ->
@@ -400,9 +453,15 @@ let pp_request ppf = function
 
 (* {1 Framing} *)
 
-type framer = { max : int; mutable buf : Bytes.t; mutable start : int; mutable stop : int }
+type framer = {
+  max : int;
+  mutable buf : Bytes.t;
+  mutable start : int;
+  mutable stop : int;
+  mutable room : int;  (** what {!read} asks for: doubled when a read fills it, halved when not *)
+}
 
-let framer ~max = { max; buf = Bytes.create 4096; start = 0; stop = 0 }
+let framer ~max = { max; buf = Bytes.create 4096; start = 0; stop = 0; room = 4096 }
 let buffered f = f.stop - f.start
 
 let feed f b off len =
@@ -423,6 +482,31 @@ let feed f b off len =
     f.stop <- f.stop + len
   end
 
+(* Room for [want] more bytes at the end of the buffer. *)
+let reserve f want =
+  let have = f.stop - f.start in
+  if f.stop + want > Bytes.length f.buf then begin
+    let cap = ref (max 4096 (Bytes.length f.buf)) in
+    while !cap < have + want do
+      cap := 2 * !cap
+    done;
+    let nb = if !cap > Bytes.length f.buf then Bytes.create !cap else f.buf in
+    Bytes.blit f.buf f.start nb 0 have;
+    f.buf <- nb;
+    f.start <- 0;
+    f.stop <- have
+  end
+
+(* A connection that reads little keeps a small buffer; one that fills
+   its reads gets larger ones, up to 64 KiB. *)
+let read f fd =
+  reserve f f.room;
+  let n = Unix.read fd f.buf f.stop f.room in
+  f.stop <- f.stop + n;
+  if n = f.room then f.room <- min 65536 (2 * f.room)
+  else if n < f.room / 2 then f.room <- max 4096 (f.room / 2);
+  n
+
 let next f =
   let have = f.stop - f.start in
   if have < 4 then `Need
@@ -439,10 +523,34 @@ let next f =
         f.start <- 0;
         f.stop <- 0;
         (* Do not keep a large buffer for an idle client. *)
-        if Bytes.length f.buf > 65536 then f.buf <- Bytes.create 4096
+        if Bytes.length f.buf > max 65536 (2 * f.room) then f.buf <- Bytes.create 4096
       end;
       `Frame s
     end
+
+(* The next frame decoded where it lies in the framer's bytes (no copy of
+   the body). *)
+let next_decoded dec f =
+  let have = f.stop - f.start in
+  if have < 4 then `Need
+  else
+    let n = Bytes.get_int32_be f.buf f.start |> Int32.to_int |> ( land ) 0xffffffff in
+    if n = 0 then `Empty_frame
+    else if n > f.max then `Too_big n
+    else if have < 4 + n then `Need
+    else begin
+      let r = decode_sub dec (Bytes.unsafe_to_string f.buf) (f.start + 4) n in
+      f.start <- f.start + 4 + n;
+      if f.start = f.stop then begin
+        f.start <- 0;
+        f.stop <- 0;
+        if Bytes.length f.buf > 2 * f.room then f.buf <- Bytes.create f.room
+      end;
+      `Frame r
+    end
+
+let next_request f = next_decoded request_of f
+let next_event f = next_decoded event_of f
 
 let skip f n =
   let k = min n (f.stop - f.start) in

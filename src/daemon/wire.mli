@@ -8,7 +8,7 @@
     value encodes to the same bytes). *)
 
 val version : int
-(** The protocol version this code speaks: [1]. *)
+(** The highest protocol version this code speaks: [2] (version 1 is also spoken). *)
 
 val min_version : int
 
@@ -86,6 +86,8 @@ type event =
   | Exit of { handle : int }
   | Sent of { handle : int; req : int; kind : kind; view : string }
   | Lost of { handle : int; req : int; reason : string }
+  | Refused of { handle : int; req : int; code : code; reason : string }
+      (** version 2: a CAST or SEND refused (accepted ones get no reply) *)
 
 val no_handle : int
 (** [0xffffffff]: the handle of an ERROR about the connection itself. *)
@@ -112,10 +114,22 @@ val framer : max:int -> framer
 val feed : framer -> Bytes.t -> int -> int -> unit
 (** [feed f b off len] appends bytes read from the stream. *)
 
+val read : framer -> Unix.file_descr -> int
+(** [read f fd] reads up to 64 KiB from [fd] straight into the framer (as {!feed} would append
+    them); says how many ([0]: the end of the stream).
+    @raise Unix.Unix_error as [Unix.read]. *)
+
 val next : framer -> [ `Frame of string | `Need | `Too_big of int | `Empty_frame ]
 (** The next whole frame's body, if there is one. [`Too_big n] and [`Empty_frame] are fatal: the
     stream cannot be resynchronised. Never holds more than [max] + 4 bytes of a partial frame beyond
     one [feed]. *)
+
+val next_request :
+  framer -> [ `Frame of (request, string) result | `Need | `Too_big of int | `Empty_frame ]
+(** {!next} and {!decode_request} at once, without copying the body. *)
+
+val next_event :
+  framer -> [ `Frame of (event, string) result | `Need | `Too_big of int | `Empty_frame ]
 
 val buffered : framer -> int
 (** Bytes held. *)

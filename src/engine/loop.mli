@@ -63,6 +63,11 @@ val run : ?until:(unit -> bool) -> ?timeout:Consort.Time.t -> t -> unit
     and no descriptor). Without [until] and [timeout] a loop with a descriptor runs until {!stop}.
     @raise Invalid_argument if [t] is already running (runs do not nest). *)
 
+val set_spin : t -> Consort.Time.t -> unit
+(** [set_spin t d]: before {!run} blocks waiting for a descriptor, it polls them for up to [d]
+    nanoseconds (0, the default: it blocks at once). A process that answers quickly saves the
+    wake-up of a sleeping one, at the price of that much CPU each time it goes idle. *)
+
 val stop : t -> unit
 (** [stop t] makes the current {!run} return once the running callback returns. A later {!run}
     starts afresh. *)

@@ -285,7 +285,9 @@ module F = struct
       Layer.nfields = 0;
       length = true;
       framed = false;
-      size = (fun _ _ -> Codec.size codec Whole);
+      size =
+        (let n = Codec.size codec Whole in
+         fun _ _ -> n);
       dn_ok =
         (fun t dst len -> (not t.stopped) && (not t.draining) && dst = Event.Cast && len <= t.size);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());

@@ -678,7 +678,9 @@ module F = struct
       Layer.nfields = 0;
       length = false;
       framed = false;
-      size = (fun _ _ -> Codec.size codec App);
+      size =
+        (let n = Codec.size codec App in
+         fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());

@@ -850,15 +850,7 @@ module Make (T : Transport.S) = struct
                   t.quorum_pending <- Some q;
                   Ep.Binding.dn_ctl c.ep Primary.Attempt
                 end
-                else begin
-                  t.quorum_pending <- None;
-                  t.quorum <- Some q;
-                  Log.info (fun m ->
-                      m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
-                  t.on_primary q;
-                  flush_queue t;
-                  update_flow t
-                end
+                else decided t c q
             | _ -> ())
         | Primary.Confirmed -> (
             match t.quorum_pending with
@@ -866,13 +858,7 @@ module Make (T : Transport.S) = struct
                 Option.iter
                   (fun s -> t.past_primaries <- { Primary.last = Some s; ambiguous = [] })
                   t.attempt;
-                t.quorum_pending <- None;
-                t.quorum <- Some q;
-                Log.info (fun m ->
-                    m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
-                t.on_primary q;
-                flush_queue t;
-                update_flow t
+                decided t c q
             | None -> ())
         | Event.Blocked b ->
             t.stack_flow <- b;
@@ -880,6 +866,15 @@ module Make (T : Transport.S) = struct
         | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
         | _ -> ())
     | _ -> ()
+
+  (* The view's quorum [q] is decided (primary or not). *)
+  and decided t c q =
+    t.quorum_pending <- None;
+    t.quorum <- Some q;
+    Log.info (fun m -> m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
+    t.on_primary q;
+    flush_queue t;
+    update_flow t
 
   (* The coordinator's flush is complete. *)
   and flushed t c ~survivors ~leavers =

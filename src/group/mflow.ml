@@ -24,6 +24,10 @@ end
 let overhead = 64
 let max_credits = 4096
 
+(* Groups of at least this many members send credit point-to-point when
+   few origins are owed (see [send_credit]). *)
+let unicast_from = 16
+
 let contract =
   Contract.v "cast-flow" ~doc:"cast credit flow control: bounded bytes not yet delivered everywhere"
 
@@ -225,19 +229,34 @@ module L = struct
           owed := (o, t.consumed.(o)) :: !owed
         end
       done;
-      let rec send l =
-        if l <> [] then begin
-          let rec split k acc = function
-            | x :: rest when k > 0 -> split (k - 1) (x :: acc) rest
-            | rest -> (List.rev acc, rest)
-          in
-          let credits, rest = split max_credits [] l in
-          t.credits_sent <- t.credits_sent + 1;
-          t.out.dn Event.Cast (Credit { credits }) (Msg.empty ());
-          send rest
-        end
-      in
-      send !owed
+      (* In a large group a cast of credit costs a datagram per member,
+         though only the origins owed read it: when few are owed, each gets
+         its credit point-to-point (reliable, so twice a datagram with its
+         acknowledgement). *)
+      let owed_count = List.length !owed in
+      if t.n >= unicast_from && 2 * owed_count < t.n - 1 then
+        List.iter
+          (fun ((o, _) as c) ->
+            if o = t.rank then ()
+            else begin
+              t.credits_sent <- t.credits_sent + 1;
+              t.out.dn (Event.Send o) (Credit { credits = [ c ] }) (Msg.empty ())
+            end)
+          !owed
+      else
+        let rec send l =
+          if l <> [] then begin
+            let rec split k acc = function
+              | x :: rest when k > 0 -> split (k - 1) (x :: acc) rest
+              | rest -> (List.rev acc, rest)
+            in
+            let credits, rest = split max_credits [] l in
+            t.credits_sent <- t.credits_sent + 1;
+            t.out.dn Event.Cast (Credit { credits }) (Msg.empty ());
+            send rest
+          end
+        in
+        send !owed
     end
 
   let consumed t o c ~ask =
@@ -303,6 +322,10 @@ module L = struct
           if t.consumed.(o) > t.reported.(o) then send_credit t
       | Event.Cast_from m, Credit _ when m = t.rank -> Msg.release msg
       | Event.Cast_from m, Credit { credits } when valid m ->
+          Msg.release msg;
+          on_credit t m credits
+      (* Credit by send comes only in groups where it is sent so. *)
+      | Event.Send_from m, Credit { credits } when valid m && t.n >= unicast_from ->
           Msg.release msg;
           on_credit t m credits
       | _ ->
@@ -371,7 +394,9 @@ module F = struct
       Layer.nfields = 0;
       length = true;
       framed = false;
-      size = (fun _ _ -> Codec.size codec (Data { ask = false }));
+      size =
+        (let n = Codec.size codec (Data { ask = false }) in
+         fun _ _ -> n);
       dn_ok =
         (fun t dst len ->
           (not t.stopped) && dst = Event.Cast && Queue.is_empty t.queue && fits t (len + overhead));

@@ -9,6 +9,7 @@ module Param = struct
   let status_interval = "mnak.status_interval"
   let nak_delay = "mnak.nak_delay"
   let nak_retry = "mnak.nak_retry"
+  let fanout = "mnak.fanout"
 
   let () =
     Params.register window (Params.Int 1024)
@@ -23,7 +24,11 @@ module Param = struct
       ~doc:"wait between noticing a gap and the first NAK";
     Params.register nak_retry
       (Params.Time (Time.of_ms 20))
-      ~doc:"wait before asking again for a gap"
+      ~doc:"wait before asking again for a gap";
+    Params.register fanout (Params.Int 8) ~min:(Params.Int 2) ~max:(Params.Int 256)
+      ~doc:
+        "with the Scale property, how many members report their status to each member of the \
+         stability tree"
 end
 
 let max_ranges = 256
@@ -73,6 +78,8 @@ module L = struct
     | Retrans of { origin : int; seq : int }
     | Nak of { origin : int; ranges : (int * int) list }
     | Status of { busy : bool; vector : int array }
+    | Report of { busy : bool; cover : string; low : int array; high : int array; who : int array }
+    | Stability of { busy : bool; stable : int array; high : int array; who : int array }
 
   let name = "mnak"
 
@@ -95,6 +102,21 @@ module L = struct
             (pair bool (array ~max:max_members varint))
             (function Status { busy; vector } -> Some (busy, vector) | _ -> None)
             (fun (busy, vector) -> Status { busy; vector });
+          case 5 "report"
+            (tup4 bool
+               (string ~max:((max_members + 7) / 8) ())
+               (array ~max:max_members varint)
+               (pair (array ~max:max_members varint) (array ~max:max_members varint)))
+            (function
+              | Report { busy; cover; low; high; who } -> Some (busy, cover, low, (high, who))
+              | _ -> None)
+            (fun (busy, cover, low, (high, who)) -> Report { busy; cover; low; high; who });
+          case 6 "stability"
+            (tup4 bool (array ~max:max_members varint) (array ~max:max_members varint)
+               (array ~max:max_members varint))
+            (function
+              | Stability { busy; stable; high; who } -> Some (busy, stable, high, who) | _ -> None)
+            (fun (busy, stable, high, who) -> Stability { busy; stable; high; who });
         ])
 
   let pp_range ppf (lo, hi) = Fmt.pf ppf "%d..%d" lo hi
@@ -107,6 +129,20 @@ module L = struct
         Fmt.pf ppf "nak(%d: %a)" origin Fmt.(list ~sep:comma pp_range) ranges
     | Status { busy; vector } ->
         Fmt.pf ppf "status(%s[%a])" (if busy then "busy " else "") Fmt.(array ~sep:sp int) vector
+    | Report { busy; low; high; _ } ->
+        Fmt.pf ppf "report(%s[%a] [%a])"
+          (if busy then "busy " else "")
+          Fmt.(array ~sep:sp int)
+          low
+          Fmt.(array ~sep:sp int)
+          high
+    | Stability { busy; stable; high; _ } ->
+        Fmt.pf ppf "stability(%s[%a] [%a])"
+          (if busy then "busy " else "")
+          Fmt.(array ~sep:sp int)
+          stable
+          Fmt.(array ~sep:sp int)
+          high
 
   let provides = [ Contract.reliable_cast ]
   let requires = [ Contract.datagram ]
@@ -122,7 +158,7 @@ module L = struct
     nak_delay : Time.t;
     nak_retry : Time.t;
     mutable next : int; (* number of casts this member has made *)
-    held : Msg.t Seqring.t array;
+    held : Msgring.t array;
         (* per origin, the casts kept: numbered from [released.(o)], delivered
            ones below [expected.(o)] and early ones above it *)
     released : int array; (* casts of [o] below this are stable and released *)
@@ -137,6 +173,8 @@ module L = struct
         (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
     nak_at : Time.t array;
     mutable status_at : Time.t;
+    due : Deadlines.t; (* [o]: [nak_at.(o)]; [n]: [status_at] *)
+    due_now : int array; (* the keys due in this call of [timer] *)
     mutable requested : bool;
     mutable nheld : int;
     mutable stopped : bool;
@@ -156,9 +194,29 @@ module L = struct
            statuses claim no more of the others' casts *)
     told : int array; (* the stability last told *)
     mutable local : Msg.t; (* the fused path: this member's own cast, delivered after it went on *)
+    tree : bool;
+        (* Scale: statuses go up a tree of the members not suspected, and its
+           root casts what all of them hold; [known] is then not kept *)
+    fanout : int;
+    mutable live : int array; (* the members not suspected, in rank order *)
+    pos : int array; (* each rank's place in [live], -1 if suspected *)
+    kids : (int, kid) Hashtbl.t; (* the last report of each child in the tree *)
+    gstable : int array; (* tree: casts of [o] that every member holds, as the root last said *)
+    gmax : int array; (* tree: the most casts of [o] some member holds... *)
+    gwho : int array; (* ... and that member *)
+    mutable reports_sent : int;
+    mutable stability_sent : int;
   }
 
-  let create (ctx : Layer.ctx) out =
+  and kid = {
+    k_busy : bool;
+    k_cover : string;
+    k_low : int array;
+    k_high : int array;
+    k_who : int array;
+  }
+
+  let create_mode ~tree (ctx : Layer.ctx) out =
     let n = View.nmembers ctx.view in
     {
       out;
@@ -171,18 +229,20 @@ module L = struct
       nak_delay = Params.time ctx.params Param.nak_delay;
       nak_retry = Params.time ctx.params Param.nak_retry;
       next = 0;
-      held = Array.init n (fun _ -> Seqring.create ~size:64 (Msg.empty ()));
+      held = Array.init n (fun _ -> Msgring.create ~size:(if tree then 4 else 64) ());
       released = Array.make n 0;
       expected = Array.make n 0;
       highest = Array.make n 0;
       seen = Array.make n 0;
       early_bytes = Array.make n 0;
       max_early = max_early ctx.params;
-      known = Array.make_matrix n n 0;
+      known = (if tree then Array.make n [||] else Array.make_matrix n n 0);
       suspected = Array.make n false;
-      answered = Array.make_matrix n n min_int;
+      answered = Array.make n [||];
       nak_at = Array.make n max_int;
       status_at = max_int;
+      due = Deadlines.create (n + 1);
+      due_now = Array.make (n + 1) 0;
       requested = false;
       nheld = 0;
       stopped = false;
@@ -200,7 +260,19 @@ module L = struct
       frozen = None;
       told = Array.make n 0;
       local = Msg.empty ();
+      tree;
+      fanout = max 2 (Params.int ctx.params Param.fanout);
+      live = Array.init n Fun.id;
+      pos = Array.init n Fun.id;
+      kids = Hashtbl.create 8;
+      gstable = Array.make n 0;
+      gmax = Array.make n 0;
+      gwho = Array.init n Fun.id;
+      reports_sent = 0;
+      stability_sent = 0;
     }
+
+  let create ctx out = create_mode ~tree:false ctx out
 
   (* How many casts of [o] this member has contiguously. *)
   let mine t o = if o = t.rank then t.next else t.expected.(o)
@@ -211,12 +283,30 @@ module L = struct
   let holders t o lo =
     let ok m = m <> t.rank && not t.suspected.(m) in
     let others =
-      List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id)
+      if t.tree then begin
+        (* The member the root last named as holding the most of [o]'s
+           casts, and one other member not suspected, drawn at random: no
+           member knows who else holds what. *)
+        let w = t.gwho.(o) in
+        let named = if w <> o && ok w && t.gmax.(o) > lo then [ w ] else [] in
+        let others = Array.length t.live - 1 in
+        if others <= 0 then named
+        else
+          let r = t.live.(Rng.int t.rng (Array.length t.live)) in
+          if ok r && r <> o && not (List.mem r named) then r :: named else named
+      end
+      else List.filter (fun m -> m <> o && ok m && t.known.(m).(o) > lo) (List.init t.n Fun.id)
     in
     if ok o then o :: others else others
 
   (* A gap worth asking about: some member that is not suspected can fill it. *)
-  let wanted t o = gap t o && holders t o t.expected.(o) <> []
+  let wanted t o =
+    gap t o
+    &&
+    if t.tree then
+      (* Some member not suspected may hold it: in a tree, none knows who. *)
+      Array.exists (fun m -> m <> t.rank) t.live
+    else holders t o t.expected.(o) <> []
 
   let busy t =
     t.nheld > 0
@@ -225,26 +315,26 @@ module L = struct
     any 0
 
   let keep t o seq msg =
-    Seqring.replace t.held.(o) seq msg;
+    Msgring.replace t.held.(o) seq msg;
     t.nheld <- t.nheld + 1
 
   let stable t o =
-    let s = ref (mine t o) in
-    for m = 0 to t.n - 1 do
-      if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
-    done;
-    !s
+    if t.tree then min (mine t o) t.gstable.(o)
+    else
+      let s = ref (mine t o) in
+      for m = 0 to t.n - 1 do
+        if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
+      done;
+      !s
 
   let release_stable t o =
     let s = stable t o in
     while t.released.(o) < s do
       let seq = t.released.(o) in
-      if Seqring.mem t.held.(o) seq then begin
-        let m = Seqring.find t.held.(o) seq in
-        Seqring.remove t.held.(o) seq;
+      if Msgring.mem t.held.(o) seq then begin
+        Msgring.release t.held.(o) seq;
         t.nheld <- t.nheld - 1;
-        t.stable_released <- t.stable_released + 1;
-        Msg.release m
+        t.stable_released <- t.stable_released + 1
       end;
       t.released.(o) <- seq + 1
     done
@@ -252,11 +342,13 @@ module L = struct
   (* How many casts of [o] every member of the view holds, the suspected
      ones included (as far as their statuses tell). *)
   let held_by_all t o =
-    let s = ref (mine t o) in
-    for m = 0 to t.n - 1 do
-      if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
-    done;
-    !s
+    if t.tree then min (mine t o) t.gstable.(o)
+    else
+      let s = ref (mine t o) in
+      for m = 0 to t.n - 1 do
+        if m <> t.rank && t.known.(m).(o) < !s then s := t.known.(m).(o)
+      done;
+      !s
 
   (* Tell the layers above when what every member holds grows (once asked:
      [Track_stability]), with what this member has received: every cast
@@ -276,35 +368,49 @@ module L = struct
     end
 
   (* Arm the timers that the current state needs. *)
+  (* Each deadline is kept in its field and in [due], whence the timer
+     takes only those due. *)
+  let set_nak t o at =
+    t.nak_at.(o) <- at;
+    Deadlines.set t.due o at;
+    if at <> max_int then t.out.alarm at
+
+  let set_status t at =
+    t.status_at <- at;
+    Deadlines.set t.due t.n at;
+    if at <> max_int then t.out.alarm at
+
   let kick t =
     if not t.stopped then begin
-      let now = t.now () in
+      (* The clock is read once, and only when something is armed: most
+         calls arm nothing. *)
+      let now = ref min_int in
       for o = 0 to t.n - 1 do
         if wanted t o && t.nak_at.(o) = max_int then begin
-          t.nak_at.(o) <- now + t.nak_delay;
-          t.out.alarm t.nak_at.(o)
+          if !now = min_int then now := t.now ();
+          set_nak t o (!now + t.nak_delay)
         end
       done;
       if t.status_at = max_int && (t.requested || busy t) then begin
-        t.status_at <- now + t.status_interval;
-        t.out.alarm t.status_at
+        if !now = min_int then now := t.now ();
+        set_status t (!now + t.status_interval)
       end
     end
 
   let rec drain t o =
     if not t.stopped then
-      if Seqring.mem t.held.(o) t.expected.(o) then begin
-        let m = Seqring.find t.held.(o) t.expected.(o) in
-        t.early_bytes.(o) <- t.early_bytes.(o) - Msg.length m;
-        t.expected.(o) <- t.expected.(o) + 1;
-        t.out.up (Event.Cast_from o) (Msg.retain m);
+      if Msgring.mem t.held.(o) t.expected.(o) then begin
+        let h = t.held.(o) and seq = t.expected.(o) in
+        t.early_bytes.(o) <- t.early_bytes.(o) - Msgring.msg_length h seq;
+        t.expected.(o) <- seq + 1;
+        t.out.up (Event.Cast_from o) (Msgring.copy h seq);
         drain t o
       end
 
   (* The window is checked before anything changes: a number beyond it
      (a burst too large, or a forged or corrupt header) leaves no trace. *)
   let receive t o seq msg =
-    if seq < t.expected.(o) || Seqring.mem t.held.(o) seq then begin
+    if seq < t.expected.(o) || Msgring.mem t.held.(o) seq then begin
       t.duplicates <- t.duplicates + 1;
       Msg.release msg
     end
@@ -354,14 +460,122 @@ module L = struct
           t.out.up (Event.Cast_from t.rank) local;
           tell_stable t
 
-  let send_status t =
-    t.status_sent <- t.status_sent + 1;
-    let vector =
-      match t.frozen with
-      | Some f -> Array.init t.n (fun o -> if o = t.rank then mine t o else min f.(o) (mine t o))
-      | None -> Array.init t.n (mine t)
+  let own_vector t =
+    match t.frozen with
+    | Some f -> Array.init t.n (fun o -> if o = t.rank then mine t o else min f.(o) (mine t o))
+    | None -> Array.init t.n (mine t)
+
+  (* {b The stability tree} (Scale). The members not suspected, in rank
+     order, form a tree of [fanout] children per node: member [live.(i)]
+     reports to [live.((i - 1) / fanout)]. A report carries, for its
+     sender's subtree, the fewest casts of each origin any of them holds
+     ([low]), the most and who has them ([high], [who]), and which members it
+     covers. The root casts [low] as what every member holds once the
+     reports cover every member not suspected, with [high] and [who], so
+     that a lost tail shows as a gap and has someone to be asked of. Each
+     member sends one report and hears [fanout] and one root cast per
+     interval, whatever the size of the group. *)
+  let rebuild_tree t =
+    let live = List.filter (fun r -> not t.suspected.(r)) (List.init t.n Fun.id) in
+    t.live <- Array.of_list live;
+    Array.fill t.pos 0 t.n (-1);
+    Array.iteri (fun i r -> t.pos.(r) <- i) t.live
+
+  let parent_of t r =
+    let p = if r >= 0 && r < t.n then t.pos.(r) else -1 in
+    if p <= 0 then None else Some t.live.((p - 1) / t.fanout)
+
+  let is_child t c = parent_of t c = Some t.rank
+  let covers cover r = Char.code cover.[r / 8] land (1 lsl (r mod 8)) <> 0
+
+  let on_stability t busy stable high who =
+    if stable.(t.rank) > t.next || high.(t.rank) > t.next then begin
+      t.impossible <- t.impossible + 1;
+      Log.debug (fun f -> f "stability claims more casts of this member than it made: dropped")
+    end
+    else begin
+      for o = 0 to t.n - 1 do
+        if stable.(o) > t.gstable.(o) then t.gstable.(o) <- stable.(o);
+        let h = if o = t.rank then high.(o) else min high.(o) (t.expected.(o) + t.window) in
+        (* The latest word on who holds the most: the member named before may
+           be suspected since. *)
+        if h >= t.gmax.(o) && who.(o) >= 0 && who.(o) < t.n then begin
+          t.gmax.(o) <- h;
+          t.gwho.(o) <- who.(o)
+        end;
+        if o <> t.rank && h > t.highest.(o) then t.highest.(o) <- h
+      done;
+      for o = 0 to t.n - 1 do
+        release_stable t o
+      done;
+      if busy then t.requested <- true;
+      kick t;
+      tell_stable t
+    end
+
+  let report_up t =
+    let low = own_vector t in
+    let high = Array.copy low and who = Array.make t.n t.rank in
+    let cover = Bytes.make ((t.n + 7) / 8) '\000' in
+    let mark r =
+      Bytes.set cover (r / 8) (Char.chr (Char.code (Bytes.get cover (r / 8)) lor (1 lsl (r mod 8))))
     in
-    t.out.dn Event.Cast (Status { busy = busy t; vector }) (Msg.empty ())
+    mark t.rank;
+    let busy = ref (busy t) in
+    Hashtbl.iter
+      (fun _ k ->
+        busy := !busy || k.k_busy;
+        for o = 0 to t.n - 1 do
+          if k.k_low.(o) < low.(o) then low.(o) <- k.k_low.(o);
+          if k.k_high.(o) > high.(o) then begin
+            high.(o) <- k.k_high.(o);
+            who.(o) <- k.k_who.(o)
+          end
+        done;
+        for r = 0 to t.n - 1 do
+          if covers k.k_cover r then mark r
+        done)
+      t.kids;
+    let cover = Bytes.unsafe_to_string cover in
+    match parent_of t t.rank with
+    | Some p ->
+        t.reports_sent <- t.reports_sent + 1;
+        t.out.dn (Event.Send p) (Report { busy = !busy; cover; low; high; who }) (Msg.empty ())
+    | None ->
+        (* The root: what every member holds is known once every member
+           not suspected is covered; until then the root asks for reports. *)
+        let complete = Array.for_all (covers cover) t.live in
+        let stable =
+          if complete then Array.init t.n (fun o -> max t.gstable.(o) low.(o))
+          else Array.copy t.gstable
+        in
+        let busy = !busy || not complete in
+        if t.n > 1 then begin
+          t.stability_sent <- t.stability_sent + 1;
+          t.out.dn Event.Cast (Stability { busy; stable; high; who }) (Msg.empty ())
+        end;
+        on_stability t false stable high who
+
+  let on_report t m busy cover low high who =
+    if not (is_child t m) then begin
+      t.malformed <- t.malformed + 1;
+      Log.debug (fun f -> f "report from %d, not a child of this member in the tree: dropped" m)
+    end
+    else if low.(t.rank) > t.next || high.(t.rank) > t.next then t.impossible <- t.impossible + 1
+    else begin
+      let who = Array.map (fun w -> if w >= 0 && w < t.n then w else m) who in
+      Hashtbl.replace t.kids m
+        { k_busy = busy; k_cover = cover; k_low = low; k_high = high; k_who = who };
+      if busy then t.requested <- true;
+      kick t
+    end
+
+  let send_status t =
+    if t.tree then report_up t
+    else begin
+      t.status_sent <- t.status_sent + 1;
+      t.out.dn Event.Cast (Status { busy = busy t; vector = own_vector t }) (Msg.empty ())
+    end
 
   (* A status is checked whole before it is used: claiming more of this
      member's casts than it has made is impossible, and drops it. Claims
@@ -396,10 +610,10 @@ module L = struct
     let limit = min t.highest.(o) (t.expected.(o) + t.window) in
     let rec go s acc k =
       if s >= limit || k = 0 then List.rev acc
-      else if Seqring.mem t.held.(o) s then go (s + 1) acc k
+      else if Msgring.mem t.held.(o) s then go (s + 1) acc k
       else
         let rec run e =
-          if e + 1 < limit && not (Seqring.mem t.held.(o) (e + 1)) then run (e + 1) else e
+          if e + 1 < limit && not (Msgring.mem t.held.(o) (e + 1)) then run (e + 1) else e
         in
         let e = run s in
         go (e + 1) ((s, e) :: acc) (k - 1)
@@ -414,7 +628,11 @@ module L = struct
         let ranges =
           if target = o then missing t o
           else
-            let has = t.known.(target).(o) in
+            let has =
+              if not t.tree then t.known.(target).(o)
+              else if target = t.gwho.(o) then t.gmax.(o)
+              else max_int
+            in
             List.filter_map
               (fun (a, b) -> if a >= has then None else Some (a, min b (has - 1)))
               (missing t o)
@@ -432,6 +650,8 @@ module L = struct
      often): forged or duplicated NAKs cannot make it send more. *)
   let on_nak t m o ranges =
     let now = t.now () in
+    (* A row for [m] is made when it first asks: most members never do. *)
+    if Array.length t.answered.(m) = 0 then t.answered.(m) <- Array.make t.n min_int;
     if t.suspected.(m) || now < t.answered.(m).(o) + (t.nak_retry / 2) then
       t.naks_ignored <- t.naks_ignored + 1
     else begin
@@ -444,11 +664,11 @@ module L = struct
           let e = min b top in
           while !s <= e && !budget > 0 do
             decr budget;
-            if (not t.stopped) && Seqring.mem t.held.(o) !s then begin
+            if (not t.stopped) && Msgring.mem t.held.(o) !s then begin
               t.retransmissions <- t.retransmissions + 1;
               t.out.dn (Event.Send m)
                 (Retrans { origin = o; seq = !s })
-                (Msg.retain (Seqring.find t.held.(o) !s))
+                (Msgring.copy t.held.(o) !s)
             end;
             incr s
           done)
@@ -480,7 +700,22 @@ module L = struct
       | (Event.Send_from m | Event.Cast_from m), Status { busy; vector }
         when valid m && m <> t.rank && Array.length vector = t.n ->
           Msg.release msg;
-          on_status t m busy vector
+          if t.tree then malformed t src h (Msg.empty ()) else on_status t m busy vector
+      | Event.Send_from m, Report { busy; cover; low; high; who }
+        when t.tree && valid m && m <> t.rank
+             && String.length cover = (t.n + 7) / 8
+             && Array.length low = t.n
+             && Array.length high = t.n
+             && Array.length who = t.n ->
+          Msg.release msg;
+          on_report t m busy cover low high who
+      | Event.Cast_from m, Stability { busy; stable; high; who }
+        when t.tree && valid m && m <> t.rank
+             && Array.length stable = t.n
+             && Array.length high = t.n
+             && Array.length who = t.n ->
+          Msg.release msg;
+          on_stability t busy stable high who
       | _ -> malformed t src h msg
 
   (* A suspicion is final within the view: the suspected member is not
@@ -491,6 +726,10 @@ module L = struct
     in
     if fresh <> [] && not t.stopped then begin
       List.iter (fun r -> t.suspected.(r) <- true) fresh;
+      if t.tree then begin
+        rebuild_tree t;
+        Hashtbl.filter_map_inplace (fun c k -> if is_child t c then Some k else None) t.kids
+      end;
       for o = 0 to t.n - 1 do
         release_stable t o
       done;
@@ -508,15 +747,12 @@ module L = struct
     t.out.up_ctl e
 
   let release_all t =
-    Array.iter
-      (fun h ->
-        Seqring.iter (fun _ m -> Msg.release m) h;
-        Seqring.reset h)
-      t.held;
+    Array.iter Msgring.reset t.held;
     t.nheld <- 0;
     Array.fill t.early_bytes 0 t.n 0;
     Array.fill t.nak_at 0 t.n max_int;
-    t.status_at <- max_int
+    t.status_at <- max_int;
+    Deadlines.reset t.due
 
   let dn_ctl t e =
     match e with
@@ -531,26 +767,31 @@ module L = struct
         | _ -> ());
         t.out.dn_ctl e
 
+  (* Only the deadlines due are visited, earliest first. *)
   let timer t now =
     if not t.stopped then begin
-      for o = 0 to t.n - 1 do
-        if t.nak_at.(o) <= now then
-          if wanted t o then begin
-            send_nak t o;
-            t.nak_at.(o) <- now + t.nak_retry
-          end
-          else t.nak_at.(o) <- max_int
-      done;
-      if t.status_at <= now then begin
-        t.status_at <- max_int;
-        if t.requested || busy t then begin
-          t.requested <- false;
-          send_status t
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let o = t.due_now.(j) in
+        if o < t.n then begin
+          if t.nak_at.(o) <= now then
+            if wanted t o then begin
+              send_nak t o;
+              set_nak t o (now + t.nak_retry)
+            end
+            else set_nak t o max_int
         end
-      end;
+        else if t.status_at <= now then begin
+          set_status t max_int;
+          if t.requested || busy t then begin
+            t.requested <- false;
+            send_status t
+          end
+        end
+      done;
       kick t;
-      Array.iter (fun at -> if at <> max_int then t.out.alarm at) t.nak_at;
-      if t.status_at <> max_int then t.out.alarm t.status_at
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
     end
 
   let counters t =
@@ -565,6 +806,8 @@ module L = struct
       ("malformed", t.malformed);
       ("impossible", t.impossible);
       ("naks_ignored", t.naks_ignored);
+      ("reports_sent", t.reports_sent);
+      ("stability_sent", t.stability_sent);
       ("buffered", t.nheld);
     ]
 end
@@ -607,7 +850,7 @@ module F = struct
           | Event.Cast_from o ->
               o >= 0 && o < t.n && o <> t.rank
               && a.(off) = t.expected.(o)
-              && not (Seqring.mem t.held.(o) a.(off))
+              && not (Msgring.mem t.held.(o) a.(off))
           | _ -> false);
       up_fast =
         (fun t src msg _ ~layered a off ->
@@ -637,7 +880,7 @@ module F = struct
     let held ppf h =
       Fmt.(Dump.list (pair int Dump.string))
         ppf
-        (List.sort compare (Seqring.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h []))
+        (List.sort compare (Msgring.fold (fun k s acc -> (k, s) :: acc) h []))
     in
     Fmt.str
       "stopped %b next %d; released %a; expected %a; highest %a; seen %a; early %a; known %a; \
@@ -658,3 +901,13 @@ end
 include L
 
 let layer : Layer.t = Layer.fast (module F)
+
+(* Scale: the same layer, its statuses gathered up a tree (see [report_up]). *)
+module Tree = struct
+  include F
+
+  let name = "mnak_tree"
+  let create ctx out = create_mode ~tree:true ctx out
+end
+
+let tree_layer : Layer.t = Layer.fast (module Tree)

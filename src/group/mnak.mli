@@ -68,6 +68,15 @@ type header =
       (** [vector.(o)]: how many casts of [o] the sender has received contiguously (its own: sent);
           [busy]: the sender still holds unstable casts or has gaps, and wants the others' statuses
       *)
+  | Report of { busy : bool; cover : string; low : int array; high : int array; who : int array }
+      (** Scale ({!tree_layer}): to the sender's parent in the stability tree, for the sender's
+          subtree: which members it covers (a bitset by rank), the fewest casts of each origin any
+          of them has received contiguously ([low]), the most ([high]) and who has them ([who]);
+          [busy] as in [Status] *)
+  | Stability of { busy : bool; stable : int array; high : int array; who : int array }
+      (** Scale: cast by the root of the tree: [stable.(o)] casts of [o] are held by every member
+          not suspected; [high] and [who] as in [Report], over the whole group; [busy]: send reports
+      *)
 
 (** Names of the registered tunables. *)
 module Param : sig
@@ -84,6 +93,10 @@ module Param : sig
 
   val nak_retry : string
   (** ["mnak.nak_retry"]: wait before asking again for a gap (default 20 ms). *)
+
+  val fanout : string
+  (** ["mnak.fanout"]: children per node of the stability tree of {!tree_layer} (default 8, 2 to
+      256). *)
 end
 
 val effective_window : Consort.Params.t -> int
@@ -118,3 +131,16 @@ val counters : t -> (string * int) list
 
 val layer : Consort.Layer.t
 (** [layer] is Mnak as a first-class layer. *)
+
+val tree_layer : Consort.Layer.t
+(** [tree_layer] is Mnak for large groups (the [Scale] property; named ["mnak_tree"]): the same
+    casts, NAKs and retransmissions, but no member casts its status to all. The members not
+    suspected, in rank order, form a tree with {!Param.fanout} children per node (default 8): while
+    a member is busy, or was asked, it sends a {!Report} for its subtree to its parent once per
+    [mnak.status_interval], and the root casts a {!Stability} once the reports cover every member
+    not suspected. So each member sends one message and receives about [fanout + 1] per interval,
+    and keeps no [n] by [n] table: what every member holds, and who holds the most of each origin's
+    casts (whom a gap is asked of when the origin cannot answer), come from the root. A report from
+    a member that is not a child of this one in its tree is dropped. It does not support
+    {!Track_stability} for a stack that needs stability of suspected members too: [Agree] and [Evs]
+    are refused with [Scale]. *)

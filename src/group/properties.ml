@@ -21,13 +21,14 @@ type t =
   | Migrate
   | Primary
   | Cltsvr
+  | Scale
 
 let vsync = [ Gmp; Sync; Heal; Frag; Suspect; Flow; Slander ]
 
 let all =
   vsync
   @ [ Total; Causal; Agree; Auth; Privacy; Rekey; Xfer; Evs ]
-  @ [ Switch; Debug; Migrate; Primary; Cltsvr ]
+  @ [ Switch; Debug; Migrate; Primary; Cltsvr; Scale ]
 
 let to_string = function
   | Gmp -> "Gmp"
@@ -50,6 +51,7 @@ let to_string = function
   | Migrate -> "Migrate"
   | Primary -> "Primary"
   | Cltsvr -> "Cltsvr"
+  | Scale -> "Scale"
 
 (* What each property guarantees, in one line (the README's table and
    [consort stack --list]), by name: a property added later without its
@@ -91,6 +93,10 @@ let docs =
     ( "Migrate",
       "a member moves to another address (Group.migrate) keeping its id and place in the view, \
        with no view change; a stranger cannot redirect it (with Auth)" );
+    ( "Scale",
+      "large groups: each member watches a few ring neighbours (Ringfd) and reports stability up a \
+       tree (mnak_tree), so its heartbeat and stability traffic does not grow with the group; not \
+       with Agree or Evs" );
     ( "Debug",
       "checking layers report violations of FIFO, total order and virtual synchrony with the \
        events before them; fault layers drop, delay, duplicate and partition as drop.rate, \
@@ -100,13 +106,7 @@ let docs =
 (* Properties of Ensemble's table (and the issue that brings the rest)
    that this version does not build yet: refused by name, with what they
    would guarantee. A name leaves this list by itself once [all] holds it. *)
-let planned =
-  [
-    ( "Scale",
-      "large groups: failure detection and stability whose cost per member grows at most \
-       logarithmically" );
-  ]
-
+let planned = []
 let same_name a b = String.lowercase_ascii a = String.lowercase_ascii b
 
 let doc p =
@@ -125,6 +125,7 @@ type error =
   | Stack of string
   | Not_available of { name : string; what : string }
   | Needs of { prop : t; needs : t; why : string }
+  | Conflict of { prop : t; other : t; why : string }
 
 let pp_error ppf = function
   | Unknown { name; known } ->
@@ -137,6 +138,8 @@ let pp_error ppf = function
         what
   | Needs { prop; needs; why } ->
       Fmt.pf ppf "property %s needs %s: %s" (to_string prop) (to_string needs) why
+  | Conflict { prop; other; why } ->
+      Fmt.pf ppf "property %s cannot go with %s: %s" (to_string prop) (to_string other) why
 
 let pp ppf ps = Fmt.string ppf (String.concat "," (List.map to_string ps))
 
@@ -194,6 +197,16 @@ let layers ps =
                needs = Total;
                why = "every server applies the sessions' requests in one order";
              })
+    | None when has Scale && (has Agree || has Evs) ->
+        Error
+          (Conflict
+             {
+               prop = Scale;
+               other = (if has Agree then Agree else Evs);
+               why =
+                 "safe delivery waits until every member of the view, suspected ones included, \
+                  holds a cast, and Scale's stability tree hears only from members not suspected";
+             })
     | None -> (
         let l =
           List.concat
@@ -224,10 +237,12 @@ let layers ps =
               (* Mnak under Pt2pt, as in Ensemble: its NAKs and retransmissions
              are plain datagrams, repeated by Mnak itself, never queued in
              Pt2pt's window behind (or ahead of) the application's sends. *)
-              [ Pt2pt.layer; Mnak.layer ];
+              [ Pt2pt.layer; (if has Scale then Mnak.tree_layer else Mnak.layer) ];
               (* Membership needs a failure detector: without one, a crash
              outside a flush round would go unnoticed for good. *)
-              (if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ] else []);
+              (if has Scale then [ Ringfd.layer ]
+               else if has Suspect || has Slander || has Gmp || has Sync then [ Suspect.layer ]
+               else []);
               (* Faults on what arrives, under the failure detector: as a
              faulty network would be. *)
               (if has Debug then [ Fault.partition; Fault.delay; Fault.dup; Fault.drop ] else []);

@@ -48,6 +48,11 @@ type t =
       (** client-server groups: clients that are not members send requests to the servers and hear
           notifications ([Cltsvr]); needs [Gmp] and [Total] (the servers' session table changes in
           one order at every server) *)
+  | Scale
+      (** large groups: {!Ringfd} in place of {!Suspect} (each member watches [ringfd.monitors] ring
+          neighbours) and {!Mnak.tree_layer} in place of {!Mnak.layer} (statuses gathered up a tree
+          of [mnak.fanout]): heartbeats and stability cost each member the same in a group of any
+          size; cannot go with [Agree] or [Evs] *)
 
 val all : t list
 
@@ -73,6 +78,7 @@ type error =
   | Not_available of { name : string; what : string }
       (** a property of {!not_available}: known, not built *)
   | Needs of { prop : t; needs : t; why : string }  (** [prop] cannot work without [needs] *)
+  | Conflict of { prop : t; other : t; why : string }  (** [prop] cannot work with [other] *)
 
 val pp_error : error Fmt.t
 (** One line, naming what is wrong. *)
@@ -88,7 +94,7 @@ val layers : t list -> (Consort.Layer.t list, error) result
     sends, so the reliable layers are always there, and a failure detector, so [Gmp] brings
     [Suspect] with it; [Sync] without [Gmp] is refused, and so are [Total], [Causal], [Agree],
     [Evs], [Xfer], [Heal], [Switch], [Migrate], [Primary], [Cltsvr] and [Rekey] without [Gmp], and
-    [Cltsvr] without [Total] ({!Needs}). *)
+    [Cltsvr] without [Total] ({!Needs}); [Scale] with [Agree] or [Evs] ({!Conflict}). *)
 
 val describe : t list -> string
 (** ["gmp:slander:pt2pt:mnak:suspect:bottom"], or the error. *)

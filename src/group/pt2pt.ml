@@ -26,6 +26,9 @@ module Param = struct
 end
 
 let max_sack = 16
+
+(* What fills the empty slots of the rings: never released, never sent. *)
+let no_msg = Msg.empty ()
 let max_window = 1 lsl 20
 
 module L = struct
@@ -65,12 +68,12 @@ module L = struct
      oldest number not cumulatively acknowledged, [next] the next to use)
      and the receiving half ([expected] is the next number to deliver). *)
   type peer = {
-    unacked : (int, Msg.t) Hashtbl.t; (* in [una, next), less those selectively acknowledged *)
+    unacked : Msg.t Seqring.t; (* in [una, next), less those selectively acknowledged *)
     mutable una : int;
     mutable next : int;
     mutable rto : Time.t;
     mutable rtx_at : Time.t;
-    early : (int, Msg.t) Hashtbl.t; (* received above [expected] *)
+    early : Msg.t Seqring.t; (* received above [expected], within the window *)
     mutable early_top : int; (* above the highest number in [early] *)
     mutable expected : int;
     mutable unacked_in : int; (* delivered since our last acknowledgement *)
@@ -82,6 +85,8 @@ module L = struct
     now : unit -> Time.t;
     rank : int;
     peers : peer array;
+    due : Deadlines.t; (* [2r]: [ack_at] of peer [r]; [2r + 1]: its [rtx_at] *)
+    due_now : int array; (* the keys due in this call of [timer] *)
     rto0 : Time.t;
     max_rto : Time.t;
     window : int;
@@ -102,12 +107,12 @@ module L = struct
     let rto0 = Params.time ctx.params Param.rto in
     let peer _ =
       {
-        unacked = Hashtbl.create 16;
+        unacked = Seqring.create ~size:16 no_msg;
         una = 0;
         next = 0;
         rto = rto0;
         rtx_at = max_int;
-        early = Hashtbl.create 16;
+        early = Seqring.create ~size:16 no_msg;
         early_top = 0;
         expected = 0;
         unacked_in = 0;
@@ -119,6 +124,8 @@ module L = struct
       now = ctx.now;
       rank = ctx.view.rank;
       peers = Array.init (View.nmembers ctx.view) peer;
+      due = Deadlines.create (2 * View.nmembers ctx.view);
+      due_now = Array.make (2 * View.nmembers ctx.view) 0;
       rto0;
       max_rto = Params.time ctx.params Param.max_rto;
       window = max 1 (min max_window (Params.int ctx.params Param.window));
@@ -139,25 +146,37 @@ module L = struct
   let sack p =
     let rec go s acc k =
       if s >= p.early_top || k = 0 then List.rev acc
-      else if not (Hashtbl.mem p.early s) then go (s + 1) acc k
+      else if not (Seqring.mem p.early s) then go (s + 1) acc k
       else
-        let rec run e = if Hashtbl.mem p.early (e + 1) then run (e + 1) else e in
+        let rec run e = if Seqring.mem p.early (e + 1) then run (e + 1) else e in
         let e = run s in
         go (e + 1) ((s, e) :: acc) (k - 1)
     in
-    if Hashtbl.length p.early = 0 then [] else go (p.expected + 1) [] max_sack
+    if Seqring.length p.early = 0 then [] else go (p.expected + 1) [] max_sack
+
+  (* Each deadline is kept in the peer and in [due], whence the timer takes
+     only those due. *)
+  let set_ack t r p at =
+    p.ack_at <- at;
+    Deadlines.set t.due (2 * r) at;
+    if at <> max_int then t.out.alarm at
+
+  let set_rtx t r p at =
+    p.rtx_at <- at;
+    Deadlines.set t.due ((2 * r) + 1) at;
+    if at <> max_int then t.out.alarm at
 
   let send_ack t r p =
-    p.ack_at <- max_int;
+    set_ack t r p max_int;
     p.unacked_in <- 0;
     t.acks_sent <- t.acks_sent + 1;
     t.out.dn (Event.Send r) (Ack { ack = p.expected; sack = sack p }) (Msg.empty ())
 
   let transmit t r p seq =
     (* Any data message carries our acknowledgement of the peer. *)
-    p.ack_at <- max_int;
+    set_ack t r p max_int;
     p.unacked_in <- 0;
-    let m = Hashtbl.find p.unacked seq in
+    let m = Seqring.find p.unacked seq in
     t.out.dn (Event.Send r) (Data { seq; ack = p.expected }) (Msg.retain m)
 
   let dn t (dst : Event.dst) msg =
@@ -170,11 +189,10 @@ module L = struct
           let p = t.peers.(r) in
           let seq = p.next in
           p.next <- seq + 1;
-          Hashtbl.replace p.unacked seq msg;
+          Seqring.replace p.unacked seq msg;
           if p.rtx_at = max_int then begin
             p.rto <- t.rto0;
-            p.rtx_at <- t.now () + p.rto;
-            t.out.alarm p.rtx_at
+            set_rtx t r p (t.now () + p.rto)
           end;
           transmit t r p seq
       | Event.Send r ->
@@ -183,19 +201,19 @@ module L = struct
           Msg.release msg
 
   let forget p s =
-    match Hashtbl.find_opt p.unacked s with
-    | Some m ->
-        Hashtbl.remove p.unacked s;
-        Msg.release m
-    | None -> ()
+    if Seqring.mem p.unacked s then begin
+      let m = Seqring.find p.unacked s in
+      Seqring.remove p.unacked s;
+      Msg.release m
+    end
 
   (* The peer has all our messages below [ack] and those in [sack]: they
      need no more sending. *)
-  let acked t p ack sack =
+  let acked t r p ack sack =
     if ack > p.next then
       Log.debug (fun m -> m "acknowledgement %d beyond the %d messages sent" ack p.next)
     else begin
-      let before = Hashtbl.length p.unacked in
+      let before = Seqring.length p.unacked in
       if ack > p.una then begin
         for s = p.una to ack - 1 do
           forget p s
@@ -208,23 +226,19 @@ module L = struct
             forget p s
           done)
         sack;
-      if Hashtbl.length p.unacked < before then begin
+      if Seqring.length p.unacked < before then begin
         p.rto <- t.rto0;
-        p.rtx_at <- (if Hashtbl.length p.unacked = 0 then max_int else t.now () + p.rto);
-        if p.rtx_at <> max_int then t.out.alarm p.rtx_at
+        set_rtx t r p (if Seqring.length p.unacked = 0 then max_int else t.now () + p.rto)
       end
     end
 
   let schedule_ack t r p =
     p.unacked_in <- p.unacked_in + 1;
     if p.unacked_in >= t.ack_every then send_ack t r p
-    else if p.ack_at = max_int then begin
-      p.ack_at <- t.now () + t.ack_delay;
-      t.out.alarm p.ack_at
-    end
+    else if p.ack_at = max_int then set_ack t r p (t.now () + t.ack_delay)
 
   let received t r p seq msg =
-    if seq < p.expected || Hashtbl.mem p.early seq then begin
+    if seq < p.expected || Seqring.mem p.early seq then begin
       t.duplicates <- t.duplicates + 1;
       Msg.release msg;
       send_ack t r p
@@ -236,7 +250,7 @@ module L = struct
     end
     else if seq > p.expected then begin
       t.out_of_order <- t.out_of_order + 1;
-      Hashtbl.replace p.early seq msg;
+      Seqring.replace p.early seq msg;
       if seq >= p.early_top then p.early_top <- seq + 1;
       schedule_ack t r p
     end
@@ -245,14 +259,14 @@ module L = struct
       schedule_ack t r p;
       t.out.up (Event.Send_from r) msg;
       let rec drain () =
-        match Hashtbl.find_opt p.early p.expected with
-        | Some m when not t.stopped ->
-            Hashtbl.remove p.early p.expected;
-            p.expected <- p.expected + 1;
-            schedule_ack t r p;
-            t.out.up (Event.Send_from r) m;
-            drain ()
-        | _ -> ()
+        if (not t.stopped) && Seqring.mem p.early p.expected then begin
+          let m = Seqring.find p.early p.expected in
+          Seqring.remove p.early p.expected;
+          p.expected <- p.expected + 1;
+          schedule_ack t r p;
+          t.out.up (Event.Send_from r) m;
+          drain ()
+        end
       in
       drain ()
     end
@@ -282,10 +296,10 @@ module L = struct
           Msg.release msg
       | Event.Send_from r, Data { seq; ack } when peer t r ->
           let p = t.peers.(r) in
-          acked t p ack [];
+          acked t r p ack [];
           received t r p seq msg
       | Event.Send_from r, Ack { ack; sack } when peer t r ->
-          acked t t.peers.(r) ack sack;
+          acked t r t.peers.(r) ack sack;
           Msg.release msg
       | _ ->
           t.malformed <- t.malformed + 1;
@@ -297,14 +311,15 @@ module L = struct
   let release_all t =
     Array.iter
       (fun p ->
-        Hashtbl.iter (fun _ m -> Msg.release m) p.unacked;
-        Hashtbl.reset p.unacked;
-        Hashtbl.iter (fun _ m -> Msg.release m) p.early;
-        Hashtbl.reset p.early;
+        Seqring.iter (fun _ m -> Msg.release m) p.unacked;
+        Seqring.reset p.unacked;
+        Seqring.iter (fun _ m -> Msg.release m) p.early;
+        Seqring.reset p.early;
         p.una <- p.next;
         p.rtx_at <- max_int;
         p.ack_at <- max_int)
-      t.peers
+      t.peers;
+    Deadlines.reset t.due
 
   let dn_ctl t e =
     (match e with
@@ -314,28 +329,37 @@ module L = struct
     | _ -> ());
     t.out.dn_ctl e
 
+  (* Only the deadlines due are visited, earliest first; a handler may
+     have moved a later one of the same peer (a retransmission carries the
+     acknowledgement), so each is checked again. *)
   let timer t now =
-    if not t.stopped then
-      Array.iteri
-        (fun r p ->
-          if p.ack_at <= now then send_ack t r p;
-          if p.rtx_at <= now && Hashtbl.length p.unacked > 0 then begin
-            let last = min p.next (p.una + t.window) - 1 in
-            Log.debug (fun m ->
-                m "to %d: retransmitting in %d..%d after %a" r p.una last Time.pp p.rto);
-            for s = p.una to last do
-              if Hashtbl.mem p.unacked s then begin
-                t.retransmissions <- t.retransmissions + 1;
-                transmit t r p s
-              end
-            done;
-            p.rto <- min t.max_rto (2 * p.rto);
-            p.rtx_at <- now + p.rto
-          end
-          else if p.rtx_at <= now then p.rtx_at <- max_int;
-          if p.ack_at <> max_int then t.out.alarm p.ack_at;
-          if p.rtx_at <> max_int then t.out.alarm p.rtx_at)
-        t.peers
+    if not t.stopped then begin
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let key = t.due_now.(j) in
+        let r = key / 2 in
+        let p = t.peers.(r) in
+        if key land 1 = 0 then begin
+          if p.ack_at <= now then send_ack t r p
+        end
+        else if p.rtx_at <= now && Seqring.length p.unacked > 0 then begin
+          let last = min p.next (p.una + t.window) - 1 in
+          Log.debug (fun m ->
+              m "to %d: retransmitting in %d..%d after %a" r p.una last Time.pp p.rto);
+          for s = p.una to last do
+            if Seqring.mem p.unacked s then begin
+              t.retransmissions <- t.retransmissions + 1;
+              transmit t r p s
+            end
+          done;
+          p.rto <- min t.max_rto (2 * p.rto);
+          set_rtx t r p (now + p.rto)
+        end
+        else if p.rtx_at <= now then set_rtx t r p max_int
+      done;
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
+    end
 
   let counters t =
     let sum f = Array.fold_left (fun acc p -> acc + f p) 0 t.peers in
@@ -348,8 +372,8 @@ module L = struct
       ("malformed", t.malformed);
       ("impossible", t.impossible);
       ("bad_dst", t.bad_dst);
-      ("unacked", sum (fun p -> Hashtbl.length p.unacked));
-      ("buffered", sum (fun p -> Hashtbl.length p.early));
+      ("unacked", sum (fun p -> Seqring.length p.unacked));
+      ("buffered", sum (fun p -> Seqring.length p.early));
     ]
 end
 
@@ -362,7 +386,9 @@ module F = struct
       Layer.nfields = 0;
       length = false;
       framed = false;
-      size = (fun _ _ -> Codec.size codec No_hdr);
+      size =
+        (let n = Codec.size codec No_hdr in
+         fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
@@ -374,7 +400,7 @@ module F = struct
       expand = (fun _ _ -> No_hdr);
     }
 
-  let keys h = List.sort compare (Hashtbl.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h [])
+  let keys h = List.rev (Seqring.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h [])
 
   let state t =
     let peer ppf p =

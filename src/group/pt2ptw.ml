@@ -23,6 +23,9 @@ end
 
 let overhead = 64
 
+(* What fills the empty slots of the queues: never released, never sent. *)
+let no_msg = Msg.empty ()
+
 let contract =
   Contract.v "send-flow" ~doc:"point-to-point window flow control: bounded bytes in flight per peer"
 
@@ -62,7 +65,9 @@ module L = struct
      (covered by our last request for an acknowledgement) of our messages
      to the peer, [consumed] and [reported] of its messages to us. *)
   type peer = {
-    queue : (Msg.t * int) Queue.t;
+    queue : Msg.t Seqring.t; (* waiting to be sent, numbered from [head] to [tail - 1] *)
+    mutable head : int;
+    mutable tail : int;
     mutable queued : int;
     mutable sent : int;
     mutable acked : int;
@@ -77,6 +82,8 @@ module L = struct
     now : unit -> Time.t;
     rank : int;
     peers : peer array;
+    due : Deadlines.t; (* [ack_at] by peer *)
+    due_now : int array; (* the peers due in this call of [timer] *)
     gone : bool array; (* suspected members: nothing more is sent to them *)
     window : int;
     limit : int;
@@ -101,7 +108,9 @@ module L = struct
     let limit = max 0 (Params.int ctx.params Param.queue) in
     let peer _ =
       {
-        queue = Queue.create ();
+        queue = Seqring.create ~size:16 no_msg;
+        head = 0;
+        tail = 0;
         queued = 0;
         sent = 0;
         acked = 0;
@@ -116,6 +125,8 @@ module L = struct
       now = ctx.now;
       rank = ctx.view.rank;
       peers = Array.init (View.nmembers ctx.view) peer;
+      due = Deadlines.create (View.nmembers ctx.view);
+      due_now = Array.make (View.nmembers ctx.view) 0;
       gone = Array.make (View.nmembers ctx.view) false;
       window;
       limit;
@@ -136,6 +147,12 @@ module L = struct
     }
 
   let cost msg = Msg.length msg + overhead
+
+  (* The queue emptied, its messages released or gone elsewhere. *)
+  let clear p =
+    Seqring.reset p.queue;
+    p.head <- p.tail;
+    p.queued <- 0
 
   (* Tells the layer above when the stack beneath changes between blocked
      and not. *)
@@ -161,18 +178,20 @@ module L = struct
 
   let drain t r p =
     let rec go () =
-      match Queue.peek_opt p.queue with
-      | Some (msg, c) when fits t p c && not t.stopped ->
-          ignore (Queue.pop p.queue);
+      if p.head < p.tail && not t.stopped then begin
+        let msg = Seqring.find p.queue p.head in
+        let c = cost msg in
+        if fits t p c then begin
+          Seqring.remove p.queue p.head;
+          p.head <- p.head + 1;
           p.queued <- p.queued - c;
           let ask =
-            match Queue.peek_opt p.queue with
-            | Some (_, next) -> p.sent + c - p.acked + next > t.window
-            | None -> false
+            p.head < p.tail && p.sent + c - p.acked + cost (Seqring.find p.queue p.head) > t.window
           in
           transmit t r p msg c ~ask;
           go ()
-      | _ -> ()
+        end
+      end
     in
     go ();
     if t.over && Array.for_all (fun p -> p.queued <= t.low) t.peers then t.over <- false;
@@ -190,9 +209,10 @@ module L = struct
       | Event.Send r when r >= 0 && r < Array.length t.peers ->
           let p = t.peers.(r) in
           let c = cost msg in
-          if Queue.is_empty p.queue && fits t p c then transmit t r p msg c ~ask:false
+          if p.head = p.tail && fits t p c then transmit t r p msg c ~ask:false
           else begin
-            Queue.push (msg, c) p.queue;
+            Seqring.replace p.queue p.tail msg;
+            p.tail <- p.tail + 1;
             p.queued <- p.queued + c;
             if p.asked < p.sent then begin
               (* Stalled behind messages sent before anything waited. *)
@@ -209,19 +229,23 @@ module L = struct
           Log.err (fun m -> m "send to rank %d outside a view of %d" r (Array.length t.peers));
           Msg.release msg
 
+  (* The deadline is kept in the peer and in [due], whence the timer takes
+     only those due. *)
+  let set_ack t r p at =
+    p.ack_at <- at;
+    Deadlines.set t.due r at;
+    if at <> max_int then t.out.alarm at
+
   let send_ack t r p =
     p.reported <- p.consumed;
-    p.ack_at <- max_int;
+    set_ack t r p max_int;
     t.acks_sent <- t.acks_sent + 1;
     t.out.dn (Event.Send r) (Ack { consumed = p.consumed }) (Msg.empty ())
 
   let consumed t r p c ~ask =
     p.consumed <- p.consumed + c;
     if ask || p.consumed - p.reported >= t.threshold then send_ack t r p
-    else if p.ack_at = max_int then begin
-      p.ack_at <- t.now () + t.ack_delay;
-      t.out.alarm p.ack_at
-    end
+    else if p.ack_at = max_int then set_ack t r p (t.now () + t.ack_delay)
 
   let acked t r p total =
     if total > p.sent then begin
@@ -265,13 +289,12 @@ module L = struct
         if r >= 0 && r < Array.length t.peers && r <> t.rank && not t.gone.(r) then begin
           t.gone.(r) <- true;
           let p = t.peers.(r) in
-          Queue.iter
-            (fun (m, _) ->
+          Seqring.iter
+            (fun _ m ->
               t.to_gone <- t.to_gone + 1;
               Msg.release m)
             p.queue;
-          Queue.clear p.queue;
-          p.queued <- 0
+          clear p
         end)
       ranks;
     if t.over && Array.for_all (fun p -> p.queued <= t.low) t.peers then begin
@@ -298,22 +321,26 @@ module L = struct
         t.stopped <- true;
         Array.iter
           (fun p ->
-            Queue.iter (fun (m, _) -> Msg.release m) p.queue;
-            Queue.clear p.queue;
-            p.queued <- 0;
+            Seqring.iter (fun _ m -> Msg.release m) p.queue;
+            clear p;
             p.ack_at <- max_int)
-          t.peers
+          t.peers;
+        Deadlines.reset t.due
     | _ -> ());
     t.out.dn_ctl e
 
   let timer t now =
-    if not t.stopped then
-      Array.iteri
-        (fun r p ->
-          if p.ack_at <= now then
-            if p.consumed > p.reported then send_ack t r p else p.ack_at <- max_int;
-          if p.ack_at <> max_int then t.out.alarm p.ack_at)
-        t.peers
+    if not t.stopped then begin
+      let k = Deadlines.take_due t.due now t.due_now in
+      for j = 0 to k - 1 do
+        let r = t.due_now.(j) in
+        let p = t.peers.(r) in
+        if p.ack_at <= now then
+          if p.consumed > p.reported then send_ack t r p else set_ack t r p max_int
+      done;
+      let next = Deadlines.next t.due in
+      if next <> max_int then t.out.alarm next
+    end
 
   let counters t =
     let sum f = Array.fold_left (fun acc p -> acc + f p) 0 t.peers in
@@ -326,7 +353,7 @@ module L = struct
       ("to_gone", t.to_gone);
       ("outstanding", sum (fun p -> p.sent - p.acked));
       ("queued", sum (fun p -> p.queued));
-      ("queued_messages", sum (fun p -> Queue.length p.queue));
+      ("queued_messages", sum (fun p -> Seqring.length p.queue));
     ]
 end
 
@@ -339,7 +366,9 @@ module F = struct
       Layer.nfields = 0;
       length = false;
       framed = false;
-      size = (fun _ _ -> Codec.size codec No_hdr);
+      size =
+        (let n = Codec.size codec No_hdr in
+         fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());
@@ -354,7 +383,7 @@ module F = struct
   let state t =
     let peer ppf p =
       Fmt.pf ppf "[queue %d/%d sent %d acked %d asked %d consumed %d reported %d ack %d]"
-        (Queue.length p.queue) p.queued p.sent p.acked p.asked p.consumed p.reported p.ack_at
+        (Seqring.length p.queue) p.queued p.sent p.acked p.asked p.consumed p.reported p.ack_at
     in
     Fmt.str "stopped %b flushing %b over %b below %b told %b; gone %a; %a; %a" t.stopped t.flushing
       t.over t.below t.told

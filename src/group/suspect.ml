@@ -163,7 +163,8 @@ module L = struct
         heard = Array.make n now;
         back = Array.make n (min_int / 2);
         woke = min_int / 2;
-        probed = Array.make n min_int;
+        probed = Array.make n (min_int / 2);
+        (* [min_int / 2]: "never", and [now - probed] cannot overflow. *)
         claims = Array.make_matrix n n false;
         since = Array.make_matrix n n max_int;
         grace = max 0 (Params.time ctx.params Param.grace);
@@ -513,7 +514,9 @@ module F = struct
       Layer.nfields = 0;
       length = false;
       framed = false;
-      size = (fun _ _ -> Codec.size codec No_hdr);
+      size =
+        (let n = Codec.size codec No_hdr in
+         fun _ _ -> n);
       dn_ok = (fun t dst _ -> (not t.stopped) && dst = Event.Cast);
       dn_fast = (fun _ _ _ _ ~layered:_ _ _ -> ());
       dn_after = (fun _ _ _ ~up:_ _ _ -> ());

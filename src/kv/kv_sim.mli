@@ -7,15 +7,7 @@
 val name : string
 val doc : string
 
-type outcome = {
-  violations : string list;
-  ops : int;  (** operations in the history *)
-  acked : int;  (** with a known outcome *)
-  unknown : int;
-  restarts : int;
-  datagrams : int;
-  end_time : Consort.Time.t;
-  trace_hash : string;
-}
+type outcome = Rsm_sim.outcome
+(** What one seeded run found. *)
 
 val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome

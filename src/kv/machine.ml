@@ -4,24 +4,15 @@ type t = {
   limits : Op.limits;
   data : (string, string) Hashtbl.t;
   mutable bytes : int;
-  dedup : (int64, int * Op.response) Hashtbl.t;
-  order : int64 Queue.t; (* clients, oldest first *)
+  dedup : Op.response Dedup.t;
 }
 
-let create limits =
-  {
-    limits;
-    data = Hashtbl.create 1024;
-    bytes = 0;
-    dedup = Hashtbl.create 64;
-    order = Queue.create ();
-  }
-
+let create limits = { limits; data = Hashtbl.create 1024; bytes = 0; dedup = Dedup.create () }
 let limits t = t.limits
 let read t k = Hashtbl.find_opt t.data k
 let keys t = Hashtbl.length t.data
 let bytes t = t.bytes
-let clients t = Hashtbl.length t.dedup
+let clients t = Dedup.clients t.dedup
 
 let set t k v =
   (match Hashtbl.find_opt t.data k with
@@ -74,52 +65,25 @@ let execute t (op : Op.t) : Op.response =
               else full t
           | _ -> Cas_failed))
 
-let remember t client req r =
-  if not (Hashtbl.mem t.dedup client) then begin
-    while Hashtbl.length t.dedup >= t.limits.max_clients && not (Queue.is_empty t.order) do
-      Hashtbl.remove t.dedup (Queue.pop t.order)
-    done;
-    Queue.push client t.order
-  end;
-  Hashtbl.replace t.dedup client (req, r)
-
 let apply t ~client ~req op =
   if Op.is_read op then (execute t op, false)
   else
-    match Hashtbl.find_opt t.dedup client with
-    | Some (last, r) when last = req -> (r, false)
-    | Some (last, _) when req < last ->
-        (Op.Error (Printf.sprintf "request %d is older than this client's last, %d" req last), false)
-    | _ ->
-        let r = execute t op in
-        remember t client req r;
-        (r, true)
+    Dedup.apply t.dedup ~max_clients:t.limits.max_clients ~client ~req
+      ~older:(fun why -> Op.Error why)
+      (fun () -> execute t op)
 
 let bindings t = Hashtbl.fold (fun k v acc -> (k, v) :: acc) t.data [] |> List.sort compare
 let s = Codec.string ~max:(16 * 1024 * 1024) ()
 
 let codec limits =
   let pairs = Codec.list ~max:max_int (Codec.pair s s) in
-  let clients = Codec.list ~max:max_int (Codec.tup3 Codec.int64 Codec.varint Op.response_codec) in
   Codec.map ~name:"kv-state"
-    (fun t ->
-      ( bindings t,
-        Queue.fold
-          (fun acc c ->
-            let req, r = Hashtbl.find t.dedup c in
-            (c, req, r) :: acc)
-          [] t.order
-        |> List.rev ))
-    (fun (kvs, cs) ->
-      let t = create limits in
+    (fun t -> (bindings t, t.dedup))
+    (fun (kvs, dedup) ->
+      let t = { (create limits) with dedup } in
       List.iter (fun (k, v) -> set t k v) kvs;
-      List.iter
-        (fun (c, req, r) ->
-          Queue.push c t.order;
-          Hashtbl.replace t.dedup c (req, r))
-        cs;
       t)
-    (Codec.pair pairs clients)
+    (Codec.pair pairs (Dedup.codec Op.response_codec))
 
 let digest t = Digest.to_hex (Digest.string (Codec.encode_string (codec t.limits) t))
 

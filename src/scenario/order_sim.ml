@@ -41,21 +41,40 @@ let burst w k =
     V.cast w (Rng.int (V.rng w) (V.nprocs w))
   done
 
-(* 5 members, 4 at first and one joining; the coordinator or another
-   member crashes; the group splits 2/3 and heals; a member leaves; casts
-   flow all along, in bursts at each event, under 3% loss and
-   reordering. *)
-let mixed ~props ~defaults ~checks ?trace ?params seed =
+(* Five members under 3% loss with [props] and the parameters [defaults], the first [started]
+   started within 0.3 s; [event t f] runs [f] at [t] after a burst of casts. *)
+let world ~props ~defaults ~started ?trace ?params seed =
   let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
   let w = V.with_params w defaults in
   let rng = V.rng w in
-  for i = 0 to 3 do
+  for i = 0 to started - 1 do
     V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
   done;
   let event t f =
     V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
     V.at w t f
   in
+  (w, rng, event)
+
+let shuffle rng l = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) l))
+
+(* The network split into [sides] (the trace tells into how many when [count]); healed. *)
+let partition ?(count = false) w sides =
+  if count then
+    V.note w "%d partition into %d" (Consort_engine.Sim.now (V.net w)) (List.length sides)
+  else V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
+  Consort_engine.Sim.partition (V.net w) sides
+
+let heal w =
+  V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
+  Consort_engine.Sim.heal (V.net w)
+
+(* 5 members, 4 at first and one joining; the coordinator or another
+   member crashes; the group splits 2/3 and heals; a member leaves; casts
+   flow all along, in bursts at each event, under 3% loss and
+   reordering. *)
+let mixed ~props ~defaults ~checks ?trace ?params seed =
+  let w, rng, event = world ~props ~defaults ~started:4 ?trace ?params seed in
   event (s 3. + Rng.int rng (s 3.)) (fun () -> V.start w 4);
   (* The crash hits the coordinator (the sequencer) one time in two. *)
   let sequencer = Rng.bool rng in
@@ -71,16 +90,11 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
       V.crash w victim);
   let cut = s 11. + Rng.int rng (s 2.) in
   let addrs = List.init 5 (V.addr w) in
-  let shuffled = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs)) in
+  let shuffled = shuffle rng addrs in
   event cut (fun () ->
-      V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
-      Consort_engine.Sim.partition (V.net w)
+      partition w
         [ List.filteri (fun i _ -> i < 2) shuffled; List.filteri (fun i _ -> i >= 2) shuffled ]);
-  event
-    (cut + s 6.)
-    (fun () ->
-      V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
-      Consort_engine.Sim.heal (V.net w));
+  event (cut + s 6.) (fun () -> heal w);
   let restart = Rng.int rng 5 in
   event (cut + s 8.) (fun () -> if not (V.is_alive w restart) then V.start w restart);
   event (s 9. + Rng.int rng (s 1.)) (fun () -> if Rng.int rng 3 = 0 then V.leave w (Rng.int rng 5));
@@ -95,37 +109,21 @@ let mixed ~props ~defaults ~checks ?trace ?params seed =
    heal (casts not yet stable when the view changes, delivered in the
    transitional part); one crash. *)
 let partitions ~props ~defaults ~checks ?trace ?params seed =
-  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
-  let w = V.with_params w defaults in
-  let rng = V.rng w in
-  for i = 0 to 3 do
-    V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
-  done;
-  let event t f =
-    V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
-    V.at w t f
-  in
+  let w, rng, event = world ~props ~defaults ~started:4 ?trace ?params seed in
   event (s 2. + Rng.int rng (s 2.)) (fun () -> V.start w 4);
   let addrs = List.init 5 (V.addr w) in
   let last = ref 0 in
   for k = 0 to 2 do
     let cut = s 5. + (k * s 8.) + Rng.int rng (s 2.) in
-    let shuffled =
-      List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs))
-    in
+    let shuffled = shuffle rng addrs in
     let side = 1 + Rng.int rng 2 in
     event cut (fun () ->
-        V.note w "%d partition" (Consort_engine.Sim.now (V.net w));
-        Consort_engine.Sim.partition (V.net w)
+        partition w
           [
             List.filteri (fun i _ -> i < side) shuffled;
             List.filteri (fun i _ -> i >= side) shuffled;
           ]);
-    event
-      (cut + s 5.)
-      (fun () ->
-        V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
-        Consort_engine.Sim.heal (V.net w));
+    event (cut + s 5.) (fun () -> heal w);
     last := cut + s 5.
   done;
   let victim = Rng.int rng 5 in
@@ -159,21 +157,13 @@ let quorum_check w logs =
    three random sides, each healed 5 s later (members suspected after 2 s
    of silence), bursts of casts at each cut
    and heal (refused outside the primary); a crash and a restart. *)
-(* Five members with Primary over Total and Evs under 3% loss, started within 0.3 s, with these
-   parameters; [event t f] runs [f] at [t] after a burst of casts. *)
+(* Five members with Primary over Total and Evs under 3% loss, all started within 0.3 s, with
+   these parameters; [event t f] runs [f] at [t] after a burst of casts. *)
 let primary_world ?trace ?params seed ps =
-  let props = P.vsync @ [ P.Total; P.Evs; P.Primary ] in
-  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
-  let w = V.with_params w (ps @ [ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ]) in
-  let rng = V.rng w in
-  for i = 0 to 4 do
-    V.at w (Rng.int rng 300_000_000) (fun () -> V.start w i)
-  done;
-  let event t f =
-    V.at w (t - Time.of_ms (Rng.int rng 30)) (fun () -> burst w (2 + Rng.int rng 8));
-    V.at w t f
-  in
-  (w, rng, event)
+  world
+    ~props:(P.vsync @ [ P.Total; P.Evs; P.Primary ])
+    ~defaults:(ps @ [ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ])
+    ~started:5 ?trace ?params seed
 
 let primary_partitions ?trace ?params seed =
   let w, rng, event =
@@ -184,9 +174,7 @@ let primary_partitions ?trace ?params seed =
   let last = ref 0 in
   for k = 0 to 3 do
     let cut = s 3. + (k * s 7.) + Rng.int rng (s 1.) in
-    let shuffled =
-      List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) addrs))
-    in
+    let shuffled = shuffle rng addrs in
     let a = 1 + Rng.int rng 3 in
     let b = if Rng.int rng 3 = 0 then a + 1 + Rng.int rng (4 - a) else 5 in
     let sides =
@@ -197,14 +185,8 @@ let primary_partitions ?trace ?params seed =
           List.filteri (fun i _ -> i >= b) shuffled;
         ]
     in
-    event cut (fun () ->
-        V.note w "%d partition into %d" (Consort_engine.Sim.now (V.net w)) (List.length sides);
-        Consort_engine.Sim.partition (V.net w) sides);
-    event
-      (cut + s 5.)
-      (fun () ->
-        V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
-        Consort_engine.Sim.heal (V.net w));
+    event cut (fun () -> partition ~count:true w sides);
+    event (cut + s 5.) (fun () -> heal w);
     last := cut + s 5.
   done;
   let victim = Rng.int rng 5 in
@@ -259,17 +241,9 @@ let primary_dynamic ?trace ?params seed =
     primary_world ?trace ?params seed
       [ ("primary.mode", Params.String "dynamic"); ("primary.expected", Params.Int 5) ]
   in
-  let partition t sides =
-    event t (fun () ->
-        V.note w "%d partition into %d" (Consort_engine.Sim.now (V.net w)) (List.length sides);
-        Consort_engine.Sim.partition (V.net w) sides)
-  in
-  let heal t =
-    event t (fun () ->
-        V.note w "%d heal" (Consort_engine.Sim.now (V.net w));
-        Consort_engine.Sim.heal (V.net w))
-  in
-  let shuffle l = List.map snd (List.sort compare (List.map (fun a -> (Rng.bits64 rng, a)) l)) in
+  let partition t sides = event t (fun () -> partition ~count:true w sides) in
+  let heal t = event t (fun () -> heal w) in
+  let shuffle = shuffle rng in
   let addrs = shuffle (List.init 5 (V.addr w)) in
   let take n l = List.filteri (fun i _ -> i < n) l
   and drop n l = List.filteri (fun i _ -> i >= n) l in

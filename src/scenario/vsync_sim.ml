@@ -936,6 +936,49 @@ let slow_many_scenario ?trace ?params seed =
   Sim.run ~until:(!last + s 40.) w.net;
   finish ~extra:(not_wedged w @ List.rev !slandered) w
 
+(* A large group on the Scale stack (sim.props, with Scale added): [n]
+   members start within a second and merge into one view, casts and sends
+   flow from random members, two members crash (one of them, at random, a
+   monitor of the other on the ring, so that its silence has one witness
+   fewer) and, on half the seeds, one more member is cut off from everyone
+   for a while; 2% loss. *)
+let scale_scenario ~n ?trace ?(params = Params.empty) seed =
+  let props =
+    match props_of params with
+    | Ok p -> List.sort_uniq compare (Consort_group.Properties.Scale :: p)
+    | Error e -> Fmt.failwith "%s: %a" sim_props Consort_group.Properties.pp_error e
+  in
+  let w = make ?trace ~params ~props ~seed ~n ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 1_000_000_000) (fun () -> start w i)) w.procs;
+  workload w ~from:(s 6.) ~until:(s 24.) ~count:300;
+  let v1 = Rng.int w.rng n in
+  let v2 =
+    if Rng.bool w.rng then (v1 + 1 + Rng.int w.rng 3) mod n
+    else (v1 + 1 + Rng.int w.rng (n - 1)) mod n
+  in
+  let t1 = s 8. + Rng.int w.rng (s 4.) in
+  at w t1 (fun () -> crash w v1);
+  at w (t1 + Rng.int w.rng (s 2.)) (fun () -> crash w v2);
+  if Rng.bool w.rng then begin
+    let cut = ref ((v2 + 1 + Rng.int w.rng (n - 2)) mod n) in
+    while !cut = v1 || !cut = v2 do
+      cut := (!cut + 1) mod n
+    done;
+    let addrs = Array.to_list (Array.map (fun p -> p.addr) w.procs) in
+    let alone = w.procs.(!cut).addr in
+    let at_cut = s 14. + Rng.int w.rng (s 4.) in
+    at w at_cut (fun () ->
+        note w "%d partition" (Sim.now w.net);
+        Sim.partition w.net [ [ alone ]; List.filter (fun a -> a <> alone) addrs ]);
+    at w
+      (at_cut + s 10.)
+      (fun () ->
+        note w "%d heal" (Sim.now w.net);
+        Sim.heal w.net)
+  end;
+  Sim.run ~until:(s 60.) w.net;
+  finish w
+
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
@@ -974,6 +1017,11 @@ let scenarios =
       "5 of 9 members starved at once for 6-10 s while the others cast and one joins; no member is \
        excluded for slander",
       slow_many_scenario );
+    ( "scale-256",
+      "256 members on the Scale stack (Ringfd, mnak_tree) merge, casts and sends flow, two crash \
+       (often ring neighbours), one is cut off for 10 s on half the seeds; 2% loss",
+      scale_scenario ~n:256 );
+    ("scale-64", "scale-256 with 64 members (for many seeds)", scale_scenario ~n:64);
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -5,43 +5,12 @@
    dependents cold, and SIGTERM stopping everything. *)
 
 module Decl = Consort_capboot.Decl
+open Consort_local
+open Cap_procs
 
 let here = Filename.dirname Sys.executable_name
-let consort () = Filename.concat here (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 let ( / ) = Filename.concat
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
-let read_file p =
-  try
-    let ic = open_in_bin p in
-    Fun.protect
-      ~finally:(fun () -> close_in ic)
-      (fun () -> really_input_string ic (in_channel_length ic))
-  with Sys_error _ -> ""
-
-let write_file p s =
-  let oc = open_out_bin p in
-  output_string oc s;
-  close_out oc
-
-let contains s sub =
-  let n = String.length sub in
-  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
-  go 0
-
-let free_port () =
-  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
-  Unix.close s;
-  p
+let read_file p = try read_file p with Sys_error _ -> ""
 
 (* {1 Declarations} *)
 
@@ -129,44 +98,6 @@ let test_errors () =
 
 (* {1 Processes} *)
 
-let base_env = [ "CONSORT_MULTICAST=off" ]
-
-let spawn ~out ~err args =
-  let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
-  let o = fd out and e = fd err in
-  let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
-  let env = Array.append (Array.of_list base_env) (Unix.environment ()) in
-  let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) env i o e in
-  List.iter Unix.close [ o; e; i ];
-  pid
-
-(* At most [n] polls of 50 ms, then the test fails. *)
-let eventually ?(n = 600) what f =
-  let rec go k =
-    if f () then ()
-    else if k = 0 then
-      Alcotest.fail (what ^ ": not within " ^ string_of_int (Stdlib.( / ) n 20) ^ " s")
-    else (
-      Unix.sleepf 0.05;
-      go (k - 1))
-  in
-  go n
-
-let wait_code pid =
-  let rec go n =
-    match Unix.waitpid [ Unix.WNOHANG ] pid with
-    | 0, _ when n > 0 ->
-        Unix.sleepf 0.05;
-        go (n - 1)
-    | 0, _ ->
-        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
-        ignore (Unix.waitpid [] pid);
-        Alcotest.failf "pid %d still running after 60 s" pid
-    | _, Unix.WEXITED c -> c
-    | _ -> -1
-  in
-  go 1200
-
 let lines s = List.filter (fun l -> l <> "") (String.split_on_char '\n' s)
 
 (* The index of the first line that starts with [prefix]. *)
@@ -189,9 +120,8 @@ let pid_of out name ~nth =
 let count out l = List.length (List.filter (( = ) l) (lines out))
 
 let test_services () =
-  let d = Filename.temp_file "capboot" "" in
-  Sys.remove d;
-  List.iter (fun x -> Unix.mkdir x 0o700) [ d; d / "boot"; d / "fs"; d / "ps" ];
+  let d = temp_dir "capboot" in
+  List.iter (fun x -> Unix.mkdir x 0o700) [ d / "boot"; d / "fs"; d / "ps" ];
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   let fsa = Printf.sprintf "127.0.0.1:%d" (free_port ())
   and psa = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
@@ -331,9 +261,7 @@ let test_cycle_refused () =
 (* A boot server killed with SIGKILL leaves nothing behind: its services get
    SIGTERM when it dies. *)
 let test_killed_boot () =
-  let d = Filename.temp_file "capboot-k" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir "capboot-k" in
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   write_file (d / "decl") "service s\n run sleep 600\n capability none\n";
   let out = d / "out" and err = d / "err" in

@@ -6,34 +6,14 @@
    one other. *)
 
 open Consort_cap
+open Consort_local
 
 let consort () =
   Filename.concat
     (Filename.dirname Sys.executable_name)
     (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
 let ( / ) = Filename.concat
-
-let read_file p =
-  let ic = open_in_bin p in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let free_port () =
-  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
-  Unix.close s;
-  p
 
 type replica = { i : int; rpc : string; group : string; mutable pid : int }
 
@@ -104,11 +84,6 @@ let run ~env args =
       let _, st = Unix.waitpid [] pid in
       ((match st with Unix.WEXITED c -> c | _ -> -1), read_file out, read_file err))
 
-let contains s sub =
-  let n = String.length sub in
-  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
-  go 0
-
 let ok ~env args =
   let code, out, err = run ~env args in
   if code <> 0 then Alcotest.failf "consort %s: exit %d: %s" (String.concat " " args) code err;
@@ -138,9 +113,7 @@ let rows ls =
     (String.split_on_char '\n' ls)
 
 let test_replicated () =
-  let d = Filename.temp_file "capdir-e2e" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir "capdir-e2e" in
   let reps =
     List.init 3 (fun i ->
         {
@@ -258,9 +231,7 @@ let test_replicated () =
 (* One directory replica and a file server in a fresh directory: [f d ~env ~root ~dserver ~fserver],
    then both killed and the directory removed. *)
 let with_replica_and_fs name f =
-  let d = Filename.temp_file name "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir name in
   let r =
     {
       i = 0;

@@ -3,16 +3,9 @@
 
 module Store = Consort_capfs.Store
 module Io = Consort_capfs.Io
+open Consort_local
 
 let child_exe () = Filename.concat (Filename.dirname Sys.executable_name) "capfs_child.exe"
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
 
 let with_dir f =
   let d = Filename.temp_file "capfs" "" in

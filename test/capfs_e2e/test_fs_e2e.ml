@@ -3,46 +3,20 @@
    an unknown outcome with 3, and a server killed with SIGKILL during
    uploads, restarted with every acknowledged file intact. *)
 
+open Consort_local
+
 let consort () =
   Filename.concat
     (Filename.dirname Sys.executable_name)
     (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
 let with_dir f =
-  let d = Filename.temp_file "capfs-e2e" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir "capfs-e2e" in
   Fun.protect ~finally:(fun () -> rm_rf d) (fun () -> f d)
 
 let ( / ) = Filename.concat
 
-let read_file p =
-  let ic = open_in_bin p in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let write_file p s =
-  let oc = open_out_bin p in
-  output_string oc s;
-  close_out oc
-
 (* A free UDP port on loopback. *)
-let free_port () =
-  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
-  Unix.close s;
-  p
-
 type server = { pid : int; cap : string; addr : string }
 
 let start_server ?(env = []) ~data ~port () =
@@ -306,11 +280,6 @@ let test_crash_restart () =
     !acked;
   Alcotest.(check bool) "some puts were acknowledged" true (List.length !acked >= 3);
   Alcotest.(check bool) "some puts were cut by the kill" true (!unknown >= 1)
-
-let contains s sub =
-  let n = String.length sub in
-  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
-  go 0
 
 (* Multicast off: only the configured places are asked, so a wrong one
    finds nothing even where the network has multicast. *)

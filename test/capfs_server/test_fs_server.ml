@@ -6,14 +6,7 @@ module Store = Consort_capfs.Store
 module S = Consort_capfs_server.Fs_server
 module C = Consort_capfs_server.Fs_client
 module P = Consort_capfs_server.Fs_proto
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+open Consort_local
 
 let now = ref 0
 

@@ -6,44 +6,12 @@
 
 module Pd = Consort_capproc.Pd
 open Consort_cap
+open Consort_local
+open Cap_procs
 
 let here = Filename.dirname Sys.executable_name
-let consort () = Filename.concat here (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 let prog_bc = Filename.concat here "prog.bc"
 let ( / ) = Filename.concat
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
-let read_file p =
-  let ic = open_in_bin p in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let write_file p s =
-  let oc = open_out_bin p in
-  output_string oc s;
-  close_out oc
-
-let contains s sub =
-  let n = String.length sub in
-  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
-  go 0
-
-let free_port () =
-  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
-  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
-  Unix.close s;
-  p
-
-let base_env = [ "CONSORT_MULTICAST=off" ]
 
 type server = { pid : int; cap : string; addr : string }
 
@@ -73,39 +41,6 @@ let stop s =
   (try Unix.kill s.pid Sys.sigterm with Unix.Unix_error _ -> ());
   try ignore (Unix.waitpid [] s.pid) with Unix.Unix_error _ -> ()
 
-let spawn ?(env = []) ?stdin_fd ~out ~err args =
-  let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
-  let o = fd out and e = fd err in
-  let i =
-    match stdin_fd with
-    | Some f -> f
-    | None -> Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0
-  in
-  let env = Array.concat [ Array.of_list (base_env @ env); Unix.environment () ] in
-  let pid = Unix.create_process_env (consort ()) (Array.of_list ("consort" :: args)) env i o e in
-  Unix.close o;
-  Unix.close e;
-  if stdin_fd = None then Unix.close i;
-  pid
-
-let code_of = function Unix.WEXITED c -> c | Unix.WSIGNALED s -> 1000 + s | _ -> -1
-
-(* The exit status, waiting at most 60 s (then the process is killed and
-   the test fails): a bug that hangs fails instead of hanging the suite. *)
-let wait_code pid =
-  let rec go n =
-    match Unix.waitpid [ Unix.WNOHANG ] pid with
-    | 0, _ when n > 0 ->
-        Unix.sleepf 0.05;
-        go (n - 1)
-    | 0, _ ->
-        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
-        ignore (Unix.waitpid [] pid);
-        Alcotest.failf "consort (pid %d) still running after 60 s" pid
-    | _, st -> code_of st
-  in
-  go 1200
-
 (* Runs consort; its exit status, standard output and error. *)
 let run ?env ?stdin_file args =
   let out = Filename.temp_file "capproc-out" "" and err = Filename.temp_file "capproc-err" "" in
@@ -122,23 +57,10 @@ let run ?env ?stdin_file args =
       let code = wait_code pid in
       (code, read_file out, read_file err))
 
-(* Waits (at most 30 s) until [f ()]. *)
-let eventually what f =
-  let rec go n =
-    if f () then ()
-    else if n = 0 then Alcotest.failf "%s: not within 30 s" what
-    else (
-      Unix.sleepf 0.05;
-      go (n - 1))
-  in
-  go 600
-
 type world = { dir : string; fs : server; ps : server; prog : string; env : string list }
 
 let with_world ?(ps_args = []) f =
-  let d = Filename.temp_file "capproc" "" in
-  Sys.remove d;
-  Unix.mkdir d 0o700;
+  let d = temp_dir "capproc" in
   Unix.mkdir (d / "fs") 0o700;
   Unix.mkdir (d / "ps") 0o700;
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->

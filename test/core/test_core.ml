@@ -7,4 +7,5 @@ let () =
       ("msg", Test_msg.tests);
       ("stack", Test_stack.tests);
       ("misc", Test_misc.tests);
+      ("deadlines", Test_deadlines.tests);
     ]

@@ -112,6 +112,27 @@ let retained_versions () =
   List.iter Msg.release [ x; z; b ];
   no_leaks pool
 
+(* Shared header bytes are never written: a push in front of them copies, and a message that
+   already has headers gets a copy of them. *)
+let push_bytes_shared () =
+  let pool = fresh_pool () in
+  let shared = Bytes.of_string "HDR" in
+  let base = Msg.of_string pool "body" in
+  let kept = Msg.push_bytes shared (Msg.retain base) in
+  let sent = Msg.push h1 0x1111 base in
+  Alcotest.(check string) "kept" "HDRbody" (Msg.to_string kept);
+  Alcotest.(check string) "sent, in place beside it" "\x11\x11body" (Msg.to_string sent);
+  let again = Msg.push h1 0x2222 (Msg.retain kept) in
+  Alcotest.(check string) "pushed in front" "\x22\x22HDRbody" (Msg.to_string again);
+  let h, rest = pull_ok h1 again in
+  Alcotest.(check int) "pulled" 0x2222 h;
+  Alcotest.(check string) "rest" "HDRbody" (Msg.to_string rest);
+  let on_top = Msg.push_bytes shared sent in
+  Alcotest.(check string) "copied in front of headers" "HDR\x11\x11body" (Msg.to_string on_top);
+  Alcotest.(check string) "shared bytes unchanged" "HDR" (Bytes.to_string shared);
+  List.iter Msg.release [ kept; rest; on_top ];
+  no_leaks pool
+
 let retained_versions_prop =
   (* Random sequences of pushes on random live versions: each version's bytes
      always equal its own pushes in front of the body. *)
@@ -217,6 +238,7 @@ let tests =
     Alcotest.test_case "pull after sending" `Quick over_the_wire;
     Alcotest.test_case "header split across pieces" `Quick header_split_across_pieces;
     Alcotest.test_case "retained versions do not corrupt each other" `Quick retained_versions;
+    Alcotest.test_case "pushed bytes are shared, never written" `Quick push_bytes_shared;
     retained_versions_prop;
     Alcotest.test_case "headroom overflow grows" `Quick headroom_growth;
     Alcotest.test_case "ownership moves, use after consume" `Quick ownership;

@@ -91,17 +91,28 @@ let stop d =
   in
   wait ()
 
+(* A field of /proc/PID/status, in KiB (0 if the process is gone). *)
+let status_kib field pid =
+  match open_in (Printf.sprintf "/proc/%d/status" pid) with
+  | exception Sys_error _ -> 0
+  | ic ->
+      let key = field ^ ":" in
+      let k = String.length key in
+      let rec go () =
+        match input_line ic with
+        | l when String.length l > k && String.sub l 0 k = key ->
+            Scanf.sscanf (String.sub l k (String.length l - k)) " %d" (fun k -> k)
+        | _ -> go ()
+        | exception End_of_file -> 0
+      in
+      Fun.protect ~finally:(fun () -> close_in ic) go
+
 (* Resident memory of a process, in KiB. *)
-let rss pid =
-  let ic = open_in (Printf.sprintf "/proc/%d/status" pid) in
-  let rec go () =
-    match input_line ic with
-    | l when String.length l > 6 && String.sub l 0 6 = "VmRSS:" ->
-        Scanf.sscanf (String.sub l 6 (String.length l - 6)) " %d" (fun k -> k)
-    | _ -> go ()
-    | exception End_of_file -> 0
-  in
-  Fun.protect ~finally:(fun () -> close_in ic) go
+let rss pid = status_kib "VmRSS" pid
+
+(* The highest resident memory of a process so far (the kernel's own
+   record, not a sample), in KiB. *)
+let peak_rss pid = status_kib "VmHWM" pid
 
 (* {1 A raw connection} *)
 

@@ -282,11 +282,35 @@ let test_dies_mid_frame () =
       C.close a.conn;
       C.close b.conn)
 
+(* Everything a raw connection gets until it ends (or [timeout] seconds
+   without a frame): the events, and whether it ended. *)
+let drain ?(timeout = 5.) r =
+  let rec go acc =
+    match next ~timeout r with
+    | `Event e -> go (e :: acc)
+    | `Closed -> (List.rev acc, true)
+    | `Timeout -> (List.rev acc, false)
+  in
+  go []
+
+let raw_join r group =
+  put r
+    (Wire.encode_request
+       (Wire.Join { handle = 1; group; props = ""; params = ""; flags = 0; peers = [] }));
+  let rec reply () =
+    match next r with
+    | `Event (Wire.Ok { info; _ }) -> info
+    | `Event (Wire.View _) -> reply ()
+    | _ -> Alcotest.fail "join"
+  in
+  reply ()
+
 (* A client that stops reading while its group is busy: once more than
    --max-queue bytes wait for it, it is failed out; the sender is not held
    up, and every one of its casts reaches the member that reads. *)
 let test_stops_reading () =
-  with_daemon ~args:[ "--max-queue"; "2000000"; "--max-frame"; "70000" ] (addr 50) (fun d ->
+  with_daemon ~args:[ "--max-queue"; "2000000"; "--max-queued"; "64000000"; "--max-frame"; "70000" ]
+    (addr 50) (fun d ->
       let a = member d "g" and b = member d "g" in
       let r = raw d in
       hello r;
@@ -311,12 +335,202 @@ let test_stops_reading () =
                List.length !(b.casts) >= !accepted - 2 || view_size a = 2))
       done;
       check "the reader that stopped is failed out" true (view_size a = 2);
+      (match List.rev (fst (drain r)) with
+      | Wire.Error { code = Wire.Overloaded; reason; _ } :: _ ->
+          check
+            ("its stream ends with ERROR overloaded: " ^ reason)
+            true
+            (Astring_like.contains reason "(--max-queue)")
+      | _ -> Alcotest.fail "the stream of the reader that stopped does not end with its ERROR");
       check "b is still in" true (until [ a.conn; b.conn ] (fun () -> view_size b = 2));
       check "a's casts all reach b" true
         (until [ a.conn; b.conn ] (fun () -> List.length !(b.casts) = !accepted));
       close_raw r;
       C.close a.conn;
       C.close b.conn)
+
+(* The daemon's cap on what all clients leave unread (--max-queued): two
+   clients stop reading, the older one well behind the newer; once the two
+   leave more than the cap together, the older one (the most unread) is
+   failed out, its stream ending with ERROR overloaded after the frames it
+   had; the newer one stays in the group, and reads all that was cast. *)
+let test_global_cap () =
+  with_daemon ~args:[ "--max-queue"; "8000000"; "--max-queued"; "3000000"; "--max-frame"; "70000" ]
+    (addr 85) (fun d ->
+      let a = member d "g" in
+      let r1 = raw d in
+      hello r1;
+      ignore (next r1);
+      let id1 = raw_join r1 "g" in
+      check "a view of two" true (until [ a.conn ] (fun () -> view_size a = 2));
+      let payload = String.make 60000 'p' in
+      let accepted = ref 0 in
+      let cast () =
+        (match C.cast a.m payload with Ok () -> incr accepted | Error _ -> ());
+        ignore (until ~timeout:5. [ a.conn ] (fun () -> List.length !(a.casts) >= !accepted))
+      in
+      (* r1 reads nothing from now on: 2.4 MB behind before r2 comes. *)
+      for _ = 1 to 40 do
+        cast ()
+      done;
+      let r2 = raw d in
+      hello r2;
+      ignore (next r2);
+      let id2 = raw_join r2 "g" in
+      check "a view of three" true (until [ a.conn ] (fun () -> view_size a = 3));
+      let before = !accepted in
+      (* r2 reads nothing either, until someone is failed out. *)
+      let deadline = Unix.gettimeofday () +. 20. in
+      while view_size a = 3 && !accepted - before < 200 && Unix.gettimeofday () < deadline do
+        cast ()
+      done;
+      let members () =
+        match !(a.views) with v :: _ -> Array.to_list v.Consort_group.Group.members | [] -> []
+      in
+      check "someone was failed out" true (view_size a = 2);
+      check "the older client, the most behind, is out" false (List.mem id1 (members ()));
+      check "the newer client is still in" true (List.mem id2 (members ()));
+      (* r1's stream: the casts it had, then ERROR overloaded, then the end. *)
+      let evs, ended = drain r1 in
+      check "r1's connection ended" true ended;
+      (match List.rev evs with
+      | Wire.Error { handle; code = Wire.Overloaded; reason } :: _ ->
+          Alcotest.(check int) "an ERROR about the connection" Wire.no_handle handle;
+          check ("names the cap: " ^ reason) true (Astring_like.contains reason "--max-queued")
+      | _ -> Alcotest.fail "r1's last frame is not ERROR overloaded");
+      check "r1 got whole casts before it" true
+        (List.for_all
+           (function
+             | Wire.Cast_up { payload = p; _ } -> p = payload
+             | Wire.Error _ | Wire.View _ | Wire.Block _ | Wire.Flow _ -> true
+             | _ -> false)
+           evs);
+      (* r2 reads now: every cast since it joined, no error, still open. *)
+      let evs, ended = drain ~timeout:2. r2 in
+      check "r2 is still connected" false ended;
+      check "r2 got no error" true (List.for_all (function Wire.Error _ -> false | _ -> true) evs);
+      let got = List.length (List.filter (function Wire.Cast_up _ -> true | _ -> false) evs) in
+      Alcotest.(check int) "r2 got every cast since it joined" (!accepted - before) got;
+      check "a still casts to r2" true
+        (C.cast a.m "after" = Ok ()
+        &&
+        match drain ~timeout:2. r2 with
+        | evs, false ->
+            List.exists (function Wire.Cast_up { payload = "after"; _ } -> true | _ -> false) evs
+        | _, true -> false);
+      close_raw r1;
+      close_raw r2;
+      C.close a.conn)
+
+(* Protocol version 2: a cast the daemon takes gets no reply (the PING
+   after it is answered first), one it refuses gets REFUSED with its
+   request number (no member; a frame over the limit; leaving), and
+   a version 1 client on the same daemon still gets OK. *)
+let test_version2 () =
+  with_daemon ~args:[ "--max-frame"; "70000" ] (addr 65) (fun d ->
+      let a = member d "g" in
+      let r = raw d in
+      put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "v2" }));
+      (match next r with
+      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
+      | _ -> Alcotest.fail "HELLO_OK version 2");
+      let id = raw_join r "g" in
+      check "a view of two" true (until [ a.conn ] (fun () -> view_size a = 2));
+      let cast req payload = put r (Wire.encode_request (Wire.Cast { handle = 1; req; payload })) in
+      let ping cookie = put r (Wire.encode_request (Wire.Ping { cookie })) in
+      (* Replies and REFUSED in order, upcalls aside. *)
+      let rec answers n acc =
+        if n = 0 then List.rev acc
+        else
+          match next r with
+          | `Event (Wire.Pong _ as e) | `Event (Wire.Ok _ as e) | `Event (Wire.Error _ as e) ->
+              answers (n - 1) (e :: acc)
+          | `Event (Wire.Refused _ as e) -> answers (n - 1) (e :: acc)
+          | `Event _ -> answers n acc
+          | `Closed | `Timeout -> List.rev acc
+      in
+      cast 1 "one";
+      cast 2 "two";
+      ping 7;
+      (match answers 1 [] with
+      | [ Wire.Pong { cookie = 7 } ] -> ()
+      | _ -> Alcotest.fail "version 2: a cast taken has no reply; the PING's comes first");
+      check "both casts delivered to a" true
+        (until [ a.conn ] (fun () ->
+             List.mem (id, "one") !(a.casts) && List.mem (id, "two") !(a.casts)));
+      put r (Wire.encode_request (Wire.Cast { handle = 5; req = 3; payload = "x" }));
+      cast 4 (String.make 80000 'b');
+      ping 8;
+      (match answers 3 [] with
+      | [
+       Wire.Refused { handle = 5; req = 3; code = Wire.No_such_handle; _ };
+       Wire.Refused { handle = 1; req = 4; code = Wire.Too_big; _ };
+       Wire.Pong { cookie = 8 };
+      ] ->
+          ()
+      | _ -> Alcotest.fail "version 2: REFUSED no-such-handle, REFUSED too-big, then PONG");
+      (* After LEAVE (its OK is a reply), a cast is refused by number. *)
+      put r (Wire.encode_request (Wire.Leave { handle = 1 }));
+      cast 5 "late";
+      ping 9;
+      (match answers 3 [] with
+      | [
+       Wire.Ok { handle = 1; _ };
+       Wire.Refused { handle = 1; req = 5; code = Wire.Leaving | Wire.No_such_handle; _ };
+       Wire.Pong { cookie = 9 };
+      ] ->
+          ()
+      | _ -> Alcotest.fail "version 2: OK to LEAVE, REFUSED for the cast after it, PONG");
+      (* A version 1 client of the same daemon: OK per cast. *)
+      let r1 = raw d in
+      hello r1;
+      ignore (next r1);
+      ignore (raw_join r1 "g");
+      put r1 (Wire.encode_request (Wire.Cast { handle = 1; req = 1; payload = "v1" }));
+      let rec ok () =
+        match next r1 with
+        | `Event (Wire.Ok { handle = 1; _ }) -> true
+        | `Event (Wire.Ok _ | Wire.Error _ | Wire.Refused _) -> false
+        | `Event _ -> ok ()
+        | _ -> false
+      in
+      check "version 1: OK" true (ok ());
+      close_raw r1;
+      close_raw r;
+      C.close a.conn)
+
+(* Spinning (consortd --spin-us, Consort_client.set_spin): casts flow,
+   and a step that spins returns as soon as what it waits for is read
+   (not when its timeout ends). *)
+let test_spin () =
+  with_daemon ~args:[ "--spin-us"; "200" ] (addr 88) (fun d ->
+      C.set_spin 5000;
+      Fun.protect
+        ~finally:(fun () -> C.set_spin 0)
+        (fun () ->
+          let a = member d "g" and b = member d "g" in
+          check "a view of two" true
+            (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+          let slow = ref 0 in
+          for i = 1 to 20 do
+            check "cast" true (C.cast a.m (Printf.sprintf "s%d" i) = Ok ());
+            let t0 = Unix.gettimeofday () in
+            let rec wait () =
+              if List.length !(b.casts) < i && Unix.gettimeofday () -. t0 < 10. then begin
+                ignore (C.step ~timeout:2. b.conn);
+                wait ()
+              end
+            in
+            wait ();
+            if Unix.gettimeofday () -. t0 > 1. then incr slow
+          done;
+          Alcotest.(check (list string))
+            "b got a's casts in order"
+            (List.init 20 (fun i -> Printf.sprintf "s%d" (i + 1)))
+            (List.rev_map snd !(b.casts));
+          Alcotest.(check int) "no step waited out its timeout with the cast read" 0 !slow;
+          C.close a.conn;
+          C.close b.conn))
 
 (* A client that closes its connection without leaving: its members are
    failed out (a leave), the others see a view without them at once. *)
@@ -617,6 +831,9 @@ let () =
           Alcotest.test_case "a huge length is never buffered" `Quick test_huge_length;
           Alcotest.test_case "a client dies mid-frame" `Quick test_dies_mid_frame;
           Alcotest.test_case "a client stops reading" `Quick test_stops_reading;
+          Alcotest.test_case "the daemon's cap fails the most unread" `Quick test_global_cap;
+          Alcotest.test_case "protocol version 2: no reply to a cast taken" `Quick test_version2;
+          Alcotest.test_case "spinning daemon and client" `Quick test_spin;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;
           Alcotest.test_case "an idle connection; SIGTERM" `Quick test_idle_and_sigterm;

@@ -159,6 +159,48 @@ let fd_readiness () =
   Unix.close r;
   Unix.close w
 
+(* Spinning (Loop.set_spin) serves what comes while it polls at once, and
+   delays no timer: with 300 ms of spin, a timer due in 20 ms fires then,
+   and bytes another process writes 30 ms later are read then, not when
+   the spin ends. *)
+let spin_polls () =
+  let loop = Loop.create () in
+  Loop.set_spin loop (ms 300);
+  let r, w = Unix.pipe ~cloexec:true () in
+  let read_at = ref 0. in
+  Loop.watch loop r (fun () ->
+      let b = Bytes.create 16 in
+      ignore (Unix.read r b 0 16);
+      read_at := Unix.gettimeofday ());
+  let t0 = Unix.gettimeofday () in
+  let fired = ref 0. in
+  ignore (Loop.after loop (ms 20) (fun () -> fired := Unix.gettimeofday ()));
+  Loop.run loop ~until:(fun () -> !fired > 0.) ~timeout:(ms 2000);
+  let late = !fired -. t0 in
+  Alcotest.(check bool)
+    (Printf.sprintf "the timer fired after %.0f ms" (late *. 1000.))
+    true
+    (late > 0.015 && late < 0.2);
+  let pid =
+    match Unix.fork () with
+    | 0 ->
+        Unix.sleepf 0.03;
+        ignore (Unix.write_substring w "x" 0 1);
+        Unix._exit 0
+    | pid -> pid
+  in
+  let t0 = Unix.gettimeofday () in
+  Loop.run loop ~until:(fun () -> !read_at > 0.) ~timeout:(ms 2000);
+  ignore (Unix.waitpid [] pid);
+  let after = !read_at -. t0 in
+  Alcotest.(check bool)
+    (Printf.sprintf "read after %.0f ms" (after *. 1000.))
+    true
+    (after > 0.02 && after < 0.2);
+  Loop.unwatch loop r;
+  Unix.close r;
+  Unix.close w
+
 let closed_without_unwatch () =
   let loop = Loop.create () in
   let r, w = Unix.pipe ~cloexec:true () in
@@ -690,55 +732,7 @@ let multicast_child () =
   print_endline "multicast child: ok";
   exit 0
 
-let find_ip () =
-  List.find_opt Sys.file_exists [ "/usr/sbin/ip"; "/sbin/ip"; "/usr/bin/ip"; "/bin/ip" ]
-
-let command argv =
-  let pid = Unix.create_process argv.(0) argv Unix.stdin Unix.stdout Unix.stderr in
-  match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> true | _ -> false
-
-(* Waits for [pid] at most [limit]; kills it (and only it) on timeout. *)
-let wait_child pid limit =
-  let t0 = Unix.gettimeofday () in
-  let rec go () =
-    match Unix.waitpid [ Unix.WNOHANG ] pid with
-    | 0, _ ->
-        if Unix.gettimeofday () -. t0 > limit then begin
-          (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
-          ignore (Unix.waitpid [] pid);
-          `Timeout
-        end
-        else begin
-          Unix.sleepf 0.01;
-          go ()
-        end
-    | _, status -> `Exited status
-  in
-  go ()
-
-let multicast () =
-  match find_ip () with
-  | None -> Alcotest.fail "IP multicast test needs the `ip` command (iproute2), not found"
-  | Some _ when Unix.getuid () <> 0 ->
-      Alcotest.fail "IP multicast test needs root, to create a network namespace"
-  | Some ip ->
-      let ns = Printf.sprintf "consort-test-%d" (Unix.getpid ()) in
-      if not (command [| ip; "netns"; "add"; ns |]) then Alcotest.failf "ip netns add %s failed" ns;
-      Fun.protect
-        ~finally:(fun () -> ignore (command [| ip; "netns"; "delete"; ns |]))
-        (fun () ->
-          if
-            not
-              (command
-                 [| ip; "netns"; "exec"; ns; ip; "link"; "set"; "lo"; "up"; "multicast"; "on" |])
-          then Alcotest.fail "could not bring up lo in the namespace";
-          let argv = [| ip; "netns"; "exec"; ns; Sys.executable_name; "--multicast-child" |] in
-          let pid = Unix.create_process ip argv Unix.stdin Unix.stdout Unix.stderr in
-          match wait_child pid 20.0 with
-          | `Timeout -> Alcotest.fail "multicast child timed out"
-          | `Exited (Unix.WEXITED 0) -> ()
-          | `Exited (Unix.WEXITED n) -> Alcotest.failf "multicast child exited %d" n
-          | `Exited _ -> Alcotest.fail "multicast child was killed")
+let multicast () = Netns_child.run ~what:"IP multicast test" ~ns:"consort-test" ~limit:20.0
 
 let () =
   if Array.length Sys.argv > 1 && Sys.argv.(1) = "--multicast-child" then multicast_child ();
@@ -754,6 +748,7 @@ let () =
           Alcotest.test_case "run with a timeout returns" `Quick timeout_returns;
           Alcotest.test_case "until and stop" `Quick until_and_stop;
           Alcotest.test_case "descriptor readiness" `Quick fd_readiness;
+          Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
           Alcotest.test_case "timers do not starve descriptors" `Quick no_starvation;

@@ -942,6 +942,190 @@ let partition_detected () =
     [ (Sim.default_link, 1); ({ Sim.default_link with loss = 0.1; jitter = ms 3 }, 2) ];
   check_no_leaks pool
 
+(* A silent rank is probed directly for the last [suspect.verify] of the
+   timeout, once per interval, and an answer saves it. *)
+let suspect_probes () =
+  let s = single ~n:3 ~rank:0 detector in
+  let probes () =
+    List.length
+      (List.filter
+         (fun (d, b) ->
+           match (d, split G.Suspect.codec b) with
+           | Event.Send 1, (G.Suspect.Probe { ack = false }, _) -> true
+           | _ -> false)
+         !(s.sent))
+  in
+  beats s ~from:0 ~until:(sec 3.9) [ 2 ];
+  Alcotest.(check int) "no probe before the last second" 0 (probes ());
+  beats s ~from:(sec 4.) ~until:(sec 4.6) [ 2 ];
+  Alcotest.(check bool) "probed once per interval within it" true (probes () >= 2);
+  feed s (bottom_send s 1 ^ enc G.Suspect.codec (G.Suspect.Probe { ack = true }));
+  beats s ~from:(sec 4.75) ~until:(sec 6.) [ 2 ];
+  Alcotest.check ctl_t "the answer saved it" [] (ctl s);
+  Alcotest.(check int) "counted" (probes ()) (counter s "suspect" "probes");
+  stop s
+
+(* {1 Ringfd: the ring failure detector of Scale} *)
+
+let ring = [ G.Ringfd.layer; G.Bottom.layer ]
+let ring_beat s r = bottom_send s r ^ enc G.Ringfd.codec G.Ringfd.Heartbeat
+let ring_ack s r = bottom_send s r ^ enc G.Ringfd.codec (G.Ringfd.Probe { ack = true })
+
+(* The destinations of the Ringfd datagrams with header [h] sent so far. *)
+let ring_sent s h =
+  List.sort compare
+    (List.filter_map
+       (fun (d, b) ->
+         match (d, split G.Ringfd.codec b) with
+         | Event.Send r, (h', _) when h' = h -> Some r
+         | _ -> None)
+       !(s.sent))
+
+(* Heartbeats from [ranks], every interval from [from] to [until]. *)
+let ring_beats s ~from ~until ranks =
+  let rec go t =
+    if t <= until then begin
+      run_until s t;
+      List.iter (fun r -> feed s (ring_beat s r)) ranks;
+      go (t + interval)
+    end
+  in
+  go from
+
+let verdicts s =
+  List.rev
+    (List.filter_map
+       (function _, G.Gevent.Flush_verdict { accept; _ } -> Some accept | _ -> None)
+       !(s.ctl))
+
+let accuse s accuser ranks =
+  Stack.dn_ctl s.st
+    (G.Gevent.Accusation { accuser; ranks; reason = "heartbeat"; kind = G.Gevent.Silent })
+
+let ring_neighbours () =
+  let gone r = r = 5 in
+  Alcotest.(check (list int))
+    "successors skip the gone" [ 6; 7; 0 ]
+    (G.Ringfd.successors ~n:8 ~gone ~k:3 4);
+  Alcotest.(check (list int))
+    "predecessors wrap" [ 0; 7; 6 ]
+    (G.Ringfd.predecessors ~n:8 ~gone ~k:3 1);
+  Alcotest.(check (list int))
+    "fewer when the ring is small" [ 1 ]
+    (G.Ringfd.successors ~n:2 ~gone:(fun _ -> false) ~k:3 0)
+
+let ringfd_by_hand () =
+  let s = single ~n:8 ~rank:3 ring in
+  run_until s 0;
+  Alcotest.(check (list int))
+    "one heartbeat to each of 3 successors, none to the others" [ 4; 5; 6 ]
+    (ring_sent s G.Ringfd.Heartbeat);
+  (* Ranks 2 and 1 beat; 0, watched too, is silent. *)
+  ring_beats s ~from:0 ~until:(sec 6.) [ 2; 1 ];
+  Alcotest.check ctl_t "the silent watched rank, after the timeout"
+    [ (sec 5., [ 0 ], "silent for 5.0 s or more") ]
+    (ctl s);
+  Alcotest.(check bool)
+    "probed before suspected" true
+    (List.mem 0 (ring_sent s (G.Ringfd.Probe { ack = false })));
+  Alcotest.(check int) "3 watched again (7 replaces 0)" 3 (counter s "ringfd" "watched");
+  (* 7 is watched from 5 s on: a full timeout from then. *)
+  ring_beats s ~from:(sec 6.25) ~until:(sec 9.5) [ 2; 1 ];
+  Alcotest.(check int) "7 not suspected before its timeout" 1 (List.length (ctl s));
+  ring_beats s ~from:(sec 9.75) ~until:(sec 10.5) [ 2; 1 ];
+  Alcotest.(check (list (list int)))
+    "then 7" [ [ 0 ]; [ 7 ] ]
+    (List.map (fun (_, r, _) -> r) (ctl s));
+  let before = List.length !(s.sent) in
+  run_until s (sec 10.75);
+  Alcotest.(check int)
+    "heartbeats stay point-to-point to 3 members" 3
+    (List.length !(s.sent) - before);
+  stop s
+
+let ringfd_corroboration () =
+  let s = single ~n:8 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 6.) [ 0; 1; 2 ];
+  (* Rank 6 is watched by 7, 0 and 1, not by 3: one report is not enough. *)
+  accuse s 7 [ 6 ];
+  Alcotest.check ctl_t "one report of a rank this member does not watch: waits" [] (ctl s);
+  Alcotest.(check int) "counted" 1 (counter s "ringfd" "accusations_waiting");
+  accuse s 7 [ 6 ];
+  Alcotest.check ctl_t "the same accuser twice is still one" [] (ctl s);
+  accuse s 0 [ 6 ];
+  Alcotest.(check (list (list int)))
+    "a second accuser: adopted" [ [ 6 ] ]
+    (List.map (fun (_, r, _) -> r) (ctl s));
+  (* Rank 4 reports 2 and 1 silent: this member watches both and hears them
+     all along: 4 is the one that does not hear. *)
+  ring_beats s ~from:(sec 6.25) ~until:(sec 7.) [ 0; 1; 2 ];
+  accuse s 4 [ 1; 2 ];
+  Alcotest.(check (list (list int)))
+    "a twice contradicted accuser is suspected, not the accused" [ [ 6 ]; [ 4 ] ]
+    (List.map (fun (_, r, _) -> r) (ctl s));
+  Alcotest.(check int) "blamed" 1 (counter s "ringfd" "accusers_blamed");
+  accuse s 4 [ 5 ];
+  Alcotest.(check int) "a suspected accuser is not heard" 2 (List.length (ctl s));
+  stop s
+
+let ringfd_flush () =
+  let s = single ~n:8 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 6.) [ 0; 1; 2 ];
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 5 ] });
+  Alcotest.(check (list bool)) "a rank not watched, not suspected: refused" [ false ] (verdicts s);
+  Alcotest.(check (list int)) "and probed" [ 5 ] (ring_sent s (G.Ringfd.Probe { ack = false }));
+  run_until s (sec 6.5);
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 5 ] });
+  Alcotest.(check (list bool)) "still within the probe's time" [ false; false ] (verdicts s);
+  ring_beats s ~from:(sec 6.75) ~until:(sec 7.5) [ 0; 1; 2 ];
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 5 ] });
+  Alcotest.(check (list bool)) "silent to the probe: confirmed" [ false; false; true ] (verdicts s);
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 6 ] });
+  feed s (ring_ack s 6);
+  ring_beats s ~from:(sec 7.75) ~until:(sec 9.) [ 0; 1; 2 ];
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 6 ] });
+  Alcotest.(check (list bool))
+    "a rank that answers is not confirmed"
+    [ false; false; true; false; false ]
+    (verdicts s);
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 1 ] });
+  Alcotest.(check bool) "nor a watched rank heard here" false (List.nth (verdicts s) 5);
+  Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord = 0; excluded = [ 3 ] });
+  Alcotest.(check bool)
+    "nor this member on the coordinator's word alone" false
+    (List.nth (verdicts s) 6);
+  stop s
+
+let ringfd_cut_off () =
+  let s = single ~n:12 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 2.) [ 0; 1; 2 ];
+  (* Cut off: nothing arrives any more. *)
+  run_until s (sec 7.1);
+  let probed = ring_sent s (G.Ringfd.Probe { ack = false }) in
+  Alcotest.(check bool) "members beyond the ring probed" true (List.exists (fun r -> r > 3) probed);
+  run_until s (sec 9.);
+  Alcotest.(check int) "found cut off" 1 (counter s "ringfd" "isolated");
+  Alcotest.(check int) "every other member suspected" 11 (counter s "ringfd" "suspected");
+  stop s;
+  (* Its three neighbours crash, the rest answer: not cut off. *)
+  let s = single ~n:12 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 2.) [ 0; 1; 2 ];
+  let rec go t =
+    if t <= sec 9. then begin
+      run_until s t;
+      List.iter
+        (fun r -> if r > 3 then feed s (ring_ack s r))
+        (ring_sent s (G.Ringfd.Probe { ack = false }));
+      go (t + ms 50)
+    end
+  in
+  go (sec 2.05);
+  Alcotest.(check int) "not cut off" 0 (counter s "ringfd" "isolated");
+  Alcotest.(check (list int))
+    "only the silent neighbours suspected" [ 0; 1; 2 ]
+    (List.sort compare (List.concat_map (fun (_, r, _) -> r) (ctl s)));
+  stop s
+
 let () =
   Iovec.set_checked true;
   Alcotest.run "fd"
@@ -958,6 +1142,19 @@ let () =
             suspect_deaf_accuser;
           Alcotest.test_case "judging accusations" `Quick judge;
           Alcotest.test_case "a pause of this member is forgiven" `Quick pause_by_hand;
+          Alcotest.test_case "a silent rank is probed before it is suspected" `Quick suspect_probes;
+        ] );
+      ( "ringfd",
+        [
+          Alcotest.test_case "ring neighbours" `Quick ring_neighbours;
+          Alcotest.test_case "heartbeats to k successors, silence of a watched rank" `Quick
+            ringfd_by_hand;
+          Alcotest.test_case "silence corroborated by two; a deaf accuser blamed" `Quick
+            ringfd_corroboration;
+          Alcotest.test_case "flush exclusions: probed, confirmed only when silent" `Quick
+            ringfd_flush;
+          Alcotest.test_case "a cut-off member finds out; crashed neighbours are no cut" `Quick
+            ringfd_cut_off;
         ] );
       ( "slander",
         [ Alcotest.test_case "casts, reports, counts nonsense" `Quick slander_by_hand; qtest fuzz ]

@@ -297,6 +297,111 @@ let repairs_unreliable () =
   Alcotest.(check bool) "losses were repaired" true (!naks > 0);
   check_no_leaks pool
 
+(* {1 mnak_tree: stability gathered up a tree (Scale)} *)
+
+let reports s =
+  List.filter_map (function Event.Send p, G.Mnak.Report _ -> Some p | _ -> None) (mnak_headers s)
+
+let cover n ranks =
+  String.init
+    ((n + 7) / 8)
+    (fun i ->
+      Char.chr
+        (List.fold_left (fun a r -> if r / 8 = i then a lor (1 lsl (r mod 8)) else a) 0 ranks))
+
+let report s ~from ~ranks low =
+  let n = Array.length low in
+  feed s
+    (from_send s from
+    ^ mnak
+        (G.Mnak.Report
+           {
+             busy = false;
+             cover = cover n ranks;
+             low;
+             high = Array.copy low;
+             who = Array.make n from;
+           }))
+
+let tree_root () =
+  (* Rank 0 is the root of a tree of 3 (fanout 2): its children are 1 and 2. *)
+  let params = Params.set G.Mnak.Param.fanout (Params.Int 2) Params.empty in
+  let s = single ~params ~n:3 ~rank:0 [ G.Mnak.tree_layer; G.Bottom.layer ] in
+  Stack.cast s.st (Msg.of_string s.pool "mine");
+  advance s (Time.of_ms 30);
+  Alcotest.(check bool)
+    "the root asks for reports" true
+    (List.exists (function _, G.Mnak.Stability { busy; _ } -> busy | _ -> false) (mnak_headers s));
+  report s ~from:1 ~ranks:[ 1 ] [| 1; 0; 0 |];
+  advance s (Time.of_ms 60);
+  Alcotest.(check int) "one child of two: own cast kept" 1 (counter s "mnak_tree" "buffered");
+  Alcotest.(check bool)
+    "no stability cast names the cast held by all" true
+    (List.for_all
+       (function G.Mnak.Stability { stable; _ } -> stable.(0) = 0 | _ -> true)
+       (List.map snd (mnak_headers s)));
+  report s ~from:2 ~ranks:[ 2 ] [| 1; 0; 0; 0 |];
+  Alcotest.(check int)
+    "a report with vectors that do not fit the view is dropped" 1
+    (counter s "mnak_tree" "malformed");
+  Alcotest.(check int) "still kept" 1 (counter s "mnak_tree" "buffered");
+  report s ~from:2 ~ranks:[ 2 ] [| 1; 0; 0 |];
+  advance s (Time.of_ms 100);
+  Alcotest.(check int) "both children: released" 0 (counter s "mnak_tree" "buffered");
+  Alcotest.(check bool)
+    "and the root cast it as stable" true
+    (List.exists
+       (function G.Mnak.Stability { stable; _ } -> stable.(0) = 1 | _ -> false)
+       (List.map snd (mnak_headers s)));
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
+let tree_member () =
+  (* Rank 2 of 5, fanout 2: its parent is rank 0, its children 5 and 6 do
+     not exist. A report from rank 4 (a child of 1) is not its to take. *)
+  let params = Params.set G.Mnak.Param.fanout (Params.Int 2) Params.empty in
+  let s = single ~params ~n:5 ~rank:2 [ G.Mnak.tree_layer; G.Bottom.layer ] in
+  report s ~from:4 ~ranks:[ 4 ] [| 0; 0; 0; 0; 0 |];
+  Alcotest.(check int)
+    "a report from another's child is dropped" 1
+    (counter s "mnak_tree" "malformed");
+  Stack.cast s.st (Msg.of_string s.pool "x");
+  advance s (Time.of_ms 30);
+  Alcotest.(check (list int))
+    "busy: reports to its parent only" [ 0 ]
+    (List.sort_uniq compare (reports s));
+  (* The root says rank 1 holds 3 casts of rank 4, which this member lacks. *)
+  feed s
+    (from_cast s 0
+    ^ mnak
+        (G.Mnak.Stability
+           {
+             busy = true;
+             stable = [| 0; 0; 0; 0; 0 |];
+             high = [| 0; 0; 1; 0; 3 |];
+             who = [| 0; 0; 2; 0; 1 |];
+           }));
+  s.sent := [];
+  advance s (Time.of_ms 200);
+  Alcotest.(check bool)
+    "a lost tail shows as a gap and is asked for" true
+    (List.exists (function _, G.Mnak.Nak { origin = 4; _ } -> true | _ -> false) (mnak_headers s));
+  (* A stability that claims casts of this member it never made is dropped. *)
+  feed s
+    (from_cast s 0
+    ^ mnak
+        (G.Mnak.Stability
+           {
+             busy = false;
+             stable = [| 0; 0; 9; 0; 0 |];
+             high = [| 0; 0; 9; 0; 0 |];
+             who = [| 0; 0; 2; 0; 1 |];
+           }));
+  Alcotest.(check int) "impossible" 1 (counter s "mnak_tree" "impossible");
+  Alcotest.(check int) "own cast still kept" 1 (counter s "mnak_tree" "buffered");
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
 let () =
   Iovec.set_checked true;
   Alcotest.run "repair"
@@ -311,6 +416,10 @@ let () =
           Alcotest.test_case "a dead origin: no NAK once suspected, stability without it" `Quick
             dead_origin;
           Alcotest.test_case "a full Mflow window of empty casts fits the window" `Quick flow_burst;
+          Alcotest.test_case "tree: the root declares stability only once all are covered" `Quick
+            tree_root;
+          Alcotest.test_case "tree: reports to the parent; gaps from the root's word" `Quick
+            tree_member;
         ] );
       ( "pt2pt",
         [ Alcotest.test_case "numbers checked before any state changes" `Quick pt2pt_forged ] );

@@ -55,6 +55,114 @@ let bounded () =
   let words = Obj.reachable_words (Obj.repr r) in
   Alcotest.(check bool) (Printf.sprintf "small (%d words)" words) true (words < 200)
 
+(* The span follows what is kept: once the low numbers went, a number that fits the ring with what
+   is left takes a slot without the ring growing. *)
+let span_shrinks () =
+  let r = R.create ~size:8 0 in
+  for s = 0 to 7 do
+    R.replace r s s
+  done;
+  for s = 0 to 6 do
+    R.remove r s
+  done;
+  let before = Obj.reachable_words (Obj.repr r) in
+  R.replace r 14 14;
+  Alcotest.(check int) "ring not grown" before (Obj.reachable_words (Obj.repr r));
+  Alcotest.(check (list (pair int int)))
+    "kept"
+    [ (7, 7); (14, 14) ]
+    (List.rev (R.fold (fun s v acc -> (s, v) :: acc) r []))
+
+(* Msgring against a hash table of strings: messages of one slice (taken apart), of no body, and of
+   two slices (kept whole), with headers; kept, copied, replaced, released; every buffer comes back
+   to the pool. *)
+module M = Consort_group.Msgring
+open Consort
+
+let msg_ops = QCheck.Gen.(list_size (int_range 1 200) (pair (int_range 0 9) (int_range 0 40)))
+
+let msgring_as_hashtbl =
+  QCheck.Test.make ~count:300 ~name:"Msgring keeps messages as a hash table of their bytes"
+    (QCheck.make msg_ops) (fun ops ->
+      let pool = Pool.create () in
+      let r = M.create ~size:2 () and h = Hashtbl.create 16 in
+      let make seq =
+        let body =
+          match seq mod 3 with
+          | 0 -> Iovecs.of_string pool (Printf.sprintf "body %d" seq)
+          | 1 -> []
+          | _ -> Iovecs.of_string pool "two " @ Iovecs.of_string pool (string_of_int seq)
+        in
+        let m = Msg.push Codec.varint seq (Msg.create body) in
+        (m, Msg.to_string m)
+      in
+      let ok =
+        List.for_all
+          (fun (op, seq) ->
+            (match op with
+            | 0 | 1 | 2 | 3 ->
+                let m, s = make seq in
+                M.replace r seq m;
+                Hashtbl.replace h seq s
+            | 4 | 5 ->
+                M.release r seq;
+                Hashtbl.remove h seq
+            | 6 ->
+                if M.mem r seq then begin
+                  (* A copy pushed on and released leaves the kept one as it was. *)
+                  let c = Msg.push Codec.varint 99 (M.copy r seq) in
+                  Msg.release c
+                end
+            | 7 ->
+                if seq = 0 then begin
+                  M.reset r;
+                  Hashtbl.reset h
+                end
+            | _ -> ());
+            let model = List.sort compare (Hashtbl.fold (fun k s acc -> (k, s) :: acc) h []) in
+            let mine = List.rev (M.fold (fun k s acc -> (k, s) :: acc) r []) in
+            M.length r = Hashtbl.length h
+            && mine = model
+            && List.for_all
+                 (fun (k, s) ->
+                   M.msg_length r k = String.length s
+                   &&
+                   let c = M.copy r k in
+                   let same = Msg.to_string c = s in
+                   Msg.release c;
+                   same)
+                 model)
+          ops
+      in
+      M.reset r;
+      ok && Pool.leak_check pool = 0 && (Pool.stats pool).segments_in_use = 0)
+
+(* Keeping a message of one slice makes nothing that outlives the call: the collector has nothing
+   to promote from a full ring. *)
+let msgring_no_heap () =
+  let pool = Pool.create () in
+  let r = M.create ~size:64 () in
+  let body = Pool.of_string pool (String.make 100 'x') in
+  let hdr = Bytes.of_string "HDR" in
+  let keep seq = M.replace r seq (Msg.push_bytes hdr (Msg.create [ Iovec.retain body ])) in
+  for s = 0 to 63 do
+    keep s
+  done;
+  for s = 0 to 62 do
+    M.release r s
+  done;
+  (* One kept: the segment and the header bytes, shared by all, are counted. *)
+  let words = Obj.reachable_words (Obj.repr r) in
+  for s = 64 to 126 do
+    keep s
+  done;
+  let after = Obj.reachable_words (Obj.repr r) in
+  Alcotest.(check bool)
+    (Printf.sprintf "no more words reachable for 63 more messages kept (%d, then %d)" words after)
+    true (after <= words);
+  M.reset r;
+  Iovec.release body
+
 let () =
   Alcotest.run "seqring"
     [
@@ -63,5 +171,15 @@ let () =
           Alcotest.test_case "as a hash table, 2000 random runs" `Quick (fun () ->
               QCheck.Test.check_exn ~rand:(Random.State.make [| 17 |]) same_as_hashtbl);
         ] );
-      ("bounded", [ Alcotest.test_case "a sliding window stays small" `Quick bounded ]);
+      ( "bounded",
+        [
+          Alcotest.test_case "a sliding window stays small" `Quick bounded;
+          Alcotest.test_case "the span shrinks as the least go" `Quick span_shrinks;
+        ] );
+      ( "msgring",
+        [
+          Alcotest.test_case "as a hash table of bytes, 300 random runs" `Quick (fun () ->
+              QCheck.Test.check_exn ~rand:(Random.State.make [| 23 |]) msgring_as_hashtbl);
+          Alcotest.test_case "a message of one slice is kept off the heap" `Quick msgring_no_heap;
+        ] );
     ]

@@ -8,14 +8,7 @@ open Consort
 open Consort_kv
 module Sim = Consort_engine.Sim
 module R = Replica.Make (Sim)
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+open Consort_local
 
 let base = if Sys.file_exists "/dev/shm" then "/dev/shm" else Filename.get_temp_dir_name ()
 let s = Time.of_sec
@@ -140,10 +133,11 @@ let cut_off_sequencer () =
     (R.transfers (rep w sq));
   finish w
 
-let restart_catches_up () =
-  let w = world "restart" in
+(* Three replicas; r2 misses 30 writes while it is down, then starts again and runs 8 s. *)
+let missed_thirty ?retain name =
+  let w = world name in
   for i = 0 to 2 do
-    start w i
+    start ?retain w i
   done;
   run w (s 5.);
   crash w 2;
@@ -155,8 +149,12 @@ let restart_catches_up () =
     | Some (Wire.Done Op.Ok) -> ()
     | o -> Alcotest.failf "put %d: %a" i Fmt.(option Wire.pp_outcome) o
   done;
-  start w 2;
+  start ?retain w 2;
   run w (s 8.);
+  w
+
+let restart_catches_up () =
+  let w = missed_thirty "restart" in
   Alcotest.(check int)
     "r2 caught up"
     (Store.seq (snd (Option.get w.reps.(0))))
@@ -188,22 +186,7 @@ let restart_catches_up () =
 (* The others keep only the last 5 writes in memory: a replica that missed
    30 gets a whole snapshot, then goes on as the others. *)
 let too_old_gets_snapshot () =
-  let w = world "old" in
-  for i = 0 to 2 do
-    start ~retain:5 w i
-  done;
-  run w (s 5.);
-  crash w 2;
-  for i = 1 to 30 do
-    match
-      call w (i mod 2) ~d:(s 20.) ~client:1L ~req:i
-        (Op.Put ("k" ^ string_of_int (i mod 4), string_of_int i))
-    with
-    | Some (Wire.Done Op.Ok) -> ()
-    | o -> Alcotest.failf "put %d: %a" i Fmt.(option Wire.pp_outcome) o
-  done;
-  start ~retain:5 w 2;
-  run w (s 8.);
+  let w = missed_thirty ~retain:5 "old" in
   Alcotest.(check (pair int int)) "r2 got a snapshot" (0, 1) (R.transfers (rep w 2));
   Alcotest.(check (option outcome))
     "read through r2" (Some (Wire.Done (Op.Value "29")))

@@ -3,14 +3,7 @@
 
 open Consort_kv
 module Io = Consort_capfs.Io
-
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
+open Consort_local
 
 (* Memory-backed when there is /dev/shm: what is tested is the order of the
    steps, not the disk. *)

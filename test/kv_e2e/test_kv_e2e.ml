@@ -8,32 +8,14 @@
 
 module Kv = Consort_kv
 module L = Consort_spec.Linearizable
+open Consort_local
 
 let consort () =
   Filename.concat
     (Filename.dirname Sys.executable_name)
     (Filename.concat ".." (Filename.concat ".." "bin/main.exe"))
 
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
 let ( / ) = Filename.concat
-
-let contains s sub =
-  let n = String.length sub in
-  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
-  go 0
-
-let read_file p =
-  let ic = open_in_bin p in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
 
 let free_port ty =
   let s = Unix.socket Unix.PF_INET ty 0 in
@@ -184,9 +166,7 @@ let final_reads ~servers ~base =
          | o -> Alcotest.failf "final read of %s: %a" k Kv.Wire.pp_outcome o)
 
 let with_cluster f =
-  let dir = Filename.temp_file "kv-e2e" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
+  let dir = temp_dir "kv-e2e" in
   let rs =
     List.init 3 (fun i ->
         {

@@ -130,8 +130,12 @@ let send_all targets datagrams =
   Fun.protect
     ~finally:(fun () -> Unix.close sock)
     (fun () ->
-      List.iter
-        (fun d ->
+      (* Paced, a little at a time: a burst would overflow the receivers'
+         socket buffers on a loaded machine, and what the kernel drops is
+         never counted. *)
+      List.iteri
+        (fun i d ->
+          if i > 0 && i mod 100 = 0 then Unix.sleepf 0.002;
           List.iter
             (fun p ->
               try

@@ -31,25 +31,8 @@ type outcome = {
   trace_hash : string;
 }
 
-let rec rm_rf p =
-  match (Unix.lstat p).Unix.st_kind with
-  | Unix.S_DIR ->
-      Array.iter (fun n -> rm_rf (Filename.concat p n)) (Sys.readdir p);
-      Unix.rmdir p
-  | _ -> Unix.unlink p
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> ()
-
-let scratch_dir seed =
-  let base =
-    if Sys.file_exists "/dev/shm" && Sys.is_directory "/dev/shm" then "/dev/shm"
-    else Filename.get_temp_dir_name ()
-  in
-  Filename.concat base (Printf.sprintf "consort-fs-sim.%d.%d" (Unix.getpid ()) seed)
-
 let run ?trace ~seed () =
-  let dir = scratch_dir seed in
-  rm_rf dir;
-  Fun.protect ~finally:(fun () -> rm_rf dir) @@ fun () ->
+  Consort_local.with_scratch "fs" ~seed @@ fun dir ->
   let rng = Random.State.make [| seed; 0xf5 |] in
   let ms = Consort.Time.of_ms in
   let link =

@@ -1,0 +1,31 @@
+(** Messages by sequence number, owned: a {!Seqring} whose messages are kept taken apart (header
+    storage, segment, offset, length) in flat arrays. Keeping a message that is one slice of a
+    segment leaves nothing on the heap: a retransmission buffer of many messages gives the collector
+    nothing to promote. Other messages are kept whole. Every value returned is a new owner. *)
+
+open Consort
+
+type t
+
+val create : ?size:int -> unit -> t
+val length : t -> int
+val mem : t -> int -> bool
+
+val replace : t -> int -> Msg.t -> unit
+(** [replace t seq m] keeps [m] (ownership moves in) for [seq], releasing what was kept for it. *)
+
+val copy : t -> int -> Msg.t
+(** A new owner of the message kept for [seq].
+    @raise Not_found if none. *)
+
+val msg_length : t -> int -> int
+(** {!Msg.length} of the message kept for [seq]; 0 if none. *)
+
+val release : t -> int -> unit
+(** Releases and forgets the message kept for [seq], if any. *)
+
+val reset : t -> unit
+(** Releases everything kept; the arrays keep their size. *)
+
+val fold : (int -> string -> 'a -> 'a) -> t -> 'a -> 'a
+(** Over the bytes of each message kept, in increasing order of number: for tests and states. *)

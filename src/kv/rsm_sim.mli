@@ -1,0 +1,73 @@
+(** The simulation of a replicated state machine ({!Rsm.MACHINE}), shared by the [kv-linearizable]
+    and [dir-replicated] scenarios: three replicas in the simulator, clients issuing concurrent
+    operations on three keys while replicas crash (some in the middle of a write to disk), restart
+    from their disk, are partitioned away and healed; then every replica is stopped and restarted
+    from disk. The clients' history must be linearizable (the final reads of each round included, so
+    no acknowledged write may be lost), and the replicas must end with the same state. *)
+
+type outcome = {
+  violations : string list;
+  ops : int;  (** operations in the history *)
+  acked : int;  (** with a known outcome *)
+  unknown : int;
+  restarts : int;
+  datagrams : int;
+  end_time : Consort.Time.t;
+  trace_hash : string;
+}
+
+type config = {
+  tag : string;
+      (** names the replicas' group, the trace's notes and the scratch directory ([consort-TAG-sim])
+      *)
+  salt : int;  (** mixed with the seed for the scenario's own random choices *)
+  stop_at : Consort.Time.t;  (** clients start no new operation after this *)
+  faults_ms : int;  (** each fault strikes within this many ms after 2 s *)
+  down_ms : int;  (** a crashed replica restarts 500 ms to 500 + this many ms later *)
+  heal_ms : int;  (** a partition heals 500 ms to 500 + this many ms later *)
+  reads_at : Consort.Time.t;
+      (** the network heals and every replica starts; every key is read 7 s later *)
+  all_stop : Consort.Time.t;
+      (** every replica stops; all start again 1 s later, and every key is read 7 s after that *)
+  until : Consort.Time.t;  (** the end of the run *)
+}
+
+val keys : string array
+(** The keys the clients work on, each read at the end of each round. *)
+
+module Make
+    (M : Rsm.MACHINE)
+    (S :
+      Store.S
+        with type op = M.op
+         and type response = M.response
+         and type limits = M.limits
+         and type machine = M.t) : sig
+  type workload = {
+    limits : M.limits option;  (** the stores' limits; [M.default_limits] if [None] *)
+    next : int -> M.op * (string * Consort_spec.Linearizable.op) list;
+        (** [next c]: client [c]'s next operation (drawn from the scenario's random state), and what
+            the checker sees of it: one event per key *)
+    label : M.op -> (string * Consort_spec.Linearizable.op) list -> string;
+        (** how the trace names an operation *)
+    answer :
+      M.op ->
+      string * Consort_spec.Linearizable.op ->
+      M.response ->
+      (Consort_spec.Linearizable.response, string) result;
+        (** what the checker sees of a response for one event, or why it is a violation *)
+    read : string -> M.op * (string * Consort_spec.Linearizable.op) list;
+        (** [read key]: the operation that reads [key] at the end of a round *)
+  }
+
+  val run :
+    config ->
+    (seed:int -> Random.State.t -> workload) ->
+    ?trace:out_channel ->
+    ?params:Consort.Params.t ->
+    seed:int ->
+    unit ->
+    outcome
+  (** [run config workload ~seed ()] runs one seeded schedule; [workload] is made once per run, with
+      the scenario's random state. *)
+end
