@@ -205,7 +205,9 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
          above it, from the frame the case runs with: those from the
          layer [s] up pushed from their fields, the others cached. *)
       let s, upto = split in
-      let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false } in
+      let cache =
+        { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false }
+      in
       let layered m =
         let frame = (Lazy.force frames).frame in
         let m = if s <= n - 1 then push_layered nodes frame ~hi:(n - 1) ~lo:s m else m in
