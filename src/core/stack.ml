@@ -30,6 +30,8 @@ and fnode = {
   fup : Event.src -> Msg.t -> int -> int array -> int -> Event.src;
   up_after : Event.src -> int -> int array -> int -> unit;
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
+  hsize : int array -> int -> int; (* the size of that header *)
+  write : int array -> int -> Bytes.t -> int -> int; (* write it at an offset: the offset after *)
   state : unit -> string;
 }
 
@@ -184,7 +186,7 @@ type cache = {
 let rec same_key c frame n k =
   k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
 
-let push_cached c nodes frame ~hi ~lo m =
+let refresh c nodes frame ~hi ~lo =
   let n = c.upto - c.from in
   let same = c.valid && same_key c frame n 0 in
   if not same then begin
@@ -193,13 +195,36 @@ let push_cached c nodes frame ~hi ~lo m =
     Msg.release e;
     c.key <- Array.sub frame c.from n;
     c.valid <- true
-  end;
-  if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
+  end
+
+(* [m] with the headers of the layers from [lo] up in front, in one
+   buffer of the exact size (a copy a layer keeps holds no more than its
+   headers until it is stable): those of [lo] to [hi] from the cache, then
+   those of the layers above [hi] made from their fields. *)
+let push_cached c nodes frame ~hi ~lo m =
+  refresh c nodes frame ~hi ~lo;
+  let top = Array.length nodes - 1 in
+  if hi >= top then if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
+  else begin
+    let cached = Bytes.length c.bytes in
+    let size = ref cached in
+    for j = hi + 1 to top do
+      match nodes.(j).fast with
+      | Some f -> size := !size + f.hsize frame f.off
+      | None -> assert false
+    done;
+    let b = Bytes.create !size in
+    Bytes.blit c.bytes 0 b 0 cached;
+    let pos = ref cached in
+    for j = hi + 1 to top do
+      match nodes.(j).fast with Some f -> pos := f.write frame f.off b !pos | None -> assert false
+    done;
+    Msg.push_bytes b m
+  end
 
 let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
   match if off >= 0 then Layer.find_fast l else None with
   | Some (module F : Layer.FAST) ->
-      let n = Array.length nodes in
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
          above it, from the frame the case runs with: those from the
@@ -208,11 +233,7 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
       let cache =
         { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false }
       in
-      let layered m =
-        let frame = (Lazy.force frames).frame in
-        let m = if s <= n - 1 then push_layered nodes frame ~hi:(n - 1) ~lo:s m else m in
-        push_cached cache nodes frame ~hi:(s - 1) ~lo:(i + 1) m
-      in
+      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1) m in
       let mk s =
         Some
           {
@@ -228,6 +249,8 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
             fup = (fun src msg len a o -> c.up_fast s src msg len ~layered a o);
             up_after = (fun src len a o -> c.up_after s src len a o);
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
+            hsize = (fun a o -> Codec.size F.codec (c.expand a o));
+            write = (fun a o b pos -> Codec.encode_into F.codec b pos (c.expand a o));
             state = (fun () -> F.state s);
           }
       in
