@@ -30,6 +30,8 @@ and fnode = {
   fup : Event.src -> Msg.t -> int -> int array -> int -> Event.src;
   up_after : Event.src -> int -> int array -> int -> unit;
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
+  hsize : int array -> int -> int; (* the size of that header *)
+  write : int array -> int -> Bytes.t -> int -> int; (* write it at an offset: the offset after *)
   state : unit -> string;
 }
 
@@ -51,6 +53,9 @@ type t = {
   rframe : int array; (* where a received compressed header is read *)
   mutable fused_sent : int;
   mutable fused_received : int;
+  mutable fused_delivered : int; (* casts the bypass delivered to the application *)
+  left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
+  left_up : int array; (* the same going up *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
   rcodec : unit Codec.t;
@@ -165,14 +170,24 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
 (* The layered headers of the layers above one layer, as bytes, for the
    fields they were last made from: in the common case those fields do
    not change (they are constants above Mnak in the default stack), and
-   a copy a layer keeps gets them in one push. *)
-type cache = { mutable key : int array; mutable bytes : Bytes.t; from : int; mutable valid : bool }
+   a copy a layer keeps gets them in one push. The cache covers the
+   layers up to the first above that has fields (the fields [from] to
+   [upto] of the frame); that one and those above it are pushed from
+   their fields each time (Total's place, above Mnak in a stack with
+   Total, changes with every cast). *)
+type cache = {
+  mutable key : int array;
+  mutable bytes : Bytes.t;
+  from : int;
+  upto : int;
+  mutable valid : bool;
+}
 
 let rec same_key c frame n k =
   k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
 
-let push_cached c nodes frame ~hi ~lo m =
-  let n = Array.length frame - c.from in
+let refresh c nodes frame ~hi ~lo =
+  let n = c.upto - c.from in
   let same = c.valid && same_key c frame n 0 in
   if not same then begin
     let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
@@ -180,19 +195,45 @@ let push_cached c nodes frame ~hi ~lo m =
     Msg.release e;
     c.key <- Array.sub frame c.from n;
     c.valid <- true
-  end;
-  if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
+  end
 
-let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
-  ignore frames;
+(* [m] with the headers of the layers from [lo] up in front, in one
+   buffer of the exact size (a copy a layer keeps holds no more than its
+   headers until it is stable): those of [lo] to [hi] from the cache, then
+   those of the layers above [hi] made from their fields. *)
+let push_cached c nodes frame ~hi ~lo m =
+  refresh c nodes frame ~hi ~lo;
+  let top = Array.length nodes - 1 in
+  if hi >= top then if Bytes.length c.bytes = 0 then m else Msg.push_bytes c.bytes m
+  else begin
+    let cached = Bytes.length c.bytes in
+    let size = ref cached in
+    for j = hi + 1 to top do
+      match nodes.(j).fast with
+      | Some f -> size := !size + f.hsize frame f.off
+      | None -> assert false
+    done;
+    let b = Bytes.create !size in
+    Bytes.blit c.bytes 0 b 0 cached;
+    let pos = ref cached in
+    for j = hi + 1 to top do
+      match nodes.(j).fast with Some f -> pos := f.write frame f.off b !pos | None -> assert false
+    done;
+    Msg.push_bytes b m
+  end
+
+let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
   match if off >= 0 then Layer.find_fast l else None with
   | Some (module F : Layer.FAST) ->
-      let n = Array.length nodes in
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
-         above it, from the frame the case runs with. *)
-      let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; valid = false } in
-      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m in
+         above it, from the frame the case runs with: those from the
+         layer [s] up pushed from their fields, the others cached. *)
+      let s, upto = split in
+      let cache =
+        { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false }
+      in
+      let layered m = push_cached cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1) m in
       let mk s =
         Some
           {
@@ -208,6 +249,8 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
             fup = (fun src msg len a o -> c.up_fast s src msg len ~layered a o);
             up_after = (fun src len a o -> c.up_after s src len a o);
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
+            hsize = (fun a o -> Codec.size F.codec (c.expand a o));
+            write = (fun a o b pos -> Codec.encode_into F.codec b pos (c.expand a o));
             state = (fun () -> F.state s);
           }
       in
@@ -324,6 +367,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             rframe;
             fused_sent = 0;
             fused_received = 0;
+            fused_delivered = 0;
+            left_dn = Array.make n 0;
+            left_up = Array.make n 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
             rcodec = read_codec rframe;
@@ -331,8 +377,24 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             app;
           }
       in
+      (* For each layer, the first layer above it whose case has fields,
+         and where they start in the frame. *)
+      let nf i =
+        match Layer.find_fast bottom_up.(i) with
+        | Some (module F : Layer.FAST) -> F.cast.nfields
+        | None -> 0
+      in
+      let split i =
+        let s = ref (i + 1) in
+        while !s < n && nf !s = 0 do
+          incr s
+        done;
+        (!s, if !s < n then offs.(!s) else !nfields)
+      in
       Array.iteri
-        (fun i l -> nodes.(i) <- instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st l)
+        (fun i l ->
+          nodes.(i) <-
+            instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i) l)
         bottom_up;
       Ok (Lazy.force st)
 
@@ -380,13 +442,17 @@ let rec fused_dn t frame i dst msg above =
         fused_dn t frame (i - 1) dst msg above;
         f.dn_after dst len frame f.off
     | _ ->
+        t.left_dn.(i) <- t.left_dn.(i) + 1;
         let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
         nd.dn dst msg
 
 (* [above]: bytes of the layered headers of the layers above [i - 1]
    (all of them at the bottom), where needed. *)
 let rec fused_up t frame i src msg above =
-  if i = Array.length t.nodes then t.app.deliver src msg
+  if i = Array.length t.nodes then begin
+    t.fused_delivered <- t.fused_delivered + 1;
+    t.app.deliver src msg
+  end
   else
     let nd = t.nodes.(i) in
     let above =
@@ -403,6 +469,7 @@ let rec fused_up t frame i src msg above =
     | _ -> (
         (* Fields from the network that no layered header can hold (a
            number too large for its codec) make the datagram garbage. *)
+        t.left_up.(i) <- t.left_up.(i) + 1;
         let m = ref msg in
         match
           for j = Array.length t.nodes - 1 downto i do
@@ -512,7 +579,23 @@ let states t =
           t.nodes))
 
 let fused_counters t =
-  [ ("sent", t.fused_sent); ("received", t.fused_received); ("garbage", !(t.fused_garbage)) ]
+  let left which a =
+    List.concat
+      (List.rev
+         (Array.to_list
+            (Array.mapi
+               (fun i k ->
+                 if k = 0 then []
+                 else [ (Printf.sprintf "layered from %s %s" t.nodes.(i).lname which, k) ])
+               a)))
+  in
+  [
+    ("sent", t.fused_sent);
+    ("received", t.fused_received);
+    ("garbage", !(t.fused_garbage));
+    ("delivered", t.fused_delivered);
+  ]
+  @ left "down" t.left_dn @ left "up" t.left_up
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg
