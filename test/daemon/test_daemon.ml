@@ -680,8 +680,20 @@ let test_backpressure_members () =
       put s
         (Wire.encode_request
            (Wire.Join { handle = 2; group = "h"; props = ""; params = ""; flags = 0; peers = [] }));
-      (* s reads everything now. *)
-      let evs, ended = drain ~timeout:2. s in
+      (* s reads everything now, until both members are told FLOW 0 (and
+         what comes within a second after). *)
+      let rec read_all acc =
+        let told h =
+          List.exists
+            (function Wire.Flow { handle; blocked = false } -> handle = h | _ -> false)
+            acc
+        in
+        match next ~timeout:(if told 1 && told 2 then 1. else 20.) s with
+        | `Event e -> read_all (e :: acc)
+        | `Closed -> (List.rev acc, true)
+        | `Timeout -> (List.rev acc, false)
+      in
+      let evs, ended = read_all [] in
       check "s is not failed out" false ended;
       check "s got no error" true (List.for_all (function Wire.Error _ -> false | _ -> true) evs);
       let flows h =
