@@ -148,9 +148,11 @@ val set_trace_channel : t -> out_channel option -> unit
 (** [set_trace_channel t (Some oc)] writes each trace line to [oc] from now on; [None] stops. *)
 
 val trace_hash : t -> string
-(** [trace_hash t] is a hex digest of every trace line so far: the sends (with source, destination,
-    size and a digest of the bytes), deliveries, drops with their reason, duplicates, opens, closes,
-    crashes, restarts, partitions and heals, each with its virtual time. *)
+(** [trace_hash t] is a hex hash of every trace event so far: the sends (with source, destination,
+    size and a hash of the bytes), deliveries, drops with their reason, duplicates, opens, closes,
+    crashes, restarts, pauses, partitions and heals, each with its virtual time. It is a fingerprint
+    of the run (two runs that differ in any event differ in it, but for collisions of a 63-bit
+    hash), not a cryptographic digest. The trace channel gets the same events as text lines. *)
 
 type stats = {
   sent : int;  (** datagrams accepted, one per destination *)
