@@ -931,6 +931,10 @@ let close t ~on_done =
 
 let run cfg =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+  (* Every frame in and out is a string of its own, most of them dead
+     within a round of the loop: a minor heap of 2 MiB (the default is
+     256 KiB) lets them die there instead of being promoted. *)
+  Gc.set { (Gc.get ()) with Gc.minor_heap_size = 262144 };
   let loop = Loop.create () in
   Loop.set_spin loop (Time.of_us cfg.spin_us);
   match create loop cfg with
