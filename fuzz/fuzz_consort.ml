@@ -20,6 +20,7 @@ let () =
   codec_tagged "suspect" G.Suspect.codec [ 0; 1; 2; 3 ];
   codec_tagged "slander" G.Slander.codec [ 0; 1; 2; 3 ];
   codec_tagged "gmp" G.Gmp.codec [ 0; 1; 2; 3; 4; 5; 6; 7 ];
+  codec_tagged "total" G.Total.codec [ 0; 1; 2; 3; 4; 5; 6 ];
   codec_tagged "side" G.Side.codec [ G.Side.magic ];
   codec_tagged "migrate" G.Migrate.codec [ G.Migrate.magic ];
   codec_tagged "cltsvr" G.Cltsvr.wire_codec [ G.Group.client_magic ];
@@ -41,14 +42,21 @@ let members = [| "m0"; "m1"; "m2" |]
 
 type member = { st : Stack.t; pool : Pool.t; clock : Time.t ref }
 
-let member ?(net = fun _ m -> Msg.release m) ?(deliver = fun _ m -> Msg.release m) rank =
+(* The same with Total (sequencer) on top, on the fused path: member 1
+   gets the sequencer's casts with their places, compressed, its orders,
+   and member 2's casts. *)
+let total_layers =
+  lazy (match G.Properties.(layers (vsync @ [ Total ])) with Ok l -> l | Error _ -> assert false)
+
+let member ?(layers = layers) ?(fused = false) ?(net = fun _ m -> Msg.release m)
+    ?(deliver = fun _ m -> Msg.release m) rank =
   let pool = Pool.create () in
   let clock = ref 0 in
   let view = View.v ~group:"fuzz" ~members ~rank () in
   let ctx =
     { Layer.view; rng = Rng.create rank; params = Params.empty; pool; now = (fun () -> !clock) }
   in
-  match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
+  match Stack.create ~fused ctx layers ~net ~app:{ Stack.deliver; ctl = ignore } with
   | Ok st -> { st; pool; clock }
   | Error e -> failwith e
 
@@ -71,40 +79,41 @@ let group_stamp = View.stamp (View.v ~group:"fuzz" ~members ~rank:0 ())
 (* Datagrams that member 0 receives while the three members exchange
    casts and sends over a perfect network: the corpus the mutating target
    starts from. *)
-let captured =
-  lazy
-    (let got = ref [] in
-     let queue = Queue.create () in
-     let ms = Array.make 3 None in
-     let get r = Option.get ms.(r) in
-     for r = 0 to 2 do
-       let net dst msg =
-         let s = Msg.to_string msg in
-         Msg.release msg;
-         match dst with
-         | Event.Cast -> List.iter (fun d -> if d <> r then Queue.push (d, s) queue) [ 0; 1; 2 ]
-         | Event.Send d -> Queue.push (d, s) queue
-       in
-       ms.(r) <- Some (member ~net r)
-     done;
-     let pump () =
-       while not (Queue.is_empty queue) do
-         let d, s = Queue.pop queue in
-         if d = 0 then got := s :: !got;
-         feed (get d) s
-       done
-     in
-     for i = 0 to 40 do
-       let r = i mod 3 in
-       let body = Msg.of_string (get r).pool (Printf.sprintf "cast %d from %d" i r) in
-       if i mod 4 = 3 then Stack.send (get r).st ((r + 1) mod 3) body
-       else Stack.cast (get r).st body;
-       pump ();
-       Array.iter (fun m -> advance (Option.get m) (Time.of_ms 30)) ms;
-       pump ()
-     done;
-     Array.iter (fun m -> Stack.dn_ctl (Option.get m).st Event.Stop) ms;
-     Array.of_list (List.rev !got))
+let capture ?layers ?fused ?(at = 0) () =
+  let got = ref [] in
+  let queue = Queue.create () in
+  let ms = Array.make 3 None in
+  let get r = Option.get ms.(r) in
+  for r = 0 to 2 do
+    let net dst msg =
+      let s = Msg.to_string msg in
+      Msg.release msg;
+      match dst with
+      | Event.Cast -> List.iter (fun d -> if d <> r then Queue.push (d, s) queue) [ 0; 1; 2 ]
+      | Event.Send d -> Queue.push (d, s) queue
+    in
+    ms.(r) <- Some (member ?layers ?fused ~net r)
+  done;
+  let pump () =
+    while not (Queue.is_empty queue) do
+      let d, s = Queue.pop queue in
+      if d = at then got := s :: !got;
+      feed (get d) s
+    done
+  in
+  for i = 0 to 40 do
+    let r = i mod 3 in
+    let body = Msg.of_string (get r).pool (Printf.sprintf "cast %d from %d" i r) in
+    if i mod 4 = 3 then Stack.send (get r).st ((r + 1) mod 3) body else Stack.cast (get r).st body;
+    pump ();
+    Array.iter (fun m -> advance (Option.get m) (Time.of_ms 30)) ms;
+    pump ()
+  done;
+  Array.iter (fun m -> Stack.dn_ctl (Option.get m).st Event.Stop) ms;
+  Array.of_list (List.rev !got)
+
+let captured = lazy (capture ())
+let captured_total = lazy (capture ~layers:(Lazy.force total_layers) ~fused:true ~at:1 ())
 
 type input =
   | Raw of string
@@ -180,13 +189,13 @@ let mutate s { at; value; cut; _ } =
   let keep = if cut land 3 <> 0 then n else abs (cut mod (n + 1)) in
   Bytes.sub_string b 0 keep
 
-let () =
-  Crowbar.add_test ~name:"stack vsync, captured datagrams mutated"
+let mutated ~name ~captured ~member =
+  Crowbar.add_test ~name
     [ Crowbar.list mutation ]
     (fun muts ->
       let c = Lazy.force captured in
       let n = Array.length c in
-      let m = member 0 in
+      let m = member () in
       Array.iteri
         (fun i s ->
           let mine = List.filter (fun mu -> abs (mu.index mod n) = i) muts in
@@ -197,6 +206,11 @@ let () =
       advance m (Time.of_sec 2.);
       Stack.dn_ctl m.st Event.Stop;
       Crowbar.check_eq ~pp:Fmt.int 0 (Pool.in_use m.pool))
+
+let () =
+  mutated ~name:"stack vsync, captured datagrams mutated" ~captured ~member:(fun () -> member 0);
+  mutated ~name:"stack vsync+Total fused, captured datagrams mutated" ~captured:captured_total
+    ~member:(fun () -> member ~layers:(Lazy.force total_layers) ~fused:true 1)
 
 (* {1 The TCP/IP stack's decoders} *)
 

@@ -90,6 +90,9 @@ jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle -
 # The fused path for casts (stack.fused) in a whole group: views, crashes, loss (about 8 CPU s).
 jobs+=("counted|sim vsync-churn (fused)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${FUSED_SEEDS:-150} --params stack.fused=true")
 jobs+=("counted|sim mnak-lossy (fused)|$BIN/bin/main.exe sim --scenario mnak-lossy --seeds ${FUSED_SEEDS:-300} --params stack.fused=true")
+# The same with Total on the fused path: the sequencer's casts and casts in their turn.
+jobs+=("counted|sim total-seq (fused)|$BIN/bin/main.exe sim --scenario total-seq --seeds ${FUSED_SEEDS:-300} --params stack.fused=true")
+jobs+=("counted|sim vsync-churn (Total sequencer, fused)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${FUSED_SEEDS:-150} --params sim.props=vsync+Total,stack.fused=true")
 jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
 # Ordered delivery on the vsync stack: total order (sequencer, token),
 # causal order, safe delivery.

@@ -72,7 +72,23 @@ let ns_now () = Int64.to_int (Mtime.Span.to_uint64_ns (Mtime_clock.elapsed ()))
 
 (* Round-trip samples, in microseconds, as one comma-separated value. *)
 let samples_field a = String.concat "," (Array.to_list (Array.map (Printf.sprintf "%.3f") a))
-let ping_msg seq = Printf.sprintf "p%015d" seq
+
+(* ["p"] and [seq] in 15 digits, without Printf: the round trip measures
+   the system under test, not the formatting of its payload. *)
+let ping_msg seq =
+  if seq < 0 || seq > 999_999_999_999_999 then Printf.sprintf "p%015d" seq
+  else begin
+    let b = Bytes.make 16 '0' in
+    Bytes.unsafe_set b 0 'p';
+    let rec digits i n =
+      if n > 0 then begin
+        Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
+        digits (i - 1) (n / 10)
+      end
+    in
+    digits 15 seq;
+    Bytes.unsafe_to_string b
+  end
 
 (* {1 Throughput payloads} *)
 

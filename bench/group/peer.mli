@@ -40,6 +40,9 @@ val run : config -> (string, string) result
 val parse_result : string -> (string * string) list option
 (** [parse_result line] is the pairs of a result line, or [None] if [line] is not one. *)
 
+val ping_msg : int -> string
+(** [ping_msg seq] is the 16-byte message of round trip [seq]: ["p"] and [seq] in 15 digits. *)
+
 val payload : seq:int -> size:int -> string
 (** [payload ~seq ~size] is the [size]-byte message number [seq] of the throughput benchmarks (at
     least 11 bytes: ['d'], ten digits, filler that depends on [seq]). *)

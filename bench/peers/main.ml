@@ -35,8 +35,8 @@ let stack_cost_cmd =
   Cmd.v
     (Cmd.info "stack-cost"
        ~doc:
-         "Cost per message of the default (vsync) stack and of a 10-layer stack, two members' \
-          stacks back to back in one process.")
+         "Cost per message of the default (vsync) stack, the total-order stack (vsync+Total) and \
+          of a 10-layer stack, two members' stacks back to back in one process.")
     Term.(const stack_cost $ iterations $ rounds $ out)
 
 let report dir out =

@@ -15,7 +15,7 @@ type row = {
    with no system call between them. Member 0 casts; a message is done when
    member 1's application has it. Timers run when they are due, on the real
    clock, as in a member process. *)
-let pair ~fused layers =
+let pair ?(sender = 0) ~fused layers =
   let members = [| "m0"; "m1" |] in
   let stacks = [| None; None |] in
   let delivered = ref 0 in
@@ -43,7 +43,7 @@ let pair ~fused layers =
       {
         Stack.deliver =
           (fun _ msg ->
-            if me = 1 then incr delivered;
+            if me = 1 - sender then incr delivered;
             Msg.release msg);
         ctl = ignore;
       }
@@ -70,7 +70,7 @@ let pair ~fused layers =
       if Stack.next_alarm s <= now then Stack.timer s now
     done
   in
-  (get 0, delivered, drain, timers)
+  (get sender, delivered, drain, timers)
 
 let measure ~iterations ~rounds f =
   let best = ref (infinity, infinity, infinity) in
@@ -92,8 +92,10 @@ let measure ~iterations ~rounds f =
 
 let body = lazy (Pool.of_string Pool.default (String.make 16 'x'))
 
-let run_stack ~iterations ~rounds ~name ~fused ~layers () =
-  let s, delivered, drain, timers = pair ~fused layers in
+(* [sender]: the member that casts (the other one counts deliveries);
+   [every]: timers run every [every] casts (a power of 2). *)
+let run_stack ?sender ?(every = 64) ~iterations ~rounds ~name ~fused ~layers () =
+  let s, delivered, drain, timers = pair ?sender ~fused layers in
   if fused && not (Stack.fused s) then failwith (name ^ ": the stack is not fused");
   let n_layers = List.length (layers ()) in
   let body = Lazy.force body in
@@ -102,7 +104,7 @@ let run_stack ~iterations ~rounds ~name ~fused ~layers () =
     Stack.cast s (Msg.create [ Iovec.retain body ]);
     drain ();
     incr i;
-    if !i land 63 = 0 then timers ()
+    if !i land (every - 1) = 0 then timers ()
   in
   (* Warm up (Mnak's rings grow to what a status interval holds), then
      measure. *)
@@ -186,6 +188,17 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   in
   let desc = Consort_group.Properties.describe Consort_group.Properties.vsync in
   let ( let* ) = Result.bind in
+  let total () =
+    match Consort_group.Properties.(layers (vsync @ [ Total ])) with
+    | Ok l -> l
+    | Error e -> failwith (Fmt.str "%a" Consort_group.Properties.pp_error e)
+  in
+  let tdesc = Consort_group.Properties.(describe (vsync @ [ Total ])) in
+  let oname = "total order (vsync+Total, the sequencer casts: " ^ tdesc ^ ")" in
+  (* Another member casts: the sequencer orders each cast on its next
+     timer, here after every cast (one order per cast, the worst case);
+     at the receivers the cast waits for its order at Total. *)
+  let pname = "total order, another member casts (vsync+Total, one order per cast)" in
   let dname = "default (vsync: " ^ desc ^ ")"
   and tname = "10 layers: 9 with a varint header each, and Bottom" in
   (* Layered and fused one after the other, twice, keeping the better of
@@ -197,13 +210,22 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   let* tf = run_stack ~iterations ~rounds ~name:tname ~fused:true ~layers:seq_layers () in
   let* dl2 = run_stack ~iterations ~rounds ~name:dname ~fused:false ~layers:default () in
   let* df2 = run_stack ~iterations ~rounds ~name:dname ~fused:true ~layers:default () in
+  let* ol = run_stack ~iterations ~rounds ~name:oname ~fused:false ~layers:total () in
+  let* of_ = run_stack ~iterations ~rounds ~name:oname ~fused:true ~layers:total () in
+  let* ol2 = run_stack ~iterations ~rounds ~name:oname ~fused:false ~layers:total () in
+  let* of2 = run_stack ~iterations ~rounds ~name:oname ~fused:true ~layers:total () in
+  let other ~fused = run_stack ~sender:1 ~every:1 ~iterations ~rounds ~name:pname ~fused in
+  let* pl = other ~fused:false ~layers:total () in
+  let* pf = other ~fused:true ~layers:total () in
+  let* pl2 = other ~fused:false ~layers:total () in
+  let* pf2 = other ~fused:true ~layers:total () in
   (* The baseline: the same harness with Bottom alone, layered. *)
   let* b =
     run_stack ~iterations ~rounds ~name:baseline_name ~fused:false
       ~layers:(fun () -> [ Consort_group.Bottom.layer ])
       ()
   in
-  Ok [ best df df2; best dl dl2; tf; tl; b ]
+  Ok [ best df df2; best dl dl2; best of_ of2; best ol ol2; best pf pf2; best pl pl2; tf; tl; b ]
 
 let ratios rows =
   let find name path =
@@ -241,7 +263,12 @@ let ratios rows =
                    ((f.words_per_msg -. b.words_per_msg) /. float (2 * (f.layers - 1)))
                    ((l.words_per_msg -. b.words_per_msg) /. float (2 * (l.layers - 1))))
           | _ -> None)
-        [ ("default stack", "default"); ("10-layer stack", "10 layers") ]
+        [
+          ("default stack", "default");
+          ("total-order stack", "total order (");
+          ("total-order stack, another member casts", "total order, another");
+          ("10-layer stack", "10 layers");
+        ]
 
 let to_json rows =
   `List

@@ -58,6 +58,20 @@ let encode_at c buf off h =
   wcur.buf <- Bytes.empty
 
 let header_length t = Bytes.length t.head.buf - t.hoff
+
+(* Headers pushed in this process and pulled again (a member's own cast,
+   delivered locally) are decoded from a copy in one buffer kept for the
+   purpose, not from a new bigarray each time: a codec keeps no view of
+   what it reads, and the copy is a few bytes. *)
+let local = ref (Cstruct.create 256)
+
+let local_view t =
+  let used = header_length t in
+  if used > Cstruct.length !local then
+    local := Cstruct.create (max used (2 * Cstruct.length !local));
+  Cstruct.blit_from_bytes t.head.buf t.hoff !local 0 used;
+  Cstruct.sub !local 0 used
+
 let length t = header_length t + Iovecs.length t.body - t.boff
 
 let push c h t =
@@ -128,9 +142,7 @@ let pull c t =
   check t "pull";
   if t.hoff < Bytes.length t.head.buf then begin
     (* Headers pushed in this process and not yet sent: a local loopback. *)
-    let used = header_length t in
-    let cs = Cstruct.of_bytes ~off:t.hoff ~len:used t.head.buf in
-    match Codec.decode c cs 0 with
+    match Codec.decode c (local_view t) 0 with
     | Ok (h, n) ->
         let t = moved t in
         t.hoff <- t.hoff + n;
@@ -177,7 +189,20 @@ let pull_then c t x ~ok ~error =
             rcur.cs <- Cstruct.empty;
             error e t)
     | _ -> ( match pull c t with Ok (h, t) -> ok x h t | Error e -> error e t)
-  else match pull c t with Ok (h, t) -> ok x h t | Error e -> error e t
+  else begin
+    rcur.cs <- local_view t;
+    rcur.pos <- 0;
+    match Codec.read_cursor c rcur with
+    | h ->
+        let pulled = rcur.pos in
+        rcur.cs <- Cstruct.empty;
+        let t = moved t in
+        t.hoff <- t.hoff + pulled;
+        ok x h t
+    | exception Codec.Decode_error e ->
+        rcur.cs <- Cstruct.empty;
+        error e t
+  end
 
 let body t =
   check t "body";

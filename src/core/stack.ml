@@ -26,6 +26,8 @@ and fnode = {
   size : int array -> int -> int;
   case : case;
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
+  hsize : int array -> int -> int; (* the size of that header *)
+  write : int array -> int -> Bytes.t -> int -> int; (* write it at an offset: the offset after *)
   state : unit -> string;
 }
 
@@ -60,6 +62,9 @@ type t = {
   rframe : int array; (* where a received compressed header is read *)
   mutable fused_sent : int;
   mutable fused_received : int;
+  mutable fused_delivered : int; (* casts the bypass delivered to the application *)
+  left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
+  left_up : int array; (* the same going up *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
   rcodec : unit Codec.t;
@@ -174,14 +179,24 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
 (* The layered headers of the layers above one layer, as bytes, for the
    fields they were last made from: in the common case those fields do
    not change (they are constants above Mnak in the default stack), and
-   a copy a layer keeps gets them in one push. *)
-type cache = { mutable key : int array; mutable bytes : Bytes.t; from : int; mutable valid : bool }
+   a copy a layer keeps gets them in one push. The cache covers the
+   layers up to the first above that has fields (the fields [from] to
+   [upto] of the frame); that one and those above it are pushed from
+   their fields each time (Total's place, above Mnak in a stack with
+   Total, changes with every cast). *)
+type cache = {
+  mutable key : int array;
+  mutable bytes : Bytes.t;
+  from : int;
+  upto : int;
+  mutable valid : bool;
+}
 
 let rec same_key c frame n k =
   k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
 
-let cached c nodes frame ~hi ~lo =
-  let n = Array.length frame - c.from in
+let refresh c nodes frame ~hi ~lo =
+  let n = c.upto - c.from in
   let same = c.valid && same_key c frame n 0 in
   if not same then begin
     let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
@@ -189,27 +204,54 @@ let cached c nodes frame ~hi ~lo =
     Msg.release e;
     c.key <- Array.sub frame c.from n;
     c.valid <- true
-  end;
-  c.bytes
+  end
 
+(* The headers of the layers from [lo] up, as bytes of the exact size (a
+   copy a layer keeps holds no more than its headers until it is stable):
+   those of [lo] to [hi] from the cache, then those of the layers above
+   [hi] made from their fields. *)
+let head_bytes c nodes frame ~hi ~lo =
+  refresh c nodes frame ~hi ~lo;
+  let top = Array.length nodes - 1 in
+  if hi >= top then c.bytes
+  else begin
+    let cached = Bytes.length c.bytes in
+    let size = ref cached in
+    for j = hi + 1 to top do
+      match nodes.(j).fast with
+      | Some f -> size := !size + f.hsize frame f.off
+      | None -> assert false
+    done;
+    let b = Bytes.create !size in
+    Bytes.blit c.bytes 0 b 0 cached;
+    let pos = ref cached in
+    for j = hi + 1 to top do
+      match nodes.(j).fast with Some f -> pos := f.write frame f.off b !pos | None -> assert false
+    done;
+    b
+  end
+
+(* [m] with the headers of the layers from [lo] up in front. *)
 let push_cached c nodes frame ~hi ~lo m =
-  let b = cached c nodes frame ~hi ~lo in
+  let b = head_bytes c nodes frame ~hi ~lo in
   if Bytes.length b = 0 then m else Msg.push_bytes b m
 
-let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
-  ignore frames;
+let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
   match if off >= 0 then Layer.find_fast l else None with
   | Some (module F : Layer.FAST) ->
-      let n = Array.length nodes in
       let c = F.cast in
       (* [layered] for a copy the layer keeps: the headers of the layers
-         above it, from the frame the case runs with. *)
-      let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; valid = false } in
+         above it, from the frame the case runs with: those from the
+         layer [s] up made from their fields, the others cached. *)
+      let s, upto = split in
+      let cache =
+        { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false }
+      in
       let layered =
         {
           Layer.push =
-            (fun m -> push_cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1) m);
-          head = (fun () -> cached cache nodes (Lazy.force frames).frame ~hi:(n - 1) ~lo:(i + 1));
+            (fun m -> push_cached cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1) m);
+          head = (fun () -> head_bytes cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1));
         }
       in
       let mk s =
@@ -231,6 +273,8 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames l =
                   up_after = c.up_after != Layer.nothing_up_after;
                 };
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
+            hsize = (fun a o -> Codec.size F.codec (c.expand a o));
+            write = (fun a o b pos -> Codec.encode_into F.codec b pos (c.expand a o));
             state = (fun () -> F.state s);
           }
       in
@@ -347,6 +391,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             rframe;
             fused_sent = 0;
             fused_received = 0;
+            fused_delivered = 0;
+            left_dn = Array.make n 0;
+            left_up = Array.make n 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
             rcodec = read_codec rframe;
@@ -354,8 +401,24 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             app;
           }
       in
+      (* For each layer, the first layer above it whose case has fields,
+         and where they start in the frame. *)
+      let nf i =
+        match Layer.find_fast bottom_up.(i) with
+        | Some (module F : Layer.FAST) -> F.cast.nfields
+        | None -> 0
+      in
+      let split i =
+        let s = ref (i + 1) in
+        while !s < n && nf !s = 0 do
+          incr s
+        done;
+        (!s, if !s < n then offs.(!s) else !nfields)
+      in
       Array.iteri
-        (fun i l -> nodes.(i) <- instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st l)
+        (fun i l ->
+          nodes.(i) <-
+            instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i) l)
         bottom_up;
       Ok (Lazy.force st)
 
@@ -416,11 +479,15 @@ let rec fused_dn t frame i dst msg mlen =
     | None -> dn_layered t frame i dst msg
 
 and dn_layered t frame i dst msg =
+  t.left_dn.(i) <- t.left_dn.(i) + 1;
   let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
   t.nodes.(i).dn dst msg
 
 let rec fused_up t frame i src msg mlen =
-  if i = Array.length t.nodes then t.app.deliver src msg
+  if i = Array.length t.nodes then begin
+    t.fused_delivered <- t.fused_delivered + 1;
+    t.app.deliver src msg
+  end
   else
     match t.nodes.(i).fast with
     | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
@@ -436,6 +503,7 @@ let rec fused_up t frame i src msg mlen =
 (* Fields from the network that no layered header can hold (a number too
    large for its codec) make the datagram garbage. *)
 and up_layered t frame i src msg =
+  t.left_up.(i) <- t.left_up.(i) + 1;
   let m = ref msg in
   match
     for j = Array.length t.nodes - 1 downto i do
@@ -529,7 +597,23 @@ let states t =
           t.nodes))
 
 let fused_counters t =
-  [ ("sent", t.fused_sent); ("received", t.fused_received); ("garbage", !(t.fused_garbage)) ]
+  let left which a =
+    List.concat
+      (List.rev
+         (Array.to_list
+            (Array.mapi
+               (fun i k ->
+                 if k = 0 then []
+                 else [ (Printf.sprintf "layered from %s %s" t.nodes.(i).lname which, k) ])
+               a)))
+  in
+  [
+    ("sent", t.fused_sent);
+    ("received", t.fused_received);
+    ("garbage", !(t.fused_garbage));
+    ("delivered", t.fused_delivered);
+  ]
+  @ left "down" t.left_dn @ left "up" t.left_up
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg

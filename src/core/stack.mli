@@ -81,7 +81,9 @@ val states : t -> (string * string) list
     first: for the differential test. *)
 
 val fused_counters : t -> (string * int) list
-(** Compressed casts sent, received, and dropped as malformed. *)
+(** Compressed casts sent, received, and dropped as malformed; casts the bypass delivered to the
+    application; and, for each layer where casts left the bypass for the layered path (its case did
+    not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]. *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
 (** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a

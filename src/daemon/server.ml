@@ -291,12 +291,15 @@ and emit t c frame =
 and set_slow t c slow =
   c.slow <- slow;
   count t (if slow then "slow_on" else "slow_off") 1;
-  Hashtbl.iter
-    (fun _ m ->
+  (* Listed first: a FLOW that takes the client over its cap fails it
+     out, and its members' leaving changes the table. *)
+  let ms = Hashtbl.fold (fun _ m acc -> m :: acc) c.handles [] in
+  List.iter
+    (fun m ->
       (* A member whose JOIN reply is not out yet is told when it is. *)
-      if m.ready && (not m.exited) && not m.group_flow then
+      if m.ready && (not m.exited) && (not m.group_flow) && not c.closed then
         emit t c (Wire.encode_event (Wire.Flow { handle = m.handle; blocked = slow })))
-    c.handles
+    (List.sort (fun a b -> compare a.handle b.handle) ms)
 
 (* Over the daemon's cap: the clients that leave the most are failed out
    until the rest is under it. *)
@@ -928,6 +931,10 @@ let close t ~on_done =
 
 let run cfg =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+  (* Every frame in and out is a string of its own, most of them dead
+     within a round of the loop: a minor heap of 2 MiB (the default is
+     256 KiB) lets them die there instead of being promoted. *)
+  Gc.set { (Gc.get ()) with Gc.minor_heap_size = 262144 };
   let loop = Loop.create () in
   Loop.set_spin loop (Time.of_us cfg.spin_us);
   match create loop cfg with

@@ -347,7 +347,8 @@ module Make (T : Consort.Transport.S) : sig
   (** [cast t s] sends [s] to every member of the view, this one included. While a view change
       flushes, [s] waits in a bounded queue and goes out in the next view. [Error] says why [s] was
       refused; a refused message is never delivered anywhere, an accepted one is delivered with
-      virtual synchrony. *)
+      virtual synchrony. This member's own copy may be delivered from inside [cast], before it
+      returns (in its turn in the total order with Total, when nothing ordered before it waits). *)
 
   val send : t -> string -> string -> (unit, error) result
   (** [send t id s] sends [s] to member [id] of the view, as {!cast} does. A message accepted while

@@ -58,6 +58,9 @@ module L = struct
     | Token of { next : int; idle : int }
         (** token: the next place, and holders in a row with nothing to order *)
     | Want  (** token: this member has casts waiting for the token *)
+    | Placed of int
+        (** sequencer: a cast of the sequencer, ordered as it goes, and its place in the view's
+            order *)
 
   let name = "total"
 
@@ -76,6 +79,7 @@ module L = struct
             (function Token { next; idle } -> Some (next, idle) | _ -> None)
             (fun (next, idle) -> Token { next; idle });
           case 5 "want" unit (function Want -> Some () | _ -> None) (fun () -> Want);
+          case 6 "placed" varint (function Placed p -> Some p | _ -> None) (fun p -> Placed p);
         ])
 
   let pp_header ppf = function
@@ -85,6 +89,7 @@ module L = struct
     | Stamped s -> Fmt.pf ppf "stamped(%d)" s
     | Token { next; idle } -> Fmt.pf ppf "token(next %d, idle %d)" next idle
     | Want -> Fmt.string ppf "want"
+    | Placed p -> Fmt.pf ppf "placed(%d)" p
 
   let provides = [ total_order ]
   let requires = [ Gmp.membership ]
@@ -104,6 +109,8 @@ module L = struct
     runs : run Queue.t; (* the order known and not yet delivered *)
     mutable unsent : (int * int) list; (* at the sequencer: runs not yet cast, newest first *)
     mutable armed : bool;
+    mutable places : int; (* at the sequencer: places given, by its orders and its own casts *)
+    mutable known : int; (* places known here: runs received and the sequencer's casts *)
     (* token *)
     stamped : (int, int * Msg.t) Hashtbl.t; (* place -> origin, cast *)
     mutable next_deliver : int;
@@ -154,6 +161,8 @@ module L = struct
       runs = Queue.create ();
       unsent = [];
       armed = false;
+      places = 0;
+      known = 0;
       stamped = Hashtbl.create 64;
       next_deliver = 0;
       (* The token starts parked at the view's first member. *)
@@ -254,13 +263,35 @@ module L = struct
             let c = List.filteri (fun i _ -> i < max_runs) l in
             let rest = List.filteri (fun i _ -> i >= max_runs) l in
             t.orders_sent <- t.orders_sent + 1;
+            t.places <- List.fold_left (fun a (_, k) -> a + k) t.places c;
             t.out.dn Event.Cast (Order c) (Msg.empty ());
             chunks rest
       in
       chunks runs
     end
 
-  let seq_data t o msg =
+  (* A cast whose place is known and that comes in its turn (the next run
+     is its origin's and nothing of that origin waits) is delivered at once,
+     without being held; then what the order says next, as far as it can. *)
+  let in_turn t o =
+    Queue.is_empty t.pending.(o)
+    && match Queue.peek_opt t.runs with Some r -> r.origin = o | None -> false
+
+  let take_turn t =
+    let r = Queue.peek t.runs in
+    r.left <- r.left - 1;
+    if r.left = 0 then ignore (Queue.pop t.runs);
+    t.ordered <- t.ordered + 1
+
+  let rec seq_data t o msg =
+    if t.me <> sequencer && in_turn t o then begin
+      take_turn t;
+      deliver t o msg;
+      seq_deliver t
+    end
+    else seq_hold t o msg
+
+  and seq_hold t o msg =
     Queue.add msg t.pending.(o);
     held t (Msg.length msg);
     if t.me = sequencer then begin
@@ -281,8 +312,34 @@ module L = struct
       || not (List.for_all (fun (o, k) -> valid t o && k >= 1 && k <= max_run) runs)
     then t.nonsense <- t.nonsense + 1
     else begin
-      List.iter (fun (origin, left) -> Queue.add { origin; left } t.runs) runs;
+      List.iter
+        (fun (origin, left) ->
+          t.known <- t.known + left;
+          Queue.add { origin; left } t.runs)
+        runs;
       seq_deliver t
+    end
+
+  (* A cast of the sequencer, with its place: the next after its orders
+     (which came before it: they are its casts too). Delivered at once when
+     nothing ordered before it waits. *)
+  let seq_placed t o place msg =
+    if o <> sequencer || place <> t.known then begin
+      t.nonsense <- t.nonsense + 1;
+      Msg.release msg
+    end
+    else begin
+      t.known <- t.known + 1;
+      if Queue.is_empty t.runs && Queue.is_empty t.pending.(o) then begin
+        t.ordered <- t.ordered + 1;
+        deliver t o msg
+      end
+      else begin
+        Queue.add { origin = o; left = 1 } t.runs;
+        Queue.add msg t.pending.(o);
+        held t (Msg.length msg);
+        seq_deliver t
+      end
     end
 
   (* The end of the view: every member that goes on with this one holds
@@ -318,19 +375,30 @@ module L = struct
           tok_deliver t
       | None -> ()
 
-  let stamp_queue t next =
-    let next = ref next and k = ref 0 in
-    while !k < t.burst && not (Queue.is_empty t.outq) do
+  (* Stamp what waits, [k] casts stamped so far (a cast made while one
+     goes down, from a delivery, is stamped in the same holding). *)
+  let rec stamp_queue t next k =
+    if k < t.burst && not (Queue.is_empty t.outq) then begin
       let m = Queue.pop t.outq in
       t.outq_bytes <- t.outq_bytes - Msg.length m;
-      let place = !next in
-      incr next;
-      incr k;
-      t.out.dn Event.Cast (Stamped place) m
-    done;
-    if Queue.is_empty t.outq then t.want_sent <- false;
-    flow t;
-    (!next, !k)
+      t.out.dn Event.Cast (Stamped next) m;
+      stamp_queue t (next + 1) (k + 1)
+    end
+    else begin
+      if Queue.is_empty t.outq then t.want_sent <- false;
+      flow t;
+      (next, k)
+    end
+
+  (* The token after [k] casts were stamped: kept, or passed on. *)
+  let pass_on t next k idle =
+    let idle = if k > 0 then 0 else idle + 1 in
+    let wanted = Array.exists Fun.id t.wants || not (Queue.is_empty t.outq) in
+    if t.n = 1 || (idle >= t.n && not wanted) then t.holding <- Some (next, idle)
+    else begin
+      t.tokens_passed <- t.tokens_passed + 1;
+      t.out.dn (Event.Send ((t.me + 1) mod t.n)) (Token { next; idle }) (Msg.empty ())
+    end
 
   (* This member holds the token: order what waits, then pass it on,
      unless a whole round of holders had nothing to order and no member
@@ -340,14 +408,8 @@ module L = struct
     if t.blocked || t.stopped then t.holding <- Some (next, idle)
     else begin
       t.holding <- None;
-      let next, k = stamp_queue t next in
-      let idle = if k > 0 then 0 else idle + 1 in
-      let wanted = Array.exists Fun.id t.wants || not (Queue.is_empty t.outq) in
-      if t.n = 1 || (idle >= t.n && not wanted) then t.holding <- Some (next, idle)
-      else begin
-        t.tokens_passed <- t.tokens_passed + 1;
-        t.out.dn (Event.Send ((t.me + 1) mod t.n)) (Token { next; idle }) (Msg.empty ())
-      end
+      let next, k = stamp_queue t next 0 in
+      pass_on t next k idle
     end
 
   let tok_cast t msg =
@@ -368,6 +430,13 @@ module L = struct
     then begin
       t.nonsense <- t.nonsense + 1;
       Msg.release msg
+    end
+    else if place = t.next_deliver && Hashtbl.length t.stamped = 0 then begin
+      (* Its turn: delivered at once. *)
+      t.next_deliver <- place + 1;
+      t.ordered <- t.ordered + 1;
+      deliver t o msg;
+      tok_deliver t
     end
     else begin
       Hashtbl.replace t.stamped place (o, msg);
@@ -402,6 +471,8 @@ module L = struct
       | Event.Cast_from o, Order runs when valid t o && t.proto = Sequencer ->
           Msg.release msg;
           seq_order t o runs
+      | Event.Cast_from o, Placed place when valid t o && t.proto = Sequencer ->
+          seq_placed t o place msg
       | Event.Cast_from o, Stamped place when valid t o && t.proto = Token ->
           tok_stamped t o place msg
       | Event.Send_from _, Token { next; idle } when t.proto = Token -> (
@@ -425,7 +496,14 @@ module L = struct
       | Event.Send _ -> t.out.dn dst Pass msg
       | Event.Cast -> (
           match t.proto with
-          | Sequencer -> t.out.dn dst Data msg
+          | Sequencer when t.me <> sequencer -> t.out.dn dst Data msg
+          | Sequencer ->
+              (* The sequencer orders its own cast as it goes, after what it
+                 ordered before: the order it has not cast yet goes first. *)
+              if t.unsent <> [] then send_order t;
+              let place = t.places in
+              t.places <- place + 1;
+              t.out.dn dst (Placed place) msg
           | Token when t.blocked -> t.out.dn dst Data msg
           | Token -> tok_cast t msg)
 
@@ -515,6 +593,130 @@ module L = struct
     ]
 end
 
+(* The common case of a cast. Sequencer protocol: down, a member's cast
+   (the sequencer's when it has no order left to cast: its place is the
+   field); up, a cast that comes in its turn (the sequencer's with the
+   next place, nothing ordered waiting; another member's whose order came
+   first). Token protocol: down, a cast of the holder of the token with
+   nothing waiting for it (stamped with the next place; what the token
+   does then follows the cast); up, a stamped cast with the next place,
+   nothing stamped waiting. The field: 0 for [Data], [2p + 1] for
+   [Placed p], [2p + 2] for [Stamped p]. *)
+module F = struct
+  include L
+
+  let cast =
+    {
+      Layer.nfields = 1;
+      length = false;
+      framed = false;
+      size = (fun a off -> if a.(off) = 0 then 1 else 1 + Codec.varint_size ((a.(off) - 1) / 2));
+      dn_ok =
+        (fun t dst _ ->
+          (not t.stopped) && dst = Event.Cast
+          &&
+          match t.proto with
+          | Sequencer -> t.me <> sequencer || t.unsent = []
+          | Token -> (not t.blocked) && t.holding <> None && Queue.is_empty t.outq);
+      dn_fast =
+        (fun t _ _ _ ~layered:_ a off ->
+          match t.proto with
+          | Sequencer ->
+              if t.me = sequencer then begin
+                let place = t.places in
+                t.places <- place + 1;
+                a.(off) <- (2 * place) + 1
+              end
+              else a.(off) <- 0
+          | Token -> (
+              match t.holding with
+              | Some (next, _) ->
+                  t.holding <- None;
+                  a.(off) <- (2 * next) + 2
+              | None -> ()));
+      dn_after =
+        (fun t _ _ ~up:_ a off ->
+          match t.proto with
+          | Sequencer -> ()
+          | Token ->
+              let next, k = stamp_queue t (((a.(off) - 2) / 2) + 1) 1 in
+              pass_on t next k 0);
+      up_ok =
+        (fun t src _ a off ->
+          (not t.stopped)
+          &&
+          match src with
+          | Event.Cast_from o -> (
+              valid t o
+              &&
+              let f = a.(off) in
+              match t.proto with
+              | Sequencer ->
+                  if f = 0 then t.me <> sequencer && in_turn t o
+                  else
+                    f land 1 = 1
+                    && o = sequencer
+                    && f / 2 = t.known
+                    && Queue.is_empty t.runs
+                    && Queue.is_empty t.pending.(o)
+              | Token ->
+                  f > 0
+                  && f land 1 = 0
+                  && (f - 2) / 2 = t.next_deliver
+                  && Hashtbl.length t.stamped = 0)
+          | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ a off ->
+          (match (t.proto, src) with
+          | Sequencer, _ ->
+              if a.(off) = 0 then take_turn t
+              else begin
+                t.known <- t.known + 1;
+                t.ordered <- t.ordered + 1
+              end
+          | Token, Event.Cast_from o ->
+              t.wants.(o) <- false;
+              t.next_deliver <- t.next_deliver + 1;
+              t.ordered <- t.ordered + 1
+          | Token, _ -> ());
+          src);
+      up_after =
+        (fun t _ _ a off ->
+          match t.proto with
+          | Sequencer -> if a.(off) = 0 then seq_deliver t
+          | Token -> tok_deliver t);
+      expand =
+        (fun a off ->
+          let f = a.(off) in
+          if f = 0 then Data else if f land 1 = 1 then Placed (f / 2) else Stamped ((f - 2) / 2));
+    }
+
+  let state t =
+    let msgs ppf q =
+      Fmt.(Dump.list Dump.string) ppf (List.map Msg.to_string (List.of_seq (Queue.to_seq q)))
+    in
+    let pairs = Fmt.(Dump.list (pair ~sep:(any "x") int int)) in
+    Fmt.str
+      "%s stopped %b blocked %b synced %b flow %b/%b; pending %a; runs %a; unsent %a armed %b; \
+       places %d known %d; stamped %a; next %d; holding %a; outq %a (%d); wants %a want_sent %b; \
+       held %d peak %d holding_credit %b; %a"
+      (protocol_name t.proto) t.stopped t.blocked t.synced t.flow_below t.flow_told
+      Fmt.(array ~sep:semi msgs)
+      t.pending pairs
+      (List.map (fun r -> (r.origin, r.left)) (List.of_seq (Queue.to_seq t.runs)))
+      pairs t.unsent t.armed t.places t.known
+      Fmt.(Dump.list (pair ~sep:(any "=") int (pair ~sep:(any ":") int Dump.string)))
+      (List.sort compare
+         (Hashtbl.fold (fun k (o, m) acc -> (k, (o, Msg.to_string m)) :: acc) t.stamped []))
+      t.next_deliver
+      Fmt.(option ~none:(any "-") (pair ~sep:(any "/") int int))
+      t.holding msgs t.outq t.outq_bytes
+      Fmt.(array ~sep:sp bool)
+      t.wants t.want_sent t.held_bytes t.held_peak t.holding_credit
+      Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
+      (counters t)
+end
+
 include L
 
-let layer : Layer.t = (module L)
+let layer : Layer.t = Layer.fast (module F)

@@ -4,11 +4,18 @@
     Two interchangeable protocols, chosen with [total.protocol]:
     - [sequencer] (Ensemble's Seqbb, the default): members cast as usual; the view's first member
       (its coordinator when the view is installed) casts the order in which it received them, in
-      batches of runs ("the next 3 casts of rank 2"); members deliver as the order says.
+      batches of runs ("the next 3 casts of rank 2"); members deliver as the order says. The
+      sequencer's own casts are ordered as they go: each carries its place, the next after the
+      orders it cast before it (an order it has not cast yet goes out first). A cast whose turn has
+      come when it arrives (the sequencer's, with nothing ordered before it still missing; another
+      member's whose order came first) is delivered at once: that is the layer's common case on the
+      fused path ({!Consort.Layer.FAST}), the place its one varying field.
     - [token] (as Totem): a token goes round the members by rank; its holder stamps the casts it has
       waiting with the next places in the order and casts them; members deliver by place. A token
       that went a whole round without anything to order stays where it is; a member with casts
-      waiting casts a request that sets it going again.
+      waiting casts a request that sets it going again. A stamped cast whose place is the next,
+      nothing stamped waiting, is delivered at once; the holder's cast with nothing waiting, and
+      that cast at a receiver, are the common case on the fused path.
 
     The layer sits above {!Gmp}, whose flush makes every member that goes on into the next view
     deliver the same casts, including this layer's own: its orders, and its casts with their places.
@@ -67,6 +74,7 @@ type header =
   | Token of { next : int; idle : int }
       (** token: the next place, and holders in a row that had nothing *)
   | Want  (** token: this member has casts waiting *)
+  | Placed of int  (** sequencer: a cast of the sequencer, ordered as it goes, and its place *)
 
 include Consort.Layer.S with type t := t and type header := header
 

@@ -520,8 +520,15 @@ struct
         with
         | Ok g ->
             t.g <- Some g;
-            (* The first view came from inside [join], before casting was possible. *)
-            on_view t (G.view g);
+            (* The first view came from inside [join], before casting was
+               possible; so may the state transfer's decision (a view of
+               one, where this member's own casts may be delivered at
+               once): the view is taken again only if it is another one,
+               never reset under a decision already made. *)
+            let v = G.view g in
+            (match t.view with
+            | Some v' when v'.vid = v.vid -> ()
+            | _ -> if not t.dead then on_view t v);
             Ok t
         | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e))
 

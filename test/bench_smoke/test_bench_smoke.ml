@@ -39,6 +39,10 @@ let parsing () =
     "result line"
     (Some [ ("a", "1"); ("b", "x,y") ])
     (B.Peer.parse_result "result a=1 b=x,y");
+  List.iter
+    (fun seq ->
+      Alcotest.(check string) "ping message" (Printf.sprintf "p%015d" seq) (B.Peer.ping_msg seq))
+    [ 0; 7; 10; 1234; 999_999_999_999_999; 1_000_000_000_000_000 ];
   let p = B.Peer.payload ~seq:1234 ~size:1024 in
   Alcotest.(check int) "payload size" 1024 (String.length p);
   Alcotest.(check (option int)) "payload checked" (Some 1234) (B.Peer.check_payload p ~size:1024);

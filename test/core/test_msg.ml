@@ -232,8 +232,58 @@ let leaked_message_found () =
   drop_msg pool;
   Alcotest.(check int) "leaked body reported" 1 (Pool.leak_check pool)
 
+(* A header pushed here and pulled here (a member's own cast delivered
+   locally) is read from one buffer shared by every such pull: two
+   messages pulled in turn, a header longer than that buffer was, and a
+   failed pull in between must not mix them up. *)
+let local_pulls_interleaved () =
+  let pool = fresh_pool () in
+  let long = String.init 3000 (fun i -> Char.chr (97 + (i mod 26))) in
+  let a = Msg.of_string pool "a" |> Msg.push h1 1 |> Msg.push h3 "first" |> Msg.push h3 long in
+  let b = Msg.of_string pool "b" |> Msg.push h1 2 |> Msg.push h2 (77, false) in
+  let s, a = pull_ok h3 a in
+  Alcotest.(check string) "long header" long s;
+  let p, b = pull_ok h2 b in
+  Alcotest.(check (pair int bool)) "b's h2" (77, false) p;
+  let refuse = Codec.conv Fun.id (fun _ -> Error "refused") Codec.uint8 in
+  let r = ref None in
+  let keep x = r := Some x in
+  let take () =
+    match !r with
+    | Some x ->
+        r := None;
+        x
+    | None -> Alcotest.fail "no result"
+  in
+  Msg.pull_then refuse b ()
+    ~ok:(fun () _ _ -> Alcotest.fail "accepted")
+    ~error:(fun _ b -> keep ("", b));
+  let _, b = take () in
+  Msg.pull_then h3 a () ~ok:(fun () s a -> keep (s, a)) ~error:(fun _ _ -> Alcotest.fail "error");
+  let s, a = take () in
+  Alcotest.(check string) "a's second header" "first" s;
+  Msg.pull_then h1 b ()
+    ~ok:(fun () x b -> keep (string_of_int x, b))
+    ~error:(fun _ _ -> Alcotest.fail "error");
+  let x, b = take () in
+  let x = int_of_string x in
+  Alcotest.(check int) "b's h1" 2 x;
+  let x, a = pull_ok h1 a in
+  Alcotest.(check int) "a's h1" 1 x;
+  Alcotest.(check string) "a's body" "a" (Msg.to_string a);
+  Alcotest.(check string) "b's body" "b" (Msg.to_string b);
+  Alcotest.(check bool)
+    "past the pushed headers" true
+    (match Msg.pull Codec.(fixed_string 10) (Msg.push h1 5 (Msg.empty ())) with
+    | Error (`Truncated _) -> true
+    | _ -> false);
+  Msg.release a;
+  Msg.release b;
+  no_leaks pool
+
 let tests =
   [
+    Alcotest.test_case "local pulls, interleaved and long" `Quick local_pulls_interleaved;
     Alcotest.test_case "push then pull, LIFO" `Quick local_lifo;
     Alcotest.test_case "pull after sending" `Quick over_the_wire;
     Alcotest.test_case "header split across pieces" `Quick header_split_across_pieces;

@@ -635,6 +635,92 @@ let test_backpressure () =
       close_raw s;
       C.close b.conn)
 
+(* Backpressure and members: while a client is slowed (the daemon's
+   counter slow_on says when), a member it joins is told FLOW 1 after its
+   first VIEW; once the client has read enough, every member of it is told
+   FLOW 0, each once. *)
+let test_backpressure_members () =
+  with_daemon ~args:[ "--max-queue"; "8000000"; "--max-frame"; "70000" ] (addr 35) (fun d ->
+      let b = member d "g" in
+      let s = raw d in
+      put s (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "slow" }));
+      (match next s with
+      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
+      | _ -> Alcotest.fail "HELLO_OK version 2");
+      ignore (raw_join s "g");
+      check "a view of two" true (until [ b.conn ] (fun () -> view_size b = 2));
+      let err = Filename.concat d.dir "consortd.err" in
+      let lines () =
+        try
+          let ic = open_in_bin err in
+          let t = really_input_string ic (in_channel_length ic) in
+          close_in ic;
+          List.filter (fun l -> Astring_like.contains l "counters ") (String.split_on_char '\n' t)
+        with Sys_error _ -> []
+      in
+      (* Counters now, from a SIGUSR1. *)
+      let counters () =
+        let n = List.length (lines ()) in
+        Unix.kill d.pid Sys.sigusr1;
+        ignore (until ~timeout:5. [ b.conn ] (fun () -> List.length (lines ()) > n));
+        match List.rev (lines ()) with l :: _ -> l | [] -> ""
+      in
+      (* b casts, s reads nothing, until the daemon slows s. *)
+      let payload = String.make 60000 'p' in
+      let k = ref 0 and slowed = ref false in
+      while (not !slowed) && !k < 250 do
+        incr k;
+        check "b's cast taken" true (C.cast b.m payload = Ok ());
+        ignore
+          (until ~timeout:5. [ b.conn ] (fun () ->
+               List.length (List.filter (fun (o, _) -> o = C.me b.m) !(b.casts)) >= !k));
+        if !k mod 4 = 0 then slowed := Astring_like.contains (counters ()) "slow_on=1"
+      done;
+      check "s is slowed" true !slowed;
+      put s
+        (Wire.encode_request
+           (Wire.Join { handle = 2; group = "h"; props = ""; params = ""; flags = 0; peers = [] }));
+      (* s reads everything now, until both members are told FLOW 0 (and
+         what comes within a second after). *)
+      let rec read_all acc =
+        let told h =
+          List.exists
+            (function Wire.Flow { handle; blocked = false } -> handle = h | _ -> false)
+            acc
+        in
+        match next ~timeout:(if told 1 && told 2 then 1. else 20.) s with
+        | `Event e -> read_all (e :: acc)
+        | `Closed -> (List.rev acc, true)
+        | `Timeout -> (List.rev acc, false)
+      in
+      let evs, ended = read_all [] in
+      check "s is not failed out" false ended;
+      check "s got no error" true (List.for_all (function Wire.Error _ -> false | _ -> true) evs);
+      let flows h =
+        List.filter_map
+          (function Wire.Flow { handle; blocked } when handle = h -> Some blocked | _ -> None)
+          evs
+      in
+      Alcotest.(check (list bool)) "member 1: FLOW 1, then FLOW 0" [ true; false ] (flows 1);
+      Alcotest.(check (list bool))
+        "member 2, joined meanwhile: FLOW 1, then FLOW 0" [ true; false ] (flows 2);
+      let rec after_view = function
+        | Wire.View { handle = 2; _ } :: rest -> rest
+        | _ :: rest -> after_view rest
+        | [] -> []
+      in
+      check "member 2's FLOW 1 follows its first VIEW" true
+        (match
+           List.find_opt
+             (function Wire.Flow { handle = 2; _ } -> true | _ -> false)
+             (after_view evs)
+         with
+        | Some (Wire.Flow { blocked = true; _ }) -> true
+        | _ -> false);
+      check "and the counters say it ended" true (Astring_like.contains (counters ()) "slow_off=1");
+      close_raw s;
+      C.close b.conn)
+
 (* Spinning (consortd --spin-us, Consort_client.set_spin): casts flow,
    and a step that spins returns as soon as what it waits for is read
    (not when its timeout ends). *)
@@ -971,6 +1057,8 @@ let () =
           Alcotest.test_case "protocol version 2: no reply to a cast taken" `Quick test_version2;
           Alcotest.test_case "backpressure: a slow client that obeys FLOW stays" `Quick
             test_backpressure;
+          Alcotest.test_case "backpressure: every member told, a new one included" `Quick
+            test_backpressure_members;
           Alcotest.test_case "spinning daemon and client" `Quick test_spin;
           Alcotest.test_case "a client closes without leaving" `Quick test_client_closes;
           Alcotest.test_case "TCP on loopback, and a key" `Quick test_tcp_and_key;

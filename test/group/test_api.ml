@@ -522,6 +522,40 @@ let side_codec () =
       (Result.is_error (Codec.decode_string Side.codec (String.sub s 0 cut)))
   done
 
+(* A round trip in a group of two, cast and cast back on delivery, is two
+   datagrams: nothing is sent per message that the other member must take
+   in before it can answer (an acknowledgement, a status, a credit).
+   Timers still send what they send in an idle group of two over the same
+   virtual time, and that is allowed beside the two. *)
+let round_trip_datagrams () =
+  let rounds = 300 in
+  let net = Sim.create ~seed:11 () in
+  let m = group ~n:2 net in
+  let sent () = (Sim.stats net).Sim.sent in
+  let count_of x = List.length !(x.casts) in
+  (* Waits, one event at a time, until [x] has [n] casts. *)
+  let rec await x n budget =
+    if count_of x < n then
+      if budget = 0 || not (Sim.step net) then Alcotest.fail "a cast was not delivered"
+      else await x n (budget - 1)
+  in
+  let t0 = Sim.now net and s0 = sent () in
+  for i = 1 to rounds do
+    let c0 = count_of m.(0) and c1 = count_of m.(1) in
+    Alcotest.check result "ping" (Ok ()) (G.cast m.(0).g (Printf.sprintf "p%d" i));
+    await m.(1) (c1 + 1) 10_000;
+    Alcotest.check result "pong" (Ok ()) (G.cast m.(1).g (Printf.sprintf "q%d" i));
+    (* Own casts are delivered too: m0 has its ping and m1's pong. *)
+    await m.(0) (c0 + 2) 10_000
+  done;
+  let busy = sent () - s0 and took = Sim.now net - t0 in
+  let s1 = sent () in
+  Sim.run ~until:(Sim.now net + took) net;
+  let idle = sent () - s1 in
+  if busy > (2 * rounds) + idle + 2 then
+    Alcotest.failf "%d round trips took %d datagrams; two each and %d in an idle group" rounds busy
+      idle
+
 let () =
   Alcotest.run "api"
     [
@@ -535,6 +569,8 @@ let () =
             stopped_receiver;
           Alcotest.test_case "the queue of a view change is bounded" `Quick blocked_queue;
           Alcotest.test_case "a send to a member that is gone is reported lost" `Quick lost_send;
+          Alcotest.test_case "a round trip in a group of two is two datagrams" `Quick
+            round_trip_datagrams;
         ] );
       ( "flush",
         [

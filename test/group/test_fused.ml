@@ -1,7 +1,7 @@
 (* The fused path is the layered path: a member runs in two copies, one
    stack layered and one fused, side by side, fed the same random traces
    (its casts and sends, its peers' casts and sends delivered late,
-   reordered, duplicated or lost, timers), and after every event both
+   reordered, duplicated or lost, timers, view changes), and after every event both
    copies must have put the same datagrams on the wire (the fused one's
    compressed casts made layered again), delivered the same messages and
    control events to the application, asked for the same alarm, and hold
@@ -20,6 +20,7 @@ let pass name =
 
 let pass1 = pass "pass1"
 let pass2 = pass "pass2"
+let total = G.Properties.(vsync @ [ Total ])
 
 let stacks =
   G.
@@ -40,12 +41,25 @@ let stacks =
           Bottom.layer;
         ] );
       (Properties.describe Properties.vsync, Result.get_ok (Properties.layers Properties.vsync));
+      (Properties.describe total, Result.get_ok (Properties.layers total));
+      ( Properties.describe total ^ " (token)",
+        Result.get_ok (Properties.layers Properties.(vsync @ [ Total ])) );
     |]
 
 let params =
   Params.(
     empty |> set "mnak.window" (Int 8) |> set "mflow.window" (Int 256) |> set "pt2pt.window" (Int 8)
     |> set "frag.size" (Int 600))
+
+(* The stacks with Total: the sequencer protocol, then the token one. *)
+let is_total i = i >= 5
+let token_stack = 6
+
+let params_of i =
+  (* With Total, a wider flow control window: more casts in flight, more
+     orders that overtake the casts they order. *)
+  let p = if is_total i then Params.set "mflow.window" (Int 2048) params else params in
+  if i = token_stack then Params.set "total.protocol" (String "token") p else p
 
 let n = 3
 
@@ -71,15 +85,47 @@ let fused_sent = ref 0
 let fused_received = ref 0
 let left_and_came_back = ref 0
 
-let run_trace ~seed =
+(* Traces of a stack with Total where a cast left the bypass at Total (a
+   cast out of its turn, a view change, a token) and a later cast went
+   through it to the application again; casts delivered by the bypass
+   with Total in the stack. *)
+let total_traces = ref 0
+let total_came_back = ref 0
+let total_fused_delivered = ref 0
+let view_changes = ref 0
+let counter c name = Option.value ~default:0 (List.assoc_opt name c)
+
+(* A step of a written trace. *)
+type step =
+  | Cast of string  (** this member casts *)
+  | Peer_cast of int * string
+  | Timers  (** every timer due now runs *)
+  | Deliver of int * int  (** the datagrams in flight from one rank to another arrive, in order *)
+  | Expect of string list  (** what this member's application got in the step before *)
+  | Bypassed of int  (** casts the fused copy's bypass delivered so far *)
+
+(* [script]: a written trace (the stack, this member's rank, the steps)
+   instead of a random one. *)
+let run_trace ?script ~seed () =
   let rs = Random.State.make [| seed |] in
-  let name, layers = stacks.(seed mod Array.length stacks) in
+  let si = match script with Some (si, _, _) -> si | None -> seed mod Array.length stacks in
+  let name, layers = stacks.(si) in
+  let params = params_of si in
   let pool = Pool.create () in
   let clock = ref 0 in
   (* datagrams in flight: (destination rank, from, raw bytes, layered bytes) *)
   let flight : (int * int * string * string) list ref = ref [] in
+  (* This member's rank (with Total: the sequencer or not), and the view:
+     a view change makes new stacks with another id, and maybe another
+     rank for this member. *)
+  let me =
+    ref (match script with Some (_, me, _) -> me | None -> seed / Array.length stacks mod n)
+  in
+  let ltime = ref 1 in
   let ctx rank seed =
-    let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
+    let view =
+      View.v ~group:"fused" ~ltime:!ltime ~members:(Array.init n (Printf.sprintf "m%d")) ~rank ()
+    in
     { Layer.view; rng = Rng.create seed; params; pool; now = (fun () -> !clock) }
   in
   let expand st msg =
@@ -102,30 +148,33 @@ let run_trace ~seed =
   let make_copy ~fused =
     let self = ref None in
     let wire = Queue.create () and app = Queue.create () in
+    let me = !me in
     let net dst msg =
       let raw = Msg.to_string msg in
       let layered = expand (Option.get !self) msg in
       Queue.push (dst_s dst ^ ": " ^ layered) wire;
       (* The fused copy's datagrams go to the peers; the layered copy's
          are only compared. *)
-      if fused then route 0 dst raw layered
+      if fused then route me dst raw layered
     in
     let deliver src msg =
       Queue.push (src_s src ^ ": " ^ Msg.to_string msg) app;
       Msg.release msg
     in
     let ctl e = Queue.push (Fmt.str "ctl %a" Event.pp_up_ctl e) app in
-    match Stack.create ~fused (ctx 0 (seed + 1)) layers ~net ~app:{ Stack.deliver; ctl } with
+    match
+      Stack.create ~fused
+        (ctx me (seed + (100 * !ltime) + 1))
+        layers ~net ~app:{ Stack.deliver; ctl }
+    with
     | Error e -> failwith e
     | Ok st ->
         self := Some st;
         { st; wire; app }
   in
-  let a = make_copy ~fused:false and b = make_copy ~fused:true in
-  if not (Stack.fused b.st) then failf "%s: the fused copy is not fused" name;
-  let peers =
+  let make_peers () =
     Array.init n (fun r ->
-        if r = 0 then None
+        if r = !me then None
         else
           let self = ref None in
           let net dst msg =
@@ -134,13 +183,19 @@ let run_trace ~seed =
             route r dst raw layered
           in
           let app = { Stack.deliver = (fun _ m -> Msg.release m); ctl = ignore } in
-          match Stack.create ~fused:true (ctx r (seed + 10 + r)) layers ~net ~app with
+          match
+            Stack.create ~fused:true (ctx r (seed + (100 * !ltime) + 10 + r)) layers ~net ~app
+          with
           | Error e -> failwith e
           | Ok st ->
               self := Some st;
               Some st)
   in
-  let peer r = Option.get peers.(r) in
+  let a = ref (make_copy ~fused:false) and b = ref (make_copy ~fused:true) in
+  if not (Stack.fused !b.st) then failf "%s: the fused copy is not fused" name;
+  let peers = ref (make_peers ()) in
+  let peer r = Option.get !peers.(r) in
+  let other () = (!me + 1 + Random.State.int rs (n - 1)) mod n in
   let body () =
     let len =
       match Random.State.int rs 10 with
@@ -150,7 +205,9 @@ let run_trace ~seed =
     in
     String.init len (fun _ -> Char.chr (97 + Random.State.int rs 26))
   in
+  let got_last = ref [] in
   let compare_copies step what =
+    let a = !a and b = !b in
     let drain q = List.of_seq (Queue.to_seq q) in
     let wa = drain a.wire and wb = drain b.wire in
     Queue.clear a.wire;
@@ -164,6 +221,7 @@ let run_trace ~seed =
     let aa = drain a.app and ab = drain b.app in
     Queue.clear a.app;
     Queue.clear b.app;
+    got_last := ab;
     if aa <> ab then
       failf "%s, seed %d, step %d (%s): application differs:@.layered %a@.fused   %a" name seed step
         what
@@ -181,77 +239,164 @@ let run_trace ~seed =
       failf "%s, seed %d, step %d (%s): alarm %d (layered) vs %d (fused)" name seed step what
         (Stack.next_alarm a.st) (Stack.next_alarm b.st)
   in
-  let fused_in () = List.assoc "received" (Stack.fused_counters b.st) in
-  let ooo () = List.assoc "out_of_order" (List.assoc "mnak" (Stack.counters b.st)) in
+  (* What the fused copies of this trace did, over its views. *)
+  let sent_before = ref 0 and received_before = ref 0 and delivered_before = ref 0 in
+  let fc () = Stack.fused_counters !b.st in
+  let fused_in () = !received_before + counter (fc ()) "received" in
+  let delivered () = !delivered_before + counter (fc ()) "delivered" in
+  let ooo () = counter (List.assoc "mnak" (Stack.counters !b.st)) "out_of_order" in
+  let left_total () =
+    counter (fc ()) "layered from total up" + counter (fc ()) "layered from total down"
+  in
   let left_at = ref None and came_back = ref false in
-  let steps = 30 + Random.State.int rs 40 in
-  let loss = Random.State.int rs 4 in
+  let total_left_at = ref None and total_back = ref false in
+  let stop_all step =
+    Stack.dn_ctl !a.st Event.Stop;
+    Stack.dn_ctl !b.st Event.Stop;
+    compare_copies step "stop";
+    Array.iter (function Some st -> Stack.dn_ctl st Event.Stop | None -> ()) !peers;
+    sent_before := !sent_before + counter (fc ()) "sent";
+    received_before := !received_before + counter (fc ()) "received";
+    delivered_before := !delivered_before + counter (fc ()) "delivered"
+  in
+  let written = match script with Some (_, _, l) -> Array.of_list l | None -> [||] in
+  let steps = if script <> None then Array.length written else 30 + Random.State.int rs 40 in
+  let loss = if script <> None then 0 else Random.State.int rs 4 in
+  (* A view change in about one trace in three: the stacks stop and new
+     ones start for the next view (datagrams still in flight arrive with
+     the old view's stamp). *)
+  let change_at =
+    if script = None && Random.State.int rs 3 = 0 then 10 + Random.State.int rs 20 else -1
+  in
+  let timers () =
+    let t = !clock in
+    if Stack.next_alarm !a.st <= t then Stack.timer !a.st t;
+    if Stack.next_alarm !b.st <= t then Stack.timer !b.st t;
+    Array.iter
+      (function Some st -> if Stack.next_alarm st <= t then Stack.timer st t | None -> ())
+      !peers
+  in
+  let arrive (r, from, raw, layered) =
+    if r = !me then begin
+      Stack.recv !a.st (Msg.of_string pool layered);
+      Stack.recv !b.st (Msg.of_string pool raw)
+    end
+    else Stack.recv (peer r) (Msg.of_string pool raw);
+    Printf.sprintf "datagram %d -> %d" from r
+  in
+  let exec = function
+    | Cast m ->
+        Stack.cast !a.st (Msg.of_string pool m);
+        Stack.cast !b.st (Msg.of_string pool m);
+        "cast " ^ m
+    | Peer_cast (r, m) ->
+        Stack.cast (peer r) (Msg.of_string pool m);
+        Printf.sprintf "peer %d casts %s" r m
+    | Timers ->
+        timers ();
+        "timers"
+    | Deliver (from, r) ->
+        let these, others =
+          List.partition (fun (r', from', _, _) -> r' = r && from' = from) !flight
+        in
+        if these = [] then failf "%s: no datagram from %d to %d in flight" name from r;
+        flight := others;
+        List.iter (fun d -> ignore (arrive d)) these;
+        Printf.sprintf "datagrams %d -> %d" from r
+    | Expect l ->
+        let got = !got_last in
+        if got <> l then
+          failf "%s: this member's application got %a, not %a" name
+            Fmt.(Dump.list string)
+            got
+            Fmt.(Dump.list string)
+            l;
+        "expect"
+    | Bypassed k ->
+        if delivered () <> k then
+          failf "%s: the bypass delivered %d casts, not %d" name (delivered ()) k;
+        "bypassed"
+  in
   for step = 1 to steps do
     let what =
-      match Random.State.int rs 12 with
-      | 0 | 1 ->
-          let m = body () in
-          Stack.cast a.st (Msg.of_string pool m);
-          Stack.cast b.st (Msg.of_string pool m);
-          "cast"
-      | 2 ->
-          let r = 1 + Random.State.int rs (n - 1) and m = body () in
-          Stack.send a.st r (Msg.of_string pool m);
-          Stack.send b.st r (Msg.of_string pool m);
-          "send"
-      | 3 | 4 ->
-          let r = 1 + Random.State.int rs (n - 1) in
-          Stack.cast (peer r) (Msg.of_string pool (body ()));
-          "peer cast"
-      | 5 ->
-          let r = 1 + Random.State.int rs (n - 1) in
-          Stack.send (peer r) 0 (Msg.of_string pool (body ()));
-          "peer send"
-      | 6 ->
-          clock := !clock + Random.State.int rs 30_000_000;
-          let t = !clock in
-          if Stack.next_alarm a.st <= t then Stack.timer a.st t;
-          if Stack.next_alarm b.st <= t then Stack.timer b.st t;
-          for r = 1 to n - 1 do
-            if Stack.next_alarm (peer r) <= t then Stack.timer (peer r) t
-          done;
-          "timers"
-      | _ -> (
-          match !flight with
-          | [] -> "nothing in flight"
-          | l ->
-              (* Mostly in order; sometimes a later one first, lost, or twice. *)
-              let k =
-                if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l) else 0
-              in
-              let ((r, from, raw, layered) as d) = List.nth l k in
-              let fate = Random.State.int rs 10 in
-              flight := List.filteri (fun i _ -> i <> k) l;
-              if fate < loss then "lost"
-              else begin
-                if fate = 9 then flight := !flight @ [ d ];
-                if r = 0 then begin
-                  Stack.recv a.st (Msg.of_string pool layered);
-                  Stack.recv b.st (Msg.of_string pool raw)
-                end
-                else Stack.recv (peer r) (Msg.of_string pool raw);
-                Printf.sprintf "datagram %d -> %d" from r
-              end)
+      if script <> None then exec written.(step - 1)
+      else if step = change_at then begin
+        stop_all step;
+        incr view_changes;
+        incr ltime;
+        me := Random.State.int rs n;
+        a := make_copy ~fused:false;
+        b := make_copy ~fused:true;
+        peers := make_peers ();
+        if is_total si && !total_left_at = None then total_left_at := Some (delivered ());
+        "view change"
+      end
+      else
+        (* With Total, timers run more often, at once (the sequencer's
+           orders go out), so that an order may overtake the cast it
+           orders. *)
+        match Random.State.int rs (if is_total si then 18 else 12) with
+        | 0 | 1 ->
+            let m = body () in
+            Stack.cast !a.st (Msg.of_string pool m);
+            Stack.cast !b.st (Msg.of_string pool m);
+            "cast"
+        | 2 ->
+            let r = other () and m = body () in
+            Stack.send !a.st r (Msg.of_string pool m);
+            Stack.send !b.st r (Msg.of_string pool m);
+            "send"
+        | 3 | 4 | 14 | 15 ->
+            let r = other () in
+            Stack.cast (peer r) (Msg.of_string pool (body ()));
+            "peer cast"
+        | 5 ->
+            let r = other () in
+            Stack.send (peer r) !me (Msg.of_string pool (body ()));
+            "peer send"
+        | (6 | 12 | 13) as k ->
+            if k = 6 then clock := !clock + Random.State.int rs 30_000_000;
+            timers ();
+            "timers"
+        | kind -> (
+            match !flight with
+            | [] -> "nothing in flight"
+            | l ->
+                (* Mostly in order; sometimes a later one first (with Total,
+                   sometimes the latest: an order overtakes the cast it
+                   orders), lost, or twice. *)
+                let k =
+                  if kind >= 16 then List.length l - 1
+                  else if Random.State.int rs 4 = 0 then Random.State.int rs (List.length l)
+                  else 0
+                in
+                let d = List.nth l k in
+                let fate = Random.State.int rs 10 in
+                flight := List.filteri (fun i _ -> i <> k) l;
+                if fate < loss then "lost"
+                else begin
+                  if fate = 9 then flight := !flight @ [ d ];
+                  arrive d
+                end)
     in
     compare_copies step what;
-    match !left_at with
+    (match !left_at with
     | None -> if ooo () > 0 then left_at := Some (fused_in ())
-    | Some k -> if fused_in () > k then came_back := true
+    | Some k -> if fused_in () > k then came_back := true);
+    if is_total si then
+      match !total_left_at with
+      | None -> if left_total () > 0 then total_left_at := Some (delivered ())
+      | Some k -> if delivered () > k then total_back := true
   done;
-  fused_sent := !fused_sent + List.assoc "sent" (Stack.fused_counters b.st);
-  fused_received := !fused_received + fused_in ();
+  stop_all (steps + 1);
+  fused_sent := !fused_sent + !sent_before;
+  fused_received := !fused_received + !received_before;
   if !came_back then incr left_and_came_back;
-  Stack.dn_ctl a.st Event.Stop;
-  Stack.dn_ctl b.st Event.Stop;
-  compare_copies (steps + 1) "stop";
-  for r = 1 to n - 1 do
-    Stack.dn_ctl (peer r) Event.Stop
-  done;
+  if is_total si then begin
+    incr total_traces;
+    total_fused_delivered := !total_fused_delivered + !delivered_before;
+    if !total_back then incr total_came_back
+  end;
   if Pool.leak_check pool <> 0 then
     failf "%s, seed %d: %d slices leaked" name seed (Pool.leak_check pool)
 
@@ -259,24 +404,92 @@ let traces = match Sys.getenv_opt "FUSED_TRACES" with Some s -> int_of_string s 
 
 let test_traces () =
   for seed = 1 to traces do
-    try run_trace ~seed with Differ s -> Alcotest.fail s
+    try run_trace ~seed () with Differ s -> Alcotest.fail s
   done;
   Fmt.pr
-    "%d traces: %d compressed casts sent, %d received; %d traces left the common case and came \
-     back@."
-    traces !fused_sent !fused_received !left_and_came_back;
+    "%d traces (%d view changes): %d compressed casts sent, %d received; %d traces left the common \
+     case and came back; with Total: %d traces, %d casts delivered by the bypass, %d traces left \
+     it at Total and came back@."
+    traces !view_changes !fused_sent !fused_received !left_and_came_back !total_traces
+    !total_fused_delivered !total_came_back;
   Alcotest.(check bool) "compressed casts were sent" true (!fused_sent > traces);
   Alcotest.(check bool) "compressed casts were received" true (!fused_received > traces);
   Alcotest.(check bool)
     "traces left the common case and came back" true
-    (!left_and_came_back > traces / 20)
+    (!left_and_came_back > traces / 20);
+  Alcotest.(check bool)
+    "casts with Total in the stack went through the bypass" true
+    (!total_fused_delivered > !total_traces / 4);
+  Alcotest.(check bool)
+    "traces with Total left the bypass at Total and came back" true
+    (!total_came_back > !total_traces / 20)
+
+(* Written traces with Total (sequencer), this member not the sequencer:
+   an order overtakes the cast it orders, and a cast of the sequencer
+   comes while that cast is still missing: it waits (the layered and the
+   fused copy alike); the missing cast then comes in its turn, through the
+   bypass, and the sequencer's follows. *)
+let test_overtaken () =
+  let total = 5 in
+  assert (is_total total && total <> token_stack);
+  let script =
+    [
+      Peer_cast (2, "x");
+      Deliver (2, 0);
+      Timers (* the sequencer casts its order: x *);
+      Deliver (0, 1);
+      Expect [];
+      Peer_cast (0, "y") (* the sequencer's own cast, with its place *);
+      Deliver (0, 1);
+      Expect [];
+      Bypassed 0;
+      Deliver (2, 1);
+      Expect [ "cast from 2: x"; "cast from 0: y" ];
+      Bypassed 1;
+      Peer_cast (0, "z");
+      Deliver (0, 1);
+      Expect [ "cast from 0: z" ];
+      Bypassed 2;
+    ]
+  in
+  try run_trace ~script:(total, 1, script) ~seed:1 () with Differ s -> Alcotest.fail s
+
+(* A written trace with Total's token, this member of rank 1: its first
+   cast waits for the token (it asks for it, layered), gets it, stamps the
+   cast and passes it on; the token goes round idle and stops here; the
+   next cast is stamped on the bypass and the token goes on. *)
+let test_token () =
+  let script =
+    [
+      Cast "a";
+      Expect [];
+      Deliver (1, 0) (* the request: rank 0, which holds the token, passes it here *);
+      Deliver (0, 1);
+      Expect [ "cast from 1: a" ];
+      Bypassed 0;
+      Deliver (1, 2);
+      Deliver (2, 0);
+      Deliver (0, 1) (* a round with nothing to order: the token stays here *);
+      Cast "b";
+      Expect [ "cast from 1: b" ];
+      Bypassed 1;
+      Deliver (1, 0);
+      Deliver (1, 2);
+      Cast "c" (* no token here any more: a request again *);
+      Expect [];
+      Bypassed 1;
+    ]
+  in
+  try run_trace ~script:(token_stack, 1, script) ~seed:2 () with Differ s -> Alcotest.fail s
 
 (* Compressed datagrams from a stranger: truncated, overlong, fields that
    no layered header can hold, numbers out of every window. None raises,
-   none is delivered, nothing leaks, and each is counted somewhere. *)
-let test_hostile () =
+   none is delivered, nothing leaks, and each is counted somewhere. With
+   Total, the last field is Total's (this member is the sequencer). *)
+let test_hostile si () =
   let pool = Pool.create () in
   let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
+  let params = params_of si in
   let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
   let delivered = ref 0 in
   let app =
@@ -288,7 +501,7 @@ let test_hostile () =
       ctl = ignore;
     }
   in
-  let _, layers = stacks.(1) in
+  let _, layers = stacks.(si) in
   let st =
     Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app)
   in
@@ -388,10 +601,96 @@ let test_runtime () =
           Alcotest.(check int) "no compressed garbage" 0 (List.assoc "garbage" c))
     members
 
+(* The same with Total (sequencer): every member casts, every member
+   delivers the same sequence, and the casts of the sequencer (the first
+   member) go through the bypass down and up. *)
+let test_runtime_total () =
+  let net = Sim.create ~seed:12 () in
+  let params = Params.(empty |> set "stack.fused" (Bool true)) in
+  let addrs = List.init 3 (Printf.sprintf "m%d") in
+  let layers = Result.get_ok G.Properties.(layers total) in
+  let members =
+    List.map
+      (fun addr ->
+        let got = ref [] in
+        let cb =
+          {
+            Gr.view = ignore;
+            cast = (fun ~origin s -> got := (origin, s) :: !got);
+            send = (fun ~origin:_ _ -> ());
+            block = ignore;
+            flow = ignore;
+            exit = ignore;
+          }
+        in
+        match
+          GS.join ~params ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers net ~group:"fused" ~addr cb
+        with
+        | Ok g -> (g, got)
+        | Error e -> Alcotest.failf "%a" Gr.pp_join_error e)
+      addrs
+  in
+  Sim.run ~until:(Time.of_sec 3.) net;
+  let per = 100 in
+  List.iteri
+    (fun i (g, _) ->
+      for k = 1 to per do
+        match GS.cast g (Printf.sprintf "m%d cast %d" i k) with
+        | Ok () -> ()
+        | Error e -> Alcotest.failf "%a" Gr.pp_error e
+      done)
+    members;
+  Sim.run ~until:(Time.of_sec 6.) net;
+  let seqs = List.map (fun (_, got) -> List.rev_map snd !got) members in
+  List.iteri
+    (fun i s ->
+      Alcotest.(check int) (Printf.sprintf "m%d delivered every cast" i) (3 * per) (List.length s);
+      Alcotest.(check (list string))
+        (Printf.sprintf "m%d delivered in m0's order" i)
+        (List.hd seqs) s)
+    seqs;
+  let fc g =
+    match GS.stack g with
+    | Some st ->
+        Alcotest.(check bool) "the stack is fused" true (Stack.fused st);
+        Stack.fused_counters st
+    | None -> Alcotest.fail "no stack"
+  in
+  (* The sequencer is the view's first member. *)
+  List.iteri
+    (fun i (g, _) ->
+      let c = fc g in
+      Alcotest.(check int) "no compressed garbage" 0 (List.assoc "garbage" c);
+      if (GS.view g).rank = 0 then
+        Alcotest.(check bool)
+          (Printf.sprintf "m%d: the sequencer's casts sent compressed" i)
+          true
+          (List.assoc "sent" c >= per)
+      else
+        Alcotest.(check bool)
+          (Printf.sprintf "m%d: the sequencer's casts delivered by the bypass" i)
+          true
+          (List.assoc "delivered" c >= per))
+    members
+
 let () =
   Alcotest.run "fused"
     [
-      ("runtime", [ Alcotest.test_case "a group over the simulator" `Quick test_runtime ]);
-      ("differential", [ Alcotest.test_case "layered = fused" `Quick test_traces ]);
-      ("hostile", [ Alcotest.test_case "compressed garbage" `Quick test_hostile ]);
+      ( "runtime",
+        [
+          Alcotest.test_case "a group over the simulator" `Quick test_runtime;
+          Alcotest.test_case "a group with Total over the simulator" `Quick test_runtime_total;
+        ] );
+      ( "differential",
+        [
+          Alcotest.test_case "layered = fused" `Quick test_traces;
+          Alcotest.test_case "an order overtakes its cast" `Quick test_overtaken;
+          Alcotest.test_case "the token comes and goes" `Quick test_token;
+        ] );
+      ( "hostile",
+        [
+          Alcotest.test_case "compressed garbage" `Quick (test_hostile 1);
+          Alcotest.test_case "compressed garbage, Total (sequencer)" `Quick (test_hostile 5);
+          Alcotest.test_case "compressed garbage, Total (token)" `Quick (test_hostile token_stack);
+        ] );
     ]

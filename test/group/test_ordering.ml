@@ -216,6 +216,24 @@ let nonsense () =
     [ "sequencer"; "token" ];
   Alcotest.(check int) "no leak" 0 (Pool.leak_check pool)
 
+(* Small views: a group of one (the sequencer alone, its casts come back
+   to it) and of two, with the whole virtual synchrony stack. *)
+let small protocol n () =
+  let params = Params.set "total.protocol" (Params.String protocol) Params.empty in
+  List.iter
+    (fun seed ->
+      let seqs =
+        run_group ~params ~props:(G.Properties.vsync @ [ G.Properties.Total ]) ~seed ~n ~k:25 ()
+      in
+      Array.iteri
+        (fun i s ->
+          Alcotest.(check int)
+            (Printf.sprintf "seed %d: member %d delivers every cast" seed i)
+            (25 * n) (List.length s);
+          Alcotest.(check (list string)) "the same order as member 0" seqs.(0) s)
+        seqs)
+    [ 1; 2; 3 ]
+
 let () =
   Alcotest.run "ordering"
     [
@@ -223,6 +241,10 @@ let () =
         [
           Alcotest.test_case "Total, sequencer" `Quick (total "sequencer");
           Alcotest.test_case "Total, token" `Quick (total "token");
+          Alcotest.test_case "Total, sequencer, a view of one" `Quick (small "sequencer" 1);
+          Alcotest.test_case "Total, token, a view of one" `Quick (small "token" 1);
+          Alcotest.test_case "Total, sequencer, a view of two" `Quick (small "sequencer" 2);
+          Alcotest.test_case "Total, token, a view of two" `Quick (small "token" 2);
           Alcotest.test_case "FIFO alone disagrees" `Quick fifo_only_disagrees;
           Alcotest.test_case "Causal and Agree deliver everything" `Quick causal_and_safe;
           Alcotest.test_case "Agree waits for a deaf member" `Quick safe_waits_for_deaf;

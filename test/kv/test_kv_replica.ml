@@ -285,6 +285,102 @@ let oversized () =
   Buffer.add_string b "\255\255\255\255";
   match Wire.read_frame b with Error _ -> () | _ -> Alcotest.fail "a 4 GB frame accepted"
 
+(* A replica alone (a group of one, as a single directory server runs):
+   the view and the state transfer's decision both come from inside
+   [join], where the layers may deliver the replica's own casts at once;
+   it becomes active and answers, with either total order protocol. *)
+let alone protocol () =
+  let dir = Filename.concat base (Printf.sprintf "kv-replica-alone-%d" (Unix.getpid ())) in
+  rm_rf dir;
+  Unix.mkdir dir 0o755;
+  let w = { net = Sim.create ~seed:7 (); dir; addrs = [ "r0" ]; reps = Array.make 1 None } in
+  let params = Params.set "total.protocol" (Params.String protocol) params in
+  let store, _ = Result.get_ok (Store.open_ (Filename.concat w.dir "r0")) in
+  let cfg =
+    { (Replica.default_config ~group:"t" ~addr:"r0" ~peers:[]) with request_timeout = s 3. }
+  in
+  let start seed store =
+    match R.create ~params ~seed w.net cfg store with
+    | Ok r -> w.reps.(0) <- Some (r, store)
+    | Error e -> Alcotest.failf "start r0: %s" e
+  in
+  start 1 store;
+  run w (s 1.);
+  Alcotest.(check string) "active" "active" (Fmt.str "%a" Replica.pp_phase (R.phase (rep w 0)));
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~d:(s 5.) ~client:1L ~req:1 (Op.Put ("k", "1")));
+  Alcotest.(check (option outcome))
+    "get" (Some (Wire.Done (Op.Value "1")))
+    (call w 0 ~d:(s 5.) ~client:1L ~req:2 (Op.Get "k"));
+  (* Restarted from its disk: alone again, active again, the write kept. *)
+  crash w 0;
+  start 2 (fst (Result.get_ok (Store.open_ (Filename.concat w.dir "r0"))));
+  run w (s 1.);
+  Alcotest.(check string)
+    "active again" "active"
+    (Fmt.str "%a" Replica.pp_phase (R.phase (rep w 0)));
+  Alcotest.(check (option outcome))
+    "get after the restart" (Some (Wire.Done (Op.Value "1")))
+    (call w 0 ~d:(s 5.) ~client:2L ~req:1 (Op.Get "k"));
+  finish w
+
+(* Two replicas (a view of two, where the sequencer's own casts may be
+   delivered at once): both active, a write; one crashes (the other,
+   alone of two, has no quorum) and restarts (a view change: it catches
+   up); a write again, read at both. *)
+let two protocol () =
+  let w = world ("two-" ^ protocol) in
+  let w = { w with addrs = [ "r0"; "r1" ]; reps = Array.make 2 None } in
+  let params = Params.set "total.protocol" (Params.String protocol) params in
+  let start i =
+    let addr = List.nth w.addrs i in
+    let store, _ = Result.get_ok (Store.open_ (Filename.concat w.dir addr)) in
+    let cfg =
+      {
+        (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with
+        request_timeout = s 3.;
+      }
+    in
+    match R.create ~params ~seed:(i + 1) w.net cfg store with
+    | Ok r -> w.reps.(i) <- Some (r, store)
+    | Error e -> Alcotest.failf "start %s: %s" addr e
+  in
+  let active what =
+    List.iter
+      (fun i ->
+        Alcotest.(check string)
+          (Printf.sprintf "%s: r%d active" what i)
+          "active"
+          (Fmt.str "%a" Replica.pp_phase (R.phase (rep w i))))
+      [ 0; 1 ]
+  in
+  start 0;
+  start 1;
+  run w (s 5.);
+  active "started";
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  crash w 1;
+  run w (s 5.);
+  Alcotest.(check string)
+    "alone of two" "minority"
+    (Fmt.str "%a" Replica.pp_phase (R.phase (rep w 0)));
+  start 1;
+  run w (s 8.);
+  active "after the restart";
+  Alcotest.(check (option outcome))
+    "put again" (Some (Wire.Done Op.Ok))
+    (call w 1 ~client:1L ~req:2 (Op.Put ("k", "2")));
+  List.iter
+    (fun i ->
+      Alcotest.(check (option outcome))
+        (Printf.sprintf "read at r%d" i) (Some (Wire.Done (Op.Value "2")))
+        (call w i ~client:(Int64.of_int (10 + i)) ~req:1 (Op.Get "k")))
+    [ 0; 1 ];
+  finish w
+
 let () =
   if Sys.getenv_opt "KVDBG" <> None then begin
     Logs.set_reporter (Logs.format_reporter ());
@@ -302,6 +398,10 @@ let () =
             restart_catches_up;
           Alcotest.test_case "a log too old: a snapshot" `Quick too_old_gets_snapshot;
           Alcotest.test_case "same age, another state: one is taken" `Quick same_age_other_state;
+          Alcotest.test_case "alone (sequencer)" `Quick (alone "sequencer");
+          Alcotest.test_case "alone (token)" `Quick (alone "token");
+          Alcotest.test_case "two (sequencer)" `Quick (two "sequencer");
+          Alcotest.test_case "two (token)" `Quick (two "token");
         ] );
       ( "wire",
         [
