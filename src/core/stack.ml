@@ -251,7 +251,8 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
         {
           Layer.push =
             (fun m -> push_cached cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1) m);
-          head = (fun () -> head_bytes cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1));
+          head =
+            (fun () -> head_bytes cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1));
         }
       in
       let mk s =
