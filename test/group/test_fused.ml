@@ -548,11 +548,12 @@ module Sim = Consort_engine.Sim
 module Gr = G.Group
 module GS = Gr.Make (Sim)
 
-let test_runtime () =
-  let net = Sim.create ~seed:11 () in
+(* Three members joined over a fresh simulator with the fused path on,
+   each with the casts it delivered (newest first). *)
+let fused_group ~seed ~layers =
+  let net = Sim.create ~seed () in
   let params = Params.(empty |> set "stack.fused" (Bool true)) in
   let addrs = List.init 3 (Printf.sprintf "m%d") in
-  let layers = Result.get_ok G.Properties.(layers vsync) in
   let members =
     List.map
       (fun addr ->
@@ -574,6 +575,10 @@ let test_runtime () =
         | Error e -> Alcotest.failf "%a" Gr.pp_join_error e)
       addrs
   in
+  (net, members)
+
+let test_runtime () =
+  let net, members = fused_group ~seed:11 ~layers:(Result.get_ok G.Properties.(layers vsync)) in
   Sim.run ~until:(Time.of_sec 3.) net;
   let g0, _ = List.hd members in
   let sent = List.init 200 (Printf.sprintf "cast %d") in
@@ -605,31 +610,7 @@ let test_runtime () =
    delivers the same sequence, and the casts of the sequencer (the first
    member) go through the bypass down and up. *)
 let test_runtime_total () =
-  let net = Sim.create ~seed:12 () in
-  let params = Params.(empty |> set "stack.fused" (Bool true)) in
-  let addrs = List.init 3 (Printf.sprintf "m%d") in
-  let layers = Result.get_ok G.Properties.(layers total) in
-  let members =
-    List.map
-      (fun addr ->
-        let got = ref [] in
-        let cb =
-          {
-            Gr.view = ignore;
-            cast = (fun ~origin s -> got := (origin, s) :: !got);
-            send = (fun ~origin:_ _ -> ());
-            block = ignore;
-            flow = ignore;
-            exit = ignore;
-          }
-        in
-        match
-          GS.join ~params ~peers:addrs ~seed:(Hashtbl.hash addr) ~layers net ~group:"fused" ~addr cb
-        with
-        | Ok g -> (g, got)
-        | Error e -> Alcotest.failf "%a" Gr.pp_join_error e)
-      addrs
-  in
+  let net, members = fused_group ~seed:12 ~layers:(Result.get_ok G.Properties.(layers total)) in
   Sim.run ~until:(Time.of_sec 3.) net;
   let per = 100 in
   List.iteri
