@@ -212,6 +212,15 @@ let leak_checked () =
   drop_alloc pool 16;
   Alcotest.(check int) "one leak" 1 (Pool.leak_check pool);
   Alcotest.(check int) "where recorded" 1 (List.length (Pool.leaks_where pool));
+  Alcotest.(check bool)
+    "where names the allocation" true
+    (List.exists
+       (fun w ->
+         let sub = "test_buffers.ml" in
+         let n = String.length sub in
+         let rec at i = i + n <= String.length w && (String.sub w i n = sub || at (i + 1)) in
+         at 0)
+       (Pool.leaks_where pool));
   let s = stats pool in
   Alcotest.(check int) "stats count it" 1 s.leaks;
   (* The leaked reference was given back: the segment is free again. *)
