@@ -131,6 +131,18 @@ val nothing_up_fast :
 
 val nothing_up_after : 't -> Event.src -> int -> int array -> int -> unit
 
+val constant_cast :
+  'h Codec.t ->
+  'h ->
+  live:('t -> bool) ->
+  ?up_fast:('t -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src) ->
+  unit ->
+  ('t, 'h) case
+(** [constant_cast codec h ~live ()] is the case of a layer whose casts all carry the one header [h]
+    (no fields): taken while [live t] holds, for a cast going down and for a cast from any member
+    coming up; [up_fast] (by default {!nothing_up_fast}) is what a received cast does to the layer's
+    state. *)
+
 module type FAST = sig
   include S
 

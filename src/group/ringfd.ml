@@ -537,25 +537,13 @@ module F = struct
   include L
 
   let cast =
-    {
-      Layer.nfields = 0;
-      length = false;
-      framed = false;
-      size = (fun _ _ -> Codec.size codec No_hdr);
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
-      dn_fast = Layer.nothing_dn_fast;
-      dn_after = Layer.nothing_dn_after;
-      up_ok =
-        (fun t src _ _ _ ->
-          (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
-      up_fast =
-        (fun t src _ _ ~layered:_ _ _ ->
-          if t.n > 1 then running t (t.now ());
-          (match src with Event.Cast_from r -> alive t r | _ -> ());
-          src);
-      up_after = Layer.nothing_up_after;
-      expand = (fun _ _ -> No_hdr);
-    }
+    Layer.constant_cast codec No_hdr
+      ~live:(fun t -> not t.stopped)
+      ~up_fast:(fun t src _ _ ~layered:_ _ _ ->
+        if t.n > 1 then running t (t.now ());
+        (match src with Event.Cast_from r -> alive t r | _ -> ());
+        src)
+      ()
 
   let state t =
     Fmt.str "stopped %b; heard %a; watched %a; targets %a; beat %d tick %d; suspected %a; %a"

@@ -161,24 +161,7 @@ end
 module F = struct
   include L
 
-  let cast =
-    {
-      Layer.nfields = 0;
-      length = false;
-      framed = false;
-      size =
-        (let n = Codec.size codec No_hdr in
-         fun _ _ -> n);
-      dn_ok = (fun t dst _ -> (not t.stopped) && dst == Event.Cast);
-      dn_fast = Layer.nothing_dn_fast;
-      dn_after = Layer.nothing_dn_after;
-      up_ok =
-        (fun t src _ _ _ ->
-          (not t.stopped) && match src with Event.Cast_from _ -> true | _ -> false);
-      up_fast = Layer.nothing_up_fast;
-      up_after = Layer.nothing_up_after;
-      expand = (fun _ _ -> No_hdr);
-    }
+  let cast = Layer.constant_cast codec No_hdr ~live:(fun t -> not t.stopped) ()
 
   let state t =
     Fmt.str "stopped %b; suspected %a; %a" t.stopped
