@@ -118,6 +118,21 @@ let push_bytes b t =
   end
   else push bytes_codec b t
 
+let pull_bytes b t =
+  check t "pull_bytes";
+  let n = Bytes.length b in
+  if header_length t < n then None
+  else begin
+    let buf = t.head.buf and off = t.hoff in
+    let rec same k = k >= n || (Bytes.unsafe_get buf (off + k) = Bytes.unsafe_get b k && same (k + 1)) in
+    if same 0 then begin
+      let t = moved t in
+      t.hoff <- off + n;
+      Some t
+    end
+    else None
+  end
+
 let rec piece_at boff = function
   | [] -> None
   | v :: rest ->

@@ -65,6 +65,12 @@ type t = {
   mutable fused_delivered : int; (* casts the bypass delivered to the application *)
   left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
   left_up : int array; (* the same going up *)
+  reentry : bool array;
+      (* [reentry.(i)]: layer [i] and those above have no fields, so a cast
+         that layer [i] sends down on its layered path (one it queued) may
+         go on by the fused path below it *)
+  above_const : Bytes.t option array; (* the layered headers above [i], when constant *)
+  mutable reentered : int;
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
   rcodec : unit Codec.t;
@@ -75,7 +81,7 @@ type t = {
 let fused_param = "stack.fused"
 
 let () =
-  Params.register fused_param (Params.Bool false)
+  Params.register fused_param (Params.Bool true)
     ~doc:
       "casts take the fused path (one bypass for the whole stack, one compressed header) when \
        every layer declares its common case and the case holds"
@@ -119,7 +125,7 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
-let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app
+let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
   let n = Array.length nodes in
   let garbage = ref 0 in
@@ -129,8 +135,10 @@ let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app
       up_ctl = (fun e -> if i = n - 1 then app.ctl e else nodes.(i + 1).up_ctl e);
       dn =
         (fun dst h msg ->
-          let msg = Msg.push L.codec h msg in
-          if i = 0 then net dst msg else nodes.(i - 1).dn dst msg);
+          if not (reenter dst h msg) then begin
+            let msg = Msg.push L.codec h msg in
+            if i = 0 then net dst msg else nodes.(i - 1).dn dst msg
+          end);
       dn_ctl =
         (fun e ->
           if i > 0 then nodes.(i - 1).dn_ctl e
@@ -175,6 +183,18 @@ let push_layered nodes frame ~hi ~lo m =
    fused path, with the fields of the cast under way: a layer's own cast,
    delivered locally (defined below). *)
 let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
+
+(* [!reenter_dn t i m]: the cast [m], which layer [i] sends down on its
+   layered path with the layered headers of the layers above it in front,
+   goes on by the fused path below [i] if it can, and then is true
+   (defined below). *)
+let reenter_dn : (t -> int -> Msg.t -> bool) ref = ref (fun _ _ _ -> false)
+
+let no_reenter _ _ _ = false
+
+(* Headers are plain data: equality may only fail to apply to a header
+   holding a function, which is then not the constant. *)
+let same_header h k = h == k || try h = k with Invalid_argument _ -> false
 
 (* The layered headers of the layers above one layer, as bytes, for the
    fields they were last made from: in the common case those fields do
@@ -279,10 +299,18 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
             state = (fun () -> F.state s);
           }
       in
-      build ctx nodes dues i ~net ~app (module F) ~mk
+      let reenter =
+        if c.nfields = 0 && i > 0 then begin
+          let k = c.expand [||] 0 in
+          fun dst h msg ->
+            dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
+        end
+        else no_reenter
+      in
+      build ctx nodes dues i ~net ~app ~reenter (module F) ~mk
   | None ->
       let module L = (val l : Layer.S) in
-      build ctx nodes dues i ~net ~app (module L) ~mk:(fun _ -> None)
+      build ctx nodes dues i ~net ~app ~reenter:no_reenter (module L) ~mk:(fun _ -> None)
 
 let fused_error count e msg =
   incr count;
@@ -359,6 +387,13 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                   done
             | None -> ())
           bottom_up;
+      let reentry = Array.make n false in
+      if all_fast then begin
+        let rec none_from k = k >= n || (offs.(k) = (if k + 1 < n then offs.(k + 1) else !nfields) && none_from (k + 1)) in
+        for i = 0 to n - 1 do
+          reentry.(i) <- none_from i
+        done
+      end;
       let fused_garbage = ref 0 in
       let dummy =
         {
@@ -395,6 +430,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             fused_delivered = 0;
             left_dn = Array.make n 0;
             left_up = Array.make n 0;
+            reentry;
+            above_const = Array.make n None;
+            reentered = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
             rcodec = read_codec rframe;
@@ -529,6 +567,41 @@ let cast t msg =
   end
   else (top t).dn Event.Cast msg
 
+(* A cast a layer queued and now sends down (Mflow, as credit comes back)
+   goes by the layered path from there in a stack without the fused path.
+   In a fused stack, where the layer and those above it have no fields,
+   the layered headers above it are the constants the fused path would
+   make: they are taken off again, and the cast goes on below the layer
+   by the fused path, with the compressed header. Receivers then take it
+   by their fused path too. *)
+let above_const t i =
+  match t.above_const.(i) with
+  | Some b -> b
+  | None ->
+      let e = push_layered t.nodes t.rframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) (Msg.empty ()) in
+      let b = Bytes.unsafe_of_string (Msg.to_string e) in
+      Msg.release e;
+      t.above_const.(i) <- Some b;
+      b
+
+let () =
+  reenter_dn :=
+    fun t i msg ->
+      t.fused && t.reentry.(i)
+      &&
+      match Msg.pull_bytes (above_const t i) msg with
+      | None -> false
+      | Some msg -> (
+          t.reentered <- t.reentered + 1;
+          let frame = enter t in
+          match fused_dn t frame (i - 1) Event.Cast msg (mlen t msg) with
+          | () ->
+              leave t;
+              true
+          | exception e ->
+              leave t;
+              raise e)
+
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
 
@@ -613,6 +686,7 @@ let fused_counters t =
     ("received", t.fused_received);
     ("garbage", !(t.fused_garbage));
     ("delivered", t.fused_delivered);
+    ("reentered", t.reentered);
   ]
   @ left "down" t.left_dn @ left "up" t.left_up
 
