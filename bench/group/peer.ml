@@ -625,7 +625,10 @@ let group_tput cfg =
                       (List.filter_map
                          (fun (k, v) ->
                            if String.length k > 8 && String.sub k 0 8 = "layered " then
-                             Some (Printf.sprintf "%s=%d" (String.map (function ' ' -> '_' | c -> c) k) v)
+                             Some
+                               (Printf.sprintf "%s=%d"
+                                  (String.map (function ' ' -> '_' | c -> c) k)
+                                  v)
                            else None)
                          (Stack.fused_counters s)) );
             ]

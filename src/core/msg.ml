@@ -124,7 +124,9 @@ let pull_bytes b t =
   if header_length t < n then None
   else begin
     let buf = t.head.buf and off = t.hoff in
-    let rec same k = k >= n || (Bytes.unsafe_get buf (off + k) = Bytes.unsafe_get b k && same (k + 1)) in
+    let rec same k =
+      k >= n || (Bytes.unsafe_get buf (off + k) = Bytes.unsafe_get b k && same (k + 1))
+    in
     if same 0 then begin
       let t = moved t in
       t.hoff <- off + n;

@@ -42,8 +42,8 @@ val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
 
 val pull_bytes : Bytes.t -> t -> t option
 (** [pull_bytes b t] is [Some t'], [t] without the bytes [b], if [t]'s pushed headers begin with
-    exactly these bytes, and [None] otherwise ([t] unchanged and still the caller's). Ownership moves
-    to [t'] as with {!pull}. Bytes received in the body are not looked at. *)
+    exactly these bytes, and [None] otherwise ([t] unchanged and still the caller's). Ownership
+    moves to [t'] as with {!pull}. Bytes received in the body are not looked at. *)
 
 val pull_then :
   'h Codec.t -> t -> 'x -> ok:('x -> 'h -> t -> unit) -> error:(Codec.error -> t -> unit) -> unit

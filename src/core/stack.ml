@@ -189,7 +189,6 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
    goes on by the fused path below [i] if it can, and then is true
    (defined below). *)
 let reenter_dn : (t -> int -> Msg.t -> bool) ref = ref (fun _ _ _ -> false)
-
 let no_reenter _ _ _ = false
 
 (* Headers are plain data: equality may only fail to apply to a header
@@ -389,7 +388,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
           bottom_up;
       let reentry = Array.make n false in
       if all_fast then begin
-        let rec none_from k = k >= n || (offs.(k) = (if k + 1 < n then offs.(k + 1) else !nfields) && none_from (k + 1)) in
+        let rec none_from k =
+          k >= n || ((offs.(k) = if k + 1 < n then offs.(k + 1) else !nfields) && none_from (k + 1))
+        in
         for i = 0 to n - 1 do
           reentry.(i) <- none_from i
         done
@@ -578,7 +579,9 @@ let above_const t i =
   match t.above_const.(i) with
   | Some b -> b
   | None ->
-      let e = push_layered t.nodes t.rframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) (Msg.empty ()) in
+      let e =
+        push_layered t.nodes t.rframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) (Msg.empty ())
+      in
       let b = Bytes.unsafe_of_string (Msg.to_string e) in
       Msg.release e;
       t.above_const.(i) <- Some b;
