@@ -118,6 +118,13 @@ let push_bytes b t =
   end
   else push bytes_codec b t
 
+let pull_pushed n t =
+  check t "pull_pushed";
+  if n < 0 || n > header_length t then invalid_arg "Msg.pull_pushed: not that many pushed bytes";
+  let t = moved t in
+  t.hoff <- t.hoff + n;
+  t
+
 let pull_bytes b t =
   check t "pull_bytes";
   let n = Bytes.length b in

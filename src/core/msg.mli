@@ -40,6 +40,11 @@ val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
 (** [pull c t] decodes a header from the front of [t] and returns it with the rest. On [Error], [t]
     is unchanged and still owned by the caller. *)
 
+val pull_pushed : int -> t -> t
+(** [pull_pushed n t] is [t] without the first [n] bytes of its pushed headers (read already, with
+    {!headers}). Ownership moves as with {!pull}.
+    @raise Invalid_argument if [t] has fewer pushed bytes. *)
+
 val pull_bytes : Bytes.t -> t -> t option
 (** [pull_bytes b t] is [Some t'], [t] without the bytes [b], if [t]'s pushed headers begin with
     exactly these bytes, and [None] otherwise ([t] unchanged and still the caller's). Ownership

@@ -28,6 +28,10 @@ and fnode = {
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
   hsize : int array -> int -> int; (* the size of that header *)
   write : int array -> int -> Bytes.t -> int -> int; (* write it at an offset: the offset after *)
+  unpack : (int array -> Cstruct.t -> int -> int) option;
+      (* read this layer's layered header at an offset into its fields: the
+         offset after, or -1 if it is not one of the common case (see
+         {!Layer.COMPRESS}); [None]: never *)
   state : unit -> string;
 }
 
@@ -66,10 +70,13 @@ type t = {
   left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
   left_up : int array; (* the same going up *)
   reentry : bool array;
-      (* [reentry.(i)]: layer [i] and those above have no fields, so a cast
-         that layer [i] sends down on its layered path (one it queued) may
-         go on by the fused path below it *)
+      (* [reentry.(i)]: layer [i] has no fields and the headers of those
+         above can be read into fields, so a cast that layer [i] sends down
+         on its layered path (one it queued) may go on by the fused path
+         below it *)
+  constant : bool array; (* [constant.(i)]: layer [i] and those above have no fields *)
   above_const : Bytes.t option array; (* the layered headers above [i], when constant *)
+  mutable scratch : Cstruct.t; (* the pushed headers of a cast re-entering, read there *)
   mutable reentered : int;
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
@@ -274,6 +281,23 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
             (fun () -> head_bytes cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1));
         }
       in
+      let unpack =
+        match Layer.find_compress l with
+        | Some (module C : Layer.COMPRESS) ->
+            Some
+              (fun frame cs pos ->
+                match Codec.decode C.codec cs pos with
+                | Ok (h, next) when C.compress h frame off -> next
+                | Ok _ | Error _ -> -1)
+        | None when c.nfields = 0 ->
+            let k = c.expand [||] 0 in
+            Some
+              (fun _ cs pos ->
+                match Codec.decode F.codec cs pos with
+                | Ok (h, next) when same_header h k -> next
+                | Ok _ | Error _ -> -1)
+        | None -> None
+      in
       let mk s =
         Some
           {
@@ -295,6 +319,7 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
             hsize = (fun a o -> Codec.size F.codec (c.expand a o));
             write = (fun a o b pos -> Codec.encode_into F.codec b pos (c.expand a o));
+            unpack;
             state = (fun () -> F.state s);
           }
       in
@@ -386,13 +411,15 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                   done
             | None -> ())
           bottom_up;
-      let reentry = Array.make n false in
+      let reentry = Array.make n false and constant = Array.make n false in
       if all_fast then begin
-        let rec none_from k =
-          k >= n || ((offs.(k) = if k + 1 < n then offs.(k + 1) else !nfields) && none_from (k + 1))
-        in
-        for i = 0 to n - 1 do
-          reentry.(i) <- none_from i
+        let none k = offs.(k) = if k + 1 < n then offs.(k + 1) else !nfields in
+        let unpacks k = none k || Option.is_some (Layer.find_compress bottom_up.(k)) in
+        let above = ref true in
+        for i = n - 1 downto 0 do
+          reentry.(i) <- none i && !above;
+          constant.(i) <- none i && (i = n - 1 || constant.(i + 1));
+          above := !above && unpacks i
         done
       end;
       let fused_garbage = ref 0 in
@@ -432,7 +459,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             left_dn = Array.make n 0;
             left_up = Array.make n 0;
             reentry;
+            constant;
             above_const = Array.make n None;
+            scratch = Cstruct.create 64;
             reentered = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
@@ -587,23 +616,50 @@ let above_const t i =
       t.above_const.(i) <- Some b;
       b
 
+let go_below t frame i msg =
+  t.reentered <- t.reentered + 1;
+  match fused_dn t frame (i - 1) Event.Cast msg (mlen t msg) with
+  | () ->
+      leave t;
+      true
+  | exception e ->
+      leave t;
+      raise e
+
+(* Where a layer above has fields (Total's place), each header above is
+   read into the frame from a copy of the pushed bytes. *)
+let unpack_above t i msg =
+  let buf, hoff, hlen = Msg.headers msg in
+  if hlen > Cstruct.length t.scratch then
+    t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
+  Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
+  let cs = Cstruct.sub t.scratch 0 hlen in
+  let frame = enter t in
+  let n = Array.length t.nodes in
+  let rec go k pos =
+    if k = n || pos < 0 then pos
+    else
+      match t.nodes.(k).fast with
+      | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
+      | _ -> -1
+  in
+  let used = go (i + 1) 0 in
+  if used < 0 then begin
+    leave t;
+    false
+  end
+  else go_below t frame i (Msg.pull_pushed used msg)
+
 let () =
   reenter_dn :=
     fun t i msg ->
       t.fused && t.reentry.(i)
       &&
-      match Msg.pull_bytes (above_const t i) msg with
-      | None -> false
-      | Some msg -> (
-          t.reentered <- t.reentered + 1;
-          let frame = enter t in
-          match fused_dn t frame (i - 1) Event.Cast msg (mlen t msg) with
-          | () ->
-              leave t;
-              true
-          | exception e ->
-              leave t;
-              raise e)
+      if t.constant.(i) then
+        match Msg.pull_bytes (above_const t i) msg with
+        | None -> false
+        | Some msg -> go_below t (enter t) i msg
+      else unpack_above t i msg
 
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
