@@ -66,7 +66,12 @@ val run : ?until:(unit -> bool) -> ?timeout:Consort.Time.t -> t -> unit
 val set_spin : t -> Consort.Time.t -> unit
 (** [set_spin t d]: before {!run} blocks waiting for a descriptor, it polls them for up to [d]
     nanoseconds (0, the default: it blocks at once). A process that answers quickly saves the
-    wake-up of a sleeping one, at the price of that much CPU each time it goes idle. *)
+    wake-up of a sleeping one, at the price of that much CPU each time it goes idle. Between two
+    polls it yields the CPU ({!yield}): a process that shares the CPU runs meanwhile. *)
+
+val yield : unit -> unit
+(** [yield ()] lets another task runnable on this CPU run first ([sched_yield]); returns at once
+    when there is none. *)
 
 val stop : t -> unit
 (** [stop t] makes the current {!run} return once the running callback returns. A later {!run}
