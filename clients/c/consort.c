@@ -75,23 +75,25 @@ const char *consort_strerror(int code) {
     return "unknown";
 }
 
+static void vset_err(consort_client *c, const char *fmt, va_list ap) {
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    for (char *p = c->err; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
 static void set_err(consort_client *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    vset_err(c, fmt, ap);
     va_end(ap);
-    for (char *p = c->err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
 }
 
 static int disconnect(consort_client *c, const char *fmt, ...) {
     if (!c->closed) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->err, sizeof c->err, fmt, ap);
+        vset_err(c, fmt, ap);
         va_end(ap);
-        for (char *p = c->err; *p; p++)
-            if (*p == '\n' || *p == '\r') *p = ' ';
         c->closed = 1;
         if (c->fd >= 0) close(c->fd);
         c->fd = -1;
@@ -726,14 +728,10 @@ static consort_event *decode_event(consort_client *c, const struct frame *f) {
         ev->view = copy_str(e, &k, NULL);
         break;
     case 0xa8:
-        ev->type = CONSORT_LOST;
-        ev->req = get32(&k);
-        ev->reason = copy_str(e, &k, NULL);
-        break;
     case 0xa9:
-        ev->type = CONSORT_REFUSED;
+        ev->type = t == 0xa8 ? CONSORT_LOST : CONSORT_REFUSED;
         ev->req = get32(&k);
-        ev->code = (int)get16(&k);
+        if (t == 0xa9) ev->code = (int)get16(&k);
         ev->reason = copy_str(e, &k, NULL);
         break;
     default:

@@ -448,6 +448,21 @@ let callbacks t m =
     exit = (fun () -> member_exited t m);
   }
 
+(* The layers of [props] and the parameters a client gave, checked. *)
+let stack_of props params =
+  let ( let* ) = Result.bind in
+  let* layers =
+    Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props)
+  in
+  let* params =
+    if String.trim params = "" then Ok Params.empty
+    else
+      Result.map_error
+        (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
+        (Params.of_string params)
+  in
+  Ok (layers, params)
+
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let ( let* ) = Result.bind in
   let* props =
@@ -469,16 +484,7 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
     | None -> Ok None
     | Some (secret, mode) -> Ok (Some (secret, if privacy then Seal.Privacy else mode))
   in
-  let* layers =
-    Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props)
-  in
-  let* params =
-    if String.trim params = "" then Ok Params.empty
-    else
-      Result.map_error
-        (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
-        (Params.of_string params)
-  in
+  let* layers, params = stack_of props params in
   let* () =
     Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params)
   in
@@ -662,18 +668,7 @@ let request t c (r : Wire.request) =
                 (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
                 (P.of_string props)
             in
-            let* layers =
-              Result.map_error
-                (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
-                (P.layers props)
-            in
-            let* params =
-              if String.trim params = "" then Ok Params.empty
-              else
-                Result.map_error
-                  (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
-                  (Params.of_string params)
-            in
+            let* layers, params = stack_of props params in
             Result.map_error
               (fun e -> (Wire.Bad_switch, Fmt.str "%a" Consort_group.Group.pp_switch_error e))
               (G.switch ~params g layers)
