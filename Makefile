@@ -46,6 +46,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench dir
 	@echo; ./_build/default/bin/main.exe bench scale --json
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
+	@echo; ./_build/default/bench/daemon/daemon_bench.exe --only rtt --pin --daemon-spin-us 200
 	@echo; ./clients/c/bench/run.sh
 	@echo; ./_build/default/bench/cltsvr/cltsvr_bench.exe
 

@@ -27,6 +27,7 @@ let json = ref false
 let only = ref ""
 let rounds = ref 5
 let spin_us = ref 0
+let daemon_spin_us = ref (-1)
 let pin = ref false
 let one_cpu = ref false
 
@@ -41,6 +42,9 @@ let () =
         Arg.Set_int spin_us,
         "US every process polls this long before it sleeps: in-process members' loops, the daemons \
          (--spin-us), the clients (CONSORT_CLIENT_SPIN_US) (0)" );
+      ( "--daemon-spin-us",
+        Arg.Set_int daemon_spin_us,
+        "US the daemons alone poll this long before they sleep (default: as --spin-us)" );
       ( "--pin",
         Arg.Set pin,
         " pin each process to a CPU (taskset): a client with its daemon, the two ends of a round \
@@ -225,7 +229,7 @@ let start_daemon ~cpu i ~bind ~peers =
         "--peers";
         String.concat "," peers;
         "--spin-us";
-        string_of_int !spin_us;
+        string_of_int (if !daemon_spin_us >= 0 then !daemon_spin_us else !spin_us);
       |]
       devnull devnull Unix.stderr
   in
@@ -458,7 +462,11 @@ let () =
         and its daemon on CPU 0, the two receivers and theirs on CPU 1"
      else "unpinned")
     !rounds
-    (if !spin_us > 0 then Printf.sprintf ", every process polling %d us before it sleeps" !spin_us
+    (if !daemon_spin_us >= 0 then
+       Printf.sprintf ", the daemons polling %d us before they sleep, the others %d" !daemon_spin_us
+         !spin_us
+     else if !spin_us > 0 then
+       Printf.sprintf ", every process polling %d us before it sleeps" !spin_us
      else "");
   Printf.printf "%-34s %14s %14s %8s  %s\n" "" "in-process" "via daemon" "ratio" "target";
   Option.iter
