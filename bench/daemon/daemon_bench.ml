@@ -218,19 +218,24 @@ let start_daemon ~cpu i ~bind ~peers =
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
   let pid =
     Unix.create_process (consortd ())
-      [|
-        "consortd";
-        "--socket";
-        sock;
-        "--bind";
-        bind;
-        "--ports";
-        "4";
-        "--peers";
-        String.concat "," peers;
-        "--spin-us";
-        string_of_int (if !daemon_spin_us >= 0 then !daemon_spin_us else !spin_us);
-      |]
+      (Array.of_list
+         ([
+            "consortd";
+            "--socket";
+            sock;
+            "--bind";
+            bind;
+            "--ports";
+            "4";
+            "--peers";
+            String.concat "," peers;
+            "--spin-us";
+            string_of_int (if !daemon_spin_us >= 0 then !daemon_spin_us else !spin_us);
+          ]
+         (* A polling daemon yields when its clients poll too, or when
+            it is not pinned beside its client: unpinned, two polling
+            daemons on two CPUs would starve the clients. *)
+         @ if !spin_us > 0 || not (!pin || !one_cpu) then [ "--spin-yield" ] else []))
       devnull devnull Unix.stderr
   in
   Unix.close devnull;

@@ -24,6 +24,7 @@ type config = {
   max_members : int;
   hello_timeout : float;
   spin_us : int;
+  spin_yield : bool;
 }
 
 let default =
@@ -41,6 +42,7 @@ let default =
     max_members = 64;
     hello_timeout = 10.;
     spin_us = 0;
+    spin_yield = false;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -931,7 +933,7 @@ let run cfg =
      256 KiB) lets them die there instead of being promoted. *)
   Gc.set { (Gc.get ()) with Gc.minor_heap_size = 262144 };
   let loop = Loop.create () in
-  Loop.set_spin loop (Time.of_us cfg.spin_us);
+  Loop.set_spin ~yield:cfg.spin_yield loop (Time.of_us cfg.spin_us);
   match create loop cfg with
   | Error e -> Error e
   | Ok t ->

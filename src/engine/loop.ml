@@ -30,6 +30,7 @@ type t = {
   mutable pinned : bool; (* the epoll descriptor was given out: keep it *)
   mutable wakeup : unit -> unit; (* called when the earliest deadline moves earlier *)
   mutable spin : int; (* nanoseconds to poll before a wait blocks *)
+  mutable spin_yield : bool; (* yield the CPU between two polls *)
 }
 
 external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
@@ -52,6 +53,7 @@ let create () =
     pinned = false;
     wakeup = ignore;
     spin = 0;
+    spin_yield = false;
   }
 
 (* Heap. *)
@@ -151,7 +153,11 @@ let unwatch t fd =
           end)
 
 let watched t = Hashtbl.length t.ws
-let set_spin t ns = t.spin <- max 0 ns
+
+let set_spin ?(yield = false) t ns =
+  t.spin <- max 0 ns;
+  t.spin_yield <- yield
+
 let yield = sched_yield
 let errors t = t.errors
 let stop t = t.stopped <- true
@@ -196,7 +202,7 @@ let wait_and_serve t wait =
         else
           let left = until - now t in
           if left > 0 then begin
-            sched_yield ();
+            if t.spin_yield then sched_yield ();
             poll until
           end
           else if wait < 0 then epoll_wait ep t.ready (-1)
