@@ -77,7 +77,8 @@ let handlers () = { on_cast = (fun ~origin:_ _ -> ()); on_flow = ignore; me = ""
 
 let inproc ~addr ~peers h =
   let loop = Loop.create () in
-  Loop.set_spin loop (Time.of_us !spin_us);
+  (* Unpinned, both ends may poll on one CPU: they yield to each other. *)
+  Loop.set_spin ~yield:(not (!pin || !one_cpu)) loop (Time.of_us !spin_us);
   let size = ref 0 in
   let cb =
     {

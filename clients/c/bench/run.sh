@@ -40,20 +40,25 @@ round() {
   local a b
   a=$(awk '/^tput/{print $2}' "$dir/r1")
   b=$(awk '/^tput/{print $2}' "$dir/r2")
-  if [ -z "$a" ] || [ -z "$b" ]; then cat "$dir/r1" "$dir/r2" "$dir/s" >&2; return 1; fi
-  echo $((a < b ? a : b))
+  local c
+  c=$(awk '/^sent/{print $2}' "$dir/s")
+  if [ -z "$a" ] || [ -z "$b" ] || [ -z "$c" ]; then cat "$dir/r1" "$dir/r2" "$dir/s" >&2; return 1; fi
+  echo "$((a < b ? a : b)) $c"
 }
 median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-batched=() single=()
+batched=() single=() bcpu=() scpu=()
 for _ in $(seq "$rounds"); do
-  x=$(round 0) || { echo "c batching bench: a round failed"; exit 1; }
-  single+=("$x")
-  x=$(round 65536) || { echo "c batching bench: a round failed"; exit 1; }
-  batched+=("$x")
+  read -r x y < <(round 0) || { echo "c batching bench: a round failed"; exit 1; }
+  single+=("$x"); scpu+=("$y")
+  read -r x y < <(round 65536) || { echo "c batching bench: a round failed"; exit 1; }
+  batched+=("$x"); bcpu+=("$y")
 done
 s=$(printf '%s\n' "${single[@]}" | median)
 b=$(printf '%s\n' "${batched[@]}" | median)
+sc=$(printf '%s\n' "${scpu[@]}" | median)
+bc=$(printf '%s\n' "${bcpu[@]}" | median)
 echo "C client, 1 KB casts, 1 sender, 3 members, a daemon each (unpinned, medians of $rounds rounds, in turn)"
 printf '%-34s %14s %14s %8s\n' "" "a write each" "batched 64K" "ratio"
 printf '%-34s %8d msg/s %8d msg/s %7.2fx\n' "throughput, 1 KB" "$s" "$b" "$(echo "$b / $s" | bc -l)"
-echo "{\"bench\":\"c-batching\",\"tput_msgs\":{\"single\":$s,\"batched\":$b},\"rounds\":$rounds,\"messages\":$n}"
+printf '%-34s %11.2f us %11.2f us %7.2fx\n' "sender's CPU time per message" "$sc" "$bc" "$(echo "$bc / $sc" | bc -l)"
+echo "{\"bench\":\"c-batching\",\"tput_msgs\":{\"single\":$s,\"batched\":$b},\"sender_cpu_us\":{\"single\":$sc,\"batched\":$bc},\"rounds\":$rounds,\"messages\":$n}"

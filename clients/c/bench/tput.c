@@ -1,5 +1,6 @@
 /* 1 KB casts from C through consortd, as fast as flow control lets them:
- *   tput SOCKET send N BATCH MEMBERS   casts N messages of 1 KB (batch size BATCH)
+ *   tput SOCKET send N BATCH MEMBERS   casts N messages of 1 KB (batch size BATCH); prints
+ *                                      "sent US", its CPU time per message in microseconds
  *   tput SOCKET recv N BATCH MEMBERS   prints "tput MSGS_PER_S", first to last message
  * Each waits first for a view of MEMBERS members of group "cbench". */
 #define _POSIX_C_SOURCE 200809L
@@ -8,6 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static double cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
 
 static double now(void) {
     struct timespec t;
@@ -96,6 +103,7 @@ int main(int argc, char **argv) {
     char msg[1024];
     memset(msg, 'x', sizeof msg);
     int sent = 0;
+    double cpu0 = cpu();
     end = now() + 120;
     while ((sent - refused < n || own < n) && now() < end) {
         while (!blocked && sent - refused < n) {
@@ -113,6 +121,7 @@ int main(int argc, char **argv) {
         }
         if (blocked || sent - refused >= n) take(10);
     }
+    double spent = cpu() - cpu0;
     /* The receivers have it all once this member has its own. */
     end = now() + 1;
     while (now() < end) take(10);
@@ -121,6 +130,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tput: %d of %d casts came back\n", own, n);
         return 1;
     }
-    printf("sent\n");
+    printf("sent %.2f\n", spent * 1e6 / n);
     return 0;
 }
