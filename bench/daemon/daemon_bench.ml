@@ -211,6 +211,11 @@ let consortd () =
 
 let daemons = ref []
 
+(* A polling daemon yields when its clients poll too, or when it is not
+   pinned beside its client: unpinned, two polling daemons on two CPUs
+   would starve the clients. *)
+let daemons_yield () = !spin_us > 0 || not (!pin || !one_cpu)
+
 let start_daemon ~cpu i ~bind ~peers =
   let sock =
     Filename.concat (Filename.get_temp_dir_name ())
@@ -233,10 +238,7 @@ let start_daemon ~cpu i ~bind ~peers =
             "--spin-us";
             string_of_int (if !daemon_spin_us >= 0 then !daemon_spin_us else !spin_us);
           ]
-         (* A polling daemon yields when its clients poll too, or when
-            it is not pinned beside its client: unpinned, two polling
-            daemons on two CPUs would starve the clients. *)
-         @ if !spin_us > 0 || not (!pin || !one_cpu) then [ "--spin-yield" ] else []))
+         @ if daemons_yield () then [ "--spin-yield" ] else []))
       devnull devnull Unix.stderr
   in
   Unix.close devnull;
@@ -469,7 +471,9 @@ let () =
      else "unpinned")
     !rounds
     (if !daemon_spin_us >= 0 then
-       Printf.sprintf ", the daemons polling %d us before they sleep, the others %d" !daemon_spin_us
+       Printf.sprintf ", the daemons polling %d us before they sleep%s, the others %d"
+         !daemon_spin_us
+         (if daemons_yield () then " (yielding)" else "")
          !spin_us
      else if !spin_us > 0 then
        Printf.sprintf ", every process polling %d us before it sleeps" !spin_us

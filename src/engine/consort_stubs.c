@@ -11,6 +11,7 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/types.h>
@@ -423,7 +424,6 @@ CAMLprim value consort_epoll_wait(value epfd, value out, value timeout_ns)
 /* [sched_yield ()]: lets another task runnable on this CPU run first (a
    polling loop that yields keeps its CPU from idling without starving a
    process placed beside it). */
-#include <sched.h>
 CAMLprim value consort_sched_yield(value unit)
 {
   (void)unit;
