@@ -180,6 +180,58 @@ let rec read_varint_from name (r : R.t) len acc shift i =
 
 let read_varint name (r : R.t) = read_varint_from name r (Cstruct.length r.cs) 0 0 0
 
+(* [Array.length a] varints in one pass over the buffer: the bounds
+   checked once a byte against the cursor's end, one-byte numbers (the
+   common width) taken at once, the same errors as [varint]. *)
+let read_varints (r : R.t) (a : int array) =
+  let cs = r.cs in
+  let buf = cs.Cstruct.buffer and base = cs.Cstruct.off and len = cs.Cstruct.len in
+  let pos = ref r.pos in
+  for k = 0 to Array.length a - 1 do
+    let p = !pos in
+    if p >= len then raise (Fail (`Truncated "varint"));
+    let b = Char.code (Bigarray.Array1.unsafe_get buf (base + p)) in
+    if b < 0x80 then begin
+      Array.unsafe_set a k b;
+      pos := p + 1
+    end
+    else if p + 1 < len && Char.code (Bigarray.Array1.unsafe_get buf (base + p + 1)) land 0x80 = 0
+    then begin
+      let b1 = Char.code (Bigarray.Array1.unsafe_get buf (base + p + 1)) in
+      if b1 = 0 then fail "varint: overlong encoding";
+      Array.unsafe_set a k (b land 0x7f lor (b1 lsl 7));
+      pos := p + 2
+    end
+    else begin
+      r.pos <- p;
+      let v = read_varint "varint" r in
+      if v < 0 then fail "varint: overflow";
+      Array.unsafe_set a k v;
+      pos := r.pos
+    end
+  done;
+  r.pos <- !pos
+
+let write_varints (w : W.t) (a : int array) =
+  for k = 0 to Array.length a - 1 do
+    let v = Array.unsafe_get a k in
+    if v < 0 then invalid_arg "Codec.varint: negative";
+    if v < 0x80 then begin
+      Bytes.unsafe_set w.buf w.pos (Char.unsafe_chr v);
+      w.pos <- w.pos + 1
+    end
+    else write_varint w v
+  done
+
+let varints_size (a : int array) =
+  let n = ref 0 in
+  for k = 0 to Array.length a - 1 do
+    let v = Array.unsafe_get a k in
+    if v < 0 then invalid_arg "Codec.varint: negative";
+    n := !n + if v < 0x80 then 1 else varint_size v
+  done;
+  !n
+
 let varint =
   {
     name = "varint";
