@@ -180,9 +180,9 @@ let rec read_varint_from name (r : R.t) len acc shift i =
 
 let read_varint name (r : R.t) = read_varint_from name r (Cstruct.length r.cs) 0 0 0
 
-(* [Array.length a] varints in one pass over the buffer: the bounds
-   checked once a byte against the cursor's end, one-byte numbers (the
-   common width) taken at once, the same errors as [varint]. *)
+(* [Array.length a] varints in one pass over the buffer, without a call
+   per number or per byte: one-byte numbers (the common width) taken at
+   once, the same errors as [varint]. *)
 let read_varints (r : R.t) (a : int array) =
   let cs = r.cs in
   let buf = cs.Cstruct.buffer and base = cs.Cstruct.off and len = cs.Cstruct.len in
@@ -195,19 +195,23 @@ let read_varints (r : R.t) (a : int array) =
       Array.unsafe_set a k b;
       pos := p + 1
     end
-    else if p + 1 < len && Char.code (Bigarray.Array1.unsafe_get buf (base + p + 1)) land 0x80 = 0
-    then begin
-      let b1 = Char.code (Bigarray.Array1.unsafe_get buf (base + p + 1)) in
-      if b1 = 0 then fail "varint: overlong encoding";
-      Array.unsafe_set a k (b land 0x7f lor (b1 lsl 7));
-      pos := p + 2
-    end
     else begin
-      r.pos <- p;
-      let v = read_varint "varint" r in
-      if v < 0 then fail "varint: overflow";
-      Array.unsafe_set a k v;
-      pos := r.pos
+      let acc = ref (b land 0x7f) and shift = ref 7 and q = ref (p + 1) and last = ref false in
+      while not !last do
+        if !q >= len then raise (Fail (`Truncated "varint"));
+        let c = Char.code (Bigarray.Array1.unsafe_get buf (base + !q)) in
+        incr q;
+        acc := !acc lor ((c land 0x7f) lsl !shift);
+        if c land 0x80 = 0 then begin
+          if c = 0 then fail "varint: overlong encoding";
+          last := true
+        end
+        else if !q - p = 9 then fail "varint: more than 9 bytes"
+        else shift := !shift + 7
+      done;
+      if !acc < 0 then fail "varint: overflow";
+      Array.unsafe_set a k !acc;
+      pos := !q
     end
   done;
   r.pos <- !pos
