@@ -46,6 +46,8 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench dir
 	@echo; ./_build/default/bin/main.exe bench scale --json
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json
+	@echo; ./_build/default/bench/daemon/daemon_bench.exe --only rtt --pin --daemon-spin-us 200
+	@echo; ./clients/c/bench/run.sh
 	@echo; ./_build/default/bench/cltsvr/cltsvr_bench.exe
 
 # Consort beside raw UDP in C, Corosync CPG and JGroups 5, all measured in

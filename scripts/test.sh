@@ -87,12 +87,13 @@ jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLT
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
-# The fused path for casts (stack.fused) in a whole group: views, crashes, loss (about 8 CPU s).
-jobs+=("counted|sim vsync-churn (fused)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${FUSED_SEEDS:-150} --params stack.fused=true")
-jobs+=("counted|sim mnak-lossy (fused)|$BIN/bin/main.exe sim --scenario mnak-lossy --seeds ${FUSED_SEEDS:-300} --params stack.fused=true")
-# The same with Total on the fused path: the sequencer's casts and casts in their turn.
-jobs+=("counted|sim total-seq (fused)|$BIN/bin/main.exe sim --scenario total-seq --seeds ${FUSED_SEEDS:-300} --params stack.fused=true")
-jobs+=("counted|sim vsync-churn (Total sequencer, fused)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${FUSED_SEEDS:-150} --params sim.props=vsync+Total,stack.fused=true")
+# The fused path (stack.fused) is on by default, so every suite above and
+# below runs it where the stack allows; these run the same schedules on the
+# layered path alone (about 8 CPU s).
+jobs+=("counted|sim vsync-churn (layered)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${LAYERED_SEEDS:-150} --params stack.fused=false")
+jobs+=("counted|sim mnak-lossy (layered)|$BIN/bin/main.exe sim --scenario mnak-lossy --seeds ${LAYERED_SEEDS:-300} --params stack.fused=false")
+jobs+=("counted|sim total-seq (layered)|$BIN/bin/main.exe sim --scenario total-seq --seeds ${LAYERED_SEEDS:-300} --params stack.fused=false")
+jobs+=("counted|sim vsync-churn (Total sequencer, layered)|$BIN/bin/main.exe sim --scenario vsync-churn --seeds ${LAYERED_SEEDS:-150} --params sim.props=vsync+Total,stack.fused=false")
 jobs+=("counted|sim vsync-flow-flush|$BIN/bin/main.exe sim --scenario vsync-flow-flush --seeds $FLOW_SEEDS")
 # Ordered delivery on the vsync stack: total order (sequencer, token),
 # causal order, safe delivery.

@@ -27,6 +27,7 @@ let json = ref false
 let only = ref ""
 let rounds = ref 5
 let spin_us = ref 0
+let daemon_spin_us = ref (-1)
 let pin = ref false
 let one_cpu = ref false
 
@@ -41,6 +42,9 @@ let () =
         Arg.Set_int spin_us,
         "US every process polls this long before it sleeps: in-process members' loops, the daemons \
          (--spin-us), the clients (CONSORT_CLIENT_SPIN_US) (0)" );
+      ( "--daemon-spin-us",
+        Arg.Set_int daemon_spin_us,
+        "US the daemons alone poll this long before they sleep (default: as --spin-us)" );
       ( "--pin",
         Arg.Set pin,
         " pin each process to a CPU (taskset): a client with its daemon, the two ends of a round \
@@ -73,7 +77,8 @@ let handlers () = { on_cast = (fun ~origin:_ _ -> ()); on_flow = ignore; me = ""
 
 let inproc ~addr ~peers h =
   let loop = Loop.create () in
-  Loop.set_spin loop (Time.of_us !spin_us);
+  (* Unpinned, both ends may poll on one CPU: they yield to each other. *)
+  Loop.set_spin ~yield:(not (!pin || !one_cpu)) loop (Time.of_us !spin_us);
   let size = ref 0 in
   let cb =
     {
@@ -206,6 +211,11 @@ let consortd () =
 
 let daemons = ref []
 
+(* A polling daemon yields when its clients poll too, or when it is not
+   pinned beside its client: unpinned, two polling daemons on two CPUs
+   would starve the clients. *)
+let daemons_yield () = !spin_us > 0 || not (!pin || !one_cpu)
+
 let start_daemon ~cpu i ~bind ~peers =
   let sock =
     Filename.concat (Filename.get_temp_dir_name ())
@@ -214,19 +224,21 @@ let start_daemon ~cpu i ~bind ~peers =
   let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
   let pid =
     Unix.create_process (consortd ())
-      [|
-        "consortd";
-        "--socket";
-        sock;
-        "--bind";
-        bind;
-        "--ports";
-        "4";
-        "--peers";
-        String.concat "," peers;
-        "--spin-us";
-        string_of_int !spin_us;
-      |]
+      (Array.of_list
+         ([
+            "consortd";
+            "--socket";
+            sock;
+            "--bind";
+            bind;
+            "--ports";
+            "4";
+            "--peers";
+            String.concat "," peers;
+            "--spin-us";
+            string_of_int (if !daemon_spin_us >= 0 then !daemon_spin_us else !spin_us);
+          ]
+         @ if daemons_yield () then [ "--spin-yield" ] else []))
       devnull devnull Unix.stderr
   in
   Unix.close devnull;
@@ -458,7 +470,13 @@ let () =
         and its daemon on CPU 0, the two receivers and theirs on CPU 1"
      else "unpinned")
     !rounds
-    (if !spin_us > 0 then Printf.sprintf ", every process polling %d us before it sleeps" !spin_us
+    (if !daemon_spin_us >= 0 then
+       Printf.sprintf ", the daemons polling %d us before they sleep%s, the others %d"
+         !daemon_spin_us
+         (if daemons_yield () then " (yielding)" else "")
+         !spin_us
+     else if !spin_us > 0 then
+       Printf.sprintf ", every process polling %d us before it sleeps" !spin_us
      else "");
   Printf.printf "%-34s %14s %14s %8s  %s\n" "" "in-process" "via daemon" "ratio" "target";
   Option.iter

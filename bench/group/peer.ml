@@ -195,6 +195,11 @@ let transport_fields g =
     ("dgrams_dropped", string_of_int i.dropped);
   ]
 
+let fused_counter g name =
+  match G.stack g with
+  | None -> 0
+  | Some s -> Option.value ~default:0 (List.assoc_opt name (Stack.fused_counters s))
+
 let counter g layer name =
   match G.stack g with
   | None -> 0
@@ -610,6 +615,22 @@ let group_tput cfg =
               ("mnak_naks", string_of_int (counter grp "mnak" "naks_sent"));
               ("mnak_retrans", string_of_int (counter grp "mnak" "retransmissions"));
               ("mnak_beyond_window", string_of_int (counter grp "mnak" "beyond_window"));
+              ("fused_sent", string_of_int (fused_counter grp "sent"));
+              ("fused_delivered", string_of_int (fused_counter grp "delivered"));
+              ( "fused_left",
+                match G.stack grp with
+                | None -> "-"
+                | Some s ->
+                    String.concat ";"
+                      (List.filter_map
+                         (fun (k, v) ->
+                           if String.length k > 8 && String.sub k 0 8 = "layered " then
+                             Some
+                               (Printf.sprintf "%s=%d"
+                                  (String.map (function ' ' -> '_' | c -> c) k)
+                                  v)
+                           else None)
+                         (Stack.fused_counters s)) );
             ]
             @ (let (m0, p0, j0), (m1, p1, j1) = (!gc0, !gc1) in
                let per x = Printf.sprintf "%.2f" (x /. float (max 1 (!delivered - 1))) in

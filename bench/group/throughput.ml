@@ -251,6 +251,9 @@ let pp_table ppf rows =
                                   "mflow_credits_sent";
                                   "mnak_naks";
                                   "mnak_retrans";
+                                  "fused_sent";
+                                  "fused_delivered";
+                                  "fused_left";
                                   "dgrams_dropped";
                                   "msgs_per_bundle";
                                   "minor_words_per_msg";

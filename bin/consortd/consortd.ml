@@ -35,7 +35,7 @@ let setup_logs ((levels, format), verbose) =
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
 let main socket tcp bind ports peers key max_frame max_queue max_queued max_clients max_members
-    hello_timeout spin_us verbose =
+    hello_timeout spin_us spin_yield verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -92,6 +92,7 @@ let main socket tcp bind ports peers key max_frame max_queue max_queued max_clie
             max_members;
             hello_timeout;
             spin_us;
+            spin_yield;
           }
         in
         match Server.run cfg with
@@ -196,6 +197,16 @@ let cmd =
              comes within it is served without waking a sleeping process (tens of microseconds on \
              an idle virtual CPU), at the price of that much CPU each time the daemon goes idle.")
   in
+  let spin_yield =
+    Arg.(
+      value & flag
+      & info [ "spin-yield" ]
+          ~doc:
+            "While it polls (--spin-us), the daemon yields the CPU between two polls. For clients \
+             that poll too (CONSORT_CLIENT_SPIN_US) on the daemon's CPU: without it they get the \
+             CPU only when the daemon's polling ends. Clients that sleep are better served without \
+             it.")
+  in
   let verbose =
     Arg.(
       value & flag
@@ -233,7 +244,7 @@ let cmd =
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
       const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_queued
-      $ max_clients $ max_members $ hello_timeout $ spin_us
+      $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

@@ -25,6 +25,14 @@ struct frame {
     unsigned char data[];
 };
 
+/* Bytes under construction: a frame (begin, put..., finish), or the queue
+ * of frames waiting to be written, each begun at [start]. */
+struct buf {
+    unsigned char *p;
+    size_t len, cap, start;
+    int oom;
+};
+
 struct member_rec {
     struct member_rec *next;
     uint32_t handle;
@@ -47,7 +55,14 @@ struct consort_client {
     uint32_t next_req;
     uint32_t max_frame;
     int version; /* agreed at HELLO */
+    struct buf out; /* casts and sends queued, not written yet (version 2) */
+    size_t batch;   /* out is written once it holds this many bytes */
 };
+
+/* The queue of casts and sends is written once it holds this much. */
+#define DEFAULT_BATCH 65536
+/* A queue grown past this by a large message is freed once written. */
+#define KEEP_OUT 262144
 
 static const char *names[] = {"ok", "malformed", "version", "too-big", "flow-control", "not-member",
                               "leaving", "exited", "no-such-handle", "handle-in-use", "bad-props",
@@ -60,23 +75,25 @@ const char *consort_strerror(int code) {
     return "unknown";
 }
 
+static void vset_err(consort_client *c, const char *fmt, va_list ap) {
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    for (char *p = c->err; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
 static void set_err(consort_client *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    vset_err(c, fmt, ap);
     va_end(ap);
-    for (char *p = c->err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
 }
 
 static int disconnect(consort_client *c, const char *fmt, ...) {
     if (!c->closed) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->err, sizeof c->err, fmt, ap);
+        vset_err(c, fmt, ap);
         va_end(ap);
-        for (char *p = c->err; *p; p++)
-            if (*p == '\n' || *p == '\r') *p = ' ';
         c->closed = 1;
         if (c->fd >= 0) close(c->fd);
         c->fd = -1;
@@ -91,12 +108,6 @@ uint32_t consort_max_frame(const consort_client *c) { return c->max_frame; }
 int consort_version(const consort_client *c) { return c->version; }
 
 /* {1 Encoding} */
-
-struct buf {
-    unsigned char *p;
-    size_t len, cap;
-    int oom;
-};
 
 static void put(struct buf *b, const void *d, size_t n) {
     if (b->oom) return;
@@ -134,19 +145,26 @@ static void putbytes(struct buf *b, const void *d, size_t n) {
 }
 static void putstr(struct buf *b, const char *s) { putbytes(b, s ? s : "", s ? strlen(s) : 0); }
 
-static void begin(struct buf *b, unsigned type) {
-    memset(b, 0, sizeof *b);
+/* A frame at the end of b (the queue of casts, or a fresh buffer). */
+static void begin_at(struct buf *b, unsigned type) {
+    b->start = b->len;
     put32(b, 0);
     put8(b, type);
 }
 
+static void begin(struct buf *b, unsigned type) {
+    memset(b, 0, sizeof *b);
+    begin_at(b, type);
+}
+
 static void finish(struct buf *b) {
     if (b->oom) return;
-    uint32_t n = (uint32_t)(b->len - 4);
-    b->p[0] = (unsigned char)(n >> 24);
-    b->p[1] = (unsigned char)(n >> 16);
-    b->p[2] = (unsigned char)(n >> 8);
-    b->p[3] = (unsigned char)n;
+    uint32_t n = (uint32_t)(b->len - b->start - 4);
+    unsigned char *h = b->p + b->start;
+    h[0] = (unsigned char)(n >> 24);
+    h[1] = (unsigned char)(n >> 16);
+    h[2] = (unsigned char)(n >> 8);
+    h[3] = (unsigned char)n;
 }
 
 /* {1 Decoding} */
@@ -232,9 +250,11 @@ static int cut_frames(consort_client *c) {
     return 0;
 }
 
-/* Reads what is there, waiting up to timeout_ms; 1 if something came. */
+/* Reads what is there, waiting up to timeout_ms; 1 if something came.
+ * The casts queued go out first: what is read may answer them. */
 static int read_some(consort_client *c, int timeout_ms) {
     if (c->closed) return CONSORT_DISCONNECTED;
+    if (c->out.len > 0 && consort_flush(c) < 0) return CONSORT_DISCONNECTED;
     struct pollfd p = {.fd = c->fd, .events = POLLIN};
     int r = poll(&p, 1, timeout_ms);
     if (r < 0) return errno == EINTR ? 0 : disconnect(c, "poll: %s", strerror(errno));
@@ -267,6 +287,47 @@ static int write_all(consort_client *c, const unsigned char *p, size_t n) {
     return 0;
 }
 
+int consort_flush(consort_client *c) {
+    struct buf *b = &c->out;
+    size_t n = b->len;
+    b->len = b->start = 0;
+    b->oom = 0;
+    if (c->closed) return CONSORT_DISCONNECTED;
+    int r = n > 0 ? write_all(c, b->p, n) : 0;
+    if (b->cap > KEEP_OUT) {
+        free(b->p);
+        memset(b, 0, sizeof *b);
+    }
+    return r;
+}
+
+size_t consort_queued(const consort_client *c) { return c->out.len; }
+void consort_set_batch(consort_client *c, size_t bytes) { c->batch = bytes; }
+
+/* Checks a frame just built in b (ending it); 0 if it may go out. Else the
+ * frame is taken back from b and the result says why. */
+static int check_frame(consort_client *c, struct buf *b) {
+    int r = 0;
+    if (b->oom) {
+        set_err(c, "out of memory");
+        r = CONSORT_E_OVERLOADED;
+    } else if (c->closed)
+        r = CONSORT_DISCONNECTED;
+    else {
+        finish(b);
+        size_t n = b->len - b->start - 4;
+        if (c->max_frame && n > c->max_frame) {
+            set_err(c, "a frame of %zu bytes, over the daemon's limit of %u", n, c->max_frame);
+            r = CONSORT_E_TOO_BIG;
+        }
+    }
+    if (r != 0) {
+        b->oom = 0;
+        b->len = b->start;
+    }
+    return r;
+}
+
 /* Takes the next reply, or a fatal ERROR waiting among the upcalls. */
 static struct frame *take_reply(consort_client *c) {
     struct frame *f = c->rhead;
@@ -294,22 +355,17 @@ static struct frame *take_reply(consort_client *c) {
 /* Writes a request and waits for its reply; returns 0 (OK, *reply set if
  * asked), a refusal code, or CONSORT_DISCONNECTED. */
 static int call(consort_client *c, struct buf *b, struct frame **reply) {
-    if (b->oom) {
+    int r = check_frame(c, b);
+    if (r != 0) {
         free(b->p);
-        set_err(c, "out of memory");
-        return CONSORT_E_OVERLOADED;
+        return r;
     }
-    finish(b);
-    if (c->closed) {
-        free(b->p);
-        return CONSORT_DISCONNECTED;
-    }
-    if (c->max_frame && b->len - 4 > c->max_frame) {
-        set_err(c, "a frame of %zu bytes, over the daemon's limit of %u", b->len - 4, c->max_frame);
-        free(b->p);
-        return CONSORT_E_TOO_BIG;
-    }
-    int r = write_all(c, b->p, b->len);
+    /* Behind the casts queued, in the same write. */
+    if (c->out.len > 0) {
+        put(&c->out, b->p, b->len);
+        r = c->out.oom ? disconnect(c, "out of memory") : consort_flush(c);
+    } else
+        r = write_all(c, b->p, b->len);
     free(b->p);
     if (r < 0) return r;
     for (;;) {
@@ -340,28 +396,24 @@ static int call(consort_client *c, struct buf *b, struct frame **reply) {
     }
 }
 
-/* A CAST or SEND: in version 1 it waits for its reply; in version 2 the
- * daemon replies to none it takes, and a refusal comes as a REFUSED event. */
+/* A CAST or SEND is built where message_begin says. In version 1 it
+ * waits for its reply; in version 2 the daemon replies to none it takes (a
+ * refusal comes as a REFUSED event), and it is queued in c->out, written
+ * once the queue holds c->batch bytes or the client waits. */
+static struct buf *message_begin(consort_client *c, struct buf *local, unsigned type) {
+    if (c->version < 2) {
+        begin(local, type);
+        return local;
+    }
+    begin_at(&c->out, type);
+    return &c->out;
+}
+
 static int message(consort_client *c, struct buf *b) {
-    if (c->version < 2) return call(c, b, NULL);
-    if (b->oom) {
-        free(b->p);
-        set_err(c, "out of memory");
-        return CONSORT_E_OVERLOADED;
-    }
-    finish(b);
-    if (c->closed) {
-        free(b->p);
-        return CONSORT_DISCONNECTED;
-    }
-    if (c->max_frame && b->len - 4 > c->max_frame) {
-        set_err(c, "a frame of %zu bytes, over the daemon's limit of %u", b->len - 4, c->max_frame);
-        free(b->p);
-        return CONSORT_E_TOO_BIG;
-    }
-    int r = write_all(c, b->p, b->len);
-    free(b->p);
-    return r;
+    if (b != &c->out) return call(c, b, NULL);
+    int r = check_frame(c, b);
+    if (r != 0) return r;
+    return b->len >= c->batch ? consort_flush(c) : 0;
 }
 
 /* {1 The API} */
@@ -375,6 +427,7 @@ int consort_connect_version(const char *address, const char *name, int max_versi
     *out = c;
     if (!c) return CONSORT_DISCONNECTED;
     c->fd = -1;
+    c->batch = DEFAULT_BATCH;
     if (max_version < 1 || max_version > CONSORT_PROTOCOL_VERSION)
         return disconnect(c, "protocol version %d: this library speaks 1 to %d", max_version,
                           CONSORT_PROTOCOL_VERSION);
@@ -433,6 +486,8 @@ int consort_connect_version(const char *address, const char *name, int max_versi
 
 void consort_close(consort_client *c) {
     if (!c) return;
+    if (!c->closed && c->out.len > 0) consort_flush(c);
+    free(c->out.p);
     if (c->fd >= 0) close(c->fd);
     while (c->qhead) {
         struct frame *f = c->qhead;
@@ -525,25 +580,23 @@ uint64_t consort_max_message(const consort_client *c, uint32_t member) {
 int consort_cast(consort_client *c, uint32_t member, const void *data, size_t len, uint32_t *req) {
     uint32_t q = ++c->next_req;
     if (req) *req = q;
-    struct buf b;
-    begin(&b, 0x04);
-    put32(&b, member);
-    put32(&b, q);
-    putbytes(&b, data, len);
-    return message(c, &b);
+    struct buf local, *b = message_begin(c, &local, 0x04);
+    put32(b, member);
+    put32(b, q);
+    putbytes(b, data, len);
+    return message(c, b);
 }
 
 int consort_send(consort_client *c, uint32_t member, const char *dst, const void *data, size_t len,
                  uint32_t *req) {
     uint32_t q = ++c->next_req;
     if (req) *req = q;
-    struct buf b;
-    begin(&b, 0x05);
-    put32(&b, member);
-    put32(&b, q);
-    putstr(&b, dst);
-    putbytes(&b, data, len);
-    return message(c, &b);
+    struct buf local, *b = message_begin(c, &local, 0x05);
+    put32(b, member);
+    put32(b, q);
+    putstr(b, dst);
+    putbytes(b, data, len);
+    return message(c, b);
 }
 
 static int simple(consort_client *c, unsigned type, uint32_t member) {
@@ -675,14 +728,10 @@ static consort_event *decode_event(consort_client *c, const struct frame *f) {
         ev->view = copy_str(e, &k, NULL);
         break;
     case 0xa8:
-        ev->type = CONSORT_LOST;
-        ev->req = get32(&k);
-        ev->reason = copy_str(e, &k, NULL);
-        break;
     case 0xa9:
-        ev->type = CONSORT_REFUSED;
+        ev->type = t == 0xa8 ? CONSORT_LOST : CONSORT_REFUSED;
         ev->req = get32(&k);
-        ev->code = (int)get16(&k);
+        if (t == 0xa9) ev->code = (int)get16(&k);
         ev->reason = copy_str(e, &k, NULL);
         break;
     default:

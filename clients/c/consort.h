@@ -17,6 +17,15 @@
  *     consort_cast); upcalls that arrive meanwhile are queued, in order, for
  *     consort_next_event(). Use one connection per thread, or lock around it.
  *
+ *     Write batching (version 2): casts and sends are queued in the client
+ *     and written together, in one write(2), when the first of these comes:
+ *     the queue holds the batch size (64 KiB by default, consort_set_batch);
+ *     the client is about to wait for the daemon (consort_next_event, even
+ *     with timeout 0, and every call that waits for a reply, whose request
+ *     goes out in the same write behind them); consort_flush(); and
+ *     consort_close(). A program that waits on consort_fd() with poll(2)
+ *     itself calls consort_flush() first, or its casts may wait.
+ *
  * RETURN VALUES
  *     Functions returning int return 0 on success; a positive CONSORT_E_*
  *     code when the daemon refused the request (the connection goes on); or
@@ -143,9 +152,9 @@ int consort_connect_version(const char *address, const char *name, int max_versi
 /* consort_version: the protocol version agreed at HELLO (1 or 2). */
 int consort_version(const consort_client *c);
 
-/* consort_close: closes the connection and frees everything; the daemon
- * fails this client's members out of their groups (they leave). NULL is
- * allowed. */
+/* consort_close: writes the casts and sends queued (consort_flush), closes
+ * the connection and frees everything; the daemon fails this client's
+ * members out of their groups (they leave). NULL is allowed. */
 void consort_close(consort_client *c);
 
 /* consort_error: why the last call failed, one line (never NULL). */
@@ -153,7 +162,8 @@ const char *consort_error(const consort_client *c);
 
 /* consort_fd: the socket, to wait on with poll(2) before
  * consort_next_event(c, 0, ...). Upcalls may already be queued: call
- * consort_pending() first. */
+ * consort_pending() first; and casts may be queued: call consort_flush()
+ * first (or consort_next_event(c, 0, ...), which flushes). */
 int consort_fd(const consort_client *c);
 
 /* consort_pending: the number of upcalls queued, not yet taken. */
@@ -184,18 +194,32 @@ uint64_t consort_max_message(const consort_client *c, uint32_t member);
  * CONSORT_E_NO_SUCH_HANDLE.
  *
  * In version 1 the call waits for the daemon's answer and returns the
- * refusal. In version 2 (the default) it writes the request and returns 0
- * without waiting: a refused message comes back as a CONSORT_REFUSED event
- * naming req, and every message written before a call that waits for a
- * reply (consort_ping, say) and not refused by then was taken. Only a
- * message over consort_max_frame() is refused at once (CONSORT_E_TOO_BIG).
- * A client that casts a lot must read its events: see consort_next_event. */
+ * refusal. In version 2 (the default) it queues the request and returns 0
+ * without waiting (see "Write batching" above for when the queue is
+ * written): a refused message comes back as a CONSORT_REFUSED event naming
+ * req, and every message cast before a call that waits for a reply
+ * (consort_ping, say) and not refused by then was taken. Only a message
+ * over consort_max_frame() is refused at once (CONSORT_E_TOO_BIG), and
+ * CONSORT_DISCONNECTED comes when a write the call made failed. A client
+ * that casts a lot must read its events: see consort_next_event. */
 int consort_cast(consort_client *c, uint32_t member, const void *data, size_t len, uint32_t *req);
 
 /* consort_send: sends to one member of the view (its id); also
  * CONSORT_E_NOT_MEMBER. */
 int consort_send(consort_client *c, uint32_t member, const char *dst, const void *data, size_t len,
                  uint32_t *req);
+
+/* consort_flush: writes the casts and sends queued (version 2), in one
+ * write; 0, or CONSORT_DISCONNECTED if the connection is gone (what was
+ * queued is dropped). Blocks until the socket has taken them all. */
+int consort_flush(consort_client *c);
+
+/* consort_queued: the bytes of casts and sends queued, not written yet. */
+size_t consort_queued(const consort_client *c);
+
+/* consort_set_batch: the queue of casts and sends is written once it holds
+ * bytes (64 KiB by default); 0 writes each one at once, as it is made. */
+void consort_set_batch(consort_client *c, size_t bytes);
 
 /* consort_leave: leaves the group cleanly; an EXIT event follows. */
 int consort_leave(consort_client *c, uint32_t member);

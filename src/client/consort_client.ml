@@ -537,7 +537,14 @@ let step ?(timeout = 0.) t =
       timeout > 0. && spin > 0.
       &&
       let until = Unix.gettimeofday () +. Float.min spin timeout in
-      let rec go () = poll_once t || (Unix.gettimeofday () < until && go ()) in
+      let rec go () =
+        poll_once t
+        || Unix.gettimeofday () < until
+           && begin
+                Consort_engine.Loop.yield ();
+                go ()
+              end
+      in
       go ()
     in
     let read =

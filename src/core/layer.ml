@@ -109,6 +109,21 @@ let fast (module F : FAST) : t =
 let find_fast (l : t) = List.assq_opt l !fast_layers
 let is_fast l = find_fast l <> None
 
+module type COMPRESS = sig
+  include FAST
+
+  val compress : header -> int array -> int -> bool
+end
+
+let compress_layers : (t * (module COMPRESS)) list ref = ref []
+
+let fast_compress (module C : COMPRESS) : t =
+  let l = fast (module C : FAST) in
+  compress_layers := (l, (module C : COMPRESS)) :: !compress_layers;
+  l
+
+let find_compress (l : t) = List.assq_opt l !compress_layers
+
 module Pass_fast (N : sig
   val name : string
 end) =

@@ -160,6 +160,22 @@ val fast : (module FAST) -> t
 val find_fast : t -> (module FAST) option
 val is_fast : t -> bool
 
+module type COMPRESS = sig
+  include FAST
+
+  val compress : header -> int array -> int -> bool
+  (** [compress h fields off] writes at [off] the fields that [cast.expand] makes [h] from, and is
+      [true], if there are such fields; [false] otherwise. A cast that a layer below kept and sends
+      down later (Mflow's queue) goes back on the fused path only if the header of every layer above
+      it compresses: a layer without fields compresses the constant it expands to, with no
+      declaration; one with fields needs this. *)
+end
+
+val fast_compress : (module COMPRESS) -> t
+(** [fast_compress (module L)] is {!fast}, with [L.compress] for {!find_compress}. *)
+
+val find_compress : t -> (module COMPRESS) option
+
 (** {!Pass} with its (trivial) fused declaration. *)
 module Pass_fast (N : sig
   val name : string

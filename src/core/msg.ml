@@ -118,6 +118,30 @@ let push_bytes b t =
   end
   else push bytes_codec b t
 
+let pull_pushed n t =
+  check t "pull_pushed";
+  if n < 0 || n > header_length t then invalid_arg "Msg.pull_pushed: not that many pushed bytes";
+  let t = moved t in
+  t.hoff <- t.hoff + n;
+  t
+
+let pull_bytes b t =
+  check t "pull_bytes";
+  let n = Bytes.length b in
+  if header_length t < n then None
+  else begin
+    let buf = t.head.buf and off = t.hoff in
+    let rec same k =
+      k >= n || (Bytes.unsafe_get buf (off + k) = Bytes.unsafe_get b k && same (k + 1))
+    in
+    if same 0 then begin
+      let t = moved t in
+      t.hoff <- off + n;
+      Some t
+    end
+    else None
+  end
+
 let rec piece_at boff = function
   | [] -> None
   | v :: rest ->

@@ -40,6 +40,16 @@ val pull : 'h Codec.t -> t -> ('h * t, Codec.error) result
 (** [pull c t] decodes a header from the front of [t] and returns it with the rest. On [Error], [t]
     is unchanged and still owned by the caller. *)
 
+val pull_pushed : int -> t -> t
+(** [pull_pushed n t] is [t] without the first [n] bytes of its pushed headers (read already, with
+    {!headers}). Ownership moves as with {!pull}.
+    @raise Invalid_argument if [t] has fewer pushed bytes. *)
+
+val pull_bytes : Bytes.t -> t -> t option
+(** [pull_bytes b t] is [Some t'], [t] without the bytes [b], if [t]'s pushed headers begin with
+    exactly these bytes, and [None] otherwise ([t] unchanged and still the caller's). Ownership
+    moves to [t'] as with {!pull}. Bytes received in the body are not looked at. *)
+
 val pull_then :
   'h Codec.t -> t -> 'x -> ok:('x -> 'h -> t -> unit) -> error:(Codec.error -> t -> unit) -> unit
 (** [pull_then c t x ~ok ~error] is [ok x h t'] if [pull c t] is [Ok (h, t')] and [error e t] if it

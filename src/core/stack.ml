@@ -28,6 +28,10 @@ and fnode = {
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
   hsize : int array -> int -> int; (* the size of that header *)
   write : int array -> int -> Bytes.t -> int -> int; (* write it at an offset: the offset after *)
+  unpack : (int array -> Cstruct.t -> int -> int) option;
+      (* read this layer's layered header at an offset into its fields: the
+         offset after, or -1 if it is not one of the common case (see
+         {!Layer.COMPRESS}); [None]: never *)
   state : unit -> string;
 }
 
@@ -64,6 +68,15 @@ type t = {
   mutable fused_delivered : int; (* casts the bypass delivered to the application *)
   left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
   left_up : int array; (* the same going up *)
+  reentry : bool array;
+      (* [reentry.(i)]: layer [i] has no fields and the headers of those
+         above can be read into fields, so a cast that layer [i] sends down
+         on its layered path (one it queued) may go on by the fused path
+         below it *)
+  constant : bool array; (* [constant.(i)]: layer [i] and those above have no fields *)
+  above_const : Bytes.t option array; (* the layered headers above [i], when constant *)
+  mutable scratch : Cstruct.t; (* the pushed headers of a cast re-entering, read there *)
+  mutable reentered : int;
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
   rcodec : unit Codec.t;
@@ -77,7 +90,7 @@ let frame t = t.frames.(if t.depth = 0 then 0 else t.depth - 1)
 let fused_param = "stack.fused"
 
 let () =
-  Params.register fused_param (Params.Bool false)
+  Params.register fused_param (Params.Bool true)
     ~doc:
       "casts take the fused path (one bypass for the whole stack, one compressed header) when \
        every layer declares its common case and the case holds"
@@ -121,7 +134,7 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
-let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app
+let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
   let n = Array.length nodes in
   let garbage = ref 0 in
@@ -131,8 +144,10 @@ let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app
       up_ctl = (fun e -> if i = n - 1 then app.ctl e else nodes.(i + 1).up_ctl e);
       dn =
         (fun dst h msg ->
-          let msg = Msg.push L.codec h msg in
-          if i = 0 then net dst msg else nodes.(i - 1).dn dst msg);
+          if not (reenter dst h msg) then begin
+            let msg = Msg.push L.codec h msg in
+            if i = 0 then net dst msg else nodes.(i - 1).dn dst msg
+          end);
       dn_ctl =
         (fun e ->
           if i > 0 then nodes.(i - 1).dn_ctl e
@@ -177,6 +192,17 @@ let push_layered nodes frame ~hi ~lo m =
    fused path, with the fields of the cast under way: a layer's own cast,
    delivered locally (defined below). *)
 let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
+
+(* [!reenter_dn t i m]: the cast [m], which layer [i] sends down on its
+   layered path with the layered headers of the layers above it in front,
+   goes on by the fused path below [i] if it can, and then is true
+   (defined below). *)
+let reenter_dn : (t -> int -> Msg.t -> bool) ref = ref (fun _ _ _ -> false)
+let no_reenter _ _ _ = false
+
+(* Headers are plain data: equality may only fail to apply to a header
+   holding a function, which is then not the constant. *)
+let same_header h k = h == k || try h = k with Invalid_argument _ -> false
 
 (* The layered headers of the layers above one layer, as bytes, for the
    fields they were last made from: in the common case those fields do
@@ -257,6 +283,23 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
             (fun () -> head_bytes cache nodes (frame (Lazy.force frames)) ~hi:(s - 1) ~lo:(i + 1));
         }
       in
+      let unpack =
+        match Layer.find_compress l with
+        | Some (module C : Layer.COMPRESS) ->
+            Some
+              (fun frame cs pos ->
+                match Codec.decode C.codec cs pos with
+                | Ok (h, next) when C.compress h frame off -> next
+                | Ok _ | Error _ -> -1)
+        | None when c.nfields = 0 ->
+            let k = c.expand [||] 0 in
+            Some
+              (fun _ cs pos ->
+                match Codec.decode F.codec cs pos with
+                | Ok (h, next) when same_header h k -> next
+                | Ok _ | Error _ -> -1)
+        | None -> None
+      in
       let mk s =
         Some
           {
@@ -278,13 +321,22 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
             push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
             hsize = (fun a o -> Codec.size F.codec (c.expand a o));
             write = (fun a o b pos -> Codec.encode_into F.codec b pos (c.expand a o));
+            unpack;
             state = (fun () -> F.state s);
           }
       in
-      build ctx nodes dues i ~net ~app (module F) ~mk
+      let reenter =
+        if c.nfields = 0 && i > 0 then begin
+          let k = c.expand [||] 0 in
+          fun dst h msg ->
+            dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
+        end
+        else no_reenter
+      in
+      build ctx nodes dues i ~net ~app ~reenter (module F) ~mk
   | None ->
       let module L = (val l : Layer.S) in
-      build ctx nodes dues i ~net ~app (module L) ~mk:(fun _ -> None)
+      build ctx nodes dues i ~net ~app ~reenter:no_reenter (module L) ~mk:(fun _ -> None)
 
 let fused_error count e msg =
   incr count;
@@ -352,6 +404,17 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                   done
             | None -> ())
           bottom_up;
+      let reentry = Array.make n false and constant = Array.make n false in
+      if all_fast then begin
+        let none k = offs.(k) = if k + 1 < n then offs.(k + 1) else !nfields in
+        let unpacks k = none k || Option.is_some (Layer.find_compress bottom_up.(k)) in
+        let above = ref true in
+        for i = n - 1 downto 0 do
+          reentry.(i) <- none i && !above;
+          constant.(i) <- none i && (i = n - 1 || constant.(i + 1));
+          above := !above && unpacks i
+        done
+      end;
       let fused_garbage = ref 0 in
       let dummy =
         {
@@ -387,6 +450,11 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             fused_delivered = 0;
             left_dn = Array.make n 0;
             left_up = Array.make n 0;
+            reentry;
+            constant;
+            above_const = Array.make n None;
+            scratch = Cstruct.create 64;
+            reentered = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
             rcodec = read_codec rframe;
@@ -516,6 +584,70 @@ let cast t msg =
   end
   else (top t).dn Event.Cast msg
 
+(* A cast a layer queued and now sends down (Mflow, as credit comes back)
+   goes by the layered path from there in a stack without the fused path.
+   In a fused stack, where the layer and those above it have no fields,
+   the layered headers above it are the constants the fused path would
+   make: they are taken off again, and the cast goes on below the layer
+   by the fused path, with the compressed header. Receivers then take it
+   by their fused path too. *)
+let above_const t i =
+  match t.above_const.(i) with
+  | Some b -> b
+  | None ->
+      let e =
+        push_layered t.nodes t.rframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) (Msg.empty ())
+      in
+      let b = Bytes.unsafe_of_string (Msg.to_string e) in
+      Msg.release e;
+      t.above_const.(i) <- Some b;
+      b
+
+let go_below t frame i msg =
+  t.reentered <- t.reentered + 1;
+  match fused_dn t frame (i - 1) Event.Cast msg (mlen t msg) with
+  | () ->
+      leave t;
+      true
+  | exception e ->
+      leave t;
+      raise e
+
+(* Where a layer above has fields (Total's place), each header above is
+   read into the frame from a copy of the pushed bytes. *)
+let unpack_above t i msg =
+  let buf, hoff, hlen = Msg.headers msg in
+  if hlen > Cstruct.length t.scratch then
+    t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
+  Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
+  let cs = Cstruct.sub t.scratch 0 hlen in
+  let frame = enter t in
+  let n = Array.length t.nodes in
+  let rec go k pos =
+    if k = n || pos < 0 then pos
+    else
+      match t.nodes.(k).fast with
+      | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
+      | _ -> -1
+  in
+  let used = go (i + 1) 0 in
+  if used < 0 then begin
+    leave t;
+    false
+  end
+  else go_below t frame i (Msg.pull_pushed used msg)
+
+let () =
+  reenter_dn :=
+    fun t i msg ->
+      t.fused && t.reentry.(i)
+      &&
+      if t.constant.(i) then
+        match Msg.pull_bytes (above_const t i) msg with
+        | None -> false
+        | Some msg -> go_below t (enter t) i msg
+      else unpack_above t i msg
+
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
 
@@ -600,6 +732,7 @@ let fused_counters t =
     ("received", t.fused_received);
     ("garbage", !(t.fused_garbage));
     ("delivered", t.fused_delivered);
+    ("reentered", t.reentered);
   ]
   @ left "down" t.left_dn @ left "up" t.left_up
 

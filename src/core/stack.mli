@@ -27,9 +27,9 @@ val create :
 (** [create ctx layers ~net ~app] checks and instantiates a stack. [net] takes each datagram leaving
     the lowest layer (it owns the message).
 
-    [fused] (default: the tunable [stack.fused]) turns on the fused path for casts when every layer
-    declared its common case ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see {!fused}.
-    Every stack, fused or not, takes in compressed datagrams. *)
+    [fused] (default: the tunable [stack.fused], on) turns on the fused path for casts when every
+    layer declared its common case ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see
+    {!fused}. Every stack, fused or not, takes in compressed datagrams. *)
 
 val cast : t -> Msg.t -> unit
 val send : t -> int -> Msg.t -> unit
@@ -70,6 +70,12 @@ val describe : Layer.t list -> string
     messages, retransmissions) is layered. A stack whose layers did not all declare a case takes in
     a compressed cast as garbage.
 
+    A cast that a layer kept and sends down later on its layered path (Mflow's queue, emptied as
+    credit comes back: under load, most casts) goes back on the fused path below that layer when the
+    layer and those above it have no varying fields and their headers are the constants of their
+    common case: the layered headers above are taken off again and the cast leaves compressed.
+    Receivers then deliver it by their fused path too.
+
     The stamp in Bottom's fields (the view and the stack's identity) makes sure a compressed cast is
     read only by a stack of the same layers. *)
 
@@ -83,7 +89,8 @@ val states : t -> (string * string) list
 val fused_counters : t -> (string * int) list
 (** Compressed casts sent, received, and dropped as malformed; casts the bypass delivered to the
     application; and, for each layer where casts left the bypass for the layered path (its case did
-    not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]. *)
+    not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]; ["reentered"]:
+    casts a layer kept that went back on the fused path below it. *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
 (** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a

@@ -24,6 +24,7 @@ type config = {
   max_members : int;
   hello_timeout : float;
   spin_us : int;
+  spin_yield : bool;
 }
 
 let default =
@@ -41,6 +42,7 @@ let default =
     max_members = 64;
     hello_timeout = 10.;
     spin_us = 0;
+    spin_yield = false;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -448,6 +450,21 @@ let callbacks t m =
     exit = (fun () -> member_exited t m);
   }
 
+(* The layers of [props] and the parameters a client gave, checked. *)
+let stack_of props params =
+  let ( let* ) = Result.bind in
+  let* layers =
+    Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props)
+  in
+  let* params =
+    if String.trim params = "" then Ok Params.empty
+    else
+      Result.map_error
+        (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
+        (Params.of_string params)
+  in
+  Ok (layers, params)
+
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let ( let* ) = Result.bind in
   let* props =
@@ -469,16 +486,7 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
     | None -> Ok None
     | Some (secret, mode) -> Ok (Some (secret, if privacy then Seal.Privacy else mode))
   in
-  let* layers =
-    Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.layers props)
-  in
-  let* params =
-    if String.trim params = "" then Ok Params.empty
-    else
-      Result.map_error
-        (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
-        (Params.of_string params)
-  in
+  let* layers, params = stack_of props params in
   let* () =
     Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params)
   in
@@ -662,18 +670,7 @@ let request t c (r : Wire.request) =
                 (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
                 (P.of_string props)
             in
-            let* layers =
-              Result.map_error
-                (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
-                (P.layers props)
-            in
-            let* params =
-              if String.trim params = "" then Ok Params.empty
-              else
-                Result.map_error
-                  (fun e -> (Wire.Bad_params, Fmt.str "%a" Params.pp_error e))
-                  (Params.of_string params)
-            in
+            let* layers, params = stack_of props params in
             Result.map_error
               (fun e -> (Wire.Bad_switch, Fmt.str "%a" Consort_group.Group.pp_switch_error e))
               (G.switch ~params g layers)
@@ -936,7 +933,7 @@ let run cfg =
      256 KiB) lets them die there instead of being promoted. *)
   Gc.set { (Gc.get ()) with Gc.minor_heap_size = 262144 };
   let loop = Loop.create () in
-  Loop.set_spin loop (Time.of_us cfg.spin_us);
+  Loop.set_spin ~yield:cfg.spin_yield loop (Time.of_us cfg.spin_us);
   match create loop cfg with
   | Error e -> Error e
   | Ok t ->

@@ -35,6 +35,7 @@ type config = {
   spin_us : int;
       (** microseconds the loop polls before it sleeps (0: none); see
           {!Consort_engine.Loop.set_spin} *)
+  spin_yield : bool;  (** while it polls, the loop yields the CPU between two polls *)
 }
 
 val default : config

@@ -198,6 +198,15 @@ let encode_request = function
 
 let kind_to_int = function `Cast -> 0 | `Send -> 1
 
+(* CAST_UP and SEND_UP: a delivery to a member. *)
+let delivery ty handle origin payload =
+  frame ty
+    (4 + s_str origin + s_str payload)
+    (fun b ->
+      u32 b handle;
+      str b origin;
+      str b payload)
+
 let encode_event = function
   | Hello_ok { version; max_frame; max_queue; server } ->
       frame 0x81
@@ -236,20 +245,8 @@ let encode_event = function
           strs b joined;
           strs b left;
           strs b why)
-  | Cast_up { handle; origin; payload } ->
-      frame 0xa2
-        (4 + s_str origin + s_str payload)
-        (fun b ->
-          u32 b handle;
-          str b origin;
-          str b payload)
-  | Send_up { handle; origin; payload } ->
-      frame 0xa3
-        (4 + s_str origin + s_str payload)
-        (fun b ->
-          u32 b handle;
-          str b origin;
-          str b payload)
+  | Cast_up { handle; origin; payload } -> delivery 0xa2 handle origin payload
+  | Send_up { handle; origin; payload } -> delivery 0xa3 handle origin payload
   | Block { handle } -> frame 0xa4 4 (fun b -> u32 b handle)
   | Flow { handle; blocked } ->
       frame 0xa5 5 (fun b ->
@@ -464,24 +461,6 @@ type framer = {
 let framer ~max = { max; buf = Bytes.create 4096; start = 0; stop = 0; room = 4096 }
 let buffered f = f.stop - f.start
 
-let feed f b off len =
-  if len > 0 then begin
-    let have = f.stop - f.start in
-    if f.stop + len > Bytes.length f.buf then begin
-      let cap = ref (max 4096 (Bytes.length f.buf)) in
-      while !cap < have + len do
-        cap := 2 * !cap
-      done;
-      let nb = if !cap > Bytes.length f.buf then Bytes.create !cap else f.buf in
-      Bytes.blit f.buf f.start nb 0 have;
-      f.buf <- nb;
-      f.start <- 0;
-      f.stop <- have
-    end;
-    Bytes.blit b off f.buf f.stop len;
-    f.stop <- f.stop + len
-  end
-
 (* Room for [want] more bytes at the end of the buffer. *)
 let reserve f want =
   let have = f.stop - f.start in
@@ -495,6 +474,13 @@ let reserve f want =
     f.buf <- nb;
     f.start <- 0;
     f.stop <- have
+  end
+
+let feed f b off len =
+  if len > 0 then begin
+    reserve f len;
+    Bytes.blit b off f.buf f.stop len;
+    f.stop <- f.stop + len
   end
 
 (* A connection that reads little keeps a small buffer; one that fills

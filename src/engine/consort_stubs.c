@@ -11,6 +11,7 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/types.h>
@@ -418,4 +419,14 @@ CAMLprim value consort_epoll_wait(value epfd, value out, value timeout_ns)
   }
   for (i = 0; i < r; i++) Store_field(out, i, Val_int(ev[i].data.fd));
   CAMLreturn(Val_int(r));
+}
+
+/* [sched_yield ()]: lets another task runnable on this CPU run first (a
+   polling loop that yields keeps its CPU from idling without starving a
+   process placed beside it). */
+CAMLprim value consort_sched_yield(value unit)
+{
+  (void)unit;
+  sched_yield();
+  return Val_unit;
 }

@@ -30,11 +30,13 @@ type t = {
   mutable pinned : bool; (* the epoll descriptor was given out: keep it *)
   mutable wakeup : unit -> unit; (* called when the earliest deadline moves earlier *)
   mutable spin : int; (* nanoseconds to poll before a wait blocks *)
+  mutable spin_yield : bool; (* yield the CPU between two polls *)
 }
 
 external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
 external epoll_ctl : Unix.file_descr -> Unix.file_descr -> bool -> unit = "consort_epoll_ctl"
 external epoll_wait : Unix.file_descr -> Unix.file_descr array -> int -> int = "consort_epoll_wait"
+external sched_yield : unit -> unit = "consort_sched_yield" [@@noalloc]
 
 let now _ = Int64.to_int (Mtime_clock.now_ns ())
 
@@ -51,6 +53,7 @@ let create () =
     pinned = false;
     wakeup = ignore;
     spin = 0;
+    spin_yield = false;
   }
 
 (* Heap. *)
@@ -150,7 +153,12 @@ let unwatch t fd =
           end)
 
 let watched t = Hashtbl.length t.ws
-let set_spin t ns = t.spin <- max 0 ns
+
+let set_spin ?(yield = false) t ns =
+  t.spin <- max 0 ns;
+  t.spin_yield <- yield
+
+let yield = sched_yield
 let errors t = t.errors
 let stop t = t.stopped <- true
 
@@ -193,7 +201,10 @@ let wait_and_serve t wait =
         if n > 0 then n
         else
           let left = until - now t in
-          if left > 0 then poll until
+          if left > 0 then begin
+            if t.spin_yield then sched_yield ();
+            poll until
+          end
           else if wait < 0 then epoll_wait ep t.ready (-1)
           else epoll_wait ep t.ready (max 0 (wait - t.spin))
       in

@@ -63,10 +63,18 @@ val run : ?until:(unit -> bool) -> ?timeout:Consort.Time.t -> t -> unit
     and no descriptor). Without [until] and [timeout] a loop with a descriptor runs until {!stop}.
     @raise Invalid_argument if [t] is already running (runs do not nest). *)
 
-val set_spin : t -> Consort.Time.t -> unit
+val set_spin : ?yield:bool -> t -> Consort.Time.t -> unit
 (** [set_spin t d]: before {!run} blocks waiting for a descriptor, it polls them for up to [d]
     nanoseconds (0, the default: it blocks at once). A process that answers quickly saves the
-    wake-up of a sleeping one, at the price of that much CPU each time it goes idle. *)
+    wake-up of a sleeping one, at the price of that much CPU each time it goes idle. With [yield]
+    (default [false]) it yields the CPU between two polls ({!yield}): a process on the same CPU that
+    polls too runs meanwhile (without it, two polling processes on one CPU take turns only when
+    one's polling ends). A process beside it that sleeps is better served without: woken, it takes
+    the CPU from the polling one at once, where yielding delays both. *)
+
+val yield : unit -> unit
+(** [yield ()] lets another task runnable on this CPU run first ([sched_yield]); returns at once
+    when there is none. *)
 
 val stop : t -> unit
 (** [stop t] makes the current {!run} return once the running callback returns. A later {!run}

@@ -1835,7 +1835,14 @@ module Make (T : Transport.S) = struct
   let counters t =
     let cur =
       match t.cur with
-      | Some c when not t.exited -> Stack.counters (Ep.Binding.stack c.ep)
+      | Some c when not t.exited ->
+          let st = Ep.Binding.stack c.ep in
+          let fused =
+            List.map
+              (fun (k, v) -> (String.map (function ' ' -> '_' | c -> c) k, v))
+              (("on", Bool.to_int (Stack.fused st)) :: Stack.fused_counters st)
+          in
+          Stack.counters st @ [ ("fused", fused) ]
       | _ -> []
     in
     ( "group",

@@ -414,6 +414,8 @@ module Make (T : Consort.Transport.S) : sig
       malformed or of another group (["move_garbage"])); then each layer's in the current view's
       stack (each view has a stack of its own), except Bottom's, which count dropped datagrams by
       reason and are summed since the member joined (["garbage"]: no layer could decode it;
-      ["wrong_group"]: another group or view; ["bad_rank"], ["from_self"]). Empty after exit but for
-      ["group"] and ["bottom"]. *)
+      ["wrong_group"]: another group or view; ["bad_rank"], ["from_self"]); then ["fused"], the
+      current stack's fused path ({!Consort.Stack.fused_counters}, spaces made underscores, and
+      ["on"]: 1 if its casts take the fused path). Empty after exit but for ["group"] and
+      ["bottom"]. *)
 end

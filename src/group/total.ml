@@ -719,4 +719,22 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t =
+  Layer.fast_compress
+    (module struct
+      include F
+
+      (* The inverse of [cast.expand]. *)
+      let compress h a off =
+        match h with
+        | Data ->
+            a.(off) <- 0;
+            true
+        | Placed p when p >= 0 ->
+            a.(off) <- (2 * p) + 1;
+            true
+        | Stamped p when p >= 0 ->
+            a.(off) <- (2 * p) + 2;
+            true
+        | _ -> false
+    end)

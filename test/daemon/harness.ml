@@ -171,8 +171,20 @@ type rec_member = {
   exited : bool ref;
 }
 
-let member ?props ?params ?peers ?(name = "test") d group =
-  let conn = match C.connect ~name d.socket with Ok c -> c | Error e -> failwith e in
+(* What the daemon wrote on standard error so far. *)
+let daemon_stderr d =
+  try
+    let ic = open_in_bin (Filename.concat d.dir "consortd.err") in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    s
+  with Sys_error _ -> ""
+
+(* A member of [group] through the daemon, connected to [address] (the
+   daemon's socket by default). *)
+let member ?props ?params ?peers ?(name = "test") ?address d group =
+  let address = Option.value address ~default:d.socket in
+  let conn = match C.connect ~name address with Ok c -> c | Error e -> failwith e in
   let views = ref [] and casts = ref [] and sends = ref [] and exited = ref false in
   let cb =
     {

@@ -96,66 +96,29 @@ let test_handshake () =
       (match next r with
       | `Event (Wire.Hello_ok { version = 1; _ }) -> ()
       | _ -> Alcotest.fail "HELLO_OK");
+      let refused req code what =
+        put r (Wire.encode_request req);
+        match next r with
+        | `Event (Wire.Error { code = c; _ }) when c = code -> ()
+        | _ -> Alcotest.fail what
+      in
+      let join ?(group = "g") ?(props = "") ?(params = "") ?(peers = []) () =
+        Wire.Join { handle = 1; group; props; params; flags = 0; peers }
+      in
       put r (Wire.encode_request (Wire.Cast { handle = 9; req = 1; payload = "x" }));
       (match next r with
       | `Event (Wire.Error { code = Wire.No_such_handle; handle = 9; _ }) -> ()
       | _ -> Alcotest.fail "a cast on no member: no-such-handle");
-      put r
-        (Wire.encode_request
-           (Wire.Join
-              { handle = 1; group = "g"; props = "Nonsense"; params = ""; flags = 0; peers = [] }));
-      (match next r with
-      | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
-      | _ -> Alcotest.fail "bad properties: bad-props");
-      put r
-        (Wire.encode_request
-           (Wire.Join
-              { handle = 1; group = "g"; props = ""; params = "no.such=1"; flags = 0; peers = [] }));
-      (match next r with
-      | `Event (Wire.Error { code = Wire.Bad_params; _ }) -> ()
-      | _ -> Alcotest.fail "bad params: bad-params");
-      put r
-        (Wire.encode_request
-           (Wire.Join
-              { handle = 1; group = "g"; props = ""; params = ""; flags = 0; peers = [ "nowhere" ] }));
-      (match next r with
-      | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
-      | _ -> Alcotest.fail "bad peers: bad-address");
-      put r
-        (Wire.encode_request
-           (Wire.Join
-              {
-                handle = 1;
-                group = "g";
-                props = "";
-                params = "";
-                flags = 0;
-                peers = [ "10.1.2.3:1000-1064" ];
-              }));
-      (match next r with
-      | `Event (Wire.Error { code = Wire.Bad_address; _ }) -> ()
-      | _ -> Alcotest.fail "more than 64 peer addresses from a client: bad-address");
-      put r
-        (Wire.encode_request
-           (Wire.Join
-              {
-                handle = 1;
-                group = String.make 256 'g';
-                props = "";
-                params = "";
-                flags = 0;
-                peers = [];
-              }));
-      (match next r with
-      | `Event (Wire.Error { code = Wire.Bad_props; _ }) -> ()
-      | _ -> Alcotest.fail "a group name over 255 bytes: bad-props");
-      put r
-        (Wire.encode_request
-           (Wire.Join
-              { handle = 1; group = "g"; props = "vsync,Auth"; params = ""; flags = 0; peers = [] }));
-      (match next r with
-      | `Event (Wire.Error { code = Wire.Join_failed; _ }) -> ()
-      | _ -> Alcotest.fail "Auth without a key: join-failed");
+      refused (join ~props:"Nonsense" ()) Wire.Bad_props "bad properties: bad-props";
+      refused (join ~params:"no.such=1" ()) Wire.Bad_params "bad params: bad-params";
+      refused (join ~peers:[ "nowhere" ] ()) Wire.Bad_address "bad peers: bad-address";
+      refused
+        (join ~peers:[ "10.1.2.3:1000-1064" ] ())
+        Wire.Bad_address "more than 64 peer addresses from a client: bad-address";
+      refused
+        (join ~group:(String.make 256 'g') ())
+        Wire.Bad_props "a group name over 255 bytes: bad-props";
+      refused (join ~props:"vsync,Auth" ()) Wire.Join_failed "Auth without a key: join-failed";
       put r (Wire.encode_request (Wire.Ping { cookie = 42 }));
       (match next r with `Event (Wire.Pong { cookie = 42 }) -> () | _ -> Alcotest.fail "PONG");
       close_raw r)
@@ -422,6 +385,13 @@ let test_global_cap () =
       close_raw r2;
       C.close a.conn)
 
+(* HELLO on a raw connection, version 2 agreed. *)
+let hello_v2 r name =
+  put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name }));
+  match next r with
+  | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
+  | _ -> Alcotest.fail "HELLO_OK version 2"
+
 (* Protocol version 2: a cast the daemon takes gets no reply (the PING
    after it is answered first), one it refuses gets REFUSED with its
    request number (no member; a frame over the limit; leaving), and
@@ -430,10 +400,7 @@ let test_version2 () =
   with_daemon ~args:[ "--max-frame"; "70000" ] (addr 65) (fun d ->
       let a = member d "g" in
       let r = raw d in
-      put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "v2" }));
-      (match next r with
-      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
-      | _ -> Alcotest.fail "HELLO_OK version 2");
+      hello_v2 r "v2";
       let id = raw_join r "g" in
       check "a view of two" true (until [ a.conn ] (fun () -> view_size a = 2));
       let cast req payload = put r (Wire.encode_request (Wire.Cast { handle = 1; req; payload })) in
@@ -512,10 +479,7 @@ let test_backpressure () =
   with_daemon ~args:[ "--max-queue"; "1000000"; "--max-frame"; "70000" ] (addr 25) (fun d ->
       let b = member d "g" in
       let s = raw d in
-      put s (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "slow" }));
-      (match next s with
-      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
-      | _ -> Alcotest.fail "HELLO_OK version 2");
+      hello_v2 s "slow";
       let sid = raw_join s "g" in
       check "a view of two" true (until [ b.conn ] (fun () -> view_size b = 2));
       let vid = match !(b.views) with v :: _ -> v.Consort_group.Group.vid | [] -> "" in
@@ -643,10 +607,7 @@ let test_backpressure_members () =
   with_daemon ~args:[ "--max-queue"; "8000000"; "--max-frame"; "70000" ] (addr 35) (fun d ->
       let b = member d "g" in
       let s = raw d in
-      put s (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name = "slow" }));
-      (match next s with
-      | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
-      | _ -> Alcotest.fail "HELLO_OK version 2");
+      hello_v2 s "slow";
       ignore (raw_join s "g");
       check "a view of two" true (until [ b.conn ] (fun () -> view_size b = 2));
       let err = Filename.concat d.dir "consortd.err" in
@@ -785,25 +746,8 @@ let test_tcp_and_key () =
       stop d;
       rm_rf dir)
     (fun () ->
-      let via_tcp props =
-        let conn = match C.connect ("tcp:" ^ tcp) with Ok c -> c | Error e -> Alcotest.fail e in
-        let views = ref [] and casts = ref [] and sends = ref [] and exited = ref false in
-        let cb =
-          {
-            Consort_group.Group.view = (fun v -> views := v :: !views);
-            cast = (fun ~origin s -> casts := (origin, s) :: !casts);
-            send = (fun ~origin s -> sends := (origin, s) :: !sends);
-            block = ignore;
-            flow = ignore;
-            exit = (fun () -> exited := true);
-          }
-        in
-        match C.join ~props conn ~group:"sealed" cb with
-        | Ok m -> { conn; m; views; casts; sends; exited }
-        | Error e -> Alcotest.fail (Fmt.str "join: %a" C.pp_join_error e)
-      in
       let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy") in
-      let a = via_tcp props and b = member ~props d "sealed" in
+      let a = member ~address:("tcp:" ^ tcp) ~props d "sealed" and b = member ~props d "sealed" in
       check "a sealed view of two, one client over TCP" true
         (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       Alcotest.(check bool) "cast" true (C.cast a.m "secret" = Ok ());
@@ -868,15 +812,7 @@ let test_idle_and_sigterm () =
       check "a view of two over two daemons" true
         (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       Unix.kill d.pid Sys.sigusr1;
-      let err = Filename.concat d.dir "consortd.err" in
-      let read () =
-        try
-          let ic = open_in_bin err in
-          let s = really_input_string ic (in_channel_length ic) in
-          close_in ic;
-          s
-        with Sys_error _ -> ""
-      in
+      let read () = daemon_stderr d in
       let deadline = Unix.gettimeofday () +. 5. in
       while
         (not (Astring_like.contains (read ()) "counters ")) && Unix.gettimeofday () < deadline
@@ -961,15 +897,7 @@ let test_churn_leaves_nothing () =
       Alcotest.(check int) "every client joined a" 200 !formed;
       check "every one failed out" true (view_size a = 1);
       Unix.kill d.pid Sys.sigusr1;
-      let err = Filename.concat d.dir "consortd.err" in
-      let read () =
-        try
-          let ic = open_in_bin err in
-          let s = really_input_string ic (in_channel_length ic) in
-          close_in ic;
-          s
-        with Sys_error _ -> ""
-      in
+      let read () = daemon_stderr d in
       ignore (until ~timeout:5. [ a.conn ] (fun () -> Astring_like.contains (read ()) "counters "));
       let line = read () in
       let field k =

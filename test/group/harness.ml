@@ -58,8 +58,8 @@ let transmit t i dst msg =
     dsts;
   Iovec.release v
 
-let create ?(params = Params.empty) ?(net = faulty) ?(drop = fun ~src:_ ~dst:_ _ -> false) ~seed
-    ~pool ~n ~layers ~deliver () =
+let create ?(params = Params.empty) ?fused ?(net = faulty) ?(drop = fun ~src:_ ~dst:_ _ -> false)
+    ~seed ~pool ~n ~layers ~deliver () =
   let t =
     {
       now = 0;
@@ -80,7 +80,7 @@ let create ?(params = Params.empty) ?(net = faulty) ?(drop = fun ~src:_ ~dst:_ _
       { Layer.view; rng = Rng.create ((seed * 1000) + i); params; pool; now = (fun () -> t.now) }
     in
     let app = { Stack.deliver = deliver i; ctl = ignore } in
-    match Stack.create ctx layers ~net:(transmit t i) ~app with
+    match Stack.create ?fused ctx layers ~net:(transmit t i) ~app with
     | Ok s -> s
     | Error e -> invalid_arg ("Harness.create: " ^ e)
   in

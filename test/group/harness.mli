@@ -19,6 +19,7 @@ type t
 
 val create :
   ?params:Consort.Params.t ->
+  ?fused:bool ->
   ?net:net ->
   ?drop:(src:int -> dst:int -> string -> bool) ->
   seed:int ->
@@ -31,7 +32,8 @@ val create :
 (** [create ~seed ~pool ~n ~layers ~deliver ()] is a group of [n] members, each running [layers] in
     its own view; [deliver i src msg] receives what reaches the application of member [i] (it owns
     [msg]). [drop] decides, before the random faults, to lose a datagram from [src] to [dst] given
-    its bytes. *)
+    its bytes. [fused] is {!Consort.Stack.create}'s: a [drop] that reads layered headers needs
+    [~fused:false]. *)
 
 val now : t -> Consort.Time.t
 val stack : t -> int -> Consort.Stack.t

@@ -15,7 +15,7 @@ let check_no_leaks pool =
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool);
   Alcotest.(check int) "segments still in use" 0 (Pool.stats pool).segments_in_use
 
-let create ?(params = Params.empty) ?(group = "test") ?(n = 2) ?(rank = 0) layers =
+let create ?(params = Params.empty) ?(fused = false) ?(group = "test") ?(n = 2) ?(rank = 0) layers =
   let pool = Pool.create () in
   let clock = ref 0 in
   let sent = ref [] and got = ref [] and ctl = ref [] in
@@ -30,7 +30,7 @@ let create ?(params = Params.empty) ?(group = "test") ?(n = 2) ?(rank = 0) layer
     Msg.release msg
   in
   let on_ctl e = ctl := (!clock, e) :: !ctl in
-  match Stack.create ctx layers ~net ~app:{ Stack.deliver; ctl = on_ctl } with
+  match Stack.create ~fused ctx layers ~net ~app:{ Stack.deliver; ctl = on_ctl } with
   | Error e -> Alcotest.fail e
   | Ok st -> { st; clock; sent; got; ctl; pool; group = View.stamp view }
 

@@ -15,9 +15,11 @@ type t = {
   group : int;  (** the view's stamp, as Bottom writes it *)
 }
 
-val create : ?params:Params.t -> ?group:string -> ?n:int -> ?rank:int -> Layer.t list -> t
+val create :
+  ?params:Params.t -> ?fused:bool -> ?group:string -> ?n:int -> ?rank:int -> Layer.t list -> t
 (** [create layers] is [layers] running as member [rank] (default 0) of a view of [n] members
-    (default 2) named [group] (default "test"), its clock at 0. *)
+    (default 2) named [group] (default "test"), its clock at 0. It reads and writes layered headers,
+    so its stack takes the layered path unless [fused] is [true]. *)
 
 val feed : t -> string -> unit
 (** [feed s bytes] hands [bytes] to the stack as a received datagram. *)

@@ -370,9 +370,11 @@ let times rng count span =
 
 type workload = { casts : int; sends : int; span : Time.t }
 
-let run_group ?params ?(net = H.faulty) ?drop ~seed ~pool ~layers ~n w check_after =
+let run_group ?params ?fused ?(net = H.faulty) ?drop ~seed ~pool ~layers ~n w check_after =
   let ck = Check.create n in
-  let h = H.create ?params ~net ?drop ~seed ~pool ~n ~layers ~deliver:(Check.deliver ck) () in
+  let h =
+    H.create ?params ?fused ~net ?drop ~seed ~pool ~n ~layers ~deliver:(Check.deliver ck) ()
+  in
   let rng = Rng.create (seed + 99) in
   for o = 0 to n - 1 do
     List.iter (fun time -> Check.cast ck h pool rng o time) (times rng w.casts w.span);
@@ -499,7 +501,8 @@ let mnak_tail_loss () =
         | _ -> false)
     | _ -> false
   in
-  run_group ~net:H.perfect ~drop ~seed:1 ~pool ~layers:[ G.Mnak.layer; G.Bottom.layer ] ~n:3
+  run_group ~fused:false ~net:H.perfect ~drop ~seed:1 ~pool ~layers:[ G.Mnak.layer; G.Bottom.layer ]
+    ~n:3
     { casts = 10; sends = 0; span = Time.of_ms 1 }
     (fun h ->
       for i = 1 to 2 do

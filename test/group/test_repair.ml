@@ -171,7 +171,7 @@ let dead_origin () =
     Msg.release msg
   in
   let h =
-    H.create ~params ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
+    H.create ~params ~fused:false ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
       ~layers:[ G.Mnak.layer; G.Suspect.layer; G.Bottom.layer ]
       ~deliver ()
   in
@@ -215,7 +215,7 @@ let flow_burst () =
     Msg.release msg
   in
   let h =
-    H.create ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
+    H.create ~fused:false ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
       ~layers:[ G.Mflow.layer; G.Mnak.layer; G.Bottom.layer ]
       ~deliver ()
   in

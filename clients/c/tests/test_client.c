@@ -118,6 +118,23 @@ static int many_casts(struct member **ms, int n) {
     return ms[0]->casts == 1000 && ms[1]->casts == 1000;
 }
 
+static int first_got(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->casts >= 1;
+}
+static int first_got_two(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->casts >= 2;
+}
+static int both_got_33(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->casts == 33 && ms[1]->casts == 33;
+}
+static int a_got_b501(struct member **ms, int n) {
+    (void)n;
+    return ms[0]->next_from[1] == 501;
+}
+
 /* A refusal: in version 1 the call's result, in version 2 a REFUSED event
  * naming the request. */
 static int refusal(struct member *a, int version, int r, uint32_t req) {
@@ -203,9 +220,48 @@ static void scenario(const char *sock, int version) {
     CHECKV(pump(ms, 2, 20, many_casts), "every one delivered to both");
     CHECKV(a.order_ok && b.order_ok && a.refused == 0 && b.refused == 0, "in FIFO order, none refused");
 
+    /* Write batching: in version 2 a cast waits in the client until the
+       queue is full, the client waits for the daemon, or consort_flush. */
+    struct member *as[1] = {&a}, *bs[1] = {&b};
+    a.casts = b.casts = 0;
+    a.next_from[0] = b.next_from[0] = 0;
+    CHECKV(consort_cast(a.c, a.h, "A1", 2, NULL) == 0, "a cast");
+    if (version < 2) {
+        CHECKV(consort_queued(a.c) == 0, "is written at once in version 1");
+        CHECKV(pump(bs, 1, 5, first_got), "and delivered");
+    } else {
+        CHECKV(consort_queued(a.c) == 2 + 17, "is queued in the client, not written");
+        CHECKV(!pump(bs, 1, 0.3, first_got), "nobody gets it while it is queued");
+        CHECKV(consort_flush(a.c) == 0 && consort_queued(a.c) == 0, "consort_flush writes it");
+        CHECKV(pump(bs, 1, 5, first_got), "then it is delivered");
+    }
+    CHECKV(consort_cast(a.c, a.h, "A2", 2, NULL) == 0, "another cast");
+    CHECKV(pump(as, 1, 5, first_got_two) && a.casts == 2, "waiting for events writes it: it comes back to a");
+    char pad[100];
+    size_t most = 0;
+    consort_set_batch(a.c, 1000);
+    refused = 0;
+    for (int i = 3; i <= 32; i++) {
+        snprintf(pad, sizeof pad, "A%d", i);
+        memset(pad + strlen(pad), 'x', sizeof pad - strlen(pad));
+        refused += consort_cast(a.c, a.h, pad, sizeof pad, NULL) != 0;
+        if (consort_queued(a.c) > most) most = consort_queued(a.c);
+    }
+    CHECKV(refused == 0 && (version < 2 ? most == 0 : most >= 900 && most < 1000),
+           "the queue is written once it holds the batch size");
+    consort_set_batch(a.c, 0);
+    CHECKV(consort_cast(a.c, a.h, "A33", 3, NULL) == 0 && consort_queued(a.c) == 0,
+           "batch size 0: a cast is written at once");
+    consort_set_batch(a.c, 65536);
+    CHECKV(pump(ms, 2, 10, both_got_33) && a.order_ok && b.order_ok,
+           "every one delivered, in order");
+
+    /* b casts and closes at once: the cast is written first. */
+    CHECKV(consort_cast(b.c, b.h, "B501", 4, NULL) == 0, "b casts, then closes");
     /* b's connection closes without leaving: b is failed out. */
     consort_close(b.c);
     b.c = NULL;
+    CHECKV(pump(ms, 1, 5, a_got_b501), "its last cast is delivered: consort_close wrote it");
     CHECKV(pump(ms, 1, 5, a_alone), "a client that closes is failed out at once");
     CHECKV(strcmp(a.last_left_why, "left") == 0, "as a leave");
 
