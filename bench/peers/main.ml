@@ -2,7 +2,14 @@
 open Cmdliner
 
 let stack_cost iterations rounds out =
-  match Consort_peers_bench.Stack_cost.run ~iterations ~rounds () with
+  let run =
+    (* COST_ONLY=df (or dl): the default stack's fused (or layered) row alone. *)
+    match Sys.getenv_opt "COST_ONLY" with
+    | Some "df" -> Consort_peers_bench.Stack_cost.run_default ~fused:true
+    | Some "dl" -> Consort_peers_bench.Stack_cost.run_default ~fused:false
+    | _ -> Consort_peers_bench.Stack_cost.run
+  in
+  match run ~iterations ~rounds () with
   | Error e ->
       Printf.eprintf "bench_peers stack-cost: %s\n" e;
       1

@@ -227,6 +227,17 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   in
   Ok [ best df df2; best dl dl2; best of_ of2; best ol ol2; best pf pf2; best pl pl2; tf; tl; b ]
 
+let run_default ?(iterations = 50_000) ?(rounds = 3) ~fused () =
+  let layers () =
+    match Consort_group.Properties.layers Consort_group.Properties.vsync with
+    | Ok l -> l
+    | Error e -> failwith (Fmt.str "%a" Consort_group.Properties.pp_error e)
+  in
+  let name =
+    "default (vsync: " ^ Consort_group.Properties.describe Consort_group.Properties.vsync ^ ")"
+  in
+  Result.map (fun r -> [ r ]) (run_stack ~iterations ~rounds ~name ~fused ~layers ())
+
 let ratios rows =
   let find name path =
     List.find_opt

@@ -19,6 +19,9 @@ val run : ?iterations:int -> ?rounds:int -> unit -> (row list, string) result
     (50_000) casts, after a warm-up of a quarter of that. An error says a stack stalled or lost
     casts. *)
 
+val run_default : ?iterations:int -> ?rounds:int -> fused:bool -> unit -> (row list, string) result
+(** [run_default ~fused ()] is the default stack's row of {!run} alone, on one path. *)
+
 val ratios : row list -> string list
 (** One line per stack: fused / layered in ns and minor words, in all and above the baseline (the
     same harness with Bottom alone, layered: what the stack above Bottom costs), and minor words per

@@ -180,6 +180,62 @@ let rec read_varint_from name (r : R.t) len acc shift i =
 
 let read_varint name (r : R.t) = read_varint_from name r (Cstruct.length r.cs) 0 0 0
 
+(* [Array.length a] varints in one pass over the buffer, without a call
+   per number or per byte: one-byte numbers (the common width) taken at
+   once, the same errors as [varint]. *)
+let read_varints (r : R.t) (a : int array) =
+  let cs = r.cs in
+  let buf = cs.Cstruct.buffer and base = cs.Cstruct.off and len = cs.Cstruct.len in
+  let pos = ref r.pos in
+  for k = 0 to Array.length a - 1 do
+    let p = !pos in
+    if p >= len then raise (Fail (`Truncated "varint"));
+    let b = Char.code (Bigarray.Array1.unsafe_get buf (base + p)) in
+    if b < 0x80 then begin
+      Array.unsafe_set a k b;
+      pos := p + 1
+    end
+    else begin
+      let acc = ref (b land 0x7f) and shift = ref 7 and q = ref (p + 1) and last = ref false in
+      while not !last do
+        if !q >= len then raise (Fail (`Truncated "varint"));
+        let c = Char.code (Bigarray.Array1.unsafe_get buf (base + !q)) in
+        incr q;
+        acc := !acc lor ((c land 0x7f) lsl !shift);
+        if c land 0x80 = 0 then begin
+          if c = 0 then fail "varint: overlong encoding";
+          last := true
+        end
+        else if !q - p = 9 then fail "varint: more than 9 bytes"
+        else shift := !shift + 7
+      done;
+      if !acc < 0 then fail "varint: overflow";
+      Array.unsafe_set a k !acc;
+      pos := !q
+    end
+  done;
+  r.pos <- !pos
+
+let write_varints (w : W.t) (a : int array) =
+  for k = 0 to Array.length a - 1 do
+    let v = Array.unsafe_get a k in
+    if v < 0 then invalid_arg "Codec.varint: negative";
+    if v < 0x80 then begin
+      Bytes.unsafe_set w.buf w.pos (Char.unsafe_chr v);
+      w.pos <- w.pos + 1
+    end
+    else write_varint w v
+  done
+
+let varints_size (a : int array) =
+  let n = ref 0 in
+  for k = 0 to Array.length a - 1 do
+    let v = Array.unsafe_get a k in
+    if v < 0 then invalid_arg "Codec.varint: negative";
+    n := !n + if v < 0x80 then 1 else varint_size v
+  done;
+  !n
+
 let varint =
   {
     name = "varint";

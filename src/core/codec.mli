@@ -134,3 +134,14 @@ val custom :
     reading past the end with other codecs. *)
 
 val varint_size : int -> int
+
+val read_varints : R.t -> int array -> unit
+(** [read_varints r a] reads [Array.length a] {!varint}s into [a] in one pass, with the same errors
+    (raised as {!read} does, for {!custom} readers). *)
+
+val write_varints : W.t -> int array -> unit
+(** [write_varints w a] writes each of [a] as a {!varint}.
+    @raise Invalid_argument on a negative number. *)
+
+val varints_size : int array -> int
+(** The bytes {!write_varints} writes. *)

@@ -61,7 +61,6 @@ type t = {
       (* the fields of the casts going through the bypass, one frame per
          nested cast (an application that casts from its delivery) *)
   mutable depth : int; (* frames in use *)
-  mutable frame : int array; (* the frame of the innermost cast *)
   lengths : bool array; (* [lengths.(i)]: a layer at or below [i] needs the layered length *)
   rframe : int array; (* where a received compressed header is read *)
   mutable fused_sent : int;
@@ -85,6 +84,9 @@ type t = {
   app : app;
 }
 
+(* The frame of the innermost cast in the bypass (a field kept up to date
+   would cost a write barrier per cast). *)
+let frame t = t.frames.(if t.depth = 0 then 0 else t.depth - 1)
 let fused_param = "stack.fused"
 
 let () =
@@ -276,9 +278,9 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
       let layered =
         {
           Layer.push =
-            (fun m -> push_cached cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1) m);
+            (fun m -> push_cached cache nodes (frame (Lazy.force frames)) ~hi:(s - 1) ~lo:(i + 1) m);
           head =
-            (fun () -> head_bytes cache nodes (Lazy.force frames).frame ~hi:(s - 1) ~lo:(i + 1));
+            (fun () -> head_bytes cache nodes (frame (Lazy.force frames)) ~hi:(s - 1) ~lo:(i + 1));
         }
       in
       let unpack =
@@ -345,18 +347,11 @@ let fused_error count e msg =
    read into a stack's [rframe]. *)
 let write_codec =
   Codec.custom ~name:"fused"
-    ~size:(fun frame ->
-      let n = ref 2 in
-      for k = 0 to Array.length frame - 1 do
-        n := !n + Codec.varint_size frame.(k)
-      done;
-      !n)
+    ~size:(fun frame -> 2 + Codec.varints_size frame)
     ~write:(fun w frame ->
       Codec.write Codec.uint8 w tag;
       Codec.write Codec.uint8 w 0;
-      for k = 0 to Array.length frame - 1 do
-        Codec.write Codec.varint w frame.(k)
-      done)
+      Codec.write_varints w frame)
     ~read:(fun _ -> Codec.fail "write only")
 
 let read_codec frame =
@@ -366,9 +361,7 @@ let read_codec frame =
     ~read:(fun r ->
       if Codec.read Codec.uint8 r <> tag then Codec.fail "not a compressed header";
       if Codec.read Codec.uint8 r <> 0 then Codec.fail "unknown kind";
-      for k = 0 to Array.length frame - 1 do
-        frame.(k) <- Codec.read Codec.varint r
-      done)
+      Codec.read_varints r frame)
 
 let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   match check ?requires layers with
@@ -450,7 +443,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             nfields = !nfields;
             frames;
             depth = 0;
-            frame = frames.(0);
             lengths;
             rframe;
             fused_sent = 0;
@@ -509,14 +501,9 @@ let enter t =
   if d = Array.length t.frames then
     t.frames <- Array.init (2 * d) (fun k -> if k < d then t.frames.(k) else Array.make t.nfields 0);
   t.depth <- d + 1;
-  let f = t.frames.(d) in
-  t.frame <- f;
-  f
+  t.frames.(d)
 
-let leave t =
-  let d = t.depth - 1 in
-  t.depth <- d;
-  t.frame <- t.frames.(if d = 0 then 0 else d - 1)
+let leave t = t.depth <- t.depth - 1
 
 (* Bytes of the layered headers of the layers above [i], from their fields:
    with the message's length (which the fused path does not change), the
@@ -583,7 +570,7 @@ and up_layered t frame i src msg =
   | exception Invalid_argument e -> t.ferror (`Malformed e) !m
 
 let mlen t msg = if t.lengths.(Array.length t.nodes - 1) then Msg.length msg else 0
-let () = local_up := fun t j src msg -> fused_up t t.frame j src msg (mlen t msg)
+let () = local_up := fun t j src msg -> fused_up t (frame t) j src msg (mlen t msg)
 let top t = t.nodes.(Array.length t.nodes - 1)
 
 let cast t msg =

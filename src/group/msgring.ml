@@ -71,9 +71,11 @@ let take_slot t =
 let drop_slot t i =
   (match Bytes.get t.kind i with
   | '\001' ->
-      if t.lens.(i) > 0 then Segment.decr t.segs.(i);
-      t.bufs.(i) <- Bytes.empty;
-      t.segs.(i) <- no_segment
+      (* The buffer and segment stay in the free slot until it is taken
+         again: a slot reused for the same header bytes (the layers above
+         Mnak write the same headers cast after cast) is then not written
+         at all, and a free slot holds at most what it held in use. *)
+      if t.lens.(i) > 0 then Segment.decr t.segs.(i)
   | '\002' ->
       Msg.release t.whole.(i);
       t.whole.(i) <- no_msg
@@ -118,13 +120,13 @@ let replace_head t seq head m =
     let i = take_slot t in
     let len = Msg.slice_length m in
     Bytes.set t.kind i '\001';
-    t.bufs.(i) <- head;
+    if t.bufs.(i) != head then t.bufs.(i) <- head;
     t.hoffs.(i) <- 0;
     t.lens.(i) <- len;
     if len > 0 then begin
       let s = Msg.slice_segment m in
       Segment.incr s;
-      t.segs.(i) <- s;
+      if t.segs.(i) != s then t.segs.(i) <- s;
       t.offs.(i) <- Msg.slice_offset m
     end;
     Seqring.replace t.index seq i

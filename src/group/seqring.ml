@@ -49,7 +49,7 @@ let replace t seq v =
   end
   else if seq < t.lo || seq > t.hi then begin
     let lo = min t.lo seq and hi = max t.hi seq in
-    grow t lo hi;
+    if hi - lo >= Array.length t.slots then grow t lo hi;
     t.lo <- lo;
     t.hi <- hi
   end;
@@ -58,7 +58,7 @@ let replace t seq v =
     Bytes.unsafe_set t.full i '\001';
     t.count <- t.count + 1
   end;
-  Array.unsafe_set t.slots i v
+  if Array.unsafe_get t.slots i != v then Array.unsafe_set t.slots i v
 
 let remove t seq =
   if mem t seq then begin

@@ -289,6 +289,72 @@ let varint_edges () =
     "varint_size" [ 1; 1; 2; 2; 3; 9 ]
     (List.map Codec.varint_size [ 0; 127; 128; 16383; 16384; max_int ])
 
+(* [read_varints] and [write_varints] against [varint] one number at a
+   time: the same bytes, the same numbers, the same errors on every
+   truncation and on garbage, from a buffer that does not start at 0. *)
+let varints_one_pass () =
+  let st = Random.State.make [| 11 |] in
+  let one n =
+    Codec.custom ~name:"one"
+      ~size:(fun _ -> 0)
+      ~write:(fun _ _ -> ())
+      ~read:(fun r -> Array.init n (fun _ -> Codec.read Codec.varint r))
+  and pass n =
+    Codec.custom ~name:"pass"
+      ~size:(fun _ -> 0)
+      ~write:(fun _ _ -> ())
+      ~read:(fun r ->
+        let a = Array.make n 0 in
+        Codec.read_varints r a;
+        a)
+  in
+  let same what n s =
+    let cs = Cstruct.sub (Cstruct.of_string ("\x80\x81" ^ s ^ "\x82")) 2 (String.length s) in
+    let show = function
+      | Ok (a, pos) ->
+          Printf.sprintf "ok %s at %d"
+            (String.concat "," (List.map string_of_int (Array.to_list a)))
+            pos
+      | Error e -> Fmt.str "%a" Codec.pp_error e
+    in
+    Alcotest.(check string)
+      what
+      (show (Codec.decode (one n) cs 0))
+      (show (Codec.decode (pass n) cs 0))
+  in
+  let gen () =
+    match Random.State.int st 4 with
+    | 0 -> Random.State.int st 128
+    | 1 -> 128 + Random.State.int st 16256
+    | 2 -> [| 0; 127; 128; 16383; 16384; max_int; max_int - 1; 1 lsl 35 |].(Random.State.int st 8)
+    | _ -> (Random.State.bits st lsr Random.State.int st 30) lor (Random.State.bits st lsl 30)
+  in
+  for _ = 1 to 2000 do
+    let n = Random.State.int st 6 in
+    let a = Array.init n (fun _ -> gen ()) in
+    let expected =
+      String.concat "" (Array.to_list (Array.map (Codec.encode_string Codec.varint) a))
+    in
+    Alcotest.(check int) "size" (String.length expected) (Codec.varints_size a);
+    let b = Bytes.make (String.length expected + 3) 'z' in
+    let w = { Codec.W.buf = b; pos = 3 } in
+    Codec.write_varints w a;
+    Alcotest.(check string) "bytes" expected (Bytes.sub_string b 3 (String.length expected));
+    Alcotest.(check int) "end" (Bytes.length b) w.pos;
+    for cut = 0 to String.length expected do
+      same "truncated" n (String.sub expected 0 cut)
+    done;
+    same "garbage"
+      (1 + Random.State.int st 3)
+      (String.init (Random.State.int st 12) (fun _ -> Char.chr (Random.State.int st 256)))
+  done;
+  List.iter
+    (fun s -> same s 1 s)
+    [ "\x80\x00"; "\x81\x80\x00"; String.make 8 '\xff' ^ "\x7f"; String.make 9 '\x80' ^ "\x01"; "" ];
+  raises_invalid "negative" (fun () -> Codec.varints_size [| 1; -1 |]);
+  raises_invalid "negative write" (fun () ->
+      Codec.write_varints { Codec.W.buf = Bytes.create 9; pos = 0 } [| min_int |])
+
 let zigzag_edges () =
   let enc = Codec.encode_string Codec.zigzag in
   Alcotest.(check string) "0" "\x00" (enc 0);
@@ -397,6 +463,7 @@ let tests =
   List.map roundtrip codecs @ List.map garbage codecs
   @ [
       Alcotest.test_case "varint edges" `Quick varint_edges;
+      Alcotest.test_case "varints in one pass" `Quick varints_one_pass;
       Alcotest.test_case "zigzag edges" `Quick zigzag_edges;
       Alcotest.test_case "scalar edges" `Quick scalar_edges;
       Alcotest.test_case "string and list limits" `Quick limits;
