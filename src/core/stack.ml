@@ -77,6 +77,7 @@ type t = {
   above_const : Bytes.t option array; (* the layered headers above [i], when constant *)
   mutable scratch : Cstruct.t; (* the pushed headers of a cast re-entering, read there *)
   mutable reentered : int;
+  mutable reentry_refused : int; (* casts whose headers above could not be read back *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
   rcodec : unit Codec.t;
@@ -134,6 +135,14 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
+(* A cast whose headers above one layer could not be read back into
+   fields (an Order of Total, a control cast) cannot be read back at any
+   layer below either: [refused] says so after a failed attempt, and
+   [below_refused] holds while that cast goes down the layered path, so
+   that the layers below do not try again (the library is single-threaded). *)
+let refused = ref false
+let below_refused = ref false
+
 let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
   let n = Array.length nodes in
@@ -146,7 +155,18 @@ let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter
         (fun dst h msg ->
           if not (reenter dst h msg) then begin
             let msg = Msg.push L.codec h msg in
-            if i = 0 then net dst msg else nodes.(i - 1).dn dst msg
+            if i = 0 then net dst msg
+            else if !refused then begin
+              refused := false;
+              let prev = !below_refused in
+              below_refused := true;
+              match nodes.(i - 1).dn dst msg with
+              | () -> below_refused := prev
+              | exception e ->
+                  below_refused := prev;
+                  raise e
+            end
+            else nodes.(i - 1).dn dst msg
           end);
       dn_ctl =
         (fun e ->
@@ -455,6 +475,7 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             above_const = Array.make n None;
             scratch = Cstruct.create 64;
             reentered = 0;
+            reentry_refused = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
             rcodec = read_codec rframe;
@@ -633,6 +654,8 @@ let unpack_above t i msg =
   let used = go (i + 1) 0 in
   if used < 0 then begin
     leave t;
+    t.reentry_refused <- t.reentry_refused + 1;
+    refused := true;
     false
   end
   else go_below t frame i (Msg.pull_pushed used msg)
@@ -640,11 +663,14 @@ let unpack_above t i msg =
 let () =
   reenter_dn :=
     fun t i msg ->
-      t.fused && t.reentry.(i)
+      t.fused && t.reentry.(i) && (not !below_refused)
       &&
       if t.constant.(i) then
         match Msg.pull_bytes (above_const t i) msg with
-        | None -> false
+        | None ->
+            t.reentry_refused <- t.reentry_refused + 1;
+            refused := true;
+            false
         | Some msg -> go_below t (enter t) i msg
       else unpack_above t i msg
 
@@ -733,6 +759,7 @@ let fused_counters t =
     ("garbage", !(t.fused_garbage));
     ("delivered", t.fused_delivered);
     ("reentered", t.reentered);
+    ("reentry_refused", t.reentry_refused);
   ]
   @ left "down" t.left_dn @ left "up" t.left_up
 

@@ -90,7 +90,9 @@ val fused_counters : t -> (string * int) list
 (** Compressed casts sent, received, and dropped as malformed; casts the bypass delivered to the
     application; and, for each layer where casts left the bypass for the layered path (its case did
     not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]; ["reentered"]:
-    casts a layer kept that went back on the fused path below it. *)
+    casts a layer kept that went back on the fused path below it; ["reentry_refused"]: casts whose
+    headers above could not be read back into fields (tried once per cast, at the highest layer that
+    could take it back). *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
 (** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a
