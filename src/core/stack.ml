@@ -74,6 +74,8 @@ type t = {
          on its layered path (one it queued) may go on by the fused path
          below it *)
   constant : bool array; (* [constant.(i)]: layer [i] and those above have no fields *)
+  reentry_up : bool array; (* [reentry_up.(i)]: the headers of the layers above [i] read back *)
+  mutable reentered_up : int;
   above_const : Bytes.t option array; (* the layered headers above [i], when constant *)
   mutable scratch : Cstruct.t; (* the pushed headers of a cast re-entering, read there *)
   mutable reentered : int;
@@ -143,13 +145,16 @@ let check ?(requires = []) layers =
 let refused = ref false
 let below_refused = ref false
 
-let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter
+let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter ~reenter_up
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
   let n = Array.length nodes in
   let garbage = ref 0 in
   let out : L.header Layer.out =
     {
-      up = (fun src msg -> if i = n - 1 then app.deliver src msg else nodes.(i + 1).up src msg);
+      up =
+        (fun src msg ->
+          if i = n - 1 then app.deliver src msg
+          else if not (reenter_up src msg) then nodes.(i + 1).up src msg);
       up_ctl = (fun e -> if i = n - 1 then app.ctl e else nodes.(i + 1).up_ctl e);
       dn =
         (fun dst h msg ->
@@ -218,6 +223,12 @@ let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -
    goes on by the fused path below [i] if it can, and then is true
    (defined below). *)
 let reenter_dn : (t -> int -> Msg.t -> bool) ref = ref (fun _ _ _ -> false)
+
+(* [!reenter_up t i src m]: the same going up: a cast layer [i] passes up
+   on its layered path (one it held for a gap) goes on by the fused path
+   above [i] if it can. *)
+let reenter_up : (t -> int -> Event.src -> Msg.t -> bool) ref = ref (fun _ _ _ _ -> false)
+let no_reenter_up _ _ = false
 let no_reenter _ _ _ = false
 
 (* Headers are plain data: equality may only fail to apply to a header
@@ -353,10 +364,13 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
         end
         else no_reenter
       in
-      build ctx nodes dues i ~net ~app ~reenter (module F) ~mk
+      let reenter_up src msg = !reenter_up (Lazy.force frames) i src msg in
+      build ctx nodes dues i ~net ~app ~reenter ~reenter_up (module F) ~mk
   | None ->
       let module L = (val l : Layer.S) in
-      build ctx nodes dues i ~net ~app ~reenter:no_reenter (module L) ~mk:(fun _ -> None)
+      build ctx nodes dues i ~net ~app ~reenter:no_reenter ~reenter_up:no_reenter_up
+        (module L)
+        ~mk:(fun _ -> None)
 
 let fused_error count e msg =
   incr count;
@@ -425,12 +439,14 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             | None -> ())
           bottom_up;
       let reentry = Array.make n false and constant = Array.make n false in
+      let reentry_up = Array.make n false in
       if all_fast then begin
         let none k = offs.(k) = if k + 1 < n then offs.(k + 1) else !nfields in
         let unpacks k = none k || Option.is_some (Layer.find_compress bottom_up.(k)) in
         let above = ref true in
         for i = n - 1 downto 0 do
           reentry.(i) <- none i && !above;
+          reentry_up.(i) <- i < n - 1 && !above;
           constant.(i) <- none i && (i = n - 1 || constant.(i + 1));
           above := !above && unpacks i
         done
@@ -472,6 +488,8 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             left_up = Array.make n 0;
             reentry;
             constant;
+            reentry_up;
+            reentered_up = 0;
             above_const = Array.make n None;
             scratch = Cstruct.create 64;
             reentered = 0;
@@ -634,15 +652,15 @@ let go_below t frame i msg =
       leave t;
       raise e
 
-(* Where a layer above has fields (Total's place), each header above is
-   read into the frame from a copy of the pushed bytes. *)
-let unpack_above t i msg =
+(* Where a layer above has fields (Total's place), each header above [i]
+   is read into [frame] from a copy of the pushed bytes: the bytes read,
+   or -1 if one is not of the common case. *)
+let read_above t frame i msg =
   let buf, hoff, hlen = Msg.headers msg in
   if hlen > Cstruct.length t.scratch then
     t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
   Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
   let cs = Cstruct.sub t.scratch 0 hlen in
-  let frame = enter t in
   let n = Array.length t.nodes in
   let rec go k pos =
     if k = n || pos < 0 then pos
@@ -651,7 +669,11 @@ let unpack_above t i msg =
       | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
       | _ -> -1
   in
-  let used = go (i + 1) 0 in
+  go (i + 1) 0
+
+let unpack_above t i msg =
+  let frame = enter t in
+  let used = read_above t frame i msg in
   if used < 0 then begin
     leave t;
     t.reentry_refused <- t.reentry_refused + 1;
@@ -673,6 +695,40 @@ let () =
             false
         | Some msg -> go_below t (enter t) i msg
       else unpack_above t i msg
+
+(* Going up, a cast a layer held (Mnak, for a gap) and passes on later
+   carries the layered headers of the layers above it, pushed back from
+   the fields when it left the bypass: read back, they let it go on by
+   the fused path above that layer. A cast received layered has them in
+   its body, and goes on layered. *)
+let go_above t frame i src msg =
+  t.reentered_up <- t.reentered_up + 1;
+  match fused_up t frame (i + 1) src msg (mlen t msg) with
+  | () ->
+      leave t;
+      true
+  | exception e ->
+      leave t;
+      raise e
+
+let () =
+  reenter_up :=
+    fun t i src msg ->
+      t.fused && t.reentry_up.(i)
+      && (match src with Event.Cast_from _ -> true | _ -> false)
+      &&
+      if t.constant.(i + 1) then
+        match Msg.pull_bytes (above_const t i) msg with
+        | None -> false
+        | Some msg -> go_above t (enter t) i src msg
+      else
+        let frame = enter t in
+        let used = read_above t frame i msg in
+        if used < 0 then begin
+          leave t;
+          false
+        end
+        else go_above t frame i src (Msg.pull_pushed used msg)
 
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
@@ -759,6 +815,7 @@ let fused_counters t =
     ("garbage", !(t.fused_garbage));
     ("delivered", t.fused_delivered);
     ("reentered", t.reentered);
+    ("reentered_up", t.reentered_up);
     ("reentry_refused", t.reentry_refused);
   ]
   @ left "down" t.left_dn @ left "up" t.left_up
