@@ -717,8 +717,9 @@ let test_runtime_gaps () =
     members;
   Alcotest.(check bool) (Printf.sprintf "casts held for a gap (%d)" !held) true (!held > 0);
   Alcotest.(check bool)
-    (Printf.sprintf "held casts went on by the bypass (%d of %d)" !back !held)
-    true (!back > 0)
+    (Printf.sprintf "most held casts went on by the bypass (%d of %d)" !back !held)
+    true
+    (2 * !back >= !held)
 
 (* The same with Total (sequencer): every member casts, every member
    delivers the same sequence, and the casts of the sequencer (the first
