@@ -72,9 +72,12 @@ val describe : Layer.t list -> string
 
     A cast that a layer kept and sends down later on its layered path (Mflow's queue, emptied as
     credit comes back: under load, most casts) goes back on the fused path below that layer when the
-    layer and those above it have no varying fields and their headers are the constants of their
-    common case: the layered headers above are taken off again and the cast leaves compressed.
-    Receivers then deliver it by their fused path too.
+    layer has no varying fields, its header is the constant of its common case, and the headers of
+    the layers above read back into their fields (constants, or {!Layer.COMPRESS}): the layered
+    headers above are taken off again and the cast leaves compressed. Receivers then deliver it by
+    their fused path too. Going up, a cast a layer held (Mnak, for a gap) and passes on later goes
+    on by the fused path above it the same way, as it carries the layered headers pushed back from
+    its fields when it left the bypass.
 
     The stamp in Bottom's fields (the view and the stack's identity) makes sure a compressed cast is
     read only by a stack of the same layers. *)
@@ -90,9 +93,9 @@ val fused_counters : t -> (string * int) list
 (** Compressed casts sent, received, and dropped as malformed; casts the bypass delivered to the
     application; and, for each layer where casts left the bypass for the layered path (its case did
     not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]; ["reentered"]:
-    casts a layer kept that went back on the fused path below it; ["reentry_refused"]: casts whose
-    headers above could not be read back into fields (tried once per cast, at the highest layer that
-    could take it back). *)
+    casts a layer kept that went back on the fused path below it; ["reentered_up"]: the same going
+    up; ["reentry_refused"]: casts whose headers above could not be read back into fields (tried
+    once per cast, at the highest layer that could take it back). *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
 (** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a
