@@ -642,15 +642,19 @@ let above_const t i =
       t.above_const.(i) <- Some b;
       b
 
-let go_below t frame i msg =
-  t.reentered <- t.reentered + 1;
-  match fused_dn t frame (i - 1) Event.Cast msg (mlen t msg) with
+(* [run t f]: [f ()] in the frame just entered, which is then left. *)
+let run t f =
+  match f () with
   | () ->
       leave t;
       true
   | exception e ->
       leave t;
       raise e
+
+let go_below t frame i msg =
+  t.reentered <- t.reentered + 1;
+  run t (fun () -> fused_dn t frame (i - 1) Event.Cast msg (mlen t msg))
 
 (* Where a layer above has fields (Total's place), each header above [i]
    is read into [frame] from a copy of the pushed bytes: the bytes read,
@@ -703,13 +707,7 @@ let () =
    its body, and goes on layered. *)
 let go_above t frame i src msg =
   t.reentered_up <- t.reentered_up + 1;
-  match fused_up t frame (i + 1) src msg (mlen t msg) with
-  | () ->
-      leave t;
-      true
-  | exception e ->
-      leave t;
-      raise e
+  run t (fun () -> fused_up t frame (i + 1) src msg (mlen t msg))
 
 let () =
   reenter_up :=

@@ -579,6 +579,24 @@ let fused_group ?(params = Params.empty) ?link ~seed ~layers () =
   in
   (net, members)
 
+(* Member [i] delivered exactly [sent] from [g0], in order. *)
+let check_from g0 i sent got =
+  let from0 =
+    List.rev (List.filter_map (fun (o, s) -> if o = GS.me g0 then Some s else None) !got)
+  in
+  Alcotest.(check (list string))
+    (Printf.sprintf "m%d delivered every cast once, in order" i)
+    sent from0
+
+(* [f i st] for each member [i] and its stack, once it is checked to have
+   delivered [sent] from [g0]. *)
+let each_member g0 sent members f =
+  List.iteri
+    (fun i (g, got) ->
+      check_from g0 i sent got;
+      match GS.stack g with None -> Alcotest.fail "no stack" | Some st -> f i st)
+    members
+
 let test_runtime () =
   let net, members = fused_group ~seed:11 ~layers:(Result.get_ok G.Properties.(layers vsync)) () in
   Sim.run ~until:(Time.of_sec 3.) net;
@@ -588,25 +606,12 @@ let test_runtime () =
     (fun s -> match GS.cast g0 s with Ok () -> () | Error e -> Alcotest.failf "%a" Gr.pp_error e)
     sent;
   Sim.run ~until:(Time.of_sec 6.) net;
-  List.iteri
-    (fun i (g, got) ->
-      let from0 =
-        List.rev (List.filter_map (fun (o, s) -> if o = GS.me g0 then Some s else None) !got)
-      in
-      Alcotest.(check (list string))
-        (Printf.sprintf "m%d delivered every cast once, in order" i)
-        sent from0;
-      match GS.stack g with
-      | None -> Alcotest.fail "no stack"
-      | Some st ->
-          Alcotest.(check bool) "the stack is fused" true (Stack.fused st);
-          let c = Stack.fused_counters st in
-          if i = 0 then
-            Alcotest.(check bool) "casts sent compressed" true (List.assoc "sent" c >= 200)
-          else
-            Alcotest.(check bool) "casts received compressed" true (List.assoc "received" c >= 200);
-          Alcotest.(check int) "no compressed garbage" 0 (List.assoc "garbage" c))
-    members
+  each_member g0 sent members (fun i st ->
+      Alcotest.(check bool) "the stack is fused" true (Stack.fused st);
+      let c = Stack.fused_counters st in
+      if i = 0 then Alcotest.(check bool) "casts sent compressed" true (List.assoc "sent" c >= 200)
+      else Alcotest.(check bool) "casts received compressed" true (List.assoc "received" c >= 200);
+      Alcotest.(check int) "no compressed garbage" 0 (List.assoc "garbage" c))
 
 (* A burst far over Mflow's window from the first member (with Total: the
    sequencer): the casts Mflow queues for want of credit go out by the
@@ -695,26 +700,15 @@ let test_runtime_gaps () =
     sent;
   Sim.run ~until:(Time.add !clock (Time.of_sec 20.)) net;
   let held = ref 0 and back = ref 0 in
-  List.iteri
-    (fun i (g, got) ->
-      let from0 =
-        List.rev (List.filter_map (fun (o, s) -> if o = GS.me g0 then Some s else None) !got)
-      in
-      Alcotest.(check (list string))
-        (Printf.sprintf "m%d delivered every cast once, in order" i)
-        sent from0;
-      match GS.stack g with
-      | None -> Alcotest.fail "no stack"
-      | Some st ->
-          let c = Stack.fused_counters st in
-          let h = Option.value ~default:0 (List.assoc_opt "layered from mnak up" c) in
-          let b = List.assoc "reentered_up" c in
-          Alcotest.(check bool)
-            (Printf.sprintf "m%d: casts back on the bypass (%d) at most those held (%d)" i b h)
-            true (b <= h);
-          held := !held + h;
-          back := !back + b)
-    members;
+  each_member g0 sent members (fun i st ->
+      let c = Stack.fused_counters st in
+      let h = Option.value ~default:0 (List.assoc_opt "layered from mnak up" c) in
+      let b = List.assoc "reentered_up" c in
+      Alcotest.(check bool)
+        (Printf.sprintf "m%d: casts back on the bypass (%d) at most those held (%d)" i b h)
+        true (b <= h);
+      held := !held + h;
+      back := !back + b);
   Alcotest.(check bool) (Printf.sprintf "casts held for a gap (%d)" !held) true (!held > 0);
   Alcotest.(check bool)
     (Printf.sprintf "most held casts went on by the bypass (%d of %d)" !back !held)
