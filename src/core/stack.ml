@@ -675,30 +675,30 @@ let read_above t frame i msg =
   in
   go (i + 1) 0
 
-let unpack_above t i msg =
-  let frame = enter t in
-  let used = read_above t frame i msg in
-  if used < 0 then begin
-    leave t;
-    t.reentry_refused <- t.reentry_refused + 1;
-    refused := true;
-    false
-  end
-  else go_below t frame i (Msg.pull_pushed used msg)
+(* [take_above t i msg go]: [go frame msg'] with the headers of the layers
+   above [i] read into a frame just entered and taken off [msg] (constant
+   bytes compared, or each read back); [false] if they do not read back. *)
+let take_above t i msg go =
+  if i = Array.length t.nodes - 1 || t.constant.(i + 1) then
+    match Msg.pull_bytes (above_const t i) msg with None -> false | Some msg -> go (enter t) msg
+  else
+    let frame = enter t in
+    let used = read_above t frame i msg in
+    if used < 0 then begin
+      leave t;
+      false
+    end
+    else go frame (Msg.pull_pushed used msg)
 
 let () =
   reenter_dn :=
     fun t i msg ->
       t.fused && t.reentry.(i) && (not !below_refused)
-      &&
-      if t.constant.(i) then
-        match Msg.pull_bytes (above_const t i) msg with
-        | None ->
-            t.reentry_refused <- t.reentry_refused + 1;
-            refused := true;
-            false
-        | Some msg -> go_below t (enter t) i msg
-      else unpack_above t i msg
+      && (take_above t i msg (fun frame msg -> go_below t frame i msg)
+         ||
+         (t.reentry_refused <- t.reentry_refused + 1;
+          refused := true;
+          false))
 
 (* Going up, a cast a layer held (Mnak, for a gap) and passes on later
    carries the layered headers of the layers above it, pushed back from
@@ -714,19 +714,7 @@ let () =
     fun t i src msg ->
       t.fused && t.reentry_up.(i)
       && (match src with Event.Cast_from _ -> true | _ -> false)
-      &&
-      if t.constant.(i + 1) then
-        match Msg.pull_bytes (above_const t i) msg with
-        | None -> false
-        | Some msg -> go_above t (enter t) i src msg
-      else
-        let frame = enter t in
-        let used = read_above t frame i msg in
-        if used < 0 then begin
-          leave t;
-          false
-        end
-        else go_above t frame i src (Msg.pull_pushed used msg)
+      && take_above t i msg (fun frame msg -> go_above t frame i src msg)
 
 let send t rank msg = (top t).dn (Event.Send rank) msg
 let dn_ctl t e = (top t).dn_ctl e
