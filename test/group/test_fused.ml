@@ -13,7 +13,7 @@ open Consort
 module G = Consort_group
 
 let pass name =
-  Layer.fast
+  Layer.fast_send
     (module Layer.Pass_fast (struct
       let name = name
     end))
