@@ -150,8 +150,8 @@ val constant_send :
   ?up_fast:('t -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src) ->
   unit ->
   ('t, 'h) case
-(** [constant_send codec h ~live ()] is {!constant_cast} for sends: a send to any rank going down,
-    a send from any member coming up. *)
+(** [constant_send codec h ~live ()] is {!constant_cast} for sends: a send to any rank going down, a
+    send from any member coming up. *)
 
 module type FAST = sig
   include S
@@ -195,8 +195,8 @@ module type FAST_SEND = sig
 end
 
 val fast_send : (module FAST_SEND) -> t
-(** [fast_send (module L)] is {!fast}, with [L.send] for {!find_send}. A stack runs sends fused
-    only if every layer declared a send case. *)
+(** [fast_send (module L)] is {!fast}, with [L.send] for {!find_send}. A stack runs sends fused only
+    if every layer declared a send case. *)
 
 val find_send : t -> (module FAST_SEND) option
 

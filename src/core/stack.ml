@@ -400,8 +400,7 @@ let instantiate_fast (type s h) ctx nodes dues i ~net ~app ~off ~frames ~split ~
   let reenter =
     if c.nfields = 0 && i > 0 then begin
       let k = c.expand [||] 0 in
-      fun dst h msg ->
-        dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
+      fun dst h msg -> dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
     end
     else no_reenter
   in
@@ -920,6 +919,7 @@ let send t rank msg =
         raise e
   end
   else (top t).dn (Event.Send rank) msg
+
 let dn_ctl t e = (top t).dn_ctl e
 
 let fused_send_ok t msg =
@@ -1024,8 +1024,8 @@ let fused_counters t =
     ("sends_received", t.sends_received);
     ("sends_delivered", t.sends_delivered);
   ]
-  @ left "down" t.left_dn @ left "up" t.left_up
-  @ left "send down" t.sleft_dn @ left "send up" t.sleft_up
+  @ left "down" t.left_dn @ left "up" t.left_up @ left "send down" t.sleft_dn
+  @ left "send up" t.sleft_up
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg

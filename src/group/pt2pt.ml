@@ -436,6 +436,7 @@ module F = struct
       up_after = Layer.nothing_up_after;
       expand = (fun a off -> Data { seq = a.(off); ack = a.(off + 1) });
     }
+
   let keys h = List.rev (Seqring.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h [])
 
   let state t =

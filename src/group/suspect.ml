@@ -520,7 +520,8 @@ module F = struct
         src)
       ()
 
-  let send = Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ~up_fast:cast.up_fast ()
+  let send =
+    Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ~up_fast:cast.up_fast ()
 
   let state t =
     Fmt.str "stopped %b; heard %a; probed %a; beat %d tick %d; waiting %d; suspected %a; %a"

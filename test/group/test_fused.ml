@@ -49,7 +49,7 @@ let stacks =
 let params =
   Params.(
     empty |> set "mnak.window" (Int 8) |> set "mflow.window" (Int 256) |> set "pt2pt.window" (Int 8)
-    |> set "frag.size" (Int 600))
+    |> set "frag.size" (Int 600) |> set "pt2ptw.window" (Int 2000))
 
 (* The stacks with Total: the sequencer protocol, then the token one. *)
 let is_total i = i >= 5
@@ -94,6 +94,16 @@ let total_came_back = ref 0
 let total_fused_delivered = ref 0
 let view_changes = ref 0
 let counter c name = Option.value ~default:0 (List.assoc_opt name c)
+
+(* Sends: compressed ones sent and received by the fused copies, sends
+   the bypass delivered, traces where a send left the bypass (loss, a gap,
+   a full window, a view change) and a later one was delivered by it
+   again, and sends that left it going down at Pt2ptw (its window full). *)
+let sends_sent = ref 0
+let sends_received = ref 0
+let sends_delivered = ref 0
+let sends_came_back = ref 0
+let sends_window = ref 0
 
 (* A step of a written trace. *)
 type step =
@@ -241,6 +251,8 @@ let run_trace ?script ~seed () =
   in
   (* What the fused copies of this trace did, over its views. *)
   let sent_before = ref 0 and received_before = ref 0 and delivered_before = ref 0 in
+  let ssent_before = ref 0 and sreceived_before = ref 0 and sdelivered_before = ref 0 in
+  let sleft_before = ref 0 and swindow_before = ref 0 in
   let fc () = Stack.fused_counters !b.st in
   let fused_in () = !received_before + counter (fc ()) "received" in
   let delivered () = !delivered_before + counter (fc ()) "delivered" in
@@ -248,6 +260,16 @@ let run_trace ?script ~seed () =
   let left_total () =
     counter (fc ()) "layered from total up" + counter (fc ()) "layered from total down"
   in
+  let sdelivered () = !sdelivered_before + counter (fc ()) "sends_delivered" in
+  let sleft () =
+    !sleft_before
+    + List.fold_left
+        (fun a (k, v) ->
+          if Filename.check_suffix k " send down" || Filename.check_suffix k " send up" then a + v
+          else a)
+        0 (fc ())
+  in
+  let sleft_at = ref None and scame_back = ref false in
   let left_at = ref None and came_back = ref false in
   let total_left_at = ref None and total_back = ref false in
   let stop_all step =
@@ -256,6 +278,11 @@ let run_trace ?script ~seed () =
     compare_copies step "stop";
     Array.iter (function Some st -> Stack.dn_ctl st Event.Stop | None -> ()) !peers;
     sent_before := !sent_before + counter (fc ()) "sent";
+    ssent_before := !ssent_before + counter (fc ()) "sends_sent";
+    sreceived_before := !sreceived_before + counter (fc ()) "sends_received";
+    sdelivered_before := !sdelivered_before + counter (fc ()) "sends_delivered";
+    swindow_before := !swindow_before + counter (fc ()) "layered from pt2ptw send down";
+    sleft_before := sleft ();
     received_before := !received_before + counter (fc ()) "received";
     delivered_before := !delivered_before + counter (fc ()) "delivered"
   in
@@ -335,7 +362,9 @@ let run_trace ?script ~seed () =
         (* With Total, timers run more often, at once (the sequencer's
            orders go out), so that an order may overtake the cast it
            orders. *)
-        match Random.State.int rs (if is_total si then 18 else 12) with
+        let k = Random.State.int rs (if is_total si then 20 else 14) in
+        let k = if k >= 18 || ((not (is_total si)) && k >= 12) then 2 + (3 * (k land 1)) else k in
+        match k with
         | 0 | 1 ->
             let m = body () in
             Stack.cast !a.st (Msg.of_string pool m);
@@ -380,6 +409,9 @@ let run_trace ?script ~seed () =
                 end)
     in
     compare_copies step what;
+    (match !sleft_at with
+    | None -> if sleft () > 0 then sleft_at := Some (sdelivered ())
+    | Some k -> if sdelivered () > k then scame_back := true);
     (match !left_at with
     | None -> if ooo () > 0 then left_at := Some (fused_in ())
     | Some k -> if fused_in () > k then came_back := true);
@@ -391,6 +423,11 @@ let run_trace ?script ~seed () =
   stop_all (steps + 1);
   fused_sent := !fused_sent + !sent_before;
   fused_received := !fused_received + !received_before;
+  sends_sent := !sends_sent + !ssent_before;
+  sends_received := !sends_received + !sreceived_before;
+  sends_delivered := !sends_delivered + !sdelivered_before;
+  sends_window := !sends_window + !swindow_before;
+  if !scame_back then incr sends_came_back;
   if !came_back then incr left_and_came_back;
   if is_total si then begin
     incr total_traces;
@@ -412,6 +449,17 @@ let test_traces () =
      it at Total and came back@."
     traces !view_changes !fused_sent !fused_received !left_and_came_back !total_traces
     !total_fused_delivered !total_came_back;
+  Fmt.pr
+    "sends: %d compressed sent, %d received, %d delivered by the bypass; %d left it at Pt2ptw's \
+     full window; %d traces left the common case of a send and came back@."
+    !sends_sent !sends_received !sends_delivered !sends_window !sends_came_back;
+  Alcotest.(check bool) "compressed sends were sent" true (!sends_sent > traces);
+  Alcotest.(check bool) "compressed sends were received" true (!sends_received > traces / 2);
+  Alcotest.(check bool) "sends were delivered by the bypass" true (!sends_delivered > traces / 2);
+  Alcotest.(check bool) "sends left the bypass at a full window" true (!sends_window > traces / 100);
+  Alcotest.(check bool)
+    "traces left the common case of a send and came back" true
+    (!sends_came_back > traces / 20);
   Alcotest.(check bool) "compressed casts were sent" true (!fused_sent > traces);
   Alcotest.(check bool) "compressed casts were received" true (!fused_received > traces);
   Alcotest.(check bool)
