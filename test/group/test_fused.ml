@@ -590,6 +590,87 @@ let test_hostile si () =
   Stack.dn_ctl st Event.Stop;
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
 
+(* Compressed sends (kind 1) from a stranger to the default stack: the
+   view's stamp or not, any origin (this member's, a member's, none),
+   numbers in and out of every window, acknowledgements of what was never
+   sent, truncated. None raises, none from this member or outside the view
+   is delivered, nothing leaks, each is counted somewhere; and those of the
+   common case (the next number from a member) are delivered by the
+   bypass, those out of it taken up by the layered path and judged there. *)
+let test_hostile_sends () =
+  let si = 4 in
+  let pool = Pool.create () in
+  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
+  let ctx = { Layer.view; rng = Rng.create 1; params = params_of si; pool; now = (fun () -> 0) } in
+  let delivered = ref 0 in
+  let app =
+    {
+      Stack.deliver =
+        (fun src m ->
+          (match src with
+          | Event.Send_from r when r = 1 || r = 2 -> ()
+          | src -> Alcotest.failf "delivered a send %s" (src_s src));
+          incr delivered;
+          Msg.release m);
+      ctl = ignore;
+    }
+  in
+  let _, layers = stacks.(si) in
+  let st =
+    Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app)
+  in
+  let rs = Random.State.make [| 7 |] in
+  let int k = Random.State.int rs k in
+  let varint v = Codec.encode_string Codec.varint v in
+  let total () =
+    List.fold_left
+      (fun acc (_, cs) -> List.fold_left (fun acc (_, v) -> acc + v) acc cs)
+      0 (Stack.counters st)
+    + List.assoc "garbage" (Stack.fused_counters st)
+  in
+  let next = Array.make n 0 in
+  for _ = 1 to 3000 do
+    let origin = match int 6 with 0 -> 0 | 1 -> n | 2 -> Random.State.bits rs | _ -> 1 + int 2 in
+    let num k =
+      match int 6 with
+      | 0 -> 1 lsl 40
+      | 1 -> Random.State.bits rs
+      | 2 -> int 4
+      | _ -> if origin > 0 && origin < n then k else 0
+    in
+    let seq = num next.(min origin (n - 1)) in
+    let fields =
+      [
+        varint (if int 8 = 0 then Random.State.bits rs else View.stamp view);
+        varint origin;
+        varint seq;
+        varint (num 0);
+      ]
+    in
+    let fields = List.filteri (fun i _ -> i < 4 - if int 8 = 0 then 1 + int 4 else 0) fields in
+    let d = "\xc8\001" ^ String.concat "" fields ^ String.make (int 20) 'x' in
+    let d = if int 10 = 0 then String.sub d 0 (int (String.length d)) else d in
+    let before = total () and got = !delivered in
+    Stack.recv st (Msg.of_string pool d);
+    if !delivered > got && origin > 0 && origin < n && seq = next.(origin) then
+      next.(origin) <- next.(origin) + 1;
+    if total () = before && !delivered = got then
+      Alcotest.failf "datagram %S left no trace in any counter" d
+  done;
+  let c = Stack.fused_counters st in
+  let p = List.assoc "pt2pt" (Stack.counters st) in
+  Fmt.pr "%d delivered (%d by the bypass); %d garbage; pt2pt: %d impossible, %d beyond its window@."
+    !delivered (counter c "sends_delivered") (counter c "garbage") (counter p "impossible")
+    (counter p "beyond_window");
+  Alcotest.(check bool) "sends delivered by the bypass" true (counter c "sends_delivered" > 0);
+  Alcotest.(check bool) "compressed garbage counted" true (counter c "garbage" > 0);
+  Alcotest.(check bool)
+    "sends out of the common case taken up layered" true
+    (counter c "layered from pt2pt send up" > 0);
+  Alcotest.(check bool) "acknowledgements of nothing sent counted" true (counter p "impossible" > 0);
+  Stack.dn_ctl st Event.Stop;
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
 (* The group runtime with the fused path on, over the simulator: casts
    arrive compressed and are delivered by the bypass (not dropped as
    another part's datagrams and repaired: Migrate's first byte once took
@@ -600,19 +681,20 @@ module GS = Gr.Make (Sim)
 
 (* Three members joined over a fresh simulator with the fused path on,
    each with the casts it delivered (newest first). *)
-let fused_group ?(params = Params.empty) ?link ~seed ~layers () =
+let fused_group ?(params = Params.empty) ?link ?(on_send = fun _ ~origin:_ _ -> ()) ~seed ~layers ()
+    =
   let net = Sim.create ~seed ?link () in
   let params = Params.(params |> set "stack.fused" (Bool true)) in
   let addrs = List.init 3 (Printf.sprintf "m%d") in
   let members =
-    List.map
-      (fun addr ->
+    List.mapi
+      (fun i addr ->
         let got = ref [] in
         let cb =
           {
             Gr.view = ignore;
             cast = (fun ~origin s -> got := (origin, s) :: !got);
-            send = (fun ~origin:_ _ -> ());
+            send = (fun ~origin s -> on_send i ~origin s);
             block = ignore;
             flow = ignore;
             exit = ignore;
@@ -763,6 +845,75 @@ let test_runtime_gaps () =
     true
     (2 * !back >= !held)
 
+(* Sends both ways between two members, with casts among them, over the
+   simulator (lossless, or with 5% loss): every send is delivered once, in
+   order; they go compressed and come up by the bypass; under loss, sends
+   after a gap leave it (held by Pt2pt, then retransmitted layered) and
+   later ones come back to it. *)
+let test_runtime_sends ?link ~seed () =
+  let sends = Array.init 3 (fun _ -> ref []) in
+  let on_send i ~origin s = sends.(i) := (origin, s) :: !(sends.(i)) in
+  let net, members =
+    fused_group ?link ~on_send ~seed ~layers:(Result.get_ok G.Properties.(layers vsync)) ()
+  in
+  Sim.run ~until:(Time.of_sec 3.) net;
+  let g0, _ = List.nth members 0 and g1, _ = List.nth members 1 in
+  let k = 300 in
+  let clock = ref (Time.of_sec 3.) in
+  let ok = function Ok () -> () | Error e -> Alcotest.failf "%a" Gr.pp_error e in
+  for j = 0 to k - 1 do
+    clock := Time.add !clock (Time.of_ms 2);
+    Sim.run ~until:!clock net;
+    ok (GS.send g0 (GS.me g1) (Printf.sprintf "0 to 1: %d" j));
+    ok (GS.send g1 (GS.me g0) (Printf.sprintf "1 to 0: %d" j));
+    if j mod 10 = 0 then ok (GS.cast g0 (Printf.sprintf "cast %d" j))
+  done;
+  Sim.run ~until:(Time.add !clock (Time.of_sec 20.)) net;
+  let from g i =
+    List.rev (List.filter_map (fun (o, s) -> if o = GS.me g then Some s else None) !(sends.(i)))
+  in
+  Alcotest.(check (list string))
+    "m1 got every send of m0 once, in order"
+    (List.init k (Printf.sprintf "0 to 1: %d"))
+    (from g0 1);
+  Alcotest.(check (list string))
+    "m0 got every send of m1 once, in order"
+    (List.init k (Printf.sprintf "1 to 0: %d"))
+    (from g1 0);
+  let fc g = match GS.stack g with Some st -> Stack.fused_counters st | None -> [] in
+  let c0 = fc g0 and c1 = fc g1 in
+  let left c =
+    List.fold_left
+      (fun a (name, v) -> if Filename.check_suffix name " send up" then a + v else a)
+      0 c
+  in
+  List.iter
+    (fun (i, c) ->
+      Alcotest.(check int) "no compressed garbage" 0 (counter c "garbage");
+      Alcotest.(check bool)
+        (Printf.sprintf "m%d: sends sent compressed (%d)" i (counter c "sends_sent"))
+        true
+        (counter c "sends_sent" >= k);
+      let d = counter c "sends_delivered" in
+      if link = None then
+        Alcotest.(check bool)
+          (Printf.sprintf "m%d: sends delivered by the bypass (%d)" i d)
+          true (d >= k)
+      else begin
+        Alcotest.(check bool)
+          (Printf.sprintf "m%d: sends left the bypass going up (%d)" i (left c))
+          true
+          (left c > 0);
+        Alcotest.(check bool)
+          (Printf.sprintf "m%d: sends back on the bypass after the gaps (%d)" i d)
+          true
+          (3 * d >= k)
+      end)
+    [ (0, c0); (1, c1) ];
+  (* The group's counters show them. *)
+  let gc = List.assoc "fused" (GS.counters g1) in
+  Alcotest.(check bool) "Group.counters count sends" true (counter gc "sends_delivered" > 0)
+
 (* The same with Total (sequencer): every member casts, every member
    delivers the same sequence, and the casts of the sequencer (the first
    member) go through the bypass down and up. *)
@@ -832,6 +983,9 @@ let () =
           Alcotest.test_case "a group over the simulator" `Quick test_runtime;
           Alcotest.test_case "a group with Total over the simulator" `Quick test_runtime_total;
           Alcotest.test_case "casts held for a gap go on by the fused path" `Quick test_runtime_gaps;
+          Alcotest.test_case "sends both ways" `Quick (test_runtime_sends ~seed:15);
+          Alcotest.test_case "sends both ways, 5% loss" `Quick
+            (test_runtime_sends ~link:{ Sim.default_link with loss = 0.05 } ~seed:16);
           Alcotest.test_case "queued casts re-enter the fused path" `Quick
             (test_runtime_queued ((fun () -> G.Properties.(layers vsync)), []));
           Alcotest.test_case "queued casts re-enter the fused path under Total (sequencer)" `Quick
@@ -852,5 +1006,6 @@ let () =
           Alcotest.test_case "compressed garbage" `Quick (test_hostile 1);
           Alcotest.test_case "compressed garbage, Total (sequencer)" `Quick (test_hostile 5);
           Alcotest.test_case "compressed garbage, Total (token)" `Quick (test_hostile token_stack);
+          Alcotest.test_case "compressed sends" `Quick test_hostile_sends;
         ] );
     ]
