@@ -677,22 +677,28 @@ let go_below t frame i msg =
 
 (* Where a layer above has fields (Total's place), each header above [i]
    is read into [frame] from a copy of the pushed bytes: the bytes read,
-   or -1 if one is not of the common case. *)
+   or -1 if one is not of the common case. A cast received layered has
+   no pushed headers (they are in its body): -1 at once, where reading
+   would fail on the first header, past the end (Cstruct's bounds error,
+   a formatted message, at every layer the cast passes). *)
 let read_above t frame i msg =
   let buf, hoff, hlen = Msg.headers msg in
-  if hlen > Cstruct.length t.scratch then
-    t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
-  Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
-  let cs = Cstruct.sub t.scratch 0 hlen in
-  let n = Array.length t.nodes in
-  let rec go k pos =
-    if k = n || pos < 0 then pos
-    else
-      match t.nodes.(k).fast with
-      | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
-      | _ -> -1
-  in
-  go (i + 1) 0
+  if hlen = 0 then -1
+  else begin
+    if hlen > Cstruct.length t.scratch then
+      t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
+    Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
+    let cs = Cstruct.sub t.scratch 0 hlen in
+    let n = Array.length t.nodes in
+    let rec go k pos =
+      if k = n || pos < 0 then pos
+      else
+        match t.nodes.(k).fast with
+        | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
+        | _ -> -1
+    in
+    go (i + 1) 0
+  end
 
 (* [take_above t i msg go]: [go frame msg'] with the headers of the layers
    above [i] read into a frame just entered and taken off [msg] (constant
