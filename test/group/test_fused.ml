@@ -765,8 +765,10 @@ let test_runtime_gaps () =
     (2 * !back >= !held)
 
 (* The same with Total (sequencer): every member casts, every member
-   delivers the same sequence, and the casts of the sequencer (the first
-   member) go through the bypass down and up. *)
+   delivers the same sequence, the casts of the sequencer (the first
+   member) go through the bypass down and up, and the others' casts wait
+   for their order held on the bypass (here the order has several runs:
+   it comes layered). *)
 let test_runtime_total () =
   let net, members = fused_group ~seed:12 ~layers:(Result.get_ok G.Properties.(layers total)) () in
   Sim.run ~until:(Time.of_sec 3.) net;
@@ -816,6 +818,17 @@ let test_runtime_total () =
       Fmt.pr "m%d (rank %d): %a@." i (GS.view g).rank
         Fmt.(list ~sep:comma (pair ~sep:(any "=") string int))
         c;
+      (* The casts that wait for their order are held on the bypass, at
+         every member: the other members' at the sequencer, and at the
+         others their own and the third member's. *)
+      Alcotest.(check int)
+        (Printf.sprintf "m%d: no received cast left the bypass at Total" i)
+        0
+        (counter c "layered from total up");
+      Alcotest.(check bool)
+        (Printf.sprintf "m%d: casts held on the bypass (%d)" i (counter c "held"))
+        true
+        (counter c "held" >= 2 * per);
       if (GS.view g).rank = 0 then
         Alcotest.(check bool)
           (Printf.sprintf "m%d: the sequencer's casts sent compressed" i)
