@@ -157,6 +157,17 @@ let fast_send (module F : FAST_SEND) : t =
 
 let find_send (l : t) = List.assq_opt l !send_layers
 
+module type COMPRESS_SEND = sig
+  include COMPRESS
+
+  val send : (t, header) case
+end
+
+let fast_compress_send (module C : COMPRESS_SEND) : t =
+  let l = fast_compress (module C : COMPRESS) in
+  send_layers := (l, (module C : FAST_SEND)) :: !send_layers;
+  l
+
 module Pass_fast (N : sig
   val name : string
 end) =

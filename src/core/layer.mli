@@ -208,6 +208,17 @@ val fast_send : (module FAST_SEND) -> t
 
 val find_send : t -> (module FAST_SEND) option
 
+module type COMPRESS_SEND = sig
+  include COMPRESS
+
+  val send : (t, header) case
+  (** As {!FAST_SEND.send}. *)
+end
+
+val fast_compress_send : (module COMPRESS_SEND) -> t
+(** [fast_compress_send (module L)] is {!fast_compress} and {!fast_send} at once: [L.compress] for
+    {!find_compress}, [L.send] for {!find_send}. *)
+
 (** {!Pass} with its (trivial) fused declaration, for casts and sends. *)
 module Pass_fast (N : sig
   val name : string

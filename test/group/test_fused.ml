@@ -92,6 +92,7 @@ let left_and_came_back = ref 0
 let total_traces = ref 0
 let total_came_back = ref 0
 let total_fused_delivered = ref 0
+let total_sends_delivered = ref 0
 let view_changes = ref 0
 
 (* With Total, per protocol (0: sequencer, 1: token): received casts held
@@ -449,6 +450,7 @@ let run_trace ?script ~seed () =
   if is_total si then begin
     incr total_traces;
     total_fused_delivered := !total_fused_delivered + !delivered_before;
+    total_sends_delivered := !total_sends_delivered + !sdelivered_before;
     if !total_back then incr total_came_back;
     let p = if si = token_stack then 1 else 0 in
     total_held.(p) <- total_held.(p) + !held_before;
@@ -478,7 +480,11 @@ let test_traces () =
     "sends: %d compressed sent, %d received, %d delivered by the bypass; %d left it at Pt2ptw's \
      full window; %d traces left the common case of a send and came back@."
     !sends_sent !sends_received !sends_delivered !sends_window !sends_came_back;
+  Fmt.pr "with Total: %d sends delivered by the bypass@." !total_sends_delivered;
   Alcotest.(check bool) "compressed sends were sent" true (!sends_sent > traces);
+  Alcotest.(check bool)
+    "sends were delivered by the bypass in stacks with Total" true
+    (!total_sends_delivered > traces / 10);
   Alcotest.(check bool) "compressed sends were received" true (!sends_received > traces / 2);
   Alcotest.(check bool) "sends were delivered by the bypass" true (!sends_delivered > traces / 2);
   Alcotest.(check bool) "sends left the bypass at a full window" true (!sends_window > traces / 100);
