@@ -969,6 +969,120 @@ let test_attach () =
         ~timeout:(Consort.Time.of_ms 15_000);
       Alcotest.(check int) "50 rounds, no polling" 50 !rounds)
 
+(* The daemon's operations: its control socket answers status, counters,
+   cast and send for the members it holds, by group; its metrics port serves
+   the Prometheus text; its pcap file records the members' datagrams. *)
+let test_ops () =
+  let dir = tmpdir () in
+  let ctl = Filename.concat dir "d.ctl" and pcap = Filename.concat dir "d.pcap" in
+  let metrics = addr 49 in
+  let d =
+    start ~dir
+      ~args:[ "--ports"; "4"; "--control"; ctl; "--metrics"; metrics; "--pcap"; pcap ]
+      ~bind:(addr 45) ()
+  in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf dir)
+    (fun () ->
+      let a = member d "g" and b = member d "g" and h = member d "h" in
+      check "a view of two in g" true
+        (until [ a.conn; b.conn; h.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      let ask line =
+        (* The daemon answers from its loop: the clients are stepped meanwhile. *)
+        match Consort_ops.Serve.request (Unix.ADDR_UNIX ctl) line with
+        | Ok j -> Yojson.Safe.from_string j
+        | Error e -> Alcotest.fail e
+      in
+      let field k = function `Assoc l -> List.assoc_opt k l | _ -> None in
+      let members j = match field "members" j with Some (`List l) -> l | _ -> [] in
+      let str k j = match field k j with Some (`String s) -> s | _ -> "" in
+      let st = ask "status" in
+      Alcotest.(check int) "status: every member held" 3 (List.length (members st));
+      Alcotest.(check (option int))
+        "status: the daemon's count" (Some 3)
+        (match Option.bind (field "daemon" st) (field "members") with
+        | Some (`Int n) -> Some n
+        | _ -> None);
+      let g = ask "group g status" in
+      Alcotest.(check (list string))
+        "group g: a and b"
+        (List.sort compare [ C.me a.m; C.me b.m ])
+        (List.sort compare (List.map (str "me") (members g)));
+      List.iter
+        (fun m -> Alcotest.(check int) "each in a view of two" 2 (List.length (members m)))
+        (members g);
+      let ctr = ask "group h counters" in
+      (match members ctr with
+      | [ m ] ->
+          Alcotest.(check string) "counters: h's member" (C.me h.m) (str "me" m);
+          check "counters per layer" true
+            (match field "counters" m with Some c -> field "group" c <> None | None -> false)
+      | _ -> Alcotest.fail "counters of group h: one member");
+      check "the daemon's own counters" true
+        (match Option.bind (field "daemon" ctr) (field "joins") with
+        | Some (`Int 3) -> true
+        | _ -> false);
+      Alcotest.(check string)
+        "a cast needs a group when there are two" "which group? (--group NAME: g, h)"
+        (str "error" (ask "cast x"));
+      Alcotest.(check string) "cast through g" "" (str "error" (ask "group g cast from ops"));
+      Alcotest.(check string)
+        "send through g" ""
+        (str "error" (ask (Printf.sprintf "group g send %s psst" (C.me b.m))));
+      check "the cast reaches g's members, the send its one" true
+        (until [ a.conn; b.conn; h.conn ] (fun () ->
+             List.exists (fun (_, s) -> s = "from ops") !(a.casts)
+             && List.exists (fun (_, s) -> s = "from ops") !(b.casts)
+             && List.exists (fun (_, s) -> s = "psst") !(b.sends)));
+      Alcotest.(check (list (pair string string))) "h hears nothing" [] !(h.casts);
+      check "an unknown request is refused" true (str "error" (ask "leave") <> "");
+      (* Metrics over HTTP. *)
+      let body =
+        let ip, port =
+          match String.split_on_char ':' metrics with
+          | [ ip; p ] -> (Unix.inet_addr_of_string ip, int_of_string p)
+          | _ -> assert false
+        in
+        let s = Unix.socket Unix.PF_INET Unix.SOCK_STREAM 0 in
+        Unix.connect s (Unix.ADDR_INET (ip, port));
+        let req = "GET /metrics HTTP/1.0\r\n\r\n" in
+        ignore (Unix.write_substring s req 0 (String.length req));
+        let b = Buffer.create 4096 and chunk = Bytes.create 4096 in
+        let rec go () =
+          match Unix.read s chunk 0 4096 with
+          | 0 -> ()
+          | n ->
+              Buffer.add_subbytes b chunk 0 n;
+              go ()
+        in
+        go ();
+        Unix.close s;
+        Buffer.contents b
+      in
+      List.iter
+        (fun sub -> check ("metrics: " ^ sub) true (Astring_like.contains body sub))
+        [
+          "200 OK";
+          "consortd_members 3";
+          "# TYPE consortd_counter counter";
+          Printf.sprintf "consort_view_members{group=\"g\",member=\"%s\"} 2" (C.me a.m);
+        ];
+      C.close a.conn;
+      C.close b.conn;
+      C.close h.conn;
+      stop d;
+      (* The pcap file: its header, then records of the members' datagrams. *)
+      let ic = open_in_bin pcap in
+      let data = really_input_string ic (in_channel_length ic) in
+      close_in ic;
+      check "pcap: header and records" true (String.length data > 24 + 16 + 28);
+      Alcotest.(check int32) "pcap magic" 0xa1b2c3d4l (String.get_int32_le data 0);
+      Alcotest.(check int32) "raw IP" 101l (String.get_int32_le data 20);
+      let sport = String.get_uint16_be data (24 + 16 + 20) in
+      check "from a member's port" true (sport >= base + 45 && sport < base + 49))
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -994,5 +1108,6 @@ let () =
           Alcotest.test_case "suspect and switch" `Quick test_suspect_switch;
           Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
+          Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
         ] );
     ]
