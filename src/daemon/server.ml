@@ -1039,13 +1039,35 @@ let create loop cfg =
   let ( let* ) = Result.bind in
   let* ip, first_port = Result.map_error (fun e -> "--bind: " ^ e) (split_addr cfg.bind) in
   let* () =
-    if ip = "0.0.0.0" || ip = "255.255.255.255" then
+    let multicast =
+      match String.split_on_char '.' ip with
+      | a :: _ -> ( match int_of_string_opt a with Some a -> a >= 224 && a <= 239 | None -> false)
+      | [] -> false
+    in
+    if ip = "0.0.0.0" || ip = "255.255.255.255" || multicast then
       Error (Printf.sprintf "--bind %s: members need an address peers can reach" cfg.bind)
     else if first_port = 0 then
       Error (Printf.sprintf "--bind %s: port 0 picks a port peers cannot know; give one" cfg.bind)
     else if cfg.ports < 1 || first_port + cfg.ports - 1 > 65535 then
       Error (Printf.sprintf "--ports %d: not a range of ports from %d" cfg.ports first_port)
     else Ok ()
+  in
+  (* An address no interface of this machine has would fail every JOIN:
+     refused up front. *)
+  let* () =
+    match Unix.inet_addr_of_string ip with
+    | exception Failure _ -> Error (Printf.sprintf "--bind %s: not an IPv4 address" cfg.bind)
+    | a -> (
+        let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
+        match Unix.bind s (Unix.ADDR_INET (a, 0)) with
+        | () ->
+            Unix.close s;
+            Ok ()
+        | exception Unix.Unix_error (e, _, _) ->
+            Unix.close s;
+            Error
+              (Printf.sprintf "--bind %s: no interface of this machine has %s (%s)" cfg.bind ip
+                 (Unix.error_message e)))
   in
   let* peers = Result.map_error (fun e -> "--peers: " ^ e) (parse_peers cfg.peers) in
   let* () =

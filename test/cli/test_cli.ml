@@ -17,7 +17,7 @@ type result = { code : int; out : string; err : string }
 
 (* Runs [exe args] with standard input from /dev/null, killing it after
    [limit] seconds (a command that runs on is a failure). *)
-let run ?(limit = 20.) args =
+let run ?(exe = exe) ?(limit = 20.) args =
   let tmp_out = Filename.temp_file "cli" ".out" and tmp_err = Filename.temp_file "cli" ".err" in
   let fd_out = Unix.openfile tmp_out [ O_WRONLY; O_TRUNC ] 0o600 in
   let fd_err = Unix.openfile tmp_err [ O_WRONLY; O_TRUNC ] 0o600 in
@@ -97,8 +97,8 @@ let rec leaves path =
 
 (* The options of a leaf whose value is a number: "--name=DOCV (absent=NUM)"
    or a required one with a numeric DOCV. *)
-let numeric_options path =
-  let r = run (path @ [ "--help=plain" ]) in
+let numeric_options ?exe path =
+  let r = run ?exe (path @ [ "--help=plain" ]) in
   let re_num s = match float_of_string_opt s with Some _ -> true | None -> false in
   String.split_on_char '\n' r.out
   |> List.filter_map (fun l ->
@@ -621,6 +621,103 @@ let readme_table () =
         Alcotest.failf "README's table of properties has no row for %s" n)
     ps
 
+(* {1 consortd} *)
+
+let consortd = Filename.concat (Filename.dirname (Filename.dirname exe)) "bin/consortd/consortd.exe"
+
+(* A Unix socket file nobody listens on: a daemon that died. *)
+let dead_socket () =
+  let path = Filename.concat tmp (Printf.sprintf "consort-cli-dead-%d.sock" (Unix.getpid ())) in
+  (try Sys.remove path with Sys_error _ -> ());
+  let s = Unix.socket Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+  Unix.bind s (Unix.ADDR_UNIX path);
+  Unix.close s;
+  path
+
+(* A base that would start a daemon; each bad invocation must be refused
+   before it serves: exit 2 and one line naming consortd, 124 when the
+   command line cannot be read. *)
+let consortd_cases () =
+  let sock = Filename.concat tmp (Printf.sprintf "consort-cli-d-%d.sock" (Unix.getpid ())) in
+  let base = [ "--socket"; sock ] in
+  let cases =
+    [
+      ([], 2);
+      ([ "--socket"; missing ], 2);
+      ([ "--socket"; existing ], 2);
+      ([ "--socket"; "/proc/consort.sock" ], 2);
+      (base @ [ "--bind"; "nonsense" ], 2);
+      (base @ [ "--bind"; "0.0.0.0:7500" ], 2);
+      (base @ [ "--bind"; "239.1.2.3:7500" ], 2);
+      (base @ [ "--bind"; "192.0.2.1:7500" ], 2);
+      (base @ [ "--bind"; "127.0.0.1:0" ], 2);
+      (base @ [ "--bind"; "127.0.0.1:65530"; "--ports"; "10" ], 2);
+      (base @ [ "--peers"; "bad" ], 2);
+      (base @ [ "--peers"; "127.0.0.1:9-1" ], 2);
+      (base @ [ "--key"; missing ], 2);
+      (base @ [ "--key"; existing ], 2);
+      (base @ [ "--tcp"; "10.0.0.1:80" ], 2);
+      (base @ [ "--tcp"; "nonsense" ], 2);
+      (base @ [ "--control"; missing ], 2);
+      (base @ [ "--metrics"; "nowhere" ], 2);
+      (base @ [ "--pcap"; existing ], 2);
+      (base @ [ "--pcap"; missing ], 2);
+      (base @ [ "--max-frame"; "10" ], 2);
+      (base @ [ "--hello-timeout"; "0" ], 2);
+      (base @ [ "--log-level"; "nonsense" ], 124);
+      (base @ [ "--log-format"; "xml" ], 124);
+      (base @ [ "--ports"; "many" ], 124);
+    ]
+  in
+  List.iter
+    (fun (args, expected) ->
+      let r = run ~exe:consortd ~limit:10. args in
+      let args = "consortd" :: args in
+      no_defect args r;
+      if r.code <> expected then
+        Alcotest.failf "%s: exit %d, expected %d\n%s%s" (String.concat " " args) r.code expected
+          r.out r.err;
+      if expected = 2 then
+        match lines r.err with
+        | [ l ] when String.length l > 9 && String.sub l 0 9 = "consortd:" -> ()
+        | _ -> Alcotest.failf "%s: not one line naming consortd: %S" (String.concat " " args) r.err)
+    cases;
+  (* Negative numbers: refused, naming the option. *)
+  let opts = numeric_options ~exe:consortd [] in
+  if List.length opts < 8 then Alcotest.failf "consortd: only %d numeric options" (List.length opts);
+  List.iter
+    (fun opt ->
+      let r = run ~exe:consortd ~limit:10. (base @ [ opt ^ "=-1" ]) in
+      no_defect [ "consortd"; opt ^ "=-1" ] r;
+      if r.code <> 124 && r.code <> 2 then Alcotest.failf "consortd %s=-1: exit %d" opt r.code;
+      let bare = String.sub opt 2 (String.length opt - 2) in
+      if not (contains r.err bare) then Alcotest.failf "consortd %s=-1: %S" opt r.err)
+    opts;
+  if Sys.file_exists sock then Alcotest.failf "a refused consortd left its socket %s" sock;
+  (* Its help: the exit statuses and EXAMPLES with consortd command lines. *)
+  let h = run ~exe:consortd [ "--help=plain" ] in
+  if
+    not
+      (contains h.out "EXIT STATUS" && contains h.out "EXAMPLES"
+      && contains h.out "       consortd --socket")
+  then Alcotest.fail "consortd --help: no EXIT STATUS or EXAMPLES"
+
+(* The operations commands against a daemon that died (its socket file
+   left behind): refused in one line, exit 2. *)
+let dead_daemon () =
+  let dead = dead_socket () in
+  Fun.protect
+    ~finally:(fun () -> try Sys.remove dead with Sys_error _ -> ())
+    (fun () ->
+      List.iter
+        (fun args -> check_refused args [] 2)
+        [
+          [ "status"; "--control"; dead ];
+          [ "counters"; "--control"; dead; "--group"; "g" ];
+          [ "cast"; "--control"; dead; "x" ];
+          [ "send"; "--control"; dead; "id"; "x" ];
+        ])
+
 let () =
   Alcotest.run "cli"
     [
@@ -632,6 +729,8 @@ let () =
           Alcotest.test_case "negative numbers refused when read" `Quick negative_numbers;
           Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick
             help_everywhere;
+          Alcotest.test_case "consortd: bad arguments, negative numbers, help" `Quick consortd_cases;
+          Alcotest.test_case "a dead daemon's socket" `Quick dead_daemon;
         ] );
       ( "lists",
         [
