@@ -1083,6 +1083,208 @@ let test_ops () =
       let sport = String.get_uint16_be data (24 + 16 + 20) in
       check "from a member's port" true (sport >= base + 45 && sport < base + 49))
 
+(* doc/protocol.md against the code: every message of its tables is the
+   frame Wire writes (type byte, fields in order, their types), every frame
+   Wire writes has its row, the error codes are the table's, and the
+   versions and limits are the ones the daemon uses. *)
+let test_protocol_doc () =
+  let doc =
+    let here = Filename.dirname Sys.executable_name in
+    let f =
+      List.find Sys.file_exists [ Filename.concat here "../../doc/protocol.md"; "doc/protocol.md" ]
+    in
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    s
+  in
+  let lines = String.split_on_char '\n' doc in
+  let cells l = List.map String.trim (String.split_on_char '|' l) in
+  let unquote c = String.concat "" (String.split_on_char '`' c) in
+  (* Rows of the message tables: type byte, name, [field, type] list. *)
+  let rows =
+    List.filter_map
+      (fun l ->
+        match cells l with
+        | [ ""; ty; name; fields; "" ] when String.length ty > 3 && String.sub ty 0 3 = "`0x" ->
+            let ty = int_of_string (unquote ty) in
+            (* Without the remarks in parentheses: "kind: u8 (0 cast, 1 send)". *)
+            let fields =
+              let b = Buffer.create 64 and depth = ref 0 in
+              String.iter
+                (fun c ->
+                  if c = '(' then incr depth
+                  else if c = ')' then decr depth
+                  else if !depth = 0 then Buffer.add_char b c)
+                fields;
+              Buffer.contents b
+            in
+            let fields =
+              String.split_on_char ',' fields
+              |> List.map (fun f ->
+                     let f = String.trim (unquote f) in
+                     match String.index_opt f ':' with
+                     | Some i ->
+                         let t = String.trim (String.sub f (i + 1) (String.length f - i - 1)) in
+                         let t = List.hd (String.split_on_char ' ' t) in
+                         (String.sub f 0 i, t)
+                     | None -> Alcotest.failf "protocol.md: field %S has no type" f)
+            in
+            Some (ty, (name, fields))
+        | _ -> None)
+      lines
+  in
+  Alcotest.(check bool)
+    "protocol.md: 9 requests and 13 replies and upcalls" true
+    (List.length rows = 22);
+  (* Each frame of the code, with its doc name and its fields' values in order. *)
+  let i n = `I n and s x = `S x and l x = `L x in
+  let requests =
+    [
+      ("HELLO", Wire.Hello { min_version = 1; max_version = 2; name = "n" }, [ i 1; i 2; s "n" ]);
+      ( "JOIN",
+        Wire.Join
+          { handle = 3; group = "g"; props = "vsync"; params = "a=1"; flags = 1; peers = [ "p" ] },
+        [ i 3; s "g"; s "vsync"; s "a=1"; i 1; l [ "p" ] ] );
+      ("LEAVE", Wire.Leave { handle = 4 }, [ i 4 ]);
+      ("CAST", Wire.Cast { handle = 5; req = 6; payload = "x" }, [ i 5; i 6; s "x" ]);
+      ( "SEND",
+        Wire.Send { handle = 5; req = 7; dst = "d"; payload = "y" },
+        [ i 5; i 7; s "d"; s "y" ] );
+      ("SUSPECT", Wire.Suspect { handle = 8; ids = [ "a"; "b" ] }, [ i 8; l [ "a"; "b" ] ]);
+      ("BLOCK_OK", Wire.Block_ok { handle = 9 }, [ i 9 ]);
+      ( "SWITCH",
+        Wire.Switch { handle = 10; props = "vsync,Total"; params = "" },
+        [ i 10; s "vsync,Total"; s "" ] );
+      ("PING", Wire.Ping { cookie = 11 }, [ i 11 ]);
+    ]
+    |> List.map (fun (n, r, f) -> (n, Wire.encode_request r, f))
+  in
+  let events =
+    [
+      ( "HELLO_OK",
+        Wire.Hello_ok { version = 2; max_frame = 1000; max_queue = 2000; server = "d" },
+        [ i 2; i 1000; i 2000; s "d" ] );
+      ("OK", Wire.Ok { handle = 1; value = 1 lsl 40; info = "i" }, [ i 1; i (1 lsl 40); s "i" ]);
+      ("ERROR", Wire.Error { handle = 2; code = Wire.Too_big; reason = "r" }, [ i 2; i 3; s "r" ]);
+      ("PONG", Wire.Pong { cookie = 12 }, [ i 12 ]);
+      ( "VIEW",
+        Wire.View
+          {
+            handle = 3;
+            vid = "v";
+            ltime = 4;
+            rank = 1;
+            coordinator = "c";
+            members = [ "c"; "m" ];
+            joined = [ "m" ];
+            left = [ "o" ];
+            why = [ "left" ];
+          },
+        [ i 3; s "v"; i 4; i 1; s "c"; l [ "c"; "m" ]; l [ "m" ]; l [ "o" ]; l [ "left" ] ] );
+      ("CAST", Wire.Cast_up { handle = 5; origin = "o"; payload = "p" }, [ i 5; s "o"; s "p" ]);
+      ("SEND", Wire.Send_up { handle = 5; origin = "o"; payload = "q" }, [ i 5; s "o"; s "q" ]);
+      ("BLOCK", Wire.Block { handle = 6 }, [ i 6 ]);
+      ("FLOW", Wire.Flow { handle = 7; blocked = true }, [ i 7; i 1 ]);
+      ("EXIT", Wire.Exit { handle = 8 }, [ i 8 ]);
+      ( "SENT",
+        Wire.Sent { handle = 9; req = 10; kind = `Send; view = "v" },
+        [ i 9; i 10; i 1; s "v" ] );
+      ("LOST", Wire.Lost { handle = 9; req = 11; reason = "gone" }, [ i 9; i 11; s "gone" ]);
+      ( "REFUSED",
+        Wire.Refused { handle = 9; req = 12; code = Wire.Flow_control; reason = "wait" },
+        [ i 9; i 12; i 4; s "wait" ] );
+    ]
+    |> List.map (fun (n, e, f) -> (n, Wire.encode_event e, f))
+  in
+  (* Reads a frame's fields as the doc's row says they are. *)
+  let read_fields frame fields =
+    let p = ref 5 in
+    let int n =
+      let v = ref 0 in
+      for k = 0 to n - 1 do
+        v := (!v lsl 8) lor Char.code frame.[!p + k]
+      done;
+      p := !p + n;
+      !v
+    in
+    let str () =
+      let n = int 4 in
+      let x = String.sub frame !p n in
+      p := !p + n;
+      x
+    in
+    let vals =
+      List.map
+        (fun (name, t) ->
+          match t with
+          | "u8" -> `I (int 1)
+          | "u16" -> `I (int 2)
+          | "u32" -> `I (int 4)
+          | "u64" -> `I (int 8)
+          | "str" -> `S (str ())
+          | "list" -> `L (List.init (int 4) (fun _ -> str ()))
+          | t -> Alcotest.failf "protocol.md: field %s has type %S" name t)
+        fields
+    in
+    if !p <> String.length frame then
+      Alcotest.failf "protocol.md: %d bytes of the frame left over" (String.length frame - !p);
+    vals
+  in
+  let check_frames samples =
+    List.iter
+      (fun (name, frame, expected) ->
+        let ty = Char.code frame.[4] in
+        match List.assoc_opt ty rows with
+        | None -> Alcotest.failf "protocol.md has no row for type 0x%02x (%s)" ty name
+        | Some (doc_name, fields) ->
+            Alcotest.(check string) (Printf.sprintf "name of 0x%02x" ty) name doc_name;
+            Alcotest.(check int)
+              (name ^ ": the length prefix")
+              (String.length frame - 4)
+              (Int32.to_int (String.get_int32_be frame 0));
+            if read_fields frame fields <> expected then
+              Alcotest.failf "protocol.md: %s's fields are not what Wire writes" name)
+      samples
+  in
+  check_frames requests;
+  check_frames events;
+  Alcotest.(check int)
+    "every row is a frame of the code"
+    (List.length requests + List.length events)
+    (List.length rows);
+  (* The error codes. *)
+  let codes =
+    List.filter_map
+      (fun l ->
+        match cells l with
+        | [ ""; n; name; _; "" ] when int_of_string_opt n <> None ->
+            Some (int_of_string n, unquote name)
+        | _ -> None)
+      lines
+  in
+  Alcotest.(check int) "16 error codes" 16 (List.length codes);
+  List.iter
+    (fun (n, name) ->
+      Alcotest.(check string)
+        (Printf.sprintf "code %d" n) name
+        (Wire.code_name (Wire.code_of_int n));
+      Alcotest.(check int) (name ^ " round trip") n (Wire.code_to_int (Wire.code_of_int n)))
+    codes;
+  (* Versions and the limits' defaults. *)
+  let has sub = Astring_like.contains doc sub in
+  check "the title names the versions" true
+    (has (Printf.sprintf "versions %d and %d" Wire.min_version Wire.version));
+  let d = Consort_daemon.Server.default in
+  check "max_frame 1 MiB + 1 KiB" true (d.max_frame = (1 lsl 20) + 1024 && has "1 MiB + 1 KiB");
+  check "max_queue 8 MiB" true (d.max_queue = 8 lsl 20 && has "default 8 MiB");
+  check "max_queued 64 MiB" true (d.max_queued = 64 lsl 20 && has "(default 64 MiB)");
+  check "max_clients" true (has (Printf.sprintf "`--max-clients` (%d)" d.max_clients));
+  check "max_members" true (has (Printf.sprintf "`--max-members` (%d)" d.max_members));
+  check "hello timeout" true
+    (has (Printf.sprintf "`--hello-timeout` seconds (%.0f)" d.hello_timeout));
+  check "a client's peers" true (has "at most 64 addresses")
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -1109,5 +1311,6 @@ let () =
           Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
           Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
+          Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
         ] );
     ]
