@@ -153,5 +153,12 @@ let () =
                [
                  "127.0.0.1:7494: 127.0.0.1:7493"; "says \"hello from Lwt\""; "done: the ticker ran";
                ]);
+          Alcotest.test_case "select_loop" `Quick
+            (example "select_loop"
+               [
+                 "127.0.0.1:7497: 127.0.0.1:7496";
+                 "says \"hello from a select loop\"";
+                 "done: the host ticked";
+               ]);
         ] );
     ]
