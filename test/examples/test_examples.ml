@@ -228,6 +228,31 @@ let opam_file () =
       "\"odoc\" {with-doc & >=";
     ]
 
+(* The README's table of parts and doc/design.md cover the whole tree:
+   every directory at the top, under src/ and under bench/ is named in
+   both (the tests' directories by the README's row for test/). *)
+let parts_cover_the_tree () =
+  let root = Lazy.force root in
+  let readme = read (Filename.concat root "README.md")
+  and design = read (Filename.concat root "doc/design.md") in
+  let dirs d =
+    let p = Filename.concat root d in
+    Array.to_list (Sys.readdir p)
+    |> List.filter (fun f -> Sys.is_directory (Filename.concat p f))
+    |> List.filter (fun f -> f <> "" && f.[0] <> '_' && f <> ".git" && f <> "findings")
+    |> List.map (fun f -> if d = "." then f else d ^ "/" ^ f)
+    |> List.sort compare
+  in
+  let top = List.filter (fun d -> d <> "test") (dirs ".") in
+  let all = top @ dirs "src" @ dirs "bench" @ dirs "clients" in
+  if List.length all < 30 then Alcotest.failf "only %d directories" (List.length all);
+  List.iter
+    (fun d ->
+      let named doc = contains doc ("`" ^ d) || contains doc (d ^ "/") in
+      if not (named readme) then Alcotest.failf "README.md's table of parts does not name %s" d;
+      if not (named design) then Alcotest.failf "doc/design.md does not name %s" d)
+    all
+
 let () =
   Alcotest.run "examples"
     [
@@ -238,7 +263,12 @@ let () =
           Alcotest.test_case "every code block of doc/tutorial.md is a file under examples/" `Quick
             (blocks_are_files "doc/tutorial.md");
         ] );
-      ("packaging", [ Alcotest.test_case "the opam file lists every dependency" `Quick opam_file ]);
+      ( "packaging",
+        [
+          Alcotest.test_case "the opam file lists every dependency" `Quick opam_file;
+          Alcotest.test_case "README's parts and design.md cover the tree" `Quick
+            parts_cover_the_tree;
+        ] );
       ( "run",
         [
           Alcotest.test_case "readme_group" `Quick
