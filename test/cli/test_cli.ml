@@ -702,6 +702,16 @@ let consortd_cases () =
       && contains h.out "       consortd --socket")
   then Alcotest.fail "consortd --help: no EXIT STATUS or EXAMPLES"
 
+(* A file that opens but cannot be read: the error names it. *)
+let unreadable_named () =
+  List.iter
+    (fun cmd ->
+      let r = run [ cmd; "/proc/self/mem" ] in
+      no_defect [ cmd ] r;
+      if r.code <> 2 || not (contains r.err "/proc/self/mem") then
+        Alcotest.failf "consort %s /proc/self/mem: exit %d, %S" cmd r.code r.err)
+    [ "check-logs"; "check" ]
+
 (* The operations commands against a daemon that died (its socket file
    left behind): refused in one line, exit 2. *)
 let dead_daemon () =
@@ -731,6 +741,7 @@ let () =
             help_everywhere;
           Alcotest.test_case "consortd: bad arguments, negative numbers, help" `Quick consortd_cases;
           Alcotest.test_case "a dead daemon's socket" `Quick dead_daemon;
+          Alcotest.test_case "an unreadable file is named" `Quick unreadable_named;
         ] );
       ( "lists",
         [
