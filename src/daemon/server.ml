@@ -891,19 +891,29 @@ let member_status (m, g) : Yojson.Safe.t =
 let daemon_gauges t = [ ("clients", clients t); ("members", members t); ("queued", t.queued) ]
 
 (* The one member an operator's cast, send or suspect goes through: the first
-   the daemon holds in the group. *)
+   the daemon holds in the group whose client keeps no member log (REPORT):
+   a message it did not make would be missing from that log, and the
+   checkers would find it delivered but never sent. *)
 let through t only f =
   let groups = List.sort_uniq compare (List.map (fun (m, _) -> m.group) (held t)) in
+  let pick group =
+    match List.filter (fun (m, _) -> not m.report) (held ~only:group t) with
+    | first :: _ -> f first
+    | [] when held ~only:group t <> [] ->
+        Error
+          (Printf.sprintf
+             "every member of group %S here keeps a member log (its client asked REPORT): a \
+              message it did not make would be missing from it; cast through another member"
+             group)
+    | [] -> Error (Printf.sprintf "the daemon holds no member of group %S" group)
+  in
   match only with
   | None -> (
       match groups with
-      | [ one ] -> f (List.hd (held ~only:one t))
+      | [ one ] -> pick one
       | [] -> Error "the daemon holds no member"
       | l -> Error ("which group? (--group NAME: " ^ String.concat ", " l ^ ")"))
-  | Some group -> (
-      match held ~only:group t with
-      | first :: _ -> f first
-      | [] -> Error (Printf.sprintf "the daemon holds no member of group %S" group))
+  | Some group -> pick group
 
 let refusal_text = function
   | Ok () -> Ok ()

@@ -85,9 +85,10 @@ val control_answer : ?only:string -> t -> string -> Yojson.Safe.t
     v}
 
     STATUS is a member's [status] answer with its client's number and handle added. A cast, send or
-    suspect goes through the first member the daemon holds in the group (its client hears it as any
-    other member does), and needs [group NAME] when the daemon holds members of several groups.
-    [only] is [group NAME]'s name. *)
+    suspect goes through the first member the daemon holds in the group whose client keeps no member
+    log (JOIN flag REPORT: the message would be missing from that log; with none, it is refused),
+    and needs [group NAME] when the daemon holds members of several groups. Its client hears the
+    message as any other member does. [only] is [group NAME]'s name. *)
 
 val run : config -> (unit, string) result
 (** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On SIGUSR1 it prints one line

@@ -975,10 +975,10 @@ let test_attach () =
 let test_ops () =
   let dir = tmpdir () in
   let ctl = Filename.concat dir "d.ctl" and pcap = Filename.concat dir "d.pcap" in
-  let metrics = addr 49 in
+  let metrics = addr 44 in
   let d =
     start ~dir
-      ~args:[ "--ports"; "4"; "--control"; ctl; "--metrics"; metrics; "--pcap"; pcap ]
+      ~args:[ "--ports"; "5"; "--control"; ctl; "--metrics"; metrics; "--pcap"; pcap ]
       ~bind:(addr 45) ()
   in
   Fun.protect
@@ -1038,6 +1038,29 @@ let test_ops () =
              && List.exists (fun (_, s) -> s = "psst") !(b.sends)));
       Alcotest.(check (list (pair string string))) "h hears nothing" [] !(h.casts);
       check "an unknown request is refused" true (str "error" (ask "leave") <> "");
+      (* A member whose client keeps a member log (REPORT) is never used for
+         an operator's message: it would be missing from the log. *)
+      let logger =
+        match C.connect ~name:"logger" d.socket with Ok c -> c | Error e -> failwith e
+      in
+      (match
+         C.join
+           ~on_sent:(fun ~vid:_ _ _ -> ())
+           logger ~group:"r"
+           {
+             Consort_group.Group.view = ignore;
+             cast = (fun ~origin:_ _ -> ());
+             send = (fun ~origin:_ _ -> ());
+             block = ignore;
+             flow = ignore;
+             exit = ignore;
+           }
+       with
+      | Ok _ -> ()
+      | Error e -> Alcotest.failf "join: %a" C.pp_join_error e);
+      check "refused through a member that keeps a log" true
+        (Astring_like.contains (str "error" (ask "group r cast x")) "member log");
+      C.close logger;
       (* Metrics over HTTP. *)
       let body =
         let ip, port =
@@ -1081,7 +1104,7 @@ let test_ops () =
       Alcotest.(check int32) "pcap magic" 0xa1b2c3d4l (String.get_int32_le data 0);
       Alcotest.(check int32) "raw IP" 101l (String.get_int32_le data 20);
       let sport = String.get_uint16_be data (24 + 16 + 20) in
-      check "from a member's port" true (sport >= base + 45 && sport < base + 49))
+      check "from a member's port" true (sport >= base + 45 && sport < base + 50))
 
 (* doc/protocol.md against the code: every message of its tables is the
    frame Wire writes (type byte, fields in order, their types), every frame
