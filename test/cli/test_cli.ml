@@ -728,6 +728,77 @@ let dead_daemon () =
           [ "send"; "--control"; dead; "id"; "x" ];
         ])
 
+(* dist/consortd.service's command line, as systemd runs it (its paths
+   under a scratch directory): the daemon starts, consort status reaches it
+   through the control socket the unit names, and SIGTERM ends it with 0. *)
+let systemd_unit () =
+  let unit =
+    let f = Filename.concat (Filename.dirname (Filename.dirname exe)) "dist/consortd.service" in
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    s
+  in
+  let exec =
+    match
+      List.find_opt
+        (fun l -> String.length l > 10 && String.sub l 0 10 = "ExecStart=")
+        (String.split_on_char '\n' unit)
+    with
+    | Some l -> String.sub l 10 (String.length l - 10)
+    | None -> Alcotest.fail "consortd.service has no ExecStart"
+  in
+  let dir = Filename.concat tmp (Printf.sprintf "consort-cli-unit-%d" (Unix.getpid ())) in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (Unix.EEXIST, _, _) -> ());
+  let port = 26000 + (10 * (Unix.getpid () mod 100)) in
+  let args =
+    String.split_on_char ' ' exec
+    |> List.filter (fun w -> w <> "" && w <> "$CONSORTD_ARGS")
+    |> List.map (fun w ->
+           if w = "${CONSORTD_BIND}" then Printf.sprintf "127.0.0.1:%d" port
+           else if String.length w > 12 && String.sub w 0 12 = "/run/consort" then
+             dir ^ String.sub w 12 (String.length w - 12)
+           else w)
+  in
+  let args =
+    match args with
+    | "/usr/bin/consortd" :: rest -> rest
+    | _ -> Alcotest.failf "ExecStart does not run /usr/bin/consortd: %s" exec
+  in
+  let ctl =
+    let rec find = function
+      | "--control" :: p :: _ -> p
+      | _ :: r -> find r
+      | [] -> Alcotest.fail "the unit gives consortd no --control socket"
+    in
+    find args
+  in
+  let null = Unix.openfile "/dev/null" [ O_RDWR ] 0 in
+  let pid = Unix.create_process consortd (Array.of_list (consortd :: args)) null null null in
+  Unix.close null;
+  Fun.protect
+    ~finally:(fun () ->
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ());
+      Array.iter
+        (fun f -> try Sys.remove (Filename.concat dir f) with Sys_error _ -> ())
+        (Sys.readdir dir);
+      try Unix.rmdir dir with Unix.Unix_error _ -> ())
+    (fun () ->
+      let deadline = Unix.gettimeofday () +. 10. in
+      while (not (Sys.file_exists ctl)) && Unix.gettimeofday () < deadline do
+        Unix.sleepf 0.05
+      done;
+      let r = run [ "status"; "--control"; ctl ] in
+      if r.code <> 0 || not (contains r.out "consortd: 0 clients, 0 members") then
+        Alcotest.failf "consort status through the unit's control socket: exit %d\n%s%s" r.code
+          r.out r.err;
+      Unix.kill pid Sys.sigterm;
+      match Unix.waitpid [] pid with
+      | _, WEXITED 0 -> ()
+      | _, WEXITED c -> Alcotest.failf "consortd exited %d on SIGTERM" c
+      | _ -> Alcotest.fail "consortd killed by a signal")
+
 let () =
   Alcotest.run "cli"
     [
@@ -742,6 +813,7 @@ let () =
           Alcotest.test_case "consortd: bad arguments, negative numbers, help" `Quick consortd_cases;
           Alcotest.test_case "a dead daemon's socket" `Quick dead_daemon;
           Alcotest.test_case "an unreadable file is named" `Quick unreadable_named;
+          Alcotest.test_case "the systemd unit's command line" `Quick systemd_unit;
         ] );
       ( "lists",
         [
