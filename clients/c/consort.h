@@ -52,7 +52,7 @@
  *     consort_close(c);
  *
  * SEE ALSO
- *     consortd(8), doc/protocol.md, examples/chat.c, examples/logmember.c
+ *     consortd --help, doc/protocol.md, examples/chat.c, examples/logmember.c
  */
 #ifndef CONSORT_H
 #define CONSORT_H
