@@ -474,19 +474,26 @@ let stack_of props params =
   in
   Ok (layers, params)
 
+(* Properties a client could ask for but not use through this protocol:
+   state transfer needs callbacks in the member's process, and extended
+   virtual synchrony's guarantee is stated relative to transitional views
+   no upcall carries. *)
+let not_offered props =
+  if List.mem P.Xfer props then
+    Some "Xfer needs state callbacks in the member's process: not offered through the daemon"
+  else if List.mem P.Evs props then
+    Some
+      "Evs states safe delivery relative to transitional views, which no upcall of this protocol \
+       carries: not offered through the daemon"
+  else None
+
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let ( let* ) = Result.bind in
   let* props =
     if String.trim props = "" then Ok P.vsync
     else Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props)
   in
-  let* () =
-    if List.mem P.Xfer props then
-      Error
-        ( Wire.Bad_props,
-          "Xfer needs state callbacks in the member's process: not offered through the daemon" )
-    else Ok ()
-  in
+  let* () = match not_offered props with Some e -> Error (Wire.Bad_props, e) | None -> Ok () in
   let privacy = List.mem P.Privacy props and auth = List.mem P.Auth props in
   let* seal =
     match t.cfg.seal with
@@ -679,6 +686,9 @@ let request t c (r : Wire.request) =
               Result.map_error
                 (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
                 (P.of_string props)
+            in
+            let* () =
+              match not_offered props with Some e -> Error (Wire.Bad_switch, e) | None -> Ok ()
             in
             let* layers, params = stack_of props params in
             Result.map_error

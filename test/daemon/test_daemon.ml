@@ -871,6 +871,26 @@ let test_suspect_switch () =
       (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Xfer")) with
       | Error (Wire.Bad_switch, reason) -> check "one line" true (not (String.contains reason '\n'))
       | _ -> Alcotest.fail "a switch that adds state transfer: bad-switch");
+      (* Evs: no upcall carries transitional views; refused at JOIN and SWITCH. *)
+      let evs = Result.get_ok (Consort_group.Properties.of_string "vsync,Evs") in
+      (match C.switch a.m evs with
+      | Error (Wire.Bad_switch, reason) ->
+          check "says transitional" true (Astring_like.contains reason "transitional")
+      | _ -> Alcotest.fail "a switch to Evs: bad-switch");
+      (match
+         C.join ~props:evs a.conn ~group:"e"
+           {
+             Consort_group.Group.view = ignore;
+             cast = (fun ~origin:_ _ -> ());
+             send = (fun ~origin:_ _ -> ());
+             block = ignore;
+             flow = ignore;
+             exit = ignore;
+           }
+       with
+      | Error (C.Refused (Wire.Bad_props, reason)) ->
+          check "says transitional" true (Astring_like.contains reason "transitional")
+      | _ -> Alcotest.fail "a join with Evs: bad-props");
       Alcotest.(check bool) "cast after the switch" true (C.cast b.m "ordered" = Ok ());
       check "delivered" true (until conns (fun () -> List.mem (C.me b.m, "ordered") !(a.casts)));
       List.iter C.close conns)
