@@ -388,6 +388,8 @@ let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
 
 (* {1 Members} *)
 
+let not_primary_prefix = "the member's view is not primary: "
+
 let refusal = function
   | Consort_group.Group.Flow_control ->
       (Wire.Flow_control, "flow control is full: wait for flow off")
@@ -396,8 +398,7 @@ let refusal = function
   | Not_member id -> (Wire.Not_member, Printf.sprintf "%s is not in the view" id)
   | Leaving -> (Wire.Leaving, "the member is leaving")
   | Exited -> (Wire.Exited, "the member has left the group")
-  (* The protocol has no code of its own for it yet: the text says why. *)
-  | Not_primary q -> (Wire.Not_member, "the member's view is not primary: " ^ q)
+  | Not_primary q -> (Wire.Not_primary, not_primary_prefix ^ q)
 
 (* The request number of a message the stack took, or reports lost: the
    first pending one with this very payload (the group hands back the

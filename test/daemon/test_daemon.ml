@@ -989,6 +989,23 @@ let test_attach () =
         ~timeout:(Consort.Time.of_ms 15_000);
       Alcotest.(check int) "50 rounds, no polling" 50 !rounds)
 
+(* Primary: a member alone, with three votes expected, is not in a primary
+   view; its cast is refused with code not-primary (not-member before),
+   which the OCaml client gives back as Group.Not_primary. *)
+let test_not_primary () =
+  with_daemon (addr 52) (fun d ->
+      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Primary") in
+      let a = member ~props ~params:"primary.expected=3" d "p" in
+      check "its first view" true (until [ a.conn ] (fun () -> view_size a = 1));
+      (match C.cast a.m "x" with
+      | Error (Consort_group.Group.Not_primary q) ->
+          if q = "" || Astring_like.contains q "member's view" then
+            Alcotest.failf "the quorum in the reason: %S" q
+      | Ok () -> Alcotest.fail "a cast outside a primary view was taken"
+      | Error e -> Alcotest.failf "refused as %a" Consort_group.Group.pp_error e);
+      Alcotest.(check string) "code 17" "not-primary" (Wire.code_name (Wire.code_of_int 17));
+      C.close a.conn)
+
 (* The daemon's operations: its control socket answers status, counters,
    cast and send for the members it holds, by group; its metrics port serves
    the Prometheus text; its pcap file records the members' datagrams. *)
@@ -1306,7 +1323,7 @@ let test_protocol_doc () =
         | _ -> None)
       lines
   in
-  Alcotest.(check int) "16 error codes" 16 (List.length codes);
+  Alcotest.(check int) "17 error codes" 17 (List.length codes);
   List.iter
     (fun (n, name) ->
       Alcotest.(check string)
@@ -1355,5 +1372,6 @@ let () =
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
           Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
           Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
+          Alcotest.test_case "a cast outside a primary view: not-primary" `Quick test_not_primary;
         ] );
     ]
