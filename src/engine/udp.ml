@@ -293,14 +293,15 @@ let deliver c ~group l i len src =
     end
   end
 
-(* Takes up to [rounds] batches from [fd]. [last] is the socket's kernel
-   drop counter as last seen. *)
+(* Takes up to [rounds] batches from [fd]; [true] if the first found
+   something. [last] is the socket's kernel drop counter as last seen. *)
 let receive c ~group fd last l =
   let rec round k =
     if k > 0 && not c.closed then begin
       match c_recvmmsg_into fd l.bufs l.offs slot nslots l.results with
       | exception Unix.Unix_error (e, fn, _) ->
-          Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e))
+          Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e));
+          false
       | r ->
           let o = l.results.(2 * nslots) in
           if o >= 0 then begin
@@ -312,14 +313,18 @@ let receive c ~group fd last l =
             deliver c ~group l !i l.results.(2 * !i) l.results.((2 * !i) + 1);
             incr i
           done;
-          if r = nslots then round (k - 1)
+          if r = nslots then ignore (round (k - 1) : bool);
+          r > 0
     end
+    else false
   in
   round rounds
 
-let on_readable c ~group fd =
+(* The reader of [fd] for the loop: when readable, and without a wait
+   ({!Loop.watch}'s [try_read]). *)
+let reader c ~group fd =
   let last = ref 0 in
-  fun () ->
+  let read () =
     if !landing_busy then begin
       let l = make_landing () in
       Fun.protect ~finally:(fun () -> release_landing l) (fun () -> receive c ~group fd last l)
@@ -330,6 +335,8 @@ let on_readable c ~group fd =
         ~finally:(fun () -> landing_busy := false)
         (fun () -> receive c ~group fd last (Lazy.force shared_landing))
     end
+  in
+  ((fun () -> ignore (read () : bool)), read)
 
 (* Opening and closing. *)
 
@@ -388,7 +395,8 @@ let open_with ?(pool = Pool.default) loop addr f =
             }
           in
           c.handler <- f c;
-          Loop.watch loop fd (on_readable c ~group:false fd);
+          let on_readable, try_read = reader c ~group:false fd in
+          Loop.watch ~try_read loop fd on_readable;
           Log.debug (fun m -> m "opened %a" pp_address local);
           Ok c)
 
@@ -514,7 +522,8 @@ let join c g =
                   | e -> system e fn)
             | () ->
                 c.group <- Some (g, gfd);
-                Loop.watch c.loop gfd (on_readable c ~group:true gfd);
+                let on_readable, try_read = reader c ~group:true gfd in
+                Loop.watch ~try_read c.loop gfd on_readable;
                 Log.debug (fun m -> m "%a joined %a" pp_address c.local pp_address g);
                 Ok ()))
 
