@@ -270,7 +270,7 @@ let read_early t wait =
 
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)
-let wait_and_serve t wait =
+let wait_and_serve ?(next = max_int) t wait =
   if read_early t wait then ()
   else
     match t.epfd with
@@ -310,9 +310,9 @@ let wait_and_serve t wait =
                   t.tfd <- Some f;
                   f
             in
-            let target = now t + wait in
+            let target = if next = max_int then now t + wait else next in
             if t.armed > target then begin
-              timerfd_arm tfd wait;
+              timerfd_arm tfd (target - now t);
               t.armed <- target;
               t.timer_arms <- t.timer_arms + 1
             end;
@@ -354,7 +354,7 @@ let run ?(until = fun () -> false) ?timeout t =
           let n = now t in
           let next = if t.heap.n > 0 then min t.heap.a.(0).time deadline else deadline in
           let wait = if next = max_int then -1 else max 0 (next - n) in
-          wait_and_serve t wait;
+          wait_and_serve ~next t wait;
           go ()
         end
       end

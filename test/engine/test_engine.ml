@@ -159,6 +159,60 @@ let fd_readiness () =
   Unix.close r;
   Unix.close w
 
+(* A wait until a deadline arms the loop's kernel timer once, not on every
+   wait: 200 bytes waiting in a pipe, read one per round, with a timer 10 s
+   away, make 200 kernel waits and one arming; the timer still fires when
+   due, not before. *)
+let timer_armed_once () =
+  let loop = Loop.create () in
+  let r, w = Unix.pipe ~cloexec:true () in
+  ignore (Unix.write_substring w (String.make 200 'x') 0 200);
+  let read = ref 0 in
+  Loop.watch loop r (fun () -> if Unix.read r (Bytes.create 1) 0 1 = 1 then incr read);
+  let far = Loop.after loop (Time.of_sec 10.) ignore in
+  let waits0 = Loop.kernel_waits loop and arms0 = Loop.timer_arms loop in
+  Alcotest.(check bool)
+    "all read" true
+    (wait loop ~timeout:(Time.of_sec 5.) (fun () -> !read = 200));
+  Alcotest.(check int) "kernel waits" 200 (Loop.kernel_waits loop - waits0);
+  Alcotest.(check int) "armings" 1 (Loop.timer_arms loop - arms0);
+  Loop.cancel far;
+  let t0 = Loop.now loop in
+  let fired = ref 0 in
+  ignore (Loop.after loop (ms 15) (fun () -> fired := Loop.now loop));
+  Alcotest.(check bool) "fired" true (wait loop (fun () -> !fired > 0));
+  Alcotest.(check bool) "not early" true (!fired - t0 >= ms 15);
+  Alcotest.(check bool) "not 100 ms late" true (!fired - t0 < ms 115);
+  Loop.unwatch loop r;
+  Unix.close r;
+  Unix.close w
+
+(* A loop that watches one UDP socket reads it before asking the kernel to
+   wait: a datagram already there is served with no kernel wait. Then, with
+   nothing to read, a read that finds nothing is followed by kernel waits
+   only. *)
+let reads_before_waiting () =
+  let loop = Loop.create () in
+  let c, rx = open_rx loop in
+  let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  let port =
+    match Udp.local c |> Udp.address_to_string |> String.split_on_char ':' with
+    | [ _; p ] -> int_of_string p
+    | _ -> Alcotest.fail "address"
+  in
+  let dst = Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
+  ignore (Unix.sendto_substring s "early" 0 5 [] dst);
+  let far = Loop.after loop (Time.of_sec 10.) ignore in
+  Alcotest.(check bool) "received" true (wait loop (fun () -> rx.got <> []));
+  Alcotest.(check int) "kernel waits" 0 (Loop.kernel_waits loop);
+  Alcotest.(check int) "early reads" 1 (Loop.early_reads loop);
+  Loop.run loop ~timeout:(ms 30);
+  Alcotest.(check int) "still 1 early read" 1 (Loop.early_reads loop);
+  Alcotest.(check bool) "then kernel waits" true (Loop.kernel_waits loop >= 1);
+  Loop.cancel far;
+  Udp.close c;
+  Unix.close s
+
 (* Spinning (Loop.set_spin) serves what comes while it polls at once, and
    delays no timer: with 300 ms of spin, a timer due in 20 ms fires then,
    and bytes another process writes 30 ms later are read then, not when
@@ -748,6 +802,8 @@ let () =
           Alcotest.test_case "run with a timeout returns" `Quick timeout_returns;
           Alcotest.test_case "until and stop" `Quick until_and_stop;
           Alcotest.test_case "descriptor readiness" `Quick fd_readiness;
+          Alcotest.test_case "kernel timer armed once" `Quick timer_armed_once;
+          Alcotest.test_case "reads before waiting" `Quick reads_before_waiting;
           Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
