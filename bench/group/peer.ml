@@ -201,6 +201,7 @@ let loop_fields loop =
   [
     ("kernel_waits", string_of_int (Loop.kernel_waits loop));
     ("early_reads", string_of_int (Loop.early_reads loop));
+    ("timer_arms", string_of_int (Loop.timer_arms loop));
   ]
 
 let fused_counter g name =

@@ -1,9 +1,9 @@
 (** The event loop: one per process, single-threaded.
 
     A loop owns a monotonic clock, a heap of timers and a set of file descriptors watched for
-    reading. {!run} waits for the earliest timer or a readable descriptor (with epoll, to the
-    millisecond, never early) and calls back. Callbacks must not block: they run on the loop, and
-    nothing else happens while they run.
+    reading. {!run} waits for the earliest timer or a readable descriptor (with epoll and a timer
+    descriptor, never early; {!timer_arms}) and calls back. Callbacks must not block: they run on
+    the loop, and nothing else happens while they run.
 
     A callback that raises does not stop the loop: the exception is logged (source ["consort.loop"],
     level error), counted in {!errors}, and the loop goes on with the next callback.
