@@ -86,7 +86,11 @@ end) : S
       layered header) to the layers above, as [out.up] would the layered cast;
     - [up_ok t src len fields off], [up_fast], [up_after]: the same on the way up, for a received
       cast whose fields are [fields] at [off]; [up_fast] returns the source to pass on (Bottom turns
-      [Raw] into [Cast_from]);
+      [Raw] into [Cast_from]), or {!held} when the layer took the message in without passing it up
+      (a cast that waits for its place, a control cast it consumes): the layer then owns the message
+      (keeps it, with the layered headers of the layers above pushed by [layered], or releases it),
+      the stack passes nothing up, and the [up_after] parts run as when the cast went on; a layer
+      passes a held message up later with [out.up], as its layered handler does;
     - [framed]: the layer's layered headers never begin with the byte [0xC8], the compressed
       header's tag (Bottom's begin with [0xC1]); a stack is fused only if its lowest layer is
       framed, so that a receiver tells a compressed datagram from a layered one by its first byte;
@@ -117,6 +121,10 @@ type ('t, 'h) case = {
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
 }
+
+val held : Event.src
+(** What [up_fast] returns when the layer took the message in and nothing goes up (compared with
+    [==]). *)
 
 (** Parts that do nothing (an empty [dn_fast], [dn_after] or [up_after], an [up_fast] that returns
     its source): a case that uses these very values lets the stack skip the call. *)

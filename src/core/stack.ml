@@ -66,6 +66,10 @@ type t = {
   mutable fused_sent : int;
   mutable fused_received : int;
   mutable fused_delivered : int; (* casts the bypass delivered to the application *)
+  mutable fused_held : int; (* received casts a layer took in on the bypass ({!Layer.held}) *)
+  mutable released : int;
+      (* casts the top layer passed to the application from its [up_after] on the bypass *)
+  mutable releasing : bool; (* the top layer's [up_after] runs *)
   left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
   left_up : int array; (* the same going up *)
   reentry : bool array;
@@ -153,8 +157,8 @@ let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter ~reenter_
     {
       up =
         (fun src msg ->
-          if i = n - 1 then app.deliver src msg
-          else if not (reenter_up src msg) then nodes.(i + 1).up src msg);
+          if not (reenter_up src msg) then
+            if i = n - 1 then app.deliver src msg else nodes.(i + 1).up src msg);
       up_ctl = (fun e -> if i = n - 1 then app.ctl e else nodes.(i + 1).up_ctl e);
       dn =
         (fun dst h msg ->
@@ -484,6 +488,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             fused_sent = 0;
             fused_received = 0;
             fused_delivered = 0;
+            fused_held = 0;
+            released = 0;
+            releasing = false;
             left_dn = Array.make n 0;
             left_up = Array.make n 0;
             reentry;
@@ -542,7 +549,9 @@ let enter t =
   t.depth <- d + 1;
   t.frames.(d)
 
-let leave t = t.depth <- t.depth - 1
+let leave t =
+  t.depth <- t.depth - 1;
+  if t.depth = 0 then t.releasing <- false
 
 (* Bytes of the layered headers of the layers above [i], from their fields:
    with the message's length (which the fused path does not change), the
@@ -589,8 +598,18 @@ let rec fused_up t frame i src msg mlen =
         let len = if length then mlen + above t frame i else -1 in
         if c.up_ok s src len frame off then begin
           let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
-          fused_up t frame (i + 1) src' msg mlen;
-          if up_after then c.up_after s src len frame off
+          if src' == Layer.held then t.fused_held <- t.fused_held + 1
+          else fused_up t frame (i + 1) src' msg mlen;
+          if up_after then
+            if i = Array.length t.nodes - 1 then begin
+              (* What the top layer passes up from here was taken in on the
+                 bypass or is released by what came by it. *)
+              let prev = t.releasing in
+              t.releasing <- true;
+              c.up_after s src len frame off;
+              t.releasing <- prev
+            end
+            else c.up_after s src len frame off
         end
         else up_layered t frame i src msg
     | None -> up_layered t frame i src msg
@@ -658,22 +677,28 @@ let go_below t frame i msg =
 
 (* Where a layer above has fields (Total's place), each header above [i]
    is read into [frame] from a copy of the pushed bytes: the bytes read,
-   or -1 if one is not of the common case. *)
+   or -1 if one is not of the common case. A cast received layered has
+   no pushed headers (they are in its body): -1 at once, where reading
+   would fail on the first header, past the end (Cstruct's bounds error,
+   a formatted message, at every layer the cast passes). *)
 let read_above t frame i msg =
   let buf, hoff, hlen = Msg.headers msg in
-  if hlen > Cstruct.length t.scratch then
-    t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
-  Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
-  let cs = Cstruct.sub t.scratch 0 hlen in
-  let n = Array.length t.nodes in
-  let rec go k pos =
-    if k = n || pos < 0 then pos
-    else
-      match t.nodes.(k).fast with
-      | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
-      | _ -> -1
-  in
-  go (i + 1) 0
+  if hlen = 0 then -1
+  else begin
+    if hlen > Cstruct.length t.scratch then
+      t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
+    Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
+    let cs = Cstruct.sub t.scratch 0 hlen in
+    let n = Array.length t.nodes in
+    let rec go k pos =
+      if k = n || pos < 0 then pos
+      else
+        match t.nodes.(k).fast with
+        | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
+        | _ -> -1
+    in
+    go (i + 1) 0
+  end
 
 (* [take_above t i msg go]: [go frame msg'] with the headers of the layers
    above [i] read into a frame just entered and taken off [msg] (constant
@@ -712,6 +737,7 @@ let go_above t frame i src msg =
 let () =
   reenter_up :=
     fun t i src msg ->
+      if t.releasing && i = Array.length t.nodes - 1 then t.released <- t.released + 1;
       t.fused && t.reentry_up.(i)
       && (match src with Event.Cast_from _ -> true | _ -> false)
       && take_above t i msg (fun frame msg -> go_above t frame i src msg)
@@ -800,6 +826,8 @@ let fused_counters t =
     ("received", t.fused_received);
     ("garbage", !(t.fused_garbage));
     ("delivered", t.fused_delivered);
+    ("held", t.fused_held);
+    ("released", t.released);
     ("reentered", t.reentered);
     ("reentered_up", t.reentered_up);
     ("reentry_refused", t.reentry_refused);

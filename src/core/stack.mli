@@ -91,11 +91,15 @@ val states : t -> (string * string) list
 
 val fused_counters : t -> (string * int) list
 (** Compressed casts sent, received, and dropped as malformed; casts the bypass delivered to the
-    application; and, for each layer where casts left the bypass for the layered path (its case did
-    not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]; ["reentered"]:
-    casts a layer kept that went back on the fused path below it; ["reentered_up"]: the same going
-    up; ["reentry_refused"]: casts whose headers above could not be read back into fields (tried
-    once per cast, at the highest layer that could take it back). *)
+    application; ["held"]: received casts a layer took in on the bypass without passing them up
+    ({!Layer.held}: Total's casts waiting for their place, its orders); ["released"]: casts the top
+    layer passed to the application from its part after a cast on the bypass (casts it held,
+    released by what came by the bypass); and, for each layer where casts left the bypass for the
+    layered path (its case did not hold), how many: ["layered from NAME down"] and
+    ["layered from NAME up"]; ["reentered"]: casts a layer kept that went back on the fused path
+    below it; ["reentered_up"]: the same going up; ["reentry_refused"]: casts whose headers above
+    could not be read back into fields (tried once per cast, at the highest layer that could take it
+    back). *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
 (** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a
