@@ -46,6 +46,11 @@ val buffer_sizes : connection -> int * int
 
 val is_closed : connection -> bool
 
+val receive_calls : unit -> int
+(** The [recvmmsg] calls made in this process so far. Each asks for twice as many datagrams as the
+    last one got (at least 4, at most 64), or twice as many as it asked for when it got them all: a
+    lone datagram does not pay for preparing 64 slots, and a burst soon takes 64 a call. *)
+
 val copies : unit -> int * int
 (** Received datagrams copied out of the slot the kernel wrote them to (those of 2 KiB or less), in
     this process, so far, and their bytes. *)
