@@ -313,7 +313,10 @@ let receive c ~group fd last batch l =
           Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e));
           false
       | r ->
-          let o = l.results.(2 * ask) in
+          (* The kernel's drop counter is written only when something was
+             received (the slot after [ask] results may hold an earlier
+             call's result otherwise). *)
+          let o = if r > 0 then l.results.(2 * ask) else -1 in
           if o >= 0 then begin
             c.dropped <- c.dropped + ((o - !last) land 0xffff_ffff);
             last := o
