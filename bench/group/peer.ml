@@ -195,6 +195,15 @@ let transport_fields g =
     ("dgrams_dropped", string_of_int i.dropped);
   ]
 
+(* How the loop waited: kernel waits that may block, and reads that found
+   something without one. *)
+let loop_fields loop =
+  [
+    ("kernel_waits", string_of_int (Loop.kernel_waits loop));
+    ("early_reads", string_of_int (Loop.early_reads loop));
+    ("timer_arms", string_of_int (Loop.timer_arms loop));
+  ]
+
 let fused_counter g name =
   match G.stack g with
   | None -> 0
@@ -270,7 +279,12 @@ let group_rtt cfg =
           (* The last cast ("stop") must get out before this process ends. *)
           if pinger && !finished then Loop.run loop ~timeout:(Time.of_ms 50);
           let elapsed = Time.to_sec (Loop.now loop - t0) in
-          let fields = transport_fields grp in
+          let fields =
+            transport_fields grp @ loop_fields loop
+            @ List.map
+                (fun (k, v) -> ("fused_" ^ k, string_of_int v))
+                (match G.stack grp with Some s -> Stack.fused_counters s | None -> [])
+          in
           G.crash grp;
           if not !finished then
             Error
@@ -354,8 +368,10 @@ let engine_rtt cfg =
           else if pinger then
             Ok
               (result
-                 [ ("role", "ping"); ("n", string_of_int cfg.count); ("us", samples_field samples) ])
-          else Ok (result [ ("role", "pong") ]))
+                 ([ ("role", "ping"); ("n", string_of_int cfg.count) ]
+                 @ loop_fields loop
+                 @ [ ("us", samples_field samples) ]))
+          else Ok (result ([ ("role", "pong") ] @ loop_fields loop)))
 
 (* {1 Round trip over blocking sockets} *)
 

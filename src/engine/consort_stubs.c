@@ -364,6 +364,9 @@ CAMLprim value consort_udp_mcast_join(value fd, value group, value iface)
 /* Readiness for the event loop, with epoll. */
 
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 #include <caml/signals.h>
 
 #define CONSORT_MAX_EVENTS 64
@@ -387,6 +390,39 @@ CAMLprim value consort_epoll_ctl(value epfd, value fd, value add)
   ev.data.fd = Int_val(fd);
   r = epoll_ctl(Int_val(epfd), Bool_val(add) ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, Int_val(fd), &ev);
   if (r < 0) uerror("epoll_ctl", Nothing);
+  return Val_unit;
+}
+
+/* The loop's timer descriptor: a monotonic timerfd, watched edge-triggered
+   (never read: arming it again clears it), so that a wait for a deadline
+   does not arm and cancel a kernel timer on every wait. */
+CAMLprim value consort_timerfd_create(value epfd)
+{
+  struct epoll_event ev;
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0) uerror("timerfd_create", Nothing);
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.fd = fd;
+  if (epoll_ctl(Int_val(epfd), EPOLL_CTL_ADD, fd, &ev) < 0) {
+    int err = errno;
+    close(fd);
+    unix_error(err, "epoll_ctl", Nothing);
+  }
+  return Val_int(fd);
+}
+
+/* [timerfd_arm fd ns]: the timer expires once, [ns] nanoseconds from now
+   (at least 1). */
+CAMLprim value consort_timerfd_arm(value fd, value vns)
+{
+  struct itimerspec its;
+  intnat ns = Long_val(vns);
+  if (ns < 1) ns = 1;
+  memset(&its, 0, sizeof its);
+  its.it_value.tv_sec = (time_t)(ns / 1000000000);
+  its.it_value.tv_nsec = (long)(ns % 1000000000);
+  if (timerfd_settime(Int_val(fd), 0, &its, NULL) < 0) uerror("timerfd_settime", Nothing);
   return Val_unit;
 }
 

@@ -16,7 +16,13 @@ type timer = {
 
 and heap = { mutable a : timer array; mutable n : int; mutable next_seq : int }
 
-type w = { fd : Unix.file_descr; cb : unit -> unit; order : int; mutable active : bool }
+type w = {
+  fd : Unix.file_descr;
+  cb : unit -> unit;
+  try_read : (unit -> bool) option;
+  order : int;
+  mutable active : bool;
+}
 
 type t = {
   heap : heap;
@@ -31,12 +37,22 @@ type t = {
   mutable wakeup : unit -> unit; (* called when the earliest deadline moves earlier *)
   mutable spin : int; (* nanoseconds to poll before a wait blocks *)
   mutable spin_yield : bool; (* yield the CPU between two polls *)
+  mutable only : w option; (* the one watched descriptor, when it can be read without a wait *)
+  mutable skip : int; (* waits left before the next read without a wait *)
+  mutable backoff : int; (* waits skipped after the last read that found nothing *)
+  mutable kernel_waits : int;
+  mutable early_reads : int;
+  mutable tfd : Unix.file_descr option; (* the timer descriptor, in [epfd] *)
+  mutable armed : Time.t; (* when it expires; [max_int] once that was seen, or never armed *)
+  mutable timer_arms : int;
 }
 
 external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
 external epoll_ctl : Unix.file_descr -> Unix.file_descr -> bool -> unit = "consort_epoll_ctl"
 external epoll_wait : Unix.file_descr -> Unix.file_descr array -> int -> int = "consort_epoll_wait"
 external sched_yield : unit -> unit = "consort_sched_yield" [@@noalloc]
+external timerfd_create : Unix.file_descr -> Unix.file_descr = "consort_timerfd_create"
+external timerfd_arm : Unix.file_descr -> int -> unit = "consort_timerfd_arm"
 
 let now _ = Int64.to_int (Mtime_clock.now_ns ())
 
@@ -54,6 +70,14 @@ let create () =
     wakeup = ignore;
     spin = 0;
     spin_yield = false;
+    only = None;
+    skip = 0;
+    backoff = 0;
+    kernel_waits = 0;
+    early_reads = 0;
+    tfd = None;
+    armed = max_int;
+    timer_arms = 0;
   }
 
 (* Heap. *)
@@ -125,7 +149,15 @@ let timers t = t.heap.n
 
 (* Descriptors. *)
 
-let watch t fd cb =
+(* The one watched descriptor that has a [try_read], if that is all. *)
+let update_only t =
+  t.only <-
+    (if Hashtbl.length t.ws <> 1 then None
+     else Hashtbl.fold (fun _ w _ -> if w.try_read = None then None else Some w) t.ws None);
+  t.skip <- 0;
+  t.backoff <- 0
+
+let watch ?try_read t fd cb =
   if Hashtbl.mem t.ws fd then invalid_arg "Loop.watch: descriptor already watched";
   let ep = match t.epfd with Some ep -> ep | None -> epoll_create () in
   (try epoll_ctl ep fd true
@@ -133,8 +165,9 @@ let watch t fd cb =
      if Hashtbl.length t.ws = 0 then Unix.close ep;
      raise e);
   t.epfd <- Some ep;
-  Hashtbl.replace t.ws fd { fd; cb; order = t.next_order; active = true };
-  t.next_order <- t.next_order + 1
+  Hashtbl.replace t.ws fd { fd; cb; try_read; order = t.next_order; active = true };
+  t.next_order <- t.next_order + 1;
+  update_only t
 
 let unwatch t fd =
   match Hashtbl.find_opt t.ws fd with
@@ -142,6 +175,7 @@ let unwatch t fd =
   | Some w -> (
       w.active <- false;
       Hashtbl.remove t.ws fd;
+      update_only t;
       match t.epfd with
       | None -> ()
       | Some ep ->
@@ -149,7 +183,10 @@ let unwatch t fd =
           (try epoll_ctl ep fd false with Unix.Unix_error _ -> ());
           if Hashtbl.length t.ws = 0 && not t.pinned then begin
             t.epfd <- None;
-            Unix.close ep
+            Unix.close ep;
+            Option.iter (fun f -> try Unix.close f with Unix.Unix_error _ -> ()) t.tfd;
+            t.tfd <- None;
+            t.armed <- max_int
           end)
 
 let watched t = Hashtbl.length t.ws
@@ -160,6 +197,9 @@ let set_spin ?(yield = false) t ns =
 
 let yield = sched_yield
 let errors t = t.errors
+let kernel_waits t = t.kernel_waits
+let timer_arms t = t.timer_arms
+let early_reads t = t.early_reads
 let stop t = t.stopped <- true
 
 let guard t what f =
@@ -187,40 +227,110 @@ let fire_timers t now =
   in
   go ()
 
+(* Before a wait that may block, a loop that watches one descriptor with a
+   [try_read] reads it without waiting: in a ping-pong between two
+   processes on one CPU, the answer is often there already (the peer ran
+   when our datagram woke it), and the read saves the [epoll_wait] that
+   would only say so. A read that finds nothing costs a system call: after
+   one, the next [backoff] waits (doubling up to [max_backoff], back to 0
+   when a read finds something) go straight to the kernel, so that a loop
+   whose answers never come early pays for one read in [max_backoff]
+   waits. [true] if the read served something (the loop then fires its
+   timers and comes back here). *)
+let max_backoff = 64
+
+let read_early t wait =
+  match t.only with
+  | Some w when wait <> 0 && t.spin = 0 ->
+      if t.skip > 0 then begin
+        t.skip <- t.skip - 1;
+        false
+      end
+      else begin
+        let got =
+          match w.try_read with
+          | Some f when w.active -> (
+              try f ()
+              with e ->
+                guard t "descriptor callback" (fun () -> raise e);
+                false)
+          | _ -> false
+        in
+        if got then begin
+          t.early_reads <- t.early_reads + 1;
+          t.backoff <- 0
+        end
+        else begin
+          t.backoff <- (if t.backoff = 0 then 1 else min max_backoff (2 * t.backoff));
+          t.skip <- t.backoff
+        end;
+        got
+      end
+  | _ -> false
+
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)
-let wait_and_serve t wait =
-  match t.epfd with
-  | None -> if wait > 0 then Unix.sleepf (Time.to_sec wait)
-  | Some ep ->
-      (* With [spin], poll first: what comes within it is served without
+let wait_and_serve ?(next = max_int) t wait =
+  if read_early t wait then ()
+  else
+    match t.epfd with
+    | None -> if wait > 0 then Unix.sleepf (Time.to_sec wait)
+    | Some ep ->
+        (* With [spin], poll first: what comes within it is served without
          the wake-up of a sleeping process (tens of microseconds on an idle
          virtual CPU). *)
-      let rec poll until =
-        let n = epoll_wait ep t.ready 0 in
-        if n > 0 then n
-        else
-          let left = until - now t in
-          if left > 0 then begin
-            if t.spin_yield then sched_yield ();
-            poll until
+        let rec poll until =
+          let n = epoll_wait ep t.ready 0 in
+          if n > 0 then n
+          else
+            let left = until - now t in
+            if left > 0 then begin
+              if t.spin_yield then sched_yield ();
+              poll until
+            end
+            else if wait < 0 then epoll_wait ep t.ready (-1)
+            else epoll_wait ep t.ready (max 0 (wait - t.spin))
+        in
+        if wait <> 0 then t.kernel_waits <- t.kernel_waits + 1;
+        let n =
+          if t.spin > 0 && wait <> 0 then poll (now t + if wait < 0 then t.spin else min wait t.spin)
+          else if wait > 0 then begin
+            (* A wait with a timeout would arm a kernel timer and cancel it
+             when a datagram comes first, each time: on a virtual machine,
+             each of those can reprogram the CPU's timer (a trap to the
+             hypervisor, microseconds). The timer descriptor is armed only
+             when the deadline comes before the time it is armed for (or
+             that time was seen); an earlier expiry wakes the loop early,
+             which then arms it again. *)
+            let tfd =
+              match t.tfd with
+              | Some f -> f
+              | None ->
+                  let f = timerfd_create ep in
+                  t.tfd <- Some f;
+                  f
+            in
+            let target = if next = max_int then now t + wait else next in
+            if t.armed > target then begin
+              timerfd_arm tfd (target - now t);
+              t.armed <- target;
+              t.timer_arms <- t.timer_arms + 1
+            end;
+            epoll_wait ep t.ready (-1)
           end
-          else if wait < 0 then epoll_wait ep t.ready (-1)
-          else epoll_wait ep t.ready (max 0 (wait - t.spin))
-      in
-      let n =
-        if t.spin > 0 && wait <> 0 then poll (now t + if wait < 0 then t.spin else min wait t.spin)
-        else epoll_wait ep t.ready wait
-      in
-      let ready = ref [] in
-      for i = 0 to n - 1 do
-        match Hashtbl.find_opt t.ws t.ready.(i) with Some w -> ready := w :: !ready | None -> ()
-      done;
-      let ready = List.sort (fun a b -> compare a.order b.order) !ready in
-      (* Callbacks may unwatch others: skip what is no longer active. *)
-      List.iter
-        (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)
-        ready
+          else epoll_wait ep t.ready wait
+        in
+        let ready = ref [] in
+        for i = 0 to n - 1 do
+          let fd = t.ready.(i) in
+          if Some fd = t.tfd then t.armed <- max_int
+          else match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ()
+        done;
+        let ready = List.sort (fun a b -> compare a.order b.order) !ready in
+        (* Callbacks may unwatch others: skip what is no longer active. *)
+        List.iter
+          (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)
+          ready
 
 let run ?(until = fun () -> false) ?timeout t =
   if t.running then invalid_arg "Loop.run: already running";
@@ -244,7 +354,7 @@ let run ?(until = fun () -> false) ?timeout t =
           let n = now t in
           let next = if t.heap.n > 0 then min t.heap.a.(0).time deadline else deadline in
           let wait = if next = max_int then -1 else max 0 (next - n) in
-          wait_and_serve t wait;
+          wait_and_serve ~next t wait;
           go ()
         end
       end

@@ -1,9 +1,9 @@
 (** The event loop: one per process, single-threaded.
 
     A loop owns a monotonic clock, a heap of timers and a set of file descriptors watched for
-    reading. {!run} waits for the earliest timer or a readable descriptor (with epoll, to the
-    millisecond, never early) and calls back. Callbacks must not block: they run on the loop, and
-    nothing else happens while they run.
+    reading. {!run} waits for the earliest timer or a readable descriptor (with epoll and a timer
+    descriptor, never early; {!timer_arms}) and calls back. Callbacks must not block: they run on
+    the loop, and nothing else happens while they run.
 
     A callback that raises does not stop the loop: the exception is logged (source ["consort.loop"],
     level error), counted in {!errors}, and the loop goes on with the next callback.
@@ -40,10 +40,18 @@ val timers : t -> int
 
 (** {1 Descriptors} *)
 
-val watch : t -> Unix.file_descr -> (unit -> unit) -> unit
+val watch : ?try_read:(unit -> bool) -> t -> Unix.file_descr -> (unit -> unit) -> unit
 (** [watch t fd f] calls [f] during {!run} each time [fd] is readable, until {!unwatch}. Descriptors
     ready together are served in the order they were watched. Closing [fd] without {!unwatch} stops
     its callbacks.
+
+    [try_read] reads [fd] without waiting, serves what it read as [f] would, and says whether it
+    found anything. When [fd] is the only descriptor watched and the loop has no spin ({!set_spin}),
+    {!run} calls it before each wait that may block instead of asking the kernel whether [fd] is
+    readable first: an answer that is there already costs one system call instead of two. After a
+    [try_read] that found nothing, the next waits go to the kernel directly (1, 2, 4, up to 64 of
+    them, back to none once a [try_read] finds something), so that a descriptor whose data never
+    comes early costs at most one more system call in 64 waits. {!step} never calls it.
     @raise Invalid_argument if [fd] is already watched.
     @raise Unix.Unix_error if [fd] cannot be watched (a regular file). *)
 
@@ -82,6 +90,20 @@ val stop : t -> unit
 
 val errors : t -> int
 (** The number of callbacks that raised since [t] was created. *)
+
+val kernel_waits : t -> int
+(** The number of times {!run} asked the kernel to wait for descriptors with a timeout other than 0
+    (each an [epoll_wait] that may block), since [t] was created. *)
+
+val timer_arms : t -> int
+(** The number of times {!run} armed its kernel timer, since [t] was created. A wait for descriptors
+    until a deadline does not give the kernel a timeout (which arms a kernel timer and cancels it
+    each time a descriptor is ready first): {!run} keeps one timer descriptor among those it waits
+    for, armed only when the deadline comes before the time it is armed for, or that time has
+    passed. *)
+
+val early_reads : t -> int
+(** The number of [try_read]s ({!watch}) that found something, since [t] was created. *)
 
 (** {1 Driving the loop from another event loop}
 

@@ -293,16 +293,30 @@ let deliver c ~group l i len src =
     end
   end
 
-(* Takes up to [rounds] batches from [fd]. [last] is the socket's kernel
-   drop counter as last seen. *)
-let receive c ~group fd last l =
-  let rec round k =
-    if k > 0 && not c.closed then begin
-      match c_recvmmsg_into fd l.bufs l.offs slot nslots l.results with
+(* Takes what [fd] holds, up to [rounds * nslots] datagrams; [true] if the
+   first [recvmmsg] found something. Each call asks for [!batch] datagrams:
+   twice as many as the last call got (at least [min_batch]), or twice as
+   many as it asked for when it got them all; so that a lone datagram (a
+   round trip) does not pay for preparing [nslots] slots, and a burst soon
+   gets them all. [last] is the socket's kernel drop counter as last seen. *)
+let min_batch = 4
+let receive_calls_made = ref 0
+let receive_calls () = !receive_calls_made
+
+let receive c ~group fd last batch l =
+  let rec round budget =
+    if budget > 0 && not c.closed then begin
+      let ask = min !batch budget in
+      incr receive_calls_made;
+      match c_recvmmsg_into fd l.bufs l.offs slot ask l.results with
       | exception Unix.Unix_error (e, fn, _) ->
-          Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e))
+          Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e));
+          false
       | r ->
-          let o = l.results.(2 * nslots) in
+          (* The kernel's drop counter is written only when something was
+             received (the slot after [ask] results may hold an earlier
+             call's result otherwise). *)
+          let o = if r > 0 then l.results.(2 * ask) else -1 in
           if o >= 0 then begin
             c.dropped <- c.dropped + ((o - !last) land 0xffff_ffff);
             last := o
@@ -312,24 +326,36 @@ let receive c ~group fd last l =
             deliver c ~group l !i l.results.(2 * !i) l.results.((2 * !i) + 1);
             incr i
           done;
-          if r = nslots then round (k - 1)
+          if r = ask then begin
+            batch := min nslots (max !batch (2 * ask));
+            ignore (round (budget - r) : bool)
+          end
+          else if r > 0 then batch := min nslots (max min_batch (2 * r));
+          r > 0
     end
+    else false
   in
-  round rounds
+  round (rounds * nslots)
 
-let on_readable c ~group fd =
-  let last = ref 0 in
-  fun () ->
+(* The reader of [fd] for the loop: when readable, and without a wait
+   ({!Loop.watch}'s [try_read]). *)
+let reader c ~group fd =
+  let last = ref 0 and batch = ref min_batch in
+  let read () =
     if !landing_busy then begin
       let l = make_landing () in
-      Fun.protect ~finally:(fun () -> release_landing l) (fun () -> receive c ~group fd last l)
+      Fun.protect
+        ~finally:(fun () -> release_landing l)
+        (fun () -> receive c ~group fd last batch l)
     end
     else begin
       landing_busy := true;
       Fun.protect
         ~finally:(fun () -> landing_busy := false)
-        (fun () -> receive c ~group fd last (Lazy.force shared_landing))
+        (fun () -> receive c ~group fd last batch (Lazy.force shared_landing))
     end
+  in
+  ((fun () -> ignore (read () : bool)), read)
 
 (* Opening and closing. *)
 
@@ -388,7 +414,8 @@ let open_with ?(pool = Pool.default) loop addr f =
             }
           in
           c.handler <- f c;
-          Loop.watch loop fd (on_readable c ~group:false fd);
+          let on_readable, try_read = reader c ~group:false fd in
+          Loop.watch ~try_read loop fd on_readable;
           Log.debug (fun m -> m "opened %a" pp_address local);
           Ok c)
 
@@ -514,7 +541,8 @@ let join c g =
                   | e -> system e fn)
             | () ->
                 c.group <- Some (g, gfd);
-                Loop.watch c.loop gfd (on_readable c ~group:true gfd);
+                let on_readable, try_read = reader c ~group:true gfd in
+                Loop.watch ~try_read c.loop gfd on_readable;
                 Log.debug (fun m -> m "%a joined %a" pp_address c.local pp_address g);
                 Ok ()))
 

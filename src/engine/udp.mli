@@ -5,7 +5,9 @@
     non-blocking with large kernel buffers (4 MiB asked for, past the system limit when privileged).
 
     Receiving: when a socket is readable, datagrams are taken in batches with [recvmmsg] until none
-    is left or a budget per wake-up is spent, each into a 64 KiB slot of its own. A datagram of more
+    is left or a budget per wake-up is spent (each batch as large as {!receive_calls} says), each into
+    a 64 KiB slot of its own. A socket that is its loop's only descriptor is read once before the
+    loop waits ({!Loop.watch}'s [try_read]). A datagram of more
     than 2 KiB is handed up as a slice of its slot, with no copy (the slot is replaced if the
     datagram is kept); a smaller one is copied out into its own {!Consort.Iovec.t} of exactly its
     size, so that a small datagram kept by a protocol never pins a large buffer. A handler that
@@ -45,6 +47,11 @@ val buffer_sizes : connection -> int * int
 (** [buffer_sizes c] is the receive and send buffer sizes the kernel granted, in bytes. *)
 
 val is_closed : connection -> bool
+
+val receive_calls : unit -> int
+(** The [recvmmsg] calls made in this process so far. Each asks for twice as many datagrams as the
+    last one got (at least 4, at most 64), or twice as many as it asked for when it got them all: a
+    lone datagram does not pay for preparing 64 slots, and a burst soon takes 64 a call. *)
 
 val copies : unit -> int * int
 (** Received datagrams copied out of the slot the kernel wrote them to (those of 2 KiB or less), in

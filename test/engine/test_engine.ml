@@ -159,6 +159,60 @@ let fd_readiness () =
   Unix.close r;
   Unix.close w
 
+(* A wait until a deadline arms the loop's kernel timer once, not on every
+   wait: 200 bytes waiting in a pipe, read one per round, with a timer 10 s
+   away, make 200 kernel waits and one arming; the timer still fires when
+   due, not before. *)
+let timer_armed_once () =
+  let loop = Loop.create () in
+  let r, w = Unix.pipe ~cloexec:true () in
+  ignore (Unix.write_substring w (String.make 200 'x') 0 200);
+  let read = ref 0 in
+  Loop.watch loop r (fun () -> if Unix.read r (Bytes.create 1) 0 1 = 1 then incr read);
+  let far = Loop.after loop (Time.of_sec 10.) ignore in
+  let waits0 = Loop.kernel_waits loop and arms0 = Loop.timer_arms loop in
+  Alcotest.(check bool)
+    "all read" true
+    (wait loop ~timeout:(Time.of_sec 5.) (fun () -> !read = 200));
+  Alcotest.(check int) "kernel waits" 200 (Loop.kernel_waits loop - waits0);
+  Alcotest.(check int) "armings" 1 (Loop.timer_arms loop - arms0);
+  Loop.cancel far;
+  let t0 = Loop.now loop in
+  let fired = ref 0 in
+  ignore (Loop.after loop (ms 15) (fun () -> fired := Loop.now loop));
+  Alcotest.(check bool) "fired" true (wait loop (fun () -> !fired > 0));
+  Alcotest.(check bool) "not early" true (!fired - t0 >= ms 15);
+  Alcotest.(check bool) "not 100 ms late" true (!fired - t0 < ms 115);
+  Loop.unwatch loop r;
+  Unix.close r;
+  Unix.close w
+
+(* A loop that watches one UDP socket reads it before asking the kernel to
+   wait: a datagram already there is served with no kernel wait. Then, with
+   nothing to read, a read that finds nothing is followed by kernel waits
+   only. *)
+let reads_before_waiting () =
+  let loop = Loop.create () in
+  let c, rx = open_rx loop in
+  let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  let port =
+    match Udp.local c |> Udp.address_to_string |> String.split_on_char ':' with
+    | [ _; p ] -> int_of_string p
+    | _ -> Alcotest.fail "address"
+  in
+  let dst = Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
+  ignore (Unix.sendto_substring s "early" 0 5 [] dst);
+  let far = Loop.after loop (Time.of_sec 10.) ignore in
+  Alcotest.(check bool) "received" true (wait loop (fun () -> rx.got <> []));
+  Alcotest.(check int) "kernel waits" 0 (Loop.kernel_waits loop);
+  Alcotest.(check int) "early reads" 1 (Loop.early_reads loop);
+  Loop.run loop ~timeout:(ms 30);
+  Alcotest.(check int) "still 1 early read" 1 (Loop.early_reads loop);
+  Alcotest.(check bool) "then kernel waits" true (Loop.kernel_waits loop >= 1);
+  Loop.cancel far;
+  Udp.close c;
+  Unix.close s
+
 (* Spinning (Loop.set_spin) serves what comes while it polls at once, and
    delays no timer: with 300 ms of spin, a timer due in 20 ms fires then,
    and bytes another process writes 30 ms later are read then, not when
@@ -340,7 +394,7 @@ let pulled_and_many_pieces () =
 let batch_receive () =
   with_pool @@ fun pool ->
   let loop = Loop.create () in
-  let a, _ = open_rx ~pool loop in
+  let a, _ = open_rx ~pool (Loop.create ()) in
   let n = 1000 in
   let seqs = ref [] in
   let b =
@@ -364,11 +418,25 @@ let batch_receive () =
     Msg.release m
   done;
   let t1 = Loop.now loop in
+  let calls0 = Udp.receive_calls () in
   Alcotest.(check bool) "all received" true (wait loop (fun () -> List.length !seqs = n));
   let t2 = Loop.now loop in
+  (* The batch grows from 4 to 64 datagrams a call: 4 + 8 + 16 + 32, then
+     64 a call, and the read that finds none left. *)
+  let calls = Udp.receive_calls () - calls0 in
+  if calls > 25 then Alcotest.failf "%d recvmmsg calls for %d datagrams" calls n;
   Alcotest.(check (list int)) "each once, in order" (List.init n Fun.id) (List.rev !seqs);
+  Alcotest.(check int) "none dropped at the receiver" 0 (Udp.query b).dropped;
   Alcotest.(check int) "counted" n (Udp.query b).received;
   Alcotest.(check int) "none dropped" 0 (Udp.query a).dropped;
+  (* Then one datagram (the next call asks for 4) and reads that find
+     nothing: none of it is taken for the kernel's drop counter. *)
+  let m = Msg.create [ Pool.of_string pool (Bytes.to_string payload) ] |> Msg.push u32 n in
+  if Udp.send a ~dst:(Udp.local b) m <> Ok () then Alcotest.fail "send";
+  Msg.release m;
+  Alcotest.(check bool) "one more" true (wait loop (fun () -> List.length !seqs = n + 1));
+  Loop.run loop ~timeout:(ms 30);
+  Alcotest.(check int) "none dropped at the receiver" 0 (Udp.query b).dropped;
   Fmt.pr "batch: %d datagrams of 200 B sent in %a (%.0f/s), received in %a (%.0f/s)@." n Time.pp
     (t1 - t0)
     (float n /. Time.to_sec (t1 - t0))
@@ -748,6 +816,8 @@ let () =
           Alcotest.test_case "run with a timeout returns" `Quick timeout_returns;
           Alcotest.test_case "until and stop" `Quick until_and_stop;
           Alcotest.test_case "descriptor readiness" `Quick fd_readiness;
+          Alcotest.test_case "kernel timer armed once" `Quick timer_armed_once;
+          Alcotest.test_case "reads before waiting" `Quick reads_before_waiting;
           Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
