@@ -213,13 +213,15 @@ module L = struct
     match e with
     | Gevent.Suspect { ranks; reason } when not t.stopped -> (
         (* A suspicion adopted from another member's slander: the group
-           hears that slander itself, so one of silence is not cast again.
-           One asked for, or a flush timeout, is passed on with its kind (it
-           is not this member's finding of silence, and is not judged as
-           one), in case its accuser fails before every member has it. *)
+           hears that slander itself, so one of silence, or a flush
+           timeout (which the next coordinator finds again if this one
+           fails), is not cast again. One asked for is passed on with its
+           kind (it is not this member's finding of silence, and is not
+           judged as one), in case its accuser fails before every member
+           has it. *)
         match t.judging with
         | Some (accused, k) when List.for_all (fun r -> List.mem r accused) ranks ->
-            if k = Gevent.Silent then begin
+            if k <> Gevent.Requested then begin
               let added = fresh t ranks in
               if added <> [] then t.out.up_ctl (Gevent.Suspect { ranks = added; reason })
             end
