@@ -74,9 +74,9 @@ let run_until w ~step ~bound ?(each = ignore) ok =
    after, just before the others find the first crash (the members that
    would cast it first); the casts and deliveries of slanders from the
    crash to the view without them all. *)
-let one ?(props = "vsync") ?(later = []) ~seed ~crash n =
+let one ?(props = "vsync") ?(link = Sim.default_link) ?(later = []) ~seed ~crash n =
   let params = Params.set "sim.props" (Params.String props) Params.empty in
-  let w = V.make ~params ~seed ~n ~link:Sim.default_link () in
+  let w = V.make ~params ~seed ~n ~link () in
   for i = 0 to n - 1 do
     V.at w (Rng.int (V.rng w) 300_000_000) (fun () -> V.start w i)
   done;
@@ -108,12 +108,12 @@ let one ?(props = "vsync") ?(later = []) ~seed ~crash n =
    the crashed members within [bound] virtual seconds: the suspicion
    timeout (5 s, after the last crash), the longest wait before a cast
    (0.25 s) and the flush. *)
-let check_linear ?props ?(later = fun _ -> []) ?(c = 4) ?(bound = 5.4) ~crash_of label =
+let check_linear ?props ?link ?(later = fun _ -> []) ?(c = 4) ?(bound = 5.4) ~crash_of label =
   let per =
     List.map
       (fun n ->
         let crash = crash_of n in
-        let secs, t = one ?props ~later:(later n) ~seed:n ~crash n in
+        let secs, t = one ?props ?link ~later:(later n) ~seed:n ~crash n in
         if secs > bound then
           Alcotest.failf "%s, %d members: view change after %.3f s (at most %.1f)" label n secs
             bound;
@@ -139,6 +139,14 @@ let () =
         [
           Alcotest.test_case "vsync, one member crashes" `Quick (fun () ->
               check_linear ~crash_of:(fun n -> [ n - 1 ]) "vsync");
+          Alcotest.test_case "vsync, slow links" `Quick (fun () ->
+              (* A flush takes longer than the members' turns to cast: those
+                 after the first hear their slanders before their turn. *)
+              check_linear
+                ~link:{ Sim.default_link with latency = Time.of_ms 20; jitter = Time.of_ms 5 }
+                ~c:8 ~bound:5.8
+                ~crash_of:(fun n -> [ n - 1 ])
+                "vsync, 20-25 ms links");
           Alcotest.test_case "vsync, the coordinator crashes" `Quick (fun () ->
               check_linear ~crash_of:(fun _ -> [ 0 ]) "vsync, coordinator");
           Alcotest.test_case "vsync, the first accusers crash too" `Quick (fun () ->
