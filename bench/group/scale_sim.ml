@@ -27,6 +27,8 @@ type row = {
   view_change : float option;  (** crash to the last survivor's view without it, virtual seconds *)
   steady_cpu : float;  (** CPU seconds for the 10 virtual seconds of idle and load *)
   change_cpu : float;
+  slanders : int;
+  slander_deliveries : int;
 }
 
 let cpu () = Sys.time ()
@@ -72,10 +74,11 @@ let formed w n =
 
 (* Runs the simulator in steps of [step] until [ok] or [bound]; the
    virtual time it took. *)
-let run_until w ~step ~bound ok =
+let run_until ?(each = ignore) w ~step ~bound ok =
   let net = V.net w in
   let t0 = Sim.now net in
   let rec go () =
+    each ();
     if ok () then Some (Time.to_sec (Sim.now net - t0))
     else if Sim.now net - t0 >= bound then None
     else begin
@@ -84,6 +87,48 @@ let run_until w ~step ~bound ok =
     end
   in
   go ()
+
+(* Slander's casts and deliveries over a view change: each member's stack
+   is replaced by the new view's, so each stack's last counts are added up
+   when it goes ([sample] at each step, [total] at the end). *)
+let slander_counts w =
+  let n = V.nprocs w in
+  let last = Array.make n None in
+  let sent = ref 0 and got = ref 0 in
+  let count st key =
+    match List.assoc_opt "slander" (Stack.counters st) with
+    | Some cs -> Option.value ~default:0 (List.assoc_opt key cs)
+    | None -> 0
+  in
+  let close i =
+    match last.(i) with
+    | Some (_, s, r) ->
+        sent := !sent + s;
+        got := !got + r;
+        last.(i) <- None
+    | None -> ()
+  in
+  let sample () =
+    for i = 0 to n - 1 do
+      let cur = V.member w i in
+      (match (last.(i), cur) with
+      | Some (st, _, _), Some (_, st') when st == st' ->
+          last.(i) <- Some (st, count st "slanders_sent", count st "slanders_received")
+      | Some _, _ -> close i
+      | None, _ -> ());
+      match (last.(i), cur) with
+      | None, Some (_, st) ->
+          last.(i) <- Some (st, count st "slanders_sent", count st "slanders_received")
+      | _ -> ()
+    done
+  in
+  let total () =
+    for i = 0 to n - 1 do
+      close i
+    done;
+    (!sent, !got)
+  in
+  (sample, total)
 
 let one ~seed ~params ~stack n =
   let w = V.make ~params ~seed ~n ~link:Sim.default_link () in
@@ -129,8 +174,22 @@ let one ~seed ~params ~stack n =
         || match V.group w i with Some g -> Array.length (G.view g).members = n - 1 | None -> true)
       (List.init n Fun.id)
   in
+  let sample, total = slander_counts w in
+  sample ();
+  let t_crash = Sim.now net in
   V.crash w victim;
-  let view_change = run_until w ~step:(Time.of_ms 20) ~bound:(Time.of_sec 60.) gone in
+  (* No suspicion before the timeout (5 s): then steps of 1 ms, to count
+     every stack's slanders before the view change replaces it. *)
+  let early = run_until w ~step:(Time.of_ms 20) ~bound:(Time.of_sec 4.) gone in
+  let view_change =
+    match early with
+    | Some _ as v -> v
+    | None ->
+        Option.map
+          (fun _ -> Time.to_sec (Sim.now net - t_crash))
+          (run_until ~each:sample w ~step:(Time.of_ms 1) ~bound:(Time.of_sec 56.) gone)
+  in
+  let slanders, slander_deliveries = total () in
   let change_cpu = cpu () -. c2 in
   let per x = float_of_int x /. float_of_int n /. window in
   {
@@ -147,6 +206,8 @@ let one ~seed ~params ~stack n =
     view_change;
     steady_cpu;
     change_cpu;
+    slanders;
+    slander_deliveries;
   }
 
 (* Credit and stability status batched over 100 ms instead of 2 and 20 ms. *)
@@ -174,11 +235,11 @@ let run ?(sizes = [ 16; 32; 64 ]) ?(scale_sizes = [ 64; 256; 1024 ]) ?(params = 
 let opt = function Some x -> Printf.sprintf "%.2f" x | None -> "-"
 
 let pp_table ppf rows =
-  Fmt.pf ppf "%-8s %7s %9s %7s | %8s %8s | %8s %8s %8s %8s | %7s %9s %7s | %7s %7s@." "stack"
+  Fmt.pf ppf "%-8s %7s %9s %7s | %8s %8s | %8s %8s %8s %8s | %7s %9s %7s %11s | %7s %7s@." "stack"
     "members" "formed s" "cpu s" "dgram/s" "beats/s" "dgram/s" "status/s" "credit/s" "acks/s"
-    "cpu s" "change s" "cpu s" "idle x" "load x";
-  Fmt.pf ppf "%-8s %7s %9s %7s | %17s | %35s | %7s %9s %7s | %15s@." "" "" "(virtual)" ""
-    "idle, per member" "load, per member" "10 s" "(virtual)" "" "per member";
+    "cpu s" "change s" "cpu s" "slanders" "idle x" "load x";
+  Fmt.pf ppf "%-8s %7s %9s %7s | %17s | %35s | %7s %9s %7s %11s | %15s@." "" "" "(virtual)" ""
+    "idle, per member" "load, per member" "10 s" "(virtual)" "" "(delivered)" "per member";
   match rows with
   | [] -> ()
   | first :: _ ->
@@ -187,10 +248,11 @@ let pp_table ppf rows =
           let base = List.find (fun b -> b.stack = r.stack) rows in
           let x a b = if b > 0. then a /. b else 0. in
           Fmt.pf ppf
-            "%-8s %7d %9s %7.1f | %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f | %7.1f %9s %7.1f | %7.2f \
-             %7.2f@."
+            "%-8s %7d %9s %7.1f | %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f | %7.1f %9s %7.1f %11s | \
+             %7.2f %7.2f@."
             r.stack r.size (opt r.formed) r.form_cpu r.idle_datagrams r.heartbeats r.load_datagrams
             r.status r.credits r.acks r.steady_cpu (opt r.view_change) r.change_cpu
+            (Printf.sprintf "%d (%d)" r.slanders r.slander_deliveries)
             (x r.idle_datagrams base.idle_datagrams)
             (x r.load_datagrams base.load_datagrams))
         rows;
@@ -220,7 +282,8 @@ let to_json rows =
        (List.map
           (fun r ->
             Printf.sprintf
-              "{\"stack\":%S,\"members\":%d,\"formed_s\":%s,\"form_cpu_s\":%.2f,\"idle_datagrams_per_member_s\":%.1f,\"heartbeats_per_member_s\":%.1f,\"load_datagrams_per_member_s\":%.1f,\"status_per_member_s\":%.1f,\"credits_per_member_s\":%.1f,\"acks_per_member_s\":%.1f,\"steady_cpu_s\":%.2f,\"view_change_s\":%s,\"change_cpu_s\":%.2f}"
+              "{\"stack\":%S,\"members\":%d,\"formed_s\":%s,\"form_cpu_s\":%.2f,\"idle_datagrams_per_member_s\":%.1f,\"heartbeats_per_member_s\":%.1f,\"load_datagrams_per_member_s\":%.1f,\"status_per_member_s\":%.1f,\"credits_per_member_s\":%.1f,\"acks_per_member_s\":%.1f,\"steady_cpu_s\":%.2f,\"view_change_s\":%s,\"change_cpu_s\":%.2f,\"slanders\":%d,\"slander_deliveries\":%d}"
               r.stack r.size (f r.formed) r.form_cpu r.idle_datagrams r.heartbeats r.load_datagrams
-              r.status r.credits r.acks r.steady_cpu (f r.view_change) r.change_cpu)
+              r.status r.credits r.acks r.steady_cpu (f r.view_change) r.change_cpu r.slanders
+              r.slander_deliveries)
           rows))

@@ -24,6 +24,8 @@ type row = {
   view_change : float option;  (** crash to the last survivor's view without it, virtual seconds *)
   steady_cpu : float;  (** CPU seconds for the 10 virtual seconds of idle and load *)
   change_cpu : float;  (** CPU seconds from the crash to the view without it *)
+  slanders : int;  (** Slander casts from the crash to the view without it, all members *)
+  slander_deliveries : int;  (** and their deliveries *)
 }
 
 val run : ?sizes:int list -> ?scale_sizes:int list -> ?params:Consort.Params.t -> unit -> row list

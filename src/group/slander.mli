@@ -1,17 +1,29 @@
 (** Slander: members share their suspicions reliably (Ensemble's [Slander]).
 
     It sits above the reliable layers and a failure detector such as {!Suspect}. When a
-    {!Gevent.Suspect} event comes up from below, or a {!Gevent.Suspect_request} comes down from the
-    application or a membership layer, it casts the ranks not yet suspected here, with the reason,
-    reliably to the group, and reports them up at once as a {!Gevent.Suspect} with the same reason.
-    A request then goes on down, so that the failure detector also stops watching those ranks.
+    {!Gevent.Suspect_request} or {!Gevent.Suspect_unresponsive} comes down from the application or a
+    membership layer, it casts the ranks not yet suspected here, with the reason, reliably to the
+    group, and reports them up at once as a {!Gevent.Suspect} with the same reason. A request then
+    goes on down, so that the failure detector also stops watching those ranks.
+
+    A silence the failure detector finds here (or an accuser it blames) is reported up at once, but
+    cast only after a wait: none for the member just after the first suspected rank in the ring,
+    [slander.stagger] (5 ms) more for each member after it, at most [slander.wait] (250 ms). A rank
+    two other members (not found faulty here) have slandered by then is dropped from the cast. When
+    a member crashes, every member finds the silence at about the same time; the first in the ring
+    casts it and the others hear it before their turn (or the view changes first): about one cast of
+    n - 1 deliveries per crash, not n - 1 casts of n - 1 each. Two, because a failure detector that
+    adopts a silence only from two of its accusers (Ringfd) must hear two, and so that a crash is
+    still cast when the first member to cast it fails too.
 
     A member that receives a slander does not take it on trust: it hands it down to the failure
     detector as a {!Gevent.Accusation}, which judges it against what this member hears and reports
     up what it adopts (see {!Suspect.judge}). A slander says why: {!Gevent.Silent} (from the failure
     detector), {!Gevent.Requested} (asked by an application: adopted everywhere) or
-    {!Gevent.Unresponsive} (a coordinator's flush timeout). Every member that raises a suspicion
-    casts it, so the news reaches every member that stays even if the first one to raise it fails.
+    {!Gevent.Unresponsive} (a coordinator's flush timeout). A suspicion adopted from another
+    member's slander is not cast again, unless it was asked for (so that the request reaches every
+    member that stays even if the one that cast it fails); a silence or a flush timeout is found
+    again by the members, or the next coordinator, if its accuser fails.
 
     Messages of the layers above pass through with the {!No_hdr} header; other control events pass
     on untouched. Nonsense never raises: suspicions of ranks outside the view and of this member
@@ -50,9 +62,20 @@ val dn_ctl : t -> Consort.Event.dn_ctl -> unit
 val timer : t -> Consort.Time.t -> unit
 
 val counters : t -> (string * int) list
-(** ["slanders_sent"], ["slanders_received"] (from other members), ["bad_rank"] and
-    ["self_suspicions"] (nonsense in slanders, events and requests), ["malformed"], and the gauge
-    ["suspected"]. *)
+(** ["slanders_sent"], ["slanders_received"] (from other members), ["slanders_suppressed"] (casts
+    dropped because two other members cast the same ranks first), ["bad_rank"] and
+    ["self_suspicions"] (nonsense in slanders, events and requests), ["malformed"], and the gauges
+    ["slanders_pending"] (casts waiting their turn) and ["suspected"]. *)
+
+module Param : sig
+  val stagger : string
+  (** ["slander.stagger"]: how much longer each member waits than the one before it (in the ring,
+      from the suspected rank on) before it casts a silence it found (default 5 ms). *)
+
+  val wait : string
+  (** ["slander.wait"]: the longest a member waits before it casts a silence it found (default 250
+      ms). *)
+end
 
 val layer : Consort.Layer.t
 (** [layer] is Slander as a first-class layer. *)
