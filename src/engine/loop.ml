@@ -323,10 +323,16 @@ let wait_and_serve ?(next = max_int) t wait =
         let ready = ref [] in
         for i = 0 to n - 1 do
           let fd = t.ready.(i) in
-          if Some fd = t.tfd then t.armed <- max_int
-          else match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ()
+          match t.tfd with
+          | Some f when f == fd -> t.armed <- max_int
+          | _ -> (
+              match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ())
         done;
-        let ready = List.sort (fun a b -> compare a.order b.order) !ready in
+        let ready =
+          match !ready with
+          | ([] | [ _ ]) as l -> l
+          | l -> List.sort (fun a b -> compare a.order b.order) l
+        in
         (* Callbacks may unwatch others: skip what is no longer active. *)
         List.iter
           (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)

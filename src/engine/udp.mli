@@ -5,15 +5,15 @@
     non-blocking with large kernel buffers (4 MiB asked for, past the system limit when privileged).
 
     Receiving: when a socket is readable, datagrams are taken in batches with [recvmmsg] until none
-    is left or a budget per wake-up is spent (each batch as large as {!receive_calls} says), each into
-    a 64 KiB slot of its own. A socket that is its loop's only descriptor is read once before the
-    loop waits ({!Loop.watch}'s [try_read]). A datagram of more
-    than 2 KiB is handed up as a slice of its slot, with no copy (the slot is replaced if the
-    datagram is kept); a smaller one is copied out into its own {!Consort.Iovec.t} of exactly its
-    size, so that a small datagram kept by a protocol never pins a large buffer. A handler that
-    raises is logged and the batch goes on. [info.dropped] counts datagrams dropped by the
-    [Drop_filter], truncated or not IPv4, refused for a full send buffer, and those the kernel
-    dropped for a full receive buffer ([SO_RXQ_OVFL], learnt with the next datagram that arrives).
+    is left or a budget per wake-up is spent (each batch as large as {!receive_calls} says), each
+    into a 64 KiB slot of its own. A socket that is its loop's only descriptor is read once before
+    the loop waits ({!Loop.watch}'s [try_read]). A datagram of more than 2 KiB is handed up as a
+    slice of its slot, with no copy (the slot is replaced if the datagram is kept); a smaller one is
+    copied out into its own {!Consort.Iovec.t} of exactly its size, so that a small datagram kept by
+    a protocol never pins a large buffer. A handler that raises is logged and the batch goes on.
+    [info.dropped] counts datagrams dropped by the [Drop_filter], truncated or not IPv4, refused for
+    a full send buffer, and those the kernel dropped for a full receive buffer ([SO_RXQ_OVFL],
+    learnt with the next datagram that arrives).
 
     Sending: one [sendmsg] gathers the message's header bytes and body pieces without copying them.
     {!cast} sends one datagram to the group after [Join_multicast], otherwise one per destination
