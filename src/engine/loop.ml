@@ -301,22 +301,30 @@ let wait_and_serve ?(next = max_int) t wait =
              hypervisor, microseconds). The timer descriptor is armed only
              when the deadline comes before the time it is armed for (or
              that time was seen); an earlier expiry wakes the loop early,
-             which then arms it again. *)
+             which then arms it again. Without one (out of descriptors),
+             the wait has its timeout. *)
             let tfd =
               match t.tfd with
-              | Some f -> f
-              | None ->
-                  let f = timerfd_create ep in
-                  t.tfd <- Some f;
-                  f
+              | Some _ as f -> f
+              | None -> (
+                  match timerfd_create ep with
+                  | f ->
+                      t.tfd <- Some f;
+                      t.tfd
+                  | exception Unix.Unix_error (e, fn, _) ->
+                      Log.debug (fun m -> m "%s: %s" fn (Unix.error_message e));
+                      None)
             in
-            let target = if next = max_int then now t + wait else next in
-            if t.armed > target then begin
-              timerfd_arm tfd (target - now t);
-              t.armed <- target;
-              t.timer_arms <- t.timer_arms + 1
-            end;
-            epoll_wait ep t.ready (-1)
+            match tfd with
+            | None -> epoll_wait ep t.ready wait
+            | Some tfd ->
+                let target = if next = max_int then now t + wait else next in
+                if t.armed > target then begin
+                  timerfd_arm tfd (target - now t);
+                  t.armed <- target;
+                  t.timer_arms <- t.timer_arms + 1
+                end;
+                epoll_wait ep t.ready (-1)
           end
           else epoll_wait ep t.ready wait
         in
