@@ -4,7 +4,21 @@ let control =
   Arg.(
     required
     & opt (some string) None
-    & info [ "control" ] ~docv:"PATH" ~doc:"The member's control socket (its $(b,--control)).")
+    & info [ "control" ] ~docv:"PATH"
+        ~doc:"The control socket of a member or a daemon (its $(b,--control)).")
+
+let group =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "group" ] ~docv:"NAME"
+        ~doc:
+          "At a daemon's control socket ($(b,consortd --control)): the members of this group only; \
+           a cast or send goes through the first member the daemon holds in it.")
+
+(* [group NAME REQUEST] for a daemon; a member answers it for its own group. *)
+let in_group group line =
+  match group with None -> line | Some g -> Printf.sprintf "group %s %s" g line
 
 let json = Arg.(value & flag & info [ "json" ] ~doc:"Print the answer as it came: one JSON object.")
 
@@ -36,17 +50,19 @@ let bool j k =
   | `Assoc l -> ( match List.assoc_opt k l with Some (`Bool b) -> b | _ -> false)
   | _ -> false
 
-let status path json =
-  ask "status" path "status" @@ fun raw j ->
-  if json then print_endline raw
-  else if not (match j with `Assoc l -> List.mem_assoc "view" l | _ -> false) then
+let members_of j =
+  match j with
+  | `Assoc l -> ( match List.assoc_opt "members" l with Some (`List m) -> m | _ -> [])
+  | _ -> []
+
+(* A daemon's answer: {"daemon":{...},"members":[...]}. *)
+let is_daemon j = match j with `Assoc l -> List.mem_assoc "daemon" l | _ -> false
+
+let print_member_status j =
+  if not (match j with `Assoc l -> List.mem_assoc "view" l | _ -> false) then
     Fmt.pr "group %s: not joined yet@." (str j "group")
   else begin
-    let members =
-      match j with
-      | `Assoc l -> ( match List.assoc_opt "members" l with Some (`List m) -> m | _ -> [])
-      | _ -> []
-    in
+    let members = members_of j in
     let me = str j "me" and coord = str j "coordinator" in
     Fmt.pr "group %s, view %s (ltime %d), %d members@." (str j "group") (str j "view")
       (int j "ltime") (List.length members);
@@ -63,45 +79,74 @@ let status path json =
     Fmt.pr "view change under way: %s; flow control: %s@."
       (if bool j "blocked" then "yes" else "no")
       (if bool j "flow_blocked" then "paused" else "open")
-  end;
+  end
+
+let field j k = match j with `Assoc l -> List.assoc_opt k l | _ -> None
+
+let status path group json =
+  ask "status" path (in_group group "status") @@ fun raw j ->
+  if json then print_endline raw
+  else if is_daemon j then begin
+    let d = Option.value ~default:`Null (field j "daemon") in
+    let ms = members_of j in
+    Fmt.pr "consortd: %d clients, %d members%s@." (int d "clients") (int d "members")
+      (match group with
+      | Some g -> Printf.sprintf " (%d in group %s)" (List.length ms) g
+      | None -> "");
+    List.iter
+      (fun m ->
+        Fmt.pr "member %s (client %d, handle %d): " (str m "me") (int m "client") (int m "handle");
+        print_member_status m)
+      ms
+  end
+  else print_member_status j;
   0
 
-let counters path json =
-  ask "counters" path "counters" @@ fun raw j ->
-  (if json then print_endline raw
-   else
-     match j with
-     | `Assoc layers ->
-         List.iter
-           (fun (layer, c) ->
-             match c with
-             | `Assoc kvs ->
-                 let items =
-                   List.filter_map
-                     (fun (k, v) ->
-                       match v with `Int n -> Some (Printf.sprintf "%s=%d" k n) | _ -> None)
-                     kvs
-                 in
-                 Fmt.pr "%-10s %s@." layer (String.concat " " items)
-             | _ -> ())
-           layers
-     | _ -> ());
+let print_layers = function
+  | `Assoc layers ->
+      List.iter
+        (fun (layer, c) ->
+          match c with
+          | `Assoc kvs ->
+              let items =
+                List.filter_map
+                  (fun (k, v) ->
+                    match v with `Int n -> Some (Printf.sprintf "%s=%d" k n) | _ -> None)
+                  kvs
+              in
+              Fmt.pr "%-10s %s@." layer (String.concat " " items)
+          | _ -> ())
+        layers
+  | _ -> ()
+
+let counters path group json =
+  ask "counters" path (in_group group "counters") @@ fun raw j ->
+  if json then print_endline raw
+  else if is_daemon j then begin
+    Option.iter (fun d -> print_layers (`Assoc [ ("consortd", d) ])) (field j "daemon");
+    List.iter
+      (fun m ->
+        Fmt.pr "member %s (group %s)@." (str m "me") (str m "group");
+        Option.iter print_layers (field m "counters"))
+      (members_of j)
+  end
+  else print_layers j;
   0
 
 let one_line_text cmd text k =
   if String.contains text '\n' then Consort_cli.fail cmd "the message must be one line" else k ()
 
-let cast path text =
+let cast path group text =
   one_line_text "cast" text @@ fun () ->
-  ask "cast" path ("cast " ^ text) @@ fun _ _ ->
+  ask "cast" path (in_group group ("cast " ^ text)) @@ fun _ _ ->
   print_endline "ok";
   0
 
-let send path id text =
+let send path group id text =
   one_line_text "send" text @@ fun () ->
   if id = "" || String.contains id ' ' then Consort_cli.fail "send" "%S is not a member id" id
   else
-    ask "send" path (Printf.sprintf "send %s %s" id text) @@ fun _ _ ->
+    ask "send" path (in_group group (Printf.sprintf "send %s %s" id text)) @@ fun _ _ ->
     print_endline "ok";
     0
 
@@ -112,20 +157,25 @@ let commands =
   [
     Cmd.v
       (Consort_cli.info ~path:"status" "status"
-         ~doc:"A running member's group, view, members, coordinator and flow state.")
-      Term.(const status $ control $ json);
+         ~doc:
+           "A running member's (or every member a daemon holds) group, view, members, coordinator \
+            and flow state.")
+      Term.(const status $ control $ group $ json);
     Cmd.v
-      (Consort_cli.info ~path:"counters" "counters" ~doc:"A running member's counters, per layer.")
-      Term.(const counters $ control $ json);
+      (Consort_cli.info ~path:"counters" "counters"
+         ~doc:
+           "A running member's counters, per layer (a daemon's: its own, then per member and \
+            layer).")
+      Term.(const counters $ control $ group $ json);
     Cmd.v
       (Consort_cli.info ~path:"cast" "cast"
          ~doc:"Cast a message to the group through a running member.")
-      Term.(const cast $ control $ text 0);
+      Term.(const cast $ control $ group $ text 0);
     Cmd.v
       (Consort_cli.info ~path:"send" "send"
          ~doc:"Send a message to one member through a running member.")
       Term.(
-        const send $ control
+        const send $ control $ group
         $ Arg.(
             required
             & pos 0 (some string) None

@@ -35,7 +35,7 @@ let setup_logs ((levels, format), verbose) =
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
 let main socket tcp bind ports peers key max_frame max_queue max_queued max_clients max_members
-    hello_timeout spin_us spin_yield verbose =
+    hello_timeout spin_us spin_yield (control, metrics, pcap) verbose =
   setup_logs verbose;
   let seal =
     match key with
@@ -93,6 +93,9 @@ let main socket tcp bind ports peers key max_frame max_queue max_queued max_clie
             hello_timeout;
             spin_us;
             spin_yield;
+            control;
+            metrics;
+            pcap;
           }
         in
         match Server.run cfg with
@@ -207,6 +210,37 @@ let cmd =
              CPU only when the daemon's polling ends. Clients that sleep are better served without \
              it.")
   in
+  let ops =
+    let control =
+      Arg.(
+        value
+        & opt (some string) None
+        & info [ "control" ] ~docv:"PATH"
+            ~doc:
+              "Answer $(b,consort status), $(b,consort counters), $(b,consort cast) and \
+               $(b,consort send) on this Unix socket (mode 0600), for every member the daemon \
+               holds.")
+    in
+    let metrics =
+      Arg.(
+        value
+        & opt (some string) None
+        & info [ "metrics" ] ~docv:"ADDR:PORT"
+            ~doc:
+              "Serve the daemon's and its members' counters in the Prometheus text format at \
+               http://$(docv)/metrics.")
+    in
+    let pcap =
+      Arg.(
+        value
+        & opt (some string) None
+        & info [ "pcap" ] ~docv:"FILE"
+            ~doc:
+              "Record every datagram the members send and receive in $(docv) (pcap, for tcpdump -r \
+               or Wireshark; created, mode 0600, never overwritten; at most 1 GiB).")
+    in
+    Term.(const (fun c m p -> (c, m, p)) $ control $ metrics $ pcap)
+  in
   let verbose =
     Arg.(
       value & flag
@@ -236,7 +270,10 @@ let cmd =
       `Pre
         "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers \
          10.0.0.2:7500-7531\n\
-         consortd --socket /tmp/c1.sock --bind 127.0.0.1:7500 --peers 127.0.0.1:7600-7631";
+         consortd --socket /tmp/c1.sock --bind 127.0.0.1:7500 --peers 127.0.0.1:7600-7631\n\
+         consortd --socket /tmp/c1.sock --control /tmp/c1.ctl --metrics 127.0.0.1:9101 --pcap \
+         /tmp/c1.pcap\n\
+         consort status --control /tmp/c1.ctl";
     ]
   in
   Cmd.v
@@ -244,7 +281,7 @@ let cmd =
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
       const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_queued
-      $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield
+      $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield $ ops
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

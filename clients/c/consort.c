@@ -67,7 +67,7 @@ struct consort_client {
 static const char *names[] = {"ok", "malformed", "version", "too-big", "flow-control", "not-member",
                               "leaving", "exited", "no-such-handle", "handle-in-use", "bad-props",
                               "bad-params", "bad-address", "join-failed", "not-hello", "overloaded",
-                              "bad-switch"};
+                              "bad-switch", "not-primary"};
 
 const char *consort_strerror(int code) {
     if (code == CONSORT_DISCONNECTED) return "disconnected";

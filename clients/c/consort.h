@@ -52,7 +52,7 @@
  *     consort_close(c);
  *
  * SEE ALSO
- *     consortd(8), doc/protocol.md, examples/chat.c, examples/logmember.c
+ *     consortd --help, doc/protocol.md, examples/chat.c, examples/logmember.c
  */
 #ifndef CONSORT_H
 #define CONSORT_H
@@ -87,6 +87,7 @@ extern "C" {
 #define CONSORT_E_NOT_HELLO 14
 #define CONSORT_E_OVERLOADED 15
 #define CONSORT_E_BAD_SWITCH 16
+#define CONSORT_E_NOT_PRIMARY 17
 
 /* consort_join() flag: report SENT and LOST events for each message (for
  * member logs: the view each message was sent in). */

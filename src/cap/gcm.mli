@@ -1,4 +1,4 @@
-(** AES-256-GCM from OpenSSL's libcrypto (its EVP interface), through a small C stub over {!Cstruct}
+(** AES-256-GCM from OpenSSL's libcrypto (its EVP interface), through a small C stub over [Cstruct]
     buffers with no copies.
 
     The format is the usual one, the same as mirage-crypto's [Cipher_block.AES.GCM] (a test checks

@@ -4,7 +4,7 @@
     {1 Model}
 
     A {e node} is one transport connection (one address). Any node can be a client; a node also
-    serves the ports whose keys it is given ({!serve}). A client addresses a request to a
+    serves the ports whose keys it is given ([serve]). A client addresses a request to a
     capability's port, never to an address: the node finds the port by asking ({e locate}: a
     [Locate] datagram to the configured addresses and the multicast group, answered only by a
     process that signs with the port's key), caches the answer (bounded, with a lifetime) and
@@ -46,7 +46,7 @@
     Everything a stranger can make a node keep is bounded: server sessions ([max_sessions], the
     least recently used idle one goes), bytes held in requests being received and replies kept
     ([max_buffered]; a request that does not fit is refused with [Busy], a kept reply may be
-    dropped, answered by [Forgotten]), requests waiting for {!getreq} ([max_queued], refused with
+    dropped, answered by [Forgotten]), requests waiting for [getreq] ([max_queued], refused with
     [Busy]), the locate cache and the transactions waiting in a client. *)
 
 type config = {

@@ -95,7 +95,7 @@ val open_split :
   Cstruct.t ->
   (Cstruct.t -> (Bytes.t * int) option) ->
   [ `Opened | `Refused | `Not_placed ]
-(** {!Gcm.open_split} under the session's key ([`Refused] if [sealed] is too short for [head]). *)
+(** [Gcm.open_split] under the session's key ([`Refused] if [sealed] is too short for [head]). *)
 
 val nonce_of : int64 -> string
 (** The AEAD nonce of a sequence number (12 bytes). *)

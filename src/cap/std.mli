@@ -4,7 +4,7 @@
     A server hands every request to {!handle} first; it answers the standard commands from the
     server's object table ({!objects}) and leaves the others ([None]) to the server. Command numbers
     are Amoeba's. Clients build requests with the [*_request] functions and read the replies with
-    the [parse_*] ones (or use {!Rpc.Make}'s [Std] calls). *)
+    the [parse_*] ones (or use [Rpc.Make]'s [Std] calls). *)
 
 val std_age : int
 (** 1001 *)

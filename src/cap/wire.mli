@@ -2,7 +2,7 @@
 
     Every datagram starts with a version byte (1) and a kind. Only handshakes, locates and session
     errors travel in clear, and they hold nothing secret (ports are public); everything about a
-    transaction (headers with their capabilities, data) is an {!inner} message sealed in a [Data]
+    transaction (headers with their capabilities, data) is an [inner] message sealed in a [Data]
     datagram by the session's AEAD ({!Secure}). *)
 
 type outer =
@@ -21,8 +21,8 @@ type outer =
   | Nothere of { port : Port.t; nonce : string }
       (** server → client: nothing here serves [port] (answer to a [Hello]) *)
   | Data of { up : bool; session : string; seq : int64; sealed : string }
-      (** an {!inner} message sealed under the session's key for this direction, with sequence
-          number [seq]; [up] is client → server *)
+      (** an [inner] message sealed under the session's key for this direction, with sequence number
+          [seq]; [up] is client → server *)
   | Badsession of { session : string }
       (** server → client: no such session here (the server restarted) *)
   | Locate of { port : Port.t; nonce : string }  (** client → anyone: who serves [port]? *)
@@ -67,8 +67,8 @@ val pp_outer : outer Fmt.t
 
 (** {1 The fast path}
 
-    The same bytes as {!outer} and {!inner} give, without intermediate strings, for the datagrams
-    that carry data. *)
+    The same bytes as [outer] and [inner] give, without intermediate strings, for the datagrams that
+    carry data. *)
 
 val frag_cstruct :
   ?into:Cstruct.t ->
@@ -82,10 +82,10 @@ val frag_cstruct :
   off:int ->
   len:int ->
   Cstruct.t
-(** [frag_cstruct ~headroom ... data ~off ~len] is [headroom] unspecified bytes and then the
-    {!inner} encoding of the [Frag] whose chunk is the bytes from [off] up to, not including,
-    [off + len] of [data]. With [into] large enough, the bytes are written at the start of [into]
-    and the result is a view of it (valid until [into] is written again). *)
+(** [frag_cstruct ~headroom ... data ~off ~len] is [headroom] unspecified bytes and then the [inner]
+    encoding of the [Frag] whose chunk is the bytes from [off] up to, not including, [off + len] of
+    [data]. With [into] large enough, the bytes are written at the start of [into] and the result is
+    a view of it (valid until [into] is written again). *)
 
 val frag_head :
   into:Cstruct.t ->
@@ -102,8 +102,8 @@ val frag_head :
 
 val peek_frag : Cstruct.t -> (dir * int * int * int * Header.t option * Cstruct.t) option
 (** [peek_frag cs] is [Some (dir, xid, total, offset, header, chunk)] when [cs] is exactly the
-    {!inner} encoding of a [Frag] (the chunk shares [cs]'s memory), [None] otherwise (then decode it
-    with {!inner}). *)
+    [inner] encoding of a [Frag] (the chunk shares [cs]'s memory), [None] otherwise (then decode it
+    with [inner]). *)
 
 val peek_frag_head :
   Cstruct.t -> plain_len:int -> (dir * int * int * int * Header.t option * int * int) option

@@ -321,16 +321,22 @@ let table =
         ( "A member started with --control /run/consort/chat.sock:",
           "consort status --control /run/consort/chat.sock" );
         ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json");
+        ( "Every member a consortd holds in group chat (its --control):",
+          "consort status --control /run/consort/consortd.ctl --group chat" );
       ] );
     ( "counters",
       [
         ( "Every counter of a running member, per layer:",
           "consort counters --control /run/consort/chat.sock" );
+        ( "A consortd's counters, then each member's per layer:",
+          "consort counters --control /run/consort/consortd.ctl" );
       ] );
     ( "cast",
       [
         ( "Cast a line to the group through a running member:",
           "consort cast --control /run/consort/chat.sock 'deploy finished'" );
+        ( "Through a consortd, in group chat:",
+          "consort cast --control /run/consort/consortd.ctl --group chat 'deploy finished'" );
       ] );
     ( "send",
       [

@@ -76,6 +76,13 @@ let refusal m size code reason =
       Group.Not_member
         (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
   | Wire.Leaving -> Group.Leaving
+  | Wire.Not_primary ->
+      let p = "the member's view is not primary: " in
+      let n = String.length p in
+      Group.Not_primary
+        (if String.length reason >= n && String.sub reason 0 n = p then
+           String.sub reason n (String.length reason - n)
+         else reason)
   | _ -> Group.Exited
 
 (* The quiet requests up to number [q] that were not refused were taken. *)

@@ -151,6 +151,16 @@ val constant_cast :
     coming up; [up_fast] (by default {!nothing_up_fast}) is what a received cast does to the layer's
     state. *)
 
+val constant_send :
+  'h Codec.t ->
+  'h ->
+  live:('t -> bool) ->
+  ?up_fast:('t -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src) ->
+  unit ->
+  ('t, 'h) case
+(** [constant_send codec h ~live ()] is {!constant_cast} for sends: a send to any rank going down, a
+    send from any member coming up. *)
+
 module type FAST = sig
   include S
 
@@ -184,7 +194,32 @@ val fast_compress : (module COMPRESS) -> t
 
 val find_compress : t -> (module COMPRESS) option
 
-(** {!Pass} with its (trivial) fused declaration. *)
+module type FAST_SEND = sig
+  include FAST
+
+  val send : (t, header) case
+  (** The common case of a point-to-point send ([Event.Send] going down, [Event.Send_from] coming
+      up), declared as {!FAST.cast} is; its fields are numbered apart from the cast's. *)
+end
+
+val fast_send : (module FAST_SEND) -> t
+(** [fast_send (module L)] is {!fast}, with [L.send] for {!find_send}. A stack runs sends fused only
+    if every layer declared a send case. *)
+
+val find_send : t -> (module FAST_SEND) option
+
+module type COMPRESS_SEND = sig
+  include COMPRESS
+
+  val send : (t, header) case
+  (** As {!FAST_SEND.send}. *)
+end
+
+val fast_compress_send : (module COMPRESS_SEND) -> t
+(** [fast_compress_send (module L)] is {!fast_compress} and {!fast_send} at once: [L.compress] for
+    {!find_compress}, [L.send] for {!find_send}. *)
+
+(** {!Pass} with its (trivial) fused declaration, for casts and sends. *)
 module Pass_fast (N : sig
   val name : string
-end) : FAST
+end) : FAST_SEND

@@ -2,7 +2,8 @@ open Consort
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module Seal = Consort_seal.Seal
-module S = Seal.Make (Udp)
+module C = Consort_ops.Capture.Make (Udp)
+module S = Seal.Make (C)
 module G = Consort_group.Group.Make (S)
 module P = Consort_group.Properties
 
@@ -25,6 +26,9 @@ type config = {
   hello_timeout : float;
   spin_us : int;
   spin_yield : bool;
+  control : string option;
+  metrics : string option;
+  pcap : string option;
 }
 
 let default =
@@ -43,6 +47,9 @@ let default =
     hello_timeout = 10.;
     spin_us = 0;
     spin_yield = false;
+    control = None;
+    metrics = None;
+    pcap = None;
   }
 
 (* "A.B.C.D:PORT" into its parts, checked. *)
@@ -151,6 +158,8 @@ type t = {
   mutable queued : int;  (** bytes of upcalls and replies waiting for live clients, in all *)
   mutable lingering : int;  (** connections failed out, not closed yet *)
   wbuf : Bytes.t;  (** small frames are gathered here to go out in one write *)
+  capture : Consort_ops.Capture.writer option;  (** [--pcap] *)
+  mutable ops : Consort_ops.Serve.t list;  (** the control socket and the metrics port *)
 }
 
 let count t name n =
@@ -379,6 +388,8 @@ let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
 
 (* {1 Members} *)
 
+let not_primary_prefix = "the member's view is not primary: "
+
 let refusal = function
   | Consort_group.Group.Flow_control ->
       (Wire.Flow_control, "flow control is full: wait for flow off")
@@ -387,8 +398,7 @@ let refusal = function
   | Not_member id -> (Wire.Not_member, Printf.sprintf "%s is not in the view" id)
   | Leaving -> (Wire.Leaving, "the member is leaving")
   | Exited -> (Wire.Exited, "the member has left the group")
-  (* The protocol has no code of its own for it yet: the text says why. *)
-  | Not_primary q -> (Wire.Not_member, "the member's view is not primary: " ^ q)
+  | Not_primary q -> (Wire.Not_primary, not_primary_prefix ^ q)
 
 (* The request number of a message the stack took, or reports lost: the
    first pending one with this very payload (the group hands back the
@@ -465,19 +475,26 @@ let stack_of props params =
   in
   Ok (layers, params)
 
+(* Properties a client could ask for but not use through this protocol:
+   state transfer needs callbacks in the member's process, and extended
+   virtual synchrony's guarantee is stated relative to transitional views
+   no upcall carries. *)
+let not_offered props =
+  if List.mem P.Xfer props then
+    Some "Xfer needs state callbacks in the member's process: not offered through the daemon"
+  else if List.mem P.Evs props then
+    Some
+      "Evs states safe delivery relative to transitional views, which no upcall of this protocol \
+       carries: not offered through the daemon"
+  else None
+
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let ( let* ) = Result.bind in
   let* props =
     if String.trim props = "" then Ok P.vsync
     else Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props)
   in
-  let* () =
-    if List.mem P.Xfer props then
-      Error
-        ( Wire.Bad_props,
-          "Xfer needs state callbacks in the member's process: not offered through the daemon" )
-    else Ok ()
-  in
+  let* () = match not_offered props with Some e -> Error (Wire.Bad_props, e) | None -> Ok () in
   let privacy = List.mem P.Privacy props and auth = List.mem P.Auth props in
   let* seal =
     match t.cfg.seal with
@@ -560,7 +577,8 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
         m.port <- port;
         match
           G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
-            (S.wrap t.loop seal) ~group
+            (S.wrap (C.wrap t.loop t.capture) seal)
+            ~group
             ~addr:(Printf.sprintf "%s:%d" t.ip port)
             (callbacks t m)
         with
@@ -669,6 +687,9 @@ let request t c (r : Wire.request) =
               Result.map_error
                 (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e))
                 (P.of_string props)
+            in
+            let* () =
+              match not_offered props with Some e -> Error (Wire.Bad_switch, e) | None -> Ok ()
             in
             let* layers, params = stack_of props params in
             Result.map_error
@@ -846,17 +867,228 @@ let listen_tcp addr =
             Unix.close s;
             Error (Printf.sprintf "--tcp %s: %s" addr (Unix.error_message e)))
 
+(* {1 Operations: the control socket, the metrics port} *)
+
+(* The members the daemon holds, in the group [only] if given, by port. *)
+let held ?only t =
+  Hashtbl.fold
+    (fun _ m acc ->
+      match m.g with
+      | Some g when (not m.exited) && Option.fold ~none:true ~some:(String.equal m.group) only ->
+          (m, g) :: acc
+      | _ -> acc)
+    t.live []
+  |> List.sort (fun (a, _) (b, _) -> compare a.port b.port)
+
+let member_counters g = G.counters g @ [ ("seal", Seal.stats_list (S.stats (G.connection g))) ]
+
+let member_status (m, g) : Yojson.Safe.t =
+  let v = G.view g in
+  `Assoc
+    [
+      ("group", `String m.group);
+      ("me", `String (G.me g));
+      ("view", `String v.Consort_group.Group.vid);
+      ("ltime", `Int v.ltime);
+      ("coordinator", `String v.coordinator);
+      ("members", `List (List.map (fun id -> `String id) (Array.to_list v.members)));
+      ("rank", `Int v.rank);
+      ("blocked", `Bool (G.is_blocked g));
+      ("flow_blocked", `Bool (m.group_flow || m.client.slow));
+      ("client", `Int m.client.cid);
+      ("handle", `Int m.handle);
+    ]
+
+let daemon_gauges t = [ ("clients", clients t); ("members", members t); ("queued", t.queued) ]
+
+(* The one member an operator's cast, send or suspect goes through: the first
+   the daemon holds in the group whose client keeps no member log (REPORT):
+   a message it did not make would be missing from that log, and the
+   checkers would find it delivered but never sent. *)
+let through t only f =
+  let groups = List.sort_uniq compare (List.map (fun (m, _) -> m.group) (held t)) in
+  let pick group =
+    match List.filter (fun (m, _) -> not m.report) (held ~only:group t) with
+    | first :: _ -> f first
+    | [] when held ~only:group t <> [] ->
+        Error
+          (Printf.sprintf
+             "every member of group %S here keeps a member log (its client asked REPORT): a \
+              message it did not make would be missing from it; cast through another member"
+             group)
+    | [] -> Error (Printf.sprintf "the daemon holds no member of group %S" group)
+  in
+  match only with
+  | None -> (
+      match groups with
+      | [ one ] -> pick one
+      | [] -> Error "the daemon holds no member"
+      | l -> Error ("which group? (--group NAME: " ^ String.concat ", " l ^ ")"))
+  | Some group -> pick group
+
+let refusal_text = function
+  | Ok () -> Ok ()
+  | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_error e)
+
+(* [group NAME REQUEST] names the group; [status] and [counters] without it
+   cover every member. *)
+let rec control_answer ?only t line : Yojson.Safe.t =
+  let word l =
+    match String.index_opt l ' ' with
+    | Some i -> (String.sub l 0 i, String.sub l (i + 1) (String.length l - i - 1))
+    | None -> (l, "")
+  in
+  let of_result = function
+    | Ok () -> `Assoc [ ("ok", `Bool true) ]
+    | Error e -> `Assoc [ ("error", `String e) ]
+  in
+  match word line with
+  | "group", rest when only = None -> (
+      match word rest with
+      | "", _ -> `Assoc [ ("error", `String "group: which group? (group NAME REQUEST)") ]
+      | name, req -> control_answer ~only:name t req)
+  | "status", "" ->
+      `Assoc
+        [
+          ("daemon", `Assoc (List.map (fun (k, v) -> (k, `Int v)) (daemon_gauges t)));
+          ("members", `List (List.map member_status (held ?only t)));
+        ]
+  | "counters", "" ->
+      `Assoc
+        [
+          ( "daemon",
+            `Assoc
+              (List.map
+                 (fun (k, v) -> (k, `Int v))
+                 ([ ("connected", clients t); ("held", members t); ("queued", t.queued) ] @ stats t))
+          );
+          ( "members",
+            `List
+              (List.map
+                 (fun (m, g) ->
+                   `Assoc
+                     [
+                       ("group", `String m.group);
+                       ("me", `String (G.me g));
+                       ("counters", Consort_ops.Control.counters_json (member_counters g));
+                     ])
+                 (held ?only t)) );
+        ]
+  | "cast", text -> of_result (through t only (fun (_, g) -> refusal_text (G.cast g text)))
+  | "send", rest -> (
+      match word rest with
+      | "", _ -> of_result (Error "send: which member? (send ID TEXT)")
+      | id, text -> of_result (through t only (fun (_, g) -> refusal_text (G.send g id text))))
+  | "suspect", ids -> (
+      match List.filter (( <> ) "") (String.split_on_char ',' ids) with
+      | [] -> of_result (Error "suspect: which members? (suspect ID[,ID...])")
+      | l ->
+          of_result
+            (through t only (fun (_, g) ->
+                 G.suspect g l;
+                 Ok ())))
+  | w, _ ->
+      let w = if String.length w > 40 then String.sub w 0 40 ^ "..." else w in
+      of_result
+        (Error
+           (Printf.sprintf
+              "unknown request %S (status, counters, cast, send, suspect; group NAME REQUEST)" w))
+
+let metrics_samples t =
+  let sample ?(labels = []) ?(kind = `Gauge) name help value =
+    { Consort_ops.Metrics.name; help; kind; labels; value = float_of_int value }
+  in
+  sample "consortd_clients" "Clients connected." (clients t)
+  :: sample "consortd_members" "Members held for clients." (members t)
+  :: sample "consortd_queued_bytes" "Bytes of upcalls and replies waiting for clients." t.queued
+  :: List.map
+       (fun (k, v) ->
+         sample ~kind:`Counter
+           ~labels:[ ("counter", k) ]
+           "consortd_counter"
+           "The daemon's counters (clients, frames, bytes, clients failed out by reason)." v)
+       (stats t)
+  @ List.concat_map
+      (fun (m, g) ->
+        let labels = [ ("group", m.group); ("member", G.me g) ] in
+        let v = G.view g in
+        sample ~labels "consort_view_members" "Members in the current view."
+          (Array.length v.Consort_group.Group.members)
+        :: sample ~labels "consort_view_ltime"
+             "Logical time of the current view (increases at each view change)." v.ltime
+        :: sample ~labels "consort_view_rank" "This member's rank in the current view." v.rank
+        :: sample ~labels "consort_flow_blocked"
+             "1 while flow control asks the application to pause."
+             (if m.group_flow || m.client.slow then 1 else 0)
+        :: Consort_ops.Metrics.of_counters ~labels (member_counters g))
+      (held t)
+
+(* "IP:PORT" as a socket address. *)
+let inet_addr s =
+  match split_addr s with
+  | Error e -> Error e
+  | Ok (ip, port) -> (
+      match Unix.inet_addr_of_string ip with
+      | a -> Ok (Unix.ADDR_INET (a, port))
+      | exception Failure _ -> Error (Printf.sprintf "%S is not IP:PORT" s))
+
+let open_ops t =
+  let ( let* ) = Result.bind in
+  let* () =
+    match t.cfg.control with
+    | None -> Ok ()
+    | Some path ->
+        Consort_ops.Serve.listen ~max_connections:16 ~max_request:(1 lsl 20) t.loop
+          (Unix.ADDR_UNIX path) Lines (fun line -> Yojson.Safe.to_string (control_answer t line))
+        |> Result.map (fun s -> t.ops <- s :: t.ops)
+        |> Result.map_error (fun e -> "--control " ^ path ^ ": " ^ e)
+  in
+  match t.cfg.metrics with
+  | None -> Ok ()
+  | Some addr ->
+      let* sa = Result.map_error (fun e -> "--metrics: " ^ e) (inet_addr addr) in
+      Consort_ops.Metrics.serve t.loop sa (fun () -> metrics_samples t)
+      |> Result.map (fun s -> t.ops <- s :: t.ops)
+      |> Result.map_error (fun e -> "--metrics " ^ addr ^ ": " ^ e)
+
+let close_ops t =
+  List.iter Consort_ops.Serve.close t.ops;
+  t.ops <- [];
+  Option.iter Consort_ops.Capture.close t.capture
+
 let create loop cfg =
   let ( let* ) = Result.bind in
   let* ip, first_port = Result.map_error (fun e -> "--bind: " ^ e) (split_addr cfg.bind) in
   let* () =
-    if ip = "0.0.0.0" || ip = "255.255.255.255" then
+    let multicast =
+      match String.split_on_char '.' ip with
+      | a :: _ -> ( match int_of_string_opt a with Some a -> a >= 224 && a <= 239 | None -> false)
+      | [] -> false
+    in
+    if ip = "0.0.0.0" || ip = "255.255.255.255" || multicast then
       Error (Printf.sprintf "--bind %s: members need an address peers can reach" cfg.bind)
     else if first_port = 0 then
       Error (Printf.sprintf "--bind %s: port 0 picks a port peers cannot know; give one" cfg.bind)
     else if cfg.ports < 1 || first_port + cfg.ports - 1 > 65535 then
       Error (Printf.sprintf "--ports %d: not a range of ports from %d" cfg.ports first_port)
     else Ok ()
+  in
+  (* An address no interface of this machine has would fail every JOIN:
+     refused up front. *)
+  let* () =
+    match Unix.inet_addr_of_string ip with
+    | exception Failure _ -> Error (Printf.sprintf "--bind %s: not an IPv4 address" cfg.bind)
+    | a -> (
+        let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
+        match Unix.bind s (Unix.ADDR_INET (a, 0)) with
+        | () ->
+            Unix.close s;
+            Ok ()
+        | exception Unix.Unix_error (e, _, _) ->
+            Unix.close s;
+            Error
+              (Printf.sprintf "--bind %s: no interface of this machine has %s (%s)" cfg.bind ip
+                 (Unix.error_message e)))
   in
   let* peers = Result.map_error (fun e -> "--peers: " ^ e) (parse_peers cfg.peers) in
   let* () =
@@ -873,6 +1105,10 @@ let create loop cfg =
   let* lu =
     match cfg.socket with None -> Ok [] | Some p -> Result.map (fun s -> [ s ]) (listen_unix p)
   in
+  let unlisten ls =
+    List.iter Unix.close ls;
+    Option.iter (fun p -> try Unix.unlink p with Unix.Unix_error _ -> ()) cfg.socket
+  in
   let* lt =
     match cfg.tcp with
     | None -> Ok []
@@ -880,9 +1116,18 @@ let create loop cfg =
         match listen_tcp a with
         | Ok s -> Ok [ s ]
         | Error e ->
-            List.iter Unix.close lu;
-            Option.iter (fun p -> try Unix.unlink p with Unix.Unix_error _ -> ()) cfg.socket;
+            unlisten lu;
             Error e)
+  in
+  let* capture =
+    match cfg.pcap with
+    | None -> Ok None
+    | Some path -> (
+        match Consort_ops.Capture.create path with
+        | Ok w -> Ok (Some w)
+        | Error e ->
+            unlisten (lu @ lt);
+            Error ("--pcap: " ^ e))
   in
   let t =
     {
@@ -900,10 +1145,18 @@ let create loop cfg =
       queued = 0;
       lingering = 0;
       wbuf = Bytes.create 65536;
+      capture;
+      ops = [];
     }
   in
-  List.iter (fun l -> Loop.watch loop l (fun () -> accept t l)) t.listeners;
-  Ok t
+  match open_ops t with
+  | Error e ->
+      close_ops t;
+      unlisten t.listeners;
+      Error e
+  | Ok () ->
+      List.iter (fun l -> Loop.watch loop l (fun () -> accept t l)) t.listeners;
+      Ok t
 
 let close t ~on_done =
   if not t.closing then begin
@@ -921,7 +1174,10 @@ let close t ~on_done =
   end;
   let deadline = Time.add (Loop.now t.loop) (Time.of_ms 5000) in
   let rec wait () =
-    if Hashtbl.length t.live = 0 || Loop.now t.loop >= deadline then on_done ()
+    if Hashtbl.length t.live = 0 || Loop.now t.loop >= deadline then begin
+      close_ops t;
+      on_done ()
+    end
     else ignore (Loop.after t.loop (Time.of_ms 20) wait)
   in
   wait ()

@@ -36,6 +36,12 @@ type config = {
       (** microseconds the loop polls before it sleeps (0: none); see
           {!Consort_engine.Loop.set_spin} *)
   spin_yield : bool;  (** while it polls, the loop yields the CPU between two polls *)
+  control : string option;
+      (** a Unix socket where [consort status], [consort counters], [consort cast], [consort send]
+          ask (see {!control_answer}) *)
+  metrics : string option;  (** ["IP:PORT"]: Prometheus metrics over HTTP, at [/metrics] *)
+  pcap : string option;
+      (** a pcap file of every datagram the members send and receive ({!Consort_ops.Capture}) *)
 }
 
 val default : config
@@ -64,6 +70,25 @@ val members : t -> int
 
 val stats : t -> (string * int) list
 (** Counters: clients accepted and failed (by reason), frames, bytes. *)
+
+val control_answer : ?only:string -> t -> string -> Yojson.Safe.t
+(** The answer of the control socket ([--control]) to one request line, as {!Consort_ops.Control}'s
+    for a member, over every member the daemon holds:
+
+    {v
+    status                  {"daemon":{"clients":N,"members":N,"queued":N},"members":[STATUS,...]}
+    counters                {"daemon":{COUNTER:N,...},"members":[{"group":G,"me":ID,"counters":{LAYER:{COUNTER:N,...},...}},...]}
+    cast TEXT               {"ok":true} or {"error":REASON}
+    send ID TEXT            {"ok":true} or {"error":REASON}
+    suspect ID[,ID...]      {"ok":true} or {"error":REASON}
+    group NAME REQUEST      REQUEST for the members of group NAME only
+    v}
+
+    STATUS is a member's [status] answer with its client's number and handle added. A cast, send or
+    suspect goes through the first member the daemon holds in the group whose client keeps no member
+    log (JOIN flag REPORT: the message would be missing from that log; with none, it is refused),
+    and needs [group NAME] when the daemon holds members of several groups. Its client hears the
+    message as any other member does. [only] is [group NAME]'s name. *)
 
 val run : config -> (unit, string) result
 (** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On SIGUSR1 it prints one line

@@ -18,6 +18,7 @@ type code =
   | Not_hello
   | Overloaded
   | Bad_switch
+  | Not_primary
   | Unknown_code of int
 
 let codes =
@@ -38,6 +39,7 @@ let codes =
     (Not_hello, 14, "not-hello");
     (Overloaded, 15, "overloaded");
     (Bad_switch, 16, "bad-switch");
+    (Not_primary, 17, "not-primary");
   ]
 
 let code_to_int = function

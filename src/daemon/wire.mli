@@ -30,6 +30,7 @@ type code =
   | Not_hello  (** 14: a request before HELLO, or a second HELLO *)
   | Overloaded  (** 15: too many clients or members *)
   | Bad_switch  (** 16 *)
+  | Not_primary  (** 17: a cast in a view that is not primary (property [Primary]) *)
   | Unknown_code of int  (** a code from a newer daemon *)
 
 val code_to_int : code -> int

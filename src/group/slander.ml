@@ -162,6 +162,7 @@ module F = struct
   include L
 
   let cast = Layer.constant_cast codec No_hdr ~live:(fun t -> not t.stopped) ()
+  let send = Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ()
 
   let state t =
     Fmt.str "stopped %b; suspected %a; %a" t.stopped
@@ -173,4 +174,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

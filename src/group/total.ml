@@ -795,9 +795,13 @@ end
 include L
 
 let layer : Layer.t =
-  Layer.fast_compress
+  Layer.fast_compress_send
     (module struct
       include F
+
+      (* A send is not ordered: it goes down and up with the constant
+         [Pass], as on the layered path. *)
+      let send = Layer.constant_send codec Pass ~live:(fun t -> not t.stopped) ()
 
       (* The inverse of [cast.expand]. *)
       let compress h a off =

@@ -18,8 +18,8 @@
     therefore never fills the table for good.
 
     Receiving: a passive open on an ethertype delivers every packet of that type, on one connection
-    whose {!remote} is [Ipv4_addr.any] (the peer is named in the packet itself); sending on it
-    fails. *)
+    whose [remote] is [Ipv4_addr.any] (the peer is named in the packet itself); sending on it fails.
+*)
 
 type address = { ip : Ipv4_addr.t; ethertype : int }
 type address_pattern = Ethertype of int

@@ -1,7 +1,7 @@
 (** Time and timers for the TCP/IP stack's protocols.
 
     Protocols own no clock: they are given a [t] at creation. The real engine's loop provides one
-    ({!of_loop} in [consort.net.unix]); tests use {!virtual_} and advance it by hand, so a whole TCP
+    ([of_loop] in [consort.net.unix]); tests use [virtual_] and advance it by hand, so a whole TCP
     transfer runs deterministically in virtual time. *)
 
 type cancel = unit -> unit

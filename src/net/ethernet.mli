@@ -1,7 +1,7 @@
 (** Ethernet II over a frame device.
 
     A connection is one (peer MAC, ethertype) pair, shared: an active open of a pair that has a
-    connection returns it (keeping its handler) and counts one more user; {!close} ends it when its
+    connection returns it (keeping its handler) and counts one more user; [close] ends it when its
     last user closes it. Connections to group addresses are for sending only. A passive open on an
     ethertype makes a connection for each new peer that sends frames of that type; frames for other
     hosts, runts and frames of unopened types are counted and dropped.

@@ -1,7 +1,7 @@
 (** ICMP (RFC 792) over IPv4: echo requests answered (in place, without a copy), echo sessions for
     ping, and errors received passed to the connection they are about.
 
-    A connection is an echo session with one destination and identifier: {!send} sends an echo
+    A connection is an echo session with one destination and identifier: [send] sends an echo
     request carrying the packet as its payload, with the session's next sequence number (from 0).
     Each matching echo reply is reported by the [status] upcall ({!Echo_reply}, with the round trip
     time) and then handed to [receive] with the ICMP header pulled. *)

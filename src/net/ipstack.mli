@@ -19,7 +19,7 @@ module type S = sig
   module Icmp : Icmp.S with type ip = Ip.t
 
   module Ip6 : Ipv6.S with type ethernet = Eth.t
-  (** IPv6 on the same Ethernet, for {!Ipv6.Make}'s [create] (not made by {!create}). *)
+  (** IPv6 on the same Ethernet, for [Ipv6.Make]'s [create] (not made by {!create}). *)
 
   (** UDP over that IPv6, checksums on. *)
   module Udp6 : Udp.GENERIC with type host = Ipv6_addr.t and type ip = Ip6.t

@@ -3,9 +3,9 @@
 
     Connections are per (remote address, protocol) and shared: an active open of an address that
     already has a connection (opened actively or made by a passive open when the first datagram
-    arrived) returns that connection, keeping its handler, and counts one more user; {!close}
-    removes it when its last user closes it. A layer above can therefore demultiplex on connection
-    identity (or {!remote}).
+    arrived) returns that connection, keeping its handler, and counts one more user; [close] removes
+    it when its last user closes it. A layer above can therefore demultiplex on connection identity
+    (or [remote]).
 
     The connections a passive open made (the first datagram from a new source) are a cache ({!Lru}):
     at most [max_connections], the least recently used evicted to make room, those idle for
@@ -119,7 +119,7 @@ module type S = sig
 
   val deliver_icmp_error : t -> Icmp_packet.t -> Cstruct.t -> unit
   (** [deliver_icmp_error t err quoted] passes an ICMP error received, with the datagram it quotes
-      (IP header first), to the connection that sent that datagram, as {!Icmp_error} (used by
+      (IP header first), to the connection that sent that datagram, as [Icmp_error] (used by
       {!Icmp}). *)
 end
 
@@ -142,7 +142,7 @@ end
     [Make (P2p.Make (Device))] on a point-to-point link. *)
 module Make (A : LINK) : S with type arp = A.t
 
-(** [Df (I)] is [I] with Don't Fragment set on every datagram sent ({!send} is {!S.send_df}): the
+(** [Df (I)] is [I] with Don't Fragment set on every datagram sent ([send] is {!S.send_df}): the
     lower layer for TCP, so that a path with a smaller MTU says so (ICMP fragmentation needed, RFC
     1191) instead of fragmenting, and a datagram over the local MTU is refused. *)
 module Df (I : S) : S with type t = I.t and type connection = I.connection and type arp = I.arp

@@ -18,7 +18,7 @@
     they quote ({!Icmp_error}); we send destination unreachable (port, from UDP; unrecognised next
     header as a parameter problem), at most [icmp_rate] a second. Echo replies and ICMPv6 messages
     we do not handle go to a connection of next header 58 with their sender, if one is open (how
-    ping is done): on such a connection {!send} fills in the ICMPv6 checksum.
+    ping is done): on such a connection [send] fills in the ICMPv6 checksum.
 
     Received datagrams pass through hop-by-hop, destination options, routing (with no segments left)
     and fragment headers; fragments are reassembled within the same limits, and the same eviction of

@@ -2,7 +2,7 @@
 
     A frame sent on one end is copied into a fresh packet from the other end's pool (as a real wire
     would: the sender keeps nothing) and delivered through the {!Clock} after [latency], so with a
-    {!Clock.Virtual} clock whole exchanges run deterministically. Frames sent in order arrive in
+    [Clock.Virtual] clock whole exchanges run deterministically. Frames sent in order arrive in
     order. *)
 
 val pair :

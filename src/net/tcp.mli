@@ -20,7 +20,7 @@
     HMAC-SHA-256 keyed by a secret from the system ({!Tcp_secret}); challenge ACKs are limited per
     connection with a randomised budget.
 
-    The layer is sans-IO: time comes from the {!Clock.t} of its parameters. Every upcall is made
+    The layer is sans-IO: time comes from the [Clock.t] of its parameters. Every upcall is made
     after the segment or timer that caused it has been fully processed, so handlers may call back
     into the layer. *)
 

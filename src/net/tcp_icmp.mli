@@ -22,7 +22,7 @@ val of_quoted : kind -> string -> t option
 val of_icmp : Icmp_packet.t -> quoted:string -> t option
 
 val of_ipv4 : Ipv4.status -> t option
-(** The interpretation of IPv4's upcall, for {!Tcp.S.create}'s [icmp]. *)
+(** The interpretation of IPv4's upcall, for [Tcp.S.create]'s [icmp]. *)
 
 val of_ipv6 : Ipv6.status -> t option
 (** The same for IPv6 (TCP over IPv6): port unreachable is hard, the other unreachables soft, packet

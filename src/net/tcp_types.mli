@@ -223,7 +223,7 @@ module type S = sig
   (** [create lower] is a TCP instance receiving every TCP packet of [lower]. [secret] keys its
       initial sequence numbers, SYN cookies, timestamp offsets and port choice ({!Tcp_secret}); by
       default 32 bytes from the system's generator. [icmp] reads an ICMP error out of the lower
-      layer's upcall ({!Tcp_icmp.of_ipv4} over IPv4); without it ICMP errors are ignored. *)
+      layer's upcall ([Tcp_icmp.of_ipv4] over IPv4); without it ICMP errors are ignored. *)
 
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   (** [write c b] copies as much of [b] as the send buffer takes and returns that count; zero when

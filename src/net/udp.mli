@@ -2,7 +2,7 @@
     on a link without ARP.
 
     A passive open on a port accepts datagrams from anyone: each datagram comes on its own
-    connection, naming its sender, and {!send} on that connection answers the sender (UDP keeps no
+    connection, naming its sender, and [send] on that connection answers the sender (UDP keeps no
     state per peer). An active open binds a local port (an ephemeral one from 49152 when [src_port]
     is 0) to one remote address and port; datagrams from elsewhere to that port are dropped. A
     datagram for a port with neither is answered with ICMP port unreachable. Checksums are computed

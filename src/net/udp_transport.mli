@@ -7,7 +7,7 @@
 
     {!open_} takes a port with a passive UDP open ([0.0.0.0] or the stack's own address; port [0]
     picks a free one from 49152): every datagram to it comes up, naming its sender. Sending goes
-    through a {!Udp.S.sender} per destination, kept while the connection is open, from the
+    through a [Udp.S.sender] per destination, kept while the connection is open, from the
     connection's port. Datagrams up to 65507 bytes are accepted (IPv4 fragments those over the link,
     see {!link_mtu}); each is copied once from the message into a packet with room for the headers,
     and once on receipt into an iovec of its own size, so that a datagram kept by a protocol never
@@ -16,8 +16,7 @@
     retransmit). A datagram to the stack's own address goes to the connection on that port in the
     same instance (or nowhere, if none is open), as a host's loopback would take it, from a timer
     due at once: never from inside {!send}. {!cast} is unicast fan-out: this stack has no IP
-    multicast, and [Join_multicast] is [`Unsupported]. Time and timers are the stack's {!Clock.t}.
-*)
+    multicast, and [Join_multicast] is [`Unsupported]. Time and timers are the stack's [Clock.t]. *)
 
 type address = { ip : Ipv4_addr.t; port : int }
 (** A UDP endpoint: an IPv4 address and a port. *)

@@ -22,9 +22,19 @@ let word line =
 
 let shorten s = if String.length s > 40 then String.sub s 0 40 ^ "..." else s
 
-let answer h line =
+let rec answer h line =
   let json =
     match word line with
+    | "group", rest -> (
+        let name, req = word rest in
+        match h.status () with
+        | `Assoc l when List.assoc_opt "group" l = Some (`String name) && fst (word req) <> "group"
+          ->
+            Yojson.Safe.from_string (answer h req)
+        | `Assoc l ->
+            let mine = match List.assoc_opt "group" l with Some (`String g) -> g | _ -> "?" in
+            error (Printf.sprintf "this member is in group %S, not %S" mine (shorten name))
+        | _ -> error "group: no status")
     | "status", "" -> h.status ()
     | "counters", "" -> counters_json (h.counters ())
     | "cast", text -> of_result (h.cast text)

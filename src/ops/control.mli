@@ -9,6 +9,7 @@
     send ID TEXT            {"ok":true} or {"error":REASON}
     suspect ID[,ID...]      {"ok":true}
     leave                   {"ok":true}
+    group NAME REQUEST      REQUEST, if this member is in group NAME (as a daemon's control socket)
     anything else           {"error":"unknown request ..."}
     v}
 

@@ -261,6 +261,6 @@ let read_file path =
             | Ok e -> loop (lineno + 1) (e :: acc)
             | Error error -> Error (Line { path; line = lineno; error }))
       in
-      let r = try loop 1 [] with Sys_error e -> Error (Io e) in
+      let r = try loop 1 [] with Sys_error e -> Error (Io (path ^ ": " ^ e)) in
       close_in_noerr ic;
       r

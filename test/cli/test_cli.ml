@@ -17,7 +17,7 @@ type result = { code : int; out : string; err : string }
 
 (* Runs [exe args] with standard input from /dev/null, killing it after
    [limit] seconds (a command that runs on is a failure). *)
-let run ?(limit = 20.) args =
+let run ?(exe = exe) ?(limit = 20.) args =
   let tmp_out = Filename.temp_file "cli" ".out" and tmp_err = Filename.temp_file "cli" ".err" in
   let fd_out = Unix.openfile tmp_out [ O_WRONLY; O_TRUNC ] 0o600 in
   let fd_err = Unix.openfile tmp_err [ O_WRONLY; O_TRUNC ] 0o600 in
@@ -97,8 +97,8 @@ let rec leaves path =
 
 (* The options of a leaf whose value is a number: "--name=DOCV (absent=NUM)"
    or a required one with a numeric DOCV. *)
-let numeric_options path =
-  let r = run (path @ [ "--help=plain" ]) in
+let numeric_options ?exe path =
+  let r = run ?exe (path @ [ "--help=plain" ]) in
   let re_num s = match float_of_string_opt s with Some _ -> true | None -> false in
   String.split_on_char '\n' r.out
   |> List.filter_map (fun l ->
@@ -621,6 +621,184 @@ let readme_table () =
         Alcotest.failf "README's table of properties has no row for %s" n)
     ps
 
+(* {1 consortd} *)
+
+let consortd = Filename.concat (Filename.dirname (Filename.dirname exe)) "bin/consortd/consortd.exe"
+
+(* A Unix socket file nobody listens on: a daemon that died. *)
+let dead_socket () =
+  let path = Filename.concat tmp (Printf.sprintf "consort-cli-dead-%d.sock" (Unix.getpid ())) in
+  (try Sys.remove path with Sys_error _ -> ());
+  let s = Unix.socket Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+  Unix.bind s (Unix.ADDR_UNIX path);
+  Unix.close s;
+  path
+
+(* A base that would start a daemon; each bad invocation must be refused
+   before it serves: exit 2 and one line naming consortd, 124 when the
+   command line cannot be read. *)
+let consortd_cases () =
+  let sock = Filename.concat tmp (Printf.sprintf "consort-cli-d-%d.sock" (Unix.getpid ())) in
+  let base = [ "--socket"; sock ] in
+  let cases =
+    [
+      ([], 2);
+      ([ "--socket"; missing ], 2);
+      ([ "--socket"; existing ], 2);
+      ([ "--socket"; "/proc/consort.sock" ], 2);
+      (base @ [ "--bind"; "nonsense" ], 2);
+      (base @ [ "--bind"; "0.0.0.0:7500" ], 2);
+      (base @ [ "--bind"; "239.1.2.3:7500" ], 2);
+      (base @ [ "--bind"; "192.0.2.1:7500" ], 2);
+      (base @ [ "--bind"; "127.0.0.1:0" ], 2);
+      (base @ [ "--bind"; "127.0.0.1:65530"; "--ports"; "10" ], 2);
+      (base @ [ "--peers"; "bad" ], 2);
+      (base @ [ "--peers"; "127.0.0.1:9-1" ], 2);
+      (base @ [ "--key"; missing ], 2);
+      (base @ [ "--key"; existing ], 2);
+      (base @ [ "--tcp"; "10.0.0.1:80" ], 2);
+      (base @ [ "--tcp"; "nonsense" ], 2);
+      (base @ [ "--control"; missing ], 2);
+      (base @ [ "--metrics"; "nowhere" ], 2);
+      (base @ [ "--pcap"; existing ], 2);
+      (base @ [ "--pcap"; missing ], 2);
+      (base @ [ "--max-frame"; "10" ], 2);
+      (base @ [ "--hello-timeout"; "0" ], 2);
+      (base @ [ "--log-level"; "nonsense" ], 124);
+      (base @ [ "--log-format"; "xml" ], 124);
+      (base @ [ "--ports"; "many" ], 124);
+    ]
+  in
+  List.iter
+    (fun (args, expected) ->
+      let r = run ~exe:consortd ~limit:10. args in
+      let args = "consortd" :: args in
+      no_defect args r;
+      if r.code <> expected then
+        Alcotest.failf "%s: exit %d, expected %d\n%s%s" (String.concat " " args) r.code expected
+          r.out r.err;
+      if expected = 2 then
+        match lines r.err with
+        | [ l ] when String.length l > 9 && String.sub l 0 9 = "consortd:" -> ()
+        | _ -> Alcotest.failf "%s: not one line naming consortd: %S" (String.concat " " args) r.err)
+    cases;
+  (* Negative numbers: refused, naming the option. *)
+  let opts = numeric_options ~exe:consortd [] in
+  if List.length opts < 8 then Alcotest.failf "consortd: only %d numeric options" (List.length opts);
+  List.iter
+    (fun opt ->
+      let r = run ~exe:consortd ~limit:10. (base @ [ opt ^ "=-1" ]) in
+      no_defect [ "consortd"; opt ^ "=-1" ] r;
+      if r.code <> 124 && r.code <> 2 then Alcotest.failf "consortd %s=-1: exit %d" opt r.code;
+      let bare = String.sub opt 2 (String.length opt - 2) in
+      if not (contains r.err bare) then Alcotest.failf "consortd %s=-1: %S" opt r.err)
+    opts;
+  if Sys.file_exists sock then Alcotest.failf "a refused consortd left its socket %s" sock;
+  (* Its help: the exit statuses and EXAMPLES with consortd command lines. *)
+  let h = run ~exe:consortd [ "--help=plain" ] in
+  if
+    not
+      (contains h.out "EXIT STATUS" && contains h.out "EXAMPLES"
+      && contains h.out "       consortd --socket")
+  then Alcotest.fail "consortd --help: no EXIT STATUS or EXAMPLES"
+
+(* A file that opens but cannot be read: the error names it. *)
+let unreadable_named () =
+  List.iter
+    (fun cmd ->
+      let r = run [ cmd; "/proc/self/mem" ] in
+      no_defect [ cmd ] r;
+      if r.code <> 2 || not (contains r.err "/proc/self/mem") then
+        Alcotest.failf "consort %s /proc/self/mem: exit %d, %S" cmd r.code r.err)
+    [ "check-logs"; "check" ]
+
+(* The operations commands against a daemon that died (its socket file
+   left behind): refused in one line, exit 2. *)
+let dead_daemon () =
+  let dead = dead_socket () in
+  Fun.protect
+    ~finally:(fun () -> try Sys.remove dead with Sys_error _ -> ())
+    (fun () ->
+      List.iter
+        (fun args -> check_refused args [] 2)
+        [
+          [ "status"; "--control"; dead ];
+          [ "counters"; "--control"; dead; "--group"; "g" ];
+          [ "cast"; "--control"; dead; "x" ];
+          [ "send"; "--control"; dead; "id"; "x" ];
+        ])
+
+(* dist/consortd.service's command line, as systemd runs it (its paths
+   under a scratch directory): the daemon starts, consort status reaches it
+   through the control socket the unit names, and SIGTERM ends it with 0. *)
+let systemd_unit () =
+  let unit =
+    let f = Filename.concat (Filename.dirname (Filename.dirname exe)) "dist/consortd.service" in
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    s
+  in
+  let exec =
+    match
+      List.find_opt
+        (fun l -> String.length l > 10 && String.sub l 0 10 = "ExecStart=")
+        (String.split_on_char '\n' unit)
+    with
+    | Some l -> String.sub l 10 (String.length l - 10)
+    | None -> Alcotest.fail "consortd.service has no ExecStart"
+  in
+  let dir = Filename.concat tmp (Printf.sprintf "consort-cli-unit-%d" (Unix.getpid ())) in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (Unix.EEXIST, _, _) -> ());
+  let port = 26000 + (10 * (Unix.getpid () mod 100)) in
+  let args =
+    String.split_on_char ' ' exec
+    |> List.filter (fun w -> w <> "" && w <> "$CONSORTD_ARGS")
+    |> List.map (fun w ->
+           if w = "${CONSORTD_BIND}" then Printf.sprintf "127.0.0.1:%d" port
+           else if String.length w > 12 && String.sub w 0 12 = "/run/consort" then
+             dir ^ String.sub w 12 (String.length w - 12)
+           else w)
+  in
+  let args =
+    match args with
+    | "/usr/bin/consortd" :: rest -> rest
+    | _ -> Alcotest.failf "ExecStart does not run /usr/bin/consortd: %s" exec
+  in
+  let ctl =
+    let rec find = function
+      | "--control" :: p :: _ -> p
+      | _ :: r -> find r
+      | [] -> Alcotest.fail "the unit gives consortd no --control socket"
+    in
+    find args
+  in
+  let null = Unix.openfile "/dev/null" [ O_RDWR ] 0 in
+  let pid = Unix.create_process consortd (Array.of_list (consortd :: args)) null null null in
+  Unix.close null;
+  Fun.protect
+    ~finally:(fun () ->
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ());
+      Array.iter
+        (fun f -> try Sys.remove (Filename.concat dir f) with Sys_error _ -> ())
+        (Sys.readdir dir);
+      try Unix.rmdir dir with Unix.Unix_error _ -> ())
+    (fun () ->
+      let deadline = Unix.gettimeofday () +. 10. in
+      while (not (Sys.file_exists ctl)) && Unix.gettimeofday () < deadline do
+        Unix.sleepf 0.05
+      done;
+      let r = run [ "status"; "--control"; ctl ] in
+      if r.code <> 0 || not (contains r.out "consortd: 0 clients, 0 members") then
+        Alcotest.failf "consort status through the unit's control socket: exit %d\n%s%s" r.code
+          r.out r.err;
+      Unix.kill pid Sys.sigterm;
+      match Unix.waitpid [] pid with
+      | _, WEXITED 0 -> ()
+      | _, WEXITED c -> Alcotest.failf "consortd exited %d on SIGTERM" c
+      | _ -> Alcotest.fail "consortd killed by a signal")
+
 let () =
   Alcotest.run "cli"
     [
@@ -632,6 +810,10 @@ let () =
           Alcotest.test_case "negative numbers refused when read" `Quick negative_numbers;
           Alcotest.test_case "help everywhere, with exit statuses and examples" `Quick
             help_everywhere;
+          Alcotest.test_case "consortd: bad arguments, negative numbers, help" `Quick consortd_cases;
+          Alcotest.test_case "a dead daemon's socket" `Quick dead_daemon;
+          Alcotest.test_case "an unreadable file is named" `Quick unreadable_named;
+          Alcotest.test_case "the systemd unit's command line" `Quick systemd_unit;
         ] );
       ( "lists",
         [

@@ -871,6 +871,26 @@ let test_suspect_switch () =
       (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Xfer")) with
       | Error (Wire.Bad_switch, reason) -> check "one line" true (not (String.contains reason '\n'))
       | _ -> Alcotest.fail "a switch that adds state transfer: bad-switch");
+      (* Evs: no upcall carries transitional views; refused at JOIN and SWITCH. *)
+      let evs = Result.get_ok (Consort_group.Properties.of_string "vsync,Evs") in
+      (match C.switch a.m evs with
+      | Error (Wire.Bad_switch, reason) ->
+          check "says transitional" true (Astring_like.contains reason "transitional")
+      | _ -> Alcotest.fail "a switch to Evs: bad-switch");
+      (match
+         C.join ~props:evs a.conn ~group:"e"
+           {
+             Consort_group.Group.view = ignore;
+             cast = (fun ~origin:_ _ -> ());
+             send = (fun ~origin:_ _ -> ());
+             block = ignore;
+             flow = ignore;
+             exit = ignore;
+           }
+       with
+      | Error (C.Refused (Wire.Bad_props, reason)) ->
+          check "says transitional" true (Astring_like.contains reason "transitional")
+      | _ -> Alcotest.fail "a join with Evs: bad-props");
       Alcotest.(check bool) "cast after the switch" true (C.cast b.m "ordered" = Ok ());
       check "delivered" true (until conns (fun () -> List.mem (C.me b.m, "ordered") !(a.casts)));
       List.iter C.close conns)
@@ -969,6 +989,362 @@ let test_attach () =
         ~timeout:(Consort.Time.of_ms 15_000);
       Alcotest.(check int) "50 rounds, no polling" 50 !rounds)
 
+(* Primary: a member alone, with three votes expected, is not in a primary
+   view; its cast is refused with code not-primary (not-member before),
+   which the OCaml client gives back as Group.Not_primary. *)
+let test_not_primary () =
+  with_daemon (addr 52) (fun d ->
+      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Primary") in
+      let a = member ~props ~params:"primary.expected=3" d "p" in
+      check "its first view" true (until [ a.conn ] (fun () -> view_size a = 1));
+      (match C.cast a.m "x" with
+      | Error (Consort_group.Group.Not_primary q) ->
+          if q = "" || Astring_like.contains q "member's view" then
+            Alcotest.failf "the quorum in the reason: %S" q
+      | Ok () -> Alcotest.fail "a cast outside a primary view was taken"
+      | Error e -> Alcotest.failf "refused as %a" Consort_group.Group.pp_error e);
+      Alcotest.(check string) "code 17" "not-primary" (Wire.code_name (Wire.code_of_int 17));
+      C.close a.conn)
+
+(* The daemon's operations: its control socket answers status, counters,
+   cast and send for the members it holds, by group; its metrics port serves
+   the Prometheus text; its pcap file records the members' datagrams. *)
+let test_ops () =
+  let dir = tmpdir () in
+  let ctl = Filename.concat dir "d.ctl" and pcap = Filename.concat dir "d.pcap" in
+  let metrics = addr 44 in
+  let d =
+    start ~dir
+      ~args:[ "--ports"; "5"; "--control"; ctl; "--metrics"; metrics; "--pcap"; pcap ]
+      ~bind:(addr 45) ()
+  in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf dir)
+    (fun () ->
+      let a = member d "g" and b = member d "g" and h = member d "h" in
+      check "a view of two in g" true
+        (until [ a.conn; b.conn; h.conn ] (fun () -> view_size a = 2 && view_size b = 2));
+      let ask line =
+        (* The daemon answers from its loop: the clients are stepped meanwhile. *)
+        match Consort_ops.Serve.request (Unix.ADDR_UNIX ctl) line with
+        | Ok j -> Yojson.Safe.from_string j
+        | Error e -> Alcotest.fail e
+      in
+      let field k = function `Assoc l -> List.assoc_opt k l | _ -> None in
+      let members j = match field "members" j with Some (`List l) -> l | _ -> [] in
+      let str k j = match field k j with Some (`String s) -> s | _ -> "" in
+      let st = ask "status" in
+      Alcotest.(check int) "status: every member held" 3 (List.length (members st));
+      Alcotest.(check (option int))
+        "status: the daemon's count" (Some 3)
+        (match Option.bind (field "daemon" st) (field "members") with
+        | Some (`Int n) -> Some n
+        | _ -> None);
+      let g = ask "group g status" in
+      Alcotest.(check (list string))
+        "group g: a and b"
+        (List.sort compare [ C.me a.m; C.me b.m ])
+        (List.sort compare (List.map (str "me") (members g)));
+      List.iter
+        (fun m -> Alcotest.(check int) "each in a view of two" 2 (List.length (members m)))
+        (members g);
+      let ctr = ask "group h counters" in
+      (match members ctr with
+      | [ m ] ->
+          Alcotest.(check string) "counters: h's member" (C.me h.m) (str "me" m);
+          check "counters per layer" true
+            (match field "counters" m with Some c -> field "group" c <> None | None -> false)
+      | _ -> Alcotest.fail "counters of group h: one member");
+      check "the daemon's own counters" true
+        (match Option.bind (field "daemon" ctr) (field "joins") with
+        | Some (`Int 3) -> true
+        | _ -> false);
+      Alcotest.(check string)
+        "a cast needs a group when there are two" "which group? (--group NAME: g, h)"
+        (str "error" (ask "cast x"));
+      Alcotest.(check string) "cast through g" "" (str "error" (ask "group g cast from ops"));
+      Alcotest.(check string)
+        "send through g" ""
+        (str "error" (ask (Printf.sprintf "group g send %s psst" (C.me b.m))));
+      check "the cast reaches g's members, the send its one" true
+        (until [ a.conn; b.conn; h.conn ] (fun () ->
+             List.exists (fun (_, s) -> s = "from ops") !(a.casts)
+             && List.exists (fun (_, s) -> s = "from ops") !(b.casts)
+             && List.exists (fun (_, s) -> s = "psst") !(b.sends)));
+      Alcotest.(check (list (pair string string))) "h hears nothing" [] !(h.casts);
+      check "an unknown request is refused" true (str "error" (ask "leave") <> "");
+      (* A member whose client keeps a member log (REPORT) is never used for
+         an operator's message: it would be missing from the log. *)
+      let logger =
+        match C.connect ~name:"logger" d.socket with Ok c -> c | Error e -> failwith e
+      in
+      (match
+         C.join
+           ~on_sent:(fun ~vid:_ _ _ -> ())
+           logger ~group:"r"
+           {
+             Consort_group.Group.view = ignore;
+             cast = (fun ~origin:_ _ -> ());
+             send = (fun ~origin:_ _ -> ());
+             block = ignore;
+             flow = ignore;
+             exit = ignore;
+           }
+       with
+      | Ok _ -> ()
+      | Error e -> Alcotest.failf "join: %a" C.pp_join_error e);
+      check "refused through a member that keeps a log" true
+        (Astring_like.contains (str "error" (ask "group r cast x")) "member log");
+      C.close logger;
+      (* Metrics over HTTP. *)
+      let body =
+        let ip, port =
+          match String.split_on_char ':' metrics with
+          | [ ip; p ] -> (Unix.inet_addr_of_string ip, int_of_string p)
+          | _ -> assert false
+        in
+        let s = Unix.socket Unix.PF_INET Unix.SOCK_STREAM 0 in
+        Unix.connect s (Unix.ADDR_INET (ip, port));
+        let req = "GET /metrics HTTP/1.0\r\n\r\n" in
+        ignore (Unix.write_substring s req 0 (String.length req));
+        let b = Buffer.create 4096 and chunk = Bytes.create 4096 in
+        let rec go () =
+          match Unix.read s chunk 0 4096 with
+          | 0 -> ()
+          | n ->
+              Buffer.add_subbytes b chunk 0 n;
+              go ()
+        in
+        go ();
+        Unix.close s;
+        Buffer.contents b
+      in
+      List.iter
+        (fun sub -> check ("metrics: " ^ sub) true (Astring_like.contains body sub))
+        [
+          "200 OK";
+          "consortd_members 3";
+          "# TYPE consortd_counter counter";
+          Printf.sprintf "consort_view_members{group=\"g\",member=\"%s\"} 2" (C.me a.m);
+        ];
+      C.close a.conn;
+      C.close b.conn;
+      C.close h.conn;
+      stop d;
+      (* The pcap file: its header, then records of the members' datagrams. *)
+      let ic = open_in_bin pcap in
+      let data = really_input_string ic (in_channel_length ic) in
+      close_in ic;
+      check "pcap: header and records" true (String.length data > 24 + 16 + 28);
+      Alcotest.(check int32) "pcap magic" 0xa1b2c3d4l (String.get_int32_le data 0);
+      Alcotest.(check int32) "raw IP" 101l (String.get_int32_le data 20);
+      let sport = String.get_uint16_be data (24 + 16 + 20) in
+      check "from a member's port" true (sport >= base + 45 && sport < base + 50))
+
+(* doc/protocol.md against the code: every message of its tables is the
+   frame Wire writes (type byte, fields in order, their types), every frame
+   Wire writes has its row, the error codes are the table's, and the
+   versions and limits are the ones the daemon uses. *)
+let test_protocol_doc () =
+  let doc =
+    let here = Filename.dirname Sys.executable_name in
+    let f =
+      List.find Sys.file_exists [ Filename.concat here "../../doc/protocol.md"; "doc/protocol.md" ]
+    in
+    let ic = open_in_bin f in
+    let s = really_input_string ic (in_channel_length ic) in
+    close_in ic;
+    s
+  in
+  let lines = String.split_on_char '\n' doc in
+  let cells l = List.map String.trim (String.split_on_char '|' l) in
+  let unquote c = String.concat "" (String.split_on_char '`' c) in
+  (* Rows of the message tables: type byte, name, [field, type] list. *)
+  let rows =
+    List.filter_map
+      (fun l ->
+        match cells l with
+        | [ ""; ty; name; fields; "" ] when String.length ty > 3 && String.sub ty 0 3 = "`0x" ->
+            let ty = int_of_string (unquote ty) in
+            (* Without the remarks in parentheses: "kind: u8 (0 cast, 1 send)". *)
+            let fields =
+              let b = Buffer.create 64 and depth = ref 0 in
+              String.iter
+                (fun c ->
+                  if c = '(' then incr depth
+                  else if c = ')' then decr depth
+                  else if !depth = 0 then Buffer.add_char b c)
+                fields;
+              Buffer.contents b
+            in
+            let fields =
+              String.split_on_char ',' fields
+              |> List.map (fun f ->
+                     let f = String.trim (unquote f) in
+                     match String.index_opt f ':' with
+                     | Some i ->
+                         let t = String.trim (String.sub f (i + 1) (String.length f - i - 1)) in
+                         let t = List.hd (String.split_on_char ' ' t) in
+                         (String.sub f 0 i, t)
+                     | None -> Alcotest.failf "protocol.md: field %S has no type" f)
+            in
+            Some (ty, (name, fields))
+        | _ -> None)
+      lines
+  in
+  Alcotest.(check bool)
+    "protocol.md: 9 requests and 13 replies and upcalls" true
+    (List.length rows = 22);
+  (* Each frame of the code, with its doc name and its fields' values in order. *)
+  let i n = `I n and s x = `S x and l x = `L x in
+  let requests =
+    [
+      ("HELLO", Wire.Hello { min_version = 1; max_version = 2; name = "n" }, [ i 1; i 2; s "n" ]);
+      ( "JOIN",
+        Wire.Join
+          { handle = 3; group = "g"; props = "vsync"; params = "a=1"; flags = 1; peers = [ "p" ] },
+        [ i 3; s "g"; s "vsync"; s "a=1"; i 1; l [ "p" ] ] );
+      ("LEAVE", Wire.Leave { handle = 4 }, [ i 4 ]);
+      ("CAST", Wire.Cast { handle = 5; req = 6; payload = "x" }, [ i 5; i 6; s "x" ]);
+      ( "SEND",
+        Wire.Send { handle = 5; req = 7; dst = "d"; payload = "y" },
+        [ i 5; i 7; s "d"; s "y" ] );
+      ("SUSPECT", Wire.Suspect { handle = 8; ids = [ "a"; "b" ] }, [ i 8; l [ "a"; "b" ] ]);
+      ("BLOCK_OK", Wire.Block_ok { handle = 9 }, [ i 9 ]);
+      ( "SWITCH",
+        Wire.Switch { handle = 10; props = "vsync,Total"; params = "" },
+        [ i 10; s "vsync,Total"; s "" ] );
+      ("PING", Wire.Ping { cookie = 11 }, [ i 11 ]);
+    ]
+    |> List.map (fun (n, r, f) -> (n, Wire.encode_request r, f))
+  in
+  let events =
+    [
+      ( "HELLO_OK",
+        Wire.Hello_ok { version = 2; max_frame = 1000; max_queue = 2000; server = "d" },
+        [ i 2; i 1000; i 2000; s "d" ] );
+      ("OK", Wire.Ok { handle = 1; value = 1 lsl 40; info = "i" }, [ i 1; i (1 lsl 40); s "i" ]);
+      ("ERROR", Wire.Error { handle = 2; code = Wire.Too_big; reason = "r" }, [ i 2; i 3; s "r" ]);
+      ("PONG", Wire.Pong { cookie = 12 }, [ i 12 ]);
+      ( "VIEW",
+        Wire.View
+          {
+            handle = 3;
+            vid = "v";
+            ltime = 4;
+            rank = 1;
+            coordinator = "c";
+            members = [ "c"; "m" ];
+            joined = [ "m" ];
+            left = [ "o" ];
+            why = [ "left" ];
+          },
+        [ i 3; s "v"; i 4; i 1; s "c"; l [ "c"; "m" ]; l [ "m" ]; l [ "o" ]; l [ "left" ] ] );
+      ("CAST", Wire.Cast_up { handle = 5; origin = "o"; payload = "p" }, [ i 5; s "o"; s "p" ]);
+      ("SEND", Wire.Send_up { handle = 5; origin = "o"; payload = "q" }, [ i 5; s "o"; s "q" ]);
+      ("BLOCK", Wire.Block { handle = 6 }, [ i 6 ]);
+      ("FLOW", Wire.Flow { handle = 7; blocked = true }, [ i 7; i 1 ]);
+      ("EXIT", Wire.Exit { handle = 8 }, [ i 8 ]);
+      ( "SENT",
+        Wire.Sent { handle = 9; req = 10; kind = `Send; view = "v" },
+        [ i 9; i 10; i 1; s "v" ] );
+      ("LOST", Wire.Lost { handle = 9; req = 11; reason = "gone" }, [ i 9; i 11; s "gone" ]);
+      ( "REFUSED",
+        Wire.Refused { handle = 9; req = 12; code = Wire.Flow_control; reason = "wait" },
+        [ i 9; i 12; i 4; s "wait" ] );
+    ]
+    |> List.map (fun (n, e, f) -> (n, Wire.encode_event e, f))
+  in
+  (* Reads a frame's fields as the doc's row says they are. *)
+  let read_fields frame fields =
+    let p = ref 5 in
+    let int n =
+      let v = ref 0 in
+      for k = 0 to n - 1 do
+        v := (!v lsl 8) lor Char.code frame.[!p + k]
+      done;
+      p := !p + n;
+      !v
+    in
+    let str () =
+      let n = int 4 in
+      let x = String.sub frame !p n in
+      p := !p + n;
+      x
+    in
+    let vals =
+      List.map
+        (fun (name, t) ->
+          match t with
+          | "u8" -> `I (int 1)
+          | "u16" -> `I (int 2)
+          | "u32" -> `I (int 4)
+          | "u64" -> `I (int 8)
+          | "str" -> `S (str ())
+          | "list" -> `L (List.init (int 4) (fun _ -> str ()))
+          | t -> Alcotest.failf "protocol.md: field %s has type %S" name t)
+        fields
+    in
+    if !p <> String.length frame then
+      Alcotest.failf "protocol.md: %d bytes of the frame left over" (String.length frame - !p);
+    vals
+  in
+  let check_frames samples =
+    List.iter
+      (fun (name, frame, expected) ->
+        let ty = Char.code frame.[4] in
+        match List.assoc_opt ty rows with
+        | None -> Alcotest.failf "protocol.md has no row for type 0x%02x (%s)" ty name
+        | Some (doc_name, fields) ->
+            Alcotest.(check string) (Printf.sprintf "name of 0x%02x" ty) name doc_name;
+            Alcotest.(check int)
+              (name ^ ": the length prefix")
+              (String.length frame - 4)
+              (Int32.to_int (String.get_int32_be frame 0));
+            if read_fields frame fields <> expected then
+              Alcotest.failf "protocol.md: %s's fields are not what Wire writes" name)
+      samples
+  in
+  check_frames requests;
+  check_frames events;
+  Alcotest.(check int)
+    "every row is a frame of the code"
+    (List.length requests + List.length events)
+    (List.length rows);
+  (* The error codes. *)
+  let codes =
+    List.filter_map
+      (fun l ->
+        match cells l with
+        | [ ""; n; name; _; "" ] when int_of_string_opt n <> None ->
+            Some (int_of_string n, unquote name)
+        | _ -> None)
+      lines
+  in
+  Alcotest.(check int) "17 error codes" 17 (List.length codes);
+  List.iter
+    (fun (n, name) ->
+      Alcotest.(check string)
+        (Printf.sprintf "code %d" n) name
+        (Wire.code_name (Wire.code_of_int n));
+      Alcotest.(check int) (name ^ " round trip") n (Wire.code_to_int (Wire.code_of_int n)))
+    codes;
+  (* Versions and the limits' defaults. *)
+  let has sub = Astring_like.contains doc sub in
+  check "the title names the versions" true
+    (has (Printf.sprintf "versions %d and %d" Wire.min_version Wire.version));
+  let d = Consort_daemon.Server.default in
+  check "max_frame 1 MiB + 1 KiB" true (d.max_frame = (1 lsl 20) + 1024 && has "1 MiB + 1 KiB");
+  check "max_queue 8 MiB" true (d.max_queue = 8 lsl 20 && has "default 8 MiB");
+  check "max_queued 64 MiB" true (d.max_queued = 64 lsl 20 && has "(default 64 MiB)");
+  check "max_clients" true (has (Printf.sprintf "`--max-clients` (%d)" d.max_clients));
+  check "max_members" true (has (Printf.sprintf "`--max-members` (%d)" d.max_members));
+  check "hello timeout" true
+    (has (Printf.sprintf "`--hello-timeout` seconds (%.0f)" d.hello_timeout));
+  check "a client's peers" true (has "at most 64 addresses")
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon"
@@ -994,5 +1370,8 @@ let () =
           Alcotest.test_case "suspect and switch" `Quick test_suspect_switch;
           Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
+          Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
+          Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
+          Alcotest.test_case "a cast outside a primary view: not-primary" `Quick test_not_primary;
         ] );
     ]

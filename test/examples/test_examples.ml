@@ -128,6 +128,131 @@ let example name expect () =
       if not (contains text s) then Alcotest.failf "%s: %S not in its output:\n%s" name s text)
     expect
 
+(* {1 Packaging} *)
+
+(* Every dune file under [dir], recursively, outside _build. *)
+let rec dune_files dir =
+  if not (Sys.file_exists dir) then []
+  else
+    Array.to_list (Sys.readdir dir)
+    |> List.concat_map (fun f ->
+           let p = Filename.concat dir f in
+           if Sys.is_directory p then
+             if f = "_build" || f = "_tools" || f.[0] = '.' then [] else dune_files p
+           else if f = "dune" then [ p ]
+           else [])
+
+(* The opam file lists every library the dune files use from outside the
+   project (by its opam package: the name before the first dot), each with a
+   lower bound, and says what opam needs besides. *)
+let opam_file () =
+  let root = Lazy.force root in
+  let opam = read (Filename.concat root "consort.opam") in
+  (* The names inside each "(libraries ...)" of a dune file, comments
+     (from ';' to the end of the line) left out. *)
+  let libraries text =
+    let text =
+      String.split_on_char '\n' text
+      |> List.map (fun l ->
+             match String.index_opt l ';' with Some i -> String.sub l 0 i | None -> l)
+      |> String.concat "\n"
+    in
+    let key = "(libraries" and n = String.length text in
+    let rec from i acc =
+      match
+        let rec find j =
+          if j + String.length key > n then None
+          else if String.sub text j (String.length key) = key then Some j
+          else find (j + 1)
+        in
+        find i
+      with
+      | None -> acc
+      | Some j ->
+          let k = ref (j + String.length key) and depth = ref 1 in
+          let b = Buffer.create 256 in
+          while !depth > 0 && !k < n do
+            (match text.[!k] with
+            | '(' -> incr depth
+            | ')' -> decr depth
+            | c -> Buffer.add_char b c);
+            incr k
+          done;
+          let names =
+            Buffer.contents b
+            |> String.map (function '\n' | '\t' -> ' ' | c -> c)
+            |> String.split_on_char ' '
+            |> List.filter (fun w -> w <> "" && w <> "select" && w <> "from" && w <> "->")
+            |> List.filter (fun w -> not (String.contains w ':'))
+          in
+          from !k (names @ acc)
+    in
+    from 0 []
+  in
+  let used =
+    List.concat_map (fun f -> libraries (read f)) (dune_files root)
+    |> List.filter_map (fun l ->
+           let pkg = List.hd (String.split_on_char '.' l) in
+           if
+             List.mem pkg [ "consort"; "unix"; "bigarray"; "threads"; "str"; "dynlink"; "stdlib" ]
+             || ((not (String.contains l '.')) && (String.contains l '_' || l = "pcap"))
+           then None
+           else Some pkg)
+    |> List.sort_uniq compare
+  in
+  (* Local libraries (daemon_harness, fuzz_consort, ...) are named with an
+     underscore or live in this tree; every other name is an opam package. *)
+  if List.length used < 10 then Alcotest.failf "only %d libraries found" (List.length used);
+  Printf.printf "opam packages the dune files use: %s\n" (String.concat " " used);
+  List.iter
+    (fun pkg ->
+      let row = Printf.sprintf "\"%s\" {" pkg in
+      if not (contains opam row) then
+        Alcotest.failf "consort.opam: the dune files use %s, which depends does not list (%s)" pkg
+          "with a lower bound";
+      let i =
+        let rec find i = if String.sub opam i (String.length row) = row then i else find (i + 1) in
+        find 0
+      in
+      let line = String.sub opam i (String.index_from opam i '\n' - i) in
+      if not (contains line ">=") then Alcotest.failf "consort.opam: %s has no lower bound" line)
+    used;
+  List.iter
+    (fun field -> if not (contains opam field) then Alcotest.failf "consort.opam has no %s" field)
+    [
+      "available: os = \"linux\"";
+      "version: \"";
+      "homepage: \"";
+      "license: \"";
+      "dev-repo: \"";
+      "\"odoc\" {with-doc & >=";
+    ]
+
+(* The README's table of parts and doc/design.md cover the whole tree:
+   every directory at the top, under src/ and under bench/ is named in
+   both (the tests' directories by the README's row for test/). *)
+let parts_cover_the_tree () =
+  let root = Lazy.force root in
+  let readme = read (Filename.concat root "README.md")
+  and design = read (Filename.concat root "doc/design.md") in
+  let dirs d =
+    let p = Filename.concat root d in
+    Array.to_list (Sys.readdir p)
+    |> List.filter (fun f -> Sys.is_directory (Filename.concat p f))
+    |> List.filter (fun f -> f <> "" && f.[0] <> '_' && f <> ".git" && f <> "findings")
+    |> List.map (fun f -> if d = "." then f else d ^ "/" ^ f)
+    |> List.sort compare
+  in
+  let top = List.filter (fun d -> d <> "test") (dirs ".") in
+  let all = top @ dirs "src" @ dirs "bench" @ dirs "clients" in
+  if List.length all < 30 then Alcotest.failf "only %d directories" (List.length all);
+  List.iter
+    (fun d ->
+      let named doc = contains doc ("`" ^ d) || contains doc (d ^ "/") in
+      if not (named readme) then Alcotest.failf "README.md's table of parts does not name %s" d;
+      if not (named design) then Alcotest.failf "doc/design.md does not name %s" d)
+    all
+
 let () =
   Alcotest.run "examples"
     [
@@ -137,6 +262,12 @@ let () =
             (blocks_are_files "README.md");
           Alcotest.test_case "every code block of doc/tutorial.md is a file under examples/" `Quick
             (blocks_are_files "doc/tutorial.md");
+        ] );
+      ( "packaging",
+        [
+          Alcotest.test_case "the opam file lists every dependency" `Quick opam_file;
+          Alcotest.test_case "README's parts and design.md cover the tree" `Quick
+            parts_cover_the_tree;
         ] );
       ( "run",
         [
@@ -152,6 +283,13 @@ let () =
             (example "lwt_group"
                [
                  "127.0.0.1:7494: 127.0.0.1:7493"; "says \"hello from Lwt\""; "done: the ticker ran";
+               ]);
+          Alcotest.test_case "select_loop" `Quick
+            (example "select_loop"
+               [
+                 "127.0.0.1:7497: 127.0.0.1:7496";
+                 "says \"hello from a select loop\"";
+                 "done: the host ticked";
                ]);
         ] );
     ]

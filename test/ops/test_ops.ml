@@ -503,6 +503,36 @@ let members () =
   pids := [ pb ];
   Alcotest.(check bool) "socket removed at exit" false (Sys.file_exists sock)
 
+(* [group NAME REQUEST] at a member's control socket: answered as REQUEST
+   for its own group (so the ops commands' --group works against a member
+   as against a daemon), refused for another. *)
+let group_prefix () =
+  let casts = ref [] in
+  let h =
+    {
+      Consort_ops.Control.status = (fun () -> `Assoc [ ("group", `String "g") ]);
+      counters = (fun () -> [ ("gmp", [ ("views", 2) ]) ]);
+      cast =
+        (fun t ->
+          casts := t :: !casts;
+          Ok ());
+      send = (fun _ _ -> Ok ());
+      suspect = ignore;
+      leave = ignore;
+    }
+  in
+  let a = Consort_ops.Control.answer h in
+  Alcotest.(check string) "group g status" (a "status") (a "group g status");
+  Alcotest.(check string) "group g counters" (a "counters") (a "group g counters");
+  Alcotest.(check string) "group g cast" {|{"ok":true}|} (a "group g cast hi there");
+  Alcotest.(check (list string)) "cast once, the text whole" [ "hi there" ] !casts;
+  Alcotest.(check string)
+    "another group" {|{"error":"this member is in group \"g\", not \"h\""}|} (a "group h cast x");
+  Alcotest.(check bool)
+    "no nesting" true
+    (String.length (a "group g group g status") > 9
+    && String.sub (a "group g group g status") 0 9 = {|{"error":|})
+
 let () =
   Alcotest.run "ops"
     [
@@ -523,5 +553,6 @@ let () =
         [
           Alcotest.test_case "status, cast, send, counters, metrics over real members" `Quick
             members;
+          Alcotest.test_case "group NAME REQUEST" `Quick group_prefix;
         ] );
     ]

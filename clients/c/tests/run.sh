@@ -34,6 +34,18 @@ if [ "$rc" = 0 ] && grep -q ': hello$' "$dir/hello.out" && [ ! -s "$dir/hello.vg
 else
   echo "not ok README example (hello.c): exit $rc"; cat "$dir/hello.out" "$dir/hello.vg"; f=$((f + 1))
 fi
+# Installed as a user installs it (make install), the README's example built
+# with nothing but `pkg-config --cflags --libs consort-client`, and run.
+if make -s OUT="$out" PREFIX="$dir/prefix" install >/dev/null 2>"$dir/install.err" &&
+  flags=$(PKG_CONFIG_PATH="$dir/prefix/lib/pkgconfig" pkg-config --cflags --libs consort-client) &&
+  ${CC:-cc} examples/hello.c $flags -o "$dir/hello-pc" 2>"$dir/cc.err" &&
+  LD_LIBRARY_PATH="$dir/prefix/lib" "$dir/hello-pc" "$dir/d.sock" >"$dir/hello-pc.out" 2>&1 &&
+  grep -q ': hello$' "$dir/hello-pc.out"; then
+  echo "ok hello.c built with pkg-config --cflags --libs consort-client from an installed prefix"; p=$((p + 1))
+else
+  echo "not ok hello.c built with pkg-config from an installed prefix"
+  cat "$dir/install.err" "$dir/cc.err" "$dir/hello-pc.out" 2>/dev/null; f=$((f + 1))
+fi
 if ! kill -0 $pid 2>/dev/null; then echo "the daemon died"; f=$((f + 1)); fi
 echo "$p passed, $f failed"
 [ "$f" = 0 ]

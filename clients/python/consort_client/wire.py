@@ -39,6 +39,7 @@ CODES = {
     14: "not-hello",
     15: "overloaded",
     16: "bad-switch",
+    17: "not-primary",
 }
 
 

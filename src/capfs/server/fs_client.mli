@@ -15,7 +15,7 @@ type trans = idempotent:bool -> Header.t -> string -> (Header.t * string, Rpc_er
 
 type error =
   [ `Refused of Status.t  (** the server said no: bad capability, too few rights, not found, ... *)
-  | `Rpc of Rpc_error.t  (** no reply: see {!Rpc_error.outcome} *)
+  | `Rpc of Rpc_error.t  (** no reply: see [Rpc_error.outcome] *)
   | `Bad_reply of string  (** the server's reply makes no sense *)
   | `Interrupted of int * bool * Rpc_error.t
     (** a {!put} cut short after this many bytes were sent, while the file was still uncommitted
