@@ -301,32 +301,46 @@ let wait_and_serve ?(next = max_int) t wait =
              hypervisor, microseconds). The timer descriptor is armed only
              when the deadline comes before the time it is armed for (or
              that time was seen); an earlier expiry wakes the loop early,
-             which then arms it again. *)
+             which then arms it again. Without one (out of descriptors),
+             the wait has its timeout. *)
             let tfd =
               match t.tfd with
-              | Some f -> f
-              | None ->
-                  let f = timerfd_create ep in
-                  t.tfd <- Some f;
-                  f
+              | Some _ as f -> f
+              | None -> (
+                  match timerfd_create ep with
+                  | f ->
+                      t.tfd <- Some f;
+                      t.tfd
+                  | exception Unix.Unix_error (e, fn, _) ->
+                      Log.debug (fun m -> m "%s: %s" fn (Unix.error_message e));
+                      None)
             in
-            let target = if next = max_int then now t + wait else next in
-            if t.armed > target then begin
-              timerfd_arm tfd (target - now t);
-              t.armed <- target;
-              t.timer_arms <- t.timer_arms + 1
-            end;
-            epoll_wait ep t.ready (-1)
+            match tfd with
+            | None -> epoll_wait ep t.ready wait
+            | Some tfd ->
+                let target = if next = max_int then now t + wait else next in
+                if t.armed > target then begin
+                  timerfd_arm tfd (target - now t);
+                  t.armed <- target;
+                  t.timer_arms <- t.timer_arms + 1
+                end;
+                epoll_wait ep t.ready (-1)
           end
           else epoll_wait ep t.ready wait
         in
         let ready = ref [] in
         for i = 0 to n - 1 do
           let fd = t.ready.(i) in
-          if Some fd = t.tfd then t.armed <- max_int
-          else match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ()
+          match t.tfd with
+          | Some f when f == fd -> t.armed <- max_int
+          | _ -> (
+              match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ())
         done;
-        let ready = List.sort (fun a b -> compare a.order b.order) !ready in
+        let ready =
+          match !ready with
+          | ([] | [ _ ]) as l -> l
+          | l -> List.sort (fun a b -> compare a.order b.order) l
+        in
         (* Callbacks may unwatch others: skip what is no longer active. *)
         List.iter
           (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)

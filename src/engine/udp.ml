@@ -349,10 +349,16 @@ let reader c ~group fd =
         (fun () -> receive c ~group fd last batch l)
     end
     else begin
+      (* The common case, without the closures of [Fun.protect]. *)
       landing_busy := true;
-      Fun.protect
-        ~finally:(fun () -> landing_busy := false)
-        (fun () -> receive c ~group fd last batch (Lazy.force shared_landing))
+      match receive c ~group fd last batch (Lazy.force shared_landing) with
+      | got ->
+          landing_busy := false;
+          got
+      | exception e ->
+          let bt = Printexc.get_raw_backtrace () in
+          landing_busy := false;
+          Printexc.raise_with_backtrace e bt
     end
   in
   ((fun () -> ignore (read () : bool)), read)
