@@ -1,7 +1,7 @@
 (** Typed binary codecs with total decoding.
 
     A ['a t] knows the encoded size of an ['a], writes it into a byte buffer, and reads it back from
-    a {!Cstruct.t}. Decoding is total: it returns [Error] on truncated, overlong or malformed input
+    a [Cstruct.t]. Decoding is total: it returns [Error] on truncated, overlong or malformed input
     and never raises. Nothing here uses [Marshal].
 
     Integers are big-endian; {!varint} is unsigned LEB128 (at most 9 bytes, overlong forms

@@ -1,6 +1,6 @@
 (** Binding a stack to a transport.
 
-    [Make (T)] runs a {!Stack.t} over any transport [T]: the view's member names are [T] addresses,
+    [Make (T)] runs a [Stack.t] over any transport [T]: the view's member names are [T] addresses,
     ranks map to them, datagrams leaving the stack's lowest layer go out through [T.send] or
     [T.cast], arriving datagrams go up, and the stack's alarms become [T] timers. *)
 
@@ -8,7 +8,7 @@
 type error =
   | Bad_address of { member : string; reason : string }
       (** a member of the view is not an address of the transport *)
-  | Bad_stack of string  (** the layers do not fit (see {!Stack.check}) *)
+  | Bad_stack of string  (** the layers do not fit (see [Stack.check]) *)
   | Open of Transport.error  (** the connection cannot be opened (a port in use, ...) *)
 
 val pp_error : error Fmt.t
@@ -44,8 +44,8 @@ module Make (T : Transport.S) : sig
     val dn_ctl : t -> Event.dn_ctl -> unit
 
     val stop : t -> unit
-    (** A {!Event.Stop} goes down, timers end; the connection stays open. Further events are
-        ignored. *)
+    (** A [Event.Stop] goes down, timers end; the connection stays open. Further events are ignored.
+    *)
 
     val is_stopped : t -> bool
     val stack : t -> Stack.t
@@ -89,7 +89,7 @@ module Make (T : Transport.S) : sig
       the stack then stops, timers included. *)
 
   val close : t -> unit
-  (** [close t] tears the stack down (a {!Event.Stop} goes down) and closes the connection. Further
+  (** [close t] tears the stack down (a [Event.Stop] goes down) and closes the connection. Further
       calls are ignored. *)
 
   val send_errors : t -> int

@@ -5,9 +5,9 @@
     Requests larger than a segment get a segment of their own, returned to the system when released.
 
     Leaks: a segment that the garbage collector finds unreachable while slices of it were never
-    released is counted in {!stats}. In checked mode ({!Iovec.set_checked}) each slice is watched on
-    its own, so the leak is found even while other slices keep the segment alive, and its memory is
-    recovered. {!leak_check} forces a collection and returns the count. *)
+    released is counted in {!val-stats}. In checked mode ({!Iovec.set_checked}) each slice is
+    watched on its own, so the leak is found even while other slices keep the segment alive, and its
+    memory is recovered. {!leak_check} forces a collection and returns the count. *)
 
 type t
 

@@ -62,7 +62,7 @@ module type S = sig
   type info = {
     local : address;
     mtu : int;  (** largest datagram, headers included *)
-    multicast : bool;  (** whether {!cast} uses IP multicast *)
+    multicast : bool;  (** whether {!val-cast} uses IP multicast *)
     sent : int;  (** datagrams sent *)
     received : int;  (** datagrams received and handed up *)
     dropped : int;  (** datagrams dropped (filter, errors, full buffers) *)

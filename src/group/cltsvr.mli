@@ -128,7 +128,7 @@ module Make (T : Consort.Transport.S) : sig
       closed : client:string -> why:string -> unit;  (** forgotten: ["silent"] or ["said bye"] *)
       noted : client:string -> n:int -> string -> unit;
           (** notification [n] of session [client] was numbered here *)
-      cast : origin:string -> string -> unit;  (** the application's own casts ({!cast}) *)
+      cast : origin:string -> string -> unit;  (** the application's own casts ({!val-cast}) *)
     }
 
     val create : ?params:Consort.Params.t -> T.t -> group:string -> callbacks -> t

@@ -351,12 +351,12 @@ module Make (T : Consort.Transport.S) : sig
       returns (in its turn in the total order with Total, when nothing ordered before it waits). *)
 
   val send : t -> string -> string -> (unit, error) result
-  (** [send t id s] sends [s] to member [id] of the view, as {!cast} does. A message accepted while
-      the view changes whose destination is not in the next view is dropped with a warning (counted
-      by {!dropped_sends}). *)
+  (** [send t id s] sends [s] to member [id] of the view, as {!val-cast} does. A message accepted
+      while the view changes whose destination is not in the next view is dropped with a warning
+      (counted by {!dropped_sends}). *)
 
   val max_message : t -> int
-  (** The largest message {!cast} and {!send} accept. *)
+  (** The largest message {!val-cast} and {!val-send} accept. *)
 
   val refused : t -> int
   (** Messages refused so far. *)
@@ -407,15 +407,15 @@ module Make (T : Consort.Transport.S) : sig
   val counters : t -> (string * (string * int) list) list
   (** The counters, by layer: first ["group"]'s since the member joined (views installed,
       side-channel datagrams dropped as malformed or of another group (["side_garbage"]), messages
-      refused by {!cast} and {!send}, sends dropped at a view change, datagrams the transport failed
-      to send, Installs refused for want of a view key that opens (["no_view_key"]), messages handed
-      to a view's stack (["sent"]) and delivered to the application (["delivered"]), this member's
-      moves (["moves"]), other members' moves refused (["move_refused"]) and migration messages
-      malformed or of another group (["move_garbage"])); then each layer's in the current view's
-      stack (each view has a stack of its own), except Bottom's, which count dropped datagrams by
-      reason and are summed since the member joined (["garbage"]: no layer could decode it;
-      ["wrong_group"]: another group or view; ["bad_rank"], ["from_self"]); then ["fused"], the
-      current stack's fused path ({!Consort.Stack.fused_counters}, spaces made underscores, and
-      ["on"]: 1 if its casts take the fused path). Empty after exit but for ["group"] and
-      ["bottom"]. *)
+      refused by {!val-cast} and {!val-send}, sends dropped at a view change, datagrams the
+      transport failed to send, Installs refused for want of a view key that opens
+      (["no_view_key"]), messages handed to a view's stack (["sent"]) and delivered to the
+      application (["delivered"]), this member's moves (["moves"]), other members' moves refused
+      (["move_refused"]) and migration messages malformed or of another group (["move_garbage"]));
+      then each layer's in the current view's stack (each view has a stack of its own), except
+      Bottom's, which count dropped datagrams by reason and are summed since the member joined
+      (["garbage"]: no layer could decode it; ["wrong_group"]: another group or view; ["bad_rank"],
+      ["from_self"]); then ["fused"], the current stack's fused path
+      ({!Consort.Stack.fused_counters}, spaces made underscores, and ["on"]: 1 if its casts take the
+      fused path). Empty after exit but for ["group"] and ["bottom"]. *)
 end

@@ -25,7 +25,7 @@ val copy : t -> int -> Msg.t
     @raise Not_found if none. *)
 
 val msg_length : t -> int -> int
-(** {!Msg.length} of the message kept for [seq]; 0 if none. *)
+(** [Msg.length] of the message kept for [seq]; 0 if none. *)
 
 val release : t -> int -> unit
 (** Releases and forgets the message kept for [seq], if any. *)

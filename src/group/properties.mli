@@ -12,9 +12,9 @@ type t =
   | Suspect  (** detect failures by heartbeats *)
   | Flow  (** window and credit flow control *)
   | Slander  (** share suspicions among members *)
-  | Total  (** casts delivered in one order at every member ({!Total}); needs [vsync] *)
-  | Causal  (** casts delivered in causal order ({!Causal}); needs [vsync] *)
-  | Agree  (** safe delivery ({!Agree}; ["Safe"] is accepted for it); needs [vsync] *)
+  | Total  (** casts delivered in one order at every member ({!module-Total}); needs [vsync] *)
+  | Causal  (** casts delivered in causal order ({!module-Causal}); needs [vsync] *)
+  | Agree  (** safe delivery ({!module-Agree}; ["Safe"] is accepted for it); needs [vsync] *)
   | Auth
       (** only holders of the group's secret join, and every datagram is authenticated (the
           transport seals it: [Consort_seal.Seal]); adds no layer *)
@@ -41,7 +41,7 @@ type t =
       (** a member may move to another address keeping its id and place in the view
           ([Group.Make.migrate]; needs [Gmp]); adds no layer *)
   | Primary
-      (** a primary component with quorum ({!Primary}: static votes, [primary.expected] and
+      (** a primary component with quorum ({!module-Primary}: static votes, [primary.expected] and
           [primary.votes]): the application hears whether each view is primary, and casts are
           refused outside it; needs [Gmp] *)
   | Cltsvr
@@ -49,10 +49,10 @@ type t =
           notifications ([Cltsvr]); needs [Gmp] and [Total] (the servers' session table changes in
           one order at every server) *)
   | Scale
-      (** large groups: {!Ringfd} in place of {!Suspect} (each member watches [ringfd.monitors] ring
-          neighbours) and {!Mnak.tree_layer} in place of {!Mnak.layer} (statuses gathered up a tree
-          of [mnak.fanout]): heartbeats and stability cost each member the same in a group of any
-          size; cannot go with [Agree] or [Evs] *)
+      (** large groups: {!Ringfd} in place of {!module-Suspect} (each member watches
+          [ringfd.monitors] ring neighbours) and {!Mnak.tree_layer} in place of {!Mnak.layer}
+          (statuses gathered up a tree of [mnak.fanout]): heartbeats and stability cost each member
+          the same in a group of any size; cannot go with [Agree] or [Evs] *)
 
 val all : t list
 
