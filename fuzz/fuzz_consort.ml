@@ -115,6 +115,16 @@ let capture ?layers ?fused ?(at = 0) () =
 let captured = lazy (capture ())
 let captured_total = lazy (capture ~layers:(Lazy.force total_layers) ~fused:true ~at:1 ())
 
+(* The default stack fused: casts and sends arrive compressed (kinds 0
+   and 1 of the compressed header). *)
+let captured_fused =
+  lazy
+    (let c = capture ~fused:true () in
+     let kind k s = String.length s > 1 && s.[0] = '\xc8' && Char.code s.[1] = k in
+     if not (Array.exists (kind 0) c && Array.exists (kind 1) c) then
+       failwith "no compressed cast or send captured";
+     c)
+
 type input =
   | Raw of string
   | Framed of { origin : int; cast : bool; rest : string }
@@ -210,7 +220,9 @@ let mutated ~name ~captured ~member =
 let () =
   mutated ~name:"stack vsync, captured datagrams mutated" ~captured ~member:(fun () -> member 0);
   mutated ~name:"stack vsync+Total fused, captured datagrams mutated" ~captured:captured_total
-    ~member:(fun () -> member ~layers:(Lazy.force total_layers) ~fused:true 1)
+    ~member:(fun () -> member ~layers:(Lazy.force total_layers) ~fused:true 1);
+  mutated ~name:"stack vsync fused (compressed casts and sends), captured datagrams mutated"
+    ~captured:captured_fused ~member:(fun () -> member ~fused:true 0)
 
 (* {1 The TCP/IP stack's decoders} *)
 

@@ -617,6 +617,9 @@ let group_tput cfg =
               ("mnak_beyond_window", string_of_int (counter grp "mnak" "beyond_window"));
               ("fused_sent", string_of_int (fused_counter grp "sent"));
               ("fused_delivered", string_of_int (fused_counter grp "delivered"));
+              ("fused_received", string_of_int (fused_counter grp "received"));
+              ("fused_held", string_of_int (fused_counter grp "held"));
+              ("fused_released", string_of_int (fused_counter grp "released"));
               ( "fused_left",
                 match G.stack grp with
                 | None -> "-"

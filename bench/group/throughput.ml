@@ -252,7 +252,10 @@ let pp_table ppf rows =
                                   "mnak_naks";
                                   "mnak_retrans";
                                   "fused_sent";
+                                  "fused_received";
                                   "fused_delivered";
+                                  "fused_held";
+                                  "fused_released";
                                   "fused_left";
                                   "dgrams_dropped";
                                   "msgs_per_bundle";

@@ -2,12 +2,16 @@
 open Cmdliner
 
 let stack_cost iterations rounds out =
-  let run =
-    (* COST_ONLY=df (or dl): the default stack's fused (or layered) row alone. *)
+  let run ~iterations ~rounds () =
+    let module C = Consort_peers_bench.Stack_cost in
+    (* COST_ONLY=df (or dl): the default stack's fused (or layered) row alone; sf (or sl): its
+       sends. *)
     match Sys.getenv_opt "COST_ONLY" with
-    | Some "df" -> Consort_peers_bench.Stack_cost.run_default ~fused:true
-    | Some "dl" -> Consort_peers_bench.Stack_cost.run_default ~fused:false
-    | _ -> Consort_peers_bench.Stack_cost.run
+    | Some "df" -> C.run_default ~iterations ~rounds ~fused:true ()
+    | Some "dl" -> C.run_default ~iterations ~rounds ~fused:false ()
+    | Some "sf" -> C.run_default ~iterations ~rounds ~send:true ~fused:true ()
+    | Some "sl" -> C.run_default ~iterations ~rounds ~send:true ~fused:false ()
+    | _ -> C.run ~iterations ~rounds ()
   in
   match run ~iterations ~rounds () with
   | Error e ->

@@ -93,15 +93,20 @@ let measure ~iterations ~rounds f =
 let body = lazy (Pool.of_string Pool.default (String.make 16 'x'))
 
 (* [sender]: the member that casts (the other one counts deliveries);
-   [every]: timers run every [every] casts (a power of 2). *)
-let run_stack ?sender ?(every = 64) ~iterations ~rounds ~name ~fused ~layers () =
-  let s, delivered, drain, timers = pair ?sender ~fused layers in
+   [every]: timers run every [every] casts (a power of 2); [send]: the
+   sender sends to the other member instead of casting. *)
+let run_stack ?(sender = 0) ?(every = 64) ?(send = false) ~iterations ~rounds ~name ~fused ~layers
+    () =
+  let s, delivered, drain, timers = pair ~sender ~fused layers in
   if fused && not (Stack.fused s) then failwith (name ^ ": the stack is not fused");
+  if send && fused && List.assoc_opt "sends_on" (Stack.fused_counters s) <> Some 1 then
+    failwith (name ^ ": sends are not fused");
   let n_layers = List.length (layers ()) in
   let body = Lazy.force body in
   let i = ref 0 in
   let f () =
-    Stack.cast s (Msg.create [ Iovec.retain body ]);
+    if send then Stack.send s (1 - sender) (Msg.create [ Iovec.retain body ])
+    else Stack.cast s (Msg.create [ Iovec.retain body ]);
     drain ();
     incr i;
     if !i land (every - 1) = 0 then timers ()
@@ -210,6 +215,12 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
   let* tf = run_stack ~iterations ~rounds ~name:tname ~fused:true ~layers:seq_layers () in
   let* dl2 = run_stack ~iterations ~rounds ~name:dname ~fused:false ~layers:default () in
   let* df2 = run_stack ~iterations ~rounds ~name:dname ~fused:true ~layers:default () in
+  let sname = "sends, default (vsync: " ^ desc ^ ")" in
+  let sends ~fused = run_stack ~send:true ~iterations ~rounds ~name:sname ~fused ~layers:default in
+  let* sl = sends ~fused:false () in
+  let* sf = sends ~fused:true () in
+  let* sl2 = sends ~fused:false () in
+  let* sf2 = sends ~fused:true () in
   let* ol = run_stack ~iterations ~rounds ~name:oname ~fused:false ~layers:total () in
   let* of_ = run_stack ~iterations ~rounds ~name:oname ~fused:true ~layers:total () in
   let* ol2 = run_stack ~iterations ~rounds ~name:oname ~fused:false ~layers:total () in
@@ -225,9 +236,22 @@ let run ?(iterations = 50_000) ?(rounds = 3) () =
       ~layers:(fun () -> [ Consort_group.Bottom.layer ])
       ()
   in
-  Ok [ best df df2; best dl dl2; best of_ of2; best ol ol2; best pf pf2; best pl pl2; tf; tl; b ]
+  Ok
+    [
+      best df df2;
+      best dl dl2;
+      best sf sf2;
+      best sl sl2;
+      best of_ of2;
+      best ol ol2;
+      best pf pf2;
+      best pl pl2;
+      tf;
+      tl;
+      b;
+    ]
 
-let run_default ?(iterations = 50_000) ?(rounds = 3) ~fused () =
+let run_default ?(iterations = 50_000) ?(rounds = 3) ?send ~fused () =
   let layers () =
     match Consort_group.Properties.layers Consort_group.Properties.vsync with
     | Ok l -> l
@@ -236,7 +260,8 @@ let run_default ?(iterations = 50_000) ?(rounds = 3) ~fused () =
   let name =
     "default (vsync: " ^ Consort_group.Properties.describe Consort_group.Properties.vsync ^ ")"
   in
-  Result.map (fun r -> [ r ]) (run_stack ~iterations ~rounds ~name ~fused ~layers ())
+  let name = if send = Some true then "sends, " ^ name else name in
+  Result.map (fun r -> [ r ]) (run_stack ?send ~iterations ~rounds ~name ~fused ~layers ())
 
 let ratios rows =
   let find name path =
@@ -276,6 +301,7 @@ let ratios rows =
           | _ -> None)
         [
           ("default stack", "default");
+          ("default stack, sends", "sends, default");
           ("total-order stack", "total order (");
           ("total-order stack, another member casts", "total order, another");
           ("10-layer stack", "10 layers");

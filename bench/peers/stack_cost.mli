@@ -13,14 +13,16 @@ type row = {
 }
 
 val run : ?iterations:int -> ?rounds:int -> unit -> (row list, string) result
-(** [run ()] measures the default stack ([Properties.vsync]) and a stack of 10 layers with a varint
-    header each, each layered and fused (the default stack twice, keeping the better run of each
-    path), and Bottom alone (the baseline): the fastest of [rounds] (3) rounds of [iterations]
-    (50_000) casts, after a warm-up of a quarter of that. An error says a stack stalled or lost
-    casts. *)
+(** [run ()] measures the default stack ([Properties.vsync]) casting and sending, and a stack of 10
+    layers with a varint header each, each layered and fused (the default stack twice, keeping the
+    better run of each path), and Bottom alone (the baseline): the fastest of [rounds] (3) rounds of
+    [iterations] (50_000) casts, after a warm-up of a quarter of that. An error says a stack stalled
+    or lost casts. *)
 
-val run_default : ?iterations:int -> ?rounds:int -> fused:bool -> unit -> (row list, string) result
-(** [run_default ~fused ()] is the default stack's row of {!run} alone, on one path. *)
+val run_default :
+  ?iterations:int -> ?rounds:int -> ?send:bool -> fused:bool -> unit -> (row list, string) result
+(** [run_default ~fused ()] is the default stack's row of {!run} alone, on one path; with
+    [~send:true] its row of sends (member 0 sends to member 1). *)
 
 val ratios : row list -> string list
 (** One line per stack: fused / layered in ns and minor words, in all and above the baseline (the

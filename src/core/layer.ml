@@ -71,6 +71,8 @@ type ('t, 'h) case = {
   expand : int array -> int -> 'h;
 }
 
+(* Allocated when the program starts: no other value is physically this one. *)
+let held = Event.Send_from (Sys.opaque_identity (-1))
 let nothing_dn_fast _ _ _ _ ~layered:_ _ _ = ()
 let nothing_dn_after _ _ _ ~up:_ _ _ = ()
 let nothing_up_fast _ src _ _ ~layered:_ _ _ = src
@@ -87,6 +89,22 @@ let constant_cast codec h ~live ?(up_fast = nothing_up_fast) () =
     dn_fast = nothing_dn_fast;
     dn_after = nothing_dn_after;
     up_ok = (fun t src _ _ _ -> live t && match src with Event.Cast_from _ -> true | _ -> false);
+    up_fast;
+    up_after = nothing_up_after;
+    expand = (fun _ _ -> h);
+  }
+
+let constant_send codec h ~live ?(up_fast = nothing_up_fast) () =
+  let n = Codec.size codec h in
+  {
+    nfields = 0;
+    length = false;
+    framed = false;
+    size = (fun _ _ -> n);
+    dn_ok = (fun t dst _ -> live t && match dst with Event.Send _ -> true | Event.Cast -> false);
+    dn_fast = nothing_dn_fast;
+    dn_after = nothing_dn_after;
+    up_ok = (fun t src _ _ _ -> live t && match src with Event.Send_from _ -> true | _ -> false);
     up_fast;
     up_after = nothing_up_after;
     expand = (fun _ _ -> h);
@@ -124,6 +142,21 @@ let fast_compress (module C : COMPRESS) : t =
 
 let find_compress (l : t) = List.assq_opt l !compress_layers
 
+module type FAST_SEND = sig
+  include FAST
+
+  val send : (t, header) case
+end
+
+let send_layers : (t * (module FAST_SEND)) list ref = ref []
+
+let fast_send (module F : FAST_SEND) : t =
+  let l = fast (module F : FAST) in
+  send_layers := (l, (module F : FAST_SEND)) :: !send_layers;
+  l
+
+let find_send (l : t) = List.assq_opt l !send_layers
+
 module Pass_fast (N : sig
   val name : string
 end) =
@@ -145,5 +178,6 @@ struct
       expand = (fun _ _ -> ());
     }
 
+  let send = cast
   let state _ = ""
 end

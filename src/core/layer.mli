@@ -86,7 +86,11 @@ end) : S
       layered header) to the layers above, as [out.up] would the layered cast;
     - [up_ok t src len fields off], [up_fast], [up_after]: the same on the way up, for a received
       cast whose fields are [fields] at [off]; [up_fast] returns the source to pass on (Bottom turns
-      [Raw] into [Cast_from]);
+      [Raw] into [Cast_from]), or {!held} when the layer took the message in without passing it up
+      (a cast that waits for its place, a control cast it consumes): the layer then owns the message
+      (keeps it, with the layered headers of the layers above pushed by [layered], or releases it),
+      the stack passes nothing up, and the [up_after] parts run as when the cast went on; a layer
+      passes a held message up later with [out.up], as its layered handler does;
     - [framed]: the layer's layered headers never begin with the byte [0xC8], the compressed
       header's tag (Bottom's begin with [0xC1]); a stack is fused only if its lowest layer is
       framed, so that a receiver tells a compressed datagram from a layered one by its first byte;
@@ -118,6 +122,10 @@ type ('t, 'h) case = {
   expand : int array -> int -> 'h;
 }
 
+val held : Event.src
+(** What [up_fast] returns when the layer took the message in and nothing goes up (compared with
+    [==]). *)
+
 (** Parts that do nothing (an empty [dn_fast], [dn_after] or [up_after], an [up_fast] that returns
     its source): a case that uses these very values lets the stack skip the call. *)
 
@@ -142,6 +150,16 @@ val constant_cast :
     (no fields): taken while [live t] holds, for a cast going down and for a cast from any member
     coming up; [up_fast] (by default {!nothing_up_fast}) is what a received cast does to the layer's
     state. *)
+
+val constant_send :
+  'h Codec.t ->
+  'h ->
+  live:('t -> bool) ->
+  ?up_fast:('t -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src) ->
+  unit ->
+  ('t, 'h) case
+(** [constant_send codec h ~live ()] is {!constant_cast} for sends: a send to any rank going down, a
+    send from any member coming up. *)
 
 module type FAST = sig
   include S
@@ -176,7 +194,21 @@ val fast_compress : (module COMPRESS) -> t
 
 val find_compress : t -> (module COMPRESS) option
 
-(** {!Pass} with its (trivial) fused declaration. *)
+module type FAST_SEND = sig
+  include FAST
+
+  val send : (t, header) case
+  (** The common case of a point-to-point send ([Event.Send] going down, [Event.Send_from] coming
+      up), declared as {!FAST.cast} is; its fields are numbered apart from the cast's. *)
+end
+
+val fast_send : (module FAST_SEND) -> t
+(** [fast_send (module L)] is {!fast}, with [L.send] for {!find_send}. A stack runs sends fused only
+    if every layer declared a send case. *)
+
+val find_send : t -> (module FAST_SEND) option
+
+(** {!Pass} with its (trivial) fused declaration, for casts and sends. *)
 module Pass_fast (N : sig
   val name : string
-end) : FAST
+end) : FAST_SEND

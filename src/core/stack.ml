@@ -15,6 +15,7 @@ type node = {
   timer : Time.t -> unit;
   counters : unit -> (string * int) list;
   fast : fnode option; (* the layer's common case of a cast, if it declared one *)
+  sfast : fnode option; (* the same for a send, numbered in the frame of sends *)
 }
 
 (* A layer's declared common case and its state. The case's handlers are
@@ -66,6 +67,10 @@ type t = {
   mutable fused_sent : int;
   mutable fused_received : int;
   mutable fused_delivered : int; (* casts the bypass delivered to the application *)
+  mutable fused_held : int; (* received casts a layer took in on the bypass ({!Layer.held}) *)
+  mutable released : int;
+      (* casts the top layer passed to the application from its [up_after] on the bypass *)
+  mutable releasing : bool; (* the top layer's [up_after] runs *)
   left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
   left_up : int array; (* the same going up *)
   reentry : bool array;
@@ -82,14 +87,27 @@ type t = {
   mutable reentry_refused : int; (* casts whose headers above could not be read back *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
-  rcodec : unit Codec.t;
+  rcodec : int Codec.t; (* the kind *)
   net : Event.dst -> Msg.t -> unit;
   app : app;
+  sfused : bool; (* every layer declared the common case of a send, and the fused path is on *)
+  all_send : bool; (* every layer declared the common case of a send: compressed sends are read *)
+  snfields : int;
+  mutable sframes : int array array; (* the fields of the sends in the bypass, as [frames] *)
+  mutable sdepth : int;
+  slengths : bool array;
+  srframe : int array;
+  mutable sends_sent : int;
+  mutable sends_received : int;
+  mutable sends_delivered : int;
+  sleft_dn : int array;
+  sleft_up : int array;
 }
 
 (* The frame of the innermost cast in the bypass (a field kept up to date
    would cost a write barrier per cast). *)
 let frame t = t.frames.(if t.depth = 0 then 0 else t.depth - 1)
+let sframe t = t.sframes.(if t.sdepth = 0 then 0 else t.sdepth - 1)
 let fused_param = "stack.fused"
 
 let () =
@@ -98,8 +116,9 @@ let () =
       "casts take the fused path (one bypass for the whole stack, one compressed header) when \
        every layer declares its common case and the case holds"
 
-(* The compressed header: this tag, the kind (0: a cast), then every
-   layer's varying fields, bottom first, as varints (never negative). *)
+(* The compressed header: this tag, the kind (0: a cast, 1: a send), then
+   every layer's varying fields for that kind, bottom first, as varints
+   (never negative). *)
 let tag = 0xC8
 (* The first bytes the group runtime gives a meaning: Bottom 0xC1, Side 0xC2, Bundle 0xC4, Seal 0xC5,
    Migrate 0xC6, the daemon's clients 0xC7. *)
@@ -146,15 +165,16 @@ let refused = ref false
 let below_refused = ref false
 
 let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter ~reenter_up
-    (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option) =
+    (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option)
+    ~(smk : s -> fnode option) =
   let n = Array.length nodes in
   let garbage = ref 0 in
   let out : L.header Layer.out =
     {
       up =
         (fun src msg ->
-          if i = n - 1 then app.deliver src msg
-          else if not (reenter_up src msg) then nodes.(i + 1).up src msg);
+          if not (reenter_up src msg) then
+            if i = n - 1 then app.deliver src msg else nodes.(i + 1).up src msg);
       up_ctl = (fun e -> if i = n - 1 then app.ctl e else nodes.(i + 1).up_ctl e);
       dn =
         (fun dst h msg ->
@@ -201,15 +221,19 @@ let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter ~reenter_
     timer = L.timer s;
     counters = (fun () -> ("garbage", !garbage) :: L.counters s);
     fast = mk s;
+    sfast = smk s;
   }
 
 (* [m] with the layered headers of the layers from [hi] down to [lo]
    pushed, from the fields in [frame]: the top one first, as the layered
    path pushes them. *)
-let push_layered nodes frame ~hi ~lo m =
+let cast_node n = n.fast
+let send_node n = n.sfast
+
+let push_layered ?(sel = cast_node) nodes frame ~hi ~lo m =
   let m = ref m in
   for j = hi downto lo do
-    match nodes.(j).fast with Some f -> m := f.push frame f.off !m | None -> assert false
+    match sel nodes.(j) with Some f -> m := f.push frame f.off !m | None -> assert false
   done;
   !m
 
@@ -254,11 +278,11 @@ type cache = {
 let rec same_key c frame n k =
   k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
 
-let refresh c nodes frame ~hi ~lo =
+let refresh sel c nodes frame ~hi ~lo =
   let n = c.upto - c.from in
   let same = c.valid && same_key c frame n 0 in
   if not same then begin
-    let e = push_layered nodes frame ~hi ~lo (Msg.empty ()) in
+    let e = push_layered ~sel nodes frame ~hi ~lo (Msg.empty ()) in
     c.bytes <- Bytes.unsafe_of_string (Msg.to_string e);
     Msg.release e;
     c.key <- Array.sub frame c.from n;
@@ -269,15 +293,15 @@ let refresh c nodes frame ~hi ~lo =
    copy a layer keeps holds no more than its headers until it is stable):
    those of [lo] to [hi] from the cache, then those of the layers above
    [hi] made from their fields. *)
-let head_bytes c nodes frame ~hi ~lo =
-  refresh c nodes frame ~hi ~lo;
+let head_bytes sel c nodes frame ~hi ~lo =
+  refresh sel c nodes frame ~hi ~lo;
   let top = Array.length nodes - 1 in
   if hi >= top then c.bytes
   else begin
     let cached = Bytes.length c.bytes in
     let size = ref cached in
     for j = hi + 1 to top do
-      match nodes.(j).fast with
+      match sel nodes.(j) with
       | Some f -> size := !size + f.hsize frame f.off
       | None -> assert false
     done;
@@ -285,92 +309,124 @@ let head_bytes c nodes frame ~hi ~lo =
     Bytes.blit c.bytes 0 b 0 cached;
     let pos = ref cached in
     for j = hi + 1 to top do
-      match nodes.(j).fast with Some f -> pos := f.write frame f.off b !pos | None -> assert false
+      match sel nodes.(j) with Some f -> pos := f.write frame f.off b !pos | None -> assert false
     done;
     b
   end
 
 (* [m] with the headers of the layers from [lo] up in front. *)
-let push_cached c nodes frame ~hi ~lo m =
-  let b = head_bytes c nodes frame ~hi ~lo in
+let push_cached sel c nodes frame ~hi ~lo m =
+  let b = head_bytes sel c nodes frame ~hi ~lo in
   if Bytes.length b = 0 then m else Msg.push_bytes b m
 
-let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split l =
-  match if off >= 0 then Layer.find_fast l else None with
-  | Some (module F : Layer.FAST) ->
-      let c = F.cast in
-      (* [layered] for a copy the layer keeps: the headers of the layers
-         above it, from the frame the case runs with: those from the
-         layer [s] up made from their fields, the others cached. *)
-      let s, upto = split in
-      let cache =
-        { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false }
-      in
-      let layered =
+(* [!send_local t j src m]: as {!local_up}, for a send. *)
+let send_local : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
+
+(* A layer's case [c] and its state [s], made a node's part of the fused
+   path: [sel] finds the parts of the same kind in the other nodes, [cur]
+   the frame of the innermost message of that kind under way. *)
+let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h Codec.t)
+    ~(state : s -> string) (c : (s, h) Layer.case) (s : s) =
+  (* [layered] for a copy the layer keeps: the headers of the layers
+     above it, from the frame the case runs with: those from the layer
+     [sp] up made from their fields, the others cached. *)
+  let sp, upto = split in
+  let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false } in
+  let layered =
+    {
+      Layer.push = (fun m -> push_cached sel cache nodes (cur ()) ~hi:(sp - 1) ~lo:(i + 1) m);
+      head = (fun () -> head_bytes sel cache nodes (cur ()) ~hi:(sp - 1) ~lo:(i + 1));
+    }
+  in
+  {
+    off;
+    length = c.length;
+    size = c.size;
+    case =
+      Case
         {
-          Layer.push =
-            (fun m -> push_cached cache nodes (frame (Lazy.force frames)) ~hi:(s - 1) ~lo:(i + 1) m);
-          head =
-            (fun () -> head_bytes cache nodes (frame (Lazy.force frames)) ~hi:(s - 1) ~lo:(i + 1));
-        }
-      in
-      let unpack =
-        match Layer.find_compress l with
-        | Some (module C : Layer.COMPRESS) ->
-            Some
-              (fun frame cs pos ->
-                match Codec.decode C.codec cs pos with
-                | Ok (h, next) when C.compress h frame off -> next
-                | Ok _ | Error _ -> -1)
-        | None when c.nfields = 0 ->
-            let k = c.expand [||] 0 in
-            Some
-              (fun _ cs pos ->
-                match Codec.decode F.codec cs pos with
-                | Ok (h, next) when same_header h k -> next
-                | Ok _ | Error _ -> -1)
-        | None -> None
-      in
-      let mk s =
+          s;
+          c;
+          layered;
+          local;
+          dn_fast = c.dn_fast != Layer.nothing_dn_fast;
+          dn_after = c.dn_after != Layer.nothing_dn_after;
+          up_fast = c.up_fast != Layer.nothing_up_fast;
+          up_after = c.up_after != Layer.nothing_up_after;
+        };
+    push = (fun a o m -> Msg.push codec (c.expand a o) m);
+    hsize = (fun a o -> Codec.size codec (c.expand a o));
+    write = (fun a o b pos -> Codec.encode_into codec b pos (c.expand a o));
+    unpack;
+    state = (fun () -> state s);
+  }
+
+let instantiate_fast (type s h) ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l
+    (module F : Layer.FAST with type t = s and type header = h) (send : (s, h) Layer.case option) =
+  let c = F.cast in
+  let unpack =
+    match Layer.find_compress l with
+    | Some (module C : Layer.COMPRESS) ->
         Some
-          {
-            off;
-            length = c.length;
-            size = c.size;
-            case =
-              Case
-                {
-                  s;
-                  c;
-                  layered;
-                  local = (fun src m -> !local_up (Lazy.force frames) (i + 1) src m);
-                  dn_fast = c.dn_fast != Layer.nothing_dn_fast;
-                  dn_after = c.dn_after != Layer.nothing_dn_after;
-                  up_fast = c.up_fast != Layer.nothing_up_fast;
-                  up_after = c.up_after != Layer.nothing_up_after;
-                };
-            push = (fun a o m -> Msg.push F.codec (c.expand a o) m);
-            hsize = (fun a o -> Codec.size F.codec (c.expand a o));
-            write = (fun a o b pos -> Codec.encode_into F.codec b pos (c.expand a o));
-            unpack;
-            state = (fun () -> F.state s);
-          }
-      in
-      let reenter =
-        if c.nfields = 0 && i > 0 then begin
-          let k = c.expand [||] 0 in
-          fun dst h msg ->
-            dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
-        end
-        else no_reenter
-      in
-      let reenter_up src msg = !reenter_up (Lazy.force frames) i src msg in
-      build ctx nodes dues i ~net ~app ~reenter ~reenter_up (module F) ~mk
-  | None ->
-      let module L = (val l : Layer.S) in
-      build ctx nodes dues i ~net ~app ~reenter:no_reenter ~reenter_up:no_reenter_up
-        (module L)
-        ~mk:(fun _ -> None)
+          (fun frame cs pos ->
+            match Codec.decode C.codec cs pos with
+            | Ok (h, next) when C.compress h frame off -> next
+            | Ok _ | Error _ -> -1)
+    | None when c.nfields = 0 ->
+        let k = c.expand [||] 0 in
+        Some
+          (fun _ cs pos ->
+            match Codec.decode F.codec cs pos with
+            | Ok (h, next) when same_header h k -> next
+            | Ok _ | Error _ -> -1)
+    | None -> None
+  in
+  let mk s =
+    Some
+      (fnode_of nodes i ~sel:cast_node
+         ~cur:(fun () -> frame (Lazy.force frames))
+         ~off ~split
+         ~local:(fun src m -> !local_up (Lazy.force frames) (i + 1) src m)
+         ~unpack ~codec:F.codec ~state:F.state c s)
+  in
+  let smk =
+    match send with
+    | Some sc when soff >= 0 ->
+        fun s ->
+          Some
+            (fnode_of nodes i ~sel:send_node
+               ~cur:(fun () -> sframe (Lazy.force frames))
+               ~off:soff ~split:ssplit
+               ~local:(fun src m -> !send_local (Lazy.force frames) (i + 1) src m)
+               ~unpack:None ~codec:F.codec ~state:F.state sc s)
+    | _ -> fun _ -> None
+  in
+  let reenter =
+    if c.nfields = 0 && i > 0 then begin
+      let k = c.expand [||] 0 in
+      fun dst h msg -> dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
+    end
+    else no_reenter
+  in
+  let reenter_up src msg = !reenter_up (Lazy.force frames) i src msg in
+  build ctx nodes dues i ~net ~app ~reenter ~reenter_up (module F) ~mk ~smk
+
+let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l =
+  let fast m send =
+    instantiate_fast ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l m send
+  in
+  match if off >= 0 then Layer.find_send l else None with
+  | Some (module S : Layer.FAST_SEND) ->
+      fast (module S : Layer.FAST with type t = S.t and type header = S.header) (Some S.send)
+  | None -> (
+      match if off >= 0 then Layer.find_fast l else None with
+      | Some (module F : Layer.FAST) -> fast (module F) None
+      | None ->
+          let module L = (val l : Layer.S) in
+          build ctx nodes dues i ~net ~app ~reenter:no_reenter ~reenter_up:no_reenter_up
+            (module L)
+            ~mk:(fun _ -> None)
+            ~smk:(fun _ -> None))
 
 let fused_error count e msg =
   incr count;
@@ -379,23 +435,34 @@ let fused_error count e msg =
 
 (* The compressed header: written from the frame of the cast going down,
    read into a stack's [rframe]. *)
-let write_codec =
+let write_kind kind =
   Codec.custom ~name:"fused"
     ~size:(fun frame -> 2 + Codec.varints_size frame)
     ~write:(fun w frame ->
       Codec.write Codec.uint8 w tag;
-      Codec.write Codec.uint8 w 0;
+      Codec.write Codec.uint8 w kind;
       Codec.write_varints w frame)
     ~read:(fun _ -> Codec.fail "write only")
 
-let read_codec frame =
+let write_codec = write_kind 0
+let send_codec = write_kind 1
+
+(* Reads a compressed header: the kind, its fields in [frame] (a cast) or
+   [sframe] (a send, where the stack reads them). *)
+let read_codec frame sframe =
   Codec.custom ~name:"fused"
-    ~size:(fun () -> 0)
-    ~write:(fun _ () -> invalid_arg "read only")
+    ~size:(fun _ -> 0)
+    ~write:(fun _ _ -> invalid_arg "read only")
     ~read:(fun r ->
       if Codec.read Codec.uint8 r <> tag then Codec.fail "not a compressed header";
-      if Codec.read Codec.uint8 r <> 0 then Codec.fail "unknown kind";
-      Codec.read_varints r frame)
+      match (Codec.read Codec.uint8 r, sframe) with
+      | 0, _ ->
+          Codec.read_varints r frame;
+          0
+      | 1, Some sframe ->
+          Codec.read_varints r sframe;
+          1
+      | _ -> Codec.fail "unknown kind")
 
 let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   match check ?requires layers with
@@ -426,6 +493,31 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
           bottom_up;
       let frames = Array.init 4 (fun _ -> Array.make !nfields 0)
       and rframe = Array.make !nfields 0 in
+      (* The same for sends, where every layer declared their case. *)
+      let all_send = all_fast && Array.for_all (fun l -> Layer.find_send l <> None) bottom_up in
+      let all_send =
+        all_send
+        &&
+        match Layer.find_send bottom_up.(0) with
+        | Some (module S : Layer.FAST_SEND) -> S.send.framed
+        | None -> false
+      in
+      let soffs = Array.make n (-1) and snfields = ref 0 in
+      let slengths = Array.make n false in
+      if all_send then
+        Array.iteri
+          (fun i l ->
+            match Layer.find_send l with
+            | Some (module S : Layer.FAST_SEND) ->
+                soffs.(i) <- !snfields;
+                snfields := !snfields + S.send.nfields;
+                if S.send.length then
+                  for j = i to n - 1 do
+                    slengths.(j) <- true
+                  done
+            | None -> ())
+          bottom_up;
+      let srframe = Array.make !snfields 0 in
       let lengths = Array.make n false in
       if all_fast then
         Array.iteri
@@ -462,6 +554,7 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
           timer = ignore;
           counters = (fun () -> []);
           fast = None;
+          sfast = None;
         }
       in
       let nodes = Array.make n dummy in
@@ -484,6 +577,9 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             fused_sent = 0;
             fused_received = 0;
             fused_delivered = 0;
+            fused_held = 0;
+            released = 0;
+            releasing = false;
             left_dn = Array.make n 0;
             left_up = Array.make n 0;
             reentry;
@@ -496,9 +592,21 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             reentry_refused = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
-            rcodec = read_codec rframe;
+            rcodec = read_codec rframe (if all_send then Some srframe else None);
             net;
             app;
+            sfused = fused && all_send;
+            all_send;
+            snfields = !snfields;
+            sframes = Array.init 2 (fun _ -> Array.make !snfields 0);
+            sdepth = 0;
+            slengths;
+            srframe;
+            sends_sent = 0;
+            sends_received = 0;
+            sends_delivered = 0;
+            sleft_dn = Array.make n 0;
+            sleft_up = Array.make n 0;
           }
       in
       (* For each layer, the first layer above it whose case has fields,
@@ -515,10 +623,23 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
         done;
         (!s, if !s < n then offs.(!s) else !nfields)
       in
+      let snf i =
+        match Layer.find_send bottom_up.(i) with
+        | Some (module S : Layer.FAST_SEND) -> S.send.nfields
+        | None -> 0
+      in
+      let ssplit i =
+        let s = ref (i + 1) in
+        while !s < n && snf !s = 0 do
+          incr s
+        done;
+        (!s, if !s < n then soffs.(!s) else !snfields)
+      in
       Array.iteri
         (fun i l ->
           nodes.(i) <-
-            instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i) l)
+            instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i)
+              ~soff:soffs.(i) ~ssplit:(ssplit i) l)
         bottom_up;
       Ok (Lazy.force st)
 
@@ -542,7 +663,9 @@ let enter t =
   t.depth <- d + 1;
   t.frames.(d)
 
-let leave t = t.depth <- t.depth - 1
+let leave t =
+  t.depth <- t.depth - 1;
+  if t.depth = 0 then t.releasing <- false
 
 (* Bytes of the layered headers of the layers above [i], from their fields:
    with the message's length (which the fused path does not change), the
@@ -589,8 +712,18 @@ let rec fused_up t frame i src msg mlen =
         let len = if length then mlen + above t frame i else -1 in
         if c.up_ok s src len frame off then begin
           let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
-          fused_up t frame (i + 1) src' msg mlen;
-          if up_after then c.up_after s src len frame off
+          if src' == Layer.held then t.fused_held <- t.fused_held + 1
+          else fused_up t frame (i + 1) src' msg mlen;
+          if up_after then
+            if i = Array.length t.nodes - 1 then begin
+              (* What the top layer passes up from here was taken in on the
+                 bypass or is released by what came by it. *)
+              let prev = t.releasing in
+              t.releasing <- true;
+              c.up_after s src len frame off;
+              t.releasing <- prev
+            end
+            else c.up_after s src len frame off
         end
         else up_layered t frame i src msg
     | None -> up_layered t frame i src msg
@@ -658,22 +791,28 @@ let go_below t frame i msg =
 
 (* Where a layer above has fields (Total's place), each header above [i]
    is read into [frame] from a copy of the pushed bytes: the bytes read,
-   or -1 if one is not of the common case. *)
+   or -1 if one is not of the common case. A cast received layered has
+   no pushed headers (they are in its body): -1 at once, where reading
+   would fail on the first header, past the end (Cstruct's bounds error,
+   a formatted message, at every layer the cast passes). *)
 let read_above t frame i msg =
   let buf, hoff, hlen = Msg.headers msg in
-  if hlen > Cstruct.length t.scratch then
-    t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
-  Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
-  let cs = Cstruct.sub t.scratch 0 hlen in
-  let n = Array.length t.nodes in
-  let rec go k pos =
-    if k = n || pos < 0 then pos
-    else
-      match t.nodes.(k).fast with
-      | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
-      | _ -> -1
-  in
-  go (i + 1) 0
+  if hlen = 0 then -1
+  else begin
+    if hlen > Cstruct.length t.scratch then
+      t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
+    Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
+    let cs = Cstruct.sub t.scratch 0 hlen in
+    let n = Array.length t.nodes in
+    let rec go k pos =
+      if k = n || pos < 0 then pos
+      else
+        match t.nodes.(k).fast with
+        | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
+        | _ -> -1
+    in
+    go (i + 1) 0
+  end
 
 (* [take_above t i msg go]: [go frame msg'] with the headers of the layers
    above [i] read into a frame just entered and taken off [msg] (constant
@@ -712,22 +851,125 @@ let go_above t frame i src msg =
 let () =
   reenter_up :=
     fun t i src msg ->
+      if t.releasing && i = Array.length t.nodes - 1 then t.released <- t.released + 1;
       t.fused && t.reentry_up.(i)
       && (match src with Event.Cast_from _ -> true | _ -> false)
       && take_above t i msg (fun frame msg -> go_above t frame i src msg)
 
-let send t rank msg = (top t).dn (Event.Send rank) msg
+(* {1 The fused path of a send}
+
+   The same as a cast's, with the layers' send cases, numbered in a frame
+   of their own, and kind 1 in the compressed header. A send has no
+   re-entry: one a layer queued (Pt2ptw's window) goes on layered. *)
+
+let senter t =
+  let d = t.sdepth in
+  if d = Array.length t.sframes then
+    t.sframes <-
+      Array.init (2 * d) (fun k -> if k < d then t.sframes.(k) else Array.make t.snfields 0);
+  t.sdepth <- d + 1;
+  t.sframes.(d)
+
+let sleave t = t.sdepth <- t.sdepth - 1
+
+let sabove t frame i =
+  let n = ref 0 in
+  for k = i + 1 to Array.length t.nodes - 1 do
+    match t.nodes.(k).sfast with Some f -> n := !n + f.size frame f.off | None -> ()
+  done;
+  !n
+
+let smlen t msg = if t.slengths.(Array.length t.nodes - 1) then Msg.length msg else 0
+
+let rec send_dn t frame i dst msg mlen =
+  if i < 0 then begin
+    t.sends_sent <- t.sends_sent + 1;
+    t.net dst (Msg.push send_codec frame msg)
+  end
+  else
+    match t.nodes.(i).sfast with
+    | Some { off; length; case = Case { s; c; layered; local; dn_fast; dn_after; _ }; _ } ->
+        let len = if length then mlen + sabove t frame i else -1 in
+        if c.dn_ok s dst len then begin
+          if dn_fast then c.dn_fast s dst msg len ~layered frame off;
+          send_dn t frame (i - 1) dst msg mlen;
+          if dn_after then c.dn_after s dst len ~up:local frame off
+        end
+        else send_dn_layered t frame i dst msg
+    | None -> send_dn_layered t frame i dst msg
+
+and send_dn_layered t frame i dst msg =
+  t.sleft_dn.(i) <- t.sleft_dn.(i) + 1;
+  let msg =
+    push_layered ~sel:send_node t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg
+  in
+  t.nodes.(i).dn dst msg
+
+let rec send_up t frame i src msg mlen =
+  if i = Array.length t.nodes then begin
+    t.sends_delivered <- t.sends_delivered + 1;
+    t.app.deliver src msg
+  end
+  else
+    match t.nodes.(i).sfast with
+    | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
+        let len = if length then mlen + sabove t frame i else -1 in
+        if c.up_ok s src len frame off then begin
+          let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
+          if src' != Layer.held then send_up t frame (i + 1) src' msg mlen;
+          if up_after then c.up_after s src len frame off
+        end
+        else send_up_layered t frame i src msg
+    | None -> send_up_layered t frame i src msg
+
+and send_up_layered t frame i src msg =
+  t.sleft_up.(i) <- t.sleft_up.(i) + 1;
+  let m = ref msg in
+  match
+    for j = Array.length t.nodes - 1 downto i do
+      match t.nodes.(j).sfast with Some f -> m := f.push frame f.off !m | None -> assert false
+    done
+  with
+  | () -> t.nodes.(i).up src !m
+  | exception Invalid_argument e -> t.ferror (`Malformed e) !m
+
+let () = send_local := fun t j src msg -> send_up t (sframe t) j src msg (smlen t msg)
+
+let send t rank msg =
+  if t.sfused then begin
+    let frame = senter t in
+    match send_dn t frame (Array.length t.nodes - 1) (Event.Send rank) msg (smlen t msg) with
+    | () -> sleave t
+    | exception e ->
+        sleave t;
+        raise e
+  end
+  else (top t).dn (Event.Send rank) msg
+
 let dn_ctl t e = (top t).dn_ctl e
 
-let fused_ok t () msg =
-  t.fused_received <- t.fused_received + 1;
-  let frame = enter t in
-  Array.blit t.rframe 0 frame 0 t.nfields;
-  match fused_up t frame 0 Event.Raw msg (mlen t msg) with
-  | () -> leave t
+let fused_send_ok t msg =
+  t.sends_received <- t.sends_received + 1;
+  let frame = senter t in
+  Array.blit t.srframe 0 frame 0 t.snfields;
+  match send_up t frame 0 Event.Raw msg (smlen t msg) with
+  | () -> sleave t
   | exception e ->
-      leave t;
+      sleave t;
       raise e
+
+let fused_ok t kind msg =
+  if kind = 1 then fused_send_ok t msg
+  else begin
+    t.fused_received <- t.fused_received + 1;
+    let frame = enter t in
+    Array.blit t.rframe 0 frame 0 t.nfields;
+    match fused_up t frame 0 Event.Raw msg (mlen t msg) with
+    | () -> leave t
+    | exception e ->
+        leave t;
+        raise e
+  end
 
 let recv t msg =
   if t.all_fast && Msg.first_byte msg = tag then
@@ -800,16 +1042,25 @@ let fused_counters t =
     ("received", t.fused_received);
     ("garbage", !(t.fused_garbage));
     ("delivered", t.fused_delivered);
+    ("held", t.fused_held);
+    ("released", t.released);
     ("reentered", t.reentered);
     ("reentered_up", t.reentered_up);
     ("reentry_refused", t.reentry_refused);
+    ("sends_on", Bool.to_int t.sfused);
+    ("sends_sent", t.sends_sent);
+    ("sends_received", t.sends_received);
+    ("sends_delivered", t.sends_delivered);
   ]
-  @ left "down" t.left_dn @ left "up" t.left_up
+  @ left "down" t.left_dn @ left "up" t.left_up @ left "send down" t.sleft_dn
+  @ left "send up" t.sleft_up
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg
   else
-    let frame = Array.make t.nfields 0 in
-    match Msg.pull (read_codec frame) msg with
+    let frame = Array.make t.nfields 0 and sframe = Array.make t.snfields 0 in
+    match Msg.pull (read_codec frame (if t.all_send then Some sframe else None)) msg with
     | Error e -> Error e
-    | Ok ((), msg) -> Ok (push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:0 msg)
+    | Ok (0, msg) -> Ok (push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:0 msg)
+    | Ok (_, msg) ->
+        Ok (push_layered ~sel:send_node t.nodes sframe ~hi:(Array.length t.nodes - 1) ~lo:0 msg)

@@ -29,7 +29,8 @@ val create :
 
     [fused] (default: the tunable [stack.fused], on) turns on the fused path for casts when every
     layer declared its common case ({!Layer.fast}) and the lowest is framed ({!Layer.case}): see
-    {!fused}. Every stack, fused or not, takes in compressed datagrams. *)
+    {!fused}; and for sends when every layer declared a send case ({!Layer.fast_send}). Every stack,
+    fused or not, takes in compressed datagrams. *)
 
 val cast : t -> Msg.t -> unit
 val send : t -> int -> Msg.t -> unit
@@ -66,9 +67,14 @@ val describe : Layer.t list -> string
     the cast with the layered headers of the layers above, made from their fields, and the rest is
     the layered path. A received compressed cast goes up the same way, from the bottom; where a
     layer's case does not hold (a gap, a flush) the layered headers of the rest are made again from
-    the fields and the cast takes the layered path from that layer. Everything else (sends, control
+    the fields and the cast takes the layered path from that layer. Everything else (control
     messages, retransmissions) is layered. A stack whose layers did not all declare a case takes in
     a compressed cast as garbage.
+
+    Sends ({!send}) run the same way through a second bypass, made from the layers' send cases
+    ({!Layer.FAST_SEND}) when every layer declared one: kind 1 in the compressed header, the send
+    fields in a frame of their own. A stack that does not read sends takes in a compressed send as
+    garbage. A send has no re-entry: one a layer queued goes on layered.
 
     A cast that a layer kept and sends down later on its layered path (Mflow's queue, emptied as
     credit comes back: under load, most casts) goes back on the fused path below that layer when the
@@ -90,13 +96,19 @@ val states : t -> (string * string) list
     first: for the differential test. *)
 
 val fused_counters : t -> (string * int) list
-(** Compressed casts sent, received, and dropped as malformed; casts the bypass delivered to the
-    application; and, for each layer where casts left the bypass for the layered path (its case did
-    not hold), how many: ["layered from NAME down"] and ["layered from NAME up"]; ["reentered"]:
-    casts a layer kept that went back on the fused path below it; ["reentered_up"]: the same going
-    up; ["reentry_refused"]: casts whose headers above could not be read back into fields (tried
-    once per cast, at the highest layer that could take it back). *)
+(** Compressed casts sent, received, and dropped as malformed (casts and sends); casts the bypass
+    delivered to the application; ["held"]: received casts a layer took in on the bypass without
+    passing them up ({!Layer.held}: Total's casts waiting for their place, its orders);
+    ["released"]: casts the top layer passed to the application from its part after a cast on the
+    bypass (casts it held, released by what came by the bypass); and, for each layer where casts
+    left the bypass for the layered path (its case did not hold), how many:
+    ["layered from NAME down"] and ["layered from NAME up"]; ["reentered"]: casts a layer kept that
+    went back on the fused path below it; ["reentered_up"]: the same going up; ["reentry_refused"]:
+    casts whose headers above could not be read back into fields (tried once per cast, at the
+    highest layer that could take it back); for sends, ["sends_on"] (1 if sends take the fused
+    path), ["sends_sent"], ["sends_received"], ["sends_delivered"], and
+    ["layered from NAME send down"] / ["layered from NAME send up"]. *)
 
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
-(** [expand t msg] is a compressed cast made layered (every layer's header made from its fields), a
-    datagram the layered path would have sent; any other datagram unchanged. *)
+(** [expand t msg] is a compressed cast or send made layered (every layer's header made from its
+    fields), a datagram the layered path would have sent; any other datagram unchanged. *)

@@ -60,6 +60,7 @@ module L = struct
     mutable not_raw : int;
     mutable bad_dst : int;
     froms : Event.src array; (* [Cast_from r] for each rank, made once (the fused path) *)
+    sfroms : Event.src array; (* [Send_from r], the same *)
   }
 
   let create (ctx : Layer.ctx) out =
@@ -75,6 +76,7 @@ module L = struct
       not_raw = 0;
       bad_dst = 0;
       froms = Array.init (View.nmembers ctx.view) (fun r -> Event.Cast_from r);
+      sfroms = Array.init (View.nmembers ctx.view) (fun r -> Event.Send_from r);
     }
 
   let drop msg why =
@@ -164,6 +166,18 @@ module F = struct
       expand = (fun a off -> Cast { group = a.(off); origin = a.(off + 1) });
     }
 
+  (* A send: the same fields, to another rank of the view. *)
+  let send =
+    {
+      cast with
+      dn_ok =
+        (fun t dst _ ->
+          (not t.stopped)
+          && match dst with Event.Send r -> r >= 0 && r < t.nmembers && r <> t.rank | _ -> false);
+      up_fast = (fun t _ _ _ ~layered:_ a off -> t.sfroms.(a.(off + 1)));
+      expand = (fun a off -> Send { group = a.(off); origin = a.(off + 1) });
+    }
+
   let state t =
     Fmt.str "stopped %b; %a" t.stopped
       Fmt.(list ~sep:sp (pair ~sep:(any "=") string int))
@@ -172,4 +186,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

@@ -303,6 +303,24 @@ module F = struct
       expand = (fun _ _ -> Whole);
     }
 
+  (* A send: the same, reassembled apart from casts. *)
+  let send =
+    {
+      cast with
+      dn_ok =
+        (fun t dst len ->
+          (not t.stopped) && (not t.draining)
+          && (match dst with Event.Send _ -> true | Event.Cast -> false)
+          && len <= t.size);
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Send_from o -> o >= 0 && o < t.n | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ _ _ ->
+          (match src with Event.Send_from o -> interrupted t src t.sends o | _ -> ());
+          src);
+    }
+
   let state t =
     let slot ppf = function
       | None -> Fmt.string ppf "-"
@@ -320,4 +338,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

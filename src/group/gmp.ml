@@ -696,6 +696,27 @@ module F = struct
       expand = (fun _ _ -> App);
     }
 
+  (* A send: the same, counted per destination going down and per origin
+     coming up. *)
+  let send =
+    {
+      cast with
+      dn_ok =
+        (fun t dst _ ->
+          (not t.stopped) && match dst with Event.Send r -> valid t r | Event.Cast -> false);
+      dn_fast =
+        (fun t dst _ _ ~layered:_ _ _ ->
+          match dst with Event.Send r -> t.sent.(r) <- t.sent.(r) + 1 | Event.Cast -> ());
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && t.round = None
+          && match src with Event.Send_from o -> valid t o | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ _ _ ->
+          (match src with Event.Send_from o -> t.sends.(o) <- t.sends.(o) + 1 | _ -> ());
+          src);
+    }
+
   let state t =
     let ints = Fmt.(array ~sep:sp int) in
     Fmt.str
@@ -713,4 +734,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

@@ -415,6 +415,9 @@ module F = struct
       expand = (fun _ _ -> Data { ask = false });
     }
 
+  (* Sends pass: their flow is Pt2ptw's. *)
+  let send = Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ()
+
   let state t =
     let ints = Fmt.(array ~sep:sp int) in
     Fmt.str
@@ -430,4 +433,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

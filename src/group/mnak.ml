@@ -882,6 +882,9 @@ module F = struct
       expand = (fun a off -> Data { seq = a.(off) });
     }
 
+  (* Sends pass. *)
+  let send = Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ()
+
   let state t =
     let ints = Fmt.(array ~sep:sp int) in
     let held ppf h =
@@ -907,7 +910,7 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)
 
 (* Scale: the same layer, its statuses gathered up a tree (see [report_up]). *)
 module Tree = struct

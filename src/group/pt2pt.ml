@@ -377,11 +377,66 @@ module L = struct
     ]
 end
 
-(* Casts pass through: no field, nothing to do. *)
+(* Casts pass through: no field, nothing to do. A send's common case: to
+   a peer, down (its number and the acknowledgement it carries are the
+   fields; the copy kept for retransmission gets the layered headers of
+   the layers above); up, the next number expected from that peer, with
+   nothing held early and an acknowledgement of what was sent. *)
 module F = struct
   include L
 
   let cast = Layer.constant_cast codec No_hdr ~live:(fun t -> not t.stopped) ()
+
+  let send =
+    {
+      Layer.nfields = 2;
+      length = false;
+      framed = false;
+      size = (fun a off -> 1 + Codec.varint_size a.(off) + Codec.varint_size a.(off + 1));
+      dn_ok =
+        (fun t dst _ ->
+          (not t.stopped) && match dst with Event.Send r -> peer t r | Event.Cast -> false);
+      dn_fast =
+        (fun t dst msg _ ~layered a off ->
+          match dst with
+          | Event.Send r ->
+              let p = t.peers.(r) in
+              let seq = p.next in
+              p.next <- seq + 1;
+              Seqring.replace p.unacked seq (layered.push (Msg.retain msg));
+              if p.rtx_at = max_int then begin
+                p.rto <- t.rto0;
+                set_rtx t r p (t.now () + p.rto)
+              end;
+              set_ack t r p max_int;
+              p.unacked_in <- 0;
+              a.(off) <- seq;
+              a.(off + 1) <- p.expected
+          | Event.Cast -> ());
+      dn_after = Layer.nothing_dn_after;
+      up_ok =
+        (fun t src _ a off ->
+          (not t.stopped)
+          &&
+          match src with
+          | Event.Send_from r when peer t r ->
+              let p = t.peers.(r) in
+              a.(off) = p.expected && a.(off + 1) <= p.next && Seqring.length p.early = 0
+          | _ -> false);
+      up_fast =
+        (fun t src _ _ ~layered:_ a off ->
+          match src with
+          | Event.Send_from r ->
+              let p = t.peers.(r) in
+              acked t r p a.(off + 1) [];
+              p.expected <- a.(off) + 1;
+              schedule_ack t r p;
+              src
+          | _ -> src);
+      up_after = Layer.nothing_up_after;
+      expand = (fun a off -> Data { seq = a.(off); ack = a.(off + 1) });
+    }
+
   let keys h = List.rev (Seqring.fold (fun k m acc -> (k, Msg.to_string m) :: acc) h [])
 
   let state t =
@@ -403,4 +458,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

@@ -363,6 +363,49 @@ module F = struct
 
   let cast = Layer.constant_cast codec No_hdr ~live:(fun t -> not t.stopped) ()
 
+  (* The common case of a send: to a peer not suspected, nothing queued
+     for it and the window open (the cost counts the layered length).
+     Compressed, it is always [Data { ask = false }]: a send that asks for
+     an acknowledgement (the window full, more queued) takes the layered
+     path. *)
+  let send =
+    {
+      Layer.nfields = 0;
+      length = true;
+      framed = false;
+      size =
+        (let n = Codec.size codec (Data { ask = false }) in
+         fun _ _ -> n);
+      dn_ok =
+        (fun t dst len ->
+          (not t.stopped)
+          &&
+          match dst with
+          | Event.Send r when peer t r && not t.gone.(r) ->
+              let p = t.peers.(r) in
+              p.head = p.tail && fits t p (len + overhead)
+          | _ -> false);
+      dn_fast =
+        (fun t dst _ len ~layered:_ _ _ ->
+          match dst with
+          | Event.Send r ->
+              let p = t.peers.(r) in
+              p.sent <- p.sent + len + overhead
+          | Event.Cast -> ());
+      dn_after = Layer.nothing_dn_after;
+      up_ok =
+        (fun t src _ _ _ ->
+          (not t.stopped) && match src with Event.Send_from r -> peer t r | _ -> false);
+      up_fast = Layer.nothing_up_fast;
+      up_after =
+        (fun t src len _ _ ->
+          match src with
+          | Event.Send_from r when not t.stopped ->
+              consumed t r t.peers.(r) (len + overhead) ~ask:false
+          | _ -> ());
+      expand = (fun _ _ -> Data { ask = false });
+    }
+
   let state t =
     let peer ppf p =
       Fmt.pf ppf "[queue %d/%d sent %d acked %d asked %d consumed %d reported %d ack %d]"
@@ -380,4 +423,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

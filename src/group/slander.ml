@@ -267,6 +267,7 @@ module F = struct
   include L
 
   let cast = Layer.constant_cast codec No_hdr ~live:(fun t -> not t.stopped) ()
+  let send = Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ()
 
   let state t =
     Fmt.str "stopped %b; pending %a; suspected %a; %a" t.stopped
@@ -280,4 +281,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

@@ -516,9 +516,12 @@ module F = struct
         (* The clock read once for both. *)
         let now = t.now () in
         if t.n > 1 then running t now;
-        (match src with Event.Cast_from r -> alive_at t r now | _ -> ());
+        (match src with Event.Cast_from r | Event.Send_from r -> alive_at t r now | _ -> ());
         src)
       ()
+
+  let send =
+    Layer.constant_send codec No_hdr ~live:(fun t -> not t.stopped) ~up_fast:cast.up_fast ()
 
   let state t =
     Fmt.str "stopped %b; heard %a; probed %a; beat %d tick %d; waiting %d; suspected %a; %a"
@@ -535,4 +538,4 @@ end
 
 include L
 
-let layer : Layer.t = Layer.fast (module F)
+let layer : Layer.t = Layer.fast_send (module F)

@@ -595,22 +595,43 @@ end
 
 (* The common case of a cast. Sequencer protocol: down, a member's cast
    (the sequencer's when it has no order left to cast: its place is the
-   field); up, a cast that comes in its turn (the sequencer's with the
-   next place, nothing ordered waiting; another member's whose order came
-   first). Token protocol: down, a cast of the holder of the token with
-   nothing waiting for it (stamped with the next place; what the token
-   does then follows the cast); up, a stamped cast with the next place,
-   nothing stamped waiting. The field: 0 for [Data], [2p + 1] for
-   [Placed p], [2p + 2] for [Stamped p]. *)
+   field); up, another member's cast ([Data]: delivered at once when it
+   comes in its turn, its order came first; otherwise held in [pending]
+   until its order comes, and at the sequencer noted in [unsent]), a cast
+   of the sequencer with the next place (delivered at once when nothing
+   ordered before it waits, held otherwise), and an order of one run,
+   taken in (what it orders follows, after the cast). Token protocol:
+   down, a cast of the holder of the token with nothing waiting for it
+   (stamped with the next place; what the token does then follows the
+   cast); up, a stamped cast within the window (delivered at once when
+   its place is the next and nothing stamped waits, held otherwise), and
+   a cast without a place (the flush's, held). Two fields: [f], then [k];
+   [k = 0]: [f] is 0 for [Data], [2p + 1] for [Placed p], [2p + 2] for
+   [Stamped p]; [k > 0]: [Order [(f, k)]]. *)
 module F = struct
   include L
 
+  (* The run of an order that the case takes: from the sequencer, valid. *)
+  let order_ok t o a off =
+    t.proto = Sequencer && o = sequencer && valid t a.(off) && a.(off + 1) <= max_run
+
+  (* Sequencer, [f = 0] ([Data]) or the sequencer's [Placed]: delivered
+     at once (not held). *)
+  let seq_at_once t o f =
+    if f = 0 then t.me <> sequencer && in_turn t o
+    else Queue.is_empty t.runs && Queue.is_empty t.pending.(o)
+
   let cast =
     {
-      Layer.nfields = 1;
+      Layer.nfields = 2;
       length = false;
       framed = false;
-      size = (fun a off -> if a.(off) = 0 then 1 else 1 + Codec.varint_size ((a.(off) - 1) / 2));
+      size =
+        (fun a off ->
+          let k = a.(off + 1) in
+          if k > 0 then 2 + Codec.varint_size a.(off) + Codec.varint_size k
+          else if a.(off) = 0 then 1
+          else 1 + Codec.varint_size ((a.(off) - 1) / 2));
       dn_ok =
         (fun t dst _ ->
           (not t.stopped) && dst = Event.Cast
@@ -620,6 +641,7 @@ module F = struct
           | Token -> (not t.blocked) && t.holding <> None && Queue.is_empty t.outq);
       dn_fast =
         (fun t _ _ _ ~layered:_ a off ->
+          a.(off + 1) <- 0;
           match t.proto with
           | Sequencer ->
               if t.me = sequencer then begin
@@ -650,45 +672,98 @@ module F = struct
               valid t o
               &&
               let f = a.(off) in
-              match t.proto with
-              | Sequencer ->
-                  if f = 0 then t.me <> sequencer && in_turn t o
-                  else
-                    f land 1 = 1
-                    && o = sequencer
-                    && f / 2 = t.known
-                    && Queue.is_empty t.runs
-                    && Queue.is_empty t.pending.(o)
-              | Token ->
-                  f > 0
-                  && f land 1 = 0
-                  && (f - 2) / 2 = t.next_deliver
-                  && Hashtbl.length t.stamped = 0)
+              if a.(off + 1) > 0 then order_ok t o a off
+              else
+                match t.proto with
+                | Sequencer -> f = 0 || (f land 1 = 1 && o = sequencer && f / 2 = t.known)
+                | Token ->
+                    f = 0
+                    || f land 1 = 0
+                       &&
+                       let p = (f - 2) / 2 in
+                       p >= t.next_deliver
+                       && p < t.next_deliver + max_ahead
+                       && not (Hashtbl.mem t.stamped p))
           | _ -> false);
       up_fast =
-        (fun t src _ _ ~layered:_ a off ->
-          (match (t.proto, src) with
-          | Sequencer, _ ->
-              if a.(off) = 0 then take_turn t
-              else begin
-                t.known <- t.known + 1;
-                t.ordered <- t.ordered + 1
+        (fun t src msg _ ~layered a off ->
+          match src with
+          | Event.Cast_from o -> (
+              let f = a.(off) in
+              if a.(off + 1) > 0 then begin
+                (* An order of one run: taken in; what it orders goes up
+                   after. *)
+                Msg.release msg;
+                t.known <- t.known + a.(off + 1);
+                Queue.add { origin = f; left = a.(off + 1) } t.runs;
+                Layer.held
               end
-          | Token, Event.Cast_from o ->
-              t.wants.(o) <- false;
-              t.next_deliver <- t.next_deliver + 1;
-              t.ordered <- t.ordered + 1
-          | Token, _ -> ());
-          src);
+              else
+                match t.proto with
+                | Sequencer ->
+                    if seq_at_once t o f then begin
+                      if f = 0 then take_turn t
+                      else begin
+                        t.known <- t.known + 1;
+                        t.ordered <- t.ordered + 1
+                      end;
+                      src
+                    end
+                    else begin
+                      (* Held until its order comes (the sequencer's own
+                         cast: its place is known, it waits for those
+                         ordered before it). The bytes are counted here,
+                         checked against the bound after. *)
+                      let m = layered.push msg in
+                      if f <> 0 then begin
+                        t.known <- t.known + 1;
+                        Queue.add { origin = o; left = 1 } t.runs
+                      end;
+                      Queue.add m t.pending.(o);
+                      t.held_bytes <- t.held_bytes + Msg.length m;
+                      if f = 0 && t.me = sequencer then begin
+                        t.unsent <-
+                          (match t.unsent with
+                          | (o', k) :: rest when o' = o && k < max_run -> (o, k + 1) :: rest
+                          | l -> (o, 1) :: l);
+                        if not t.armed then begin
+                          t.armed <- true;
+                          t.out.alarm (t.now ())
+                        end
+                      end;
+                      Layer.held
+                    end
+                | Token ->
+                    t.wants.(o) <- false;
+                    if f = 0 then begin
+                      Queue.add (layered.push msg) t.pending.(o);
+                      Layer.held
+                    end
+                    else
+                      let p = (f - 2) / 2 in
+                      if p = t.next_deliver && Hashtbl.length t.stamped = 0 then begin
+                        t.next_deliver <- p + 1;
+                        t.ordered <- t.ordered + 1;
+                        src
+                      end
+                      else begin
+                        let m = layered.push msg in
+                        Hashtbl.replace t.stamped p (o, m);
+                        t.held_bytes <- t.held_bytes + Msg.length m;
+                        Layer.held
+                      end)
+          | _ -> src);
       up_after =
-        (fun t _ _ a off ->
-          match t.proto with
-          | Sequencer -> if a.(off) = 0 then seq_deliver t
-          | Token -> tok_deliver t);
+        (fun t _ _ _ _ ->
+          check_held t;
+          match t.proto with Sequencer -> seq_deliver t | Token -> tok_deliver t);
       expand =
         (fun a off ->
-          let f = a.(off) in
-          if f = 0 then Data else if f land 1 = 1 then Placed (f / 2) else Stamped ((f - 2) / 2));
+          let f = a.(off) and k = a.(off + 1) in
+          if k > 0 then Order [ (f, k) ]
+          else if f = 0 then Data
+          else if f land 1 = 1 then Placed (f / 2)
+          else Stamped ((f - 2) / 2));
     }
 
   let state t =
@@ -729,12 +804,19 @@ let layer : Layer.t =
         match h with
         | Data ->
             a.(off) <- 0;
+            a.(off + 1) <- 0;
             true
         | Placed p when p >= 0 ->
             a.(off) <- (2 * p) + 1;
+            a.(off + 1) <- 0;
             true
         | Stamped p when p >= 0 ->
             a.(off) <- (2 * p) + 2;
+            a.(off + 1) <- 0;
+            true
+        | Order [ (o, k) ] when o >= 0 && k >= 1 ->
+            a.(off) <- o;
+            a.(off + 1) <- k;
             true
         | _ -> false
     end)
