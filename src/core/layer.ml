@@ -78,37 +78,33 @@ let nothing_dn_after _ _ _ ~up:_ _ _ = ()
 let nothing_up_fast _ src _ _ ~layered:_ _ _ = src
 let nothing_up_after _ _ _ _ _ = ()
 
-let constant_cast codec h ~live ?(up_fast = nothing_up_fast) () =
+(* A case with no fields whose header is the constant [h]; [dn_ok] and
+   [up_ok] say which events it takes. *)
+let constant codec h ~dn_ok ~up_ok ~up_fast =
   let n = Codec.size codec h in
   {
     nfields = 0;
     length = false;
     framed = false;
     size = (fun _ _ -> n);
-    dn_ok = (fun t dst _ -> live t && dst == Event.Cast);
+    dn_ok;
     dn_fast = nothing_dn_fast;
     dn_after = nothing_dn_after;
-    up_ok = (fun t src _ _ _ -> live t && match src with Event.Cast_from _ -> true | _ -> false);
+    up_ok;
     up_fast;
     up_after = nothing_up_after;
     expand = (fun _ _ -> h);
   }
 
+let constant_cast codec h ~live ?(up_fast = nothing_up_fast) () =
+  constant codec h ~up_fast
+    ~dn_ok:(fun t dst _ -> live t && dst == Event.Cast)
+    ~up_ok:(fun t src _ _ _ -> live t && match src with Event.Cast_from _ -> true | _ -> false)
+
 let constant_send codec h ~live ?(up_fast = nothing_up_fast) () =
-  let n = Codec.size codec h in
-  {
-    nfields = 0;
-    length = false;
-    framed = false;
-    size = (fun _ _ -> n);
-    dn_ok = (fun t dst _ -> live t && match dst with Event.Send _ -> true | Event.Cast -> false);
-    dn_fast = nothing_dn_fast;
-    dn_after = nothing_dn_after;
-    up_ok = (fun t src _ _ _ -> live t && match src with Event.Send_from _ -> true | _ -> false);
-    up_fast;
-    up_after = nothing_up_after;
-    expand = (fun _ _ -> h);
-  }
+  constant codec h ~up_fast
+    ~dn_ok:(fun t dst _ -> live t && match dst with Event.Send _ -> true | Event.Cast -> false)
+    ~up_ok:(fun t src _ _ _ -> live t && match src with Event.Send_from _ -> true | _ -> false)
 
 module type FAST = sig
   include S
