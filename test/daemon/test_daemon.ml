@@ -8,6 +8,17 @@ module C = Consort_client
 
 let check = Alcotest.(check bool)
 
+(* Callbacks of a member that hears nothing. *)
+let deaf =
+  {
+    Consort_group.Group.view = ignore;
+    cast = (fun ~origin:_ _ -> ());
+    send = (fun ~origin:_ _ -> ());
+    block = ignore;
+    flow = ignore;
+    exit = ignore;
+  }
+
 (* Ports: a window of 100 from 20000, chosen by the process id, so that two
    runs at once on one machine (and their groups) stay apart. *)
 let base = 20000 + (100 * (Unix.getpid () mod 40))
@@ -758,17 +769,7 @@ let test_tcp_and_key () =
   with_daemon (addr 75) (fun d ->
       let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
       let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Auth") in
-      (match
-         C.join ~props conn ~group:"g"
-           {
-             Consort_group.Group.view = ignore;
-             cast = (fun ~origin:_ _ -> ());
-             send = (fun ~origin:_ _ -> ());
-             block = ignore;
-             flow = ignore;
-             exit = ignore;
-           }
-       with
+      (match C.join ~props conn ~group:"g" deaf with
       | Error (C.Refused (Wire.Join_failed, reason)) ->
           check "says --key" true (Astring_like.contains reason "--key")
       | _ -> Alcotest.fail "Auth without a daemon key: join-failed");
@@ -877,17 +878,7 @@ let test_suspect_switch () =
       | Error (Wire.Bad_switch, reason) ->
           check "says transitional" true (Astring_like.contains reason "transitional")
       | _ -> Alcotest.fail "a switch to Evs: bad-switch");
-      (match
-         C.join ~props:evs a.conn ~group:"e"
-           {
-             Consort_group.Group.view = ignore;
-             cast = (fun ~origin:_ _ -> ());
-             send = (fun ~origin:_ _ -> ());
-             block = ignore;
-             flow = ignore;
-             exit = ignore;
-           }
-       with
+      (match C.join ~props:evs a.conn ~group:"e" deaf with
       | Error (C.Refused (Wire.Bad_props, reason)) ->
           check "says transitional" true (Astring_like.contains reason "transitional")
       | _ -> Alcotest.fail "a join with Evs: bad-props");
@@ -1080,19 +1071,7 @@ let test_ops () =
       let logger =
         match C.connect ~name:"logger" d.socket with Ok c -> c | Error e -> failwith e
       in
-      (match
-         C.join
-           ~on_sent:(fun ~vid:_ _ _ -> ())
-           logger ~group:"r"
-           {
-             Consort_group.Group.view = ignore;
-             cast = (fun ~origin:_ _ -> ());
-             send = (fun ~origin:_ _ -> ());
-             block = ignore;
-             flow = ignore;
-             exit = ignore;
-           }
-       with
+      (match C.join ~on_sent:(fun ~vid:_ _ _ -> ()) logger ~group:"r" deaf with
       | Ok _ -> ()
       | Error e -> Alcotest.failf "join: %a" C.pp_join_error e);
       check "refused through a member that keeps a log" true

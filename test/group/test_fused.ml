@@ -591,16 +591,19 @@ let test_token () =
    no layered header can hold, numbers out of every window. None raises,
    none is delivered, nothing leaks, and each is counted somewhere. With
    Total, the last field is Total's (this member is the sequencer). *)
-let test_hostile si () =
+(* Stack [si], fused, as rank 0 of a view of [n] at time 0, with a pool of
+   its own; what it sends is dropped, what it delivers goes to [deliver]
+   and is counted in the returned reference. *)
+let stranger_target si ~deliver =
   let pool = Pool.create () in
   let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
-  let params = params_of si in
-  let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
+  let ctx = { Layer.view; rng = Rng.create 1; params = params_of si; pool; now = (fun () -> 0) } in
   let delivered = ref 0 in
   let app =
     {
       Stack.deliver =
-        (fun _ m ->
+        (fun src m ->
+          deliver src;
           incr delivered;
           Msg.release m);
       ctl = ignore;
@@ -610,6 +613,10 @@ let test_hostile si () =
   let st =
     Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app)
   in
+  (pool, view, st, delivered)
+
+let test_hostile si () =
+  let pool, view, st, delivered = stranger_target si ~deliver:ignore in
   let rs = Random.State.make [| 5 |] in
   let stamp = View.stamp view in
   let varint v = Codec.encode_string Codec.varint v in
@@ -653,26 +660,10 @@ let test_hostile si () =
    common case (the next number from a member) are delivered by the
    bypass, those out of it taken up by the layered path and judged there. *)
 let test_hostile_sends () =
-  let si = 4 in
-  let pool = Pool.create () in
-  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
-  let ctx = { Layer.view; rng = Rng.create 1; params = params_of si; pool; now = (fun () -> 0) } in
-  let delivered = ref 0 in
-  let app =
-    {
-      Stack.deliver =
-        (fun src m ->
-          (match src with
-          | Event.Send_from r when r = 1 || r = 2 -> ()
-          | src -> Alcotest.failf "delivered a send %s" (src_s src));
-          incr delivered;
-          Msg.release m);
-      ctl = ignore;
-    }
-  in
-  let _, layers = stacks.(si) in
-  let st =
-    Result.get_ok (Stack.create ~fused:true ctx layers ~net:(fun _ m -> Msg.release m) ~app)
+  let pool, view, st, delivered =
+    stranger_target 4 ~deliver:(function
+      | Event.Send_from r when r = 1 || r = 2 -> ()
+      | src -> Alcotest.failf "delivered a send %s" (src_s src))
   in
   let rs = Random.State.make [| 7 |] in
   let int k = Random.State.int rs k in
