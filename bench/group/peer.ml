@@ -103,17 +103,24 @@ let payload_slow ~seq ~size =
   done;
   Bytes.unsafe_to_string b
 
-(* The filler depends on [seq mod 26] only: one template per residue, and
-   the check compares eight bytes at a time. *)
-let templates = Hashtbl.create 4
+(* The filler depends on [seq mod 26] only: one template per residue, for
+   the size in use (one size per process), as a string and as a bigarray. *)
+type templates = { t_size : int; strs : string array; bufs : Cstruct.buffer array }
 
-let template ~size r =
-  match Hashtbl.find_opt templates (size, r) with
-  | Some t -> t
-  | None ->
-      let t = payload_slow ~seq:r ~size in
-      Hashtbl.replace templates (size, r) t;
-      t
+let templates = ref { t_size = -1; strs = [||]; bufs = [||] }
+
+let templates_of size =
+  let t = !templates in
+  if t.t_size = size then t
+  else begin
+    let strs = Array.init 26 (fun r -> payload_slow ~seq:r ~size) in
+    let bufs = Array.map (fun s -> (Cstruct.of_string s).Cstruct.buffer) strs in
+    let t = { t_size = size; strs; bufs } in
+    templates := t;
+    t
+  end
+
+let template ~size r = (templates_of size).strs.(r)
 
 (* [payload ~seq ~size]: the template of [seq mod 26] with [seq]'s number
    written in, without formatting or filling byte by byte. *)
@@ -148,34 +155,28 @@ let check_payload s ~size =
         let tail = 11 + ((size - 11) / 8 * 8) in
         if words 11 && bytes tail then Some seq else None
 
-external bigstring_get64 : Cstruct.buffer -> int -> int64 = "%caml_bigstring_get64"
-external string_get64 : string -> int -> int64 = "%caml_string_get64"
+external compare_bigstring : Cstruct.buffer -> int -> Cstruct.buffer -> int -> int -> int
+  = "caml_compare_bigstring"
+[@@noalloc]
 
-(* The same, on a view of the received bytes, without copying them. *)
+(* The same, on a view of the received bytes, without copying them: the
+   filler is compared with the template's by one [memcmp]. *)
 let check_payload_cs cs ~size =
   if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then None
   else
+    let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
     let rec digits i acc =
       if i > 10 then Some acc
       else
-        match Cstruct.get_char cs i with
+        match Bigarray.Array1.unsafe_get buf (off + i) with
         | '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48)
         | _ -> None
     in
     match digits 1 0 with
     | None -> None
     | Some seq ->
-        let t = template ~size (seq mod 26) in
-        let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
-        let rec words i =
-          i + 8 > size
-          || ((bigstring_get64 buf (off + i) : int64) = string_get64 t i && words (i + 8))
-        in
-        let rec bytes i =
-          i >= size || (Cstruct.get_char cs i = String.unsafe_get t i && bytes (i + 1))
-        in
-        let tail = 11 + ((size - 11) / 8 * 8) in
-        if words 11 && bytes tail then Some seq else None
+        let t = (templates_of size).bufs.(seq mod 26) in
+        if compare_bigstring buf (off + 11) t 11 (size - 11) = 0 then Some seq else None
 
 let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid 0 i | None -> eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
