@@ -124,19 +124,28 @@ let template ~size r = (templates_of size).strs.(r)
 
 (* [payload ~seq ~size]: the template of [seq mod 26] with [seq]'s number
    written in, without formatting or filling byte by byte. *)
+let write_payload b ~seq ~size =
+  Bytes.blit_string (template ~size (seq mod 26)) 0 b 0 size;
+  let rec digits i n =
+    if i >= 1 then begin
+      Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
+      digits (i - 1) (n / 10)
+    end
+  in
+  digits 10 seq
+
 let payload ~seq ~size =
   if size < 11 || seq < 0 || seq > 9_999_999_999 then payload_slow ~seq ~size
   else begin
-    let b = Bytes.of_string (template ~size (seq mod 26)) in
-    let rec digits i n =
-      if i >= 1 then begin
-        Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
-        digits (i - 1) (n / 10)
-      end
-    in
-    digits 10 seq;
+    let b = Bytes.create size in
+    write_payload b ~seq ~size;
     Bytes.unsafe_to_string b
   end
+
+let payload_into b ~seq ~size =
+  if size < 11 || seq < 0 || seq > 9_999_999_999 || Bytes.length b < size then
+    invalid_arg "Peer.payload_into: size below 11, number out of range or buffer too short";
+  write_payload b ~seq ~size
 
 let check_payload s ~size =
   if String.length s <> size || size < 11 || s.[0] <> 'd' then None
@@ -497,6 +506,17 @@ let group_tput cfg =
       (* [try_cast s]: whether the group took [s]; flow control refuses
          when full, and says [flow false] when it may go on. *)
       let try_cast s = match !g with Some g -> Result.is_ok (G.cast g s) | None -> false in
+      (* Each payload is written into one buffer, which the group copies
+         from before [cast_bytes] returns. *)
+      let out = Bytes.create cfg.size in
+      let try_cast_payload seq =
+        match !g with
+        | Some g when seq <= 9_999_999_999 && cfg.size >= 11 ->
+            payload_into out ~seq ~size:cfg.size;
+            Result.is_ok (G.cast_bytes g out ~off:0 ~len:cfg.size)
+        | Some _ -> try_cast (payload ~seq ~size:cfg.size)
+        | None -> false
+      in
       let cast s = ignore (try_cast s) in
       let readies = Hashtbl.create 8 and dones = Hashtbl.create 8 in
       let next = Hashtbl.create 8 in
@@ -506,11 +526,7 @@ let group_tput cfg =
       let fill_pending = ref false in
       let rec fill () =
         fill_pending := false;
-        while
-          !made < cfg.count
-          && !made - !own < max_queued
-          && try_cast (payload ~seq:!made ~size:cfg.size)
-        do
+        while !made < cfg.count && !made - !own < max_queued && try_cast_payload !made do
           incr made
         done
       and schedule_fill () =
