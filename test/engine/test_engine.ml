@@ -63,6 +63,21 @@ let timers_in_order () =
   Alcotest.(check bool) "not before its time" true (Loop.now loop - t0 >= ms 30);
   Alcotest.(check int) "no timer left" 0 (Loop.timers loop)
 
+(* The loop's clock is the monotonic one (Mtime_clock's), to the
+   nanosecond. *)
+let clock_monotonic () =
+  let loop = Loop.create () in
+  let m0 = Int64.to_int (Mtime_clock.now_ns ()) in
+  let t0 = Loop.now loop in
+  let m1 = Int64.to_int (Mtime_clock.now_ns ()) in
+  Alcotest.(check bool)
+    (Printf.sprintf "read between two readings of Mtime_clock (%d, %d, %d)" m0 t0 m1)
+    true
+    (m0 <= t0 && t0 <= m1);
+  Unix.sleepf 0.002;
+  let t1 = Loop.now loop in
+  Alcotest.(check bool) "2 ms later: 2 ms to 1 s more" true (t1 - t0 >= ms 2 && t1 - t0 < ms 1000)
+
 let cancel_works () =
   let loop = Loop.create () in
   let fired = ref [] in
@@ -869,6 +884,7 @@ let () =
         [
           Alcotest.test_case "timers fire in order" `Quick timers_in_order;
           Alcotest.test_case "cancel" `Quick cancel_works;
+          Alcotest.test_case "the clock" `Quick clock_monotonic;
           qtest heap_order;
           Alcotest.test_case "run with a timeout returns" `Quick timeout_returns;
           Alcotest.test_case "until and stop" `Quick until_and_stop;
