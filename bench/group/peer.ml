@@ -170,22 +170,27 @@ external compare_bigstring : Cstruct.buffer -> int -> Cstruct.buffer -> int -> i
 
 (* The same, on a view of the received bytes, without copying them: the
    filler is compared with the template's by one [memcmp]. *)
-let check_payload_cs cs ~size =
-  if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then None
+(* [seq_of_payload_cs]: the number of the payload, or -1. *)
+let seq_of_payload_cs cs ~size =
+  if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then -1
   else
     let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
     let rec digits i acc =
-      if i > 10 then Some acc
+      if i > 10 then acc
       else
         match Bigarray.Array1.unsafe_get buf (off + i) with
         | '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48)
-        | _ -> None
+        | _ -> -1
     in
-    match digits 1 0 with
-    | None -> None
-    | Some seq ->
-        let t = (templates_of size).bufs.(seq mod 26) in
-        if compare_bigstring buf (off + 11) t 11 (size - 11) = 0 then Some seq else None
+    let seq = digits 1 0 in
+    if seq < 0 then -1
+    else
+      let t = (templates_of size).bufs.(seq mod 26) in
+      if compare_bigstring buf (off + 11) t 11 (size - 11) = 0 then seq else -1
+
+let check_payload_cs cs ~size =
+  let seq = seq_of_payload_cs cs ~size in
+  if seq < 0 then None else Some seq
 
 let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid 0 i | None -> eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
@@ -571,11 +576,11 @@ let group_tput cfg =
         incr delivered;
         if !delivered = expected then last := Loop.now loop;
         let is_sender, want, mine = origin_state origin in
-        (match checked with
-        | Some seq when is_sender ->
-            if seq <> !want then incr errors;
-            want := seq + 1
-        | _ -> incr errors);
+        if checked >= 0 && is_sender then begin
+          if checked <> !want then incr errors;
+          want := checked + 1
+        end
+        else incr errors;
         if mine then begin
           incr own;
           schedule_fill ()
@@ -586,8 +591,10 @@ let group_tput cfg =
           cast "done"
         end
       in
-      let on_data ~origin s = on_checked ~origin (check_payload s ~size:cfg.size) in
-      let on_data_cs ~origin cs = on_checked ~origin (check_payload_cs cs ~size:cfg.size) in
+      let on_data ~origin s =
+        on_checked ~origin (Option.value (check_payload s ~size:cfg.size) ~default:(-1))
+      in
+      let on_data_cs ~origin cs = on_checked ~origin (seq_of_payload_cs cs ~size:cfg.size) in
       let on_cast ~origin s =
         if String.length s = cfg.size then on_data ~origin s
         else if s = "ready" then begin

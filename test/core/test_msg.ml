@@ -88,6 +88,31 @@ let header_split_across_pieces () =
   Msg.release m;
   no_leaks pool
 
+(* The pieces of the body after what was pulled, as a delivery sees them:
+   the rest of a piece pulled into, then the following pieces whole. *)
+let iter_body_pieces () =
+  let pool = fresh_pool () in
+  let m =
+    Msg.create
+      (Iovecs.of_string pool "abcdef" @ Iovecs.of_string pool "ghijk" @ Iovecs.of_string pool "lm")
+  in
+  let pieces m =
+    let l = ref [] in
+    Msg.iter_body
+      (fun buf off len -> l := Cstruct.to_string (Cstruct.of_bigarray buf ~off ~len) :: !l)
+      m;
+    List.rev !l
+  in
+  Alcotest.(check (list string)) "nothing pulled" [ "abcdef"; "ghijk"; "lm" ] (pieces m);
+  let _, m = pull_ok Codec.(fixed_string 4) m in
+  Alcotest.(check (list string)) "4 bytes pulled" [ "ef"; "ghijk"; "lm" ] (pieces m);
+  let _, m = pull_ok Codec.(fixed_string 4) m in
+  Alcotest.(check (list string)) "8 bytes pulled" [ "ijk"; "lm" ] (pieces m);
+  let _, m = pull_ok Codec.(fixed_string 3) m in
+  Alcotest.(check (list string)) "a piece pulled whole" [ "lm" ] (pieces m);
+  Msg.release m;
+  no_leaks pool
+
 let retained_versions () =
   let pool = fresh_pool () in
   let base = Msg.of_string pool "body" in
@@ -287,6 +312,7 @@ let tests =
     Alcotest.test_case "push then pull, LIFO" `Quick local_lifo;
     Alcotest.test_case "pull after sending" `Quick over_the_wire;
     Alcotest.test_case "header split across pieces" `Quick header_split_across_pieces;
+    Alcotest.test_case "the body's pieces after a pull" `Quick iter_body_pieces;
     Alcotest.test_case "retained versions do not corrupt each other" `Quick retained_versions;
     Alcotest.test_case "pushed bytes are shared, never written" `Quick push_bytes_shared;
     retained_versions_prop;
