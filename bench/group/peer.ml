@@ -497,6 +497,10 @@ let raw_rtt cfg =
    never piles up more than Mflow's own queue would take. *)
 let max_queued = 256
 
+(* FNV-1a's constants, on OCaml's 63-bit integers. *)
+let fnv_basis = 0x4bf29ce484222325
+let fnv_prime = 0x100000001b3
+
 let group_tput cfg =
   match layers_of cfg.props with
   | Error e -> Error e
@@ -526,6 +530,9 @@ let group_tput cfg =
       let readies = Hashtbl.create 8 and dones = Hashtbl.create 8 in
       let next = Hashtbl.create 8 in
       let delivered = ref 0 and errors = ref 0 and first = ref 0 and last = ref 0 in
+      (* Every delivery in order, hashed: with Total, the members' hashes
+         must be equal. *)
+      let order_hash = ref fnv_basis in
       let made = ref 0 and own = ref 0 and started = ref false and started_at = ref 0 in
       let said_done = ref false and views = ref 0 in
       let fill_pending = ref false in
@@ -562,7 +569,14 @@ let group_tput cfg =
                   Hashtbl.replace next from r;
                   r
             in
-            let st = (List.mem from sender_addrs, want, origin = self ()) in
+            let rank =
+              let rec find i = function
+                | [] -> -1
+                | a :: rest -> if a = from then i else find (i + 1) rest
+              in
+              find 0 cfg.addrs
+            in
+            let st = (List.mem from sender_addrs, want, origin = self (), rank) in
             origins := (origin, st) :: !origins;
             st
       in
@@ -575,7 +589,8 @@ let group_tput cfg =
         end;
         incr delivered;
         if !delivered = expected then last := Loop.now loop;
-        let is_sender, want, mine = origin_state origin in
+        let is_sender, want, mine, rank = origin_state origin in
+        order_hash := !order_hash lxor ((rank lsl 40) lor (checked land 0xff_ffff_ffff)) * fnv_prime;
         if checked >= 0 && is_sender then begin
           if checked <> !want then incr errors;
           want := checked + 1
@@ -649,6 +664,7 @@ let group_tput cfg =
               ("delivered", string_of_int !delivered);
               ("expected", string_of_int expected);
               ("errors", string_of_int !errors);
+              ("order_hash", Printf.sprintf "%x" (!order_hash land max_int));
               ("span_s", Printf.sprintf "%.6f" (Time.to_sec (!last - !first)));
               ("since_start_s", Printf.sprintf "%.6f" (Time.to_sec (!last - !started_at)));
               ("views", string_of_int !views);

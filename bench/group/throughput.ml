@@ -15,6 +15,7 @@ type row = {
   count : int;
   members : member list;
   ok : bool;
+  ordered : bool;
   runs : float list;
 }
 
@@ -66,6 +67,13 @@ let errs dir =
        (List.init !members_n (fun i ->
             Proc.read_tail ~max:600 (Filename.concat dir (Printf.sprintf "peer-%d.err" i)))))
 
+(* Members of a total-order run delivered in one order: each one's hash of
+   its deliveries, in order, is the others'. *)
+let same_order members =
+  match List.map (fun m -> List.assoc_opt "order_hash" m.detail) members with
+  | [] -> true
+  | h :: rest -> h <> None && List.for_all (( = ) h) rest
+
 let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~deadline () =
   let dir = Proc.temp_dir "consort-bench-tput" in
   let procs =
@@ -96,8 +104,15 @@ let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~dea
           })
         rs
     in
-    let ok = finished && List.for_all (fun m -> m.errors = 0 && m.received = m.expected) members in
-    Ok { kind = label; senders; size; count; members; ok; runs = [] }
+    let ordered =
+      match props with Some p -> List.mem "Total" (String.split_on_char ',' p) | None -> false
+    in
+    let ok =
+      finished
+      && List.for_all (fun m -> m.errors = 0 && m.received = m.expected) members
+      && ((not ordered) || same_order members)
+    in
+    Ok { kind = label; senders; size; count; members; ok; ordered; runs = [] }
 
 let raw ~exe ~count ~size ~deadline =
   let dir = Proc.temp_dir "consort-bench-tput" in
@@ -143,6 +158,7 @@ let raw ~exe ~count ~size ~deadline =
           count;
           members = sender :: rs;
           ok = finished;
+          ordered = false;
           runs = [];
         }
   | _ ->
@@ -236,7 +252,9 @@ let pp_table ppf rows =
         (String.concat ", " (List.map (Printf.sprintf "%.0f") r.runs));
       if r.kind <> "raw UDP" then
         Fmt.pf ppf "  %s; %s@."
-          (if r.ok then "every member delivered every cast once, in order, intact"
+          (if r.ok && r.ordered then
+             "every member delivered every cast once, in order, intact, all in the same order"
+           else if r.ok then "every member delivered every cast once, in order, intact"
            else "DELIVERIES INCOMPLETE OR WRONG")
           (String.concat ", "
              (List.map

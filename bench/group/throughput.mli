@@ -20,13 +20,18 @@ type row = {
   size : int;
   count : int;  (** messages per sender *)
   members : member list;
-  ok : bool;  (** every member got every message, in order *)
+  ok : bool;  (** every member got every message, in order (and with [ordered], in one order) *)
+  ordered : bool;  (** a total-order run: the members' orders of delivery compared *)
   runs : float list;
       (** the slowest receiving process's messages/s in each run; [members] is the median run *)
 }
 
 val rate : row -> member -> float
 (** [rate r m] is [m]'s messages per second. *)
+
+val same_order : member list -> bool
+(** [same_order ms]: every member reported the same hash of its deliveries in order (["order_hash"]
+    in its [detail]); a member without one fails. *)
 
 val slowest : row -> float
 (** [slowest r] is the least messages/s of [r]'s receiving processes. *)

@@ -170,6 +170,34 @@ let rtt_total () =
 
 (* Total order in the throughput benchmark: both protocols deliver every
    cast, in each origin's order, at every member. *)
+(* Members of a total-order run that delivered in different orders (or
+   one that said nothing of its order): not the same order. *)
+let same_order () =
+  let m i h =
+    {
+      B.Throughput.index = i;
+      role = "receiver";
+      received = 10;
+      expected = 10;
+      errors = 0;
+      seconds = 1.;
+      detail = (match h with Some h -> [ ("order_hash", h) ] | None -> []);
+    }
+  in
+  Alcotest.(check bool)
+    "one order" true
+    (B.Throughput.same_order [ m 0 (Some "1f"); m 1 (Some "1f"); m 2 (Some "1f") ]);
+  Alcotest.(check bool)
+    "one member in another order" false
+    (B.Throughput.same_order [ m 0 (Some "1f"); m 1 (Some "1f"); m 2 (Some "2e") ]);
+  Alcotest.(check bool)
+    "the first in another order" false
+    (B.Throughput.same_order [ m 0 (Some "2e"); m 1 (Some "1f"); m 2 (Some "1f") ]);
+  Alcotest.(check bool)
+    "a member without a hash" false
+    (B.Throughput.same_order [ m 0 (Some "1f"); m 1 None; m 2 (Some "1f") ]);
+  Alcotest.(check bool) "none has one" false (B.Throughput.same_order [ m 0 None; m 1 None ])
+
 let throughput_total () =
   let stacks =
     [
@@ -188,6 +216,13 @@ let throughput_total () =
     (fun r ->
       if r.B.Throughput.kind <> "raw UDP" then begin
         Alcotest.(check bool) (r.kind ^ ": every delivery checked and right") true r.ok;
+        Alcotest.(check bool) (r.kind ^ ": orders compared") true r.ordered;
+        Alcotest.(check bool)
+          (r.kind ^ ": every member hashed its order")
+          true
+          (List.for_all
+             (fun m -> List.mem_assoc "order_hash" m.B.Throughput.detail)
+             r.B.Throughput.members);
         List.iter
           (fun m -> Alcotest.(check int) "all delivered" (300 * r.senders) m.B.Throughput.received)
           r.members
@@ -201,6 +236,7 @@ let () =
         [
           Alcotest.test_case "statistics" `Quick stats;
           Alcotest.test_case "lines and payloads" `Quick parsing;
+          Alcotest.test_case "total order: members' orders compared" `Quick same_order;
         ] );
       ( "benchmarks",
         [
