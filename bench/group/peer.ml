@@ -561,14 +561,15 @@ let group_tput cfg =
             origins := (origin, st) :: !origins;
             st
       in
+      (* The clock is read at the first delivery and at the last one
+         expected (or at the end of a run that falls short). *)
       let on_checked ~origin checked =
-        let now = Loop.now loop in
         if !delivered = 0 then begin
-          first := now;
+          first := Loop.now loop;
           gc0 := gc_now ()
         end;
-        last := now;
         incr delivered;
+        if !delivered = expected then last := Loop.now loop;
         let is_sender, want, mine = origin_state origin in
         (match checked with
         | Some seq when is_sender ->
@@ -632,6 +633,7 @@ let group_tput cfg =
       | Ok grp ->
           g := Some grp;
           Loop.run loop ~until:finished ~timeout:(Time.of_sec cfg.deadline);
+          if !delivered < expected then last := Loop.now loop;
           (* Stay a moment, in case others still need a cast of ours. *)
           if finished () then Loop.run loop ~timeout:(Time.of_ms 200);
           let fields =
