@@ -25,6 +25,7 @@ and fnode = {
   off : int;
   length : bool;
   size : int array -> int -> int;
+  fixed : int; (* the size of the header of a case with no fields, or -1 *)
   case : case;
   push : int array -> int -> Msg.t -> Msg.t; (* push the layered header of these fields *)
   hsize : int array -> int -> int; (* the size of that header *)
@@ -63,6 +64,12 @@ type t = {
          nested cast (an application that casts from its delivery) *)
   mutable depth : int; (* frames in use *)
   lengths : bool array; (* [lengths.(i)]: a layer at or below [i] needs the layered length *)
+  mutable fixed_above : int array;
+      (* [fixed_above.(i)]: the sizes of the headers of the layers above [i]
+         that have no fields, summed when the stack is made *)
+  mutable sized_above : fnode array array;
+      (* [sized_above.(i)]: the layers above [i] whose header sizes depend
+         on their fields *)
   rframe : int array; (* where a received compressed header is read *)
   mutable fused_sent : int;
   mutable fused_received : int;
@@ -96,6 +103,8 @@ type t = {
   mutable sframes : int array array; (* the fields of the sends in the bypass, as [frames] *)
   mutable sdepth : int;
   slengths : bool array;
+  mutable sfixed_above : int array;
+  mutable ssized_above : fnode array array;
   srframe : int array;
   mutable sends_sent : int;
   mutable sends_received : int;
@@ -342,6 +351,7 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
     off;
     length = c.length;
     size = c.size;
+    fixed = (if c.nfields = 0 then c.size [||] 0 else -1);
     case =
       Case
         {
@@ -464,6 +474,25 @@ let read_codec frame sframe =
           1
       | _ -> Codec.fail "unknown kind")
 
+(* Per layer, the sizes of the fieldless headers above it, summed, and the
+   layers above it whose header sizes must be asked of their fields. *)
+let above_sums sel nodes =
+  let n = Array.length nodes in
+  let fixed = Array.make n 0 and sized = Array.make n [||] in
+  for i = n - 2 downto 0 do
+    match sel nodes.(i + 1) with
+    | Some f when f.fixed >= 0 ->
+        fixed.(i) <- fixed.(i + 1) + f.fixed;
+        sized.(i) <- sized.(i + 1)
+    | Some f ->
+        fixed.(i) <- fixed.(i + 1);
+        sized.(i) <- Array.append [| f |] sized.(i + 1)
+    | None ->
+        fixed.(i) <- fixed.(i + 1);
+        sized.(i) <- sized.(i + 1)
+  done;
+  (fixed, sized)
+
 let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   match check ?requires layers with
   | Error _ as e -> e
@@ -573,6 +602,8 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             frames;
             depth = 0;
             lengths;
+            fixed_above = [||];
+            sized_above = [||];
             rframe;
             fused_sent = 0;
             fused_received = 0;
@@ -601,6 +632,8 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             sframes = Array.init 2 (fun _ -> Array.make !snfields 0);
             sdepth = 0;
             slengths;
+            sfixed_above = [||];
+            ssized_above = [||];
             srframe;
             sends_sent = 0;
             sends_received = 0;
@@ -641,7 +674,14 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i)
               ~soff:soffs.(i) ~ssplit:(ssplit i) l)
         bottom_up;
-      Ok (Lazy.force st)
+      let t = Lazy.force st in
+      let fixed, sized = above_sums cast_node nodes in
+      t.fixed_above <- fixed;
+      t.sized_above <- sized;
+      let fixed, sized = above_sums send_node nodes in
+      t.sfixed_above <- fixed;
+      t.ssized_above <- sized;
+      Ok t
 
 (* {1 The fused path}
 
@@ -671,9 +711,11 @@ let leave t =
    with the message's length (which the fused path does not change), the
    layered length at [i], counted only for a layer that needs it. *)
 let above t frame i =
-  let n = ref 0 in
-  for k = i + 1 to Array.length t.nodes - 1 do
-    match t.nodes.(k).fast with Some f -> n := !n + f.size frame f.off | None -> ()
+  let v = t.sized_above.(i) in
+  let n = ref t.fixed_above.(i) in
+  for k = 0 to Array.length v - 1 do
+    let f = Array.unsafe_get v k in
+    n := !n + f.size frame f.off
   done;
   !n
 
@@ -873,9 +915,11 @@ let senter t =
 let sleave t = t.sdepth <- t.sdepth - 1
 
 let sabove t frame i =
-  let n = ref 0 in
-  for k = i + 1 to Array.length t.nodes - 1 do
-    match t.nodes.(k).sfast with Some f -> n := !n + f.size frame f.off | None -> ()
+  let v = t.ssized_above.(i) in
+  let n = ref t.sfixed_above.(i) in
+  for k = 0 to Array.length v - 1 do
+    let f = Array.unsafe_get v k in
+    n := !n + f.size frame f.off
   done;
   !n
 
