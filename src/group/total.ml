@@ -680,7 +680,7 @@ module F = struct
           else 1 + Codec.varint_size ((a.(off) - 1) / 2));
       dn_ok =
         (fun t dst _ ->
-          (not t.stopped) && dst = Event.Cast
+          (not t.stopped) && dst == Event.Cast
           &&
           match t.proto with
           | Sequencer -> t.me <> sequencer || t.unsent_n = 0
