@@ -677,9 +677,9 @@ let test_token () =
 (* Stack [si], fused, as rank 0 of a view of [n] at time 0, with a pool of
    its own; what it sends is dropped, what it delivers goes to [deliver]
    and is counted in the returned reference. *)
-let stranger_target si ~deliver =
+let stranger_target ?(rank = 0) si ~deliver =
   let pool = Pool.create () in
-  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
+  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
   let ctx = { Layer.view; rng = Rng.create 1; params = params_of si; pool; now = (fun () -> 0) } in
   let delivered = ref 0 in
   let app =
@@ -732,6 +732,77 @@ let test_hostile si () =
     if total () = before && !delivered = got then
       Alcotest.failf "datagram %S left no trace in any counter" d
   done;
+  Stack.dn_ctl st Event.Stop;
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
+(* Compressed orders from the sequencer (rank 0) to a member of rank 1
+   under Total (sequencer), each the next cast of the sequencer for the
+   layers below Total: hostile ones (a count of 0 or over [max_run], an
+   origin outside the view, a second run without a first, numbers that
+   overflow a layered header's) are refused at Total and counted there,
+   none raises or is delivered; the well-formed ones of one and two runs
+   are taken in on the bypass. Total's fields are the last four (the top
+   layer's), after Bottom's stamp and origin and Mnak's number. *)
+let test_hostile_orders () =
+  let si = 5 in
+  let pool, view, st, delivered = stranger_target ~rank:1 si ~deliver:ignore in
+  let _, layers = stacks.(si) in
+  let nf =
+    List.fold_left
+      (fun a l ->
+        match Layer.find_fast l with
+        | Some (module F : Layer.FAST) -> a + F.cast.nfields
+        | None -> a)
+      0 layers
+  in
+  Alcotest.(check int) "fields: Bottom's 2, Mnak's 1, Total's 4" 7 nf;
+  let varint v = Codec.encode_string Codec.varint v in
+  let nonsense () = counter (List.assoc "total" (Stack.counters st)) "nonsense" in
+  let held () = counter (Stack.fused_counters st) "held" in
+  let number = ref 0 in
+  let order (f, k, f2, k2) =
+    let d =
+      String.concat "" ("\xc8\000" :: List.map varint [ View.stamp view; 0; !number; f; k; f2; k2 ])
+    in
+    incr number;
+    let n0 = nonsense () and h0 = held () and got = !delivered in
+    (match Stack.recv st (Msg.of_string pool d) with
+    | () -> ()
+    | exception e ->
+        Alcotest.failf "order (%d, %d, %d, %d) raised %s" f k f2 k2 (Printexc.to_string e));
+    if !delivered <> got then Alcotest.failf "order (%d, %d, %d, %d) delivered" f k f2 k2;
+    (nonsense () - n0, held () - h0)
+  in
+  let max_run = 1 lsl 20 and big = 1 lsl 40 in
+  let hostile =
+    [
+      (1, 0, 2, 1) (* a second run without a first *);
+      (1, 1, 2, 0) (* a second origin without a count *);
+      (1, max_run + 1, 0, 0);
+      (1, 1, 2, max_run + 1);
+      (n, 1, 0, 0) (* origins outside the view *);
+      (1, 1, n, 1);
+      (big, 1, 1, 1);
+      (1, 1, big, big) (* counts and origins that overflow *);
+      (1, big, 2, big);
+      (0, 0, 0, 1);
+    ]
+  in
+  List.iter
+    (fun o ->
+      let f, k, f2, k2 = o in
+      let refused, taken = order o in
+      if refused <> 1 || taken <> 0 then
+        Alcotest.failf "order (%d, %d, %d, %d): %d refused, %d taken in" f k f2 k2 refused taken)
+    hostile;
+  List.iter
+    (fun o ->
+      let f, k, f2, k2 = o in
+      let refused, taken = order o in
+      if refused <> 0 || taken <> 1 then
+        Alcotest.failf "order (%d, %d, %d, %d): %d refused, %d taken in on the bypass" f k f2 k2
+          refused taken)
+    [ (1, 3, 2, 2); (2, 1, 0, 0); (2, max_run, 1, max_run) ];
   Stack.dn_ctl st Event.Stop;
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
 
@@ -1217,5 +1288,6 @@ let () =
           Alcotest.test_case "compressed garbage, Total (sequencer)" `Quick (test_hostile 5);
           Alcotest.test_case "compressed garbage, Total (token)" `Quick (test_hostile token_stack);
           Alcotest.test_case "compressed sends" `Quick test_hostile_sends;
+          Alcotest.test_case "compressed orders, Total (sequencer)" `Quick test_hostile_orders;
         ] );
     ]
