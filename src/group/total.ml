@@ -49,6 +49,10 @@ let max_runs = 4096
 let max_run = 1 lsl 20
 let max_ahead = 1 lsl 22
 
+(* Runs in one order the sequencer casts: an order of this many runs or
+   fewer takes the fused path, its runs as fields. *)
+let order_runs = 2
+
 module L = struct
   type header =
     | Pass  (** a send: not ordered *)
@@ -107,7 +111,11 @@ module L = struct
            (sequencer: not yet delivered; token: cast at a flush) *)
     (* sequencer *)
     runs : run Queue.t; (* the order known and not yet delivered *)
-    mutable unsent : (int * int) list; (* at the sequencer: runs not yet cast, newest first *)
+    unsent : int array;
+    (* at the sequencer: per origin, casts not yet ordered (ordered
+           together, by origin, in the order of [unsent_order]) *)
+    unsent_order : int array; (* origins with casts not yet ordered, first come first *)
+    mutable unsent_n : int;
     mutable armed : bool;
     mutable places : int; (* at the sequencer: places given, by its orders and its own casts *)
     mutable known : int; (* places known here: runs received and the sequencer's casts *)
@@ -159,7 +167,9 @@ module L = struct
       me;
       pending = Array.init n (fun _ -> Queue.create ());
       runs = Queue.create ();
-      unsent = [];
+      unsent = Array.make n 0;
+      unsent_order = Array.make n 0;
+      unsent_n = 0;
       armed = false;
       places = 0;
       known = 0;
@@ -251,23 +261,45 @@ module L = struct
           seq_deliver t
       | _ -> ()
 
+  (* A cast from [o] to order: noted under its origin. The casts of one
+     origin waiting together are ordered together, in their FIFO order:
+     any order that keeps each origin's is the same to the members, and
+     an order has then at most one run per origin. *)
+  let note_unsent t o =
+    if t.unsent.(o) = 0 then begin
+      t.unsent_order.(t.unsent_n) <- o;
+      t.unsent_n <- t.unsent_n + 1
+    end;
+    t.unsent.(o) <- t.unsent.(o) + 1
+
+  (* The runs not yet ordered, in orders of at most [order_runs] runs
+     (each run at most [max_run] casts). *)
   let send_order t =
     t.armed <- false;
-    if t.unsent <> [] && not t.stopped then begin
-      let runs = List.rev t.unsent in
-      t.unsent <- [];
+    if t.unsent_n > 0 && not t.stopped then begin
+      let runs = ref [] in
+      for i = t.unsent_n - 1 downto 0 do
+        let o = t.unsent_order.(i) in
+        let k = t.unsent.(o) in
+        t.unsent.(o) <- 0;
+        let rec split k acc =
+          if k <= max_run then (o, k) :: acc else split (k - max_run) ((o, max_run) :: acc)
+        in
+        runs := List.rev_append (split k []) !runs
+      done;
+      t.unsent_n <- 0;
       let rec chunks l =
         match l with
         | [] -> ()
         | _ ->
-            let c = List.filteri (fun i _ -> i < max_runs) l in
-            let rest = List.filteri (fun i _ -> i >= max_runs) l in
+            let c = List.filteri (fun i _ -> i < order_runs) l in
+            let rest = List.filteri (fun i _ -> i >= order_runs) l in
             t.orders_sent <- t.orders_sent + 1;
             t.places <- List.fold_left (fun a (_, k) -> a + k) t.places c;
             t.out.dn Event.Cast (Order c) (Msg.empty ());
             chunks rest
       in
-      chunks runs
+      chunks !runs
     end
 
   (* A cast whose place is known and that comes in its turn (the next run
@@ -295,10 +327,7 @@ module L = struct
     Queue.add msg t.pending.(o);
     held t (Msg.length msg);
     if t.me = sequencer then begin
-      t.unsent <-
-        (match t.unsent with
-        | (o', k) :: rest when o' = o && k < max_run -> (o, k + 1) :: rest
-        | l -> (o, 1) :: l);
+      note_unsent t o;
       if not t.armed then begin
         t.armed <- true;
         t.out.alarm (t.now ())
@@ -500,7 +529,7 @@ module L = struct
           | Sequencer ->
               (* The sequencer orders its own cast as it goes, after what it
                  ordered before: the order it has not cast yet goes first. *)
-              if t.unsent <> [] then send_order t;
+              if t.unsent_n > 0 then send_order t;
               let place = t.places in
               t.places <- place + 1;
               t.out.dn dst (Placed place) msg
@@ -605,15 +634,27 @@ end
    (stamped with the next place; what the token does then follows the
    cast); up, a stamped cast within the window (delivered at once when
    its place is the next and nothing stamped waits, held otherwise), and
-   a cast without a place (the flush's, held). Two fields: [f], then [k];
-   [k = 0]: [f] is 0 for [Data], [2p + 1] for [Placed p], [2p + 2] for
-   [Stamped p]; [k > 0]: [Order [(f, k)]]. *)
+   a cast without a place (the flush's, held). Four fields: [f], [k], [f2],
+   [k2]; all but [f] 0: [f] is 0 for [Data], [2p + 1] for [Placed p],
+   [2p + 2] for [Stamped p]; [k > 0]: [Order [(f, k)]], or with [k2 > 0]
+   [Order [(f, k); (f2, k2)]] (an order of [order_runs] runs). Other
+   fields are not the case: the layered header they make is refused
+   there ([nonsense]). *)
 module F = struct
   include L
 
-  (* The run of an order that the case takes: from the sequencer, valid. *)
+  let () = assert (order_runs = 2)
+
+  (* The fields hold an order. *)
+  let is_order a off = a.(off + 1) <> 0 || a.(off + 2) <> 0 || a.(off + 3) <> 0
+  let run_ok t o k = valid t o && k >= 1 && k <= max_run
+
+  (* The runs of an order that the case takes: from the sequencer, valid;
+     the second, if any, too. *)
   let order_ok t o a off =
-    t.proto = Sequencer && o = sequencer && valid t a.(off) && a.(off + 1) <= max_run
+    t.proto = Sequencer && o = sequencer
+    && run_ok t a.(off) a.(off + 1)
+    && ((a.(off + 2) = 0 && a.(off + 3) = 0) || run_ok t a.(off + 2) a.(off + 3))
 
   (* Sequencer, [f = 0] ([Data]) or the sequencer's [Placed]: delivered
      at once (not held). *)
@@ -623,25 +664,32 @@ module F = struct
 
   let cast =
     {
-      Layer.nfields = 2;
+      Layer.nfields = 4;
       length = false;
       framed = false;
       size =
         (fun a off ->
-          let k = a.(off + 1) in
-          if k > 0 then 2 + Codec.varint_size a.(off) + Codec.varint_size k
+          if is_order a off then
+            2
+            + Codec.varint_size a.(off)
+            + Codec.varint_size a.(off + 1)
+            +
+            if a.(off + 2) = 0 && a.(off + 3) = 0 then 0
+            else Codec.varint_size a.(off + 2) + Codec.varint_size a.(off + 3)
           else if a.(off) = 0 then 1
           else 1 + Codec.varint_size ((a.(off) - 1) / 2));
       dn_ok =
         (fun t dst _ ->
-          (not t.stopped) && dst = Event.Cast
+          (not t.stopped) && dst == Event.Cast
           &&
           match t.proto with
-          | Sequencer -> t.me <> sequencer || t.unsent = []
+          | Sequencer -> t.me <> sequencer || t.unsent_n = 0
           | Token -> (not t.blocked) && t.holding <> None && Queue.is_empty t.outq);
       dn_fast =
         (fun t _ _ _ ~layered:_ a off ->
           a.(off + 1) <- 0;
+          a.(off + 2) <- 0;
+          a.(off + 3) <- 0;
           match t.proto with
           | Sequencer ->
               if t.me = sequencer then begin
@@ -672,7 +720,7 @@ module F = struct
               valid t o
               &&
               let f = a.(off) in
-              if a.(off + 1) > 0 then order_ok t o a off
+              if is_order a off then order_ok t o a off
               else
                 match t.proto with
                 | Sequencer -> f = 0 || (f land 1 = 1 && o = sequencer && f / 2 = t.known)
@@ -691,11 +739,16 @@ module F = struct
           | Event.Cast_from o -> (
               let f = a.(off) in
               if a.(off + 1) > 0 then begin
-                (* An order of one run: taken in; what it orders goes up
+                (* An order: its runs taken in; what it orders goes up
                    after. *)
                 Msg.release msg;
                 t.known <- t.known + a.(off + 1);
                 Queue.add { origin = f; left = a.(off + 1) } t.runs;
+                let k2 = a.(off + 3) in
+                if k2 > 0 then begin
+                  t.known <- t.known + k2;
+                  Queue.add { origin = a.(off + 2); left = k2 } t.runs
+                end;
                 Layer.held
               end
               else
@@ -722,10 +775,7 @@ module F = struct
                       Queue.add m t.pending.(o);
                       t.held_bytes <- t.held_bytes + Msg.length m;
                       if f = 0 && t.me = sequencer then begin
-                        t.unsent <-
-                          (match t.unsent with
-                          | (o', k) :: rest when o' = o && k < max_run -> (o, k + 1) :: rest
-                          | l -> (o, 1) :: l);
+                        note_unsent t o;
                         if not t.armed then begin
                           t.armed <- true;
                           t.out.alarm (t.now ())
@@ -760,7 +810,9 @@ module F = struct
       expand =
         (fun a off ->
           let f = a.(off) and k = a.(off + 1) in
-          if k > 0 then Order [ (f, k) ]
+          if is_order a off then
+            if a.(off + 2) = 0 && a.(off + 3) = 0 then Order [ (f, k) ]
+            else Order [ (f, k); (a.(off + 2), a.(off + 3)) ]
           else if f = 0 then Data
           else if f land 1 = 1 then Placed (f / 2)
           else Stamped ((f - 2) / 2));
@@ -779,7 +831,11 @@ module F = struct
       Fmt.(array ~sep:semi msgs)
       t.pending pairs
       (List.map (fun r -> (r.origin, r.left)) (List.of_seq (Queue.to_seq t.runs)))
-      pairs t.unsent t.armed t.places t.known
+      pairs
+      (List.init t.unsent_n (fun i ->
+           let o = t.unsent_order.(i) in
+           (o, t.unsent.(o))))
+      t.armed t.places t.known
       Fmt.(Dump.list (pair ~sep:(any "=") int (pair ~sep:(any ":") int Dump.string)))
       (List.sort compare
          (Hashtbl.fold (fun k (o, m) acc -> (k, (o, Msg.to_string m)) :: acc) t.stamped []))
@@ -803,24 +859,30 @@ let layer : Layer.t =
          [Pass], as on the layered path. *)
       let send = Layer.constant_send codec Pass ~live:(fun t -> not t.stopped) ()
 
+      let one a off f =
+        a.(off) <- f;
+        a.(off + 1) <- 0;
+        a.(off + 2) <- 0;
+        a.(off + 3) <- 0;
+        true
+
       (* The inverse of [cast.expand]. *)
       let compress h a off =
         match h with
-        | Data ->
-            a.(off) <- 0;
-            a.(off + 1) <- 0;
-            true
-        | Placed p when p >= 0 ->
-            a.(off) <- (2 * p) + 1;
-            a.(off + 1) <- 0;
-            true
-        | Stamped p when p >= 0 ->
-            a.(off) <- (2 * p) + 2;
-            a.(off + 1) <- 0;
-            true
+        | Data -> one a off 0
+        | Placed p when p >= 0 -> one a off ((2 * p) + 1)
+        | Stamped p when p >= 0 -> one a off ((2 * p) + 2)
         | Order [ (o, k) ] when o >= 0 && k >= 1 ->
             a.(off) <- o;
             a.(off + 1) <- k;
+            a.(off + 2) <- 0;
+            a.(off + 3) <- 0;
+            true
+        | Order [ (o, k); (o2, k2) ] when o >= 0 && k >= 1 && o2 >= 0 && k2 >= 1 ->
+            a.(off) <- o;
+            a.(off + 1) <- k;
+            a.(off + 2) <- o2;
+            a.(off + 3) <- k2;
             true
         | _ -> false
     end)

@@ -104,6 +104,43 @@ let total_held = [| 0; 0 |]
 let total_released = [| 0; 0 |]
 let total_several = [| 0; 0 |]
 let total_changed_held = [| 0; 0 |]
+
+(* Total (sequencer): orders of two runs that this member's fused copy
+   received compressed, those it took in on the bypass, and traces where
+   it did so and the view changed. *)
+let two_runs_received = ref 0
+let two_runs_bypassed = ref 0
+let two_runs_changed = ref 0
+
+(* The fields of a compressed cast of the stack [layers], if [raw] is one. *)
+let fields_of layers raw =
+  let nf =
+    List.fold_left
+      (fun a l ->
+        match Layer.find_fast l with
+        | Some (module F : Layer.FAST) -> a + F.cast.nfields
+        | None -> a)
+      0 layers
+  in
+  if String.length raw < 2 || raw.[0] <> '\xc8' || raw.[1] <> '\000' then None
+  else
+    (* Varints: seven bits a byte, low first, the high bit set but in the last. *)
+    let a = Array.make nf 0 and pos = ref 2 in
+    try
+      for k = 0 to nf - 1 do
+        let v = ref 0 and shift = ref 0 and last = ref false in
+        while not !last do
+          let c = Char.code raw.[!pos] in
+          incr pos;
+          v := !v lor ((c land 0x7f) lsl !shift);
+          shift := !shift + 7;
+          last := c < 0x80
+        done;
+        a.(k) <- !v
+      done;
+      Some a
+    with Invalid_argument _ -> None
+
 let counter c name = Option.value ~default:0 (List.assoc_opt name c)
 
 (* Sends: compressed ones sent and received by the fused copies, sends
@@ -166,6 +203,13 @@ let run_trace ?script ~seed () =
         done
     | Event.Send r -> if r >= 0 && r < n && r <> from then to_ r
   in
+  (* An order of two runs, compressed (Total's fields are the last four:
+     the top layer's). *)
+  let two_run_order raw =
+    is_total si && si <> token_stack
+    && match fields_of layers raw with Some f -> f.(Array.length f - 1) > 0 | None -> false
+  in
+  let two_sent = ref 0 and two_runs = ref 0 in
   let make_copy ~fused =
     let self = ref None in
     let wire = Queue.create () and app = Queue.create () in
@@ -176,7 +220,10 @@ let run_trace ?script ~seed () =
       Queue.push (dst_s dst ^ ": " ^ layered) wire;
       (* The fused copy's datagrams go to the peers; the layered copy's
          are only compared. *)
-      if fused then route me dst raw layered
+      if fused then begin
+        if two_run_order raw then incr two_sent;
+        route me dst raw layered
+      end
     in
     let deliver src msg =
       Queue.push (src_s src ^ ": " ^ Msg.to_string msg) app;
@@ -310,18 +357,35 @@ let run_trace ?script ~seed () =
   let change_at =
     if script = None && Random.State.int rs 3 = 0 then 10 + Random.State.int rs 20 else -1
   in
+  (* Orders of two runs that come to the fused copy in [f ()] (received,
+     or its own, as the sequencer), and whether they came by the bypass. *)
+  let watch two f =
+    let before = counter (fc ()) "layered from total up" and sent = !two_sent in
+    f ();
+    let two = two + !two_sent - sent in
+    if two > 0 then begin
+      two_runs_received := !two_runs_received + two;
+      if counter (fc ()) "layered from total up" = before then begin
+        two_runs_bypassed := !two_runs_bypassed + two;
+        two_runs := !two_runs + two
+      end
+    end
+  in
   let timers () =
     let t = !clock in
     if Stack.next_alarm !a.st <= t then Stack.timer !a.st t;
-    if Stack.next_alarm !b.st <= t then Stack.timer !b.st t;
+    if Stack.next_alarm !b.st <= t then watch 0 (fun () -> Stack.timer !b.st t);
     Array.iter
       (function Some st -> if Stack.next_alarm st <= t then Stack.timer st t | None -> ())
       !peers
   in
+  assert (n = 3);
+  let batching = is_total si && si <> token_stack && seed / Array.length stacks mod 2 = 0 in
   let arrive (r, from, raw, layered) =
     if r = !me then begin
       Stack.recv !a.st (Msg.of_string pool layered);
-      Stack.recv !b.st (Msg.of_string pool raw)
+      let two = if two_run_order raw then 1 else 0 in
+      watch two (fun () -> Stack.recv !b.st (Msg.of_string pool raw))
     end
     else Stack.recv (peer r) (Msg.of_string pool raw);
     Printf.sprintf "datagram %d -> %d" from r
@@ -380,12 +444,18 @@ let run_trace ?script ~seed () =
            orders. *)
         let k = Random.State.int rs (if is_total si then 20 else 14) in
         let k = if k >= 18 || ((not (is_total si)) && k >= 12) then 2 + (3 * (k land 1)) else k in
+        (* With the sequencer, in half the traces, timers run less often
+           and the peers cast more: casts of several members wait for one
+           order, which has several runs. *)
+        let k =
+          if batching && (k = 12 || k = 13 || (k = 6 && Random.State.int rs 4 > 0)) then 3 else k
+        in
         match k with
         | 0 | 1 ->
             let m = body () in
             casters.(!me) <- true;
             Stack.cast !a.st (Msg.of_string pool m);
-            Stack.cast !b.st (Msg.of_string pool m);
+            watch 0 (fun () -> Stack.cast !b.st (Msg.of_string pool m));
             "cast"
         | 2 ->
             let r = other () and m = body () in
@@ -393,7 +463,9 @@ let run_trace ?script ~seed () =
             Stack.send !b.st r (Msg.of_string pool m);
             "send"
         | 3 | 4 | 14 | 15 ->
+            (* Batching: the members but the sequencer cast. *)
             let r = other () in
+            let r = if batching && r = 0 && !me <> 0 then 3 - !me else r in
             casters.(r) <- true;
             Stack.cast (peer r) (Msg.of_string pool (body ()));
             "peer cast"
@@ -461,6 +533,7 @@ let run_trace ?script ~seed () =
       if !held_at_change then total_changed_held.(p) <- total_changed_held.(p) + 1
     end
   end;
+  if !two_runs > 0 && change_at >= 0 then incr two_runs_changed;
   if Pool.leak_check pool <> 0 then
     failf "%s, seed %d: %d slices leaked" name seed (Pool.leak_check pool)
 
@@ -499,6 +572,16 @@ let test_traces () =
          change while casts were held@."
         proto total_held.(p) total_released.(p) total_several.(p) total_changed_held.(p))
     [| "sequencer"; "token" |];
+  Fmt.pr
+    "Total (sequencer): %d orders of two runs received compressed, %d taken in on the bypass; %d \
+     traces did so and changed views@."
+    !two_runs_received !two_runs_bypassed !two_runs_changed;
+  Alcotest.(check bool)
+    "orders of two runs were taken in on the bypass" true
+    (!two_runs_bypassed > traces / 500 && !two_runs_bypassed * 2 > !two_runs_received);
+  Alcotest.(check bool)
+    "traces took in orders of two runs on the bypass and changed views" true
+    (!two_runs_changed > traces / 5000);
   Alcotest.(check bool) "compressed casts were sent" true (!fused_sent > traces);
   Alcotest.(check bool) "compressed casts were received" true (!fused_received > traces);
   Alcotest.(check bool)
@@ -594,9 +677,9 @@ let test_token () =
 (* Stack [si], fused, as rank 0 of a view of [n] at time 0, with a pool of
    its own; what it sends is dropped, what it delivers goes to [deliver]
    and is counted in the returned reference. *)
-let stranger_target si ~deliver =
+let stranger_target ?(rank = 0) si ~deliver =
   let pool = Pool.create () in
-  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank:0 () in
+  let view = View.v ~group:"fused" ~members:(Array.init n (Printf.sprintf "m%d")) ~rank () in
   let ctx = { Layer.view; rng = Rng.create 1; params = params_of si; pool; now = (fun () -> 0) } in
   let delivered = ref 0 in
   let app =
@@ -649,6 +732,77 @@ let test_hostile si () =
     if total () = before && !delivered = got then
       Alcotest.failf "datagram %S left no trace in any counter" d
   done;
+  Stack.dn_ctl st Event.Stop;
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
+(* Compressed orders from the sequencer (rank 0) to a member of rank 1
+   under Total (sequencer), each the next cast of the sequencer for the
+   layers below Total: hostile ones (a count of 0 or over [max_run], an
+   origin outside the view, a second run without a first, numbers that
+   overflow a layered header's) are refused at Total and counted there,
+   none raises or is delivered; the well-formed ones of one and two runs
+   are taken in on the bypass. Total's fields are the last four (the top
+   layer's), after Bottom's stamp and origin and Mnak's number. *)
+let test_hostile_orders () =
+  let si = 5 in
+  let pool, view, st, delivered = stranger_target ~rank:1 si ~deliver:ignore in
+  let _, layers = stacks.(si) in
+  let nf =
+    List.fold_left
+      (fun a l ->
+        match Layer.find_fast l with
+        | Some (module F : Layer.FAST) -> a + F.cast.nfields
+        | None -> a)
+      0 layers
+  in
+  Alcotest.(check int) "fields: Bottom's 2, Mnak's 1, Total's 4" 7 nf;
+  let varint v = Codec.encode_string Codec.varint v in
+  let nonsense () = counter (List.assoc "total" (Stack.counters st)) "nonsense" in
+  let held () = counter (Stack.fused_counters st) "held" in
+  let number = ref 0 in
+  let order (f, k, f2, k2) =
+    let d =
+      String.concat "" ("\xc8\000" :: List.map varint [ View.stamp view; 0; !number; f; k; f2; k2 ])
+    in
+    incr number;
+    let n0 = nonsense () and h0 = held () and got = !delivered in
+    (match Stack.recv st (Msg.of_string pool d) with
+    | () -> ()
+    | exception e ->
+        Alcotest.failf "order (%d, %d, %d, %d) raised %s" f k f2 k2 (Printexc.to_string e));
+    if !delivered <> got then Alcotest.failf "order (%d, %d, %d, %d) delivered" f k f2 k2;
+    (nonsense () - n0, held () - h0)
+  in
+  let max_run = 1 lsl 20 and big = 1 lsl 40 in
+  let hostile =
+    [
+      (1, 0, 2, 1) (* a second run without a first *);
+      (1, 1, 2, 0) (* a second origin without a count *);
+      (1, max_run + 1, 0, 0);
+      (1, 1, 2, max_run + 1);
+      (n, 1, 0, 0) (* origins outside the view *);
+      (1, 1, n, 1);
+      (big, 1, 1, 1);
+      (1, 1, big, big) (* counts and origins that overflow *);
+      (1, big, 2, big);
+      (0, 0, 0, 1);
+    ]
+  in
+  List.iter
+    (fun o ->
+      let f, k, f2, k2 = o in
+      let refused, taken = order o in
+      if refused <> 1 || taken <> 0 then
+        Alcotest.failf "order (%d, %d, %d, %d): %d refused, %d taken in" f k f2 k2 refused taken)
+    hostile;
+  List.iter
+    (fun o ->
+      let f, k, f2, k2 = o in
+      let refused, taken = order o in
+      if refused <> 0 || taken <> 1 then
+        Alcotest.failf "order (%d, %d, %d, %d): %d refused, %d taken in on the bypass" f k f2 k2
+          refused taken)
+    [ (1, 3, 2, 2); (2, 1, 0, 0); (2, max_run, 1, max_run) ];
   Stack.dn_ctl st Event.Stop;
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
 
@@ -1134,5 +1288,6 @@ let () =
           Alcotest.test_case "compressed garbage, Total (sequencer)" `Quick (test_hostile 5);
           Alcotest.test_case "compressed garbage, Total (token)" `Quick (test_hostile token_stack);
           Alcotest.test_case "compressed sends" `Quick test_hostile_sends;
+          Alcotest.test_case "compressed orders, Total (sequencer)" `Quick test_hostile_orders;
         ] );
     ]
