@@ -103,33 +103,49 @@ let payload_slow ~seq ~size =
   done;
   Bytes.unsafe_to_string b
 
-(* The filler depends on [seq mod 26] only: one template per residue, and
-   the check compares eight bytes at a time. *)
-let templates = Hashtbl.create 4
+(* The filler depends on [seq mod 26] only: one template per residue, for
+   the size in use (one size per process), as a string and as a bigarray. *)
+type templates = { t_size : int; strs : string array; bufs : Cstruct.buffer array }
 
-let template ~size r =
-  match Hashtbl.find_opt templates (size, r) with
-  | Some t -> t
-  | None ->
-      let t = payload_slow ~seq:r ~size in
-      Hashtbl.replace templates (size, r) t;
-      t
+let templates = ref { t_size = -1; strs = [||]; bufs = [||] }
+
+let templates_of size =
+  let t = !templates in
+  if t.t_size = size then t
+  else begin
+    let strs = Array.init 26 (fun r -> payload_slow ~seq:r ~size) in
+    let bufs = Array.map (fun s -> (Cstruct.of_string s).Cstruct.buffer) strs in
+    let t = { t_size = size; strs; bufs } in
+    templates := t;
+    t
+  end
+
+let template ~size r = (templates_of size).strs.(r)
 
 (* [payload ~seq ~size]: the template of [seq mod 26] with [seq]'s number
    written in, without formatting or filling byte by byte. *)
+let write_payload b ~seq ~size =
+  Bytes.blit_string (template ~size (seq mod 26)) 0 b 0 size;
+  let rec digits i n =
+    if i >= 1 then begin
+      Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
+      digits (i - 1) (n / 10)
+    end
+  in
+  digits 10 seq
+
 let payload ~seq ~size =
   if size < 11 || seq < 0 || seq > 9_999_999_999 then payload_slow ~seq ~size
   else begin
-    let b = Bytes.of_string (template ~size (seq mod 26)) in
-    let rec digits i n =
-      if i >= 1 then begin
-        Bytes.unsafe_set b i (Char.unsafe_chr (48 + (n mod 10)));
-        digits (i - 1) (n / 10)
-      end
-    in
-    digits 10 seq;
+    let b = Bytes.create size in
+    write_payload b ~seq ~size;
     Bytes.unsafe_to_string b
   end
+
+let payload_into b ~seq ~size =
+  if size < 11 || seq < 0 || seq > 9_999_999_999 || Bytes.length b < size then
+    invalid_arg "Peer.payload_into: size below 11, number out of range or buffer too short";
+  write_payload b ~seq ~size
 
 let check_payload s ~size =
   if String.length s <> size || size < 11 || s.[0] <> 'd' then None
@@ -148,34 +164,28 @@ let check_payload s ~size =
         let tail = 11 + ((size - 11) / 8 * 8) in
         if words 11 && bytes tail then Some seq else None
 
-external bigstring_get64 : Cstruct.buffer -> int -> int64 = "%caml_bigstring_get64"
-external string_get64 : string -> int -> int64 = "%caml_string_get64"
+external compare_bigstring : Cstruct.buffer -> int -> Cstruct.buffer -> int -> int -> int
+  = "caml_compare_bigstring"
+[@@noalloc]
 
-(* The same, on a view of the received bytes, without copying them. *)
+(* The same, on a view of the received bytes, without copying them: the
+   filler is compared with the template's by one [memcmp]. *)
 let check_payload_cs cs ~size =
   if Cstruct.length cs <> size || size < 11 || Cstruct.get_char cs 0 <> 'd' then None
   else
+    let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
     let rec digits i acc =
       if i > 10 then Some acc
       else
-        match Cstruct.get_char cs i with
+        match Bigarray.Array1.unsafe_get buf (off + i) with
         | '0' .. '9' as c -> digits (i + 1) ((acc * 10) + Char.code c - 48)
         | _ -> None
     in
     match digits 1 0 with
     | None -> None
     | Some seq ->
-        let t = template ~size (seq mod 26) in
-        let buf = cs.Cstruct.buffer and off = cs.Cstruct.off in
-        let rec words i =
-          i + 8 > size
-          || ((bigstring_get64 buf (off + i) : int64) = string_get64 t i && words (i + 8))
-        in
-        let rec bytes i =
-          i >= size || (Cstruct.get_char cs i = String.unsafe_get t i && bytes (i + 1))
-        in
-        let tail = 11 + ((size - 11) / 8 * 8) in
-        if words 11 && bytes tail then Some seq else None
+        let t = (templates_of size).bufs.(seq mod 26) in
+        if compare_bigstring buf (off + 11) t 11 (size - 11) = 0 then Some seq else None
 
 let addr_part eid = match String.index_opt eid '#' with Some i -> String.sub eid 0 i | None -> eid
 let others cfg = List.filteri (fun i _ -> i <> cfg.index) cfg.addrs
@@ -496,6 +506,17 @@ let group_tput cfg =
       (* [try_cast s]: whether the group took [s]; flow control refuses
          when full, and says [flow false] when it may go on. *)
       let try_cast s = match !g with Some g -> Result.is_ok (G.cast g s) | None -> false in
+      (* Each payload is written into one buffer, which the group copies
+         from before [cast_bytes] returns. *)
+      let out = Bytes.create cfg.size in
+      let try_cast_payload seq =
+        match !g with
+        | Some g when seq <= 9_999_999_999 && cfg.size >= 11 ->
+            payload_into out ~seq ~size:cfg.size;
+            Result.is_ok (G.cast_bytes g out ~off:0 ~len:cfg.size)
+        | Some _ -> try_cast (payload ~seq ~size:cfg.size)
+        | None -> false
+      in
       let cast s = ignore (try_cast s) in
       let readies = Hashtbl.create 8 and dones = Hashtbl.create 8 in
       let next = Hashtbl.create 8 in
@@ -505,11 +526,7 @@ let group_tput cfg =
       let fill_pending = ref false in
       let rec fill () =
         fill_pending := false;
-        while
-          !made < cfg.count
-          && !made - !own < max_queued
-          && try_cast (payload ~seq:!made ~size:cfg.size)
-        do
+        while !made < cfg.count && !made - !own < max_queued && try_cast_payload !made do
           incr made
         done
       and schedule_fill () =
@@ -544,14 +561,15 @@ let group_tput cfg =
             origins := (origin, st) :: !origins;
             st
       in
+      (* The clock is read at the first delivery and at the last one
+         expected (or at the end of a run that falls short). *)
       let on_checked ~origin checked =
-        let now = Loop.now loop in
         if !delivered = 0 then begin
-          first := now;
+          first := Loop.now loop;
           gc0 := gc_now ()
         end;
-        last := now;
         incr delivered;
+        if !delivered = expected then last := Loop.now loop;
         let is_sender, want, mine = origin_state origin in
         (match checked with
         | Some seq when is_sender ->
@@ -615,6 +633,7 @@ let group_tput cfg =
       | Ok grp ->
           g := Some grp;
           Loop.run loop ~until:finished ~timeout:(Time.of_sec cfg.deadline);
+          if !delivered < expected then last := Loop.now loop;
           (* Stay a moment, in case others still need a cast of ours. *)
           if finished () then Loop.run loop ~timeout:(Time.of_ms 200);
           let fields =

@@ -47,6 +47,11 @@ val payload : seq:int -> size:int -> string
 (** [payload ~seq ~size] is the [size]-byte message number [seq] of the throughput benchmarks (at
     least 11 bytes: ['d'], ten digits, filler that depends on [seq]). *)
 
+val payload_into : Bytes.t -> seq:int -> size:int -> unit
+(** [payload_into b ~seq ~size] writes [payload ~seq ~size] into the first [size] bytes of [b].
+    @raise Invalid_argument if [size] is below 11, [seq] outside 0 to 9,999,999,999 or [b] shorter.
+*)
+
 val check_payload_cs : Cstruct.t -> size:int -> int option
 (** The same on a view of received bytes, without copying them. *)
 

@@ -54,7 +54,10 @@ external sched_yield : unit -> unit = "consort_sched_yield" [@@noalloc]
 external timerfd_create : Unix.file_descr -> Unix.file_descr = "consort_timerfd_create"
 external timerfd_arm : Unix.file_descr -> int -> unit = "consort_timerfd_arm"
 
-let now _ = Int64.to_int (Mtime_clock.now_ns ())
+external clock_ns : unit -> (int[@untagged]) = "consort_clock_ns_byte" "consort_clock_ns"
+[@@noalloc]
+
+let now _ = clock_ns ()
 
 let create () =
   {

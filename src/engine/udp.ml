@@ -207,8 +207,15 @@ type landing = {
   results : int array;
 }
 
+(* A slot kept by a protocol (a bundle kept until stable) is replaced from
+   the pool, and comes back to it when released. The free list holds up to
+   512 slots (32 MiB): a window of kept datagrams that empties and fills
+   again is served from it, not by new segments (each one a [malloc], page
+   faults, and off-heap memory that hastens the major GC). *)
 let receive_pool =
-  lazy (Pool.create ~segment_size:slot ~max_free:(2 * nslots) ~name:"udp-receive" ())
+  lazy (Pool.create ~segment_size:slot ~max_free:(8 * nslots) ~name:"udp-receive" ())
+
+let receive_pool_stats () = Pool.stats (Lazy.force receive_pool)
 
 let set_slot l i v =
   let cs = Iovec.cstruct v in

@@ -53,6 +53,10 @@ val receive_calls : unit -> int
     last one got (at least 4, at most 64), or twice as many as it asked for when it got them all: a
     lone datagram does not pay for preparing 64 slots, and a burst soon takes 64 a call. *)
 
+val receive_pool_stats : unit -> Consort.Pool.stats
+(** The pool the 64 KiB receive slots come from, in this process: a slot whose datagram is kept is
+    replaced from it, and goes back to its free list (up to 512 slots) when released. *)
+
 val copies : unit -> int * int
 (** Received datagrams copied out of the slot the kernel wrote them to (those of 2 KiB or less), in
     this process, so far, and their bytes. *)

@@ -214,7 +214,7 @@ module Make (T : Transport.S) = struct
     pool : Pool.t;
     rng : Rng.t;
     cb : callbacks;
-    on_sent : vid:string -> [ `Cast | `Send of string ] -> string -> unit;
+    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
     on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
     on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
         (* deliveries as views of the received buffers, instead of strings *)
@@ -736,21 +736,42 @@ module Make (T : Transport.S) = struct
   and cast_now t s =
     match t.cur with
     | Some c ->
-        t.on_sent ~vid:c.view.View.id `Cast s;
+        sent t c `Cast s;
         t.sent <- t.sent + 1;
         Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
+
+  (* [len] bytes of [b] at [off], copied once, into a slice of the pool. *)
+  and cast_now_bytes t b off len =
+    match t.cur with
+    | Some c ->
+        (match t.on_sent with
+        | Some f -> f ~vid:c.view.View.id `Cast (Bytes.sub_string b off len)
+        | None -> ());
+        t.sent <- t.sent + 1;
+        let body =
+          if len = 0 then Iovecs.empty
+          else begin
+            let v = Pool.alloc t.pool len in
+            Cstruct.blit_from_bytes b off (Iovec.cstruct v) 0 len;
+            [ v ]
+          end
+        in
+        Ep.Binding.cast c.ep (Msg.create body)
+    | None -> ()
+
+  and sent t c what s = match t.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
 
   and send_now t dst s =
     match t.cur with
     | Some c -> (
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
-            t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            sent t c (`Send dst) s;
             t.sent <- t.sent + 1;
             Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
-            t.on_sent ~vid:c.view.View.id (`Send dst) s;
+            sent t c (`Send dst) s;
             t.sent <- t.sent + 1;
             t.delivered <- t.delivered + 1;
             t.cb.send ~origin:t.me.eid s
@@ -1472,11 +1493,10 @@ module Make (T : Transport.S) = struct
           | None -> ());
     }
 
-  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed
-      ?(on_sent = fun ~vid:_ _ _ -> ()) ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery
-      ?(heal = true) ?(take_state = fun () -> "") ?(install_state = fun _ -> ()) ?durable_state
-      ?(on_stack_error = fun _ -> ()) ?rekey ?transitional ?(primary = fun _ -> ()) ~layers tr
-      ~group ~addr cb =
+  let join ?(params = Params.empty) ?(pool = Pool.default) ?(peers = []) ?seed ?on_sent
+      ?(on_lost = fun _ _ _ -> ()) ?on_bytes ?discovery ?(heal = true) ?(take_state = fun () -> "")
+      ?(install_state = fun _ -> ()) ?durable_state ?(on_stack_error = fun _ -> ()) ?rekey
+      ?transitional ?(primary = fun _ -> ()) ~layers tr ~group ~addr cb =
     let seed =
       match seed with Some s -> s | None -> Random.State.bits (Random.State.make_self_init ())
     in
@@ -1664,19 +1684,43 @@ module Make (T : Transport.S) = struct
     t.refused <- t.refused + 1;
     Error e
 
-  let cast t s =
-    match admit t (String.length s) with
+  (* Whether a cast of [len] bytes is taken: [Ok true] to go now, [Ok
+     false] to wait in the queue. *)
+  let cast_admit t len =
+    match admit t len with
     | Error e -> refuse t e
     | Ok ()
       when t.quorum_pending = None
            && match t.quorum with Some q -> not q.Primary.primary | None -> false ->
         refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
-    | Ok () ->
-        if t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued) then begin
-          Queue.add (`Cast s) t.queued;
-          t.queued_bytes <- t.queued_bytes + String.length s + 64
-        end
-        else cast_now t s;
+    | Ok () -> Ok (not (t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued)))
+
+  let queue_cast t s =
+    Queue.add (`Cast s) t.queued;
+    t.queued_bytes <- t.queued_bytes + String.length s + 64
+
+  let cast t s =
+    match cast_admit t (String.length s) with
+    | Error e -> Error e
+    | Ok true ->
+        cast_now t s;
+        Ok ()
+    | Ok false ->
+        queue_cast t s;
+        Ok ()
+
+  let cast_bytes t b ~off ~len =
+    if off < 0 || len < 0 || off > Bytes.length b - len then
+      invalid_arg
+        (Printf.sprintf "Group.cast_bytes: range [%d,%d) outside %d bytes" off (off + len)
+           (Bytes.length b));
+    match cast_admit t len with
+    | Error e -> Error e
+    | Ok true ->
+        cast_now_bytes t b off len;
+        Ok ()
+    | Ok false ->
+        queue_cast t (Bytes.sub_string b off len);
         Ok ()
 
   let send t dst s =

@@ -350,6 +350,12 @@ module Make (T : Consort.Transport.S) : sig
       virtual synchrony. This member's own copy may be delivered from inside [cast], before it
       returns (in its turn in the total order with Total, when nothing ordered before it waits). *)
 
+  val cast_bytes : t -> Bytes.t -> off:int -> len:int -> (unit, error) result
+  (** [cast_bytes t b ~off ~len] is [cast t (Bytes.sub_string b off len)] without making that
+      string: the bytes are copied once, before it returns, into the buffer that goes down the stack
+      (or into the queue of a view change), so that [b] may be written again at once.
+      @raise Invalid_argument if [off] and [len] do not name a range of [b]. *)
+
   val send : t -> string -> string -> (unit, error) result
   (** [send t id s] sends [s] to member [id] of the view, as {!val-cast} does. A message accepted
       while the view changes whose destination is not in the next view is dropped with a warning

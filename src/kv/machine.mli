@@ -27,7 +27,7 @@ val digest : t -> string
 val bindings : t -> (string * string) list
 (** Sorted by key. *)
 
-(** This machine, for {!Store.Make}, {!Wire.Make} and {!Replica.Generic}. *)
+(** This machine, for {!Store.Make}, {!Wire.Make} and [Replica.Generic]. *)
 module Rsm :
   Rsm.MACHINE
     with type t = t

@@ -1,4 +1,4 @@
-(** What a replicated state machine gives {!Store.Make}, {!Wire.Make} and {!Replica.Generic}: the
+(** What a replicated state machine gives {!Store.Make}, {!Wire.Make} and [Replica.Generic]: the
     key-value store's {!Machine} is one, the directory server's another. *)
 
 module type MACHINE = sig

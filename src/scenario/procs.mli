@@ -3,7 +3,7 @@
 
     Each member has a fixed address, a log file per incarnation, and a drop file through which a
     partition is imposed (the member drops datagrams from the addresses listed there; see
-    {!Member.config.drop_file}). *)
+    [Member.config.drop_file]). *)
 
 type member = private {
   idx : int;

@@ -293,6 +293,55 @@ let report () =
   | Error _ -> ()
   | Ok () -> Alcotest.fail "an empty directory is an error"
 
+(* Stack-cost rows: the fused / layered ratio, the minor words per layer
+   above Bottom alone, and the major words in steady state, each a target
+   computed from the rows. *)
+let report_costs () =
+  let d = temp_dir () in
+  Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
+  write (Filename.concat d "meta.tsv") "cpu_model\tTest CPU\ncores\t2\n";
+  write (Filename.concat d "results.txt") results;
+  let row stack path layers ns minor major =
+    Printf.sprintf
+      {|{"stack":"%s","path":"%s","layers":%d,"ns_per_msg":%g,"minor_words_per_msg":%g,"major_words_per_msg":%g}|}
+      stack path layers ns minor major
+  in
+  let costs major =
+    "["
+    ^ String.concat ","
+        [
+          row "default (vsync)" "fused" 9 300. 81. major;
+          row "default (vsync)" "layered" 9 1200. 202. 9.7;
+          row "Bottom alone" "layered" 1 180. 89. 0.007;
+        ]
+    ^ "]"
+  in
+  let targets major =
+    write (Filename.concat d "stack-cost.json") (costs major);
+    let out = Filename.concat d "out.json" in
+    (match R.run ~dir:d ~out:(Some out) with Ok () -> () | Error e -> Alcotest.fail e);
+    let tg = lst (assoc "targets" (Yojson.Safe.from_file out)) in
+    fun prefix ->
+      find prefix
+        (fun t ->
+          let s = str (assoc "target" t) in
+          String.length s >= String.length prefix && String.sub s 0 (String.length prefix) = prefix)
+        tg
+  in
+  let target = targets 0.02 in
+  let t = target "stack cost, default stack: fused / layered" in
+  Alcotest.(check (float 1e-9)) "fused / layered" 0.25 (flt (assoc "value" t));
+  Alcotest.(check bool) "fused / layered met" true (assoc "met" t = `Bool true);
+  let t = target "minor words per message per layer" in
+  Alcotest.(check (float 1e-9)) "words per layer above Bottom" (-0.5) (flt (assoc "value" t));
+  let t = target "major words per message in steady state" in
+  Alcotest.(check (float 1e-9)) "major words" 0.02 (flt (assoc "value" t));
+  Alcotest.(check bool) "major words met" true (assoc "met" t = `Bool true);
+  let t = targets 1.5 "major words per message in steady state" in
+  Alcotest.(check bool)
+    "a word per message in the major heap: short" true
+    (assoc "met" t = `Bool false)
+
 (* {1 The script end to end, raw UDP only} *)
 
 let script () =
@@ -324,6 +373,10 @@ let () =
   Alcotest.run "bench_peers_smoke"
     [
       ("udp_raw", [ Alcotest.test_case "round trip and throughput on loopback" `Quick raw_udp ]);
-      ("report", [ Alcotest.test_case "known inputs, flagged runs, targets, JSON" `Quick report ]);
+      ( "report",
+        [
+          Alcotest.test_case "known inputs, flagged runs, targets, JSON" `Quick report;
+          Alcotest.test_case "stack-cost targets" `Quick report_costs;
+        ] );
       ("script", [ Alcotest.test_case "bench-peers.sh with raw UDP only" `Quick script ]);
     ]

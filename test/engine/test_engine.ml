@@ -63,6 +63,21 @@ let timers_in_order () =
   Alcotest.(check bool) "not before its time" true (Loop.now loop - t0 >= ms 30);
   Alcotest.(check int) "no timer left" 0 (Loop.timers loop)
 
+(* The loop's clock is the monotonic one (Mtime_clock's), to the
+   nanosecond. *)
+let clock_monotonic () =
+  let loop = Loop.create () in
+  let m0 = Int64.to_int (Mtime_clock.now_ns ()) in
+  let t0 = Loop.now loop in
+  let m1 = Int64.to_int (Mtime_clock.now_ns ()) in
+  Alcotest.(check bool)
+    (Printf.sprintf "read between two readings of Mtime_clock (%d, %d, %d)" m0 t0 m1)
+    true
+    (m0 <= t0 && t0 <= m1);
+  Unix.sleepf 0.002;
+  let t1 = Loop.now loop in
+  Alcotest.(check bool) "2 ms later: 2 ms to 1 s more" true (t1 - t0 >= ms 2 && t1 - t0 < ms 1000)
+
 let cancel_works () =
   let loop = Loop.create () in
   let fired = ref [] in
@@ -491,6 +506,63 @@ let throughput () =
   Udp.close a;
   Udp.close b
 
+(* Datagrams kept by the receiver (as Mnak keeps bundles until stable), 300
+   at a time, released, then 300 again: the second window is served from
+   the slots the first one gave back, not from new segments. *)
+let kept_slots_reused () =
+  with_pool @@ fun pool ->
+  let loop = Loop.create () in
+  let a, _ = open_rx ~pool loop in
+  let kept = ref [] and nkept = ref 0 in
+  let b =
+    get
+      (Udp.open_with ~pool loop (addr "127.0.0.1:0") (fun _ ->
+           {
+             Udp.recv =
+               (fun ~src:_ v ->
+                 kept := v :: !kept;
+                 incr nkept);
+             closed = ignore;
+           }))
+  in
+  let n = 300 in
+  let body = Pool.of_string pool (String.make 3000 'k') in
+  let window () =
+    nkept := 0;
+    let sent = ref 0 in
+    let rec burst () =
+      if !sent < n then begin
+        for _ = 1 to 20 do
+          let m = Msg.create [ Iovec.retain body ] |> Msg.push u32 !sent in
+          ignore (Udp.send a ~dst:(Udp.local b) m);
+          Msg.release m;
+          incr sent
+        done;
+        ignore (Loop.after loop (ms 1) burst)
+      end
+    in
+    burst ();
+    let lost () = (Udp.query b).dropped in
+    Loop.run loop ~timeout:(ms 10_000) ~until:(fun () -> !sent = n && !nkept + lost () >= n);
+    Alcotest.(check int) "every datagram kept" n !nkept
+  in
+  window ();
+  let first = Udp.receive_pool_stats () in
+  List.iter Iovec.release !kept;
+  kept := [];
+  let freed = Udp.receive_pool_stats () in
+  Alcotest.(check bool)
+    "the kept slots are free again" true
+    (freed.Pool.segments_free >= first.Pool.segments_free + n);
+  window ();
+  let second = Udp.receive_pool_stats () in
+  Alcotest.(check int)
+    "no segment made for the second window" first.Pool.segments_created second.Pool.segments_created;
+  List.iter Iovec.release !kept;
+  Iovec.release body;
+  Udp.close a;
+  Udp.close b
+
 let fan_out () =
   with_pool @@ fun pool ->
   let loop = Loop.create () in
@@ -812,6 +884,7 @@ let () =
         [
           Alcotest.test_case "timers fire in order" `Quick timers_in_order;
           Alcotest.test_case "cancel" `Quick cancel_works;
+          Alcotest.test_case "the clock" `Quick clock_monotonic;
           qtest heap_order;
           Alcotest.test_case "run with a timeout returns" `Quick timeout_returns;
           Alcotest.test_case "until and stop" `Quick until_and_stop;
@@ -832,6 +905,7 @@ let () =
           Alcotest.test_case "batch receive of 1000" `Quick batch_receive;
           Alcotest.test_case "throughput" `Quick throughput;
           Alcotest.test_case "cast by fan-out" `Quick fan_out;
+          Alcotest.test_case "kept datagrams: their slots come back" `Quick kept_slots_reused;
           Alcotest.test_case "drop filter" `Quick drop_filter;
           Alcotest.test_case "bad addresses, sizes" `Quick bad_addresses;
           Alcotest.test_case "address in use" `Quick address_in_use;

@@ -269,6 +269,63 @@ let blocked_queue () =
   delivered_in_order "the other survivor" m.(1) (G.me m.(0).g) want;
   Alcotest.(check int) "in the next view" 2 (Array.length (G.view m.(1).g).Group.members)
 
+(* [cast_bytes] from one buffer written again after every call: in a
+   quiet view and while a view change queues the casts, what every member
+   delivers is what the buffer held at the call, each once, in order. *)
+let cast_bytes_reused () =
+  let params =
+    Params.(empty |> set "group.queue" (Int 100_000) |> set "suspect.timeout" (Time (sec 2.)))
+  in
+  let net = Sim.create ~seed:11 () in
+  let m = group ~params net in
+  let buf = Bytes.make 700 '#' in
+  let msg i = Printf.sprintf "b%03d%s" i (String.make (i mod 300) (Char.chr (97 + (i mod 26)))) in
+  (* The message goes at an offset, between bytes that must not be sent. *)
+  let cast_one i =
+    let s = msg i in
+    Bytes.fill buf 0 (Bytes.length buf) '#';
+    Bytes.blit_string s 0 buf 7 (String.length s);
+    let r = G.cast_bytes m.(0).g buf ~off:7 ~len:(String.length s) in
+    Bytes.fill buf 0 (Bytes.length buf) 'X';
+    r
+  in
+  let quiet = List.init 40 (fun i -> (i, cast_one i)) in
+  Alcotest.(check bool) "quiet view: all taken" true (List.for_all (fun (_, r) -> r = Ok ()) quiet);
+  Sim.run ~until:(Sim.now net + sec 1.) net;
+  let want = List.init 40 msg in
+  Array.iteri
+    (fun i x -> delivered_in_order (Printf.sprintf "quiet, member %d" i) x (G.me m.(0).g) want)
+    m;
+  (* While blocked, whole buffers: the queue must not keep the buffer. *)
+  let whole = Bytes.create 404 in
+  let qmsg i = Printf.sprintf "q%03d%s" i (String.make 400 (Char.chr (97 + (i mod 26)))) in
+  let cast_whole i =
+    Bytes.blit_string (qmsg i) 0 whole 0 404;
+    let r = G.cast_bytes m.(0).g whole ~off:0 ~len:404 in
+    Bytes.fill whole 0 404 'X';
+    r
+  in
+  Sim.crash net "m2";
+  let queued = ref [] in
+  let rec poll () =
+    if G.is_blocked m.(0).g && !queued = [] then
+      queued := List.init 30 (fun i -> if i mod 2 = 0 then cast_one (100 + i) else cast_whole i)
+    else if !queued = [] then ignore (Sim.at net (Sim.now net + ms 1) poll)
+  in
+  poll ();
+  Sim.run ~until:(Sim.now net + sec 10.) net;
+  Alcotest.(check int) "queued while blocked" 30 (List.length !queued);
+  Alcotest.(check bool) "all taken" true (List.for_all (fun r -> r = Ok ()) !queued);
+  let want = want @ List.init 30 (fun i -> if i mod 2 = 0 then msg (100 + i) else qmsg i) in
+  delivered_in_order "after the view change, the coordinator" m.(0) (G.me m.(0).g) want;
+  delivered_in_order "after the view change, the other survivor" m.(1) (G.me m.(0).g) want;
+  Alcotest.check_raises "a range outside the buffer"
+    (Invalid_argument "Group.cast_bytes: range [695,705) outside 700 bytes") (fun () ->
+      ignore (G.cast_bytes m.(0).g buf ~off:695 ~len:10));
+  Alcotest.check_raises "a negative length"
+    (Invalid_argument "Group.cast_bytes: range [3,2) outside 700 bytes") (fun () ->
+      ignore (G.cast_bytes m.(0).g buf ~off:3 ~len:(-1)))
+
 (* A member that stays alive but whose flush report never reaches the
    coordinator (and the failure detector too slow to notice): the
    coordinator's flush timeout excludes it, and the others go on. *)
@@ -568,6 +625,8 @@ let () =
             "a stopped receiver: the flood is refused, memory bounded, nothing lost" `Quick
             stopped_receiver;
           Alcotest.test_case "the queue of a view change is bounded" `Quick blocked_queue;
+          Alcotest.test_case "cast_bytes from a buffer written again at once" `Quick
+            cast_bytes_reused;
           Alcotest.test_case "a send to a member that is gone is reported lost" `Quick lost_send;
           Alcotest.test_case "a round trip in a group of two is two datagrams" `Quick
             round_trip_datagrams;
