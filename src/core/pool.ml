@@ -131,7 +131,7 @@ let alloc t n =
     in
     let off = t.pos in
     (* Keep slices 8-byte aligned. *)
-    t.pos <- min t.seg_size ((off + n + 7) land lnot 7);
+    t.pos <- Int.min t.seg_size ((off + n + 7) land lnot 7);
     Iovec.make seg ~off ~len:n
   end
 

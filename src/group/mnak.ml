@@ -326,7 +326,7 @@ module L = struct
     t.nheld <- t.nheld + 1
 
   let stable t o =
-    if t.tree then min (mine t o) t.gstable.(o)
+    if t.tree then Int.min (mine t o) t.gstable.(o)
     else
       let s = ref (mine t o) in
       for m = 0 to t.n - 1 do
@@ -349,7 +349,7 @@ module L = struct
   (* How many casts of [o] every member of the view holds, the suspected
      ones included (as far as their statuses tell). *)
   let held_by_all t o =
-    if t.tree then min (mine t o) t.gstable.(o)
+    if t.tree then Int.min (mine t o) t.gstable.(o)
     else
       let s = ref (mine t o) in
       for m = 0 to t.n - 1 do

@@ -48,7 +48,7 @@ let replace t seq v =
     t.hi <- seq
   end
   else if seq < t.lo || seq > t.hi then begin
-    let lo = min t.lo seq and hi = max t.hi seq in
+    let lo = Int.min t.lo seq and hi = Int.max t.hi seq in
     if hi - lo >= Array.length t.slots then grow t lo hi;
     t.lo <- lo;
     t.hi <- hi
