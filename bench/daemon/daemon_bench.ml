@@ -125,7 +125,7 @@ let client ~socket h =
   in
   h.me <- C.me m;
   (* Pipelined: the reply comes later. At most [window] casts wait for
-     theirs (a client's share of flow control: Mflow lets 256 KiB of casts
+     theirs (a client's share of flow control: Mflow lets 1 MiB of casts
      be in flight); one refused by flow control is cast again once flow
      control lets it. *)
   let window = 256 and in_flight = ref 0 in

@@ -10,8 +10,13 @@ module Param = struct
   let credit_delay = "mflow.credit_delay"
 
   let () =
+    (* 1 MiB: with several member processes on few cores, a receiver
+       that is not scheduled for a few milliseconds stops a sender whose
+       window is full; 1 MiB of 1 KB casts covers 4 ms at 250,000 casts a
+       second (bench/group/README.md: 256 KiB held the senders back by 10
+       to 25%). *)
     Params.register window
-      (Params.Int (256 * 1024))
+      (Params.Int (1024 * 1024))
       ~doc:"bytes of casts not yet credited by every other member";
     Params.register queue
       (Params.Int (1024 * 1024))

@@ -53,7 +53,7 @@ val overhead : int
 (** Names of the registered tunables. *)
 module Param : sig
   val window : string
-  (** ["mflow.window"]: bytes of casts not yet credited by every other member (default 256 KiB). *)
+  (** ["mflow.window"]: bytes of casts not yet credited by every other member (default 1 MiB). *)
 
   val queue : string
   (** ["mflow.queue"]: bytes of queued casts beyond which the application is told it is blocked
