@@ -62,28 +62,27 @@ let parsing () =
   Alcotest.(check (option int))
     "in place: other size refused" None
     (B.Peer.check_payload_cs (Cstruct.of_string p) ~size:1000);
-  List.iter
-    (fun i ->
-      let bad = Bytes.of_string p in
-      Bytes.set bad i (if Bytes.get bad i = 'a' then 'b' else 'a');
-      Alcotest.(check (option int))
-        (Printf.sprintf "byte %d corrupt: refused" i)
-        None
-        (B.Peer.check_payload (Bytes.to_string bad) ~size:1024))
+  (* [p] with byte [i] changed: each must be refused by [check]. *)
+  let corrupt what check bytes =
+    List.iter
+      (fun i ->
+        let bad = Bytes.of_string p in
+        Bytes.set bad i (if Bytes.get bad i = 'a' then 'b' else 'a');
+        Alcotest.(check (option int))
+          (Printf.sprintf "%sbyte %d corrupt: refused" what i)
+          None (check bad))
+      bytes
+  in
+  corrupt ""
+    (fun b -> B.Peer.check_payload (Bytes.to_string b) ~size:1024)
     [ 0; 5; 11; 700; 1018; 1023 ];
   (* In place, in a view at an offset of a larger buffer, as delivered. *)
   let framed b = Cstruct.sub (Cstruct.of_string ("xxxxxxx" ^ Bytes.to_string b ^ "yyyy")) 7 1024 in
   Alcotest.(check (option int))
     "in place, at an offset" (Some 1234)
     (B.Peer.check_payload_cs (framed (Bytes.of_string p)) ~size:1024);
-  List.iter
-    (fun i ->
-      let bad = Bytes.of_string p in
-      Bytes.set bad i (if Bytes.get bad i = 'a' then 'b' else 'a');
-      Alcotest.(check (option int))
-        (Printf.sprintf "in place: byte %d corrupt: refused" i)
-        None
-        (B.Peer.check_payload_cs (framed bad) ~size:1024))
+  corrupt "in place: "
+    (fun b -> B.Peer.check_payload_cs (framed b) ~size:1024)
     [ 0; 5; 10; 11; 12; 700; 1016; 1022; 1023 ];
   Alcotest.(check (option int)) "other size refused" None (B.Peer.check_payload p ~size:1000)
 

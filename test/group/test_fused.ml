@@ -112,16 +112,16 @@ let two_runs_received = ref 0
 let two_runs_bypassed = ref 0
 let two_runs_changed = ref 0
 
+(* How many fields a compressed cast of the stack [layers] carries. *)
+let cast_fields layers =
+  List.fold_left
+    (fun a l ->
+      match Layer.find_fast l with Some (module F : Layer.FAST) -> a + F.cast.nfields | None -> a)
+    0 layers
+
 (* The fields of a compressed cast of the stack [layers], if [raw] is one. *)
 let fields_of layers raw =
-  let nf =
-    List.fold_left
-      (fun a l ->
-        match Layer.find_fast l with
-        | Some (module F : Layer.FAST) -> a + F.cast.nfields
-        | None -> a)
-      0 layers
-  in
+  let nf = cast_fields layers in
   if String.length raw < 2 || raw.[0] <> '\xc8' || raw.[1] <> '\000' then None
   else
     (* Varints: seven bits a byte, low first, the high bit set but in the last. *)
@@ -747,14 +747,7 @@ let test_hostile_orders () =
   let si = 5 in
   let pool, view, st, delivered = stranger_target ~rank:1 si ~deliver:ignore in
   let _, layers = stacks.(si) in
-  let nf =
-    List.fold_left
-      (fun a l ->
-        match Layer.find_fast l with
-        | Some (module F : Layer.FAST) -> a + F.cast.nfields
-        | None -> a)
-      0 layers
-  in
+  let nf = cast_fields layers in
   Alcotest.(check int) "fields: Bottom's 2, Mnak's 1, Total's 4" 7 nf;
   let varint v = Codec.encode_string Codec.varint v in
   let nonsense () = counter (List.assoc "total" (Stack.counters st)) "nonsense" in
@@ -950,7 +943,9 @@ let test_runtime () =
    stamped (Total's place is read back into its field). They leave
    compressed and are delivered by the bypass at every member, in order. *)
 let test_runtime_queued (layers, params) () =
-  let params = List.fold_left (fun p (k, v) -> Params.set k v p) Params.empty params in
+  (* 1,500 casts of 1 KB: about six windows of 256 KiB. *)
+  let window = Params.set "mflow.window" (Params.Int (256 * 1024)) Params.empty in
+  let params = List.fold_left (fun p (k, v) -> Params.set k v p) window params in
   let net, members = fused_group ~params ~seed:13 ~layers:(Result.get_ok (layers ())) () in
   Sim.run ~until:(Time.of_sec 3.) net;
   let g0, _ = List.hd members in
