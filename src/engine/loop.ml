@@ -271,6 +271,37 @@ let read_early t wait =
       end
   | _ -> false
 
+(* The descriptors that [epoll_wait] found ready, [n] of them in
+   [t.ready], served in the order they were watched. *)
+let serve_many t n =
+  let ready = ref [] in
+  for i = 0 to n - 1 do
+    let fd = t.ready.(i) in
+    match t.tfd with
+    | Some f when f == fd -> t.armed <- max_int
+    | _ -> ( match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ())
+  done;
+  let ready =
+    match !ready with
+    | ([] | [ _ ]) as l -> l
+    | l -> List.sort (fun a b -> compare a.order b.order) l
+  in
+  (* Callbacks may unwatch others: skip what is no longer active. *)
+  List.iter (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb) ready
+
+(* One ready descriptor, the common case: no list, and no lookup when it
+   is the only one watched. *)
+let serve_one t fd =
+  match t.tfd with
+  | Some f when f == fd -> t.armed <- max_int
+  | _ -> (
+      let w =
+        match t.only with Some w when w.fd == fd -> t.only | _ -> Hashtbl.find_opt t.ws fd
+      in
+      match w with
+      | Some w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb
+      | None -> ())
+
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)
 let wait_and_serve ?(next = max_int) t wait =
@@ -331,23 +362,7 @@ let wait_and_serve ?(next = max_int) t wait =
           end
           else epoll_wait ep t.ready wait
         in
-        let ready = ref [] in
-        for i = 0 to n - 1 do
-          let fd = t.ready.(i) in
-          match t.tfd with
-          | Some f when f == fd -> t.armed <- max_int
-          | _ -> (
-              match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ())
-        done;
-        let ready =
-          match !ready with
-          | ([] | [ _ ]) as l -> l
-          | l -> List.sort (fun a b -> compare a.order b.order) l
-        in
-        (* Callbacks may unwatch others: skip what is no longer active. *)
-        List.iter
-          (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)
-          ready
+        if n = 1 then serve_one t t.ready.(0) else serve_many t n
 
 let run ?(until = fun () -> false) ?timeout t =
   if t.running then invalid_arg "Loop.run: already running";
