@@ -264,7 +264,7 @@ let read_early t wait =
           t.backoff <- 0
         end
         else begin
-          t.backoff <- (if t.backoff = 0 then 1 else min max_backoff (2 * t.backoff));
+          t.backoff <- (if t.backoff = 0 then 1 else Int.min max_backoff (2 * t.backoff));
           t.skip <- t.backoff
         end;
         got
@@ -384,8 +384,8 @@ let run ?(until = fun () -> false) ?timeout t =
         else if t.heap.n = 0 && Hashtbl.length t.ws = 0 then ()
         else begin
           let n = now t in
-          let next = if t.heap.n > 0 then min t.heap.a.(0).time deadline else deadline in
-          let wait = if next = max_int then -1 else max 0 (next - n) in
+          let next = if t.heap.n > 0 then Int.min t.heap.a.(0).time deadline else deadline in
+          let wait = if next = max_int then -1 else Int.max 0 (next - n) in
           wait_and_serve ~next t wait;
           go ()
         end

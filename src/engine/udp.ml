@@ -326,7 +326,7 @@ let receive_calls () = !receive_calls_made
 let receive c ~group fd last batch l =
   let rec round budget =
     if budget > 0 && not c.closed then begin
-      let ask = min !batch budget in
+      let ask = Int.min !batch budget in
       incr receive_calls_made;
       match c_recvmmsg_into fd l.bufs l.offs slot ask l.results with
       | exception Unix.Unix_error (e, fn, _) ->
@@ -347,10 +347,10 @@ let receive c ~group fd last batch l =
             incr i
           done;
           if r = ask then begin
-            batch := min nslots (max !batch (2 * ask));
+            batch := Int.min nslots (Int.max !batch (2 * ask));
             ignore (round (budget - r) : bool)
           end
-          else if r > 0 then batch := min nslots (max min_batch (2 * r));
+          else if r > 0 then batch := Int.min nslots (Int.max min_batch (2 * r));
           r > 0
     end
     else false
