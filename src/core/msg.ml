@@ -233,24 +233,25 @@ let body t =
   let n = Iovecs.length t.body - t.boff in
   Iovecs.sub t.body ~off:t.boff ~len:n
 
+(* The body's bytes from [skip] on, copied to [dst] at [pos]: the offset
+   after. A function of its own, so that a copy (each datagram sent)
+   allocates no closure and no reference. *)
+let rec blit_pieces dst pos skip = function
+  | [] -> pos
+  | v :: rest ->
+      let n = Iovec.length v in
+      if skip >= n then blit_pieces dst pos (skip - n) rest
+      else begin
+        let k = n - skip in
+        Cstruct.blit (Iovec.cstruct v) skip dst pos k;
+        blit_pieces dst (pos + k) 0 rest
+      end
+
 let blit_to t dst off =
   check t "blit_to";
   let used = header_length t in
   Cstruct.blit_from_bytes t.head.buf t.hoff dst off used;
-  let pos = ref (off + used) in
-  let skip = ref t.boff in
-  List.iter
-    (fun v ->
-      let n = Iovec.length v in
-      if !skip >= n then skip := !skip - n
-      else begin
-        let k = n - !skip in
-        Cstruct.blit (Iovec.cstruct v) !skip dst !pos k;
-        pos := !pos + k;
-        skip := 0
-      end)
-    t.body;
-  !pos - off
+  blit_pieces dst (off + used) t.boff t.body - off
 
 let headers t =
   check t "headers";
