@@ -13,7 +13,10 @@ type t = {
   mutable live : bool;
 }
 
-let no_head () = { buf = Bytes.empty; low = 0 }
+(* The head of every received message, shared: its [low] stays 0, as
+   nothing is pushed in place in front of offset 0 of an empty buffer (a
+   push allocates a head of its own). *)
+let no_head = { buf = Bytes.empty; low = 0 }
 
 let create ?(headroom = default_headroom) body =
   {
@@ -25,7 +28,7 @@ let create ?(headroom = default_headroom) body =
   }
 
 let of_string pool s = create (Iovecs.of_string pool s)
-let of_iovec v = { head = no_head (); hoff = 0; body = [ v ]; boff = 0; live = true }
+let of_iovec v = { head = no_head; hoff = 0; body = [ v ]; boff = 0; live = true }
 let empty () = create []
 
 let check t name =
