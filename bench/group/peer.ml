@@ -534,7 +534,7 @@ let group_tput cfg =
          must be equal. *)
       let order_hash = ref fnv_basis in
       let made = ref 0 and own = ref 0 and started = ref false and started_at = ref 0 in
-      let said_done = ref false and views = ref 0 in
+      let said_done = ref false and views = ref 0 and rank = ref (-1) in
       let fill_pending = ref false in
       let rec fill () =
         fill_pending := false;
@@ -632,6 +632,7 @@ let group_tput cfg =
           Consort_group.Group.view =
             (fun v ->
               incr views;
+              rank := v.rank;
               if Array.length v.members = n && Hashtbl.length readies = 0 then cast "ready");
           cast = on_cast;
           send = (fun ~origin:_ _ -> ());
@@ -668,6 +669,9 @@ let group_tput cfg =
               ("span_s", Printf.sprintf "%.6f" (Time.to_sec (!last - !first)));
               ("since_start_s", Printf.sprintf "%.6f" (Time.to_sec (!last - !started_at)));
               ("views", string_of_int !views);
+              (* Rank 0 of the view is Total's sequencer: with one sender,
+                 whether it is the sender changes what is held. *)
+              ("rank", string_of_int !rank);
               ("mflow_blocked", string_of_int (counter grp "mflow" "blocked"));
               ("mflow_credits_sent", string_of_int (counter grp "mflow" "credits_sent"));
               ("mnak_naks", string_of_int (counter grp "mnak" "naks_sent"));

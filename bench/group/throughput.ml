@@ -266,6 +266,7 @@ let pp_table ppf rows =
                             if
                               List.mem k
                                 [
+                                  "rank";
                                   "mflow_credits_sent";
                                   "mnak_naks";
                                   "mnak_retrans";

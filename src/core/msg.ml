@@ -13,7 +13,10 @@ type t = {
   mutable live : bool;
 }
 
-let no_head () = { buf = Bytes.empty; low = 0 }
+(* The head of every received message, shared: its [low] stays 0, as
+   nothing is pushed in place in front of offset 0 of an empty buffer (a
+   push allocates a head of its own). *)
+let no_head = { buf = Bytes.empty; low = 0 }
 
 let create ?(headroom = default_headroom) body =
   {
@@ -25,7 +28,7 @@ let create ?(headroom = default_headroom) body =
   }
 
 let of_string pool s = create (Iovecs.of_string pool s)
-let of_iovec v = { head = no_head (); hoff = 0; body = [ v ]; boff = 0; live = true }
+let of_iovec v = { head = no_head; hoff = 0; body = [ v ]; boff = 0; live = true }
 let empty () = create []
 
 let check t name =
@@ -233,24 +236,25 @@ let body t =
   let n = Iovecs.length t.body - t.boff in
   Iovecs.sub t.body ~off:t.boff ~len:n
 
+(* The body's bytes from [skip] on, copied to [dst] at [pos]: the offset
+   after. A function of its own, so that a copy (each datagram sent)
+   allocates no closure and no reference. *)
+let rec blit_pieces dst pos skip = function
+  | [] -> pos
+  | v :: rest ->
+      let n = Iovec.length v in
+      if skip >= n then blit_pieces dst pos (skip - n) rest
+      else begin
+        let k = n - skip in
+        Cstruct.blit (Iovec.cstruct v) skip dst pos k;
+        blit_pieces dst (pos + k) 0 rest
+      end
+
 let blit_to t dst off =
   check t "blit_to";
   let used = header_length t in
   Cstruct.blit_from_bytes t.head.buf t.hoff dst off used;
-  let pos = ref (off + used) in
-  let skip = ref t.boff in
-  List.iter
-    (fun v ->
-      let n = Iovec.length v in
-      if !skip >= n then skip := !skip - n
-      else begin
-        let k = n - !skip in
-        Cstruct.blit (Iovec.cstruct v) !skip dst !pos k;
-        pos := !pos + k;
-        skip := 0
-      end)
-    t.body;
-  !pos - off
+  blit_pieces dst (off + used) t.boff t.body - off
 
 let headers t =
   check t "headers";

@@ -53,6 +53,44 @@ let max_ahead = 1 lsl 22
    fewer takes the fused path, its runs as fields. *)
 let order_runs = 2
 
+(* Casts held by origin, in FIFO order, kept taken apart in a
+   {!Msgring} numbered from [head] to [tail]: holding one that is a
+   slice of a received segment allocates nothing, and the collector
+   has nothing of it to promote but the segment. *)
+module Pend = struct
+  type t = { ring : Msgring.t; mutable head : int; mutable tail : int }
+
+  let create () = { ring = Msgring.create (); head = 0; tail = 0 }
+  let is_empty q = q.head = q.tail
+  let length q = q.tail - q.head
+
+  let add m q =
+    Msgring.replace q.ring q.tail m;
+    q.tail <- q.tail + 1
+
+  (* [add (Msg.push_bytes head (Msg.retain m))], not made: [m] stays the
+     caller's. Returns the length of what is kept. *)
+  let add_head head m q =
+    Msgring.replace_head q.ring q.tail head m;
+    q.tail <- q.tail + 1;
+    Msgring.msg_length q.ring (q.tail - 1)
+
+  let pop q =
+    let m = Msgring.copy q.ring q.head in
+    Msgring.release q.ring q.head;
+    q.head <- q.head + 1;
+    m
+
+  let take_opt q = if is_empty q then None else Some (pop q)
+
+  let clear q =
+    Msgring.reset q.ring;
+    q.head <- 0;
+    q.tail <- 0
+
+  let strings q = List.rev (Msgring.fold (fun _ s acc -> s :: acc) q.ring [])
+end
+
 module L = struct
   type header =
     | Pass  (** a send: not ordered *)
@@ -106,7 +144,7 @@ module L = struct
     proto : protocol;
     n : int;
     me : int;
-    pending : Msg.t Queue.t array;
+    pending : Pend.t array;
     (* per origin, in FIFO order: casts received without a place
            (sequencer: not yet delivered; token: cast at a flush) *)
     (* sequencer *)
@@ -165,7 +203,7 @@ module L = struct
       proto;
       n;
       me;
-      pending = Array.init n (fun _ -> Queue.create ());
+      pending = Array.init n (fun _ -> Pend.create ());
       runs = Queue.create ();
       unsent = Array.make n 0;
       unsent_order = Array.make n 0;
@@ -251,8 +289,8 @@ module L = struct
   let rec seq_deliver t =
     if not t.stopped then
       match Queue.peek_opt t.runs with
-      | Some r when not (Queue.is_empty t.pending.(r.origin)) ->
-          let m = Queue.pop t.pending.(r.origin) in
+      | Some r when not (Pend.is_empty t.pending.(r.origin)) ->
+          let m = Pend.pop t.pending.(r.origin) in
           held t (-Msg.length m);
           r.left <- r.left - 1;
           if r.left = 0 then ignore (Queue.pop t.runs);
@@ -306,7 +344,7 @@ module L = struct
      is its origin's and nothing of that origin waits) is delivered at once,
      without being held; then what the order says next, as far as it can. *)
   let in_turn t o =
-    Queue.is_empty t.pending.(o)
+    Pend.is_empty t.pending.(o)
     && match Queue.peek_opt t.runs with Some r -> r.origin = o | None -> false
 
   let take_turn t =
@@ -324,7 +362,7 @@ module L = struct
     else seq_hold t o msg
 
   and seq_hold t o msg =
-    Queue.add msg t.pending.(o);
+    Pend.add msg t.pending.(o);
     held t (Msg.length msg);
     if t.me = sequencer then begin
       note_unsent t o;
@@ -359,13 +397,13 @@ module L = struct
     end
     else begin
       t.known <- t.known + 1;
-      if Queue.is_empty t.runs && Queue.is_empty t.pending.(o) then begin
+      if Queue.is_empty t.runs && Pend.is_empty t.pending.(o) then begin
         t.ordered <- t.ordered + 1;
         deliver t o msg
       end
       else begin
         Queue.add { origin = o; left = 1 } t.runs;
-        Queue.add msg t.pending.(o);
+        Pend.add msg t.pending.(o);
         held t (Msg.length msg);
         seq_deliver t
       end
@@ -381,7 +419,7 @@ module L = struct
     Queue.iter
       (fun r ->
         for _ = 1 to r.left do
-          match Queue.take_opt t.pending.(r.origin) with
+          match Pend.take_opt t.pending.(r.origin) with
           | Some m ->
               t.ordered <- t.ordered + 1;
               deliver t r.origin m
@@ -496,7 +534,7 @@ module L = struct
           | Sequencer -> seq_data t o msg
           | Token ->
               t.wants.(o) <- false;
-              Queue.add msg t.pending.(o))
+              Pend.add msg t.pending.(o))
       | Event.Cast_from o, Order runs when valid t o && t.proto = Sequencer ->
           Msg.release msg;
           seq_order t o runs
@@ -563,13 +601,15 @@ module L = struct
   let tail t =
     (* Own casts that never went out (the view ended without a block):
        this member delivers them itself, last. *)
-    Queue.transfer t.outq t.pending.(t.me);
+    while not (Queue.is_empty t.outq) do
+      Pend.add (Queue.pop t.outq) t.pending.(t.me)
+    done;
     t.outq_bytes <- 0;
     (match t.proto with Sequencer -> seq_tail t | Token -> tok_tail t);
     Array.iteri
       (fun o q ->
-        while not (Queue.is_empty q) do
-          let m = Queue.pop q in
+        while not (Pend.is_empty q) do
+          let m = Pend.pop q in
           t.at_flush <- t.at_flush + 1;
           deliver t o m
         done)
@@ -577,11 +617,7 @@ module L = struct
 
   (* What is still held once stopped (nothing after a tail). *)
   let release_all t =
-    Array.iter
-      (fun q ->
-        Queue.iter Msg.release q;
-        Queue.clear q)
-      t.pending;
+    Array.iter Pend.clear t.pending;
     Hashtbl.iter (fun _ (_, m) -> Msg.release m) t.stamped;
     Hashtbl.reset t.stamped;
     Queue.iter Msg.release t.outq;
@@ -613,7 +649,7 @@ module L = struct
       ("tokens_passed", t.tokens_passed);
       ("nonsense", t.nonsense);
       ( "unordered",
-        Array.fold_left (fun a q -> a + Queue.length q) 0 t.pending + Hashtbl.length t.stamped );
+        Array.fold_left (fun a q -> a + Pend.length q) 0 t.pending + Hashtbl.length t.stamped );
       ("waiting_token", Queue.length t.outq);
       ("holding", match t.holding with Some _ -> 1 | None -> 0);
       ("held_bytes", t.held_bytes);
@@ -660,7 +696,7 @@ module F = struct
      at once (not held). *)
   let seq_at_once t o f =
     if f = 0 then t.me <> sequencer && in_turn t o
-    else Queue.is_empty t.runs && Queue.is_empty t.pending.(o)
+    else Queue.is_empty t.runs && Pend.is_empty t.pending.(o)
 
   let cast =
     {
@@ -767,13 +803,13 @@ module F = struct
                          cast: its place is known, it waits for those
                          ordered before it). The bytes are counted here,
                          checked against the bound after. *)
-                      let m = layered.push msg in
                       if f <> 0 then begin
                         t.known <- t.known + 1;
                         Queue.add { origin = o; left = 1 } t.runs
                       end;
-                      Queue.add m t.pending.(o);
-                      t.held_bytes <- t.held_bytes + Msg.length m;
+                      let len = Pend.add_head (layered.head ()) msg t.pending.(o) in
+                      Msg.release msg;
+                      t.held_bytes <- t.held_bytes + len;
                       if f = 0 && t.me = sequencer then begin
                         note_unsent t o;
                         if not t.armed then begin
@@ -786,7 +822,8 @@ module F = struct
                 | Token ->
                     t.wants.(o) <- false;
                     if f = 0 then begin
-                      Queue.add (layered.push msg) t.pending.(o);
+                      ignore (Pend.add_head (layered.head ()) msg t.pending.(o) : int);
+                      Msg.release msg;
                       Layer.held
                     end
                     else
@@ -828,7 +865,7 @@ module F = struct
        places %d known %d; stamped %a; next %d; holding %a; outq %a (%d); wants %a want_sent %b; \
        held %d peak %d holding_credit %b; %a"
       (protocol_name t.proto) t.stopped t.blocked t.synced t.flow_below t.flow_told
-      Fmt.(array ~sep:semi msgs)
+      Fmt.(array ~sep:semi (using Pend.strings (Dump.list Dump.string)))
       t.pending pairs
       (List.map (fun r -> (r.origin, r.left)) (List.of_seq (Queue.to_seq t.runs)))
       pairs

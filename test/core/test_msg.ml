@@ -88,6 +88,53 @@ let header_split_across_pieces () =
   Msg.release m;
   no_leaks pool
 
+(* Received messages share one empty head: headers pushed on one (an
+   empty one first, which goes in place) never show in another. *)
+let received_heads_apart () =
+  let pool = fresh_pool () in
+  let recv s = Msg.of_iovec (Pool.of_string pool s) in
+  let a = recv "aa" and b = recv "bb" in
+  let a = Msg.push Codec.unit () a in
+  let a = Msg.push h1 0x4142 a in
+  let c = recv "cc" in
+  let b = Msg.push h1 0x4344 b in
+  let c = Msg.push Codec.unit () c |> Msg.push h1 0x4546 |> Msg.push h1 0x4748 in
+  Alcotest.(check string) "first" "ABaa" (Msg.to_string a);
+  Alcotest.(check string) "second" "CDbb" (Msg.to_string b);
+  Alcotest.(check string) "third" "GHEFcc" (Msg.to_string c);
+  let d = recv "dd" in
+  Alcotest.(check int) "a new one has no header" 0 (Msg.header_length d);
+  Alcotest.(check string) "fourth" "dd" (Msg.to_string d);
+  List.iter Msg.release [ a; b; c; d ];
+  no_leaks pool
+
+(* A copy to a datagram after every number of bytes pulled: the pieces
+   skipped whole, the one pulled into, the rest whole; with a header pushed
+   in front again, and at an offset in the destination. *)
+let blit_after_pulls () =
+  let pool = fresh_pool () in
+  let pieces = [ "ab"; "cde"; "f"; "ghij" ] in
+  let all = String.concat "" pieces in
+  for k = 0 to String.length all do
+    let m = Msg.create (List.concat_map (Iovecs.of_string pool) pieces) in
+    let m = if k = 0 then m else snd (pull_ok Codec.(fixed_string k) m) in
+    let m = Msg.push h1 0x4142 m in
+    let want = "AB" ^ String.sub all k (String.length all - k) in
+    let dst = Cstruct.of_string (String.make (String.length want + 5) '.') in
+    Alcotest.(check int)
+      (Printf.sprintf "count after %d pulled" k)
+      (String.length want) (Msg.blit_to m dst 3);
+    Alcotest.(check string)
+      (Printf.sprintf "bytes after %d pulled" k)
+      ("..." ^ want ^ "..")
+      (Cstruct.to_string dst);
+    let v = Msg.to_iovec pool m in
+    Alcotest.(check string) (Printf.sprintf "datagram after %d pulled" k) want (Iovec.to_string v);
+    Iovec.release v;
+    Msg.release m
+  done;
+  no_leaks pool
+
 (* The pieces of the body after what was pulled, as a delivery sees them:
    the rest of a piece pulled into, then the following pieces whole. *)
 let iter_body_pieces () =
@@ -350,6 +397,8 @@ let tests =
     Alcotest.test_case "header split across pieces" `Quick header_split_across_pieces;
     Alcotest.test_case "the body's pieces after a pull" `Quick iter_body_pieces;
     Alcotest.test_case "the body as a string, one copy" `Quick body_string_one_copy;
+    Alcotest.test_case "copied to a datagram after each pull" `Quick blit_after_pulls;
+    Alcotest.test_case "received messages' headers kept apart" `Quick received_heads_apart;
     Alcotest.test_case "retained versions do not corrupt each other" `Quick retained_versions;
     Alcotest.test_case "pushed bytes are shared, never written" `Quick push_bytes_shared;
     retained_versions_prop;
