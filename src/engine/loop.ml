@@ -215,20 +215,17 @@ let guard t what f =
 
 (* Fires the timers due at [now] that existed when the round began, so that
    a timer that sets another for now cannot keep the loop here. *)
-let fire_timers t now =
-  let h = t.heap in
-  let limit = h.next_seq in
-  let rec go () =
-    if h.n > 0 && not t.stopped then begin
-      let x = h.a.(0) in
-      if x.time <= now && x.seq < limit then begin
-        remove h 0;
-        guard t "timer" x.f;
-        go ()
-      end
+let rec fire_due t h now limit =
+  if h.n > 0 && not t.stopped then begin
+    let x = h.a.(0) in
+    if x.time <= now && x.seq < limit then begin
+      remove h 0;
+      guard t "timer" x.f;
+      fire_due t h now limit
     end
-  in
-  go ()
+  end
+
+let fire_timers t now = fire_due t t.heap now t.heap.next_seq
 
 (* Before a wait that may block, a loop that watches one descriptor with a
    [try_read] reads it without waiting: in a ping-pong between two

@@ -323,39 +323,39 @@ let min_batch = 4
 let receive_calls_made = ref 0
 let receive_calls () = !receive_calls_made
 
-let receive c ~group fd last batch l =
-  let rec round budget =
-    if budget > 0 && not c.closed then begin
-      let ask = Int.min !batch budget in
-      incr receive_calls_made;
-      match c_recvmmsg_into fd l.bufs l.offs slot ask l.results with
-      | exception Unix.Unix_error (e, fn, _) ->
-          Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e));
-          false
-      | r ->
-          (* The kernel's drop counter is written only when something was
-             received (the slot after [ask] results may hold an earlier
-             call's result otherwise). *)
-          let o = if r > 0 then l.results.(2 * ask) else -1 in
-          if o >= 0 then begin
-            c.dropped <- c.dropped + ((o - !last) land 0xffff_ffff);
-            last := o
-          end;
-          let i = ref 0 in
-          while !i < r && not c.closed do
-            deliver c ~group l !i l.results.(2 * !i) l.results.((2 * !i) + 1);
-            incr i
-          done;
-          if r = ask then begin
-            batch := Int.min nslots (Int.max !batch (2 * ask));
-            ignore (round (budget - r) : bool)
-          end
-          else if r > 0 then batch := Int.min nslots (Int.max min_batch (2 * r));
-          r > 0
-    end
-    else false
-  in
-  round (rounds * nslots)
+(* A function of its own, not a closure made for each read. *)
+let rec round c ~group fd last batch l budget =
+  if budget > 0 && not c.closed then begin
+    let ask = Int.min !batch budget in
+    incr receive_calls_made;
+    match c_recvmmsg_into fd l.bufs l.offs slot ask l.results with
+    | exception Unix.Unix_error (e, fn, _) ->
+        Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e));
+        false
+    | r ->
+        (* The kernel's drop counter is written only when something was
+           received (the slot after [ask] results may hold an earlier
+           call's result otherwise). *)
+        let o = if r > 0 then l.results.(2 * ask) else -1 in
+        if o >= 0 then begin
+          c.dropped <- c.dropped + ((o - !last) land 0xffff_ffff);
+          last := o
+        end;
+        let i = ref 0 in
+        while !i < r && not c.closed do
+          deliver c ~group l !i l.results.(2 * !i) l.results.((2 * !i) + 1);
+          incr i
+        done;
+        if r = ask then begin
+          batch := Int.min nslots (Int.max !batch (2 * ask));
+          ignore (round c ~group fd last batch l (budget - r) : bool)
+        end
+        else if r > 0 then batch := Int.min nslots (Int.max min_batch (2 * r));
+        r > 0
+  end
+  else false
+
+let receive c ~group fd last batch l = round c ~group fd last batch l (rounds * nslots)
 
 (* The reader of [fd] for the loop: when readable, and without a wait
    ({!Loop.watch}'s [try_read]). *)

@@ -277,14 +277,7 @@ module Make (T : Transport.S) = struct
     q.count <- 0
 
   (* The first byte of [msg], or -1 if it is empty. *)
-  let first_byte msg =
-    let buf, off, len = Msg.headers msg in
-    if len > 0 then Bytes.get_uint8 buf off
-    else begin
-      let b = ref (-1) in
-      Msg.iter_body (fun ba o _ -> if !b < 0 then b := Char.code (Bigarray.Array1.get ba o)) msg;
-      !b
-    end
+  let first_byte = Msg.first_byte
 
   (* [direct c q msg] sends [msg] at once, in a bundle of one if it would
      read as a bundle. *)
