@@ -4,10 +4,22 @@ let empty = []
 let length t = List.fold_left (fun n v -> n + Iovec.length v) 0 t
 let of_string pool s = if s = "" then [] else [ Pool.of_string pool s ]
 
+(* One copy into the result, no intermediate string per piece. *)
+let rec blit_pieces b off = function
+  | [] -> ()
+  | v :: rest ->
+      let n = Iovec.length v in
+      Cstruct.blit_to_bytes (Iovec.cstruct v) 0 b off n;
+      blit_pieces b (off + n) rest
+
 let to_string t =
-  let b = Buffer.create (length t) in
-  List.iter (fun v -> Buffer.add_string b (Iovec.to_string v)) t;
-  Buffer.contents b
+  match t with
+  | [] -> ""
+  | [ v ] -> Iovec.to_string v
+  | t ->
+      let b = Bytes.create (length t) in
+      blit_pieces b 0 t;
+      Bytes.unsafe_to_string b
 
 let append a b = a @ b
 let retain t = List.map Iovec.retain t

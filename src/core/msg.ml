@@ -277,6 +277,32 @@ let iter_body f t =
   check t "iter_body";
   iter_pieces f t.boff t.body
 
+(* Cstruct's own copy, without a Cstruct.t per piece. *)
+external unsafe_blit_bigstring_to_bytes : Cstruct.buffer -> int -> Bytes.t -> int -> int -> unit
+  = "caml_blit_bigstring_to_string"
+[@@noalloc]
+
+(* [body_string]'s destination, between two pieces. *)
+let dst = ref Bytes.empty
+let dst_off = ref 0
+
+let blit_piece buf off len =
+  unsafe_blit_bigstring_to_bytes buf off !dst !dst_off len;
+  dst_off := !dst_off + len
+
+let body_string t =
+  check t "body_string";
+  let n = Iovecs.length t.body - t.boff in
+  if n <= 0 then ""
+  else begin
+    let b = Bytes.create n in
+    dst := b;
+    dst_off := 0;
+    iter_pieces blit_piece t.boff t.body;
+    dst := Bytes.empty;
+    Bytes.unsafe_to_string b
+  end
+
 let to_iovec pool t =
   let v = Pool.alloc pool (length t) in
   ignore (blit_to t (Iovec.cstruct v) 0);

@@ -78,6 +78,10 @@ val iter_body : (Cstruct.buffer -> int -> int -> unit) -> t -> unit
 (** [iter_body f t] calls [f buf off len] on each non-empty piece of [t]'s body after its headers,
     in order, without copying or taking references: the other pieces of a scatter-gather write. *)
 
+val body_string : t -> string
+(** [body_string t] is a copy of what {!body} would give, in one string, made with one copy and no
+    other allocation. [t] stays live. *)
+
 val to_iovec : Pool.t -> t -> Iovec.t
 (** [to_iovec pool t] is one fresh slice holding all of [t]'s bytes, the form in which it crosses a
     network. [t] stays live. *)

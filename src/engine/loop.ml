@@ -265,12 +265,43 @@ let read_early t wait =
           t.backoff <- 0
         end
         else begin
-          t.backoff <- (if t.backoff = 0 then 1 else min max_backoff (2 * t.backoff));
+          t.backoff <- (if t.backoff = 0 then 1 else Int.min max_backoff (2 * t.backoff));
           t.skip <- t.backoff
         end;
         got
       end
   | _ -> false
+
+(* The descriptors that [epoll_wait] found ready, [n] of them in
+   [t.ready], served in the order they were watched. *)
+let serve_many t n =
+  let ready = ref [] in
+  for i = 0 to n - 1 do
+    let fd = t.ready.(i) in
+    match t.tfd with
+    | Some f when f == fd -> t.armed <- max_int
+    | _ -> ( match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ())
+  done;
+  let ready =
+    match !ready with
+    | ([] | [ _ ]) as l -> l
+    | l -> List.sort (fun a b -> compare a.order b.order) l
+  in
+  (* Callbacks may unwatch others: skip what is no longer active. *)
+  List.iter (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb) ready
+
+(* One ready descriptor, the common case: no list, and no lookup when it
+   is the only one watched. *)
+let serve_one t fd =
+  match t.tfd with
+  | Some f when f == fd -> t.armed <- max_int
+  | _ -> (
+      let w =
+        match t.only with Some w when w.fd == fd -> t.only | _ -> Hashtbl.find_opt t.ws fd
+      in
+      match w with
+      | Some w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb
+      | None -> ())
 
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)
@@ -332,23 +363,7 @@ let wait_and_serve ?(next = max_int) t wait =
           end
           else epoll_wait ep t.ready wait
         in
-        let ready = ref [] in
-        for i = 0 to n - 1 do
-          let fd = t.ready.(i) in
-          match t.tfd with
-          | Some f when f == fd -> t.armed <- max_int
-          | _ -> (
-              match Hashtbl.find_opt t.ws fd with Some w -> ready := w :: !ready | None -> ())
-        done;
-        let ready =
-          match !ready with
-          | ([] | [ _ ]) as l -> l
-          | l -> List.sort (fun a b -> compare a.order b.order) l
-        in
-        (* Callbacks may unwatch others: skip what is no longer active. *)
-        List.iter
-          (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb)
-          ready
+        if n = 1 then serve_one t t.ready.(0) else serve_many t n
 
 let run ?(until = fun () -> false) ?timeout t =
   if t.running then invalid_arg "Loop.run: already running";
@@ -370,8 +385,8 @@ let run ?(until = fun () -> false) ?timeout t =
         else if t.heap.n = 0 && Hashtbl.length t.ws = 0 then ()
         else begin
           let n = now t in
-          let next = if t.heap.n > 0 then min t.heap.a.(0).time deadline else deadline in
-          let wait = if next = max_int then -1 else max 0 (next - n) in
+          let next = if t.heap.n > 0 then Int.min t.heap.a.(0).time deadline else deadline in
+          let wait = if next = max_int then -1 else Int.max 0 (next - n) in
           wait_and_serve ~next t wait;
           go ()
         end

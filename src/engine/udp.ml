@@ -163,9 +163,10 @@ let clear_sgl () =
   done;
   sgl.n <- 0
 
-(* [with_sgl pool msg f] fills [sgl] with [msg]'s pieces, or with one copy
-   of its bytes when it has too many pieces, and runs [f]. *)
-let with_sgl pool msg f =
+(* [fill_sgl pool msg] fills [sgl] with [msg]'s pieces, or with one copy
+   of its bytes when it has too many pieces: the copy is returned, to be
+   released with [done_sgl] once sent. *)
+let fill_sgl pool msg =
   let hdr, hoff, hlen = Msg.headers msg in
   sgl.hdr <- hdr;
   sgl.hoff <- hoff;
@@ -173,7 +174,7 @@ let with_sgl pool msg f =
   sgl.n <- 0;
   pieces := 0;
   Msg.iter_body add_piece msg;
-  if !pieces <= max_pieces then Fun.protect ~finally:clear_sgl f
+  if !pieces <= max_pieces then None
   else begin
     clear_sgl ();
     let v = Msg.to_iovec pool msg in
@@ -183,12 +184,24 @@ let with_sgl pool msg f =
     sgl.n <- 0;
     pieces := 0;
     add_piece cs.Cstruct.buffer cs.Cstruct.off cs.Cstruct.len;
-    Fun.protect
-      ~finally:(fun () ->
-        clear_sgl ();
-        Iovec.release v)
-      f
+    Some v
   end
+
+let done_sgl copy =
+  clear_sgl ();
+  match copy with Some v -> Iovec.release v | None -> ()
+
+(* [with_sgl pool msg f] fills [sgl] with [msg] and runs [f]. *)
+let with_sgl pool msg f =
+  let copy = fill_sgl pool msg in
+  match f () with
+  | r ->
+      done_sgl copy;
+      r
+  | exception e ->
+      let bt = Printexc.get_raw_backtrace () in
+      done_sgl copy;
+      Printexc.raise_with_backtrace e bt
 
 (* Datagrams land in slots of 64 KiB, each a slice of a segment of its own
    from [receive_pool]. A datagram of more than [copybreak] bytes is handed
@@ -313,7 +326,7 @@ let receive_calls () = !receive_calls_made
 let receive c ~group fd last batch l =
   let rec round budget =
     if budget > 0 && not c.closed then begin
-      let ask = min !batch budget in
+      let ask = Int.min !batch budget in
       incr receive_calls_made;
       match c_recvmmsg_into fd l.bufs l.offs slot ask l.results with
       | exception Unix.Unix_error (e, fn, _) ->
@@ -334,10 +347,10 @@ let receive c ~group fd last batch l =
             incr i
           done;
           if r = ask then begin
-            batch := min nslots (max !batch (2 * ask));
+            batch := Int.min nslots (Int.max !batch (2 * ask));
             ignore (round (budget - r) : bool)
           end
-          else if r > 0 then batch := min nslots (max min_batch (2 * r));
+          else if r > 0 then batch := Int.min nslots (Int.max min_batch (2 * r));
           r > 0
     end
     else false
@@ -472,10 +485,20 @@ let check_send c msg =
     let len = Msg.length msg in
     if len > mtu then Error (`Too_big (len, mtu)) else Ok len
 
+(* One datagram to one address: [with_sgl] without a closure per datagram. *)
+let send_sgl c dst len msg =
+  let copy = fill_sgl c.pool msg in
+  match send_one c dst len with
+  | r ->
+      done_sgl copy;
+      r
+  | exception e ->
+      let bt = Printexc.get_raw_backtrace () in
+      done_sgl copy;
+      Printexc.raise_with_backtrace e bt
+
 let send c ~dst msg =
-  match check_send c msg with
-  | Error _ as e -> e
-  | Ok len -> with_sgl c.pool msg (fun () -> send_one c dst len)
+  match check_send c msg with Error _ as e -> e | Ok len -> send_sgl c dst len msg
 
 (* Sends to [dsts.(0 .. n-1)], by [sendmmsg] in runs of [max_msgs]; tries
    every destination and returns the first error. *)
@@ -510,11 +533,11 @@ let cast c ~dsts msg =
   | Error _ as e -> e
   | Ok len -> (
       match c.group with
-      | Some (g, _) -> with_sgl c.pool msg (fun () -> send_one c g len)
+      | Some (g, _) -> send_sgl c g len msg
       | None -> (
           match dsts with
           | [] -> Ok ()
-          | [ dst ] -> with_sgl c.pool msg (fun () -> send_one c dst len)
+          | [ dst ] -> send_sgl c dst len msg
           | dsts ->
               let n = List.length dsts in
               if Array.length !dsts_buf < n then dsts_buf := Array.make n 0;

@@ -223,13 +223,20 @@ module Make (T : Transport.S) = struct
         c.timer <- None;
         T.cancel tm
     | None -> ());
-    let qs = List.rev c.ready in
-    c.ready <- [];
-    List.iter
-      (fun q ->
+    match c.ready with
+    | [] -> ()
+    | [ q ] ->
+        (* The common case, without a list or a closure. *)
+        c.ready <- [];
         q.waiting <- false;
-        flush_queue c q)
-      qs
+        flush_queue c q
+    | ready ->
+        c.ready <- [];
+        List.iter
+          (fun q ->
+            q.waiting <- false;
+            flush_queue c q)
+          (List.rev ready)
 
   let discard c =
     let drop q =

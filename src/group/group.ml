@@ -812,10 +812,8 @@ module Make (T : Transport.S) = struct
     | _ -> deliver_string t cell src msg
 
   and deliver_string t cell (src : Event.src) msg =
-    let body = Msg.body msg in
+    let s = Msg.body_string msg in
     Msg.release msg;
-    let s = Iovecs.to_string body in
-    Iovecs.release body;
     t.copies <- t.copies + 1;
     t.copied_bytes <- t.copied_bytes + String.length s;
     match !cell with

@@ -490,7 +490,7 @@ module Make (T : Transport.S) = struct
   type timer = T.timer
 
   let now t = T.now t.inner
-  let at t = T.at t.inner
+  let at t time f = T.at t.inner time f
   let cancel = T.cancel
 
   let stats c : stats =
@@ -580,8 +580,17 @@ module Make (T : Transport.S) = struct
         | None -> Ok ()
         | Some m -> Fun.protect ~finally:(fun () -> Msg.release m) (fun () -> f m))
 
-  let send c ~dst msg = with_sealed c msg (fun m -> T.send c.c ~dst m)
-  let cast c ~dsts msg = with_sealed c msg (fun m -> T.cast c.c ~dsts m)
+  (* In clear, no closure per datagram. *)
+  let send c ~dst msg =
+    match c.t.seal with
+    | None -> T.send c.c ~dst msg
+    | Some _ -> with_sealed c msg (fun m -> T.send c.c ~dst m)
+
+  let cast c ~dsts msg =
+    match c.t.seal with
+    | None -> T.cast c.c ~dsts msg
+    | Some _ -> with_sealed c msg (fun m -> T.cast c.c ~dsts m)
+
   let close c = T.close c.c
   let control c = T.control c.c
 

@@ -160,6 +160,42 @@ let iter_body_pieces () =
   Msg.release m;
   no_leaks pool
 
+(* [body_string] is the body after the pulled headers, as [body] gives it,
+   in one copy: across pieces, after pulls inside a piece and of whole
+   pieces, with pushed headers left out, and empty; a 16-byte body costs
+   its string (4 words) and nothing else. *)
+let body_string_one_copy () =
+  let pool = fresh_pool () in
+  let same what m =
+    let b = Msg.body m in
+    Alcotest.(check string) what (Iovecs.to_string b) (Msg.body_string m);
+    Iovecs.release b
+  in
+  let m =
+    Msg.create
+      (Iovecs.of_string pool "abcdef" @ Iovecs.of_string pool "ghijk" @ Iovecs.of_string pool "lm")
+  in
+  Alcotest.(check string) "nothing pulled" "abcdefghijklm" (Msg.body_string m);
+  let _, m = pull_ok Codec.(fixed_string 4) m in
+  Alcotest.(check string) "4 bytes pulled" "efghijklm" (Msg.body_string m);
+  same "as body, 4 pulled" m;
+  let _, m = pull_ok Codec.(fixed_string 8) m in
+  Alcotest.(check string) "12 bytes pulled" "m" (Msg.body_string m);
+  let _, m = pull_ok Codec.(fixed_string 1) m in
+  Alcotest.(check string) "all pulled" "" (Msg.body_string m);
+  Msg.release m;
+  let m = Msg.push h1 0x1111 (Msg.of_string pool "0123456789abcdef") in
+  Alcotest.(check string) "pushed headers left out" "0123456789abcdef" (Msg.body_string m);
+  same "as body, pushed" m;
+  let w0 = Gc.minor_words () in
+  for _ = 1 to 1000 do
+    ignore (Sys.opaque_identity (Msg.body_string m))
+  done;
+  let words = (Gc.minor_words () -. w0) /. 1000. in
+  if words > 4.5 then Alcotest.failf "%.1f minor words for 16 bytes (at most 4)" words;
+  Msg.release m;
+  no_leaks pool
+
 let retained_versions () =
   let pool = fresh_pool () in
   let base = Msg.of_string pool "body" in
@@ -360,6 +396,7 @@ let tests =
     Alcotest.test_case "pull after sending" `Quick over_the_wire;
     Alcotest.test_case "header split across pieces" `Quick header_split_across_pieces;
     Alcotest.test_case "the body's pieces after a pull" `Quick iter_body_pieces;
+    Alcotest.test_case "the body as a string, one copy" `Quick body_string_one_copy;
     Alcotest.test_case "copied to a datagram after each pull" `Quick blit_after_pulls;
     Alcotest.test_case "received messages' headers kept apart" `Quick received_heads_apart;
     Alcotest.test_case "retained versions do not corrupt each other" `Quick retained_versions;
