@@ -13,8 +13,8 @@ type row = {
    stack sends becomes one datagram buffer handed to member 1's stack (and
    the other way for acknowledgements and credits), as a transport would,
    with no system call between them. Member 0 casts; a message is done when
-   member 1's application has it. Timers run when they are due, on the real
-   clock, as in a member process. *)
+   member 1's application has it. Timers run when they are due, on the
+   engine's clock, as in a member process. *)
 let pair ?(sender = 0) ~fused layers =
   let members = [| "m0"; "m1" |] in
   let stacks = [| None; None |] in
@@ -36,7 +36,7 @@ let pair ?(sender = 0) ~fused layers =
         rng = Rng.create (me + 1);
         params = Params.empty;
         pool = Pool.default;
-        now = (fun () -> Int64.to_int (Mtime_clock.elapsed_ns ()));
+        now = Consort_engine.Loop.clock;
       }
     in
     let app =
@@ -64,7 +64,7 @@ let pair ?(sender = 0) ~fused layers =
     done
   in
   let timers () =
-    let now = Int64.to_int (Mtime_clock.elapsed_ns ()) in
+    let now = Consort_engine.Loop.clock () in
     for i = 0 to 1 do
       let s = get i in
       if Stack.next_alarm s <= now then Stack.timer s now

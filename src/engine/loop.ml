@@ -58,6 +58,7 @@ external clock_ns : unit -> (int[@untagged]) = "consort_clock_ns_byte" "consort_
 [@@noalloc]
 
 let now _ = clock_ns ()
+let clock () = clock_ns ()
 
 let create () =
   {

@@ -19,6 +19,10 @@ val now : t -> Consort.Time.t
 (** [now t] is the monotonic clock in nanoseconds (its origin is arbitrary; only differences mean
     something). *)
 
+val clock : unit -> Consort.Time.t
+(** [clock ()] reads the clock {!now} reads, with no loop at hand (a stack's [now] outside a member
+    process's loop); it allocates nothing. *)
+
 (** {1 Timers} *)
 
 type timer
