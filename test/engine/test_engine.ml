@@ -41,6 +41,19 @@ let open_rx ?pool loop =
   let c = get (Udp.open_with ?pool loop (addr "127.0.0.1:0") (handler rx)) in
   (c, rx)
 
+(* A socket whose handler counts in [n] the datagrams it receives and
+   releases them. *)
+let open_counting ~pool loop n =
+  get
+    (Udp.open_with ~pool loop (addr "127.0.0.1:0") (fun _ ->
+         {
+           Udp.recv =
+             (fun ~src:_ v ->
+               incr n;
+               Iovec.release v);
+           closed = ignore;
+         }))
+
 let wait loop ?(timeout = ms 3000) cond =
   Loop.run loop ~timeout ~until:cond;
   cond ()
@@ -392,17 +405,7 @@ let receive_allocates_little () =
   with_pool @@ fun pool ->
   let loop = Loop.create () in
   let got = ref 0 in
-  let c =
-    get
-      (Udp.open_with ~pool loop (addr "127.0.0.1:0") (fun _ ->
-           {
-             Udp.recv =
-               (fun ~src:_ v ->
-                 incr got;
-                 Iovec.release v);
-             closed = ignore;
-           }))
-  in
+  let c = open_counting ~pool loop got in
   let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
   let port =
     match Udp.local c |> Udp.address_to_string |> String.split_on_char ':' with
@@ -550,17 +553,7 @@ let throughput () =
   let loop = Loop.create () in
   let a, _ = open_rx ~pool loop in
   let count = ref 0 in
-  let b =
-    get
-      (Udp.open_with ~pool loop (addr "127.0.0.1:0") (fun _ ->
-           {
-             Udp.recv =
-               (fun ~src:_ v ->
-                 incr count;
-                 Iovec.release v);
-             closed = ignore;
-           }))
-  in
+  let b = open_counting ~pool loop count in
   let n = 50_000 and chunk = 200 in
   let body = Pool.of_string pool (String.make 100 'y') in
   let sent = ref 0 in
