@@ -126,6 +126,19 @@ let safe_waits_for_deaf () =
   H.stop h;
   Alcotest.(check int) "no buffer leaked" 0 (Pool.leak_check pool)
 
+(* What the tests that cut member 0's datagrams to member 3 share: the cut
+   (on while [!cut]), each member's casts delivered (newest first) and the
+   harness's [deliver] and [drop] for them. *)
+let orders_cut_to_3 n =
+  let cut = ref true in
+  let got = Array.make n [] in
+  let deliver i (src : Event.src) msg =
+    (match src with Event.Cast_from _ -> got.(i) <- Msg.to_string msg :: got.(i) | _ -> ());
+    Msg.release msg
+  in
+  let drop ~src ~dst _ = !cut && src = 0 && dst = 3 in
+  (cut, got, deliver, drop)
+
 (* A flood while the sequencer's datagrams to member 3 are lost: member 3
    gets the casts (and returns credit for them) but not their order. What
    waits there for its place stays within total.held and the flow control
@@ -135,13 +148,7 @@ let safe_waits_for_deaf () =
 let total_held_bounded () =
   let pool = Pool.create () in
   let n = 4 and k = 2000 and size = 2000 in
-  let cut = ref true in
-  let got = Array.make n [] in
-  let deliver i (src : Event.src) msg =
-    (match src with Event.Cast_from _ -> got.(i) <- Msg.to_string msg :: got.(i) | _ -> ());
-    Msg.release msg
-  in
-  let drop ~src ~dst _ = !cut && src = 0 && dst = 3 in
+  let cut, got, deliver, drop = orders_cut_to_3 n in
   let params = Result.get_ok (Params.of_string "total.held=65536,mflow.window=65536") in
   let h =
     H.create ~params ~net:H.perfect ~drop ~seed:3 ~pool ~n
@@ -184,13 +191,7 @@ let total_held_bounded () =
 let total_held_many fused () =
   let pool = Pool.create () in
   let n = 4 and k = 150 in
-  let cut = ref true in
-  let got = Array.make n [] in
-  let deliver i (src : Event.src) msg =
-    (match src with Event.Cast_from _ -> got.(i) <- Msg.to_string msg :: got.(i) | _ -> ());
-    Msg.release msg
-  in
-  let drop ~src ~dst _ = !cut && src = 0 && dst = 3 in
+  let cut, got, deliver, drop = orders_cut_to_3 n in
   let h =
     H.create ~fused ~net:H.perfect ~drop ~seed:5 ~pool ~n
       ~layers:(layers [ G.Properties.Gmp; Total ])
