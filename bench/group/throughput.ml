@@ -325,8 +325,11 @@ let to_json rows =
                 (List.map
                    (fun m ->
                      Printf.sprintf
-                       "{\"index\":%d,\"role\":%S,\"messages\":%d,\"expected\":%d,\"errors\":%d,\"seconds\":%s,\"messages_per_s\":%s,\"mb_per_s\":%s}"
-                       m.index m.role m.received m.expected m.errors (f m.seconds)
+                       "{\"index\":%d,\"role\":%S,\"rank\":%d,\"messages\":%d,\"expected\":%d,\"errors\":%d,\"seconds\":%s,\"messages_per_s\":%s,\"mb_per_s\":%s}"
+                       m.index m.role
+                       (Option.value ~default:(-1)
+                          (Option.bind (List.assoc_opt "rank" m.detail) int_of_string_opt))
+                       m.received m.expected m.errors (f m.seconds)
                        (f (rate r m))
                        (f (mb r m)))
                    r.members)))

@@ -269,6 +269,14 @@ let peer_tput results ~system ~label =
       })
     keys
 
+(* With one sender under Total (sequencer), whether the sender was the
+   sequencer changes what its casts wait for: the runs say how often. *)
+let sequencer_note kind row runs =
+  match (kind, member "senders" row, member "sender_first_runs" row) with
+  | "Total seq", Some (`Int 1), Some (`Int k) ->
+      Printf.sprintf "; the sender was the sequencer in %d of %d runs" k (List.length runs)
+  | _ -> ""
+
 let tput_rows results consort =
   let raw =
     List.filter_map
@@ -322,11 +330,24 @@ let tput_rows results consort =
             List.concat_map (fun r -> to_list (member "runs_slowest_messages_per_s" r)) rs
           in
           let ok = List.for_all (fun r -> member "ok" r = Some (`Bool true)) rs in
+          (* Runs in which member 0 (the one sender of a one-sender run) was
+             rank 0 of the view, Total's sequencer: its casts then wait for
+             no order. *)
+          let sender_first =
+            List.length
+              (List.filter
+                 (fun r ->
+                   List.exists
+                     (fun m -> member "index" m = Some (`Int 0) && member "rank" m = Some (`Int 0))
+                     (to_list (member "members" r)))
+                 rs)
+          in
           match List.hd rs with
           | `Assoc l ->
               `Assoc
                 (("runs_slowest_messages_per_s", `List runs)
                 :: ("ok", `Bool ok)
+                :: ("sender_first_runs", `Int sender_first)
                 :: List.filter (fun (n, _) -> n <> "runs_slowest_messages_per_s" && n <> "ok") l)
           | j -> j)
         keys
@@ -365,7 +386,8 @@ let tput_rows results consort =
                     (if ok && order = "total" then
                        "checked by consort bench: every cast once, in order, intact, one order"
                      else if ok then "checked by consort bench: every cast once, in order, intact"
-                     else "DELIVERIES INCOMPLETE OR WRONG");
+                     else "DELIVERIES INCOMPLETE OR WRONG")
+                    ^ sequencer_note kind row runs;
                   t_count = (match member "count" row with Some (`Int n) -> n | _ -> 0);
                 })
           merged

@@ -77,7 +77,7 @@ let consort_rtt =
   {|{"bench":"rtt","bytes":16,"rows":[{"kind":"raw UDP","placement":"same CPU","cpus":"0,0","n":100,"min_us":9.0,"median_us":10.0,"p99_us":12.0,"mean_us":10.0},{"kind":"group cast","placement":"same CPU","cpus":"0,0","n":100,"min_us":20.0,"median_us":30.0,"p99_us":40.0,"mean_us":30.0},{"kind":"group cast","placement":"different CPUs","cpus":"0,1","n":100,"min_us":20.0,"median_us":52.0,"p99_us":60.0,"mean_us":52.0}]}|}
 
 let consort_tput =
-  {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[50000,70000,60000],"members":[]},{"kind":"Total seq","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[40000],"members":[]}]}|}
+  {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[50000,70000,60000],"members":[]},{"kind":"Total seq","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[40000],"members":[{"index":0,"rank":0},{"index":1,"rank":1}]}]}|}
 
 let results =
   String.concat "\n"
@@ -166,7 +166,7 @@ let report () =
   (* Another round of Consort's throughput: its runs join the same row. *)
   write
     (Filename.concat d "consort-tput-2.json")
-    {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[80000],"members":[]}]}|};
+    {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[80000],"members":[]},{"kind":"Total seq","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[40000],"members":[{"index":0,"rank":2},{"index":1,"rank":0}]}]}|};
   write (Filename.concat d "skipped.tsv") "Something\tnot here\n";
   let out = Filename.concat d "out.json" in
   (match R.run ~dir:d ~out:(Some out) with Ok () -> () | Error e -> Alcotest.fail e);
@@ -206,6 +206,15 @@ let report () =
   Alcotest.(check int)
     "consort FIFO: 4 runs from 2 files" 4
     (List.length (lst (assoc "runs_msgs_per_s" cf)));
+  (* Member 0, the one sender, was rank 0 (the sequencer) in the first
+     round only; member 1 being rank 0 in the second does not count. *)
+  Alcotest.(check bool)
+    "total, 1 sender: how often the sender was the sequencer" true
+    (let c = str (assoc "checks" (trow "Consort Total seq" "loopback")) in
+     let sub = "the sender was the sequencer in 1 of 2 runs" in
+     let n = String.length c and k = String.length sub in
+     let rec go i = i + k <= n && (String.sub c i k = sub || go (i + 1)) in
+     go 0);
   let cpg = trow "Corosync CPG" "one" in
   Alcotest.(check bool) "CPG ok" true (assoc "ok" cpg = `Bool true);
   (* Slowest members 19000 and 21000: the median of two runs. *)
