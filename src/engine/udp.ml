@@ -191,6 +191,12 @@ let done_sgl copy =
   clear_sgl ();
   match copy with Some v -> Iovec.release v | None -> ()
 
+(* [sgl] emptied after an exception [e], which goes on. *)
+let done_sgl_raise copy e =
+  let bt = Printexc.get_raw_backtrace () in
+  done_sgl copy;
+  Printexc.raise_with_backtrace e bt
+
 (* [with_sgl pool msg f] fills [sgl] with [msg] and runs [f]. *)
 let with_sgl pool msg f =
   let copy = fill_sgl pool msg in
@@ -198,10 +204,7 @@ let with_sgl pool msg f =
   | r ->
       done_sgl copy;
       r
-  | exception e ->
-      let bt = Printexc.get_raw_backtrace () in
-      done_sgl copy;
-      Printexc.raise_with_backtrace e bt
+  | exception e -> done_sgl_raise copy e
 
 (* Datagrams land in slots of 64 KiB, each a slice of a segment of its own
    from [receive_pool]. A datagram of more than [copybreak] bytes is handed
@@ -492,10 +495,7 @@ let send_sgl c dst len msg =
   | r ->
       done_sgl copy;
       r
-  | exception e ->
-      let bt = Printexc.get_raw_backtrace () in
-      done_sgl copy;
-      Printexc.raise_with_backtrace e bt
+  | exception e -> done_sgl_raise copy e
 
 let send c ~dst msg =
   match check_send c msg with Error _ as e -> e | Ok len -> send_sgl c dst len msg

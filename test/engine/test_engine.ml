@@ -54,6 +54,17 @@ let open_counting ~pool loop n =
            closed = ignore;
          }))
 
+(* A plain socket, outside the engine, and the loopback address of [c]
+   to send to from it. *)
+let plain_sender c =
+  let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  let port =
+    match Udp.local c |> Udp.address_to_string |> String.split_on_char ':' with
+    | [ _; p ] -> int_of_string p
+    | _ -> Alcotest.fail "address"
+  in
+  (s, Unix.ADDR_INET (Unix.inet_addr_loopback, port))
+
 let wait loop ?(timeout = ms 3000) cond =
   Loop.run loop ~timeout ~until:cond;
   cond ()
@@ -222,13 +233,7 @@ let timer_armed_once () =
 let reads_before_waiting () =
   let loop = Loop.create () in
   let c, rx = open_rx loop in
-  let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  let port =
-    match Udp.local c |> Udp.address_to_string |> String.split_on_char ':' with
-    | [ _; p ] -> int_of_string p
-    | _ -> Alcotest.fail "address"
-  in
-  let dst = Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
+  let s, dst = plain_sender c in
   ignore (Unix.sendto_substring s "early" 0 5 [] dst);
   let far = Loop.after loop (Time.of_sec 10.) ignore in
   Alcotest.(check bool) "received" true (wait loop (fun () -> rx.got <> []));
@@ -406,13 +411,7 @@ let receive_allocates_little () =
   let loop = Loop.create () in
   let got = ref 0 in
   let c = open_counting ~pool loop got in
-  let s = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_DGRAM 0 in
-  let port =
-    match Udp.local c |> Udp.address_to_string |> String.split_on_char ':' with
-    | [ _; p ] -> int_of_string p
-    | _ -> Alcotest.fail "address"
-  in
-  let dst = Unix.ADDR_INET (Unix.inet_addr_loopback, port) in
+  let s, dst = plain_sender c in
   let far = Loop.after loop (Time.of_sec 60.) ignore in
   let until () = !got > 0 in
   let timeout = Time.of_sec 5. in
