@@ -236,25 +236,26 @@ let body t =
   let n = Iovecs.length t.body - t.boff in
   Iovecs.sub t.body ~off:t.boff ~len:n
 
-(* The body's bytes from [skip] on, copied to [dst] at [pos]: the offset
-   after. A function of its own, so that a copy (each datagram sent)
+(* The body's bytes from [skip] on, copied by [blit] (Cstruct's, to a
+   Cstruct or to bytes) to [dst] at [pos]: the offset after. A function of
+   its own, so that a copy (each datagram sent, each string delivered)
    allocates no closure and no reference. *)
-let rec blit_pieces dst pos skip = function
+let rec blit_pieces blit dst pos skip = function
   | [] -> pos
   | v :: rest ->
       let n = Iovec.length v in
-      if skip >= n then blit_pieces dst pos (skip - n) rest
+      if skip >= n then blit_pieces blit dst pos (skip - n) rest
       else begin
         let k = n - skip in
-        Cstruct.blit (Iovec.cstruct v) skip dst pos k;
-        blit_pieces dst (pos + k) 0 rest
+        blit (Iovec.cstruct v) skip dst pos k;
+        blit_pieces blit dst (pos + k) 0 rest
       end
 
 let blit_to t dst off =
   check t "blit_to";
   let used = header_length t in
   Cstruct.blit_from_bytes t.head.buf t.hoff dst off used;
-  blit_pieces dst (off + used) t.boff t.body - off
+  blit_pieces Cstruct.blit dst (off + used) t.boff t.body - off
 
 let headers t =
   check t "headers";
@@ -277,29 +278,13 @@ let iter_body f t =
   check t "iter_body";
   iter_pieces f t.boff t.body
 
-(* Cstruct's own copy, without a Cstruct.t per piece. *)
-external unsafe_blit_bigstring_to_bytes : Cstruct.buffer -> int -> Bytes.t -> int -> int -> unit
-  = "caml_blit_bigstring_to_string"
-[@@noalloc]
-
-(* [body_string]'s destination, between two pieces. *)
-let dst = ref Bytes.empty
-let dst_off = ref 0
-
-let blit_piece buf off len =
-  unsafe_blit_bigstring_to_bytes buf off !dst !dst_off len;
-  dst_off := !dst_off + len
-
 let body_string t =
   check t "body_string";
   let n = Iovecs.length t.body - t.boff in
   if n <= 0 then ""
   else begin
     let b = Bytes.create n in
-    dst := b;
-    dst_off := 0;
-    iter_pieces blit_piece t.boff t.body;
-    dst := Bytes.empty;
+    ignore (blit_pieces Cstruct.blit_to_bytes b 0 t.boff t.body);
     Bytes.unsafe_to_string b
   end
 
