@@ -5,8 +5,29 @@ let stack_cost iterations rounds out =
   let run ~iterations ~rounds () =
     let module C = Consort_peers_bench.Stack_cost in
     (* COST_ONLY=df (or dl): the default stack's fused (or layered) row alone; sf (or sl): its
-       sends. *)
+       sends; harness: the harness with no stack; by-layer: the default stack built up one layer
+       at a time from the bottom, both paths (COST_LAYERS=k: the lowest k layers alone, fused). *)
     match Sys.getenv_opt "COST_ONLY" with
+    | Some "harness" ->
+        let ns, w = C.harness_alone ~iterations ~rounds in
+        Ok
+          [
+            {
+              C.stack = "the harness alone (no stack)";
+              path = "none";
+              layers = 0;
+              ns_per_msg = ns;
+              words_per_msg = w;
+              major_words_per_msg = 0.;
+            };
+          ]
+    | Some "by-layer" -> (
+        match Sys.getenv_opt "COST_LAYERS" with
+        | None -> C.by_layer ~iterations ~rounds ()
+        | Some k -> (
+            match int_of_string_opt k with
+            | Some k when k >= 1 -> C.by_layer ~only:k ~iterations ~rounds ()
+            | _ -> Error ("COST_LAYERS: expected a number of layers, got " ^ k)))
     | Some "df" -> C.run_default ~iterations ~rounds ~fused:true ()
     | Some "dl" -> C.run_default ~iterations ~rounds ~fused:false ()
     | Some "sf" -> C.run_default ~iterations ~rounds ~send:true ~fused:true ()

@@ -321,3 +321,50 @@ let to_json rows =
              ("major_words_per_msg", `Float r.major_words_per_msg);
            ])
        rows)
+
+(* The harness's own work for one message with no stack: the message made,
+   copied to one buffer as a transport would, handed over through the
+   queue, taken back as a message and released, as [pair]'s net and
+   deliver do. *)
+let harness_alone ~iterations ~rounds =
+  let body = Lazy.force body in
+  let pending = Queue.create () in
+  let delivered = ref 0 in
+  let f () =
+    let msg = Msg.create [ Iovec.retain body ] in
+    let v = Msg.to_iovec Pool.default msg in
+    Msg.release msg;
+    Queue.push (1, v) pending;
+    while not (Queue.is_empty pending) do
+      let _, v = Queue.pop pending in
+      let m = Msg.of_iovec v in
+      incr delivered;
+      Msg.release m
+    done
+  in
+  for _ = 1 to iterations do
+    f ()
+  done;
+  let ns, w, _ = measure ~iterations ~rounds f in
+  (ns, w)
+
+let default_layers () =
+  match Consort_group.Properties.layers Consort_group.Properties.vsync with
+  | Ok l -> l
+  | Error e -> failwith (Fmt.str "%a" Consort_group.Properties.pp_error e)
+
+let by_layer ?only ~iterations ~rounds () =
+  let all = default_layers () in
+  let n = List.length all in
+  let ks = match only with Some k -> [ k ] | None -> List.init n (fun i -> i + 1) in
+  let paths = match only with Some _ -> [ true ] | None -> [ true; false ] in
+  let rec go acc = function
+    | [] -> Ok (List.rev acc)
+    | (k, fused) :: rest -> (
+        let layers () = List.filteri (fun i _ -> i >= n - k) all in
+        let name = String.concat ":" (List.map Layer.name (layers ())) in
+        match run_stack ~iterations ~rounds ~name ~fused ~layers () with
+        | Ok r -> go (r :: acc) rest
+        | Error e -> Error e)
+  in
+  go [] (List.concat_map (fun k -> List.map (fun p -> (k, p)) paths) ks)

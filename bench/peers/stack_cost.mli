@@ -30,3 +30,13 @@ val ratios : row list -> string list
     layer and message above it (down at member 0 and up at member 1 count as two passes). *)
 
 val to_json : row list -> Yojson.Safe.t
+
+val harness_alone : iterations:int -> rounds:int -> float * float
+(** [harness_alone ~iterations ~rounds] is the harness's own cost with no stack (ns and minor words
+    per message): the message made, copied to one buffer as a transport would, handed over and taken
+    back, which every row includes. *)
+
+val by_layer : ?only:int -> iterations:int -> rounds:int -> unit -> (row list, string) result
+(** [by_layer ()] measures the default stack built up from the bottom, one layer more each time
+    (Bottom alone, then Suspect and Bottom, ...), fused and layered: what each layer adds on each
+    path. [~only:k] measures the lowest [k] layers alone, fused (for a profile). *)
