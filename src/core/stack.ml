@@ -41,6 +41,16 @@ and case =
   | Case : {
       s : 's;
       c : ('s, 'h) Layer.case;
+      off : int; (* the fnode's, and the case's parts, here to be found in one load *)
+      length : bool;
+      dn_ok : 's -> Event.dst -> int -> bool;
+      dn_part : 's -> Event.dst -> Msg.t -> int -> layered:Layer.above -> int array -> int -> unit;
+      dn_after_part :
+        's -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
+      up_ok : 's -> Event.src -> int -> int array -> int -> bool;
+      up_part :
+        's -> Event.src -> Msg.t -> int -> layered:Layer.above -> int array -> int -> Event.src;
+      up_after_part : 's -> Event.src -> int -> int array -> int -> unit;
       layered : Layer.above;
       local : Event.src -> Msg.t -> unit; (* [up] for [dn_after] *)
       dn_fast : bool; (* the part is not {!Layer.nothing_dn_fast}: call it *)
@@ -49,6 +59,7 @@ and case =
       up_after : bool;
     }
       -> case
+  | No_case (* the layer declared no case of this kind *)
 
 (* A layer's [live] (see {!Layer.case}) and its state. *)
 type live = Live : ('s -> bool) * 's -> live
@@ -77,6 +88,8 @@ type t = {
   mutable sorder : order;
   view : View.t;
   nodes : node array; (* bottom first *)
+  mutable cases : case array; (* the nodes' cases of a cast, {!No_case} where none *)
+  mutable scases : case array; (* of a send *)
   dues : Deadlines.t; (* when each node asked its timer to run, by node *)
   due_now : int array; (* the nodes whose timers run in this call of [timer] *)
   names : string list;
@@ -396,6 +409,14 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
         {
           s;
           c;
+          off;
+          length = c.length;
+          dn_ok = c.dn_ok;
+          dn_part = c.dn_fast;
+          dn_after_part = c.dn_after;
+          up_ok = c.up_ok;
+          up_part = c.up_fast;
+          up_after_part = c.up_after;
           layered;
           local;
           dn_fast = c.dn_fast != Layer.nothing_dn_fast;
@@ -478,7 +499,7 @@ let orders sel nodes =
             (not length)
             && if dn then (not dn_fast) && not dn_after else (not up_fast) && not up_after
         | None -> false)
-    | None -> false
+    | Some { case = No_case; _ } | None -> false
   in
   let lives =
     List.filter_map
@@ -690,6 +711,8 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             sorder = no_order;
             view = ctx.view;
             nodes;
+            cases = [||];
+            scases = [||];
             dues;
             due_now = Array.make n 0;
             names = List.map Layer.name layers;
@@ -778,6 +801,11 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
       let fixed, sized = above_sums send_node nodes in
       t.sfixed_above <- fixed;
       t.ssized_above <- sized;
+      let cases sel =
+        Array.map (fun n -> match sel n with Some f -> f.case | None -> No_case) nodes
+      in
+      t.cases <- cases cast_node;
+      t.scases <- cases send_node;
       let lives, plain, short = orders cast_node nodes in
       t.lives <- lives;
       t.plain <- plain;
@@ -864,16 +892,17 @@ let rec fused_dn t frame i dst msg mlen =
     t.net dst (Msg.push write_codec frame msg)
   end
   else
-    match t.nodes.(i).fast with
-    | Some { off; length; case = Case { s; c; layered; local; dn_fast; dn_after; _ }; _ } ->
+    match t.cases.(i) with
+    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
+      ->
         let len = if length then mlen + above t frame i else -1 in
-        if c.dn_ok s dst len then begin
-          if dn_fast then c.dn_fast s dst msg len ~layered frame off;
+        if dn_ok s dst len then begin
+          if dn_fast then dn_part s dst msg len ~layered frame off;
           fused_dn t frame t.order.next_dn.(i) dst msg mlen;
-          if dn_after then c.dn_after s dst len ~up:local frame off
+          if dn_after then dn_after_part s dst len ~up:local frame off
         end
         else dn_layered t frame i dst msg
-    | None -> dn_layered t frame i dst msg
+    | No_case -> dn_layered t frame i dst msg
 
 and dn_layered t frame i dst msg =
   t.left_dn.(i) <- t.left_dn.(i) + 1;
@@ -886,11 +915,11 @@ let rec fused_up t frame i src msg mlen =
     t.app.deliver src msg
   end
   else
-    match t.nodes.(i).fast with
-    | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
+    match t.cases.(i) with
+    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
         let len = if length then mlen + above t frame i else -1 in
-        if c.up_ok s src len frame off then begin
-          let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
+        if up_ok s src len frame off then begin
+          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
           if src' == Layer.held then t.fused_held <- t.fused_held + 1
           else fused_up t frame (next_up t.order src' (i + 1)) src' msg mlen;
           if up_after then
@@ -899,13 +928,13 @@ let rec fused_up t frame i src msg mlen =
                  bypass or is released by what came by it. *)
               let prev = t.releasing in
               t.releasing <- true;
-              c.up_after s src len frame off;
+              up_after_part s src len frame off;
               t.releasing <- prev
             end
-            else c.up_after s src len frame off
+            else up_after_part s src len frame off
         end
         else up_layered t frame i src msg
-    | None -> up_layered t frame i src msg
+    | No_case -> up_layered t frame i src msg
 
 (* Fields from the network that no layered header can hold (a number too
    large for its codec) make the datagram garbage. *)
@@ -1071,16 +1100,17 @@ let rec send_dn t frame i dst msg mlen =
     t.net dst (Msg.push send_codec frame msg)
   end
   else
-    match t.nodes.(i).sfast with
-    | Some { off; length; case = Case { s; c; layered; local; dn_fast; dn_after; _ }; _ } ->
+    match t.scases.(i) with
+    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
+      ->
         let len = if length then mlen + sabove t frame i else -1 in
-        if c.dn_ok s dst len then begin
-          if dn_fast then c.dn_fast s dst msg len ~layered frame off;
+        if dn_ok s dst len then begin
+          if dn_fast then dn_part s dst msg len ~layered frame off;
           send_dn t frame t.sorder.next_dn.(i) dst msg mlen;
-          if dn_after then c.dn_after s dst len ~up:local frame off
+          if dn_after then dn_after_part s dst len ~up:local frame off
         end
         else send_dn_layered t frame i dst msg
-    | None -> send_dn_layered t frame i dst msg
+    | No_case -> send_dn_layered t frame i dst msg
 
 and send_dn_layered t frame i dst msg =
   t.sleft_dn.(i) <- t.sleft_dn.(i) + 1;
@@ -1095,16 +1125,16 @@ let rec send_up t frame i src msg mlen =
     t.app.deliver src msg
   end
   else
-    match t.nodes.(i).sfast with
-    | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
+    match t.scases.(i) with
+    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
         let len = if length then mlen + sabove t frame i else -1 in
-        if c.up_ok s src len frame off then begin
-          let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
+        if up_ok s src len frame off then begin
+          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
           if src' != Layer.held then send_up t frame (next_sup t.sorder src' (i + 1)) src' msg mlen;
-          if up_after then c.up_after s src len frame off
+          if up_after then up_after_part s src len frame off
         end
         else send_up_layered t frame i src msg
-    | None -> send_up_layered t frame i src msg
+    | No_case -> send_up_layered t frame i src msg
 
 and send_up_layered t frame i src msg =
   t.sleft_up.(i) <- t.sleft_up.(i) + 1;
