@@ -75,7 +75,10 @@ let local_view t =
   Cstruct.blit_from_bytes t.head.buf t.hoff !local 0 used;
   Cstruct.sub !local 0 used
 
-let length t = header_length t + Iovecs.length t.body - t.boff
+(* A body of one piece (a received datagram, a cast as the application
+   made it) is measured without a walk of the list. *)
+let body_length = function [] -> 0 | [ v ] -> Iovec.length v | body -> Iovecs.length body
+let length t = header_length t + body_length t.body - t.boff
 
 let push c h t =
   check t "push";
