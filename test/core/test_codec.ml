@@ -350,10 +350,7 @@ let varints_one_pass () =
     Alcotest.(check int) "end" (Bytes.length b) w.pos;
     let b = Bytes.make (String.length expected + 5) 'z' in
     Alcotest.(check int) "end, in place" (String.length expected + 4) (Codec.write_varints_at b 4 a);
-    Alcotest.(check string)
-      "bytes, in place"
-      ("zzzz" ^ expected ^ "z")
-      (Bytes.to_string b);
+    Alcotest.(check string) "bytes, in place" ("zzzz" ^ expected ^ "z") (Bytes.to_string b);
     for cut = 0 to String.length expected do
       same "truncated" n (String.sub expected 0 cut)
     done;
