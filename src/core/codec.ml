@@ -183,39 +183,37 @@ let read_varint name (r : R.t) = read_varint_from name r (Cstruct.length r.cs) 0
 (* [Array.length a] varints in one pass over [len] bytes of [buf] from
    [base], starting at [pos], without a call per number or per byte:
    one-byte numbers (the common width) taken at once, the same errors as
-   [varint]. The offset after them. The loops are recursions whose state
-   is in their arguments, kept in registers. *)
-
-(* The bytes after the first of a number that began at [p]: [q] the next,
-   [acc] the bits so far; the number goes to [a.(k)]. *)
-let rec varint_rest (buf : Cstruct.buffer) base len (a : int array) k p q acc shift =
-  if q >= len then raise (Fail (`Truncated "varint"));
-  let c = Char.code (Bigarray.Array1.unsafe_get buf (base + q)) in
-  let acc = acc lor ((c land 0x7f) lsl shift) in
-  if c < 0x80 then begin
-    if c = 0 then fail "varint: overlong encoding";
-    if acc < 0 then fail "varint: overflow";
-    Array.unsafe_set a k acc;
-    q + 1
-  end
-  else if q + 1 - p = 9 then fail "varint: more than 9 bytes"
-  else varint_rest buf base len a k p (q + 1) acc (shift + 7)
-
-let rec varints_from (buf : Cstruct.buffer) base len (a : int array) k pos =
-  if k = Array.length a then pos
-  else begin
-    if pos >= len then raise (Fail (`Truncated "varint"));
-    let b = Char.code (Bigarray.Array1.unsafe_get buf (base + pos)) in
+   [varint]. The offset after them. *)
+let varints_in (buf : Cstruct.buffer) base len pos (a : int array) =
+  let pos = ref pos in
+  for k = 0 to Array.length a - 1 do
+    let p = !pos in
+    if p >= len then raise (Fail (`Truncated "varint"));
+    let b = Char.code (Bigarray.Array1.unsafe_get buf (base + p)) in
     if b < 0x80 then begin
       Array.unsafe_set a k b;
-      varints_from buf base len a (k + 1) (pos + 1)
+      pos := p + 1
     end
-    else
-      varints_from buf base len a (k + 1)
-        (varint_rest buf base len a k pos (pos + 1) (b land 0x7f) 7)
-  end
-
-let varints_in buf base len pos a = varints_from buf base len a 0 pos
+    else begin
+      let acc = ref (b land 0x7f) and shift = ref 7 and q = ref (p + 1) and last = ref false in
+      while not !last do
+        if !q >= len then raise (Fail (`Truncated "varint"));
+        let c = Char.code (Bigarray.Array1.unsafe_get buf (base + !q)) in
+        incr q;
+        acc := !acc lor ((c land 0x7f) lsl !shift);
+        if c land 0x80 = 0 then begin
+          if c = 0 then fail "varint: overlong encoding";
+          last := true
+        end
+        else if !q - p = 9 then fail "varint: more than 9 bytes"
+        else shift := !shift + 7
+      done;
+      if !acc < 0 then fail "varint: overflow";
+      Array.unsafe_set a k !acc;
+      pos := !q
+    end
+  done;
+  !pos
 
 let read_varints (r : R.t) (a : int array) =
   let cs = r.cs in
@@ -249,21 +247,19 @@ let varints_size (a : int array) =
 
 (* [write_varints] at [pos] of [buf], without a cursor: the offset after.
    The numbers were checked by [varints_size], which gave the room. *)
-let rec write_varint_at buf pos v =
-  if v land lnot 0x7f = 0 then begin
-    Bytes.unsafe_set buf pos (Char.unsafe_chr v);
-    pos + 1
-  end
-  else begin
-    Bytes.unsafe_set buf pos (Char.unsafe_chr (v land 0x7f lor 0x80));
-    write_varint_at buf (pos + 1) (v lsr 7)
-  end
-
-let rec write_varints_from buf (a : int array) k pos =
-  if k = Array.length a then pos
-  else write_varints_from buf a (k + 1) (write_varint_at buf pos (Array.unsafe_get a k))
-
-let write_varints_at buf pos (a : int array) = write_varints_from buf a 0 pos
+let write_varints_at buf pos (a : int array) =
+  let pos = ref pos in
+  for k = 0 to Array.length a - 1 do
+    let v = ref (Array.unsafe_get a k) in
+    while !v land lnot 0x7f <> 0 do
+      Bytes.unsafe_set buf !pos (Char.unsafe_chr (!v land 0x7f lor 0x80));
+      incr pos;
+      v := !v lsr 7
+    done;
+    Bytes.unsafe_set buf !pos (Char.unsafe_chr !v);
+    incr pos
+  done;
+  !pos
 
 let varint =
   {
