@@ -107,7 +107,7 @@ type t = {
   mutable sized_above : fnode array array;
       (* [sized_above.(i)]: the layers above [i] whose header sizes depend
          on their fields *)
-  rframe : int array; (* where a received compressed header is read *)
+  rframe : int array; (* a frame for the headers of layers with no fields (their constants) *)
   mutable fused_sent : int;
   mutable fused_received : int;
   mutable fused_delivered : int; (* casts the bypass delivered to the application *)
@@ -131,7 +131,6 @@ type t = {
   mutable reentry_refused : int; (* casts whose headers above could not be read back *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
-  rcodec : int Codec.t; (* the kind *)
   net : Event.dst -> Msg.t -> unit;
   app : app;
   sfused : bool; (* every layer declared the common case of a send, and the fused path is on *)
@@ -142,7 +141,6 @@ type t = {
   slengths : bool array;
   mutable sfixed_above : int array;
   mutable ssized_above : fnode array array;
-  srframe : int array;
   mutable sends_sent : int;
   mutable sends_received : int;
   mutable sends_delivered : int;
@@ -549,20 +547,6 @@ let fused_error count e msg =
   Log.debug (fun m -> m "dropped a compressed datagram: %a" Codec.pp_error e);
   Msg.release msg
 
-(* The compressed header: written from the frame of the cast going down,
-   read into a stack's [rframe]. *)
-let write_kind kind =
-  Codec.custom ~name:"fused"
-    ~size:(fun frame -> 2 + Codec.varints_size frame)
-    ~write:(fun w frame ->
-      Codec.write Codec.uint8 w tag;
-      Codec.write Codec.uint8 w kind;
-      Codec.write_varints w frame)
-    ~read:(fun _ -> Codec.fail "write only")
-
-let write_codec = write_kind 0
-let send_codec = write_kind 1
-
 (* Reads a compressed header: the kind, its fields in [frame] (a cast) or
    [sframe] (a send, where the stack reads them). *)
 let read_codec frame sframe =
@@ -652,7 +636,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                   done
             | None -> ())
           bottom_up;
-      let srframe = Array.make !snfields 0 in
       let lengths = Array.make n false in
       if all_fast then
         Array.iteri
@@ -743,7 +726,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             reentry_refused = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
-            rcodec = read_codec rframe (if all_send then Some srframe else None);
             net;
             app;
             sfused = fused && all_send;
@@ -754,7 +736,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             slengths;
             sfixed_above = [||];
             ssized_above = [||];
-            srframe;
             sends_sent = 0;
             sends_received = 0;
             sends_delivered = 0;
@@ -889,7 +870,7 @@ let next_sup o src k = match src with Event.Send_from _ -> o.first_up.(k) | _ ->
 let rec fused_dn t frame i dst msg mlen =
   if i < 0 then begin
     t.fused_sent <- t.fused_sent + 1;
-    t.net dst (Msg.push write_codec frame msg)
+    t.net dst (Msg.push_fields tag 0 frame msg)
   end
   else
     match t.cases.(i) with
@@ -1097,7 +1078,7 @@ let smlen t msg = if t.slengths.(Array.length t.nodes - 1) then Msg.length msg e
 let rec send_dn t frame i dst msg mlen =
   if i < 0 then begin
     t.sends_sent <- t.sends_sent + 1;
-    t.net dst (Msg.push send_codec frame msg)
+    t.net dst (Msg.push_fields tag 1 frame msg)
   end
   else
     match t.scases.(i) with
@@ -1166,32 +1147,43 @@ let send t rank msg =
 
 let dn_ctl t e = (top t).dn_ctl e
 
-let fused_send_ok t msg =
-  t.sends_received <- t.sends_received + 1;
+(* A compressed datagram's fields are read in place into the frame the
+   bypass runs with; one that does not decode is garbage. *)
+let recv_send t msg =
   let frame = senter t in
-  Array.blit t.srframe 0 frame 0 t.snfields;
-  match send_up t frame (sorder t).first_up.(0) Event.Raw msg (smlen t msg) with
-  | () -> sleave t
-  | exception e ->
+  match Msg.pull_fields 2 frame msg with
+  | exception Codec.Decode_error e ->
       sleave t;
-      raise e
+      t.ferror e msg
+  | msg -> (
+      t.sends_received <- t.sends_received + 1;
+      match send_up t frame (sorder t).first_up.(0) Event.Raw msg (smlen t msg) with
+      | () -> sleave t
+      | exception e ->
+          sleave t;
+          raise e)
 
-let fused_ok t kind msg =
-  if kind = 1 then fused_send_ok t msg
-  else begin
-    t.fused_received <- t.fused_received + 1;
-    let frame = enter t in
-    Array.blit t.rframe 0 frame 0 t.nfields;
-    match fused_up t frame (order t).first_up.(0) Event.Raw msg (mlen t msg) with
-    | () -> leave t
-    | exception e ->
-        leave t;
-        raise e
-  end
+let recv_cast t msg =
+  let frame = enter t in
+  match Msg.pull_fields 2 frame msg with
+  | exception Codec.Decode_error e ->
+      leave t;
+      t.ferror e msg
+  | msg -> (
+      t.fused_received <- t.fused_received + 1;
+      match fused_up t frame (order t).first_up.(0) Event.Raw msg (mlen t msg) with
+      | () -> leave t
+      | exception e ->
+          leave t;
+          raise e)
 
 let recv t msg =
   if t.all_fast && Msg.first_byte msg = tag then
-    Msg.pull_then t.rcodec msg t ~ok:fused_ok ~error:t.ferror
+    match Msg.byte_at msg 1 with
+    | 0 -> recv_cast t msg
+    | 1 when t.all_send -> recv_send t msg
+    | -1 -> t.ferror (`Truncated "fused") msg
+    | _ -> t.ferror (`Malformed "fused: unknown kind") msg
   else t.nodes.(0).up Event.Raw msg
 
 (* Only the layers whose alarm is due run, bottom first; each asks again

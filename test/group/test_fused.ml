@@ -808,6 +808,22 @@ let test_hostile si () =
     if total () = before && !delivered = got then
       Alcotest.failf "datagram %S left no trace in any counter" d
   done;
+  (* A cast of another member, well formed but for its kind (neither a
+     cast nor a send), and a datagram cut after the tag: compressed
+     garbage, never delivered. *)
+  let _, layers = stacks.(si) in
+  let cast = List.map varint (stamp :: 1 :: List.init (cast_fields layers - 2) (fun _ -> 0)) in
+  List.iter
+    (fun d ->
+      let garbage () = List.assoc "garbage" (Stack.fused_counters st) in
+      let before = garbage () and got = !delivered in
+      Stack.recv st (Msg.of_string pool d);
+      if !delivered > got then Alcotest.failf "datagram %S delivered" d;
+      Alcotest.(check int) (Printf.sprintf "%S: compressed garbage" d) (before + 1) (garbage ()))
+    ("\xc8"
+    :: List.map
+         (fun k -> String.concat "" ("\xc8" :: String.make 1 (Char.chr k) :: cast))
+         [ 2; 3; 0x80; 0xff ]);
   Stack.dn_ctl st Event.Stop;
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
 
