@@ -336,15 +336,12 @@ module L = struct
 
   let release_stable t o =
     let s = stable t o in
-    while t.released.(o) < s do
-      let seq = t.released.(o) in
-      if Msgring.mem t.held.(o) seq then begin
-        Msgring.release t.held.(o) seq;
-        t.nheld <- t.nheld - 1;
-        t.stable_released <- t.stable_released + 1
-      end;
-      t.released.(o) <- seq + 1
-    done
+    if t.released.(o) < s then begin
+      let k = Msgring.release_below t.held.(o) s in
+      t.nheld <- t.nheld - k;
+      t.stable_released <- t.stable_released + k;
+      t.released.(o) <- s
+    end
 
   (* How many casts of [o] every member of the view holds, the suspected
      ones included (as far as their statuses tell). *)
