@@ -180,10 +180,22 @@ let replace t seq m =
   end
 
 let replace_head t seq head m =
-  if Msg.header_length m = 0 && Msg.is_simple m then begin
-    release t seq;
-    let i = take_slot t seq in
-    let len = Msg.slice_length m in
+  let len = Msg.bare_slice_length m in
+  if len >= 0 then begin
+    (* Most often [seq] is the next after the greatest kept, within the
+       ring: nothing kept for it to release, and [take_slot] without a
+       call. *)
+    let i =
+      if t.count > 0 && seq = t.hi + 1 && seq - t.lo < Bytes.length t.kind then begin
+        t.hi <- seq;
+        t.count <- t.count + 1;
+        slot t seq
+      end
+      else begin
+        release t seq;
+        take_slot t seq
+      end
+    in
     Bytes.unsafe_set t.kind i '\001';
     if t.bufs.(i) != head then t.bufs.(i) <- head;
     t.hoffs.(i) <- 0;
