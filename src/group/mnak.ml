@@ -840,8 +840,6 @@ end
 module F = struct
   include L
 
-  let no_local = Msg.empty ()
-
   let cast =
     {
       Layer.nfields = 1;
@@ -858,8 +856,11 @@ module F = struct
           a.(off) <- seq);
       dn_after =
         (fun t _ _ ~up _ _ ->
+          (* [t.local] is left as it is (the record, now the app's, stays
+             reachable until the next cast): the next store then finds a
+             young value there, which needs no more work from the
+             collector's write barrier. *)
           let local = t.local in
-          t.local <- no_local;
           release_stable t t.rank;
           kick_status t;
           (* Up the fused path too: [local] has no layered header. *)
