@@ -374,6 +374,17 @@ let is_simple t =
   check t "is_simple";
   match t.body with [] -> true | [ v ] -> t.boff <= Iovec.length v | _ -> false
 
+let bare_slice_length t =
+  check t "bare_slice_length";
+  if t.hoff < Bytes.length t.head.buf then -1
+  else
+    match t.body with
+    | [] -> 0
+    | [ v ] ->
+        let n = Iovec.length v - t.boff in
+        if n >= 0 then n else -1
+    | _ -> -1
+
 let head_bytes t = t.head.buf
 let head_offset t = t.hoff
 

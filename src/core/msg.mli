@@ -115,6 +115,11 @@ val release : t -> unit
 val is_simple : t -> bool
 (** What is left of [t]'s body is one slice (or nothing). *)
 
+val bare_slice_length : t -> int
+(** [slice_length t] if [t] has no pushed header and is simple
+    ([header_length t = 0 && is_simple t]), else [-1]: one call where a store that keeps the slice
+    asks both. *)
+
 val head_bytes : t -> Bytes.t
 (** The buffer holding [t]'s pushed headers, from {!head_offset} to its end. A store that keeps it
     must not write it, nor pass it where it could be written. *)

@@ -169,6 +169,10 @@ module L = struct
     max_early : int;
     known : int array array; (* [known.(m).(o)]: [m] has the casts of [o] below this *)
     suspected : bool array; (* final within the view: not waited for, not asked *)
+    floor : int array;
+        (* not [tree]: [floor.(o)], the fewest casts of [o] that a member other
+           than this one and not suspected is known to have ([max_int] if
+           none), kept as [known] and [suspected] change *)
     answered : Time.t array array;
         (* [answered.(m).(o)]: when a NAK of [m] for [o] was last answered *)
     nak_at : Time.t array;
@@ -239,6 +243,7 @@ module L = struct
       max_early = max_early ctx.params;
       known = (if tree then Array.make n [||] else Array.make_matrix n n 0);
       suspected = Array.make n false;
+      floor = Array.make n (if n > 1 then 0 else max_int);
       answered = Array.make n [||];
       nak_at = Array.make n max_int;
       status_at = max_int;
@@ -325,26 +330,23 @@ module L = struct
     Msgring.replace_head t.held.(o) seq head msg;
     t.nheld <- t.nheld + 1
 
-  let stable t o =
-    if t.tree then Int.min (mine t o) t.gstable.(o)
-    else
-      let s = ref (mine t o) in
-      for m = 0 to t.n - 1 do
-        if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
-      done;
-      !s
+  let refresh_floor t o =
+    let s = ref max_int in
+    for m = 0 to t.n - 1 do
+      if m <> t.rank && (not t.suspected.(m)) && t.known.(m).(o) < !s then s := t.known.(m).(o)
+    done;
+    t.floor.(o) <- !s
+
+  let stable t o = Int.min (mine t o) (if t.tree then t.gstable.(o) else t.floor.(o))
 
   let release_stable t o =
     let s = stable t o in
-    while t.released.(o) < s do
-      let seq = t.released.(o) in
-      if Msgring.mem t.held.(o) seq then begin
-        Msgring.release t.held.(o) seq;
-        t.nheld <- t.nheld - 1;
-        t.stable_released <- t.stable_released + 1
-      end;
-      t.released.(o) <- seq + 1
-    done
+    if t.released.(o) < s then begin
+      let k = Msgring.release_below t.held.(o) s in
+      t.nheld <- t.nheld - k;
+      t.stable_released <- t.stable_released + k;
+      t.released.(o) <- s
+    end
 
   (* How many casts of [o] every member of the view holds, the suspected
      ones included (as far as their statuses tell). *)
@@ -403,6 +405,15 @@ module L = struct
         set_status t (!now + t.status_interval)
       end
     end
+
+  (* [kick] after an event that can only have closed gaps or left them as
+     they were (a cast made here; the next cast expected from an origin,
+     and what it released): every handler ends with a [kick], so each gap
+     worth asking about has its NAK armed already, and only the status
+     timer may be due to be armed. *)
+  let kick_status t =
+    if (not t.stopped) && t.status_at = max_int && (t.requested || busy t) then
+      set_status t (t.now () + t.status_interval)
 
   let rec drain t o =
     if not t.stopped then
@@ -463,7 +474,7 @@ module L = struct
           let local = Msg.retain msg in
           t.out.dn Event.Cast (Data { seq }) msg;
           release_stable t t.rank;
-          kick t;
+          kick_status t;
           t.out.up t.self local;
           tell_stable t
 
@@ -605,6 +616,7 @@ module L = struct
         else if o <> t.rank && v > t.highest.(o) then t.highest.(o) <- v
       done;
       for o = 0 to t.n - 1 do
+        refresh_floor t o;
         release_stable t o
       done;
       if busy then t.requested <- true;
@@ -736,7 +748,11 @@ module L = struct
       if t.tree then begin
         rebuild_tree t;
         Hashtbl.filter_map_inplace (fun c k -> if is_child t c then Some k else None) t.kids
-      end;
+      end
+      else
+        for o = 0 to t.n - 1 do
+          refresh_floor t o
+        done;
       for o = 0 to t.n - 1 do
         release_stable t o
       done;
@@ -824,8 +840,6 @@ end
 module F = struct
   include L
 
-  let no_local = Msg.empty ()
-
   let cast =
     {
       Layer.nfields = 1;
@@ -843,10 +857,13 @@ module F = struct
           a.(off) <- seq);
       dn_after =
         (fun t _ _ ~up _ _ ->
+          (* [t.local] is left as it is (the record, now the app's, stays
+             reachable until the next cast): the next store then finds a
+             young value there, which needs no more work from the
+             collector's write barrier. *)
           let local = t.local in
-          t.local <- no_local;
           release_stable t t.rank;
-          kick t;
+          kick_status t;
           (* Up the fused path too: [local] has no layered header. *)
           up t.self local;
           tell_stable t);
@@ -878,7 +895,7 @@ module F = struct
               drain t o;
               tell_stable t;
               if not t.stopped then release_stable t o;
-              kick t
+              kick_status t
           | _ -> ());
       expand = (fun a off -> Data { seq = a.(off) });
     }

@@ -1,7 +1,8 @@
-(** Messages by sequence number, owned: a {!Seqring} whose messages are kept taken apart (header
-    storage, segment, offset, length) in flat arrays. Keeping a message that is one slice of a
-    segment leaves nothing on the heap: a retransmission buffer of many messages gives the collector
-    nothing to promote. Other messages are kept whole. Every value returned is a new owner. *)
+(** Messages by sequence number, owned: a ring like {!Seqring} whose messages are kept taken apart
+    (header storage, segment, offset, length) in flat arrays indexed by the number. Keeping a
+    message that is one slice of a segment leaves nothing on the heap: a retransmission buffer of
+    many messages gives the collector nothing to promote. Other messages are kept whole. Every value
+    returned is a new owner. *)
 
 open Consort
 
@@ -29,6 +30,10 @@ val msg_length : t -> int -> int
 
 val release : t -> int -> unit
 (** Releases and forgets the message kept for [seq], if any. *)
+
+val release_below : t -> int -> int
+(** [release_below t s] releases and forgets every message kept for a number below [s], and says how
+    many there were; it visits only the numbers kept, not every number below [s]. *)
 
 val reset : t -> unit
 (** Releases everything kept; the arrays keep their size. *)

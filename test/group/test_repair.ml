@@ -200,6 +200,47 @@ let dead_origin () =
   H.stop h;
   check_no_leaks pool
 
+(* As [dead_origin], rank 0's cast held for rank 2 alone: it is released
+   as rank 0 suspects rank 2, not at the next status of rank 1. Looked at
+   every 100 us from the start. *)
+let released_on_suspicion () =
+  let pool = Pool.create () in
+  let params = Params.(empty |> set G.Suspect.Param.timeout (Time (Time.of_ms 300))) in
+  let drop ~src ~dst _ = src = 2 || dst = 2 in
+  let deliver _ _ msg = Msg.release msg in
+  let h =
+    H.create ~params ~fused:false ~net:H.perfect ~drop ~seed:1 ~pool ~n:3
+      ~layers:[ G.Mnak.layer; G.Suspect.layer; G.Bottom.layer ]
+      ~deliver ()
+  in
+  H.at h (Time.of_ms 2) (fun () -> Stack.cast (H.stack h 0) (Msg.of_string pool "from 0"));
+  let seen = ref None and held = ref 0 in
+  for k = 1 to 10_000 do
+    H.at h
+      (k * Time.of_us 100)
+      (fun () ->
+        if H.counter h 0 "mnak" "buffered" > 0 then incr held;
+        if !seen = None && H.counter h 0 "suspect" "suspected" > 0 then
+          seen := Some (H.counter h 0 "mnak" "buffered"))
+  done;
+  ignore (H.run ~until:(Time.of_sec 1.) h);
+  Alcotest.(check bool) "held while rank 2 was trusted" true (!held > 100);
+  Alcotest.(check (option int)) "released as rank 2 was suspected" (Some 0) !seen;
+  H.stop h;
+  check_no_leaks pool
+
+(* A cast above a gap arms the NAK for it at once: it goes out after
+   [nak_delay] (2 ms), not after the next status (20 ms). *)
+let nak_armed_by_gap () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; G.Bottom.layer ] in
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 1 }) ^ "b");
+  advance s (Time.of_ms 5);
+  Alcotest.(check int) "a NAK within 5 ms" 1 (naks s);
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Data { seq = 0 }) ^ "a");
+  Alcotest.(check int) "both delivered" 2 (List.length !(s.got));
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
 (* A burst of a full Mflow window of empty casts, its first cast lost to
    one member: every later one is buffered there, none dropped as beyond
    the window. *)
@@ -420,6 +461,9 @@ let () =
           Alcotest.test_case "a dead origin: no NAK once suspected, stability without it" `Quick
             dead_origin;
           Alcotest.test_case "a full Mflow window of empty casts fits the window" `Quick flow_burst;
+          Alcotest.test_case "a suspicion releases at once what waited for the suspected" `Quick
+            released_on_suspicion;
+          Alcotest.test_case "a cast above a gap arms its NAK at once" `Quick nak_armed_by_gap;
           Alcotest.test_case "tree: the root declares stability only once all are covered" `Quick
             tree_root;
           Alcotest.test_case "tree: reports to the parent; gaps from the root's word" `Quick

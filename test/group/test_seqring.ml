@@ -75,7 +75,7 @@ let span_shrinks () =
 
 (* Msgring against a hash table of strings: messages of one slice (taken apart), of no body, and of
    two slices (kept whole), with headers; kept (with [replace] or [replace_head]), copied, replaced,
-   released; every buffer comes back to the pool. *)
+   released one by one or all below a number; every buffer comes back to the pool. *)
 module M = Consort_group.Msgring
 open Consort
 
@@ -150,6 +150,14 @@ let msgring_as_hashtbl =
                   M.reset r;
                   Hashtbl.reset h
                 end
+            | 9 ->
+                let below = Hashtbl.fold (fun k _ acc -> if k < seq then k :: acc else acc) h [] in
+                List.iter (Hashtbl.remove h) below;
+                let k = M.release_below r seq in
+                if k <> List.length below then
+                  failwith
+                    (Printf.sprintf "release_below %d: %d released, %d kept below" seq k
+                       (List.length below))
             | _ -> ());
             let model = List.sort compare (Hashtbl.fold (fun k s acc -> (k, s) :: acc) h []) in
             let mine = List.rev (M.fold (fun k s acc -> (k, s) :: acc) r []) in
@@ -168,6 +176,26 @@ let msgring_as_hashtbl =
       in
       M.reset r;
       ok && Pool.leak_check pool = 0 && (Pool.stats pool).segments_in_use = 0)
+
+(* Releasing all below a number shrinks the span as releasing one by one does: a ring of 8 that
+   kept 0 to 7 and released all below 7 takes 14 in without growing. *)
+let msgring_span_shrinks () =
+  let pool = Pool.create () in
+  let r = M.create ~size:8 () in
+  let m = Msg.create [ Pool.of_string pool "x" ] in
+  for s = 0 to 7 do
+    M.replace_head r s Bytes.empty m
+  done;
+  Alcotest.(check int) "seven released" 7 (M.release_below r 7);
+  let before = Obj.reachable_words (Obj.repr r) in
+  M.replace_head r 14 Bytes.empty m;
+  Alcotest.(check int) "ring not grown" before (Obj.reachable_words (Obj.repr r));
+  Alcotest.(check (list int)) "kept" [ 7; 14 ] (List.rev (M.fold (fun s _ acc -> s :: acc) r []));
+  Alcotest.(check int) "none below 7" 0 (M.release_below r 7);
+  Alcotest.(check int) "both below 15" 2 (M.release_below r 15);
+  Alcotest.(check int) "empty" 0 (M.length r);
+  Msg.release m;
+  Alcotest.(check int) "every slice back" 0 (Pool.in_use pool)
 
 (* Keeping a message of one slice makes nothing that outlives the call: the collector has nothing
    to promote from a full ring. *)
@@ -243,5 +271,6 @@ let () =
               QCheck.Test.check_exn ~rand:(Random.State.make [| 23 |]) msgring_as_hashtbl);
           Alcotest.test_case "a message of one slice is kept off the heap" `Quick msgring_no_heap;
           Alcotest.test_case "replace_head allocates nothing" `Quick replace_head_allocates_nothing;
+          Alcotest.test_case "the span shrinks as all below a number go" `Quick msgring_span_shrinks;
         ] );
     ]
