@@ -103,8 +103,9 @@ end) : S
       handlers runs ([up], [dn], [up_ctl], [dn_ctl], [timer]), never in its fast parts. A layer that
       declares it and has no other part on one way ([dn_fast] and [dn_after] down, [up_fast] and
       [up_after] up) is then not visited on that way at all while every such layer of the stack is
-      live: the stack reads their [f] again only after some layered handler ran. {!constant_cast}
-      and {!constant_send} declare it; [None]: [dn_ok] and [up_ok] are called for each cast.
+      live: the stack reads their [f] again only after a layered handler of one of them ran.
+      {!constant_cast} and {!constant_send} declare it; [None]: [dn_ok] and [up_ok] are called for
+      each cast.
 
     Whenever [dn_ok] (or [up_ok]) holds, [dn_fast; pass the message on; dn_after] must do exactly
     what the layered handler does: the differential test ([test/group/test_fused.exe]) checks it on

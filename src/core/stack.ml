@@ -74,8 +74,8 @@ type order = { next_dn : int array; first_up : int array }
 
 type t = {
   gen : int ref;
-      (* counts calls of the layers' layered handlers, the only code that may
-         change what a layer's [live] says *)
+      (* counts calls of the layered handlers of the layers that declare
+         [live], the only code that may change what it says *)
   mutable lives : live array; (* the [live] of the layers a cast's short order skips *)
   mutable checked : int; (* [!gen] when [lives] were last read *)
   mutable plain : order;
@@ -256,32 +256,53 @@ let build (type s h) (ctx : Layer.ctx) ~gen nodes dues i ~net ~app ~reenter ~ree
     Log.debug (fun m -> m "%s: dropped a message whose header %a" L.name Codec.pp_error e);
     Msg.release msg
   in
-  {
-    lname = L.name;
-    up =
-      (fun src msg ->
-        incr gen;
-        Msg.pull_then L.codec msg src ~ok ~error);
-    up_ctl =
-      (fun e ->
-        incr gen;
-        L.up_ctl s e);
-    dn =
-      (fun dst msg ->
-        incr gen;
-        L.dn s dst msg);
-    dn_ctl =
-      (fun e ->
-        incr gen;
-        L.dn_ctl s e);
-    timer =
-      (fun now ->
-        incr gen;
-        L.timer s now);
-    counters = (fun () -> ("garbage", !garbage) :: L.counters s);
-    fast = mk s;
-    sfast = smk s;
-  }
+  let fast = mk s and sfast = smk s in
+  let declares = function
+    | Some { case = Case { c = { live = Some _; _ }; _ }; _ } -> true
+    | _ -> false
+  in
+  let up src msg = Msg.pull_then L.codec msg src ~ok ~error in
+  let counters () = ("garbage", !garbage) :: L.counters s in
+  if declares fast || declares sfast then
+    (* The layer's [live] may change in these: they are counted. *)
+    {
+      lname = L.name;
+      up =
+        (fun src msg ->
+          incr gen;
+          up src msg);
+      up_ctl =
+        (fun e ->
+          incr gen;
+          L.up_ctl s e);
+      dn =
+        (fun dst msg ->
+          incr gen;
+          L.dn s dst msg);
+      dn_ctl =
+        (fun e ->
+          incr gen;
+          L.dn_ctl s e);
+      timer =
+        (fun now ->
+          incr gen;
+          L.timer s now);
+      counters;
+      fast;
+      sfast;
+    }
+  else
+    {
+      lname = L.name;
+      up;
+      up_ctl = L.up_ctl s;
+      dn = L.dn s;
+      dn_ctl = L.dn_ctl s;
+      timer = L.timer s;
+      counters;
+      fast;
+      sfast;
+    }
 
 (* [m] with the layered headers of the layers from [hi] down to [lo]
    pushed, from the fields in [frame]: the top one first, as the layered
