@@ -163,6 +163,7 @@ let seq_layer i : Layer.t =
       let cast =
         {
           Layer.nfields = 1;
+          live = None;
           length = false;
           framed = false;
           size = (fun a off -> Codec.varint_size a.(off));

@@ -180,13 +180,12 @@ let rec read_varint_from name (r : R.t) len acc shift i =
 
 let read_varint name (r : R.t) = read_varint_from name r (Cstruct.length r.cs) 0 0 0
 
-(* [Array.length a] varints in one pass over the buffer, without a call
-   per number or per byte: one-byte numbers (the common width) taken at
-   once, the same errors as [varint]. *)
-let read_varints (r : R.t) (a : int array) =
-  let cs = r.cs in
-  let buf = cs.Cstruct.buffer and base = cs.Cstruct.off and len = cs.Cstruct.len in
-  let pos = ref r.pos in
+(* [Array.length a] varints in one pass over [len] bytes of [buf] from
+   [base], starting at [pos], without a call per number or per byte:
+   one-byte numbers (the common width) taken at once, the same errors as
+   [varint]. The offset after them. *)
+let varints_in (buf : Cstruct.buffer) base len pos (a : int array) =
+  let pos = ref pos in
   for k = 0 to Array.length a - 1 do
     let p = !pos in
     if p >= len then raise (Fail (`Truncated "varint"));
@@ -214,7 +213,17 @@ let read_varints (r : R.t) (a : int array) =
       pos := !q
     end
   done;
-  r.pos <- !pos
+  !pos
+
+let read_varints (r : R.t) (a : int array) =
+  let cs = r.cs in
+  r.pos <- varints_in cs.Cstruct.buffer cs.Cstruct.off cs.Cstruct.len r.pos a
+
+let read_varints_at (cs : Cstruct.t) pos a =
+  if pos < 0 || pos > cs.Cstruct.len then raise (Decode_error (`Truncated "varint"));
+  match varints_in cs.Cstruct.buffer cs.Cstruct.off cs.Cstruct.len pos a with
+  | next -> next
+  | exception Fail e -> raise (Decode_error e)
 
 let write_varints (w : W.t) (a : int array) =
   for k = 0 to Array.length a - 1 do
@@ -235,6 +244,22 @@ let varints_size (a : int array) =
     n := !n + if v < 0x80 then 1 else varint_size v
   done;
   !n
+
+(* [write_varints] at [pos] of [buf], without a cursor: the offset after.
+   The numbers were checked by [varints_size], which gave the room. *)
+let write_varints_at buf pos (a : int array) =
+  let pos = ref pos in
+  for k = 0 to Array.length a - 1 do
+    let v = ref (Array.unsafe_get a k) in
+    while !v land lnot 0x7f <> 0 do
+      Bytes.unsafe_set buf !pos (Char.unsafe_chr (!v land 0x7f lor 0x80));
+      incr pos;
+      v := !v lsr 7
+    done;
+    Bytes.unsafe_set buf !pos (Char.unsafe_chr !v);
+    incr pos
+  done;
+  !pos
 
 let varint =
   {

@@ -139,9 +139,20 @@ val read_varints : R.t -> int array -> unit
 (** [read_varints r a] reads [Array.length a] {!varint}s into [a] in one pass, with the same errors
     (raised as {!read} does, for {!custom} readers). *)
 
+val read_varints_at : Cstruct.t -> int -> int array -> int
+(** [read_varints_at cs pos a] is {!read_varints} at [pos] of [cs] without a cursor: the offset
+    after the numbers.
+    @raise Decode_error on bad input, with {!varint}'s errors. *)
+
 val write_varints : W.t -> int array -> unit
 (** [write_varints w a] writes each of [a] as a {!varint}.
     @raise Invalid_argument on a negative number. *)
 
 val varints_size : int array -> int
-(** The bytes {!write_varints} writes. *)
+(** The bytes {!write_varints} writes.
+    @raise Invalid_argument on a negative number. *)
+
+val write_varints_at : Bytes.t -> int -> int array -> int
+(** [write_varints_at b pos a] writes each of [a] as a {!varint} at [pos] of [b], without a cursor,
+    and is the offset after them. [a] must have passed {!varints_size}, and [b] must have that many
+    bytes from [pos]: neither is checked. *)

@@ -69,6 +69,7 @@ type ('t, 'h) case = {
   up_fast : 't -> Event.src -> Msg.t -> int -> layered:above -> int array -> int -> Event.src;
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
+  live : ('t -> bool) option;
 }
 
 (* Allocated when the program starts: no other value is physically this one. *)
@@ -80,7 +81,7 @@ let nothing_up_after _ _ _ _ _ = ()
 
 (* A case with no fields whose header is the constant [h]; [dn_ok] and
    [up_ok] say which events it takes. *)
-let constant codec h ~dn_ok ~up_ok ~up_fast =
+let constant codec h ~live ~dn_ok ~up_ok ~up_fast =
   let n = Codec.size codec h in
   {
     nfields = 0;
@@ -94,15 +95,16 @@ let constant codec h ~dn_ok ~up_ok ~up_fast =
     up_fast;
     up_after = nothing_up_after;
     expand = (fun _ _ -> h);
+    live = Some live;
   }
 
 let constant_cast codec h ~live ?(up_fast = nothing_up_fast) () =
-  constant codec h ~up_fast
+  constant codec h ~live ~up_fast
     ~dn_ok:(fun t dst _ -> live t && dst == Event.Cast)
     ~up_ok:(fun t src _ _ _ -> live t && match src with Event.Cast_from _ -> true | _ -> false)
 
 let constant_send codec h ~live ?(up_fast = nothing_up_fast) () =
-  constant codec h ~up_fast
+  constant codec h ~live ~up_fast
     ~dn_ok:(fun t dst _ -> live t && match dst with Event.Send _ -> true | Event.Cast -> false)
     ~up_ok:(fun t src _ _ _ -> live t && match src with Event.Send_from _ -> true | _ -> false)
 
@@ -183,6 +185,7 @@ struct
       up_fast = nothing_up_fast;
       up_after = nothing_up_after;
       expand = (fun _ _ -> ());
+      live = None;
     }
 
   let send = cast

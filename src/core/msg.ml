@@ -75,7 +75,10 @@ let local_view t =
   Cstruct.blit_from_bytes t.head.buf t.hoff !local 0 used;
   Cstruct.sub !local 0 used
 
-let length t = header_length t + Iovecs.length t.body - t.boff
+(* A body of one piece (a received datagram, a cast as the application
+   made it) is measured without a walk of the list. *)
+let body_length = function [] -> 0 | [ v ] -> Iovec.length v | body -> Iovecs.length body
+let length t = header_length t + body_length t.body - t.boff
 
 let push c h t =
   check t "push";
@@ -101,6 +104,39 @@ let push c h t =
     t.hoff <- hoff;
     t
   end
+
+(* [t] with [n] bytes of room made in front of its headers, which now
+   begin there: the caller writes them at [t.hoff]. *)
+let make_room n t =
+  if t.hoff = t.head.low && t.hoff >= n then begin
+    let hoff = t.hoff - n in
+    t.head.low <- hoff;
+    let t = moved t in
+    t.hoff <- hoff;
+    t
+  end
+  else begin
+    let used = header_length t in
+    let size = used + n + default_headroom in
+    let buf = Bytes.create size in
+    Bytes.blit t.head.buf t.hoff buf (size - used) used;
+    let hoff = size - used - n in
+    let t = moved t in
+    t.head <- { buf; low = hoff };
+    t.hoff <- hoff;
+    t
+  end
+
+let push_fields b0 b1 a t =
+  check t "push_fields";
+  if b0 < 0 || b0 > 0xff || b1 < 0 || b1 > 0xff then invalid_arg "Msg.push_fields: not a byte";
+  (* Size first: a negative number raises before the message is consumed. *)
+  let t = make_room (2 + Codec.varints_size a) t in
+  let buf = t.head.buf and hoff = t.hoff in
+  Bytes.unsafe_set buf hoff (Char.unsafe_chr b0);
+  Bytes.unsafe_set buf (hoff + 1) (Char.unsafe_chr b1);
+  ignore (Codec.write_varints_at buf (hoff + 2) a);
+  t
 
 let bytes_codec =
   Codec.custom ~name:"headers" ~size:Bytes.length
@@ -231,6 +267,32 @@ let pull_then c t x ~ok ~error =
         error e t
   end
 
+(* The fields after [skip] bytes, read by the codec of a whole header
+   (a message that is not a received datagram in one piece). *)
+let fields_codec skip a =
+  Codec.custom ~name:"fields"
+    ~size:(fun () -> 0)
+    ~write:(fun _ () -> invalid_arg "read only")
+    ~read:(fun r ->
+      for _ = 1 to skip do
+        ignore (Codec.read Codec.uint8 r)
+      done;
+      Codec.read_varints r a)
+
+let pull_fields skip a t =
+  check t "pull_fields";
+  match t.body with
+  | [ v ] when t.hoff >= Bytes.length t.head.buf && t.boff < Iovec.length v ->
+      (* A received datagram: one piece, read in place. *)
+      let next = Codec.read_varints_at (Iovec.cstruct v) (t.boff + skip) a in
+      let t = moved t in
+      t.boff <- next;
+      t
+  | _ -> (
+      match pull (fields_codec skip a) t with
+      | Ok ((), t) -> t
+      | Error e -> raise (Codec.Decode_error e))
+
 let body t =
   check t "body";
   let n = Iovecs.length t.body - t.boff in
@@ -348,5 +410,20 @@ let first_byte t =
     | [ v ] when t.boff < Iovec.length v -> Cstruct.get_uint8 (Iovec.cstruct v) t.boff
     | body -> (
         match piece_at t.boff body with
+        | None -> -1
+        | Some (v, off) -> Cstruct.get_uint8 (Iovec.cstruct v) off)
+
+let byte_at t k =
+  check t "byte_at";
+  let used = header_length t in
+  if k < 0 then -1
+  else if k < used then Char.code (Bytes.get t.head.buf (t.hoff + k))
+  else
+    match t.body with
+    | [ v ] ->
+        let p = t.boff + k - used in
+        if p < Iovec.length v then Cstruct.get_uint8 (Iovec.cstruct v) p else -1
+    | body -> (
+        match piece_at (t.boff + k - used) body with
         | None -> -1
         | Some (v, off) -> Cstruct.get_uint8 (Iovec.cstruct v) off)

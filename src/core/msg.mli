@@ -50,6 +50,20 @@ val pull_bytes : Bytes.t -> t -> t option
     exactly these bytes, and [None] otherwise ([t] unchanged and still the caller's). Ownership
     moves to [t'] as with {!pull}. Bytes received in the body are not looked at. *)
 
+val push_fields : int -> int -> int array -> t -> t
+(** [push_fields b0 b1 a t] is [t] with the bytes [b0] and [b1] and then each of [a] as a
+    {!Codec.varint} in front, written in place with no codec (a compressed header).
+    @raise Invalid_argument
+      if [b0] or [b1] is not a byte or a number of [a] is negative ([t] is then still the caller's).
+*)
+
+val pull_fields : int -> int array -> t -> t
+(** [pull_fields skip a t] reads [Array.length a] {!Codec.varint}s into [a] after the first [skip]
+    bytes of [t] (looked at already, with {!byte_at}), and is [t] without them. Ownership moves as
+    with {!pull}.
+    @raise Codec.Decode_error
+      on bad input ([t] is then still the caller's; [a] may have been written). *)
+
 val pull_then :
   'h Codec.t -> t -> 'x -> ok:('x -> 'h -> t -> unit) -> error:(Codec.error -> t -> unit) -> unit
 (** [pull_then c t x ~ok ~error] is [ok x h t'] if [pull c t] is [Ok (h, t')] and [error e t] if it
@@ -131,3 +145,7 @@ val pp : t Fmt.t
 
 val first_byte : t -> int
 (** The first byte of [t] (its first header, or its body), [-1] if [t] is empty. *)
+
+val byte_at : t -> int -> int
+(** [byte_at t k] is the byte at offset [k] of [t] (headers, then the body not yet pulled), or -1
+    past its end. *)

@@ -41,6 +41,16 @@ and case =
   | Case : {
       s : 's;
       c : ('s, 'h) Layer.case;
+      off : int; (* the fnode's, and the case's parts, here to be found in one load *)
+      length : bool;
+      dn_ok : 's -> Event.dst -> int -> bool;
+      dn_part : 's -> Event.dst -> Msg.t -> int -> layered:Layer.above -> int array -> int -> unit;
+      dn_after_part :
+        's -> Event.dst -> int -> up:(Event.src -> Msg.t -> unit) -> int array -> int -> unit;
+      up_ok : 's -> Event.src -> int -> int array -> int -> bool;
+      up_part :
+        's -> Event.src -> Msg.t -> int -> layered:Layer.above -> int array -> int -> Event.src;
+      up_after_part : 's -> Event.src -> int -> int array -> int -> unit;
       layered : Layer.above;
       local : Event.src -> Msg.t -> unit; (* [up] for [dn_after] *)
       dn_fast : bool; (* the part is not {!Layer.nothing_dn_fast}: call it *)
@@ -49,10 +59,37 @@ and case =
       up_after : bool;
     }
       -> case
+  | No_case (* the layer declared no case of this kind *)
+
+(* A layer's [live] (see {!Layer.case}) and its state. *)
+type live = Live : ('s -> bool) * 's -> live
+
+(* The order in which a walk visits the layers: [next_dn.(i)] is the
+   layer visited after [i] going down ([next_dn.(n)] the first, -1 below
+   the bottom), [first_up.(i)] the first visited at or above [i] going up
+   ([n]: the application). The plain order visits every layer; the short
+   one skips the layers whose part of the walk is their [live] alone,
+   taken while every such layer is live. *)
+type order = { next_dn : int array; first_up : int array }
 
 type t = {
+  gen : int ref;
+      (* counts calls of the layers' layered handlers, the only code that may
+         change what a layer's [live] says *)
+  mutable lives : live array; (* the [live] of the layers a cast's short order skips *)
+  mutable checked : int; (* [!gen] when [lives] were last read *)
+  mutable plain : order;
+  mutable short : order;
+  mutable order : order; (* [short] if every one of [lives] held at [checked], else [plain] *)
+  mutable slives : live array; (* the same for sends *)
+  mutable schecked : int;
+  mutable splain : order;
+  mutable sshort : order;
+  mutable sorder : order;
   view : View.t;
   nodes : node array; (* bottom first *)
+  mutable cases : case array; (* the nodes' cases of a cast, {!No_case} where none *)
+  mutable scases : case array; (* of a send *)
   dues : Deadlines.t; (* when each node asked its timer to run, by node *)
   due_now : int array; (* the nodes whose timers run in this call of [timer] *)
   names : string list;
@@ -70,7 +107,7 @@ type t = {
   mutable sized_above : fnode array array;
       (* [sized_above.(i)]: the layers above [i] whose header sizes depend
          on their fields *)
-  rframe : int array; (* where a received compressed header is read *)
+  rframe : int array; (* a frame for the headers of layers with no fields (their constants) *)
   mutable fused_sent : int;
   mutable fused_received : int;
   mutable fused_delivered : int; (* casts the bypass delivered to the application *)
@@ -94,7 +131,6 @@ type t = {
   mutable reentry_refused : int; (* casts whose headers above could not be read back *)
   fused_garbage : int ref;
   ferror : Codec.error -> Msg.t -> unit;
-  rcodec : int Codec.t; (* the kind *)
   net : Event.dst -> Msg.t -> unit;
   app : app;
   sfused : bool; (* every layer declared the common case of a send, and the fused path is on *)
@@ -105,7 +141,6 @@ type t = {
   slengths : bool array;
   mutable sfixed_above : int array;
   mutable ssized_above : fnode array array;
-  srframe : int array;
   mutable sends_sent : int;
   mutable sends_received : int;
   mutable sends_delivered : int;
@@ -173,7 +208,7 @@ let check ?(requires = []) layers =
 let refused = ref false
 let below_refused = ref false
 
-let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter ~reenter_up
+let build (type s h) (ctx : Layer.ctx) ~gen nodes dues i ~net ~app ~reenter ~reenter_up
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option)
     ~(smk : s -> fnode option) =
   let n = Array.length nodes in
@@ -223,11 +258,26 @@ let build (type s h) (ctx : Layer.ctx) nodes dues i ~net ~app ~reenter ~reenter_
   in
   {
     lname = L.name;
-    up = (fun src msg -> Msg.pull_then L.codec msg src ~ok ~error);
-    up_ctl = L.up_ctl s;
-    dn = L.dn s;
-    dn_ctl = L.dn_ctl s;
-    timer = L.timer s;
+    up =
+      (fun src msg ->
+        incr gen;
+        Msg.pull_then L.codec msg src ~ok ~error);
+    up_ctl =
+      (fun e ->
+        incr gen;
+        L.up_ctl s e);
+    dn =
+      (fun dst msg ->
+        incr gen;
+        L.dn s dst msg);
+    dn_ctl =
+      (fun e ->
+        incr gen;
+        L.dn_ctl s e);
+    timer =
+      (fun now ->
+        incr gen;
+        L.timer s now);
     counters = (fun () -> ("garbage", !garbage) :: L.counters s);
     fast = mk s;
     sfast = smk s;
@@ -357,6 +407,14 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
         {
           s;
           c;
+          off;
+          length = c.length;
+          dn_ok = c.dn_ok;
+          dn_part = c.dn_fast;
+          dn_after_part = c.dn_after;
+          up_ok = c.up_ok;
+          up_part = c.up_fast;
+          up_after_part = c.up_after;
           layered;
           local;
           dn_fast = c.dn_fast != Layer.nothing_dn_fast;
@@ -371,7 +429,7 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
     state = (fun () -> state s);
   }
 
-let instantiate_fast (type s h) ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l
+let instantiate_fast (type s h) ctx ~gen nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l
     (module F : Layer.FAST with type t = s and type header = h) (send : (s, h) Layer.case option) =
   let c = F.cast in
   let unpack =
@@ -419,11 +477,57 @@ let instantiate_fast (type s h) ctx nodes dues i ~net ~app ~off ~frames ~split ~
     else no_reenter
   in
   let reenter_up src msg = !reenter_up (Lazy.force frames) i src msg in
-  build ctx nodes dues i ~net ~app ~reenter ~reenter_up (module F) ~mk ~smk
+  build ctx ~gen nodes dues i ~net ~app ~reenter ~reenter_up (module F) ~mk ~smk
 
-let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l =
+let no_order = { next_dn = [||]; first_up = [||] }
+
+(* The orders of the walks of one kind (see {!order}): a layer other than
+   the lowest is skipped going down if its part is [live] alone (it
+   declared [live] and has no [dn_fast] or [dn_after]), going up if it has
+   no [up_fast] or [up_after]. *)
+let orders sel nodes =
+  let n = Array.length nodes in
+  let skips i dn =
+    i > 0
+    &&
+    match sel nodes.(i) with
+    | Some { length; case = Case { c; dn_fast; dn_after; up_fast; up_after; _ }; _ } -> (
+        match c.live with
+        | Some _ ->
+            (not length)
+            && if dn then (not dn_fast) && not dn_after else (not up_fast) && not up_after
+        | None -> false)
+    | Some { case = No_case; _ } | None -> false
+  in
+  let lives =
+    List.filter_map
+      (fun i ->
+        match sel nodes.(i) with
+        | Some { case = Case { s; c = { live = Some f; _ }; _ }; _ }
+          when skips i true || skips i false ->
+            Some (Live (f, s))
+        | _ -> None)
+      (List.init n Fun.id)
+  in
+  let plain =
+    { next_dn = Array.init (n + 1) (fun i -> i - 1); first_up = Array.init (n + 1) Fun.id }
+  in
+  let dn = Array.make (n + 1) (-1) and up = Array.make (n + 1) n in
+  for i = 1 to n do
+    let j = ref (i - 1) in
+    while !j >= 0 && skips !j true do
+      decr j
+    done;
+    dn.(i) <- !j
+  done;
+  for k = n - 1 downto 0 do
+    up.(k) <- (if skips k false then up.(k + 1) else k)
+  done;
+  (Array.of_list lives, plain, { next_dn = dn; first_up = up })
+
+let instantiate ctx ~gen nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l =
   let fast m send =
-    instantiate_fast ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l m send
+    instantiate_fast ctx ~gen nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l m send
   in
   match if off >= 0 then Layer.find_send l else None with
   | Some (module S : Layer.FAST_SEND) ->
@@ -433,7 +537,7 @@ let instantiate ctx nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l =
       | Some (module F : Layer.FAST) -> fast (module F) None
       | None ->
           let module L = (val l : Layer.S) in
-          build ctx nodes dues i ~net ~app ~reenter:no_reenter ~reenter_up:no_reenter_up
+          build ctx ~gen nodes dues i ~net ~app ~reenter:no_reenter ~reenter_up:no_reenter_up
             (module L)
             ~mk:(fun _ -> None)
             ~smk:(fun _ -> None))
@@ -442,20 +546,6 @@ let fused_error count e msg =
   incr count;
   Log.debug (fun m -> m "dropped a compressed datagram: %a" Codec.pp_error e);
   Msg.release msg
-
-(* The compressed header: written from the frame of the cast going down,
-   read into a stack's [rframe]. *)
-let write_kind kind =
-  Codec.custom ~name:"fused"
-    ~size:(fun frame -> 2 + Codec.varints_size frame)
-    ~write:(fun w frame ->
-      Codec.write Codec.uint8 w tag;
-      Codec.write Codec.uint8 w kind;
-      Codec.write_varints w frame)
-    ~read:(fun _ -> Codec.fail "write only")
-
-let write_codec = write_kind 0
-let send_codec = write_kind 1
 
 (* Reads a compressed header: the kind, its fields in [frame] (a cast) or
    [sframe] (a send, where the stack reads them). *)
@@ -546,7 +636,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
                   done
             | None -> ())
           bottom_up;
-      let srframe = Array.make !snfields 0 in
       let lengths = Array.make n false in
       if all_fast then
         Array.iteri
@@ -587,12 +676,26 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
         }
       in
       let nodes = Array.make n dummy in
+      let gen = ref 0 in
       let dues = Deadlines.create n in
       let st =
         lazy
           {
+            gen;
+            lives = [||];
+            checked = -1;
+            plain = no_order;
+            short = no_order;
+            order = no_order;
+            slives = [||];
+            schecked = -1;
+            splain = no_order;
+            sshort = no_order;
+            sorder = no_order;
             view = ctx.view;
             nodes;
+            cases = [||];
+            scases = [||];
             dues;
             due_now = Array.make n 0;
             names = List.map Layer.name layers;
@@ -623,7 +726,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             reentry_refused = 0;
             fused_garbage;
             ferror = fused_error fused_garbage;
-            rcodec = read_codec rframe (if all_send then Some srframe else None);
             net;
             app;
             sfused = fused && all_send;
@@ -634,7 +736,6 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
             slengths;
             sfixed_above = [||];
             ssized_above = [||];
-            srframe;
             sends_sent = 0;
             sends_received = 0;
             sends_delivered = 0;
@@ -671,7 +772,7 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
       Array.iteri
         (fun i l ->
           nodes.(i) <-
-            instantiate ctx nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i)
+            instantiate ctx ~gen nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i)
               ~soff:soffs.(i) ~ssplit:(ssplit i) l)
         bottom_up;
       let t = Lazy.force st in
@@ -681,6 +782,21 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
       let fixed, sized = above_sums send_node nodes in
       t.sfixed_above <- fixed;
       t.ssized_above <- sized;
+      let cases sel =
+        Array.map (fun n -> match sel n with Some f -> f.case | None -> No_case) nodes
+      in
+      t.cases <- cases cast_node;
+      t.scases <- cases send_node;
+      let lives, plain, short = orders cast_node nodes in
+      t.lives <- lives;
+      t.plain <- plain;
+      t.short <- short;
+      t.order <- plain;
+      let lives, plain, short = orders send_node nodes in
+      t.slives <- lives;
+      t.splain <- plain;
+      t.sshort <- short;
+      t.sorder <- plain;
       Ok t
 
 (* {1 The fused path}
@@ -719,24 +835,55 @@ let above t frame i =
   done;
   !n
 
+(* The order of the next walk of a cast: the short one if every layer it
+   skips is live, its [live] read again only when some layered handler ran
+   since it was last read. *)
+let all_live lives =
+  let rec go k =
+    k = Array.length lives || ((match lives.(k) with Live (f, s) -> f s) && go (k + 1))
+  in
+  go 0
+
+let order t =
+  let g = !(t.gen) in
+  if t.checked <> g then begin
+    t.checked <- g;
+    t.order <- (if all_live t.lives then t.short else t.plain)
+  end;
+  t.order
+
+let sorder t =
+  let g = !(t.gen) in
+  if t.schecked <> g then begin
+    t.schecked <- g;
+    t.sorder <- (if all_live t.slives then t.sshort else t.splain)
+  end;
+  t.sorder
+
 (* [mlen]: the message's length, where some layer needs the layered
    length. *)
+(* The first layer visited at or above [k] going up, for a cast from
+   [src]: a layer is skipped only for a cast from a member. *)
+let next_up o src k = match src with Event.Cast_from _ -> o.first_up.(k) | _ -> k
+let next_sup o src k = match src with Event.Send_from _ -> o.first_up.(k) | _ -> k
+
 let rec fused_dn t frame i dst msg mlen =
   if i < 0 then begin
     t.fused_sent <- t.fused_sent + 1;
-    t.net dst (Msg.push write_codec frame msg)
+    t.net dst (Msg.push_fields tag 0 frame msg)
   end
   else
-    match t.nodes.(i).fast with
-    | Some { off; length; case = Case { s; c; layered; local; dn_fast; dn_after; _ }; _ } ->
+    match t.cases.(i) with
+    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
+      ->
         let len = if length then mlen + above t frame i else -1 in
-        if c.dn_ok s dst len then begin
-          if dn_fast then c.dn_fast s dst msg len ~layered frame off;
-          fused_dn t frame (i - 1) dst msg mlen;
-          if dn_after then c.dn_after s dst len ~up:local frame off
+        if dn_ok s dst len then begin
+          if dn_fast then dn_part s dst msg len ~layered frame off;
+          fused_dn t frame t.order.next_dn.(i) dst msg mlen;
+          if dn_after then dn_after_part s dst len ~up:local frame off
         end
         else dn_layered t frame i dst msg
-    | None -> dn_layered t frame i dst msg
+    | No_case -> dn_layered t frame i dst msg
 
 and dn_layered t frame i dst msg =
   t.left_dn.(i) <- t.left_dn.(i) + 1;
@@ -749,26 +896,26 @@ let rec fused_up t frame i src msg mlen =
     t.app.deliver src msg
   end
   else
-    match t.nodes.(i).fast with
-    | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
+    match t.cases.(i) with
+    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
         let len = if length then mlen + above t frame i else -1 in
-        if c.up_ok s src len frame off then begin
-          let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
+        if up_ok s src len frame off then begin
+          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
           if src' == Layer.held then t.fused_held <- t.fused_held + 1
-          else fused_up t frame (i + 1) src' msg mlen;
+          else fused_up t frame (next_up t.order src' (i + 1)) src' msg mlen;
           if up_after then
             if i = Array.length t.nodes - 1 then begin
               (* What the top layer passes up from here was taken in on the
                  bypass or is released by what came by it. *)
               let prev = t.releasing in
               t.releasing <- true;
-              c.up_after s src len frame off;
+              up_after_part s src len frame off;
               t.releasing <- prev
             end
-            else c.up_after s src len frame off
+            else up_after_part s src len frame off
         end
         else up_layered t frame i src msg
-    | None -> up_layered t frame i src msg
+    | No_case -> up_layered t frame i src msg
 
 (* Fields from the network that no layered header can hold (a number too
    large for its codec) make the datagram garbage. *)
@@ -784,13 +931,16 @@ and up_layered t frame i src msg =
   | exception Invalid_argument e -> t.ferror (`Malformed e) !m
 
 let mlen t msg = if t.lengths.(Array.length t.nodes - 1) then Msg.length msg else 0
-let () = local_up := fun t j src msg -> fused_up t (frame t) j src msg (mlen t msg)
+
+let () =
+  local_up := fun t j src msg -> fused_up t (frame t) (next_up (order t) src j) src msg (mlen t msg)
+
 let top t = t.nodes.(Array.length t.nodes - 1)
 
 let cast t msg =
   if t.fused then begin
     let frame = enter t in
-    match fused_dn t frame (Array.length t.nodes - 1) Event.Cast msg (mlen t msg) with
+    match fused_dn t frame (order t).next_dn.(Array.length t.nodes) Event.Cast msg (mlen t msg) with
     | () -> leave t
     | exception e ->
         leave t;
@@ -829,7 +979,7 @@ let run t f =
 
 let go_below t frame i msg =
   t.reentered <- t.reentered + 1;
-  run t (fun () -> fused_dn t frame (i - 1) Event.Cast msg (mlen t msg))
+  run t (fun () -> fused_dn t frame (order t).next_dn.(i) Event.Cast msg (mlen t msg))
 
 (* Where a layer above has fields (Total's place), each header above [i]
    is read into [frame] from a copy of the pushed bytes: the bytes read,
@@ -888,7 +1038,7 @@ let () =
    its body, and goes on layered. *)
 let go_above t frame i src msg =
   t.reentered_up <- t.reentered_up + 1;
-  run t (fun () -> fused_up t frame (i + 1) src msg (mlen t msg))
+  run t (fun () -> fused_up t frame (next_up (order t) src (i + 1)) src msg (mlen t msg))
 
 let () =
   reenter_up :=
@@ -928,19 +1078,20 @@ let smlen t msg = if t.slengths.(Array.length t.nodes - 1) then Msg.length msg e
 let rec send_dn t frame i dst msg mlen =
   if i < 0 then begin
     t.sends_sent <- t.sends_sent + 1;
-    t.net dst (Msg.push send_codec frame msg)
+    t.net dst (Msg.push_fields tag 1 frame msg)
   end
   else
-    match t.nodes.(i).sfast with
-    | Some { off; length; case = Case { s; c; layered; local; dn_fast; dn_after; _ }; _ } ->
+    match t.scases.(i) with
+    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
+      ->
         let len = if length then mlen + sabove t frame i else -1 in
-        if c.dn_ok s dst len then begin
-          if dn_fast then c.dn_fast s dst msg len ~layered frame off;
-          send_dn t frame (i - 1) dst msg mlen;
-          if dn_after then c.dn_after s dst len ~up:local frame off
+        if dn_ok s dst len then begin
+          if dn_fast then dn_part s dst msg len ~layered frame off;
+          send_dn t frame t.sorder.next_dn.(i) dst msg mlen;
+          if dn_after then dn_after_part s dst len ~up:local frame off
         end
         else send_dn_layered t frame i dst msg
-    | None -> send_dn_layered t frame i dst msg
+    | No_case -> send_dn_layered t frame i dst msg
 
 and send_dn_layered t frame i dst msg =
   t.sleft_dn.(i) <- t.sleft_dn.(i) + 1;
@@ -955,16 +1106,16 @@ let rec send_up t frame i src msg mlen =
     t.app.deliver src msg
   end
   else
-    match t.nodes.(i).sfast with
-    | Some { off; length; case = Case { s; c; layered; up_fast; up_after; _ }; _ } ->
+    match t.scases.(i) with
+    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
         let len = if length then mlen + sabove t frame i else -1 in
-        if c.up_ok s src len frame off then begin
-          let src' = if up_fast then c.up_fast s src msg len ~layered frame off else src in
-          if src' != Layer.held then send_up t frame (i + 1) src' msg mlen;
-          if up_after then c.up_after s src len frame off
+        if up_ok s src len frame off then begin
+          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
+          if src' != Layer.held then send_up t frame (next_sup t.sorder src' (i + 1)) src' msg mlen;
+          if up_after then up_after_part s src len frame off
         end
         else send_up_layered t frame i src msg
-    | None -> send_up_layered t frame i src msg
+    | No_case -> send_up_layered t frame i src msg
 
 and send_up_layered t frame i src msg =
   t.sleft_up.(i) <- t.sleft_up.(i) + 1;
@@ -977,12 +1128,16 @@ and send_up_layered t frame i src msg =
   | () -> t.nodes.(i).up src !m
   | exception Invalid_argument e -> t.ferror (`Malformed e) !m
 
-let () = send_local := fun t j src msg -> send_up t (sframe t) j src msg (smlen t msg)
+let () =
+  send_local :=
+    fun t j src msg -> send_up t (sframe t) (next_sup (sorder t) src j) src msg (smlen t msg)
 
 let send t rank msg =
   if t.sfused then begin
     let frame = senter t in
-    match send_dn t frame (Array.length t.nodes - 1) (Event.Send rank) msg (smlen t msg) with
+    match
+      send_dn t frame (sorder t).next_dn.(Array.length t.nodes) (Event.Send rank) msg (smlen t msg)
+    with
     | () -> sleave t
     | exception e ->
         sleave t;
@@ -992,32 +1147,43 @@ let send t rank msg =
 
 let dn_ctl t e = (top t).dn_ctl e
 
-let fused_send_ok t msg =
-  t.sends_received <- t.sends_received + 1;
+(* A compressed datagram's fields are read in place into the frame the
+   bypass runs with; one that does not decode is garbage. *)
+let recv_send t msg =
   let frame = senter t in
-  Array.blit t.srframe 0 frame 0 t.snfields;
-  match send_up t frame 0 Event.Raw msg (smlen t msg) with
-  | () -> sleave t
-  | exception e ->
+  match Msg.pull_fields 2 frame msg with
+  | exception Codec.Decode_error e ->
       sleave t;
-      raise e
+      t.ferror e msg
+  | msg -> (
+      t.sends_received <- t.sends_received + 1;
+      match send_up t frame (sorder t).first_up.(0) Event.Raw msg (smlen t msg) with
+      | () -> sleave t
+      | exception e ->
+          sleave t;
+          raise e)
 
-let fused_ok t kind msg =
-  if kind = 1 then fused_send_ok t msg
-  else begin
-    t.fused_received <- t.fused_received + 1;
-    let frame = enter t in
-    Array.blit t.rframe 0 frame 0 t.nfields;
-    match fused_up t frame 0 Event.Raw msg (mlen t msg) with
-    | () -> leave t
-    | exception e ->
-        leave t;
-        raise e
-  end
+let recv_cast t msg =
+  let frame = enter t in
+  match Msg.pull_fields 2 frame msg with
+  | exception Codec.Decode_error e ->
+      leave t;
+      t.ferror e msg
+  | msg -> (
+      t.fused_received <- t.fused_received + 1;
+      match fused_up t frame (order t).first_up.(0) Event.Raw msg (mlen t msg) with
+      | () -> leave t
+      | exception e ->
+          leave t;
+          raise e)
 
 let recv t msg =
   if t.all_fast && Msg.first_byte msg = tag then
-    Msg.pull_then t.rcodec msg t ~ok:fused_ok ~error:t.ferror
+    match Msg.byte_at msg 1 with
+    | 0 -> recv_cast t msg
+    | 1 when t.all_send -> recv_send t msg
+    | -1 -> t.ferror (`Truncated "fused") msg
+    | _ -> t.ferror (`Malformed "fused: unknown kind") msg
   else t.nodes.(0).up Event.Raw msg
 
 (* Only the layers whose alarm is due run, bottom first; each asks again

@@ -146,6 +146,7 @@ module F = struct
   let cast =
     {
       Layer.nfields = 2;
+      live = None;
       length = false;
       framed = true;
       size = (fun a off -> 6 + Codec.varint_size a.(off + 1));

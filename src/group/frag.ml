@@ -283,6 +283,7 @@ module F = struct
   let cast =
     {
       Layer.nfields = 0;
+      live = None;
       length = true;
       framed = false;
       size =

@@ -676,6 +676,7 @@ module F = struct
   let cast =
     {
       Layer.nfields = 0;
+      live = None;
       length = false;
       framed = false;
       size =

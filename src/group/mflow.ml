@@ -397,6 +397,7 @@ module F = struct
   let cast =
     {
       Layer.nfields = 0;
+      live = None;
       length = true;
       framed = false;
       size =

@@ -843,6 +843,7 @@ module F = struct
   let cast =
     {
       Layer.nfields = 1;
+      live = None;
       length = false;
       framed = false;
       size = (fun a off -> 1 + Codec.varint_size a.(off));

@@ -390,6 +390,7 @@ module F = struct
   let send =
     {
       Layer.nfields = 2;
+      live = None;
       length = false;
       framed = false;
       size = (fun a off -> 1 + Codec.varint_size a.(off) + Codec.varint_size a.(off + 1));

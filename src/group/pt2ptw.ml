@@ -371,6 +371,7 @@ module F = struct
   let send =
     {
       Layer.nfields = 0;
+      live = None;
       length = true;
       framed = false;
       size =

@@ -701,6 +701,7 @@ module F = struct
   let cast =
     {
       Layer.nfields = 4;
+      live = None;
       length = false;
       framed = false;
       size =

@@ -317,10 +317,17 @@ let varints_one_pass () =
             pos
       | Error e -> Fmt.str "%a" Codec.pp_error e
     in
+    let expected = show (Codec.decode (one n) cs 0) in
+    Alcotest.(check string) what expected (show (Codec.decode (pass n) cs 0));
+    (* [read_varints_at], from a view that starts one byte before. *)
+    let at = Cstruct.sub (Cstruct.of_string ("\x80\x81" ^ s ^ "\x82")) 1 (String.length s + 1) in
+    let a = Array.make n 0 in
     Alcotest.(check string)
-      what
-      (show (Codec.decode (one n) cs 0))
-      (show (Codec.decode (pass n) cs 0))
+      (what ^ ", in place") expected
+      (show
+         (match Codec.read_varints_at at 1 a with
+         | pos -> Ok (a, pos - 1)
+         | exception Codec.Decode_error e -> Error e))
   in
   let gen () =
     match Random.State.int st 4 with
@@ -341,6 +348,9 @@ let varints_one_pass () =
     Codec.write_varints w a;
     Alcotest.(check string) "bytes" expected (Bytes.sub_string b 3 (String.length expected));
     Alcotest.(check int) "end" (Bytes.length b) w.pos;
+    let b = Bytes.make (String.length expected + 5) 'z' in
+    Alcotest.(check int) "end, in place" (String.length expected + 4) (Codec.write_varints_at b 4 a);
+    Alcotest.(check string) "bytes, in place" ("zzzz" ^ expected ^ "z") (Bytes.to_string b);
     for cut = 0 to String.length expected do
       same "truncated" n (String.sub expected 0 cut)
     done;
@@ -351,6 +361,15 @@ let varints_one_pass () =
   List.iter
     (fun s -> same s 1 s)
     [ "\x80\x00"; "\x81\x80\x00"; String.make 8 '\xff' ^ "\x7f"; String.make 9 '\x80' ^ "\x01"; "" ];
+  List.iter
+    (fun pos ->
+      Alcotest.(check bool)
+        (Printf.sprintf "in place from %d" pos)
+        true
+        (match Codec.read_varints_at (Cstruct.of_string "\x01\x02") pos [| 0 |] with
+        | _ -> false
+        | exception Codec.Decode_error (`Truncated _) -> true))
+    [ -1; 2; 3 ];
   raises_invalid "negative" (fun () -> Codec.varints_size [| 1; -1 |]);
   raises_invalid "negative write" (fun () ->
       Codec.write_varints { Codec.W.buf = Bytes.create 9; pos = 0 } [| min_int |])

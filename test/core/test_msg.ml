@@ -88,6 +88,80 @@ let header_split_across_pieces () =
   Msg.release m;
   no_leaks pool
 
+(* A compressed header: two bytes and varints, written in place and read
+   in place, against the same written by a codec; read from a received
+   datagram, from headers pushed here, and from a body of several pieces;
+   every truncation an error that leaves the message the caller's. *)
+let fields_in_place () =
+  let pool = fresh_pool () in
+  let codec n =
+    Codec.custom ~name:"fields"
+      ~size:(fun a -> 2 + Codec.varints_size a)
+      ~write:(fun w a ->
+        Codec.write Codec.uint8 w 0xC8;
+        Codec.write Codec.uint8 w 1;
+        Codec.write_varints w a)
+      ~read:(fun r ->
+        ignore (Codec.read Codec.uint8 r);
+        ignore (Codec.read Codec.uint8 r);
+        let a = Array.make n 0 in
+        Codec.read_varints r a;
+        a)
+  in
+  let st = Random.State.make [| 5 |] in
+  for _ = 1 to 300 do
+    let n = Random.State.int st 6 in
+    let a =
+      Array.init n (fun _ ->
+          match Random.State.int st 3 with
+          | 0 -> Random.State.int st 128
+          | 1 -> Random.State.full_int st 0x1_0000_0000
+          | _ -> Random.State.bits st lsl Random.State.int st 33)
+    in
+    let expected = Codec.encode_string (codec n) a ^ "body" in
+    let mine = Msg.push_fields 0xC8 1 a (Msg.of_string pool "body") in
+    Alcotest.(check string) "written" expected (Msg.to_string mine);
+    String.iteri
+      (fun k c -> Alcotest.(check int) "byte_at" (Char.code c) (Msg.byte_at mine k))
+      expected;
+    Alcotest.(check int) "byte_at past the end" (-1) (Msg.byte_at mine (String.length expected));
+    let check_read what m =
+      let b = Array.make n (-1) in
+      let m = Msg.pull_fields 2 b m in
+      Alcotest.(check (array int)) what a b;
+      Alcotest.(check string) (what ^ ": the rest") "body" (Msg.to_string m);
+      Msg.release m
+    in
+    let received = Msg.of_iovec (Msg.to_iovec pool mine) in
+    check_read "received" received;
+    check_read "pushed here" mine;
+    let cut = Random.State.int st (String.length expected + 1) in
+    let pieces =
+      Msg.create
+        (Iovecs.of_string pool (String.sub expected 0 cut)
+        @ Iovecs.of_string pool (String.sub expected cut (String.length expected - cut)))
+    in
+    check_read "in two pieces" pieces;
+    (* Truncated: an error, and the message is still the caller's. *)
+    let header = String.length expected - 4 in
+    for k = 2 to header - 1 do
+      let m = Msg.of_iovec (Pool.of_string pool (String.sub expected 0 k)) in
+      (match Msg.pull_fields 2 (Array.make n 0) m with
+      | _ -> Alcotest.failf "a header cut at %d of %d was read" k header
+      | exception Codec.Decode_error (`Truncated _) -> ());
+      Alcotest.(check int) "still the caller's" k (Msg.length m);
+      Msg.release m
+    done
+  done;
+  let m = Msg.of_string pool "x" in
+  Alcotest.check_raises "negative" (Invalid_argument "Codec.varint: negative") (fun () ->
+      ignore (Msg.push_fields 0xC8 0 [| -1 |] m));
+  Alcotest.check_raises "not a byte" (Invalid_argument "Msg.push_fields: not a byte") (fun () ->
+      ignore (Msg.push_fields 256 0 [||] m));
+  Alcotest.(check string) "still the caller's" "x" (Msg.to_string m);
+  Msg.release m;
+  no_leaks pool
+
 (* Received messages share one empty head: headers pushed on one (an
    empty one first, which goes in place) never show in another. *)
 let received_heads_apart () =
@@ -399,6 +473,7 @@ let tests =
     Alcotest.test_case "the body as a string, one copy" `Quick body_string_one_copy;
     Alcotest.test_case "copied to a datagram after each pull" `Quick blit_after_pulls;
     Alcotest.test_case "received messages' headers kept apart" `Quick received_heads_apart;
+    Alcotest.test_case "compressed fields written and read in place" `Quick fields_in_place;
     Alcotest.test_case "retained versions do not corrupt each other" `Quick retained_versions;
     Alcotest.test_case "pushed bytes are shared, never written" `Quick push_bytes_shared;
     retained_versions_prop;
