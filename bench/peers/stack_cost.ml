@@ -164,6 +164,7 @@ let seq_layer i : Layer.t =
         {
           Layer.nfields = 1;
           live = None;
+          up_live = false;
           length = false;
           framed = false;
           size = (fun a off -> Codec.varint_size a.(off));

@@ -70,6 +70,7 @@ type ('t, 'h) case = {
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
   live : ('t -> bool) option;
+  up_live : bool;
 }
 
 (* Allocated when the program starts: no other value is physically this one. *)
@@ -96,6 +97,7 @@ let constant codec h ~live ~dn_ok ~up_ok ~up_fast =
     up_after = nothing_up_after;
     expand = (fun _ _ -> h);
     live = Some live;
+    up_live = true;
   }
 
 let constant_cast codec h ~live ?(up_fast = nothing_up_fast) () =
@@ -186,6 +188,7 @@ struct
       up_after = nothing_up_after;
       expand = (fun _ _ -> ());
       live = None;
+      up_live = false;
     }
 
   let send = cast

@@ -97,15 +97,14 @@ end) : S
     - [expand fields off]: the layered header of these fields (a header that does not vary is a
       constant), and [size fields off] its length in bytes.
 
-    - [live]: [Some f] when the predicates are [f] and the kind of the event alone ([dn_ok t dst _]
-      is [f t] and [dst] of the case's kind, a cast or a send; [up_ok t src _ _ _] is [f t] and
-      [src] from a member, of that kind), and [f t] changes only while one of the layer's layered
-      handlers runs ([up], [dn], [up_ctl], [dn_ctl], [timer]), never in its fast parts. A layer that
-      declares it and has no other part on one way ([dn_fast] and [dn_after] down, [up_fast] and
-      [up_after] up) is then not visited on that way at all while every such layer of the stack is
-      live: the stack reads their [f] again only after a layered handler of one of them ran.
-      {!constant_cast} and {!constant_send} declare it; [None]: [dn_ok] and [up_ok] are called for
-      each cast.
+    - [live]: [Some f] when [dn_ok t dst _] is [f t] and [dst] of the case's kind alone (a cast or a
+      send), and [f t] changes only while one of the layer's layered handlers runs ([up], [dn],
+      [up_ctl], [dn_ctl], [timer]), never in its fast parts; [up_live]: [up_ok t src _ _ _] too is
+      [f t] and [src] from a member, of that kind. A layer that declares [live] and has no other
+      part going down ([dn_fast], [dn_after]) is not visited going down while every such layer of
+      the stack is live; with [up_live] and no [up_fast] or [up_after], the same going up. The stack
+      reads their [f] again only after a layered handler of one of them ran. {!constant_cast} and
+      {!constant_send} declare both; [None]: [dn_ok] and [up_ok] are called for each cast.
 
     Whenever [dn_ok] (or [up_ok]) holds, [dn_fast; pass the message on; dn_after] must do exactly
     what the layered handler does: the differential test ([test/group/test_fused.exe]) checks it on
@@ -131,6 +130,7 @@ type ('t, 'h) case = {
   up_after : 't -> Event.src -> int -> int array -> int -> unit;
   expand : int array -> int -> 'h;
   live : ('t -> bool) option;
+  up_live : bool;
 }
 
 val held : Event.src

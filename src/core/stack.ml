@@ -516,7 +516,8 @@ let orders sel nodes =
         match c.live with
         | Some _ ->
             (not length)
-            && if dn then (not dn_fast) && not dn_after else (not up_fast) && not up_after
+            &&
+            if dn then (not dn_fast) && not dn_after else c.up_live && (not up_fast) && not up_after
         | None -> false)
     | Some { case = No_case; _ } | None -> false
   in

@@ -147,6 +147,7 @@ module F = struct
     {
       Layer.nfields = 2;
       live = None;
+      up_live = false;
       length = false;
       framed = true;
       size = (fun a off -> 6 + Codec.varint_size a.(off + 1));

@@ -676,7 +676,8 @@ module F = struct
   let cast =
     {
       Layer.nfields = 0;
-      live = None;
+      live = Some (fun t -> not t.stopped);
+      up_live = false;
       length = false;
       framed = false;
       size =
@@ -702,6 +703,7 @@ module F = struct
   let send =
     {
       cast with
+      live = None;
       dn_ok =
         (fun t dst _ ->
           (not t.stopped) && match dst with Event.Send r -> valid t r | Event.Cast -> false);

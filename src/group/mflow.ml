@@ -398,6 +398,7 @@ module F = struct
     {
       Layer.nfields = 0;
       live = None;
+      up_live = false;
       length = true;
       framed = false;
       size =

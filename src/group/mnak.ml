@@ -844,6 +844,7 @@ module F = struct
     {
       Layer.nfields = 1;
       live = None;
+      up_live = false;
       length = false;
       framed = false;
       size = (fun a off -> 1 + Codec.varint_size a.(off));

@@ -391,6 +391,7 @@ module F = struct
     {
       Layer.nfields = 2;
       live = None;
+      up_live = false;
       length = false;
       framed = false;
       size = (fun a off -> 1 + Codec.varint_size a.(off) + Codec.varint_size a.(off + 1));

@@ -702,6 +702,7 @@ module F = struct
     {
       Layer.nfields = 4;
       live = None;
+      up_live = false;
       length = false;
       framed = false;
       size =
