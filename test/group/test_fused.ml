@@ -92,6 +92,69 @@ module Gate = struct
 end
 
 let gate = Layer.fast_send (module Gate)
+
+(* A layer whose cast (and send) is its liveness alone going down (always
+   live), not going up: it turns deaf and hears again every 7 ms, and
+   deaf, its layered path drops what comes up. The fused path must still ask it
+   going up. *)
+let ear_dropped = ref 0
+
+module Ear = struct
+  type t = { out : unit Layer.out; mutable deaf : bool; mutable at : Time.t }
+  type header = unit
+
+  let name = "ear"
+  let codec = Codec.unit
+  let pp_header = Fmt.nop
+  let provides = []
+  let requires = []
+  let period = Time.of_ms 7
+
+  let create (ctx : Layer.ctx) out =
+    let at = Time.add (ctx.now ()) period in
+    out.Layer.alarm at;
+    { out; deaf = false; at }
+
+  let up t src () msg =
+    if t.deaf then begin
+      incr ear_dropped;
+      Msg.release msg
+    end
+    else t.out.up src msg
+
+  let dn t dst msg = t.out.dn dst () msg
+  let up_ctl t e = t.out.up_ctl e
+  let dn_ctl t e = t.out.dn_ctl e
+
+  let timer t now =
+    if now >= t.at then begin
+      t.deaf <- not t.deaf;
+      t.at <- Time.add now period
+    end;
+    t.out.alarm t.at
+
+  let counters _ = []
+
+  let cast =
+    {
+      (Layer.constant_cast codec () ~live:(fun _ -> true) ()) with
+      up_live = false;
+      up_ok =
+        (fun t src _ _ _ -> (not t.deaf) && match src with Event.Cast_from _ -> true | _ -> false);
+    }
+
+  let send =
+    {
+      (Layer.constant_send codec () ~live:(fun _ -> true) ()) with
+      up_live = false;
+      up_ok =
+        (fun t src _ _ _ -> (not t.deaf) && match src with Event.Send_from _ -> true | _ -> false);
+    }
+
+  let state t = Fmt.str "deaf %b at %d" t.deaf t.at
+end
+
+let ear = Layer.fast_send (module Ear)
 let total = G.Properties.(vsync @ [ Total ])
 
 let stacks =
@@ -116,8 +179,8 @@ let stacks =
       (Properties.describe total, Result.get_ok (Properties.layers total));
       ( Properties.describe total ^ " (token)",
         Result.get_ok (Properties.layers Properties.(vsync @ [ Total ])) );
-      ( "gate:pt2pt:mnak:suspect:bottom",
-        [ gate; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ] );
+      ( "ear:gate:pt2pt:mnak:suspect:bottom",
+        [ ear; gate; Pt2pt.layer; Mnak.layer; Suspect.layer; Bottom.layer ] );
     |]
 
 let params =
@@ -630,6 +693,8 @@ let test_traces () =
   Fmt.pr "with Total: %d sends delivered by the bypass@." !total_sends_delivered;
   Fmt.pr "a closed gate held %d casts and sends@." !gate_held;
   Alcotest.(check bool) "a closed gate held casts and sends" true (!gate_held > traces / 20);
+  Fmt.pr "a deaf ear dropped %d casts and sends@." !ear_dropped;
+  Alcotest.(check bool) "a deaf ear dropped casts and sends" true (!ear_dropped > traces / 20);
   Alcotest.(check bool) "compressed sends were sent" true (!sends_sent > traces);
   Alcotest.(check bool)
     "sends were delivered by the bypass in stacks with Total" true
