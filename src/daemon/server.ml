@@ -495,15 +495,30 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
     else Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props)
   in
   let* () = match not_offered props with Some e -> Error (Wire.Bad_props, e) | None -> Ok () in
-  let privacy = List.mem P.Privacy props and auth = List.mem P.Auth props in
+  let privacy = List.mem P.Privacy props
+  and auth = List.mem P.Auth props
+  and rekey = List.mem P.Rekey props in
   let* seal =
     match t.cfg.seal with
-    | None when privacy || auth ->
-        Error (Wire.Join_failed, "property Auth or Privacy needs the daemon to run with --key FILE")
+    | None when privacy || auth || rekey ->
+        Error
+          ( Wire.Join_failed,
+            Printf.sprintf "property %s needs the daemon to run with --key FILE"
+              (if privacy then "Privacy" else if rekey then "Rekey" else "Auth") )
     | None -> Ok None
     | Some (secret, mode) -> Ok (Some (secret, if privacy then Seal.Privacy else mode))
   in
   let* layers, params = stack_of props params in
+  (* Per-view keys as in [consort member]: on with a key unless the
+     client's seal.rekey=false, which property Rekey contradicts. *)
+  let rekey_on = seal <> None && Params.bool params Seal.rekey_param in
+  let* () =
+    if rekey && not rekey_on then
+      Error
+        ( Wire.Bad_params,
+          Printf.sprintf "property Rekey and %s=false contradict each other" Seal.rekey_param )
+    else Ok ()
+  in
   let* () =
     Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params)
   in
@@ -575,10 +590,10 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       if Hashtbl.mem t.live port then try_port (i + 1)
       else begin
         m.port <- port;
+        let tr = S.wrap ~rekey:rekey_on (C.wrap t.loop t.capture) seal in
         match
           G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
-            (S.wrap (C.wrap t.loop t.capture) seal)
-            ~group
+            ?rekey:(S.rekey tr) tr ~group
             ~addr:(Printf.sprintf "%s:%d" t.ip port)
             (callbacks t m)
         with
