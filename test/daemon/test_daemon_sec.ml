@@ -159,6 +159,52 @@ let test_merges_with_member () =
              try contains (read_file log) (C.me a.m) with Sys_error _ -> false));
       C.close a.conn)
 
+let deaf =
+  {
+    Consort_group.Group.view = ignore;
+    cast = (fun ~origin:_ _ -> ());
+    send = (fun ~origin:_ _ -> ());
+    block = ignore;
+    flow = ignore;
+    exit = ignore;
+  }
+
+(* What the daemon cannot provide is refused at JOIN with its reason: Rekey
+   without a key, Rekey with seal.rekey=false; seal.rekey=false alone is
+   the explicit way out, as in [consort member]. *)
+let test_rekey_refused () =
+  let refused ?params d props code word =
+    let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
+    let props = Result.get_ok (Consort_group.Properties.of_string props) in
+    (match C.join ~props ?params conn ~group:"r" deaf with
+    | Error (C.Refused (c, reason)) ->
+        check ("refused: " ^ Wire.code_name code) true (c = code);
+        check ("the reason says " ^ word ^ ": " ^ reason) true (contains reason word)
+    | Ok _ -> Alcotest.fail "joined"
+    | Error e -> Alcotest.failf "%a" C.pp_join_error e);
+    C.close conn
+  in
+  let d = start ~bind:(addr 30) () in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf d.dir)
+    (fun () -> refused d "vsync,Rekey" Wire.Join_failed "--key");
+  let dir = tmpdir () in
+  let key, _ = new_key dir in
+  let d = start ~dir ~args:[ "--key"; key ] ~bind:(addr 40) () in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf dir)
+    (fun () ->
+      refused ~params:"seal.rekey=false" d "vsync,Privacy,Rekey" Wire.Bad_params "contradict";
+      let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
+      (match C.join ~props:privacy ~params:"seal.rekey=false" conn ~group:"r" deaf with
+      | Ok _ -> ()
+      | Error e -> Alcotest.failf "seal.rekey=false alone: %a" C.pp_join_error e);
+      C.close conn)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon_sec"
@@ -169,5 +215,7 @@ let () =
             test_capture_needs_view_keys;
           Alcotest.test_case "daemon members merge with consort member --key" `Quick
             test_merges_with_member;
+          Alcotest.test_case "what the daemon cannot provide is refused at JOIN" `Quick
+            test_rekey_refused;
         ] );
     ]
