@@ -205,6 +205,300 @@ let test_rekey_refused () =
       | Error e -> Alcotest.failf "seal.rekey=false alone: %a" C.pp_join_error e);
       C.close conn)
 
+(* {1 Who may connect} *)
+
+(* A local user made for the test (useradd), removed after. *)
+let with_user f =
+  if Unix.geteuid () <> 0 then Alcotest.fail "needs root, to create a local user (useradd)";
+  let name = Printf.sprintf "consortt%d" (Unix.getpid () mod 1_000_000) in
+  let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1") in
+  ignore (quiet ("userdel " ^ name));
+  if
+    quiet
+      ("useradd --system --user-group --no-create-home --home-dir /nonexistent --shell \
+        /usr/sbin/nologin " ^ name)
+    <> 0
+  then Alcotest.fail "useradd failed";
+  Fun.protect
+    ~finally:(fun () -> ignore (quiet ("userdel " ^ name)))
+    (fun () ->
+      let pw = Unix.getpwnam name in
+      f name pw.Unix.pw_uid pw.Unix.pw_gid)
+
+(* [as_user uid gid f]: [f ()] in a child process of that user and group
+   only; the line it returns. *)
+let as_user uid gid f =
+  let r, w = Unix.pipe ~cloexec:true () in
+  match Unix.fork () with
+  | 0 ->
+      Unix.close r;
+      let line =
+        try
+          Unix.setgroups [| gid |];
+          Unix.setgid gid;
+          Unix.setuid uid;
+          f ()
+        with e -> "exception " ^ Printexc.to_string e
+      in
+      ignore (Unix.write_substring w line 0 (String.length line));
+      Unix._exit 0
+  | pid ->
+      Unix.close w;
+      let b = Buffer.create 256 and chunk = Bytes.create 256 in
+      let deadline = Unix.gettimeofday () +. 20. in
+      let rec go () =
+        let left = deadline -. Unix.gettimeofday () in
+        if left > 0. then
+          match Unix.select [ r ] [] [] left with
+          | [], _, _ -> ()
+          | _ -> (
+              match Unix.read r chunk 0 256 with
+              | 0 -> ()
+              | n ->
+                  Buffer.add_subbytes b chunk 0 n;
+                  go ())
+          | exception Unix.Unix_error (Unix.EINTR, _, _) -> go ()
+      in
+      go ();
+      Unix.close r;
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      ignore (Unix.waitpid [] pid);
+      Buffer.contents b
+
+(* What a client gets: connects to [address] (a path, or "tcp:IP:PORT"),
+   says HELLO (with [token] if given) and, if it is answered, JOINs a
+   Privacy group. "joined", "error CODE: REASON", "closed", "timeout" or
+   "connect: ERROR". *)
+let attempt ?(token = "") address =
+  let dom, sa =
+    if String.length address > 4 && String.sub address 0 4 = "tcp:" then
+      let a = String.sub address 4 (String.length address - 4) in
+      let i = String.rindex a ':' in
+      ( Unix.PF_INET,
+        Unix.ADDR_INET
+          ( Unix.inet_addr_of_string (String.sub a 0 i),
+            int_of_string (String.sub a (i + 1) (String.length a - i - 1)) ) )
+    else (Unix.PF_UNIX, Unix.ADDR_UNIX address)
+  in
+  let fd = Unix.socket ~cloexec:true dom Unix.SOCK_STREAM 0 in
+  match Unix.connect fd sa with
+  | exception Unix.Unix_error (e, _, _) ->
+      Unix.close fd;
+      "connect: " ^ Unix.error_message e
+  | () ->
+      let r = { fd; fr = Wire.framer ~max:(1 lsl 26); buf = Bytes.create 65536 } in
+      let get () =
+        match next ~timeout:5. r with
+        | `Event (Wire.Error { code; reason; _ }) ->
+            Printf.sprintf "error %s: %s" (Wire.code_name code) reason
+        | `Event e -> Fmt.str "%a" (fun ppf _ -> Fmt.string ppf "event") e
+        | `Closed -> "closed"
+        | `Timeout -> "timeout"
+      in
+      (* A peer refused on sight may have its connection closed before
+         HELLO is written: the ERROR waits to be read all the same. *)
+      (try
+         put r
+           (Wire.encode_request
+              (Wire.Hello { min_version = 1; max_version = 1; name = "x"; token }))
+       with Unix.Unix_error ((Unix.EPIPE | Unix.ECONNRESET), _, _) -> ());
+      let res =
+        match next ~timeout:5. r with
+        | `Event (Wire.Hello_ok _) -> (
+            put r
+              (Wire.encode_request
+                 (Wire.Join
+                    {
+                      handle = 1;
+                      group = "keyed";
+                      props = "vsync,Privacy";
+                      params = "";
+                      flags = 0;
+                      peers = [];
+                    }));
+            match next ~timeout:5. r with `Event (Wire.Ok _) -> "joined" | _ -> get ())
+        | `Event (Wire.Error { code; reason; _ }) ->
+            Printf.sprintf "error %s: %s" (Wire.code_name code) reason
+        | `Event _ -> "another event"
+        | `Closed -> "closed"
+        | `Timeout -> "timeout"
+      in
+      close_raw r;
+      res
+
+let starts_with p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p
+
+let expect_refused what res =
+  if not (starts_with "error not-allowed" res) then
+    Alcotest.failf "%s: expected ERROR not-allowed, got %S" what res
+
+let expect_joined what res = if res <> "joined" then Alcotest.failf "%s: got %S" what res
+
+(* A daemon whose socket anyone may reach on the file system (a directory
+   of mode 0755, --socket-mode 0666): only the peer check stands between
+   another local user and the keyed groups. *)
+let open_daemon ?(args = []) ~bind () =
+  let dir = tmpdir () in
+  Unix.chmod dir 0o755;
+  let key, _ = new_key dir in
+  start ~dir ~args:([ "--key"; key; "--socket-mode"; "0666" ] @ args) ~bind ()
+
+let with_d d f =
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf d.dir)
+    (fun () -> f d)
+
+(* Another local user, refused on the Unix socket by its credentials; the
+   daemon's own user (root here) served; the user allowed by name
+   (--allow-uid) or by its group (--allow-gid) served. *)
+let test_unix_peer () =
+  with_user (fun name uid gid ->
+      with_d
+        (open_daemon ~bind:(addr 0) ())
+        (fun d ->
+          expect_refused "another user" (as_user uid gid (fun () -> attempt d.socket));
+          check "the refusal names the uid" true
+            (contains (as_user uid gid (fun () -> attempt d.socket)) (Printf.sprintf "uid %d" uid));
+          expect_joined "the daemon's own user" (attempt d.socket);
+          check "one warning line per refusal" true (contains (daemon_stderr d) "refused: uid"));
+      with_d
+        (open_daemon ~args:[ "--allow-uid"; name ] ~bind:(addr 10) ())
+        (fun d -> expect_joined "--allow-uid NAME" (as_user uid gid (fun () -> attempt d.socket)));
+      with_d
+        (open_daemon ~args:[ "--allow-gid"; string_of_int gid ] ~bind:(addr 20) ())
+        (fun d -> expect_joined "--allow-gid GID" (as_user uid gid (fun () -> attempt d.socket))))
+
+(* The socket's mode is --socket-mode's (0660 by default), whatever the
+   umask (000 here): another user cannot even connect. *)
+let test_socket_mode () =
+  with_user (fun _ uid gid ->
+      let old = Unix.umask 0 in
+      let d =
+        Fun.protect
+          ~finally:(fun () -> ignore (Unix.umask old))
+          (fun () ->
+            let dir = tmpdir () in
+            Unix.chmod dir 0o755;
+            start ~dir ~bind:(addr 30) ())
+      in
+      with_d d (fun d ->
+          Alcotest.(check int) "mode 0660 under umask 000" 0o660 (Unix.stat d.socket).Unix.st_perm;
+          let res = as_user uid gid (fun () -> attempt d.socket) in
+          check ("another user cannot connect: " ^ res) true (starts_with "connect: " res)))
+
+(* Over TCP with a key, the token: another local user without it, or with
+   another, refused; with it served (the token is the credential), as is
+   the daemon's user. *)
+let test_tcp_token () =
+  with_user (fun _ uid gid ->
+      let dir = tmpdir () in
+      let key, _ = new_key dir in
+      let token = Filename.concat dir "t.token" in
+      (match Seal.write_key token (Seal.generate ()) with
+      | Ok () -> ()
+      | Error e -> Alcotest.fail e);
+      let text = String.trim (read_file token) in
+      let tcp = addr 49 in
+      with_d
+        (start ~dir ~args:[ "--key"; key; "--tcp"; tcp; "--token"; token ] ~bind:(addr 40) ())
+        (fun _ ->
+          let tcp = "tcp:" ^ tcp in
+          expect_refused "another user, no token" (as_user uid gid (fun () -> attempt tcp));
+          expect_refused "another user, another token"
+            (as_user uid gid (fun () -> attempt ~token:(String.make (String.length text) 'x') tcp));
+          expect_refused "the daemon's user, no token" (attempt tcp);
+          expect_joined "another user with the token"
+            (as_user uid gid (fun () -> attempt ~token:text tcp));
+          expect_joined "the daemon's user with the token" (attempt ~token:text tcp);
+          (* The OCaml client, from the file CONSORT_TOKEN_FILE names. *)
+          Unix.putenv "CONSORT_TOKEN_FILE" token;
+          let ok = C.connect tcp in
+          Unix.putenv "CONSORT_TOKEN_FILE" "";
+          (match ok with Ok c -> C.close c | Error e -> Alcotest.failf "CONSORT_TOKEN_FILE: %s" e);
+          match C.connect tcp with
+          | Ok _ -> Alcotest.fail "connected without the token"
+          | Error e -> check ("refused without: " ^ e) true (contains e "not-allowed")))
+
+(* consortd run to its end: exit code and standard error. *)
+let run_daemon args =
+  let dir = tmpdir () in
+  let errf = Filename.concat dir "err" in
+  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+  let err = Unix.openfile errf [ O_WRONLY; O_CREAT ] 0o600 in
+  let pid =
+    Unix.create_process (consortd ()) (Array.of_list ("consortd" :: args)) devnull devnull err
+  in
+  Unix.close devnull;
+  Unix.close err;
+  let deadline = Unix.gettimeofday () +. 10. in
+  let rec wait () =
+    match Unix.waitpid [ Unix.WNOHANG ] pid with
+    | 0, _ when Unix.gettimeofday () < deadline ->
+        ignore (Unix.select [] [] [] 0.02);
+        wait ()
+    | 0, _ ->
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid);
+        -1
+    | _, Unix.WEXITED n -> n
+    | _ -> -2
+  in
+  let code = wait () in
+  let e = read_file errf in
+  rm_rf dir;
+  (code, e)
+
+(* Refused at start, exit 2 and one line: --tcp with --key and no token, a
+   token file others can read, --metrics on 0.0.0.0 without
+   --metrics-public, a key file owned by another user, or a FIFO. *)
+let test_refused_at_start () =
+  let dir = tmpdir () in
+  Fun.protect
+    ~finally:(fun () -> rm_rf dir)
+    (fun () ->
+      let key, _ = new_key dir in
+      let sock = Filename.concat dir "s.sock" in
+      let refused what args words =
+        let code, e = run_daemon ([ "--socket"; sock; "--bind"; addr 45 ] @ args) in
+        Alcotest.(check int) (what ^ ": exit 2") 2 code;
+        let lines = List.filter (( <> ) "") (String.split_on_char '\n' e) in
+        Alcotest.(check int) (what ^ ": one line: " ^ e) 1 (List.length lines);
+        List.iter (fun w -> check (what ^ ": says " ^ w ^ ": " ^ e) true (contains e w)) words;
+        check (what ^ ": the socket is not left") false (Sys.file_exists sock)
+      in
+      refused "--tcp with --key, no token" [ "--key"; key; "--tcp"; addr 46 ] [ "--token" ];
+      let loose = Filename.concat dir "loose.token" in
+      (match Seal.write_key loose (Seal.generate ()) with
+      | Ok () -> ()
+      | Error e -> Alcotest.fail e);
+      Unix.chmod loose 0o644;
+      refused "a token others can read"
+        [ "--key"; key; "--tcp"; addr 46; "--token"; loose ]
+        [ "644" ];
+      refused "--metrics 0.0.0.0"
+        [ "--metrics"; "0.0.0.0:" ^ string_of_int (base + 47) ]
+        [ "--metrics-public" ];
+      let fifo = Filename.concat dir "fifo" in
+      Unix.mkfifo fifo 0o600;
+      refused "a FIFO as key" [ "--key"; fifo ] [ "not a regular file" ];
+      with_user (fun _ uid gid ->
+          let theirs = Filename.concat dir "theirs.key" in
+          (match Seal.write_key theirs (Seal.generate ()) with
+          | Ok () -> ()
+          | Error e -> Alcotest.fail e);
+          Unix.chown theirs uid gid;
+          refused "a key owned by another user" [ "--key"; theirs ] [ Printf.sprintf "uid %d" uid ]);
+      (* --metrics-public: served on 0.0.0.0. *)
+      let d =
+        start ~dir
+          ~args:[ "--metrics"; "0.0.0.0:" ^ string_of_int (base + 47); "--metrics-public" ]
+          ~bind:(addr 45) ()
+      in
+      check "--metrics-public: the daemon runs" true (alive d);
+      stop d)
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon_sec"
@@ -217,5 +511,12 @@ let () =
             test_merges_with_member;
           Alcotest.test_case "what the daemon cannot provide is refused at JOIN" `Quick
             test_rekey_refused;
+        ] );
+      ( "who may connect",
+        [
+          Alcotest.test_case "another local user refused on the Unix socket" `Quick test_unix_peer;
+          Alcotest.test_case "the socket's mode, whatever the umask" `Quick test_socket_mode;
+          Alcotest.test_case "over TCP, the token" `Quick test_tcp_token;
+          Alcotest.test_case "refused at start, one line" `Quick test_refused_at_start;
         ] );
     ]
