@@ -246,8 +246,10 @@ let cmd =
       & opt (some string) None
       & info [ "key" ] ~docv:"FILE"
           ~doc:
-            "The groups' secret (from $(b,consort keygen), mode 0600): every member seals its \
-             datagrams (Auth; Privacy when a client asks).")
+            "The groups' secret (from $(b,consort keygen), mode 0600, owned by the daemon's user \
+             or root): every member seals its datagrams (Auth; Privacy when a client asks), its \
+             stack's under a key of each view (Rekey) unless the client's params say \
+             seal.rekey=false, as $(b,consort member --key) does.")
   in
   let max_frame =
     Arg.(
@@ -361,6 +363,13 @@ let cmd =
          or stops reading is failed out of its groups (its members leave); the others are not \
          disturbed. SIGTERM or SIGINT: every member leaves, then the daemon exits.";
       `P
+        "Who may connect: on $(b,--socket), root, the daemon's own user, the users of \
+         $(b,--allow-uid) and the members of the groups of $(b,--allow-gid) (default: the daemon's \
+         group), by the credentials the kernel gives for each connection (SO_PEERCRED); over \
+         $(b,--tcp), with $(b,--token), a client that presents the token in HELLO. The others get \
+         ERROR $(b,not-allowed) and the end of the connection (doc/protocol.md, \"Who may \
+         connect\").";
+      `P
         "Log lines (warnings; with $(b,--verbose), also clients failed out) go to standard error, \
          at most 50 a second; what is dropped is counted in one line.";
       `P
@@ -369,8 +378,10 @@ let cmd =
          out by reason: failed_closed, failed_malformed, failed_overloaded, ...).";
       `P
         "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every \
-         member left); 2 for a bad argument, an address in use or a key that cannot be read; 124 \
-         for an option the command line parser refuses; 125 for an internal error.";
+         member left); 2 for a bad argument, an address in use, a key or token file that cannot be \
+         read or that others may read, $(b,--tcp) with $(b,--key) and no $(b,--token), or \
+         $(b,--metrics) off loopback without $(b,--metrics-public); 124 for an option the command \
+         line parser refuses; 125 for an internal error.";
       `S Manpage.s_examples;
       `Pre
         "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers \

@@ -226,15 +226,15 @@ let with_user f =
       f name pw.Unix.pw_uid pw.Unix.pw_gid)
 
 (* [as_user uid gid f]: [f ()] in a child process of that user and group
-   only; the line it returns. *)
-let as_user uid gid f =
+   (and the supplementary [groups]); the line it returns. *)
+let as_user ?(groups = []) uid gid f =
   let r, w = Unix.pipe ~cloexec:true () in
   match Unix.fork () with
   | 0 ->
       Unix.close r;
       let line =
         try
-          Unix.setgroups [| gid |];
+          Unix.setgroups (Array.of_list (gid :: groups));
           Unix.setgid gid;
           Unix.setuid uid;
           f ()
@@ -368,7 +368,16 @@ let test_unix_peer () =
         (fun d -> expect_joined "--allow-uid NAME" (as_user uid gid (fun () -> attempt d.socket)));
       with_d
         (open_daemon ~args:[ "--allow-gid"; string_of_int gid ] ~bind:(addr 20) ())
-        (fun d -> expect_joined "--allow-gid GID" (as_user uid gid (fun () -> attempt d.socket))))
+        (fun d -> expect_joined "--allow-gid GID" (as_user uid gid (fun () -> attempt d.socket)));
+      (* A supplementary group of the peer (SO_PEERGROUPS), as a user added to
+         the daemon's group has. *)
+      let extra = 40000 + (Unix.getpid () mod 20000) in
+      with_d
+        (open_daemon ~args:[ "--allow-gid"; string_of_int extra ] ~bind:(addr 25) ())
+        (fun d ->
+          expect_refused "not in the group" (as_user uid gid (fun () -> attempt d.socket));
+          expect_joined "a supplementary group"
+            (as_user ~groups:[ extra ] uid gid (fun () -> attempt d.socket))))
 
 (* The socket's mode is --socket-mode's (0660 by default), whatever the
    umask (000 here): another user cannot even connect. *)
