@@ -203,6 +203,28 @@ let test_rekey_refused () =
       (match C.join ~props:privacy ~params:"seal.rekey=false" conn ~group:"r" deaf with
       | Ok _ -> ()
       | Error e -> Alcotest.failf "seal.rekey=false alone: %a" C.pp_join_error e);
+      (* The seal is chosen at JOIN: a SWITCH cannot add Privacy (or Rekey to
+         a member without view keys), and says so instead of ignoring it. *)
+      let switch_refused m props word =
+        match C.switch m (Result.get_ok (Consort_group.Properties.of_string props)) with
+        | Error (code, reason) ->
+            check ("SWITCH " ^ props ^ ": bad-switch") true (code = Wire.Bad_switch);
+            check ("the reason says " ^ word ^ ": " ^ reason) true (contains reason word)
+        | Ok () -> Alcotest.failf "SWITCH to %s taken, and its seal ignored" props
+      in
+      let plain =
+        match C.join conn ~group:"s" deaf with Ok m -> m | Error _ -> Alcotest.fail "join"
+      in
+      switch_refused plain "vsync,Privacy" "Privacy";
+      let norekey =
+        match C.join ~params:"seal.rekey=false" conn ~group:"t" deaf with
+        | Ok m -> m
+        | Error _ -> Alcotest.fail "join"
+      in
+      switch_refused norekey "vsync,Rekey" "Rekey";
+      check "SWITCH within what the member has: taken" true
+        (C.switch plain (Result.get_ok (Consort_group.Properties.of_string "vsync,Auth,Total"))
+        = Ok ());
       C.close conn)
 
 (* {1 Who may connect} *)
