@@ -142,6 +142,8 @@ type member = {
   mutable ready : bool;  (** the JOIN's reply is out: upcalls may follow *)
   early : string Queue.t;  (** upcalls made during the join itself *)
   report : bool;
+  seal : Seal.mode option;  (** as it joined: a SWITCH cannot change it *)
+  rekeyed : bool;  (** it has per-view keys *)
   pending : (int * string) Queue.t;  (** accepted, not yet in the stack: request number, payload *)
   mutable exited : bool;
   mutable group_flow : bool;  (** the group's flow control holds it (its last flow upcall) *)
@@ -515,6 +517,18 @@ let not_offered props =
        carries: not offered through the daemon"
   else None
 
+(* The seal a member has is chosen at JOIN: a SWITCH that asks for more
+   is refused, not taken with the seal as it was. *)
+let seal_not_switchable m props =
+  let has p = List.mem p props in
+  if (has P.Auth || has P.Privacy || has P.Rekey) && m.seal = None then
+    Some "Auth, Privacy and Rekey need the daemon to run with --key FILE"
+  else if has P.Privacy && m.seal <> Some Seal.Privacy then
+    Some "Privacy is chosen at JOIN: this member's datagrams stay sealed as it joined (Auth)"
+  else if has P.Rekey && not m.rekeyed then
+    Some "Rekey is chosen at JOIN: this member joined with seal.rekey=false"
+  else None
+
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let ( let* ) = Result.bind in
   let* props =
@@ -581,6 +595,8 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       ready = false;
       early = Queue.create ();
       report = flags land Wire.flag_report <> 0;
+      seal = Option.map snd seal;
+      rekeyed = rekey_on;
       pending = Queue.create ();
       exited = false;
       group_flow = false;
@@ -771,7 +787,7 @@ let request t c (r : Wire.request) =
           ok t c handle)
   | Block_ok { handle } -> with_member t c handle (fun _ _ -> ok t c handle)
   | Switch { handle; props; params } ->
-      with_member t c handle (fun _ g ->
+      with_member t c handle (fun m g ->
           let r =
             let ( let* ) = Result.bind in
             let* props =
@@ -781,6 +797,11 @@ let request t c (r : Wire.request) =
             in
             let* () =
               match not_offered props with Some e -> Error (Wire.Bad_switch, e) | None -> Ok ()
+            in
+            let* () =
+              match seal_not_switchable m props with
+              | Some e -> Error (Wire.Bad_switch, e)
+              | None -> Ok ()
             in
             let* layers, params = stack_of props params in
             Result.map_error
