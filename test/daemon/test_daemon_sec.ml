@@ -530,6 +530,50 @@ let test_refused_at_start () =
       check "--metrics-public: the daemon runs" true (alive d);
       stop d)
 
+(* Seal.read_key (and the token's Seal.read_private): what is checked is the
+   file opened. Owned by another uid (root chowns it): refused, naming the
+   uid; a FIFO: refused at once, not waited on; a symbolic link to a good
+   key: read (the file it names is checked); a directory: refused. *)
+let test_key_file_checks () =
+  let dir = tmpdir () in
+  Fun.protect
+    ~finally:(fun () -> rm_rf dir)
+    (fun () ->
+      let key, secret = new_key dir in
+      let same s = Fmt.str "%a" Seal.pp_secret s = Fmt.str "%a" Seal.pp_secret secret in
+      (match Seal.read_key key with
+      | Ok s -> check "read back" true (same s)
+      | Error e -> Alcotest.fail e);
+      let link = Filename.concat dir "link.key" in
+      Unix.symlink key link;
+      (match Seal.read_key link with
+      | Ok s -> check "through a symbolic link" true (same s)
+      | Error e -> Alcotest.fail e);
+      let refused what path word =
+        match Seal.read_key path with
+        | Ok _ -> Alcotest.failf "%s: accepted" what
+        | Error e ->
+            check (what ^ ": " ^ e) true (contains e word);
+            check (what ^ ": one line") false (String.contains e '\n')
+      in
+      if Unix.geteuid () = 0 then begin
+        let theirs = Filename.concat dir "theirs.key" in
+        (match Seal.write_key theirs (Seal.generate ()) with
+        | Ok () -> ()
+        | Error e -> Alcotest.fail e);
+        Unix.chown theirs 54321 54321;
+        refused "owned by another uid" theirs "uid 54321"
+      end
+      else Alcotest.fail "needs root, to give a file to another uid";
+      let fifo = Filename.concat dir "fifo" in
+      Unix.mkfifo fifo 0o600;
+      let t0 = Unix.gettimeofday () in
+      refused "a FIFO" fifo "not a regular file";
+      check "a FIFO is not waited on" true (Unix.gettimeofday () -. t0 < 5.);
+      refused "a directory" dir "not a regular file";
+      Unix.chmod key 0o640;
+      refused "mode 0640" key "chmod 600")
+
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   Alcotest.run "daemon_sec"
@@ -549,5 +593,6 @@ let () =
           Alcotest.test_case "the socket's mode, whatever the umask" `Quick test_socket_mode;
           Alcotest.test_case "over TCP, the token" `Quick test_tcp_token;
           Alcotest.test_case "refused at start, one line" `Quick test_refused_at_start;
+          Alcotest.test_case "key files: the file opened is checked" `Quick test_key_file_checks;
         ] );
     ]
