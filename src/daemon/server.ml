@@ -906,7 +906,22 @@ let add_client ?(from = `Trusted) t fd =
     let e = Option.get refused in
     count t "refused_peer" 1;
     Log.warn (fun m -> m "client %d on the Unix socket refused: %s" c.cid e);
-    fatal t c Wire.Not_allowed e
+    (* The ERROR answers the client's first frame: a client writes HELLO
+       before it reads, and closed at once it would get EPIPE, not the
+       reason. What it sent is read and dropped first, so that the close
+       loses nothing of the ERROR. At most 1 s; nothing it sends is served. *)
+    let refuse () =
+      if not c.closed then begin
+        (try ignore (Wire.read c.framer c.fd) with Unix.Unix_error _ -> ());
+        fatal t c Wire.Not_allowed e
+      end
+    in
+    Loop.watch t.loop fd refuse;
+    c.hello_timer <-
+      Some
+        (Loop.after t.loop (Time.of_ms 1000) (fun () ->
+             c.hello_timer <- None;
+             refuse ()))
   end
   else begin
     Loop.watch t.loop fd (fun () -> if not c.closed then readable t c);

@@ -348,6 +348,41 @@ let attempt ?(token = "") address =
       close_raw r;
       res
 
+(* The stock Python client (clients/python), as the issue's attacker used it:
+   connects to [address] and joins a keyed Privacy group. Its one line. *)
+let python_client address =
+  let here = Filename.dirname Sys.executable_name in
+  let root =
+    List.find_opt
+      (fun d -> Sys.file_exists (Filename.concat d "clients/python/consort_client/client.py"))
+      [ Sys.getcwd (); Filename.concat here "../../../.."; Filename.concat here "../../.." ]
+  in
+  match root with
+  | None -> "no clients/python here"
+  | Some root ->
+      let root = Unix.realpath root in
+      let script =
+        Printf.sprintf
+          "import sys\n\
+           sys.path.insert(0, %S)\n\
+           from consort_client import Client, ConsortError\n\
+           try:\n\
+          \    c = Client(%S, timeout=10)\n\
+          \    c.join('keyed', props='vsync,Privacy')\n\
+          \    print('joined')\n\
+           except ConsortError as e:\n\
+          \    print('refused: %%s' %% e)\n"
+          (Filename.concat root "clients/python")
+          address
+      in
+      let ic =
+        Unix.open_process_args_in "/usr/bin/env"
+          [| "env"; "PYTHONDONTWRITEBYTECODE=1"; "python3"; "-c"; script |]
+      in
+      let line = try input_line ic with End_of_file -> "no output" in
+      ignore (Unix.close_process_in ic);
+      line
+
 let starts_with p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 
 let expect_refused what res =
@@ -381,6 +416,11 @@ let test_unix_peer () =
         (open_daemon ~bind:(addr 0) ())
         (fun d ->
           expect_refused "another user" (as_user uid gid (fun () -> attempt d.socket));
+          let py = as_user uid gid (fun () -> python_client d.socket) in
+          check
+            ("the Python client, another user: " ^ py)
+            true
+            (starts_with "refused: not-allowed" py);
           check "the refusal names the uid" true
             (contains (as_user uid gid (fun () -> attempt d.socket)) (Printf.sprintf "uid %d" uid));
           expect_joined "the daemon's own user" (attempt d.socket);
@@ -440,6 +480,12 @@ let test_tcp_token () =
           expect_refused "another user, another token"
             (as_user uid gid (fun () -> attempt ~token:(String.make (String.length text) 'x') tcp));
           expect_refused "the daemon's user, no token" (attempt tcp);
+          (* The stock Python client, as another local user. *)
+          let py = as_user uid gid (fun () -> python_client tcp) in
+          check
+            ("the Python client, another user, no token: " ^ py)
+            true
+            (starts_with "refused: not-allowed" py);
           expect_joined "another user with the token"
             (as_user uid gid (fun () -> attempt ~token:text tcp));
           expect_joined "the daemon's user with the token" (attempt ~token:text tcp);
