@@ -348,40 +348,54 @@ let attempt ?(token = "") address =
       close_raw r;
       res
 
-(* The stock Python client (clients/python), as the issue's attacker used it:
-   connects to [address] and joins a keyed Privacy group. Its one line. *)
-let python_client address =
-  let here = Filename.dirname Sys.executable_name in
-  let root =
-    List.find_opt
-      (fun d -> Sys.file_exists (Filename.concat d "clients/python/consort_client/client.py"))
-      [ Sys.getcwd (); Filename.concat here "../../../.."; Filename.concat here "../../.." ]
+(* The stock Python client (clients/python), as the issue's attacker used it,
+   copied where any user can read it (the tree may be in a directory of mode
+   0700). *)
+let python_pkg =
+  lazy
+    (let here = Filename.dirname Sys.executable_name in
+     match
+       List.find_opt
+         (fun d -> Sys.file_exists (Filename.concat d "clients/python/consort_client/client.py"))
+         [ Sys.getcwd (); Filename.concat here "../../../.."; Filename.concat here "../../.." ]
+     with
+     | None -> Alcotest.fail "no clients/python in this tree"
+     | Some root ->
+         let d = tmpdir () in
+         Unix.chmod d 0o755;
+         at_exit (fun () -> rm_rf d);
+         let src = Filename.concat (Unix.realpath root) "clients/python/consort_client" in
+         if
+           Sys.command
+             (Printf.sprintf "cp -r %s %s && chmod -R a+rX %s" (Filename.quote src)
+                (Filename.quote d) (Filename.quote d))
+           <> 0
+         then Alcotest.fail "cannot copy clients/python";
+         d)
+
+(* [python_client pkg address]: connects to [address] and joins a keyed
+   Privacy group with the package copied in [pkg]. Its one line. *)
+let python_client pkg address =
+  let script =
+    Printf.sprintf
+      "import sys\n\
+       sys.path.insert(0, %S)\n\
+       from consort_client import Client, ConsortError\n\
+       try:\n\
+      \    c = Client(%S, timeout=10)\n\
+      \    c.join('keyed', props='vsync,Privacy')\n\
+      \    print('joined')\n\
+       except ConsortError as e:\n\
+      \    print('refused: %%s' %% e)\n"
+      pkg address
   in
-  match root with
-  | None -> "no clients/python here"
-  | Some root ->
-      let root = Unix.realpath root in
-      let script =
-        Printf.sprintf
-          "import sys\n\
-           sys.path.insert(0, %S)\n\
-           from consort_client import Client, ConsortError\n\
-           try:\n\
-          \    c = Client(%S, timeout=10)\n\
-          \    c.join('keyed', props='vsync,Privacy')\n\
-          \    print('joined')\n\
-           except ConsortError as e:\n\
-          \    print('refused: %%s' %% e)\n"
-          (Filename.concat root "clients/python")
-          address
-      in
-      let ic =
-        Unix.open_process_args_in "/usr/bin/env"
-          [| "env"; "PYTHONDONTWRITEBYTECODE=1"; "python3"; "-c"; script |]
-      in
-      let line = try input_line ic with End_of_file -> "no output" in
-      ignore (Unix.close_process_in ic);
-      line
+  let ic =
+    Unix.open_process_args_in "/usr/bin/env"
+      [| "env"; "PYTHONDONTWRITEBYTECODE=1"; "python3"; "-c"; script |]
+  in
+  let line = try input_line ic with End_of_file -> "no output" in
+  ignore (Unix.close_process_in ic);
+  line
 
 let starts_with p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 
@@ -416,7 +430,8 @@ let test_unix_peer () =
         (open_daemon ~bind:(addr 0) ())
         (fun d ->
           expect_refused "another user" (as_user uid gid (fun () -> attempt d.socket));
-          let py = as_user uid gid (fun () -> python_client d.socket) in
+          let pkg = Lazy.force python_pkg in
+          let py = as_user uid gid (fun () -> python_client pkg d.socket) in
           check
             ("the Python client, another user: " ^ py)
             true
@@ -481,7 +496,8 @@ let test_tcp_token () =
             (as_user uid gid (fun () -> attempt ~token:(String.make (String.length text) 'x') tcp));
           expect_refused "the daemon's user, no token" (attempt tcp);
           (* The stock Python client, as another local user. *)
-          let py = as_user uid gid (fun () -> python_client tcp) in
+          let pkg = Lazy.force python_pkg in
+          let py = as_user uid gid (fun () -> python_client pkg tcp) in
           check
             ("the Python client, another user, no token: " ^ py)
             true
