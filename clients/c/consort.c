@@ -457,7 +457,10 @@ int consort_connect_token(const char *address, const char *name, int max_version
                           CONSORT_PROTOCOL_VERSION);
     if (!address) return disconnect(c, "no address");
     char token[4097] = "";
-    if (!token_file) {
+    /* Over TCP only: the Unix socket checks credentials instead, and a path
+     * in a shared directory could be another user's socket. */
+    if (strncmp(address, "tcp:", 4) != 0) token_file = NULL;
+    else if (!token_file) {
         const char *env = getenv("CONSORT_TOKEN_FILE");
         if (env && *env) token_file = env;
     }

@@ -151,11 +151,12 @@ int consort_connect(const char *address, const char *name, consort_client **out)
  * max_version only (1: every cast and send waits for its reply). */
 int consort_connect_version(const char *address, const char *name, int max_version, consort_client **out);
 
-/* consort_connect_token: consort_connect_version presenting the text of
- * token_file (without surrounding blanks) in HELLO: a daemon run with
- * --token requires it over TCP. consort_connect and consort_connect_version
+/* consort_connect_token: consort_connect_version presenting, over TCP, the
+ * text of token_file (without surrounding blanks) in HELLO: a daemon run
+ * with --token requires it. consort_connect and consort_connect_version
  * present the file the environment variable CONSORT_TOKEN_FILE names, if
- * set; so does this one with token_file NULL. */
+ * set; so does this one with token_file NULL. A token is never sent on a
+ * Unix socket (the daemon checks the peer's credentials there). */
 int consort_connect_token(const char *address, const char *name, int max_version, const char *token_file,
                           consort_client **out);
 

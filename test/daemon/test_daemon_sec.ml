@@ -489,7 +489,7 @@ let test_tcp_token () =
       let tcp = addr 49 in
       with_d
         (start ~dir ~args:[ "--key"; key; "--tcp"; tcp; "--token"; token ] ~bind:(addr 40) ())
-        (fun _ ->
+        (fun d ->
           let tcp = "tcp:" ^ tcp in
           expect_refused "another user, no token" (as_user uid gid (fun () -> attempt tcp));
           expect_refused "another user, another token"
@@ -510,9 +510,16 @@ let test_tcp_token () =
           let ok = C.connect tcp in
           Unix.putenv "CONSORT_TOKEN_FILE" "";
           (match ok with Ok c -> C.close c | Error e -> Alcotest.failf "CONSORT_TOKEN_FILE: %s" e);
-          match C.connect tcp with
+          (match C.connect tcp with
           | Ok _ -> Alcotest.fail "connected without the token"
-          | Error e -> check ("refused without: " ^ e) true (contains e "not-allowed")))
+          | Error e -> check ("refused without: " ^ e) true (contains e "not-allowed"));
+          (* No token is read or sent on a Unix socket. *)
+          Unix.putenv "CONSORT_TOKEN_FILE" (Filename.concat dir "missing");
+          let ok = C.connect d.socket in
+          Unix.putenv "CONSORT_TOKEN_FILE" "";
+          match ok with
+          | Ok c -> C.close c
+          | Error e -> Alcotest.failf "the Unix socket with CONSORT_TOKEN_FILE: %s" e))
 
 (* consortd run to its end: exit code and standard error. *)
 let run_daemon args =

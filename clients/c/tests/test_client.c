@@ -275,7 +275,7 @@ static void scenario(const char *sock, int version) {
 
 /* Over TCP to a daemon with --key and --token: the token from a file, or
  * from the file CONSORT_TOKEN_FILE names; without it, not-allowed. */
-static void token(const char *tcp, const char *file) {
+static void token(const char *sock, const char *tcp, const char *file) {
     consort_client *x;
     uint32_t h;
     unsetenv("CONSORT_TOKEN_FILE");
@@ -295,6 +295,11 @@ static void token(const char *tcp, const char *file) {
     CHECK(r == CONSORT_DISCONNECTED && strstr(consort_error(x), "token: /nonexistent/token"),
           "a token file that cannot be read: one line naming it");
     consort_close(x);
+    /* No token is read or sent on a Unix socket. */
+    setenv("CONSORT_TOKEN_FILE", "/nonexistent/token", 1);
+    CHECK(consort_connect(sock, "t", &x) == 0, "on a Unix socket CONSORT_TOKEN_FILE is not used");
+    consort_close(x);
+    unsetenv("CONSORT_TOKEN_FILE");
 }
 
 int main(int argc, char **argv) {
@@ -324,7 +329,7 @@ int main(int argc, char **argv) {
 
     scenario(sock, 1);
     scenario(sock, 2);
-    if (argc == 4) token(argv[2], argv[3]);
+    if (argc == 4) token(sock, argv[2], argv[3]);
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

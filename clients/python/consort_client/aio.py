@@ -80,11 +80,11 @@ class AsyncClient:
         as for Client."""
         if not wire.MIN_VERSION <= version <= wire.VERSION:
             raise ValueError("protocol version %d: this package speaks %d to %d" % (version, wire.MIN_VERSION, wire.VERSION))
+        family, addr = parse_address(address)
         try:
-            token = wire.read_token(token_file)
+            token = wire.read_token(token_file) if not isinstance(addr, str) else b""
         except (OSError, ValueError) as e:
             raise Disconnected("token: %s" % e) from None
-        family, addr = parse_address(address)
         try:
             if isinstance(addr, str):
                 reader, writer = await asyncio.open_unix_connection(addr)

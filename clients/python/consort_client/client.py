@@ -118,15 +118,17 @@ class Client:
     ) -> None:
         """version: the highest protocol version to offer (1 or 2); the one
         agreed is self.version. token_file (default: the file the environment
-        variable CONSORT_TOKEN_FILE names, if set): its text goes in HELLO; a
-        daemon run with --token requires it over TCP."""
+        variable CONSORT_TOKEN_FILE names, if set): over TCP, its text goes in
+        HELLO (a daemon run with --token requires it); never on a Unix socket."""
         if not wire.MIN_VERSION <= version <= wire.VERSION:
             raise ValueError("protocol version %d: this package speaks %d to %d" % (version, wire.MIN_VERSION, wire.VERSION))
+        family, addr = parse_address(address)
         try:
-            token = wire.read_token(token_file)
+            # Over TCP only: the Unix socket checks credentials instead, and a
+            # path in a shared directory could be another user's socket.
+            token = wire.read_token(token_file) if family == socket.AF_INET else b""
         except (OSError, ValueError) as e:
             raise Disconnected("token: %s" % e) from None
-        family, addr = parse_address(address)
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.timeout = timeout
         try:

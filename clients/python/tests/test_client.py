@@ -339,8 +339,9 @@ def test_token_over_tcp(tmp_path, monkeypatch):
         with pytest.raises(Disconnected) as e:
             Client(address, token_file=str(tmp_path / "missing"))
         assert "token:" in str(e.value)
-        # The Unix socket checks the peer's credentials instead: this user is the daemon's.
-        monkeypatch.delenv("CONSORT_TOKEN_FILE")
+        # The Unix socket checks the peer's credentials instead (this user is the
+        # daemon's): no token is read or sent there.
+        monkeypatch.setenv("CONSORT_TOKEN_FILE", str(tmp_path / "missing"))
         Client(d.socket).close()
     finally:
         d.stop()
