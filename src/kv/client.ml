@@ -109,11 +109,15 @@ let call t op =
   let unreachable = ref 0 in
   let rec attempt tries maybe last =
     let give_up () = if maybe then Wire.Unknown last else Wire.Refused last in
+    let round = tries > 0 && tries mod n = 0 in
     if Unix.gettimeofday () >= deadline || !unreachable >= 2 * n then give_up ()
+    else if round && deadline -. Unix.gettimeofday () <= 0.5 then
+      (* No time for another round after the pause: what the servers said
+         stands (a refusal is a refusal, not a timeout). *)
+      give_up ()
     else begin
       (* After a round of every server, wait a little: a view change may be under way. *)
-      if tries > 0 && tries mod n = 0 then
-        Unix.sleepf (min 0.5 (max 0. (deadline -. Unix.gettimeofday ())));
+      if round then Unix.sleepf 0.5;
       match connect t deadline with
       | Error e ->
           incr unreachable;

@@ -11,7 +11,22 @@ type finding = Store_intf.finding =
   | Torn_tail of { file : string; offset : int; dropped : int; why : string }
   | Temp_removed of string
 
+type failure = Store_intf.failure = Disk_full of string | Io_error of string
+
+exception Failed = Store_intf.Failed
+
 module type S = Store_intf.S
+
+let pp_failure ppf = function
+  | Disk_full what -> Fmt.pf ppf "disk full (%s)" what
+  | Io_error what -> Fmt.pf ppf "io-error: %s" what
+
+(* EDQUOT (122 on Linux) has no constructor of its own in Unix. *)
+let failure_of_unix what e =
+  match e with
+  | Unix.ENOSPC | Unix.EUNKNOWNERR 122 ->
+      Disk_full (Printf.sprintf "%s: %s" what (Unix.error_message e))
+  | e -> Io_error (Printf.sprintf "%s: %s" what (Unix.error_message e))
 
 let pp_finding ppf = function
   | Torn_tail { file; offset; dropped; why } ->
@@ -74,6 +89,7 @@ module Make (M : Rsm.MACHINE) = struct
     mutable chain : string; (* digest of the whole log: of the chain before and the last write *)
     mutable recent_bytes : int;
     lock : Unix.file_descr;
+    mutable failed : failure option; (* the disk refused a step: no sync ever again *)
   }
 
   let dir t = t.dir
@@ -83,6 +99,23 @@ module Make (M : Rsm.MACHINE) = struct
   let history t = t.history
   let promise t = t.promise
   let dirty t = Buffer.length t.pending > 0
+  let failed t = t.failed
+
+  (* A step that makes data durable: an error of the disk stops the store for good. *)
+  let durable t what f =
+    match t.failed with
+    | Some e -> raise (Failed e)
+    | None -> (
+        try f () with
+        | Unix.Unix_error (e, _, _) ->
+            let e = failure_of_unix what e in
+            t.failed <- Some e;
+            raise (Failed e)
+        | Sys_error m ->
+            let e = Io_error (what ^ ": " ^ m) in
+            t.failed <- Some e;
+            raise (Failed e))
+
   let path t f = Filename.concat t.dir f
 
   let frame payload =
@@ -245,20 +278,30 @@ module Make (M : Rsm.MACHINE) = struct
     end;
     Log.info (fun m -> m "%s: snapshot at write %d" t.dir t.seq)
 
+  (* What is pending stays pending until it is written and fsynced; a write
+     that fails part way is cut back off the log, so that no torn record
+     lies before later ones (the store stops anyway). *)
   let sync t =
-    if dirty t then begin
-      let s = Buffer.contents t.pending in
-      Buffer.clear t.pending;
-      write_all t.io (path t "wal") t.wal s;
-      t.io.Io.fsync (path t "wal") t.wal;
-      t.wal_size <- t.wal_size + String.length s;
-      if t.wal_size > t.snapshot_bytes then write_snapshot t
-    end
+    if t.failed <> None || dirty t then
+      durable t "the log" (fun () ->
+          let s = Buffer.contents t.pending in
+          (match
+             write_all t.io (path t "wal") t.wal s;
+             t.io.Io.fsync (path t "wal") t.wal
+           with
+          | () -> ()
+          | exception (Unix.Unix_error _ as x) ->
+              (try Unix.ftruncate t.wal t.wal_size with Unix.Unix_error _ -> ());
+              raise x);
+          Buffer.clear t.pending;
+          t.wal_size <- t.wal_size + String.length s;
+          if t.wal_size > t.snapshot_bytes then write_snapshot t)
 
   let install t s =
     match Codec.decode_string (snap_codec t.limits) s with
     | Error e -> Error (Fmt.str "snapshot does not decode: %a" Codec.pp_error e)
     | Ok ((seq, chain), epoch, history, machine) ->
+        (match t.failed with Some e -> raise (Failed e) | None -> ());
         Buffer.clear t.pending;
         t.seq <- seq;
         t.chain <- chain;
@@ -267,7 +310,7 @@ module Make (M : Rsm.MACHINE) = struct
         t.machine <- machine;
         Queue.clear t.recent;
         t.recent_bytes <- 0;
-        write_snapshot t;
+        durable t "a snapshot" (fun () -> write_snapshot t);
         Ok ()
 
   let promise_to t p =
@@ -336,8 +379,10 @@ module Make (M : Rsm.MACHINE) = struct
       match base with
       | Error why ->
           fail
-            "%s: corrupt (%s): refusing to start; move it away to start empty and catch up from \
-             the group"
+            "%s: corrupt (%s): refusing to start; restore this replica's data directory from a \
+             backup, or start it empty only while every other replica is running and serving (it \
+             then catches up from them): with another replica down or behind, an empty replica can \
+             bring back an old state"
             (p "snapshot") why
       | Ok ((seq, chain), epoch, history, machine) ->
           let t =
@@ -359,6 +404,7 @@ module Make (M : Rsm.MACHINE) = struct
               chain;
               recent_bytes = 0;
               lock;
+              failed = None;
             }
           in
           let m = String.length wal_magic in

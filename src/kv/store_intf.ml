@@ -7,6 +7,16 @@ type finding =
       (** the log's tail from [offset] ([dropped] bytes) was cut off *)
   | Temp_removed of string  (** a snapshot or log being replaced when the process stopped *)
 
+type failure =
+  | Disk_full of string  (** ENOSPC or EDQUOT: what was being written *)
+  | Io_error of string  (** any other error of a write, an fsync or a rename: what and why *)
+
+exception Failed of failure
+(** Raised by every step that makes data durable ({!S.sync}, {!S.promise_to}, {!S.install}) when the
+    disk refuses it. After it the store refuses every later sync (a failed fsync leaves the page
+    cache in an unknown state: it is never retried): the process must stop acknowledging and exit.
+*)
+
 module type S = sig
   type op
   type response
@@ -81,7 +91,12 @@ module type S = sig
 
   val sync : t -> unit
   (** [sync t] writes and fsyncs what was logged since the last sync (and perhaps takes a snapshot).
-      @raise Unix.Unix_error on an I/O error. *)
+      What was logged stays pending until both the write and the fsync succeed; a write that fails
+      part way is cut back off the log (no torn record is left before later ones).
+      @raise Failed on an I/O error, and on every call after one. *)
+
+  val failed : t -> failure option
+  (** The I/O error that stopped this store, if any. *)
 
   val snapshot : t -> string
   (** The whole state, encoded. *)

@@ -14,7 +14,11 @@ type 'op transfer_ =
   | Snapshot of string
   | Suffix of { epoch : int; history : (int * int) list; entries : (int * 'op Store.command) list }
 
-type 'op msg_ = Order of { batch : int; items : 'op item_ list } | Ack of int | Begin
+type 'op msg_ =
+  | Order of { batch : int; items : 'op item_ list }
+  | Ack of { count : int; digest : string }
+  | Begin
+
 type 'r outcome_ = Done of 'r | Unknown of string | Refused of string
 type 'op request_ = { client : int64; req : int; op : 'op }
 type 'r reply_ = { rreq : int; outcome : 'r outcome_ }
@@ -103,7 +107,10 @@ module Make (M : Rsm.MACHINE) = struct
           (Codec.pair Codec.varint (Codec.list ~max:100_000 item_codec))
           (function Order { batch; items } -> Some (batch, items) | _ -> None)
           (fun (batch, items) -> Order { batch; items });
-        Codec.case 2 "ack" Codec.varint (function Ack b -> Some b | _ -> None) (fun b -> Ack b);
+        Codec.case 3 "ack"
+          (Codec.pair Codec.varint (Codec.string ~max:16 ()))
+          (function Ack { count; digest } -> Some (count, digest) | _ -> None)
+          (fun (count, digest) -> Ack { count; digest });
         Codec.case 5 "begin" Codec.unit (function Begin -> Some () | _ -> None) (fun () -> Begin);
       ]
 

@@ -1,5 +1,7 @@
 (* The store on disk: recovery after a crash at every disk step, torn and
-   corrupt tails cut off and reported, deduplication, limits. *)
+   corrupt tails cut off and reported, deduplication, limits; a disk that
+   fills, fails a write or an fsync stops the store for good, keeping what
+   it failed to store pending and leaving no torn record in the log. *)
 
 open Consort_kv
 module Io = Consort_capfs.Io
@@ -311,6 +313,79 @@ let promise () =
   Store.close st;
   rm_rf d
 
+(* A full disk (a write that stores its first chunk, then ENOSPC), a write
+   that fails with EIO, an fsync that fails: the sync raises [Failed], what
+   failed stays pending, and every later sync fails too, even once the disk
+   is fine again (a failed fsync is never retried). On reopen, every write
+   whose sync returned is there, and no torn record is left in the log. *)
+let disk_faults () =
+  List.iter
+    (fun (name, fault, full) ->
+      let d = fresh ("fault-" ^ name) in
+      let armed = ref false and writes = ref 0 in
+      let io =
+        {
+          Io.real with
+          write =
+            (fun p fd b off len ->
+              if !armed then begin
+                incr writes;
+                match fault with
+                | `Enospc when !writes >= 2 -> raise (Unix.Unix_error (Unix.ENOSPC, "write", p))
+                | `Eio -> raise (Unix.Unix_error (Unix.EIO, "write", p))
+                | _ -> Io.real.write p fd b off len
+              end
+              else Io.real.write p fd b off len);
+          fsync =
+            (fun p fd ->
+              if !armed && fault = `Fsync then raise (Unix.Unix_error (Unix.EIO, "fsync", p))
+              else Io.real.fsync p fd);
+        }
+      in
+      let t, _ = open_ok ~io d in
+      (* Two values of 40 KB: the sync writes them in two chunks of Io.chunk. *)
+      let big c = String.make 40_000 c in
+      ignore (Store.execute t (cmd 1 (Op.Put ("a", big 'a'))));
+      Store.sync t;
+      armed := true;
+      ignore (Store.execute t (cmd 2 (Op.Put ("b", big 'b'))));
+      ignore (Store.execute t (cmd 3 (Op.Put ("b2", big 'b'))));
+      let expect_failed what =
+        match Store.sync t with
+        | () -> Alcotest.failf "%s: %s: the sync returned" name what
+        | exception Store.Failed (Store.Disk_full _) when full -> ()
+        | exception Store.Failed (Store.Io_error _) when not full -> ()
+        | exception Store.Failed e -> Alcotest.failf "%s: %s: %a" name what Store.pp_failure e
+      in
+      expect_failed "the faulty sync";
+      Alcotest.(check bool) (name ^ ": still pending") true (Store.dirty t);
+      Alcotest.(check bool) (name ^ ": failed") true (Store.failed t <> None);
+      (* The disk is fine again: the store still refuses. *)
+      armed := false;
+      ignore (Store.execute t (cmd 4 (Op.Put ("c", "3"))));
+      expect_failed "a later sync";
+      (match Store.promise_to t 9 with
+      | () -> Alcotest.failf "%s: a promise after the failure returned" name
+      | exception Store.Failed _ -> ());
+      Store.close t;
+      let t, found = open_ok d in
+      List.iter
+        (fun f ->
+          if Store.is_damage f then Alcotest.failf "%s: on reopen: %a" name Store.pp_finding f)
+        found;
+      Alcotest.(check bool)
+        (name ^ ": the write synced before is there")
+        true
+        (Machine.read (Store.machine t) "a" = Some (big 'a'));
+      Alcotest.(check (option string))
+        (name ^ ": never synced") None
+        (Machine.read (Store.machine t) "c");
+      if fault <> `Fsync then
+        Alcotest.(check int) (name ^ ": the log ends at write 1") 1 (Store.seq t);
+      Store.close t;
+      rm_rf d)
+    [ ("enospc", `Enospc, true); ("eio", `Eio, false); ("fsync", `Fsync, false) ]
+
 let () =
   Alcotest.run "kv-store"
     [
@@ -322,5 +397,6 @@ let () =
           Alcotest.test_case "torn and corrupt tails" `Quick tails;
           Alcotest.test_case "snapshot and entries to another store" `Quick transfer;
           Alcotest.test_case "promises survive snapshots" `Quick promise;
+          Alcotest.test_case "full disk, EIO, failed fsync: fail-stop" `Quick disk_faults;
         ] );
     ]
