@@ -11,3 +11,10 @@ type outcome = Rsm_sim.outcome
 (** What one seeded run found. *)
 
 val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+
+(** [kv-disk-faults]: the same schedules with storage faults ({!Rsm_sim.config.disk_faults}). *)
+module Disk_faults : sig
+  val name : string
+  val doc : string
+  val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+end

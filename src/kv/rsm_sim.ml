@@ -23,6 +23,7 @@ type config = {
   reads_at : Time.t;
   all_stop : Time.t;
   until : Time.t;
+  disk_faults : bool;
 }
 
 let keys = [| "a"; "b"; "c" |]
@@ -55,6 +56,8 @@ struct
     mutable dies_at : int; (* disk step at which this incarnation dies; 0: never *)
     mutable dying : bool; (* it died at a disk step: nothing more reaches its disk *)
     mutable torn : bool; (* it died in the middle of a write: its log may end torn *)
+    disk : Consort_capfs.Sim_disk.t; (* the same for every incarnation *)
+    mutable faulty : bool; (* its disk injects faults now *)
   }
 
   let digest m = Digest.string (Codec.encode_string (M.codec (M.limits m)) m)
@@ -103,6 +106,11 @@ struct
             dies_at = 0;
             dying = false;
             torn = false;
+            disk =
+              Consort_capfs.Sim_disk.create
+                (Random.State.make [| seed; cfg.salt; i |])
+                Consort_capfs.Sim_disk.no_faults;
+            faulty = false;
           })
     in
     let restarts = ref 0 and repaired = ref 0 in
@@ -126,7 +134,7 @@ struct
           end;
           not p.dying
         in
-        let real = Io.real in
+        let real = Consort_capfs.Sim_disk.io p.disk in
         let io =
           {
             Io.write =
@@ -154,6 +162,11 @@ struct
             ~snapshot_bytes:(4096 + Random.State.int rng 8192)
             ~retain:(Random.State.int rng 100) p.dir
         with
+        | Error e when p.faulty ->
+            (* The disk is failing: the process exits, and is started again later. *)
+            note "%s: store does not open: %s" p.addr e;
+            power_loss p;
+            at (Time.add (now ()) (ms 1000)) (fun () -> start i)
         | Error e -> violation "%s: store does not open: %s" p.addr e
         | Ok (store, found) -> (
             List.iter
@@ -175,7 +188,32 @@ struct
                 max_batch = 1 + Random.State.int rng 8;
               }
             in
-            match R.create ~params ~seed:(Random.State.int rng 0x3fffffff) net rcfg store with
+            let rec on_failure e =
+              (* The replica stopped on an I/O error: its process exits
+                 (after its leave went out), and is started again later. *)
+              note "%s: %s" p.addr (Fmt.str "%a" Store.pp_failure e);
+              at
+                (Time.add (now ()) (ms 300))
+                (fun () ->
+                  match p.r with Some (r, _) when R.failure r <> None -> stopped i | _ -> ())
+            and stopped i =
+              let p = reps.(i) in
+              note "%s exits" p.addr;
+              (match p.r with
+              | Some (r, store) ->
+                  R.crash r;
+                  Sim.crash net p.addr;
+                  S.close store
+              | None -> ());
+              p.r <- None;
+              p.dies_at <- 0;
+              power_loss p;
+              incr restarts;
+              at (Time.add (now ()) (ms (700 + Random.State.int rng 1000))) (fun () -> start i)
+            in
+            match
+              R.create ~params ~on_failure ~seed:(Random.State.int rng 0x3fffffff) net rcfg store
+            with
             | Ok r ->
                 p.r <- Some (r, store);
                 note "start %s as %s" p.addr (R.me r)
@@ -190,7 +228,8 @@ struct
           Sim.crash net p.addr;
           S.close store;
           p.r <- None;
-          p.dies_at <- 0
+          p.dies_at <- 0;
+          power_loss p
       | None -> ()
     and died i =
       (* The process died in the middle of a disk step: it is gone, and is
@@ -205,8 +244,12 @@ struct
       | None -> ());
       p.r <- None;
       p.dies_at <- 0;
+      power_loss p;
       incr restarts;
       at (Time.add (now ()) (ms 300)) (fun () -> start i)
+    and power_loss p =
+      (* Every stop is a power loss: what was not fsynced is lost, or torn. *)
+      if Consort_capfs.Sim_disk.crash p.disk > 0 then p.torn <- true
     in
     Array.iteri (fun i _ -> at (ms (Random.State.int rng 300)) (fun () -> start i)) reps;
     (* Clients: each runs one operation at a time, on a few keys. *)
@@ -336,6 +379,35 @@ struct
               note "heal";
               Sim.heal net)
     done;
+    (* Storage faults: a disk that fills, fails writes or fsyncs, for a
+       while (its replica stops at the first; restarted, it stops again
+       until the disk is repaired). *)
+    if cfg.disk_faults then begin
+      let module D = Consort_capfs.Sim_disk in
+      for _ = 1 to 1 + Random.State.int rng 3 do
+        let i = Random.State.int rng n in
+        let p = reps.(i) in
+        let t = Time.add (s 2.) (ms (Random.State.int rng cfg.faults_ms)) in
+        let repair = ms (1000 + Random.State.int rng cfg.down_ms) in
+        let kind = Random.State.int rng 3 in
+        let room = Random.State.int rng 20_000 in
+        at t (fun () ->
+            p.faulty <- true;
+            let c =
+              match kind with
+              | 0 -> { D.no_faults with budget = Some (D.written p.disk + room) }
+              | 1 -> { D.no_faults with eio_rate = 0.2 }
+              | _ -> { D.no_faults with fsync_fail_rate = 0.2 }
+            in
+            note "%s: disk faults (%s)" p.addr
+              (match kind with 0 -> "full" | 1 -> "write errors" | _ -> "fsync failures");
+            D.set_config p.disk c);
+        at (Time.add t repair) (fun () ->
+            note "%s: disk repaired" p.addr;
+            p.faulty <- false;
+            D.set_config p.disk D.no_faults)
+      done
+    end;
     (* The end of the workload: heal, start what is down, read every key. *)
     let phase_reads ~from ~cid =
       at from (fun () ->
@@ -343,6 +415,8 @@ struct
           Array.iteri
             (fun i p ->
               p.dies_at <- 0;
+              p.faulty <- false;
+              Consort_capfs.Sim_disk.set_config p.disk Consort_capfs.Sim_disk.no_faults;
               if p.r = None then start i)
             reps);
       Array.iteri
