@@ -536,6 +536,8 @@ struct
           on_ack t ~origin count digest
       | Ok _ -> ()
 
+  let deliver_send = on_send
+
   let submit t (r : W.request) k =
     if t.dead then
       k

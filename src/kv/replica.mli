@@ -95,6 +95,10 @@ module Generic
   val submit : t -> M.op Wire.request_ -> (M.response Wire.outcome_ -> unit) -> unit
   (** [submit t r k] carries out [r]; [k] is called once with the outcome. *)
 
+  val deliver_send : t -> origin:string -> string -> unit
+  (** [deliver_send t ~origin m]: [m] as if the group delivered it point-to-point from member
+      [origin] (for tests that forge an acknowledgement). *)
+
   val phase : t -> phase
   val me : t -> string
   val view : t -> Consort_group.Group.view_info

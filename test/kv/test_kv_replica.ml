@@ -27,9 +27,9 @@ let world name =
   let net = Sim.create ~seed:7 () in
   { net; dir; addrs = [ "r0"; "r1"; "r2" ]; reps = Array.make 3 None }
 
-let start ?retain w i =
+let start ?retain ?io w i =
   let addr = List.nth w.addrs i in
-  let store, _ = Result.get_ok (Store.open_ ?retain (Filename.concat w.dir addr)) in
+  let store, _ = Result.get_ok (Store.open_ ?retain ?io (Filename.concat w.dir addr)) in
   let cfg =
     {
       (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with
@@ -381,6 +381,94 @@ let two protocol () =
     [ 0; 1 ];
   finish w
 
+(* r1's disk fills under writes: r1 stops acknowledging, refuses with
+   "disk full", and leaves; the two others go on, and every write answered
+   is on their disks. *)
+let disk_full () =
+  let w = world "full" in
+  let full = ref false in
+  let io =
+    {
+      Consort_capfs.Io.real with
+      write =
+        (fun p fd b off len ->
+          if !full then raise (Unix.Unix_error (Unix.ENOSPC, "write", p))
+          else Consort_capfs.Io.real.write p fd b off len);
+    }
+  in
+  for i = 0 to 2 do
+    start ?io:(if i = 1 then Some io else None) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  full := true;
+  for i = 2 to 6 do
+    Alcotest.(check (option outcome))
+      (Printf.sprintf "put %d while r1's disk is full" i)
+      (Some (Wire.Done Op.Ok))
+      (call w
+         (if i mod 2 = 0 then 0 else 2)
+         ~d:(s 20.) ~client:1L ~req:i
+         (Op.Put ("k", string_of_int i)))
+  done;
+  (match R.failure (rep w 1) with
+  | Some (Store.Disk_full _) -> ()
+  | Some e -> Alcotest.failf "r1 stopped on %a" Store.pp_failure e
+  | None -> Alcotest.fail "r1 did not stop");
+  Alcotest.(check (option outcome))
+    "r1 refuses" (Some (Wire.Refused "disk full"))
+    (call w 1 ~d:(s 1.) ~client:2L ~req:1 (Op.Get "k"));
+  Alcotest.(check bool)
+    "r1 left the view" false
+    (Array.exists
+       (fun m -> String.length m >= 2 && String.sub m 0 2 = "r1")
+       (R.view (rep w 0)).Consort_group.Group.members);
+  (* Every write answered is on the disks of r0 and r2. *)
+  List.iter
+    (fun i ->
+      let st = snd (Option.get w.reps.(i)) in
+      let dir = Store.dir st in
+      crash w i;
+      let st, _ = Result.get_ok (Store.open_ dir) in
+      Alcotest.(check (option string))
+        (Printf.sprintf "r%d's disk" i) (Some "6")
+        (Machine.read (Store.machine st) "k");
+      Store.close st)
+    [ 0; 2 ];
+  finish w
+
+(* An acknowledgement vouches only for the orders it names: r2 stops (its
+   member goes on, so the view stays), and an acknowledgement from it with
+   the right count but another chain of orders commits nothing. *)
+let forged_ack () =
+  let w = world "ack" in
+  for i = 0 to 2 do
+    start w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  R.halt (rep w 2);
+  let r2 =
+    (R.view (rep w 0)).Consort_group.Group.members |> Array.to_list
+    |> List.find (fun m -> String.sub m 0 2 = "r2")
+  in
+  let got = ref None in
+  R.submit (rep w 0) { Wire.client = 1L; req = 2; op = Op.Put ("k", "2") } (fun o -> got := Some o);
+  run w (s 1.);
+  Alcotest.(check (option outcome)) "no answer without r2" None !got;
+  (* The second order of the view, with another chain: *)
+  let vid = (R.view (rep w 0)).Consort_group.Group.vid in
+  let forged = Wire.encode ~vid (Wire.Ack { count = 2; digest = Digest.string "another order" }) in
+  R.deliver_send (rep w 0) ~origin:r2 forged;
+  R.deliver_send (rep w 1) ~origin:r2 forged;
+  run w (s 1.);
+  Alcotest.(check (option outcome)) "a forged acknowledgement commits nothing" None !got;
+  finish w
+
 let () =
   if Sys.getenv_opt "KVDBG" <> None then begin
     Logs.set_reporter (Logs.format_reporter ());
@@ -402,6 +490,8 @@ let () =
           Alcotest.test_case "alone (token)" `Quick (alone "token");
           Alcotest.test_case "two (sequencer)" `Quick (two "sequencer");
           Alcotest.test_case "two (token)" `Quick (two "token");
+          Alcotest.test_case "a full disk: the replica stops, the others go on" `Quick disk_full;
+          Alcotest.test_case "an acknowledgement of other orders is not counted" `Quick forged_ack;
         ] );
       ( "wire",
         [
