@@ -80,6 +80,8 @@ struct
     mutable suffixes : int; (* states received as a suffix of the log *)
     mutable snapshots : int; (* ... as a whole snapshot *)
     mutable failure : Store_intf.failure option; (* the disk refused a step: stopped *)
+    mutable cluster : string option; (* the cluster of the view's voters, once decided *)
+    mutable no_vote : string option; (* why this primary view has too few voters *)
     on_failure : Store_intf.failure -> unit;
     quiet_failure : bool; (* the process reports a failure itself *)
   }
@@ -283,6 +285,7 @@ struct
   let failure_msg = function
     | Store_intf.Disk_full _ -> "disk full"
     | Store_intf.Io_error e -> "io-error: " ^ e
+    | Store_intf.Wrong_dir e -> "wrong data directory: " ^ e
 
   (* The disk refused a step: this replica acknowledges nothing more,
      answers its clients (refused if their request was never cast, unknown
@@ -296,7 +299,7 @@ struct
           m "%s: %s; this replica stops acknowledging and leaves the group" t.me
             (match e with
             | Store_intf.Disk_full w -> "disk full: " ^ w
-            | Store_intf.Io_error w -> "io-error: " ^ w));
+            | e -> failure_msg e));
       let why = failure_msg e in
       let rids = Hashtbl.fold (fun rid w acc -> (rid, w.sent) :: acc) t.waiting [] in
       t.dead <- true;
@@ -347,23 +350,96 @@ struct
      epoch starts only once every member of the view has promised it, so a
      later primary view (which shares a member with this one) starts a
      greater one: two views never start the same epoch. *)
+  (* The cluster of a view: the one most of its members' data directories
+     name (the least id on a tie), if any does. A vote: a member of that
+     cluster, a directory made before identities, or a fresh one (--new)
+     when no member names a cluster yet; never a replica that is joining
+     (an empty directory, --join) nor one of another cluster. *)
+  let voters t (ps : (string * Wire.position) list) =
+    let counts = Hashtbl.create 4 in
+    List.iter
+      (fun (_, (p : Wire.position)) ->
+        match p.member with
+        | Store_intf.Member c ->
+            Hashtbl.replace counts c (1 + Option.value (Hashtbl.find_opt counts c) ~default:0)
+        | _ -> ())
+      ps;
+    let cluster =
+      Hashtbl.fold
+        (fun c n acc ->
+          match acc with
+          | Some (c', n') when n' > n || (n' = n && c' < c) -> acc
+          | _ -> Some (c, n))
+        counts None
+      |> Option.map fst
+    in
+    let votes (p : Wire.position) =
+      match p.member with
+      | Store_intf.Member c -> Some c = cluster
+      | Store_intf.Legacy -> true
+      | Store_intf.Fresh -> cluster = None
+      | Store_intf.Joining -> false
+    in
+    let vs =
+      List.filter_map
+        (fun (m, p) -> if votes p && List.mem (addr_of m) t.replicas then Some (addr_of m) else None)
+        ps
+      |> List.sort_uniq compare
+    in
+    (cluster, vs)
+
+  (* Too few voters: this view serves nothing (the requests in flight are
+     answered: unknown if cast in an earlier view, refused otherwise). *)
+  let no_vote t why =
+    t.phase <- Minority;
+    t.no_vote <- Some why;
+    let rids = Hashtbl.fold (fun rid w acc -> (rid, w.sent) :: acc) t.waiting [] in
+    List.iter
+      (fun (rid, sent) ->
+        answer t rid (if sent then Wire.Unknown "the replica lost its quorum" else Wire.Refused why))
+      (List.sort compare rids)
+
   let on_decision t positions =
     if (not t.dead) && t.phase = Syncing then begin
-      let epoch =
-        Array.fold_left
-          (fun acc p ->
-            match W.decode_position p with
-            | Ok (p : Wire.position) -> max acc (max p.epoch p.promise + 1)
-            | Error e ->
-                Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
-                acc)
-          (max (view t).ltime (max (Store.epoch t.store) (Store.promise t.store) + 1))
-          positions
+      let ps =
+        List.concat
+          (List.mapi
+             (fun i p ->
+               match W.decode_position p with
+               | Ok (p : Wire.position) when i < Array.length (view t).members ->
+                   [ ((view t).members.(i), p) ]
+               | Ok _ -> []
+               | Error e ->
+                   Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
+                   [])
+             (Array.to_list positions))
       in
-      if durably t (fun () -> Store.promise_to t.store epoch) then begin
-        t.epoch_next <- Some epoch;
-        send_begin t
-      end
+      let cluster, vs = voters t ps in
+      t.cluster <- cluster;
+      match (Store.membership t.store, cluster) with
+      | Store_intf.Member mine, Some c when mine <> c ->
+          fail_stop t
+            (Store_intf.Wrong_dir
+               (Printf.sprintf "%s is of cluster %s, the group's replicas of cluster %s"
+                  (Store.dir t.store) mine c))
+      | _ ->
+          if List.length vs < quorum t then
+            no_vote t
+              (Printf.sprintf
+                 "no quorum: %d of the %d replicas with a vote in this view (an empty data \
+                  directory has none until it has caught up)"
+                 (List.length vs) (List.length t.replicas))
+          else
+            let epoch =
+              List.fold_left
+                (fun acc (_, (p : Wire.position)) -> max acc (max p.epoch p.promise + 1))
+                (max (view t).ltime (max (Store.epoch t.store) (Store.promise t.store) + 1))
+                ps
+            in
+            if durably t (fun () -> Store.promise_to t.store epoch) then begin
+              t.epoch_next <- Some epoch;
+              send_begin t
+            end
     end
 
   let on_view t (v : Consort_group.Group.view_info) =
@@ -381,6 +457,8 @@ struct
     t.acked <- 0;
     t.committed <- 0;
     t.epoch_next <- None;
+    t.cluster <- None;
+    t.no_vote <- None;
     Hashtbl.reset t.begins;
     (* What this member applied is on disk before it offers its state. *)
     if not t.dead then ignore (durably t (fun () -> Store.sync t.store));
@@ -413,6 +491,7 @@ struct
         chain = Store.chain t.store;
         history = Store.history t.store;
         promise = Store.promise t.store;
+        member = Store.membership t.store;
       }
 
   (* Whether a log at position [p] is a prefix of ours: our chain after its
@@ -447,9 +526,30 @@ struct
           | Wire.Suffix { entries; _ } ->
               Printf.sprintf "the %d writes after the receiver's last" (List.length entries)
           | Wire.Snapshot s -> Printf.sprintf "a snapshot of %d bytes" (String.length s)));
-    W.encode_transfer transfer
+    (match Store.membership t.store with Store_intf.Member c -> c | _ -> "-")
+    ^ "
+" ^ W.encode_transfer transfer
 
+  (* A state from a member of another cluster (a replica started on a wrong
+     data directory, which stops at the decision) is never installed: the
+     view ends without an epoch, and this member offers its own state again. *)
   let install t s =
+    let giver, s =
+      match String.index_opt s '
+' with
+      | Some i when i <= 256 -> (String.sub s 0 i, String.sub s (i + 1) (String.length s - i - 1))
+      | _ -> ("-", s)
+    in
+    let mine =
+      match (t.cluster, Store.membership t.store) with
+      | Some c, _ | None, Store_intf.Member c -> Some c
+      | None, _ -> None
+    in
+    if giver <> "-" && mine <> None && Some giver <> mine then
+      Log.warn (fun m ->
+          m "%s: a state from a replica of cluster %s, not %s: not installed" t.me giver
+            (Option.get mine))
+    else
     let installed =
       match W.decode_transfer s with
       | Error e -> Error (`Msg e)
@@ -488,8 +588,23 @@ struct
      gave it to those behind) and promised the view's epoch, which starts. *)
   let begin_epoch t epoch =
     let v = view t in
+    (* A replica new to the cluster (fresh, joining, or from before
+       identities) is one of it from now on: it holds the state every member
+       of this view holds, and votes. *)
+    let joined =
+      match Store.membership t.store with
+      | Store_intf.Member _ -> true
+      | _ ->
+          let c =
+            match t.cluster with
+            | Some c -> c
+            | None -> Digest.to_hex (Digest.string (t.cfg.group ^ "
+" ^ v.vid))
+          in
+          durably t (fun () -> Store.set_member t.store c)
+    in
     Store.start_epoch t.store epoch;
-    if durably t (fun () -> Store.sync t.store) then begin
+    if joined && durably t (fun () -> Store.sync t.store) then begin
       t.phase <- Active;
       if (not (Queue.is_empty t.pending)) && t.flush_timer = None then
         t.flush_timer <- Some (soon t (fun () -> flush t));
@@ -551,9 +666,12 @@ struct
           | Minority ->
               k
                 (Wire.Refused
-                   (Printf.sprintf "no quorum: this replica sees %d of the %d replicas"
-                      (List.length (members t))
-                      (List.length t.replicas)))
+                   (match t.no_vote with
+                   | Some why -> why
+                   | None ->
+                       Printf.sprintf "no quorum: this replica sees %d of the %d replicas"
+                         (List.length (members t))
+                         (List.length t.replicas)))
           | (Syncing | Active) when Hashtbl.length t.waiting >= max_in_flight ->
               k (Wire.Refused (Printf.sprintf "replica busy: %d requests in flight" max_in_flight))
           | Syncing | Active ->
@@ -609,6 +727,8 @@ struct
             suffixes = 0;
             snapshots = 0;
             failure = None;
+            cluster = None;
+            no_vote = None;
             on_failure = Option.value on_failure ~default:ignore;
             quiet_failure = on_failure <> None;
           }

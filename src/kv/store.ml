@@ -11,15 +11,22 @@ type finding = Store_intf.finding =
   | Torn_tail of { file : string; offset : int; dropped : int; why : string }
   | Temp_removed of string
 
-type failure = Store_intf.failure = Disk_full of string | Io_error of string
+type failure = Store_intf.failure =
+  | Disk_full of string
+  | Io_error of string
+  | Wrong_dir of string
 
 exception Failed = Store_intf.Failed
+
+type init = Store_intf.init = Existing | New | Join
+type membership = Store_intf.membership = Fresh | Member of string | Joining | Legacy
 
 module type S = Store_intf.S
 
 let pp_failure ppf = function
   | Disk_full what -> Fmt.pf ppf "disk full (%s)" what
   | Io_error what -> Fmt.pf ppf "io-error: %s" what
+  | Wrong_dir what -> Fmt.pf ppf "wrong data directory: %s" what
 
 (* EDQUOT (122 on Linux) has no constructor of its own in Unix. *)
 let failure_of_unix what e =
@@ -90,6 +97,8 @@ module Make (M : Rsm.MACHINE) = struct
     mutable recent_bytes : int;
     lock : Unix.file_descr;
     mutable failed : failure option; (* the disk refused a step: no sync ever again *)
+    group : string option; (* the identity's, if the store has one *)
+    mutable membership : membership;
   }
 
   let dir t = t.dir
@@ -99,6 +108,7 @@ module Make (M : Rsm.MACHINE) = struct
   let history t = t.history
   let promise t = t.promise
   let dirty t = Buffer.length t.pending > 0
+  let membership t = t.membership
   let failed t = t.failed
 
   (* A step that makes data durable: an error of the disk stops the store for good. *)
@@ -262,6 +272,56 @@ module Make (M : Rsm.MACHINE) = struct
     t.io.Io.rename tmp (path t f);
     t.io.Io.fsync_dir t.dir
 
+  (* {2 The directory's identity} *)
+
+  let id_magic = "consort-data-dir 1"
+
+  let id_contents ~group m =
+    Printf.sprintf "%s\nstore %s\ngroup %s\nmember %s\n" id_magic M.name group
+      (match m with
+      | Member c -> c
+      | Fresh -> "fresh"
+      | Joining -> "joining"
+      | Legacy -> "legacy")
+
+  let valid_word s =
+    s <> ""
+    && String.length s <= 256
+    && String.for_all (fun c -> c > ' ' && c <= '~' && c <> '\n') s
+
+  (* (store, group, membership) *)
+  let parse_identity s =
+    match String.split_on_char '\n' s with
+    | [ m; st; g; mb; "" ] when m = id_magic -> (
+        let field name l =
+          let p = name ^ " " in
+          let n = String.length p in
+          if String.length l > n && String.sub l 0 n = p then
+            Some (String.sub l n (String.length l - n))
+          else None
+        in
+        match (field "store" st, field "group" g, field "member" mb) with
+        | Some st, Some g, Some mb when valid_word st && valid_word g && valid_word mb ->
+            Some
+              ( st,
+                g,
+                match mb with
+                | "fresh" -> Fresh
+                | "joining" -> Joining
+                | "legacy" -> Legacy
+                | c -> Member c )
+        | _ -> None)
+    | _ -> None
+
+  let write_identity t m =
+    match t.group with
+    | None -> () (* no identity: Legacy for good *)
+    | Some group ->
+        replace t "identity" (id_contents ~group m);
+        t.membership <- m
+
+  let set_member t c = durable t "the identity" (fun () -> write_identity t (Member c))
+
   (* The snapshot, then an empty log. *)
   let write_snapshot t =
     replace t "snapshot" (snap_magic ^ frame (snapshot t));
@@ -325,7 +385,7 @@ module Make (M : Rsm.MACHINE) = struct
     try Unix.close t.lock with Unix.Unix_error _ -> ()
 
   let open_ ?(io = Io.real) ?(limits = M.default_limits) ?(snapshot_bytes = 8 * 1024 * 1024)
-      ?(retain = 10_000) dir =
+      ?(retain = 10_000) ?identity dir =
     let ( let* ) = Result.bind in
     let findings = ref [] in
     let p f = Filename.concat dir f in
@@ -355,6 +415,75 @@ module Make (M : Rsm.MACHINE) = struct
         fmt
     in
     try
+      (* The identity: who this directory belongs to, and whether it may be
+         used as this replica asks. *)
+      let has_state = Sys.file_exists (p "wal") || Sys.file_exists (p "snapshot") in
+      let ident =
+        match identity with
+        | None -> Ok (None, Legacy, false)
+        | Some (group, init) -> (
+            let mine = Printf.sprintf "%s group %s" M.name group in
+            if Sys.file_exists (p "identity") then
+              match parse_identity (read_file (p "identity")) with
+              | None ->
+                  Error
+                    (Printf.sprintf
+                       "%s: not the identity of a Consort data directory: refusing to start"
+                       (p "identity"))
+              | Some (st, g, m) -> (
+                  let theirs =
+                    Printf.sprintf "%s group %s (%s)" st g
+                      (match m with
+                      | Member c -> "cluster " ^ c
+                      | Fresh -> "a new cluster"
+                      | Joining -> "joining"
+                      | Legacy -> "made before identities")
+                  in
+                  if st <> M.name || g <> group then
+                    Error
+                      (Printf.sprintf
+                         "%s: a data directory of %s, not of %s: refusing to start (wrong --data \
+                          or --group?)"
+                         dir theirs mine)
+                  else
+                    match (init, m) with
+                    | New, _ ->
+                        Error
+                          (Printf.sprintf
+                             "%s: already a data directory of %s: --new starts a cluster on an \
+                              empty directory only"
+                             dir theirs)
+                    | Join, (Member _ | Legacy | Fresh) ->
+                        Error
+                          (Printf.sprintf
+                             "%s: already a data directory of %s: --join is for an empty \
+                              directory; start it without"
+                             dir theirs)
+                    | (Join | Existing), _ -> Ok (Some group, m, false))
+            else if has_state then
+              match init with
+              | Existing -> Ok (Some group, Legacy, true)
+              | New | Join ->
+                  Error
+                    (Printf.sprintf
+                       "%s: holds a replica's state (made before data directories had an \
+                        identity): start it without --new or --join"
+                       dir)
+            else
+              match init with
+              | New -> Ok (Some group, Fresh, true)
+              | Join -> Ok (Some group, Joining, true)
+              | Existing ->
+                  Error
+                    (Printf.sprintf
+                       "%s: an empty data directory: start a brand-new cluster with --new, or \
+                        replace a lost replica with --join (it then catches up from the others \
+                        before it counts toward a quorum)"
+                       dir))
+      in
+      match ident with
+      | Error e -> fail "%s" e
+      | Ok (group, membership, write_id) -> (
       List.iter
         (fun f ->
           if Sys.file_exists (p f) then (
@@ -405,6 +534,8 @@ module Make (M : Rsm.MACHINE) = struct
               recent_bytes = 0;
               lock;
               failed = None;
+              group;
+              membership;
             }
           in
           let m = String.length wal_magic in
@@ -468,8 +599,9 @@ module Make (M : Rsm.MACHINE) = struct
             end;
             t.wal <- open_wal (p "wal");
             t.wal_size <- max good m;
+            if write_id then write_identity t membership;
             Ok (t, List.rev !findings)
-          end
+          end)
     with
     | Unix.Unix_error (e, f, a) -> fail "%s: %s %s: %s" dir f a (Unix.error_message e)
     | Sys_error e -> fail "%s" e

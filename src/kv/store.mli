@@ -8,7 +8,10 @@
     - [snapshot]: the same framing around the whole state (sequence number, epoch, epoch history,
       map, deduplication table), replaced atomically (written to [snapshot.tmp], synced, renamed,
       the directory synced);
-    - [lock]: held (with [lockf]) while a process has the store open.
+    - [lock]: held (with [lockf]) while a process has the store open;
+    - [identity] (when opened with one): [consort-data-dir 1], then the lines [store NAME],
+      [group NAME] and [member CLUSTER-ID] (or [member fresh], [member joining]), replaced
+      atomically.
 
     Writes are applied to the state machine at once and buffered; {!sync} writes them and fsyncs the
     log: a reply may go out only after it. On an I/O error (a full disk, EIO, a failed fsync) the
@@ -30,6 +33,15 @@ type finding = Store_intf.finding =
 type failure = Store_intf.failure =
   | Disk_full of string  (** ENOSPC or EDQUOT *)
   | Io_error of string  (** any other error of a write, an fsync or a rename *)
+  | Wrong_dir of string  (** the directory belongs to another cluster than the group's replicas *)
+
+type init = Store_intf.init = Existing | New | Join
+
+type membership = Store_intf.membership =
+  | Fresh
+  | Member of string
+  | Joining
+  | Legacy
 
 exception Failed of failure
 (** = {!Store_intf.Failed}: the disk refused a step; see {!S.sync}. *)
