@@ -297,9 +297,7 @@ struct
       (* One line: here, unless the process says it (on_failure). *)
       (if t.quiet_failure then Log.info else Log.err) (fun m ->
           m "%s: %s; this replica stops acknowledging and leaves the group" t.me
-            (match e with
-            | Store_intf.Disk_full w -> "disk full: " ^ w
-            | e -> failure_msg e));
+            (match e with Store_intf.Disk_full w -> "disk full: " ^ w | e -> failure_msg e));
       let why = failure_msg e in
       let rids = Hashtbl.fold (fun rid w acc -> (rid, w.sent) :: acc) t.waiting [] in
       t.dead <- true;
@@ -367,9 +365,7 @@ struct
     let cluster =
       Hashtbl.fold
         (fun c n acc ->
-          match acc with
-          | Some (c', n') when n' > n || (n' = n && c' < c) -> acc
-          | _ -> Some (c, n))
+          match acc with Some (c', n') when n' > n || (n' = n && c' < c) -> acc | _ -> Some (c, n))
         counts None
       |> Option.map fst
     in
@@ -382,7 +378,8 @@ struct
     in
     let vs =
       List.filter_map
-        (fun (m, p) -> if votes p && List.mem (addr_of m) t.replicas then Some (addr_of m) else None)
+        (fun (m, p) ->
+          if votes p && List.mem (addr_of m) t.replicas then Some (addr_of m) else None)
         ps
       |> List.sort_uniq compare
     in
@@ -527,16 +524,14 @@ struct
               Printf.sprintf "the %d writes after the receiver's last" (List.length entries)
           | Wire.Snapshot s -> Printf.sprintf "a snapshot of %d bytes" (String.length s)));
     (match Store.membership t.store with Store_intf.Member c -> c | _ -> "-")
-    ^ "
-" ^ W.encode_transfer transfer
+    ^ "\n" ^ W.encode_transfer transfer
 
   (* A state from a member of another cluster (a replica started on a wrong
      data directory, which stops at the decision) is never installed: the
      view ends without an epoch, and this member offers its own state again. *)
   let install t s =
     let giver, s =
-      match String.index_opt s '
-' with
+      match String.index_opt s '\n' with
       | Some i when i <= 256 -> (String.sub s 0 i, String.sub s (i + 1) (String.length s - i - 1))
       | _ -> ("-", s)
     in
@@ -550,37 +545,37 @@ struct
           m "%s: a state from a replica of cluster %s, not %s: not installed" t.me giver
             (Option.get mine))
     else
-    let installed =
-      match W.decode_transfer s with
-      | Error e -> Error (`Msg e)
-      | Ok (Wire.Snapshot snap) -> (
-          t.snapshots <- t.snapshots + 1;
-          match Store.install t.store snap with
-          | Ok () -> Ok ()
-          | Error e -> Error (`Msg e)
-          | exception Store_intf.Failed e -> Error (`Disk e))
-      | Ok (Wire.Suffix { epoch; history; entries }) -> (
-          t.suffixes <- t.suffixes + 1;
-          match Store.apply_entries t.store entries with
-          | () -> (
-              Store.adopt t.store ~epoch ~history;
-              match Store.sync t.store with
-              | () -> Ok ()
-              | exception Store_intf.Failed e -> Error (`Disk e))
-          | exception Invalid_argument e -> Error (`Msg e))
-    in
-    match installed with
-    | Error (`Disk e) -> fail_stop t e
-    | Ok () ->
-        Log.info (fun m ->
-            m "%s: caught up: epoch %d, write %d" t.me (Store.epoch t.store) (Store.seq t.store))
-    | Error (`Msg e) ->
-        (* Nothing the others hold can be trusted here any more: this
+      let installed =
+        match W.decode_transfer s with
+        | Error e -> Error (`Msg e)
+        | Ok (Wire.Snapshot snap) -> (
+            t.snapshots <- t.snapshots + 1;
+            match Store.install t.store snap with
+            | Ok () -> Ok ()
+            | Error e -> Error (`Msg e)
+            | exception Store_intf.Failed e -> Error (`Disk e))
+        | Ok (Wire.Suffix { epoch; history; entries }) -> (
+            t.suffixes <- t.suffixes + 1;
+            match Store.apply_entries t.store entries with
+            | () -> (
+                Store.adopt t.store ~epoch ~history;
+                match Store.sync t.store with
+                | () -> Ok ()
+                | exception Store_intf.Failed e -> Error (`Disk e))
+            | exception Invalid_argument e -> Error (`Msg e))
+      in
+      match installed with
+      | Error (`Disk e) -> fail_stop t e
+      | Ok () ->
+          Log.info (fun m ->
+              m "%s: caught up: epoch %d, write %d" t.me (Store.epoch t.store) (Store.seq t.store))
+      | Error (`Msg e) ->
+          (* Nothing the others hold can be trusted here any more: this
            replica stops serving and leaves the group. *)
-        Log.err (fun m ->
-            m "%s: state from the group refused: %s; this replica leaves the group" t.me e);
-        t.dead <- true;
-        Option.iter G.leave t.g
+          Log.err (fun m ->
+              m "%s: state from the group refused: %s; this replica leaves the group" t.me e);
+          t.dead <- true;
+          Option.iter G.leave t.g
 
   (* {2 Deliveries, in the group's total order} *)
 
@@ -598,8 +593,7 @@ struct
           let c =
             match t.cluster with
             | Some c -> c
-            | None -> Digest.to_hex (Digest.string (t.cfg.group ^ "
-" ^ v.vid))
+            | None -> Digest.to_hex (Digest.string (t.cfg.group ^ "\n" ^ v.vid))
           in
           durably t (fun () -> Store.set_member t.store c)
     in

@@ -15,6 +15,7 @@ type config = {
   listen : string;
   params : Params.t;
   max_connections : int;
+  init : Store.init;
 }
 
 let max_output = 4 * 1024 * 1024
@@ -52,7 +53,7 @@ let run ?(on_ready = ignore) cfg =
   in
   let ( let* ) = Result.bind in
   let* listen_addr = parse_addr cfg.listen in
-  let* store, found = Store.open_ cfg.data in
+  let* store, found = Store.open_ ~identity:(cfg.group, cfg.init) cfg.data in
   List.iter (fun f -> Fmt.epr "consort kv serve: %a@." Store.pp_finding f) found;
   let loop = Loop.create () in
   let rcfg = Replica.default_config ~group:cfg.group ~addr:cfg.bind ~peers:cfg.peers in

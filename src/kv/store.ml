@@ -11,10 +11,7 @@ type finding = Store_intf.finding =
   | Torn_tail of { file : string; offset : int; dropped : int; why : string }
   | Temp_removed of string
 
-type failure = Store_intf.failure =
-  | Disk_full of string
-  | Io_error of string
-  | Wrong_dir of string
+type failure = Store_intf.failure = Disk_full of string | Io_error of string | Wrong_dir of string
 
 exception Failed = Store_intf.Failed
 
@@ -278,11 +275,7 @@ module Make (M : Rsm.MACHINE) = struct
 
   let id_contents ~group m =
     Printf.sprintf "%s\nstore %s\ngroup %s\nmember %s\n" id_magic M.name group
-      (match m with
-      | Member c -> c
-      | Fresh -> "fresh"
-      | Joining -> "joining"
-      | Legacy -> "legacy")
+      (match m with Member c -> c | Fresh -> "fresh" | Joining -> "joining" | Legacy -> "legacy")
 
   let valid_word s =
     s <> ""
@@ -484,124 +477,125 @@ module Make (M : Rsm.MACHINE) = struct
       match ident with
       | Error e -> fail "%s" e
       | Ok (group, membership, write_id) -> (
-      List.iter
-        (fun f ->
-          if Sys.file_exists (p f) then (
-            Sys.remove (p f);
-            findings := Temp_removed (p f) :: !findings))
-        [ "snapshot.tmp"; "wal.tmp" ];
-      let base =
-        if Sys.file_exists (p "snapshot") then
-          let s = read_file (p "snapshot") in
-          let m = String.length snap_magic in
-          if String.length s < m || String.sub s 0 m <> snap_magic then
-            Error "not a snapshot of this store"
-          else
-            match unframe s m with
-            | Error why -> Error why
-            | Ok (payload, _) -> (
-                match Codec.decode_string (snap_codec limits) payload with
-                | Ok v -> Ok v
-                | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
-        else Ok ((0, ""), 0, [], M.create limits)
-      in
-      match base with
-      | Error why ->
-          fail
-            "%s: corrupt (%s): refusing to start; restore this replica's data directory from a \
-             backup, or start it empty only while every other replica is running and serving (it \
-             then catches up from them): with another replica down or behind, an empty replica can \
-             bring back an old state"
-            (p "snapshot") why
-      | Ok ((seq, chain), epoch, history, machine) ->
-          let t =
-            {
-              dir;
-              io;
-              limits;
-              snapshot_bytes;
-              retain;
-              machine;
-              seq;
-              epoch;
-              history;
-              promise = 0;
-              wal = Unix.stdin;
-              wal_size = 0;
-              pending = Buffer.create 4096;
-              recent = Queue.create ();
-              chain;
-              recent_bytes = 0;
-              lock;
-              failed = None;
-              group;
-              membership;
-            }
+          List.iter
+            (fun f ->
+              if Sys.file_exists (p f) then (
+                Sys.remove (p f);
+                findings := Temp_removed (p f) :: !findings))
+            [ "snapshot.tmp"; "wal.tmp" ];
+          let base =
+            if Sys.file_exists (p "snapshot") then
+              let s = read_file (p "snapshot") in
+              let m = String.length snap_magic in
+              if String.length s < m || String.sub s 0 m <> snap_magic then
+                Error "not a snapshot of this store"
+              else
+                match unframe s m with
+                | Error why -> Error why
+                | Ok (payload, _) -> (
+                    match Codec.decode_string (snap_codec limits) payload with
+                    | Ok v -> Ok v
+                    | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
+            else Ok ((0, ""), 0, [], M.create limits)
           in
-          let m = String.length wal_magic in
-          let s = if Sys.file_exists (p "wal") then read_file (p "wal") else "" in
-          let good =
-            if s = "" then (
-              replace t "wal" wal_magic;
-              m)
-            else if String.length s < m then
-              if String.sub wal_magic 0 (String.length s) = s then (
-                replace t "wal" wal_magic;
-                m)
-              else -1
-            else if String.sub s 0 m <> wal_magic then -1
-            else
-              (* Replay the records after the snapshot; stop at the first bad one. *)
-              let rec go off =
-                if off = String.length s then off
-                else
-                  let bad why =
-                    findings :=
-                      Torn_tail
-                        { file = p "wal"; offset = off; dropped = String.length s - off; why }
-                      :: !findings;
-                    off
-                  in
-                  match unframe s off with
-                  | Error why -> bad why
-                  | Ok (payload, next) -> (
-                      match Codec.decode_string record_codec payload with
-                      | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
-                      | Ok (Promise p) ->
-                          if p > t.promise then t.promise <- p;
-                          go next
-                      | Ok (Epoch (e, after)) ->
-                          if e > t.epoch then (
-                            t.epoch <- e;
-                            t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history);
-                          go next
-                      | Ok (Write (n, c)) ->
-                          if n <= t.seq then go next
-                          else if n <> t.seq + 1 then
-                            bad (Printf.sprintf "write %d after %d" n t.seq)
-                          else (
-                            ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
-                            t.seq <- n;
-                            remember t (n, c);
-                            go next))
+          match base with
+          | Error why ->
+              fail
+                "%s: corrupt (%s): refusing to start; restore this replica's data directory from a \
+                 backup, or start it empty only while every other replica is running and serving \
+                 (it then catches up from them): with another replica down or behind, an empty \
+                 replica can bring back an old state"
+                (p "snapshot") why
+          | Ok ((seq, chain), epoch, history, machine) ->
+              let t =
+                {
+                  dir;
+                  io;
+                  limits;
+                  snapshot_bytes;
+                  retain;
+                  machine;
+                  seq;
+                  epoch;
+                  history;
+                  promise = 0;
+                  wal = Unix.stdin;
+                  wal_size = 0;
+                  pending = Buffer.create 4096;
+                  recent = Queue.create ();
+                  chain;
+                  recent_bytes = 0;
+                  lock;
+                  failed = None;
+                  group;
+                  membership;
+                }
               in
-              go m
-          in
-          if good < 0 then fail "%s: not a log of this store" (p "wal")
-          else begin
-            if good < String.length s then begin
-              let fd = Unix.openfile (p "wal") [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
-              Fun.protect
-                ~finally:(fun () -> Unix.close fd)
-                (fun () ->
-                  Unix.ftruncate fd good;
-                  io.Io.fsync (p "wal") fd)
-            end;
-            t.wal <- open_wal (p "wal");
-            t.wal_size <- max good m;
-            if write_id then write_identity t membership;
-            Ok (t, List.rev !findings)
-          end)
+              let m = String.length wal_magic in
+              let s = if Sys.file_exists (p "wal") then read_file (p "wal") else "" in
+              let good =
+                if s = "" then (
+                  replace t "wal" wal_magic;
+                  m)
+                else if String.length s < m then
+                  if String.sub wal_magic 0 (String.length s) = s then (
+                    replace t "wal" wal_magic;
+                    m)
+                  else -1
+                else if String.sub s 0 m <> wal_magic then -1
+                else
+                  (* Replay the records after the snapshot; stop at the first bad one. *)
+                  let rec go off =
+                    if off = String.length s then off
+                    else
+                      let bad why =
+                        findings :=
+                          Torn_tail
+                            { file = p "wal"; offset = off; dropped = String.length s - off; why }
+                          :: !findings;
+                        off
+                      in
+                      match unframe s off with
+                      | Error why -> bad why
+                      | Ok (payload, next) -> (
+                          match Codec.decode_string record_codec payload with
+                          | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
+                          | Ok (Promise p) ->
+                              if p > t.promise then t.promise <- p;
+                              go next
+                          | Ok (Epoch (e, after)) ->
+                              if e > t.epoch then (
+                                t.epoch <- e;
+                                t.history <-
+                                  (e, after) :: List.filteri (fun i _ -> i < 63) t.history);
+                              go next
+                          | Ok (Write (n, c)) ->
+                              if n <= t.seq then go next
+                              else if n <> t.seq + 1 then
+                                bad (Printf.sprintf "write %d after %d" n t.seq)
+                              else (
+                                ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
+                                t.seq <- n;
+                                remember t (n, c);
+                                go next))
+                  in
+                  go m
+              in
+              if good < 0 then fail "%s: not a log of this store" (p "wal")
+              else begin
+                if good < String.length s then begin
+                  let fd = Unix.openfile (p "wal") [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+                  Fun.protect
+                    ~finally:(fun () -> Unix.close fd)
+                    (fun () ->
+                      Unix.ftruncate fd good;
+                      io.Io.fsync (p "wal") fd)
+                end;
+                t.wal <- open_wal (p "wal");
+                t.wal_size <- max good m;
+                if write_id then write_identity t membership;
+                Ok (t, List.rev !findings)
+              end)
     with
     | Unix.Unix_error (e, f, a) -> fail "%s: %s %s: %s" dir f a (Unix.error_message e)
     | Sys_error e -> fail "%s" e

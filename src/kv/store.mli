@@ -36,12 +36,7 @@ type failure = Store_intf.failure =
   | Wrong_dir of string  (** the directory belongs to another cluster than the group's replicas *)
 
 type init = Store_intf.init = Existing | New | Join
-
-type membership = Store_intf.membership =
-  | Fresh
-  | Member of string
-  | Joining
-  | Legacy
+type membership = Store_intf.membership = Fresh | Member of string | Joining | Legacy
 
 exception Failed of failure
 (** = {!Store_intf.Failed}: the disk refused a step; see {!S.sync}. *)

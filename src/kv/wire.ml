@@ -85,8 +85,7 @@ module Make (M : Rsm.MACHINE) = struct
         Codec.case 0 "fresh" Codec.unit
           (function Store_intf.Fresh -> Some () | _ -> None)
           (fun () -> Store_intf.Fresh);
-        Codec.case 1 "member"
-          (Codec.string ~max:256 ())
+        Codec.case 1 "member" (Codec.string ~max:256 ())
           (function Store_intf.Member c -> Some c | _ -> None)
           (fun c -> Store_intf.Member c);
         Codec.case 2 "joining" Codec.unit

@@ -28,7 +28,14 @@ let params = "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.fl
 
 type replica = { data : string; bind : string; listen : string; mutable pid : int }
 
-let start ~peers r =
+(* [init]: --new the first time (no identity in the directory yet), nothing
+   after, unless told. *)
+let start ?init ?(group = "e2e") ~peers r =
+  let init =
+    match init with
+    | Some l -> l
+    | None -> if Sys.file_exists (Filename.concat r.data "identity") then [] else [ "--new" ]
+  in
   let err =
     Unix.openfile (r.data ^ ".log")
       [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
@@ -37,23 +44,25 @@ let start ~peers r =
   let out = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
   r.pid <-
     Unix.create_process (consort ())
-      [|
-        "consort";
-        "kv";
-        "serve";
-        "--group";
-        "e2e";
-        "--data";
-        r.data;
-        "--bind";
-        r.bind;
-        "--peers";
-        String.concat "," peers;
-        "--listen";
-        r.listen;
-        "--params";
-        params;
-      |]
+      (Array.append
+         [|
+           "consort";
+           "kv";
+           "serve";
+           "--group";
+           group;
+           "--data";
+           r.data;
+           "--bind";
+           r.bind;
+           "--peers";
+           String.concat "," peers;
+           "--listen";
+           r.listen;
+           "--params";
+           params;
+         |]
+         (Array.of_list init))
       Unix.stdin out err;
   Unix.close err;
   Unix.close out
