@@ -27,9 +27,13 @@ let world name =
   let net = Sim.create ~seed:7 () in
   { net; dir; addrs = [ "r0"; "r1"; "r2" ]; reps = Array.make 3 None }
 
-let start ?retain ?io w i =
+let start ?retain ?io ?identity w i =
   let addr = List.nth w.addrs i in
-  let store, _ = Result.get_ok (Store.open_ ?retain ?io (Filename.concat w.dir addr)) in
+  let store, _ =
+    match Store.open_ ?retain ?io ?identity (Filename.concat w.dir addr) with
+    | Ok s -> s
+    | Error e -> Alcotest.failf "open %s: %s" addr e
+  in
   let cfg =
     {
       (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with
@@ -469,6 +473,96 @@ let forged_ack () =
   Alcotest.(check (option outcome)) "a forged acknowledgement commits nothing" None !got;
   finish w
 
+(* Issue 28's wiped replica: put x 1; r2 down; put x 2 (r0 and r1 have
+   it); r0 and r1 down; r0's directory wiped. r0 (empty, --join) and r2
+   (stale) must not serve x = 1 as a primary view: they refuse, until r1
+   is back and gives both the state. *)
+let wiped_dir () =
+  let w = world "wiped" in
+  let id init = ("t", init) in
+  for i = 0 to 2 do
+    start ~identity:(id Store.New) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put x 1" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("x", "1")));
+  crash w 2;
+  Alcotest.(check (option outcome))
+    "put x 2" (Some (Wire.Done Op.Ok))
+    (call w 0 ~d:(s 20.) ~client:1L ~req:2 (Op.Put ("x", "2")));
+  crash w 0;
+  crash w 1;
+  rm_rf (Filename.concat w.dir "r0");
+  (match Store.open_ ~identity:(id Store.Existing) (Filename.concat w.dir "r0") with
+  | Ok _ -> Alcotest.fail "an empty directory opened without --join"
+  | Error _ -> ());
+  start ~identity:(id Store.Join) w 0;
+  start ~identity:(id Store.Existing) w 2;
+  run w (s 6.);
+  List.iter
+    (fun i ->
+      match call w i ~d:(s 2.) ~client:(Int64.of_int (10 + i)) ~req:1 (Op.Get "x") with
+      | Some (Wire.Refused _) -> ()
+      | o ->
+          Alcotest.failf "r%d, without a quorum of voters: %a" i Fmt.(option Wire.pp_outcome) o)
+    [ 0; 2 ];
+  start ~identity:(id Store.Existing) w 1;
+  run w (s 8.);
+  List.iter
+    (fun i ->
+      Alcotest.(check (option outcome))
+        (Printf.sprintf "get x through r%d" i)
+        (Some (Wire.Done (Op.Value "2")))
+        (call w i ~d:(s 10.) ~client:(Int64.of_int (20 + i)) ~req:1 (Op.Get "x")))
+    [ 0; 1; 2 ];
+  (match Store.membership (snd (Option.get w.reps.(0))) with
+  | Store.Member _ -> ()
+  | _ -> Alcotest.fail "r0 did not become a member once caught up");
+  finish w
+
+(* A replica restarted on a data directory of another cluster of the same
+   group (a second cluster made with --new): it stops (wrong data
+   directory), and the others keep their state. *)
+let foreign_dir () =
+  let w = world "foreign" in
+  let id init = ("t", init) in
+  for i = 0 to 2 do
+    start ~identity:(id Store.New) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put x 1" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("x", "1")));
+  (* Another cluster, alone, with more epochs and writes. *)
+  let other = world "foreign-b" in
+  let ob = { other with addrs = [ "r2" ] } in
+  start ~identity:(id Store.New) ob 0;
+  run ob (s 3.);
+  for i = 1 to 5 do
+    ignore (call ob 0 ~client:9L ~req:i (Op.Put ("x", "b" ^ string_of_int i)))
+  done;
+  let b_dir = Store.dir (snd (Option.get ob.reps.(0))) in
+  crash ob 0;
+  crash w 2;
+  rm_rf (Filename.concat w.dir "r2");
+  Unix.rename b_dir (Filename.concat w.dir "r2");
+  rm_rf other.dir;
+  start ~identity:(id Store.Existing) w 2;
+  run w (s 8.);
+  (match R.failure (rep w 2) with
+  | Some (Store.Wrong_dir _) -> ()
+  | Some e -> Alcotest.failf "r2 stopped on %a" Store.pp_failure e
+  | None -> Alcotest.fail "r2, on another cluster's directory, did not stop");
+  List.iter
+    (fun i ->
+      Alcotest.(check (option outcome))
+        (Printf.sprintf "get x through r%d" i)
+        (Some (Wire.Done (Op.Value "1")))
+        (call w i ~d:(s 10.) ~client:(Int64.of_int (20 + i)) ~req:1 (Op.Get "x")))
+    [ 0; 1 ];
+  finish w
+
 let () =
   if Sys.getenv_opt "KVDBG" <> None then begin
     Logs.set_reporter (Logs.format_reporter ());
@@ -492,6 +586,8 @@ let () =
           Alcotest.test_case "two (token)" `Quick (two "token");
           Alcotest.test_case "a full disk: the replica stops, the others go on" `Quick disk_full;
           Alcotest.test_case "an acknowledgement of other orders is not counted" `Quick forged_ack;
+          Alcotest.test_case "a wiped replica has no vote until caught up" `Quick wiped_dir;
+          Alcotest.test_case "a replica on another cluster's directory stops" `Quick foreign_dir;
         ] );
       ( "wire",
         [

@@ -386,6 +386,66 @@ let disk_faults () =
       rm_rf d)
     [ ("enospc", `Enospc, true); ("eio", `Eio, false); ("fsync", `Fsync, false) ]
 
+(* A data directory's identity: an empty one needs --new or --join; one of
+   another group or store is refused naming both; --new and --join are
+   refused where there is state; a joining replica becomes a member. *)
+let identity () =
+  let d = fresh "identity" in
+  let contains s sub =
+    let n = String.length sub in
+    let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+    go 0
+  in
+  let refused what ?(says = []) r =
+    match r with
+    | Ok (t, _) ->
+        Store.close t;
+        Alcotest.failf "%s: opened" what
+    | Error e ->
+        if String.contains e '\n' then Alcotest.failf "%s: more than one line: %S" what e;
+        List.iter
+          (fun w -> if not (contains e w) then Alcotest.failf "%s: %S does not say %S" what e w)
+          says
+  in
+  refused "empty, neither --new nor --join" ~says:[ "--new"; "--join" ]
+    (Store.open_ ~identity:("g", Store.Existing) d);
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.New) d) in
+  Alcotest.(check bool) "fresh" true (Store.membership t = Store.Fresh);
+  ignore (Store.execute t (cmd 1 (Op.Put ("a", "1"))));
+  Store.sync t;
+  Store.set_member t "c1";
+  Store.close t;
+  refused "another group" ~says:[ "group g"; "group h"; "cluster c1" ]
+    (Store.open_ ~identity:("h", Store.Existing) d);
+  refused "--new on a directory with state" ~says:[ "--new" ]
+    (Store.open_ ~identity:("g", Store.New) d);
+  refused "--join on a member's directory" ~says:[ "--join" ]
+    (Store.open_ ~identity:("g", Store.Join) d);
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Existing) d) in
+  Alcotest.(check bool) "a member of c1" true (Store.membership t = Store.Member "c1");
+  Alcotest.(check (option string)) "its state" (Some "1") (Machine.read (Store.machine t) "a");
+  Store.close t;
+  rm_rf d;
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Join) d) in
+  Alcotest.(check bool) "joining" true (Store.membership t = Store.Joining);
+  Store.close t;
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Existing) d) in
+  Alcotest.(check bool) "still joining after a restart" true (Store.membership t = Store.Joining);
+  Store.close t;
+  rm_rf d;
+  (* A directory made before identities: taken as it is, and marked. *)
+  let t, _ = open_ok d in
+  ignore (Store.execute t (cmd 1 (Op.Put ("a", "1"))));
+  Store.sync t;
+  Store.close t;
+  refused "--new on an old directory with state" (Store.open_ ~identity:("g", Store.New) d);
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Existing) d) in
+  Alcotest.(check bool) "legacy" true (Store.membership t = Store.Legacy);
+  Store.close t;
+  refused "then another group" ~says:[ "group g"; "group h" ]
+    (Store.open_ ~identity:("h", Store.Existing) d);
+  rm_rf d
+
 let () =
   Alcotest.run "kv-store"
     [
@@ -398,5 +458,6 @@ let () =
           Alcotest.test_case "snapshot and entries to another store" `Quick transfer;
           Alcotest.test_case "promises survive snapshots" `Quick promise;
           Alcotest.test_case "full disk, EIO, failed fsync: fail-stop" `Quick disk_faults;
+          Alcotest.test_case "the data directory's identity" `Quick identity;
         ] );
     ]
