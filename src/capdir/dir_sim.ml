@@ -27,6 +27,7 @@ let config =
     all_stop = Time.of_sec 20.;
     until = Time.of_sec 33.;
     disk_faults = false;
+    lost_dir = false;
   }
 
 (* Lookups, installs of one row or two at once, chmods and deletes on the rows of the root

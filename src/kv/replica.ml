@@ -348,11 +348,13 @@ struct
      epoch starts only once every member of the view has promised it, so a
      later primary view (which shares a member with this one) starts a
      greater one: two views never start the same epoch. *)
-  (* The cluster of a view: the one most of its members' data directories
-     name (the least id on a tie), if any does. A vote: a member of that
-     cluster, a directory made before identities, or a fresh one (--new)
-     when no member names a cluster yet; never a replica that is joining
-     (an empty directory, --join) nor one of another cluster. *)
+  (* The cluster of a view: the one a quorum of the replicas' data
+     directories name, or the only one any names; none when several do and
+     none has a quorum (then nobody votes: a replica on a wrong directory
+     meets the others). A vote: a member of that cluster, a directory made
+     before identities, or a fresh one (--new) when no member names a
+     cluster; never a replica that is joining (an empty directory, --join)
+     nor one of another cluster. *)
   let voters t (ps : (string * Wire.position) list) =
     let counts = Hashtbl.create 4 in
     List.iter
@@ -362,18 +364,14 @@ struct
             Hashtbl.replace counts c (1 + Option.value (Hashtbl.find_opt counts c) ~default:0)
         | _ -> ())
       ps;
-    let cluster =
-      Hashtbl.fold
-        (fun c n acc ->
-          match acc with Some (c', n') when n' > n || (n' = n && c' < c) -> acc | _ -> Some (c, n))
-        counts None
-      |> Option.map fst
-    in
+    let named = Hashtbl.fold (fun c n acc -> (c, n) :: acc) counts [] in
+    let ruling = List.find_opt (fun (_, n) -> n >= quorum t) named |> Option.map fst in
+    let cluster = match (ruling, named) with Some c, _ | None, [ (c, _) ] -> Some c | _ -> None in
     let votes (p : Wire.position) =
       match p.member with
       | Store_intf.Member c -> Some c = cluster
-      | Store_intf.Legacy -> true
-      | Store_intf.Fresh -> cluster = None
+      | Store_intf.Legacy -> List.length named <= 1
+      | Store_intf.Fresh -> named = []
       | Store_intf.Joining -> false
     in
     let vs =
@@ -383,7 +381,7 @@ struct
         ps
       |> List.sort_uniq compare
     in
-    (cluster, vs)
+    (cluster, ruling, vs)
 
   (* Too few voters: this view serves nothing (the requests in flight are
      answered: unknown if cast in an earlier view, refused otherwise). *)
@@ -411,9 +409,9 @@ struct
                    [])
              (Array.to_list positions))
       in
-      let cluster, vs = voters t ps in
+      let cluster, ruling, vs = voters t ps in
       t.cluster <- cluster;
-      match (Store.membership t.store, cluster) with
+      match (Store.membership t.store, ruling) with
       | Store_intf.Member mine, Some c when mine <> c ->
           fail_stop t
             (Store_intf.Wrong_dir

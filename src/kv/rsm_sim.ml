@@ -24,6 +24,7 @@ type config = {
   all_stop : Time.t;
   until : Time.t;
   disk_faults : bool;
+  lost_dir : bool;
 }
 
 let keys = [| "a"; "b"; "c" |]
@@ -58,6 +59,7 @@ struct
     mutable torn : bool; (* it died in the middle of a write: its log may end torn *)
     disk : Consort_capfs.Sim_disk.t; (* the same for every incarnation *)
     mutable faulty : bool; (* its disk injects faults now *)
+    mutable init : Store.init; (* how its next start opens its directory (with lost_dir) *)
   }
 
   let digest m = Digest.string (Codec.encode_string (M.codec (M.limits m)) m)
@@ -111,6 +113,7 @@ struct
                 (Random.State.make [| seed; cfg.salt; i |])
                 Consort_capfs.Sim_disk.no_faults;
             faulty = false;
+            init = Store.New;
           })
     in
     let restarts = ref 0 and repaired = ref 0 in
@@ -157,10 +160,11 @@ struct
             unlink = (fun path -> if step () then real.unlink path);
           }
         in
+        let identity = if cfg.lost_dir then Some (cfg.tag, p.init) else None in
         match
           S.open_ ~io ?limits:w.limits
             ~snapshot_bytes:(4096 + Random.State.int rng 8192)
-            ~retain:(Random.State.int rng 100) p.dir
+            ~retain:(Random.State.int rng 100) ?identity p.dir
         with
         | Error e when p.faulty ->
             (* The disk is failing: the process exits, and is started again later. *)
@@ -169,6 +173,7 @@ struct
             at (Time.add (now ()) (ms 1000)) (fun () -> start i)
         | Error e -> violation "%s: store does not open: %s" p.addr e
         | Ok (store, found) -> (
+            p.init <- Store.Existing;
             List.iter
               (fun f ->
                 match f with
@@ -192,6 +197,13 @@ struct
               (* The replica stopped on an I/O error: its process exits
                  (after its leave went out), and is started again later. *)
               note "%s: %s" p.addr (Fmt.str "%a" Store.pp_failure e);
+              (match e with
+              | Store.Wrong_dir _ ->
+                  (* The operator moves the wrong directory away and
+                     starts the replica again empty, to catch up. *)
+                  p.init <- Store.Join;
+                  at (Time.add (now ()) (ms 300)) (fun () -> Consort_local.rm_rf p.dir)
+              | _ -> ());
               at
                 (Time.add (now ()) (ms 300))
                 (fun () ->
@@ -407,6 +419,73 @@ struct
             p.faulty <- false;
             D.set_config p.disk D.no_faults)
       done
+    end;
+    (* A lost data directory: r_j goes down; then r_k too, and r_i is
+       restarted on an empty directory (--join) or on one of another
+       cluster of the same group, beside the stale r_j; r_k comes back
+       later. *)
+    if cfg.lost_dir then begin
+      let foreign = Filename.concat scratch "foreign" in
+      (match S.open_ ?limits:w.limits ~identity:(cfg.tag, Store.New) foreign with
+      | Error e -> violation "the foreign directory: %s" e
+      | Ok (st, _) ->
+          for r = 1 to 5 do
+            ignore (S.execute st { Rsm.client = 99L; req = r; op = fst (w.next 99) })
+          done;
+          S.start_epoch st 1000;
+          S.sync st;
+          S.set_member st "another-cluster";
+          S.close st);
+      let copy_dir a b =
+        Unix.mkdir b 0o755;
+        Array.iter
+          (fun f ->
+            if f <> "lock" then begin
+              let ic = open_in_bin (Filename.concat a f) in
+              let s = really_input_string ic (in_channel_length ic) in
+              close_in ic;
+              let oc = open_out_bin (Filename.concat b f) in
+              output_string oc s;
+              close_out oc
+            end)
+          (Sys.readdir a)
+      in
+      let perm = [| 0; 1; 2 |] in
+      for x = 2 downto 1 do
+        let y = Random.State.int rng (x + 1) in
+        let v = perm.(x) in
+        perm.(x) <- perm.(y);
+        perm.(y) <- v
+      done;
+      let i = perm.(0) and j = perm.(1) and k = perm.(2) in
+      let wrong = Random.State.bool rng in
+      let t0 = Time.add (s 2.) (ms (Random.State.int rng (cfg.faults_ms / 2))) in
+      let t1 = Time.add t0 (ms (1000 + Random.State.int rng 2000)) in
+      let t2 = Time.add t1 (ms (1000 + Random.State.int rng 3000)) in
+      at t0 (fun () -> crash j);
+      at t1 (fun () ->
+          crash k;
+          crash i;
+          let p = reps.(i) in
+          Consort_local.rm_rf p.dir;
+          if wrong then begin
+            note "%s: restarted on another cluster's directory" p.addr;
+            copy_dir foreign p.dir;
+            p.init <- Store.Existing
+          end
+          else begin
+            note "%s: restarted on an empty directory (--join)" p.addr;
+            p.init <- Store.Join
+          end);
+      at
+        (Time.add t1 (ms 300))
+        (fun () ->
+          incr restarts;
+          start i;
+          start j);
+      at t2 (fun () ->
+          incr restarts;
+          start k)
     end;
     (* The end of the workload: heal, start what is down, read every key. *)
     let phase_reads ~from ~cid =

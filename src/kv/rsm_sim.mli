@@ -35,6 +35,11 @@ type config = {
   disk_faults : bool;
       (** during the workload, disks fill, fail writes, fail fsyncs for a while (the replica stops
           at the first fault and is restarted, until the disk is repaired) *)
+  lost_dir : bool;
+      (** the data directories have an identity ([--new] at first); during the workload one replica
+          goes down, then a second, and the third is restarted on an empty directory ([--join]) or
+          on one of another cluster of the group (it stops, and is restarted empty) beside the
+          first; the second comes back later *)
 }
 
 val keys : string array
