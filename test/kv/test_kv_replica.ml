@@ -504,8 +504,7 @@ let wiped_dir () =
     (fun i ->
       match call w i ~d:(s 2.) ~client:(Int64.of_int (10 + i)) ~req:1 (Op.Get "x") with
       | Some (Wire.Refused _) -> ()
-      | o ->
-          Alcotest.failf "r%d, without a quorum of voters: %a" i Fmt.(option Wire.pp_outcome) o)
+      | o -> Alcotest.failf "r%d, without a quorum of voters: %a" i Fmt.(option Wire.pp_outcome) o)
     [ 0; 2 ];
   start ~identity:(id Store.Existing) w 1;
   run w (s 8.);

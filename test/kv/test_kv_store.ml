@@ -415,7 +415,8 @@ let identity () =
   Store.sync t;
   Store.set_member t "c1";
   Store.close t;
-  refused "another group" ~says:[ "group g"; "group h"; "cluster c1" ]
+  refused "another group"
+    ~says:[ "group g"; "group h"; "cluster c1" ]
     (Store.open_ ~identity:("h", Store.Existing) d);
   refused "--new on a directory with state" ~says:[ "--new" ]
     (Store.open_ ~identity:("g", Store.New) d);
