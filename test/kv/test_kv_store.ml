@@ -447,6 +447,46 @@ let identity () =
     (Store.open_ ~identity:("h", Store.Existing) d);
   rm_rf d
 
+(* A promise survives an I/O error at any step of the snapshot that empties
+   the log (issue 28, kv-disk-faults seed 566: the log was replaced by an
+   empty one and the write of the promise after it failed, and the replica
+   later took part in starting an epoch below its promise). *)
+let promise_through_faults () =
+  let n = ref 1 and failed_once = ref true in
+  while !failed_once do
+    let d = fresh "promise-fault" in
+    let armed = ref false and steps = ref 0 in
+    let io =
+      Io.hooked
+        (fun _ ->
+          if !armed then begin
+            incr steps;
+            if !steps = !n then raise (Unix.Unix_error (Unix.EIO, "step", ""))
+          end)
+        Io.real
+    in
+    let t, _ = open_ok ~io ~snapshot_bytes:2048 d in
+    Store.promise_to t 7;
+    armed := true;
+    (failed_once :=
+       try
+         for i = 1 to 100 do
+           ignore (Store.execute t (cmd i (Op.Put ("k", String.make 100 'v'))));
+           Store.sync t
+         done;
+         false
+       with Store.Failed _ -> true);
+    Store.close t;
+    let t, _ = open_ok d in
+    Alcotest.(check int)
+      (Printf.sprintf "the promise, after an error at step %d" !n)
+      7 (Store.promise t);
+    Store.close t;
+    rm_rf d;
+    incr n
+  done;
+  Alcotest.(check bool) "every step of a sync and a snapshot was tried" true (!n > 8)
+
 let () =
   Alcotest.run "kv-store"
     [
@@ -460,5 +500,7 @@ let () =
           Alcotest.test_case "promises survive snapshots" `Quick promise;
           Alcotest.test_case "full disk, EIO, failed fsync: fail-stop" `Quick disk_faults;
           Alcotest.test_case "the data directory's identity" `Quick identity;
+          Alcotest.test_case "a promise survives an error during a snapshot" `Quick
+            promise_through_faults;
         ] );
     ]
