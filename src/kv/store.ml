@@ -318,17 +318,16 @@ module Make (M : Rsm.MACHINE) = struct
   (* The snapshot, then an empty log. *)
   let write_snapshot t =
     replace t "snapshot" (snap_magic ^ frame (snapshot t));
+    (* The promise outlives the log it was in: it is in the new log before
+       that replaces the old one (written after, an error or a crash in
+       between would lose it). *)
+    let promise =
+      if t.promise > 0 then frame (Codec.encode_string record_codec (Promise t.promise)) else ""
+    in
     Unix.close t.wal;
-    replace t "wal" wal_magic;
+    replace t "wal" (wal_magic ^ promise);
     t.wal <- open_wal (path t "wal");
-    t.wal_size <- String.length wal_magic;
-    (* The promise outlives the log it was in. *)
-    if t.promise > 0 then begin
-      let r = frame (Codec.encode_string record_codec (Promise t.promise)) in
-      write_all t.io (path t "wal") t.wal r;
-      t.io.Io.fsync (path t "wal") t.wal;
-      t.wal_size <- t.wal_size + String.length r
-    end;
+    t.wal_size <- String.length wal_magic + String.length promise;
     Log.info (fun m -> m "%s: snapshot at write %d" t.dir t.seq)
 
   (* What is pending stays pending until it is written and fsynced; a write
