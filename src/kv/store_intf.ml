@@ -56,7 +56,7 @@ module type S = sig
       [identity] ([group], [init]): the directory's file [identity] names the store type, the group
       and the cluster; a directory of another store type or group is refused with one line naming
       both. An empty directory needs [New] or [Join]; a directory with state refuses both. Without
-      [identity] the file is neither read nor written ({!membership} is [Legacy]). *)
+      [identity] the file is neither read nor written ({!val-membership} is [Legacy]). *)
 
   val membership : t -> membership
 

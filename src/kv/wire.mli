@@ -36,8 +36,8 @@ type position = {
 (** Where a replica's log is: its last epoch, its last write, the digest of its writes
     ({!Store.chain}), its epochs (newest first, each with the write after which it started), and the
     greatest epoch whose start it took part in ({!Store.promise}), and what its data directory's
-    identity says of it ({!Store.membership}: a member of which cluster, or joining, with no vote).
-*)
+    identity says of it ({!Store.val-membership}: a member of which cluster, or joining, with no
+    vote). *)
 
 type 'op transfer_ =
   | Snapshot of string  (** the whole state ({!Store.snapshot}) *)
