@@ -500,10 +500,10 @@ module Make (M : Rsm.MACHINE) = struct
           match base with
           | Error why ->
               fail
-                "%s: corrupt (%s): refusing to start; restore this replica's data directory from a \
-                 backup, or start it empty only while every other replica is running and serving \
-                 (it then catches up from them): with another replica down or behind, an empty \
-                 replica can bring back an old state"
+                "%s: corrupt (%s): refusing to start; move the data directory away and start this \
+                 replica with --join on an empty one (it catches up from the others and has no \
+                 vote until then); never start it empty without --join: beside a stale replica it \
+                 could bring back an old state"
                 (p "snapshot") why
           | Ok ((seq, chain), epoch, history, machine) ->
               let t =

@@ -251,7 +251,10 @@ let tails () =
   flip 10 (Filename.concat d "snapshot");
   (match Store.open_ d with
   | Ok _ -> Alcotest.fail "a corrupt snapshot accepted"
-  | Error e -> Fmt.pr "corrupt snapshot: %s@." e);
+  | Error e ->
+      Fmt.pr "corrupt snapshot: %s@." e;
+      (* It advises what is safe: an empty directory with --join, never without. *)
+      Alcotest.(check bool) "advises --join" true (Consort_local.contains e "with --join"));
   rm_rf d
 
 let transfer () =
