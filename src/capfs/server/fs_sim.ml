@@ -57,6 +57,13 @@ let run ?trace ~seed () =
   (* Some crashes happen in the middle of a disk write: the process dies
      before its [n]th disk step (counted from the first start). *)
   let disk_steps = ref 0 and dies_at = ref 0 in
+  (* A simulated disk: every crash is a power loss, where what was not
+     fsynced is lost or torn. *)
+  let disk =
+    Consort_capfs.Sim_disk.create
+      (Random.State.make [| seed; 0xd15c |])
+      Consort_capfs.Sim_disk.no_faults
+  in
   let died = ref false in
   let io =
     Consort_capfs.Io.hooked
@@ -65,7 +72,7 @@ let run ?trace ~seed () =
         if !disk_steps = !dies_at then (
           died := true;
           failwith "the server process died"))
-      Consort_capfs.Io.real
+      (Consort_capfs.Sim_disk.io disk)
   in
   let crash_server_ref = ref (fun () -> ()) in
   let crash_server () = !crash_server_ref () in
@@ -120,6 +127,7 @@ let run ?trace ~seed () =
            Sim.crash sim "srv";
            if not (R.is_closed node) then R.close node;
            Store.close store;
+           ignore (Consort_capfs.Sim_disk.crash disk);
            server := None);
   start_server ();
   if Random.State.bool rng then dies_at := !disk_steps + 1 + Random.State.int rng 150;
