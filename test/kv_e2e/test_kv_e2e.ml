@@ -465,12 +465,18 @@ let wiped_and_foreign () =
   start ~init:[ "--join" ] ~peers r0;
   start ~peers r2;
   let c = Result.get_ok (Kv.Client.create ~timeout:1. (servers [ r0; r2 ])) in
-  let t0 = Unix.gettimeofday () and refused = ref 0 in
-  while Unix.gettimeofday () -. t0 < 6. do
+  (* Until they have said "no quorum" for 3 s (at most 30 s): never x = 1. *)
+  let t0 = Unix.gettimeofday () and refused = ref 0 and first = ref None in
+  while
+    Unix.gettimeofday () -. t0 < 30.
+    && match !first with Some t1 -> Unix.gettimeofday () -. t1 < 3. | None -> true
+  do
     match Kv.Client.call c (Kv.Op.Get "x") with
     | Kv.Wire.Done r ->
         Alcotest.failf "an empty replica and a stale one answered: %a" Kv.Op.pp_response r
-    | Kv.Wire.Refused _ -> incr refused
+    | Kv.Wire.Refused _ ->
+        incr refused;
+        if !first = None then first := Some (Unix.gettimeofday ())
     | Kv.Wire.Unknown _ -> ()
   done;
   Kv.Client.close c;
