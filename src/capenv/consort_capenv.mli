@@ -3,8 +3,8 @@
 
     A program started by [consort cap exec] (or a boot server) finds its standard streams already
     connected to the capabilities of its descriptor (ordinary [stdin], [stdout], [stderr]), and
-    every named capability through this module. No dependency: the capabilities are handed out in
-    their text form ([cap1:...]), which [Consort_cap.Cap.of_string] reads.
+    every named capability through this module (it needs only [unix]). The capabilities are handed
+    out in their text form ([cap1:...]), which [Consort_cap.Cap.of_string] reads.
 
     The process server passes no capability in the environment (any process of the same user could
     read it in [/proc/PID/environ]): [CONSORT_CAPS] holds the names (comma-separated), and the

@@ -282,6 +282,9 @@ let classify t p st =
   | _ -> f
 
 let finish t p st =
+  Log.debug (fun m ->
+      m "process %d: ended %.2f ms after ps_exec" p.obj
+        ((Unix.gettimeofday () -. p.started) *. 1000.));
   let f = classify t p st in
   p.state <- Done f;
   p.ended_at <- now t;
@@ -443,6 +446,9 @@ let reap t p pid =
       maybe_done t p
   | 0, _ -> ()
   | _, st ->
+      Log.debug (fun m ->
+          m "process %d: reaped %.2f ms after ps_exec" p.obj
+            ((Unix.gettimeofday () -. p.started) *. 1000.));
       let st = if p.namespaced then Option.value (reported_status p) ~default:st else st in
       (* Whatever the tree left behind goes too. *)
       kill_tree p pid;
@@ -877,15 +883,19 @@ let exec t r =
                       if p.state = Fetching then
                         fail `Notfound "the program's file server is too slow")
                   :: p.timers;
+                let t0 = Unix.gettimeofday () in
+                let ms () = (Unix.gettimeofday () -. t0) *. 1000. in
                 fetch t p (function
                   | _ when !decided -> ()
                   | Error why when String.length why > 10 && String.sub why 0 10 = "bytecode: " ->
                       fail `Argbad (String.sub why 10 (String.length why - 10))
                   | Error why -> fail `Notfound why
                   | Ok file -> (
+                      Log.debug (fun m -> m "process %d: fetched in %.2f ms" obj (ms ()));
                       match start t p file ~locate with
                       | Error why -> fail `Syserr why
                       | Ok () ->
+                          Log.debug (fun m -> m "process %d: started in %.2f ms" obj (ms ()));
                           decided := true;
                           let c = Cap.owner t.port ~obj p.secret in
                           let port, priv = Header.of_cap c in
