@@ -75,11 +75,18 @@ let with_world ?(ps_args = []) f =
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
   Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
-  (* Programs built here find the C stubs of Consort's libraries there. *)
-  let stubs =
-    String.concat ":"
-      (List.map (fun l -> Filename.concat here (".." / ".." / "src" / l)) [ "cap"; "engine" ])
-  in
+  (* Programs built here find the C stubs of Consort's libraries in a copy
+     their user can read (the build tree may be in a directory only root
+     enters, as under scripts/mutants.sh). *)
+  Unix.chmod d 0o711;
+  let stubs = d / "stubs" in
+  Unix.mkdir stubs 0o755;
+  List.iter
+    (fun l ->
+      let f = Printf.sprintf "dllconsort_%s_stubs.so" l in
+      write_file (stubs / f) (read_file (Filename.concat here (".." / ".." / "src" / l / f)));
+      Unix.chmod (stubs / f) 0o755)
+    [ "cap"; "engine" ];
   let ps =
     start_server
       ~env:[ "CAML_LD_LIBRARY_PATH=" ^ stubs ]
