@@ -52,7 +52,7 @@ let program_user user =
         | Error e -> Error e)
 
 (* consort cap proc serve *)
-let serve data bind key_file locate max_processes user max_tree max_files =
+let serve data bind key_file locate max_processes user max_tree max_files no_ns no_cg =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
   if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
   else
@@ -75,6 +75,8 @@ let serve data bind key_file locate max_processes user max_tree max_files =
                     user;
                     max_tree;
                     max_files;
+                    namespaces = not no_ns;
+                    cgroups = not no_cg;
                   }
                 in
                 match Proc_server.create config loop node key with
@@ -276,6 +278,18 @@ let serve_cmd =
       & info [ "max-files" ] ~docv:"N"
           ~doc:"Open files of each process of a program (RLIMIT_NOFILE).")
   in
+  let no_ns =
+    Arg.(
+      value & flag
+      & info [ "no-namespaces" ]
+          ~doc:"No PID namespace per program, even where the host allows (the weaker guarantee).")
+  in
+  let no_cg =
+    Arg.(
+      value & flag
+      & info [ "no-cgroups" ]
+          ~doc:"No cgroup per program, even where the host allows (the weaker guarantee).")
+  in
   Cmd.v
     (Consort_cli.info ~path:"cap proc serve" "serve" ~exits ~envs
        ~doc:
@@ -295,8 +309,9 @@ let serve_cmd =
           the final kill.")
     (configured
     @@ Term.(
-         const (fun d b k l m u mt mf () () -> serve d b k l m u mt mf)
-         $ data $ bind $ key $ locate $ maxp $ user $ max_tree $ max_files $ Consort_cli.logging))
+         const (fun d b k l m u mt mf nn nc () () -> serve d b k l m u mt mf nn nc)
+         $ data $ bind $ key $ locate $ maxp $ user $ max_tree $ max_files $ no_ns $ no_cg
+         $ Consort_cli.logging))
 
 let proc =
   Cmd.group (Cmd.info "proc" ~exits:Consort_cli.exits ~doc:"The process server.") [ serve_cmd ]

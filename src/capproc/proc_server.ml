@@ -647,7 +647,12 @@ let start t p file ~locate =
                     if used_ms > l.cpu_ms then
                       stop_for t p P.Limit
                         (Printf.sprintf "cpu time limit (%d ms) exceeded" l.cpu_ms)
-                    else p.timers <- Loop.after t.loop (Time.of_ms 100) cpu_watch :: p.timers
+                    else
+                      (* a scan of /proc costs more than a cgroup's file *)
+                      let every =
+                        if Option.fold ~none:false ~some:Cgroup.counts_cpu p.cg then 100 else 500
+                      in
+                      p.timers <- Loop.after t.loop (Time.of_ms every) cpu_watch :: p.timers
                 | _ -> ()
               in
               p.timers <- Loop.after t.loop (Time.of_ms 100) cpu_watch :: p.timers;

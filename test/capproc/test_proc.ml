@@ -474,6 +474,20 @@ let test_tree_cpu () =
     true
     (contains err "cpu time limit (1000 ms) exceeded")
 
+(* Without namespace or cgroup (the weaker guarantee): the CPU time of the
+   process group still counts the children's. *)
+let test_fallback () =
+  with_world ~ps_args:[ "--no-namespaces"; "--no-cgroups" ] @@ fun w ->
+  let code, out, _ = exec w [ "-n"; "whoami" ] in
+  Alcotest.(check int) "whoami: exit 0" 0 code;
+  Alcotest.(check bool) ("no PID namespace: " ^ out) false (contains out " pid 2\n");
+  let code, _, err = exec w [ "-n"; "--cpu"; "1"; "spinkids" ] in
+  Alcotest.(check int) ("children spinning: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool)
+    ("the cpu limit is named: " ^ err)
+    true
+    (contains err "cpu time limit (1000 ms) exceeded")
+
 (* Defect 3: a grandchild in a session of its own does not outlive the
    program. *)
 let test_setsid_escape () =
@@ -582,6 +596,7 @@ let () =
           Alcotest.test_case "fork bomb" `Quick test_fork_bomb;
           Alcotest.test_case "cpu of forked children" `Quick test_tree_cpu;
           Alcotest.test_case "setsid grandchild" `Quick test_setsid_escape;
+          Alcotest.test_case "without namespace or cgroup" `Quick test_fallback;
           Alcotest.test_case "10 GB, out of memory told" `Quick test_memory;
         ] );
     ]
