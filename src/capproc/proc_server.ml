@@ -536,153 +536,159 @@ let start t p file ~locate =
         e
   in
   let devnull flags = Unix.openfile "/dev/null" (Unix.O_CLOEXEC :: flags) 0 in
-  (* A private working directory, the program's user's, in DATA/run (which
+  match Unix.openfile file [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 with
+  | exception Unix.Unix_error (e, _, _) -> Error ("cannot open the program: " ^ Unix.error_message e)
+  | prog_fd -> (
+      (* A private working directory, the program's user's, in DATA/run (which
      only the server can enter). *)
-  let workdir =
-    Filename.concat
-      (Filename.concat t.config.data "run")
-      (Printf.sprintf "%d-%s" p.obj
-         (Crypto.random 6 |> Base64.encode_string ~alphabet:Base64.uri_safe_alphabet ~pad:false))
-  in
-  match
-    Unix.mkdir workdir 0o700;
-    p.workdir <- Some workdir;
-    Option.iter (fun (uid, gid) -> Unix.chown workdir uid gid) t.config.user
-  with
-  | exception Unix.Unix_error (e, _, _) ->
-      remove_workdir t p;
-      Error ("cannot make the working directory: " ^ Unix.error_message e)
-  | () -> (
-      let cg =
-        if not t.config.cgroups then Ok None
-        else
-          Result.map Option.some
-            (Cgroup.make t.cgroups (Filename.basename workdir) ~nproc:t.config.max_tree)
+      let workdir =
+        Filename.concat
+          (Filename.concat t.config.data "run")
+          (Printf.sprintf "%d-%s" p.obj
+             (Crypto.random 6 |> Base64.encode_string ~alphabet:Base64.uri_safe_alphabet ~pad:false))
       in
-      match cg with
-      | Error e ->
+      match
+        Unix.mkdir workdir 0o700;
+        p.workdir <- Some workdir;
+        Option.iter (fun (uid, gid) -> Unix.chown workdir uid gid) t.config.user
+      with
+      | exception Unix.Unix_error (e, _, _) ->
+          close_quiet prog_fd;
           remove_workdir t p;
-          Error e
-      | Ok cg -> (
-          p.cg <- cg;
-          let in_r, in_w =
-            match end_of "stdin" with
-            | Some _ -> pipe ()
-            | None -> (devnull [ Unix.O_RDONLY ], devnull [ Unix.O_WRONLY ])
+          Error ("cannot make the working directory: " ^ Unix.error_message e)
+      | () -> (
+          let cg =
+            if not t.config.cgroups then Ok None
+            else
+              Result.map Option.some
+                (Cgroup.make t.cgroups (Filename.basename workdir) ~nproc:t.config.max_tree)
           in
-          let out_r, out_w = pipe () and err_r, err_w = pipe () in
-          let caps_r, caps_w = pipe () in
-          let text = caps_text t p in
-          ignore (Unix.write_substring caps_w text 0 (String.length text));
-          close_quiet caps_w;
-          let prog_fd = Unix.openfile file [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
-          let argv = Array.of_list (t.config.ocamlrun :: "/proc/self/fd/4" :: p.pd.Pd.args) in
-          let uid, gid = Option.value t.config.user ~default:(-1, -1) in
-          let limits_pids = Option.fold ~none:false ~some:Cgroup.limits_pids cg in
-          let conf =
-            {
-              Spawn.uid;
-              gid;
-              cwd = workdir;
-              cgroups = Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) cg;
-              (* RLIMIT_NPROC counts every process of the user: only where no
+          match cg with
+          | Error e ->
+              close_quiet prog_fd;
+              remove_workdir t p;
+              Error e
+          | Ok cg -> (
+              p.cg <- cg;
+              let in_r, in_w =
+                match end_of "stdin" with
+                | Some _ -> pipe ()
+                | None -> (devnull [ Unix.O_RDONLY ], devnull [ Unix.O_WRONLY ])
+              in
+              let out_r, out_w = pipe () and err_r, err_w = pipe () in
+              let caps_r, caps_w = pipe () in
+              let text = caps_text t p in
+              ignore (Unix.write_substring caps_w text 0 (String.length text));
+              close_quiet caps_w;
+              let argv = Array.of_list (t.config.ocamlrun :: "/proc/self/fd/4" :: p.pd.Pd.args) in
+              let uid, gid = Option.value t.config.user ~default:(-1, -1) in
+              let limits_pids = Option.fold ~none:false ~some:Cgroup.limits_pids cg in
+              let conf =
+                {
+                  Spawn.uid;
+                  gid;
+                  cwd = workdir;
+                  cgroups = Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) cg;
+                  (* RLIMIT_NPROC counts every process of the user: only where no
                  pids cgroup bounds the tree. *)
-              nproc = (if limits_pids || uid < 0 then 0 else t.config.max_tree);
-              nofile = t.config.max_files;
-              pid_namespace = t.config.namespaces;
-            }
-          in
-          let fail_start why =
-            List.iter close_quiet [ in_r; in_w; out_r; out_w; err_r; err_w; caps_r; prog_fd ];
-            Option.iter
-              (fun c ->
-                Cgroup.kill c;
-                ignore (Cgroup.remove c))
-              cg;
-            p.cg <- None;
-            remove_workdir t p;
-            Error ("cannot start: " ^ why)
-          in
-          match
-            Spawn.spawn_confined
-              ~cpu_seconds:((l.cpu_ms + 999) / 1000)
-              ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill ~caps_fd:caps_r
-              ~program_fd:prog_fd conf t.config.ocamlrun argv (env_of p ~locate) (in_r, out_w, err_w)
-          with
-          | exception Unix.Unix_error (e, _, _) -> fail_start (Unix.error_message e)
-          | exception Failure why -> fail_start why
-          | started ->
-              let pid = started.Spawn.pid in
-              p.namespaced <- started.namespace;
-              p.status_fd <- started.status;
-              List.iter close_quiet [ in_r; out_w; err_w; caps_r; prog_fd ];
-              p.state <- Running pid;
-              (match end_of "stdin" with
-              | Some c ->
-                  p.stdin_fd <- Some in_w;
-                  relay_in t p in_w (end_for c)
-              | None -> close_quiet in_w);
-              p.relays <- 2;
-              relay_out t p out_r (Option.map end_for (end_of "stdout")) ~tail:false;
-              relay_out t p err_r (Option.map end_for (end_of "stderr")) ~tail:true;
-              let rec poll () =
-                match p.state with
-                | Running pid ->
-                    reap t p pid;
-                    (* SIGCHLD wakes the loop (see [create]); this poll is the fallback. *)
-                    p.timers <- Loop.after t.loop (Time.of_ms 200) poll :: p.timers
-                | _ -> ()
+                  nproc = (if limits_pids || uid < 0 then 0 else t.config.max_tree);
+                  nofile = t.config.max_files;
+                  pid_namespace = t.config.namespaces;
+                }
               in
-              poll ();
-              (* The CPU time of the whole tree (RLIMIT_CPU counts each
+              let fail_start why =
+                List.iter close_quiet [ in_r; in_w; out_r; out_w; err_r; err_w; caps_r; prog_fd ];
+                Option.iter
+                  (fun c ->
+                    Cgroup.kill c;
+                    ignore (Cgroup.remove c))
+                  cg;
+                p.cg <- None;
+                remove_workdir t p;
+                Error ("cannot start: " ^ why)
+              in
+              match
+                Spawn.spawn_confined
+                  ~cpu_seconds:((l.cpu_ms + 999) / 1000)
+                  ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill ~caps_fd:caps_r
+                  ~program_fd:prog_fd conf t.config.ocamlrun argv (env_of p ~locate)
+                  (in_r, out_w, err_w)
+              with
+              | exception Unix.Unix_error (e, _, _) -> fail_start (Unix.error_message e)
+              | exception Failure why -> fail_start why
+              | started ->
+                  let pid = started.Spawn.pid in
+                  p.namespaced <- started.namespace;
+                  p.status_fd <- started.status;
+                  List.iter close_quiet [ in_r; out_w; err_w; caps_r; prog_fd ];
+                  p.state <- Running pid;
+                  (match end_of "stdin" with
+                  | Some c ->
+                      p.stdin_fd <- Some in_w;
+                      relay_in t p in_w (end_for c)
+                  | None -> close_quiet in_w);
+                  p.relays <- 2;
+                  relay_out t p out_r (Option.map end_for (end_of "stdout")) ~tail:false;
+                  relay_out t p err_r (Option.map end_for (end_of "stderr")) ~tail:true;
+                  let rec poll () =
+                    match p.state with
+                    | Running pid ->
+                        reap t p pid;
+                        (* SIGCHLD wakes the loop (see [create]); this poll is the fallback. *)
+                        p.timers <- Loop.after t.loop (Time.of_ms 200) poll :: p.timers
+                    | _ -> ()
+                  in
+                  poll ();
+                  (* The CPU time of the whole tree (RLIMIT_CPU counts each
                  process alone): its cgroup's, or its process group's. *)
-              let rec cpu_watch () =
-                match p.state with
-                | Running pid ->
-                    let used_ms =
-                      match Option.bind p.cg Cgroup.cpu_usec with
-                      | Some us -> us / 1000
-                      | None -> group_cpu_ms pid
-                    in
-                    if used_ms > l.cpu_ms then
-                      stop_for t p P.Limit
-                        (Printf.sprintf "cpu time limit (%d ms) exceeded" l.cpu_ms)
-                    else
-                      (* a scan of /proc costs more than a cgroup's file *)
-                      let every =
-                        if Option.fold ~none:false ~some:Cgroup.counts_cpu p.cg then 100 else 500
-                      in
-                      p.timers <- Loop.after t.loop (Time.of_ms every) cpu_watch :: p.timers
-                | _ -> ()
-              in
-              p.timers <- Loop.after t.loop (Time.of_ms 100) cpu_watch :: p.timers;
-              (* The caller's circuits: kept alive; when one hangs up (the
+                  let rec cpu_watch () =
+                    match p.state with
+                    | Running pid ->
+                        let used_ms =
+                          match Option.bind p.cg Cgroup.cpu_usec with
+                          | Some us -> us / 1000
+                          | None -> group_cpu_ms pid
+                        in
+                        if used_ms > l.cpu_ms then
+                          stop_for t p P.Limit
+                            (Printf.sprintf "cpu time limit (%d ms) exceeded" l.cpu_ms)
+                        else
+                          (* a scan of /proc costs more than a cgroup's file *)
+                          let every =
+                            if Option.fold ~none:false ~some:Cgroup.counts_cpu p.cg then 100
+                            else 500
+                          in
+                          p.timers <- Loop.after t.loop (Time.of_ms every) cpu_watch :: p.timers
+                    | _ -> ()
+                  in
+                  p.timers <- Loop.after t.loop (Time.of_ms 100) cpu_watch :: p.timers;
+                  (* The caller's circuits: kept alive; when one hangs up (the
                  caller died or hung up), the program gets SIGHUP, as on a
                  terminal, and what still runs 2 s later is killed. *)
-              let hup_sent = ref false in
-              let rec touch () =
-                match p.state with
-                | Running _ | Ending _ ->
-                    if (not !hup_sent) && List.exists (fun e -> E.hung e <> None) p.ends then begin
-                      hup_sent := true;
-                      kill_group_of p Sys.sighup;
-                      p.timers <-
-                        Loop.after t.loop (Time.of_sec 2.) (fun () ->
-                            stop_for t p P.Killed "killed: its caller hung up")
-                        :: p.timers
-                    end;
-                    List.iter E.touch p.ends;
-                    p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers
-                | _ -> ()
-              in
-              p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers;
-              if l.run_ms > 0 then
-                p.timers <-
-                  Loop.after t.loop (Time.of_ms l.run_ms) (fun () ->
-                      stop_for t p P.Limit
-                        (Printf.sprintf "run time limit (%d ms) exceeded" l.run_ms))
-                  :: p.timers;
-              Ok ()))
+                  let hup_sent = ref false in
+                  let rec touch () =
+                    match p.state with
+                    | Running _ | Ending _ ->
+                        if (not !hup_sent) && List.exists (fun e -> E.hung e <> None) p.ends then begin
+                          hup_sent := true;
+                          kill_group_of p Sys.sighup;
+                          p.timers <-
+                            Loop.after t.loop (Time.of_sec 2.) (fun () ->
+                                stop_for t p P.Killed "killed: its caller hung up")
+                            :: p.timers
+                        end;
+                        List.iter E.touch p.ends;
+                        p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers
+                    | _ -> ()
+                  in
+                  p.timers <- Loop.after t.loop (Time.of_sec 3.) touch :: p.timers;
+                  if l.run_ms > 0 then
+                    p.timers <-
+                      Loop.after t.loop (Time.of_ms l.run_ms) (fun () ->
+                          stop_for t p P.Limit
+                            (Printf.sprintf "run time limit (%d ms) exceeded" l.run_ms))
+                      :: p.timers;
+                  Ok ())))
 
 let cache_dir t = Filename.concat t.config.data "cache"
 let max_cached = 32
