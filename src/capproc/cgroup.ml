@@ -97,19 +97,28 @@ let mkdir_ok d =
   | exception Unix.Unix_error (Unix.EEXIST, _, _) -> true
   | exception Unix.Unix_error _ -> false
 
-(* What servers killed before their teardown left: empty program cgroups,
-   then empty server cgroups (rmdir fails on a busy one, so a live server's
-   busy directories stay; [make] makes its own again if it went). *)
+(* What servers killed before their teardown left: the directories of
+   servers no longer running ([consort-proc-PID]), their empty program
+   cgroups first (rmdir fails on a busy one). *)
 let sweep base =
   let prefix = "consort-proc-" in
   let n = String.length prefix in
   let rmdir d = try Unix.rmdir d with Unix.Unix_error _ -> () in
+  let dead s =
+    match int_of_string_opt (String.sub s n (String.length s - n)) with
+    | None -> false
+    | Some pid -> (
+        match Unix.kill pid 0 with
+        | () -> false
+        | exception Unix.Unix_error (Unix.ESRCH, _, _) -> true
+        | exception Unix.Unix_error _ -> false)
+  in
   match Sys.readdir base with
   | exception Sys_error _ -> ()
   | names ->
       Array.iter
         (fun s ->
-          if String.length s > n && String.sub s 0 n = prefix then begin
+          if String.length s > n && String.sub s 0 n = prefix && dead s then begin
             let d = Filename.concat base s in
             (try
                Array.iter

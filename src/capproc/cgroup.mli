@@ -1,5 +1,6 @@
-(** Control groups for the process server's programs: a directory per server ([consort-proc-PORT],
-    made under the server's own cgroup), one per program under it.
+(** Control groups for the process server's programs: a directory per server ([consort-proc-PID],
+    made under the server's own cgroup; those of servers no longer running are removed when another
+    starts), one per program under it.
 
     Where the unified (v2) hierarchy is mounted and writable, a program's tree is in its own v2
     cgroup: its CPU time is [cpu.stat]'s [usage_usec], and [cgroup.kill] ends every member at once.

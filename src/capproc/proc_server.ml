@@ -240,6 +240,8 @@ let remove_workdir t p =
                     Log.warn (fun m -> m "cannot remove %s" d)
                 | r -> t.removers <- r.Spawn.pid :: t.removers)))
 
+let hung_up = "killed: its caller hung up"
+
 (* What the end of the program means, told with the limit's name. *)
 let classify t p st =
   let l = p.limits in
@@ -255,6 +257,9 @@ let classify t p st =
   ignore t;
   let f =
     match (p.killed_for, st) with
+    | Some (_, why), Unix.WSIGNALED s when s = Sys.sighup && why = hung_up ->
+        (* it died of the SIGHUP before the kill that follows it *)
+        { kind = Signaled; code = P.signal_to_system s; text = "killed by " ^ P.signal_name s }
     | Some (kind, why), _ ->
         { kind; code = Proc_proto.signal_to_system Sys.sigkill; text = "stopped: " ^ why }
     | None, Unix.WSIGNALED s when s = Sys.sigxcpu ->
@@ -674,7 +679,7 @@ let start t p file ~locate =
                           kill_group_of p Sys.sighup;
                           p.timers <-
                             Loop.after t.loop (Time.of_sec 2.) (fun () ->
-                                stop_for t p P.Killed "killed: its caller hung up")
+                                stop_for t p P.Killed hung_up)
                             :: p.timers
                         end;
                         List.iter E.touch p.ends;
@@ -1083,8 +1088,7 @@ let create config loop node key =
               | Ok fetcher ->
                   let cgroups =
                     if config.cgroups then
-                      Cgroup.setup
-                        ~name:(Printf.sprintf "consort-proc-%s" (Port.to_hex (Port.Key.port key)))
+                      Cgroup.setup ~name:(Printf.sprintf "consort-proc-%d" (Unix.getpid ()))
                     else Cgroup.none
                   in
                   let t =

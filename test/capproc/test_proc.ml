@@ -269,7 +269,7 @@ let test_kill_and_interrupt () =
    a server that allows 2 processes refuses a third, and takes new ones once
    those ended are old enough to go. *)
 let test_dead_caller_and_bound () =
-  with_world ~ps_args:[ "--max-processes"; "2" ] @@ fun w ->
+  with_world ~ps_args:[ "--max-processes"; "2"; "--log-level"; "info" ] @@ fun w ->
   let out = w.dir / "d.out" and err = w.dir / "d.err" in
   let r, wr = Unix.pipe ~cloexec:true () in
   let pid = spawn ~env:w.env ~stdin_fd:r ~out ~err [ "cap"; "exec"; w.ps.cap; w.prog; "intr" ] in
@@ -293,11 +293,18 @@ let test_dead_caller_and_bound () =
      but its circuits' host is gone. *)
   Unix.kill pid2 Sys.sigkill;
   ignore (wait_code pid2);
-  eventually "both programs were hung up on" (fun () ->
-      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
-      List.length
-        (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o))
-      = 2)
+  let last = ref "" in
+  try
+    eventually "both programs were hung up on" (fun () ->
+        let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+        last := o;
+        List.length
+          (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o))
+        = 2)
+  with e ->
+    prerr_endline ("cap ps: " ^ !last);
+    prerr_endline ("server: " ^ read_file (w.dir / "ps.log"));
+    raise e
 
 (* A process server that dies (SIGKILL) while a program runs: the caller
    says the outcome is unknown (exit 3), and the program does not outlive
