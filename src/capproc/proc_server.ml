@@ -391,8 +391,10 @@ let relay_in t p fd e =
                 signal Sys.sigint;
                 next ()
             | `Hangup _ ->
-                close ();
-                signal Sys.sighup)
+                (* The signal first: pending before the end of file is
+                   there to read, it is what the program meets. *)
+                signal Sys.sighup;
+                close ())
   in
   next ()
 
