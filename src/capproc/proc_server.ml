@@ -110,7 +110,8 @@ type t = {
   mutable leftover : Cgroup.prog list; (* cgroups still busy when their program ended *)
   cache : (string, cached) Hashtbl.t;
   fetcher : R.node; (* every fetch: its sessions with the file servers are kept *)
-  mutable removers : int list; (* children removing a working directory as its user *)
+  mutable removers : (int * string) list;
+      (* children emptying a working directory as its user; then it is removed *)
 }
 
 let server_cap t = Cap.owner t.port ~obj:0 t.server_secret
@@ -205,7 +206,7 @@ let rec remove_tree path =
       try Unix.rmdir path with Unix.Unix_error _ -> ())
   | _ -> ( try Unix.unlink path with Unix.Unix_error _ -> ())
 
-let remove_workdir t p =
+let remove_workdir ?(contained = false) t p =
   match p.workdir with
   | None -> ()
   | Some d -> (
@@ -213,8 +214,7 @@ let remove_workdir t p =
       match Unix.rmdir d with
       | () -> ()
       | exception Unix.Unix_error _ -> (
-          let contained = p.namespaced || Option.fold ~none:false ~some:Cgroup.counts_cpu p.cg in
-          if contained then remove_tree d
+          if contained || p.namespaced then remove_tree d
           else
             match t.config.user with
             | None -> remove_tree d
@@ -226,19 +226,20 @@ let remove_workdir t p =
                     {
                       Spawn.uid;
                       gid;
-                      cwd = "/";
+                      (* entered as root: the user cannot reach it by its path *)
+                      cwd = d;
                       cgroups = [];
                       nproc = 0;
                       nofile = 0;
                       pid_namespace = false;
                     }
-                    "/bin/rm"
-                    [| "rm"; "-rf"; "--one-file-system"; d |]
+                    "/usr/bin/find"
+                    [| "find"; "."; "-xdev"; "-mindepth"; "1"; "-delete" |]
                     [| "PATH=/usr/bin:/bin" |] (null, null, null)
                 with
                 | exception (Unix.Unix_error _ | Failure _) ->
-                    Log.warn (fun m -> m "cannot remove %s" d)
-                | r -> t.removers <- r.Spawn.pid :: t.removers)))
+                    Log.warn (fun m -> m "cannot empty %s" d)
+                | r -> t.removers <- (r.Spawn.pid, d) :: t.removers)))
 
 let hung_up = "killed: its caller hung up"
 
@@ -295,13 +296,19 @@ let finish t p st =
   p.ended_at <- now t;
   List.iter Loop.cancel p.timers;
   p.timers <- [];
-  (match p.cg with
-  | Some cg ->
-      Cgroup.kill cg;
-      if not (Cgroup.remove cg) then t.leftover <- cg :: t.leftover;
-      p.cg <- None
-  | None -> ());
-  remove_workdir t p;
+  (* A cgroup killed and removed held every process of the tree: none is
+     left to race the removal of its directory. *)
+  let emptied =
+    match p.cg with
+    | Some cg ->
+        Cgroup.kill cg;
+        let gone = Cgroup.remove cg in
+        if not gone then t.leftover <- cg :: t.leftover;
+        p.cg <- None;
+        gone
+    | None -> false
+  in
+  remove_workdir ~contained:emptied t p;
   let ws = p.waiters in
   p.waiters <- [];
   List.iter (fun (_, r) -> answer_wait p r) ws;
@@ -1039,10 +1046,12 @@ let tick t =
   t.leftover <- List.filter (fun cg -> not (Cgroup.remove cg)) t.leftover;
   t.removers <-
     List.filter
-      (fun pid ->
+      (fun (pid, d) ->
         match Unix.waitpid [ Unix.WNOHANG ] pid with
         | 0, _ -> true
-        | _ -> false
+        | _ ->
+            (try Unix.rmdir d with Unix.Unix_error _ -> ());
+            false
         | exception Unix.Unix_error _ -> false)
       t.removers
 

@@ -418,7 +418,9 @@ let test_trespass () =
       (contains out "write own directory: ok\n");
     Alcotest.(check bool)
       "nothing was written in /etc" false
-      (Sys.file_exists "/etc/consort-trespass")
+      (Sys.file_exists "/etc/consort-trespass");
+    eventually "its directory is removed, with what it wrote" (fun () ->
+        Sys.readdir (w.dir / "ps" / "run") = [||])
   end
 
 (* Another program's environment and descriptors hold no capability; a
@@ -493,7 +495,13 @@ let test_fallback () =
   Alcotest.(check bool)
     ("the cpu limit is named: " ^ err)
     true
-    (contains err "cpu time limit (1000 ms) exceeded")
+    (contains err "cpu time limit (1000 ms) exceeded");
+  (* What it wrote is removed by its own user (nothing holds its tree). *)
+  let code, out, _ = exec w [ "-n"; "trespass"; w.dir / "ps" ] in
+  Alcotest.(check int) "trespass: exit 0" 0 code;
+  Alcotest.(check bool) "it wrote its directory" true (contains out "write own directory: ok\n");
+  eventually "its directory is removed, with what it wrote" (fun () ->
+      Sys.readdir (w.dir / "ps" / "run") = [||])
 
 (* Defect 3: a grandchild in a session of its own does not outlive the
    program. *)
