@@ -605,7 +605,7 @@ let bench_proc rounds json =
                     Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
                       "consort cap exec (a new client process as well)" (ms c) (c /. l);
                     Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
-                      "consort --version (the client binary alone: cap exec's floor)" (ms b) (b /. l);
+                      "consort --version (the binary alone: cap exec's floor)" (ms b) (b /. l);
                     if json then
                       Fmt.pr
                         "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"binary_ms\":%.3f,\"ratio\":%.2f,\"cli_ratio\":%.2f}@."
