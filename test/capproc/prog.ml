@@ -88,7 +88,7 @@ let () =
                 has 0)
               env));
       exit 0
-  | _ :: "trespass" :: data :: _ ->
+  | _ :: "trespass" :: data :: etc :: _ ->
       (* Reads and writes where it should not; prints one line each. *)
       let try_read f =
         match open_in_bin f with
@@ -114,7 +114,7 @@ let () =
       try_read "/etc/shadow";
       try_read (Filename.concat data "server.secret");
       try_read (Filename.concat data "port.key");
-      try_write "/etc/consort-trespass";
+      try_write etc;
       try_write (Filename.concat data "trespass");
       try_write (Filename.concat data "run/trespass");
       (* its own directory is its to write *)
