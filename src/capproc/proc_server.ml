@@ -605,7 +605,7 @@ let start t p file ~locate =
                   cgroups = Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) cg;
                   (* RLIMIT_NPROC counts every process of the user: only where no
                  pids cgroup bounds the tree. *)
-                  nproc = (if limits_pids || uid < 0 then 0 else t.config.max_tree);
+                  nproc = (if limits_pids then 0 else t.config.max_tree);
                   nofile = t.config.max_files;
                   pid_namespace = t.config.namespaces;
                 }
