@@ -451,6 +451,12 @@ let test_environ_and_dead_caller () =
             false (contains env "cap1:");
           Alcotest.(check bool) "its environment was read" true (contains env "CONSORT_CAPS="))
         ps);
+  (* cap ps counts the processes of its tree (its cgroup's). *)
+  if Unix.geteuid () = 0 then begin
+    let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+    Alcotest.(check bool) ("ps counts the tree: " ^ o) true (contains o " processes) ")
+  end
+  else skip "not root: no cgroup counts the tree";
   let code, o, e = exec w [ "-n"; "environs" ] in
   Alcotest.(check int) ("environs: exit 0; " ^ e) 0 code;
   Alcotest.(check bool)
