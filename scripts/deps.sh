@@ -28,7 +28,7 @@ if ! getent passwd consort-run >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v useradd >/dev/null 2>&1; then
     echo "deps: creating the system user consort-run"
     useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
-      --user-group consort-run
+      --user-group consort-run || echo "deps: could not create the user consort-run"
   else
     echo "deps: no user consort-run (as root: useradd --system --no-create-home --shell /usr/sbin/nologin consort-run)"
   fi
