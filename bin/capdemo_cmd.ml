@@ -79,9 +79,13 @@ let demo timeout keep =
           (fun (i, p) ->
             [
               Printf.sprintf "service proc%d" i;
-              Printf.sprintf "  run %s cap proc serve --data %s --bind %s --locate %s" exe
+              Printf.sprintf "  run %s cap proc serve --data %s --bind %s --locate %s%s" exe
                 (dir / Printf.sprintf "proc%d" i)
-                (addr p) (addr fs);
+                (addr p) (addr fs)
+                (* as root without make deps' user: nobody's uid and gid *)
+                (if Unix.geteuid () = 0 && Result.is_error (Proc_cmd.program_user None) then
+                   " --user 65534:65534"
+                 else "");
               "  at " ^ addr p;
               "  after fs";
               "  backoff 0.2 2";

@@ -17,43 +17,86 @@ let parse_cap what s =
   | Ok c -> Ok c
   | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
 
+let default_user = "consort-run"
+
+(* The user programs run as: NAME or UID:GID. As root: never root, and the
+   default user must exist. Otherwise: the server's own user. *)
+let program_user user =
+  let lookup name =
+    match String.split_on_char ':' name with
+    | [ u; g ] when int_of_string_opt u <> None && int_of_string_opt g <> None ->
+        Ok (int_of_string u, int_of_string g)
+    | _ -> (
+        match Unix.getpwnam name with
+        | pw -> Ok (pw.Unix.pw_uid, pw.Unix.pw_gid)
+        | exception Not_found ->
+            Error
+              (Printf.sprintf
+                 "--user %s: no such user (make deps creates %s; or: useradd --system \
+                  --no-create-home --shell /usr/sbin/nologin %s)"
+                 name default_user default_user))
+  in
+  if Unix.geteuid () = 0 then
+    match lookup (Option.value user ~default:default_user) with
+    | Error e -> Error e
+    | Ok (0, _) | Ok (_, 0) -> Error "--user: programs never run as root (uid or gid 0)"
+    | Ok ug -> Ok (Some ug)
+  else
+    match user with
+    | None -> Ok None
+    | Some name -> (
+        match lookup name with
+        | Ok (u, _) when u = Unix.geteuid () -> Ok None
+        | Ok _ ->
+            Error (Printf.sprintf "--user %s: only a server running as root can change user" name)
+        | Error e -> Error e)
+
 (* consort cap proc serve *)
-let serve data bind key_file locate max_processes =
+let serve data bind key_file locate max_processes user max_tree max_files no_ns no_cg =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
   if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
   else
-    match Port.Key.load_or_create key_file with
-    | Error m -> refused "key %s: %s" key_file m
-    | Ok key -> (
-        let loop = Loop.create () in
-        match R.open_node ~config:!rpc_config ?locate ~bind loop with
-        | Error m -> refused "cannot serve on %s: %s" bind m
-        | Ok node -> (
-            let config =
-              {
-                (Proc_server.default_config ~data) with
-                max_processes;
-                locate = Rpc.locate_list ?arg:locate ();
-                rpc = !rpc_config;
-              }
-            in
-            match Proc_server.create config loop node key with
-            | Error m ->
-                R.close node;
-                refused "%s" m
-            | Ok t ->
-                let stop _ = Loop.stop loop in
-                Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
-                Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
-                Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
-                Fmt.epr "consort: process server for port %s on %s (ocamlrun %s)@."
-                  (Port.to_hex (Port.Key.port key))
-                  (Udp.address_to_string (R.address node))
-                  config.ocamlrun;
-                Loop.run loop;
-                Proc_server.shutdown t;
-                R.close node;
-                0))
+    match program_user user with
+    | Error m -> refused "%s" m
+    | Ok user -> (
+        match Port.Key.load_or_create key_file with
+        | Error m -> refused "key %s: %s" key_file m
+        | Ok key -> (
+            let loop = Loop.create () in
+            match R.open_node ~config:!rpc_config ?locate ~bind loop with
+            | Error m -> refused "cannot serve on %s: %s" bind m
+            | Ok node -> (
+                let config =
+                  {
+                    (Proc_server.default_config ~data) with
+                    max_processes;
+                    locate = Rpc.locate_list ?arg:locate ();
+                    rpc = !rpc_config;
+                    user;
+                    max_tree;
+                    max_files;
+                    namespaces = not no_ns;
+                    cgroups = not no_cg;
+                  }
+                in
+                match Proc_server.create config loop node key with
+                | Error m ->
+                    R.close node;
+                    refused "%s" m
+                | Ok t ->
+                    let stop _ = Loop.stop loop in
+                    Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
+                    Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+                    Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
+                    Fmt.epr "consort: process server for port %s on %s (ocamlrun %s)@."
+                      (Port.to_hex (Port.Key.port key))
+                      (Udp.address_to_string (R.address node))
+                      config.ocamlrun;
+                    Fmt.epr "consort: %s@." (Proc_server.confinement t);
+                    Loop.run loop;
+                    Proc_server.shutdown t;
+                    R.close node;
+                    0)))
 
 let default_root () =
   match Sys.getenv_opt "CONSORT_ROOT" with
@@ -71,7 +114,7 @@ let default_root () =
               l))
 
 (* consort cap exec SERVER PROGRAM ARGS... *)
-let exec locate server program args caps root cpu memory time no_stdin show_cap =
+let exec locate server program args caps root with_root cpu memory time no_stdin show_cap =
   let ( let* ) r f = match r with Error m -> refused "%s" m | Ok v -> f v in
   let resolve what s = Cap_common.resolve ~config:!rpc_config ?locate ?root what s in
   let* server = resolve "SERVER" server in
@@ -103,9 +146,10 @@ let exec locate server program args caps root cpu memory time no_stdin show_cap 
     match (root, List.mem_assoc "root" caps) with
     | _, true -> Ok caps
     | Some r, false -> Result.map (fun c -> ("root", c) :: caps) (parse_cap "--root" r)
+    | None, false when not with_root -> Ok caps
     | None, false -> (
         match default_root () with
-        | None -> Ok caps
+        | None -> Error "--with-root: no root (set CONSORT_ROOT or ~/.consort/root)"
         | Some r -> Result.map (fun c -> ("root", c) :: caps) (parse_cap "CONSORT_ROOT" r))
   in
   let ms s = int_of_float (s *. 1000.) in
@@ -209,16 +253,65 @@ let serve_cmd =
       value & opt Consort_cli.positive_int 32
       & info [ "max-processes" ] ~docv:"N" ~doc:"Processes at once (ended ones count for 60 s).")
   in
+  let user =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "user" ] ~docv:"NAME"
+          ~doc:
+            "The user programs run as: a name or $(i,UID):$(i,GID). A server running as root needs \
+             one and never runs a program as root; the default, $(b,consort-run), is a system user \
+             that $(b,make deps) creates. A server not running as root runs programs as itself \
+             (they can then read what the server can).")
+  in
+  let max_tree =
+    Arg.(
+      value & opt Consort_cli.positive_int 64
+      & info [ "max-tree" ] ~docv:"N"
+          ~doc:
+            "Processes in one program's tree (its cgroup's pids.max; without a pids cgroup, \
+             RLIMIT_NPROC, which the kernel counts for all the user's processes together).")
+  in
+  let max_files =
+    Arg.(
+      value & opt Consort_cli.positive_int 256
+      & info [ "max-files" ] ~docv:"N"
+          ~doc:"Open files of each process of a program (RLIMIT_NOFILE).")
+  in
+  let no_ns =
+    Arg.(
+      value & flag
+      & info [ "no-namespaces" ]
+          ~doc:"No PID namespace per program, even where the host allows (the weaker guarantee).")
+  in
+  let no_cg =
+    Arg.(
+      value & flag
+      & info [ "no-cgroups" ]
+          ~doc:"No cgroup per program, even where the host allows (the weaker guarantee).")
+  in
   Cmd.v
     (Consort_cli.info ~path:"cap proc serve" "serve" ~exits ~envs
        ~doc:
          "Run a process server: it runs OCaml bytecode programs stored on file servers, under the \
-          local $(b,ocamlrun), with resource limits. Its first line on standard output is \
-          $(b,server CAP), the capability that allows starting programs.")
+          local $(b,ocamlrun), confined and with resource limits. Its first line on standard \
+          output is $(b,server CAP), the capability that allows starting programs; its second line \
+          on standard error says what confines programs on this host. Each program runs as \
+          $(b,--user), in a private working directory, with no capability in its environment and \
+          no inherited descriptor but its streams, its capabilities (3) and its program (4). Where \
+          the host has a writable cgroup v2 hierarchy (or v1 pids and cpuacct ones), each \
+          program's whole tree is in a cgroup of its own: its CPU time is counted together, its \
+          processes bounded by $(b,--max-tree), and all of them killed when it ends. Where PID \
+          namespaces can be made, each program has its own (and its own /proc): setsid does not \
+          let a descendant escape, and every descendant dies with the program or the server. \
+          Without them the guarantee is weaker: limits are rlimits of each process plus the CPU \
+          time of the process group, so a descendant that calls setsid escapes the CPU count and \
+          the final kill.")
     (configured
     @@ Term.(
-         const (fun d b k l m () () -> serve d b k l m)
-         $ data $ bind $ key $ locate $ maxp $ Consort_cli.logging))
+         const (fun d b k l m u mt mf nn nc () () -> serve d b k l m u mt mf nn nc)
+         $ data $ bind $ key $ locate $ maxp $ user $ max_tree $ max_files $ no_ns $ no_cg
+         $ Consort_cli.logging))
 
 let proc =
   Cmd.group (Cmd.info "proc" ~exits:Consort_cli.exits ~doc:"The process server.") [ serve_cmd ]
@@ -256,9 +349,16 @@ let exec =
       value
       & opt (some string) None
       & info [ "root" ] ~docv:"CAP"
+          ~doc:"The program's root directory (none by default; see $(b,--with-root)).")
+  in
+  let with_root =
+    Arg.(
+      value & flag
+      & info [ "with-root" ]
           ~doc:
-            "The program's root directory (default: $(b,CONSORT_ROOT), or the first line of \
-             ~/.consort/root).")
+            "Give the program this user's root directory ($(b,CONSORT_ROOT), or the first line of \
+             ~/.consort/root). Without it (or $(b,--root), or $(b,--cap root=)), the program gets \
+             no root: it holds only the capabilities given to it.")
   in
   let cpu =
     Arg.(
@@ -316,9 +416,9 @@ let exec =
           program (SIGINT).")
     (configured
     @@ Term.(
-         const (fun l s p a c r cpu m t n sh () () -> exec l s p a c r cpu m t n sh)
-         $ locate $ server $ program $ args $ caps $ root $ cpu $ memory $ time $ no_stdin $ show
-         $ Consort_cli.logging))
+         const (fun l s p a c r wr cpu m t n sh () () -> exec l s p a c r wr cpu m t n sh)
+         $ locate $ server $ program $ args $ caps $ root $ with_root $ cpu $ memory $ time
+         $ no_stdin $ show $ Consort_cli.logging))
 
 let ps =
   let server =
@@ -400,7 +500,13 @@ let bench_proc rounds json =
     let fsa = free_port () and psa = free_port () in
     match
       ( start [ "cap"; "fs"; "serve"; "--data"; dir / "fs"; "--bind"; fsa ],
-        start [ "cap"; "proc"; "serve"; "--data"; dir / "ps"; "--bind"; psa; "--locate"; fsa ] )
+        start
+          ([ "cap"; "proc"; "serve"; "--data"; dir / "ps"; "--bind"; psa; "--locate"; fsa ]
+          (* as root without make deps' user: nobody's uid and gid *)
+          @
+          if Unix.geteuid () = 0 && Result.is_error (program_user None) then
+            [ "--user"; "65534:65534" ]
+          else []) )
     with
     | None, _ | _, None -> refused "bench proc: the servers did not start"
     | Some fs, Some ps -> (
@@ -455,10 +561,22 @@ let bench_proc rounds json =
                   if not (wait_ok pid) then failwith "consort cap exec failed";
                   Unix.gettimeofday () -. t0
                 in
+                (* The floor of cap exec: this binary starting and exiting. *)
+                let bare () =
+                  let t0 = Unix.gettimeofday () in
+                  let pid =
+                    Unix.create_process exe [| exe; "--version" |] devnull devnull devnull
+                  in
+                  if not (wait_ok pid) then failwith "consort --version failed";
+                  Unix.gettimeofday () -. t0
+                in
+                let bares = ref [] in
                 match
                   ignore (local ());
                   ignore (remote ());
-                  List.init rounds (fun _ -> (local (), remote (), cli ()))
+                  List.init rounds (fun _ ->
+                      bares := bare () :: !bares;
+                      (local (), remote (), cli ()))
                 with
                 | exception Failure m -> refused "bench proc: %s" m
                 | rs ->
@@ -472,6 +590,11 @@ let bench_proc rounds json =
                     and r = med (fun (_, r, _) -> r)
                     and c = med (fun (_, _, c) -> c) in
                     let ratio = r /. l in
+                    let b =
+                      let a = Array.of_list !bares in
+                      Array.sort compare a;
+                      a.(Stdlib.( / ) (Array.length a) 2)
+                    in
                     Fmt.pr
                       "Process start: a %d-byte bytecode program that exits at once, %d rounds \
                        (medians)@."
@@ -481,10 +604,12 @@ let bench_proc rounds json =
                       "through the process server (fetch, check, run, exit code)" (ms r) ratio;
                     Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
                       "consort cap exec (a new client process as well)" (ms c) (c /. l);
+                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
+                      "consort --version (the binary alone: cap exec's floor)" (ms b) (b /. l);
                     if json then
                       Fmt.pr
-                        "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"ratio\":%.2f}@."
-                        rounds (ms l) (ms r) (ms c) ratio;
+                        "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"binary_ms\":%.3f,\"ratio\":%.2f,\"cli_ratio\":%.2f}@."
+                        rounds (ms l) (ms r) (ms c) (ms b) ratio (c /. l);
                     0)))
 
 let bench =

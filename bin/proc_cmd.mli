@@ -8,3 +8,7 @@ val kill : int Cmdliner.Cmd.t
 
 val bench : int Cmdliner.Cmd.t
 (** [consort bench proc]. *)
+
+val program_user : string option -> ((int * int) option, string) result
+(** The user a process server runs programs as ([--user]): as root, the named user (default
+    [consort-run]), never root; otherwise [None] (the server's own). *)

@@ -22,3 +22,14 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq >/dev/null
   $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
+# The user the process server runs programs as (consort cap proc serve --user): a system
+# user with no home and no login, made once.
+if ! getent passwd consort-run >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v useradd >/dev/null 2>&1; then
+    echo "deps: creating the system user consort-run"
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+      --user-group consort-run || echo "deps: could not create the user consort-run"
+  else
+    echo "deps: no user consort-run (as root: useradd --system --no-create-home --shell /usr/sbin/nologin consort-run)"
+  fi
+fi

@@ -3,13 +3,17 @@
 
     A program started by [consort cap exec] (or a boot server) finds its standard streams already
     connected to the capabilities of its descriptor (ordinary [stdin], [stdout], [stderr]), and
-    every named capability through this module. No dependency: the capabilities are handed out in
-    their text form ([cap1:...]), which [Consort_cap.Cap.of_string] reads.
+    every named capability through this module (it needs only [unix]). The capabilities are handed
+    out in their text form ([cap1:...]), which [Consort_cap.Cap.of_string] reads.
 
-    The process server passes them in the environment: [CONSORT_CAPS] (the names, comma-separated),
-    [CONSORT_CAP_<NAME>] for each (the name in capitals, [.] and [-] as [_]), [CONSORT_PROCESS] (the
-    process's own capability, with read rights: status and wait), and [CONSORT_LOCATE] (where the
-    environment's ports were located). *)
+    The process server passes no capability in the environment (any process of the same user could
+    read it in [/proc/PID/environ]): [CONSORT_CAPS] holds the names (comma-separated), and the
+    capabilities are read once, at the first {!find} or {!self}, from the descriptor named by
+    [CONSORT_CAPS_FD] (3: a pipe of ["NAME CAP"] lines, the process's own capability under
+    {!self_name}), which is then closed. Without [CONSORT_CAPS_FD] (the boot server's children),
+    [CONSORT_CAP_<NAME>] holds each (the name in capitals, [.] and [-] as [_]), and
+    [CONSORT_PROCESS] the process's own. [CONSORT_LOCATE] says where the environment's ports were
+    located. *)
 
 val names : unit -> string list
 (** The names of the capability environment, in the descriptor's order ([stdin], [stdout], [stderr],
@@ -29,3 +33,6 @@ val locate : unit -> string option
 
 val var : string -> string
 (** [var name] is the environment variable that holds [name]'s capability. *)
+
+val self_name : string
+(** ["@self"]: the name of the process's own capability on the descriptor. *)

@@ -1,17 +1,33 @@
 (** The process server: starts OCaml bytecode programs named by process descriptors ({!Pd}) as
-    children of this process, under [ocamlrun], with resource limits, their standard streams
-    connected to the capabilities of the descriptor (virtual circuits, {!Consort_capvc}), each
-    process an object with a capability (see {!Proc_proto}).
+    children of this process, under [ocamlrun], confined and with resource limits, their standard
+    streams connected to the capabilities of the descriptor (virtual circuits, {!Consort_capvc}),
+    each process an object with a capability (see {!Proc_proto}).
 
     For each [ps_exec]: the descriptor is decoded and checked (architecture [ocaml-bytecode],
-    bounds); the program is read from its file server (at most [max_program] bytes), written under
-    [DATA/run/], and checked: it must end with the bytecode trailer of the local [ocamlrun] (its
-    magic number, read from the [ocamlrun] binary at start); then it runs as [ocamlrun FILE ARGS...]
-    in a process group of its own, with RLIMIT_CPU, RLIMIT_AS and a run-time timer, an environment
-    of only [PATH], [CAML_LD_LIBRARY_PATH] and the capability environment ({!Consort_capenv}). Each
-    process uses its own RPC node, which locates the environment's ports at the caller's address,
-    the descriptor's hints and the server's own locate list (answers are signed: a hint cannot
-    redirect anything).
+    bounds); the program is read from its file server (at most [max_program] bytes) into
+    [DATA/cache/SHA256.byte] (kept for the next start with the same capability and size, at most 32
+    programs), and checked: it must end with the bytecode trailer of the local [ocamlrun]. It runs
+    as [ocamlrun /proc/self/fd/4 ARGS...] (the program open on descriptor 4):
+
+    - as [user] (uid, gid, no supplementary groups, no-new-privileges), never root when [user] is
+      set;
+    - in a private working directory [DATA/run/OBJ-RANDOM] (0700, the user's; [DATA] itself is the
+      server's), removed at the end;
+    - with descriptors 0-2 (its circuits' pipes), 3 (its capabilities, read once by
+      {!Consort_capenv}) and 4 (its own program) and no other; no capability in its environment;
+    - in a cgroup of its own (cgroup v2, or the v1 [pids] and [cpuacct] hierarchies, when [cgroups]
+      and the host allow: see {!Cgroup}): CPU time counted for the whole tree, at most [max_tree]
+      processes ([pids.max]), every member killed at the end;
+    - in a PID namespace of its own with its own [/proc] when [namespaces] and the host allow:
+      [setsid] does not leave it, only its own processes are visible, and when the program ends (or
+      the server dies) everything it started is killed;
+    - with RLIMIT_CPU, RLIMIT_AS (each process), RLIMIT_NOFILE ([max_files]), and RLIMIT_NPROC
+      ([max_tree], counted per user by the kernel) where no pids cgroup bounds the tree;
+    - stopped, with the limit named, when the tree's CPU time passes the limit (its cgroup's, else
+      its process group's from [/proc]), when the run time passes, and 2 s after its caller hung up.
+
+    Without a cgroup or a namespace the guarantee is weaker: a process that calls [setsid] leaves
+    the process group, its CPU time is not counted, and it survives the program (see the README).
 
     Bounds: [max_processes] at once (ended ones are kept [keep] for [ps_wait], then forgotten);
     every limit at most the server's maximum; 4 waiters per process; the stderr tail kept to tell an
@@ -29,6 +45,12 @@ type config = {
   fetch_timeout : Consort.Time.t;  (** a program not read within this is refused (default 60 s) *)
   locate : string list;  (** the server's own locate list, for every process's node *)
   rpc : Consort_cap.Rpc.config;
+  user : (int * int) option;
+      (** the uid and gid programs run as ([None]: the server's own; default [None]) *)
+  max_tree : int;  (** processes in a program's tree (default 64) *)
+  max_files : int;  (** open files of each process (default 256) *)
+  namespaces : bool;  (** a PID namespace per program, if the host allows (default true) *)
+  cgroups : bool;  (** a cgroup per program, if the host allows (default true) *)
 }
 
 val default_config : data:string -> config
@@ -45,6 +67,10 @@ val create :
     made. *)
 
 val server_cap : t -> Consort_cap.Cap.t
+
+val confinement : t -> string
+(** One line: what confines the programs on this host (user, namespace, cgroups). *)
+
 val running : t -> int
 
 val shutdown : t -> unit

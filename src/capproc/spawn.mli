@@ -15,3 +15,43 @@ val spawn :
     an OCaml signal number the child gets if this process dies. [prog] is a path, or a name looked
     up in [PATH].
     @raise Unix.Unix_error if it cannot fork or [prog] is not found. *)
+
+type confinement = {
+  uid : int;  (** -1: keep the server's *)
+  gid : int;  (** -1: keep *)
+  cwd : string;  (** the working directory ("" : keep) *)
+  cgroups : string list;  (** [cgroup.procs] files the child joins before anything else *)
+  nproc : int;  (** RLIMIT_NPROC (0: none; counted per user by the kernel) *)
+  nofile : int;  (** RLIMIT_NOFILE (0: keep) *)
+  pid_namespace : bool;  (** try a new PID namespace (with its own /proc) *)
+}
+
+type started = {
+  pid : int;
+  namespace : bool;  (** the child is the init of a new PID namespace *)
+  status : Unix.file_descr option;
+      (** in a namespace: where its init writes the program's wait status (4 bytes, little-endian)
+          before it exits *)
+}
+
+val spawn_confined :
+  ?cpu_seconds:int ->
+  ?address_space:int ->
+  ?die_with_parent:int ->
+  ?caps_fd:Unix.file_descr ->
+  ?program_fd:Unix.file_descr ->
+  confinement ->
+  string ->
+  string array ->
+  string array ->
+  Unix.file_descr * Unix.file_descr * Unix.file_descr ->
+  started
+(** Like {!spawn}, confined: the child joins [cgroups], gets a PID namespace of its own if it can
+    (then it is an init that starts the program, reaps orphans and reports the program's status;
+    when it ends, the kernel kills everything left in the namespace; [/proc] is mounted anew, so
+    only the namespace's processes are visible), its rlimits (and RLIMIT_NOFILE, RLIMIT_NPROC),
+    [cwd], the user [uid]/[gid] with no supplementary groups, no-new-privileges and the death signal
+    (after the user changed). [caps_fd] becomes descriptor 3 and [program_fd] 4; no other descriptor
+    is inherited.
+    @raise Failure with one line if the child could not be started as asked (which step, why).
+    @raise Unix.Unix_error if it cannot fork. *)

@@ -64,6 +64,175 @@ let () =
       in
       (try wait 1000 with End_of_file -> ());
       exit 1
+  (* Hostile programs: each tries to get out of its confinement and prints
+     what it got. *)
+  | _ :: "whoami" :: _ ->
+      Printf.printf "uid %d euid %d gid %d pid %d\n" (Unix.getuid ()) (Unix.geteuid ())
+        (Unix.getgid ()) (Unix.getpid ());
+      Printf.printf "cwd %s\n" (Sys.getcwd ());
+      (* descriptors other than 0-4 *)
+      let extra =
+        List.filter
+          (fun n -> int_of_string_opt n |> Option.fold ~none:false ~some:(fun n -> n > 4))
+          (Array.to_list (try Sys.readdir "/proc/self/fd" with Sys_error _ -> [||]))
+      in
+      (* readdir's own descriptor is one *)
+      Printf.printf "extra descriptors %d\n" (max 0 (List.length extra - 1));
+      let env = Array.to_list (Unix.environment ()) in
+      Printf.printf "environment capabilities %d\n"
+        (List.length
+           (List.filter
+              (fun kv ->
+                let n = String.length kv in
+                let rec has i = i + 5 <= n && (String.sub kv i 5 = "cap1:" || has (i + 1)) in
+                has 0)
+              env));
+      exit 0
+  | _ :: "trespass" :: data :: etc :: _ ->
+      (* Reads and writes where it should not; prints one line each. *)
+      let try_read f =
+        match open_in_bin f with
+        | ic ->
+            let ok =
+              try
+                ignore (input_char ic);
+                true
+              with End_of_file -> true
+            in
+            close_in ic;
+            Printf.printf "read %s: %s\n" f (if ok then "READ" else "READ")
+        | exception Sys_error _ -> Printf.printf "read %s: denied\n" f
+      in
+      let try_write f =
+        match open_out_gen [ Open_wronly; Open_creat; Open_trunc ] 0o644 f with
+        | oc ->
+            output_string oc "x";
+            close_out oc;
+            Printf.printf "write %s: WRITTEN\n" f
+        | exception Sys_error _ -> Printf.printf "write %s: denied\n" f
+      in
+      try_read "/etc/shadow";
+      try_read (Filename.concat data "server.secret");
+      try_read (Filename.concat data "port.key");
+      try_write etc;
+      try_write (Filename.concat data "trespass");
+      try_write (Filename.concat data "run/trespass");
+      (* its own directory is its to write *)
+      (match open_out "mine" with
+      | oc ->
+          output_string oc "mine";
+          close_out oc;
+          print_endline "write own directory: ok"
+      | exception Sys_error e -> print_endline ("write own directory: " ^ e));
+      exit 0
+  | _ :: "environs" :: _ ->
+      (* Every environment and descriptor 3 it can read in /proc: how many
+         hold a capability. *)
+      let found = ref 0 and seen = ref 0 in
+      let holds f =
+        match open_in_bin f with
+        | exception Sys_error _ -> ()
+        | ic ->
+            incr seen;
+            let b = Buffer.create 4096 in
+            (try
+               while true do
+                 Buffer.add_channel b ic 1
+               done
+             with End_of_file | Sys_error _ -> ());
+            close_in_noerr ic;
+            let s = Buffer.contents b in
+            let n = String.length s in
+            let rec has i = i + 5 <= n && (String.sub s i 5 = "cap1:" || has (i + 1)) in
+            if has 0 then incr found
+      in
+      Array.iter
+        (fun d ->
+          if
+            d <> "self" && d <> "thread-self"
+            && int_of_string_opt d <> None
+            && d <> string_of_int (Unix.getpid ())
+          then begin
+            holds (Printf.sprintf "/proc/%s/environ" d);
+            holds (Printf.sprintf "/proc/%s/fd/3" d)
+          end)
+        (Sys.readdir "/proc");
+      Printf.printf "capabilities found %d\n" !found;
+      exit 0
+  | _ :: "forkbomb" :: _ ->
+      (* Forks until refused; every child forks once more and sleeps. *)
+      let n = ref 0 in
+      let refused =
+        try
+          for _ = 1 to 100_000 do
+            match Unix.fork () with
+            | 0 ->
+                (try ignore (Unix.fork ()) with Unix.Unix_error _ -> ());
+                Unix.sleep 3600;
+                exit 0
+            | _ -> incr n
+          done;
+          false
+        with Unix.Unix_error _ -> true
+      in
+      Printf.printf "forked %d refused %b\n" !n refused;
+      exit 0
+  | _ :: "spinkids" :: _ ->
+      (* Three children spin; the parent only waits for them, then exits 0. *)
+      let kids =
+        List.init 3 (fun _ ->
+            match Unix.fork () with
+            | 0 ->
+                let x = ref 0 in
+                let t0 = Sys.time () in
+                (* each at most 5 s of CPU *)
+                while Sys.time () -. t0 < 5. do
+                  incr x
+                done;
+                exit 0
+            | pid -> pid)
+      in
+      List.iter (fun pid -> ignore (Unix.waitpid [] pid)) kids;
+      exit 0
+  | _ :: "escape" :: _marker :: _ ->
+      (* A grandchild in a session of its own that would run for an hour,
+         ignoring SIGHUP; the program itself exits at once. *)
+      (match Unix.fork () with
+      | 0 -> (
+          ignore (Unix.setsid ());
+          match Unix.fork () with
+          | 0 ->
+              Sys.set_signal Sys.sighup Sys.Signal_ignore;
+              Unix.sleep 3600;
+              exit 0
+          | _ -> exit 0)
+      | pid -> ignore (Unix.waitpid [] pid));
+      print_endline "escaped";
+      exit 0
+  | _ :: "stubborn" :: _marker :: _ ->
+      (* Ignores SIGHUP and sleeps: outlives its caller unless stopped. *)
+      Sys.set_signal Sys.sighup Sys.Signal_ignore;
+      print_endline "waiting";
+      Unix.sleep 3600;
+      exit 0
+  | _ :: "huge" :: _ ->
+      (* 10 GB at once. *)
+      let b = Bytes.create (10 * 1024 * 1024 * 1024) in
+      Bytes.fill b 0 (Bytes.length b) 'x';
+      exit 0
+  | _ :: "noisyhog" :: _ ->
+      (* 256 KiB on stderr (more than a pipe holds), then out of memory: the
+         runtime's message is still in the pipe when the program ends. *)
+      let line = String.make 1023 'n' ^ "\n" in
+      for _ = 1 to 256 do
+        prerr_string line
+      done;
+      flush stderr;
+      (* 256 MiB at once: refused at once, while the last of the noise is
+         still in the pipe. *)
+      let b = Bytes.create (256 * 1024 * 1024) in
+      Bytes.fill b 0 (Bytes.length b) 'x';
+      exit 0
   | _ ->
       prerr_endline "prog: unknown mode";
       exit 64

@@ -59,6 +59,15 @@ let run ?env ?stdin_file args =
 
 type world = { dir : string; fs : server; ps : server; prog : string; env : string list }
 
+(* As root, programs run as make deps' user consort-run, or as nobody's uid
+   if it was not made. *)
+let user_args, program_uid =
+  if Unix.geteuid () <> 0 then ([], None)
+  else
+    match Unix.getpwnam "consort-run" with
+    | pw -> ([], Some pw.Unix.pw_uid)
+    | exception Not_found -> ([ "--user"; "65534:65534" ], Some 65534)
+
 let with_world ?(ps_args = []) f =
   let d = temp_dir "capproc" in
   Unix.mkdir (d / "fs") 0o700;
@@ -66,16 +75,23 @@ let with_world ?(ps_args = []) f =
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
   let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
   Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
-  (* Programs built here find the C stubs of Consort's libraries there. *)
-  let stubs =
-    String.concat ":"
-      (List.map (fun l -> Filename.concat here (".." / ".." / "src" / l)) [ "cap"; "engine" ])
-  in
+  (* Programs built here find the C stubs of Consort's libraries in a copy
+     their user can read (the build tree may be in a directory only root
+     enters, as under scripts/mutants.sh). *)
+  Unix.chmod d 0o711;
+  let stubs = d / "stubs" in
+  Unix.mkdir stubs 0o755;
+  List.iter
+    (fun l ->
+      let f = Printf.sprintf "dllconsort_%s_stubs.so" l in
+      write_file (stubs / f) (read_file (Filename.concat here (".." / ".." / "src" / l / f)));
+      Unix.chmod (stubs / f) 0o755)
+    [ "cap"; "engine" ];
   let ps =
     start_server
       ~env:[ "CAML_LD_LIBRARY_PATH=" ^ stubs ]
       ~log:(d / "ps.log")
-      ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ ps_args)
+      ([ "cap"; "proc"; "serve"; "--data"; d / "ps"; "--locate"; fs.addr ] @ user_args @ ps_args)
   in
   Fun.protect ~finally:(fun () -> stop ps) @@ fun () ->
   let env = [ "CONSORT_LOCATE=" ^ fs.addr ^ "," ^ ps.addr ] in
@@ -100,11 +116,21 @@ let test_remote_run () =
        "args: a b c\ncaps: stdin,stdout,stderr,extra\nextra: %s\nself: true\nHELLO\nWORLD\n" extra)
     out;
   Alcotest.(check int) "the program's exit code" 7 code;
-  (* With no input (-n) and a root capability from CONSORT_ROOT. *)
+  (* With no input (-n): the caller's root (CONSORT_ROOT) is not handed
+     over unless asked for (--with-root). *)
   let code, out, _ =
     run
       ~env:(("CONSORT_ROOT=" ^ extra) :: w.env)
       [ "cap"; "exec"; "-n"; w.ps.cap; w.prog; "echo"; "0" ]
+  in
+  Alcotest.(check int) "exit 0" 0 code;
+  Alcotest.(check bool)
+    ("no root unless asked: " ^ out) true
+    (contains out "caps: stdout,stderr\n" && not (contains out extra));
+  let code, out, _ =
+    run
+      ~env:(("CONSORT_ROOT=" ^ extra) :: w.env)
+      [ "cap"; "exec"; "-n"; "--with-root"; w.ps.cap; w.prog; "echo"; "0" ]
   in
   Alcotest.(check int) "exit 0" 0 code;
   Alcotest.(check bool)
@@ -243,7 +269,7 @@ let test_kill_and_interrupt () =
    a server that allows 2 processes refuses a third, and takes new ones once
    those ended are old enough to go. *)
 let test_dead_caller_and_bound () =
-  with_world ~ps_args:[ "--max-processes"; "2" ] @@ fun w ->
+  with_world ~ps_args:[ "--max-processes"; "2"; "--log-level"; "info" ] @@ fun w ->
   let out = w.dir / "d.out" and err = w.dir / "d.err" in
   let r, wr = Unix.pipe ~cloexec:true () in
   let pid = spawn ~env:w.env ~stdin_fd:r ~out ~err [ "cap"; "exec"; w.ps.cap; w.prog; "intr" ] in
@@ -267,11 +293,18 @@ let test_dead_caller_and_bound () =
      but its circuits' host is gone. *)
   Unix.kill pid2 Sys.sigkill;
   ignore (wait_code pid2);
-  eventually "both programs were hung up on" (fun () ->
-      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
-      List.length
-        (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o))
-      = 2)
+  let last = ref "" in
+  try
+    eventually "both programs were hung up on" (fun () ->
+        let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+        last := o;
+        List.length
+          (List.filter (fun l -> contains l "killed by SIGHUP") (String.split_on_char '\n' o))
+        = 2)
+  with e ->
+    prerr_endline ("cap ps: " ^ !last);
+    prerr_endline ("server: " ^ read_file (w.dir / "ps.log"));
+    raise e
 
 (* A process server that dies (SIGKILL) while a program runs: the caller
    says the outcome is unknown (exit 3), and the program does not outlive
@@ -300,6 +333,220 @@ let test_dead_server () =
         Unix.kill !child 0;
         contains (try read_file (Printf.sprintf "/proc/%d/stat" !child) with _ -> ") Z") ") Z"
       with Unix.Unix_error _ -> true)
+
+(* Hostile programs. Each attacks one promise of the confinement. *)
+
+(* A file of /proc (its length is not known beforehand). *)
+let read_proc f =
+  match open_in_bin f with
+  | exception Sys_error _ -> ""
+  | ic ->
+      let b = Buffer.create 4096 in
+      (try
+         while true do
+           Buffer.add_channel b ic 1
+         done
+       with End_of_file | Sys_error _ -> ());
+      close_in_noerr ic;
+      Buffer.contents b
+
+(* Host processes of programs (ocamlrun /proc/self/fd/4 ...) whose command
+   line holds [marker]. *)
+let with_marker marker =
+  Array.to_list (Sys.readdir "/proc")
+  |> List.filter (fun d ->
+         int_of_string_opt d <> None
+         &&
+         let s = read_proc (Printf.sprintf "/proc/%s/cmdline" d) in
+         contains s marker && contains s "/proc/self/fd/4")
+
+let marker () = Printf.sprintf "marker-%d-%d" (Unix.getpid ()) (Random.int 1_000_000_000)
+
+(* What confines programs here: a PID namespace needs root (and a kernel
+   that allows it); tests of what only it (or a cgroup) holds say why they
+   are skipped elsewhere. *)
+let namespaces =
+  lazy
+    (Unix.geteuid () = 0 && Sys.command "unshare --pid --fork --mount-proc true >/dev/null 2>&1" = 0)
+
+let skip why = Printf.printf "SKIPPED (%s)\n%!" why
+
+(* Defect 1: not root, a private directory, no descriptor and no capability
+   but its own. *)
+let test_user_and_environment () =
+  with_world @@ fun w ->
+  let code, out, err = exec w [ "-n"; "--cap"; "secret=" ^ w.fs.cap; "whoami" ] in
+  Alcotest.(check int) ("whoami: exit 0; " ^ err) 0 code;
+  (match program_uid with
+  | Some uid ->
+      Alcotest.(check bool)
+        ("runs as the program user, not root: " ^ out)
+        true
+        (contains out (Printf.sprintf "uid %d euid %d " uid uid))
+  | None -> skip "not root: programs run as the server's user");
+  Alcotest.(check bool)
+    ("a private directory under DATA/run: " ^ out)
+    true
+    (contains out ("cwd " ^ (w.dir / "ps" / "run") ^ "/"));
+  Alcotest.(check bool) ("no other descriptor: " ^ out) true (contains out "extra descriptors 0\n");
+  Alcotest.(check bool)
+    ("no capability in the environment: " ^ out)
+    true
+    (contains out "environment capabilities 0\n");
+  if Lazy.force namespaces then
+    Alcotest.(check bool) ("in a PID namespace (pid 2): " ^ out) true (contains out " pid 2\n")
+  else skip "no PID namespace on this host"
+
+(* Where a program tries to write in /etc: a name of this run, removed
+   whatever happens (a mutant that runs programs as root writes it). *)
+let etc_file = Printf.sprintf "/etc/consort-trespass-%d" (Unix.getpid ())
+
+let no_etc_file f =
+  Fun.protect ~finally:(fun () -> try Sys.remove etc_file with Sys_error _ -> ()) f
+
+let test_trespass () =
+  no_etc_file @@ fun () ->
+  with_world @@ fun w ->
+  if Unix.geteuid () <> 0 then skip "not root: programs run as the server's user"
+  else begin
+    let code, out, err = exec w [ "-n"; "trespass"; w.dir / "ps"; etc_file ] in
+    Alcotest.(check int) ("trespass: exit 0; " ^ err) 0 code;
+    List.iter
+      (fun l -> Alcotest.(check bool) ("refused: " ^ out) true (contains out (l ^ ": denied\n")))
+      [
+        "read /etc/shadow";
+        "read " ^ (w.dir / "ps" / "server.secret");
+        "read " ^ (w.dir / "ps" / "port.key");
+        "write " ^ etc_file;
+        "write " ^ (w.dir / "ps" / "trespass");
+        "write " ^ (w.dir / "ps" / "run" / "trespass");
+      ];
+    Alcotest.(check bool)
+      "its own directory is writable" true
+      (contains out "write own directory: ok\n");
+    Alcotest.(check bool) "nothing was written in /etc" false (Sys.file_exists etc_file);
+    eventually "its directory is removed, with what it wrote" (fun () ->
+        Sys.readdir (w.dir / "ps" / "run") = [||])
+  end
+
+(* Another program's environment and descriptors hold no capability; a
+   program whose caller dies does not run on. *)
+let test_environ_and_dead_caller () =
+  with_world @@ fun w ->
+  let m = marker () in
+  let out = w.dir / "a.out" and err = w.dir / "a.err" in
+  let pid =
+    spawn ~env:w.env ~out ~err
+      [ "cap"; "exec"; "-n"; "--cap"; "secret=" ^ w.fs.cap; w.ps.cap; w.prog; "stubborn"; m ]
+  in
+  eventually "the first program runs" (fun () -> contains (read_file out) "waiting");
+  (match with_marker m with
+  | [] -> Alcotest.fail "the program is not seen on the host"
+  | ps ->
+      List.iter
+        (fun p ->
+          let env = read_proc (Printf.sprintf "/proc/%s/environ" p) in
+          Alcotest.(check bool)
+            ("its environment holds no capability: " ^ env)
+            false (contains env "cap1:");
+          Alcotest.(check bool) "its environment was read" true (contains env "CONSORT_CAPS="))
+        ps);
+  (* cap ps counts the processes of its tree (its cgroup's). *)
+  if Unix.geteuid () = 0 then begin
+    let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+    Alcotest.(check bool) ("ps counts the tree: " ^ o) true (contains o " processes) ")
+  end
+  else skip "not root: no cgroup counts the tree";
+  let code, o, e = exec w [ "-n"; "environs" ] in
+  Alcotest.(check int) ("environs: exit 0; " ^ e) 0 code;
+  Alcotest.(check bool)
+    ("another program finds no capability: " ^ o)
+    true
+    (contains o "capabilities found 0\n");
+  (* The caller dies: the program ignores SIGHUP, and is killed. *)
+  Unix.kill pid Sys.sigkill;
+  ignore (wait_code pid);
+  eventually "the program is stopped when its caller is gone" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      contains o "its caller hung up");
+  eventually "no process of it is left" (fun () -> with_marker m = [])
+
+(* Defect 3: a fork bomb is bounded by --max-tree; the server goes on. *)
+let test_fork_bomb () =
+  if Unix.geteuid () <> 0 then
+    skip "not root: no pids cgroup; RLIMIT_NPROC counts all of this user's processes"
+  else
+    with_world ~ps_args:[ "--max-tree"; "16" ] @@ fun w ->
+    let code, out, err = exec w [ "-n"; "--time"; "20"; "forkbomb" ] in
+    Alcotest.(check int) ("fork bomb: exit 0; " ^ err) 0 code;
+    (match String.split_on_char ' ' (String.trim out) with
+    | [ "forked"; n; "refused"; "true" ] ->
+        Alcotest.(check bool) ("fewer than 16 forks: " ^ out) true (int_of_string n < 16)
+    | _ -> Alcotest.failf "fork bomb: %S" out);
+    let _, ps, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+    Alcotest.(check bool)
+      ("the limit is named: " ^ ps) true
+      (contains ps "process limit 16 reached");
+    let code, _, _ = exec w [ "-n"; "echo"; "5" ] in
+    Alcotest.(check int) "still serving" 5 code
+
+(* Defect 3: CPU time is the whole tree's. *)
+let test_tree_cpu () =
+  with_world @@ fun w ->
+  let code, _, err = exec w [ "-n"; "--cpu"; "1"; "spinkids" ] in
+  Alcotest.(check int) ("children spinning: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool)
+    ("the cpu limit is named: " ^ err)
+    true
+    (contains err "cpu time limit (1000 ms) exceeded")
+
+(* Without namespace or cgroup (the weaker guarantee): the CPU time of the
+   process group still counts the children's. *)
+let test_fallback () =
+  no_etc_file @@ fun () ->
+  with_world ~ps_args:[ "--no-namespaces"; "--no-cgroups" ] @@ fun w ->
+  let code, out, _ = exec w [ "-n"; "whoami" ] in
+  Alcotest.(check int) "whoami: exit 0" 0 code;
+  Alcotest.(check bool) ("no PID namespace: " ^ out) false (contains out " pid 2\n");
+  let code, _, err = exec w [ "-n"; "--cpu"; "1"; "spinkids" ] in
+  Alcotest.(check int) ("children spinning: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool)
+    ("the cpu limit is named: " ^ err)
+    true
+    (contains err "cpu time limit (1000 ms) exceeded");
+  (* What it wrote is removed by its own user (nothing holds its tree). *)
+  let code, out, _ = exec w [ "-n"; "trespass"; w.dir / "ps"; etc_file ] in
+  Alcotest.(check int) "trespass: exit 0" 0 code;
+  Alcotest.(check bool) "it wrote its directory" true (contains out "write own directory: ok\n");
+  eventually "its directory is removed, with what it wrote" (fun () ->
+      Sys.readdir (w.dir / "ps" / "run") = [||])
+
+(* Defect 3: a grandchild in a session of its own does not outlive the
+   program. *)
+let test_setsid_escape () =
+  with_world @@ fun w ->
+  let m = marker () in
+  let code, out, err = exec w [ "-n"; "escape"; m ] in
+  Alcotest.(check int) ("escape: exit 0; " ^ err) 0 code;
+  Alcotest.(check string) "it ran" "escaped\n" out;
+  if Lazy.force namespaces || Unix.geteuid () = 0 then
+    eventually ~n:100 "nothing of the program is left" (fun () -> with_marker m = [])
+  else skip "not root: no PID namespace or cgroup holds the tree"
+
+(* Defect 4 and 10 GB: the memory limit always named. *)
+let test_memory () =
+  with_world @@ fun w ->
+  let code, _, err = exec w [ "-n"; "huge" ] in
+  Alcotest.(check int) ("10 GB: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool) ("named: " ^ err) true (contains err "memory limit (1048576 KiB) exceeded");
+  for i = 1 to 5 do
+    let code, _, err = exec w [ "-n"; "--memory"; "64"; "noisyhog" ] in
+    let last = List.hd (List.rev (String.split_on_char '\n' (String.trim err))) in
+    Alcotest.(check int) (Printf.sprintf "noisy %d: exit 137; %s" i last) 137 code;
+    Alcotest.(check bool)
+      ("named: " ^ last) true
+      (contains last "memory limit (65536 KiB) exceeded")
+  done
 
 (* The descriptor: round trip, bounds, and every truncation and corruption
    refused with a message, never an exception. *)
@@ -371,5 +618,18 @@ let () =
           Alcotest.test_case "kill and interrupt" `Quick test_kill_and_interrupt;
           Alcotest.test_case "dead caller, bounded processes" `Quick test_dead_caller_and_bound;
           Alcotest.test_case "dead server" `Quick test_dead_server;
+        ] );
+      ( "hostile",
+        [
+          Alcotest.test_case "user, directory, descriptors, environment" `Quick
+            test_user_and_environment;
+          Alcotest.test_case "shadow, secrets, writing outside" `Quick test_trespass;
+          Alcotest.test_case "another's environment, a dead caller" `Quick
+            test_environ_and_dead_caller;
+          Alcotest.test_case "fork bomb" `Quick test_fork_bomb;
+          Alcotest.test_case "cpu of forked children" `Quick test_tree_cpu;
+          Alcotest.test_case "setsid grandchild" `Quick test_setsid_escape;
+          Alcotest.test_case "without namespace or cgroup" `Quick test_fallback;
+          Alcotest.test_case "10 GB, out of memory told" `Quick test_memory;
         ] );
     ]

@@ -234,7 +234,13 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "cap"; "kill" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap; "--signal"; "NOPE" ], 2) ]);
     ( [ "cap"; "proc"; "serve" ],
       [ "--data"; missing ],
-      [ ([ "--data"; missing ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ] );
+      [
+        ([ "--data"; missing ], 2);
+        ([ "--data"; tmp; "--key"; missing ], 2);
+        ([ "--data"; tmp; "--user"; "root" ], 2);
+        ([ "--data"; tmp; "--user"; "0:0" ], 2);
+        ([ "--data"; tmp; "--user"; "no-such-user-here" ], 2);
+      ] );
     ([ "cap"; "ps" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ( [ "check-logs" ],
       [ existing ],
