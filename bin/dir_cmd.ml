@@ -255,7 +255,7 @@ let serve data key_file bind group peers params =
   match Consort.Params.of_string (Option.value params ~default:"") with
   | Error e -> refused "--params: %a" Consort.Params.pp_error e
   | Ok params -> (
-      match if not (Sys.file_exists data) then Unix.mkdir data 0o700 with
+      match Consort_local.Private.mkdir_p data with
       | exception Unix.Unix_error (e, _, _) -> refused "%s: %s" data (Unix.error_message e)
       | () -> (
           match Port.Key.load_or_create key_file with

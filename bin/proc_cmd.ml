@@ -17,10 +17,19 @@ let parse_cap what s =
   | Ok c -> Ok c
   | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
 
+(* The server's directory, made (0700) if missing: what is wrong with it, if anything (a secret
+   in it that another user could read, with how to fix it). *)
+let data_problem data =
+  match Consort_local.Private.mkdir_p data with
+  | exception Unix.Unix_error (e, _, _) -> Some (data ^ ": " ^ Unix.error_message e)
+  | () when not (Sys.is_directory data) -> Some (data ^ ": not a directory")
+  | () -> Consort_local.Private.exposed (Filename.concat data "server.secret")
+
 (* consort cap proc serve *)
 let serve data bind key_file locate max_processes =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
-  if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
+  let problem = data_problem data in
+  if problem <> None then refused "%s" (Option.get problem)
   else
     match Port.Key.load_or_create key_file with
     | Error m -> refused "key %s: %s" key_file m

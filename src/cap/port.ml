@@ -64,20 +64,23 @@ module Key = struct
           | Error _ -> Error "bad key: not an Ed25519 private key")
 
   let load path =
-    match open_in_bin path with
-    | exception Sys_error e -> Error e
-    | ic ->
-        let r =
-          match really_input_string ic (min 4096 (in_channel_length ic)) with
-          | s -> of_string s
-          | exception (Sys_error e | Failure e) -> Error e
-          | exception End_of_file -> Error (path ^ ": truncated")
-        in
-        close_in_noerr ic;
-        Result.map_error (fun e -> path ^ ": " ^ e) r
+    match Consort_local.Private.exposed path with
+    | Some m -> Error m
+    | None -> (
+        match open_in_bin path with
+        | exception Sys_error e -> Error e
+        | ic ->
+            let r =
+              match really_input_string ic (min 4096 (in_channel_length ic)) with
+              | s -> of_string s
+              | exception (Sys_error e | Failure e) -> Error e
+              | exception End_of_file -> Error (path ^ ": truncated")
+            in
+            close_in_noerr ic;
+            Result.map_error (fun e -> path ^ ": " ^ e) r)
 
   let save path k =
-    match Unix.openfile path [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL ] 0o600 with
+    match Consort_local.Private.openfile path [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL ] with
     | exception Unix.Unix_error (e, _, _) -> Error (path ^ ": " ^ Unix.error_message e)
     | fd ->
         let s = to_string k ^ "\n" in
