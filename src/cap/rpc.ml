@@ -111,6 +111,7 @@ type stats = {
   refused_busy : int;
   bad_datagrams : int;
   rogue_answers : int;
+  forged_session_errors : int;
   sessions : int;
   buffered : int;
   cache : int;
@@ -283,6 +284,7 @@ module Make (T : Transport.S) = struct
     mutable refused_busy : int;
     mutable bad : int;
     mutable rogue : int;
+    mutable forged : int;
   }
 
   let address n = n.addr
@@ -300,6 +302,7 @@ module Make (T : Transport.S) = struct
       refused_busy = n.refused_busy;
       bad_datagrams = n.bad;
       rogue_answers = n.rogue;
+      forged_session_errors = n.forged;
       sessions = Hashtbl.length n.ssessions;
       buffered = n.buffered;
       cache = Hashtbl.length n.cache;
@@ -1199,7 +1202,21 @@ module Make (T : Transport.S) = struct
   let on_data n src ~up ~session ~seq sealed =
     if up then
       match Hashtbl.find_opt n.ssessions session with
-      | None -> send_outer n src (Wire.Badsession { session })
+      | None ->
+          (* Signed by each port served here (a node serves one or a few): the client believes
+             only its own session's port. *)
+          Hashtbl.iter
+            (fun port srv ->
+              if not srv.stopped then
+                send_outer n src
+                  (Wire.Badsession
+                     {
+                       port;
+                       session;
+                       public = Port.Key.public srv.skey;
+                       signature = Secure.badsession_signature srv.skey ~session;
+                     }))
+            n.servers
       | Some ss when not (T.equal_address ss.saddr src) -> n.bad <- n.bad + 1
       | Some ss -> (
           (* The bulk of a request: its chunk opened straight into the
@@ -1263,9 +1280,20 @@ module Make (T : Transport.S) = struct
         | Wire.Locate { port; nonce } -> on_locate n src port nonce
         | Wire.Hereis { port; nonce; public; signature } ->
             on_hereis n src port nonce public signature
-        | Wire.Badsession { session } -> (
+        | Wire.Badsession { port; session; public; signature } -> (
             match Hashtbl.find_opt n.cby_id session with
-            | Some cs when T.equal_address cs.caddr src -> lose_session n cs "the server restarted"
+            | Some cs when T.equal_address cs.caddr src ->
+                if
+                  Port.equal port cs.cport
+                  && Secure.badsession_verify port ~session ~public ~signature
+                then lose_session n cs "the server restarted"
+                else begin
+                  (* Forged: whoever sent it does not hold the port's key. *)
+                  n.forged <- n.forged + 1;
+                  Log.debug (fun m ->
+                      m "forged session error for %a from %a dropped" Port.pp cs.cport T.pp_address
+                        src)
+                end
             | _ -> n.bad <- n.bad + 1)
         | Wire.Data { up; session; seq; sealed } ->
             on_data n src ~up ~session ~seq (Cstruct.of_string sealed))
@@ -1335,6 +1363,7 @@ module Make (T : Transport.S) = struct
           refused_busy = 0;
           bad = 0;
           rogue = 0;
+          forged = 0;
         }
       in
       let handler _c =

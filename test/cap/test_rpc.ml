@@ -881,12 +881,39 @@ end
 
 module RS = Rpc.Make (Spy)
 
+(* What an attacker can send without the port's key: the port's public key with a signature made
+   by another key, a session error properly signed by another port's key (claiming its own port,
+   or the session's), and a genuine signature for another session replayed. *)
 let forged_badsession_datagrams ~key ~session =
   let g = Crypto.deterministic "forger" in
   let other = Port.Key.generate ~g () in
   let port = Port.Key.port key in
-  ignore (other, port);
-  [ Codec.encode_string Wire.outer (Wire.Badsession { session }) ]
+  let enc o = Codec.encode_string Wire.outer o in
+  let public = Port.Key.public key in
+  [
+    enc
+      (Wire.Badsession
+         { port; session; public; signature = Secure.badsession_signature other ~session });
+    enc
+      (Wire.Badsession
+         {
+           port = Port.Key.port other;
+           session;
+           public = Port.Key.public other;
+           signature = Secure.badsession_signature other ~session;
+         });
+    enc
+      (Wire.Badsession
+         {
+           port;
+           session;
+           public = Port.Key.public other;
+           signature = Secure.badsession_signature other ~session;
+         });
+    enc
+      (Wire.Badsession
+         { port; session; public; signature = Secure.badsession_signature key ~session:"another!" });
+  ]
 
 let forged_badsession () =
   let net = Sim.create ~seed:3 () in
@@ -946,6 +973,21 @@ let forged_badsession () =
     | None -> Alcotest.failf "call %d: no outcome" i);
     Alcotest.(check int) (Printf.sprintf "call %d carried out once" i) 1 (Hashtbl.find executed d)
   done;
-  Alcotest.(check bool) "forgeries sent" true (!forged > 100)
+  Alcotest.(check bool) "forgeries sent" true (!forged > 100);
+  Alcotest.(check int) "every forgery counted" !forged (RS.stats client).Rpc.forged_session_errors;
+  (* A genuine one still ends the session: the server restarts mid-call. *)
+  let res = ref None in
+  RS.trans client (Header.request c 1) "get 99" (fun r -> res := Some r);
+  Sim.run ~until:(Time.add (Sim.now net) (Time.of_ms 100)) net;
+  Sim.crash net "s";
+  let server = ok (RS.create ~config:cfg ~g net "s") in
+  ignore (RS.serve server key);
+  Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 1.)) net;
+  match !res with
+  | Some (Error e) when Rpc_error.outcome e = `Unknown -> ()
+  | Some (Error e) -> Alcotest.failf "after a restart: %a" Rpc_error.pp e
+  | Some (Ok _) -> Alcotest.fail "after a restart: a reply"
+  | None -> Alcotest.fail "a genuine session error was not believed within 1 s"
 
-let tests = tests @ [ Alcotest.test_case "forged Badsession aborts nothing" `Quick forged_badsession ]
+let tests =
+  tests @ [ Alcotest.test_case "forged Badsession aborts nothing" `Quick forged_badsession ]
