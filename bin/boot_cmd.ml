@@ -128,53 +128,106 @@ let serve decl data bind locate =
 
 (* consort cap boot status: from the boot server's directory (its key and secret give its owner
    capability, [address] where it answers), or from a capability with the admin right. *)
-let status data cap locate =
-  let target =
-    match (data, cap) with
-    | Some _, Some _ -> Error "give --data or a capability, not both"
-    | None, None -> Error "give --data DIR (the boot server's directory) or its capability"
-    | None, Some c -> Result.map (fun c -> (c, locate)) (Cap_common.parse "capability" c)
-    | Some d, None -> (
-        if not (Sys.file_exists d) then Error (d ^ ": no such directory")
-        else
-          match open_data d with
-          | Error m -> Error m
-          | Ok (key, secret) ->
-              let here =
-                match Consort_local.read_file (addr_file d) with
-                | s -> (
-                    match String.split_on_char ':' (String.trim s) with
-                    | [ "0.0.0.0"; p ] -> [ "127.0.0.1:" ^ p ]
-                    | _ -> [ String.trim s ])
-                | exception Sys_error _ -> []
-              in
-              let locate = String.concat "," (here @ Option.to_list locate) in
-              Ok
-                ( Cap.owner (Port.Key.port key) ~obj:0 secret,
-                  if locate = "" then None else Some locate ))
+let status_target data cap locate =
+  match (data, cap) with
+  | Some _, Some _ -> Error "give --data or a capability, not both"
+  | None, None -> Error "give --data DIR (the boot server's directory) or its capability"
+  | None, Some c -> Result.map (fun c -> (c, locate)) (Cap_common.parse "capability" c)
+  | Some d, None -> (
+      let key = Filename.concat d "port.key" and secret = Filename.concat d "server.secret" in
+      if not (Sys.file_exists key && Sys.file_exists secret) then
+        Error (d ^ ": no boot server has run with this directory")
+      else
+        match (Port.Key.load key, load_secret secret) with
+        | Error m, _ | _, Error m -> Error m
+        | Ok key, Ok secret ->
+            let here =
+              match Consort_local.read_file (addr_file d) with
+              | s -> (
+                  match String.split_on_char ':' (String.trim s) with
+                  | [ "0.0.0.0"; p ] -> [ "127.0.0.1:" ^ p ]
+                  | _ -> [ String.trim s ])
+              | exception Sys_error _ -> []
+            in
+            let locate = String.concat "," (here @ Option.to_list locate) in
+            Ok
+              ( Cap.owner (Port.Key.port key) ~obj:0 secret,
+                if locate = "" then None else Some locate ))
+
+let status data cap locate wait only =
+  let deadline = Unix.gettimeofday () +. Option.value wait ~default:0. in
+  let only =
+    Option.map
+      (fun o ->
+        match String.index_opt o '/' with
+        | Some i -> (String.sub o 0 i, String.sub o (i + 1) (String.length o - i - 1))
+        | None -> (o, "server"))
+      only
   in
-  match target with
-  | Error m -> refused "%s" m
-  | Ok (cap, locate) -> (
-      let loop = Loop.create () in
-      match R.open_node ?locate loop with
-      | Error m -> refused "%s" m
-      | Ok node -> (
-          let r = R.Sync.trans node ~idempotent:true (Header.request cap boot_capabilities) "" in
-          R.close node;
-          match r with
-          | Ok ({ Header.status = `Ok; _ }, text) ->
-              print_string text;
+  (* One answer: [Ok text], or [Error (code, why)]. *)
+  let ask () =
+    match status_target data cap locate with
+    | Error m -> Error (2, m)
+    | Ok (cap, locate) -> (
+        let loop = Loop.create () in
+        let config = { Rpc.default_config with silence = Consort.Time.of_sec 2. } in
+        match R.open_node ~config ?locate loop with
+        | Error m -> Error (2, m)
+        | Ok node -> (
+            let r = R.Sync.trans node ~idempotent:true (Header.request cap boot_capabilities) "" in
+            R.close node;
+            match r with
+            | Ok ({ Header.status = `Ok; _ }, text) -> Ok text
+            | Ok (h, _) -> Error (2, Fmt.str "boot status refused: %a" Status.pp h.Header.status)
+            | Error e when Rpc_error.outcome e = `Unknown ->
+                Error (3, Fmt.str "boot server: %a" Rpc_error.pp e)
+            | Error e -> Error (2, Fmt.str "boot server: %a" Rpc_error.pp e)))
+  in
+  let rows text =
+    List.filter_map
+      (fun l ->
+        match String.split_on_char ' ' l with [ n; st; w; c ] -> Some (n, st, w, c) | _ -> None)
+      (String.split_on_char '\n' text)
+  in
+  let all_up text = List.for_all (fun (_, st, _, c) -> st = "up" && c <> "-") (rows text) in
+  let rec go () =
+    let r = ask () in
+    let ready = match r with Ok text -> all_up text | Error _ -> false in
+    if (not ready) && wait <> None && Unix.gettimeofday () < deadline then begin
+      Unix.sleepf 0.2;
+      go ()
+    end
+    else
+      match (r, only) with
+      | Error (2, m), _ -> refused "%s" m
+      | Error (_, m), _ -> Cap_common.unknown "%s" m
+      | Ok text, _ when wait <> None && not ready ->
+          print_string text;
+          Cap_common.unknown "not every service is up after %g s" (Option.get wait)
+      | Ok text, None ->
+          print_string text;
+          0
+      | Ok text, Some (name, what) -> (
+          match List.find_opt (fun (n, _, w, _) -> n = name && w = what) (rows text) with
+          | Some (_, _, _, c) when c <> "-" ->
+              print_endline c;
               0
-          | Ok (h, _) -> refused "boot status refused: %a" Status.pp h.Header.status
-          | Error e when Rpc_error.outcome e = `Unknown ->
-              Cap_common.unknown "boot server: %a" Rpc_error.pp e
-          | Error e -> refused "boot server: %a" Rpc_error.pp e))
+          | Some _ -> Cap_common.unknown "%s has no %s capability yet" name what
+          | None -> refused "no service %s with a %s capability" name what)
+  in
+  go ()
 
 let exits =
   Cmd.Exit.info 0 ~doc:"done."
   :: Cmd.Exit.info 2
        ~doc:"refused (a bad declaration file, directory or address): nothing was started."
+  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+
+let status_exits =
+  Cmd.Exit.info 0 ~doc:"done."
+  :: Cmd.Exit.info 2 ~doc:"refused: no such boot server, a bad directory or capability."
+  :: Cmd.Exit.info 3
+       ~doc:"the boot server did not answer, or with $(b,--wait), not every service came up."
   :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
 
 let decl_arg =
@@ -224,15 +277,34 @@ let status_cmd =
       & pos 0 (some string) None
       & info [] ~docv:"CAP" ~doc:"The boot server's capability (with the admin right).")
   in
+  let wait =
+    Arg.(
+      value
+      & opt (some Consort_cli.positive_float) None
+      & info [ "wait" ] ~docv:"SECONDS"
+          ~doc:
+            "Wait until every service is up with its capabilities (at most $(docv); exit 3 if not).")
+  in
+  let only =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "only" ] ~docv:"NAME[/WHAT]"
+          ~doc:
+            "Print only that capability of that service ($(b,fs), $(b,dir1/root)), alone on its \
+             line.")
+  in
   Cmd.v
-    (Consort_cli.info ~path:"cap boot status" "status" ~exits
+    (Consort_cli.info ~path:"cap boot status" "status" ~exits:status_exits
        ~doc:
          "Print each declared service, its state and the capabilities it published, one per line: \
           $(i,NAME STATE WHAT CAP), WHAT being $(b,server) (its $(b,server CAP) line) or the name \
           of another capability it printed first ($(b,root) for a directory replica); $(b,-) while \
           it has none. Needs the boot server's capability with the admin right: given, or made \
           from its directory ($(b,--data), readable by its owner alone).")
-    Term.(const (fun d c l () -> status d c l) $ data $ cap $ locate $ Consort_cli.logging)
+    Term.(
+      const (fun d c l w o () -> status d c l w o)
+      $ data $ cap $ locate $ wait $ only $ Consort_cli.logging)
 
 let check_cmd =
   let file =

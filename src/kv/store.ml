@@ -288,7 +288,7 @@ module Make (M : Rsm.MACHINE) = struct
     let p f = Filename.concat dir f in
     let* () =
       try
-        Consort_local.Private.mkdir_p dir;
+        Consort_local.Private.mkdir dir;
         if not (Sys.is_directory dir) then Error (dir ^ ": not a directory")
         else
           (* Refused when another user could read the log or the snapshot. *)
