@@ -476,7 +476,12 @@ let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock 
      owner alone: the store does not start on one that another user could read. *)
   let exposed () =
     let meta = dir / "meta" in
-    let records = List.map (fun n -> meta / n) (Array.to_list (Sys.readdir meta)) in
+    (* Records are named by their object number; anything else there is set aside by recovery. *)
+    let records =
+      List.filter_map
+        (fun n -> if int_of_string_opt n <> None then Some (meta / n) else None)
+        (Array.to_list (Sys.readdir meta))
+    in
     match Consort_local.Private.check ((dir / "server") :: meta :: records) with
     | Some m -> raise (Exposed m)
     | None -> ()
