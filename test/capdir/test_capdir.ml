@@ -192,7 +192,8 @@ let test_default_masks () =
   let home = mkdir t (Dir.root t) ~link:("home", masks Dir.Directory) in
   let file = Cap.owner fport ~obj:7 fsecret in
   let fs = Cap.owner fport ~obj:0 fsecret in
-  Alcotest.(check bool) "kinds" true
+  Alcotest.(check bool)
+    "kinds" true
     (Dir.kind_of ~port file = Dir.File
     && Dir.kind_of ~port fs = Dir.Server
     && Dir.kind_of ~port home = Dir.Directory);
@@ -215,17 +216,24 @@ let test_default_masks () =
   List.iteri
     (fun i name ->
       let v = if i = 0 then root else view i in
-      Alcotest.(check bool) (name ^ " reads a file put by path") true
+      Alcotest.(check bool)
+        (name ^ " reads a file put by path")
+        true
         (has Rights.read (rights v "/home/notes"));
       List.iter
         (fun p ->
-          Alcotest.(check bool) (name ^ " may create on " ^ p) (i = 0) (has Rights.create (rights v p)))
+          Alcotest.(check bool)
+            (name ^ " may create on " ^ p)
+            (i = 0)
+            (has Rights.create (rights v p)))
         [ "/sys/fs"; "/sys/proc1" ])
     [ "owner"; "group"; "other" ];
-  Alcotest.(check bool) "the owner has everything on a file" true
+  Alcotest.(check bool)
+    "the owner has everything on a file" true
     (Rights.equal Rights.all (rights root "/home/notes"));
   Alcotest.(check bool) "the group reads /sys/fs" true (has Rights.read (rights (view 1) "/sys/fs"));
-  Alcotest.(check bool) "other has nothing on /sys/fs" true
+  Alcotest.(check bool)
+    "other has nothing on /sys/fs" true
     (Rights.equal Rights.none (rights (view 2) "/sys/fs"))
 
 (* {1 Modify, delete, forgeries} *)
