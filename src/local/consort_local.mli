@@ -42,18 +42,24 @@ module Private : sig
 
   val mkdir : string -> unit
   (** [mkdir d] makes [d] with mode 0700 (set explicitly); nothing if it exists.
+
       @raise Unix.Unix_error *)
 
   val mkdir_p : string -> unit
-  (** [mkdir_p d] makes [d] and its missing parents, each with mode 0700. @raise Unix.Unix_error *)
+  (** [mkdir_p d] makes [d] and its missing parents, each with mode 0700.
+
+      @raise Unix.Unix_error *)
 
   val openfile : string -> Unix.open_flag list -> Unix.file_descr
   (** [openfile path flags] is [Unix.openfile] with [O_CLOEXEC], creating with mode 0600, and then
       sets the mode to 0600 (a file that existed with a wider mode is narrowed).
+
       @raise Unix.Unix_error *)
 
   val write_file : string -> string -> unit
-  (** [write_file path s] makes [path] hold [s], mode 0600. @raise Unix.Unix_error *)
+  (** [write_file path s] makes [path] hold [s], mode 0600.
+
+      @raise Unix.Unix_error *)
 
   val exposed : string -> string option
   (** [exposed path] is [None] if [path] does not exist or only its owner may read, write or search
