@@ -111,7 +111,7 @@ let serve decl data bind locate =
                     | Ok _ -> R.putrep r (Header.reply `Ok) (capabilities_text boot));
               (try
                  Consort_local.Private.write_file (addr_file data)
-                   (Udp.address_to_string (R.address node) ^ "\n")
+                   (Udp.address_to_string (Udp.query (R.connection node)).Udp.local ^ "\n")
                with Unix.Unix_error _ -> ());
               let stop _ = Loop.stop loop in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);

@@ -127,14 +127,24 @@ let key_file () =
 
 (* {1 The servers, as processes} *)
 
-(* Starts [consort args], waits for its first line, then stops it (SIGTERM). *)
-let run_once d what args =
+(* Starts [consort args] under umask 000, waits until its output holds [until] (default: its first
+   line), then stops it (SIGTERM). *)
+let run_once ?(until = "\n") d what args =
   let out = d / (what ^ ".out") and err = d / (what ^ ".err") in
   let pid = with_umask 0 (fun () -> spawn ~out ~err args) in
-  eventually (what ^ " prints its first line") (fun () ->
-      contains (try read_file out with Sys_error _ -> "") "\n");
-  Unix.kill pid Sys.sigterm;
-  ignore (wait_code pid)
+  Fun.protect
+    ~finally:(fun () ->
+      (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
+      ignore (wait_code pid))
+    (fun () ->
+      eventually (Printf.sprintf "%s prints %S" what until) (fun () ->
+          contains (try read_file out with Sys_error _ -> "") until))
+
+(* A file server as a boot service, on a port of its own that the boot server polls ([at]). *)
+let fs_service name data =
+  let a = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  Printf.sprintf "service %s\n  run %s cap fs serve --data %s --bind %s\n  at %s\n" name
+    (consort ()) data a a
 
 (* [consort args] refuses to start: exit 2 and one line naming the fix. *)
 let refuses d what ~fix ~path args =
@@ -171,9 +181,7 @@ let servers_refuse () =
     [ "server.secret"; "port.key" ];
   (* The boot server, with one service that prints a capability before its own. *)
   let decl = d / "boot.decl" in
-  write_file decl
-    (Printf.sprintf "service fs\n  run %s cap fs serve --data %s --bind 127.0.0.1:0\n" (consort ())
-       (d / "srv" / "fs2"));
+  write_file decl (fs_service "fs" (d / "srv" / "fs2"));
   let boot = d / "srv" / "boot" in
   let boot_args =
     [ "cap"; "boot"; "serve"; "--decl"; decl; "--data"; boot; "--bind"; "127.0.0.1:0" ]
@@ -186,6 +194,61 @@ let servers_refuse () =
       refuses d ("boot with " ^ f) ~fix:"chmod 600" ~path:(boot / f) boot_args;
       Unix.chmod (boot / f) 0o600)
     [ "server.secret"; "port.key" ]
+
+(* [consort cap boot status]: with the boot server's directory, or its capability with the admin
+   right; a capability without it is refused. *)
+let boot_status () =
+  with_dir @@ fun d ->
+  let decl = d / "boot.decl" and boot = d / "boot" in
+  write_file decl (fs_service "fs" (d / "fs"));
+  let out = d / "boot.out" in
+  let pid =
+    spawn ~out ~err:(d / "boot.err")
+      [ "cap"; "boot"; "serve"; "--decl"; decl; "--data"; boot; "--bind"; "127.0.0.1:0" ]
+  in
+  Fun.protect
+    ~finally:(fun () ->
+      Unix.kill pid Sys.sigterm;
+      ignore (wait_code pid))
+    (fun () ->
+      let status what args =
+        let o = d / (what ^ ".out") and e = d / (what ^ ".err") in
+        let code = wait_code (spawn ~out:o ~err:e ("cap" :: "boot" :: "status" :: args)) in
+        (code, read_file o, read_file e)
+      in
+      let code, o, _ = status "wait" [ "--data"; boot; "--wait"; "30" ] in
+      Alcotest.(check int) "status --wait: exit 0" 0 code;
+      if not (contains o "fs up server cap1:") then Alcotest.failf "status: %S" o;
+      let code, o, _ = status "only" [ "--data"; boot; "--only"; "fs" ] in
+      Alcotest.(check int) "--only fs: exit 0" 0 code;
+      let fs_cap = String.trim o in
+      Alcotest.(check bool)
+        "--only fs: a capability alone" true
+        (Result.is_ok (Consort_cap.Cap.of_string fs_cap)
+        && contains (read_file (d / "wait.out")) fs_cap);
+      let server =
+        match String.split_on_char ' ' (List.hd (String.split_on_char '\n' (read_file out))) with
+        | [ "server"; c ] -> Result.get_ok (Consort_cap.Cap.of_string c)
+        | _ -> Alcotest.fail "no server line"
+      in
+      let at = String.trim (read_file (boot / "address")) in
+      let at = match String.split_on_char ':' at with [ _; p ] -> "127.0.0.1:" ^ p | _ -> at in
+      let code, o, _ =
+        status "cap" [ Consort_cap.Cap.to_string server; "--locate"; at; "--only"; "fs" ]
+      in
+      Alcotest.(check int) "with the capability: exit 0" 0 code;
+      Alcotest.(check string) "the same capability" fs_cap (String.trim o);
+      let no_admin =
+        Result.get_ok (Consort_cap.Cap.restrict server (Consort_cap.Rights.of_int_exn 0x7f))
+      in
+      let code, o, e = status "no admin" [ Consort_cap.Cap.to_string no_admin; "--locate"; at ] in
+      Alcotest.(check int) "without admin: exit 2" 2 code;
+      Alcotest.(check string) "without admin: nothing printed" "" o;
+      expect_fix "without admin" ~fix:"STD_DENIED" e;
+      let code, _, e = status "no server" [ "--data"; d / "nothing" ] in
+      Alcotest.(check int) "no such boot server: exit 2" 2 code;
+      one_line "no such boot server" e;
+      Alcotest.(check bool) "status made nothing" false (Sys.file_exists (d / "nothing")))
 
 (* {1 Another local user} *)
 
@@ -253,7 +316,7 @@ let other_user () =
   with_dir @@ fun d ->
   (* A world-searchable place, so that only the modes below keep the user out. *)
   Unix.chmod d 0o755;
-  let fs = d / "fs" and boot = d / "boot" and rep = d / "dir1" in
+  let fs = d / "fs" and boot = d / "boot" and rep = d / "dir1" and proc = d / "proc" in
   (match with_umask 0 (fun () -> Store.open_ ~clock fs) with
   | Ok (st, _) ->
       ignore (Result.get_ok (Store.create st ~commit:true ~safe:true "a secret file"));
@@ -265,11 +328,13 @@ let other_user () =
   | Ok (s, _) -> Dir_store.close s
   | Error e -> Alcotest.fail e);
   let decl = d / "boot.decl" in
-  write_file decl "service s\n  run /bin/sh -c \"sleep 30\"\n  capability none\n";
+  write_file decl (fs_service "fs2" (d / "fs2"));
   Unix.chmod decl 0o644;
-  run_once d "boot"
+  run_once ~until:"fs2 up" d "boot"
     [ "cap"; "boot"; "serve"; "--decl"; decl; "--data"; boot; "--bind"; "127.0.0.1:0" ];
-  let secrets = files fs @ files boot @ files rep in
+  run_once d "proc" [ "cap"; "proc"; "serve"; "--data"; proc; "--bind"; "127.0.0.1:0" ];
+  Alcotest.(check bool) "a service log" true (Sys.file_exists (boot / "fs2.log"));
+  let secrets = files fs @ files boot @ files rep @ files proc @ files (d / "fs2") in
   Alcotest.(check bool) "secrets to try" true (List.length secrets >= 10);
   with_user (fun uid gid ->
       (* The test reads as that user at all: a file of its own is readable. *)
@@ -395,6 +460,7 @@ let () =
           Alcotest.test_case "a key file" `Quick key_file;
           Alcotest.test_case "servers refuse exposed secrets (exit 2)" `Quick servers_refuse;
           Alcotest.test_case "another local user reads none" `Quick other_user;
+          Alcotest.test_case "boot status: capabilities for the admin right" `Quick boot_status;
         ] );
       ("readme", [ Alcotest.test_case "the walk-through, as written" `Quick walk_through ]);
     ]
