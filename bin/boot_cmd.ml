@@ -189,7 +189,9 @@ let status data cap locate wait only =
         match String.split_on_char ' ' l with [ n; st; w; c ] -> Some (n, st, w, c) | _ -> None)
       (String.split_on_char '\n' text)
   in
-  let all_up text = List.for_all (fun (_, st, _, c) -> st = "up" && c <> "-") (rows text) in
+  let all_up text =
+    List.for_all (fun (_, st, w, c) -> st = "up" && (c <> "-" || w = "none")) (rows text)
+  in
   let rec go () =
     let r = ask () in
     let ready = match r with Ok text -> all_up text | Error _ -> false in

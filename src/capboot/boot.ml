@@ -356,7 +356,7 @@ let status t =
 let capabilities t =
   List.concat_map
     (fun s ->
-      (s.d.name, state_name s.state, "server", s.cap)
+      (s.d.name, state_name s.state, (if s.d.capability then "server" else "none"), s.cap)
       :: List.map (fun (w, c) -> (s.d.name, state_name s.state, w, Some c)) s.named)
     t.svcs
 

@@ -200,7 +200,8 @@ let servers_refuse () =
 let boot_status () =
   with_dir @@ fun d ->
   let decl = d / "boot.decl" and boot = d / "boot" in
-  write_file decl (fs_service "fs" (d / "fs"));
+  write_file decl
+    (fs_service "fs" (d / "fs") ^ "service idle\n  run /bin/sleep 120\n  capability none\n");
   let out = d / "boot.out" in
   let pid =
     spawn ~out ~err:(d / "boot.err")
@@ -218,7 +219,8 @@ let boot_status () =
       in
       let code, o, _ = status "wait" [ "--data"; boot; "--wait"; "30" ] in
       Alcotest.(check int) "status --wait: exit 0" 0 code;
-      if not (contains o "fs up server cap1:") then Alcotest.failf "status: %S" o;
+      if not (contains o "fs up server cap1:" && contains o "idle up none -") then
+        Alcotest.failf "status: %S" o;
       let code, o, _ = status "only" [ "--data"; boot; "--only"; "fs" ] in
       Alcotest.(check int) "--only fs: exit 0" 0 code;
       let fs_cap = String.trim o in
