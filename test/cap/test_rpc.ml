@@ -991,3 +991,46 @@ let forged_badsession () =
 
 let tests =
   tests @ [ Alcotest.test_case "forged Badsession aborts nothing" `Quick forged_badsession ]
+
+(* Signed session errors are bounded: a stranger sending datagrams of made-up sessions, 50 every
+   10 ms for 1 s, gets at most 20 Badsession answers every 100 ms (each costs the server a
+   signature, and is larger than what asked for it), and some. *)
+let badsession_bounded () =
+  let b = bed () in
+  expect_ok b "warm";
+  let answers = ref 0 in
+  let attacker = ref None in
+  ignore
+    (Sim.open_ b.net "x" (fun c ->
+         attacker := Some c;
+         {
+           Sim.recv =
+             (fun ~src:_ iov ->
+               (match Codec.decode_string Wire.outer (Iovec.to_string iov) with
+               | Ok (Wire.Badsession _) -> incr answers
+               | _ -> ());
+               Iovec.release iov);
+           closed = ignore;
+         }));
+  let c = Option.get !attacker in
+  let rs = Random.State.make [| 5 |] in
+  let start = Sim.now b.net in
+  for _ = 1 to 100 do
+    for _ = 1 to 50 do
+      let session = String.init 8 (fun _ -> Char.chr (Random.State.int rs 256)) in
+      let d =
+        Codec.encode_string Wire.outer
+          (Wire.Data { up = true; session; seq = 1L; sealed = String.make 40 'x' })
+      in
+      let m = Msg.of_string Pool.default d in
+      ignore (Sim.send c ~dst:"s" m);
+      Msg.release m
+    done;
+    Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 10)) b.net
+  done;
+  Sim.run ~until:(Time.add start (Time.of_sec 2.)) b.net;
+  if !answers = 0 || !answers > 20 * 11 then
+    Alcotest.failf "%d Badsession answers to 5000 datagrams in 1 s" !answers;
+  expect_ok b "still works"
+
+let tests = tests @ [ Alcotest.test_case "session errors bounded" `Quick badsession_bounded ]
