@@ -285,6 +285,8 @@ module Make (T : Transport.S) = struct
     mutable bad : int;
     mutable rogue : int;
     mutable forged : int;
+    mutable bs_left : int; (* signed Badsession answers left in the current window *)
+    mutable bs_window : Time.t; (* when that window started *)
   }
 
   let address n = n.addr
@@ -1198,10 +1200,30 @@ module Make (T : Transport.S) = struct
   let placed_min = 512
   let placed_head = 64
 
+  (* Signed session errors cost a signature each and are larger than the datagram that asks for
+     one: a stranger sending datagrams of made-up sessions (from a forged address) gets at most
+     [badsession_burst] of them every 100 ms, so neither the CPU it takes nor what it reflects to
+     another host grows with what it sends. A client whose session was lost asks again (every
+     datagram it sends on it does), so one answer of the burst is enough. *)
+  let badsession_burst = 20
+
+  let badsession_allowed n =
+    let t = now n in
+    if Time.diff t n.bs_window >= Time.of_ms 100 || t < n.bs_window then begin
+      n.bs_window <- t;
+      n.bs_left <- badsession_burst
+    end;
+    if n.bs_left > 0 then begin
+      n.bs_left <- n.bs_left - 1;
+      true
+    end
+    else false
+
   (* A sealed message; [sealed] may share the receive buffer: it is not kept. *)
   let on_data n src ~up ~session ~seq sealed =
     if up then
       match Hashtbl.find_opt n.ssessions session with
+      | None when not (badsession_allowed n) -> ()
       | None ->
           (* Signed by each port served here (a node serves one or a few): the client believes
              only its own session's port. *)
@@ -1364,6 +1386,8 @@ module Make (T : Transport.S) = struct
           bad = 0;
           rogue = 0;
           forged = 0;
+          bs_left = 0;
+          bs_window = Time.zero;
         }
       in
       let handler _c =
