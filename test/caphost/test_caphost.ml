@@ -252,6 +252,78 @@ let boot_status () =
       one_line "no such boot server" e;
       Alcotest.(check bool) "status made nothing" false (Sys.file_exists (d / "nothing")))
 
+(* A server told to stop (SIGTERM) while it prints its first line, before its event loop runs,
+   stops: its standard output is a pipe already full, so the print blocks until the test reads,
+   and the signal comes while it does. *)
+let stop_before_loop () =
+  with_dir @@ fun d ->
+  write_file (d / "idle.decl") "service idle\n  run /bin/sleep 100\n  capability none\n";
+  List.iter
+    (fun (what, args) ->
+      let r, w = Unix.pipe ~cloexec:true () in
+      Unix.set_nonblock w;
+      let junk = Bytes.make 4096 'j' in
+      let filled = ref 0 in
+      (try
+         while true do
+           filled := !filled + Unix.write w junk 0 4096
+         done
+       with Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK), _, _) -> ());
+      Unix.clear_nonblock w;
+      let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+      let exe = consort () in
+      let env = Array.append (Array.of_list base_env) (Unix.environment ()) in
+      let pid = Unix.create_process_env exe (Array.of_list (exe :: args)) env null w null in
+      Unix.close w;
+      Unix.close null;
+      (* Once it is blocked writing to its standard output ([/proc/PID/syscall]: write, on
+         descriptor 1), its signal handlers are set and its loop does not run yet. *)
+      eventually (what ^ " blocked in its first print") (fun () ->
+          let line () =
+            let ic = open_in (Printf.sprintf "/proc/%d/syscall" pid) in
+            Fun.protect ~finally:(fun () -> close_in ic) (fun () -> input_line ic)
+          in
+          match String.split_on_char ' ' (line ()) with
+          | "1" :: "0x1" :: _ -> true
+          | _ -> false
+          | exception (Sys_error _ | End_of_file) -> false);
+      Unix.kill pid Sys.sigterm;
+      (* Drain what the server writes until it closes its output (it exits). *)
+      let buf = Bytes.create 65536 in
+      let deadline = Unix.gettimeofday () +. 60. in
+      let rec drain got =
+        match Unix.select [ r ] [] [] 1. with
+        | [], _, _ ->
+            if Unix.gettimeofday () > deadline then begin
+              Unix.kill pid Sys.sigkill;
+              ignore (Unix.waitpid [] pid);
+              Alcotest.failf "%s: still running 60 s after SIGTERM" what
+            end
+            else drain got
+        | _ -> ( match Unix.read r buf 0 65536 with 0 -> got | n -> drain (got + n))
+      in
+      let got = drain 0 in
+      Unix.close r;
+      Alcotest.(check bool) (what ^ ": the print got through") true (got > !filled);
+      let code = code_of (snd (Unix.waitpid [] pid)) in
+      Alcotest.(check int) (what ^ ": stopped cleanly") 0 code)
+    [
+      ("fs serve", [ "cap"; "fs"; "serve"; "--data"; d / "fs"; "--bind"; "127.0.0.1:0" ]);
+      ("proc serve", [ "cap"; "proc"; "serve"; "--data"; d / "proc"; "--bind"; "127.0.0.1:0" ]);
+      ( "boot serve",
+        [
+          "cap";
+          "boot";
+          "serve";
+          "--decl";
+          d / "idle.decl";
+          "--data";
+          d / "boot";
+          "--bind";
+          "127.0.0.1:0";
+        ] );
+    ]
+
 (* {1 Another local user} *)
 
 (* A user made for the test, removed after. *)
@@ -463,6 +535,7 @@ let () =
           Alcotest.test_case "servers refuse exposed secrets (exit 2)" `Quick servers_refuse;
           Alcotest.test_case "another local user reads none" `Quick other_user;
           Alcotest.test_case "boot status: capabilities for the admin right" `Quick boot_status;
+          Alcotest.test_case "stopped before its loop runs" `Quick stop_before_loop;
         ] );
       ("readme", [ Alcotest.test_case "the walk-through, as written" `Quick walk_through ]);
     ]
