@@ -113,7 +113,12 @@ let serve decl data bind locate =
                  Consort_local.Private.write_file (addr_file data)
                    (Udp.address_to_string (Udp.query (R.connection node)).Udp.local ^ "\n")
                with Unix.Unix_error _ -> ());
-              let stop _ = Loop.stop loop in
+              (* A signal before [Loop.run] (which clears a stop) still stops it. *)
+              let stopping = ref false in
+              let stop _ =
+                stopping := true;
+                Loop.stop loop
+              in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
               Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
               Fmt.pr "server %s@." (Cap.to_string (Cap.owner port ~obj:0 secret));
@@ -121,7 +126,7 @@ let serve decl data bind locate =
                 (Udp.address_to_string (R.address node))
                 (List.length services);
               Boot.start boot;
-              Loop.run loop;
+              if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
               Boot.stop boot;
               R.close node;
               0))

@@ -51,7 +51,12 @@ let serve data bind key_file locate max_processes =
                 R.close node;
                 refused "%s" m
             | Ok t ->
-                let stop _ = Loop.stop loop in
+                (* A signal before [Loop.run] (which clears a stop) still stops it. *)
+                let stopping = ref false in
+                let stop _ =
+                  stopping := true;
+                  Loop.stop loop
+                in
                 Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
                 Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
                 Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
@@ -59,7 +64,7 @@ let serve data bind key_file locate max_processes =
                   (Port.to_hex (Port.Key.port key))
                   (Udp.address_to_string (R.address node))
                   config.ocamlrun;
-                Loop.run loop;
+                if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
                 Proc_server.shutdown t;
                 R.close node;
                 0))
