@@ -70,7 +70,12 @@ let serve data bind key_file =
                 ignore (Loop.after loop (Consort.Time.of_sec 10.) age)
               in
               age ();
-              let stop _ = Loop.stop loop in
+              (* A signal before [Loop.run] (which clears a stop) still stops it. *)
+              let stopping = ref false in
+              let stop _ =
+                stopping := true;
+                Loop.stop loop
+              in
               Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
               Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
               Fmt.pr "server %s@." (Cap.to_string (Fs_server.server_cap fs));
@@ -78,7 +83,7 @@ let serve data bind key_file =
                 (Port.to_hex (Port.Key.port key))
                 (Udp.address_to_string (R.address node))
                 Store.pp_stats (Store.stats store);
-              Loop.run loop;
+              if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
               R.close node;
               Store.close store;
               0))

@@ -124,7 +124,7 @@ let fs_server s fs =
             (Fmt.str "no file server: give --fs, set CONSORT_FS, or link one at /sys/fs (%s)"
                (Cap_common.path_error e)))
 
-let default_masks = Dir_cmd.default_masks
+let default_masks = Consort_capdir.Dir.default_masks Consort_capdir.Dir.File
 
 (* [put s ~fs ~force local path]: the file [local] ([-]: standard input) stored on the file server
    and linked at [path]. Without [force] the name must be free, and the link is installed only if

@@ -89,7 +89,7 @@ let ls_in c root path =
       | Error e -> failed "ls" e)
 
 let ls locate root path = with_dir locate root (fun c root -> ls_in c root path)
-let default_masks = [ Rights.all; Rights.of_int_exn 0x06; Rights.of_int_exn 0x04 ]
+let default_masks = Dir.default_masks Dir.Directory
 
 let mkdir_in c root path masks =
   match Option.fold ~none:(Ok default_masks) ~some:parse_masks masks with
@@ -144,11 +144,19 @@ let lookup locate root path =
           | Error e -> failed "lookup" e))
 
 let link locate root path cap masks =
-  match (Cap.of_string cap, Option.fold ~none:(Ok default_masks) ~some:parse_masks masks) with
+  match
+    ( Cap.of_string cap,
+      Option.fold ~none:(Ok None) ~some:(fun m -> Result.map Option.some (parse_masks m)) masks )
+  with
   | Error e, _ -> refused "link: bad capability: %a" Cap.pp_decode_error e
   | _, Error e -> refused "link: --masks: %s" e
   | Ok target, Ok masks ->
       with_dir locate root (fun c root ->
+          let masks =
+            match masks with
+            | Some m -> m
+            | None -> Dir.default_masks (Dir.kind_of ~port:root.Cap.port target)
+          in
           with_parent "link" c root path (fun d name ->
               match
                 Dir_client.call c
@@ -255,7 +263,7 @@ let serve data key_file bind group peers params =
   match Consort.Params.of_string (Option.value params ~default:"") with
   | Error e -> refused "--params: %a" Consort.Params.pp_error e
   | Ok params -> (
-      match if not (Sys.file_exists data) then Unix.mkdir data 0o700 with
+      match Consort_local.Private.mkdir_p data with
       | exception Unix.Unix_error (e, _, _) -> refused "%s: %s" data (Unix.error_message e)
       | () -> (
           match Port.Key.load_or_create key_file with
@@ -293,9 +301,10 @@ let masks_opt =
     & info [ "masks" ] ~docv:"MASK:MASK:..."
         ~doc:
           "The row's rights mask for each column (owner, group, other), separated by colons, each \
-           a list of rights ($(b,all), $(b,read,modify), $(b,0x06), ...). Default \
-           $(b,all:0x06:0x04): for a directory, the group column sees the group and other columns, \
-           the other column the other column.")
+           a list of rights ($(b,all), $(b,read,modify), $(b,0x06), ...). Default, as the table in \
+           src/capdir/README.md: $(b,all:0x06:0x04) for a directory (the group column sees the \
+           group and other columns, the other column the other column), $(b,all:read:read) for a \
+           file, $(b,all:read:none) for a server's capability (object 0, as under /sys).")
 
 let exits = Cap_common.exits
 

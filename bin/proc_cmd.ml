@@ -51,10 +51,19 @@ let program_user user =
             Error (Printf.sprintf "--user %s: only a server running as root can change user" name)
         | Error e -> Error e)
 
+(* The server's directory, made (0700) if missing: what is wrong with it, if anything (a secret
+   in it that another user could read, with how to fix it). *)
+let data_problem data =
+  match Consort_local.Private.mkdir_p data with
+  | exception Unix.Unix_error (e, _, _) -> Some (data ^ ": " ^ Unix.error_message e)
+  | () when not (Sys.is_directory data) -> Some (data ^ ": not a directory")
+  | () -> Consort_local.Private.exposed (Filename.concat data "server.secret")
+
 (* consort cap proc serve *)
 let serve data bind key_file locate max_processes user max_tree max_files no_ns no_cg =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
-  if not (Sys.file_exists data && Sys.is_directory data) then refused "%s: no such directory" data
+  let problem = data_problem data in
+  if problem <> None then refused "%s" (Option.get problem)
   else
     match program_user user with
     | Error m -> refused "%s" m
@@ -84,7 +93,12 @@ let serve data bind key_file locate max_processes user max_tree max_files no_ns 
                     R.close node;
                     refused "%s" m
                 | Ok t ->
-                    let stop _ = Loop.stop loop in
+                    (* A signal before [Loop.run] (which clears a stop) still stops it. *)
+                    let stopping = ref false in
+                    let stop _ =
+                      stopping := true;
+                      Loop.stop loop
+                    in
                     Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
                     Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
                     Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
@@ -93,7 +107,7 @@ let serve data bind key_file locate max_processes user max_tree max_files no_ns 
                       (Udp.address_to_string (R.address node))
                       config.ocamlrun;
                     Fmt.epr "consort: %s@." (Proc_server.confinement t);
-                    Loop.run loop;
+                    if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
                     Proc_server.shutdown t;
                     R.close node;
                     0)))

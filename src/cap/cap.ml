@@ -141,3 +141,4 @@ let equal a b =
 
 let pp ppf c = Fmt.pf ppf "%a/%d(%a)" Port.pp c.port c.obj Rights.pp c.rights
 let pp_text ppf c = Fmt.string ppf (to_string c)
+let digest c = Fmt.str "%a#%s" pp c (String.sub (Crypto.to_hex (Crypto.sha256 [ to_raw c ])) 0 16)

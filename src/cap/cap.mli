@@ -149,3 +149,7 @@ val pp : t Fmt.t
 
 val pp_text : t Fmt.t
 (** [pp_text] prints {!to_string}. *)
+
+val digest : t -> string
+(** [digest c] names [c] in logs without giving it away: port, object and rights as {!pp}, then
+    ["#"] and the first 8 bytes of the SHA-256 of {!to_raw}, in hex. *)

@@ -64,20 +64,27 @@ module Key = struct
           | Error _ -> Error "bad key: not an Ed25519 private key")
 
   let load path =
-    match open_in_bin path with
-    | exception Sys_error e -> Error e
-    | ic ->
-        let r =
-          match really_input_string ic (min 4096 (in_channel_length ic)) with
-          | s -> of_string s
-          | exception (Sys_error e | Failure e) -> Error e
-          | exception End_of_file -> Error (path ^ ": truncated")
-        in
-        close_in_noerr ic;
-        Result.map_error (fun e -> path ^ ": " ^ e) r
+    match Consort_local.Private.exposed path with
+    | Some m -> Error m
+    | None -> (
+        match open_in_bin path with
+        | exception Sys_error e -> Error e
+        | ic ->
+            let r =
+              match really_input_string ic (min 4096 (in_channel_length ic)) with
+              | s -> of_string s
+              | exception (Sys_error e | Failure e) -> Error e
+              | exception End_of_file -> Error (path ^ ": truncated")
+            in
+            close_in_noerr ic;
+            Result.map_error (fun e -> path ^ ": " ^ e) r)
 
+  (* Written whole to a temporary file, then linked in place: a process that finds the key file
+     finds it complete, and of several processes making it at once, one wins and the others load
+     its key. *)
   let save path k =
-    match Unix.openfile path [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL ] 0o600 with
+    let tmp = Printf.sprintf "%s.%d.tmp" path (Unix.getpid ()) in
+    match Consort_local.Private.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] with
     | exception Unix.Unix_error (e, _, _) -> Error (path ^ ": " ^ Unix.error_message e)
     | fd ->
         let s = to_string k ^ "\n" in
@@ -91,11 +98,23 @@ module Key = struct
           | exception Unix.Unix_error (e, _, _) -> Error (path ^ ": " ^ Unix.error_message e)
         in
         Unix.close fd;
+        let r =
+          match r with
+          | Error _ -> r
+          | Ok () -> (
+              match Unix.link tmp path with
+              | () -> Ok ()
+              | exception Unix.Unix_error (e, _, _) -> Error (path ^ ": " ^ Unix.error_message e))
+        in
+        (try Unix.unlink tmp with Unix.Unix_error _ -> ());
         r
 
   let load_or_create ?g path =
     if Sys.file_exists path then load path
     else
       let k = generate ?g () in
-      match save path k with Ok () -> Ok k | Error e -> Error e
+      match save path k with
+      | Ok () -> Ok k
+      | Error _ when Sys.file_exists path -> load path
+      | Error e -> Error e
 end

@@ -59,7 +59,8 @@ module Key : sig
   (** [of_string s] parses {!to_string}'s form (surrounding white space allowed). *)
 
   val load : string -> (t, string) result
-  (** [load path] reads a key file. *)
+  (** [load path] reads a key file; refuses one that another user could read or write (one line
+      saying how to fix it). *)
 
   val save : string -> t -> (unit, string) result
   (** [save path k] writes [k] to a new file readable by its owner only (mode 0600); refuses to

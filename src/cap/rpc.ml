@@ -111,6 +111,7 @@ type stats = {
   refused_busy : int;
   bad_datagrams : int;
   rogue_answers : int;
+  forged_session_errors : int;
   sessions : int;
   buffered : int;
   cache : int;
@@ -283,6 +284,9 @@ module Make (T : Transport.S) = struct
     mutable refused_busy : int;
     mutable bad : int;
     mutable rogue : int;
+    mutable forged : int;
+    mutable bs_left : int; (* signed Badsession answers left in the current window *)
+    mutable bs_window : Time.t; (* when that window started *)
   }
 
   let address n = n.addr
@@ -300,6 +304,7 @@ module Make (T : Transport.S) = struct
       refused_busy = n.refused_busy;
       bad_datagrams = n.bad;
       rogue_answers = n.rogue;
+      forged_session_errors = n.forged;
       sessions = Hashtbl.length n.ssessions;
       buffered = n.buffered;
       cache = Hashtbl.length n.cache;
@@ -1195,11 +1200,45 @@ module Make (T : Transport.S) = struct
   let placed_min = 512
   let placed_head = 64
 
+  (* Signed session errors cost a signature each and are larger than the datagram that asks for
+     one: a stranger sending datagrams of made-up sessions (from a forged address) gets at most
+     [badsession_burst] of them every 100 ms, so neither the CPU it takes nor what it reflects to
+     another host grows with what it sends. A client whose session was lost asks again (every
+     datagram it sends on it does), so one answer of the burst is enough. *)
+  let badsession_burst = 20
+
+  let badsession_allowed n =
+    let t = now n in
+    if Time.diff t n.bs_window >= Time.of_ms 100 || t < n.bs_window then begin
+      n.bs_window <- t;
+      n.bs_left <- badsession_burst
+    end;
+    if n.bs_left > 0 then begin
+      n.bs_left <- n.bs_left - 1;
+      true
+    end
+    else false
+
   (* A sealed message; [sealed] may share the receive buffer: it is not kept. *)
   let on_data n src ~up ~session ~seq sealed =
     if up then
       match Hashtbl.find_opt n.ssessions session with
-      | None -> send_outer n src (Wire.Badsession { session })
+      | None when not (badsession_allowed n) -> ()
+      | None ->
+          (* Signed by each port served here (a node serves one or a few): the client believes
+             only its own session's port. *)
+          Hashtbl.iter
+            (fun port srv ->
+              if not srv.stopped then
+                send_outer n src
+                  (Wire.Badsession
+                     {
+                       port;
+                       session;
+                       public = Port.Key.public srv.skey;
+                       signature = Secure.badsession_signature srv.skey ~session;
+                     }))
+            n.servers
       | Some ss when not (T.equal_address ss.saddr src) -> n.bad <- n.bad + 1
       | Some ss -> (
           (* The bulk of a request: its chunk opened straight into the
@@ -1263,9 +1302,20 @@ module Make (T : Transport.S) = struct
         | Wire.Locate { port; nonce } -> on_locate n src port nonce
         | Wire.Hereis { port; nonce; public; signature } ->
             on_hereis n src port nonce public signature
-        | Wire.Badsession { session } -> (
+        | Wire.Badsession { port; session; public; signature } -> (
             match Hashtbl.find_opt n.cby_id session with
-            | Some cs when T.equal_address cs.caddr src -> lose_session n cs "the server restarted"
+            | Some cs when T.equal_address cs.caddr src ->
+                if
+                  Port.equal port cs.cport
+                  && Secure.badsession_verify port ~session ~public ~signature
+                then lose_session n cs "the server restarted"
+                else begin
+                  (* Forged: whoever sent it does not hold the port's key. *)
+                  n.forged <- n.forged + 1;
+                  Log.debug (fun m ->
+                      m "forged session error for %a from %a dropped" Port.pp cs.cport T.pp_address
+                        src)
+                end
             | _ -> n.bad <- n.bad + 1)
         | Wire.Data { up; session; seq; sealed } ->
             on_data n src ~up ~session ~seq (Cstruct.of_string sealed))
@@ -1335,6 +1385,9 @@ module Make (T : Transport.S) = struct
           refused_busy = 0;
           bad = 0;
           rogue = 0;
+          forged = 0;
+          bs_left = 0;
+          bs_window = Time.zero;
         }
       in
       let handler _c =

@@ -87,6 +87,9 @@ type stats = {
   refused_busy : int;  (** requests refused for lack of room *)
   bad_datagrams : int;  (** undecodable, unauthenticated or unexpected datagrams dropped *)
   rogue_answers : int;  (** locate answers and handshakes that failed verification *)
+  forged_session_errors : int;
+      (** session errors ([Badsession]) for a session of this node, from its server's address, not
+          signed with the session's port key: dropped, the session goes on *)
   sessions : int;  (** server sessions open now *)
   buffered : int;  (** bytes held now (see [max_buffered]) *)
   cache : int;  (** locate cache entries now *)

@@ -88,5 +88,14 @@ let open_ k ~session ~seq sealed =
 let locate_msg port nonce = String.concat "" [ "consort-locate-v1"; Port.to_raw port; nonce ]
 let locate_signature key ~nonce = Port.Key.sign key (locate_msg (Port.Key.port key) nonce)
 
+let badsession_msg port session =
+  String.concat "" [ "consort-badsession-v1"; Port.to_raw port; session ]
+
+let badsession_signature key ~session =
+  Port.Key.sign key (badsession_msg (Port.Key.port key) session)
+
+let badsession_verify port ~session ~public ~signature =
+  Port.verify port ~public ~signature (badsession_msg port session)
+
 let locate_verify port ~nonce ~public ~signature =
   Port.verify port ~public ~signature (locate_msg port nonce)

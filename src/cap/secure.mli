@@ -55,6 +55,14 @@ val locate_signature : Port.Key.t -> nonce:string -> string
 
 val locate_verify : Port.t -> nonce:string -> public:string -> signature:string -> bool
 
+val badsession_signature : Port.Key.t -> session:string -> string
+(** The signature of a [Badsession] answer for the key's port and [session]: a server that lost a
+    session (a restart) still holds its port's key, and nobody else does. *)
+
+val badsession_verify : Port.t -> session:string -> public:string -> signature:string -> bool
+(** [badsession_verify port ~session ~public ~signature]: [public] is [port]'s key and [signature]
+    its signature of [port] and [session]. *)
+
 val seal_cs : keys -> session:string -> seq:int64 -> Cstruct.t -> Cstruct.t
 (** {!seal} on buffers. *)
 

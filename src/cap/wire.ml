@@ -11,7 +11,7 @@ type outer =
     }
   | Nothere of { port : Port.t; nonce : string }
   | Data of { up : bool; session : string; seq : int64; sealed : string }
-  | Badsession of { session : string }
+  | Badsession of { port : Port.t; session : string; public : string; signature : string }
   | Locate of { port : Port.t; nonce : string }
   | Hereis of { port : Port.t; nonce : string; public : string; signature : string }
 
@@ -58,9 +58,13 @@ let outer_union =
         (function
           | Data { up = false; session; seq; sealed } -> Some (session, seq, sealed) | _ -> None)
         (fun (session, seq, sealed) -> Data { up = false; session; seq; sealed });
-      case 5 "badsession" (b 8)
-        (function Badsession { session } -> Some session | _ -> None)
-        (fun session -> Badsession { session });
+      case 5 "badsession"
+        (tup4 Port.codec (b 8) (b 32) (b 64))
+        (function
+          | Badsession { port; session; public; signature } ->
+              Some (port, session, public, signature)
+          | _ -> None)
+        (fun (port, session, public, signature) -> Badsession { port; session; public; signature });
       case 6 "locate"
         (pair Port.codec (b 16))
         (function Locate { port; nonce } -> Some (port, nonce) | _ -> None)
@@ -169,7 +173,7 @@ let pp_outer ppf = function
       Fmt.pf ppf "data-%s session=%s seq=%Ld %dB"
         (if up then "up" else "down")
         (hex session) seq (String.length sealed)
-  | Badsession { session } -> Fmt.pf ppf "badsession %s" (hex session)
+  | Badsession { port; session; _ } -> Fmt.pf ppf "badsession %a %s" Port.pp port (hex session)
   | Locate { port; _ } -> Fmt.pf ppf "locate %a" Port.pp port
   | Hereis { port; _ } -> Fmt.pf ppf "hereis %a" Port.pp port
 

@@ -1,9 +1,9 @@
 (** The RPC protocol's datagrams, as typed values with total codecs.
 
     Every datagram starts with a version byte (1) and a kind. Only handshakes, locates and session
-    errors travel in clear, and they hold nothing secret (ports are public); everything about a
-    transaction (headers with their capabilities, data) is an [inner] message sealed in a [Data]
-    datagram by the session's AEAD ({!Secure}). *)
+    errors travel in clear, and they hold nothing secret (ports are public); the answers among them
+    are signed with the port's key; everything about a transaction (headers with their capabilities,
+    data) is an [inner] message sealed in a [Data] datagram by the session's AEAD ({!Secure}). *)
 
 type outer =
   | Hello of { port : Port.t; eph : string; nonce : string }
@@ -23,8 +23,11 @@ type outer =
   | Data of { up : bool; session : string; seq : int64; sealed : string }
       (** an [inner] message sealed under the session's key for this direction, with sequence number
           [seq]; [up] is client → server *)
-  | Badsession of { session : string }
-      (** server → client: no such session here (the server restarted) *)
+  | Badsession of { port : Port.t; session : string; public : string; signature : string }
+      (** server → client: no such session here (the server restarted or forgot it); signed with the
+          key of [port] (its Ed25519 public key, then its signature of the port and the session), so
+          that only the port's server can end a session: a client believes it only for a session it
+          opened with [port] *)
   | Locate of { port : Port.t; nonce : string }  (** client → anyone: who serves [port]? *)
   | Hereis of { port : Port.t; nonce : string; public : string; signature : string }
       (** server → client: I do; signed over the port and the nonce *)

@@ -22,6 +22,7 @@ type svc = {
   mutable pid : int option;
   mutable cap : Cap.t option;
   mutable cap_text : string option;
+  mutable named : (string * Cap.t) list; (* lines [NAME CAP] before [server CAP] *)
   mutable restarts : int;
   mutable failures : int;
   mutable poll_fails : int;
@@ -64,10 +65,10 @@ let log_fd t s =
   | None -> Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0
   | Some d -> (
       try
-        Unix.openfile
+        (* 0600: a service's log is its own business. *)
+        Consort_local.Private.openfile
           (Filename.concat d (s.d.name ^ ".log"))
-          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
-          0o644
+          [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND ]
       with Unix.Unix_error _ -> Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0)
 
 let after t s d f = s.timers <- Loop.after t.loop d f :: s.timers
@@ -141,6 +142,7 @@ and launch t s =
           List.iter close_quiet [ w; null ];
           s.pid <- Some pid;
           s.cap <- None;
+          s.named <- [];
           s.killed <- None;
           s.poll_fails <- 0;
           s.started_at <- now t;
@@ -158,14 +160,18 @@ and launch t s =
                 if s.d.capability && s.cap = None then begin
                   Buffer.add_subbytes s.line buf 0 n;
                   (* Lines naming other capabilities ([root CAP]) may come before [server CAP]:
-                     they go to the log, at most 4 of them. *)
+                     at most 4 of them, kept for [capabilities]; the log gets a digest of each,
+                     never the capability. *)
                   let rec named k =
                     let l = Buffer.contents s.line in
                     match String.index_opt l '\n' with
                     | Some i when k < 4 -> (
                         match String.split_on_char ' ' (String.trim (String.sub l 0 i)) with
                         | [ w; c ] when w <> "server" && Result.is_ok (Cap.of_string c) ->
-                            ignore (Unix.write_substring err l 0 (i + 1));
+                            let cap = Result.get_ok (Cap.of_string c) in
+                            s.named <- s.named @ [ (w, cap) ];
+                            let line = Printf.sprintf "%s %s\n" w (Cap.digest cap) in
+                            ignore (Unix.write_substring err line 0 (String.length line));
                             Buffer.clear s.line;
                             Buffer.add_string s.line
                               (String.sub l (i + 1) (String.length l - i - 1));
@@ -294,6 +300,7 @@ let create ?log_dir ?(on_change = fun _ _ _ -> ()) loop node decls =
           pid = None;
           cap = None;
           cap_text = None;
+          named = [];
           restarts = 0;
           failures = 0;
           poll_fails = 0;
@@ -345,6 +352,13 @@ let status t =
              (if s.why = "" then ""
               else " (" ^ String.map (function '\n' -> ' ' | c -> c) s.why ^ ")"))
          t.svcs)
+
+let capabilities t =
+  List.concat_map
+    (fun s ->
+      (s.d.name, state_name s.state, (if s.d.capability then "server" else "none"), s.cap)
+      :: List.map (fun (w, c) -> (s.d.name, state_name s.state, w, Some c)) s.named)
+    t.svcs
 
 let stop t =
   t.stopping <- true;

@@ -39,6 +39,13 @@ val status : t -> string
 
 val states : t -> (string * state) list
 
+val capabilities : t -> (string * string * string * Consort_cap.Cap.t option) list
+(** [capabilities t]: for each service in order, its name, state, ["server"] and the capability it
+    printed on its [server CAP] line ([None] while it has none; ["none"] and [None] for a service
+    declared [capability none]), then one row for each other capability it printed before that line
+    ([root CAP]: ["root"]). The service logs hold a digest of these, never the capabilities
+    ({!Consort_cap.Cap.digest}). *)
+
 val capability : t -> string -> Consort_cap.Cap.t option
 (** The capability the service printed ([server CAP]) in its current run. *)
 

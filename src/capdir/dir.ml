@@ -42,6 +42,16 @@ let default_limits ~port ~server_secret ~root_secret =
 let root_obj = 1
 let default_columns = [ "owner"; "group"; "other" ]
 
+type kind = Directory | File | Server
+
+let kind_of ~port (c : Cap.t) =
+  if c.Cap.obj = 0 then Server else if Port.equal c.Cap.port port then Directory else File
+
+let default_masks = function
+  | Directory -> [ Rights.all; Rights.of_int_exn 0x06; Rights.of_int_exn 0x04 ]
+  | File -> [ Rights.all; Rights.read; Rights.read ]
+  | Server -> [ Rights.all; Rights.read; Rights.none ]
+
 type row_spec = { name : string; masks : Rights.t list; caps : Cap.t list }
 
 type op =

@@ -40,6 +40,23 @@ val delete : Rights.t
 val root_obj : int
 val default_columns : string list
 
+(** What a row links, for its default masks. *)
+type kind =
+  | Directory  (** a directory of this server *)
+  | File  (** an object of another server: a file *)
+  | Server  (** a server's own capability (object 0), as linked under [/sys] *)
+
+val kind_of : port:Port.t -> Cap.t -> kind
+(** [kind_of ~port c]: [Server] if [c] names object 0, else [Directory] if [c] is on [port] (the
+    directory server's), else [File]. *)
+
+val default_masks : kind -> Rights.t list
+(** The column masks (owner, group, other) a row gets unless told otherwise (the table in
+    [src/capdir/README.md]): a directory [all : 0x06 : 0x04] (the group column sees the group and
+    other columns, the other column the other column); a file [all : read : read]; a server
+    [all : read : none] (never [create]: to hold the group view of a directory is not to store files
+    or run programs on its servers). *)
+
 type limits = {
   port : Port.t;  (** the server's port *)
   server_secret : Cap.Secret.t;  (** of the server object, 0 *)

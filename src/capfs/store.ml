@@ -236,9 +236,8 @@ let write_new t ~safe ~kind path b len =
   let tmp = tmp_name t kind in
   let r =
     catch (fun () ->
-        let fd =
-          Unix.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL; Unix.O_CLOEXEC ] 0o644
-        in
+        (* 0600 whatever the umask: records and the server file hold secrets. *)
+        let fd = Consort_local.Private.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_EXCL ] in
         Fun.protect
           ~finally:(fun () -> Unix.close fd)
           (fun () ->
@@ -469,13 +468,31 @@ let urandom n =
   let ic = open_in_bin "/dev/urandom" in
   Fun.protect ~finally:(fun () -> close_in_noerr ic) (fun () -> really_input_string ic n)
 
+exception Exposed of string
+
 let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock dir =
-  let mkdir d = try Unix.mkdir d 0o755 with Unix.Unix_error (Unix.EEXIST, _, _) -> () in
+  let mkdir = Consort_local.Private.mkdir in
+  (* The secrets (the server file, the records and the directory holding them) are open to their
+     owner alone: the store does not start on one that another user could read. *)
+  let exposed () =
+    let meta = dir / "meta" in
+    (* Records are named by their object number; anything else there is set aside by recovery. *)
+    let records =
+      List.filter_map
+        (fun n -> if int_of_string_opt n <> None then Some (meta / n) else None)
+        (Array.to_list (Sys.readdir meta))
+    in
+    match Consort_local.Private.check ((dir / "server") :: meta :: records) with
+    | Some m -> raise (Exposed m)
+    | None -> ()
+  in
   match
-    mkdir dir;
+    Consort_local.Private.mkdir_p dir;
     List.iter (fun s -> mkdir (dir / s)) [ "blobs"; "meta"; "tmp"; "corrupt" ];
-    Unix.openfile (dir / "lock") [ Unix.O_RDWR; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644
+    exposed ();
+    Consort_local.Private.openfile (dir / "lock") [ Unix.O_RDWR; Unix.O_CREAT ]
   with
+  | exception (Exposed m | Sys_error m) -> Error (`Io m)
   | exception Unix.Unix_error (e, fn, arg) ->
       Error (`Io (Printf.sprintf "%s %s: %s" fn arg (Unix.error_message e)))
   | lock -> (

@@ -87,7 +87,9 @@ val open_ :
   (t * finding list, [ `Io of string | `Locked ]) result
 (** [open_ ~clock dir] opens (creating it if needed) and recovers the store in [dir]. [random n]
     gives [n] random bytes for secrets (default: [/dev/urandom]); [clock] gives the time for aging.
-    [`Locked] if another process has the store open. *)
+    [`Locked] if another process has the store open. The directories it makes are 0700, the files it
+    writes 0600, whatever the umask; it refuses ([`Io], one line saying how to fix it) a server
+    file, [meta/] directory or record that another user could read or write. *)
 
 val close : t -> unit
 (** [close t] releases the lock and open files. Uncommitted files are lost. *)

@@ -154,6 +154,13 @@ let table =
           "consort cap boot serve --decl /etc/consort/boot.decl --data /var/lib/consort/boot \
            --bind 127.0.0.1:7690" );
       ] );
+    ( "cap boot status",
+      [
+        ( "Each service of this host, its state and its capabilities, once all are up:",
+          "consort cap boot status --data /var/lib/consort/boot --wait 30" );
+        ( "The directory's root capability:",
+          "consort cap boot status --data /var/lib/consort/boot --only dir1/root" );
+      ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
     ( "cap exec",
       [

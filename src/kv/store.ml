@@ -258,9 +258,9 @@ module Make (M : Rsm.MACHINE) = struct
    directory synced. *)
   let replace t f contents =
     let tmp = path t (f ^ ".tmp") in
-    let fd =
-      Unix.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
-    in
+    (* 0600 whatever the umask: a replica's state may hold secrets (the directory's
+       capabilities). *)
+    let fd = Consort_local.Private.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] in
     Fun.protect
       ~finally:(fun () -> Unix.close fd)
       (fun () ->
@@ -383,13 +383,18 @@ module Make (M : Rsm.MACHINE) = struct
     let p f = Filename.concat dir f in
     let* () =
       try
-        if not (Sys.file_exists dir) then Unix.mkdir dir 0o755;
-        if Sys.is_directory dir then Ok () else Error (dir ^ ": not a directory")
+        Consort_local.Private.mkdir dir;
+        if not (Sys.is_directory dir) then Error (dir ^ ": not a directory")
+        else
+          (* Refused when another user could read the log or the snapshot. *)
+          match Consort_local.Private.check [ p "wal"; p "snapshot" ] with
+          | Some m -> Error m
+          | None -> Ok ()
       with Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: %s" dir (Unix.error_message e))
     in
     let* lock =
       try
-        let fd = Unix.openfile (p "lock") [ Unix.O_RDWR; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
+        let fd = Consort_local.Private.openfile (p "lock") [ Unix.O_RDWR; Unix.O_CREAT ] in
         try
           Unix.lockf fd Unix.F_TLOCK 0;
           Ok fd

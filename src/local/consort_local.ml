@@ -44,3 +44,59 @@ let free_port () =
     (fun () ->
       Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
       match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | Unix.ADDR_UNIX _ -> 0)
+
+module Private = struct
+  let dir_mode = 0o700
+  let file_mode = 0o600
+
+  let mkdir path =
+    match Unix.mkdir path dir_mode with
+    | () -> Unix.chmod path dir_mode
+    | exception Unix.Unix_error (Unix.EEXIST, _, _) -> ()
+
+  let rec mkdir_p path =
+    if not (Sys.file_exists path) then begin
+      let parent = Filename.dirname path in
+      if parent <> path then mkdir_p parent;
+      mkdir path
+    end
+
+  let openfile path flags =
+    let fd = Unix.openfile path (Unix.O_CLOEXEC :: flags) file_mode in
+    (match Unix.fchmod fd file_mode with
+    | () -> ()
+    | exception e ->
+        Unix.close fd;
+        raise e);
+    fd
+
+  let write_file path s =
+    let fd = openfile path [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] in
+    Fun.protect
+      ~finally:(fun () -> Unix.close fd)
+      (fun () ->
+        let b = Bytes.unsafe_of_string s in
+        let rec go off =
+          if off < Bytes.length b then go (off + Unix.write fd b off (Bytes.length b - off))
+        in
+        go 0)
+
+  let exposed path =
+    match Unix.stat path with
+    | exception Unix.Unix_error (Unix.ENOENT, _, _) -> None
+    | exception Unix.Unix_error (e, _, _) ->
+        Some (Printf.sprintf "%s: %s" path (Unix.error_message e))
+    | st ->
+        let perm = st.Unix.st_perm land 0o777 in
+        if perm land 0o077 = 0 then None
+        else
+          let dir = st.Unix.st_kind = Unix.S_DIR in
+          Some
+            (Printf.sprintf
+               "%s holds secrets but is open to other users (mode %04o): chmod %s %s, or remove it"
+               path perm
+               (if dir then "700" else "600")
+               (Filename.quote path))
+
+  let check paths = List.find_map exposed paths
+end

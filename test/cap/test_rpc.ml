@@ -858,3 +858,179 @@ let follows_moves () =
   Alcotest.(check int) "one cache entry at the end" 1 (R.stats client).Rpc.cache
 
 let tests = tests @ [ Alcotest.test_case "one client follows a moving port" `Quick follows_moves ]
+
+(* Session errors that someone who sees the traffic forges. The session id travels in clear in
+   every Data datagram; an eavesdropper reads it and sends Badsession for it, from the server's
+   address (spoofed), every 10 ms while calls are under way: puts (large requests) and gets (large
+   replies) on a server that works 300 ms on each. None may be cut short, none reported unknown,
+   and every forgery is dropped and counted. [Spy] is the simulator with a way to deliver a
+   datagram from any source, as an attacker on the path can. *)
+module Spy = struct
+  include Sim
+
+  let handlers : (string, handler) Hashtbl.t = Hashtbl.create 4
+
+  let open_ t addr f =
+    Sim.open_ t addr (fun c ->
+        let h = f c in
+        Hashtbl.replace handlers addr h;
+        h)
+
+  let deliver ~dst ~src s = (Hashtbl.find handlers dst).recv ~src (Pool.of_string Pool.default s)
+end
+
+module RS = Rpc.Make (Spy)
+
+(* What an attacker can send without the port's key: the port's public key with a signature made
+   by another key, a session error properly signed by another port's key (claiming its own port,
+   or the session's), and a genuine signature for another session replayed. *)
+let forged_badsession_datagrams ~key ~session =
+  let g = Crypto.deterministic "forger" in
+  let other = Port.Key.generate ~g () in
+  let port = Port.Key.port key in
+  let enc o = Codec.encode_string Wire.outer o in
+  let public = Port.Key.public key in
+  [
+    enc
+      (Wire.Badsession
+         { port; session; public; signature = Secure.badsession_signature other ~session });
+    enc
+      (Wire.Badsession
+         {
+           port = Port.Key.port other;
+           session;
+           public = Port.Key.public other;
+           signature = Secure.badsession_signature other ~session;
+         });
+    enc
+      (Wire.Badsession
+         {
+           port;
+           session;
+           public = Port.Key.public other;
+           signature = Secure.badsession_signature other ~session;
+         });
+    enc
+      (Wire.Badsession
+         { port; session; public; signature = Secure.badsession_signature key ~session:"another!" });
+  ]
+
+let forged_badsession () =
+  let net = Sim.create ~seed:3 () in
+  let g = Crypto.deterministic "forged" in
+  let key = Port.Key.generate ~g () in
+  let server = ok (RS.create ~config:cfg ~g net "s") in
+  let srv = RS.serve server key in
+  let executed = Hashtbl.create 8 in
+  RS.listen srv (fun r ->
+      let d = RS.data r in
+      Hashtbl.replace executed d (1 + Option.value ~default:0 (Hashtbl.find_opt executed d));
+      let reply = if String.length d < 100 then payload 200_000 (String.length d) else "stored" in
+      ignore
+        (Sim.at net
+           (Time.add (Sim.now net) (Time.of_ms 300))
+           (fun () -> RS.putrep r (Header.reply `Ok) reply)));
+  let client = ok (RS.create ~config:cfg ~g ~locate:[ "s" ] net "c") in
+  let sessions = ref [] in
+  ignore
+    (Sim.control (RS.connection server)
+       (Sim.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               (match Codec.decode_string Wire.outer (Cstruct.to_string cs) with
+               | Ok (Wire.Data { session; _ }) when not (List.mem session !sessions) ->
+                   sessions := session :: !sessions
+               | _ -> ());
+               false))));
+  let forged = ref 0 in
+  let forge () =
+    List.iter
+      (fun session ->
+        List.iter
+          (fun d ->
+            incr forged;
+            Spy.deliver ~dst:"c" ~src:"s" d)
+          (forged_badsession_datagrams ~key ~session))
+      !sessions
+  in
+  let c = Cap.owner (Port.Key.port key) ~obj:1 secret in
+  for i = 1 to 8 do
+    (* Odd: a put of 150 KB; even: a get of 200 KB. *)
+    let d = if i mod 2 = 1 then payload 150_000 i else Printf.sprintf "get %d" i in
+    let res = ref None in
+    RS.trans client (Header.request c 1) d (fun r -> res := Some r);
+    let until = Time.add (Sim.now net) (Time.of_sec 20.) in
+    while !res = None && Sim.now net < until do
+      Sim.run ~until:(Time.add (Sim.now net) (Time.of_ms 10)) net;
+      forge ()
+    done;
+    Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 1.)) net;
+    (match !res with
+    | Some (Ok (_, r)) ->
+        let want = if i mod 2 = 1 then "stored" else payload 200_000 (String.length d) in
+        if r <> want then Alcotest.failf "call %d: wrong reply (%d bytes)" i (String.length r)
+    | Some (Error e) -> Alcotest.failf "call %d cut short by forged Badsession: %a" i Rpc_error.pp e
+    | None -> Alcotest.failf "call %d: no outcome" i);
+    Alcotest.(check int) (Printf.sprintf "call %d carried out once" i) 1 (Hashtbl.find executed d)
+  done;
+  Alcotest.(check bool) "forgeries sent" true (!forged > 100);
+  Alcotest.(check int) "every forgery counted" !forged (RS.stats client).Rpc.forged_session_errors;
+  (* A genuine one still ends the session: the server restarts mid-call. *)
+  let res = ref None in
+  RS.trans client (Header.request c 1) "get 99" (fun r -> res := Some r);
+  Sim.run ~until:(Time.add (Sim.now net) (Time.of_ms 100)) net;
+  Sim.crash net "s";
+  let server = ok (RS.create ~config:cfg ~g net "s") in
+  ignore (RS.serve server key);
+  Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 1.)) net;
+  match !res with
+  | Some (Error e) when Rpc_error.outcome e = `Unknown -> ()
+  | Some (Error e) -> Alcotest.failf "after a restart: %a" Rpc_error.pp e
+  | Some (Ok _) -> Alcotest.fail "after a restart: a reply"
+  | None -> Alcotest.fail "a genuine session error was not believed within 1 s"
+
+let tests =
+  tests @ [ Alcotest.test_case "forged Badsession aborts nothing" `Quick forged_badsession ]
+
+(* Signed session errors are bounded: a stranger sending datagrams of made-up sessions, 50 every
+   10 ms for 1 s, gets at most 20 Badsession answers every 100 ms (each costs the server a
+   signature, and is larger than what asked for it), and some. *)
+let badsession_bounded () =
+  let b = bed () in
+  expect_ok b "warm";
+  let answers = ref 0 in
+  let attacker = ref None in
+  ignore
+    (Sim.open_ b.net "x" (fun c ->
+         attacker := Some c;
+         {
+           Sim.recv =
+             (fun ~src:_ iov ->
+               (match Codec.decode_string Wire.outer (Iovec.to_string iov) with
+               | Ok (Wire.Badsession _) -> incr answers
+               | _ -> ());
+               Iovec.release iov);
+           closed = ignore;
+         }));
+  let c = Option.get !attacker in
+  let rs = Random.State.make [| 5 |] in
+  let start = Sim.now b.net in
+  for _ = 1 to 100 do
+    for _ = 1 to 50 do
+      let session = String.init 8 (fun _ -> Char.chr (Random.State.int rs 256)) in
+      let d =
+        Codec.encode_string Wire.outer
+          (Wire.Data { up = true; session; seq = 1L; sealed = String.make 40 'x' })
+      in
+      let m = Msg.of_string Pool.default d in
+      ignore (Sim.send c ~dst:"s" m);
+      Msg.release m
+    done;
+    Sim.run ~until:(Time.add (Sim.now b.net) (Time.of_ms 10)) b.net
+  done;
+  Sim.run ~until:(Time.add start (Time.of_sec 2.)) b.net;
+  if !answers = 0 || !answers > 20 * 11 then
+    Alcotest.failf "%d Badsession answers to 5000 datagrams in 1 s" !answers;
+  expect_ok b "still works"
+
+let tests = tests @ [ Alcotest.test_case "session errors bounded" `Quick badsession_bounded ]

@@ -182,6 +182,60 @@ let test_group_column () =
   | Error (`Lookup ("home/nothing", Dir.Not_found _)) -> ()
   | _ -> Alcotest.fail "a missing component is named"
 
+(* The default masks, as src/capdir/README.md's table says, through paths from the root's three
+   views: a directory made with them, a file linked in it, and a file server and a process server
+   linked under /sys. *)
+let test_default_masks () =
+  let t = fresh () in
+  let masks k = Dir.default_masks k in
+  let sys = mkdir t (Dir.root t) ~link:("sys", masks Dir.Directory) in
+  let home = mkdir t (Dir.root t) ~link:("home", masks Dir.Directory) in
+  let file = Cap.owner fport ~obj:7 fsecret in
+  let fs = Cap.owner fport ~obj:0 fsecret in
+  Alcotest.(check bool)
+    "kinds" true
+    (Dir.kind_of ~port file = Dir.File
+    && Dir.kind_of ~port fs = Dir.Server
+    && Dir.kind_of ~port home = Dir.Directory);
+  ignore (done_ (install t home [ row ~masks:(masks (Dir.kind_of ~port file)) "notes" [ file ] ]));
+  ignore
+    (done_
+       (install t sys
+          [
+            row ~masks:(masks (Dir.kind_of ~port fs)) "fs" [ fs ];
+            row ~masks:(masks Dir.Server) "proc1" [ Cap.owner fport ~obj:0 fsecret ];
+          ]));
+  let rights view path =
+    match Path.resolve ~lookup:(lookup t) view path with
+    | Ok c -> c.Cap.rights
+    | Error e -> Alcotest.failf "%s: %a" path (Path.pp_error Dir.pp_error) e
+  in
+  let root = Dir.root t in
+  let view i = Result.get_ok (Cap.restrict root (Dir.col i)) in
+  let has what r = Rights.subset what r in
+  List.iteri
+    (fun i name ->
+      let v = if i = 0 then root else view i in
+      Alcotest.(check bool)
+        (name ^ " reads a file put by path")
+        true
+        (has Rights.read (rights v "/home/notes"));
+      List.iter
+        (fun p ->
+          Alcotest.(check bool)
+            (name ^ " may create on " ^ p)
+            (i = 0)
+            (has Rights.create (rights v p)))
+        [ "/sys/fs"; "/sys/proc1" ])
+    [ "owner"; "group"; "other" ];
+  Alcotest.(check bool)
+    "the owner has everything on a file" true
+    (Rights.equal Rights.all (rights root "/home/notes"));
+  Alcotest.(check bool) "the group reads /sys/fs" true (has Rights.read (rights (view 1) "/sys/fs"));
+  Alcotest.(check bool)
+    "other has nothing on /sys/fs" true
+    (Rights.equal Rights.none (rights (view 2) "/sys/fs"))
+
 (* {1 Modify, delete, forgeries} *)
 
 let test_rights () =
@@ -401,6 +455,7 @@ let () =
             (QCheck.make ~print:print_case case_gen)
             prop_columns;
           Alcotest.test_case "group column and paths" `Quick test_group_column;
+          Alcotest.test_case "default masks, as documented" `Quick test_default_masks;
           Alcotest.test_case "modify, delete, forgeries" `Quick test_rights;
         ] );
       ("rows", [ Alcotest.test_case "atomic install, sequence numbers" `Quick test_install ]);

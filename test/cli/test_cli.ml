@@ -170,6 +170,10 @@ let cases : (string list * string list * (string list * int) list) list =
     ( [ "cap"; "boot"; "serve" ],
       [ "--decl"; missing; "--data"; tmp ],
       [ ([ "--decl"; missing; "--data"; tmp ], 2); ([ "--decl"; existing; "--data"; tmp ], 2) ] );
+    ( [ "cap"; "boot"; "status" ],
+      [ "--data"; missing ],
+      [ ([ "--data"; missing ], 2); ([ "not-a-cap" ], 2); ([], 2); ([ "--data"; tmp; bad_cap ], 2) ]
+    );
     ([ "cap"; "destroy" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ( [ "cap"; "chmod" ],
       [ "/a"; "all" ],
@@ -235,7 +239,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ( [ "cap"; "proc"; "serve" ],
       [ "--data"; missing ],
       [
-        ([ "--data"; missing ], 2);
+        ([ "--data"; "/proc/1/consort" ], 2);
         ([ "--data"; tmp; "--key"; missing ], 2);
         ([ "--data"; tmp; "--user"; "root" ], 2);
         ([ "--data"; tmp; "--user"; "0:0" ], 2);
