@@ -357,20 +357,20 @@ let flip_bit rng s =
     Bytes.set b i (Char.chr (Char.code (Bytes.get b i) lxor (1 lsl Rng.int rng 8)));
     Bytes.to_string b
 
-(* Another stack every member can build: the view's with one tunable
-   changed. *)
-let other_stack w =
+(* The members' stack ([f] the tunables), and another every member can
+   build: the same with one tunable changed. *)
+let stack_of w f =
   match
     Properties.of_string
       (String.map (function '+' -> ',' | c -> c) (Params.string (V.params w) "sim.props"))
   with
   | Ok p -> (
       match Properties.layers p with
-      | Ok layers ->
-          let params = Params.set Consort_group.Mnak.Param.window (Params.Int 77) (V.params w) in
-          Stack_id.to_string (Stack_id.of_layers ~params layers)
+      | Ok layers -> Stack_id.to_string (Stack_id.of_layers ~params:(f (V.params w)) layers)
       | Error _ -> "")
   | Error _ -> ""
+
+let other_stack w = stack_of w (Params.set Consort_group.Mnak.Param.window (Params.Int 77))
 
 let rec forge_side rng w kind ~(view : Consort_group.Group.view_info) ~stack ~addr_of =
   let group = "sim" in
@@ -398,7 +398,7 @@ let rec forge_side rng w kind ~(view : Consort_group.Group.view_info) ~stack ~ad
       Side.Gossip
         {
           group;
-          vid = view.vid;
+          vid = (if Rng.bool rng then flip_bit rng view.vid else view.vid);
           ltime = view.ltime;
           coord = { c with eid = lesser rng c.eid };
           size = n;
@@ -540,7 +540,10 @@ let side_scenario ?trace ?params seed =
         | Some g ->
             let view = G.view g in
             let k = Rng.int rng (Array.length side_kinds) in
-            let m = forge_side rng w side_kinds.(k) ~view ~stack:(G.stack_id g) ~addr_of in
+            let stack = stack_of w Fun.id in
+            if Stack_id.(Result.map digest (of_string stack)) <> Ok (G.stack_id g) then
+              V.problem w "the forger does not know the members' stack";
+            let m = forge_side rng w side_kinds.(k) ~view ~stack ~addr_of in
             let bytes = Codec.encode_string Side.codec m in
             let bytes = if side_kinds.(k) = Bit_flipped then flip_bit rng bytes else bytes in
             incr sent;
