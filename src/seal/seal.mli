@@ -44,6 +44,14 @@
     off). It remembers at most 4096 senders (the least recently heard are forgotten first), so a
     flood of forged sender ids costs one key derivation each and no memory.
 
+    A receiver's replay window is its own, so the seal alone would let a datagram captured on its
+    way to one member be replayed to another that has not seen its counter. What is sealed names the
+    destination wherever it matters: Bottom's send header carries the destination's rank (with its
+    stamp, one endpoint of one view), and the side channel's messages to one member carry its id;
+    both are authenticated here, and the receiver drops what names another member
+    ([bottom.misdirected], [group.side_misdirected]). The header itself (its layout above) names no
+    destination, so casts, which every member receives, cost nothing more.
+
     {2 Per-view keys (property [Rekey])}
 
     The group secret admits: whoever holds it may join. A member that left or was excluded still
