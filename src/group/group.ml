@@ -199,7 +199,7 @@ module Make (T : Transport.S) = struct
     who : string;
     pvid : string;
     since : Time.t;
-    then_ : [ `Merge_into | `Take_in of Side.t ];
+    then_ : [ `Merge_into of Side.member | `Take_in of Side.t ];
   }
 
   type t = {
@@ -1057,6 +1057,15 @@ module Make (T : Transport.S) = struct
      view; at most [max_probes] out, the oldest forgotten first. *)
   let max_probes = 16
 
+  (* Members heard of outside this view, to send discovery messages to:
+     learnt only from what answered a probe, an Install or a merge taken in,
+     and at most [max_known] (a stranger's discovery messages add none). *)
+  let max_known = 1024
+
+  let remember t (m : Side.member) =
+    if Hashtbl.mem t.known m.eid || Hashtbl.length t.known < max_known then
+      Hashtbl.replace t.known m.eid m
+
   let probe t ~at ~who ~pvid then_ =
     let n = now t in
     if
@@ -1154,7 +1163,7 @@ module Make (T : Transport.S) = struct
   let take_in t c v =
     match v with
     | Side.Merge_req { ltime; members; vid = their_vid; _ } ->
-        List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
+        List.iter (remember t) members;
         let from_mine =
           List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
         in
@@ -1204,10 +1213,9 @@ module Make (T : Transport.S) = struct
                  theirs = with_keys (m.pub <> "");
                })
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
-          Hashtbl.replace t.known coord.eid coord;
+          remember t coord;
           other_stack t ~peer:coord.eid stack
       | Side.Gossip { vid; coord; _ }, Some c -> (
-          Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
           (* Merge requests go to the other view's coordinator itself. *)
           let target = match addr_of t coord.addr with Some a -> a | None -> src in
@@ -1219,7 +1227,7 @@ module Make (T : Transport.S) = struct
               ~their_coord:coord.eid
           with
           | Side.Merge_into | Side.Merge_later ->
-              probe t ~at:target ~who:coord.eid ~pvid:vid `Merge_into
+              probe t ~at:target ~who:coord.eid ~pvid:vid (`Merge_into coord)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
       | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
@@ -1287,7 +1295,8 @@ module Make (T : Transport.S) = struct
           | Some p -> (
               t.probes <- List.filter (fun q -> q != p) t.probes;
               match p.then_ with
-              | `Merge_into ->
+              | `Merge_into coord ->
+                  remember t coord;
                   if not (Array.mem p.who c.view.View.members) then
                     let busy = t.blocked || t.merging <> None || t.absorbing <> None in
                     if is_coordinator t && not busy then start_merge t c p.at p.who

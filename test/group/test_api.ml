@@ -670,6 +670,39 @@ let forged_switch () =
       Alcotest.(check string) "the same stack" stack (G.stack_id m.g))
     ms3
 
+(* Discovery messages from 3000 made-up partitions, each at an address of
+   its own: a probe each at most, and the coordinator learns none of them
+   (it would send its own discovery messages to each, every heal interval,
+   for ever). *)
+let forged_gossip_flood () =
+  let net = Sim.create ~seed:8 () in
+  let ms3 = group net in
+  let x = stranger net in
+  let v = G.view ms3.(0).g in
+  let stack = Consort_group.Stack_id.(to_string (of_layers ~params:Params.empty (layers ()))) in
+  let coord = ms3.(0) in
+  Alcotest.(check string) "m0 coordinates" v.Group.coordinator (G.me coord.g);
+  for i = 1 to 3000 do
+    forge x "m0"
+      (Side.Gossip
+         {
+           group = "api";
+           vid = Printf.sprintf "1:!%d" i;
+           ltime = 1;
+           coord = { Side.eid = Printf.sprintf "!%d" i; addr = Printf.sprintf "y%d" i; pub = "" };
+           size = 1;
+           stack = { Side.epoch = 0; id = stack };
+         })
+  done;
+  Sim.run ~until:(Sim.now net + sec 1.) net;
+  let s0 = (Sim.stats net).Sim.sent in
+  Sim.run ~until:(Sim.now net + sec 3.) net;
+  let sent = (Sim.stats net).Sim.sent - s0 in
+  Printf.printf "%d datagrams in the 3 s after 3000 forged discovery messages\n" sent;
+  (* Three members idle for 3 s: heartbeats and statuses, no more. *)
+  if sent > 600 then Alcotest.failf "%d datagrams in 3 s after the forgeries" sent;
+  Alcotest.(check string) "the same view" v.vid (G.view coord.g).Group.vid
+
 (* Side-channel messages for another member are dropped and counted; a
    probe is answered only by the member it names, about its own view. *)
 let misdirected_side () =
@@ -774,5 +807,6 @@ let () =
           Alcotest.test_case "a forged Install acknowledgement" `Quick forged_install_ack;
           Alcotest.test_case "a forged switch request" `Quick forged_switch;
           Alcotest.test_case "messages for another member, probes" `Quick misdirected_side;
+          Alcotest.test_case "discovery messages of made-up partitions" `Quick forged_gossip_flood;
         ] );
     ]
