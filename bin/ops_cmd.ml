@@ -57,6 +57,7 @@ let members_of j =
 
 (* A daemon's answer: {"daemon":{...},"members":[...]}. *)
 let is_daemon j = match j with `Assoc l -> List.mem_assoc "daemon" l | _ -> false
+let field j k = match j with `Assoc l -> List.assoc_opt k l | _ -> None
 
 let print_member_status j =
   if not (match j with `Assoc l -> List.mem_assoc "view" l | _ -> false) then
@@ -78,10 +79,18 @@ let print_member_status j =
       members;
     Fmt.pr "view change under way: %s; flow control: %s@."
       (if bool j "blocked" then "yes" else "no")
-      (if bool j "flow_blocked" then "paused" else "open")
+      (if bool j "flow_blocked" then "paused" else "open");
+    match field j "seal" with
+    | Some (`Assoc _ as s) ->
+        Fmt.pr "sealed: %s, per-view keys %s, clocks accepted within %gs (seal.freshness)@."
+          (str s "mode")
+          (if bool s "rekey" then "on" else "off")
+          (match field s "freshness_s" with
+          | Some (`Float f) -> f
+          | Some (`Int i) -> float_of_int i
+          | _ -> Float.nan)
+    | _ -> ()
   end
-
-let field j k = match j with `Assoc l -> List.assoc_opt k l | _ -> None
 
 let status path group json =
   ask "status" path (in_group group "status") @@ fun raw j ->

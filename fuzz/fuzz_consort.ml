@@ -150,7 +150,7 @@ let bytes_of_input = function
   | Framed { origin; cast; rest } ->
       let h =
         if cast then G.Bottom.Cast { group = group_stamp; origin }
-        else G.Bottom.Send { group = group_stamp; origin }
+        else G.Bottom.Send { group = group_stamp; origin; dst = 0 }
       in
       Some (Codec.encode_string G.Bottom.codec h ^ rest)
   | Mutated { index; at; value; cut } ->

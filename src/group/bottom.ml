@@ -22,28 +22,33 @@ let stamp view ~stack =
   if stack = "" then View.stamp view else fnv (View.stamp view) ("\000" ^ stack)
 
 module L = struct
-  type header = Cast of { group : int; origin : int } | Send of { group : int; origin : int }
+  (* A send names its destination's rank, which with the stamp (of this
+     group, view and stack) names one endpoint: under a seal that is
+     authenticated, so a send captured on its way to one member and
+     replayed to another is dropped there ([misdirected]). *)
+  type header =
+    | Cast of { group : int; origin : int }
+    | Send of { group : int; origin : int; dst : int }
 
   let magic = 0xC1
   let name = "bottom"
 
   let codec =
     Codec.conv ~name:"bottom"
+      (* The last field: 0 for a cast, 1 + the destination's rank for a
+         send. *)
       (function
         | Cast { group; origin } -> (magic, group, origin, 0)
-        | Send { group; origin } -> (magic, group, origin, 1))
+        | Send { group; origin; dst } -> (magic, group, origin, dst + 1))
       (fun (m, group, origin, kind) ->
         if m <> magic then Error (Printf.sprintf "magic 0x%02x, expected 0x%02x" m magic)
-        else
-          match kind with
-          | 0 -> Ok (Cast { group; origin })
-          | 1 -> Ok (Send { group; origin })
-          | k -> Error (Printf.sprintf "unknown kind %d" k))
-      Codec.(tup4 uint8 uint32 varint uint8)
+        else if kind = 0 then Ok (Cast { group; origin })
+        else Ok (Send { group; origin; dst = kind - 1 }))
+      Codec.(tup4 uint8 uint32 varint varint)
 
   let pp_header ppf = function
     | Cast { group; origin } -> Fmt.pf ppf "cast(group %08x, from %d)" group origin
-    | Send { group; origin } -> Fmt.pf ppf "send(group %08x, from %d)" group origin
+    | Send { group; origin; dst } -> Fmt.pf ppf "send(group %08x, from %d to %d)" group origin dst
 
   let provides = [ Contract.datagram ]
   let requires = [ Contract.net ]
@@ -59,6 +64,7 @@ module L = struct
     mutable from_self : int;
     mutable not_raw : int;
     mutable bad_dst : int;
+    mutable misdirected : int; (* sends naming another rank *)
     froms : Event.src array; (* [Cast_from r] for each rank, made once (the fused path) *)
     sfroms : Event.src array; (* [Send_from r], the same *)
   }
@@ -75,6 +81,7 @@ module L = struct
       from_self = 0;
       not_raw = 0;
       bad_dst = 0;
+      misdirected = 0;
       froms = Array.init (View.nmembers ctx.view) (fun r -> Event.Cast_from r);
       sfroms = Array.init (View.nmembers ctx.view) (fun r -> Event.Send_from r);
     }
@@ -84,10 +91,10 @@ module L = struct
     Msg.release msg
 
   let up t (src : Event.src) h msg =
-    let group, origin, cast =
+    let group, origin, cast, dst =
       match h with
-      | Cast { group; origin } -> (group, origin, true)
-      | Send { group; origin } -> (group, origin, false)
+      | Cast { group; origin } -> (group, origin, true, t.rank)
+      | Send { group; origin; dst } -> (group, origin, false, dst)
     in
     if t.stopped then Msg.release msg
     else if src <> Event.Raw then begin
@@ -106,6 +113,10 @@ module L = struct
       t.from_self <- t.from_self + 1;
       drop msg (fun ppf -> Fmt.string ppf "claims to come from this member")
     end
+    else if dst <> t.rank then begin
+      t.misdirected <- t.misdirected + 1;
+      drop msg (fun ppf -> Fmt.pf ppf "a send to rank %d, not this member (rank %d)" dst t.rank)
+    end
     else t.out.up (if cast then Event.Cast_from origin else Event.Send_from origin) msg
 
   let dn t (dst : Event.dst) msg =
@@ -114,7 +125,7 @@ module L = struct
       match dst with
       | Event.Cast -> t.out.dn dst (Cast { group = t.group; origin = t.rank }) msg
       | Event.Send r when r >= 0 && r < t.nmembers && r <> t.rank ->
-          t.out.dn dst (Send { group = t.group; origin = t.rank }) msg
+          t.out.dn dst (Send { group = t.group; origin = t.rank; dst = r }) msg
       | Event.Send r ->
           t.bad_dst <- t.bad_dst + 1;
           drop msg (fun ppf ->
@@ -135,6 +146,7 @@ module L = struct
       ("from_self", t.from_self);
       ("not_raw", t.not_raw);
       ("bad_dst", t.bad_dst);
+      ("misdirected", t.misdirected);
     ]
 end
 
@@ -168,16 +180,31 @@ module F = struct
       expand = (fun a off -> Cast { group = a.(off); origin = a.(off + 1) });
     }
 
-  (* A send: the same fields, to another rank of the view. *)
+  (* A send: the same fields and the destination's rank, another rank of
+     the view; coming up, this member's. *)
   let send =
     {
       cast with
+      nfields = 3;
+      size = (fun a off -> 5 + Codec.varint_size a.(off + 1) + Codec.varint_size (a.(off + 2) + 1));
       dn_ok =
         (fun t dst _ ->
           (not t.stopped)
           && match dst with Event.Send r -> r >= 0 && r < t.nmembers && r <> t.rank | _ -> false);
+      dn_fast =
+        (fun t dst _ _ ~layered:_ a off ->
+          a.(off) <- t.group;
+          a.(off + 1) <- t.rank;
+          a.(off + 2) <- (match dst with Event.Send r -> r | _ -> -1));
+      up_ok =
+        (fun t src _ a off ->
+          let origin = a.(off + 1) in
+          (not t.stopped) && src == Event.Raw
+          && a.(off) = t.group
+          && origin < t.nmembers && origin <> t.rank
+          && a.(off + 2) = t.rank);
       up_fast = (fun t _ _ _ ~layered:_ a off -> t.sfroms.(a.(off + 1)));
-      expand = (fun a off -> Send { group = a.(off); origin = a.(off + 1) });
+      expand = (fun a off -> Send { group = a.(off); origin = a.(off + 1); dst = a.(off + 2) });
     }
 
   let state t =

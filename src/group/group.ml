@@ -191,6 +191,17 @@ module Make (T : Transport.S) = struct
            excluded, leaving *)
   }
 
+  (* A probe out before a merge: to member [who] at [at], asking whether it
+     is in view [pvid] now; what to do once it answers. *)
+  type probe = {
+    nonce : string;
+    at : T.address;
+    who : string;
+    pvid : string;
+    since : Time.t;
+    then_ : [ `Merge_into of Side.member | `Take_in of Side.t ];
+  }
+
   type t = {
     tr : T.t;
     mutable conn : B.connection Lazy.t;
@@ -251,6 +262,9 @@ module Make (T : Transport.S) = struct
     mutable merge_since : Time.t; (* when the current merge attempt started *)
     mutable heard : (T.address * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
+    mutable merge_into : string; (* the coordinator the current merge asks *)
+    mutable probes : probe list; (* out, newest first, at most [max_probes] *)
+    mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
     xfer : Xfer.t option;
     mutable cur_layers : Layer.t list; (* the stack of the current view *)
@@ -909,6 +923,7 @@ module Make (T : Transport.S) = struct
               ltime = c.view.View.ltime;
               members = mine;
               stack = side_stack t;
+              dst = t.merge_into;
             }
         in
         side_send t dst req;
@@ -1027,11 +1042,43 @@ module Make (T : Transport.S) = struct
     Log.info (fun m ->
         m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
+    t.merge_into <- eid;
     t.merge_since <- now t;
     (* The members accept the next view from the coordinator of this view
        or from the one it merges into, no one else. *)
     Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid);
     Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge")
+
+  (* A merge starts only on direct evidence that the other partition exists
+     and answers: member [who] at [at] asked whether it is in view [pvid]
+     (as Suspect checks a suspicion), and [then_] done when it says so. A
+     forged or corrupted discovery message or merge request costs one probe,
+     no view change. At most one probe a retry period to a member about a
+     view; at most [max_probes] out, the oldest forgotten first. *)
+  let max_probes = 16
+
+  (* Members heard of outside this view, to send discovery messages to:
+     learnt only from what answered a probe, an Install or a merge taken in,
+     and at most [max_known] (a stranger's discovery messages add none). *)
+  let max_known = 1024
+
+  let remember t (m : Side.member) =
+    if Hashtbl.mem t.known m.eid || Hashtbl.length t.known < max_known then
+      Hashtbl.replace t.known m.eid m
+
+  let probe t ~at ~who ~pvid then_ =
+    let n = now t in
+    if
+      not
+        (List.exists
+           (fun p -> p.who = who && p.pvid = pvid && n - p.since < t.install_retry)
+           t.probes)
+    then begin
+      let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
+      let p = { nonce; at; who; pvid; since = n; then_ } in
+      t.probes <- List.filteri (fun i _ -> i < max_probes - 1) (p :: t.probes);
+      side_send t at (Side.Probe { group = t.group; vid = pvid; nonce; eid = t.me.eid; dst = who })
+    end
 
   (* A discovery message names the view's coordinator, whoever sends it. *)
   let gossip_msg t c =
@@ -1111,8 +1158,43 @@ module Make (T : Transport.S) = struct
                    altered)"))
     | Some _, _ -> Ok None
 
+  (* A merge request judged genuine (its sender answered a probe): take its
+     members in, now or with the merge under way. *)
+  let take_in t c v =
+    match v with
+    | Side.Merge_req { ltime; members; vid = their_vid; _ } ->
+        List.iter (remember t) members;
+        let from_mine =
+          List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
+        in
+        if
+          is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
+          && not from_mine
+        then begin
+          Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
+          t.absorbing <- Some (ltime, members, [ their_vid ]);
+          Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request")
+        end
+        else if is_coordinator t && t.merging = None && not from_mine then begin
+          match t.absorbing with
+          | Some (l, joiners, vids)
+            when not
+                   (List.exists
+                      (fun (m : Side.member) ->
+                        List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners)
+                      members) ->
+              (* A flush for a merge is under way: take these in with it. *)
+              Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
+              t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids)
+          | _ -> ()
+        end
+    | _ -> ()
+
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
+    else if Side.dst v <> "" && Side.dst v <> t.me.eid then
+      (* Sent to another member: a capture replayed here, or a forgery. *)
+      t.side_misdirected <- t.side_misdirected + 1
     else
       match (v, t.cur) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
@@ -1131,10 +1213,9 @@ module Make (T : Transport.S) = struct
                  theirs = with_keys (m.pub <> "");
                })
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
-          Hashtbl.replace t.known coord.eid coord;
+          remember t coord;
           other_stack t ~peer:coord.eid stack
       | Side.Gossip { vid; coord; _ }, Some c -> (
-          Hashtbl.replace t.known coord.eid coord;
           let mine = Array.mem coord.eid c.view.View.members in
           (* Merge requests go to the other view's coordinator itself. *)
           let target = match addr_of t coord.addr with Some a -> a | None -> src in
@@ -1145,8 +1226,8 @@ module Make (T : Transport.S) = struct
               ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None)
               ~their_coord:coord.eid
           with
-          | Side.Merge_into -> start_merge t c target coord.eid
-          | Side.Merge_later -> t.heard <- Some (target, coord.eid)
+          | Side.Merge_into | Side.Merge_later ->
+              probe t ~at:target ~who:coord.eid ~pvid:vid (`Merge_into coord)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
       | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
@@ -1165,31 +1246,26 @@ module Make (T : Transport.S) = struct
                 t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
             | _ -> ()
           end
-      | Side.Merge_req { ltime; members; vid = their_vid; _ }, Some c ->
-          List.iter (fun (m : Side.member) -> Hashtbl.replace t.known m.eid m) members;
+      | Side.Merge_req { members; vid = their_vid; _ }, Some c ->
           let from_mine =
             List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
           in
-          if
-            is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
-            && not from_mine
-          then begin
-            Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
-            t.absorbing <- Some (ltime, members, [ their_vid ]);
-            Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request")
-          end
-          else if is_coordinator t && t.merging = None && not from_mine then begin
-            match t.absorbing with
-            | Some (l, joiners, vids)
-              when not
-                     (List.exists
-                        (fun (m : Side.member) ->
-                          List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners)
-                        members) ->
-                (* A flush for a merge is under way: take these in with it. *)
-                Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
-                t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids)
-            | _ -> ()
+          if is_coordinator t && t.merging = None && not from_mine then begin
+            (* Taken in only once a member of that view answers a probe,
+               the one at the request's address if any. *)
+            let asker =
+              match
+                List.find_opt (fun (m : Side.member) -> m.addr = T.address_to_string src) members
+              with
+              | Some m -> Some m
+              | None -> ( match members with m :: _ -> Some m | [] -> None)
+            in
+            match asker with
+            | Some m -> (
+                match addr_of t m.addr with
+                | Some at -> probe t ~at ~who:m.eid ~pvid:their_vid (`Take_in v)
+                | None -> ())
+            | None -> ()
           end
           else if
             (not (is_coordinator t))
@@ -1199,12 +1275,39 @@ module Make (T : Transport.S) = struct
             (* Asked as the coordinator of a view this member has since left:
                pass the request on, once (only a request from its author), to
                the coordinator now. *)
-            side_send t c.addrs.(coordinator_rank c) v
+            let r = coordinator_rank c in
+            match v with
+            | Side.Merge_req m ->
+                side_send t c.addrs.(r) (Side.Merge_req { m with dst = c.view.View.members.(r) })
+            | _ -> ()
+          else ()
+      | Side.Probe { vid; nonce; eid; dst; _ }, Some c ->
+          if dst = t.me.eid && vid = c.view.View.id then
+            side_send t src
+              (Side.Probe_ack { group = t.group; vid; nonce; eid = t.me.eid; dst = eid })
+      | Side.Probe_ack { vid; nonce; eid; _ }, Some c -> (
+          match
+            List.find_opt
+              (fun p -> p.nonce = nonce && p.who = eid && p.pvid = vid && T.equal_address p.at src)
+              t.probes
+          with
+          | None -> t.garbage <- t.garbage + 1
+          | Some p -> (
+              t.probes <- List.filter (fun q -> q != p) t.probes;
+              match p.then_ with
+              | `Merge_into coord ->
+                  remember t coord;
+                  if not (Array.mem p.who c.view.View.members) then
+                    let busy = t.blocked || t.merging <> None || t.absorbing <> None in
+                    if is_coordinator t && not busy then start_merge t c p.at p.who
+                    else t.heard <- Some (p.at, p.who)
+              | `Take_in req -> take_in t c req))
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
             if vid = c.view.View.id then
-              side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+              side_send t src
+                (Side.Install_ack { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
             else if t.blocked && ltime > c.view.View.ltime then begin
               match
                 Side.accept_install ~me:t.me.eid ~view:c.view
@@ -1226,7 +1329,9 @@ module Make (T : Transport.S) = struct
                   with
                   | Ok key ->
                       install t ?key ~stack ~vid ~ltime ~members;
-                      side_send t src (Side.Install_ack { group = t.group; vid; eid = t.me.eid })
+                      side_send t src
+                        (Side.Install_ack
+                           { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
                   | Error (`Key why) ->
                       t.garbage <- t.garbage + 1;
                       t.no_key <- t.no_key + 1;
@@ -1349,6 +1454,8 @@ module Make (T : Transport.S) = struct
 
   let rec tick t =
     t.tick <- None;
+    if t.probes <> [] then
+      t.probes <- List.filter (fun p -> now t - p.since <= t.merge_timeout) t.probes;
     if not t.exited then begin
       (match t.cur with
       | Some c ->
@@ -1444,6 +1551,7 @@ module Make (T : Transport.S) = struct
                        group = t.group;
                        vid = c.view.View.id;
                        stack = { Side.epoch; id = Stack_id.to_string sid };
+                       dst = c.view.View.members.(coordinator_rank c);
                      })
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
@@ -1621,6 +1729,9 @@ module Make (T : Transport.S) = struct
                         pending_since = 0;
                         leaving = None;
                         heard = None;
+                        merge_into = "";
+                        probes = [];
+                        side_misdirected = 0;
                         merge_since = 0;
                         exited = false;
                         xfer;
@@ -1891,6 +2002,7 @@ module Make (T : Transport.S) = struct
       [
         ("views", t.views);
         ("side_garbage", t.garbage);
+        ("side_misdirected", t.side_misdirected);
         ("refused", t.refused);
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);

@@ -16,7 +16,14 @@ type t =
       size : int;
       stack : stack;
     }
-  | Merge_req of { group : string; vid : string; ltime : int; members : member list; stack : stack }
+  | Merge_req of {
+      group : string;
+      vid : string;
+      ltime : int;
+      members : member list;
+      stack : stack;
+      dst : string;
+    }
   | Install of {
       group : string;
       vid : string;
@@ -27,8 +34,10 @@ type t =
       stack : stack;
       keys : (string * string) list;
     }
-  | Install_ack of { group : string; vid : string; eid : string }
-  | Switch_req of { group : string; vid : string; stack : stack }
+  | Install_ack of { group : string; vid : string; eid : string; dst : string }
+  | Switch_req of { group : string; vid : string; stack : stack; dst : string }
+  | Probe of { group : string; vid : string; nonce : string; eid : string; dst : string }
+  | Probe_ack of { group : string; vid : string; nonce : string; eid : string; dst : string }
 
 let magic = 0xC2
 let str = Codec.string ~max:1024 ()
@@ -60,13 +69,13 @@ let body =
         (fun ((group, vid), ltime, coord, (size, stack)) ->
           Gossip { group; vid; ltime; coord; size; stack });
       Codec.case 1 "merge"
-        Codec.(tup4 str str varint (pair members stack))
+        Codec.(tup4 str str varint (tup3 members stack str))
         (function
-          | Merge_req { group; vid; ltime; members; stack } ->
-              Some (group, vid, ltime, (members, stack))
+          | Merge_req { group; vid; ltime; members; stack; dst } ->
+              Some (group, vid, ltime, (members, stack, dst))
           | _ -> None)
-        (fun (group, vid, ltime, (members, stack)) ->
-          Merge_req { group; vid; ltime; members; stack });
+        (fun (group, vid, ltime, (members, stack, dst)) ->
+          Merge_req { group; vid; ltime; members; stack; dst });
       Codec.case 2 "install"
         Codec.(
           tup4 (pair str str) varint members
@@ -79,13 +88,26 @@ let body =
         (fun ((group, vid), ltime, members, (leavers, preds, stack, keys)) ->
           Install { group; vid; ltime; members; leavers; preds; stack; keys });
       Codec.case 3 "install_ack"
-        Codec.(tup3 str str str)
-        (function Install_ack { group; vid; eid } -> Some (group, vid, eid) | _ -> None)
-        (fun (group, vid, eid) -> Install_ack { group; vid; eid });
+        Codec.(tup4 str str str str)
+        (function Install_ack { group; vid; eid; dst } -> Some (group, vid, eid, dst) | _ -> None)
+        (fun (group, vid, eid, dst) -> Install_ack { group; vid; eid; dst });
       Codec.case 4 "switch"
-        Codec.(tup3 str str stack)
-        (function Switch_req { group; vid; stack } -> Some (group, vid, stack) | _ -> None)
-        (fun (group, vid, stack) -> Switch_req { group; vid; stack });
+        Codec.(tup4 str str stack str)
+        (function
+          | Switch_req { group; vid; stack; dst } -> Some (group, vid, stack, dst) | _ -> None)
+        (fun (group, vid, stack, dst) -> Switch_req { group; vid; stack; dst });
+      Codec.case 5 "probe"
+        Codec.(tup4 (pair str str) str str str)
+        (function
+          | Probe { group; vid; nonce; eid; dst } -> Some ((group, vid), nonce, eid, dst)
+          | _ -> None)
+        (fun ((group, vid), nonce, eid, dst) -> Probe { group; vid; nonce; eid; dst });
+      Codec.case 6 "probe_ack"
+        Codec.(tup4 (pair str str) str str str)
+        (function
+          | Probe_ack { group; vid; nonce; eid; dst } -> Some ((group, vid), nonce, eid, dst)
+          | _ -> None)
+        (fun ((group, vid), nonce, eid, dst) -> Probe_ack { group; vid; nonce; eid; dst });
     ]
 
 let codec =
@@ -99,8 +121,21 @@ let group = function
   | Merge_req { group; _ }
   | Install { group; _ }
   | Install_ack { group; _ }
-  | Switch_req { group; _ } ->
+  | Switch_req { group; _ }
+  | Probe { group; _ }
+  | Probe_ack { group; _ } ->
       group
+
+(* The member a message is for, [""] for any that hears it (discovery, an
+   Install, which goes to every member of its view the same). *)
+let dst = function
+  | Gossip _ | Install _ -> ""
+  | Merge_req { dst; _ }
+  | Install_ack { dst; _ }
+  | Switch_req { dst; _ }
+  | Probe { dst; _ }
+  | Probe_ack { dst; _ } ->
+      dst
 
 (* What a view key is wrapped for: the Install as its maker sent it, less
    the wrapped keys, so that a key opens only in the Install it came in. *)

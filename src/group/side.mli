@@ -21,8 +21,14 @@ type t =
       size : int;
       stack : stack;
     }  (** discovery: a view of the group exists, coordinated by [coord] *)
-  | Merge_req of { group : string; vid : string; ltime : int; members : member list; stack : stack }
-      (** the coordinator of view [vid] has flushed it and asks to be taken in *)
+  | Merge_req of {
+      group : string;
+      vid : string;
+      ltime : int;
+      members : member list;
+      stack : stack;
+      dst : string;  (** the coordinator asked *)
+    }  (** the coordinator of view [vid] has flushed it and asks to be taken in *)
   | Install of {
       group : string;
       vid : string;
@@ -35,13 +41,25 @@ type t =
           (** with [Rekey]: the view's key, wrapped for each member of the view but its maker
               (member id, wrapped key); [[]] without *)
     }  (** the next view, from the member that made it *)
-  | Install_ack of { group : string; vid : string; eid : string }
-  | Switch_req of { group : string; vid : string; stack : stack }
-      (** a member of view [vid] asks its coordinator to switch to [stack] *)
+  | Install_ack of { group : string; vid : string; eid : string; dst : string }
+      (** member [eid] installed view [vid]; to [dst], the view's maker *)
+  | Switch_req of { group : string; vid : string; stack : stack; dst : string }
+      (** a member of view [vid] asks its coordinator [dst] to switch to [stack] *)
+  | Probe of { group : string; vid : string; nonce : string; eid : string; dst : string }
+      (** [eid] asks member [dst] whether it is in view [vid] now: the direct evidence a merge waits
+          for (a discovery message or a merge request names a partition; only its answer shows that
+          it exists) *)
+  | Probe_ack of { group : string; vid : string; nonce : string; eid : string; dst : string }
+      (** [eid] is in view [vid]: the answer to [dst]'s probe [nonce] *)
 
 val magic : int
 val codec : t Consort.Codec.t
 val group : t -> string
+
+val dst : t -> string
+(** The member a message is sent to, which a receiver checks is itself (a message captured on its
+    way to one member and replayed to another is dropped there); [""] for discovery messages and
+    Installs, which go to every member alike. *)
 
 val context : t -> string
 (** What a view key is bound to: the message's bytes, for an [Install] those less its [keys] (a

@@ -149,7 +149,10 @@ let join ?take_state ?install_state ?capture ?transitional ?primary loop cfg lay
   let try_addr addr =
     (* With a secret, per-view keys unless seal.rekey=false. *)
     let tr =
-      S.wrap ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param) (C.wrap loop capture) cfg.seal
+      S.wrap
+        ~rekey:(Consort.Params.bool cfg.params Seal.rekey_param)
+        ~freshness:(Consort.Params.time cfg.params Seal.freshness_param)
+        ~group:cfg.group (C.wrap loop capture) cfg.seal
     in
     G.join ~params:cfg.params ~peers:cfg.peers ~seed:cfg.seed ~on_sent ~on_lost
       ?discovery:cfg.discovery ?take_state ?install_state ?rekey:(S.rekey tr) ?transitional ?primary
@@ -202,6 +205,18 @@ let status_json cfg g ~blocked ~flow_blocked : Yojson.Safe.t =
       ("rank", `Int v.rank);
       ("blocked", `Bool blocked);
       ("flow_blocked", `Bool flow_blocked);
+      ( "seal",
+        match cfg.seal with
+        | None -> `Null
+        | Some (_, mode) ->
+            `Assoc
+              [
+                ("mode", `String (Fmt.str "%a" Seal.pp_mode mode));
+                ("rekey", `Bool (Consort.Params.bool cfg.params Seal.rekey_param));
+                ( "freshness_s",
+                  `Float (Consort.Time.to_sec (Consort.Params.time cfg.params Seal.freshness_param))
+                );
+              ] );
     ]
 
 (* "IP:PORT" as a socket address. *)

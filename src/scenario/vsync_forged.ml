@@ -14,9 +14,9 @@ let enc = Codec.encode_string
 
 (* The headers under [target] that carry a datagram up to it, given the
    stack's layer names (top first): Bottom's with the group stamp, claimed
-   origin and kind, then each pass-through header. [None] when a layer
+   origin and kind (a send to rank [dst]), then each pass-through header. [None] when a layer
    under the target is one the forger cannot pass. *)
-let under ~layers ~target ~stamp ~origin ~cast =
+let under ~dst ~layers ~target ~stamp ~origin ~cast =
   let rec go acc = function
     | [] -> None
     | l :: _ when l = target -> Some (String.concat "" (List.rev acc))
@@ -26,7 +26,7 @@ let under ~layers ~target ~stamp ~origin ~cast =
             Some
               (enc Bottom.codec
                  (if cast then Bottom.Cast { group = stamp; origin }
-                  else Bottom.Send { group = stamp; origin }))
+                  else Bottom.Send { group = stamp; origin; dst }))
           else if l = Suspect.name then Some (enc Suspect.codec Suspect.No_hdr)
           else if l = Mnak.name then Some (enc Mnak.codec Mnak.No_hdr)
           else if l = Pt2pt.name then Some (enc Pt2pt.codec Pt2pt.No_hdr)
@@ -81,12 +81,12 @@ let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
   let mnak ?(stamp = stamp) ?(origin = origin) ~cast h =
     Option.map
       (fun p -> p ^ enc Mnak.codec h)
-      (under ~layers ~target:Mnak.name ~stamp ~origin ~cast)
+      (under ~dst:target ~layers ~target:Mnak.name ~stamp ~origin ~cast)
   in
   let pt2pt h =
     Option.map
       (fun p -> p ^ enc Pt2pt.codec h)
-      (under ~layers ~target:Pt2pt.name ~stamp ~origin ~cast:false)
+      (under ~dst:target ~layers ~target:Pt2pt.name ~stamp ~origin ~cast:false)
   in
   let valid_rank () = Rng.int rng n in
   match kind with
@@ -133,7 +133,7 @@ let rec forge rng kind ~layers ~(view : View.t) ~stack ~target ~origin =
         (fun p ->
           if Rng.bool rng then p ^ "\x01" ^ negative
           else p ^ "\x04\x01" ^ String.make 1 (Char.chr n) ^ negative)
-        (under ~layers ~target:Mnak.name ~stamp ~origin ~cast:true)
+        (under ~dst:target ~layers ~target:Mnak.name ~stamp ~origin ~cast:true)
 
 (* Counters summed over every stack a member had: the largest value seen
    of each, by member and view. *)
@@ -296,8 +296,305 @@ let scenario ?trace ?params seed =
     t.peak_mnak t.peak_pt2pt t.last_repair;
   V.finish w
 
+(* {1 vsync-forged-side: forged side-channel messages}
+
+   An unsealed group cannot stop forgeries of its side channel (discovery,
+   merge requests, Installs and their acknowledgements, switch requests,
+   leaves, probes), but none may cost it anything: the five members form
+   one view, then a stranger sends them every kind, well-formed from what
+   it sees of the group (bit-flipped copies of its discovery messages,
+   requests naming made-up partitions, acknowledgements of views, switches
+   to another stack, leaves, answers to probes never sent), and the group
+   must go on in that view, delivering without a pause longer than
+   [max_pause]. *)
+
+module Side = Consort_group.Side
+module Properties = Consort_group.Properties
+module Stack_id = Consort_group.Stack_id
+
+type side_kind =
+  | Gossip_flipped  (** the coordinator's discovery message, its id made lesser *)
+  | Gossip_made_up  (** a partition that does not exist, at a member's address or none *)
+  | Merge_made_up  (** a merge request from members that do not exist *)
+  | Merge_of_members  (** a merge request naming members of the view *)
+  | Install_forged  (** a next view, or this view again *)
+  | Install_ack_forged
+  | Switch_forged  (** a switch to another stack, in this view *)
+  | Leave_forged  (** an Install naming members as leaving *)
+  | Probe_forged  (** probes and answers to probes never sent *)
+  | Bit_flipped  (** any of these, one bit flipped *)
+
+let side_kinds =
+  [|
+    Gossip_flipped;
+    Gossip_made_up;
+    Merge_made_up;
+    Merge_of_members;
+    Install_forged;
+    Install_ack_forged;
+    Switch_forged;
+    Leave_forged;
+    Probe_forged;
+    Bit_flipped;
+  |]
+
+(* [s] with one character lowered (its lowest set bit cleared): an id that
+   sorts before it. *)
+let lesser rng s =
+  if s = "" then "!"
+  else
+    let b = Bytes.of_string s in
+    let i = Rng.int rng (Bytes.length b) in
+    let c = Char.code (Bytes.get b i) in
+    Bytes.set b i (Char.chr (c land (c - 1)));
+    Bytes.to_string b
+
+let flip_bit rng s =
+  if s = "" then s
+  else
+    let b = Bytes.of_string s in
+    let i = Rng.int rng (Bytes.length b) in
+    Bytes.set b i (Char.chr (Char.code (Bytes.get b i) lxor (1 lsl Rng.int rng 8)));
+    Bytes.to_string b
+
+(* The members' stack ([f] the tunables), and another every member can
+   build: the same with one tunable changed. *)
+let stack_of w f =
+  match
+    Properties.of_string
+      (String.map (function '+' -> ',' | c -> c) (Params.string (V.params w) "sim.props"))
+  with
+  | Ok p -> (
+      match Properties.layers p with
+      | Ok layers -> Stack_id.to_string (Stack_id.of_layers ~params:(f (V.params w)) layers)
+      | Error _ -> "")
+  | Error _ -> ""
+
+let other_stack w = stack_of w (Params.set Consort_group.Mnak.Param.window (Params.Int 77))
+
+let rec forge_side rng w kind ~(view : Consort_group.Group.view_info) ~stack ~addr_of =
+  let group = "sim" in
+  let members = view.members in
+  let n = Array.length members in
+  let any () = members.(Rng.int rng n) in
+  let member eid = { Side.eid; addr = Option.value (addr_of eid) ~default:"x0"; pub = "" } in
+  let coord = view.coordinator in
+  let made_up () =
+    {
+      Side.eid = lesser rng (any ());
+      addr =
+        (match Rng.int rng 3 with
+        | 0 -> Option.value (addr_of (any ())) ~default:"x0"
+        | 1 -> "x0"
+        | _ -> "p" ^ string_of_int (10 + Rng.int rng 5));
+      pub = "";
+    }
+  in
+  let vid () = if Rng.bool rng then view.vid else flip_bit rng view.vid in
+  let st = { Side.epoch = 0; id = stack } in
+  match kind with
+  | Gossip_flipped ->
+      let c = member coord in
+      Side.Gossip
+        {
+          group;
+          vid = (if Rng.bool rng then flip_bit rng view.vid else view.vid);
+          ltime = view.ltime;
+          coord = { c with eid = lesser rng c.eid };
+          size = n;
+          stack = st;
+        }
+  | Gossip_made_up ->
+      Side.Gossip
+        {
+          group;
+          vid = Printf.sprintf "%d:%s" (Rng.int rng 100) (lesser rng coord);
+          ltime = Rng.int rng 100;
+          coord = made_up ();
+          size = 1 + Rng.int rng 5;
+          stack = st;
+        }
+  | Merge_made_up ->
+      Side.Merge_req
+        {
+          group;
+          vid = Printf.sprintf "%d:%s" (Rng.int rng 100) (lesser rng coord);
+          ltime = Rng.int rng 100;
+          members = List.init (1 + Rng.int rng 3) (fun _ -> made_up ());
+          stack = st;
+          dst = coord;
+        }
+  | Merge_of_members ->
+      Side.Merge_req
+        {
+          group;
+          vid = vid ();
+          ltime = view.ltime;
+          members = [ member (any ()) ];
+          stack = st;
+          dst = (if Rng.bool rng then coord else any ());
+        }
+  | Install_forged ->
+      let next = view.ltime + if Rng.bool rng then 0 else 1 + Rng.int rng 3 in
+      Side.Install
+        {
+          group;
+          vid = (if next = view.ltime then view.vid else Printf.sprintf "%d:%s" next (any ()));
+          ltime = next;
+          members = List.map member (Array.to_list members);
+          leavers = [];
+          preds = [ view.vid ];
+          stack = st;
+          keys = [];
+        }
+  | Install_ack_forged -> Side.Install_ack { group; vid = vid (); eid = any (); dst = coord }
+  | Switch_forged ->
+      Side.Switch_req
+        {
+          group;
+          vid = view.vid;
+          stack = { Side.epoch = 1 + Rng.int rng 3; id = other_stack w };
+          dst = coord;
+        }
+  | Leave_forged ->
+      let leaving = any () in
+      Side.Install
+        {
+          group;
+          vid = Printf.sprintf "%d:%s" (view.ltime + 1) coord;
+          ltime = view.ltime + 1;
+          members =
+            List.filter_map
+              (fun e -> if e = leaving then None else Some (member e))
+              (Array.to_list members);
+          leavers = [ leaving ];
+          preds = [ view.vid ];
+          stack = st;
+          keys = [];
+        }
+  | Probe_forged ->
+      let nonce = Printf.sprintf "%016Lx" (Rng.bits64 rng) in
+      if Rng.bool rng then
+        Side.Probe { group; vid = vid (); nonce; eid = lesser rng coord; dst = any () }
+      else Side.Probe_ack { group; vid = vid (); nonce; eid = any (); dst = coord }
+  | Bit_flipped ->
+      forge_side rng w side_kinds.(Rng.int rng (Array.length side_kinds - 1)) ~view ~stack ~addr_of
+
+let max_pause = Time.of_sec 1.
+
+let side_scenario ?trace ?params seed =
+  let s = Time.of_sec in
+  let w = V.make ?trace ?params ~seed ~n:5 ~link:(V.lossy 0.01) () in
+  let rng = V.rng w in
+  for i = 0 to V.nprocs w - 1 do
+    V.at w (Rng.int rng 500_000_000) (fun () -> V.start w i)
+  done;
+  let attack_from = s 4. and attack_until = s 12. in
+  V.workload w ~from:(s 2.) ~until:(s 14.) ~count:400;
+  (* Views installed once the group formed, and each member's deliveries. *)
+  let late_views = ref [] in
+  let last = Array.make (V.nprocs w) None and pause = ref 0 in
+  V.set_hooks w
+    {
+      V.no_hooks with
+      viewed =
+        (fun i _ v ->
+          if Sim.now (V.net w) >= attack_from then
+            late_views := (Sim.now (V.net w), i, v.Consort_group.Group.vid) :: !late_views);
+      applied =
+        (fun i _ ~view:_ _ ~origin:_ _ ->
+          let now = Sim.now (V.net w) in
+          (match last.(i) with
+          | Some t0 when now > attack_from && t0 < attack_until -> pause := max !pause (now - t0)
+          | _ -> ());
+          last.(i) <- Some now);
+    };
+  V.at w
+    (attack_from - Time.of_ms 10)
+    (fun () ->
+      let vids =
+        List.filter_map
+          (fun i -> Option.map (fun g -> (G.view g).Consort_group.Group.vid) (V.group w i))
+          (List.init (V.nprocs w) Fun.id)
+      in
+      match vids with
+      | v :: rest when List.length vids = V.nprocs w && List.for_all (( = ) v) rest -> ()
+      | _ -> V.problem w "the five members did not form one view before the forgeries");
+  let forger = ref None in
+  let sent = ref 0 and by_kind = Array.make (Array.length side_kinds) 0 in
+  V.at w (s 1.) (fun () ->
+      match
+        Sim.open_ (V.net w) "x0" (fun _ ->
+            { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+      with
+      | Ok c -> forger := Some c
+      | Error e -> V.problem w (Fmt.str "forger: %a" Transport.pp_error e));
+  let addr_of eid = V.addr_of_member w eid in
+  let inject () =
+    match !forger with
+    | None -> ()
+    | Some c -> (
+        let i = Rng.int rng (V.nprocs w) in
+        match V.group w i with
+        | None -> ()
+        | Some g ->
+            let view = G.view g in
+            let k = Rng.int rng (Array.length side_kinds) in
+            let stack = stack_of w Fun.id in
+            if Stack_id.(Result.map digest (of_string stack)) <> Ok (G.stack_id g) then
+              V.problem w "the forger does not know the members' stack";
+            let m = forge_side rng w side_kinds.(k) ~view ~stack ~addr_of in
+            let bytes = Codec.encode_string Side.codec m in
+            let bytes = if side_kinds.(k) = Bit_flipped then flip_bit rng bytes else bytes in
+            incr sent;
+            by_kind.(k) <- by_kind.(k) + 1;
+            let msg = Msg.of_string Pool.default bytes in
+            ignore (Sim.send c ~dst:(V.addr w i) msg);
+            Msg.release msg)
+  in
+  for _ = 1 to 2000 do
+    V.at w (attack_from + Rng.int rng (attack_until - attack_from)) inject
+  done;
+  let horizon = s 20. in
+  Sim.run ~until:horizon (V.net w);
+  (match List.rev !late_views with
+  | [] -> ()
+  | (at, i, vid) :: _ ->
+      V.problem w
+        (Fmt.str "forgeries alone changed the view: %s installed view %s at %a (%d installs)"
+           (V.addr w i) vid Time.pp at (List.length !late_views)));
+  if !pause > max_pause then
+    V.problem w
+      (Fmt.str "a member delivered nothing for %a during the forgeries (bound %a)" Time.pp !pause
+         Time.pp max_pause);
+  let counted =
+    List.fold_left
+      (fun acc i ->
+        match V.group w i with
+        | Some g ->
+            let c = Option.value (List.assoc_opt "group" (G.counters g)) ~default:[] in
+            acc
+            + Option.value (List.assoc_opt "side_garbage" c) ~default:0
+            + Option.value (List.assoc_opt "side_misdirected" c) ~default:0
+        | None -> acc)
+      0
+      (List.init (V.nprocs w) Fun.id)
+  in
+  if !sent = 0 then V.problem w "no forgery was sent"
+  else if counted = 0 then V.problem w "no forgery was counted as side_garbage or side_misdirected";
+  V.note w "forged %d side-channel datagrams (%s); %d counted; longest pause %s" !sent
+    (String.concat " " (Array.to_list (Array.map string_of_int by_kind)))
+    counted (Fmt.str "%a" Time.pp !pause);
+  V.finish w
+
 let scenarios =
   [
+    ( "vsync-forged-side",
+      "5 members, unsealed, under 1% loss, while a stranger forges every side-channel message \
+       (discovery, merge requests, Installs, their acknowledgements, switch requests, leaves, \
+       probes), whole or bit-flipped: no view changes and no member pauses its deliveries for over \
+       1 s",
+      side_scenario );
     ( "vsync-forged",
       "5 members cast and send under 2% loss (one may crash) while a stranger injects forged \
        datagrams: numbers beyond any window and max_int, negative varints, wrong group stamps and \

@@ -200,7 +200,7 @@ let start ?layers ?params w i =
             (Consort_cap.Crypto.deterministic
                (Printf.sprintf "sim-%d-%s-%d" w.seed p.addr p.incarnation))
           ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now w.net))
-          w.net w.seal
+          ~group:"sim" w.net w.seal
   in
   match
     G.join

@@ -12,12 +12,22 @@ type mode = Auth | Privacy
 let pp_mode ppf = function Auth -> Fmt.string ppf "Auth" | Privacy -> Fmt.string ppf "Privacy"
 let mode_byte = function Auth -> 1 | Privacy -> 2
 let rekey_param = "seal.rekey"
+let freshness_param = "seal.freshness"
 
 let () =
   Params.register rekey_param (Params.Bool true)
     ~doc:
       "with Auth or Privacy: per-view keys (property Rekey), agreed at each view change, so that a \
        member that left or was excluded can neither read nor forge later views' traffic"
+
+let () =
+  Params.register freshness_param
+    (Params.Time (Time.of_sec 60.))
+    ~min:(Params.Time (Time.of_ms 100))
+    ~doc:
+      "with Auth or Privacy: the largest difference accepted between a sender's clock, as its \
+       datagrams carry it, and this member's; a datagram further off is dropped (seal.stale) and \
+       the member warns, at most every 10 s, naming the peer and the offset"
 
 type secret = string
 
@@ -168,8 +178,20 @@ let max_senders = 4096
    senders. *)
 type keys = { aead : Aead.key }
 
-let sender_key secret id =
-  { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:secret [ "consort-seal-v1"; id ])) }
+(* Length-prefixed, so that no two field lists hash alike. *)
+let field s =
+  let b = Bytes.create 4 in
+  Bytes.set_int32_be b 0 (Int32.of_int (String.length s));
+  Bytes.to_string b ^ s
+
+(* Bound to the group's name: two groups that share a key file do not
+   open each other's datagrams. *)
+let sender_key secret ~group id =
+  {
+    aead =
+      Aead.of_secret
+        (Cstruct.of_string (Crypto.hmac ~key:secret [ "consort-seal-v2"; field group; field id ]));
+  }
 
 (* The marker byte both modes encrypt: with Privacy before the payload,
    with Auth alone (the header and the payload are then associated data),
@@ -216,18 +238,16 @@ let make_ring g =
 let kid_of vk = String.sub (Crypto.hmac ~key:vk [ "consort-seal-kid-v1" ]) 0 kid_length
 
 (* A view's per-sender key: as under the group secret, with the view key. *)
-let view_sender_key vk id =
-  { aead = Aead.of_secret (Cstruct.of_string (Crypto.hmac ~key:vk [ "consort-seal-view-v1"; id ])) }
+let view_sender_key vk ~group id =
+  {
+    aead =
+      Aead.of_secret
+        (Cstruct.of_string (Crypto.hmac ~key:vk [ "consort-seal-view-v2"; field group; field id ]));
+  }
 
 let activate ring vk () =
   ring.current <- Some { kid = kid_of vk; vk };
   ring.rekeys <- ring.rekeys + 1
-
-(* Length-prefixed, so that no two field lists hash alike. *)
-let field s =
-  let b = Bytes.create 4 in
-  Bytes.set_int32_be b 0 (Int32.of_int (String.length s));
-  Bytes.to_string b ^ s
 
 (* The key a view key is wrapped under for one member: HMAC-SHA256 (an
    HKDF extract) of the X25519 shared secret of maker and member, over the
@@ -345,7 +365,7 @@ let accept_counter p c =
 
 (* {1 What a member holds} *)
 
-type held = { h_secret : secret; h_mode : mode; h_view : view_key option }
+type held = { h_secret : secret; h_mode : mode; h_group : string; h_view : view_key option }
 
 (* The payload of sealed bytes under [key] (mode byte [m], header [h]). *)
 let verify key m h cs =
@@ -380,18 +400,19 @@ let open_held held s =
     if m < 1 || m > 4 || len < h + 1 + tag_length then None
     else
       let id = Cstruct.to_string ~off:2 ~len:id_length cs in
-      if m < 3 then verify (sender_key held.h_secret id) m h cs
+      let group = held.h_group in
+      if m < 3 then verify (sender_key held.h_secret ~group id) m h cs
       else
         match held.h_view with
         | Some v when v.kid = Cstruct.to_string ~off:header_length ~len:kid_length cs ->
-            verify (view_sender_key v.vk id) m h cs
+            verify (view_sender_key v.vk ~group id) m h cs
         | _ -> None
 
 let seal_held held ~under ~id ~counter ~wall_ms payload =
   let key, kid =
     match (under, held.h_view) with
-    | `Secret, _ -> (Some (sender_key held.h_secret id), None)
-    | `View, Some v -> (Some (view_sender_key v.vk id), Some v.kid)
+    | `Secret, _ -> (Some (sender_key held.h_secret ~group:held.h_group id), None)
+    | `View, Some v -> (Some (view_sender_key v.vk ~group:held.h_group id), Some v.kid)
     | `View, None -> (None, None)
   in
   match key with
@@ -443,6 +464,7 @@ module Make (T : Transport.S) = struct
   type t = {
     inner : T.t;
     seal : (secret * mode) option;
+    group : string; (* bound into every key *)
     freshness : Time.t;
     wall : unit -> float;
     pool : Pool.t;
@@ -450,10 +472,12 @@ module Make (T : Transport.S) = struct
     g : Mirage_crypto_rng.g option;
   }
 
-  let wrap ?(freshness = Time.of_sec 60.) ?(wall = Unix.gettimeofday) ?(rekey = false) ?g inner seal
-      =
+  let wrap ?(freshness = Time.of_sec 60.) ?(wall = Unix.gettimeofday) ?(rekey = false) ?g
+      ?(group = "") inner seal =
     let ring = match seal with Some _ when rekey -> Some (make_ring g) | _ -> None in
-    { inner; seal; freshness; wall; pool = Pool.create ~name:"seal" (); ring; g }
+    { inner; seal; group; freshness; wall; pool = Pool.create ~name:"seal" (); ring; g }
+
+  let freshness t = t.freshness
 
   let rekey t : Consort_group.Group.rekey option =
     Option.map
@@ -466,7 +490,7 @@ module Make (T : Transport.S) = struct
   let held t =
     Option.map
       (fun (h_secret, h_mode) ->
-        { h_secret; h_mode; h_view = Option.bind t.ring (fun r -> r.current) })
+        { h_secret; h_mode; h_group = t.group; h_view = Option.bind t.ring (fun r -> r.current) })
       t.seal
 
   type counts = {
@@ -493,6 +517,7 @@ module Make (T : Transport.S) = struct
     mutable counter : int64;
     peers : peer Ids.t;
     n : counts;
+    mutable stale_warned : Time.t option; (* the last warning of a clock off *)
   }
 
   type handler = T.handler = { recv : src:address -> Iovec.t -> unit; closed : unit -> unit }
@@ -552,7 +577,7 @@ module Make (T : Transport.S) = struct
                 match c.vsend with
                 | Some (kid, k) when kid = v.kid -> k
                 | _ ->
-                    let k = view_sender_key v.vk c.id in
+                    let k = view_sender_key v.vk ~group:c.t.group c.id in
                     c.vsend <- Some (v.kid, k);
                     k
               in
@@ -627,7 +652,31 @@ module Make (T : Transport.S) = struct
   (* Where the payload of a received datagram is, or [None] (counted):
      [`In_place (off, len)] (Auth: the datagram's own bytes) or
      [`Decrypted cs] (Privacy). *)
-  let unseal c (secret, mode) cs =
+  let stale_warning_interval = Time.of_sec 10.
+
+  (* A datagram that opened but whose clock is off by [skew_ms]: said at most
+     every 10 s per connection, naming the peer and the offset, unless it is
+     a replay of a counter already seen (that says nothing of the clocks). *)
+  let warn_stale c ~src ~id ~known ~counter ~skew_ms =
+    let replay = match known with Some p -> Int64.compare counter p.top <= 0 | None -> false in
+    let now = T.now c.t.inner in
+    let due =
+      match c.stale_warned with Some t0 -> now - t0 >= stale_warning_interval | None -> true
+    in
+    if (not replay) && due then begin
+      c.stale_warned <- Some now;
+      Log.warn (fun m ->
+          m
+            "datagrams from %s (sender %s) are dated %.1f s %s this member's clock, beyond %s=%a: \
+             dropped (seal.stale=%d); check the clocks"
+            src
+            (String.sub (Crypto.to_hex id) 0 8)
+            (Float.abs (Int64.to_float skew_ms /. 1000.))
+            (if Int64.compare skew_ms 0L > 0 then "ahead of" else "behind")
+            freshness_param Time.pp c.t.freshness c.n.stale)
+    end
+
+  let unseal c ~src (secret, mode) cs =
     let n = c.n in
     let len = Cstruct.length cs in
     if len = 0 || Cstruct.get_uint8 cs 0 <> magic then begin
@@ -660,14 +709,14 @@ module Make (T : Transport.S) = struct
             Some
               (match known with
               | Some { skey = Some k; _ } -> (k, None)
-              | _ -> (sender_key secret id, None))
+              | _ -> (sender_key secret ~group:c.t.group id, None))
           else
             let kid = Cstruct.to_string ~off:header_length ~len:kid_length cs in
             match c.t.ring with
             | Some { current = Some v; _ } when v.kid = kid -> (
                 match known with
                 | Some { vkey = Some (k', key); _ } when k' = kid -> Some (key, Some kid)
-                | _ -> Some (view_sender_key v.vk id, Some kid))
+                | _ -> Some (view_sender_key v.vk ~group:c.t.group id, Some kid))
             | _ -> None
         in
         match key with
@@ -719,9 +768,11 @@ module Make (T : Transport.S) = struct
                   None
                 end
                 else
-                  let skew = Int64.abs (Int64.sub (wall_ms c.t) sent_at) in
+                  let offset = Int64.sub sent_at (wall_ms c.t) in
+                  let skew = Int64.abs offset in
                   if Int64.compare skew (Int64.of_int (c.t.freshness / 1_000_000)) > 0 then begin
                     n.stale <- n.stale + 1;
+                    warn_stale c ~src:(src ()) ~id ~known ~counter ~skew_ms:offset;
                     None
                   end
                   else
@@ -755,7 +806,7 @@ module Make (T : Transport.S) = struct
   let open_ t addr f =
     let self = ref None in
     let id = Crypto.random ?g:t.g id_length in
-    let key = Option.map (fun (s, _) -> sender_key s id) t.seal in
+    let key = Option.map (fun (s, _) -> sender_key s ~group:t.group id) t.seal in
     let peers = Ids.create max_senders in
     let n =
       {
@@ -773,7 +824,7 @@ module Make (T : Transport.S) = struct
       }
     in
     let wrap_handler tc =
-      let c = { c = tc; t; id; key; vsend = None; counter = 0L; peers; n } in
+      let c = { c = tc; t; id; key; vsend = None; counter = 0L; peers; n; stale_warned = None } in
       self := Some c;
       let h = f c in
       match t.seal with
@@ -782,7 +833,9 @@ module Make (T : Transport.S) = struct
           {
             T.recv =
               (fun ~src v ->
-                let opened = unseal c sm (Iovec.cstruct v) in
+                let opened =
+                  unseal c ~src:(fun () -> T.address_to_string src) sm (Iovec.cstruct v)
+                in
                 match opened with
                 | None ->
                     Log.debug (fun m -> m "dropped a datagram from %a" T.pp_address src);

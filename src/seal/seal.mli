@@ -23,7 +23,8 @@
 
     (modes 3 and 4: bytes 34-41 are the view key's id, and the payload starts at 42).
 
-    Each sender seals under its own key, HMAC-SHA256 of the group secret and its id, with
+    Each sender seals under its own key, HMAC-SHA256 of the group secret, the group's name and its
+    id (so that two groups sharing a key file open none of each other's datagrams), with
     ChaCha20-Poly1305 (RFC 8439) and the counter as nonce, so that no two senders ever share a nonce
     under one key: with [Privacy] the header is associated data and the marker and payload are
     encrypted; with [Auth] the header and the payload are associated data and only the marker is
@@ -42,6 +43,14 @@
     the receiver's ([stale]: a replay from a sender the receiver no longer remembers, or a clock far
     off). It remembers at most 4096 senders (the least recently heard are forgotten first), so a
     flood of forged sender ids costs one key derivation each and no memory.
+
+    A receiver's replay window is its own, so the seal alone would let a datagram captured on its
+    way to one member be replayed to another that has not seen its counter. What is sealed names the
+    destination wherever it matters: Bottom's send header carries the destination's rank (with its
+    stamp, one endpoint of one view), and the side channel's messages to one member carry its id;
+    both are authenticated here, and the receiver drops what names another member
+    ([bottom.misdirected], [group.side_misdirected]). The header itself (its layout above) names no
+    destination, so casts, which every member receives, cost nothing more.
 
     {2 Per-view keys (property [Rekey])}
 
@@ -148,6 +157,13 @@ val overhead : int
 val overhead_rekeyed : int
 (** 59, with Rekey: the view key's id is 8 bytes more. *)
 
+val freshness_param : string
+(** ["seal.freshness"] (default 60 s, at least 100 ms): the largest difference accepted between a
+    sender's clock (as its datagrams carry it) and the receiver's. A datagram that opens but is
+    further off is dropped ([stale]), and the receiver warns, at most every 10 s per connection,
+    naming the peer's address, its sender id and the offset: a clock far off splits a group, and
+    says so. *)
+
 val rekey_param : string
 (** ["seal.rekey"] (default [true]): whether a member sealing with [Auth] or [Privacy] rekeys at
     each view change. *)
@@ -183,6 +199,7 @@ module Make (T : Consort.Transport.S) : sig
     ?wall:(unit -> float) ->
     ?rekey:bool ->
     ?g:Mirage_crypto_rng.g ->
+    ?group:string ->
     T.t ->
     (secret * mode) option ->
     t
@@ -192,7 +209,12 @@ module Make (T : Consort.Transport.S) : sig
       [rekey] (default [false] here; [consort member] sets it from {!rekey_param}) and a secret, a
       key pair is drawn and {!rekey} gives the group runtime its keys. [g] is the generator of
       sender ids and keys (default: the system's; the simulator passes a seeded one so that runs
-      repeat). *)
+      repeat). [group] (default [""]) is the group's name, bound into every key: members of one
+      group must pass the same name, and members of groups that share a secret under different names
+      open none of each other's datagrams. *)
+
+  val freshness : t -> Consort.Time.t
+  (** The clock difference accepted ({!freshness_param}). *)
 
   val rekey : t -> Consort_group.Group.rekey option
   (** What {!Consort_group.Group.Make.join} takes as [?rekey]: [None] without [rekey] or a secret.

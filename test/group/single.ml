@@ -67,7 +67,11 @@ let stop s =
   check_no_leaks s.pool
 
 let enc = Codec.encode_string
-let from_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
+
+let from_send s r =
+  enc G.Bottom.codec
+    (G.Bottom.Send { group = s.group; origin = r; dst = (Stack.view s.st).View.rank })
+
 let from_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
 
 let split codec bytes =

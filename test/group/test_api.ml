@@ -579,6 +579,168 @@ let side_codec () =
       (Result.is_error (Codec.decode_string Side.codec (String.sub s 0 cut)))
   done
 
+(* {2 Forged side-channel messages, from a stranger's address} *)
+
+let stranger net =
+  match
+    Sim.open_ net "x0" (fun _ -> { Sim.recv = (fun ~src:_ v -> Iovec.release v); closed = ignore })
+  with
+  | Ok c -> c
+  | Error e -> Alcotest.failf "open: %a" Transport.pp_error e
+
+let forge x dst v =
+  let m = Msg.of_string Pool.default (Codec.encode_string Side.codec v) in
+  ignore (Sim.send x ~dst m);
+  Msg.release m
+
+let counter m name =
+  Option.value ~default:0
+    (Option.bind (List.assoc_opt "group" (G.counters m.g)) (List.assoc_opt name))
+
+(* A fourth member joins while it misses the view's Install; a stranger
+   acknowledges the view in its name: the coordinator must go on resending
+   it (an acknowledgement counts only from the member's own address), and
+   the member installs it once it hears again. *)
+let forged_install_ack () =
+  let net = Sim.create ~seed:5 () in
+  let addrs = List.init 4 (Printf.sprintf "m%d") in
+  let three = List.map (fun a -> join net a addrs) (List.filteri (fun i _ -> i < 3) addrs) in
+  Sim.run ~until:(sec 3.) net;
+  let d = join net "m3" addrs in
+  let missed = ref None and deaf = ref true in
+  ignore
+    (Sim.control (G.connection d.g)
+       (Sim.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               !deaf
+               &&
+               match Codec.decode_exact Side.codec cs with
+               | Ok (Side.Install { vid; _ }) ->
+                   missed := Some vid;
+                   true
+               | _ -> false))));
+  let deadline = Sim.now net + sec 5. in
+  while !missed = None && Sim.now net < deadline do
+    Sim.run ~until:(Sim.now net + ms 5) net
+  done;
+  let vid = match !missed with Some v -> v | None -> Alcotest.fail "no Install was sent to m3" in
+  let x = stranger net in
+  let maker = Side.installer vid in
+  let maker_addr =
+    let rec idx i = function
+      | m :: rest -> if G.me m.g = maker then Printf.sprintf "m%d" i else idx (i + 1) rest
+      | [] -> Alcotest.failf "the view's maker %s is not one of the three" maker
+    in
+    idx 0 three
+  in
+  for _ = 1 to 3 do
+    forge x maker_addr (Side.Install_ack { group = "api"; vid; eid = G.me d.g; dst = maker })
+  done;
+  Sim.run ~until:(Sim.now net + ms 300) net;
+  deaf := false;
+  Sim.run ~until:(Sim.now net + sec 1.5) net;
+  let members m = List.sort compare (Array.to_list (G.view m.g).Group.members) in
+  Alcotest.(check int) "the joiner is in a view of four" 4 (List.length (members d));
+  List.iter (fun m -> Alcotest.(check (list string)) "one view" (members d) (members m)) three
+
+(* A switch request from an address outside the view: no switch, no view
+   change. *)
+let forged_switch () =
+  let net = Sim.create ~seed:6 () in
+  let ms3 = group net in
+  let a = ms3.(0) in
+  let before = (G.view a.g).Group.vid and stack = G.stack_id a.g in
+  let other =
+    let params = Params.(empty |> set Consort_group.Mnak.Param.window (Int 77)) in
+    Consort_group.Stack_id.(to_string (of_layers ~params (layers ())))
+  in
+  let x = stranger net in
+  let coord = (G.view a.g).Group.coordinator in
+  Array.iteri
+    (fun i _ ->
+      forge x (Printf.sprintf "m%d" i)
+        (Side.Switch_req
+           { group = "api"; vid = before; stack = { Side.epoch = 1; id = other }; dst = coord }))
+    ms3;
+  Sim.run ~until:(Sim.now net + sec 3.) net;
+  Array.iter
+    (fun m ->
+      Alcotest.(check string) "the same view" before (G.view m.g).Group.vid;
+      Alcotest.(check string) "the same stack" stack (G.stack_id m.g))
+    ms3
+
+(* Discovery messages from 3000 made-up partitions, each at an address of
+   its own: a probe each at most, and the coordinator learns none of them
+   (it would send its own discovery messages to each, every heal interval,
+   for ever). *)
+let forged_gossip_flood () =
+  let net = Sim.create ~seed:8 () in
+  let ms3 = group net in
+  let x = stranger net in
+  let v = G.view ms3.(0).g in
+  let stack = Consort_group.Stack_id.(to_string (of_layers ~params:Params.empty (layers ()))) in
+  let coord = ms3.(0) in
+  Alcotest.(check string) "m0 coordinates" v.Group.coordinator (G.me coord.g);
+  for i = 1 to 3000 do
+    forge x "m0"
+      (Side.Gossip
+         {
+           group = "api";
+           vid = Printf.sprintf "1:!%d" i;
+           ltime = 1;
+           coord = { Side.eid = Printf.sprintf "!%d" i; addr = Printf.sprintf "y%d" i; pub = "" };
+           size = 1;
+           stack = { Side.epoch = 0; id = stack };
+         })
+  done;
+  Sim.run ~until:(Sim.now net + sec 1.) net;
+  let s0 = (Sim.stats net).Sim.sent in
+  Sim.run ~until:(Sim.now net + sec 3.) net;
+  let sent = (Sim.stats net).Sim.sent - s0 in
+  Printf.printf "%d datagrams in the 3 s after 3000 forged discovery messages\n" sent;
+  (* Three members idle for 3 s: heartbeats and statuses, no more. *)
+  if sent > 600 then Alcotest.failf "%d datagrams in 3 s after the forgeries" sent;
+  Alcotest.(check string) "the same view" v.vid (G.view coord.g).Group.vid
+
+(* Side-channel messages for another member are dropped and counted; a
+   probe is answered only by the member it names, about its own view. *)
+let misdirected_side () =
+  let net = Sim.create ~seed:7 () in
+  let ms3 = group net in
+  let answers = ref [] in
+  let x =
+    match
+      Sim.open_ net "x0" (fun _ ->
+          {
+            Sim.recv =
+              (fun ~src v ->
+                (match Codec.decode_exact Side.codec (Iovec.cstruct v) with
+                | Ok (Side.Probe_ack { eid; _ }) -> answers := (src, eid) :: !answers
+                | _ -> ());
+                Iovec.release v);
+            closed = ignore;
+          })
+    with
+    | Ok c -> c
+    | Error e -> Alcotest.failf "open: %a" Transport.pp_error e
+  in
+  let v = G.view ms3.(1).g in
+  let probe dst vid = Side.Probe { group = "api"; vid; nonce = "n"; eid = "x0#1"; dst } in
+  forge x "m1" (probe (G.me ms3.(2).g) v.Group.vid);
+  forge x "m1" (Side.Install_ack { group = "api"; vid = v.vid; eid = "x"; dst = "m9#1" });
+  Sim.run ~until:(Sim.now net + ms 50) net;
+  Alcotest.(check int) "misdirected, counted" 2 (counter ms3.(1) "side_misdirected");
+  forge x "m1" (probe (G.me ms3.(1).g) "0:nobody");
+  Sim.run ~until:(Sim.now net + ms 50) net;
+  Alcotest.(check int) "a probe of another view: no answer" 0 (List.length !answers);
+  forge x "m1" (probe (G.me ms3.(1).g) v.vid);
+  Sim.run ~until:(Sim.now net + ms 50) net;
+  Alcotest.(check (list (pair string string)))
+    "a probe of its view: answered"
+    [ ("m1", G.me ms3.(1).g) ]
+    !answers
+
 (* A round trip in a group of two, cast and cast back on delivery, is two
    datagrams: nothing is sent per message that the other member must take
    in before it can answer (an acknowledgement, a status, a credit).
@@ -642,5 +804,9 @@ let () =
           Alcotest.test_case "which views a member installs" `Quick install_rules;
           Alcotest.test_case "what a discovery message leads to" `Quick gossip_rules;
           Alcotest.test_case "codec" `Quick side_codec;
+          Alcotest.test_case "a forged Install acknowledgement" `Quick forged_install_ack;
+          Alcotest.test_case "a forged switch request" `Quick forged_switch;
+          Alcotest.test_case "messages for another member, probes" `Quick misdirected_side;
+          Alcotest.test_case "discovery messages of made-up partitions" `Quick forged_gossip_flood;
         ] );
     ]

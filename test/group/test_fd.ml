@@ -92,7 +92,10 @@ let next_seq s r =
   seq
 
 let bottom_cast s r = enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = r })
-let bottom_send s r = enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = r })
+
+let bottom_send s r =
+  enc G.Bottom.codec
+    (G.Bottom.Send { group = s.group; origin = r; dst = (Stack.view s.st).View.rank })
 
 let heartbeat s r suspects =
   bottom_cast s r ^ enc G.Suspect.codec (G.Suspect.Heartbeat { suspects })

@@ -11,9 +11,9 @@ let u32 = QCheck.Gen.map (fun x -> x land 0xffff_ffff) QCheck.Gen.int
 let bottom_gen =
   QCheck.Gen.(
     map3
-      (fun cast group origin ->
-        if cast then G.Bottom.Cast { group; origin } else G.Bottom.Send { group; origin })
-      bool u32 nat)
+      (fun cast group (origin, dst) ->
+        if cast then G.Bottom.Cast { group; origin } else G.Bottom.Send { group; origin; dst })
+      bool u32 (pair nat small_nat))
 
 let pt2pt_gen =
   QCheck.Gen.(
@@ -80,11 +80,18 @@ let bottom_filters () =
   let other = enc G.Bottom.codec (G.Bottom.Cast { group = s.group lxor 1; origin = 1 }) in
   feed s (other ^ "x");
   Alcotest.(check int) "wrong group" 1 (counter s "bottom" "wrong_group");
-  feed s (enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = 5 }) ^ "x");
+  feed s (enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = 5; dst = 0 }) ^ "x");
   feed s (enc G.Bottom.codec (G.Bottom.Cast { group = s.group; origin = 1 lsl 40 }) ^ "x");
   Alcotest.(check int) "bad rank" 2 (counter s "bottom" "bad_rank");
   feed s (from_send s 0 ^ "x");
   Alcotest.(check int) "from self" 1 (counter s "bottom" "from_self");
+  (* A send from a valid rank to another member (a capture replayed here):
+     dropped. *)
+  List.iter
+    (fun dst ->
+      feed s (enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = 4; dst }) ^ "x"))
+    [ 1; 2; 3; 4; 5; 1 lsl 40 ];
+  Alcotest.(check int) "a send to another rank" 6 (counter s "bottom" "misdirected");
   let good = from_cast s 3 in
   feed s (String.sub good 0 (String.length good - 1));
   feed s (String.make 1 (Char.chr (G.Bottom.magic + 1)) ^ String.sub good 1 (String.length good - 1));
@@ -110,7 +117,11 @@ let bottom_down () =
   let sent = List.rev !(s.sent) in
   Alcotest.(check (list (pair dst_t string)))
     "datagrams"
-    [ (Event.Cast, from_cast s 1 ^ "c"); (Event.Send 2, from_send s 1 ^ "s") ]
+    [
+      (Event.Cast, from_cast s 1 ^ "c");
+      ( Event.Send 2,
+        enc G.Bottom.codec (G.Bottom.Send { group = s.group; origin = 1; dst = 2 }) ^ "s" );
+    ]
     sent;
   Alcotest.(check int) "magic first" G.Bottom.magic (Char.code (snd (List.hd sent)).[0]);
   Stack.dn_ctl s.st Event.Stop;

@@ -32,7 +32,7 @@ let excluded () =
   let out m = Filename.concat dir (Printf.sprintf "out-%d.txt" m.P.idx) in
   (* The member in this process. *)
   let loop = Loop.create () in
-  let xt = S.wrap ~rekey:true loop (Some (secret, Seal.Privacy)) in
+  let xt = S.wrap ~rekey:true ~group:"rekeyed" loop (Some (secret, Seal.Privacy)) in
   let helds = ref [] in
   let x_views = ref [] in
   let cb =

@@ -15,9 +15,9 @@ type node = { conn : S.connection; got : string list ref; raw : string list ref 
 
 (* A sealed connection at [addr] that records what it delivers and, through
    the inner transport's filter, the raw datagrams that reach it. *)
-let node ?(wall = fun () -> 1_700_000_000.) net addr seal =
+let node ?(wall = fun () -> 1_700_000_000.) ?group net addr seal =
   let got = ref [] and raw = ref [] in
-  let t = S.wrap ~wall net seal in
+  let t = S.wrap ~wall ?group net seal in
   match
     S.open_ t addr (fun _ ->
         {
@@ -183,6 +183,94 @@ let stale () =
   Alcotest.(check int) "over a minute off: stale" 1 (S.stats b.conn).stale;
   Alcotest.(check (list string)) "within a minute: delivered" [ "in time" ] !(c.got)
 
+(* Warnings the seal logs while [f] runs. *)
+let warnings f =
+  let said = ref [] in
+  let old = Logs.reporter () and level = Logs.level () in
+  Logs.set_level (Some Logs.Warning);
+  Logs.set_reporter
+    {
+      Logs.report =
+        (fun _src lvl ~over k msgf ->
+          msgf (fun ?header:_ ?tags:_ fmt ->
+              Format.kasprintf
+                (fun s ->
+                  if lvl = Logs.Warning then said := s :: !said;
+                  over ();
+                  k ())
+                fmt));
+    };
+  Fun.protect
+    ~finally:(fun () ->
+      Logs.set_reporter old;
+      Logs.set_level level)
+    f;
+  List.rev !said
+
+(* A clock 90 s off: dropped, and said once per 10 s, naming the peer and
+   the offset; a replay of what was seen says nothing of the clocks. *)
+let stale_warned () =
+  let net = Sim.create () in
+  let a = node net "a" (Some (secret 'k', Seal.Auth)) in
+  let b = node ~wall:(fun () -> 1_700_000_000. +. 90.) net "b" (Some (secret 'k', Seal.Auth)) in
+  let said =
+    warnings (fun () ->
+        for i = 1 to 5 do
+          send_s net a.conn "b" (Printf.sprintf "late %d" i)
+        done)
+  in
+  Alcotest.(check int) "all stale" 5 (S.stats b.conn).stale;
+  Alcotest.(check (list string)) "none delivered" [] !(b.got);
+  (match said with
+  | [ w ] ->
+      Alcotest.(check bool) ("names the peer: " ^ w) true (contains w "from a ");
+      Alcotest.(check bool) ("says the offset: " ^ w) true (contains w "90.0 s behind");
+      Alcotest.(check bool) ("names the parameter: " ^ w) true (contains w "seal.freshness")
+  | l -> Alcotest.failf "%d warnings for 5 stale datagrams in a moment, not 1" (List.length l));
+  Sim.run ~until:(Sim.now net + Time.of_sec 11.) net;
+  let again = warnings (fun () -> send_s net a.conn "b" "still late") in
+  Alcotest.(check int) "said again 11 s later" 1 (List.length again);
+  (* Within the parameter: delivered. *)
+  let c =
+    let got = ref [] in
+    let t =
+      S.wrap ~freshness:(Time.of_sec 120.)
+        ~wall:(fun () -> 1_700_000_000. +. 90.)
+        net
+        (Some (secret 'k', Seal.Auth))
+    in
+    match
+      S.open_ t "c" (fun _ ->
+          {
+            S.recv =
+              (fun ~src:_ v ->
+                got := Iovec.to_string v :: !got;
+                Iovec.release v);
+            closed = ignore;
+          })
+    with
+    | Ok conn -> (conn, got)
+    | Error e -> Alcotest.failf "open: %a" Transport.pp_error e
+  in
+  send_s net a.conn "c" "within 120 s";
+  Alcotest.(check (list string)) "seal.freshness=120s: delivered" [ "within 120 s" ] !(snd c)
+
+(* Two groups sharing one key file: neither opens the other's datagrams. *)
+let groups_apart () =
+  let net = Sim.create () in
+  let a = node ~group:"left" net "a" (Some (secret 'k', Seal.Privacy)) in
+  let b = node ~group:"right" net "b" (Some (secret 'k', Seal.Privacy)) in
+  let c = node ~group:"left" net "c" (Some (secret 'k', Seal.Privacy)) in
+  send_s net a.conn "b" "for left only";
+  send_s net a.conn "c" "for left only";
+  Alcotest.(check (list string)) "another group: nothing" [] !(b.got);
+  Alcotest.(check int) "another group: bad tag" 1 (S.stats b.conn).bad_tag;
+  Alcotest.(check (list string)) "the same group: delivered" [ "for left only" ] !(c.got);
+  let ba = node ~group:"left" net "d" (Some (secret 'k', Seal.Auth)) in
+  let bb = node ~group:"lef" net "e" (Some (secret 'k', Seal.Auth)) in
+  send_s net ba.conn "e" "t";
+  Alcotest.(check int) "Auth too, names one letter apart" 1 (S.stats bb.conn).bad_tag
+
 let flood () =
   let net = Sim.create () in
   let b = node net "b" (Some (secret 'k', Seal.Privacy)) in
@@ -267,6 +355,8 @@ let () =
           Alcotest.test_case "the replay window" `Quick window;
           Alcotest.test_case "another secret or mode" `Quick wrong_secret_and_mode;
           Alcotest.test_case "stale" `Quick stale;
+          Alcotest.test_case "a clock off: warned, rate-limited" `Quick stale_warned;
+          Alcotest.test_case "two groups sharing a key" `Quick groups_apart;
           Alcotest.test_case "a flood of forged senders" `Quick flood;
           Alcotest.test_case "no secret: nothing added" `Quick unsealed_passes;
         ] );
