@@ -633,7 +633,11 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       if Hashtbl.mem t.live port then try_port (i + 1)
       else begin
         m.port <- port;
-        let tr = S.wrap ~rekey:rekey_on (C.wrap t.loop t.capture) seal in
+        let tr =
+          S.wrap ~rekey:rekey_on
+            ~freshness:(Params.time params Seal.freshness_param)
+            ~group (C.wrap t.loop t.capture) seal
+        in
         match
           G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
             ?rekey:(S.rekey tr) tr ~group

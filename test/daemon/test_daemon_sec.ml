@@ -82,7 +82,10 @@ let test_capture_needs_view_keys () =
       stop d;
       let ds = udp_payloads pcap in
       let held =
-        match S.held (S.wrap (Consort_engine.Loop.create ()) (Some (secret, Seal.Privacy))) with
+        match
+          S.held
+            (S.wrap ~group:"private" (Consort_engine.Loop.create ()) (Some (secret, Seal.Privacy)))
+        with
         | Some h -> h
         | None -> Alcotest.fail "no keys"
       in
