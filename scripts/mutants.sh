@@ -281,7 +281,7 @@ fi
 # One mutant in copy K: apply, build what its commands need, run them until the first kill, undo,
 # and build the same targets again (from the cache) so that the copy is the tree's once more.
 mutant_one() {
-  local k=$1 p=$2 name s=$SECONDS by="" how="" rc cmd line
+  local k=$1 p=$2 name s=$SECONDS by="" how="" rc cmd line built=0 ran=0
   local -a cmds targets
   name=$(basename "$p" .patch)
   mapfile -t cmds < <(kills "$p")
@@ -295,6 +295,7 @@ mutant_one() {
     line="BROKEN $name (does not build)"
     [ "$verbose" = 1 ] && line="$line"$'\n'"$(tail -20 "$tmp/log/build$k" | sed 's/^/  /')"
   else
+    built=$SECONDS
     for cmd in "${cmds[@]}"; do
       run_kill "$k" "$cmd"
       rc=$?
@@ -304,6 +305,7 @@ mutant_one() {
         break
       fi
     done
+    ran=$SECONDS
     if [ -n "$by" ]; then
       line=$(printf 'killed %-44s %5d s  %s' "$name" $((SECONDS - s)) "$how")
       [ "$verbose" = 1 ] && line="$line"$'\n'"  by: $by: $(describe "$p")"
@@ -321,6 +323,10 @@ mutant_one() {
     tail -20 "$tmp/log/build$k" >&2
     exit 2
   fi
+  [ "$verbose" = 1 ] && [ "$built" -gt 0 ] &&
+    echo "  $name: build $((built - s)) s, commands $((ran - built)) s, undo and rebuild $((SECONDS - ran)) s" |
+    flock "$tmp/lock/out" cat
+  return 0
 }
 printf '%s\n' "${patches[@]}" >"$tmp/queue"
 run_lanes mutant_one "$tmp/queue"
