@@ -7,6 +7,7 @@
 #   scripts/mutants.sh [NAME...]        (default: every test/mutants/*.patch, a whole run)
 #   scripts/mutants.sh --sample N [--seed S]
 #                                       N mutants drawn at random (the seed is printed)
+#   scripts/mutants.sh --list ...      prints the mutants that would run, and runs nothing
 #   scripts/mutants.sh --baseline       builds the copy as for a whole run and runs every distinct
 #                                       Kill: command once without mutation; "N passed, M failed"
 # The copy is built as `make mutants` builds it: only the binaries, the test executables that
@@ -19,6 +20,9 @@
 # tail of a failed build), MUTANTS_NO_BASELINE=1 (skip checking that the commands pass without
 # mutation).
 set -u
+# The whole script is one block, read before it runs: editing this file during a long run
+# does not change the run.
+{
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=$src/test/mutants
 timeout_s=${MUTANTS_TIMEOUT:-600}
@@ -38,6 +42,7 @@ die() {
 while [ $# -gt 0 ]; do
   case $1 in
     --baseline) mode=baseline ;;
+    --list) mode=list ;;
     --sample) [ $# -ge 2 ] || die "--sample needs a number"; sample=$2; shift ;;
     --sample=*) sample=${1#--sample=} ;;
     --seed) [ $# -ge 2 ] || die "--seed needs a number"; seed=$2; shift ;;
@@ -80,6 +85,11 @@ elif [ -n "$sample" ]; then
 else
   patches=("${all[@]}")
   [ "$mode" = run ] && whole=1
+fi
+
+if [ "$mode" = list ]; then
+  for p in "${patches[@]}"; do basename "$p" .patch; done
+  exit 0
 fi
 
 start_time=$SECONDS
@@ -358,3 +368,5 @@ if [ "$whole" = 1 ] && [ "$unrun" -eq 0 ]; then
   fi
 fi
 [ "$survived" -eq 0 ] && [ "$broken" -eq 0 ] && [ "$unrun" -eq 0 ]
+exit
+}
