@@ -210,22 +210,43 @@ run_kill() {
   return $rc
 }
 
-# A queue shared by the lanes: each takes the next line of FILE.
-claim() {
-  flock "$tmp/lock/queue" bash -c 'n=$(cat "$1"); echo $((n + 1)) >"$1"; echo $((n + 1))' _ "$tmp/queue.next"
+# A queue shared by the lanes: lines "KEY<TAB>ITEM", KEY the program of the item's first command
+# (lock_key). A lane takes the first item not taken whose program no other lane is running, or
+# else the first not taken, so that the lanes seldom wait for each other's lock.
+claim() { # K: prints the line number taken, or nothing when the queue is empty
+  flock "$tmp/lock/queue" awk -v me="$1" -v dir="$tmp" -v jobs="$jobs" '
+    BEGIN {
+      for (k = 0; k < jobs; k++) if (k != me) {
+        f = dir "/lane" k ".key"; if ((getline l < f) > 0 && l != "") busy[l] = 1; close(f)
+      }
+      f = dir "/taken"; while ((getline l < f) > 0) taken[l] = 1; close(f)
+    }
+    FNR in taken { next }
+    { key = $0; sub(/\t.*/, "", key); keys[FNR] = key
+      if (first == "") first = FNR
+      if (pick == "" && (key == "" || !(key in busy))) pick = FNR }
+    END {
+      if (pick == "") pick = first
+      if (pick != "") {
+        print pick >> (dir "/taken")
+        print keys[pick] > (dir "/lane" me ".key")
+        print pick
+      }
+    }' "$tmp/queue"
 }
-run_lanes() { # FUNCTION FILE: FUNCTION K ITEM for every line of FILE, in $jobs lanes
-  local f=$1 file=$2 k
-  echo 0 >"$tmp/queue.next"
+run_lanes() { # FUNCTION: FUNCTION K ITEM for every line of $tmp/queue, in $jobs lanes
+  local f=$1 k
+  : >"$tmp/taken"
   lane_pids=()
   for ((k = 0; k < jobs; k++)); do
     (
       while :; do
-        i=$(claim)
-        item=$(sed -n "${i}p" "$file")
-        [ -n "$item" ] || break
-        $f "$k" "$item"
+        i=$(claim "$k")
+        [ -n "$i" ] || break
+        line=$(sed -n "${i}p" "$tmp/queue")
+        $f "$k" "${line#*$'\t'}"
       done
+      : >"$tmp/lane$k.key"
     ) &
     lane_pids+=($!)
   done
@@ -276,8 +297,8 @@ baseline_one() {
   [ "$verbose" = 1 ] && echo "  baseline $((SECONDS - s)) s: ${kill_cmds[$i]}"
 }
 if [ "$mode" = baseline ] || [ "${MUTANTS_NO_BASELINE:-0}" != 1 ]; then
-  seq 0 $((${#kill_cmds[@]} - 1)) >"$tmp/queue"
-  run_lanes baseline_one "$tmp/queue"
+  for i in "${!kill_cmds[@]}"; do printf '%s\t%s\n' "$(lock_key "${kill_cmds[$i]}")" "$i"; done >"$tmp/queue"
+  run_lanes baseline_one
   bad=$(cat "$tmp"/res/base* | grep -c '^FAIL')
   if [ "$mode" = baseline ]; then
     echo "every Kill: command once without mutation in $(duration $((SECONDS - start_time))) (building the copies $(duration "$build_secs"))"
@@ -338,8 +359,8 @@ mutant_one() {
     flock "$tmp/lock/out" cat
   return 0
 }
-printf '%s\n' "${patches[@]}" >"$tmp/queue"
-run_lanes mutant_one "$tmp/queue"
+for p in "${patches[@]}"; do printf '%s\t%s\n' "$(lock_key "$(kills "$p" | head -1)")" "$p"; done >"$tmp/queue"
+run_lanes mutant_one
 
 count() { cat "$tmp"/res/m-* 2>/dev/null | grep -c "^$1\$"; }
 killed=$(count killed)
