@@ -206,7 +206,8 @@ run_kill() {
     export PATH="$tmp/bin$k:$PATH" CONSORT_CHECKED=1 DUNE_CACHE=enabled DUNE_CACHE_TRANSPORT=direct \
       XDG_CACHE_HOME=$tmp/cache
     if [ -n "$key" ]; then exec 9>"$tmp/lock/$key" && flock 9; fi
-    timeout -k 10 "$timeout_s" bash -c "$cmd" </dev/null &
+    # The lock stays with this shell: a process the command leaves behind does not hold it.
+    timeout -k 10 "$timeout_s" bash -c "$cmd" </dev/null 9>&- &
     echo $! >"$tmp/lane$k.cmd"
     wait $!
   ) >"$tmp/log/run$k" 2>&1
