@@ -436,14 +436,14 @@ elapsed=$((SECONDS - start_time))
 [ "$unrun" -gt 0 ] && echo "$unrun not run (a lane stopped)"
 [ "$broken" -gt 0 ] && echo "$broken broken (did not apply or build)"
 echo "kill strength: $((killed - timeouts)) by a failing command, $timeouts by a timeout only"
-echo "${#patches[@]} mutants in $(duration $elapsed) on $jobs lanes (building the copies $(duration "$build_secs"), MUTANTS_TIMEOUT=$timeout_s)"
+echo "${#patches[@]} mutants in $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s) (building the copies $(duration "$build_secs"), MUTANTS_TIMEOUT=$timeout_s)"
 echo "$killed killed, $survived survived"
 
 # A whole run records its summary in the README (the line after the marker).
 if [ "$whole" = 1 ] && [ "$unrun" -eq 0 ]; then
   summary="$started_at, commit $commit: $killed killed, $survived survived"
   [ "$broken" -gt 0 ] && summary="$summary, $broken broken"
-  summary="$summary ($timeouts by a timeout only); $(duration $elapsed) on $jobs lanes."
+  summary="$summary ($timeouts by a timeout only); $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s)."
   readme=$dir/README.md
   if grep -q '^<!-- last whole run -->$' "$readme"; then
     awk -v s="$summary" 'skip { skip = 0; print s; next } { print } /^<!-- last whole run -->$/ { skip = 1 }' \
