@@ -290,13 +290,16 @@ duration() { printf '%d min %d s' $(($1 / 60)) $(($1 % 60)); }
 
 # Every distinct command passes without mutation, or it cannot tell a mutant.
 baseline_one() {
-  local k=$1 i=$2 s=$SECONDS
-  if run_kill "$k" "${kill_cmds[$i]}"; then
+  local k=$1 i=$2 s=$SECONDS rc why="fails"
+  run_kill "$k" "${kill_cmds[$i]}"
+  rc=$?
+  if [ $rc -eq 0 ]; then
     echo "ok $((SECONDS - s))" >"$tmp/res/base$i"
   else
     echo "FAIL $((SECONDS - s))" >"$tmp/res/base$i"
+    case $rc in 124 | 137) why="runs out of time (MUTANTS_TIMEOUT=$timeout_s s; a loaded machine needs more)" ;; esac
     {
-      echo "mutants: this command fails without any mutation, so it cannot tell a mutant: ${kill_cmds[$i]}"
+      echo "mutants: this command $why without any mutation, so it cannot tell a mutant: ${kill_cmds[$i]}"
       tail -20 "$tmp/log/run$k"
     } | flock "$tmp/lock/out" cat >&2
   fi
