@@ -382,6 +382,12 @@ mutant_one() {
   local k=$1 p=$2 name s=$SECONDS by="" how="" rc cmd line built=0 ran=0
   local -a cmds targets
   name=$(basename "$p" .patch)
+  # Dune's cache keeps every mutant's files (a few hundred MB each, at most): stop before the disk
+  # is full rather than fail builds.
+  if [ "$(df -Pk "$tmp" | awk 'NR == 2 { print $4 }')" -lt $((2 * 1024 * 1024)) ]; then
+    echo "mutants: lane $k stops: less than 2 GB free in $tmp" | flock "$tmp/lock/out" cat >&2
+    exit 2
+  fi
   mapfile -t cmds < <(kills "$p")
   mapfile -t targets < <(printf '%s\n' "${cmds[@]}" | targets_of | sort -u)
   if [ ${#cmds[@]} -eq 0 ]; then
