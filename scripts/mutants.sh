@@ -17,8 +17,9 @@
 # the commands name and what their dune stanzas declare in (deps ...). Mutants run in
 # MUTANTS_JOBS lanes (default 2), each in a copy of its own; two lanes never run commands of the
 # same program at once. Dune's cache (private to the run) serves every build after the first.
-# Environment: MUTANTS_TIMEOUT (seconds per command, default 600; a command that runs out of
-# time counts as a kill, "timeout" in its line: the bug made it hang), MUTANTS_JOBS,
+# Environment: MUTANTS_TIMEOUT (seconds per command, default 600, 1800 with --baseline; a
+# command that runs out of time counts as a kill, "timeout" in its line: the bug made it hang),
+# MUTANTS_JOBS,
 # MUTANTS_SEED (as --seed), MUTANTS_VERBOSE=1 (say which command killed each mutant, and the
 # tail of a failed build), MUTANTS_NO_BASELINE=1 (skip checking that the commands pass without
 # mutation).
@@ -28,7 +29,7 @@ set -u
 {
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=$src/test/mutants
-timeout_s=${MUTANTS_TIMEOUT:-600}
+timeout_s=${MUTANTS_TIMEOUT:-}
 verbose=${MUTANTS_VERBOSE:-0}
 jobs=${MUTANTS_JOBS:-2}
 seed=${MUTANTS_SEED:-}
@@ -58,6 +59,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# --baseline (make test, beside the other suites) waits longer: a command that passes ends
+# well within it on a loaded machine, only a wedged one reaches it.
+[ -n "$timeout_s" ] || { [ "$mode" = baseline ] && timeout_s=1800 || timeout_s=600; }
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && [ "${#1}" -le 6 ] && [ "$1" -gt 0 ]; }
 is_count "$timeout_s" || die "MUTANTS_TIMEOUT must be a positive number of seconds, not '$timeout_s'"
 is_count "$jobs" && [ "$jobs" -le 8 ] || die "MUTANTS_JOBS must be from 1 to 8, not '$jobs'"
