@@ -17,9 +17,9 @@
 # the commands name and what their dune stanzas declare in (deps ...). Mutants run in
 # MUTANTS_JOBS lanes (default 2), each in a copy of its own; two lanes never run commands of the
 # same program at once. Dune's cache (private to the run) serves every build after the first.
-# Environment: MUTANTS_TIMEOUT (seconds per command, default 600, 1800 with --baseline; a
-# command that runs out of time counts as a kill, "timeout" in its line: the bug made it hang),
-# MUTANTS_JOBS,
+# Environment: MUTANTS_TIMEOUT (seconds per command, default 600, 1800 with --baseline; or three
+# times the command's time without mutation in the same run, if longer; a command that runs out
+# of time counts as a kill, "timeout" in its line: the bug made it hang), MUTANTS_JOBS,
 # MUTANTS_SEED (as --seed), MUTANTS_VERBOSE=1 (say which command killed each mutant, and the
 # tail of a failed build), MUTANTS_NO_BASELINE=1 (skip checking that the commands pass without
 # mutation).
@@ -117,7 +117,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'echo "mutants: interrupted" >&2; exit 130' INT TERM
-mkdir -p "$tmp/log" "$tmp/lock" "$tmp/res" "$tmp/cache"
+mkdir -p "$tmp/log" "$tmp/lock" "$tmp/res" "$tmp/cache" "$tmp/time"
 
 # The header of a mutant: "Mutant: ..." (what the bug is) and one or more "Kill: COMMAND" lines,
 # before the diff.
@@ -202,8 +202,8 @@ lock_key() {
 }
 
 # Runs a command in copy K; its status (124 or 137: it ran out of time).
-run_kill() {
-  local k=$1 cmd=$2 key rc
+run_kill() { # K COMMAND [SECONDS]
+  local k=$1 cmd=$2 limit=${3:-$timeout_s} key rc
   key=$(lock_key "$cmd")
   (
     cd "$tmp/tree$k" || exit 2
@@ -211,7 +211,7 @@ run_kill() {
       XDG_CACHE_HOME=$tmp/cache
     if [ -n "$key" ]; then exec 9>"$tmp/lock/$key" && flock 9; fi
     # The lock stays with this shell: a process the command leaves behind does not hold it.
-    timeout -k 10 "$timeout_s" bash -c "$cmd" </dev/null 9>&- &
+    timeout -k 10 "$limit" bash -c "$cmd" </dev/null 9>&- &
     echo $! >"$tmp/lane$k.cmd"
     wait $!
   ) >"$tmp/log/run$k" 2>&1
@@ -299,6 +299,7 @@ baseline_one() {
   rc=$?
   if [ $rc -eq 0 ]; then
     echo "ok $((SECONDS - s))" >"$tmp/res/base$i"
+    echo "$((SECONDS - s))" >"$tmp/time/$i"
   else
     echo "FAIL $((SECONDS - s))" >"$tmp/res/base$i"
     case $rc in 124 | 137) why="runs out of time (MUTANTS_TIMEOUT=$timeout_s s; a loaded machine needs more)" ;; esac
@@ -380,6 +381,29 @@ if [ "$mode" = baseline ] || [ "${MUTANTS_NO_BASELINE:-0}" != 1 ]; then
   [ "$bad" -eq 0 ] || die "$bad of ${#kill_cmds[@]} commands fail without mutation (above); no mutant was run"
 fi
 
+# A mutant's command may run MUTANTS_TIMEOUT seconds, or three times as long as it took without
+# mutation in this run if that is longer: on a loaded machine, a slow test is not a hang.
+limit_of() {
+  local i t c=$1
+  # A part of a test executable's tests: the whole run's time, if it ran.
+  [[ $c =~ ^(_build/default/[A-Za-z0-9_./-]+\.exe)\ test\  ]] && [ ! -s "$tmp/time/$(index_of "$c")" ] &&
+    c=${BASH_REMATCH[1]}
+  for i in "${!kill_cmds[@]}"; do
+    if [ "${kill_cmds[$i]}" = "$c" ]; then
+      t=$(cat "$tmp/time/$i" 2>/dev/null)
+      [ -n "$t" ] && [ $((3 * t)) -gt "$timeout_s" ] && echo $((3 * t)) && return
+      break
+    fi
+  done
+  echo "$timeout_s"
+}
+
+index_of() {
+  local i
+  for i in "${!kill_cmds[@]}"; do [ "${kill_cmds[$i]}" = "$1" ] && echo "$i" && return; done
+  echo none
+}
+
 # One mutant in copy K: apply, build what its commands need, run them until the first kill, undo,
 # and build the same targets again (from the cache) so that the copy is the tree's once more.
 mutant_one() {
@@ -405,7 +429,7 @@ mutant_one() {
   else
     built=$SECONDS
     for cmd in "${cmds[@]}"; do
-      run_kill "$k" "$cmd"
+      run_kill "$k" "$cmd" "$(limit_of "$cmd")"
       rc=$?
       if [ $rc -ne 0 ]; then
         by=$cmd
