@@ -4,7 +4,7 @@
 DUNE ?= dune
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build demo test bench soak soak-net soak-daemon mutants fuzz doc fmt clean
+.PHONY: all deps build demo test bench soak soak-net soak-daemon mutants mutants-sample fuzz doc fmt clean
 
 all: build
 
@@ -109,9 +109,14 @@ fuzz: build
 	@./scripts/fuzz.sh
 
 # Deliberate bugs from test/mutants/, each applied to a temporary copy of the
-# tree; every one must be killed by the tests it names.
+# tree; every one must be killed by the tests it names. Two lanes (MUTANTS_JOBS);
+# a whole run records its summary in test/mutants/README.md. mutants-sample runs
+# N drawn at random (SEED to draw the same again).
 mutants: deps
 	@./scripts/mutants.sh
+
+mutants-sample: deps
+	@./scripts/mutants.sh --sample $(or $(N),10) $(if $(SEED),--seed $(SEED))
 
 clean:
 	$(DUNE) clean

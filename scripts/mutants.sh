@@ -1,127 +1,494 @@
 #!/bin/bash
-# Mutation testing: applies each deliberate bug under test/mutants/ to a
-# temporary copy of the tree, one at a time, builds, and runs the commands
-# that mutant names; a mutant is killed when one of them fails. Prints one
-# line per mutant and ends with "N killed, M survived". The working tree is
-# never modified. Usage:
-#   scripts/mutants.sh [NAME...]     (default: every test/mutants/*.patch)
-# Environment: MUTANTS_TIMEOUT (seconds per command, default 600; a command
-# that runs out of time counts as a kill: the bug made it hang),
-# MUTANTS_VERBOSE=1 (say which command killed each mutant, and how long each took),
-# MUTANTS_NO_BASELINE=1 (skip checking that the commands pass without mutation).
+# Mutation testing: applies each deliberate bug under test/mutants/ to a temporary copy of the
+# tree, builds what its commands need, and runs the commands that mutant names; a mutant is killed
+# when one of them fails (the first failure stops it). Prints one line per mutant as it ends, then
+# "N killed, M survived" and the time the run took. The working tree is never modified, except
+# that a whole run writes its summary into test/mutants/README.md. Usage:
+#   scripts/mutants.sh [NAME...]        (default: every test/mutants/*.patch, a whole run)
+#   scripts/mutants.sh --sample N [--seed S]
+#                                       N mutants drawn at random (the seed is printed)
+#   scripts/mutants.sh --list ...      prints the mutants that would run, and runs nothing
+#   scripts/mutants.sh --baseline [--skip-covered]
+#                                       builds the copy as for a whole run and runs every distinct
+#                                       Kill: command once without mutation; "N passed, M failed".
+#                                       --skip-covered (make test): not the simulations that make
+#                                       test runs with the same parameters and more seeds
+# The copy is built as `make mutants` builds it: only the binaries, the test executables that
+# the commands name and what their dune stanzas declare in (deps ...). Mutants run in
+# MUTANTS_JOBS lanes (default 2), each in a copy of its own; two lanes never run commands of the
+# same program at once. Dune's cache (private to the run) serves every build after the first.
+# Environment: MUTANTS_TIMEOUT (seconds per command, default 600, 1800 with --baseline; or three
+# times the command's time without mutation in the same run, if longer; a command that runs out
+# of time counts as a kill, "timeout" in its line: the bug made it hang), MUTANTS_JOBS,
+# MUTANTS_SEED (as --seed), MUTANTS_VERBOSE=1 (say which command killed each mutant, and the
+# tail of a failed build), MUTANTS_NO_BASELINE=1 (skip checking that the commands pass without
+# mutation).
 set -u
+# The whole script is one block, read before it runs: editing this file during a long run
+# does not change the run.
+{
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=$src/test/mutants
-timeout_s=${MUTANTS_TIMEOUT:-600}
+timeout_s=${MUTANTS_TIMEOUT:-}
 verbose=${MUTANTS_VERBOSE:-0}
+jobs=${MUTANTS_JOBS:-2}
+seed=${MUTANTS_SEED:-}
 DUNE=${DUNE:-dune}
+mode=run
+skip_covered=0
+sample=""
+names=()
 
-if [ $# -gt 0 ]; then
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+die() {
+  echo "mutants: $*" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --baseline) mode=baseline ;;
+    --list) mode=list ;;
+    --skip-covered) skip_covered=1 ;;
+    --sample) [ $# -ge 2 ] || die "--sample needs a number"; sample=$2; shift ;;
+    --sample=*) sample=${1#--sample=} ;;
+    --seed) [ $# -ge 2 ] || die "--seed needs a number"; seed=$2; shift ;;
+    --seed=*) seed=${1#--seed=} ;;
+    -h | --help) usage; exit 0 ;;
+    -*) die "unknown option $1 (scripts/mutants.sh --help)" ;;
+    *) names+=("${1%.patch}") ;;
+  esac
+  shift
+done
+# --baseline (make test, beside the other suites) waits longer: a command that passes ends
+# well within it on a loaded machine, only a wedged one reaches it.
+[ -n "$timeout_s" ] || { [ "$mode" = baseline ] && timeout_s=1800 || timeout_s=600; }
+is_count() { [[ $1 =~ ^[0-9]+$ ]] && [ "${#1}" -le 6 ] && [ "$1" -gt 0 ]; }
+is_count "$timeout_s" || die "MUTANTS_TIMEOUT must be a positive number of seconds, not '$timeout_s'"
+is_count "$jobs" && [ "$jobs" -le 8 ] || die "MUTANTS_JOBS must be from 1 to 8, not '$jobs'"
+[ -z "$sample" ] || is_count "$sample" || die "--sample needs a positive number, not '$sample'"
+[ -z "$seed" ] || [[ $seed =~ ^[0-9]{1,9}$ ]] || die "the seed must be a number (at most 9 digits), not '$seed'"
+[ -n "$sample" ] && [ ${#names[@]} -gt 0 ] && die "--sample draws the mutants: name none"
+[ "$mode" = baseline ] && { [ -n "$sample" ] || [ ${#names[@]} -gt 0 ]; } && die "--baseline checks every mutant's commands: name none"
+for t in git flock timeout realpath "$DUNE"; do
+  command -v "$t" >/dev/null || die "$t is not installed"
+done
+
+shopt -s nullglob
+all=("$dir"/*.patch)
+shopt -u nullglob
+[ ${#all[@]} -gt 0 ] || die "no mutant in $dir"
+whole=0
+if [ ${#names[@]} -gt 0 ]; then
   patches=()
-  for n in "$@"; do
-    n=${n%.patch}
-    if [ ! -f "$dir/$n.patch" ]; then echo "mutants: no mutant $n (no $dir/$n.patch)" >&2; exit 2; fi
+  for n in "${names[@]}"; do
+    [ -f "$dir/$n.patch" ] || die "no mutant $n (no $dir/$n.patch)"
     patches+=("$dir/$n.patch")
   done
+elif [ -n "$sample" ]; then
+  [ -n "$seed" ] || seed=$(($(od -An -N3 -tu4 /dev/urandom) % 1000000))
+  [ "$sample" -le ${#all[@]} ] || sample=${#all[@]}
+  mapfile -t patches < <(printf '%s\n' "${all[@]}" |
+    awk -v s="$seed" 'BEGIN { srand(s) } { printf "%.9f\t%s\n", rand(), $0 }' |
+    sort -k1,1 | head -n "$sample" | cut -f2 | sort)
+  echo "mutants: $sample of ${#all[@]} drawn with seed $seed (scripts/mutants.sh --sample $sample --seed $seed draws them again)"
 else
-  shopt -s nullglob
-  patches=("$dir"/*.patch)
+  patches=("${all[@]}")
+  [ "$mode" = run ] && whole=1
 fi
-if [ ${#patches[@]} -eq 0 ]; then echo "mutants: no mutant in $dir" >&2; exit 2; fi
+
+if [ "$mode" = list ]; then
+  for p in "${patches[@]}"; do basename "$p" .patch; done
+  exit 0
+fi
+
+start_time=$SECONDS
+started_at=$(date -u '+%Y-%m-%d %H:%M UTC')
+commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit with uncommitted changes"
 
 tmp=$(mktemp -d /tmp/consort-mutants.XXXXXX)
-cleanup() { rm -rf "$tmp"; }
+lane_pids=()
+cleanup() {
+  local f p
+  for f in "$tmp"/lane*.cmd; do [ -f "$f" ] && p=$(cat "$f") && [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; done
+  for p in "${lane_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 trap 'echo "mutants: interrupted" >&2; exit 130' INT TERM
-tree=$tmp/tree
-mkdir -p "$tree" "$tmp/bin" "$tmp/log"
+mkdir -p "$tmp/log" "$tmp/lock" "$tmp/res" "$tmp/cache" "$tmp/time"
 
-# The tree as it is now (tracked and untracked files, not ignored ones),
-# under git so that each mutant can be undone exactly.
-(cd "$src" && git ls-files -z -c -o --exclude-standard | tar -c --null -T - -f -) | tar -x -C "$tree" -f -
-git -C "$tree" init -q && git -C "$tree" add -A && git -C "$tree" -c user.name=m -c user.email=m@m commit -qm base
-
-# In kill commands, "consort" is the binary built in the copy.
-printf '#!/bin/sh\nexec %s/_build/default/bin/main.exe "$@"\n' "$tree" >"$tmp/bin/consort"
-chmod +x "$tmp/bin/consort"
-
-# The header of a mutant: "Mutant: ..." (what the bug is) and one or more
-# "Kill: COMMAND" lines, before the diff.
+# The header of a mutant: "Mutant: ..." (what the bug is) and one or more "Kill: COMMAND" lines,
+# before the diff.
 kills() { sed -n '/^diff \|^--- /q; s/^Kill: *//p' "$1"; }
 describe() { sed -n '/^diff \|^--- /q; s/^Mutant: *//p' "$1" | head -1; }
 
-# Build targets: the binaries (tests start consortd), and every _build/default/....exe a command
-# names.
-targets() {
+# The files a dune stanza named NAME declares in its (deps ...), as written there (%{exe:X} and
+# %{dep:X} as X); a form such as (glob_files ...) comes out as "?FORM", and is not followed.
+deps_awk='
+function emit(   n, i, t, depth, indeps, ddepth, out, isname, nd, kw, found) {
+  gsub(/\(/, " ( ", buf); gsub(/\)/, " ) ", buf)
+  n = split(buf, tok, /[ \t]+/)
+  depth = 0; indeps = 0; isname = 0; out = ""; found = 0
+  for (i = 1; i <= n; i++) {
+    t = tok[i]
+    if (t == "") continue
+    if (t == "(") { depth++; kw = 1; continue }
+    if (t == ")") {
+      if (indeps && depth == ddepth) indeps = 0
+      if (isname && depth == nd) isname = 0
+      depth--; kw = 0; continue
+    }
+    if (kw) {
+      kw = 0
+      if (depth == 2 && (t == "name" || t == "names")) { isname = 1; nd = depth; continue }
+      if (depth == 2 && t == "deps") { indeps = 1; ddepth = depth; continue }
+      if (indeps && depth > ddepth) out = out "?" t "\n"
+      continue
+    }
+    if (isname && t == name) found = 1
+    if (indeps && depth == ddepth) {
+      sub(/^%\{(exe|dep):/, "", t); sub(/\}$/, "", t)
+      out = out t "\n"
+    }
+  }
+  if (found) printf "%s", out
+  buf = ""
+}
+/^\(/ { if (buf != "") emit() }
+{ sub(/;.*/, ""); buf = buf " " $0 }
+END { if (buf != "") emit() }'
+
+# The build targets of some commands (on stdin): the binaries (tests start them), every
+# _build/default/....exe a command names, and what the dune stanza of each of those declares in
+# its deps, so that a test finds in the copy the files it reads there in make test.
+targets_of() {
   echo bin/main.exe
   echo bin/consortd/consortd.exe
-  for p in "${patches[@]}"; do kills "$p"; done | grep -Eo '_build/default/[A-Za-z0-9_./-]+\.exe' | sed 's|^_build/default/||'
-}
-mapfile -t build_targets < <(targets | sort -u)
-
-build() { (cd "$tree" && $DUNE build "${build_targets[@]}" >"$tmp/log/build" 2>&1); }
-
-run_kill() {
-  (cd "$tree" && PATH="$tmp/bin:$PATH" CONSORT_CHECKED=1 timeout "$timeout_s" bash -c "$1") >"$tmp/log/run" 2>&1
-}
-
-if ! build; then
-  echo "mutants: the tree does not build without mutation:" >&2
-  tail -30 "$tmp/log/build" >&2
-  exit 2
-fi
-
-if [ "${MUTANTS_NO_BASELINE:-0}" != 1 ]; then
-  while IFS= read -r cmd; do
-    [ -z "$cmd" ] && continue
-    if ! run_kill "$cmd"; then
-      echo "mutants: this command fails without any mutation, so it cannot tell a mutant: $cmd" >&2
-      tail -20 "$tmp/log/run" >&2
-      exit 2
-    fi
-  done < <(for p in "${patches[@]}"; do kills "$p"; done | sort -u)
-fi
-
-killed=0
-survived=0
-broken=0
-for p in "${patches[@]}"; do
-  name=$(basename "$p" .patch)
-  start=$SECONDS
-  mapfile -t cmds < <(kills "$p")
-  if [ ${#cmds[@]} -eq 0 ]; then
-    echo "BROKEN $name (no Kill: command)"
-    broken=$((broken + 1))
-    continue
-  fi
-  if ! git -C "$tree" apply "$p" 2>"$tmp/log/apply"; then
-    echo "BROKEN $name (does not apply)"
-    [ "$verbose" = 1 ] && sed 's/^/  /' "$tmp/log/apply"
-    broken=$((broken + 1))
-    continue
-  fi
-  if ! build; then
-    echo "BROKEN $name (does not build)"
-    [ "$verbose" = 1 ] && tail -20 "$tmp/log/build" | sed 's/^/  /'
-    broken=$((broken + 1))
-  else
-    by=""
-    for cmd in "${cmds[@]}"; do
-      if ! run_kill "$cmd"; then by=$cmd; break; fi
+  local t d n dep
+  grep -Eo '_build/default/[A-Za-z0-9_./-]+\.exe' | sed 's|^_build/default/||' | sort -u |
+    while read -r t; do
+      echo "$t"
+      d=$(dirname "$t")
+      n=$(basename "$t" .exe)
+      [ -f "$src/$d/dune" ] || continue
+      awk -v name="$n" "$deps_awk" "$src/$d/dune" | while read -r dep; do
+        case $dep in '?'* | '') continue ;; esac
+        dep=$(realpath -m --relative-to="$src" "$src/$d/$dep")
+        case $dep in ../* | /*) ;; *) echo "$dep" ;; esac
+      done
     done
+}
+
+# Dune in copy K, with the run's cache: after the first build, a build of what is already known
+# (the targets again, once a mutant is undone) takes its files from the cache.
+dune_in() {
+  local k=$1
+  shift
+  (cd "$tmp/tree$k" && DUNE_CACHE=enabled DUNE_CACHE_TRANSPORT=direct XDG_CACHE_HOME=$tmp/cache \
+    $DUNE build "$@")
+}
+
+# Two lanes never run the same program at once (a test may use fixed names: a socket, a
+# namespace); simulations share nothing.
+lock_key() {
+  local k
+  case $1 in "consort sim "*) return ;; "consort "*) echo "consort-$(awk '{print $2}' <<<"$1")"; return ;; esac
+  k=$(grep -Eo '_build/default/[A-Za-z0-9_./-]+\.exe' <<<"$1" | tail -1)
+  [ -n "$k" ] || k=$(grep -Eo '[A-Za-z0-9_.-]*/[A-Za-z0-9_./-]+' <<<"$1" | head -1)
+  [ -n "$k" ] || k=$(awk '{print $1}' <<<"$1")
+  echo "${k//\//_}"
+}
+
+# Runs a command in copy K; its status (124 or 137: it ran out of time).
+run_kill() { # K COMMAND [SECONDS]
+  local k=$1 cmd=$2 limit=${3:-$timeout_s} key rc
+  key=$(lock_key "$cmd")
+  (
+    cd "$tmp/tree$k" || exit 2
+    export PATH="$tmp/bin$k:$PATH" CONSORT_CHECKED=1 DUNE_CACHE=enabled DUNE_CACHE_TRANSPORT=direct \
+      XDG_CACHE_HOME=$tmp/cache
+    if [ -n "$key" ]; then exec 9>"$tmp/lock/$key" && flock 9; fi
+    # The lock stays with this shell: a process the command leaves behind does not hold it.
+    timeout -k 10 "$limit" bash -c "$cmd" </dev/null 9>&- &
+    echo $! >"$tmp/lane$k.cmd"
+    wait $!
+  ) >"$tmp/log/run$k" 2>&1
+  rc=$?
+  : >"$tmp/lane$k.cmd"
+  return $rc
+}
+
+# A queue shared by the lanes: lines "KEY<TAB>ITEM", KEY the program of the item's first command
+# (lock_key). A lane takes the first item not taken whose program no other lane is running, or
+# else the first not taken, so that the lanes seldom wait for each other's lock.
+claim() { # K: prints the line number taken, or nothing when the queue is empty
+  flock "$tmp/lock/queue" awk -v me="$1" -v dir="$tmp" -v jobs="$jobs" '
+    BEGIN {
+      for (k = 0; k < jobs; k++) if (k != me) {
+        f = dir "/lane" k ".key"; if ((getline l < f) > 0 && l != "") busy[l] = 1; close(f)
+      }
+      f = dir "/taken"; while ((getline l < f) > 0) taken[l] = 1; close(f)
+    }
+    FNR in taken { next }
+    { key = $0; sub(/\t.*/, "", key); keys[FNR] = key
+      if (first == "") first = FNR
+      if (pick == "" && (key == "" || !(key in busy))) pick = FNR }
+    END {
+      if (pick == "") pick = first
+      if (pick != "") {
+        print pick >> (dir "/taken")
+        print keys[pick] > (dir "/lane" me ".key")
+        print pick
+      }
+    }' "$tmp/queue"
+}
+run_lanes() { # FUNCTION: FUNCTION K ITEM for every line of $tmp/queue, in $jobs lanes
+  local f=$1 k
+  : >"$tmp/taken"
+  lane_pids=()
+  for ((k = 0; k < jobs; k++)); do
+    (
+      while :; do
+        i=$(claim "$k")
+        [ -n "$i" ] || break
+        line=$(sed -n "${i}p" "$tmp/queue")
+        $f "$k" "${line#*$'\t'}"
+      done
+      : >"$tmp/lane$k.key"
+    ) &
+    lane_pids+=($!)
+  done
+  wait "${lane_pids[@]}"
+  lane_pids=()
+}
+
+mapfile -t kill_cmds < <(for p in "${patches[@]}"; do kills "$p"; done | sort -u)
+mapfile -t build_targets < <(printf '%s\n' "${kill_cmds[@]}" | targets_of | sort -u)
+
+# The copies: the tree as it is now (tracked and untracked files, not ignored ones), under git so
+# that each mutant can be undone exactly. In kill commands, "consort" is the binary of the copy.
+build_start=$SECONDS
+mkdir -p "$tmp/tree0"
+(cd "$src" && git ls-files -z -c -o --exclude-standard | tar -c --null -T - -f -) | tar -x -C "$tmp/tree0" -f -
+git -C "$tmp/tree0" init -q && git -C "$tmp/tree0" add -A &&
+  git -C "$tmp/tree0" -c user.name=m -c user.email=m@m commit -qm base || die "cannot make a git copy of the tree in $tmp"
+lanes=$jobs
+[ "$mode" = run ] && [ ${#patches[@]} -lt "$lanes" ] && lanes=${#patches[@]}
+for ((k = 1; k < lanes; k++)); do cp -a "$tmp/tree0" "$tmp/tree$k"; done
+for ((k = 0; k < lanes; k++)); do
+  mkdir -p "$tmp/bin$k"
+  printf '#!/bin/sh\nexec %s/_build/default/bin/main.exe "$@"\n' "$tmp/tree$k" >"$tmp/bin$k/consort"
+  chmod +x "$tmp/bin$k/consort"
+  if ! dune_in "$k" "${build_targets[@]}" >"$tmp/log/build$k" 2>&1; then
+    echo "mutants: the tree does not build without mutation:" >&2
+    tail -30 "$tmp/log/build$k" >&2
+    exit 2
+  fi
+done
+jobs=$lanes
+build_secs=$((SECONDS - build_start))
+
+duration() { printf '%d min %d s' $(($1 / 60)) $(($1 % 60)); }
+
+# Every distinct command passes without mutation, or it cannot tell a mutant.
+baseline_one() {
+  local k=$1 i=$2 s=$SECONDS rc why="fails"
+  run_kill "$k" "${kill_cmds[$i]}"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "ok $((SECONDS - s))" >"$tmp/res/base$i"
+    echo "$((SECONDS - s))" >"$tmp/time/$i"
+  else
+    echo "FAIL $((SECONDS - s))" >"$tmp/res/base$i"
+    case $rc in 124 | 137) why="runs out of time (MUTANTS_TIMEOUT=$timeout_s s; a loaded machine needs more)" ;; esac
+    {
+      echo "mutants: this command $why without any mutation, so it cannot tell a mutant: ${kill_cmds[$i]}"
+      tail -20 "$tmp/log/run$k"
+    } | flock "$tmp/lock/out" cat >&2
+  fi
+  [ "$verbose" = 1 ] && echo "  baseline $((SECONDS - s)) s: ${kill_cmds[$i]}"
+}
+# A simulation in normal form, "SCENARIO|PARAMS|FIRST SEED|LAST SEED", or nothing.
+sim_form() {
+  local -a a
+  local i sc="" n="" first=1 params=""
+  read -r -a a <<<"$1"
+  case ${a[0]:-} in consort | */bin/main.exe) ;; *) return ;; esac
+  [ "${a[1]:-}" = sim ] || return
+  for ((i = 2; i < ${#a[@]}; i++)); do
+    case ${a[$i]} in
+      --scenario) sc=${a[$((i + 1))]:-}; i=$((i + 1)) ;;
+      --seeds) n=${a[$((i + 1))]:-}; i=$((i + 1)) ;;
+      --seed) first=${a[$((i + 1))]:-}; i=$((i + 1)) ;;
+      --params) params=${a[$((i + 1))]:-}; i=$((i + 1)) ;;
+      --quiet) ;;
+      *) return ;;
+    esac
+  done
+  [[ $n =~ ^[0-9]+$ && $first =~ ^[0-9]+$ && -n $sc ]] || return
+  echo "$sc|$params|$first|$((first + n - 1))"
+}
+# Commands that need not run: a test executable's run restricted to some of its tests
+# ("EXE test NAME...") when the same executable runs whole among the commands (its tests are
+# independent: the whole run holds those); with --skip-covered, a simulation that make test runs
+# with the same scenario and parameters over more seeds (a simulation reads no file, so the copy
+# cannot change its result, and each seed is deterministic).
+covered() {
+  local c=$1 f sc params first last g
+  if [[ $c =~ ^(_build/default/[A-Za-z0-9_./-]+\.exe)\ test\  ]] &&
+    printf '%s\n' "${kill_cmds[@]}" | grep -qxF "${BASH_REMATCH[1]}"; then
+    echo "the whole ${BASH_REMATCH[1]##*/}"
+    return 0
+  fi
+  [ "$skip_covered" = 1 ] || return 1
+  f=$(sim_form "$c")
+  [ -n "$f" ] || return 1
+  IFS='|' read -r sc params first last <<<"$f"
+  while IFS='|' read -r gsc gparams gfirst glast; do
+    if [ "$gsc" = "$sc" ] && [ "$gparams" = "$params" ] && [ "$gfirst" -le "$first" ] && [ "$glast" -ge "$last" ]; then
+      echo "make test's sim $sc, seeds $gfirst to $glast"
+      return 0
+    fi
+  done <"$tmp/make-test-sims"
+  return 1
+}
+if [ "$mode" = baseline ] || [ "${MUTANTS_NO_BASELINE:-0}" != 1 ]; then
+  if [ "$skip_covered" = 1 ]; then
+    "$src/scripts/test.sh" --list | while read -r c; do sim_form "$c"; done >"$tmp/make-test-sims"
+  fi
+  ncovered=0
+  for i in "${!kill_cmds[@]}"; do
+    if why=$(covered "${kill_cmds[$i]}"); then
+      ncovered=$((ncovered + 1))
+      echo "  covered by $why: ${kill_cmds[$i]}" >>"$tmp/covered"
+      continue
+    fi
+    printf '%s\t%s\n' "$(lock_key "${kill_cmds[$i]}")" "$i"
+  done >"$tmp/queue"
+  run_lanes baseline_one
+  [ "$verbose" = 1 ] && [ -f "$tmp/covered" ] && cat "$tmp/covered"
+  ran=$(cat "$tmp"/res/base* 2>/dev/null | wc -l)
+  bad=$(cat "$tmp"/res/base* 2>/dev/null | grep -c '^FAIL')
+  if [ "$mode" = baseline ]; then
+    echo "${#kill_cmds[@]} distinct Kill: commands: $ran run once without mutation, $ncovered covered by another run," \
+      "in $(duration $((SECONDS - start_time))) (building the copies $(duration "$build_secs"))"
+    echo "$((ran - bad)) passed, $bad failed"
+    [ "$bad" -eq 0 ]
+    exit
+  fi
+  [ "$bad" -eq 0 ] || die "$bad of ${#kill_cmds[@]} commands fail without mutation (above); no mutant was run"
+fi
+
+# A mutant's command may run MUTANTS_TIMEOUT seconds, or three times as long as it took without
+# mutation in this run if that is longer: on a loaded machine, a slow test is not a hang.
+limit_of() {
+  local i t c=$1
+  # A part of a test executable's tests: the whole run's time, if it ran.
+  [[ $c =~ ^(_build/default/[A-Za-z0-9_./-]+\.exe)\ test\  ]] && [ ! -s "$tmp/time/$(index_of "$c")" ] &&
+    c=${BASH_REMATCH[1]}
+  for i in "${!kill_cmds[@]}"; do
+    if [ "${kill_cmds[$i]}" = "$c" ]; then
+      t=$(cat "$tmp/time/$i" 2>/dev/null)
+      [ -n "$t" ] && [ $((3 * t)) -gt "$timeout_s" ] && echo $((3 * t)) && return
+      break
+    fi
+  done
+  echo "$timeout_s"
+}
+
+index_of() {
+  local i
+  for i in "${!kill_cmds[@]}"; do [ "${kill_cmds[$i]}" = "$1" ] && echo "$i" && return; done
+  echo none
+}
+
+# One mutant in copy K: apply, build what its commands need, run them until the first kill, undo,
+# and build the same targets again (from the cache) so that the copy is the tree's once more.
+mutant_one() {
+  local k=$1 p=$2 name s=$SECONDS by="" how="" rc cmd line built=0 ran=0
+  local -a cmds targets
+  name=$(basename "$p" .patch)
+  # Dune's cache keeps every mutant's files (a few hundred MB each, at most): stop before the disk
+  # is full rather than fail builds.
+  if [ "$(df -Pk "$tmp" | awk 'NR == 2 { print $4 }')" -lt $((2 * 1024 * 1024)) ]; then
+    echo "mutants: lane $k stops: less than 2 GB free in $tmp" | flock "$tmp/lock/out" cat >&2
+    exit 2
+  fi
+  mapfile -t cmds < <(kills "$p")
+  mapfile -t targets < <(printf '%s\n' "${cmds[@]}" | targets_of | sort -u)
+  if [ ${#cmds[@]} -eq 0 ]; then
+    line="BROKEN $name (no Kill: command)"
+  elif ! git -C "$tmp/tree$k" apply "$p" 2>"$tmp/log/apply$k"; then
+    line="BROKEN $name (does not apply)"
+    [ "$verbose" = 1 ] && line="$line"$'\n'"$(sed 's/^/  /' "$tmp/log/apply$k")"
+  elif ! dune_in "$k" "${targets[@]}" >"$tmp/log/build$k" 2>&1; then
+    line="BROKEN $name (does not build)"
+    [ "$verbose" = 1 ] && line="$line"$'\n'"$(tail -20 "$tmp/log/build$k" | sed 's/^/  /')"
+  else
+    built=$SECONDS
+    for cmd in "${cmds[@]}"; do
+      run_kill "$k" "$cmd" "$(limit_of "$cmd")"
+      rc=$?
+      if [ $rc -ne 0 ]; then
+        by=$cmd
+        case $rc in 124 | 137) how=timeout ;; *) how=failed ;; esac
+        break
+      fi
+    done
+    ran=$SECONDS
     if [ -n "$by" ]; then
-      echo "killed $name"
-      killed=$((killed + 1))
-      [ "$verbose" = 1 ] && echo "  by: $by ($((SECONDS - start)) s): $(describe "$p")"
+      line=$(printf 'killed %-44s %5d s  %s' "$name" $((SECONDS - s)) "$how")
+      [ "$verbose" = 1 ] && line="$line"$'\n'"  by: $by: $(describe "$p")"
     else
-      echo "SURVIVED $name"
-      survived=$((survived + 1))
-      [ "$verbose" = 1 ] && echo "  $(describe "$p") ($((SECONDS - start)) s)"
+      line=$(printf 'SURVIVED %-42s %5d s' "$name" $((SECONDS - s)))
+      [ "$verbose" = 1 ] && line="$line"$'\n'"  $(describe "$p")"
     fi
   fi
-  git -C "$tree" checkout -q -- . && git -C "$tree" clean -qfd -e _build
-done
+  echo "${line%%$'\n'*}" | awk '{print $1}' >"$tmp/res/m-$name"
+  [ "$how" = timeout ] && echo timeout >>"$tmp/res/m-$name"
+  echo "$line" | flock "$tmp/lock/out" cat
+  git -C "$tmp/tree$k" checkout -q -- . && git -C "$tmp/tree$k" clean -qfdx -e _build
+  if ! dune_in "$k" "${targets[@]}" >"$tmp/log/build$k" 2>&1; then
+    echo "mutants: lane $k: the tree no longer builds once $name is undone" | flock "$tmp/lock/out" cat >&2
+    tail -20 "$tmp/log/build$k" >&2
+    exit 2
+  fi
+  [ "$verbose" = 1 ] && [ "$built" -gt 0 ] &&
+    echo "  $name: build $((built - s)) s, commands $((ran - built)) s, undo and rebuild $((SECONDS - ran)) s" |
+    flock "$tmp/lock/out" cat
+  return 0
+}
+for p in "${patches[@]}"; do printf '%s\t%s\n' "$(lock_key "$(kills "$p" | head -1)")" "$p"; done >"$tmp/queue"
+run_lanes mutant_one
 
-[ $broken -gt 0 ] && echo "$broken broken (did not apply or build)"
+count() { cat "$tmp"/res/m-* 2>/dev/null | grep -c "^$1\$"; }
+killed=$(count killed)
+survived=$(count SURVIVED)
+broken=$(count BROKEN)
+timeouts=$(count timeout)
+unrun=$((${#patches[@]} - killed - survived - broken))
+elapsed=$((SECONDS - start_time))
+[ "$unrun" -gt 0 ] && echo "$unrun not run (a lane stopped)"
+[ "$broken" -gt 0 ] && echo "$broken broken (did not apply or build)"
+echo "kill strength: $((killed - timeouts)) by a failing command, $timeouts by a timeout only"
+echo "${#patches[@]} mutants in $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s) (building the copies $(duration "$build_secs"), MUTANTS_TIMEOUT=$timeout_s)"
 echo "$killed killed, $survived survived"
-[ $survived -eq 0 ] && [ $broken -eq 0 ]
+
+# A whole run records its summary in the README (the line after the marker).
+if [ "$whole" = 1 ] && [ "$unrun" -eq 0 ]; then
+  summary="$started_at, commit $commit: $killed killed, $survived survived"
+  [ "$broken" -gt 0 ] && summary="$summary, $broken broken"
+  summary="$summary ($timeouts by a timeout only); $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s)."
+  readme=$dir/README.md
+  if grep -q '^<!-- last whole run -->$' "$readme"; then
+    awk -v s="$summary" 'skip { skip = 0; print s; next } { print } /^<!-- last whole run -->$/ { skip = 1 }' \
+      "$readme" >"$tmp/readme" && cat "$tmp/readme" >"$readme" && echo "mutants: recorded in $readme: $summary"
+  else
+    echo "mutants: $readme has no line '<!-- last whole run -->': the summary is not recorded" >&2
+  fi
+fi
+[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ] && [ "$unrun" -eq 0 ]
+exit
+}
