@@ -209,7 +209,6 @@ let kernel_waits t = t.kernel_waits
 let timer_arms t = t.timer_arms
 let early_reads t = t.early_reads
 let stop t = t.stopped <- true
-
 let on_error t f = t.on_error <- Some f
 
 (* A callback raised: logged once, counted, and the owner told. *)
@@ -326,9 +325,7 @@ let serve_one t fd =
       let w =
         match t.only with Some w when w.fd == fd -> t.only | _ -> Hashtbl.find_opt t.ws fd
       in
-      match w with
-      | Some w -> if w.active && not t.stopped then guard_fd t w w.cb
-      | None -> ())
+      match w with Some w -> if w.active && not t.stopped then guard_fd t w w.cb | None -> ())
 
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)
