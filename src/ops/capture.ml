@@ -57,7 +57,7 @@ let failed w e =
   if w.error = None then w.error <- Some e;
   if not w.stopped then (
     w.stopped <- true;
-    Log.err (fun m -> m "pcap capture failed after %d datagrams: %s" w.records e))
+    Log.info (fun m -> m "pcap capture failed after %d datagrams: %s" w.records e))
 
 let stop w why =
   if not w.stopped then (

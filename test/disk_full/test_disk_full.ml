@@ -1,0 +1,366 @@
+(* Commands that write files, on a disk that fills while they run: a tmpfs
+   of 1 MiB mounted on a directory the test creates (always unmounted
+   after), filled up to a few KiB. Each must stop with one line on standard
+   error and exit 2 (after a clean leave from its group, where it has one),
+   never flood standard error, never hang, never end in an uncaught
+   exception (125). *)
+
+let ( / ) = Filename.concat
+let build = Filename.dirname Sys.executable_name / ".." / ".."
+let consort = build / "bin" / "main.exe"
+let consortd = build / "bin" / "consortd" / "consortd.exe"
+let logmember = build / ".." / ".." / "clients" / "python" / "examples" / "logmember.py"
+
+let logmember () =
+  if Sys.file_exists logmember then logmember else "clients/python/examples/logmember.py"
+
+(* Every process started here, killed (by its id) if still running at the end. *)
+let started = ref []
+
+let () =
+  Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+  at_exit (fun () ->
+      List.iter
+        (fun pid ->
+          try
+            Unix.kill pid Sys.sigkill;
+            ignore (Unix.waitpid [] pid)
+          with Unix.Unix_error _ -> ())
+        !started)
+
+let spawn ?(stdin = Unix.stdin) ~out ~err argv =
+  let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let pid = Unix.create_process argv.(0) argv stdin o e in
+  Unix.close o;
+  Unix.close e;
+  started := pid :: !started;
+  pid
+
+let forget pid = started := List.filter (( <> ) pid) !started
+
+(* The exit status of [pid] within [secs] seconds; fails (after SIGKILL) if it is still running. *)
+let wait_exit ?(secs = 30.) what pid =
+  let t0 = Unix.gettimeofday () in
+  let rec go () =
+    match Unix.waitpid [ Unix.WNOHANG ] pid with
+    | 0, _ ->
+        if Unix.gettimeofday () -. t0 > secs then begin
+          (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+          ignore (Unix.waitpid [] pid);
+          forget pid;
+          Alcotest.failf "%s still running after %.0f s" what secs
+        end;
+        Unix.sleepf 0.05;
+        go ()
+    | _, Unix.WEXITED c ->
+        forget pid;
+        c
+    | _, (Unix.WSIGNALED s | Unix.WSTOPPED s) ->
+        forget pid;
+        Alcotest.failf "%s killed by signal %d" what s
+  in
+  go ()
+
+let read_file f =
+  try
+    let ic = open_in_bin f in
+    Fun.protect
+      ~finally:(fun () -> close_in ic)
+      (fun () -> really_input_string ic (in_channel_length ic))
+  with Sys_error _ -> ""
+
+let lines f = List.filter (( <> ) "") (String.split_on_char '\n' (read_file f))
+
+let contains s sub =
+  let n = String.length sub in
+  let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+  go 0
+
+let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
+
+let ends_with s p =
+  let n = String.length s and k = String.length p in
+  n >= k && String.sub s (n - k) k = p
+
+(* Waits (at most [secs]) until [f ()]. *)
+let wait_until ?(secs = 20.) what f =
+  let t0 = Unix.gettimeofday () in
+  while not (f ()) do
+    if Unix.gettimeofday () -. t0 > secs then Alcotest.failf "timed out waiting for %s" what;
+    Unix.sleepf 0.05
+  done
+
+let run cmd =
+  match Unix.system cmd with Unix.WEXITED 0 -> () | _ -> Alcotest.failf "%s: failed" cmd
+
+(* A directory with a tmpfs of 1 MiB on it, filled up to [free] bytes, for [f]. *)
+let with_full_disk ?(free = 8192) f =
+  let dir = Filename.temp_file "consort-disk-full" "" in
+  Sys.remove dir;
+  Unix.mkdir dir 0o755;
+  run (Printf.sprintf "mount -t tmpfs -o size=1m consort-disk-full %s" (Filename.quote dir));
+  Fun.protect
+    ~finally:(fun () ->
+      ignore (Unix.system (Printf.sprintf "umount %s || umount -l %s" dir dir));
+      try Unix.rmdir dir with Unix.Unix_error _ -> ())
+    (fun () ->
+      let filler = dir / "filler" in
+      let fd = Unix.openfile filler [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_CLOEXEC ] 0o644 in
+      let b = Bytes.make 4096 'f' in
+      let rec fill n =
+        match Unix.write fd b 0 4096 with
+        | k -> fill (n + k)
+        | exception Unix.Unix_error (Unix.ENOSPC, _, _) -> n
+      in
+      let n = fill 0 in
+      Unix.ftruncate fd (max 0 (n - free));
+      Unix.close fd;
+      f dir)
+
+(* The one line a command that stopped wrote on standard error. *)
+let one_line what err ~says =
+  let l = lines err in
+  let size = String.length (read_file err) in
+  if List.length l <> 1 || size > 1000 then
+    Alcotest.failf "%s: %d lines (%d bytes) on standard error, not 1:\n%s" what (List.length l) size
+      (String.concat "\n" (List.filteri (fun i _ -> i < 10) l));
+  let line = List.hd l in
+  List.iter
+    (fun s -> if not (contains line s) then Alcotest.failf "%s: %S does not say %S" what line s)
+    says
+
+let free_port () =
+  let s = Unix.socket Unix.PF_INET Unix.SOCK_DGRAM 0 in
+  Unix.bind s (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  let p = match Unix.getsockname s with Unix.ADDR_INET (_, p) -> p | _ -> assert false in
+  Unix.close s;
+  p
+
+let params = "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s"
+
+(* The views a member printed, as member lists. *)
+let views out =
+  List.filter_map
+    (fun l ->
+      if String.length l > 5 && String.sub l 0 5 = "view " then
+        (* "view VID: M1 M2 (rank ...": the vid has colons, not ": ". *)
+        let rec colon i =
+          if i + 1 >= String.length l then None
+          else if l.[i] = ':' && l.[i + 1] = ' ' then Some i
+          else colon (i + 1)
+        in
+        match (colon 0, String.index_opt l '(') with
+        | Some i, Some j when j > i ->
+            Some
+              (List.filter (( <> ) "")
+                 (String.split_on_char ' ' (String.sub l (i + 1) (j - i - 1))))
+        | _ -> None
+      else None)
+    (lines out)
+
+(* Writes [n] lines of casts into [fd] (non-blocking) until all are written,
+   the reader is gone, or [secs] have passed. *)
+let feed ?(n = 20000) ?(secs = 20.) fd =
+  Unix.set_nonblock fd;
+  let t0 = Unix.gettimeofday () in
+  let rec go i pending =
+    if Unix.gettimeofday () -. t0 > secs then ()
+    else if pending = "" && i >= n then ()
+    else
+      let pending =
+        if pending = "" then Printf.sprintf "cast %d %s\n" i (String.make 300 'x') else pending
+      in
+      match Unix.write_substring fd pending 0 (String.length pending) with
+      | k when k = String.length pending -> go (i + 1) ""
+      | k -> go i (String.sub pending k (String.length pending - k))
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK), _, _) ->
+          Unix.sleepf 0.002;
+          go i pending
+      | exception Unix.Unix_error (Unix.EPIPE, _, _) -> ()
+  in
+  go 0 ""
+
+(* A healthy member [a] (stdout to [dir]/a.out), stdin /dev/null; its address. *)
+let healthy_member tmp ~group ~peers ~bind =
+  let null = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let pid =
+    spawn ~stdin:null ~out:(tmp / "a.out") ~err:(tmp / "a.err")
+      [|
+        consort;
+        "member";
+        "--group";
+        group;
+        "--bind";
+        bind;
+        "--peers";
+        String.concat "," peers;
+        "--params";
+        params;
+      |]
+  in
+  Unix.close null;
+  pid
+
+let temp_dir () =
+  let d = Filename.temp_file "consort-disk-full-out" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o755;
+  d
+
+let cleanup d =
+  if Sys.getenv_opt "DISK_FULL_KEEP" = None then ignore (Unix.system ("rm -rf " ^ Filename.quote d))
+
+(* consort member with its log (or capture) on the full disk, in a group
+   with a healthy member: it stops with one line and exit 2, and the other
+   member sees it leave (not excluded as failed). *)
+let member_full_disk ~flag ~says () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  with_full_disk (fun dir ->
+      (* The healthy member coordinates (the lower address): a coordinator
+         that leaves under load is excluded for silence instead (the group
+         layer's own matter, not the disk's). *)
+      let p1 = free_port () and p2 = free_port () in
+      let pa = min p1 p2 and pb = max p1 p2 in
+      let a = Printf.sprintf "127.0.0.1:%d" pa and b = Printf.sprintf "127.0.0.1:%d" pb in
+      let group = Printf.sprintf "disk-full-%d" (Unix.getpid ()) in
+      let apid = healthy_member tmp ~group ~peers:[ a; b ] ~bind:a in
+      let r, w = Unix.pipe ~cloexec:true () in
+      let file = dir / "member.out" in
+      let bpid =
+        spawn ~stdin:r ~out:(tmp / "b.out") ~err:(tmp / "b.err")
+          [|
+            consort;
+            "member";
+            "--group";
+            group;
+            "--bind";
+            b;
+            "--peers";
+            a ^ "," ^ b;
+            "--params";
+            params;
+            flag;
+            file;
+            "--quiet";
+          |]
+      in
+      Unix.close r;
+      wait_until "the two members in one view" (fun () ->
+          List.exists (fun v -> List.length v = 2) (views (tmp / "a.out")));
+      feed w;
+      let code = wait_exit "the member on the full disk" bpid in
+      Unix.close w;
+      Alcotest.(check int) "exit status" 2 code;
+      one_line "consort member" (tmp / "b.err") ~says:(file :: says);
+      wait_until ~secs:10. "the healthy member to see it leave" (fun () ->
+          List.exists
+            (fun l -> starts_with l (b ^ "#") && ends_with l " left")
+            (lines (tmp / "a.out")));
+      Unix.kill apid Sys.sigterm;
+      Alcotest.(check int)
+        "the healthy member's exit status" 0
+        (wait_exit "the healthy member" apid))
+
+let member_log =
+  member_full_disk ~flag:"--log" ~says:[ "cannot write the log"; "No space left"; "left the group" ]
+
+let member_pcap =
+  member_full_disk ~flag:"--pcap" ~says:[ "--pcap"; "No space left"; "left the group" ]
+
+(* consortd --pcap on the full disk, holding a member (a Python client's) in
+   a group with a healthy member that casts: one line, exit 2, its member
+   leaves. *)
+let consortd_pcap () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  with_full_disk (fun dir ->
+      let p1 = free_port () and p2 = free_port () in
+      let ports = 4 in
+      let pa = min p1 p2 and base = max p1 p2 in
+      let a = Printf.sprintf "127.0.0.1:%d" pa in
+      let drange = List.init ports (fun i -> Printf.sprintf "127.0.0.1:%d" (base + i)) in
+      let group = Printf.sprintf "disk-full-d-%d" (Unix.getpid ()) in
+      let sock = tmp / "d.sock" and file = dir / "d.pcap" in
+      let dpid =
+        spawn ~out:(tmp / "d.out") ~err:(tmp / "d.err")
+          [|
+            consortd;
+            "--socket";
+            sock;
+            "--bind";
+            Printf.sprintf "127.0.0.1:%d" base;
+            "--ports";
+            string_of_int ports;
+            "--peers";
+            a;
+            "--pcap";
+            file;
+          |]
+      in
+      wait_until "the daemon's socket" (fun () -> Sys.file_exists sock);
+      let r, w = Unix.pipe ~cloexec:true () in
+      let apid =
+        spawn ~stdin:r ~out:(tmp / "a.out") ~err:(tmp / "a.err")
+          [|
+            consort; "member"; "--group"; group; "--bind"; a; "--peers"; String.concat "," drange;
+          |]
+      in
+      Unix.close r;
+      let pr, pw = Unix.pipe ~cloexec:true () in
+      let ppid =
+        spawn ~stdin:pr ~out:(tmp / "p.out") ~err:(tmp / "p.err")
+          [| "/usr/bin/python3"; logmember (); sock; group; "vsync"; tmp / "p.log"; a |]
+      in
+      Unix.close pr;
+      wait_until "the two members in one view" (fun () ->
+          List.exists (fun v -> List.length v = 2) (views (tmp / "a.out")));
+      feed ~secs:10. w;
+      let code = wait_exit "consortd on the full disk" dpid in
+      Alcotest.(check int) "exit status" 2 code;
+      one_line "consortd" (tmp / "d.err") ~says:[ "--pcap"; file; "No space left"; "stopped" ];
+      wait_until ~secs:10. "the healthy member to see the daemon's member leave" (fun () ->
+          List.exists
+            (fun l -> ends_with l " left" && List.exists (fun d -> starts_with l (d ^ "#")) drange)
+            (lines (tmp / "a.out")));
+      Unix.close w;
+      Unix.close pw;
+      ignore (wait_exit "the Python client" ppid);
+      Unix.kill apid Sys.sigterm;
+      Alcotest.(check int)
+        "the healthy member's exit status" 0
+        (wait_exit "the healthy member" apid))
+
+(* consort sim --trace into a missing directory, and onto the full disk. *)
+let sim_trace () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  let sim trace =
+    let pid =
+      spawn ~out:(tmp / "s.out") ~err:(tmp / "s.err")
+        [|
+          consort; "sim"; "--scenario"; "vsync-crash"; "--seeds"; "3"; "--quiet"; "--trace"; trace;
+        |]
+    in
+    wait_exit ~secs:60. "consort sim" pid
+  in
+  let missing = tmp / "no-such-dir" / "trace.txt" in
+  Alcotest.(check int) "missing directory: exit status" 2 (sim missing);
+  one_line "consort sim" (tmp / "s.err") ~says:[ "--trace"; missing; "No such file" ];
+  with_full_disk (fun dir ->
+      let file = dir / "trace.txt" in
+      Alcotest.(check int) "full disk: exit status" 2 (sim file);
+      one_line "consort sim" (tmp / "s.err") ~says:[ "--trace"; file; "No space left" ])
+
+let () =
+  Alcotest.run "disk_full"
+    [
+      ( "full disk",
+        [
+          Alcotest.test_case "consort member --log" `Quick member_log;
+          Alcotest.test_case "consort member --pcap" `Quick member_pcap;
+          Alcotest.test_case "consortd --pcap" `Quick consortd_pcap;
+          Alcotest.test_case "consort sim --trace" `Quick sim_trace;
+        ] );
+    ]
