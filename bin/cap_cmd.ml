@@ -59,14 +59,31 @@ let serve data bind key_file =
           | Error m ->
               Store.close store;
               refused "cannot serve on %s: %s" bind m
-          | Ok node ->
+          | Ok node -> (
               let fs = Fs_server.create store (Port.Key.port key) in
               let server = R.serve node key in
+              (* Fail-stop: a durable write that failed (a full disk, an I/O
+                 error, a failed fsync) was refused to its client; the
+                 server then stops, one line, exit 2. *)
+              let failure = ref None in
+              let check_disk () =
+                match Store.disk_error store with
+                | Some e when !failure = None ->
+                    failure := Some e;
+                    Loop.stop loop
+                | _ -> ()
+              in
+              Loop.on_error loop (function Loop.Timer e | Loop.Descriptor (_, e) ->
+                  if !failure = None then
+                    failure := Some (Printf.sprintf "internal error: %s" (Printexc.to_string e));
+                  Loop.stop loop);
               R.listen server (fun r ->
                   let h, d = Fs_server.handle fs (R.header r) (R.data r) in
-                  R.putrep r h d);
+                  R.putrep r h d;
+                  check_disk ());
               let rec age () =
                 ignore (Store.age store);
+                check_disk ();
                 ignore (Loop.after loop (Consort.Time.of_sec 10.) age)
               in
               age ();
@@ -81,7 +98,7 @@ let serve data bind key_file =
               Loop.run loop;
               R.close node;
               Store.close store;
-              0))
+              match !failure with None -> 0 | Some e -> refused "file server stopped: %s" e)))
 
 (* Clients. *)
 

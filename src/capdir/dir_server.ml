@@ -70,6 +70,14 @@ let reply_of_request submit data k =
       submit { Wire.client; req; op } (fun (o : outcome) ->
           k (Header.reply `Ok) (Codec.encode_string outcome_codec o))
 
+(* A callback's exception as one line: what a replica that stops says. *)
+let failure_line data = function
+  | Unix.Unix_error ((Unix.ENOSPC | Unix.EUNKNOWNERR 122 (* EDQUOT *)), _, _) ->
+      Printf.sprintf "%s: no space left on the disk" data
+  | Unix.Unix_error (e, fn, _) -> Printf.sprintf "%s: %s: %s" data fn (Unix.error_message e)
+  | Sys_error m -> Printf.sprintf "%s: %s" data m
+  | e -> Printf.sprintf "internal error: %s" (Printexc.to_string e)
+
 let run ?(on_ready = ignore) cfg =
   let params =
     match Params.of_string default_params with
@@ -97,7 +105,7 @@ let run ?(on_ready = ignore) cfg =
               R.crash r;
               Store.close store;
               Error (Printf.sprintf "cannot serve on %s: %s" cfg.bind e)
-          | Ok node ->
+          | Ok node -> (
               let server = Rpc.serve node cfg.key in
               Rpc.listen server (fun req ->
                   let h = Rpc.header req in
@@ -158,6 +166,16 @@ let run ?(on_ready = ignore) cfg =
                     | None -> Rpc.putrep req (Header.reply `Combad) "");
               let stop = ref false in
               let halt _ = stop := true in
+              (* Fail-stop: a callback that raised (a write to the data
+                 directory that failed: a full disk, an I/O error) stops the
+                 replica at once, before anything else is answered; it leaves
+                 the group and [run] returns the reason (exit 2). *)
+              let failure = ref None in
+              Loop.on_error loop (fun f ->
+                  let e = match f with Loop.Timer e | Loop.Descriptor (_, e) -> e in
+                  if !failure = None then failure := Some (failure_line cfg.data e);
+                  stop := true;
+                  Loop.stop loop);
               Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);
               Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
               (* One write: whoever started us may read the first line and close the pipe. *)
@@ -175,8 +193,16 @@ let run ?(on_ready = ignore) cfg =
               let rec poll () = if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll) in
               poll ();
               Loop.run loop ~until:(fun () -> !stop);
-              R.leave r;
-              Loop.run loop ~timeout:(Time.of_ms 300);
+              (match !failure with
+              | None ->
+                  R.leave r;
+                  Loop.run loop ~timeout:(Time.of_ms 300)
+              | Some _ -> (
+                  (* Leave without writing again: whatever fails, stop. *)
+                  try
+                    R.leave r;
+                    Loop.run loop ~timeout:(Time.of_ms 300)
+                  with _ -> ()));
               Rpc.close node;
-              Store.close store;
-              Ok ()))
+              (try Store.close store with _ -> ());
+              match !failure with None -> Ok () | Some e -> Error (e ^ "; left the group"))))

@@ -214,7 +214,6 @@ let corrupt_dir t = t.dir / "corrupt"
 let blob_path t hash = blobs_dir t / hex hash
 let meta_path t obj = meta_dir t / string_of_int obj
 let server_path t = t.dir / "server"
-
 let disk_error t = t.disk_error
 
 let unix_error fn e arg =
@@ -238,9 +237,7 @@ let quiet_unlink path = try Unix.unlink path with Unix.Unix_error _ -> ()
    fsync is fatal: after it the state of the page cache is unknown (the
    kernel may have dropped the dirty pages and cleared the error), so it is
    never retried, and every later durable write is refused. *)
-let note_error t e =
-  if t.disk_error = None then t.disk_error <- Some (Fmt.str "%a" pp_error e)
-
+let note_error t e = if t.disk_error = None then t.disk_error <- Some (Fmt.str "%a" pp_error e)
 let fsync_failed_error = `Io "an earlier fsync failed: what is on the disk is unknown"
 
 let fatal_fsync t f =
