@@ -28,10 +28,11 @@ let () =
           with Unix.Unix_error _ -> ())
         !started)
 
-let spawn ?(stdin = Unix.stdin) ~out ~err argv =
+let spawn ?(env = []) ?(stdin = Unix.stdin) ~out ~err argv =
   let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
   let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
-  let pid = Unix.create_process argv.(0) argv stdin o e in
+  let env = Array.append (Array.of_list env) (Unix.environment ()) in
+  let pid = Unix.create_process_env argv.(0) argv env stdin o e in
   Unix.close o;
   Unix.close e;
   started := pid :: !started;
@@ -118,9 +119,10 @@ let with_full_disk ?(free = 8192) f =
       Unix.close fd;
       f dir)
 
-(* The one line a command that stopped wrote on standard error. *)
-let one_line what err ~says =
-  let l = lines err in
+(* The one line a command that stopped wrote on standard error (after
+   [skip] lines it wrote when it started). *)
+let one_line ?(skip = 0) what err ~says =
+  let l = List.filteri (fun i _ -> i >= skip) (lines err) in
   let size = String.length (read_file err) in
   if List.length l <> 1 || size > 1000 then
     Alcotest.failf "%s: %d lines (%d bytes) on standard error, not 1:\n%s" what (List.length l) size
@@ -332,6 +334,140 @@ let consortd_pcap () =
         "the healthy member's exit status" 0
         (wait_exit "the healthy member" apid))
 
+(* A command run to its end (at most 30 s): its status, output and error. *)
+let command ?env tmp args =
+  let pid =
+    spawn ?env ~out:(tmp / "c.out") ~err:(tmp / "c.err") (Array.of_list (consort :: args))
+  in
+  let code = wait_exit ("consort " ^ String.concat " " args) pid in
+  (code, read_file (tmp / "c.out"), read_file (tmp / "c.err"))
+
+let first_line_field what file key =
+  wait_until ("the first lines of " ^ what) (fun () ->
+      List.exists (fun l -> starts_with l (key ^ " ")) (lines file));
+  let l = List.find (fun l -> starts_with l (key ^ " ")) (lines file) in
+  String.sub l (String.length key + 1) (String.length l - String.length key - 1)
+
+let copy_dir src dst = run (Printf.sprintf "cp -a %s %s" (Filename.quote src) (Filename.quote dst))
+
+(* consort cap fs serve with its data on the disk that fills while puts
+   come: every put is acknowledged or refused; the server refuses the one
+   that met the full disk, then stops (one line, exit 2); restarted on a
+   larger disk, it has every file it acknowledged, intact. *)
+let fs_serve () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  let bind = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  let env = [ "CONSORT_MULTICAST=off"; "CONSORT_LOCATE=" ^ bind ] in
+  let serve data =
+    spawn ~env ~out:(tmp / "s.out") ~err:(tmp / "s.err")
+      [| consort; "cap"; "fs"; "serve"; "--data"; data; "--bind"; bind |]
+  in
+  let acked =
+    with_full_disk ~free:(96 * 1024) (fun dir ->
+        let pid = serve (dir / "fs") in
+        let server = first_line_field "the file server" (tmp / "s.out") "server" in
+        let rec puts i acc =
+          if i > 100 then Alcotest.fail "100 puts of 8 KiB on a full disk, none refused";
+          let file = tmp / Printf.sprintf "f%d" i in
+          let contents = String.init 8192 (fun k -> Char.chr (((i * 7) + k) land 0xff)) in
+          let oc = open_out_bin file in
+          output_string oc contents;
+          close_out oc;
+          match command ~env tmp [ "cap"; "fs"; "put"; "--server"; server; file ] with
+          | 0, out, _ -> puts (i + 1) ((String.trim out, contents) :: acc)
+          | 2, _, _ -> acc
+          | c, _, err -> Alcotest.failf "put %d: exit %d: %s" i c err
+        in
+        let acked = puts 0 [] in
+        Alcotest.(check bool) "some puts acknowledged before the disk filled" true (acked <> []);
+        Alcotest.(check int) "the server's exit status" 2 (wait_exit "the file server" pid);
+        one_line ~skip:1 "consort cap fs serve" (tmp / "s.err")
+          ~says:[ "file server stopped"; "no space left" ];
+        copy_dir (dir / "fs") (tmp / "fs");
+        acked)
+  in
+  let pid = serve (tmp / "fs") in
+  ignore (first_line_field "the restarted file server" (tmp / "s.out") "server");
+  List.iter
+    (fun (cap, contents) ->
+      match command ~env tmp [ "cap"; "fs"; "get"; cap ] with
+      | 0, out, _ ->
+          if out <> contents then Alcotest.failf "%s: other contents after the restart" cap
+      | c, _, err -> Alcotest.failf "an acknowledged file is lost: get %s: exit %d: %s" cap c err)
+    acked;
+  Unix.kill pid Sys.sigterm;
+  Alcotest.(check int) "the restarted server's exit status" 0 (wait_exit "the file server" pid)
+
+(* consort cap dir serve (one replica) with its data on the disk that fills
+   while directories are made: it stops (one line, exit 2, leaving its
+   group); restarted on a larger disk, it has every directory it
+   acknowledged. *)
+let dir_serve () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  let bind = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  let group = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  let serve data =
+    spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")
+      [|
+        consort;
+        "cap";
+        "dir";
+        "serve";
+        "--data";
+        data;
+        "--key";
+        tmp / "dir.key";
+        "--bind";
+        bind;
+        "--group";
+        group;
+        "--peers";
+        "";
+      |]
+  in
+  let name i = Printf.sprintf "d%d-%s" i (String.make 200 'n') in
+  let acked, root =
+    with_full_disk ~free:(24 * 1024) (fun dir ->
+        let pid = serve (dir / "r0") in
+        let root = first_line_field "the directory replica" (tmp / "s.out") "root" in
+        let env = [ "CONSORT_MULTICAST=off"; "CONSORT_LOCATE=" ^ bind; "CONSORT_ROOT=" ^ root ] in
+        let rec mkdirs i acc =
+          if i > 1000 then Alcotest.fail "1000 directories on a full disk, none refused";
+          match command ~env tmp [ "cap"; "mkdir"; "/" ^ name i ] with
+          | 0, _, _ -> mkdirs (i + 1) (name i :: acc)
+          | (2 | 3), _, _ -> acc
+          | c, _, err -> Alcotest.failf "mkdir %d: exit %d: %s" i c err
+        in
+        let acked = mkdirs 0 [] in
+        Alcotest.(check bool)
+          "some directories acknowledged before the disk filled" true (acked <> []);
+        Alcotest.(check int) "the replica's exit status" 2 (wait_exit "the directory replica" pid);
+        one_line ~skip:1 "consort cap dir serve" (tmp / "s.err")
+          ~says:[ "no space left"; "left the group" ];
+        copy_dir (dir / "r0") (tmp / "r0");
+        (acked, root))
+  in
+  let pid = serve (tmp / "r0") in
+  ignore (first_line_field "the restarted replica" (tmp / "s.out") "root");
+  let env = [ "CONSORT_MULTICAST=off"; "CONSORT_LOCATE=" ^ bind; "CONSORT_ROOT=" ^ root ] in
+  let rec ls n =
+    match command ~env tmp [ "cap"; "ls"; "/" ] with
+    | 0, out, _ -> out
+    | c, _, err ->
+        if n = 0 then Alcotest.failf "ls after the restart: exit %d: %s" c err;
+        Unix.sleepf 0.5;
+        ls (n - 1)
+  in
+  let listed = ls 20 in
+  List.iter
+    (fun d ->
+      if not (contains listed d) then Alcotest.failf "an acknowledged directory is lost: %s" d)
+    acked;
+  Unix.kill pid Sys.sigterm;
+  Alcotest.(check int) "the restarted replica's exit status" 0 (wait_exit "the replica" pid)
+
 (* consort sim --trace into a missing directory, and onto the full disk. *)
 let sim_trace () =
   let tmp = temp_dir () in
@@ -362,5 +498,7 @@ let () =
           Alcotest.test_case "consort member --pcap" `Quick member_pcap;
           Alcotest.test_case "consortd --pcap" `Quick consortd_pcap;
           Alcotest.test_case "consort sim --trace" `Quick sim_trace;
+          Alcotest.test_case "consort cap fs serve" `Quick fs_serve;
+          Alcotest.test_case "consort cap dir serve" `Quick dir_serve;
         ] );
     ]
