@@ -489,6 +489,90 @@ let sim_trace () =
       Alcotest.(check int) "full disk: exit status" 2 (sim file);
       one_line "consort sim" (tmp / "s.err") ~says:[ "--trace"; file; "No space left" ])
 
+(* Data directories with an identity: minted at the first start, the same
+   at every later one; a file server given another port's data, a
+   directory replica given a file server's or another directory service's,
+   a directory that is no store at all: refused, one line naming both,
+   nothing in it changed. *)
+let identity () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  let bind = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
+  let fs ?(extra = []) data =
+    spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")
+      (Array.of_list ([ consort; "cap"; "fs"; "serve"; "--data"; data; "--bind"; bind ] @ extra))
+  in
+  let dir data key =
+    spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")
+      [|
+        consort;
+        "cap";
+        "dir";
+        "serve";
+        "--data";
+        data;
+        "--key";
+        key;
+        "--bind";
+        bind;
+        "--group";
+        Printf.sprintf "127.0.0.1:%d" (free_port ());
+        "--peers";
+        "";
+      |]
+  in
+  let serves what pid =
+    ignore (first_line_field what (tmp / "s.out") (if what = "dir" then "root" else "server"));
+    Unix.kill pid Sys.sigterm;
+    Alcotest.(check int) (what ^ ": exit status after SIGTERM") 0 (wait_exit what pid)
+  in
+  let refused what pid ~says =
+    Alcotest.(check int) (what ^ ": exit status") 2 (wait_exit what pid);
+    one_line what (tmp / "s.err") ~says
+  in
+  let field f k =
+    match List.find_opt (fun l -> starts_with l (k ^ " ")) (lines f) with
+    | Some l -> String.sub l (String.length k + 1) (String.length l - String.length k - 1)
+    | None -> Alcotest.failf "%s: no %s line" f k
+  in
+  (* A file server: its identity minted once, the same after a restart. *)
+  let fsd = tmp / "fs" in
+  serves "fs" (fs fsd);
+  let id_file = fsd / "identity" in
+  Alcotest.(check string) "kind" "capfs" (field id_file "kind");
+  let id = field id_file "id" and service = field id_file "service" in
+  Alcotest.(check int) "a minted id of 128 bits" 32 (String.length id);
+  serves "fs" (fs fsd);
+  Alcotest.(check string) "the same id after a restart" id (field id_file "id");
+  (* Another port's key on the same data: refused, both services named. *)
+  refused "fs with another key"
+    (fs ~extra:[ "--key"; tmp / "other.key" ] fsd)
+    ~says:[ fsd; "belongs to another store"; service; "this server is kind capfs, service" ];
+  (* A directory replica on the file server's data. *)
+  let before = Sys.readdir fsd in
+  refused "dir on a file server's data"
+    (dir fsd (tmp / "dir.key"))
+    ~says:[ fsd; "kind capfs"; "this server is kind capdir" ];
+  Alcotest.(check (array string)) "nothing made in it" before (Sys.readdir fsd);
+  (* A directory replica, then another directory service's replica on its data. *)
+  let dd = tmp / "dir" in
+  serves "dir" (dir dd (tmp / "dir.key"));
+  Alcotest.(check string) "kind" "capdir" (field (dd / "identity") "kind");
+  let dservice = field (dd / "identity") "service" in
+  serves "dir" (dir dd (tmp / "dir.key"));
+  refused "dir with another service's key"
+    (dir dd (tmp / "dir2.key"))
+    ~says:[ dd; dservice; "this server is kind capdir, service capdir-" ];
+  (* A directory that is no store: refused, left alone. *)
+  let junk = tmp / "junk" in
+  Unix.mkdir junk 0o755;
+  close_out (open_out (junk / "notes.txt"));
+  refused "fs on a directory that is no store" (fs junk) ~says:[ junk; "no identity" ];
+  refused "dir on a directory that is no store"
+    (dir junk (tmp / "dir.key"))
+    ~says:[ junk; "no identity" ];
+  Alcotest.(check (array string)) "left alone" [| "notes.txt" |] (Sys.readdir junk)
+
 let () =
   Alcotest.run "disk_full"
     [
@@ -501,4 +585,5 @@ let () =
           Alcotest.test_case "consort cap fs serve" `Quick fs_serve;
           Alcotest.test_case "consort cap dir serve" `Quick dir_serve;
         ] );
+      ("data directories", [ Alcotest.test_case "an identity, checked" `Quick identity ]);
     ]
