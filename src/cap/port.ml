@@ -91,6 +91,10 @@ module Key = struct
           | exception Unix.Unix_error (e, _, _) -> Error (path ^ ": " ^ Unix.error_message e)
         in
         Unix.close fd;
+        (* A key that did not reach the disk whole is not left behind. *)
+        (match r with
+        | Error _ -> ( try Unix.unlink path with Unix.Unix_error _ -> ())
+        | Ok () -> ());
         r
 
   let load_or_create ?g path =

@@ -489,6 +489,30 @@ let sim_trace () =
       Alcotest.(check int) "full disk: exit status" 2 (sim file);
       one_line "consort sim" (tmp / "s.err") ~says:[ "--trace"; file; "No space left" ])
 
+(* Keys and identities written on a disk with no room: refused with one
+   line, and nothing torn left behind (a torn key would be refused at every
+   later start and never overwritten). *)
+let keys_on_full_disk () =
+  let tmp = temp_dir () in
+  Fun.protect ~finally:(fun () -> cleanup tmp) @@ fun () ->
+  with_full_disk ~free:0 (fun dir ->
+      let key = dir / "group.key" in
+      (match command tmp [ "keygen"; key ] with
+      | 2, _, _ -> ()
+      | c, _, err -> Alcotest.failf "consort keygen on a full disk: exit %d: %s" c err);
+      one_line "consort keygen" (tmp / "c.err") ~says:[ key ];
+      Alcotest.(check bool) "no key file left" false (Sys.file_exists key);
+      let data = dir / "fs" in
+      (match
+         command ~env:[ "CONSORT_MULTICAST=off" ] tmp
+           [ "cap"; "fs"; "serve"; "--data"; data; "--bind"; "127.0.0.1:1" ]
+       with
+      | 2, _, _ -> ()
+      | c, _, err -> Alcotest.failf "consort cap fs serve on a full disk: exit %d: %s" c err);
+      one_line "consort cap fs serve" (tmp / "c.err") ~says:[ data ];
+      Alcotest.(check bool) "no port key left" false (Sys.file_exists (data / "port.key"));
+      Alcotest.(check bool) "no identity left" false (Sys.file_exists (data / "identity")))
+
 (* Data directories with an identity: minted at the first start, the same
    at every later one; a file server given another port's data, a
    directory replica given a file server's or another directory service's,
@@ -585,5 +609,9 @@ let () =
           Alcotest.test_case "consort cap fs serve" `Quick fs_serve;
           Alcotest.test_case "consort cap dir serve" `Quick dir_serve;
         ] );
-      ("data directories", [ Alcotest.test_case "an identity, checked" `Quick identity ]);
+      ( "data directories",
+        [
+          Alcotest.test_case "an identity, checked" `Quick identity;
+          Alcotest.test_case "keys and identities on a full disk" `Quick keys_on_full_disk;
+        ] );
     ]
