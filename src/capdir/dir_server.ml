@@ -82,138 +82,139 @@ let kind = "capdir"
 let service key = "capdir-" ^ Port.to_hex (Port.Key.port key)
 let looks_like d = Sys.file_exists (Filename.concat d "wal")
 
-let run ?(on_ready = ignore) cfg =
+let serve ~on_ready cfg =
   let params =
     match Params.of_string default_params with
     | Ok d -> Params.override d ~by:cfg.params
     | Error _ -> cfg.params
   in
   let limits = limits_of_key cfg.key in
+  match Store.open_ ~limits cfg.data with
+  | Error e -> Error e
+  | Ok (store, found) -> (
+      List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Consort_kv.Store.pp_finding f) found;
+      let loop = Loop.create () in
+      let rcfg =
+        Replica.default_config ~group:(service cfg.key) ~addr:cfg.group_bind ~peers:cfg.peers
+      in
+      match R.create ~params loop rcfg store with
+      | Error e ->
+          Store.close store;
+          Error e
+      | Ok r -> (
+          match Rpc.open_node ~bind:cfg.bind loop with
+          | Error e ->
+              R.crash r;
+              Store.close store;
+              Error (Printf.sprintf "cannot serve on %s: %s" cfg.bind e)
+          | Ok node -> (
+              let server = Rpc.serve node cfg.key in
+              Rpc.listen server (fun req ->
+                  let h = Rpc.header req in
+                  if h.command = dir_op then
+                    reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
+                  else if h.command = Consort_cap.Std.std_touch then
+                    (* The standard touch, for collectors that know only it. *)
+                    match Header.cap h with
+                    | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
+                    | Ok c ->
+                        R.submit r { Wire.client = 0L; req = 0; op = Dir.Touch c } (fun o ->
+                            let st =
+                              match o with
+                              | Wire.Done (Dir.Done _) -> `Ok
+                              | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
+                              | Wire.Done (Dir.Error (Dir.Not_found _)) -> `Notfound
+                              | _ -> `Notnow
+                            in
+                            Rpc.putrep req (Header.reply st) "")
+                  else if h.command = Consort_cap.Std.std_age then
+                    (* Ordered like any change; a fresh client number, as ageing is not idempotent. *)
+                    match Header.cap h with
+                    | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
+                    | Ok c ->
+                        R.submit r
+                          { Wire.client = Dir_client_id.fresh (); req = 1; op = Dir.Age c }
+                          (fun o ->
+                            let st =
+                              match o with
+                              | Wire.Done (Dir.Aged _) -> `Ok
+                              | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
+                              | Wire.Done (Dir.Error (Dir.Denied _)) -> `Denied
+                              | _ -> `Notnow
+                            in
+                            Rpc.putrep req (Header.reply st) "")
+                  else
+                    (* info, status, restrict from this replica's state; destroy refused: directories go by ageing. *)
+                    let machine () = Store.machine (R.store r) in
+                    let objects =
+                      {
+                        Consort_cap.Std.secret = (fun obj -> Dir.secret (machine ()) obj);
+                        info = (fun obj -> Dir.info (machine ()) obj);
+                        destroy = (fun _ -> `Denied);
+                        touch = ignore;
+                        age = ignore;
+                        status =
+                          (fun () ->
+                            Fmt.str "directory replica %s, %a, %d directories, write %d" (R.me r)
+                              Replica.pp_phase (R.phase r)
+                              (Dir.dirs (machine ()))
+                              (Store.seq (R.store r)));
+                      }
+                    in
+                    match
+                      Consort_cap.Std.handle (Port.Key.port cfg.key) objects h (Rpc.data req)
+                    with
+                    | Some (h, d) -> Rpc.putrep req h d
+                    | None -> Rpc.putrep req (Header.reply `Combad) "");
+              let stop = ref false in
+              let halt _ = stop := true in
+              (* Fail-stop: a callback that raised (a write to the data
+                 directory that failed: a full disk, an I/O error) stops the
+                 replica at once, before anything else is answered; it leaves
+                 the group and [run] returns the reason (exit 2). *)
+              let failure = ref None in
+              Loop.on_error loop (fun f ->
+                  let e = match f with Loop.Timer e | Loop.Descriptor (_, e) -> e in
+                  if !failure = None then failure := Some (failure_line cfg.data e);
+                  stop := true;
+                  Loop.stop loop);
+              Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);
+              Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
+              (* One write: whoever started us may read the first line and close the pipe. *)
+              Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+              (try
+                 Fmt.pr "root %s\nserver %s@."
+                   (Cap.to_string (root_of_key cfg.key))
+                   (Cap.to_string (server_of_key cfg.key))
+               with Sys_error _ -> ());
+              Fmt.epr "consort: directory replica for port %s: RPC on %s, group on %s@."
+                (Port.to_hex (Port.Key.port cfg.key))
+                (Udp.address_to_string (Rpc.address node))
+                cfg.group_bind;
+              on_ready ();
+              let rec poll () = if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll) in
+              poll ();
+              Loop.run loop ~until:(fun () -> !stop);
+              (match !failure with
+              | None ->
+                  R.leave r;
+                  Loop.run loop ~timeout:(Time.of_ms 300)
+              | Some _ -> (
+                  (* Leave without writing again: whatever fails, stop. *)
+                  try
+                    R.leave r;
+                    Loop.run loop ~timeout:(Time.of_ms 300)
+                  with _ -> ()));
+              Rpc.close node;
+              (try Store.close store with _ -> ());
+              match !failure with None -> Ok () | Some e -> Error (e ^ "; left the group"))))
+
+(* The data directory's identity first, then the replica. *)
+let run ?(on_ready = ignore) cfg =
   match
     Consort_datadir.check ~ignore:[ "port.key" ] ~looks_like ~kind
       ~service:(fun () -> Ok (service cfg.key))
       cfg.data
   with
   | Error e -> Error e
-  | Ok _ -> (
-      match Store.open_ ~limits cfg.data with
-      | Error e -> Error e
-      | Ok (store, found) -> (
-          List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Consort_kv.Store.pp_finding f) found;
-          let loop = Loop.create () in
-          let rcfg =
-            Replica.default_config ~group:(service cfg.key) ~addr:cfg.group_bind ~peers:cfg.peers
-          in
-          match R.create ~params loop rcfg store with
-          | Error e ->
-              Store.close store;
-              Error e
-          | Ok r -> (
-              match Rpc.open_node ~bind:cfg.bind loop with
-              | Error e ->
-                  R.crash r;
-                  Store.close store;
-                  Error (Printf.sprintf "cannot serve on %s: %s" cfg.bind e)
-              | Ok node -> (
-                  let server = Rpc.serve node cfg.key in
-                  Rpc.listen server (fun req ->
-                      let h = Rpc.header req in
-                      if h.command = dir_op then
-                        reply_of_request (R.submit r) (Rpc.data req) (fun h d -> Rpc.putrep req h d)
-                      else if h.command = Consort_cap.Std.std_touch then
-                        (* The standard touch, for collectors that know only it. *)
-                        match Header.cap h with
-                        | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
-                        | Ok c ->
-                            R.submit r { Wire.client = 0L; req = 0; op = Dir.Touch c } (fun o ->
-                                let st =
-                                  match o with
-                                  | Wire.Done (Dir.Done _) -> `Ok
-                                  | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
-                                  | Wire.Done (Dir.Error (Dir.Not_found _)) -> `Notfound
-                                  | _ -> `Notnow
-                                in
-                                Rpc.putrep req (Header.reply st) "")
-                      else if h.command = Consort_cap.Std.std_age then
-                        (* Ordered like any change; a fresh client number, as ageing is not idempotent. *)
-                        match Header.cap h with
-                        | Error _ -> Rpc.putrep req (Header.reply `Capbad) ""
-                        | Ok c ->
-                            R.submit r
-                              { Wire.client = Dir_client_id.fresh (); req = 1; op = Dir.Age c }
-                              (fun o ->
-                                let st =
-                                  match o with
-                                  | Wire.Done (Dir.Aged _) -> `Ok
-                                  | Wire.Done (Dir.Error Dir.Capbad) -> `Capbad
-                                  | Wire.Done (Dir.Error (Dir.Denied _)) -> `Denied
-                                  | _ -> `Notnow
-                                in
-                                Rpc.putrep req (Header.reply st) "")
-                      else
-                        (* info, status, restrict from this replica's state; destroy refused: directories go by ageing. *)
-                        let machine () = Store.machine (R.store r) in
-                        let objects =
-                          {
-                            Consort_cap.Std.secret = (fun obj -> Dir.secret (machine ()) obj);
-                            info = (fun obj -> Dir.info (machine ()) obj);
-                            destroy = (fun _ -> `Denied);
-                            touch = ignore;
-                            age = ignore;
-                            status =
-                              (fun () ->
-                                Fmt.str "directory replica %s, %a, %d directories, write %d"
-                                  (R.me r) Replica.pp_phase (R.phase r)
-                                  (Dir.dirs (machine ()))
-                                  (Store.seq (R.store r)));
-                          }
-                        in
-                        match
-                          Consort_cap.Std.handle (Port.Key.port cfg.key) objects h (Rpc.data req)
-                        with
-                        | Some (h, d) -> Rpc.putrep req h d
-                        | None -> Rpc.putrep req (Header.reply `Combad) "");
-                  let stop = ref false in
-                  let halt _ = stop := true in
-                  (* Fail-stop: a callback that raised (a write to the data
-                 directory that failed: a full disk, an I/O error) stops the
-                 replica at once, before anything else is answered; it leaves
-                 the group and [run] returns the reason (exit 2). *)
-                  let failure = ref None in
-                  Loop.on_error loop (fun f ->
-                      let e = match f with Loop.Timer e | Loop.Descriptor (_, e) -> e in
-                      if !failure = None then failure := Some (failure_line cfg.data e);
-                      stop := true;
-                      Loop.stop loop);
-                  Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);
-                  Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
-                  (* One write: whoever started us may read the first line and close the pipe. *)
-                  Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
-                  (try
-                     Fmt.pr "root %s\nserver %s@."
-                       (Cap.to_string (root_of_key cfg.key))
-                       (Cap.to_string (server_of_key cfg.key))
-                   with Sys_error _ -> ());
-                  Fmt.epr "consort: directory replica for port %s: RPC on %s, group on %s@."
-                    (Port.to_hex (Port.Key.port cfg.key))
-                    (Udp.address_to_string (Rpc.address node))
-                    cfg.group_bind;
-                  on_ready ();
-                  let rec poll () =
-                    if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll)
-                  in
-                  poll ();
-                  Loop.run loop ~until:(fun () -> !stop);
-                  (match !failure with
-                  | None ->
-                      R.leave r;
-                      Loop.run loop ~timeout:(Time.of_ms 300)
-                  | Some _ -> (
-                      (* Leave without writing again: whatever fails, stop. *)
-                      try
-                        R.leave r;
-                        Loop.run loop ~timeout:(Time.of_ms 300)
-                      with _ -> ()));
-                  Rpc.close node;
-                  (try Store.close store with _ -> ());
-                  match !failure with None -> Ok () | Some e -> Error (e ^ "; left the group")))))
+  | Ok _ -> serve ~on_ready cfg
