@@ -256,6 +256,17 @@ let member_full_disk ~flag ~says () =
       Unix.close w;
       Alcotest.(check int) "exit status" 2 code;
       one_line "consort member" (tmp / "b.err") ~says:(file :: says);
+      (* A log ends at the last line written whole, at most one line after it torn. *)
+      if flag = "--log" then begin
+        let l = String.split_on_char '\n' (read_file file) in
+        let whole = List.filteri (fun i _ -> i < List.length l - 1) l in
+        Alcotest.(check bool) "lines logged before the disk filled" true (List.length whole > 2);
+        List.iter
+          (fun line ->
+            if not (starts_with line "{\"ev\":" && ends_with line "}") then
+              Alcotest.failf "a torn line before the end of the log: %S" line)
+          whole
+      end;
       wait_until ~secs:10. "the healthy member to see it leave" (fun () ->
           List.exists
             (fun l -> starts_with l (b ^ "#") && ends_with l " left")
