@@ -16,17 +16,11 @@ let logmember () =
 
 (* Every process started here, killed (by its id) if still running at the end. *)
 let started = ref []
+let kill_started_ref = ref (fun () -> ())
 
 let () =
   Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
-  at_exit (fun () ->
-      List.iter
-        (fun pid ->
-          try
-            Unix.kill pid Sys.sigkill;
-            ignore (Unix.waitpid [] pid)
-          with Unix.Unix_error _ -> ())
-        !started)
+  at_exit (fun () -> !kill_started_ref ())
 
 let spawn ?(env = []) ?(stdin = Unix.stdin) ~out ~err argv =
   let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
@@ -39,6 +33,19 @@ let spawn ?(env = []) ?(stdin = Unix.stdin) ~out ~err argv =
   pid
 
 let forget pid = started := List.filter (( <> ) pid) !started
+
+(* Kills (by id) every process started here that is still running. *)
+let kill_started () =
+  List.iter
+    (fun pid ->
+      try
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid)
+      with Unix.Unix_error _ -> ())
+    !started;
+  started := []
+
+let () = kill_started_ref := kill_started
 
 (* The exit status of [pid] within [secs] seconds; fails (after SIGKILL) if it is still running. *)
 let wait_exit ?(secs = 30.) what pid =
@@ -85,7 +92,7 @@ let ends_with s p =
   n >= k && String.sub s (n - k) k = p
 
 (* Waits (at most [secs]) until [f ()]. *)
-let wait_until ?(secs = 20.) what f =
+let wait_until ?(secs = 60.) what f =
   let t0 = Unix.gettimeofday () in
   while not (f ()) do
     if Unix.gettimeofday () -. t0 > secs then Alcotest.failf "timed out waiting for %s" what;
@@ -103,6 +110,8 @@ let with_full_disk ?(free = 8192) f =
   run (Printf.sprintf "mount -t tmpfs -o size=1m consort-disk-full %s" (Filename.quote dir));
   Fun.protect
     ~finally:(fun () ->
+      (* A test that failed may leave its processes running, files open there. *)
+      kill_started ();
       ignore (Unix.system (Printf.sprintf "umount %s || umount -l %s" dir dir));
       try Unix.rmdir dir with Unix.Unix_error _ -> ())
     (fun () ->
