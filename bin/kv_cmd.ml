@@ -8,7 +8,7 @@ let verbose =
     value & flag
     & info [ "verbose"; "v" ] ~doc:"Log view changes and state transfers on standard error.")
 
-let serve group data bind peers listen params verbose =
+let serve group data bind peers listen params init verbose =
   setup_logs verbose;
   match Option.fold ~none:(Ok Consort.Params.empty) ~some:Consort.Params.of_string params with
   | Error e ->
@@ -34,7 +34,16 @@ let serve group data bind peers listen params verbose =
                 Kv.Server.run
                   ~on_ready:(fun () ->
                     Fmt.pr "serving %s on %s, group %s at %s@." data listen group bind)
-                  { Kv.Server.group; data; bind; peers; listen; params; max_connections = 1024 }
+                  {
+                    Kv.Server.group;
+                    data;
+                    bind;
+                    peers;
+                    listen;
+                    params;
+                    max_connections = 1024;
+                    init;
+                  }
               with
               | Ok () -> 0
               | Error e ->
@@ -174,6 +183,29 @@ let cmd =
               "The other replicas' group addresses; with this one, they are the replicas a \
                majority is counted of.")
     in
+    let init =
+      let choice =
+        Arg.(
+          value
+          & vflag Kv.Store.Existing
+              [
+                ( Kv.Store.New,
+                  info [ "new" ]
+                    ~doc:
+                      "Start a replica of a brand-new cluster on an empty (or missing) $(b,--data) \
+                       (as etcd's --initial-cluster-state new). Refused on a directory that holds \
+                       state." );
+                ( Kv.Store.Join,
+                  info [ "join" ]
+                    ~doc:
+                      "Replace a lost replica: start on an empty (or missing) $(b,--data), catch \
+                       up from the others, and count toward a quorum only then (as etcd's \
+                       --initial-cluster-state existing). Refused on a directory that holds state."
+                );
+              ])
+      in
+      choice
+    in
     let listen =
       Arg.(
         required
@@ -201,12 +233,17 @@ let cmd =
                 off and reported on standard error), joins the group of replicas, catches up by \
                 state transfer, and serves clients on $(b,--listen).";
              `P
+               "The data directory has an identity (the store, the group, the cluster): a \
+                directory of another group or cluster is refused. An empty directory needs \
+                $(b,--new) (every replica of a brand-new cluster) or $(b,--join) (a replica that \
+                replaces a lost one: it has no vote until it has caught up from the others).";
+             `P
                "Only a group view holding a majority of the replicas ($(b,--bind) and \
                 $(b,--peers)) serves requests. Reads and writes are ordered by the view's \
                 sequencer; a request is answered once every replica of the view has it on disk.";
            ])
       Term.(
-        const serve $ group $ data $ bind $ peers $ listen $ params
+        const serve $ group $ data $ bind $ peers $ listen $ params $ init
         $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
   in
   let op name doc term =

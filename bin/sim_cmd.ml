@@ -11,10 +11,17 @@ let describe s =
   else if s = Kv_sim.name then Some Kv_sim.doc
   else if s = Dir_sim.name then Some Dir_sim.doc
   else if s = Gc_sim.name then Some Gc_sim.doc
+  else if s = Kv_sim.Disk_faults.name then Some Kv_sim.Disk_faults.doc
+  else if s = Fs_sim.Disk_faults.name then Some Fs_sim.Disk_faults.doc
+  else if s = Kv_sim.Lost_dir.name then Some Kv_sim.Lost_dir.doc
+  else if s = Dir_sim.Disk_faults.name then Some Dir_sim.Disk_faults.doc
   else Consort_scenario.Scenario.describe s
 
 let names =
-  Consort_scenario.Scenario.names @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
+  Consort_scenario.Scenario.names
+  @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
+  @ [ Kv_sim.Disk_faults.name; Dir_sim.Disk_faults.name; Kv_sim.Lost_dir.name ]
+  @ [ Fs_sim.Disk_faults.name ]
 
 (* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
    those with a known outcome as delivered. *)
@@ -30,8 +37,10 @@ let of_rsm ~seed (o : Consort_kv.Rsm_sim.outcome) =
   }
 
 let run_one ?trace ~params s ~seed =
-  if s = Fs_sim.name then
-    let o = Fs_sim.run ?trace ~seed () in
+  if s = Fs_sim.name || s = Fs_sim.Disk_faults.name then
+    let o =
+      if s = Fs_sim.name then Fs_sim.run ?trace ~seed () else Fs_sim.Disk_faults.run ?trace ~seed ()
+    in
     Ok
       {
         Consort_scenario.Scenario.seed;
@@ -44,6 +53,12 @@ let run_one ?trace ~params s ~seed =
       }
   else if s = Kv_sim.name then Ok (of_rsm ~seed (Kv_sim.run ?trace ~params ~seed ()))
   else if s = Dir_sim.name then Ok (of_rsm ~seed (Dir_sim.run ?trace ~params ~seed ()))
+  else if s = Kv_sim.Disk_faults.name then
+    Ok (of_rsm ~seed (Kv_sim.Disk_faults.run ?trace ~params ~seed ()))
+  else if s = Kv_sim.Lost_dir.name then
+    Ok (of_rsm ~seed (Kv_sim.Lost_dir.run ?trace ~params ~seed ()))
+  else if s = Dir_sim.Disk_faults.name then
+    Ok (of_rsm ~seed (Dir_sim.Disk_faults.run ?trace ~params ~seed ()))
   else if s = Gc_sim.name then
     let o = Gc_sim.run ?trace ~seed () in
     Ok

@@ -74,8 +74,9 @@ let request =
     choose
       [
         map
-          [ range 3; range 3; str ]
-          (fun min_version max_version name -> Wire.Hello { min_version; max_version; name });
+          [ range 3; range 3; str; choose [ const ""; str ] ]
+          (fun min_version max_version name token ->
+            Wire.Hello { min_version; max_version; name; token });
         map
           [ handle; str; props; params; range 4; peers ]
           (fun handle group props params flags peers ->
@@ -108,7 +109,8 @@ let piece =
             Bytes.to_string s ^ b);
       ])
 
-let hello = Wire.encode_request (Wire.Hello { min_version = 1; max_version = 1; name = "fuzz" })
+let hello =
+  Wire.encode_request (Wire.Hello { min_version = 1; max_version = 1; name = "fuzz"; token = "" })
 
 let daemon =
   lazy

@@ -149,6 +149,14 @@ jobs+=("counted|mutants apply|scripts/mutants-check.sh")
 jobs+=("counted|fuzz smoke|scripts/fuzz.sh --smoke")
 # Replicated key-value store: about 65 CPU seconds for 1000 seeds (75 with the token).
 jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_SEEDS:-1000}")
+# Storage faults (issue 28): disks that fill, fail writes and fsyncs (kv and directory replicas),
+# and a replica restarted on an empty or another cluster's data directory (about 50, 40 and 30
+# CPU seconds for 1000 seeds).
+jobs+=("counted|sim kv-disk-faults|$BIN/bin/main.exe sim --scenario kv-disk-faults --seeds ${KV_DISK_SEEDS:-1000}")
+jobs+=("counted|sim kv-lost-dir|$BIN/bin/main.exe sim --scenario kv-lost-dir --seeds ${KV_LOST_SEEDS:-1000}")
+jobs+=("counted|sim dir-disk-faults|$BIN/bin/main.exe sim --scenario dir-disk-faults --seeds ${DIR_DISK_SEEDS:-1000}")
+# The file server's disk fills or fails for a while (about 4 CPU seconds for 1000 seeds).
+jobs+=("counted|sim fs-disk-faults|$BIN/bin/main.exe sim --scenario fs-disk-faults --seeds ${CAP_SEEDS:-1000}")
 # The same with Total's token protocol ordering the replicas' requests.
 jobs+=("counted|sim kv-linearizable (Total token)|$BIN/bin/main.exe sim --scenario kv-linearizable --seeds ${KV_TOKEN_SEEDS:-300} --params total.protocol=token")
 # The replicated directory server (issue 14): about 32 CPU seconds for 1000 seeds.

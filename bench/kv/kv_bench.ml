@@ -124,6 +124,7 @@ let consort_cluster ?(params = []) ~dir ~n () =
           ([
              "kv";
              "serve";
+             "--new";
              "--group";
              Printf.sprintf "bench%d" n;
              "--data";

@@ -34,79 +34,133 @@ let setup_logs ((levels, format), verbose) =
   Consort_cli.setup_logs ~verbose format levels;
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
-let main socket tcp bind ports peers key max_frame max_queue max_queued max_clients max_members
-    hello_timeout spin_us spin_yield (control, metrics, pcap) verbose =
-  setup_logs verbose;
-  let seal =
-    match key with
-    | None -> Ok None
-    | Some file -> (
-        match Seal.read_key file with
-        | Error e -> Error ("--key: " ^ e)
-        | Ok s -> Ok (Some (s, Seal.Auth)))
+(* "0660" (octal, as chmod takes it). *)
+let parse_mode s =
+  match int_of_string_opt ("0o" ^ s) with
+  | Some m when m >= 0 && m <= 0o777 && s <> "" && s.[0] <> '-' && s.[0] <> '+' -> Ok m
+  | _ -> Error (Printf.sprintf "--socket-mode %s: not an octal file mode (0660, 0600, ...)" s)
+
+(* Uids or user names, gids or group names. *)
+let parse_ids what lookup l =
+  let rec go acc = function
+    | [] -> Ok (List.rev acc)
+    | x :: rest -> (
+        let x = String.trim x in
+        match int_of_string_opt x with
+        | Some n when n >= 0 -> go (n :: acc) rest
+        | Some _ -> Error (Printf.sprintf "--%s %s: not an id" what x)
+        | None -> (
+            match lookup x with
+            | n -> go (n :: acc) rest
+            | exception Not_found -> Error (Printf.sprintf "--%s %s: no such name here" what x)))
   in
-  match seal with
+  go [] l
+
+let main socket (socket_mode, allow_uid, allow_gid, token) tcp bind ports peers key max_frame
+    max_queue max_queued max_clients max_members hello_timeout spin_us spin_yield
+    (control, metrics, metrics_public, pcap) verbose =
+  setup_logs verbose;
+  let auth =
+    let ( let* ) = Result.bind in
+    let* mode = parse_mode socket_mode in
+    let* uids =
+      parse_ids "allow-uid"
+        (fun n -> (Unix.getpwnam n).Unix.pw_uid)
+        (Option.value ~default:[] allow_uid)
+    in
+    let* gids =
+      match allow_gid with
+      | None -> Ok Server.default.allow_gids
+      | Some l -> parse_ids "allow-gid" (fun n -> (Unix.getgrnam n).Unix.gr_gid) l
+    in
+    let* token =
+      match token with
+      | None -> Ok None
+      | Some f ->
+          Result.map Option.some (Result.map_error (fun e -> "--token: " ^ e) (Server.read_token f))
+    in
+    Ok (mode, Server.default.allow_uids @ uids, gids, token)
+  in
+  match auth with
   | Error e ->
       Fmt.epr "consortd: %s@." e;
       2
-  | Ok seal -> (
-      if max_frame < 1024 || max_frame > 1 lsl 30 then begin
-        Fmt.epr "consortd: --max-frame %d: between 1024 and 2^30 bytes@." max_frame;
-        2
-      end
-      else if max_queue < max_frame || max_queue > 1 lsl 32 then begin
-        Fmt.epr "consortd: --max-queue %d: at least --max-frame (%d) and at most 4 GiB@." max_queue
-          max_frame;
-        2
-      end
-      else if max_queued < max_frame || max_queued > 1 lsl 40 then begin
-        Fmt.epr "consortd: --max-queued %d: at least --max-frame (%d) and at most 1 TiB@."
-          max_queued max_frame;
-        2
-      end
-      else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
-        Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
-        2
-      end
-      else if spin_us < 0 || spin_us > 10_000 then begin
-        Fmt.epr "consortd: --spin-us %d: between 0 and 10000@." spin_us;
-        2
-      end
-      else if max_clients < 1 || max_members < 1 then begin
-        Fmt.epr "consortd: --max-clients and --max-members must be at least 1@.";
-        2
-      end
-      else
-        let cfg =
-          {
-            Server.socket;
-            tcp;
-            bind;
-            ports;
-            peers = Option.value ~default:[] peers;
-            seal;
-            max_frame;
-            max_queue;
-            max_queued;
-            max_clients;
-            max_members;
-            hello_timeout;
-            spin_us;
-            spin_yield;
-            control;
-            metrics;
-            pcap;
-          }
-        in
-        match Server.run cfg with
-        | Ok () -> 0
-        | Error e ->
-            Fmt.epr "consortd: %s@." e;
+  | Ok (socket_mode, allow_uids, allow_gids, token) -> (
+      let seal =
+        match key with
+        | None -> Ok None
+        | Some file -> (
+            match Seal.read_key file with
+            | Error e -> Error ("--key: " ^ e)
+            | Ok s -> Ok (Some (s, Seal.Auth)))
+      in
+      match seal with
+      | Error e ->
+          Fmt.epr "consortd: %s@." e;
+          2
+      | Ok seal -> (
+          if max_frame < 1024 || max_frame > 1 lsl 30 then begin
+            Fmt.epr "consortd: --max-frame %d: between 1024 and 2^30 bytes@." max_frame;
             2
-        | exception e ->
-            Fmt.epr "consortd: internal error: %s@."
-              (String.map (function '\n' -> ' ' | c -> c) (Printexc.to_string e));
-            125)
+          end
+          else if max_queue < max_frame || max_queue > 1 lsl 32 then begin
+            Fmt.epr "consortd: --max-queue %d: at least --max-frame (%d) and at most 4 GiB@."
+              max_queue max_frame;
+            2
+          end
+          else if max_queued < max_frame || max_queued > 1 lsl 40 then begin
+            Fmt.epr "consortd: --max-queued %d: at least --max-frame (%d) and at most 1 TiB@."
+              max_queued max_frame;
+            2
+          end
+          else if not (hello_timeout > 0. && hello_timeout <= 3600.) then begin
+            Fmt.epr "consortd: --hello-timeout %g: between 0 and 3600 seconds@." hello_timeout;
+            2
+          end
+          else if spin_us < 0 || spin_us > 10_000 then begin
+            Fmt.epr "consortd: --spin-us %d: between 0 and 10000@." spin_us;
+            2
+          end
+          else if max_clients < 1 || max_members < 1 then begin
+            Fmt.epr "consortd: --max-clients and --max-members must be at least 1@.";
+            2
+          end
+          else
+            let cfg =
+              {
+                Server.socket;
+                socket_mode;
+                allow_uids;
+                allow_gids;
+                tcp;
+                token;
+                bind;
+                ports;
+                peers = Option.value ~default:[] peers;
+                seal;
+                max_frame;
+                max_queue;
+                max_queued;
+                max_clients;
+                max_members;
+                hello_timeout;
+                spin_us;
+                spin_yield;
+                control;
+                metrics;
+                metrics_public;
+                pcap;
+              }
+            in
+            match Server.run cfg with
+            | Ok () -> 0
+            | Error e ->
+                Fmt.epr "consortd: %s@." e;
+                2
+            | exception e ->
+                Fmt.epr "consortd: internal error: %s@."
+                  (String.map (function '\n' -> ' ' | c -> c) (Printexc.to_string e));
+                125))
 
 let cmd =
   let socket =
@@ -114,6 +168,48 @@ let cmd =
       value
       & opt (some string) None
       & info [ "socket" ] ~docv:"PATH" ~doc:"Listen for clients on this Unix socket.")
+  in
+  let auth =
+    let socket_mode =
+      Arg.(
+        value & opt string "0660"
+        & info [ "socket-mode" ] ~docv:"MODE"
+            ~doc:
+              "The mode of the $(b,--socket) file, in octal, whatever the umask: who may connect \
+               to it at all. Whoever connects is then checked by its credentials (see \
+               $(b,--allow-uid)).")
+    in
+    let allow_uid =
+      Arg.(
+        value
+        & opt (some (list string)) None
+        & info [ "allow-uid" ] ~docv:"USER,..."
+            ~doc:
+              "Users (names or uids) allowed on the $(b,--socket), besides root and the daemon's \
+               own user: the daemon checks each connection's peer credentials (SO_PEERCRED) and \
+               refuses the others (ERROR $(b,not-allowed)).")
+    in
+    let allow_gid =
+      Arg.(
+        value
+        & opt (some (list string)) None
+        & info [ "allow-gid" ] ~docv:"GROUP,..."
+            ~doc:
+              "Groups (names or gids) whose members (by their primary or a supplementary group) \
+               are allowed on the $(b,--socket). Default: the daemon's own group.")
+    in
+    let token =
+      Arg.(
+        value
+        & opt (some string) None
+        & info [ "token" ] ~docv:"FILE"
+            ~doc:
+              "A secret that clients over $(b,--tcp) must present in HELLO (its text, at least 16 \
+               bytes; mode 0600, owned by the daemon's user or root; $(b,consort keygen FILE) \
+               writes one). Required with $(b,--tcp) and $(b,--key): any local user can connect to \
+               a TCP port.")
+    in
+    Term.(const (fun m u g t -> (m, u, g, t)) $ socket_mode $ allow_uid $ allow_gid $ token)
   in
   let tcp =
     Arg.(
@@ -150,8 +246,10 @@ let cmd =
       & opt (some string) None
       & info [ "key" ] ~docv:"FILE"
           ~doc:
-            "The groups' secret (from $(b,consort keygen), mode 0600): every member seals its \
-             datagrams (Auth; Privacy when a client asks).")
+            "The groups' secret (from $(b,consort keygen), mode 0600, owned by the daemon's user \
+             or root): every member seals its datagrams (Auth; Privacy when a client asks), its \
+             stack's under a key of each view (Rekey) unless the client's params say \
+             seal.rekey=false, as $(b,consort member --key) does.")
   in
   let max_frame =
     Arg.(
@@ -239,7 +337,16 @@ let cmd =
               "Record every datagram the members send and receive in $(docv) (pcap, for tcpdump -r \
                or Wireshark; created, mode 0600, never overwritten; at most 1 GiB).")
     in
-    Term.(const (fun c m p -> (c, m, p)) $ control $ metrics $ pcap)
+    let metrics_public =
+      Arg.(
+        value & flag
+        & info [ "metrics-public" ]
+            ~doc:
+              "Allow $(b,--metrics) on an address other than loopback (0.0.0.0, a public \
+               interface): the metrics name every group and member, which Privacy hides on the \
+               wire. Without it such an address is refused.")
+    in
+    Term.(const (fun c m mp p -> (c, m, mp, p)) $ control $ metrics $ metrics_public $ pcap)
   in
   let verbose =
     Arg.(
@@ -256,6 +363,13 @@ let cmd =
          or stops reading is failed out of its groups (its members leave); the others are not \
          disturbed. SIGTERM or SIGINT: every member leaves, then the daemon exits.";
       `P
+        "Who may connect: on $(b,--socket), root, the daemon's own user, the users of \
+         $(b,--allow-uid) and the members of the groups of $(b,--allow-gid) (default: the daemon's \
+         group), by the credentials the kernel gives for each connection (SO_PEERCRED); over \
+         $(b,--tcp), with $(b,--token), a client that presents the token in HELLO. The others get \
+         ERROR $(b,not-allowed) and the end of the connection (doc/protocol.md, \"Who may \
+         connect\").";
+      `P
         "Log lines (warnings; with $(b,--verbose), also clients failed out) go to standard error, \
          at most 50 a second; what is dropped is counted in one line.";
       `P
@@ -264,8 +378,10 @@ let cmd =
          out by reason: failed_closed, failed_malformed, failed_overloaded, ...).";
       `P
         "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every \
-         member left); 2 for a bad argument, an address in use or a key that cannot be read; 124 \
-         for an option the command line parser refuses; 125 for an internal error.";
+         member left); 2 for a bad argument, an address in use, a key or token file that cannot be \
+         read or that others may read, $(b,--tcp) with $(b,--key) and no $(b,--token), or \
+         $(b,--metrics) off loopback without $(b,--metrics-public); 124 for an option the command \
+         line parser refuses; 125 for an internal error.";
       `S Manpage.s_examples;
       `Pre
         "consortd --socket /run/consort/consortd.sock --bind 10.0.0.1:7500 --peers \
@@ -280,8 +396,8 @@ let cmd =
     (Cmd.info "consortd" ~version:"0.1.0" ~exits:Consort_cli.exits
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
-      const main $ socket $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue $ max_queued
-      $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield $ ops
+      const main $ socket $ auth $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue
+      $ max_queued $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield $ ops
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

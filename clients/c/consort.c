@@ -67,7 +67,7 @@ struct consort_client {
 static const char *names[] = {"ok", "malformed", "version", "too-big", "flow-control", "not-member",
                               "leaving", "exited", "no-such-handle", "handle-in-use", "bad-props",
                               "bad-params", "bad-address", "join-failed", "not-hello", "overloaded",
-                              "bad-switch", "not-primary"};
+                              "bad-switch", "not-primary", "not-allowed"};
 
 const char *consort_strerror(int code) {
     if (code == CONSORT_DISCONNECTED) return "disconnected";
@@ -423,6 +423,30 @@ int consort_connect(const char *address, const char *name, consort_client **out)
 }
 
 int consort_connect_version(const char *address, const char *name, int max_version, consort_client **out) {
+    return consort_connect_token(address, name, max_version, NULL, out);
+}
+
+/* The token of HELLO: the text of the file, without surrounding blanks
+ * (at most 4096 bytes). NULL, or why not. */
+static const char *read_token(const char *file, char *tok, size_t cap) {
+    FILE *f = fopen(file, "rbe");
+    if (!f) return strerror(errno);
+    size_t n = fread(tok, 1, cap, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err) return "read error";
+    if (n >= cap) return "over 4096 bytes";
+    size_t i = 0;
+    while (i < n && (tok[i] == ' ' || tok[i] == '\t' || tok[i] == '\n' || tok[i] == '\r')) i++;
+    while (n > i && (tok[n - 1] == ' ' || tok[n - 1] == '\t' || tok[n - 1] == '\n' || tok[n - 1] == '\r')) n--;
+    if (n == i || memchr(tok + i, 0, n - i)) return "empty, or not text";
+    memmove(tok, tok + i, n - i);
+    tok[n - i] = 0;
+    return NULL;
+}
+
+int consort_connect_token(const char *address, const char *name, int max_version, const char *token_file,
+                          consort_client **out) {
     consort_client *c = calloc(1, sizeof *c);
     *out = c;
     if (!c) return CONSORT_DISCONNECTED;
@@ -432,6 +456,18 @@ int consort_connect_version(const char *address, const char *name, int max_versi
         return disconnect(c, "protocol version %d: this library speaks 1 to %d", max_version,
                           CONSORT_PROTOCOL_VERSION);
     if (!address) return disconnect(c, "no address");
+    char token[4097] = "";
+    /* Over TCP only: the Unix socket checks credentials instead, and a path
+     * in a shared directory could be another user's socket. */
+    if (strncmp(address, "tcp:", 4) != 0) token_file = NULL;
+    else if (!token_file) {
+        const char *env = getenv("CONSORT_TOKEN_FILE");
+        if (env && *env) token_file = env;
+    }
+    if (token_file) {
+        const char *why = read_token(token_file, token, sizeof token);
+        if (why) return disconnect(c, "token: %s: %s", token_file, why);
+    }
     if (strncmp(address, "tcp:", 4) == 0) {
         const char *a = address + 4, *colon = strrchr(a, ':');
         struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -464,6 +500,7 @@ int consort_connect_version(const char *address, const char *name, int max_versi
     put16(&b, 1);
     put16(&b, (unsigned)max_version);
     putstr(&b, name ? name : "c");
+    if (token[0]) putstr(&b, token); /* absent without a token */
     struct frame *f = NULL;
     int r = call(c, &b, &f);
     if (r != 0) {

@@ -88,6 +88,7 @@ extern "C" {
 #define CONSORT_E_OVERLOADED 15
 #define CONSORT_E_BAD_SWITCH 16
 #define CONSORT_E_NOT_PRIMARY 17
+#define CONSORT_E_NOT_ALLOWED 18 /* not on the socket's allow-list, or no daemon token over TCP */
 
 /* consort_join() flag: report SENT and LOST events for each message (for
  * member logs: the view each message was sent in). */
@@ -149,6 +150,15 @@ int consort_connect(const char *address, const char *name, consort_client **out)
 /* consort_connect_version: consort_connect offering versions 1 to
  * max_version only (1: every cast and send waits for its reply). */
 int consort_connect_version(const char *address, const char *name, int max_version, consort_client **out);
+
+/* consort_connect_token: consort_connect_version presenting, over TCP, the
+ * text of token_file (without surrounding blanks) in HELLO: a daemon run
+ * with --token requires it. consort_connect and consort_connect_version
+ * present the file the environment variable CONSORT_TOKEN_FILE names, if
+ * set; so does this one with token_file NULL. A token is never sent on a
+ * Unix socket (the daemon checks the peer's credentials there). */
+int consort_connect_token(const char *address, const char *name, int max_version, const char *token_file,
+                          consort_client **out);
 
 /* consort_version: the protocol version agreed at HELLO (1 or 2). */
 int consort_version(const consort_client *c);

@@ -26,6 +26,8 @@ let config =
     reads_at = Time.of_sec 11.;
     all_stop = Time.of_sec 20.;
     until = Time.of_sec 33.;
+    disk_faults = false;
+    lost_dir = false;
   }
 
 (* Lookups, installs of one row or two at once, chmods and deletes on the rows of the root
@@ -86,3 +88,18 @@ let workload ~seed rng =
   { S.limits = Some limits; next; label; answer; read }
 
 let run ?trace ?params ~seed () = S.run config workload ?trace ?params ~seed ()
+
+module Disk_faults = struct
+  let name = "dir-disk-faults"
+
+  let doc =
+    "dir-replicated with storage faults: disks fill, fail writes and fsyncs for a while; a replica \
+     stops at the first fault and is restarted until its disk is repaired; every stop loses what \
+     was not fsynced; no acknowledged install is lost, each row's history is linearizable and the \
+     replicas agree"
+
+  let run ?trace ?params ~seed () =
+    S.run
+      { config with tag = "dirdisk"; salt = 0x6464; disk_faults = true }
+      workload ?trace ?params ~seed ()
+end

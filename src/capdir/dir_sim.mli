@@ -13,3 +13,11 @@ type outcome = Consort_kv.Rsm_sim.outcome
 (** What one seeded run found. *)
 
 val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+
+(** [dir-disk-faults]: the same schedules with storage faults ({!Consort_kv.Rsm_sim.config}'s
+    [disk_faults]). *)
+module Disk_faults : sig
+  val name : string
+  val doc : string
+  val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+end

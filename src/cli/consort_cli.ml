@@ -275,9 +275,12 @@ let table =
     ("kv put", [ ("Write a key:", "consort kv put --servers 127.0.0.1:7801 colour red") ]);
     ( "kv serve",
       [
-        ( "One of three replicas:",
-          "consort kv serve --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 --peers \
-           127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801" );
+        ( "One of three replicas of a new cluster (--new the first time only):",
+          "consort kv serve --new --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 \
+           --peers 127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801" );
+        ( "A replica that replaces a lost one, on an empty directory:",
+          "consort kv serve --join --group kv --data /var/lib/consort/kv1 --bind 127.0.0.1:7901 \
+           --peers 127.0.0.1:7902,127.0.0.1:7903 --listen 127.0.0.1:7801" );
       ] );
     ( "kv shell",
       [

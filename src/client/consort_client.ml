@@ -213,65 +213,98 @@ let call t req =
 
 let reason t = Option.value ~default:"closed" t.closed
 
-let connect ?(name = "ocaml") addr =
-  let sockaddr =
-    if String.length addr > 4 && String.sub addr 0 4 = "tcp:" then
-      let a = String.sub addr 4 (String.length addr - 4) in
-      match String.rindex_opt a ':' with
-      | None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
-      | Some i -> (
-          match
-            ( Unix.inet_addr_of_string (String.sub a 0 i),
-              int_of_string_opt (String.sub a (i + 1) (String.length a - i - 1)) )
-          with
-          | ip, Some p -> Ok (Unix.PF_INET, Unix.ADDR_INET (ip, p))
-          | _, None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
-          | exception Failure _ -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr))
-    else Ok (Unix.PF_UNIX, Unix.ADDR_UNIX addr)
+(* The token a client presents in HELLO: the text of [token_file], or of
+   the file $CONSORT_TOKEN_FILE names, without surrounding blanks. *)
+let read_token token_file =
+  let file =
+    match token_file with
+    | Some f -> Some f
+    | None -> ( match Sys.getenv_opt "CONSORT_TOKEN_FILE" with Some "" | None -> None | f -> f)
   in
-  match sockaddr with
-  | Error e -> Error e
-  | Ok (dom, sa) -> (
-      let fd = Unix.socket ~cloexec:true dom Unix.SOCK_STREAM 0 in
-      match Unix.connect fd sa with
-      | exception Unix.Unix_error (e, _, _) ->
-          Unix.close fd;
-          Error (Printf.sprintf "%s: %s" addr (Unix.error_message e))
-      | () -> (
-          (if dom = Unix.PF_INET then
-             try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
-          Unix.set_nonblock fd;
-          let t =
-            {
-              fd;
-              framer = Wire.framer ~max:(1 lsl 30);
-              closed = None;
-              version = Wire.min_version;
-              replies = Queue.create ();
-              quiet = Queue.create ();
-              quiet_n = 0;
-              since_ping = 0;
-              upcalls = Queue.create ();
-              deferred = Queue.create ();
-              members = Hashtbl.create 4;
-              next_handle = 0;
-              out = Buffer.create 4096;
-              kick = None;
-            }
-          in
+  match file with
+  | None -> Ok ""
+  | Some f -> (
+      match open_in_bin f with
+      | exception Sys_error e -> Error ("token: " ^ e)
+      | ic -> (
           match
-            call t (Wire.Hello { min_version = Wire.min_version; max_version = Wire.version; name })
+            Fun.protect
+              ~finally:(fun () -> close_in_noerr ic)
+              (fun () -> really_input_string ic (min 4097 (in_channel_length ic)))
           with
-          | Some (Wire.Hello_ok { version; _ }) ->
-              t.version <- version;
-              Ok t
-          | Some (Wire.Error { code; reason; _ }) ->
-              shut t reason;
-              Error (Printf.sprintf "%s: %s: %s" addr (Wire.code_name code) reason)
-          | Some _ ->
-              shut t "unexpected reply";
-              Error (Printf.sprintf "%s: the daemon answered HELLO with something else" addr)
-          | None -> Error (Printf.sprintf "%s: %s" addr (reason t))))
+          | exception (Sys_error e | Failure e) -> Error ("token: " ^ e)
+          | exception End_of_file -> Error ("token: " ^ f ^ ": changed while read")
+          | s when String.length s > 4096 -> Error ("token: " ^ f ^ ": over 4096 bytes")
+          | s when String.trim s = "" -> Error ("token: " ^ f ^ " is empty")
+          | s -> Ok (String.trim s)))
+
+let connect ?(name = "ocaml") ?token_file addr =
+  (* Over TCP only: the Unix socket checks credentials instead, and a path
+     in a shared directory could be another user's socket. *)
+  let tcp = String.length addr > 4 && String.sub addr 0 4 = "tcp:" in
+  match if tcp then read_token token_file else Ok "" with
+  | Error e -> Error e
+  | Ok token -> (
+      let sockaddr =
+        if String.length addr > 4 && String.sub addr 0 4 = "tcp:" then
+          let a = String.sub addr 4 (String.length addr - 4) in
+          match String.rindex_opt a ':' with
+          | None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
+          | Some i -> (
+              match
+                ( Unix.inet_addr_of_string (String.sub a 0 i),
+                  int_of_string_opt (String.sub a (i + 1) (String.length a - i - 1)) )
+              with
+              | ip, Some p -> Ok (Unix.PF_INET, Unix.ADDR_INET (ip, p))
+              | _, None -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr)
+              | exception Failure _ -> Error (Printf.sprintf "%s: not tcp:IP:PORT" addr))
+        else Ok (Unix.PF_UNIX, Unix.ADDR_UNIX addr)
+      in
+      match sockaddr with
+      | Error e -> Error e
+      | Ok (dom, sa) -> (
+          let fd = Unix.socket ~cloexec:true dom Unix.SOCK_STREAM 0 in
+          match Unix.connect fd sa with
+          | exception Unix.Unix_error (e, _, _) ->
+              Unix.close fd;
+              Error (Printf.sprintf "%s: %s" addr (Unix.error_message e))
+          | () -> (
+              (if dom = Unix.PF_INET then
+                 try Unix.setsockopt fd Unix.TCP_NODELAY true with Unix.Unix_error _ -> ());
+              Unix.set_nonblock fd;
+              let t =
+                {
+                  fd;
+                  framer = Wire.framer ~max:(1 lsl 30);
+                  closed = None;
+                  version = Wire.min_version;
+                  replies = Queue.create ();
+                  quiet = Queue.create ();
+                  quiet_n = 0;
+                  since_ping = 0;
+                  upcalls = Queue.create ();
+                  deferred = Queue.create ();
+                  members = Hashtbl.create 4;
+                  next_handle = 0;
+                  out = Buffer.create 4096;
+                  kick = None;
+                }
+              in
+              match
+                call t
+                  (Wire.Hello
+                     { min_version = Wire.min_version; max_version = Wire.version; name; token })
+              with
+              | Some (Wire.Hello_ok { version; _ }) ->
+                  t.version <- version;
+                  Ok t
+              | Some (Wire.Error { code; reason; _ }) ->
+                  shut t reason;
+                  Error (Printf.sprintf "%s: %s: %s" addr (Wire.code_name code) reason)
+              | Some _ ->
+                  shut t "unexpected reply";
+                  Error (Printf.sprintf "%s: the daemon answered HELLO with something else" addr)
+              | None -> Error (Printf.sprintf "%s: %s" addr (reason t)))))
 
 let me m = m.me
 let view m = m.view

@@ -10,10 +10,13 @@
 type t
 (** A connection to the daemon. *)
 
-val connect : ?name:string -> string -> (t, string) result
+val connect : ?name:string -> ?token_file:string -> string -> (t, string) result
 (** [connect addr]: [addr] is a Unix socket path, or ["tcp:127.0.0.1:PORT"]. Says HELLO (protocol
     versions 1 and 2: with 2, a cast or send the daemon takes gets no reply); [name] names the
-    client in the daemon's logs. One-line errors. *)
+    client in the daemon's logs. Over TCP, the text of [token_file] (default: the file the
+    environment variable [CONSORT_TOKEN_FILE] names, if set) goes in HELLO: a daemon with [--token]
+    requires it; it is never sent on a Unix socket (checked by credentials instead). One-line
+    errors. *)
 
 val close : t -> unit
 (** Closes the connection: the daemon fails the client's members out of their groups (they leave).

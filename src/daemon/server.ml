@@ -13,7 +13,11 @@ module Log = (val Logs.src_log src : Logs.LOG)
 
 type config = {
   socket : string option;
+  socket_mode : int;
+  allow_uids : int list;
+  allow_gids : int list;
   tcp : string option;
+  token : string option;
   bind : string;
   ports : int;
   peers : string list;
@@ -28,13 +32,18 @@ type config = {
   spin_yield : bool;
   control : string option;
   metrics : string option;
+  metrics_public : bool;
   pcap : string option;
 }
 
 let default =
   {
     socket = None;
+    socket_mode = 0o660;
+    allow_uids = [ Unix.geteuid () ];
+    allow_gids = [ Unix.getegid () ];
     tcp = None;
+    token = None;
     bind = "127.0.0.1:7500";
     ports = 32;
     peers = [];
@@ -49,6 +58,7 @@ let default =
     spin_yield = false;
     control = None;
     metrics = None;
+    metrics_public = false;
     pcap = None;
   }
 
@@ -68,6 +78,22 @@ let split_addr s =
           else Ok (host, p))
 
 let max_peers = 1024
+
+(* A token's length, in bytes (about 128 bits of randomness at least, in
+   any printable encoding). *)
+let min_token = 16
+let max_token = 4096
+
+let read_token path =
+  match Consort_seal.Seal.read_private path with
+  | Error e -> Error e
+  | Ok s ->
+      let s = String.trim s in
+      if String.length s < min_token then
+        Error
+          (Printf.sprintf "%s: a token of %d bytes; at least %d (consort keygen FILE writes one)"
+             path (String.length s) min_token)
+      else Ok s
 
 (* A client's JOIN names at most this many peer addresses: each is sent
    discovery datagrams twice a second, and the client is not trusted to
@@ -116,6 +142,8 @@ type member = {
   mutable ready : bool;  (** the JOIN's reply is out: upcalls may follow *)
   early : string Queue.t;  (** upcalls made during the join itself *)
   report : bool;
+  seal : Seal.mode option;  (** as it joined: a SWITCH cannot change it *)
+  rekeyed : bool;  (** it has per-view keys *)
   pending : (int * string) Queue.t;  (** accepted, not yet in the stack: request number, payload *)
   mutable exited : bool;
   mutable group_flow : bool;  (** the group's flow control holds it (its last flow upcall) *)
@@ -131,6 +159,7 @@ and client = {
   mutable fd_open : bool;  (** after [closed], until the last frames are out (or given up) *)
   mutable flush_timer : Loop.timer option;
   mutable hello : bool;
+  needs_token : bool;  (** over TCP with [--token]: its HELLO must present the token *)
   mutable version : int;  (** agreed at HELLO *)
   mutable closed : bool;
   mutable discard : int;  (** bytes still to drop of a frame over the limit *)
@@ -488,6 +517,18 @@ let not_offered props =
        carries: not offered through the daemon"
   else None
 
+(* The seal a member has is chosen at JOIN: a SWITCH that asks for more
+   is refused, not taken with the seal as it was. *)
+let seal_not_switchable m props =
+  let has p = List.mem p props in
+  if (has P.Auth || has P.Privacy || has P.Rekey) && m.seal = None then
+    Some "Auth, Privacy and Rekey need the daemon to run with --key FILE"
+  else if has P.Privacy && m.seal <> Some Seal.Privacy then
+    Some "Privacy is chosen at JOIN: this member's datagrams stay sealed as it joined (Auth)"
+  else if has P.Rekey && not m.rekeyed then
+    Some "Rekey is chosen at JOIN: this member joined with seal.rekey=false"
+  else None
+
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
   let ( let* ) = Result.bind in
   let* props =
@@ -495,15 +536,30 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
     else Result.map_error (fun e -> (Wire.Bad_props, Fmt.str "%a" P.pp_error e)) (P.of_string props)
   in
   let* () = match not_offered props with Some e -> Error (Wire.Bad_props, e) | None -> Ok () in
-  let privacy = List.mem P.Privacy props and auth = List.mem P.Auth props in
+  let privacy = List.mem P.Privacy props
+  and auth = List.mem P.Auth props
+  and rekey = List.mem P.Rekey props in
   let* seal =
     match t.cfg.seal with
-    | None when privacy || auth ->
-        Error (Wire.Join_failed, "property Auth or Privacy needs the daemon to run with --key FILE")
+    | None when privacy || auth || rekey ->
+        Error
+          ( Wire.Join_failed,
+            Printf.sprintf "property %s needs the daemon to run with --key FILE"
+              (if privacy then "Privacy" else if rekey then "Rekey" else "Auth") )
     | None -> Ok None
     | Some (secret, mode) -> Ok (Some (secret, if privacy then Seal.Privacy else mode))
   in
   let* layers, params = stack_of props params in
+  (* Per-view keys as in [consort member]: on with a key unless the
+     client's seal.rekey=false, which property Rekey contradicts. *)
+  let rekey_on = seal <> None && Params.bool params Seal.rekey_param in
+  let* () =
+    if rekey && not rekey_on then
+      Error
+        ( Wire.Bad_params,
+          Printf.sprintf "property Rekey and %s=false contradict each other" Seal.rekey_param )
+    else Ok ()
+  in
   let* () =
     Result.map_error (fun e -> (Wire.Bad_params, e)) (Consort_group.Total.check_params params)
   in
@@ -539,6 +595,8 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       ready = false;
       early = Queue.create ();
       report = flags land Wire.flag_report <> 0;
+      seal = Option.map snd seal;
+      rekeyed = rekey_on;
       pending = Queue.create ();
       exited = false;
       group_flow = false;
@@ -575,10 +633,10 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       if Hashtbl.mem t.live port then try_port (i + 1)
       else begin
         m.port <- port;
+        let tr = S.wrap ~rekey:rekey_on (C.wrap t.loop t.capture) seal in
         match
           G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
-            (S.wrap (C.wrap t.loop t.capture) seal)
-            ~group
+            ?rekey:(S.rekey tr) tr ~group
             ~addr:(Printf.sprintf "%s:%d" t.ip port)
             (callbacks t m)
         with
@@ -627,10 +685,59 @@ let message t c ~handle ~req payload f =
           refused code reason)
   | _ -> refused Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
 
+(* {1 Who may be a client}
+
+   On the Unix socket, the peer's credentials as the kernel recorded them
+   at connect (SO_PEERCRED, SO_PEERGROUPS): root, the daemon's own user, a
+   uid of [allow_uids], or a member (by its primary or a supplementary
+   group) of a group of [allow_gids]. Over TCP, with a token: the token in
+   HELLO. *)
+
+external peercred : Unix.file_descr -> int * int * int = "consortd_peercred"
+external peergroups : Unix.file_descr -> int array = "consortd_peergroups"
+
+let peer_allowed cfg fd =
+  match peercred fd with
+  | exception Unix.Unix_error (e, _, _) ->
+      Error (Printf.sprintf "its credentials cannot be read (%s)" (Unix.error_message e))
+  | pid, uid, gid ->
+      let groups () = try peergroups fd with Unix.Unix_error _ -> [||] in
+      if
+        uid = 0
+        || uid = Unix.geteuid ()
+        || List.mem uid cfg.allow_uids || List.mem gid cfg.allow_gids
+        || Array.exists (fun g -> List.mem g cfg.allow_gids) (groups ())
+      then Ok ()
+      else
+        Error
+          (Printf.sprintf
+             "uid %d (gid %d, pid %d) is not allowed on this socket (consortd --allow-uid, \
+              --allow-gid)"
+             uid gid pid)
+
+(* Compared in constant time, as digests: neither the bytes nor the length
+   of the daemon's token show in how long a refusal takes. *)
+let token_ok t token =
+  match t.cfg.token with
+  | None -> true
+  | Some expected ->
+      let h s = Cstruct.to_string (Mirage_crypto.Hash.SHA256.digest (Cstruct.of_string s)) in
+      Eqaf.equal (h expected) (h token)
+
 let request t c (r : Wire.request) =
   match r with
-  | Hello { min_version; max_version; _ } ->
+  | Hello { min_version; max_version; token; _ } ->
       if c.hello then fatal t c Wire.Not_hello "a second HELLO"
+      else if c.needs_token && not (token_ok t token) then begin
+        count t "refused_token" 1;
+        Log.warn (fun m ->
+            m "client %d over TCP refused: %s" c.cid
+              (if token = "" then "no token" else "not the daemon's token"));
+        fatal t c Wire.Not_allowed
+          (if token = "" then
+             "a client over TCP must present the daemon's token in HELLO (consortd --token FILE)"
+           else "not the daemon's token (consortd --token FILE)")
+      end
       else if max_version < Wire.min_version || min_version > Wire.version then
         fatal t c Wire.Version
           (Printf.sprintf "the client speaks versions %d-%d, the daemon %d-%d" min_version
@@ -680,7 +787,7 @@ let request t c (r : Wire.request) =
           ok t c handle)
   | Block_ok { handle } -> with_member t c handle (fun _ _ -> ok t c handle)
   | Switch { handle; props; params } ->
-      with_member t c handle (fun _ g ->
+      with_member t c handle (fun m g ->
           let r =
             let ( let* ) = Result.bind in
             let* props =
@@ -690,6 +797,11 @@ let request t c (r : Wire.request) =
             in
             let* () =
               match not_offered props with Some e -> Error (Wire.Bad_switch, e) | None -> Ok ()
+            in
+            let* () =
+              match seal_not_switchable m props with
+              | Some e -> Error (Wire.Bad_switch, e)
+              | None -> Ok ()
             in
             let* layers, params = stack_of props params in
             Result.map_error
@@ -753,7 +865,7 @@ let readable t c =
   | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
   | exception Unix.Unix_error (e, _, _) -> fail t c "closed" (Unix.error_message e)
 
-let add_client t fd =
+let add_client ?(from = `Trusted) t fd =
   Unix.set_nonblock fd;
   (try Unix.setsockopt_int fd Unix.SO_SNDBUF (1 lsl 20) with Unix.Unix_error _ -> ());
   t.next_cid <- t.next_cid + 1;
@@ -769,6 +881,7 @@ let add_client t fd =
       close_timer = None;
       flush_timer = None;
       hello = false;
+      needs_token = from = `Tcp && t.cfg.token <> None;
       version = Wire.min_version;
       closed = false;
       discard = 0;
@@ -780,10 +893,36 @@ let add_client t fd =
   in
   count t "clients" 1;
   Hashtbl.replace t.clients c.cid c;
+  let refused =
+    match from with
+    | `Unix -> ( match peer_allowed t.cfg fd with Ok () -> None | Error e -> Some e)
+    | `Tcp | `Trusted -> None
+  in
   if t.closing || Hashtbl.length t.clients + t.lingering > t.cfg.max_clients then
     fatal t c Wire.Overloaded
       (if t.closing then "the daemon is stopping"
        else Printf.sprintf "at most %d clients" t.cfg.max_clients)
+  else if refused <> None then begin
+    let e = Option.get refused in
+    count t "refused_peer" 1;
+    Log.warn (fun m -> m "client %d on the Unix socket refused: %s" c.cid e);
+    (* The ERROR answers the client's first frame: a client writes HELLO
+       before it reads, and closed at once it would get EPIPE, not the
+       reason. What it sent is read and dropped first, so that the close
+       loses nothing of the ERROR. At most 1 s; nothing it sends is served. *)
+    let refuse () =
+      if not c.closed then begin
+        (try ignore (Wire.read c.framer c.fd) with Unix.Unix_error _ -> ());
+        fatal t c Wire.Not_allowed e
+      end
+    in
+    Loop.watch t.loop fd refuse;
+    c.hello_timer <-
+      Some
+        (Loop.after t.loop (Time.of_ms 1000) (fun () ->
+             c.hello_timer <- None;
+             refuse ()))
+  end
   else begin
     Loop.watch t.loop fd (fun () -> if not c.closed then readable t c);
     (* A connection that does not say HELLO in time holds nothing for long. *)
@@ -797,14 +936,14 @@ let add_client t fd =
                fatal t c Wire.Not_hello (Printf.sprintf "no HELLO within %g s" t.cfg.hello_timeout)))
   end
 
-let adopt = add_client
+let adopt t fd = add_client t fd
 
-let accept t lfd =
+let accept t from lfd =
   match Unix.accept ~cloexec:true lfd with
   | exception Unix.Unix_error (e, _, _) -> Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
-  | fd, _ -> add_client t fd
+  | fd, _ -> add_client ~from t fd
 
-let listen_unix path =
+let listen_unix ~mode path =
   (* A socket file left by a daemon that is gone is replaced; one a live
      daemon answers on is not. *)
   let stale () =
@@ -831,9 +970,15 @@ let listen_unix path =
       (* Bound and listening under another name first, then renamed: a
          client never finds the path without a daemon listening there. *)
       let tmp = Printf.sprintf "%s.%d.tmp" path (Unix.getpid ()) in
+      (* Its mode is [mode] whatever the umask, and nobody but the daemon
+         can connect before it is set. *)
       match
         (try Unix.unlink tmp with Unix.Unix_error _ -> ());
-        Unix.bind s (Unix.ADDR_UNIX tmp);
+        let umask = Unix.umask 0o177 in
+        Fun.protect
+          ~finally:(fun () -> ignore (Unix.umask umask))
+          (fun () -> Unix.bind s (Unix.ADDR_UNIX tmp));
+        Unix.chmod tmp mode;
         Unix.listen s 128;
         Unix.set_nonblock s;
         Unix.rename tmp path
@@ -1047,6 +1192,19 @@ let open_ops t =
   | None -> Ok ()
   | Some addr ->
       let* sa = Result.map_error (fun e -> "--metrics: " ^ e) (inet_addr addr) in
+      let* () =
+        match sa with
+        | Unix.ADDR_INET (a, _)
+          when (not t.cfg.metrics_public)
+               && String.length (Unix.string_of_inet_addr a) >= 4
+               && String.sub (Unix.string_of_inet_addr a) 0 4 <> "127." ->
+            Error
+              (Printf.sprintf
+                 "--metrics %s: the metrics name every group and member (what Privacy hides on the \
+                  wire): on an address other than loopback, add --metrics-public"
+                 addr)
+        | _ -> Ok ()
+      in
       Consort_ops.Metrics.serve t.loop sa (fun () -> metrics_samples t)
       |> Result.map (fun s -> t.ops <- s :: t.ops)
       |> Result.map_error (fun e -> "--metrics " ^ addr ^ ": " ^ e)
@@ -1096,6 +1254,20 @@ let create loop cfg =
     else Ok ()
   in
   let* () =
+    if cfg.socket_mode < 0 || cfg.socket_mode > 0o777 then
+      Error (Printf.sprintf "--socket-mode %o: not a file mode (0 to 0777)" cfg.socket_mode)
+    else if cfg.tcp <> None && cfg.seal <> None && cfg.token = None then
+      Error
+        "--tcp with --key needs --token FILE: every local user can connect to a TCP port, and \
+         would join the keyed groups"
+    else
+      match cfg.token with
+      | Some tk when String.length tk < min_token || String.length tk > max_token ->
+          Error
+            (Printf.sprintf "--token: %d bytes, not %d to %d" (String.length tk) min_token max_token)
+      | _ -> Ok ()
+  in
+  let* () =
     if cfg.max_frame < 64 || cfg.max_queue < cfg.max_frame then
       Error "limits: --max-queue must be at least the frame limit"
     else if cfg.max_queued < cfg.max_frame then
@@ -1103,7 +1275,9 @@ let create loop cfg =
     else Ok ()
   in
   let* lu =
-    match cfg.socket with None -> Ok [] | Some p -> Result.map (fun s -> [ s ]) (listen_unix p)
+    match cfg.socket with
+    | None -> Ok []
+    | Some p -> Result.map (fun s -> [ s ]) (listen_unix ~mode:cfg.socket_mode p)
   in
   let unlisten ls =
     List.iter Unix.close ls;
@@ -1155,7 +1329,8 @@ let create loop cfg =
       unlisten t.listeners;
       Error e
   | Ok () ->
-      List.iter (fun l -> Loop.watch loop l (fun () -> accept t l)) t.listeners;
+      List.iter (fun l -> Loop.watch loop l (fun () -> accept t `Unix l)) lu;
+      List.iter (fun l -> Loop.watch loop l (fun () -> accept t `Tcp l)) lt;
       Ok t
 
 let close t ~on_done =

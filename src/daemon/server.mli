@@ -19,7 +19,17 @@
 
 type config = {
   socket : string option;  (** a Unix socket path *)
+  socket_mode : int;  (** its mode, whatever the umask (default [0o660]) *)
+  allow_uids : int list;
+      (** who may connect to the Unix socket, by the peer's uid (SO_PEERCRED): root and the daemon's
+          own user always may; default: the daemon's uid *)
+  allow_gids : int list;
+      (** ... or by a group of the peer, its primary or a supplementary one; default: the daemon's
+          gid *)
   tcp : string option;  (** ["127.0.0.1:PORT"]: TCP on loopback *)
+  token : string option;
+      (** what a client over TCP must present in HELLO ({!read_token}); required with [tcp] and
+          [seal] *)
   bind : string;  (** ["IP:PORT"]: the first UDP port of the members' range *)
   ports : int;  (** the size of that range *)
   peers : string list;  (** ["IP:PORT"] or ["IP:PORT-PORT"] *)
@@ -39,14 +49,24 @@ type config = {
   control : string option;
       (** a Unix socket where [consort status], [consort counters], [consort cast], [consort send]
           ask (see {!control_answer}) *)
-  metrics : string option;  (** ["IP:PORT"]: Prometheus metrics over HTTP, at [/metrics] *)
+  metrics : string option;
+      (** ["IP:PORT"]: Prometheus metrics over HTTP, at [/metrics]; an address other than loopback
+          needs [metrics_public] *)
+  metrics_public : bool;
+      (** the metrics name groups and members (which Privacy hides on the wire): serving them on an
+          address other than loopback is refused without it *)
   pcap : string option;
       (** a pcap file of every datagram the members send and receive ({!Consort_ops.Capture}) *)
 }
 
 val default : config
-(** No socket, UDP from 127.0.0.1:7500 (32 ports), frames up to 1 MiB + 1 KiB, 8 MiB of queue per
-    client and 64 MiB for all, 256 clients, 64 members each, 10 s to say HELLO. *)
+(** No socket (mode 0660, the daemon's uid and gid allowed), no token, UDP from 127.0.0.1:7500 (32
+    ports), frames up to 1 MiB + 1 KiB, 8 MiB of queue per client and 64 MiB for all, 256 clients,
+    64 members each, 10 s to say HELLO. *)
+
+val read_token : string -> (string, string) result
+(** A token file ([consortd --token]): {!Consort_seal.Seal.read_private}'s checks, then its text
+    without surrounding blanks, of at least 16 bytes ([consort keygen FILE] writes one). *)
 
 val parse_peers : ?max_peers:int -> string list -> (string list, string) result
 (** Expands ["IP:PORT-PORT"] ranges (at most [max_peers], default 1024, addresses in all); one line
@@ -58,8 +78,8 @@ val create : Consort_engine.Loop.t -> config -> (t, string) result
 (** Checks [config], listens, and serves clients on the loop. *)
 
 val adopt : t -> Unix.file_descr -> unit
-(** [adopt t fd] serves a connected stream socket as a client (for tests and fuzzing: a socketpair).
-*)
+(** [adopt t fd] serves a connected stream socket as a client (for tests and fuzzing: a socketpair),
+    with no check of who it is. *)
 
 val close : t -> on_done:(unit -> unit) -> unit
 (** Stops accepting, fails every client out (their members leave), and calls [on_done] once every

@@ -19,6 +19,7 @@ type code =
   | Overloaded
   | Bad_switch
   | Not_primary
+  | Not_allowed
   | Unknown_code of int
 
 let codes =
@@ -40,6 +41,7 @@ let codes =
     (Overloaded, 15, "overloaded");
     (Bad_switch, 16, "bad-switch");
     (Not_primary, 17, "not-primary");
+    (Not_allowed, 18, "not-allowed");
   ]
 
 let code_to_int = function
@@ -56,7 +58,7 @@ let code_name = function
   | c -> List.fold_left (fun acc (c', _, s) -> if c = c' then s else acc) "" codes
 
 type request =
-  | Hello of { min_version : int; max_version : int; name : string }
+  | Hello of { min_version : int; max_version : int; name : string; token : string }
   | Join of {
       handle : int;
       group : string;
@@ -149,13 +151,15 @@ let frame ty size f =
   Bytes.unsafe_to_string w.b
 
 let encode_request = function
-  | Hello { min_version; max_version; name } ->
+  | Hello { min_version; max_version; name; token } ->
+      (* The token only when there is one: a HELLO without is version 1's. *)
       frame 0x01
-        (4 + s_str name)
+        (4 + s_str name + if token = "" then 0 else s_str token)
         (fun b ->
           u16 b min_version;
           u16 b max_version;
-          str b name)
+          str b name;
+          if token <> "" then str b token)
   | Join { handle; group; props; params; flags; peers } ->
       frame 0x02
         (4 + s_str group + s_str props + s_str params + 4 + s_strs peers)
@@ -342,7 +346,14 @@ let request_of c = function
       let min_version = g16 c in
       let max_version = g16 c in
       let name = gstr c in
-      Hello { min_version; max_version; name }
+      let token =
+        if c.pos = c.lim then ""
+        else
+          let t = gstr c in
+          if t = "" then raise (Bad "an empty token (a HELLO without one has no token field)");
+          t
+      in
+      Hello { min_version; max_version; name; token }
   | 0x02 ->
       let handle = g32 c in
       let group = gstr c in
@@ -437,8 +448,10 @@ let event_of c = function
 let decode_event = decode event_of
 
 let pp_request ppf = function
-  | Hello { min_version; max_version; name } ->
-      Fmt.pf ppf "HELLO %d-%d %S" min_version max_version name
+  | Hello { min_version; max_version; name; token } ->
+      (* The token is a secret: never printed. *)
+      Fmt.pf ppf "HELLO %d-%d %S%s" min_version max_version name
+        (if token = "" then "" else " (with a token)")
   | Join { handle; group; props; _ } -> Fmt.pf ppf "JOIN %d %S %S" handle group props
   | Leave { handle } -> Fmt.pf ppf "LEAVE %d" handle
   | Cast { handle; req; payload } ->

@@ -31,6 +31,9 @@ type code =
   | Overloaded  (** 15: too many clients or members *)
   | Bad_switch  (** 16 *)
   | Not_primary  (** 17: a cast in a view that is not primary (property [Primary]) *)
+  | Not_allowed
+      (** 18: a peer the Unix socket's allow-list does not name, or a TCP client without the
+          daemon's token (fatal) *)
   | Unknown_code of int  (** a code from a newer daemon *)
 
 val code_to_int : code -> int
@@ -40,7 +43,9 @@ val code_name : code -> string
 (** Client to daemon. Every request but HELLO names a member by the handle the client chose at JOIN.
 *)
 type request =
-  | Hello of { min_version : int; max_version : int; name : string }
+  | Hello of { min_version : int; max_version : int; name : string; token : string }
+      (** [token]: the daemon's token ([consortd --token]), or [""]: the field is absent then (a
+          HELLO of version 1 has none). *)
   | Join of {
       handle : int;
       group : string;

@@ -107,13 +107,25 @@ let call t op =
   (* [unreachable]: consecutive attempts that could not connect; after two
      rounds of them, no server is running. *)
   let unreachable = ref 0 in
+  let storage = ref None in
+  let note_storage why =
+    let starts p = String.length why >= String.length p && String.sub why 0 (String.length p) = p in
+    if starts "disk full" || starts "io-error" then storage := Some why
+  in
   let rec attempt tries maybe last =
+    (* A replica's storage failure says more than what the next server
+       said (the failed replicas exit: connection refused). *)
+    let last = Option.value !storage ~default:last in
     let give_up () = if maybe then Wire.Unknown last else Wire.Refused last in
+    let round = tries > 0 && tries mod n = 0 in
     if Unix.gettimeofday () >= deadline || !unreachable >= 2 * n then give_up ()
+    else if round && deadline -. Unix.gettimeofday () <= 0.5 then
+      (* No time for another round after the pause: what the servers said
+         stands (a refusal is a refusal, not a timeout). *)
+      give_up ()
     else begin
       (* After a round of every server, wait a little: a view change may be under way. *)
-      if tries > 0 && tries mod n = 0 then
-        Unix.sleepf (min 0.5 (max 0. (deadline -. Unix.gettimeofday ())));
+      if round then Unix.sleepf 0.5;
       match connect t deadline with
       | Error e ->
           incr unreachable;
@@ -131,9 +143,11 @@ let call t op =
               match read_reply fd req deadline with
               | `Reply (Wire.Done r) -> Wire.Done r
               | `Reply (Wire.Refused why) ->
+                  note_storage why;
                   next ();
                   attempt (tries + 1) maybe why
               | `Reply (Wire.Unknown why) ->
+                  note_storage why;
                   next ();
                   attempt (tries + 1) true why
               | `Lost why ->

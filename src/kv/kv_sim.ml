@@ -22,6 +22,8 @@ let config =
     reads_at = Time.of_sec 16.;
     all_stop = Time.of_sec 27.;
     until = Time.of_sec 45.;
+    disk_faults = false;
+    lost_dir = false;
   }
 
 (* Gets, puts, deletes and compare-and-sets; a compare-and-set mostly expects the value last
@@ -68,3 +70,34 @@ let workload ~seed:_ rng =
   }
 
 let run ?trace ?params ~seed () = S.run config workload ?trace ?params ~seed ()
+
+module Lost_dir = struct
+  let name = "kv-lost-dir"
+
+  let doc =
+    "kv-linearizable with data directories that have an identity: one replica goes down, then a \
+     second, and the third is restarted on an empty directory (--join) or on a directory of \
+     another cluster of the same group beside the first; the second comes back later; no \
+     acknowledged write is lost, the history is linearizable and the replicas agree"
+
+  let run ?trace ?params ~seed () =
+    S.run
+      { config with tag = "kvlost"; salt = 0x6b6c; lost_dir = true }
+      workload ?trace ?params ~seed ()
+end
+
+(* The same with storage faults: disks that fill, fail writes, fail fsyncs. *)
+module Disk_faults = struct
+  let name = "kv-disk-faults"
+
+  let doc =
+    "kv-linearizable with storage faults: disks fill (short writes, then ENOSPC), fail writes \
+     (EIO) and fsyncs for a while; a replica stops at the first fault, is restarted and stops \
+     again until its disk is repaired; every stop loses what was not fsynced; no acknowledged \
+     write is lost, the history is linearizable and the replicas agree"
+
+  let run ?trace ?params ~seed () =
+    S.run
+      { config with tag = "kvdisk"; salt = 0x6b64; disk_faults = true }
+      workload ?trace ?params ~seed ()
+end

@@ -11,3 +11,17 @@ type outcome = Rsm_sim.outcome
 (** What one seeded run found. *)
 
 val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+
+(** [kv-lost-dir]: the same schedules with a lost data directory ({!Rsm_sim.config.lost_dir}). *)
+module Lost_dir : sig
+  val name : string
+  val doc : string
+  val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+end
+
+(** [kv-disk-faults]: the same schedules with storage faults ({!Rsm_sim.config.disk_faults}). *)
+module Disk_faults : sig
+  val name : string
+  val doc : string
+  val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+end

@@ -64,9 +64,12 @@ struct
     mutable next_batch : int;
     (* results of applied requests of this member, waiting for commit *)
     results : (int * int * W.outcome) Queue.t; (* order, rid, outcome *)
-    acks : (string, int) Hashtbl.t;
+    acks : (string, int) Hashtbl.t; (* orders each member vouched for, checked against ours *)
+    early : (string, int * string) Hashtbl.t; (* a member's acknowledgement beyond our orders *)
     acks_sent : (string, int) Hashtbl.t; (* the last acknowledgement sent to each member *)
     mutable delivered : int; (* orders applied here in this view *)
+    mutable vchain : string; (* the orders of this view, chained order by order *)
+    chains : (int, string) Hashtbl.t; (* the chain after each order not yet committed *)
     mutable acked : int;
     mutable committed : int;
     mutable sync_timer : T.timer option;
@@ -76,6 +79,11 @@ struct
     begins : (string, unit) Hashtbl.t; (* members whose Begin was delivered in this view *)
     mutable suffixes : int; (* states received as a suffix of the log *)
     mutable snapshots : int; (* ... as a whole snapshot *)
+    mutable failure : Store_intf.failure option; (* the disk refused a step: stopped *)
+    mutable cluster : string option; (* the cluster of the view's voters, once decided *)
+    mutable no_vote : string option; (* why this primary view has too few voters *)
+    on_failure : Store_intf.failure -> unit;
+    quiet_failure : bool; (* the process reports a failure itself *)
   }
 
   let phase t = t.phase
@@ -83,6 +91,7 @@ struct
   let store t = t.store
   let in_flight t = Hashtbl.length t.waiting
   let transfers t = (t.suffixes, t.snapshots)
+  let failure t = t.failure
 
   let view t =
     match t.view with
@@ -197,14 +206,48 @@ struct
         (fun acc m -> min acc (Option.value (Hashtbl.find_opt t.acks m) ~default:0))
         max_int (members t)
     in
-    if c <> max_int && c > t.committed then (
+    if c <> max_int && c > t.committed then begin
+      for b = t.committed to c - 1 do
+        Hashtbl.remove t.chains b
+      done;
       t.committed <- c;
-      release t)
+      release t
+    end
 
-  let on_ack t ~origin b =
-    if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 then
-      Hashtbl.replace t.acks origin b;
-    update_commit t
+  (* The chain of this view's orders after the [b]th, if this member
+     applied it and it is not committed yet ([Some ""] for none). *)
+  let chain_after t b = if b = 0 then Some "" else Hashtbl.find_opt t.chains b
+
+  (* An acknowledgement counts only for the orders it names: its chain must
+     be ours after as many orders. One beyond our orders waits for them. *)
+  let rec on_ack t ~origin b digest =
+    if b > Option.value (Hashtbl.find_opt t.acks origin) ~default:0 && b > t.committed then
+      if b > t.delivered then begin
+        match Hashtbl.find_opt t.early origin with
+        | Some (b', _) when b' >= b -> ()
+        | _ -> Hashtbl.replace t.early origin (b, digest)
+      end
+      else
+        match chain_after t b with
+        | Some c when c = digest ->
+            Hashtbl.replace t.acks origin b;
+            update_commit t
+        | _ ->
+            Log.warn (fun m ->
+                m "%s: %s acknowledged %d orders that are not ours: not counted" t.me origin b)
+
+  (* After an order is applied: the acknowledgements that waited for it. *)
+  and check_early t =
+    let due =
+      Hashtbl.fold
+        (fun o (b, d) acc -> if b <= t.delivered then (o, b, d) :: acc else acc)
+        t.early []
+    in
+    List.iter
+      (fun (o, b, d) ->
+        Hashtbl.remove t.early o;
+        on_ack t ~origin:o b d)
+      due
 
   (* An acknowledgement needs no order: it goes point-to-point to every
      other member of the view (sends are delivered in the view they were
@@ -212,7 +255,8 @@ struct
   let send_ack t b =
     match t.g with
     | Some g when not t.dead ->
-        let msg = W.encode ~vid:(view t).vid (Wire.Ack b) in
+        let digest = Option.value (chain_after t b) ~default:"" in
+        let msg = W.encode ~vid:(view t).vid (Wire.Ack { count = b; digest }) in
         let others = List.filter (( <> ) t.me) (members t) in
         let ok =
           List.for_all
@@ -229,9 +273,56 @@ struct
                   false)
             others
         in
-        if ok then on_ack t ~origin:t.me b;
+        if ok then on_ack t ~origin:t.me b digest;
         ok
     | _ -> false
+
+  let stop_timers t =
+    Option.iter T.cancel t.flush_timer;
+    Option.iter T.cancel t.sync_timer;
+    Hashtbl.iter (fun _ w -> Option.iter T.cancel w.timer) t.waiting
+
+  let failure_msg = function
+    | Store_intf.Disk_full _ -> "disk full"
+    | Store_intf.Io_error e -> "io-error: " ^ e
+    | Store_intf.Wrong_dir e -> "wrong data directory: " ^ e
+
+  (* The disk refused a step: this replica acknowledges nothing more,
+     answers its clients (refused if their request was never cast, unknown
+     otherwise: it may take effect at the others), and leaves the group;
+     its process exits. *)
+  let fail_stop t e =
+    if t.failure = None then begin
+      t.failure <- Some e;
+      (* One line: here, unless the process says it (on_failure). *)
+      (if t.quiet_failure then Log.info else Log.err) (fun m ->
+          m "%s: %s; this replica stops acknowledging and leaves the group" t.me
+            (match e with Store_intf.Disk_full w -> "disk full: " ^ w | e -> failure_msg e));
+      let why = failure_msg e in
+      let rids = Hashtbl.fold (fun rid w acc -> (rid, w.sent) :: acc) t.waiting [] in
+      t.dead <- true;
+      List.iter
+        (fun (rid, sent) ->
+          answer t rid
+            (if sent then Wire.Unknown (why ^ " at this replica: the request may take effect")
+             else Wire.Refused why))
+        (List.sort compare rids);
+      stop_timers t;
+      Option.iter G.leave t.g;
+      t.on_failure e
+    end
+
+  (* A step that makes data durable: false (and the replica stopped) if the
+     disk refused it. *)
+  let durably t f =
+    match t.failure with
+    | Some _ -> false
+    | None -> (
+        match f () with
+        | () -> true
+        | exception Store_intf.Failed e ->
+            fail_stop t e;
+            false)
 
   (* After applying: to disk, then acknowledge. *)
   let rec schedule_sync t =
@@ -240,8 +331,7 @@ struct
         Some
           (soon t (fun () ->
                t.sync_timer <- None;
-               if not t.dead then begin
-                 Store.sync t.store;
+               if (not t.dead) && durably t (fun () -> Store.sync t.store) then begin
                  if t.delivered > t.acked then
                    if send_ack t t.delivered then t.acked <- t.delivered
                    else retry t (fun () -> schedule_sync t)
@@ -258,28 +348,102 @@ struct
      epoch starts only once every member of the view has promised it, so a
      later primary view (which shares a member with this one) starts a
      greater one: two views never start the same epoch. *)
+  (* The cluster of a view: the one a quorum of the replicas' data
+     directories name, or the only one any names; none when several do and
+     none has a quorum (then nobody votes: a replica on a wrong directory
+     meets the others). A vote: a member of that cluster, a directory made
+     before identities, or a fresh one (--new) when no member names a
+     cluster; never a replica that is joining (an empty directory, --join)
+     nor one of another cluster. *)
+  let voters t (ps : (string * Wire.position) list) =
+    let counts = Hashtbl.create 4 in
+    List.iter
+      (fun (_, (p : Wire.position)) ->
+        match p.member with
+        | Store_intf.Member c ->
+            Hashtbl.replace counts c (1 + Option.value (Hashtbl.find_opt counts c) ~default:0)
+        | _ -> ())
+      ps;
+    let named = Hashtbl.fold (fun c n acc -> (c, n) :: acc) counts [] in
+    let ruling = List.find_opt (fun (_, n) -> n >= quorum t) named |> Option.map fst in
+    let cluster = match (ruling, named) with Some c, _ | None, [ (c, _) ] -> Some c | _ -> None in
+    let votes (p : Wire.position) =
+      match p.member with
+      | Store_intf.Member c -> Some c = cluster
+      | Store_intf.Legacy -> List.length named <= 1
+      | Store_intf.Fresh -> named = []
+      | Store_intf.Joining -> false
+    in
+    let vs =
+      List.filter_map
+        (fun (m, p) ->
+          if votes p && List.mem (addr_of m) t.replicas then Some (addr_of m) else None)
+        ps
+      |> List.sort_uniq compare
+    in
+    (cluster, ruling, vs)
+
+  (* Too few voters: this view serves nothing (the requests in flight are
+     answered: unknown if cast in an earlier view, refused otherwise). *)
+  let no_vote t why =
+    t.phase <- Minority;
+    t.no_vote <- Some why;
+    let rids = Hashtbl.fold (fun rid w acc -> (rid, w.sent) :: acc) t.waiting [] in
+    List.iter
+      (fun (rid, sent) ->
+        answer t rid (if sent then Wire.Unknown "the replica lost its quorum" else Wire.Refused why))
+      (List.sort compare rids)
+
   let on_decision t positions =
     if (not t.dead) && t.phase = Syncing then begin
-      let epoch =
-        Array.fold_left
-          (fun acc p ->
-            match W.decode_position p with
-            | Ok (p : Wire.position) -> max acc (max p.epoch p.promise + 1)
-            | Error e ->
-                Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
-                acc)
-          (max (view t).ltime (max (Store.epoch t.store) (Store.promise t.store) + 1))
-          positions
+      let ps =
+        List.concat
+          (List.mapi
+             (fun i p ->
+               match W.decode_position p with
+               | Ok (p : Wire.position) when i < Array.length (view t).members ->
+                   [ ((view t).members.(i), p) ]
+               | Ok _ -> []
+               | Error e ->
+                   Log.warn (fun m -> m "%s: a member's position does not decode: %s" t.me e);
+                   [])
+             (Array.to_list positions))
       in
-      Store.promise_to t.store epoch;
-      t.epoch_next <- Some epoch;
-      send_begin t
+      let cluster, ruling, vs = voters t ps in
+      t.cluster <- cluster;
+      match (Store.membership t.store, ruling) with
+      | Store_intf.Member mine, Some c when mine <> c ->
+          fail_stop t
+            (Store_intf.Wrong_dir
+               (Printf.sprintf "%s is of cluster %s, the group's replicas of cluster %s"
+                  (Store.dir t.store) mine c))
+      | _ ->
+          if List.length vs < quorum t then
+            no_vote t
+              (Printf.sprintf
+                 "no quorum: %d of the %d replicas with a vote in this view (an empty data \
+                  directory has none until it has caught up)"
+                 (List.length vs) (List.length t.replicas))
+          else
+            let epoch =
+              List.fold_left
+                (fun acc (_, (p : Wire.position)) -> max acc (max p.epoch p.promise + 1))
+                (max (view t).ltime (max (Store.epoch t.store) (Store.promise t.store) + 1))
+                ps
+            in
+            if durably t (fun () -> Store.promise_to t.store epoch) then begin
+              t.epoch_next <- Some epoch;
+              send_begin t
+            end
     end
 
   let on_view t (v : Consort_group.Group.view_info) =
     t.me <- v.members.(v.rank);
     t.view <- Some v;
     Hashtbl.reset t.acks;
+    Hashtbl.reset t.early;
+    Hashtbl.reset t.chains;
+    t.vchain <- "";
     Hashtbl.reset t.acks_sent;
     Queue.clear t.pending;
     Option.iter T.cancel t.flush_timer;
@@ -288,9 +452,11 @@ struct
     t.acked <- 0;
     t.committed <- 0;
     t.epoch_next <- None;
+    t.cluster <- None;
+    t.no_vote <- None;
     Hashtbl.reset t.begins;
     (* What this member applied is on disk before it offers its state. *)
-    if not t.dead then Store.sync t.store;
+    if not t.dead then ignore (durably t (fun () -> Store.sync t.store));
     (* Results not committed in the last view: their requests go again
        (a write is applied once: the deduplication table answers the
        retry). *)
@@ -298,7 +464,8 @@ struct
     let rids = Hashtbl.fold (fun rid _ acc -> rid :: acc) t.waiting [] |> List.sort compare in
     let present = List.sort_uniq compare (List.map addr_of (Array.to_list v.members)) in
     let ours = List.filter (fun a -> List.mem a t.replicas) present in
-    if List.length ours >= quorum t then begin
+    if t.dead then t.phase <- Minority
+    else if List.length ours >= quorum t then begin
       t.phase <- Syncing;
       List.iter (forward t) rids
     end
@@ -319,6 +486,7 @@ struct
         chain = Store.chain t.store;
         history = Store.history t.store;
         promise = Store.promise t.store;
+        member = Store.membership t.store;
       }
 
   (* Whether a log at position [p] is a prefix of ours: our chain after its
@@ -331,7 +499,9 @@ struct
   (* The state a member at position [pos] needs: the writes it misses when
      its log is a prefix of ours and we still hold them, else a snapshot. *)
   let take_for t pos =
-    Store.sync t.store;
+    (* If the disk refuses, this replica stops (and leaves); what it gives
+       was ordered by the group all the same. *)
+    ignore (durably t (fun () -> Store.sync t.store));
     let transfer =
       match W.decode_position pos with
       | Ok p when is_prefix t p -> (
@@ -351,35 +521,59 @@ struct
           | Wire.Suffix { entries; _ } ->
               Printf.sprintf "the %d writes after the receiver's last" (List.length entries)
           | Wire.Snapshot s -> Printf.sprintf "a snapshot of %d bytes" (String.length s)));
-    W.encode_transfer transfer
+    (match Store.membership t.store with Store_intf.Member c -> c | _ -> "-")
+    ^ "\n" ^ W.encode_transfer transfer
 
+  (* A state from a member of another cluster (a replica started on a wrong
+     data directory, which stops at the decision) is never installed: the
+     view ends without an epoch, and this member offers its own state again. *)
   let install t s =
-    let installed =
-      match W.decode_transfer s with
-      | Error e -> Error e
-      | Ok (Wire.Snapshot snap) ->
-          t.snapshots <- t.snapshots + 1;
-          Store.install t.store snap
-      | Ok (Wire.Suffix { epoch; history; entries }) -> (
-          t.suffixes <- t.suffixes + 1;
-          match Store.apply_entries t.store entries with
-          | () ->
-              Store.adopt t.store ~epoch ~history;
-              Store.sync t.store;
-              Ok ()
-          | exception Invalid_argument e -> Error e)
+    let giver, s =
+      match String.index_opt s '\n' with
+      | Some i when i <= 256 -> (String.sub s 0 i, String.sub s (i + 1) (String.length s - i - 1))
+      | _ -> ("-", s)
     in
-    match installed with
-    | Ok () ->
-        Log.info (fun m ->
-            m "%s: caught up: epoch %d, write %d" t.me (Store.epoch t.store) (Store.seq t.store))
-    | Error e ->
-        (* Nothing the others hold can be trusted here any more: this
+    let mine =
+      match (t.cluster, Store.membership t.store) with
+      | Some c, _ | None, Store_intf.Member c -> Some c
+      | None, _ -> None
+    in
+    if giver <> "-" && mine <> None && Some giver <> mine then
+      Log.warn (fun m ->
+          m "%s: a state from a replica of cluster %s, not %s: not installed" t.me giver
+            (Option.get mine))
+    else
+      let installed =
+        match W.decode_transfer s with
+        | Error e -> Error (`Msg e)
+        | Ok (Wire.Snapshot snap) -> (
+            t.snapshots <- t.snapshots + 1;
+            match Store.install t.store snap with
+            | Ok () -> Ok ()
+            | Error e -> Error (`Msg e)
+            | exception Store_intf.Failed e -> Error (`Disk e))
+        | Ok (Wire.Suffix { epoch; history; entries }) -> (
+            t.suffixes <- t.suffixes + 1;
+            match Store.apply_entries t.store entries with
+            | () -> (
+                Store.adopt t.store ~epoch ~history;
+                match Store.sync t.store with
+                | () -> Ok ()
+                | exception Store_intf.Failed e -> Error (`Disk e))
+            | exception Invalid_argument e -> Error (`Msg e))
+      in
+      match installed with
+      | Error (`Disk e) -> fail_stop t e
+      | Ok () ->
+          Log.info (fun m ->
+              m "%s: caught up: epoch %d, write %d" t.me (Store.epoch t.store) (Store.seq t.store))
+      | Error (`Msg e) ->
+          (* Nothing the others hold can be trusted here any more: this
            replica stops serving and leaves the group. *)
-        Log.err (fun m ->
-            m "%s: state from the group refused: %s; this replica leaves the group" t.me e);
-        t.dead <- true;
-        Option.iter G.leave t.g
+          Log.err (fun m ->
+              m "%s: state from the group refused: %s; this replica leaves the group" t.me e);
+          t.dead <- true;
+          Option.iter G.leave t.g
 
   (* {2 Deliveries, in the group's total order} *)
 
@@ -387,23 +581,41 @@ struct
      gave it to those behind) and promised the view's epoch, which starts. *)
   let begin_epoch t epoch =
     let v = view t in
+    (* A replica new to the cluster (fresh, joining, or from before
+       identities) is one of it from now on: it holds the state every member
+       of this view holds, and votes. *)
+    let joined =
+      match Store.membership t.store with
+      | Store_intf.Member _ -> true
+      | _ ->
+          let c =
+            match t.cluster with
+            | Some c -> c
+            | None -> Digest.to_hex (Digest.string (t.cfg.group ^ "\n" ^ v.vid))
+          in
+          durably t (fun () -> Store.set_member t.store c)
+    in
     Store.start_epoch t.store epoch;
-    Store.sync t.store;
-    t.phase <- Active;
-    if (not (Queue.is_empty t.pending)) && t.flush_timer = None then
-      t.flush_timer <- Some (soon t (fun () -> flush t));
-    Log.info (fun m ->
-        m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store)
-          (Store.seq t.store))
+    if joined && durably t (fun () -> Store.sync t.store) then begin
+      t.phase <- Active;
+      if (not (Queue.is_empty t.pending)) && t.flush_timer = None then
+        t.flush_timer <- Some (soon t (fun () -> flush t));
+      Log.info (fun m ->
+          m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store)
+            (Store.seq t.store))
+    end
 
-  let on_order t items =
+  let on_order t s items =
     let batch = t.delivered + 1 in
+    t.vchain <- Digest.string (t.vchain ^ Digest.string s);
+    Hashtbl.replace t.chains batch t.vchain;
     List.iter
       (fun (i : W.item) ->
         let r = Store.execute t.store i.cmd in
         if i.origin = t.me then Queue.push (batch, i.rid, Wire.Done r) t.results)
       items;
     t.delivered <- batch;
+    check_early t;
     schedule_sync t
 
   let on_cast t ~origin s =
@@ -418,8 +630,8 @@ struct
           | _ -> ())
       | Ok (_, m) when t.phase = Active -> (
           match m with
-          | Wire.Order { items; _ } -> on_order t items
-          | Wire.Ack b -> on_ack t ~origin b
+          | Wire.Order { items; _ } -> on_order t s items
+          | Wire.Ack { count; digest } -> on_ack t ~origin count digest
           | Wire.Begin -> ())
       | Ok _ -> ()
 
@@ -427,11 +639,17 @@ struct
     if not t.dead then
       match W.decode s with
       | Error e -> Log.warn (fun m -> m "%s: bad message from %s: %s" t.me origin e)
-      | Ok (vid, Wire.Ack b) when vid = (view t).vid && t.phase <> Minority -> on_ack t ~origin b
+      | Ok (vid, Wire.Ack { count; digest }) when vid = (view t).vid && t.phase <> Minority ->
+          on_ack t ~origin count digest
       | Ok _ -> ()
 
+  let deliver_send = on_send
+
   let submit t (r : W.request) k =
-    if t.dead then k (Wire.Refused "the replica is stopping")
+    if t.dead then
+      k
+        (Wire.Refused
+           (match t.failure with Some e -> failure_msg e | None -> "the replica is stopping"))
     else
       match M.check (M.limits (Store.machine t.store)) r.op with
       | Error e -> k (Wire.Refused e)
@@ -440,9 +658,12 @@ struct
           | Minority ->
               k
                 (Wire.Refused
-                   (Printf.sprintf "no quorum: this replica sees %d of the %d replicas"
-                      (List.length (members t))
-                      (List.length t.replicas)))
+                   (match t.no_vote with
+                   | Some why -> why
+                   | None ->
+                       Printf.sprintf "no quorum: this replica sees %d of the %d replicas"
+                         (List.length (members t))
+                         (List.length t.replicas)))
           | (Syncing | Active) when Hashtbl.length t.waiting >= max_in_flight ->
               k (Wire.Refused (Printf.sprintf "replica busy: %d requests in flight" max_in_flight))
           | Syncing | Active ->
@@ -459,7 +680,7 @@ struct
                        answer t rid (Wire.Unknown "timeout")));
               forward t rid)
 
-  let create ?params ?seed ?layers tr cfg store =
+  let create ?params ?seed ?layers ?on_failure tr cfg store =
     match
       match layers with
       | Some l -> Ok l
@@ -483,8 +704,11 @@ struct
             next_batch = 1;
             results = Queue.create ();
             acks = Hashtbl.create 8;
+            early = Hashtbl.create 8;
             acks_sent = Hashtbl.create 8;
             delivered = 0;
+            vchain = "";
+            chains = Hashtbl.create 64;
             acked = 0;
             committed = 0;
             sync_timer = None;
@@ -494,6 +718,11 @@ struct
             begins = Hashtbl.create 8;
             suffixes = 0;
             snapshots = 0;
+            failure = None;
+            cluster = None;
+            no_vote = None;
+            on_failure = Option.value on_failure ~default:ignore;
+            quiet_failure = on_failure <> None;
           }
         in
         let cb =
@@ -532,11 +761,6 @@ struct
             Ok t
         | Error e -> Error (Fmt.str "%a" Consort_group.Group.pp_join_error e))
 
-  let stop_timers t =
-    Option.iter T.cancel t.flush_timer;
-    Option.iter T.cancel t.sync_timer;
-    Hashtbl.iter (fun _ w -> Option.iter T.cancel w.timer) t.waiting
-
   let halt t =
     t.dead <- true;
     stop_timers t
@@ -548,11 +772,13 @@ struct
     Option.iter G.crash t.g
 
   let leave t =
-    let rids = Hashtbl.fold (fun rid _ acc -> rid :: acc) t.waiting [] in
-    List.iter (fun rid -> answer t rid (Wire.Unknown "the replica is stopping")) rids;
-    t.dead <- true;
-    stop_timers t;
-    Option.iter G.leave t.g
+    if t.failure = None then begin
+      let rids = Hashtbl.fold (fun rid _ acc -> rid :: acc) t.waiting [] in
+      List.iter (fun rid -> answer t rid (Wire.Unknown "the replica is stopping")) rids;
+      t.dead <- true;
+      stop_timers t;
+      Option.iter G.leave t.g
+    end
 end
 
 module Make (T : Transport.S) = Generic (Machine.Rsm) (Store) (T)

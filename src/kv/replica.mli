@@ -9,9 +9,14 @@
     and on pauses of its own process; a pause longer than the bound gives stale reads).
 
     {b Commit.} A member applies an order, writes it to its log and fsyncs, then sends an
-    acknowledgement to every other member (point-to-point: it needs no order). A request is answered
-    when every member of the view has acknowledged its order: by then the write is on the disk of
-    every member of a majority, so it survives the crash of any of them and a restart of all.
+    acknowledgement to every other member (point-to-point: it needs no order): the number of orders
+    of the view it holds and their digest, chained order by order, which a member counts only if its
+    own chain after as many orders is the same. A request is answered when every member of the view
+    has acknowledged its order: by then the write is on the disk of every member of a majority, so
+    it survives the crash of any of them and a restart of all.
+
+    {b Storage faults.} A write, fsync or rename the disk refuses (full, EIO, EDQUOT) stops the
+    replica: nothing it failed to store is ever acknowledged (see [create]).
 
     {b Primary views.} Only a view holding a majority of the configured replicas serves requests; a
     member in a minority view refuses new requests ([no quorum]) and answers those in flight as
@@ -69,15 +74,30 @@ module Generic
     ?params:Consort.Params.t ->
     ?seed:int ->
     ?layers:Consort.Layer.t list ->
+    ?on_failure:(Store_intf.failure -> unit) ->
     T.t ->
     config ->
     Store.t ->
     (t, string) result
   (** [create tr cfg store] joins the group (with the [vsync,Total,Xfer] stack unless [layers];
-      [params] may choose [total.protocol]) and starts serving once in a primary view. *)
+      [params] may choose [total.protocol]) and starts serving once in a primary view.
+
+      When the disk refuses a step (every path to the store's sync is watched: after applying
+      orders, at a view, when giving or installing a state, at a promise and at the start of an
+      epoch), the replica fails: it acknowledges nothing more, answers the requests in flight (those
+      never cast are refused with [disk full] or [io-error: ...], the others unknown), refuses every
+      later one the same way, logs one line, leaves the group and calls [on_failure] (the process
+      should then exit). *)
+
+  val failure : t -> Store_intf.failure option
+  (** The I/O error that stopped this replica, if any. *)
 
   val submit : t -> M.op Wire.request_ -> (M.response Wire.outcome_ -> unit) -> unit
   (** [submit t r k] carries out [r]; [k] is called once with the outcome. *)
+
+  val deliver_send : t -> origin:string -> string -> unit
+  (** [deliver_send t ~origin m]: [m] as if the group delivered it point-to-point from member
+      [origin] (for tests that forge an acknowledgement). *)
 
   val phase : t -> phase
   val me : t -> string

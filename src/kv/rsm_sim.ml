@@ -23,6 +23,8 @@ type config = {
   reads_at : Time.t;
   all_stop : Time.t;
   until : Time.t;
+  disk_faults : bool;
+  lost_dir : bool;
 }
 
 let keys = [| "a"; "b"; "c" |]
@@ -55,6 +57,9 @@ struct
     mutable dies_at : int; (* disk step at which this incarnation dies; 0: never *)
     mutable dying : bool; (* it died at a disk step: nothing more reaches its disk *)
     mutable torn : bool; (* it died in the middle of a write: its log may end torn *)
+    disk : Consort_capfs.Sim_disk.t; (* the same for every incarnation *)
+    mutable faulty : bool; (* its disk injects faults now *)
+    mutable init : Store.init; (* how its next start opens its directory (with lost_dir) *)
   }
 
   let digest m = Digest.string (Codec.encode_string (M.codec (M.limits m)) m)
@@ -103,6 +108,12 @@ struct
             dies_at = 0;
             dying = false;
             torn = false;
+            disk =
+              Consort_capfs.Sim_disk.create
+                (Random.State.make [| seed; cfg.salt; i |])
+                Consort_capfs.Sim_disk.no_faults;
+            faulty = false;
+            init = Store.New;
           })
     in
     let restarts = ref 0 and repaired = ref 0 in
@@ -126,7 +137,7 @@ struct
           end;
           not p.dying
         in
-        let real = Io.real in
+        let real = Consort_capfs.Sim_disk.io p.disk in
         let io =
           {
             Io.write =
@@ -149,13 +160,20 @@ struct
             unlink = (fun path -> if step () then real.unlink path);
           }
         in
+        let identity = if cfg.lost_dir then Some (cfg.tag, p.init) else None in
         match
           S.open_ ~io ?limits:w.limits
             ~snapshot_bytes:(4096 + Random.State.int rng 8192)
-            ~retain:(Random.State.int rng 100) p.dir
+            ~retain:(Random.State.int rng 100) ?identity p.dir
         with
+        | Error e when p.faulty ->
+            (* The disk is failing: the process exits, and is started again later. *)
+            note "%s: store does not open: %s" p.addr e;
+            power_loss p;
+            at (Time.add (now ()) (ms 1000)) (fun () -> start i)
         | Error e -> violation "%s: store does not open: %s" p.addr e
         | Ok (store, found) -> (
+            p.init <- Store.Existing;
             List.iter
               (fun f ->
                 match f with
@@ -175,7 +193,39 @@ struct
                 max_batch = 1 + Random.State.int rng 8;
               }
             in
-            match R.create ~params ~seed:(Random.State.int rng 0x3fffffff) net rcfg store with
+            let rec on_failure e =
+              (* The replica stopped on an I/O error: its process exits
+                 (after its leave went out), and is started again later. *)
+              note "%s: %s" p.addr (Fmt.str "%a" Store.pp_failure e);
+              (match e with
+              | Store.Wrong_dir _ ->
+                  (* The operator moves the wrong directory away and
+                     starts the replica again empty, to catch up. *)
+                  p.init <- Store.Join;
+                  at (Time.add (now ()) (ms 300)) (fun () -> Consort_local.rm_rf p.dir)
+              | _ -> ());
+              at
+                (Time.add (now ()) (ms 300))
+                (fun () ->
+                  match p.r with Some (r, _) when R.failure r <> None -> stopped i | _ -> ())
+            and stopped i =
+              let p = reps.(i) in
+              note "%s exits" p.addr;
+              (match p.r with
+              | Some (r, store) ->
+                  R.crash r;
+                  Sim.crash net p.addr;
+                  S.close store
+              | None -> ());
+              p.r <- None;
+              p.dies_at <- 0;
+              power_loss p;
+              incr restarts;
+              at (Time.add (now ()) (ms (700 + Random.State.int rng 1000))) (fun () -> start i)
+            in
+            match
+              R.create ~params ~on_failure ~seed:(Random.State.int rng 0x3fffffff) net rcfg store
+            with
             | Ok r ->
                 p.r <- Some (r, store);
                 note "start %s as %s" p.addr (R.me r)
@@ -190,7 +240,8 @@ struct
           Sim.crash net p.addr;
           S.close store;
           p.r <- None;
-          p.dies_at <- 0
+          p.dies_at <- 0;
+          power_loss p
       | None -> ()
     and died i =
       (* The process died in the middle of a disk step: it is gone, and is
@@ -205,8 +256,12 @@ struct
       | None -> ());
       p.r <- None;
       p.dies_at <- 0;
+      power_loss p;
       incr restarts;
       at (Time.add (now ()) (ms 300)) (fun () -> start i)
+    and power_loss p =
+      (* Every stop is a power loss: what was not fsynced is lost, or torn. *)
+      if Consort_capfs.Sim_disk.crash p.disk > 0 then p.torn <- true
     in
     Array.iteri (fun i _ -> at (ms (Random.State.int rng 300)) (fun () -> start i)) reps;
     (* Clients: each runs one operation at a time, on a few keys. *)
@@ -336,6 +391,102 @@ struct
               note "heal";
               Sim.heal net)
     done;
+    (* Storage faults: a disk that fills, fails writes or fsyncs, for a
+       while (its replica stops at the first; restarted, it stops again
+       until the disk is repaired). *)
+    if cfg.disk_faults then begin
+      let module D = Consort_capfs.Sim_disk in
+      for _ = 1 to 1 + Random.State.int rng 3 do
+        let i = Random.State.int rng n in
+        let p = reps.(i) in
+        let t = Time.add (s 2.) (ms (Random.State.int rng cfg.faults_ms)) in
+        let repair = ms (1000 + Random.State.int rng cfg.down_ms) in
+        let kind = Random.State.int rng 3 in
+        let room = Random.State.int rng 20_000 in
+        at t (fun () ->
+            p.faulty <- true;
+            let c =
+              match kind with
+              | 0 -> { D.no_faults with budget = Some (D.written p.disk + room) }
+              | 1 -> { D.no_faults with eio_rate = 0.2 }
+              | _ -> { D.no_faults with fsync_fail_rate = 0.2 }
+            in
+            note "%s: disk faults (%s)" p.addr
+              (match kind with 0 -> "full" | 1 -> "write errors" | _ -> "fsync failures");
+            D.set_config p.disk c);
+        at (Time.add t repair) (fun () ->
+            note "%s: disk repaired" p.addr;
+            p.faulty <- false;
+            D.set_config p.disk D.no_faults)
+      done
+    end;
+    (* A lost data directory: r_j goes down; then r_k too, and r_i is
+       restarted on an empty directory (--join) or on one of another
+       cluster of the same group, beside the stale r_j; r_k comes back
+       later. *)
+    if cfg.lost_dir then begin
+      let foreign = Filename.concat scratch "foreign" in
+      (match S.open_ ?limits:w.limits ~identity:(cfg.tag, Store.New) foreign with
+      | Error e -> violation "the foreign directory: %s" e
+      | Ok (st, _) ->
+          for r = 1 to 5 do
+            ignore (S.execute st { Rsm.client = 99L; req = r; op = fst (w.next 99) })
+          done;
+          S.start_epoch st 1000;
+          S.sync st;
+          S.set_member st "another-cluster";
+          S.close st);
+      let copy_dir a b =
+        Unix.mkdir b 0o755;
+        Array.iter
+          (fun f ->
+            if f <> "lock" then begin
+              let ic = open_in_bin (Filename.concat a f) in
+              let s = really_input_string ic (in_channel_length ic) in
+              close_in ic;
+              let oc = open_out_bin (Filename.concat b f) in
+              output_string oc s;
+              close_out oc
+            end)
+          (Sys.readdir a)
+      in
+      let perm = [| 0; 1; 2 |] in
+      for x = 2 downto 1 do
+        let y = Random.State.int rng (x + 1) in
+        let v = perm.(x) in
+        perm.(x) <- perm.(y);
+        perm.(y) <- v
+      done;
+      let i = perm.(0) and j = perm.(1) and k = perm.(2) in
+      let wrong = Random.State.bool rng in
+      let t0 = Time.add (s 2.) (ms (Random.State.int rng (cfg.faults_ms / 2))) in
+      let t1 = Time.add t0 (ms (1000 + Random.State.int rng 2000)) in
+      let t2 = Time.add t1 (ms (1000 + Random.State.int rng 3000)) in
+      at t0 (fun () -> crash j);
+      at t1 (fun () ->
+          crash k;
+          crash i;
+          let p = reps.(i) in
+          Consort_local.rm_rf p.dir;
+          if wrong then begin
+            note "%s: restarted on another cluster's directory" p.addr;
+            copy_dir foreign p.dir;
+            p.init <- Store.Existing
+          end
+          else begin
+            note "%s: restarted on an empty directory (--join)" p.addr;
+            p.init <- Store.Join
+          end);
+      at
+        (Time.add t1 (ms 300))
+        (fun () ->
+          incr restarts;
+          start i;
+          start j);
+      at t2 (fun () ->
+          incr restarts;
+          start k)
+    end;
     (* The end of the workload: heal, start what is down, read every key. *)
     let phase_reads ~from ~cid =
       at from (fun () ->
@@ -343,6 +494,8 @@ struct
           Array.iteri
             (fun i p ->
               p.dies_at <- 0;
+              p.faulty <- false;
+              Consort_capfs.Sim_disk.set_config p.disk Consort_capfs.Sim_disk.no_faults;
               if p.r = None then start i)
             reps);
       Array.iteri

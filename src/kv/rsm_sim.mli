@@ -2,8 +2,10 @@
     and [dir-replicated] scenarios: three replicas in the simulator, clients issuing concurrent
     operations on three keys while replicas crash (some in the middle of a write to disk), restart
     from their disk, are partitioned away and healed; then every replica is stopped and restarted
-    from disk. The clients' history must be linearizable (the final reads of each round included, so
-    no acknowledged write may be lost), and the replicas must end with the same state. *)
+    from disk. The disks are simulated ({!Consort_capfs.Sim_disk}): every stop is a power loss,
+    where what was not fsynced is lost or torn; with [disk_faults], disks also fill and fail. The
+    clients' history must be linearizable (the final reads of each round included, so no
+    acknowledged write may be lost), and the replicas must end with the same state. *)
 
 type outcome = {
   violations : string list;
@@ -30,6 +32,14 @@ type config = {
   all_stop : Consort.Time.t;
       (** every replica stops; all start again 1 s later, and every key is read 7 s after that *)
   until : Consort.Time.t;  (** the end of the run *)
+  disk_faults : bool;
+      (** during the workload, disks fill, fail writes, fail fsyncs for a while (the replica stops
+          at the first fault and is restarted, until the disk is repaired) *)
+  lost_dir : bool;
+      (** the data directories have an identity ([--new] at first); during the workload one replica
+          goes down, then a second, and the third is restarted on an empty directory ([--join]) or
+          on one of another cluster of the group (it stops, and is restarted empty) beside the
+          first; the second comes back later *)
 }
 
 val keys : string array

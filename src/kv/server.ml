@@ -15,6 +15,7 @@ type config = {
   listen : string;
   params : Params.t;
   max_connections : int;
+  init : Store.init;
 }
 
 let max_output = 4 * 1024 * 1024
@@ -52,11 +53,16 @@ let run ?(on_ready = ignore) cfg =
   in
   let ( let* ) = Result.bind in
   let* listen_addr = parse_addr cfg.listen in
-  let* store, found = Store.open_ cfg.data in
+  let* store, found = Store.open_ ~identity:(cfg.group, cfg.init) cfg.data in
   List.iter (fun f -> Fmt.epr "consort kv serve: %a@." Store.pp_finding f) found;
   let loop = Loop.create () in
   let rcfg = Replica.default_config ~group:cfg.group ~addr:cfg.bind ~peers:cfg.peers in
-  match R.create ~params:cfg.params loop rcfg store with
+  let stop = ref false and failed = ref None in
+  let on_failure e =
+    failed := Some e;
+    stop := true
+  in
+  match R.create ~params:cfg.params ~on_failure loop rcfg store with
   | Error e ->
       Store.close store;
       Error e
@@ -73,7 +79,7 @@ let run ?(on_ready = ignore) cfg =
           R.crash r;
           Store.close store;
           Error (Printf.sprintf "--listen %s: %s" cfg.listen (Unix.error_message e))
-      | () ->
+      | () -> (
           let conns = ref 0 in
           let close c =
             if not c.closed then begin
@@ -161,7 +167,6 @@ let run ?(on_ready = ignore) cfg =
                 Log.warn (fun m -> m "accept: %s" (Unix.error_message e))
           in
           Loop.watch loop sock accept;
-          let stop = ref false in
           Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> stop := true));
           Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> stop := true));
           Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
@@ -170,9 +175,15 @@ let run ?(on_ready = ignore) cfg =
           on_ready ();
           Loop.run loop ~until:(fun () -> !stop);
           R.leave r;
-          (* Let the leave go out. *)
+          (* Let the leave go out (and, after a failure of the disk, the
+             refusals to the clients). *)
           Loop.run loop ~timeout:(Time.of_ms 300);
-          (try Store.sync store with Unix.Unix_error _ -> ());
+          (if !failed = None then try Store.sync store with Store.Failed e -> failed := Some e);
           Store.close store;
           Unix.close sock;
-          Ok ())
+          match !failed with
+          | None -> Ok ()
+          | Some e ->
+              Error
+                (Fmt.str "%s: %a: stopped acknowledging and left the group" cfg.data
+                   Store.pp_failure e)))

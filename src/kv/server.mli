@@ -8,6 +8,7 @@ type config = {
   listen : string;  (** where clients connect, [ADDR:PORT] *)
   params : Consort.Params.t;  (** over {!default_params} *)
   max_connections : int;
+  init : Store.init;  (** [New], [Join] for an empty data directory; [Existing] otherwise *)
 }
 
 val default_params : string
@@ -18,7 +19,11 @@ val default_params : string
 
 val run : ?on_ready:(unit -> unit) -> config -> (unit, string) result
 (** [run cfg] opens the store (printing what recovery found, one line each, on standard error),
-    joins the group, serves clients until SIGTERM or SIGINT, then leaves the group. *)
+    joins the group, serves clients until SIGTERM or SIGINT, then leaves the group. [Error] (one
+    line) when the data directory is refused (another group or cluster, empty without [New] or
+    [Join]), and when the disk refuses a write, an fsync or a rename: the replica then stops
+    acknowledging, refuses its clients ([disk full], [io-error: ...]), leaves the group and returns
+    (the command exits 2). *)
 
 val parse_addr : string -> (Unix.sockaddr, string) result
 (** [parse_addr "127.0.0.1:7000"]. *)

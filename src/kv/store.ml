@@ -11,7 +11,26 @@ type finding = Store_intf.finding =
   | Torn_tail of { file : string; offset : int; dropped : int; why : string }
   | Temp_removed of string
 
+type failure = Store_intf.failure = Disk_full of string | Io_error of string | Wrong_dir of string
+
+exception Failed = Store_intf.Failed
+
+type init = Store_intf.init = Existing | New | Join
+type membership = Store_intf.membership = Fresh | Member of string | Joining | Legacy
+
 module type S = Store_intf.S
+
+let pp_failure ppf = function
+  | Disk_full what -> Fmt.pf ppf "disk full (%s)" what
+  | Io_error what -> Fmt.pf ppf "io-error: %s" what
+  | Wrong_dir what -> Fmt.pf ppf "wrong data directory: %s" what
+
+(* EDQUOT (122 on Linux) has no constructor of its own in Unix. *)
+let failure_of_unix what e =
+  match e with
+  | Unix.ENOSPC | Unix.EUNKNOWNERR 122 ->
+      Disk_full (Printf.sprintf "%s: %s" what (Unix.error_message e))
+  | e -> Io_error (Printf.sprintf "%s: %s" what (Unix.error_message e))
 
 let pp_finding ppf = function
   | Torn_tail { file; offset; dropped; why } ->
@@ -74,6 +93,9 @@ module Make (M : Rsm.MACHINE) = struct
     mutable chain : string; (* digest of the whole log: of the chain before and the last write *)
     mutable recent_bytes : int;
     lock : Unix.file_descr;
+    mutable failed : failure option; (* the disk refused a step: no sync ever again *)
+    group : string option; (* the identity's, if the store has one *)
+    mutable membership : membership;
   }
 
   let dir t = t.dir
@@ -83,6 +105,24 @@ module Make (M : Rsm.MACHINE) = struct
   let history t = t.history
   let promise t = t.promise
   let dirty t = Buffer.length t.pending > 0
+  let membership t = t.membership
+  let failed t = t.failed
+
+  (* A step that makes data durable: an error of the disk stops the store for good. *)
+  let durable t what f =
+    match t.failed with
+    | Some e -> raise (Failed e)
+    | None -> (
+        try f () with
+        | Unix.Unix_error (e, _, _) ->
+            let e = failure_of_unix what e in
+            t.failed <- Some e;
+            raise (Failed e)
+        | Sys_error m ->
+            let e = Io_error (what ^ ": " ^ m) in
+            t.failed <- Some e;
+            raise (Failed e))
+
   let path t f = Filename.concat t.dir f
 
   let frame payload =
@@ -229,36 +269,91 @@ module Make (M : Rsm.MACHINE) = struct
     t.io.Io.rename tmp (path t f);
     t.io.Io.fsync_dir t.dir
 
+  (* {2 The directory's identity} *)
+
+  let id_magic = "consort-data-dir 1"
+
+  let id_contents ~group m =
+    Printf.sprintf "%s\nstore %s\ngroup %s\nmember %s\n" id_magic M.name group
+      (match m with Member c -> c | Fresh -> "fresh" | Joining -> "joining" | Legacy -> "legacy")
+
+  let valid_word s =
+    s <> ""
+    && String.length s <= 256
+    && String.for_all (fun c -> c > ' ' && c <= '~' && c <> '\n') s
+
+  (* (store, group, membership) *)
+  let parse_identity s =
+    match String.split_on_char '\n' s with
+    | [ m; st; g; mb; "" ] when m = id_magic -> (
+        let field name l =
+          let p = name ^ " " in
+          let n = String.length p in
+          if String.length l > n && String.sub l 0 n = p then
+            Some (String.sub l n (String.length l - n))
+          else None
+        in
+        match (field "store" st, field "group" g, field "member" mb) with
+        | Some st, Some g, Some mb when valid_word st && valid_word g && valid_word mb ->
+            Some
+              ( st,
+                g,
+                match mb with
+                | "fresh" -> Fresh
+                | "joining" -> Joining
+                | "legacy" -> Legacy
+                | c -> Member c )
+        | _ -> None)
+    | _ -> None
+
+  let write_identity t m =
+    match t.group with
+    | None -> () (* no identity: Legacy for good *)
+    | Some group ->
+        replace t "identity" (id_contents ~group m);
+        t.membership <- m
+
+  let set_member t c = durable t "the identity" (fun () -> write_identity t (Member c))
+
   (* The snapshot, then an empty log. *)
   let write_snapshot t =
     replace t "snapshot" (snap_magic ^ frame (snapshot t));
+    (* The promise outlives the log it was in: it is in the new log before
+       that replaces the old one (written after, an error or a crash in
+       between would lose it). *)
+    let promise =
+      if t.promise > 0 then frame (Codec.encode_string record_codec (Promise t.promise)) else ""
+    in
     Unix.close t.wal;
-    replace t "wal" wal_magic;
+    replace t "wal" (wal_magic ^ promise);
     t.wal <- open_wal (path t "wal");
-    t.wal_size <- String.length wal_magic;
-    (* The promise outlives the log it was in. *)
-    if t.promise > 0 then begin
-      let r = frame (Codec.encode_string record_codec (Promise t.promise)) in
-      write_all t.io (path t "wal") t.wal r;
-      t.io.Io.fsync (path t "wal") t.wal;
-      t.wal_size <- t.wal_size + String.length r
-    end;
+    t.wal_size <- String.length wal_magic + String.length promise;
     Log.info (fun m -> m "%s: snapshot at write %d" t.dir t.seq)
 
+  (* What is pending stays pending until it is written and fsynced; a write
+     that fails part way is cut back off the log, so that no torn record
+     lies before later ones (the store stops anyway). *)
   let sync t =
-    if dirty t then begin
-      let s = Buffer.contents t.pending in
-      Buffer.clear t.pending;
-      write_all t.io (path t "wal") t.wal s;
-      t.io.Io.fsync (path t "wal") t.wal;
-      t.wal_size <- t.wal_size + String.length s;
-      if t.wal_size > t.snapshot_bytes then write_snapshot t
-    end
+    if t.failed <> None || dirty t then
+      durable t "the log" (fun () ->
+          let s = Buffer.contents t.pending in
+          (match
+             write_all t.io (path t "wal") t.wal s;
+             t.io.Io.fsync (path t "wal") t.wal
+           with
+          | () -> ()
+          | exception (Unix.Unix_error _ as x) ->
+              (try Unix.ftruncate t.wal t.wal_size with Unix.Unix_error _ -> ());
+              raise x);
+          Buffer.clear t.pending;
+          t.wal_size <- t.wal_size + String.length s;
+          if t.wal_size > t.snapshot_bytes then write_snapshot t)
 
   let install t s =
     match Codec.decode_string (snap_codec t.limits) s with
     | Error e -> Error (Fmt.str "snapshot does not decode: %a" Codec.pp_error e)
     | Ok ((seq, chain), epoch, history, machine) ->
+        (match t.failed with Some e -> raise (Failed e) | None -> ());
         Buffer.clear t.pending;
         t.seq <- seq;
         t.chain <- chain;
@@ -267,7 +362,7 @@ module Make (M : Rsm.MACHINE) = struct
         t.machine <- machine;
         Queue.clear t.recent;
         t.recent_bytes <- 0;
-        write_snapshot t;
+        durable t "a snapshot" (fun () -> write_snapshot t);
         Ok ()
 
   let promise_to t p =
@@ -282,7 +377,7 @@ module Make (M : Rsm.MACHINE) = struct
     try Unix.close t.lock with Unix.Unix_error _ -> ()
 
   let open_ ?(io = Io.real) ?(limits = M.default_limits) ?(snapshot_bytes = 8 * 1024 * 1024)
-      ?(retain = 10_000) dir =
+      ?(retain = 10_000) ?identity dir =
     let ( let* ) = Result.bind in
     let findings = ref [] in
     let p f = Filename.concat dir f in
@@ -312,118 +407,194 @@ module Make (M : Rsm.MACHINE) = struct
         fmt
     in
     try
-      List.iter
-        (fun f ->
-          if Sys.file_exists (p f) then (
-            Sys.remove (p f);
-            findings := Temp_removed (p f) :: !findings))
-        [ "snapshot.tmp"; "wal.tmp" ];
-      let base =
-        if Sys.file_exists (p "snapshot") then
-          let s = read_file (p "snapshot") in
-          let m = String.length snap_magic in
-          if String.length s < m || String.sub s 0 m <> snap_magic then
-            Error "not a snapshot of this store"
-          else
-            match unframe s m with
-            | Error why -> Error why
-            | Ok (payload, _) -> (
-                match Codec.decode_string (snap_codec limits) payload with
-                | Ok v -> Ok v
-                | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
-        else Ok ((0, ""), 0, [], M.create limits)
-      in
-      match base with
-      | Error why ->
-          fail
-            "%s: corrupt (%s): refusing to start; move it away to start empty and catch up from \
-             the group"
-            (p "snapshot") why
-      | Ok ((seq, chain), epoch, history, machine) ->
-          let t =
-            {
-              dir;
-              io;
-              limits;
-              snapshot_bytes;
-              retain;
-              machine;
-              seq;
-              epoch;
-              history;
-              promise = 0;
-              wal = Unix.stdin;
-              wal_size = 0;
-              pending = Buffer.create 4096;
-              recent = Queue.create ();
-              chain;
-              recent_bytes = 0;
-              lock;
-            }
-          in
-          let m = String.length wal_magic in
-          let s = if Sys.file_exists (p "wal") then read_file (p "wal") else "" in
-          let good =
-            if s = "" then (
-              replace t "wal" wal_magic;
-              m)
-            else if String.length s < m then
-              if String.sub wal_magic 0 (String.length s) = s then (
-                replace t "wal" wal_magic;
-                m)
-              else -1
-            else if String.sub s 0 m <> wal_magic then -1
-            else
-              (* Replay the records after the snapshot; stop at the first bad one. *)
-              let rec go off =
-                if off = String.length s then off
-                else
-                  let bad why =
-                    findings :=
-                      Torn_tail
-                        { file = p "wal"; offset = off; dropped = String.length s - off; why }
-                      :: !findings;
-                    off
+      (* The identity: who this directory belongs to, and whether it may be
+         used as this replica asks. *)
+      let has_state = Sys.file_exists (p "wal") || Sys.file_exists (p "snapshot") in
+      let ident =
+        match identity with
+        | None -> Ok (None, Legacy, false)
+        | Some (group, init) -> (
+            let mine = Printf.sprintf "%s group %s" M.name group in
+            if Sys.file_exists (p "identity") then
+              match parse_identity (read_file (p "identity")) with
+              | None ->
+                  Error
+                    (Printf.sprintf
+                       "%s: not the identity of a Consort data directory: refusing to start"
+                       (p "identity"))
+              | Some (st, g, m) -> (
+                  let theirs =
+                    Printf.sprintf "%s group %s (%s)" st g
+                      (match m with
+                      | Member c -> "cluster " ^ c
+                      | Fresh -> "a new cluster"
+                      | Joining -> "joining"
+                      | Legacy -> "made before identities")
                   in
-                  match unframe s off with
-                  | Error why -> bad why
-                  | Ok (payload, next) -> (
-                      match Codec.decode_string record_codec payload with
-                      | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
-                      | Ok (Promise p) ->
-                          if p > t.promise then t.promise <- p;
-                          go next
-                      | Ok (Epoch (e, after)) ->
-                          if e > t.epoch then (
-                            t.epoch <- e;
-                            t.history <- (e, after) :: List.filteri (fun i _ -> i < 63) t.history);
-                          go next
-                      | Ok (Write (n, c)) ->
-                          if n <= t.seq then go next
-                          else if n <> t.seq + 1 then
-                            bad (Printf.sprintf "write %d after %d" n t.seq)
-                          else (
-                            ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
-                            t.seq <- n;
-                            remember t (n, c);
-                            go next))
-              in
-              go m
+                  if st <> M.name || g <> group then
+                    Error
+                      (Printf.sprintf
+                         "%s: a data directory of %s, not of %s: refusing to start (wrong --data \
+                          or --group?)"
+                         dir theirs mine)
+                  else
+                    match (init, m) with
+                    | New, _ ->
+                        Error
+                          (Printf.sprintf
+                             "%s: already a data directory of %s: --new starts a cluster on an \
+                              empty directory only"
+                             dir theirs)
+                    | Join, (Member _ | Legacy | Fresh) ->
+                        Error
+                          (Printf.sprintf
+                             "%s: already a data directory of %s: --join is for an empty \
+                              directory; start it without"
+                             dir theirs)
+                    | (Join | Existing), _ -> Ok (Some group, m, false))
+            else if has_state then
+              match init with
+              | Existing -> Ok (Some group, Legacy, true)
+              | New | Join ->
+                  Error
+                    (Printf.sprintf
+                       "%s: holds a replica's state (made before data directories had an \
+                        identity): start it without --new or --join"
+                       dir)
+            else
+              match init with
+              | New -> Ok (Some group, Fresh, true)
+              | Join -> Ok (Some group, Joining, true)
+              | Existing ->
+                  Error
+                    (Printf.sprintf
+                       "%s: an empty data directory: start a brand-new cluster with --new, or \
+                        replace a lost replica with --join (it then catches up from the others \
+                        before it counts toward a quorum)"
+                       dir))
+      in
+      match ident with
+      | Error e -> fail "%s" e
+      | Ok (group, membership, write_id) -> (
+          List.iter
+            (fun f ->
+              if Sys.file_exists (p f) then (
+                Sys.remove (p f);
+                findings := Temp_removed (p f) :: !findings))
+            [ "snapshot.tmp"; "wal.tmp" ];
+          let base =
+            if Sys.file_exists (p "snapshot") then
+              let s = read_file (p "snapshot") in
+              let m = String.length snap_magic in
+              if String.length s < m || String.sub s 0 m <> snap_magic then
+                Error "not a snapshot of this store"
+              else
+                match unframe s m with
+                | Error why -> Error why
+                | Ok (payload, _) -> (
+                    match Codec.decode_string (snap_codec limits) payload with
+                    | Ok v -> Ok v
+                    | Error e -> Error (Fmt.str "does not decode: %a" Codec.pp_error e))
+            else Ok ((0, ""), 0, [], M.create limits)
           in
-          if good < 0 then fail "%s: not a log of this store" (p "wal")
-          else begin
-            if good < String.length s then begin
-              let fd = Unix.openfile (p "wal") [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
-              Fun.protect
-                ~finally:(fun () -> Unix.close fd)
-                (fun () ->
-                  Unix.ftruncate fd good;
-                  io.Io.fsync (p "wal") fd)
-            end;
-            t.wal <- open_wal (p "wal");
-            t.wal_size <- max good m;
-            Ok (t, List.rev !findings)
-          end
+          match base with
+          | Error why ->
+              fail
+                "%s: corrupt (%s): refusing to start; move the data directory away and start this \
+                 replica with --join on an empty one (it catches up from the others and has no \
+                 vote until then); never start it empty without --join: beside a stale replica it \
+                 could bring back an old state"
+                (p "snapshot") why
+          | Ok ((seq, chain), epoch, history, machine) ->
+              let t =
+                {
+                  dir;
+                  io;
+                  limits;
+                  snapshot_bytes;
+                  retain;
+                  machine;
+                  seq;
+                  epoch;
+                  history;
+                  promise = 0;
+                  wal = Unix.stdin;
+                  wal_size = 0;
+                  pending = Buffer.create 4096;
+                  recent = Queue.create ();
+                  chain;
+                  recent_bytes = 0;
+                  lock;
+                  failed = None;
+                  group;
+                  membership;
+                }
+              in
+              let m = String.length wal_magic in
+              let s = if Sys.file_exists (p "wal") then read_file (p "wal") else "" in
+              let good =
+                if s = "" then (
+                  replace t "wal" wal_magic;
+                  m)
+                else if String.length s < m then
+                  if String.sub wal_magic 0 (String.length s) = s then (
+                    replace t "wal" wal_magic;
+                    m)
+                  else -1
+                else if String.sub s 0 m <> wal_magic then -1
+                else
+                  (* Replay the records after the snapshot; stop at the first bad one. *)
+                  let rec go off =
+                    if off = String.length s then off
+                    else
+                      let bad why =
+                        findings :=
+                          Torn_tail
+                            { file = p "wal"; offset = off; dropped = String.length s - off; why }
+                          :: !findings;
+                        off
+                      in
+                      match unframe s off with
+                      | Error why -> bad why
+                      | Ok (payload, next) -> (
+                          match Codec.decode_string record_codec payload with
+                          | Error e -> bad (Fmt.str "record does not decode: %a" Codec.pp_error e)
+                          | Ok (Promise p) ->
+                              if p > t.promise then t.promise <- p;
+                              go next
+                          | Ok (Epoch (e, after)) ->
+                              if e > t.epoch then (
+                                t.epoch <- e;
+                                t.history <-
+                                  (e, after) :: List.filteri (fun i _ -> i < 63) t.history);
+                              go next
+                          | Ok (Write (n, c)) ->
+                              if n <= t.seq then go next
+                              else if n <> t.seq + 1 then
+                                bad (Printf.sprintf "write %d after %d" n t.seq)
+                              else (
+                                ignore (M.apply t.machine ~client:c.client ~req:c.req c.op);
+                                t.seq <- n;
+                                remember t (n, c);
+                                go next))
+                  in
+                  go m
+              in
+              if good < 0 then fail "%s: not a log of this store" (p "wal")
+              else begin
+                if good < String.length s then begin
+                  let fd = Unix.openfile (p "wal") [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+                  Fun.protect
+                    ~finally:(fun () -> Unix.close fd)
+                    (fun () ->
+                      Unix.ftruncate fd good;
+                      io.Io.fsync (p "wal") fd)
+                end;
+                t.wal <- open_wal (p "wal");
+                t.wal_size <- max good m;
+                if write_id then write_identity t membership;
+                Ok (t, List.rev !findings)
+              end)
     with
     | Unix.Unix_error (e, f, a) -> fail "%s: %s %s: %s" dir f a (Unix.error_message e)
     | Sys_error e -> fail "%s" e

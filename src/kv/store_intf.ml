@@ -7,6 +7,31 @@ type finding =
       (** the log's tail from [offset] ([dropped] bytes) was cut off *)
   | Temp_removed of string  (** a snapshot or log being replaced when the process stopped *)
 
+type failure =
+  | Disk_full of string  (** ENOSPC or EDQUOT: what was being written *)
+  | Io_error of string  (** any other error of a write, an fsync or a rename: what and why *)
+  | Wrong_dir of string
+      (** the data directory belongs to another cluster than the group's replicas: which *)
+
+exception Failed of failure
+(** Raised by every step that makes data durable ({!S.sync}, {!S.promise_to}, {!S.install}) when the
+    disk refuses it. After it the store refuses every later sync (a failed fsync leaves the page
+    cache in an unknown state: it is never retried): the process must stop acknowledging and exit.
+*)
+
+(** How a replica starts on its data directory ([kv serve]'s [--new], [--join], neither). *)
+type init =
+  | Existing  (** the directory holds this replica's state (refused if empty) *)
+  | New  (** an empty directory, for a replica of a brand-new cluster *)
+  | Join  (** an empty directory, for a replica that replaces a lost one *)
+
+(** What the directory's identity says of this replica. *)
+type membership =
+  | Fresh  (** started with [New]: no epoch started yet *)
+  | Member of string  (** a replica of this cluster (its id) *)
+  | Joining  (** started with [Join]: not caught up yet; no vote *)
+  | Legacy  (** a directory made before identities, or a store opened without one *)
+
 module type S = sig
   type op
   type response
@@ -20,12 +45,25 @@ module type S = sig
     ?limits:limits ->
     ?snapshot_bytes:int ->
     ?retain:int ->
+    ?identity:string * init ->
     string ->
     (t * finding list, string) result
   (** [open_ dir] opens or creates the store in [dir] and recovers it. [snapshot_bytes] (default 8
       MiB) is the log size that triggers a snapshot; [retain] (default 10,000) the number of recent
       writes kept in memory (at most 16 MiB of them) to bring a lagging replica up to date without a
-      snapshot. *)
+      snapshot.
+
+      [identity] ([group], [init]): the directory's file [identity] names the store type, the group
+      and the cluster; a directory of another store type or group is refused with one line naming
+      both. An empty directory needs [New] or [Join]; a directory with state refuses both. Without
+      [identity] the file is neither read nor written ({!val-membership} is [Legacy]). *)
+
+  val membership : t -> membership
+
+  val set_member : t -> string -> unit
+  (** [set_member t cluster] records, durably before it returns, that this replica is a member of
+      [cluster] with a vote (once caught up in a view that started an epoch).
+      @raise Failed on an I/O error. *)
 
   val close : t -> unit
   val dir : t -> string
@@ -81,7 +119,12 @@ module type S = sig
 
   val sync : t -> unit
   (** [sync t] writes and fsyncs what was logged since the last sync (and perhaps takes a snapshot).
-      @raise Unix.Unix_error on an I/O error. *)
+      What was logged stays pending until both the write and the fsync succeed; a write that fails
+      part way is cut back off the log (no torn record is left before later ones).
+      @raise Failed on an I/O error, and on every call after one. *)
+
+  val failed : t -> failure option
+  (** The I/O error that stopped this store, if any. *)
 
   val snapshot : t -> string
   (** The whole state, encoded. *)

@@ -8,13 +8,18 @@ type position = {
   chain : string;
   history : (int * int) list;
   promise : int;
+  member : Store_intf.membership;
 }
 
 type 'op transfer_ =
   | Snapshot of string
   | Suffix of { epoch : int; history : (int * int) list; entries : (int * 'op Store.command) list }
 
-type 'op msg_ = Order of { batch : int; items : 'op item_ list } | Ack of int | Begin
+type 'op msg_ =
+  | Order of { batch : int; items : 'op item_ list }
+  | Ack of { count : int; digest : string }
+  | Begin
+
 type 'r outcome_ = Done of 'r | Unknown of string | Refused of string
 type 'op request_ = { client : int64; req : int; op : 'op }
 type 'r reply_ = { rreq : int; outcome : 'r outcome_ }
@@ -64,7 +69,7 @@ module Make (M : Rsm.MACHINE) = struct
   type request = M.op request_
   type reply = M.response reply_
 
-  let version = '\002'
+  let version = '\003'
 
   let item_codec =
     Codec.map ~name:"kv-item"
@@ -74,13 +79,33 @@ module Make (M : Rsm.MACHINE) = struct
 
   let history_codec = Codec.list ~max:64 (Codec.pair Codec.varint Codec.varint)
 
+  let member_codec =
+    Codec.union "kv-member"
+      [
+        Codec.case 0 "fresh" Codec.unit
+          (function Store_intf.Fresh -> Some () | _ -> None)
+          (fun () -> Store_intf.Fresh);
+        Codec.case 1 "member" (Codec.string ~max:256 ())
+          (function Store_intf.Member c -> Some c | _ -> None)
+          (fun c -> Store_intf.Member c);
+        Codec.case 2 "joining" Codec.unit
+          (function Store_intf.Joining -> Some () | _ -> None)
+          (fun () -> Store_intf.Joining);
+        Codec.case 3 "legacy" Codec.unit
+          (function Store_intf.Legacy -> Some () | _ -> None)
+          (fun () -> Store_intf.Legacy);
+      ]
+
   let position_codec =
     Codec.map ~name:"kv-position"
-      (fun p -> ((p.epoch, p.promise), p.seq, p.chain, p.history))
-      (fun ((epoch, promise), seq, chain, history) -> { epoch; seq; chain; history; promise })
-      (Codec.tup4
-         (Codec.pair Codec.varint Codec.varint)
-         Codec.varint (Codec.string ~max:16 ()) history_codec)
+      (fun p -> (((p.epoch, p.promise), p.seq, p.chain, p.history), p.member))
+      (fun (((epoch, promise), seq, chain, history), member) ->
+        { epoch; seq; chain; history; promise; member })
+      (Codec.pair
+         (Codec.tup4
+            (Codec.pair Codec.varint Codec.varint)
+            Codec.varint (Codec.string ~max:16 ()) history_codec)
+         member_codec)
 
   let transfer_codec =
     Codec.union "kv-transfer"
@@ -103,7 +128,10 @@ module Make (M : Rsm.MACHINE) = struct
           (Codec.pair Codec.varint (Codec.list ~max:100_000 item_codec))
           (function Order { batch; items } -> Some (batch, items) | _ -> None)
           (fun (batch, items) -> Order { batch; items });
-        Codec.case 2 "ack" Codec.varint (function Ack b -> Some b | _ -> None) (fun b -> Ack b);
+        Codec.case 3 "ack"
+          (Codec.pair Codec.varint (Codec.string ~max:16 ()))
+          (function Ack { count; digest } -> Some (count, digest) | _ -> None)
+          (fun (count, digest) -> Ack { count; digest });
         Codec.case 5 "begin" Codec.unit (function Begin -> Some () | _ -> None) (fun () -> Begin);
       ]
 

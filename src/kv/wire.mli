@@ -14,9 +14,11 @@ type 'op msg_ =
   | Order of { batch : int; items : 'op item_ list }
       (** requests a member's clients made, cast in the group's total order: every member applies
           them in that order *)
-  | Ack of int
-      (** sent to every other member: the first [n] orders of this view are applied and on disk here
-      *)
+  | Ack of { count : int; digest : string }
+      (** sent to every other member: the first [count] orders of this view are applied and on disk
+          here, and [digest] is the digest of those orders chained order by order: a member counts
+          the acknowledgement only if its own chain after its [count]th order is the same (so it can
+          only vouch for the orders it names) *)
   | Begin
       (** cast by every member of a primary view once it knows the view's epoch and has promised it:
           the epoch starts, at every member, once every member's [Begin] is delivered *)
@@ -29,10 +31,13 @@ type position = {
   chain : string;
   history : (int * int) list;
   promise : int;
+  member : Store_intf.membership;
 }
 (** Where a replica's log is: its last epoch, its last write, the digest of its writes
     ({!Store.chain}), its epochs (newest first, each with the write after which it started), and the
-    greatest epoch whose start it took part in ({!Store.promise}). *)
+    greatest epoch whose start it took part in ({!Store.promise}), and what its data directory's
+    identity says of it ({!Store.val-membership}: a member of which cluster, or joining, with no
+    vote). *)
 
 type 'op transfer_ =
   | Snapshot of string  (** the whole state ({!Store.snapshot}) *)

@@ -62,37 +62,60 @@ let write_key path s =
               (try Unix.unlink path with Unix.Unix_error _ -> ());
               Error (Printf.sprintf "%s: %s" path (Unix.error_message e)))
 
-let read_key path =
-  match Unix.stat path with
+(* Opened once (not following a FIFO into a block: O_NONBLOCK), and what
+   is checked is the file the descriptor holds (fstat), not whatever the
+   path names a moment before or after. *)
+let read_private path =
+  match Unix.openfile path [ Unix.O_RDONLY; Unix.O_NONBLOCK; Unix.O_CLOEXEC ] 0 with
   | exception Unix.Unix_error (e, _, _) ->
       Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
-  | st when st.Unix.st_kind <> Unix.S_REG -> Error (path ^ ": not a regular file")
-  | st when st.Unix.st_perm land 0o077 <> 0 ->
-      Error
-        (Printf.sprintf "%s: mode %o lets others read or write the key; chmod 600 it" path
-           st.Unix.st_perm)
-  | st when st.Unix.st_size > 4096 -> Error (path ^ ": too large for a key file")
-  | _ -> (
-      match open_in_bin path with
-      | exception Sys_error e -> Error e
-      | ic -> (
-          let s =
-            Fun.protect
-              ~finally:(fun () -> close_in ic)
-              (fun () -> really_input_string ic (in_channel_length ic))
-          in
-          let s = String.trim s in
-          let n = String.length key_prefix in
-          if String.length s < n || String.sub s 0 n <> key_prefix then
-            Error (path ^ ": not a Consort key file (consort keygen writes one)")
-          else
-            match
-              Base64.decode ~pad:false ~alphabet:Base64.uri_safe_alphabet
-                (String.sub s n (String.length s - n))
-            with
-            | Error _ -> Error (path ^ ": the key is not valid base64url")
-            | Ok k -> (
-                match secret_of_string k with Ok k -> Ok k | Error e -> Error (path ^ ": " ^ e))))
+  | fd ->
+      Fun.protect
+        ~finally:(fun () -> try Unix.close fd with Unix.Unix_error _ -> ())
+        (fun () ->
+          match Unix.fstat fd with
+          | exception Unix.Unix_error (e, _, _) ->
+              Error (Printf.sprintf "%s: %s" path (Unix.error_message e))
+          | st when st.Unix.st_kind <> Unix.S_REG -> Error (path ^ ": not a regular file")
+          | st when st.Unix.st_uid <> Unix.geteuid () && st.Unix.st_uid <> 0 ->
+              Error
+                (Printf.sprintf
+                   "%s: owned by uid %d, not by this user (uid %d) or root: whoever owns it can \
+                    change it"
+                   path st.Unix.st_uid (Unix.geteuid ()))
+          | st when st.Unix.st_perm land 0o077 <> 0 ->
+              Error
+                (Printf.sprintf "%s: mode %o lets others read or write it; chmod 600 it" path
+                   st.Unix.st_perm)
+          | st when st.Unix.st_size > 4096 -> Error (path ^ ": too large for a key file")
+          | st -> (
+              let b = Bytes.create st.Unix.st_size in
+              let rec go off =
+                if off = Bytes.length b then off
+                else
+                  match Unix.read fd b off (Bytes.length b - off) with 0 -> off | n -> go (off + n)
+              in
+              match go 0 with
+              | n -> Ok (Bytes.sub_string b 0 n)
+              | exception Unix.Unix_error (e, _, _) ->
+                  Error (Printf.sprintf "%s: %s" path (Unix.error_message e))))
+
+let read_key path =
+  match read_private path with
+  | Error e -> Error e
+  | Ok s -> (
+      let s = String.trim s in
+      let n = String.length key_prefix in
+      if String.length s < n || String.sub s 0 n <> key_prefix then
+        Error (path ^ ": not a Consort key file (consort keygen writes one)")
+      else
+        match
+          Base64.decode ~pad:false ~alphabet:Base64.uri_safe_alphabet
+            (String.sub s n (String.length s - n))
+        with
+        | Error _ -> Error (path ^ ": the key is not valid base64url")
+        | Ok k -> (
+            match secret_of_string k with Ok k -> Ok k | Error e -> Error (path ^ ": " ^ e)))
 
 type stats = {
   sealed : int;

@@ -111,9 +111,14 @@ val write_key : string -> secret -> (unit, string) result
     secret), created with mode 0600; it refuses to overwrite an existing file. *)
 
 val read_key : string -> (secret, string) result
-(** [read_key path] reads a key file; refuses one that others than its owner can read or write (mode
-    must be 0600 or stricter), one that is malformed, or a secret of the wrong length. Errors are
-    one line and never contain key material. *)
+(** [read_key path] reads a key file ({!read_private}); refuses one that is malformed, or a secret
+    of the wrong length. Errors are one line and never contain key material. *)
+
+val read_private : string -> (string, string) result
+(** [read_private path]: the bytes of a file only this user may read (a key file, consortd's token),
+    opened once; what is checked is the file opened ([fstat] of its descriptor): a regular file,
+    owned by this process's effective user or root, that no one else may read or write (mode 0600 or
+    stricter), of at most 4096 bytes. One-line errors, never with the file's contents. *)
 
 type stats = {
   sealed : int;  (** datagrams sent *)

@@ -660,6 +660,13 @@ let consortd_cases () =
       (base @ [ "--tcp"; "nonsense" ], 2);
       (base @ [ "--control"; missing ], 2);
       (base @ [ "--metrics"; "nowhere" ], 2);
+      (base @ [ "--metrics"; "0.0.0.0:9" ], 2);
+      (base @ [ "--socket-mode"; "999" ], 2);
+      (base @ [ "--socket-mode"; "rw" ], 2);
+      (base @ [ "--allow-uid"; "no-such-user-here" ], 2);
+      (base @ [ "--allow-gid=-3" ], 2);
+      (base @ [ "--token"; missing ], 2);
+      (base @ [ "--token"; existing ], 2);
       (base @ [ "--pcap"; existing ], 2);
       (base @ [ "--pcap"; missing ], 2);
       (base @ [ "--max-frame"; "10" ], 2);

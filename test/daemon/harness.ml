@@ -130,7 +130,9 @@ let put r s =
   go 0
 
 let hello r =
-  put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 1; name = "raw" }))
+  put r
+    (Wire.encode_request
+       (Wire.Hello { min_version = 1; max_version = 1; name = "raw"; token = "" }))
 
 (* The next event within [timeout] seconds: [`Event], [`Closed] or [`Timeout]. *)
 let next ?(timeout = 5.) r =
@@ -182,9 +184,9 @@ let daemon_stderr d =
 
 (* A member of [group] through the daemon, connected to [address] (the
    daemon's socket by default). *)
-let member ?props ?params ?peers ?(name = "test") ?address d group =
+let member ?props ?params ?peers ?(name = "test") ?address ?token_file d group =
   let address = Option.value address ~default:d.socket in
-  let conn = match C.connect ~name address with Ok c -> c | Error e -> failwith e in
+  let conn = match C.connect ~name ?token_file address with Ok c -> c | Error e -> failwith e in
   let views = ref [] and casts = ref [] and sends = ref [] and exited = ref false in
   let cb =
     {

@@ -96,7 +96,9 @@ let test_handshake () =
       check "then closed" true (next r = `Closed);
       close_raw r;
       let r = raw d in
-      put r (Wire.encode_request (Wire.Hello { min_version = 7; max_version = 9; name = "future" }));
+      put r
+        (Wire.encode_request
+           (Wire.Hello { min_version = 7; max_version = 9; name = "future"; token = "" }));
       (match next r with
       | `Event (Wire.Error { code = Wire.Version; reason; _ }) ->
           check "one line" true (not (String.contains reason '\n'))
@@ -398,7 +400,7 @@ let test_global_cap () =
 
 (* HELLO on a raw connection, version 2 agreed. *)
 let hello_v2 r name =
-  put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name }));
+  put r (Wire.encode_request (Wire.Hello { min_version = 1; max_version = 2; name; token = "" }));
   match next r with
   | `Event (Wire.Hello_ok { version = 2; _ }) -> ()
   | _ -> Alcotest.fail "HELLO_OK version 2"
@@ -742,23 +744,28 @@ let test_client_closes () =
       C.close a.conn;
       C.close b.conn)
 
-(* TCP on loopback, and a daemon with a key: members sealed (Auth,
-   Privacy) form a group and deliver; without a key, Auth is refused. *)
+(* TCP on loopback, and a daemon with a key (and so a token for TCP):
+   members sealed (Auth, Privacy) form a group and deliver; without a key,
+   Auth is refused. *)
 let test_tcp_and_key () =
   let dir = tmpdir () in
-  let key = Filename.concat dir "k.key" in
-  (match Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()) with
-  | Ok () -> ()
-  | Error e -> Alcotest.fail e);
+  let key = Filename.concat dir "k.key" and token = Filename.concat dir "t.token" in
+  List.iter
+    (fun f ->
+      match Consort_seal.Seal.write_key f (Consort_seal.Seal.generate ()) with
+      | Ok () -> ()
+      | Error e -> Alcotest.fail e)
+    [ key; token ];
   let tcp = addr 79 in
-  let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key ] ~bind:(addr 70) () in
+  let d = start ~dir ~args:[ "--tcp"; tcp; "--key"; key; "--token"; token ] ~bind:(addr 70) () in
   Fun.protect
     ~finally:(fun () ->
       stop d;
       rm_rf dir)
     (fun () ->
       let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy") in
-      let a = member ~address:("tcp:" ^ tcp) ~props d "sealed" and b = member ~props d "sealed" in
+      let a = member ~address:("tcp:" ^ tcp) ~token_file:token ~props d "sealed"
+      and b = member ~props d "sealed" in
       check "a sealed view of two, one client over TCP" true
         (until [ a.conn; b.conn ] (fun () -> view_size a = 2 && view_size b = 2));
       Alcotest.(check bool) "cast" true (C.cast a.m "secret" = Ok ());
@@ -1180,7 +1187,9 @@ let test_protocol_doc () =
   let i n = `I n and s x = `S x and l x = `L x in
   let requests =
     [
-      ("HELLO", Wire.Hello { min_version = 1; max_version = 2; name = "n" }, [ i 1; i 2; s "n" ]);
+      ( "HELLO",
+        Wire.Hello { min_version = 1; max_version = 2; name = "n"; token = "t" },
+        [ i 1; i 2; s "n"; s "t" ] );
       ( "JOIN",
         Wire.Join
           { handle = 3; group = "g"; props = "vsync"; params = "a=1"; flags = 1; peers = [ "p" ] },
@@ -1302,7 +1311,7 @@ let test_protocol_doc () =
         | _ -> None)
       lines
   in
-  Alcotest.(check int) "17 error codes" 17 (List.length codes);
+  Alcotest.(check int) "18 error codes" 18 (List.length codes);
   List.iter
     (fun (n, name) ->
       Alcotest.(check string)

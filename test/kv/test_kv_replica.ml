@@ -27,9 +27,13 @@ let world name =
   let net = Sim.create ~seed:7 () in
   { net; dir; addrs = [ "r0"; "r1"; "r2" ]; reps = Array.make 3 None }
 
-let start ?retain w i =
+let start ?retain ?io ?identity w i =
   let addr = List.nth w.addrs i in
-  let store, _ = Result.get_ok (Store.open_ ?retain (Filename.concat w.dir addr)) in
+  let store, _ =
+    match Store.open_ ?retain ?io ?identity (Filename.concat w.dir addr) with
+    | Ok s -> s
+    | Error e -> Alcotest.failf "open %s: %s" addr e
+  in
   let cfg =
     {
       (Replica.default_config ~group:"t" ~addr ~peers:(List.filter (( <> ) addr) w.addrs)) with
@@ -381,6 +385,183 @@ let two protocol () =
     [ 0; 1 ];
   finish w
 
+(* r1's disk fills under writes: r1 stops acknowledging, refuses with
+   "disk full", and leaves; the two others go on, and every write answered
+   is on their disks. *)
+let disk_full () =
+  let w = world "full" in
+  let full = ref false in
+  let io =
+    {
+      Consort_capfs.Io.real with
+      write =
+        (fun p fd b off len ->
+          if !full then raise (Unix.Unix_error (Unix.ENOSPC, "write", p))
+          else Consort_capfs.Io.real.write p fd b off len);
+    }
+  in
+  for i = 0 to 2 do
+    start ?io:(if i = 1 then Some io else None) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  full := true;
+  for i = 2 to 6 do
+    Alcotest.(check (option outcome))
+      (Printf.sprintf "put %d while r1's disk is full" i)
+      (Some (Wire.Done Op.Ok))
+      (call w
+         (if i mod 2 = 0 then 0 else 2)
+         ~d:(s 20.) ~client:1L ~req:i
+         (Op.Put ("k", string_of_int i)))
+  done;
+  (match R.failure (rep w 1) with
+  | Some (Store.Disk_full _) -> ()
+  | Some e -> Alcotest.failf "r1 stopped on %a" Store.pp_failure e
+  | None -> Alcotest.fail "r1 did not stop");
+  Alcotest.(check (option outcome))
+    "r1 refuses" (Some (Wire.Refused "disk full"))
+    (call w 1 ~d:(s 1.) ~client:2L ~req:1 (Op.Get "k"));
+  Alcotest.(check bool)
+    "r1 left the view" false
+    (Array.exists
+       (fun m -> String.length m >= 2 && String.sub m 0 2 = "r1")
+       (R.view (rep w 0)).Consort_group.Group.members);
+  (* Every write answered is on the disks of r0 and r2. *)
+  List.iter
+    (fun i ->
+      let st = snd (Option.get w.reps.(i)) in
+      let dir = Store.dir st in
+      crash w i;
+      let st, _ = Result.get_ok (Store.open_ dir) in
+      Alcotest.(check (option string))
+        (Printf.sprintf "r%d's disk" i) (Some "6")
+        (Machine.read (Store.machine st) "k");
+      Store.close st)
+    [ 0; 2 ];
+  finish w
+
+(* An acknowledgement vouches only for the orders it names: r2 stops (its
+   member goes on, so the view stays), and an acknowledgement from it with
+   the right count but another chain of orders commits nothing. *)
+let forged_ack () =
+  let w = world "ack" in
+  for i = 0 to 2 do
+    start w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "1")));
+  R.halt (rep w 2);
+  let r2 =
+    (R.view (rep w 0)).Consort_group.Group.members |> Array.to_list
+    |> List.find (fun m -> String.sub m 0 2 = "r2")
+  in
+  let got = ref None in
+  R.submit (rep w 0) { Wire.client = 1L; req = 2; op = Op.Put ("k", "2") } (fun o -> got := Some o);
+  run w (s 1.);
+  Alcotest.(check (option outcome)) "no answer without r2" None !got;
+  (* The second order of the view, with another chain: *)
+  let vid = (R.view (rep w 0)).Consort_group.Group.vid in
+  let forged = Wire.encode ~vid (Wire.Ack { count = 2; digest = Digest.string "another order" }) in
+  R.deliver_send (rep w 0) ~origin:r2 forged;
+  R.deliver_send (rep w 1) ~origin:r2 forged;
+  run w (s 1.);
+  Alcotest.(check (option outcome)) "a forged acknowledgement commits nothing" None !got;
+  finish w
+
+(* Issue 28's wiped replica: put x 1; r2 down; put x 2 (r0 and r1 have
+   it); r0 and r1 down; r0's directory wiped. r0 (empty, --join) and r2
+   (stale) must not serve x = 1 as a primary view: they refuse, until r1
+   is back and gives both the state. *)
+let wiped_dir () =
+  let w = world "wiped" in
+  let id init = ("t", init) in
+  for i = 0 to 2 do
+    start ~identity:(id Store.New) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put x 1" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("x", "1")));
+  crash w 2;
+  Alcotest.(check (option outcome))
+    "put x 2" (Some (Wire.Done Op.Ok))
+    (call w 0 ~d:(s 20.) ~client:1L ~req:2 (Op.Put ("x", "2")));
+  crash w 0;
+  crash w 1;
+  rm_rf (Filename.concat w.dir "r0");
+  (match Store.open_ ~identity:(id Store.Existing) (Filename.concat w.dir "r0") with
+  | Ok _ -> Alcotest.fail "an empty directory opened without --join"
+  | Error _ -> ());
+  start ~identity:(id Store.Join) w 0;
+  start ~identity:(id Store.Existing) w 2;
+  run w (s 6.);
+  List.iter
+    (fun i ->
+      match call w i ~d:(s 2.) ~client:(Int64.of_int (10 + i)) ~req:1 (Op.Get "x") with
+      | Some (Wire.Refused _) -> ()
+      | o -> Alcotest.failf "r%d, without a quorum of voters: %a" i Fmt.(option Wire.pp_outcome) o)
+    [ 0; 2 ];
+  start ~identity:(id Store.Existing) w 1;
+  run w (s 8.);
+  List.iter
+    (fun i ->
+      Alcotest.(check (option outcome))
+        (Printf.sprintf "get x through r%d" i)
+        (Some (Wire.Done (Op.Value "2")))
+        (call w i ~d:(s 10.) ~client:(Int64.of_int (20 + i)) ~req:1 (Op.Get "x")))
+    [ 0; 1; 2 ];
+  (match Store.membership (snd (Option.get w.reps.(0))) with
+  | Store.Member _ -> ()
+  | _ -> Alcotest.fail "r0 did not become a member once caught up");
+  finish w
+
+(* A replica restarted on a data directory of another cluster of the same
+   group (a second cluster made with --new): it stops (wrong data
+   directory), and the others keep their state. *)
+let foreign_dir () =
+  let w = world "foreign" in
+  let id init = ("t", init) in
+  for i = 0 to 2 do
+    start ~identity:(id Store.New) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put x 1" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("x", "1")));
+  (* Another cluster, alone, with more epochs and writes. *)
+  let other = world "foreign-b" in
+  let ob = { other with addrs = [ "r2" ] } in
+  start ~identity:(id Store.New) ob 0;
+  run ob (s 3.);
+  for i = 1 to 5 do
+    ignore (call ob 0 ~client:9L ~req:i (Op.Put ("x", "b" ^ string_of_int i)))
+  done;
+  let b_dir = Store.dir (snd (Option.get ob.reps.(0))) in
+  crash ob 0;
+  crash w 2;
+  rm_rf (Filename.concat w.dir "r2");
+  Unix.rename b_dir (Filename.concat w.dir "r2");
+  rm_rf other.dir;
+  start ~identity:(id Store.Existing) w 2;
+  run w (s 8.);
+  (match R.failure (rep w 2) with
+  | Some (Store.Wrong_dir _) -> ()
+  | Some e -> Alcotest.failf "r2 stopped on %a" Store.pp_failure e
+  | None -> Alcotest.fail "r2, on another cluster's directory, did not stop");
+  List.iter
+    (fun i ->
+      Alcotest.(check (option outcome))
+        (Printf.sprintf "get x through r%d" i)
+        (Some (Wire.Done (Op.Value "1")))
+        (call w i ~d:(s 10.) ~client:(Int64.of_int (20 + i)) ~req:1 (Op.Get "x")))
+    [ 0; 1 ];
+  finish w
+
 let () =
   if Sys.getenv_opt "KVDBG" <> None then begin
     Logs.set_reporter (Logs.format_reporter ());
@@ -402,6 +583,10 @@ let () =
           Alcotest.test_case "alone (token)" `Quick (alone "token");
           Alcotest.test_case "two (sequencer)" `Quick (two "sequencer");
           Alcotest.test_case "two (token)" `Quick (two "token");
+          Alcotest.test_case "a full disk: the replica stops, the others go on" `Quick disk_full;
+          Alcotest.test_case "an acknowledgement of other orders is not counted" `Quick forged_ack;
+          Alcotest.test_case "a wiped replica has no vote until caught up" `Quick wiped_dir;
+          Alcotest.test_case "a replica on another cluster's directory stops" `Quick foreign_dir;
         ] );
       ( "wire",
         [

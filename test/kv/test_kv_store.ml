@@ -1,5 +1,7 @@
 (* The store on disk: recovery after a crash at every disk step, torn and
-   corrupt tails cut off and reported, deduplication, limits. *)
+   corrupt tails cut off and reported, deduplication, limits; a disk that
+   fills, fails a write or an fsync stops the store for good, keeping what
+   it failed to store pending and leaving no torn record in the log. *)
 
 open Consort_kv
 module Io = Consort_capfs.Io
@@ -249,7 +251,10 @@ let tails () =
   flip 10 (Filename.concat d "snapshot");
   (match Store.open_ d with
   | Ok _ -> Alcotest.fail "a corrupt snapshot accepted"
-  | Error e -> Fmt.pr "corrupt snapshot: %s@." e);
+  | Error e ->
+      Fmt.pr "corrupt snapshot: %s@." e;
+      (* It advises what is safe: an empty directory with --join, never without. *)
+      Alcotest.(check bool) "advises --join" true (Consort_local.contains e "with --join"));
   rm_rf d
 
 let transfer () =
@@ -311,6 +316,180 @@ let promise () =
   Store.close st;
   rm_rf d
 
+(* A full disk (a write that stores its first chunk, then ENOSPC), a write
+   that fails with EIO, an fsync that fails: the sync raises [Failed], what
+   failed stays pending, and every later sync fails too, even once the disk
+   is fine again (a failed fsync is never retried). On reopen, every write
+   whose sync returned is there, and no torn record is left in the log. *)
+let disk_faults () =
+  List.iter
+    (fun (name, fault, full) ->
+      let d = fresh ("fault-" ^ name) in
+      let armed = ref false and writes = ref 0 in
+      let io =
+        {
+          Io.real with
+          write =
+            (fun p fd b off len ->
+              if !armed then begin
+                incr writes;
+                match fault with
+                | `Enospc when !writes >= 2 -> raise (Unix.Unix_error (Unix.ENOSPC, "write", p))
+                | `Eio -> raise (Unix.Unix_error (Unix.EIO, "write", p))
+                | _ -> Io.real.write p fd b off len
+              end
+              else Io.real.write p fd b off len);
+          fsync =
+            (fun p fd ->
+              if !armed && fault = `Fsync then raise (Unix.Unix_error (Unix.EIO, "fsync", p))
+              else Io.real.fsync p fd);
+        }
+      in
+      let t, _ = open_ok ~io d in
+      (* Two values of 40 KB: the sync writes them in two chunks of Io.chunk. *)
+      let big c = String.make 40_000 c in
+      ignore (Store.execute t (cmd 1 (Op.Put ("a", big 'a'))));
+      Store.sync t;
+      armed := true;
+      ignore (Store.execute t (cmd 2 (Op.Put ("b", big 'b'))));
+      ignore (Store.execute t (cmd 3 (Op.Put ("b2", big 'b'))));
+      let expect_failed what =
+        match Store.sync t with
+        | () -> Alcotest.failf "%s: %s: the sync returned" name what
+        | exception Store.Failed (Store.Disk_full _) when full -> ()
+        | exception Store.Failed (Store.Io_error _) when not full -> ()
+        | exception Store.Failed e -> Alcotest.failf "%s: %s: %a" name what Store.pp_failure e
+      in
+      expect_failed "the faulty sync";
+      Alcotest.(check bool) (name ^ ": still pending") true (Store.dirty t);
+      Alcotest.(check bool) (name ^ ": failed") true (Store.failed t <> None);
+      (* The disk is fine again: the store still refuses. *)
+      armed := false;
+      ignore (Store.execute t (cmd 4 (Op.Put ("c", "3"))));
+      expect_failed "a later sync";
+      (match Store.promise_to t 9 with
+      | () -> Alcotest.failf "%s: a promise after the failure returned" name
+      | exception Store.Failed _ -> ());
+      Store.close t;
+      let t, found = open_ok d in
+      List.iter
+        (fun f ->
+          if Store.is_damage f then Alcotest.failf "%s: on reopen: %a" name Store.pp_finding f)
+        found;
+      Alcotest.(check bool)
+        (name ^ ": the write synced before is there")
+        true
+        (Machine.read (Store.machine t) "a" = Some (big 'a'));
+      Alcotest.(check (option string))
+        (name ^ ": never synced") None
+        (Machine.read (Store.machine t) "c");
+      if fault <> `Fsync then
+        Alcotest.(check int) (name ^ ": the log ends at write 1") 1 (Store.seq t);
+      Store.close t;
+      rm_rf d)
+    [ ("enospc", `Enospc, true); ("eio", `Eio, false); ("fsync", `Fsync, false) ]
+
+(* A data directory's identity: an empty one needs --new or --join; one of
+   another group or store is refused naming both; --new and --join are
+   refused where there is state; a joining replica becomes a member. *)
+let identity () =
+  let d = fresh "identity" in
+  let contains s sub =
+    let n = String.length sub in
+    let rec go i = i + n <= String.length s && (String.sub s i n = sub || go (i + 1)) in
+    go 0
+  in
+  let refused what ?(says = []) r =
+    match r with
+    | Ok (t, _) ->
+        Store.close t;
+        Alcotest.failf "%s: opened" what
+    | Error e ->
+        if String.contains e '\n' then Alcotest.failf "%s: more than one line: %S" what e;
+        List.iter
+          (fun w -> if not (contains e w) then Alcotest.failf "%s: %S does not say %S" what e w)
+          says
+  in
+  refused "empty, neither --new nor --join" ~says:[ "--new"; "--join" ]
+    (Store.open_ ~identity:("g", Store.Existing) d);
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.New) d) in
+  Alcotest.(check bool) "fresh" true (Store.membership t = Store.Fresh);
+  ignore (Store.execute t (cmd 1 (Op.Put ("a", "1"))));
+  Store.sync t;
+  Store.set_member t "c1";
+  Store.close t;
+  refused "another group"
+    ~says:[ "group g"; "group h"; "cluster c1" ]
+    (Store.open_ ~identity:("h", Store.Existing) d);
+  refused "--new on a directory with state" ~says:[ "--new" ]
+    (Store.open_ ~identity:("g", Store.New) d);
+  refused "--join on a member's directory" ~says:[ "--join" ]
+    (Store.open_ ~identity:("g", Store.Join) d);
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Existing) d) in
+  Alcotest.(check bool) "a member of c1" true (Store.membership t = Store.Member "c1");
+  Alcotest.(check (option string)) "its state" (Some "1") (Machine.read (Store.machine t) "a");
+  Store.close t;
+  rm_rf d;
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Join) d) in
+  Alcotest.(check bool) "joining" true (Store.membership t = Store.Joining);
+  Store.close t;
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Existing) d) in
+  Alcotest.(check bool) "still joining after a restart" true (Store.membership t = Store.Joining);
+  Store.close t;
+  rm_rf d;
+  (* A directory made before identities: taken as it is, and marked. *)
+  let t, _ = open_ok d in
+  ignore (Store.execute t (cmd 1 (Op.Put ("a", "1"))));
+  Store.sync t;
+  Store.close t;
+  refused "--new on an old directory with state" (Store.open_ ~identity:("g", Store.New) d);
+  let t, _ = Result.get_ok (Store.open_ ~identity:("g", Store.Existing) d) in
+  Alcotest.(check bool) "legacy" true (Store.membership t = Store.Legacy);
+  Store.close t;
+  refused "then another group" ~says:[ "group g"; "group h" ]
+    (Store.open_ ~identity:("h", Store.Existing) d);
+  rm_rf d
+
+(* A promise survives an I/O error at any step of the snapshot that empties
+   the log (issue 28, kv-disk-faults seed 566: the log was replaced by an
+   empty one and the write of the promise after it failed, and the replica
+   later took part in starting an epoch below its promise). *)
+let promise_through_faults () =
+  let n = ref 1 and failed_once = ref true in
+  while !failed_once do
+    let d = fresh "promise-fault" in
+    let armed = ref false and steps = ref 0 in
+    let io =
+      Io.hooked
+        (fun _ ->
+          if !armed then begin
+            incr steps;
+            if !steps = !n then raise (Unix.Unix_error (Unix.EIO, "step", ""))
+          end)
+        Io.real
+    in
+    let t, _ = open_ok ~io ~snapshot_bytes:2048 d in
+    Store.promise_to t 7;
+    armed := true;
+    (failed_once :=
+       try
+         for i = 1 to 100 do
+           ignore (Store.execute t (cmd i (Op.Put ("k", String.make 100 'v'))));
+           Store.sync t
+         done;
+         false
+       with Store.Failed _ -> true);
+    Store.close t;
+    let t, _ = open_ok d in
+    Alcotest.(check int)
+      (Printf.sprintf "the promise, after an error at step %d" !n)
+      7 (Store.promise t);
+    Store.close t;
+    rm_rf d;
+    incr n
+  done;
+  Alcotest.(check bool) "every step of a sync and a snapshot was tried" true (!n > 8)
+
 let () =
   Alcotest.run "kv-store"
     [
@@ -322,5 +501,9 @@ let () =
           Alcotest.test_case "torn and corrupt tails" `Quick tails;
           Alcotest.test_case "snapshot and entries to another store" `Quick transfer;
           Alcotest.test_case "promises survive snapshots" `Quick promise;
+          Alcotest.test_case "full disk, EIO, failed fsync: fail-stop" `Quick disk_faults;
+          Alcotest.test_case "the data directory's identity" `Quick identity;
+          Alcotest.test_case "a promise survives an error during a snapshot" `Quick
+            promise_through_faults;
         ] );
     ]

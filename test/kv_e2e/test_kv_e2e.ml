@@ -4,7 +4,11 @@
    restarted from its disk; the history of every client, final reads
    included, is linearizable, so no acknowledged write was lost. A log with
    a torn tail is repaired on start, and the replica says so. The command
-   line's outputs and exit statuses. *)
+   line's outputs and exit statuses. A replica alone refuses (exit 2, not
+   unknown); a wiped data directory is refused, or joins without a vote
+   until caught up; a directory of another group is refused; data
+   directories on a tiny tmpfs that fills: the full replica stops (one
+   line, exit 2), nothing acknowledged is lost. *)
 
 module Kv = Consort_kv
 module L = Consort_spec.Linearizable
@@ -26,34 +30,41 @@ let free_port ty =
 
 let params = "suspect.timeout=2s,suspect.verify=500ms,suspect.grace=500ms,gmp.flush_timeout=2s"
 
-type replica = { data : string; bind : string; listen : string; mutable pid : int }
+type replica = { data : string; log : string; bind : string; listen : string; mutable pid : int }
 
-let start ~peers r =
+(* [init]: --new the first time (no identity in the directory yet), nothing
+   after, unless told. *)
+let start ?init ?(group = "e2e") ~peers r =
+  let init =
+    match init with
+    | Some l -> l
+    | None -> if Sys.file_exists (Filename.concat r.data "identity") then [] else [ "--new" ]
+  in
   let err =
-    Unix.openfile (r.data ^ ".log")
-      [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
-      0o644
+    Unix.openfile r.log [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ] 0o644
   in
   let out = Unix.openfile "/dev/null" [ Unix.O_WRONLY ] 0 in
   r.pid <-
     Unix.create_process (consort ())
-      [|
-        "consort";
-        "kv";
-        "serve";
-        "--group";
-        "e2e";
-        "--data";
-        r.data;
-        "--bind";
-        r.bind;
-        "--peers";
-        String.concat "," peers;
-        "--listen";
-        r.listen;
-        "--params";
-        params;
-      |]
+      (Array.append
+         [|
+           "consort";
+           "kv";
+           "serve";
+           "--group";
+           group;
+           "--data";
+           r.data;
+           "--bind";
+           r.bind;
+           "--peers";
+           String.concat "," peers;
+           "--listen";
+           r.listen;
+           "--params";
+           params;
+         |]
+         (Array.of_list init))
       Unix.stdin out err;
   Unix.close err;
   Unix.close out
@@ -171,6 +182,7 @@ let with_cluster f =
     List.init 3 (fun i ->
         {
           data = dir / Printf.sprintf "r%d" i;
+          log = dir / Printf.sprintf "r%d.log" i;
           bind = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_DGRAM);
           listen = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM);
           pid = 0;
@@ -289,10 +301,10 @@ let torn_tail () =
   let oc = open_out_gen [ Open_append; Open_binary ] 0o644 wal in
   output_string oc "\001\002garbage";
   close_out oc;
-  let before = try read_file (r0.data ^ ".log") with Sys_error _ -> "" in
+  let before = try read_file r0.log with Sys_error _ -> "" in
   start ~peers r0;
   wait_ready [ r0.listen ];
-  let log = read_file (r0.data ^ ".log") in
+  let log = read_file r0.log in
   let said = String.sub log (String.length before) (String.length log - String.length before) in
   let lines =
     String.split_on_char '\n' said |> List.filter (fun l -> contains l "torn or corrupt tail")
@@ -365,6 +377,260 @@ let cli () =
   Alcotest.(check int) "no answer: exit 3" 3 c;
   Alcotest.(check bool) "unknown line" true (String.length o > 9 && String.sub o 0 9 = "unknown: ")
 
+(* Waits (at most [secs]) for a replica's process to exit: its status. *)
+let wait_exit ?(secs = 30.) r =
+  let t0 = Unix.gettimeofday () in
+  let rec go () =
+    match Unix.waitpid [ Unix.WNOHANG ] r.pid with
+    | 0, _ ->
+        if Unix.gettimeofday () -. t0 > secs then Alcotest.failf "%s did not exit" r.data;
+        Unix.sleepf 0.1;
+        go ()
+    | _, st ->
+        r.pid <- 0;
+        st
+  in
+  go ()
+
+let log_since r before =
+  let log = try read_file r.log with Sys_error _ -> "" in
+  String.sub log (String.length before) (String.length log - String.length before)
+  |> String.split_on_char '\n'
+  |> List.filter (( <> ) "")
+
+let exits_with_one_line what r before ~says =
+  (match wait_exit r with
+  | Unix.WEXITED 2 -> ()
+  | Unix.WEXITED c -> Alcotest.failf "%s: exit %d" what c
+  | _ -> Alcotest.failf "%s: killed" what);
+  match log_since r before with
+  | [ l ] ->
+      List.iter
+        (fun w -> if not (contains l w) then Alcotest.failf "%s: %S does not say %S" what l w)
+        says;
+      Fmt.pr "%s: %s@." what l
+  | ls -> Alcotest.failf "%s: not one line: %a" what Fmt.(Dump.list string) ls
+
+(* A replica alone, its view without the others: a request is refused at
+   once, and the command says so (exit 2), never "unknown" after running
+   into its own timeout. *)
+let minority () =
+  with_cluster @@ fun _dir rs peers ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let r0 = List.hd rs in
+  List.iter (fun r -> kill r) (List.tl rs);
+  let c = Result.get_ok (Kv.Client.create ~timeout:1. [ r0.listen ]) in
+  let t0 = Unix.gettimeofday () in
+  let rec until_refused () =
+    match Kv.Client.call c (Kv.Op.Get "x") with
+    | Kv.Wire.Refused _ -> ()
+    | o ->
+        if Unix.gettimeofday () -. t0 > 30. then
+          Alcotest.failf "r0 alone still does not refuse: %a" Kv.Wire.pp_outcome o;
+        until_refused ()
+  in
+  until_refused ();
+  Kv.Client.close c;
+  List.iter
+    (fun args ->
+      let code, out = run (args @ [ "--servers"; r0.listen; "--timeout"; "3" ]) in
+      Alcotest.(check int) (String.concat " " args ^ ": " ^ out) 2 code;
+      Alcotest.(check bool) ("a refusal: " ^ out) true (contains out "error: no quorum"))
+    [ [ "kv"; "get"; "x" ]; [ "kv"; "put"; "x"; "1" ] ]
+
+(* Issue 28's wiped replica, as processes: put x 1; r2 down; put x 2; r0
+   and r1 down; r0's directory wiped. Without --join it is refused; with
+   it, beside the stale r2, nothing is served (never x = 1) until r1 is
+   back. Then a replica started on a directory of another group is
+   refused, naming both. *)
+let wiped_and_foreign () =
+  with_cluster @@ fun dir rs peers ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let r0, r1, r2 = match rs with [ a; b; c ] -> (a, b, c) | _ -> assert false in
+  let put ~via k v =
+    let code, out = run [ "kv"; "put"; k; v; "--servers"; String.concat "," (servers via) ] in
+    Alcotest.(check (pair int string)) ("put " ^ k ^ " " ^ v) (0, "ok\n") (code, out)
+  in
+  put ~via:rs "x" "1";
+  kill r2;
+  put ~via:[ r0; r1 ] "x" "2";
+  kill r0;
+  kill r1;
+  rm_rf r0.data;
+  let before = try read_file r0.log with Sys_error _ -> "" in
+  start ~init:[] ~peers r0;
+  exits_with_one_line "an empty directory without --join" r0 before ~says:[ "--new"; "--join" ];
+  start ~init:[ "--join" ] ~peers r0;
+  start ~peers r2;
+  let c = Result.get_ok (Kv.Client.create ~timeout:1. (servers [ r0; r2 ])) in
+  (* Until they have said "no quorum" for 3 s (at most 30 s): never x = 1. *)
+  let t0 = Unix.gettimeofday () and refused = ref 0 and first = ref None in
+  while
+    Unix.gettimeofday () -. t0 < 30.
+    && match !first with Some t1 -> Unix.gettimeofday () -. t1 < 3. | None -> true
+  do
+    match Kv.Client.call c (Kv.Op.Get "x") with
+    | Kv.Wire.Done r ->
+        Alcotest.failf "an empty replica and a stale one answered: %a" Kv.Op.pp_response r
+    | Kv.Wire.Refused _ ->
+        incr refused;
+        if !first = None then first := Some (Unix.gettimeofday ())
+    | Kv.Wire.Unknown _ -> ()
+  done;
+  Kv.Client.close c;
+  Alcotest.(check bool) "they refused" true (!refused > 0);
+  start ~peers r1;
+  wait_ready (servers rs);
+  List.iter
+    (fun r ->
+      let code, out = run [ "kv"; "get"; "x"; "--servers"; r.listen ] in
+      Alcotest.(check (pair int string)) ("get x through " ^ r.data) (0, "value 2\n") (code, out))
+    rs;
+  (* A directory of another group (a cluster of one). *)
+  let other =
+    {
+      data = dir / "other";
+      log = dir / "other.log";
+      bind = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_DGRAM);
+      listen = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM);
+      pid = 0;
+    }
+  in
+  start ~group:"other" ~peers:[] other;
+  wait_ready [ other.listen ];
+  put ~via:[ other ] "x" "other";
+  kill other;
+  kill r0;
+  let r0' = { r0 with data = other.data; pid = 0 } in
+  let before = try read_file r0'.log with Sys_error _ -> "" in
+  start ~peers r0';
+  exits_with_one_line "a directory of another group" r0' before ~says:[ "group other"; "group e2e" ];
+  List.iter
+    (fun r ->
+      let code, out = run [ "kv"; "get"; "x"; "--servers"; r.listen ] in
+      Alcotest.(check (pair int string)) ("get x through " ^ r.data) (0, "value 2\n") (code, out))
+    [ r1; r2 ]
+
+let mount_tmpfs d size =
+  match
+    Unix.system
+      (Printf.sprintf "mount -t tmpfs -o size=%s consort-kv-e2e %s" size (Filename.quote d))
+  with
+  | Unix.WEXITED 0 -> ()
+  | _ -> Alcotest.failf "mount -t tmpfs %s failed (root is needed)" d
+
+let umount d = ignore (Unix.system (Printf.sprintf "umount %s" (Filename.quote d)))
+
+(* r2's data directory on a 1 MB tmpfs, 30 KB values: it fills, r2 stops
+   (one line, exit 2) and the others go on; then every replica restarts,
+   r2 on a larger disk, and every write answered reads back. *)
+let one_full () =
+  with_cluster @@ fun _dir rs peers ->
+  let r0, r1, r2 = match rs with [ a; b; c ] -> (a, b, c) | _ -> assert false in
+  Unix.mkdir r2.data 0o700;
+  mount_tmpfs r2.data "1m";
+  Fun.protect ~finally:(fun () ->
+      kill r2;
+      umount r2.data)
+  @@ fun () ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let before = try read_file r2.log with Sys_error _ -> "" in
+  let c = Result.get_ok (Kv.Client.create ~timeout:20. (servers [ r0; r1 ])) in
+  let value i = String.make 30_000 (Char.chr (Char.code 'a' + (i mod 26))) in
+  for i = 1 to 60 do
+    match Kv.Client.call c (Kv.Op.Put ("k" ^ string_of_int (i mod 10), value i)) with
+    | Kv.Wire.Done Kv.Op.Ok -> ()
+    | o -> Alcotest.failf "put %d: %a" i Kv.Wire.pp_outcome o
+  done;
+  Kv.Client.close c;
+  exits_with_one_line "r2 on a full disk" r2 before ~says:[ "disk full" ];
+  List.iter (fun r -> kill r) rs;
+  ignore (Unix.system (Printf.sprintf "mount -o remount,size=16m %s" (Filename.quote r2.data)));
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  List.iter
+    (fun r ->
+      let c = Result.get_ok (Kv.Client.create ~timeout:20. [ r.listen ]) in
+      for j = 0 to 9 do
+        let last = if j = 0 then 60 else 50 + j in
+        match Kv.Client.call c (Kv.Op.Get ("k" ^ string_of_int j)) with
+        | Kv.Wire.Done (Kv.Op.Value v) when v = value last -> ()
+        | o -> Alcotest.failf "k%d through %s: %a" j r.data Kv.Wire.pp_outcome o
+      done;
+      Kv.Client.close c)
+    rs
+
+(* Every replica's data directory on one 2 MB tmpfs (issue 28's case),
+   30 KB values: once the disk is full the replicas stop (one line each,
+   exit 2) and nothing more is acknowledged; after a restart on a larger
+   disk every write answered ok reads back. *)
+let all_full () =
+  let dir = temp_dir "kv-e2e-full" in
+  let small = dir / "small" in
+  Unix.mkdir small 0o700;
+  mount_tmpfs small "2m";
+  let rs =
+    List.init 3 (fun i ->
+        {
+          data = small / Printf.sprintf "r%d" i;
+          log = dir / Printf.sprintf "r%d.log" i;
+          bind = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_DGRAM);
+          listen = Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM);
+          pid = 0;
+        })
+  in
+  let peers = List.map (fun r -> r.bind) rs in
+  Fun.protect ~finally:(fun () ->
+      List.iter (fun r -> kill r) rs;
+      umount small;
+      rm_rf dir)
+  @@ fun () ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let c = Result.get_ok (Kv.Client.create ~timeout:10. (servers rs)) in
+  let value i = Printf.sprintf "%04d" i ^ String.make 30_000 'v' in
+  let acked = ref [] and refused = ref 0 and unknown = ref 0 and i = ref 0 and whys = ref [] in
+  while !i < 120 && !refused + !unknown < 5 do
+    incr i;
+    match Kv.Client.call c (Kv.Op.Put ("p" ^ string_of_int !i, value !i)) with
+    | Kv.Wire.Done Kv.Op.Ok -> acked := !i :: !acked
+    | Kv.Wire.Done r -> Alcotest.failf "put %d: %a" !i Kv.Op.pp_response r
+    | Kv.Wire.Refused why ->
+        incr refused;
+        whys := ("error: " ^ why) :: !whys
+    | Kv.Wire.Unknown why ->
+        incr unknown;
+        whys := ("unknown: " ^ why) :: !whys
+  done;
+  Kv.Client.close c;
+  Fmt.pr "%d puts acknowledged, then %d refused and %d unknown@." (List.length !acked) !refused
+    !unknown;
+  List.iter (fun w -> Fmt.pr "  %s@." w) (List.rev !whys);
+  Alcotest.(check bool) "the disk filled" true (!refused + !unknown >= 5);
+  List.iter
+    (fun r ->
+      match wait_exit r with
+      | Unix.WEXITED 2 -> (
+          match log_since r "" with
+          | [ l ] when contains l "disk full" -> ()
+          | ls -> Alcotest.failf "%s: %a" r.log Fmt.(Dump.list string) ls)
+      | _ -> Alcotest.failf "%s did not exit 2" r.data)
+    rs;
+  ignore (Unix.system (Printf.sprintf "mount -o remount,size=64m %s" (Filename.quote small)));
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let c = Result.get_ok (Kv.Client.create ~timeout:20. (servers rs)) in
+  List.iter
+    (fun i ->
+      match Kv.Client.call c (Kv.Op.Get ("p" ^ string_of_int i)) with
+      | Kv.Wire.Done (Kv.Op.Value v) when v = value i -> ()
+      | o -> Alcotest.failf "acknowledged put %d: %a" i Kv.Wire.pp_outcome o)
+    !acked;
+  Kv.Client.close c
+
 let () =
   Alcotest.run "kv-e2e"
     [
@@ -373,5 +639,9 @@ let () =
           Alcotest.test_case "command line" `Quick cli;
           Alcotest.test_case "torn log tail repaired on start" `Quick torn_tail;
           Alcotest.test_case "kill, restart, restart all from disk" `Quick crash_restart;
+          Alcotest.test_case "a replica alone refuses: exit 2" `Quick minority;
+          Alcotest.test_case "a wiped and a foreign data directory" `Quick wiped_and_foreign;
+          Alcotest.test_case "one replica on a full tmpfs" `Quick one_full;
+          Alcotest.test_case "every replica on one full tmpfs" `Quick all_full;
         ] );
     ]

@@ -10,12 +10,18 @@ if ! make -s OUT="$out" all >/dev/null; then echo "build failed"; echo "0 passed
 # The header, library and pkg-config file as a user sees them.
 if ! PKG_CONFIG_PATH=$out pkg-config --exists consort-client; then echo "pkg-config cannot read consort-client.pc"; echo "0 passed, 1 failed"; exit 1; fi
 dir=$(mktemp -d /tmp/consort-c.XXXXXX)
-"$consortd" --socket "$dir/d.sock" --bind 127.0.0.1:${C_TEST_PORT:-$((25000 + 10 * ($$ % 100)))} --ports 8 2>"$dir/daemon.err" &
+port=${C_TEST_PORT:-$((25000 + 10 * ($$ % 100)))}
+"$consortd" --socket "$dir/d.sock" --bind 127.0.0.1:$port --ports 8 2>"$dir/daemon.err" &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
+# A second daemon, keyed, over TCP too: clients there need its token.
+"$root/_build/default/bin/main.exe" keygen "$dir/k.key" >/dev/null && "$root/_build/default/bin/main.exe" keygen "$dir/t.token" >/dev/null
+"$consortd" --socket "$dir/k.sock" --bind 127.0.0.1:$((port + 8)) --ports 2 --key "$dir/k.key" \
+  --tcp 127.0.0.1:$((port + 9)) --token "$dir/t.token" 2>"$dir/daemon2.err" &
+pid2=$!
+trap 'kill $pid $pid2 2>/dev/null; wait $pid $pid2 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 100); do [ -S "$dir/d.sock" ] && [ -S "$dir/k.sock" ] && break; sleep 0.05; done
 valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=99 \
-  "$out/test_client" "$dir/d.sock" >"$dir/out" 2>"$dir/vg"
+  "$out/test_client" "$dir/d.sock" tcp:127.0.0.1:$((port + 9)) "$dir/t.token" >"$dir/out" 2>"$dir/vg"
 rc=$?
 cat "$dir/out"
 p=$(grep -c '^ok ' "$dir/out")

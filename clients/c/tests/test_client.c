@@ -1,4 +1,5 @@
-/* Tests of the C client against a running consortd: test_client SOCKET.
+/* Tests of the C client against a running consortd: test_client SOCKET
+ * [TCP_ADDRESS TOKEN_FILE] (a daemon with --tcp, --key and --token).
  * Prints "ok N - what" or "not ok N - what" per check, then a summary. */
 #define _POSIX_C_SOURCE 200809L
 #include <consort.h>
@@ -272,9 +273,38 @@ static void scenario(const char *sock, int version) {
 #undef CHECKV
 }
 
+/* Over TCP to a daemon with --key and --token: the token from a file, or
+ * from the file CONSORT_TOKEN_FILE names; without it, not-allowed. */
+static void token(const char *sock, const char *tcp, const char *file) {
+    consort_client *x;
+    uint32_t h;
+    unsetenv("CONSORT_TOKEN_FILE");
+    CHECK(consort_connect_token(tcp, "t", CONSORT_PROTOCOL_VERSION, file, &x) == 0 &&
+              consort_join(x, "keyed", "vsync,Privacy", NULL, NULL, 0, 0, &h) == 0,
+          "over TCP with the token file: connected, joined a Privacy group");
+    consort_close(x);
+    int r = consort_connect(tcp, "t", &x);
+    CHECK(r == CONSORT_DISCONNECTED && strstr(consort_error(x), "not-allowed") && !strchr(consort_error(x), '\n'),
+          "without the token: not-allowed, one line");
+    consort_close(x);
+    setenv("CONSORT_TOKEN_FILE", file, 1);
+    CHECK(consort_connect(tcp, "t", &x) == 0, "with CONSORT_TOKEN_FILE");
+    consort_close(x);
+    unsetenv("CONSORT_TOKEN_FILE");
+    r = consort_connect_token(tcp, "t", CONSORT_PROTOCOL_VERSION, "/nonexistent/token", &x);
+    CHECK(r == CONSORT_DISCONNECTED && strstr(consort_error(x), "token: /nonexistent/token"),
+          "a token file that cannot be read: one line naming it");
+    consort_close(x);
+    /* No token is read or sent on a Unix socket. */
+    setenv("CONSORT_TOKEN_FILE", "/nonexistent/token", 1);
+    CHECK(consort_connect(sock, "t", &x) == 0, "on a Unix socket CONSORT_TOKEN_FILE is not used");
+    consort_close(x);
+    unsetenv("CONSORT_TOKEN_FILE");
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_client SOCKET\n");
+    if (argc != 2 && argc != 4) {
+        fprintf(stderr, "usage: test_client SOCKET [TCP_ADDRESS TOKEN_FILE]\n");
         return 2;
     }
     const char *sock = argv[1];
@@ -299,6 +329,7 @@ int main(int argc, char **argv) {
 
     scenario(sock, 1);
     scenario(sock, 2);
+    if (argc == 4) token(sock, argv[2], argv[3]);
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

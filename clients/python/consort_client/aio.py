@@ -73,11 +73,18 @@ class AsyncClient:
         self._task = asyncio.ensure_future(self._reader())
 
     @classmethod
-    async def connect(cls, address: str, name: str = "python-asyncio", version: int = wire.VERSION) -> "AsyncClient":
-        """version: the highest protocol version to offer (1 or 2)."""
+    async def connect(
+        cls, address: str, name: str = "python-asyncio", version: int = wire.VERSION, token_file: Optional[str] = None
+    ) -> "AsyncClient":
+        """version: the highest protocol version to offer (1 or 2); token_file
+        as for Client."""
         if not wire.MIN_VERSION <= version <= wire.VERSION:
             raise ValueError("protocol version %d: this package speaks %d to %d" % (version, wire.MIN_VERSION, wire.VERSION))
         family, addr = parse_address(address)
+        try:
+            token = wire.read_token(token_file) if not isinstance(addr, str) else b""
+        except (OSError, ValueError) as e:
+            raise Disconnected("token: %s" % e) from None
         try:
             if isinstance(addr, str):
                 reader, writer = await asyncio.open_unix_connection(addr)
@@ -86,7 +93,7 @@ class AsyncClient:
         except OSError as e:
             raise Disconnected("%s: %s" % (address, e.strerror or e)) from None
         c = cls(reader, writer)
-        hello = await c._call(wire.hello(name, version))
+        hello = await c._call(wire.hello(name, version, token))
         assert isinstance(hello, wire.HelloOk)
         if not wire.MIN_VERSION <= hello.version <= version:
             await c.close()

@@ -109,13 +109,26 @@ class Client:
     """A connection to consortd."""
 
     def __init__(
-        self, address: str, name: str = "python", timeout: Optional[float] = 30.0, version: int = wire.VERSION
+        self,
+        address: str,
+        name: str = "python",
+        timeout: Optional[float] = 30.0,
+        version: int = wire.VERSION,
+        token_file: Optional[str] = None,
     ) -> None:
         """version: the highest protocol version to offer (1 or 2); the one
-        agreed is self.version."""
+        agreed is self.version. token_file (default: the file the environment
+        variable CONSORT_TOKEN_FILE names, if set): over TCP, its text goes in
+        HELLO (a daemon run with --token requires it); never on a Unix socket."""
         if not wire.MIN_VERSION <= version <= wire.VERSION:
             raise ValueError("protocol version %d: this package speaks %d to %d" % (version, wire.MIN_VERSION, wire.VERSION))
         family, addr = parse_address(address)
+        try:
+            # Over TCP only: the Unix socket checks credentials instead, and a
+            # path in a shared directory could be another user's socket.
+            token = wire.read_token(token_file) if family == socket.AF_INET else b""
+        except (OSError, ValueError) as e:
+            raise Disconnected("token: %s" % e) from None
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.timeout = timeout
         try:
@@ -131,7 +144,7 @@ class Client:
         self.members: Dict[int, Member] = {}
         self._handle = 0
         self.closed: Optional[str] = None
-        hello = self._call(wire.hello(name, version))
+        hello = self._call(wire.hello(name, version, token))
         assert isinstance(hello, wire.HelloOk)
         if not wire.MIN_VERSION <= hello.version <= version:
             self._shut("the daemon answered HELLO with version %d" % hello.version)

@@ -7,6 +7,7 @@ a list is a u32 count and its elements.
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
@@ -40,6 +41,7 @@ CODES = {
     15: "overloaded",
     16: "bad-switch",
     17: "not-primary",
+    18: "not-allowed",
 }
 
 
@@ -59,8 +61,29 @@ def frame(ty: int, body: bytes) -> bytes:
     return struct.pack(">IB", len(body) + 1, ty) + body
 
 
-def hello(name: str, max_version: int = VERSION) -> bytes:
-    return frame(HELLO, struct.pack(">HH", MIN_VERSION, max_version) + _str(name.encode()))
+def hello(name: str, max_version: int = VERSION, token: bytes = b"") -> bytes:
+    """HELLO; token (the daemon's --token) only when there is one: the
+    field is absent otherwise."""
+    return frame(
+        HELLO, struct.pack(">HH", MIN_VERSION, max_version) + _str(name.encode()) + (_str(token) if token else b"")
+    )
+
+
+def read_token(token_file: Optional[str]) -> bytes:
+    """The token HELLO presents: the text of token_file, or of the file the
+    environment variable CONSORT_TOKEN_FILE names, without surrounding
+    blanks; b"" with neither. Raises OSError or ValueError."""
+    path = token_file if token_file is not None else (os.environ.get("CONSORT_TOKEN_FILE") or None)
+    if path is None:
+        return b""
+    with open(path, "rb") as f:
+        data = f.read(4097)
+    if len(data) > 4096:
+        raise ValueError("%s: over 4096 bytes" % path)
+    data = data.strip()
+    if not data:
+        raise ValueError("%s is empty" % path)
+    return data
 
 
 def join(handle: int, group: str, props: str, params: str, flags: int, peers: List[str]) -> bytes:

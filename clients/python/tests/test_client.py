@@ -301,3 +301,47 @@ def test_readme_example(daemon):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith(": hello"), out.stdout
+
+
+def test_token_over_tcp(tmp_path, monkeypatch):
+    """A daemon with --key and --tcp requires --token: a client over TCP
+    presents the token file's text (token_file=, or CONSORT_TOKEN_FILE);
+    without it, or with another, it is refused (not-allowed)."""
+    import subprocess
+
+    from conftest import ROOT, Daemon, _ports
+
+    consort = str(ROOT / "_build/default/bin/main.exe")
+    key, token, other = str(tmp_path / "k.key"), str(tmp_path / "t.token"), str(tmp_path / "o.token")
+    for f in (key, token, other):
+        subprocess.run([consort, "keygen", f], check=True, stdout=subprocess.DEVNULL)
+    tcp_port = next(_ports) + 7
+    d = Daemon("--key", key, "--tcp", "127.0.0.1:%d" % tcp_port, "--token", token)
+    try:
+        address = "tcp:127.0.0.1:%d" % tcp_port
+        monkeypatch.delenv("CONSORT_TOKEN_FILE", raising=False)
+        c = Client(address, token_file=token)
+        m = c.join("keyed", props="vsync,Privacy")
+        assert m.me
+        c.close()
+        for kwargs in ({}, {"token_file": other}):
+            with pytest.raises(Disconnected) as e:
+                Client(address, **kwargs)
+            assert "not-allowed" in str(e.value)
+        monkeypatch.setenv("CONSORT_TOKEN_FILE", token)
+        Client(address).close()
+
+        async def go() -> None:
+            a = await AsyncClient.connect(address, token_file=token)
+            await a.close()
+
+        asyncio.run(go())
+        with pytest.raises(Disconnected) as e:
+            Client(address, token_file=str(tmp_path / "missing"))
+        assert "token:" in str(e.value)
+        # The Unix socket checks the peer's credentials instead (this user is the
+        # daemon's): no token is read or sent there.
+        monkeypatch.setenv("CONSORT_TOKEN_FILE", str(tmp_path / "missing"))
+        Client(d.socket).close()
+    finally:
+        d.stop()

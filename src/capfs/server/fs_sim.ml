@@ -31,8 +31,8 @@ type outcome = {
   trace_hash : string;
 }
 
-let run ?trace ~seed () =
-  Consort_local.with_scratch "fs" ~seed @@ fun dir ->
+let run_with ~disk_faults ?trace ~seed () =
+  Consort_local.with_scratch (if disk_faults then "fsdisk" else "fs") ~seed @@ fun dir ->
   let rng = Random.State.make [| seed; 0xf5 |] in
   let ms = Consort.Time.of_ms in
   let link =
@@ -57,6 +57,13 @@ let run ?trace ~seed () =
   (* Some crashes happen in the middle of a disk write: the process dies
      before its [n]th disk step (counted from the first start). *)
   let disk_steps = ref 0 and dies_at = ref 0 in
+  (* A simulated disk: every crash is a power loss, where what was not
+     fsynced is lost or torn. *)
+  let disk =
+    Consort_capfs.Sim_disk.create
+      (Random.State.make [| seed; 0xd15c |])
+      Consort_capfs.Sim_disk.no_faults
+  in
   let died = ref false in
   let io =
     Consort_capfs.Io.hooked
@@ -65,7 +72,7 @@ let run ?trace ~seed () =
         if !disk_steps = !dies_at then (
           died := true;
           failwith "the server process died"))
-      Consort_capfs.Io.real
+      (Consort_capfs.Sim_disk.io disk)
   in
   let crash_server_ref = ref (fun () -> ()) in
   let crash_server () = !crash_server_ref () in
@@ -120,6 +127,7 @@ let run ?trace ~seed () =
            Sim.crash sim "srv";
            if not (R.is_closed node) then R.close node;
            Store.close store;
+           ignore (Consort_capfs.Sim_disk.crash disk);
            server := None);
   start_server ();
   if Random.State.bool rng then dies_at := !disk_steps + 1 + Random.State.int rng 150;
@@ -141,6 +149,21 @@ let run ?trace ~seed () =
              ignore (Sim.at sim (Consort.Time.add (Sim.now sim) down) start_server))));
     t := Consort.Time.add !t down
   done;
+  (* Storage faults: for a while, the disk fills, fails writes or fsyncs. *)
+  if disk_faults then begin
+    let module D = Consort_capfs.Sim_disk in
+    let at = ms (Random.State.int rng 300) and lasts = ms (200 + Random.State.int rng 800) in
+    let kind = Random.State.int rng 3 in
+    let room = Random.State.int rng 40_000 in
+    ignore
+      (Sim.at sim at (fun () ->
+           D.set_config disk
+             (match kind with
+             | 0 -> { D.no_faults with budget = Some (D.written disk + room) }
+             | 1 -> { D.no_faults with eio_rate = 0.2 }
+             | _ -> { D.no_faults with fsync_fail_rate = 0.2 })));
+    ignore (Sim.at sim (Consort.Time.add at lasts) (fun () -> D.set_config disk D.no_faults))
+  end;
   let client =
     match R.create ~g ~locate:[ "srv" ] sim "cli" with Ok n -> n | Error m -> failwith m
   in
@@ -178,6 +201,8 @@ let run ?trace ~seed () =
               Log.debug (fun m ->
                   m "%a destroyed file %d" Consort.Time.pp (Sim.now sim) cap.Cap.obj);
               destroyed := cap :: !destroyed
+          | Error (`Refused (`Nospace | `Syserr)) when disk_faults ->
+              maybe_destroyed := cap :: !maybe_destroyed
           | Error (`Refused st) -> violation "destroy of file %d refused: %a" i Status.pp st
           | Error _ -> maybe_destroyed := cap :: !maybe_destroyed)
     | Error e -> (
@@ -187,6 +212,8 @@ let run ?trace ~seed () =
             match e with
             | `Refused (`Notfound | `Notnow) | `Rpc _ ->
                 incr unknown (* the server restarted mid-upload *)
+            | `Refused (`Nospace | `Syserr) when disk_faults ->
+                incr unknown (* the disk refused it *)
             | _ -> violation "put %d refused: %a" i Fs_client.pp_error e))
   done;
   (* Let the network and the server settle, then look at the store itself. *)
@@ -231,3 +258,15 @@ let run ?trace ~seed () =
     end_time = Sim.now sim;
     trace_hash = Sim.trace_hash sim;
   }
+
+let run ?trace ~seed () = run_with ~disk_faults:false ?trace ~seed ()
+
+module Disk_faults = struct
+  let name = "fs-disk-faults"
+
+  let doc =
+    "fs-crash with storage faults: for a while the server's disk fills, fails writes or fsyncs; \
+     every acknowledged file is intact, nothing half-written is served, no put is stored twice"
+
+  let run ?trace ~seed () = run_with ~disk_faults:true ?trace ~seed ()
+end
