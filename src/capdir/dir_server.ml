@@ -97,7 +97,11 @@ let serve ~on_ready cfg =
       let rcfg =
         Replica.default_config ~group:(service cfg.key) ~addr:cfg.group_bind ~peers:cfg.peers
       in
-      match R.create ~params loop rcfg store with
+      (* The replica stops itself when its disk refuses a write (it
+         acknowledges nothing more and leaves the group); then the process
+         stops too (set below). *)
+      let on_failure = ref ignore in
+      match R.create ~params ~on_failure:(fun f -> !on_failure f) loop rcfg store with
       | Error e ->
           Store.close store;
           Error e
@@ -173,6 +177,11 @@ let serve ~on_ready cfg =
                  replica at once, before anything else is answered; it leaves
                  the group and [run] returns the reason (exit 2). *)
               let failure = ref None in
+              (on_failure :=
+                 fun f ->
+                   if !failure = None then
+                     failure := Some (Fmt.str "%s: %a" cfg.data Consort_kv.Store.pp_failure f);
+                   stop := true);
               Loop.on_error loop (fun f ->
                   let e = match f with Loop.Timer e | Loop.Descriptor (_, e) -> e in
                   if !failure = None then failure := Some (failure_line cfg.data e);

@@ -465,7 +465,7 @@ let dir_serve () =
           "some directories acknowledged before the disk filled" true (acked <> []);
         Alcotest.(check int) "the replica's exit status" 2 (wait_exit "the directory replica" pid);
         one_line ~skip:1 "consort cap dir serve" (tmp / "s.err")
-          ~says:[ "no space left"; "left the group" ];
+          ~says:[ "disk full"; "No space left"; "left the group" ];
         copy_dir (dir / "r0") (tmp / "r0");
         (acked, root))
   in
