@@ -1,7 +1,8 @@
 type t = { kind : string; service : string; id : string }
 
 let ( / ) = Filename.concat
-let file dir = dir / "identity"
+let name = "service-identity"
+let file dir = dir / name
 let magic = "consort-data 1"
 let pp ppf t = Format.fprintf ppf "kind %s, service %s, id %s" t.kind t.service t.id
 let to_string t = Printf.sprintf "%s\nkind %s\nservice %s\nid %s\n" magic t.kind t.service t.id
@@ -46,7 +47,7 @@ let unix_msg dir fn e =
 
 (* Written durably: a temporary file, fsynced, renamed, the directory fsynced. *)
 let write dir t =
-  let tmp = dir / ".identity.tmp" and s = to_string t in
+  let tmp = dir / ".service-identity.tmp" and s = to_string t in
   match
     let fd =
       Unix.openfile tmp [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600
@@ -87,11 +88,11 @@ let check ?(random = urandom) ?(looks_like = fun _ -> false) ?(ignore = []) ~kin
   | entries -> (
       let entries =
         List.filter
-          (fun n -> n <> ".identity.tmp" && not (List.mem n ignore))
+          (fun n -> n <> ".service-identity.tmp" && not (List.mem n ignore))
           (Array.to_list entries)
       in
       if entries = [] then mint ()
-      else if not (List.mem "identity" entries) then
+      else if not (List.mem name entries) then
         if looks_like dir then mint ()
         else
           Error

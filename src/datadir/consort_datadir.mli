@@ -1,7 +1,9 @@
 (** A data directory's identity: which store it holds, for which service, and an id minted once.
 
     A server that keeps state in a directory ([consort cap fs serve --data],
-    [consort cap dir serve --data]) writes, at its first start, a file [identity] there:
+    [consort cap dir serve --data]) writes, at its first start, a file [service-identity] there
+    (beside, never in place of, a store's own files: the key-value store keeps an [identity] of its
+    own when it is given one):
 
     {v
     consort-data 1
@@ -19,7 +21,7 @@
 type t = { kind : string; service : string; id : string }
 
 val file : string -> string
-(** [file dir] is [dir/identity]. *)
+(** [file dir] is [dir/service-identity]. *)
 
 val pp : Format.formatter -> t -> unit
 (** [kind KIND, service SERVICE, id ID]. *)
@@ -36,11 +38,11 @@ val check :
 
     - [dir] missing or empty: it is created (mode 0700) and its identity minted and made durable
       (written to a temporary file, fsynced, renamed, the directory fsynced).
-    - [dir] with an [identity]: [Ok] if its kind and service are these; [Error] naming both if not,
-      or if the file does not parse.
-    - [dir] not empty, with no [identity]: a store written before identities existed is adopted (its
-      identity written) when [looks_like dir] says it has this kind's layout (default: never);
-      anything else is refused, so that a wrong directory is never taken for a store.
+    - [dir] with a [service-identity]: [Ok] if its kind and service are these; [Error] naming both
+      if not, or if the file does not parse.
+    - [dir] not empty, with no [service-identity]: a store written before identities existed is
+      adopted (its identity written) when [looks_like dir] says it has this kind's layout (default:
+      never); anything else is refused, so that a wrong directory is never taken for a store.
 
     [service ()] is asked only once the kind is known to match (or the directory is new), so that
     what it does (load or make a key file) never touches another kind's directory. Names in [ignore]

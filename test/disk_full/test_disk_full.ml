@@ -531,7 +531,7 @@ let keys_on_full_disk () =
       | c, _, err -> Alcotest.failf "consort cap fs serve on a full disk: exit %d: %s" c err);
       one_line "consort cap fs serve" (tmp / "c.err") ~says:[ data ];
       Alcotest.(check bool) "no port key left" false (Sys.file_exists (data / "port.key"));
-      Alcotest.(check bool) "no identity left" false (Sys.file_exists (data / "identity")))
+      Alcotest.(check bool) "no identity left" false (Sys.file_exists (data / "service-identity")))
 
 (* Data directories with an identity: minted at the first start, the same
    at every later one; a file server given another port's data, a
@@ -582,7 +582,7 @@ let identity () =
   (* A file server: its identity minted once, the same after a restart. *)
   let fsd = tmp / "fs" in
   serves "fs" (fs fsd);
-  let id_file = fsd / "identity" in
+  let id_file = fsd / "service-identity" in
   Alcotest.(check string) "kind" "capfs" (field id_file "kind");
   let id = field id_file "id" and service = field id_file "service" in
   Alcotest.(check int) "a minted id of 128 bits" 32 (String.length id);
@@ -601,8 +601,8 @@ let identity () =
   (* A directory replica, then another directory service's replica on its data. *)
   let dd = tmp / "dir" in
   serves "dir" (dir dd (tmp / "dir.key"));
-  Alcotest.(check string) "kind" "capdir" (field (dd / "identity") "kind");
-  let dservice = field (dd / "identity") "service" in
+  Alcotest.(check string) "kind" "capdir" (field (dd / "service-identity") "kind");
+  let dservice = field (dd / "service-identity") "service" in
   serves "dir" (dir dd (tmp / "dir.key"));
   refused "dir with another service's key"
     (dir dd (tmp / "dir2.key"))
