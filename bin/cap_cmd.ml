@@ -44,49 +44,82 @@ let fsck data =
 (* consort cap fs serve --data DIR [--bind ADDR:PORT] [--key FILE] *)
 let serve data bind key_file =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
-  match Store.open_ ~random ~clock data with
-  | Error `Locked -> refused "%s is in use by another file server" data
-  | Error (`Io m) -> refused "%s" m
-  | Ok (store, found) -> (
-      List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Store.pp_finding f) found;
-      match Port.Key.load_or_create key_file with
-      | Error m ->
-          Store.close store;
-          refused "key %s: %s" key_file m
-      | Ok key -> (
-          let loop = Loop.create () in
-          match R.open_node ~config:!rpc_config ~bind loop with
+  (* The data directory's identity, before anything in it is read or made:
+     a file store for this port, or a new directory. *)
+  let identity =
+    Consort_datadir.check ~ignore:[ "port.key" ]
+      ~looks_like:(fun d ->
+        Sys.file_exists (Filename.concat d "server") || Sys.file_exists (Filename.concat d "blobs"))
+      ~kind:"capfs"
+      ~service:(fun () ->
+        match Port.Key.load_or_create key_file with
+        | Ok key -> Ok (Port.to_hex (Port.Key.port key))
+        | Error m -> Error (Printf.sprintf "key %s: %s" key_file m))
+      data
+  in
+  match identity with
+  | Error m -> refused "%s" m
+  | Ok _ -> (
+      match Store.open_ ~random ~clock data with
+      | Error `Locked -> refused "%s is in use by another file server" data
+      | Error (`Io m) -> refused "%s" m
+      | Ok (store, found) -> (
+          List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Store.pp_finding f) found;
+          match Port.Key.load_or_create key_file with
           | Error m ->
               Store.close store;
-              refused "cannot serve on %s: %s" bind m
-          | Ok node ->
-              let fs = Fs_server.create store (Port.Key.port key) in
-              let server = R.serve node key in
-              R.listen server (fun r ->
-                  let h, d = Fs_server.handle fs (R.header r) (R.data r) in
-                  R.putrep r h d);
-              let rec age () =
-                ignore (Store.age store);
-                ignore (Loop.after loop (Consort.Time.of_sec 10.) age)
-              in
-              age ();
-              (* A signal before [Loop.run] (which clears a stop) still stops it. *)
-              let stopping = ref false in
-              let stop _ =
-                stopping := true;
-                Loop.stop loop
-              in
-              Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
-              Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
-              Fmt.pr "server %s@." (Cap.to_string (Fs_server.server_cap fs));
-              Fmt.epr "consort: file server for port %s on %s, %a@."
-                (Port.to_hex (Port.Key.port key))
-                (Udp.address_to_string (R.address node))
-                Store.pp_stats (Store.stats store);
-              if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
-              R.close node;
-              Store.close store;
-              0))
+              refused "key %s: %s" key_file m
+          | Ok key -> (
+              let loop = Loop.create () in
+              match R.open_node ~config:!rpc_config ~bind loop with
+              | Error m ->
+                  Store.close store;
+                  refused "cannot serve on %s: %s" bind m
+              | Ok node -> (
+                  let fs = Fs_server.create store (Port.Key.port key) in
+                  let server = R.serve node key in
+                  (* Fail-stop: a durable write that failed (a full disk, an I/O
+                 error, a failed fsync) was refused to its client; the
+                 server then stops, one line, exit 2. *)
+                  let failure = ref None in
+                  let check_disk () =
+                    match Store.disk_error store with
+                    | Some e when !failure = None ->
+                        failure := Some e;
+                        Loop.stop loop
+                    | _ -> ()
+                  in
+                  Loop.on_error loop (function Loop.Timer e | Loop.Descriptor (_, e) ->
+                      if !failure = None then
+                        failure := Some (Printf.sprintf "internal error: %s" (Printexc.to_string e));
+                      Loop.stop loop);
+                  R.listen server (fun r ->
+                      let h, d = Fs_server.handle fs (R.header r) (R.data r) in
+                      R.putrep r h d;
+                      check_disk ());
+                  let rec age () =
+                    ignore (Store.age store);
+                    check_disk ();
+                    ignore (Loop.after loop (Consort.Time.of_sec 10.) age)
+                  in
+                  age ();
+                  (* A signal before [Loop.run] (which clears a stop) still stops it. *)
+                  let stopping = ref false in
+                  let stop _ =
+                    stopping := true;
+                    Loop.stop loop
+                  in
+                  Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
+                  Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+                  Fmt.pr "server %s@." (Cap.to_string (Fs_server.server_cap fs));
+                  Fmt.epr "consort: file server for port %s on %s, %a@."
+                    (Port.to_hex (Port.Key.port key))
+                    (Udp.address_to_string (R.address node))
+                    Store.pp_stats (Store.stats store);
+                  if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
+                  R.close node;
+                  Store.close store;
+                  match !failure with None -> 0 | Some e -> refused "file server stopped: %s" e))))
 
 (* Clients. *)
 

@@ -263,9 +263,19 @@ let serve data key_file bind group peers params =
   match Consort.Params.of_string (Option.value params ~default:"") with
   | Error e -> refused "--params: %a" Consort.Params.pp_error e
   | Ok params -> (
-      match Consort_local.Private.mkdir_p data with
-      | exception Unix.Unix_error (e, _, _) -> refused "%s: %s" data (Unix.error_message e)
-      | () -> (
+      (* The data directory's identity first: the key is made only in a
+         new directory or one of this directory service's replicas. *)
+      match
+        Consort_datadir.check ~ignore:[ "port.key" ] ~looks_like:Dir_server.looks_like
+          ~kind:Dir_server.kind
+          ~service:(fun () ->
+            match Port.Key.load_or_create key_file with
+            | Ok key -> Ok (Dir_server.service key)
+            | Error m -> Error (Printf.sprintf "key %s: %s" key_file m))
+          data
+      with
+      | Error m -> refused "%s" m
+      | Ok _ -> (
           match Port.Key.load_or_create key_file with
           | Error m -> refused "key %s: %s" key_file m
           | Ok key -> (

@@ -95,37 +95,54 @@ let run scenario seeds seed trace quiet verbose params =
               Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
                 (String.concat ", " names);
               2
-          | Some doc ->
+          | Some doc -> (
               if not quiet then Fmt.pr "scenario %s: %s@." scenario doc;
               let first = Option.value seed ~default:1 in
               let seeds = match seed with Some _ when seeds = 0 -> 1 | _ -> max 1 seeds in
-              let oc = Option.map open_out trace in
-              let passed = ref 0 and failed = ref 0 in
-              for s = first to first + seeds - 1 do
-                match run_one ?trace:oc ~params scenario ~seed:s with
-                | Error e ->
-                    Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
-                    incr failed
-                | Ok o when o.violations = [] ->
-                    incr passed;
-                    if seeds = 1 && not quiet then
-                      Fmt.pr
-                        "seed %d: %d sent, %d delivered, %d datagrams, last delivery at %a, trace \
-                         %s@."
-                        s o.sent o.delivered o.datagrams Consort.Time.pp o.end_time o.trace_hash
-                | Ok o ->
-                    incr failed;
-                    Fmt.pr
-                      "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim \
-                       --scenario %s --seeds 1 --seed %d --trace trace-%d.txt@."
-                      s (List.length o.violations) (List.hd o.violations) scenario s s;
-                    (* One seed: every violation. *)
-                    if seeds = 1 then
-                      List.iteri (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v) o.violations
-              done;
-              Option.iter close_out oc;
-              Fmt.pr "%d passed, %d failed@." !passed !failed;
-              if !failed = 0 then 0 else 1))
+              (* The trace file: one that cannot be created or written (a
+                 missing directory, a full disk) stops the run, one line, exit 2. *)
+              let trace_error e =
+                Fmt.epr "consort sim: --trace %s: %s@." (Option.get trace) e;
+                2
+              in
+              match Option.map open_out trace with
+              | exception Sys_error e -> trace_error e
+              | oc -> (
+                  let passed = ref 0 and failed = ref 0 in
+                  match
+                    for s = first to first + seeds - 1 do
+                      match run_one ?trace:oc ~params scenario ~seed:s with
+                      | Error e ->
+                          Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
+                          incr failed
+                      | Ok o when o.violations = [] ->
+                          incr passed;
+                          if seeds = 1 && not quiet then
+                            Fmt.pr
+                              "seed %d: %d sent, %d delivered, %d datagrams, last delivery at %a, \
+                               trace %s@."
+                              s o.sent o.delivered o.datagrams Consort.Time.pp o.end_time
+                              o.trace_hash
+                      | Ok o ->
+                          incr failed;
+                          Fmt.pr
+                            "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim \
+                             --scenario %s --seeds 1 --seed %d --trace trace-%d.txt@."
+                            s (List.length o.violations) (List.hd o.violations) scenario s s;
+                          (* One seed: every violation. *)
+                          if seeds = 1 then
+                            List.iteri
+                              (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v)
+                              o.violations
+                    done;
+                    Option.iter close_out oc
+                  with
+                  | exception Sys_error e ->
+                      Option.iter close_out_noerr oc;
+                      trace_error e
+                  | () ->
+                      Fmt.pr "%d passed, %d failed@." !passed !failed;
+                      if !failed = 0 then 0 else 1))))
 
 let scenario =
   Arg.(required & opt (some string) None & info [ "scenario" ] ~docv:"NAME" ~doc:"Scenario to run.")

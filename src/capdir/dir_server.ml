@@ -70,7 +70,19 @@ let reply_of_request submit data k =
       submit { Wire.client; req; op } (fun (o : outcome) ->
           k (Header.reply `Ok) (Codec.encode_string outcome_codec o))
 
-let run ?(on_ready = ignore) cfg =
+(* A callback's exception as one line: what a replica that stops says. *)
+let failure_line data = function
+  | Unix.Unix_error ((Unix.ENOSPC | Unix.EUNKNOWNERR 122 (* EDQUOT *)), _, _) ->
+      Printf.sprintf "%s: no space left on the disk" data
+  | Unix.Unix_error (e, fn, _) -> Printf.sprintf "%s: %s: %s" data fn (Unix.error_message e)
+  | Sys_error m -> Printf.sprintf "%s: %s" data m
+  | e -> Printf.sprintf "internal error: %s" (Printexc.to_string e)
+
+let kind = "capdir"
+let service key = "capdir-" ^ Port.to_hex (Port.Key.port key)
+let looks_like d = Sys.file_exists (Filename.concat d "wal")
+
+let serve ~on_ready cfg =
   let params =
     match Params.of_string default_params with
     | Ok d -> Params.override d ~by:cfg.params
@@ -83,11 +95,13 @@ let run ?(on_ready = ignore) cfg =
       List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Consort_kv.Store.pp_finding f) found;
       let loop = Loop.create () in
       let rcfg =
-        Replica.default_config
-          ~group:("capdir-" ^ Port.to_hex (Port.Key.port cfg.key))
-          ~addr:cfg.group_bind ~peers:cfg.peers
+        Replica.default_config ~group:(service cfg.key) ~addr:cfg.group_bind ~peers:cfg.peers
       in
-      match R.create ~params loop rcfg store with
+      (* The replica stops itself when its disk refuses a write (it
+         acknowledges nothing more and leaves the group); then the process
+         stops too (set below). *)
+      let on_failure = ref ignore in
+      match R.create ~params ~on_failure:(fun f -> !on_failure f) loop rcfg store with
       | Error e ->
           Store.close store;
           Error e
@@ -97,7 +111,7 @@ let run ?(on_ready = ignore) cfg =
               R.crash r;
               Store.close store;
               Error (Printf.sprintf "cannot serve on %s: %s" cfg.bind e)
-          | Ok node ->
+          | Ok node -> (
               let server = Rpc.serve node cfg.key in
               Rpc.listen server (fun req ->
                   let h = Rpc.header req in
@@ -158,6 +172,21 @@ let run ?(on_ready = ignore) cfg =
                     | None -> Rpc.putrep req (Header.reply `Combad) "");
               let stop = ref false in
               let halt _ = stop := true in
+              (* Fail-stop: a callback that raised (a write to the data
+                 directory that failed: a full disk, an I/O error) stops the
+                 replica at once, before anything else is answered; it leaves
+                 the group and [run] returns the reason (exit 2). *)
+              let failure = ref None in
+              (on_failure :=
+                 fun f ->
+                   if !failure = None then
+                     failure := Some (Fmt.str "%s: %a" cfg.data Consort_kv.Store.pp_failure f);
+                   stop := true);
+              Loop.on_error loop (fun f ->
+                  let e = match f with Loop.Timer e | Loop.Descriptor (_, e) -> e in
+                  if !failure = None then failure := Some (failure_line cfg.data e);
+                  stop := true;
+                  Loop.stop loop);
               Sys.set_signal Sys.sigterm (Sys.Signal_handle halt);
               Sys.set_signal Sys.sigint (Sys.Signal_handle halt);
               (* One write: whoever started us may read the first line and close the pipe. *)
@@ -175,8 +204,26 @@ let run ?(on_ready = ignore) cfg =
               let rec poll () = if not !stop then ignore (Loop.after loop (Time.of_ms 20) poll) in
               poll ();
               Loop.run loop ~until:(fun () -> !stop);
-              R.leave r;
-              Loop.run loop ~timeout:(Time.of_ms 300);
+              (match !failure with
+              | None ->
+                  R.leave r;
+                  Loop.run loop ~timeout:(Time.of_ms 300)
+              | Some _ -> (
+                  (* Leave without writing again: whatever fails, stop. *)
+                  try
+                    R.leave r;
+                    Loop.run loop ~timeout:(Time.of_ms 300)
+                  with _ -> ()));
               Rpc.close node;
-              Store.close store;
-              Ok ()))
+              (try Store.close store with _ -> ());
+              match !failure with None -> Ok () | Some e -> Error (e ^ "; left the group"))))
+
+(* The data directory's identity first, then the replica. *)
+let run ?(on_ready = ignore) cfg =
+  match
+    Consort_datadir.check ~ignore:[ "port.key" ] ~looks_like ~kind
+      ~service:(fun () -> Ok (service cfg.key))
+      cfg.data
+  with
+  | Error e -> Error e
+  | Ok _ -> serve ~on_ready cfg

@@ -45,5 +45,20 @@ type config = {
 
 val default_params : string
 
+val kind : string
+(** ["capdir"]: the kind a replica's data directory has in its identity ({!Consort_datadir}). *)
+
+val service : Consort_cap.Port.Key.t -> string
+(** The directory service a key serves, ["capdir-PORT"]: the replicas' group, and the service their
+    data directories' identity names. *)
+
+val looks_like : string -> bool
+(** [looks_like dir]: [dir] has a replica's store (a write-ahead log) written before identities
+    existed; {!run} adopts it. *)
+
 val run : ?on_ready:(unit -> unit) -> config -> (unit, string) result
-(** Serves until SIGTERM or SIGINT, then leaves the group. *)
+(** Serves until SIGTERM or SIGINT, then leaves the group. The data directory's identity
+    ({!Consort_datadir}: kind {!kind}, service {!service}) is checked first, minted in a new
+    directory; another service's directory is refused. Fail-stop: a callback that raises (a write
+    that failed: a full disk, an I/O error) stops the replica at once; it leaves the group and
+    [Error] says why. *)

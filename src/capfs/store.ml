@@ -91,6 +91,8 @@ type t = {
   fd_order : string Queue.t;
   mutable closed : bool;
   lives : (obj, int) Hashtbl.t; (* rounds of ageing left to a committed file; absent: all of them *)
+  mutable disk_error : string option; (* the first error a durable write met *)
+  mutable fsync_failed : bool; (* once set, every durable write is refused *)
 }
 
 let secret_len = 32
@@ -212,6 +214,7 @@ let corrupt_dir t = t.dir / "corrupt"
 let blob_path t hash = blobs_dir t / hex hash
 let meta_path t obj = meta_dir t / string_of_int obj
 let server_path t = t.dir / "server"
+let disk_error t = t.disk_error
 
 let unix_error fn e arg =
   match e with
@@ -229,10 +232,32 @@ let tmp_name t kind =
 
 let quiet_unlink path = try Unix.unlink path with Unix.Unix_error _ -> ()
 
+(* Fail-stop. A durable write that fails is refused (nothing acknowledged
+   is lost) and kept in [disk_error], for the server to stop on. A failed
+   fsync is fatal: after it the state of the page cache is unknown (the
+   kernel may have dropped the dirty pages and cleared the error), so it is
+   never retried, and every later durable write is refused. *)
+let note_error t e = if t.disk_error = None then t.disk_error <- Some (Fmt.str "%a" pp_error e)
+let fsync_failed_error = `Io "an earlier fsync failed: what is on the disk is unknown"
+
+let fatal_fsync t f =
+  try f ()
+  with Unix.Unix_error _ as x ->
+    t.fsync_failed <- true;
+    raise x
+
+let durably t f =
+  if t.fsync_failed then Error fsync_failed_error
+  else
+    let r = f () in
+    (match r with Error e -> note_error t e | Ok _ -> ());
+    r
+
 (* [write_new t ~safe path b len] writes [b] to a fresh temporary file, then
    renames it to [path]; with [safe], the file and its directory reach the
    disk before it returns. *)
 let write_new t ~safe ~kind path b len =
+  durably t @@ fun () ->
   let tmp = tmp_name t kind in
   let r =
     catch (fun () ->
@@ -243,18 +268,21 @@ let write_new t ~safe ~kind path b len =
           (fun () ->
             let rec go off = if off < len then go (off + t.io.write tmp fd b off (len - off)) in
             go 0;
-            if safe then t.io.fsync tmp fd);
+            if safe then fatal_fsync t (fun () -> t.io.fsync tmp fd));
         t.io.rename tmp path;
-        if safe then t.io.fsync_dir (Filename.dirname path))
+        if safe then fatal_fsync t (fun () -> t.io.fsync_dir (Filename.dirname path)))
   in
   (match r with Error _ -> quiet_unlink tmp | Ok () -> ());
   r
 
 let make_durable t path =
+  durably t @@ fun () ->
   catch (fun () ->
       let fd = Unix.openfile path [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
-      Fun.protect ~finally:(fun () -> Unix.close fd) (fun () -> t.io.fsync path fd);
-      t.io.fsync_dir (Filename.dirname path))
+      Fun.protect
+        ~finally:(fun () -> Unix.close fd)
+        (fun () -> fatal_fsync t (fun () -> t.io.fsync path fd));
+      fatal_fsync t (fun () -> t.io.fsync_dir (Filename.dirname path)))
 
 (* Reading blobs, through a few cached descriptors. *)
 
@@ -524,6 +552,8 @@ let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock 
               fd_order = Queue.create ();
               closed = false;
               lives = Hashtbl.create 64;
+              disk_error = None;
+              fsync_failed = false;
             }
           in
           match recover t with
@@ -740,9 +770,10 @@ let destroy t obj =
       Ok ()
   | Committed { hash; _ } ->
       let* () =
+        durably t @@ fun () ->
         catch (fun () ->
             t.io.unlink (meta_path t obj);
-            t.io.fsync_dir (meta_dir t))
+            fatal_fsync t (fun () -> t.io.fsync_dir (meta_dir t)))
       in
       Hashtbl.remove t.files obj;
       (match Hashtbl.find_opt t.blobs hash with

@@ -94,6 +94,13 @@ val open_ :
 val close : t -> unit
 (** [close t] releases the lock and open files. Uncommitted files are lost. *)
 
+val disk_error : t -> string option
+(** [disk_error t] is the first error a durable write met (a full disk, an I/O error, a failed
+    fsync), if any: that write was refused, and nothing acknowledged before is lost. A server stops
+    on it (fail-stop: [consort cap fs serve] answers the request that met it, then exits 2). A
+    failed fsync is fatal to the store too: it is never retried, and every later write is refused
+    with [`Io] (after a failed fsync the state of the page cache is unknown). *)
+
 val create : t -> commit:bool -> safe:bool -> string -> (obj, error) result
 (** [create t ~commit ~safe data] makes a new file holding [data]. *)
 

@@ -1371,8 +1371,24 @@ let run cfg =
   Loop.set_spin ~yield:cfg.spin_yield loop (Time.of_us cfg.spin_us);
   match create loop cfg with
   | Error e -> Error e
-  | Ok t ->
+  | Ok t -> (
       let stop = ref false and finished = ref false and usr1 = ref false in
+      (* Fail-stop: a capture that cannot be written (a full disk), or a
+         callback that raised, stops the daemon as SIGTERM does (its members
+         leave their groups, its clients are told), then [run] ends with the
+         reason. *)
+      let failure = ref None in
+      let fail why = if !failure = None then failure := Some why in
+      let capture_failed () =
+        match t.capture with
+        | Some w -> (
+            match Consort_ops.Capture.error w with
+            | Some e -> fail (Printf.sprintf "--pcap %s: %s" (Option.get cfg.pcap) e)
+            | None -> ())
+        | None -> ()
+      in
+      Loop.on_error loop (function Loop.Timer e | Loop.Descriptor (_, e) ->
+          fail (Printf.sprintf "internal error: %s" (Printexc.to_string e)));
       Sys.set_signal Sys.sigterm (Sys.Signal_handle (fun _ -> stop := true));
       Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> stop := true));
       Sys.set_signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> usr1 := true));
@@ -1393,9 +1409,11 @@ let run cfg =
             (String.concat " "
                (head :: List.map (fun (k, v) -> Printf.sprintf "%s=%d" k v) (stats t)))
         end;
-        if !stop then close t ~on_done:(fun () -> finished := true)
+        capture_failed ();
+        if !stop || !failure <> None then close t ~on_done:(fun () -> finished := true)
         else ignore (Loop.after loop (Time.of_ms 50) poll)
       in
       poll ();
       Loop.run loop ~until:(fun () -> !finished);
-      Ok ()
+      capture_failed ();
+      match !failure with None -> Ok () | Some why -> Error (why ^ "; stopped"))

@@ -111,5 +111,7 @@ val control_answer : ?only:string -> t -> string -> Yojson.Safe.t
     message as any other member does. [only] is [group NAME]'s name. *)
 
 val run : config -> (unit, string) result
-(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. On SIGUSR1 it prints one line
-    on standard error: [counters clients=N members=N] and {!stats} as [NAME=VALUE]. *)
+(** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. Fail-stop: when the capture
+    ([--pcap]) cannot be written (a full disk, an I/O error) or a loop callback raises, it stops the
+    same way and returns the reason as [Error] (exit 2). On SIGUSR1 it prints one line on standard
+    error: [counters clients=N members=N] and {!stats} as [NAME=VALUE]. *)

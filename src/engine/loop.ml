@@ -24,6 +24,8 @@ type w = {
   mutable active : bool;
 }
 
+type failure = Timer of exn | Descriptor of Unix.file_descr * exn
+
 type t = {
   heap : heap;
   ws : (Unix.file_descr, w) Hashtbl.t;
@@ -33,6 +35,7 @@ type t = {
   mutable running : bool;
   mutable stopped : bool;
   mutable errors : int;
+  mutable on_error : (failure -> unit) option; (* the owner's, told of each callback that raised *)
   mutable pinned : bool; (* the epoll descriptor was given out: keep it *)
   mutable wakeup : unit -> unit; (* called when the earliest deadline moves earlier *)
   mutable spin : int; (* nanoseconds to poll before a wait blocks *)
@@ -70,6 +73,7 @@ let create () =
     running = false;
     stopped = false;
     errors = 0;
+    on_error = None;
     pinned = false;
     wakeup = ignore;
     spin = 0;
@@ -205,14 +209,39 @@ let kernel_waits t = t.kernel_waits
 let timer_arms t = t.timer_arms
 let early_reads t = t.early_reads
 let stop t = t.stopped <- true
+let on_error t f = t.on_error <- Some f
 
-let guard t what f =
+(* A callback raised: logged once, counted, and the owner told. *)
+let report t what e bt failure =
+  t.errors <- t.errors + 1;
+  Log.err (fun m ->
+      m "%s raised %s@\n%s" what (Printexc.to_string e) (Printexc.raw_backtrace_to_string bt));
+  match t.on_error with
+  | None -> ()
+  | Some f -> (
+      try f failure
+      with e2 -> Log.err (fun m -> m "the error handler raised %s" (Printexc.to_string e2)))
+
+(* A timer fires once: one that raised is not called again. *)
+let guard t f =
   try f ()
   with e ->
     let bt = Printexc.get_raw_backtrace () in
-    t.errors <- t.errors + 1;
-    Log.err (fun m ->
-        m "%s raised %s@\n%s" what (Printexc.to_string e) (Printexc.raw_backtrace_to_string bt))
+    report t "timer" e bt (Timer e)
+
+(* A descriptor callback that raised is unwatched before anything else:
+   its descriptor is most likely still readable (the callback failed
+   before it consumed what is there), and a level-triggered wait would
+   call it again at once, for ever. *)
+let remove_failed t w =
+  match Hashtbl.find_opt t.ws w.fd with Some w' when w' == w -> unwatch t w.fd | _ -> ()
+
+let guard_fd t w f =
+  try f ()
+  with e ->
+    let bt = Printexc.get_raw_backtrace () in
+    remove_failed t w;
+    report t "descriptor callback" e bt (Descriptor (w.fd, e))
 
 (* Fires the timers due at [now] that existed when the round began, so that
    a timer that sets another for now cannot keep the loop here. *)
@@ -221,7 +250,7 @@ let rec fire_due t h now limit =
     let x = h.a.(0) in
     if x.time <= now && x.seq < limit then begin
       remove h 0;
-      guard t "timer" x.f;
+      guard t x.f;
       fire_due t h now limit
     end
   end
@@ -253,7 +282,7 @@ let read_early t wait =
           | Some f when w.active -> (
               try f ()
               with e ->
-                guard t "descriptor callback" (fun () -> raise e);
+                guard_fd t w (fun () -> raise e);
                 false)
           | _ -> false
         in
@@ -285,7 +314,7 @@ let serve_many t n =
     | l -> List.sort (fun a b -> compare a.order b.order) l
   in
   (* Callbacks may unwatch others: skip what is no longer active. *)
-  List.iter (fun w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb) ready
+  List.iter (fun w -> if w.active && not t.stopped then guard_fd t w w.cb) ready
 
 (* One ready descriptor, the common case: no list, and no lookup when it
    is the only one watched. *)
@@ -296,9 +325,7 @@ let serve_one t fd =
       let w =
         match t.only with Some w when w.fd == fd -> t.only | _ -> Hashtbl.find_opt t.ws fd
       in
-      match w with
-      | Some w -> if w.active && not t.stopped then guard t "descriptor callback" w.cb
-      | None -> ())
+      match w with Some w -> if w.active && not t.stopped then guard_fd t w w.cb | None -> ())
 
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)

@@ -5,8 +5,14 @@
     descriptor, never early; {!timer_arms}) and calls back. Callbacks must not block: they run on
     the loop, and nothing else happens while they run.
 
-    A callback that raises does not stop the loop: the exception is logged (source ["consort.loop"],
-    level error), counted in {!errors}, and the loop goes on with the next callback.
+    A callback that raises is never called again, and does not stop the loop: the exception is
+    logged once (source ["consort.loop"], level error), counted in {!errors}, passed to the owner's
+    handler ({!on_error}), and the loop goes on with the next callback. A timer fires once anyway; a
+    descriptor whose callback raised is unwatched first (its data is most likely still there, and
+    the callback would be called again at once, for ever). The owner decides what the failure means:
+    a process that cannot do its job without that descriptor (a member whose log cannot be written,
+    say) stops cleanly from its handler (one line, a clean leave, exit 2); it never carries on
+    without it in silence.
 
     Timers due at the same time fire in the order they were set. *)
 
@@ -94,6 +100,15 @@ val stop : t -> unit
 
 val errors : t -> int
 (** The number of callbacks that raised since [t] was created. *)
+
+(** A callback that raised, with its exception: a timer, or a descriptor's callback (or its
+    [try_read]), the descriptor already unwatched. *)
+type failure = Timer of exn | Descriptor of Unix.file_descr * exn
+
+val on_error : t -> (failure -> unit) -> unit
+(** [on_error t f]: [f] is called, on the loop, after each callback that raised has been logged and
+    counted (and its descriptor unwatched): the owner escalates there (stops, leaves, exits). One
+    handler; a later call replaces it. A handler that raises is logged and otherwise ignored. *)
 
 val kernel_waits : t -> int
 (** The number of times {!run} asked the kernel to wait for descriptors with a timeout other than 0

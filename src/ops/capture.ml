@@ -11,6 +11,7 @@ type writer = {
   mutable records : int;
   mutable stopped : bool;
   mutable closed : bool;
+  mutable error : string option; (* the write that failed *)
 }
 
 let header =
@@ -27,19 +28,36 @@ let header =
 let create ?(limit = 1 lsl 30) path =
   match open_out_gen [ Open_wronly; Open_creat; Open_excl; Open_binary ] 0o600 path with
   | oc -> (
-      match output_string oc header with
-      | () -> Ok { oc; limit; written = 24; records = 0; stopped = false; closed = false }
+      match
+        output_string oc header;
+        flush oc
+      with
+      | () ->
+          Ok { oc; limit; written = 24; records = 0; stopped = false; closed = false; error = None }
       | exception Sys_error e ->
           close_out_noerr oc;
+          (try Sys.remove path with Sys_error _ -> ());
           Error e)
   | exception Sys_error e -> Error e
 
 let records w = w.records
+let error w = w.error
 
 let close w =
   if not w.closed then (
     w.closed <- true;
-    try close_out w.oc with Sys_error _ -> ())
+    try close_out w.oc
+    with Sys_error e ->
+      close_out_noerr w.oc;
+      if w.error = None then w.error <- Some e)
+
+(* A write failed (a full disk, an I/O error): recording stops for good,
+   and [error] says why (the owner stops). *)
+let failed w e =
+  if w.error = None then w.error <- Some e;
+  if not w.stopped then (
+    w.stopped <- true;
+    Log.info (fun m -> m "pcap capture failed after %d datagrams: %s" w.records e))
 
 let stop w why =
   if not w.stopped then (
@@ -111,15 +129,15 @@ let record w ~src ~dst pieces =
                 let n = min !left (Cstruct.length c) in
                 if n > 0 then output_string w.oc (Cstruct.to_string ~off:0 ~len:n c);
                 left := !left - n)
-              pieces
+              pieces;
+            (* Each record reaches the file at once: a member killed
+               with SIGKILL leaves a capture that ends at its last datagram. *)
+            flush w.oc
           with
           | () ->
-              (* Each record reaches the file at once: a member killed
-                 with SIGKILL leaves a capture that ends at its last datagram. *)
-              flush w.oc;
               w.written <- w.written + 16 + 28 + captured;
               w.records <- w.records + 1
-          | exception Sys_error e -> stop w e
+          | exception Sys_error e -> failed w e
         end
     | _ -> ()
 

@@ -67,6 +67,7 @@ type error =
   | Control of string
   | Metrics of string
   | Pcap of string
+  | Failed of string
 
 let pp_error ppf = function
   | Bad_props e -> Fmt.pf ppf "--props: %s" e
@@ -84,6 +85,7 @@ let pp_error ppf = function
   | Control e -> Fmt.pf ppf "--control: %s" e
   | Metrics e -> Fmt.pf ppf "--metrics: %s" e
   | Pcap e -> Fmt.pf ppf "--pcap: %s" e
+  | Failed e -> Fmt.pf ppf "%s; left the group" e
 
 (* The IPv4 address and port of an "IP:PORT" that parsed. *)
 let ip_port s =
@@ -279,20 +281,35 @@ let run cfg =
           match log_oc with
           | Error e -> Error (Log_file e)
           | Ok log_oc -> (
+              (* Fail-stop: the first write that fails (a full disk, an I/O
+                 error, a closed standard output) or callback that raises
+                 stops the member: nothing more is written or cast, it
+                 leaves the group (from [poll], on the loop), and [run] ends
+                 with the reason (one line, exit 2). *)
+              let failure = ref None in
+              let fail why = if !failure = None then failure := Some why in
               let write e =
                 match log_oc with
-                | Some oc ->
-                    output_string oc (Log.to_line e);
-                    output_char oc '\n';
-                    flush oc
-                | None -> ()
+                | Some oc when !failure = None -> (
+                    try
+                      output_string oc (Log.to_line e);
+                      output_char oc '\n';
+                      flush oc
+                    with Sys_error why ->
+                      fail (Printf.sprintf "cannot write the log %s: %s" (Option.get cfg.log) why))
+                | _ -> ()
               in
+              Loop.on_error loop (function Loop.Timer e | Loop.Descriptor (_, e) ->
+                  fail (Printf.sprintf "internal error: %s" (Printexc.to_string e)));
               let say fmt =
                 Printf.ksprintf
                   (fun s ->
-                    if not cfg.quiet then (
-                      print_endline s;
-                      flush stdout))
+                    if (not cfg.quiet) && !failure = None then
+                      try
+                        print_endline s;
+                        flush stdout
+                      with Sys_error why ->
+                        fail (Printf.sprintf "cannot write standard output: %s" why))
                   fmt
               in
               let self = ref "" and g_ref = ref None and exited = ref false in
@@ -516,33 +533,35 @@ let run cfg =
               with
               | Error e ->
                   close_ops ();
-                  Option.iter close_out log_oc;
+                  Option.iter close_out_noerr log_oc;
                   Error e
-              | Ok g ->
+              | Ok g -> (
                   g_ref := Some g;
                   (* Each line is a message, numbered from 1. *)
                   let next_seq = ref 0 in
                   let cast_line text =
-                    incr next_seq;
-                    let seq = !next_seq in
-                    let payload = if cfg.log = None then text else frame seq text in
-                    match api_cast g payload with
-                    | Ok () -> ()
-                    | Error reason ->
-                        say "cast refused: %s" reason;
-                        write
-                          (Log.Refused
-                             {
-                               t = now_ns ();
-                               me = G.me g;
-                               view = vid ();
-                               kind = `Cast;
-                               dst = None;
-                               seq;
-                               len = String.length text;
-                               digest = digest text;
-                               reason;
-                             })
+                    if !failure = None then begin
+                      incr next_seq;
+                      let seq = !next_seq in
+                      let payload = if cfg.log = None then text else frame seq text in
+                      match api_cast g payload with
+                      | Ok () -> ()
+                      | Error reason ->
+                          say "cast refused: %s" reason;
+                          write
+                            (Log.Refused
+                               {
+                                 t = now_ns ();
+                                 me = G.me g;
+                                 view = vid ();
+                                 kind = `Cast;
+                                 dst = None;
+                                 seq;
+                                 len = String.length text;
+                                 digest = digest text;
+                                 reason;
+                               })
+                    end
                   in
                   let send_line id text =
                     incr next_seq;
@@ -570,7 +589,13 @@ let run cfg =
                   Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> term := true));
                   Sys.set_signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> usr1 := true));
                   let rec poll () =
-                    if !term then leave ();
+                    (match capture with
+                    | Some w -> (
+                        match Consort_ops.Capture.error w with
+                        | Some e -> fail (Printf.sprintf "--pcap %s: %s" (Option.get cfg.pcap) e)
+                        | None -> ())
+                    | None -> ());
+                    if !term || !failure <> None then leave ();
                     if !usr1 then begin
                       usr1 := false;
                       print_counters ~quiet:cfg.quiet g
@@ -681,6 +706,21 @@ let run cfg =
                               read_directly ())));
                   Loop.run loop ~until:(fun () -> !exited);
                   close_ops ();
-                  if not cfg.quiet then print_counters ~quiet:false g;
-                  Option.iter close_out log_oc;
-                  Ok ())))
+                  (match capture with
+                  | Some w -> (
+                      match Consort_ops.Capture.error w with
+                      | Some e -> fail (Printf.sprintf "--pcap %s: %s" (Option.get cfg.pcap) e)
+                      | None -> ())
+                  | None -> ());
+                  (if (not cfg.quiet) && !failure = None then
+                     try print_counters ~quiet:false g
+                     with Sys_error why ->
+                       fail (Printf.sprintf "cannot write standard output: %s" why));
+                  Option.iter
+                    (fun oc ->
+                      try close_out oc
+                      with Sys_error why ->
+                        close_out_noerr oc;
+                        fail (Printf.sprintf "cannot write the log %s: %s" (Option.get cfg.log) why))
+                    log_oc;
+                  match !failure with None -> Ok () | Some why -> Error (Failed why)))))

@@ -58,6 +58,9 @@ type error =
   | Control of string  (** the control socket cannot be opened *)
   | Metrics of string  (** the metrics port cannot be opened *)
   | Pcap of string  (** the capture file cannot be created *)
+  | Failed of string
+      (** the member stopped while running: its log, its capture or standard output could not be
+          written (a full disk, an I/O error), or a callback raised; it left the group *)
 
 val pp_error : error Fmt.t
 (** [pp_error] prints an error in one line. *)
@@ -66,4 +69,6 @@ val check_config : config -> (unit, error) result
 (** [check_config cfg] checks the addresses of [cfg] ({!run} does it first). *)
 
 val run : config -> (unit, error) result
-(** [run cfg] runs the member until it has left the group. *)
+(** [run cfg] runs the member until it has left the group. Fail-stop: the first write to the log,
+    the capture or standard output that fails stops everything else (nothing more is cast or
+    written), the member leaves the group cleanly, and [run] returns [Error (Failed _)]. *)

@@ -56,13 +56,20 @@ let write_key path s =
           let line =
             key_prefix ^ Base64.encode_string ~pad:false ~alphabet:Base64.uri_safe_alphabet s ^ "\n"
           in
+          (* All of it, on the disk, or no file: a torn key left behind
+             would be refused at every later start and never overwritten. *)
+          let rec write_all off =
+            if off < String.length line then
+              write_all (off + Unix.write_substring fd line off (String.length line - off))
+          in
           match
             Unix.fchmod fd 0o600;
-            ignore (Unix.write_substring fd line 0 (String.length line));
+            write_all 0;
             Unix.fsync fd
           with
           | () -> Ok ()
           | exception Unix.Unix_error (e, _, _) ->
+              (try Unix.unlink path with Unix.Unix_error _ -> ());
               Error (Printf.sprintf "%s: %s" path (Unix.error_message e)))
 
 (* Opened once (not following a FIFO into a block: O_NONBLOCK), and what

@@ -536,6 +536,45 @@ let test_no_space_injected () =
   Alcotest.(check int) "both files" 2 (List.length (Store.files t));
   Store.close t
 
+(* A failed fsync is fatal: the write is refused, the error kept for the
+   server to stop on, and no later write is accepted (after a failed fsync
+   the page cache's state is unknown: retrying and carrying on could
+   acknowledge what the kernel dropped). A restart finds what was
+   acknowledged before. *)
+let test_fsync_failure_fatal () =
+  with_dir @@ fun d ->
+  let failing = ref false in
+  let io =
+    Io.hooked
+      (function
+        | Io.Fsync _ when !failing -> raise (Unix.Unix_error (Unix.EIO, "fsync", "")) | _ -> ())
+      Io.real
+  in
+  let t, _ = open_store ~io d in
+  let a = get (Store.create t ~commit:true ~safe:true "before") in
+  Alcotest.(check (option string)) "no error yet" None (Store.disk_error t);
+  failing := true;
+  (match Store.create t ~commit:true ~safe:true "during" with
+  | Error (`Io _) -> ()
+  | Ok _ -> Alcotest.fail "a write whose fsync failed was acknowledged"
+  | Error e -> Alcotest.failf "refused as %a" Store.pp_error e);
+  Alcotest.(check bool) "the error is kept" true (Store.disk_error t <> None);
+  failing := false;
+  (match Store.create t ~commit:true ~safe:true "after" with
+  | Error (`Io _) -> ()
+  | Ok _ -> Alcotest.fail "a write after a failed fsync was acknowledged"
+  | Error e -> Alcotest.failf "refused as %a" Store.pp_error e);
+  (match Store.create t ~commit:true ~safe:false "unsafe" with
+  | Error (`Io _) -> ()
+  | _ -> Alcotest.fail "an unsafe write after a failed fsync was not refused");
+  Alcotest.check (res Alcotest.string) "reads go on" (Ok "before") (read_all t a);
+  Store.close t;
+  let t, _ = open_store d in
+  Alcotest.(check int) "one file after a restart" 1 (List.length (Store.files t));
+  Alcotest.check (res Alcotest.string) "what was acknowledged is there" (Ok "before") (read_all t a);
+  Alcotest.(check (option string)) "a fresh start" None (Store.disk_error t);
+  Store.close t
+
 (* A real full disk: a 1 MiB tmpfs in a private mount namespace. *)
 let test_no_space_tmpfs () =
   with_dir @@ fun d ->
@@ -685,6 +724,7 @@ let () =
       ( "full disk",
         [
           Alcotest.test_case "ENOSPC from the I/O layer" `Quick test_no_space_injected;
+          Alcotest.test_case "a failed fsync is fatal" `Quick test_fsync_failure_fatal;
           Alcotest.test_case "ENOSPC on a 1 MiB tmpfs" `Quick test_no_space_tmpfs;
         ] );
       ("crash", [ Alcotest.test_case "SIGKILL during uploads" `Slow test_crash ]);

@@ -315,6 +315,65 @@ let raising_callbacks () =
   Alcotest.(check bool) "loop went on" true !after;
   Alcotest.(check int) "counted" 1 (Loop.errors loop)
 
+(* A descriptor whose callback raises before reading: the data stays, and
+   a level-triggered wait would call it again at once, for ever (a full
+   disk under a member's log made 270 lines of stderr a second). It is
+   called once, unwatched, and the owner told; the loop goes on. *)
+let raising_descriptor () =
+  let loop = Loop.create () in
+  let r, w = Unix.pipe ~cloexec:true () in
+  let r2, w2 = Unix.pipe ~cloexec:true () in
+  let calls = ref 0 and other = ref 0 and told = ref [] in
+  Loop.on_error loop (fun f -> told := f :: !told);
+  Loop.watch loop r (fun () ->
+      incr calls;
+      raise (Sys_error "No space left on device"));
+  Loop.watch loop r2 (fun () ->
+      let b = Bytes.create 16 in
+      ignore (Unix.read r2 b 0 16);
+      incr other);
+  ignore (Unix.write_substring w "x" 0 1);
+  ignore (Unix.write_substring w2 "y" 0 1);
+  let later = ref false in
+  ignore (Loop.after loop (ms 50) (fun () -> later := true));
+  Loop.run loop ~until:(fun () -> !later) ~timeout:(ms 1000);
+  Alcotest.(check int) "called once" 1 !calls;
+  Alcotest.(check int) "the other served" 1 !other;
+  Alcotest.(check bool) "loop went on" true !later;
+  Alcotest.(check int) "counted" 1 (Loop.errors loop);
+  Alcotest.(check int) "unwatched" 1 (Loop.watched loop);
+  (match !told with
+  | [ Loop.Descriptor (fd, Sys_error _) ] when fd == r -> ()
+  | _ -> Alcotest.fail "the owner was not told once, of the descriptor");
+  (* With a [try_read] (the one descriptor watched): the same. *)
+  Loop.unwatch loop r2;
+  let tries = ref 0 in
+  told := [];
+  Loop.watch loop r
+    ~try_read:(fun () ->
+      incr tries;
+      failwith "read failed")
+    (fun () ->
+      incr tries;
+      failwith "read failed");
+  let later = ref false in
+  ignore (Loop.after loop (ms 50) (fun () -> later := true));
+  Loop.run loop ~until:(fun () -> !later) ~timeout:(ms 1000);
+  Alcotest.(check int) "tried once" 1 !tries;
+  Alcotest.(check int) "nothing watched" 0 (Loop.watched loop);
+  Alcotest.(check int) "counted again" 2 (Loop.errors loop);
+  (match !told with
+  | [ Loop.Descriptor (fd, Failure _) ] when fd == r -> ()
+  | _ -> Alcotest.fail "the owner was not told of the try_read");
+  (* A timer that raises: told once, as a timer. *)
+  told := [];
+  ignore (Loop.after loop 0 (fun () -> failwith "boom"));
+  Loop.run loop ~timeout:(ms 20);
+  (match !told with
+  | [ Loop.Timer (Failure _) ] -> ()
+  | _ -> Alcotest.fail "the owner was not told of the timer");
+  List.iter Unix.close [ r; w; r2; w2 ]
+
 let no_starvation () =
   (* A timer that re-arms itself for "now" must let descriptors run. *)
   let loop = Loop.create () in
@@ -970,6 +1029,8 @@ let () =
           Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
+          Alcotest.test_case "a raising descriptor callback is not run again" `Quick
+            raising_descriptor;
           Alcotest.test_case "timers do not starve descriptors" `Quick no_starvation;
         ] );
       ( "udp",
