@@ -754,9 +754,32 @@ let icmp6_to_tcp () =
     "too short a quote" true
     (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted = "abc" }) = None)
 
+(* An IPv4 header quoted by an ICMP error (RFC 792, RFC 1812): the quote
+   may stop before the total length the header gives, as long as 8 bytes of
+   payload follow it; 7 are too few. *)
+let ipv4_quote () =
+  let src = Ipv4_addr.of_string_exn "10.0.0.1" and dst = Ipv4_addr.of_string_exn "10.0.0.2" in
+  let whole =
+    Ipv4_packet.to_string (Ipv4_packet.v ~df:true ~proto:6 ~src ~dst ()) (String.make 1000 'x')
+  in
+  let quote n = Ipv4_packet.decode_quoted (Cstruct.of_string (String.sub whole 0 n)) in
+  (match quote 28 with
+  | Ok (h, rest) ->
+      Alcotest.(check int) "protocol" 6 h.proto;
+      Alcotest.(check bool) "destination" true (Ipv4_addr.equal dst h.dst);
+      Alcotest.(check int) "the 8 bytes quoted" 8 (Cstruct.length rest)
+  | Error (`Msg m) -> Alcotest.failf "a 28-byte quote of a 1020-byte datagram: %s" m);
+  (match quote 576 with
+  | Ok (_, rest) -> Alcotest.(check int) "what RFC 1812 quotes" 556 (Cstruct.length rest)
+  | Error (`Msg m) -> Alcotest.failf "a 576-byte quote: %s" m);
+  Alcotest.(check bool) "7 bytes of payload are too few" true (Result.is_error (quote 27));
+  Alcotest.(check bool) "no header" true (Result.is_error (quote 12))
+
 let tests =
   tests
   @ [
+      Alcotest.test_case "an ICMP error's IPv4 quote: header and 8 bytes are enough" `Quick
+        ipv4_quote;
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick
