@@ -135,6 +135,7 @@ struct
             let mtu = max (tcb.cfg.min_mss + Tcp_wire.min_header) mtu in
             if mtu < tcb.lower_max then begin
               tcb.lower_max <- mtu;
+              tcb.pmtu_max <- min tcb.pmtu_max mtu;
               tcb.pmtu_high <- min tcb.pmtu_high (mtu + 1);
               tcb.mtu_probe <- None;
               if Tcp_seq.lt tcb.snd_una tcb.snd_max && can_send_data tcb then begin

@@ -124,6 +124,8 @@ struct
     rcv_mss : int;
     mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
     mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable pmtu_max : int;  (** the largest segment the lower layer (or ICMP) allows *)
+    mutable pmtu_raise_at : Time.t;  (** when a closed search below [pmtu_max] opens again *)
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
     mutable peer_mss : int;
@@ -430,6 +432,8 @@ struct
         rcv_mss;
         lower_max;
         pmtu_high = lower_max + 1;
+        pmtu_max = lower_max;
+        pmtu_raise_at = never;
         mtu_probe = None;
         n_mtu_probes = 0;
         peer_mss = 536;

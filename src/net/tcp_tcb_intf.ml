@@ -102,6 +102,8 @@ module type S = sig
     rcv_mss : int;
     mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
     mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable pmtu_max : int;  (** the largest segment the lower layer (or ICMP) allows *)
+    mutable pmtu_raise_at : Time.t;  (** when a closed search below [pmtu_max] opens again *)
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
     mutable peer_mss : int;

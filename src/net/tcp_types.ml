@@ -69,6 +69,7 @@ type config = {
   congestion : congestion;
   rack : bool;
   plpmtud : bool;
+  pmtu_raise : Consort.Time.t;
   syn_cookies : bool;
   min_mss : int;
   orphan_retries : int;
@@ -101,6 +102,7 @@ let default_config =
     congestion = New_reno;
     rack = true;
     plpmtud = true;
+    pmtu_raise = Consort.Time.of_sec 600.;
     syn_cookies = true;
     min_mss = 48;
     orphan_retries = 8;

@@ -66,6 +66,9 @@ type config = {
       (** packetization-layer path MTU discovery (RFC 8899, RFC 4821): a segment lost to two
           timeouts in a row makes the segments smaller (a black hole: a path that drops large
           packets and says nothing), then probes with larger ones find the size the path carries *)
+  pmtu_raise : Consort.Time.t;
+      (** how long a path MTU search stays closed below the largest size the lower layer (or ICMP)
+          allows after a probe was lost, before it probes again (RFC 8899's PMTU_RAISE_TIMER) *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
   min_mss : int;
       (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48): a peer asking for less
