@@ -738,6 +738,15 @@ let icmp6_to_tcp () =
   Alcotest.(check bool)
     "packet too big 1280: 1240 for TCP" true
     (kind (Packet_too_big 1280) = Some (Frag_needed 1240));
+  (* RFC 8201 section 4: never below the IPv6 minimum link MTU, whatever an
+     ICMPv6 message says. *)
+  List.iter
+    (fun mtu ->
+      Alcotest.(check bool)
+        (Fmt.str "packet too big %d: still 1240 for TCP" mtu)
+        true
+        (kind (Packet_too_big mtu) = Some (Frag_needed 1240)))
+    [ 100; 0; 1279 ];
   Alcotest.(check bool)
     "port unreachable: hard" true
     (match kind (Unreachable 4) with Some (Hard _) -> true | _ -> false);
