@@ -401,8 +401,10 @@ struct
           fin := false
         end;
         if zero_window_probe then begin
+          (* A bare FIN at RCV.NXT takes no room: taken at a zero window,
+             as Linux does; a byte of data is not. *)
           Packet.trim pkt 0;
-          fin := false
+          if len > 0 then fin := false
         end;
         (match ts with
         | Some (v, _)
