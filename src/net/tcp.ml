@@ -670,7 +670,7 @@ struct
         listeners = Hashtbl.create 8;
         lower_conns = Host_tbl.create 8;
         secret = Tcp_secret.create ?key:secret ();
-        next_ephemeral = 0;
+        port_counters = Array.make 1024 0;
         upcalls = Queue.create ();
         icmp = (match icmp with Some f -> f | None -> fun _ -> None);
         orphans = Queue.create ();
@@ -712,21 +712,24 @@ struct
         | Ok c -> Ok (c, true)
         | Error e -> Error e)
 
-  (* RFC 6056 algorithm 3 (double-hash without the second table): a keyed
-     offset per remote end, plus a counter. *)
+  (* RFC 6056 algorithm 4 (double-hash): a keyed offset per remote end,
+     plus a counter chosen among 1024 by another keyed hash of it, so that
+     what one destination sees of the ports says nothing of connections to
+     others. *)
   let ephemeral_port t host rport =
     let low = 49152 and count = 16384 in
-    let offset =
-      Tcp_secret.port_offset t.secret ~endpoints:(Fmt.str "%a/%d" P.pp_host host rport)
-    in
+    let endpoints = Fmt.str "%a/%d" P.pp_host host rport in
+    let offset = Tcp_secret.port_offset t.secret ~endpoints in
+    let index = Tcp_secret.port_index t.secret ~endpoints mod Array.length t.port_counters in
+    let counter = t.port_counters.(index) in
     let rec go i =
       if i >= count then Error (`In_use "no ephemeral port left")
       else
-        let p = low + ((offset + t.next_ephemeral + i) mod count) in
+        let p = low + ((offset + counter + i) mod count) in
         if Key_tbl.mem t.conns (host, rport, p) || Key_tbl.mem t.time_wait (host, rport, p) then
           go (i + 1)
         else begin
-          t.next_ephemeral <- t.next_ephemeral + i + 1;
+          t.port_counters.(index) <- (counter + i + 1) land 0xFFFF;
           Ok p
         end
     in

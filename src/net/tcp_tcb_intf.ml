@@ -38,7 +38,8 @@ module type S = sig
     listeners : (int, listener) Hashtbl.t;
     lower_conns : lower_ref Host_tbl.t;
     secret : Tcp_secret.t;
-    mutable next_ephemeral : int;
+    port_counters : int array;
+        (** ephemeral port counters, one per destination hashed (RFC 6056 algorithm 4) *)
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
     icmp : lower_status -> Tcp_icmp.t option;

@@ -763,6 +763,48 @@ let icmp6_to_tcp () =
     "too short a quote" true
     (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted = "abc" }) = None)
 
+(* Ephemeral ports (RFC 6056 algorithm 4): a counter per destination, so
+   that connections to one host step its ports by one whatever the host
+   does with others (with one counter, each destination sees the ports
+   step by the number of connections made elsewhere in between). *)
+let ports_per_destination () =
+  let vclock = Clock.Virtual.create () in
+  let pool = Consort.Pool.create ~name:"ports" () in
+  let net = Mem.create_net ~seed:1 vclock pool in
+  let (module A) = Node.make ~secret:(String.make 32 'k') net pool 1 ~seed:1 in
+  let listen h =
+    let (module N) = Node.make net pool h ~seed:h in
+    ignore (Result.get_ok (N.Sock.listen N.tcp 80))
+  in
+  listen 2;
+  listen 3;
+  let ports = Hashtbl.create 4 in
+  Mem.on_frame net (fun _ ~src ~dst frame ->
+      let flags = Char.code frame.[13] in
+      if src = 1 && flags land 0x12 = 0x02 then
+        Hashtbl.replace ports dst
+          (Hashtbl.find_opt ports dst |> Option.value ~default:[]
+          |> List.cons (String.get_uint16_be frame 0)));
+  for _ = 1 to 5 do
+    List.iter (fun h -> ignore (A.Sock.connect A.tcp h 80)) [ 2; 3; 3 ]
+  done;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 1.) vclock;
+  List.iter
+    (fun (h, n) ->
+      let ps = List.rev (Option.value ~default:[] (Hashtbl.find_opt ports h)) in
+      Alcotest.(check int) (Fmt.str "SYNs to host %d" h) n (List.length ps);
+      let steps =
+        List.map2
+          (fun a b -> (b - a + 16384) mod 16384)
+          (List.rev (List.tl (List.rev ps)))
+          (List.tl ps)
+      in
+      Alcotest.(check (list int))
+        (Fmt.str "ports to host %d step by one (%a)" h Fmt.(list ~sep:sp int) ps)
+        (List.init (n - 1) (fun _ -> 1))
+        steps)
+    [ (2, 5); (3, 10) ]
+
 (* An IPv4 header quoted by an ICMP error (RFC 792, RFC 1812): the quote
    may stop before the total length the header gives, as long as 8 bytes of
    payload follow it; 7 are too few. *)
@@ -789,6 +831,8 @@ let tests =
   @ [
       Alcotest.test_case "an ICMP error's IPv4 quote: header and 8 bytes are enough" `Quick
         ipv4_quote;
+      Alcotest.test_case "ephemeral ports: a counter per destination (RFC 6056 algorithm 4)" `Quick
+        ports_per_destination;
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick
