@@ -272,12 +272,21 @@ module Make (B : Tcp_tcb.S) = struct
     end
     else `No
 
+  (* A size is too big when probes of it are lost [max_probes] times in a
+     row (RFC 8899 section 5.1.2, MAX_PROBES): one loss may be the path's
+     ordinary loss, and would close the search below the path MTU. *)
+  let max_probes = 3
+
   let mtu_probe_failed tcb =
     match tcb.mtu_probe with
     | Some (_, _, size) ->
         tcb.mtu_probe <- None;
-        tcb.pmtu_high <- min tcb.pmtu_high size;
-        tcb.pmtu_raise_at <- now () + tcb.cfg.pmtu_raise;
+        tcb.mtu_probe_losses <- tcb.mtu_probe_losses + 1;
+        if tcb.mtu_probe_losses >= max_probes then begin
+          tcb.mtu_probe_losses <- 0;
+          tcb.pmtu_high <- min tcb.pmtu_high size;
+          tcb.pmtu_raise_at <- now () + tcb.cfg.pmtu_raise
+        end;
         Log.debug (fun m -> m "%a: path MTU probe of %d bytes lost" pp_connection tcb size)
     | None -> ()
 
@@ -291,6 +300,7 @@ module Make (B : Tcp_tcb.S) = struct
                    (Tcp_seq.min e (data_end tcb))
                  = 0 ->
         tcb.mtu_probe <- None;
+        tcb.mtu_probe_losses <- 0;
         if size > tcb.lower_max then tcb.lower_max <- size;
         Log.debug (fun m -> m "%a: path MTU probe of %d bytes arrived" pp_connection tcb size)
     | _ -> ()

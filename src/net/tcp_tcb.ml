@@ -129,6 +129,7 @@ struct
     mutable pmtu_raise_at : Time.t;  (** when a closed search below [pmtu_max] opens again *)
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
+    mutable mtu_probe_losses : int;  (** probes of the size being tried lost in a row *)
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -437,6 +438,7 @@ struct
         pmtu_raise_at = never;
         mtu_probe = None;
         n_mtu_probes = 0;
+        mtu_probe_losses = 0;
         peer_mss = 536;
         offer_ws = cfg.window_scale;
         offer_sack = cfg.sack;

@@ -107,6 +107,7 @@ module type S = sig
     mutable pmtu_raise_at : Time.t;  (** when a closed search below [pmtu_max] opens again *)
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
+    mutable mtu_probe_losses : int;  (** probes of the size being tried lost in a row *)
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
