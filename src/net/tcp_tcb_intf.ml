@@ -29,6 +29,8 @@ module type S = sig
     mutable c_cookies_ok : int;
     mutable c_dsack_out : int;
     mutable c_dsack_in : int;
+    mutable c_memory_resets : int;
+    mutable c_memory_refused : int;
   }
 
   type t = {
@@ -45,6 +47,9 @@ module type S = sig
     icmp : lower_status -> Tcp_icmp.t option;
     orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
     mutable n_orphans : int;
+    buffered : tcb Queue.t;  (** connections holding a send buffer, oldest first (some gone) *)
+    mutable sndbuf_bytes : int;  (** the memory of every send buffer *)
+    waiting_memory : tcb Queue.t;  (** writers the memory budget refused a send buffer *)
     time_wait : tw Key_tbl.t;
     tw_queue : tw Queue.t;  (** by deadline *)
     mutable tw_armed : Time.t;
@@ -108,6 +113,7 @@ module type S = sig
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
     mutable mtu_probe_losses : int;  (** probes of the size being tried lost in a row *)
+    mutable buffer_queued : bool;  (** in the instance's [buffered] queue *)
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -257,6 +263,8 @@ module type S = sig
   val compact : tcb Queue.t -> (tcb -> bool) -> int -> unit
   val acquire_lower : t -> host -> lower_connection -> unit
   val release_lower : t -> host -> unit
+  val wake_memory_waiters : t -> unit
+  val release_sndbuf : tcb -> unit
   val delete : tcb -> unit
   val fail : tcb -> Protocol.error -> unit
   val is_orphan : tcb -> bool

@@ -83,6 +83,9 @@ module Make (B : Tcp_tcb.S) = struct
         fail tcb `Timeout
       end
       else begin
+        (* Behind a zero window: a writer waiting for memory may have this
+           connection reset for it. *)
+        if not (Queue.is_empty tcb.inst.waiting_memory) then wake_memory_waiters tcb.inst;
         if tcb.snd_wnd = 0 then
           (* A probe the receiver must answer with its window: an
              already-acknowledged sequence number. *)

@@ -81,6 +81,12 @@ type config = {
           orphan, or else it is refused (a SYN gets a cookie) *)
   max_orphans : int;
       (** connections closed by the application and not yet gone; over it the oldest is reset *)
+  memory_limit : int;
+      (** bytes of send buffers across the connections of an instance (default 128 MiB): a
+          connection takes its send buffer (whole: [send_buffer]) at its first write; when that
+          would pass the limit, the oldest connections holding one behind a zero window are reset
+          (as Linux's tcp_mem pressure does), and if none is, the write waits (writable once memory
+          comes back) *)
 }
 
 val default_config : config
@@ -140,6 +146,8 @@ type stats = {
   orphans : int;  (** connections closed by the application, not yet gone *)
   dsacks_sent : int;  (** duplicates reported (RFC 2883) *)
   dsacks_received : int;  (** duplicates the peers reported: spurious retransmissions *)
+  memory_resets : int;  (** connections behind a zero window reset for [memory_limit] *)
+  memory_refused : int;  (** writes that waited for [memory_limit] *)
 }
 
 val pp_stats : stats Fmt.t
