@@ -238,7 +238,8 @@ module type S = sig
 
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   (** [write c b] copies as much of [b] as the send buffer takes and returns that count; zero when
-      full (wait for [Writable]) or when the connection can no longer send. *)
+      full or when [config.memory_limit] refused the connection a send buffer (wait for [Writable]
+      in both cases), or when the connection can no longer send. *)
 
   val send_space : connection -> int
   (** Bytes {!write} would take now. *)
