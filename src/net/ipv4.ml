@@ -307,19 +307,13 @@ module Make (A : LINK) = struct
     match Itbl.find_opt t.pinned k with Some _ as c -> c | None -> Lru.find t.conns k
 
   let deliver_icmp_error t err quoted =
-    match Ipv4_packet.decode ~verify:false quoted with
+    match Ipv4_packet.decode_quoted quoted with
     | Error _ -> ()
-    | Ok _ when Cstruct.length quoted < hlen -> ()
-    | Ok _ -> (
-        let ihl = Ipv4_wire.get_ihl quoted * 4 in
-        let dst = Ipv4_wire.get_dst quoted and proto = Ipv4_wire.get_proto quoted in
-        if Ipv4_wire.get_src quoted = t.prefix.addr then
-          match find_conn t (key dst proto) with
+    | Ok (h, rest) -> (
+        if h.src = t.prefix.addr then
+          match find_conn t (key h.dst h.proto) with
           | Some c ->
-              let rest =
-                Cstruct.to_string (Cstruct.shift quoted (min ihl (Cstruct.length quoted)))
-              in
-              c.handler.status c (Icmp_error { error = err; quoted = rest })
+              c.handler.status c (Icmp_error { error = err; quoted = Cstruct.to_string rest })
           | None -> ())
 
   let find_listener t proto src =

@@ -57,6 +57,28 @@ let decode ?(verify = true) cs =
           },
           Cstruct.sub cs hlen (total - hlen) )
 
+(* RFC 792 quotes the header and 8 bytes of the payload; RFC 1812 4.3.2.3
+   as much as fits in 576 bytes: the quote may end before the quoted
+   header's total length says, but never before those 8 bytes. *)
+let decode_quoted cs =
+  let n = Cstruct.length cs in
+  if n < sizeof_ipv4 then Error (`Msg "ipv4 quote: too short")
+  else if get_version cs <> 4 then Error (`Msg "ipv4 quote: not version 4")
+  else
+    let hlen = get_ihl cs * 4 in
+    let total = get_len cs in
+    if hlen < sizeof_ipv4 then Error (`Msg "ipv4 quote: header length under 20")
+    else if total < hlen + 8 then Error (`Msg "ipv4 quote: total length under the header and 8")
+    else if n < hlen + 8 then Error (`Msg "ipv4 quote: under the header and 8 bytes of payload")
+    else
+      (* The header alone, read by [decode] as a datagram without payload. *)
+      let header = Cstruct.create hlen in
+      Cstruct.blit cs 0 header 0 hlen;
+      set_len header hlen;
+      match decode ~verify:false header with
+      | Error _ as e -> e
+      | Ok (h, _) -> Ok (h, Cstruct.sub cs hlen (min total n - hlen))
+
 let encode t ~payload_len cs =
   let hlen = header_length t in
   let olen = String.length t.options in

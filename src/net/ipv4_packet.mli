@@ -36,6 +36,12 @@ val decode : ?verify:bool -> Cstruct.t -> (t * Cstruct.t, [> `Msg of string ]) r
     length; trailing padding dropped). It checks the version, lengths and (if [verify], the default)
     the header checksum; it never raises. *)
 
+val decode_quoted : Cstruct.t -> (t * Cstruct.t, [> `Msg of string ]) result
+(** [decode_quoted q] is the header quoted by an ICMP error and the part of its payload quoted: as
+    RFC 792 and RFC 1812 allow, the quote may be shorter than the header's total length, but holds
+    at least the header and 8 bytes of payload. The checksum is not checked (a router may quote the
+    header as it forwarded it); it never raises. *)
+
 val encode : t -> payload_len:int -> Cstruct.t -> unit
 (** [encode t ~payload_len buf] writes the header, checksum included, at the start of [buf].
     @raise Invalid_argument if [buf] is too short or a field is out of range. *)

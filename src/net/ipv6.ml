@@ -680,12 +680,34 @@ module Make (E : Ethernet.S) = struct
       end
       else Packet.release p
 
-  let rec deliver t p ~src ~dst ~hop ~proto =
+  (* The options of a hop-by-hop or destination options header (RFC 8200
+     4.2), from [i] to [stop]: padding and options whose type says skip
+     them pass; of the others, none known here, the type's two high bits
+     say discard, and whether to send a parameter problem (code 2) pointing
+     at the option. *)
+  let rec options cs i stop =
+    if i >= stop then `Pass
+    else
+      let ty = Cstruct.get_uint8 cs i in
+      if ty = 0 then options cs (i + 1) stop
+      else if i + 2 > stop || i + 2 + Cstruct.get_uint8 cs (i + 1) > stop then `Malformed
+      else if ty = 1 || ty lsr 6 = 0 then options cs (i + 2 + Cstruct.get_uint8 cs (i + 1)) stop
+      else if ty lsr 6 = 1 then `Discard
+      else `Problem i
+
+  (* [off] is where the header [proto] starts in the datagram, [named] where
+     the next header field that named it is. *)
+  let rec deliver ?(off = hlen) ?(named = 6) t p ~src ~dst ~hop ~proto =
     (* [p]'s window starts at the header [proto]. *)
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
     match proto with
-    | 0 | 60 | 43 ->
+    | 0 when off <> hlen ->
+        (* Hop-by-hop options anywhere but first (RFC 8200 4.1): an
+           unrecognized next header. *)
+        t.bad <- t.bad + 1;
+        send_icmp_error t (Parameter_problem { code = 1; pointer = named }) p
+    | 0 | 60 | 43 -> (
         if n < 8 then (
           t.bad <- t.bad + 1;
           Packet.release p)
@@ -695,10 +717,18 @@ module Make (E : Ethernet.S) = struct
             (* A routing header with segments left: we are no router. *)
             t.bad <- t.bad + 1;
             Packet.release p)
-          else (
-            ignore (Packet.pull p len);
-            deliver t p ~src ~dst ~hop ~proto:next)
-    | 44 -> fragment t p ~src ~dst ~hop
+          else
+            match if proto = 43 then `Pass else options cs 2 len with
+            | `Pass ->
+                ignore (Packet.pull p len);
+                deliver ~off:(off + len) ~named:off t p ~src ~dst ~hop ~proto:next
+            | `Malformed | `Discard ->
+                t.bad <- t.bad + 1;
+                Packet.release p
+            | `Problem i ->
+                t.bad <- t.bad + 1;
+                send_icmp_error t (Parameter_problem { code = 2; pointer = off + i }) p)
+    | 44 -> fragment ~off t p ~src ~dst ~hop
     | 59 -> Packet.release p
     | 58 -> icmp_input t ~src ~dst ~hop p
     | _ -> (
@@ -706,9 +736,9 @@ module Make (E : Ethernet.S) = struct
         | Ok () -> ()
         | Error () ->
             t.unknown_protocol <- t.unknown_protocol + 1;
-            send_icmp_error t (Parameter_problem { code = 1; pointer = 6 }) p)
+            send_icmp_error t (Parameter_problem { code = 1; pointer = named }) p)
 
-  and fragment t p ~src ~dst ~hop =
+  and fragment ~off:frag_at t p ~src ~dst ~hop =
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
     t.fragments_received <- t.fragments_received + 1;
@@ -724,7 +754,7 @@ module Make (E : Ethernet.S) = struct
       if off = 0 && not more then begin
         (* An atomic fragment (RFC 6946): the datagram whole. *)
         ignore (Packet.pull p 8);
-        deliver t p ~src ~dst ~hop ~proto:next
+        deliver ~off:(frag_at + 8) ~named:frag_at t p ~src ~dst ~hop ~proto:next
       end
       else if len = 0 || (more && len land 7 <> 0) || off + len > 0xffff then (
         t.bad <- t.bad + 1;
@@ -816,7 +846,7 @@ module Make (E : Ethernet.S) = struct
                     fr.frags;
                   fr.frags <- [];
                   t.reassembled <- t.reassembled + 1;
-                  deliver t q ~src ~dst ~hop ~proto:fr.next
+                  deliver ~off:(frag_at + 8) ~named:frag_at t q ~src ~dst ~hop ~proto:fr.next
                 end
               end
 

@@ -135,6 +135,7 @@ struct
             let mtu = max (tcb.cfg.min_mss + Tcp_wire.min_header) mtu in
             if mtu < tcb.lower_max then begin
               tcb.lower_max <- mtu;
+              tcb.pmtu_max <- min tcb.pmtu_max mtu;
               tcb.pmtu_high <- min tcb.pmtu_high (mtu + 1);
               tcb.mtu_probe <- None;
               if Tcp_seq.lt tcb.snd_una tcb.snd_max && can_send_data tcb then begin
@@ -400,8 +401,10 @@ struct
           fin := false
         end;
         if zero_window_probe then begin
+          (* A bare FIN at RCV.NXT takes no room: taken at a zero window,
+             as Linux does; a byte of data is not. *)
           Packet.trim pkt 0;
-          fin := false
+          if len > 0 then fin := false
         end;
         (match ts with
         | Some (v, _)
@@ -563,6 +566,12 @@ struct
       let lo = Tcp_seq.max tcb.snd_una tcb.buf_seq and hi = Tcp_seq.min ack (data_end tcb) in
       let data = max 0 (Tcp_seq.sub hi lo) in
       Tcp_sndbuf.drop tcb.sndbuf data;
+      (* Under memory pressure an empty send buffer goes back to the budget. *)
+      if
+        Tcp_sndbuf.length tcb.sndbuf = 0
+        && Tcp_sndbuf.allocated tcb.sndbuf > 0
+        && not (Queue.is_empty tcb.inst.waiting_memory)
+      then release_sndbuf tcb;
       tcb.buf_seq <- Tcp_seq.add tcb.buf_seq data;
       tcb.bytes_acked <- tcb.bytes_acked + data;
       (* Round-trip time: a timed segment (Karn), else the echoed
@@ -667,11 +676,14 @@ struct
         listeners = Hashtbl.create 8;
         lower_conns = Host_tbl.create 8;
         secret = Tcp_secret.create ?key:secret ();
-        next_ephemeral = 0;
+        port_counters = Array.make 1024 0;
         upcalls = Queue.create ();
         icmp = (match icmp with Some f -> f | None -> fun _ -> None);
         orphans = Queue.create ();
         n_orphans = 0;
+        buffered = Queue.create ();
+        sndbuf_bytes = 0;
+        waiting_memory = Queue.create ();
         time_wait = Key_tbl.create 64;
         tw_queue = Queue.create ();
         tw_armed = never;
@@ -692,6 +704,8 @@ struct
             c_cookies_ok = 0;
             c_dsack_out = 0;
             c_dsack_in = 0;
+            c_memory_resets = 0;
+            c_memory_refused = 0;
           };
       }
     in
@@ -709,21 +723,24 @@ struct
         | Ok c -> Ok (c, true)
         | Error e -> Error e)
 
-  (* RFC 6056 algorithm 3 (double-hash without the second table): a keyed
-     offset per remote end, plus a counter. *)
+  (* RFC 6056 algorithm 4 (double-hash): a keyed offset per remote end,
+     plus a counter chosen among 1024 by another keyed hash of it, so that
+     what one destination sees of the ports says nothing of connections to
+     others. *)
   let ephemeral_port t host rport =
     let low = 49152 and count = 16384 in
-    let offset =
-      Tcp_secret.port_offset t.secret ~endpoints:(Fmt.str "%a/%d" P.pp_host host rport)
-    in
+    let endpoints = Fmt.str "%a/%d" P.pp_host host rport in
+    let offset = Tcp_secret.port_offset t.secret ~endpoints in
+    let index = Tcp_secret.port_index t.secret ~endpoints mod Array.length t.port_counters in
+    let counter = t.port_counters.(index) in
     let rec go i =
       if i >= count then Error (`In_use "no ephemeral port left")
       else
-        let p = low + ((offset + t.next_ephemeral + i) mod count) in
+        let p = low + ((offset + counter + i) mod count) in
         if Key_tbl.mem t.conns (host, rport, p) || Key_tbl.mem t.time_wait (host, rport, p) then
           go (i + 1)
         else begin
-          t.next_ephemeral <- t.next_ephemeral + i + 1;
+          t.port_counters.(index) <- (counter + i + 1) land 0xFFFF;
           Ok p
         end
     in
@@ -785,13 +802,84 @@ struct
 
   let unlisten t port = Hashtbl.remove t.listeners port
 
+  (* The memory budget (config.memory_limit): a connection's send buffer,
+     taken whole at its first write, is granted when it fits; else the
+     oldest connections holding one behind a zero window are reset until it
+     fits (Linux's tcp_mem pressure); else the writer waits for memory to
+     come back (Tcp_tcb.delete wakes it). *)
+  let zero_window_holder self v =
+    v != self && v.alive
+    && Tcp_sndbuf.allocated v.sndbuf > 0
+    && v.snd_wnd = 0
+    && Tcp_seq.lt v.snd_nxt (data_end v)
+
+  let take_memory tcb =
+    let t = tcb.inst in
+    let need = Tcp_sndbuf.capacity tcb.sndbuf in
+    let rec reclaim () =
+      if t.sndbuf_bytes + need > t.config.memory_limit then
+        (* First the buffers that hold nothing (no loss), then resets. *)
+        match
+          Queue.fold
+            (fun acc v ->
+              match acc with
+              | Some _ -> acc
+              | None ->
+                  if
+                    v != tcb && v.alive
+                    && Tcp_sndbuf.allocated v.sndbuf > 0
+                    && Tcp_sndbuf.length v.sndbuf = 0
+                  then Some v
+                  else None)
+            None t.buffered
+        with
+        | Some v ->
+            release_sndbuf v;
+            reclaim ()
+        | None -> (
+            match
+              Queue.fold
+                (fun acc v ->
+                  match acc with
+                  | Some _ -> acc
+                  | None -> if zero_window_holder tcb v then Some v else None)
+                None t.buffered
+            with
+            | Some v ->
+                Log.debug (fun m -> m "%a: reset for memory" pp_connection v);
+                t.counters.c_memory_resets <- t.counters.c_memory_resets + 1;
+                send_rst v;
+                fail v `Timeout;
+                reclaim ()
+            | None -> ())
+    in
+    reclaim ();
+    if t.sndbuf_bytes + need <= t.config.memory_limit then begin
+      t.sndbuf_bytes <- t.sndbuf_bytes + need;
+      if not tcb.buffer_queued then begin
+        tcb.buffer_queued <- true;
+        Queue.push tcb t.buffered
+      end;
+      true
+    end
+    else begin
+      t.counters.c_memory_refused <- t.counters.c_memory_refused + 1;
+      tcb.want_writable <- true;
+      Queue.push tcb t.waiting_memory;
+      compact t.waiting_memory (fun w -> w.alive) (Key_tbl.length t.conns);
+      false
+    end
+
+  let has_memory tcb = Tcp_sndbuf.allocated tcb.sndbuf > 0 || take_memory tcb
+
   let write tcb ?(off = 0) ?len b =
     let len = match len with Some l -> l | None -> Cstruct.length b - off in
     if off < 0 || len < 0 || off + len > Cstruct.length b then invalid_arg "Tcp.write";
     match tcb.state with
-    | (Syn_sent | Syn_received | Established | Close_wait) when tcb.alive && not tcb.fin_queued ->
+    | (Syn_sent | Syn_received | Established | Close_wait)
+      when tcb.alive && (not tcb.fin_queued) && (len = 0 || has_memory tcb) ->
         let n = Tcp_sndbuf.write tcb.sndbuf b ~off ~len in
-        if n < len then tcb.want_writable <- true;
+        tcb.want_writable <- n < len;
         if n > 0 then begin
           output tcb;
           schedule tcb
@@ -817,7 +905,7 @@ struct
              | _ -> false)
           && not tcb.fin_queued)
       then Error `Closed
-      else if n > Tcp_sndbuf.space tcb.sndbuf then begin
+      else if n > Tcp_sndbuf.space tcb.sndbuf || (n > 0 && not (has_memory tcb)) then begin
         tcb.want_writable <- true;
         Error (`Too_big n)
       end
@@ -952,6 +1040,8 @@ struct
       active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
       orphans = t.n_orphans;
       dsacks_sent = c.c_dsack_out;
+      memory_resets = c.c_memory_resets;
+      memory_refused = c.c_memory_refused;
       dsacks_received = c.c_dsack_in;
     }
 

@@ -37,7 +37,8 @@ let pp_kind ppf = function
 (* RFC 4443 and RFC 5461: an unreachable port (or next header) is hard,
    the others soft;
    packet too big carries the MTU, of which TCP gets what is left after
-   the IPv6 header. *)
+   the IPv6 header; an MTU under 1280, the least every IPv6 link carries,
+   is taken as 1280 (RFC 8201 section 4). *)
 let of_ipv6 (Ipv6.Icmp_error { error; quoted }) =
   let kind =
     match error with
@@ -45,7 +46,7 @@ let of_ipv6 (Ipv6.Icmp_error { error; quoted }) =
     | Unreachable 1 -> Soft "administratively prohibited"
     | Unreachable 3 -> Soft "address unreachable"
     | Unreachable c -> Soft (Printf.sprintf "unreachable (code %d)" c)
-    | Packet_too_big mtu -> Frag_needed (mtu - 40)
+    | Packet_too_big mtu -> Frag_needed (max 1280 mtu - 40)
     | Time_exceeded _ -> Soft "time exceeded"
     | Parameter_problem { code = 1; _ } -> Hard "unrecognized next header"
     | Parameter_problem { code; _ } -> Soft (Printf.sprintf "parameter problem (code %d)" code)

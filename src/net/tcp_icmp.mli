@@ -26,6 +26,6 @@ val of_ipv4 : Ipv4.status -> t option
 
 val of_ipv6 : Ipv6.status -> t option
 (** The same for IPv6 (TCP over IPv6): port unreachable is hard, the other unreachables soft, packet
-    too big gives the MTU less the IPv6 header. *)
+    too big gives the MTU less the IPv6 header, the MTU never taken under 1280 (RFC 8201). *)
 
 val pp_kind : kind Fmt.t

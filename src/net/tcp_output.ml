@@ -223,8 +223,22 @@ module Make (B : Tcp_tcb.S) = struct
 
   (* While the search is open, one segment of the middle size, of new
      data: only when there is enough to fill it and both windows allow it,
-     never in recovery, one at a time. *)
+     never in recovery, one at a time. [`Wait] when only the segments in
+     flight keep the congestion window from taking it: new data waits for
+     them to drain (as Linux's tcp_mtu_probe does), else small segments
+     would fill every opening and the probe never go. *)
   let send_mtu_probe tcb =
+    (* A search closed below what the lower layer allows opens again when
+       the raise timer has run out (RFC 8899 section 5.2): a lost probe may
+       have been lost to congestion, or the path may have changed. *)
+    if
+      tcb.pmtu_high - tcb.lower_max <= probe_margin
+      && tcb.lower_max < tcb.pmtu_max
+      && now () >= tcb.pmtu_raise_at
+    then begin
+      tcb.pmtu_high <- tcb.pmtu_max + 1;
+      tcb.pmtu_raise_at <- never
+    end;
     if
       tcb.cfg.plpmtud && tcb.mtu_probe = None && (not tcb.in_recovery)
       && (tcb.state = Established || tcb.state = Close_wait)
@@ -245,17 +259,34 @@ module Make (B : Tcp_tcb.S) = struct
         tcb.mtu_probe <- Some (s, e, size);
         tcb.n_mtu_probes <- tcb.n_mtu_probes + 1;
         Log.debug (fun m -> m "%a: path MTU probe of %d bytes" pp_connection tcb size);
-        true
+        `Sent
       end
-      else false
+      else if
+        size > tcb.lower_max
+        && len > capacity tcb
+        && avail >= len && wnd >= len
+        && Tcp_cc.cwnd tcb.cc >= len
+        && Tcp_seq.lt tcb.snd_una tcb.snd_nxt
+      then `Wait
+      else `No
     end
-    else false
+    else `No
+
+  (* A size is too big when probes of it are lost [max_probes] times in a
+     row (RFC 8899 section 5.1.2, MAX_PROBES): one loss may be the path's
+     ordinary loss, and would close the search below the path MTU. *)
+  let max_probes = 3
 
   let mtu_probe_failed tcb =
     match tcb.mtu_probe with
     | Some (_, _, size) ->
         tcb.mtu_probe <- None;
-        tcb.pmtu_high <- min tcb.pmtu_high size;
+        tcb.mtu_probe_losses <- tcb.mtu_probe_losses + 1;
+        if tcb.mtu_probe_losses >= max_probes then begin
+          tcb.mtu_probe_losses <- 0;
+          tcb.pmtu_high <- min tcb.pmtu_high size;
+          tcb.pmtu_raise_at <- now () + tcb.cfg.pmtu_raise
+        end;
         Log.debug (fun m -> m "%a: path MTU probe of %d bytes lost" pp_connection tcb size)
     | None -> ()
 
@@ -269,6 +300,7 @@ module Make (B : Tcp_tcb.S) = struct
                    (Tcp_seq.min e (data_end tcb))
                  = 0 ->
         tcb.mtu_probe <- None;
+        tcb.mtu_probe_losses <- 0;
         if size > tcb.lower_max then tcb.lower_max <- size;
         Log.debug (fun m -> m "%a: path MTU probe of %d bytes arrived" pp_connection tcb size)
     | _ -> ()
@@ -327,15 +359,17 @@ module Make (B : Tcp_tcb.S) = struct
               if !force then max_int
               else Tcp_cc.cwnd tcb.cc + limited_transmit tcb - Tcp_seq.sub tcb.snd_nxt tcb.snd_una
             in
-            if (not !force) && send_mtu_probe tcb then sent := true
-            else
-              match next_new tcb ~budget ~force:!force with
-              | Some len ->
-                  let seq = tcb.snd_nxt in
-                  let e = send_data tcb ~seq ~len in
-                  tcb.snd_nxt <- Tcp_seq.max tcb.snd_nxt e;
-                  sent := true
-              | None -> continue := false
+            match if !force then `No else send_mtu_probe tcb with
+            | `Sent -> sent := true
+            | `Wait -> continue := false
+            | `No -> (
+                match next_new tcb ~budget ~force:!force with
+                | Some len ->
+                    let seq = tcb.snd_nxt in
+                    let e = send_data tcb ~seq ~len in
+                    tcb.snd_nxt <- Tcp_seq.max tcb.snd_nxt e;
+                    sent := true
+                | None -> continue := false)
           end;
           force := false
         done;

@@ -23,7 +23,8 @@ module Make (B : Tcp_tcb.S) : sig
   val next_new : B.tcb -> budget:int -> force:bool -> int option
   val probe_margin : int
   val pmtu_floor : B.tcb -> int
-  val send_mtu_probe : B.tcb -> bool
+  val send_mtu_probe : B.tcb -> [ `Sent | `Wait | `No ]
+  val max_probes : int
   val mtu_probe_failed : B.tcb -> unit
   val mtu_probe_check : B.tcb -> unit
   val limited_transmit : B.tcb -> int

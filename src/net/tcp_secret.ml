@@ -14,6 +14,7 @@ let prf t ~domain msg =
 let isn t ~tuple ~now = Tcp_seq.of_int ((now / 4000) + prf t ~domain:"isn\000" tuple)
 let ts_offset t ~tuple = prf t ~domain:"tso\000" tuple
 let port_offset t ~endpoints = prf t ~domain:"port\000" endpoints
+let port_index t ~endpoints = prf t ~domain:"pidx\000" endpoints
 let mss_table = [| 536; 1300; 1440; 1460 |]
 let cookie_bits = 24
 let cookie_mask = (1 lsl cookie_bits) - 1

@@ -1,6 +1,6 @@
 (** Keyed functions of a connection's 4-tuple, for what an off-path attacker must not guess: initial
     sequence numbers (RFC 6528), timestamp offsets (RFC 7323 section 7.1), ephemeral port offsets
-    (RFC 6056 algorithm 3) and SYN cookies (encoded as Linux does). The pseudo-random function is
+    (RFC 6056 algorithm 4) and SYN cookies (encoded as Linux does). The pseudo-random function is
     HMAC-SHA-256 from mirage-crypto, keyed by a secret from the operating system's generator
     (through mirage-crypto-rng). *)
 
@@ -17,7 +17,11 @@ val ts_offset : t -> tuple:string -> int
 (** A 32-bit offset for the timestamps of a connection. *)
 
 val port_offset : t -> endpoints:string -> int
-(** RFC 6056 algorithm 3: F(local address, remote address and port). *)
+(** RFC 6056 algorithms 3 and 4: F(local address, remote address and port). *)
+
+val port_index : t -> endpoints:string -> int
+(** RFC 6056 algorithm 4: G(local address, remote address and port), kept apart from F, which picks
+    the counter. *)
 
 (** {1 SYN cookies} *)
 

@@ -51,6 +51,8 @@ struct
     mutable c_cookies_ok : int;
     mutable c_dsack_out : int;
     mutable c_dsack_in : int;
+    mutable c_memory_resets : int;
+    mutable c_memory_refused : int;
   }
 
   type t = {
@@ -60,12 +62,16 @@ struct
     listeners : (int, listener) Hashtbl.t;
     lower_conns : lower_ref Host_tbl.t;
     secret : Tcp_secret.t;
-    mutable next_ephemeral : int;
+    port_counters : int array;
+        (** ephemeral port counters, one per destination hashed (RFC 6056 algorithm 4) *)
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
     icmp : lower_status -> Tcp_icmp.t option;
     orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
     mutable n_orphans : int;
+    buffered : tcb Queue.t;  (** connections holding a send buffer, oldest first (some gone) *)
+    mutable sndbuf_bytes : int;  (** the memory of every send buffer *)
+    waiting_memory : tcb Queue.t;  (** writers the memory budget refused a send buffer *)
     time_wait : tw Key_tbl.t;
     tw_queue : tw Queue.t;  (** by deadline *)
     mutable tw_armed : Time.t;
@@ -124,8 +130,12 @@ struct
     rcv_mss : int;
     mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
     mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable pmtu_max : int;  (** the largest segment the lower layer (or ICMP) allows *)
+    mutable pmtu_raise_at : Time.t;  (** when a closed search below [pmtu_max] opens again *)
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
+    mutable mtu_probe_losses : int;  (** probes of the size being tried lost in a row *)
+    mutable buffer_queued : bool;  (** in the instance's [buffered] queue *)
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -323,6 +333,32 @@ struct
     | Some r -> r.refs <- r.refs + 1
     | None -> Host_tbl.replace t.lower_conns host { lc = lconn; refs = 1 }
 
+  (* The oldest writer refused by the memory budget tries again: a send
+     buffer came back, or a connection behind a zero window can be reset
+     for it. One at a time, so that memory coming back costs a retry, not
+     one for every writer waiting. *)
+  let wake_memory_waiters t =
+    let rec go () =
+      match Queue.take_opt t.waiting_memory with
+      | Some w
+        when w.alive && w.want_writable && (not w.fin_queued) && Tcp_sndbuf.allocated w.sndbuf = 0
+        ->
+          notify w Writable
+      | Some _ -> go ()
+      | None -> ()
+    in
+    go ()
+
+  (* A send buffer's memory back in the budget (config.memory_limit): a
+     writer waiting for it tries again. *)
+  let release_sndbuf tcb =
+    let held = Tcp_sndbuf.allocated tcb.sndbuf in
+    Tcp_sndbuf.release tcb.sndbuf;
+    if held > 0 then begin
+      tcb.inst.sndbuf_bytes <- tcb.inst.sndbuf_bytes - held;
+      wake_memory_waiters tcb.inst
+    end
+
   let delete tcb =
     if tcb.alive then begin
       tcb.alive <- false;
@@ -330,7 +366,8 @@ struct
       Key_tbl.remove tcb.inst.conns (key tcb);
       release_lower tcb.inst tcb.remote_host;
       Tcp_reass.clear tcb.reass;
-      Tcp_sndbuf.release tcb.sndbuf;
+      release_sndbuf tcb;
+      compact tcb.inst.buffered (fun b -> b.alive) (Key_tbl.length tcb.inst.conns);
       Tcp_rack.clear tcb.rack;
       (match (tcb.listener, tcb.handler) with
       | Some l, None -> l.half_open <- l.half_open - 1
@@ -430,8 +467,12 @@ struct
         rcv_mss;
         lower_max;
         pmtu_high = lower_max + 1;
+        pmtu_max = lower_max;
+        pmtu_raise_at = never;
         mtu_probe = None;
         n_mtu_probes = 0;
+        mtu_probe_losses = 0;
+        buffer_queued = false;
         peer_mss = 536;
         offer_ws = cfg.window_scale;
         offer_sack = cfg.sack;

@@ -29,6 +29,8 @@ module type S = sig
     mutable c_cookies_ok : int;
     mutable c_dsack_out : int;
     mutable c_dsack_in : int;
+    mutable c_memory_resets : int;
+    mutable c_memory_refused : int;
   }
 
   type t = {
@@ -38,12 +40,16 @@ module type S = sig
     listeners : (int, listener) Hashtbl.t;
     lower_conns : lower_ref Host_tbl.t;
     secret : Tcp_secret.t;
-    mutable next_ephemeral : int;
+    port_counters : int array;
+        (** ephemeral port counters, one per destination hashed (RFC 6056 algorithm 4) *)
     upcalls : (unit -> unit) Queue.t;
     mutable flushing : bool;
     icmp : lower_status -> Tcp_icmp.t option;
     orphans : tcb Queue.t;  (** closed by the application, oldest first (some gone) *)
     mutable n_orphans : int;
+    buffered : tcb Queue.t;  (** connections holding a send buffer, oldest first (some gone) *)
+    mutable sndbuf_bytes : int;  (** the memory of every send buffer *)
+    waiting_memory : tcb Queue.t;  (** writers the memory budget refused a send buffer *)
     time_wait : tw Key_tbl.t;
     tw_queue : tw Queue.t;  (** by deadline *)
     mutable tw_armed : Time.t;
@@ -102,8 +108,12 @@ module type S = sig
     rcv_mss : int;
     mutable lower_max : int;  (** the largest segment we send (RFC 1191, RFC 8899) *)
     mutable pmtu_high : int;  (** the smallest segment size known too big for the path *)
+    mutable pmtu_max : int;  (** the largest segment the lower layer (or ICMP) allows *)
+    mutable pmtu_raise_at : Time.t;  (** when a closed search below [pmtu_max] opens again *)
     mutable mtu_probe : (Tcp_seq.t * Tcp_seq.t * int) option;  (** in flight: its range, its size *)
     mutable n_mtu_probes : int;
+    mutable mtu_probe_losses : int;  (** probes of the size being tried lost in a row *)
+    mutable buffer_queued : bool;  (** in the instance's [buffered] queue *)
     mutable peer_mss : int;
     mutable offer_ws : bool;
     mutable offer_sack : bool;
@@ -253,6 +263,8 @@ module type S = sig
   val compact : tcb Queue.t -> (tcb -> bool) -> int -> unit
   val acquire_lower : t -> host -> lower_connection -> unit
   val release_lower : t -> host -> unit
+  val wake_memory_waiters : t -> unit
+  val release_sndbuf : tcb -> unit
   val delete : tcb -> unit
   val fail : tcb -> Protocol.error -> unit
   val is_orphan : tcb -> bool

@@ -41,8 +41,10 @@ module Make (B : Tcp_tcb.S) = struct
             if tcb.mtu_probe <> None then mtu_probe_failed tcb
             else if tcb.cfg.plpmtud && tcb.retries >= 2 && tcb.lower_max > pmtu_floor tcb then begin
               (* A black hole (RFC 8899 section 4.3): the same segment lost
-                 twice to the timer; smaller segments, then the search. *)
-              tcb.pmtu_high <- min tcb.pmtu_high tcb.lower_max;
+                 twice to the timer; smaller segments, then the search, up
+                 to what the lower layer allows: the loss may have been an
+                 outage, which says nothing of the size. *)
+              tcb.pmtu_high <- tcb.pmtu_max + 1;
               tcb.lower_max <- max (pmtu_floor tcb) (tcb.lower_max / 2);
               Log.debug (fun m ->
                   m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
@@ -81,6 +83,9 @@ module Make (B : Tcp_tcb.S) = struct
         fail tcb `Timeout
       end
       else begin
+        (* Behind a zero window: a writer waiting for memory may have this
+           connection reset for it. *)
+        if not (Queue.is_empty tcb.inst.waiting_memory) then wake_memory_waiters tcb.inst;
         if tcb.snd_wnd = 0 then
           (* A probe the receiver must answer with its window: an
              already-acknowledged sequence number. *)

@@ -69,11 +69,13 @@ type config = {
   congestion : congestion;
   rack : bool;
   plpmtud : bool;
+  pmtu_raise : Consort.Time.t;
   syn_cookies : bool;
   min_mss : int;
   orphan_retries : int;
   max_connections : int;
   max_orphans : int;
+  memory_limit : int;
 }
 
 let default_config =
@@ -101,11 +103,13 @@ let default_config =
     congestion = New_reno;
     rack = true;
     plpmtud = true;
+    pmtu_raise = Consort.Time.of_sec 600.;
     syn_cookies = true;
     min_mss = 48;
     orphan_retries = 8;
     max_connections = 16384;
     max_orphans = 4096;
+    memory_limit = 128 * 1024 * 1024;
   }
 
 let pp_config ppf c =
@@ -181,15 +185,18 @@ type stats = {
   orphans : int;
   dsacks_sent : int;
   dsacks_received : int;
+  memory_resets : int;
+  memory_refused : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks %d \
-     dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d"
+     dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d memory resets %d \
+     refused %d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in s.resets_out
     s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
-    s.dsacks_received s.dsacks_sent
+    s.dsacks_received s.dsacks_sent s.memory_resets s.memory_refused
 
 type control = Set_config of config | Abort_all
 

@@ -66,6 +66,9 @@ type config = {
       (** packetization-layer path MTU discovery (RFC 8899, RFC 4821): a segment lost to two
           timeouts in a row makes the segments smaller (a black hole: a path that drops large
           packets and says nothing), then probes with larger ones find the size the path carries *)
+  pmtu_raise : Consort.Time.t;
+      (** how long a path MTU search stays closed below the largest size the lower layer (or ICMP)
+          allows after a probe was lost, before it probes again (RFC 8899's PMTU_RAISE_TIMER) *)
   syn_cookies : bool;  (** answer SYNs with cookies when a listener's backlog is full *)
   min_mss : int;
       (** the smallest MSS taken from a peer (Linux's [tcp_min_snd_mss], 48): a peer asking for less
@@ -78,6 +81,12 @@ type config = {
           orphan, or else it is refused (a SYN gets a cookie) *)
   max_orphans : int;
       (** connections closed by the application and not yet gone; over it the oldest is reset *)
+  memory_limit : int;
+      (** bytes of send buffers across the connections of an instance (default 128 MiB): a
+          connection takes its send buffer (whole: [send_buffer]) at its first write; when that
+          would pass the limit, the oldest connections holding one behind a zero window are reset
+          (as Linux's tcp_mem pressure does), and if none is, the write waits (writable once memory
+          comes back) *)
 }
 
 val default_config : config
@@ -137,6 +146,8 @@ type stats = {
   orphans : int;  (** connections closed by the application, not yet gone *)
   dsacks_sent : int;  (** duplicates reported (RFC 2883) *)
   dsacks_received : int;  (** duplicates the peers reported: spurious retransmissions *)
+  memory_resets : int;  (** connections behind a zero window reset for [memory_limit] *)
+  memory_refused : int;  (** writes that waited for [memory_limit] *)
 }
 
 val pp_stats : stats Fmt.t
@@ -227,7 +238,8 @@ module type S = sig
 
   val write : connection -> ?off:int -> ?len:int -> Cstruct.t -> int
   (** [write c b] copies as much of [b] as the send buffer takes and returns that count; zero when
-      full (wait for [Writable]) or when the connection can no longer send. *)
+      full or when [config.memory_limit] refused the connection a send buffer (wait for [Writable]
+      in both cases), or when the connection can no longer send. *)
 
   val send_space : connection -> int
   (** Bytes {!write} would take now. *)

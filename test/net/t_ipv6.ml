@@ -286,6 +286,70 @@ let martians6 () =
   Alcotest.(check int) "a good one passes" 1 (List.length !got);
   finish x.w
 
+(* Extension headers (RFC 8200 4.1, 4.2): a UDP datagram from A to B
+   behind a chain of [(header, options)], each header's options padded to
+   its length by the caller (6 + 8k bytes). *)
+let with_headers chain =
+  let d = udp6_datagram "opts" in
+  let protos = List.map fst chain @ [ 17 ] in
+  let exts =
+    List.mapi
+      (fun i (_, opts) ->
+        let len = 2 + String.length opts in
+        assert (len mod 8 = 0);
+        String.make 1 (Char.chr (List.nth protos (i + 1)))
+        ^ String.make 1 (Char.chr ((len / 8) - 1))
+        ^ opts)
+      chain
+  in
+  let body = String.concat "" exts ^ d in
+  let h = Bytes.make 40 '\000' in
+  Bytes.set h 0 '\x60';
+  Bytes.set_uint16_be h 4 (String.length body);
+  Bytes.set h 6 (Char.chr (List.hd protos));
+  Bytes.set h 7 '\064';
+  Bytes.blit_string (Ipv6_addr.to_octets a6) 0 h 8 16;
+  Bytes.blit_string (Ipv6_addr.to_octets b6) 0 h 24 16;
+  Ethernet_packet.to_string
+    { dst = mac_b; src = mac_a; ethertype = 0x86dd }
+    (Bytes.to_string h ^ body)
+
+(* Six bytes of options: Pad1, an option of type [ty] with one byte of data, PadN of two. *)
+let opts ty = "\000" ^ String.make 1 (Char.chr ty) ^ "\001\000" ^ "\001\000"
+
+let ext_headers6 () =
+  let x = world6 () in
+  let got, h = udp6_collect () in
+  ok (Udp6.passive_open x.ub (Udp.Port 4000) h);
+  let send chain = Device.deliver x.w.dev_b (packet x.w (with_headers chain)) in
+  let delivered () = List.length !got and errors () = (Ip6.query x.ipb).icmp_errors_sent in
+  (* Padding and an unknown option whose type says skip it (00): delivered. *)
+  send [ (0, opts 0x1e) ];
+  send [ (0, opts 0x05); (60, opts 0x1e) ];
+  Alcotest.(check int) "skippable options: delivered" 2 (delivered ());
+  (* Unknown, type 01: discarded, no error. *)
+  send [ (60, opts 0x42) ];
+  Alcotest.(check int) "01: discarded" 2 (delivered ());
+  Alcotest.(check int) "01: no error" 0 (errors ());
+  (* Unknown 0xC2 (11, the jumbo payload, which this stack does not take): discarded, a parameter
+     problem to a unicast source. *)
+  send [ (60, opts 0xC2) ];
+  Alcotest.(check int) "0xC2: discarded" 2 (delivered ());
+  Alcotest.(check int) "0xC2: parameter problem sent" 1 (errors ());
+  send [ (0, opts 0x82) ];
+  Alcotest.(check int) "10: discarded" 2 (delivered ());
+  Alcotest.(check int) "10: parameter problem sent" 2 (errors ());
+  (* A hop-by-hop header that is not first: discarded, unrecognized next header. *)
+  send [ (60, opts 0x1e); (0, opts 0x1e) ];
+  Alcotest.(check int) "hop-by-hop not first: discarded" 2 (delivered ());
+  Alcotest.(check int) "hop-by-hop not first: parameter problem" 3 (errors ());
+  (* An option running past its header. *)
+  send [ (60, "\001\002\000\000\001\009") ];
+  Alcotest.(check int) "an option past its header: discarded" 2 (delivered ());
+  send [ (60, opts 0x1e) ];
+  Alcotest.(check int) "and the next good one delivered" 3 (delivered ());
+  finish x.w
+
 let addresses () =
   let t s = Ipv6_addr.to_string (Ipv6_addr.of_string_exn s) in
   List.iter
@@ -365,4 +429,5 @@ let suite =
     Alcotest.test_case "IPv6 fragments: reassembly and bounds" `Quick fragments6;
     Alcotest.test_case "neighbour solicitation flood: bounded" `Quick nd_flood;
     Alcotest.test_case "IPv6 martian sources refused" `Quick martians6;
+    Alcotest.test_case "IPv6 options and hop-by-hop as RFC 8200 says" `Quick ext_headers6;
   ]

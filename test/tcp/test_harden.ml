@@ -738,6 +738,15 @@ let icmp6_to_tcp () =
   Alcotest.(check bool)
     "packet too big 1280: 1240 for TCP" true
     (kind (Packet_too_big 1280) = Some (Frag_needed 1240));
+  (* RFC 8201 section 4: never below the IPv6 minimum link MTU, whatever an
+     ICMPv6 message says. *)
+  List.iter
+    (fun mtu ->
+      Alcotest.(check bool)
+        (Fmt.str "packet too big %d: still 1240 for TCP" mtu)
+        true
+        (kind (Packet_too_big mtu) = Some (Frag_needed 1240)))
+    [ 100; 0; 1279 ];
   Alcotest.(check bool)
     "port unreachable: hard" true
     (match kind (Unreachable 4) with Some (Hard _) -> true | _ -> false);
@@ -754,9 +763,135 @@ let icmp6_to_tcp () =
     "too short a quote" true
     (Tcp_icmp.of_ipv6 (Ipv6.Icmp_error { error = Packet_too_big 1280; quoted = "abc" }) = None)
 
+(* The memory budget (config.memory_limit): 300 connections to a peer
+   that never reads (its window shuts at 16 KiB), each writing 1 MiB into
+   a 256 KiB send buffer, under a 4 MiB budget (16 buffers): the send
+   buffers never pass it, and the oldest connections holding one behind a
+   zero window are reset for the writers waiting, until as many are left as
+   buffers fit. Without the budget they would hold 75 MiB. *)
+let memory_budget () =
+  let limit = 4 * 1024 * 1024 and n = 300 in
+  let vclock = Clock.Virtual.create () in
+  let pool = Consort.Pool.create ~name:"budget" () in
+  let net = Mem.create_net ~seed:1 vclock pool in
+  let config =
+    { Tcp.default_config with send_buffer = 256 * 1024; memory_limit = limit; max_orphans = 4096 }
+  in
+  let (module A) = Node.make ~config net pool 1 ~seed:1 in
+  let (module B) =
+    Node.make ~config:{ Tcp.default_config with receive_buffer = 16 * 1024 } net pool 2 ~seed:2
+  in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let rec accept () = Socket.Promise.upon (B.Sock.accept l) (fun _ -> accept ()) in
+  accept ();
+  let data = Cstruct.create (1024 * 1024) in
+  let failed = Array.make n false and peak = ref 0 in
+  let watch () =
+    let m = (A.T.query A.tcp).memory in
+    if m > !peak then peak := m
+  in
+  Mem.on_frame net (fun _ ~src:_ ~dst:_ _ -> watch ());
+  for i = 0 to n - 1 do
+    Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
+      | Error _ -> failed.(i) <- true
+      | Ok s ->
+          Socket.Promise.upon (A.Sock.write s data) (function
+            | Error _ -> failed.(i) <- true
+            | Ok () -> ()))
+  done;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 60.) vclock;
+  let st = A.T.query A.tcp in
+  Logs.app (fun m ->
+      m "peak memory %d; %a; alive: %a" !peak Tcp.pp_stats st
+        Fmt.(list ~sep:sp int)
+        (List.filter (fun i -> not failed.(i)) (List.init n Fun.id)));
+  let fails = Array.fold_left (fun k f -> if f then k + 1 else k) 0 failed in
+  (* Each connection's record and queues besides its send buffer: well under 4 KiB. *)
+  Alcotest.(check bool)
+    (Fmt.str "memory at its peak (%d) within the budget (%d) and the records" !peak limit)
+    true
+    (!peak <= limit + (n * 4096));
+  Alcotest.(check bool)
+    (Fmt.str "connections behind a zero window reset for memory (%d)" st.memory_resets)
+    true
+    (st.memory_resets >= n - 16 - 1);
+  Alcotest.(check int) "each reset one of the connections that failed" st.memory_resets fails;
+  Alcotest.(check int) "as many left as buffers fit in the budget" 16 (n - fails);
+  Alcotest.(check int) "and only they in the table" 16 st.active;
+  Alcotest.(check bool) "the first to take a buffer was reset" true failed.(0)
+
+(* Ephemeral ports (RFC 6056 algorithm 4): a counter per destination, so
+   that connections to one host step its ports by one whatever the host
+   does with others (with one counter, each destination sees the ports
+   step by the number of connections made elsewhere in between). *)
+let ports_per_destination () =
+  let vclock = Clock.Virtual.create () in
+  let pool = Consort.Pool.create ~name:"ports" () in
+  let net = Mem.create_net ~seed:1 vclock pool in
+  let (module A) = Node.make ~secret:(String.make 32 'k') net pool 1 ~seed:1 in
+  let listen h =
+    let (module N) = Node.make net pool h ~seed:h in
+    ignore (Result.get_ok (N.Sock.listen N.tcp 80))
+  in
+  listen 2;
+  listen 3;
+  let ports = Hashtbl.create 4 in
+  Mem.on_frame net (fun _ ~src ~dst frame ->
+      let flags = Char.code frame.[13] in
+      if src = 1 && flags land 0x12 = 0x02 then
+        Hashtbl.replace ports dst
+          (Hashtbl.find_opt ports dst |> Option.value ~default:[]
+          |> List.cons (String.get_uint16_be frame 0)));
+  for _ = 1 to 5 do
+    List.iter (fun h -> ignore (A.Sock.connect A.tcp h 80)) [ 2; 3; 3 ]
+  done;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 1.) vclock;
+  List.iter
+    (fun (h, n) ->
+      let ps = List.rev (Option.value ~default:[] (Hashtbl.find_opt ports h)) in
+      Alcotest.(check int) (Fmt.str "SYNs to host %d" h) n (List.length ps);
+      let steps =
+        List.map2
+          (fun a b -> (b - a + 16384) mod 16384)
+          (List.rev (List.tl (List.rev ps)))
+          (List.tl ps)
+      in
+      Alcotest.(check (list int))
+        (Fmt.str "ports to host %d step by one (%a)" h Fmt.(list ~sep:sp int) ps)
+        (List.init (n - 1) (fun _ -> 1))
+        steps)
+    [ (2, 5); (3, 10) ]
+
+(* An IPv4 header quoted by an ICMP error (RFC 792, RFC 1812): the quote
+   may stop before the total length the header gives, as long as 8 bytes of
+   payload follow it; 7 are too few. *)
+let ipv4_quote () =
+  let src = Ipv4_addr.of_string_exn "10.0.0.1" and dst = Ipv4_addr.of_string_exn "10.0.0.2" in
+  let whole =
+    Ipv4_packet.to_string (Ipv4_packet.v ~df:true ~proto:6 ~src ~dst ()) (String.make 1000 'x')
+  in
+  let quote n = Ipv4_packet.decode_quoted (Cstruct.of_string (String.sub whole 0 n)) in
+  (match quote 28 with
+  | Ok (h, rest) ->
+      Alcotest.(check int) "protocol" 6 h.proto;
+      Alcotest.(check bool) "destination" true (Ipv4_addr.equal dst h.dst);
+      Alcotest.(check int) "the 8 bytes quoted" 8 (Cstruct.length rest)
+  | Error (`Msg m) -> Alcotest.failf "a 28-byte quote of a 1020-byte datagram: %s" m);
+  (match quote 576 with
+  | Ok (_, rest) -> Alcotest.(check int) "what RFC 1812 quotes" 556 (Cstruct.length rest)
+  | Error (`Msg m) -> Alcotest.failf "a 576-byte quote: %s" m);
+  Alcotest.(check bool) "7 bytes of payload are too few" true (Result.is_error (quote 27));
+  Alcotest.(check bool) "no header" true (Result.is_error (quote 12))
+
 let tests =
   tests
   @ [
+      Alcotest.test_case "an ICMP error's IPv4 quote: header and 8 bytes are enough" `Quick
+        ipv4_quote;
+      Alcotest.test_case "ephemeral ports: a counter per destination (RFC 6056 algorithm 4)" `Quick
+        ports_per_destination;
+      Alcotest.test_case "a memory budget across connections: the oldest zero windows lose" `Quick
+        memory_budget;
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick

@@ -266,6 +266,32 @@ let receive_window =
 0.6   expect delivered 0
 |}
 
+(* A bare FIN at RCV.NXT takes no room in the window: taken at a zero
+   window (as Linux does), where data is not; a FIN with data is not. *)
+let fin_zero_window =
+  case "a bare FIN at a zero window is taken, a FIN with data is not"
+    ~config:{ plain with receive_buffer = 4000 }
+    {|
+0     listen 8080
+0.1   < S 0:0(0) win 65535 <mss 1000>
+0.1   > S. 0:0(0) ack 1 win 4000 <mss 1460>
+0.2   < . 1:1(0) ack 1 win 65535
+0.2   autoconsume off
+0.3   < . 1:1001(1000) ack 1 win 65535
+0.3   < . 1001:2001(1000) ack 1 win 65535
+0.3   > . 1:1(0) ack 2001 win 2000
+0.3   < . 2001:3001(1000) ack 1 win 65535
+0.3   < . 3001:4001(1000) ack 1 win 65535
+0.3   > . 1:1(0) ack 4001 win 0
+0.4   < F. 4001:4002(1) ack 1 win 65535     # a FIN with a byte: not taken
+0.4   > . 1:1(0) ack 4001 win 0
+0.4   expect state ESTABLISHED
+0.5   < F. 4001:4001(0) ack 1 win 65535     # a bare FIN: taken
+0.5   > . 1:1(0) ack 4002 win 0
+0.5   expect state CLOSE-WAIT
+0.5   expect status peer_closed
+|}
+
 let fin_syn_received =
   case "FIN in SYN-RECEIVED (with the handshake ACK), CLOSE-WAIT, LAST-ACK"
     {|
@@ -588,6 +614,7 @@ let tests =
     sack_recovery;
     zero_window_probe;
     receive_window;
+    fin_zero_window;
     fin_syn_received;
     fin_listen_syn_sent;
     fin_wait_1_closing;

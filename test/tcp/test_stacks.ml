@@ -22,27 +22,37 @@ type world = {
 }
 
 (* A device that passes [d]'s frames through [drop] on the way out: those
-   for which it holds vanish. *)
-let filtered drop d =
-  let out =
-    Device.v ~name:(Device.name d) ~mac:(Device.mac d) ~mtu:(Device.mtu d)
-      ~send:(fun p ->
-        if drop (Packet.cstruct p) then begin
-          Packet.release p;
-          Ok ()
-        end
-        else Device.send d p)
-      ()
+   for which it holds vanish, and [reply] may answer one (a router's ICMP
+   error): the frame it gives comes back to the sender a millisecond later. *)
+let filtered ~clock ~pool ?(reply = fun _ -> None) drop d =
+  let out = ref None in
+  let send p =
+    let f = Packet.cstruct p in
+    if drop f then begin
+      (match (reply f, !out) with
+      | Some frame, Some o ->
+          ignore
+            (clock.Clock.at
+               (clock.now () + Time.of_ms 1)
+               (fun () -> Device.deliver o (Packet.of_string pool frame))
+              : Clock.cancel)
+      | _ -> ());
+      Packet.release p;
+      Ok ()
+    end
+    else Device.send d p
   in
-  Device.set_receive d (Device.deliver out);
-  out
+  let o = Device.v ~name:(Device.name d) ~mac:(Device.mac d) ~mtu:(Device.mtu d) ~send () in
+  out := Some o;
+  Device.set_receive d (Device.deliver o);
+  o
 
-let world ?(drop = fun _ -> false) ~seed impair =
+let world ?(drop = fun _ -> false) ?reply ~seed impair =
   let vc = Clock.Virtual.create () in
   let clock = Clock.Virtual.clock vc in
   let pool = Pool.create ~name:"stacks" () in
   let da, db = Mem_link.pair ~clock ~pool_a:pool ~pool_b:pool mac_a mac_b in
-  let da = filtered drop da and db = filtered drop db in
+  let da = filtered ~clock ~pool ?reply drop da and db = filtered ~clock ~pool drop db in
   let wrap seed d = Impair.device (Impair.wrap ~clock ~seed ~pool impair d) in
   let a = Ipstack.create ~clock ~pool ~address:(prefix ip_a) (wrap seed da) in
   let b = Ipstack.create ~clock ~pool ~address:(prefix ip_b) (wrap (seed + 1) db) in
@@ -57,7 +67,8 @@ module type NODE = sig
   val tcp : T.t
 end
 
-let over_ip w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_addr.t) =
+let over_ip ?config ?icmp w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_addr.t)
+    =
   let module P = struct
     type host = Ipv4_addr.t
     type lower_address = Ipv4.address
@@ -74,7 +85,7 @@ let over_ip w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_a
     let pool = w.pool
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
-  let tcp = Result.get_ok (T.create s.ip) in
+  let tcp = Result.get_ok (T.create ?config ?icmp s.ip) in
   (module struct
     type host = Ipv4_addr.t
 
@@ -233,6 +244,45 @@ let black_hole_ipv4 () =
   Alcotest.(check bool) "the black hole swallowed the first segments" true (!dropped > 0);
   Alcotest.(check bool) "and few others (probes)" true (!dropped < 40)
 
+(* A router on the path whose next hop takes 1000 bytes: it drops every
+   larger datagram from A and answers with ICMP fragmentation needed
+   quoting, as RFC 792 has it, the IP header and the first 8 bytes of the
+   payload only (so the quoted total length is over what is quoted). IPv4
+   path MTU discovery alone (no probing) must shrink the segments and the
+   transfer must complete without a timeout. *)
+let pmtu_ipv4_icmp () =
+  let router = Ipv4_addr.of_string_exn "10.1.0.254" in
+  let errors = ref 0 in
+  let big f = Cstruct.BE.get_uint16 f 12 = 0x0800 && Cstruct.length f - 14 > 1000 in
+  let reply f =
+    let ip = Cstruct.shift f 14 in
+    if Cstruct.get_uint8 ip 9 <> 6 then None
+    else begin
+      incr errors;
+      let hlen = Cstruct.get_uint8 ip 0 land 15 * 4 in
+      let quote = Cstruct.to_string (Cstruct.sub ip 0 (hlen + 8)) in
+      let icmp = Icmp_packet.to_string (Dest_unreachable (Frag_needed { mtu = 1000 })) quote in
+      let hdr = Ipv4_packet.v ~proto:1 ~src:router ~dst:ip_a () in
+      let eth = Bytes.create 16 in
+      Bytes.set_int64_be eth 0 (Int64.of_int (Mac_addr.to_int mac_a lsl 16));
+      Bytes.set_int64_be eth 6 (Int64.of_int (Mac_addr.to_int mac_b lsl 16));
+      Bytes.set_uint16_be eth 12 0x0800;
+      let eth = Bytes.sub eth 0 14 in
+      Some (Bytes.to_string eth ^ Ipv4_packet.to_string hdr icmp)
+    end
+  in
+  let w = world ~drop:big ~reply ~seed:7 { Impair.none with delay = Time.of_ms 2 } in
+  let config = { Tcp.default_config with plpmtud = false; max_retransmits = 4 } in
+  let a = over_ip ~config ~icmp:Tcp_icmp.of_ipv4 w w.a ip_a ~seed:1
+  and b = over_ip ~config w w.b ip_b ~seed:2 in
+  let sa, _ = bulk w a b ip_b (512 * 1024) in
+  Logs.app (fun m -> m "%d ICMP errors sent by the router; %a" !errors Tcp.pp_stats sa);
+  Alcotest.(check bool) "the router answered" true (!errors > 0);
+  Alcotest.(check bool) (Fmt.str "few errors (%d): the size was learnt" !errors) true (!errors < 40);
+  Alcotest.(check bool)
+    (Fmt.str "few retransmissions (%d)" sa.retransmitted)
+    true (sa.retransmitted < 40)
+
 let ip6_a = Ipv6_addr.of_string_exn "fd01::a"
 let ip6_b = Ipv6_addr.of_string_exn "fd01::b"
 
@@ -272,4 +322,6 @@ let tests =
       `Quick over_ipv6;
     Alcotest.test_case "over IPv4: DF on every segment; a black hole found by probing" `Quick
       black_hole_ipv4;
+    Alcotest.test_case "over IPv4: ICMP fragmentation needed quoting 8 bytes shrinks segments"
+      `Quick pmtu_ipv4_icmp;
   ]

@@ -6,7 +6,7 @@ module type S = sig
   val mem : Mem.t
 end
 
-let make ?config ?(checksum = true) ?mtu net pool host ~seed : (module S) =
+let make ?config ?secret ?(checksum = true) ?mtu net pool host ~seed : (module S) =
   let mem = Mem.attach ?mtu net host in
   let module P = struct
     type host = int
@@ -25,7 +25,7 @@ let make ?config ?(checksum = true) ?mtu net pool host ~seed : (module S) =
   end in
   let module T = Tcp.Make (Mem) (P) in
   let tcp =
-    match T.create ?config ~icmp:Option.some mem with
+    match T.create ?config ?secret ~icmp:Option.some mem with
     | Ok t -> t
     | Error e -> Fmt.failwith "%a" Protocol.pp_error e
   in

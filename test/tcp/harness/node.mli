@@ -10,6 +10,7 @@ end
 
 val make :
   ?config:Tcp.config ->
+  ?secret:string ->
   ?checksum:bool ->
   ?mtu:int ->
   Mem.net ->
@@ -17,4 +18,5 @@ val make :
   int ->
   seed:int ->
   (module S)
-(** [make net pool host ~seed] attaches [host] to [net] and runs TCP on it. *)
+(** [make net pool host ~seed] attaches [host] to [net] and runs TCP on it; [secret] is the key of
+    its ISNs and ports ({!Tcp_secret.create}). *)
