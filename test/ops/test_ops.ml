@@ -503,6 +503,63 @@ let members () =
   pids := [ pb ];
   Alcotest.(check bool) "socket removed at exit" false (Sys.file_exists sock)
 
+(* A member's refusals reach the operator: a lone member of a group that
+   expects 3 votes is not primary, so its casts are refused, and the command
+   says why and exits 2 (refused); a message over the largest the stack
+   carries is refused as too big. Nothing refused is delivered or answered "ok". *)
+let refusals () =
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-r%d" (Unix.getpid ()))
+  in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let sock = Filename.concat dir "p.sock" and log = Filename.concat dir "p.out" in
+  let pid =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsr";
+        "--bind";
+        "127.0.0.1:7486";
+        "--peers";
+        "127.0.0.1:7487";
+        "--no-input";
+        "--props";
+        "vsync,Primary";
+        "--params";
+        "primary.expected=3,frag.max_message=4096";
+        "--control";
+        sock;
+      ]
+      log
+  in
+  Fun.protect ~finally:(fun () ->
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ());
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  until "the lone member's view" (fun () ->
+      match run_cmd [ "status"; "--control"; sock; "--json" ] with
+      | 0, out, _ -> contains out "\"view\""
+      | _ -> false);
+  let code, out, err = run_cmd [ "cast"; "--control"; sock; "not primary here" ] in
+  Alcotest.(check (pair int string))
+    "cast in a view that is not primary: refused" (2, "") (code, out);
+  if not (contains err "not primary") then Alcotest.failf "not primary: %S" err;
+  if List.length (String.split_on_char '\n' (String.trim err)) <> 1 then
+    Alcotest.failf "not one line: %S" err;
+  let code, _, err = run_cmd [ "cast"; "--control"; sock; "--group"; "opsr"; "again" ] in
+  Alcotest.(check int) "through --group: refused" 2 code;
+  if not (contains err "not primary") then Alcotest.failf "not primary (--group): %S" err;
+  let code, _, err = run_cmd [ "cast"; "--control"; sock; String.make 5000 'x' ] in
+  Alcotest.(check int) "too big: refused" 2 code;
+  if not (contains err "over the largest") then Alcotest.failf "too big: %S" err;
+  if contains (file log) "cast from" then
+    Alcotest.failf "a refused cast was delivered: %S" (file log);
+  if not (contains (file log) "cast refused: this member's view is not primary") then
+    Alcotest.failf "the member does not say it refused: %S" (file log)
+
 (* [group NAME REQUEST] at a member's control socket: answered as REQUEST
    for its own group (so the ops commands' --group works against a member
    as against a daemon), refused for another. *)
@@ -554,5 +611,6 @@ let () =
           Alcotest.test_case "status, cast, send, counters, metrics over real members" `Quick
             members;
           Alcotest.test_case "group NAME REQUEST" `Quick group_prefix;
+          Alcotest.test_case "refusals reach the operator, exit 2" `Quick refusals;
         ] );
     ]
