@@ -512,7 +512,7 @@ let run cfg =
                     let seq = !next_seq in
                     let payload = if cfg.log = None then text else frame seq text in
                     match api_cast g payload with
-                    | Ok () -> ()
+                    | Ok () -> Ok ()
                     | Error reason ->
                         say "cast refused: %s" reason;
                         write
@@ -527,7 +527,8 @@ let run cfg =
                                len = String.length text;
                                digest = digest text;
                                reason;
-                             })
+                             });
+                        Error reason
                   in
                   let send_line id text =
                     incr next_seq;
@@ -536,10 +537,10 @@ let run cfg =
                       (Fmt.str "%a" Consort_group.Group.pp_error)
                       (G.send g id payload)
                   in
-                  (cast_ref :=
-                     fun text ->
-                       cast_line text;
-                       Ok ());
+                  (* The control socket's cast answers with the member's own
+                     answer: a refusal (not primary, flow control, too big,
+                     leaving) reaches the operator. *)
+                  cast_ref := cast_line;
                   send_ref := send_line;
                   say "member %s of group %s, stack %s" (G.me g) cfg.group (Stack.describe layers);
                   let leaving = ref false in
@@ -608,7 +609,7 @@ let run cfg =
                             Buffer.add_string buf (String.sub s (i + 1) (String.length s - i - 1));
                             if !skipping then skipping := false
                             else if String.length line > max_line then too_long ()
-                            else if line <> "" then cast_line line;
+                            else if line <> "" then ignore (cast_line line);
                             lines ()
                         | None ->
                             if Buffer.length buf > max_line then begin
@@ -620,7 +621,7 @@ let run cfg =
                       let at_end () =
                         if Buffer.length buf > max_line then too_long ()
                         else if Buffer.length buf > 0 && not !skipping then
-                          cast_line (Buffer.contents buf);
+                          ignore (cast_line (Buffer.contents buf));
                         Buffer.clear buf;
                         leave ()
                       in
