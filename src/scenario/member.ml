@@ -220,8 +220,8 @@ let counters g =
   let st = S.stats (G.connection g) in
   G.counters g @ [ ("seal", Seal.stats_list st) ]
 
-let metrics_samples cfg g ~flow_blocked =
-  let labels = [ ("group", cfg.group); ("member", G.me g) ] in
+let metrics_samples cfg g ~totals ~flow_blocked =
+  let labels = Consort_ops.Metrics.member_labels ~group:cfg.group (G.me g) in
   let v = G.view g in
   let gauge name help value = { Consort_ops.Metrics.name; help; kind = `Gauge; labels; value } in
   gauge "consort_view_members" "Members in the current view."
@@ -231,7 +231,8 @@ let metrics_samples cfg g ~flow_blocked =
   :: gauge "consort_view_rank" "This member's rank in the current view." (float_of_int v.rank)
   :: gauge "consort_flow_blocked" "1 while flow control asks the application to pause."
        (if flow_blocked then 1. else 0.)
-  :: Consort_ops.Metrics.of_counters ~labels (counters g)
+  :: Consort_ops.Metrics.member_info ~group:cfg.group (G.me g)
+  :: Consort_ops.Metrics.of_counters ~totals ~labels (counters g)
 
 (* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
    or on standard error for a quiet member. *)
@@ -282,6 +283,7 @@ let run cfg =
               in
               let self = ref "" and g_ref = ref None and exited = ref false in
               let blocked = ref false and flow_blocked = ref false in
+              let totals = Consort_ops.Metrics.totals () in
               let cast_ref = ref (fun _ -> Error "not in the group yet") in
               let send_ref = ref (fun _ _ -> Error "not in the group yet") in
               let leave_ref = ref (fun () -> ()) in
@@ -357,6 +359,7 @@ let run cfg =
                   block =
                     (fun () ->
                       blocked := true;
+                      Option.iter (fun g -> Consort_ops.Metrics.observe totals (counters g)) !g_ref;
                       write (Log.Block { t = now_ns (); me = !self; view = vid () }));
                   flow =
                     (fun b ->
@@ -468,7 +471,7 @@ let run cfg =
                         | Ok sa -> (
                             let samples () =
                               match !g_ref with
-                              | Some g -> metrics_samples cfg g ~flow_blocked:!flow_blocked
+                              | Some g -> metrics_samples cfg g ~totals ~flow_blocked:!flow_blocked
                               | None -> []
                             in
                             match Consort_ops.Metrics.serve loop sa samples with

@@ -1112,8 +1112,14 @@ let test_ops () =
         [
           "200 OK";
           "consortd_members 3";
-          "# TYPE consortd_counter counter";
-          Printf.sprintf "consort_view_members{group=\"g\",member=\"%s\"} 2" (C.me a.m);
+          "# TYPE consortd_events_total counter";
+          Printf.sprintf "consort_view_members{group=\"g\",member=\"%s\"} 2"
+            (List.hd (String.split_on_char '#' (C.me a.m)));
+          Printf.sprintf "consort_member_info{group=\"g\",member=\"%s\",id=\"%s\"} 1"
+            (List.hd (String.split_on_char '#' (C.me a.m)))
+            (C.me a.m);
+          "# TYPE consort_layer_events_total counter";
+          "# TYPE consort_layer_gauge gauge";
         ];
       C.close a.conn;
       C.close b.conn;
