@@ -367,10 +367,16 @@ and shed t =
 
 (* The client is gone, or is to be: its members leave their groups. With
    [error], an ERROR about the connection is its last frame. *)
-and fail ?error t c why detail =
+and fail ?error ?(clean = false) t c why detail =
   if not c.closed then begin
-    count t ("failed_" ^ why) 1;
-    Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail);
+    if clean then begin
+      count t why 1;
+      Log.info (fun m -> m "client %d closed its connection" c.cid)
+    end
+    else begin
+      count t ("failed_" ^ why) 1;
+      Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail)
+    end;
     c.closed <- true;
     t.queued <- t.queued - c.queued;
     Option.iter Loop.cancel c.hello_timer;
@@ -824,7 +830,10 @@ let request t c (r : Wire.request) =
 (* Reads what the client sent and serves every whole frame. *)
 let readable t c =
   match Wire.read c.framer c.fd with
-  | 0 -> fail t c "closed" "end of stream"
+  | 0 when Wire.buffered c.framer = 0 && c.discard = 0 ->
+      (* Between frames: the client is done, not failed. *)
+      fail ~clean:true t c "closed" "end of stream"
+  | 0 -> fail t c "closed" "end of stream inside a frame"
   | n ->
       count t "bytes_in" n;
       let rec frames () =
