@@ -249,7 +249,11 @@ let print_counters ~quiet g =
   if quiet then prerr_endline line else print_endline line;
   flush stdout
 
+let current = ref []
+let log_context () = !current
+
 let run cfg =
+  current := [ ("group", cfg.group) ];
   match Consort_group.Properties.layers cfg.props with
   | Error e -> Error (Bad_props (Fmt.str "%a" Consort_group.Properties.pp_error e))
   | Ok layers -> (
@@ -341,6 +345,7 @@ let run cfg =
                       blocked := false;
                       self := v.members.(v.rank);
                       last_vid := v.vid;
+                      current := [ ("member", !self); ("group", cfg.group); ("view", v.vid) ];
                       say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                         (String.concat " " (Array.to_list v.members))
                         v.rank (String.concat " " v.joined) (String.concat " " v.left);

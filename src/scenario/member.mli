@@ -67,3 +67,7 @@ val check_config : config -> (unit, error) result
 
 val run : config -> (unit, error) result
 (** [run cfg] runs the member until it has left the group. *)
+
+val log_context : unit -> (string * string) list
+(** What is known now of the member {!run} runs: [group], then, from its first view, [member] (its
+    id) and [view] (the current view's id): the fields of its JSON log records. *)

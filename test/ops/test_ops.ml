@@ -814,6 +814,83 @@ let metrics_conventions () =
   if not (has "consort_member_info{" [ ("member", a); ("group", "opsc") ]) then
     Alcotest.fail "no consort_member_info"
 
+(* A member's JSON log records carry the group, and from its first view the
+   member's id and the view's: the record of its leave names the member and
+   view that status showed. *)
+let json_log_fields () =
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-j%d" (Unix.getpid ()))
+  in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let sock = Filename.concat dir "j.sock" and log = Filename.concat dir "j.err" in
+  let pid =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsj";
+        "--bind";
+        "127.0.0.1:7491";
+        "--peers";
+        "127.0.0.1:7492";
+        "--no-input";
+        "--quiet";
+        "--log-level";
+        "info";
+        "--log-format";
+        "json";
+        "--control";
+        sock;
+      ]
+      log
+  in
+  let live = ref true in
+  Fun.protect ~finally:(fun () ->
+      if !live then begin
+        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+        try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ()
+      end;
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  let status = ref `Null in
+  until "the member's view" (fun () ->
+      match run_cmd [ "status"; "--control"; sock; "--json" ] with
+      | 0, out, _ when contains out "\"view\"" ->
+          status := Yojson.Safe.from_string out;
+          true
+      | _ -> false);
+  let field j k =
+    match j with
+    | `Assoc l -> ( match List.assoc_opt k l with Some (`String s) -> s | _ -> "")
+    | _ -> ""
+  in
+  let me = field !status "me" and view = field !status "view" in
+  Unix.kill pid Sys.sigterm;
+  ignore (Unix.waitpid [] pid);
+  live := false;
+  let records =
+    List.filter_map
+      (fun l ->
+        if l = "" then None
+        else
+          match Yojson.Safe.from_string l with
+          | j -> Some j
+          | exception Yojson.Json_error e -> Alcotest.failf "not a JSON record: %S (%s)" l e)
+      (String.split_on_char '\n' (file log))
+  in
+  if records = [] then Alcotest.fail "no log records";
+  List.iter
+    (fun j ->
+      if field j "group" <> "opsj" then Alcotest.failf "no group: %s" (Yojson.Safe.to_string j))
+    records;
+  match List.find_opt (fun j -> contains (field j "msg") "left the group") records with
+  | None -> Alcotest.failf "no record of the leave in %S" (file log)
+  | Some j ->
+      Alcotest.(check (pair string string))
+        "member and view" (me, view)
+        (field j "member", field j "view")
+
 (* [group NAME REQUEST] at a member's control socket: answered as REQUEST
    for its own group (so the ops commands' --group works against a member
    as against a daemon), refused for another. *)
@@ -868,5 +945,6 @@ let () =
           Alcotest.test_case "refusals reach the operator, exit 2" `Quick refusals;
           Alcotest.test_case "metrics follow the conventions across view changes" `Quick
             metrics_conventions;
+          Alcotest.test_case "JSON log records: member, group, view" `Quick json_log_fields;
         ] );
     ]
