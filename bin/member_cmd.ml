@@ -40,6 +40,7 @@ let seal_of props key =
 let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file
     discovery no_input key control metrics pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
+  Consort_cli.set_log_context Member.log_context;
   match seal_of props key with
   | Error e ->
       Fmt.epr "consort member: %s@." e;

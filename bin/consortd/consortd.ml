@@ -375,7 +375,8 @@ let cmd =
       `P
         "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N \
          members=N and its counters (clients accepted, frames and bytes in and out, clients failed \
-         out by reason: failed_closed, failed_malformed, failed_overloaded, ...).";
+         out by reason: closed (a clean close), failed_closed (inside a frame), failed_malformed, \
+         failed_overloaded, ...).";
       `P
         "Errors are one line on standard error. Exit codes: 0 after SIGTERM or SIGINT (every \
          member left); 2 for a bad argument, an address in use, a key or token file that cannot be \

@@ -428,6 +428,21 @@ let json_string s =
   Buffer.add_char b '"';
   Buffer.contents b
 
+let log_context = ref (fun () -> [])
+let set_log_context f = log_context := f
+let reserved = [ "t"; "level"; "src"; "msg" ]
+
+let context_fields () =
+  match !log_context () with
+  | fields ->
+      String.concat ""
+        (List.filter_map
+           (fun (k, v) ->
+             if List.mem k reserved then None
+             else Some (Printf.sprintf ",%s:%s" (json_string k) (json_string v)))
+           fields)
+  | exception _ -> ""
+
 let reporter format =
   let report src level ~over k msgf =
     msgf @@ fun ?header:_ ?tags:_ fmt ->
@@ -440,11 +455,12 @@ let reporter format =
                 (String.uppercase_ascii (Logs.level_to_string (Some level)))
                 (Logs.Src.name src) (one_line msg)
           | Json ->
-              Printf.sprintf "{\"t\":%s,\"level\":%s,\"src\":%s,\"msg\":%s}"
+              Printf.sprintf "{\"t\":%s,\"level\":%s,\"src\":%s,\"msg\":%s%s}"
                 (json_string (timestamp ()))
                 (json_string (String.lowercase_ascii (Logs.level_to_string (Some level))))
                 (json_string (Logs.Src.name src))
                 (json_string (one_line msg))
+                (context_fields ())
         in
         prerr_endline line;
         over ();

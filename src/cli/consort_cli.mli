@@ -80,6 +80,11 @@ val setup_logs :
     level and the source (or one JSON object per line), and sets the levels. [verbose] raises the
     default to [info]. *)
 
+val set_log_context : (unit -> (string * string) list) -> unit
+(** [set_log_context f]: each JSON record also carries the fields [f ()] gives when it is written
+    (such as [member], [group] and [view] for a member: the fields known then), after [t], [level],
+    [src] and [msg] (fields of those names are left out). *)
+
 val logging : unit Cmdliner.Term.t
 (** [--log-level LEVELS] (default [warning]) and [--log-format text|json]; evaluating it installs
     the reporter. *)

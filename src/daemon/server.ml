@@ -147,6 +147,7 @@ type member = {
   pending : (int * string) Queue.t;  (** accepted, not yet in the stack: request number, payload *)
   mutable exited : bool;
   mutable group_flow : bool;  (** the group's flow control holds it (its last flow upcall) *)
+  totals : Consort_ops.Metrics.totals;  (** its counters, monotonic across views *)
 }
 
 and client = {
@@ -366,10 +367,16 @@ and shed t =
 
 (* The client is gone, or is to be: its members leave their groups. With
    [error], an ERROR about the connection is its last frame. *)
-and fail ?error t c why detail =
+and fail ?error ?(clean = false) t c why detail =
   if not c.closed then begin
-    count t ("failed_" ^ why) 1;
-    Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail);
+    if clean then begin
+      count t why 1;
+      Log.info (fun m -> m "client %d closed its connection" c.cid)
+    end
+    else begin
+      count t ("failed_" ^ why) 1;
+      Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail)
+    end;
     c.closed <- true;
     t.queued <- t.queued - c.queued;
     Option.iter Loop.cancel c.hello_timer;
@@ -480,7 +487,14 @@ let callbacks t m =
              }));
     cast = (fun ~origin s -> up t m (Wire.Cast_up { handle; origin; payload = s }));
     send = (fun ~origin s -> up t m (Wire.Send_up { handle; origin; payload = s }));
-    block = (fun () -> up t m (Wire.Block { handle }));
+    block =
+      (fun () ->
+        Option.iter
+          (fun g ->
+            Consort_ops.Metrics.observe m.totals
+              (G.counters g @ [ ("seal", Seal.stats_list (S.stats (G.connection g))) ]))
+          m.g;
+        up t m (Wire.Block { handle }));
     flow =
       (fun b ->
         m.group_flow <- b;
@@ -600,6 +614,7 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       pending = Queue.create ();
       exited = false;
       group_flow = false;
+      totals = Consort_ops.Metrics.totals ();
     }
   in
   let on_sent ~vid kind s =
@@ -819,7 +834,10 @@ let request t c (r : Wire.request) =
 (* Reads what the client sent and serves every whole frame. *)
 let readable t c =
   match Wire.read c.framer c.fd with
-  | 0 -> fail t c "closed" "end of stream"
+  | 0 when Wire.buffered c.framer = 0 && c.discard = 0 ->
+      (* Between frames: the client is done, not failed. *)
+      fail ~clean:true t c "closed" "end of stream"
+  | 0 -> fail t c "closed" "end of stream inside a frame"
   | n ->
       count t "bytes_in" n;
       let rec frames () =
@@ -1154,12 +1172,12 @@ let metrics_samples t =
        (fun (k, v) ->
          sample ~kind:`Counter
            ~labels:[ ("counter", k) ]
-           "consortd_counter"
+           "consortd_events_total"
            "The daemon's counters (clients, frames, bytes, clients failed out by reason)." v)
        (stats t)
   @ List.concat_map
       (fun (m, g) ->
-        let labels = [ ("group", m.group); ("member", G.me g) ] in
+        let labels = Consort_ops.Metrics.member_labels ~group:m.group (G.me g) in
         let v = G.view g in
         sample ~labels "consort_view_members" "Members in the current view."
           (Array.length v.Consort_group.Group.members)
@@ -1169,7 +1187,8 @@ let metrics_samples t =
         :: sample ~labels "consort_flow_blocked"
              "1 while flow control asks the application to pause."
              (if m.group_flow || m.client.slow then 1 else 0)
-        :: Consort_ops.Metrics.of_counters ~labels (member_counters g))
+        :: Consort_ops.Metrics.member_info ~group:m.group (G.me g)
+        :: Consort_ops.Metrics.of_counters ~totals:m.totals ~labels (member_counters g))
       (held t)
 
 (* "IP:PORT" as a socket address. *)

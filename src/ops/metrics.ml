@@ -75,22 +75,102 @@ let render samples =
     names;
   Buffer.contents b
 
-let of_counters ~labels counters =
+(* What a layer reports that is a level now, not a count of events: a
+   window, a queue, a round under way. *)
+let gauges =
+  [
+    "blocked";
+    "buffered";
+    "clients";
+    "credit_held";
+    "done_sent";
+    "dones";
+    "flushed";
+    "held";
+    "held_bytes";
+    "held_peak";
+    "holding";
+    "members";
+    "oks";
+    "on";
+    "outstanding";
+    "queued";
+    "queued_messages";
+    "reassembling";
+    "round";
+    "round_coord";
+    "slanders_pending";
+    "suspected";
+    "target";
+    "unacked";
+    "waiting";
+    "waiting_token";
+    "watched";
+  ]
+
+let is_gauge name = List.mem name gauges
+
+(* By (layer, counter): what earlier stacks counted, and the last value seen. *)
+type totals = (string * string, int * int) Hashtbl.t
+
+let totals () : totals = Hashtbl.create 64
+
+let observe (tt : totals) counters =
+  List.iter
+    (fun (layer, l) ->
+      List.iter
+        (fun (c, n) ->
+          if not (is_gauge c) then
+            match Hashtbl.find_opt tt (layer, c) with
+            | None -> Hashtbl.replace tt (layer, c) (0, n)
+            | Some (base, last) ->
+                (* Lower than last seen: a new stack counts from 0. *)
+                Hashtbl.replace tt (layer, c) ((if n < last then base + last else base), n))
+        l)
+    counters
+
+let total (tt : totals) layer c =
+  match Hashtbl.find_opt tt (layer, c) with Some (base, last) -> base + last | None -> 0
+
+let of_counters ~totals:tt ~labels counters =
+  observe tt counters;
   List.concat_map
     (fun (layer, l) ->
       List.map
-        (fun (counter, n) ->
-          {
-            name = "consort_layer_counter";
-            help =
-              "A counter of one layer of the member's stack (layers above Bottom restart at each \
-               view).";
-            kind = `Counter;
-            labels = labels @ [ ("layer", layer); ("counter", counter) ];
-            value = float_of_int n;
-          })
+        (fun (c, n) ->
+          if is_gauge c then
+            {
+              name = "consort_layer_gauge";
+              help = "A level of one layer of the member's stack now (a queue, a window, a round).";
+              kind = `Gauge;
+              labels = labels @ [ ("layer", layer); ("gauge", c) ];
+              value = float_of_int n;
+            }
+          else
+            {
+              name = "consort_layer_events_total";
+              help =
+                "Events counted by one layer of the member's stack, for the life of the process \
+                 (across view changes).";
+              kind = `Counter;
+              labels = labels @ [ ("layer", layer); ("counter", c) ];
+              value = float_of_int (total tt layer c);
+            })
         l)
     counters
+
+let member_labels ~group id =
+  let addr = match String.index_opt id '#' with Some i -> String.sub id 0 i | None -> id in
+  [ ("group", group); ("member", addr) ]
+
+let member_info ~group id =
+  {
+    name = "consort_member_info";
+    help = "1 for the member's incarnation (its id: address and incarnation).";
+    kind = `Gauge;
+    labels = member_labels ~group id @ [ ("id", id) ];
+    value = 1.;
+  }
 
 let response code reason body =
   Printf.sprintf

@@ -14,10 +14,36 @@ val render : sample list -> string
     appearance), then its samples. Label values are escaped (backslash, double quote, newline);
     names are made valid (characters outside [[a-zA-Z0-9_:]] become [_]). *)
 
+type totals
+(** A stack's counters kept monotonic for the life of the process: layers above Bottom count from 0
+    in each view's stack, so a value lower than the last one seen starts a new stack, and what the
+    old stack had counted is kept. Observe the counters at each block (just before a view change) as
+    well as at each scrape, so that little is missed between the last scrape and the change. *)
+
+val totals : unit -> totals
+val observe : totals -> (string * (string * int) list) list -> unit
+
+val gauges : string list
+(** The names of the counters that are levels (queues, windows, rounds), exported as gauges. *)
+
+val is_gauge : string -> bool
+
 val of_counters :
-  labels:(string * string) list -> (string * (string * int) list) list -> sample list
-(** [of_counters ~labels counters] turns a stack's counters, by layer (as [Group.counters] gives
-    them), into samples of [consort_layer_counter{layer=...,counter=...}] with [labels] added. *)
+  totals:totals ->
+  labels:(string * string) list ->
+  (string * (string * int) list) list ->
+  sample list
+(** [of_counters ~totals ~labels counters] turns a stack's counters, by layer (as [Group.counters]
+    gives them), into samples with [labels] added: [consort_layer_events_total{layer,counter}] (a
+    counter, monotonic through [totals]) and, for the {!gauges}, [consort_layer_gauge{layer,gauge}].
+*)
+
+val member_labels : group:string -> string -> (string * string) list
+(** [member_labels ~group id]: [group] and [member], the member's address without its incarnation,
+    so that a restart continues the same series. *)
+
+val member_info : group:string -> string -> sample
+(** [consort_member_info{group,member,id} 1]: the incarnation, as an info metric. *)
 
 val serve :
   ?max_connections:int ->

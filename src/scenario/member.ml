@@ -237,8 +237,8 @@ let counters g =
   let st = S.stats (G.connection g) in
   G.counters g @ [ ("seal", Seal.stats_list st) ]
 
-let metrics_samples cfg g ~flow_blocked =
-  let labels = [ ("group", cfg.group); ("member", G.me g) ] in
+let metrics_samples cfg g ~totals ~flow_blocked =
+  let labels = Consort_ops.Metrics.member_labels ~group:cfg.group (G.me g) in
   let v = G.view g in
   let gauge name help value = { Consort_ops.Metrics.name; help; kind = `Gauge; labels; value } in
   gauge "consort_view_members" "Members in the current view."
@@ -248,7 +248,8 @@ let metrics_samples cfg g ~flow_blocked =
   :: gauge "consort_view_rank" "This member's rank in the current view." (float_of_int v.rank)
   :: gauge "consort_flow_blocked" "1 while flow control asks the application to pause."
        (if flow_blocked then 1. else 0.)
-  :: Consort_ops.Metrics.of_counters ~labels (counters g)
+  :: Consort_ops.Metrics.member_info ~group:cfg.group (G.me g)
+  :: Consort_ops.Metrics.of_counters ~totals ~labels (counters g)
 
 (* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
    or on standard error for a quiet member. *)
@@ -265,7 +266,11 @@ let print_counters ~quiet g =
   if quiet then prerr_endline line else print_endline line;
   flush stdout
 
+let current = ref []
+let log_context () = !current
+
 let run cfg =
+  current := [ ("group", cfg.group) ];
   match Consort_group.Properties.layers cfg.props with
   | Error e -> Error (Bad_props (Fmt.str "%a" Consort_group.Properties.pp_error e))
   | Ok layers -> (
@@ -314,6 +319,7 @@ let run cfg =
               in
               let self = ref "" and g_ref = ref None and exited = ref false in
               let blocked = ref false and flow_blocked = ref false in
+              let totals = Consort_ops.Metrics.totals () in
               let cast_ref = ref (fun _ -> Error "not in the group yet") in
               let send_ref = ref (fun _ _ -> Error "not in the group yet") in
               let leave_ref = ref (fun () -> ()) in
@@ -371,6 +377,7 @@ let run cfg =
                       blocked := false;
                       self := v.members.(v.rank);
                       last_vid := v.vid;
+                      current := [ ("member", !self); ("group", cfg.group); ("view", v.vid) ];
                       say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                         (String.concat " " (Array.to_list v.members))
                         v.rank (String.concat " " v.joined) (String.concat " " v.left);
@@ -389,6 +396,7 @@ let run cfg =
                   block =
                     (fun () ->
                       blocked := true;
+                      Option.iter (fun g -> Consort_ops.Metrics.observe totals (counters g)) !g_ref;
                       write (Log.Block { t = now_ns (); me = !self; view = vid () }));
                   flow =
                     (fun b ->
@@ -500,7 +508,7 @@ let run cfg =
                         | Ok sa -> (
                             let samples () =
                               match !g_ref with
-                              | Some g -> metrics_samples cfg g ~flow_blocked:!flow_blocked
+                              | Some g -> metrics_samples cfg g ~totals ~flow_blocked:!flow_blocked
                               | None -> []
                             in
                             match Consort_ops.Metrics.serve loop sa samples with
@@ -540,12 +548,13 @@ let run cfg =
                   (* Each line is a message, numbered from 1. *)
                   let next_seq = ref 0 in
                   let cast_line text =
-                    if !failure = None then begin
+                    if !failure <> None then Error "the member is stopping"
+                    else begin
                       incr next_seq;
                       let seq = !next_seq in
                       let payload = if cfg.log = None then text else frame seq text in
                       match api_cast g payload with
-                      | Ok () -> ()
+                      | Ok () -> Ok ()
                       | Error reason ->
                           say "cast refused: %s" reason;
                           write
@@ -560,7 +569,8 @@ let run cfg =
                                  len = String.length text;
                                  digest = digest text;
                                  reason;
-                               })
+                               });
+                          Error reason
                     end
                   in
                   let send_line id text =
@@ -570,10 +580,10 @@ let run cfg =
                       (Fmt.str "%a" Consort_group.Group.pp_error)
                       (G.send g id payload)
                   in
-                  (cast_ref :=
-                     fun text ->
-                       cast_line text;
-                       Ok ());
+                  (* The control socket's cast answers with the member's own
+                     answer: a refusal (not primary, flow control, too big,
+                     leaving) reaches the operator. *)
+                  cast_ref := cast_line;
                   send_ref := send_line;
                   say "member %s of group %s, stack %s" (G.me g) cfg.group (Stack.describe layers);
                   let leaving = ref false in
@@ -648,7 +658,7 @@ let run cfg =
                             Buffer.add_string buf (String.sub s (i + 1) (String.length s - i - 1));
                             if !skipping then skipping := false
                             else if String.length line > max_line then too_long ()
-                            else if line <> "" then cast_line line;
+                            else if line <> "" then ignore (cast_line line);
                             lines ()
                         | None ->
                             if Buffer.length buf > max_line then begin
@@ -660,7 +670,7 @@ let run cfg =
                       let at_end () =
                         if Buffer.length buf > max_line then too_long ()
                         else if Buffer.length buf > 0 && not !skipping then
-                          cast_line (Buffer.contents buf);
+                          ignore (cast_line (Buffer.contents buf));
                         Buffer.clear buf;
                         leave ()
                       in

@@ -72,3 +72,7 @@ val run : config -> (unit, error) result
 (** [run cfg] runs the member until it has left the group. Fail-stop: the first write to the log,
     the capture or standard output that fails stops everything else (nothing more is cast or
     written), the member leaves the group cleanly, and [run] returns [Error (Failed _)]. *)
+
+val log_context : unit -> (string * string) list
+(** What is known now of the member {!run} runs: [group], then, from its first view, [member] (its
+    id) and [view] (the current view's id): the fields of its JSON log records. *)

@@ -896,6 +896,34 @@ let test_suspect_switch () =
 (* Churn leaves nothing behind: 200 clients join beside a member and are
    failed out (closed, or dead mid-frame); then the daemon holds one
    client, one member, its descriptors, and no timer per past client. *)
+(* A client that closes its connection between frames has not failed: the
+   daemon logs its going as a close; one that closes inside a frame is failed
+   out. *)
+let test_clean_close () =
+  with_daemon ~args:[ "--verbose" ] (addr 54) (fun d ->
+      let read () = daemon_stderr d in
+      let wait_for what =
+        let deadline = Unix.gettimeofday () +. 5. in
+        while (not (Astring_like.contains (read ()) what)) && Unix.gettimeofday () < deadline do
+          Unix.sleepf 0.02
+        done;
+        check ("logged: " ^ what) true (Astring_like.contains (read ()) what)
+      in
+      let r = raw d in
+      hello r;
+      (match next r with `Event (Wire.Hello_ok _) -> () | _ -> Alcotest.fail "no HELLO_OK");
+      close_raw r;
+      wait_for "closed its connection";
+      check "a clean close is not a failure" false
+        (Astring_like.contains (read ()) "failed out: closed");
+      let r = raw d in
+      hello r;
+      ignore (next r);
+      let f = Wire.encode_request (Wire.Cast { handle = 1; req = 9; payload = "half" }) in
+      put r (String.sub f 0 7);
+      close_raw r;
+      wait_for "failed out: closed")
+
 let test_churn_leaves_nothing () =
   with_daemon ~args:[ "--ports"; "16" ] (addr 97) (fun d ->
       let a = member d "g" in
@@ -1112,8 +1140,14 @@ let test_ops () =
         [
           "200 OK";
           "consortd_members 3";
-          "# TYPE consortd_counter counter";
-          Printf.sprintf "consort_view_members{group=\"g\",member=\"%s\"} 2" (C.me a.m);
+          "# TYPE consortd_events_total counter";
+          Printf.sprintf "consort_view_members{group=\"g\",member=\"%s\"} 2"
+            (List.hd (String.split_on_char '#' (C.me a.m)));
+          Printf.sprintf "consort_member_info{group=\"g\",member=\"%s\",id=\"%s\"} 1"
+            (List.hd (String.split_on_char '#' (C.me a.m)))
+            (C.me a.m);
+          "# TYPE consort_layer_events_total counter";
+          "# TYPE consort_layer_gauge gauge";
         ];
       C.close a.conn;
       C.close b.conn;
@@ -1359,6 +1393,7 @@ let () =
           Alcotest.test_case "churn leaves nothing behind" `Quick test_churn_leaves_nothing;
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
           Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
+          Alcotest.test_case "a clean close is logged as a close" `Quick test_clean_close;
           Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
           Alcotest.test_case "a cast outside a primary view: not-primary" `Quick test_not_primary;
         ] );

@@ -217,6 +217,50 @@ let opam_file () =
       let line = String.sub opam i (String.index_from opam i '\n' - i) in
       if not (contains line ">=") then Alcotest.failf "consort.opam: %s has no lower bound" line)
     used;
+  (* Bounds that match the code: Mirage_crypto.Hash is gone from mirage-crypto 1.0.0, so every
+     mirage-crypto package the code uses has an upper bound below it. *)
+  let sources =
+    let rec walk dir =
+      Array.to_list (Sys.readdir dir)
+      |> List.concat_map (fun f ->
+             let p = Filename.concat dir f in
+             if Sys.is_directory p then if f = "_build" || f.[0] = '.' then [] else walk p
+             else if Filename.check_suffix f ".ml" then [ p ]
+             else [])
+    in
+    List.concat_map walk
+      (List.filter Sys.file_exists (List.map (Filename.concat root) [ "src"; "bin" ]))
+  in
+  if List.exists (fun f -> contains (read f) "Mirage_crypto.Hash") sources then
+    List.iter
+      (fun pkg ->
+        if List.mem pkg used then begin
+          let row = Printf.sprintf "\"%s\" {" pkg in
+          let rec find i =
+            if String.sub opam i (String.length row) = row then i else find (i + 1)
+          in
+          let i = find 0 in
+          let line = String.sub opam i (String.index_from opam i '\n' - i) in
+          if not (contains line "< \"1.0.0\"") then
+            Alcotest.failf
+              "consort.opam: %s: the code uses Mirage_crypto.Hash, removed in 1.0.0: needs < 1.0.0"
+              line
+        end)
+      [ "mirage-crypto"; "mirage-crypto-rng"; "mirage-crypto-ec" ];
+  (* A C stub linked with OpenSSL's libcrypto needs its headers and library from the system. *)
+  if List.exists (fun f -> contains (read f) "-lcrypto") (dune_files root) then begin
+    let i =
+      let rec find i =
+        if i + 8 > String.length opam then Alcotest.fail "consort.opam has no depexts"
+        else if String.sub opam i 8 = "depexts:" then i
+        else find (i + 1)
+      in
+      find 0
+    in
+    let depexts = String.sub opam i (String.length opam - i) in
+    if not (contains depexts "\"libssl-dev\"") then
+      Alcotest.fail "consort.opam: a dune file links -lcrypto, and depexts has no libssl-dev"
+  end;
   List.iter
     (fun field -> if not (contains opam field) then Alcotest.failf "consort.opam has no %s" field)
     [

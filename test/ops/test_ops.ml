@@ -503,6 +503,394 @@ let members () =
   pids := [ pb ];
   Alcotest.(check bool) "socket removed at exit" false (Sys.file_exists sock)
 
+(* A member's refusals reach the operator: a lone member of a group that
+   expects 3 votes is not primary, so its casts are refused, and the command
+   says why and exits 2 (refused); a message over the largest the stack
+   carries is refused as too big. Nothing refused is delivered or answered "ok". *)
+let refusals () =
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-r%d" (Unix.getpid ()))
+  in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let sock = Filename.concat dir "p.sock" and log = Filename.concat dir "p.out" in
+  let pid =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsr";
+        "--bind";
+        "127.0.0.1:7486";
+        "--peers";
+        "127.0.0.1:7487";
+        "--no-input";
+        "--props";
+        "vsync,Primary";
+        "--params";
+        "primary.expected=3,frag.max_message=4096";
+        "--control";
+        sock;
+      ]
+      log
+  in
+  Fun.protect ~finally:(fun () ->
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ());
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  until "the lone member's view" (fun () ->
+      match run_cmd [ "status"; "--control"; sock; "--json" ] with
+      | 0, out, _ -> contains out "\"view\""
+      | _ -> false);
+  let code, out, err = run_cmd [ "cast"; "--control"; sock; "not primary here" ] in
+  Alcotest.(check (pair int string))
+    "cast in a view that is not primary: refused" (2, "") (code, out);
+  if not (contains err "not primary") then Alcotest.failf "not primary: %S" err;
+  if List.length (String.split_on_char '\n' (String.trim err)) <> 1 then
+    Alcotest.failf "not one line: %S" err;
+  let code, _, err = run_cmd [ "cast"; "--control"; sock; "--group"; "opsr"; "again" ] in
+  Alcotest.(check int) "through --group: refused" 2 code;
+  if not (contains err "not primary") then Alcotest.failf "not primary (--group): %S" err;
+  let code, _, err = run_cmd [ "cast"; "--control"; sock; String.make 5000 'x' ] in
+  Alcotest.(check int) "too big: refused" 2 code;
+  if not (contains err "over the largest") then Alcotest.failf "too big: %S" err;
+  if contains (file log) "cast from" then
+    Alcotest.failf "a refused cast was delivered: %S" (file log);
+  if not (contains (file log) "cast refused: this member's view is not primary") then
+    Alcotest.failf "the member does not say it refused: %S" (file log)
+
+(* {1 The Prometheus text format, checked} *)
+
+(* The rules of the text exposition format (0.0.4) and its naming
+   conventions, checked line by line: every sample's metric has one TYPE line
+   before its samples, which are contiguous; names and label names are valid;
+   label values are quoted, with only backslash, double quote and newline
+   escaped; a value is a float; no series twice; a counter's name ends in _total and a gauge's does
+   not. Returns every series (name and labels as written) with its type and
+   value, or fails naming the line. *)
+let check_exposition text =
+  let bad fmt = Printf.ksprintf (fun m -> Alcotest.failf "exposition: %s:\n%s" m text) fmt in
+  let name_ok ~colon n =
+    n <> ""
+    && String.length n > 0
+    && (match n.[0] with 'a' .. 'z' | 'A' .. 'Z' | '_' -> true | ':' -> colon | _ -> false)
+    && String.for_all
+         (function 'a' .. 'z' | 'A' .. 'Z' | '_' | '0' .. '9' -> true | ':' -> colon | _ -> false)
+         n
+  in
+  let types = Hashtbl.create 16 and finished = Hashtbl.create 16 and seen = Hashtbl.create 64 in
+  let current = ref "" in
+  let series = ref [] in
+  List.iter
+    (fun line ->
+      if line = "" then ()
+      else if String.length line > 7 && String.sub line 0 7 = "# TYPE " then begin
+        match String.split_on_char ' ' line with
+        | [ _; _; n; t ] ->
+            if not (name_ok ~colon:true n) then bad "bad metric name %S" n;
+            if Hashtbl.mem types n then bad "a second TYPE line for %s" n;
+            if not (List.mem t [ "counter"; "gauge"; "untyped"; "summary"; "histogram" ]) then
+              bad "bad type %S" t;
+            let total = Filename.check_suffix n "_total" in
+            if t = "counter" && not total then bad "counter %s without _total" n;
+            if t = "gauge" && total then bad "gauge %s named _total" n;
+            Hashtbl.replace types n t;
+            if !current <> "" then Hashtbl.replace finished !current ();
+            current := n
+        | _ -> bad "bad TYPE line %S" line
+      end
+      else if line.[0] = '#' then begin
+        if not (String.length line > 7 && String.sub line 0 7 = "# HELP ") then
+          bad "a comment that is neither HELP nor TYPE: %S" line
+      end
+      else begin
+        let name_end =
+          match String.index_opt line '{' with
+          | Some i -> i
+          | None -> ( match String.index_opt line ' ' with Some i -> i | None -> bad "%S" line)
+        in
+        let n = String.sub line 0 name_end in
+        if not (name_ok ~colon:true n) then bad "bad metric name %S" n;
+        if n <> !current then
+          if Hashtbl.mem finished n then bad "samples of %s not together" n
+          else bad "%s has no TYPE line before its samples" n;
+        (* Labels: k="v", with escapes. *)
+        let i = ref name_end and labels = ref [] in
+        if line.[!i] = '{' then begin
+          incr i;
+          let rec pairs () =
+            if line.[!i] = '}' then incr i
+            else begin
+              let eq = String.index_from line !i '=' in
+              let k = String.sub line !i (eq - !i) in
+              if not (name_ok ~colon:false k) then bad "bad label name %S" k;
+              if line.[eq + 1] <> '"' then bad "unquoted label value in %S" line;
+              let b = Buffer.create 16 in
+              let j = ref (eq + 2) in
+              while line.[!j] <> '"' do
+                if line.[!j] = '\\' then begin
+                  (match line.[!j + 1] with
+                  | '\\' -> Buffer.add_char b '\\'
+                  | '"' -> Buffer.add_char b '"'
+                  | 'n' -> Buffer.add_char b '\n'
+                  | c -> bad "bad escape \\%c in %S" c line);
+                  j := !j + 2
+                end
+                else begin
+                  Buffer.add_char b line.[!j];
+                  incr j
+                end
+              done;
+              if List.mem_assoc k !labels then bad "label %s twice in %S" k line;
+              labels := (k, Buffer.contents b) :: !labels;
+              i := !j + 1;
+              if line.[!i] = ',' then incr i;
+              pairs ()
+            end
+          in
+          try pairs () with Invalid_argument _ | Not_found -> bad "unterminated labels: %S" line
+        end;
+        if !i >= String.length line || line.[!i] <> ' ' then bad "no value in %S" line;
+        let v = String.sub line (!i + 1) (String.length line - !i - 1) in
+        let v =
+          match float_of_string_opt v with
+          | Some x -> x
+          | None -> ( match v with "+Inf" | "-Inf" | "NaN" -> nan | _ -> bad "bad value %S" v)
+        in
+        let key = String.sub line 0 !i in
+        if Hashtbl.mem seen key then bad "series %s twice" key;
+        Hashtbl.replace seen key ();
+        series := (key, Hashtbl.find types n, List.rev !labels, v) :: !series
+      end)
+    (String.split_on_char '\n' text);
+  List.rev !series
+
+let scrape port =
+  let s = connect (Unix.ADDR_INET (Unix.inet_addr_loopback, port)) in
+  let req = "GET /metrics HTTP/1.0\r\n\r\n" in
+  ignore (Unix.write_substring s req 0 (String.length req));
+  let m = read_all s in
+  Unix.close s;
+  match String.index_opt m '\r' with
+  | _ -> (
+      let sep = "\r\n\r\n" in
+      let n = String.length m and k = String.length sep in
+      let rec find i =
+        if i + k > n then None else if String.sub m i k = sep then Some i else find (i + 1)
+      in
+      match find 0 with
+      | Some i -> String.sub m (i + k) (n - i - k)
+      | None -> Alcotest.failf "no HTTP body: %S" m)
+
+(* A member's metrics over its life: casts alone, then a second member joins
+   (a view change: the stack is replaced and its layers count from 0), casts,
+   and leaves (another). Every scrape follows the format's rules; no counter
+   ever goes down; the levels (queues, rounds) are gauges; the member label
+   is the address, the incarnation is in consort_member_info. *)
+let metrics_conventions () =
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-c%d" (Unix.getpid ()))
+  in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let sock = Filename.concat dir "a.sock" in
+  let a = "127.0.0.1:7488" and b = "127.0.0.1:7489" in
+  let pa =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsc";
+        "--bind";
+        a;
+        "--peers";
+        b;
+        "--no-input";
+        "--control";
+        sock;
+        "--metrics";
+        "127.0.0.1:9488";
+      ]
+      (Filename.concat dir "a.out")
+  in
+  let pids = ref [ pa ] in
+  Fun.protect ~finally:(fun () ->
+      List.iter
+        (fun p ->
+          (try Unix.kill p Sys.sigkill with Unix.Unix_error _ -> ());
+          try ignore (Unix.waitpid [] p) with Unix.Unix_error _ -> ())
+        !pids;
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  let view_of n =
+    until (Printf.sprintf "a view of %d" n) (fun () ->
+        match run_cmd [ "status"; "--control"; sock; "--json" ] with
+        | 0, out, _ -> (
+            match Yojson.Safe.from_string out with
+            | `Assoc l -> (
+                match List.assoc_opt "members" l with
+                | Some (`List m) -> List.length m = n
+                | _ -> false)
+            | _ -> false)
+        | _ -> false)
+  in
+  let casts k =
+    for i = 1 to k do
+      let code, _, err = run_cmd [ "cast"; "--control"; sock; Printf.sprintf "m%d" i ] in
+      if code <> 0 then Alcotest.failf "cast: %d %S" code err
+    done
+  in
+  let scrapes = ref [] in
+  let take () = scrapes := check_exposition (scrape 9488) :: !scrapes in
+  view_of 1;
+  casts 5;
+  until "the casts counted" (fun () ->
+      List.exists
+        (fun (_, _, l, v) ->
+          List.assoc_opt "layer" l = Some "mnak" && List.assoc_opt "counter" l <> None && v >= 5.)
+        (check_exposition (scrape 9488)));
+  take ();
+  let pb =
+    spawn
+      [ "member"; "--group"; "opsc"; "--bind"; b; "--peers"; a; "--no-input" ]
+      (Filename.concat dir "b.out")
+  in
+  pids := pb :: !pids;
+  view_of 2;
+  take ();
+  casts 3;
+  take ();
+  Unix.kill pb Sys.sigterm;
+  ignore (Unix.waitpid [] pb);
+  pids := [ pa ];
+  view_of 1;
+  take ();
+  let scrapes = List.rev !scrapes in
+  (* Counters never decrease from one scrape to the next. *)
+  let rec pairs = function
+    | s1 :: (s2 :: _ as rest) ->
+        List.iter
+          (fun (key, t, _, v1) ->
+            if t = "counter" then
+              match List.find_opt (fun (k, _, _, _) -> k = key) s2 with
+              | Some (_, _, _, v2) when v2 < v1 ->
+                  Alcotest.failf "counter %s went down across a view change: %g then %g" key v1 v2
+              | Some _ -> ()
+              | None -> Alcotest.failf "counter %s disappeared" key)
+          s1;
+        pairs rest
+    | _ -> ()
+  in
+  pairs scrapes;
+  let last = List.nth scrapes 3 in
+  let find name pred =
+    List.exists
+      (fun (k, t, l, _) ->
+        (ignore k;
+         t = name)
+        && pred l)
+      last
+  in
+  ignore find;
+  let has name l' =
+    List.exists
+      (fun (k, _, l, _) ->
+        String.length k >= String.length name
+        && String.sub k 0 (String.length name) = name
+        && List.for_all (fun (a, v) -> List.assoc_opt a l = Some v) l')
+      last
+  in
+  List.iter
+    (fun g ->
+      if not (has "consort_layer_gauge{" [ ("gauge", g) ]) then Alcotest.failf "%s is not a gauge" g)
+    [ "round_coord"; "buffered" ];
+  List.iter
+    (fun (k, _, l, _) ->
+      match List.assoc_opt "member" l with
+      | Some m when m <> a -> Alcotest.failf "member label %S in %s: not the address %s" m k a
+      | _ -> ())
+    last;
+  if not (has "consort_member_info{" [ ("member", a); ("group", "opsc") ]) then
+    Alcotest.fail "no consort_member_info"
+
+(* A member's JSON log records carry the group, and from its first view the
+   member's id and the view's: the record of its leave names the member and
+   view that status showed. *)
+let json_log_fields () =
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ())
+      (Printf.sprintf "consort-ops-j%d" (Unix.getpid ()))
+  in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let sock = Filename.concat dir "j.sock" and log = Filename.concat dir "j.err" in
+  let pid =
+    spawn
+      [
+        "member";
+        "--group";
+        "opsj";
+        "--bind";
+        "127.0.0.1:7491";
+        "--peers";
+        "127.0.0.1:7492";
+        "--no-input";
+        "--quiet";
+        "--log-level";
+        "info";
+        "--log-format";
+        "json";
+        "--control";
+        sock;
+      ]
+      log
+  in
+  let live = ref true in
+  Fun.protect ~finally:(fun () ->
+      if !live then begin
+        (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+        try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ()
+      end;
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  let status = ref `Null in
+  until "the member's view" (fun () ->
+      match run_cmd [ "status"; "--control"; sock; "--json" ] with
+      | 0, out, _ when contains out "\"view\"" ->
+          status := Yojson.Safe.from_string out;
+          true
+      | _ -> false);
+  let field j k =
+    match j with
+    | `Assoc l -> ( match List.assoc_opt k l with Some (`String s) -> s | _ -> "")
+    | _ -> ""
+  in
+  let me = field !status "me" and view = field !status "view" in
+  Unix.kill pid Sys.sigterm;
+  ignore (Unix.waitpid [] pid);
+  live := false;
+  let records =
+    List.filter_map
+      (fun l ->
+        if l = "" then None
+        else
+          match Yojson.Safe.from_string l with
+          | j -> Some j
+          | exception Yojson.Json_error e -> Alcotest.failf "not a JSON record: %S (%s)" l e)
+      (String.split_on_char '\n' (file log))
+  in
+  if records = [] then Alcotest.fail "no log records";
+  List.iter
+    (fun j ->
+      if field j "group" <> "opsj" then Alcotest.failf "no group: %s" (Yojson.Safe.to_string j))
+    records;
+  match List.find_opt (fun j -> contains (field j "msg") "left the group") records with
+  | None -> Alcotest.failf "no record of the leave in %S" (file log)
+  | Some j ->
+      Alcotest.(check (pair string string))
+        "member and view" (me, view)
+        (field j "member", field j "view")
+
 (* [group NAME REQUEST] at a member's control socket: answered as REQUEST
    for its own group (so the ops commands' --group works against a member
    as against a daemon), refused for another. *)
@@ -554,5 +942,9 @@ let () =
           Alcotest.test_case "status, cast, send, counters, metrics over real members" `Quick
             members;
           Alcotest.test_case "group NAME REQUEST" `Quick group_prefix;
+          Alcotest.test_case "refusals reach the operator, exit 2" `Quick refusals;
+          Alcotest.test_case "metrics follow the conventions across view changes" `Quick
+            metrics_conventions;
+          Alcotest.test_case "JSON log records: member, group, view" `Quick json_log_fields;
         ] );
     ]

@@ -41,16 +41,29 @@ else
   echo "not ok README example (hello.c): exit $rc"; cat "$dir/hello.out" "$dir/hello.vg"; f=$((f + 1))
 fi
 # Installed as a user installs it (make install), the README's example built
-# with nothing but `pkg-config --cflags --libs consort-client`, and run.
+# with nothing but `pkg-config --cflags --libs consort-client`, and run as
+# built: no LD_LIBRARY_PATH, no ldconfig (pkg-config's Libs carry the rpath).
 if make -s OUT="$out" PREFIX="$dir/prefix" install >/dev/null 2>"$dir/install.err" &&
   flags=$(PKG_CONFIG_PATH="$dir/prefix/lib/pkgconfig" pkg-config --cflags --libs consort-client) &&
   ${CC:-cc} examples/hello.c $flags -o "$dir/hello-pc" 2>"$dir/cc.err" &&
-  LD_LIBRARY_PATH="$dir/prefix/lib" "$dir/hello-pc" "$dir/d.sock" >"$dir/hello-pc.out" 2>&1 &&
+  env -u LD_LIBRARY_PATH "$dir/hello-pc" "$dir/d.sock" >"$dir/hello-pc.out" 2>&1 &&
   grep -q ': hello$' "$dir/hello-pc.out"; then
   echo "ok hello.c built with pkg-config --cflags --libs consort-client from an installed prefix"; p=$((p + 1))
 else
   echo "not ok hello.c built with pkg-config from an installed prefix"
   cat "$dir/install.err" "$dir/cc.err" "$dir/hello-pc.out" 2>/dev/null; f=$((f + 1))
+fi
+# The shared library is versioned: libconsort-client.so.MAJOR.MINOR.PATCH with
+# the SONAME libconsort-client.so.MAJOR, and the two links to it.
+soname=$(readelf -d "$dir/prefix/lib/libconsort-client.so" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+if [ "$soname" = libconsort-client.so.0 ] && [ -f "$dir/prefix/lib/libconsort-client.so.0.1.0" ] &&
+  [ "$(readlink "$dir/prefix/lib/libconsort-client.so.0")" = libconsort-client.so.0.1.0 ] &&
+  [ "$(readlink "$dir/prefix/lib/libconsort-client.so")" = libconsort-client.so.0 ] &&
+  readelf -d "$dir/hello-pc" 2>/dev/null | grep -q 'NEEDED.*\[libconsort-client.so.0\]'; then
+  echo "ok the shared library has a SONAME and a versioned file name"; p=$((p + 1))
+else
+  echo "not ok the shared library's SONAME ($soname) and versioned file name"
+  ls -l "$dir/prefix/lib"; f=$((f + 1))
 fi
 if ! kill -0 $pid 2>/dev/null; then echo "the daemon died"; f=$((f + 1)); fi
 echo "$p passed, $f failed"

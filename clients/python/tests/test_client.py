@@ -303,6 +303,22 @@ def test_readme_example(daemon):
     assert out.stdout.strip().endswith(": hello"), out.stdout
 
 
+def test_async_example(daemon):
+    """The asyncio example the README announces, run as written: its cast
+    comes back."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(
+        [sys.executable, os.path.join(here, "..", "examples", "hello_async.py"), daemon.socket],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith(": hello"), out.stdout
+
+
 def test_token_over_tcp(tmp_path, monkeypatch):
     """A daemon with --key and --tcp requires --token: a client over TCP
     presents the token file's text (token_file=, or CONSORT_TOKEN_FILE);
