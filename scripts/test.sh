@@ -84,6 +84,9 @@ jobs+=("counted|sim vsync-slow-many|$BIN/bin/main.exe sim --scenario vsync-slow-
 jobs+=("counted|sim migrate|$BIN/bin/main.exe sim --scenario migrate --seeds ${MIGRATE_SEEDS:-1000}")
 # Client-server groups: 3 servers, 24 clients, a server and 2 clients crash (about 30 CPU s).
 jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLTSVR_SEEDS:-1000}")
+# The contact, Total's sequencer, cut off one way from the other servers, crashes
+# after it took requests (about 5 CPU s).
+jobs+=("counted|sim cltsvr-cut-coord|$BIN/bin/main.exe sim --scenario cltsvr-cut-coord --seeds ${CLTSVR_CUT_SEEDS:-300}")
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
