@@ -109,6 +109,8 @@ jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS
 # Primary components with quorum under repeated partitions (about 50 s of CPU).
 jobs+=("counted|sim primary-partitions|$BIN/bin/main.exe sim --scenario primary-partitions --seeds ${PRIMARY_SEEDS:-1000}")
 jobs+=("counted|sim primary-dynamic|$BIN/bin/main.exe sim --scenario primary-dynamic --seeds ${PRIMARY_SEEDS:-1000}")
+# The least member of a primary of two restarts, keeping nothing (about 10 CPU s).
+jobs+=("counted|sim primary-restart|$BIN/bin/main.exe sim --scenario primary-restart --seeds ${PRIMARY_RESTART_SEEDS:-300}")
 # Scale (Ringfd, mnak_tree) on the small adversarial schedules, then large
 # groups: 64 members (about 9 CPU s a seed) and 256 (about 60 CPU s a seed);
 # many more in make soak.
