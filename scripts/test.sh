@@ -82,6 +82,8 @@ done
 jobs+=("counted|sim vsync-slow-many|$BIN/bin/main.exe sim --scenario vsync-slow-many --seeds ${SLOW_SEEDS:-200}")
 # Members move to new addresses under traffic, crashes and rejoins (about 35 CPU s).
 jobs+=("counted|sim migrate|$BIN/bin/main.exe sim --scenario migrate --seeds ${MIGRATE_SEEDS:-1000}")
+# A move to an address nothing reaches is undone (about 10 CPU s).
+jobs+=("counted|sim migrate-unreachable|$BIN/bin/main.exe sim --scenario migrate-unreachable --seeds ${MIGRATE_UNREACHABLE_SEEDS:-300}")
 # Client-server groups: 3 servers, 24 clients, a server and 2 clients crash (about 30 CPU s).
 jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLTSVR_SEEDS:-1000}")
 # The contact, Total's sequencer, cut off one way from the other servers, crashes
