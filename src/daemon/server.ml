@@ -482,14 +482,14 @@ let stack_of props params =
 let not_offered props =
   if List.mem P.Xfer props then
     Some "Xfer needs state callbacks in the member's process: not offered through the daemon"
-  else if List.mem P.Migrate props then
-    Some "Migrate: this protocol has no operation to move a member: not offered through the daemon"
-  else if List.mem P.Cltsvr props then
-    Some "Cltsvr: this protocol serves no clients of a server group: not offered through the daemon"
   else if List.mem P.Evs props then
     Some
       "Evs states safe delivery relative to transitional views, which no upcall of this protocol \
        carries: not offered through the daemon"
+  else if List.mem P.Migrate props then
+    Some "Migrate: this protocol has no operation to move a member: not offered through the daemon"
+  else if List.mem P.Cltsvr props then
+    Some "Cltsvr: this protocol serves no clients of a server group: not offered through the daemon"
   else None
 
 let join_member t c ~handle ~group ~props ~params ~flags ~peers =
