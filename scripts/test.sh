@@ -119,6 +119,10 @@ jobs+=("counted|sim primary-restart|$BIN/bin/main.exe sim --scenario primary-res
 for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do
   jobs+=("counted|sim $s (Scale)|$BIN/bin/main.exe sim --scenario $s --seeds ${SCALE_VSYNC_SEEDS:-200} --params sim.props=vsync+Scale")
 done
+# A one-way fault on Scale: a member deaf to its ring predecessor, or to the
+# coordinator, for 15 s (24 members, about 0.4 CPU s a seed; 3000 in make soak).
+jobs+=("counted|sim scale-oneway|$BIN/bin/main.exe sim --scenario scale-oneway --seeds ${SCALE_ONEWAY_SEEDS:-100}")
+jobs+=("counted|sim scale-deaf-coord|$BIN/bin/main.exe sim --scenario scale-deaf-coord --seeds ${SCALE_ONEWAY_SEEDS:-100}")
 jobs+=("counted|sim scale-64|$BIN/bin/main.exe sim --scenario scale-64 --seeds ${SCALE64_SEEDS:-8}")
 jobs+=("counted|sim scale-256|$BIN/bin/main.exe sim --scenario scale-256 --seeds ${SCALE256_SEEDS:-2}")
 # Total with each protocol under adversarial vsync schedules (more in make soak).
