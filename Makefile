@@ -78,6 +78,11 @@ soak: build
 	@for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet --params sim.props=vsync+Scale || exit 1; done
 	@./_build/default/bin/main.exe sim --scenario scale-64 --seeds 1000 --quiet
+	@./_build/default/bin/main.exe sim --scenario scale-oneway --seeds 3000 --quiet
+	@./_build/default/bin/main.exe sim --scenario scale-deaf-coord --seeds 3000 --quiet
+	@./_build/default/bin/main.exe sim --scenario cltsvr-cut-coord --seeds $(SOAK_SEEDS) --quiet
+	@./_build/default/bin/main.exe sim --scenario primary-restart --seeds $(SOAK_SEEDS) --quiet
+	@./_build/default/bin/main.exe sim --scenario migrate-unreachable --seeds $(SOAK_SEEDS) --quiet
 	@./_build/default/bin/main.exe sim --scenario scale-256 --seeds 100 --quiet
 	@for s in vsync-crash vsync-partition-merge vsync-churn vsync-flow-flush vsync-slander vsync-leave-coord; do \
 	  for p in sequencer token; do \

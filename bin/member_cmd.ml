@@ -37,15 +37,31 @@ let seal_of props key =
       | Error e -> Error ("--key: " ^ e)
       | Ok secret -> Ok (Some (secret, if privacy then Seal.Privacy else Seal.Auth)))
 
+(* Properties the library offers that this command has no way to use:
+   refused with the reason rather than run a member that ignores them. *)
+let not_here props =
+  if List.mem Consort_group.Properties.Migrate props then
+    Some
+      "property Migrate: this command has no way to move a member; use Group.migrate from the \
+       library (Consort_group.Group)"
+  else if List.mem Consort_group.Properties.Cltsvr props then
+    Some
+      "property Cltsvr: this command serves no clients; use Consort_group.Cltsvr (Server.attach, \
+       Client.connect) from the library"
+  else None
+
 let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file
     discovery no_input key control metrics pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
   Consort_cli.set_log_context Member.log_context;
-  match seal_of props key with
-  | Error e ->
+  match (not_here props, seal_of props key) with
+  | Some e, _ ->
       Fmt.epr "consort member: %s@." e;
       2
-  | Ok seal -> (
+  | None, Error e ->
+      Fmt.epr "consort member: %s@." e;
+      2
+  | None, Ok seal -> (
       let params =
         match params with None -> Ok Consort.Params.empty | Some s -> Consort.Params.of_string s
       in

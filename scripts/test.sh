@@ -86,8 +86,13 @@ jobs+=("counted|sim vsync-forged-side|$BIN/bin/main.exe sim --scenario vsync-for
 jobs+=("counted|sim vsync-slow-many|$BIN/bin/main.exe sim --scenario vsync-slow-many --seeds ${SLOW_SEEDS:-200}")
 # Members move to new addresses under traffic, crashes and rejoins (about 35 CPU s).
 jobs+=("counted|sim migrate|$BIN/bin/main.exe sim --scenario migrate --seeds ${MIGRATE_SEEDS:-1000}")
+# A move to an address nothing reaches is undone (about 10 CPU s).
+jobs+=("counted|sim migrate-unreachable|$BIN/bin/main.exe sim --scenario migrate-unreachable --seeds ${MIGRATE_UNREACHABLE_SEEDS:-300}")
 # Client-server groups: 3 servers, 24 clients, a server and 2 clients crash (about 30 CPU s).
 jobs+=("counted|sim cltsvr|$BIN/bin/main.exe sim --scenario cltsvr --seeds ${CLTSVR_SEEDS:-1000}")
+# The contact, Total's sequencer, cut off one way from the other servers, crashes
+# after it took requests (about 5 CPU s).
+jobs+=("counted|sim cltsvr-cut-coord|$BIN/bin/main.exe sim --scenario cltsvr-cut-coord --seeds ${CLTSVR_CUT_SEEDS:-300}")
 # Bursts that go in bundles, with a flush under way (about 0.1 s a seed).
 jobs+=("counted|sim vsync-bundle|$BIN/bin/main.exe sim --scenario vsync-bundle --seeds ${BUNDLE_SEEDS:-300}")
 # Heavy seeds (large fragmented casts): fewer here, many more in make soak.
@@ -110,12 +115,18 @@ jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS
 # Primary components with quorum under repeated partitions (about 50 s of CPU).
 jobs+=("counted|sim primary-partitions|$BIN/bin/main.exe sim --scenario primary-partitions --seeds ${PRIMARY_SEEDS:-1000}")
 jobs+=("counted|sim primary-dynamic|$BIN/bin/main.exe sim --scenario primary-dynamic --seeds ${PRIMARY_SEEDS:-1000}")
+# The least member of a primary of two restarts, keeping nothing (about 10 CPU s).
+jobs+=("counted|sim primary-restart|$BIN/bin/main.exe sim --scenario primary-restart --seeds ${PRIMARY_RESTART_SEEDS:-300}")
 # Scale (Ringfd, mnak_tree) on the small adversarial schedules, then large
 # groups: 64 members (about 9 CPU s a seed) and 256 (about 60 CPU s a seed);
 # many more in make soak.
 for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do
   jobs+=("counted|sim $s (Scale)|$BIN/bin/main.exe sim --scenario $s --seeds ${SCALE_VSYNC_SEEDS:-200} --params sim.props=vsync+Scale")
 done
+# A one-way fault on Scale: a member deaf to its ring predecessor, or to the
+# coordinator, for 15 s (24 members, about 0.4 CPU s a seed; 3000 in make soak).
+jobs+=("counted|sim scale-oneway|$BIN/bin/main.exe sim --scenario scale-oneway --seeds ${SCALE_ONEWAY_SEEDS:-100}")
+jobs+=("counted|sim scale-deaf-coord|$BIN/bin/main.exe sim --scenario scale-deaf-coord --seeds ${SCALE_ONEWAY_SEEDS:-100}")
 jobs+=("counted|sim scale-64|$BIN/bin/main.exe sim --scenario scale-64 --seeds ${SCALE64_SEEDS:-8}")
 jobs+=("counted|sim scale-256|$BIN/bin/main.exe sim --scenario scale-256 --seeds ${SCALE256_SEEDS:-2}")
 # Total with each protocol under adversarial vsync schedules (more in make soak).

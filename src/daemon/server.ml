@@ -529,6 +529,10 @@ let not_offered props =
     Some
       "Evs states safe delivery relative to transitional views, which no upcall of this protocol \
        carries: not offered through the daemon"
+  else if List.mem P.Migrate props then
+    Some "Migrate: this protocol has no operation to move a member: not offered through the daemon"
+  else if List.mem P.Cltsvr props then
+    Some "Cltsvr: this protocol serves no clients of a server group: not offered through the daemon"
   else None
 
 (* The seal a member has is chosen at JOIN: a SWITCH that asks for more

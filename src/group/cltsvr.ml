@@ -157,13 +157,19 @@ let pp_error ppf = function
   | Closed -> Fmt.string ppf "the client is closed (it said bye, or its session expired)"
   | Not_running -> Fmt.string ppf "the server's member has left the group"
 
-type attach_error = No_total of string
+type attach_error = No_total of string | No_agree of string
 
-let pp_attach_error ppf (No_total st) =
-  Fmt.pf ppf
-    "the servers' stack %s has no total order: client-server groups need Total (sessions are \
-     opened, numbered and forgotten in one order at every server)"
-    st
+let pp_attach_error ppf = function
+  | No_total st ->
+      Fmt.pf ppf
+        "the servers' stack %s has no total order: client-server groups need Total (sessions are \
+         opened, numbered and forgotten in one order at every server)"
+        st
+  | No_agree st ->
+      Fmt.pf ppf
+        "the servers' stack %s has no safe delivery: client-server groups need Agree (a request is \
+         acknowledged only once every server holds it, so that it survives its contact's crash)"
+        st
 
 type status = Connected of string | Busy_refused | Expired_session | Failing_over of string
 
@@ -510,7 +516,9 @@ module Make (T : Transport.S) = struct
 
     let attach t g =
       let st = G.stack_name g in
-      if not (List.mem "total" (String.split_on_char ':' st)) then Error (No_total st)
+      let layers = String.split_on_char ':' st in
+      if not (List.mem "total" layers) then Error (No_total st)
+      else if not (List.mem "agree" layers) then Error (No_agree st)
       else begin
         t.g <- Some g;
         G.set_client_handler g (fun ~src s -> on_client t ~src s);

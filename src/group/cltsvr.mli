@@ -7,7 +7,8 @@
 
     A client opens a {e session} (a random id) with one server, its {e contact}, over datagrams
     ({!Group.client_magic}) on the server's member address. The contact casts what the client sends
-    into the servers' group, which must run [Total] (the same order at every server); every server
+    into the servers' group, which must run [Total] (the same order at every server) and [Agree] (a
+    cast delivered only once every server holds it; property [Cltsvr] brings both); every server
     applies those casts to the session table in that order, so the table is the same at every
     server. A client that hears nothing from its contact for [cltsvr.failover] turns to the next
     server of its list and resumes its session there.
@@ -18,16 +19,20 @@
       delivers request [k] of a session ([request] callback) at most once, after request [k-1] and
       only after it, in the servers' total order (with virtual synchrony: servers that go on
       together from a view delivered the same requests in it). A request is acknowledged to the
-      client once its contact delivered it; the client sends again what is not acknowledged, to
-      another server after a failover, so a request survives the crash of the server it was given
-      to: while the client runs and some server stays up, every request is delivered. At most
-      [cltsvr.window] requests are unacknowledged ({!Make.Client.request} refuses beyond).
+      client once its contact delivered it, which with [Agree] is once every server holds it: a
+      contact that crashes right after it acknowledged leaves the request with the servers that
+      stay, which deliver it too. The client sends again what is not acknowledged, to another server
+      after a failover, so a request survives the crash of the server it was given to: while the
+      client runs and some server stays up, every request is delivered. At most [cltsvr.window]
+      requests are unacknowledged ({!Make.Client.request} refuses beyond).
     - {b Notifications.} A server casts a notification to one session ({!Make.Server.notify}) or to
       all ({!Make.Server.notify_all}); every server numbers the notifications of each session in the
-      total order, so number [n] is the same notification everywhere. The client hears them in that
-      order, each once ([note] callback); after a loss or a failover it asks its contact from the
-      first it lacks, and hears those the servers still keep (the last [cltsvr.backlog]); older ones
-      are told lost ([lost n]), never skipped silently.
+      total order, so number [n] is the same notification everywhere (with [Agree], a server numbers
+      one only once every server holds it, so no number the client heard is given to another
+      notification after its contact crashed). The client hears them in that order, each once
+      ([note] callback); after a loss or a failover it asks its contact from the first it lacks, and
+      hears those the servers still keep (the last [cltsvr.backlog]); older ones are told lost
+      ([lost n]), never skipped silently.
     - {b Bounded state.} The servers hold at most [cltsvr.max_clients] sessions (an open beyond is
       refused: {!Busy_refused}), each with its two counters and at most [cltsvr.backlog]
       notifications; a server keeps, per client it is the contact of, an address and two numbers. A
@@ -104,7 +109,9 @@ type error =
 
 val pp_error : error Fmt.t
 
-type attach_error = No_total of string  (** the servers' stack (named) has no [Total] *)
+type attach_error =
+  | No_total of string  (** the servers' stack (named) has no [Total] *)
+  | No_agree of string  (** the servers' stack (named) has no [Agree] (safe delivery) *)
 
 val pp_attach_error : attach_error Fmt.t
 

@@ -118,6 +118,7 @@ module Param = struct
   let leave_timeout = "group.leave_timeout"
   let queue = "group.queue"
   let migrate_drain = "group.migrate_drain"
+  let migrate_timeout = "group.migrate_timeout"
 
   let () =
     Params.register queue
@@ -139,6 +140,12 @@ module Param = struct
       ~doc:
         "how long a member that moved keeps its old address open for members that have not \
          acknowledged the move (it closes it as soon as all have)";
+    Params.register migrate_timeout
+      (Params.Time (Time.of_ms 2000))
+      ~doc:
+        "how long a member that moved waits for a first member to acknowledge the move; if none \
+         does (nothing reaches the new address), it goes back to the address it left (keep it \
+         below suspect.timeout)";
     Params.register leave_timeout
       (Params.Time (Time.of_ms 3000))
       ~doc:"how long a leaving member waits for the view without it before it goes anyway"
@@ -213,6 +220,10 @@ module Make (T : Transport.S) = struct
     mutable old_conns : (B.connection * Time.t) list;
         (* connections left, open until this deadline *)
     mutable move_sent : Time.t; (* when the move was last told *)
+    mutable move_back : (B.connection * Time.t) option;
+        (* the latest move, not yet acknowledged by anyone: the connection it
+           left, and until when to wait before going back to it *)
+    mutable moves_back : int;
     known_moves : (string, int * T.address) Hashtbl.t;
         (* the latest move accepted, and its address, by member of the view *)
     mutable prev_vid : string; (* the view before the current one, [""] if none *)
@@ -303,6 +314,7 @@ module Make (T : Transport.S) = struct
     install_retry : Time.t;
     leave_timeout : Time.t;
     migrate_drain : Time.t;
+    migrate_timeout : Time.t;
   }
 
   let conn t = Lazy.force t.conn
@@ -492,7 +504,11 @@ module Make (T : Transport.S) = struct
     let keep, gone =
       List.partition
         (fun (oc, deadline) ->
-          now t <= deadline && (changing || List.exists (fun (_, kc) -> kc == oc) t.unmoved))
+          now t <= deadline
+          && (changing
+             || List.exists (fun (_, kc) -> kc == oc) t.unmoved
+             (* The address to go back to if nothing reaches the new one. *)
+             || match t.move_back with Some (mb, _) -> mb == oc | None -> false))
         t.old_conns
     in
     t.old_conns <- keep;
@@ -502,6 +518,34 @@ module Make (T : Transport.S) = struct
             m "%s: closes the address it moved from, %a" t.me.eid T.pp_address (B.query oc).B.local);
         B.close oc)
       gone
+
+  (* No member acknowledged the latest move in time: nothing reaches the
+     new address. The member goes back to the connection it left (still
+     open), as a new move told to everyone, and closes the new one, rather
+     than be cut out of the group. *)
+  let move_back t oc =
+    let bad = conn t in
+    let local = (B.query oc).B.local in
+    t.move_back <- None;
+    t.moves_back <- t.moves_back + 1;
+    Log.warn (fun m ->
+        m "%s: no member acknowledged its move to %a within %.1f s; back at %a" t.me.eid
+          T.pp_address (B.query bad).B.local (Time.to_sec t.migrate_timeout) T.pp_address local);
+    t.conn <- Lazy.from_val oc;
+    t.me <- { t.me with addr = T.address_to_string local };
+    t.moves <- t.moves + 1;
+    t.old_conns <- List.filter (fun (k, _) -> k != oc && k != bad) t.old_conns;
+    B.close bad;
+    match t.cur with
+    | Some c ->
+        Ep.Binding.set_conn c.ep oc;
+        Ep.Binding.set_addr c.ep c.view.View.rank local;
+        t.unmoved <-
+          List.filter_map
+            (fun e -> if e = t.me.eid then None else Some (e, oc))
+            (Array.to_list c.view.View.members);
+        send_moves t
+    | None -> t.unmoved <- []
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
@@ -1363,8 +1407,27 @@ module Make (T : Transport.S) = struct
   let on_migrate t ~src (m : Migrate.t) =
     match (m, t.cur) with
     | _ when Migrate.group m <> t.group -> t.move_garbage <- t.move_garbage + 1
-    | Migrate.Moved { mover; seq; eid; _ }, _ ->
-        if mover = t.me.eid && seq = t.moves && List.mem_assoc eid t.unmoved then begin
+    | Migrate.Moved { mover; seq; eid; _ }, cur ->
+        (* From the member it names, where this member sends to it, as a
+           [Move] is judged: a stranger cannot acknowledge for a member
+           that never heard of the move. *)
+        let from_named =
+          match cur with
+          | Some c -> (
+              match index_where (String.equal eid) (Array.to_list c.view.View.members) with
+              | Some r -> T.equal_address c.addrs.(r) src
+              | None -> false)
+          | None -> false
+        in
+        if not from_named then begin
+          t.move_refused <- t.move_refused + 1;
+          Log.info (fun m ->
+              m "%s: an acknowledgement of its move for %s from %a refused: not where %s is"
+                t.me.eid eid T.pp_address src eid)
+        end
+        else if mover = t.me.eid && seq = t.moves && List.mem_assoc eid t.unmoved then begin
+          (* Something reaches the new address: no going back. *)
+          t.move_back <- None;
           t.unmoved <- List.remove_assoc eid t.unmoved;
           if t.unmoved = [] then
             Log.info (fun m -> m "%s: every member knows its move %d" t.me.eid seq);
@@ -1569,6 +1632,12 @@ module Make (T : Transport.S) = struct
               gossip t c
           | _ -> ());
           (* A move not yet acknowledged by everyone: told again. *)
+          (match t.move_back with
+          | Some (oc, deadline) when now t >= deadline && not t.exited ->
+              if t.unmoved <> [] && List.exists (fun (k, _) -> k == oc) t.old_conns then
+                move_back t oc
+              else t.move_back <- None
+          | _ -> ());
           if t.unmoved <> [] && now t >= t.move_sent + t.install_retry && not t.exited then
             send_moves t;
           if t.old_conns <> [] && not t.exited then close_old t
@@ -1690,6 +1759,8 @@ module Make (T : Transport.S) = struct
                         unmoved = [];
                         old_conns = [];
                         move_sent = 0;
+                        move_back = None;
+                        moves_back = 0;
                         known_moves = Hashtbl.create 8;
                         prev_vid = "";
                         move_refused = 0;
@@ -1765,6 +1836,7 @@ module Make (T : Transport.S) = struct
                         install_retry = Params.time params Param.install_retry;
                         leave_timeout = Params.time params Param.leave_timeout;
                         migrate_drain = Params.time params Param.migrate_drain;
+                        migrate_timeout = Params.time params Param.migrate_timeout;
                       }
                     in
                     self := Some t;
@@ -1896,6 +1968,7 @@ module Make (T : Transport.S) = struct
                   t.me <- { t.me with addr = T.address_to_string local };
                   t.moves <- t.moves + 1;
                   t.old_conns <- (old, now t + t.migrate_drain) :: t.old_conns;
+                  t.move_back <- Some (old, now t + t.migrate_timeout);
                   if List.length t.old_conns > max_old then begin
                     let keep = List.filteri (fun i _ -> i < max_old) t.old_conns in
                     List.iter
@@ -2009,6 +2082,7 @@ module Make (T : Transport.S) = struct
         ("no_view_key", t.no_key);
         ("moves", t.moves);
         ("move_refused", t.move_refused);
+        ("moves_back", t.moves_back);
         ("move_garbage", t.move_garbage);
         ("sent", t.sent);
         ("delivered", t.delivered);

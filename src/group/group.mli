@@ -181,6 +181,11 @@ module Param : sig
   (** ["group.migrate_drain"], default 10 s: how long a member that moved ({!Make.migrate}) keeps
       its old address open for members that have not acknowledged the move; it closes it as soon as
       all have *)
+
+  val migrate_timeout : string
+  (** ["group.migrate_timeout"], default 2 s: how long a member that moved waits for a first member
+      to acknowledge the move; if none does (nothing reaches the new address), it goes back to the
+      address it left *)
 end
 
 module Make (T : Consort.Transport.S) : sig
@@ -294,7 +299,11 @@ module Make (T : Consort.Transport.S) : sig
       send again to [addr] what was lost. A view change during the move is no matter: the member
       tells the members of the next view too, and answers a member that has not heard of the move
       from the address it knows. A member that never acknowledges is excluded as any silent member
-      is.
+      is. If no member acknowledges within [group.migrate_timeout] (nothing reaches [addr]), the
+      member goes back to the address it left, as a new move told to everyone, and closes [addr]
+      ({!address} says where it is; counter ["moves_back"]), rather than be cut out of the group. A
+      member takes an acknowledgement only from the member it names, where it sends to that member,
+      and only for its latest move.
 
       Who may move a member: with [Auth] (or [Privacy], [Rekey]) only a holder of the group's secret
       (or, with [Rekey], of the view's key) can make a move message that is accepted, and a captured

@@ -7,7 +7,10 @@
     address from then on; the reliable layers retransmit there what was lost on the way to the old
     one. Until every member has answered (or left the view), the mover keeps its old connection open
     and receives there too, and answers the side channel through it to those that have not answered,
-    so that nothing in flight is lost and a view change made meanwhile reaches it.
+    so that nothing in flight is lost and a view change made meanwhile reaches it. A [Moved] counts
+    only from the member it names (the address the mover sends to it at) and for the mover's latest
+    move; if no member answers within [group.migrate_timeout], the mover goes back to the address it
+    left (kept open until then), as a new move.
 
     A [Move] is accepted only ({!judge}) from a member of the receiver's view, made in that view or
     the one before ([vids]: the mover's current view and the one before it), sent from the address

@@ -219,6 +219,20 @@ let decide_dynamic c ~members ks =
   in
   let q =
     match lasts with
+    | _ when votes >= c.expected ->
+        (* Every configured vote is here: no other component holds any,
+           so none can be primary, whatever the past primaries were (one
+           whose members restarted as new incarnations, keeping nothing,
+           is never held again otherwise). As Corosync's [wait_for_all]
+           after a whole cluster restarts. *)
+        {
+          primary = true;
+          votes;
+          needed = c.expected;
+          expected = c.expected;
+          basis = Configured;
+          blocking = None;
+        }
     | [] ->
         let ok = votes >= c.expected in
         {

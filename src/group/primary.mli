@@ -28,7 +28,11 @@
     not at others (its last message lost in a partition) binds what follows as an ambiguous session,
     so that two components that remember different last primaries never both become primary;
     {!decide_dynamic} states the rule. No primary ever formed (a whole cluster started or restarted)
-    needs every configured vote, as Corosync's [wait_for_all]. *)
+    needs every configured vote, as Corosync's [wait_for_all]; and a view that holds every
+    configured vote is primary whatever its members know (no other component holds any vote): a
+    member that restarted kept nothing and is not counted as its old incarnation, so when the least
+    member of the last primary restarts, the others are primary again once every configured member
+    is up and connected (the documented way back for an operator). *)
 
 type session = {
   epoch : int;  (** one more than the last primary's epoch when it was attempted; the first is 1 *)
@@ -43,7 +47,8 @@ type knowledge = {
           [last] *)
 }
 (** What a member knows of past primaries under dynamic votes; kept by the group runtime across
-    views, in memory (a member that restarts comes back knowing nothing, as a new member). *)
+    views, in memory (a member that restarts comes back knowing nothing, as a new member, and is not
+    counted as its old incarnation in the sessions that name it). *)
 
 val no_knowledge : knowledge
 val max_ambiguous : int
@@ -108,8 +113,9 @@ val decide_dynamic : config -> members:(string * string) list -> knowledge list 
     under dynamic votes, and the session it attempts if it passes. Let [top] be the highest epoch of
     a last primary in [ks]. The view passes when it holds a majority of the votes of every last
     primary of epoch [top] in [ks] and of every ambiguous session of epoch [top] or later in [ks]
-    (exactly half when it holds the session's least member by id); with no last primary in [ks],
-    when it holds every configured vote. A member holding {!max_ambiguous} unresolved attempts
+    (exactly half when it holds the session's least member by id); with no last primary in [ks], or
+    whatever [ks] holds, when it holds every configured vote ([primary.expected] must count every
+    member's votes, as for the first primary). A member holding {!max_ambiguous} unresolved attempts
     blocks it. Every member of the view computes the same result from the same [ks]. *)
 
 val learn : knowledge -> knowledge list -> knowledge

@@ -197,15 +197,16 @@ let layers ps =
                needs = Total;
                why = "every server applies the sessions' requests in one order";
              })
-    | None when has Scale && (has Agree || has Evs) ->
+    | None when has Scale && (has Agree || has Evs || has Cltsvr) ->
         Error
           (Conflict
              {
                prop = Scale;
-               other = (if has Agree then Agree else Evs);
+               other = (if has Agree then Agree else if has Evs then Evs else Cltsvr);
                why =
-                 "safe delivery waits until every member of the view, suspected ones included, \
-                  holds a cast, and Scale's stability tree hears only from members not suspected";
+                 (if has Agree || has Evs then "" else "Cltsvr brings safe delivery (Agree), and ")
+                 ^ "safe delivery waits until every member of the view, suspected ones included, \
+                    holds a cast, and Scale's stability tree hears only from members not suspected";
              })
     | None -> (
         let l =
@@ -224,7 +225,11 @@ let layers ps =
              that goes on the same casts, theirs included. *)
               (* Extended virtual synchrony states safe delivery relative to
              the transitional view: it brings Agree. *)
-              (if has Agree || has Evs then [ Agree.layer ] else []);
+              (* Cltsvr brings it too: a request is acknowledged, and a
+             notification numbered to a client, only once every server
+             holds it, so that it survives the crash of the one that told
+             the client. *)
+              (if has Agree || has Evs || has Cltsvr then [ Agree.layer ] else []);
               (if has Causal then [ Causal.layer ] else []);
               (* Cltsvr brings Total: the servers' session table changes in
              one order at every server. *)

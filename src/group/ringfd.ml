@@ -91,6 +91,9 @@ module L = struct
     max_claims : int;
     asked : bool array;
     told : bool array;
+    refused : bool array;
+        (* this member could not confirm the exclusions of the last flush
+           round of that coordinator *)
     suspected : Rankset.t;
     mutable woke : Time.t;
     mutable alone : (Time.t * int list) option;
@@ -163,6 +166,7 @@ module L = struct
         max_claims = 8 * n;
         asked = Array.make n false;
         told = Array.make n false;
+        refused = Array.make n false;
         suspected = Rankset.create ~n ~me:ctx.view.rank;
         woke = min_int / 2;
         alone = None;
@@ -276,6 +280,20 @@ module L = struct
           let added = adopt t ranks (Printf.sprintf "asked at rank %d: %s" accuser reason) in
           List.iter (fun r -> t.told.(r) <- true) added;
           t.gossiped <- t.gossiped + List.length added
+      | Unresponsive when (not (gone t accuser)) && t.refused.(accuser) ->
+          (* A member calls others unresponsive to its flush, which this
+             member refused: its exclusions were of ranks this member hears,
+             or of this member on its word alone (it took the silence of a
+             rank only it cannot hear for a failure). It is the one cut
+             off, not the members that did not follow it: a deaf member is
+             excluded alone. *)
+          t.blamed <- t.blamed + 1;
+          ignore
+            (adopt t [ accuser ]
+               (Printf.sprintf
+                  "its flush excluded ranks this member hears, and it calls unresponsive the \
+                   members that refused it (%s)"
+                  reason))
       | Unresponsive when not (gone t accuser) ->
           let added =
             adopt t (List.filter (peer t) ranks) (Printf.sprintf "rank %d: %s" accuser reason)
@@ -374,15 +392,27 @@ module L = struct
           (fun r ->
             if r = t.rank then
               t.asked.(r)
-              || List.exists (fun (a, at) -> a = coord && now >= at + t.grace) t.accusers.(r)
+              (* A coordinator that ranks above this member is one only
+                 because it suspects it: its word alone is not enough (a
+                 member deaf to the coordinator must not make it leave). *)
+              || coord < t.rank
+                 && List.exists (fun (a, at) -> a = coord && now >= at + t.grace) t.accusers.(r)
               || List.length (live_accusers t r) >= 2
             else
               r < 0 || r >= t.n || gone t r || t.asked.(r)
               || (watches t r && not (hears t r))
+              (* A coordinator that ranks below [r] (its place does not rest
+                 on [r]'s exclusion) and has claimed it for the grace
+                 period: one of the two cannot reach the other (a one-way
+                 fault), and the group cannot keep both, as {!Suspect}
+                 judges it. *)
+              || r > coord
+                 && List.exists (fun (a, at) -> a = coord && now >= at + t.grace) t.accusers.(r)
               || ((not (watches t r)) && (corroborated t r || unanswered t r now)))
           excluded
       end
     in
+    if peer t coord then t.refused.(coord) <- not accept;
     t.out.up_ctl (Gevent.Flush_verdict { coord; accept })
 
   and unanswered t r now =
@@ -486,11 +516,46 @@ module L = struct
       end
     end
 
+  (* The ranks [a] reports silent (this member included), as far as they
+     are not suspected here. *)
+  let accused_by t a =
+    List.filter
+      (fun r -> (r = t.rank || not (gone t r)) && List.mem_assoc a t.accusers.(r))
+      (List.init t.n Fun.id)
+
+  (* A member that has reported one rank silent, and that one alone, for
+     two timeouts (longer than a flush round, so that a deaf member that
+     took itself for the coordinator is found out first), neither corroborated nor found deaf: one of the two
+     cannot hear the other (a one-way fault), and lower layers of the
+     accuser hold nothing more for the accused, so the view cannot keep
+     both; the accused is suspected here too, as {!Suspect} does after its
+     grace period, and a view change comes. (A member deaf to everyone
+     reports every rank it watches, and is found out as before.) *)
+  let lone_accusations t now =
+    let due = ref [] in
+    for r = t.n - 1 downto 0 do
+      if peer t r && not (gone t r) then
+        List.iter
+          (fun (a, at) ->
+            if now >= at + (2 * t.timeout) && accused_by t a = [ r ] && not (List.mem r !due) then
+              due := r :: !due)
+          (live_accusers t r)
+    done;
+    if !due <> [] then begin
+      let added =
+        adopt t !due
+          (Fmt.str "reported silent by one member alone for %s (a one-way fault)"
+             (seconds (2 * t.timeout)))
+      in
+      t.gossiped <- t.gossiped + List.length added
+    end
+
   let timer t now =
     if (not t.stopped) && t.n > 1 then begin
       running t now;
       check_alone t now;
       check t now;
+      lone_accusations t now;
       probe t now;
       if t.beat_at <= now then begin
         t.beat_at <- now + t.interval;

@@ -21,6 +21,16 @@
     and unresponsive suspicions are adopted as given, as {!Suspect} does; so are a coordinator's
     flush exclusions that this member can confirm ({!Gevent.Judge_flush}).
 
+    {b One-way faults.} A member that reports one rank silent, and only that one, for two timeouts,
+    neither corroborated nor found deaf, cannot hear it while others can: its layers below hold
+    nothing more for that rank, so the view cannot keep both, and the rank is suspected here too (a
+    view change comes, as {!Suspect} adopts such a suspicion after [suspect.grace]). A coordinator's
+    exclusion of a rank above it, claimed for [suspect.grace], is confirmed for the same reason;
+    this member's own exclusion by a coordinator that ranks above it (one only because it suspects
+    this member) needs two accusers. A member whose flush this member refused and which then calls
+    the members unresponsive is suspected instead of them: a member deaf to the coordinator, which
+    took itself for one, is excluded alone rather than collapse the group.
+
     {b Pauses} of this member are recognised as {!Suspect} does, and not counted as anyone's
     silence.
 

@@ -40,7 +40,7 @@ type client = {
 }
 
 let layers =
-  match Consort_group.Properties.(layers (vsync @ [ Total ])) with
+  match Consort_group.Properties.(layers (vsync @ [ Total; Agree ])) with
   | Ok l -> l
   | Error e -> Fmt.failwith "%a" Consort_group.Properties.pp_error e
 
@@ -55,7 +55,7 @@ let base_params =
     ]
 
 let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~requests ~loss
-    ~crash_server ~crash_clients ~pause_client () =
+    ~crash_server ?(cut_coord = false) ~crash_clients ~pause_client () =
   let params = Params.override base_params ~by:params in
   let rng = Rng.create seed in
   let net =
@@ -223,6 +223,69 @@ let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~request
         C.Server.stop sv.srv;
         Sim.crash net sv.saddr)
   end;
+  (* The coordinator (the sequencer of Total) is the contact of some
+     clients; its datagrams to the other servers are lost from now on, its
+     clients send it a request each, and it crashes 20 ms after it delivered
+     the first of them (a crash with the loss of its last datagrams), or
+     after 300 ms if it delivers none. *)
+  if cut_coord then begin
+    let t = t_clients + s 2. + Rng.int rng (s 2.) in
+    at t (fun () ->
+        let coord =
+          List.find_opt
+            (fun sv ->
+              (not sv.dead)
+              && match sv.g with Some g -> (G.view g).Consort_group.Group.rank = 0 | None -> false)
+            (Array.to_list servers)
+        in
+        match coord with
+        | None -> problem "no coordinator to cut off"
+        | Some coord ->
+            Array.iter
+              (fun sv ->
+                if sv != coord then
+                  Sim.set_link net ~src:coord.saddr ~dst:sv.saddr
+                    { (Sim.link net ~src:coord.saddr ~dst:sv.saddr) with loss = 1.0 })
+              servers;
+            let before = Hashtbl.fold (fun _ l a -> a + List.length l) coord.got 0 in
+            let asked = ref 0 in
+            Array.iter
+              (fun cl ->
+                match cl.c with
+                | Some c
+                  when (not cl.gone)
+                       && (not (C.Client.is_closed c))
+                       && C.Client.server c = coord.saddr -> (
+                    let payload = Printf.sprintf "%s-%d-cut" cl.caddr (List.length cl.made + 1) in
+                    match C.Client.request c payload with
+                    | Ok seq ->
+                        incr sent;
+                        incr asked;
+                        cl.made <- (seq, payload) :: cl.made
+                    | Error _ -> ())
+                | _ -> ())
+              clients;
+            if !asked = 0 then problem "no client of the coordinator to ask it";
+            (* 20 ms after it delivered one (or 300 ms after the requests,
+               if it delivers none: with safe delivery it cannot). *)
+            let rec watch k =
+              if Hashtbl.fold (fun _ l a -> a + List.length l) coord.got 0 > before || k = 0 then
+                at
+                  (Sim.now net + Time.of_ms 20)
+                  (fun () ->
+                    coord.dead <- true;
+                    crash_at := Some (Sim.now net);
+                    Option.iter G.crash coord.g;
+                    C.Server.stop coord.srv;
+                    Sim.crash net coord.saddr;
+                    Array.iter
+                      (fun sv ->
+                        if sv != coord then Sim.clear_link net ~src:coord.saddr ~dst:sv.saddr)
+                      servers)
+              else at (Sim.now net + Time.of_ms 1) (fun () -> watch (k - 1))
+            in
+            watch 280)
+  end;
   (* Some clients crash: the servers forget them. *)
   for k = 1 to crash_clients do
     let cl = clients.(k mod nclients) in
@@ -383,7 +446,7 @@ let run_world ?trace ?(params = Params.empty) ~seed ~nservers ~nclients ~request
     clients;
   (* The schedule did what it is for. *)
   if
-    crash_server
+    (crash_server || cut_coord)
     && Array.for_all
          (fun cl -> match cl.c with Some c -> C.Client.failovers c = 0 | None -> true)
          clients
@@ -437,6 +500,10 @@ let cltsvr_scenario ?trace ?params seed =
   run_world ?trace ?params ~seed ~nservers:3 ~nclients:24 ~requests:8 ~loss:0.02 ~crash_server:true
     ~crash_clients:2 ~pause_client:true ()
 
+let cut_coord_scenario ?trace ?params seed =
+  run_world ?trace ?params ~seed ~nservers:3 ~nclients:24 ~requests:4 ~loss:0.01 ~crash_server:false
+    ~cut_coord:true ~crash_clients:0 ~pause_client:false ()
+
 let scenarios =
   [
     ( "cltsvr",
@@ -445,6 +512,12 @@ let scenarios =
        (its clients fail over), 2 clients crash and one says bye (forgotten), one is cut off past \
        the timeout (told its session expired); 2% loss",
       cltsvr_scenario );
+    ( "cltsvr-cut-coord",
+      "3 servers and 24 clients: the coordinator (Total's sequencer) is cut off from the other \
+       servers one way, its clients send it a request each, it crashes 20 ms after it delivers \
+       one: every request acknowledged is delivered by the survivors, the sessions go on, \
+       notifications are numbered alike; 1% loss",
+      cut_coord_scenario );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -30,6 +30,7 @@ val run_world :
   requests:int ->
   loss:float ->
   crash_server:bool ->
+  ?cut_coord:bool ->
   crash_clients:int ->
   pause_client:bool ->
   unit ->
@@ -37,7 +38,9 @@ val run_world :
 (** One run: [nservers] servers, [nclients] clients making [requests] requests each at random times,
     links losing [loss] of the datagrams; one server crashes if [crash_server], [crash_clients]
     clients crash, one client says bye (with more than 3 clients), and one is cut off past the
-    timeout if [pause_client] (with more than 4). *)
+    timeout if [pause_client] (with more than 4). With [cut_coord], the coordinator's datagrams to
+    the other servers are lost from a random time, its clients send it a request each, and it
+    crashes 20 ms after it delivered one of them. *)
 
 val names : string list
 val describe : string -> string option

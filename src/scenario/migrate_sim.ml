@@ -146,6 +146,81 @@ let migrate_scenario ?trace ?params seed =
   let none = if obs.moves = 0 then [ "no member moved" ] else [] in
   V.finish ~extra:(List.rev obs.problems @ spurious @ settled w obs @ none @ V.not_wedged w) w
 
+(* A member moves to an address nothing reaches (datagrams to it are all
+   lost; it can send from it): no member acknowledges the move. The member
+   must not be cut out of the group: it goes back to the address it left,
+   every member sends to it there, the unreachable address is closed, and
+   no member is seen leaving. *)
+let unreachable_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = V.make ?trace ?params ~seed ~n ~link:(V.lossy 0.02) () in
+  let r = V.rng w in
+  for i = 0 to n - 1 do
+    V.at w (Rng.int r 400_000_000) (fun () -> V.start w i)
+  done;
+  let left = ref [] and problems = ref [] in
+  V.set_hooks w
+    {
+      V.no_hooks with
+      viewed =
+        (fun _ id v ->
+          List.iter (fun l -> left := (id, l, v.Consort_group.Group.vid) :: !left) v.left);
+    };
+  let mover = Rng.int r n in
+  let dst = Printf.sprintf "%s.lost" (V.addr w mover) in
+  let t = s 3. + Rng.int r (s 2.) in
+  V.at w t (fun () ->
+      List.iter
+        (fun j ->
+          if j <> mover then
+            Sim.set_link (V.net w) ~src:(V.addr w j) ~dst { (V.lossy 0.02) with loss = 1.0 })
+        (List.init n Fun.id);
+      match V.group w mover with
+      | Some g -> (
+          V.note w "%d %s moves to %s, which nothing reaches" (Sim.now (V.net w)) (G.me g) dst;
+          match G.migrate g dst with
+          | Ok () -> ()
+          | Error e ->
+              problems :=
+                Fmt.str "move to %s refused: %a" dst Consort_group.Group.pp_migrate_error e
+                :: !problems)
+      | None -> problems := "the mover had not joined" :: !problems);
+  V.workload w ~from:(s 1.) ~until:(t + s 12.) ~count:150;
+  Sim.run ~until:(t + s 30.) (V.net w);
+  let spurious =
+    List.rev_map
+      (fun (who, l, vid) ->
+        Printf.sprintf "%s saw %s leave in view %s, and it never crashed" who l vid)
+      !left
+  in
+  let back =
+    match V.group w mover with
+    | None -> [ "the mover is gone" ]
+    | Some g ->
+        (if G.address g <> V.addr w mover then
+           [
+             Printf.sprintf "%s listens at %s, not back at %s" (G.me g) (G.address g)
+               (V.addr w mover);
+           ]
+         else [])
+        @ (if Sim.is_open (V.net w) dst then
+             [ Printf.sprintf "%s still listens at %s, which nothing reaches" (G.me g) dst ]
+           else [])
+        @ List.filter_map
+            (fun j ->
+              match V.group w j with
+              | Some h when j <> mover -> (
+                  match G.member_address h (G.me g) with
+                  | Some a when a = V.addr w mover -> None
+                  | a ->
+                      Some
+                        (Printf.sprintf "%s sends to %s at %s" (G.me h) (G.me g)
+                           (Option.value ~default:"(not in its view)" a)))
+              | _ -> None)
+            (List.init n Fun.id)
+  in
+  V.finish ~extra:(List.rev !problems @ spurious @ back @ V.not_wedged w) w
+
 let scenarios =
   [
     ( "migrate",
@@ -154,6 +229,11 @@ let scenarios =
        row; 3% loss; virtual synchrony, no member seen leaving, every member known at its last \
        address, old addresses closed",
       migrate_scenario );
+    ( "migrate-unreachable",
+      "one of 5 members moves to an address nothing reaches (it can send from it) under casts and \
+       sends; 2% loss: it goes back to the address it left, is not cut out of the group, and every \
+       member sends to it there",
+      unreachable_scenario );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

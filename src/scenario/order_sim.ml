@@ -43,8 +43,8 @@ let burst w k =
 
 (* Five members under 3% loss with [props] and the parameters [defaults], the first [started]
    started within 0.3 s; [event t f] runs [f] at [t] after a burst of casts. *)
-let world ~props ~defaults ~started ?trace ?params seed =
-  let w = V.make ?trace ?params ~props ~seed ~n:5 ~link:(V.lossy 0.03) () in
+let world ?(n = 5) ~props ~defaults ~started ?trace ?params seed =
+  let w = V.make ?trace ?params ~props ~seed ~n ~link:(V.lossy 0.03) () in
   let w = V.with_params w defaults in
   let rng = V.rng w in
   for i = 0 to started - 1 do
@@ -159,11 +159,11 @@ let quorum_check w logs =
    and heal (refused outside the primary); a crash and a restart. *)
 (* Five members with Primary over Total and Evs under 3% loss, all started within 0.3 s, with
    these parameters; [event t f] runs [f] at [t] after a burst of casts. *)
-let primary_world ?trace ?params seed ps =
-  world
+let primary_world ?(n = 5) ?trace ?params seed ps =
+  world ~n
     ~props:(P.vsync @ [ P.Total; P.Evs; P.Primary ])
     ~defaults:(ps @ [ ("suspect.timeout", Params.Time (Time.of_sec 2.)) ])
-    ~started:5 ?trace ?params seed
+    ~started:n ?trace ?params seed
 
 let primary_partitions ?trace ?params seed =
   let w, rng, event =
@@ -270,6 +270,35 @@ let primary_dynamic ?trace ?params seed =
     ~checks:[ V.evs; safe; total; quorum_check_dynamic; primary_of_size 2 ]
     w
 
+(* Dynamic votes, 3 members with one vote each: the primary of 3 forms; p2 is cut off, so {p0, p1}
+   is primary; p0, the least member of that primary, crashes and restarts 3 s later as a new
+   incarnation (it keeps nothing); the network heals. With every configured member up and
+   connected, the group must end primary (and never two primaries at once). *)
+let primary_restart ?trace ?params seed =
+  let w, rng, event =
+    primary_world ~n:3 ?trace ?params seed
+      [ ("primary.mode", Params.String "dynamic"); ("primary.expected", Params.Int 3) ]
+  in
+  let t1 = s 4. + Rng.int rng (s 1.) in
+  event t1 (fun () -> partition ~count:true w [ [ V.addr w 0; V.addr w 1 ]; [ V.addr w 2 ] ]);
+  let t2 = t1 + s 6. + Rng.int rng (s 1.) in
+  event t2 (fun () -> V.crash w 0);
+  event
+    (t2 + s 3.)
+    (fun () ->
+      if not (V.is_alive w 0) then V.start w 0;
+      heal w);
+  V.workload w ~from:(s 1.) ~until:(t2 + s 10.) ~count:80;
+  (* Casts after the heal, once the group had time to merge: refused
+     outside a primary, so a group that stays not primary loses them. *)
+  for k = 0 to 9 do
+    V.at w (t2 + s 12. + (k * Time.of_ms 200)) (fun () -> burst w 1)
+  done;
+  Consort_engine.Sim.run ~until:(t2 + s 20.) (V.net w);
+  V.finish ~extra:(V.not_wedged w)
+    ~checks:[ V.evs; safe; total; quorum_check_dynamic; primary_of_size 2 ]
+    w
+
 let with_total = P.vsync @ [ P.Total ]
 
 let scenarios =
@@ -319,6 +348,11 @@ let scenarios =
        those 3 in two splits, heals; a crash and a restart; a split into random sides healed; \
        bursts at each cut and heal; 3% loss; at most one primary at a time, in one sequence",
       primary_dynamic );
+    ( "primary-restart",
+      "dynamic votes, 3 members: the primary of 3 forms, p2 is cut off ({p0, p1} primary), p0, the \
+       least member of that primary, crashes and restarts 3 s later, the network heals: the group, \
+       every member up and connected, ends primary; 3% loss",
+      primary_restart );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

@@ -979,6 +979,112 @@ let scale_scenario ~n ?trace ?(params = Params.empty) seed =
   Sim.run ~until:(s 60.) w.net;
   finish w
 
+(* The index of the process a member id runs at. *)
+let proc_of w id =
+  let r = ref None in
+  Array.iteri
+    (fun i p -> match p.g with Some g when alive p && G.me g = id -> r := Some i | _ -> ())
+    w.procs;
+  !r
+
+(* A one-way fault on the Scale stack: [n] members under 1% loss; from a
+   random time, one live member W stops hearing one other X for 15 s while
+   everyone else hears X (X is W's ring predecessor, which W watches, if
+   [coord] is false; the coordinator, if [coord] is true). During the
+   fault W sends to X and casts, X sends to W. Virtual synchrony must
+   hold: what is sent is delivered, or a view change comes; with [coord],
+   no view a member that kept hearing everyone installs lacks more than W
+   and X (the group does not collapse). *)
+let oneway_scenario ~n ~coord ?trace ?(params = Params.empty) seed =
+  let props =
+    match props_of params with
+    | Ok p -> List.sort_uniq compare (Consort_group.Properties.Scale :: p)
+    | Error e -> Fmt.failwith "%s: %a" sim_props Consort_group.Properties.pp_error e
+  in
+  let w = make ?trace ~params ~props ~seed ~n ~link:(lossy 0.01) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 1_000_000_000) (fun () -> start w i)) w.procs;
+  workload w ~from:(s 6.) ~until:(s 30.) ~count:150;
+  let from = s 8. + Rng.int w.rng (s 3.) in
+  let pick = Rng.int w.rng n in
+  let fine = ref [] and before = Hashtbl.create 32 in
+  at w from (fun () ->
+      match w.procs.(pick).g with
+      | Some g when alive w.procs.(pick) -> (
+          let v = G.view g in
+          let m = Array.length v.members in
+          let x_rank = if coord then 0 else Rng.int w.rng m in
+          let w_rank = if coord then 1 + Rng.int w.rng (m - 1) else (x_rank + 1) mod m in
+          match (proc_of w v.members.(w_rank), proc_of w v.members.(x_rank)) with
+          | Some wi, Some xi when m = n && wi <> xi ->
+              note w "%d %s deaf to %s" (Sim.now w.net) w.procs.(wi).addr w.procs.(xi).addr;
+              Sim.set_link w.net ~src:w.procs.(xi).addr ~dst:w.procs.(wi).addr
+                { (lossy 0.01) with loss = 1.0 };
+              fine :=
+                List.filter_map
+                  (fun i -> if i = wi || i = xi then None else Option.map G.me w.procs.(i).g)
+                  (List.init n Fun.id);
+              List.iter
+                (fun id ->
+                  Hashtbl.replace before id
+                    (match Hashtbl.find_opt w.logs id with Some l -> List.length !l | None -> 0))
+                !fine;
+              let send_to i j =
+                match (w.procs.(i).g, w.procs.(j).g) with
+                | Some g, Some h
+                  when alive w.procs.(i)
+                       && alive w.procs.(j)
+                       && Array.mem (G.me h) (G.view g).Consort_group.Group.members ->
+                    let p = w.procs.(i) in
+                    w.made <- w.made + 1;
+                    p.next_seq <- p.next_seq + 1;
+                    let dst = G.me h in
+                    let msg = Printf.sprintf "%d|%s>%s|%d|oneway" p.next_seq (G.me g) dst w.made in
+                    submit w p g (`Send dst) (Some dst) msg (G.send g dst msg)
+                | _ -> ()
+              in
+              for k = 0 to 11 do
+                at w
+                  (from + s 1. + (k * Time.of_ms 1200))
+                  (fun () ->
+                    send_to wi xi;
+                    send_to xi wi;
+                    cast w wi)
+              done;
+              at w
+                (from + s 15.)
+                (fun () ->
+                  note w "%d %s hears %s again" (Sim.now w.net) w.procs.(wi).addr w.procs.(xi).addr;
+                  Sim.clear_link w.net ~src:w.procs.(xi).addr ~dst:w.procs.(wi).addr)
+          | _ -> w.problems <- "the group had not merged when the fault was due" :: w.problems)
+      | _ -> w.problems <- "no live member to pick the pair from" :: w.problems);
+  Sim.run ~until:(s 60.) w.net;
+  (* No view that a member hearing everyone installs during the fault lacks
+     any other such member. *)
+  let split =
+    if not coord then []
+    else
+      List.concat_map
+        (fun id ->
+          match Hashtbl.find_opt w.logs id with
+          | None -> []
+          | Some l ->
+              let after =
+                List.filteri (fun i _ -> i < List.length !l - Hashtbl.find before id) !l
+              in
+              List.filter_map
+                (function
+                  | Log.View { me; view; members; _ }
+                    when List.exists (fun h -> not (List.mem h members)) !fine ->
+                      Some
+                        (Printf.sprintf
+                           "%s installed %s of %d members, without every member that heard everyone"
+                           me view (List.length members))
+                  | _ -> None)
+                after)
+        !fine
+  in
+  finish ~extra:(not_wedged w @ split) w
+
 let scenarios =
   [
     ("vsync-crash", "5 members; one or two crash while casts flow; 2% loss", crash_scenario);
@@ -1022,6 +1128,16 @@ let scenarios =
        (often ring neighbours), one is cut off for 10 s on half the seeds; 2% loss",
       scale_scenario ~n:256 );
     ("scale-64", "scale-256 with 64 members (for many seeds)", scale_scenario ~n:64);
+    ( "scale-oneway",
+      "24 members on the Scale stack, 1% loss: one stops hearing its ring predecessor for 15 s \
+       (everyone else hears it) while the two send to each other: what is sent is delivered, or a \
+       view change comes",
+      oneway_scenario ~n:24 ~coord:false );
+    ( "scale-deaf-coord",
+      "24 members on the Scale stack, 1% loss: one stops hearing the coordinator for 15 s \
+       (everyone else hears it): no view of the others lacks any but those two, virtual synchrony \
+       holds",
+      oneway_scenario ~n:24 ~coord:true );
   ]
 
 let names = List.map (fun (n, _, _) -> n) scenarios

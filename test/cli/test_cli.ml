@@ -287,6 +287,9 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ "--group"; "g"; "--params"; "no.such=1" ], 2);
         ([ "--group"; "g"; "--peers"; "bad" ], 2);
         ([ "--group"; "g"; "--props"; "Bogus" ], 124);
+        (* Properties this command cannot use: refused with the reason. *)
+        ([ "--group"; "g"; "--props"; "vsync,Migrate" ], 2);
+        ([ "--group"; "g"; "--props"; "vsync,Total,Cltsvr" ], 2);
       ] );
     ( [ "net"; "up" ],
       [ "--tap"; "consort-none"; "--ip"; "10.9.0.2/24" ],

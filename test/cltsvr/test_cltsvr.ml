@@ -11,7 +11,7 @@ module Cltsvr = Consort_group.Cltsvr
 module C = Cltsvr.Make (Sim)
 
 let layers ps = match Consort_group.Properties.layers ps with Ok l -> l | Error _ -> assert false
-let total = layers Consort_group.Properties.(vsync @ [ Total ])
+let total = layers Consort_group.Properties.(vsync @ [ Total; Agree ])
 let params l = List.fold_left (fun p (k, v) -> Params.set k v p) Params.empty l
 let run net secs = Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec secs)) net
 
@@ -83,8 +83,69 @@ let needs_total () =
           Alcotest.(check bool)
             "one line" false
             (String.contains (Fmt.str "%a" Cltsvr.pp_attach_error e) '\n')
+      | Error e -> Alcotest.failf "refused for another reason: %a" Cltsvr.pp_attach_error e
       | Ok () -> Alcotest.fail "attached to a stack without Total")
   | _ -> assert false
+
+(* Servers with Total but not safe delivery are refused too: a contact that
+   acknowledged a request and crashed could leave it with no other server. *)
+let needs_agree () =
+  let net = Sim.create ~seed:1 () in
+  let _, ss, _ = servers ~layers:(layers Consort_group.Properties.(vsync @ [ Total ])) net 1 in
+  match ss with
+  | [ (srv, g) ] -> (
+      match C.Server.attach srv g with
+      | Error (Cltsvr.No_agree _ as e) ->
+          Alcotest.(check bool)
+            "one line" false
+            (String.contains (Fmt.str "%a" Cltsvr.pp_attach_error e) '\n')
+      | Error e -> Alcotest.failf "refused for another reason: %a" Cltsvr.pp_attach_error e
+      | Ok () -> Alcotest.fail "attached to a stack without Agree")
+  | _ -> assert false
+
+(* Property Cltsvr (which needs Total) brings Agree. *)
+let cltsvr_brings_agree () =
+  let names =
+    List.map Consort.Layer.name (layers Consort_group.Properties.(vsync @ [ Total; Cltsvr ]))
+  in
+  Alcotest.(check bool) "total" true (List.mem "total" names);
+  Alcotest.(check bool) "agree" true (List.mem "agree" names)
+
+(* The servers' own casts, as a server's member makes them, checked where
+   they are delivered: a request that skips a number is not delivered (nor
+   the ones after it until the gap is filled), and a Forget cast when the
+   session had been spoken of fewer times than it has now is ignored (the
+   session was heard of since). *)
+let env_checks () =
+  let net = Sim.create ~seed:5 () in
+  let addrs, ss, got = servers net 3 in
+  attach_all ss;
+  let c = client net ~servers:addrs "c0" (ref []) (ref []) in
+  run net 2.;
+  (match C.Client.request c "one" with Ok _ -> () | Error _ -> Alcotest.fail "request");
+  run net 1.;
+  let session = C.Client.session c in
+  let upto () = List.map (fun (srv, _) -> C.Server.upto srv session) ss in
+  Alcotest.(check (list (option int))) "request 1 everywhere" [ Some 1; Some 1; Some 1 ] (upto ());
+  let _, g0 = List.hd ss in
+  let cast e =
+    match G.cast g0 (Codec.encode_string Cltsvr.env_codec e) with
+    | Ok () -> ()
+    | Error e -> Alcotest.failf "cast: %a" Group.pp_error e
+  in
+  cast (Cltsvr.Req { session; seq = 3; payload = "three, before two" });
+  run net 1.;
+  Alcotest.(check (list (option int))) "a gap: not delivered" [ Some 1; Some 1; Some 1 ] (upto ());
+  Alcotest.(check int) "delivered once each" 3 (List.length !got);
+  cast (Cltsvr.Forget { session; why = "silent"; mentions = Some 0 });
+  run net 1.;
+  List.iter
+    (fun (srv, _) ->
+      Alcotest.(check (list string)) "heard of since: kept" [ session ] (C.Server.clients srv))
+    ss;
+  Alcotest.(check bool) "the client goes on" true (Result.is_ok (C.Client.request c "two"));
+  run net 1.;
+  Alcotest.(check (list (option int))) "request 2 everywhere" [ Some 2; Some 2; Some 2 ] (upto ())
 
 (* Six clients, room for four: two are refused as busy, at every server
    alike; the four work. *)
@@ -299,7 +360,7 @@ let sealed () =
    delivers the session's next requests in order, as the others do. *)
 let rejoin () =
   let net = Sim.create ~seed:6 () in
-  let xl = layers Consort_group.Properties.(vsync @ [ Total; Xfer ]) in
+  let xl = layers Consort_group.Properties.(vsync @ [ Total; Agree; Xfer ]) in
   let addrs = [ "s0"; "s1"; "s2" ] in
   let got = Hashtbl.create 8 in
   let start a =
@@ -369,6 +430,9 @@ let () =
       ( "bounds",
         [
           Alcotest.test_case "servers need Total" `Quick needs_total;
+          Alcotest.test_case "servers need Agree" `Quick needs_agree;
+          Alcotest.test_case "gaps and stale forgets among servers" `Quick env_checks;
+          Alcotest.test_case "Cltsvr brings Agree" `Quick cltsvr_brings_agree;
           Alcotest.test_case "max clients" `Quick max_clients;
           Alcotest.test_case "a stranger's flood" `Quick stranger;
           Alcotest.test_case "bad client input" `Quick bad_client_input;

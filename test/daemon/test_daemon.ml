@@ -889,6 +889,18 @@ let test_suspect_switch () =
       | Error (C.Refused (Wire.Bad_props, reason)) ->
           check "says transitional" true (Astring_like.contains reason "transitional")
       | _ -> Alcotest.fail "a join with Evs: bad-props");
+      (* Migrate and Cltsvr: no operation of the protocol uses them; refused at JOIN. *)
+      List.iter
+        (fun (props, word) ->
+          match
+            C.join
+              ~props:(Result.get_ok (Consort_group.Properties.of_string props))
+              a.conn ~group:"m" deaf
+          with
+          | Error (C.Refused (Wire.Bad_props, reason)) ->
+              check ("names " ^ word) true (Astring_like.contains reason word)
+          | _ -> Alcotest.failf "a join with %s: bad-props" props)
+        [ ("vsync,Migrate", "Migrate"); ("vsync,Total,Cltsvr", "Cltsvr") ];
       Alcotest.(check bool) "cast after the switch" true (C.cast b.m "ordered" = Ok ());
       check "delivered" true (until conns (fun () -> List.mem (C.me b.m, "ordered") !(a.casts)));
       List.iter C.close conns)

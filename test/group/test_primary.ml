@@ -92,6 +92,34 @@ let bounded () =
   check_decision "too many attempts" (false, 2) [ "a"; "b"; "c" ]
     [ knows ~last:l ~ambiguous:amb (); knows ~last:l (); knows ~last:l () ]
 
+(* The least member of the last primary restarted as a new incarnation, which kept nothing: it
+   is not counted as its old self, so the rest of the group is not primary without it; but a view
+   that holds every configured vote is, since no other component holds any. *)
+let restarted_least () =
+  let l2 = session 2 [ "a"; "b" ] in
+  let k = knows ~last:l2 () in
+  check_decision "b and the new a, 1 of the 2 of {a, b} without its least" (false, 3)
+    [ "a2"; "b"; "c"; "d" ] [ P.no_knowledge; k; k; k ];
+  check_decision "every configured vote" (true, 3) [ "a2"; "b"; "c"; "d"; "e" ]
+    [ P.no_knowledge; k; k; k; k ];
+  let q, _ = P.decide_dynamic c5 ~members:(view [ "a2"; "b"; "c"; "d"; "e" ]) [ k ] in
+  Alcotest.(check bool) "on the configured votes" true (q.P.basis = P.Configured)
+
+(* {a, b, c, d, e} (the last primary, epoch 1) attempted epoch 2: formed at d and e, ambiguous at
+   a, b, c; {a, b, c} then formed epoch 2 too. The attempt of the same epoch as the last primary
+   stays with a, b and c (not older than it): {a, b} holds 2 of 3 of their last primary but 2 of
+   5 of the attempt that d and e took as primary, and is not primary. *)
+let same_epoch_ambiguity () =
+  let l1 = session 1 [ "a"; "b"; "c"; "d"; "e" ] in
+  let s2 = session 2 [ "a"; "b"; "c"; "d"; "e" ] and l2 = session 2 [ "a"; "b"; "c" ] in
+  let before = knows ~last:l1 ~ambiguous:[ s2 ] () in
+  let learnt = P.learn before [ knows ~last:l2 () ] in
+  Alcotest.(check int)
+    "learns the later primary" 2
+    (match learnt.P.last with Some s -> s.P.epoch | None -> 0);
+  Alcotest.(check int) "keeps the attempt of the same epoch" 1 (List.length learnt.P.ambiguous);
+  check_decision "a, b: bound by the attempt" (false, 3) [ "a"; "b" ] [ learnt; learnt ]
+
 let () =
   Alcotest.run "primary"
     [
@@ -104,5 +132,8 @@ let () =
           Alcotest.test_case "older ambiguity is forgotten" `Quick stale_ambiguity;
           Alcotest.test_case "the same decision at every member" `Quick same_everywhere;
           Alcotest.test_case "unresolved attempts are bounded" `Quick bounded;
+          Alcotest.test_case "a restarted least member, every vote here" `Quick restarted_least;
+          Alcotest.test_case "an attempt of the last primary's epoch binds" `Quick
+            same_epoch_ambiguity;
         ] );
     ]

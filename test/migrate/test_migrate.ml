@@ -281,6 +281,53 @@ let replay_in_clear () =
     "three moves refused" (refused + 3)
     (List.assoc "move_refused" (List.assoc "group" (G.counters p0.g)))
 
+let moved_bytes ~mover ~seq ~eid =
+  Codec.encode_string Migrate.codec (Migrate.Moved { group = "movers"; mover; seq; eid })
+
+let migrate m dst =
+  match G.migrate m.g dst with
+  | Ok () -> ()
+  | Error e -> Alcotest.failf "migrate to %s: %a" dst Group.pp_migrate_error e
+
+(* Acknowledgements of a move count only from the member they name, for
+   the latest move: p1 moves to p1.a and at once to p1.b, which nothing
+   reaches; p0's and p2's answers to the first move come to p1.a, and a
+   stranger answers the second for p0. None acknowledges the second move.
+   Then nobody having acknowledged it, p1 goes back to p1.a, where every
+   member reaches it. *)
+let acks_checked () =
+  let net, ms = group 11 in
+  let p0 = List.nth ms 0 and p1 = List.nth ms 1 and p2 = List.nth ms 2 in
+  List.iter
+    (fun m ->
+      Sim.set_link net ~src:m.addr ~dst:"p1.b" { Sim.default_link with Sim.loss = 1.0 };
+      Sim.set_link net ~src:"x7" ~dst:"p1.b" Sim.default_link)
+    [ p0; p2 ];
+  migrate p1 "p1.a";
+  migrate p1 "p1.b";
+  let unmoved () = List.sort compare (G.unmoved p1.g) in
+  let both = List.sort compare [ G.me p0.g; G.me p2.g ] in
+  run net 0.3;
+  Alcotest.(check (list string)) "the answers to the first move are not taken" both (unmoved ());
+  ignore
+    (raw_send net ~from:"x7" ~dst:"p1.b" (moved_bytes ~mover:(G.me p1.g) ~seq:2 ~eid:(G.me p0.g)));
+  run net 0.3;
+  Alcotest.(check (list string)) "nor a stranger's" both (unmoved ());
+  Alcotest.(check (option string)) "p0 sends to p1.b" (Some "p1.b") (address_at p0 p1);
+  run net 4.;
+  Alcotest.(check string) "p1 is back at p1.a" "p1.a" (G.address p1.g);
+  Alcotest.(check (list string)) "every member knows" [] (unmoved ());
+  Alcotest.(check (option string)) "p0 sends to p1.a" (Some "p1.a") (address_at p0 p1);
+  Alcotest.(check (option string)) "p2 sends to p1.a" (Some "p1.a") (address_at p2 p1);
+  Alcotest.(check bool) "p1.b closed" false (Sim.is_open net "p1.b");
+  Alcotest.(check int)
+    "one move back" 1
+    (List.assoc "moves_back" (List.assoc "group" (G.counters p1.g)));
+  Alcotest.(check int) "the view did not change" 3 (Array.length (G.view p1.g).Group.members);
+  cast p1 "after";
+  run net 1.;
+  Alcotest.(check (list string)) "p0 hears p1" [ "after" ] (from_ p0 (G.me p1.g))
+
 let judge () =
   let members = [| "a"; "b"; "c" |] in
   let mv ?(vids = [ "5:a" ]) ?(eid = "b") ?(seq = 2) ?(addr = "b2") () =
@@ -418,6 +465,7 @@ let () =
           Alcotest.test_case "a stranger cannot redirect (Auth)" `Quick stranger_cannot_redirect;
           Alcotest.test_case "replays and forgeries in clear" `Quick replay_in_clear;
           Alcotest.test_case "judge" `Quick judge;
+          Alcotest.test_case "acknowledgements checked, and a move back" `Quick acks_checked;
         ] );
       ("udp", [ Alcotest.test_case "rebind to a new port on loopback" `Quick over_udp ]);
     ]
