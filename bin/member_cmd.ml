@@ -50,11 +50,39 @@ let not_here props =
        Client.connect) from the library"
   else None
 
+(* [--metrics] off loopback names the group and its members, which Privacy hides on the wire:
+   refused unless [--metrics-public] says it is meant. *)
+let metrics_exposed metrics public =
+  match metrics with
+  | Some addr when not public ->
+      let host =
+        match String.rindex_opt addr ':' with Some i -> String.sub addr 0 i | None -> addr
+      in
+      let host =
+        if String.length host >= 2 && host.[0] = '[' then String.sub host 1 (String.length host - 2)
+        else host
+      in
+      let loopback =
+        host = "localhost" || host = "::1"
+        || (String.length host >= 4 && String.sub host 0 4 = "127.")
+      in
+      if loopback then None
+      else
+        Some
+          (Printf.sprintf
+             "--metrics %s: the metrics name the group and its members (what Privacy hides on the \
+              wire): on an address other than loopback, add --metrics-public"
+             addr)
+  | _ -> None
+
 let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file
-    discovery no_input key control metrics pcap =
+    discovery no_input key control (metrics, metrics_public) pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
   Consort_cli.set_log_context Member.log_context;
-  match (not_here props, seal_of props key) with
+  let refused =
+    match not_here props with Some e -> Some e | None -> metrics_exposed metrics metrics_public
+  in
+  match (refused, seal_of props key) with
   | Some e, _ ->
       Fmt.epr "consort member: %s@." e;
       2
@@ -244,8 +272,18 @@ let member =
       & info [ "metrics" ] ~docv:"ADDR:PORT"
           ~doc:
             "Serve the counters and the view in the Prometheus text format at \
-             http://$(docv)/metrics.")
+             http://$(docv)/metrics (loopback unless $(b,--metrics-public)).")
   in
+  let metrics_public =
+    Arg.(
+      value & flag
+      & info [ "metrics-public" ]
+          ~doc:
+            "Allow $(b,--metrics) on an address other than loopback (0.0.0.0, a public interface): \
+             the metrics name the group and its members, which Privacy hides on the wire. Without \
+             it such an address is refused.")
+  in
+  let metrics = Term.(const (fun m p -> (m, p)) $ metrics $ metrics_public) in
   let pcap =
     Arg.(
       value

@@ -317,6 +317,7 @@ let cases : (string list * string list * (string list * int) list) list =
       [
         ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--control"; missing ], 2);
         ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--metrics"; "nowhere" ], 2);
+        ([ "--group"; "g"; "--bind"; "127.0.0.1:7479"; "--metrics"; "0.0.0.0:7478" ], 2);
       ] );
   ]
 
