@@ -437,14 +437,19 @@ struct
           S.set_member st "another-cluster";
           S.close st);
       let copy_dir a b =
-        Unix.mkdir b 0o755;
+        (* Copied as [cp -a] would: the store's files are private (0600 in 0700). *)
+        Unix.mkdir b 0o700;
         Array.iter
           (fun f ->
             if f <> "lock" then begin
               let ic = open_in_bin (Filename.concat a f) in
               let s = really_input_string ic (in_channel_length ic) in
               close_in ic;
-              let oc = open_out_bin (Filename.concat b f) in
+              let oc =
+                open_out_gen
+                  [ Open_wronly; Open_creat; Open_trunc; Open_binary ]
+                  0o600 (Filename.concat b f)
+              in
               output_string oc s;
               close_out oc
             end)
