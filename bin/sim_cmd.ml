@@ -112,6 +112,15 @@ let run scenario seeds seed trace quiet verbose params =
                   match
                     for s = first to first + seeds - 1 do
                       match run_one ?trace:oc ~params scenario ~seed:s with
+                      | exception (Sys_error _ as e) when trace <> None -> raise e
+                      | exception e ->
+                          (* A seed that raises fails, and the others still run: the summary
+                             counts every seed. *)
+                          incr failed;
+                          Fmt.pr
+                            "FAIL seed %d: exception %s@.  reproduce: consort sim --scenario %s \
+                             --seeds 1 --seed %d@."
+                            s (Printexc.to_string e) scenario s
                       | Error e ->
                           Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
                           incr failed

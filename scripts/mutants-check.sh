@@ -33,7 +33,7 @@ dups=$(grep -o '^| [a-z0-9-]* |' "$dir/README.md" | sort | uniq -d | sed 's/^| \
 # The summary of the last whole run, which make mutants writes on the line after the marker.
 last=$(sed -n '/^<!-- last whole run -->$/{n;p;q}' "$dir/README.md")
 if [ "$last" = "None recorded yet." ] ||
-  echo "$last" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]+ UTC, commit .*: [0-9]+ killed, [0-9]+ survived'; then
+  echo "$last" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]+ UTC, commit .*: [0-9]+ killed, [0-9]+ survived, [0-9]+ weak'; then
   pass=$((pass + 1))
 else
   fail=$((fail + 1))

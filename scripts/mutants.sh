@@ -32,6 +32,7 @@ dir=$src/test/mutants
 timeout_s=${MUTANTS_TIMEOUT:-}
 verbose=${MUTANTS_VERBOSE:-0}
 jobs=${MUTANTS_JOBS:-2}
+strength_seeds=${MUTANTS_STRENGTH_SEEDS:-100}
 seed=${MUTANTS_SEED:-}
 DUNE=${DUNE:-dune}
 mode=run
@@ -64,6 +65,7 @@ done
 [ -n "$timeout_s" ] || { [ "$mode" = baseline ] && timeout_s=1800 || timeout_s=600; }
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && [ "${#1}" -le 6 ] && [ "$1" -gt 0 ]; }
 is_count "$timeout_s" || die "MUTANTS_TIMEOUT must be a positive number of seconds, not '$timeout_s'"
+is_count "$strength_seeds" || die "MUTANTS_STRENGTH_SEEDS must be a positive number, not '$strength_seeds'"
 is_count "$jobs" && [ "$jobs" -le 8 ] || die "MUTANTS_JOBS must be from 1 to 8, not '$jobs'"
 [ -z "$sample" ] || is_count "$sample" || die "--sample needs a positive number, not '$sample'"
 [ -z "$seed" ] || [[ $seed =~ ^[0-9]{1,9}$ ]] || die "the seed must be a number (at most 9 digits), not '$seed'"
@@ -330,11 +332,60 @@ sim_form() {
   [[ $n =~ ^[0-9]+$ && $first =~ ^[0-9]+$ && -n $sc ]] || return
   echo "$sc|$params|$first|$((first + n - 1))"
 }
+# Whether a program finds files through the build tree (its path, "_build", argv.(0)): in the
+# copy, _build holds only what the targeted build made, so its run there may differ from make
+# test's. A test executable: the OCaml sources of its directory; a script: the script, and the
+# files beside it unless it lives in scripts/ (each script there stands alone). A path under
+# _build/default that the script builds itself, or one of the two binaries every copy has, is fine.
+reads_build_tree() { # PROGRAM (relative to the tree)
+  local p=$1 d f x
+  case $p in
+    _build/default/*.exe)
+      d=$(dirname "${p#_build/default/}")
+      grep -qsE 'Sys\.executable_name|_build|argv\.\(0\)' "$src/$d"/*.ml || return 1
+      # It does: it is as in make test if every file that a string of its sources names there
+      # (from its directory under _build/default, or from the root) and that the whole build
+      # (make build, before make test) has, the copy has too. Without a whole build to compare
+      # with, it may read anything.
+      [ -x "$src/_build/default/bin/main.exe" ] || return 0
+      while read -r x; do
+        for f in "$d/$x" "$x"; do
+          f=$(realpath -m --relative-to="$src/_build/default" "$src/_build/default/${f#_build/default/}")
+          case $f in .. | ../* | /* | .) continue ;; esac
+          if [ -d "$src/_build/default/$f" ]; then
+            diff -q <(cd "$src/_build/default/$f" && find . ! -type d | sort) \
+              <(cd "$tmp/tree0/_build/default/$f" 2>/dev/null && find . ! -type d | sort) >/dev/null || return 0
+          elif [ -e "$src/_build/default/$f" ] && [ ! -e "$tmp/tree0/_build/default/$f" ]; then
+            return 0
+          fi
+        done
+      done < <(grep -ohsE '"[^"\\ ]+"' "$src/$d"/*.ml | tr -d '"' | sort -u)
+      return 1
+      ;;
+  esac
+  [ -f "$src/$p" ] || return 0
+  d=$(dirname "$p")
+  if [ "$d" = scripts ]; then f=("$src/$p"); else mapfile -t f < <(find "$src/$d" -type f); fi
+  grep -qshE '_build/default($|[^/])' "${f[@]}" && return 0
+  while read -r x; do
+    case $x in bin/main.exe | bin/consortd/consortd.exe) continue ;; esac
+    grep -qsE "build +(\./)?$x( |\$)" "$src/$p" || return 0
+  done < <(grep -ohsE '_build/default/[A-Za-z0-9_./-]+' "${f[@]}" | sed 's|^_build/default/||' | sort -u)
+  return 1
+}
+# Whether make test runs COMMAND itself, with the same result as in the copy.
+make_test_runs() {
+  grep -qxF -- "$1" "$tmp/make-test-cmds" || return 1
+  ! reads_build_tree "$(awk '{print $1}' <<<"$1")"
+}
 # Commands that need not run: a test executable's run restricted to some of its tests
 # ("EXE test NAME...") when the same executable runs whole among the commands (its tests are
-# independent: the whole run holds those); with --skip-covered, a simulation that make test runs
-# with the same scenario and parameters over more seeds (a simulation reads no file, so the copy
-# cannot change its result, and each seed is deterministic).
+# independent: the whole run holds those); with --skip-covered, a command that make test runs
+# itself as one of its suites (a test executable run whole, or a part of it, or a script), when
+# the program does not find files through the build tree (above), so that the copy cannot change
+# its result: make test proves that it passes; and a simulation that make test runs with the same
+# scenario and parameters over the same seeds or more (a simulation reads no file, and each seed
+# is deterministic).
 covered() {
   local c=$1 f sc params first last g
   if [[ $c =~ ^(_build/default/[A-Za-z0-9_./-]+\.exe)\ test\  ]] &&
@@ -343,6 +394,14 @@ covered() {
     return 0
   fi
   [ "$skip_covered" = 1 ] || return 1
+  if [[ $c =~ ^(_build/default/[A-Za-z0-9_./-]+\.exe)(\ test\ .*)?$ ]] && make_test_runs "${BASH_REMATCH[1]}"; then
+    echo "make test's ${BASH_REMATCH[1]##*/}"
+    return 0
+  fi
+  if [[ $c =~ ^[A-Za-z0-9_./-]+(\ --?[a-z-]+)*$ ]] && [[ ! $c =~ ^consort\  ]] && make_test_runs "$c"; then
+    echo "make test's $c"
+    return 0
+  fi
   f=$(sim_form "$c")
   [ -n "$f" ] || return 1
   IFS='|' read -r sc params first last <<<"$f"
@@ -354,10 +413,11 @@ covered() {
   done <"$tmp/make-test-sims"
   return 1
 }
+# make test's suites, written as Kill: lines write commands, and its simulations in normal form
+# (covered, and the kill strength below).
+"$src/scripts/test.sh" --list | sed 's|^\./||; s|^_build/default/bin/main\.exe |consort |' >"$tmp/make-test-cmds"
+while read -r c; do sim_form "$c"; done <"$tmp/make-test-cmds" >"$tmp/make-test-sims"
 if [ "$mode" = baseline ] || [ "${MUTANTS_NO_BASELINE:-0}" != 1 ]; then
-  if [ "$skip_covered" = 1 ]; then
-    "$src/scripts/test.sh" --list | while read -r c; do sim_form "$c"; done >"$tmp/make-test-sims"
-  fi
   ncovered=0
   for i in "${!kill_cmds[@]}"; do
     if why=$(covered "${kill_cmds[$i]}"); then
@@ -404,10 +464,53 @@ index_of() {
   echo none
 }
 
+# Kill strength. A command that failed: how many of its tests failed, from its output (alcotest's
+# "K failures! ... N tests run.", or a last "P passed, F failed"). A simulation that killed: the
+# fraction of seeds that fail under the mutant, over the first MUTANTS_STRENGTH_SEEDS (default
+# 100) seeds of the run of the same scenario and parameters that make test makes (fewer if make
+# test runs fewer). A mutant is weak when no command kills it but simulations failing on fewer
+# than 5% of those seeds, or simulations that make test does not run, or a timeout (a hang cannot
+# be told from a loaded machine): its remaining commands then run too, in case one kills it for
+# real.
+tests_failed() { # LOG: "K of N tests", or nothing
+  local l=$1 run fail
+  run=$(grep -Eo '[0-9]+ tests? run' "$l" | tail -1 | grep -Eo '^[0-9]+')
+  if [ -n "$run" ]; then
+    fail=$(grep -Eo '[0-9]+ failures?!' "$l" | tail -1 | grep -Eo '^[0-9]+')
+    echo "${fail:-0} of $run tests"
+    return
+  fi
+  grep -E '^[0-9]+ passed, [0-9]+ failed' "$l" | tail -1 | awk '{ print $3 " of " $1 + $3 " tests" }'
+}
+sim_strength() { # K FORM: prints "TEXT" and returns 0 when strong
+  local k=$1 sc params first last gsc gparams gfirst glast best="" n l f
+  IFS='|' read -r sc params first last <<<"$2"
+  while IFS='|' read -r gsc gparams gfirst glast; do
+    [ "$gsc" = "$sc" ] && [ "$gparams" = "$params" ] || continue
+    [ -z "$best" ] || [ $((glast - gfirst)) -gt $((${best#*|} - ${best%|*})) ] && best="$gfirst|$glast"
+  done <"$tmp/make-test-sims"
+  if [ -z "$best" ]; then
+    echo "sim $sc${params:+ ($params)}: make test does not run it"
+    return 1
+  fi
+  gfirst=${best%|*}
+  n=$((${best#*|} - gfirst + 1))
+  [ "$n" -le "$strength_seeds" ] || n=$strength_seeds
+  run_kill "$k" "consort sim --scenario $sc --seeds $n --seed $gfirst${params:+ --params $params} --quiet"
+  l=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/log/run$k" | tail -1)
+  if [ -z "$l" ]; then
+    echo "sim $sc${params:+ ($params)}: seeds $gfirst to $((gfirst + n - 1)) did not run through"
+    return 1
+  fi
+  f=$(awk '{ print $3 }' <<<"$l")
+  echo "sim $sc${params:+ ($params)}: $f of $n seeds ($((100 * f / n))%)"
+  [ $((20 * f)) -ge "$n" ]
+}
+
 # One mutant in copy K: apply, build what its commands need, run them until the first kill, undo,
 # and build the same targets again (from the cache) so that the copy is the tree's once more.
 mutant_one() {
-  local k=$1 p=$2 name s=$SECONDS by="" how="" rc cmd line built=0 ran=0
+  local k=$1 p=$2 name s=$SECONDS by="" how="" rc cmd line built=0 ran=0 strength="" weak=1 f t
   local -a cmds targets
   name=$(basename "$p" .patch)
   # Dune's cache keeps every mutant's files (a few hundred MB each, at most): stop before the disk
@@ -428,18 +531,35 @@ mutant_one() {
     [ "$verbose" = 1 ] && line="$line"$'\n'"$(tail -20 "$tmp/log/build$k" | sed 's/^/  /')"
   else
     built=$SECONDS
+    # Until the first kill that is not weak (above); the first kill of all is the one named.
     for cmd in "${cmds[@]}"; do
       run_kill "$k" "$cmd" "$(limit_of "$cmd")"
       rc=$?
-      if [ $rc -ne 0 ]; then
+      [ $rc -eq 0 ] && continue
+      if [ -z "$by" ]; then
         by=$cmd
         case $rc in 124 | 137) how=timeout ;; *) how=failed ;; esac
-        break
       fi
+      case $rc in
+        124 | 137) strength="${strength:+$strength; }timeout" ;;
+        *)
+          f=$(sim_form "$cmd")
+          if [ -z "$f" ]; then
+            t=$(tests_failed "$tmp/log/run$k")
+            strength="${strength:+$strength; }${t:-failed}"
+            weak=0
+            break
+          fi
+          t=$(sim_strength "$k" "$f") && weak=0
+          strength="${strength:+$strength; }$t"
+          [ "$weak" = 0 ] && break
+          ;;
+      esac
     done
     ran=$SECONDS
     if [ -n "$by" ]; then
-      line=$(printf 'killed %-44s %5d s  %s' "$name" $((SECONDS - s)) "$how")
+      line=$(printf 'killed %-44s %5d s  %-7s %s' "$name" $((SECONDS - s)) "$how" "$strength")
+      [ "$weak" = 1 ] && line="$line  WEAK"
       [ "$verbose" = 1 ] && line="$line"$'\n'"  by: $by: $(describe "$p")"
     else
       line=$(printf 'SURVIVED %-42s %5d s' "$name" $((SECONDS - s)))
@@ -448,6 +568,7 @@ mutant_one() {
   fi
   echo "${line%%$'\n'*}" | awk '{print $1}' >"$tmp/res/m-$name"
   [ "$how" = timeout ] && echo timeout >>"$tmp/res/m-$name"
+  [ -n "$by" ] && [ "$weak" = 1 ] && echo weak >>"$tmp/res/m-$name"
   echo "$line" | flock "$tmp/lock/out" cat
   git -C "$tmp/tree$k" checkout -q -- . && git -C "$tmp/tree$k" clean -qfdx -e _build
   if ! dune_in "$k" "${targets[@]}" >"$tmp/log/build$k" 2>&1; then
@@ -468,19 +589,20 @@ killed=$(count killed)
 survived=$(count SURVIVED)
 broken=$(count BROKEN)
 timeouts=$(count timeout)
+weak=$(count weak)
+weak_list=$(grep -lx weak "$tmp"/res/m-* 2>/dev/null | sed 's|.*/m-||' | sort | tr '\n' ' ' | sed 's/ $//')
 unrun=$((${#patches[@]} - killed - survived - broken))
 elapsed=$((SECONDS - start_time))
 [ "$unrun" -gt 0 ] && echo "$unrun not run (a lane stopped)"
 [ "$broken" -gt 0 ] && echo "$broken broken (did not apply or build)"
-echo "kill strength: $((killed - timeouts)) by a failing command, $timeouts by a timeout only"
-echo "${#patches[@]} mutants in $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s) (building the copies $(duration "$build_secs"), MUTANTS_TIMEOUT=$timeout_s)"
-echo "$killed killed, $survived survived"
+[ "$weak" -gt 0 ] && echo "weak (killed only by simulations failing on fewer than 5% of make test's seeds, by one make test does not run, or by a timeout): $weak_list"
+echo "${#patches[@]} mutants in $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s) (building the copies $(duration "$build_secs"), MUTANTS_TIMEOUT=$timeout_s, $timeouts first killed by a timeout)"
 
 # A whole run records its summary in the README (the line after the marker).
 if [ "$whole" = 1 ] && [ "$unrun" -eq 0 ]; then
-  summary="$started_at, commit $commit: $killed killed, $survived survived"
+  summary="$started_at, commit $commit: $killed killed, $survived survived, $weak weak"
   [ "$broken" -gt 0 ] && summary="$summary, $broken broken"
-  summary="$summary ($timeouts by a timeout only); $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s)."
+  summary="$summary; $(duration $elapsed) on $jobs lane$([ "$jobs" -gt 1 ] && echo s); weak: ${weak_list:-none}."
   readme=$dir/README.md
   if grep -q '^<!-- last whole run -->$' "$readme"; then
     awk -v s="$summary" 'skip { skip = 0; print s; next } { print } /^<!-- last whole run -->$/ { skip = 1 }' \
@@ -489,6 +611,7 @@ if [ "$whole" = 1 ] && [ "$unrun" -eq 0 ]; then
     echo "mutants: $readme has no line '<!-- last whole run -->': the summary is not recorded" >&2
   fi
 fi
-[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ] && [ "$unrun" -eq 0 ]
+echo "$killed killed, $survived survived, $weak weak"
+[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ] && [ "$unrun" -eq 0 ] && [ "$weak" -eq 0 ]
 exit
 }
