@@ -345,14 +345,19 @@ reads_build_tree() { # PROGRAM (relative to the tree)
       grep -qsE 'Sys\.executable_name|_build|argv\.\(0\)' "$src/$d"/*.ml || return 1
       # It does: it is as in make test if every file that a string of its sources names there
       # (from its directory under _build/default, or from the root) and that the whole build
-      # (make build, before make test) has, the copy has too. Without a whole build to compare
-      # with, it may read anything.
+      # (make build, before make test) has, the copy has too, and every directory a path among
+      # those strings names holds the same files in both. Without a whole build to compare with,
+      # it may read anything.
       [ -x "$src/_build/default/bin/main.exe" ] || return 0
       while read -r x; do
         for f in "$d/$x" "$x"; do
           f=$(realpath -m --relative-to="$src/_build/default" "$src/_build/default/${f#_build/default/}")
           case $f in .. | ../* | /* | .) continue ;; esac
           if [ -d "$src/_build/default/$f" ]; then
+            # A directory: only a path ("../../examples/"), not a word ("bench", "/") that happens
+            # to name one, nor its own directory (its siblings are named as files).
+            case $x in */?* | ?*/*) ;; *) continue ;; esac
+            [ "$f" != "$d" ] || continue
             diff -q <(cd "$src/_build/default/$f" && find . ! -type d | sort) \
               <(cd "$tmp/tree0/_build/default/$f" 2>/dev/null && find . ! -type d | sort) >/dev/null || return 0
           elif [ -e "$src/_build/default/$f" ] && [ ! -e "$tmp/tree0/_build/default/$f" ]; then
