@@ -1,8 +1,10 @@
 #!/bin/bash
 # Mutation testing: applies each deliberate bug under test/mutants/ to a temporary copy of the
 # tree, builds what its commands need, and runs the commands that mutant names; a mutant is killed
-# when one of them fails (the first failure stops it). Prints one line per mutant as it ends, then
-# "N killed, M survived" and the time the run took. The working tree is never modified, except
+# when one of them fails (the first failure stops it, unless the kill is weak). Prints one line
+# per mutant as it ends, with its kill strength (how many tests failed; for a simulation, the
+# fraction of make test's seeds of that scenario that fail under the mutant), then the time the
+# run took and last "N killed, M survived, W weak". The working tree is never modified, except
 # that a whole run writes its summary into test/mutants/README.md. Usage:
 #   scripts/mutants.sh [NAME...]        (default: every test/mutants/*.patch, a whole run)
 #   scripts/mutants.sh --sample N [--seed S]
@@ -11,15 +13,18 @@
 #   scripts/mutants.sh --baseline [--skip-covered]
 #                                       builds the copy as for a whole run and runs every distinct
 #                                       Kill: command once without mutation; "N passed, M failed".
-#                                       --skip-covered (make test): not the simulations that make
-#                                       test runs with the same parameters and more seeds
+#                                       --skip-covered (make test): not what make test runs itself
+#                                       where the copy cannot change the result (its simulations
+#                                       with as many seeds, its test executables and scripts that
+#                                       find nothing through _build that the copy lacks)
 # The copy is built as `make mutants` builds it: only the binaries, the test executables that
 # the commands name and what their dune stanzas declare in (deps ...). Mutants run in
 # MUTANTS_JOBS lanes (default 2), each in a copy of its own; two lanes never run commands of the
 # same program at once. Dune's cache (private to the run) serves every build after the first.
 # Environment: MUTANTS_TIMEOUT (seconds per command, default 600, 1800 with --baseline; or three
 # times the command's time without mutation in the same run, if longer; a command that runs out
-# of time counts as a kill, "timeout" in its line: the bug made it hang), MUTANTS_JOBS,
+# of time counts as a kill, "timeout" in its line: the bug made it hang, but the kill is weak),
+# MUTANTS_STRENGTH_SEEDS (default 100: the seeds a simulation's kill strength counts), MUTANTS_JOBS,
 # MUTANTS_SEED (as --seed), MUTANTS_VERBOSE=1 (say which command killed each mutant, and the
 # tail of a failed build), MUTANTS_NO_BASELINE=1 (skip checking that the commands pass without
 # mutation).
