@@ -389,7 +389,8 @@ make_test_runs() {
   ! reads_build_tree "$(awk '{print $1}' <<<"$1")"
 }
 # Commands that need not run: a test executable's run restricted to some of its tests
-# ("EXE test NAME...") when the same executable runs whole among the commands (its tests are
+# ("EXE test NAME...", after the same "... && " if any) when the same executable runs whole
+# among the commands (its tests are
 # independent: the whole run holds those); with --skip-covered, a command that make test runs
 # itself as one of its suites (a test executable run whole, or a part of it, or a script), when
 # the program does not find files through the build tree (above), so that the copy cannot change
@@ -398,9 +399,9 @@ make_test_runs() {
 # is deterministic).
 covered() {
   local c=$1 f sc params first last g
-  if [[ $c =~ ^(_build/default/[A-Za-z0-9_./-]+\.exe)\ test\  ]] &&
-    printf '%s\n' "${kill_cmds[@]}" | grep -qxF "${BASH_REMATCH[1]}"; then
-    echo "the whole ${BASH_REMATCH[1]##*/}"
+  if [[ $c =~ ^(.*\ \&\&\ )?(_build/default/[A-Za-z0-9_./-]+\.exe)\ test\  ]] &&
+    printf '%s\n' "${kill_cmds[@]}" | grep -qxF "${BASH_REMATCH[1]}${BASH_REMATCH[2]}"; then
+    echo "the whole ${BASH_REMATCH[2]##*/}"
     return 0
   fi
   [ "$skip_covered" = 1 ] || return 1
