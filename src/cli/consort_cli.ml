@@ -197,9 +197,20 @@ let table =
       [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ] );
     ( "cap dir serve",
       [
-        ( "One of three replicas, on loopback, sharing one key file:",
-          "consort cap dir serve --data /var/lib/consort/dir1 --key /etc/consort/dir.key --bind \
-           127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+        ( "One of three replicas of a new directory cluster, on loopback, sharing one key file \
+           (--new the first time only):",
+          "consort cap dir serve --new --data /var/lib/consort/dir1 --key /etc/consort/dir.key \
+           --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+        ( "A replica whose data directory was lost, replaced on an empty one:",
+          "consort cap dir serve --join --data /var/lib/consort/dir1 --key /etc/consort/dir.key \
+           --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+      ] );
+    ( "cap dir init",
+      [
+        ( "Prepare the data directory of a new cluster's replica, for a boot server's declaration:",
+          "consort cap dir init --new --data /var/lib/consort/dir1 --key /etc/consort/dir.key" );
+        ( "Replace a lost replica's data directory (it catches up before it votes):",
+          "consort cap dir init --join --data /var/lib/consort/dir1 --key /etc/consort/dir.key" );
       ] );
     ( "cap ls",
       [

@@ -17,7 +17,15 @@ let ( / ) = Filename.concat
 
 type replica = { i : int; rpc : string; group : string; mutable pid : int }
 
-let start d reps r =
+(* [init]: --new at the first start (no store identity in the data directory yet), nothing after;
+   or as given (["--join"]). *)
+let start ?init d reps r =
+  let data = d / Printf.sprintf "r%d" r.i in
+  let init =
+    match init with
+    | Some l -> l
+    | None -> if Sys.file_exists (data / "identity") then [] else [ "--new" ]
+  in
   let out, w = Unix.pipe ~cloexec:true () in
   let err =
     Unix.openfile
@@ -30,22 +38,24 @@ let start d reps r =
   in
   let pid =
     Unix.create_process_env (consort ())
-      [|
-        "consort";
-        "cap";
-        "dir";
-        "serve";
-        "--data";
-        d / Printf.sprintf "r%d" r.i;
-        "--key";
-        d / "dir.key";
-        "--bind";
-        r.rpc;
-        "--group";
-        r.group;
-        "--peers";
-        peers;
-      |]
+      (Array.of_list
+         ([
+            "consort";
+            "cap";
+            "dir";
+            "serve";
+            "--data";
+            data;
+            "--key";
+            d / "dir.key";
+            "--bind";
+            r.rpc;
+            "--group";
+            r.group;
+            "--peers";
+            peers;
+          ]
+         @ init))
       (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
       Unix.stdin w err
   in
