@@ -15,12 +15,14 @@ let describe s =
   else if s = Fs_sim.Disk_faults.name then Some Fs_sim.Disk_faults.doc
   else if s = Kv_sim.Lost_dir.name then Some Kv_sim.Lost_dir.doc
   else if s = Dir_sim.Disk_faults.name then Some Dir_sim.Disk_faults.doc
+  else if s = Dir_sim.Lost_dir.name then Some Dir_sim.Lost_dir.doc
   else Consort_scenario.Scenario.describe s
 
 let names =
   Consort_scenario.Scenario.names
   @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
   @ [ Kv_sim.Disk_faults.name; Dir_sim.Disk_faults.name; Kv_sim.Lost_dir.name ]
+  @ [ Dir_sim.Lost_dir.name ]
   @ [ Fs_sim.Disk_faults.name ]
 
 (* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
@@ -59,6 +61,8 @@ let run_one ?trace ~params s ~seed =
     Ok (of_rsm ~seed (Kv_sim.Lost_dir.run ?trace ~params ~seed ()))
   else if s = Dir_sim.Disk_faults.name then
     Ok (of_rsm ~seed (Dir_sim.Disk_faults.run ?trace ~params ~seed ()))
+  else if s = Dir_sim.Lost_dir.name then
+    Ok (of_rsm ~seed (Dir_sim.Lost_dir.run ?trace ~params ~seed ()))
   else if s = Gc_sim.name then
     let o = Gc_sim.run ?trace ~seed () in
     Ok
