@@ -619,7 +619,7 @@ let () =
   Alcotest.run "capdir-e2e"
     [
       ("replicas", [ Alcotest.test_case "three replicas, tools, kills" `Quick test_replicated ]);
-      ( "data directories",
+      ( "identity",
         [ Alcotest.test_case "a wiped and a foreign data directory" `Quick test_lost_dirs ] );
       ("gc", [ Alcotest.test_case "collection over a directory and a file server" `Quick test_gc ]);
       ("bench", [ Alcotest.test_case "bench dir runs" `Quick test_bench ]);
