@@ -22,8 +22,7 @@ let names =
   Consort_scenario.Scenario.names
   @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
   @ [ Kv_sim.Disk_faults.name; Dir_sim.Disk_faults.name; Kv_sim.Lost_dir.name ]
-  @ [ Dir_sim.Lost_dir.name ]
-  @ [ Fs_sim.Disk_faults.name ]
+  @ [ Fs_sim.Disk_faults.name; Dir_sim.Lost_dir.name ]
 
 (* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
    those with a known outcome as delivered. *)
