@@ -174,8 +174,8 @@ jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-lineariz
 jobs+=("counted|sim kv-disk-faults|$BIN/bin/main.exe sim --scenario kv-disk-faults --seeds ${KV_DISK_SEEDS:-1000}")
 jobs+=("counted|sim kv-lost-dir|$BIN/bin/main.exe sim --scenario kv-lost-dir --seeds ${KV_LOST_SEEDS:-1000}")
 jobs+=("counted|sim dir-disk-faults|$BIN/bin/main.exe sim --scenario dir-disk-faults --seeds ${DIR_DISK_SEEDS:-1000}")
-# A directory replica restarted on an empty or another cluster's data directory (about 2.3 CPU
-# seconds for 100 seeds).
+# A directory replica restarted on an empty or another cluster's data directory (about 5 CPU
+# seconds for 200 seeds).
 jobs+=("counted|sim dir-lost-dir|$BIN/bin/main.exe sim --scenario dir-lost-dir --seeds ${DIR_LOST_SEEDS:-200}")
 # The file server's disk fills or fails for a while (about 4 CPU seconds for 1000 seeds).
 jobs+=("counted|sim fs-disk-faults|$BIN/bin/main.exe sim --scenario fs-disk-faults --seeds ${CAP_SEEDS:-1000}")
