@@ -74,6 +74,20 @@ let resolve ~config ?locate ?root what s =
                 | Ok cap -> Ok cap
                 | Error e -> Error (Printf.sprintf "%s %s: %s" what s (path_error e))))
 
+(* A server's event loop, stopped by SIGTERM or SIGINT: [let run = serve_until_signal loop in
+   ...; run ()]. The handlers are set at once and their flag is the loop's [until], so a signal
+   that comes before [run] (while the server prints its first lines: [Loop.run] clears an earlier
+   [Loop.stop]) still stops it. *)
+let serve_until_signal loop =
+  let stopping = ref false in
+  let stop _ =
+    stopping := true;
+    Loop.stop loop
+  in
+  Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
+  Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+  fun () -> if not !stopping then Loop.run ~until:(fun () -> !stopping) loop
+
 (* The command line the capability commands share. *)
 
 (* The RPC tunables, set from --params before a command runs. *)

@@ -93,21 +93,14 @@ let serve data bind key_file locate max_processes user max_tree max_files no_ns 
                     R.close node;
                     refused "%s" m
                 | Ok t ->
-                    (* A signal before [Loop.run] (which clears a stop) still stops it. *)
-                    let stopping = ref false in
-                    let stop _ =
-                      stopping := true;
-                      Loop.stop loop
-                    in
-                    Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
-                    Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+                    let run = Cap_common.serve_until_signal loop in
                     Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
                     Fmt.epr "consort: process server for port %s on %s (ocamlrun %s)@."
                       (Port.to_hex (Port.Key.port key))
                       (Udp.address_to_string (R.address node))
                       config.ocamlrun;
                     Fmt.epr "consort: %s@." (Proc_server.confinement t);
-                    if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
+                    run ();
                     Proc_server.shutdown t;
                     R.close node;
                     0)))
