@@ -992,6 +992,58 @@ let forged_badsession () =
 let tests =
   tests @ [ Alcotest.test_case "forged Badsession aborts nothing" `Quick forged_badsession ]
 
+(* [Nothere] answers a Hello before any key is shared, so it cannot be signed: someone who sees a
+   Hello's nonce (it travels in clear) forges it from the server's address, and it arrives before
+   the server's own answer. Eight clients each open a session under such a forger: every call is
+   carried out once, none fails as not found, and every forgery is refuted (a signed locate answer
+   names the same place, or the handshake signed with the port's key completes) and counted. A
+   genuine Nothere is still followed ([follows_moves]: the port served elsewhere). *)
+let forged_nothere () =
+  let net = Sim.create ~seed:4 () in
+  let g = Crypto.deterministic "forged-nothere" in
+  let key = Port.Key.generate ~g () in
+  let server = ok (RS.create ~config:cfg ~g net "s") in
+  let srv = RS.serve server key in
+  let executed = Hashtbl.create 8 in
+  RS.listen srv (fun r ->
+      let d = RS.data r in
+      Hashtbl.replace executed d (1 + Option.value ~default:0 (Hashtbl.find_opt executed d));
+      RS.putrep r (Header.reply `Ok) ("done " ^ d));
+  let forged = ref 0 in
+  ignore
+    (Sim.control (RS.connection server)
+       (Sim.Drop_filter
+          (Some
+             (fun ~src cs ->
+               (match Codec.decode_string Wire.outer (Cstruct.to_string cs) with
+               | Ok (Wire.Hello { port; nonce; _ }) ->
+                   incr forged;
+                   let d = Codec.encode_string Wire.outer (Wire.Nothere { port; nonce }) in
+                   ignore (Sim.at net (Sim.now net) (fun () -> Spy.deliver ~dst:src ~src:"s" d))
+               | _ -> ());
+               false))));
+  let c = Cap.owner (Port.Key.port key) ~obj:1 secret in
+  let clients =
+    List.init 8 (fun i ->
+        let name = Printf.sprintf "c%d" i in
+        let client = ok (RS.create ~config:cfg ~g ~locate:[ "s" ] net name) in
+        let d = Printf.sprintf "put %d" i in
+        let res = ref None in
+        RS.trans client (Header.request c 1) d (fun r -> res := Some r);
+        Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 10.)) net;
+        (match !res with
+        | Some (Ok (_, r)) -> Alcotest.(check string) (name ^ ": the reply") ("done " ^ d) r
+        | Some (Error e) ->
+            Alcotest.failf "%s: cut short by a forged Nothere: %a" name Rpc_error.pp e
+        | None -> Alcotest.failf "%s: no outcome" name);
+        Alcotest.(check int) (name ^ ": carried out once") 1 (Hashtbl.find executed d);
+        client)
+  in
+  Alcotest.(check bool) "a Nothere forged for every handshake" true (!forged >= 8);
+  ignore clients
+
+let tests = tests @ [ Alcotest.test_case "forged Nothere fails nothing" `Quick forged_nothere ]
+
 (* Signed session errors are bounded: a stranger sending datagrams of made-up sessions, 50 every
    10 ms for 1 s, gets at most 20 Badsession answers every 100 ms (each costs the server a
    signature, and is larger than what asked for it), and some. *)
