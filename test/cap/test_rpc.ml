@@ -1040,7 +1040,9 @@ let forged_nothere () =
         client)
   in
   Alcotest.(check bool) "a Nothere forged for every handshake" true (!forged >= 8);
-  ignore clients
+  Alcotest.(check int)
+    "every forgery refuted and counted" !forged
+    (List.fold_left (fun a cl -> a + (RS.stats cl).Rpc.nothere_refuted) 0 clients)
 
 let tests = tests @ [ Alcotest.test_case "forged Nothere fails nothing" `Quick forged_nothere ]
 
