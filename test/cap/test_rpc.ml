@@ -1046,6 +1046,54 @@ let forged_nothere () =
 
 let tests = tests @ [ Alcotest.test_case "forged Nothere fails nothing" `Quick forged_nothere ]
 
+(* A genuine Nothere is followed at once: the server stops serving the port just as a client's
+   Hello reaches it (its place located and cached a moment before), and t serves it. The check's
+   locate is a new one (not the cached place, which would "confirm" s), it names t, and the call
+   goes there without waiting for the handshake with s to time out. *)
+let genuine_nothere () =
+  let net = Sim.create ~seed:6 () in
+  let g = Crypto.deterministic "genuine-nothere" in
+  let key = Port.Key.generate ~g () in
+  let serve addr =
+    let n = ok (R.create ~config:cfg ~g net addr) in
+    let s = R.serve n key in
+    R.listen s (fun r -> R.putrep r (Header.reply `Ok) (addr ^ ":" ^ R.data r));
+    (n, s)
+  in
+  let ns, ss = serve "s" in
+  let hellos = ref 0 in
+  ignore
+    (Sim.control (R.connection ns)
+       (Sim.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               (match Codec.decode_string Wire.outer (Cstruct.to_string cs) with
+               | Ok (Wire.Hello _) ->
+                   incr hellos;
+                   if !hellos = 1 then begin
+                     R.stop ss;
+                     ignore (serve "t")
+                   end
+               | _ -> ());
+               false))));
+  let client = ok (R.create ~config:cfg ~g ~locate:[ "s"; "t" ] net "c") in
+  let res = ref None in
+  let t0 = Sim.now net in
+  R.trans client
+    (Header.request (Cap.owner (Port.Key.port key) ~obj:1 secret) 1)
+    "1"
+    (fun r -> res := Some (r, Time.diff (Sim.now net) t0));
+  Sim.run ~until:(Time.add t0 (Time.of_sec 10.)) net;
+  match !res with
+  | Some (Ok (_, d), took) ->
+      Alcotest.(check string) "served by t" "t:1" d;
+      Alcotest.(check bool) "followed at once" true (took < cfg.locate_timeout);
+      Alcotest.(check int) "not refuted" 0 (R.stats client).Rpc.nothere_refuted
+  | Some (Error e, _) -> Alcotest.failf "after a genuine Nothere: %a" Rpc_error.pp e
+  | None -> Alcotest.fail "no outcome"
+
+let tests = tests @ [ Alcotest.test_case "genuine Nothere followed at once" `Quick genuine_nothere ]
+
 (* Signed session errors are bounded: a stranger sending datagrams of made-up sessions, 50 every
    10 ms for 1 s, gets at most 20 Badsession answers every 100 ms (each costs the server a
    signature, and is larger than what asked for it), and some. *)
