@@ -40,7 +40,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
-	@echo; ./_build/default/bin/main.exe bench proc --json
+	@echo; ./_build/default/bin/main.exe bench proc --json --save bench/results
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
 	@echo; ./_build/default/bin/main.exe bench dir
