@@ -188,7 +188,8 @@ jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK
 # group of OCaml, C, Python and Go members over two daemons (a few seconds each).
 jobs+=("counted|daemon python client|clients/python/run-tests.sh")
 jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
-# The Go client: gofmt, go vet, go test -race (a fake daemon and a real one; about 10 s).
+# The Go client: gofmt, go vet, go test (a fake daemon and a real one; about 10 s, 2 CPU s;
+# a cold Go build cache adds about 25 CPU s once, compiling the standard library).
 jobs+=("counted|daemon Go client|clients/go/run-tests.sh")
 jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
 # 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s); the

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The Go client's checks: gofmt, go vet, and go test (under the race
-# detector) against a fake daemon and the consortd built by dune; ends with
+# The Go client's checks: gofmt, go vet, and go test against a fake daemon
+# and the consortd built by dune; ends with
 # "N passed, M failed" (for scripts/test.sh), counting every test and
 # subtest, and gofmt and vet as one each. Offline: standard library only.
 set -u
@@ -22,8 +22,10 @@ if [ -z "$fmt" ]; then echo "ok gofmt"; p=$((p + 1)); else echo "not ok gofmt: $
 if "$go" vet ./...; then echo "ok go vet"; p=$((p + 1)); else echo "not ok go vet"; f=$((f + 1)); fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-race=-race
-CGO_ENABLED=1 "$go" test -race -count=1 -run XXX . >/dev/null 2>&1 || race=""
+# GO_RACE=1: under the race detector too (it builds the standard library a second time:
+# about 40 CPU s on a cold build cache, so make test leaves it out).
+race=""
+if [ "${GO_RACE:-}" = 1 ]; then race=-race; fi
 "$go" test $race -count=1 -v . >"$out" 2>&1
 rc=$?
 cat "$out"
