@@ -75,7 +75,8 @@ let blocks_are_files doc () =
   let root = Lazy.force root in
   let sources =
     List.concat_map (fun d -> files (Filename.concat root d)) [ "examples"; "clients" ]
-    |> List.filter (fun f -> List.exists (Filename.check_suffix f) [ ".ml"; ".c"; ".h"; ".py"; ".go" ])
+    |> List.filter (fun f ->
+           List.exists (Filename.check_suffix f) [ ".ml"; ".c"; ".h"; ".py"; ".go" ])
     |> List.map (fun f -> (f, normalise (read f)))
   in
   let checked = ref 0 in
