@@ -3,6 +3,7 @@
 # and the consortd built by dune; ends with
 # "N passed, M failed" (for scripts/test.sh), counting every test and
 # subtest, and gofmt and vet as one each. Offline: standard library only.
+# Arguments go to go test (-run REGEXP: some tests only).
 set -u
 cd "$(dirname "$0")"
 go=""
@@ -26,7 +27,7 @@ trap 'rm -f "$out"' EXIT
 # about 40 CPU s on a cold build cache, so make test leaves it out).
 race=""
 if [ "${GO_RACE:-}" = 1 ]; then race=-race; fi
-"$go" test $race -count=1 -v . >"$out" 2>&1
+"$go" test $race -count=1 -v "$@" . >"$out" 2>&1
 rc=$?
 cat "$out"
 tp=$(grep -cE '^ *--- PASS' "$out")
