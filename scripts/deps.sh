@@ -22,6 +22,16 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq >/dev/null
   $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
+# Go, for the Go client (clients/go, standard library only): Debian's golang-go when no Go
+# toolchain is found (a Go already installed, on PATH or in /usr/local/go, is used as it is).
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go/bin/go ]; then
+  echo "deps: installing golang-go"
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+fi
 # The user the process server runs programs as (consort cap proc serve --user): a system
 # user with no home and no login, made once.
 if ! getent passwd consort-run >/dev/null 2>&1; then

@@ -188,9 +188,12 @@ jobs+=("counted|sim dir-gc|$BIN/bin/main.exe sim --scenario dir-gc --seeds ${DIR
 # Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
 jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 # consortd's clients and interop: pytest, the C client under valgrind, and one
-# group of OCaml, C and Python members over two daemons (a few seconds each).
+# group of OCaml, C, Python and Go members over two daemons (a few seconds each).
 jobs+=("counted|daemon python client|clients/python/run-tests.sh")
 jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
+# The Go client: gofmt, go vet, go test (a fake daemon and a real one; about 10 s, 2 CPU s;
+# a cold Go build cache adds about 25 CPU s once, compiling the standard library).
+jobs+=("counted|daemon Go client|clients/go/run-tests.sh")
 jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
 # 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s); the
 # daemon's peak resident size is bounded by a formula from its caps (test/daemon_chaos).
