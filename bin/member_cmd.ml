@@ -104,6 +104,8 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
           Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@."
             Seal.rekey_param;
           2
+      | Ok _ when (not no_input) && Consort_cli.stdin_closed () ->
+          Consort_cli.with_stdin ~instead:"--no-input" "member" (fun () -> 0)
       | Ok params -> (
           let peers =
             match peers with
