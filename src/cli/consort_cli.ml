@@ -150,14 +150,17 @@ let exit_now code =
   (* Buffers that could not be written are dropped, not tried again at exit. *)
   Unix._exit code
 
+let program = ref "consort"
+
 let environment fmt =
   Format.kasprintf
     (fun msg ->
-      (try Printf.eprintf "consort: %s\n%!" (one_line msg) with Sys_error _ -> ());
+      (try Printf.eprintf "%s: %s\n%!" !program (one_line msg) with Sys_error _ -> ());
       refused)
     fmt
 
 let main cmd =
+  program := Cmd.name cmd;
   reserve_standard_streams ();
   let output_reported = ref false in
   let code =

@@ -29,7 +29,7 @@ let read_file f =
 (* Runs [exe args] with standard input from /dev/null or closed, standard
    output to a file of ours, closed, or to [path]; killed after [limit]
    seconds (a command that runs on is a failure: code -1). *)
-let run ?(limit = 20.) ?(stdin = `Null) ?(stdout = `Capture) args =
+let run ?(exe = exe) ?(limit = 20.) ?(stdin = `Null) ?(stdout = `Capture) args =
   let tmp_out = Filename.temp_file "streams" ".out"
   and tmp_err = Filename.temp_file "streams" ".err" in
   flush_all ();
@@ -541,8 +541,16 @@ let closed_stdout () =
       check "standard output closed" (c @ args) 2 ~says:[ "standard output is closed" ]
         (run ~stdout:`Closed (c @ args)))
     (Lazy.force all_commands);
-  check "standard output closed" [ "--help" ] 2 ~says:[ "standard output is closed" ]
-    (run ~stdout:`Closed [ "--help" ])
+  check "standard output closed" [ "--help" ] 2
+    ~says:[ "consort: standard output is closed" ]
+    (run ~stdout:`Closed [ "--help" ]);
+  (* consortd, the other program, follows the same rule. *)
+  let consortd = Filename.dirname exe / "consortd" / "consortd.exe" in
+  let sock = Filename.get_temp_dir_name () / Printf.sprintf "consort-streams-%d.sock" (Unix.getpid ()) in
+  check "standard output closed" [ "(consortd)"; "--socket"; sock ] 2
+    ~says:[ "consortd: standard output is closed" ]
+    (run ~exe:consortd ~stdout:`Closed [ "--socket"; sock ]);
+  if Sys.file_exists sock then Alcotest.failf "consortd refused, yet made its socket %s" sock
 
 let closed_stdin () =
   List.iter
