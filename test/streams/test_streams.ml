@@ -546,8 +546,12 @@ let closed_stdout () =
     (run ~stdout:`Closed [ "--help" ]);
   (* consortd, the other program, follows the same rule. *)
   let consortd = Filename.dirname exe / "consortd" / "consortd.exe" in
-  let sock = Filename.get_temp_dir_name () / Printf.sprintf "consort-streams-%d.sock" (Unix.getpid ()) in
-  check "standard output closed" [ "(consortd)"; "--socket"; sock ] 2
+  let sock =
+    Filename.get_temp_dir_name () / Printf.sprintf "consort-streams-%d.sock" (Unix.getpid ())
+  in
+  check "standard output closed"
+    [ "(consortd)"; "--socket"; sock ]
+    2
     ~says:[ "consortd: standard output is closed" ]
     (run ~exe:consortd ~stdout:`Closed [ "--socket"; sock ]);
   if Sys.file_exists sock then Alcotest.failf "consortd refused, yet made its socket %s" sock
