@@ -7,6 +7,17 @@ let control =
     & info [ "control" ] ~docv:"PATH"
         ~doc:"The control socket of a member or a daemon (its $(b,--control)).")
 
+let control_opt =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "control" ] ~docv:"PATH"
+        ~doc:
+          "The control socket of a member or a daemon (its $(b,--control)). Without it: every \
+           socket in $(b,XDG_RUNTIME_DIR/consort) and $(b,/run/consort) (where members started \
+           without $(b,--control) and consortd's systemd unit put theirs), one after the other; a \
+           stale socket (nobody answers) or another user's is noted and skipped.")
+
 let group =
   Arg.(
     value
@@ -92,10 +103,8 @@ let print_member_status j =
     | _ -> ()
   end
 
-let status path group json =
-  ask "status" path (in_group group "status") @@ fun raw j ->
-  if json then print_endline raw
-  else if is_daemon j then begin
+let print_status group j =
+  if is_daemon j then begin
     let d = Option.value ~default:`Null (field j "daemon") in
     let ms = members_of j in
     Fmt.pr "consortd: %d clients, %d members%s@." (int d "clients") (int d "members")
@@ -108,8 +117,65 @@ let status path group json =
         print_member_status m)
       ms
   end
-  else print_member_status j;
+  else print_member_status j
+
+(* Every socket of the runtime directories (Consort_ops.Sockets): each one's answer, a stale one
+   (nobody answers) or another user's noted and skipped; a member of another group than --group
+   left out. *)
+let status_all group json =
+  let dirs = Consort_ops.Sockets.dirs () in
+  let found =
+    List.filter_map
+      (function
+        | Consort_ops.Sockets.Skipped (p, why) -> Some (p, Error why)
+        | Socket p -> (
+            match
+              Consort_ops.Serve.request ~timeout:2. (Unix.ADDR_UNIX p) (in_group group "status")
+            with
+            | Error e -> Some (p, Error ("stale, nobody answers: " ^ e))
+            | Ok answer -> (
+                match Yojson.Safe.from_string answer with
+                | `Assoc fields when List.mem_assoc "error" fields ->
+                    if group = None then Some (p, Error "answers with an error") else None
+                | j -> Some (p, Ok j)
+                | exception Yojson.Json_error _ -> Some (p, Error "not a control socket's answer"))))
+      (Consort_ops.Sockets.scan dirs)
+  in
+  if json then
+    print_endline
+      (Yojson.Safe.to_string
+         (`Assoc
+            [
+              ("dirs", `List (List.map (fun d -> `String d) dirs));
+              ( "sockets",
+                `List
+                  (List.map
+                     (fun (p, r) ->
+                       match r with
+                       | Ok j -> `Assoc [ ("path", `String p); ("status", j) ]
+                       | Error why -> `Assoc [ ("path", `String p); ("skipped", `String why) ])
+                     found) );
+            ]))
+  else if found = [] then
+    Fmt.pr "no member or daemon found (looked in %s)@." (String.concat ", " dirs)
+  else
+    List.iter
+      (fun (p, r) ->
+        match r with
+        | Error why -> Fmt.pr "%s: skipped: %s@." p why
+        | Ok j ->
+            Fmt.pr "%s:@." p;
+            print_status group j)
+      found;
   0
+
+let status path group json =
+  match path with
+  | None -> status_all group json
+  | Some path ->
+      ask "status" path (in_group group "status") @@ fun raw j ->
+      if json then print_endline raw else print_status group j;
+      0
 
 let print_layers = function
   | `Assoc layers ->
@@ -169,7 +235,7 @@ let commands =
          ~doc:
            "A running member's (or every member a daemon holds) group, view, members, coordinator \
             and flow state.")
-      Term.(const status $ control $ group $ json);
+      Term.(const status $ control_opt $ group $ json);
     Cmd.v
       (Consort_cli.info ~path:"counters" "counters"
          ~doc:

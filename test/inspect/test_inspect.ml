@@ -1,0 +1,253 @@
+(* Inspection without setup: members started without --control open a
+   socket in $XDG_RUNTIME_DIR/consort, and consort status with no
+   arguments lists every one of them, a stale socket noted and skipped, and
+   another user's socket never asked. Members and sockets live in a
+   directory of this test (XDG_RUNTIME_DIR); every process started here is
+   killed by its id at the end. *)
+
+let ( / ) = Filename.concat
+
+let exe =
+  let dir = Filename.dirname Sys.executable_name in
+  let dir = if Filename.is_relative dir then Sys.getcwd () / dir else dir in
+  dir / ".." / ".." / "bin" / "main.exe"
+
+let started = ref []
+
+let kill_started () =
+  List.iter
+    (fun pid ->
+      (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
+      try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+    !started;
+  started := []
+
+let () = at_exit kill_started
+
+let contains s sub =
+  let n = String.length s and m = String.length sub in
+  let rec go i = i + m <= n && (String.sub s i m = sub || go (i + 1)) in
+  go 0
+
+let read_file f =
+  let ic = open_in_bin f in
+  Fun.protect
+    ~finally:(fun () -> close_in ic)
+    (fun () -> really_input_string ic (in_channel_length ic))
+
+(* [consort args] in [env], as user [uid] when given; its status and outputs. *)
+let run ?uid ~env args =
+  let out = Filename.temp_file "inspect" ".out" and err = Filename.temp_file "inspect" ".err" in
+  Option.iter
+    (fun u ->
+      Unix.chown out u (-1);
+      Unix.chown err u (-1))
+    uid;
+  flush_all ();
+  let pid =
+    match Unix.fork () with
+    | 0 -> (
+        try
+          let o = Unix.openfile out [ Unix.O_WRONLY ] 0
+          and e = Unix.openfile err [ Unix.O_WRONLY ] 0 in
+          let n = Unix.openfile "/dev/null" [ Unix.O_RDONLY ] 0 in
+          Unix.dup2 n Unix.stdin;
+          Unix.dup2 o Unix.stdout;
+          Unix.dup2 e Unix.stderr;
+          Option.iter
+            (fun u ->
+              Unix.setgid u;
+              Unix.setuid u)
+            uid;
+          Unix.execve exe (Array.of_list (exe :: args)) (Array.append env (Unix.environment ()))
+        with _ -> Unix._exit 127)
+    | pid -> pid
+  in
+  let t0 = Unix.gettimeofday () in
+  let rec wait () =
+    match Unix.waitpid [ Unix.WNOHANG ] pid with
+    | 0, _ when Unix.gettimeofday () -. t0 > 30. ->
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid);
+        Alcotest.failf "consort %s: still running after 30 s" (String.concat " " args)
+    | 0, _ ->
+        Unix.sleepf 0.02;
+        wait ()
+    | _, Unix.WEXITED c -> c
+    | _ -> Alcotest.failf "consort %s: killed" (String.concat " " args)
+  in
+  let code = wait () in
+  let o = read_file out and e = read_file err in
+  Sys.remove out;
+  Sys.remove err;
+  (code, o, e)
+
+let spawn ~env args =
+  let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+  let pid =
+    Unix.create_process_env exe
+      (Array.of_list (exe :: args))
+      (Array.append env (Unix.environment ()))
+      null null null
+  in
+  Unix.close null;
+  started := pid :: !started;
+  pid
+
+let wait_until what f =
+  let t0 = Unix.gettimeofday () in
+  while not (f ()) do
+    if Unix.gettimeofday () -. t0 > 30. then Alcotest.failf "timed out waiting for %s" what;
+    Unix.sleepf 0.05
+  done
+
+let temp_dir () =
+  let d = Filename.temp_file "consort-inspect" "" in
+  Sys.remove d;
+  Unix.mkdir d 0o755;
+  d
+
+let port () = 27000 + (Unix.getpid () mod 500 * 4)
+
+(* A socket file nobody listens on: a member killed by SIGKILL. *)
+let stale path =
+  let s = Unix.socket Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+  Unix.bind s (Unix.ADDR_UNIX path);
+  Unix.close s
+
+let status_without_setup () =
+  let xdg = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
+  @@ fun () ->
+  let env = [| "XDG_RUNTIME_DIR=" ^ xdg |] in
+  let a = Printf.sprintf "127.0.0.1:%d" (port ())
+  and b = Printf.sprintf "127.0.0.1:%d" (port () + 1) in
+  let pa = spawn ~env [ "member"; "--group"; "insp"; "--no-input"; "--bind"; a; "--peers"; b ] in
+  let pb = spawn ~env [ "member"; "--group"; "insp"; "--no-input"; "--bind"; b; "--peers"; a ] in
+  let dir = xdg / "consort" in
+  let sock pid = dir / Printf.sprintf "member-insp-%d.ctl" pid in
+  wait_until "both control sockets" (fun () ->
+      Sys.file_exists (sock pa) && Sys.file_exists (sock pb));
+  let st = Unix.stat dir in
+  Alcotest.(check int) "the directory is 0700" 0o700 st.Unix.st_perm;
+  stale (dir / "member-insp-1.ctl");
+  (* Both members, in one view of two, as each sees it. *)
+  wait_until "a view of two at both" (fun () ->
+      let code, out, _ = run ~env [ "status" ] in
+      code = 0
+      && List.length (List.filter (fun l -> contains l "2 members") (String.split_on_char '\n' out))
+         = 2);
+  let code, out, err = run ~env [ "status" ] in
+  Alcotest.(check int) ("status: " ^ err) 0 code;
+  List.iter
+    (fun s ->
+      if not (contains out s) then Alcotest.failf "consort status does not say %S:\n%s" s out)
+    [
+      sock pa ^ ":";
+      sock pb ^ ":";
+      "group insp";
+      a ^ "#";
+      b ^ "#";
+      dir / "member-insp-1.ctl: skipped: stale";
+    ];
+  let code, out, _ = run ~env [ "status"; "--json" ] in
+  Alcotest.(check int) "status --json" 0 code;
+  let j = Yojson.Safe.from_string out in
+  let sockets = Yojson.Safe.Util.(member "sockets" j |> to_list) in
+  let answered =
+    List.filter_map
+      (fun s ->
+        match Yojson.Safe.Util.member "status" s with
+        | `Null -> None
+        | st -> Some (Yojson.Safe.Util.(member "path" s |> to_string), st))
+      sockets
+  in
+  List.iter
+    (fun pid ->
+      match List.assoc_opt (sock pid) answered with
+      | Some st ->
+          Alcotest.(check string) "group" "insp" Yojson.Safe.Util.(member "group" st |> to_string);
+          Alcotest.(check int)
+            "members" 2
+            (List.length Yojson.Safe.Util.(member "members" st |> to_list))
+      | None -> Alcotest.failf "status --json has no answer from %s:\n%s" (sock pid) out)
+    [ pa; pb ];
+  if
+    not
+      (List.exists
+         (fun s ->
+           Yojson.Safe.Util.(member "path" s) = `String (dir / "member-insp-1.ctl")
+           && Yojson.Safe.Util.(member "skipped" s) <> `Null)
+         sockets)
+  then Alcotest.failf "status --json does not skip the stale socket:\n%s" out;
+  (* A member that leaves removes its socket. *)
+  Unix.kill pa Sys.sigterm;
+  ignore (Unix.waitpid [] pa);
+  started := List.filter (( <> ) pa) !started;
+  Alcotest.(check bool) "the socket of a member gone" false (Sys.file_exists (sock pa))
+
+(* Another user's socket is never asked, though it answers: for user
+   65534, a member of root's in its runtime directory is skipped, named as
+   another user's. *)
+let another_users_socket () =
+  let xdg = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
+  @@ fun () ->
+  let nobody = 65534 in
+  let dir = xdg / "consort" in
+  Unix.mkdir dir 0o700;
+  Unix.chown dir nobody nobody;
+  Unix.chmod xdg 0o755;
+  let a = Printf.sprintf "127.0.0.1:%d" (port () + 2) in
+  let root_sock = dir / "member-root.ctl" in
+  let _ =
+    spawn ~env:[||]
+      [
+        "member";
+        "--group";
+        "other";
+        "--no-input";
+        "--bind";
+        a;
+        "--peers";
+        "none";
+        "--control";
+        root_sock;
+      ]
+  in
+  wait_until "root's member socket" (fun () -> Sys.file_exists root_sock);
+  let env = [| "XDG_RUNTIME_DIR=" ^ xdg |] in
+  let code, out, err = run ~uid:nobody ~env [ "status" ] in
+  Alcotest.(check int) ("status as another user: " ^ err) 0 code;
+  if not (contains out (root_sock ^ ": skipped: owned by user 0")) then
+    Alcotest.failf "root's socket is not skipped as another user's:\n%s%s" out err;
+  (* Root asks it. *)
+  let code, out, _ = run ~env [ "status" ] in
+  Alcotest.(check int) "status as root" 0 code;
+  if not (contains out "group other") then Alcotest.failf "root does not see its member:\n%s" out
+
+(* No socket at all: one line saying where it looked, exit 0. *)
+let nothing_found () =
+  let xdg = temp_dir () in
+  Fun.protect ~finally:(fun () -> ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
+  @@ fun () ->
+  let code, out, _ = run ~env:[| "XDG_RUNTIME_DIR=" ^ xdg |] [ "status" ] in
+  Alcotest.(check int) "exit" 0 code;
+  if (not (Sys.file_exists "/run/consort")) && not (contains out ("looked in " ^ (xdg / "consort")))
+  then Alcotest.failf "status with nothing to find: %S" out
+
+let () =
+  Alcotest.run "inspect"
+    [
+      ( "status",
+        [
+          Alcotest.test_case "every member without setup, stale sockets skipped" `Quick
+            status_without_setup;
+          Alcotest.test_case "another user's socket is not asked" `Quick another_users_socket;
+          Alcotest.test_case "nothing to find" `Quick nothing_found;
+        ] );
+    ]
