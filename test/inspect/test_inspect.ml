@@ -240,6 +240,37 @@ let nothing_found () =
   if (not (Sys.file_exists "/run/consort")) && not (contains out ("looked in " ^ (xdg / "consort")))
   then Alcotest.failf "status with nothing to find: %S" out
 
+(* A runtime directory that other users may enter (0755, made by someone
+   else's mistake): the member puts no socket there, and says why. *)
+let open_directory_refused () =
+  let xdg = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
+  @@ fun () ->
+  let dir = xdg / "consort" in
+  Unix.mkdir dir 0o755;
+  Unix.chmod dir 0o755;
+  let env = [| "XDG_RUNTIME_DIR=" ^ xdg |] in
+  let a = Printf.sprintf "127.0.0.1:%d" (port () + 3) in
+  let err = Filename.temp_file "inspect" ".err" in
+  let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_TRUNC ] 0 in
+  let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+  let pid =
+    Unix.create_process_env exe
+      [| exe; "member"; "--group"; "open"; "--no-input"; "--bind"; a; "--peers"; "none" |]
+      (Array.append env (Unix.environment ()))
+      null null e
+  in
+  Unix.close null;
+  Unix.close e;
+  started := pid :: !started;
+  wait_until "the member's warning" (fun () -> contains (read_file err) "open to other users");
+  Sys.remove err;
+  Alcotest.(check (list string))
+    "no socket in an open directory" []
+    (Array.to_list (Sys.readdir dir))
+
 let () =
   Alcotest.run "inspect"
     [
@@ -249,5 +280,7 @@ let () =
             status_without_setup;
           Alcotest.test_case "another user's socket is not asked" `Quick another_users_socket;
           Alcotest.test_case "nothing to find" `Quick nothing_found;
+          Alcotest.test_case "a runtime directory open to others is not used" `Quick
+            open_directory_refused;
         ] );
     ]
