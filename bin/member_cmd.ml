@@ -128,7 +128,9 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
                 | None -> None
                 | Some dir -> (
                     match Consort_ops.Sockets.prepare dir with
-                    | Ok () -> Some (Consort_ops.Sockets.member_path dir ~group)
+                    | Ok () ->
+                        ignore (Consort_ops.Sockets.sweep dir);
+                        Some (Consort_ops.Sockets.member_path dir ~group)
                     | Error e ->
                         Logs.warn (fun m -> m "no control socket: %s" e);
                         None))

@@ -91,6 +91,13 @@ let print_member_status j =
     Fmt.pr "view change under way: %s; flow control: %s@."
       (if bool j "blocked" then "yes" else "no")
       (if bool j "flow_blocked" then "paused" else "open");
+    (match field j "quorum" with
+    | Some (`Assoc _ as q) ->
+        (* As corosync-quorumtool -s: expected and total votes, the quorum, quorate or not. *)
+        Fmt.pr "quorum: %s, %d of %d expected votes, %d needed@."
+          (if bool q "quorate" then "quorate (primary)" else "not quorate (not primary)")
+          (int q "votes") (int q "expected") (int q "needed")
+    | _ -> ());
     match field j "seal" with
     | Some (`Assoc _ as s) ->
         Fmt.pr "sealed: %s, per-view keys %s, clocks accepted within %gs (seal.freshness)@."

@@ -39,6 +39,44 @@ let member_path dir ~group =
   let g = if String.length g > 40 then String.sub g 0 40 else g in
   Filename.concat dir (Printf.sprintf "member-%s-%d.ctl" g (Unix.getpid ()))
 
+(* The PID at the end of "member-GROUP-PID.ctl". *)
+let pid_of name =
+  if
+    not
+      (Filename.check_suffix name ".ctl"
+      && String.length name > 7
+      && String.sub name 0 7 = "member-")
+  then None
+  else
+    let base = Filename.chop_suffix name ".ctl" in
+    match String.rindex_opt base '-' with
+    | Some i -> int_of_string_opt (String.sub base (i + 1) (String.length base - i - 1))
+    | None -> None
+
+let alive pid =
+  match Unix.kill pid 0 with
+  | () -> true
+  | exception Unix.Unix_error (Unix.ESRCH, _, _) -> false
+  | exception Unix.Unix_error _ -> true
+
+let sweep dir =
+  let me = Unix.geteuid () in
+  match Sys.readdir dir with
+  | exception Sys_error _ -> 0
+  | names ->
+      Array.fold_left
+        (fun n name ->
+          match pid_of name with
+          | Some pid when pid > 0 && not (alive pid) -> (
+              let p = Filename.concat dir name in
+              match Unix.lstat p with
+              | st when st.Unix.st_kind = Unix.S_SOCK && st.Unix.st_uid = me -> (
+                  match Unix.unlink p with () -> n + 1 | exception Unix.Unix_error _ -> n)
+              | _ -> n
+              | exception Unix.Unix_error _ -> n)
+          | _ -> n)
+        0 names
+
 type found = Socket of string | Skipped of string * string
 
 let scan dirs =

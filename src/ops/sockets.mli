@@ -28,6 +28,10 @@ val member_path : string -> group:string -> string
 (** [member_path dir ~group]: [dir/member-GROUP-PID.ctl], the group's name kept to letters, digits,
     [-], [_] and [.] (others become [_]), at most 40 of them. *)
 
+val sweep : string -> int
+(** [sweep dir] removes the sockets [member-GROUP-PID.ctl] of this user in [dir] whose process is
+    gone (a member killed by SIGKILL leaves its socket); the number removed. *)
+
 type found =
   | Socket of string  (** a socket of this user (or any, for root) *)
   | Skipped of string * string  (** a path and why it was not asked *)

@@ -128,6 +128,34 @@ let status_without_setup () =
   let pb = spawn ~env [ "member"; "--group"; "insp"; "--no-input"; "--bind"; b; "--peers"; a ] in
   let dir = xdg / "consort" in
   let sock pid = dir / Printf.sprintf "member-insp-%d.ctl" pid in
+  (* The socket of a member killed by SIGKILL (its process gone): swept by the next member. *)
+  let dead =
+    match Unix.fork () with
+    | 0 -> Unix._exit 0
+    | pid ->
+        ignore (Unix.waitpid [] pid);
+        pid
+  in
+  wait_until "the directory" (fun () -> Sys.file_exists dir);
+  stale (sock dead);
+  let pc =
+    spawn ~env
+      [
+        "member";
+        "--group";
+        "insp";
+        "--no-input";
+        "--bind";
+        Printf.sprintf "127.0.0.1:%d" (port () + 3);
+        "--peers";
+        "none";
+      ]
+  in
+  wait_until "the third member's socket" (fun () -> Sys.file_exists (sock pc));
+  Alcotest.(check bool) "a dead member's socket swept" false (Sys.file_exists (sock dead));
+  Unix.kill pc Sys.sigterm;
+  ignore (Unix.waitpid [] pc);
+  started := List.filter (( <> ) pc) !started;
   wait_until "both control sockets" (fun () ->
       Sys.file_exists (sock pa) && Sys.file_exists (sock pb));
   let st = Unix.stat dir in
@@ -271,6 +299,55 @@ let open_directory_refused () =
     "no socket in an open directory" []
     (Array.to_list (Sys.readdir dir))
 
+(* Quorum state, as corosync-quorumtool -s shows it: a member of a group of
+   3 expected votes, alone, is not quorate. *)
+let quorum () =
+  let xdg = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
+  @@ fun () ->
+  let env = [| "XDG_RUNTIME_DIR=" ^ xdg |] in
+  let a = Printf.sprintf "127.0.0.1:%d" (port () + 2) in
+  let pid =
+    spawn ~env
+      [
+        "member";
+        "--group";
+        "q";
+        "--no-input";
+        "--bind";
+        a;
+        "--peers";
+        "none";
+        "--props";
+        "vsync,Primary";
+        "--params";
+        "primary.expected=3";
+      ]
+  in
+  let sock = xdg / "consort" / Printf.sprintf "member-q-%d.ctl" pid in
+  wait_until "the socket" (fun () -> Sys.file_exists sock);
+  let q = ref `Null in
+  wait_until "a quorum state" (fun () ->
+      match run ~env [ "status"; "--control"; sock; "--json" ] with
+      | 0, out, _ -> (
+          match Yojson.Safe.Util.member "quorum" (Yojson.Safe.from_string out) with
+          | `Assoc _ as j ->
+              q := j;
+              true
+          | _ -> false)
+      | _ -> false);
+  let get k = Yojson.Safe.Util.member k !q in
+  Alcotest.(check bool) "not quorate" true (get "quorate" = `Bool false);
+  Alcotest.(check bool) "1 vote" true (get "votes" = `Int 1);
+  Alcotest.(check bool) "3 expected" true (get "expected" = `Int 3);
+  Alcotest.(check bool) "2 needed" true (get "needed" = `Int 2);
+  let code, out, _ = run ~env [ "status"; "--control"; sock ] in
+  Alcotest.(check int) "status" 0 code;
+  if not (contains out "quorum: not quorate (not primary), 1 of 3 expected votes, 2 needed") then
+    Alcotest.failf "status does not show the quorum:\n%s" out
+
 let () =
   Alcotest.run "inspect"
     [
@@ -282,5 +359,6 @@ let () =
           Alcotest.test_case "nothing to find" `Quick nothing_found;
           Alcotest.test_case "a runtime directory open to others is not used" `Quick
             open_directory_refused;
+          Alcotest.test_case "quorum state, text and JSON" `Quick quorum;
         ] );
     ]
