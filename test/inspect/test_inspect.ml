@@ -36,7 +36,7 @@ let read_file f =
     (fun () -> really_input_string ic (in_channel_length ic))
 
 (* [consort args] in [env], as user [uid] when given; its status and outputs. *)
-let run ?uid ~env args =
+let run ?(exe = exe) ?uid ~env args =
   let out = Filename.temp_file "inspect" ".out" and err = Filename.temp_file "inspect" ".err" in
   Option.iter
     (fun u ->
@@ -220,7 +220,11 @@ let status_without_setup () =
    65534, a member of root's in its runtime directory is skipped, named as
    another user's. *)
 let another_users_socket () =
-  let xdg = temp_dir () in
+  (* Under /tmp, and the program copied there: another user can reach neither a build tree nor a
+     temporary directory of root's. *)
+  let xdg = Filename.temp_file ~temp_dir:"/tmp" "consort-inspect" "" in
+  Sys.remove xdg;
+  Unix.mkdir xdg 0o755;
   Fun.protect ~finally:(fun () ->
       kill_started ();
       ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
@@ -249,7 +253,11 @@ let another_users_socket () =
   in
   wait_until "root's member socket" (fun () -> Sys.file_exists root_sock);
   let env = [| "XDG_RUNTIME_DIR=" ^ xdg |] in
-  let code, out, err = run ~uid:nobody ~env [ "status" ] in
+  let copy = xdg / "consort-copy" in
+  if Sys.command (Printf.sprintf "cp %s %s" (Filename.quote exe) (Filename.quote copy)) <> 0 then
+    Alcotest.fail "cannot copy the program";
+  Unix.chmod copy 0o755;
+  let code, out, err = run ~exe:copy ~uid:nobody ~env [ "status" ] in
   Alcotest.(check int) ("status as another user: " ^ err) 0 code;
   if not (contains out (root_sock ^ ": skipped: owned by user 0")) then
     Alcotest.failf "root's socket is not skipped as another user's:\n%s%s" out err;
