@@ -115,10 +115,16 @@ let check ?(says = []) what args expected r =
 
 (* {1 The commands and their paths, from the help pages} *)
 
+let helps = Hashtbl.create 64
+
 let help path =
-  let r = run (path @ [ "--help=plain" ]) in
-  if r.code <> 0 then Alcotest.failf "%s --help: exit %d" (show path) r.code;
-  r.out
+  match Hashtbl.find_opt helps path with
+  | Some page -> page
+  | None ->
+      let r = run (path @ [ "--help=plain" ]) in
+      if r.code <> 0 then Alcotest.failf "%s --help: exit %d" (show path) r.code;
+      Hashtbl.replace helps path r.out;
+      r.out
 
 (* The entries of a section of a help page: lines indented by 7 spaces. *)
 let section name page =
@@ -534,6 +540,18 @@ let row c =
   | Some (_, args, use) -> (args, use)
   | None -> Alcotest.failf "%s has no row" (show c)
 
+(* Each command's run with standard input from /dev/null and its output captured: what the other
+   runs are compared with. *)
+let references = Hashtbl.create 64
+
+let reference args =
+  match Hashtbl.find_opt references args with
+  | Some r -> r
+  | None ->
+      let r = run args in
+      Hashtbl.replace references args r;
+      r
+
 let closed_stdout () =
   List.iter
     (fun c ->
@@ -565,7 +583,7 @@ let closed_stdin () =
           check "standard input closed" (c @ args) 2 ~says:[ "standard input is closed" ]
             (run ~stdin:`Closed (c @ args))
       | Unread ->
-          let reference = run (c @ args) in
+          let reference = reference (c @ args) in
           check "standard input /dev/null" (c @ args) reference.code reference;
           let r = run ~stdin:`Closed (c @ args) in
           check "standard input closed" (c @ args) reference.code r;
@@ -586,7 +604,7 @@ let stdout_on_full_disk () =
         (fun c ->
           let args, use = row c in
           if use = Unread then
-            let reference = run (c @ args) in
+            let reference = reference (c @ args) in
             let r = run ~stdout:(`Path out) (c @ args) in
             if reference.out <> "" then (
               incr wrote;
