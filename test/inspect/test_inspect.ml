@@ -1,4 +1,4 @@
-(* Inspection without setup: members started without --control open a
+(* Inspection without setup, and the refusals it reports: members started without --control open a
    socket in $XDG_RUNTIME_DIR/consort, and consort status with no
    arguments lists every one of them, a stale socket noted and skipped, and
    another user's socket never asked. Members and sockets live in a
@@ -356,6 +356,87 @@ let quorum () =
   if not (contains out "quorum: not quorate (not primary), 1 of 3 expected votes, 2 needed") then
     Alcotest.failf "status does not show the quorum:\n%s" out
 
+(* consort cast --control into a member whose flow control is full (a
+   small window, the other member stopped by SIGSTOP so that no credit comes
+   back): the member's refusal reaches the operator, one line and exit 2,
+   never "ok"; nothing refused is delivered. *)
+let flow_control_refusal () =
+  let dir = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      List.iter (fun p -> try Unix.kill p Sys.sigcont with Unix.Unix_error _ -> ()) !started;
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  let a = Printf.sprintf "127.0.0.1:%d" (port ())
+  and b = Printf.sprintf "127.0.0.1:%d" (port () + 1) in
+  let params = "mflow.window=1024,mflow.queue=1024,suspect.timeout=120s" in
+  let log = dir / "a.out" in
+  let member ?out me peer sock =
+    let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+    let o =
+      match out with
+      | Some f -> Unix.openfile f [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] 0o600
+      | None -> null
+    in
+    let pid =
+      Unix.create_process exe
+        [|
+          exe;
+          "member";
+          "--group";
+          "flow";
+          "--no-input";
+          "--bind";
+          me;
+          "--peers";
+          peer;
+          "--params";
+          params;
+          "--control";
+          sock;
+        |]
+        null o null
+    in
+    if o <> null then Unix.close o;
+    Unix.close null;
+    started := pid :: !started;
+    pid
+  in
+  let sa = dir / "a.sock" in
+  let _ = member ~out:log a b sa in
+  let pb = member b a (dir / "b.sock") in
+  wait_until "a view of two" (fun () ->
+      match run ~env:[||] [ "status"; "--control"; sa ] with
+      | 0, out, _ -> contains out "2 members"
+      | _ -> false);
+  Unix.kill pb Sys.sigstop;
+  let text = String.make 400 'f' in
+  let answers = List.init 16 (fun _ -> run ~env:[||] [ "cast"; "--control"; sa; text ]) in
+  let refused =
+    List.filter (fun (code, _, err) -> code = 2 && contains err "flow control") answers
+  in
+  List.iter
+    (fun (code, out, err) ->
+      match code with
+      | 0 -> if String.trim out <> "ok" then Alcotest.failf "a cast answered %S" out
+      | 2 ->
+          if List.length (String.split_on_char '\n' (String.trim err)) <> 1 || out <> "" then
+            Alcotest.failf "a refusal not in one line: %S %S" out err
+      | c -> Alcotest.failf "cast: exit %d: %s" c err)
+    answers;
+  (* 16 casts of 400 bytes against 2048 bytes of window and queue: most are refused. *)
+  if List.length refused < 8 then
+    Alcotest.failf "%d of 16 casts refused for flow control" (List.length refused);
+  let ok = List.length answers - List.length refused in
+  let delivered =
+    List.length
+      (List.filter
+         (fun l -> contains l "cast from" && contains l text)
+         (String.split_on_char '\n' (read_file log)))
+  in
+  Unix.kill pb Sys.sigcont;
+  if delivered > ok then Alcotest.failf "%d casts delivered, %d accepted" delivered ok
+
 let () =
   Alcotest.run "inspect"
     [
@@ -368,5 +449,7 @@ let () =
           Alcotest.test_case "a runtime directory open to others is not used" `Quick
             open_directory_refused;
           Alcotest.test_case "quorum state, text and JSON" `Quick quorum;
+          Alcotest.test_case "cast refused by flow control: exit 2, one line" `Quick
+            flow_control_refusal;
         ] );
     ]
