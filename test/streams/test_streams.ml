@@ -641,6 +641,21 @@ let path_cases () =
               case "on a full disk" (full / "x"))
         paths)
 
+(* consort sim over many seeds draws its progress on standard error when it
+   is a terminal (a pseudo-terminal from script(1)), and nothing when it is
+   not; the result line is the same. *)
+let progress_on_a_terminal () =
+  let args = [ "sim"; "--scenario"; "vsync-crash"; "--seeds"; "3"; "--quiet" ] in
+  let plain = run args in
+  check "no terminal" args 0 plain;
+  if plain.err <> "" then Alcotest.failf "progress without a terminal: %S" plain.err;
+  let cmd = String.concat " " (List.map Filename.quote (exe :: args)) in
+  let r = run ~exe:"/usr/bin/script" [ "-qec"; cmd; "/dev/null" ] in
+  if r.code <> 0 then Alcotest.failf "script: exit %d: %s" r.code r.err;
+  List.iter
+    (fun s -> if not (contains r.out s) then Alcotest.failf "on a terminal, no %S in %S" s r.out)
+    [ "consort sim: seed 1 of 3"; "consort sim: seed 3 of 3"; "\r\027[K3 passed, 0 failed" ]
+
 let () =
   if Unix.getuid () <> 0 then (
     prerr_endline "test_streams mounts tmpfs: it must run as root";
@@ -656,5 +671,6 @@ let () =
           Alcotest.test_case "standard input closed" `Quick closed_stdin;
           Alcotest.test_case "standard output on a full disk" `Quick stdout_on_full_disk;
           Alcotest.test_case "paths: missing, read-only, on a full disk" `Quick path_cases;
+          Alcotest.test_case "progress on a terminal only" `Quick progress_on_a_terminal;
         ] );
     ]
