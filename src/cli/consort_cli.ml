@@ -440,6 +440,9 @@ let table =
       ] );
     ( "status",
       [
+        ( "Every member and daemon of this machine (their sockets in XDG_RUNTIME_DIR/consort and \
+           /run/consort):",
+          "consort status" );
         ( "A member started with --control /run/consort/chat.sock:",
           "consort status --control /run/consort/chat.sock" );
         ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json");
