@@ -2,7 +2,8 @@ let system_dir = "/run/consort"
 
 let user_dir () =
   match Sys.getenv_opt "XDG_RUNTIME_DIR" with
-  | Some d when d <> "" && not (Filename.is_relative d) -> Some (Filename.concat d "consort")
+  | Some d when d <> "" && (not (Filename.is_relative d)) && Sys.file_exists d ->
+      Some (Filename.concat d "consort")
   | _ -> None
 
 let member_dir () =

@@ -15,7 +15,7 @@ val system_dir : string
 (** [/run/consort]. *)
 
 val user_dir : unit -> string option
-(** [$XDG_RUNTIME_DIR/consort], when [XDG_RUNTIME_DIR] is set to an absolute path. *)
+(** [$XDG_RUNTIME_DIR/consort], when [XDG_RUNTIME_DIR] is set to an absolute path that exists. *)
 
 val member_dir : unit -> string option
 (** Where a member puts its socket: {!user_dir}, else {!system_dir} for root, else none. *)
