@@ -176,10 +176,73 @@ let status_all group json =
       found;
   0
 
-let status path group json =
-  match path with
-  | None -> status_all group json
-  | Some path ->
+(* --group NAME --all: every member of the group whose control socket is on this machine (in the
+   runtime directories, members of a daemon there included), and the members of their views that
+   none of them is: those are on other machines (asked there). Not through the group itself. *)
+let status_group_all name json =
+  let answers =
+    List.filter_map
+      (function
+        | Consort_ops.Sockets.Skipped _ -> None
+        | Socket p -> (
+            match
+              Consort_ops.Serve.request ~timeout:2. (Unix.ADDR_UNIX p)
+                (in_group (Some name) "status")
+            with
+            | Error _ -> None
+            | Ok answer -> (
+                match Yojson.Safe.from_string answer with
+                | `Assoc fields when List.mem_assoc "error" fields -> None
+                | j -> Some (p, j)
+                | exception Yojson.Json_error _ -> None)))
+      (Consort_ops.Sockets.scan (Consort_ops.Sockets.dirs ()))
+  in
+  let members =
+    List.concat_map
+      (fun (p, j) -> if is_daemon j then List.map (fun m -> (p, m)) (members_of j) else [ (p, j) ])
+      answers
+    |> List.filter (fun (_, m) -> str m "group" = name)
+  in
+  let here = List.map (fun (_, m) -> str m "me") members in
+  let in_views =
+    List.sort_uniq compare
+      (List.concat_map
+         (fun (_, m) -> List.filter_map (function `String s -> Some s | _ -> None) (members_of m))
+         members)
+  in
+  let elsewhere = List.filter (fun id -> not (List.mem id here)) in_views in
+  if json then
+    print_endline
+      (Yojson.Safe.to_string
+         (`Assoc
+            [
+              ("group", `String name);
+              ( "members",
+                `List
+                  (List.map (fun (p, m) -> `Assoc [ ("path", `String p); ("status", m) ]) members)
+              );
+              ("elsewhere", `List (List.map (fun id -> `String id) elsewhere));
+            ]))
+  else begin
+    List.iter
+      (fun (p, m) ->
+        Fmt.pr "%s (%s):@." (str m "me") p;
+        print_member_status m)
+      members;
+    Fmt.pr "group %s: %d members answered on this machine%s@." name (List.length members)
+      (if elsewhere = [] then ""
+       else ", in their views but elsewhere: " ^ String.concat ", " elsewhere)
+  end;
+  0
+
+let status path group all json =
+  match (path, group, all) with
+  | None, Some name, true -> status_group_all name json
+  | _, None, true -> Consort_cli.fail "status" "--all needs --group NAME"
+  | Some _, _, true ->
+      Consort_cli.fail "status" "--all asks every socket on this machine: give no --control"
+  | None, _, false -> status_all group json
+  | Some path, _, false ->
       ask "status" path (in_group group "status") @@ fun raw j ->
       if json then print_endline raw else print_status group j;
       0
@@ -242,7 +305,17 @@ let commands =
          ~doc:
            "A running member's (or every member a daemon holds) group, view, members, coordinator \
             and flow state.")
-      Term.(const status $ control_opt $ group $ json);
+      Term.(
+        const status $ control_opt $ group
+        $ Arg.(
+            value & flag
+            & info [ "all" ]
+                ~doc:
+                  "With $(b,--group NAME) and no $(b,--control): every member of the group whose \
+                   control socket is on this machine (members of a consortd there included), and \
+                   the members of their views found on none of them (on other machines). Collected \
+                   through the sockets, not through the group.")
+        $ json);
     Cmd.v
       (Consort_cli.info ~path:"counters" "counters"
          ~doc:

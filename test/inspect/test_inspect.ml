@@ -307,6 +307,61 @@ let open_directory_refused () =
     "no socket in an open directory" []
     (Array.to_list (Sys.readdir dir))
 
+(* consort status --group NAME --all: the members of the group found on
+   this machine, and those of their view found nowhere here (a member with
+   no control socket stands for one on another machine); a member of
+   another group is left out. *)
+let group_all () =
+  let xdg = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
+  @@ fun () ->
+  let env = [| "XDG_RUNTIME_DIR=" ^ xdg |] in
+  let addr i = Printf.sprintf "127.0.0.1:%d" (port () + i) in
+  let peers = String.concat "," [ addr 0; addr 1; addr 2 ] in
+  let member ?(extra = []) group i =
+    spawn ~env
+      ([ "member"; "--group"; group; "--no-input"; "--bind"; addr i; "--peers"; peers ] @ extra)
+  in
+  let _ = member "all" 0 and _ = member "all" 1 in
+  let _ = member ~extra:[ "--control"; "none" ] "all" 2 in
+  let _ = member "other" 3 in
+  let answer = ref `Null in
+  wait_until "a view of three, two of them here" (fun () ->
+      match run ~env [ "status"; "--group"; "all"; "--all"; "--json" ] with
+      | 0, out, _ -> (
+          let j = Yojson.Safe.from_string out in
+          answer := j;
+          match Yojson.Safe.Util.(member "members" j |> to_list) with
+          | [ a; b ] ->
+              List.for_all
+                (fun m ->
+                  List.length Yojson.Safe.Util.(member "status" m |> member "members" |> to_list)
+                  = 3)
+                [ a; b ]
+          | _ -> false)
+      | _ -> false);
+  let elsewhere = Yojson.Safe.Util.(member "elsewhere" !answer |> to_list) in
+  (match elsewhere with
+  | [ `String id ] when String.length id > 0 && contains id (addr 2 ^ "#") -> ()
+  | _ -> Alcotest.failf "elsewhere: %s" (Yojson.Safe.to_string !answer));
+  List.iter
+    (fun m ->
+      if Yojson.Safe.Util.(member "status" m |> member "group") <> `String "all" then
+        Alcotest.failf "a member of another group: %s" (Yojson.Safe.to_string m))
+    Yojson.Safe.Util.(member "members" !answer |> to_list);
+  let code, out, _ = run ~env [ "status"; "--group"; "all"; "--all" ] in
+  Alcotest.(check int) "status --group --all" 0 code;
+  if
+    not
+      (contains out
+         "group all: 2 members answered on this machine, in their views but elsewhere: 127.0.0.1:")
+  then Alcotest.failf "status --group all --all:\n%s" out;
+  let code, _, err = run ~env [ "status"; "--all" ] in
+  Alcotest.(check int) "--all without --group: refused" 2 code;
+  if not (contains err "--all needs --group") then Alcotest.failf "%S" err
+
 (* Quorum state, as corosync-quorumtool -s shows it: a member of a group of
    3 expected votes, alone, is not quorate. *)
 let quorum () =
@@ -449,6 +504,7 @@ let () =
           Alcotest.test_case "a runtime directory open to others is not used" `Quick
             open_directory_refused;
           Alcotest.test_case "quorum state, text and JSON" `Quick quorum;
+          Alcotest.test_case "status --group NAME --all" `Quick group_all;
           Alcotest.test_case "cast refused by flow control: exit 2, one line" `Quick
             flow_control_refusal;
         ] );
