@@ -58,7 +58,8 @@ let run ?(exe = exe) ?(limit = 20.) ?(stdin = `Null) ?(stdout = `Capture) args =
     | pid -> pid
   in
   let deadline = Unix.gettimeofday () +. limit in
-  let rec wait () =
+  (* Polled at 1 ms, then less often: most commands here end within milliseconds. *)
+  let rec wait pause =
     match Unix.waitpid [ Unix.WNOHANG ] pid with
     | 0, _ ->
         if Unix.gettimeofday () > deadline then (
@@ -66,12 +67,12 @@ let run ?(exe = exe) ?(limit = 20.) ?(stdin = `Null) ?(stdout = `Capture) args =
           ignore (Unix.waitpid [] pid);
           -1)
         else (
-          Unix.sleepf 0.01;
-          wait ())
+          Unix.sleepf pause;
+          wait (Float.min 0.02 (pause *. 2.)))
     | _, Unix.WEXITED c -> c
     | _, (Unix.WSIGNALED _ | Unix.WSTOPPED _) -> -2
   in
-  let code = wait () in
+  let code = wait 0.001 in
   let out = read_file tmp_out and err = read_file tmp_err in
   Sys.remove tmp_out;
   Sys.remove tmp_err;
