@@ -221,14 +221,14 @@ let exits =
   Cmd.Exit.info 0 ~doc:"done."
   :: Cmd.Exit.info 2
        ~doc:"refused (a bad declaration file, directory or address): nothing was started."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  :: Consort_cli.command_line_exits
 
 let status_exits =
   Cmd.Exit.info 0 ~doc:"done."
   :: Cmd.Exit.info 2 ~doc:"refused: no such boot server, a bad directory or capability."
   :: Cmd.Exit.info 3
        ~doc:"the boot server did not answer, or with $(b,--wait), not every service came up."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  :: Consort_cli.command_line_exits
 
 let decl_arg =
   Arg.(

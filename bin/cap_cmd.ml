@@ -233,7 +233,7 @@ let get locate cap =
           match (!write_error, r) with
           | Some m, _ ->
               Fmt.epr "consort: get: cannot write the output: %s@." m;
-              1
+              2
           | None, Ok _ -> 0
           | None, Error e -> failed "get" e))
 
@@ -354,10 +354,6 @@ let put_cmd =
     (configured @@ Term.(const (fun l s f () -> put l s f) $ locate $ server $ file))
 
 let get_cmd =
-  let exits =
-    Cmd.Exit.info 1 ~doc:"the output could not be written (the file server was not changed)."
-    :: exits
-  in
   Cmd.v
     (Consort_cli.info ~path:"cap fs get" "get" ~exits ~envs
        ~doc:"Write a file's bytes to standard output.")

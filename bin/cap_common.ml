@@ -50,11 +50,13 @@ let rpc_config = Consort_capexec.rpc_config
 let exits_with ~refused ~unknown =
   let open Cmdliner in
   Cmd.Exit.info 0 ~doc:"done." :: Cmd.Exit.info 2 ~doc:refused :: Cmd.Exit.info 3 ~doc:unknown
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  :: Consort_cli.command_line_exits
 
 let exits =
   exits_with
-    ~refused:"refused (bad capability, too few rights, not found, ...): nothing was done."
+    ~refused:
+      "refused (bad capability, too few rights, not found, an output that cannot be written, ...): \
+       nothing was done."
     ~unknown:"outcome unknown: the server became unreachable during the request."
 
 let locate =

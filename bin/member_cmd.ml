@@ -104,6 +104,8 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
           Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@."
             Seal.rekey_param;
           2
+      | Ok _ when (not no_input) && Consort_cli.stdin_closed () ->
+          Consort_cli.with_stdin ~instead:"--no-input" "member" (fun () -> 0)
       | Ok params -> (
           let peers =
             match peers with
@@ -116,6 +118,23 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
             | None -> Unix.getpid () * 7919 lxor int_of_float (Unix.gettimeofday () *. 1e6)
           in
           let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
+          (* Without --control: a socket in the runtime directory, for consort status alone. *)
+          let control =
+            match control with
+            | Some "none" -> None
+            | Some p -> Some p
+            | None -> (
+                match Consort_ops.Sockets.member_dir () with
+                | None -> None
+                | Some dir -> (
+                    match Consort_ops.Sockets.prepare dir with
+                    | Ok () ->
+                        ignore (Consort_ops.Sockets.sweep dir);
+                        Some (Consort_ops.Sockets.member_path dir ~group)
+                    | Error e ->
+                        Logs.warn (fun m -> m "no control socket: %s" e);
+                        None))
+          in
           let cfg =
             {
               Member.group;
@@ -263,7 +282,10 @@ let member =
       & info [ "control" ] ~docv:"PATH"
           ~doc:
             "Answer $(b,consort status), $(b,consort counters), $(b,consort cast) and $(b,consort \
-             send) on this Unix socket (created with mode 0600, removed at exit).")
+             send) on this Unix socket (created with mode 0600, removed at exit). Without it: \
+             $(b,XDG_RUNTIME_DIR/consort/member-GROUP-PID.ctl) (or, for root without \
+             XDG_RUNTIME_DIR, under $(b,/run/consort)), in a directory of mode 0700, where \
+             $(b,consort status) finds it; $(b,none) opens no socket.")
   in
   let metrics =
     Arg.(

@@ -112,9 +112,36 @@ let run scenario seeds seed trace quiet verbose params =
               | exception Sys_error e -> trace_error e
               | oc -> (
                   let passed = ref 0 and failed = ref 0 in
+                  (* Progress on a terminal only: one line on standard error, redrawn at
+                     most 10 times a second, and at the first and last seed; cleared before
+                     anything else is written and at the end. *)
+                  let tty = seeds > 1 && Unix.isatty Unix.stderr in
+                  let drawn = ref false and last = ref 0. in
+                  let clear () =
+                    if !drawn then begin
+                      prerr_string "\r\027[K";
+                      flush stderr;
+                      drawn := false
+                    end
+                  in
+                  let progress s =
+                    let now = Unix.gettimeofday () in
+                    if tty && (s = first || s = first + seeds - 1 || now -. !last >= 0.1) then begin
+                      last := now;
+                      Printf.eprintf "\r\027[Kconsort sim: seed %d of %d (%d passed, %d failed)%!"
+                        (s - first + 1)
+                        seeds !passed !failed;
+                      drawn := true
+                    end
+                  in
                   match
                     for s = first to first + seeds - 1 do
-                      match run_one ?trace:oc ~params scenario ~seed:s with
+                      progress s;
+                      match
+                        let r = run_one ?trace:oc ~params scenario ~seed:s in
+                        (match r with Ok o when o.violations = [] -> () | _ -> clear ());
+                        r
+                      with
                       | Error e ->
                           Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
                           incr failed
@@ -138,9 +165,11 @@ let run scenario seeds seed trace quiet verbose params =
                               (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v)
                               o.violations
                     done;
+                    clear ();
                     Option.iter close_out oc
                   with
                   | exception Sys_error e ->
+                      clear ();
                       Option.iter close_out_noerr oc;
                       trace_error e
                   | () ->

@@ -95,6 +95,7 @@ let default_root () =
               l))
 
 let exec locate server program args caps root with_root cpu memory time no_stdin show_cap =
+  (if no_stdin then fun k -> k () else Consort_cli.with_stdin ~instead:"-n" "cap exec") @@ fun () ->
   let ( let* ) r f = match r with Error m -> refused "%s" m | Ok v -> f v in
   let resolve what s = resolve ~config:!rpc_config ?locate ?root what s in
   let* server = resolve "SERVER" server in
@@ -283,7 +284,7 @@ let exec_cmd ~name ~path =
          ~doc:"outcome unknown: the process server became unreachable (the program may be running)."
     :: Cmd.Exit.info 137
          ~doc:"the program was stopped for a limit or killed (why is printed); 128+N for signal N."
-    :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+    :: Consort_cli.command_line_exits
   in
   let envs =
     [

@@ -207,6 +207,18 @@ let status_json cfg g ~blocked ~flow_blocked : Yojson.Safe.t =
       ("rank", `Int v.rank);
       ("blocked", `Bool blocked);
       ("flow_blocked", `Bool flow_blocked);
+      ( "quorum",
+        match G.primary g with
+        | None -> `Null
+        | Some q ->
+            `Assoc
+              [
+                ("quorate", `Bool q.Consort_group.Primary.primary);
+                ("votes", `Int q.votes);
+                ("needed", `Int q.needed);
+                ("expected", `Int q.expected);
+                ("text", `String (Fmt.str "%a" Consort_group.Primary.pp_quorum q));
+              ] );
       ( "seal",
         match cfg.seal with
         | None -> `Null
