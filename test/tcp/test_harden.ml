@@ -820,6 +820,82 @@ let memory_budget () =
   Alcotest.(check int) "and only they in the table" 16 st.active;
   Alcotest.(check bool) "the first to take a buffer was reset" true failed.(0)
 
+(* Receive memory in the budget: 200 connections send 256 KiB each to a
+   host whose application never reads, under a 4 MiB budget. What the host
+   holds or has promised to take (data delivered and not read, and the
+   window open) is within the budget and one segment a connection, however
+   many connections come: the windows shrink as they come (without the
+   budget every connection is given 256 KiB, 50 MiB in all). Then the
+   application reads everything, and every byte arrives. *)
+let receive_budget () =
+  let limit = 4 * 1024 * 1024 and n = 200 and size = 256 * 1024 in
+  let vclock = Clock.Virtual.create () in
+  let pool = Consort.Pool.create ~name:"rbudget" () in
+  let net = Mem.create_net ~seed:3 vclock pool in
+  let (module A) =
+    Node.make ~config:{ Tcp.default_config with memory_limit = limit } net pool 1 ~seed:1
+  in
+  let (module B) =
+    Node.make ~config:{ Tcp.default_config with send_buffer = 16 * 1024 } net pool 2 ~seed:2
+  in
+  let l = Result.get_ok (A.Sock.listen A.tcp 80) in
+  let accepted = ref [] in
+  let rec accept () =
+    Socket.Promise.upon (A.Sock.accept l) (function
+      | Ok s ->
+          accepted := s :: !accepted;
+          accept ()
+      | Error _ -> ())
+  in
+  accept ();
+  let held () =
+    List.fold_left
+      (fun acc s ->
+        let i = A.T.info (A.Sock.connection s) in
+        acc + i.unread + i.rcv_wnd)
+      0 !accepted
+  in
+  let peak = ref 0 in
+  Mem.on_frame net (fun _ ~src:_ ~dst:_ _ ->
+      let h = held () in
+      if h > !peak then peak := h);
+  let data = Cstruct.create size in
+  let written = ref 0 in
+  for _ = 1 to n do
+    Socket.Promise.upon (B.Sock.connect B.tcp 1 80) (function
+      | Error _ -> ()
+      | Ok s ->
+          Socket.Promise.upon (B.Sock.write s data) (function
+            | Ok () -> incr written
+            | Error _ -> ()))
+  done;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 30.) vclock;
+  let st = A.T.query A.tcp in
+  Logs.app (fun m -> m "receive: peak %d held now %d; %a" !peak (held ()) Tcp.pp_stats st);
+  Alcotest.(check int) "every connection accepted" n (List.length !accepted);
+  Alcotest.(check bool)
+    (Fmt.str "held and promised at its peak (%d) within the budget (%d) and a segment each" !peak
+       limit)
+    true
+    (!peak <= limit + (n * 1460));
+  (* The application reads: every byte comes. *)
+  let got = ref 0 in
+  let buf = Cstruct.create 65536 in
+  List.iter
+    (fun s ->
+      let rec loop () =
+        Socket.Promise.upon (A.Sock.read s buf) (function
+          | Ok k when k > 0 ->
+              got := !got + k;
+              loop ()
+          | _ -> ())
+      in
+      loop ())
+    !accepted;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 600.) vclock;
+  Alcotest.(check int) "every write completed" n !written;
+  Alcotest.(check int) "every byte received" (n * size) !got
+
 (* Ephemeral ports (RFC 6056 algorithm 4): a counter per destination, so
    that connections to one host step its ports by one whatever the host
    does with others (with one counter, each destination sees the ports
@@ -892,6 +968,8 @@ let tests =
         ports_per_destination;
       Alcotest.test_case "a memory budget across connections: the oldest zero windows lose" `Quick
         memory_budget;
+      Alcotest.test_case "receive memory in the budget: windows shrink as connections come" `Quick
+        receive_budget;
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick
