@@ -60,7 +60,18 @@ struct
     | Fin_wait_2 -> enter_time_wait tcb
     | _ -> ()
 
-  let receive_data tcb seq pkt =
+  let rec receive_data tcb seq pkt =
+    if over_budget tcb (Packet.length pkt) then begin
+      tcb.inst.counters.c_memory_drops <- tcb.inst.counters.c_memory_drops + 1;
+      Packet.release pkt;
+      tcb.ack_now <- true
+    end
+    else begin
+      receive_in_budget tcb seq pkt;
+      recharge tcb
+    end
+
+  and receive_in_budget tcb seq pkt =
     if Tcp_seq.equal seq tcb.rcv_nxt then begin
       tcb.rcv_nxt <- Tcp_seq.add tcb.rcv_nxt (Packet.length pkt);
       deliver tcb pkt;
@@ -252,7 +263,7 @@ struct
       tcb.irs <- h.seq;
       tcb.rcv_nxt <- Tcp_seq.succ h.seq;
       tcb.rcv_adv <-
-        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (tcb.cfg.receive_buffer - tcb.unconsumed)));
+        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (receive_share tcb - tcb.unconsumed)));
       take_syn_options tcb h;
       tcb.snd_wnd <- h.window;
       tcb.max_snd_wnd <- h.window;
@@ -683,6 +694,7 @@ struct
         n_orphans = 0;
         buffered = Queue.create ();
         sndbuf_bytes = 0;
+        rcv_bytes = 0;
         waiting_memory = Queue.create ();
         time_wait = Key_tbl.create 64;
         tw_queue = Queue.create ();
@@ -706,6 +718,8 @@ struct
             c_dsack_in = 0;
             c_memory_resets = 0;
             c_memory_refused = 0;
+            c_window_cut = 0;
+            c_memory_drops = 0;
           };
       }
     in
@@ -817,7 +831,7 @@ struct
     let t = tcb.inst in
     let need = Tcp_sndbuf.capacity tcb.sndbuf in
     let rec reclaim () =
-      if t.sndbuf_bytes + need > t.config.memory_limit then
+      if t.sndbuf_bytes + t.rcv_bytes + need > t.config.memory_limit then
         (* First the buffers that hold nothing (no loss), then resets. *)
         match
           Queue.fold
@@ -854,7 +868,7 @@ struct
             | None -> ())
     in
     reclaim ();
-    if t.sndbuf_bytes + need <= t.config.memory_limit then begin
+    if t.sndbuf_bytes + t.rcv_bytes + need <= t.config.memory_limit then begin
       t.sndbuf_bytes <- t.sndbuf_bytes + need;
       if not tcb.buffer_queued then begin
         tcb.buffer_queued <- true;
@@ -921,10 +935,11 @@ struct
     if tcb.alive && n > 0 then begin
       let open_now = Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv in
       tcb.unconsumed <- max 0 (tcb.unconsumed - n);
+      recharge tcb;
       (match tcb.state with
       | Established | Fin_wait_1 | Fin_wait_2 ->
           if
-            Tcp_window.update_after_read ~buffer:tcb.cfg.receive_buffer ~unconsumed:tcb.unconsumed
+            Tcp_window.update_after_read ~buffer:(receive_share tcb) ~unconsumed:tcb.unconsumed
               ~open_now ~rcv_mss:tcb.rcv_mss ~shift:tcb.rcv_wscale
           then begin
             tcb.ack_now <- true;
@@ -976,6 +991,7 @@ struct
     else if tcb.alive then begin
       tcb.app_closed <- true;
       tcb.unconsumed <- 0;
+      recharge tcb;
       shutdown_tcb tcb;
       if tcb.alive && tcb.state = Fin_wait_2 then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
       orphaned tcb;
@@ -1033,8 +1049,7 @@ struct
       syn_cookies_accepted = c.c_cookies_ok;
       memory =
         Key_tbl.fold
-          (fun _ tcb acc ->
-            acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + Tcp_reass.pinned tcb.reass)
+          (fun _ tcb acc -> acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + tcb.rcv_charged)
           t.conns
           (Key_tbl.length t.time_wait * tw_bytes);
       active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
@@ -1042,6 +1057,10 @@ struct
       dsacks_sent = c.c_dsack_out;
       memory_resets = c.c_memory_resets;
       memory_refused = c.c_memory_refused;
+      send_memory = t.sndbuf_bytes;
+      receive_memory = t.rcv_bytes;
+      windows_cut = c.c_window_cut;
+      memory_drops = c.c_memory_drops;
       dsacks_received = c.c_dsack_in;
     }
 

@@ -39,7 +39,7 @@ module Make (B : Tcp_tcb.S) = struct
 
   let advertise tcb ~syn =
     let field, edge =
-      Tcp_window.advertise ~buffer:tcb.cfg.receive_buffer ~unconsumed:tcb.unconsumed
+      Tcp_window.advertise ~buffer:(receive_share tcb) ~unconsumed:tcb.unconsumed
         ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv ~rcv_mss:tcb.rcv_mss
         ~shift:(if syn then 0 else tcb.rcv_wscale)
     in

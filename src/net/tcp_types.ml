@@ -187,16 +187,21 @@ type stats = {
   dsacks_received : int;
   memory_resets : int;
   memory_refused : int;
+  send_memory : int;
+  receive_memory : int;
+  windows_cut : int;
+  memory_drops : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks %d \
      dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d memory resets %d \
-     refused %d"
+     refused %d send %d receive %d windows cut %d drops %d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in s.resets_out
     s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
-    s.dsacks_received s.dsacks_sent s.memory_resets s.memory_refused
+    s.dsacks_received s.dsacks_sent s.memory_resets s.memory_refused s.send_memory s.receive_memory
+    s.windows_cut s.memory_drops
 
 type control = Set_config of config | Abort_all
 

@@ -822,11 +822,12 @@ let memory_budget () =
 
 (* Receive memory in the budget: 200 connections send 256 KiB each to a
    host whose application never reads, under a 4 MiB budget. What the host
-   holds or has promised to take (data delivered and not read, and the
-   window open) is within the budget and one segment a connection, however
-   many connections come: the windows shrink as they come (without the
-   budget every connection is given 256 KiB, 50 MiB in all). Then the
-   application reads everything, and every byte arrives. *)
+   holds (data delivered and not read, out-of-order segments) stays within
+   the budget and one segment a connection: the windows offered shrink as
+   connections come, and what peers send into windows offered before is
+   dropped once the budget is spent (without the budget the host holds
+   every byte, 50 MiB). Then the application reads, and every byte
+   arrives. *)
 let receive_budget () =
   let limit = 4 * 1024 * 1024 and n = 200 and size = 256 * 1024 in
   let vclock = Clock.Virtual.create () in
@@ -849,16 +850,14 @@ let receive_budget () =
   in
   accept ();
   let held () =
-    List.fold_left
-      (fun acc s ->
-        let i = A.T.info (A.Sock.connection s) in
-        acc + i.unread + i.rcv_wnd)
-      0 !accepted
+    List.fold_left (fun acc s -> acc + (A.T.info (A.Sock.connection s)).unread) 0 !accepted
   in
-  let peak = ref 0 in
+  let peak = ref 0 and peak_stack = ref 0 in
   Mem.on_frame net (fun _ ~src:_ ~dst:_ _ ->
       let h = held () in
-      if h > !peak then peak := h);
+      if h > !peak then peak := h;
+      let r = (A.T.query A.tcp).receive_memory in
+      if r > !peak_stack then peak_stack := r);
   let data = Cstruct.create size in
   let written = ref 0 in
   for _ = 1 to n do
@@ -874,10 +873,14 @@ let receive_budget () =
   Logs.app (fun m -> m "receive: peak %d held now %d; %a" !peak (held ()) Tcp.pp_stats st);
   Alcotest.(check int) "every connection accepted" n (List.length !accepted);
   Alcotest.(check bool)
-    (Fmt.str "held and promised at its peak (%d) within the budget (%d) and a segment each" !peak
-       limit)
+    (Fmt.str "unread at its peak (%d) within the budget (%d) and a segment each" !peak limit)
     true
     (!peak <= limit + (n * 1460));
+  Alcotest.(check bool)
+    (Fmt.str "receive memory counted at its peak (%d) within the same" !peak_stack)
+    true
+    (!peak_stack <= limit + (n * 1460) && !peak_stack >= !peak);
+  Alcotest.(check bool) "windows cut by the budget" true (st.windows_cut > 0);
   (* The application reads: every byte comes. *)
   let got = ref 0 in
   let buf = Cstruct.create 65536 in
