@@ -695,6 +695,8 @@ struct
         buffered = Queue.create ();
         sndbuf_bytes = 0;
         rcv_bytes = 0;
+        spares = [];
+        spare_bytes = 0;
         waiting_memory = Queue.create ();
         time_wait = Key_tbl.create 64;
         tw_queue = Queue.create ();
@@ -870,6 +872,21 @@ struct
     reclaim ();
     if t.sndbuf_bytes + t.rcv_bytes + need <= t.config.memory_limit then begin
       t.sndbuf_bytes <- t.sndbuf_bytes + need;
+      (* A spare of the size, or else the spares go: those in use and the
+         spares stay within the budget. *)
+      (match List.partition (fun b -> Cstruct.length b = need) t.spares with
+      | b :: rest, others ->
+          Tcp_sndbuf.adopt tcb.sndbuf b;
+          t.spares <- rest @ others;
+          t.spare_bytes <- t.spare_bytes - need
+      | [], _ -> ());
+      while t.sndbuf_bytes + t.spare_bytes > t.config.memory_limit && t.spares <> [] do
+        match t.spares with
+        | b :: rest ->
+            t.spares <- rest;
+            t.spare_bytes <- t.spare_bytes - Cstruct.length b
+        | [] -> ()
+      done;
       if not tcb.buffer_queued then begin
         tcb.buffer_queued <- true;
         Queue.push tcb t.buffered
@@ -1051,7 +1068,7 @@ struct
         Key_tbl.fold
           (fun _ tcb acc -> acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + tcb.rcv_charged)
           t.conns
-          (Key_tbl.length t.time_wait * tw_bytes);
+          ((Key_tbl.length t.time_wait * tw_bytes) + t.spare_bytes);
       active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
       orphans = t.n_orphans;
       dsacks_sent = c.c_dsack_out;

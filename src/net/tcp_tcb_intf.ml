@@ -51,6 +51,10 @@ module type S = sig
     mutable n_orphans : int;
     buffered : tcb Queue.t;  (** connections holding a send buffer, oldest first (some gone) *)
     mutable sndbuf_bytes : int;  (** the memory of every send buffer *)
+    mutable spares : Cstruct.t list;
+        (** send buffers given back, kept for the next (within the budget with those in use), so
+            that memory is reused rather than left for the GC *)
+    mutable spare_bytes : int;
     mutable rcv_bytes : int;
         (** receive memory: what connections hold unread and the windows they have open *)
     waiting_memory : tcb Queue.t;  (** writers the memory budget refused a send buffer *)
