@@ -543,6 +543,30 @@ struct
         | _ -> `Continue
       end
 
+  (* D-SACK-based undo (RFC 3708 section 3.2, RFC 4015; Linux's
+     undo_retrans): each duplicate the peer reports of data at or above
+     where the recovery began stands for a needless retransmission; when
+     all of the recovery's are so reported, nothing was lost and the window
+     reduction is undone (the recovery too, if still under way). *)
+  and dsack_undo tcb ~smss l r =
+    if
+      tcb.undo_retrans > 0 && Tcp_seq.geq l tcb.undo_marker && Tcp_seq.leq r tcb.snd_max
+      && Tcp_seq.gt r l
+    then begin
+      let segs = (Tcp_seq.sub r l + smss - 1) / smss in
+      tcb.undo_retrans <- tcb.undo_retrans - segs;
+      if tcb.undo_retrans <= 0 then begin
+        Log.debug (fun m -> m "%a: spurious recovery undone" pp_connection tcb);
+        Tcp_cc.undo tcb.cc ~cwnd:tcb.undo_cwnd ~ssthresh:tcb.undo_ssthresh;
+        tcb.undo_retrans <- -1;
+        tcb.n_undos <- tcb.n_undos + 1;
+        if tcb.in_recovery then begin
+          tcb.in_recovery <- false;
+          tcb.dupacks <- 0
+        end
+      end
+    end
+
   and process_ack tcb (h : Tcp_packet.t) ~payload =
     let smss = smss tcb in
     let win = h.window lsl tcb.snd_wscale in
@@ -562,7 +586,8 @@ struct
                    || List.exists (fun (l', r') -> Tcp_seq.leq l' l && Tcp_seq.leq r r') rest ->
                 (* RFC 2883: the first block reports a duplicate. *)
                 dsack_seen := true;
-                tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1
+                tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1;
+                dsack_undo tcb ~smss l r
             | _ -> ());
             if rack_on tcb then
               newly := Tcp_sack.newly tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs;
@@ -1125,6 +1150,7 @@ struct
       bytes_received = tcb.bytes_delivered;
       segments_retransmitted = tcb.n_retrans;
       fast_retransmits = tcb.n_fast;
+      undos = tcb.n_undos;
       timeouts = tcb.n_timeouts;
       probes = tcb.n_probes;
       path_mtu = tcb.lower_max;

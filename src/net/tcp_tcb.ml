@@ -208,6 +208,13 @@ struct
     mutable bytes_delivered : int;
     mutable n_retrans : int;
     mutable n_fast : int;
+    mutable undo_retrans : int;
+        (** retransmissions of the recovery not yet reported needless by a D-SACK; -1: none to undo
+        *)
+    mutable undo_cwnd : int;  (** the windows before the recovery *)
+    mutable undo_ssthresh : int;
+    mutable undo_marker : Tcp_seq.t;  (** SND.UNA when the recovery began *)
+    mutable n_undos : int;
     mutable n_timeouts : int;
     mutable n_probes : int;
   }
@@ -596,6 +603,11 @@ struct
         bytes_delivered = 0;
         n_retrans = 0;
         n_fast = 0;
+        undo_retrans = -1;
+        undo_cwnd = 0;
+        undo_ssthresh = 0;
+        undo_marker = Tcp_seq.zero;
+        n_undos = 0;
         n_timeouts = 0;
         n_probes = 0;
       }

@@ -186,6 +186,13 @@ module type S = sig
     mutable bytes_delivered : int;
     mutable n_retrans : int;
     mutable n_fast : int;
+    mutable undo_retrans : int;
+        (** retransmissions of the recovery not yet reported needless by a D-SACK; -1: none to undo
+        *)
+    mutable undo_cwnd : int;  (** the windows before the recovery *)
+    mutable undo_ssthresh : int;
+    mutable undo_marker : Tcp_seq.t;  (** SND.UNA when the recovery began *)
+    mutable n_undos : int;
     mutable n_timeouts : int;
     mutable n_probes : int;
   }

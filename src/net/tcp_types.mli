@@ -121,6 +121,8 @@ type conn_info = {
   bytes_received : int;  (** application bytes delivered in order *)
   segments_retransmitted : int;
   fast_retransmits : int;
+  undos : int;
+      (** recoveries undone: D-SACKs showed all their retransmissions needless (RFC 3708) *)
   timeouts : int;
   probes : int;  (** tail loss probes sent (RFC 8985 section 7) *)
   path_mtu : int;  (** the largest segment (header included) the path is taken to carry *)

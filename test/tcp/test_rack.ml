@@ -145,6 +145,9 @@ let undo_spurious () =
         (r.retransmitted > 0 && r.fast_retransmits > 0);
       Alcotest.(check int) (Fmt.str "seed %d: no timeout" seed) 0 r.timeouts;
       Alcotest.(check int)
+        (Fmt.str "seed %d: each recovery undone" seed)
+        r.fast_retransmits r.sender.undos;
+      Alcotest.(check int)
         (Fmt.str "seed %d: the threshold as over a perfect link" seed)
         perfect.sender.ssthresh r.sender.ssthresh)
     [ 1; 2; 3; 4 ]
