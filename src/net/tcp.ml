@@ -633,6 +633,7 @@ struct
       if tcb.in_recovery then begin
         if Tcp_seq.geq ack tcb.recover then begin
           tcb.in_recovery <- false;
+          if rack_on tcb then Tcp_rack.recovered tcb.rack;
           Tcp_cc.on_recovered tcb.cc ~flight:(flight tcb) ~smss;
           tcb.dupacks <- 0
         end
@@ -676,7 +677,7 @@ struct
     end;
     if advanced || newly_sacked > 0 then mtu_probe_check tcb;
     if rack_on tcb then begin
-      if !dsack_seen then Tcp_rack.dsack tcb.rack;
+      if !dsack_seen then Tcp_rack.dsack tcb.rack ~una:tcb.snd_una ~nxt:tcb.snd_nxt;
       tlp_episode tcb h ~dsack:!dsack_seen;
       if advanced || newly_sacked > 0 then begin
         Tcp_rack.ack tcb.rack ~una:tcb.snd_una ~newly:!newly
