@@ -295,16 +295,23 @@ let reo_wnd_st t ~in_recovery ~dupacks ~srtt =
 (* In sequence order, segments sent once were sent in that order, and a
    retransmission went after the original of every segment above it: so
    the first segment sent once and after RACK's ends the scan (which an
-   ACK of in-order data makes the first one: constant work). *)
+   ACK of in-order data makes the first one: constant work). And only
+   records neither delivered nor lost can be found lost: the scan ends
+   when it has seen all of them (their bytes are [inflight]), so that a
+   flight marked lost by a timeout is not walked again at every ACK (a
+   peer SACKing segments from the top down cost a walk of all the flight
+   per ACK: 6,000 records with 8 MB in flight). *)
 let detect_st t ~now ~reo_wnd =
   let n = ref 0 and timeout = ref None in
   let i = ref (live t t.lo) in
+  let left = ref t.inflight in
   if t.have_rack then
     while !i < t.hi do
       let g = t.segs.(!i) in
       let before = g.xmit < t.r_xmit || (g.xmit = t.r_xmit && g.order < t.r_order) in
-      if (not before) && not g.rexmit then i := t.hi
+      if ((not before) && not g.rexmit) || !left <= 0 then i := t.hi
       else begin
+        if counted g then left := !left - size g;
         if before && (not g.delivered) && not g.lost then begin
           let remaining = g.xmit + t.r_rtt + reo_wnd - now in
           if remaining <= 0 then begin
