@@ -77,7 +77,7 @@ let arm_idle t c =
       (Loop.after t.loop (Consort.Time.of_sec t.idle) (fun () ->
            if Buffer.length c.buf > 0 then
              Log.warn (fun m ->
-                 m "%s: closed a connection idle for %.0f s with a partial request of %d bytes"
+                 m "%s: closed a connection idle for %g s with a partial request of %d bytes"
                    (describe t.addr) t.idle (Buffer.length c.buf));
            drop t c))
 
