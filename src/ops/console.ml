@@ -108,3 +108,23 @@ let answer ~node groups req =
 
 let serve ?(max_connections = 16) ?(idle = 10.) loop addr ~node groups =
   Serve.listen ~max_connections ~max_request:8192 ~idle loop addr Http (answer ~node groups)
+
+type rates = { span : int; samples : (float * int * int) Queue.t }
+
+let rates ?(span = 60) () = { span = Stdlib.max 2 span; samples = Queue.create () }
+
+let sample r ~t ~sent ~delivered =
+  Queue.push (t, sent, delivered) r.samples;
+  while Queue.length r.samples > r.span + 1 do
+    ignore (Queue.pop r.samples)
+  done
+
+let rates_json r =
+  let rec go acc = function
+    | (t0, s0, d0) :: ((t1, s1, d1) :: _ as rest) when t1 > t0 ->
+        let per v0 v1 = `Float (float_of_int (Stdlib.max 0 (v1 - v0)) /. (t1 -. t0)) in
+        go (`Assoc [ ("t", `Float t1); ("sent", per s0 s1); ("delivered", per d0 d1) ] :: acc) rest
+    | _ :: rest -> go acc rest
+    | [] -> List.rev acc
+  in
+  `List (go [] (List.of_seq (Queue.to_seq r.samples)))

@@ -47,6 +47,22 @@ val entries : history -> entry list
 val max : history -> int
 val history_json : history -> Yojson.Safe.t
 
+(** {1 Rates} *)
+
+type rates
+(** The group's counters of messages sent and delivered, sampled (once a second), the last [span]
+    intervals kept: what the page's live charts draw, from its first load. *)
+
+val rates : ?span:int -> unit -> rates
+(** Default 60. *)
+
+val sample : rates -> t:float -> sent:int -> delivered:int -> unit
+(** [sample r ~t ~sent ~delivered]: the counters (monotonic) at Unix time [t]. *)
+
+val rates_json : rates -> Yojson.Safe.t
+(** [[{"t":T,"sent":PER_S,"delivered":PER_S},...]], oldest first: one per interval between two
+    samples. *)
+
 (** {1 Serving} *)
 
 val page : string

@@ -258,7 +258,7 @@ let metrics_samples cfg g ~totals ~flow_blocked =
    the quorum, the roles and the view history. The sequencer is the
    coordinator under Total's sequencer protocol; under the token protocol,
    only this member's own holding is known here. *)
-let console_json cfg g ~blocked ~flow_blocked ~quorum ~history : Yojson.Safe.t =
+let console_json cfg g ~blocked ~flow_blocked ~quorum ~history ~rates : Yojson.Safe.t =
   let cs = counters g in
   let status = match status_json cfg g ~blocked ~flow_blocked with `Assoc l -> l | _ -> [] in
   let v = G.view g in
@@ -296,6 +296,7 @@ let console_json cfg g ~blocked ~flow_blocked ~quorum ~history : Yojson.Safe.t =
             ] );
         ("history", Consort_ops.Console.history_json history);
         ("history_max", `Int (Consort_ops.Console.max history));
+        ("rates", Consort_ops.Console.rates_json rates);
       ])
 
 (* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
@@ -368,6 +369,7 @@ let run cfg =
               let blocked = ref false and flow_blocked = ref false in
               let totals = Consort_ops.Metrics.totals () in
               let history = Consort_ops.Console.history () and quorum = ref None in
+              let rates = Consort_ops.Console.rates () in
               let cast_ref = ref (fun _ -> Error "not in the group yet") in
               let send_ref = ref (fun _ _ -> Error "not in the group yet") in
               let leave_ref = ref (fun () -> ()) in
@@ -594,7 +596,7 @@ let run cfg =
                               | Some g ->
                                   [
                                     console_json cfg g ~blocked:!blocked ~flow_blocked:!flow_blocked
-                                      ~quorum:!quorum ~history;
+                                      ~quorum:!quorum ~history ~rates;
                                   ]
                               | None ->
                                   [
@@ -705,6 +707,19 @@ let run cfg =
                     if not !exited then ignore (Loop.after loop (Time.of_ms 20) poll)
                   in
                   poll ();
+                  (* With the console, the rates it charts: a sample a second. *)
+                  if cfg.http <> None then begin
+                    let rec tick () =
+                      (match List.assoc_opt "group" (G.counters g) with
+                      | Some kvs ->
+                          let get k = Option.value ~default:0 (List.assoc_opt k kvs) in
+                          Consort_ops.Console.sample rates ~t:(Unix.gettimeofday ())
+                            ~sent:(get "sent") ~delivered:(get "delivered")
+                      | None -> ());
+                      if not !exited then ignore (Loop.after loop (Time.of_sec 1.) tick)
+                    in
+                    tick ()
+                  end;
                   (* A test's partition: drop datagrams from the addresses
                  listed in the file, re-read as it changes. *)
                   (match cfg.drop_file with

@@ -57,6 +57,37 @@ let history_bounded () =
       Alcotest.(check bool) "json names the view" true (List.assoc "view" l = `String "9:a")
   | j -> Alcotest.failf "history_json: %s" (Yojson.Safe.to_string j)
 
+let rates () =
+  let r = Console.rates () in
+  Console.sample r ~t:100. ~sent:0 ~delivered:0;
+  Console.sample r ~t:101. ~sent:10 ~delivered:20;
+  Console.sample r ~t:103. ~sent:10 ~delivered:40;
+  let got j =
+    match j with
+    | `List l ->
+        List.map
+          (function
+            | `Assoc a -> (
+                match (List.assoc "t" a, List.assoc "sent" a, List.assoc "delivered" a) with
+                | `Float t, `Float s, `Float d -> (t, s, d)
+                | _ -> Alcotest.fail "not floats")
+            | _ -> Alcotest.fail "not an object")
+          l
+    | _ -> Alcotest.fail "not a list"
+  in
+  Alcotest.(check (list (triple (float 1e-9) (float 1e-9) (float 1e-9))))
+    "a rate for each interval"
+    [ (101., 10., 20.); (103., 0., 10.) ]
+    (got (Console.rates_json r));
+  let r = Console.rates ~span:60 () in
+  for i = 0 to 199 do
+    Console.sample r ~t:(float_of_int i) ~sent:i ~delivered:(2 * i)
+  done;
+  let l = got (Console.rates_json r) in
+  Alcotest.(check int) "the last 60 intervals" 60 (List.length l);
+  Alcotest.(check (triple (float 1e-9) (float 1e-9) (float 1e-9)))
+    "the newest last" (199., 1., 2.) (List.nth l 59)
+
 let reasons () =
   let show l = List.map (fun c -> (c.Console.member, c.Console.what)) l in
   let pair = Alcotest.(list (pair string string)) in
@@ -362,6 +393,7 @@ let () =
         [
           Alcotest.test_case "bounded" `Quick history_bounded;
           Alcotest.test_case "reasons" `Quick reasons;
+          Alcotest.test_case "rates" `Quick rates;
         ] );
       ( "page",
         [

@@ -121,6 +121,18 @@ let member_row d id =
       let rest = String.sub d i (String.length d - i) in
       match index_of rest "</tr>" with Some j -> Some (String.sub rest 0 j) | None -> None)
 
+(* The highest rate the chart shows (its data-peak-LABEL attribute). *)
+let peak d label =
+  let key = Printf.sprintf "data-peak-%s=\"" label in
+  match index_of d key with
+  | None -> 0.
+  | Some i ->
+      let rest = String.sub d (i + String.length key) (String.length d - i - String.length key) in
+      Option.value ~default:0.
+        (match index_of rest "\"" with
+        | Some j -> float_of_string_opt (String.sub rest 0 j)
+        | None -> None)
+
 let spawn args out =
   let o = Unix.openfile out [ O_WRONLY; O_CREAT; O_TRUNC ] 0o600 in
   let null = Unix.openfile "/dev/null" [ O_RDONLY ] 0 in
@@ -143,6 +155,7 @@ let console () =
     Alcotest.failf "%s not found: the console test needs Debian's chromium (make deps installs it)"
       chromium;
   (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let key = Filename.concat dir "key" in
   let a = "127.0.0.1:7551" and b = "127.0.0.1:7552" and c = "127.0.0.1:7553" in
   let member ?(extra = []) bind out =
     spawn
@@ -156,7 +169,9 @@ let console () =
          String.concat "," (List.filter (( <> ) bind) [ a; b; c ]);
          "--no-input";
          "--props";
-         "vsync,Total,Primary";
+         "vsync,Total,Primary,Privacy";
+         "--key";
+         key;
          "--params";
          params ^ ",primary.expected=3";
        ]
@@ -173,6 +188,10 @@ let console () =
         !pids;
       ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
   @@ fun () ->
+  if
+    Sys.command (Printf.sprintf "%s keygen %s >/dev/null" (Filename.quote exe) (Filename.quote key))
+    <> 0
+  then Alcotest.fail "consort keygen";
   let pa = member ~extra:[ "--http"; "127.0.0.1:0"; "--control"; ctl ] a "a.out" in
   pids := [ pa ];
   let port = ref 0 in
@@ -218,21 +237,41 @@ let console () =
   Unix.kill pc Sys.sigkill;
   ignore (Unix.waitpid [] pc);
   pids := List.filter (( <> ) pc) !pids;
-  let d =
-    until "c excluded" url (fun d ->
-        member_row d idc = None && contains d (idc ^ " excluded: silent for 1.0 s"))
+  let excluded d =
+    match index_of d (idc ^ " excluded: ") with
+    | None -> None
+    | Some i -> (
+        let rest = String.sub d i (String.length d - i) in
+        match index_of rest "<" with Some j -> Some (String.sub rest 0 j) | None -> None)
   in
+  let d = until "c excluded" url (fun d -> member_row d idc = None && excluded d <> None) in
+  (* Why: its silence, seen here or by b first ("silent for 1.0 s", "suspected by 1
+     (heartbeat) and silent here too"). *)
+  (match excluded d with
+  | Some why when contains why "silent" -> ()
+  | why -> Alcotest.failf "c's exclusion: %s" (Option.value ~default:"" why));
   (* Casts through a's control socket: the counters and rates move. *)
   for i = 1 to 30 do
     match Consort_ops.Serve.request (Unix.ADDR_UNIX ctl) (Printf.sprintf "cast hello %d" i) with
     | Ok r when contains r "\"ok\":true" -> ()
     | Ok r | Error r -> Alcotest.failf "cast %d: %s" i r
   done;
-  let d' =
-    until "the casts counted" url (fun d -> contains d "<td>sent</td><td class=\"nonzero\">30</td>")
+  (* Datagrams without the group's key, from a stranger: the seal drops them. *)
+  let u = Unix.socket PF_INET SOCK_DGRAM 0 in
+  for i = 1 to 5 do
+    let junk = Printf.sprintf "not sealed %d" i in
+    ignore
+      (Unix.sendto_substring u junk 0 (String.length junk) []
+         (ADDR_INET (Unix.inet_addr_loopback, 7551)))
+  done;
+  Unix.close u;
+  let d =
+    until "the casts counted and the stranger's datagrams dropped" url (fun d ->
+        contains d "<td>sent</td><td class=\"nonzero\">30</td>"
+        && contains d "<td class=\"nonzero drop\">5</td>"
+        && peak d "delivered" > 0.
+        && peak d "sent" > 0.)
   in
-  ignore d;
-  let d = d' in
   (match member_row d ida with
   | Some r ->
       List.iter
@@ -250,7 +289,7 @@ let console () =
       "class=\"ok\">live</span>";
       "state ok\" id=\"quorum-console\">primary (2 votes of 2 needed, 3 expected)";
       "state ok\">sending";
-      "none (in clear)";
+      "<th>seal</th><td>Privacy, rekey</td>";
       "<table class=\"seal\">";
       "<svg class=\"chart\"";
       "<td>group</td><td>delivered</td>";
