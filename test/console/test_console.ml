@@ -386,6 +386,126 @@ let idle_closed () =
               = 1);
           Alcotest.(check bool) "serves again" true (contains (get port "/api/status") "\"idle\""))
 
+(* {1 consortd} *)
+
+let consortd =
+  let d = Filename.dirname Sys.executable_name in
+  let d = if Filename.is_relative d then Filename.concat (Sys.getcwd ()) d else d in
+  Filename.concat d "../../bin/consortd/consortd.exe"
+
+let deaf =
+  {
+    Consort_group.Group.view = ignore;
+    cast = (fun ~origin:_ _ -> ());
+    send = (fun ~origin:_ _ -> ());
+    block = ignore;
+    flow = ignore;
+    exit = ignore;
+  }
+
+(* consortd --http: every member it holds, with its history; a member whose
+   client closes is seen to leave. Off loopback without --http-public: exit 2. *)
+let daemon () =
+  let dir =
+    Filename.concat (Filename.get_temp_dir_name ()) (Printf.sprintf "console-d%d" (Unix.getpid ()))
+  in
+  (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
+  let sock = Filename.concat dir "d.sock" and err = Filename.concat dir "d.err" in
+  let start http =
+    let e = Unix.openfile err [ O_WRONLY; O_CREAT; O_TRUNC ] 0o600
+    and null = Unix.openfile "/dev/null" [ O_RDWR ] 0 in
+    let args = [ "--socket"; sock; "--bind"; "127.0.0.1:7561"; "--ports"; "4"; "--http"; http ] in
+    let pid = Unix.create_process consortd (Array.of_list (consortd :: args)) null null e in
+    Unix.close e;
+    Unix.close null;
+    pid
+  in
+  Fun.protect ~finally:(fun () -> ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  let pid = start "0.0.0.0:0" in
+  (match Unix.waitpid [] pid with
+  | _, WEXITED 2 -> ()
+  | _ -> Alcotest.failf "consortd --http 0.0.0.0:0: not exit 2: %s" (file err));
+  if not (contains (file err) "--http-public") then Alcotest.failf "stderr: %S" (file err);
+  let pid = start "127.0.0.1:0" in
+  Fun.protect ~finally:(fun () ->
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      ignore (Unix.waitpid [] pid))
+  @@ fun () ->
+  let port = ref 0 in
+  until "the console's address" (fun () ->
+      let s = file err in
+      match String.index_opt s 'c' with
+      | _ when contains s "console at http://127.0.0.1:" ->
+          let i =
+            let rec find i =
+              if String.sub s i 28 = "console at http://127.0.0.1:" then i else find (i + 1)
+            in
+            find 0
+          in
+          Scanf.sscanf
+            (String.sub s i (String.length s - i))
+            "console at http://127.0.0.1:%d/"
+            (fun p -> port := p);
+          true
+      | _ -> false);
+  until "the socket" (fun () -> Sys.file_exists sock);
+  let conn () = match Consort_client.connect sock with Ok c -> c | Error e -> Alcotest.fail e in
+  let ca = conn () and cb = conn () in
+  let join c =
+    match Consort_client.join c ~group:"dg" deaf with
+    | Ok m -> m
+    | Error e -> Alcotest.failf "join: %a" Consort_client.pp_join_error e
+  in
+  let ma = join ca in
+  let mb = join cb in
+  let status () =
+    Consort_client.run ~timeout:0.05 ca;
+    Consort_client.run ~timeout:0.05 cb;
+    match
+      Yojson.Safe.from_string
+        (let r = get !port "/api/status" in
+         let i = ref 0 in
+         while String.sub r !i 4 <> "\r\n\r\n" do
+           incr i
+         done;
+         String.sub r (!i + 4) (String.length r - !i - 4))
+    with
+    | `Assoc l -> l
+    | _ -> Alcotest.fail "not an object"
+  in
+  let groups l = match List.assoc "groups" l with `List g -> g | _ -> [] in
+  let field k = function `Assoc l -> List.assoc_opt k l | _ -> None in
+  let members g = match field "members" g with Some (`List l) -> List.length l | _ -> 0 in
+  until "both members in a view of 2" (fun () ->
+      let g = groups (status ()) in
+      List.length g = 2 && List.for_all (fun g -> members g = 2) g);
+  let l = status () in
+  Alcotest.(check bool) "node" true (List.assoc "node" l = `String "consortd");
+  let idb = Consort_client.me mb and ida = Consort_client.me ma in
+  let of_a () = List.find (fun g -> field "me" g = Some (`String ida)) (groups (status ())) in
+  let history g = match field "history" g with Some (`List h) -> h | _ -> [] in
+  let shows g who what =
+    List.exists
+      (fun e ->
+        match field "changes" e with
+        | Some (`List cs) ->
+            List.exists
+              (fun c ->
+                field "member" c = Some (`String who) && field "what" c = Some (`String what))
+              cs
+        | _ -> false)
+      (history g)
+  in
+  Alcotest.(check bool) "a's history: b joined" true (shows (of_a ()) idb "joined");
+  (* b's client goes: the daemon fails its member out; a sees it leave. *)
+  Consort_client.close cb;
+  until "b left, at a" (fun () ->
+      let g = of_a () in
+      members g = 1 && shows g idb "left");
+  Alcotest.(check bool) "the page" true (contains (get !port "/") "<title>Consort console</title>");
+  Consort_client.close ca
+
 let () =
   Alcotest.run "console"
     [
@@ -407,4 +527,5 @@ let () =
           Alcotest.test_case "hostile clients" `Quick hostile;
           Alcotest.test_case "idle partial request" `Quick idle_closed;
         ] );
+      ("consortd", [ Alcotest.test_case "members and history" `Quick daemon ]);
     ]
