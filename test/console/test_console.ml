@@ -163,6 +163,11 @@ let addresses () =
 
 (* {1 Real members} *)
 
+(* Ports: a window of 10 from 30000, chosen by the process id, so that two runs
+   at once (make test and the mutants' baseline) stay apart. *)
+let base = 30000 + (10 * (Unix.getpid () mod 100))
+let addr n = Printf.sprintf "127.0.0.1:%d" (base + n)
+
 let exe =
   let d = Filename.dirname Sys.executable_name in
   let d = if Filename.is_relative d then Filename.concat (Sys.getcwd ()) d else d in
@@ -188,12 +193,11 @@ let run_cmd args =
 
 let refused_off_loopback () =
   List.iter
-    (fun addr ->
+    (fun http ->
       let code, err =
-        run_cmd
-          [ "member"; "--group"; "cg"; "--bind"; "127.0.0.1:7541"; "--no-input"; "--http"; addr ]
+        run_cmd [ "member"; "--group"; "cg"; "--bind"; addr 1; "--no-input"; "--http"; http ]
       in
-      Alcotest.(check int) ("exit of --http " ^ addr) 2 code;
+      Alcotest.(check int) ("exit of --http " ^ http) 2 code;
       Alcotest.(check int) "one line" 1 (count err "\n");
       if not (contains err "--http-public") then Alcotest.failf "stderr: %S" err)
     [ "0.0.0.0:0"; "192.0.2.1:8080" ]
@@ -222,9 +226,9 @@ let with_member f =
       "--group";
       "cg";
       "--bind";
-      "127.0.0.1:7542";
+      addr 2;
       "--peers";
-      "127.0.0.1:7543";
+      addr 3;
       "--no-input";
       "--http";
       "127.0.0.1:0";
@@ -268,12 +272,14 @@ let read_all s =
   Buffer.contents b
 
 let get port path =
-  let s = connect port in
-  let req = Printf.sprintf "GET %s HTTP/1.1\r\nHost: x\r\n\r\n" path in
-  (try ignore (Unix.write_substring s req 0 (String.length req)) with Unix.Unix_error _ -> ());
-  let r = read_all s in
-  Unix.close s;
-  r
+  match connect port with
+  | exception Unix.Unix_error (e, _, _) -> "no connection: " ^ Unix.error_message e
+  | s ->
+      let req = Printf.sprintf "GET %s HTTP/1.1\r\nHost: x\r\n\r\n" path in
+      (try ignore (Unix.write_substring s req 0 (String.length req)) with Unix.Unix_error _ -> ());
+      let r = read_all s in
+      Unix.close s;
+      r
 
 let answers port = contains (get port "/api/status") "\"node\":\"consort member\""
 
@@ -414,7 +420,7 @@ let daemon () =
   let start http =
     let e = Unix.openfile err [ O_WRONLY; O_CREAT; O_TRUNC ] 0o600
     and null = Unix.openfile "/dev/null" [ O_RDWR ] 0 in
-    let args = [ "--socket"; sock; "--bind"; "127.0.0.1:7561"; "--ports"; "4"; "--http"; http ] in
+    let args = [ "--socket"; sock; "--bind"; addr 5; "--ports"; "4"; "--http"; http ] in
     let pid = Unix.create_process consortd (Array.of_list (consortd :: args)) null null e in
     Unix.close e;
     Unix.close null;

@@ -156,7 +156,12 @@ let console () =
       chromium;
   (try Unix.mkdir dir 0o700 with Unix.Unix_error (EEXIST, _, _) -> ());
   let key = Filename.concat dir "key" in
-  let a = "127.0.0.1:7551" and b = "127.0.0.1:7552" and c = "127.0.0.1:7553" in
+  (* Ports: a window of 10 from 30000 chosen by the process id (as test_console). *)
+  let base = 30000 + (10 * (Unix.getpid () mod 100)) in
+  let port n = base + n in
+  let a = Printf.sprintf "127.0.0.1:%d" (port 1)
+  and b = Printf.sprintf "127.0.0.1:%d" (port 2)
+  and c = Printf.sprintf "127.0.0.1:%d" (port 3) in
   let member ?(extra = []) bind out =
     spawn
       ([
@@ -194,7 +199,7 @@ let console () =
   then Alcotest.fail "consort keygen";
   let pa = member ~extra:[ "--http"; "127.0.0.1:0"; "--control"; ctl ] a "a.out" in
   pids := [ pa ];
-  let port = ref 0 in
+  let http = ref 0 in
   wait_for "the console's address" (fun () ->
       let s = file (Filename.concat dir "a.out") in
       match index_of s "console at http://127.0.0.1:" with
@@ -202,10 +207,10 @@ let console () =
           Scanf.sscanf
             (String.sub s i (String.length s - i))
             "console at http://127.0.0.1:%d/"
-            (fun p -> port := p);
+            (fun p -> http := p);
           true
       | None -> false);
-  let url = Printf.sprintf "http://127.0.0.1:%d/" !port in
+  let url = Printf.sprintf "http://127.0.0.1:%d/" !http in
   (* Alone, with 3 votes expected: not primary. *)
   let d = until "a alone, not primary" url (fun d -> contains d "not primary (1 vote") in
   let id_of out =
@@ -262,7 +267,7 @@ let console () =
     let junk = Printf.sprintf "not sealed %d" i in
     ignore
       (Unix.sendto_substring u junk 0 (String.length junk) []
-         (ADDR_INET (Unix.inet_addr_loopback, 7551)))
+         (ADDR_INET (Unix.inet_addr_loopback, port 1)))
   done;
   Unix.close u;
   let d =
