@@ -179,6 +179,24 @@ let file s =
   close_in ic;
   t
 
+(* The exit code of [pid]; a command that should refuse at once but runs (a
+   member or a daemon serving) is stopped after 10 s: -2. *)
+let wait_exit pid =
+  let deadline = Unix.gettimeofday () +. 10. in
+  let rec wait () =
+    match Unix.waitpid [ WNOHANG ] pid with
+    | 0, _ when Unix.gettimeofday () > deadline ->
+        Unix.kill pid Sys.sigkill;
+        ignore (Unix.waitpid [] pid);
+        -2
+    | 0, _ ->
+        Unix.sleepf 0.02;
+        wait ()
+    | _, WEXITED c -> c
+    | _ -> -1
+  in
+  wait ()
+
 let run_cmd args =
   let err = Filename.temp_file "console" ".err" in
   let e = Unix.openfile err [ O_WRONLY; O_TRUNC ] 0o600 in
@@ -186,7 +204,7 @@ let run_cmd args =
   let pid = Unix.create_process exe (Array.of_list (exe :: args)) null null e in
   Unix.close e;
   Unix.close null;
-  let code = match Unix.waitpid [] pid with _, WEXITED c -> c | _ -> -1 in
+  let code = wait_exit pid in
   let s = file err in
   Sys.remove err;
   (code, s)
@@ -197,6 +215,7 @@ let refused_off_loopback () =
       let code, err =
         run_cmd [ "member"; "--group"; "cg"; "--bind"; addr 1; "--no-input"; "--http"; http ]
       in
+      if code = -2 then Alcotest.failf "--http %s: still running after 10 s, not refused" http;
       Alcotest.(check int) ("exit of --http " ^ http) 2 code;
       Alcotest.(check int) "one line" 1 (count err "\n");
       if not (contains err "--http-public") then Alcotest.failf "stderr: %S" err)
@@ -429,8 +448,9 @@ let daemon () =
   Fun.protect ~finally:(fun () -> ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
   @@ fun () ->
   let pid = start "0.0.0.0:0" in
-  (match Unix.waitpid [] pid with
-  | _, WEXITED 2 -> ()
+  (match wait_exit pid with
+  | 2 -> ()
+  | -2 -> Alcotest.fail "consortd --http 0.0.0.0:0: still running after 10 s, not refused"
   | _ -> Alcotest.failf "consortd --http 0.0.0.0:0: not exit 2: %s" (file err));
   if not (contains (file err) "--http-public") then Alcotest.failf "stderr: %S" (file err);
   let pid = start "127.0.0.1:0" in
