@@ -76,11 +76,22 @@ let metrics_exposed metrics public =
   | _ -> None
 
 let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file
-    discovery no_input key control (metrics, metrics_public) pcap =
+    discovery no_input key control ((metrics, metrics_public), (http, http_public)) pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
   Consort_cli.set_log_context Member.log_context;
   let refused =
-    match not_here props with Some e -> Some e | None -> metrics_exposed metrics metrics_public
+    match not_here props with
+    | Some e -> Some e
+    | None -> (
+        match metrics_exposed metrics metrics_public with
+        | Some e -> Some e
+        | None -> (
+            match http with
+            | None -> None
+            | Some a -> (
+                match Consort_ops.Console.check_address ~flag:"--http" ~public:http_public a with
+                | Ok () -> None
+                | Error e -> Some e)))
   in
   match (refused, seal_of props key) with
   | Some e, _ ->
@@ -151,6 +162,7 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
               seal;
               control;
               metrics;
+              http;
               pcap;
             }
           in
@@ -305,7 +317,28 @@ let member =
              the metrics name the group and its members, which Privacy hides on the wire. Without \
              it such an address is refused.")
   in
-  let metrics = Term.(const (fun m p -> (m, p)) $ metrics $ metrics_public) in
+  let http =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "http" ] ~docv:"ADDR:PORT"
+          ~doc:
+            "Serve a live web console at http://$(docv)/ (read-only: the view and its members \
+             with              their roles, the last views and why each changed, quorum, flow \
+             control, rates and              counters), its data as JSON at /api/status (loopback \
+             unless $(b,--http-public)).")
+  in
+  let http_public =
+    Arg.(
+      value & flag
+      & info [ "http-public" ]
+          ~doc:
+            "Allow $(b,--http) on an address other than loopback: the console names the group and \
+             its members, which Privacy hides on the wire. Without it such an address is refused.")
+  in
+  let metrics =
+    Term.(const (fun m p h hp -> ((m, p), (h, hp))) $ metrics $ metrics_public $ http $ http_public)
+  in
   let pcap =
     Arg.(
       value

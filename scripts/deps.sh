@@ -7,7 +7,7 @@ liblogs-ocaml-dev libmtime-ocaml-dev libsha-ocaml-dev gcc make iproute2 \
 libmirage-crypto-ocaml-dev libbase64-ocaml-dev libeqaf-ocaml-dev \
 util-linux mount libyojson-ocaml-dev tcpdump ocaml-odoc \
 valgrind pkg-config python3 python3-pytest python3-mypy python3-pip python3-setuptools \
-python3-wheel python3-venv libssl-dev"
+python3-wheel python3-venv libssl-dev chromium"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
