@@ -260,6 +260,7 @@ let commands : (string list * string list * stdin_use) list =
     ([ "cap"; "dir"; "gc" ], [ "--server"; "not-a-cap" ], Unread);
     ([ "cap"; "dir"; "link" ], [ "/a"; "not-a-cap" ], Unread);
     ([ "cap"; "dir"; "lookup" ], [ "/a"; "--root"; "not-a-cap" ], Unread);
+    ([ "cap"; "dir"; "init" ], [ "--data"; "/proc/1/consort"; "--new" ], Unread);
     ([ "cap"; "dir"; "serve" ], [ "--data"; "/proc/1/consort"; "--group"; "127.0.0.1:1" ], Unread);
     ([ "cap"; "exec" ], [ bad_cap; bad_cap ], Reads);
     ([ "cap"; "fs"; "fsck" ], [ "--data"; existing ], Unread);
@@ -327,6 +328,11 @@ let paths : (string list * string * use * (string -> string list)) list =
       fun p -> [ "--decl"; Lazy.force decl; "--data"; p; "--bind"; "127.0.0.1:7474" ] );
     ([ "cap"; "boot"; "serve" ], "--decl", Read, fun p -> [ "--decl"; p; "--data"; scratch () ]);
     ([ "cap"; "boot"; "status" ], "--data", Read, fun p -> [ "--data"; p ]);
+    ([ "cap"; "dir"; "init" ], "--data", Data_dir, fun p -> [ "--data"; p; "--new" ]);
+    ( [ "cap"; "dir"; "init" ],
+      "--key",
+      Read,
+      fun p -> [ "--data"; scratch (); "--new"; "--key"; p ] );
     ( [ "cap"; "dir"; "serve" ],
       "--data",
       Data_dir,
@@ -335,6 +341,12 @@ let paths : (string list * string * use * (string -> string list)) list =
       "--key",
       Read,
       fun p -> [ "--data"; scratch (); "--key"; p; "--group"; "127.0.0.1:1" ] );
+    ( [ "bench"; "proc" ],
+      "--save",
+      After_server
+        "checked at start for a directory it can write, written at the end of the run (a full \
+         disk then is one line and 2, as for every write)",
+      fun p -> [ "--rounds"; "1"; "--save"; p ] );
     ([ "cap"; "fs"; "fsck" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "fs"; "put" ], "FILE", Read, fun p -> [ "--server"; some_cap; p ]);
     ([ "cap"; "fs"; "serve" ], "--data", Data_dir, fun p -> [ "--data"; p; "--bind"; "127.0.0.1:1" ]);
