@@ -329,10 +329,7 @@ let paths : (string list * string * use * (string -> string list)) list =
     ([ "cap"; "boot"; "serve" ], "--decl", Read, fun p -> [ "--decl"; p; "--data"; scratch () ]);
     ([ "cap"; "boot"; "status" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "dir"; "init" ], "--data", Data_dir, fun p -> [ "--data"; p; "--new" ]);
-    ( [ "cap"; "dir"; "init" ],
-      "--key",
-      Read,
-      fun p -> [ "--data"; scratch (); "--new"; "--key"; p ] );
+    ([ "cap"; "dir"; "init" ], "--key", Read, fun p -> [ "--data"; scratch (); "--new"; "--key"; p ]);
     ( [ "cap"; "dir"; "serve" ],
       "--data",
       Data_dir,
@@ -344,8 +341,8 @@ let paths : (string list * string * use * (string -> string list)) list =
     ( [ "bench"; "proc" ],
       "--save",
       After_server
-        "checked at start for a directory it can write, written at the end of the run (a full \
-         disk then is one line and 2, as for every write)",
+        "checked at start for a directory it can write, written at the end of the run (a full disk \
+         then is one line and 2, as for every write)",
       fun p -> [ "--rounds"; "1"; "--save"; p ] );
     ([ "cap"; "fs"; "fsck" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "fs"; "put" ], "FILE", Read, fun p -> [ "--server"; some_cap; p ]);
