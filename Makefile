@@ -40,7 +40,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
-	@echo; ./_build/default/bin/main.exe bench proc --json
+	@echo; ./_build/default/bin/main.exe bench proc --json --save bench/results
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
 	@echo; ./_build/default/bin/main.exe bench kv
 	@echo; ./_build/default/bin/main.exe bench dir
@@ -107,6 +107,12 @@ SOAK_DAEMON_SECONDS ?= 60
 
 soak-daemon: build
 	@./_build/default/test/daemon_chaos/chaos.exe --seconds $(SOAK_DAEMON_SECONDS)
+
+# The README's picture of the web console: test/console's browser test, its screenshot
+# written to doc/console.png (headless chromium; make deps installs it).
+.PHONY: console-shot
+console-shot: build
+	@CONSORT_CONSOLE_SHOT=$(CURDIR)/doc/console.png ./_build/default/test/console/test_console_browser.exe
 
 # Every decoder on the network path under AFL++ (installed when missing),
 # FUZZ_SECONDS (default 600); crashing inputs are kept in fuzz/findings/.

@@ -113,20 +113,13 @@ let serve decl data bind locate =
                  Consort_local.Private.write_file (addr_file data)
                    (Udp.address_to_string (Udp.query (R.connection node)).Udp.local ^ "\n")
                with Unix.Unix_error _ -> ());
-              (* A signal before [Loop.run] (which clears a stop) still stops it. *)
-              let stopping = ref false in
-              let stop _ =
-                stopping := true;
-                Loop.stop loop
-              in
-              Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
-              Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+              let run = Cap_common.serve_until_signal loop in
               Fmt.pr "server %s@." (Cap.to_string (Cap.owner port ~obj:0 secret));
               Fmt.epr "consort: boot server for port %s on %s, %d services@." (Port.to_hex port)
                 (Udp.address_to_string (R.address node))
                 (List.length services);
               Boot.start boot;
-              if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
+              run ();
               Boot.stop boot;
               R.close node;
               0))
@@ -228,14 +221,14 @@ let exits =
   Cmd.Exit.info 0 ~doc:"done."
   :: Cmd.Exit.info 2
        ~doc:"refused (a bad declaration file, directory or address): nothing was started."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  :: Consort_cli.command_line_exits
 
 let status_exits =
   Cmd.Exit.info 0 ~doc:"done."
   :: Cmd.Exit.info 2 ~doc:"refused: no such boot server, a bad directory or capability."
   :: Cmd.Exit.info 3
        ~doc:"the boot server did not answer, or with $(b,--wait), not every service came up."
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  :: Consort_cli.command_line_exits
 
 let decl_arg =
   Arg.(

@@ -103,20 +103,13 @@ let serve data bind key_file =
                     ignore (Loop.after loop (Consort.Time.of_sec 10.) age)
                   in
                   age ();
-                  (* A signal before [Loop.run] (which clears a stop) still stops it. *)
-                  let stopping = ref false in
-                  let stop _ =
-                    stopping := true;
-                    Loop.stop loop
-                  in
-                  Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
-                  Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+                  let run = Cap_common.serve_until_signal loop in
                   Fmt.pr "server %s@." (Cap.to_string (Fs_server.server_cap fs));
                   Fmt.epr "consort: file server for port %s on %s, %a@."
                     (Port.to_hex (Port.Key.port key))
                     (Udp.address_to_string (R.address node))
                     Store.pp_stats (Store.stats store);
-                  if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
+                  run ();
                   R.close node;
                   Store.close store;
                   match !failure with None -> 0 | Some e -> refused "file server stopped: %s" e))))
@@ -240,7 +233,7 @@ let get locate cap =
           match (!write_error, r) with
           | Some m, _ ->
               Fmt.epr "consort: get: cannot write the output: %s@." m;
-              1
+              2
           | None, Ok _ -> 0
           | None, Error e -> failed "get" e))
 
@@ -361,10 +354,6 @@ let put_cmd =
     (configured @@ Term.(const (fun l s f () -> put l s f) $ locate $ server $ file))
 
 let get_cmd =
-  let exits =
-    Cmd.Exit.info 1 ~doc:"the output could not be written (the file server was not changed)."
-    :: exits
-  in
   Cmd.v
     (Consort_cli.info ~path:"cap fs get" "get" ~exits ~envs
        ~doc:"Write a file's bytes to standard output.")

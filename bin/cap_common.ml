@@ -20,74 +20,43 @@ let unknown fmt =
       3)
     fmt
 
-let root_file () =
-  match Sys.getenv_opt "HOME" with
-  | Some h -> Some (Filename.concat h ".consort/root")
-  | None -> None
+(* The root capability, and capabilities named by path: Consort_capexec's (consort-exec's). *)
+let parse = Consort_capexec.parse
+let root_cap = Consort_capexec.root_cap
+let is_cap = Consort_capexec.is_cap
+let path_error = Consort_capexec.path_error
+let resolve = Consort_capexec.resolve
 
-let parse what s =
-  match Cap.of_string (String.trim s) with
-  | Ok c -> Ok c
-  | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
-
-let root_cap root =
-  match root with
-  | Some s -> parse "--root" s
-  | None -> (
-      match Sys.getenv_opt "CONSORT_ROOT" with
-      | Some s when String.trim s <> "" -> parse "CONSORT_ROOT" s
-      | _ -> (
-          match root_file () with
-          | Some f when Sys.file_exists f -> (
-              match Consort_local.read_file f with
-              | s -> (
-                  (* The first line: the file may hold notes after it. *)
-                  match String.split_on_char '\n' s with
-                  | l :: _ -> parse f l
-                  | [] -> parse f s)
-              | exception Sys_error e -> Error e)
-          | _ ->
-              Error
-                "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
-
-let is_cap s = String.length s >= 5 && String.sub s 0 5 = "cap1:"
-let path_error e = Fmt.str "%a" (Path.pp_error Dir_client.pp_error) e
-
-(* A capability given on the command line: as text, or as a path from the root directory. *)
-let resolve ~config ?locate ?root what s =
-  if is_cap s then parse what s
-  else
-    match root_cap root with
-    | Error m -> Error (Printf.sprintf "%s %s: %s" what s m)
-    | Ok r -> (
-        let loop = Loop.create () in
-        match Rpc_udp.open_node ~config ?locate loop with
-        | Error m -> Error m
-        | Ok node ->
-            Fun.protect
-              ~finally:(fun () -> Rpc_udp.close node)
-              (fun () ->
-                let c =
-                  Dir_client.create (fun ~idempotent h d -> Rpc_udp.Sync.trans node ~idempotent h d)
-                in
-                match Dir_client.resolve c r s with
-                | Ok cap -> Ok cap
-                | Error e -> Error (Printf.sprintf "%s %s: %s" what s (path_error e))))
+(* A server's event loop, stopped by SIGTERM or SIGINT: [let run = serve_until_signal loop in
+   ...; run ()]. The handlers are set at once and their flag is the loop's [until], so a signal
+   that comes before [run] (while the server prints its first lines: [Loop.run] clears an earlier
+   [Loop.stop]) still stops it. *)
+let serve_until_signal loop =
+  let stopping = ref false in
+  let stop _ =
+    stopping := true;
+    Loop.stop loop
+  in
+  Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
+  Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+  fun () -> if not !stopping then Loop.run ~until:(fun () -> !stopping) loop
 
 (* The command line the capability commands share. *)
 
 (* The RPC tunables, set from --params before a command runs. *)
-let rpc_config = ref Rpc.default_config
+let rpc_config = Consort_capexec.rpc_config
 
 (* Exit statuses 0, 2 and 3, with what refused and unknown mean to a command. *)
 let exits_with ~refused ~unknown =
   let open Cmdliner in
   Cmd.Exit.info 0 ~doc:"done." :: Cmd.Exit.info 2 ~doc:refused :: Cmd.Exit.info 3 ~doc:unknown
-  :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
+  :: Consort_cli.command_line_exits
 
 let exits =
   exits_with
-    ~refused:"refused (bad capability, too few rights, not found, ...): nothing was done."
+    ~refused:
+      "refused (bad capability, too few rights, not found, an output that cannot be written, ...): \
+       nothing was done."
     ~unknown:"outcome unknown: the server became unreachable during the request."
 
 let locate =

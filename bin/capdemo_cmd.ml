@@ -48,6 +48,18 @@ let demo timeout keep =
     match Port.Key.load_or_create (dir / "dir.key") with Ok k -> k | Error m -> failwith m
   in
   let root = Consort_capdir.Dir_server.root_of_key key in
+  (* The replicas' data directories, made as for a new cluster (cap dir init --new), so that the
+     declaration's command line is the same at every restart. *)
+  List.iter
+    (fun (i, _, _) ->
+      match
+        Consort_capdir.Dir_server.init
+          ~data:(dir / Printf.sprintf "dir%d" i)
+          ~key Consort_kv.Store.New
+      with
+      | Ok () -> ()
+      | Error m -> failwith m)
+    dirs;
   List.iter (fun d -> Unix.mkdir (dir / d) 0o700) [ "fs"; "boot"; "proc1"; "proc2" ];
   let decl =
     String.concat "\n"

@@ -408,6 +408,7 @@ let read_line_tty s prompt =
 (* The shell: from a terminal with a prompt and completion, else line by line (its status is the
    last command's). *)
 let shell locate root =
+  Consort_cli.with_stdin "cap shell" @@ fun () ->
   with_session locate root (fun s ->
       let tty = Unix.isatty Unix.stdin && Unix.isatty Unix.stdout in
       let rec go last =

@@ -258,7 +258,7 @@ let gc locate root server fss rounds every =
           in
           go 1)
 
-let serve data key_file bind group peers params =
+let serve data key_file bind group peers params init =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
   match Consort.Params.of_string (Option.value params ~default:"") with
   | Error e -> refused "--params: %a" Consort.Params.pp_error e
@@ -281,10 +281,38 @@ let serve data key_file bind group peers params =
           | Ok key -> (
               let peers = List.filter (( <> ) "") (String.split_on_char ',' peers) in
               match
-                Dir_server.run { Dir_server.data; key; bind; group_bind = group; peers; params }
+                Dir_server.run
+                  { Dir_server.data; key; bind; group_bind = group; peers; params; init }
               with
               | Ok () -> 0
               | Error e -> refused "%s" e)))
+
+(* consort cap dir init: the identity a first start would write, without serving. *)
+let init data key_file how =
+  let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
+  match
+    Consort_datadir.check ~ignore:[ "port.key" ] ~looks_like:Dir_server.looks_like
+      ~kind:Dir_server.kind
+      ~service:(fun () ->
+        match Port.Key.load_or_create key_file with
+        | Ok key -> Ok (Dir_server.service key)
+        | Error m -> Error (Printf.sprintf "key %s: %s" key_file m))
+      data
+  with
+  | Error m -> refused "%s" m
+  | Ok _ -> (
+      match Port.Key.load_or_create key_file with
+      | Error m -> refused "key %s: %s" key_file m
+      | Ok key -> (
+          match Dir_server.init ~data ~key how with
+          | Error e -> refused "%s" e
+          | Ok () ->
+              Fmt.pr "%s: %s of the directory service %s@." data
+                (match how with
+                | Consort_kv.Store.Join -> "a replica joining (no vote until caught up)"
+                | _ -> "a replica of a new cluster")
+                (Dir_server.service key);
+              0))
 
 (* The command line. *)
 
@@ -373,6 +401,27 @@ let link_cmd =
        name."
     Term.(const (fun l r p c m () -> link l r p c m) $ locate $ root $ path_arg $ cap $ masks_opt)
 
+(* --new, --join or neither: how a replica starts on its data directory (as kv serve). *)
+let init_choice ~default =
+  Arg.(
+    vflag default
+      [
+        ( Consort_kv.Store.New,
+          info [ "new" ]
+            ~doc:
+              "A replica of a brand-new directory cluster, on an empty (or missing) $(b,--data) \
+               (as etcd's --initial-cluster-state new): every replica of the new cluster starts \
+               so, the first time only. Refused on a directory that holds state." );
+        ( Consort_kv.Store.Join,
+          info [ "join" ]
+            ~doc:
+              "Replace a lost replica: an empty (or missing) $(b,--data) that catches up from the \
+               others and counts toward no quorum until then (as etcd's --initial-cluster-state \
+               existing). Refused on a directory that holds state." );
+      ])
+
+let init_arg = Arg.value (init_choice ~default:Consort_kv.Store.Existing)
+
 let serve_cmd =
   let data = Cap_common.data_arg ~doc:"This replica's store." in
   let key =
@@ -404,8 +453,39 @@ let serve_cmd =
     (Consort_cli.info ~path:"cap dir serve" "serve" ~exits
        ~doc:
          "Run a replica of the directory server; prints the root and server capabilities, serves \
-          until SIGTERM or SIGINT.")
-    Term.(const serve $ data $ key $ bind $ group $ peers $ params)
+          until SIGTERM or SIGINT. An empty data directory needs $(b,--new) (every replica of a \
+          brand-new directory cluster) or $(b,--join) (a replica that replaces a lost one: no vote \
+          until it has caught up); a directory of another cluster is refused or stops the replica.")
+    Term.(const serve $ data $ key $ bind $ group $ peers $ params $ init_arg)
+
+let init_cmd =
+  let data = Cap_common.data_arg ~doc:"The replica's data directory (empty or missing)." in
+  let key =
+    Cap_common.key_arg
+      ~doc:
+        "The directory's port key, the same file at every replica (made if missing). Default: \
+         $(b,port.key) in the data directory."
+  in
+  let how =
+    Arg.(
+      required
+      & vflag None
+          [
+            ( Some Consort_kv.Store.New,
+              info [ "new" ] ~doc:"A replica of a brand-new directory cluster." );
+            ( Some Consort_kv.Store.Join,
+              info [ "join" ]
+                ~doc:"A replica that replaces a lost one (no vote until it has caught up)." );
+          ])
+  in
+  Cmd.v
+    (Consort_cli.info ~path:"cap dir init" "init" ~exits
+       ~doc:
+         "Prepare an empty data directory for $(b,cap dir serve), as its first start with \
+          $(b,--new) or $(b,--join) would, without serving: a later $(b,cap dir serve) without \
+          either starts on it (for a command line that never changes, as a boot server's \
+          declaration).")
+    Term.(const init $ data $ key $ how)
 
 let gc_cmd =
   let server =
@@ -453,6 +533,6 @@ let dir_cmd =
   Cmd.group
     (Cmd.info "dir" ~exits:Consort_cli.exits
        ~doc:"The replicated directory server (SOAP semantics).")
-    [ serve_cmd; lookup_cmd; link_cmd; gc_cmd ]
+    [ serve_cmd; init_cmd; lookup_cmd; link_cmd; gc_cmd ]
 
 let commands = [ dir_cmd; ls_cmd; mkdir_cmd; rm_cmd; chmod_cmd ]

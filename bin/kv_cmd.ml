@@ -94,6 +94,7 @@ let one op servers timeout =
           code)
 
 let shell servers timeout =
+  Consort_cli.with_stdin "kv shell" @@ fun () ->
   match Kv.Client.create ~timeout servers with
   | Error e ->
       Fmt.pr "error: %s@." e;
@@ -153,6 +154,7 @@ let exits =
       ~doc:"refused, on $(b,error: REASON): the request certainly did not take effect.";
     Cmd.Exit.info 3 ~doc:"on $(b,unknown: REASON): the request may or may not have taken effect.";
   ]
+  @ Consort_cli.command_line_exits
 
 let cmd =
   let serve =
@@ -279,7 +281,8 @@ let cmd =
       Term.(const shell $ servers $ timeout)
   in
   let check =
-    let files = Arg.(non_empty & pos_all file [] & info [] ~docv:"HISTORY") in
+    (* Read when checked: a missing file is refused with 2, not by the command line reader. *)
+    let files = Arg.(non_empty & pos_all string [] & info [] ~docv:"HISTORY") in
     Cmd.v
       (Consort_cli.info ~path:"kv check" "check"
          ~doc:

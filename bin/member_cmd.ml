@@ -76,11 +76,22 @@ let metrics_exposed metrics public =
   | _ -> None
 
 let member (levels, log_format) group props bind peers log params quiet verbose seed drop_file
-    discovery no_input key control (metrics, metrics_public) pcap =
+    discovery no_input key control ((metrics, metrics_public), (http, http_public)) pcap =
   Consort_cli.setup_logs ~verbose log_format levels;
   Consort_cli.set_log_context Member.log_context;
   let refused =
-    match not_here props with Some e -> Some e | None -> metrics_exposed metrics metrics_public
+    match not_here props with
+    | Some e -> Some e
+    | None -> (
+        match metrics_exposed metrics metrics_public with
+        | Some e -> Some e
+        | None -> (
+            match http with
+            | None -> None
+            | Some a -> (
+                match Consort_ops.Console.check_address ~flag:"--http" ~public:http_public a with
+                | Ok () -> None
+                | Error e -> Some e)))
   in
   match (refused, seal_of props key) with
   | Some e, _ ->
@@ -104,6 +115,8 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
           Fmt.epr "consort member: property Rekey and --params %s=false contradict each other@."
             Seal.rekey_param;
           2
+      | Ok _ when (not no_input) && Consort_cli.stdin_closed () ->
+          Consort_cli.with_stdin ~instead:"--no-input" "member" (fun () -> 0)
       | Ok params -> (
           let peers =
             match peers with
@@ -116,6 +129,23 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
             | None -> Unix.getpid () * 7919 lxor int_of_float (Unix.gettimeofday () *. 1e6)
           in
           let input = if no_input then Member.No_input else Member.Fd Unix.stdin in
+          (* Without --control: a socket in the runtime directory, for consort status alone. *)
+          let control =
+            match control with
+            | Some "none" -> None
+            | Some p -> Some p
+            | None -> (
+                match Consort_ops.Sockets.member_dir () with
+                | None -> None
+                | Some dir -> (
+                    match Consort_ops.Sockets.prepare dir with
+                    | Ok () ->
+                        ignore (Consort_ops.Sockets.sweep dir);
+                        Some (Consort_ops.Sockets.member_path dir ~group)
+                    | Error e ->
+                        Logs.warn (fun m -> m "no control socket: %s" e);
+                        None))
+          in
           let cfg =
             {
               Member.group;
@@ -132,6 +162,7 @@ let member (levels, log_format) group props bind peers log params quiet verbose 
               seal;
               control;
               metrics;
+              http;
               pcap;
             }
           in
@@ -263,7 +294,10 @@ let member =
       & info [ "control" ] ~docv:"PATH"
           ~doc:
             "Answer $(b,consort status), $(b,consort counters), $(b,consort cast) and $(b,consort \
-             send) on this Unix socket (created with mode 0600, removed at exit).")
+             send) on this Unix socket (created with mode 0600, removed at exit). Without it: \
+             $(b,XDG_RUNTIME_DIR/consort/member-GROUP-PID.ctl) (or, for root without \
+             XDG_RUNTIME_DIR, under $(b,/run/consort)), in a directory of mode 0700, where \
+             $(b,consort status) finds it; $(b,none) opens no socket.")
   in
   let metrics =
     Arg.(
@@ -283,7 +317,28 @@ let member =
              the metrics name the group and its members, which Privacy hides on the wire. Without \
              it such an address is refused.")
   in
-  let metrics = Term.(const (fun m p -> (m, p)) $ metrics $ metrics_public) in
+  let http =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "http" ] ~docv:"ADDR:PORT"
+          ~doc:
+            "Serve a live web console at http://$(docv)/ (read-only: the view and its members \
+             with              their roles, the last views and why each changed, quorum, flow \
+             control, rates and              counters), its data as JSON at /api/status (loopback \
+             unless $(b,--http-public)).")
+  in
+  let http_public =
+    Arg.(
+      value & flag
+      & info [ "http-public" ]
+          ~doc:
+            "Allow $(b,--http) on an address other than loopback: the console names the group and \
+             its members, which Privacy hides on the wire. Without it such an address is refused.")
+  in
+  let metrics =
+    Term.(const (fun m p h hp -> ((m, p), (h, hp))) $ metrics $ metrics_public $ http $ http_public)
+  in
   let pcap =
     Arg.(
       value

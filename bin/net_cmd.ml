@@ -18,9 +18,15 @@ module type TCP = sig
   val pp_host : host Fmt.t
 end
 
-let tcp_config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
+let tcp_config ~memory_mb =
+  {
+    Tcp.default_config with
+    send_buffer = 1 lsl 20;
+    receive_buffer = 1 lsl 20;
+    memory_limit = memory_mb * 1024 * 1024;
+  }
 
-let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
+let tcp_on ~memory_mb (up : Up.t) : ((module TCP), Protocol.error) result =
   let module P = struct
     type host = Ipv4_addr.t
     type lower_address = Ipv4.address
@@ -40,7 +46,7 @@ let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
     let pool = up.pool
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
-  match T.create ~config:tcp_config ~icmp:Tcp_icmp.of_ipv4 up.stack.ip with
+  match T.create ~config:(tcp_config ~memory_mb) ~icmp:Tcp_icmp.of_ipv4 up.stack.ip with
   | Error _ as e -> e
   | Ok tcp ->
       Ok
@@ -55,7 +61,7 @@ let tcp_on (up : Up.t) : ((module TCP), Protocol.error) result =
         end : TCP)
 
 (* The same TCP functor over the stack's IPv6 (with [--ip6]). *)
-let tcp_on6 (up : Up.t) (v6 : Up.ip6) : ((module TCP), Protocol.error) result =
+let tcp_on6 ~memory_mb (up : Up.t) (v6 : Up.ip6) : ((module TCP), Protocol.error) result =
   match Ipstack.Ip6.address v6.ip6 with
   | None -> Error (`Bad_address "no IPv6 address")
   | Some local -> (
@@ -81,7 +87,7 @@ let tcp_on6 (up : Up.t) (v6 : Up.ip6) : ((module TCP), Protocol.error) result =
         let pool = up.pool
       end in
       let module T = Tcp.Make (Ipstack.Ip6) (P) in
-      match T.create ~config:tcp_config ~icmp:Tcp_icmp.of_ipv6 v6.ip6 with
+      match T.create ~config:(tcp_config ~memory_mb) ~icmp:Tcp_icmp.of_ipv6 v6.ip6 with
       | Error _ as e -> e
       | Ok tcp ->
           Ok
@@ -197,7 +203,7 @@ let serve (module N : TCP) ~source_port ~source_bytes =
   let* () = listen discard_port "discard" discard in
   listen source_port "source" source
 
-let up tap ip ip6 gateway mtu seconds source_port source_mb =
+let up tap ip ip6 gateway mtu seconds source_port source_mb memory_mb =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   let timeout = Option.map Consort.Time.of_sec seconds in
@@ -217,9 +223,9 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
           | Ok () -> ()
           | Error (`Msg e) -> give_up (Fmt.str "%s: %s" name e))
     in
-    start "TCP" (fun () -> tcp_on up);
+    start "TCP" (fun () -> tcp_on ~memory_mb up);
     Option.iter
-      (fun v6 -> if !problem = None then start "TCP over IPv6" (fun () -> tcp_on6 up v6))
+      (fun v6 -> if !problem = None then start "TCP over IPv6" (fun () -> tcp_on6 ~memory_mb up v6))
       up.v6
   in
   let fail e =
@@ -231,6 +237,8 @@ let up tap ip ip6 gateway mtu seconds source_port source_mb =
     || source_port = discard_port
   then fail (Printf.sprintf "--source-port %d: a port other than 7 and 9 is needed" source_port)
   else if source_mb < 0 then fail "--source-mb must not be negative"
+  else if memory_mb > 1 lsl 20 then
+    fail (Printf.sprintf "--memory %d: at most %d MiB" memory_mb (1 lsl 20))
   else
     match
       Up.run ?ip6 ?gateway ?mtu ?timeout ~udp_echo:[ echo_port ] ~udp_discard:[ discard_port ]
@@ -299,6 +307,17 @@ let up_cmd =
       & info [ "source-mb" ] ~docv:"N"
           ~doc:"Megabytes (millions of bytes) the throughput source sends on each connection.")
   in
+  let memory_mb =
+    Arg.(
+      value & opt Consort_cli.positive_int 128
+      & info [ "memory" ] ~docv:"MIB"
+          ~doc:
+            "The TCP memory budget in MiB (default 128), for IPv4 and IPv6 each: send buffers (1 \
+             MiB each, taken at a connection's first write) and received data held, across \
+             connections. When it is spent, the oldest connections holding a send buffer behind a \
+             zero window are reset, receive windows shrink to an equal share, and segments for \
+             connections already holding data are dropped.")
+  in
   let man =
     [
       `S Manpage.s_description;
@@ -325,7 +344,7 @@ let up_cmd =
        ~doc:
          "Run the stack on a TAP device: ping, UDP and TCP echo (port 7) and discard (port 9), a \
           TCP throughput source.")
-    Term.(const up $ tap $ ip $ ip6 $ gateway $ mtu $ seconds $ source_port $ source_mb)
+    Term.(const up $ tap $ ip $ ip6 $ gateway $ mtu $ seconds $ source_port $ source_mb $ memory_mb)
 
 let cmd =
   Cmd.group

@@ -7,6 +7,17 @@ let control =
     & info [ "control" ] ~docv:"PATH"
         ~doc:"The control socket of a member or a daemon (its $(b,--control)).")
 
+let control_opt =
+  Arg.(
+    value
+    & opt (some string) None
+    & info [ "control" ] ~docv:"PATH"
+        ~doc:
+          "The control socket of a member or a daemon (its $(b,--control)). Without it: every \
+           socket in $(b,XDG_RUNTIME_DIR/consort) and $(b,/run/consort) (where members started \
+           without $(b,--control) and consortd's systemd unit put theirs), one after the other; a \
+           stale socket (nobody answers) or another user's is noted and skipped.")
+
 let group =
   Arg.(
     value
@@ -80,6 +91,13 @@ let print_member_status j =
     Fmt.pr "view change under way: %s; flow control: %s@."
       (if bool j "blocked" then "yes" else "no")
       (if bool j "flow_blocked" then "paused" else "open");
+    (match field j "quorum" with
+    | Some (`Assoc _ as q) ->
+        (* As corosync-quorumtool -s: expected and total votes, the quorum, quorate or not. *)
+        Fmt.pr "quorum: %s, %d of %d expected votes, %d needed@."
+          (if bool q "quorate" then "quorate (primary)" else "not quorate (not primary)")
+          (int q "votes") (int q "expected") (int q "needed")
+    | _ -> ());
     match field j "seal" with
     | Some (`Assoc _ as s) ->
         Fmt.pr "sealed: %s, per-view keys %s, clocks accepted within %gs (seal.freshness)@."
@@ -92,10 +110,8 @@ let print_member_status j =
     | _ -> ()
   end
 
-let status path group json =
-  ask "status" path (in_group group "status") @@ fun raw j ->
-  if json then print_endline raw
-  else if is_daemon j then begin
+let print_status group j =
+  if is_daemon j then begin
     let d = Option.value ~default:`Null (field j "daemon") in
     let ms = members_of j in
     Fmt.pr "consortd: %d clients, %d members%s@." (int d "clients") (int d "members")
@@ -108,8 +124,128 @@ let status path group json =
         print_member_status m)
       ms
   end
-  else print_member_status j;
+  else print_member_status j
+
+(* Every socket of the runtime directories (Consort_ops.Sockets): each one's answer, a stale one
+   (nobody answers) or another user's noted and skipped; a member of another group than --group
+   left out. *)
+let status_all group json =
+  let dirs = Consort_ops.Sockets.dirs () in
+  let found =
+    List.filter_map
+      (function
+        | Consort_ops.Sockets.Skipped (p, why) -> Some (p, Error why)
+        | Socket p -> (
+            match
+              Consort_ops.Serve.request ~timeout:2. (Unix.ADDR_UNIX p) (in_group group "status")
+            with
+            | Error e -> Some (p, Error ("stale, nobody answers: " ^ e))
+            | Ok answer -> (
+                match Yojson.Safe.from_string answer with
+                | `Assoc fields when List.mem_assoc "error" fields ->
+                    if group = None then Some (p, Error "answers with an error") else None
+                | j -> Some (p, Ok j)
+                | exception Yojson.Json_error _ -> Some (p, Error "not a control socket's answer"))))
+      (Consort_ops.Sockets.scan dirs)
+  in
+  if json then
+    print_endline
+      (Yojson.Safe.to_string
+         (`Assoc
+            [
+              ("dirs", `List (List.map (fun d -> `String d) dirs));
+              ( "sockets",
+                `List
+                  (List.map
+                     (fun (p, r) ->
+                       match r with
+                       | Ok j -> `Assoc [ ("path", `String p); ("status", j) ]
+                       | Error why -> `Assoc [ ("path", `String p); ("skipped", `String why) ])
+                     found) );
+            ]))
+  else if found = [] then
+    Fmt.pr "no member or daemon found (looked in %s)@." (String.concat ", " dirs)
+  else
+    List.iter
+      (fun (p, r) ->
+        match r with
+        | Error why -> Fmt.pr "%s: skipped: %s@." p why
+        | Ok j ->
+            Fmt.pr "%s:@." p;
+            print_status group j)
+      found;
   0
+
+(* --group NAME --all: every member of the group whose control socket is on this machine (in the
+   runtime directories, members of a daemon there included), and the members of their views that
+   none of them is: those are on other machines (asked there). Not through the group itself. *)
+let status_group_all name json =
+  let answers =
+    List.filter_map
+      (function
+        | Consort_ops.Sockets.Skipped _ -> None
+        | Socket p -> (
+            match
+              Consort_ops.Serve.request ~timeout:2. (Unix.ADDR_UNIX p)
+                (in_group (Some name) "status")
+            with
+            | Error _ -> None
+            | Ok answer -> (
+                match Yojson.Safe.from_string answer with
+                | `Assoc fields when List.mem_assoc "error" fields -> None
+                | j -> Some (p, j)
+                | exception Yojson.Json_error _ -> None)))
+      (Consort_ops.Sockets.scan (Consort_ops.Sockets.dirs ()))
+  in
+  let members =
+    List.concat_map
+      (fun (p, j) -> if is_daemon j then List.map (fun m -> (p, m)) (members_of j) else [ (p, j) ])
+      answers
+    |> List.filter (fun (_, m) -> str m "group" = name)
+  in
+  let here = List.map (fun (_, m) -> str m "me") members in
+  let in_views =
+    List.sort_uniq compare
+      (List.concat_map
+         (fun (_, m) -> List.filter_map (function `String s -> Some s | _ -> None) (members_of m))
+         members)
+  in
+  let elsewhere = List.filter (fun id -> not (List.mem id here)) in_views in
+  if json then
+    print_endline
+      (Yojson.Safe.to_string
+         (`Assoc
+            [
+              ("group", `String name);
+              ( "members",
+                `List
+                  (List.map (fun (p, m) -> `Assoc [ ("path", `String p); ("status", m) ]) members)
+              );
+              ("elsewhere", `List (List.map (fun id -> `String id) elsewhere));
+            ]))
+  else begin
+    List.iter
+      (fun (p, m) ->
+        Fmt.pr "%s (%s):@." (str m "me") p;
+        print_member_status m)
+      members;
+    Fmt.pr "group %s: %d members answered on this machine%s@." name (List.length members)
+      (if elsewhere = [] then ""
+       else ", in their views but elsewhere: " ^ String.concat ", " elsewhere)
+  end;
+  0
+
+let status path group all json =
+  match (path, group, all) with
+  | None, Some name, true -> status_group_all name json
+  | _, None, true -> Consort_cli.fail "status" "--all needs --group NAME"
+  | Some _, _, true ->
+      Consort_cli.fail "status" "--all asks every socket on this machine: give no --control"
+  | None, _, false -> status_all group json
+  | Some path, _, false ->
+      ask "status" path (in_group group "status") @@ fun raw j ->
+      if json then print_endline raw else print_status group j;
+      0
 
 let print_layers = function
   | `Assoc layers ->
@@ -169,7 +305,17 @@ let commands =
          ~doc:
            "A running member's (or every member a daemon holds) group, view, members, coordinator \
             and flow state.")
-      Term.(const status $ control $ group $ json);
+      Term.(
+        const status $ control_opt $ group
+        $ Arg.(
+            value & flag
+            & info [ "all" ]
+                ~doc:
+                  "With $(b,--group NAME) and no $(b,--control): every member of the group whose \
+                   control socket is on this machine (members of a consortd there included), and \
+                   the members of their views found on none of them (on other machines). Collected \
+                   through the sockets, not through the group.")
+        $ json);
     Cmd.v
       (Consort_cli.info ~path:"counters" "counters"
          ~doc:

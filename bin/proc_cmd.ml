@@ -93,114 +93,17 @@ let serve data bind key_file locate max_processes user max_tree max_files no_ns 
                     R.close node;
                     refused "%s" m
                 | Ok t ->
-                    (* A signal before [Loop.run] (which clears a stop) still stops it. *)
-                    let stopping = ref false in
-                    let stop _ =
-                      stopping := true;
-                      Loop.stop loop
-                    in
-                    Sys.set_signal Sys.sigterm (Sys.Signal_handle stop);
-                    Sys.set_signal Sys.sigint (Sys.Signal_handle stop);
+                    let run = Cap_common.serve_until_signal loop in
                     Fmt.pr "server %s@." (Cap.to_string (Proc_server.server_cap t));
                     Fmt.epr "consort: process server for port %s on %s (ocamlrun %s)@."
                       (Port.to_hex (Port.Key.port key))
                       (Udp.address_to_string (R.address node))
                       config.ocamlrun;
                     Fmt.epr "consort: %s@." (Proc_server.confinement t);
-                    if not !stopping then Loop.run ~until:(fun () -> !stopping) loop;
+                    run ();
                     Proc_server.shutdown t;
                     R.close node;
                     0)))
-
-let default_root () =
-  match Sys.getenv_opt "CONSORT_ROOT" with
-  | Some s when String.trim s <> "" -> Some (String.trim s)
-  | _ -> (
-      match Sys.getenv_opt "HOME" with
-      | None -> None
-      | Some h -> (
-          let f = Filename.concat (Filename.concat h ".consort") "root" in
-          match open_in f with
-          | exception Sys_error _ -> None
-          | ic ->
-              let l = try Some (String.trim (input_line ic)) with End_of_file -> None in
-              close_in ic;
-              l))
-
-(* consort cap exec SERVER PROGRAM ARGS... *)
-let exec locate server program args caps root with_root cpu memory time no_stdin show_cap =
-  let ( let* ) r f = match r with Error m -> refused "%s" m | Ok v -> f v in
-  let resolve what s = Cap_common.resolve ~config:!rpc_config ?locate ?root what s in
-  let* server = resolve "SERVER" server in
-  let* program = resolve "PROGRAM" program in
-  let* caps =
-    List.fold_left
-      (fun acc s ->
-        match acc with
-        | Error _ -> acc
-        | Ok l -> (
-            match String.index_opt s '=' with
-            | None -> Error (Printf.sprintf "--cap %s: expected NAME=CAP" s)
-            | Some i -> (
-                let name = String.sub s 0 i
-                and v = String.sub s (i + 1) (String.length s - i - 1) in
-                if not (Pd.valid_name name) then
-                  Error
-                    (Printf.sprintf "--cap %s: a name is 1-32 characters of a-z, 0-9, _ . -" name)
-                else if List.mem name [ "stdin"; "stdout"; "stderr" ] then
-                  Error (Printf.sprintf "--cap %s: the standard streams are the terminal's" name)
-                else
-                  match parse_cap ("--cap " ^ name) v with
-                  | Ok c -> Ok ((name, c) :: l)
-                  | Error e -> Error e)))
-      (Ok []) caps
-  in
-  let caps = List.rev caps in
-  let* caps =
-    match (root, List.mem_assoc "root" caps) with
-    | _, true -> Ok caps
-    | Some r, false -> Result.map (fun c -> ("root", c) :: caps) (parse_cap "--root" r)
-    | None, false when not with_root -> Ok caps
-    | None, false -> (
-        match default_root () with
-        | None -> Error "--with-root: no root (set CONSORT_ROOT or ~/.consort/root)"
-        | Some r -> Result.map (fun c -> ("root", c) :: caps) (parse_cap "CONSORT_ROOT" r))
-  in
-  let ms s = int_of_float (s *. 1000.) in
-  let limits = { Pd.cpu_ms = ms cpu; memory_kib = memory * 1024; run_ms = ms time } in
-  let* _ = Pd.encode { Pd.arch = Pd.arch_bytecode; program; args; caps; limits; hints = [] } in
-  let loop = Loop.create () in
-  match R.open_node ~config:!rpc_config ?locate loop with
-  | Error m -> refused "%s" m
-  | Ok node -> (
-      let interrupted = ref false in
-      Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true));
-      let interrupt () =
-        let i = !interrupted in
-        interrupted := false;
-        i
-      in
-      let started c = if show_cap then Fmt.epr "consort: process %s@." (Cap.to_string c) in
-      let stdin = if no_stdin then None else Some Unix.stdin in
-      let control =
-        if no_stdin then Result.to_option (R.open_node ~config:!rpc_config ?locate loop) else None
-      in
-      let r =
-        Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin ~interrupt
-          ~started ()
-      in
-      Option.iter R.close control;
-      R.close node;
-      match r with
-      | Error (`Refused _ as e) -> refused "exec: %a" Proc_client.pp_error e
-      | Error (`Unknown _ as e) -> unknown "exec: %a" Proc_client.pp_error e
-      | Ok o -> (
-          match o.kind with
-          | P.Exited -> o.code
-          | P.Signaled | P.Limit | P.Killed ->
-              Fmt.epr "consort: the program %s@." o.text;
-              if o.kind = P.Signaled then 128 + o.code else 137
-          | P.Failed -> unknown "the program %s" o.text))
 
 let with_node locate f =
   let loop = Loop.create () in
@@ -330,109 +233,8 @@ let serve_cmd =
 let proc =
   Cmd.group (Cmd.info "proc" ~exits:Consort_cli.exits ~doc:"The process server.") [ serve_cmd ]
 
-let exec =
-  let server =
-    Arg.(
-      required
-      & pos 0 (some string) None
-      & info [] ~docv:"SERVER"
-          ~doc:"The process server's capability, or its path from the root directory.")
-  in
-  let program =
-    Arg.(
-      required
-      & pos 1 (some string) None
-      & info [] ~docv:"PROGRAM"
-          ~doc:
-            "The program's bytecode file on a file server: its capability, or its path from the \
-             root directory ($(b,/bin/hello)).")
-  in
-  let args =
-    Arg.(
-      value & pos_right 1 string []
-      & info [] ~docv:"ARG" ~doc:"The program's arguments (after $(b,--) if one starts with -).")
-  in
-  let caps =
-    Arg.(
-      value & opt_all string []
-      & info [ "cap" ] ~docv:"NAME=CAP"
-          ~doc:"A named capability for the program's environment (repeatable).")
-  in
-  let root =
-    Arg.(
-      value
-      & opt (some string) None
-      & info [ "root" ] ~docv:"CAP"
-          ~doc:"The program's root directory (none by default; see $(b,--with-root)).")
-  in
-  let with_root =
-    Arg.(
-      value & flag
-      & info [ "with-root" ]
-          ~doc:
-            "Give the program this user's root directory ($(b,CONSORT_ROOT), or the first line of \
-             ~/.consort/root). Without it (or $(b,--root), or $(b,--cap root=)), the program gets \
-             no root: it holds only the capabilities given to it.")
-  in
-  let cpu =
-    Arg.(
-      value
-      & opt Consort_cli.positive_float 60.
-      & info [ "cpu" ] ~docv:"SECONDS" ~doc:"CPU time limit (whole seconds, rounded up).")
-  in
-  let memory =
-    Arg.(
-      value & opt Consort_cli.positive_int 1024
-      & info [ "memory" ] ~docv:"MB" ~doc:"Address space limit.")
-  in
-  let time =
-    Arg.(
-      value
-      & opt Consort_cli.positive_float 3600.
-      & info [ "time" ] ~docv:"SECONDS" ~doc:"Run time limit.")
-  in
-  let no_stdin =
-    Arg.(
-      value & flag
-      & info [ "n"; "no-stdin" ]
-          ~doc:"Give the program no input (it reads end of file) instead of this standard input.")
-  in
-  let show =
-    Arg.(
-      value & flag
-      & info [ "show-cap" ]
-          ~doc:
-            "Print the process's capability on standard error once it runs (for $(b,consort cap \
-             kill)).")
-  in
-  let exits =
-    Cmd.Exit.info 0 ~doc:"the program exited with 0 (otherwise: the program's own exit code)."
-    :: Cmd.Exit.info 2
-         ~doc:
-           "refused (bad capability, not a bytecode program, too many processes, ...): nothing \
-            runs."
-    :: Cmd.Exit.info 3
-         ~doc:"outcome unknown: the process server became unreachable (the program may be running)."
-    :: Cmd.Exit.info 137
-         ~doc:"the program was stopped for a limit or killed (why is printed); 128+N for signal N."
-    :: List.filter (fun i -> Cmd.Exit.info_code i > 3) Cmd.Exit.defaults
-  in
-  let envs =
-    Cmd.Env.info "CONSORT_ROOT"
-      ~doc:"The root directory's capability, when $(b,--root) is not given."
-    :: envs
-  in
-  Cmd.v
-    (Consort_cli.info ~path:"cap exec" "exec" ~exits ~envs
-       ~doc:
-         "Run a bytecode program on a process server, its standard streams connected to this \
-          terminal by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the \
-          program (SIGINT).")
-    (configured
-    @@ Term.(
-         const (fun l s p a c r wr cpu m t n sh () () -> exec l s p a c r wr cpu m t n sh)
-         $ locate $ server $ program $ args $ caps $ root $ with_root $ cpu $ memory $ time
-         $ no_stdin $ show $ Consort_cli.logging))
+(* consort cap exec: Consort_capexec, which the small consort-exec binary runs too. *)
+let exec = Consort_capexec.exec_cmd ~name:"exec" ~path:"cap exec"
 
 let ps =
   let server =
@@ -466,165 +268,267 @@ let kill =
 (* consort bench proc: starting a program through the process server beside
    starting ocamlrun locally, in the same run. *)
 
-let bench_proc rounds json =
+(* The CPU time (user and system, with its waited-for children) of process [pid] so far, in
+   seconds: /proc/PID/stat's utime, stime, cutime and cstime, in USER_HZ (100) ticks. *)
+(* The first line of a file of /proc (its size is 0: read_file would read nothing). *)
+let proc_line f =
+  match open_in f with
+  | exception Sys_error _ -> None
+  | ic ->
+      let l = try Some (input_line ic) with End_of_file | Sys_error _ -> None in
+      close_in_noerr ic;
+      l
+
+let proc_cpu pid =
+  match proc_line (Printf.sprintf "/proc/%d/stat" pid) with
+  | None -> 0.
+  | Some s -> (
+      match String.rindex_opt s ')' with
+      | None -> 0.
+      | Some i -> (
+          (* After "PID (comm) ": state is field 3; utime is 14 .. cstime 17. *)
+          let f = String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)) in
+          match List.filteri (fun k _ -> k >= 11 && k <= 14) f with
+          | [ a; b; c; d ] ->
+              float_of_int
+                (List.fold_left
+                   (fun acc x -> acc + Option.value ~default:0 (int_of_string_opt x))
+                   0 [ a; b; c; d ])
+              /. 100.
+          | _ -> 0.))
+
+(* consort-exec beside this binary: installed (PREFIX/bin), or in the build tree. *)
+let find_consort_exec exe =
+  let d = Filename.dirname exe in
+  List.find_opt Sys.file_exists
+    [
+      Filename.concat d "consort-exec";
+      Filename.concat (Filename.concat d "exec") "consort_exec.exe";
+    ]
+
+let children_cpu () =
+  let t = Unix.times () in
+  t.Unix.tms_cutime +. t.Unix.tms_cstime
+
+let load_average () =
+  match proc_line "/proc/loadavg" with
+  | None -> "?"
+  | Some s -> String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' s))
+
+let bench_proc rounds json save =
   let exe = Sys.executable_name in
-  let dir = Consort_local.temp_dir "consort-bench-proc" in
-  let children = ref [] in
-  let cleanup () =
-    List.iter
-      (fun pid ->
-        (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
-        try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
-      !children;
-    Consort_local.rm_rf dir
+  let unwritable d =
+    match Unix.stat d with
+    | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
+    | { Unix.st_kind = Unix.S_DIR; _ } -> (
+        match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
+        | () -> None
+        | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
+    | _ -> Some "not a directory"
   in
-  Fun.protect ~finally:cleanup @@ fun () ->
-  let ( / ) = Filename.concat in
-  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
-  let wait_ok pid = match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> true | _ -> false in
-  (* The program: the smallest bytecode executable, compiled here. *)
-  let src = dir / "hello.ml" and byte = dir / "hello.byte" in
-  let oc = open_out src in
-  output_string oc "let () = exit 0\n";
-  close_out oc;
-  let compiled =
-    match
-      Unix.create_process "ocamlc" [| "ocamlc"; "-o"; byte; src |] devnull devnull Unix.stderr
-    with
-    | pid -> wait_ok pid
-    | exception Unix.Unix_error _ -> false
-  in
-  if not compiled then refused "bench proc: cannot compile a bytecode program (ocamlc)"
-  else
-    let free_port () = Printf.sprintf "127.0.0.1:%d" (Consort_local.free_port ()) in
-    let start args =
-      let r, w = Unix.pipe ~cloexec:true () in
-      let pid = Unix.create_process exe (Array.of_list (exe :: args)) devnull w devnull in
-      children := pid :: !children;
-      Unix.close w;
-      let ic = Unix.in_channel_of_descr r in
-      let line = try input_line ic with End_of_file -> "" in
-      close_in ic;
-      match String.split_on_char ' ' line with
-      | [ "server"; c ] -> Cap.of_string c |> Result.to_option
-      | _ -> None
-    in
-    Unix.mkdir (dir / "fs") 0o700;
-    Unix.mkdir (dir / "ps") 0o700;
-    let fsa = free_port () and psa = free_port () in
-    match
-      ( start [ "cap"; "fs"; "serve"; "--data"; dir / "fs"; "--bind"; fsa ],
-        start
-          ([ "cap"; "proc"; "serve"; "--data"; dir / "ps"; "--bind"; psa; "--locate"; fsa ]
-          (* as root without make deps' user: nobody's uid and gid *)
-          @
-          if Unix.geteuid () = 0 && Result.is_error (program_user None) then
-            [ "--user"; "65534:65534" ]
-          else []) )
-    with
-    | None, _ | _, None -> refused "bench proc: the servers did not start"
-    | Some fs, Some ps -> (
-        let loop = Loop.create () in
-        match R.open_node ~locate:(fsa ^ "," ^ psa) ~multicast:None loop with
-        | Error m -> refused "bench proc: %s" m
-        | Ok node -> (
-            Fun.protect ~finally:(fun () -> R.close node) @@ fun () ->
-            let trans ~idempotent h d = R.Sync.trans node ~idempotent h d in
-            let size = (Unix.stat byte).Unix.st_size in
-            let ic = open_in_bin byte in
-            let put =
-              Fun.protect
-                ~finally:(fun () -> close_in ic)
-                (fun () ->
-                  Consort_capfs_server.Fs_client.put trans ~server:fs ~size (fun b o l ->
-                      input ic b o l))
-            in
-            match put with
-            | Error e -> refused "bench proc: put: %a" Consort_capfs_server.Fs_client.pp_error e
-            | Ok program -> (
-                let ocamlrun = (Proc_server.default_config ~data:dir).ocamlrun in
-                let local () =
-                  let t0 = Unix.gettimeofday () in
-                  let pid =
-                    Unix.create_process ocamlrun [| ocamlrun; byte |] devnull devnull devnull
-                  in
-                  if not (wait_ok pid) then failwith "ocamlrun failed";
-                  Unix.gettimeofday () -. t0
+  match (Option.bind save unwritable, find_consort_exec exe) with
+  | Some m, _ -> refused "bench proc: --save %s: %s" (Option.get save) m
+  | None, None ->
+      refused
+        "bench proc: no consort-exec beside %s (make build makes it, make install installs it)" exe
+  | None, Some small_exe -> (
+      let dir = Consort_local.temp_dir "consort-bench-proc" in
+      let children = ref [] in
+      let cleanup () =
+        List.iter
+          (fun pid ->
+            (try Unix.kill pid Sys.sigterm with Unix.Unix_error _ -> ());
+            try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+          !children;
+        Consort_local.rm_rf dir
+      in
+      Fun.protect ~finally:cleanup @@ fun () ->
+      let ( / ) = Filename.concat in
+      let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+      let wait_ok pid = match Unix.waitpid [] pid with _, Unix.WEXITED 0 -> true | _ -> false in
+      let load_start = load_average () in
+      (* The program: the smallest bytecode executable, compiled here. *)
+      let src = dir / "hello.ml" and byte = dir / "hello.byte" in
+      let oc = open_out src in
+      output_string oc "let () = exit 0\n";
+      close_out oc;
+      let compiled =
+        match
+          Unix.create_process "ocamlc" [| "ocamlc"; "-o"; byte; src |] devnull devnull Unix.stderr
+        with
+        | pid -> wait_ok pid
+        | exception Unix.Unix_error _ -> false
+      in
+      if not compiled then refused "bench proc: cannot compile a bytecode program (ocamlc)"
+      else
+        let free_port () = Printf.sprintf "127.0.0.1:%d" (Consort_local.free_port ()) in
+        let start args =
+          let r, w = Unix.pipe ~cloexec:true () in
+          let pid = Unix.create_process exe (Array.of_list (exe :: args)) devnull w devnull in
+          children := pid :: !children;
+          Unix.close w;
+          let ic = Unix.in_channel_of_descr r in
+          let line = try input_line ic with End_of_file -> "" in
+          close_in ic;
+          match String.split_on_char ' ' line with
+          | [ "server"; c ] -> Option.map (fun c -> (c, pid)) (Result.to_option (Cap.of_string c))
+          | _ -> None
+        in
+        Unix.mkdir (dir / "fs") 0o700;
+        Unix.mkdir (dir / "ps") 0o700;
+        let fsa = free_port () and psa = free_port () in
+        match
+          ( start [ "cap"; "fs"; "serve"; "--data"; dir / "fs"; "--bind"; fsa ],
+            start
+              ([ "cap"; "proc"; "serve"; "--data"; dir / "ps"; "--bind"; psa; "--locate"; fsa ]
+              (* as root without make deps' user: nobody's uid and gid *)
+              @
+              if Unix.geteuid () = 0 && Result.is_error (program_user None) then
+                [ "--user"; "65534:65534" ]
+              else []) )
+        with
+        | None, _ | _, None -> refused "bench proc: the servers did not start"
+        | Some (fs, fs_pid), Some (ps, ps_pid) -> (
+            let loop = Loop.create () in
+            match R.open_node ~locate:(fsa ^ "," ^ psa) ~multicast:None loop with
+            | Error m -> refused "bench proc: %s" m
+            | Ok node -> (
+                Fun.protect ~finally:(fun () -> R.close node) @@ fun () ->
+                let trans ~idempotent h d = R.Sync.trans node ~idempotent h d in
+                let size = (Unix.stat byte).Unix.st_size in
+                let ic = open_in_bin byte in
+                let put =
+                  Fun.protect
+                    ~finally:(fun () -> close_in ic)
+                    (fun () ->
+                      Consort_capfs_server.Fs_client.put trans ~server:fs ~size (fun b o l ->
+                          input ic b o l))
                 in
-                let remote () =
-                  let t0 = Unix.gettimeofday () in
-                  match
-                    Proc_client.exec node ~server:ps ~program ~stdout:ignore ~stderr:ignore ()
-                  with
-                  | Ok { Proc_client.kind = P.Exited; code = 0; _ } -> Unix.gettimeofday () -. t0
-                  | Ok o -> failwith o.Proc_client.text
-                  | Error e -> failwith (Fmt.str "%a" Proc_client.pp_error e)
-                in
-                let cli () =
-                  let t0 = Unix.gettimeofday () in
-                  let env =
-                    Array.append
-                      [| "CONSORT_LOCATE=" ^ fsa ^ "," ^ psa; "CONSORT_MULTICAST=off" |]
-                      (Unix.environment ())
-                  in
-                  let pid =
-                    Unix.create_process_env exe
-                      [| exe; "cap"; "exec"; "-n"; Cap.to_string ps; Cap.to_string program |]
-                      env devnull devnull devnull
-                  in
-                  if not (wait_ok pid) then failwith "consort cap exec failed";
-                  Unix.gettimeofday () -. t0
-                in
-                (* The floor of cap exec: this binary starting and exiting. *)
-                let bare () =
-                  let t0 = Unix.gettimeofday () in
-                  let pid =
-                    Unix.create_process exe [| exe; "--version" |] devnull devnull devnull
-                  in
-                  if not (wait_ok pid) then failwith "consort --version failed";
-                  Unix.gettimeofday () -. t0
-                in
-                let bares = ref [] in
-                match
-                  ignore (local ());
-                  ignore (remote ());
-                  List.init rounds (fun _ ->
-                      bares := bare () :: !bares;
-                      (local (), remote (), cli ()))
-                with
-                | exception Failure m -> refused "bench proc: %s" m
-                | rs ->
-                    let med f =
-                      let a = Array.of_list (List.map f rs) in
-                      Array.sort compare a;
-                      a.(Stdlib.( / ) (Array.length a) 2)
+                match put with
+                | Error e -> refused "bench proc: put: %a" Consort_capfs_server.Fs_client.pp_error e
+                | Ok program -> (
+                    let ocamlrun = (Proc_server.default_config ~data:dir).ocamlrun in
+                    (* A child's wall time, and its CPU time (with its own children's). *)
+                    let child argv env =
+                      let t0 = Unix.gettimeofday () and c0 = children_cpu () in
+                      let pid = Unix.create_process_env argv.(0) argv env devnull devnull devnull in
+                      if not (wait_ok pid) then failwith (argv.(0) ^ " failed");
+                      (Unix.gettimeofday () -. t0, children_cpu () -. c0)
                     in
-                    let ms x = x *. 1000. in
-                    let l = med (fun (l, _, _) -> l)
-                    and r = med (fun (_, r, _) -> r)
-                    and c = med (fun (_, _, c) -> c) in
-                    let ratio = r /. l in
-                    let b =
-                      let a = Array.of_list !bares in
-                      Array.sort compare a;
-                      a.(Stdlib.( / ) (Array.length a) 2)
+                    let env =
+                      Array.append
+                        [| "CONSORT_LOCATE=" ^ fsa ^ "," ^ psa; "CONSORT_MULTICAST=off" |]
+                        (Unix.environment ())
                     in
-                    Fmt.pr
-                      "Process start: a %d-byte bytecode program that exits at once, %d rounds \
-                       (medians)@."
-                      size rounds;
-                    Fmt.pr "  %-58s %8.2f ms@." "ocamlrun locally (fork, exec, run, wait)" (ms l);
-                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
-                      "through the process server (fetch, check, run, exit code)" (ms r) ratio;
-                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
-                      "consort cap exec (a new client process as well)" (ms c) (c /. l);
-                    Fmt.pr "  %-58s %8.2f ms  ratio %.1f@."
-                      "consort --version (the binary alone: cap exec's floor)" (ms b) (b /. l);
-                    if json then
-                      Fmt.pr
-                        "{\"bench\":\"proc\",\"rounds\":%d,\"local_ms\":%.3f,\"remote_ms\":%.3f,\"cli_ms\":%.3f,\"binary_ms\":%.3f,\"ratio\":%.2f,\"cli_ratio\":%.2f}@."
-                        rounds (ms l) (ms r) (ms c) (ms b) ratio (c /. l);
-                    0)))
+                    let local () = child [| ocamlrun; byte |] env in
+                    let remote () =
+                      let t0 = Unix.gettimeofday () in
+                      match
+                        Proc_client.exec node ~server:ps ~program ~stdout:ignore ~stderr:ignore ()
+                      with
+                      | Ok { Proc_client.kind = P.Exited; code = 0; _ } ->
+                          Unix.gettimeofday () -. t0
+                      | Ok o -> failwith o.Proc_client.text
+                      | Error e -> failwith (Fmt.str "%a" Proc_client.pp_error e)
+                    in
+                    let caps = [ Cap.to_string ps; Cap.to_string program ] in
+                    let cli () = child (Array.of_list ([ exe; "cap"; "exec"; "-n" ] @ caps)) env in
+                    (* consort-exec, with the CPU time the servers spent on it. *)
+                    let servers_cpu () = proc_cpu ps_pid +. proc_cpu fs_pid in
+                    let small () =
+                      let s0 = servers_cpu () in
+                      let w, c = child (Array.of_list ([ small_exe; "-n" ] @ caps)) env in
+                      (w, c, servers_cpu () -. s0)
+                    in
+                    (* The floor of cap exec: this binary starting and exiting. *)
+                    let bare () = child [| exe; "--version" |] env in
+                    match
+                      ignore (local ());
+                      (* The first start: the port located, a session opened and the program
+                         fetched (the server caches it). *)
+                      let first = remote () in
+                      let rs =
+                        List.init rounds (fun _ ->
+                            let b = bare () in
+                            let l = local () in
+                            let r = remote () in
+                            let c = cli () in
+                            let s = small () in
+                            (b, l, r, c, s))
+                      in
+                      (first, rs)
+                    with
+                    | exception Failure m -> refused "bench proc: %s" m
+                    | first, rs -> (
+                        let med f =
+                          let a = Array.of_list (List.map f rs) in
+                          Array.sort compare a;
+                          a.(Stdlib.( / ) (Array.length a) 2)
+                        in
+                        let ms x = x *. 1000. in
+                        let b = med (fun (b, _, _, _, _) -> fst b)
+                        and l = med (fun (_, l, _, _, _) -> fst l)
+                        and r = med (fun (_, _, r, _, _) -> r)
+                        and c = med (fun (_, _, _, c, _) -> fst c)
+                        and s = med (fun (_, _, _, _, (w, _, _)) -> w) in
+                        let lc = med (fun (_, l, _, _, _) -> snd l)
+                        and cc = med (fun (_, _, _, c, _) -> snd c)
+                        and sc = med (fun (_, _, _, _, (_, c, _)) -> c) in
+                        (* The servers' CPU in ticks of 10 ms: a mean over the rounds. *)
+                        let srv =
+                          List.fold_left (fun a (_, _, _, _, (_, _, x)) -> a +. x) 0. rs
+                          /. float_of_int rounds
+                        in
+                        let bcpu = med (fun (b, _, _, _, _) -> snd b) in
+                        let load_end = load_average () in
+                        Fmt.pr
+                          "Process start: a %d-byte bytecode program that exits at once, %d rounds \
+                           (medians; load %s at the start, %s at the end)@."
+                          size rounds load_start load_end;
+                        Fmt.pr "  %-60s %8s %8s %7s@." "" "wall ms" "CPU ms" "ratio";
+                        let row what w cpu =
+                          Fmt.pr "  %-60s %8.2f %8s %7.1f@." what (ms w)
+                            (match cpu with Some c -> Fmt.str "%.2f" (ms c) | None -> "-")
+                            (w /. l)
+                        in
+                        row "ocamlrun locally (fork, exec, run, wait)" l (Some lc);
+                        row "first start through the server (locate, session, fetch)" first None;
+                        row "warm: through the server (session open, program cached)" r None;
+                        row "consort-exec (a new client: locate, session; cached)" s (Some sc);
+                        row "consort cap exec (the same from the consort binary)" c (Some cc);
+                        row "consort --version (the consort binary alone)" b (Some bcpu);
+                        Fmt.pr
+                          "  CPU per consort-exec start: client %.2f ms + servers %.1f ms (ticks \
+                           of 10 ms, mean) = %.1f ms, %.1fx ocamlrun's %.2f ms@."
+                          (ms sc) (ms srv)
+                          (ms (sc +. srv))
+                          ((sc +. srv) /. lc)
+                          (ms lc);
+                        let line =
+                          Printf.sprintf
+                            "{\"bench\":\"proc\",\"rounds\":%d,\"size\":%d,\"load_start\":\"%s\",\"load_end\":\"%s\",\"local_ms\":%.3f,\"local_cpu_ms\":%.3f,\"first_ms\":%.3f,\"remote_ms\":%.3f,\"exec_ms\":%.3f,\"exec_cpu_ms\":%.3f,\"servers_cpu_ms\":%.2f,\"cli_ms\":%.3f,\"cli_cpu_ms\":%.3f,\"binary_ms\":%.3f,\"binary_cpu_ms\":%.3f,\"ratio\":%.2f,\"exec_ratio\":%.2f,\"cli_ratio\":%.2f,\"exec_cpu_ratio\":%.2f}"
+                            rounds size load_start load_end (ms l) (ms lc) (ms first) (ms r) (ms s)
+                            (ms sc) (ms srv) (ms c) (ms cc) (ms b) (ms bcpu) (r /. l) (s /. l)
+                            (c /. l)
+                            ((sc +. srv) /. lc)
+                        in
+                        if json then print_endline line;
+                        match save with
+                        | None -> 0
+                        | Some d -> (
+                            let tm = Unix.gmtime (Unix.time ()) in
+                            let f =
+                              d
+                              / Printf.sprintf "proc-%04d%02d%02d-%02d%02d%02d.json"
+                                  (tm.Unix.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour
+                                  tm.tm_min tm.tm_sec
+                            in
+                            match Consort_local.write_file f (line ^ "\n") with
+                            | () ->
+                                Fmt.pr "  kept in %s@." f;
+                                0
+                            | exception (Sys_error m | Unix.Unix_error (_, m, _)) ->
+                                refused "bench proc: --save %s: %s" d m))))))
 
 let bench =
   let rounds =
@@ -633,9 +537,19 @@ let bench =
       & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each starting the program each way.")
   in
   let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
+  let save =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "save" ] ~docv:"DIR"
+          ~doc:"Also keep the JSON line in $(i,DIR)/proc-$(i,DATE)-$(i,TIME).json (UTC).")
+  in
   Cmd.v
     (Consort_cli.info ~path:"bench proc" "proc"
        ~doc:
          "Process start latency through a process server (file and process servers on loopback) \
-          beside starting ocamlrun locally.")
-    Term.(const bench_proc $ rounds $ json)
+          beside starting ocamlrun locally, in the same run: warm (the client's session open, the \
+          program cached by the server), through consort-exec and consort cap exec (a new client \
+          process each time, the program cached), and the first start (program fetched). Wall \
+          times and, for the processes the bench waits for, CPU times.")
+    Term.(const bench_proc $ rounds $ json $ save)

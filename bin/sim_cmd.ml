@@ -15,13 +15,14 @@ let describe s =
   else if s = Fs_sim.Disk_faults.name then Some Fs_sim.Disk_faults.doc
   else if s = Kv_sim.Lost_dir.name then Some Kv_sim.Lost_dir.doc
   else if s = Dir_sim.Disk_faults.name then Some Dir_sim.Disk_faults.doc
+  else if s = Dir_sim.Lost_dir.name then Some Dir_sim.Lost_dir.doc
   else Consort_scenario.Scenario.describe s
 
 let names =
   Consort_scenario.Scenario.names
   @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
   @ [ Kv_sim.Disk_faults.name; Dir_sim.Disk_faults.name; Kv_sim.Lost_dir.name ]
-  @ [ Fs_sim.Disk_faults.name ]
+  @ [ Fs_sim.Disk_faults.name; Dir_sim.Lost_dir.name ]
 
 (* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
    those with a known outcome as delivered. *)
@@ -59,6 +60,8 @@ let run_one ?trace ~params s ~seed =
     Ok (of_rsm ~seed (Kv_sim.Lost_dir.run ?trace ~params ~seed ()))
   else if s = Dir_sim.Disk_faults.name then
     Ok (of_rsm ~seed (Dir_sim.Disk_faults.run ?trace ~params ~seed ()))
+  else if s = Dir_sim.Lost_dir.name then
+    Ok (of_rsm ~seed (Dir_sim.Lost_dir.run ?trace ~params ~seed ()))
   else if s = Gc_sim.name then
     let o = Gc_sim.run ?trace ~seed () in
     Ok
@@ -109,13 +112,41 @@ let run scenario seeds seed trace quiet verbose params =
               | exception Sys_error e -> trace_error e
               | oc -> (
                   let passed = ref 0 and failed = ref 0 in
+                  (* Progress on a terminal only: one line on standard error, redrawn at
+                     most 10 times a second, and at the first and last seed; cleared before
+                     anything else is written and at the end. *)
+                  let tty = seeds > 1 && Unix.isatty Unix.stderr in
+                  let drawn = ref false and last = ref 0. in
+                  let clear () =
+                    if !drawn then begin
+                      prerr_string "\r\027[K";
+                      flush stderr;
+                      drawn := false
+                    end
+                  in
+                  let progress s =
+                    let now = Unix.gettimeofday () in
+                    if tty && (s = first || s = first + seeds - 1 || now -. !last >= 0.1) then begin
+                      last := now;
+                      Printf.eprintf "\r\027[Kconsort sim: seed %d of %d (%d passed, %d failed)%!"
+                        (s - first + 1)
+                        seeds !passed !failed;
+                      drawn := true
+                    end
+                  in
                   match
                     for s = first to first + seeds - 1 do
-                      match run_one ?trace:oc ~params scenario ~seed:s with
+                      progress s;
+                      match
+                        let r = run_one ?trace:oc ~params scenario ~seed:s in
+                        (match r with Ok o when o.violations = [] -> () | _ -> clear ());
+                        r
+                      with
                       | exception (Sys_error _ as e) when trace <> None -> raise e
                       | exception e ->
                           (* A seed that raises fails, and the others still run: the summary
                              counts every seed. *)
+                          clear ();
                           incr failed;
                           Fmt.pr
                             "FAIL seed %d: exception %s@.  reproduce: consort sim --scenario %s \
@@ -144,9 +175,11 @@ let run scenario seeds seed trace quiet verbose params =
                               (fun i v -> if i > 0 then Fmt.pr "  also: %s@." v)
                               o.violations
                     done;
+                    clear ();
                     Option.iter close_out oc
                   with
                   | exception Sys_error e ->
+                      clear ();
                       Option.iter close_out_noerr oc;
                       trace_error e
                   | () ->

@@ -7,7 +7,7 @@ liblogs-ocaml-dev libmtime-ocaml-dev libsha-ocaml-dev gcc make iproute2 \
 libmirage-crypto-ocaml-dev libbase64-ocaml-dev libeqaf-ocaml-dev \
 util-linux mount libyojson-ocaml-dev tcpdump ocaml-odoc \
 valgrind pkg-config python3 python3-pytest python3-mypy python3-pip python3-setuptools \
-python3-wheel python3-venv libssl-dev"
+python3-wheel python3-venv libssl-dev chromium"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -21,6 +21,16 @@ if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq >/dev/null
   $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+# Go, for the Go client (clients/go, standard library only): Debian's golang-go when no Go
+# toolchain is found (a Go already installed, on PATH or in /usr/local/go, is used as it is).
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go/bin/go ]; then
+  echo "deps: installing golang-go"
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends golang-go >/dev/null
 fi
 # The user the process server runs programs as (consort cap proc serve --user): a system
 # user with no home and no login, made once.

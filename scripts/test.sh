@@ -175,6 +175,9 @@ jobs+=("counted|sim kv-linearizable|$BIN/bin/main.exe sim --scenario kv-lineariz
 jobs+=("counted|sim kv-disk-faults|$BIN/bin/main.exe sim --scenario kv-disk-faults --seeds ${KV_DISK_SEEDS:-1000}")
 jobs+=("counted|sim kv-lost-dir|$BIN/bin/main.exe sim --scenario kv-lost-dir --seeds ${KV_LOST_SEEDS:-1000}")
 jobs+=("counted|sim dir-disk-faults|$BIN/bin/main.exe sim --scenario dir-disk-faults --seeds ${DIR_DISK_SEEDS:-1000}")
+# A directory replica restarted on an empty or another cluster's data directory (about 5 CPU
+# seconds for 200 seeds).
+jobs+=("counted|sim dir-lost-dir|$BIN/bin/main.exe sim --scenario dir-lost-dir --seeds ${DIR_LOST_SEEDS:-200}")
 # The file server's disk fills or fails for a while (about 4 CPU seconds for 1000 seeds).
 jobs+=("counted|sim fs-disk-faults|$BIN/bin/main.exe sim --scenario fs-disk-faults --seeds ${CAP_SEEDS:-1000}")
 # The same with Total's token protocol ordering the replicas' requests.
@@ -186,9 +189,12 @@ jobs+=("counted|sim dir-gc|$BIN/bin/main.exe sim --scenario dir-gc --seeds ${DIR
 # Five real members in network namespaces under kills, pauses, partitions and cut links (make soak-net: 10 min).
 jobs+=("counted|soak-net (60 s)|$BIN/test/soak_net/soak_net.exe --seconds ${SOAK_NET_SECONDS:-60}")
 # consortd's clients and interop: pytest, the C client under valgrind, and one
-# group of OCaml, C and Python members over two daemons (a few seconds each).
+# group of OCaml, C, Python and Go members over two daemons (a few seconds each).
 jobs+=("counted|daemon python client|clients/python/run-tests.sh")
 jobs+=("counted|daemon C client (valgrind)|clients/c/tests/run.sh")
+# The Go client: gofmt, go vet, go test (a fake daemon and a real one; about 10 s, 2 CPU s;
+# a cold Go build cache adds about 25 CPU s once, compiling the standard library).
+jobs+=("counted|daemon Go client|clients/go/run-tests.sh")
 jobs+=("counted|daemon interop|test/daemon_interop/run.sh")
 # 100 clients joining, casting and dying at random for 15 s (make soak-daemon: 60 s); the
 # daemon's peak resident size is bounded by a formula from its caps (test/daemon_chaos).

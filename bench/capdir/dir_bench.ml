@@ -50,6 +50,7 @@ let dir_cluster ~dir =
               "cap";
               "dir";
               "serve";
+              "--new";
               "--data";
               dir / Printf.sprintf "dir%d" i;
               "--key";

@@ -58,7 +58,7 @@ let parse_ids what lookup l =
 
 let main socket (socket_mode, allow_uid, allow_gid, token) tcp bind ports peers key max_frame
     max_queue max_queued max_clients max_members hello_timeout spin_us spin_yield
-    (control, metrics, metrics_public, pcap) verbose =
+    (control, metrics, metrics_public, pcap) (http, http_public) verbose =
   setup_logs verbose;
   let auth =
     let ( let* ) = Result.bind in
@@ -149,6 +149,8 @@ let main socket (socket_mode, allow_uid, allow_gid, token) tcp bind ports peers 
                 control;
                 metrics;
                 metrics_public;
+                http;
+                http_public;
                 pcap;
               }
             in
@@ -348,6 +350,28 @@ let cmd =
     in
     Term.(const (fun c m mp p -> (c, m, mp, p)) $ control $ metrics $ metrics_public $ pcap)
   in
+  let http =
+    let http =
+      Arg.(
+        value
+        & opt (some string) None
+        & info [ "http" ] ~docv:"ADDR:PORT"
+            ~doc:
+              "Serve a live web console at http://$(docv)/ (read-only: every group the daemon \
+               holds a member of, the view and its members, the last views and why each changed, \
+               flow control, rates and counters), its data as JSON at /api/status (loopback unless \
+               $(b,--http-public)).")
+    in
+    let http_public =
+      Arg.(
+        value & flag
+        & info [ "http-public" ]
+            ~doc:
+              "Allow $(b,--http) on an address other than loopback: the console names every group \
+               and member, which Privacy hides on the wire. Without it such an address is refused.")
+    in
+    Term.(const (fun h p -> (h, p)) $ http $ http_public)
+  in
   let verbose =
     Arg.(
       value & flag
@@ -398,7 +422,7 @@ let cmd =
        ~doc:"the Consort daemon: process groups for local clients" ~man)
     Term.(
       const main $ socket $ auth $ tcp $ bind $ ports $ peers $ key $ max_frame $ max_queue
-      $ max_queued $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield $ ops
+      $ max_queued $ max_clients $ max_members $ hello_timeout $ spin_us $ spin_yield $ ops $ http
       $ (const (fun l v -> (l, v)) $ Consort_cli.log_options $ verbose))
 
 let () = Consort_cli.main cmd

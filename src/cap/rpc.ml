@@ -112,6 +112,7 @@ type stats = {
   bad_datagrams : int;
   rogue_answers : int;
   forged_session_errors : int;
+  nothere_refuted : int;
   sessions : int;
   buffered : int;
   cache : int;
@@ -197,6 +198,7 @@ module Make (T : Transport.S) = struct
     mutable hs_tries : int;
     mutable hs_timer : T.timer option;
     mutable unsafe : string option;
+    mutable checking : bool; (* a Nothere is being checked by a new locate *)
   }
 
   type locating = {
@@ -285,6 +287,7 @@ module Make (T : Transport.S) = struct
     mutable bad : int;
     mutable rogue : int;
     mutable forged : int;
+    mutable refuted : int;
     mutable bs_left : int; (* signed Badsession answers left in the current window *)
     mutable bs_window : Time.t; (* when that window started *)
   }
@@ -305,6 +308,7 @@ module Make (T : Transport.S) = struct
       bad_datagrams = n.bad;
       rogue_answers = n.rogue;
       forged_session_errors = n.forged;
+      nothere_refuted = n.refuted;
       sessions = Hashtbl.length n.ssessions;
       buffered = n.buffered;
       cache = Hashtbl.length n.cache;
@@ -570,6 +574,7 @@ module Make (T : Transport.S) = struct
               hs_tries = n.cfg.locate_tries;
               hs_timer = None;
               unsafe = None;
+              checking = false;
             }
           in
           Hashtbl.replace n.csessions key cs;
@@ -1114,6 +1119,25 @@ module Make (T : Transport.S) = struct
             Hashtbl.replace n.cby_id session cs;
             start_next n cs)
 
+  (* The port is not served where [cs] was opening a session: the transactions queued there start
+     over (another locate) or fail when they have had their rounds. *)
+  let not_there n cs =
+    forget n cs.cport;
+    drop_csession n cs;
+    let q = Queue.copy cs.queue in
+    Queue.clear cs.queue;
+    Queue.iter
+      (fun t ->
+        if not t.finished then (
+          t.attempts <- t.attempts - 1;
+          if t.attempts <= 0 then finish n t (Error `Notfound) else route n t))
+      q
+
+  (* [Nothere] comes before any key is shared and is not authenticated: anyone who sees the Hello's
+     nonce can forge it. It is a hint only: the port is located again (locate answers are signed
+     with the port's key), and the handshake goes on meanwhile. Only when no signed answer names
+     this address does the port count as gone from here; one that does refutes the [Nothere]
+     (counted), and a forger can at most cost one locate per session at a time. *)
   let on_nothere n src port nonce =
     let found =
       Hashtbl.fold
@@ -1126,17 +1150,22 @@ module Make (T : Transport.S) = struct
         n.csessions None
     in
     match found with
-    | Some cs when Port.equal cs.cport port ->
+    | Some cs when Port.equal cs.cport port && not cs.checking ->
+        cs.checking <- true;
         forget n port;
-        drop_csession n cs;
-        let q = Queue.copy cs.queue in
-        Queue.clear cs.queue;
-        Queue.iter
-          (fun t ->
-            if not t.finished then (
-              t.attempts <- t.attempts - 1;
-              if t.attempts <= 0 then finish n t (Error `Notfound) else route n t))
-          q
+        locate n port (fun r ->
+            cs.checking <- false;
+            match (cs.cstate, r) with
+            | Handshaking _, Ok addr when T.equal_address addr cs.caddr ->
+                n.refuted <- n.refuted + 1;
+                Log.info (fun m ->
+                    m "a Nothere for %a from %a refuted by a locate answer" Port.pp port
+                      T.pp_address src)
+            | Open _, _ ->
+                (* The handshake, signed with the port's key, refuted it first. *)
+                n.refuted <- n.refuted + 1
+            | Handshaking _, _ -> not_there n cs
+            | Dead, _ -> ())
     | _ -> ()
 
   let on_hereis n src port nonce public signature =
@@ -1386,6 +1415,7 @@ module Make (T : Transport.S) = struct
           bad = 0;
           rogue = 0;
           forged = 0;
+          refuted = 0;
           bs_left = 0;
           bs_window = Time.zero;
         }

@@ -90,6 +90,9 @@ type stats = {
   forged_session_errors : int;
       (** session errors ([Badsession]) for a session of this node, from its server's address, not
           signed with the session's port key: dropped, the session goes on *)
+  nothere_refuted : int;
+      (** [Nothere] answers to a handshake of this node that a signed locate answer naming the same
+          address refuted (forged, or stale): the handshake went on *)
   sessions : int;  (** server sessions open now *)
   buffered : int;  (** bytes held now (see [max_buffered]) *)
   cache : int;  (** locate cache entries now *)

@@ -59,6 +59,7 @@ type config = {
   group_bind : string;
   peers : string list;
   params : Params.t;
+  init : Consort_kv.Store.init;
 }
 
 let default_params = "suspect.timeout=2s,suspect.verify=500ms"
@@ -89,7 +90,7 @@ let serve ~on_ready cfg =
     | Error _ -> cfg.params
   in
   let limits = limits_of_key cfg.key in
-  match Store.open_ ~limits cfg.data with
+  match Store.open_ ~limits ~identity:(service cfg.key, cfg.init) cfg.data with
   | Error e -> Error e
   | Ok (store, found) -> (
       List.iter (fun f -> Fmt.epr "consort: recovery: %a@." Consort_kv.Store.pp_finding f) found;
@@ -218,12 +219,22 @@ let serve ~on_ready cfg =
               (try Store.close store with _ -> ());
               match !failure with None -> Ok () | Some e -> Error (e ^ "; left the group"))))
 
+let check_dir data key =
+  Result.map ignore
+    (Consort_datadir.check ~ignore:[ "port.key" ] ~looks_like ~kind
+       ~service:(fun () -> Ok (service key))
+       data)
+
 (* The data directory's identity first, then the replica. *)
 let run ?(on_ready = ignore) cfg =
-  match
-    Consort_datadir.check ~ignore:[ "port.key" ] ~looks_like ~kind
-      ~service:(fun () -> Ok (service cfg.key))
-      cfg.data
-  with
+  match check_dir cfg.data cfg.key with Error e -> Error e | Ok () -> serve ~on_ready cfg
+
+let init ~data ~key how =
+  match check_dir data key with
   | Error e -> Error e
-  | Ok _ -> serve ~on_ready cfg
+  | Ok () -> (
+      match Store.open_ ~limits:(limits_of_key key) ~identity:(service key, how) data with
+      | Error e -> Error e
+      | Ok (store, _) ->
+          Store.close store;
+          Ok ())

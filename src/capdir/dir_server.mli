@@ -41,6 +41,10 @@ type config = {
   group_bind : string;  (** this replica's group address *)
   peers : string list;  (** the other replicas' group addresses *)
   params : Consort.Params.t;
+  init : Consort_kv.Store.init;
+      (** [New] for a replica of a brand-new directory cluster, [Join] for one that replaces a lost
+          replica, both on an empty data directory; [Existing] otherwise ([--new], [--join],
+          neither) *)
 }
 
 val default_params : string
@@ -59,6 +63,16 @@ val looks_like : string -> bool
 val run : ?on_ready:(unit -> unit) -> config -> (unit, string) result
 (** Serves until SIGTERM or SIGINT, then leaves the group. The data directory's identity
     ({!Consort_datadir}: kind {!kind}, service {!service}) is checked first, minted in a new
-    directory; another service's directory is refused. Fail-stop: a callback that raises (a write
-    that failed: a full disk, an I/O error) stops the replica at once; it leaves the group and
-    [Error] says why. *)
+    directory; another service's directory is refused. Then the store's own identity (the key-value
+    store's: {!Consort_kv.Store.S.open_} with the group {!service} and [config.init]): an empty
+    directory needs [New] or [Join], a directory with state refuses both, and the replication
+    ({!Consort_kv.Replica.Generic}) gives no vote to a joining replica until it has caught up in a
+    view that started an epoch, and stops a replica whose directory names another cluster than a
+    quorum of the replicas. Fail-stop: a callback that raises (a write that failed: a full disk, an
+    I/O error) stops the replica at once; it leaves the group and [Error] says why. *)
+
+val init :
+  data:string -> key:Consort_cap.Port.Key.t -> Consort_kv.Store.init -> (unit, string) result
+(** [init ~data ~key how]: the checks and the identity {!run} writes at its first start with
+    [config.init = how], without serving: a later [run] with [Existing] starts on it (for a command
+    line that never changes, as a boot server's declaration). *)

@@ -103,3 +103,18 @@ module Disk_faults = struct
       { config with tag = "dirdisk"; salt = 0x6464; disk_faults = true }
       workload ?trace ?params ~seed ()
 end
+
+module Lost_dir = struct
+  let name = "dir-lost-dir"
+
+  let doc =
+    "dir-replicated with data directories that have an identity: one replica goes down, then a \
+     second, and the third is restarted on an empty directory (--join) or on a directory of \
+     another cluster of the same directory service beside the first; the second comes back later; \
+     no acknowledged install is lost, each row's history is linearizable and the replicas agree"
+
+  let run ?trace ?params ~seed () =
+    S.run
+      { config with tag = "dirlost"; salt = 0x646c; lost_dir = true }
+      workload ?trace ?params ~seed ()
+end

@@ -21,3 +21,12 @@ module Disk_faults : sig
   val doc : string
   val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
 end
+
+(** [dir-lost-dir]: the same schedules with data directories that have an identity, and a replica
+    restarted on an empty directory or on another cluster's beside a stale one
+    ({!Consort_kv.Rsm_sim.config}'s [lost_dir]), as [kv-lost-dir] for the key-value store. *)
+module Lost_dir : sig
+  val name : string
+  val doc : string
+  val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+end

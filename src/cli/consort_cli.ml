@@ -5,6 +5,18 @@ let checks_failed = 1
 let refused = 2
 let unknown = 3
 
+let command_line_exits =
+  [
+    Cmd.Exit.info Cmd.Exit.cli_error
+      ~doc:
+        "the command line could not be read: an unknown command or option, a missing or surplus \
+         argument, a value not of its option's type (not a number, out of its range, not one of \
+         its words). This is decided from the command line alone; whatever is found when the \
+         command looks at the world (a path, an address, the disk) is 2.";
+    Cmd.Exit.info Cmd.Exit.internal_error
+      ~doc:"internal error: a defect in Consort, never an expected outcome.";
+  ]
+
 let exits =
   [
     Cmd.Exit.info ok ~doc:"done (for checkers and simulations: every check passed).";
@@ -12,14 +24,12 @@ let exits =
       ~doc:"the command ran and what it checked failed (a violation, a failing seed).";
     Cmd.Exit.info refused
       ~doc:
-        "refused: a bad value, file, address, key or capability; nothing was done. One line on \
-         standard error says why.";
+        "refused: a value the command could not use (a file, directory, address, key, capability, \
+         name) or an environment that failed it (a closed standard stream, a missing directory, a \
+         permission, a full disk); nothing was done. One line on standard error says why.";
     Cmd.Exit.info unknown ~doc:"outcome unknown: a peer was lost while a request was under way.";
-    Cmd.Exit.info Cmd.Exit.cli_error
-      ~doc:"the command line could not be read (unknown option, missing argument, bad value).";
-    Cmd.Exit.info Cmd.Exit.internal_error
-      ~doc:"internal error: a defect in Consort, never an expected outcome.";
   ]
+  @ command_line_exits
 
 let bounded_int ~what ~min =
   let parse s =
@@ -66,21 +76,123 @@ let fail cmd fmt =
       refused)
     fmt
 
-let main cmd =
-  let code =
-    match Cmd.eval' ~catch:false cmd with
-    | code -> code
-    | exception Stack_overflow ->
-        prerr_endline "consort: internal error: stack overflow";
-        Cmd.Exit.internal_error
-    | exception Out_of_memory ->
-        prerr_endline "consort: internal error: out of memory";
-        Cmd.Exit.internal_error
-    | exception e ->
-        Printf.eprintf "consort: internal error: %s\n%!" (one_line (Printexc.to_string e));
-        Cmd.Exit.internal_error
+(* {2 Standard streams} *)
+
+type streams = { mutable stdin_closed : bool; mutable stdout_closed : bool }
+
+let streams = { stdin_closed = false; stdout_closed = false }
+
+let is_closed fd =
+  match Unix.fstat fd with
+  | _ -> false
+  | exception Unix.Unix_error (Unix.EBADF, _, _) -> true
+  | exception Unix.Unix_error _ -> false
+
+(* A closed standard descriptor is taken by /dev/null before anything opens
+   a file or a socket, which would otherwise get its number (a UDP socket
+   watched as standard input, human output written into a log). Standard
+   input takes it write-only, standard output read-only, so that using them
+   still fails as on a closed descriptor; standard error takes it writable
+   (a line on it goes nowhere, the exit status still tells). *)
+let reserve_standard_streams () =
+  let reserve fd flag =
+    match Unix.openfile "/dev/null" [ flag; Unix.O_CLOEXEC ] 0 with
+    | null ->
+        if null <> fd then (
+          Unix.dup2 ~cloexec:false null fd;
+          Unix.close null)
+        else Unix.clear_close_on_exec fd
+    | exception Unix.Unix_error _ -> ()
   in
-  exit code
+  (* In order: a descriptor reserved takes the lowest free number. *)
+  if is_closed Unix.stdin then (
+    streams.stdin_closed <- true;
+    reserve Unix.stdin Unix.O_WRONLY);
+  if is_closed Unix.stdout then (
+    streams.stdout_closed <- true;
+    reserve Unix.stdout Unix.O_RDONLY);
+  if is_closed Unix.stderr then reserve Unix.stderr Unix.O_WRONLY
+
+let stdin_closed () = streams.stdin_closed
+let stdout_closed () = streams.stdout_closed
+
+let with_stdin ?(instead = "") cmd k =
+  if streams.stdin_closed then
+    fail cmd "standard input is closed (give it a file or /dev/null%s)"
+      (if instead = "" then "" else ", or " ^ instead)
+  else k ()
+
+(* Errors of the system a command runs on, not of Consort: a file, a
+   directory, a descriptor, the disk, the network or the local users. *)
+let environment_error = function
+  | Unix.EBADF | ENOSPC | EIO | EROFS | EACCES | EPERM | ENOENT | ENOTDIR | EISDIR | ENAMETOOLONG
+  | ELOOP | EEXIST | ENOTEMPTY | EXDEV | EMFILE | ENFILE | ENOMEM | EFBIG | EPIPE | ENXIO | ENODEV
+  | EBUSY | ECONNREFUSED | ECONNRESET | EADDRINUSE | EADDRNOTAVAIL | ENETUNREACH | EHOSTUNREACH
+  | ENETDOWN | ETIMEDOUT ->
+      true
+  | _ -> false
+
+(* Output left in the buffers, written before the exit status is given: a
+   closed or full standard output is the environment's, one line and 2. *)
+let flush_output () =
+  match
+    Format.pp_print_flush Format.std_formatter ();
+    flush stdout
+  with
+  | () -> Ok ()
+  | exception Sys_error m -> Error m
+
+let exit_now code =
+  (try
+     Format.pp_print_flush Format.err_formatter ();
+     flush stderr
+   with Sys_error _ -> ());
+  (* Buffers that could not be written are dropped, not tried again at exit. *)
+  Unix._exit code
+
+let program = ref "consort"
+
+let environment fmt =
+  Format.kasprintf
+    (fun msg ->
+      (try Printf.eprintf "%s: %s\n%!" !program (one_line msg) with Sys_error _ -> ());
+      refused)
+    fmt
+
+let main cmd =
+  program := Cmd.name cmd;
+  reserve_standard_streams ();
+  let output_reported = ref false in
+  let code =
+    if streams.stdout_closed then
+      environment "standard output is closed (nothing was done; give it /dev/null to discard it)"
+    else
+      match Cmd.eval' ~catch:false cmd with
+      | code -> code
+      | exception Sys_error m -> (
+          match flush_output () with
+          | Error _ ->
+              output_reported := true;
+              environment "standard output: %s" m
+          | Ok () -> environment "%s" m)
+      | exception Unix.Unix_error (e, fn, arg) when environment_error e ->
+          environment "%s%s: %s" fn (if arg = "" then "" else " " ^ arg) (Unix.error_message e)
+      | exception Stack_overflow ->
+          prerr_endline "consort: internal error: stack overflow";
+          Cmd.Exit.internal_error
+      | exception Out_of_memory ->
+          prerr_endline "consort: internal error: out of memory";
+          Cmd.Exit.internal_error
+      | exception e ->
+          Printf.eprintf "consort: internal error: %s\n%!" (one_line (Printexc.to_string e));
+          Cmd.Exit.internal_error
+  in
+  match flush_output () with
+  | Ok () -> exit code
+  | Error m ->
+      (* Said even after a refusal: what the command wrote on standard output did not arrive. *)
+      let said = if !output_reported then refused else environment "standard output: %s" m in
+      exit_now (if code = ok || code = checks_failed then said else code)
 
 (* Every command's examples: (command path, [(what, command line)]). *)
 let table =
@@ -197,9 +309,20 @@ let table =
       [ ("The capability a path names:", "consort cap dir lookup /home/alice/notes") ] );
     ( "cap dir serve",
       [
-        ( "One of three replicas, on loopback, sharing one key file:",
-          "consort cap dir serve --data /var/lib/consort/dir1 --key /etc/consort/dir.key --bind \
-           127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+        ( "One of three replicas of a new directory cluster, on loopback, sharing one key file \
+           (--new the first time only):",
+          "consort cap dir serve --new --data /var/lib/consort/dir1 --key /etc/consort/dir.key \
+           --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+        ( "A replica whose data directory was lost, replaced on an empty one:",
+          "consort cap dir serve --join --data /var/lib/consort/dir1 --key /etc/consort/dir.key \
+           --bind 127.0.0.1:7711 --group 127.0.0.1:7721 --peers 127.0.0.1:7722,127.0.0.1:7723" );
+      ] );
+    ( "cap dir init",
+      [
+        ( "Prepare the data directory of a new cluster's replica, for a boot server's declaration:",
+          "consort cap dir init --new --data /var/lib/consort/dir1 --key /etc/consort/dir.key" );
+        ( "Replace a lost replica's data directory (it catches up before it votes):",
+          "consort cap dir init --join --data /var/lib/consort/dir1 --key /etc/consort/dir.key" );
       ] );
     ( "cap ls",
       [
@@ -328,6 +451,9 @@ let table =
       ] );
     ( "status",
       [
+        ( "Every member and daemon of this machine (their sockets in XDG_RUNTIME_DIR/consort and \
+           /run/consort):",
+          "consort status" );
         ( "A member started with --control /run/consort/chat.sock:",
           "consort status --control /run/consort/chat.sock" );
         ("The same as JSON, for scripts:", "consort status --control /run/consort/chat.sock --json");

@@ -7,11 +7,26 @@
     {v
     0    done (for checkers and simulations: and every check passed)
     1    the command ran and what it checked failed (a violation, a failing seed)
-    2    refused: a bad value, file, address, key or capability; nothing was done
+    2    refused: a value the command could not use (a file, directory, address, key, capability,
+         name) or an environment that failed it (a closed standard stream, a missing directory,
+         a permission, a full disk); nothing was done
     3    outcome unknown: a peer was lost while a request was under way
-    124  the command line could not be read (unknown option, missing argument)
+    124  the command line could not be read: an unknown command or option, a missing or surplus
+         argument, a value not of its option's type (not a number, out of its range, not one of
+         its words)
     125  internal error: a defect in Consort, never an expected outcome
     v}
+
+    The one rule between 2 and 124: 124 is decided from the command line's text alone, before
+    anything else is looked at; whatever is found when the command looks at the world (a path, an
+    address, a peer, the disk, the standard streams, a name it looks up) is 2. A path is never
+    checked when the command line is read: a missing or unusable file is 2.
+
+    Standard streams: a closed standard output refuses every command before it does anything (2;
+    give it /dev/null to discard the output); a closed standard input refuses the commands that read
+    it (2) and no other; a closed standard error is written to nowhere. An error of the system that
+    escapes a command (a [Sys_error], a [Unix_error] such as [ENOSPC], [EACCES] or [EBADF]) is the
+    environment's: one line and 2, never 125.
 
     Every failure prints one line on standard error: the command's name and what happened. *)
 
@@ -22,6 +37,10 @@ val unknown : int
 
 val exits : Cmdliner.Cmd.Exit.info list
 (** The convention above, for [Cmd.info ~exits]. *)
+
+val command_line_exits : Cmdliner.Cmd.Exit.info list
+(** Its 124 and 125, which every command's own list of exit statuses ends with (never cmdliner's
+    defaults, whose 123 Consort does not use). *)
 
 val positive_int : int Cmdliner.Arg.conv
 (** An integer of at least 1. *)
@@ -42,10 +61,25 @@ val fail : string -> ('a, Format.formatter, unit, int) format4 -> 'a
 val one_line : string -> string
 (** A message on one line: newlines and runs of white space folded into single spaces, trimmed. *)
 
+val stdin_closed : unit -> bool
+(** Whether standard input was closed when {!main} started (it is then held by /dev/null, opened
+    write-only so that reading it still fails). *)
+
+val stdout_closed : unit -> bool
+(** Whether standard output was closed when {!main} started. *)
+
+val with_stdin : ?instead:string -> string -> (unit -> int) -> int
+(** [with_stdin cmd k] is [k ()], or, when standard input is closed, the refusal of [cmd] in one
+    line (exit 2) before anything is done, naming the option [instead] that does without it. Every
+    command that reads standard input starts with it. *)
+
 val main : Cmdliner.Cmd.Exit.code Cmdliner.Cmd.t -> 'a
-(** Runs a command line and exits with its status. An exception that escapes a command (a defect) is
-    reported in one line as an internal error with exit status 125 instead of a backtrace; the
-    command line's own errors keep cmdliner's 124. *)
+(** Runs a command line and exits with its status. Closed standard streams are taken by /dev/null
+    first (see above); a closed standard output refuses the command. An error of the system that
+    escapes a command, or output that cannot be written at the end (a full disk), is reported in one
+    line with status 2. Any other exception that escapes a command (a defect) is reported in one
+    line as an internal error with exit status 125 instead of a backtrace; the command line's own
+    errors keep cmdliner's 124. *)
 
 val examples : string -> Cmdliner.Manpage.block list
 (** [examples "cap fs get"] is the EXAMPLES section of that command's manual (a command path below

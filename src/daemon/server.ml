@@ -33,6 +33,8 @@ type config = {
   control : string option;
   metrics : string option;
   metrics_public : bool;
+  http : string option;
+  http_public : bool;
   pcap : string option;
 }
 
@@ -59,6 +61,8 @@ let default =
     control = None;
     metrics = None;
     metrics_public = false;
+    http = None;
+    http_public = false;
     pcap = None;
   }
 
@@ -148,6 +152,8 @@ type member = {
   mutable exited : bool;
   mutable group_flow : bool;  (** the group's flow control holds it (its last flow upcall) *)
   totals : Consort_ops.Metrics.totals;  (** its counters, monotonic across views *)
+  history : Consort_ops.Console.history;  (** its last views and why each changed (--http) *)
+  rates : Consort_ops.Console.rates;  (** its messages sent and delivered a second (--http) *)
 }
 
 and client = {
@@ -468,6 +474,15 @@ let callbacks t m =
   {
     Consort_group.Group.view =
       (fun (v : Consort_group.Group.view_info) ->
+        Consort_ops.Console.record m.history
+          {
+            t = Unix.gettimeofday ();
+            vid = v.vid;
+            ltime = v.ltime;
+            members = Array.to_list v.members;
+            coordinator = v.coordinator;
+            changes = Consort_ops.Console.changes ~joined:v.joined ~left:v.left ~why:v.why;
+          };
         up t m
           (Wire.View
              {
@@ -619,6 +634,8 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       exited = false;
       group_flow = false;
       totals = Consort_ops.Metrics.totals ();
+      history = Consort_ops.Console.history ();
+      rates = Consort_ops.Console.rates ();
     }
   in
   let on_sent ~vid kind s =
@@ -1165,6 +1182,41 @@ let rec control_answer ?only t line : Yojson.Safe.t =
            (Printf.sprintf
               "unknown request %S (status, counters, cast, send, suspect; group NAME REQUEST)" w))
 
+(* What the web console shows of each member: its status, counters, roles
+   (the coordinator; the daemon does not say which member orders under Total),
+   history and rates. The daemon's members have no Primary callback here:
+   quorum is null. *)
+let console_groups t =
+  List.map
+    (fun (m, g) ->
+      let fields = match member_status (m, g) with `Assoc l -> l | _ -> [] in
+      let v = G.view g in
+      `Assoc
+        (fields
+        @ [
+            ( "seal",
+              match m.seal with
+              | None -> `Null
+              | Some mode ->
+                  `Assoc
+                    [
+                      ("mode", `String (Fmt.str "%a" Seal.pp_mode mode)); ("rekey", `Bool m.rekeyed);
+                    ] );
+            ("counters", Consort_ops.Control.counters_json (member_counters g));
+            ("quorum", `Null);
+            ( "roles",
+              `Assoc
+                [
+                  ("coordinator", `String v.Consort_group.Group.coordinator);
+                  ("sequencer", `Null);
+                  ("token_holder", `Null);
+                ] );
+            ("history", Consort_ops.Console.history_json m.history);
+            ("history_max", `Int (Consort_ops.Console.max m.history));
+            ("rates", Consort_ops.Console.rates_json m.rates);
+          ]))
+    (held t)
+
 let metrics_samples t =
   let sample ?(labels = []) ?(kind = `Gauge) name help value =
     { Consort_ops.Metrics.name; help; kind; labels; value = float_of_int value }
@@ -1214,6 +1266,40 @@ let open_ops t =
           (Unix.ADDR_UNIX path) Lines (fun line -> Yojson.Safe.to_string (control_answer t line))
         |> Result.map (fun s -> t.ops <- s :: t.ops)
         |> Result.map_error (fun e -> "--control " ^ path ^ ": " ^ e)
+  in
+  let* () =
+    match t.cfg.http with
+    | None -> Ok ()
+    | Some addr ->
+        let* () = Consort_ops.Console.check_address ~flag:"--http" ~public:t.cfg.http_public addr in
+        let* sa = Result.map_error (fun e -> "--http: " ^ e) (inet_addr addr) in
+        let* s =
+          Consort_ops.Console.serve t.loop sa ~node:"consortd" (fun () -> console_groups t)
+          |> Result.map_error (fun e -> "--http " ^ addr ^ ": " ^ e)
+        in
+        t.ops <- s :: t.ops;
+        (* The rates the console charts: every member's, a sample a second. *)
+        let rec tick () =
+          if not t.closing then begin
+            List.iter
+              (fun (m, g) ->
+                match List.assoc_opt "group" (G.counters g) with
+                | Some kvs ->
+                    let get k = Option.value ~default:0 (List.assoc_opt k kvs) in
+                    Consort_ops.Console.sample m.rates ~t:(Unix.gettimeofday ()) ~sent:(get "sent")
+                      ~delivered:(get "delivered")
+                | None -> ())
+              (held t);
+            ignore (Loop.after t.loop (Consort.Time.of_sec 1.) tick)
+          end
+        in
+        tick ();
+        Log.app (fun m ->
+            m "console at http://%s/"
+              (match Consort_ops.Serve.address s with
+              | ADDR_INET (a, p) -> Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
+              | ADDR_UNIX p -> p));
+        Ok ()
   in
   match t.cfg.metrics with
   | None -> Ok ()

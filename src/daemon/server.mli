@@ -55,6 +55,11 @@ type config = {
   metrics_public : bool;
       (** the metrics name groups and members (which Privacy hides on the wire): serving them on an
           address other than loopback is refused without it *)
+  http : string option;
+      (** ["IP:PORT"]: the web console ({!Consort_ops.Console}) of every member held, at [/], its
+          data at [/api/status]; port 0 picks one, logged as ["console at http://IP:PORT/"]; an
+          address other than loopback needs [http_public] *)
+  http_public : bool;
   pcap : string option;
       (** a pcap file of every datagram the members send and receive ({!Consort_ops.Capture}) *)
 }

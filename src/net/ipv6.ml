@@ -79,6 +79,7 @@ type info = {
   echo_replies_sent : int;
   icmp_errors_sent : int;
   icmp_errors_received : int;
+  fragments_sent : int;
   fragments_received : int;
   reassembled : int;
   reassembly_dropped : int;
@@ -91,13 +92,13 @@ let pp_info ppf i =
   Fmt.pf ppf
     "%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown \
      protocol; %d neighbours, NS %d out %d in, NA %d out %d in, %d failed, %d dropped from queues; \
-     %d echo replies, ICMPv6 errors %d out %d in; fragments %d in, %d reassembled, %d given up, %d \
-     timed out; %d connections (%d evicted)"
+     %d echo replies, ICMPv6 errors %d out %d in; fragments %d out %d in, %d reassembled, %d given \
+     up, %d timed out; %d connections (%d evicted)"
     Fmt.(list ~sep:comma Ipv6_addr.pp)
     i.addresses i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
     (List.length i.neighbours) i.solicitations_sent i.solicitations_received i.advertisements_sent
     i.advertisements_received i.resolution_failed i.queue_dropped i.echo_replies_sent
-    i.icmp_errors_sent i.icmp_errors_received i.fragments_received i.reassembled
+    i.icmp_errors_sent i.icmp_errors_received i.fragments_sent i.fragments_received i.reassembled
     i.reassembly_dropped i.reassembly_timeouts i.connections i.connections_evicted
 
 module type S = sig
@@ -229,6 +230,7 @@ module Make (E : Ethernet.S) = struct
     mutable echo_replies_sent : int;
     mutable icmp_errors_sent : int;
     mutable icmp_errors_received : int;
+    mutable fragments_sent : int;
     mutable fragments_received : int;
     mutable reassembled : int;
     mutable reassembly_dropped : int;
@@ -472,6 +474,41 @@ module Make (E : Ethernet.S) = struct
             enqueue t pd p);
         Ok ()
 
+  (* RFC 8200 section 4.5: a datagram over the link MTU goes in fragments,
+     each with a fragment header (next header 44) and as much of the
+     payload as fits, in multiples of 8 bytes; the identification is the
+     instance's counter, which starts at a random value (RFC 7739). *)
+  let fragment t nh ~src ~dst ~proto p =
+    let payload = Packet.cstruct p in
+    let len = Cstruct.length payload in
+    let chunk = (t.mtu - hlen - 8) land lnot 7 in
+    let id = t.next_id in
+    t.next_id <- (id + 1) land 0xFFFF_FFFF;
+    let hop = if Ipv6_addr.is_multicast dst then 1 else 64 in
+    let rec go off result =
+      if off >= len then result
+      else begin
+        let n = min chunk (len - off) in
+        let q = Packet.create ~headroom:(hlen + 8 + E.headroom t.eth) t.pool n in
+        Cstruct.blit payload off (Packet.cstruct q) 0 n;
+        let more = off + n < len in
+        let f = Packet.push q 8 in
+        Cstruct.set_uint8 f 0 proto;
+        Cstruct.set_uint8 f 1 0;
+        Cstruct.BE.set_uint16 f 2 (off lor if more then 1 else 0);
+        Cstruct.BE.set_uint32 f 4 (Int32.of_int id);
+        let h = Packet.push q hlen in
+        write_header h ~src ~dst ~proto:44 ~len:(n + 8) ~hop;
+        t.fragments_sent <- t.fragments_sent + 1;
+        let r = send_to_hop t nh q in
+        go (off + n) (match result with Ok () -> r | e -> e)
+      end
+    in
+    t.sent <- t.sent + 1;
+    let r = go 0 (Ok ()) in
+    Packet.release p;
+    r
+
   let output t ~src ~dst ~proto p =
     let len = Packet.length p in
     match next_hop t dst with
@@ -480,9 +517,11 @@ module Make (E : Ethernet.S) = struct
         Packet.release p;
         Error (`Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst))
     | Some nh ->
-        if len + hlen > t.mtu then (
-          Packet.release p;
-          Error (`Too_big len))
+        if len + hlen > t.mtu then
+          if len > 0xFFFF then (
+            Packet.release p;
+            Error (`Too_big len))
+          else fragment t nh ~src ~dst ~proto p
         else begin
           let h = Packet.push p hlen in
           write_header h ~src ~dst ~proto ~len ~hop:(if Ipv6_addr.is_multicast dst then 1 else 64);
@@ -914,7 +953,9 @@ module Make (E : Ethernet.S) = struct
             ~on_evict:(fun _ fr -> !evict_fragments fr)
             (max 1 config.reassembly.max_datagrams);
         reasm_bytes = 0;
-        next_id = 1;
+        (* Not the same at every start (RFC 7739), yet the same under the
+           same virtual clock. *)
+        next_id = Hashtbl.hash (Mac_addr.to_string (E.mac eth), clock.now ()) land 0xFFFF_FFFF;
         icmp_tokens = config.icmp_rate;
         icmp_refill = clock.now ();
         rx_src = Ipv6_addr.unspecified;
@@ -935,6 +976,7 @@ module Make (E : Ethernet.S) = struct
         echo_replies_sent = 0;
         icmp_errors_sent = 0;
         icmp_errors_received = 0;
+        fragments_sent = 0;
         fragments_received = 0;
         reassembled = 0;
         reassembly_dropped = 0;
@@ -1047,6 +1089,7 @@ module Make (E : Ethernet.S) = struct
       echo_replies_sent = t.echo_replies_sent;
       icmp_errors_sent = t.icmp_errors_sent;
       icmp_errors_received = t.icmp_errors_received;
+      fragments_sent = t.fragments_sent;
       fragments_received = t.fragments_received;
       reassembled = t.reassembled;
       reassembly_dropped = t.reassembly_dropped;

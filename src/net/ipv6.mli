@@ -83,6 +83,7 @@ type info = {
   echo_replies_sent : int;
   icmp_errors_sent : int;
   icmp_errors_received : int;
+  fragments_sent : int;  (** fragments of datagrams over the link MTU (RFC 8200 section 4.5) *)
   fragments_received : int;
   reassembled : int;
   reassembly_dropped : int;

@@ -60,7 +60,18 @@ struct
     | Fin_wait_2 -> enter_time_wait tcb
     | _ -> ()
 
-  let receive_data tcb seq pkt =
+  let rec receive_data tcb seq pkt =
+    if over_budget tcb (Packet.length pkt) then begin
+      tcb.inst.counters.c_memory_drops <- tcb.inst.counters.c_memory_drops + 1;
+      Packet.release pkt;
+      tcb.ack_now <- true
+    end
+    else begin
+      receive_in_budget tcb seq pkt;
+      recharge tcb
+    end
+
+  and receive_in_budget tcb seq pkt =
     if Tcp_seq.equal seq tcb.rcv_nxt then begin
       tcb.rcv_nxt <- Tcp_seq.add tcb.rcv_nxt (Packet.length pkt);
       deliver tcb pkt;
@@ -252,7 +263,7 @@ struct
       tcb.irs <- h.seq;
       tcb.rcv_nxt <- Tcp_seq.succ h.seq;
       tcb.rcv_adv <-
-        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (tcb.cfg.receive_buffer - tcb.unconsumed)));
+        Tcp_seq.add tcb.rcv_nxt (min 0xFFFF (max 0 (receive_share tcb - tcb.unconsumed)));
       take_syn_options tcb h;
       tcb.snd_wnd <- h.window;
       tcb.max_snd_wnd <- h.window;
@@ -532,6 +543,30 @@ struct
         | _ -> `Continue
       end
 
+  (* D-SACK-based undo (RFC 3708 section 3.2, RFC 4015; Linux's
+     undo_retrans): each duplicate the peer reports of data at or above
+     where the recovery began stands for a needless retransmission; when
+     all of the recovery's are so reported, nothing was lost and the window
+     reduction is undone (the recovery too, if still under way). *)
+  and dsack_undo tcb ~smss l r =
+    if
+      tcb.undo_retrans > 0 && Tcp_seq.geq l tcb.undo_marker && Tcp_seq.leq r tcb.snd_max
+      && Tcp_seq.gt r l
+    then begin
+      let segs = (Tcp_seq.sub r l + smss - 1) / smss in
+      tcb.undo_retrans <- tcb.undo_retrans - segs;
+      if tcb.undo_retrans <= 0 then begin
+        Log.debug (fun m -> m "%a: spurious recovery undone" pp_connection tcb);
+        Tcp_cc.undo tcb.cc ~cwnd:tcb.undo_cwnd ~ssthresh:tcb.undo_ssthresh;
+        tcb.undo_retrans <- -1;
+        tcb.n_undos <- tcb.n_undos + 1;
+        if tcb.in_recovery then begin
+          tcb.in_recovery <- false;
+          tcb.dupacks <- 0
+        end
+      end
+    end
+
   and process_ack tcb (h : Tcp_packet.t) ~payload =
     let smss = smss tcb in
     let win = h.window lsl tcb.snd_wscale in
@@ -551,7 +586,8 @@ struct
                    || List.exists (fun (l', r') -> Tcp_seq.leq l' l && Tcp_seq.leq r r') rest ->
                 (* RFC 2883: the first block reports a duplicate. *)
                 dsack_seen := true;
-                tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1
+                tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1;
+                dsack_undo tcb ~smss l r
             | _ -> ());
             if rack_on tcb then
               newly := Tcp_sack.newly tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs;
@@ -597,6 +633,7 @@ struct
       if tcb.in_recovery then begin
         if Tcp_seq.geq ack tcb.recover then begin
           tcb.in_recovery <- false;
+          if rack_on tcb then Tcp_rack.recovered tcb.rack;
           Tcp_cc.on_recovered tcb.cc ~flight:(flight tcb) ~smss;
           tcb.dupacks <- 0
         end
@@ -640,7 +677,7 @@ struct
     end;
     if advanced || newly_sacked > 0 then mtu_probe_check tcb;
     if rack_on tcb then begin
-      if !dsack_seen then Tcp_rack.dsack tcb.rack;
+      if !dsack_seen then Tcp_rack.dsack tcb.rack ~una:tcb.snd_una ~nxt:tcb.snd_nxt;
       tlp_episode tcb h ~dsack:!dsack_seen;
       if advanced || newly_sacked > 0 then begin
         Tcp_rack.ack tcb.rack ~una:tcb.snd_una ~newly:!newly
@@ -683,6 +720,9 @@ struct
         n_orphans = 0;
         buffered = Queue.create ();
         sndbuf_bytes = 0;
+        rcv_bytes = 0;
+        spares = [];
+        spare_bytes = 0;
         waiting_memory = Queue.create ();
         time_wait = Key_tbl.create 64;
         tw_queue = Queue.create ();
@@ -706,6 +746,8 @@ struct
             c_dsack_in = 0;
             c_memory_resets = 0;
             c_memory_refused = 0;
+            c_window_cut = 0;
+            c_memory_drops = 0;
           };
       }
     in
@@ -817,7 +859,7 @@ struct
     let t = tcb.inst in
     let need = Tcp_sndbuf.capacity tcb.sndbuf in
     let rec reclaim () =
-      if t.sndbuf_bytes + need > t.config.memory_limit then
+      if t.sndbuf_bytes + t.rcv_bytes + need > t.config.memory_limit then
         (* First the buffers that hold nothing (no loss), then resets. *)
         match
           Queue.fold
@@ -854,8 +896,23 @@ struct
             | None -> ())
     in
     reclaim ();
-    if t.sndbuf_bytes + need <= t.config.memory_limit then begin
+    if t.sndbuf_bytes + t.rcv_bytes + need <= t.config.memory_limit then begin
       t.sndbuf_bytes <- t.sndbuf_bytes + need;
+      (* A spare of the size, or else the spares go: those in use and the
+         spares stay within the budget. *)
+      (match List.partition (fun b -> Cstruct.length b = need) t.spares with
+      | b :: rest, others ->
+          Tcp_sndbuf.adopt tcb.sndbuf b;
+          t.spares <- rest @ others;
+          t.spare_bytes <- t.spare_bytes - need
+      | [], _ -> ());
+      while t.sndbuf_bytes + t.spare_bytes > t.config.memory_limit && t.spares <> [] do
+        match t.spares with
+        | b :: rest ->
+            t.spares <- rest;
+            t.spare_bytes <- t.spare_bytes - Cstruct.length b
+        | [] -> ()
+      done;
       if not tcb.buffer_queued then begin
         tcb.buffer_queued <- true;
         Queue.push tcb t.buffered
@@ -921,10 +978,11 @@ struct
     if tcb.alive && n > 0 then begin
       let open_now = Tcp_window.receive_window ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv in
       tcb.unconsumed <- max 0 (tcb.unconsumed - n);
+      recharge tcb;
       (match tcb.state with
       | Established | Fin_wait_1 | Fin_wait_2 ->
           if
-            Tcp_window.update_after_read ~buffer:tcb.cfg.receive_buffer ~unconsumed:tcb.unconsumed
+            Tcp_window.update_after_read ~buffer:(receive_share tcb) ~unconsumed:tcb.unconsumed
               ~open_now ~rcv_mss:tcb.rcv_mss ~shift:tcb.rcv_wscale
           then begin
             tcb.ack_now <- true;
@@ -976,6 +1034,7 @@ struct
     else if tcb.alive then begin
       tcb.app_closed <- true;
       tcb.unconsumed <- 0;
+      recharge tcb;
       shutdown_tcb tcb;
       if tcb.alive && tcb.state = Fin_wait_2 then tcb.t_2msl <- now () + tcb.cfg.fin_wait_2_timeout;
       orphaned tcb;
@@ -1033,15 +1092,18 @@ struct
       syn_cookies_accepted = c.c_cookies_ok;
       memory =
         Key_tbl.fold
-          (fun _ tcb acc ->
-            acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + Tcp_reass.pinned tcb.reass)
+          (fun _ tcb acc -> acc + tcb_bytes + Tcp_sndbuf.allocated tcb.sndbuf + tcb.rcv_charged)
           t.conns
-          (Key_tbl.length t.time_wait * tw_bytes);
+          ((Key_tbl.length t.time_wait * tw_bytes) + t.spare_bytes);
       active = Key_tbl.length t.conns + Key_tbl.length t.time_wait;
       orphans = t.n_orphans;
       dsacks_sent = c.c_dsack_out;
       memory_resets = c.c_memory_resets;
       memory_refused = c.c_memory_refused;
+      send_memory = t.sndbuf_bytes;
+      receive_memory = t.rcv_bytes;
+      windows_cut = c.c_window_cut;
+      memory_drops = c.c_memory_drops;
       dsacks_received = c.c_dsack_in;
     }
 
@@ -1089,6 +1151,7 @@ struct
       bytes_received = tcb.bytes_delivered;
       segments_retransmitted = tcb.n_retrans;
       fast_retransmits = tcb.n_fast;
+      undos = tcb.n_undos;
       timeouts = tcb.n_timeouts;
       probes = tcb.n_probes;
       path_mtu = tcb.lower_max;

@@ -16,6 +16,7 @@ module type S = sig
   val on_loss : t -> now:Consort.Time.t -> flight:int -> smss:int -> sack:bool -> unit
   val on_rto : t -> flight:int -> smss:int -> first:bool -> unit
   val on_idle : t -> initial:int -> unit
+  val undo : t -> cwnd:int -> ssthresh:int -> unit
 end
 
 let ceiling = 1 lsl 30
@@ -58,6 +59,10 @@ module New_reno = struct
     t.ca_acked <- 0
 
   let on_idle t ~initial = t.cwnd <- min t.cwnd initial
+
+  let undo t ~cwnd ~ssthresh =
+    t.cwnd <- max t.cwnd cwnd;
+    t.ssthresh <- max t.ssthresh ssthresh
 end
 
 (* RFC 9438. Windows in the formulas are in segments, times in seconds. *)
@@ -148,6 +153,11 @@ module Cubic = struct
   let on_idle t ~initial =
     t.cwnd <- min t.cwnd initial;
     t.epoch <- None
+
+  let undo t ~cwnd ~ssthresh =
+    t.cwnd <- max t.cwnd cwnd;
+    t.ssthresh <- max t.ssthresh ssthresh;
+    t.epoch <- None
 end
 
 type t = T : (module S with type t = 'a) * 'a -> t
@@ -167,3 +177,4 @@ let on_recovered (T ((module M), s)) = M.on_recovered s
 let on_loss (T ((module M), s)) = M.on_loss s
 let on_rto (T ((module M), s)) = M.on_rto s
 let on_idle (T ((module M), s)) = M.on_idle s
+let undo (T ((module M), s)) = M.undo s

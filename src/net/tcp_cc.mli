@@ -34,6 +34,10 @@ module type S = sig
 
   val on_idle : t -> initial:int -> unit
   (** Sending again after an idle period longer than the RTO (RFC 5681 section 4.1). *)
+
+  val undo : t -> cwnd:int -> ssthresh:int -> unit
+  (** The reduction of a recovery whose retransmissions were all needless (RFC 3708, RFC 4015)
+      undone: the windows back to at least [cwnd] and [ssthresh], as before it. *)
 end
 
 module New_reno : S
@@ -54,3 +58,4 @@ val on_recovered : t -> flight:int -> smss:int -> unit
 val on_loss : t -> now:Consort.Time.t -> flight:int -> smss:int -> sack:bool -> unit
 val on_rto : t -> flight:int -> smss:int -> first:bool -> unit
 val on_idle : t -> initial:int -> unit
+val undo : t -> cwnd:int -> ssthresh:int -> unit

@@ -39,7 +39,7 @@ module Make (B : Tcp_tcb.S) = struct
 
   let advertise tcb ~syn =
     let field, edge =
-      Tcp_window.advertise ~buffer:tcb.cfg.receive_buffer ~unconsumed:tcb.unconsumed
+      Tcp_window.advertise ~buffer:(receive_share tcb) ~unconsumed:tcb.unconsumed
         ~rcv_nxt:tcb.rcv_nxt ~rcv_adv:tcb.rcv_adv ~rcv_mss:tcb.rcv_mss
         ~shift:(if syn then 0 else tcb.rcv_wscale)
     in
@@ -142,6 +142,7 @@ module Make (B : Tcp_tcb.S) = struct
     let fresh = Tcp_seq.gt seg_end tcb.snd_max in
     if Tcp_seq.lt seq tcb.snd_max then begin
       tcb.n_retrans <- tcb.n_retrans + 1;
+      if tcb.undo_retrans >= 0 then tcb.undo_retrans <- tcb.undo_retrans + 1;
       tcb.inst.counters.c_retrans <- tcb.inst.counters.c_retrans + 1;
       match tcb.rtt_seq with
       | Some r when Tcp_seq.between r ~low:seq ~high:seg_end -> tcb.rtt_seq <- None
@@ -469,7 +470,15 @@ module Make (B : Tcp_tcb.S) = struct
     (match tcb.mtu_probe with
     | Some (s, _, _) when Tcp_seq.equal s una -> mtu_probe_failed tcb
     | _ -> ());
-    if cc then Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok;
+    if cc then begin
+      (* What an undo restores, should D-SACKs show every retransmission
+         of this recovery needless (RFC 3708, RFC 4015). *)
+      tcb.undo_cwnd <- Tcp_cc.cwnd tcb.cc;
+      tcb.undo_ssthresh <- Tcp_cc.ssthresh tcb.cc;
+      tcb.undo_retrans <- 0;
+      tcb.undo_marker <- una;
+      Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok
+    end;
     tcb.t_tlp <- never;
     tcb.tlp_end <- None;
     if rack then output ~force:true tcb

@@ -37,9 +37,15 @@ val ack :
     whether reordering was seen. A retransmitted segment delivered sooner than the minimum RTT after
     its retransmission is not believed (the original was acknowledged). *)
 
-val dsack : t -> unit
-(** A D-SACK arrived: a retransmission was spurious, so reordering is seen, and the reordering
-    window grows by a quarter of the minimum RTT (up to the smoothed RTT). *)
+val dsack : t -> una:Tcp_seq.t -> nxt:Tcp_seq.t -> unit
+(** [dsack t ~una ~nxt] takes a D-SACK in (SND.UNA and SND.NXT now): a retransmission was spurious,
+    so reordering is seen, and the reordering window grows by a quarter of the minimum RTT (up to
+    the smoothed RTT), once a round trip (RFC 8985 section 6.2 step 4: further D-SACKs before
+    SND.UNA passes [nxt] do not count). *)
+
+val recovered : t -> unit
+(** A loss recovery ended: after 16 without a D-SACK, the reordering window is back to a quarter of
+    the minimum RTT (RFC 8985's reo_wnd_persist). *)
 
 val reo_wnd : t -> in_recovery:bool -> dupacks:int -> srtt:Consort.Time.t -> Consort.Time.t
 (** RFC 8985 section 6.2 step 4: zero in recovery or after three duplicate ACKs unless reordering

@@ -17,6 +17,18 @@ let release t =
   t.head <- 0;
   t.len <- 0
 
+let take t =
+  let b = t.buf in
+  release t;
+  b
+
+let adopt t b =
+  if Cstruct.length t.buf = 0 && Cstruct.length b = t.cap then begin
+    t.buf <- b;
+    t.head <- 0;
+    t.len <- 0
+  end
+
 let write t src ~off ~len =
   let cap = t.cap in
   let n = min len (cap - t.len) in

@@ -32,3 +32,11 @@ val blit_out : t -> src_off:int -> Cstruct.t -> dst_off:int -> len:int -> unit
 
 val drop : t -> int -> unit
 (** [drop t n] discards the [n] oldest bytes (acknowledged). *)
+
+val take : t -> Cstruct.t
+(** [take t] is the memory [t] holds (empty if none), taken from it as {!release} would: for another
+    buffer of the same capacity. *)
+
+val adopt : t -> Cstruct.t -> unit
+(** [adopt t b] makes [b] the memory of [t] when [t] holds none and [b] is its capacity's size;
+    otherwise nothing. *)

@@ -31,6 +31,8 @@ module type S = sig
     mutable c_dsack_in : int;
     mutable c_memory_resets : int;
     mutable c_memory_refused : int;
+    mutable c_window_cut : int;
+    mutable c_memory_drops : int;
   }
 
   type t = {
@@ -49,6 +51,12 @@ module type S = sig
     mutable n_orphans : int;
     buffered : tcb Queue.t;  (** connections holding a send buffer, oldest first (some gone) *)
     mutable sndbuf_bytes : int;  (** the memory of every send buffer *)
+    mutable spares : Cstruct.t list;
+        (** send buffers given back, kept for the next (within the budget with those in use), so
+            that memory is reused rather than left for the GC *)
+    mutable spare_bytes : int;
+    mutable rcv_bytes : int;
+        (** receive memory: what connections hold unread and the windows they have open *)
     waiting_memory : tcb Queue.t;  (** writers the memory budget refused a send buffer *)
     time_wait : tw Key_tbl.t;
     tw_queue : tw Queue.t;  (** by deadline *)
@@ -101,6 +109,7 @@ module type S = sig
     mutable rcv_nxt : Tcp_seq.t;
     mutable rcv_adv : Tcp_seq.t;
     mutable unconsumed : int;
+    mutable rcv_charged : int;  (** this connection's part of [rcv_bytes] *)
     reass : Tcp_reass.t;
     mutable ooo_fin : Tcp_seq.t option;
     mutable fin_received : bool;
@@ -177,6 +186,13 @@ module type S = sig
     mutable bytes_delivered : int;
     mutable n_retrans : int;
     mutable n_fast : int;
+    mutable undo_retrans : int;
+        (** retransmissions of the recovery not yet reported needless by a D-SACK; -1: none to undo
+        *)
+    mutable undo_cwnd : int;  (** the windows before the recovery *)
+    mutable undo_ssthresh : int;
+    mutable undo_marker : Tcp_seq.t;  (** SND.UNA when the recovery began *)
+    mutable n_undos : int;
     mutable n_timeouts : int;
     mutable n_probes : int;
   }
@@ -265,6 +281,17 @@ module type S = sig
   val release_lower : t -> host -> unit
   val wake_memory_waiters : t -> unit
   val release_sndbuf : tcb -> unit
+
+  val recharge : tcb -> unit
+  (** [rcv_bytes] brought up to date with what the connection holds now. *)
+
+  val receive_share : tcb -> int
+  (** The receive buffer the connection may advertise a window for now. *)
+
+  val over_budget : tcb -> int -> bool
+  (** Whether [n] more bytes received would pass the budget (a connection that holds nothing
+      received always takes a segment). *)
+
   val delete : tcb -> unit
   val fail : tcb -> Protocol.error -> unit
   val is_orphan : tcb -> bool

@@ -50,6 +50,8 @@ module Make (B : Tcp_tcb.S) = struct
                   m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
             end;
             let smss = smss tcb in
+            (* A timeout is not undone (its retransmissions go back N). *)
+            tcb.undo_retrans <- -1;
             Tcp_cc.on_rto tcb.cc ~flight:(flight tcb) ~smss ~first:(Tcp_rto.backoffs tcb.rto = 0);
             tcb.in_recovery <- false;
             tcb.dupacks <- 0;

@@ -146,6 +146,7 @@ type conn_info = {
   bytes_received : int;
   segments_retransmitted : int;
   fast_retransmits : int;
+  undos : int;
   timeouts : int;
   probes : int;
   path_mtu : int;
@@ -158,7 +159,8 @@ let pp_conn_info ppf i =
   let o = Fmt.(option ~none:(any "-") int) in
   Fmt.pf ppf
     "%a mss %d/%d wscale %a/%a%s%s rtt %a/%a rto %a cwnd %d ssthresh %d snd_wnd %d rcv_wnd %d \
-     unacked %d unsent %d unread %d sent %d received %d retrans %d fast %d timeouts %d probes %d"
+     unacked %d unsent %d unread %d sent %d received %d retrans %d fast %d undone %d timeouts %d \
+     probes %d"
     pp_state i.state i.snd_mss i.rcv_mss o i.snd_wscale o i.rcv_wscale
     (if i.sack_ok then " sack" else "")
     (if i.timestamps_ok then " ts" else "")
@@ -166,7 +168,8 @@ let pp_conn_info ppf i =
     i.srtt
     Fmt.(option ~none:(any "-") Time.pp)
     i.rttvar Time.pp i.rto i.cwnd i.ssthresh i.snd_wnd i.rcv_wnd i.unacked i.unsent i.unread
-    i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.timeouts i.probes
+    i.bytes_sent i.bytes_received i.segments_retransmitted i.fast_retransmits i.undos i.timeouts
+    i.probes
 
 type stats = {
   segments_in : int;
@@ -187,16 +190,21 @@ type stats = {
   dsacks_received : int;
   memory_resets : int;
   memory_refused : int;
+  send_memory : int;
+  receive_memory : int;
+  windows_cut : int;
+  memory_drops : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks %d \
      dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d memory resets %d \
-     refused %d"
+     refused %d send %d receive %d windows cut %d drops %d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in s.resets_out
     s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
-    s.dsacks_received s.dsacks_sent s.memory_resets s.memory_refused
+    s.dsacks_received s.dsacks_sent s.memory_resets s.memory_refused s.send_memory s.receive_memory
+    s.windows_cut s.memory_drops
 
 type control = Set_config of config | Abort_all
 

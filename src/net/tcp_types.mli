@@ -82,11 +82,15 @@ type config = {
   max_orphans : int;
       (** connections closed by the application and not yet gone; over it the oldest is reset *)
   memory_limit : int;
-      (** bytes of send buffers across the connections of an instance (default 128 MiB): a
-          connection takes its send buffer (whole: [send_buffer]) at its first write; when that
+      (** bytes of send and receive buffers across the connections of an instance (default 128 MiB).
+          A connection takes its send buffer (whole: [send_buffer]) at its first write; when that
           would pass the limit, the oldest connections holding one behind a zero window are reset
           (as Linux's tcp_mem pressure does), and if none is, the write waits (writable once memory
-          comes back) *)
+          comes back). Received data held (delivered and not yet read, out of order) counts too:
+          when the connections could not all fill their [receive_buffer] in what the send buffers
+          leave, each offers a window from an equal share of it (and of what is free), and once the
+          limit is spent a segment for a connection that already holds data is dropped (the peer
+          sends it again); a connection holding nothing always takes one segment *)
 }
 
 val default_config : config
@@ -117,6 +121,8 @@ type conn_info = {
   bytes_received : int;  (** application bytes delivered in order *)
   segments_retransmitted : int;
   fast_retransmits : int;
+  undos : int;
+      (** recoveries undone: D-SACKs showed all their retransmissions needless (RFC 3708) *)
   timeouts : int;
   probes : int;  (** tail loss probes sent (RFC 8985 section 7) *)
   path_mtu : int;  (** the largest segment (header included) the path is taken to carry *)
@@ -148,6 +154,13 @@ type stats = {
   dsacks_received : int;  (** duplicates the peers reported: spurious retransmissions *)
   memory_resets : int;  (** connections behind a zero window reset for [memory_limit] *)
   memory_refused : int;  (** writes that waited for [memory_limit] *)
+  send_memory : int;  (** bytes of send buffers allocated, within [memory_limit] *)
+  receive_memory : int;
+      (** bytes received and held: delivered and not yet read ([consume]), and the pool segments the
+          out-of-order queues pin; within [memory_limit] with the send buffers, and a segment a
+          connection *)
+  windows_cut : int;  (** windows advertised smaller than [receive_buffer] for [memory_limit] *)
+  memory_drops : int;  (** segments dropped because [memory_limit] was spent *)
 }
 
 val pp_stats : stats Fmt.t

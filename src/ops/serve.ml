@@ -24,8 +24,13 @@ type t = {
   idle : float;
   mutable conns : conn list;
   mutable refused : int;
+  mutable full : bool;  (** a connection was refused since the count was last under the limit *)
   mutable closed : bool;
 }
+
+let describe = function
+  | Unix.ADDR_UNIX p -> p
+  | ADDR_INET (a, p) -> Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
 
 let address t = t.addr
 let connections t = List.length t.conns
@@ -37,7 +42,8 @@ let drop t c =
     Option.iter Loop.cancel c.idle_timer;
     Loop.unwatch t.loop c.fd;
     (try Unix.close c.fd with Unix.Unix_error _ -> ());
-    t.conns <- List.filter (fun c' -> c' != c) t.conns)
+    t.conns <- List.filter (fun c' -> c' != c) t.conns;
+    if List.length t.conns < t.max_connections then t.full <- false)
 
 (* Writes all of [s] within a second; a client that does not read is
    dropped rather than allowed to stall the loop. *)
@@ -66,7 +72,14 @@ let answer t req =
 
 let arm_idle t c =
   Option.iter Loop.cancel c.idle_timer;
-  c.idle_timer <- Some (Loop.after t.loop (Consort.Time.of_sec t.idle) (fun () -> drop t c))
+  c.idle_timer <-
+    Some
+      (Loop.after t.loop (Consort.Time.of_sec t.idle) (fun () ->
+           if Buffer.length c.buf > 0 then
+             Log.warn (fun m ->
+                 m "%s: closed a connection idle for %g s with a partial request of %d bytes"
+                   (describe t.addr) t.idle (Buffer.length c.buf));
+           drop t c))
 
 let http_response code reason ?(ctype = "text/plain; charset=utf-8") body =
   Printf.sprintf
@@ -115,6 +128,7 @@ let serve t c =
 
 let too_big t c =
   t.refused <- t.refused + 1;
+  Log.warn (fun m -> m "%s: refused a request over %d bytes" (describe t.addr) t.max_request);
   (match t.framing with
   | Lines -> write_all t c (Printf.sprintf "{\"error\":\"request over %d bytes\"}\n" t.max_request)
   | Http ->
@@ -140,6 +154,11 @@ let on_accept t () =
       | fd, _ ->
           if List.length t.conns >= t.max_connections then (
             t.refused <- t.refused + 1;
+            if not t.full then
+              Log.warn (fun m ->
+                  m "%s: %d connections open, refusing more until one closes" (describe t.addr)
+                    t.max_connections);
+            t.full <- true;
             (try Unix.close fd with Unix.Unix_error _ -> ());
             loop (k - 1))
           else (
@@ -156,10 +175,6 @@ let on_accept t () =
   loop 64
 
 let unix_error what e = Error (Printf.sprintf "%s: %s" what (Unix.error_message e))
-
-let describe = function
-  | Unix.ADDR_UNIX p -> p
-  | ADDR_INET (a, p) -> Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
 
 (* A Unix socket path where nothing answers is stale: remove it. One where
    a server answers is in use. *)
@@ -215,6 +230,7 @@ let listen ?(max_connections = 32) ?(max_request = 65536) ?(idle = 30.) loop add
             idle;
             conns = [];
             refused = 0;
+            full = false;
             closed = false;
           }
         in

@@ -52,6 +52,7 @@ type config = {
   seal : (Consort_seal.Seal.secret * Consort_seal.Seal.mode) option;
   control : string option;
   metrics : string option;
+  http : string option;
   pcap : string option;
 }
 
@@ -66,6 +67,7 @@ type error =
   | Join of Consort_group.Group.join_error
   | Control of string
   | Metrics of string
+  | Http of string
   | Pcap of string
   | Failed of string
 
@@ -84,6 +86,7 @@ let pp_error ppf = function
   | Join e -> Consort_group.Group.pp_join_error ppf e
   | Control e -> Fmt.pf ppf "--control: %s" e
   | Metrics e -> Fmt.pf ppf "--metrics: %s" e
+  | Http e -> Fmt.pf ppf "--http: %s" e
   | Pcap e -> Fmt.pf ppf "--pcap: %s" e
   | Failed e -> Fmt.pf ppf "%s; left the group" e
 
@@ -207,6 +210,18 @@ let status_json cfg g ~blocked ~flow_blocked : Yojson.Safe.t =
       ("rank", `Int v.rank);
       ("blocked", `Bool blocked);
       ("flow_blocked", `Bool flow_blocked);
+      ( "quorum",
+        match G.primary g with
+        | None -> `Null
+        | Some q ->
+            `Assoc
+              [
+                ("quorate", `Bool q.Consort_group.Primary.primary);
+                ("votes", `Int q.votes);
+                ("needed", `Int q.needed);
+                ("expected", `Int q.expected);
+                ("text", `String (Fmt.str "%a" Consort_group.Primary.pp_quorum q));
+              ] );
       ( "seal",
         match cfg.seal with
         | None -> `Null
@@ -250,6 +265,51 @@ let metrics_samples cfg g ~totals ~flow_blocked =
        (if flow_blocked then 1. else 0.)
   :: Consort_ops.Metrics.member_info ~group:cfg.group (G.me g)
   :: Consort_ops.Metrics.of_counters ~totals ~labels (counters g)
+
+(* What the web console shows of the group: what status says, the counters,
+   the quorum, the roles and the view history. The sequencer is the
+   coordinator under Total's sequencer protocol; under the token protocol,
+   only this member's own holding is known here. *)
+let console_json cfg g ~blocked ~flow_blocked ~quorum ~history ~rates : Yojson.Safe.t =
+  let cs = counters g in
+  let status = match status_json cfg g ~blocked ~flow_blocked with `Assoc l -> l | _ -> [] in
+  let v = G.view g in
+  let total = List.mem Consort_group.Properties.Total cfg.props in
+  let protocol = Consort_group.Total.protocol cfg.params in
+  let holding =
+    match List.assoc_opt "total" cs with
+    | Some kvs -> List.assoc_opt "holding" kvs = Some 1
+    | None -> false
+  in
+  let id_or_null c x = if c then `String x else `Null in
+  `Assoc
+    (status
+    @ [
+        ("counters", Consort_ops.Control.counters_json cs);
+        ( "quorum",
+          match quorum with
+          | None -> `Null
+          | Some (q : Consort_group.Primary.quorum) ->
+              `Assoc
+                [
+                  ("primary", `Bool q.primary);
+                  ("votes", `Int q.votes);
+                  ("needed", `Int q.needed);
+                  ("expected", `Int q.expected);
+                ] );
+        ( "roles",
+          `Assoc
+            [
+              ("coordinator", `String v.Consort_group.Group.coordinator);
+              ( "sequencer",
+                id_or_null (total && protocol = Ok Consort_group.Total.Sequencer) v.coordinator );
+              ( "token_holder",
+                id_or_null (total && protocol = Ok Consort_group.Total.Token && holding) (G.me g) );
+            ] );
+        ("history", Consort_ops.Console.history_json history);
+        ("history_max", `Int (Consort_ops.Console.max history));
+        ("rates", Consort_ops.Console.rates_json rates);
+      ])
 
 (* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
    or on standard error for a quiet member. *)
@@ -320,6 +380,8 @@ let run cfg =
               let self = ref "" and g_ref = ref None and exited = ref false in
               let blocked = ref false and flow_blocked = ref false in
               let totals = Consort_ops.Metrics.totals () in
+              let history = Consort_ops.Console.history () and quorum = ref None in
+              let rates = Consort_ops.Console.rates () in
               let cast_ref = ref (fun _ -> Error "not in the group yet") in
               let send_ref = ref (fun _ _ -> Error "not in the group yet") in
               let leave_ref = ref (fun () -> ()) in
@@ -378,6 +440,16 @@ let run cfg =
                       self := v.members.(v.rank);
                       last_vid := v.vid;
                       current := [ ("member", !self); ("group", cfg.group); ("view", v.vid) ];
+                      Consort_ops.Console.record history
+                        {
+                          t = Unix.gettimeofday ();
+                          vid = v.vid;
+                          ltime = v.ltime;
+                          members = Array.to_list v.members;
+                          coordinator = v.coordinator;
+                          changes =
+                            Consort_ops.Console.changes ~joined:v.joined ~left:v.left ~why:v.why;
+                        };
                       say "view %s: %s (rank %d; joined [%s], left [%s])" v.vid
                         (String.concat " " (Array.to_list v.members))
                         v.rank (String.concat " " v.joined) (String.concat " " v.left);
@@ -437,6 +509,7 @@ let run cfg =
               in
               (* With Primary, each view's decision is printed and logged. *)
               let primary (q : Consort_group.Primary.quorum) =
+                quorum := Some q;
                 say "%s" (Fmt.str "view %s is %a" !last_vid Consort_group.Primary.pp_quorum q);
                 write
                   (Log.Quorum
@@ -521,6 +594,39 @@ let run cfg =
                                   | ADDR_UNIX p -> p);
                                 Ok ()
                             | Error e -> Error (Metrics e))))
+              in
+              let opened =
+                Result.bind opened (fun () ->
+                    match cfg.http with
+                    | None -> Ok ()
+                    | Some addr -> (
+                        match inet_addr addr with
+                        | Error e -> Error (Http e)
+                        | Ok sa -> (
+                            let groups () =
+                              match !g_ref with
+                              | Some g ->
+                                  [
+                                    console_json cfg g ~blocked:!blocked ~flow_blocked:!flow_blocked
+                                      ~quorum:!quorum ~history ~rates;
+                                  ]
+                              | None ->
+                                  [
+                                    `Assoc [ ("group", `String cfg.group); ("joined", `Bool false) ];
+                                  ]
+                            in
+                            match
+                              Consort_ops.Console.serve loop sa ~node:"consort member" groups
+                            with
+                            | Ok s ->
+                                ops_closers := (fun () -> Consort_ops.Serve.close s) :: !ops_closers;
+                                say "console at http://%s/"
+                                  (match Consort_ops.Serve.address s with
+                                  | ADDR_INET (a, p) ->
+                                      Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
+                                  | ADDR_UNIX p -> p);
+                                Ok ()
+                            | Error e -> Error (Http e))))
               in
               let capture =
                 match cfg.pcap with
@@ -613,6 +719,19 @@ let run cfg =
                     if not !exited then ignore (Loop.after loop (Time.of_ms 20) poll)
                   in
                   poll ();
+                  (* With the console, the rates it charts: a sample a second. *)
+                  if cfg.http <> None then begin
+                    let rec tick () =
+                      (match List.assoc_opt "group" (G.counters g) with
+                      | Some kvs ->
+                          let get k = Option.value ~default:0 (List.assoc_opt k kvs) in
+                          Consort_ops.Console.sample rates ~t:(Unix.gettimeofday ())
+                            ~sent:(get "sent") ~delivered:(get "delivered")
+                      | None -> ());
+                      if not !exited then ignore (Loop.after loop (Time.of_sec 1.) tick)
+                    in
+                    tick ()
+                  end;
                   (* A test's partition: drop datagrams from the addresses
                  listed in the file, re-read as it changes. *)
                   (match cfg.drop_file with

@@ -37,6 +37,9 @@ type config = {
           ({!Consort_seal.Seal}); [None]: in clear *)
   control : string option;  (** a Unix socket path for {!Consort_ops.Control} *)
   metrics : string option;  (** ["ADDR:PORT"] where Prometheus metrics are served over HTTP *)
+  http : string option;
+      (** ["ADDR:PORT"] where the web console ({!Consort_ops.Console}) is served, with the last
+          {!Consort_ops.Console.default_max} views and why each changed *)
   pcap : string option;
       (** a pcap file of every datagram sent and received ({!Consort_ops.Capture}) *)
 }
@@ -57,6 +60,7 @@ type error =
       (** the group could not be joined (the address is in use, ...) *)
   | Control of string  (** the control socket cannot be opened *)
   | Metrics of string  (** the metrics port cannot be opened *)
+  | Http of string  (** the console's port cannot be opened *)
   | Pcap of string  (** the capture file cannot be created *)
   | Failed of string
       (** the member stopped while running: its log, its capture or standard output could not be

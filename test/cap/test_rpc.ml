@@ -992,6 +992,108 @@ let forged_badsession () =
 let tests =
   tests @ [ Alcotest.test_case "forged Badsession aborts nothing" `Quick forged_badsession ]
 
+(* [Nothere] answers a Hello before any key is shared, so it cannot be signed: someone who sees a
+   Hello's nonce (it travels in clear) forges it from the server's address, and it arrives before
+   the server's own answer. Eight clients each open a session under such a forger: every call is
+   carried out once, none fails as not found, and every forgery is refuted (a signed locate answer
+   names the same place, or the handshake signed with the port's key completes) and counted. A
+   genuine Nothere is still followed ([follows_moves]: the port served elsewhere). *)
+let forged_nothere () =
+  let net = Sim.create ~seed:4 () in
+  let g = Crypto.deterministic "forged-nothere" in
+  let key = Port.Key.generate ~g () in
+  let server = ok (RS.create ~config:cfg ~g net "s") in
+  let srv = RS.serve server key in
+  let executed = Hashtbl.create 8 in
+  RS.listen srv (fun r ->
+      let d = RS.data r in
+      Hashtbl.replace executed d (1 + Option.value ~default:0 (Hashtbl.find_opt executed d));
+      RS.putrep r (Header.reply `Ok) ("done " ^ d));
+  let forged = ref 0 in
+  ignore
+    (Sim.control (RS.connection server)
+       (Sim.Drop_filter
+          (Some
+             (fun ~src cs ->
+               (match Codec.decode_string Wire.outer (Cstruct.to_string cs) with
+               | Ok (Wire.Hello { port; nonce; _ }) ->
+                   incr forged;
+                   let d = Codec.encode_string Wire.outer (Wire.Nothere { port; nonce }) in
+                   ignore (Sim.at net (Sim.now net) (fun () -> Spy.deliver ~dst:src ~src:"s" d))
+               | _ -> ());
+               false))));
+  let c = Cap.owner (Port.Key.port key) ~obj:1 secret in
+  let clients =
+    List.init 8 (fun i ->
+        let name = Printf.sprintf "c%d" i in
+        let client = ok (RS.create ~config:cfg ~g ~locate:[ "s" ] net name) in
+        let d = Printf.sprintf "put %d" i in
+        let res = ref None in
+        RS.trans client (Header.request c 1) d (fun r -> res := Some r);
+        Sim.run ~until:(Time.add (Sim.now net) (Time.of_sec 10.)) net;
+        (match !res with
+        | Some (Ok (_, r)) -> Alcotest.(check string) (name ^ ": the reply") ("done " ^ d) r
+        | Some (Error e) ->
+            Alcotest.failf "%s: cut short by a forged Nothere: %a" name Rpc_error.pp e
+        | None -> Alcotest.failf "%s: no outcome" name);
+        Alcotest.(check int) (name ^ ": carried out once") 1 (Hashtbl.find executed d);
+        client)
+  in
+  Alcotest.(check bool) "a Nothere forged for every handshake" true (!forged >= 8);
+  Alcotest.(check int)
+    "every forgery refuted and counted" !forged
+    (List.fold_left (fun a cl -> a + (RS.stats cl).Rpc.nothere_refuted) 0 clients)
+
+let tests = tests @ [ Alcotest.test_case "forged Nothere fails nothing" `Quick forged_nothere ]
+
+(* A genuine Nothere is followed at once: the server stops serving the port just as a client's
+   Hello reaches it (its place located and cached a moment before), and t serves it. The check's
+   locate is a new one (not the cached place, which would "confirm" s), it names t, and the call
+   goes there without waiting for the handshake with s to time out. *)
+let genuine_nothere () =
+  let net = Sim.create ~seed:6 () in
+  let g = Crypto.deterministic "genuine-nothere" in
+  let key = Port.Key.generate ~g () in
+  let serve addr =
+    let n = ok (R.create ~config:cfg ~g net addr) in
+    let s = R.serve n key in
+    R.listen s (fun r -> R.putrep r (Header.reply `Ok) (addr ^ ":" ^ R.data r));
+    (n, s)
+  in
+  let ns, ss = serve "s" in
+  let hellos = ref 0 in
+  ignore
+    (Sim.control (R.connection ns)
+       (Sim.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               (match Codec.decode_string Wire.outer (Cstruct.to_string cs) with
+               | Ok (Wire.Hello _) ->
+                   incr hellos;
+                   if !hellos = 1 then begin
+                     R.stop ss;
+                     ignore (serve "t")
+                   end
+               | _ -> ());
+               false))));
+  let client = ok (R.create ~config:cfg ~g ~locate:[ "s"; "t" ] net "c") in
+  let res = ref None in
+  let t0 = Sim.now net in
+  R.trans client
+    (Header.request (Cap.owner (Port.Key.port key) ~obj:1 secret) 1)
+    "1"
+    (fun r -> res := Some (r, Time.diff (Sim.now net) t0));
+  Sim.run ~until:(Time.add t0 (Time.of_sec 10.)) net;
+  match !res with
+  | Some (Ok (_, d), took) ->
+      Alcotest.(check string) "served by t" "t:1" d;
+      Alcotest.(check bool) "followed at once" true (took < cfg.locate_timeout);
+      Alcotest.(check int) "not refuted" 0 (R.stats client).Rpc.nothere_refuted
+  | Some (Error e, _) -> Alcotest.failf "after a genuine Nothere: %a" Rpc_error.pp e
+  | None -> Alcotest.fail "no outcome"
+
+let tests = tests @ [ Alcotest.test_case "genuine Nothere followed at once" `Quick genuine_nothere ]
+
 (* Signed session errors are bounded: a stranger sending datagrams of made-up sessions, 50 every
    10 ms for 1 s, gets at most 20 Badsession answers every 100 ms (each costs the server a
    signature, and is larger than what asked for it), and some. *)

@@ -17,7 +17,38 @@ let ( / ) = Filename.concat
 
 type replica = { i : int; rpc : string; group : string; mutable pid : int }
 
-let start d reps r =
+(* consort cap dir serve's arguments for replica [r] of [reps] on [data], with [init] (--new, --join
+   or nothing). *)
+let serve_args d reps r data init =
+  let peers =
+    String.concat "," (List.filter_map (fun x -> if x.i <> r.i then Some x.group else None) reps)
+  in
+  [
+    "cap";
+    "dir";
+    "serve";
+    "--data";
+    data;
+    "--key";
+    d / "dir.key";
+    "--bind";
+    r.rpc;
+    "--group";
+    r.group;
+    "--peers";
+    peers;
+  ]
+  @ init
+
+(* [init]: --new at the first start (no store identity in the data directory yet), nothing after;
+   or as given (["--join"]). *)
+let start ?init d reps r =
+  let data = d / Printf.sprintf "r%d" r.i in
+  let init =
+    match init with
+    | Some l -> l
+    | None -> if Sys.file_exists (data / "identity") then [] else [ "--new" ]
+  in
   let out, w = Unix.pipe ~cloexec:true () in
   let err =
     Unix.openfile
@@ -25,27 +56,9 @@ let start d reps r =
       [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_APPEND; Unix.O_CLOEXEC ]
       0o644
   in
-  let peers =
-    String.concat "," (List.filter_map (fun x -> if x.i <> r.i then Some x.group else None) reps)
-  in
   let pid =
     Unix.create_process_env (consort ())
-      [|
-        "consort";
-        "cap";
-        "dir";
-        "serve";
-        "--data";
-        d / Printf.sprintf "r%d" r.i;
-        "--key";
-        d / "dir.key";
-        "--bind";
-        r.rpc;
-        "--group";
-        r.group;
-        "--peers";
-        peers;
-      |]
+      (Array.of_list ("consort" :: serve_args d reps r data init))
       (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
       Unix.stdin w err
   in
@@ -60,9 +73,13 @@ let start d reps r =
   | [ "root"; cap ], [ "server"; s ] -> (cap, s)
   | _ -> Alcotest.failf "replica %d's first lines: %S %S" r.i line line2
 
+(* Never pid 0 (the process group): a replica not started, or already reaped. *)
 let kill r =
-  (try Unix.kill r.pid Sys.sigkill with Unix.Unix_error _ -> ());
-  try ignore (Unix.waitpid [] r.pid) with Unix.Unix_error _ -> ()
+  if r.pid > 0 then begin
+    (try Unix.kill r.pid Sys.sigkill with Unix.Unix_error _ -> ());
+    (try ignore (Unix.waitpid [] r.pid) with Unix.Unix_error _ -> ());
+    r.pid <- 0
+  end
 
 let run ~env args =
   let out = Filename.temp_file "dir-out" "" and err = Filename.temp_file "dir-err" "" in
@@ -418,10 +435,192 @@ let test_shell () =
     "cd into a file is refused" true
     (contains (read_file (d / "sh.err")) "not a directory")
 
+(* Data directories with an identity (issue 28): a replica whose data directory was wiped, and one
+   started on another cluster's directory of the same directory service, are refused or caught up,
+   never trusted.
+
+   Three replicas; /x made; r2 killed; /y made (on r0 and r1 only); r0 and r1 killed, r0's data
+   directory wiped. r0 restarted as before on its empty directory is refused (one line naming
+   --new and --join); with --join, beside the stale r2, it has no vote: the pair refuses (no
+   quorum) instead of serving r2's old state without /y. Once r1 is back, r0 catches up, and it
+   votes: with r1 killed again, r0 and r2 serve /x and /y. Then r2 restarted on the data directory
+   of another cluster of the same service (one replica of its own, started with --new, that made
+   /z) stops with one line naming both clusters; /z never appears. Last, two replicas of a third
+   directory service started with --join on empty directories, the third never started, make no
+   cluster of their own: refused, never served. *)
+let test_lost_dirs () =
+  let d = temp_dir "capdir-lost" in
+  let mk i =
+    {
+      i;
+      rpc = Printf.sprintf "127.0.0.1:%d" (free_port ());
+      group = Printf.sprintf "127.0.0.1:%d" (free_port ());
+      pid = 0;
+    }
+  in
+  let reps = List.init 3 mk in
+  (* The foreign cluster: one replica (no peers) of the same service, in [d/foreign]. *)
+  let foreign = { (mk 9) with i = 9 } in
+  (* Two replicas of another service, with a key and replicas of their own, in [d/joiners]. *)
+  let dj = d / "joiners" in
+  let joiners = List.init 3 mk in
+  let all () = foreign :: (reps @ joiners) in
+  Fun.protect
+    ~finally:(fun () ->
+      List.iter kill (all ());
+      rm_rf d)
+    (fun () ->
+      let locate l = "CONSORT_LOCATE=" ^ String.concat "," (List.map (fun r -> r.rpc) l) in
+      let env root l = [ "CONSORT_ROOT=" ^ root; locate l; "CONSORT_MULTICAST=off" ] in
+      (* Exit status of [r]'s process within [secs] seconds, or a failure. *)
+      let exits what r secs =
+        let t0 = Unix.gettimeofday () in
+        let rec go () =
+          match Unix.waitpid [ Unix.WNOHANG ] r.pid with
+          | 0, _ ->
+              if Unix.gettimeofday () -. t0 > secs then
+                Alcotest.failf "%s: still running after %.0f s" what secs
+              else (
+                Unix.sleepf 0.1;
+                go ())
+          | _, Unix.WEXITED c -> c
+          | _ -> Alcotest.failf "%s: killed by a signal" what
+        in
+        let c = go () in
+        r.pid <- 0;
+        c
+      in
+      let last_line r =
+        match
+          List.rev
+            (List.filter (( <> ) "")
+               (String.split_on_char '\n' (read_file (d / Printf.sprintf "r%d.log" r.i))))
+        with
+        | l :: _ -> l
+        | [] -> ""
+      in
+      let says what line words =
+        List.iter
+          (fun w ->
+            if not (contains line w) then Alcotest.failf "%s: %S does not say %S" what line w)
+          words
+      in
+      (* Until [l]'s answer to ls /: a refusal saying [refusal], or a listing (which must hold
+         [want]); at most 30 tries a second apart. *)
+      let ls_until root l ~refusal ~want =
+        eventually 30 "ls /" (fun () ->
+            match run ~env:(env root l) [ "cap"; "ls"; "/" ] with
+            | 0, out, _ ->
+                let got = rows out in
+                List.iter
+                  (fun n ->
+                    if not (List.mem n got) then
+                      Alcotest.failf "ls / lists %s: %s is lost (a stale state served)"
+                        (String.concat "," got) n)
+                  want;
+                Some `Listed
+            | 2, _, err when refusal <> "" && contains err refusal -> Some `Refused
+            | _ -> None)
+      in
+      (* The foreign cluster first: one replica of the same service, /z made, stopped. *)
+      let froot, _ = start d [ foreign ] foreign in
+      ignore
+        (eventually 30 "mkdir /z on the foreign cluster" (fun () ->
+             match run ~env:(env froot [ foreign ]) [ "cap"; "mkdir"; "/z" ] with
+             | 0, o, _ -> Some o
+             | _ -> None));
+      kill foreign;
+      let r0 = List.nth reps 0 and r1 = List.nth reps 1 and r2 = List.nth reps 2 in
+      let root, _ = start d reps r0 in
+      ignore (start d reps r1 : string * string);
+      ignore (start d reps r2 : string * string);
+      let again l args already =
+        eventually 30 (String.concat " " args) (fun () ->
+            match run ~env:(env root l) args with
+            | 0, _, _ -> Some ()
+            | 2, _, e when contains e already -> Some ()
+            | _ -> None)
+      in
+      again reps [ "cap"; "mkdir"; "/x" ] "exists";
+      kill r2;
+      again [ r0; r1 ] [ "cap"; "mkdir"; "/y" ] "exists";
+      kill r0;
+      kill r1;
+      rm_rf (d / "r0");
+      (* Restarted as before on an empty directory: refused, one line. *)
+      let code, err =
+        let e = d / "refused.err" in
+        let fd =
+          Unix.openfile e [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o600
+        in
+        let null = Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+        r0.pid <-
+          Unix.create_process_env (consort ())
+            (Array.of_list ("consort" :: serve_args d reps r0 (d / "r0") []))
+            (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
+            Unix.stdin null fd;
+        Unix.close fd;
+        Unix.close null;
+        let c = exits "r0 on an empty directory" r0 20. in
+        (c, read_file e)
+      in
+      Alcotest.(check int) "an empty directory without --join: exit 2" 2 code;
+      Alcotest.(check int) "one line" 1 (List.length (String.split_on_char '\n' (String.trim err)));
+      says "an empty directory without --join" err [ "empty"; "--new"; "--join" ];
+      (* With --join beside the stale r2: no vote until caught up, so no quorum. *)
+      ignore (start ~init:[ "--join" ] d reps r0 : string * string);
+      ignore (start d reps r2 : string * string);
+      (match ls_until root [ r0; r2 ] ~refusal:"with a vote" ~want:[ "x"; "y" ] with
+      | `Refused -> ()
+      | `Listed -> Alcotest.fail "the wiped and the stale replica served together");
+      (* r1 back: r0 catches up, then votes. *)
+      ignore (start d reps r1 : string * string);
+      ignore (ls_until root reps ~refusal:"" ~want:[ "x"; "y" ]);
+      kill r1;
+      (match ls_until root [ r0; r2 ] ~refusal:"" ~want:[ "x"; "y" ] with
+      | `Listed -> ()
+      | `Refused -> Alcotest.fail "unreachable");
+      (* r2 on the foreign cluster's directory, beside r0 and r1: it stops. *)
+      ignore (start d reps r1 : string * string);
+      ignore (ls_until root [ r0; r1 ] ~refusal:"" ~want:[ "x"; "y" ]);
+      kill r2;
+      rm_rf (d / "r2");
+      if
+        Sys.command
+          (Printf.sprintf "cp -a %s %s" (Filename.quote (d / "r9")) (Filename.quote (d / "r2")))
+        <> 0
+      then Alcotest.fail "cp -a";
+      ignore (start d reps r2 : string * string);
+      Alcotest.(check int) "a replica on another cluster's directory: exit 2" 2 (exits "r2" r2 60.);
+      says "a replica on another cluster's directory" (last_line r2)
+        [ "wrong data directory"; "cluster"; "left the group" ];
+      (match ls_until root reps ~refusal:"" ~want:[ "x"; "y" ] with
+      | `Listed -> ()
+      | `Refused -> Alcotest.fail "unreachable");
+      Alcotest.(check (list string))
+        "the foreign cluster's /z never appears" [ "x"; "y" ]
+        (rows (ok ~env:(env root [ r0; r1 ]) [ "cap"; "ls"; "/" ]));
+      (* --join on empty directories with no cluster to join: nothing is served. *)
+      Unix.mkdir dj 0o700;
+      let j0 = List.nth joiners 0 and j1 = List.nth joiners 1 in
+      let jroot, _ = start ~init:[ "--join" ] dj joiners j0 in
+      ignore (start ~init:[ "--join" ] dj joiners j1 : string * string);
+      match
+        eventually 30 "mkdir on two joining replicas" (fun () ->
+            match run ~env:(env jroot [ j0; j1 ]) [ "cap"; "mkdir"; "/w" ] with
+            | 0, _, _ -> Some `Done
+            | 2, _, e when contains e "with a vote" -> Some `Refused
+            | _ -> None)
+      with
+      | `Refused -> ()
+      | `Done -> Alcotest.fail "two replicas started with --join made a cluster of their own")
+
 let () =
   Alcotest.run "capdir-e2e"
     [
       ("replicas", [ Alcotest.test_case "three replicas, tools, kills" `Quick test_replicated ]);
+      ( "identity",
+        [ Alcotest.test_case "a wiped and a foreign data directory" `Quick test_lost_dirs ] );
       ("gc", [ Alcotest.test_case "collection over a directory and a file server" `Quick test_gc ]);
       ("bench", [ Alcotest.test_case "bench dir runs" `Quick test_bench ]);
       ("shell", [ Alcotest.test_case "put, get, cat and the shell by path" `Quick test_shell ]);

@@ -460,8 +460,14 @@ let walk_through () =
       [ "examples/boot/host.decl"; here / ".." / ".." / "examples" / "boot" / "host.decl" ]
   in
   write_file (work / "examples" / "boot" / "host.decl") (read_file decl);
-  write_file (bin / "consort") (Printf.sprintf "#!/bin/sh\nexec %s \"$@\"\n" (consort ()));
-  Unix.chmod (bin / "consort") 0o755;
+  List.iter
+    (fun (name, exe) ->
+      write_file (bin / name) (Printf.sprintf "#!/bin/sh\nexec %s \"$@\"\n" exe);
+      Unix.chmod (bin / name) 0o755)
+    [
+      ("consort", consort ());
+      ("consort-exec", here / ".." / ".." / "bin" / "exec" / "consort_exec.exe");
+    ];
   write_file (d / "walk.sh") (walk_through_block ());
   (* Around it: the namespace's own /var/lib and loopback, umask 000, and what the test checks
      afterwards copied out before the namespace goes. *)
@@ -509,6 +515,7 @@ let walk_through () =
     [ "fs up server cap1:"; "proc up server cap1:"; "dir1 up root cap1:"; "dir3 up server cap1:" ];
   Alcotest.(check int) "the notes, read by the owner and by the group" 2 (count "meet at noon");
   Alcotest.(check int) "the program ran once" 1 (count "hello world");
+  Alcotest.(check int) "and once through consort-exec" 1 (count "hello again");
   Alcotest.(check int) "the group may not run programs" 1 (count "refused: exit 2");
   Alcotest.(check string) "the copy" "meet at noon\n" (read_file (work / "copy.txt"));
   (* Every file of every server 0600, every directory 0700, under umask 000. *)

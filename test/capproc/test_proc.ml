@@ -143,6 +143,57 @@ let test_remote_run () =
   Alcotest.(check int) "every line" 30001 (List.length lines);
   Alcotest.(check bool) "in order" true (List.nth lines 29999 = "line 30000 " ^ String.make 50 'x')
 
+(* consort-exec, the small client binary: the same command as consort cap exec. Its program's
+   streams and exit code, the caller's root not handed over, and a refusal (one line, exit 2). *)
+let consort_exec = here / ".." / ".." / "bin" / "exec" / "consort_exec.exe"
+
+let run_small ~env ?stdin_file args =
+  let out = Filename.temp_file "capproc-out" "" and err = Filename.temp_file "capproc-err" "" in
+  Fun.protect
+    ~finally:(fun () ->
+      Sys.remove out;
+      Sys.remove err)
+    (fun () ->
+      let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0 in
+      let o = fd out and e = fd err in
+      let i = Unix.openfile (Option.value stdin_file ~default:"/dev/null") [ Unix.O_RDONLY ] 0 in
+      let pid =
+        Unix.create_process_env consort_exec
+          (Array.of_list ("consort-exec" :: args))
+          (Array.concat [ Array.of_list (base_env @ env); Unix.environment () ])
+          i o e
+      in
+      List.iter Unix.close [ i; o; e ];
+      let code = wait_code pid in
+      (code, read_file out, read_file err))
+
+let test_consort_exec () =
+  with_world @@ fun w ->
+  let input = w.dir / "input" in
+  write_file input "hello\nworld\n";
+  let extra = w.fs.cap in
+  let code, out, err =
+    run_small
+      ~env:(("CONSORT_ROOT=" ^ extra) :: w.env)
+      ~stdin_file:input
+      [ w.ps.cap; w.prog; "--cap"; "extra=" ^ extra; "echo"; "7"; "a"; "b c" ]
+  in
+  Alcotest.(check string) "stderr" "bye\n" err;
+  Alcotest.(check string)
+    "stdout"
+    (Printf.sprintf
+       "args: a b c\ncaps: stdin,stdout,stderr,extra\nextra: %s\nself: true\nHELLO\nWORLD\n" extra)
+    out;
+  Alcotest.(check int) "the program's exit code" 7 code;
+  let code, out, err = run_small ~env:w.env [ "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
+  Alcotest.(check int) ("exit 0: " ^ err) 0 code;
+  Alcotest.(check bool) ("no input: " ^ out) true (contains out "caps: stdout,stderr\n");
+  let code, _, err = run_small ~env:w.env [ "-n"; w.ps.cap; "cap1:nothing" ] in
+  Alcotest.(check int) "a bad capability: exit 2" 2 code;
+  Alcotest.(check bool)
+    ("one line: " ^ err) true
+    (String.length err > 0 && String.index err '\n' = String.length err - 1)
+
 (* A program that uses a capability of its environment: std_info through
    the RPC, located where the process server says. *)
 let test_capability_use () =
@@ -612,6 +663,7 @@ let () =
       ( "processes",
         [
           Alcotest.test_case "remote run, environment, exit code" `Quick test_remote_run;
+          Alcotest.test_case "consort-exec" `Quick test_consort_exec;
           Alcotest.test_case "a capability used" `Quick test_capability_use;
           Alcotest.test_case "limits" `Quick test_limits;
           Alcotest.test_case "refusals" `Quick test_refusals;

@@ -191,6 +191,14 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ "--data"; "/proc/1/consort"; "--group"; "127.0.0.1:1" ], 2);
         ([ "--data"; tmp; "--key"; existing; "--group"; "127.0.0.1:1" ], 2);
       ] );
+    ( [ "cap"; "dir"; "init" ],
+      [ "--data"; missing; "--new" ],
+      [
+        ([ "--data"; "/proc/1/consort"; "--new" ], 2);
+        ([ "--data"; tmp; "--key"; existing; "--join" ], 2);
+        ([ "--data"; missing ], 124);
+        ([ "--data"; missing; "--new"; "--join" ], 124);
+      ] );
     ([ "cap"; "ls" ], [ "/" ], [ ([ "/"; "--root"; "not-a-cap" ], 2) ]);
     ([ "cap"; "cat" ], [ "/a" ], [ ([ "/a"; "--root"; "not-a-cap" ], 2); ([], 124) ]);
     ( [ "cap"; "get" ],
@@ -255,7 +263,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ( [ "kv"; "cas" ],
       [ "k"; "a"; "b"; "--servers"; "127.0.0.1:1" ],
       [ ([ "k"; "a"; "b"; "--servers"; "bad" ], 2) ] );
-    ([ "kv"; "check" ], [ existing ], [ ([ missing ], 124); ([ existing ], 2) ]);
+    ([ "kv"; "check" ], [ existing ], [ ([ missing ], 2); ([ existing ], 2) ]);
     ([ "kv"; "del" ], [ "k"; "--servers"; "127.0.0.1:1" ], [ ([ "k"; "--servers"; "bad" ], 2) ]);
     ( [ "kv"; "get" ],
       [ "k"; "--servers"; "127.0.0.1:1" ],

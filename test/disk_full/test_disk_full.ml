@@ -419,6 +419,10 @@ let fs_serve () =
   Unix.kill pid Sys.sigterm;
   Alcotest.(check int) "the restarted server's exit status" 0 (wait_exit "the file server" pid)
 
+(* --new at a directory replica's first start (its data directory has no store identity yet). *)
+let new_unless_identity data =
+  if Sys.file_exists (Filename.concat data "identity") then [||] else [| "--new" |]
+
 (* consort cap dir serve (one replica) with its data on the disk that fills
    while directories are made: it stops (one line, exit 2, leaving its
    group); restarted on a larger disk, it has every directory it
@@ -430,22 +434,24 @@ let dir_serve () =
   let group = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
   let serve data =
     spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")
-      [|
-        consort;
-        "cap";
-        "dir";
-        "serve";
-        "--data";
-        data;
-        "--key";
-        tmp / "dir.key";
-        "--bind";
-        bind;
-        "--group";
-        group;
-        "--peers";
-        "";
-      |]
+      (Array.append
+         [|
+           consort;
+           "cap";
+           "dir";
+           "serve";
+           "--data";
+           data;
+           "--key";
+           tmp / "dir.key";
+           "--bind";
+           bind;
+           "--group";
+           group;
+           "--peers";
+           "";
+         |]
+         (new_unless_identity data))
   in
   let name i = Printf.sprintf "d%d-%s" i (String.make 200 'n') in
   let acked, root =
@@ -548,22 +554,24 @@ let identity () =
   in
   let dir data key =
     spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")
-      [|
-        consort;
-        "cap";
-        "dir";
-        "serve";
-        "--data";
-        data;
-        "--key";
-        key;
-        "--bind";
-        bind;
-        "--group";
-        Printf.sprintf "127.0.0.1:%d" (free_port ());
-        "--peers";
-        "";
-      |]
+      (Array.append
+         [|
+           consort;
+           "cap";
+           "dir";
+           "serve";
+           "--data";
+           data;
+           "--key";
+           key;
+           "--bind";
+           bind;
+           "--group";
+           Printf.sprintf "127.0.0.1:%d" (free_port ());
+           "--peers";
+           "";
+         |]
+         (new_unless_identity data))
   in
   let serves what pid =
     ignore (first_line_field what (tmp / "s.out") (if what = "dir" then "root" else "server"));

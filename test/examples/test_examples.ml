@@ -69,13 +69,14 @@ let rec files dir =
            let p = Filename.concat dir f in
            if Sys.is_directory p then files p else [ p ])
 
-let code_langs = [ "ocaml"; "c"; "python" ]
+let code_langs = [ "ocaml"; "c"; "python"; "go" ]
 
 let blocks_are_files doc () =
   let root = Lazy.force root in
   let sources =
     List.concat_map (fun d -> files (Filename.concat root d)) [ "examples"; "clients" ]
-    |> List.filter (fun f -> List.exists (Filename.check_suffix f) [ ".ml"; ".c"; ".h"; ".py" ])
+    |> List.filter (fun f ->
+           List.exists (Filename.check_suffix f) [ ".ml"; ".c"; ".h"; ".py"; ".go" ])
     |> List.map (fun f -> (f, normalise (read f)))
   in
   let checked = ref 0 in

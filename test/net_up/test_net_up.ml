@@ -287,6 +287,150 @@ let services () =
          kernel (%s)"
         (List.nth to_us 1) d (List.nth from_us 1) s)
 
+(* The memory budget, from outside: 300 kernel connections to the source
+   that never read (a 2 KiB receive buffer each, so their windows shut at
+   once) against consort net up --memory 16. The process's peak resident
+   size (VmHWM) grows by no more than the budget and a MiB for the
+   connections' records and the heap's slack; without the budget each
+   connection would hold its 1 MiB send buffer (300 MiB). *)
+let zero_window_client =
+  {|
+import socket, time
+socks = []
+for i in range(300):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    s.settimeout(5)
+    try:
+        s.connect(('OUR_IP', SOURCE_PORT))
+        socks.append(s)
+    except OSError as e:
+        print('CONNECT_FAILED', i, e)
+print('CONNECTED', len(socks), flush=True)
+time.sleep(4)
+print('DONE', flush=True)
+|}
+
+let status_kib pid key =
+  (* /proc files have no length: read line by line. *)
+  let ic = open_in (Printf.sprintf "/proc/%d/status" pid) in
+  let text =
+    Fun.protect
+      ~finally:(fun () -> close_in ic)
+      (fun () ->
+        let rec go acc =
+          match input_line ic with l -> go (l :: acc) | exception End_of_file -> List.rev acc
+        in
+        String.concat "\n" (go []))
+  in
+  match List.find_opt (fun l -> starts_with l (key ^ ":")) (lines text) with
+  | Some l ->
+      let v =
+        String.trim (String.sub l (String.length key + 1) (String.length l - String.length key - 1))
+      in
+      int_of_string (List.hd (String.split_on_char ' ' v))
+  | None -> Alcotest.failf "no %s in /proc/%d/status" key pid
+
+let zero_windows () =
+  require_root ();
+  let exe = consort_exe () in
+  let budget_mib = 16 in
+  let id = string_of_int (Unix.getpid () mod 100_000) in
+  let ns = "consort-upz-" ^ id and tap = "cuz" ^ id in
+  let out = Filename.temp_file "consort-up" ".stdout" in
+  let script = Filename.temp_file "consort-up" ".py" in
+  let source_port = 5019 in
+  write_file script
+    (List.fold_left
+       (fun s (a, b) -> replace s a b)
+       zero_window_client
+       [ ("OUR_IP", our_ip); ("SOURCE_PORT", string_of_int source_port) ]);
+  let pid = ref None in
+  let exited = ref None in
+  let reap p = match Unix.waitpid [ WNOHANG ] p with 0, _ -> () | _, st -> exited := Some st in
+  Fun.protect ~finally:(fun () ->
+      (match (!pid, !exited) with
+      | Some p, None -> (
+          try
+            Unix.kill p Sys.sigkill;
+            ignore (Unix.waitpid [] p)
+          with Unix.Unix_error _ -> ())
+      | _ -> ());
+      List.iter (fun f -> try Sys.remove f with Sys_error _ -> ()) [ out; script ];
+      ignore (quiet ("ip netns del " ^ ns));
+      ignore (quiet ("ip link del " ^ tap)))
+  @@ fun () ->
+  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
+  let argv =
+    [|
+      exe;
+      "net";
+      "up";
+      "--tap";
+      tap;
+      "--ip";
+      our_ip ^ "/24";
+      "--source-port";
+      string_of_int source_port;
+      "--source-mb";
+      "100";
+      "--memory";
+      string_of_int budget_mib;
+      "--for";
+      "60";
+    |]
+  in
+  let p = Unix.create_process exe argv Unix.stdin fd fd in
+  Unix.close fd;
+  pid := Some p;
+  let banner = Printf.sprintf "consort net: %s up as %s/24" tap our_ip in
+  if
+    (not
+       (wait_for 5. (fun () ->
+            reap p;
+            !exited <> None || contains (read_file out) banner)))
+    || !exited <> None
+  then Alcotest.failf "consort net up did not come up:\n%s" (read_file out);
+  must ("ip netns add " ^ ns);
+  must (Printf.sprintf "ip link set %s netns %s" tap ns);
+  ignore (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
+  must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
+  must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+  must (Printf.sprintf "ip -n %s link set lo up" ns);
+  let base = status_kib p "VmRSS" in
+  let rc, said =
+    run (Printf.sprintf "timeout 40 ip netns exec %s python3 %s" ns (Filename.quote script))
+  in
+  if rc <> 0 then
+    Alcotest.failf "the kernel-side client failed (%d):\n%s\nconsort net up said:\n%s" rc said
+      (read_file out);
+  let peak = status_kib p "VmHWM" in
+  Unix.kill p Sys.sigterm;
+  if
+    not
+      (wait_for 5. (fun () ->
+           reap p;
+           !exited <> None))
+  then Alcotest.fail "consort net up did not stop on SIGTERM";
+  let printed = read_file out in
+  Logs.app (fun m -> m "resident %d KiB before, peak %d KiB; %s" base peak printed);
+  Alcotest.(check bool) "consort net up exited cleanly" true (!exited = Some (Unix.WEXITED 0));
+  Alcotest.(check (list string)) "300 connections" [ "300" ] (field said "CONNECTED");
+  let tcp =
+    match List.find_opt (fun l -> starts_with l "tcp: ") (lines printed) with
+    | Some l -> l
+    | None -> Alcotest.failf "no TCP counters:\n%s" printed
+  in
+  Alcotest.(check bool)
+    (Printf.sprintf "connections reset for memory (%s)" tcp)
+    true
+    (not (contains tcp "memory resets 0 "));
+  Alcotest.(check bool)
+    (Printf.sprintf "peak resident size %d KiB within %d KiB and the budget (%d MiB) and 8 MiB" peak
+       base budget_mib)
+    true
+    (peak - base <= (budget_mib + 8) * 1024)
+
 (* [--ip6]: neighbour discovery, ping6, UDP echo and TCP echo and discard
    over IPv6 from the kernel's side; a malformed address is one clear line
    and exit 1. *)
@@ -425,5 +569,7 @@ let () =
         [
           Alcotest.test_case "consort net up: TCP echo, discard, throughput source" `Quick services;
           Alcotest.test_case "consort net up --ip6: ping6, UDP over IPv6, bad address" `Quick ip6_up;
+          Alcotest.test_case "consort net up --memory: 300 zero windows, resident size bounded"
+            `Quick zero_windows;
         ] );
     ]

@@ -163,7 +163,7 @@ type raw = {
       (** the stack's connections by peer host: info and write *)
 }
 
-let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?beside () =
+let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?wscale ?beside () =
   let open Consort in
   let fresh = beside = None in
   let vclock, net, node, conns, host =
@@ -225,7 +225,10 @@ let raw ?(config = Tcp.default_config) ?(ts = false) ?(sack = false) ?beside () 
   in
   let tso = if ts then [ Tcp_packet.Timestamp { value = 1; echo = 0 } ] else [] in
   inject ~seq:0 ~ack:0 Tcp_wire.syn
-    ~options:((Tcp_packet.Mss 1000 :: (if sack then [ Tcp_packet.Sack_permitted ] else [])) @ tso);
+    ~options:
+      ((Tcp_packet.Mss 1000 :: (if sack then [ Tcp_packet.Sack_permitted ] else []))
+      @ (match wscale with Some s -> [ Tcp_packet.Window_scale s ] | None -> [])
+      @ tso);
   (match !sent with [ (h, _) ] -> iss := Tcp_seq.to_int h.seq | _ -> failwith "no SYN-ACK");
   inject ~seq:1 ~ack:1 Tcp_wire.ack ~options:tso;
   let get () =
@@ -820,6 +823,89 @@ let memory_budget () =
   Alcotest.(check int) "and only they in the table" 16 st.active;
   Alcotest.(check bool) "the first to take a buffer was reset" true failed.(0)
 
+(* Receive memory in the budget: 200 connections send 256 KiB each to a
+   host whose application never reads, under a 4 MiB budget. What the host
+   holds (data delivered and not read, out-of-order segments) stays within
+   the budget and one segment a connection: the windows offered shrink as
+   connections come, and what peers send into windows offered before is
+   dropped once the budget is spent (without the budget the host holds
+   every byte, 50 MiB). Then the application reads, and every byte
+   arrives. *)
+let receive_budget () =
+  let limit = 4 * 1024 * 1024 and n = 200 and size = 256 * 1024 in
+  let vclock = Clock.Virtual.create () in
+  let pool = Consort.Pool.create ~name:"rbudget" () in
+  let net = Mem.create_net ~seed:3 vclock pool in
+  let (module A) =
+    Node.make ~config:{ Tcp.default_config with memory_limit = limit } net pool 1 ~seed:1
+  in
+  let (module B) =
+    Node.make ~config:{ Tcp.default_config with send_buffer = 16 * 1024 } net pool 2 ~seed:2
+  in
+  let l = Result.get_ok (A.Sock.listen A.tcp 80) in
+  let accepted = ref [] in
+  let rec accept () =
+    Socket.Promise.upon (A.Sock.accept l) (function
+      | Ok s ->
+          accepted := s :: !accepted;
+          accept ()
+      | Error _ -> ())
+  in
+  accept ();
+  let held () =
+    List.fold_left (fun acc s -> acc + (A.T.info (A.Sock.connection s)).unread) 0 !accepted
+  in
+  (* Every 8th frame (each look costs a walk of the connections). *)
+  let peak = ref 0 and peak_stack = ref 0 and frames = ref 0 in
+  Mem.on_frame net (fun _ ~src:_ ~dst:_ _ ->
+      incr frames;
+      if !frames land 7 = 0 then begin
+        let h = held () in
+        if h > !peak then peak := h;
+        let r = (A.T.query A.tcp).receive_memory in
+        if r > !peak_stack then peak_stack := r
+      end);
+  let data = Cstruct.create size in
+  let written = ref 0 in
+  for _ = 1 to n do
+    Socket.Promise.upon (B.Sock.connect B.tcp 1 80) (function
+      | Error _ -> ()
+      | Ok s ->
+          Socket.Promise.upon (B.Sock.write s data) (function
+            | Ok () -> incr written
+            | Error _ -> ()))
+  done;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 30.) vclock;
+  let st = A.T.query A.tcp in
+  Logs.app (fun m -> m "receive: peak %d held now %d; %a" !peak (held ()) Tcp.pp_stats st);
+  Alcotest.(check int) "every connection accepted" n (List.length !accepted);
+  Alcotest.(check bool)
+    (Fmt.str "unread at its peak (%d) within the budget (%d) and a segment each" !peak limit)
+    true
+    (!peak <= limit + (n * 1460));
+  Alcotest.(check bool)
+    (Fmt.str "receive memory counted at its peak (%d) within the same" !peak_stack)
+    true
+    (!peak_stack <= limit + (n * 1460) && !peak_stack >= !peak);
+  Alcotest.(check bool) "windows cut by the budget" true (st.windows_cut > 0);
+  (* The application reads: every byte comes. *)
+  let got = ref 0 in
+  let buf = Cstruct.create 65536 in
+  List.iter
+    (fun s ->
+      let rec loop () =
+        Socket.Promise.upon (A.Sock.read s buf) (function
+          | Ok k when k > 0 ->
+              got := !got + k;
+              loop ()
+          | _ -> ())
+      in
+      loop ())
+    !accepted;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 600.) vclock;
+  Alcotest.(check int) "every write completed" n !written;
+  Alcotest.(check int) "every byte received" (n * size) !got
+
 (* Ephemeral ports (RFC 6056 algorithm 4): a counter per destination, so
    that connections to one host step its ports by one whatever the host
    does with others (with one counter, each destination sees the ports
@@ -892,9 +978,105 @@ let tests =
         ports_per_destination;
       Alcotest.test_case "a memory budget across connections: the oldest zero windows lose" `Quick
         memory_budget;
+      Alcotest.test_case "receive memory in the budget: windows shrink as connections come" `Quick
+        receive_budget;
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick
         icmp_frag_needed;
       Alcotest.test_case "ICMPv6 errors as TCP reads them" `Quick icmp6_to_tcp;
+    ]
+
+(* SACK stress with megabytes in flight (CVE-2019-11477, 11478 and 11479's
+   class): a peer advertising 16 MiB (window scale 8) lets 2 MB and then
+   8 MB be sent, then reports crafted SACK blocks: one-byte blocks
+   scattered at random over the flight, blocks walking down from the top,
+   and alternate segments (a millisecond between ACKs, so RACK's timers
+   and the retransmission timer run: the flight is marked lost and sent
+   again). The work of each ACK on the scoreboard and on RACK's
+   records is counted, and must not grow with what is in flight: the same
+   bound for 2 MB and 8 MB. *)
+let sack_stress () =
+  let run mb =
+    let config =
+      {
+        Tcp.default_config with
+        timestamps = false;
+        send_buffer = 16 * 1024 * 1024;
+        initial_window = Some (mb * 1000);
+      }
+    in
+    let r = raw ~config ~sack:true ~wscale:8 () in
+    let ack ?(window = 65535) blocks =
+      r.inject ~seq:1 ~ack:1 Tcp_wire.ack ~window ~options:[ Tcp_packet.Sack blocks ]
+    in
+    ack [];
+    let written = r.write (mb * 1_000_000) in
+    Alcotest.(check int) "written" (mb * 1_000_000) written;
+    let in_flight = (r.info ()).unacked in
+    Alcotest.(check bool)
+      (Fmt.str "%d MB in flight (%d)" mb in_flight)
+      true
+      (in_flight >= mb * 1_000_000 * 9 / 10);
+    let base = r.iss () + 1 in
+    let at off = Tcp_seq.of_int (base + off) in
+    let rng = Random.State.make [| mb |] in
+    let worst = ref (0, 0) and acks = ref 0 and sack_total = ref 0 and rack_total = ref 0 in
+    let measured blocks =
+      (* A millisecond between ACKs: RACK's timers run, and segments it
+         finds lost go again. *)
+      Clock.Virtual.advance r.vclock (Consort.Time.of_ms 1);
+      let s0 = Tcp_sack.work () and r0 = Tcp_rack.work () in
+      ack blocks;
+      let ds = Tcp_sack.work () - s0 and dr = Tcp_rack.work () - r0 in
+      incr acks;
+      sack_total := !sack_total + ds;
+      rack_total := !rack_total + dr;
+      let ws, wr = !worst in
+      worst := (max ws ds, max wr dr)
+    in
+    (* One-byte blocks at random over the flight. *)
+    for _ = 1 to 2000 do
+      measured
+        (List.init 4 (fun _ ->
+             let o = 1 + Random.State.int rng (in_flight - 2) in
+             (at o, at (o + 1))))
+    done;
+    (* Blocks walking down from the top, a segment each. *)
+    for i = 1 to 2000 do
+      let o = in_flight - (i * 2000) in
+      if o > 1000 then measured [ (at o, at (o + 1000)) ]
+    done;
+    (* Alternate segments, four a block report, from the bottom up. *)
+    let segs = in_flight / 1000 in
+    let i = ref 1 in
+    while !i + 8 < segs do
+      measured (List.init 4 (fun k -> (at ((!i + (2 * k)) * 1000), at ((!i + (2 * k) + 1) * 1000))));
+      i := !i + 8
+    done;
+    let info = r.info () in
+    Logs.app (fun m ->
+        m
+          "%d MB: %d ACKs, work per ACK at most %d (scoreboard) and %d (RACK), %d and %d on \
+           average; %a"
+          mb !acks (fst !worst) (snd !worst) (!sack_total / !acks) (!rack_total / !acks)
+          Tcp.pp_conn_info info);
+    !worst
+  in
+  let ws2, wr2 = run 2 in
+  let ws8, wr8 = run 8 in
+  Alcotest.(check bool)
+    (Fmt.str "scoreboard work per ACK bounded (%d, %d)" ws2 ws8)
+    true
+    (max ws2 ws8 <= 8 * (Tcp_sack.default_max_blocks + 4));
+  Alcotest.(check bool)
+    (Fmt.str "RACK work per ACK bounded, whatever is in flight (%d with 2 MB, %d with 8 MB)" wr2 wr8)
+    true
+    (max wr2 wr8 <= 4 * 1024)
+
+let tests =
+  tests
+  @ [
+      Alcotest.test_case "SACK stress: megabytes in flight, crafted blocks, bounded work per ACK"
+        `Quick sack_stress;
     ]

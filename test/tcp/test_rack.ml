@@ -126,6 +126,32 @@ let reordering () =
   Alcotest.(check bool) "RACK: one or two recoveries" true (r.fast_retransmits <= 2);
   Alcotest.(check int) "no timeout" 0 r.timeouts
 
+(* Spurious retransmissions undone (RFC 3708 and 4015 style): reordering
+   alone (no frame lost) makes RACK retransmit before it has learnt the
+   reordering; the D-SACKs that follow show every retransmission of the
+   episode was needless, and the window reductions are undone: the sender
+   ends with the slow-start threshold it started with, as over a perfect
+   link (without the undo, each recovery halves it for good). *)
+let undo_spurious () =
+  let impairments = { link with reorder = 0.05; jitter = Time.of_ms 3 } in
+  let perfect = run (1024 * kb) in
+  List.iter
+    (fun seed ->
+      let r = Transfer.run ~config:Tcp.default_config ~impairments ~seed (1024 * kb) in
+      Logs.app (fun m -> m "undo, seed %d: %a" seed Transfer.pp_result r);
+      Alcotest.(check bool)
+        (Fmt.str "seed %d: retransmitted (%d), and the peer reported them" seed r.retransmitted)
+        true
+        (r.retransmitted > 0 && r.fast_retransmits > 0);
+      Alcotest.(check int) (Fmt.str "seed %d: no timeout" seed) 0 r.timeouts;
+      Alcotest.(check int)
+        (Fmt.str "seed %d: each recovery undone" seed)
+        r.fast_retransmits r.sender.undos;
+      Alcotest.(check int)
+        (Fmt.str "seed %d: the threshold as over a perfect link" seed)
+        perfect.sender.ssthresh r.sender.ssthresh)
+    [ 1; 2; 3; 4 ]
+
 (* Random loss over many short transfers, where a lost tail is common:
    RACK-TLP repairs most tails with a probe where duplicate ACKs must wait
    for the RTO. *)
@@ -157,6 +183,7 @@ let tests =
     Alcotest.test_case "a tail loss costs a probe and a round trip, not the RTO" `Quick tail_loss;
     Alcotest.test_case "a loss in the middle is found by time, once" `Quick middle_loss;
     Alcotest.test_case "reordering inside the window is not loss" `Quick reordering;
+    Alcotest.test_case "spurious retransmissions undone by D-SACK" `Quick undo_spurious;
     Alcotest.test_case "short transfers at 1% loss: probes instead of timeouts" `Quick
       short_transfers;
   ]

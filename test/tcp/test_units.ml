@@ -349,6 +349,35 @@ let sack_newly () =
     [ (500, 1000); (8000, 9000) ]
     (show (Tcp_sack.newly sb ~una:(seq 500) ~high [ (seq 8000, seq 9000); (seq 0, seq 1000) ]))
 
+(* RACK's reordering window (RFC 8985 section 6.2 step 4): a quarter of
+   the minimum RTT (40: 10), grown by a quarter for a D-SACK, once a round
+   trip however many D-SACKs come in it, and back to a quarter after 16
+   recoveries without one. *)
+let rack_reo_wnd () =
+  let seq = Tcp_seq.of_int in
+  let r = Tcp_rack.create () in
+  Tcp_rack.sent r ~seq:(seq 0) ~end_:(seq 1000) ~now:0;
+  Tcp_rack.sent r ~seq:(seq 1000) ~end_:(seq 2000) ~now:0;
+  Tcp_rack.ack r ~una:(seq 0) ~newly:[ (seq 1000, seq 2000) ] ~sacked:(fun _ _ -> true) ~now:40;
+  let wnd () = Tcp_rack.reo_wnd r ~in_recovery:false ~dupacks:0 ~srtt:1000 in
+  Alcotest.(check int) "a quarter of the minimum RTT" 10 (wnd ());
+  Tcp_rack.dsack r ~una:(seq 0) ~nxt:(seq 2000);
+  Alcotest.(check int) "a D-SACK: two quarters" 20 (wnd ());
+  Tcp_rack.dsack r ~una:(seq 1000) ~nxt:(seq 3000);
+  Tcp_rack.dsack r ~una:(seq 1500) ~nxt:(seq 4000);
+  Alcotest.(check int) "more in the same round trip: the same" 20 (wnd ());
+  Tcp_rack.dsack r ~una:(seq 2000) ~nxt:(seq 5000);
+  Alcotest.(check int) "one in the next round trip: three quarters" 30 (wnd ());
+  for _ = 1 to 15 do
+    Tcp_rack.recovered r
+  done;
+  Alcotest.(check int) "15 recoveries without a D-SACK: kept" 30 (wnd ());
+  Tcp_rack.recovered r;
+  Alcotest.(check int) "the 16th: a quarter again" 10 (wnd ());
+  Alcotest.(check int)
+    "never above the smoothed RTT" 5
+    (Tcp_rack.reo_wnd r ~in_recovery:false ~dupacks:0 ~srtt:5)
+
 (* RACK's records against a simple model: bytes in flight as records are
    sent, SACKed, marked lost and sent again; and the work an ACK costs. *)
 let rack_records () =
@@ -403,6 +432,8 @@ let tests =
   [
     Alcotest.test_case "SACK: what a report newly covers" `Quick sack_newly;
     Alcotest.test_case "RACK records: bytes in flight, splits, work per ACK" `Quick rack_records;
+    Alcotest.test_case "RACK's reordering window: grows once a round trip, decays" `Quick
+      rack_reo_wnd;
     Alcotest.test_case "sequence numbers wrap" `Quick seq_wrap;
     seq_props;
     codec_roundtrip;

@@ -1,0 +1,3 @@
+module consort/client
+
+go 1.19
