@@ -78,6 +78,9 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
   vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
+# Members restart at the same address while casts flow: no phantom view, one view
+# change per restart (issue 31; about 0.035 CPU s a seed, 7 s for 200; more in make soak).
+jobs+=("counted|sim vsync-restart|$BIN/bin/main.exe sim --scenario vsync-restart --seeds ${RESTART_SEEDS:-200}")
 # Every side-channel message forged at an unsealed group: no view change, no pause in deliveries
 # over 1 s (issue 29; about 0.16 s of CPU a seed, 32 s for 200).
 jobs+=("counted|sim vsync-forged-side|$BIN/bin/main.exe sim --scenario vsync-forged-side --seeds ${FORGED_SIDE_SEEDS:-200}")

@@ -768,6 +768,110 @@ let deaf_scenario ?trace ?params seed =
   in
   finish ~extra:(not_wedged w @ split) w
 
+(* No phantom views: every member a view names installs it, unless that
+   member crashed (a view a member refuses leaves the others running with
+   a member that never takes part). *)
+let no_phantoms logs ~crashed =
+  let installed = Hashtbl.create 64 in
+  List.iter
+    (fun (_, l) ->
+      List.iter
+        (function Log.View { me; view; _ } -> Hashtbl.replace installed (me, view) () | _ -> ())
+        l)
+    logs;
+  let seen = Hashtbl.create 16 in
+  List.concat_map
+    (fun (_, l) ->
+      List.concat_map
+        (function
+          | Log.View { view; members; _ } when not (Hashtbl.mem seen view) ->
+              Hashtbl.replace seen view ();
+              List.filter_map
+                (fun m ->
+                  if Hashtbl.mem installed (m, view) || List.mem m crashed then None
+                  else
+                    Some
+                      (Printf.sprintf "view %s names %s, which never installs it (phantom)" view m))
+                members
+          | _ -> [])
+        l)
+    logs
+
+(* Members crash and restart at the same address 0.5-2.5 s later while
+   casts flow: no phantom view, and each restart costs the members that
+   stay one view change (the view that drops the old incarnation takes
+   the new one in). *)
+let restart_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  (* One or two restarts, 15 s apart, of members other than the
+     coordinator of the first view (rank 0 is the least id: any member
+     may be it, so the victims are chosen when they crash). *)
+  let restarts = 1 + Rng.int w.rng 2 in
+  let first = s 4. + Rng.int w.rng (s 2.) in
+  let victims = ref [] in
+  let steady = ref [] in
+  for k = 0 to restarts - 1 do
+    let t = first + (k * s 15.) in
+    let pick = Rng.int w.rng 1000 and back = s 0.5 + Rng.int w.rng (s 2.) in
+    at w t (fun () ->
+        (* A live member that does not coordinate its view. *)
+        let candidates =
+          List.filter
+            (fun i ->
+              match w.procs.(i).g with
+              | Some g when alive w.procs.(i) ->
+                  let v = G.view g in
+                  v.Consort_group.Group.members.(0) <> G.me g && not (List.mem i !victims)
+              | _ -> false)
+            (List.init n Fun.id)
+        in
+        match candidates with
+        | [] -> ()
+        | l ->
+            let i = List.nth l (pick mod List.length l) in
+            victims := i :: !victims;
+            if k = 0 then
+              steady :=
+                List.filter_map
+                  (fun j -> if j = i then None else Option.map G.me w.procs.(j).g)
+                  (List.init n Fun.id);
+            crash w i;
+            at w
+              (Sim.now w.net + back)
+              (fun () ->
+                note w "%d restart %s" (Sim.now w.net) w.procs.(i).addr;
+                start w i))
+  done;
+  workload w ~from:(s 2.) ~until:(first + (restarts * s 15.)) ~count:200;
+  Sim.run ~until:(first + (restarts * s 15.) + s 25.) w.net;
+  let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
+  let phantoms = no_phantoms logs ~crashed:!(w.crashed) in
+  (* Views installed after the first crash by the members that were never
+     restarted (victims of a later restart are counted up to it). *)
+  let victim_ids = !(w.crashed) in
+  let extra_views =
+    List.filter_map
+      (fun id ->
+        if List.mem id victim_ids then None
+        else
+          let views =
+            List.length
+              (List.filter
+                 (function Log.View { t; _ } -> t > first | _ -> false)
+                 (match List.assoc_opt id logs with Some l -> l | None -> []))
+          in
+          let restarted = List.length !victims in
+          if views > restarted then
+            Some
+              (Printf.sprintf "%s installed %d views after the first crash for %d restarts" id views
+                 restarted)
+          else None)
+      !steady
+  in
+  finish ~extra:(not_wedged w @ phantoms @ extra_views) w
+
 (* The application suspects a live member while its casts are in flight,
    under 10% loss: it is excluded, then merges back. *)
 let slander_scenario ?trace ?params seed =
@@ -1109,6 +1213,10 @@ let scenarios =
     ( "vsync-deaf",
       "one of 5 members hears nothing for 8 s: it alone is excluded, then merges back",
       deaf_scenario );
+    ( "vsync-restart",
+      "one or two of 5 members crash and restart at the same address 0.5-2.5 s later while casts \
+       flow; 2% loss: no phantom view, one view change per restart",
+      restart_scenario );
     ( "vsync-slander",
       "the application suspects live members while they cast, under 10% loss",
       slander_scenario );
