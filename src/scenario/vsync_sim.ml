@@ -872,6 +872,47 @@ let restart_scenario ?trace ?params seed =
   in
   finish ~extra:(not_wedged w @ phantoms @ extra_views) w
 
+(* A member crashes for good and, 0-1 s later, a new member joins while
+   casts flow: the coordinator's flush for the joiner waits on the dead
+   member longer than the joiner waits for its view, so the joiner asks
+   again from new views of its own. No phantom view, and the members that
+   stay install at most two views (the crash and the join, or both in
+   one). *)
+let join_dead_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
+  for i = 0 to n - 2 do
+    at w (Rng.int w.rng 300_000_000) (fun () -> start w i)
+  done;
+  let cut = s 4. + Rng.int w.rng (s 2.) in
+  let victim = 1 + Rng.int w.rng (n - 2) in
+  let steady = ref [] in
+  at w cut (fun () ->
+      steady :=
+        List.filter_map
+          (fun j -> if j = victim then None else Option.map G.me w.procs.(j).g)
+          (List.init (n - 1) Fun.id);
+      crash w victim);
+  at w (cut + Rng.int w.rng (s 1.)) (fun () -> start w (n - 1));
+  workload w ~from:(s 2.) ~until:(cut + s 12.) ~count:150;
+  Sim.run ~until:(cut + s 30.) w.net;
+  let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
+  let extra_views =
+    List.filter_map
+      (fun id ->
+        let views =
+          List.length
+            (List.filter
+               (function Log.View { t; _ } -> t > cut | _ -> false)
+               (match List.assoc_opt id logs with Some l -> l | None -> []))
+        in
+        if views > 2 then
+          Some (Printf.sprintf "%s installed %d views after a crash and a join" id views)
+        else None)
+      !steady
+  in
+  finish ~extra:(not_wedged w @ no_phantoms logs ~crashed:!(w.crashed) @ extra_views) w
+
 (* The application suspects a live member while its casts are in flight,
    under 10% loss: it is excluded, then merges back. *)
 let slander_scenario ?trace ?params seed =
@@ -1217,6 +1258,10 @@ let scenarios =
       "one or two of 5 members crash and restart at the same address 0.5-2.5 s later while casts \
        flow; 2% loss: no phantom view, one view change per restart",
       restart_scenario );
+    ( "vsync-join-dead",
+      "a member of 4 crashes and a fifth joins 0-1 s later while casts flow; 2% loss: no phantom \
+       view, at most two view changes",
+      join_dead_scenario );
     ( "vsync-slander",
       "the application suspects live members while they cast, under 10% loss",
       slander_scenario );
