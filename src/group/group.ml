@@ -206,7 +206,7 @@ module Make (T : Transport.S) = struct
     who : string;
     pvid : string;
     since : Time.t;
-    then_ : [ `Merge_into of Side.member | `Take_in of Side.t ];
+    then_ : [ `Merge_into of Side.member | `Take_in of Side.t | `Still_there ];
   }
 
   type t = {
@@ -272,7 +272,12 @@ module Make (T : Transport.S) = struct
     (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
     mutable merge_since : Time.t; (* when the current merge attempt started *)
-    mutable heard : (T.address * string) option;
+    mutable merge_vid : string; (* the view of the coordinator the current merge asks *)
+    mutable merge_heard : Time.t;
+        (* when that coordinator last answered a probe naming that view: it
+           is still flushing it (a flush that takes this partition in, or
+           another), and the merge waits on, up to [max_merge_wait] *)
+    mutable heard : (T.address * string * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable merge_into : string; (* the coordinator the current merge asks *)
     mutable probes : probe list; (* out, newest first, at most [max_probes] *)
@@ -1088,11 +1093,13 @@ module Make (T : Transport.S) = struct
 
   (* {1 The side channel} *)
 
-  let start_merge t c dst eid =
+  let start_merge t c dst eid pvid =
     Log.info (fun m ->
         m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
     t.merge_into <- eid;
+    t.merge_vid <- pvid;
+    t.merge_heard <- 0;
     t.merge_since <- now t;
     (* The members accept the next view from the coordinator of this view
        or from the one it merges into, no one else. *)
@@ -1381,9 +1388,10 @@ module Make (T : Transport.S) = struct
                   remember t coord;
                   if not (Array.mem p.who c.view.View.members) then
                     let busy = t.blocked || t.merging <> None || t.absorbing <> None in
-                    if is_coordinator t && not busy then start_merge t c p.at p.who
-                    else t.heard <- Some (p.at, p.who)
-              | `Take_in req -> take_in t c req))
+                    if is_coordinator t && not busy then start_merge t c p.at p.who p.pvid
+                    else t.heard <- Some (p.at, p.who, p.pvid)
+              | `Take_in req -> take_in t c req
+              | `Still_there -> if t.merging <> None then t.merge_heard <- now t))
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
@@ -1553,6 +1561,11 @@ module Make (T : Transport.S) = struct
           side_send t a msg)
       (List.sort_uniq (fun a b -> compare (T.address_to_string a) (T.address_to_string b)) dsts)
 
+  (* The longest a merge waits on a coordinator that answers: a flush
+     there outlasts a member's silence (suspect.timeout, 5 s by default) at
+     most by a flush timeout. *)
+  let max_merge_wait t = 4 * t.merge_timeout
+
   let rec tick t =
     t.tick <- None;
     if t.probes <> [] then
@@ -1588,6 +1601,25 @@ module Make (T : Transport.S) = struct
           | Some (dst, Some deadline), Some req
             when t.blocked && now t < deadline - (t.merge_timeout / 2) ->
               side_send t dst req
+          | _ -> ());
+          (* While it waits, the partition asks whether that coordinator is
+             still in the view it asked to merge into: a flush there (for
+             this merge, a member that crashed holding it up) may outlast
+             the wait, and a view given up for a new one of its own would
+             make the Install that comes refused. *)
+          (match t.merging with
+          | Some (dst, Some _) when t.blocked && t.merge_vid <> "" ->
+              probe t ~at:dst ~who:t.merge_into ~pvid:t.merge_vid `Still_there
+          | _ -> ());
+          (match t.merging with
+          | Some (dst, Some deadline)
+            when now t > deadline
+                 && t.blocked
+                 && t.merge_heard > deadline - t.merge_timeout
+                 && now t < t.merge_since + max_merge_wait t ->
+              (* Answered within the wait: wait again (the request asked
+                 again during its first half). *)
+              t.merging <- Some (dst, Some (now t + t.merge_timeout))
           | _ -> ());
           (match t.merging with
           | Some (_, Some deadline) when now t > deadline && t.blocked ->
@@ -1657,11 +1689,11 @@ module Make (T : Transport.S) = struct
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
           (match (t.heard, t.cur) with
-          | Some (dst, eid), Some c
+          | Some (dst, eid, pvid), Some c
             when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
                  && not t.exited ->
               t.heard <- None;
-              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid
+              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid pvid
           | _ -> ());
           (match t.cur with
           | Some c
@@ -1842,6 +1874,8 @@ module Make (T : Transport.S) = struct
                         probes = [];
                         side_misdirected = 0;
                         merge_since = 0;
+                        merge_vid = "";
+                        merge_heard = 0;
                         exited = false;
                         xfer;
                         cur_layers = layers;
