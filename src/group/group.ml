@@ -262,9 +262,8 @@ module Make (T : Transport.S) = struct
            then waiting for its view until the deadline *)
     mutable merge_req : Side.t option;
         (* the request sent with the current merge, asked again until answered *)
-    mutable absorbing : (int * Side.member list * string) list option;
-        (* will take these members in: per merge request taken, its logical
-           time, members and view (the newest request of a partition) *)
+    mutable absorbing : (int * Side.member list * string list) option;
+        (* will take these members in: their logical time, members, views *)
     mutable minted : int; (* the highest logical time this member named a view with *)
     mutable pending : (Side.t * (string * T.address) list) option;
     mutable pending_since : Time.t;
@@ -981,12 +980,7 @@ module Make (T : Transport.S) = struct
         t.merging <- Some (dst, Some (now t + t.merge_timeout))
     | None ->
         let joiners, their_ltime, their_vids =
-          match t.absorbing with
-          | Some reqs ->
-              ( List.concat_map (fun (_, m, _) -> m) reqs,
-                List.fold_left (fun a (l, _, _) -> max a l) 0 reqs,
-                List.map (fun (_, _, v) -> v) reqs )
-          | None -> ([], 0, [])
+          match t.absorbing with Some (l, m, v) -> (m, l, v) | None -> ([], 0, [])
         in
         let members =
           mine
@@ -1245,37 +1239,28 @@ module Make (T : Transport.S) = struct
             Ep.Binding.dn_ctl c.ep
               (Gevent.Suspect_request { ranks; reason = "restarted at its address" })
         in
-        let overlaps (m' : Side.member list) =
-          List.exists
-            (fun (m : Side.member) -> List.exists (fun (j : Side.member) -> j.eid = m.eid) m')
-            members
-        in
         if
           is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
           && not from_mine
         then begin
           Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
-          t.absorbing <- Some [ (ltime, members, their_vid) ];
+          t.absorbing <- Some (ltime, members, [ their_vid ]);
           Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request");
           gone_from_addr ()
         end
         else if is_coordinator t && t.merging = None && not from_mine then begin
           match t.absorbing with
-          | Some reqs ->
-              (* A flush for a merge is under way: take these in with it. A
-                 partition that asks again (its wait ran out, it went on in
-                 a new view) is taken in from its newest view: an Install
-                 that named the older one would be refused. *)
-              let stale, others = List.partition (fun (_, m', _) -> overlaps m') reqs in
-              if stale = [] then
-                Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members))
-              else
-                Log.info (fun m ->
-                    m "%s: taking in %d members from their view %s" t.me.eid (List.length members)
-                      their_vid);
-              t.absorbing <- Some (others @ [ (ltime, members, their_vid) ]);
+          | Some (l, joiners, vids)
+            when not
+                   (List.exists
+                      (fun (m : Side.member) ->
+                        List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners)
+                      members) ->
+              (* A flush for a merge is under way: take these in with it. *)
+              Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
+              t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids);
               gone_from_addr ()
-          | None -> ()
+          | _ -> ()
         end
     | _ -> ()
 

@@ -798,9 +798,9 @@ let no_phantoms logs ~crashed =
     logs
 
 (* Members crash and restart at the same address 0.5-2.5 s later while
-   casts flow: no phantom view, and each restart costs the members that
-   stay one view change (the view that drops the old incarnation takes
-   the new one in). *)
+   casts flow: no phantom view, each restart costs the members that stay
+   one view change (the view that drops the old incarnation takes the new
+   one in), and the restarted member is taken in at its first request. *)
 let restart_scenario ?trace ?params seed =
   let n = 5 in
   let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
@@ -808,6 +808,9 @@ let restart_scenario ?trace ?params seed =
   (* One or two restarts, 15 s apart, of members other than the
      coordinator of the first view (rank 0 is the least id: any member
      may be it, so the victims are chosen when they crash). *)
+  (* Why each member that left a view was excluded, as the others say. *)
+  let whys = ref [] in
+  w.hooks <- { no_hooks with viewed = (fun _ _ v -> whys := v.Consort_group.Group.why @ !whys) };
   let restarts = 1 + Rng.int w.rng 2 in
   let first = s 4. + Rng.int w.rng (s 2.) in
   let victims = ref [] in
@@ -870,7 +873,38 @@ let restart_scenario ?trace ?params seed =
           else None)
       !steady
   in
-  finish ~extra:(not_wedged w @ phantoms @ extra_views) w
+  (* A restarted member joins with its first request: the view that takes
+     it in comes before any second view of its own. *)
+  let second_tries =
+    List.filter_map
+      (fun i ->
+        match w.procs.(i).g with
+        | Some g when alive w.procs.(i) ->
+            let id = G.me g in
+            let rec own n = function
+              | Log.View { members = [ _ ]; _ } :: rest -> own (n + 1) rest
+              | Log.View _ :: _ | [] -> n
+              | _ :: rest -> own n rest
+            in
+            let n = own 0 (match List.assoc_opt id logs with Some l -> l | None -> []) in
+            if n > 1 then
+              Some
+                (Printf.sprintf "%s, restarted, installed %d views of its own before joining" id n)
+            else None
+        | _ -> None)
+      !victims
+  in
+  (* The old incarnation is excluded because it restarted (the new one
+     answered at its address), not after its silence. *)
+  let late =
+    List.filter_map
+      (fun (id, why) ->
+        if List.mem id victim_ids && not (String.ends_with ~suffix:"restarted at its address" why)
+        then Some (Printf.sprintf "%s left the view on restart as %S" id why)
+        else None)
+      (List.sort_uniq compare !whys)
+  in
+  finish ~extra:(not_wedged w @ phantoms @ extra_views @ second_tries @ late) w
 
 (* A member crashes for good and, 0-1 s later, a new member joins while
    casts flow: the coordinator's flush for the joiner waits on the dead
