@@ -947,6 +947,91 @@ let join_dead_scenario ?trace ?params seed =
   in
   finish ~extra:(not_wedged w @ no_phantoms logs ~crashed:!(w.crashed) @ extra_views) w
 
+(* A member (the coordinator on half the seeds) is paused for 6-9 s, past
+   suspect.timeout, while casts flow, and resumes with its stale view: it
+   leaves that view within 2 s of resuming (four discovery periods: the
+   others' gossip tells it the view moved on), its application's casts
+   stop going into it, and it rejoins: the others install at most two
+   views (its exclusion, its return), it at most two (a view of its own,
+   the group's). *)
+let pause_scenario ?trace ?params seed =
+  let n = 5 in
+  let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
+  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  let from = s 5. + Rng.int w.rng (s 2.) in
+  let until = from + s 6. + Rng.int w.rng (s 3.) in
+  let coord = Rng.bool w.rng and pick = Rng.int w.rng 1000 in
+  let paused = ref (-1) and stale = ref "" and others = ref [] in
+  at w from (fun () ->
+      let live = List.filter (fun i -> alive w.procs.(i)) (List.init n Fun.id) in
+      let is_coord i =
+        match w.procs.(i).g with
+        | Some g -> (G.view g).Consort_group.Group.members.(0) = G.me g
+        | None -> false
+      in
+      let l = List.filter (fun i -> is_coord i = coord) live in
+      match l with
+      | [] -> ()
+      | l ->
+          let i = List.nth l (pick mod List.length l) in
+          paused := i;
+          (match w.procs.(i).g with
+          | Some g -> stale := (G.view g).Consort_group.Group.vid
+          | None -> ());
+          others :=
+            List.filter_map
+              (fun j -> if j = i then None else Option.map G.me w.procs.(j).g)
+              (List.init n Fun.id);
+          note w "%d pause %s until %d" (Sim.now w.net) w.procs.(i).addr until;
+          Sim.pause w.net w.procs.(i).addr ~until);
+  (* Casts every 20-80 ms from a member that runs (a paused application
+     makes none). *)
+  let t = ref (s 2.) in
+  while !t < until + s 8. do
+    let i = Rng.int w.rng n in
+    at w !t (fun () -> if not (Sim.is_paused w.net w.procs.(i).addr) then cast w i);
+    t := !t + Time.of_ms 20 + Rng.int w.rng (Time.of_ms 60)
+  done;
+  Sim.run ~until:(until + s 30.) w.net;
+  let logs = List.rev_map (fun id -> (id, List.rev !(Hashtbl.find w.logs id))) !(w.order) in
+  let views_of id pred =
+    List.filter
+      (function Log.View { t; _ } -> pred t | _ -> false)
+      (match List.assoc_opt id logs with Some l -> l | None -> [])
+  in
+  let problems =
+    if !paused < 0 then []
+    else
+      let me = match w.procs.(!paused).g with Some g -> G.me g | None -> "" in
+      let after = views_of me (fun t -> t >= until) in
+      let left =
+        match after with
+        | Log.View { t; _ } :: _ when t <= until + s 2. -> []
+        | Log.View { t; _ } :: _ ->
+            [
+              Printf.sprintf "%s stayed in its dead view %s for %.2f s after it resumed" me !stale
+                (Time.to_sec (t - until));
+            ]
+        | _ -> [ Printf.sprintf "%s never left its dead view %s" me !stale ]
+      in
+      let mine =
+        if List.length after > 2 then
+          [ Printf.sprintf "%s installed %d views after it resumed" me (List.length after) ]
+        else []
+      in
+      let theirs =
+        List.filter_map
+          (fun id ->
+            let k = List.length (views_of id (fun t -> t > from)) in
+            if k > 2 then
+              Some (Printf.sprintf "%s installed %d views for one pause of another member" id k)
+            else None)
+          !others
+      in
+      left @ mine @ theirs
+  in
+  finish ~extra:(not_wedged w @ no_phantoms logs ~crashed:!(w.crashed) @ problems) w
+
 (* The application suspects a live member while its casts are in flight,
    under 10% loss: it is excluded, then merges back. *)
 let slander_scenario ?trace ?params seed =
@@ -1296,6 +1381,10 @@ let scenarios =
       "a member of 4 crashes and a fifth joins 0-1 s later while casts flow; 2% loss: no phantom \
        view, at most two view changes",
       join_dead_scenario );
+    ( "vsync-pause",
+      "one of 5 members, the coordinator on half the seeds, paused 6-9 s past suspect.timeout \
+       while casts flow: it leaves its dead view within 2 s of resuming and rejoins; 2% loss",
+      pause_scenario );
     ( "vsync-slander",
       "the application suspects live members while they cast, under 10% loss",
       slander_scenario );
