@@ -206,7 +206,7 @@ module Make (T : Transport.S) = struct
     who : string;
     pvid : string;
     since : Time.t;
-    then_ : [ `Merge_into of Side.member | `Take_in of Side.t | `Still_there ];
+    then_ : [ `Merge_into of Side.member | `Take_in of Side.t | `Still_there | `Moved_on ];
   }
 
   type t = {
@@ -1289,6 +1289,21 @@ module Make (T : Transport.S) = struct
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
           remember t coord;
           other_stack t ~peer:coord.eid stack
+      | Side.Gossip { vid; coord; ltime; size; _ }, Some c
+        when Array.mem coord.eid c.view.View.members
+             && coord.eid <> t.me.eid && vid <> c.view.View.id && ltime > c.view.View.ltime
+             && size >= Array.length c.view.View.members - 1
+             && t.leaving = None ->
+          (* A member of this view coordinates a later view as large as
+             this one without this member, and tells this member of it
+             (gossip goes only to those outside the view): this view went
+             on without this member (paused past the others' suspicion, or
+             cut off). Once that member answers a probe naming it (not a
+             forgery), this member goes on alone and merges back, rather
+             than taking casts into a view no one else is in until its own
+             suspicions and flush run out. *)
+          let target = match addr_of t coord.addr with Some a -> a | None -> src in
+          probe t ~at:target ~who:coord.eid ~pvid:vid `Moved_on
       | Side.Gossip { vid; coord; _ }, Some c -> (
           let mine = Array.mem coord.eid c.view.View.members in
           (* Merge requests go to the other view's coordinator itself. *)
@@ -1376,7 +1391,19 @@ module Make (T : Transport.S) = struct
                     if is_coordinator t && not busy then start_merge t c p.at p.who p.pvid
                     else t.heard <- Some (p.at, p.who, p.pvid)
               | `Take_in req -> take_in t c req
-              | `Still_there -> if t.merging <> None then t.merge_heard <- now t))
+              | `Still_there -> if t.merging <> None then t.merge_heard <- now t
+              | `Moved_on ->
+                  if
+                    Array.mem p.who c.view.View.members
+                    && p.pvid <> c.view.View.id && t.leaving = None
+                    && Array.length c.view.View.members > 1
+                  then begin
+                    Log.info (fun m ->
+                        m "%s: view %s went on without it (%s is in view %s): going on alone"
+                          t.me.eid c.view.View.id p.who p.pvid);
+                    t.pending <- None;
+                    alone t c
+                  end))
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
