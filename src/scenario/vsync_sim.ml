@@ -766,7 +766,35 @@ let deaf_scenario ?trace ?params seed =
               after)
       !healthy_ids
   in
-  finish ~extra:(not_wedged w @ split) w
+  (* Once excluded, the deaf member is not taken back while it is deaf: no
+     healthy member installs, before it hears again, a view with it after
+     one without it. *)
+  let readmitted =
+    List.concat_map
+      (fun id ->
+        match Hashtbl.find_opt w.logs id with
+        | None -> []
+        | Some l ->
+            let excluded = ref false in
+            List.filter_map
+              (function
+                | Log.View { t; me; view; members } when t >= from && t < until ->
+                    let has_all_healthy = List.for_all (fun h -> List.mem h members) !healthy_ids in
+                    let extra = List.filter (fun m -> not (List.mem m !healthy_ids)) members in
+                    if has_all_healthy && extra = [] then (
+                      excluded := true;
+                      None)
+                    else if !excluded && extra <> [] then begin
+                      Some
+                        (Printf.sprintf "%s installed %s with %s, still deaf, after excluding it" me
+                           view (String.concat ", " extra))
+                    end
+                    else None
+                | _ -> None)
+              (List.rev !l))
+      !healthy_ids
+  in
+  finish ~extra:(not_wedged w @ split @ readmitted) w
 
 (* No phantom views: every member a view names installs it, unless that
    member crashed (a view a member refuses leaves the others running with
