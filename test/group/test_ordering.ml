@@ -323,6 +323,39 @@ let agree_by_hand ~block () =
   end;
   Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
 
+(* Total's token protocol driven by hand as member 0 of 3: two casts of
+   member 1 stamped with places 3 and 5 wait behind a gap (the holder that
+   stamped places 0-2 crashed); at the end of the view, after the flush,
+   they come up in the order of their places, so in member 1's FIFO
+   order. *)
+let token_tail_in_place_order () =
+  let pool = Pool.create () in
+  let view = View.v ~group:"test" ~members:[| "m0"; "m1"; "m2" |] ~rank:0 () in
+  let params = Params.set "total.protocol" (Params.String "token") Params.empty in
+  let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
+  let got = ref [] in
+  let out =
+    {
+      Layer.up =
+        (fun _ msg ->
+          got := Msg.to_string msg :: !got;
+          Msg.release msg);
+      up_ctl = ignore;
+      dn = (fun _ _ msg -> Msg.release msg);
+      dn_ctl = ignore;
+      alarm = ignore;
+    }
+  in
+  let t = G.Total.create ctx out in
+  G.Total.up t (Event.Cast_from 1) (G.Total.Stamped 3) (Msg.of_string pool "b1");
+  G.Total.up t (Event.Cast_from 1) (G.Total.Stamped 5) (Msg.of_string pool "b2");
+  Alcotest.(check (list string)) "behind a gap: held" [] !got;
+  G.Total.up_ctl t G.Gmp.Synced;
+  G.Total.dn_ctl t Event.Stop;
+  Alcotest.(check (list string))
+    "at the end of the view, in place order" [ "b1"; "b2" ] (List.rev !got);
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
 let () =
   Alcotest.run "ordering"
     [
@@ -338,6 +371,8 @@ let () =
           Alcotest.test_case "Causal and Agree deliver everything" `Quick causal_and_safe;
           Alcotest.test_case "Agree waits for a deaf member" `Quick safe_waits_for_deaf;
           Alcotest.test_case "Agree: a stability event delivers" `Quick (agree_by_hand ~block:false);
+          Alcotest.test_case "Total, token: the end of a view in place order" `Quick
+            token_tail_in_place_order;
           Alcotest.test_case "Agree: nothing safe after Block before Stop" `Quick
             (agree_by_hand ~block:true);
           Alcotest.test_case "Total: what waits for its order is bounded" `Quick total_held_bounded;
