@@ -276,6 +276,10 @@ module Make (T : Transport.S) = struct
         (* when that coordinator last answered a probe naming that view: it
            is still flushing it (a flush that takes this partition in, or
            another), and the merge waits on, up to [max_merge_wait] *)
+    mutable last_tick : Time.t; (* when the periodic work last ran *)
+    mutable resumed_at : Time.t option;
+        (* when this process last ran again after a pause longer than
+           group.merge_timeout (its periodic work that late) *)
     mutable heard : (T.address * string * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable merge_into : string; (* the coordinator the current merge asks *)
@@ -1393,8 +1397,17 @@ module Make (T : Transport.S) = struct
               | `Take_in req -> take_in t c req
               | `Still_there -> if t.merging <> None then t.merge_heard <- now t
               | `Moved_on ->
+                  (* Only after a pause of this process: a member of a view
+                     this one is about to install may gossip to an address
+                     of this member it does not know yet (after a move). *)
+                  let resumed =
+                    match t.resumed_at with
+                    | Some r -> now t - r <= 2 * t.merge_timeout
+                    | None -> false
+                  in
                   if
-                    Array.mem p.who c.view.View.members
+                    resumed
+                    && Array.mem p.who c.view.View.members
                     && p.pvid <> c.view.View.id && t.leaving = None
                     && Array.length c.view.View.members > 1
                   then begin
@@ -1580,6 +1593,8 @@ module Make (T : Transport.S) = struct
 
   let rec tick t =
     t.tick <- None;
+    if t.last_tick > 0 && now t - t.last_tick > t.merge_timeout then t.resumed_at <- Some (now t);
+    t.last_tick <- now t;
     if t.probes <> [] then
       t.probes <- List.filter (fun p -> now t - p.since <= t.merge_timeout) t.probes;
     if not t.exited then begin
@@ -1888,6 +1903,8 @@ module Make (T : Transport.S) = struct
                         merge_since = 0;
                         merge_vid = "";
                         merge_heard = 0;
+                        last_tick = 0;
+                        resumed_at = None;
                         exited = false;
                         xfer;
                         cur_layers = layers;

@@ -985,7 +985,12 @@ let join_dead_scenario ?trace ?params seed =
 let pause_scenario ?trace ?params seed =
   let n = 5 in
   let w = make ?trace ?params ~seed ~n ~link:(lossy 0.02) () in
-  Array.iteri (fun i _ -> at w (Rng.int w.rng 300_000_000) (fun () -> start w i)) w.procs;
+  (* Each member runs as the code of its address, so that a pause stops
+     its timers too, as a stopped process's. *)
+  Array.iteri
+    (fun i p ->
+      at w (Rng.int w.rng 300_000_000) (fun () -> Sim.within w.net p.addr (fun () -> start w i)))
+    w.procs;
   let from = s 5. + Rng.int w.rng (s 2.) in
   let until = from + s 6. + Rng.int w.rng (s 3.) in
   let coord = Rng.bool w.rng and pick = Rng.int w.rng 1000 in
