@@ -86,6 +86,7 @@ jobs+=("counted|sim vsync-join-dead|$BIN/bin/main.exe sim --scenario vsync-join-
 # A member or the coordinator paused past suspect.timeout leaves its dead view on resuming
 # (issue 31; about 0.06 CPU s a seed, 9 s for 150).
 jobs+=("counted|sim vsync-pause|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_SEEDS:-150}")
+jobs+=("counted|sim vsync-pause (Total token, Agree)|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_ORDER_SEEDS:-50} --params sim.props=vsync+Total+Agree,total.protocol=token")
 # Flushes cut into bursts under 15% loss (issue 31: Gmp's delivery up to the target; about
 # 0.012 CPU s a seed, 4 s for 300).
 jobs+=("counted|sim vsync-flush-burst|$BIN/bin/main.exe sim --scenario vsync-flush-burst --seeds ${FLUSH_BURST_SEEDS:-300}")

@@ -1414,8 +1414,19 @@ module Make (T : Transport.S) = struct
                     Log.info (fun m ->
                         m "%s: view %s went on without it (%s is in view %s): going on alone"
                           t.me.eid c.view.View.id p.who p.pvid);
+                    (* Every other member suspected: this member's flush,
+                       alone, ends the view as any flush does (what its
+                       ordering layers still hold delivered), then a view
+                       of one. *)
+                    let others =
+                      List.filter
+                        (fun r -> r <> c.view.View.rank)
+                        (List.init (Array.length c.view.View.members) Fun.id)
+                    in
                     t.pending <- None;
-                    alone t c
+                    Ep.Binding.dn_ctl c.ep
+                      (Gevent.Suspect_request
+                         { ranks = others; reason = Printf.sprintf "in view %s" p.pvid })
                   end))
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
