@@ -67,7 +67,7 @@ SOAK_SEEDS ?= 100000
 
 soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
-	  vsync-flow-flush vsync-oversize vsync-deaf vsync-slander vsync-slow-many vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable dir-replicated dir-gc; do \
+	  vsync-flow-flush vsync-oversize vsync-deaf vsync-restart vsync-join-dead vsync-pause vsync-flush-burst vsync-slander vsync-slow-many vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable dir-replicated dir-gc; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@for s in total-seq total-token causal safe ordered-all; do \
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done

@@ -78,6 +78,18 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
   vsync-slander vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch; do
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
+# Members restart at the same address while casts flow: no phantom view, one view
+# change per restart (issue 31; about 0.035 CPU s a seed, 7 s for 200; more in make soak).
+jobs+=("counted|sim vsync-restart|$BIN/bin/main.exe sim --scenario vsync-restart --seeds ${RESTART_SEEDS:-200}")
+# A member crashes and another joins while the flush waits on it (issue 31; about 7 s for 200).
+jobs+=("counted|sim vsync-join-dead|$BIN/bin/main.exe sim --scenario vsync-join-dead --seeds ${RESTART_SEEDS:-200}")
+# A member or the coordinator paused past suspect.timeout leaves its dead view on resuming
+# (issue 31; about 0.06 CPU s a seed, 9 s for 150).
+jobs+=("counted|sim vsync-pause|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_SEEDS:-150}")
+jobs+=("counted|sim vsync-pause (Total token, Agree)|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_ORDER_SEEDS:-50} --params sim.props=vsync+Total+Agree,total.protocol=token")
+# Flushes cut into bursts under 15% loss (issue 31: Gmp's delivery up to the target; about
+# 0.012 CPU s a seed, 4 s for 300).
+jobs+=("counted|sim vsync-flush-burst|$BIN/bin/main.exe sim --scenario vsync-flush-burst --seeds ${FLUSH_BURST_SEEDS:-300}")
 # Every side-channel message forged at an unsealed group: no view change, no pause in deliveries
 # over 1 s (issue 29; about 0.16 s of CPU a seed, 32 s for 200).
 jobs+=("counted|sim vsync-forged-side|$BIN/bin/main.exe sim --scenario vsync-forged-side --seeds ${FORGED_SIDE_SEEDS:-200}")

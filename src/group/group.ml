@@ -206,7 +206,7 @@ module Make (T : Transport.S) = struct
     who : string;
     pvid : string;
     since : Time.t;
-    then_ : [ `Merge_into of Side.member | `Take_in of Side.t ];
+    then_ : [ `Merge_into of Side.member | `Take_in of Side.t | `Still_there | `Moved_on ];
   }
 
   type t = {
@@ -271,7 +271,16 @@ module Make (T : Transport.S) = struct
     (* a view this coordinator announced, and who has not acknowledged it *)
     mutable leaving : Time.t option;
     mutable merge_since : Time.t; (* when the current merge attempt started *)
-    mutable heard : (T.address * string) option;
+    mutable merge_vid : string; (* the view of the coordinator the current merge asks *)
+    mutable merge_heard : Time.t;
+        (* when that coordinator last answered a probe naming that view: it
+           is still flushing it (a flush that takes this partition in, or
+           another), and the merge waits on, up to [max_merge_wait] *)
+    mutable last_tick : Time.t; (* when the periodic work last ran *)
+    mutable resumed_at : Time.t option;
+        (* when this process last ran again after a pause longer than
+           group.merge_timeout (its periodic work that late) *)
+    mutable heard : (T.address * string * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable merge_into : string; (* the coordinator the current merge asks *)
     mutable probes : probe list; (* out, newest first, at most [max_probes] *)
@@ -1082,11 +1091,13 @@ module Make (T : Transport.S) = struct
 
   (* {1 The side channel} *)
 
-  let start_merge t c dst eid =
+  let start_merge t c dst eid pvid =
     Log.info (fun m ->
         m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
     t.merging <- Some (dst, None);
     t.merge_into <- eid;
+    t.merge_vid <- pvid;
+    t.merge_heard <- 0;
     t.merge_since <- now t;
     (* The members accept the next view from the coordinator of this view
        or from the one it merges into, no one else. *)
@@ -1211,13 +1222,35 @@ module Make (T : Transport.S) = struct
         let from_mine =
           List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
         in
+        (* A member of this view at the address a joiner answered from is
+           an incarnation that is gone (one process answers at an address):
+           suspected at once, so that the flush that takes the joiner in
+           excludes it, rather than waiting for its silence while the
+           joiner gives up and asks again from a new view. *)
+        let gone_from_addr () =
+          let ranks =
+            List.filter_map
+              (fun r ->
+                let addr = T.address_to_string c.addrs.(r) and eid = c.view.View.members.(r) in
+                if
+                  r <> c.view.View.rank
+                  && List.exists (fun (m : Side.member) -> m.addr = addr && m.eid <> eid) members
+                then Some r
+                else None)
+              (List.init (Array.length c.view.View.members) Fun.id)
+          in
+          if ranks <> [] then
+            Ep.Binding.dn_ctl c.ep
+              (Gevent.Suspect_request { ranks; reason = "restarted at its address" })
+        in
         if
           is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
           && not from_mine
         then begin
           Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
           t.absorbing <- Some (ltime, members, [ their_vid ]);
-          Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request")
+          Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request");
+          gone_from_addr ()
         end
         else if is_coordinator t && t.merging = None && not from_mine then begin
           match t.absorbing with
@@ -1229,7 +1262,8 @@ module Make (T : Transport.S) = struct
                       members) ->
               (* A flush for a merge is under way: take these in with it. *)
               Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
-              t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids)
+              t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids);
+              gone_from_addr ()
           | _ -> ()
         end
     | _ -> ()
@@ -1259,6 +1293,21 @@ module Make (T : Transport.S) = struct
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
           remember t coord;
           other_stack t ~peer:coord.eid stack
+      | Side.Gossip { vid; coord; ltime; size; _ }, Some c
+        when Array.mem coord.eid c.view.View.members
+             && coord.eid <> t.me.eid && vid <> c.view.View.id && ltime > c.view.View.ltime
+             && size >= Array.length c.view.View.members - 1
+             && t.leaving = None ->
+          (* A member of this view coordinates a later view as large as
+             this one without this member, and tells this member of it
+             (gossip goes only to those outside the view): this view went
+             on without this member (paused past the others' suspicion, or
+             cut off). Once that member answers a probe naming it (not a
+             forgery), this member goes on alone and merges back, rather
+             than taking casts into a view no one else is in until its own
+             suspicions and flush run out. *)
+          let target = match addr_of t coord.addr with Some a -> a | None -> src in
+          probe t ~at:target ~who:coord.eid ~pvid:vid `Moved_on
       | Side.Gossip { vid; coord; _ }, Some c -> (
           let mine = Array.mem coord.eid c.view.View.members in
           (* Merge requests go to the other view's coordinator itself. *)
@@ -1343,9 +1392,42 @@ module Make (T : Transport.S) = struct
                   remember t coord;
                   if not (Array.mem p.who c.view.View.members) then
                     let busy = t.blocked || t.merging <> None || t.absorbing <> None in
-                    if is_coordinator t && not busy then start_merge t c p.at p.who
-                    else t.heard <- Some (p.at, p.who)
-              | `Take_in req -> take_in t c req))
+                    if is_coordinator t && not busy then start_merge t c p.at p.who p.pvid
+                    else t.heard <- Some (p.at, p.who, p.pvid)
+              | `Take_in req -> take_in t c req
+              | `Still_there -> if t.merging <> None then t.merge_heard <- now t
+              | `Moved_on ->
+                  (* Only after a pause of this process: a member of a view
+                     this one is about to install may gossip to an address
+                     of this member it does not know yet (after a move). *)
+                  let resumed =
+                    match t.resumed_at with
+                    | Some r -> now t - r <= 2 * t.merge_timeout
+                    | None -> false
+                  in
+                  if
+                    resumed
+                    && Array.mem p.who c.view.View.members
+                    && p.pvid <> c.view.View.id && t.leaving = None
+                    && Array.length c.view.View.members > 1
+                  then begin
+                    Log.info (fun m ->
+                        m "%s: view %s went on without it (%s is in view %s): going on alone"
+                          t.me.eid c.view.View.id p.who p.pvid);
+                    (* Every other member suspected: this member's flush,
+                       alone, ends the view as any flush does (what its
+                       ordering layers still hold delivered), then a view
+                       of one. *)
+                    let others =
+                      List.filter
+                        (fun r -> r <> c.view.View.rank)
+                        (List.init (Array.length c.view.View.members) Fun.id)
+                    in
+                    t.pending <- None;
+                    Ep.Binding.dn_ctl c.ep
+                      (Gevent.Suspect_request
+                         { ranks = others; reason = Printf.sprintf "in view %s" p.pvid })
+                  end))
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
@@ -1515,8 +1597,15 @@ module Make (T : Transport.S) = struct
           side_send t a msg)
       (List.sort_uniq (fun a b -> compare (T.address_to_string a) (T.address_to_string b)) dsts)
 
+  (* The longest a merge waits on a coordinator that answers: a flush
+     there outlasts a member's silence (suspect.timeout, 5 s by default) at
+     most by a flush timeout. *)
+  let max_merge_wait t = 4 * t.merge_timeout
+
   let rec tick t =
     t.tick <- None;
+    if t.last_tick > 0 && now t - t.last_tick > t.merge_timeout then t.resumed_at <- Some (now t);
+    t.last_tick <- now t;
     if t.probes <> [] then
       t.probes <- List.filter (fun p -> now t - p.since <= t.merge_timeout) t.probes;
     if not t.exited then begin
@@ -1550,6 +1639,25 @@ module Make (T : Transport.S) = struct
           | Some (dst, Some deadline), Some req
             when t.blocked && now t < deadline - (t.merge_timeout / 2) ->
               side_send t dst req
+          | _ -> ());
+          (* While it waits, the partition asks whether that coordinator is
+             still in the view it asked to merge into: a flush there (for
+             this merge, a member that crashed holding it up) may outlast
+             the wait, and a view given up for a new one of its own would
+             make the Install that comes refused. *)
+          (match t.merging with
+          | Some (dst, Some _) when t.blocked && t.merge_vid <> "" ->
+              probe t ~at:dst ~who:t.merge_into ~pvid:t.merge_vid `Still_there
+          | _ -> ());
+          (match t.merging with
+          | Some (dst, Some deadline)
+            when now t > deadline
+                 && t.blocked
+                 && t.merge_heard > deadline - t.merge_timeout
+                 && now t < t.merge_since + max_merge_wait t ->
+              (* Answered within the wait: wait again (the request asked
+                 again during its first half). *)
+              t.merging <- Some (dst, Some (now t + t.merge_timeout))
           | _ -> ());
           (match t.merging with
           | Some (_, Some deadline) when now t > deadline && t.blocked ->
@@ -1619,11 +1727,11 @@ module Make (T : Transport.S) = struct
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
           (match (t.heard, t.cur) with
-          | Some (dst, eid), Some c
+          | Some (dst, eid, pvid), Some c
             when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
                  && not t.exited ->
               t.heard <- None;
-              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid
+              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid pvid
           | _ -> ());
           (match t.cur with
           | Some c
@@ -1804,6 +1912,10 @@ module Make (T : Transport.S) = struct
                         probes = [];
                         side_misdirected = 0;
                         merge_since = 0;
+                        merge_vid = "";
+                        merge_heard = 0;
+                        last_tick = 0;
+                        resumed_at = None;
                         exited = false;
                         xfer;
                         cur_layers = layers;

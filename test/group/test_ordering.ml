@@ -278,6 +278,84 @@ let small protocol n () =
         seqs)
     [ 1; 2; 3 ]
 
+(* Agree alone, driven by hand as member 0 of 3: a cast from member 1 held
+   until Mnak says every member holds it. After Gmp's Block, a cast that
+   becomes stable may still be missing at a member the flush excludes:
+   nothing comes up in the regular view, and what is held comes up at
+   Stop, after the flush (Synced). [block] says whether Block comes before
+   the stability event; without it, that event delivers the cast. *)
+let agree_by_hand ~block () =
+  let pool = Pool.create () in
+  let view = View.v ~group:"test" ~members:[| "m0"; "m1"; "m2" |] ~rank:0 () in
+  let ctx = { Layer.view; rng = Rng.create 1; params = Params.empty; pool; now = (fun () -> 0) } in
+  let got = ref [] in
+  let out =
+    {
+      Layer.up =
+        (fun _ msg ->
+          got := Msg.to_string msg :: !got;
+          Msg.release msg);
+      up_ctl = ignore;
+      dn = (fun _ _ msg -> Msg.release msg);
+      dn_ctl = ignore;
+      alarm = ignore;
+    }
+  in
+  let a = G.Agree.create ctx out in
+  let cast s =
+    G.Agree.up a (Event.Cast_from 1) G.Agree.Data (Msg.create (Iovecs.of_string pool s))
+  in
+  cast "a";
+  (* Member 0 holds one cast of member 1; no member holds it everywhere yet. *)
+  G.Agree.up_ctl a (G.Mnak.Stable { stable = [| 0; 0; 0 |]; received = [| 0; 1; 0 |] });
+  Alcotest.(check (list string)) "not safe yet: held" [] !got;
+  if block then G.Agree.up_ctl a G.Gmp.Block;
+  G.Agree.up_ctl a (G.Mnak.Stable { stable = [| 0; 1; 0 |]; received = [| 0; 1; 0 |] });
+  if block then begin
+    Alcotest.(check (list string)) "after Block, nothing comes up before Stop" [] !got;
+    G.Agree.up_ctl a G.Gmp.Synced;
+    G.Agree.dn_ctl a Event.Stop;
+    Alcotest.(check (list string)) "delivered at Stop, after the flush" [ "a" ] !got
+  end
+  else begin
+    Alcotest.(check (list string)) "safe: delivered in the view" [ "a" ] !got;
+    G.Agree.dn_ctl a Event.Stop
+  end;
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
+(* Total's token protocol driven by hand as member 0 of 3: two casts of
+   member 1 stamped with places 3 and 5 wait behind a gap (the holder that
+   stamped places 0-2 crashed); at the end of the view, after the flush,
+   they come up in the order of their places, so in member 1's FIFO
+   order. *)
+let token_tail_in_place_order () =
+  let pool = Pool.create () in
+  let view = View.v ~group:"test" ~members:[| "m0"; "m1"; "m2" |] ~rank:0 () in
+  let params = Params.set "total.protocol" (Params.String "token") Params.empty in
+  let ctx = { Layer.view; rng = Rng.create 1; params; pool; now = (fun () -> 0) } in
+  let got = ref [] in
+  let out =
+    {
+      Layer.up =
+        (fun _ msg ->
+          got := Msg.to_string msg :: !got;
+          Msg.release msg);
+      up_ctl = ignore;
+      dn = (fun _ _ msg -> Msg.release msg);
+      dn_ctl = ignore;
+      alarm = ignore;
+    }
+  in
+  let t = G.Total.create ctx out in
+  G.Total.up t (Event.Cast_from 1) (G.Total.Stamped 3) (Msg.of_string pool "b1");
+  G.Total.up t (Event.Cast_from 1) (G.Total.Stamped 5) (Msg.of_string pool "b2");
+  Alcotest.(check (list string)) "behind a gap: held" [] !got;
+  G.Total.up_ctl t G.Gmp.Synced;
+  G.Total.dn_ctl t Event.Stop;
+  Alcotest.(check (list string))
+    "at the end of the view, in place order" [ "b1"; "b2" ] (List.rev !got);
+  Alcotest.(check int) "leaked slices" 0 (Pool.leak_check pool)
+
 let () =
   Alcotest.run "ordering"
     [
@@ -292,6 +370,11 @@ let () =
           Alcotest.test_case "FIFO alone disagrees" `Quick fifo_only_disagrees;
           Alcotest.test_case "Causal and Agree deliver everything" `Quick causal_and_safe;
           Alcotest.test_case "Agree waits for a deaf member" `Quick safe_waits_for_deaf;
+          Alcotest.test_case "Agree: a stability event delivers" `Quick (agree_by_hand ~block:false);
+          Alcotest.test_case "Total, token: the end of a view in place order" `Quick
+            token_tail_in_place_order;
+          Alcotest.test_case "Agree: nothing safe after Block before Stop" `Quick
+            (agree_by_hand ~block:true);
           Alcotest.test_case "Total: what waits for its order is bounded" `Quick total_held_bounded;
           Alcotest.test_case "Total: many casts held, fused" `Quick (total_held_many true);
           Alcotest.test_case "Total: many casts held, layered" `Quick (total_held_many false);
