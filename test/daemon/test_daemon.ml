@@ -936,6 +936,97 @@ let test_clean_close () =
       close_raw r;
       wait_for "failed out: closed")
 
+(* consortd's JSON log: a record written on behalf of one of its members (its
+   group library's, as it installs a view or leaves) carries that member's
+   [member], [group] and [view] fields, whichever member's code ran before;
+   the daemon's own records (a client's close) carry none. Four members of
+   two groups, each through its own client; one client closes. *)
+let test_json_log_fields () =
+  with_daemon ~args:[ "--log-level"; "info"; "--log-format"; "json" ] (addr 56) (fun d ->
+      let x1 = member d "ga" and y1 = member d "gb" in
+      let x2 = member d "ga" and y2 = member d "gb" in
+      let all = [ x1; x2; y1; y2 ] in
+      let conns = List.map (fun r -> r.conn) all in
+      check "two views of two" true
+        (until conns (fun () -> List.for_all (fun r -> view_size r = 2) all));
+      C.close x1.conn;
+      check "ga goes on without x1" true (until [ x2.conn ] (fun () -> view_size x2 = 1));
+      let field j k = match j with `Assoc l -> List.assoc_opt k l | _ -> None in
+      let str j k = match field j k with Some (`String s) -> Some s | _ -> None in
+      let records () =
+        List.filter_map
+          (fun l ->
+            if l = "" then None
+            else
+              match Yojson.Safe.from_string l with
+              | `Assoc _ as j ->
+                  List.iter
+                    (fun k -> if str j k = None then Alcotest.failf "no %s in %s" k l)
+                    [ "t"; "level"; "src"; "msg" ];
+                  Some j
+              | _ -> Alcotest.failf "not a JSON object: %S" l
+              | exception Yojson.Json_error e -> Alcotest.failf "not JSON: %S (%s)" l e)
+          (String.split_on_char '\n' (daemon_stderr d))
+      in
+      (* x1's leave is logged by the time the others installed the view
+         without it, but to be sure: *)
+      let deadline = Unix.gettimeofday () +. 5. in
+      let left r =
+        List.exists (fun j -> str j "msg" = Some (C.me r.m ^ ": left the group")) (records ())
+      in
+      while (not (left x1)) && Unix.gettimeofday () < deadline do
+        Unix.sleepf 0.02
+      done;
+      let rs = records () in
+      let who =
+        List.map
+          (fun (r, g) -> (C.me r.m, (g, List.map (fun v -> v.Consort_group.Group.vid) !(r.views))))
+          [ (x1, "ga"); (x2, "ga"); (y1, "gb"); (y2, "gb") ]
+      in
+      let prefixed msg =
+        List.find_opt
+          (fun (id, _) ->
+            let p = id ^ ": " in
+            String.length msg >= String.length p && String.sub msg 0 (String.length p) = p)
+          who
+      in
+      let seen = Hashtbl.create 4 in
+      List.iter
+        (fun j ->
+          let line = Yojson.Safe.to_string j in
+          let msg = Option.get (str j "msg") in
+          match prefixed msg with
+          | Some (id, (g, vids)) -> (
+              Alcotest.(check (option string)) ("group of " ^ line) (Some g) (str j "group");
+              (* Before its first view (the record of its install) a member
+                 is known by its group alone. *)
+              match (str j "member", str j "view") with
+              | None, None when not (Hashtbl.mem seen id) ->
+                  if not (Astring_like.contains msg ": installed view") then
+                    Alcotest.failf "no member, no view: %s" line
+              | m, v ->
+                  Hashtbl.replace seen id ();
+                  Alcotest.(check (option string)) ("member of " ^ line) (Some id) m;
+                  if not (List.exists (fun x -> Some x = v) vids) then
+                    Alcotest.failf "not a view of %s: %s" id line)
+          | None ->
+              if str j "src" = Some "consort.daemon" then
+                List.iter
+                  (fun k ->
+                    if field j k <> None then
+                      Alcotest.failf "the daemon's record with %s: %s" k line)
+                  [ "member"; "group"; "view" ])
+        rs;
+      check "x1's leave logged" true (left x1);
+      check "the daemon's record of x1's client" true
+        (List.exists
+           (fun j ->
+             str j "src" = Some "consort.daemon"
+             && Astring_like.contains (Option.get (str j "msg")) "closed its connection")
+           rs);
+      List.iter (fun (id, _) -> check ("records of " ^ id) true (Hashtbl.mem seen id)) who;
+      List.iter (fun r -> C.close r.conn) [ x2; y1; y2 ])
+
 let test_churn_leaves_nothing () =
   with_daemon ~args:[ "--ports"; "16" ] (addr 97) (fun d ->
       let a = member d "g" in
@@ -1406,6 +1497,7 @@ let () =
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
           Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
           Alcotest.test_case "a clean close is logged as a close" `Quick test_clean_close;
+          Alcotest.test_case "JSON log records: member, group, view" `Quick test_json_log_fields;
           Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
           Alcotest.test_case "a cast outside a primary view: not-primary" `Quick test_not_primary;
         ] );
