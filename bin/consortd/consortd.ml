@@ -32,6 +32,7 @@ let rate_limited ~per_second (r : Logs.reporter) =
 
 let setup_logs ((levels, format), verbose) =
   Consort_cli.setup_logs ~verbose format levels;
+  Consort_cli.set_log_context Server.log_context;
   Logs.set_reporter (rate_limited ~per_second:50 (Logs.reporter ()))
 
 (* "0660" (octal, as chmod takes it). *)

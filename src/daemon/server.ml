@@ -3,7 +3,84 @@ module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module Seal = Consort_seal.Seal
 module C = Consort_ops.Capture.Make (Udp)
-module S = Seal.Make (C)
+
+(* {1 Log context}
+
+   The JSON log records written on behalf of one member carry its [member],
+   [group] and [view] fields ({!log_context}); the daemon's own carry none.
+   [current] gives the fields of the member whose code runs now: set around
+   every entry into a member (its transport's receipts and timers, below;
+   the daemon's operations on it, {!within}), restored after, so that a
+   member's code that calls into another's (a client failed out from one
+   member's upcall: its other members leave) logs each under its own. *)
+
+let no_fields () = []
+let current : (unit -> (string * string) list) ref = ref no_fields
+let log_context () = !current ()
+
+let within fields f =
+  let saved = !current in
+  current := fields;
+  match f () with
+  | r ->
+      current := saved;
+      r
+  | exception e ->
+      current := saved;
+      raise e
+
+(* A transport whose upcalls (datagrams received, closes, timers) run
+   within one member's log context. *)
+module In_context (T : Consort.Transport.S) = struct
+  type address = T.address
+
+  let pp_address = T.pp_address
+  let equal_address = T.equal_address
+  let address_to_string = T.address_to_string
+  let address_of_string = T.address_of_string
+
+  type connection = T.connection
+  type handler = T.handler = { recv : src:address -> Iovec.t -> unit; closed : unit -> unit }
+
+  type nonrec control = T.control =
+    | Drop_filter of (src:address -> Cstruct.t -> bool) option
+    | Join_multicast of address
+
+  type info = T.info = {
+    local : address;
+    mtu : int;
+    multicast : bool;
+    sent : int;
+    received : int;
+    dropped : int;
+  }
+
+  type timer = T.timer
+
+  let send = T.send
+  let cast = T.cast
+  let close = T.close
+  let control = T.control
+  let query = T.query
+  let cancel = T.cancel
+
+  type t = { inner : T.t; fields : unit -> (string * string) list }
+
+  let wrap inner fields = { inner; fields }
+  let now t = T.now t.inner
+  let at t time f = T.at t.inner time (fun () -> within t.fields f)
+
+  let open_ t addr mk =
+    T.open_ t.inner addr (fun c ->
+        let h = mk c in
+        {
+          recv = (fun ~src iov -> within t.fields (fun () -> h.recv ~src iov));
+          closed = (fun () -> within t.fields h.closed);
+        })
+end
+
+module X = In_context (C)
+module S = Seal.Make (X)
 module G = Consort_group.Group.Make (S)
 module P = Consort_group.Properties
 
@@ -154,6 +231,8 @@ type member = {
   totals : Consort_ops.Metrics.totals;  (** its counters, monotonic across views *)
   history : Consort_ops.Console.history;  (** its last views and why each changed (--http) *)
   rates : Consort_ops.Console.rates;  (** its messages sent and delivered a second (--http) *)
+  mutable seen : (string * string) option;
+      (** its id and its last view's, from its view upcalls: its log fields *)
 }
 
 and client = {
@@ -197,6 +276,14 @@ type t = {
   capture : Consort_ops.Capture.writer option;  (** [--pcap] *)
   mutable ops : Consort_ops.Serve.t list;  (** the control socket and the metrics port *)
 }
+
+(* The log fields of a member: its group, and from its first view its id
+   and its last view's, as [consort member]'s records (a record of a view
+   being installed still names the view before). *)
+let member_fields m () =
+  match m.seen with
+  | None -> [ ("group", m.group) ]
+  | Some (me, vid) -> [ ("member", me); ("group", m.group); ("view", vid) ]
 
 let count t name n =
   match Hashtbl.find_opt t.counters name with
@@ -375,13 +462,16 @@ and shed t =
    [error], an ERROR about the connection is its last frame. *)
 and fail ?error ?(clean = false) t c why detail =
   if not c.closed then begin
+    (* The daemon's record, not a member's: even from a member's upcall
+       (a client over its queue). *)
     if clean then begin
       count t why 1;
-      Log.info (fun m -> m "client %d closed its connection" c.cid)
+      within no_fields (fun () -> Log.info (fun m -> m "client %d closed its connection" c.cid))
     end
     else begin
       count t ("failed_" ^ why) 1;
-      Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail)
+      within no_fields (fun () ->
+          Log.info (fun m -> m "client %d failed out: %s: %s" c.cid why detail))
     end;
     c.closed <- true;
     t.queued <- t.queued - c.queued;
@@ -413,7 +503,12 @@ and fail ?error ?(clean = false) t c why detail =
     (* A leave may exit at once (a member alone), which changes the table:
        the members are listed first. *)
     let ms = Hashtbl.fold (fun _ m acc -> m :: acc) c.handles [] in
-    List.iter (fun m -> match m.g with Some g when not m.exited -> G.leave g | _ -> ()) ms
+    List.iter
+      (fun m ->
+        match m.g with
+        | Some g when not m.exited -> within (member_fields m) (fun () -> G.leave g)
+        | _ -> ())
+      ms
   end
 
 (* An ERROR about the connection itself, then the end of it. *)
@@ -474,6 +569,7 @@ let callbacks t m =
   {
     Consort_group.Group.view =
       (fun (v : Consort_group.Group.view_info) ->
+        m.seen <- Some (v.members.(v.rank), v.vid);
         Consort_ops.Console.record m.history
           {
             t = Unix.gettimeofday ();
@@ -636,6 +732,7 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
       totals = Consort_ops.Metrics.totals ();
       history = Consort_ops.Console.history ();
       rates = Consort_ops.Console.rates ();
+      seen = None;
     }
   in
   let on_sent ~vid kind s =
@@ -672,13 +769,16 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
         let tr =
           S.wrap ~rekey:rekey_on
             ~freshness:(Params.time params Seal.freshness_param)
-            ~group (C.wrap t.loop t.capture) seal
+            ~group
+            (X.wrap (C.wrap t.loop t.capture) (member_fields m))
+            seal
         in
         match
-          G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
-            ?rekey:(S.rekey tr) tr ~group
-            ~addr:(Printf.sprintf "%s:%d" t.ip port)
-            (callbacks t m)
+          within (member_fields m) (fun () ->
+              G.join ~params ~peers ~on_sent ~on_lost ~heal:(List.mem P.Heal props) ~layers
+                ?rekey:(S.rekey tr) tr ~group
+                ~addr:(Printf.sprintf "%s:%d" t.ip port)
+                (callbacks t m))
         with
         | Ok g -> Ok g
         | Error (Consort_group.Group.Cannot_open _) -> try_port (i + 1)
@@ -695,7 +795,7 @@ let join_member t c ~handle ~group ~props ~params ~flags ~peers =
 
 let with_member t c handle f =
   match Hashtbl.find_opt c.handles handle with
-  | Some ({ g = Some g; exited = false; _ } as m) -> f m g
+  | Some ({ g = Some g; exited = false; _ } as m) -> within (member_fields m) (fun () -> f m g)
   | _ -> err t c handle Wire.No_such_handle (Printf.sprintf "no member with handle %d" handle)
 
 let max_group = 255
@@ -717,7 +817,7 @@ let message t c ~handle ~req payload f =
            (high_mark t) (low_mark t))
   | Some ({ g = Some g; exited = false; _ } as m) -> (
       if m.report then Queue.push (req, payload) m.pending;
-      match f g with
+      match within (member_fields m) (fun () -> f g) with
       | Ok () -> if c.version < 2 then ok t c handle
       | Error e ->
           if m.report then ignore (take_pending m payload);
@@ -1097,7 +1197,7 @@ let through t only f =
   let groups = List.sort_uniq compare (List.map (fun (m, _) -> m.group) (held t)) in
   let pick group =
     match List.filter (fun (m, _) -> not m.report) (held ~only:group t) with
-    | first :: _ -> f first
+    | ((m, _) as first) :: _ -> within (member_fields m) (fun () -> f first)
     | [] when held ~only:group t <> [] ->
         Error
           (Printf.sprintf

@@ -115,6 +115,14 @@ val control_answer : ?only:string -> t -> string -> Yojson.Safe.t
     and needs [group NAME] when the daemon holds members of several groups. Its client hears the
     message as any other member does. [only] is [group NAME]'s name. *)
 
+val log_context : unit -> (string * string) list
+(** The fields of the log record being written ([Consort_cli.set_log_context]): those of the member
+    whose code runs now, for a record made on its behalf (its group library's, while it handles a
+    datagram or a timer; the daemon's operations on it: JOIN, LEAVE, CAST, a control socket's cast,
+    its leave when its client is failed out): [member] (its id, once it has one), [group] and [view]
+    (its current view's id), as [consort member]'s; none for the daemon's own records (clients
+    accepted, failed out, refused). *)
+
 val run : config -> (unit, string) result
 (** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. Fail-stop: when the capture
     ([--pcap]) cannot be written (a full disk, an I/O error) or a loop callback raises, it stops the
