@@ -1497,8 +1497,8 @@ let () =
           Alcotest.test_case "a client served by the engine's loop" `Quick test_attach;
           Alcotest.test_case "control socket, metrics and pcap" `Quick test_ops;
           Alcotest.test_case "a clean close is logged as a close" `Quick test_clean_close;
-          Alcotest.test_case "JSON log records: member, group, view" `Quick test_json_log_fields;
           Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
           Alcotest.test_case "a cast outside a primary view: not-primary" `Quick test_not_primary;
+          Alcotest.test_case "JSON log records: member, group, view" `Quick test_json_log_fields;
         ] );
     ]
