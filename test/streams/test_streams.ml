@@ -666,6 +666,26 @@ let progress_on_a_terminal () =
     (fun s -> if not (contains r.out s) then Alcotest.failf "on a terminal, no %S in %S" s r.out)
     [ "consort sim: seed 1 of 3"; "consort sim: seed 3 of 3"; "\r\027[K3 passed, 0 failed" ]
 
+(* The long benchmarks draw their progress the same way (Consort_cli's
+   progress line): one line per run on a terminal, erased before the table,
+   and nothing on standard error when it is not a terminal. *)
+let bench_progress_on_a_terminal () =
+  let args = [ "bench"; "join"; "--sizes"; "2"; "--reps"; "3" ] in
+  let plain = run args in
+  check "no terminal" args 0 plain;
+  if plain.err <> "" then Alcotest.failf "progress without a terminal: %S" plain.err;
+  if not (contains plain.out "vsync") then Alcotest.failf "no table: %S" plain.out;
+  let cmd = String.concat " " (List.map Filename.quote (exe :: args)) in
+  let r = run ~exe:"/usr/bin/script" [ "-qec"; cmd; "/dev/null" ] in
+  if r.code <> 0 then Alcotest.failf "script: exit %d: %s" r.code r.err;
+  List.iter
+    (fun s -> if not (contains r.out s) then Alcotest.failf "on a terminal, no %S in %S" s r.out)
+    [
+      "\r\027[Kconsort bench join: run 1 of 3";
+      "\r\027[Kconsort bench join: run 3 of 3";
+      "\r\027[Kstack ";
+    ]
+
 let () =
   if Unix.getuid () <> 0 then (
     prerr_endline "test_streams mounts tmpfs: it must run as root";
@@ -682,5 +702,6 @@ let () =
           Alcotest.test_case "standard output on a full disk" `Quick stdout_on_full_disk;
           Alcotest.test_case "paths: missing, read-only, on a full disk" `Quick path_cases;
           Alcotest.test_case "progress on a terminal only" `Quick progress_on_a_terminal;
+          Alcotest.test_case "bench progress on a terminal only" `Quick bench_progress_on_a_terminal;
         ] );
     ]
