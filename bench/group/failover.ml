@@ -92,6 +92,7 @@ let run ~exe ?(size = 3) ?(reps = 3) ?(params = "") () =
         let timeout = Consort.Params.time p Consort_group.Suspect.Param.timeout in
         let interval = Consort.Params.time p Consort_group.Suspect.Param.interval in
         let timeout_s = Consort.Time.to_sec timeout in
+        Consort_cli.with_progress "consort bench failover" ~total:reps @@ fun progress ->
         let rec go acc rep =
           if rep > reps then
             Ok
@@ -104,6 +105,7 @@ let run ~exe ?(size = 3) ?(reps = 3) ?(params = "") () =
           else
             let victim = if rep mod 2 = 0 then `Coordinator else `Member in
             let phase = float (rep - 1) /. float reps in
+            Consort_cli.step progress rep;
             match
               once ~exe ~params ~size ~rep ~victim ~timeout_s
                 ~interval_s:(Consort.Time.to_sec interval) ~phase

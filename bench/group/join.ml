@@ -87,6 +87,11 @@ let run ~exe ?(sizes = [ 2; 3; 4; 5; 6; 7; 8 ]) ?(reps = 3) ?(params = "") ?(sea
       (try Sys.remove key with Sys_error _ -> ());
       Consort_seal.Seal.write_key key (Consort_seal.Seal.generate ()))
   in
+  let configs = if seal then sealed else plain in
+  let runs = List.concat_map (fun size -> List.map (fun c -> (size, c)) configs) sizes in
+  (* Progress on a terminal: one run a group started. *)
+  Consort_cli.with_progress "consort bench join" ~total:(List.length runs * reps) @@ fun progress ->
+  let started = ref 0 in
   let rec sizes_loop acc = function
     | [] -> Ok (List.rev acc)
     | (size, (stack, props, extra_params, keyed)) :: rest -> (
@@ -98,10 +103,13 @@ let run ~exe ?(sizes = [ 2; 3; 4; 5; 6; 7; 8 ]) ?(reps = 3) ?(params = "") ?(sea
         let extra = if keyed then [ "--key"; key ] else [] in
         let rec reps_loop s j f rep =
           if rep > reps then Ok (s, j, f)
-          else
+          else begin
+            incr started;
+            Consort_cli.step progress !started;
             match once ~exe ~params ~props ~extra ~size ~rep with
             | Error e -> Error (stack ^ ": " ^ e)
             | Ok (s', j', f') -> reps_loop (s' :: s) (j' :: j) (f' :: f) (rep + 1)
+          end
         in
         match reps_loop [] [] [] 1 with
         | Error e -> Error e
@@ -118,13 +126,7 @@ let run ~exe ?(sizes = [ 2; 3; 4; 5; 6; 7; 8 ]) ?(reps = 3) ?(params = "") ?(sea
               :: acc)
               rest)
   in
-  let configs = if seal then sealed else plain in
-  let res =
-    match keyed with
-    | Error e -> Error e
-    | Ok () ->
-        sizes_loop [] (List.concat_map (fun size -> List.map (fun c -> (size, c)) configs) sizes)
-  in
+  let res = match keyed with Error e -> Error e | Ok () -> sizes_loop [] runs in
   Proc.remove_dir keydir;
   res
 

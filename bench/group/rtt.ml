@@ -97,9 +97,12 @@ let run ~exe ?(count = 5000) ?(warmup = 500) ?(params = "") ?(placements = [ `Sa
   (* Rounds go through every configuration in turn, so that a change in
      the machine's load during the run is shared by all. *)
   let per_round r = (count / rounds) + if r < count mod rounds then 1 else 0 in
+  let n = List.length configs in
+  Consort_cli.with_progress "consort bench rtt" ~total:(rounds * n) @@ fun progress ->
   let rec go acc r = function
     | [] -> if r + 1 >= rounds then Ok acc else go acc (r + 1) configs
     | ((_, kind, props, extra), cpus, _) :: rest as l -> (
+        Consort_cli.step progress ((r * n) + (n - List.length l) + 1);
         match once ~exe ~count:(per_round r) ~warmup ~params ~props ~extra ~kind ~cpus () with
         | Error e -> Error e
         | Ok samples ->

@@ -639,3 +639,33 @@ let log_options =
   Term.(const (fun levels format -> (levels, format)) $ levels $ format)
 
 let logging = Term.(const (fun (levels, format) -> setup_logs format levels) $ log_options)
+
+type progress = {
+  what : string;
+  total : int;
+  tty : bool;
+  mutable drawn : bool;
+  mutable last : float;
+}
+
+let progress what ~total =
+  { what; total; tty = total > 1 && Unix.isatty Unix.stderr; drawn = false; last = 0. }
+
+let step p k =
+  let now = Unix.gettimeofday () in
+  if p.tty && (k <= 1 || k >= p.total || now -. p.last >= 0.1) then begin
+    p.last <- now;
+    Printf.eprintf "\r\027[K%s: run %d of %d%!" p.what k p.total;
+    p.drawn <- true
+  end
+
+let finish p =
+  if p.drawn then begin
+    prerr_string "\r\027[K";
+    flush stderr;
+    p.drawn <- false
+  end
+
+let with_progress what ~total f =
+  let p = progress what ~total in
+  Fun.protect ~finally:(fun () -> finish p) (fun () -> f p)

@@ -127,3 +127,21 @@ val log_options :
   ((Logs.level option * (string * Logs.level option) list) * log_format) Cmdliner.Term.t
 (** The same two options, read but not applied (for commands that apply them with {!setup_logs}
     themselves, with their own [--verbose]). *)
+
+type progress
+(** A progress line on standard error for a long command (a benchmark's runs), drawn only when
+    standard error is a terminal. *)
+
+val progress : string -> total:int -> progress
+(** [progress what ~total]: a line [WHAT: run K of TOTAL] for {!step}, if standard error is a
+    terminal and [total > 1]; otherwise {!step} and {!finish} do nothing. *)
+
+val step : progress -> int -> unit
+(** [step p k]: run [k] (from 1) starts: the line is redrawn in place (at most 10 times a second,
+    always for the first and the last run). *)
+
+val finish : progress -> unit
+(** Erases the line (before anything else is written, and at the end). *)
+
+val with_progress : string -> total:int -> (progress -> 'a) -> 'a
+(** [with_progress what ~total f] is [f p], the line erased when [f] returns or raises. *)
