@@ -68,28 +68,28 @@ SOAK_SEEDS ?= 100000
 soak: build
 	@for s in pt2pt-lossy mnak-lossy vsync-crash vsync-join-leave vsync-partition-merge vsync-churn \
 	  vsync-flow-flush vsync-oversize vsync-deaf vsync-restart vsync-join-dead vsync-pause vsync-flush-burst vsync-slander vsync-slow-many vsync-leave-coord vsync-forged xfer-join xfer-giver-crash switch rpc-at-most-once fs-crash kv-linearizable dir-replicated dir-gc; do \
-	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+	  ./scripts/soak-sim.sh --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@for s in total-seq total-token causal safe ordered-all; do \
-	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
-	@./_build/default/bin/main.exe sim --scenario kv-linearizable --seeds $(SOAK_SEEDS) --quiet --params total.protocol=token
-	@./_build/default/bin/main.exe sim --scenario evs --seeds $(SOAK_SEEDS) --quiet
-	@./_build/default/bin/main.exe sim --scenario primary-partitions --seeds $(SOAK_SEEDS) --quiet
-	@./_build/default/bin/main.exe sim --scenario primary-dynamic --seeds $(SOAK_SEEDS) --quiet
+	  ./scripts/soak-sim.sh --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
+	@./scripts/soak-sim.sh --scenario kv-linearizable --seeds $(SOAK_SEEDS) --quiet --params total.protocol=token
+	@./scripts/soak-sim.sh --scenario evs --seeds $(SOAK_SEEDS) --quiet
+	@./scripts/soak-sim.sh --scenario primary-partitions --seeds $(SOAK_SEEDS) --quiet
+	@./scripts/soak-sim.sh --scenario primary-dynamic --seeds $(SOAK_SEEDS) --quiet
 	@for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do \
-	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet --params sim.props=vsync+Scale || exit 1; done
-	@./_build/default/bin/main.exe sim --scenario scale-64 --seeds 1000 --quiet
-	@./_build/default/bin/main.exe sim --scenario scale-oneway --seeds 3000 --quiet
-	@./_build/default/bin/main.exe sim --scenario scale-deaf-coord --seeds 3000 --quiet
-	@./_build/default/bin/main.exe sim --scenario cltsvr-cut-coord --seeds $(SOAK_SEEDS) --quiet
-	@./_build/default/bin/main.exe sim --scenario primary-restart --seeds $(SOAK_SEEDS) --quiet
-	@./_build/default/bin/main.exe sim --scenario migrate-unreachable --seeds $(SOAK_SEEDS) --quiet
-	@./_build/default/bin/main.exe sim --scenario scale-256 --seeds 100 --quiet
+	  ./scripts/soak-sim.sh --scenario $$s --seeds $(SOAK_SEEDS) --quiet --params sim.props=vsync+Scale || exit 1; done
+	@./scripts/soak-sim.sh --scenario scale-64 --seeds 1000 --quiet
+	@./scripts/soak-sim.sh --scenario scale-oneway --seeds 3000 --quiet
+	@./scripts/soak-sim.sh --scenario scale-deaf-coord --seeds 3000 --quiet
+	@./scripts/soak-sim.sh --scenario cltsvr-cut-coord --seeds $(SOAK_SEEDS) --quiet
+	@./scripts/soak-sim.sh --scenario primary-restart --seeds $(SOAK_SEEDS) --quiet
+	@./scripts/soak-sim.sh --scenario migrate-unreachable --seeds $(SOAK_SEEDS) --quiet
+	@./scripts/soak-sim.sh --scenario scale-256 --seeds 100 --quiet
 	@for s in vsync-crash vsync-partition-merge vsync-churn vsync-flow-flush vsync-slander vsync-leave-coord; do \
 	  for p in sequencer token; do \
-	    ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
+	    ./scripts/soak-sim.sh --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
 	      --params sim.props=vsync+Total+Causal+Agree,total.protocol=$$p || exit 1; done; done
 	@for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-deaf vsync-slander vsync-leave-coord vsync-forged; do \
-	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
+	  ./scripts/soak-sim.sh --scenario $$s --seeds $(SOAK_SEEDS) --quiet \
 	    --params sim.props=vsync+Privacy+Rekey || exit 1; done
 
 # Five member processes in network namespaces (veth links to a bridge) under
