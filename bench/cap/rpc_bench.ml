@@ -257,9 +257,11 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
   let* _ = call mb in
   let* _ = call_lan mb in
   let bytes = transfers * 1_000_000 in
+  Consort_cli.with_progress "consort bench rpc" ~total:rounds @@ fun progress ->
   let rec go i acc =
     if i = rounds then Ok (List.rev acc)
     else
+      let () = Consort_cli.step progress (i + 1) in
       let* raw_rtt_us = raw_rtt loop calls in
       let* null_us = rpc_null loop call calls in
       let* raw_mbps, raw_cpu_mbps = raw_oneway loop bytes in

@@ -196,6 +196,16 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
   else if List.exists (fun s -> s < 1 || s > members) senders then
     Error (Printf.sprintf "senders between 1 and %d" members)
   else
+    (* Progress on a terminal: one run each of raw UDP's and every row's reps. *)
+    let total = (1 + (List.length stacks * List.length senders)) * max 1 reps in
+    Consort_cli.with_progress "consort bench throughput" ~total @@ fun progress ->
+    let started = ref 0 in
+    let repeat reps f =
+      repeat reps (fun () ->
+          incr started;
+          Consort_cli.step progress !started;
+          f ())
+    in
     match repeat reps (fun () -> raw ~exe ~count ~size ~deadline) with
     | Error e -> Error e
     | Ok r ->
