@@ -1027,6 +1027,76 @@ let test_json_log_fields () =
       List.iter (fun (id, _) -> check ("records of " ^ id) true (Hashtbl.mem seen id)) who;
       List.iter (fun r -> C.close r.conn) [ x2; y1; y2 ])
 
+(* consortd's JSON log stays JSON when the rate limit drops records: the
+   count of what was dropped is a record of the daemon's own (no member,
+   group or view), and every refusal is either logged or counted. 300
+   clients over TCP present a wrong token (one warning each, past 50 a
+   second), then, over a second later, one more. *)
+let test_json_log_rate_limit () =
+  let dir = tmpdir () in
+  let token = Filename.concat dir "t.token" in
+  (match Consort_seal.Seal.write_key token (Consort_seal.Seal.generate ()) with
+  | Ok () -> ()
+  | Error e -> Alcotest.fail e);
+  let tcp = addr 67 in
+  let port = base + 67 in
+  let d =
+    start ~dir ~args:[ "--tcp"; tcp; "--token"; token; "--log-format"; "json" ] ~bind:(addr 58) ()
+  in
+  Fun.protect
+    ~finally:(fun () ->
+      stop d;
+      rm_rf dir)
+    (fun () ->
+      let bad () =
+        let fd = Unix.socket Unix.PF_INET Unix.SOCK_STREAM 0 in
+        Fun.protect
+          ~finally:(fun () -> try Unix.close fd with Unix.Unix_error _ -> ())
+          (fun () ->
+            Unix.connect fd (Unix.ADDR_INET (Unix.inet_addr_loopback, port));
+            let r = { fd; fr = Wire.framer ~max:(1 lsl 20); buf = Bytes.create 4096 } in
+            put r
+              (Wire.encode_request
+                 (Wire.Hello
+                    { min_version = 1; max_version = 2; name = "bad"; token = "not the token" }));
+            let rec drain () =
+              match next ~timeout:5. r with `Event _ -> drain () | `Closed | `Timeout -> ()
+            in
+            drain ())
+      in
+      for _ = 1 to 300 do
+        bad ()
+      done;
+      Unix.sleepf 1.1;
+      bad ();
+      let records =
+        List.filter_map
+          (fun l ->
+            if l = "" then None
+            else
+              match Yojson.Safe.from_string l with
+              | `Assoc f -> Some (l, f)
+              | _ -> Alcotest.failf "not a JSON object: %S" l
+              | exception Yojson.Json_error e -> Alcotest.failf "not JSON: %S (%s)" l e)
+          (String.split_on_char '\n' (daemon_stderr d))
+      in
+      let logged = ref 0 and dropped = ref 0 in
+      List.iter
+        (fun (l, f) ->
+          List.iter
+            (fun k ->
+              if List.mem_assoc k f then Alcotest.failf "the daemon's record with %s: %s" k l)
+            [ "member"; "group"; "view" ];
+          match List.assoc_opt "msg" f with
+          | Some (`String m) when Astring_like.contains m "over TCP refused" -> incr logged
+          | Some (`String m) when Astring_like.contains m "log lines dropped" ->
+              dropped := !dropped + Scanf.sscanf m "%d" (fun n -> n)
+          | _ -> Alcotest.failf "another record: %s" l)
+        records;
+      Alcotest.(check int)
+        (Printf.sprintf "every refusal logged (%d) or counted as dropped (%d)" !logged !dropped)
+        301 (!logged + !dropped))
+
 let test_churn_leaves_nothing () =
   with_daemon ~args:[ "--ports"; "16" ] (addr 97) (fun d ->
       let a = member d "g" in
@@ -1500,5 +1570,6 @@ let () =
           Alcotest.test_case "doc/protocol.md is the code's protocol" `Quick test_protocol_doc;
           Alcotest.test_case "a cast outside a primary view: not-primary" `Quick test_not_primary;
           Alcotest.test_case "JSON log records: member, group, view" `Quick test_json_log_fields;
+          Alcotest.test_case "a JSON log under the rate limit" `Quick test_json_log_rate_limit;
         ] );
     ]
