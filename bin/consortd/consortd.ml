@@ -6,7 +6,10 @@ module Seal = Consort_seal.Seal
 
 (* At most [per_second] log lines a second: under heavy churn the groups'
    warnings would flood a service manager's journal. What is dropped is
-   counted and said in one line when lines flow again. *)
+   counted and said in one record of the daemon's own (in the log's format:
+   one JSON object in a JSON log) when lines flow again. *)
+let limit_src = Logs.Src.create "consortd" ~doc:"consortd's log rate limit"
+
 let rate_limited ~per_second (r : Logs.reporter) =
   let second = ref 0 and lines = ref 0 and dropped = ref 0 in
   let report src level ~over k msgf =
@@ -15,9 +18,12 @@ let rate_limited ~per_second (r : Logs.reporter) =
       second := now;
       lines := 0;
       if !dropped > 0 then begin
-        Printf.eprintf "consortd: %d log lines dropped (more than %d a second)\n%!" !dropped
-          per_second;
-        dropped := 0
+        let n = !dropped in
+        dropped := 0;
+        Server.outside_members (fun () ->
+            r.Logs.report limit_src Logs.Warning ~over:ignore
+              (fun () -> ())
+              (fun m -> m "%d log lines dropped (more than %d a second)" n per_second))
       end
     end;
     incr lines;

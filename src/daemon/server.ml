@@ -31,6 +31,8 @@ let within fields f =
 
 (* A transport whose upcalls (datagrams received, closes, timers) run
    within one member's log context. *)
+let outside_members f = within no_fields f
+
 module In_context (T : Consort.Transport.S) = struct
   type address = T.address
 

@@ -123,6 +123,9 @@ val log_context : unit -> (string * string) list
     (its current view's id), as [consort member]'s; none for the daemon's own records (clients
     accepted, failed out, refused). *)
 
+val outside_members : (unit -> 'a) -> 'a
+(** [outside_members f] is [f ()] with no member's log context: for the daemon's own records. *)
+
 val run : config -> (unit, string) result
 (** [run config] serves until SIGTERM or SIGINT, then leaves cleanly. Fail-stop: when the capture
     ([--pcap]) cannot be written (a full disk, an I/O error) or a loop callback raises, it stops the
