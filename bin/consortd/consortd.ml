@@ -402,7 +402,10 @@ let cmd =
          connect\").";
       `P
         "Log lines (warnings; with $(b,--verbose), also clients failed out) go to standard error, \
-         at most 50 a second; what is dropped is counted in one line.";
+         at most 50 a second; what is dropped is counted in one record of source consortd. With \
+         $(b,--log-format json), a record written for a member the daemon holds carries its \
+         $(b,member), $(b,group) and $(b,view) fields, as $(b,consort member)'s do; the daemon's \
+         own records carry none.";
       `P
         "On SIGUSR1 the daemon prints one line on standard error: $(b,counters) clients=N \
          members=N and its counters (clients accepted, frames and bytes in and out, clients failed \
