@@ -29,10 +29,10 @@ let within fields f =
       current := saved;
       raise e
 
-(* A transport whose upcalls (datagrams received, closes, timers) run
-   within one member's log context. *)
 let outside_members f = within no_fields f
 
+(* A transport whose upcalls (datagrams received, closes, timers) run
+   within one member's log context. *)
 module In_context (T : Consort.Transport.S) = struct
   type address = T.address
 
