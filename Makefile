@@ -73,6 +73,7 @@ soak: build
 	  ./_build/default/bin/main.exe sim --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@./_build/default/bin/main.exe sim --scenario kv-linearizable --seeds $(SOAK_SEEDS) --quiet --params total.protocol=token
 	@./_build/default/bin/main.exe sim --scenario evs --seeds $(SOAK_SEEDS) --quiet
+	@./_build/default/bin/main.exe sim --scenario evs-flush-cut --seeds $(SOAK_SEEDS) --quiet
 	@./_build/default/bin/main.exe sim --scenario primary-partitions --seeds $(SOAK_SEEDS) --quiet
 	@./_build/default/bin/main.exe sim --scenario primary-dynamic --seeds $(SOAK_SEEDS) --quiet
 	@for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do \

@@ -136,9 +136,10 @@ let partitions ~props ~defaults ~checks ?trace ?params seed =
 
 (* Partitions cut into flushes (issue 31): 5 members with Evs under 3% loss. Four times, every
    member casts a burst and, 0-3 ms later, a view change starts (a member leaves, or the
-   application of one suspects another); 1-10 ms after the first member blocks, while the flush
-   runs, the network splits into two random sides, healed 4 s later (members suspected after 2 s
-   of silence). After the Block, a cast that Mnak reports stable can still be missing at a member
+   application of the coordinator suspects another member); at the first member's block, the
+   members not blocked yet cast a burst, and 1-10 ms later, while the flush runs, the network
+   splits (the suspected member alone, or two random sides after a leave), healed 4 s later
+   (members suspected after 2 s of silence). After the Block, a cast that Mnak reports stable can still be missing at a member
    that the flush of the other side excludes (its Mnak holds it, its Gmp holds it past its report
    and never gets the target): delivered in the regular part of the view, it would be a cast
    that member of the view, which goes on, never delivers. Members that left join again before the
@@ -189,6 +190,10 @@ let flush_cut ?trace ?params seed =
     let gap = Rng.int rng (Time.of_ms 3) in
     let by = Rng.int rng n and victim = Rng.int rng n and leaves = Rng.bool rng in
     V.at w t (fun () ->
+        (* The suspicion comes from the coordinator, which blocks at once and
+           waits for the others to confirm it. *)
+        let by = if leaves then by else Option.value ~default:by (coordinator w) in
+        let victim = if victim = by then (victim + 1) mod n else victim in
         for i = 0 to n - 1 do
           for _ = 1 to 3 + Rng.int rng 4 do
             V.cast w i
