@@ -73,6 +73,7 @@ soak: build
 	  ./scripts/soak-sim.sh --scenario $$s --seeds $(SOAK_SEEDS) --quiet || exit 1; done
 	@./scripts/soak-sim.sh --scenario kv-linearizable --seeds $(SOAK_SEEDS) --quiet --params total.protocol=token
 	@./scripts/soak-sim.sh --scenario evs --seeds $(SOAK_SEEDS) --quiet
+	@./scripts/soak-sim.sh --scenario evs-flush-cut --seeds $(SOAK_SEEDS) --quiet
 	@./scripts/soak-sim.sh --scenario primary-partitions --seeds $(SOAK_SEEDS) --quiet
 	@./scripts/soak-sim.sh --scenario primary-dynamic --seeds $(SOAK_SEEDS) --quiet
 	@for s in vsync-crash vsync-deaf vsync-partition-merge vsync-churn vsync-slander vsync-leave-coord; do \

@@ -124,6 +124,9 @@ done
 # Extended virtual synchrony: transitional views under repeated partitions
 # (about 40 s of CPU for 1000 seeds).
 jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS:-1000}")
+# Partitions 1-10 ms after a Block with a burst in flight (issue 31; about 0.04 CPU s a seed,
+# 4 s for 100).
+jobs+=("counted|sim evs-flush-cut|$BIN/bin/main.exe sim --scenario evs-flush-cut --seeds ${EVS_CUT_SEEDS:-100}")
 # Primary components with quorum under repeated partitions (about 50 s of CPU).
 jobs+=("counted|sim primary-partitions|$BIN/bin/main.exe sim --scenario primary-partitions --seeds ${PRIMARY_SEEDS:-1000}")
 jobs+=("counted|sim primary-dynamic|$BIN/bin/main.exe sim --scenario primary-dynamic --seeds ${PRIMARY_SEEDS:-1000}")

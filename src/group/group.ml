@@ -280,6 +280,10 @@ module Make (T : Transport.S) = struct
     mutable resumed_at : Time.t option;
         (* when this process last ran again after a pause longer than
            group.merge_timeout (its periodic work that late) *)
+    mutable dead_view : (Time.t * string) option;
+        (* when and how this member learnt, after a pause, that its view
+           went on without it: casts are refused until it is in a view with
+           others again, for two merge timeouts at most *)
     mutable heard : (T.address * string * string) option;
         (* a partition to merge into, heard of while busy with a view change *)
     mutable merge_into : string; (* the coordinator the current merge asks *)
@@ -556,6 +560,10 @@ module Make (T : Transport.S) = struct
         send_moves t
     | None -> t.unmoved <- []
 
+  (* Within two merge timeouts of running again after a pause. *)
+  let recently_resumed t =
+    match t.resumed_at with Some r -> now t - r <= 2 * t.merge_timeout | None -> false
+
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
@@ -569,6 +577,7 @@ module Make (T : Transport.S) = struct
                     m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
         | None -> ());
         t.switch_to <- None;
+        if List.length members > 1 then t.dead_view <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
         if List.exists Option.is_none addrs then
           Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
@@ -921,7 +930,16 @@ module Make (T : Transport.S) = struct
         | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
         | Gmp.Reported { coord; excluded; leaving; into } ->
             c.reported <- Some (coord, excluded, leaving, into)
-        | Gmp.Excluded -> alone t c
+        | Gmp.Excluded ->
+            (* After a pause, a flush of its view that excludes it tells
+               this member as much as gossip does. *)
+            if recently_resumed t then
+              t.dead_view <-
+                Some
+                  ( now t,
+                    Printf.sprintf "view %s went on without this member (excluded): rejoining"
+                      c.view.View.id );
+            alone t c
         | Primary.Heard ks -> (
             match (t.quorum_pending, t.primary_config) with
             | Some _, Some pc when t.attempt = None ->
@@ -1400,13 +1418,8 @@ module Make (T : Transport.S) = struct
                   (* Only after a pause of this process: a member of a view
                      this one is about to install may gossip to an address
                      of this member it does not know yet (after a move). *)
-                  let resumed =
-                    match t.resumed_at with
-                    | Some r -> now t - r <= 2 * t.merge_timeout
-                    | None -> false
-                  in
                   if
-                    resumed
+                    recently_resumed t
                     && Array.mem p.who c.view.View.members
                     && p.pvid <> c.view.View.id && t.leaving = None
                     && Array.length c.view.View.members > 1
@@ -1424,6 +1437,14 @@ module Make (T : Transport.S) = struct
                         (List.init (Array.length c.view.View.members) Fun.id)
                     in
                     t.pending <- None;
+                    (* Casts made now would reach no one: refused at once,
+                       until the next view. *)
+                    t.dead_view <-
+                      Some
+                        ( now t,
+                          Printf.sprintf
+                            "view %s went on without this member (%s is in view %s): rejoining"
+                            c.view.View.id p.who p.pvid );
                     Ep.Binding.dn_ctl c.ep
                       (Gevent.Suspect_request
                          { ranks = others; reason = Printf.sprintf "in view %s" p.pvid })
@@ -1916,6 +1937,7 @@ module Make (T : Transport.S) = struct
                         merge_heard = 0;
                         last_tick = 0;
                         resumed_at = None;
+                        dead_view = None;
                         exited = false;
                         xfer;
                         cur_layers = layers;
@@ -1982,6 +2004,11 @@ module Make (T : Transport.S) = struct
   let cast_admit t len =
     match admit t len with
     | Error e -> refuse t e
+    | Ok ()
+      when match t.dead_view with
+           | Some (at, _) -> now t - at <= 2 * t.merge_timeout
+           | None -> false ->
+        refuse t (Not_primary (snd (Option.get t.dead_view)))
     | Ok ()
       when t.quorum_pending = None
            && match t.quorum with Some q -> not q.Primary.primary | None -> false ->

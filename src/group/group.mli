@@ -41,7 +41,9 @@ type error =
   | Exited  (** this member has left the group, or was stopped *)
   | Not_primary of string
       (** [cast] with the [Primary] property: this member's view does not hold the quorum (the
-          string says how many votes it has and needs) *)
+          string says how many votes it has and needs). With any properties, also: this member
+          learnt after a pause that its view went on without it (the string says which view), from
+          then until it is in a view with others again, for two [group.merge_timeout] at most *)
 
 val pp_error : error Fmt.t
 

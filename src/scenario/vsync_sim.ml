@@ -74,6 +74,7 @@ type world = {
   rekey : bool;
   seed : int;
   evs : bool; (* members log their transitional views (Evs) *)
+  mutable on_block : int -> unit; (* process [i]'s member was blocked (a view change starts) *)
 }
 
 let note w fmt =
@@ -163,7 +164,9 @@ let start ?layers ?params w i =
       cast = deliver `Cast;
       send = deliver `Send;
       block =
-        (fun () -> record w !self (Log.Block { t = Sim.now w.net; me = !self; view = cur_view () }));
+        (fun () ->
+          record w !self (Log.Block { t = Sim.now w.net; me = !self; view = cur_view () });
+          w.on_block i);
       flow = ignore;
       exit =
         (fun () -> if not !dead then record w !self (Log.Exit { t = Sim.now w.net; me = !self }));
@@ -325,6 +328,7 @@ let send ?size w i =
   | _ -> ()
 
 let at w t f = ignore (Sim.at w.net t f)
+let on_block w f = w.on_block <- f
 
 (* Casts and a few sends from random live members at random times in
    [from, until). *)
@@ -420,6 +424,7 @@ let make ?trace ?(params = Params.empty) ?props ~seed ~n ~link () =
     rekey = has Consort_group.Properties.Rekey || Params.bool params Seal.rekey_param;
     seed;
     evs = has Consort_group.Properties.Evs;
+    on_block = ignore;
   }
 
 (* Sealed, no member forges: no datagram fails its tag or comes under the
@@ -1017,6 +1022,37 @@ let pause_scenario ?trace ?params seed =
               (List.init n Fun.id);
           note w "%d pause %s until %d" (Sim.now w.net) w.procs.(i).addr until;
           Sim.pause w.net w.procs.(i).addr ~until);
+  (* Once resumed, the paused member blocks in its dead view when it learns
+     that the view went on without it: its application casts then, and
+     must be refused (the cast would reach no one), until its next view. *)
+  let accepted_dead = ref 0 and tried_dead = ref 0 and learnt = ref false in
+  let rec try_dead i k =
+    match w.procs.(i).g with
+    | Some g
+      when alive w.procs.(i)
+           && k > 0
+           && (Array.length (G.view g).Consort_group.Group.members = 1 || (G.view g).vid = !stale)
+      ->
+        let before = w.refused in
+        incr tried_dead;
+        cast w i;
+        if w.refused = before then incr accepted_dead;
+        at w (Sim.now w.net + Time.of_ms 10) (fun () -> try_dead i (k - 1))
+    | _ -> ()
+  in
+  (* From its first block after it resumed (in its dead view: it learnt,
+     from gossip or from a flush that excludes it), every 10 ms for up to
+     1 s, until it is in a view with others again. *)
+  w.on_block <-
+    (fun i ->
+      if i = !paused && Sim.now w.net >= until && not !learnt then
+        match w.procs.(i).g with
+        | Some g when (G.view g).Consort_group.Group.vid = !stale ->
+            learnt := true;
+            (* Once the block is over (a flush that excludes it blocks it,
+               then tells it so). *)
+            at w (Sim.now w.net) (fun () -> try_dead i 100)
+        | _ -> ());
   (* Casts every 20-80 ms from a member that runs (a paused application
      makes none). *)
   let t = ref (s 2.) in
@@ -1064,7 +1100,18 @@ let pause_scenario ?trace ?params seed =
             else None)
           !others
       in
-      left @ mine @ theirs
+      let dead =
+        if !accepted_dead > 0 then
+          [
+            Printf.sprintf
+              "%s accepted %d cast(s) in its dead view %s after it learnt that view went on \
+               without it"
+              me !accepted_dead !stale;
+          ]
+        else []
+      in
+      note w "dead view casts tried %d" !tried_dead;
+      left @ mine @ theirs @ dead
   in
   finish ~extra:(not_wedged w @ no_phantoms logs ~crashed:!(w.crashed) @ problems) w
 

@@ -76,6 +76,10 @@ val lossy : float -> Consort_engine.Sim.link
 
 val at : world -> Consort.Time.t -> (unit -> unit) -> unit
 
+val on_block : world -> (int -> unit) -> unit
+(** [on_block w f]: from now on, [f i] runs when the member of process [i] is blocked (a view change
+    starts there), after its [block] line is logged; it replaces the function given before. *)
+
 val start : ?layers:Consort.Layer.t list -> ?params:Consort.Params.t -> world -> int -> unit
 (** [start w i]: a new incarnation of process [i] joins the group (on the world's stack, or on
     [layers], with [params] over the world's). *)
