@@ -378,7 +378,32 @@ let membership binaries rounds size sizes params json save =
     else
       match Unix.access b.exe [ Unix.X_OK ] with
       | () when Sys.is_directory b.exe -> Error (Printf.sprintf "--consort %s: a directory" b.exe)
-      | () -> Ok b
+      | () -> (
+          (* A consort executable answers "member --version" with one line and 0. *)
+          let said =
+            match
+              let r, w = Unix.pipe ~cloexec:true () in
+              let null = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+              let pid =
+                Fun.protect
+                  ~finally:(fun () -> List.iter Unix.close [ w; null ])
+                  (fun () ->
+                    Unix.create_process b.exe [| b.exe; "member"; "--version" |] null w null)
+              in
+              let ic = Unix.in_channel_of_descr r in
+              let line = try Some (input_line ic) with End_of_file | Sys_error _ -> None in
+              close_in_noerr ic;
+              (pid, line)
+            with
+            | pid, line -> (
+                match (snd (Unix.waitpid [] pid), line) with
+                | Unix.WEXITED 0, Some l when l <> "" -> Ok ()
+                | _ -> Error "not a consort executable (no version from member --version)")
+            | exception Unix.Unix_error (e, _, _) -> Error (Unix.error_message e)
+          in
+          match said with
+          | Ok () -> Ok b
+          | Error m -> Error (Printf.sprintf "--consort %s: %s" b.exe m))
       | exception Unix.Unix_error (e, _, _) ->
           Error (Printf.sprintf "--consort %s: %s" b.exe (Unix.error_message e))
   in
@@ -391,18 +416,21 @@ let membership binaries rounds size sizes params json save =
         | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
     | _ -> Some "not a directory"
   in
-  let bins =
+  let all f l =
     List.fold_left
-      (fun acc s ->
-        Result.bind acc (fun l -> Result.map (fun b -> l @ [ b ]) (Result.bind (parse s) usable)))
-      (Ok []) binaries
+      (fun acc x -> Result.bind acc (fun l -> Result.map (fun b -> l @ [ b ]) (f x)))
+      (Ok []) l
   in
   let labels l = List.map (fun (b : Membership.binary) -> b.label) l in
+  let bins =
+    Result.bind (all parse binaries) (fun l ->
+        if List.length (List.sort_uniq compare (labels l)) <> List.length l then
+          Error "--consort: a label given twice"
+        else all usable l)
+  in
   match (bins, Option.bind save unwritable) with
   | Error e, _ -> Consort_cli.fail "bench membership" "%s" e
   | _, Some m -> Consort_cli.fail "bench membership" "--save %s: %s" (Option.get save) m
-  | Ok bins, None when List.length (List.sort_uniq compare (labels bins)) <> List.length bins ->
-      Consort_cli.fail "bench membership" "--consort: a label given twice"
   | Ok bins, None -> (
       let bins = if bins = [] then [ this ] else bins in
       Fmt.pr
@@ -415,7 +443,11 @@ let membership binaries rounds size sizes params json save =
         "a member joins a running group; the coordinator of %d is killed; a member of %d is killed \
          and started again at its address 0.5 to 2.5 s later while each member casts every 20 ms@."
         size size;
-      let r = Membership.run ~binaries:bins ~rounds ~size ~sizes ~params () in
+      let r =
+        try Membership.run ~binaries:bins ~rounds ~size ~sizes ~params ()
+        with Unix.Unix_error (e, f, a) ->
+          Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e))
+      in
       let code = report "membership" Membership.pp_table Membership.to_json json r in
       match (r, save) with
       | Ok r, Some d -> (

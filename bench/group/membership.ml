@@ -296,7 +296,8 @@ let run ~binaries ?(rounds = 5) ?(size = 3) ?(sizes = [ 3; 5 ]) ?(params = "") (
   end
 
 let pp_table ppf r =
-  Fmt.pf ppf "%-70s %-8s %9s %9s %9s %4s@." "measure" "binary" "median" "min" "max" "n";
+  let w = List.fold_left (fun a row -> Int.max a (String.length row.binary)) 6 r.rows in
+  Fmt.pf ppf "%-70s %-*s %9s %9s %9s %4s@." "measure" w "binary" "median" "min" "max" "n";
   (* Each measure, its binaries one under the other. *)
   let measures =
     List.fold_left
@@ -309,7 +310,7 @@ let pp_table ppf r =
       List.iter
         (fun row ->
           if row.measure = m then
-            Fmt.pf ppf "%-70s %-8s %9.1f %9.1f %9.1f %4d@." what row.binary
+            Fmt.pf ppf "%-70s %-*s %9.1f %9.1f %9.1f %4d@." what w row.binary
               (Stats.median row.samples) (Stats.min row.samples) (Stats.max row.samples)
               (Array.length row.samples))
         r.rows)
