@@ -206,7 +206,9 @@ let restart_once ~exe ~params ~round ~delay n =
 
 let delays = [| 0.5; 1.5; 2.5 |]
 
-let run ~binaries ?(rounds = 5) ?(size = 3) ?(sizes = [ 3; 5 ]) ?(params = "") () =
+let run ~binaries ?(rounds = 5) ?(size = 3) ?(sizes = [ 3; 5 ]) ?(params = "")
+    ?(measures = [ `Join; `Failover; `Restart ]) () =
+  let sizes = if List.mem `Join measures then sizes else [] in
   if size < 2 || List.exists (fun n -> n < 2) sizes then Error "groups of at least 2"
   else begin
     let old_pipe = Sys.signal Sys.sigpipe Sys.Signal_ignore in
@@ -248,28 +250,37 @@ let run ~binaries ?(rounds = 5) ?(size = 3) ?(sizes = [ 3; 5 ]) ?(params = "") (
               let res =
                 Result.bind joins (fun () ->
                     Result.bind
-                      (Failover.kill_once ~exe ~params ~size ~rep:round ~victim:`Coordinator
-                         ~phase:(float (round - 1) /. float rounds)
-                         ())
+                      (if not (List.mem `Failover measures) then Ok None
+                       else
+                         Result.map Option.some
+                         @@ Failover.kill_once ~exe ~params ~size ~rep:round ~victim:`Coordinator
+                              ~phase:(float (round - 1) /. float rounds)
+                              ())
                       (fun r ->
-                        add b.label "failover_ms"
-                          "coordinator SIGKILLed: kill to the last survivor's next view, ms"
-                          [ Stats.max r.Failover.detect_ms ];
-                        Result.map
-                          (fun (from_kill, from_start, vs, jv) ->
-                            add b.label "restart_kill_ms"
-                              "member SIGKILLed and restarted: kill to the view of all, ms"
-                              [ from_kill ];
-                            add b.label "restart_back_ms"
-                              "restart: the new process's creation to the view of all, ms"
-                              [ from_start ];
-                            add b.label "restart_views"
-                              "restart: views each survivor installs, kill to the view of all" vs;
-                            add b.label "restart_joiner_views"
-                              "restart: views the restarted member installs until it is back" [ jv ])
-                          (restart_once ~exe ~params ~round
-                             ~delay:delays.((round - 1) mod Array.length delays)
-                             size)))
+                        Option.iter
+                          (fun r ->
+                            add b.label "failover_ms"
+                              "coordinator SIGKILLed: kill to the last survivor's next view, ms"
+                              [ Stats.max r.Failover.detect_ms ])
+                          r;
+                        if not (List.mem `Restart measures) then Ok ()
+                        else
+                          Result.map
+                            (fun (from_kill, from_start, vs, jv) ->
+                              add b.label "restart_kill_ms"
+                                "member SIGKILLed and restarted: kill to the view of all, ms"
+                                [ from_kill ];
+                              add b.label "restart_back_ms"
+                                "restart: the new process's creation to the view of all, ms"
+                                [ from_start ];
+                              add b.label "restart_views"
+                                "restart: views each survivor installs, kill to the view of all" vs;
+                              add b.label "restart_joiner_views"
+                                "restart: views the restarted member installs until it is back"
+                                [ jv ])
+                            (restart_once ~exe ~params ~round
+                               ~delay:delays.((round - 1) mod Array.length delays)
+                               size)))
               in
               match res with Error e -> Error (b.label ^ ": " ^ e) | Ok () -> bins rest)
         in

@@ -33,13 +33,14 @@ val run :
   ?size:int ->
   ?sizes:int list ->
   ?params:string ->
+  ?measures:[ `Join | `Failover | `Restart ] list ->
   unit ->
   (result, string) Stdlib.result
 (** [run ~binaries ()] measures each binary [rounds] times (default 5): joins into groups of [sizes]
     (default 3 and 5), a coordinator's failover and a restart in groups of [size] (default 3), the
     restarted member started again 0.5, 1.5 or 2.5 s after its kill (by round); every group fresh.
-    [params] is given to every member ([consort member --params]). SIGPIPE is ignored while it runs.
-*)
+    [params] is given to every member ([consort member --params]); [measures] (default all three)
+    leaves the others out. SIGPIPE is ignored while it runs. *)
 
 val pp_table : result Fmt.t
 val to_json : result -> string
