@@ -32,6 +32,7 @@ bench: build
 	@./_build/default/bin/main.exe bench layering
 	@echo; ./_build/default/bin/main.exe bench checksum
 	@for b in join failover rtt; do echo; ./_build/default/bin/main.exe bench $$b --json || exit 1; done
+	@echo; ./_build/default/bin/main.exe bench membership --json --save bench/results
 	@echo; ./_build/default/bin/main.exe bench throughput --unbundled --json || exit 1
 	@echo; ./_build/default/bin/main.exe bench rtt --total --count 2000 --json
 	@for n in 3 5; do echo; ./_build/default/bin/main.exe bench throughput --total --members $$n --senders 1,$$n --count 10000 --json || exit 1; done

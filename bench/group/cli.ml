@@ -360,4 +360,157 @@ let scale_cmd =
           (virtual and CPU time).")
     Term.(const scale $ sizes $ scale_sizes $ params $ json)
 
-let commands = [ join_cmd; failover_cmd; rtt_cmd; throughput_cmd; peer_cmd; scale_cmd ]
+let membership binaries rounds size sizes params json save =
+  checked "membership" params @@ fun () ->
+  let this = { Membership.label = "this"; exe = exe () } in
+  let parse s =
+    match String.index_opt s '=' with
+    | Some i when i > 0 ->
+        Ok
+          {
+            Membership.label = String.sub s 0 i;
+            exe = String.sub s (i + 1) (String.length s - i - 1);
+          }
+    | _ -> Error (Printf.sprintf "--consort %s: not LABEL=PATH" s)
+  in
+  let usable (b : Membership.binary) =
+    if b.exe = "" then Error (Printf.sprintf "--consort %s: no path" b.label)
+    else
+      match Unix.access b.exe [ Unix.X_OK ] with
+      | () when Sys.is_directory b.exe -> Error (Printf.sprintf "--consort %s: a directory" b.exe)
+      | () -> (
+          (* A consort executable answers "member --version" with one line and 0. *)
+          let said =
+            match
+              let r, w = Unix.pipe ~cloexec:true () in
+              let null = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+              let pid =
+                Fun.protect
+                  ~finally:(fun () -> List.iter Unix.close [ w; null ])
+                  (fun () ->
+                    Unix.create_process b.exe [| b.exe; "member"; "--version" |] null w null)
+              in
+              let ic = Unix.in_channel_of_descr r in
+              let line = try Some (input_line ic) with End_of_file | Sys_error _ -> None in
+              close_in_noerr ic;
+              (pid, line)
+            with
+            | pid, line -> (
+                match (snd (Unix.waitpid [] pid), line) with
+                | Unix.WEXITED 0, Some l when l <> "" -> Ok ()
+                | _ -> Error "not a consort executable (no version from member --version)")
+            | exception Unix.Unix_error (e, _, _) -> Error (Unix.error_message e)
+          in
+          match said with
+          | Ok () -> Ok b
+          | Error m -> Error (Printf.sprintf "--consort %s: %s" b.exe m))
+      | exception Unix.Unix_error (e, _, _) ->
+          Error (Printf.sprintf "--consort %s: %s" b.exe (Unix.error_message e))
+  in
+  let unwritable d =
+    match Unix.stat d with
+    | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
+    | { Unix.st_kind = Unix.S_DIR; _ } -> (
+        match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
+        | () -> None
+        | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
+    | _ -> Some "not a directory"
+  in
+  let all f l =
+    List.fold_left
+      (fun acc x -> Result.bind acc (fun l -> Result.map (fun b -> l @ [ b ]) (f x)))
+      (Ok []) l
+  in
+  let labels l = List.map (fun (b : Membership.binary) -> b.label) l in
+  let bins =
+    Result.bind (all parse binaries) (fun l ->
+        if List.length (List.sort_uniq compare (labels l)) <> List.length l then
+          Error "--consort: a label given twice"
+        else all usable l)
+  in
+  match (bins, Option.bind save unwritable) with
+  | Error e, _ -> Consort_cli.fail "bench membership" "%s" e
+  | _, Some m -> Consort_cli.fail "bench membership" "--save %s: %s" (Option.get save) m
+  | Ok bins, None -> (
+      let bins = if bins = [] then [ this ] else bins in
+      Fmt.pr
+        "Membership: consort member processes on 127.0.0.1 (unpinned, %d CPUs online), %d rounds, \
+         each through %s in turn@."
+        (Proc.online_cpus ()) rounds
+        (String.concat ", "
+           (List.map (fun (b : Membership.binary) -> b.label ^ " (" ^ b.exe ^ ")") bins));
+      Fmt.pr
+        "a member joins a running group; the coordinator of %d is killed; a member of %d is killed \
+         and started again at its address 0.5 to 2.5 s later while each member casts every 20 ms@."
+        size size;
+      let r =
+        try Membership.run ~binaries:bins ~rounds ~size ~sizes ~params ()
+        with Unix.Unix_error (e, f, a) ->
+          Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e))
+      in
+      let code = report "membership" Membership.pp_table Membership.to_json json r in
+      match (r, save) with
+      | Ok r, Some d -> (
+          let tm = Unix.gmtime (Unix.time ()) in
+          let f =
+            Filename.concat d
+              (Printf.sprintf "membership-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
+                 (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
+          in
+          match
+            let oc = open_out f in
+            Fun.protect
+              ~finally:(fun () -> close_out_noerr oc)
+              (fun () ->
+                output_string oc (Membership.to_json r ^ "\n");
+                close_out oc)
+          with
+          | () ->
+              Fmt.pr "kept in %s@." f;
+              code
+          | exception Sys_error m -> Consort_cli.fail "bench membership" "--save %s: %s" d m)
+      | _ -> code)
+
+let membership_cmd =
+  let binaries =
+    Arg.(
+      value & opt_all string []
+      & info [ "consort" ] ~docv:"LABEL=PATH"
+          ~doc:
+            "A consort executable to run the members with, its rows labelled LABEL; repeat it to \
+             measure several (such as a build before a change and one after) in one run, round by \
+             round. Default: this executable, labelled $(b,this).")
+  in
+  let rounds =
+    Arg.(
+      value & opt Consort_cli.positive_int 5
+      & info [ "rounds" ] ~docv:"N" ~doc:"Rounds, each through every measure and binary.")
+  in
+  let size =
+    Arg.(
+      value & opt Consort_cli.positive_int 3
+      & info [ "size" ] ~docv:"N" ~doc:"Members of the group killed and restarted in.")
+  in
+  let sizes =
+    Arg.(
+      value
+      & opt (list Consort_cli.positive_int) [ 3; 5 ]
+      & info [ "sizes" ] ~docv:"N,..." ~doc:"Group sizes a member joins into (the Nth member).")
+  in
+  let save =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "save" ] ~docv:"DIR"
+          ~doc:"Also keep the JSON line in $(i,DIR)/membership-$(i,DATE)-$(i,TIME).json (UTC).")
+  in
+  Cmd.v
+    (Consort_cli.info ~path:"bench membership" "membership"
+       ~doc:
+         "Join time, failover time after the coordinator's SIGKILL, and a restart at the same \
+          address while casts flow (time back in the view, views per restart), for one or more \
+          consort executables in one run.")
+    Term.(const membership $ binaries $ rounds $ size $ sizes $ params $ json $ save)
+
+let commands =
+  [ join_cmd; failover_cmd; membership_cmd; rtt_cmd; throughput_cmd; peer_cmd; scale_cmd ]

@@ -115,6 +115,17 @@ let run ~exe ?(size = 3) ?(reps = 3) ?(params = "") () =
         in
         go [] 1
 
+let kill_once ~exe ?(params = "") ~size ~rep ~victim ~phase () =
+  if size < 2 then Error "a group of at least 2"
+  else
+    match Consort.Params.of_string params with
+    | Error e -> Error (Fmt.str "%a" Consort.Params.pp_error e)
+    | Ok p ->
+        let timeout = Consort.Params.time p Consort_group.Suspect.Param.timeout in
+        let interval = Consort.Params.time p Consort_group.Suspect.Param.interval in
+        once ~exe ~params ~size ~rep ~victim ~timeout_s:(Consort.Time.to_sec timeout)
+          ~interval_s:(Consort.Time.to_sec interval) ~phase
+
 let victim_name = function `Coordinator -> "coordinator" | `Member -> "member"
 
 let pp_table ppf r =

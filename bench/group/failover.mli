@@ -22,5 +22,18 @@ val run :
     time and each time at another point of the heartbeat period; [params] overrides tunables as
     [consort member --params] does. *)
 
+val kill_once :
+  exe:string ->
+  ?params:string ->
+  size:int ->
+  rep:int ->
+  victim:[ `Coordinator | `Member ] ->
+  phase:float ->
+  unit ->
+  (rep, string) Stdlib.result
+(** [kill_once ~exe ~size ~rep ~victim ~phase ()] is one run of {!run}: a fresh group of [size]
+    ([rep] names it and seeds its members), the [victim] killed [phase] of a heartbeat interval
+    after the group formed (0 to 1), the survivors timed. *)
+
 val pp_table : result Fmt.t
 val to_json : result -> string

@@ -122,6 +122,18 @@ let close_input p =
       p.input <- None
   | None -> ()
 
+let write_line p s =
+  match p.input with
+  | None -> false
+  | Some fd -> (
+      let b = Bytes.of_string (s ^ "\n") in
+      match
+        Unix.set_nonblock fd;
+        Unix.single_write fd b 0 (Bytes.length b)
+      with
+      | n -> n = Bytes.length b
+      | exception Unix.Unix_error _ -> false)
+
 let reap p =
   match p.status with
   | Some _ -> true

@@ -47,6 +47,10 @@ val wait_until : t list -> timeout:float -> (unit -> bool) -> bool
 val close_input : t -> unit
 (** [close_input p] closes [p]'s standard input (a member then leaves). *)
 
+val write_line : t -> string -> bool
+(** [write_line p s] writes [s] and a newline to [p]'s standard input without blocking; [false] if
+    it was not written whole (input closed, pipe full, process gone: SIGPIPE must be ignored). *)
+
 val kill : t -> unit
 (** [kill p] sends SIGKILL to [p], by its PID, if it has not ended, and reaps it. *)
 

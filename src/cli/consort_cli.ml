@@ -225,6 +225,14 @@ let table =
       ] );
     ( "bench layering",
       [ ("The cost of 1 to 20 layers beside a direct call:", "consort bench layering") ] );
+    ( "bench membership",
+      [
+        ( "Join, failover and a restart at the same address, this binary, 5 rounds:",
+          "consort bench membership" );
+        ( "A build from before a change beside this one, in one run, kept in bench/results:",
+          "consort bench membership --consort before=/tmp/old/consort --consort \
+           after=/usr/local/bin/consort --save bench/results" );
+      ] );
     ( "bench peer",
       [
         ( "Started by the rtt and throughput benchmarks, not by hand:",

@@ -114,6 +114,61 @@ let failover () =
       Array.iter (between "kill to view ms" 200. 4000.) rep.detect_ms
   | _ -> Alcotest.fail "one run"
 
+(* bench membership's rows: each measure once per round (the view counts once
+   per other member), figures finite. *)
+let membership_rows (r : B.Membership.result) =
+  List.map (fun row -> (row.B.Membership.measure, row.samples)) r.rows
+
+let samples rows m =
+  match List.assoc_opt m rows with Some xs -> xs | None -> Alcotest.failf "no row %s" m
+
+let membership_join_failover () =
+  let this = { B.Membership.label = "this"; exe = exe () } in
+  let r =
+    get
+      (B.Membership.run ~binaries:[ this ] ~rounds:1 ~sizes:[ 3 ] ~measures:[ `Join; `Failover ]
+         ~params:"suspect.timeout=1s,suspect.interval=100ms" ())
+  in
+  let rows = membership_rows r in
+  Alcotest.(check (list string))
+    "measures"
+    [ "join_3_ms"; "join_3_views"; "failover_ms" ]
+    (List.map fst rows);
+  Array.iter (between "join ms" 0.05 5000.) (samples rows "join_3_ms");
+  (* A join is one view change at each member already there. *)
+  Alcotest.(check (array (float 0.))) "views per join" [| 1.; 1. |] (samples rows "join_3_views");
+  Array.iter (between "failover ms" 200. 4000.) (samples rows "failover_ms");
+  ignore (B.Membership.to_json r)
+
+(* A member killed and started again at its address while casts flow, with
+   the default suspicion timeout (5 s, longer than the restart's 0.5 s): each
+   survivor installs one view (at most two: one restart of 15 in the runs of
+   2026-12-07, 1.5 s after the kill, cost two), the restarted member its own
+   first view and the view of all; its views before the kill are not
+   counted. *)
+let membership_restart () =
+  let this = { B.Membership.label = "this"; exe = exe () } in
+  let r = get (B.Membership.run ~binaries:[ this ] ~rounds:1 ~measures:[ `Restart ] ()) in
+  let rows = membership_rows r in
+  Alcotest.(check (list string))
+    "measures"
+    [ "restart_kill_ms"; "restart_back_ms"; "restart_views"; "restart_joiner_views" ]
+    (List.map fst rows);
+  let views = samples rows "restart_views" in
+  Alcotest.(check int) "a count per survivor" 2 (Array.length views);
+  Array.iter (between "views per restart at a survivor" 1. 2.) views;
+  Alcotest.(check (array (float 0.)))
+    "views of the restarted member" [| 2. |]
+    (samples rows "restart_joiner_views");
+  let back = (samples rows "restart_back_ms").(0) and kill = (samples rows "restart_kill_ms").(0) in
+  between "restart to back ms" 0.05 60000. back;
+  (* The kill comes 0.5 s before the restart in the first round. *)
+  between "kill to back ms" (back +. 400.) 60000. kill;
+  let json = B.Membership.to_json r and prefix = "{\"bench\":\"membership\"," in
+  let n = String.length prefix in
+  if not (String.length json > n && String.sub json 0 n = prefix) then
+    Alcotest.failf "JSON: %s" json
+
 let rtt () =
   let rows =
     get
@@ -241,6 +296,8 @@ let () =
         [
           Alcotest.test_case "join of 2 and 3" `Quick join;
           Alcotest.test_case "failover with a 1 s timeout" `Quick failover;
+          Alcotest.test_case "membership: join and failover" `Quick membership_join_failover;
+          Alcotest.test_case "membership: views per restart" `Quick membership_restart;
           Alcotest.test_case "round trips" `Quick rtt;
           Alcotest.test_case "throughput" `Quick throughput;
           Alcotest.test_case "throughput with Total" `Quick throughput_total;

@@ -152,6 +152,17 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "bench"; "join" ], [], [ ([ "--sizes"; "x" ], 124) ]);
     ([ "bench"; "kv" ], [], [ ([ "--clients"; "0" ], 124) ]);
     ([ "bench"; "layering" ], [], [ ([ "--iterations"; "0" ], 124) ]);
+    ( [ "bench"; "membership" ],
+      [],
+      [
+        ([ "--rounds"; "0" ], 124);
+        ([ "--params"; "no.such=1" ], 2);
+        ([ "--consort"; "no-path" ], 2);
+        ([ "--consort"; "old=" ^ missing ], 2);
+        ([ "--consort"; "a=" ^ existing ], 2);
+        ([ "--consort"; "a=/bin/true"; "--consort"; "a=/bin/true" ], 2);
+        ([ "--save"; missing ], 2);
+      ] );
     ( [ "bench"; "peer" ],
       [ "--index"; "0"; "--addrs"; "127.0.0.1:1,127.0.0.1:2"; "--kind"; "rtt" ],
       [ ([ "--index"; "0"; "--addrs"; "nonsense"; "--kind"; "rtt" ], 2) ] );

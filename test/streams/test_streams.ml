@@ -242,6 +242,7 @@ let commands : (string list * string list * stdin_use) list =
     ([ "bench"; "join" ], [ "--sizes"; "x" ], Unread);
     ([ "bench"; "kv" ], [ "--clients"; "0" ], Unread);
     ([ "bench"; "layering" ], [ "--iterations"; "1" ], Unread);
+    ([ "bench"; "membership" ], [ "--rounds"; "0" ], Unread);
     ([ "bench"; "peer" ], [ "--index"; "0"; "--addrs"; "nonsense"; "--kind"; "rtt" ], Unread);
     ([ "bench"; "rpc" ], [ "--calls"; "0" ], Unread);
     ([ "bench"; "proc" ], [ "--rounds"; "0" ], Unread);
@@ -344,6 +345,7 @@ let paths : (string list * string * use * (string -> string list)) list =
         "checked at start for a directory it can write, written at the end of the run (a full disk \
          then is one line and 2, as for every write)",
       fun p -> [ "--rounds"; "1"; "--save"; p ] );
+    ([ "bench"; "membership" ], "--save", Written, fun p -> [ "--rounds"; "1"; "--save"; p ]);
     ([ "cap"; "fs"; "fsck" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "fs"; "put" ], "FILE", Read, fun p -> [ "--server"; some_cap; p ]);
     ([ "cap"; "fs"; "serve" ], "--data", Data_dir, fun p -> [ "--data"; p; "--bind"; "127.0.0.1:1" ]);
