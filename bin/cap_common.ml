@@ -5,20 +5,9 @@ module Path = Consort_capdir.Path
 module Loop = Consort_engine.Loop
 
 (* Exit statuses of the capability commands: 0 done, 2 refused (nothing was done), 3 outcome
-   unknown; the reason on one line of standard error. *)
-let refused fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      2)
-    fmt
-
-let unknown fmt =
-  Fmt.kstr
-    (fun s ->
-      Fmt.epr "consort: %s@." (Consort_cli.one_line s);
-      3)
-    fmt
+   unknown; the reason on one line of standard error (Consort_capexec's, consort-exec's). *)
+let refused = Consort_capexec.refused
+let unknown = Consort_capexec.unknown
 
 (* The root capability, and capabilities named by path: Consort_capexec's (consort-exec's). *)
 let parse = Consort_capexec.parse
