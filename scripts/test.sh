@@ -79,13 +79,13 @@ for s in vsync-crash vsync-join-leave vsync-partition-merge vsync-churn vsync-ov
   jobs+=("counted|sim $s|$BIN/bin/main.exe sim --scenario $s --seeds $VSYNC_SEEDS")
 done
 # Members restart at the same address while casts flow: no phantom view, one view
-# change per restart (issue 31; about 0.035 CPU s a seed, 7 s for 200; more in make soak).
-jobs+=("counted|sim vsync-restart|$BIN/bin/main.exe sim --scenario vsync-restart --seeds ${RESTART_SEEDS:-200}")
-# A member crashes and another joins while the flush waits on it (issue 31; about 7 s for 200).
-jobs+=("counted|sim vsync-join-dead|$BIN/bin/main.exe sim --scenario vsync-join-dead --seeds ${RESTART_SEEDS:-200}")
+# change per restart (issue 31; about 0.04 CPU s a seed, 40 s for 1000; more in make soak).
+jobs+=("counted|sim vsync-restart|$BIN/bin/main.exe sim --scenario vsync-restart --seeds ${RESTART_SEEDS:-1000}")
+# A member crashes and another joins while the flush waits on it (issue 31; about 35 s for 1000).
+jobs+=("counted|sim vsync-join-dead|$BIN/bin/main.exe sim --scenario vsync-join-dead --seeds ${RESTART_SEEDS:-1000}")
 # A member or the coordinator paused past suspect.timeout leaves its dead view on resuming
-# (issue 31; about 0.06 CPU s a seed, 9 s for 150).
-jobs+=("counted|sim vsync-pause|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_SEEDS:-150}")
+# (issue 31; about 0.055 CPU s a seed, 55 s for 1000).
+jobs+=("counted|sim vsync-pause|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_SEEDS:-1000}")
 jobs+=("counted|sim vsync-pause (Total token, Agree)|$BIN/bin/main.exe sim --scenario vsync-pause --seeds ${PAUSE_ORDER_SEEDS:-50} --params sim.props=vsync+Total+Agree,total.protocol=token")
 # Flushes cut into bursts under 15% loss (issue 31: Gmp's delivery up to the target; about
 # 0.012 CPU s a seed, 4 s for 300).
@@ -124,9 +124,9 @@ done
 # Extended virtual synchrony: transitional views under repeated partitions
 # (about 40 s of CPU for 1000 seeds).
 jobs+=("counted|sim evs|$BIN/bin/main.exe sim --scenario evs --seeds ${EVS_SEEDS:-1000}")
-# Partitions 1-10 ms after a Block with a burst in flight (issue 31; about 0.04 CPU s a seed,
-# 4 s for 100).
-jobs+=("counted|sim evs-flush-cut|$BIN/bin/main.exe sim --scenario evs-flush-cut --seeds ${EVS_CUT_SEEDS:-100}")
+# Partitions 1-10 ms after a Block with a burst in flight (issue 31; about 0.045 CPU s a seed,
+# 45 s for 1000).
+jobs+=("counted|sim evs-flush-cut|$BIN/bin/main.exe sim --scenario evs-flush-cut --seeds ${EVS_CUT_SEEDS:-1000}")
 # Primary components with quorum under repeated partitions (about 50 s of CPU).
 jobs+=("counted|sim primary-partitions|$BIN/bin/main.exe sim --scenario primary-partitions --seeds ${PRIMARY_SEEDS:-1000}")
 jobs+=("counted|sim primary-dynamic|$BIN/bin/main.exe sim --scenario primary-dynamic --seeds ${PRIMARY_SEEDS:-1000}")

@@ -306,6 +306,17 @@ module L = struct
     in
     if ok o then o :: others else others
 
+  (* Once this member has blocked for a flush, the statuses of the others
+     claim no more than they held when they blocked ([own_vector]), but
+     the casts they got since may be what the flush asks this member to
+     deliver. The origin suspected and nobody known to hold the gap, it is
+     asked of the members not suspected: any of them may hold it. *)
+  let askable t o lo =
+    match holders t o lo with
+    | [] when t.frozen <> None && not t.tree ->
+        List.filter (fun m -> m <> t.rank && not t.suspected.(m)) (List.init t.n Fun.id)
+    | l -> l
+
   (* A gap worth asking about: some member that is not suspected can fill it. *)
   let wanted t o =
     gap t o
@@ -313,7 +324,7 @@ module L = struct
     if t.tree then
       (* Some member not suspected may hold it: in a tree, none knows who. *)
       Array.exists (fun m -> m <> t.rank) t.live
-    else holders t o t.expected.(o) <> []
+    else askable t o t.expected.(o) <> []
 
   let busy t =
     t.nheld > 0
@@ -640,7 +651,7 @@ module L = struct
     go t.expected.(o) [] max_ranges
 
   let send_nak t o =
-    match Array.of_list (holders t o t.expected.(o)) with
+    match Array.of_list (askable t o t.expected.(o)) with
     | [||] -> ()
     | candidates ->
         let target = candidates.(Rng.int t.rng (Array.length candidates)) in
@@ -648,7 +659,9 @@ module L = struct
           if target = o then missing t o
           else
             let has =
-              if not t.tree then t.known.(target).(o)
+              if not t.tree then
+                (* Asked without a claim ([askable]): all that is missing. *)
+                if t.known.(target).(o) > t.expected.(o) then t.known.(target).(o) else max_int
               else if target = t.gwho.(o) then t.gmax.(o)
               else max_int
             in

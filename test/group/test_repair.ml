@@ -144,6 +144,62 @@ let forged_naks () =
   Stack.dn_ctl s.st Event.Stop;
   check_no_leaks s.pool
 
+(* A layer under Mnak that passes everything and turns [Inject e] going
+   down into [e] coming up: a failure detector driven by hand. *)
+type Event.dn_ctl += Inject of Event.up_ctl
+
+module Injector = struct
+  type t = unit Layer.out
+  type header = unit
+
+  let name = "injector"
+  let codec = Codec.unit
+  let pp_header ppf () = Fmt.string ppf "-"
+  let provides = []
+  let requires = []
+  let create _ out = out
+  let up (t : t) src () msg = t.up src msg
+  let up_ctl (t : t) e = t.up_ctl e
+  let dn (t : t) dst msg = t.dn dst () msg
+  let dn_ctl (t : t) = function Inject e -> t.up_ctl e | e -> t.dn_ctl e
+  let timer _ _ = ()
+  let counters _ = []
+end
+
+(* A flush under way: rank 0 got the last of three casts of rank 2, which
+   is then suspected; rank 1 holds the other two, but its status, frozen at
+   its own block, does not claim them. Before rank 0 blocks, nobody is worth
+   asking; once it has blocked, the gap is asked of rank 1, and filled. *)
+let gap_asked_in_flush () =
+  let s = single ~n:3 ~rank:0 [ G.Mnak.layer; (module Injector : Layer.S); G.Bottom.layer ] in
+  Stack.dn_ctl s.st G.Mnak.Track_stability;
+  let casts_of_2 () =
+    List.length (List.filter (function Event.Cast_from 2, _ -> true | _ -> false) !(s.got))
+  in
+  feed s (from_cast s 2 ^ mnak (G.Mnak.Data { seq = 2 }) ^ "c");
+  Stack.dn_ctl s.st (Inject (G.Gevent.Suspect { ranks = [ 2 ]; reason = "by hand" }));
+  feed s (from_cast s 1 ^ mnak (G.Mnak.Status { busy = false; vector = [| 0; 0; 0 |] }));
+  s.sent := [];
+  advance s (Time.of_ms 500);
+  Alcotest.(check int) "no flush: nobody asked for a suspected origin's casts" 0 (naks s);
+  Stack.dn_ctl s.st (Event.Block_req { round = 1 });
+  advance s (Time.of_sec 1.);
+  let asked =
+    List.filter_map
+      (function Event.Send 1, G.Mnak.Nak { origin = 2; ranges } -> Some ranges | _ -> None)
+      (mnak_headers s)
+  in
+  Alcotest.(check bool) "blocked: rank 1 asked for the gap" true (asked <> []);
+  List.iter
+    (fun ranges -> Alcotest.(check (list (pair int int))) "the whole gap" [ (0, 1) ] ranges)
+    asked;
+  List.iter
+    (fun (seq, body) -> feed s (from_send s 1 ^ mnak (G.Mnak.Retrans { origin = 2; seq }) ^ body))
+    [ (0, "a"); (1, "b") ];
+  Alcotest.(check int) "the three casts of rank 2 delivered" 3 (casts_of_2 ());
+  Stack.dn_ctl s.st Event.Stop;
+  check_no_leaks s.pool
+
 (* Is this datagram a Mnak [Data] of number [seq] ([None]: any)? *)
 let is_data ?(suspect = false) ?seq bytes =
   let cs = Cstruct.of_string bytes in
@@ -464,6 +520,8 @@ let () =
           Alcotest.test_case "a suspicion releases at once what waited for the suspected" `Quick
             released_on_suspicion;
           Alcotest.test_case "a cast above a gap arms its NAK at once" `Quick nak_armed_by_gap;
+          Alcotest.test_case "in a flush, a dead origin's gap is asked of the others" `Quick
+            gap_asked_in_flush;
           Alcotest.test_case "tree: the root declares stability only once all are covered" `Quick
             tree_root;
           Alcotest.test_case "tree: reports to the parent; gaps from the root's word" `Quick
