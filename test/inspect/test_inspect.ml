@@ -411,6 +411,39 @@ let quorum () =
   if not (contains out "quorum: not quorate (not primary), 1 of 3 expected votes, 2 needed") then
     Alcotest.failf "status does not show the quorum:\n%s" out
 
+(* A member of [group] at [me] with [peer], its control socket at [sock],
+   its standard output into [out] (or /dev/null). *)
+let start_member ~group ~params ?out me peer sock =
+  let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
+  let o =
+    match out with
+    | Some f -> Unix.openfile f [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] 0o600
+    | None -> null
+  in
+  let pid =
+    Unix.create_process exe
+      [|
+        exe;
+        "member";
+        "--group";
+        group;
+        "--no-input";
+        "--bind";
+        me;
+        "--peers";
+        peer;
+        "--params";
+        params;
+        "--control";
+        sock;
+      |]
+      null o null
+  in
+  if o <> null then Unix.close o;
+  Unix.close null;
+  started := pid :: !started;
+  pid
+
 (* consort cast --control into a member whose flow control is full (a
    small window, the other member stopped by SIGSTOP so that no credit comes
    back): the member's refusal reaches the operator, one line and exit 2,
@@ -426,37 +459,7 @@ let flow_control_refusal () =
   and b = Printf.sprintf "127.0.0.1:%d" (port () + 1) in
   let params = "mflow.window=1024,mflow.queue=1024,suspect.timeout=120s" in
   let log = dir / "a.out" in
-  let member ?out me peer sock =
-    let null = Unix.openfile "/dev/null" [ Unix.O_RDWR ] 0 in
-    let o =
-      match out with
-      | Some f -> Unix.openfile f [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC ] 0o600
-      | None -> null
-    in
-    let pid =
-      Unix.create_process exe
-        [|
-          exe;
-          "member";
-          "--group";
-          "flow";
-          "--no-input";
-          "--bind";
-          me;
-          "--peers";
-          peer;
-          "--params";
-          params;
-          "--control";
-          sock;
-        |]
-        null o null
-    in
-    if o <> null then Unix.close o;
-    Unix.close null;
-    started := pid :: !started;
-    pid
-  in
+  let member = start_member ~group:"flow" ~params in
   let sa = dir / "a.sock" in
   let _ = member ~out:log a b sa in
   let pb = member b a (dir / "b.sock") in
@@ -492,6 +495,54 @@ let flow_control_refusal () =
   Unix.kill pb Sys.sigcont;
   if delivered > ok then Alcotest.failf "%d casts delivered, %d accepted" delivered ok
 
+(* A control socket asked one line, its answer read. *)
+let control_request sock line =
+  let s = Unix.socket Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+  Fun.protect ~finally:(fun () -> Unix.close s) @@ fun () ->
+  Unix.connect s (Unix.ADDR_UNIX sock);
+  let ic = Unix.in_channel_of_descr s and oc = Unix.out_channel_of_descr s in
+  output_string oc (line ^ "\n");
+  flush oc;
+  input_line ic
+
+(* consort cast --control into a member that is leaving (it asked to leave
+   while the other member, stopped by SIGSTOP, cannot answer the flush): the
+   refusal reaches the operator, one line naming it and exit 2, never "ok";
+   nothing is delivered. *)
+let leaving_refusal () =
+  let dir = temp_dir () in
+  Fun.protect ~finally:(fun () ->
+      List.iter (fun p -> try Unix.kill p Sys.sigcont with Unix.Unix_error _ -> ()) !started;
+      kill_started ();
+      ignore (Sys.command ("rm -rf " ^ Filename.quote dir)))
+  @@ fun () ->
+  let a = Printf.sprintf "127.0.0.1:%d" (port () + 2)
+  and b = Printf.sprintf "127.0.0.1:%d" (port () + 3) in
+  let member = start_member ~group:"leaving" ~params:"suspect.timeout=120s" in
+  let log = dir / "a.out" and sa = dir / "a.sock" in
+  let _ = member ~out:log a b sa in
+  let pb = member b a (dir / "b.sock") in
+  wait_until "a view of two" (fun () ->
+      match run ~env:[||] [ "status"; "--control"; sa ] with
+      | 0, out, _ -> contains out "2 members"
+      | _ -> false);
+  Unix.kill pb Sys.sigstop;
+  Alcotest.(check string) "leave" {|{"ok":true}|} (control_request sa "leave");
+  let text = "after the leave" in
+  let code, out, err = run ~env:[||] [ "cast"; "--control"; sa; text ] in
+  Alcotest.(check int) ("cast while leaving: " ^ out ^ err) 2 code;
+  Alcotest.(check string) "nothing on standard output" "" out;
+  if List.length (String.split_on_char '\n' (String.trim err)) <> 1 then
+    Alcotest.failf "the refusal is not one line: %S" err;
+  if not (contains err "leaving") then Alcotest.failf "the refusal does not say why: %S" err;
+  Unix.kill pb Sys.sigcont;
+  let delivered =
+    List.exists
+      (fun l -> contains l "cast from" && contains l text)
+      (String.split_on_char '\n' (read_file log))
+  in
+  Alcotest.(check bool) "the refused cast is not delivered" false delivered
+
 let () =
   Alcotest.run "inspect"
     [
@@ -507,5 +558,6 @@ let () =
           Alcotest.test_case "status --group NAME --all" `Quick group_all;
           Alcotest.test_case "cast refused by flow control: exit 2, one line" `Quick
             flow_control_refusal;
+          Alcotest.test_case "cast refused while leaving: exit 2, one line" `Quick leaving_refusal;
         ] );
     ]
