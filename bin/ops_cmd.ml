@@ -177,8 +177,9 @@ let status_all group json =
   0
 
 (* --group NAME --all: every member of the group whose control socket is on this machine (in the
-   runtime directories, members of a daemon there included), and the members of their views that
-   none of them is: those are on other machines (asked there). Not through the group itself. *)
+   runtime directories, members of a daemon there included), and, asked through the group by one of
+   those members (status-all), every other member of its view, wherever it runs. A member neither
+   here nor answering is named with the reason. *)
 let status_group_all name json =
   let answers =
     List.filter_map
@@ -204,13 +205,49 @@ let status_group_all name json =
     |> List.filter (fun (_, m) -> str m "group" = name)
   in
   let here = List.map (fun (_, m) -> str m "me") members in
+  (* One member here asks the others through the group. *)
+  let asker = List.find_opt (fun (_, j) -> not (is_daemon j)) answers in
+  let through =
+    match asker with
+    | None -> []
+    | Some (p, j) -> (
+        match
+          Consort_ops.Serve.request ~timeout:6. (Unix.ADDR_UNIX p)
+            (in_group (Some name) "status-all")
+        with
+        | Error _ -> []
+        | Ok answer -> (
+            match Yojson.Safe.from_string answer with
+            | `Assoc fields when not (List.mem_assoc "error" fields) ->
+                List.filter_map
+                  (fun m ->
+                    let id = str m "me" in
+                    if List.mem id here then None
+                    else
+                      match m with
+                      | `Assoc l -> (
+                          match (List.assoc_opt "status" l, List.assoc_opt "error" l) with
+                          | Some st, _ -> Some (id, Ok (str j "me", st))
+                          | None, Some (`String why) -> Some (id, Error why)
+                          | _ -> None)
+                      | _ -> None)
+                  (match List.assoc_opt "members" fields with Some (`List l) -> l | _ -> [])
+            | _ | (exception Yojson.Json_error _) -> []))
+  in
+  let remote =
+    List.filter_map (function id, Ok (via, st) -> Some (id, via, st) | _ -> None) through
+  in
+  let unanswered =
+    List.filter_map (function id, Error why -> Some (id, why) | _ -> None) through
+  in
   let in_views =
     List.sort_uniq compare
       (List.concat_map
          (fun (_, m) -> List.filter_map (function `String s -> Some s | _ -> None) (members_of m))
          members)
   in
-  let elsewhere = List.filter (fun id -> not (List.mem id here)) in_views in
+  let reached = here @ List.map (fun (id, _, _) -> id) remote in
+  let elsewhere = List.filter (fun id -> not (List.mem id reached)) in_views in
   if json then
     print_endline
       (Yojson.Safe.to_string
@@ -219,8 +256,15 @@ let status_group_all name json =
               ("group", `String name);
               ( "members",
                 `List
-                  (List.map (fun (p, m) -> `Assoc [ ("path", `String p); ("status", m) ]) members)
-              );
+                  (List.map (fun (p, m) -> `Assoc [ ("path", `String p); ("status", m) ]) members
+                  @ List.map
+                      (fun (_, via, st) -> `Assoc [ ("through", `String via); ("status", st) ])
+                      remote) );
+              ( "unanswered",
+                `List
+                  (List.map
+                     (fun (id, why) -> `Assoc [ ("me", `String id); ("error", `String why) ])
+                     unanswered) );
               ("elsewhere", `List (List.map (fun id -> `String id) elsewhere));
             ]))
   else begin
@@ -229,9 +273,21 @@ let status_group_all name json =
         Fmt.pr "%s (%s):@." (str m "me") p;
         print_member_status m)
       members;
-    Fmt.pr "group %s: %d members answered on this machine%s@." name (List.length members)
-      (if elsewhere = [] then ""
-       else ", in their views but elsewhere: " ^ String.concat ", " elsewhere)
+    List.iter
+      (fun (id, via, st) ->
+        Fmt.pr "%s (through the group, asked by %s):@." id via;
+        print_member_status st)
+      remote;
+    Fmt.pr "group %s: %d members answered, %d on this machine and %d through the group%s%s@." name
+      (List.length members + List.length remote)
+      (List.length members) (List.length remote)
+      (if unanswered = [] then ""
+       else
+         "; no answer from "
+         ^ String.concat ", "
+             (List.map (fun (id, why) -> Printf.sprintf "%s (%s)" id why) unanswered))
+      (let silent = List.filter (fun id -> not (List.mem_assoc id unanswered)) elsewhere in
+       if silent = [] then "" else "; in their views but not reached: " ^ String.concat ", " silent)
   end;
   0
 
@@ -311,10 +367,12 @@ let commands =
             value & flag
             & info [ "all" ]
                 ~doc:
-                  "With $(b,--group NAME) and no $(b,--control): every member of the group whose \
-                   control socket is on this machine (members of a consortd there included), and \
-                   the members of their views found on none of them (on other machines). Collected \
-                   through the sockets, not through the group.")
+                  "With $(b,--group NAME) and no $(b,--control): every member of the group, \
+                   wherever it runs. Those whose control socket is on this machine (members of a \
+                   consortd there included) are asked there; one of them asks every other member \
+                   of its view through the group itself (side messages, sealed as the group's \
+                   traffic is, 2 s to answer). Members that do not answer are named with the \
+                   reason.")
         $ json);
     Cmd.v
       (Consort_cli.info ~path:"counters" "counters"

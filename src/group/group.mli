@@ -333,6 +333,25 @@ module Make (T : Consort.Transport.S) : sig
   (** [send_client t ~dst s] sends datagram [s], which must start with {!client_magic} (else nothing
       is sent), to [dst] from this member's address. *)
 
+  val set_status_handler : t -> (unit -> string) -> unit
+  (** [set_status_handler t f]: what this member answers when another member of its view asks for
+      its status ({!query_status}): [f ()], a JSON object of at most {!Side.max_status} bytes
+      (beyond, an error object says so). Without a handler, the runtime answers with the view as it
+      knows it ([group], [me], [view], [members], [rank], [blocked]). *)
+
+  val query_status :
+    ?timeout:Consort.Time.t ->
+    t ->
+    (((string * (string, string) result) list, string) result -> unit) ->
+    unit
+  (** [query_status t k] asks every member of this member's view for its status through the group
+      (side messages to each member's address in the view, sealed as the group's traffic is), and
+      calls [k] once: when all have answered, or after [timeout] (default 2 s), with one entry per
+      member of the view in rank order, this one included: its status, or why there is none ("no
+      answer within 2.0 s"). [Error] at once if this member is in no view, has left, or already has
+      4 queries under way. A member answers only members of its current view, at the address the
+      view gives them (never where the request came from), at most 64 answers a second. *)
+
   val unmoved : t -> string list
   (** Members of the view that have not yet acknowledged this member's latest move. *)
 

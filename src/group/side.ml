@@ -38,7 +38,17 @@ type t =
   | Switch_req of { group : string; vid : string; stack : stack; dst : string }
   | Probe of { group : string; vid : string; nonce : string; eid : string; dst : string }
   | Probe_ack of { group : string; vid : string; nonce : string; eid : string; dst : string }
+  | Status_req of { group : string; vid : string; nonce : string; eid : string; dst : string }
+  | Status_ans of {
+      group : string;
+      vid : string;
+      nonce : string;
+      eid : string;
+      dst : string;
+      status : string;
+    }
 
+let max_status = 32768
 let magic = 0xC2
 let str = Codec.string ~max:1024 ()
 
@@ -108,6 +118,20 @@ let body =
           | Probe_ack { group; vid; nonce; eid; dst } -> Some ((group, vid), nonce, eid, dst)
           | _ -> None)
         (fun ((group, vid), nonce, eid, dst) -> Probe_ack { group; vid; nonce; eid; dst });
+      Codec.case 7 "status_req"
+        Codec.(tup4 (pair str str) str str str)
+        (function
+          | Status_req { group; vid; nonce; eid; dst } -> Some ((group, vid), nonce, eid, dst)
+          | _ -> None)
+        (fun ((group, vid), nonce, eid, dst) -> Status_req { group; vid; nonce; eid; dst });
+      Codec.case 8 "status_ans"
+        Codec.(tup4 (pair str str) (pair str str) str (string ~max:max_status ()))
+        (function
+          | Status_ans { group; vid; nonce; eid; dst; status } ->
+              Some ((group, vid), (nonce, eid), dst, status)
+          | _ -> None)
+        (fun ((group, vid), (nonce, eid), dst, status) ->
+          Status_ans { group; vid; nonce; eid; dst; status });
     ]
 
 let codec =
@@ -123,7 +147,9 @@ let group = function
   | Install_ack { group; _ }
   | Switch_req { group; _ }
   | Probe { group; _ }
-  | Probe_ack { group; _ } ->
+  | Probe_ack { group; _ }
+  | Status_req { group; _ }
+  | Status_ans { group; _ } ->
       group
 
 (* The member a message is for, [""] for any that hears it (discovery, an
@@ -134,7 +160,9 @@ let dst = function
   | Install_ack { dst; _ }
   | Switch_req { dst; _ }
   | Probe { dst; _ }
-  | Probe_ack { dst; _ } ->
+  | Probe_ack { dst; _ }
+  | Status_req { dst; _ }
+  | Status_ans { dst; _ } ->
       dst
 
 (* What a view key is wrapped for: the Install as its maker sent it, less

@@ -51,6 +51,20 @@ type t =
           it exists) *)
   | Probe_ack of { group : string; vid : string; nonce : string; eid : string; dst : string }
       (** [eid] is in view [vid]: the answer to [dst]'s probe [nonce] *)
+  | Status_req of { group : string; vid : string; nonce : string; eid : string; dst : string }
+      (** member [eid] of view [vid] asks member [dst] of that view for its status (what its
+          application reports: [consort status --group NAME --all]) *)
+  | Status_ans of {
+      group : string;
+      vid : string;
+      nonce : string;
+      eid : string;
+      dst : string;
+      status : string;  (** JSON, at most {!max_status} bytes *)
+    }  (** [eid]'s status: the answer to [dst]'s request [nonce] *)
+
+val max_status : int
+(** The most bytes of a status a [Status_ans] carries (32 KiB). *)
 
 val magic : int
 val codec : t Consort.Codec.t

@@ -5,6 +5,7 @@ type handler = {
   send : string -> string -> (unit, string) result;
   suspect : string list -> unit;
   leave : unit -> unit;
+  status_all : (Yojson.Safe.t -> unit) -> unit;
 }
 
 let ok = `Assoc [ ("ok", `Bool true) ]
@@ -51,13 +52,28 @@ let rec answer h line =
     | "leave", "" ->
         h.leave ();
         ok
+    | "status-all", "" -> error "status-all: answered later (Control.serve)"
     | w, _ ->
         error
-          (Printf.sprintf "unknown request %S (status, counters, cast, send, suspect, leave)"
+          (Printf.sprintf
+             "unknown request %S (status, status-all, counters, cast, send, suspect, leave)"
              (shorten w))
   in
   Yojson.Safe.to_string json
 
+(* [status-all], alone or as [group NAME status-all] for this member's
+   group: answered once every member of the view has, through the group. *)
+let rec later h line =
+  match word line with
+  | "status-all", "" -> Some (fun reply -> h.status_all (fun j -> reply (Yojson.Safe.to_string j)))
+  | "group", rest -> (
+      let name, req = word rest in
+      match h.status () with
+      | `Assoc l when List.assoc_opt "group" l = Some (`String name) && fst (word req) <> "group" ->
+          later h req
+      | _ -> None)
+  | _ -> None
+
 let serve loop path h =
-  Serve.listen ~max_connections:16 ~max_request:(1 lsl 20) loop (Unix.ADDR_UNIX path) Lines
-    (answer h)
+  Serve.listen ~max_connections:16 ~max_request:(1 lsl 20) ~later:(later h) loop
+    (Unix.ADDR_UNIX path) Lines (answer h)

@@ -4,6 +4,7 @@
 
     {v
     status                  {"group":G,"me":ID,"view":VID,"ltime":N,"coordinator":ID,"members":[ID,...],"rank":N,"blocked":B,"flow_blocked":B}
+    status-all              {"group":G,"view":VID,"members":[{"me":ID,"status":STATUS} or {"me":ID,"error":WHY},...]}
     counters                {"LAYER":{"COUNTER":N,...},...}
     cast TEXT               {"ok":true} or {"error":REASON}
     send ID TEXT            {"ok":true} or {"error":REASON}
@@ -22,6 +23,9 @@ type handler = {
   send : string -> string -> (unit, string) result;
   suspect : string list -> unit;
   leave : unit -> unit;
+  status_all : (Yojson.Safe.t -> unit) -> unit;
+      (** every member's status, asked through the group; the answer is given to the function once
+      *)
 }
 
 val answer : handler -> string -> string

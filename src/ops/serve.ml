@@ -11,6 +11,7 @@ type conn = {
   buf : Buffer.t;
   mutable idle_timer : Loop.timer option;
   mutable alive : bool;
+  mutable waiting : bool;  (** an answer comes later ([later]): the next lines wait *)
 }
 
 type t = {
@@ -19,6 +20,7 @@ type t = {
   addr : Unix.sockaddr;
   framing : framing;
   answer : string -> string;
+  later : string -> ((string -> unit) -> unit) option;
   max_connections : int;
   max_request : int;
   idle : float;
@@ -95,21 +97,43 @@ let index_from s i sub =
 
 (* Serves what [c]'s buffer holds: every complete line (Lines), or the
    request once its blank line is in (Http). *)
-let serve t c =
+let rec serve t c =
   let data = Buffer.contents c.buf in
   match t.framing with
   | Lines ->
       let rec go start =
         match String.index_from_opt data start '\n' with
-        | Some i when c.alive ->
+        | Some i when c.alive && not c.waiting -> (
             let line = String.sub data start (i - start) in
             let line =
               if String.length line > 0 && line.[String.length line - 1] = '\r' then
                 String.sub line 0 (String.length line - 1)
               else line
             in
-            (match answer t line with a -> write_all t c (a ^ "\n") | exception Exit -> drop t c);
-            go (i + 1)
+            match t.later line with
+            | Some f -> (
+                (* The rest waits for the answer, which serves it. *)
+                Buffer.clear c.buf;
+                Buffer.add_string c.buf (String.sub data (i + 1) (String.length data - i - 1));
+                c.waiting <- true;
+                let answered = ref false in
+                let reply a =
+                  if (not !answered) && c.alive then begin
+                    answered := true;
+                    c.waiting <- false;
+                    write_all t c (a ^ "\n");
+                    if c.alive then serve t c
+                  end
+                in
+                try f reply
+                with e ->
+                  Log.err (fun m -> m "answering a request: %s" (Printexc.to_string e));
+                  drop t c)
+            | None ->
+                (match answer t line with
+                | a -> write_all t c (a ^ "\n")
+                | exception Exit -> drop t c);
+                go (i + 1))
         | _ ->
             Buffer.clear c.buf;
             if c.alive then
@@ -163,7 +187,9 @@ let on_accept t () =
             loop (k - 1))
           else (
             Unix.set_nonblock fd;
-            let c = { fd; buf = Buffer.create 256; idle_timer = None; alive = true } in
+            let c =
+              { fd; buf = Buffer.create 256; idle_timer = None; alive = true; waiting = false }
+            in
             t.conns <- c :: t.conns;
             arm_idle t c;
             Loop.watch t.loop fd (on_readable t c);
@@ -197,7 +223,8 @@ let clear_unix_path path =
       | _ -> Error (Printf.sprintf "%s: exists and is not a socket" path)
       | exception Unix.Unix_error (e, _, _) -> unix_error path e
 
-let listen ?(max_connections = 32) ?(max_request = 65536) ?(idle = 30.) loop addr framing answer =
+let listen ?(max_connections = 32) ?(max_request = 65536) ?(idle = 30.) ?(later = fun _ -> None)
+    loop addr framing answer =
   let domain = Unix.domain_of_sockaddr addr in
   let prepared = match addr with Unix.ADDR_UNIX p -> clear_unix_path p | _ -> Ok () in
   match prepared with
@@ -225,6 +252,7 @@ let listen ?(max_connections = 32) ?(max_request = 65536) ?(idle = 30.) loop add
             addr = Unix.getsockname sock;
             framing;
             answer;
+            later;
             max_connections;
             max_request;
             idle;

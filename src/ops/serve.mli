@@ -15,6 +15,7 @@ val listen :
   ?max_connections:int ->
   ?max_request:int ->
   ?idle:float ->
+  ?later:(string -> ((string -> unit) -> unit) option) ->
   Consort_engine.Loop.t ->
   Unix.sockaddr ->
   framing ->
@@ -24,7 +25,9 @@ val listen :
     0600 and refused if a server answers there; a stale one is replaced) and answers each request
     with [answer request] ([request] without its line end; for [Http], the request line and
     headers). Defaults: 32 connections, 64 KiB per request, 30 s idle. An exception from [answer] is
-    logged and the connection closed. *)
+    logged and the connection closed. With [Lines], a request for which [later request] is [Some f]
+    is answered when [f] calls its argument (once; later calls are ignored), and the connection's
+    next requests wait until then. *)
 
 val address : t -> Unix.sockaddr
 (** The address really bound (the port chosen for port 0). *)

@@ -236,6 +236,32 @@ let status_json cfg g ~blocked ~flow_blocked : Yojson.Safe.t =
               ] );
     ]
 
+(* Every member's status, through the group ({!G.query_status}): one entry
+   per member of the view, its status or why there is none. *)
+let status_all cfg g k =
+  let vid = (G.view g).Consort_group.Group.vid in
+  G.query_status g (function
+    | Error e -> k (`Assoc [ ("error", `String e) ])
+    | Ok answers ->
+        k
+          (`Assoc
+             [
+               ("group", `String cfg.group);
+               ("view", `String vid);
+               ( "members",
+                 `List
+                   (List.map
+                      (fun (id, r) ->
+                        match r with
+                        | Ok s -> (
+                            match Yojson.Safe.from_string s with
+                            | j -> `Assoc [ ("me", `String id); ("status", j) ]
+                            | exception Yojson.Json_error _ ->
+                                `Assoc [ ("me", `String id); ("error", `String "not JSON") ])
+                        | Error why -> `Assoc [ ("me", `String id); ("error", `String why) ])
+                      answers) );
+             ]))
+
 (* "IP:PORT" as a socket address. *)
 let inet_addr s =
   match String.rindex_opt s ':' with
@@ -562,6 +588,11 @@ let run cfg =
                           send = (fun id text -> joined (fun _ -> !send_ref id text));
                           suspect = (fun ids -> Option.iter (fun g -> G.suspect g ids) !g_ref);
                           leave = (fun () -> !leave_ref ());
+                          status_all =
+                            (fun k ->
+                              match !g_ref with
+                              | None -> k (`Assoc [ ("error", `String "not in the group yet") ])
+                              | Some g -> status_all cfg g k);
                         }
                       in
                       match Consort_ops.Control.serve loop path handler with
@@ -651,6 +682,9 @@ let run cfg =
                   Error e
               | Ok g -> (
                   g_ref := Some g;
+                  G.set_status_handler g (fun () ->
+                      Yojson.Safe.to_string
+                        (status_json cfg g ~blocked:!blocked ~flow_blocked:!flow_blocked));
                   (* Each line is a message, numbered from 1. *)
                   let next_seq = ref 0 in
                   let cast_line text =

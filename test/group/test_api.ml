@@ -775,6 +775,85 @@ let round_trip_datagrams () =
     Alcotest.failf "%d round trips took %d datagrams; two each and %d in an idle group" rounds busy
       idle
 
+(* {2 Status through the group} *)
+
+let contains s sub =
+  let n = String.length s and m = String.length sub in
+  let rec go i = i + m <= n && (String.sub s i m = sub || go (i + 1)) in
+  go 0
+
+(* Every member's status, asked by one member through the group: the
+   runtime's own answer without a handler, the application's with one; a
+   member that does not answer is named with the reason. A stranger's
+   requests get nothing back, in its own name or another's, and a flood of
+   them in a member's name costs at most 64 answers a second. *)
+let status_query () =
+  let net = Sim.create ~seed:9 () in
+  let ms3 = group net in
+  let ids = Array.map (fun m -> G.me m.g) ms3 in
+  let ask () =
+    let got = ref None in
+    G.query_status ms3.(0).g (fun r -> got := Some r);
+    Sim.run ~until:(Sim.now net + sec 3.) net;
+    match !got with
+    | None -> Alcotest.fail "no answer to the query"
+    | Some (Error e) -> Alcotest.failf "query: %s" e
+    | Some (Ok l) -> l
+  in
+  let answers = ask () in
+  Alcotest.(check (list string))
+    "every member, in rank order"
+    (Array.to_list (G.view ms3.(0).g).Group.members)
+    (List.map fst answers);
+  List.iter
+    (fun (id, r) ->
+      match r with
+      | Ok s ->
+          if not (contains s (Printf.sprintf {|"me":"%s"|} id)) then Alcotest.failf "%s: %s" id s
+      | Error e -> Alcotest.failf "%s: %s" id e)
+    answers;
+  G.set_status_handler ms3.(1).g (fun () -> {|{"x":1}|});
+  Alcotest.(check (option (result string string)))
+    "the application's status" (Some (Ok {|{"x":1}|}))
+    (List.assoc_opt ids.(1) (ask ()));
+  (* A stranger asks, as an outsider and in m0's name. *)
+  let heard = ref 0 in
+  let x =
+    match
+      Sim.open_ net "x0" (fun _ ->
+          {
+            Sim.recv =
+              (fun ~src:_ v ->
+                incr heard;
+                Iovec.release v);
+            closed = ignore;
+          })
+    with
+    | Ok c -> c
+    | Error e -> Alcotest.failf "open: %a" Transport.pp_error e
+  in
+  let vid = (G.view ms3.(1).g).Group.vid in
+  let req eid = Side.Status_req { group = "api"; vid; nonce = "n"; eid; dst = ids.(1) } in
+  forge x "m1" (req "!outsider");
+  forge x "m1" (req ids.(0));
+  Sim.run ~until:(Sim.now net + ms 500) net;
+  Alcotest.(check int) "nothing back to the stranger" 0 !heard;
+  let garbage0 = counter ms3.(0) "side_garbage" in
+  for _ = 1 to 1000 do
+    forge x "m1" (req ids.(0))
+  done;
+  Sim.run ~until:(Sim.now net + ms 900) net;
+  let answered = counter ms3.(0) "side_garbage" - garbage0 in
+  if answered > 64 then Alcotest.failf "%d answers in under a second" answered;
+  Alcotest.(check int) "still nothing back to the stranger" 0 !heard;
+  (* m2 stops answering. *)
+  Sim.pause net "m2" ~until:(Sim.now net + sec 10.);
+  let answers = ask () in
+  (match List.assoc_opt ids.(2) answers with
+  | Some (Error e) when contains e "no answer within 2.0 s" -> ()
+  | _ -> Alcotest.failf "m2 paused: %s" (String.concat "; " (List.map fst answers)));
+  Alcotest.(check bool) "m1 answered" true (Result.is_ok (List.assoc ids.(1) answers))
+
 let () =
   Alcotest.run "api"
     [
@@ -808,5 +887,6 @@ let () =
           Alcotest.test_case "a forged switch request" `Quick forged_switch;
           Alcotest.test_case "messages for another member, probes" `Quick misdirected_side;
           Alcotest.test_case "discovery messages of made-up partitions" `Quick forged_gossip_flood;
+          Alcotest.test_case "status through the group; strangers get nothing" `Quick status_query;
         ] );
     ]

@@ -307,13 +307,17 @@ let open_directory_refused () =
     "no socket in an open directory" []
     (Array.to_list (Sys.readdir dir))
 
-(* consort status --group NAME --all: the members of the group found on
-   this machine, and those of their view found nowhere here (a member with
-   no control socket stands for one on another machine); a member of
-   another group is left out. *)
+(* status --group NAME --all: two members of group "all" have control
+   sockets here, the third none (as a member on another machine would): it
+   is asked through the group by one of the others, and its status comes
+   back. A member of another group is left out. Then the third is stopped
+   (SIGSTOP): it is named as not answering, with the reason, and the
+   others still answer. *)
 let group_all () =
   let xdg = temp_dir () in
+  let stopped = ref [] in
   Fun.protect ~finally:(fun () ->
+      List.iter (fun p -> try Unix.kill p Sys.sigcont with Unix.Unix_error _ -> ()) !stopped;
       kill_started ();
       ignore (Sys.command ("rm -rf " ^ Filename.quote xdg)))
   @@ fun () ->
@@ -322,42 +326,87 @@ let group_all () =
   let peers = String.concat "," [ addr 0; addr 1; addr 2 ] in
   let member ?(extra = []) group i =
     spawn ~env
-      ([ "member"; "--group"; group; "--no-input"; "--bind"; addr i; "--peers"; peers ] @ extra)
+      ([
+         "member";
+         "--group";
+         group;
+         "--no-input";
+         "--bind";
+         addr i;
+         "--peers";
+         peers;
+         "--params";
+         "suspect.timeout=120s";
+       ]
+      @ extra)
   in
   let _ = member "all" 0 and _ = member "all" 1 in
-  let _ = member ~extra:[ "--control"; "none" ] "all" 2 in
+  let p2 = member ~extra:[ "--control"; "none" ] "all" 2 in
   let _ = member "other" 3 in
   let answer = ref `Null in
-  wait_until "a view of three, two of them here" (fun () ->
-      match run ~env [ "status"; "--group"; "all"; "--all"; "--json" ] with
-      | 0, out, _ -> (
-          let j = Yojson.Safe.from_string out in
-          answer := j;
-          match Yojson.Safe.Util.(member "members" j |> to_list) with
-          | [ a; b ] ->
+  let open Yojson.Safe.Util in
+  let all_json () =
+    match run ~env [ "status"; "--group"; "all"; "--all"; "--json" ] with
+    | 0, out, _ ->
+        let j = Yojson.Safe.from_string out in
+        answer := j;
+        Some j
+    | _ -> None
+  in
+  wait_until "a view of three, two of them here, one through the group" (fun () ->
+      match all_json () with
+      | Some j -> (
+          match member "members" j |> to_list with
+          | [ a; b; c ] ->
               List.for_all
-                (fun m ->
-                  List.length Yojson.Safe.Util.(member "status" m |> member "members" |> to_list)
-                  = 3)
-                [ a; b ]
+                (fun m -> List.length (member "status" m |> member "members" |> to_list) = 3)
+                [ a; b; c ]
           | _ -> false)
-      | _ -> false);
-  let elsewhere = Yojson.Safe.Util.(member "elsewhere" !answer |> to_list) in
-  (match elsewhere with
-  | [ `String id ] when String.length id > 0 && contains id (addr 2 ^ "#") -> ()
-  | _ -> Alcotest.failf "elsewhere: %s" (Yojson.Safe.to_string !answer));
+      | None -> false);
+  let ms = member "members" !answer |> to_list in
+  let local = List.filter (fun m -> member "path" m <> `Null) ms
+  and remote = List.filter (fun m -> member "through" m <> `Null) ms in
+  Alcotest.(check int) "two asked here" 2 (List.length local);
+  (match remote with
+  | [ m ] ->
+      let me = member "status" m |> member "me" |> to_string in
+      if not (contains me (addr 2 ^ "#")) then Alcotest.failf "through the group: %s" me;
+      Alcotest.(check bool)
+        "its status as its member reports it (quorum field)" true
+        (member "status" m |> to_assoc |> List.mem_assoc "quorum")
+  | _ -> Alcotest.failf "one member through the group: %s" (Yojson.Safe.to_string !answer));
+  Alcotest.(check int) "none elsewhere" 0 (List.length (member "elsewhere" !answer |> to_list));
   List.iter
     (fun m ->
-      if Yojson.Safe.Util.(member "status" m |> member "group") <> `String "all" then
+      if member "status" m |> member "group" <> `String "all" then
         Alcotest.failf "a member of another group: %s" (Yojson.Safe.to_string m))
-    Yojson.Safe.Util.(member "members" !answer |> to_list);
+    ms;
   let code, out, _ = run ~env [ "status"; "--group"; "all"; "--all" ] in
   Alcotest.(check int) "status --group --all" 0 code;
   if
     not
-      (contains out
-         "group all: 2 members answered on this machine, in their views but elsewhere: 127.0.0.1:")
+      (contains out "group all: 3 members answered, 2 on this machine and 1 through the group"
+      && contains out "(through the group, asked by 127.0.0.1:")
   then Alcotest.failf "status --group all --all:\n%s" out;
+  (* The third stops answering. *)
+  Unix.kill p2 Sys.sigstop;
+  stopped := [ p2 ];
+  (match all_json () with
+  | None -> Alcotest.fail "status --all with a member stopped"
+  | Some j -> (
+      Alcotest.(check int) "two answer" 2 (List.length (member "members" j |> to_list));
+      match member "unanswered" j |> to_list with
+      | [ u ] ->
+          if
+            not
+              (contains (member "me" u |> to_string) (addr 2 ^ "#")
+              && contains (member "error" u |> to_string) "no answer within")
+          then Alcotest.failf "unanswered: %s" (Yojson.Safe.to_string u)
+      | _ -> Alcotest.failf "one unanswered: %s" (Yojson.Safe.to_string j)));
+  let code, out, _ = run ~env [ "status"; "--group"; "all"; "--all" ] in
+  Alcotest.(check int) "status --group --all, one stopped" 0 code;
+  if not (contains out "; no answer from 127.0.0.1:") then
+    Alcotest.failf "status --group all --all, one stopped:\n%s" out;
   let code, _, err = run ~env [ "status"; "--all" ] in
   Alcotest.(check int) "--all without --group: refused" 2 code;
   if not (contains err "--all needs --group") then Alcotest.failf "%S" err
@@ -519,27 +568,37 @@ let leaving_refusal () =
   let a = Printf.sprintf "127.0.0.1:%d" (port () + 2)
   and b = Printf.sprintf "127.0.0.1:%d" (port () + 3) in
   let member = start_member ~group:"leaving" ~params:"suspect.timeout=120s" in
-  let log = dir / "a.out" and sa = dir / "a.sock" in
-  let _ = member ~out:log a b sa in
-  let pb = member b a (dir / "b.sock") in
+  let sock x = dir / (x ^ ".sock") and out x = dir / (x ^ ".out") in
+  let pa = member ~out:(out "a") a b (sock "a") in
+  let pb = member ~out:(out "b") b a (sock "b") in
+  let status = ref `Null in
   wait_until "a view of two" (fun () ->
-      match run ~env:[||] [ "status"; "--control"; sa ] with
-      | 0, out, _ -> contains out "2 members"
+      match run ~env:[||] [ "status"; "--json"; "--control"; sock "a" ] with
+      | 0, out, _ ->
+          status := Yojson.Safe.from_string out;
+          List.length Yojson.Safe.Util.(member "members" !status |> to_list) = 2
       | _ -> false);
-  Unix.kill pb Sys.sigstop;
-  Alcotest.(check string) "leave" {|{"ok":true}|} (control_request sa "leave");
+  (* The leaver is the member that does not coordinate: its leave waits on
+     the coordinator, which is stopped. *)
+  let coord = Yojson.Safe.Util.(member "coordinator" !status |> to_string) in
+  let leaver, stopped = if contains coord (a ^ "#") then ("b", pa) else ("a", pb) in
+  Unix.kill stopped Sys.sigstop;
+  Alcotest.(check string) "leave" {|{"ok":true}|} (control_request (sock leaver) "leave");
   let text = "after the leave" in
-  let code, out, err = run ~env:[||] [ "cast"; "--control"; sa; text ] in
-  Alcotest.(check int) ("cast while leaving: " ^ out ^ err) 2 code;
-  Alcotest.(check string) "nothing on standard output" "" out;
+  let code, out_, err = run ~env:[||] [ "cast"; "--control"; sock leaver; text ] in
+  Alcotest.(check int) ("cast while leaving: " ^ out_ ^ err) 2 code;
+  Alcotest.(check string) "nothing on standard output" "" out_;
   if List.length (String.split_on_char '\n' (String.trim err)) <> 1 then
     Alcotest.failf "the refusal is not one line: %S" err;
   if not (contains err "leaving") then Alcotest.failf "the refusal does not say why: %S" err;
-  Unix.kill pb Sys.sigcont;
+  Unix.kill stopped Sys.sigcont;
   let delivered =
     List.exists
-      (fun l -> contains l "cast from" && contains l text)
-      (String.split_on_char '\n' (read_file log))
+      (fun x ->
+        List.exists
+          (fun l -> contains l "cast from" && contains l text)
+          (String.split_on_char '\n' (read_file (out x))))
+      [ "a"; "b" ]
   in
   Alcotest.(check bool) "the refused cast is not delivered" false delivered
 

@@ -907,6 +907,7 @@ let group_prefix () =
       send = (fun _ _ -> Ok ());
       suspect = ignore;
       leave = ignore;
+      status_all = (fun k -> k (`Assoc [ ("group", `String "g"); ("members", `List []) ]));
     }
   in
   let a = Consort_ops.Control.answer h in
