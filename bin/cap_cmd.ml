@@ -41,25 +41,12 @@ let fsck data =
         Store.close t;
         if List.exists Store.is_damage found then 1 else 0
 
-(* consort cap fs serve --data DIR [--bind ADDR:PORT] [--key FILE] *)
-let serve data bind key_file =
+(* consort cap fs serve [--new] --data DIR [--bind ADDR:PORT] [--key FILE] *)
+let serve ~fresh data bind key_file =
   let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
-  (* The data directory's identity, before anything in it is read or made:
-     a file store for this port, or a new directory. *)
-  let identity =
-    Consort_datadir.check ~ignore:[ "port.key" ]
-      ~looks_like:(fun d ->
-        Sys.file_exists (Filename.concat d "server") || Sys.file_exists (Filename.concat d "blobs"))
-      ~kind:"capfs"
-      ~service:(fun () ->
-        match Port.Key.load_or_create key_file with
-        | Ok key -> Ok (Port.to_hex (Port.Key.port key))
-        | Error m -> Error (Printf.sprintf "key %s: %s" key_file m))
-      data
-  in
-  match identity with
+  match Fs_data.check ~fresh data key_file with
   | Error m -> refused "%s" m
-  | Ok _ -> (
+  | Ok () -> (
       match Store.open_ ~random ~clock data with
       | Error `Locked -> refused "%s is in use by another file server" data
       | Error (`Io m) -> refused "%s" m
@@ -113,6 +100,16 @@ let serve data bind key_file =
                   R.close node;
                   Store.close store;
                   match !failure with None -> 0 | Some e -> refused "file server stopped: %s" e))))
+
+(* consort cap fs init --data DIR [--key FILE]: what a first start with --new makes, without
+   serving. *)
+let init data key_file =
+  let key_file = match key_file with Some f -> f | None -> Filename.concat data "port.key" in
+  match Fs_data.init ~data ~key_file with
+  | Error m -> refused "%s" m
+  | Ok port ->
+      Fmt.pr "%s: a new file server's data directory, port %s@." data port;
+      0
 
 (* Clients. *)
 
@@ -329,14 +326,37 @@ let fsck_cmd =
           or corrupt file on one line and set it aside. Exits 1 if anything was damaged.")
     Term.(const fsck $ data)
 
+let fresh =
+  Arg.(
+    value & flag
+    & info [ "new" ]
+        ~doc:
+          "Start a brand-new file server on an empty (or missing) $(b,--data), the first time only \
+           (as $(b,kv serve --new)). Refused on a directory that holds anything. Without it, an \
+           empty or missing data directory is refused: a file server has no replicas, so an empty \
+           directory where its store was is a lost store, never a new one.")
+
 let serve_cmd =
   Cmd.v
     (Consort_cli.info ~path:"cap fs serve" "serve" ~exits ~envs
        ~doc:
          "Run a file server. Its first line on standard output is $(b,server CAP), the capability \
-          that allows creating files.")
+          that allows creating files. The first start needs $(b,--new) (or $(b,cap fs init) before \
+          it).")
     (configured
-    @@ Term.(const (fun d b k () () -> serve d b k) $ data $ bind $ key $ Consort_cli.logging))
+    @@ Term.(
+         const (fun f d b k () () -> serve ~fresh:f d b k)
+         $ fresh $ data $ bind $ key $ Consort_cli.logging))
+
+let init_cmd =
+  Cmd.v
+    (Consort_cli.info ~path:"cap fs init" "init" ~exits
+       ~doc:
+         "Prepare an empty (or missing) data directory for $(b,cap fs serve), as its first start \
+          with $(b,--new) would, without serving: a later $(b,cap fs serve) without $(b,--new) \
+          starts on it (for a command line that never changes, as a boot server's declaration). \
+          Prints the directory and the server's port.")
+    Term.(const init $ data $ key)
 
 let put_cmd =
   let server =
@@ -377,7 +397,7 @@ let fs_cmd =
   Cmd.group
     (Cmd.info "fs" ~exits:Consort_cli.exits
        ~doc:"The immutable file server (Bullet semantics) and its tools.")
-    [ serve_cmd; put_cmd; get_cmd; size_cmd; revoke_cmd; fsck_cmd ]
+    [ serve_cmd; init_cmd; put_cmd; get_cmd; size_cmd; revoke_cmd; fsck_cmd ]
 
 let restrict_cmd =
   let rights =

@@ -60,7 +60,12 @@ let demo timeout keep =
       | Ok () -> ()
       | Error m -> failwith m)
     dirs;
-  List.iter (fun d -> Unix.mkdir (dir / d) 0o700) [ "fs"; "boot"; "proc1"; "proc2" ];
+  List.iter (fun d -> Unix.mkdir (dir / d) 0o700) [ "boot"; "proc1"; "proc2" ];
+  (* The file server's, made as cap fs init makes it (its first start's --new), for the same
+     reason. *)
+  (match Fs_data.init ~data:(dir / "fs") ~key_file:(dir / "fs" / "port.key") with
+  | Ok _ -> ()
+  | Error m -> failwith m);
   let decl =
     String.concat "\n"
       ([

@@ -378,7 +378,7 @@ let bench_proc rounds json save =
         Unix.mkdir (dir / "ps") 0o700;
         let fsa = free_port () and psa = free_port () in
         match
-          ( start [ "cap"; "fs"; "serve"; "--data"; dir / "fs"; "--bind"; fsa ],
+          ( start [ "cap"; "fs"; "serve"; "--new"; "--data"; dir / "fs"; "--bind"; fsa ],
             start
               ([ "cap"; "proc"; "serve"; "--data"; dir / "ps"; "--bind"; psa; "--locate"; fsa ]
               (* as root without make deps' user: nobody's uid and gid *)

@@ -16,6 +16,7 @@ let describe s =
   else if s = Kv_sim.Lost_dir.name then Some Kv_sim.Lost_dir.doc
   else if s = Dir_sim.Disk_faults.name then Some Dir_sim.Disk_faults.doc
   else if s = Dir_sim.Lost_dir.name then Some Dir_sim.Lost_dir.doc
+  else if s = Kv_sim.Ack_race.name then Some Kv_sim.Ack_race.doc
   else Consort_scenario.Scenario.describe s
 
 let names =
@@ -23,6 +24,7 @@ let names =
   @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
   @ [ Kv_sim.Disk_faults.name; Dir_sim.Disk_faults.name; Kv_sim.Lost_dir.name ]
   @ [ Fs_sim.Disk_faults.name; Dir_sim.Lost_dir.name ]
+  @ [ Kv_sim.Ack_race.name ]
 
 (* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
    those with a known outcome as delivered. *)
@@ -62,6 +64,8 @@ let run_one ?trace ~params s ~seed =
     Ok (of_rsm ~seed (Dir_sim.Disk_faults.run ?trace ~params ~seed ()))
   else if s = Dir_sim.Lost_dir.name then
     Ok (of_rsm ~seed (Dir_sim.Lost_dir.run ?trace ~params ~seed ()))
+  else if s = Kv_sim.Ack_race.name then
+    Ok (of_rsm ~seed (Kv_sim.Ack_race.run ?trace ~params ~seed ()))
   else if s = Gc_sim.name then
     let o = Gc_sim.run ?trace ~seed () in
     Ok

@@ -370,8 +370,15 @@ let table =
       ] );
     ( "cap fs serve",
       [
-        ( "Serve a store on a fixed address:",
+        ( "Start a new file server on a fixed address (--new the first time only):",
+          "consort cap fs serve --new --data /var/lib/consort/fs --bind 127.0.0.1:7700" );
+        ( "Serve its store again, after a stop:",
           "consort cap fs serve --data /var/lib/consort/fs --bind 127.0.0.1:7700" );
+      ] );
+    ( "cap fs init",
+      [
+        ( "Prepare a new file server's data directory, for a boot server's declaration:",
+          "consort cap fs init --data /var/lib/consort/fs" );
       ] );
     ( "cap fs revoke",
       [

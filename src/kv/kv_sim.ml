@@ -101,3 +101,28 @@ module Disk_faults = struct
       { config with tag = "kvdisk"; salt = 0x6b64; disk_faults = true }
       workload ?trace ?params ~seed ()
 end
+
+(* The sequencer's acknowledgement that overtakes its own cast, then its crash. *)
+module Ack_race = struct
+  let name = "kv-ack-race"
+
+  let doc =
+    "kv-linearizable with one fault aimed at the acknowledgements: the sequencer applies its own \
+     cast and acknowledges it, its acknowledgement reaches every other replica before the cast, \
+     and it crashes before the cast reaches anyone; the others apply their own casts in its place \
+     at the end of the view and must not count its acknowledgement for them; no acknowledged write \
+     is lost, the history is linearizable and the replicas agree"
+
+  let run ?trace ?params ~seed () =
+    S.run ~ack_race:true
+      {
+        config with
+        tag = "kvack";
+        salt = 0x6b61;
+        stop_at = Time.of_sec 8.;
+        reads_at = Time.of_sec 10.;
+        all_stop = Time.of_sec 19.;
+        until = Time.of_sec 36.;
+      }
+      workload ?trace ?params ~seed ()
+end

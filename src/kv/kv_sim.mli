@@ -25,3 +25,11 @@ module Disk_faults : sig
   val doc : string
   val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
 end
+
+(** [kv-ack-race]: the sequencer's acknowledgement overtakes its own cast, then it crashes before
+    the cast reaches anyone ({!Rsm_sim.Make.run}'s [ack_race]). *)
+module Ack_race : sig
+  val name : string
+  val doc : string
+  val run : ?trace:out_channel -> ?params:Consort.Params.t -> seed:int -> unit -> outcome
+end

@@ -17,6 +17,10 @@ let default_config ~group ~addr ~peers =
 
 type phase = Minority | Syncing | Active
 
+type observation =
+  | Applied of { member : string; vid : string; count : int; chain : string }
+  | Counted of { member : string; vid : string; origin : string; count : int }
+
 let pp_phase ppf p =
   Fmt.string ppf (match p with Minority -> "minority" | Syncing -> "syncing" | Active -> "active")
 
@@ -84,6 +88,7 @@ struct
     mutable no_vote : string option; (* why this primary view has too few voters *)
     on_failure : Store_intf.failure -> unit;
     quiet_failure : bool; (* the process reports a failure itself *)
+    observe : observation -> unit;
   }
 
   let phase t = t.phase
@@ -92,6 +97,7 @@ struct
   let in_flight t = Hashtbl.length t.waiting
   let transfers t = (t.suffixes, t.snapshots)
   let failure t = t.failure
+  let pending_ack t ~origin = Option.map fst (Hashtbl.find_opt t.early origin)
 
   let view t =
     match t.view with
@@ -231,6 +237,7 @@ struct
         match chain_after t b with
         | Some c when c = digest ->
             Hashtbl.replace t.acks origin b;
+            t.observe (Counted { member = t.me; vid = (view t).vid; origin; count = b });
             update_commit t
         | _ ->
             Log.warn (fun m ->
@@ -609,6 +616,7 @@ struct
     let batch = t.delivered + 1 in
     t.vchain <- Digest.string (t.vchain ^ Digest.string s);
     Hashtbl.replace t.chains batch t.vchain;
+    t.observe (Applied { member = t.me; vid = (view t).vid; count = batch; chain = t.vchain });
     List.iter
       (fun (i : W.item) ->
         let r = Store.execute t.store i.cmd in
@@ -680,7 +688,7 @@ struct
                        answer t rid (Wire.Unknown "timeout")));
               forward t rid)
 
-  let create ?params ?seed ?layers ?on_failure tr cfg store =
+  let create ?params ?seed ?layers ?on_failure ?(observe = ignore) tr cfg store =
     match
       match layers with
       | Some l -> Ok l
@@ -723,6 +731,7 @@ struct
             no_vote = None;
             on_failure = Option.value on_failure ~default:ignore;
             quiet_failure = on_failure <> None;
+            observe;
           }
         in
         let cb =

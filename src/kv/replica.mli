@@ -57,6 +57,16 @@ type phase = Minority | Syncing | Active
 
 val pp_phase : phase Fmt.t
 
+(** What a replica tells an observer ([create ~observe]), for simulations that check the
+    acknowledgements against what each member applied. *)
+type observation =
+  | Applied of { member : string; vid : string; count : int; chain : string }
+      (** [member] applied the [count]th order of view [vid]; [chain]: the view's orders so far,
+          chained order by order (what its acknowledgement of [count] orders names) *)
+  | Counted of { member : string; vid : string; origin : string; count : int }
+      (** [member] counted [origin]'s acknowledgement of the first [count] orders of view [vid]
+          toward their commit *)
+
 (** The replica of any state machine ({!Rsm.MACHINE}) with its store ([Store.Make (M)]): the
     directory server's replicas are [Generic (Dir_machine) (Store.Make (Dir_machine)) (T)]. *)
 module Generic
@@ -75,6 +85,7 @@ module Generic
     ?seed:int ->
     ?layers:Consort.Layer.t list ->
     ?on_failure:(Store_intf.failure -> unit) ->
+    ?observe:(observation -> unit) ->
     T.t ->
     config ->
     Store.t ->
@@ -87,13 +98,20 @@ module Generic
       epoch), the replica fails: it acknowledges nothing more, answers the requests in flight (those
       never cast are refused with [disk full] or [io-error: ...], the others unknown), refuses every
       later one the same way, logs one line, leaves the group and calls [on_failure] (the process
-      should then exit). *)
+      should then exit).
+
+      [observe] (default: nothing) hears each order applied and each acknowledgement counted. *)
 
   val failure : t -> Store_intf.failure option
   (** The I/O error that stopped this replica, if any. *)
 
   val submit : t -> M.op Wire.request_ -> (M.response Wire.outcome_ -> unit) -> unit
   (** [submit t r k] carries out [r]; [k] is called once with the outcome. *)
+
+  val pending_ack : t -> origin:string -> int option
+  (** [pending_ack t ~origin]: the count of [origin]'s acknowledgement that names more orders of the
+      view than this member has applied, and waits for them here (then counts only if this member's
+      orders are the ones it names). *)
 
   val deliver_send : t -> origin:string -> string -> unit
   (** [deliver_send t ~origin m]: [m] as if the group delivered it point-to-point from member

@@ -64,14 +64,14 @@ struct
 
   let digest m = Digest.string (Codec.encode_string (M.codec (M.limits m)) m)
 
-  let run cfg workload ?trace ?(params = Params.empty) ~seed () =
+  let run ?(ack_race = false) cfg workload ?trace ?(params = Params.empty) ~seed () =
     Consort_local.with_scratch cfg.tag ~seed @@ fun scratch ->
     let rng = Random.State.make [| seed; cfg.salt |] in
     let w = workload ~seed rng in
     let link =
       {
         Sim.latency = ms 1;
-        jitter = ms (Random.State.int rng 3);
+        jitter = ms (if ack_race then 3 else Random.State.int rng 3);
         loss = [| 0.; 0.01; 0.05 |].(Random.State.int rng 3);
         duplicate = [| 0.; 0.02 |].(Random.State.int rng 2);
         reorder = [| 0.; 0.05 |].(Random.State.int rng 2);
@@ -115,6 +115,30 @@ struct
             faulty = false;
             init = Store.New;
           })
+    in
+    (* Every acknowledgement a replica counts names the orders it applied itself: the chain
+       after the orders it vouches for is the counting replica's, as its origin applied them. *)
+    let applied = Hashtbl.create 1024 in
+    let observe = function
+      | Replica.Applied { member; vid; count; chain } ->
+          Hashtbl.replace applied (member, vid, count) chain
+      | Replica.Counted { member; vid; origin; count } -> (
+          match
+            ( Hashtbl.find_opt applied (member, vid, count),
+              Hashtbl.find_opt applied (origin, vid, count) )
+          with
+          | Some a, Some b when a = b -> ()
+          | Some _, Some _ ->
+              violation
+                "%s counted %s's acknowledgement of %d orders of view %s, which applied other \
+                 orders"
+                member origin count vid
+          | None, _ ->
+              violation "%s counted an acknowledgement of %d orders of view %s it has not applied"
+                member count vid
+          | _, None ->
+              violation "%s counted %s's acknowledgement of %d orders of view %s it never applied"
+                member origin count vid)
     in
     let restarts = ref 0 and repaired = ref 0 in
     let disk_steps = ref 0 in
@@ -224,7 +248,8 @@ struct
               at (Time.add (now ()) (ms (700 + Random.State.int rng 1000))) (fun () -> start i)
             in
             match
-              R.create ~params ~on_failure ~seed:(Random.State.int rng 0x3fffffff) net rcfg store
+              R.create ~params ~on_failure ~observe ~seed:(Random.State.int rng 0x3fffffff) net rcfg
+                store
             with
             | Ok r ->
                 p.r <- Some (r, store);
@@ -352,8 +377,8 @@ struct
         (Time.add (s 1.) (ms (Random.State.int rng 500)))
         (fun () -> client c ~id:(Int64.of_int (1000 + c)) ~req:1 ~final:None)
     done;
-    (* Faults during the workload. *)
-    let faults = 1 + Random.State.int rng 3 in
+    (* Faults during the workload (none in the acknowledgement race, which is its own fault). *)
+    let faults = if ack_race then 0 else 1 + Random.State.int rng 3 in
     (* Half of the faults strike the sequencer. *)
     let victim () =
       let seq = ref None in
@@ -391,6 +416,48 @@ struct
               note "heal";
               Sim.heal net)
     done;
+    (* The acknowledgement race: the sequencer applied its own cast and acknowledged it, its
+       acknowledgement reached every other member of the view (the jitter lets it overtake the
+       cast), the cast reached none of them yet. Then the sequencer crashes, cut off at once so
+       that its cast never arrives: the survivors apply other orders in its place at the end of
+       the view (their own casts, which it had not ordered), and must not count its
+       acknowledgement for them. *)
+    if ack_race then begin
+      let raced = ref false in
+      let rec poll () =
+        if (not !raced) && now () < cfg.stop_at then begin
+          let live =
+            List.filter_map
+              (fun (i, p) -> Option.map (fun (r, _) -> (i, r)) p.r)
+              (List.mapi (fun i p -> (i, p)) (Array.to_list reps))
+          in
+          (match List.find_opt (fun (_, r) -> R.is_sequencer r) live with
+          | Some (i, sq) ->
+              let others = List.filter (( <> ) (R.me sq)) (Array.to_list (R.view sq).members) in
+              let waiting m =
+                List.exists
+                  (fun (_, r) -> R.me r = m && R.pending_ack r ~origin:(R.me sq) <> None)
+                  live
+              in
+              if others <> [] && List.for_all waiting others then begin
+                raced := true;
+                let p = reps.(i) in
+                note "ack race: %s acknowledged orders no other member has: crash it" p.addr;
+                Sim.partition net [ [ p.addr ]; List.filter (( <> ) p.addr) addrs ];
+                crash i;
+                at (Time.add (now ()) (ms 1000)) (fun () -> Sim.heal net);
+                at
+                  (Time.add (now ()) (ms (4000 + Random.State.int rng 2000)))
+                  (fun () ->
+                    incr restarts;
+                    start i)
+              end
+          | None -> ());
+          at (Time.add (now ()) (Time.of_us 200)) poll
+        end
+      in
+      at (s 2.) poll
+    end;
     (* Storage faults: a disk that fills, fails writes or fsyncs, for a
        while (its replica stops at the first; restarted, it stops again
        until the disk is repaired). *)

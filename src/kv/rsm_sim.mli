@@ -71,6 +71,7 @@ module Make
   }
 
   val run :
+    ?ack_race:bool ->
     config ->
     (seed:int -> Random.State.t -> workload) ->
     ?trace:out_channel ->
@@ -79,5 +80,12 @@ module Make
     unit ->
     outcome
   (** [run config workload ~seed ()] runs one seeded schedule; [workload] is made once per run, with
-      the scenario's random state. *)
+      the scenario's random state. With [ack_race] (default [false]), instead of the random faults:
+      once the sequencer has applied and acknowledged its own cast, and its acknowledgement waits at
+      every other member of the view for the cast (which the links' jitter lets it overtake), the
+      sequencer is cut off and crashed (its cast never arrives), and restarted 4 to 6 s later.
+
+      In every run, each acknowledgement a replica counts must name the orders it applied itself:
+      the chain of the orders of the view after as many orders, as the acknowledgement's origin
+      applied them (the replicas' [observe]). *)
 end

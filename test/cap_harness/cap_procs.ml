@@ -45,3 +45,13 @@ let eventually ?(n = 600) what f =
       go (k - 1))
   in
   go n
+
+let fs_init data =
+  let out = data ^ ".init.out" and err = data ^ ".init.err" in
+  match wait_code (spawn ~out ~err [ "cap"; "fs"; "init"; "--data"; data ]) with
+  | 0 -> ()
+  | c ->
+      let ic = open_in_bin err in
+      let e = really_input_string ic (in_channel_length ic) in
+      close_in ic;
+      failwith (Printf.sprintf "consort cap fs init --data %s: exit %d: %s" data c e)

@@ -24,3 +24,8 @@ val wait_code : int -> int
 val eventually : ?n:int -> string -> (unit -> bool) -> unit
 (** [eventually what f] polls [f] every 50 ms until it holds, at most [n] times (600: 30 s); then
     the test fails, saying [what]. *)
+
+val fs_init : string -> unit
+(** [fs_init data] prepares a file server's data directory (empty or missing) with
+    [consort cap fs init], as a boot declaration's file server needs before its first start; fails
+    the test if it does not exit 0. *)

@@ -126,6 +126,7 @@ let test_services () =
   let fsa = Printf.sprintf "127.0.0.1:%d" (free_port ())
   and psa = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
   let c = consort () in
+  fs_init (d / "fs");
   let decl = d / "decl" in
   write_file decl
     (String.concat "\n"

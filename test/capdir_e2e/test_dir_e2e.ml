@@ -270,7 +270,7 @@ let with_replica_and_fs name f =
       let out, w = Unix.pipe ~cloexec:true () in
       fs_pid :=
         Unix.create_process_env (consort ())
-          [| "consort"; "cap"; "fs"; "serve"; "--data"; d / "fs"; "--bind"; fs_addr |]
+          [| "consort"; "cap"; "fs"; "serve"; "--new"; "--data"; d / "fs"; "--bind"; fs_addr |]
           (Array.append [| "CONSORT_MULTICAST=off" |] (Unix.environment ()))
           Unix.stdin w Unix.stderr;
       Unix.close w;

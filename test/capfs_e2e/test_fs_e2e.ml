@@ -19,7 +19,9 @@ let ( / ) = Filename.concat
 (* A free UDP port on loopback. *)
 type server = { pid : int; cap : string; addr : string }
 
-let start_server ?(env = []) ~data ~port () =
+(* [fresh] (default: the directory does not exist yet): the server's first start, with --new. *)
+let start_server ?(env = []) ?fresh ~data ~port () =
+  let fresh = match fresh with Some f -> f | None -> not (Sys.file_exists data) in
   let r, w = Unix.pipe ~cloexec:true () in
   let err =
     Unix.openfile (data ^ ".log")
@@ -29,7 +31,10 @@ let start_server ?(env = []) ~data ~port () =
   let addr = Printf.sprintf "127.0.0.1:%d" port in
   let pid =
     Unix.create_process_env (consort ())
-      [| "consort"; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |]
+      (Array.of_list
+         ([ "consort"; "cap"; "fs"; "serve" ]
+         @ (if fresh then [ "--new" ] else [])
+         @ [ "--data"; data; "--bind"; addr ]))
       (Array.append (Array.of_list env) (Unix.environment ()))
       Unix.stdin w err
   in
@@ -526,7 +531,9 @@ let test_multicast () =
       let argv =
         Array.of_list
           ("env" :: group
-          :: in_ns [ "cap"; "fs"; "serve"; "--data"; d / "data"; "--bind"; "127.0.0.1:47470" ])
+          :: in_ns
+               [ "cap"; "fs"; "serve"; "--new"; "--data"; d / "data"; "--bind"; "127.0.0.1:47470" ]
+          )
       in
       let pid = Unix.create_process "env" argv Unix.stdin w err in
       Unix.close w;
@@ -561,6 +568,84 @@ let test_multicast () =
       Alcotest.(check int) "without multicast: exit 2" 2 code;
       if not (contains e "RPC_NOTFOUND") then Alcotest.failf "without multicast: %S" e
 
+(* The data directory (issue 28): a file server is one server, not a replica group, so a missing
+   or empty data directory becomes a store only with --new (or cap fs init before the first
+   start); --new on a directory that holds a store is refused; a directory whose store is gone,
+   its identity left, is refused without --new. A refusal is one line and exit 2, and makes or
+   changes nothing. *)
+let test_data_dir () =
+  with_dir @@ fun d ->
+  let port = free_port () in
+  let check_refused name reason (code, out, err) =
+    Alcotest.(check int) (Printf.sprintf "%s: exit 2 (%s)" name err) 2 code;
+    Alcotest.(check string) (name ^ ": nothing on standard output") "" out;
+    if String.index_opt err '\n' <> Some (String.length err - 1) then
+      Alcotest.failf "%s: not one line: %S" name err;
+    if not (contains err reason) then Alcotest.failf "%s: %S does not say %S" name err reason
+  in
+  (* A server that starts instead of refusing prints its capability first: it is killed, and
+     the test fails (no wait on a server that would run on). *)
+  let refused name reason args =
+    let r, w = Unix.pipe ~cloexec:true () in
+    let errf = d / "refused.err" in
+    let e =
+      Unix.openfile errf [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+    in
+    let pid = Unix.create_process (consort ()) (Array.of_list ("consort" :: args)) Unix.stdin w e in
+    Unix.close w;
+    Unix.close e;
+    let ic = Unix.in_channel_of_descr r in
+    let line = try input_line ic with End_of_file -> "" in
+    close_in ic;
+    if line <> "" then begin
+      (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+      ignore (Unix.waitpid [] pid);
+      Alcotest.failf "%s: served (%S) instead of refusing" name line
+    end;
+    let code = match Unix.waitpid [] pid with _, Unix.WEXITED c -> c | _ -> -1 in
+    check_refused name reason (code, "", read_file errf)
+  in
+  let serve args = [ "cap"; "fs"; "serve"; "--bind"; Printf.sprintf "127.0.0.1:%d" port ] @ args in
+  let missing = d / "missing" in
+  refused "a missing directory" "with --new" (serve [ "--data"; missing ]);
+  Alcotest.(check bool) "the missing directory is not made" false (Sys.file_exists missing);
+  let data = d / "data" in
+  Unix.mkdir data 0o700;
+  refused "an empty directory" "an empty data directory" (serve [ "--data"; data ]);
+  Alcotest.(check (array string)) "the empty directory stays empty" [||] (Sys.readdir data);
+  let small = d / "small" in
+  write_file small "kept\n";
+  let s = start_server ~fresh:true ~data ~port () in
+  let code, f, err = run ~env:(locate s) [ "cap"; "fs"; "put"; "--server"; s.cap; small ] in
+  stop s;
+  Alcotest.(check int) ("put: " ^ err) 0 code;
+  let f = trim f in
+  refused "--new on a store" "--new starts a file server on an empty directory only"
+    (serve [ "--new"; "--data"; data ]);
+  let s = start_server ~fresh:false ~data ~port () in
+  let code, out, _ = run ~env:(locate s) [ "cap"; "fs"; "get"; f ] in
+  stop s;
+  Alcotest.(check (pair int string)) "the file, after --new was refused" (0, "kept\n") (code, out);
+  (* The store is lost, the identity and the key are left: never taken for a new store. *)
+  Array.iter
+    (fun n -> if n <> "service-identity" && n <> "port.key" then rm_rf (data / n))
+    (Sys.readdir data);
+  refused "a lost store" "with no store in it" (serve [ "--data"; data ]);
+  Alcotest.(check int) "nothing made by the refusal" 2 (Array.length (Sys.readdir data));
+  let s = start_server ~fresh:true ~data ~port () in
+  let code, _, _ = run ~env:(locate s) [ "cap"; "fs"; "get"; f ] in
+  stop s;
+  Alcotest.(check int) "an empty store on purpose (--new): the old file is not there" 2 code;
+  (* cap fs init: the first start's --new, made beforehand. *)
+  let pre = d / "pre" in
+  let code, out, err = run [ "cap"; "fs"; "init"; "--data"; pre ] in
+  Alcotest.(check int) ("cap fs init: " ^ err) 0 code;
+  if not (contains out "port") then Alcotest.failf "cap fs init prints %S" out;
+  check_refused "cap fs init twice" "not an empty directory"
+    (run [ "cap"; "fs"; "init"; "--data"; pre ]);
+  let s = start_server ~fresh:false ~data:pre ~port () in
+  stop s
+
 let () =
   Alcotest.run "fs_e2e"
     [
@@ -574,5 +659,6 @@ let () =
           Alcotest.test_case "SIGKILL mid-put from a pipe: exit 3" `Quick test_put_killed;
           Alcotest.test_case "progress bar only on a terminal" `Quick test_progress_bar;
           Alcotest.test_case "located by multicast only (network namespace)" `Quick test_multicast;
+          Alcotest.test_case "data directory: --new, cap fs init, a lost store" `Quick test_data_dir;
         ] );
     ]

@@ -142,6 +142,9 @@ let run_once ?(until = "\n") d what args =
 
 (* A file server as a boot service, on a port of its own that the boot server polls ([at]). *)
 let fs_service name data =
+  (* Its data directory made before, as the declaration's command line is the same at every
+     start (cap fs init, under umask 000 as the servers here). *)
+  with_umask 0 (fun () -> fs_init data);
   let a = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
   Printf.sprintf "service %s\n  run %s cap fs serve --data %s --bind %s\n  at %s\n" name
     (consort ()) data a a
@@ -159,7 +162,7 @@ let servers_refuse () =
   (* The file server. *)
   let fs = d / "srv" / "fs" in
   let fs_args = [ "cap"; "fs"; "serve"; "--data"; fs; "--bind"; "127.0.0.1:0" ] in
-  run_once d "fs" fs_args;
+  run_once d "fs" [ "cap"; "fs"; "serve"; "--new"; "--data"; fs; "--bind"; "127.0.0.1:0" ];
   check_private "fs serve under umask 000" (d / "srv");
   List.iter
     (fun f ->
@@ -308,7 +311,7 @@ let stop_before_loop () =
       let code = code_of (snd (Unix.waitpid [] pid)) in
       Alcotest.(check int) (what ^ ": stopped cleanly") 0 code)
     [
-      ("fs serve", [ "cap"; "fs"; "serve"; "--data"; d / "fs"; "--bind"; "127.0.0.1:0" ]);
+      ("fs serve", [ "cap"; "fs"; "serve"; "--new"; "--data"; d / "fs"; "--bind"; "127.0.0.1:0" ]);
       ("proc serve", [ "cap"; "proc"; "serve"; "--data"; d / "proc"; "--bind"; "127.0.0.1:0" ]);
       ( "boot serve",
         [

@@ -73,7 +73,7 @@ let with_world ?(ps_args = []) f =
   Unix.mkdir (d / "fs") 0o700;
   Unix.mkdir (d / "ps") 0o700;
   Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
-  let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--data"; d / "fs" ] in
+  let fs = start_server ~log:(d / "fs.log") [ "cap"; "fs"; "serve"; "--new"; "--data"; d / "fs" ] in
   Fun.protect ~finally:(fun () -> stop fs) @@ fun () ->
   (* Programs built here find the C stubs of Consort's libraries in a copy
      their user can read (the build tree may be in a directory only root

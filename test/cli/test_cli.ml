@@ -239,7 +239,15 @@ let cases : (string list * string list * (string list * int) list) list =
       [ ([ "--server"; "x"; existing ], 2); ([ "--server"; bad_cap; missing ], 2) ] );
     ( [ "cap"; "fs"; "serve" ],
       [ "--data"; missing ],
-      [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp; "--key"; missing ], 2) ] );
+      [
+        ([ "--data"; "/proc/1/consort" ], 2);
+        ([ "--data"; tmp; "--key"; missing ], 2);
+        ([ "--data"; missing ], 2);
+        ([ "--new"; "--data"; tmp ], 2);
+      ] );
+    ( [ "cap"; "fs"; "init" ],
+      [ "--data"; missing ],
+      [ ([ "--data"; "/proc/1/consort" ], 2); ([ "--data"; tmp ], 2) ] );
     ([ "cap"; "fs"; "revoke" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap ], 2) ]);
     ([ "cap"; "fs"; "size" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);
     ([ "cap"; "info" ], [ bad_cap ], [ ([ "not-a-cap" ], 2) ]);

@@ -370,6 +370,9 @@ let first_line_field what file key =
 
 let copy_dir src dst = run (Printf.sprintf "cp -a %s %s" (Filename.quote src) (Filename.quote dst))
 
+(* --new at a file server's first start (its data directory does not exist yet). *)
+let fs_new data = if Sys.file_exists data then [] else [ "--new" ]
+
 (* consort cap fs serve with its data on the disk that fills while puts
    come: every put is acknowledged or refused; the server refuses the one
    that met the full disk, then stops (one line, exit 2); restarted on a
@@ -381,7 +384,8 @@ let fs_serve () =
   let env = [ "CONSORT_MULTICAST=off"; "CONSORT_LOCATE=" ^ bind ] in
   let serve data =
     spawn ~env ~out:(tmp / "s.out") ~err:(tmp / "s.err")
-      [| consort; "cap"; "fs"; "serve"; "--data"; data; "--bind"; bind |]
+      (Array.of_list
+         ([ consort; "cap"; "fs"; "serve" ] @ fs_new data @ [ "--data"; data; "--bind"; bind ]))
   in
   let acked =
     with_full_disk ~free:(96 * 1024) (fun dir ->
@@ -531,7 +535,7 @@ let keys_on_full_disk () =
       let data = dir / "fs" in
       (match
          command ~env:[ "CONSORT_MULTICAST=off" ] tmp
-           [ "cap"; "fs"; "serve"; "--data"; data; "--bind"; "127.0.0.1:1" ]
+           [ "cap"; "fs"; "serve"; "--new"; "--data"; data; "--bind"; "127.0.0.1:1" ]
        with
       | 2, _, _ -> ()
       | c, _, err -> Alcotest.failf "consort cap fs serve on a full disk: exit %d: %s" c err);
@@ -550,7 +554,10 @@ let identity () =
   let bind = Printf.sprintf "127.0.0.1:%d" (free_port ()) in
   let fs ?(extra = []) data =
     spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")
-      (Array.of_list ([ consort; "cap"; "fs"; "serve"; "--data"; data; "--bind"; bind ] @ extra))
+      (Array.of_list
+         ([ consort; "cap"; "fs"; "serve" ] @ fs_new data
+         @ [ "--data"; data; "--bind"; bind ]
+         @ extra))
   in
   let dir data key =
     spawn ~env:[ "CONSORT_MULTICAST=off" ] ~out:(tmp / "s.out") ~err:(tmp / "s.err")

@@ -269,6 +269,7 @@ let commands : (string list * string list * stdin_use) list =
     ([ "cap"; "fs"; "put" ], [ "--server"; "x"; existing ], Unread);
     ([ "cap"; "fs"; "revoke" ], [ "not-a-cap" ], Unread);
     ([ "cap"; "fs"; "serve" ], [ "--data"; "/proc/1/consort" ], Unread);
+    ([ "cap"; "fs"; "init" ], [ "--data"; "/proc/1/consort" ], Unread);
     ([ "cap"; "fs"; "size" ], [ "not-a-cap" ], Unread);
     ([ "cap"; "get" ], [ "/a"; "--root"; "not-a-cap" ], Unread);
     ([ "cap"; "info" ], [ "not-a-cap" ], Unread);
@@ -348,8 +349,13 @@ let paths : (string list * string * use * (string -> string list)) list =
     ([ "bench"; "membership" ], "--save", Written, fun p -> [ "--rounds"; "1"; "--save"; p ]);
     ([ "cap"; "fs"; "fsck" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "fs"; "put" ], "FILE", Read, fun p -> [ "--server"; some_cap; p ]);
-    ([ "cap"; "fs"; "serve" ], "--data", Data_dir, fun p -> [ "--data"; p; "--bind"; "127.0.0.1:1" ]);
-    ([ "cap"; "fs"; "serve" ], "--key", Read, fun p -> [ "--data"; scratch (); "--key"; p ]);
+    ( [ "cap"; "fs"; "serve" ],
+      "--data",
+      Data_dir,
+      fun p -> [ "--new"; "--data"; p; "--bind"; "127.0.0.1:1" ] );
+    ([ "cap"; "fs"; "serve" ], "--key", Read, fun p -> [ "--new"; "--data"; scratch (); "--key"; p ]);
+    ([ "cap"; "fs"; "init" ], "--data", Data_dir, fun p -> [ "--data"; p ]);
+    ([ "cap"; "fs"; "init" ], "--key", Read, fun p -> [ "--data"; scratch (); "--key"; p ]);
     ( [ "cap"; "get" ],
       "LOCAL",
       After_server "written once the file is read: test_fs_e2e and test_dir_e2e",
