@@ -1406,7 +1406,18 @@ let test_runtime_senders params () =
         (Printf.sprintf "m%d: every cast delivered from the bypass (%d + %d)" i (get "delivered")
            (get "released"))
         true
-        (get "delivered" + get "released" >= 3 * per))
+        (get "delivered" + get "released" >= 3 * per);
+      (* A cast that cannot be taken back into the bypass going down (its
+         headers above do not read back into fields) is tried once, not
+         again at every layer below: with the sequencer, at most about one
+         and a half refusals per own cast here (the orders and the layers'
+         control casts), twice that when each is tried at two layers. *)
+      if not token then
+        Alcotest.(check bool)
+          (Printf.sprintf "m%d: casts not taken back tried once (%d refused, %d casts)" i
+             (get "reentry_refused") per)
+          true
+          (get "reentry_refused" <= 2 * per))
     members
 
 let () =
