@@ -455,6 +455,51 @@ let over_udp () =
         Alcotest.failf "the old port %d is still bound: %s" port (Unix.error_message e));
   Array.iter UG.crash gs
 
+(* A view made with a member's old address: the coordinator does not hear
+   the member's move (its Move messages are dropped there) when a fourth
+   member joins, so the view names the mover where it was. The mover must
+   tell every member of that view where it is, the newcomer included (it
+   never heard of the move): the newcomer sends to the new address, and
+   once the coordinator hears the move and the old address closes, the
+   mover stays in the view. *)
+let stale_view_told () =
+  let net, ms = group 13 in
+  let coord_id = (G.view (List.hd ms).g).Group.coordinator in
+  let coord = List.find (fun m -> G.me m.g = coord_id) ms in
+  let mover = List.find (fun m -> G.me m.g <> coord_id) ms in
+  let deaf = ref true in
+  ignore
+    (S.control (G.connection coord.g)
+       (S.Drop_filter
+          (Some
+             (fun ~src:_ cs ->
+               !deaf
+               &&
+               match Codec.decode_exact Migrate.codec cs with
+               | Ok (Migrate.Move _) -> true
+               | _ -> false))));
+  let dst = mover.addr ^ ".new" in
+  migrate mover dst;
+  run net 0.5;
+  Alcotest.(check (option string))
+    "the coordinator has not heard of the move" (Some mover.addr) (address_at coord mover);
+  let p3 = join net ~peers:[ "p0"; "p1"; "p2" ] "p3" in
+  run net 4.;
+  let four = List.sort compare (List.map (fun m -> G.me m.g) (p3 :: ms)) in
+  let members m = List.sort compare (Array.to_list (G.view m.g).Group.members) in
+  Alcotest.(check (list string)) "p3 joined" four (members p3);
+  Alcotest.(check (option string)) "the newcomer was told" (Some dst) (address_at p3 mover);
+  deaf := false;
+  run net 15.;
+  List.iter
+    (fun m ->
+      Alcotest.(check (list string)) (m.addr ^ ": the mover is still in the view") four (members m);
+      Alcotest.(check (option string))
+        (m.addr ^ ": sends to the new address")
+        (Some dst) (address_at m mover))
+    (p3 :: List.filter (fun m -> m != mover) ms);
+  if Sim.is_open net mover.addr then Alcotest.failf "the mover still listens at %s" mover.addr
+
 let () =
   Alcotest.run "migrate"
     [
@@ -466,6 +511,7 @@ let () =
           Alcotest.test_case "replays and forgeries in clear" `Quick replay_in_clear;
           Alcotest.test_case "judge" `Quick judge;
           Alcotest.test_case "acknowledgements checked, and a move back" `Quick acks_checked;
+          Alcotest.test_case "a view made with the old address is told" `Quick stale_view_told;
         ] );
       ("udp", [ Alcotest.test_case "rebind to a new port on loopback" `Quick over_udp ]);
     ]
