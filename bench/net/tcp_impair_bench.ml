@@ -125,7 +125,7 @@ let check_spec s =
                 | "rate" -> rate k v
                 | "queue" -> int 1500 (1 lsl 30) k v
                 | "mtu" -> int 68 65535 k v
-                | "seed" -> int 0 (1 lsl 62) k v
+                | "seed" -> int 0 max_int k v
                 | _ ->
                     Error
                       (Printf.sprintf
@@ -571,7 +571,14 @@ let consort_run env (cfg : config) (a : addrs) progress =
       check_interrupted ();
       progress (Printf.sprintf "consort -> kernel through the relay (%s)" fam);
       let k = sink env cfg nk port_out in
-      run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
+      (* Our loop runs while the sink starts, woken by its output. *)
+      let fd = Proc.fd k in
+      Loop.watch loop fd (fun () -> Proc.pump k);
+      Loop.run
+        ~until:(fun () ->
+          Proc.find_line k ~prefix:"LISTENING" <> None || Proc.eof k || !Proc.interrupted)
+        ~timeout:(Time.of_sec 5.) loop;
+      Loop.unwatch loop fd;
       if Proc.find_line k ~prefix:"LISTENING" = None then
         fail "the kernel sink is not listening:\n%s" (Proc.output k);
       let finished = ref None in
