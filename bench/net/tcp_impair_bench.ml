@@ -34,6 +34,9 @@ type relay = {
   duplicated : int;
   blackholed : int;
   queue_drops : int;
+  write_drops : int;
+  socket_drops : int;
+  device_drops : int;
 }
 
 type flow = {
@@ -281,9 +284,46 @@ let relay_stats r =
             duplicated = acc.duplicated + field_int f "duplicated";
             blackholed = acc.blackholed + field_int f "blackholed";
             queue_drops = acc.queue_drops + field_int f "queue_drops";
+            write_drops = acc.write_drops + field_int f "write_drops";
+            socket_drops = acc.socket_drops + field_int f "socket_drops";
+            device_drops = acc.device_drops;
           })
-    { frames = 0; lost = 0; reordered = 0; duplicated = 0; blackholed = 0; queue_drops = 0 }
+    {
+      frames = 0;
+      lost = 0;
+      reordered = 0;
+      duplicated = 0;
+      blackholed = 0;
+      queue_drops = 0;
+      write_drops = 0;
+      socket_drops = 0;
+      device_drops = 0;
+    }
     two
+
+(* What a relay did between two snapshots: the frames the kernels send while
+   the devices come up (neighbour discovery, to a device not up yet) are
+   not the transfer's. *)
+let since (a : relay) (b : relay) =
+  {
+    frames = b.frames - a.frames;
+    lost = b.lost - a.lost;
+    reordered = b.reordered - a.reordered;
+    duplicated = b.duplicated - a.duplicated;
+    blackholed = b.blackholed - a.blackholed;
+    queue_drops = b.queue_drops - a.queue_drops;
+    write_drops = b.write_drops - a.write_drops;
+    socket_drops = b.socket_drops - a.socket_drops;
+    device_drops = b.device_drops - a.device_drops;
+  }
+
+(* Frames the device [dev] in [ns] dropped for a full queue. *)
+let tx_dropped ns dev =
+  match
+    Proc.run (Printf.sprintf "ip netns exec %s cat /sys/class/net/%s/statistics/tx_dropped" ns dev)
+  with
+  | Ok s -> ( match int_of_string_opt (String.trim s) with Some n -> n | None -> 0)
+  | Error e -> fail "%s" e
 
 let stop_relay r =
   Proc.close_stdin r;
@@ -346,10 +386,15 @@ let v6 =
     len = 64;
   }
 
+(* A TAP device's queue towards its reader holds txqueuelen frames (500 by
+   default) and drops beyond: more than a 1 MiB window of frames, so that
+   nothing is lost that the SPEC did not ask for. *)
+let txqueuelen = 4096
+
 let address ns dev (a : addrs) ip mtu =
   if a.v6 then sh "ip -n %s -6 addr add %s/%d dev %s nodad" ns ip a.len dev
   else sh "ip -n %s addr add %s/%d dev %s" ns ip a.len dev;
-  sh "ip -n %s link set %s mtu %d up" ns dev mtu
+  sh "ip -n %s link set %s mtu %d txqueuelen %d up" ns dev mtu txqueuelen
 
 (* Kernel to kernel through the relay. *)
 let kernel_run env (cfg : config) (a : addrs) progress =
@@ -363,12 +408,14 @@ let kernel_run env (cfg : config) (a : addrs) progress =
   sh "ip link set %s netns %s" tb nb;
   address na ta a a.kk_a cfg.mtu;
   address nb tb a a.kk_b cfg.mtu;
+  let before = { (relay_stats r) with device_drops = tx_dropped na ta + tx_dropped nb tb } in
   let k = sink env cfg nb port_kk in
   ignore (ok (Proc.wait_line k ~prefix:"LISTENING" ~timeout:5.));
   let s = source env cfg na a.kk_b port_kk in
   let src_out = ok (Proc.finish s ~timeout:(cfg.seconds +. grace)) in
   let sink_out = ok (Proc.finish k ~timeout:grace) in
-  let stats = relay_stats r in
+  let stats = { (relay_stats r) with device_drops = tx_dropped na ta + tx_dropped nb tb } in
+  let stats = since before stats in
   stop_relay r;
   drop_namespaces env;
   let fs = fields sink_out and fo = fields src_out in
@@ -510,7 +557,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
     ~finally:(fun () -> Up.stop up)
     (fun () ->
       sh "ip link set %s netns %s" tap nr;
-      sh "ip -n %s link set %s mtu %d up" nr tap cfg.mtu;
+      sh "ip -n %s link set %s mtu %d txqueuelen %d up" nr tap cfg.mtu txqueuelen;
       let r = spawn_relay env ~ns:nr cfg.impair ("packet:" ^ tap) ("tap:" ^ tk) in
       sh "ip -n %s link set %s netns %s" nr tk nk;
       address nk tk a a.kernel cfg.mtu;
@@ -529,6 +576,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
         }
       in
       (* Kernel to us: we read to the end, hashing. *)
+      let before = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
       progress (Printf.sprintf "kernel -> consort through the relay (%s)" fam);
       let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
       let result = ref None in
@@ -631,7 +679,8 @@ let consort_run env (cfg : config) (a : addrs) progress =
         fail "consort -> kernel (%s): we sent %d bytes (SHA-256 %s), the kernel got %s (%s)" fam
           ours.bytes ours.sha256 (field fs "bytes") (field fs "sha256");
       let consort_out = { ours with secs = float_field fs "secs" } in
-      let stats = relay_stats r in
+      let stats = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
+      let stats = since before stats in
       stop_relay r;
       Log.info (fun m -> m "%s: %a" fam Tcp.pp_stats (N.T.query N.tcp));
       (consort_in, consort_out, stats))
@@ -713,8 +762,11 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
 (* {1 Printing} *)
 
 let pp_relay ppf r =
-  Fmt.pf ppf "%d frames: %d lost, %d reordered, %d duplicated, %d black-holed, %d queue drops"
-    r.frames r.lost r.reordered r.duplicated r.blackholed r.queue_drops
+  Fmt.pf ppf
+    "%d frames: %d lost, %d reordered, %d duplicated, %d black-holed, %d queue drops; dropped \
+     outside the SPEC: %d refused by the next hop, %d by the relay's socket, %d by the TAP devices"
+    r.frames r.lost r.reordered r.duplicated r.blackholed r.queue_drops r.write_drops r.socket_drops
+    r.device_drops
 
 let pp_table ppf r =
   Fmt.pf ppf "TCP through the impairment relay (%s): %d MB per transfer, SHA-256 checked, MTU %d@."
@@ -750,10 +802,11 @@ let to_json r =
   let fam f =
     let i, o = ratios f in
     Printf.sprintf
-      "\"%s\":{%s,%s,\"kernel_mbit_s\":%.1f,\"ratio_in\":%.3f,\"ratio_out\":%.3f,\"relay_lost\":%d,\"relay_reordered\":%d,\"relay_frames\":%d}"
+      "\"%s\":{%s,%s,\"kernel_mbit_s\":%.1f,\"ratio_in\":%.3f,\"ratio_out\":%.3f,\"relay_lost\":%d,\"relay_reordered\":%d,\"relay_frames\":%d,\"relay_write_drops\":%d,\"kernel_relay_write_drops\":%d}"
       f.name (flow "consort_in" f.consort_in)
       (flow "consort_out" f.consort_out)
       (mbit_s f.kernel) i o f.consort_relay.lost f.consort_relay.reordered f.consort_relay.frames
+      f.consort_relay.write_drops f.kernel_relay.write_drops
   in
   Printf.sprintf
     "{\"bench\":\"tcp-impair\",\"impair\":%S,\"bytes\":%d,\"mtu\":%d,%s,\"target_met\":%b}"

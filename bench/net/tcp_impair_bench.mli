@@ -30,6 +30,10 @@ type relay = {
   duplicated : int;
   blackholed : int;
   queue_drops : int;
+  write_drops : int;  (** frames the next hop would not take: lost too *)
+  socket_drops : int;  (** frames the relay's AF_PACKET socket dropped before it read them *)
+  device_drops : int;
+      (** frames the TAP devices on either side dropped (their queues full: [tx_dropped]) *)
 }
 (** What one relay did, both directions, over every transfer through it. *)
 

@@ -233,6 +233,14 @@ let bench () =
                     Alcotest.failf "%s %s relay: %d frames, %d lost, %d reordered, %d duplicated"
                       f.name name x.frames x.lost x.reordered x.duplicated)
                 [ ("consort", f.consort_relay); ("kernel", f.kernel_relay) ];
+              List.iter
+                (fun (name, (x : I.relay)) ->
+                  if x.write_drops + x.socket_drops + x.device_drops > 0 then
+                    Alcotest.failf
+                      "%s %s relay: frames lost outside the SPEC: %d refused by the next hop, %d \
+                       by the relay's socket, %d by the TAP devices"
+                      f.name name x.write_drops x.socket_drops x.device_drops)
+                [ ("consort", f.consort_relay); ("kernel", f.kernel_relay) ];
               (* Loss makes Consort's sender retransmit. *)
               if f.consort_out.retransmitted = 0 then
                 Alcotest.failf "%s: Consort retransmitted nothing" f.name)
