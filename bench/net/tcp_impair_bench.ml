@@ -566,6 +566,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
       let loop = up.loop in
       let conn_flow s bytes secs sha =
         let i = N.T.info (N.Sock.connection s) in
+        Log.info (fun m -> m "%s: %a" fam Tcp.pp_conn_info i);
         {
           bytes;
           secs;
