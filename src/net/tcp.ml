@@ -752,6 +752,7 @@ struct
             c_window_cut = 0;
             c_memory_drops = 0;
             c_shares_cut = 0;
+            c_spares_reused = 0;
           };
       }
     in
@@ -912,12 +913,14 @@ struct
       (match List.partition (fun b -> Cstruct.length b = need) t.spares with
       | b :: rest, others ->
           Tcp_sndbuf.adopt tcb.sndbuf b;
+          t.counters.c_spares_reused <- t.counters.c_spares_reused + 1;
           t.spares <- rest @ others;
           t.spare_bytes <- t.spare_bytes - need
       | [], _ -> (
           match List.partition (fun b -> Cstruct.length b > need) t.spares with
           | b :: rest, others ->
               Tcp_sndbuf.adopt tcb.sndbuf (Cstruct.sub b 0 need);
+              t.counters.c_spares_reused <- t.counters.c_spares_reused + 1;
               t.spares <- Cstruct.shift b need :: (rest @ others);
               t.spare_bytes <- t.spare_bytes - need
           | [], _ -> ()));
@@ -1120,6 +1123,7 @@ struct
       windows_cut = c.c_window_cut;
       memory_drops = c.c_memory_drops;
       shares_cut = c.c_shares_cut;
+      spares_reused = c.c_spares_reused;
       dsacks_received = c.c_dsack_in;
     }
 

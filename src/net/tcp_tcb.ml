@@ -56,6 +56,7 @@ struct
     mutable c_window_cut : int;
     mutable c_memory_drops : int;
     mutable c_shares_cut : int;
+    mutable c_spares_reused : int;
   }
 
   type t = {

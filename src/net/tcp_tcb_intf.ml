@@ -34,6 +34,7 @@ module type S = sig
     mutable c_window_cut : int;
     mutable c_memory_drops : int;
     mutable c_shares_cut : int;
+    mutable c_spares_reused : int;
   }
 
   type t = {

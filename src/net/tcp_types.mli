@@ -168,6 +168,7 @@ type stats = {
   windows_cut : int;  (** windows advertised smaller than [receive_buffer] for [memory_limit] *)
   memory_drops : int;  (** segments dropped because [memory_limit] was spent *)
   shares_cut : int;  (** send buffers taken smaller than [send_buffer] for [memory_limit] *)
+  spares_reused : int;  (** send buffers taken from memory given back under pressure *)
 }
 
 val pp_stats : stats Fmt.t

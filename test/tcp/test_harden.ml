@@ -822,6 +822,9 @@ let memory_budget () =
     (st.memory_resets >= n - 256 - 1);
   Alcotest.(check int) "each reset one of the connections that failed" st.memory_resets fails;
   Alcotest.(check int) "every buffer taken at a share" n st.shares_cut;
+  Alcotest.(check bool)
+    (Fmt.str "the buffers of those reset reused (%d)" st.spares_reused)
+    true (st.spares_reused > 0);
   Alcotest.(check int) "as many left as shares fit in the budget" 256 (n - fails);
   Alcotest.(check int) "and only they in the table" 256 st.active;
   Alcotest.(check bool) "the first to take a buffer was reset" true failed.(0)
