@@ -39,8 +39,9 @@
    Every frame draws the same four random numbers from its direction's
    generator (xorshift64*, seeded from seed and the direction) whatever
    happens to it, so the fate of the i-th frame of a direction depends on
-   the seed and i only. Memory is bounded: at most MAX_HELD frames are held
-   (more are dropped and counted as overflow). */
+   the seed and i only. Memory is bounded: at most MAX_HELD frames and
+   MAX_HELD_BYTES bytes are held (more are dropped and counted as
+   overflow). */
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -67,6 +68,7 @@
 #define BATCH 64
 #define FRAME 65536
 #define MAX_HELD 65536
+#define MAX_HELD_BYTES (64 << 20)
 
 struct spec {
   double loss, dup, reorder;
@@ -177,7 +179,7 @@ struct dir {
   const struct spec *spec;
   uint64_t rng, seq, link_free;
   struct held *heap;
-  size_t held;
+  size_t held, held_bytes;
   long in, out, lost, duplicated, reordered, blackholed, queue_drops, overflow, write_drops;
 };
 
@@ -224,6 +226,7 @@ static void push(struct dir *d, struct held h) {
 
 static struct held pop(struct dir *d) {
   struct held top = d->heap[0];
+  d->held_bytes -= top.len;
   d->heap[0] = d->heap[--d->held];
   size_t i = 0;
   for (;;) {
@@ -241,7 +244,7 @@ static struct held pop(struct dir *d) {
 
 static void hold(struct dir *d, uint64_t due, long index, const unsigned char *frame, size_t len) {
   struct held h = {due, d->seq++, index, len, NULL};
-  if (d->held >= MAX_HELD) {
+  if (d->held >= MAX_HELD || d->held_bytes + len > MAX_HELD_BYTES) {
     d->overflow++;
     return;
   }
@@ -253,6 +256,7 @@ static void hold(struct dir *d, uint64_t due, long index, const unsigned char *f
     }
     memcpy(h.data, frame, len);
   }
+  d->held_bytes += len;
   push(d, h);
 }
 
