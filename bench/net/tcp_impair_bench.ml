@@ -317,6 +317,40 @@ let since (a : relay) (b : relay) =
     device_drops = b.device_drops - a.device_drops;
   }
 
+(* With -v: the kernel's own TCP counters in [ns] (nstat, if there),
+   those that say how its sender recovered. *)
+let kernel_counters what ns =
+  if Logs.level () = Some Logs.Info && Sys.command "command -v nstat >/dev/null 2>&1" = 0 then
+    match Proc.run (Printf.sprintf "ip netns exec %s nstat -az" ns) with
+    | Error _ -> ()
+    | Ok out ->
+        let keep =
+          [
+            "TcpRetransSegs";
+            "TcpExtTCPLossProbes";
+            "TcpExtTCPDSACKRecv";
+            "TcpExtTCPDSACKOldSent";
+            "TcpExtTCPSackRecovery";
+            "TcpExtTCPTimeouts";
+            "TcpExtTCPSpuriousRTOs";
+            "TcpExtTCPSACKReorder";
+            "TcpExtTCPFastRetrans";
+            "TcpExtTCPLostRetransmit";
+            "TcpExtTCPDSACKUndo";
+            "TcpExtTCPLossUndo";
+            "TcpExtTCPOFOQueue";
+          ]
+        in
+        let fields =
+          List.filter_map
+            (fun l ->
+              match List.filter (( <> ) "") (String.split_on_char ' ' l) with
+              | k :: v :: _ when List.mem k keep -> Some (k ^ " " ^ v)
+              | _ -> None)
+            (String.split_on_char '\n' out)
+        in
+        Log.info (fun m -> m "%s, the kernel's counters: %s" what (String.concat ", " fields))
+
 (* Frames the device [dev] in [ns] dropped for a full queue. *)
 let tx_dropped ns dev =
   match
@@ -414,6 +448,8 @@ let kernel_run env (cfg : config) (a : addrs) progress =
   let s = source env cfg na a.kk_b port_kk in
   let src_out = ok (Proc.finish s ~timeout:(cfg.seconds +. grace)) in
   let sink_out = ok (Proc.finish k ~timeout:grace) in
+  kernel_counters "kernel -> kernel, the sender" na;
+  kernel_counters "kernel -> kernel, the receiver" nb;
   let stats = { (relay_stats r) with device_drops = tx_dropped na ta + tx_dropped nb tb } in
   let stats = since before stats in
   stop_relay r;
@@ -680,6 +716,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
         fail "consort -> kernel (%s): we sent %d bytes (SHA-256 %s), the kernel got %s (%s)" fam
           ours.bytes ours.sha256 (field fs "bytes") (field fs "sha256");
       let consort_out = { ours with secs = float_field fs "secs" } in
+      kernel_counters "kernel <-> consort, the kernel" nk;
       let stats = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
       let stats = since before stats in
       stop_relay r;
