@@ -39,6 +39,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench throughput --seal --senders 1 --count 10000 --json
 	@echo; ./_build/default/bin/main.exe bench rtt --seal --count 2000 --json
 	@echo; ./_build/default/bin/main.exe bench tcp
+	@echo; ./_build/default/bin/main.exe bench tcp --impair loss=2%,reorder=5%,delay=1ms --save bench/results
 	@echo; ./_build/default/bin/main.exe bench rpc
 	@echo; ./_build/default/bin/main.exe bench fs --json
 	@echo; ./_build/default/bin/main.exe bench proc --json --save bench/results

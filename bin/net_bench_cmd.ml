@@ -1,33 +1,127 @@
 open Cmdliner
 module B = Consort_net_bench.Tcp_bench
+module I = Consort_net_bench.Tcp_impair_bench
 
-let tcp bytes seconds rr_size rr_count mtu buffer rounds verbose =
+let unwritable d =
+  match Unix.stat d with
+  | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
+  | { Unix.st_kind = Unix.S_DIR; _ } -> (
+      match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
+      | () -> None
+      | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
+  | _ -> Some "not a directory"
+
+(* [consort bench tcp --impair SPEC]: through the impairment relay. *)
+let tcp_impair impair bytes seconds mtu buffer save =
+  let d = I.default in
+  let cfg =
+    {
+      I.impair;
+      bytes = Option.value bytes ~default:d.bytes;
+      seconds = Option.value seconds ~default:d.seconds;
+      mtu;
+      buffer;
+      ipv6 = true;
+    }
+  in
+  match (I.check_spec impair, Option.bind save unwritable) with
+  | Error e, _ ->
+      Fmt.epr "consort bench tcp: --impair: %s@." e;
+      2
+  | _, Some m ->
+      Fmt.epr "consort bench tcp: --save %s: %s@." (Option.get save) m;
+      2
+  | Ok (), None -> (
+      let progress s = Fmt.epr "bench tcp: %s@." s in
+      match I.run ~progress cfg with
+      | Error e ->
+          Fmt.epr "consort bench tcp: %s@." e;
+          1
+      | Ok r -> (
+          Fmt.pr "%a" I.pp_table r;
+          let line = I.to_json r in
+          print_endline line;
+          match save with
+          | None -> 0
+          | Some dir -> (
+              let tm = Unix.gmtime (Unix.time ()) in
+              let f =
+                Filename.concat dir
+                  (Printf.sprintf "tcp-impair-%04d%02d%02d-%02d%02d%02d.json"
+                     (tm.Unix.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min
+                     tm.tm_sec)
+              in
+              match
+                let oc = open_out f in
+                Fun.protect
+                  ~finally:(fun () -> close_out_noerr oc)
+                  (fun () ->
+                    output_string oc (line ^ "\n");
+                    close_out oc)
+              with
+              | () ->
+                  Fmt.pr "  kept in %s@." f;
+                  0
+              | exception Sys_error m ->
+                  Fmt.epr "consort bench tcp: --save %s: %s@." dir m;
+                  2)))
+
+let tcp impair save bytes seconds rr_size rr_count mtu buffer rounds verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning));
-  let cfg = { B.bytes; seconds; rr_size; rr_count; mtu; buffer; rounds } in
-  let progress s = Fmt.epr "bench tcp: %s@." s in
-  match B.run ~progress cfg with
-  | Ok r ->
-      Fmt.pr "%a" B.pp_table r;
-      print_endline (B.to_json r);
-      0
-  | Error e ->
-      Fmt.epr "consort bench tcp: %s@." e;
-      1
+  match impair with
+  | Some spec -> tcp_impair spec bytes seconds mtu buffer save
+  | None -> (
+      let bytes = Option.value bytes ~default:B.default.bytes in
+      let seconds = Option.value seconds ~default:B.default.seconds in
+      let cfg = { B.bytes; seconds; rr_size; rr_count; mtu; buffer; rounds } in
+      let progress s = Fmt.epr "bench tcp: %s@." s in
+      match B.run ~progress cfg with
+      | Ok r ->
+          Fmt.pr "%a" B.pp_table r;
+          print_endline (B.to_json r);
+          0
+      | Error e ->
+          Fmt.epr "consort bench tcp: %s@." e;
+          1)
 
 let cmd =
   let d = B.default in
   let bytes =
     Arg.(
       value
-      & opt Consort_cli.positive_int d.bytes
-      & info [ "bytes" ] ~docv:"BYTES" ~doc:"Bytes per bulk transfer.")
+      & opt (some Consort_cli.positive_int) None
+      & info [ "bytes" ] ~docv:"BYTES"
+          ~doc:"Bytes per bulk transfer (default 200 MB; 100 MB with $(b,--impair)).")
   in
   let seconds =
     Arg.(
       value
-      & opt Consort_cli.positive_float d.seconds
-      & info [ "seconds" ] ~docv:"SECONDS" ~doc:"Time bound of each transfer.")
+      & opt (some Consort_cli.positive_float) None
+      & info [ "seconds" ] ~docv:"SECONDS"
+          ~doc:"Time bound of each transfer (default 20; 300 with $(b,--impair)).")
+  in
+  let impair =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "impair" ] ~docv:"SPEC"
+          ~doc:
+            "Instead: throughput through the impairment relay, over IPv4 and IPv6, kernel to \
+             Consort and Consort to kernel beside kernel to kernel through the same relay, SHA-256 \
+             checked, with the ratios. $(i,SPEC) is comma-separated $(i,KEY)=$(i,VALUE): loss, \
+             dup, reorder (2% or 0.02), delay, jitter, reorder_delay (1ms, 500us), rate (100mbit), \
+             queue (bytes), mtu (a black hole above it), seed; for example \
+             loss=2%,reorder=5%,delay=1ms.")
+  in
+  let save =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "save" ] ~docv:"DIR"
+          ~doc:
+            "With $(b,--impair): also keep the JSON line in \
+             $(i,DIR)/tcp-impair-$(i,DATE)-$(i,TIME).json (UTC).")
   in
   let rr_size =
     Arg.(
@@ -66,7 +160,9 @@ let cmd =
          "TCP throughput, request/response latency and CPU per MB: Consort's stack over TAP \
           against the kernel, beside a C TAP bridge and veth without offloads (needs root; makes \
           and removes its own namespaces and devices).")
-    Term.(const tcp $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds $ verbose)
+    Term.(
+      const tcp $ impair $ save $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds
+      $ verbose)
 
 module S = Consort_net_bench.Tcp_sim_bench
 

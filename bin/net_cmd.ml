@@ -313,10 +313,11 @@ let up_cmd =
       & info [ "memory" ] ~docv:"MIB"
           ~doc:
             "The TCP memory budget in MiB (default 128), for IPv4 and IPv6 each: send buffers (1 \
-             MiB each, taken at a connection's first write) and received data held, across \
-             connections. When it is spent, the oldest connections holding a send buffer behind a \
-             zero window are reset, receive windows shrink to an equal share, and segments for \
-             connections already holding data are dropped.")
+             MiB each, taken at a connection's first write; an equal share of at least 16 KiB when \
+             the connections could not all hold one) and received data held, across connections. \
+             When it is spent, the oldest connections holding a send buffer behind a zero window \
+             are reset, receive windows shrink to an equal share, and segments for connections \
+             already holding data are dropped.")
   in
   let man =
     [

@@ -8,3 +8,12 @@ val tap_bridge : string
 val tcp_peer : string
 (** [tcp_peer] is [tcp_peer.c]: kernel TCP endpoints (sink, source, pong, ping) that report their
     figures and CPU time. *)
+
+val impair_relay : string
+(** [impair_relay] is [impair_relay.c]: the impairment relay (loss, reordering, delay, duplication,
+    rate limit, MTU black hole, seeded) between two TAP devices or interfaces, and its simulation on
+    virtual time. *)
+
+val hash_peer : string
+(** [hash_peer] is [hash_peer.c]: kernel TCP sink and source over IPv4 or IPv6 that report the
+    SHA-256 of what they moved. *)

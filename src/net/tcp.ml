@@ -602,11 +602,14 @@ struct
       let lo = Tcp_seq.max tcb.snd_una tcb.buf_seq and hi = Tcp_seq.min ack (data_end tcb) in
       let data = max 0 (Tcp_seq.sub hi lo) in
       Tcp_sndbuf.drop tcb.sndbuf data;
-      (* Under memory pressure an empty send buffer goes back to the budget. *)
+      (* Under memory pressure an empty send buffer goes back to the budget;
+         so does one that is not the connection's share now (the next write
+         takes the share: smaller under pressure, whole after it). *)
       if
         Tcp_sndbuf.length tcb.sndbuf = 0
         && Tcp_sndbuf.allocated tcb.sndbuf > 0
-        && not (Queue.is_empty tcb.inst.waiting_memory)
+        && ((not (Queue.is_empty tcb.inst.waiting_memory))
+           || Tcp_sndbuf.capacity tcb.sndbuf <> send_share tcb)
       then release_sndbuf tcb;
       tcb.buf_seq <- Tcp_seq.add tcb.buf_seq data;
       tcb.bytes_acked <- tcb.bytes_acked + data;
@@ -748,6 +751,8 @@ struct
             c_memory_refused = 0;
             c_window_cut = 0;
             c_memory_drops = 0;
+            c_shares_cut = 0;
+            c_spares_reused = 0;
           };
       }
     in
@@ -857,6 +862,8 @@ struct
 
   let take_memory tcb =
     let t = tcb.inst in
+    let need = send_share tcb in
+    Tcp_sndbuf.resize tcb.sndbuf need;
     let need = Tcp_sndbuf.capacity tcb.sndbuf in
     let rec reclaim () =
       if t.sndbuf_bytes + t.rcv_bytes + need > t.config.memory_limit then
@@ -898,14 +905,25 @@ struct
     reclaim ();
     if t.sndbuf_bytes + t.rcv_bytes + need <= t.config.memory_limit then begin
       t.sndbuf_bytes <- t.sndbuf_bytes + need;
-      (* A spare of the size, or else the spares go: those in use and the
-         spares stay within the budget. *)
+      if need < tcb.cfg.send_buffer then t.counters.c_shares_cut <- t.counters.c_shares_cut + 1;
+      (* A spare of the size, else a part of a larger one (its rest stays a
+         spare: shares smaller than the buffers given back reuse their
+         memory rather than leave it to the GC); or else the spares go:
+         those in use and the spares stay within the budget. *)
       (match List.partition (fun b -> Cstruct.length b = need) t.spares with
       | b :: rest, others ->
           Tcp_sndbuf.adopt tcb.sndbuf b;
+          t.counters.c_spares_reused <- t.counters.c_spares_reused + 1;
           t.spares <- rest @ others;
           t.spare_bytes <- t.spare_bytes - need
-      | [], _ -> ());
+      | [], _ -> (
+          match List.partition (fun b -> Cstruct.length b > need) t.spares with
+          | b :: rest, others ->
+              Tcp_sndbuf.adopt tcb.sndbuf (Cstruct.sub b 0 need);
+              t.counters.c_spares_reused <- t.counters.c_spares_reused + 1;
+              t.spares <- Cstruct.shift b need :: (rest @ others);
+              t.spare_bytes <- t.spare_bytes - need
+          | [], _ -> ()));
       while t.sndbuf_bytes + t.spare_bytes > t.config.memory_limit && t.spares <> [] do
         match t.spares with
         | b :: rest ->
@@ -1104,6 +1122,8 @@ struct
       receive_memory = t.rcv_bytes;
       windows_cut = c.c_window_cut;
       memory_drops = c.c_memory_drops;
+      shares_cut = c.c_shares_cut;
+      spares_reused = c.c_spares_reused;
       dsacks_received = c.c_dsack_in;
     }
 

@@ -3,7 +3,7 @@
 let min (a : int) b = if a < b then a else b
 let max (a : int) b = if a > b then a else b
 
-type t = { cap : int; mutable buf : Cstruct.t; mutable head : int; mutable len : int }
+type t = { mutable cap : int; mutable buf : Cstruct.t; mutable head : int; mutable len : int }
 
 let empty = Cstruct.empty
 let create n = { cap = max n 1; buf = empty; head = 0; len = 0 }
@@ -11,6 +11,7 @@ let capacity t = t.cap
 let allocated t = Cstruct.length t.buf
 let length t = t.len
 let space t = t.cap - t.len
+let resize t n = if Cstruct.length t.buf = 0 && t.len = 0 then t.cap <- max n 1
 
 let release t =
   t.buf <- empty;

@@ -16,6 +16,9 @@ val release : t -> unit
 
 val capacity : t -> int
 
+val resize : t -> int -> unit
+(** [resize t n] makes [n] the capacity of [t] when it holds no memory; otherwise nothing. *)
+
 val length : t -> int
 (** Bytes held: written and not yet acknowledged. *)
 

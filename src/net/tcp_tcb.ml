@@ -55,6 +55,8 @@ struct
     mutable c_memory_refused : int;
     mutable c_window_cut : int;
     mutable c_memory_drops : int;
+    mutable c_shares_cut : int;
+    mutable c_spares_reused : int;
   }
 
   type t = {
@@ -420,6 +422,23 @@ struct
       if share < buffer then t.counters.c_window_cut <- t.counters.c_window_cut + 1;
       share
     end
+
+  (* The send buffer a connection takes, as the receive windows: the
+     whole send_buffer while every connection could hold one in what
+     received data leaves; under pressure an equal part of it, rounded down
+     to a power of two (so that a share changes seldom as connections come
+     and go), never below send_share_min (Linux's sk_stream_moderate_sndbuf
+     keeps a floor too). *)
+  let send_share tcb =
+    let t = tcb.inst in
+    let full = tcb.cfg.send_buffer in
+    let room = t.config.memory_limit - t.rcv_bytes in
+    let n = max 1 (Key_tbl.length t.conns) in
+    if n * full <= room then full
+    else
+      let fair = max 1 (room / n) in
+      let rec pow2 p = if 2 * p <= fair then pow2 (2 * p) else p in
+      max (min full t.config.send_share_min) (min full (pow2 1))
 
   (* A peer that sends past the shares (into a window offered before the
      pressure, or beyond the window) is dropped once the budget is spent,

@@ -33,6 +33,8 @@ module type S = sig
     mutable c_memory_refused : int;
     mutable c_window_cut : int;
     mutable c_memory_drops : int;
+    mutable c_shares_cut : int;
+    mutable c_spares_reused : int;
   }
 
   type t = {
@@ -287,6 +289,9 @@ module type S = sig
 
   val receive_share : tcb -> int
   (** The receive buffer the connection may advertise a window for now. *)
+
+  val send_share : tcb -> int
+  (** The send buffer the connection takes at its next first write. *)
 
   val over_budget : tcb -> int -> bool
   (** Whether [n] more bytes received would pass the budget (a connection that holds nothing

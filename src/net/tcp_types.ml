@@ -75,6 +75,7 @@ type config = {
   orphan_retries : int;
   max_connections : int;
   max_orphans : int;
+  send_share_min : int;
   memory_limit : int;
 }
 
@@ -109,6 +110,7 @@ let default_config =
     orphan_retries = 8;
     max_connections = 16384;
     max_orphans = 4096;
+    send_share_min = 16 * 1024;
     memory_limit = 128 * 1024 * 1024;
   }
 
@@ -194,17 +196,19 @@ type stats = {
   receive_memory : int;
   windows_cut : int;
   memory_drops : int;
+  shares_cut : int;
+  spares_reused : int;
 }
 
 let pp_stats ppf s =
   Fmt.pf ppf
     "in %d out %d retransmitted %d bad checksum %d malformed %d rst in %d out %d challenge acks %d \
      dropped %d active %d syn cookies %d/%d memory %d orphans %d dsack %d/%d memory resets %d \
-     refused %d send %d receive %d windows cut %d drops %d"
+     refused %d send %d receive %d windows cut %d drops %d shares cut %d spares reused %d"
     s.segments_in s.segments_out s.retransmitted s.bad_checksum s.malformed s.resets_in s.resets_out
     s.challenge_acks s.dropped s.active s.syn_cookies_accepted s.syn_cookies_sent s.memory s.orphans
     s.dsacks_received s.dsacks_sent s.memory_resets s.memory_refused s.send_memory s.receive_memory
-    s.windows_cut s.memory_drops
+    s.windows_cut s.memory_drops s.shares_cut s.spares_reused
 
 type control = Set_config of config | Abort_all
 

@@ -81,16 +81,22 @@ type config = {
           orphan, or else it is refused (a SYN gets a cookie) *)
   max_orphans : int;
       (** connections closed by the application and not yet gone; over it the oldest is reset *)
+  send_share_min : int;
+      (** the smallest send buffer a connection takes under [memory_limit]'s pressure (default 16
+          KiB, or [send_buffer] if smaller) *)
   memory_limit : int;
       (** bytes of send and receive buffers across the connections of an instance (default 128 MiB).
-          A connection takes its send buffer (whole: [send_buffer]) at its first write; when that
-          would pass the limit, the oldest connections holding one behind a zero window are reset
-          (as Linux's tcp_mem pressure does), and if none is, the write waits (writable once memory
-          comes back). Received data held (delivered and not yet read, out of order) counts too:
-          when the connections could not all fill their [receive_buffer] in what the send buffers
-          leave, each offers a window from an equal share of it (and of what is free), and once the
-          limit is spent a segment for a connection that already holds data is dropped (the peer
-          sends it again); a connection holding nothing always takes one segment *)
+          A connection takes its send buffer at its first write: the whole [send_buffer] while every
+          connection could hold one, else an equal share of what received data leaves (a power of
+          two, never below [send_share_min]), and a buffer emptied of another size is given back, so
+          shares shrink under pressure and grow back after it; when that would pass the limit, the
+          oldest connections holding one behind a zero window are reset (as Linux's tcp_mem pressure
+          does), and if none is, the write waits (writable once memory comes back). Received data
+          held (delivered and not yet read, out of order) counts too: when the connections could not
+          all fill their [receive_buffer] in what the send buffers leave, each offers a window from
+          an equal share of it (and of what is free), and once the limit is spent a segment for a
+          connection that already holds data is dropped (the peer sends it again); a connection
+          holding nothing always takes one segment *)
 }
 
 val default_config : config
@@ -161,6 +167,8 @@ type stats = {
           connection *)
   windows_cut : int;  (** windows advertised smaller than [receive_buffer] for [memory_limit] *)
   memory_drops : int;  (** segments dropped because [memory_limit] was spent *)
+  shares_cut : int;  (** send buffers taken smaller than [send_buffer] for [memory_limit] *)
+  spares_reused : int;  (** send buffers taken from memory given back under pressure *)
 }
 
 val pp_stats : stats Fmt.t

@@ -172,7 +172,14 @@ let cases : (string list * string list * (string list * int) list) list =
     ( [ "bench"; "scale" ],
       [ "--sizes"; "2" ],
       [ ([ "--sizes"; "0" ], 124); ([ "--params"; "no.such=1" ], 2) ] );
-    ([ "bench"; "tcp" ], [], [ ([ "--mtu"; "0" ], 124) ]);
+    ( [ "bench"; "tcp" ],
+      [],
+      [
+        ([ "--mtu"; "0" ], 124);
+        ([ "--impair"; "colour=red" ], 2);
+        ([ "--impair"; "loss=2" ], 2);
+        ([ "--impair"; "loss=2%"; "--save"; missing ], 2);
+      ] );
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
     ( [ "bench"; "throughput" ],
       [],

@@ -768,10 +768,12 @@ let icmp6_to_tcp () =
 
 (* The memory budget (config.memory_limit): 300 connections to a peer
    that never reads (its window shuts at 16 KiB), each writing 1 MiB into
-   a 256 KiB send buffer, under a 4 MiB budget (16 buffers): the send
-   buffers never pass it, and the oldest connections holding one behind a
-   zero window are reset for the writers waiting, until as many are left as
-   buffers fit. Without the budget they would hold 75 MiB. *)
+   a 256 KiB send buffer, under a 4 MiB budget: the send buffers never pass
+   it. 300 whole buffers would not fit (16 would), so each takes a share,
+   the smallest (send_share_min, 16 KiB), and the oldest connections
+   holding one behind a zero window are reset for the writers waiting,
+   until as many are left as shares fit (256). Without the budget they
+   would hold 75 MiB. *)
 let memory_budget () =
   let limit = 4 * 1024 * 1024 and n = 300 in
   let vclock = Clock.Virtual.create () in
@@ -817,10 +819,14 @@ let memory_budget () =
   Alcotest.(check bool)
     (Fmt.str "connections behind a zero window reset for memory (%d)" st.memory_resets)
     true
-    (st.memory_resets >= n - 16 - 1);
+    (st.memory_resets >= n - 256 - 1);
   Alcotest.(check int) "each reset one of the connections that failed" st.memory_resets fails;
-  Alcotest.(check int) "as many left as buffers fit in the budget" 16 (n - fails);
-  Alcotest.(check int) "and only they in the table" 16 st.active;
+  Alcotest.(check int) "every buffer taken at a share" n st.shares_cut;
+  Alcotest.(check bool)
+    (Fmt.str "the buffers of those reset reused (%d)" st.spares_reused)
+    true (st.spares_reused > 0);
+  Alcotest.(check int) "as many left as shares fit in the budget" 256 (n - fails);
+  Alcotest.(check int) "and only they in the table" 256 st.active;
   Alcotest.(check bool) "the first to take a buffer was reset" true failed.(0)
 
 (* Receive memory in the budget: 200 connections send 256 KiB each to a
@@ -906,6 +912,87 @@ let receive_budget () =
   Alcotest.(check int) "every write completed" n !written;
   Alcotest.(check int) "every byte received" (n * size) !got
 
+(* Send-buffer shares that shrink under pressure: 64 connections to a
+   peer that reads everything, 1 MiB send buffers, a 4 MiB budget. Each
+   connection is made first, then each writes 256 KiB at once. Taken whole,
+   four buffers fill the budget and 60 writers wait for one to come back;
+   with shares, each takes an equal part of the budget (64 KiB) and none
+   waits. Once the others are gone, the last one's buffer, emptied, grows
+   back to the whole send buffer. *)
+let send_shares () =
+  let limit = 4 * 1024 * 1024 and n = 64 and size = 256 * 1024 and full = 1024 * 1024 in
+  let vclock = Clock.Virtual.create () in
+  let pool = Consort.Pool.create ~name:"shares" () in
+  let net = Mem.create_net ~seed:5 vclock pool in
+  let (module A) =
+    Node.make
+      ~config:{ Tcp.default_config with send_buffer = full; memory_limit = limit }
+      net pool 1 ~seed:1
+  in
+  let (module B) = Node.make net pool 2 ~seed:2 in
+  let l = Result.get_ok (B.Sock.listen B.tcp 80) in
+  let got = ref 0 in
+  let rec accept () =
+    Socket.Promise.upon (B.Sock.accept l) (function
+      | Ok s ->
+          let buf = Cstruct.create 65536 in
+          let rec read () =
+            Socket.Promise.upon (B.Sock.read s buf) (function
+              | Ok k when k > 0 ->
+                  got := !got + k;
+                  read ()
+              | _ -> B.Sock.close s)
+          in
+          read ();
+          accept ()
+      | Error _ -> ())
+  in
+  accept ();
+  let socks = ref [] in
+  for _ = 1 to n do
+    Socket.Promise.upon (A.Sock.connect A.tcp 2 80) (function
+      | Ok s -> socks := s :: !socks
+      | Error e -> Alcotest.failf "connect: %a" Protocol.pp_error e)
+  done;
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 5.) vclock;
+  Alcotest.(check int) "every connection made" n (List.length !socks);
+  let peak = ref 0 in
+  Mem.on_frame net (fun _ ~src:_ ~dst:_ _ ->
+      let m = (A.T.query A.tcp).send_memory in
+      if m > !peak then peak := m);
+  let data = Cstruct.create size and written = ref 0 in
+  List.iter
+    (fun s ->
+      Socket.Promise.upon (A.Sock.write s data) (function
+        | Ok () -> incr written
+        | Error e -> Alcotest.failf "write: %a" Protocol.pp_error e))
+    !socks;
+  let st = A.T.query A.tcp in
+  Alcotest.(check int) "no writer waited for memory" 0 st.memory_refused;
+  Alcotest.(check int) "every buffer taken at a share" n st.shares_cut;
+  Alcotest.(check bool)
+    (Fmt.str "each took a share (%d bytes of send buffers)" st.send_memory)
+    true
+    (st.send_memory >= n * 32 * 1024 && st.send_memory <= limit);
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 60.) vclock;
+  Alcotest.(check int) "every write completed" n !written;
+  Alcotest.(check int) "every byte received" (n * size) !got;
+  Alcotest.(check bool) (Fmt.str "within the budget at the peak (%d)" !peak) true (!peak <= limit);
+  Alcotest.(check int) "no connection reset" 0 (A.T.query A.tcp).memory_resets;
+  (* The pressure gone, the last connection's buffer grows back (the
+     clock's limits are absolute). *)
+  let last = List.hd !socks in
+  List.iter A.Sock.close (List.tl !socks);
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 400.) vclock;
+  Alcotest.(check int) "the others gone" 1 (A.T.query A.tcp).active;
+  Socket.Promise.upon (A.Sock.write last data) (fun _ -> ());
+  Clock.Virtual.run_until_idle ~limit:(Consort.Time.of_sec 500.) vclock;
+  Alcotest.(check int) "every byte received again" ((n + 1) * size) !got;
+  Socket.Promise.upon (A.Sock.write last (Cstruct.create 1)) (fun _ -> ());
+  Alcotest.(check int)
+    "the whole send buffer again" (full - 1)
+    (A.T.send_space (A.Sock.connection last))
+
 (* Ephemeral ports (RFC 6056 algorithm 4): a counter per destination, so
    that connections to one host step its ports by one whatever the host
    does with others (with one counter, each destination sees the ports
@@ -980,6 +1067,7 @@ let tests =
         memory_budget;
       Alcotest.test_case "receive memory in the budget: windows shrink as connections come" `Quick
         receive_budget;
+      Alcotest.test_case "send-buffer shares shrink under pressure and grow back" `Quick send_shares;
       Alcotest.test_case "ICMP hard error aborts SYN-SENT, a forged one does not" `Quick icmp_hard;
       Alcotest.test_case "ICMP soft error reported, and on timeout" `Quick icmp_soft;
       Alcotest.test_case "ICMP fragmentation needed shrinks the MSS (RFC 1191)" `Quick

@@ -1,0 +1,853 @@
+open Consort
+open Consort_net
+module Loop = Consort_engine.Loop
+module Up = Consort_net_unix.Up
+module Proc = Bench_proc
+
+let src = Logs.Src.create "consort.bench.tcp-impair" ~doc:"The impaired TCP benchmark"
+
+module Log = (val Logs.src_log src : Logs.LOG)
+
+type config = {
+  impair : string;
+  bytes : int;
+  seconds : float;
+  mtu : int;
+  buffer : int;
+  ipv6 : bool;
+}
+
+let default =
+  {
+    impair = "loss=2%,reorder=5%,delay=1ms";
+    bytes = 100_000_000;
+    seconds = 300.;
+    mtu = 1500;
+    buffer = 1 lsl 20;
+    ipv6 = true;
+  }
+
+type relay = {
+  frames : int;
+  lost : int;
+  reordered : int;
+  duplicated : int;
+  blackholed : int;
+  queue_drops : int;
+  write_drops : int;
+  socket_drops : int;
+  device_drops : int;
+}
+
+type flow = {
+  bytes : int;
+  secs : float;
+  sha256 : string;
+  retransmitted : int;
+  timeouts : int;
+  undos : int;
+}
+
+type family = {
+  name : string;
+  consort_in : flow;
+  consort_out : flow;
+  kernel : flow;
+  consort_relay : relay;
+  kernel_relay : relay;
+}
+
+type report = { config : config; spec : string; families : family list }
+
+let mbit_s (f : flow) = float f.bytes *. 8. /. f.secs /. 1e6
+let ratios f = (mbit_s f.consort_in /. mbit_s f.kernel, mbit_s f.consort_out /. mbit_s f.kernel)
+
+let meets_target r =
+  List.for_all
+    (fun f ->
+      let i, o = ratios f in
+      Float.min i o >= 0.7)
+    r.families
+
+(* {1 The SPEC, as the relay reads it} *)
+
+let check_spec s =
+  let number v =
+    let n = String.length v in
+    let rec digits i =
+      if i < n && (v.[i] = '.' || (v.[i] >= '0' && v.[i] <= '9')) then digits (i + 1) else i
+    in
+    let i = digits 0 in
+    match float_of_string_opt (String.sub v 0 i) with
+    | Some x when i > 0 -> Some (x, String.sub v i (n - i))
+    | _ -> None
+  in
+  let prob k v =
+    match number v with
+    | Some (p, "%") when p <= 100. -> Ok ()
+    | Some (p, "") when p <= 1. -> Ok ()
+    | _ ->
+        Error (Printf.sprintf "%s=%s: a probability is a percentage (2%%) or a fraction (0.02)" k v)
+  in
+  let duration k v =
+    match number v with
+    | Some (d, u) when List.mem u [ "us"; "ms"; "s" ] ->
+        let ns = d *. match u with "us" -> 1e3 | "ms" -> 1e6 | _ -> 1e9 in
+        if ns <= 60e9 then Ok () else Error (Printf.sprintf "%s=%s: at most 60s" k v)
+    | _ -> Error (Printf.sprintf "%s=%s: a duration is a number with us, ms or s" k v)
+  in
+  let rate k v =
+    let v' = if Filename.check_suffix v "bit" then Filename.chop_suffix v "bit" else v in
+    match number v' with
+    | Some (r, u) when List.mem u [ ""; "k"; "m"; "g" ] ->
+        let bps = r *. match u with "k" -> 1e3 | "m" -> 1e6 | "g" -> 1e9 | _ -> 1. in
+        if bps >= 1e3 && bps <= 1e12 then Ok ()
+        else Error (Printf.sprintf "%s=%s: within 1kbit and 1000gbit" k v)
+    | _ -> Error (Printf.sprintf "%s=%s: a rate is bits per second (100mbit, 1g)" k v)
+  in
+  let int lo hi k v =
+    match int_of_string_opt v with
+    | Some n when n >= lo && n <= hi && String.for_all (fun c -> c >= '0' && c <= '9') v -> Ok ()
+    | _ -> Error (Printf.sprintf "%s=%s: a whole number within %d and %d" k v lo hi)
+  in
+  if s = "none" || s = "" then Ok ()
+  else
+    List.fold_left
+      (fun acc item ->
+        match acc with
+        | Error _ -> acc
+        | Ok () -> (
+            match String.index_opt item '=' with
+            | None -> Error (Printf.sprintf "%S: expected KEY=VALUE" item)
+            | Some i -> (
+                let k = String.sub item 0 i
+                and v = String.sub item (i + 1) (String.length item - i - 1) in
+                match k with
+                | "loss" | "dup" | "reorder" -> prob k v
+                | "delay" | "jitter" | "reorder_delay" -> duration k v
+                | "rate" -> rate k v
+                | "queue" -> int 1500 (1 lsl 30) k v
+                | "mtu" -> int 68 65535 k v
+                | "seed" -> int 0 max_int k v
+                | _ ->
+                    Error
+                      (Printf.sprintf
+                         "unknown key %S (loss, dup, reorder, delay, jitter, reorder_delay, rate, \
+                          queue, mtu, seed)"
+                         k))))
+      (Ok ()) (String.split_on_char ',' s)
+
+(* {1 Failures and commands} *)
+
+exception Failed of string
+
+let fail fmt = Printf.ksprintf (fun s -> raise (Failed s)) fmt
+let ok = function Ok x -> x | Error e -> raise (Failed e)
+let sh fmt = Printf.ksprintf (fun cmd -> ignore (ok (Proc.run cmd))) fmt
+let quiet fmt = Printf.ksprintf Proc.quiet fmt
+let check_interrupted () = if !Proc.interrupted then fail "interrupted"
+
+let impossible () =
+  if Unix.geteuid () <> 0 then Some "not root: network namespaces and TAP devices need root"
+  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
+  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then
+    Some "the ip program (iproute2) is missing"
+  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then
+    Some "gcc is missing (it builds the relay and the kernel ends)"
+  else if not (Sys.file_exists "/usr/include/openssl/evp.h") then
+    Some "OpenSSL's headers are missing (libssl-dev: the kernel ends hash with SHA-256)"
+  else None
+
+(* {1 Namespaces and devices} *)
+
+type env = {
+  dir : string;
+  relay_exe : string;
+  peer_exe : string;
+  mutable namespaces : string list;
+  mutable links : string list;
+}
+
+let tag = string_of_int (Unix.getpid ())
+let ns_prefix = "consort-impair-"
+let ns_name kind = ns_prefix ^ tag ^ "-" ^ kind
+let link_name kind = "cni" ^ kind ^ tag
+
+let rec remove_tree path =
+  if Sys.file_exists path then
+    if Sys.is_directory path then begin
+      Array.iter (fun f -> remove_tree (Filename.concat path f)) (Sys.readdir path);
+      Sys.rmdir path
+    end
+    else Sys.remove path
+
+let compile dir name source libs =
+  let c = Filename.concat dir (name ^ ".c") and exe = Filename.concat dir name in
+  let oc = open_out_bin c in
+  output_string oc source;
+  close_out oc;
+  sh "gcc -std=gnu11 -O2 -o %s %s %s" (Filename.quote exe) (Filename.quote c) libs;
+  exe
+
+let make_env () =
+  let dir = Filename.concat (Filename.get_temp_dir_name ()) ("consort-impairbench-" ^ tag) in
+  remove_tree dir;
+  Sys.mkdir dir 0o700;
+  match
+    let relay_exe = compile dir "impair_relay" Netbench_sources.impair_relay "" in
+    let peer_exe = compile dir "hash_peer" Netbench_sources.hash_peer "-lcrypto" in
+    (relay_exe, peer_exe)
+  with
+  | relay_exe, peer_exe -> { dir; relay_exe; peer_exe; namespaces = []; links = [] }
+  | exception e ->
+      remove_tree dir;
+      raise e
+
+let new_ns env ~v6 kind =
+  let ns = ns_name kind in
+  env.namespaces <- ns :: env.namespaces;
+  sh "ip netns add %s" ns;
+  let off = if v6 then 0 else 1 in
+  quiet
+    "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=%d \
+     net.ipv6.conf.default.disable_ipv6=%d"
+    ns off off;
+  sh "ip -n %s link set lo up" ns;
+  ns
+
+let drop_namespaces env =
+  List.iter (fun ns -> quiet "ip netns del %s" ns) env.namespaces;
+  env.namespaces <- [];
+  List.iter (fun l -> quiet "ip link del %s" l) env.links;
+  env.links <- []
+
+let lines cmd = match Proc.run cmd with Ok s -> String.split_on_char '\n' s | Error _ -> []
+let first_word l = match String.split_on_char ' ' (String.trim l) with w :: _ -> w | [] -> ""
+let starts p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p
+
+let link_names () =
+  List.filter_map
+    (fun l ->
+      match String.split_on_char ':' l with
+      | _ :: name :: _ -> Some (List.hd (String.split_on_char '@' (String.trim name)))
+      | _ -> None)
+    (lines "ip -o link")
+
+let leftovers () =
+  List.filter (starts (ns_prefix ^ tag ^ "-")) (List.map first_word (lines "ip netns list"))
+  @ List.filter (fun l -> starts "cni" l && Filename.check_suffix l tag) (link_names ())
+
+(* Namespaces and devices of runs whose process is gone. *)
+let sweep_stale () =
+  let dead pid = pid <> tag && not (Sys.file_exists ("/proc/" ^ pid)) in
+  let digits s = s <> "" && String.for_all (fun c -> c >= '0' && c <= '9') s in
+  List.iter
+    (fun l ->
+      let ns = first_word l in
+      if starts ns_prefix ns then
+        let rest =
+          String.sub ns (String.length ns_prefix) (String.length ns - String.length ns_prefix)
+        in
+        match String.split_on_char '-' rest with
+        | [ pid; _ ] when digits pid && dead pid -> quiet "ip netns del %s" ns
+        | _ -> ())
+    (lines "ip netns list")
+
+(* {1 The relay} *)
+
+let spawn_relay env ?ns spec a b =
+  let r = Proc.spawn ?ns ~stdin:true [ env.relay_exe; "relay"; spec; a; b ] in
+  ignore (ok (Proc.wait_line r ~prefix:"READY" ~timeout:5.));
+  r
+
+let field_int f k =
+  match List.assoc_opt k f with
+  | Some v -> ( match int_of_string_opt v with Some n -> n | None -> fail "bad %s=%s" k v)
+  | None -> fail "no %s= in a relay's STATS" k
+
+let relay_stats r =
+  let seen = List.length (Proc.lines r ~prefix:"STATS") in
+  Proc.send_line r "stats";
+  if
+    not (Proc.wait r ~timeout:5. (fun () -> List.length (Proc.lines r ~prefix:"STATS") >= seen + 2))
+  then fail "the relay does not answer:\n%s" (Proc.output r);
+  let two = List.filteri (fun i _ -> i >= seen) (Proc.lines r ~prefix:"STATS") in
+  List.fold_left
+    (fun acc l ->
+      match Proc.result_fields l "STATS" with
+      | None -> acc
+      | Some f ->
+          {
+            frames = acc.frames + field_int f "in";
+            lost = acc.lost + field_int f "lost";
+            reordered = acc.reordered + field_int f "reordered";
+            duplicated = acc.duplicated + field_int f "duplicated";
+            blackholed = acc.blackholed + field_int f "blackholed";
+            queue_drops = acc.queue_drops + field_int f "queue_drops";
+            write_drops = acc.write_drops + field_int f "write_drops";
+            socket_drops = acc.socket_drops + field_int f "socket_drops";
+            device_drops = acc.device_drops;
+          })
+    {
+      frames = 0;
+      lost = 0;
+      reordered = 0;
+      duplicated = 0;
+      blackholed = 0;
+      queue_drops = 0;
+      write_drops = 0;
+      socket_drops = 0;
+      device_drops = 0;
+    }
+    two
+
+(* What a relay did between two snapshots: the frames the kernels send while
+   the devices come up (neighbour discovery, to a device not up yet) are
+   not the transfer's. *)
+let since (a : relay) (b : relay) =
+  {
+    frames = b.frames - a.frames;
+    lost = b.lost - a.lost;
+    reordered = b.reordered - a.reordered;
+    duplicated = b.duplicated - a.duplicated;
+    blackholed = b.blackholed - a.blackholed;
+    queue_drops = b.queue_drops - a.queue_drops;
+    write_drops = b.write_drops - a.write_drops;
+    socket_drops = b.socket_drops - a.socket_drops;
+    device_drops = b.device_drops - a.device_drops;
+  }
+
+(* With -v: the kernel's own TCP counters in [ns] (nstat, if there),
+   those that say how its sender recovered. *)
+let kernel_counters what ns =
+  if Logs.level () = Some Logs.Info && Sys.command "command -v nstat >/dev/null 2>&1" = 0 then
+    match Proc.run (Printf.sprintf "ip netns exec %s nstat -az" ns) with
+    | Error _ -> ()
+    | Ok out ->
+        let keep =
+          [
+            "TcpRetransSegs";
+            "TcpExtTCPLossProbes";
+            "TcpExtTCPDSACKRecv";
+            "TcpExtTCPDSACKOldSent";
+            "TcpExtTCPSackRecovery";
+            "TcpExtTCPTimeouts";
+            "TcpExtTCPSpuriousRTOs";
+            "TcpExtTCPSACKReorder";
+            "TcpExtTCPFastRetrans";
+            "TcpExtTCPLostRetransmit";
+            "TcpExtTCPDSACKUndo";
+            "TcpExtTCPLossUndo";
+            "TcpExtTCPOFOQueue";
+          ]
+        in
+        let fields =
+          List.filter_map
+            (fun l ->
+              match List.filter (( <> ) "") (String.split_on_char ' ' l) with
+              | k :: v :: _ when List.mem k keep -> Some (k ^ " " ^ v)
+              | _ -> None)
+            (String.split_on_char '\n' out)
+        in
+        Log.info (fun m -> m "%s, the kernel's counters: %s" what (String.concat ", " fields))
+
+(* Frames the device [dev] in [ns] dropped for a full queue. *)
+let tx_dropped ns dev =
+  match
+    Proc.run (Printf.sprintf "ip netns exec %s cat /sys/class/net/%s/statistics/tx_dropped" ns dev)
+  with
+  | Ok s -> ( match int_of_string_opt (String.trim s) with Some n -> n | None -> 0)
+  | Error e -> fail "%s" e
+
+let stop_relay r =
+  Proc.close_stdin r;
+  ignore (ok (Proc.finish r ~timeout:5.))
+
+(* {1 Kernel ends} *)
+
+let port_in = 5011
+let port_out = 5012
+let port_kk = 5013
+let grace = 15.
+
+let fields out =
+  match Proc.result_fields out "RESULT" with
+  | Some f -> f
+  | None -> fail "no RESULT line in:\n%s" out
+
+let field f k = match List.assoc_opt k f with Some v -> v | None -> fail "no %s= in a result" k
+
+let float_field f k =
+  match float_of_string_opt (field f k) with Some x -> x | None -> fail "bad %s=%s" k (field f k)
+
+let sink env (cfg : config) ns port =
+  let k =
+    Proc.spawn ~ns
+      [ env.peer_exe; "sink"; string_of_int port; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
+  in
+  k
+
+let source env (cfg : config) ns host port =
+  Proc.spawn ~ns
+    [
+      env.peer_exe;
+      "source";
+      host;
+      string_of_int port;
+      string_of_int cfg.bytes;
+      Printf.sprintf "%.1f" cfg.seconds;
+    ]
+
+type addrs = { v6 : bool; ours : string; kernel : string; kk_a : string; kk_b : string; len : int }
+
+let v4 =
+  {
+    v6 = false;
+    ours = "10.79.4.2";
+    kernel = "10.79.4.1";
+    kk_a = "10.79.5.1";
+    kk_b = "10.79.5.2";
+    len = 24;
+  }
+
+let v6 =
+  {
+    v6 = true;
+    ours = "fd79:4::2";
+    kernel = "fd79:4::1";
+    kk_a = "fd79:5::1";
+    kk_b = "fd79:5::2";
+    len = 64;
+  }
+
+(* A TAP device's queue towards its reader holds txqueuelen frames (500 by
+   default) and drops beyond: more than a 1 MiB window of frames, so that
+   nothing is lost that the SPEC did not ask for. *)
+let txqueuelen = 4096
+
+let address ns dev (a : addrs) ip mtu =
+  if a.v6 then sh "ip -n %s -6 addr add %s/%d dev %s nodad" ns ip a.len dev
+  else sh "ip -n %s addr add %s/%d dev %s" ns ip a.len dev;
+  sh "ip -n %s link set %s mtu %d txqueuelen %d up" ns dev mtu txqueuelen
+
+(* Kernel to kernel through the relay. *)
+let kernel_run env (cfg : config) (a : addrs) progress =
+  progress
+    (Printf.sprintf "kernel -> kernel through the relay (%s)" (if a.v6 then "IPv6" else "IPv4"));
+  let na = new_ns env ~v6:a.v6 "ka" and nb = new_ns env ~v6:a.v6 "kb" in
+  let ta = link_name "a" and tb = link_name "b" in
+  env.links <- ta :: tb :: env.links;
+  let r = spawn_relay env cfg.impair ("tap:" ^ ta) ("tap:" ^ tb) in
+  sh "ip link set %s netns %s" ta na;
+  sh "ip link set %s netns %s" tb nb;
+  address na ta a a.kk_a cfg.mtu;
+  address nb tb a a.kk_b cfg.mtu;
+  let before = { (relay_stats r) with device_drops = tx_dropped na ta + tx_dropped nb tb } in
+  let k = sink env cfg nb port_kk in
+  ignore (ok (Proc.wait_line k ~prefix:"LISTENING" ~timeout:5.));
+  let s = source env cfg na a.kk_b port_kk in
+  let src_out = ok (Proc.finish s ~timeout:(cfg.seconds +. grace)) in
+  let sink_out = ok (Proc.finish k ~timeout:grace) in
+  kernel_counters "kernel -> kernel, the sender" na;
+  kernel_counters "kernel -> kernel, the receiver" nb;
+  let stats = { (relay_stats r) with device_drops = tx_dropped na ta + tx_dropped nb tb } in
+  let stats = since before stats in
+  stop_relay r;
+  drop_namespaces env;
+  let fs = fields sink_out and fo = fields src_out in
+  if field fs "sha256" <> field fo "sha256" || field fs "bytes" <> field fo "bytes" then
+    fail "kernel -> kernel: the sink got %s bytes (SHA-256 %s), the source sent %s (%s)"
+      (field fs "bytes") (field fs "sha256") (field fo "bytes") (field fo "sha256");
+  ( {
+      bytes = int_of_float (float_field fs "bytes");
+      secs = float_field fs "secs";
+      sha256 = field fs "sha256";
+      retransmitted = 0;
+      timeouts = 0;
+      undos = 0;
+    },
+    stats )
+
+(* {1 Consort's stack} *)
+
+module type TCP = sig
+  module T : Tcp.S
+  module Sock : module type of Socket.Make (T)
+
+  val tcp : T.t
+  val host : string -> T.host
+end
+
+let params (up : Up.t) = (Consort_net_unix.Loop_clock.of_loop up.loop, up.pool)
+
+let tcp_config (cfg : config) =
+  { Tcp.default_config with send_buffer = cfg.buffer; receive_buffer = cfg.buffer }
+
+let tcp4 (cfg : config) (up : Up.t) : (module TCP) =
+  let clock, pool = params up in
+  let module P = struct
+    type host = Ipv4_addr.t
+    type lower_address = Ipv4.address
+    type lower_pattern = Ipv4.address_pattern
+
+    let local = Ipv4_addr.of_string_exn v4.ours
+    let lower_address h = { Ipv4.dst = h; proto = 6 }
+    let lower_pattern = { Ipv4.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv4_addr.equal
+    let pp_host = Ipv4_addr.pp
+    let clock = clock
+    let rng = Rng.create 4244
+    let pool = pool
+  end in
+  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
+  let tcp =
+    match T.create ~config:(tcp_config cfg) up.stack.ip with
+    | Ok t -> t
+    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
+  in
+  (module struct
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+    let host = Ipv4_addr.of_string_exn
+  end)
+
+let tcp6 (cfg : config) (up : Up.t) : (module TCP) =
+  let clock, pool = params up in
+  let ip6 = match up.v6 with Some v -> v.ip6 | None -> fail "no IPv6 on the stack" in
+  let module P = struct
+    type host = Ipv6_addr.t
+    type lower_address = Ipv6.address
+    type lower_pattern = Ipv6.address_pattern
+
+    let local = Ipv6_addr.of_string_exn v6.ours
+    let lower_address h = { Ipv6.dst = h; proto = 6 }
+    let lower_pattern = { Ipv6.protocol = 6; source = None }
+    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
+    let equal_host = Ipv6_addr.equal
+    let pp_host = Ipv6_addr.pp
+    let clock = clock
+    let rng = Rng.create 4245
+    let pool = pool
+  end in
+  let module T = Tcp.Make (Ipstack.Ip6) (P) in
+  let tcp =
+    match T.create ~config:(tcp_config cfg) ~icmp:Tcp_icmp.of_ipv6 ip6 with
+    | Ok t -> t
+    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
+  in
+  (module struct
+    module T = T
+    module Sock = Socket.Make (T)
+
+    let tcp = tcp
+    let host = Ipv6_addr.of_string_exn
+  end)
+
+let callback_failure = ref None
+
+let perr what e =
+  let m = Printf.sprintf "%s: %s" what (Fmt.str "%a" Protocol.pp_error e) in
+  if !callback_failure = None then callback_failure := Some m;
+  raise (Failed m)
+
+(* Runs [loop] until [until ()] and the child's output has ended, or the
+   time is up. *)
+let run_with loop child ~timeout until =
+  let fd = Proc.fd child in
+  Loop.watch loop fd (fun () ->
+      Proc.pump child;
+      if Proc.eof child then Loop.unwatch loop fd);
+  Loop.run
+    ~until:(fun () ->
+      (until () && Proc.eof child) || !Proc.interrupted || !callback_failure <> None)
+    ~timeout:(Time.of_sec timeout) loop;
+  if not (Proc.eof child) then Loop.unwatch loop fd;
+  Option.iter (fun m -> fail "%s" m) !callback_failure;
+  check_interrupted ()
+
+module H = Mirage_crypto.Hash.SHA256
+
+let hex d =
+  String.concat ""
+    (List.init (Cstruct.length d) (fun i -> Printf.sprintf "%02x" (Cstruct.get_uint8 d i)))
+
+let consort_run env (cfg : config) (a : addrs) progress =
+  let fam = if a.v6 then "IPv6" else "IPv4" in
+  (* The relay's namespace holds our TAP device's interface, with no
+     address: the relay reads and writes it through AF_PACKET. *)
+  let nr = new_ns env ~v6:false "cr" and nk = new_ns env ~v6:a.v6 "ck" in
+  let tap = link_name "t" and tk = link_name "k" in
+  env.links <- tap :: tk :: env.links;
+  let up =
+    ok
+      (Result.map_error
+         (fun (`Msg m) -> "starting the stack: " ^ m)
+         (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap
+            ?ip6:(if a.v6 then Some (v6.ours ^ "/64") else None)
+            ~ip:(v4.ours ^ "/24") ()))
+  in
+  Fun.protect
+    ~finally:(fun () -> Up.stop up)
+    (fun () ->
+      sh "ip link set %s netns %s" tap nr;
+      sh "ip -n %s link set %s mtu %d txqueuelen %d up" nr tap cfg.mtu txqueuelen;
+      let r = spawn_relay env ~ns:nr cfg.impair ("packet:" ^ tap) ("tap:" ^ tk) in
+      sh "ip -n %s link set %s netns %s" nr tk nk;
+      address nk tk a a.kernel cfg.mtu;
+      if a.v6 then quiet "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" nk tk;
+      let (module N) = if a.v6 then tcp6 cfg up else tcp4 cfg up in
+      let loop = up.loop in
+      let conn_flow s bytes secs sha =
+        let i = N.T.info (N.Sock.connection s) in
+        Log.info (fun m -> m "%s: %a" fam Tcp.pp_conn_info i);
+        {
+          bytes;
+          secs;
+          sha256 = sha;
+          retransmitted = i.segments_retransmitted;
+          timeouts = i.timeouts;
+          undos = i.undos;
+        }
+      in
+      (* Kernel to us: we read to the end, hashing. *)
+      let before = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
+      progress (Printf.sprintf "kernel -> consort through the relay (%s)" fam);
+      let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
+      let result = ref None in
+      Socket.Promise.upon (N.Sock.accept l) (function
+        | Error e -> perr "accept" e
+        | Ok s ->
+            N.Sock.stop l;
+            let buf = Cstruct.create 65536 and ctx = ref H.empty in
+            let got = ref 0 and t0 = ref 0. in
+            let rec read () =
+              Socket.Promise.upon (N.Sock.read s buf) (function
+                | Error e -> perr "read" e
+                | Ok 0 ->
+                    let secs = Unix.gettimeofday () -. !t0 in
+                    let f = conn_flow s !got secs (hex (H.get !ctx)) in
+                    N.Sock.close s;
+                    result := Some f
+                | Ok k ->
+                    if !got = 0 then t0 := Unix.gettimeofday ();
+                    ctx := H.feed !ctx (Cstruct.sub buf 0 k);
+                    got := !got + k;
+                    read ())
+            in
+            read ());
+      let k = source env cfg nk a.ours port_in in
+      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
+      let src_out = ok (Proc.finish k ~timeout:grace) in
+      let consort_in =
+        match !result with
+        | Some f -> f
+        | None -> fail "kernel -> consort (%s) did not finish:\n%s" fam src_out
+      in
+      let fo = fields src_out in
+      if
+        string_of_int consort_in.bytes <> field fo "bytes" || consort_in.sha256 <> field fo "sha256"
+      then
+        fail "kernel -> consort (%s): we got %d bytes (SHA-256 %s), the kernel sent %s (%s)" fam
+          consort_in.bytes consort_in.sha256 (field fo "bytes") (field fo "sha256");
+      (* Us to the kernel: we write [bytes], hashing. *)
+      check_interrupted ();
+      progress (Printf.sprintf "consort -> kernel through the relay (%s)" fam);
+      let k = sink env cfg nk port_out in
+      (* Our loop runs while the sink starts, woken by its output. *)
+      let fd = Proc.fd k in
+      Loop.watch loop fd (fun () -> Proc.pump k);
+      Loop.run
+        ~until:(fun () ->
+          Proc.find_line k ~prefix:"LISTENING" <> None || Proc.eof k || !Proc.interrupted)
+        ~timeout:(Time.of_sec 5.) loop;
+      Loop.unwatch loop fd;
+      if Proc.find_line k ~prefix:"LISTENING" = None then
+        fail "the kernel sink is not listening:\n%s" (Proc.output k);
+      let finished = ref None in
+      let chunk = Cstruct.create (1 lsl 20) in
+      let x = ref 0x9E3779B9 in
+      for i = 0 to Cstruct.length chunk - 1 do
+        x := (!x * 1103515245) + 12345;
+        Cstruct.set_uint8 chunk i ((!x lsr 16) land 0xff)
+      done;
+      let ctx = ref H.empty in
+      Socket.Promise.upon
+        (N.Sock.connect N.tcp (N.host a.kernel) port_out)
+        (function
+          | Error e -> perr "connect" e
+          | Ok s ->
+              let sent = ref 0 in
+              let rec write n =
+                if !sent >= cfg.bytes then N.Sock.shutdown s
+                else begin
+                  let len = min (Cstruct.length chunk) (cfg.bytes - !sent) in
+                  (* Every chunk differs: its number in its first bytes. *)
+                  Cstruct.BE.set_uint64 chunk 0 (Int64.of_int n);
+                  ctx := H.feed !ctx (Cstruct.sub chunk 0 len);
+                  sent := !sent + len;
+                  Socket.Promise.upon
+                    (N.Sock.write s (Cstruct.sub chunk 0 len))
+                    (function Error e -> perr "write" e | Ok () -> write (n + 1))
+                end
+              in
+              write 0;
+              let buf = Cstruct.create 4096 in
+              let rec drain () =
+                Socket.Promise.upon (N.Sock.read s buf) (function
+                  | Error e -> perr "read" e
+                  | Ok 0 ->
+                      finished := Some (conn_flow s !sent 0. (hex (H.get !ctx)));
+                      N.Sock.close s
+                  | Ok _ -> drain ())
+              in
+              drain ());
+      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
+      let sink_out = ok (Proc.finish k ~timeout:grace) in
+      let ours =
+        match !finished with
+        | Some f -> f
+        | None -> fail "consort -> kernel (%s) did not finish:\n%s" fam sink_out
+      in
+      let fs = fields sink_out in
+      if string_of_int ours.bytes <> field fs "bytes" || ours.sha256 <> field fs "sha256" then
+        fail "consort -> kernel (%s): we sent %d bytes (SHA-256 %s), the kernel got %s (%s)" fam
+          ours.bytes ours.sha256 (field fs "bytes") (field fs "sha256");
+      let consort_out = { ours with secs = float_field fs "secs" } in
+      kernel_counters "kernel <-> consort, the kernel" nk;
+      let stats = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
+      let stats = since before stats in
+      stop_relay r;
+      Log.info (fun m -> m "%s: %a" fam Tcp.pp_stats (N.T.query N.tcp));
+      (consort_in, consort_out, stats))
+  |> fun r ->
+  drop_namespaces env;
+  r
+
+(* {1 The whole run} *)
+
+let spec_of env impair =
+  match
+    Proc.run (Printf.sprintf "%s check %s" (Filename.quote env.relay_exe) (Filename.quote impair))
+  with
+  | Ok out -> (
+      match String.index_opt out ' ' with
+      | Some i when starts "SPEC" out ->
+          String.trim (String.sub out (i + 1) (String.length out - i - 1))
+      | _ -> fail "the relay's check: %s" out)
+  | Error e -> fail "%s" e
+
+let run ?(progress = fun _ -> ()) (cfg : config) =
+  match (check_spec cfg.impair, impossible ()) with
+  | Error e, _ -> Error ("--impair: " ^ e)
+  | _, Some why -> Error why
+  | Ok (), None -> (
+      Proc.interrupted := false;
+      callback_failure := None;
+      let flag _ = Proc.interrupted := true in
+      let old_int = Sys.signal Sys.sigint (Sys.Signal_handle flag) in
+      let old_term = Sys.signal Sys.sigterm (Sys.Signal_handle flag) in
+      let restore () =
+        Sys.set_signal Sys.sigint old_int;
+        Sys.set_signal Sys.sigterm old_term
+      in
+      sweep_stale ();
+      match make_env () with
+      | exception Failed e ->
+          restore ();
+          Error e
+      | env -> (
+          let result =
+            Fun.protect
+              ~finally:(fun () ->
+                Proc.kill_all ();
+                drop_namespaces env;
+                remove_tree env.dir;
+                restore ())
+              (fun () ->
+                match
+                  let spec = spec_of env cfg.impair in
+                  let family (a : addrs) =
+                    let consort_in, consort_out, consort_relay = consort_run env cfg a progress in
+                    check_interrupted ();
+                    let kernel, kernel_relay = kernel_run env cfg a progress in
+                    check_interrupted ();
+                    {
+                      name = (if a.v6 then "IPv6" else "IPv4");
+                      consort_in;
+                      consort_out;
+                      kernel;
+                      consort_relay;
+                      kernel_relay;
+                    }
+                  in
+                  let families = List.map family (if cfg.ipv6 then [ v4; v6 ] else [ v4 ]) in
+                  { config = cfg; spec; families }
+                with
+                | r -> Ok r
+                | exception Failed e -> Error e
+                | exception Unix.Unix_error (e, f, a) ->
+                    Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
+          in
+          match (result, leftovers ()) with
+          | result, [] -> result
+          | result, l ->
+              let e = match result with Error e -> e ^ "; " | Ok _ -> "" in
+              Error (Printf.sprintf "%sleft behind after cleanup: %s" e (String.concat ", " l))))
+
+(* {1 Printing} *)
+
+let pp_relay ppf r =
+  Fmt.pf ppf
+    "%d frames: %d lost, %d reordered, %d duplicated, %d black-holed, %d queue drops; dropped \
+     outside the SPEC: %d refused by the next hop, %d by the relay's socket, %d by the TAP devices"
+    r.frames r.lost r.reordered r.duplicated r.blackholed r.queue_drops r.write_drops r.socket_drops
+    r.device_drops
+
+let pp_table ppf r =
+  Fmt.pf ppf "TCP through the impairment relay (%s): %d MB per transfer, SHA-256 checked, MTU %d@."
+    r.config.impair (r.config.bytes / 1_000_000) r.config.mtu;
+  Fmt.pf ppf "relay: %s@." r.spec;
+  Fmt.pf ppf "%-30s %9s %9s %12s %9s %6s@." "transfer" "Mbit/s" "/ kernel" "retransmits" "timeouts"
+    "undos";
+  List.iter
+    (fun f ->
+      let i, o = ratios f in
+      let row name (x : flow) ratio =
+        Fmt.pf ppf "%-30s %9.1f %9s %12d %9d %6d@." name (mbit_s x) ratio x.retransmitted x.timeouts
+          x.undos
+      in
+      row (f.name ^ " kernel -> consort") f.consort_in (Printf.sprintf "%.2f" i);
+      row (f.name ^ " consort -> kernel") f.consort_out (Printf.sprintf "%.2f" o);
+      Fmt.pf ppf "%-30s %9.1f %9s %12s %9s %6s@." (f.name ^ " kernel -> kernel") (mbit_s f.kernel)
+        "1.00" "-" "-" "-";
+      Fmt.pf ppf "  relay (consort): %a@.  relay (kernel):  %a@." pp_relay f.consort_relay pp_relay
+        f.kernel_relay)
+    r.families;
+  Fmt.pf ppf "target: consort / kernel >= 0.70 both ways: %s@."
+    (if meets_target r then "met" else "MISSED");
+  Fmt.pf ppf
+    "(Mbit/s: the receiver's first byte to the end of the stream; retransmits, timeouts and undos: \
+     Consort's connection)@."
+
+let to_json r =
+  let flow name (f : flow) =
+    Printf.sprintf "\"%s_mbit_s\":%.1f,\"%s_retransmitted\":%d,\"%s_timeouts\":%d,\"%s_undos\":%d"
+      name (mbit_s f) name f.retransmitted name f.timeouts name f.undos
+  in
+  let fam f =
+    let i, o = ratios f in
+    Printf.sprintf
+      "\"%s\":{%s,%s,\"kernel_mbit_s\":%.1f,\"ratio_in\":%.3f,\"ratio_out\":%.3f,\"relay_lost\":%d,\"relay_reordered\":%d,\"relay_frames\":%d,\"relay_write_drops\":%d,\"kernel_relay_write_drops\":%d}"
+      f.name (flow "consort_in" f.consort_in)
+      (flow "consort_out" f.consort_out)
+      (mbit_s f.kernel) i o f.consort_relay.lost f.consort_relay.reordered f.consort_relay.frames
+      f.consort_relay.write_drops f.kernel_relay.write_drops
+  in
+  Printf.sprintf
+    "{\"bench\":\"tcp-impair\",\"impair\":%S,\"bytes\":%d,\"mtu\":%d,%s,\"target_met\":%b}"
+    r.config.impair r.config.bytes r.config.mtu
+    (String.concat "," (List.map fam r.families))
+    (meets_target r)
