@@ -1106,6 +1106,43 @@ let ringfd_flush () =
     (List.nth (verdicts s) 7);
   stop s
 
+(* A member deaf to the coordinator must not break the group. Its own
+   exclusion, claimed for the grace period by a coordinator that ranks above
+   this member (a coordinator only because it suspects it): refused; by
+   one that ranks below: accepted. And a member whose flush this member
+   refused (it excluded a rank heard here) and which then calls the members
+   unresponsive is the one suspected, not the members it names. *)
+let ringfd_deaf_coordinator () =
+  let judge s coord excluded =
+    Stack.dn_ctl s.st (G.Gevent.Judge_flush { coord; excluded });
+    List.nth (verdicts s) (List.length (verdicts s) - 1)
+  in
+  let s = single ~n:8 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 6.) [ 0; 1; 2 ];
+  Alcotest.(check bool) "rank 4 excludes this member: refused" false (judge s 4 [ 3 ]);
+  ring_beats s ~from:(sec 6.25) ~until:(sec 8.) [ 0; 1; 2 ];
+  Alcotest.(check bool)
+    "rank 4, above this member, after the grace period: still refused" false (judge s 4 [ 3 ]);
+  stop s;
+  let s = single ~n:8 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 6.) [ 0; 1; 2 ];
+  Alcotest.(check bool) "rank 2 excludes this member: not at once" false (judge s 2 [ 3 ]);
+  ring_beats s ~from:(sec 6.25) ~until:(sec 8.) [ 0; 1; 2 ];
+  Alcotest.(check bool)
+    "rank 2, below this member, after the grace period: accepted" true (judge s 2 [ 3 ]);
+  stop s;
+  let s = single ~n:8 ~rank:3 ring in
+  ring_beats s ~from:0 ~until:(sec 6.) [ 0; 1; 2 ];
+  Alcotest.(check bool) "rank 0 excludes rank 1, heard here: refused" false (judge s 0 [ 1 ]);
+  Stack.dn_ctl s.st
+    (G.Gevent.Accusation
+       { accuser = 0; ranks = [ 1; 2 ]; reason = "did not answer flush 0.1"; kind = Unresponsive });
+  Alcotest.(check (list (list int)))
+    "the refused coordinator is suspected, not the members it calls unresponsive" [ [ 0 ] ]
+    (List.map (fun (_, r, _) -> r) (ctl s));
+  Alcotest.(check int) "blamed" 1 (counter s "ringfd" "accusers_blamed");
+  stop s
+
 let ringfd_cut_off () =
   let s = single ~n:12 ~rank:3 ring in
   ring_beats s ~from:0 ~until:(sec 2.) [ 0; 1; 2 ];
@@ -1165,6 +1202,8 @@ let () =
             ringfd_flush;
           Alcotest.test_case "a cut-off member finds out; crashed neighbours are no cut" `Quick
             ringfd_cut_off;
+          Alcotest.test_case "a member deaf to the coordinator breaks nothing" `Quick
+            ringfd_deaf_coordinator;
         ] );
       ( "slander",
         [ Alcotest.test_case "casts, reports, counts nonsense" `Quick slander_by_hand; qtest fuzz ]
