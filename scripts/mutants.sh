@@ -485,13 +485,13 @@ index_of() {
 # real.
 tests_failed() { # LOG: "K of N tests", or nothing
   local l=$1 run fail
-  run=$(grep -Eo '[0-9]+ tests? run' "$l" | tail -1 | grep -Eo '^[0-9]+')
+  run=$(grep -aEo '[0-9]+ tests? run' "$l" | tail -1 | grep -Eo '^[0-9]+')
   if [ -n "$run" ]; then
-    fail=$(grep -Eo '[0-9]+ failures?!' "$l" | tail -1 | grep -Eo '^[0-9]+')
+    fail=$(grep -aEo '[0-9]+ failures?!' "$l" | tail -1 | grep -Eo '^[0-9]+')
     echo "${fail:-0} of $run tests"
     return
   fi
-  grep -E '^[0-9]+ passed, [0-9]+ failed' "$l" | tail -1 | awk '{ print $3 " of " $1 + $3 " tests" }'
+  grep -aE '^[0-9]+ passed, [0-9]+ failed' "$l" | tail -1 | awk '{ print $3 " of " $1 + $3 " tests" }'
 }
 sim_strength() { # K FORM: prints "TEXT" and returns 0 when strong
   local k=$1 sc params first last gsc gparams gfirst glast best="" n l f ran c
@@ -513,7 +513,7 @@ sim_strength() { # K FORM: prints "TEXT" and returns 0 when strong
   while [ "$ran" -lt "$n" ] && [ $((20 * f)) -lt "$n" ]; do
     c=$((n - ran < 10 ? n - ran : 10))
     run_kill "$k" "consort sim --scenario $sc --seeds $c --seed $((gfirst + ran))${params:+ --params $params} --quiet"
-    l=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$tmp/log/run$k" | tail -1)
+    l=$(grep -aE '^[0-9]+ passed, [0-9]+ failed' "$tmp/log/run$k" | tail -1)
     if [ -z "$l" ]; then
       echo "sim $sc${params:+ ($params)}: seeds $((gfirst + ran)) to $((gfirst + ran + c - 1)) did not run through"
       return 1
