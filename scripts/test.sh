@@ -81,6 +81,9 @@ done
 # Members restart at the same address while casts flow: no phantom view, one view
 # change per restart (issue 31; about 0.04 CPU s a seed, 40 s for 1000; more in make soak).
 jobs+=("counted|sim vsync-restart|$BIN/bin/main.exe sim --scenario vsync-restart --seeds ${RESTART_SEEDS:-1000}")
+# The same, the restart coming during the flush that excludes the old incarnation (issue 31;
+# about 0.055 CPU s a seed, 17 s for 300).
+jobs+=("counted|sim vsync-restart-late|$BIN/bin/main.exe sim --scenario vsync-restart-late --seeds ${RESTART_LATE_SEEDS:-300}")
 # A member crashes and another joins while the flush waits on it (issue 31; about 35 s for 1000).
 jobs+=("counted|sim vsync-join-dead|$BIN/bin/main.exe sim --scenario vsync-join-dead --seeds ${RESTART_SEEDS:-1000}")
 # A member or the coordinator paused past suspect.timeout leaves its dead view on resuming

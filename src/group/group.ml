@@ -1289,6 +1289,17 @@ module Make (T : Transport.S) = struct
         end
         else if is_coordinator t && t.merging = None && not from_mine then begin
           match t.absorbing with
+          | None when t.blocked && t.leaving = None ->
+              (* A flush of this view is under way (a suspicion: often of
+                 the old incarnation of this very joiner, restarted at its
+                 address): the view it ends in takes these in too, rather
+                 than a second view change once the joiner has given up and
+                 asked again. *)
+              Log.info (fun m ->
+                  m "%s: taking in %d members with the flush under way" t.me.eid
+                    (List.length members));
+              t.absorbing <- Some (ltime, members, [ their_vid ]);
+              gone_from_addr ()
           | Some (l, joiners, vids)
             when not
                    (List.exists
