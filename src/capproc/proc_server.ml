@@ -114,6 +114,7 @@ type t = {
       (* children emptying a working directory as its user; then it is removed *)
   mutable spare : spare option; (* the next program's confined child, made beforehand *)
   mutable spares : int;
+  mutable zygote : Spawn.zygote option; (* makes the spares *)
 }
 
 (* A spare (Spawn.prepare) in cgroups of its own: the next program's. *)
@@ -564,7 +565,7 @@ let make_spare t =
           scg
       in
       match
-        Spawn.prepare ~die_with_parent:Sys.sigkill
+        Spawn.prepare ?zygote:t.zygote ~die_with_parent:Sys.sigkill
           ~cgroups:(Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) scg)
           ~pid_namespace:t.config.namespaces ()
       with
@@ -1184,6 +1185,14 @@ let create config loop node key =
                       removers = [];
                       spare = None;
                       spares = 0;
+                      zygote =
+                        (match Spawn.zygote () with
+                        | z -> Some z
+                        | exception Unix.Unix_error (e, _, _) ->
+                            Log.warn (fun m ->
+                                m "no zygote (%s): spares are made by the server"
+                                  (Unix.error_message e));
+                            None);
                     }
                   in
                   refill t;
@@ -1236,6 +1245,8 @@ let shutdown t =
     t.procs;
   Option.iter (discard_spare t) t.spare;
   t.spare <- None;
+  Option.iter Spawn.stop_zygote t.zygote;
+  t.zygote <- None;
   List.iter (fun cg -> ignore (Cgroup.remove cg)) t.leftover;
   Cgroup.teardown t.cgroups;
   R.close t.fetcher

@@ -595,6 +595,230 @@ CAMLprim value consort_proc_spare_start(value *argv, int argn)
                                          argv[6]);
 }
 
+/* The zygote: a child the server forks once, at its start, that makes the
+   spares (clone with CLONE_PARENT: they are the server's children, which
+   reaps them). A clone copies the page tables of the process that makes it,
+   and until the clone execs, every page of that process it shares is copied
+   on the first write: made by the server itself, each spare cost the server
+   a copy of its page tables and faults on every page it wrote (its minor
+   heap) while the spare waited; made by the zygote, which writes nothing,
+   neither falls on the server. The zygote runs only this C code, with its
+   socket at 3, its standard streams on /dev/null, no other descriptor, and
+   dies with the server (death signal, end of file).
+
+   Request: struct zygote_req, then the cgroup.procs files (each ending with
+   a NUL). Answer: struct zygote_ans, with the spare's socket (SCM_RIGHTS) when
+   errnum is 0. */
+
+struct zygote_req {
+  int deathsig;
+  int newpid;
+  int ncgroups;
+  int len;
+};
+
+struct zygote_ans {
+  int pid;
+  int how;
+  int errnum;
+};
+
+static void zygote_main(pid_t parent, int sock)
+{
+  int i, null;
+  struct zygote_req req;
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
+  if (sock != 3) {
+    if (dup3(sock, 3, O_CLOEXEC) < 0) _exit(126);
+    sock = 3;
+  }
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 4, ~0U, 0) != 0)
+#endif
+    for (i = 4; i < 65536; i++) close(i);
+  null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) _exit(126);
+  for (i = 0; i < 3; i++)
+    if (dup2(null, i) < 0) _exit(126);
+  close(null);
+  {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (i = 1; i < NSIG; i++) signal(i, SIG_DFL);
+  }
+  for (;;) {
+    struct zygote_ans ans;
+    struct msghdr mh;
+    struct iovec iov;
+    union {
+      char buf[CMSG_SPACE(sizeof(int))];
+      struct cmsghdr align;
+    } u;
+    struct cmsghdr *ch;
+    char *strs, **cg, *q;
+    int sv[2];
+    pid_t pid = -1;
+    if (read_full(sock, (char *)&req, sizeof req) != 0) _exit(0); /* the server is gone */
+    if (req.ncgroups < 0 || req.ncgroups > 16 || req.len < 0 || req.len > 65536) _exit(126);
+    strs = malloc((size_t)req.len + 1);
+    cg = malloc(((size_t)req.ncgroups + 1) * sizeof(char *));
+    if (strs == NULL || cg == NULL) _exit(126);
+    if (req.len > 0 && read_full(sock, strs, (size_t)req.len) != 0) _exit(0);
+    strs[req.len] = '\0';
+    for (i = 0, q = strs; i < req.ncgroups; i++) {
+      if (q >= strs + req.len) _exit(126);
+      cg[i] = q;
+      q += strlen(q) + 1;
+    }
+    cg[req.ncgroups] = NULL;
+    memset(&ans, 0, sizeof ans);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      ans.errnum = errno;
+    } else {
+      if (req.newpid) {
+        pid = (pid_t)syscall(SYS_clone, CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD, NULL,
+                             NULL, NULL, NULL);
+        if (pid == 0) spare_child(1, parent, req.deathsig, sv[1], cg, req.ncgroups);
+        if (pid > 0) ans.how = 1;
+      }
+      if (pid < 0) {
+        pid = (pid_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, NULL);
+        if (pid == 0) spare_child(0, parent, req.deathsig, sv[1], cg, req.ncgroups);
+      }
+      close(sv[1]);
+      if (pid < 0) {
+        ans.errnum = errno;
+        close(sv[0]);
+      }
+      ans.pid = pid;
+    }
+    free(strs);
+    free(cg);
+    memset(&mh, 0, sizeof mh);
+    memset(&u, 0, sizeof u);
+    iov.iov_base = &ans;
+    iov.iov_len = sizeof ans;
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (ans.errnum == 0) {
+      mh.msg_control = u.buf;
+      mh.msg_controllen = sizeof u.buf;
+      ch = CMSG_FIRSTHDR(&mh);
+      ch->cmsg_level = SOL_SOCKET;
+      ch->cmsg_type = SCM_RIGHTS;
+      ch->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(ch), &sv[0], sizeof(int));
+    }
+    {
+      ssize_t n;
+      do n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+      while (n < 0 && errno == EINTR);
+      if (ans.errnum == 0) close(sv[0]);
+      if (n != (ssize_t)sizeof ans) _exit(0);
+    }
+  }
+}
+
+/* consort_proc_zygote_make (): (pid, socket). */
+CAMLprim value consort_proc_zygote_make(value unit)
+{
+  CAMLparam1(unit);
+  CAMLlocal1(res);
+  int sv[2];
+  pid_t parent = getpid(), pid;
+  (void)unit;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) uerror("socketpair", Nothing);
+  pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    zygote_main(parent, sv[1]);
+    _exit(126);
+  }
+  close(sv[1]);
+  if (pid < 0) {
+    close(sv[0]);
+    uerror("fork", Nothing);
+  }
+  res = caml_alloc_tuple(2);
+  Store_field(res, 0, Val_int(pid));
+  Store_field(res, 1, Val_int(sv[0]));
+  CAMLreturn(res);
+}
+
+/* consort_proc_zygote_spare zsock opts cgroups: (pid, how, socket), as
+   consort_proc_spare_make, made by the zygote. Failure "zygote: gone" if it
+   does not answer. */
+CAMLprim value consort_proc_zygote_spare(value zsock, value opts, value cgroups)
+{
+  CAMLparam3(zsock, opts, cgroups);
+  CAMLlocal1(res);
+  int s = Int_val(zsock), i, fd = -1;
+  mlsize_t n = Wosize_val(cgroups);
+  size_t len = 0, off = 0;
+  char *buf;
+  struct zygote_req req;
+  struct zygote_ans ans;
+  struct msghdr mh;
+  struct iovec iov;
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct cmsghdr *ch;
+  ssize_t r;
+  for (i = 0; i < (int)n; i++) len += strlen(String_val(Field(cgroups, i))) + 1;
+  if (n > 16 || len > 65536) caml_invalid_argument("zygote: cgroups");
+  req.deathsig = Int_val(Field(opts, 0));
+  req.newpid = Int_val(Field(opts, 1)) == 1;
+  req.ncgroups = (int)n;
+  req.len = (int)len;
+  buf = malloc(sizeof req + len);
+  if (buf == NULL) caml_raise_out_of_memory();
+  memcpy(buf, &req, sizeof req);
+  off = sizeof req;
+  for (i = 0; i < (int)n; i++) {
+    size_t l = strlen(String_val(Field(cgroups, i))) + 1;
+    memcpy(buf + off, String_val(Field(cgroups, i)), l);
+    off += l;
+  }
+  for (len = 0; len < off;) {
+    r = send(s, buf + len, off - len, MSG_NOSIGNAL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      free(buf);
+      caml_failwith("zygote: gone");
+    }
+    len += (size_t)r;
+  }
+  free(buf);
+  memset(&mh, 0, sizeof mh);
+  iov.iov_base = &ans;
+  iov.iov_len = sizeof ans;
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.b;
+  mh.msg_controllen = sizeof u.b;
+  do r = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  while (r < 0 && errno == EINTR);
+  for (ch = CMSG_FIRSTHDR(&mh); r > 0 && ch != NULL; ch = CMSG_NXTHDR(&mh, ch))
+    if (ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS && ch->cmsg_len >= CMSG_LEN(sizeof(int)))
+      memcpy(&fd, CMSG_DATA(ch), sizeof(int));
+  if (r != (ssize_t)sizeof ans) {
+    if (fd >= 0) close(fd);
+    caml_failwith("zygote: gone");
+  }
+  if (ans.errnum != 0 || fd < 0) {
+    if (fd >= 0) close(fd);
+    unix_error(ans.errnum != 0 ? ans.errnum : EIO, "clone", Nothing);
+  }
+  res = caml_alloc_tuple(3);
+  Store_field(res, 0, Val_int(ans.pid));
+  Store_field(res, 1, Val_int(ans.how));
+  Store_field(res, 2, Val_int(fd));
+  CAMLreturn(res);
+}
+
 /* The system's number of an OCaml signal, and back. */
 CAMLprim value consort_proc_signal_to_system(value s)
 {

@@ -136,10 +136,40 @@ type spare = {
   mutable reaped : bool;
 }
 
-let prepare ?(die_with_parent = 0) ~cgroups ~pid_namespace () =
+external c_zygote_make : unit -> int * Unix.file_descr = "consort_proc_zygote_make"
+
+external c_zygote_spare :
+  Unix.file_descr -> int array -> string array -> int * int * Unix.file_descr
+  = "consort_proc_zygote_spare"
+
+type zygote = { zpid : int; zsock : Unix.file_descr; mutable zgone : bool }
+
+let zygote () =
+  let zpid, zsock = c_zygote_make () in
+  { zpid; zsock; zgone = false }
+
+let zygote_pid z = z.zpid
+
+let stop_zygote z =
+  if not z.zgone then begin
+    z.zgone <- true;
+    close_quiet z.zsock;
+    (try Unix.kill z.zpid Sys.sigkill with Unix.Unix_error _ -> ());
+    try ignore (Unix.waitpid [] z.zpid) with Unix.Unix_error _ -> ()
+  end
+
+let prepare ?zygote ?(die_with_parent = 0) ~cgroups ~pid_namespace () =
   let deathsig = if die_with_parent = 0 then 0 else Proc_proto.signal_to_system die_with_parent in
+  let opts = [| deathsig; (if pid_namespace then 1 else 0) |] and cgroups = Array.of_list cgroups in
   let spid, how, sock =
-    c_spare_make [| deathsig; (if pid_namespace then 1 else 0) |] (Array.of_list cgroups)
+    match zygote with
+    | Some z when not z.zgone -> (
+        try c_zygote_spare z.zsock opts cgroups
+        with Failure _ ->
+          (* gone: from now on the spares are made here *)
+          stop_zygote z;
+          c_spare_make opts cgroups)
+    | _ -> c_spare_make opts cgroups
   in
   { spid; snamespace = how = 1; sock; spent = false; reaped = false }
 

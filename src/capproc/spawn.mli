@@ -67,10 +67,32 @@ val spawn_confined :
 
 type spare
 
-val prepare : ?die_with_parent:int -> cgroups:string list -> pid_namespace:bool -> unit -> spare
-(** Starts a spare (at once: it gets ready on its own). [cgroups]: the [cgroup.procs] files it
-    joins; [pid_namespace]: try a PID namespace, as {!spawn_confined}.
-    @raise Unix.Unix_error if it cannot fork. *)
+type zygote
+(** A child forked once that makes spares (a clone with [CLONE_PARENT]: they are this process's
+    children). A clone copies the page tables of the process that makes it, and each page they share
+    is copied at the first write while the clone waits: made by the zygote, which writes nothing,
+    neither falls on this process. The zygote runs only C code, holds no descriptor but its socket,
+    and dies with this process. *)
+
+val zygote : unit -> zygote
+(** @raise Unix.Unix_error if it cannot fork. *)
+
+val zygote_pid : zygote -> int
+
+val stop_zygote : zygote -> unit
+(** Kills and reaps it. *)
+
+val prepare :
+  ?zygote:zygote ->
+  ?die_with_parent:int ->
+  cgroups:string list ->
+  pid_namespace:bool ->
+  unit ->
+  spare
+(** Starts a spare (at once: it gets ready on its own), by [zygote] if given and still there (else
+    here, and a zygote found gone is stopped). [cgroups]: the [cgroup.procs] files it joins;
+    [pid_namespace]: try a PID namespace, as {!spawn_confined}.
+    @raise Unix.Unix_error if it cannot clone. *)
 
 val spare_pid : spare -> int
 val spare_namespace : spare -> bool
