@@ -115,10 +115,12 @@ type t = {
   mutable spare : spare option; (* the next program's confined child, made beforehand *)
   mutable spares : int;
   mutable zygote : Spawn.zygote option; (* makes the spares *)
+  mutable coming : coming option; (* a spare asked of the zygote, its answer not yet read *)
 }
 
 (* A spare (Spawn.prepare) in cgroups of its own: the next program's. *)
 and spare = { sp : Spawn.spare; scg : Cgroup.prog option }
+and coming = { complete : unit -> Spawn.spare; ccg : Cgroup.prog option }
 
 let server_cap t = Cap.owner t.port ~obj:0 t.server_secret
 
@@ -545,7 +547,12 @@ let group_cpu_ms pgid =
    the next is made once the program runs: the slow part of a confined start (joining the v1
    cgroups, the clone, the namespace's /proc) is then out of the way of the next start. A spare
    serves one program, in cgroups made for it. *)
-let make_spare t =
+let drop_cgroup t c =
+  Cgroup.kill c;
+  if not (Cgroup.remove c) then t.leftover <- c :: t.leftover
+
+(* Asks for a spare: its cgroups made, the zygote asked; [complete] reads the answer. *)
+let ask_spare t =
   let n = t.spares in
   t.spares <- n + 1;
   let cg =
@@ -556,34 +563,45 @@ let make_spare t =
   in
   match cg with
   | Error e -> Error e
-  | Ok scg -> (
-      let drop () =
-        Option.iter
-          (fun c ->
-            Cgroup.kill c;
-            if not (Cgroup.remove c) then t.leftover <- c :: t.leftover)
-          scg
-      in
+  | Ok ccg -> (
       match
-        Spawn.prepare ?zygote:t.zygote ~die_with_parent:Sys.sigkill
-          ~cgroups:(Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) scg)
+        Spawn.request ?zygote:t.zygote ~die_with_parent:Sys.sigkill
+          ~cgroups:(Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) ccg)
           ~pid_namespace:t.config.namespaces ()
       with
       | exception Unix.Unix_error (e, _, _) ->
-          drop ();
+          Option.iter (drop_cgroup t) ccg;
           Error ("cannot start: " ^ Unix.error_message e)
-      | sp -> Ok { sp; scg })
+      | complete -> Ok { complete; ccg })
+
+let complete_spare t c =
+  match c.complete () with
+  | exception Unix.Unix_error (e, _, _) ->
+      Option.iter (drop_cgroup t) c.ccg;
+      Error ("cannot start: " ^ Unix.error_message e)
+  | sp -> Ok { sp; scg = c.ccg }
+
+let make_spare t = Result.bind (ask_spare t) (complete_spare t)
 
 let discard_spare t s =
   Spawn.discard s.sp;
-  Option.iter
-    (fun c ->
-      Cgroup.kill c;
-      if not (Cgroup.remove c) then t.leftover <- c :: t.leftover)
-    s.scg
+  Option.iter (drop_cgroup t) s.scg
+
+(* The zygote's answer to the spare asked for, read when it is there (or when a start needs the
+   spare at once). *)
+let settle t =
+  match t.coming with
+  | None -> ()
+  | Some c -> (
+      t.coming <- None;
+      Option.iter (fun z -> Loop.unwatch t.loop (Spawn.zygote_fd z)) t.zygote;
+      match complete_spare t c with
+      | Ok s -> t.spare <- Some s
+      | Error e -> Log.warn (fun m -> m "no spare for the next program: %s" e))
 
 (* The spare made beforehand if it still waits (one that died is replaced), else a new one. *)
 let take_spare t =
+  settle t;
   match t.spare with
   | Some s when Spawn.spare_alive s.sp ->
       t.spare <- None;
@@ -594,11 +612,18 @@ let take_spare t =
       make_spare t
   | None -> make_spare t
 
+(* The next spare, asked for without waiting: the server's loop goes on while the zygote makes
+   it. *)
 let refill t =
-  if t.spare = None then
-    match make_spare t with
-    | Ok s -> t.spare <- Some s
+  if t.spare = None && t.coming = None then
+    match ask_spare t with
     | Error e -> Log.warn (fun m -> m "no spare for the next program: %s" e)
+    | Ok c -> (
+        t.coming <- Some c;
+        match t.zygote with
+        | Some z when not (Spawn.zygote_gone z) ->
+            Loop.watch t.loop (Spawn.zygote_fd z) (fun () -> settle t)
+        | _ -> settle t)
 
 let start t p file ~locate =
   let l = p.limits in
@@ -1185,6 +1210,7 @@ let create config loop node key =
                       removers = [];
                       spare = None;
                       spares = 0;
+                      coming = None;
                       zygote =
                         (match Spawn.zygote () with
                         | z -> Some z
@@ -1243,6 +1269,7 @@ let shutdown t =
       Option.iter (fun cg -> ignore (Cgroup.remove cg)) p.cg;
       remove_workdir t p)
     t.procs;
+  settle t;
   Option.iter (discard_spare t) t.spare;
   t.spare <- None;
   Option.iter Spawn.stop_zygote t.zygote;

@@ -746,26 +746,18 @@ CAMLprim value consort_proc_zygote_make(value unit)
   CAMLreturn(res);
 }
 
-/* consort_proc_zygote_spare zsock opts cgroups: (pid, how, socket), as
-   consort_proc_spare_make, made by the zygote. Failure "zygote: gone" if it
-   does not answer. */
-CAMLprim value consort_proc_zygote_spare(value zsock, value opts, value cgroups)
+/* consort_proc_zygote_ask zsock opts cgroups: asks the zygote for a spare
+   (opts and cgroups as consort_proc_spare_make); consort_proc_zygote_answer
+   then reads its (pid, how, socket). Failure "zygote: gone" if it does not
+   take the request or does not answer. */
+CAMLprim value consort_proc_zygote_ask(value zsock, value opts, value cgroups)
 {
   CAMLparam3(zsock, opts, cgroups);
-  CAMLlocal1(res);
-  int s = Int_val(zsock), i, fd = -1;
+  int s = Int_val(zsock), i;
   mlsize_t n = Wosize_val(cgroups);
   size_t len = 0, off = 0;
   char *buf;
   struct zygote_req req;
-  struct zygote_ans ans;
-  struct msghdr mh;
-  struct iovec iov;
-  union {
-    char b[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct cmsghdr *ch;
   ssize_t r;
   for (i = 0; i < (int)n; i++) len += strlen(String_val(Field(cgroups, i))) + 1;
   if (n > 16 || len > 65536) caml_invalid_argument("zygote: cgroups");
@@ -792,6 +784,23 @@ CAMLprim value consort_proc_zygote_spare(value zsock, value opts, value cgroups)
     len += (size_t)r;
   }
   free(buf);
+  CAMLreturn(Val_unit);
+}
+
+CAMLprim value consort_proc_zygote_answer(value zsock)
+{
+  CAMLparam1(zsock);
+  CAMLlocal1(res);
+  int s = Int_val(zsock), fd = -1;
+  struct zygote_ans ans;
+  struct msghdr mh;
+  struct iovec iov;
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct cmsghdr *ch;
+  ssize_t r;
   memset(&mh, 0, sizeof mh);
   iov.iov_base = &ans;
   iov.iov_len = sizeof ans;
@@ -802,7 +811,8 @@ CAMLprim value consort_proc_zygote_spare(value zsock, value opts, value cgroups)
   do r = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
   while (r < 0 && errno == EINTR);
   for (ch = CMSG_FIRSTHDR(&mh); r > 0 && ch != NULL; ch = CMSG_NXTHDR(&mh, ch))
-    if (ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS && ch->cmsg_len >= CMSG_LEN(sizeof(int)))
+    if (ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS &&
+        ch->cmsg_len >= CMSG_LEN(sizeof(int)))
       memcpy(&fd, CMSG_DATA(ch), sizeof(int));
   if (r != (ssize_t)sizeof ans) {
     if (fd >= 0) close(fd);

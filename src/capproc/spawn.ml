@@ -138,9 +138,11 @@ type spare = {
 
 external c_zygote_make : unit -> int * Unix.file_descr = "consort_proc_zygote_make"
 
-external c_zygote_spare :
-  Unix.file_descr -> int array -> string array -> int * int * Unix.file_descr
-  = "consort_proc_zygote_spare"
+external c_zygote_ask : Unix.file_descr -> int array -> string array -> unit
+  = "consort_proc_zygote_ask"
+
+external c_zygote_answer : Unix.file_descr -> int * int * Unix.file_descr
+  = "consort_proc_zygote_answer"
 
 type zygote = { zpid : int; zsock : Unix.file_descr; mutable zgone : bool }
 
@@ -149,6 +151,8 @@ let zygote () =
   { zpid; zsock; zgone = false }
 
 let zygote_pid z = z.zpid
+let zygote_fd z = z.zsock
+let zygote_gone z = z.zgone
 
 let stop_zygote z =
   if not z.zgone then begin
@@ -158,20 +162,33 @@ let stop_zygote z =
     try ignore (Unix.waitpid [] z.zpid) with Unix.Unix_error _ -> ()
   end
 
-let prepare ?zygote ?(die_with_parent = 0) ~cgroups ~pid_namespace () =
+let spare_of (spid, how, sock) = { spid; snamespace = how = 1; sock; spent = false; reaped = false }
+
+let request ?zygote ?(die_with_parent = 0) ~cgroups ~pid_namespace () =
   let deathsig = if die_with_parent = 0 then 0 else Proc_proto.signal_to_system die_with_parent in
   let opts = [| deathsig; (if pid_namespace then 1 else 0) |] and cgroups = Array.of_list cgroups in
-  let spid, how, sock =
-    match zygote with
-    | Some z when not z.zgone -> (
-        try c_zygote_spare z.zsock opts cgroups
-        with Failure _ ->
-          (* gone: from now on the spares are made here *)
+  (* A zygote that is gone is stopped, and from then on the spares are made here. *)
+  let here () = spare_of (c_spare_make opts cgroups) in
+  match zygote with
+  | Some z when not z.zgone -> (
+      match c_zygote_ask z.zsock opts cgroups with
+      | exception Failure _ ->
           stop_zygote z;
-          c_spare_make opts cgroups)
-    | _ -> c_spare_make opts cgroups
-  in
-  { spid; snamespace = how = 1; sock; spent = false; reaped = false }
+          let s = here () in
+          fun () -> s
+      | () -> (
+          fun () ->
+            match c_zygote_answer z.zsock with
+            | a -> spare_of a
+            | exception Failure _ ->
+                stop_zygote z;
+                here ()))
+  | _ ->
+      let s = here () in
+      fun () -> s
+
+let prepare ?zygote ?die_with_parent ~cgroups ~pid_namespace () =
+  request ?zygote ?die_with_parent ~cgroups ~pid_namespace () ()
 
 let spare_pid s = s.spid
 let spare_namespace s = s.snamespace

@@ -79,6 +79,12 @@ val zygote : unit -> zygote
 
 val zygote_pid : zygote -> int
 
+val zygote_fd : zygote -> Unix.file_descr
+(** Readable when the answer to a {!request} is there. *)
+
+val zygote_gone : zygote -> bool
+(** Stopped: found gone (spares are then made by this process) or {!stop_zygote}. *)
+
 val stop_zygote : zygote -> unit
 (** Kills and reaps it. *)
 
@@ -93,6 +99,19 @@ val prepare :
     here, and a zygote found gone is stopped). [cgroups]: the [cgroup.procs] files it joins;
     [pid_namespace]: try a PID namespace, as {!spawn_confined}.
     @raise Unix.Unix_error if it cannot clone. *)
+
+val request :
+  ?zygote:zygote ->
+  ?die_with_parent:int ->
+  cgroups:string list ->
+  pid_namespace:bool ->
+  unit ->
+  unit ->
+  spare
+(** {!prepare} in two steps: asks the zygote, and the function returned reads its answer (it blocks
+    until there is one: call it once {!zygote_fd} is readable to wait for nothing; one request at a
+    time). Without a zygote the spare is made at once.
+    @raise Unix.Unix_error as {!prepare} does, from either step. *)
 
 val spare_pid : spare -> int
 val spare_namespace : spare -> bool
