@@ -289,8 +289,12 @@ let count p = match p.procs with [] -> None | _ -> Some (List.length (pids_of p)
 let kill p =
   let killed =
     match p.v2dir with
-    | Some d when Sys.file_exists (Filename.concat d "cgroup.kill") ->
-        write_file (Filename.concat d "cgroup.kill") "1"
+    | Some d when Sys.file_exists (Filename.concat d "cgroup.kill") -> (
+        (* Nothing to kill in a group that holds no process (none can come in: only a member
+           forks into it), and writing cgroup.kill waits for the kernel's cgroup lock. *)
+        match read_file (Filename.concat d "cgroup.events") with
+        | Some s when List.mem [ "populated"; "0" ] (List.map words (lines s)) -> true
+        | _ -> write_file (Filename.concat d "cgroup.kill") "1")
     | _ -> false
   in
   if not killed then

@@ -112,7 +112,15 @@ type t = {
   fetcher : R.node; (* every fetch: its sessions with the file servers are kept *)
   mutable removers : (int * string) list;
       (* children emptying a working directory as its user; then it is removed *)
+  mutable spare : spare option; (* the next program's confined child, made beforehand *)
+  mutable spares : int;
+  mutable zygote : Spawn.zygote option; (* makes the spares *)
+  mutable coming : coming option; (* a spare asked of the zygote, its answer not yet read *)
 }
+
+(* A spare (Spawn.prepare) in cgroups of its own: the next program's. *)
+and spare = { sp : Spawn.spare; scg : Cgroup.prog option }
+and coming = { complete : unit -> Spawn.spare; ccg : Cgroup.prog option }
 
 let server_cap t = Cap.owner t.port ~obj:0 t.server_secret
 
@@ -296,6 +304,11 @@ let finish t p st =
   p.ended_at <- now t;
   List.iter Loop.cancel p.timers;
   p.timers <- [];
+  (* The waiters first: what follows may wait for the kernel's cgroup lock
+     (held through an RCU grace period while a spare joins its v1 cgroups). *)
+  let ws = p.waiters in
+  p.waiters <- [];
+  List.iter (fun (_, r) -> answer_wait p r) ws;
   (* A cgroup killed and removed held every process of the tree: none is
      left to race the removal of its directory. *)
   let emptied =
@@ -309,9 +322,6 @@ let finish t p st =
     | None -> false
   in
   remove_workdir ~contained:emptied t p;
-  let ws = p.waiters in
-  p.waiters <- [];
-  List.iter (fun (_, r) -> answer_wait p r) ws;
   Log.info (fun m -> m "process %d: %s" p.obj f.text)
 
 (* Output relays done and the child reaped: the process has ended. *)
@@ -533,6 +543,88 @@ let group_cpu_ms pgid =
    with Sys_error _ -> ());
   !total * tick
 
+(* Spares. A start hands its program to the spare made beforehand (or to one made now), and
+   the next is made once the program runs: the slow part of a confined start (joining the v1
+   cgroups, the clone, the namespace's /proc) is then out of the way of the next start. A spare
+   serves one program, in cgroups made for it. *)
+let drop_cgroup t c =
+  Cgroup.kill c;
+  if not (Cgroup.remove c) then t.leftover <- c :: t.leftover
+
+(* Asks for a spare: its cgroups made, the zygote asked; [complete] reads the answer. *)
+let ask_spare t =
+  let n = t.spares in
+  t.spares <- n + 1;
+  let cg =
+    if not t.config.cgroups then Ok None
+    else
+      Result.map Option.some
+        (Cgroup.make t.cgroups (Printf.sprintf "spare-%d" n) ~nproc:t.config.max_tree)
+  in
+  match cg with
+  | Error e -> Error e
+  | Ok ccg -> (
+      match
+        Spawn.request ?zygote:t.zygote ~die_with_parent:Sys.sigkill
+          ~cgroups:(Option.fold ~none:[] ~some:(fun c -> c.Cgroup.procs) ccg)
+          ~pid_namespace:t.config.namespaces ()
+      with
+      | exception Unix.Unix_error (e, _, _) ->
+          Option.iter (drop_cgroup t) ccg;
+          Error ("cannot start: " ^ Unix.error_message e)
+      | complete -> Ok { complete; ccg })
+
+let complete_spare t c =
+  match c.complete () with
+  | exception Unix.Unix_error (e, _, _) ->
+      Option.iter (drop_cgroup t) c.ccg;
+      Error ("cannot start: " ^ Unix.error_message e)
+  | sp -> Ok { sp; scg = c.ccg }
+
+let make_spare t = Result.bind (ask_spare t) (complete_spare t)
+
+let discard_spare t s =
+  Spawn.discard s.sp;
+  Option.iter (drop_cgroup t) s.scg
+
+(* The zygote's answer to the spare asked for, read when it is there (or when a start needs the
+   spare at once). *)
+let settle t =
+  match t.coming with
+  | None -> ()
+  | Some c -> (
+      t.coming <- None;
+      Option.iter (fun z -> Loop.unwatch t.loop (Spawn.zygote_fd z)) t.zygote;
+      match complete_spare t c with
+      | Ok s -> t.spare <- Some s
+      | Error e -> Log.warn (fun m -> m "no spare for the next program: %s" e))
+
+(* The spare made beforehand if it still waits (one that died is replaced), else a new one. *)
+let take_spare t =
+  settle t;
+  match t.spare with
+  | Some s when Spawn.spare_alive s.sp ->
+      t.spare <- None;
+      Ok s
+  | Some s ->
+      t.spare <- None;
+      discard_spare t s;
+      make_spare t
+  | None -> make_spare t
+
+(* The next spare, asked for without waiting: the server's loop goes on while the zygote makes
+   it. *)
+let refill t =
+  if t.spare = None && t.coming = None then
+    match ask_spare t with
+    | Error e -> Log.warn (fun m -> m "no spare for the next program: %s" e)
+    | Ok c -> (
+        t.coming <- Some c;
+        match t.zygote with
+        | Some z when not (Spawn.zygote_gone z) ->
+            Loop.watch t.loop (Spawn.zygote_fd z) (fun () -> settle t)
+        | _ -> settle t)
+
 let start t p file ~locate =
   let l = p.limits in
   let pipe () = Unix.pipe ~cloexec:true () in
@@ -571,18 +663,15 @@ let start t p file ~locate =
           remove_workdir t p;
           Error ("cannot make the working directory: " ^ Unix.error_message e)
       | () -> (
-          let cg =
-            if not t.config.cgroups then Ok None
-            else
-              Result.map Option.some
-                (Cgroup.make t.cgroups (Filename.basename workdir) ~nproc:t.config.max_tree)
-          in
+          let spare = take_spare t in
+          let cg = Result.map (fun s -> s.scg) spare in
           match cg with
           | Error e ->
               close_quiet prog_fd;
               remove_workdir t p;
               Error e
           | Ok cg -> (
+              let spare = Result.get_ok spare in
               p.cg <- cg;
               let in_r, in_w =
                 match end_of "stdin" with
@@ -622,10 +711,10 @@ let start t p file ~locate =
                 Error ("cannot start: " ^ why)
               in
               match
-                Spawn.spawn_confined
+                Spawn.start_spare
                   ~cpu_seconds:((l.cpu_ms + 999) / 1000)
                   ~address_space:(l.memory_kib * 1024) ~die_with_parent:Sys.sigkill ~caps_fd:caps_r
-                  ~program_fd:prog_fd conf t.config.ocamlrun argv (env_of p ~locate)
+                  ~program_fd:prog_fd spare.sp conf t.config.ocamlrun argv (env_of p ~locate)
                   (in_r, out_w, err_w)
               with
               | exception Unix.Unix_error (e, _, _) -> fail_start (Unix.error_message e)
@@ -924,7 +1013,8 @@ let exec t r =
                           decided := true;
                           let c = Cap.owner t.port ~obj p.secret in
                           let port, priv = Header.of_cap c in
-                          R.putrep r (Header.reply ~port ~priv `Ok) ""))))
+                          R.putrep r (Header.reply ~port ~priv `Ok) "";
+                          refill t))))
 
 let status_line t p =
   let st =
@@ -1118,8 +1208,20 @@ let create config loop node key =
                       cache = Hashtbl.create 16;
                       fetcher;
                       removers = [];
+                      spare = None;
+                      spares = 0;
+                      coming = None;
+                      zygote =
+                        (match Spawn.zygote () with
+                        | z -> Some z
+                        | exception Unix.Unix_error (e, _, _) ->
+                            Log.warn (fun m ->
+                                m "no zygote (%s): spares are made by the server"
+                                  (Unix.error_message e));
+                            None);
                     }
                   in
+                  refill t;
                   let std = objects t in
                   let srv = R.serve node key in
                   R.listen srv (fun r ->
@@ -1167,6 +1269,11 @@ let shutdown t =
       Option.iter (fun cg -> ignore (Cgroup.remove cg)) p.cg;
       remove_workdir t p)
     t.procs;
+  settle t;
+  Option.iter (discard_spare t) t.spare;
+  t.spare <- None;
+  Option.iter Spawn.stop_zygote t.zygote;
+  t.zygote <- None;
   List.iter (fun cg -> ignore (Cgroup.remove cg)) t.leftover;
   Cgroup.teardown t.cgroups;
   R.close t.fetcher

@@ -194,6 +194,32 @@ let () =
       in
       List.iter (fun pid -> ignore (Unix.waitpid [] pid)) kids;
       exit 0
+  | _ :: "limits" :: _ ->
+      (* What it was started with: its rlimits, its cgroups, its pid. *)
+      let lines f =
+        match open_in f with
+        | exception Sys_error _ -> []
+        | ic ->
+            let rec go acc =
+              match input_line ic with l -> go (l :: acc) | exception End_of_file -> List.rev acc
+            in
+            let l = go [] in
+            close_in ic;
+            l
+      in
+      List.iter
+        (fun l ->
+          let w = List.filter (fun x -> x <> "") (String.split_on_char ' ' l) in
+          match w with
+          | "Max" :: "cpu" :: "time" :: s :: h :: _ -> Printf.printf "cpu %s %s\n" s h
+          | "Max" :: "address" :: "space" :: s :: h :: _ -> Printf.printf "as %s %s\n" s h
+          | "Max" :: "open" :: "files" :: s :: h :: _ -> Printf.printf "files %s %s\n" s h
+          | _ -> ())
+        (lines "/proc/self/limits");
+      Printf.printf "cgroup %s\n"
+        (String.concat " " (List.sort compare (lines "/proc/self/cgroup")));
+      Printf.printf "pid %d\n" (Unix.getpid ());
+      exit 0
   | _ :: "escape" :: _marker :: _ ->
       (* A grandchild in a session of its own that would run for an hour,
          ignoring SIGHUP; the program itself exits at once. *)

@@ -357,9 +357,34 @@ let test_dead_caller_and_bound () =
     prerr_endline ("server: " ^ read_file (w.dir / "ps.log"));
     raise e
 
+(* The fields of /proc/PID/stat after the command's name (state, ppid, ...). *)
+let stat_fields pid =
+  match open_in (Printf.sprintf "/proc/%d/stat" pid) with
+  | exception Sys_error _ -> None
+  | ic -> (
+      let l = try input_line ic with End_of_file | Sys_error _ -> "" in
+      close_in_noerr ic;
+      match String.rindex_opt l ')' with
+      | None -> None
+      | Some i -> Some (String.split_on_char ' ' (String.sub l (i + 2) (String.length l - i - 2))))
+
+let children_of ppid =
+  Array.to_list (Sys.readdir "/proc")
+  |> List.filter_map int_of_string_opt
+  |> List.filter (fun pid ->
+         match stat_fields pid with
+         | Some (_ :: p :: _) -> int_of_string_opt p = Some ppid
+         | _ -> false)
+
+(* Those of [pids] still running (a zombie has ended). *)
+let alive pids =
+  List.filter
+    (fun pid -> match stat_fields pid with Some (st :: _) -> st <> "Z" | _ -> false)
+    pids
+
 (* A process server that dies (SIGKILL) while a program runs: the caller
-   says the outcome is unknown (exit 3), and the program does not outlive
-   its server. *)
+   says the outcome is unknown (exit 3), and neither the program nor the
+   spare made for the next nor the zygote outlives its server. *)
 let test_dead_server () =
   with_world @@ fun w ->
   let out = w.dir / "x.out" and err = w.dir / "x.err" in
@@ -375,6 +400,29 @@ let test_dead_server () =
               true
           | _ -> false)
       | None -> false);
+  (* Its children: the program (cap ps shows its namespace's init, if it has one), the spare
+     made for the next, and the zygote that makes the spares. *)
+  let kids = children_of w.ps.pid in
+  (* A spare left behind (a failure) is killed; it runs the server's command line. *)
+  let serving k =
+    match open_in_bin (Printf.sprintf "/proc/%d/cmdline" k) with
+    | exception Sys_error _ -> false
+    | ic ->
+        let l = try input_line ic with End_of_file | Sys_error _ -> "" in
+        close_in_noerr ic;
+        contains l "serve"
+  in
+  Fun.protect ~finally:(fun () ->
+      List.iter
+        (fun k -> try Unix.kill k Sys.sigkill with Unix.Unix_error _ -> ())
+        (List.filter serving (alive kids)))
+  @@ fun () ->
+  Alcotest.(check bool)
+    (Printf.sprintf "the program and a spare are the server's children (%d)" (List.length kids))
+    true (List.mem !child kids);
+  Alcotest.(check bool)
+    "a spare waits for the next program, and the zygote" true
+    (List.length kids >= 3);
   Unix.kill w.ps.pid Sys.sigkill;
   Alcotest.(check int) ("exit 3; " ^ read_file err) 3 (wait_code pid);
   Alcotest.(check bool) "outcome unknown, said so" true (contains (read_file err) "outcome unknown");
@@ -383,7 +431,8 @@ let test_dead_server () =
         (* A zombie whose parent died is reaped by init; gone or a zombie is gone. *)
         Unix.kill !child 0;
         contains (try read_file (Printf.sprintf "/proc/%d/stat" !child) with _ -> ") Z") ") Z"
-      with Unix.Unix_error _ -> true)
+      with Unix.Unix_error _ -> true);
+  eventually "the spare and the zygote are gone with their server" (fun () -> alive kids = [])
 
 (* Hostile programs. Each attacks one promise of the confinement. *)
 
@@ -584,6 +633,71 @@ let test_setsid_escape () =
     eventually ~n:100 "nothing of the program is left" (fun () -> with_marker m = [])
   else skip "not root: no PID namespace or cgroup holds the tree"
 
+(* A setsid grandchild without a PID namespace: the program's cgroup alone holds the tree, and
+   killing it is what ends the grandchild. *)
+let test_setsid_cgroup_alone () =
+  if Unix.geteuid () <> 0 then skip "not root: no cgroup holds the tree"
+  else
+    with_world ~ps_args:[ "--no-namespaces" ] @@ fun w ->
+    let m = marker () in
+    Fun.protect ~finally:(fun () ->
+        List.iter
+          (fun d -> try Unix.kill (int_of_string d) Sys.sigkill with _ -> ())
+          (with_marker m))
+    @@ fun () ->
+    let code, out, err = exec w [ "-n"; "escape"; m ] in
+    Alcotest.(check int) ("escape: exit 0; " ^ err) 0 code;
+    Alcotest.(check string) "it ran" "escaped\n" out;
+    eventually ~n:100 "nothing of the program is left" (fun () -> with_marker m = [])
+
+(* Spares: each start hands its program to a confined child made beforehand (its cgroups
+   joined, its PID namespace made). What a request asks is applied when it is handed over, not
+   when the spare was made; each program has cgroups and a namespace of its own. Three programs in
+   a row, each with other limits. *)
+let field out key =
+  List.find_map
+    (fun l ->
+      match String.index_opt l ' ' with
+      | Some i when String.sub l 0 i = key -> Some (String.sub l (i + 1) (String.length l - i - 1))
+      | _ -> None)
+    (String.split_on_char '\n' out)
+
+let test_spares () =
+  with_world @@ fun w ->
+  let run args =
+    let code, out, err = exec w (("-n" :: args) @ [ "limits" ]) in
+    Alcotest.(check int) ("limits: exit 0; " ^ err) 0 code;
+    out
+  in
+  let a = run [ "--memory"; "64"; "--cpu"; "2" ] in
+  let b = run [ "--memory"; "128"; "--cpu"; "3" ] in
+  let c = run [] in
+  let check what out key v =
+    Alcotest.(check (option string)) (what ^ " " ^ key ^ ": " ^ out) (Some v) (field out key)
+  in
+  check "first" a "as" "67108864 67108864";
+  check "first" a "cpu" "2 3";
+  check "second" b "as" "134217728 134217728";
+  check "second" b "cpu" "3 4";
+  check "default" c "as" "1073741824 1073741824";
+  check "default" c "cpu" "60 61";
+  List.iter (fun o -> check "each" o "files" "256 256") [ a; b; c ];
+  if Unix.geteuid () = 0 then begin
+    let cg o = Option.value ~default:"" (field o "cgroup") in
+    List.iter
+      (fun o ->
+        Alcotest.(check bool) ("in the server's cgroups: " ^ o) true (contains o "consort-proc-"))
+      [ a; b; c ];
+    Alcotest.(check bool)
+      (Printf.sprintf "cgroups of its own: %s / %s / %s" (cg a) (cg b) (cg c))
+      true
+      (cg a <> cg b && cg b <> cg c && cg a <> cg c)
+  end
+  else skip "not root: no cgroups";
+  if Lazy.force namespaces then
+    List.iter (fun o -> check "a namespace of its own" o "pid" "2") [ a; b; c ]
+  else skip "no PID namespace here"
+
 (* Defect 4 and 10 GB: the memory limit always named. *)
 let test_memory () =
   with_world @@ fun w ->
@@ -683,5 +797,7 @@ let () =
           Alcotest.test_case "setsid grandchild" `Quick test_setsid_escape;
           Alcotest.test_case "without namespace or cgroup" `Quick test_fallback;
           Alcotest.test_case "10 GB, out of memory told" `Quick test_memory;
+          Alcotest.test_case "setsid grandchild, the cgroup alone" `Quick test_setsid_cgroup_alone;
+          Alcotest.test_case "spares: limits as asked, a cgroup each" `Quick test_spares;
         ] );
     ]
