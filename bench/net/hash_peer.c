@@ -15,51 +15,34 @@
    Exits 1 (one line on standard error) when out of time, 2 on an error. */
 
 #define _GNU_SOURCE
-#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
+
+#define PEER_PREFIX "hash_peer: "
+#include "peer_common.h"
 
 #define CHUNK (256 * 1024)
 
 static unsigned char buf[CHUNK];
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "hash_peer: %s: %s\n", what, strerror(errno));
-  exit(2);
-}
 
 static void out_of_time(const char *who) {
   fprintf(stderr, "hash_peer: %s: out of time\n", who);
   exit(1);
 }
 
-static void cpu(double *user, double *sys) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  *user = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6;
-  *sys = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-}
-
-static void timeouts(int fd, double secs) {
-  struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (time_t)secs) * 1e6)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+/* One read into [buf], retried when interrupted; out of time or an error
+   ends the program. */
+static ssize_t read_some(int s, const char *who) {
+  for (;;) {
+    ssize_t k = read(s, buf, sizeof buf);
+    if (k >= 0) return k;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time(who);
+    die("read");
+  }
 }
 
 static void hex(const unsigned char *d, unsigned n, char *out) {
@@ -107,13 +90,8 @@ static int sink(int port, double secs) {
   timeouts(s, secs);
   cpu(&u0, &s0);
   for (;;) {
-    ssize_t k = read(s, buf, sizeof buf);
+    ssize_t k = read_some(s, "sink");
     if (k == 0) break;
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time("sink");
-      die("read");
-    }
     if (bytes == 0) t0 = now();
     bytes += k;
     EVP_DigestUpdate(ctx, buf, (size_t)k);
@@ -188,14 +166,7 @@ static int source(const char *host, int port, long long total, double secs) {
     if (now() > deadline) out_of_time("source");
   }
   shutdown(s, SHUT_WR);
-  for (;;) {
-    ssize_t k = read(s, buf, sizeof buf);
-    if (k == 0) break;
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time("source");
-      die("read");
-    }
+  while (read_some(s, "source") > 0) {
   }
   t1 = now();
   cpu(&u1, &s1);
