@@ -62,12 +62,24 @@ static EVP_MD_CTX *sha256(void) {
   return ctx;
 }
 
+/* Closes [s] and prints the RESULT line: [bytes], the seconds since [t0],
+   the SHA-256 of [ctx] and the CPU time since [u0], [s0]. */
+static int report(int s, long long bytes, double t0, double u0, double s0, EVP_MD_CTX *ctx) {
+  char digest[2 * EVP_MAX_MD_SIZE + 1];
+  double t1 = now(), u1, s1;
+  cpu(&u1, &s1);
+  close(s);
+  finish(ctx, digest);
+  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
+         s1 - s0);
+  return 0;
+}
+
 static int sink(int port, double secs) {
   struct sockaddr_in6 a;
   int one = 1, zero = 0, l = socket(AF_INET6, SOCK_STREAM, 0), s;
-  double u0, s0, u1, s1, t0 = 0, t1, deadline = now() + secs;
+  double u0, s0, t0 = 0, deadline = now() + secs;
   long long bytes = 0;
-  char digest[2 * EVP_MAX_MD_SIZE + 1];
   EVP_MD_CTX *ctx = sha256();
   if (l < 0) die("socket");
   setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -76,11 +88,7 @@ static int sink(int port, double secs) {
   a.sin6_family = AF_INET6;
   a.sin6_port = htons(port);
   a.sin6_addr = in6addr_any;
-  if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-  if (listen(l, 4) < 0) die("listen");
-  timeouts(l, secs);
-  printf("LISTENING %d\n", port);
-  fflush(stdout);
+  listen_announce(l, (struct sockaddr *)&a, sizeof a, port, secs);
   s = accept(l, NULL, NULL);
   if (s < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time("sink accept");
@@ -97,13 +105,7 @@ static int sink(int port, double secs) {
     EVP_DigestUpdate(ctx, buf, (size_t)k);
     if (now() > deadline) out_of_time("sink");
   }
-  t1 = now();
-  cpu(&u1, &s1);
-  close(s);
-  finish(ctx, digest);
-  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
-         s1 - s0);
-  return 0;
+  return report(s, bytes, t0, u0, s0, ctx);
 }
 
 static int connect_to(const char *host, int port, double secs) {
@@ -136,10 +138,9 @@ static int connect_to(const char *host, int port, double secs) {
 
 static int source(const char *host, int port, long long total, double secs) {
   int s = connect_to(host, port, secs);
-  double u0, s0, u1, s1, t0 = now(), t1, deadline = t0 + secs;
+  double u0, s0, t0 = now(), deadline = t0 + secs;
   long long bytes = 0;
   uint64_t x = 0x9E3779B97F4A7C15ULL;
-  char digest[2 * EVP_MAX_MD_SIZE + 1];
   EVP_MD_CTX *ctx = sha256();
   for (size_t i = 0; i + 8 <= sizeof buf; i += 8) {
     x ^= x << 13;
@@ -168,13 +169,7 @@ static int source(const char *host, int port, long long total, double secs) {
   shutdown(s, SHUT_WR);
   while (read_some(s, "source") > 0) {
   }
-  t1 = now();
-  cpu(&u1, &s1);
-  close(s);
-  finish(ctx, digest);
-  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
-         s1 - s0);
-  return 0;
+  return report(s, bytes, t0, u0, s0, ctx);
 }
 
 int main(int argc, char **argv) {

@@ -1,6 +1,6 @@
 /* What the kernel peers of the TCP benchmarks (tcp_peer.c, hash_peer.c)
-   share: the clock, the error exit, their own CPU time and the time bound
-   of every blocking call. A peer defines PEER_PREFIX, what its error lines
+   share: the clock, the error exit, their own CPU time, the time bound of
+   every blocking call and the listening socket's announcement. A peer defines PEER_PREFIX, what its error lines
    start with, before it includes this. */
 
 #include <errno.h>
@@ -36,4 +36,14 @@ static void timeouts(int fd, double secs) {
   struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (time_t)secs) * 1e6)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* Binds the listening socket [l] to [a] and listens, every call on it
+   bounded by [secs], then says so on standard output: "LISTENING PORT". */
+static void listen_announce(int l, const struct sockaddr *a, socklen_t len, int port, double secs) {
+  if (bind(l, a, len) < 0) die("bind");
+  if (listen(l, 4) < 0) die("listen");
+  timeouts(l, secs);
+  printf("LISTENING %d\n", port);
+  fflush(stdout);
 }

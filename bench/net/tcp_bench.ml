@@ -103,10 +103,7 @@ let meets_targets r =
 
 (* {1 Failures} *)
 
-let fail = H.fail
-let ok = H.ok
-let sh = H.sh
-let check_interrupted = H.check_interrupted
+let fail, ok, sh, check_interrupted = H.(fail, ok, sh, check_interrupted)
 
 let impossible () =
   if Unix.geteuid () <> 0 then Some "not root: network namespaces, TAP and veth devices need root"
@@ -350,8 +347,6 @@ let veth_run env (cfg : config) progress =
 
 let our_ip = "10.79.1.2"
 let kernel_ip = "10.79.1.1"
-let perr = H.perr
-let run_with = H.run_with
 
 let consort_run env (cfg : config) progress =
   let ns = new_ns env "ca" in
@@ -374,10 +369,10 @@ let consort_run env (cfg : config) progress =
       let flow_in () =
         check_interrupted ();
         progress "kernel -> consort over TAP";
-        let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
+        let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> H.perr "listen" e in
         let result = ref None in
         Socket.Promise.upon (N.Sock.accept l) (function
-          | Error e -> perr "accept" e
+          | Error e -> H.perr "accept" e
           | Ok s ->
               N.Sock.stop l;
               let buf = Cstruct.create 65536 in
@@ -385,7 +380,7 @@ let consort_run env (cfg : config) progress =
               let c0 = self_cpu () and m0 = machine_busy () in
               let rec read () =
                 Socket.Promise.upon (N.Sock.read s buf) (function
-                  | Error e -> perr "read" e
+                  | Error e -> H.perr "read" e
                   | Ok 0 ->
                       let t1 = Unix.gettimeofday ()
                       and u1, s1 = self_cpu ()
@@ -405,7 +400,7 @@ let consort_run env (cfg : config) progress =
               in
               read ());
         let k = source env cfg ns our_ip port_in in
-        run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
+        H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
         let src_out = ok (Proc.finish k ~timeout:grace) in
         let got, secs, ours, machine =
           match !result with
@@ -424,7 +419,7 @@ let consort_run env (cfg : config) progress =
         check_interrupted ();
         progress "consort -> kernel over TAP";
         let k = sink env cfg ns in
-        run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
+        H.run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
         if Proc.find_line k ~prefix:"LISTENING" = None then
           fail "the kernel sink is not listening:\n%s" (Proc.output k);
         let finished = ref None in
@@ -437,7 +432,7 @@ let consort_run env (cfg : config) progress =
         Socket.Promise.upon
           (N.Sock.connect N.tcp (Ipv4_addr.of_string_exn kernel_ip) port_out)
           (function
-            | Error e -> perr "connect" e
+            | Error e -> H.perr "connect" e
             | Ok s ->
                 let sent = ref 0 in
                 let rec write () =
@@ -447,14 +442,14 @@ let consort_run env (cfg : config) progress =
                     sent := !sent + n;
                     Socket.Promise.upon
                       (N.Sock.write s (Cstruct.sub chunk 0 n))
-                      (function Error e -> perr "write" e | Ok () -> write ())
+                      (function Error e -> H.perr "write" e | Ok () -> write ())
                   end
                 in
                 write ();
                 let buf = Cstruct.create 4096 in
                 let rec drain () =
                   Socket.Promise.upon (N.Sock.read s buf) (function
-                    | Error e -> perr "read" e
+                    | Error e -> H.perr "read" e
                     | Ok 0 ->
                         N.Sock.close s;
                         let u1, s1 = self_cpu () and m1 = machine_busy () in
@@ -464,7 +459,7 @@ let consort_run env (cfg : config) progress =
                     | Ok _ -> drain ())
                 in
                 drain ());
-        run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
+        H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
         let sink_out = ok (Proc.finish k ~timeout:grace) in
         let ours, machine =
           match !finished with
@@ -493,29 +488,29 @@ let consort_run env (cfg : config) progress =
       (* Request/response: the kernel pings, we echo. *)
       let rr pin =
         progress (if pin then "request/response, one CPU" else "request/response, any CPU");
-        let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> perr "listen" e in
+        let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> H.perr "listen" e in
         let echoed = ref false in
         Socket.Promise.upon (N.Sock.accept l) (function
-          | Error e -> perr "accept" e
+          | Error e -> H.perr "accept" e
           | Ok s ->
               N.Sock.stop l;
               N.T.set_nodelay (N.Sock.connection s) true;
               let buf = Cstruct.create 65536 in
               let rec echo () =
                 Socket.Promise.upon (N.Sock.read s buf) (function
-                  | Error e -> perr "read" e
+                  | Error e -> H.perr "read" e
                   | Ok 0 ->
                       N.Sock.close s;
                       echoed := true
                   | Ok k ->
                       Socket.Promise.upon
                         (N.Sock.write s (Cstruct.sub buf 0 k))
-                        (function Error e -> perr "write" e | Ok () -> echo ()))
+                        (function Error e -> H.perr "write" e | Ok () -> echo ()))
               in
               echo ());
         let go () =
           let q = ping env cfg ~pin ns our_ip in
-          run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
+          H.run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
           ok (Proc.finish q ~timeout:grace)
         in
         let ping_out = if pin then pinned_self go else go () in

@@ -140,11 +140,7 @@ let check_spec s =
 
 (* {1 Failures and commands} *)
 
-let fail = H.fail
-let ok = H.ok
-let sh = H.sh
-let quiet = H.quiet
-let check_interrupted = H.check_interrupted
+let fail, ok, sh, quiet, check_interrupted = H.(fail, ok, sh, quiet, check_interrupted)
 
 let impossible () =
   if Unix.geteuid () <> 0 then Some "not root: network namespaces and TAP devices need root"
@@ -292,8 +288,7 @@ let port_out = 5012
 let port_kk = 5013
 let grace = 15.
 let fields out = H.fields out
-let field = H.field
-let float_field = H.float_field
+let field, float_field = H.(field, float_field)
 let sink env (cfg : config) ns port = H.spawn_sink env.peer_exe ~seconds:cfg.seconds ns port
 
 let source env (cfg : config) ns host port =
@@ -424,9 +419,6 @@ let tcp6 (cfg : config) (up : Up.t) : (module TCP) =
     let host = Ipv6_addr.of_string_exn
   end)
 
-let perr = H.perr
-let run_with = H.run_with
-
 module Sha = Mirage_crypto.Hash.SHA256
 
 let hex d =
@@ -474,17 +466,17 @@ let consort_run env (cfg : config) (a : addrs) progress =
       (* Kernel to us: we read to the end, hashing. *)
       let before = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
       progress (Printf.sprintf "kernel -> consort through the relay (%s)" fam);
-      let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
+      let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> H.perr "listen" e in
       let result = ref None in
       Socket.Promise.upon (N.Sock.accept l) (function
-        | Error e -> perr "accept" e
+        | Error e -> H.perr "accept" e
         | Ok s ->
             N.Sock.stop l;
             let buf = Cstruct.create 65536 and ctx = ref Sha.empty in
             let got = ref 0 and t0 = ref 0. in
             let rec read () =
               Socket.Promise.upon (N.Sock.read s buf) (function
-                | Error e -> perr "read" e
+                | Error e -> H.perr "read" e
                 | Ok 0 ->
                     let secs = Unix.gettimeofday () -. !t0 in
                     let f = conn_flow s !got secs (hex (Sha.get !ctx)) in
@@ -498,7 +490,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
             in
             read ());
       let k = source env cfg nk a.ours port_in in
-      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
+      H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
       let src_out = ok (Proc.finish k ~timeout:grace) in
       let consort_in =
         match !result with
@@ -536,7 +528,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
       Socket.Promise.upon
         (N.Sock.connect N.tcp (N.host a.kernel) port_out)
         (function
-          | Error e -> perr "connect" e
+          | Error e -> H.perr "connect" e
           | Ok s ->
               let sent = ref 0 in
               let rec write n =
@@ -549,21 +541,21 @@ let consort_run env (cfg : config) (a : addrs) progress =
                   sent := !sent + len;
                   Socket.Promise.upon
                     (N.Sock.write s (Cstruct.sub chunk 0 len))
-                    (function Error e -> perr "write" e | Ok () -> write (n + 1))
+                    (function Error e -> H.perr "write" e | Ok () -> write (n + 1))
                 end
               in
               write 0;
               let buf = Cstruct.create 4096 in
               let rec drain () =
                 Socket.Promise.upon (N.Sock.read s buf) (function
-                  | Error e -> perr "read" e
+                  | Error e -> H.perr "read" e
                   | Ok 0 ->
                       finished := Some (conn_flow s !sent 0. (hex (Sha.get !ctx)));
                       N.Sock.close s
                   | Ok _ -> drain ())
               in
               drain ());
-      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
+      H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
       let sink_out = ok (Proc.finish k ~timeout:grace) in
       let ours =
         match !finished with

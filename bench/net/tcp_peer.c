@@ -44,11 +44,7 @@ static int accept_one(int port, double secs) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-  if (listen(l, 4) < 0) die("listen");
-  timeouts(l, secs);
-  printf("LISTENING %d\n", port);
-  fflush(stdout);
+  listen_announce(l, (struct sockaddr *)&a, sizeof a, port, secs);
   s = accept(l, NULL, NULL);
   if (s < 0) die("accept");
   close(l);
