@@ -155,6 +155,11 @@ let run_with loop child ~timeout until =
   Option.iter (fun m -> fail "%s" m) !callback_failure;
   check_interrupted ()
 
+let finish_with loop child ~timeout ~grace result what =
+  run_with loop child ~timeout (fun () -> !result <> None);
+  let out = ok (Proc.finish child ~timeout:grace) in
+  match !result with Some r -> (r, out) | None -> fail "%s did not finish:\n%s" what out
+
 module type TCP4 = sig
   module T : Tcp.S with type host = Ipv4_addr.t and type lower = Ipstack.Ip.t
   module Sock : module type of Socket.Make (T)

@@ -93,6 +93,18 @@ val run_with : Consort_engine.Loop.t -> Bench_proc.t -> timeout:float -> (unit -
 (** [run_with loop child ~timeout until] runs [loop] until [until ()] and the child's output has
     ended, a callback failed (then {!Failed}), the run is interrupted or [timeout] seconds pass. *)
 
+val finish_with :
+  Consort_engine.Loop.t ->
+  Bench_proc.t ->
+  timeout:float ->
+  grace:float ->
+  'a option ref ->
+  string ->
+  'a * string
+(** [finish_with loop child ~timeout ~grace result what] is {!run_with} until [result] is set, then
+    [child]'s end ({!Bench_proc.finish} within [grace] seconds): the result and [child]'s output.
+    {!Failed} if [child] failed, or if [result] was not set ([what] did not finish). *)
+
 module type TCP4 = sig
   module T :
     Consort_net.Tcp.S

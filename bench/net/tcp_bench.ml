@@ -400,12 +400,8 @@ let consort_run env (cfg : config) progress =
               in
               read ());
         let k = source env cfg ns our_ip port_in in
-        H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
-        let src_out = ok (Proc.finish k ~timeout:grace) in
-        let got, secs, ours, machine =
-          match !result with
-          | Some r -> r
-          | None -> fail "kernel -> consort did not finish:\n%s" src_out
+        let (got, secs, ours, machine), src_out =
+          H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace result "kernel -> consort"
         in
         let consort_in =
           { bytes = got; secs; cpu = [ peer_cpu "source" src_out; ours ]; machine; rates = [] }
@@ -459,12 +455,8 @@ let consort_run env (cfg : config) progress =
                     | Ok _ -> drain ())
                 in
                 drain ());
-        H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
-        let sink_out = ok (Proc.finish k ~timeout:grace) in
-        let ours, machine =
-          match !finished with
-          | Some r -> r
-          | None -> fail "consort -> kernel did not finish:\n%s" sink_out
+        let (ours, machine), sink_out =
+          H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace finished "consort -> kernel"
         in
         let f = fields sink_out "RESULT" in
         let consort_out =

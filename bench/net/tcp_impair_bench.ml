@@ -490,12 +490,9 @@ let consort_run env (cfg : config) (a : addrs) progress =
             in
             read ());
       let k = source env cfg nk a.ours port_in in
-      H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
-      let src_out = ok (Proc.finish k ~timeout:grace) in
-      let consort_in =
-        match !result with
-        | Some f -> f
-        | None -> fail "kernel -> consort (%s) did not finish:\n%s" fam src_out
+      let consort_in, src_out =
+        H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace result
+          (Printf.sprintf "kernel -> consort (%s)" fam)
       in
       let fo = fields src_out in
       if
@@ -555,12 +552,9 @@ let consort_run env (cfg : config) (a : addrs) progress =
                   | Ok _ -> drain ())
               in
               drain ());
-      H.run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
-      let sink_out = ok (Proc.finish k ~timeout:grace) in
-      let ours =
-        match !finished with
-        | Some f -> f
-        | None -> fail "consort -> kernel (%s) did not finish:\n%s" fam sink_out
+      let ours, sink_out =
+        H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace finished
+          (Printf.sprintf "consort -> kernel (%s)" fam)
       in
       let fs = fields sink_out in
       if string_of_int ours.bytes <> field fs "bytes" || ours.sha256 <> field fs "sha256" then
