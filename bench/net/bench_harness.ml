@@ -167,6 +167,12 @@ module type TCP4 = sig
   val tcp : T.t
 end
 
+let tcp_config ~buffer = { Tcp.default_config with send_buffer = buffer; receive_buffer = buffer }
+
+let tcp_created = function
+  | Ok t -> t
+  | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
+
 let tcp4 ~local ~seed ~buffer (up : Up.t) : (module TCP4) =
   let module P = struct
     type host = Ipv4_addr.t
@@ -184,12 +190,7 @@ let tcp4 ~local ~seed ~buffer (up : Up.t) : (module TCP4) =
     let pool = up.pool
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
-  let config = { Tcp.default_config with send_buffer = buffer; receive_buffer = buffer } in
-  let tcp =
-    match T.create ~config up.stack.ip with
-    | Ok t -> t
-    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
-  in
+  let tcp = tcp_created (T.create ~config:(tcp_config ~buffer) up.stack.ip) in
   (module struct
     module T = T
     module Sock = Socket.Make (T)

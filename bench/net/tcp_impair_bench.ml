@@ -376,9 +376,6 @@ end
 
 let params (up : Up.t) = (Consort_net_unix.Loop_clock.of_loop up.loop, up.pool)
 
-let tcp_config (cfg : config) =
-  { Tcp.default_config with send_buffer = cfg.buffer; receive_buffer = cfg.buffer }
-
 let tcp4 (cfg : config) (up : Up.t) : (module TCP) =
   let (module N) = H.tcp4 ~local:v4.ours ~seed:4244 ~buffer:cfg.buffer up in
   (module struct
@@ -407,9 +404,7 @@ let tcp6 (cfg : config) (up : Up.t) : (module TCP) =
   end in
   let module T = Tcp.Make (Ipstack.Ip6) (P) in
   let tcp =
-    match T.create ~config:(tcp_config cfg) ~icmp:Tcp_icmp.of_ipv6 ip6 with
-    | Ok t -> t
-    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
+    H.tcp_created (T.create ~config:(H.tcp_config ~buffer:cfg.buffer) ~icmp:Tcp_icmp.of_ipv6 ip6)
   in
   (module struct
     module T = T
