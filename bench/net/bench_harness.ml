@@ -13,6 +13,13 @@ let ok = function Ok x -> x | Error e -> raise (Failed e)
 let sh fmt = Printf.ksprintf (fun cmd -> ignore (ok (Proc.run cmd))) fmt
 let quiet fmt = Printf.ksprintf Proc.quiet fmt
 let check_interrupted () = if !Proc.interrupted then fail "interrupted"
+let program name () = Sys.command ("command -v " ^ name ^ " >/dev/null 2>&1") = 0
+
+let impossible ~root needs =
+  if Unix.geteuid () <> 0 then Some ("not root: " ^ root)
+  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
+  else if not (program "ip" ()) then Some "the ip program (iproute2) is missing"
+  else List.find_map (fun (there, why) -> if there () then None else Some why) needs
 
 (* {1 The environment} *)
 

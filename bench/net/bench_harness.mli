@@ -23,6 +23,14 @@ val quiet : ('a, unit, string, unit) format4 -> 'a
 val check_interrupted : unit -> unit
 (** Raises {!Failed} ["interrupted"] once {!Bench_proc.interrupted} is set. *)
 
+val program : string -> unit -> bool
+(** [program name ()]: the shell finds program [name]. *)
+
+val impossible : root:string -> ((unit -> bool) * string) list -> string option
+(** [impossible ~root needs] is why a benchmark cannot run here, if it cannot: not root
+    (["not root: " ^ root]), no [/dev/net/tun], no [ip] program, or the reason of the first of
+    [needs] that is not there, in order. *)
+
 (** {1 The environment} *)
 
 type env = {

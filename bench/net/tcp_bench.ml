@@ -106,15 +106,11 @@ let meets_targets r =
 let fail, ok, sh, check_interrupted = H.(fail, ok, sh, check_interrupted)
 
 let impossible () =
-  if Unix.geteuid () <> 0 then Some "not root: network namespaces, TAP and veth devices need root"
-  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
-  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then
-    Some "the ip program (iproute2) is missing"
-  else if Sys.command "command -v taskset >/dev/null 2>&1" <> 0 then
-    Some "taskset (util-linux) is missing"
-  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then
-    Some "gcc is missing (it builds the C bridge and peers)"
-  else None
+  H.impossible ~root:"network namespaces, TAP and veth devices need root"
+    [
+      (H.program "taskset", "taskset (util-linux) is missing");
+      (H.program "gcc", "gcc is missing (it builds the C bridge and peers)");
+    ]
 
 (* {1 The environment: helpers, namespaces and devices} *)
 

@@ -143,15 +143,12 @@ let check_spec s =
 let fail, ok, sh, quiet, check_interrupted = H.(fail, ok, sh, quiet, check_interrupted)
 
 let impossible () =
-  if Unix.geteuid () <> 0 then Some "not root: network namespaces and TAP devices need root"
-  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
-  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then
-    Some "the ip program (iproute2) is missing"
-  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then
-    Some "gcc is missing (it builds the relay and the kernel ends)"
-  else if not (Sys.file_exists "/usr/include/openssl/evp.h") then
-    Some "OpenSSL's headers are missing (libssl-dev: the kernel ends hash with SHA-256)"
-  else None
+  H.impossible ~root:"network namespaces and TAP devices need root"
+    [
+      (H.program "gcc", "gcc is missing (it builds the relay and the kernel ends)");
+      ( (fun () -> Sys.file_exists "/usr/include/openssl/evp.h"),
+        "OpenSSL's headers are missing (libssl-dev: the kernel ends hash with SHA-256)" );
+    ]
 
 (* {1 Namespaces and devices} *)
 
