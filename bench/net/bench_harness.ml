@@ -138,6 +138,15 @@ let spawn_source exe ~bytes ~seconds ns host port =
 
 (* {1 Consort's stack} *)
 
+let with_stack ~mtu ~tap ?ip6 ~ip f =
+  let up =
+    ok
+      (Result.map_error
+         (fun (`Msg m) -> "starting the stack: " ^ m)
+         (Up.start ~mtu ~udp_echo:[] ~udp_discard:[] ~tap ?ip6 ~ip ()))
+  in
+  Fun.protect ~finally:(fun () -> Up.stop up) (fun () -> f up)
+
 (* A failure inside a loop callback: the loop would only log an exception,
    so it is kept here and ends the current wait. *)
 let callback_failure = ref None

@@ -93,6 +93,12 @@ val spawn_source : string -> bytes:int -> seconds:float -> string -> string -> i
 
 (** {1 Consort's stack} *)
 
+val with_stack :
+  mtu:int -> tap:string -> ?ip6:string -> ip:string -> (Consort_net_unix.Up.t -> 'a) -> 'a
+(** [with_stack ~mtu ~tap ?ip6 ~ip f] is [f up] on Consort's stack started on a new TAP device [tap]
+    with address [ip] (and [ip6]) and no UDP services, stopped when [f] returns or raises; {!Failed}
+    if it cannot start. *)
+
 val perr : string -> Consort_net.Protocol.error -> 'a
 (** [perr what e] fails a loop callback: the failure is kept so that {!run_with} ends and reports
     it, and {!Failed} is raised. *)

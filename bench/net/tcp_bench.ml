@@ -348,15 +348,7 @@ let consort_run env (cfg : config) progress =
   let ns = new_ns env "ca" in
   let tap = link_name env "t" in
   env.h.links <- tap :: env.h.links;
-  let up =
-    ok
-      (Result.map_error
-         (fun (`Msg m) -> "starting the stack: " ^ m)
-         (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap ~ip:(our_ip ^ "/24") ()))
-  in
-  Fun.protect
-    ~finally:(fun () -> Up.stop up)
-    (fun () ->
+  H.with_stack ~mtu:cfg.mtu ~tap ~ip:(our_ip ^ "/24") (fun (up : Up.t) ->
       sh "ip link set %s netns %s" tap ns;
       address ns tap kernel_ip cfg.mtu;
       let (module N) = H.tcp4 ~local:our_ip ~seed:4242 ~buffer:cfg.buffer up in

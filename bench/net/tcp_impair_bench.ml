@@ -424,17 +424,10 @@ let consort_run env (cfg : config) (a : addrs) progress =
   let nr = new_ns env ~v6:false "cr" and nk = new_ns env ~v6:a.v6 "ck" in
   let tap = link_name "t" and tk = link_name "k" in
   env.h.links <- tap :: tk :: env.h.links;
-  let up =
-    ok
-      (Result.map_error
-         (fun (`Msg m) -> "starting the stack: " ^ m)
-         (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap
-            ?ip6:(if a.v6 then Some (v6.ours ^ "/64") else None)
-            ~ip:(v4.ours ^ "/24") ()))
-  in
-  Fun.protect
-    ~finally:(fun () -> Up.stop up)
-    (fun () ->
+  H.with_stack ~mtu:cfg.mtu ~tap
+    ?ip6:(if a.v6 then Some (v6.ours ^ "/64") else None)
+    ~ip:(v4.ours ^ "/24")
+    (fun (up : Up.t) ->
       sh "ip link set %s netns %s" tap nr;
       sh "ip -n %s link set %s mtu %d txqueuelen %d up" nr tap cfg.mtu txqueuelen;
       let r = spawn_relay env ~ns:nr cfg.impair ("packet:" ^ tap) ("tap:" ^ tk) in
