@@ -2,15 +2,6 @@ open Cmdliner
 module B = Consort_net_bench.Tcp_bench
 module I = Consort_net_bench.Tcp_impair_bench
 
-let unwritable d =
-  match Unix.stat d with
-  | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
-  | { Unix.st_kind = Unix.S_DIR; _ } -> (
-      match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
-      | () -> None
-      | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
-  | _ -> Some "not a directory"
-
 (* [consort bench tcp --impair SPEC]: through the impairment relay. *)
 let tcp_impair impair bytes seconds mtu buffer save =
   let d = I.default in
@@ -24,7 +15,7 @@ let tcp_impair impair bytes seconds mtu buffer save =
       ipv6 = true;
     }
   in
-  match (I.check_spec impair, Option.bind save unwritable) with
+  match (I.check_spec impair, Option.bind save Consort_cli.unwritable_dir) with
   | Error e, _ ->
       Fmt.epr "consort bench tcp: --impair: %s@." e;
       2

@@ -317,16 +317,7 @@ let load_average () =
 
 let bench_proc rounds json save =
   let exe = Sys.executable_name in
-  let unwritable d =
-    match Unix.stat d with
-    | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
-    | { Unix.st_kind = Unix.S_DIR; _ } -> (
-        match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
-        | () -> None
-        | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
-    | _ -> Some "not a directory"
-  in
-  match (Option.bind save unwritable, find_consort_exec exe) with
+  match (Option.bind save Consort_cli.unwritable_dir, find_consort_exec exe) with
   | Some m, _ -> refused "bench proc: --save %s: %s" (Option.get save) m
   | None, None ->
       refused

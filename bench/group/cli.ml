@@ -407,15 +407,6 @@ let membership binaries rounds size sizes params json save =
       | exception Unix.Unix_error (e, _, _) ->
           Error (Printf.sprintf "--consort %s: %s" b.exe (Unix.error_message e))
   in
-  let unwritable d =
-    match Unix.stat d with
-    | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
-    | { Unix.st_kind = Unix.S_DIR; _ } -> (
-        match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
-        | () -> None
-        | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
-    | _ -> Some "not a directory"
-  in
   let all f l =
     List.fold_left
       (fun acc x -> Result.bind acc (fun l -> Result.map (fun b -> l @ [ b ]) (f x)))
@@ -428,7 +419,7 @@ let membership binaries rounds size sizes params json save =
           Error "--consort: a label given twice"
         else all usable l)
   in
-  match (bins, Option.bind save unwritable) with
+  match (bins, Option.bind save Consort_cli.unwritable_dir) with
   | Error e, _ -> Consort_cli.fail "bench membership" "%s" e
   | _, Some m -> Consort_cli.fail "bench membership" "--save %s: %s" (Option.get save) m
   | Ok bins, None -> (

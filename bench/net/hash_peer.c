@@ -15,51 +15,34 @@
    Exits 1 (one line on standard error) when out of time, 2 on an error. */
 
 #define _GNU_SOURCE
-#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
+
+#define PEER_PREFIX "hash_peer: "
+#include "peer_common.h"
 
 #define CHUNK (256 * 1024)
 
 static unsigned char buf[CHUNK];
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "hash_peer: %s: %s\n", what, strerror(errno));
-  exit(2);
-}
 
 static void out_of_time(const char *who) {
   fprintf(stderr, "hash_peer: %s: out of time\n", who);
   exit(1);
 }
 
-static void cpu(double *user, double *sys) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  *user = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6;
-  *sys = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-}
-
-static void timeouts(int fd, double secs) {
-  struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (time_t)secs) * 1e6)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+/* One read into [buf], retried when interrupted; out of time or an error
+   ends the program. */
+static ssize_t read_some(int s, const char *who) {
+  for (;;) {
+    ssize_t k = read(s, buf, sizeof buf);
+    if (k >= 0) return k;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time(who);
+    die("read");
+  }
 }
 
 static void hex(const unsigned char *d, unsigned n, char *out) {
@@ -79,12 +62,24 @@ static EVP_MD_CTX *sha256(void) {
   return ctx;
 }
 
+/* Closes [s] and prints the RESULT line: [bytes], the seconds since [t0],
+   the SHA-256 of [ctx] and the CPU time since [u0], [s0]. */
+static int report(int s, long long bytes, double t0, double u0, double s0, EVP_MD_CTX *ctx) {
+  char digest[2 * EVP_MAX_MD_SIZE + 1];
+  double t1 = now(), u1, s1;
+  cpu(&u1, &s1);
+  close(s);
+  finish(ctx, digest);
+  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
+         s1 - s0);
+  return 0;
+}
+
 static int sink(int port, double secs) {
   struct sockaddr_in6 a;
   int one = 1, zero = 0, l = socket(AF_INET6, SOCK_STREAM, 0), s;
-  double u0, s0, u1, s1, t0 = 0, t1, deadline = now() + secs;
+  double u0, s0, t0 = 0, deadline = now() + secs;
   long long bytes = 0;
-  char digest[2 * EVP_MAX_MD_SIZE + 1];
   EVP_MD_CTX *ctx = sha256();
   if (l < 0) die("socket");
   setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -93,11 +88,7 @@ static int sink(int port, double secs) {
   a.sin6_family = AF_INET6;
   a.sin6_port = htons(port);
   a.sin6_addr = in6addr_any;
-  if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-  if (listen(l, 4) < 0) die("listen");
-  timeouts(l, secs);
-  printf("LISTENING %d\n", port);
-  fflush(stdout);
+  listen_announce(l, (struct sockaddr *)&a, sizeof a, port, secs);
   s = accept(l, NULL, NULL);
   if (s < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time("sink accept");
@@ -107,25 +98,14 @@ static int sink(int port, double secs) {
   timeouts(s, secs);
   cpu(&u0, &s0);
   for (;;) {
-    ssize_t k = read(s, buf, sizeof buf);
+    ssize_t k = read_some(s, "sink");
     if (k == 0) break;
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time("sink");
-      die("read");
-    }
     if (bytes == 0) t0 = now();
     bytes += k;
     EVP_DigestUpdate(ctx, buf, (size_t)k);
     if (now() > deadline) out_of_time("sink");
   }
-  t1 = now();
-  cpu(&u1, &s1);
-  close(s);
-  finish(ctx, digest);
-  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
-         s1 - s0);
-  return 0;
+  return report(s, bytes, t0, u0, s0, ctx);
 }
 
 static int connect_to(const char *host, int port, double secs) {
@@ -158,10 +138,9 @@ static int connect_to(const char *host, int port, double secs) {
 
 static int source(const char *host, int port, long long total, double secs) {
   int s = connect_to(host, port, secs);
-  double u0, s0, u1, s1, t0 = now(), t1, deadline = t0 + secs;
+  double u0, s0, t0 = now(), deadline = t0 + secs;
   long long bytes = 0;
   uint64_t x = 0x9E3779B97F4A7C15ULL;
-  char digest[2 * EVP_MAX_MD_SIZE + 1];
   EVP_MD_CTX *ctx = sha256();
   for (size_t i = 0; i + 8 <= sizeof buf; i += 8) {
     x ^= x << 13;
@@ -188,22 +167,9 @@ static int source(const char *host, int port, long long total, double secs) {
     if (now() > deadline) out_of_time("source");
   }
   shutdown(s, SHUT_WR);
-  for (;;) {
-    ssize_t k = read(s, buf, sizeof buf);
-    if (k == 0) break;
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) out_of_time("source");
-      die("read");
-    }
+  while (read_some(s, "source") > 0) {
   }
-  t1 = now();
-  cpu(&u1, &s1);
-  close(s);
-  finish(ctx, digest);
-  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
-         s1 - s0);
-  return 0;
+  return report(s, bytes, t0, u0, s0, ctx);
 }
 
 int main(int argc, char **argv) {

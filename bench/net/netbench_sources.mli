@@ -17,3 +17,7 @@ val impair_relay : string
 val hash_peer : string
 (** [hash_peer] is [hash_peer.c]: kernel TCP sink and source over IPv4 or IPv6 that report the
     SHA-256 of what they moved. *)
+
+val peer_common : string
+(** [peer_common] is [peer_common.h]: what [tcp_peer.c] and [hash_peer.c] share (the clock, the
+    error exit, CPU time, time bounds on sockets); they include it from their own directory. *)

@@ -1,8 +1,7 @@
-open Consort
 open Consort_net
-module Loop = Consort_engine.Loop
 module Up = Consort_net_unix.Up
 module Proc = Bench_proc
+module H = Bench_harness
 
 let src = Logs.Src.create "consort.bench.tcp" ~doc:"The TCP benchmark"
 
@@ -104,145 +103,39 @@ let meets_targets r =
 
 (* {1 Failures} *)
 
-exception Failed of string
-
-let fail fmt = Printf.ksprintf (fun s -> raise (Failed s)) fmt
-let ok = function Ok x -> x | Error e -> raise (Failed e)
-let sh fmt = Printf.ksprintf (fun cmd -> ignore (ok (Proc.run cmd))) fmt
-let quiet fmt = Printf.ksprintf Proc.quiet fmt
-let check_interrupted () = if !Proc.interrupted then fail "interrupted"
+let fail, ok, sh, check_interrupted = H.(fail, ok, sh, check_interrupted)
 
 let impossible () =
-  if Unix.geteuid () <> 0 then Some "not root: network namespaces, TAP and veth devices need root"
-  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
-  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then
-    Some "the ip program (iproute2) is missing"
-  else if Sys.command "command -v taskset >/dev/null 2>&1" <> 0 then
-    Some "taskset (util-linux) is missing"
-  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then
-    Some "gcc is missing (it builds the C bridge and peers)"
-  else None
+  H.impossible ~root:"network namespaces, TAP and veth devices need root"
+    [
+      (H.program "taskset", "taskset (util-linux) is missing");
+      (H.program "gcc", "gcc is missing (it builds the C bridge and peers)");
+    ]
 
 (* {1 The environment: helpers, namespaces and devices} *)
 
-type env = {
-  tag : string;
-  dir : string;
-  bridge_exe : string;
-  peer_exe : string;
-  mutable namespaces : string list;
-  mutable links : string list;
-}
+type env = { h : H.env; bridge_exe : string; peer_exe : string }
 
-let tag = Printf.sprintf "%d" (Unix.getpid ())
 let link_kinds = [ "t"; "a"; "b"; "va"; "vb" ]
 let ns_kinds = [ "ca"; "ba"; "bb"; "va"; "vb" ]
-let ns_prefix tag = Printf.sprintf "consort-bench-%s-" tag
-
-let compile dir name source =
-  let c = Filename.concat dir (name ^ ".c") and exe = Filename.concat dir name in
-  let oc = open_out_bin c in
-  output_string oc source;
-  close_out oc;
-  sh "gcc -std=gnu11 -O2 -o %s %s" (Filename.quote exe) (Filename.quote c);
-  exe
-
-let rec remove_tree path =
-  if Sys.file_exists path then
-    if Sys.is_directory path then begin
-      Array.iter (fun f -> remove_tree (Filename.concat path f)) (Sys.readdir path);
-      Sys.rmdir path
-    end
-    else Sys.remove path
-
-let make_env () =
-  let dir = Filename.concat (Filename.get_temp_dir_name ()) ("consort-netbench-" ^ tag) in
-  remove_tree dir;
-  Sys.mkdir dir 0o700;
-  let env = { tag; dir; bridge_exe = ""; peer_exe = ""; namespaces = []; links = [] } in
-  match
-    let bridge_exe = compile dir "tap_bridge" Netbench_sources.tap_bridge in
-    let peer_exe = compile dir "tcp_peer" Netbench_sources.tcp_peer in
-    (bridge_exe, peer_exe)
-  with
-  | bridge_exe, peer_exe -> { env with bridge_exe; peer_exe }
-  | exception e ->
-      remove_tree dir;
-      raise e
-
-let new_ns env suffix =
-  let ns = ns_prefix env.tag ^ suffix in
-  env.namespaces <- ns :: env.namespaces;
-  sh "ip netns add %s" ns;
-  quiet
-    "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
-     net.ipv6.conf.default.disable_ipv6=1"
-    ns;
-  sh "ip -n %s link set lo up" ns;
-  ns
-
-let link_name env kind = "cnb" ^ kind ^ env.tag
-
-(* Every device is deleted with its namespace; one still in the root
-   namespace (the move failed) is deleted by name. *)
-let drop_namespaces env =
-  List.iter (fun ns -> quiet "ip netns del %s" ns) env.namespaces;
-  env.namespaces <- [];
-  List.iter (fun l -> quiet "ip link del %s" l) env.links;
-  env.links <- []
-
-let cleanup env =
-  Proc.kill_all ();
-  drop_namespaces env;
-  remove_tree env.dir
-
-let lines cmd = match Proc.run cmd with Ok s -> String.split_on_char '\n' s | Error _ -> []
-let first_word l = match String.split_on_char ' ' (String.trim l) with w :: _ -> w | [] -> ""
+let ns_prefix = "consort-bench-"
+let link_prefix = "cnb"
+let new_ns env kind = H.new_ns env.h kind
+let link_name env kind = H.link_name env.h kind
+let drop_namespaces env = H.drop_namespaces env.h
 
 let leftovers () =
-  let namespaces = List.map first_word (lines "ip netns list") in
-  let links =
-    List.filter_map
-      (fun l ->
-        (* "N: NAME: ..." or "N: NAME@PEER: ..." *)
-        match String.split_on_char ':' l with
-        | _ :: name :: _ -> Some (List.hd (String.split_on_char '@' (String.trim name)))
-        | _ -> None)
-      (lines "ip -o link")
-  in
-  List.filter (fun ns -> List.mem ns namespaces) (List.map (fun k -> ns_prefix tag ^ k) ns_kinds)
-  @ List.filter (fun l -> List.mem l links) (List.map (fun k -> "cnb" ^ k ^ tag) link_kinds)
+  let namespaces = H.namespaces () and links = H.link_names () in
+  List.filter
+    (fun ns -> List.mem ns namespaces)
+    (List.map (fun k -> ns_prefix ^ H.tag ^ "-" ^ k) ns_kinds)
+  @ List.filter (fun l -> List.mem l links) (List.map (fun k -> link_prefix ^ k ^ H.tag) link_kinds)
 
 (* Namespaces and devices of earlier runs whose process is gone (killed
    before it could clean up). *)
 let sweep_stale () =
-  let dead pid = pid <> tag && not (Sys.file_exists ("/proc/" ^ pid)) in
-  let digits s = s <> "" && String.for_all (fun c -> c >= '0' && c <= '9') s in
-  List.iter
-    (fun l ->
-      let ns = first_word l in
-      let p = "consort-bench-" in
-      let lp = String.length p in
-      if String.length ns > lp && String.sub ns 0 lp = p then
-        match String.split_on_char '-' (String.sub ns lp (String.length ns - lp)) with
-        | [ pid; _ ] when digits pid && dead pid -> quiet "ip netns del %s" ns
-        | _ -> ())
-    (lines "ip netns list");
-  List.iter
-    (fun l ->
-      match String.split_on_char ':' l with
-      | _ :: name :: _ ->
-          let name = List.hd (String.split_on_char '@' (String.trim name)) in
-          List.iter
-            (fun k ->
-              let p = "cnb" ^ k in
-              let lp = String.length p in
-              if String.length name > lp && String.sub name 0 lp = p then
-                let pid = String.sub name lp (String.length name - lp) in
-                if digits pid && dead pid then quiet "ip link del %s" name)
-            link_kinds
-      | _ -> ())
-    (lines "ip -o link")
+  H.sweep_stale_namespaces ns_prefix;
+  H.sweep_stale_links (List.map (fun k -> link_prefix ^ k) link_kinds)
 
 let address ns dev ip mtu =
   sh "ip -n %s addr add %s/24 dev %s" ns ip dev;
@@ -290,15 +183,8 @@ let pinned_argv pin argv = if pin then "taskset" :: "-c" :: "0" :: argv else arg
 
 (* {1 Kernel peers} *)
 
-let fields out prefix =
-  match Proc.result_fields out prefix with
-  | Some f -> f
-  | None -> fail "no %s line in:\n%s" prefix out
-
-let float_field f key =
-  match List.assoc_opt key f with
-  | Some v -> ( match float_of_string_opt v with Some x -> x | None -> fail "bad %s=%s" key v)
-  | None -> fail "no %s= in a result" key
+let fields out prefix = H.fields ~prefix out
+let float_field = H.float_field
 
 let peer_cpu who out =
   let f = fields out "RESULT" in
@@ -319,15 +205,10 @@ let port_in = 5001
 let port_out = 5002
 let port_rr = 5007
 let spawn_peer env ?(pin = false) ?ns args = Proc.spawn ?ns (pinned_argv pin (env.peer_exe :: args))
-
-let sink env (cfg : config) ns =
-  spawn_peer env ~ns [ "sink"; string_of_int port_out; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
+let sink env (cfg : config) ns = H.spawn_sink env.peer_exe ~seconds:cfg.seconds ns port_out
 
 let source env (cfg : config) ns host port =
-  spawn_peer env ~ns
-    [
-      "source"; host; string_of_int port; string_of_int cfg.bytes; Printf.sprintf "%.1f" cfg.seconds;
-    ]
+  H.spawn_source env.peer_exe ~bytes:cfg.bytes ~seconds:cfg.seconds ns host port
 
 let pong env (cfg : config) ~pin ns =
   spawn_peer env ~pin ~ns
@@ -405,7 +286,7 @@ let bridge_run env (cfg : config) progress =
   progress "kernel -> kernel through the C TAP bridge";
   let a = new_ns env "ba" and b = new_ns env "bb" in
   let ta = link_name env "a" and tb = link_name env "b" in
-  env.links <- ta :: tb :: env.links;
+  env.h.links <- ta :: tb :: env.h.links;
   let br = Proc.spawn ~stdin:true [ env.bridge_exe; "bridge"; ta; tb ] in
   ignore (ok (Proc.wait_line br ~prefix:"READY" ~timeout:5.));
   sh "ip link set %s netns %s" ta a;
@@ -432,7 +313,7 @@ let veth_run env (cfg : config) progress =
   progress "kernel -> kernel over veth, offloads off";
   let a = new_ns env "va" and b = new_ns env "vb" in
   let va = link_name env "va" and vb = link_name env "vb" in
-  env.links <- va :: vb :: env.links;
+  env.h.links <- va :: vb :: env.h.links;
   sh "ip link add %s type veth peer name %s" va vb;
   sh "ip link set %s netns %s" va a;
   sh "ip link set %s netns %s" vb b;
@@ -463,92 +344,23 @@ let veth_run env (cfg : config) progress =
 let our_ip = "10.79.1.2"
 let kernel_ip = "10.79.1.1"
 
-module type TCP_IP = sig
-  module T : Tcp.S with type host = Ipv4_addr.t and type lower = Ipstack.Ip.t
-  module Sock : module type of Socket.Make (T)
-
-  val tcp : T.t
-end
-
-let tcp_on (cfg : config) (up : Up.t) : (module TCP_IP) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn our_ip
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-    let rng = Rng.create 4242
-    let pool = up.pool
-  end in
-  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
-  let config = { Tcp.default_config with send_buffer = cfg.buffer; receive_buffer = cfg.buffer } in
-  let tcp =
-    match T.create ~config up.stack.ip with
-    | Ok t -> t
-    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
-  in
-  (module struct
-    module T = T
-    module Sock = Socket.Make (T)
-
-    let tcp = tcp
-  end)
-
-(* A failure inside a loop callback: the loop would only log an exception,
-   so it is kept here and ends the current wait. *)
-let callback_failure = ref None
-
-let perr what e =
-  let m = Printf.sprintf "%s: %s" what (Fmt.str "%a" Protocol.pp_error e) in
-  if !callback_failure = None then callback_failure := Some m;
-  raise (Failed m)
-
-(* Runs [loop] (our stack) until [until ()], the child's output ends too,
-   or the time is up. *)
-let run_with loop child ~timeout until =
-  let fd = Proc.fd child in
-  Loop.watch loop fd (fun () ->
-      Proc.pump child;
-      if Proc.eof child then Loop.unwatch loop fd);
-  Loop.run
-    ~until:(fun () ->
-      (until () && Proc.eof child) || !Proc.interrupted || !callback_failure <> None)
-    ~timeout:(Time.of_sec timeout) loop;
-  if not (Proc.eof child) then Loop.unwatch loop fd;
-  Option.iter (fun m -> fail "%s" m) !callback_failure;
-  check_interrupted ()
-
 let consort_run env (cfg : config) progress =
   let ns = new_ns env "ca" in
   let tap = link_name env "t" in
-  env.links <- tap :: env.links;
-  let up =
-    ok
-      (Result.map_error
-         (fun (`Msg m) -> "starting the stack: " ^ m)
-         (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap ~ip:(our_ip ^ "/24") ()))
-  in
-  Fun.protect
-    ~finally:(fun () -> Up.stop up)
-    (fun () ->
+  env.h.links <- tap :: env.h.links;
+  H.with_stack ~mtu:cfg.mtu ~tap ~ip:(our_ip ^ "/24") (fun (up : Up.t) ->
       sh "ip link set %s netns %s" tap ns;
       address ns tap kernel_ip cfg.mtu;
-      let (module N) = tcp_on cfg up in
+      let (module N) = H.tcp4 ~local:our_ip ~seed:4242 ~buffer:cfg.buffer up in
       let loop = up.loop in
       (* Kernel to us: we read to the end. *)
       let flow_in () =
         check_interrupted ();
         progress "kernel -> consort over TAP";
-        let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
+        let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> H.perr "listen" e in
         let result = ref None in
         Socket.Promise.upon (N.Sock.accept l) (function
-          | Error e -> perr "accept" e
+          | Error e -> H.perr "accept" e
           | Ok s ->
               N.Sock.stop l;
               let buf = Cstruct.create 65536 in
@@ -556,7 +368,7 @@ let consort_run env (cfg : config) progress =
               let c0 = self_cpu () and m0 = machine_busy () in
               let rec read () =
                 Socket.Promise.upon (N.Sock.read s buf) (function
-                  | Error e -> perr "read" e
+                  | Error e -> H.perr "read" e
                   | Ok 0 ->
                       let t1 = Unix.gettimeofday ()
                       and u1, s1 = self_cpu ()
@@ -576,12 +388,8 @@ let consort_run env (cfg : config) progress =
               in
               read ());
         let k = source env cfg ns our_ip port_in in
-        run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
-        let src_out = ok (Proc.finish k ~timeout:grace) in
-        let got, secs, ours, machine =
-          match !result with
-          | Some r -> r
-          | None -> fail "kernel -> consort did not finish:\n%s" src_out
+        let (got, secs, ours, machine), src_out =
+          H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace result "kernel -> consort"
         in
         let consort_in =
           { bytes = got; secs; cpu = [ peer_cpu "source" src_out; ours ]; machine; rates = [] }
@@ -595,7 +403,7 @@ let consort_run env (cfg : config) progress =
         check_interrupted ();
         progress "consort -> kernel over TAP";
         let k = sink env cfg ns in
-        run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
+        H.run_with loop k ~timeout:5. (fun () -> Proc.find_line k ~prefix:"LISTENING" <> None);
         if Proc.find_line k ~prefix:"LISTENING" = None then
           fail "the kernel sink is not listening:\n%s" (Proc.output k);
         let finished = ref None in
@@ -608,7 +416,7 @@ let consort_run env (cfg : config) progress =
         Socket.Promise.upon
           (N.Sock.connect N.tcp (Ipv4_addr.of_string_exn kernel_ip) port_out)
           (function
-            | Error e -> perr "connect" e
+            | Error e -> H.perr "connect" e
             | Ok s ->
                 let sent = ref 0 in
                 let rec write () =
@@ -618,14 +426,14 @@ let consort_run env (cfg : config) progress =
                     sent := !sent + n;
                     Socket.Promise.upon
                       (N.Sock.write s (Cstruct.sub chunk 0 n))
-                      (function Error e -> perr "write" e | Ok () -> write ())
+                      (function Error e -> H.perr "write" e | Ok () -> write ())
                   end
                 in
                 write ();
                 let buf = Cstruct.create 4096 in
                 let rec drain () =
                   Socket.Promise.upon (N.Sock.read s buf) (function
-                    | Error e -> perr "read" e
+                    | Error e -> H.perr "read" e
                     | Ok 0 ->
                         N.Sock.close s;
                         let u1, s1 = self_cpu () and m1 = machine_busy () in
@@ -635,12 +443,8 @@ let consort_run env (cfg : config) progress =
                     | Ok _ -> drain ())
                 in
                 drain ());
-        run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
-        let sink_out = ok (Proc.finish k ~timeout:grace) in
-        let ours, machine =
-          match !finished with
-          | Some r -> r
-          | None -> fail "consort -> kernel did not finish:\n%s" sink_out
+        let (ours, machine), sink_out =
+          H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace finished "consort -> kernel"
         in
         let f = fields sink_out "RESULT" in
         let consort_out =
@@ -664,29 +468,29 @@ let consort_run env (cfg : config) progress =
       (* Request/response: the kernel pings, we echo. *)
       let rr pin =
         progress (if pin then "request/response, one CPU" else "request/response, any CPU");
-        let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> perr "listen" e in
+        let l = match N.Sock.listen N.tcp port_rr with Ok l -> l | Error e -> H.perr "listen" e in
         let echoed = ref false in
         Socket.Promise.upon (N.Sock.accept l) (function
-          | Error e -> perr "accept" e
+          | Error e -> H.perr "accept" e
           | Ok s ->
               N.Sock.stop l;
               N.T.set_nodelay (N.Sock.connection s) true;
               let buf = Cstruct.create 65536 in
               let rec echo () =
                 Socket.Promise.upon (N.Sock.read s buf) (function
-                  | Error e -> perr "read" e
+                  | Error e -> H.perr "read" e
                   | Ok 0 ->
                       N.Sock.close s;
                       echoed := true
                   | Ok k ->
                       Socket.Promise.upon
                         (N.Sock.write s (Cstruct.sub buf 0 k))
-                        (function Error e -> perr "write" e | Ok () -> echo ()))
+                        (function Error e -> H.perr "write" e | Ok () -> echo ()))
               in
               echo ());
         let go () =
           let q = ping env cfg ~pin ns our_ip in
-          run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
+          H.run_with loop q ~timeout:(cfg.seconds +. grace) (fun () -> !echoed);
           ok (Proc.finish q ~timeout:grace)
         in
         let ping_out = if pin then pinned_self go else go () in
@@ -704,64 +508,35 @@ let consort_run env (cfg : config) progress =
 (* {1 The whole run} *)
 
 let run ?(progress = fun _ -> ()) (cfg : config) =
-  match impossible () with
-  | Some why -> Error why
-  | None -> (
-      Proc.interrupted := false;
-      callback_failure := None;
-      let flag _ = Proc.interrupted := true in
-      let old_int = Sys.signal Sys.sigint (Sys.Signal_handle flag) in
-      let old_term = Sys.signal Sys.sigterm (Sys.Signal_handle flag) in
-      let restore () =
-        Sys.set_signal Sys.sigint old_int;
-        Sys.set_signal Sys.sigterm old_term
-      in
-      sweep_stale ();
-      match make_env () with
-      | exception Failed e ->
-          restore ();
-          Error e
-      | env -> (
-          let result =
-            Fun.protect
-              ~finally:(fun () ->
-                cleanup env;
-                restore ())
-              (fun () ->
-                match
-                  let consort_in, consort_out, consort_rr, consort_rr_any =
-                    consort_run env cfg progress
-                  in
-                  check_interrupted ();
-                  let bridge, bridge_rr, bridge_rr_any = bridge_run env cfg progress in
-                  check_interrupted ();
-                  let veth, veth_rr, veth_rr_any, offloads, ethtool = veth_run env cfg progress in
-                  {
-                    config = cfg;
-                    consort_in;
-                    consort_out;
-                    consort_rr;
-                    consort_rr_any;
-                    bridge;
-                    bridge_rr;
-                    bridge_rr_any;
-                    veth;
-                    veth_rr;
-                    veth_rr_any;
-                    offloads;
-                    ethtool;
-                  }
-                with
-                | r -> Ok r
-                | exception Failed e -> Error e
-                | exception Unix.Unix_error (e, f, a) ->
-                    Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
-          in
-          match (result, leftovers ()) with
-          | result, [] -> result
-          | result, l ->
-              let e = match result with Error e -> e ^ "; " | Ok _ -> "" in
-              Error (Printf.sprintf "%sleft behind after cleanup: %s" e (String.concat ", " l))))
+  H.run ~impossible:(impossible ()) ~sweep:sweep_stale ~dir:"consort-netbench-" ~ns_prefix
+    ~link_prefix
+    ~programs:(fun h ->
+      let bridge_exe = H.compile h "tap_bridge" Netbench_sources.tap_bridge in
+      let peer_exe = H.compile h "tcp_peer" Netbench_sources.tcp_peer in
+      { h; bridge_exe; peer_exe })
+    ~env_of:(fun env -> env.h)
+    ~leftovers
+    (fun env ->
+      let consort_in, consort_out, consort_rr, consort_rr_any = consort_run env cfg progress in
+      check_interrupted ();
+      let bridge, bridge_rr, bridge_rr_any = bridge_run env cfg progress in
+      check_interrupted ();
+      let veth, veth_rr, veth_rr_any, offloads, ethtool = veth_run env cfg progress in
+      {
+        config = cfg;
+        consort_in;
+        consort_out;
+        consort_rr;
+        consort_rr_any;
+        bridge;
+        bridge_rr;
+        bridge_rr_any;
+        veth;
+        veth_rr;
+        veth_rr_any;
+        offloads;
+        ethtool;
+      })
 
 (* {1 Printing} *)
 

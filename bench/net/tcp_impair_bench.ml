@@ -3,6 +3,7 @@ open Consort_net
 module Loop = Consort_engine.Loop
 module Up = Consort_net_unix.Up
 module Proc = Bench_proc
+module H = Bench_harness
 
 let src = Logs.Src.create "consort.bench.tcp-impair" ~doc:"The impaired TCP benchmark"
 
@@ -139,119 +140,33 @@ let check_spec s =
 
 (* {1 Failures and commands} *)
 
-exception Failed of string
-
-let fail fmt = Printf.ksprintf (fun s -> raise (Failed s)) fmt
-let ok = function Ok x -> x | Error e -> raise (Failed e)
-let sh fmt = Printf.ksprintf (fun cmd -> ignore (ok (Proc.run cmd))) fmt
-let quiet fmt = Printf.ksprintf Proc.quiet fmt
-let check_interrupted () = if !Proc.interrupted then fail "interrupted"
+let fail, ok, sh, quiet, check_interrupted = H.(fail, ok, sh, quiet, check_interrupted)
 
 let impossible () =
-  if Unix.geteuid () <> 0 then Some "not root: network namespaces and TAP devices need root"
-  else if not (Sys.file_exists "/dev/net/tun") then Some "/dev/net/tun is missing"
-  else if Sys.command "command -v ip >/dev/null 2>&1" <> 0 then
-    Some "the ip program (iproute2) is missing"
-  else if Sys.command "command -v gcc >/dev/null 2>&1" <> 0 then
-    Some "gcc is missing (it builds the relay and the kernel ends)"
-  else if not (Sys.file_exists "/usr/include/openssl/evp.h") then
-    Some "OpenSSL's headers are missing (libssl-dev: the kernel ends hash with SHA-256)"
-  else None
+  H.impossible ~root:"network namespaces and TAP devices need root"
+    [
+      (H.program "gcc", "gcc is missing (it builds the relay and the kernel ends)");
+      ( (fun () -> Sys.file_exists "/usr/include/openssl/evp.h"),
+        "OpenSSL's headers are missing (libssl-dev: the kernel ends hash with SHA-256)" );
+    ]
 
 (* {1 Namespaces and devices} *)
 
-type env = {
-  dir : string;
-  relay_exe : string;
-  peer_exe : string;
-  mutable namespaces : string list;
-  mutable links : string list;
-}
+type env = { h : H.env; relay_exe : string; peer_exe : string }
 
-let tag = string_of_int (Unix.getpid ())
 let ns_prefix = "consort-impair-"
-let ns_name kind = ns_prefix ^ tag ^ "-" ^ kind
-let link_name kind = "cni" ^ kind ^ tag
-
-let rec remove_tree path =
-  if Sys.file_exists path then
-    if Sys.is_directory path then begin
-      Array.iter (fun f -> remove_tree (Filename.concat path f)) (Sys.readdir path);
-      Sys.rmdir path
-    end
-    else Sys.remove path
-
-let compile dir name source libs =
-  let c = Filename.concat dir (name ^ ".c") and exe = Filename.concat dir name in
-  let oc = open_out_bin c in
-  output_string oc source;
-  close_out oc;
-  sh "gcc -std=gnu11 -O2 -o %s %s %s" (Filename.quote exe) (Filename.quote c) libs;
-  exe
-
-let make_env () =
-  let dir = Filename.concat (Filename.get_temp_dir_name ()) ("consort-impairbench-" ^ tag) in
-  remove_tree dir;
-  Sys.mkdir dir 0o700;
-  match
-    let relay_exe = compile dir "impair_relay" Netbench_sources.impair_relay "" in
-    let peer_exe = compile dir "hash_peer" Netbench_sources.hash_peer "-lcrypto" in
-    (relay_exe, peer_exe)
-  with
-  | relay_exe, peer_exe -> { dir; relay_exe; peer_exe; namespaces = []; links = [] }
-  | exception e ->
-      remove_tree dir;
-      raise e
-
-let new_ns env ~v6 kind =
-  let ns = ns_name kind in
-  env.namespaces <- ns :: env.namespaces;
-  sh "ip netns add %s" ns;
-  let off = if v6 then 0 else 1 in
-  quiet
-    "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=%d \
-     net.ipv6.conf.default.disable_ipv6=%d"
-    ns off off;
-  sh "ip -n %s link set lo up" ns;
-  ns
-
-let drop_namespaces env =
-  List.iter (fun ns -> quiet "ip netns del %s" ns) env.namespaces;
-  env.namespaces <- [];
-  List.iter (fun l -> quiet "ip link del %s" l) env.links;
-  env.links <- []
-
-let lines cmd = match Proc.run cmd with Ok s -> String.split_on_char '\n' s | Error _ -> []
-let first_word l = match String.split_on_char ' ' (String.trim l) with w :: _ -> w | [] -> ""
-let starts p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p
-
-let link_names () =
-  List.filter_map
-    (fun l ->
-      match String.split_on_char ':' l with
-      | _ :: name :: _ -> Some (List.hd (String.split_on_char '@' (String.trim name)))
-      | _ -> None)
-    (lines "ip -o link")
+let link_prefix = "cni"
+let new_ns env ~v6 kind = H.new_ns ~v6 env.h kind
+let link_name kind = link_prefix ^ kind ^ H.tag
+let drop_namespaces env = H.drop_namespaces env.h
+let starts = H.starts
 
 let leftovers () =
-  List.filter (starts (ns_prefix ^ tag ^ "-")) (List.map first_word (lines "ip netns list"))
-  @ List.filter (fun l -> starts "cni" l && Filename.check_suffix l tag) (link_names ())
+  List.filter (starts (ns_prefix ^ H.tag ^ "-")) (H.namespaces ())
+  @ List.filter (fun l -> starts link_prefix l && Filename.check_suffix l H.tag) (H.link_names ())
 
-(* Namespaces and devices of runs whose process is gone. *)
-let sweep_stale () =
-  let dead pid = pid <> tag && not (Sys.file_exists ("/proc/" ^ pid)) in
-  let digits s = s <> "" && String.for_all (fun c -> c >= '0' && c <= '9') s in
-  List.iter
-    (fun l ->
-      let ns = first_word l in
-      if starts ns_prefix ns then
-        let rest =
-          String.sub ns (String.length ns_prefix) (String.length ns - String.length ns_prefix)
-        in
-        match String.split_on_char '-' rest with
-        | [ pid; _ ] when digits pid && dead pid -> quiet "ip netns del %s" ns
-        | _ -> ())
-    (lines "ip netns list")
+(* Namespaces of runs whose process is gone. *)
+let sweep_stale () = H.sweep_stale_namespaces ns_prefix
 
 (* {1 The relay} *)
 
@@ -369,34 +284,12 @@ let port_in = 5011
 let port_out = 5012
 let port_kk = 5013
 let grace = 15.
-
-let fields out =
-  match Proc.result_fields out "RESULT" with
-  | Some f -> f
-  | None -> fail "no RESULT line in:\n%s" out
-
-let field f k = match List.assoc_opt k f with Some v -> v | None -> fail "no %s= in a result" k
-
-let float_field f k =
-  match float_of_string_opt (field f k) with Some x -> x | None -> fail "bad %s=%s" k (field f k)
-
-let sink env (cfg : config) ns port =
-  let k =
-    Proc.spawn ~ns
-      [ env.peer_exe; "sink"; string_of_int port; Printf.sprintf "%.1f" (cfg.seconds +. 10.) ]
-  in
-  k
+let fields out = H.fields out
+let field, float_field = H.(field, float_field)
+let sink env (cfg : config) ns port = H.spawn_sink env.peer_exe ~seconds:cfg.seconds ns port
 
 let source env (cfg : config) ns host port =
-  Proc.spawn ~ns
-    [
-      env.peer_exe;
-      "source";
-      host;
-      string_of_int port;
-      string_of_int cfg.bytes;
-      Printf.sprintf "%.1f" cfg.seconds;
-    ]
+  H.spawn_source env.peer_exe ~bytes:cfg.bytes ~seconds:cfg.seconds ns host port
 
 type addrs = { v6 : bool; ours : string; kernel : string; kk_a : string; kk_b : string; len : int }
 
@@ -436,7 +329,7 @@ let kernel_run env (cfg : config) (a : addrs) progress =
     (Printf.sprintf "kernel -> kernel through the relay (%s)" (if a.v6 then "IPv6" else "IPv4"));
   let na = new_ns env ~v6:a.v6 "ka" and nb = new_ns env ~v6:a.v6 "kb" in
   let ta = link_name "a" and tb = link_name "b" in
-  env.links <- ta :: tb :: env.links;
+  env.h.links <- ta :: tb :: env.h.links;
   let r = spawn_relay env cfg.impair ("tap:" ^ ta) ("tap:" ^ tb) in
   sh "ip link set %s netns %s" ta na;
   sh "ip link set %s netns %s" tb nb;
@@ -480,37 +373,11 @@ end
 
 let params (up : Up.t) = (Consort_net_unix.Loop_clock.of_loop up.loop, up.pool)
 
-let tcp_config (cfg : config) =
-  { Tcp.default_config with send_buffer = cfg.buffer; receive_buffer = cfg.buffer }
-
 let tcp4 (cfg : config) (up : Up.t) : (module TCP) =
-  let clock, pool = params up in
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn v4.ours
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = clock
-    let rng = Rng.create 4244
-    let pool = pool
-  end in
-  let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
-  let tcp =
-    match T.create ~config:(tcp_config cfg) up.stack.ip with
-    | Ok t -> t
-    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
-  in
+  let (module N) = H.tcp4 ~local:v4.ours ~seed:4244 ~buffer:cfg.buffer up in
   (module struct
-    module T = T
-    module Sock = Socket.Make (T)
+    include N
 
-    let tcp = tcp
     let host = Ipv4_addr.of_string_exn
   end)
 
@@ -534,9 +401,7 @@ let tcp6 (cfg : config) (up : Up.t) : (module TCP) =
   end in
   let module T = Tcp.Make (Ipstack.Ip6) (P) in
   let tcp =
-    match T.create ~config:(tcp_config cfg) ~icmp:Tcp_icmp.of_ipv6 ip6 with
-    | Ok t -> t
-    | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
+    H.tcp_created (T.create ~config:(H.tcp_config ~buffer:cfg.buffer) ~icmp:Tcp_icmp.of_ipv6 ip6)
   in
   (module struct
     module T = T
@@ -546,29 +411,7 @@ let tcp6 (cfg : config) (up : Up.t) : (module TCP) =
     let host = Ipv6_addr.of_string_exn
   end)
 
-let callback_failure = ref None
-
-let perr what e =
-  let m = Printf.sprintf "%s: %s" what (Fmt.str "%a" Protocol.pp_error e) in
-  if !callback_failure = None then callback_failure := Some m;
-  raise (Failed m)
-
-(* Runs [loop] until [until ()] and the child's output has ended, or the
-   time is up. *)
-let run_with loop child ~timeout until =
-  let fd = Proc.fd child in
-  Loop.watch loop fd (fun () ->
-      Proc.pump child;
-      if Proc.eof child then Loop.unwatch loop fd);
-  Loop.run
-    ~until:(fun () ->
-      (until () && Proc.eof child) || !Proc.interrupted || !callback_failure <> None)
-    ~timeout:(Time.of_sec timeout) loop;
-  if not (Proc.eof child) then Loop.unwatch loop fd;
-  Option.iter (fun m -> fail "%s" m) !callback_failure;
-  check_interrupted ()
-
-module H = Mirage_crypto.Hash.SHA256
+module Sha = Mirage_crypto.Hash.SHA256
 
 let hex d =
   String.concat ""
@@ -580,18 +423,11 @@ let consort_run env (cfg : config) (a : addrs) progress =
      address: the relay reads and writes it through AF_PACKET. *)
   let nr = new_ns env ~v6:false "cr" and nk = new_ns env ~v6:a.v6 "ck" in
   let tap = link_name "t" and tk = link_name "k" in
-  env.links <- tap :: tk :: env.links;
-  let up =
-    ok
-      (Result.map_error
-         (fun (`Msg m) -> "starting the stack: " ^ m)
-         (Up.start ~mtu:cfg.mtu ~udp_echo:[] ~udp_discard:[] ~tap
-            ?ip6:(if a.v6 then Some (v6.ours ^ "/64") else None)
-            ~ip:(v4.ours ^ "/24") ()))
-  in
-  Fun.protect
-    ~finally:(fun () -> Up.stop up)
-    (fun () ->
+  env.h.links <- tap :: tk :: env.h.links;
+  H.with_stack ~mtu:cfg.mtu ~tap
+    ?ip6:(if a.v6 then Some (v6.ours ^ "/64") else None)
+    ~ip:(v4.ours ^ "/24")
+    (fun (up : Up.t) ->
       sh "ip link set %s netns %s" tap nr;
       sh "ip -n %s link set %s mtu %d txqueuelen %d up" nr tap cfg.mtu txqueuelen;
       let r = spawn_relay env ~ns:nr cfg.impair ("packet:" ^ tap) ("tap:" ^ tk) in
@@ -615,36 +451,33 @@ let consort_run env (cfg : config) (a : addrs) progress =
       (* Kernel to us: we read to the end, hashing. *)
       let before = { (relay_stats r) with device_drops = tx_dropped nr tap + tx_dropped nk tk } in
       progress (Printf.sprintf "kernel -> consort through the relay (%s)" fam);
-      let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> perr "listen" e in
+      let l = match N.Sock.listen N.tcp port_in with Ok l -> l | Error e -> H.perr "listen" e in
       let result = ref None in
       Socket.Promise.upon (N.Sock.accept l) (function
-        | Error e -> perr "accept" e
+        | Error e -> H.perr "accept" e
         | Ok s ->
             N.Sock.stop l;
-            let buf = Cstruct.create 65536 and ctx = ref H.empty in
+            let buf = Cstruct.create 65536 and ctx = ref Sha.empty in
             let got = ref 0 and t0 = ref 0. in
             let rec read () =
               Socket.Promise.upon (N.Sock.read s buf) (function
-                | Error e -> perr "read" e
+                | Error e -> H.perr "read" e
                 | Ok 0 ->
                     let secs = Unix.gettimeofday () -. !t0 in
-                    let f = conn_flow s !got secs (hex (H.get !ctx)) in
+                    let f = conn_flow s !got secs (hex (Sha.get !ctx)) in
                     N.Sock.close s;
                     result := Some f
                 | Ok k ->
                     if !got = 0 then t0 := Unix.gettimeofday ();
-                    ctx := H.feed !ctx (Cstruct.sub buf 0 k);
+                    ctx := Sha.feed !ctx (Cstruct.sub buf 0 k);
                     got := !got + k;
                     read ())
             in
             read ());
       let k = source env cfg nk a.ours port_in in
-      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !result <> None);
-      let src_out = ok (Proc.finish k ~timeout:grace) in
-      let consort_in =
-        match !result with
-        | Some f -> f
-        | None -> fail "kernel -> consort (%s) did not finish:\n%s" fam src_out
+      let consort_in, src_out =
+        H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace result
+          (Printf.sprintf "kernel -> consort (%s)" fam)
       in
       let fo = fields src_out in
       if
@@ -673,11 +506,11 @@ let consort_run env (cfg : config) (a : addrs) progress =
         x := (!x * 1103515245) + 12345;
         Cstruct.set_uint8 chunk i ((!x lsr 16) land 0xff)
       done;
-      let ctx = ref H.empty in
+      let ctx = ref Sha.empty in
       Socket.Promise.upon
         (N.Sock.connect N.tcp (N.host a.kernel) port_out)
         (function
-          | Error e -> perr "connect" e
+          | Error e -> H.perr "connect" e
           | Ok s ->
               let sent = ref 0 in
               let rec write n =
@@ -686,30 +519,27 @@ let consort_run env (cfg : config) (a : addrs) progress =
                   let len = min (Cstruct.length chunk) (cfg.bytes - !sent) in
                   (* Every chunk differs: its number in its first bytes. *)
                   Cstruct.BE.set_uint64 chunk 0 (Int64.of_int n);
-                  ctx := H.feed !ctx (Cstruct.sub chunk 0 len);
+                  ctx := Sha.feed !ctx (Cstruct.sub chunk 0 len);
                   sent := !sent + len;
                   Socket.Promise.upon
                     (N.Sock.write s (Cstruct.sub chunk 0 len))
-                    (function Error e -> perr "write" e | Ok () -> write (n + 1))
+                    (function Error e -> H.perr "write" e | Ok () -> write (n + 1))
                 end
               in
               write 0;
               let buf = Cstruct.create 4096 in
               let rec drain () =
                 Socket.Promise.upon (N.Sock.read s buf) (function
-                  | Error e -> perr "read" e
+                  | Error e -> H.perr "read" e
                   | Ok 0 ->
-                      finished := Some (conn_flow s !sent 0. (hex (H.get !ctx)));
+                      finished := Some (conn_flow s !sent 0. (hex (Sha.get !ctx)));
                       N.Sock.close s
                   | Ok _ -> drain ())
               in
               drain ());
-      run_with loop k ~timeout:(cfg.seconds +. grace) (fun () -> !finished <> None);
-      let sink_out = ok (Proc.finish k ~timeout:grace) in
-      let ours =
-        match !finished with
-        | Some f -> f
-        | None -> fail "consort -> kernel (%s) did not finish:\n%s" fam sink_out
+      let ours, sink_out =
+        H.finish_with loop k ~timeout:(cfg.seconds +. grace) ~grace finished
+          (Printf.sprintf "consort -> kernel (%s)" fam)
       in
       let fs = fields sink_out in
       if string_of_int ours.bytes <> field fs "bytes" || ours.sha256 <> field fs "sha256" then
@@ -740,62 +570,35 @@ let spec_of env impair =
   | Error e -> fail "%s" e
 
 let run ?(progress = fun _ -> ()) (cfg : config) =
-  match (check_spec cfg.impair, impossible ()) with
-  | Error e, _ -> Error ("--impair: " ^ e)
-  | _, Some why -> Error why
-  | Ok (), None -> (
-      Proc.interrupted := false;
-      callback_failure := None;
-      let flag _ = Proc.interrupted := true in
-      let old_int = Sys.signal Sys.sigint (Sys.Signal_handle flag) in
-      let old_term = Sys.signal Sys.sigterm (Sys.Signal_handle flag) in
-      let restore () =
-        Sys.set_signal Sys.sigint old_int;
-        Sys.set_signal Sys.sigterm old_term
-      in
-      sweep_stale ();
-      match make_env () with
-      | exception Failed e ->
-          restore ();
-          Error e
-      | env -> (
-          let result =
-            Fun.protect
-              ~finally:(fun () ->
-                Proc.kill_all ();
-                drop_namespaces env;
-                remove_tree env.dir;
-                restore ())
-              (fun () ->
-                match
-                  let spec = spec_of env cfg.impair in
-                  let family (a : addrs) =
-                    let consort_in, consort_out, consort_relay = consort_run env cfg a progress in
-                    check_interrupted ();
-                    let kernel, kernel_relay = kernel_run env cfg a progress in
-                    check_interrupted ();
-                    {
-                      name = (if a.v6 then "IPv6" else "IPv4");
-                      consort_in;
-                      consort_out;
-                      kernel;
-                      consort_relay;
-                      kernel_relay;
-                    }
-                  in
-                  let families = List.map family (if cfg.ipv6 then [ v4; v6 ] else [ v4 ]) in
-                  { config = cfg; spec; families }
-                with
-                | r -> Ok r
-                | exception Failed e -> Error e
-                | exception Unix.Unix_error (e, f, a) ->
-                    Error (Printf.sprintf "%s %s: %s" f a (Unix.error_message e)))
+  match check_spec cfg.impair with
+  | Error e -> Error ("--impair: " ^ e)
+  | Ok () ->
+      H.run ~impossible:(impossible ()) ~sweep:sweep_stale ~dir:"consort-impairbench-" ~ns_prefix
+        ~link_prefix
+        ~programs:(fun h ->
+          let relay_exe = H.compile h "impair_relay" Netbench_sources.impair_relay in
+          let peer_exe = H.compile h "hash_peer" Netbench_sources.hash_peer ~libs:"-lcrypto" in
+          { h; relay_exe; peer_exe })
+        ~env_of:(fun env -> env.h)
+        ~leftovers
+        (fun env ->
+          let spec = spec_of env cfg.impair in
+          let family (a : addrs) =
+            let consort_in, consort_out, consort_relay = consort_run env cfg a progress in
+            check_interrupted ();
+            let kernel, kernel_relay = kernel_run env cfg a progress in
+            check_interrupted ();
+            {
+              name = (if a.v6 then "IPv6" else "IPv4");
+              consort_in;
+              consort_out;
+              kernel;
+              consort_relay;
+              kernel_relay;
+            }
           in
-          match (result, leftovers ()) with
-          | result, [] -> result
-          | result, l ->
-              let e = match result with Error e -> e ^ "; " | Ok _ -> "" in
-              Error (Printf.sprintf "%sleft behind after cleanup: %s" e (String.concat ", " l))))
+          let families = List.map family (if cfg.ipv6 then [ v4; v6 ] else [ v4 ]) in
+          { config = cfg; spec; families })
 
 (* {1 Printing} *)
 

@@ -20,46 +20,16 @@
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
+
+#define PEER_PREFIX ""
+#include "peer_common.h"
 
 #define CHUNK (128 * 1024)
 
 static unsigned char buf[CHUNK];
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what) {
-  perror(what);
-  exit(2);
-}
-
-static void cpu(double *user, double *sys) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  *user = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6;
-  *sys = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-}
-
-/* Every blocking call gives up after [secs]. */
-static void timeouts(int fd, double secs) {
-  struct timeval tv = {(time_t)secs, (suseconds_t)((secs - (time_t)secs) * 1e6)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
 
 static void nodelay(int fd) {
   int one = 1;
@@ -74,11 +44,7 @@ static int accept_one(int port, double secs) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-  if (listen(l, 4) < 0) die("listen");
-  timeouts(l, secs);
-  printf("LISTENING %d\n", port);
-  fflush(stdout);
+  listen_announce(l, (struct sockaddr *)&a, sizeof a, port, secs);
   s = accept(l, NULL, NULL);
   if (s < 0) die("accept");
   close(l);

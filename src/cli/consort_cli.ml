@@ -122,6 +122,15 @@ let with_stdin ?(instead = "") cmd k =
       (if instead = "" then "" else ", or " ^ instead)
   else k ()
 
+let unwritable_dir d =
+  match Unix.stat d with
+  | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e)
+  | { Unix.st_kind = Unix.S_DIR; _ } -> (
+      match Unix.access d [ Unix.W_OK; Unix.X_OK ] with
+      | () -> None
+      | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
+  | _ -> Some "not a directory"
+
 (* Errors of the system a command runs on, not of Consort: a file, a
    directory, a descriptor, the disk, the network or the local users. *)
 let environment_error = function

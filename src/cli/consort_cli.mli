@@ -73,6 +73,11 @@ val with_stdin : ?instead:string -> string -> (unit -> int) -> int
     line (exit 2) before anything is done, naming the option [instead] that does without it. Every
     command that reads standard input starts with it. *)
 
+val unwritable_dir : string -> string option
+(** [unwritable_dir d] is why files cannot be made in directory [d] (it is missing, not a directory,
+    or not writable and searchable by this process), if they cannot: what a [--save DIR] is checked
+    with before a benchmark runs. *)
+
 val main : Cmdliner.Cmd.Exit.code Cmdliner.Cmd.t -> 'a
 (** Runs a command line and exits with its status. Closed standard streams are taken by /dev/null
     first (see above); a closed standard output refuses the command. An error of the system that

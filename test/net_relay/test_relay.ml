@@ -13,15 +13,6 @@ let relay =
   let p = Filename.concat d "../../bench/net/impair_relay" in
   if Sys.file_exists p then p else Alcotest.failf "no relay at %s (make build makes it)" p
 
-let read_all ic =
-  let b = Buffer.create 4096 in
-  (try
-     while true do
-       Buffer.add_channel b ic 1
-     done
-   with End_of_file -> ());
-  Buffer.contents b
-
 (* [simulate spec frames] runs the relay on [(arrival_us, length)] frames:
    the deliveries [(time_us, index)] in order, and the STATS fields. *)
 let simulate spec frames =
@@ -34,8 +25,8 @@ let simulate spec frames =
       (Printf.sprintf "%s simulate %s <%s >%s 2>&1" (Filename.quote relay) (Filename.quote spec)
          (Filename.quote input) (Filename.quote output))
   in
-  let ic = open_in output in
-  let text = read_all ic in
+  let ic = open_in_bin output in
+  let text = really_input_string ic (in_channel_length ic) in
   close_in ic;
   Sys.remove input;
   Sys.remove output;
@@ -162,8 +153,8 @@ let bad_specs () =
           (Printf.sprintf "%s check %s >%s 2>&1" (Filename.quote relay) (Filename.quote spec)
              (Filename.quote out))
       in
-      let ic = open_in out in
-      let text = read_all ic in
+      let ic = open_in_bin out in
+      let text = really_input_string ic (in_channel_length ic) in
       close_in ic;
       Sys.remove out;
       Alcotest.(check int) (spec ^ ": exit 2") 2 rc;

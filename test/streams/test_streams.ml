@@ -347,6 +347,12 @@ let paths : (string list * string * use * (string -> string list)) list =
          then is one line and 2, as for every write)",
       fun p -> [ "--rounds"; "1"; "--save"; p ] );
     ([ "bench"; "membership" ], "--save", Written, fun p -> [ "--rounds"; "1"; "--save"; p ]);
+    ( [ "bench"; "tcp" ],
+      "--save",
+      After_server
+        "with --impair: checked at start for a directory it can write (test_cli: a missing one), \
+         written at the end of a run of minutes as root (a full disk then is one line and 2)",
+      fun p -> [ "--impair"; "loss=2%"; "--save"; p ] );
     ([ "cap"; "fs"; "fsck" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "fs"; "put" ], "FILE", Read, fun p -> [ "--server"; some_cap; p ]);
     ( [ "cap"; "fs"; "serve" ],
