@@ -704,7 +704,10 @@ let test_memory () =
   let code, _, err = exec w [ "-n"; "huge" ] in
   Alcotest.(check int) ("10 GB: exit 137; " ^ err) 137 code;
   Alcotest.(check bool) ("named: " ^ err) true (contains err "memory limit (1048576 KiB) exceeded");
-  for i = 1 to 5 do
+  (* The runtime's message is still in the pipe as the program ends in
+     about a third of the runs here: fifteen runs, so that an end told
+     before the pipe is drained is seen (with it, 1 in 200 would pass). *)
+  for i = 1 to 15 do
     let code, _, err = exec w [ "-n"; "--memory"; "64"; "noisyhog" ] in
     let last = List.hd (List.rev (String.split_on_char '\n' (String.trim err))) in
     Alcotest.(check int) (Printf.sprintf "noisy %d: exit 137; %s" i last) 137 code;
