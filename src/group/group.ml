@@ -1358,12 +1358,8 @@ module Make (T : Transport.S) = struct
      [max_status_answers] a second. *)
   let answer_status t c ~vid ~nonce ~eid =
     let rank =
-      let rec find r =
-        if r >= Array.length c.view.View.members then -1
-        else if c.view.View.members.(r) = eid then r
-        else find (r + 1)
-      in
-      find 0
+      Option.value ~default:(-1)
+        (index_where (String.equal eid) (Array.to_list c.view.View.members))
     in
     if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then t.garbage <- t.garbage + 1
     else begin
