@@ -315,6 +315,11 @@ module Make (T : Transport.S) = struct
       pending = n.pending;
     }
 
+  type 'a sealed_send =
+    node -> T.address -> Secure.keys -> up:bool -> session:string -> seq:int64 -> 'a
+  (** Sends a [Data] datagram to an address, sealed with a session's keys for the direction [up]
+      (client to server) under the session's id and a sequence number. *)
+
   (* Datagrams out of the node's connection, sealed or not, and the timers of
      its transport. *)
   module Send : sig
@@ -330,28 +335,9 @@ module Make (T : Transport.S) = struct
     (** [crossed f before after]: an acknowledgement is due, [after] bytes having arrived where
         there were [before]. *)
 
-    val send_sealed :
-      node ->
-      T.address ->
-      Secure.keys ->
-      up:bool ->
-      session:string ->
-      seq:int64 ->
-      Cstruct.t ->
-      unit
+    val send_sealed : (Cstruct.t -> unit) sealed_send
 
-    val send_frag :
-      node ->
-      T.address ->
-      Secure.keys ->
-      up:bool ->
-      session:string ->
-      seq:int64 ->
-      Cstruct.t ->
-      string ->
-      off:int ->
-      len:int ->
-      unit
+    val send_frag : (Cstruct.t -> string -> off:int -> len:int -> unit) sealed_send
     (** [send_frag n dst keys ~up ~session ~seq prefix data ~off ~len] seals and sends one fragment:
         [prefix], then [len] bytes of [data] from [off]. *)
 
@@ -529,6 +515,8 @@ module Make (T : Transport.S) = struct
 
   open Locate
 
+  type progress = [ `Sent | `Received ] -> int -> int -> unit
+
   (* The client side: transactions queued on sessions, one session per
      (server address, port), opened by a handshake. *)
   module Client : sig
@@ -548,7 +536,7 @@ module Make (T : Transport.S) = struct
     val trans :
       node ->
       ?idempotent:bool ->
-      ?progress:([ `Sent | `Received ] -> int -> int -> unit) ->
+      ?progress:progress ->
       Header.t ->
       string ->
       ((reply, Rpc_error.t) result -> unit) ->
