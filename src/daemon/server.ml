@@ -1295,23 +1295,15 @@ end = struct
 
   let member_counters g = G.counters g @ [ ("seal", Seal.stats_list (S.stats (G.connection g))) ]
 
-  let member_status (m, g) : Yojson.Safe.t =
+  (* A member's [status] fields, with its client's number and handle. *)
+  let status_fields (m, g) =
     let v = G.view g in
-    `Assoc
-      [
-        ("group", `String m.group);
-        ("me", `String (G.me g));
-        ("view", `String v.Consort_group.Group.vid);
-        ("ltime", `Int v.ltime);
-        ("coordinator", `String v.coordinator);
-        ("members", `List (List.map (fun id -> `String id) (Array.to_list v.members)));
-        ("rank", `Int v.rank);
-        ("blocked", `Bool (G.is_blocked g));
-        ("flow_blocked", `Bool (m.group_flow || m.client.slow));
-        ("client", `Int m.client.cid);
-        ("handle", `Int m.handle);
-      ]
+    Consort_ops.Control.status_fields ~group:m.group ~me:(G.me g) ~view:v.Consort_group.Group.vid
+      ~ltime:v.ltime ~coordinator:v.coordinator ~members:(Array.to_list v.members) ~rank:v.rank
+      ~blocked:(G.is_blocked g) ~flow_blocked:(m.group_flow || m.client.slow)
+    @ [ ("client", `Int m.client.cid); ("handle", `Int m.handle) ]
 
+  let member_status mg : Yojson.Safe.t = `Assoc (status_fields mg)
   let daemon_gauges t = [ ("clients", clients t); ("members", members t); ("queued", t.queued) ]
 
   (* The one member an operator's cast, send or suspect goes through: the first
@@ -1414,33 +1406,18 @@ end = struct
   let console_groups t =
     List.map
       (fun (m, g) ->
-        let fields = match member_status (m, g) with `Assoc l -> l | _ -> [] in
-        let v = G.view g in
-        `Assoc
-          (fields
-          @ [
-              ( "seal",
-                match m.seal with
-                | None -> `Null
-                | Some mode ->
-                    `Assoc
-                      [
-                        ("mode", `String (Fmt.str "%a" Seal.pp_mode mode));
-                        ("rekey", `Bool m.rekeyed);
-                      ] );
-              ("counters", Consort_ops.Control.counters_json (member_counters g));
-              ("quorum", `Null);
-              ( "roles",
-                `Assoc
-                  [
-                    ("coordinator", `String v.Consort_group.Group.coordinator);
-                    ("sequencer", `Null);
-                    ("token_holder", `Null);
-                  ] );
-              ("history", Consort_ops.Console.history_json m.history);
-              ("history_max", `Int (Consort_ops.Console.max m.history));
-              ("rates", Consort_ops.Console.rates_json m.rates);
-            ]))
+        let seal =
+          match m.seal with
+          | None -> `Null
+          | Some mode ->
+              `Assoc
+                [ ("mode", `String (Fmt.str "%a" Seal.pp_mode mode)); ("rekey", `Bool m.rekeyed) ]
+        in
+        Consort_ops.Console.group_json
+          ~status:(status_fields (m, g) @ [ ("seal", seal) ])
+          ~counters:(member_counters g) ~quorum:`Null
+          ~coordinator:(G.view g).Consort_group.Group.coordinator ~sequencer:None ~token_holder:None
+          m.history m.rates)
       (held t)
 
   let metrics_samples t =

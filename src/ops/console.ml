@@ -128,3 +128,22 @@ let rates_json r =
     | [] -> List.rev acc
   in
   `List (go [] (List.of_seq (Queue.to_seq r.samples)))
+
+let group_json ~status ~counters ~quorum ~coordinator ~sequencer ~token_holder h r : Yojson.Safe.t =
+  let id = function Some x -> `String x | None -> `Null in
+  `Assoc
+    (status
+    @ [
+        ("counters", Control.counters_json counters);
+        ("quorum", quorum);
+        ( "roles",
+          `Assoc
+            [
+              ("coordinator", `String coordinator);
+              ("sequencer", id sequencer);
+              ("token_holder", id token_holder);
+            ] );
+        ("history", history_json h);
+        ("history_max", `Int (max h));
+        ("rates", rates_json r);
+      ])

@@ -63,6 +63,22 @@ val rates_json : rates -> Yojson.Safe.t
 (** [[{"t":T,"sent":PER_S,"delivered":PER_S},...]], oldest first: one per interval between two
     samples. *)
 
+(** {1 A group's object} *)
+
+val group_json :
+  status:(string * Yojson.Safe.t) list ->
+  counters:(string * (string * int) list) list ->
+  quorum:Yojson.Safe.t ->
+  coordinator:string ->
+  sequencer:string option ->
+  token_holder:string option ->
+  history ->
+  rates ->
+  Yojson.Safe.t
+(** A GROUP object of [/api/status]: the member's [status] fields, then [counters], [quorum],
+    [roles] (the coordinator, and the sequencer and the token holder where known, else null),
+    [history], [history_max] and [rates]. *)
+
 (** {1 Serving} *)
 
 val page : string

@@ -15,6 +15,19 @@ let of_result = function Ok () -> ok | Error e -> error e
 let counters_json c =
   `Assoc (List.map (fun (layer, l) -> (layer, `Assoc (List.map (fun (k, n) -> (k, `Int n)) l))) c)
 
+let status_fields ~group ~me ~view ~ltime ~coordinator ~members ~rank ~blocked ~flow_blocked =
+  [
+    ("group", `String group);
+    ("me", `String me);
+    ("view", `String view);
+    ("ltime", `Int ltime);
+    ("coordinator", `String coordinator);
+    ("members", `List (List.map (fun m -> `String m) members));
+    ("rank", `Int rank);
+    ("blocked", `Bool blocked);
+    ("flow_blocked", `Bool flow_blocked);
+  ]
+
 (* [word line] splits off the first space-separated word. *)
 let word line =
   match String.index_opt line ' ' with

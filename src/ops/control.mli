@@ -36,3 +36,18 @@ val serve : Consort_engine.Loop.t -> string -> handler -> (Serve.t, string) resu
     server answers there), at most 16 clients, 1 MiB a request. *)
 
 val counters_json : (string * (string * int) list) list -> Yojson.Safe.t
+
+val status_fields :
+  group:string ->
+  me:string ->
+  view:string ->
+  ltime:int ->
+  coordinator:string ->
+  members:string list ->
+  rank:int ->
+  blocked:bool ->
+  flow_blocked:bool ->
+  (string * Yojson.Safe.t) list
+(** The fields of a member's [status] answer, in its order: what [consort member]'s control socket,
+    consortd's (each member's, with its client's number and handle added) and the web console's
+    GROUP objects begin with. *)

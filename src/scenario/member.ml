@@ -200,41 +200,35 @@ let classify fd =
 let status_json cfg g ~blocked ~flow_blocked : Yojson.Safe.t =
   let v = G.view g in
   `Assoc
-    [
-      ("group", `String cfg.group);
-      ("me", `String (G.me g));
-      ("view", `String v.Consort_group.Group.vid);
-      ("ltime", `Int v.ltime);
-      ("coordinator", `String v.coordinator);
-      ("members", `List (List.map (fun m -> `String m) (Array.to_list v.members)));
-      ("rank", `Int v.rank);
-      ("blocked", `Bool blocked);
-      ("flow_blocked", `Bool flow_blocked);
-      ( "quorum",
-        match G.primary g with
-        | None -> `Null
-        | Some q ->
-            `Assoc
-              [
-                ("quorate", `Bool q.Consort_group.Primary.primary);
-                ("votes", `Int q.votes);
-                ("needed", `Int q.needed);
-                ("expected", `Int q.expected);
-                ("text", `String (Fmt.str "%a" Consort_group.Primary.pp_quorum q));
-              ] );
-      ( "seal",
-        match cfg.seal with
-        | None -> `Null
-        | Some (_, mode) ->
-            `Assoc
-              [
-                ("mode", `String (Fmt.str "%a" Seal.pp_mode mode));
-                ("rekey", `Bool (Consort.Params.bool cfg.params Seal.rekey_param));
-                ( "freshness_s",
-                  `Float (Consort.Time.to_sec (Consort.Params.time cfg.params Seal.freshness_param))
-                );
-              ] );
-    ]
+    (Consort_ops.Control.status_fields ~group:cfg.group ~me:(G.me g) ~view:v.Consort_group.Group.vid
+       ~ltime:v.ltime ~coordinator:v.coordinator ~members:(Array.to_list v.members) ~rank:v.rank
+       ~blocked ~flow_blocked
+    @ [
+        ( "quorum",
+          match G.primary g with
+          | None -> `Null
+          | Some q ->
+              `Assoc
+                [
+                  ("quorate", `Bool q.Consort_group.Primary.primary);
+                  ("votes", `Int q.votes);
+                  ("needed", `Int q.needed);
+                  ("expected", `Int q.expected);
+                  ("text", `String (Fmt.str "%a" Consort_group.Primary.pp_quorum q));
+                ] );
+        ( "seal",
+          match cfg.seal with
+          | None -> `Null
+          | Some (_, mode) ->
+              `Assoc
+                [
+                  ("mode", `String (Fmt.str "%a" Seal.pp_mode mode));
+                  ("rekey", `Bool (Consort.Params.bool cfg.params Seal.rekey_param));
+                  ( "freshness_s",
+                    `Float
+                      (Consort.Time.to_sec (Consort.Params.time cfg.params Seal.freshness_param)) );
+                ] );
+      ])
 
 (* Every member's status, through the group ({!G.query_status}): one entry
    per member of the view, its status or why there is none. *)
@@ -307,35 +301,24 @@ let console_json cfg g ~blocked ~flow_blocked ~quorum ~history ~rates : Yojson.S
     | Some kvs -> List.assoc_opt "holding" kvs = Some 1
     | None -> false
   in
-  let id_or_null c x = if c then `String x else `Null in
-  `Assoc
-    (status
-    @ [
-        ("counters", Consort_ops.Control.counters_json cs);
-        ( "quorum",
-          match quorum with
-          | None -> `Null
-          | Some (q : Consort_group.Primary.quorum) ->
-              `Assoc
-                [
-                  ("primary", `Bool q.primary);
-                  ("votes", `Int q.votes);
-                  ("needed", `Int q.needed);
-                  ("expected", `Int q.expected);
-                ] );
-        ( "roles",
-          `Assoc
-            [
-              ("coordinator", `String v.Consort_group.Group.coordinator);
-              ( "sequencer",
-                id_or_null (total && protocol = Ok Consort_group.Total.Sequencer) v.coordinator );
-              ( "token_holder",
-                id_or_null (total && protocol = Ok Consort_group.Total.Token && holding) (G.me g) );
-            ] );
-        ("history", Consort_ops.Console.history_json history);
-        ("history_max", `Int (Consort_ops.Console.max history));
-        ("rates", Consort_ops.Console.rates_json rates);
-      ])
+  let if_ c x = if c then Some x else None in
+  let quorum =
+    match quorum with
+    | None -> `Null
+    | Some (q : Consort_group.Primary.quorum) ->
+        `Assoc
+          [
+            ("primary", `Bool q.primary);
+            ("votes", `Int q.votes);
+            ("needed", `Int q.needed);
+            ("expected", `Int q.expected);
+          ]
+  in
+  Consort_ops.Console.group_json ~status ~counters:cs ~quorum
+    ~coordinator:v.Consort_group.Group.coordinator
+    ~sequencer:(if_ (total && protocol = Ok Consort_group.Total.Sequencer) v.coordinator)
+    ~token_holder:(if_ (total && protocol = Ok Consort_group.Total.Token && holding) (G.me g))
+    history rates
 
 (* One line: every non-zero counter, LAYER.NAME=VALUE; on standard output,
    or on standard error for a quiet member. *)

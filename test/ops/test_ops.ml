@@ -922,6 +922,37 @@ let group_prefix () =
     (String.length (a "group g group g status") > 9
     && String.sub (a "group g group g status") 0 9 = {|{"error":|})
 
+(* {1 Status documents}
+
+   [consort status] (a member's control socket), consortd's control socket and the web console's
+   GROUP objects build their member fields with one builder: its field order and values, pinned
+   to the letter (scripts and the console read them). *)
+
+let status_documents () =
+  let fields =
+    Consort_ops.Control.status_fields ~group:"g" ~me:"a" ~view:"v3" ~ltime:3 ~coordinator:"c"
+      ~members:[ "c"; "a" ] ~rank:1 ~blocked:false ~flow_blocked:true
+  in
+  Alcotest.(check string)
+    "status fields"
+    {|{"group":"g","me":"a","view":"v3","ltime":3,"coordinator":"c","members":["c","a"],"rank":1,"blocked":false,"flow_blocked":true}|}
+    (Yojson.Safe.to_string (`Assoc fields));
+  let h = Consort_ops.Console.history ~max:4 () and r = Consort_ops.Console.rates () in
+  Consort_ops.Console.record h
+    { t = 1.5; vid = "v3"; ltime = 3; members = [ "c"; "a" ]; coordinator = "c"; changes = [] };
+  Consort_ops.Console.sample r ~t:10. ~sent:0 ~delivered:0;
+  Consort_ops.Console.sample r ~t:12. ~sent:4 ~delivered:8;
+  let group =
+    Consort_ops.Console.group_json
+      ~status:[ ("group", `String "g") ]
+      ~counters:[ ("mnak", [ ("retrans", 2) ]) ]
+      ~quorum:`Null ~coordinator:"c" ~sequencer:(Some "c") ~token_holder:None h r
+  in
+  Alcotest.(check string)
+    "console group"
+    {|{"group":"g","counters":{"mnak":{"retrans":2}},"quorum":null,"roles":{"coordinator":"c","sequencer":"c","token_holder":null},"history":[{"t":1.5,"view":"v3","ltime":3,"coordinator":"c","members":["c","a"],"changes":[]}],"history_max":4,"rates":[{"t":12.0,"sent":2.0,"delivered":4.0}]}|}
+    (Yojson.Safe.to_string group)
+
 let () =
   Alcotest.run "ops"
     [
@@ -938,6 +969,7 @@ let () =
           Alcotest.test_case "idle connections closed" `Quick idle_closed;
           Alcotest.test_case "a client that never reads is dropped" `Quick reader_that_never_reads;
         ] );
+      ("status", [ Alcotest.test_case "one builder, pinned" `Quick status_documents ]);
       ( "member",
         [
           Alcotest.test_case "status, cast, send, counters, metrics over real members" `Quick
