@@ -1304,6 +1304,17 @@ module Make (T : Transport.S) = struct
     val on_nothere : node -> T.address -> Port.t -> string -> unit
     (** [on_nothere n src port nonce] *)
   end = struct
+    (* The session of [n] handshaking with [src] under the Hello's [nonce], and its state. *)
+    let handshaking n src nonce =
+      Hashtbl.fold
+        (fun _ cs acc ->
+          match cs.cstate with
+          | Handshaking st
+            when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src ->
+              Some (cs, st)
+          | _ -> acc)
+        n.csessions None
+
     let on_hello n src port eph nonce =
       match Hashtbl.find_opt n.servers port with
       | None -> send_outer n src (Wire.Nothere { port; nonce })
@@ -1347,16 +1358,7 @@ module Make (T : Transport.S) = struct
                     send_outer n src ack))
 
     let on_hello_ack n src nonce session eph public signature =
-      let found =
-        Hashtbl.fold
-          (fun _ cs acc ->
-            match cs.cstate with
-            | Handshaking st
-              when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src ->
-                Some (cs, st)
-            | _ -> acc)
-          n.csessions None
-      in
+      let found = handshaking n src nonce in
       match found with
       | None -> ()
       | Some (cs, st) -> (
@@ -1381,16 +1383,7 @@ module Make (T : Transport.S) = struct
        this address does the port count as gone from here; one that does refutes the [Nothere]
        (counted), and a forger can at most cost one locate per session at a time. *)
     let on_nothere n src port nonce =
-      let found =
-        Hashtbl.fold
-          (fun _ cs acc ->
-            match cs.cstate with
-            | Handshaking st
-              when String.equal (Secure.client_nonce st) nonce && T.equal_address cs.caddr src ->
-                Some cs
-            | _ -> acc)
-          n.csessions None
-      in
+      let found = Option.map fst (handshaking n src nonce) in
       match found with
       | Some cs when Port.equal cs.cport port && not cs.checking ->
           cs.checking <- true;
