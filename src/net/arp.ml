@@ -77,12 +77,7 @@ module type S = sig
   val mtu : t -> int
 end
 
-module Neighbours = Ip_common.Neighbours (struct
-  type t = int
-
-  let equal = Int.equal
-  let hash (k : int) = Hashtbl.hash k
-end)
+module Neighbours = Ip_common.Neighbours (Ip_common.Int_key)
 
 module Make (E : Ethernet.S) = struct
   type nonrec address = address

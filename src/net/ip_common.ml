@@ -13,6 +13,20 @@ let default_reassembly =
     max_datagrams = 64;
   }
 
+module Int_key = struct
+  type t = int
+
+  let equal = Int.equal
+  let hash (k : int) = Hashtbl.hash k
+end
+
+module String_key = struct
+  type t = string
+
+  let equal = String.equal
+  let hash (s : string) = Hashtbl.hash s
+end
+
 module type KEY = sig
   include Hashtbl.HashedType
 

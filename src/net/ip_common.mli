@@ -2,6 +2,9 @@
     and neighbour discovery) and the ICMP rate limit. Each is written once, over the key type of its
     IP version; every bounded table in them is an {!Lru.Make} cache. *)
 
+module Int_key : Hashtbl.HashedType with type t = int
+module String_key : Hashtbl.HashedType with type t = string
+
 (** {1 Connection tables} *)
 
 (** A connection's key: its remote address and protocol (next header) packed into one value. *)

@@ -97,21 +97,15 @@ module type LINK = sig
 end
 
 module Conns = Ip_common.Conns (struct
-  type t = int
+  include Ip_common.Int_key
+
   type addr = Ipv4_addr.t
 
-  let equal = Int.equal
-  let hash (k : int) = Hashtbl.hash k
   let make (ip : Ipv4_addr.t) proto = ((ip :> int) lsl 8) lor proto
   let equal_addr = Ipv4_addr.equal
 end)
 
-module Reassembly = Ip_common.Reassembly (struct
-  type t = int
-
-  let equal = Int.equal
-  let hash (k : int) = Hashtbl.hash k
-end)
+module Reassembly = Ip_common.Reassembly (Ip_common.Int_key)
 
 module Make (A : LINK) = struct
   type nonrec address = address

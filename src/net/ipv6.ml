@@ -156,21 +156,15 @@ module Neighbours = Ip_common.Neighbours (struct
 end)
 
 module Conns = Ip_common.Conns (struct
-  type t = string
+  include Ip_common.String_key
+
   type addr = Ipv6_addr.t
 
-  let equal = String.equal
-  let hash (s : string) = Hashtbl.hash s
   let make (a : Ipv6_addr.t) proto = (a :> string) ^ String.make 1 (Char.chr proto)
   let equal_addr = Ipv6_addr.equal
 end)
 
-module Reassembly = Ip_common.Reassembly (struct
-  type t = string
-
-  let equal = String.equal
-  let hash (s : string) = Hashtbl.hash s
-end)
+module Reassembly = Ip_common.Reassembly (Ip_common.String_key)
 
 module Make (E : Ethernet.S) = struct
   type nonrec address = address

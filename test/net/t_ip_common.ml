@@ -7,12 +7,7 @@ open Consort_net
 
 let ms n = Time.of_ms n
 
-module Int_key = struct
-  type t = int
-
-  let equal = Int.equal
-  let hash (k : int) = Hashtbl.hash k
-end
+module Int_key = Ip_common.Int_key
 
 (* Connection tables *)
 
