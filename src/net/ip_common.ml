@@ -98,7 +98,7 @@ module Conns (K : KEY) = struct
             c.handler <- f c;
             Some c)
 
-  let active_open t ~ip ~nothing ~no_route peer proto f =
+  let active_open t ~ip ~nothing ~route peer proto f =
     if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "%s %d" t.protocol proto))
     else
       let k = K.make peer proto in
@@ -112,9 +112,9 @@ module Conns (K : KEY) = struct
           end;
           Ok c
       | None -> (
-          match no_route peer with
-          | Some e -> Error e
-          | None ->
+          match route peer with
+          | Error _ as e -> e
+          | Ok _ ->
               let c =
                 { ip; peer; proto; key = k; handler = nothing; users = 1; is_pinned = true }
               in
@@ -485,6 +485,29 @@ module Neighbours (K : Hashtbl.HashedType) = struct
   let queue_dropped t = t.queue_dropped
   let resolution_failed t = t.resolution_failed
 end
+
+let route next_hop ~unrouted pp dst =
+  match next_hop dst with
+  | Some nh -> Ok nh
+  | None ->
+      unrouted ();
+      Error (`Unreachable (Fmt.str "no route to %a" pp dst))
+
+let send_fragments ~pool ~headroom ~chunk p send =
+  let payload = Packet.cstruct p in
+  let len = Cstruct.length payload in
+  let rec go off result =
+    if off >= len then result
+    else
+      let n = min chunk (len - off) in
+      let q = Packet.create ~headroom pool n in
+      Cstruct.blit payload off (Packet.cstruct q) 0 n;
+      let r = send q ~off ~more:(off + n < len) in
+      go (off + n) (match result with Ok () -> r | e -> e)
+  in
+  let r = go 0 (Ok ()) in
+  Packet.release p;
+  r
 
 (* At most [rate] a second. *)
 type rate = { per_second : int; mutable tokens : int; mutable refill : Consort.Time.t }

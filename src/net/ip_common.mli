@@ -64,13 +64,13 @@ module Conns (K : KEY) : sig
     ('ip, 'h) t ->
     ip:'ip ->
     nothing:'h ->
-    no_route:(K.addr -> Protocol.error option) ->
+    route:(K.addr -> ('r, Protocol.error) result) ->
     K.addr ->
     int ->
     (('ip, 'h) conn -> 'h) ->
     (('ip, 'h) conn, Protocol.error) result
-  (** The connection there is (pinned now, one more user), or a new pinned one unless [no_route]
-      says why not. *)
+  (** The connection there is (pinned now, one more user), or a new pinned one unless [route] says
+      why not. *)
 
   val passive_open :
     ('ip, 'h) t ->
@@ -200,6 +200,29 @@ module Neighbours (K : Hashtbl.HashedType) : sig
   val queue_dropped : 'q t -> int
   val resolution_failed : 'q t -> int
 end
+
+(** {1 Sending} *)
+
+val route :
+  ('a -> 'h option) ->
+  unrouted:(unit -> unit) ->
+  'a Fmt.t ->
+  'a ->
+  ('h, [> `Unreachable of string ]) result
+(** [route next_hop ~unrouted pp dst] is [dst]'s next hop, or (counted by [unrouted]) the error that
+    names it unreachable. *)
+
+val send_fragments :
+  pool:Consort.Pool.t ->
+  headroom:int ->
+  chunk:int ->
+  Packet.t ->
+  (Packet.t -> off:int -> more:bool -> (unit, 'e) result) ->
+  (unit, 'e) result
+(** [send_fragments ~pool ~headroom ~chunk p send] cuts [p]'s payload into pieces of [chunk] bytes
+    (the last one shorter), each copied into a fresh packet with [headroom], and calls
+    [send q ~off ~more] on each in order ([off] its place in [p], [more] unless it is the last). It
+    takes [p]; the result is the first error, if any. *)
 
 (** {1 ICMP rate limit} *)
 

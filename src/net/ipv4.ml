@@ -198,40 +198,28 @@ module Make (A : LINK) = struct
     id
 
   let fragment t hop ~dst ~proto p =
-    let payload = Packet.cstruct p in
-    let len = Cstruct.length payload in
-    let chunk = (t.mtu - hlen) land lnot 7 in
     let id = fresh_id t in
-    let rec go off result =
-      if off >= len then result
-      else
-        let n = min chunk (len - off) in
-        let q = Packet.create ~headroom:(hlen + A.headroom t.arp) t.pool n in
-        Cstruct.blit payload off (Packet.cstruct q) 0 n;
+    Ip_common.send_fragments ~pool:t.pool
+      ~headroom:(hlen + A.headroom t.arp)
+      ~chunk:((t.mtu - hlen) land lnot 7)
+      p
+      (fun q ~off ~more ->
         let h = Packet.push q hlen in
-        let more = off + n < len in
-        write_header t h ~dst ~proto ~len:(n + hlen) ~id
+        write_header t h ~dst ~proto ~len:(Packet.length q) ~id
           ~flags_off:((if more then Ipv4_wire.flag_mf else 0) lor (off / 8));
         t.fragments_sent <- t.fragments_sent + 1;
-        let r = A.send hop q in
-        go (off + n) (match result with Ok () -> r | e -> e)
-    in
-    let r = go 0 (Ok ()) in
-    Packet.release p;
-    r
+        A.send hop q)
 
-  (* The error for a destination without a route, counted. *)
-  let no_route t dst =
-    t.no_route <- t.no_route + 1;
-    `Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst)
+  let route t dst =
+    Ip_common.route (next_hop t) ~unrouted:(fun () -> t.no_route <- t.no_route + 1) Ipv4_addr.pp dst
 
   let output t ~df ~dst ~proto p =
-    let len = Packet.length p in
-    match next_hop t dst with
-    | None ->
+    match route t dst with
+    | Error _ as e ->
         Packet.release p;
-        Error (no_route t dst)
-    | Some nh -> (
+        e
+    | Ok nh -> (
+        let len = Packet.length p in
         match hop_conn t nh with
         | Error _ as e ->
             Packet.release p;
@@ -427,8 +415,7 @@ module Make (A : LINK) = struct
     t
 
   let active_open t { dst; proto } f =
-    let route dst = if next_hop t dst = None then Some (no_route t dst) else None in
-    Conns.active_open t.conns ~ip:t ~nothing ~no_route:route dst proto f
+    Conns.active_open t.conns ~ip:t ~nothing ~route:(route t) dst proto f
 
   let passive_open t { protocol; source } f = Conns.passive_open t.conns ~protocol ~source f
   let close (c : connection) = Conns.close c.ip.conns c

@@ -351,48 +351,35 @@ module Make (E : Ethernet.S) = struct
      payload as fits, in multiples of 8 bytes; the identification is the
      instance's counter, which starts at a random value (RFC 7739). *)
   let fragment t nh ~src ~dst ~proto p =
-    let payload = Packet.cstruct p in
-    let len = Cstruct.length payload in
-    let chunk = (t.mtu - hlen - 8) land lnot 7 in
     let id = t.next_id in
     t.next_id <- (id + 1) land 0xFFFF_FFFF;
     let hop = if Ipv6_addr.is_multicast dst then 1 else 64 in
-    let rec go off result =
-      if off >= len then result
-      else begin
-        let n = min chunk (len - off) in
-        let q = Packet.create ~headroom:(hlen + 8 + E.headroom t.eth) t.pool n in
-        Cstruct.blit payload off (Packet.cstruct q) 0 n;
-        let more = off + n < len in
+    t.sent <- t.sent + 1;
+    Ip_common.send_fragments ~pool:t.pool
+      ~headroom:(hlen + 8 + E.headroom t.eth)
+      ~chunk:((t.mtu - hlen - 8) land lnot 7)
+      p
+      (fun q ~off ~more ->
         let f = Packet.push q 8 in
         Cstruct.set_uint8 f 0 proto;
         Cstruct.set_uint8 f 1 0;
         Cstruct.BE.set_uint16 f 2 (off lor if more then 1 else 0);
         Cstruct.BE.set_uint32 f 4 (Int32.of_int id);
         let h = Packet.push q hlen in
-        write_header h ~src ~dst ~proto:44 ~len:(n + 8) ~hop;
+        write_header h ~src ~dst ~proto:44 ~len:(Packet.length q - hlen) ~hop;
         t.fragments_sent <- t.fragments_sent + 1;
-        let r = send_to_hop t nh q in
-        go (off + n) (match result with Ok () -> r | e -> e)
-      end
-    in
-    t.sent <- t.sent + 1;
-    let r = go 0 (Ok ()) in
-    Packet.release p;
-    r
+        send_to_hop t nh q)
 
-  (* The error for a destination without a route, counted. *)
-  let no_route t dst =
-    t.no_route <- t.no_route + 1;
-    `Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst)
+  let route t dst =
+    Ip_common.route (next_hop t) ~unrouted:(fun () -> t.no_route <- t.no_route + 1) Ipv6_addr.pp dst
 
   let output t ~src ~dst ~proto p =
-    let len = Packet.length p in
-    match next_hop t dst with
-    | None ->
+    match route t dst with
+    | Error _ as e ->
         Packet.release p;
-        Error (no_route t dst)
-    | Some nh ->
+        e
+    | Ok nh ->
+        let len = Packet.length p in
         if len + hlen > t.mtu then
           if len > 0xFFFF then (
             Packet.release p;
@@ -727,8 +714,7 @@ module Make (E : Ethernet.S) = struct
     t
 
   let active_open t { dst; proto } f =
-    let route dst = if next_hop t dst = None then Some (no_route t dst) else None in
-    Conns.active_open t.conns ~ip:t ~nothing ~no_route:route dst proto f
+    Conns.active_open t.conns ~ip:t ~nothing ~route:(route t) dst proto f
 
   let passive_open t { protocol; source } f = Conns.passive_open t.conns ~protocol ~source f
   let close (c : connection) = Conns.close c.ip.conns c

@@ -70,7 +70,7 @@ let bounded () =
   Alcotest.(check bool) "the one in use stayed" true (Conns.find t (Conns.key 1 17) <> None);
   (* An active open pins a passively made connection: a flood does not push it out. *)
   let c =
-    match Conns.active_open t ~ip:() ~nothing ~no_route:(fun _ -> None) 3 17 (fun _ -> "new") with
+    match Conns.active_open t ~ip:() ~nothing ~route:(fun _ -> Ok ()) 3 17 (fun _ -> "new") with
     | Ok c -> c
     | Error _ -> Alcotest.fail "active open"
   in
@@ -92,7 +92,7 @@ let bounded () =
   (* No route: nothing made. *)
   (match
      Conns.active_open t ~ip:() ~nothing
-       ~no_route:(fun _ -> Some (`Unreachable "no route"))
+       ~route:(fun _ -> Error (`Unreachable "no route"))
        9 17
        (fun _ -> "x")
    with
