@@ -77,6 +77,8 @@ module type S = sig
   val mtu : t -> int
 end
 
+module Neighbours = Ip_common.Neighbours (Ip_common.Int_key)
+
 module Make (E : Ethernet.S) = struct
   type nonrec address = address
   type nonrec address_pattern = address_pattern
@@ -91,10 +93,7 @@ module Make (E : Ethernet.S) = struct
     pool : Consort.Pool.t;
     config : config;
     mutable my_ip : Ipv4_addr.t;
-    static : Mac_addr.t Itbl.t;
-    resolved : resolved Lru.t;
-    pending : pending Lru.t;
-    mutable queued : int; (* packets in every pending queue *)
+    cache : (connection * Packet.t) Neighbours.t;
     out : E.connection Itbl.t; (* per ethertype, for sending *)
     mutable last_defence : Consort.Time.t;
     mutable requests_sent : int;
@@ -103,21 +102,7 @@ module Make (E : Ethernet.S) = struct
     mutable requests_received : int;
     mutable replies_received : int;
     mutable bad : int;
-    mutable queue_dropped : int;
-    mutable resolution_failed : int;
     mutable conflicts : int;
-  }
-
-  and resolved = {
-    mutable mac : Mac_addr.t;
-    mutable expires : Consort.Time.t;
-    mutable probed : Consort.Time.t; (* last unicast refresh request; 0: none *)
-  }
-
-  and pending = {
-    queue : (connection * Packet.t) Queue.t;
-    mutable tries : int;
-    mutable cancel : Clock.cancel;
   }
 
   and connection = {
@@ -168,77 +153,20 @@ module Make (E : Ethernet.S) = struct
       send_arp t ~dst:Mac_addr.broadcast
         { op = Request; sha = mac t; spa = t.my_ip; tha = Mac_addr.zero; tpa = t.my_ip }
 
-  let flush_queue t q mac =
-    match Queue.length q with
-    | 0 -> ()
-    | _ ->
-        Queue.iter
-          (fun (c, p) ->
-            match eth_out t c.ety with
-            | Ok ec -> ignore (E.send_to ec ~dst:mac p)
-            | Error _ -> Packet.release p)
-          q;
-        Queue.clear q
+  let transmit t mac (c, p) =
+    match eth_out t c.ety with
+    | Ok ec -> ignore (E.send_to ec ~dst:mac p)
+    | Error _ -> Packet.release p
 
-  (* [pd], no longer in [t.pending], is given up. *)
-  let give_up t ip pd =
-    pd.cancel ();
-    t.resolution_failed <- t.resolution_failed + 1;
-    t.queued <- t.queued - Queue.length pd.queue;
-    let told = ref [] in
-    Queue.iter
-      (fun (c, p) ->
-        Packet.release p;
-        t.queue_dropped <- t.queue_dropped + 1;
-        if not (List.memq c !told) then told := c :: !told)
-      pd.queue;
-    Queue.clear pd.queue;
+  (* The connections whose packets waited for [ip] are told, once each. *)
+  let gave_up ip waiting =
     Log.debug (fun m -> m "no answer for %a" Ipv4_addr.pp (Ipv4_addr.of_int ip));
-    List.iter (fun c -> if c.open_ then c.handler.status c Unresolved) (List.rev !told)
+    let told =
+      List.fold_left (fun told (c, _) -> if List.memq c told then told else c :: told) [] waiting
+    in
+    List.iter (fun c -> if c.open_ then c.handler.status c Unresolved) (List.rev told)
 
-  let drop_pending t ip pd =
-    Lru.remove t.pending ip;
-    give_up t ip pd
-
-  let rec retry t ip pd () =
-    match Lru.peek t.pending ip with
-    | Some pd' when pd' == pd ->
-        if pd.tries >= t.config.retries then drop_pending t ip pd
-        else begin
-          pd.tries <- pd.tries + 1;
-          request t (Ipv4_addr.of_int ip);
-          pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd)
-        end
-    | _ -> ()
-
-  (* A new resolution evicts the least recently started one when
-     [max_pending] are under way (the pending cache does, see [create]). *)
-  let start_pending t ip =
-    let pd = { queue = Queue.create (); tries = 1; cancel = (fun () -> ()) } in
-    Lru.add t.pending ip pd;
-    request t (Ipv4_addr.of_int ip);
-    pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd);
-    pd
-
-  let known t ip = Itbl.mem t.static ip || Lru.mem t.resolved ip || Lru.mem t.pending ip
-
-  let learn t ip mac =
-    if not (Itbl.mem t.static ip) then begin
-      let expires = t.clock.now () + t.config.entry_ttl in
-      (match Lru.find t.resolved ip with
-      | Some r ->
-          r.mac <- mac;
-          r.expires <- expires;
-          r.probed <- 0
-      | None -> Lru.add t.resolved ip { mac; expires; probed = 0 });
-      match Lru.peek t.pending ip with
-      | Some pd ->
-          Lru.remove t.pending ip;
-          pd.cancel ();
-          t.queued <- t.queued - Queue.length pd.queue;
-          flush_queue t pd.queue mac
-      | None -> ()
-    end
+  let learn t ip mac = Neighbours.learn t.cache ip mac ~create:true ~transmit:(transmit t)
 
   let input t p =
     (match Arp_packet.decode (Packet.cstruct p) with
@@ -262,7 +190,8 @@ module Make (E : Ethernet.S) = struct
         end
         else if m.spa <> Ipv4_addr.any && not (Mac_addr.is_group m.sha) then begin
           let ip = (m.spa :> int) in
-          if known t ip || (m.tpa = me && me <> Ipv4_addr.any) then learn t ip m.sha
+          if Neighbours.known t.cache ip || (m.tpa = me && me <> Ipv4_addr.any) then
+            learn t ip m.sha
         end;
         if m.op = Request && m.tpa = me && me <> Ipv4_addr.any && m.spa <> m.tpa then
           send_arp t ~dst:m.sha { op = Reply; sha = mac t; spa = me; tha = m.sha; tpa = m.spa });
@@ -273,7 +202,6 @@ module Make (E : Ethernet.S) = struct
       config.max_entries < 1 || config.max_pending < 1 || config.max_queued < 1
       || config.queue_limit < 1
     then invalid_arg "Arp.create: a limit below 1";
-    let evict_pending = ref (fun _ _ -> ()) in
     let t =
       {
         eth;
@@ -281,10 +209,18 @@ module Make (E : Ethernet.S) = struct
         pool;
         config;
         my_ip = ip;
-        static = Itbl.create 8;
-        resolved = Lru.create ~now:clock.now config.max_entries;
-        pending = Lru.create ~on_evict:(fun ip pd -> !evict_pending ip pd) config.max_pending;
-        queued = 0;
+        cache =
+          Neighbours.create ~clock ~packet:snd ~gave_up
+            {
+              ttl = config.entry_ttl;
+              refresh = config.refresh;
+              retry_interval = config.retry_interval;
+              retries = config.retries;
+              queue_limit = config.queue_limit;
+              max_queued = config.max_queued;
+              max_entries = config.max_entries;
+              max_pending = config.max_pending;
+            };
         out = Itbl.create 4;
         last_defence = 0;
         requests_sent = 0;
@@ -293,12 +229,9 @@ module Make (E : Ethernet.S) = struct
         requests_received = 0;
         replies_received = 0;
         bad = 0;
-        queue_dropped = 0;
-        resolution_failed = 0;
         conflicts = 0;
       }
     in
-    evict_pending := give_up t;
     (match
        E.passive_open eth (Ethernet.Ethertype Ethernet_wire.ethertype_arp) (fun _ ->
            { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
@@ -312,67 +245,22 @@ module Make (E : Ethernet.S) = struct
   let lookup t (ip : Ipv4_addr.t) =
     if (ip :> int) = 0xffff_ffff then Some Mac_addr.broadcast
     else if Ipv4_addr.is_multicast ip then Some (multicast_mac (ip :> int))
-    else
-      match Itbl.find_opt t.static (ip :> int) with
-      | Some _ as m -> m
-      | None -> (
-          match Lru.peek t.resolved (ip :> int) with
-          | Some r when r.expires > t.clock.now () -> Some r.mac
-          | _ -> None)
+    else Neighbours.lookup t.cache (ip :> int)
 
   (* The MAC to send to [ip] now, for a packet on its way: an entry in use
      close to its expiry is refreshed by a unicast request (RFC 1122
      2.3.2.1), so that an active flow never waits for a new resolution. *)
   let resolve_for_send t ip =
-    match Itbl.find_opt t.static ip with
-    | Some _ as m -> m
-    | None -> (
-        match Lru.find t.resolved ip with
-        | None -> None
-        | Some r ->
-            let now = t.clock.now () in
-            if r.expires <= now then None
-            else begin
-              if r.expires - now <= t.config.refresh && now - r.probed >= t.config.retry_interval
-              then begin
-                r.probed <- now;
-                t.refreshes <- t.refreshes + 1;
-                send_arp t ~dst:r.mac
-                  {
-                    op = Request;
-                    sha = mac t;
-                    spa = t.my_ip;
-                    tha = Mac_addr.zero;
-                    tpa = Ipv4_addr.of_int ip;
-                  }
-              end;
-              Some r.mac
-            end)
-
-  (* When [max_queued] packets wait in all, the resolution started
-     longest ago is given up (or, if it is [pd]'s, [pd]'s oldest packet is
-     dropped): the newest resolutions always have room. *)
-  let enqueue t pd c p =
-    let drop_oldest_of pd =
-      let _, old = Queue.pop pd.queue in
-      Packet.release old;
-      t.queued <- t.queued - 1;
-      t.queue_dropped <- t.queue_dropped + 1
-    in
-    if Queue.length pd.queue >= t.config.queue_limit then drop_oldest_of pd;
-    let rec make_room () =
-      if t.queued >= t.config.max_queued then
-        match Lru.oldest t.pending with
-        | Some (_, pd') when pd' == pd -> if not (Queue.is_empty pd.queue) then drop_oldest_of pd
-        | Some (ip, pd') ->
-            drop_pending t ip pd';
-            make_room ()
-        | None -> ()
-    in
-    make_room ();
-    Queue.push (c, p) pd.queue;
-    t.queued <- t.queued + 1;
-    Ok ()
+    Neighbours.resolve t.cache ip ~refresh:(fun ip dst ->
+        t.refreshes <- t.refreshes + 1;
+        send_arp t ~dst
+          {
+            op = Request;
+            sha = mac t;
+            spa = t.my_ip;
+            tha = Mac_addr.zero;
+            tpa = Ipv4_addr.of_int ip;
+          })
 
   let send c p =
     let t = c.arp in
@@ -395,13 +283,9 @@ module Make (E : Ethernet.S) = struct
           | Error _ as e ->
               Packet.release p;
               e)
-      | None -> (
-          match Lru.peek t.pending ip with
-          | Some pd -> enqueue t pd c p
-          | None ->
-              (* Absent or expired: resolve afresh. *)
-              Lru.remove t.resolved ip;
-              enqueue t (start_pending t ip) c p)
+      | None ->
+          Neighbours.wait t.cache ip (c, p) ~solicit:(fun ip -> request t (Ipv4_addr.of_int ip));
+          Ok ()
 
   let active_open t { ip; ethertype } f =
     match eth_out t ethertype with
@@ -443,35 +327,21 @@ module Make (E : Ethernet.S) = struct
         Ok ()
     | Add_static (ip, mac) ->
         let k = (ip :> int) in
-        Itbl.replace t.static k mac;
-        Lru.remove t.resolved k;
-        (match Lru.peek t.pending k with
-        | Some pd ->
-            Lru.remove t.pending k;
-            pd.cancel ();
-            t.queued <- t.queued - Queue.length pd.queue;
-            flush_queue t pd.queue mac
-        | None -> ());
+        Neighbours.add_static t.cache k mac;
+        Neighbours.forget_resolved t.cache k;
+        Neighbours.flush_pending t.cache k mac ~transmit:(transmit t);
         Ok ()
     | Remove ip ->
-        let k = (ip :> int) in
-        Itbl.remove t.static k;
-        Lru.remove t.resolved k;
-        (match Lru.peek t.pending k with Some pd -> drop_pending t k pd | None -> ());
+        Neighbours.remove t.cache (ip :> int);
         Ok ()
     | Announce ->
         announce t;
         Ok ()
 
   let query t =
-    let now = t.clock.now () in
     let entries =
-      Itbl.fold (fun ip mac acc -> (Ipv4_addr.of_int ip, Some mac) :: acc) t.static []
-      |> Lru.fold
-           (fun ip r acc ->
-             if r.expires > now then (Ipv4_addr.of_int ip, Some r.mac) :: acc else acc)
-           t.resolved
-      |> Lru.fold (fun ip _ acc -> (Ipv4_addr.of_int ip, None) :: acc) t.pending
+      Neighbours.entries t.cache
+      |> List.map (fun (ip, mac) -> (Ipv4_addr.of_int ip, mac))
       |> List.sort compare
     in
     {
@@ -483,9 +353,9 @@ module Make (E : Ethernet.S) = struct
       requests_received = t.requests_received;
       replies_received = t.replies_received;
       bad = t.bad;
-      queue_dropped = t.queue_dropped;
-      waiting = t.queued;
-      resolution_failed = t.resolution_failed;
+      queue_dropped = Neighbours.queue_dropped t.cache;
+      waiting = Neighbours.queued t.cache;
+      resolution_failed = Neighbours.resolution_failed t.cache;
       conflicts = t.conflicts;
     }
 end

@@ -7,20 +7,14 @@ type address_pattern = { protocol : int; source : Ipv4_addr.t option }
 type status = Icmp_error of { error : Icmp_packet.t; quoted : string }
 type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
 
-type reassembly = {
+type reassembly = Ip_common.reassembly = {
   timeout : Consort.Time.t;
   max_bytes : int;
   max_fragments : int;
   max_datagrams : int;
 }
 
-let default_reassembly =
-  {
-    timeout = Consort.Time.of_sec 30.;
-    max_bytes = 1 lsl 20;
-    max_fragments = 64;
-    max_datagrams = 64;
-  }
+let default_reassembly = Ip_common.default_reassembly
 
 type info = {
   address : Ipv4_addr.Prefix.t;
@@ -102,6 +96,17 @@ module type LINK = sig
   val mtu : t -> int
 end
 
+module Conns = Ip_common.Conns (struct
+  include Ip_common.Int_key
+
+  type addr = Ipv4_addr.t
+
+  let make (ip : Ipv4_addr.t) proto = ((ip :> int) lsl 8) lor proto
+  let equal_addr = Ipv4_addr.equal
+end)
+
+module Reassembly = Ip_common.Reassembly (Ip_common.Int_key)
+
 module Make (A : LINK) = struct
   type nonrec address = address
   type nonrec address_pattern = address_pattern
@@ -111,37 +116,21 @@ module Make (A : LINK) = struct
   type arp = A.t
   type host = Ipv4_addr.t
 
-  type fragments = {
-    fsrc : Ipv4_addr.t;
-    fproto : int;
-    fid : int;
-    mutable frags : (int * int * Packet.t) list; (* offset, length, payload; sorted *)
-    mutable bytes : int;
-    mutable count : int;
-    mutable total : int; (* -1 until the last fragment arrives *)
-    mutable cancel : Clock.cancel;
-  }
-
   type t = {
     arp : A.t;
     clock : Clock.t;
     pool : Consort.Pool.t;
-    reasm : reassembly;
     mutable prefix : Ipv4_addr.Prefix.t;
     mutable gateway : Ipv4_addr.t option;
     mutable bcast : Ipv4_addr.t;
     mtu : int;
-    pinned : connection Itbl.t; (* opened actively, until closed *)
-    conns : connection Lru.t; (* made by a passive open *)
-    listeners : (Ipv4_addr.t option * (connection -> handler)) list Itbl.t;
+    conns : (t, handler) Conns.t;
     hops : A.connection Lru.t;
-    pending : fragments Lru.t; (* the oldest evicted for a new datagram *)
-    mutable pending_bytes : int;
+    reasm : (Ipv4_addr.t * int * int) Reassembly.t; (* source, protocol, identification *)
     mutable next_id : int;
     mutable rx_hlen : int;
     mutable rx_bcast : bool;
-    mutable icmp_tokens : int;
-    mutable icmp_refill : Consort.Time.t;
+    icmp_rate : Ip_common.rate;
     mutable sent : int;
     mutable received : int;
     mutable bad : int;
@@ -151,37 +140,25 @@ module Make (A : LINK) = struct
     mutable bad_source : int;
     mutable fragments_sent : int;
     mutable fragments_received : int;
-    mutable reassembled : int;
-    mutable reassembly_dropped : int;
-    mutable reassembly_timeouts : int;
     mutable icmp_errors_sent : int;
   }
 
-  and connection = {
-    ip : t;
-    peer : Ipv4_addr.t;
-    proto : int;
-    key : int;
-    mutable handler : handler;
-    mutable users : int;
-    mutable is_pinned : bool;
-  }
-
+  and connection = (t, handler) Conns.conn
   and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
 
   let nothing = { receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }
-  let key ip proto = ((ip : Ipv4_addr.t :> int) lsl 8) lor proto
   let address t = t.prefix.addr
-  let remote c = c.peer
-  let local c = c.ip.prefix.addr
-  let protocol c = c.proto
+  let remote (c : connection) = c.peer
+  let local (c : connection) = c.ip.prefix.addr
+  let protocol (c : connection) = c.proto
   let hlen = Ipv4_wire.sizeof_ipv4
-  let mtu c = c.ip.mtu - hlen
+  let mtu (c : connection) = c.ip.mtu - hlen
 
   module Pseudo_header = struct
     type nonrec connection = connection
 
-    let sum c ~len = Checksum.pseudo_ipv4 ~src:c.ip.prefix.addr ~dst:c.peer ~proto:c.proto ~len
+    let sum (c : connection) ~len =
+      Checksum.pseudo_ipv4 ~src:c.ip.prefix.addr ~dst:c.peer ~proto:c.proto ~len
   end
 
   let next_hop t dst =
@@ -221,36 +198,28 @@ module Make (A : LINK) = struct
     id
 
   let fragment t hop ~dst ~proto p =
-    let payload = Packet.cstruct p in
-    let len = Cstruct.length payload in
-    let chunk = (t.mtu - hlen) land lnot 7 in
     let id = fresh_id t in
-    let rec go off result =
-      if off >= len then result
-      else
-        let n = min chunk (len - off) in
-        let q = Packet.create ~headroom:(hlen + A.headroom t.arp) t.pool n in
-        Cstruct.blit payload off (Packet.cstruct q) 0 n;
+    Ip_common.send_fragments ~pool:t.pool
+      ~headroom:(hlen + A.headroom t.arp)
+      ~chunk:((t.mtu - hlen) land lnot 7)
+      p
+      (fun q ~off ~more ->
         let h = Packet.push q hlen in
-        let more = off + n < len in
-        write_header t h ~dst ~proto ~len:(n + hlen) ~id
+        write_header t h ~dst ~proto ~len:(Packet.length q) ~id
           ~flags_off:((if more then Ipv4_wire.flag_mf else 0) lor (off / 8));
         t.fragments_sent <- t.fragments_sent + 1;
-        let r = A.send hop q in
-        go (off + n) (match result with Ok () -> r | e -> e)
-    in
-    let r = go 0 (Ok ()) in
-    Packet.release p;
-    r
+        A.send hop q)
+
+  let route t dst =
+    Ip_common.route (next_hop t) ~unrouted:(fun () -> t.no_route <- t.no_route + 1) Ipv4_addr.pp dst
 
   let output t ~df ~dst ~proto p =
-    let len = Packet.length p in
-    match next_hop t dst with
-    | None ->
-        t.no_route <- t.no_route + 1;
+    match route t dst with
+    | Error _ as e ->
         Packet.release p;
-        Error (`Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst))
-    | Some nh -> (
+        e
+    | Ok nh -> (
+        let len = Packet.length p in
         match hop_conn t nh with
         | Error _ as e ->
             Packet.release p;
@@ -270,19 +239,11 @@ module Make (A : LINK) = struct
               t.sent <- t.sent + 1;
               fragment t hop ~dst ~proto p))
 
-  let send c p = output c.ip ~df:false ~dst:c.peer ~proto:c.proto p
-  let send_df c p = output c.ip ~df:true ~dst:c.peer ~proto:c.proto p
+  let send (c : connection) p = output c.ip ~df:false ~dst:c.peer ~proto:c.proto p
+  let send_df (c : connection) p = output c.ip ~df:true ~dst:c.peer ~proto:c.proto p
 
   (* ICMP errors: at most 100 a second. *)
-  let icmp_allowed t =
-    let now = t.clock.now () in
-    if now - t.icmp_refill >= 1_000_000_000 then (
-      t.icmp_refill <- now;
-      t.icmp_tokens <- 100);
-    if t.icmp_tokens > 0 then (
-      t.icmp_tokens <- t.icmp_tokens - 1;
-      true)
-    else false
+  let icmp_allowed t = Ip_common.allowed t.icmp_rate ~now:(t.clock.now ())
 
   let send_icmp_error t err p =
     let h = t.rx_hlen in
@@ -303,198 +264,57 @@ module Make (A : LINK) = struct
         t.icmp_errors_sent <- t.icmp_errors_sent + 1;
         ignore (output t ~df:false ~dst:src ~proto:Ipv4_wire.proto_icmp q)
 
-  let find_conn t k =
-    match Itbl.find_opt t.pinned k with Some _ as c -> c | None -> Lru.find t.conns k
-
   let deliver_icmp_error t err quoted =
     match Ipv4_packet.decode_quoted quoted with
     | Error _ -> ()
     | Ok (h, rest) -> (
         if h.src = t.prefix.addr then
-          match find_conn t (key h.dst h.proto) with
-          | Some c ->
+          match Conns.find t.conns (Conns.key h.dst h.proto) with
+          | Some (c : connection) ->
               c.handler.status c (Icmp_error { error = err; quoted = Cstruct.to_string rest })
           | None -> ())
 
-  let find_listener t proto src =
-    match Itbl.find_opt t.listeners proto with
-    | None -> None
-    | Some l -> (
-        match List.find_opt (fun (s, _) -> s = Some src) l with
-        | Some (_, f) -> Some f
-        | None -> (
-            match List.find_opt (fun (s, _) -> s = None) l with
-            | Some (_, f) -> Some f
-            | None -> None))
-
   (* [p]'s window is the datagram, header of [h] bytes included. *)
   let deliver t p ~src ~proto ~h ~bcast =
-    let k = key src proto in
-    match find_conn t k with
+    match Conns.accept t.conns ~ip:t ~nothing ~peer:src ~proto with
     | Some c ->
         let (_ : (unit, _) result) = Packet.pull p h in
         t.rx_hlen <- h;
         t.rx_bcast <- bcast;
         t.received <- t.received + 1;
         c.handler.receive c p
-    | None -> (
-        match find_listener t proto src with
-        | Some f ->
-            let c =
-              {
-                ip = t;
-                peer = src;
-                proto;
-                key = k;
-                handler = nothing;
-                users = 1;
-                is_pinned = false;
-              }
-            in
-            Lru.add t.conns k c;
-            c.handler <- f c;
-            let (_ : (unit, _) result) = Packet.pull p h in
-            t.rx_hlen <- h;
-            t.rx_bcast <- bcast;
-            t.received <- t.received + 1;
-            c.handler.receive c p
-        | None ->
-            t.unknown_protocol <- t.unknown_protocol + 1;
-            let (_ : (unit, _) result) = Packet.pull p h in
-            t.rx_hlen <- h;
-            t.rx_bcast <- bcast;
-            send_icmp_error t (Dest_unreachable Protocol) p)
+    | None ->
+        t.unknown_protocol <- t.unknown_protocol + 1;
+        let (_ : (unit, _) result) = Packet.pull p h in
+        t.rx_hlen <- h;
+        t.rx_bcast <- bcast;
+        send_icmp_error t (Dest_unreachable Protocol) p
 
-  (* [fr], no longer in [t.pending], is given up. *)
-  let release_fragments t fr =
-    fr.cancel ();
-    t.pending_bytes <- t.pending_bytes - fr.bytes;
-    List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
-    fr.frags <- []
-
-  let drop_fragments t k fr =
-    fr.cancel ();
-    Lru.remove t.pending k;
-    t.pending_bytes <- t.pending_bytes - fr.bytes;
-    List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
-    fr.frags <- []
-
-  let complete t k fr =
-    fr.cancel ();
-    Lru.remove t.pending k;
-    t.pending_bytes <- t.pending_bytes - fr.bytes;
-    let q = Packet.create ~headroom:(Packet.default_headroom + hlen) t.pool fr.total in
-    let dst = Packet.cstruct q in
-    List.iter
-      (fun (off, len, p) ->
-        Cstruct.blit (Packet.cstruct p) 0 dst off len;
-        Packet.release p)
-      fr.frags;
-    fr.frags <- [];
-    t.reassembled <- t.reassembled + 1;
-    (* A header in front, as if the datagram had come whole, so that ICMP
-       errors about it can quote it. *)
+  (* The datagram reassembled, a header in front as if it had come whole, so that ICMP errors about
+     it can quote it. *)
+  let reassembled t q ~src ~proto ~id =
     let h = Packet.push q hlen in
     Ipv4_wire.set_version_ihl h ~ihl:5;
     Ipv4_wire.set_tos h 0;
-    Ipv4_wire.set_len h (fr.total + hlen);
-    Ipv4_wire.set_id h fr.fid;
+    Ipv4_wire.set_len h (Packet.length q);
+    Ipv4_wire.set_id h id;
     Ipv4_wire.set_flags_off h 0;
     Ipv4_wire.set_ttl h 64;
-    Ipv4_wire.set_proto h fr.fproto;
+    Ipv4_wire.set_proto h proto;
     Ipv4_wire.set_checksum h 0;
-    Ipv4_wire.set_src h fr.fsrc;
+    Ipv4_wire.set_src h src;
     Ipv4_wire.set_dst h t.prefix.addr;
-    deliver t q ~src:fr.fsrc ~proto:fr.fproto ~h:hlen ~bcast:false
+    deliver t q ~src ~proto ~h:hlen ~bcast:false
 
   let reassemble t p ~src ~proto ~h ~fo =
-    let cs = Packet.cstruct p in
-    let id = Ipv4_wire.get_id cs in
+    let id = Ipv4_wire.get_id (Packet.cstruct p) in
     let off = fo land 0x1fff * 8 and more = fo land Ipv4_wire.flag_mf <> 0 in
-    let len = Cstruct.length cs - h in
     t.fragments_received <- t.fragments_received + 1;
-    if len = 0 || (more && len land 7 <> 0) || off + len > max_payload then (
-      t.bad <- t.bad + 1;
-      Packet.release p)
-    else
-      let k = ((src : Ipv4_addr.t :> int) lsl 24) lor (proto lsl 16) lor id in
-      let fr =
-        match Lru.peek t.pending k with
-        | Some fr -> Some fr
-        | None ->
-            (* When [max_datagrams] are in progress, the one started
-                 longest ago is given up: a flood of first fragments never
-                 locks out new datagrams. *)
-            let fr =
-              {
-                fsrc = src;
-                fproto = proto;
-                fid = id;
-                frags = [];
-                bytes = 0;
-                count = 0;
-                total = -1;
-                cancel = (fun () -> ());
-              }
-            in
-            Lru.add t.pending k fr;
-            fr.cancel <-
-              t.clock.at
-                (t.clock.now () + t.reasm.timeout)
-                (fun () ->
-                  match Lru.peek t.pending k with
-                  | Some fr' when fr' == fr ->
-                      t.reassembly_timeouts <- t.reassembly_timeouts + 1;
-                      drop_fragments t k fr
-                  | _ -> ());
-            Some fr
-      in
-      match fr with
-      | None ->
-          t.reassembly_dropped <- t.reassembly_dropped + 1;
-          Packet.release p
-      | Some fr ->
-          if List.exists (fun (o, l, _) -> o = off && l = len) fr.frags then Packet.release p
-          else
-            let overlaps = List.exists (fun (o, l, _) -> off < o + l && o < off + len) fr.frags in
-            let total = if more then fr.total else off + len in
-            let bad_total =
-              ((not more) && fr.total >= 0 && fr.total <> total)
-              || total >= 0
-                 && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags)
-            in
-            (* Over the byte limit, the oldest other datagrams make room. *)
-            let rec make_room () =
-              if t.pending_bytes + len > t.reasm.max_bytes then
-                match Lru.oldest t.pending with
-                | Some (k', fr') when fr' != fr ->
-                    t.reassembly_dropped <- t.reassembly_dropped + 1;
-                    drop_fragments t k' fr';
-                    make_room ()
-                | _ -> ()
-            in
-            if not (overlaps || bad_total || fr.count >= t.reasm.max_fragments) then make_room ();
-            if
-              overlaps || bad_total || fr.count >= t.reasm.max_fragments
-              || t.pending_bytes + len > t.reasm.max_bytes
-            then (
-              t.reassembly_dropped <- t.reassembly_dropped + 1;
-              Packet.release p;
-              drop_fragments t k fr)
-            else begin
-              let (_ : (unit, _) result) = Packet.pull p h in
-              let rec insert = function
-                | [] -> [ (off, len, p) ]
-                | ((o, _, _) as x) :: rest as l ->
-                    if off < o then (off, len, p) :: l else x :: insert rest
-              in
-              fr.frags <- insert fr.frags;
-              fr.bytes <- fr.bytes + len;
-              fr.count <- fr.count + 1;
-              fr.total <- total;
-              t.pending_bytes <- t.pending_bytes + len;
-              if fr.total >= 0 && fr.bytes = fr.total then complete t k fr
-            end
+    let k = ((src : Ipv4_addr.t :> int) lsl 24) lor (proto lsl 16) lor id in
+    match Reassembly.add t.reasm k ~off ~more ~header:h ~meta:(src, proto, id) p with
+    | Bad -> t.bad <- t.bad + 1
+    | Held -> ()
+    | Complete (q, (src, proto, id)) -> reassembled t q ~src ~proto ~id
 
   (* RFC 1122 3.2.1.3 and 3.2.1.8: a datagram from this host, from 0.0.0.0
      (a host still without an address never sends us anything but DHCP,
@@ -553,29 +373,26 @@ module Make (A : LINK) = struct
   let create ?(reassembly = default_reassembly) ?(max_connections = 4096)
       ?(connection_idle = Consort.Time.of_sec 600.) ?gateway ~clock ~pool ~address arp =
     if max_connections < 1 then invalid_arg "Ipv4.create: max_connections < 1";
-    let evict_fragments = ref (fun _ -> ()) in
     let t =
       {
         arp;
         clock;
         pool;
-        reasm = reassembly;
         prefix = address;
         gateway;
         bcast = Ipv4_addr.broadcast;
         mtu = A.mtu arp;
-        pinned = Itbl.create 16;
-        conns = Lru.create ~idle:connection_idle ~now:clock.now max_connections;
-        listeners = Itbl.create 8;
+        conns =
+          Conns.create ~protocol:"protocol" ~in_use:"IP protocol" ~idle:connection_idle
+            ~now:clock.now max_connections;
         hops = Lru.create ~idle:connection_idle ~now:clock.now 256;
-        pending =
-          Lru.create ~on_evict:(fun _ fr -> !evict_fragments fr) (max 1 reassembly.max_datagrams);
-        pending_bytes = 0;
+        reasm =
+          Reassembly.create ~clock ~pool ~headroom:(Packet.default_headroom + hlen) ~max_payload
+            reassembly;
         next_id = 1;
         rx_hlen = 0;
         rx_bcast = false;
-        icmp_tokens = 100;
-        icmp_refill = clock.now ();
+        icmp_rate = Ip_common.rate ~now:(clock.now ()) 100;
         sent = 0;
         received = 0;
         bad = 0;
@@ -585,16 +402,9 @@ module Make (A : LINK) = struct
         bad_source = 0;
         fragments_sent = 0;
         fragments_received = 0;
-        reassembled = 0;
-        reassembly_dropped = 0;
-        reassembly_timeouts = 0;
         icmp_errors_sent = 0;
       }
     in
-    (evict_fragments :=
-       fun fr ->
-         t.reassembly_dropped <- t.reassembly_dropped + 1;
-         release_fragments t fr);
     set_prefix t address;
     (match
        A.passive_open arp (Arp.Ethertype Ethernet_wire.ethertype_ipv4) (fun _ ->
@@ -605,51 +415,10 @@ module Make (A : LINK) = struct
     t
 
   let active_open t { dst; proto } f =
-    if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "protocol %d" proto))
-    else
-      let k = key dst proto in
-      match find_conn t k with
-      | Some c ->
-          c.users <- c.users + 1;
-          if not c.is_pinned then begin
-            Lru.remove t.conns k;
-            Itbl.replace t.pinned k c;
-            c.is_pinned <- true
-          end;
-          Ok c
-      | None ->
-          if next_hop t dst = None then (
-            t.no_route <- t.no_route + 1;
-            Error (`Unreachable (Fmt.str "no route to %a" Ipv4_addr.pp dst)))
-          else
-            let c =
-              { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true }
-            in
-            Itbl.replace t.pinned k c;
-            c.handler <- f c;
-            Ok c
+    Conns.active_open t.conns ~ip:t ~nothing ~route:(route t) dst proto f
 
-  let passive_open t { protocol; source } f =
-    if protocol < 0 || protocol > 255 then
-      Error (`Bad_address (Printf.sprintf "protocol %d" protocol))
-    else
-      let l = Option.value ~default:[] (Itbl.find_opt t.listeners protocol) in
-      if List.exists (fun (s, _) -> s = source) l then
-        Error (`In_use (Printf.sprintf "IP protocol %d" protocol))
-      else (
-        Itbl.replace t.listeners protocol ((source, f) :: l);
-        Ok ())
-
-  let close c =
-    c.users <- c.users - 1;
-    if c.users <= 0 then
-      match Itbl.find_opt c.ip.pinned c.key with
-      | Some c' when c' == c -> Itbl.remove c.ip.pinned c.key
-      | _ -> (
-          match Lru.peek c.ip.conns c.key with
-          | Some c' when c' == c -> Lru.remove c.ip.conns c.key
-          | _ -> ())
-
+  let passive_open t { protocol; source } f = Conns.passive_open t.conns ~protocol ~source f
+  let close (c : connection) = Conns.close c.ip.conns c
   let abort = close
   let max_packet c = mtu c
   let headroom t = hlen + A.headroom t.arp
@@ -664,7 +433,7 @@ module Make (A : LINK) = struct
         Ok ()
 
   let query t =
-    Lru.expire t.conns;
+    Conns.expire t.conns;
     {
       address = t.prefix;
       gateway = t.gateway;
@@ -675,15 +444,15 @@ module Make (A : LINK) = struct
       not_for_us = t.not_for_us;
       no_route = t.no_route;
       unknown_protocol = t.unknown_protocol;
-      connections_evicted = Lru.evicted t.conns;
+      connections_evicted = Conns.evicted t.conns;
       bad_source = t.bad_source;
       fragments_sent = t.fragments_sent;
       fragments_received = t.fragments_received;
-      reassembled = t.reassembled;
-      reassembly_dropped = t.reassembly_dropped;
-      reassembly_timeouts = t.reassembly_timeouts;
+      reassembled = Reassembly.reassembled t.reasm;
+      reassembly_dropped = Reassembly.dropped t.reasm;
+      reassembly_timeouts = Reassembly.timeouts t.reasm;
       icmp_errors_sent = t.icmp_errors_sent;
-      connections = Itbl.length t.pinned + Lru.length t.conns;
+      connections = Conns.length t.conns;
     }
 end
 

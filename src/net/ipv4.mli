@@ -34,7 +34,7 @@ type status =
 
 type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
 
-type reassembly = {
+type reassembly = Ip_common.reassembly = {
   timeout : Consort.Time.t;  (** default 30 s *)
   max_bytes : int;  (** default 1 MiB *)
   max_fragments : int;  (** default 64 *)

@@ -148,19 +148,23 @@ let ty_echo_reply = 129
 let ty_ns = 135
 let ty_na = 136
 
-module Addr_lru = Lru.Make (struct
+module Neighbours = Ip_common.Neighbours (struct
   type t = Ipv6_addr.t
 
   let equal = Ipv6_addr.equal
   let hash = Ipv6_addr.hash
 end)
 
-module Key_lru = Lru.Make (struct
-  type t = string
+module Conns = Ip_common.Conns (struct
+  include Ip_common.String_key
 
-  let equal = String.equal
-  let hash (s : string) = Hashtbl.hash s
+  type addr = Ipv6_addr.t
+
+  let make (a : Ipv6_addr.t) proto = (a :> string) ^ String.make 1 (Char.chr proto)
+  let equal_addr = Ipv6_addr.equal
 end)
+
+module Reassembly = Ip_common.Reassembly (Ip_common.String_key)
 
 module Make (E : Ethernet.S) = struct
   type nonrec address = address
@@ -170,23 +174,6 @@ module Make (E : Ethernet.S) = struct
   type nonrec info = info
   type ethernet = E.t
   type host = Ipv6_addr.t
-
-  type neighbour = {
-    mutable mac : Mac_addr.t;
-    mutable expires : Consort.Time.t;
-    mutable probed : Consort.Time.t;
-  }
-
-  type pending = { queue : Packet.t Queue.t; mutable tries : int; mutable cancel : Clock.cancel }
-
-  type fragments = {
-    mutable frags : (int * int * Packet.t) list;
-    mutable bytes : int;
-    mutable count : int;
-    mutable total : int;
-    mutable next : int; (* the next header of the fragmentable part *)
-    mutable fcancel : Clock.cancel;
-  }
 
   type t = {
     eth : E.t;
@@ -199,18 +186,11 @@ module Make (E : Ethernet.S) = struct
     mutable gateway : Ipv6_addr.t option;
     mtu : int;
     mutable out : E.connection option;
-    static : (Ipv6_addr.t, Mac_addr.t) Hashtbl.t;
-    neighbours : neighbour Addr_lru.t;
-    pending : pending Addr_lru.t;
-    mutable queued : int;
-    pinned : (string, connection) Hashtbl.t;
-    conns : connection Key_lru.t;
-    listeners : (int, (Ipv6_addr.t option * (connection -> handler)) list) Hashtbl.t;
-    reasm : fragments Key_lru.t;
-    mutable reasm_bytes : int;
+    neighbours : Packet.t Neighbours.t;
+    conns : (t, handler) Conns.t;
+    reasm : int Reassembly.t; (* the next header of the fragmentable part *)
     mutable next_id : int;
-    mutable icmp_tokens : int;
-    mutable icmp_refill : Consort.Time.t;
+    icmp_rate : Ip_common.rate;
     (* The datagram being delivered: for ICMPv6 errors about it. *)
     mutable rx_src : Ipv6_addr.t;
     mutable rx_dst : Ipv6_addr.t;
@@ -225,48 +205,33 @@ module Make (E : Ethernet.S) = struct
     mutable solicitations_received : int;
     mutable advertisements_sent : int;
     mutable advertisements_received : int;
-    mutable resolution_failed : int;
-    mutable queue_dropped : int;
     mutable echo_replies_sent : int;
     mutable icmp_errors_sent : int;
     mutable icmp_errors_received : int;
     mutable fragments_sent : int;
     mutable fragments_received : int;
-    mutable reassembled : int;
-    mutable reassembly_dropped : int;
-    mutable reassembly_timeouts : int;
   }
 
-  and connection = {
-    ip : t;
-    peer : Ipv6_addr.t;
-    proto : int;
-    key : string;
-    mutable handler : handler;
-    mutable users : int;
-    mutable is_pinned : bool;
-  }
-
+  and connection = (t, handler) Conns.conn
   and handler = { receive : connection -> Packet.t -> unit; status : connection -> status -> unit }
 
   let nothing = { receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }
-  let key (a : Ipv6_addr.t) proto = (a :> string) ^ String.make 1 (Char.chr proto)
   let link_local t = t.link_local
   let address t = Option.map (fun (p : Ipv6_addr.Prefix.t) -> p.addr) t.prefix
-  let remote c = c.peer
-  let protocol c = c.proto
+  let remote (c : connection) = c.peer
+  let protocol (c : connection) = c.proto
 
   let source_for t dst =
     if Ipv6_addr.is_link_local dst then t.link_local
     else match t.prefix with Some p -> p.addr | None -> t.link_local
 
-  let local c = source_for c.ip c.peer
+  let local (c : connection) = source_for c.ip c.peer
   let pseudo = Transport_checksum.ipv6
 
   module Pseudo_header = struct
     type nonrec connection = connection
 
-    let sum c ~len = pseudo ~src:(local c) ~dst:c.peer ~proto:c.proto ~len
+    let sum (c : connection) ~len = pseudo ~src:(local c) ~dst:c.peer ~proto:c.proto ~len
   end
 
   let is_ours t a =
@@ -362,116 +327,23 @@ module Make (E : Ethernet.S) = struct
       ~mac_dst:(Ipv6_addr.multicast_mac (Ipv6_addr.solicited_node target))
 
   (* Neighbour resolution, as ARP's. *)
-  let give_up t ip pd =
-    pd.cancel ();
-    t.resolution_failed <- t.resolution_failed + 1;
-    t.queued <- t.queued - Queue.length pd.queue;
-    Queue.iter
-      (fun p ->
-        Packet.release p;
-        t.queue_dropped <- t.queue_dropped + 1)
-      pd.queue;
-    Queue.clear pd.queue;
-    Log.debug (fun m -> m "no answer from %a" Ipv6_addr.pp ip)
-
-  let drop_pending t ip pd =
-    Addr_lru.remove t.pending ip;
-    give_up t ip pd
-
-  let rec retry t ip pd () =
-    match Addr_lru.peek t.pending ip with
-    | Some pd' when pd' == pd ->
-        if pd.tries >= t.config.retries then drop_pending t ip pd
-        else begin
-          pd.tries <- pd.tries + 1;
-          solicit t ip;
-          pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t ip pd)
-        end
-    | _ -> ()
-
   let learn t ip mac ~create =
-    if not (Hashtbl.mem t.static ip) then begin
-      let expires = t.clock.now () + t.config.reachable_time in
-      (match Addr_lru.find t.neighbours ip with
-      | Some n ->
-          n.mac <- mac;
-          n.expires <- expires;
-          n.probed <- 0
-      | None ->
-          if create || Addr_lru.mem t.pending ip then
-            Addr_lru.add t.neighbours ip { mac; expires; probed = 0 });
-      match Addr_lru.peek t.pending ip with
-      | Some pd ->
-          Addr_lru.remove t.pending ip;
-          pd.cancel ();
-          t.queued <- t.queued - Queue.length pd.queue;
-          Queue.iter (fun p -> ignore (transmit t mac p)) pd.queue;
-          Queue.clear pd.queue
-      | None -> ()
-    end
+    Neighbours.learn t.neighbours ip mac ~create ~transmit:(fun mac p -> ignore (transmit t mac p))
 
-  let lookup t ip =
-    match Hashtbl.find_opt t.static ip with
-    | Some _ as m -> m
-    | None -> (
-        match Addr_lru.peek t.neighbours ip with
-        | Some n when n.expires > t.clock.now () -> Some n.mac
-        | _ -> None)
+  let lookup t ip = Neighbours.lookup t.neighbours ip
 
   let resolve_for_send t ip =
     if Ipv6_addr.is_multicast ip then Some (Ipv6_addr.multicast_mac ip)
     else
-      match Hashtbl.find_opt t.static ip with
-      | Some _ as m -> m
-      | None -> (
-          match Addr_lru.find t.neighbours ip with
-          | None -> None
-          | Some n ->
-              let now = t.clock.now () in
-              if n.expires <= now then None
-              else begin
-                if n.expires - now <= t.config.refresh && now - n.probed >= t.config.retry_interval
-                then begin
-                  n.probed <- now;
-                  send_ns t ~target:ip ~dst:ip ~mac_dst:n.mac
-                end;
-                Some n.mac
-              end)
-
-  let enqueue t pd p =
-    let drop_oldest_of pd =
-      Packet.release (Queue.pop pd.queue);
-      t.queued <- t.queued - 1;
-      t.queue_dropped <- t.queue_dropped + 1
-    in
-    if Queue.length pd.queue >= t.config.queue_limit then drop_oldest_of pd;
-    let rec make_room () =
-      if t.queued >= t.config.max_queued then
-        match Addr_lru.oldest t.pending with
-        | Some (_, pd') when pd' == pd -> if not (Queue.is_empty pd.queue) then drop_oldest_of pd
-        | Some (ip, pd') ->
-            drop_pending t ip pd';
-            make_room ()
-        | None -> ()
-    in
-    make_room ();
-    Queue.push p pd.queue;
-    t.queued <- t.queued + 1
+      Neighbours.resolve t.neighbours ip ~refresh:(fun ip mac ->
+          send_ns t ~target:ip ~dst:ip ~mac_dst:mac)
 
   (* [p]'s window is a whole datagram, header written. *)
   let send_to_hop t nh p =
     match resolve_for_send t nh with
     | Some mac -> transmit t mac p
     | None ->
-        (match Addr_lru.peek t.pending nh with
-        | Some pd -> enqueue t pd p
-        | None ->
-            Addr_lru.remove t.neighbours nh;
-            let pd = { queue = Queue.create (); tries = 1; cancel = (fun () -> ()) } in
-            Addr_lru.add t.pending nh pd;
-            solicit t nh;
-            pd.cancel <- t.clock.at (t.clock.now () + t.config.retry_interval) (retry t nh pd);
-            enqueue t pd p);
+        Neighbours.wait t.neighbours nh p ~solicit:(solicit t);
         Ok ()
 
   (* RFC 8200 section 4.5: a datagram over the link MTU goes in fragments,
@@ -479,44 +351,35 @@ module Make (E : Ethernet.S) = struct
      payload as fits, in multiples of 8 bytes; the identification is the
      instance's counter, which starts at a random value (RFC 7739). *)
   let fragment t nh ~src ~dst ~proto p =
-    let payload = Packet.cstruct p in
-    let len = Cstruct.length payload in
-    let chunk = (t.mtu - hlen - 8) land lnot 7 in
     let id = t.next_id in
     t.next_id <- (id + 1) land 0xFFFF_FFFF;
     let hop = if Ipv6_addr.is_multicast dst then 1 else 64 in
-    let rec go off result =
-      if off >= len then result
-      else begin
-        let n = min chunk (len - off) in
-        let q = Packet.create ~headroom:(hlen + 8 + E.headroom t.eth) t.pool n in
-        Cstruct.blit payload off (Packet.cstruct q) 0 n;
-        let more = off + n < len in
+    t.sent <- t.sent + 1;
+    Ip_common.send_fragments ~pool:t.pool
+      ~headroom:(hlen + 8 + E.headroom t.eth)
+      ~chunk:((t.mtu - hlen - 8) land lnot 7)
+      p
+      (fun q ~off ~more ->
         let f = Packet.push q 8 in
         Cstruct.set_uint8 f 0 proto;
         Cstruct.set_uint8 f 1 0;
         Cstruct.BE.set_uint16 f 2 (off lor if more then 1 else 0);
         Cstruct.BE.set_uint32 f 4 (Int32.of_int id);
         let h = Packet.push q hlen in
-        write_header h ~src ~dst ~proto:44 ~len:(n + 8) ~hop;
+        write_header h ~src ~dst ~proto:44 ~len:(Packet.length q - hlen) ~hop;
         t.fragments_sent <- t.fragments_sent + 1;
-        let r = send_to_hop t nh q in
-        go (off + n) (match result with Ok () -> r | e -> e)
-      end
-    in
-    t.sent <- t.sent + 1;
-    let r = go 0 (Ok ()) in
-    Packet.release p;
-    r
+        send_to_hop t nh q)
+
+  let route t dst =
+    Ip_common.route (next_hop t) ~unrouted:(fun () -> t.no_route <- t.no_route + 1) Ipv6_addr.pp dst
 
   let output t ~src ~dst ~proto p =
-    let len = Packet.length p in
-    match next_hop t dst with
-    | None ->
-        t.no_route <- t.no_route + 1;
+    match route t dst with
+    | Error _ as e ->
         Packet.release p;
-        Error (`Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst))
-    | Some nh ->
+        e
+    | Ok nh ->
+        let len = Packet.length p in
         if len + hlen > t.mtu then
           if len > 0xFFFF then (
             Packet.release p;
@@ -529,7 +392,7 @@ module Make (E : Ethernet.S) = struct
           send_to_hop t nh p
         end
 
-  let send c p =
+  let send (c : connection) p =
     let t = c.ip in
     let src = local c in
     if c.proto = proto_icmp && Packet.length p >= 4 then
@@ -538,15 +401,7 @@ module Make (E : Ethernet.S) = struct
         ~field:2 (Packet.cstruct p);
     output t ~src ~dst:c.peer ~proto:c.proto p
 
-  let icmp_allowed t =
-    let now = t.clock.now () in
-    if now - t.icmp_refill >= 1_000_000_000 then (
-      t.icmp_refill <- now;
-      t.icmp_tokens <- t.config.icmp_rate);
-    if t.icmp_tokens > 0 then (
-      t.icmp_tokens <- t.icmp_tokens - 1;
-      true)
-    else false
+  let icmp_allowed t = Ip_common.allowed t.icmp_rate ~now:(t.clock.now ())
 
   let error_fields = function
     | Unreachable c -> (ty_unreachable, c, 0l)
@@ -577,53 +432,15 @@ module Make (E : Ethernet.S) = struct
       ignore (output t ~src ~dst ~proto:proto_icmp q)
     end
 
-  let find_conn t k =
-    match Hashtbl.find_opt t.pinned k with Some _ as c -> c | None -> Key_lru.find t.conns k
-
-  let find_listener t proto src =
-    match Hashtbl.find_opt t.listeners proto with
-    | None -> None
-    | Some l -> (
-        match
-          List.find_opt
-            (fun (s, _) -> match s with Some a -> Ipv6_addr.equal a src | None -> false)
-            l
-        with
-        | Some (_, f) -> Some f
-        | None -> (
-            match List.find_opt (fun (s, _) -> s = None) l with
-            | Some (_, f) -> Some f
-            | None -> None))
-
   (* Hands [p] (window: the upper protocol's message) to the connection
      for [src] and [proto], or a listener; [Error ()] if nobody takes it. *)
   let upcall t ~src ~proto p =
-    let k = key src proto in
-    match find_conn t k with
+    match Conns.accept t.conns ~ip:t ~nothing ~peer:src ~proto with
     | Some c ->
         t.received <- t.received + 1;
         c.handler.receive c p;
         Ok ()
-    | None -> (
-        match find_listener t proto src with
-        | Some f ->
-            let c =
-              {
-                ip = t;
-                peer = src;
-                proto;
-                key = k;
-                handler = nothing;
-                users = 1;
-                is_pinned = false;
-              }
-            in
-            Key_lru.add t.conns k c;
-            c.handler <- f c;
-            t.received <- t.received + 1;
-            c.handler.receive c p;
-            Ok ()
-        | None -> Error ())
+    | None -> Error ()
 
   let mac_option cs off ty =
     (* The link-layer address option of type [ty] among the options from [off]. *)
@@ -707,8 +524,8 @@ module Make (E : Ethernet.S) = struct
            and qdst = Ipv6_addr.get q 24
            and qproto = Cstruct.get_uint8 q 6 in
            if is_ours t qsrc then
-             match find_conn t (key qdst qproto) with
-             | Some c ->
+             match Conns.find t.conns (Conns.key qdst qproto) with
+             | Some (c : connection) ->
                  c.handler.status c
                    (Icmp_error { error; quoted = Cstruct.to_string (Cstruct.shift q hlen) })
              | None -> ());
@@ -789,112 +606,18 @@ module Make (E : Ethernet.S) = struct
       let fo = Cstruct.BE.get_uint16 cs 2 in
       let off = fo land 0xfff8 and more = fo land 1 = 1 in
       let id = Int32.to_int (Cstruct.BE.get_uint32 cs 4) land 0xffff_ffff in
-      let len = n - 8 in
       if off = 0 && not more then begin
         (* An atomic fragment (RFC 6946): the datagram whole. *)
         ignore (Packet.pull p 8);
         deliver ~off:(frag_at + 8) ~named:frag_at t p ~src ~dst ~hop ~proto:next
       end
-      else if len = 0 || (more && len land 7 <> 0) || off + len > 0xffff then (
-        t.bad <- t.bad + 1;
-        Packet.release p)
       else
         let k = (src :> string) ^ (dst :> string) ^ Printf.sprintf "%08x" id in
-        let rc = t.config.reassembly in
-        let fr =
-          match Key_lru.peek t.reasm k with
-          | Some fr -> Some fr
-          | None ->
-              (* The oldest datagram in progress is given up for a new one. *)
-              let fr =
-                {
-                  frags = [];
-                  bytes = 0;
-                  count = 0;
-                  total = -1;
-                  next = -1;
-                  fcancel = (fun () -> ());
-                }
-              in
-              Key_lru.add t.reasm k fr;
-              fr.fcancel <-
-                t.clock.at
-                  (t.clock.now () + rc.timeout)
-                  (fun () ->
-                    match Key_lru.peek t.reasm k with
-                    | Some fr' when fr' == fr ->
-                        t.reassembly_timeouts <- t.reassembly_timeouts + 1;
-                        drop_fragments t k fr
-                    | _ -> ());
-              Some fr
-        in
-        match fr with
-        | None ->
-            t.reassembly_dropped <- t.reassembly_dropped + 1;
-            Packet.release p
-        | Some fr ->
-            if List.exists (fun (o, l, _) -> o = off && l = len) fr.frags then Packet.release p
-            else
-              let overlaps = List.exists (fun (o, l, _) -> off < o + l && o < off + len) fr.frags in
-              let total = if more then fr.total else off + len in
-              let bad_total =
-                ((not more) && fr.total >= 0 && fr.total <> total)
-                || total >= 0
-                   && (off + len > total || List.exists (fun (o, l, _) -> o + l > total) fr.frags)
-              in
-              let rec make_room () =
-                if t.reasm_bytes + len > rc.max_bytes then
-                  match Key_lru.oldest t.reasm with
-                  | Some (k', fr') when fr' != fr ->
-                      t.reassembly_dropped <- t.reassembly_dropped + 1;
-                      drop_fragments t k' fr';
-                      make_room ()
-                  | _ -> ()
-              in
-              if not (overlaps || bad_total || fr.count >= rc.max_fragments) then make_room ();
-              if
-                overlaps || bad_total || fr.count >= rc.max_fragments
-                || t.reasm_bytes + len > rc.max_bytes
-              then (
-                t.reassembly_dropped <- t.reassembly_dropped + 1;
-                Packet.release p;
-                drop_fragments t k fr)
-              else begin
-                ignore (Packet.pull p 8);
-                let rec insert = function
-                  | [] -> [ (off, len, p) ]
-                  | ((o, _, _) as x) :: rest as l ->
-                      if off < o then (off, len, p) :: l else x :: insert rest
-                in
-                fr.frags <- insert fr.frags;
-                fr.bytes <- fr.bytes + len;
-                fr.count <- fr.count + 1;
-                fr.total <- total;
-                if off = 0 then fr.next <- next;
-                t.reasm_bytes <- t.reasm_bytes + len;
-                if fr.total >= 0 && fr.bytes = fr.total && fr.next >= 0 then begin
-                  fr.fcancel ();
-                  Key_lru.remove t.reasm k;
-                  t.reasm_bytes <- t.reasm_bytes - fr.bytes;
-                  let q = Packet.create ~headroom:Packet.default_headroom t.pool fr.total in
-                  let d = Packet.cstruct q in
-                  List.iter
-                    (fun (o, l, p) ->
-                      Cstruct.blit (Packet.cstruct p) 0 d o l;
-                      Packet.release p)
-                    fr.frags;
-                  fr.frags <- [];
-                  t.reassembled <- t.reassembled + 1;
-                  deliver ~off:(frag_at + 8) ~named:frag_at t q ~src ~dst ~hop ~proto:fr.next
-                end
-              end
-
-  and drop_fragments t k fr =
-    fr.fcancel ();
-    Key_lru.remove t.reasm k;
-    t.reasm_bytes <- t.reasm_bytes - fr.bytes;
-    List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
-    fr.frags <- []
+        match Reassembly.add t.reasm k ~off ~more ~header:8 ~meta:next p with
+        | Bad -> t.bad <- t.bad + 1
+        | Held -> ()
+        | Complete (q, next) ->
+            deliver ~off:(frag_at + 8) ~named:frag_at t q ~src ~dst ~hop ~proto:next
 
   let input t p =
     let cs = Packet.cstruct p in
@@ -927,8 +650,6 @@ module Make (E : Ethernet.S) = struct
       || config.max_queued < 1 || config.queue_limit < 1
     then invalid_arg "Ipv6.create: a limit below 1";
     let mac = E.mac eth in
-    let evict_pending = ref (fun _ _ -> ()) in
-    let evict_fragments = ref (fun _ -> ()) in
     let t =
       {
         eth;
@@ -941,23 +662,29 @@ module Make (E : Ethernet.S) = struct
         gateway;
         mtu = E.mtu eth;
         out = None;
-        static = Hashtbl.create 8;
-        neighbours = Addr_lru.create ~now:clock.now config.max_neighbours;
-        pending = Addr_lru.create ~on_evict:(fun ip pd -> !evict_pending ip pd) config.max_pending;
-        queued = 0;
-        pinned = Hashtbl.create 16;
-        conns = Key_lru.create ~idle:config.connection_idle ~now:clock.now config.max_connections;
-        listeners = Hashtbl.create 8;
+        neighbours =
+          Neighbours.create ~clock ~packet:Fun.id
+            ~gave_up:(fun ip _ -> Log.debug (fun m -> m "no answer from %a" Ipv6_addr.pp ip))
+            {
+              ttl = config.reachable_time;
+              refresh = config.refresh;
+              retry_interval = config.retry_interval;
+              retries = config.retries;
+              queue_limit = config.queue_limit;
+              max_queued = config.max_queued;
+              max_entries = config.max_neighbours;
+              max_pending = config.max_pending;
+            };
+        conns =
+          Conns.create ~protocol:"next header" ~in_use:"IPv6 next header"
+            ~idle:config.connection_idle ~now:clock.now config.max_connections;
         reasm =
-          Key_lru.create
-            ~on_evict:(fun _ fr -> !evict_fragments fr)
-            (max 1 config.reassembly.max_datagrams);
-        reasm_bytes = 0;
+          Reassembly.create ~clock ~pool ~headroom:Packet.default_headroom ~max_payload:0xffff
+            config.reassembly;
         (* Not the same at every start (RFC 7739), yet the same under the
            same virtual clock. *)
         next_id = Hashtbl.hash (Mac_addr.to_string (E.mac eth), clock.now ()) land 0xFFFF_FFFF;
-        icmp_tokens = config.icmp_rate;
-        icmp_refill = clock.now ();
+        icmp_rate = Ip_common.rate ~now:(clock.now ()) config.icmp_rate;
         rx_src = Ipv6_addr.unspecified;
         rx_dst = Ipv6_addr.unspecified;
         rx_header = "";
@@ -971,26 +698,13 @@ module Make (E : Ethernet.S) = struct
         solicitations_received = 0;
         advertisements_sent = 0;
         advertisements_received = 0;
-        resolution_failed = 0;
-        queue_dropped = 0;
         echo_replies_sent = 0;
         icmp_errors_sent = 0;
         icmp_errors_received = 0;
         fragments_sent = 0;
         fragments_received = 0;
-        reassembled = 0;
-        reassembly_dropped = 0;
-        reassembly_timeouts = 0;
       }
     in
-    evict_pending := give_up t;
-    (evict_fragments :=
-       fun fr ->
-         fr.fcancel ();
-         t.reassembly_dropped <- t.reassembly_dropped + 1;
-         t.reasm_bytes <- t.reasm_bytes - fr.bytes;
-         List.iter (fun (_, _, p) -> Packet.release p) fr.frags;
-         fr.frags <- []);
     (match
        E.passive_open eth (Ethernet.Ethertype ethertype_ipv6) (fun _ ->
            { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
@@ -1000,53 +714,12 @@ module Make (E : Ethernet.S) = struct
     t
 
   let active_open t { dst; proto } f =
-    if proto < 0 || proto > 255 then Error (`Bad_address (Printf.sprintf "next header %d" proto))
-    else
-      let k = key dst proto in
-      match find_conn t k with
-      | Some c ->
-          c.users <- c.users + 1;
-          if not c.is_pinned then begin
-            Key_lru.remove t.conns k;
-            Hashtbl.replace t.pinned k c;
-            c.is_pinned <- true
-          end;
-          Ok c
-      | None ->
-          if next_hop t dst = None then (
-            t.no_route <- t.no_route + 1;
-            Error (`Unreachable (Fmt.str "no route to %a" Ipv6_addr.pp dst)))
-          else
-            let c =
-              { ip = t; peer = dst; proto; key = k; handler = nothing; users = 1; is_pinned = true }
-            in
-            Hashtbl.replace t.pinned k c;
-            c.handler <- f c;
-            Ok c
+    Conns.active_open t.conns ~ip:t ~nothing ~route:(route t) dst proto f
 
-  let passive_open t { protocol; source } f =
-    if protocol < 0 || protocol > 255 then
-      Error (`Bad_address (Printf.sprintf "next header %d" protocol))
-    else
-      let l = Option.value ~default:[] (Hashtbl.find_opt t.listeners protocol) in
-      if List.exists (fun (s, _) -> Option.equal Ipv6_addr.equal s source) l then
-        Error (`In_use (Printf.sprintf "IPv6 next header %d" protocol))
-      else (
-        Hashtbl.replace t.listeners protocol ((source, f) :: l);
-        Ok ())
-
-  let close c =
-    c.users <- c.users - 1;
-    if c.users <= 0 then
-      match Hashtbl.find_opt c.ip.pinned c.key with
-      | Some c' when c' == c -> Hashtbl.remove c.ip.pinned c.key
-      | _ -> (
-          match Key_lru.peek c.ip.conns c.key with
-          | Some c' when c' == c -> Key_lru.remove c.ip.conns c.key
-          | _ -> ())
-
+  let passive_open t { protocol; source } f = Conns.passive_open t.conns ~protocol ~source f
+  let close (c : connection) = Conns.close c.ip.conns c
   let abort = close
-  let max_packet c = c.ip.mtu - hlen
+  let max_packet (c : connection) = c.ip.mtu - hlen
   let headroom t = hlen + E.headroom t.eth
 
   let control t = function
@@ -1057,19 +730,11 @@ module Make (E : Ethernet.S) = struct
         t.gateway <- g;
         Ok ()
     | Add_neighbour (ip, mac) ->
-        Hashtbl.replace t.static ip mac;
+        Neighbours.add_static t.neighbours ip mac;
         Ok ()
 
   let query t =
-    let now = t.clock.now () in
-    let neighbours =
-      Hashtbl.fold (fun ip mac acc -> (ip, Some mac) :: acc) t.static []
-      |> Addr_lru.fold
-           (fun ip n acc -> if n.expires > now then (ip, Some n.mac) :: acc else acc)
-           t.neighbours
-      |> Addr_lru.fold (fun ip _ acc -> (ip, None) :: acc) t.pending
-      |> List.sort compare
-    in
+    let neighbours = List.sort compare (Neighbours.entries t.neighbours) in
     {
       addresses = t.link_local :: Option.to_list (address t);
       mtu = t.mtu;
@@ -1084,17 +749,17 @@ module Make (E : Ethernet.S) = struct
       solicitations_received = t.solicitations_received;
       advertisements_sent = t.advertisements_sent;
       advertisements_received = t.advertisements_received;
-      resolution_failed = t.resolution_failed;
-      queue_dropped = t.queue_dropped;
+      resolution_failed = Neighbours.resolution_failed t.neighbours;
+      queue_dropped = Neighbours.queue_dropped t.neighbours;
       echo_replies_sent = t.echo_replies_sent;
       icmp_errors_sent = t.icmp_errors_sent;
       icmp_errors_received = t.icmp_errors_received;
       fragments_sent = t.fragments_sent;
       fragments_received = t.fragments_received;
-      reassembled = t.reassembled;
-      reassembly_dropped = t.reassembly_dropped;
-      reassembly_timeouts = t.reassembly_timeouts;
-      connections = Hashtbl.length t.pinned + Key_lru.length t.conns;
-      connections_evicted = Key_lru.evicted t.conns;
+      reassembled = Reassembly.reassembled t.reasm;
+      reassembly_dropped = Reassembly.dropped t.reasm;
+      reassembly_timeouts = Reassembly.timeouts t.reasm;
+      connections = Conns.length t.conns;
+      connections_evicted = Conns.evicted t.conns;
     }
 end

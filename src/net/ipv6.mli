@@ -22,9 +22,10 @@
 
     Received datagrams pass through hop-by-hop, destination options, routing (with no segments left)
     and fragment headers; fragments are reassembled within the same limits, and the same eviction of
-    the oldest, as {!Ipv4}; overlapping fragments drop their datagram (RFC 5722). Datagrams are sent
-    whole (no fragmentation on send: [`Too_big] over the MTU). Datagrams from a multicast, loopback
-    or our own address are dropped. *)
+    the oldest, as {!Ipv4} (both are {!Ip_common.Reassembly}); overlapping fragments drop their
+    datagram (RFC 5722). Datagrams over the link MTU are sent in fragments (RFC 8200 4.5; [`Too_big]
+    for a payload over 65535 bytes). Datagrams from a multicast, loopback or our own address are
+    dropped. *)
 
 type address = { dst : Ipv6_addr.t; proto : int }
 type address_pattern = { protocol : int; source : Ipv6_addr.t option }
