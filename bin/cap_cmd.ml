@@ -1,5 +1,6 @@
 open Cmdliner
 open Consort_cap
+open Consort_crypto
 module Store = Consort_capfs.Store
 module Fs_server = Consort_capfs_server.Fs_server
 module Fs_client = Consort_capfs_server.Fs_client

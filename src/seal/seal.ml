@@ -1,6 +1,6 @@
 open Consort
-module Crypto = Consort_cap.Crypto
-module Aead = Consort_cap.Chacha (* OpenSSL's, in mirage-crypto's format *)
+module Crypto = Consort_crypto.Crypto
+module Aead = Consort_crypto.Chacha (* OpenSSL's, in mirage-crypto's format *)
 module X25519 = Mirage_crypto_ec.X25519
 
 let src = Logs.Src.create "consort.seal" ~doc:"Sealed datagrams"

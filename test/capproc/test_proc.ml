@@ -6,6 +6,7 @@
 
 module Pd = Consort_capproc.Pd
 open Consort_cap
+open Consort_crypto
 open Consort_local
 open Cap_procs
 

@@ -1,4 +1,5 @@
 open Consort_cap
+open Consort_crypto
 module Store = Consort_capfs.Store
 module Sim = Consort_engine.Sim
 module R = Rpc.Make (Sim)
