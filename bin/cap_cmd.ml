@@ -211,7 +211,7 @@ let get locate cap =
           (* Each read straight to the file descriptor, in one write. *)
           let output d =
             if !write_error = None then
-              try Consort_capfs.Io.write_string Unix.stdout d
+              try Consort_util.Io.write_string Unix.stdout d
               with Unix.Unix_error (e, _, _) -> write_error := Some (Unix.error_message e)
           in
           let bar = ref None in

@@ -453,7 +453,7 @@ let seal_held held ~under ~id ~counter ~wall_ms payload =
           Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
       Some (Cstruct.to_string cs)
 
-module Ids = Consort_net.Lru.Make (struct
+module Ids = Consort.Lru.Make (struct
   type t = string
 
   let equal = String.equal

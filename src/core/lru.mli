@@ -12,8 +12,8 @@ module type S = sig
   type 'a t
 
   val create :
-    ?idle:Consort.Time.t ->
-    ?now:(unit -> Consort.Time.t) ->
+    ?idle:Time.t ->
+    ?now:(unit -> Time.t) ->
     ?on_evict:(key -> 'a -> unit) ->
     int ->
     'a t
