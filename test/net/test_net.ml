@@ -7,6 +7,7 @@ let () =
       ("devices", T_devices.suite);
       ("stack", T_stack.suite);
       ("lru", T_lru.suite);
+      ("secret", T_secret.suite);
       ("flood", T_flood.suite);
       ("mix", T_mix.suite);
       ("ipv6", T_ipv6.suite);
