@@ -2,13 +2,7 @@ module type S = sig
   type key
   type 'a t
 
-  val create :
-    ?idle:Time.t ->
-    ?now:(unit -> Time.t) ->
-    ?on_evict:(key -> 'a -> unit) ->
-    int ->
-    'a t
-
+  val create : ?idle:Time.t -> ?now:(unit -> Time.t) -> ?on_evict:(key -> 'a -> unit) -> int -> 'a t
   val find : 'a t -> key -> 'a option
   val peek : 'a t -> key -> 'a option
   val mem : 'a t -> key -> bool
