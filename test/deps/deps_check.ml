@@ -1,7 +1,8 @@
 (* The library graph's rules (doc/deps.allowed) checked against the dune files. *)
 
 type node = {
-  id : string;  (** a library's public name (its name without one); an executable's [DIR/NAME.exe] *)
+  id : string;
+      (** a library's public name (its name without one); an executable's [DIR/NAME.exe] *)
   aliases : string list;  (** the names other dune files may use for it *)
   lib : bool;
   dir : string;  (** relative to the root *)
@@ -26,9 +27,7 @@ let pp_violation ppf v = Fmt.pf ppf "%s -> %s (%s)" v.from v.to_ v.why
 module S = Sexplib0.Sexp
 
 let field name items =
-  List.find_map
-    (function S.List (S.Atom n :: rest) when n = name -> Some rest | _ -> None)
-    items
+  List.find_map (function S.List (S.Atom n :: rest) when n = name -> Some rest | _ -> None) items
 
 let atoms l = List.filter_map (function S.Atom a -> Some a | S.List _ -> None) l
 
@@ -76,11 +75,13 @@ let nodes_of_dune ~dir text =
                  match (name, public) with
                  | Some [ n ], Some [ p ] ->
                      [ { id = p; aliases = [ p; n ]; lib = true; dir; deps = deps items } ]
-                 | Some [ n ], _ -> [ { id = n; aliases = [ n ]; lib = true; dir; deps = deps items } ]
+                 | Some [ n ], _ ->
+                     [ { id = n; aliases = [ n ]; lib = true; dir; deps = deps items } ]
                  | _ -> [])
              | S.List (S.Atom ("executable" | "test") :: items) -> (
                  match Option.map atoms (field "name" items) with
-                 | Some [ n ] -> [ { id = exe n; aliases = []; lib = false; dir; deps = deps items } ]
+                 | Some [ n ] ->
+                     [ { id = exe n; aliases = []; lib = false; dir; deps = deps items } ]
                  | _ -> [])
              | S.List (S.Atom ("executables" | "tests") :: items) -> (
                  match field "names" items with
@@ -144,8 +145,12 @@ let parse_rules text =
             known = List.rev r.known;
           }
     | line :: rest -> (
-        let line = match String.index_opt line '#' with Some i -> String.sub line 0 i | None -> line in
-        let bad () = Error (Printf.sprintf "doc/deps.allowed:%d: not a rule: %s" n (String.trim line)) in
+        let line =
+          match String.index_opt line '#' with Some i -> String.sub line 0 i | None -> line
+        in
+        let bad () =
+          Error (Printf.sprintf "doc/deps.allowed:%d: not a rule: %s" n (String.trim line))
+        in
         let lib_line ws =
           (* LIB: DEPS... *)
           match ws with
@@ -176,13 +181,14 @@ let parse_rules text =
         | [ "known"; from; "->"; to_ ] -> go (n + 1) { r with known = (from, to_) :: r.known } rest
         | _ -> bad ())
   in
-  go 1
-    { production = []; nonproduction = []; allow = []; only = []; never = []; known = [] }
-    lines
+  go 1 { production = []; nonproduction = []; allow = []; only = []; never = []; known = [] } lines
 
 (* --- The check --- *)
 
-let under dir d = d = dir || (String.length d > String.length dir && String.sub d 0 (String.length dir + 1) = dir ^ "/")
+let under dir d =
+  d = dir
+  || (String.length d > String.length dir && String.sub d 0 (String.length dir + 1) = dir ^ "/")
+
 let in_dirs dirs d = List.exists (fun dir -> under dir d) dirs
 
 (* The rule file's own mistakes: a name that is no library of the tree (in [allow] lines, and as the
@@ -241,12 +247,12 @@ let violations rules nodes =
           let target = find dep in
           let to_ = match target with Some t -> t.id | None -> dep in
           let v why = Some { from = n.id; to_; why } in
-          let never =
-            List.exists (fun (l, ds) -> l = n.id && List.mem to_ ds) rules.never
-          in
+          let never = List.exists (fun (l, ds) -> l = n.id && List.mem to_ ds) rules.never in
           match target with
           | Some t when production && in_dirs rules.nonproduction t.dir ->
-              v (Printf.sprintf "production code links %s code" (List.hd (String.split_on_char '/' t.dir)))
+              v
+                (Printf.sprintf "production code links %s code"
+                   (List.hd (String.split_on_char '/' t.dir)))
           | _ when never -> v "never allowed"
           | _ -> (
               match List.assoc_opt n.id rules.only with
@@ -257,7 +263,9 @@ let violations rules nodes =
                   | Some _, Some allowed when n.lib && production && not (List.mem to_ allowed) ->
                       v
                         (Printf.sprintf "%s may depend on %s" n.id
-                           (match allowed with [] -> "no library of the tree" | a -> String.concat " " a))
+                           (match allowed with
+                           | [] -> "no library of the tree"
+                           | a -> String.concat " " a))
                   | _ -> None)))
         n.deps)
     nodes

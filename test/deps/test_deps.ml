@@ -70,7 +70,8 @@ let tree =
       "; a comment\n\
        (library (name consort_seal) (public_name consort.seal)\n\
       \ (libraries consort (re_export consort_net)))" );
-    ("src/group", "(library (name consort_group) (public_name consort.group) (libraries consort unix))");
+    ( "src/group",
+      "(library (name consort_group) (public_name consort.group) (libraries consort unix))" );
     ("bench", "(library (name consort_bench) (libraries consort))");
     ("bin", "(executables (names main other) (libraries consort.seal consort_bench))");
   ]
@@ -123,8 +124,13 @@ let checker () =
     [ ("bin/gone.exe", "consort_bench") ]
     (stale_known rules vs);
   (* A library of the production tree must have its line, and names must exist. *)
-  let rules' = match parse_rules "production src\nallow consort.nope: consort\n" with Ok r -> r | Error e -> Alcotest.fail e in
-  Alcotest.(check int) "a library without its line, a line without its library" 5
+  let rules' =
+    match parse_rules "production src\nallow consort.nope: consort\n" with
+    | Ok r -> r
+    | Error e -> Alcotest.fail e
+  in
+  Alcotest.(check int)
+    "a library without its line, a line without its library" 5
     (List.length (rule_errors rules' nodes));
   Alcotest.(check bool)
     "a line that is no rule" true
