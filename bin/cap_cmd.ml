@@ -1,5 +1,6 @@
 open Cmdliner
 open Consort_cap
+open Consort_crypto
 module Store = Consort_capfs.Store
 module Fs_server = Consort_capfs_server.Fs_server
 module Fs_client = Consort_capfs_server.Fs_client
@@ -210,7 +211,7 @@ let get locate cap =
           (* Each read straight to the file descriptor, in one write. *)
           let output d =
             if !write_error = None then
-              try Consort_capfs.Io.write_string Unix.stdout d
+              try Consort_util.Io.write_string Unix.stdout d
               with Unix.Unix_error (e, _, _) -> write_error := Some (Unix.error_message e)
           in
           let bar = ref None in

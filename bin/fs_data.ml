@@ -1,5 +1,6 @@
 (* The file server's data directory at its start: --new, cap fs init. *)
 open Consort_cap
+open Consort_crypto
 
 (* What a data directory holds, looked at before its identity is checked (which makes a missing or
    empty one): nothing (the key file aside), its identity alone (a file server started there, and

@@ -2,6 +2,7 @@
    the owner reads and increments it; a read-only capability made from the
    owner's can read but not increment; a forged one is refused. *)
 open Consort_cap
+open Consort_crypto
 module Sim = Consort_engine.Sim
 module R = Rpc.Make (Sim)
 

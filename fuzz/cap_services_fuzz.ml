@@ -3,6 +3,7 @@
    them is refused or taken, never an exception, and nothing grows. *)
 
 open Consort_cap
+open Consort_crypto
 module Pd = Consort_capproc.Pd
 module Vc = Consort_capvc.Vc
 module P = Consort_capvc.Vc_proto

@@ -423,7 +423,7 @@ let sealed_group =
      let join addr =
        let t =
          Sealed.wrap ~rekey:true
-           ~g:(Consort_cap.Crypto.deterministic ("fuzz-" ^ addr))
+           ~g:(Consort_crypto.Crypto.deterministic ("fuzz-" ^ addr))
            ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now net))
            net
            (Some (secret, Consort_seal.Seal.Privacy))

@@ -2,7 +2,7 @@
 # Installs the Debian packages Consort needs to build and test, only those missing.
 set -e
 PKGS="ocaml-nox ocaml-findlib dune libcmdliner-ocaml-dev libcstruct-ocaml-dev \
-libalcotest-ocaml-dev libqcheck-ocaml-dev libcrowbar-ocaml-dev libfmt-ocaml-dev \
+libalcotest-ocaml-dev libqcheck-ocaml-dev libcrowbar-ocaml-dev libfmt-ocaml-dev libparsexp-ocaml-dev \
 liblogs-ocaml-dev libmtime-ocaml-dev libsha-ocaml-dev gcc make iproute2 \
 libmirage-crypto-ocaml-dev libbase64-ocaml-dev libeqaf-ocaml-dev \
 util-linux mount libyojson-ocaml-dev tcpdump ocaml-odoc \

@@ -152,16 +152,16 @@ let aead ~seal ~open_ ~size total =
 
 let secret = Cstruct.of_string (String.make 32 'k')
 
-(* The wire's AES-256-GCM: OpenSSL's, through Consort_cap.Gcm. *)
+(* The wire's AES-256-GCM: OpenSSL's, through Consort_crypto.Gcm. *)
 let gcm ?(size = 61440) ~open_ total =
-  let key = Consort_cap.Gcm.of_secret (Cstruct.to_string secret) in
+  let key = Consort_crypto.Gcm.of_secret (Cstruct.to_string secret) in
   aead ~size total
-    ~seal:(fun ~nonce m -> Consort_cap.Gcm.seal key ~nonce:(Cstruct.to_string nonce) ~adata:"" m)
+    ~seal:(fun ~nonce m -> Consort_crypto.Gcm.seal key ~nonce:(Cstruct.to_string nonce) ~adata:"" m)
     ~open_:
       (if open_ then
          Some
            (fun ~nonce s ->
-             Consort_cap.Gcm.open_ key ~nonce:(Cstruct.to_string nonce) ~adata:"" s <> None)
+             Consort_crypto.Gcm.open_ key ~nonce:(Cstruct.to_string nonce) ~adata:"" s <> None)
        else None)
 
 (* mirage-crypto's, the same format, which the wire used before. *)
@@ -179,9 +179,9 @@ let chacha ?(size = 61440) total =
     ~seal:(fun ~nonce m -> C.authenticate_encrypt ~key ~nonce m)
     ~open_:(Some (fun ~nonce s -> C.authenticate_decrypt ~key ~nonce s <> None))
 
-(* The group seal's ChaCha20-Poly1305: OpenSSL's, Consort_cap.Chacha. *)
+(* The group seal's ChaCha20-Poly1305: OpenSSL's, Consort_crypto.Chacha. *)
 let chacha_evp ?(size = 61440) total =
-  let module C = Consort_cap.Chacha in
+  let module C = Consort_crypto.Chacha in
   let key = C.of_secret secret in
   aead ~size total
     ~seal:(fun ~nonce m -> C.authenticate_encrypt ~key ~nonce m)
@@ -194,7 +194,7 @@ let gcm_seal = gcm ~open_:false
 let lan_config = { Consort_cap.Rpc.default_config with loopback_fragment = 0 }
 
 let rpc_setup ?config loop =
-  let g = Consort_cap.Crypto.deterministic "bench" in
+  let g = Consort_crypto.Crypto.deterministic "bench" in
   let key = Consort_cap.Port.Key.generate ~g () in
   let* server = R.open_node ?config ~multicast:None ~bind:local_addr loop in
   let srv = R.serve server key in

@@ -28,13 +28,13 @@ type figures = {
   raw_big_cpu_mbps : float;
       (** raw UDP one-way with datagrams of the loopback fragment size, per second of CPU *)
   gcm_mbps : float;
-      (** AES-256-GCM as the wire runs it (OpenSSL, {!Consort_cap.Gcm}) sealing then opening
+      (** AES-256-GCM as the wire runs it (OpenSSL, {!Consort_crypto.Gcm}) sealing then opening
           messages of the loopback fragment size, per second of CPU: with the raw UDP rate, the
           ceiling of a transfer whose every byte is sealed and opened in this one process *)
   gcm_mirage_mbps : float;  (** mirage-crypto's AES-256-GCM, the same *)
   chacha_mbps : float;  (** ChaCha20-Poly1305 (mirage-crypto), the same *)
   chacha_evp_mbps : float;
-      (** ChaCha20-Poly1305 from OpenSSL ({!Consort_cap.Chacha}, the group seal's), the same *)
+      (** ChaCha20-Poly1305 from OpenSSL ({!Consort_crypto.Chacha}, the group seal's), the same *)
   chacha_1k_mbps : float;  (** mirage-crypto's ChaCha20-Poly1305 on 1 KB messages *)
   chacha_evp_1k_mbps : float;  (** OpenSSL's on 1 KB messages *)
 }

@@ -107,7 +107,7 @@ let client ~socket h =
   let retry = Queue.create () in
   let cb =
     {
-      Consort_group.Group.view = (fun v -> size := Array.length v.members);
+      C.view = (fun v -> size := Array.length v.members);
       cast = (fun ~origin s -> h.on_cast ~origin s);
       send = (fun ~origin:_ _ -> ());
       block = ignore;
@@ -132,7 +132,7 @@ let client ~socket h =
   let rec cast s =
     incr in_flight;
     C.cast_async m s ~on_result:(function
-      | Error Consort_group.Group.Flow_control ->
+      | Error C.Flow_control ->
           decr in_flight;
           Queue.push s retry
       | _ -> decr in_flight)

@@ -2,5 +2,5 @@
    seeded its generator draw the same bytes. *)
 let fresh () =
   Int64.logxor
-    (Int64.of_string ("0x" ^ Consort_cap.Crypto.to_hex (Consort_cap.Crypto.random 7)))
+    (Int64.of_string ("0x" ^ Consort_crypto.Crypto.to_hex (Consort_crypto.Crypto.random 7)))
     (Int64.shift_left (Int64.of_int (Unix.getpid ())) 24)

@@ -2,7 +2,7 @@ open Consort
 module Cap = Consort_cap.Cap
 module Port = Consort_cap.Port
 module Header = Consort_cap.Header
-module Crypto = Consort_cap.Crypto
+module Crypto = Consort_crypto.Crypto
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module Rpc = Consort_cap.Rpc_udp

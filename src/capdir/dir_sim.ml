@@ -33,7 +33,7 @@ let config =
 (* Lookups, installs of one row or two at once, chmods and deletes on the rows of the root
    directory; a row's value is the object number of the capability it holds. *)
 let workload ~seed rng =
-  let g = Consort_cap.Crypto.deterministic (Printf.sprintf "dir-replicated %d" seed) in
+  let g = Consort_crypto.Crypto.deterministic (Printf.sprintf "dir-replicated %d" seed) in
   let port = Consort_cap.Port.Key.port (Consort_cap.Port.Key.generate ~g ()) in
   let limits =
     Dir.default_limits ~port ~server_secret:(Cap.Secret.generate ~g ())

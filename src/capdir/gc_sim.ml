@@ -42,7 +42,7 @@ type obj = {
 let run ?trace ~seed () =
   Consort_local.with_scratch "dirgc" ~seed @@ fun scratch ->
   let rng = Random.State.make [| seed; 0x6763 |] in
-  let g = Consort_cap.Crypto.deterministic (Printf.sprintf "dir-gc %d" seed) in
+  let g = Consort_crypto.Crypto.deterministic (Printf.sprintf "dir-gc %d" seed) in
   let note fmt =
     match trace with
     | Some oc ->
@@ -84,7 +84,7 @@ let run ?trace ~seed () =
   let fkey = Port.Key.generate ~g () in
   let fport = Port.Key.port fkey in
   let config = { Store.default_config with lifetime } in
-  let random n = Consort_cap.Crypto.random ~g n in
+  let random n = Consort_crypto.Crypto.random ~g n in
   let fsdir = Filename.concat scratch "fs" in
   let open_fs () =
     match Store.open_ ~config ~random ~clock:(fun () -> Consort.Time.zero) fsdir with

@@ -75,7 +75,7 @@ type blob = { bsize : int; mutable refs : int; mutable bdurable : bool }
 type t = {
   dir : string;
   config : config;
-  io : Io.t;
+  io : Consort_util.Io.t;
   random : int -> string;
   clock : unit -> Consort.Time.t;
   lock : Unix.file_descr;
@@ -306,7 +306,7 @@ let blob_fd t hash =
       Queue.push hash t.fd_order;
       fd
 
-let pread t hash ~off buf pos len = Io.pread (blob_fd t hash) ~off buf pos len
+let pread t hash ~off buf pos len = Consort_util.Io.pread (blob_fd t hash) ~off buf pos len
 
 (* Recovery. *)
 
@@ -498,7 +498,7 @@ let urandom n =
 
 exception Exposed of string
 
-let open_ ?(config = default_config) ?(io = Io.real) ?(random = urandom) ~clock dir =
+let open_ ?(config = default_config) ?(io = Consort_util.Io.real) ?(random = urandom) ~clock dir =
   let mkdir = Consort_local.Private.mkdir in
   (* The secrets (the server file, the records and the directory holding them) are open to their
      owner alone: the store does not start on one that another user could read. *)

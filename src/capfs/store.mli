@@ -80,7 +80,7 @@ type t
 
 val open_ :
   ?config:config ->
-  ?io:Io.t ->
+  ?io:Consort_util.Io.t ->
   ?random:(int -> string) ->
   clock:(unit -> Consort.Time.t) ->
   string ->

@@ -1,4 +1,5 @@
 open Consort_cap
+open Consort_crypto
 module Loop = Consort_engine.Loop
 module Udp = Consort_engine.Udp
 module R = Rpc_udp

@@ -1,13 +1,52 @@
 module Wire = Consort_daemon.Wire
-module Group = Consort_group.Group
+
+type view_info = {
+  vid : string;
+  ltime : int;
+  members : string array;
+  rank : int;
+  coordinator : string;
+  joined : string list;
+  left : string list;
+  why : (string * string) list;
+}
+
+let pp_view_info ppf v =
+  Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
+
+type error =
+  | Flow_control
+  | Too_big of { size : int; max : int }
+  | Not_member of string
+  | Leaving
+  | Exited
+  | Not_primary of string
+
+let pp_error ppf = function
+  | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
+  | Too_big { size; max } ->
+      Fmt.pf ppf "message of %d bytes, over the largest this stack carries (%d)" size max
+  | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
+  | Leaving -> Fmt.string ppf "this member is leaving the group"
+  | Exited -> Fmt.string ppf "this member has left the group"
+  | Not_primary q -> Fmt.pf ppf "this member's view is not primary: %s" q
+
+type callbacks = {
+  view : view_info -> unit;
+  cast : origin:string -> string -> unit;
+  send : origin:string -> string -> unit;
+  block : unit -> unit;
+  flow : bool -> unit;
+  exit : unit -> unit;
+}
 
 type member = {
   conn : t;
   handle : int;
   mutable me : string;
   mutable max_message : int;
-  cb : Group.callbacks;
-  mutable view : Group.view_info;
+  cb : callbacks;
+  mutable view : view_info;
   mutable exited : bool;
   mutable next_req : int;
   sent : (int, [ `Cast | `Send of string ] * string) Hashtbl.t;
@@ -23,7 +62,7 @@ and quiet = {
   qreq : int;
   qsize : int;
   qseq : int;  (** its number among the connection's quiet requests *)
-  qk : (unit, Group.error) result -> unit;
+  qk : (unit, error) result -> unit;
 }
 
 and t = {
@@ -62,7 +101,7 @@ let shut t reason =
     Queue.iter (fun (_, k) -> k None) q;
     let q = Queue.copy t.quiet in
     Queue.clear t.quiet;
-    Queue.iter (fun e -> e.qk (Error Group.Exited)) q
+    Queue.iter (fun e -> e.qk (Error Exited)) q
   end
 
 let close t = shut t "closed by the client"
@@ -70,20 +109,20 @@ let is_reply = function Wire.Hello_ok _ | Ok _ | Error _ | Pong _ -> true | _ ->
 
 let refusal m size code reason =
   match code with
-  | Wire.Flow_control -> Group.Flow_control
-  | Wire.Too_big -> Group.Too_big { size; max = m.max_message }
+  | Wire.Flow_control -> Flow_control
+  | Wire.Too_big -> Too_big { size; max = m.max_message }
   | Wire.Not_member ->
-      Group.Not_member
+      Not_member
         (match String.index_opt reason ' ' with Some i -> String.sub reason 0 i | None -> reason)
-  | Wire.Leaving -> Group.Leaving
+  | Wire.Leaving -> Leaving
   | Wire.Not_primary ->
       let p = "the member's view is not primary: " in
       let n = String.length p in
-      Group.Not_primary
+      Not_primary
         (if String.length reason >= n && String.sub reason 0 n = p then
            String.sub reason n (String.length reason - n)
          else reason)
-  | _ -> Group.Exited
+  | _ -> Exited
 
 (* The quiet requests up to number [q] that were not refused were taken. *)
 let rec taken_upto t q =
@@ -313,7 +352,7 @@ let has_exited m = m.exited
 
 let empty_view me =
   {
-    Group.vid = "";
+    vid = "";
     ltime = 0;
     members = [| me |];
     rank = 0;
@@ -323,12 +362,10 @@ let empty_view me =
     why = [];
   }
 
-let join ?(props = Consort_group.Properties.vsync) ?(params = "") ?(peers = []) ?on_sent ?on_lost t
-    ~group cb =
+let join ?(props = "vsync") ?(params = "") ?(peers = []) ?on_sent ?on_lost t ~group cb =
   t.next_handle <- t.next_handle + 1;
   let handle = t.next_handle in
   let flags = if on_sent <> None || on_lost <> None then Wire.flag_report else 0 in
-  let props = String.concat "," (List.map Consort_group.Properties.to_string props) in
   let m =
     {
       conn = t;
@@ -366,7 +403,7 @@ let join ?(props = Consort_group.Properties.vsync) ?(params = "") ?(peers = []) 
 let result m size = function
   | Some (Wire.Ok _) -> Ok ()
   | Some (Wire.Error { code; reason; _ }) -> Error (refusal m size code reason)
-  | _ -> Error Group.Exited
+  | _ -> Error Exited
 
 let track m kind payload =
   m.next_req <- (m.next_req + 1) land 0xffffffff;
@@ -416,9 +453,9 @@ let message m kind payload k =
 (* A message and its result: in version 2, a PING after it says when the
    daemon has served it. *)
 let message_sync m kind payload =
-  if m.exited || m.conn.closed <> None then Error Group.Exited
+  if m.exited || m.conn.closed <> None then Error Exited
   else begin
-    let res = ref (Error Group.Exited) and got = ref false in
+    let res = ref (Error Exited) and got = ref false in
     message m kind payload (fun r ->
         res := r;
         got := true);
@@ -432,8 +469,7 @@ let send m dst payload = message_sync m (`Send dst) payload
 
 let cast_async ?(on_result = ignore) m payload =
   let t = m.conn in
-  if m.exited || t.closed <> None then
-    Queue.push (fun () -> on_result (Error Group.Exited)) t.deferred
+  if m.exited || t.closed <> None then Queue.push (fun () -> on_result (Error Exited)) t.deferred
   else begin
     message m `Cast payload (fun r -> Queue.push (fun () -> on_result r) t.deferred);
     if Buffer.length t.out >= 65536 then flush_out t else Option.iter (fun k -> k ()) t.kick
@@ -445,7 +481,6 @@ let suspect m ids = simple m (Wire.Suspect { handle = m.handle; ids })
 let block_ok m = simple m (Wire.Block_ok { handle = m.handle })
 
 let switch ?(params = "") m props =
-  let props = String.concat "," (List.map Consort_group.Properties.to_string props) in
   match call m.conn (Wire.Switch { handle = m.handle; props; params }) with
   | Some (Wire.Ok _) -> Ok ()
   | Some (Wire.Error { code; reason; _ }) -> Error (code, reason)
@@ -468,16 +503,7 @@ let upcall t ev =
               (if List.length why = List.length left then why else List.map (fun _ -> "") left)
           in
           let v =
-            {
-              Group.vid;
-              ltime;
-              members = Array.of_list members;
-              rank;
-              coordinator;
-              joined;
-              left;
-              why;
-            }
+            { vid; ltime; members = Array.of_list members; rank; coordinator; joined; left; why }
           in
           m.view <- v;
           m.cb.view v

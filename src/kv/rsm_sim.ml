@@ -57,7 +57,7 @@ struct
     mutable dies_at : int; (* disk step at which this incarnation dies; 0: never *)
     mutable dying : bool; (* it died at a disk step: nothing more reaches its disk *)
     mutable torn : bool; (* it died in the middle of a write: its log may end torn *)
-    disk : Consort_capfs.Sim_disk.t; (* the same for every incarnation *)
+    disk : Consort_util.Sim_disk.t; (* the same for every incarnation *)
     mutable faulty : bool; (* its disk injects faults now *)
     mutable init : Store.init; (* how its next start opens its directory (with lost_dir) *)
   }
@@ -109,9 +109,9 @@ struct
             dying = false;
             torn = false;
             disk =
-              Consort_capfs.Sim_disk.create
+              Consort_util.Sim_disk.create
                 (Random.State.make [| seed; cfg.salt; i |])
-                Consort_capfs.Sim_disk.no_faults;
+                Consort_util.Sim_disk.no_faults;
             faulty = false;
             init = Store.New;
           })
@@ -146,7 +146,7 @@ struct
       let p = reps.(i) in
       if p.r = None then begin
         p.dying <- false;
-        let module Io = Consort_capfs.Io in
+        let module Io = Consort_util.Io in
         let step () =
           if not p.dying then begin
             incr disk_steps;
@@ -161,7 +161,7 @@ struct
           end;
           not p.dying
         in
-        let real = Consort_capfs.Sim_disk.io p.disk in
+        let real = Consort_util.Sim_disk.io p.disk in
         let io =
           {
             Io.write =
@@ -286,7 +286,7 @@ struct
       at (Time.add (now ()) (ms 300)) (fun () -> start i)
     and power_loss p =
       (* Every stop is a power loss: what was not fsynced is lost, or torn. *)
-      if Consort_capfs.Sim_disk.crash p.disk > 0 then p.torn <- true
+      if Consort_util.Sim_disk.crash p.disk > 0 then p.torn <- true
     in
     Array.iteri (fun i _ -> at (ms (Random.State.int rng 300)) (fun () -> start i)) reps;
     (* Clients: each runs one operation at a time, on a few keys. *)
@@ -462,7 +462,7 @@ struct
        while (its replica stops at the first; restarted, it stops again
        until the disk is repaired). *)
     if cfg.disk_faults then begin
-      let module D = Consort_capfs.Sim_disk in
+      let module D = Consort_util.Sim_disk in
       for _ = 1 to 1 + Random.State.int rng 3 do
         let i = Random.State.int rng n in
         let p = reps.(i) in
@@ -567,7 +567,7 @@ struct
             (fun i p ->
               p.dies_at <- 0;
               p.faulty <- false;
-              Consort_capfs.Sim_disk.set_config p.disk Consort_capfs.Sim_disk.no_faults;
+              Consort_util.Sim_disk.set_config p.disk Consort_util.Sim_disk.no_faults;
               if p.r = None then start i)
             reps);
       Array.iteri

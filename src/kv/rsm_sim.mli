@@ -2,10 +2,10 @@
     and [dir-replicated] scenarios: three replicas in the simulator, clients issuing concurrent
     operations on three keys while replicas crash (some in the middle of a write to disk), restart
     from their disk, are partitioned away and healed; then every replica is stopped and restarted
-    from disk. The disks are simulated ({!Consort_capfs.Sim_disk}): every stop is a power loss,
-    where what was not fsynced is lost or torn; with [disk_faults], disks also fill and fail. The
-    clients' history must be linearizable (the final reads of each round included, so no
-    acknowledged write may be lost), and the replicas must end with the same state. *)
+    from disk. The disks are simulated ({!Consort_util.Sim_disk}): every stop is a power loss, where
+    what was not fsynced is lost or torn; with [disk_faults], disks also fill and fail. The clients'
+    history must be linearizable (the final reads of each round included, so no acknowledged write
+    may be lost), and the replicas must end with the same state. *)
 
 type outcome = {
   violations : string list;

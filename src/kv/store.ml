@@ -1,5 +1,5 @@
 module Codec = Consort.Codec
-module Io = Consort_capfs.Io
+module Io = Consort_util.Io
 
 let src = Logs.Src.create "consort.kv.store" ~doc:"Key-value store on disk"
 

@@ -41,7 +41,7 @@ module type S = sig
   type t
 
   val open_ :
-    ?io:Consort_capfs.Io.t ->
+    ?io:Consort_util.Io.t ->
     ?limits:limits ->
     ?snapshot_bytes:int ->
     ?retain:int ->

@@ -1,8 +1,10 @@
 type t = { key : Cstruct.t }
 
+external getrandom : int -> string = "consort_net_getrandom"
+
 let create ?key () =
   let key =
-    match key with Some k -> Cstruct.of_string k | None -> Mirage_crypto_rng_unix.getrandom 32
+    match key with Some k -> Cstruct.of_string k | None -> Cstruct.of_string (getrandom 32)
   in
   { key }
 

@@ -2,7 +2,7 @@
     sequence numbers (RFC 6528), timestamp offsets (RFC 7323 section 7.1), ephemeral port offsets
     (RFC 6056 algorithm 4) and SYN cookies (encoded as Linux does). The pseudo-random function is
     HMAC-SHA-256 from mirage-crypto, keyed by a secret from the operating system's generator
-    (through mirage-crypto-rng). *)
+    (getrandom(2), through a small C stub). *)
 
 type t
 

@@ -200,7 +200,7 @@ let start ?layers ?params w i =
            is the simulator's. *)
         S.wrap ~rekey:w.rekey
           ~g:
-            (Consort_cap.Crypto.deterministic
+            (Consort_crypto.Crypto.deterministic
                (Printf.sprintf "sim-%d-%s-%d" w.seed p.addr p.incarnation))
           ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now w.net))
           ~group:"sim" w.net w.seal

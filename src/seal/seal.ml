@@ -1,6 +1,6 @@
 open Consort
-module Crypto = Consort_cap.Crypto
-module Aead = Consort_cap.Chacha (* OpenSSL's, in mirage-crypto's format *)
+module Crypto = Consort_crypto.Crypto
+module Aead = Consort_crypto.Chacha (* OpenSSL's, in mirage-crypto's format *)
 module X25519 = Mirage_crypto_ec.X25519
 
 let src = Logs.Src.create "consort.seal" ~doc:"Sealed datagrams"
@@ -453,7 +453,7 @@ let seal_held held ~under ~id ~counter ~wall_ms payload =
           Cstruct.blit tag 0 cs (h + len) (Cstruct.length tag));
       Some (Cstruct.to_string cs)
 
-module Ids = Consort_net.Lru.Make (struct
+module Ids = Consort.Lru.Make (struct
   type t = string
 
   let equal = String.equal

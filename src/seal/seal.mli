@@ -28,10 +28,10 @@
     ChaCha20-Poly1305 (RFC 8439) and the counter as nonce, so that no two senders ever share a nonce
     under one key: with [Privacy] the header is associated data and the marker and payload are
     encrypted; with [Auth] the header and the payload are associated data and only the marker is
-    encrypted (the AEAD as a MAC, Poly1305's speed). The AEAD is OpenSSL's ({!Consort_cap.Chacha},
-    in mirage-crypto's format, checked both ways in [test_cap gcm]; 8 times mirage-crypto's speed on
-    60 KB, 4 times on 1 KB, per [consort bench rpc]); X25519, HMAC and the random numbers are
-    mirage-crypto's.
+    encrypted (the AEAD as a MAC, Poly1305's speed). The AEAD is OpenSSL's
+    ({!Consort_crypto.Chacha}, in mirage-crypto's format, checked both ways in [test_cap gcm]; 8
+    times mirage-crypto's speed on 60 KB, 4 times on 1 KB, per [consort bench rpc]); X25519, HMAC
+    and the random numbers are mirage-crypto's.
 
     {2 What is dropped, and counted}
 

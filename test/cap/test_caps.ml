@@ -1,5 +1,6 @@
 (* Capabilities, rights and ports. *)
 open Consort_cap
+open Consort_crypto
 
 let qtest ?(count = 300) name arb prop =
   let t = QCheck.Test.make ~count ~name arb prop in

@@ -1,7 +1,7 @@
-(* The secure wire's AES-256-GCM (OpenSSL through Consort_cap.Gcm) against
+(* The secure wire's AES-256-GCM (OpenSSL through Consort_crypto.Gcm) against
    mirage-crypto's, byte for byte, both ways; and its refusals. *)
 
-module Gcm = Consort_cap.Gcm
+module Gcm = Consort_crypto.Gcm
 module M = Mirage_crypto.Cipher_block.AES.GCM
 
 let hex s =
@@ -216,7 +216,7 @@ let refusals () =
   Alcotest.(check bool) "empty with a bad tag refused" true (Gcm.open_ k ~nonce ~adata:"a" t = None)
 
 (* The group seal's ChaCha20-Poly1305 (OpenSSL) against mirage-crypto's. *)
-module Ch = Consort_cap.Chacha
+module Ch = Consort_crypto.Chacha
 module MC = Mirage_crypto.Chacha20
 
 let chacha_interop () =

@@ -1,6 +1,7 @@
 (* Locating by IP multicast, with no configured addresses: a server and a
    client over kernel UDP inside a network namespace of their own. *)
 open Consort_cap
+open Consort_crypto
 module Udp = Consort_engine.Udp
 module Loop = Consort_engine.Loop
 module R = Rpc_udp

@@ -2,6 +2,7 @@
    simulator, stepped. *)
 open Consort
 open Consort_cap
+open Consort_crypto
 module Sim = Consort_engine.Sim
 module R = Rpc.Make (Sim)
 

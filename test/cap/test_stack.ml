@@ -3,6 +3,7 @@
 open Consort
 open Consort_net
 open Consort_cap
+open Consort_crypto
 module U = Udp_transport
 module R = Rpc.Make (Udp_transport)
 

@@ -1,6 +1,7 @@
 (* The same RPC over kernel UDP on loopback, with the blocking calls and
    the standard operations. *)
 open Consort_cap
+open Consort_crypto
 module Udp = Consort_engine.Udp
 module Loop = Consort_engine.Loop
 module R = Rpc_udp

@@ -1,6 +1,7 @@
 (* The directory server's state machine: rights by columns, modify and
    delete rights, atomic installs, sequence numbers, paths, ageing. *)
 open Consort_cap
+open Consort_crypto
 module Dir = Consort_capdir.Dir
 module Path = Consort_capdir.Path
 

@@ -6,6 +6,7 @@
    one other. *)
 
 open Consort_cap
+open Consort_crypto
 open Consort_local
 
 let consort () =

@@ -36,11 +36,11 @@ let ok what = function Ok x -> x | Error e -> fail "%s: %s" what (Fmt.str "%a" S
 let upload dir seed nfiles kill_at =
   let steps = ref 0 in
   let io =
-    Consort_capfs.Io.hooked
+    Consort_util.Io.hooked
       (fun _ ->
         incr steps;
         if kill_at > 0 && !steps >= kill_at then Unix.kill (Unix.getpid ()) Sys.sigkill)
-      Consort_capfs.Io.real
+      Consort_util.Io.real
   in
   let t, _ =
     match Store.open_ ~io ~clock dir with

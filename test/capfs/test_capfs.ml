@@ -2,7 +2,7 @@
    corruption, a full disk, and processes killed with SIGKILL mid-upload. *)
 
 module Store = Consort_capfs.Store
-module Io = Consort_capfs.Io
+module Io = Consort_util.Io
 open Consort_local
 
 let child_exe () = Filename.concat (Filename.dirname Sys.executable_name) "capfs_child.exe"

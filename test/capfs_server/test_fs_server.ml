@@ -2,6 +2,7 @@
    every way a capability can be wrong. *)
 
 open Consort_cap
+open Consort_crypto
 module Store = Consort_capfs.Store
 module S = Consort_capfs_server.Fs_server
 module C = Consort_capfs_server.Fs_client

@@ -6,6 +6,7 @@
 
 module Pd = Consort_capproc.Pd
 open Consort_cap
+open Consort_crypto
 open Consort_local
 open Cap_procs
 
@@ -86,7 +87,7 @@ let with_world ?(ps_args = []) f =
       let f = Printf.sprintf "dllconsort_%s_stubs.so" l in
       write_file (stubs / f) (read_file (Filename.concat here (".." / ".." / "src" / l / f)));
       Unix.chmod (stubs / f) 0o755)
-    [ "cap"; "engine" ];
+    [ "cap"; "crypto"; "engine" ];
   let ps =
     start_server
       ~env:[ "CAML_LD_LIBRARY_PATH=" ^ stubs ]

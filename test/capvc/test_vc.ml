@@ -3,6 +3,7 @@
    that lies, a peer that dies, a host that lies. *)
 
 open Consort_cap
+open Consort_crypto
 module Vc = Consort_capvc.Vc
 module E = Consort_capvc.Vc_end
 module P = Consort_capvc.Vc_proto

@@ -298,7 +298,7 @@ let sealed () =
   in
   let wrap ?(c = 'k') name =
     S.wrap ~rekey:true
-      ~g:(Consort_cap.Crypto.deterministic name)
+      ~g:(Consort_crypto.Crypto.deterministic name)
       ~wall:(fun () -> 1_700_000_000. +. Time.to_sec (Sim.now net))
       net
       (Some (secret c, Seal.Auth))

@@ -420,7 +420,7 @@ let consortd =
 
 let deaf =
   {
-    Consort_group.Group.view = ignore;
+    Consort_client.view = ignore;
     cast = (fun ~origin:_ _ -> ());
     send = (fun ~origin:_ _ -> ());
     block = ignore;

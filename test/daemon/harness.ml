@@ -167,7 +167,7 @@ let close_raw r = try Unix.close r.fd with Unix.Unix_error _ -> ()
 type rec_member = {
   conn : C.t;
   m : C.member;
-  views : Consort_group.Group.view_info list ref;  (** newest first *)
+  views : C.view_info list ref;  (** newest first *)
   casts : (string * string) list ref;  (** origin, payload; newest first *)
   sends : (string * string) list ref;
   exited : bool ref;
@@ -190,7 +190,7 @@ let member ?props ?params ?peers ?(name = "test") ?address ?token_file d group =
   let views = ref [] and casts = ref [] and sends = ref [] and exited = ref false in
   let cb =
     {
-      Consort_group.Group.view = (fun v -> views := v :: !views);
+      C.view = (fun v -> views := v :: !views);
       cast = (fun ~origin s -> casts := (origin, s) :: !casts);
       send = (fun ~origin s -> sends := (origin, s) :: !sends);
       block = ignore;
@@ -202,8 +202,7 @@ let member ?props ?params ?peers ?(name = "test") ?address ?token_file d group =
   | Ok m -> { conn; m; views; casts; sends; exited }
   | Error e -> failwith (Fmt.str "join: %a" C.pp_join_error e)
 
-let view_size r =
-  match !(r.views) with v :: _ -> Array.length v.Consort_group.Group.members | [] -> 0
+let view_size r = match !(r.views) with v :: _ -> Array.length v.C.members | [] -> 0
 
 (* Steps every connection until [cond ()] or [timeout] seconds. *)
 let until ?(timeout = 15.) conns cond =

@@ -11,7 +11,7 @@ let check = Alcotest.(check bool)
 (* Callbacks of a member that hears nothing. *)
 let deaf =
   {
-    Consort_group.Group.view = ignore;
+    C.view = ignore;
     cast = (fun ~origin:_ _ -> ());
     send = (fun ~origin:_ _ -> ());
     block = ignore;
@@ -74,7 +74,7 @@ let test_group () =
       check "send delivered" true
         (until [ a.conn; b.conn ] (fun () -> !(b.sends) = [ (C.me a.m, "psst") ]));
       (match C.send a.m "127.0.0.1:1#1" "x" with
-      | Error (Consort_group.Group.Not_member _) -> ()
+      | Error (C.Not_member _) -> ()
       | _ -> Alcotest.fail "a send to a stranger must be refused");
       C.leave a.m;
       check "a exits, b sees it leave" true
@@ -360,9 +360,7 @@ let test_global_cap () =
       while view_size a = 3 && !accepted - before < 200 && Unix.gettimeofday () < deadline do
         cast ()
       done;
-      let members () =
-        match !(a.views) with v :: _ -> Array.to_list v.Consort_group.Group.members | [] -> []
-      in
+      let members () = match !(a.views) with v :: _ -> Array.to_list v.C.members | [] -> [] in
       check "someone was failed out" true (view_size a = 2);
       check "the older client, the most behind, is out" false (List.mem id1 (members ()));
       check "the newer client is still in" true (List.mem id2 (members ()));
@@ -495,7 +493,7 @@ let test_backpressure () =
       hello_v2 s "slow";
       let sid = raw_join s "g" in
       check "a view of two" true (until [ b.conn ] (fun () -> view_size b = 2));
-      let vid = match !(b.views) with v :: _ -> v.Consort_group.Group.vid | [] -> "" in
+      let vid = match !(b.views) with v :: _ -> v.C.vid | [] -> "" in
       let payload = String.make 16384 'p' in
       let req = ref 0 and refused = ref 0 and flow = ref false and flows_on = ref 0 in
       let closed = ref false and overloaded = ref false and delivered = ref 0 in
@@ -567,7 +565,7 @@ let test_backpressure () =
       let from_s () = List.length (List.filter (fun (o, _) -> o = sid) !(b.casts)) in
       check "b gets every one" true (until [ b.conn ] (fun () -> from_s () = taken));
       check "b's view is the same" true
-        (match !(b.views) with v :: _ -> v.Consort_group.Group.vid = vid | [] -> false);
+        (match !(b.views) with v :: _ -> v.C.vid = vid | [] -> false);
       (* The client that ignores it: it casts on and reads nothing. *)
       let before = !req in
       let n = ref 0 in
@@ -606,7 +604,7 @@ let test_backpressure () =
       | [] -> Alcotest.fail "its stream does not end with ERROR overloaded: nothing");
       check "after more than the casts that fill the cap with deliveries" true (!req - before > 100);
       (match !(b.views) with
-      | v :: _ -> check "b's next view has s left" true (v.Consort_group.Group.left = [ sid ])
+      | v :: _ -> check "b's next view has s left" true (v.C.left = [ sid ])
       | [] -> ());
       check "b still casts" true (C.cast b.m "after" = Ok ());
       close_raw s;
@@ -763,7 +761,7 @@ let test_tcp_and_key () =
       stop d;
       rm_rf dir)
     (fun () ->
-      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy") in
+      let props = "vsync,Privacy" in
       let a = member ~address:("tcp:" ^ tcp) ~token_file:token ~props d "sealed"
       and b = member ~props d "sealed" in
       check "a sealed view of two, one client over TCP" true
@@ -775,7 +773,7 @@ let test_tcp_and_key () =
       C.close b.conn);
   with_daemon (addr 75) (fun d ->
       let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
-      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Auth") in
+      let props = "vsync,Auth" in
       (match C.join ~props conn ~group:"g" deaf with
       | Error (C.Refused (Wire.Join_failed, reason)) ->
           check "says --key" true (Astring_like.contains reason "--key")
@@ -871,16 +869,16 @@ let test_suspect_switch () =
             | None -> false)
       | [] -> ());
       let views = List.length !(a.views) in
-      (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Total")) with
+      (match C.switch a.m "vsync,Total" with
       | Ok () -> ()
       | Error (code, reason) -> Alcotest.failf "switch: %s: %s" (Wire.code_name code) reason);
       check "a view on the new stack" true
         (until conns (fun () -> List.length !(a.views) > views && view_size a = 2));
-      (match C.switch a.m (Result.get_ok (Consort_group.Properties.of_string "vsync,Xfer")) with
+      (match C.switch a.m "vsync,Xfer" with
       | Error (Wire.Bad_switch, reason) -> check "one line" true (not (String.contains reason '\n'))
       | _ -> Alcotest.fail "a switch that adds state transfer: bad-switch");
       (* Evs: no upcall carries transitional views; refused at JOIN and SWITCH. *)
-      let evs = Result.get_ok (Consort_group.Properties.of_string "vsync,Evs") in
+      let evs = "vsync,Evs" in
       (match C.switch a.m evs with
       | Error (Wire.Bad_switch, reason) ->
           check "says transitional" true (Astring_like.contains reason "transitional")
@@ -892,11 +890,7 @@ let test_suspect_switch () =
       (* Migrate and Cltsvr: no operation of the protocol uses them; refused at JOIN. *)
       List.iter
         (fun (props, word) ->
-          match
-            C.join
-              ~props:(Result.get_ok (Consort_group.Properties.of_string props))
-              a.conn ~group:"m" deaf
-          with
+          match C.join ~props a.conn ~group:"m" deaf with
           | Error (C.Refused (Wire.Bad_props, reason)) ->
               check ("names " ^ word) true (Astring_like.contains reason word)
           | _ -> Alcotest.failf "a join with %s: bad-props" props)
@@ -980,7 +974,7 @@ let test_json_log_fields () =
       let rs = records () in
       let who =
         List.map
-          (fun (r, g) -> (C.me r.m, (g, List.map (fun v -> v.Consort_group.Group.vid) !(r.views))))
+          (fun (r, g) -> (C.me r.m, (g, List.map (fun v -> v.C.vid) !(r.views))))
           [ (x1, "ga"); (x2, "ga"); (y1, "gb"); (y2, "gb") ]
       in
       let prefixed msg =
@@ -1156,7 +1150,7 @@ let test_attach () =
         let me = ref None in
         let cb =
           {
-            Consort_group.Group.view = (fun v -> if Array.length v.members = 2 then incr views);
+            C.view = (fun v -> if Array.length v.members = 2 then incr views);
             cast =
               (fun ~origin s ->
                 match !me with Some m when origin <> C.me m -> on_cast m s | _ -> ());
@@ -1193,15 +1187,15 @@ let test_attach () =
    which the OCaml client gives back as Group.Not_primary. *)
 let test_not_primary () =
   with_daemon (addr 52) (fun d ->
-      let props = Result.get_ok (Consort_group.Properties.of_string "vsync,Primary") in
+      let props = "vsync,Primary" in
       let a = member ~props ~params:"primary.expected=3" d "p" in
       check "its first view" true (until [ a.conn ] (fun () -> view_size a = 1));
       (match C.cast a.m "x" with
-      | Error (Consort_group.Group.Not_primary q) ->
+      | Error (C.Not_primary q) ->
           if q = "" || Astring_like.contains q "member's view" then
             Alcotest.failf "the quorum in the reason: %S" q
       | Ok () -> Alcotest.fail "a cast outside a primary view was taken"
-      | Error e -> Alcotest.failf "refused as %a" Consort_group.Group.pp_error e);
+      | Error e -> Alcotest.failf "refused as %a" C.pp_error e);
       Alcotest.(check string) "code 17" "not-primary" (Wire.code_name (Wire.code_of_int 17));
       C.close a.conn)
 

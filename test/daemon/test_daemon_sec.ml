@@ -54,7 +54,7 @@ let udp_payloads file =
   in
   go 24 []
 
-let privacy = Result.get_ok (Consort_group.Properties.of_string "vsync,Privacy")
+let privacy = "vsync,Privacy"
 
 (* A Privacy group held by the daemon, captured (--pcap): with the key file
    alone (what any past holder has, an excluded member included) the side
@@ -147,9 +147,7 @@ let test_merges_with_member () =
       let other () =
         match !(a.views) with
         | v :: _ ->
-            Array.exists
-              (fun id -> contains id (Printf.sprintf "127.0.0.1:%d#" mport))
-              v.Consort_group.Group.members
+            Array.exists (fun id -> contains id (Printf.sprintf "127.0.0.1:%d#" mport)) v.C.members
         | [] -> false
       in
       let merged = until [ a.conn ] (fun () -> view_size a = 2 && other ()) in
@@ -164,7 +162,7 @@ let test_merges_with_member () =
 
 let deaf =
   {
-    Consort_group.Group.view = ignore;
+    C.view = ignore;
     cast = (fun ~origin:_ _ -> ());
     send = (fun ~origin:_ _ -> ());
     block = ignore;
@@ -178,7 +176,6 @@ let deaf =
 let test_rekey_refused () =
   let refused ?params d props code word =
     let conn = match C.connect d.socket with Ok c -> c | Error e -> Alcotest.fail e in
-    let props = Result.get_ok (Consort_group.Properties.of_string props) in
     (match C.join ~props ?params conn ~group:"r" deaf with
     | Error (C.Refused (c, reason)) ->
         check ("refused: " ^ Wire.code_name code) true (c = code);
@@ -209,7 +206,7 @@ let test_rekey_refused () =
       (* The seal is chosen at JOIN: a SWITCH cannot add Privacy (or Rekey to
          a member without view keys), and says so instead of ignoring it. *)
       let switch_refused m props word =
-        match C.switch m (Result.get_ok (Consort_group.Properties.of_string props)) with
+        match C.switch m props with
         | Error (code, reason) ->
             check ("SWITCH " ^ props ^ ": bad-switch") true (code = Wire.Bad_switch);
             check ("the reason says " ^ word ^ ": " ^ reason) true (contains reason word)
@@ -226,8 +223,7 @@ let test_rekey_refused () =
       in
       switch_refused norekey "vsync,Rekey" "Rekey";
       check "SWITCH within what the member has: taken" true
-        (C.switch plain (Result.get_ok (Consort_group.Properties.of_string "vsync,Auth,Total"))
-        = Ok ());
+        (C.switch plain "vsync,Auth,Total" = Ok ());
       C.close conn)
 
 (* {1 Who may connect} *)

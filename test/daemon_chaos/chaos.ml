@@ -13,7 +13,6 @@
 
 module C = Consort_client
 module Wire = Consort_daemon.Wire
-module G = Consort_group.Group
 module Log = Consort_spec.Log
 open Harness
 
@@ -153,7 +152,7 @@ let () =
         in
         let cb =
           {
-            G.view =
+            C.view =
               (fun v ->
                 c.vid <- v.vid;
                 c.members <- Array.to_list v.members;
@@ -267,8 +266,8 @@ let () =
           | Ok () -> ()
           | Error e ->
               c.unsent <- c.unsent - 1;
-              let reason = Fmt.str "%a" G.pp_error e in
-              if c.stable && e <> G.Flow_control then c.refused <- reason :: c.refused;
+              let reason = Fmt.str "%a" C.pp_error e in
+              if c.stable && e <> C.Flow_control then c.refused <- reason :: c.refused;
               if not c.dead then
                 write c
                   (Log.Refused

@@ -393,11 +393,11 @@ let disk_full () =
   let full = ref false in
   let io =
     {
-      Consort_capfs.Io.real with
+      Consort_util.Io.real with
       write =
         (fun p fd b off len ->
           if !full then raise (Unix.Unix_error (Unix.ENOSPC, "write", p))
-          else Consort_capfs.Io.real.write p fd b off len);
+          else Consort_util.Io.real.write p fd b off len);
     }
   in
   for i = 0 to 2 do

@@ -4,7 +4,7 @@
    it failed to store pending and leaving no torn record in the log. *)
 
 open Consort_kv
-module Io = Consort_capfs.Io
+module Io = Consort_util.Io
 open Consort_local
 
 (* Memory-backed when there is /dev/shm: what is tested is the order of the

@@ -39,7 +39,7 @@ let join ?seal net ~peers addr =
     | None -> S.wrap net None
     | Some mode ->
         S.wrap ~rekey:false
-          ~g:(Consort_cap.Crypto.deterministic ("migrate-" ^ addr))
+          ~g:(Consort_crypto.Crypto.deterministic ("migrate-" ^ addr))
           ~wall:(wall net) net
           (Some (secret, mode))
   in
@@ -188,7 +188,7 @@ let stranger_cannot_redirect () =
   (* Forged under another secret, from the address it names. *)
   let evil =
     S.wrap
-      ~g:(Consort_cap.Crypto.deterministic "evil")
+      ~g:(Consort_crypto.Crypto.deterministic "evil")
       ~wall:(wall net) ~rekey:false net
       (Some (other_secret, Seal.Auth))
   in

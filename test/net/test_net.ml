@@ -8,6 +8,7 @@ let () =
       ("stack", T_stack.suite);
       ("lru", T_lru.suite);
       ("ip-common", T_ip_common.suite);
+      ("secret", T_secret.suite);
       ("flood", T_flood.suite);
       ("mix", T_mix.suite);
       ("ipv6", T_ipv6.suite);

@@ -12,7 +12,7 @@ module Seal = Consort_seal.Seal
 module S = Seal.Make (Sim)
 module G = Consort_group.Group.Make (S)
 module Side = Consort_group.Side
-module Crypto = Consort_cap.Crypto
+module Crypto = Consort_crypto.Crypto
 
 let secret =
   match Seal.secret_of_string (String.make 32 'k') with Ok s -> s | Error e -> failwith e

@@ -1,4 +1,5 @@
 open Consort_cap
+open Consort_crypto
 module Store = Consort_capfs.Store
 module Sim = Consort_engine.Sim
 module R = Rpc.Make (Sim)
@@ -60,19 +61,19 @@ let run_with ~disk_faults ?trace ~seed () =
   (* A simulated disk: every crash is a power loss, where what was not
      fsynced is lost or torn. *)
   let disk =
-    Consort_capfs.Sim_disk.create
+    Consort_util.Sim_disk.create
       (Random.State.make [| seed; 0xd15c |])
-      Consort_capfs.Sim_disk.no_faults
+      Consort_util.Sim_disk.no_faults
   in
   let died = ref false in
   let io =
-    Consort_capfs.Io.hooked
+    Consort_util.Io.hooked
       (fun _ ->
         incr disk_steps;
         if !disk_steps = !dies_at then (
           died := true;
           failwith "the server process died"))
-      (Consort_capfs.Sim_disk.io disk)
+      (Consort_util.Sim_disk.io disk)
   in
   let crash_server_ref = ref (fun () -> ()) in
   let crash_server () = !crash_server_ref () in
@@ -127,7 +128,7 @@ let run_with ~disk_faults ?trace ~seed () =
            Sim.crash sim "srv";
            if not (R.is_closed node) then R.close node;
            Store.close store;
-           ignore (Consort_capfs.Sim_disk.crash disk);
+           ignore (Consort_util.Sim_disk.crash disk);
            server := None);
   start_server ();
   if Random.State.bool rng then dies_at := !disk_steps + 1 + Random.State.int rng 150;
@@ -151,7 +152,7 @@ let run_with ~disk_faults ?trace ~seed () =
   done;
   (* Storage faults: for a while, the disk fills, fails writes or fsyncs. *)
   if disk_faults then begin
-    let module D = Consort_capfs.Sim_disk in
+    let module D = Consort_util.Sim_disk in
     let at = ms (Random.State.int rng 300) and lasts = ms (200 + Random.State.int rng 800) in
     let kind = Random.State.int rng 3 in
     let room = Random.State.int rng 40_000 in

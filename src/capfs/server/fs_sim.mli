@@ -26,7 +26,7 @@ val run : ?trace:out_channel -> seed:int -> unit -> outcome
 (** [run ~seed ()] runs one seeded schedule. The store lives in a fresh directory under [/dev/shm]
     (or the temporary directory), removed after. *)
 
-(** [fs-disk-faults]: the same with storage faults ({!Consort_capfs.Sim_disk}): for a while the
+(** [fs-disk-faults]: the same with storage faults ({!Consort_util.Sim_disk}): for a while the
     server's disk fills, fails writes or fsyncs; a put or destroy the server refuses for it (no
     space, a system error) is counted as not done or unknown. In both scenarios every crash is a
     power loss: what was not fsynced is lost or torn. *)

@@ -10,7 +10,7 @@
 
 #if defined(__has_include)
 #if !__has_include(<openssl/evp.h>)
-#error "consort.cap needs OpenSSL's libcrypto headers (openssl/evp.h): install libssl-dev (scripts/deps.sh does)"
+#error "consort.crypto needs OpenSSL's libcrypto headers (openssl/evp.h): install libssl-dev (scripts/deps.sh does)"
 #endif
 #endif
 
@@ -25,7 +25,7 @@
 #include <caml/bigarray.h>
 
 #if OPENSSL_VERSION_NUMBER < 0x10100000L
-#error "consort.cap needs OpenSSL 1.1 or later (libssl-dev)"
+#error "consort.crypto needs OpenSSL 1.1 or later (libssl-dev)"
 #endif
 
 struct gcm_key {

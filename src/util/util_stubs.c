@@ -18,7 +18,7 @@
 
 /* pread(fd, buf + pos, len, off) until [len] bytes or the end of the file;
    the number of bytes read. */
-value consort_capfs_pread(value fd, value buf, value pos, value len, value off)
+value consort_util_pread(value fd, value buf, value pos, value len, value off)
 {
   char *p = (char *)Bytes_val(buf) + Long_val(pos);
   size_t want = Long_val(len);
@@ -37,7 +37,7 @@ value consort_capfs_pread(value fd, value buf, value pos, value len, value off)
 }
 
 /* One write(fd, s + off, len); the number of bytes written. */
-value consort_capfs_write(value fd, value s, value off, value len)
+value consort_util_write(value fd, value s, value off, value len)
 {
   for (;;) {
     ssize_t n = write(Int_val(fd), String_val(s) + Long_val(off), Long_val(len));

@@ -63,8 +63,8 @@ let counting io =
   let n = ref 0 in
   (hooked (fun _ -> incr n) io, fun () -> !n)
 
-external c_pread : Unix.file_descr -> bytes -> int -> int -> int -> int = "consort_capfs_pread"
-external c_write : Unix.file_descr -> string -> int -> int -> int = "consort_capfs_write"
+external c_pread : Unix.file_descr -> bytes -> int -> int -> int -> int = "consort_util_pread"
+external c_write : Unix.file_descr -> string -> int -> int -> int = "consort_util_write"
 
 let pread fd ~off buf pos len =
   if pos < 0 || len < 0 || pos + len > Bytes.length buf || off < 0 then invalid_arg "Io.pread";

@@ -11,12 +11,7 @@ module type S = sig
   type key
   type 'a t
 
-  val create :
-    ?idle:Consort.Time.t ->
-    ?now:(unit -> Consort.Time.t) ->
-    ?on_evict:(key -> 'a -> unit) ->
-    int ->
-    'a t
+  val create : ?idle:Time.t -> ?now:(unit -> Time.t) -> ?on_evict:(key -> 'a -> unit) -> int -> 'a t
   (** [create capacity] is an empty table holding at most [capacity] entries. With [idle] (and
       [now], the clock), an entry not used for [idle] is dropped at the next operation that looks at
       the table's old end. [on_evict k v] is called for each entry dropped by the table itself (to
