@@ -897,6 +897,15 @@ let bench_delegates () =
       | [ l ] when contains l "consort bench:" && contains l "consort-bench" -> ()
       | _ -> Alcotest.failf "consort bench without consort-bench: %S" r.err)
 
+(* consort bench fs end to end, tiny: it starts its own file server (a new one) and reads a file
+   through it; its JSON line says so. *)
+let bench_fs_runs () =
+  let args = [ "bench"; "fs"; "--size"; "1"; "--rounds"; "1"; "--json" ] in
+  let r = run ~limit:120. args in
+  no_defect args r;
+  if r.code <> 0 || not (contains r.out {|{"bench":"fs","size_mb":1,|}) then
+    Alcotest.failf "%s: exit %d\n%s%s" (show args) r.code r.out r.err
+
 let () =
   Alcotest.run "cli"
     [
@@ -914,6 +923,7 @@ let () =
           Alcotest.test_case "the systemd unit's command line" `Quick systemd_unit;
           Alcotest.test_case "consort bench runs consort-bench, refuses without it" `Quick
             bench_delegates;
+          Alcotest.test_case "consort bench fs runs end to end" `Quick bench_fs_runs;
         ] );
       ( "lists",
         [
