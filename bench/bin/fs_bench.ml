@@ -50,7 +50,9 @@ let bench_fs size_mb rounds json =
     let r, w = Unix.pipe ~cloexec:true () in
     let pid =
       Unix.create_process exe
-        (Array.append [| exe; "cap"; "fs"; "serve"; "--data"; data; "--bind"; addr |] params)
+        (Array.append
+           [| exe; "cap"; "fs"; "serve"; "--new"; "--data"; data; "--bind"; addr |]
+           params)
         devnull w devnull
     in
     server := Some pid;
