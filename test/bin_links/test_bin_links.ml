@@ -190,6 +190,32 @@ let consort_links_no_bench_or_test () =
                   (String.concat " -> " chain))
               bad))
 
+(* Every other installed executable (consortd, consort-exec): no bench or test library either. *)
+let installed_link_no_bench_or_test () =
+  let all = stanzas () in
+  let installed =
+    List.filter
+      (fun s ->
+        s.kind = "executable"
+        && List.length s.names > 1
+        && (not (under "bench" s.dir))
+        && not (under "test" s.dir))
+      all
+  in
+  List.iter
+    (fun n ->
+      if not (List.exists (fun s -> List.mem n s.names) installed) then
+        Alcotest.failf "no installed executable %s found" n)
+    [ "consort"; "consortd"; "consort-exec" ];
+  List.iter
+    (fun exe ->
+      match List.filter bench_or_test (closure all exe) with
+      | [] -> ()
+      | (l, chain) :: _ ->
+          Alcotest.failf "%s (%s) links %s through %s" (List.nth exe.names 1) exe.dir
+            (List.hd l.names) (String.concat " -> " chain))
+    installed
+
 let consort_bench_links_the_benchmarks () =
   let all = stanzas () in
   let b = executable all "consort-bench" in
@@ -208,6 +234,8 @@ let () =
         [
           Alcotest.test_case "consort links no bench or test library" `Quick
             consort_links_no_bench_or_test;
+          Alcotest.test_case "consortd and consort-exec link no bench or test library" `Quick
+            installed_link_no_bench_or_test;
           Alcotest.test_case "consort-bench links the benchmarks" `Quick
             consort_bench_links_the_benchmarks;
         ] );
