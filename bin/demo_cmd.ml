@@ -82,7 +82,7 @@ let run_peers ~members ~counts ~loss ~seed ~limit =
   in
   List.for_all Fun.id results
 
-module P = Consort_scenario.Procs
+module P = Consort_member.Procs
 
 let group_demo () =
   let t0 = Unix.gettimeofday () in
@@ -202,7 +202,7 @@ let demo seeds limit =
   let t2 = Unix.gettimeofday () in
   let passed = ref 0 and failed = ref 0 in
   for seed = 1 to seeds do
-    match Consort_scenario.Scenario.run "vsync-crash" ~seed with
+    match Consort_sim.Scenario.run [ Consort_sim_group.Scenarios.registry ] "vsync-crash" ~seed with
     | Ok o when o.violations = [] -> incr passed
     | _ -> incr failed
   done;
@@ -244,12 +244,12 @@ let peer rank members counts loss seed deadline =
       Fmt.epr "consort mcast-peer: --counts needs one number, or one per member@.";
       2
   | Some counts -> (
-      match Consort_scenario.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
+      match Consort_member.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
       | Ok true -> 0
       | Ok false -> 1
       | Error e ->
           (* A bad argument, address or port: nothing was done. *)
-          Fmt.epr "consort mcast-peer: %a@." Consort_scenario.Mcast_peer.pp_error e;
+          Fmt.epr "consort mcast-peer: %a@." Consort_member.Mcast_peer.pp_error e;
           Consort_cli.refused)
 
 let peer =

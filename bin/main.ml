@@ -1,34 +1,57 @@
 open Cmdliner
 
-let bench_layering iterations json =
-  let rows = Consort_bench.Layering.run ~iterations () in
-  Fmt.pr "Layering: a 16-byte message down and back up a stack, per message@.";
-  Fmt.pr "%a" Consort_bench.Layering.pp_table rows;
-  if json then print_endline (Consort_bench.Layering.to_json rows);
-  0
+(* consort bench ARGS is consort-bench ARGS: the benchmarks are a separate executable (bench/bin),
+   so that consort links no benchmark or test code. consort-bench is found beside this executable
+   (installed, or bin/consort-bench in the build tree), else on PATH; it starts this consort
+   (CONSORT_EXE) for its servers and members. *)
+let executable f =
+  Sys.file_exists f
+  && (not (Sys.is_directory f))
+  &&
+  try
+    Unix.access f [ Unix.X_OK ];
+    true
+  with Unix.Unix_error _ -> false
 
-let iterations =
-  Arg.(
-    value
-    & opt Consort_cli.positive_int 200_000
-    & info [ "iterations" ] ~docv:"N" ~doc:"Messages per round.")
+let consort_bench () =
+  let beside = Filename.concat (Filename.dirname Sys.executable_name) "consort-bench" in
+  if executable beside then Some beside
+  else
+    match Sys.getenv_opt "PATH" with
+    | None -> None
+    | Some p ->
+        List.find_map
+          (fun d ->
+            let f = Filename.concat (if d = "" then "." else d) "consort-bench" in
+            if executable f then Some f else None)
+          (String.split_on_char ':' p)
 
-let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.")
+let bench args =
+  match consort_bench () with
+  | None ->
+      prerr_endline
+        "consort bench: consort-bench is neither beside consort nor on PATH (make build makes it, \
+         make install installs it)";
+      exit Consort_cli.refused
+  | Some exe -> (
+      Unix.putenv "CONSORT_EXE" Sys.executable_name;
+      try Unix.execv exe (Array.of_list (exe :: args))
+      with Unix.Unix_error (e, _, _) ->
+        Printf.eprintf "consort bench: %s: %s\n%!" exe (Unix.error_message e);
+        exit Consort_cli.refused)
 
+(* In consort's own help: the benchmarks' command, run by consort-bench. *)
 let bench_cmd =
-  let layering =
-    Cmd.v
-      (Consort_cli.info ~path:"bench layering" "layering"
-         ~doc:"Cost per message of 1, 5, 10 and 20 layers beside a direct call.")
-      Term.(const bench_layering $ iterations $ json)
-  in
-  Cmd.group
+  let command =
+    Arg.(required & pos 0 (some string) None & info [] ~docv:"COMMAND" ~doc:"The benchmark.")
+  and args = Arg.(value & pos_right 0 string [] & info [] ~docv:"ARG") in
+  Cmd.v
     (Cmd.info "bench" ~exits:Consort_cli.exits
-       ~doc:"Benchmarks; each prints its baseline measured in the same run.")
-    (layering :: Net_cmd.bench_checksum :: Net_bench_cmd.cmd :: Net_bench_cmd.cmd_sim
-   :: Consort_cap_bench.Rpc_bench.cmd :: Cap_cmd.bench :: Proc_cmd.bench
-   :: Consort_kv_bench.Kv_bench.cmd :: Consort_capdir_bench.Dir_bench.cmd
-   :: Consort_group_bench.Cli.commands)
+       ~doc:
+         "Benchmarks, run by the consort-bench executable ($(b,consort bench) $(i,ARGS) is \
+          $(b,consort-bench) $(i,ARGS)); each prints its baseline measured in the same run. \
+          $(b,consort bench --help) lists them.")
+    Term.(const (fun c a -> bench (c :: a)) $ command $ args)
 
 let params () =
   List.iter
@@ -44,6 +67,8 @@ let params_cmd =
     Term.(const params $ const ())
 
 let () =
+  if Array.length Sys.argv > 1 && Sys.argv.(1) = "bench" then
+    bench (Array.to_list (Array.sub Sys.argv 2 (Array.length Sys.argv - 2)));
   let doc = "reliable distributed systems from small, typed protocol layers" in
   Consort_cli.main
     (Cmd.group

@@ -16,7 +16,7 @@ let props =
     & info [ "props" ] ~docv:"P"
         ~doc:"Comma-separated properties, such as $(b,Gmp,Sync,Heal) or $(b,vsync).")
 
-module Member = Consort_scenario.Member
+module Member = Consort_member.Member
 module Seal = Consort_seal.Seal
 
 (* The secret and mode a member seals with: [Privacy] if asked, [Auth] if

@@ -351,14 +351,3 @@ let cmd =
   Cmd.group
     (Cmd.info "net" ~exits:Consort_cli.exits ~doc:"Consort's user-space TCP/IP stack.")
     [ up_cmd ]
-
-let bench_checksum () =
-  let rows = Consort_net_bench.Checksum_bench.run () in
-  Fmt.pr "Internet checksum (C stub) beside memcpy of the same bytes, same run:@.";
-  Fmt.pr "%a" Consort_net_bench.Checksum_bench.pp_table rows;
-  0
-
-let bench_checksum =
-  Cmd.v
-    (Consort_cli.info ~path:"bench checksum" "checksum" ~doc:"Checksum GB/s beside memcpy GB/s.")
-    Term.(const bench_checksum $ const ())

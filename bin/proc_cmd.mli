@@ -6,9 +6,6 @@ val exec : int Cmdliner.Cmd.t
 val ps : int Cmdliner.Cmd.t
 val kill : int Cmdliner.Cmd.t
 
-val bench : int Cmdliner.Cmd.t
-(** [consort bench proc]. *)
-
 val program_user : string option -> ((int * int) option, string) result
 (** The user a process server runs programs as ([--user]): as root, the named user (default
     [consort-run]), never root; otherwise [None] (the server's own). *)

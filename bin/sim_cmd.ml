@@ -1,86 +1,17 @@
 open Cmdliner
+module Scenario = Consort_sim.Scenario
 
-(* Scenarios that live outside Consort_scenario. *)
-module Fs_sim = Consort_capfs_server.Fs_sim
-module Kv_sim = Consort_kv.Kv_sim
-module Dir_sim = Consort_capdir.Dir_sim
-module Gc_sim = Consort_capdir.Gc_sim
+(* Every area's scenarios, in the order [consort sim --help] lists them. *)
+let registries =
+  [
+    Consort_sim_group.Scenarios.registry;
+    Consort_sim_cap.Scenarios.registry;
+    Consort_sim_capfs.Scenarios.registry;
+    Consort_sim_kv.Scenarios.registry;
+    Consort_sim_capdir.Scenarios.registry;
+  ]
 
-let describe s =
-  if s = Fs_sim.name then Some Fs_sim.doc
-  else if s = Kv_sim.name then Some Kv_sim.doc
-  else if s = Dir_sim.name then Some Dir_sim.doc
-  else if s = Gc_sim.name then Some Gc_sim.doc
-  else if s = Kv_sim.Disk_faults.name then Some Kv_sim.Disk_faults.doc
-  else if s = Fs_sim.Disk_faults.name then Some Fs_sim.Disk_faults.doc
-  else if s = Kv_sim.Lost_dir.name then Some Kv_sim.Lost_dir.doc
-  else if s = Dir_sim.Disk_faults.name then Some Dir_sim.Disk_faults.doc
-  else if s = Dir_sim.Lost_dir.name then Some Dir_sim.Lost_dir.doc
-  else if s = Kv_sim.Ack_race.name then Some Kv_sim.Ack_race.doc
-  else Consort_scenario.Scenario.describe s
-
-let names =
-  Consort_scenario.Scenario.names
-  @ [ Fs_sim.name; Kv_sim.name; Dir_sim.name; Gc_sim.name ]
-  @ [ Kv_sim.Disk_faults.name; Dir_sim.Disk_faults.name; Kv_sim.Lost_dir.name ]
-  @ [ Fs_sim.Disk_faults.name; Dir_sim.Lost_dir.name ]
-  @ [ Kv_sim.Ack_race.name ]
-
-(* A replicated state machine's run ([kv-linearizable], [dir-replicated]): its operations as sent,
-   those with a known outcome as delivered. *)
-let of_rsm ~seed (o : Consort_kv.Rsm_sim.outcome) =
-  {
-    Consort_scenario.Scenario.seed;
-    violations = o.violations;
-    trace_hash = o.trace_hash;
-    sent = o.ops;
-    delivered = o.acked;
-    datagrams = o.datagrams;
-    end_time = o.end_time;
-  }
-
-let run_one ?trace ~params s ~seed =
-  if s = Fs_sim.name || s = Fs_sim.Disk_faults.name then
-    let o =
-      if s = Fs_sim.name then Fs_sim.run ?trace ~seed () else Fs_sim.Disk_faults.run ?trace ~seed ()
-    in
-    Ok
-      {
-        Consort_scenario.Scenario.seed;
-        violations = o.violations;
-        trace_hash = o.trace_hash;
-        sent = o.puts;
-        delivered = o.acked;
-        datagrams = o.datagrams;
-        end_time = o.end_time;
-      }
-  else if s = Kv_sim.name then Ok (of_rsm ~seed (Kv_sim.run ?trace ~params ~seed ()))
-  else if s = Dir_sim.name then Ok (of_rsm ~seed (Dir_sim.run ?trace ~params ~seed ()))
-  else if s = Kv_sim.Disk_faults.name then
-    Ok (of_rsm ~seed (Kv_sim.Disk_faults.run ?trace ~params ~seed ()))
-  else if s = Kv_sim.Lost_dir.name then
-    Ok (of_rsm ~seed (Kv_sim.Lost_dir.run ?trace ~params ~seed ()))
-  else if s = Dir_sim.Disk_faults.name then
-    Ok (of_rsm ~seed (Dir_sim.Disk_faults.run ?trace ~params ~seed ()))
-  else if s = Dir_sim.Lost_dir.name then
-    Ok (of_rsm ~seed (Dir_sim.Lost_dir.run ?trace ~params ~seed ()))
-  else if s = Kv_sim.Ack_race.name then
-    Ok (of_rsm ~seed (Kv_sim.Ack_race.run ?trace ~params ~seed ()))
-  else if s = Gc_sim.name then
-    let o = Gc_sim.run ?trace ~seed () in
-    Ok
-      {
-        Consort_scenario.Scenario.seed;
-        violations = o.violations;
-        trace_hash =
-          Digest.to_hex
-            (Digest.string (Printf.sprintf "%d %d %d %d" o.rounds o.completed o.collected o.steps));
-        sent = o.rounds;
-        delivered = o.completed;
-        datagrams = o.collected;
-        end_time = 0;
-      }
-  else Consort_scenario.Scenario.run ?trace ~params s ~seed
+let names = Scenario.names registries
 
 let run scenario seeds seed trace quiet verbose params =
   if verbose > 0 then begin
@@ -92,18 +23,18 @@ let run scenario seeds seed trace quiet verbose params =
       Fmt.epr "consort sim: --params: %a@." Consort.Params.pp_error e;
       2
   | Ok params -> (
-      match Consort_scenario.Vsync_sim.check_params params with
+      match Scenario.check_params registries params with
       | Error e ->
           Fmt.epr "consort sim: --params: %s@." e;
           2
       | Ok () -> (
-          match describe scenario with
+          match Scenario.find registries scenario with
           | None ->
               Fmt.epr "consort sim: unknown scenario %S (known: %s)@." scenario
                 (String.concat ", " names);
               2
-          | Some doc -> (
-              if not quiet then Fmt.pr "scenario %s: %s@." scenario doc;
+          | Some sc -> (
+              if not quiet then Fmt.pr "scenario %s: %s@." scenario sc.doc;
               let first = Option.value seed ~default:1 in
               let seeds = match seed with Some _ when seeds = 0 -> 1 | _ -> max 1 seeds in
               (* The trace file: one that cannot be created or written (a
@@ -142,9 +73,9 @@ let run scenario seeds seed trace quiet verbose params =
                     for s = first to first + seeds - 1 do
                       progress s;
                       match
-                        let r = run_one ?trace:oc ~params scenario ~seed:s in
-                        (match r with Ok o when o.violations = [] -> () | _ -> clear ());
-                        r
+                        let o = sc.run ?trace:oc ~params ~seed:s () in
+                        if o.violations <> [] then clear ();
+                        o
                       with
                       | exception (Sys_error _ as e) when trace <> None -> raise e
                       | exception e ->
@@ -156,10 +87,7 @@ let run scenario seeds seed trace quiet verbose params =
                             "FAIL seed %d: exception %s@.  reproduce: consort sim --scenario %s \
                              --seeds 1 --seed %d@."
                             s (Printexc.to_string e) scenario s
-                      | Error e ->
-                          Fmt.epr "consort sim: %a@." Consort_scenario.Scenario.pp_error e;
-                          incr failed
-                      | Ok o when o.violations = [] ->
+                      | o when o.violations = [] ->
                           incr passed;
                           if seeds = 1 && not quiet then
                             Fmt.pr
@@ -167,7 +95,7 @@ let run scenario seeds seed trace quiet verbose params =
                                trace %s@."
                               s o.sent o.delivered o.datagrams Consort.Time.pp o.end_time
                               o.trace_hash
-                      | Ok o ->
+                      | o ->
                           incr failed;
                           Fmt.pr
                             "FAIL seed %d: %d violation(s), first: %s@.  reproduce: consort sim \

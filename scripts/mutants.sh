@@ -172,6 +172,7 @@ END { if (buf != "") emit() }'
 # its deps, so that a test finds in the copy the files it reads there in make test.
 targets_of() {
   echo bin/main.exe
+  echo bin/consort-bench
   echo bin/consortd/consortd.exe
   local t d n dep
   grep -Eo '_build/default/[A-Za-z0-9_./-]+\.exe' | sed 's|^_build/default/||' | sort -u |
@@ -378,7 +379,7 @@ reads_build_tree() { # PROGRAM (relative to the tree)
   if [ "$d" = scripts ]; then f=("$src/$p"); else mapfile -t f < <(find "$src/$d" -type f); fi
   grep -qshE '_build/default($|[^/])' "${f[@]}" && return 0
   while read -r x; do
-    case $x in bin/main.exe | bin/consortd/consortd.exe) continue ;; esac
+    case $x in bin/main.exe | bin/consort-bench | bin/consortd/consortd.exe) continue ;; esac
     grep -qsE "build +(\./)?$x( |\$)" "$src/$p" || return 0
   done < <(grep -ohsE '_build/default/[A-Za-z0-9_./-]+' "${f[@]}" | sed 's|^_build/default/||' | sort -u)
   return 1

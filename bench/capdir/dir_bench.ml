@@ -45,7 +45,7 @@ let dir_cluster ~dir =
         let pid =
           K.spawn
             ~out:(dir / Printf.sprintf "dir%d.log" i)
-            Sys.executable_name
+            (Consort_bench.Exe.consort ())
             [
               "cap";
               "dir";

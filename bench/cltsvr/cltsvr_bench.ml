@@ -8,8 +8,8 @@
 
 open Consort
 module Sim = Consort_engine.Sim
-module Cs = Consort_scenario.Cltsvr_sim
-module V = Consort_scenario.Vsync_sim
+module Cs = Consort_sim_group.Cltsvr_sim
+module V = Consort_sim_group.Vsync_sim
 
 let seeds = ref 5
 

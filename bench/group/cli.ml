@@ -8,7 +8,7 @@ let params =
     & info [ "params" ] ~docv:"NAME=VALUE,..."
         ~doc:"Override tunables of the group stack (see $(b,consort params)).")
 
-let exe () = Sys.executable_name
+let exe () = Consort_bench.Exe.consort ()
 
 let report name pp to_json json = function
   | Ok r ->

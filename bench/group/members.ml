@@ -46,7 +46,7 @@ let last_logged_view m =
     (fun acc e ->
       match e with Consort_spec.Log.View { view; members; _ } -> Some (view, members) | _ -> acc)
     None
-    (Consort_scenario.Procs.events m.log)
+    (Consort_member.Procs.events m.log)
 
 let eid_addr id = match String.index_opt id '#' with Some i -> String.sub id 0 i | None -> id
 let stop ms = List.iter (fun m -> Proc.kill m.proc) ms

@@ -8,7 +8,7 @@
    figure grows against the group size. *)
 
 open Consort
-module V = Consort_scenario.Vsync_sim
+module V = Consort_sim_group.Vsync_sim
 module Sim = Consort_engine.Sim
 module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 

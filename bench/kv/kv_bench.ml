@@ -24,7 +24,7 @@ let free_port ty =
   Unix.close s;
   p
 
-let self () = Sys.executable_name
+let self () = Consort_bench.Exe.consort ()
 
 let spawn ?(out = "/dev/null") prog args =
   let o = Unix.openfile out [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in

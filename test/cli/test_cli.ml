@@ -854,6 +854,58 @@ let systemd_unit () =
       | _, WEXITED c -> Alcotest.failf "consortd exited %d on SIGTERM" c
       | _ -> Alcotest.fail "consortd killed by a signal")
 
+(* consort bench runs consort-bench: found beside consort, it gets the arguments as they are (its
+   refusals too); missing (a consort alone in a directory, nothing on PATH), one line and exit 2. *)
+let bench_delegates () =
+  let r = run [ "bench"; "layering"; "--iterations"; "1000" ] in
+  no_defect [ "bench"; "layering" ] r;
+  if r.code <> 0 || not (contains r.out "Layering:") then
+    Alcotest.failf "consort bench layering: exit %d\n%s%s" r.code r.out r.err;
+  let r = run [ "bench"; "layering"; "--iterations"; "0" ] in
+  if r.code <> 124 then Alcotest.failf "consort bench layering --iterations 0: exit %d" r.code;
+  let dir = Filename.concat tmp (Printf.sprintf "consort-cli-lone-%d" (Unix.getpid ())) in
+  let lone = Filename.concat dir "consort" in
+  Unix.mkdir dir 0o700;
+  Fun.protect
+    ~finally:(fun () ->
+      (try Sys.remove lone with Sys_error _ -> ());
+      try Unix.rmdir dir with Unix.Unix_error _ -> ())
+    (fun () ->
+      let ic = open_in_bin exe
+      and oc = open_out_gen [ Open_wronly; Open_creat; Open_binary ] 0o700 lone in
+      let buf = Bytes.create 65536 in
+      let rec copy () =
+        let k = input ic buf 0 65536 in
+        if k > 0 then (
+          output oc buf 0 k;
+          copy ())
+      in
+      copy ();
+      close_in ic;
+      close_out oc;
+      let path = Unix.getenv "PATH" in
+      Unix.putenv "PATH" dir;
+      let r =
+        Fun.protect
+          ~finally:(fun () -> Unix.putenv "PATH" path)
+          (fun () -> run ~exe:lone [ "bench"; "layering" ])
+      in
+      no_defect [ "bench"; "layering" ] r;
+      if r.code <> 2 then
+        Alcotest.failf "consort bench without consort-bench: exit %d\n%s%s" r.code r.out r.err;
+      match lines r.err with
+      | [ l ] when contains l "consort bench:" && contains l "consort-bench" -> ()
+      | _ -> Alcotest.failf "consort bench without consort-bench: %S" r.err)
+
+(* consort bench fs end to end, tiny: it starts its own file server (a new one) and reads a file
+   through it; its JSON line says so. *)
+let bench_fs_runs () =
+  let args = [ "bench"; "fs"; "--size"; "1"; "--rounds"; "1"; "--json" ] in
+  let r = run ~limit:120. args in
+  no_defect args r;
+  if r.code <> 0 || not (contains r.out {|{"bench":"fs","size_mb":1,|}) then
+    Alcotest.failf "%s: exit %d\n%s%s" (show args) r.code r.out r.err
+
 let () =
   Alcotest.run "cli"
     [
@@ -869,6 +921,9 @@ let () =
           Alcotest.test_case "a dead daemon's socket" `Quick dead_daemon;
           Alcotest.test_case "an unreadable file is named" `Quick unreadable_named;
           Alcotest.test_case "the systemd unit's command line" `Quick systemd_unit;
+          Alcotest.test_case "consort bench runs consort-bench, refuses without it" `Quick
+            bench_delegates;
+          Alcotest.test_case "consort bench fs runs end to end" `Quick bench_fs_runs;
         ] );
       ( "lists",
         [

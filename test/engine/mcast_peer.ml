@@ -1,4 +1,4 @@
-(* Command-line wrapper of Consort_scenario.Mcast_peer for the
+(* Command-line wrapper of Consort_member.Mcast_peer for the
    three-process test.
 
    Usage: mcast_peer RANK ADDR0 ADDR1 ADDR2 COUNTS LOSS SEED [DEADLINE_S]
@@ -33,8 +33,8 @@ let () =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   Consort.Iovec.set_checked true;
-  match Consort_scenario.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
+  match Consort_member.Mcast_peer.run ~rank ~members ~counts ~loss ~seed ~deadline with
   | Ok ok -> exit (if ok then 0 else 1)
   | Error e ->
-      Printf.printf "peer %d: %s\n%!" rank (Fmt.str "%a" Consort_scenario.Mcast_peer.pp_error e);
+      Printf.printf "peer %d: %s\n%!" rank (Fmt.str "%a" Consort_member.Mcast_peer.pp_error e);
       exit 1

@@ -1,7 +1,7 @@
 (* What the process tests on loopback share: the binary, temporary files,
    and capturing the members' datagrams with tcpdump. *)
 
-module P = Consort_scenario.Procs
+module P = Consort_member.Procs
 
 let exe () =
   let dir = Filename.dirname Sys.executable_name in

@@ -7,7 +7,7 @@
    the virtual synchrony specification, and the members' counters must
    show the drops by reason. *)
 
-module P = Consort_scenario.Procs
+module P = Consort_member.Procs
 module Vsync = Consort_spec.Vsync
 module G = Consort_group
 open Capture

@@ -1,16 +1,45 @@
 (* Determinism of whole scenarios: the simulator, the layers and the
    workload together. *)
 
-module S = Consort_scenario.Scenario
+module S = Consort_sim.Scenario
+
+(* Every area's registry, as consort sim reads them. *)
+let all =
+  [
+    Consort_sim_group.Scenarios.registry;
+    Consort_sim_cap.Scenarios.registry;
+    Consort_sim_capfs.Scenarios.registry;
+    Consort_sim_kv.Scenarios.registry;
+    Consort_sim_capdir.Scenarios.registry;
+  ]
+
+(* The scenarios whose determinism is checked here: the groups', the RPC's, and dir-gc, whose
+   trace hash is the hash of its events. The storage scenarios have their own suites. *)
+let registries =
+  [
+    Consort_sim_group.Scenarios.registry;
+    Consort_sim_cap.Scenarios.registry;
+    {
+      Consort_sim_capdir.Scenarios.registry with
+      scenarios =
+        List.filter
+          (fun (s : S.t) -> s.name = "dir-gc")
+          Consort_sim_capdir.Scenarios.registry.scenarios;
+    };
+  ]
+
+let names = S.names registries
 
 let run name seed =
-  match S.run name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e
+  match S.run registries name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e
 
 let with_trace name seed =
   let file = Filename.temp_file "consort-trace" ".txt" in
   let oc = open_out file in
   let o =
-    match S.run ~trace:oc name ~seed with Ok o -> o | Error e -> Alcotest.failf "%a" S.pp_error e
+    match S.run registries ~trace:oc name ~seed with
+    | Ok o -> o
+    | Error e -> Alcotest.failf "%a" S.pp_error e
   in
   close_out oc;
   let ic = open_in_bin file in
@@ -49,15 +78,39 @@ let different_seeds name () =
     n (List.length distinct)
 
 let unknown () =
-  match S.run "no-such-scenario" ~seed:1 with
+  match S.run all "no-such-scenario" ~seed:1 with
   | Ok _ -> Alcotest.fail "an unknown scenario ran"
   | Error (S.Unknown_scenario { name; known } as e) ->
       Alcotest.(check string) "the error names the scenario" "no-such-scenario" name;
-      Alcotest.(check (list string)) "and the known ones" S.names known;
+      Alcotest.(check (list string)) "and the known ones" (S.names all) known;
       let e = Fmt.str "%a" S.pp_error e in
       Alcotest.(check bool)
         "printed, the error names the known scenarios" true
-        (List.for_all (fun n -> Text.contains e n) S.names)
+        (List.for_all (fun n -> Text.contains e n) (S.names all))
+
+(* One scenario per name across every registry, each described, each registry non-empty; and a
+   name is found in the registry that lists it, with its own description. *)
+let registry_names () =
+  Alcotest.(check (list string)) "names claimed twice" [] (S.duplicates all);
+  List.iter
+    (fun (r : S.registry) ->
+      if r.scenarios = [] then Alcotest.failf "registry %s is empty" r.area;
+      List.iter
+        (fun (s : S.t) ->
+          if String.length s.doc < 20 then Alcotest.failf "%s: description %S" s.name s.doc;
+          match S.find all s.name with
+          | Some f when f.doc == s.doc -> ()
+          | _ -> Alcotest.failf "%s is not found as %s lists it" s.name r.area)
+        r.scenarios)
+    all;
+  List.iter
+    (fun n -> if S.find all n = None then Alcotest.failf "%s is in no registry" n)
+    [ "pt2pt-lossy"; "vsync-crash"; "rpc-at-most-once"; "fs-crash"; "kv-linearizable"; "dir-gc" ]
+
+(* dir-gc's trace hash is the hash of its trace: the file written with --trace. *)
+let gc_trace_hash () =
+  let o, text = with_trace "dir-gc" 5 in
+  Alcotest.(check string) "hash of the trace file" (Digest.to_hex (Digest.string text)) o.trace_hash
 
 (* The member logs of the group scenarios, as their trace shows them
    ("TIME {json}"): every record timed, blocks before view changes,
@@ -124,8 +177,13 @@ let () =
   in
   Alcotest.run "scenario"
     [
-      ("determinism", List.concat_map per S.names);
-      ("names", [ Alcotest.test_case "unknown scenario" `Quick unknown ]);
+      ("determinism", List.concat_map per names);
+      ( "names",
+        [
+          Alcotest.test_case "unknown scenario" `Quick unknown;
+          Alcotest.test_case "one scenario per name, each in its registry" `Quick registry_names;
+          Alcotest.test_case "dir-gc: the trace hash is its trace's" `Quick gc_trace_hash;
+        ] );
       ( "logs",
         [ Alcotest.test_case "group scenarios log what the checker needs" `Quick member_logs ] );
     ]

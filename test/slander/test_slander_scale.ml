@@ -5,7 +5,7 @@
    be cast by each of them (n casts of n deliveries each, per crash). *)
 
 open Consort
-module V = Consort_scenario.Vsync_sim
+module V = Consort_sim_group.Vsync_sim
 module Sim = Consort_engine.Sim
 module G = Consort_group.Group.Make (Consort_seal.Seal.Make (Sim))
 

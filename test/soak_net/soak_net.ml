@@ -10,7 +10,7 @@
    and ends with "N passed, M failed" over its checks. Everything it
    creates (namespaces, links, processes, files) is removed at exit. *)
 
-module P = Consort_scenario.Procs
+module P = Consort_member.Procs
 module Log = Consort_spec.Log
 module Vsync = Consort_spec.Vsync
 module Order = Consort_spec.Order

@@ -6,7 +6,7 @@
    of every member incarnation are then checked with the virtual synchrony
    specification. *)
 
-module P = Consort_scenario.Procs
+module P = Consort_member.Procs
 module Vsync = Consort_spec.Vsync
 
 let exe () =

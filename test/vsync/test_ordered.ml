@@ -5,7 +5,7 @@
    checked with virtual synchrony and total order (what [consort check-logs
    --total] does). The same with [Causal] and [Agree]. *)
 
-module P = Consort_scenario.Procs
+module P = Consort_member.Procs
 module Vsync = Consort_spec.Vsync
 module Order = Consort_spec.Order
 

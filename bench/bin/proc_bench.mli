@@ -1,0 +1,3 @@
+(** [consort bench proc]: process start latency through a process server. *)
+
+val bench : int Cmdliner.Cmd.t

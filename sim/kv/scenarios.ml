@@ -1,0 +1,6 @@
+let registry =
+  {
+    Consort_sim.Scenario.area = "kv";
+    check_params = (fun _ -> Ok ());
+    scenarios = Kv_sim.scenarios;
+  }
