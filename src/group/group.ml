@@ -1,8 +1,5 @@
 open Consort
-
-let src = Logs.Src.create "consort.group" ~doc:"Process groups: views, joins, merges"
-
-module Log = (val Logs.src_log src : Logs.LOG)
+module Log = Group_log.Log
 
 type view_info = {
   vid : string;
@@ -318,14 +315,7 @@ module Make (T : Transport.S) = struct
         (* a switch asked in the stack of this epoch, to this epoch and stack *)
     on_stack_error : stack_error -> unit;
     on_transitional : (transitional -> unit) option; (* extended virtual synchrony *)
-    primary_config : Primary.config option; (* with the Primary layer: the votes *)
-    on_primary : Primary.quorum -> unit;
-    mutable quorum : Primary.quorum option; (* of the current view, with Primary: as told *)
-    mutable quorum_pending : Primary.quorum option;
-        (* a view with the quorum, not primary until every member is known to have installed it *)
-    mutable past_primaries : Primary.knowledge; (* dynamic votes: of past primaries, across views *)
-    mutable attempt : Primary.session option; (* dynamic votes: the current view's, attempted *)
-    mutable quorum_members : (string * string) list; (* the current view's, by id and address *)
+    quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
     mutable told : (string * string) list;
     (* stack errors reported, by peer and stack *)
     (* with the Xfer layer: the state transfer *)
@@ -349,7 +339,7 @@ module Make (T : Transport.S) = struct
 
   let conn t = Lazy.force t.conn
   let me t = t.me.eid
-  let primary t = t.quorum
+  let primary t = Group_primary.quorum t.quorum
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
@@ -644,15 +634,7 @@ module Make (T : Transport.S) = struct
                   | None -> if stale then Some (e, at_old (List.nth members rank).addr) else None)
                 others
           end;
-          (* A view with the quorum that ends before every member was
-             heard in it was never primary. *)
-          (match t.quorum_pending with
-          | Some q ->
-              t.quorum_pending <- None;
-              let q = { q with Primary.primary = false } in
-              t.quorum <- Some q;
-              t.on_primary q
-          | None -> ());
+          Group_primary.end_view t.quorum;
           (* Extended virtual synchrony: the members that go on from the
              old view into this one hear of it before what the old view
              still delivers at its end (held safe casts), which is then
@@ -745,49 +727,12 @@ module Make (T : Transport.S) = struct
                 (fun (e, why) ->
                   Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
                 info.why;
-              (* With Primary: a view without the quorum is told so at
-                 once; one with it is primary once every member has said
-                 it is there (Primary.Confirmed), casts waiting until then. *)
-              let with_primary =
-                match t.primary_config with
-                | Some pc when List.exists (fun l -> Layer.name l = Primary.name) t.cur_layers ->
-                    Some pc
-                | _ -> None
-              in
-              t.attempt <- None;
-              t.quorum_members <- List.map (fun (m : Side.member) -> (m.eid, m.addr)) members;
-              let dynamic =
-                match with_primary with Some pc -> Primary.mode pc = Dynamic | None -> false
-              in
               let decision =
-                match with_primary with
-                | Some pc when dynamic ->
-                    (* Undecided until every member's knowledge is in: held as a view with the
-                       quorum that is not yet confirmed. *)
-                    Some
-                      {
-                        (Primary.decide_dynamic pc ~members:t.quorum_members [] |> fst) with
-                        Primary.primary = true;
-                      }
-                | Some pc ->
-                    Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
-                | None -> None
+                Group_primary.install t.quorum ~layers:t.cur_layers
+                  ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
               in
-              (match decision with
-              | Some q when q.Primary.primary ->
-                  t.quorum <- Some { q with primary = false };
-                  t.quorum_pending <- Some q
-              | q ->
-                  t.quorum <- q;
-                  t.quorum_pending <- None);
               t.cb.view info;
-              (match decision with
-              | Some q when not q.Primary.primary ->
-                  Log.info (fun m -> m "%s: view %s is %a" t.me.eid vid Primary.pp_quorum q);
-                  t.on_primary q
-              | Some _ when dynamic -> Ep.Binding.dn_ctl ep (Primary.Start_dynamic t.past_primaries)
-              | Some _ -> Ep.Binding.dn_ctl ep Primary.Start
-              | None -> ());
+              Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
@@ -805,10 +750,13 @@ module Make (T : Transport.S) = struct
 
   and flush_queue t =
     while
-      (not t.blocked) && t.quorum_pending = None && (not (Queue.is_empty t.queued)) && t.cur <> None
+      (not t.blocked)
+      && (not (Group_primary.waiting t.quorum))
+      && (not (Queue.is_empty t.queued))
+      && t.cur <> None
     do
       match Queue.pop t.queued with
-      | `Cast s when match t.quorum with Some q -> not q.Primary.primary | None -> false ->
+      | `Cast s when Group_primary.outside_primary t.quorum ->
           t.queued_bytes <- t.queued_bytes - String.length s - 64;
           let why =
             Fmt.str "view %s is not primary"
@@ -957,45 +905,18 @@ module Make (T : Transport.S) = struct
                     Printf.sprintf "view %s went on without this member (excluded): rejoining"
                       c.view.View.id );
             alone t c
-        | Primary.Heard ks -> (
-            match (t.quorum_pending, t.primary_config) with
-            | Some _, Some pc when t.attempt = None ->
-                let q, session = Primary.decide_dynamic pc ~members:t.quorum_members ks in
-                t.past_primaries <- Primary.learn t.past_primaries ks;
-                if q.Primary.primary then begin
-                  (* Recorded before the attempt goes out: from now on this view may form at
-                     another member. *)
-                  t.past_primaries <-
-                    { t.past_primaries with ambiguous = session :: t.past_primaries.ambiguous };
-                  t.attempt <- Some session;
-                  t.quorum_pending <- Some q;
-                  Ep.Binding.dn_ctl c.ep Primary.Attempt
-                end
-                else decided t c q
-            | _ -> ())
-        | Primary.Confirmed -> (
-            match t.quorum_pending with
-            | Some q ->
-                Option.iter
-                  (fun s -> t.past_primaries <- { Primary.last = Some s; ambiguous = [] })
-                  t.attempt;
-                decided t c q
-            | None -> ())
         | Event.Blocked b ->
             t.stack_flow <- b;
             update_flow t
         | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
-        | _ -> ())
+        | e ->
+            (* The view's quorum is decided (primary or not). *)
+            if Group_primary.on_ctl t.quorum ~vid:c.view.View.id ~dn_ctl:(Ep.Binding.dn_ctl c.ep) e
+            then begin
+              flush_queue t;
+              update_flow t
+            end)
     | _ -> ()
-
-  (* The view's quorum [q] is decided (primary or not). *)
-  and decided t c q =
-    t.quorum_pending <- None;
-    t.quorum <- Some q;
-    Log.info (fun m -> m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
-    t.on_primary q;
-    flush_queue t;
-    update_flow t
 
   (* The coordinator's flush is complete. *)
   and flushed t c ~survivors ~leavers =
@@ -2073,13 +1994,7 @@ module Make (T : Transport.S) = struct
                         switch_wanted = None;
                         on_stack_error;
                         on_transitional = transitional;
-                        primary_config;
-                        on_primary;
-                        quorum = None;
-                        quorum_pending = None;
-                        past_primaries = Primary.no_knowledge;
-                        attempt = None;
-                        quorum_members = [];
+                        quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
                         garbage = 0;
@@ -2134,11 +2049,10 @@ module Make (T : Transport.S) = struct
            | Some (at, _) -> now t - at <= 2 * t.merge_timeout
            | None -> false ->
         refuse t (Not_primary (snd (Option.get t.dead_view)))
-    | Ok ()
-      when t.quorum_pending = None
-           && match t.quorum with Some q -> not q.Primary.primary | None -> false ->
-        refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
-    | Ok () -> Ok (not (t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued)))
+    | Ok () when Group_primary.refusal t.quorum <> None ->
+        refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
+    | Ok () ->
+        Ok (not (t.blocked || Group_primary.waiting t.quorum || not (Queue.is_empty t.queued)))
 
   let queue_cast t s =
     Queue.add (`Cast s) t.queued;
