@@ -181,6 +181,7 @@ module Make (T : Transport.S) = struct
      them and the stacks' datagrams, which the network may reorder. *)
   module B = Bundle.Make (T)
   module Ep = Endpoint.Make (B)
+  module Mv = Group_migration.Make (T)
 
   type cur = {
     view : View.t;
@@ -223,22 +224,7 @@ module Make (T : Transport.S) = struct
     tr : T.t;
     mutable conn : B.connection Lazy.t;
     mutable me : Side.member; (* its address changes when the member moves *)
-    mutable moves : int; (* this member's moves so far ({!Migrate}) *)
-    mutable unmoved : (string * B.connection) list;
-        (* members of the view that have not acknowledged this member's
-           latest move, with the connection they know it at *)
-    mutable old_conns : (B.connection * Time.t) list;
-        (* connections left, open until this deadline *)
-    mutable move_sent : Time.t; (* when the move was last told *)
-    mutable move_back : (B.connection * Time.t) option;
-        (* the latest move, not yet acknowledged by anyone: the connection it
-           left, and until when to wait before going back to it *)
-    mutable moves_back : int;
-    known_moves : (string, int * T.address) Hashtbl.t;
-        (* the latest move accepted, and its address, by member of the view *)
-    mutable prev_vid : string; (* the view before the current one, [""] if none *)
-    mutable move_refused : int;
-    mutable move_garbage : int;
+    mv : Mv.t; (* migration: this member's moves, and those of others ({!Group_migration}) *)
     mutable clients : (src:string -> string -> unit) option; (* client-server traffic ({!Cltsvr}) *)
     group : string;
     layers : Layer.t list;
@@ -333,8 +319,6 @@ module Make (T : Transport.S) = struct
     merge_timeout : Time.t;
     install_retry : Time.t;
     leave_timeout : Time.t;
-    migrate_drain : Time.t;
-    migrate_timeout : Time.t;
   }
 
   let conn t = Lazy.force t.conn
@@ -363,21 +347,7 @@ module Make (T : Transport.S) = struct
      checks comes from there), while that is open; anyone else, the
      current one. *)
   let conn_for t dst =
-    match t.cur with
-    | Some c when t.unmoved <> [] -> (
-        let known_at =
-          List.find_map
-            (fun (eid, kc) ->
-              match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-              | Some r
-                when T.equal_address c.addrs.(r) dst
-                     && List.exists (fun (oc, _) -> oc == kc) t.old_conns ->
-                  Some kc
-              | _ -> None)
-            t.unmoved
-        in
-        match known_at with Some kc -> kc | None -> conn t)
-    | _ -> conn t
+    Mv.conn_for t.mv ~view:(Option.map (fun c -> (c.view, c.addrs)) t.cur) ~conn:(conn t) dst
 
   (* To a member that has not acknowledged this member's move, from both
      addresses: it may know either (its acknowledgement may be on its way,
@@ -490,82 +460,34 @@ module Make (T : Transport.S) = struct
 
   (* {1 Moves} *)
 
-  (* This member's latest move, told in its view and the one before (a
-     member may not have installed the current one yet). *)
-  let move_msg t c =
-    Migrate.Move
-      {
-        group = t.group;
-        vids = c.view.View.id :: (if t.prev_vid = "" then [] else [ t.prev_vid ]);
-        eid = t.me.eid;
-        seq = t.moves;
-        addr = t.me.addr;
-      }
-
   let send_moves t =
     match t.cur with
-    | Some c when t.unmoved <> [] ->
-        t.move_sent <- now t;
-        let msg = move_msg t c in
-        List.iter
-          (fun (eid, _) ->
-            match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-            | Some r when r <> c.view.View.rank -> migrate_send t c.addrs.(r) msg
-            | _ -> ())
-          t.unmoved
-    | _ -> ()
+    | Some c ->
+        Mv.send_moves t.mv ~now:(now t) ~view:(c.view, c.addrs) ~addr:t.me.addr
+          ~send:(migrate_send t)
+    | None -> ()
 
-  (* Old connections that no member still needs, or past their time.
-     While a view change is under way, members of other partitions may
+  (* While a view change is under way, members of other partitions may
      know this member at an old address (a merge request it sent from
-     there): they are kept until the next view is installed. *)
+     there). *)
   let close_old t =
-    let changing = t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None in
-    let keep, gone =
-      List.partition
-        (fun (oc, deadline) ->
-          now t <= deadline
-          && (changing
-             || List.exists (fun (_, kc) -> kc == oc) t.unmoved
-             (* The address to go back to if nothing reaches the new one. *)
-             || match t.move_back with Some (mb, _) -> mb == oc | None -> false))
-        t.old_conns
-    in
-    t.old_conns <- keep;
-    List.iter
-      (fun (oc, _) ->
-        Log.info (fun m ->
-            m "%s: closes the address it moved from, %a" t.me.eid T.pp_address (B.query oc).B.local);
-        B.close oc)
-      gone
+    Mv.close_old t.mv ~now:(now t)
+      ~changing:(t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None)
 
-  (* No member acknowledged the latest move in time: nothing reaches the
-     new address. The member goes back to the connection it left (still
-     open), as a new move told to everyone, and closes the new one, rather
-     than be cut out of the group. *)
+  (* Back to connection [oc]: no member acknowledged the latest move. *)
   let move_back t oc =
-    let bad = conn t in
-    let local = (B.query oc).B.local in
-    t.move_back <- None;
-    t.moves_back <- t.moves_back + 1;
-    Log.warn (fun m ->
-        m "%s: no member acknowledged its move to %a within %.1f s; back at %a" t.me.eid
-          T.pp_address (B.query bad).B.local (Time.to_sec t.migrate_timeout) T.pp_address local);
-    t.conn <- Lazy.from_val oc;
-    t.me <- { t.me with addr = T.address_to_string local };
-    t.moves <- t.moves + 1;
-    t.old_conns <- List.filter (fun (k, _) -> k != oc && k != bad) t.old_conns;
-    B.close bad;
+    Mv.go_back t.mv ~bad:(conn t)
+      ~switch:(fun oc local ->
+        t.conn <- Lazy.from_val oc;
+        t.me <- { t.me with addr = T.address_to_string local })
+      ~members:(Option.map (fun c -> c.view.View.members) t.cur)
+      oc;
     match t.cur with
     | Some c ->
         Ep.Binding.set_conn c.ep oc;
-        Ep.Binding.set_addr c.ep c.view.View.rank local;
-        t.unmoved <-
-          List.filter_map
-            (fun e -> if e = t.me.eid then None else Some (e, oc))
-            (Array.to_list c.view.View.members);
+        Ep.Binding.set_addr c.ep c.view.View.rank (B.query oc).B.local;
         send_moves t
-    | None -> t.unmoved <- []
+    | None -> ()
 
   (* Within two merge timeouts of running again after a pause. *)
   let recently_resumed t =
@@ -593,47 +515,16 @@ module Make (T : Transport.S) = struct
           (* This member is where it is, whatever the view's maker knew. *)
           let stale = (List.nth members rank).addr <> t.me.addr in
           addrs.(rank) <- (B.query (conn t)).B.local;
-          (* A member whose move this member took is where the move says:
-             the view's maker may have known an older address (a later
-             move, the mover tells this member itself). *)
-          List.iteri
-            (fun r (m : Side.member) ->
-              match Hashtbl.find_opt t.known_moves m.eid with
-              | Some (_, a) when r <> rank -> addrs.(r) <- a
-              | _ -> ())
-            members;
+          Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
           let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
           List.iter
             (fun (m : Side.member) -> if m.eid <> t.me.eid then Hashtbl.replace t.known m.eid m)
             members;
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
-          t.prev_vid <- (match old with Some c -> c.view.View.id | None -> "");
-          Hashtbl.filter_map_inplace
-            (fun eid seq -> if Array.mem eid eids then Some seq else None)
-            t.known_moves;
-          (* Members that have not heard of this member's move: those of
-             the new view that had not acknowledged it, and every other one
-             if the view was made with its old address. *)
-          if t.moves > 0 then begin
-            let others = List.filter (fun e -> e <> t.me.eid) (Array.to_list eids) in
-            let at_old addr =
-              match
-                List.find_opt
-                  (fun (oc, _) -> T.address_to_string (B.query oc).B.local = addr)
-                  t.old_conns
-              with
-              | Some (oc, _) -> oc
-              | None -> conn t
-            in
-            t.unmoved <-
-              List.filter_map
-                (fun e ->
-                  match List.assoc_opt e t.unmoved with
-                  | Some kc -> Some (e, kc)
-                  | None -> if stale then Some (e, at_old (List.nth members rank).addr) else None)
-                others
-          end;
+          Mv.install t.mv
+            ~prev_vid:(match old with Some c -> c.view.View.id | None -> "")
+            ~eids ~stale ~at_old_addr:(List.nth members rank).addr ~conn:(conn t);
           Group_primary.end_view t.quorum;
           (* Extended virtual synchrony: the members that go on from the
              old view into this one hear of it before what the old view
@@ -1036,10 +927,7 @@ module Make (T : Transport.S) = struct
       | _ -> ());
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
-      let old = t.old_conns in
-      t.old_conns <- [];
-      t.unmoved <- [];
-      List.iter (fun (oc, _) -> B.close oc) old;
+      Mv.close_all t.mv;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.cb.exit ()
@@ -1549,66 +1437,28 @@ module Make (T : Transport.S) = struct
       | _, None -> ()
 
   (* Another member moved, or acknowledges this member's move. *)
-  let on_migrate t ~src (m : Migrate.t) =
-    match (m, t.cur) with
-    | _ when Migrate.group m <> t.group -> t.move_garbage <- t.move_garbage + 1
-    | Migrate.Moved { mover; seq; eid; _ }, cur ->
-        (* From the member it names, where this member sends to it, as a
-           [Move] is judged: a stranger cannot acknowledge for a member
-           that never heard of the move. *)
-        let from_named =
-          match cur with
-          | Some c -> (
-              match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-              | Some r -> T.equal_address c.addrs.(r) src
-              | None -> false)
-          | None -> false
-        in
-        if not from_named then begin
-          t.move_refused <- t.move_refused + 1;
-          Log.info (fun m ->
-              m "%s: an acknowledgement of its move for %s from %a refused: not where %s is"
-                t.me.eid eid T.pp_address src eid)
-        end
-        else if mover = t.me.eid && seq = t.moves && List.mem_assoc eid t.unmoved then begin
-          (* Something reaches the new address: no going back. *)
-          t.move_back <- None;
-          t.unmoved <- List.remove_assoc eid t.unmoved;
-          if t.unmoved = [] then
-            Log.info (fun m -> m "%s: every member knows its move %d" t.me.eid seq);
-          close_old t
-        end
-    | Migrate.Move { eid; seq; _ }, Some c -> (
-        let known = match Hashtbl.find_opt t.known_moves eid with Some (k, _) -> k | None -> 0 in
-        match
-          Migrate.judge ~me:t.me.eid ~vid:c.view.View.id ~prev_vid:t.prev_vid
-            ~members:c.view.View.members ~known ~src:(T.address_to_string src) m
-        with
-        | Migrate.Refuse why ->
-            t.move_refused <- t.move_refused + 1;
-            Log.info (fun m -> m "%s: a move from %a refused: %s" t.me.eid T.pp_address src why)
-        | Migrate.Accept ->
-            Hashtbl.replace t.known_moves eid (seq, src);
-            (match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-            | Some r when not (T.equal_address c.addrs.(r) src) -> (
-                Log.info (fun m ->
-                    m "%s: %s moved to %a (move %d)" t.me.eid eid T.pp_address src seq);
-                Ep.Binding.set_addr c.ep r src;
-                let a = T.address_to_string src in
-                (match Hashtbl.find_opt t.known eid with
-                | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
-                | None -> ());
-                (* A view this coordinator waits on goes there too. *)
-                match t.pending with
-                | Some (msg, targets) ->
-                    t.pending <-
-                      Some
-                        (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
-                | None -> ())
-            | _ -> ());
-            migrate_send t src (Migrate.Moved { group = t.group; mover = eid; seq; eid = t.me.eid })
-        )
-    | Migrate.Move _, None -> ()
+  let on_migrate t ~src m =
+    let cur = t.cur in
+    Mv.on_msg t.mv
+      ~view:(Option.map (fun c -> (c.view, c.addrs)) cur)
+      ~src ~send:(migrate_send t)
+      ~close_old:(fun () -> close_old t)
+      ~moved:(fun r eid ->
+        match cur with
+        | Some c -> (
+            Ep.Binding.set_addr c.ep r src;
+            let a = T.address_to_string src in
+            (match Hashtbl.find_opt t.known eid with
+            | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
+            | None -> ());
+            (* A view this coordinator waits on goes there too. *)
+            match t.pending with
+            | Some (msg, targets) ->
+                t.pending <-
+                  Some (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
+            | None -> ())
+        | None -> ())
+      m
 
   let recv t ~src v =
     if t.exited then Iovec.release v
@@ -1625,7 +1475,7 @@ module Make (T : Transport.S) = struct
         (match Codec.decode_exact Migrate.codec cs with
         | Ok m -> on_migrate t ~src m
         | Error e ->
-            t.move_garbage <- t.move_garbage + 1;
+            Mv.garbage t.mv;
             Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
@@ -1802,16 +1652,12 @@ module Make (T : Transport.S) = struct
             ->
               gossip t c
           | _ -> ());
-          (* A move not yet acknowledged by everyone: told again. *)
-          (match t.move_back with
-          | Some (oc, deadline) when now t >= deadline && not t.exited ->
-              if t.unmoved <> [] && List.exists (fun (k, _) -> k == oc) t.old_conns then
-                move_back t oc
-              else t.move_back <- None
-          | _ -> ());
-          if t.unmoved <> [] && now t >= t.move_sent + t.install_retry && not t.exited then
-            send_moves t;
-          if t.old_conns <> [] && not t.exited then close_old t
+          (* A move not yet acknowledged by everyone: told again, or
+             undone. *)
+          if not t.exited then
+            Mv.tick t.mv ~now:(now t) ~go_back:(move_back t)
+              ~send_moves:(fun () -> send_moves t)
+              ~close_old:(fun () -> close_old t)
       | None -> ());
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
@@ -1926,16 +1772,11 @@ module Make (T : Transport.S) = struct
                             addr;
                             pub = (match rekey with Some r -> r.public | None -> "");
                           };
-                        moves = 0;
-                        unmoved = [];
-                        old_conns = [];
-                        move_sent = 0;
-                        move_back = None;
-                        moves_back = 0;
-                        known_moves = Hashtbl.create 8;
-                        prev_vid = "";
-                        move_refused = 0;
-                        move_garbage = 0;
+                        mv =
+                          Mv.create ~group ~me:eid
+                            ~drain:(Params.time params Param.migrate_drain)
+                            ~timeout:(Params.time params Param.migrate_timeout)
+                            ~retry:(Params.time params Param.install_retry);
                         clients = None;
                         group;
                         layers;
@@ -2009,8 +1850,6 @@ module Make (T : Transport.S) = struct
                         merge_timeout = Params.time params Param.merge_timeout;
                         install_retry = Params.time params Param.install_retry;
                         leave_timeout = Params.time params Param.leave_timeout;
-                        migrate_drain = Params.time params Param.migrate_drain;
-                        migrate_timeout = Params.time params Param.migrate_timeout;
                       }
                     in
                     self := Some t;
@@ -2115,10 +1954,6 @@ module Make (T : Transport.S) = struct
             Ok ()
           end
 
-  (* At most this many old connections stay open: a member that moves
-     again and again closes the oldest. *)
-  let max_old = 4
-
   let migrate t addr =
     if t.exited then Error Gone
     else
@@ -2144,35 +1979,12 @@ module Make (T : Transport.S) = struct
                   let local = (B.query nc).B.local in
                   t.conn <- Lazy.from_val nc;
                   t.me <- { t.me with addr = T.address_to_string local };
-                  t.moves <- t.moves + 1;
-                  t.old_conns <- (old, now t + t.migrate_drain) :: t.old_conns;
-                  t.move_back <- Some (old, now t + t.migrate_timeout);
-                  if List.length t.old_conns > max_old then begin
-                    let keep = List.filteri (fun i _ -> i < max_old) t.old_conns in
-                    List.iter
-                      (fun (oc, _) ->
-                        if not (List.exists (fun (k, _) -> k == oc) keep) then B.close oc)
-                      t.old_conns;
-                    t.old_conns <- keep
-                  end;
-                  Log.info (fun m ->
-                      m "%s: moves to %a (move %d)" t.me.eid T.pp_address local t.moves);
+                  Mv.moved t.mv ~now:(now t) ~old ~local
+                    ~members:(Option.map (fun c -> c.view.View.members) t.cur);
                   (match t.cur with
                   | Some c ->
-                      let rank = c.view.View.rank in
                       Ep.Binding.set_conn c.ep nc;
-                      Ep.Binding.set_addr c.ep rank local;
-                      t.unmoved <-
-                        List.filter_map
-                          (fun e ->
-                            if e = t.me.eid then None
-                            else
-                              Some
-                                ( e,
-                                  match List.assoc_opt e t.unmoved with
-                                  | Some kc -> kc
-                                  | None -> old ))
-                          (Array.to_list c.view.View.members);
+                      Ep.Binding.set_addr c.ep c.view.View.rank local;
                       send_moves t;
                       close_old t
                   | None -> ());
@@ -2233,7 +2045,7 @@ module Make (T : Transport.S) = struct
         | None -> None)
     | None -> None
 
-  let unmoved t = List.map fst t.unmoved
+  let unmoved t = Mv.unmoved t.mv
   let stack_id t = Stack_id.digest t.sid
   let stack_name t = Stack_id.describe t.sid
   let stack_epoch t = t.epoch
@@ -2293,13 +2105,9 @@ module Make (T : Transport.S) = struct
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
         ("no_view_key", t.no_key);
-        ("moves", t.moves);
-        ("move_refused", t.move_refused);
-        ("moves_back", t.moves_back);
-        ("move_garbage", t.move_garbage);
-        ("sent", t.sent);
-        ("delivered", t.delivered);
-      ] )
+      ]
+      @ Mv.counters t.mv
+      @ [ ("sent", t.sent); ("delivered", t.delivered) ] )
     :: (let b = B.stats (conn t) in
         ( "bundle",
           [
