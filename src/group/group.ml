@@ -12,11 +12,13 @@ type view_info = {
   why : (string * string) list;
 }
 
-type transitional = { ending : string; next : string; survivors : string array }
+type transitional = Group_evs.transitional = {
+  ending : string;
+  next : string;
+  survivors : string array;
+}
 
-let pp_transitional ppf t =
-  Fmt.pf ppf "transitional view of %s into %s: [%s]" t.ending t.next
-    (String.concat ", " (Array.to_list t.survivors))
+let pp_transitional = Group_evs.pp_transitional
 
 type callbacks = {
   view : view_info -> unit;
@@ -27,7 +29,7 @@ type callbacks = {
   exit : unit -> unit;
 }
 
-type rekey = {
+type rekey = Group_rekey.keys = {
   public : string;
   draw :
     vid:string ->
@@ -300,7 +302,7 @@ module Make (T : Transport.S) = struct
     mutable switch_wanted : (int * int * Stack_id.t) option;
         (* a switch asked in the stack of this epoch, to this epoch and stack *)
     on_stack_error : stack_error -> unit;
-    on_transitional : (transitional -> unit) option; (* extended virtual synchrony *)
+    evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
     quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
     mutable told : (string * string) list;
     (* stack errors reported, by peer and stack *)
@@ -311,8 +313,7 @@ module Make (T : Transport.S) = struct
         (* Bottom's counters in the stacks of earlier views, summed *)
     mutable views : int; (* views installed *)
     mutable send_errors : int;
-    rekey : rekey option; (* per-view keys *)
-    mutable no_key : int; (* Installs refused for want of a view key *)
+    rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
     mutable sent : int; (* messages handed to a view's stack *)
     mutable delivered : int; (* messages delivered to the application *)
     heal_interval : Time.t;
@@ -526,26 +527,12 @@ module Make (T : Transport.S) = struct
             ~prev_vid:(match old with Some c -> c.view.View.id | None -> "")
             ~eids ~stale ~at_old_addr:(List.nth members rank).addr ~conn:(conn t);
           Group_primary.end_view t.quorum;
-          (* Extended virtual synchrony: the members that go on from the
-             old view into this one hear of it before what the old view
-             still delivers at its end (held safe casts), which is then
-             safe only among them. *)
-          (match (t.on_transitional, old) with
-          | Some f, Some c ->
-              let survivors =
-                Array.of_list
-                  (List.filter (fun e -> Array.mem e eids) (Array.to_list c.view.View.members))
-              in
-              f { ending = c.view.View.id; next = vid; survivors }
-          | _ -> ());
+          Group_evs.view_change t.evs
+            ~ending:(Option.map (fun c -> c.view) old)
+            ~next:vid ~members:eids;
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
-          (* The view's key, from its maker, or one of this member's own
-             (a view of one): the new stack's datagrams are sealed under it. *)
-          (match (key, t.rekey) with
-          | Some k, _ -> k ()
-          | None, Some r -> (snd (r.draw ~vid ~me:t.me.eid ~context:"" [])) ()
-          | None, None -> ());
+          Group_rekey.activate t.rekey ~vid key;
           t.views <- t.views + 1;
           Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
@@ -882,18 +869,7 @@ module Make (T : Transport.S) = struct
     in
     (* With Rekey, a fresh key for the view, wrapped for its members only:
        not for those excluded or leaving, which get the Install too. *)
-    let msg, key =
-      match (t.rekey, msg) with
-      | Some r, Side.Install i ->
-          let others =
-            List.filter_map
-              (fun (m : Side.member) -> if m.eid = t.me.eid then None else Some (m.eid, m.pub))
-              members
-          in
-          let keys, activate = r.draw ~vid ~me:t.me.eid ~context:(Side.context msg) others in
-          (Side.Install { i with keys }, Some activate)
-      | _ -> (msg, None)
-    in
+    let msg, key = Group_rekey.wrap t.rekey ~vid ~members msg in
     let targets =
       List.filter_map
         (fun (m : Side.member) ->
@@ -920,11 +896,7 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      (* A member that leaves goes on with no one: what its view still
-         delivers at its end is safe only with respect to itself. *)
-      (match (t.on_transitional, t.cur) with
-      | Some f, Some c -> f { ending = c.view.View.id; next = ""; survivors = [| t.me.eid |] }
-      | _ -> ());
+      Group_evs.leave t.evs ~ending:(Option.map (fun c -> c.view) t.cur) ~me:t.me.eid;
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
       Mv.close_all t.mv;
@@ -1026,36 +998,7 @@ module Make (T : Transport.S) = struct
     else if stack.epoch = 0 && t.epoch = 0 then
       stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
 
-  (* With Rekey, the key an Install brings this member: wrapped for it by
-     the view's maker, whose public key is the one this member's view
-     knows if the maker is in it (else the Install's), and bound to the
-     Install as it was made. [Error] says why not. *)
-  let view_key t c v =
-    match (t.rekey, v) with
-    | None, _ -> Ok None
-    | Some r, Side.Install { vid; members; keys; _ } -> (
-        let by = Side.installer vid in
-        let pub =
-          match index_where (String.equal by) (Array.to_list c.view.View.members) with
-          | Some rank -> Some c.pubs.(rank)
-          | None ->
-              Option.map
-                (fun (m : Side.member) -> m.pub)
-                (List.find_opt (fun (m : Side.member) -> m.eid = by) members)
-        in
-        match (pub, List.assoc_opt t.me.eid keys) with
-        | None, _ -> Error "its maker is neither in this member's view nor in it"
-        | _, None -> Error "it carries no view key for this member"
-        | Some pub, Some wrapped -> (
-            match
-              r.unwrap ~vid ~me:t.me.eid ~context:(Side.context v) ~installer:(by, pub) wrapped
-            with
-            | Some k -> Ok (Some k)
-            | None ->
-                Error
-                  "its view key for this member does not open (not wrapped by its maker, or \
-                   altered)"))
-    | Some _, _ -> Ok None
+  let view_key t c v = Group_rekey.view_key t.rekey ~view_members:c.view.View.members ~pubs:c.pubs v
 
   (* A merge request judged genuine (its sender answered a probe): take its
      members in, now or with the merge under way. *)
@@ -1221,7 +1164,7 @@ module Make (T : Transport.S) = struct
     else
       match (v, t.cur) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
-        when t.rekey <> None <> (m.pub <> "") ->
+        when Group_rekey.enabled t.rekey <> (m.pub <> "") ->
           (* Members with and without per-view keys cannot share a view:
              one seals its stack's traffic under the secret, which the
              other refuses. Never merge; say so once. *)
@@ -1232,7 +1175,7 @@ module Make (T : Transport.S) = struct
             (Incompatible
                {
                  peer = m.eid;
-                 ours = with_keys (t.rekey <> None);
+                 ours = with_keys (Group_rekey.enabled t.rekey);
                  theirs = with_keys (m.pub <> "");
                })
       | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
@@ -1411,7 +1354,7 @@ module Make (T : Transport.S) = struct
                            { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
                   | Error (`Key why) ->
                       t.garbage <- t.garbage + 1;
-                      t.no_key <- t.no_key + 1;
+                      Group_rekey.refused t.rekey;
                       Log.warn (fun m ->
                           m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
                   | Error (`Stack reason) ->
@@ -1770,7 +1713,7 @@ module Make (T : Transport.S) = struct
                           {
                             Side.eid;
                             addr;
-                            pub = (match rekey with Some r -> r.public | None -> "");
+                            pub = (match rekey with Some r -> r.Group_rekey.public | None -> "");
                           };
                         mv =
                           Mv.create ~group ~me:eid
@@ -1834,7 +1777,7 @@ module Make (T : Transport.S) = struct
                         switch_to = None;
                         switch_wanted = None;
                         on_stack_error;
-                        on_transitional = transitional;
+                        evs = Group_evs.create transitional;
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
@@ -1842,8 +1785,7 @@ module Make (T : Transport.S) = struct
                         past = [];
                         views = 0;
                         send_errors = 0;
-                        rekey;
-                        no_key = 0;
+                        rekey = Group_rekey.create ~me:eid rekey;
                         sent = 0;
                         delivered = 0;
                         heal_interval = Params.time params Param.heal_interval;
@@ -2104,7 +2046,7 @@ module Make (T : Transport.S) = struct
         ("refused", t.refused);
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
-        ("no_view_key", t.no_key);
+        ("no_view_key", Group_rekey.no_key t.rekey);
       ]
       @ Mv.counters t.mv
       @ [ ("sent", t.sent); ("delivered", t.delivered) ] )
