@@ -293,14 +293,7 @@ module Make (T : Transport.S) = struct
     mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
     xfer : Xfer.t option;
-    mutable cur_layers : Layer.t list; (* the stack of the current view *)
-    mutable cur_params : Params.t;
-    mutable sid : Stack_id.t;
-    mutable epoch : int; (* switches that made the current stack *)
-    mutable switch_to : (int * Stack_id.t) option;
-        (* the stack of the view this coordinator makes next *)
-    mutable switch_wanted : (int * int * Stack_id.t) option;
-        (* a switch asked in the stack of this epoch, to this epoch and stack *)
+    sw : Group_switch.t; (* the stack and switching ({!Group_switch}) *)
     on_stack_error : stack_error -> unit;
     evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
     quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
@@ -414,7 +407,7 @@ module Make (T : Transport.S) = struct
         (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
     Ep.Binding.stop c.ep
 
-  let side_stack t = { Side.epoch = t.epoch; id = Stack_id.to_string t.sid }
+  let side_stack t = Group_switch.current t.sw
 
   let stack_error t e =
     let key =
@@ -435,29 +428,13 @@ module Make (T : Transport.S) = struct
 
   (* The next view runs [stack]: build it from the registry. *)
   let adopt t (stack : Side.stack) =
-    if stack.id = Stack_id.to_string t.sid then (
-      t.epoch <- max t.epoch stack.epoch;
-      Ok ())
-    else
-      match Stack_id.of_string stack.id with
-      | Error e -> Error e
-      | Ok sid -> (
-          match Stack_id.resolve sid ~base:t.params with
-          | Error e -> Error e
-          | Ok (layers, params) ->
-              if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then
-                Error "it adds or removes state transfer (Xfer)"
-              else begin
-                Log.info (fun m ->
-                    m "%s: switches from stack %s (epoch %d) to %s (epoch %d)" t.me.eid
-                      (Stack_id.describe t.sid) t.epoch (Stack_id.describe sid) stack.epoch);
-                t.cur_layers <- layers;
-                t.cur_params <- params;
-                t.sid <- sid;
-                t.epoch <- stack.epoch;
-                t.max_message <- max_message_of t layers (B.query (Lazy.force t.conn)).B.mtu;
-                Ok ()
-              end)
+    match Group_switch.adopt t.sw stack with
+    | Ok true ->
+        t.max_message <-
+          max_message_of t (Group_switch.layers t.sw) (B.query (Lazy.force t.conn)).B.mtu;
+        Ok ()
+    | Ok false -> Ok ()
+    | Error e -> Error e
 
   (* {1 Moves} *)
 
@@ -506,7 +483,7 @@ module Make (T : Transport.S) = struct
                 Log.err (fun m ->
                     m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
         | None -> ());
-        t.switch_to <- None;
+        Group_switch.installed t.sw;
         if List.length members > 1 then t.dead_view <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
         if List.exists Option.is_none addrs then
@@ -574,9 +551,11 @@ module Make (T : Transport.S) = struct
           match
             Ep.Binding.bind
               ~params:
-                (Params.set Bottom.stack_param (Params.String (Stack_id.digest t.sid)) t.cur_params)
-              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng) ~layers:t.cur_layers
-              ~app ()
+                (Params.set Bottom.stack_param
+                   (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
+                   (Group_switch.params t.sw))
+              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
+              ~layers:(Group_switch.layers t.sw) ~app ()
           with
           | Error e ->
               Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
@@ -606,7 +585,7 @@ module Make (T : Transport.S) = struct
                   Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
                 info.why;
               let decision =
-                Group_primary.install t.quorum ~layers:t.cur_layers
+                Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
                   ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
               in
               t.cb.view info;
@@ -858,10 +837,7 @@ module Make (T : Transport.S) = struct
 
   (* The stack of the view this coordinator makes: the one it switches to,
      if any. *)
-  and next_stack t =
-    match t.switch_to with
-    | Some (epoch, sid) -> { Side.epoch; id = Stack_id.to_string sid }
-    | None -> side_stack t
+  and next_stack t = Group_switch.next t.sw
 
   and announce t ~stack ~vid ~ltime ~members ~leavers ~preds c =
     let msg =
@@ -963,40 +939,12 @@ module Make (T : Transport.S) = struct
         stack = side_stack t;
       }
 
-  (* A partition on another stack: never merge with it. A partition on an
-     older stack takes a newer one it can build (a switch made while it was
-     apart), then merges; of two partitions that switched to different
-     stacks while apart (one epoch), the one whose stack has the lesser
-     identity takes the other's. Two stacks as configured (epoch 0) are an
-     error: members started with other properties or tunables. *)
+  (* A partition on another stack: never merge with it ({!Group_switch.other}). *)
   let other_stack t ~peer (stack : Side.stack) =
-    let theirs =
-      match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id
-    in
-    if
-      stack.epoch > t.epoch
-      || stack.epoch = t.epoch && t.epoch > 0
-         && String.compare stack.id (Stack_id.to_string t.sid) > 0
-    then begin
-      match Stack_id.of_string stack.id with
-      | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
-      | Ok sid -> (
-          match Stack_id.resolve sid ~base:t.params with
-          | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
-          | Ok _ -> (
-              match t.switch_wanted with
-              | Some (_, e, s)
-                when e > stack.epoch
-                     || (e = stack.epoch && String.compare (Stack_id.to_string s) stack.id >= 0) ->
-                  ()
-              | _ ->
-                  Log.info (fun m ->
-                      m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs
-                        stack.epoch);
-                  t.switch_wanted <- Some (t.epoch, stack.epoch, sid)))
-    end
-    else if stack.epoch = 0 && t.epoch = 0 then
-      stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
+    match Group_switch.other t.sw ~peer stack with
+    | Some (`Unknown (stack, reason)) -> stack_error t (Unknown_stack { peer; stack; reason })
+    | Some (`Incompatible (ours, theirs)) -> stack_error t (Incompatible { peer; ours; theirs })
+    | None -> ()
 
   let view_key t c v = Group_rekey.view_key t.rekey ~view_members:c.view.View.members ~pubs:c.pubs v
 
@@ -1169,7 +1117,8 @@ module Make (T : Transport.S) = struct
              one seals its stack's traffic under the secret, which the
              other refuses. Never merge; say so once. *)
           let with_keys b =
-            Stack_id.describe t.sid ^ if b then " with Rekey" else " without Rekey"
+            Stack_id.describe (Group_switch.sid t.sw)
+            ^ if b then " with Rekey" else " without Rekey"
           in
           stack_error t
             (Incompatible
@@ -1178,7 +1127,7 @@ module Make (T : Transport.S) = struct
                  ours = with_keys (Group_rekey.enabled t.rekey);
                  theirs = with_keys (m.pub <> "");
                })
-      | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
+      | Side.Gossip { coord; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack) ->
           remember t coord;
           other_stack t ~peer:coord.eid stack
       | Side.Gossip { vid; coord; ltime; size; _ }, Some c
@@ -1211,22 +1160,15 @@ module Make (T : Transport.S) = struct
               probe t ~at:target ~who:coord.eid ~pvid:vid (`Merge_into coord)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
-      | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
+      | Side.Merge_req { members; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack)
+        ->
           other_stack t
             ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src)
             stack
       | Side.Switch_req { vid; stack; _ }, Some c ->
           (* From a member of this view, about this view's stack. *)
-          if
-            vid = c.view.View.id && stack.epoch > t.epoch
-            && stack.id <> Stack_id.to_string t.sid
-            && Array.exists (fun a -> T.equal_address a src) c.addrs
-          then begin
-            match Stack_id.of_string stack.id with
-            | Ok sid when t.switch_wanted = None ->
-                t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
-            | _ -> ()
-          end
+          if vid = c.view.View.id && Array.exists (fun a -> T.equal_address a src) c.addrs then
+            Group_switch.asked t.sw stack
       | Side.Merge_req { members; vid = their_vid; _ }, Some c ->
           let from_mine =
             List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
@@ -1335,13 +1277,7 @@ module Make (T : Transport.S) = struct
                   ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds
               with
               | Ok () -> (
-                  let build =
-                    if stack.id = Stack_id.to_string t.sid then Ok ()
-                    else
-                      match Stack_id.of_string stack.id with
-                      | Error e -> Error e
-                      | Ok sid -> Result.map (fun _ -> ()) (Stack_id.resolve sid ~base:t.params)
-                  in
+                  let build = Group_switch.buildable t.sw stack in
                   let build = Result.map_error (fun e -> `Stack e) build in
                   match
                     Result.bind build (fun () ->
@@ -1556,17 +1492,12 @@ module Make (T : Transport.S) = struct
           | _ -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
-          (match (t.switch_wanted, t.cur) with
-          | Some (from, _, sid), _ when t.epoch > from || Stack_id.equal sid t.sid ->
-              t.switch_wanted <- None
-          | Some (_, epoch, sid), Some c when not t.exited ->
+          (match (Group_switch.wanted t.sw, t.cur) with
+          | Some (epoch, sid), Some c when not t.exited ->
               if is_coordinator t then begin
                 if (not t.blocked) && t.merging = None && t.absorbing = None && t.leaving = None
                 then begin
-                  Log.info (fun m ->
-                      m "%s: switching view %s to stack %s" t.me.eid c.view.View.id
-                        (Stack_id.describe sid));
-                  t.switch_to <- Some (epoch, sid);
+                  Group_switch.start t.sw ~vid:c.view.View.id (epoch, sid);
                   Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
                 end
               end
@@ -1770,12 +1701,9 @@ module Make (T : Transport.S) = struct
                         dead_view = None;
                         exited = false;
                         xfer;
-                        cur_layers = layers;
-                        cur_params = params;
-                        sid = Stack_id.of_layers ~params layers;
-                        epoch = 0;
-                        switch_to = None;
-                        switch_wanted = None;
+                        sw =
+                          Group_switch.create ~me:eid ~params ~layers
+                            ~xfer:(List.exists (fun l -> Layer.name l = Xfer.name) layers);
                         on_stack_error;
                         evs = Group_evs.create transitional;
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
@@ -1890,9 +1818,7 @@ module Make (T : Transport.S) = struct
             let params =
               match params with Some p -> Params.override t.params ~by:p | None -> t.params
             in
-            let sid = Stack_id.of_layers ~params layers in
-            if not (Stack_id.equal sid t.sid) then
-              t.switch_wanted <- Some (t.epoch, t.epoch + 1, sid);
+            Group_switch.want t.sw (Stack_id.of_layers ~params layers);
             Ok ()
           end
 
@@ -1988,9 +1914,9 @@ module Make (T : Transport.S) = struct
     | None -> None
 
   let unmoved t = Mv.unmoved t.mv
-  let stack_id t = Stack_id.digest t.sid
-  let stack_name t = Stack_id.describe t.sid
-  let stack_epoch t = t.epoch
+  let stack_id t = Stack_id.digest (Group_switch.sid t.sw)
+  let stack_name t = Stack_id.describe (Group_switch.sid t.sw)
+  let stack_epoch t = Group_switch.epoch t.sw
   let max_message t = t.max_message
   let refused t = t.refused
   let dropped_sends t = t.dropped_sends
