@@ -46,7 +46,7 @@ type rekey = Group_rekey.keys = {
     (unit -> unit) option;
 }
 
-type error =
+type error = Group_queue.error =
   | Flow_control
   | Too_big of { size : int; max : int }
   | Not_member of string
@@ -246,15 +246,9 @@ module Make (T : Transport.S) = struct
     known : (string, Side.member) Hashtbl.t; (* every member seen, by id *)
     mutable cur : cur option;
     mutable blocked : bool;
-    queued : [ `Cast of string | `Send of string * string ] Queue.t;
-    mutable queued_bytes : int;
-    queue_limit : int;
+    queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    mutable stack_flow : bool; (* the stack's flow control asks to pause *)
-    mutable queue_full : bool; (* a message was refused for lack of queue room *)
-    mutable flow_told : bool; (* what the application last heard *)
     mutable dropped_sends : int;
-    mutable refused : int;
     mutable merging : (T.address * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
@@ -321,13 +315,7 @@ module Make (T : Transport.S) = struct
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
-
-  let update_flow t =
-    let b = t.stack_flow || t.queue_full in
-    if b <> t.flow_told && not t.exited then begin
-      t.flow_told <- b;
-      t.cb.flow b
-    end
+  let update_flow t = Group_queue.update_flow t.queue ~exited:t.exited
 
   let report t = function
     | Ok () -> ()
@@ -575,7 +563,7 @@ module Make (T : Transport.S) = struct
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
-              t.stack_flow <- false;
+              Group_queue.set_stack_flow t.queue false;
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
@@ -606,30 +594,19 @@ module Make (T : Transport.S) = struct
               update_flow t)
 
   and flush_queue t =
-    while
-      (not t.blocked)
-      && (not (Group_primary.waiting t.quorum))
-      && (not (Queue.is_empty t.queued))
-      && t.cur <> None
-    do
-      match Queue.pop t.queued with
-      | `Cast s when Group_primary.outside_primary t.quorum ->
-          t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          let why =
-            Fmt.str "view %s is not primary"
-              (match t.cur with Some c -> c.view.View.id | None -> "")
-          in
-          Log.warn (fun m ->
-              m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
-          t.on_lost `Cast s why
-      | `Cast s ->
-          t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          cast_now t s
-      | `Send (dst, s) ->
-          t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          send_now t dst s
-    done;
-    if Queue.is_empty t.queued then t.queue_full <- false
+    Group_queue.flush t.queue
+      ~ready:(fun () -> (not t.blocked) && (not (Group_primary.waiting t.quorum)) && t.cur <> None)
+      (function
+        | `Cast s when Group_primary.outside_primary t.quorum ->
+            let why =
+              Fmt.str "view %s is not primary"
+                (match t.cur with Some c -> c.view.View.id | None -> "")
+            in
+            Log.warn (fun m ->
+                m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
+            t.on_lost `Cast s why
+        | `Cast s -> cast_now t s
+        | `Send (dst, s) -> send_now t dst s)
 
   and cast_now t s =
     match t.cur with
@@ -763,7 +740,7 @@ module Make (T : Transport.S) = struct
                       c.view.View.id );
             alone t c
         | Event.Blocked b ->
-            t.stack_flow <- b;
+            Group_queue.set_stack_flow t.queue b;
             update_flow t
         | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
         | e ->
@@ -1669,15 +1646,12 @@ module Make (T : Transport.S) = struct
                         known = Hashtbl.create 16;
                         cur = None;
                         blocked = false;
-                        queued = Queue.create ();
-                        queued_bytes = 0;
-                        queue_limit = max 0 (Params.int params Param.queue);
+                        queue =
+                          Group_queue.create
+                            ~limit:(max 0 (Params.int params Param.queue))
+                            ~flow:cb.flow;
                         max_message;
-                        stack_flow = false;
-                        queue_full = false;
-                        flow_told = false;
                         dropped_sends = 0;
-                        refused = 0;
                         merging = None;
                         merge_req = None;
                         minted = 0;
@@ -1729,24 +1703,12 @@ module Make (T : Transport.S) = struct
                     Ok t)))
 
   (* Whether the application may hand over a message of [size] bytes
-     now. A message refused here is counted by no layer. *)
+     now ({!Group_queue.admit}). *)
   let admit t size =
-    if t.exited then Error Exited
-    else if t.leaving <> None then Error Leaving
-    else if size > t.max_message then Error (Too_big { size; max = t.max_message })
-    else if t.stack_flow then Error Flow_control
-    else if
-      (t.blocked || not (Queue.is_empty t.queued)) && t.queued_bytes + size + 64 > t.queue_limit
-    then begin
-      t.queue_full <- true;
-      update_flow t;
-      Error Flow_control
-    end
-    else Ok ()
+    Group_queue.admit t.queue ~exited:t.exited ~leaving:(t.leaving <> None)
+      ~max_message:t.max_message ~blocked:t.blocked size
 
-  let refuse t e =
-    t.refused <- t.refused + 1;
-    Error e
+  let refuse t e = Group_queue.refuse t.queue e
 
   (* Whether a cast of [len] bytes is taken: [Ok true] to go now, [Ok
      false] to wait in the queue. *)
@@ -1761,11 +1723,9 @@ module Make (T : Transport.S) = struct
     | Ok () when Group_primary.refusal t.quorum <> None ->
         refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
     | Ok () ->
-        Ok (not (t.blocked || Group_primary.waiting t.quorum || not (Queue.is_empty t.queued)))
+        Ok (not (t.blocked || Group_primary.waiting t.quorum || not (Group_queue.is_empty t.queue)))
 
-  let queue_cast t s =
-    Queue.add (`Cast s) t.queued;
-    t.queued_bytes <- t.queued_bytes + String.length s + 64
+  let queue_cast t s = Group_queue.push t.queue (`Cast s)
 
   let cast t s =
     match cast_admit t (String.length s) with
@@ -1798,10 +1758,8 @@ module Make (T : Transport.S) = struct
         match t.cur with
         | Some c when not (Array.mem dst c.view.View.members) -> refuse t (Not_member dst)
         | _ ->
-            if t.blocked || not (Queue.is_empty t.queued) then begin
-              Queue.add (`Send (dst, s)) t.queued;
-              t.queued_bytes <- t.queued_bytes + String.length s + 64
-            end
+            if t.blocked || not (Group_queue.is_empty t.queue) then
+              Group_queue.push t.queue (`Send (dst, s))
             else send_now t dst s;
             Ok ())
 
@@ -1918,7 +1876,7 @@ module Make (T : Transport.S) = struct
   let stack_name t = Stack_id.describe (Group_switch.sid t.sw)
   let stack_epoch t = Group_switch.epoch t.sw
   let max_message t = t.max_message
-  let refused t = t.refused
+  let refused t = Group_queue.refused t.queue
   let dropped_sends t = t.dropped_sends
 
   let leave t =
@@ -1948,7 +1906,7 @@ module Make (T : Transport.S) = struct
   let copies t = (t.copies, t.copied_bytes)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
-  let queued t = Queue.length t.queued
+  let queued t = Group_queue.length t.queue
   let garbage t = t.garbage
 
   let counters t =
@@ -1969,7 +1927,7 @@ module Make (T : Transport.S) = struct
         ("views", t.views);
         ("side_garbage", t.garbage);
         ("side_misdirected", t.side_misdirected);
-        ("refused", t.refused);
+        ("refused", Group_queue.refused t.queue);
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
         ("no_view_key", Group_rekey.no_key t.rekey);
