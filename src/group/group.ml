@@ -1,8 +1,5 @@
 open Consort
-
-let src = Logs.Src.create "consort.group" ~doc:"Process groups: views, joins, merges"
-
-module Log = (val Logs.src_log src : Logs.LOG)
+module Log = Group_log.Log
 
 type view_info = {
   vid : string;
@@ -15,11 +12,13 @@ type view_info = {
   why : (string * string) list;
 }
 
-type transitional = { ending : string; next : string; survivors : string array }
+type transitional = Group_evs.transitional = {
+  ending : string;
+  next : string;
+  survivors : string array;
+}
 
-let pp_transitional ppf t =
-  Fmt.pf ppf "transitional view of %s into %s: [%s]" t.ending t.next
-    (String.concat ", " (Array.to_list t.survivors))
+let pp_transitional = Group_evs.pp_transitional
 
 type callbacks = {
   view : view_info -> unit;
@@ -30,7 +29,7 @@ type callbacks = {
   exit : unit -> unit;
 }
 
-type rekey = {
+type rekey = Group_rekey.keys = {
   public : string;
   draw :
     vid:string ->
@@ -47,7 +46,7 @@ type rekey = {
     (unit -> unit) option;
 }
 
-type error =
+type error = Group_queue.error =
   | Flow_control
   | Too_big of { size : int; max : int }
   | Not_member of string
@@ -184,6 +183,7 @@ module Make (T : Transport.S) = struct
      them and the stacks' datagrams, which the network may reorder. *)
   module B = Bundle.Make (T)
   module Ep = Endpoint.Make (B)
+  module Mv = Group_migration.Make (T)
 
   type cur = {
     view : View.t;
@@ -226,22 +226,7 @@ module Make (T : Transport.S) = struct
     tr : T.t;
     mutable conn : B.connection Lazy.t;
     mutable me : Side.member; (* its address changes when the member moves *)
-    mutable moves : int; (* this member's moves so far ({!Migrate}) *)
-    mutable unmoved : (string * B.connection) list;
-        (* members of the view that have not acknowledged this member's
-           latest move, with the connection they know it at *)
-    mutable old_conns : (B.connection * Time.t) list;
-        (* connections left, open until this deadline *)
-    mutable move_sent : Time.t; (* when the move was last told *)
-    mutable move_back : (B.connection * Time.t) option;
-        (* the latest move, not yet acknowledged by anyone: the connection it
-           left, and until when to wait before going back to it *)
-    mutable moves_back : int;
-    known_moves : (string, int * T.address) Hashtbl.t;
-        (* the latest move accepted, and its address, by member of the view *)
-    mutable prev_vid : string; (* the view before the current one, [""] if none *)
-    mutable move_refused : int;
-    mutable move_garbage : int;
+    mv : Mv.t; (* migration: this member's moves, and those of others ({!Group_migration}) *)
     mutable clients : (src:string -> string -> unit) option; (* client-server traffic ({!Cltsvr}) *)
     group : string;
     layers : Layer.t list;
@@ -261,15 +246,9 @@ module Make (T : Transport.S) = struct
     known : (string, Side.member) Hashtbl.t; (* every member seen, by id *)
     mutable cur : cur option;
     mutable blocked : bool;
-    queued : [ `Cast of string | `Send of string * string ] Queue.t;
-    mutable queued_bytes : int;
-    queue_limit : int;
+    queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    mutable stack_flow : bool; (* the stack's flow control asks to pause *)
-    mutable queue_full : bool; (* a message was refused for lack of queue room *)
-    mutable flow_told : bool; (* what the application last heard *)
     mutable dropped_sends : int;
-    mutable refused : int;
     mutable merging : (T.address * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
            then waiting for its view until the deadline *)
@@ -308,24 +287,10 @@ module Make (T : Transport.S) = struct
     mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
     xfer : Xfer.t option;
-    mutable cur_layers : Layer.t list; (* the stack of the current view *)
-    mutable cur_params : Params.t;
-    mutable sid : Stack_id.t;
-    mutable epoch : int; (* switches that made the current stack *)
-    mutable switch_to : (int * Stack_id.t) option;
-        (* the stack of the view this coordinator makes next *)
-    mutable switch_wanted : (int * int * Stack_id.t) option;
-        (* a switch asked in the stack of this epoch, to this epoch and stack *)
+    sw : Group_switch.t; (* the stack and switching ({!Group_switch}) *)
     on_stack_error : stack_error -> unit;
-    on_transitional : (transitional -> unit) option; (* extended virtual synchrony *)
-    primary_config : Primary.config option; (* with the Primary layer: the votes *)
-    on_primary : Primary.quorum -> unit;
-    mutable quorum : Primary.quorum option; (* of the current view, with Primary: as told *)
-    mutable quorum_pending : Primary.quorum option;
-        (* a view with the quorum, not primary until every member is known to have installed it *)
-    mutable past_primaries : Primary.knowledge; (* dynamic votes: of past primaries, across views *)
-    mutable attempt : Primary.session option; (* dynamic votes: the current view's, attempted *)
-    mutable quorum_members : (string * string) list; (* the current view's, by id and address *)
+    evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
+    quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
     mutable told : (string * string) list;
     (* stack errors reported, by peer and stack *)
     (* with the Xfer layer: the state transfer *)
@@ -335,31 +300,22 @@ module Make (T : Transport.S) = struct
         (* Bottom's counters in the stacks of earlier views, summed *)
     mutable views : int; (* views installed *)
     mutable send_errors : int;
-    rekey : rekey option; (* per-view keys *)
-    mutable no_key : int; (* Installs refused for want of a view key *)
+    rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
     mutable sent : int; (* messages handed to a view's stack *)
     mutable delivered : int; (* messages delivered to the application *)
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
     leave_timeout : Time.t;
-    migrate_drain : Time.t;
-    migrate_timeout : Time.t;
   }
 
   let conn t = Lazy.force t.conn
   let me t = t.me.eid
-  let primary t = t.quorum
+  let primary t = Group_primary.quorum t.quorum
   let now t = T.now t.tr
   let is_blocked t = t.blocked
   let has_exited t = t.exited
-
-  let update_flow t =
-    let b = t.stack_flow || t.queue_full in
-    if b <> t.flow_told && not t.exited then begin
-      t.flow_told <- b;
-      t.cb.flow b
-    end
+  let update_flow t = Group_queue.update_flow t.queue ~exited:t.exited
 
   let report t = function
     | Ok () -> ()
@@ -373,21 +329,7 @@ module Make (T : Transport.S) = struct
      checks comes from there), while that is open; anyone else, the
      current one. *)
   let conn_for t dst =
-    match t.cur with
-    | Some c when t.unmoved <> [] -> (
-        let known_at =
-          List.find_map
-            (fun (eid, kc) ->
-              match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-              | Some r
-                when T.equal_address c.addrs.(r) dst
-                     && List.exists (fun (oc, _) -> oc == kc) t.old_conns ->
-                  Some kc
-              | _ -> None)
-            t.unmoved
-        in
-        match known_at with Some kc -> kc | None -> conn t)
-    | _ -> conn t
+    Mv.conn_for t.mv ~view:(Option.map (fun c -> (c.view, c.addrs)) t.cur) ~conn:(conn t) dst
 
   (* To a member that has not acknowledged this member's move, from both
      addresses: it may know either (its acknowledgement may be on its way,
@@ -453,7 +395,7 @@ module Make (T : Transport.S) = struct
         (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
     Ep.Binding.stop c.ep
 
-  let side_stack t = { Side.epoch = t.epoch; id = Stack_id.to_string t.sid }
+  let side_stack t = Group_switch.current t.sw
 
   let stack_error t e =
     let key =
@@ -474,108 +416,44 @@ module Make (T : Transport.S) = struct
 
   (* The next view runs [stack]: build it from the registry. *)
   let adopt t (stack : Side.stack) =
-    if stack.id = Stack_id.to_string t.sid then (
-      t.epoch <- max t.epoch stack.epoch;
-      Ok ())
-    else
-      match Stack_id.of_string stack.id with
-      | Error e -> Error e
-      | Ok sid -> (
-          match Stack_id.resolve sid ~base:t.params with
-          | Error e -> Error e
-          | Ok (layers, params) ->
-              if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then
-                Error "it adds or removes state transfer (Xfer)"
-              else begin
-                Log.info (fun m ->
-                    m "%s: switches from stack %s (epoch %d) to %s (epoch %d)" t.me.eid
-                      (Stack_id.describe t.sid) t.epoch (Stack_id.describe sid) stack.epoch);
-                t.cur_layers <- layers;
-                t.cur_params <- params;
-                t.sid <- sid;
-                t.epoch <- stack.epoch;
-                t.max_message <- max_message_of t layers (B.query (Lazy.force t.conn)).B.mtu;
-                Ok ()
-              end)
+    match Group_switch.adopt t.sw stack with
+    | Ok true ->
+        t.max_message <-
+          max_message_of t (Group_switch.layers t.sw) (B.query (Lazy.force t.conn)).B.mtu;
+        Ok ()
+    | Ok false -> Ok ()
+    | Error e -> Error e
 
   (* {1 Moves} *)
 
-  (* This member's latest move, told in its view and the one before (a
-     member may not have installed the current one yet). *)
-  let move_msg t c =
-    Migrate.Move
-      {
-        group = t.group;
-        vids = c.view.View.id :: (if t.prev_vid = "" then [] else [ t.prev_vid ]);
-        eid = t.me.eid;
-        seq = t.moves;
-        addr = t.me.addr;
-      }
-
   let send_moves t =
     match t.cur with
-    | Some c when t.unmoved <> [] ->
-        t.move_sent <- now t;
-        let msg = move_msg t c in
-        List.iter
-          (fun (eid, _) ->
-            match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-            | Some r when r <> c.view.View.rank -> migrate_send t c.addrs.(r) msg
-            | _ -> ())
-          t.unmoved
-    | _ -> ()
+    | Some c ->
+        Mv.send_moves t.mv ~now:(now t) ~view:(c.view, c.addrs) ~addr:t.me.addr
+          ~send:(migrate_send t)
+    | None -> ()
 
-  (* Old connections that no member still needs, or past their time.
-     While a view change is under way, members of other partitions may
+  (* While a view change is under way, members of other partitions may
      know this member at an old address (a merge request it sent from
-     there): they are kept until the next view is installed. *)
+     there). *)
   let close_old t =
-    let changing = t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None in
-    let keep, gone =
-      List.partition
-        (fun (oc, deadline) ->
-          now t <= deadline
-          && (changing
-             || List.exists (fun (_, kc) -> kc == oc) t.unmoved
-             (* The address to go back to if nothing reaches the new one. *)
-             || match t.move_back with Some (mb, _) -> mb == oc | None -> false))
-        t.old_conns
-    in
-    t.old_conns <- keep;
-    List.iter
-      (fun (oc, _) ->
-        Log.info (fun m ->
-            m "%s: closes the address it moved from, %a" t.me.eid T.pp_address (B.query oc).B.local);
-        B.close oc)
-      gone
+    Mv.close_old t.mv ~now:(now t)
+      ~changing:(t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None)
 
-  (* No member acknowledged the latest move in time: nothing reaches the
-     new address. The member goes back to the connection it left (still
-     open), as a new move told to everyone, and closes the new one, rather
-     than be cut out of the group. *)
+  (* Back to connection [oc]: no member acknowledged the latest move. *)
   let move_back t oc =
-    let bad = conn t in
-    let local = (B.query oc).B.local in
-    t.move_back <- None;
-    t.moves_back <- t.moves_back + 1;
-    Log.warn (fun m ->
-        m "%s: no member acknowledged its move to %a within %.1f s; back at %a" t.me.eid
-          T.pp_address (B.query bad).B.local (Time.to_sec t.migrate_timeout) T.pp_address local);
-    t.conn <- Lazy.from_val oc;
-    t.me <- { t.me with addr = T.address_to_string local };
-    t.moves <- t.moves + 1;
-    t.old_conns <- List.filter (fun (k, _) -> k != oc && k != bad) t.old_conns;
-    B.close bad;
+    Mv.go_back t.mv ~bad:(conn t)
+      ~switch:(fun oc local ->
+        t.conn <- Lazy.from_val oc;
+        t.me <- { t.me with addr = T.address_to_string local })
+      ~members:(Option.map (fun c -> c.view.View.members) t.cur)
+      oc;
     match t.cur with
     | Some c ->
         Ep.Binding.set_conn c.ep oc;
-        Ep.Binding.set_addr c.ep c.view.View.rank local;
-        t.unmoved <-
-          List.filter_map
-            (fun e -> if e = t.me.eid then None else Some (e, oc))
-            (Array.to_list c.view.View.members);
+        Ep.Binding.set_addr c.ep c.view.View.rank (B.query oc).B.local;
         send_moves t
-    | None -> t.unmoved <- []
+    | None -> ()
 
   (* Within two merge timeouts of running again after a pause. *)
   let recently_resumed t =
@@ -593,7 +471,7 @@ module Make (T : Transport.S) = struct
                 Log.err (fun m ->
                     m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
         | None -> ());
-        t.switch_to <- None;
+        Group_switch.installed t.sw;
         if List.length members > 1 then t.dead_view <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
         if List.exists Option.is_none addrs then
@@ -603,76 +481,23 @@ module Make (T : Transport.S) = struct
           (* This member is where it is, whatever the view's maker knew. *)
           let stale = (List.nth members rank).addr <> t.me.addr in
           addrs.(rank) <- (B.query (conn t)).B.local;
-          (* A member whose move this member took is where the move says:
-             the view's maker may have known an older address (a later
-             move, the mover tells this member itself). *)
-          List.iteri
-            (fun r (m : Side.member) ->
-              match Hashtbl.find_opt t.known_moves m.eid with
-              | Some (_, a) when r <> rank -> addrs.(r) <- a
-              | _ -> ())
-            members;
+          Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
           let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
           List.iter
             (fun (m : Side.member) -> if m.eid <> t.me.eid then Hashtbl.replace t.known m.eid m)
             members;
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
-          t.prev_vid <- (match old with Some c -> c.view.View.id | None -> "");
-          Hashtbl.filter_map_inplace
-            (fun eid seq -> if Array.mem eid eids then Some seq else None)
-            t.known_moves;
-          (* Members that have not heard of this member's move: those of
-             the new view that had not acknowledged it, and every other one
-             if the view was made with its old address. *)
-          if t.moves > 0 then begin
-            let others = List.filter (fun e -> e <> t.me.eid) (Array.to_list eids) in
-            let at_old addr =
-              match
-                List.find_opt
-                  (fun (oc, _) -> T.address_to_string (B.query oc).B.local = addr)
-                  t.old_conns
-              with
-              | Some (oc, _) -> oc
-              | None -> conn t
-            in
-            t.unmoved <-
-              List.filter_map
-                (fun e ->
-                  match List.assoc_opt e t.unmoved with
-                  | Some kc -> Some (e, kc)
-                  | None -> if stale then Some (e, at_old (List.nth members rank).addr) else None)
-                others
-          end;
-          (* A view with the quorum that ends before every member was
-             heard in it was never primary. *)
-          (match t.quorum_pending with
-          | Some q ->
-              t.quorum_pending <- None;
-              let q = { q with Primary.primary = false } in
-              t.quorum <- Some q;
-              t.on_primary q
-          | None -> ());
-          (* Extended virtual synchrony: the members that go on from the
-             old view into this one hear of it before what the old view
-             still delivers at its end (held safe casts), which is then
-             safe only among them. *)
-          (match (t.on_transitional, old) with
-          | Some f, Some c ->
-              let survivors =
-                Array.of_list
-                  (List.filter (fun e -> Array.mem e eids) (Array.to_list c.view.View.members))
-              in
-              f { ending = c.view.View.id; next = vid; survivors }
-          | _ -> ());
+          Mv.install t.mv
+            ~prev_vid:(match old with Some c -> c.view.View.id | None -> "")
+            ~eids ~stale ~at_old_addr:(List.nth members rank).addr ~conn:(conn t);
+          Group_primary.end_view t.quorum;
+          Group_evs.view_change t.evs
+            ~ending:(Option.map (fun c -> c.view) old)
+            ~next:vid ~members:eids;
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
-          (* The view's key, from its maker, or one of this member's own
-             (a view of one): the new stack's datagrams are sealed under it. *)
-          (match (key, t.rekey) with
-          | Some k, _ -> k ()
-          | None, Some r -> (snd (r.draw ~vid ~me:t.me.eid ~context:"" [])) ()
-          | None, None -> ());
+          Group_rekey.activate t.rekey ~vid key;
           t.views <- t.views + 1;
           Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
@@ -714,9 +539,11 @@ module Make (T : Transport.S) = struct
           match
             Ep.Binding.bind
               ~params:
-                (Params.set Bottom.stack_param (Params.String (Stack_id.digest t.sid)) t.cur_params)
-              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng) ~layers:t.cur_layers
-              ~app ()
+                (Params.set Bottom.stack_param
+                   (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
+                   (Group_switch.params t.sw))
+              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
+              ~layers:(Group_switch.layers t.sw) ~app ()
           with
           | Error e ->
               Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
@@ -736,7 +563,7 @@ module Make (T : Transport.S) = struct
               cell := Some c;
               t.cur <- Some c;
               t.blocked <- false;
-              t.stack_flow <- false;
+              Group_queue.set_stack_flow t.queue false;
               t.merging <- None;
               t.absorbing <- None;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
@@ -745,49 +572,12 @@ module Make (T : Transport.S) = struct
                 (fun (e, why) ->
                   Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
                 info.why;
-              (* With Primary: a view without the quorum is told so at
-                 once; one with it is primary once every member has said
-                 it is there (Primary.Confirmed), casts waiting until then. *)
-              let with_primary =
-                match t.primary_config with
-                | Some pc when List.exists (fun l -> Layer.name l = Primary.name) t.cur_layers ->
-                    Some pc
-                | _ -> None
-              in
-              t.attempt <- None;
-              t.quorum_members <- List.map (fun (m : Side.member) -> (m.eid, m.addr)) members;
-              let dynamic =
-                match with_primary with Some pc -> Primary.mode pc = Dynamic | None -> false
-              in
               let decision =
-                match with_primary with
-                | Some pc when dynamic ->
-                    (* Undecided until every member's knowledge is in: held as a view with the
-                       quorum that is not yet confirmed. *)
-                    Some
-                      {
-                        (Primary.decide_dynamic pc ~members:t.quorum_members [] |> fst) with
-                        Primary.primary = true;
-                      }
-                | Some pc ->
-                    Some (Primary.decide pc (List.map (fun (m : Side.member) -> m.addr) members))
-                | None -> None
+                Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
+                  ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
               in
-              (match decision with
-              | Some q when q.Primary.primary ->
-                  t.quorum <- Some { q with primary = false };
-                  t.quorum_pending <- Some q
-              | q ->
-                  t.quorum <- q;
-                  t.quorum_pending <- None);
               t.cb.view info;
-              (match decision with
-              | Some q when not q.Primary.primary ->
-                  Log.info (fun m -> m "%s: view %s is %a" t.me.eid vid Primary.pp_quorum q);
-                  t.on_primary q
-              | Some _ when dynamic -> Ep.Binding.dn_ctl ep (Primary.Start_dynamic t.past_primaries)
-              | Some _ -> Ep.Binding.dn_ctl ep Primary.Start
-              | None -> ());
+              Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
               Option.iter
                 (fun x ->
                   Xfer.start_view x ~vid ~members:eids ~rank
@@ -804,27 +594,19 @@ module Make (T : Transport.S) = struct
               update_flow t)
 
   and flush_queue t =
-    while
-      (not t.blocked) && t.quorum_pending = None && (not (Queue.is_empty t.queued)) && t.cur <> None
-    do
-      match Queue.pop t.queued with
-      | `Cast s when match t.quorum with Some q -> not q.Primary.primary | None -> false ->
-          t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          let why =
-            Fmt.str "view %s is not primary"
-              (match t.cur with Some c -> c.view.View.id | None -> "")
-          in
-          Log.warn (fun m ->
-              m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
-          t.on_lost `Cast s why
-      | `Cast s ->
-          t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          cast_now t s
-      | `Send (dst, s) ->
-          t.queued_bytes <- t.queued_bytes - String.length s - 64;
-          send_now t dst s
-    done;
-    if Queue.is_empty t.queued then t.queue_full <- false
+    Group_queue.flush t.queue
+      ~ready:(fun () -> (not t.blocked) && (not (Group_primary.waiting t.quorum)) && t.cur <> None)
+      (function
+        | `Cast s when Group_primary.outside_primary t.quorum ->
+            let why =
+              Fmt.str "view %s is not primary"
+                (match t.cur with Some c -> c.view.View.id | None -> "")
+            in
+            Log.warn (fun m ->
+                m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
+            t.on_lost `Cast s why
+        | `Cast s -> cast_now t s
+        | `Send (dst, s) -> send_now t dst s)
 
   and cast_now t s =
     match t.cur with
@@ -957,45 +739,18 @@ module Make (T : Transport.S) = struct
                     Printf.sprintf "view %s went on without this member (excluded): rejoining"
                       c.view.View.id );
             alone t c
-        | Primary.Heard ks -> (
-            match (t.quorum_pending, t.primary_config) with
-            | Some _, Some pc when t.attempt = None ->
-                let q, session = Primary.decide_dynamic pc ~members:t.quorum_members ks in
-                t.past_primaries <- Primary.learn t.past_primaries ks;
-                if q.Primary.primary then begin
-                  (* Recorded before the attempt goes out: from now on this view may form at
-                     another member. *)
-                  t.past_primaries <-
-                    { t.past_primaries with ambiguous = session :: t.past_primaries.ambiguous };
-                  t.attempt <- Some session;
-                  t.quorum_pending <- Some q;
-                  Ep.Binding.dn_ctl c.ep Primary.Attempt
-                end
-                else decided t c q
-            | _ -> ())
-        | Primary.Confirmed -> (
-            match t.quorum_pending with
-            | Some q ->
-                Option.iter
-                  (fun s -> t.past_primaries <- { Primary.last = Some s; ambiguous = [] })
-                  t.attempt;
-                decided t c q
-            | None -> ())
         | Event.Blocked b ->
-            t.stack_flow <- b;
+            Group_queue.set_stack_flow t.queue b;
             update_flow t
         | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
-        | _ -> ())
+        | e ->
+            (* The view's quorum is decided (primary or not). *)
+            if Group_primary.on_ctl t.quorum ~vid:c.view.View.id ~dn_ctl:(Ep.Binding.dn_ctl c.ep) e
+            then begin
+              flush_queue t;
+              update_flow t
+            end)
     | _ -> ()
-
-  (* The view's quorum [q] is decided (primary or not). *)
-  and decided t c q =
-    t.quorum_pending <- None;
-    t.quorum <- Some q;
-    Log.info (fun m -> m "%s: view %s is %a" t.me.eid c.view.View.id Primary.pp_quorum q);
-    t.on_primary q;
-    flush_queue t;
-    update_flow t
 
   (* The coordinator's flush is complete. *)
   and flushed t c ~survivors ~leavers =
@@ -1059,10 +814,7 @@ module Make (T : Transport.S) = struct
 
   (* The stack of the view this coordinator makes: the one it switches to,
      if any. *)
-  and next_stack t =
-    match t.switch_to with
-    | Some (epoch, sid) -> { Side.epoch; id = Stack_id.to_string sid }
-    | None -> side_stack t
+  and next_stack t = Group_switch.next t.sw
 
   and announce t ~stack ~vid ~ltime ~members ~leavers ~preds c =
     let msg =
@@ -1070,18 +822,7 @@ module Make (T : Transport.S) = struct
     in
     (* With Rekey, a fresh key for the view, wrapped for its members only:
        not for those excluded or leaving, which get the Install too. *)
-    let msg, key =
-      match (t.rekey, msg) with
-      | Some r, Side.Install i ->
-          let others =
-            List.filter_map
-              (fun (m : Side.member) -> if m.eid = t.me.eid then None else Some (m.eid, m.pub))
-              members
-          in
-          let keys, activate = r.draw ~vid ~me:t.me.eid ~context:(Side.context msg) others in
-          (Side.Install { i with keys }, Some activate)
-      | _ -> (msg, None)
-    in
+    let msg, key = Group_rekey.wrap t.rekey ~vid ~members msg in
     let targets =
       List.filter_map
         (fun (m : Side.member) ->
@@ -1108,17 +849,10 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      (* A member that leaves goes on with no one: what its view still
-         delivers at its end is safe only with respect to itself. *)
-      (match (t.on_transitional, t.cur) with
-      | Some f, Some c -> f { ending = c.view.View.id; next = ""; survivors = [| t.me.eid |] }
-      | _ -> ());
+      Group_evs.leave t.evs ~ending:(Option.map (fun c -> c.view) t.cur) ~me:t.me.eid;
       Option.iter (stop_stack t) t.cur;
       Option.iter T.cancel t.tick;
-      let old = t.old_conns in
-      t.old_conns <- [];
-      t.unmoved <- [];
-      List.iter (fun (oc, _) -> B.close oc) old;
+      Mv.close_all t.mv;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.cb.exit ()
@@ -1182,71 +916,14 @@ module Make (T : Transport.S) = struct
         stack = side_stack t;
       }
 
-  (* A partition on another stack: never merge with it. A partition on an
-     older stack takes a newer one it can build (a switch made while it was
-     apart), then merges; of two partitions that switched to different
-     stacks while apart (one epoch), the one whose stack has the lesser
-     identity takes the other's. Two stacks as configured (epoch 0) are an
-     error: members started with other properties or tunables. *)
+  (* A partition on another stack: never merge with it ({!Group_switch.other}). *)
   let other_stack t ~peer (stack : Side.stack) =
-    let theirs =
-      match Stack_id.of_string stack.id with Ok s -> Stack_id.describe s | Error _ -> stack.id
-    in
-    if
-      stack.epoch > t.epoch
-      || stack.epoch = t.epoch && t.epoch > 0
-         && String.compare stack.id (Stack_id.to_string t.sid) > 0
-    then begin
-      match Stack_id.of_string stack.id with
-      | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
-      | Ok sid -> (
-          match Stack_id.resolve sid ~base:t.params with
-          | Error reason -> stack_error t (Unknown_stack { peer; stack = theirs; reason })
-          | Ok _ -> (
-              match t.switch_wanted with
-              | Some (_, e, s)
-                when e > stack.epoch
-                     || (e = stack.epoch && String.compare (Stack_id.to_string s) stack.id >= 0) ->
-                  ()
-              | _ ->
-                  Log.info (fun m ->
-                      m "%s: %s runs stack %s of epoch %d: switching to it" t.me.eid peer theirs
-                        stack.epoch);
-                  t.switch_wanted <- Some (t.epoch, stack.epoch, sid)))
-    end
-    else if stack.epoch = 0 && t.epoch = 0 then
-      stack_error t (Incompatible { peer; ours = Stack_id.describe t.sid; theirs })
+    match Group_switch.other t.sw ~peer stack with
+    | Some (`Unknown (stack, reason)) -> stack_error t (Unknown_stack { peer; stack; reason })
+    | Some (`Incompatible (ours, theirs)) -> stack_error t (Incompatible { peer; ours; theirs })
+    | None -> ()
 
-  (* With Rekey, the key an Install brings this member: wrapped for it by
-     the view's maker, whose public key is the one this member's view
-     knows if the maker is in it (else the Install's), and bound to the
-     Install as it was made. [Error] says why not. *)
-  let view_key t c v =
-    match (t.rekey, v) with
-    | None, _ -> Ok None
-    | Some r, Side.Install { vid; members; keys; _ } -> (
-        let by = Side.installer vid in
-        let pub =
-          match index_where (String.equal by) (Array.to_list c.view.View.members) with
-          | Some rank -> Some c.pubs.(rank)
-          | None ->
-              Option.map
-                (fun (m : Side.member) -> m.pub)
-                (List.find_opt (fun (m : Side.member) -> m.eid = by) members)
-        in
-        match (pub, List.assoc_opt t.me.eid keys) with
-        | None, _ -> Error "its maker is neither in this member's view nor in it"
-        | _, None -> Error "it carries no view key for this member"
-        | Some pub, Some wrapped -> (
-            match
-              r.unwrap ~vid ~me:t.me.eid ~context:(Side.context v) ~installer:(by, pub) wrapped
-            with
-            | Some k -> Ok (Some k)
-            | None ->
-                Error
-                  "its view key for this member does not open (not wrapped by its maker, or \
-                   altered)"))
-    | Some _, _ -> Ok None
+  let view_key t c v = Group_rekey.view_key t.rekey ~view_members:c.view.View.members ~pubs:c.pubs v
 
   (* A merge request judged genuine (its sender answered a probe): take its
      members in, now or with the merge under way. *)
@@ -1412,21 +1089,22 @@ module Make (T : Transport.S) = struct
     else
       match (v, t.cur) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
-        when t.rekey <> None <> (m.pub <> "") ->
+        when Group_rekey.enabled t.rekey <> (m.pub <> "") ->
           (* Members with and without per-view keys cannot share a view:
              one seals its stack's traffic under the secret, which the
              other refuses. Never merge; say so once. *)
           let with_keys b =
-            Stack_id.describe t.sid ^ if b then " with Rekey" else " without Rekey"
+            Stack_id.describe (Group_switch.sid t.sw)
+            ^ if b then " with Rekey" else " without Rekey"
           in
           stack_error t
             (Incompatible
                {
                  peer = m.eid;
-                 ours = with_keys (t.rekey <> None);
+                 ours = with_keys (Group_rekey.enabled t.rekey);
                  theirs = with_keys (m.pub <> "");
                })
-      | Side.Gossip { coord; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
+      | Side.Gossip { coord; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack) ->
           remember t coord;
           other_stack t ~peer:coord.eid stack
       | Side.Gossip { vid; coord; ltime; size; _ }, Some c
@@ -1459,22 +1137,15 @@ module Make (T : Transport.S) = struct
               probe t ~at:target ~who:coord.eid ~pvid:vid (`Merge_into coord)
           | Side.Answer -> side_send t src (gossip_msg t c)
           | Side.Nothing -> ())
-      | Side.Merge_req { members; stack; _ }, Some _ when stack.id <> Stack_id.to_string t.sid ->
+      | Side.Merge_req { members; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack)
+        ->
           other_stack t
             ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src)
             stack
       | Side.Switch_req { vid; stack; _ }, Some c ->
           (* From a member of this view, about this view's stack. *)
-          if
-            vid = c.view.View.id && stack.epoch > t.epoch
-            && stack.id <> Stack_id.to_string t.sid
-            && Array.exists (fun a -> T.equal_address a src) c.addrs
-          then begin
-            match Stack_id.of_string stack.id with
-            | Ok sid when t.switch_wanted = None ->
-                t.switch_wanted <- Some (t.epoch, stack.epoch, sid)
-            | _ -> ()
-          end
+          if vid = c.view.View.id && Array.exists (fun a -> T.equal_address a src) c.addrs then
+            Group_switch.asked t.sw stack
       | Side.Merge_req { members; vid = their_vid; _ }, Some c ->
           let from_mine =
             List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
@@ -1583,13 +1254,7 @@ module Make (T : Transport.S) = struct
                   ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds
               with
               | Ok () -> (
-                  let build =
-                    if stack.id = Stack_id.to_string t.sid then Ok ()
-                    else
-                      match Stack_id.of_string stack.id with
-                      | Error e -> Error e
-                      | Ok sid -> Result.map (fun _ -> ()) (Stack_id.resolve sid ~base:t.params)
-                  in
+                  let build = Group_switch.buildable t.sw stack in
                   let build = Result.map_error (fun e -> `Stack e) build in
                   match
                     Result.bind build (fun () ->
@@ -1602,7 +1267,7 @@ module Make (T : Transport.S) = struct
                            { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
                   | Error (`Key why) ->
                       t.garbage <- t.garbage + 1;
-                      t.no_key <- t.no_key + 1;
+                      Group_rekey.refused t.rekey;
                       Log.warn (fun m ->
                           m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
                   | Error (`Stack reason) ->
@@ -1628,66 +1293,28 @@ module Make (T : Transport.S) = struct
       | _, None -> ()
 
   (* Another member moved, or acknowledges this member's move. *)
-  let on_migrate t ~src (m : Migrate.t) =
-    match (m, t.cur) with
-    | _ when Migrate.group m <> t.group -> t.move_garbage <- t.move_garbage + 1
-    | Migrate.Moved { mover; seq; eid; _ }, cur ->
-        (* From the member it names, where this member sends to it, as a
-           [Move] is judged: a stranger cannot acknowledge for a member
-           that never heard of the move. *)
-        let from_named =
-          match cur with
-          | Some c -> (
-              match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-              | Some r -> T.equal_address c.addrs.(r) src
-              | None -> false)
-          | None -> false
-        in
-        if not from_named then begin
-          t.move_refused <- t.move_refused + 1;
-          Log.info (fun m ->
-              m "%s: an acknowledgement of its move for %s from %a refused: not where %s is"
-                t.me.eid eid T.pp_address src eid)
-        end
-        else if mover = t.me.eid && seq = t.moves && List.mem_assoc eid t.unmoved then begin
-          (* Something reaches the new address: no going back. *)
-          t.move_back <- None;
-          t.unmoved <- List.remove_assoc eid t.unmoved;
-          if t.unmoved = [] then
-            Log.info (fun m -> m "%s: every member knows its move %d" t.me.eid seq);
-          close_old t
-        end
-    | Migrate.Move { eid; seq; _ }, Some c -> (
-        let known = match Hashtbl.find_opt t.known_moves eid with Some (k, _) -> k | None -> 0 in
-        match
-          Migrate.judge ~me:t.me.eid ~vid:c.view.View.id ~prev_vid:t.prev_vid
-            ~members:c.view.View.members ~known ~src:(T.address_to_string src) m
-        with
-        | Migrate.Refuse why ->
-            t.move_refused <- t.move_refused + 1;
-            Log.info (fun m -> m "%s: a move from %a refused: %s" t.me.eid T.pp_address src why)
-        | Migrate.Accept ->
-            Hashtbl.replace t.known_moves eid (seq, src);
-            (match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-            | Some r when not (T.equal_address c.addrs.(r) src) -> (
-                Log.info (fun m ->
-                    m "%s: %s moved to %a (move %d)" t.me.eid eid T.pp_address src seq);
-                Ep.Binding.set_addr c.ep r src;
-                let a = T.address_to_string src in
-                (match Hashtbl.find_opt t.known eid with
-                | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
-                | None -> ());
-                (* A view this coordinator waits on goes there too. *)
-                match t.pending with
-                | Some (msg, targets) ->
-                    t.pending <-
-                      Some
-                        (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
-                | None -> ())
-            | _ -> ());
-            migrate_send t src (Migrate.Moved { group = t.group; mover = eid; seq; eid = t.me.eid })
-        )
-    | Migrate.Move _, None -> ()
+  let on_migrate t ~src m =
+    let cur = t.cur in
+    Mv.on_msg t.mv
+      ~view:(Option.map (fun c -> (c.view, c.addrs)) cur)
+      ~src ~send:(migrate_send t)
+      ~close_old:(fun () -> close_old t)
+      ~moved:(fun r eid ->
+        match cur with
+        | Some c -> (
+            Ep.Binding.set_addr c.ep r src;
+            let a = T.address_to_string src in
+            (match Hashtbl.find_opt t.known eid with
+            | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
+            | None -> ());
+            (* A view this coordinator waits on goes there too. *)
+            match t.pending with
+            | Some (msg, targets) ->
+                t.pending <-
+                  Some (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
+            | None -> ())
+        | None -> ())
+      m
 
   let recv t ~src v =
     if t.exited then Iovec.release v
@@ -1704,7 +1331,7 @@ module Make (T : Transport.S) = struct
         (match Codec.decode_exact Migrate.codec cs with
         | Ok m -> on_migrate t ~src m
         | Error e ->
-            t.move_garbage <- t.move_garbage + 1;
+            Mv.garbage t.mv;
             Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
@@ -1842,17 +1469,12 @@ module Make (T : Transport.S) = struct
           | _ -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
-          (match (t.switch_wanted, t.cur) with
-          | Some (from, _, sid), _ when t.epoch > from || Stack_id.equal sid t.sid ->
-              t.switch_wanted <- None
-          | Some (_, epoch, sid), Some c when not t.exited ->
+          (match (Group_switch.wanted t.sw, t.cur) with
+          | Some (epoch, sid), Some c when not t.exited ->
               if is_coordinator t then begin
                 if (not t.blocked) && t.merging = None && t.absorbing = None && t.leaving = None
                 then begin
-                  Log.info (fun m ->
-                      m "%s: switching view %s to stack %s" t.me.eid c.view.View.id
-                        (Stack_id.describe sid));
-                  t.switch_to <- Some (epoch, sid);
+                  Group_switch.start t.sw ~vid:c.view.View.id (epoch, sid);
                   Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
                 end
               end
@@ -1881,16 +1503,12 @@ module Make (T : Transport.S) = struct
             ->
               gossip t c
           | _ -> ());
-          (* A move not yet acknowledged by everyone: told again. *)
-          (match t.move_back with
-          | Some (oc, deadline) when now t >= deadline && not t.exited ->
-              if t.unmoved <> [] && List.exists (fun (k, _) -> k == oc) t.old_conns then
-                move_back t oc
-              else t.move_back <- None
-          | _ -> ());
-          if t.unmoved <> [] && now t >= t.move_sent + t.install_retry && not t.exited then
-            send_moves t;
-          if t.old_conns <> [] && not t.exited then close_old t
+          (* A move not yet acknowledged by everyone: told again, or
+             undone. *)
+          if not t.exited then
+            Mv.tick t.mv ~now:(now t) ~go_back:(move_back t)
+              ~send_moves:(fun () -> send_moves t)
+              ~close_old:(fun () -> close_old t)
       | None -> ());
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
@@ -2003,18 +1621,13 @@ module Make (T : Transport.S) = struct
                           {
                             Side.eid;
                             addr;
-                            pub = (match rekey with Some r -> r.public | None -> "");
+                            pub = (match rekey with Some r -> r.Group_rekey.public | None -> "");
                           };
-                        moves = 0;
-                        unmoved = [];
-                        old_conns = [];
-                        move_sent = 0;
-                        move_back = None;
-                        moves_back = 0;
-                        known_moves = Hashtbl.create 8;
-                        prev_vid = "";
-                        move_refused = 0;
-                        move_garbage = 0;
+                        mv =
+                          Mv.create ~group ~me:eid
+                            ~drain:(Params.time params Param.migrate_drain)
+                            ~timeout:(Params.time params Param.migrate_timeout)
+                            ~retry:(Params.time params Param.install_retry);
                         clients = None;
                         group;
                         layers;
@@ -2033,15 +1646,12 @@ module Make (T : Transport.S) = struct
                         known = Hashtbl.create 16;
                         cur = None;
                         blocked = false;
-                        queued = Queue.create ();
-                        queued_bytes = 0;
-                        queue_limit = max 0 (Params.int params Param.queue);
+                        queue =
+                          Group_queue.create
+                            ~limit:(max 0 (Params.int params Param.queue))
+                            ~flow:cb.flow;
                         max_message;
-                        stack_flow = false;
-                        queue_full = false;
-                        flow_told = false;
                         dropped_sends = 0;
-                        refused = 0;
                         merging = None;
                         merge_req = None;
                         minted = 0;
@@ -2065,37 +1675,25 @@ module Make (T : Transport.S) = struct
                         dead_view = None;
                         exited = false;
                         xfer;
-                        cur_layers = layers;
-                        cur_params = params;
-                        sid = Stack_id.of_layers ~params layers;
-                        epoch = 0;
-                        switch_to = None;
-                        switch_wanted = None;
+                        sw =
+                          Group_switch.create ~me:eid ~params ~layers
+                            ~xfer:(List.exists (fun l -> Layer.name l = Xfer.name) layers);
                         on_stack_error;
-                        on_transitional = transitional;
-                        primary_config;
-                        on_primary;
-                        quorum = None;
-                        quorum_pending = None;
-                        past_primaries = Primary.no_knowledge;
-                        attempt = None;
-                        quorum_members = [];
+                        evs = Group_evs.create transitional;
+                        quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
                         garbage = 0;
                         past = [];
                         views = 0;
                         send_errors = 0;
-                        rekey;
-                        no_key = 0;
+                        rekey = Group_rekey.create ~me:eid rekey;
                         sent = 0;
                         delivered = 0;
                         heal_interval = Params.time params Param.heal_interval;
                         merge_timeout = Params.time params Param.merge_timeout;
                         install_retry = Params.time params Param.install_retry;
                         leave_timeout = Params.time params Param.leave_timeout;
-                        migrate_drain = Params.time params Param.migrate_drain;
-                        migrate_timeout = Params.time params Param.migrate_timeout;
                       }
                     in
                     self := Some t;
@@ -2105,24 +1703,12 @@ module Make (T : Transport.S) = struct
                     Ok t)))
 
   (* Whether the application may hand over a message of [size] bytes
-     now. A message refused here is counted by no layer. *)
+     now ({!Group_queue.admit}). *)
   let admit t size =
-    if t.exited then Error Exited
-    else if t.leaving <> None then Error Leaving
-    else if size > t.max_message then Error (Too_big { size; max = t.max_message })
-    else if t.stack_flow then Error Flow_control
-    else if
-      (t.blocked || not (Queue.is_empty t.queued)) && t.queued_bytes + size + 64 > t.queue_limit
-    then begin
-      t.queue_full <- true;
-      update_flow t;
-      Error Flow_control
-    end
-    else Ok ()
+    Group_queue.admit t.queue ~exited:t.exited ~leaving:(t.leaving <> None)
+      ~max_message:t.max_message ~blocked:t.blocked size
 
-  let refuse t e =
-    t.refused <- t.refused + 1;
-    Error e
+  let refuse t e = Group_queue.refuse t.queue e
 
   (* Whether a cast of [len] bytes is taken: [Ok true] to go now, [Ok
      false] to wait in the queue. *)
@@ -2134,15 +1720,12 @@ module Make (T : Transport.S) = struct
            | Some (at, _) -> now t - at <= 2 * t.merge_timeout
            | None -> false ->
         refuse t (Not_primary (snd (Option.get t.dead_view)))
-    | Ok ()
-      when t.quorum_pending = None
-           && match t.quorum with Some q -> not q.Primary.primary | None -> false ->
-        refuse t (Not_primary (Fmt.str "%a" Primary.pp_quorum (Option.get t.quorum)))
-    | Ok () -> Ok (not (t.blocked || t.quorum_pending <> None || not (Queue.is_empty t.queued)))
+    | Ok () when Group_primary.refusal t.quorum <> None ->
+        refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
+    | Ok () ->
+        Ok (not (t.blocked || Group_primary.waiting t.quorum || not (Group_queue.is_empty t.queue)))
 
-  let queue_cast t s =
-    Queue.add (`Cast s) t.queued;
-    t.queued_bytes <- t.queued_bytes + String.length s + 64
+  let queue_cast t s = Group_queue.push t.queue (`Cast s)
 
   let cast t s =
     match cast_admit t (String.length s) with
@@ -2175,10 +1758,8 @@ module Make (T : Transport.S) = struct
         match t.cur with
         | Some c when not (Array.mem dst c.view.View.members) -> refuse t (Not_member dst)
         | _ ->
-            if t.blocked || not (Queue.is_empty t.queued) then begin
-              Queue.add (`Send (dst, s)) t.queued;
-              t.queued_bytes <- t.queued_bytes + String.length s + 64
-            end
+            if t.blocked || not (Group_queue.is_empty t.queue) then
+              Group_queue.push t.queue (`Send (dst, s))
             else send_now t dst s;
             Ok ())
 
@@ -2195,15 +1776,9 @@ module Make (T : Transport.S) = struct
             let params =
               match params with Some p -> Params.override t.params ~by:p | None -> t.params
             in
-            let sid = Stack_id.of_layers ~params layers in
-            if not (Stack_id.equal sid t.sid) then
-              t.switch_wanted <- Some (t.epoch, t.epoch + 1, sid);
+            Group_switch.want t.sw (Stack_id.of_layers ~params layers);
             Ok ()
           end
-
-  (* At most this many old connections stay open: a member that moves
-     again and again closes the oldest. *)
-  let max_old = 4
 
   let migrate t addr =
     if t.exited then Error Gone
@@ -2230,35 +1805,12 @@ module Make (T : Transport.S) = struct
                   let local = (B.query nc).B.local in
                   t.conn <- Lazy.from_val nc;
                   t.me <- { t.me with addr = T.address_to_string local };
-                  t.moves <- t.moves + 1;
-                  t.old_conns <- (old, now t + t.migrate_drain) :: t.old_conns;
-                  t.move_back <- Some (old, now t + t.migrate_timeout);
-                  if List.length t.old_conns > max_old then begin
-                    let keep = List.filteri (fun i _ -> i < max_old) t.old_conns in
-                    List.iter
-                      (fun (oc, _) ->
-                        if not (List.exists (fun (k, _) -> k == oc) keep) then B.close oc)
-                      t.old_conns;
-                    t.old_conns <- keep
-                  end;
-                  Log.info (fun m ->
-                      m "%s: moves to %a (move %d)" t.me.eid T.pp_address local t.moves);
+                  Mv.moved t.mv ~now:(now t) ~old ~local
+                    ~members:(Option.map (fun c -> c.view.View.members) t.cur);
                   (match t.cur with
                   | Some c ->
-                      let rank = c.view.View.rank in
                       Ep.Binding.set_conn c.ep nc;
-                      Ep.Binding.set_addr c.ep rank local;
-                      t.unmoved <-
-                        List.filter_map
-                          (fun e ->
-                            if e = t.me.eid then None
-                            else
-                              Some
-                                ( e,
-                                  match List.assoc_opt e t.unmoved with
-                                  | Some kc -> kc
-                                  | None -> old ))
-                          (Array.to_list c.view.View.members);
+                      Ep.Binding.set_addr c.ep c.view.View.rank local;
                       send_moves t;
                       close_old t
                   | None -> ());
@@ -2319,12 +1871,12 @@ module Make (T : Transport.S) = struct
         | None -> None)
     | None -> None
 
-  let unmoved t = List.map fst t.unmoved
-  let stack_id t = Stack_id.digest t.sid
-  let stack_name t = Stack_id.describe t.sid
-  let stack_epoch t = t.epoch
+  let unmoved t = Mv.unmoved t.mv
+  let stack_id t = Stack_id.digest (Group_switch.sid t.sw)
+  let stack_name t = Stack_id.describe (Group_switch.sid t.sw)
+  let stack_epoch t = Group_switch.epoch t.sw
   let max_message t = t.max_message
-  let refused t = t.refused
+  let refused t = Group_queue.refused t.queue
   let dropped_sends t = t.dropped_sends
 
   let leave t =
@@ -2354,7 +1906,7 @@ module Make (T : Transport.S) = struct
   let copies t = (t.copies, t.copied_bytes)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
-  let queued t = Queue.length t.queued
+  let queued t = Group_queue.length t.queue
   let garbage t = t.garbage
 
   let counters t =
@@ -2375,17 +1927,13 @@ module Make (T : Transport.S) = struct
         ("views", t.views);
         ("side_garbage", t.garbage);
         ("side_misdirected", t.side_misdirected);
-        ("refused", t.refused);
+        ("refused", Group_queue.refused t.queue);
         ("dropped_sends", t.dropped_sends);
         ("send_errors", t.send_errors);
-        ("no_view_key", t.no_key);
-        ("moves", t.moves);
-        ("move_refused", t.move_refused);
-        ("moves_back", t.moves_back);
-        ("move_garbage", t.move_garbage);
-        ("sent", t.sent);
-        ("delivered", t.delivered);
-      ] )
+        ("no_view_key", Group_rekey.no_key t.rekey);
+      ]
+      @ Mv.counters t.mv
+      @ [ ("sent", t.sent); ("delivered", t.delivered) ] )
     :: (let b = B.stats (conn t) in
         ( "bundle",
           [
