@@ -320,29 +320,51 @@ let create_refused () =
    flush; [framed], a bottom whose header is 0xC1. *)
 type Event.dn_ctl += Hold | Flush | Control_cast
 
-module Ctltop = struct
+(* A layer whose casts carry the one header [h] (a control cast [h + 1]);
+   [bottom]: the lowest, framed, which turns [Raw] into a cast from 0. *)
+module Const (P : sig
+  val name : string
+  val h : int
+  val bottom : bool
+end) =
+struct
   type t = { out : header Layer.out }
   and header = int
 
-  let name = "ctltop"
+  let name = P.name
   let codec = Codec.uint8
   let pp_header = Fmt.int
-  let provides = []
-  let requires = [ Contract.datagram ]
+  let provides = if P.bottom then [ Contract.datagram ] else []
+  let requires = if P.bottom then [ Contract.net ] else [ Contract.datagram ]
   let create _ out = { out }
-  let up t src _ msg = t.out.up src msg
+  let up t src _ msg = t.out.up (if P.bottom then Event.Cast_from 0 else src) msg
   let up_ctl t e = t.out.up_ctl e
-  let dn t dst msg = t.out.dn dst 0 msg
+  let dn t dst msg = t.out.dn dst P.h msg
 
   let dn_ctl t = function
-    | Control_cast -> t.out.dn Event.Cast 1 (Msg.empty ())
+    | Control_cast -> t.out.dn Event.Cast (P.h + 1) (Msg.empty ())
     | e -> t.out.dn_ctl e
 
   let timer _ _ = ()
   let counters _ = []
-  let cast : (t, header) Layer.case = Layer.constant_cast codec 0 ~live:(fun _ -> true) ()
+
+  let cast : (t, header) Layer.case =
+    { (Layer.constant_cast codec P.h ~live:(fun _ -> true) ()) with framed = P.bottom }
+
   let state _ = ""
 end
+
+module Ctltop = Const (struct
+  let name = "ctltop"
+  let h = 0
+  let bottom = false
+end)
+
+module Framed = Const (struct
+  let name = "framed"
+  let h = 0xC1
+  let bottom = true
+end)
 
 module Holding = struct
   type t = { out : header Layer.out; mutable hold : bool; held : Msg.t Queue.t }
@@ -371,29 +393,6 @@ module Holding = struct
   let counters t = [ ("held", Queue.length t.held) ]
   let cast : (t, header) Layer.case = Layer.constant_cast codec () ~live:(fun t -> not t.hold) ()
   let state t = if t.hold then "holding" else "open"
-end
-
-module Framed = struct
-  type t = { out : header Layer.out }
-  and header = int
-
-  let name = "framed"
-  let codec = Codec.uint8
-  let pp_header = Fmt.int
-  let provides = [ Contract.datagram ]
-  let requires = [ Contract.net ]
-  let create _ out = { out }
-  let up t _ _ msg = t.out.up (Event.Cast_from 0) msg
-  let up_ctl t e = t.out.up_ctl e
-  let dn t dst msg = t.out.dn dst 0xC1 msg
-  let dn_ctl t e = t.out.dn_ctl e
-  let timer _ _ = ()
-  let counters _ = []
-
-  let cast : (t, header) Layer.case =
-    { (Layer.constant_cast codec 0xC1 ~live:(fun _ -> true) ()) with framed = true }
-
-  let state _ = ""
 end
 
 let queueing : Layer.t list =
