@@ -72,33 +72,31 @@ type live = Live : ('s -> bool) * 's -> live
    taken while every such layer is live. *)
 type order = { next_dn : int array; first_up : int array }
 
-type t = {
+(* One lane of the fused path: casts (kind 0 in the compressed header) or
+   sends (kind 1). The two run the same walks over the layers' cases of
+   their kind, each with its own frames of fields, order and counters. *)
+type lane = {
+  kind : int; (* in the compressed header: 0 a cast, 1 a send *)
+  on : bool; (* every layer declared its case of this kind, and the fused path is on *)
+  sel : node -> fnode option; (* a node's part of this kind *)
+  nodes : node array; (* the stack's, bottom first *)
+  net : Event.dst -> Msg.t -> unit;
+  app : app;
+  ferror : Codec.error -> Msg.t -> unit;
   gen : int ref;
       (* counts calls of the layered handlers of the layers that declare
-         [live], the only code that may change what it says *)
-  mutable lives : live array; (* the [live] of the layers a cast's short order skips *)
+         [live], the only code that may change what it says (the stack's,
+         shared by its two lanes) *)
+  mutable lives : live array; (* the [live] of the layers the short order skips *)
   mutable checked : int; (* [!gen] when [lives] were last read *)
   mutable plain : order;
   mutable short : order;
   mutable order : order; (* [short] if every one of [lives] held at [checked], else [plain] *)
-  mutable slives : live array; (* the same for sends *)
-  mutable schecked : int;
-  mutable splain : order;
-  mutable sshort : order;
-  mutable sorder : order;
-  view : View.t;
-  nodes : node array; (* bottom first *)
-  mutable cases : case array; (* the nodes' cases of a cast, {!No_case} where none *)
-  mutable scases : case array; (* of a send *)
-  dues : Deadlines.t; (* when each node asked its timer to run, by node *)
-  due_now : int array; (* the nodes whose timers run in this call of [timer] *)
-  names : string list;
-  fused : bool; (* every layer declared its common case, and the fused path is on *)
-  all_fast : bool; (* every layer declared its common case: compressed casts are read *)
+  mutable cases : case array; (* the nodes' cases of this kind, {!No_case} where none *)
   nfields : int;
   mutable frames : int array array;
-      (* the fields of the casts going through the bypass, one frame per
-         nested cast (an application that casts from its delivery) *)
+      (* the fields of the messages going through the bypass, one frame per
+         nested one (an application that casts from its delivery) *)
   mutable depth : int; (* frames in use *)
   lengths : bool array; (* [lengths.(i)]: a layer at or below [i] needs the layered length *)
   mutable fixed_above : int array;
@@ -107,16 +105,30 @@ type t = {
   mutable sized_above : fnode array array;
       (* [sized_above.(i)]: the layers above [i] whose header sizes depend
          on their fields *)
+  mutable sent : int;
+  mutable received : int;
+  mutable delivered : int; (* messages the bypass delivered to the application *)
+  mutable held : int; (* received messages a layer took in on the bypass ({!Layer.held}) *)
+  releases : bool; (* the top layer's [up_after] is marked while it runs (casts) *)
+  mutable releasing : bool; (* the top layer's [up_after] runs *)
+  left_dn : int array;
+      (* per layer: messages going down the bypass left to the layered path there *)
+  left_up : int array; (* the same going up *)
+}
+
+type t = {
+  view : View.t;
+  nodes : node array; (* bottom first *)
+  dues : Deadlines.t; (* when each node asked its timer to run, by node *)
+  due_now : int array; (* the nodes whose timers run in this call of [timer] *)
+  names : string list;
+  all_fast : bool; (* every layer declared its common case: compressed casts are read *)
+  all_send : bool; (* every layer declared the common case of a send: compressed sends are read *)
+  cast : lane;
+  send : lane;
   rframe : int array; (* a frame for the headers of layers with no fields (their constants) *)
-  mutable fused_sent : int;
-  mutable fused_received : int;
-  mutable fused_delivered : int; (* casts the bypass delivered to the application *)
-  mutable fused_held : int; (* received casts a layer took in on the bypass ({!Layer.held}) *)
   mutable released : int;
       (* casts the top layer passed to the application from its [up_after] on the bypass *)
-  mutable releasing : bool; (* the top layer's [up_after] runs *)
-  left_dn : int array; (* per layer: casts going down the bypass left to the layered path there *)
-  left_up : int array; (* the same going up *)
   reentry : bool array;
       (* [reentry.(i)]: layer [i] has no fields and the headers of those
          above can be read into fields, so a cast that layer [i] sends down
@@ -129,29 +141,19 @@ type t = {
   mutable scratch : Cstruct.t; (* the pushed headers of a cast re-entering, read there *)
   mutable reentered : int;
   mutable reentry_refused : int; (* casts whose headers above could not be read back *)
+  mutable refused : bool;
+      (* A cast whose headers above one layer could not be read back into
+         fields (an Order of Total, a control cast) cannot be read back at
+         any layer below either: [refused] says so after a failed attempt,
+         and [below_refused] holds while that cast goes down the layered
+         path, so that the layers below do not try again. *)
+  mutable below_refused : bool;
   fused_garbage : int ref;
-  ferror : Codec.error -> Msg.t -> unit;
-  net : Event.dst -> Msg.t -> unit;
-  app : app;
-  sfused : bool; (* every layer declared the common case of a send, and the fused path is on *)
-  all_send : bool; (* every layer declared the common case of a send: compressed sends are read *)
-  snfields : int;
-  mutable sframes : int array array; (* the fields of the sends in the bypass, as [frames] *)
-  mutable sdepth : int;
-  slengths : bool array;
-  mutable sfixed_above : int array;
-  mutable ssized_above : fnode array array;
-  mutable sends_sent : int;
-  mutable sends_received : int;
-  mutable sends_delivered : int;
-  sleft_dn : int array;
-  sleft_up : int array;
 }
 
-(* The frame of the innermost cast in the bypass (a field kept up to date
-   would cost a write barrier per cast). *)
-let frame t = t.frames.(if t.depth = 0 then 0 else t.depth - 1)
-let sframe t = t.sframes.(if t.sdepth = 0 then 0 else t.sdepth - 1)
+(* The frame of the innermost message in the lane's bypass (a field kept
+   up to date would cost a write barrier per cast). *)
+let frame l = l.frames.(if l.depth = 0 then 0 else l.depth - 1)
 let fused_param = "stack.fused"
 
 let () =
@@ -200,17 +202,366 @@ let check ?(requires = []) layers =
   in
   if layers = [] then Error "empty stack" else go [ Contract.net ] [] bottom_up
 
-(* A cast whose headers above one layer could not be read back into
-   fields (an Order of Total, a control cast) cannot be read back at any
-   layer below either: [refused] says so after a failed attempt, and
-   [below_refused] holds while that cast goes down the layered path, so
-   that the layers below do not try again (the library is single-threaded). *)
-let refused = ref false
-let below_refused = ref false
+let cast_node n = n.fast
+let send_node n = n.sfast
 
-let build (type s h) (ctx : Layer.ctx) ~gen nodes dues i ~net ~app ~reenter ~reenter_up
+(* [m] with the layered headers of the layers from [hi] down to [lo]
+   pushed, from the fields in [frame]: the top one first, as the layered
+   path pushes them. *)
+let push_layered sel nodes frame ~hi ~lo m =
+  let m = ref m in
+  for j = hi downto lo do
+    match sel nodes.(j) with Some f -> m := f.push frame f.off !m | None -> assert false
+  done;
+  !m
+
+(* Headers are plain data: equality may only fail to apply to a header
+   holding a function, which is then not the constant. *)
+let same_header h k = h == k || try h = k with Invalid_argument _ -> false
+
+(* The layered headers of the layers above one layer, as bytes, for the
+   fields they were last made from: in the common case those fields do
+   not change (they are constants above Mnak in the default stack), and
+   a copy a layer keeps gets them in one push. The cache covers the
+   layers up to the first above that has fields (the fields [from] to
+   [upto] of the frame); that one and those above it are pushed from
+   their fields each time (Total's place, above Mnak in a stack with
+   Total, changes with every cast). *)
+type cache = {
+  mutable key : int array;
+  mutable bytes : Bytes.t;
+  from : int;
+  upto : int;
+  mutable valid : bool;
+}
+
+let rec same_key c frame n k =
+  k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
+
+let refresh sel c nodes frame ~hi ~lo =
+  let n = c.upto - c.from in
+  let same = c.valid && same_key c frame n 0 in
+  if not same then begin
+    let e = push_layered sel nodes frame ~hi ~lo (Msg.empty ()) in
+    c.bytes <- Bytes.unsafe_of_string (Msg.to_string e);
+    Msg.release e;
+    c.key <- Array.sub frame c.from n;
+    c.valid <- true
+  end
+
+(* The headers of the layers from [lo] up, as bytes of the exact size (a
+   copy a layer keeps holds no more than its headers until it is stable):
+   those of [lo] to [hi] from the cache, then those of the layers above
+   [hi] made from their fields. *)
+let head_bytes sel c nodes frame ~hi ~lo =
+  refresh sel c nodes frame ~hi ~lo;
+  let top = Array.length nodes - 1 in
+  if hi >= top then c.bytes
+  else begin
+    let cached = Bytes.length c.bytes in
+    let size = ref cached in
+    for j = hi + 1 to top do
+      match sel nodes.(j) with
+      | Some f -> size := !size + f.hsize frame f.off
+      | None -> assert false
+    done;
+    let b = Bytes.create !size in
+    Bytes.blit c.bytes 0 b 0 cached;
+    let pos = ref cached in
+    for j = hi + 1 to top do
+      match sel nodes.(j) with Some f -> pos := f.write frame f.off b !pos | None -> assert false
+    done;
+    b
+  end
+
+(* [m] with the headers of the layers from [lo] up in front. *)
+let push_cached sel c nodes frame ~hi ~lo m =
+  let b = head_bytes sel c nodes frame ~hi ~lo in
+  if Bytes.length b = 0 then m else Msg.push_bytes b m
+
+(* {1 The fused path}
+
+   Down: from the top, each layer whose case holds does its part and the
+   message goes on to the next; the first whose case does not hold gets
+   it with the layered headers of the layers above pushed, and the rest
+   is the layered path. Under the bottom, it leaves with the compressed
+   header. What each layer does after the message went on runs as the
+   calls return, bottom first, as in the layered path. Up is the same
+   from the bottom, the layered headers of the rest pushed back from the
+   fields where a case does not hold (a gap, a flush). Casts and sends
+   take the same walks, each in its lane. *)
+
+(* A frame for a message entering the bypass: the next one, or a fresh
+   array when messages nest deeper than expected. *)
+let enter l =
+  let d = l.depth in
+  if d = Array.length l.frames then
+    l.frames <- Array.init (2 * d) (fun k -> if k < d then l.frames.(k) else Array.make l.nfields 0);
+  l.depth <- d + 1;
+  l.frames.(d)
+
+let leave l =
+  l.depth <- l.depth - 1;
+  if l.depth = 0 then l.releasing <- false
+
+(* Bytes of the layered headers of the layers above [i], from their fields:
+   with the message's length (which the fused path does not change), the
+   layered length at [i], counted only for a layer that needs it. *)
+let above l frame i =
+  let v = l.sized_above.(i) in
+  let n = ref l.fixed_above.(i) in
+  for k = 0 to Array.length v - 1 do
+    let f = Array.unsafe_get v k in
+    n := !n + f.size frame f.off
+  done;
+  !n
+
+(* The order of the next walk: the short one if every layer it skips is
+   live, its [live] read again only when some layered handler ran since
+   it was last read. *)
+let all_live lives =
+  let rec go k =
+    k = Array.length lives || ((match lives.(k) with Live (f, s) -> f s) && go (k + 1))
+  in
+  go 0
+
+let order l =
+  let g = !(l.gen) in
+  if l.checked <> g then begin
+    l.checked <- g;
+    l.order <- (if all_live l.lives then l.short else l.plain)
+  end;
+  l.order
+
+(* The first layer visited at or above [k] going up, for a message from
+   [src]: a layer is skipped only for a message of the lane's kind from a
+   member. *)
+let next_up l o src k =
+  match src with
+  | Event.Cast_from _ when l.kind = 0 -> o.first_up.(k)
+  | Event.Send_from _ when l.kind = 1 -> o.first_up.(k)
+  | _ -> k
+
+(* [mlen]: the message's length, where some layer needs the layered
+   length. *)
+let rec fused_dn (l : lane) frame i dst msg mlen =
+  if i < 0 then begin
+    l.sent <- l.sent + 1;
+    l.net dst (Msg.push_fields tag l.kind frame msg)
+  end
+  else
+    match l.cases.(i) with
+    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
+      ->
+        let len = if length then mlen + above l frame i else -1 in
+        if dn_ok s dst len then begin
+          if dn_fast then dn_part s dst msg len ~layered frame off;
+          fused_dn l frame l.order.next_dn.(i) dst msg mlen;
+          if dn_after then dn_after_part s dst len ~up:local frame off
+        end
+        else dn_layered l frame i dst msg
+    | No_case -> dn_layered l frame i dst msg
+
+and dn_layered (l : lane) frame i dst msg =
+  l.left_dn.(i) <- l.left_dn.(i) + 1;
+  let msg = push_layered l.sel l.nodes frame ~hi:(Array.length l.nodes - 1) ~lo:(i + 1) msg in
+  l.nodes.(i).dn dst msg
+
+let rec fused_up (l : lane) frame i src msg mlen =
+  if i = Array.length l.nodes then begin
+    l.delivered <- l.delivered + 1;
+    l.app.deliver src msg
+  end
+  else
+    match l.cases.(i) with
+    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
+        let len = if length then mlen + above l frame i else -1 in
+        if up_ok s src len frame off then begin
+          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
+          if src' == Layer.held then l.held <- l.held + 1
+          else fused_up l frame (next_up l l.order src' (i + 1)) src' msg mlen;
+          if up_after then
+            if l.releases && i = Array.length l.nodes - 1 then begin
+              (* What the top layer passes up from here was taken in on the
+                 bypass or is released by what came by it. *)
+              let prev = l.releasing in
+              l.releasing <- true;
+              up_after_part s src len frame off;
+              l.releasing <- prev
+            end
+            else up_after_part s src len frame off
+        end
+        else up_layered l frame i src msg
+    | No_case -> up_layered l frame i src msg
+
+(* Fields from the network that no layered header can hold (a number too
+   large for its codec) make the datagram garbage. *)
+and up_layered (l : lane) frame i src msg =
+  l.left_up.(i) <- l.left_up.(i) + 1;
+  let m = ref msg in
+  match
+    for j = Array.length l.nodes - 1 downto i do
+      match l.sel l.nodes.(j) with Some f -> m := f.push frame f.off !m | None -> assert false
+    done
+  with
+  | () -> l.nodes.(i).up src !m
+  | exception Invalid_argument e -> l.ferror (`Malformed e) !m
+
+let mlen (l : lane) msg = if l.lengths.(Array.length l.nodes - 1) then Msg.length msg else 0
+
+(* [local l j src m] delivers [m] to the layers from [j] up by the fused
+   path, with the fields of the message under way: a layer's own cast,
+   delivered locally. *)
+let local (l : lane) j src msg =
+  fused_up l (frame l) (next_up l (order l) src j) src msg (mlen l msg)
+
+(* [walk_dn l dst msg]: a message from the application down the lane's
+   bypass. *)
+let walk_dn (l : lane) dst msg =
+  let frame = enter l in
+  match fused_dn l frame (order l).next_dn.(Array.length l.nodes) dst msg (mlen l msg) with
+  | () -> leave l
+  | exception e ->
+      leave l;
+      raise e
+
+(* A compressed datagram's fields are read in place into the frame the
+   bypass runs with; one that does not decode is garbage. *)
+let walk_up (l : lane) msg =
+  let frame = enter l in
+  match Msg.pull_fields 2 frame msg with
+  | exception Codec.Decode_error e ->
+      leave l;
+      l.ferror e msg
+  | msg -> (
+      l.received <- l.received + 1;
+      match fused_up l frame (order l).first_up.(0) Event.Raw msg (mlen l msg) with
+      | () -> leave l
+      | exception e ->
+          leave l;
+          raise e)
+
+(* {2 Re-entry}
+
+   A cast a layer queued and now sends down (Mflow, as credit comes back)
+   goes by the layered path from there in a stack without the fused path.
+   In a fused stack, where the layer and those above it have no fields,
+   the layered headers above it are the constants the fused path would
+   make: they are taken off again, and the cast goes on below the layer
+   by the fused path, with the compressed header. Receivers then take it
+   by their fused path too. A send has no re-entry: one a layer queued
+   (Pt2ptw's window) goes on layered. *)
+let above_const t i =
+  match t.above_const.(i) with
+  | Some b -> b
+  | None ->
+      let e =
+        push_layered cast_node t.nodes t.rframe
+          ~hi:(Array.length t.nodes - 1)
+          ~lo:(i + 1) (Msg.empty ())
+      in
+      let b = Bytes.unsafe_of_string (Msg.to_string e) in
+      Msg.release e;
+      t.above_const.(i) <- Some b;
+      b
+
+(* [run t f]: [f ()] in the frame just entered, which is then left. *)
+let run t f =
+  match f () with
+  | () ->
+      leave t.cast;
+      true
+  | exception e ->
+      leave t.cast;
+      raise e
+
+let go_below t frame i msg =
+  t.reentered <- t.reentered + 1;
+  let l = t.cast in
+  run t (fun () -> fused_dn l frame (order l).next_dn.(i) Event.Cast msg (mlen l msg))
+
+(* Where a layer above has fields (Total's place), each header above [i]
+   is read into [frame] from a copy of the pushed bytes: the bytes read,
+   or -1 if one is not of the common case. A cast received layered has
+   no pushed headers (they are in its body): -1 at once, where reading
+   would fail on the first header, past the end (Cstruct's bounds error,
+   a formatted message, at every layer the cast passes). *)
+let read_above t frame i msg =
+  let buf, hoff, hlen = Msg.headers msg in
+  if hlen = 0 then -1
+  else begin
+    if hlen > Cstruct.length t.scratch then
+      t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
+    Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
+    let cs = Cstruct.sub t.scratch 0 hlen in
+    let n = Array.length t.nodes in
+    let rec go k pos =
+      if k = n || pos < 0 then pos
+      else
+        match t.nodes.(k).fast with
+        | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
+        | _ -> -1
+    in
+    go (i + 1) 0
+  end
+
+(* [take_above t i msg go]: [go frame msg'] with the headers of the layers
+   above [i] read into a frame just entered and taken off [msg] (constant
+   bytes compared, or each read back); [false] if they do not read back. *)
+let take_above t i msg go =
+  if i = Array.length t.nodes - 1 || t.constant.(i + 1) then
+    match Msg.pull_bytes (above_const t i) msg with
+    | None -> false
+    | Some msg -> go (enter t.cast) msg
+  else
+    let frame = enter t.cast in
+    let used = read_above t frame i msg in
+    if used < 0 then begin
+      leave t.cast;
+      false
+    end
+    else go frame (Msg.pull_pushed used msg)
+
+(* [reenter_dn t i m]: the cast [m], which layer [i] sends down on its
+   layered path with the layered headers of the layers above it in front,
+   goes on by the fused path below [i] if it can, and then is true. *)
+let reenter_dn t i msg =
+  t.cast.on && t.reentry.(i) && (not t.below_refused)
+  && (take_above t i msg (fun frame msg -> go_below t frame i msg)
+     ||
+     (t.reentry_refused <- t.reentry_refused + 1;
+      t.refused <- true;
+      false))
+
+(* Going up, a cast a layer held (Mnak, for a gap) and passes on later
+   carries the layered headers of the layers above it, pushed back from
+   the fields when it left the bypass: read back, they let it go on by
+   the fused path above that layer. A cast received layered has them in
+   its body, and goes on layered. *)
+let go_above t frame i src msg =
+  t.reentered_up <- t.reentered_up + 1;
+  let l = t.cast in
+  run t (fun () -> fused_up l frame (next_up l (order l) src (i + 1)) src msg (mlen l msg))
+
+(* [reenter_up t i src m]: the same going up: a cast layer [i] passes up
+   on its layered path (one it held for a gap) goes on by the fused path
+   above [i] if it can. *)
+let reenter_up t i src msg =
+  if t.cast.releasing && i = Array.length t.nodes - 1 then t.released <- t.released + 1;
+  t.cast.on && t.reentry_up.(i)
+  && (match src with Event.Cast_from _ -> true | _ -> false)
+  && take_above t i msg (fun frame msg -> go_above t frame i src msg)
+
+let no_reenter_up _ _ = false
+let no_reenter _ _ _ = false
+
+(* {1 Instantiation} *)
+
+let build (type s h) (ctx : Layer.ctx) t i ~reenter ~reenter_up
     (module L : Layer.S with type t = s and type header = h) ~(mk : s -> fnode option)
     ~(smk : s -> fnode option) =
+  let nodes = t.nodes and dues = t.dues and gen = t.cast.gen in
+  let net = t.cast.net and app = t.cast.app in
   let n = Array.length nodes in
   let garbage = ref 0 in
   let out : L.header Layer.out =
@@ -225,14 +576,14 @@ let build (type s h) (ctx : Layer.ctx) ~gen nodes dues i ~net ~app ~reenter ~ree
           if not (reenter dst h msg) then begin
             let msg = Msg.push L.codec h msg in
             if i = 0 then net dst msg
-            else if !refused then begin
-              refused := false;
-              let prev = !below_refused in
-              below_refused := true;
+            else if t.refused then begin
+              t.refused <- false;
+              let prev = t.below_refused in
+              t.below_refused <- true;
               match nodes.(i - 1).dn dst msg with
-              | () -> below_refused := prev
+              | () -> t.below_refused <- prev
               | exception e ->
-                  below_refused := prev;
+                  t.below_refused <- prev;
                   raise e
             end
             else nodes.(i - 1).dn dst msg
@@ -304,109 +655,10 @@ let build (type s h) (ctx : Layer.ctx) ~gen nodes dues i ~net ~app ~reenter ~ree
       sfast;
     }
 
-(* [m] with the layered headers of the layers from [hi] down to [lo]
-   pushed, from the fields in [frame]: the top one first, as the layered
-   path pushes them. *)
-let cast_node n = n.fast
-let send_node n = n.sfast
-
-let push_layered ?(sel = cast_node) nodes frame ~hi ~lo m =
-  let m = ref m in
-  for j = hi downto lo do
-    match sel nodes.(j) with Some f -> m := f.push frame f.off !m | None -> assert false
-  done;
-  !m
-
-(* [!local_up t j src m] delivers [m] to the layers from [j] up by the
-   fused path, with the fields of the cast under way: a layer's own cast,
-   delivered locally (defined below). *)
-let local_up : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
-
-(* [!reenter_dn t i m]: the cast [m], which layer [i] sends down on its
-   layered path with the layered headers of the layers above it in front,
-   goes on by the fused path below [i] if it can, and then is true
-   (defined below). *)
-let reenter_dn : (t -> int -> Msg.t -> bool) ref = ref (fun _ _ _ -> false)
-
-(* [!reenter_up t i src m]: the same going up: a cast layer [i] passes up
-   on its layered path (one it held for a gap) goes on by the fused path
-   above [i] if it can. *)
-let reenter_up : (t -> int -> Event.src -> Msg.t -> bool) ref = ref (fun _ _ _ _ -> false)
-let no_reenter_up _ _ = false
-let no_reenter _ _ _ = false
-
-(* Headers are plain data: equality may only fail to apply to a header
-   holding a function, which is then not the constant. *)
-let same_header h k = h == k || try h = k with Invalid_argument _ -> false
-
-(* The layered headers of the layers above one layer, as bytes, for the
-   fields they were last made from: in the common case those fields do
-   not change (they are constants above Mnak in the default stack), and
-   a copy a layer keeps gets them in one push. The cache covers the
-   layers up to the first above that has fields (the fields [from] to
-   [upto] of the frame); that one and those above it are pushed from
-   their fields each time (Total's place, above Mnak in a stack with
-   Total, changes with every cast). *)
-type cache = {
-  mutable key : int array;
-  mutable bytes : Bytes.t;
-  from : int;
-  upto : int;
-  mutable valid : bool;
-}
-
-let rec same_key c frame n k =
-  k >= n || (frame.(c.from + k) = c.key.(k) && same_key c frame n (k + 1))
-
-let refresh sel c nodes frame ~hi ~lo =
-  let n = c.upto - c.from in
-  let same = c.valid && same_key c frame n 0 in
-  if not same then begin
-    let e = push_layered ~sel nodes frame ~hi ~lo (Msg.empty ()) in
-    c.bytes <- Bytes.unsafe_of_string (Msg.to_string e);
-    Msg.release e;
-    c.key <- Array.sub frame c.from n;
-    c.valid <- true
-  end
-
-(* The headers of the layers from [lo] up, as bytes of the exact size (a
-   copy a layer keeps holds no more than its headers until it is stable):
-   those of [lo] to [hi] from the cache, then those of the layers above
-   [hi] made from their fields. *)
-let head_bytes sel c nodes frame ~hi ~lo =
-  refresh sel c nodes frame ~hi ~lo;
-  let top = Array.length nodes - 1 in
-  if hi >= top then c.bytes
-  else begin
-    let cached = Bytes.length c.bytes in
-    let size = ref cached in
-    for j = hi + 1 to top do
-      match sel nodes.(j) with
-      | Some f -> size := !size + f.hsize frame f.off
-      | None -> assert false
-    done;
-    let b = Bytes.create !size in
-    Bytes.blit c.bytes 0 b 0 cached;
-    let pos = ref cached in
-    for j = hi + 1 to top do
-      match sel nodes.(j) with Some f -> pos := f.write frame f.off b !pos | None -> assert false
-    done;
-    b
-  end
-
-(* [m] with the headers of the layers from [lo] up in front. *)
-let push_cached sel c nodes frame ~hi ~lo m =
-  let b = head_bytes sel c nodes frame ~hi ~lo in
-  if Bytes.length b = 0 then m else Msg.push_bytes b m
-
-(* [!send_local t j src m]: as {!local_up}, for a send. *)
-let send_local : (t -> int -> Event.src -> Msg.t -> unit) ref = ref (fun _ _ _ m -> Msg.release m)
-
-(* A layer's case [c] and its state [s], made a node's part of the fused
-   path: [sel] finds the parts of the same kind in the other nodes, [cur]
-   the frame of the innermost message of that kind under way. *)
-let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h Codec.t)
-    ~(state : s -> string) (c : (s, h) Layer.case) (s : s) =
+(* A layer's case [c] and its state [s], made node [i]'s part of the lane
+   [l]'s fused path. *)
+let fnode_of (type s h) (l : lane) i ~off ~split ~unpack ~(codec : h Codec.t) ~(state : s -> string)
+    (c : (s, h) Layer.case) (s : s) =
   (* [layered] for a copy the layer keeps: the headers of the layers
      above it, from the frame the case runs with: those from the layer
      [sp] up made from their fields, the others cached. *)
@@ -414,8 +666,8 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
   let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false } in
   let layered =
     {
-      Layer.push = (fun m -> push_cached sel cache nodes (cur ()) ~hi:(sp - 1) ~lo:(i + 1) m);
-      head = (fun () -> head_bytes sel cache nodes (cur ()) ~hi:(sp - 1) ~lo:(i + 1));
+      Layer.push = (fun m -> push_cached l.sel cache l.nodes (frame l) ~hi:(sp - 1) ~lo:(i + 1) m);
+      head = (fun () -> head_bytes l.sel cache l.nodes (frame l) ~hi:(sp - 1) ~lo:(i + 1));
     }
   in
   {
@@ -437,7 +689,7 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
           up_part = c.up_fast;
           up_after_part = c.up_after;
           layered;
-          local;
+          local = (fun src m -> local l (i + 1) src m);
           dn_fast = c.dn_fast != Layer.nothing_dn_fast;
           dn_after = c.dn_after != Layer.nothing_dn_after;
           up_fast = c.up_fast != Layer.nothing_up_fast;
@@ -450,11 +702,63 @@ let fnode_of (type s h) nodes i ~sel ~cur ~off ~split ~local ~unpack ~(codec : h
     state = (fun () -> state s);
   }
 
-let instantiate_fast (type s h) ctx ~gen nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l
+(* Where a lane's fields are, made from each layer's case of its kind
+   ([shape]: its number of fields, whether it needs the layered length,
+   whether it is framed): per layer, its offset in the frame (-1 where
+   the lane is off) and [splits.(i)], the first layer above [i] whose
+   case has fields and where they start; their number; per layer,
+   whether one at or below it needs the layered length. *)
+type layout = {
+  offs : int array;
+  total : int;
+  needs_length : bool array;
+  splits : (int * int) array;
+}
+
+let cast_shape l =
+  match Layer.find_fast l with
+  | Some (module F : Layer.FAST) -> Some (F.cast.nfields, F.cast.length, F.cast.framed)
+  | None -> None
+
+let send_shape l =
+  match Layer.find_send l with
+  | Some (module S : Layer.FAST_SEND) -> Some (S.send.nfields, S.send.length, S.send.framed)
+  | None -> None
+
+(* Every layer declared its case of this kind, and the lowest is framed. *)
+let all_declare shape bottom_up =
+  Array.for_all (fun l -> shape l <> None) bottom_up
+  && match shape bottom_up.(0) with Some (_, _, framed) -> framed | None -> false
+
+let layout shape bottom_up ~all =
+  let n = Array.length bottom_up in
+  let nf i = match shape bottom_up.(i) with Some (k, _, _) -> k | None -> 0 in
+  let offs = Array.make n (-1) and total = ref 0 and needs_length = Array.make n false in
+  if all then
+    for i = 0 to n - 1 do
+      offs.(i) <- !total;
+      total := !total + nf i;
+      match shape bottom_up.(i) with
+      | Some (_, true, _) ->
+          for j = i to n - 1 do
+            needs_length.(j) <- true
+          done
+      | _ -> ()
+    done;
+  let split i =
+    let s = ref (i + 1) in
+    while !s < n && nf !s = 0 do
+      incr s
+    done;
+    (!s, if !s < n then offs.(!s) else !total)
+  in
+  { offs; total = !total; needs_length; splits = Array.init n split }
+
+let instantiate_fast (type s h) ctx t i ~cl ~sl layer
     (module F : Layer.FAST with type t = s and type header = h) (send : (s, h) Layer.case option) =
-  let c = F.cast in
+  let c = F.cast and off = cl.offs.(i) in
   let unpack =
-    match Layer.find_compress l with
+    match Layer.find_compress layer with
     | Some (module C : Layer.COMPRESS) ->
         Some
           (fun frame cs pos ->
@@ -471,34 +775,26 @@ let instantiate_fast (type s h) ctx ~gen nodes dues i ~net ~app ~off ~frames ~sp
     | None -> None
   in
   let mk s =
-    Some
-      (fnode_of nodes i ~sel:cast_node
-         ~cur:(fun () -> frame (Lazy.force frames))
-         ~off ~split
-         ~local:(fun src m -> !local_up (Lazy.force frames) (i + 1) src m)
-         ~unpack ~codec:F.codec ~state:F.state c s)
+    Some (fnode_of t.cast i ~off ~split:cl.splits.(i) ~unpack ~codec:F.codec ~state:F.state c s)
   in
   let smk =
     match send with
-    | Some sc when soff >= 0 ->
+    | Some sc when sl.offs.(i) >= 0 ->
         fun s ->
           Some
-            (fnode_of nodes i ~sel:send_node
-               ~cur:(fun () -> sframe (Lazy.force frames))
-               ~off:soff ~split:ssplit
-               ~local:(fun src m -> !send_local (Lazy.force frames) (i + 1) src m)
-               ~unpack:None ~codec:F.codec ~state:F.state sc s)
+            (fnode_of t.send i ~off:sl.offs.(i) ~split:sl.splits.(i) ~unpack:None ~codec:F.codec
+               ~state:F.state sc s)
     | _ -> fun _ -> None
   in
   let reenter =
     if c.nfields = 0 && i > 0 then begin
       let k = c.expand [||] 0 in
-      fun dst h msg -> dst == Event.Cast && same_header h k && !reenter_dn (Lazy.force frames) i msg
+      fun dst h msg -> dst == Event.Cast && same_header h k && reenter_dn t i msg
     end
     else no_reenter
   in
-  let reenter_up src msg = !reenter_up (Lazy.force frames) i src msg in
-  build ctx ~gen nodes dues i ~net ~app ~reenter ~reenter_up (module F) ~mk ~smk
+  let reenter_up src msg = reenter_up t i src msg in
+  build ctx t i ~reenter ~reenter_up (module F) ~mk ~smk
 
 let no_order = { next_dn = [||]; first_up = [||] }
 
@@ -547,19 +843,17 @@ let orders sel nodes =
   done;
   (Array.of_list lives, plain, { next_dn = dn; first_up = up })
 
-let instantiate ctx ~gen nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l =
-  let fast m send =
-    instantiate_fast ctx ~gen nodes dues i ~net ~app ~off ~frames ~split ~soff ~ssplit l m send
-  in
-  match if off >= 0 then Layer.find_send l else None with
+let instantiate ctx t i ~cl ~sl layer =
+  let fast m send = instantiate_fast ctx t i ~cl ~sl layer m send in
+  match if cl.offs.(i) >= 0 then Layer.find_send layer else None with
   | Some (module S : Layer.FAST_SEND) ->
       fast (module S : Layer.FAST with type t = S.t and type header = S.header) (Some S.send)
   | None -> (
-      match if off >= 0 then Layer.find_fast l else None with
+      match if cl.offs.(i) >= 0 then Layer.find_fast layer else None with
       | Some (module F : Layer.FAST) -> fast (module F) None
       | None ->
-          let module L = (val l : Layer.S) in
-          build ctx ~gen nodes dues i ~net ~app ~reenter:no_reenter ~reenter_up:no_reenter_up
+          let module L = (val layer : Layer.S) in
+          build ctx t i ~reenter:no_reenter ~reenter_up:no_reenter_up
             (module L)
             ~mk:(fun _ -> None)
             ~smk:(fun _ -> None))
@@ -605,75 +899,82 @@ let above_sums sel nodes =
   done;
   (fixed, sized)
 
+(* A lane before its nodes are made: [frames] frames to begin with. *)
+let lane ~kind ~on ~sel ~nodes ~net ~app ~ferror ~gen ~releases ~frames (lo : layout) =
+  let n = Array.length nodes in
+  {
+    kind;
+    on;
+    sel;
+    nodes;
+    net;
+    app;
+    ferror;
+    gen;
+    lives = [||];
+    checked = -1;
+    plain = no_order;
+    short = no_order;
+    order = no_order;
+    cases = [||];
+    nfields = lo.total;
+    frames = Array.init frames (fun _ -> Array.make lo.total 0);
+    depth = 0;
+    lengths = lo.needs_length;
+    fixed_above = [||];
+    sized_above = [||];
+    sent = 0;
+    received = 0;
+    delivered = 0;
+    held = 0;
+    releases;
+    releasing = false;
+    left_dn = Array.make n 0;
+    left_up = Array.make n 0;
+  }
+
+(* The lane's parts read off its nodes once they are made. *)
+let complete (l : lane) =
+  let fixed, sized = above_sums l.sel l.nodes in
+  l.fixed_above <- fixed;
+  l.sized_above <- sized;
+  l.cases <- Array.map (fun n -> match l.sel n with Some f -> f.case | None -> No_case) l.nodes;
+  let lives, plain, short = orders l.sel l.nodes in
+  l.lives <- lives;
+  l.plain <- plain;
+  l.short <- short;
+  l.order <- plain
+
+let dummy =
+  {
+    lname = "";
+    up = (fun _ _ -> ());
+    up_ctl = ignore;
+    dn = (fun _ _ -> ());
+    dn_ctl = ignore;
+    timer = ignore;
+    counters = (fun () -> []);
+    fast = None;
+    sfast = None;
+  }
+
 let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
   match check ?requires layers with
   | Error _ as e -> e
   | Ok () ->
       let bottom_up = Array.of_list (List.rev layers) in
       let n = Array.length bottom_up in
-      let all_fast =
-        Array.for_all Layer.is_fast bottom_up
-        &&
-        match Layer.find_fast bottom_up.(0) with
-        | Some (module F : Layer.FAST) -> F.cast.framed
-        | None -> false
-      in
+      let all_fast = all_declare cast_shape bottom_up in
+      let all_send = all_fast && all_declare send_shape bottom_up in
       let fused =
         (match fused with Some b -> b | None -> Params.bool ctx.params fused_param) && all_fast
       in
-      let offs = Array.make n (-1) in
-      let nfields = ref 0 in
-      if all_fast then
-        Array.iteri
-          (fun i l ->
-            match Layer.find_fast l with
-            | Some (module F : Layer.FAST) ->
-                offs.(i) <- !nfields;
-                nfields := !nfields + F.cast.nfields
-            | None -> ())
-          bottom_up;
-      let frames = Array.init 4 (fun _ -> Array.make !nfields 0)
-      and rframe = Array.make !nfields 0 in
-      (* The same for sends, where every layer declared their case. *)
-      let all_send = all_fast && Array.for_all (fun l -> Layer.find_send l <> None) bottom_up in
-      let all_send =
-        all_send
-        &&
-        match Layer.find_send bottom_up.(0) with
-        | Some (module S : Layer.FAST_SEND) -> S.send.framed
-        | None -> false
-      in
-      let soffs = Array.make n (-1) and snfields = ref 0 in
-      let slengths = Array.make n false in
-      if all_send then
-        Array.iteri
-          (fun i l ->
-            match Layer.find_send l with
-            | Some (module S : Layer.FAST_SEND) ->
-                soffs.(i) <- !snfields;
-                snfields := !snfields + S.send.nfields;
-                if S.send.length then
-                  for j = i to n - 1 do
-                    slengths.(j) <- true
-                  done
-            | None -> ())
-          bottom_up;
-      let lengths = Array.make n false in
-      if all_fast then
-        Array.iteri
-          (fun i l ->
-            match Layer.find_fast l with
-            | Some (module F : Layer.FAST) ->
-                if F.cast.length then
-                  for j = i to n - 1 do
-                    lengths.(j) <- true
-                  done
-            | None -> ())
-          bottom_up;
+      let cl = layout cast_shape bottom_up ~all:all_fast in
+      let sl = layout send_shape bottom_up ~all:all_send in
       let reentry = Array.make n false and constant = Array.make n false in
       let reentry_up = Array.make n false in
       if all_fast then begin
-        let none k = offs.(k) = if k + 1 < n then offs.(k + 1) else !nfields in
+        let none k = cl.offs.(k) = if k + 1 < n then cl.offs.(k + 1) else cl.total in
         let unpacks k = none k || Option.is_some (Layer.find_compress bottom_up.(k)) in
         let above = ref true in
         for i = n - 1 downto 0 do
@@ -683,529 +984,54 @@ let create ?requires ?fused (ctx : Layer.ctx) layers ~net ~app =
           above := !above && unpacks i
         done
       end;
-      let fused_garbage = ref 0 in
-      let dummy =
+      let nodes = Array.make n dummy and gen = ref 0 and fused_garbage = ref 0 in
+      let lane = lane ~nodes ~net ~app ~ferror:(fused_error fused_garbage) ~gen in
+      let t =
         {
-          lname = "";
-          up = (fun _ _ -> ());
-          up_ctl = ignore;
-          dn = (fun _ _ -> ());
-          dn_ctl = ignore;
-          timer = ignore;
-          counters = (fun () -> []);
-          fast = None;
-          sfast = None;
+          view = ctx.view;
+          nodes;
+          dues = Deadlines.create n;
+          due_now = Array.make n 0;
+          names = List.map Layer.name layers;
+          all_fast;
+          all_send;
+          cast = lane ~kind:0 ~on:fused ~sel:cast_node ~releases:true ~frames:4 cl;
+          send = lane ~kind:1 ~on:(fused && all_send) ~sel:send_node ~releases:false ~frames:2 sl;
+          rframe = Array.make cl.total 0;
+          released = 0;
+          reentry;
+          constant;
+          reentry_up;
+          reentered_up = 0;
+          above_const = Array.make n None;
+          scratch = Cstruct.create 64;
+          reentered = 0;
+          reentry_refused = 0;
+          refused = false;
+          below_refused = false;
+          fused_garbage;
         }
       in
-      let nodes = Array.make n dummy in
-      let gen = ref 0 in
-      let dues = Deadlines.create n in
-      let st =
-        lazy
-          {
-            gen;
-            lives = [||];
-            checked = -1;
-            plain = no_order;
-            short = no_order;
-            order = no_order;
-            slives = [||];
-            schecked = -1;
-            splain = no_order;
-            sshort = no_order;
-            sorder = no_order;
-            view = ctx.view;
-            nodes;
-            cases = [||];
-            scases = [||];
-            dues;
-            due_now = Array.make n 0;
-            names = List.map Layer.name layers;
-            fused;
-            all_fast;
-            nfields = !nfields;
-            frames;
-            depth = 0;
-            lengths;
-            fixed_above = [||];
-            sized_above = [||];
-            rframe;
-            fused_sent = 0;
-            fused_received = 0;
-            fused_delivered = 0;
-            fused_held = 0;
-            released = 0;
-            releasing = false;
-            left_dn = Array.make n 0;
-            left_up = Array.make n 0;
-            reentry;
-            constant;
-            reentry_up;
-            reentered_up = 0;
-            above_const = Array.make n None;
-            scratch = Cstruct.create 64;
-            reentered = 0;
-            reentry_refused = 0;
-            fused_garbage;
-            ferror = fused_error fused_garbage;
-            net;
-            app;
-            sfused = fused && all_send;
-            all_send;
-            snfields = !snfields;
-            sframes = Array.init 2 (fun _ -> Array.make !snfields 0);
-            sdepth = 0;
-            slengths;
-            sfixed_above = [||];
-            ssized_above = [||];
-            sends_sent = 0;
-            sends_received = 0;
-            sends_delivered = 0;
-            sleft_dn = Array.make n 0;
-            sleft_up = Array.make n 0;
-          }
-      in
-      (* For each layer, the first layer above it whose case has fields,
-         and where they start in the frame. *)
-      let nf i =
-        match Layer.find_fast bottom_up.(i) with
-        | Some (module F : Layer.FAST) -> F.cast.nfields
-        | None -> 0
-      in
-      let split i =
-        let s = ref (i + 1) in
-        while !s < n && nf !s = 0 do
-          incr s
-        done;
-        (!s, if !s < n then offs.(!s) else !nfields)
-      in
-      let snf i =
-        match Layer.find_send bottom_up.(i) with
-        | Some (module S : Layer.FAST_SEND) -> S.send.nfields
-        | None -> 0
-      in
-      let ssplit i =
-        let s = ref (i + 1) in
-        while !s < n && snf !s = 0 do
-          incr s
-        done;
-        (!s, if !s < n then soffs.(!s) else !snfields)
-      in
-      Array.iteri
-        (fun i l ->
-          nodes.(i) <-
-            instantiate ctx ~gen nodes dues i ~net ~app ~off:offs.(i) ~frames:st ~split:(split i)
-              ~soff:soffs.(i) ~ssplit:(ssplit i) l)
-        bottom_up;
-      let t = Lazy.force st in
-      let fixed, sized = above_sums cast_node nodes in
-      t.fixed_above <- fixed;
-      t.sized_above <- sized;
-      let fixed, sized = above_sums send_node nodes in
-      t.sfixed_above <- fixed;
-      t.ssized_above <- sized;
-      let cases sel =
-        Array.map (fun n -> match sel n with Some f -> f.case | None -> No_case) nodes
-      in
-      t.cases <- cases cast_node;
-      t.scases <- cases send_node;
-      let lives, plain, short = orders cast_node nodes in
-      t.lives <- lives;
-      t.plain <- plain;
-      t.short <- short;
-      t.order <- plain;
-      let lives, plain, short = orders send_node nodes in
-      t.slives <- lives;
-      t.splain <- plain;
-      t.sshort <- short;
-      t.sorder <- plain;
+      Array.iteri (fun i l -> nodes.(i) <- instantiate ctx t i ~cl ~sl l) bottom_up;
+      complete t.cast;
+      complete t.send;
       Ok t
 
-(* {1 The fused path}
-
-   Down: from the top, each layer whose case holds does its part and the
-   cast goes on to the next; the first whose case does not hold gets the
-   cast with the layered headers of the layers above pushed, and the rest
-   is the layered path. Under the bottom, the cast leaves with the
-   compressed header. What each layer does after the cast went on runs as
-   the calls return, bottom first, as in the layered path. Up is the
-   same from the bottom, the layered headers of the rest pushed back from
-   the fields where a case does not hold (a gap, a flush). *)
-
-(* A frame for a cast entering the bypass: the next one, or a fresh array
-   when casts nest deeper than expected. *)
-let enter t =
-  let d = t.depth in
-  if d = Array.length t.frames then
-    t.frames <- Array.init (2 * d) (fun k -> if k < d then t.frames.(k) else Array.make t.nfields 0);
-  t.depth <- d + 1;
-  t.frames.(d)
-
-let leave t =
-  t.depth <- t.depth - 1;
-  if t.depth = 0 then t.releasing <- false
-
-(* Bytes of the layered headers of the layers above [i], from their fields:
-   with the message's length (which the fused path does not change), the
-   layered length at [i], counted only for a layer that needs it. *)
-let above t frame i =
-  let v = t.sized_above.(i) in
-  let n = ref t.fixed_above.(i) in
-  for k = 0 to Array.length v - 1 do
-    let f = Array.unsafe_get v k in
-    n := !n + f.size frame f.off
-  done;
-  !n
-
-(* The order of the next walk of a cast: the short one if every layer it
-   skips is live, its [live] read again only when some layered handler ran
-   since it was last read. *)
-let all_live lives =
-  let rec go k =
-    k = Array.length lives || ((match lives.(k) with Live (f, s) -> f s) && go (k + 1))
-  in
-  go 0
-
-let order t =
-  let g = !(t.gen) in
-  if t.checked <> g then begin
-    t.checked <- g;
-    t.order <- (if all_live t.lives then t.short else t.plain)
-  end;
-  t.order
-
-let sorder t =
-  let g = !(t.gen) in
-  if t.schecked <> g then begin
-    t.schecked <- g;
-    t.sorder <- (if all_live t.slives then t.sshort else t.splain)
-  end;
-  t.sorder
-
-(* [mlen]: the message's length, where some layer needs the layered
-   length. *)
-(* The first layer visited at or above [k] going up, for a cast from
-   [src]: a layer is skipped only for a cast from a member. *)
-let next_up o src k = match src with Event.Cast_from _ -> o.first_up.(k) | _ -> k
-let next_sup o src k = match src with Event.Send_from _ -> o.first_up.(k) | _ -> k
-
-let rec fused_dn t frame i dst msg mlen =
-  if i < 0 then begin
-    t.fused_sent <- t.fused_sent + 1;
-    t.net dst (Msg.push_fields tag 0 frame msg)
-  end
-  else
-    match t.cases.(i) with
-    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
-      ->
-        let len = if length then mlen + above t frame i else -1 in
-        if dn_ok s dst len then begin
-          if dn_fast then dn_part s dst msg len ~layered frame off;
-          fused_dn t frame t.order.next_dn.(i) dst msg mlen;
-          if dn_after then dn_after_part s dst len ~up:local frame off
-        end
-        else dn_layered t frame i dst msg
-    | No_case -> dn_layered t frame i dst msg
-
-and dn_layered t frame i dst msg =
-  t.left_dn.(i) <- t.left_dn.(i) + 1;
-  let msg = push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg in
-  t.nodes.(i).dn dst msg
-
-let rec fused_up t frame i src msg mlen =
-  if i = Array.length t.nodes then begin
-    t.fused_delivered <- t.fused_delivered + 1;
-    t.app.deliver src msg
-  end
-  else
-    match t.cases.(i) with
-    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
-        let len = if length then mlen + above t frame i else -1 in
-        if up_ok s src len frame off then begin
-          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
-          if src' == Layer.held then t.fused_held <- t.fused_held + 1
-          else fused_up t frame (next_up t.order src' (i + 1)) src' msg mlen;
-          if up_after then
-            if i = Array.length t.nodes - 1 then begin
-              (* What the top layer passes up from here was taken in on the
-                 bypass or is released by what came by it. *)
-              let prev = t.releasing in
-              t.releasing <- true;
-              up_after_part s src len frame off;
-              t.releasing <- prev
-            end
-            else up_after_part s src len frame off
-        end
-        else up_layered t frame i src msg
-    | No_case -> up_layered t frame i src msg
-
-(* Fields from the network that no layered header can hold (a number too
-   large for its codec) make the datagram garbage. *)
-and up_layered t frame i src msg =
-  t.left_up.(i) <- t.left_up.(i) + 1;
-  let m = ref msg in
-  match
-    for j = Array.length t.nodes - 1 downto i do
-      match t.nodes.(j).fast with Some f -> m := f.push frame f.off !m | None -> assert false
-    done
-  with
-  | () -> t.nodes.(i).up src !m
-  | exception Invalid_argument e -> t.ferror (`Malformed e) !m
-
-let mlen t msg = if t.lengths.(Array.length t.nodes - 1) then Msg.length msg else 0
-
-let () =
-  local_up := fun t j src msg -> fused_up t (frame t) (next_up (order t) src j) src msg (mlen t msg)
-
 let top t = t.nodes.(Array.length t.nodes - 1)
-
-let cast t msg =
-  if t.fused then begin
-    let frame = enter t in
-    match fused_dn t frame (order t).next_dn.(Array.length t.nodes) Event.Cast msg (mlen t msg) with
-    | () -> leave t
-    | exception e ->
-        leave t;
-        raise e
-  end
-  else (top t).dn Event.Cast msg
-
-(* A cast a layer queued and now sends down (Mflow, as credit comes back)
-   goes by the layered path from there in a stack without the fused path.
-   In a fused stack, where the layer and those above it have no fields,
-   the layered headers above it are the constants the fused path would
-   make: they are taken off again, and the cast goes on below the layer
-   by the fused path, with the compressed header. Receivers then take it
-   by their fused path too. *)
-let above_const t i =
-  match t.above_const.(i) with
-  | Some b -> b
-  | None ->
-      let e =
-        push_layered t.nodes t.rframe ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) (Msg.empty ())
-      in
-      let b = Bytes.unsafe_of_string (Msg.to_string e) in
-      Msg.release e;
-      t.above_const.(i) <- Some b;
-      b
-
-(* [run t f]: [f ()] in the frame just entered, which is then left. *)
-let run t f =
-  match f () with
-  | () ->
-      leave t;
-      true
-  | exception e ->
-      leave t;
-      raise e
-
-let go_below t frame i msg =
-  t.reentered <- t.reentered + 1;
-  run t (fun () -> fused_dn t frame (order t).next_dn.(i) Event.Cast msg (mlen t msg))
-
-(* Where a layer above has fields (Total's place), each header above [i]
-   is read into [frame] from a copy of the pushed bytes: the bytes read,
-   or -1 if one is not of the common case. A cast received layered has
-   no pushed headers (they are in its body): -1 at once, where reading
-   would fail on the first header, past the end (Cstruct's bounds error,
-   a formatted message, at every layer the cast passes). *)
-let read_above t frame i msg =
-  let buf, hoff, hlen = Msg.headers msg in
-  if hlen = 0 then -1
-  else begin
-    if hlen > Cstruct.length t.scratch then
-      t.scratch <- Cstruct.create (max hlen (2 * Cstruct.length t.scratch));
-    Cstruct.blit_from_bytes buf hoff t.scratch 0 hlen;
-    let cs = Cstruct.sub t.scratch 0 hlen in
-    let n = Array.length t.nodes in
-    let rec go k pos =
-      if k = n || pos < 0 then pos
-      else
-        match t.nodes.(k).fast with
-        | Some { unpack = Some u; _ } -> go (k + 1) (u frame cs pos)
-        | _ -> -1
-    in
-    go (i + 1) 0
-  end
-
-(* [take_above t i msg go]: [go frame msg'] with the headers of the layers
-   above [i] read into a frame just entered and taken off [msg] (constant
-   bytes compared, or each read back); [false] if they do not read back. *)
-let take_above t i msg go =
-  if i = Array.length t.nodes - 1 || t.constant.(i + 1) then
-    match Msg.pull_bytes (above_const t i) msg with None -> false | Some msg -> go (enter t) msg
-  else
-    let frame = enter t in
-    let used = read_above t frame i msg in
-    if used < 0 then begin
-      leave t;
-      false
-    end
-    else go frame (Msg.pull_pushed used msg)
-
-let () =
-  reenter_dn :=
-    fun t i msg ->
-      t.fused && t.reentry.(i) && (not !below_refused)
-      && (take_above t i msg (fun frame msg -> go_below t frame i msg)
-         ||
-         (t.reentry_refused <- t.reentry_refused + 1;
-          refused := true;
-          false))
-
-(* Going up, a cast a layer held (Mnak, for a gap) and passes on later
-   carries the layered headers of the layers above it, pushed back from
-   the fields when it left the bypass: read back, they let it go on by
-   the fused path above that layer. A cast received layered has them in
-   its body, and goes on layered. *)
-let go_above t frame i src msg =
-  t.reentered_up <- t.reentered_up + 1;
-  run t (fun () -> fused_up t frame (next_up (order t) src (i + 1)) src msg (mlen t msg))
-
-let () =
-  reenter_up :=
-    fun t i src msg ->
-      if t.releasing && i = Array.length t.nodes - 1 then t.released <- t.released + 1;
-      t.fused && t.reentry_up.(i)
-      && (match src with Event.Cast_from _ -> true | _ -> false)
-      && take_above t i msg (fun frame msg -> go_above t frame i src msg)
-
-(* {1 The fused path of a send}
-
-   The same as a cast's, with the layers' send cases, numbered in a frame
-   of their own, and kind 1 in the compressed header. A send has no
-   re-entry: one a layer queued (Pt2ptw's window) goes on layered. *)
-
-let senter t =
-  let d = t.sdepth in
-  if d = Array.length t.sframes then
-    t.sframes <-
-      Array.init (2 * d) (fun k -> if k < d then t.sframes.(k) else Array.make t.snfields 0);
-  t.sdepth <- d + 1;
-  t.sframes.(d)
-
-let sleave t = t.sdepth <- t.sdepth - 1
-
-let sabove t frame i =
-  let v = t.ssized_above.(i) in
-  let n = ref t.sfixed_above.(i) in
-  for k = 0 to Array.length v - 1 do
-    let f = Array.unsafe_get v k in
-    n := !n + f.size frame f.off
-  done;
-  !n
-
-let smlen t msg = if t.slengths.(Array.length t.nodes - 1) then Msg.length msg else 0
-
-let rec send_dn t frame i dst msg mlen =
-  if i < 0 then begin
-    t.sends_sent <- t.sends_sent + 1;
-    t.net dst (Msg.push_fields tag 1 frame msg)
-  end
-  else
-    match t.scases.(i) with
-    | Case { s; off; length; dn_ok; dn_part; dn_after_part; layered; local; dn_fast; dn_after; _ }
-      ->
-        let len = if length then mlen + sabove t frame i else -1 in
-        if dn_ok s dst len then begin
-          if dn_fast then dn_part s dst msg len ~layered frame off;
-          send_dn t frame t.sorder.next_dn.(i) dst msg mlen;
-          if dn_after then dn_after_part s dst len ~up:local frame off
-        end
-        else send_dn_layered t frame i dst msg
-    | No_case -> send_dn_layered t frame i dst msg
-
-and send_dn_layered t frame i dst msg =
-  t.sleft_dn.(i) <- t.sleft_dn.(i) + 1;
-  let msg =
-    push_layered ~sel:send_node t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:(i + 1) msg
-  in
-  t.nodes.(i).dn dst msg
-
-let rec send_up t frame i src msg mlen =
-  if i = Array.length t.nodes then begin
-    t.sends_delivered <- t.sends_delivered + 1;
-    t.app.deliver src msg
-  end
-  else
-    match t.scases.(i) with
-    | Case { s; off; length; up_ok; up_part; up_after_part; layered; up_fast; up_after; _ } ->
-        let len = if length then mlen + sabove t frame i else -1 in
-        if up_ok s src len frame off then begin
-          let src' = if up_fast then up_part s src msg len ~layered frame off else src in
-          if src' != Layer.held then send_up t frame (next_sup t.sorder src' (i + 1)) src' msg mlen;
-          if up_after then up_after_part s src len frame off
-        end
-        else send_up_layered t frame i src msg
-    | No_case -> send_up_layered t frame i src msg
-
-and send_up_layered t frame i src msg =
-  t.sleft_up.(i) <- t.sleft_up.(i) + 1;
-  let m = ref msg in
-  match
-    for j = Array.length t.nodes - 1 downto i do
-      match t.nodes.(j).sfast with Some f -> m := f.push frame f.off !m | None -> assert false
-    done
-  with
-  | () -> t.nodes.(i).up src !m
-  | exception Invalid_argument e -> t.ferror (`Malformed e) !m
-
-let () =
-  send_local :=
-    fun t j src msg -> send_up t (sframe t) (next_sup (sorder t) src j) src msg (smlen t msg)
+let cast t msg = if t.cast.on then walk_dn t.cast Event.Cast msg else (top t).dn Event.Cast msg
 
 let send t rank msg =
-  if t.sfused then begin
-    let frame = senter t in
-    match
-      send_dn t frame (sorder t).next_dn.(Array.length t.nodes) (Event.Send rank) msg (smlen t msg)
-    with
-    | () -> sleave t
-    | exception e ->
-        sleave t;
-        raise e
-  end
-  else (top t).dn (Event.Send rank) msg
+  if t.send.on then walk_dn t.send (Event.Send rank) msg else (top t).dn (Event.Send rank) msg
 
 let dn_ctl t e = (top t).dn_ctl e
-
-(* A compressed datagram's fields are read in place into the frame the
-   bypass runs with; one that does not decode is garbage. *)
-let recv_send t msg =
-  let frame = senter t in
-  match Msg.pull_fields 2 frame msg with
-  | exception Codec.Decode_error e ->
-      sleave t;
-      t.ferror e msg
-  | msg -> (
-      t.sends_received <- t.sends_received + 1;
-      match send_up t frame (sorder t).first_up.(0) Event.Raw msg (smlen t msg) with
-      | () -> sleave t
-      | exception e ->
-          sleave t;
-          raise e)
-
-let recv_cast t msg =
-  let frame = enter t in
-  match Msg.pull_fields 2 frame msg with
-  | exception Codec.Decode_error e ->
-      leave t;
-      t.ferror e msg
-  | msg -> (
-      t.fused_received <- t.fused_received + 1;
-      match fused_up t frame (order t).first_up.(0) Event.Raw msg (mlen t msg) with
-      | () -> leave t
-      | exception e ->
-          leave t;
-          raise e)
 
 let recv t msg =
   if t.all_fast && Msg.first_byte msg = tag then
     match Msg.byte_at msg 1 with
-    | 0 -> recv_cast t msg
-    | 1 when t.all_send -> recv_send t msg
-    | -1 -> t.ferror (`Truncated "fused") msg
-    | _ -> t.ferror (`Malformed "fused: unknown kind") msg
+    | 0 -> walk_up t.cast msg
+    | 1 when t.all_send -> walk_up t.send msg
+    | -1 -> t.cast.ferror (`Truncated "fused") msg
+    | _ -> t.cast.ferror (`Malformed "fused: unknown kind") msg
   else t.nodes.(0).up Event.Raw msg
 
 (* Only the layers whose alarm is due run, bottom first; each asks again
@@ -1249,7 +1075,7 @@ let counters t =
               else c ))
           t.nodes))
 
-let fused t = t.fused
+let fused t = t.cast.on
 
 let states t =
   List.rev
@@ -1269,30 +1095,32 @@ let fused_counters t =
                  else [ (Printf.sprintf "layered from %s %s" t.nodes.(i).lname which, k) ])
                a)))
   in
+  let c = t.cast and s = t.send in
   [
-    ("sent", t.fused_sent);
-    ("received", t.fused_received);
+    ("sent", c.sent);
+    ("received", c.received);
     ("garbage", !(t.fused_garbage));
-    ("delivered", t.fused_delivered);
-    ("held", t.fused_held);
+    ("delivered", c.delivered);
+    ("held", c.held);
     ("released", t.released);
     ("reentered", t.reentered);
     ("reentered_up", t.reentered_up);
     ("reentry_refused", t.reentry_refused);
-    ("sends_on", Bool.to_int t.sfused);
-    ("sends_sent", t.sends_sent);
-    ("sends_received", t.sends_received);
-    ("sends_delivered", t.sends_delivered);
+    ("sends_on", Bool.to_int s.on);
+    ("sends_sent", s.sent);
+    ("sends_received", s.received);
+    ("sends_delivered", s.delivered);
   ]
-  @ left "down" t.left_dn @ left "up" t.left_up @ left "send down" t.sleft_dn
-  @ left "send up" t.sleft_up
+  @ left "down" c.left_dn @ left "up" c.left_up @ left "send down" s.left_dn
+  @ left "send up" s.left_up
 
 let expand t msg =
   if (not t.all_fast) || Msg.first_byte msg <> tag then Ok msg
   else
-    let frame = Array.make t.nfields 0 and sframe = Array.make t.snfields 0 in
+    let frame = Array.make t.cast.nfields 0 and sframe = Array.make t.send.nfields 0 in
     match Msg.pull (read_codec frame (if t.all_send then Some sframe else None)) msg with
     | Error e -> Error e
-    | Ok (0, msg) -> Ok (push_layered t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:0 msg)
+    | Ok (0, msg) ->
+        Ok (push_layered cast_node t.nodes frame ~hi:(Array.length t.nodes - 1) ~lo:0 msg)
     | Ok (_, msg) ->
-        Ok (push_layered ~sel:send_node t.nodes sframe ~hi:(Array.length t.nodes - 1) ~lo:0 msg)
+        Ok (push_layered send_node t.nodes sframe ~hi:(Array.length t.nodes - 1) ~lo:0 msg)

@@ -5,6 +5,8 @@
     delivers to the application. *)
 
 type t
+(** A stack. Its state is its own: the stacks of one process (a simulation runs dozens) share none
+    of it, and one may be called from another's transport or application. *)
 
 type app = {
   deliver : Event.src -> Msg.t -> unit;  (** a message for the application; it owns the message *)

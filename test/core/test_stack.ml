@@ -309,6 +309,151 @@ let create_refused () =
   | Ok _ -> Alcotest.fail "accepted without reliable-send"
   | Error e -> check_contains "application requires" ~sub:"reliable-send" e
 
+(* Re-entry's flags are the stack's own. A stack whose queued cast cannot
+   go back on the fused path (the header above it is a control cast's,
+   not the constant) sends it down layered, and while it goes down its
+   layers below do not try again; a second stack in the same process,
+   called from the first one's transport, still takes its own queued cast
+   back on the fused path. Three layers, all with a fused declaration:
+   [ctltop], whose casts carry 0 and whose control casts carry 1; [queue],
+   which holds casts while told to and sends them down when told to
+   flush; [framed], a bottom whose header is 0xC1. *)
+type Event.dn_ctl += Hold | Flush | Control_cast
+
+(* A layer whose casts carry the one header [h] (a control cast [h + 1]);
+   [bottom]: the lowest, framed, which turns [Raw] into a cast from 0. *)
+module Const (P : sig
+  val name : string
+  val h : int
+  val bottom : bool
+end) =
+struct
+  type t = { out : header Layer.out }
+  and header = int
+
+  let name = P.name
+  let codec = Codec.uint8
+  let pp_header = Fmt.int
+  let provides = if P.bottom then [ Contract.datagram ] else []
+  let requires = if P.bottom then [ Contract.net ] else [ Contract.datagram ]
+  let create _ out = { out }
+  let up t src _ msg = t.out.up (if P.bottom then Event.Cast_from 0 else src) msg
+  let up_ctl t e = t.out.up_ctl e
+  let dn t dst msg = t.out.dn dst P.h msg
+
+  let dn_ctl t = function
+    | Control_cast -> t.out.dn Event.Cast (P.h + 1) (Msg.empty ())
+    | e -> t.out.dn_ctl e
+
+  let timer _ _ = ()
+  let counters _ = []
+
+  let cast : (t, header) Layer.case =
+    { (Layer.constant_cast codec P.h ~live:(fun _ -> true) ()) with framed = P.bottom }
+
+  let state _ = ""
+end
+
+module Ctltop = Const (struct
+  let name = "ctltop"
+  let h = 0
+  let bottom = false
+end)
+
+module Framed = Const (struct
+  let name = "framed"
+  let h = 0xC1
+  let bottom = true
+end)
+
+module Holding = struct
+  type t = { out : header Layer.out; mutable hold : bool; held : Msg.t Queue.t }
+  and header = unit
+
+  let name = "queue"
+  let codec = Codec.unit
+  let pp_header = Fmt.any "()"
+  let provides = [ Contract.datagram ]
+  let requires = [ Contract.datagram ]
+  let create _ out = { out; hold = false; held = Queue.create () }
+  let up t src () msg = t.out.up src msg
+  let up_ctl t e = t.out.up_ctl e
+  let dn t dst msg = if t.hold then Queue.push msg t.held else t.out.dn dst () msg
+
+  let dn_ctl t = function
+    | Hold -> t.hold <- true
+    | Flush ->
+        t.hold <- false;
+        while not (Queue.is_empty t.held) do
+          t.out.dn Event.Cast () (Queue.pop t.held)
+        done
+    | e -> t.out.dn_ctl e
+
+  let timer _ _ = ()
+  let counters t = [ ("held", Queue.length t.held) ]
+  let cast : (t, header) Layer.case = Layer.constant_cast codec () ~live:(fun t -> not t.hold) ()
+  let state t = if t.hold then "holding" else "open"
+end
+
+let queueing : Layer.t list =
+  [ Layer.fast (module Ctltop); Layer.fast (module Holding); Layer.fast (module Framed) ]
+
+(* A stack of these layers whose transport records the first byte of each
+   datagram and then calls [on_send]. *)
+let queueing_stack pool rank ~on_send =
+  let view = View.v ~group:"g" ~members:[| "a"; "b" |] ~rank () in
+  let ctx =
+    { Layer.view; rng = Rng.create rank; params = Params.empty; pool; now = (fun () -> 0) }
+  in
+  let firsts = ref [] in
+  let net _ m =
+    firsts := Msg.first_byte m :: !firsts;
+    Msg.release m;
+    on_send ()
+  in
+  let app = { Stack.deliver = (fun _ m -> Msg.release m); ctl = ignore } in
+  match Stack.create ~fused:true ctx queueing ~net ~app with
+  | Ok st -> (st, firsts)
+  | Error e -> Alcotest.fail e
+
+let fused_counter st name = List.assoc name (Stack.fused_counters st)
+
+let reentry_flags_per_stack () =
+  let pool = fresh_pool () in
+  let b, b_sent = queueing_stack pool 1 ~on_send:ignore in
+  let flushed = ref false in
+  let a, a_sent =
+    queueing_stack pool 0 ~on_send:(fun () ->
+        if not !flushed then begin
+          flushed := true;
+          Stack.dn_ctl b Flush
+        end)
+  in
+  Alcotest.(check bool) "fused" true (Stack.fused a && Stack.fused b);
+  (* b holds a cast of its own: the header above its queue is the constant. *)
+  Stack.dn_ctl b Hold;
+  Stack.cast b (Msg.of_string pool "b's cast");
+  (* a holds a control cast: the header above its queue is not. *)
+  Stack.dn_ctl a Hold;
+  Stack.dn_ctl a Control_cast;
+  Alcotest.(check (list int)) "nothing sent yet" [] (!a_sent @ !b_sent);
+  (* a flushes; its transport, taking the control cast, makes b flush. *)
+  Stack.dn_ctl a Flush;
+  Alcotest.(check bool) "b flushed from a's transport" true !flushed;
+  Alcotest.(check (list int)) "a's control cast left layered" [ 0xC1 ] !a_sent;
+  Alcotest.(check int) "a refused it re-entry" 1 (fused_counter a "reentry_refused");
+  Alcotest.(check int) "a re-entered nothing" 0 (fused_counter a "reentered");
+  Alcotest.(check (list int)) "b's cast left compressed" [ 0xC8 ] !b_sent;
+  Alcotest.(check int) "b's cast re-entered" 1 (fused_counter b "reentered");
+  Alcotest.(check int) "b refused nothing" 0 (fused_counter b "reentry_refused");
+  (* Each stack again, alone: b holds a cast again and flushes it. *)
+  Stack.dn_ctl b Hold;
+  Stack.cast b (Msg.of_string pool "again");
+  Stack.dn_ctl b Flush;
+  Alcotest.(check (list int)) "b's second cast compressed" [ 0xC8; 0xC8 ] !b_sent;
+  Alcotest.(check int) "b's second re-entered" 2 (fused_counter b "reentered");
+  no_leaks pool
+
 let tests =
   [
     Alcotest.test_case "contract checking" `Quick contracts;
@@ -318,4 +463,5 @@ let tests =
     Alcotest.test_case "control events down and up" `Quick control_events;
     Alcotest.test_case "garbage headers counted and dropped" `Quick garbage;
     Alcotest.test_case "alarms and timer" `Quick alarms;
+    Alcotest.test_case "two stacks do not share re-entry's flags" `Quick reentry_flags_per_stack;
   ]
