@@ -209,19 +209,6 @@ module Make (T : Transport.S) = struct
     then_ : [ `Merge_into of Side.member | `Take_in of Side.t | `Still_there | `Moved_on ];
   }
 
-  (* A status query out ({!query_status}): the members of view [q_vid]
-     that have not answered yet, the answers so far. *)
-  type query = {
-    q_nonce : string;
-    q_vid : string;
-    q_members : string array;
-    mutable q_waiting : string list;
-    mutable q_answers : (string * string) list;
-    q_timeout : Time.t;
-    q_k : ((string * (string, string) result) list, string) result -> unit;
-    mutable q_timer : T.timer option;
-  }
-
   type t = {
     tr : T.t;
     mutable conn : B.connection Lazy.t;
@@ -280,10 +267,7 @@ module Make (T : Transport.S) = struct
         (* a partition to merge into, heard of while busy with a view change *)
     mutable merge_into : string; (* the coordinator the current merge asks *)
     mutable probes : probe list; (* out, newest first, at most [max_probes] *)
-    mutable status_of : (unit -> string) option; (* what this member answers a status request *)
-    mutable queries : query list; (* status queries out, at most [max_queries] *)
-    mutable status_window : Time.t; (* the second status answers are counted in *)
-    mutable status_answered : int; (* status answers sent in that second *)
+    status : T.timer Group_status.t; (* status answers counted, queries out *)
     mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
     xfer : Xfer.t option;
@@ -993,23 +977,7 @@ module Make (T : Transport.S) = struct
 
   (* {2 Status queries} *)
 
-  let max_queries = 4
-  let max_status_answers = 64 (* a second *)
-
-  (* A JSON string. *)
-  let json_string s =
-    let b = Buffer.create (String.length s + 2) in
-    Buffer.add_char b '"';
-    String.iter
-      (function
-        | '"' -> Buffer.add_string b "\\\""
-        | '\\' -> Buffer.add_string b "\\\\"
-        | c when Char.code c < 0x20 || Char.code c = 0x7f ->
-            Buffer.add_string b (Printf.sprintf "\\u%04x" (Char.code c))
-        | c -> Buffer.add_char b c)
-      s;
-    Buffer.add_char b '"';
-    Buffer.contents b
+  let json_string = Group_status.json_string
 
   (* What a member whose application reports nothing answers: the view as
      the runtime knows it. *)
@@ -1019,15 +987,7 @@ module Make (T : Transport.S) = struct
       (String.concat "," (List.map json_string (Array.to_list c.view.View.members)))
       c.view.View.rank t.blocked
 
-  let my_status t c =
-    let s =
-      match t.status_of with
-      | Some f -> ( try f () with _ -> default_status t c)
-      | None -> default_status t c
-    in
-    if String.length s > Side.max_status then
-      Printf.sprintf {|{"error":"a status of %d bytes, over %d"}|} (String.length s) Side.max_status
-    else s
+  let my_status t c = Group_status.mine t.status ~default:(fun () -> default_status t c)
 
   (* Asked by member [eid] of this member's view [vid]: the answer goes to
      [eid]'s address in the view, never to where the request came from (a
@@ -1039,47 +999,15 @@ module Make (T : Transport.S) = struct
         (index_where (String.equal eid) (Array.to_list c.view.View.members))
     in
     if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then t.garbage <- t.garbage + 1
-    else begin
-      let n = now t in
-      if n - t.status_window >= Time.of_sec 1. then begin
-        t.status_window <- n;
-        t.status_answered <- 0
-      end;
-      if t.status_answered >= max_status_answers then t.garbage <- t.garbage + 1
-      else begin
-        t.status_answered <- t.status_answered + 1;
-        side_send t c.addrs.(rank)
-          (Side.Status_ans
-             { group = t.group; vid; nonce; eid = t.me.eid; dst = eid; status = my_status t c })
-      end
-    end
-
-  let finish_query t q =
-    if List.memq q t.queries then begin
-      t.queries <- List.filter (fun q' -> q' != q) t.queries;
-      Option.iter T.cancel q.q_timer;
-      let secs = Time.to_sec q.q_timeout in
-      q.q_k
-        (Ok
-           (List.map
-              (fun id ->
-                match List.assoc_opt id q.q_answers with
-                | Some s -> (id, Ok s)
-                | None -> (id, Error (Printf.sprintf "no answer within %.1f s" secs)))
-              (Array.to_list q.q_members)))
-    end
+    else if not (Group_status.may_answer t.status ~now:(now t)) then t.garbage <- t.garbage + 1
+    else
+      side_send t c.addrs.(rank)
+        (Side.Status_ans
+           { group = t.group; vid; nonce; eid = t.me.eid; dst = eid; status = my_status t c })
 
   let status_answer t ~vid ~nonce ~eid status =
-    match
-      List.find_opt
-        (fun q -> q.q_nonce = nonce && q.q_vid = vid && List.mem eid q.q_waiting)
-        t.queries
-    with
-    | None -> t.garbage <- t.garbage + 1
-    | Some q ->
-        q.q_waiting <- List.filter (( <> ) eid) q.q_waiting;
-        q.q_answers <- (eid, status) :: q.q_answers;
-        if q.q_waiting = [] then finish_query t q
+    if not (Group_status.answer t.status ~cancel:T.cancel ~vid ~nonce ~eid status) then
+      t.garbage <- t.garbage + 1
 
   let on_side t ~src v =
     if Side.group v <> t.group then t.garbage <- t.garbage + 1
@@ -1662,10 +1590,7 @@ module Make (T : Transport.S) = struct
                         heard = None;
                         merge_into = "";
                         probes = [];
-                        status_of = None;
-                        queries = [];
-                        status_window = 0;
-                        status_answered = 0;
+                        status = Group_status.create ();
                         side_misdirected = 0;
                         merge_since = 0;
                         merge_vid = "";
@@ -1818,41 +1743,34 @@ module Make (T : Transport.S) = struct
 
   let address t = t.me.addr
   let set_client_handler t f = t.clients <- Some f
-  let set_status_handler t f = t.status_of <- Some f
+  let set_status_handler t f = Group_status.set_handler t.status f
 
   let query_status ?(timeout = Time.of_sec 2.) t k =
     match t.cur with
     | _ when t.exited -> k (Error "this member has left the group")
     | None -> k (Error "this member is not in a view yet")
-    | Some _ when List.length t.queries >= max_queries ->
-        k (Error (Printf.sprintf "%d status queries are under way already" max_queries))
-    | Some c ->
-        let vid = c.view.View.id and members = Array.copy c.view.View.members in
-        let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
-        let others = List.filter (( <> ) t.me.eid) (Array.to_list members) in
-        let q =
-          {
-            q_nonce = nonce;
-            q_vid = vid;
-            q_members = members;
-            q_waiting = others;
-            q_answers = [ (t.me.eid, my_status t c) ];
-            q_timeout = timeout;
-            q_k = k;
-            q_timer = None;
-          }
-        in
-        t.queries <- q :: t.queries;
-        if others = [] then finish_query t q
-        else begin
-          q.q_timer <- Some (T.at t.tr (now t + timeout) (fun () -> finish_query t q));
-          Array.iteri
-            (fun r id ->
-              if id <> t.me.eid then
-                side_send t c.addrs.(r)
-                  (Side.Status_req { group = t.group; vid; nonce; eid = t.me.eid; dst = id }))
-            members
-        end
+    | Some c -> (
+        match Group_status.refusal t.status with
+        | Some e -> k (Error e)
+        | None ->
+            let vid = c.view.View.id and members = Array.copy c.view.View.members in
+            let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
+            let q =
+              Group_status.start t.status ~nonce ~vid ~members
+                ~me:(t.me.eid, my_status t c)
+                ~timeout k
+            in
+            let finish () = Group_status.finish t.status ~cancel:T.cancel q in
+            if Group_status.waiting q = [] then finish ()
+            else begin
+              Group_status.set_timer q (T.at t.tr (now t + timeout) finish);
+              Array.iteri
+                (fun r id ->
+                  if id <> t.me.eid then
+                    side_send t c.addrs.(r)
+                      (Side.Status_req { group = t.group; vid; nonce; eid = t.me.eid; dst = id }))
+                members
+            end)
 
   let send_client t ~dst s =
     if (not t.exited) && String.length s > 0 && Char.code s.[0] = client_magic then

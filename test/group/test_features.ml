@@ -1,6 +1,7 @@
 (* The group runtime's feature modules, each driven alone (no network, no simulator):
    Group_queue (admission, the queue of a view change, the flow callback) and Group_primary (a
-   view with the quorum is pending until confirmed, and was never primary if it ends first). *)
+   view with the quorum is pending until confirmed, and was never primary if it ends first) and
+   Group_status (answers counted a second, queries and their answers). *)
 
 open Consort
 module G = Consort_group
@@ -131,6 +132,81 @@ let without_layer () =
   Alcotest.(check bool) "no quorum" true (GP.quorum p = None);
   Alcotest.(check (option string)) "nothing refused" None (GP.refusal p)
 
+module S = G.Group_status
+
+(* Answers a second: at most [max_answers] in one second, counted again in the next. *)
+let status_answers () =
+  let t : unit S.t = S.create () in
+  let n = ref 0 in
+  for _ = 1 to S.max_answers + 10 do
+    if S.may_answer t ~now:(Time.of_ms 1500) then incr n
+  done;
+  Alcotest.(check int) "one second's answers" S.max_answers !n;
+  Alcotest.(check bool) "later in that second" false (S.may_answer t ~now:(Time.of_ms 2400));
+  Alcotest.(check bool) "the next second" true (S.may_answer t ~now:(Time.of_ms 2500))
+
+(* This member's document: the handler's, the runtime's when it raises, an error when too big. *)
+let status_mine () =
+  let t : unit S.t = S.create () in
+  let default () = {|{"view":"1:a"}|} in
+  Alcotest.(check string) "no handler" (default ()) (S.mine t ~default);
+  S.set_handler t (fun () -> {|{"app":1}|});
+  Alcotest.(check string) "the handler's" {|{"app":1}|} (S.mine t ~default);
+  S.set_handler t (fun () -> failwith "broken");
+  Alcotest.(check string) "a raising handler" (default ()) (S.mine t ~default);
+  S.set_handler t (fun () -> String.make (G.Side.max_status + 1) 'x');
+  Alcotest.(check bool)
+    "too big" true
+    (String.length (S.mine t ~default) < 100 && String.sub (S.mine t ~default) 0 9 = {|{"error":|});
+  Alcotest.(check string) "escaped" {|"a\"b\\c\u000a"|} (S.json_string "a\"b\\c\n")
+
+let outcome = Alcotest.(result (list (pair string (result string string))) string)
+
+(* A query waits for every other member of its view; each answer is taken once, from a member it
+   waits for, under its nonce and view; the last one finishes it and cancels its timer. *)
+let status_query () =
+  let t : int S.t = S.create () in
+  let got = ref [] and cancelled = ref [] in
+  let cancel tm = cancelled := tm :: !cancelled in
+  let q =
+    S.start t ~nonce:"n1" ~vid:"1:a" ~members:[| "a"; "b"; "c" |] ~me:("a", "A")
+      ~timeout:(Time.of_sec 2.) (fun o -> got := o :: !got)
+  in
+  S.set_timer q 7;
+  Alcotest.(check (list string)) "waits for the others" [ "b"; "c" ] (S.waiting q);
+  Alcotest.(check bool) "wrong nonce" false (S.answer t ~cancel ~vid:"1:a" ~nonce:"n2" ~eid:"b" "B");
+  Alcotest.(check bool) "wrong view" false (S.answer t ~cancel ~vid:"2:a" ~nonce:"n1" ~eid:"b" "B");
+  Alcotest.(check bool) "not asked" false (S.answer t ~cancel ~vid:"1:a" ~nonce:"n1" ~eid:"z" "Z");
+  Alcotest.(check bool) "b" true (S.answer t ~cancel ~vid:"1:a" ~nonce:"n1" ~eid:"b" "B");
+  Alcotest.(check bool) "b again" false (S.answer t ~cancel ~vid:"1:a" ~nonce:"n1" ~eid:"b" "B2");
+  Alcotest.(check int) "not finished" 0 (List.length !got);
+  Alcotest.(check bool) "c" true (S.answer t ~cancel ~vid:"1:a" ~nonce:"n1" ~eid:"c" "C");
+  Alcotest.(check (list outcome))
+    "finished"
+    [ Ok [ ("a", Ok "A"); ("b", Ok "B"); ("c", Ok "C") ] ]
+    !got;
+  Alcotest.(check (list int)) "timer cancelled" [ 7 ] !cancelled;
+  S.finish t ~cancel q;
+  Alcotest.(check int) "finished once" 1 (List.length !got)
+
+(* A query's timeout: members that did not answer are named; at most [max_queries] are out. *)
+let status_timeout () =
+  let t : int S.t = S.create () in
+  let got = ref [] in
+  let cancel _ = () in
+  let start nonce =
+    S.start t ~nonce ~vid:"1:a" ~members:[| "a"; "b" |] ~me:("a", "A") ~timeout:(Time.of_sec 2.)
+      (fun o -> got := o :: !got)
+  in
+  let qs = List.init S.max_queries (fun i -> start (string_of_int i)) in
+  Alcotest.(check bool) "full" true (S.refusal t <> None);
+  S.finish t ~cancel (List.hd qs);
+  Alcotest.(check (list outcome))
+    "no answer"
+    [ Ok [ ("a", Ok "A"); ("b", Error "no answer within 2.0 s") ] ]
+    !got;
+  Alcotest.(check (option string)) "room again" None (S.refusal t)
+
 let () =
   Alcotest.run "features"
     [
@@ -145,5 +221,12 @@ let () =
           Alcotest.test_case "a pending view that ends was never primary" `Quick pending_ends;
           Alcotest.test_case "a minority view is told at once" `Quick minority;
           Alcotest.test_case "without the Primary layer" `Quick without_layer;
+        ] );
+      ( "status",
+        [
+          Alcotest.test_case "answers counted a second" `Quick status_answers;
+          Alcotest.test_case "this member's document" `Quick status_mine;
+          Alcotest.test_case "a query and its answers" `Quick status_query;
+          Alcotest.test_case "a query's timeout, queries bounded" `Quick status_timeout;
         ] );
     ]
