@@ -40,7 +40,7 @@ module Key : sig
   type t
 
   val generate : ?g:Mirage_crypto_rng.g -> unit -> t
-  (** [generate ?g ()] is a fresh key pair (see {!Crypto.random} for [g]). *)
+  (** [generate ?g ()] is a fresh key pair (see {!Consort_crypto.Crypto.random} for [g]). *)
 
   val port : t -> port
   (** [port k] is the put-port that [k] serves. *)

@@ -123,8 +123,8 @@ module Make (T : Consort.Transport.S) : sig
     (node, string) result
   (** [create tr addr] opens a node at [addr]. [locate] are the addresses asked where a port is
       (default: none); [multicast], a group joined to hear locates and asked as well. [g] is the
-      random generator for keys and nonces (default: the system's; pass {!Crypto.deterministic} for
-      reproducible simulations). *)
+      random generator for keys and nonces (default: the system's; pass
+      {!Consort_crypto.Crypto.deterministic} for reproducible simulations). *)
 
   val address : node -> T.address
   val transport : node -> T.t

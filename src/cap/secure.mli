@@ -10,7 +10,7 @@
     transcript (HMAC-SHA256). Each datagram's nonce is its sequence number, never reused under a
     key; the session id and the sequence number are authenticated as additional data. AES-GCM rather
     than ChaCha20-Poly1305 because it runs with AES-NI and carry-less multiplication, several times
-    faster where they exist; the cipher is OpenSSL's ({!Gcm}), in the same format as
+    faster where they exist; the cipher is OpenSSL's ({!Consort_crypto.Gcm}), in the same format as
     mirage-crypto's. *)
 
 type keys

@@ -2,11 +2,11 @@
     [Consort_group.Group] API (callbacks, view and refusals of the same shape, defined here: a
     client links the daemon's wire format, not the group runtime).
 
-    A connection is single-threaded and blocking: {!join}, {!cast}, {!send}, {!leave}, {!suspect}
-    and {!switch} write a request and wait for its reply; upcalls that arrive meanwhile are queued,
-    and the callbacks are called only from {!dispatch}, {!step} and {!run}, never from inside
-    another call. {!cast_async} does not wait (for throughput): its result comes later, through
-    [on_result], from {!dispatch}. *)
+    A connection is single-threaded and blocking: {!join}, {!val-cast}, {!val-send}, {!leave},
+    {!suspect} and {!switch} write a request and wait for its reply; upcalls that arrive meanwhile
+    are queued, and the callbacks are called only from {!dispatch}, {!step} and {!run}, never from
+    inside another call. {!cast_async} does not wait (for throughput): its result comes later,
+    through [on_result], from {!dispatch}. *)
 
 type view_info = {
   vid : string;  (** ["LTIME:COORDINATOR"], the same at every member *)
@@ -132,6 +132,6 @@ val run : ?until:(unit -> bool) -> ?timeout:float -> t -> unit
 val attach : t -> Consort_engine.Loop.t -> unit
 (** [attach t loop] serves the connection from [loop] (the engine's epoll loop): upcalls are
     dispatched as they arrive, with no thread and no polling, and casts queued by {!cast_async} go
-    out in the same round of the loop. Blocking calls ({!cast}, {!join}, ...) still wait for their
-    reply; upcalls read meanwhile are dispatched from the loop just after. The descriptor is
+    out in the same round of the loop. Blocking calls ({!val-cast}, {!join}, ...) still wait for
+    their reply; upcalls read meanwhile are dispatched from the loop just after. The descriptor is
     unwatched when the connection closes. *)
