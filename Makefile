@@ -44,7 +44,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench fs --json
 	@echo; ./_build/default/bin/main.exe bench proc --json --save bench/results
 	@echo; ./_build/default/bin/main.exe bench tcp-sim
-	@echo; ./_build/default/bin/main.exe bench kv
+	@echo; ./_build/default/bin/main.exe bench kv --save bench/results
 	@echo; ./_build/default/bin/main.exe bench dir
 	@echo; ./_build/default/bin/main.exe bench scale --json
 	@echo; ./_build/default/bench/daemon/daemon_bench.exe --json

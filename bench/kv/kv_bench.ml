@@ -1,8 +1,10 @@
-(* Each system runs the same workload: [clients] client processes, each
-   one operation at a time for [seconds]: half puts of 100-byte values,
-   half linearizable gets, on 1000 keys. Data directories are on the same
-   file system for every system, and every system syncs its log before it
-   answers. *)
+(* etcd (3 members, through gRPC) and Consort's key-value store (3
+   replicas, through its own TCP protocol), driven by one Go program
+   (kvload/, built into a cache on first use) with the same workload: N
+   clients, each with a connection of its own and one operation at a time,
+   half puts of 100-byte values and half linearizable gets on 1000 keys.
+   Data directories are on the same file system, and both systems fsync
+   their log before they answer. *)
 
 open Cmdliner
 
@@ -112,7 +114,7 @@ let key i c = Printf.sprintf "key%04d" (((i * 7919) + (c * 104729)) mod 1000)
 let value = String.make 100 'v'
 
 (* Consort: replicas as processes, clients over TCP. *)
-let consort_cluster ?(params = []) ~dir ~n () =
+let consort_cluster ?(params = []) ?(verbose = false) ~dir ~n () =
   let binds = List.init n (fun _ -> Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_DGRAM)) in
   let listens = List.init n (fun _ -> Printf.sprintf "127.0.0.1:%d" (free_port Unix.SOCK_STREAM)) in
   let pids =
@@ -136,7 +138,8 @@ let consort_cluster ?(params = []) ~dir ~n () =
              "--listen";
              l;
            ]
-          @ if params = [] then [] else [ "--params"; String.concat "," params ]))
+          @ (if params = [] then [] else [ "--params"; String.concat "," params ])
+          @ if verbose then [ "--verbose" ] else []))
       (List.combine binds listens)
   in
   (pids, listens)
@@ -165,20 +168,305 @@ let consort_ready listens =
       go ())
     listens
 
-let consort_op listens c =
-  let module K = Consort_kv in
-  (* Each client starts at another replica. *)
-  let n = List.length listens in
-  let l = List.init n (fun i -> List.nth listens ((c + i) mod n)) in
-  let cl = Result.get_ok (K.Client.create ~timeout:10. l) in
-  fun i ->
-    let op = if i land 1 = 0 then K.Op.Put (key i c, value) else K.Op.Get (key i c) in
-    match K.Client.call cl op with
-    | K.Wire.Done (K.Op.Ok | K.Op.Value _ | K.Op.Not_found) -> true
-    | _ -> false
+(* {1 Readiness} *)
 
-(* etcd: three members on loopback, its JSON gateway over HTTP/1.1 with
-   keep-alive (linearizable reads are etcd's default). *)
+let wait_all ?(now = Unix.gettimeofday) ?(sleep = Unix.sleepf) ~timeout ~name ~probe members =
+  let t0 = now () in
+  let rec pass () =
+    (* Every member in the same pass: one ready a while ago may have gone. *)
+    let bad =
+      List.filter_map
+        (fun m -> match probe m with Ok () -> None | Error e -> Some (name m ^ ": " ^ e))
+        members
+    in
+    if bad = [] then Ok ()
+    else if now () -. t0 >= timeout then
+      Error (Printf.sprintf "not ready after %.0f s: %s" timeout (String.concat "; " bad))
+    else (
+      sleep 0.3;
+      pass ())
+  in
+  if members = [] then Error "no member" else pass ()
+
+(* {1 Figures and their report} *)
+
+type measure = {
+  system : string;
+  clients : int;
+  ops : int;
+  failed : int;
+  seconds : float;
+  p50 : float;
+  p99 : float;
+  first_error : string;
+}
+
+type outcome = Measured of measure | Not_measured of string
+
+let verdict m =
+  if m.failed > 0 then
+    Error
+      (Printf.sprintf "discarded: %d failed operation%s%s" m.failed
+         (if m.failed = 1 then "" else "s")
+         (if m.first_error = "" then "" else " (first: " ^ m.first_error ^ ")"))
+  else if m.ops = 0 || not (m.seconds > 0.) then Error "discarded: no operation completed"
+  else Ok m
+
+let rate m = float m.ops /. m.seconds
+let usable = function Measured m -> verdict m | Not_measured r -> Error ("not measured: " ^ r)
+
+let row_line label o =
+  match usable o with
+  | Ok m ->
+      Printf.sprintf "%-30s %3d clients %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms" label m.clients
+        (rate m) m.p50 m.p99
+  | Error e ->
+      Printf.sprintf "%-30s %s%s" label
+        (match o with
+        | Measured m -> Printf.sprintf "%3d clients " m.clients
+        | Not_measured _ -> "")
+        e
+
+(* A pair: (clients, consort, etcd). *)
+let ratio_line (clients, consort, etcd) =
+  match (usable consort, usable etcd) with
+  | Ok c, Ok e ->
+      Printf.sprintf "%3d clients: consort / etcd = %.2fx in ops/s; p99 %.2f ms beside %.2f ms"
+        clients
+        (rate c /. rate e)
+        c.p99 e.p99
+  | _ -> Printf.sprintf "%3d clients: no ratio (a side was not measured or was discarded)" clients
+
+let report pairs =
+  List.concat_map
+    (fun (_, consort, etcd) ->
+      [ row_line "consort kv, 3 replicas" consort; row_line "etcd, 3 members (gRPC)" etcd ])
+    pairs
+  @ List.map ratio_line pairs
+
+type failover = { fname : string; blocked : (float, string) Stdlib.result }
+
+let failover_line f =
+  match f.blocked with
+  | Ok b -> Printf.sprintf "  %-62s %6.2f s" f.fname b
+  | Error e -> Printf.sprintf "  %-62s not measured: %s" f.fname e
+
+let outcome_json o : Yojson.Safe.t =
+  let base m =
+    [
+      ("system", `String m.system);
+      ("clients", `Int m.clients);
+      ("seconds", `Float m.seconds);
+      ("ops", `Int m.ops);
+      ("failed", `Int m.failed);
+    ]
+  in
+  match (o, usable o) with
+  | Measured m, Ok _ ->
+      `Assoc
+        (base m
+        @ [
+            ("status", `String "measured");
+            ("ops_per_s", `Float (rate m));
+            ("p50_ms", `Float m.p50);
+            ("p99_ms", `Float m.p99);
+          ])
+  | Measured m, Error e -> `Assoc (base m @ [ ("status", `String "discarded"); ("why", `String e) ])
+  | Not_measured r, _ -> `Assoc [ ("status", `String "not measured"); ("why", `String r) ]
+
+let to_json ~header ~load_start ~load_end pairs failovers : Yojson.Safe.t =
+  `Assoc
+    (header
+    @ [
+        ("load_average_start", `String load_start);
+        ("load_average_end", `String load_end);
+        ("runs", `List (List.concat_map (fun (_, c, e) -> [ outcome_json c; outcome_json e ]) pairs));
+        ( "ratios",
+          `List
+            (List.filter_map
+               (fun (clients, c, e) ->
+                 match (usable c, usable e) with
+                 | Ok c, Ok e ->
+                     Some
+                       (`Assoc
+                          [
+                            ("clients", `Int clients);
+                            ("consort_over_etcd_ops", `Float (rate c /. rate e));
+                            ("consort_p99_ms", `Float c.p99);
+                            ("etcd_p99_ms", `Float e.p99);
+                          ])
+                 | _ -> None)
+               pairs) );
+        ( "failover",
+          `List
+            (List.map
+               (fun f ->
+                 `Assoc
+                   (("name", `String f.fname)
+                   ::
+                   (match f.blocked with
+                   | Ok b -> [ ("blocked_s", `Float b) ]
+                   | Error e -> [ ("error", `String e) ])))
+               failovers) );
+      ])
+
+(* {1 The Go driver} *)
+
+let cache_dir () =
+  match Sys.getenv_opt "XDG_CACHE_HOME" with
+  | Some d when d <> "" -> d / "consort-bench-kv"
+  | _ -> (
+      match Sys.getenv_opt "HOME" with
+      | Some h when h <> "" -> h / ".cache" / "consort-bench-kv"
+      | _ -> Filename.get_temp_dir_name () / "consort-bench-kv")
+
+let find_go () =
+  let path = try String.split_on_char ':' (Sys.getenv "PATH") with Not_found -> [] in
+  List.find_opt Sys.file_exists
+    (List.map (fun d -> d / "go") path @ [ "/usr/local/go/bin/go"; "/usr/lib/go/bin/go" ])
+
+let rec mkdir_p d =
+  if not (Sys.file_exists d) then (
+    mkdir_p (Filename.dirname d);
+    try Unix.mkdir d 0o755 with Unix.Unix_error (Unix.EEXIST, _, _) -> ())
+
+let last_line f =
+  match open_in f with
+  | ic ->
+      let l = ref "" in
+      (try
+         while true do
+           let x = input_line ic in
+           if String.trim x <> "" then l := x
+         done
+       with End_of_file -> ());
+      close_in ic;
+      !l
+  | exception Sys_error _ -> ""
+
+(* The driver, built once per version of its sources (the modules it needs
+   come from the Go module proxy on the first build). *)
+let kvload () =
+  match find_go () with
+  | None -> Error "no Go toolchain (apt-get install golang-go, Go 1.23 or later)"
+  | Some go -> (
+      let digest =
+        Digest.to_hex
+          (Digest.string
+             (String.concat "\000" (List.concat_map (fun (n, s) -> [ n; s ]) Kvload_src.files)))
+      in
+      let dir = cache_dir () / ("kvload-" ^ String.sub digest 0 12) in
+      let bin = dir / "kvload" in
+      if Sys.file_exists bin then Ok bin
+      else
+        try
+          mkdir_p dir;
+          List.iter
+            (fun (n, s) ->
+              let oc = open_out_bin (dir / n) in
+              output_string oc s;
+              close_out oc)
+            Kvload_src.files;
+          Fmt.pr "kvload: building the Go driver (go.etcd.io/etcd/client/v3 v3.5.21) in %s@." dir;
+          let cmd =
+            Printf.sprintf
+              "cd %s && GOTOOLCHAIN=local GOFLAGS=-mod=mod %s build -o kvload.new . >build.log \
+               2>&1 && mv kvload.new kvload"
+              (Filename.quote dir) (Filename.quote go)
+          in
+          if Sys.command cmd = 0 && Sys.file_exists bin then Ok bin
+          else Error ("the Go driver did not build: " ^ last_line (dir / "build.log"))
+        with Sys_error e | Unix.Unix_error (_, e, _) -> Error ("the Go driver: " ^ e))
+
+(* Runs the driver; its one line of output. *)
+let drive bin args =
+  match Unix.open_process_args_in bin (Array.of_list (bin :: args)) with
+  | ic ->
+      let l = try input_line ic with End_of_file -> "" in
+      (try
+         while true do
+           ignore (input_line ic)
+         done
+       with End_of_file -> ());
+      let st = Unix.close_process_in ic in
+      (st, l)
+  | exception Unix.Unix_error (e, _, _) -> (Unix.WEXITED 127, Unix.error_message e)
+
+let probe_with bin system endpoint =
+  match drive bin [ "probe"; "--system"; system; "--endpoint"; endpoint ] with
+  | Unix.WEXITED 0, _ -> Ok ()
+  | _, l -> Error (if l = "" then "no answer" else l)
+
+let measure_of_json system clients l =
+  match Yojson.Safe.from_string l with
+  | `Assoc f ->
+      let num k =
+        match List.assoc_opt k f with Some (`Int i) -> float i | Some (`Float x) -> x | _ -> nan
+      in
+      let str k = match List.assoc_opt k f with Some (`String s) -> s | _ -> "" in
+      let ops = num "ops" and failed = num "failed" in
+      if Float.is_nan ops || Float.is_nan failed then Not_measured ("driver: " ^ l)
+      else
+        Measured
+          {
+            system;
+            clients;
+            ops = int_of_float ops;
+            failed = int_of_float failed;
+            seconds = num "seconds";
+            p50 = num "p50_ms";
+            p99 = num "p99_ms";
+            first_error = str "first_error";
+          }
+  | _ -> Not_measured ("driver: " ^ l)
+  | exception Yojson.Json_error e -> Not_measured ("driver: " ^ e)
+
+let run_load bin ~system ~endpoints ~clients ~seconds ~warmup =
+  let _, l =
+    drive bin
+      [
+        "run";
+        "--system";
+        system;
+        "--endpoints";
+        String.concat "," endpoints;
+        "--clients";
+        string_of_int clients;
+        "--seconds";
+        Printf.sprintf "%gs" seconds;
+        "--warmup";
+        Printf.sprintf "%gs" warmup;
+      ]
+  in
+  measure_of_json system clients l
+
+let run_failover bin ~system ~endpoints ~pid =
+  let _, l =
+    drive bin
+      [
+        "failover";
+        "--system";
+        system;
+        "--endpoints";
+        String.concat "," endpoints;
+        "--kill-pid";
+        string_of_int pid;
+        "--timeout";
+        "1s";
+      ]
+  in
+  match Yojson.Safe.from_string l with
+  | `Assoc f -> (
+      match (List.assoc_opt "error" f, List.assoc_opt "blocked_s" f) with
+      | Some (`String e), _ -> Error e
+      | _, Some (`Float b) -> Ok b
+      | _, Some (`Int b) -> Ok (float b)
+      | _ -> Error ("driver: " ^ l))
+  | _ -> Error ("driver: " ^ l)
+  | exception Yojson.Json_error e -> Error ("driver: " ^ e)
+
+(* {1 etcd} *)
+
 let find_etcd () =
   List.find_opt Sys.file_exists [ "/usr/bin/etcd"; "/usr/local/bin/etcd"; "/usr/sbin/etcd" ]
 
@@ -201,6 +489,21 @@ let install_etcd () =
           ignore (Sys.command cmd);
           Option.to_result ~none:"etcd-server could not be installed" (find_etcd ()))
 
+let etcd_version etcd =
+  match Unix.open_process_args_in etcd [| etcd; "--version" |] with
+  | ic ->
+      let l = try input_line ic with End_of_file -> "" in
+      (try
+         while true do
+           ignore (input_line ic)
+         done
+       with End_of_file -> ());
+      ignore (Unix.close_process_in ic);
+      l
+  | exception Unix.Unix_error _ -> ""
+
+(* Three members on loopback, defaults otherwise (a member fsyncs its WAL
+   before it acknowledges an entry). *)
 let etcd_cluster ~etcd ~dir =
   let names = [ "m0"; "m1"; "m2" ] in
   let ports = List.map (fun _ -> (free_port Unix.SOCK_STREAM, free_port Unix.SOCK_STREAM)) names in
@@ -238,369 +541,276 @@ let etcd_cluster ~etcd ~dir =
           ])
       names ports
   in
-  (pids, List.map fst ports)
+  (pids, List.map (fun (c, _) -> Printf.sprintf "127.0.0.1:%d" c) ports)
 
-(* A minimal HTTP/1.1 client: POST with a JSON body, keep-alive. *)
-module Http = struct
-  type t = { port : int; mutable fd : Unix.file_descr option; buf : Buffer.t }
+(* {1 Consort's sequencer} *)
 
-  let create port = { port; fd = None; buf = Buffer.create 4096 }
-
-  let conn t =
-    match t.fd with
-    | Some fd -> fd
-    | None ->
-        let fd = Unix.socket Unix.PF_INET Unix.SOCK_STREAM 0 in
-        Unix.connect fd (Unix.ADDR_INET (Unix.inet_addr_loopback, t.port));
-        Unix.setsockopt fd Unix.TCP_NODELAY true;
-        Unix.setsockopt_float fd Unix.SO_RCVTIMEO 10.;
-        t.fd <- Some fd;
-        Buffer.clear t.buf;
-        fd
-
-  let close t =
-    Option.iter Unix.close t.fd;
-    t.fd <- None
-
-  let rec fill t fd =
-    let b = Bytes.create 65536 in
-    let n = Unix.read fd b 0 65536 in
-    if n = 0 then failwith "connection closed";
-    Buffer.add_subbytes t.buf b 0 n;
-    ignore fill
-
-  let find s sub from =
-    let n = String.length sub in
-    let rec go i =
-      if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1)
-    in
-    go from
-
-  (* The status code and body of one response. *)
-  let post t path body =
-    let fd = conn t in
-    let req =
-      Printf.sprintf
-        "POST %s HTTP/1.1\r\n\
-         Host: 127.0.0.1\r\n\
-         Content-Type: application/json\r\n\
-         Content-Length: %d\r\n\
-         \r\n\
-         %s"
-        path (String.length body) body
-    in
-    ignore (Unix.write_substring fd req 0 (String.length req));
-    let rec headers () =
-      match find (Buffer.contents t.buf) "\r\n\r\n" 0 with
-      | Some i -> i
-      | None ->
-          fill t fd;
-          headers ()
-    in
-    let h = headers () in
-    let s = Buffer.contents t.buf in
-    let head = String.lowercase_ascii (String.sub s 0 h) in
-    let status = try int_of_string (String.sub head 9 3) with _ -> 0 in
-    let rest = String.sub s (h + 4) (String.length s - h - 4) in
-    Buffer.clear t.buf;
-    Buffer.add_string t.buf rest;
-    let take n =
-      while Buffer.length t.buf < n do
-        fill t fd
-      done;
-      let s = Buffer.contents t.buf in
-      Buffer.clear t.buf;
-      Buffer.add_string t.buf (String.sub s n (String.length s - n));
-      String.sub s 0 n
-    in
-    let body =
-      match find head "content-length:" 0 with
-      | Some i ->
-          let e = Option.value (find head "\r\n" i) ~default:(String.length head) in
-          take (int_of_string (String.trim (String.sub head (i + 15) (e - i - 15))))
-      | None ->
-          (* chunked *)
-          let b = Buffer.create 256 in
-          let rec chunks () =
-            let rec line () =
-              match find (Buffer.contents t.buf) "\r\n" 0 with
-              | Some i -> i
-              | None ->
-                  fill t fd;
-                  line ()
-            in
-            let i = line () in
-            let size = int_of_string ("0x" ^ String.trim (take i)) in
-            ignore (take 2);
-            if size > 0 then (
-              Buffer.add_string b (take size);
-              ignore (take 2);
-              chunks ())
-            else ignore (take 2)
-          in
-          chunks ();
-          Buffer.contents b
-    in
-    (status, body)
-end
-
-let etcd_op ports c =
-  let port = List.nth ports (c mod List.length ports) in
-  let h = Http.create port in
-  let b64 = Base64.encode_string in
-  fun i ->
-    let path, body =
-      if i land 1 = 0 then
-        ( "/v3/kv/put",
-          Printf.sprintf "{\"key\":\"%s\",\"value\":\"%s\"}" (b64 (key i c)) (b64 value) )
-      else ("/v3/kv/range", Printf.sprintf "{\"key\":\"%s\"}" (b64 (key i c)))
-    in
-    match Http.post h path body with
-    | 200, _ -> true
-    | _ -> false
-    | exception _ ->
-        Http.close h;
-        false
-
-let etcd_ready ports =
-  let t0 = Unix.gettimeofday () in
-  let op = etcd_op ports 0 in
-  let rec go () =
-    if op 0 then true
-    else if Unix.gettimeofday () -. t0 > 30. then false
-    else (
-      Unix.sleepf 0.3;
-      go ())
+let find_sub s sub =
+  let n = String.length sub in
+  let rec go i =
+    if i + n > String.length s then None else if String.sub s i n = sub then Some i else go (i + 1)
   in
-  go ()
+  go 0
 
-(* etcd's leader: the member whose status names itself as leader. *)
-let etcd_leader ports =
-  let field name body =
-    let k = Printf.sprintf "\"%s\":\"" name in
-    match Http.find body k 0 with
-    | Some i -> (
-        let j = i + String.length k in
-        match String.index_from_opt body j '"' with
-        | Some e -> Some (String.sub body j (e - j))
-        | None -> None)
+(* The replica that orders: the view's first member, the coordinator its
+   identifier names (["LTIME:COORDINATOR"]); each replica logs with
+   --verbose "ME: active in VID, ...". *)
+let sequencer logs =
+  let active f =
+    let l = ref None in
+    (match open_in f with
+    | ic ->
+        (try
+           while true do
+             let x = input_line ic in
+             match find_sub x ": active in " with Some i -> l := Some (x, i) | None -> ()
+           done
+         with End_of_file -> ());
+        close_in ic
+    | exception Sys_error _ -> ());
+    match !l with
     | None -> None
+    | Some (x, i) ->
+        let before = String.sub x 0 i in
+        let me =
+          match String.rindex_opt before ' ' with
+          | Some j -> String.sub before (j + 1) (String.length before - j - 1)
+          | None -> before
+        in
+        let rest = String.sub x (i + 12) (String.length x - i - 12) in
+        let vid = List.hd (String.split_on_char ',' rest) in
+        let coord =
+          match String.index_opt vid ':' with
+          | Some j -> String.sub vid (j + 1) (String.length vid - j - 1)
+          | None -> ""
+        in
+        Some (me, coord)
   in
-  List.find_map
-    (fun (i, port) ->
-      let h = Http.create port in
-      match Http.post h "/v3/maintenance/status" "{}" with
-      | 200, body ->
-          Http.close h;
-          if field "member_id" body <> None && field "member_id" body = field "leader" body then
-            Some i
-          else None
-      | _ ->
-          Http.close h;
-          None
-      | exception _ ->
-          Http.close h;
-          None)
-    (List.mapi (fun i p -> (i, p)) ports)
+  let seen = List.mapi (fun i f -> (i, active f)) logs in
+  let coords = List.sort_uniq compare (List.map (fun (_, a) -> Option.map snd a) seen) in
+  match
+    ( coords,
+      List.filter_map
+        (fun (i, a) -> match a with Some (me, c) when me = c -> Some i | _ -> None)
+        seen )
+  with
+  | [ Some _ ], [ i ] -> Ok i
+  | _ -> Error "the sequencer could not be told from the replicas' logs"
 
-(* One client writes without pause; [kill ()] SIGKILLs a member 2 s in.
-   The figure: the longest time between two writes done, from the kill on
-   (how long writes were blocked), and whether writes went on at all. *)
-let failover ~name ~op ~kill =
-  let t0 = Unix.gettimeofday () in
-  let killed = ref None and last = ref t0 and worst = ref 0. and i = ref 0 and after = ref 0 in
-  while Unix.gettimeofday () -. t0 < 30. && (!killed = None || !after < 200) do
-    if !killed = None && Unix.gettimeofday () -. t0 > 2. then begin
-      kill ();
-      killed := Some (Unix.gettimeofday ())
-    end;
-    let ok = op !i in
-    incr i;
-    let now = Unix.gettimeofday () in
-    if ok then begin
-      (match !killed with
-      | Some k ->
-          incr after;
-          worst := Float.max !worst (now -. Float.max !last k)
-      | None -> ());
-      last := now
-    end
-  done;
-  match !killed with
-  | Some _ when !after >= 200 -> Ok (name, !worst)
-  | Some _ ->
-      Error
-        (Printf.sprintf "%s: writes did not go on after the kill (%d in %.0f s)" name !after
-           (Unix.gettimeofday () -. t0))
-  | None -> Error (Printf.sprintf "%s: no kill" name)
+(* {1 The run} *)
 
-let pp_row base ppf r =
-  Fmt.pf ppf "%-24s %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  %s" r.name
-    (float r.ops /. r.seconds)
-    r.p50 r.p99
-    (match base with
-    | Some b when b.ops > 0 ->
-        Printf.sprintf "x%.2f of 3 replicas" (float r.ops /. r.seconds /. (float b.ops /. b.seconds))
-    | _ -> "");
-  if r.failed > 0 then Fmt.pf ppf "  (%d failed)" r.failed
+let loadavg () =
+  try
+    let ic = open_in "/proc/loadavg" in
+    let l = input_line ic in
+    close_in ic;
+    String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' l))
+  with _ -> "unknown"
 
-let run clients seconds no_etcd json =
-  let kill_pid p = try Unix.kill p Sys.sigkill with Unix.Unix_error _ -> () in
-  let dir = Filename.temp_file "consort-kv-bench" "" in
-  Sys.remove dir;
-  Unix.mkdir dir 0o700;
-  Fun.protect ~finally:(fun () -> rm_rf dir) @@ fun () ->
-  Fmt.pr
-    "Key-value store: %d client processes, each one operation at a time for %.0f s; half puts of \
-     100 bytes, half linearizable gets, 1000 keys; data in %s@."
-    clients seconds (Filename.dirname dir);
-  let consort n =
-    let pids, listens = consort_cluster ~dir ~n () in
-    Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
-    if not (consort_ready listens) then Error (Printf.sprintf "%d replicas did not start" n)
-    else
-      Ok
-        (load
-           ~name:(Printf.sprintf "consort kv, %d replica%s" n (if n = 1 then "" else "s"))
-           ~clients ~seconds ~dir
-           (fun c -> consort_op listens c))
-  in
-  let r3 = consort 3 in
-  let r1 = consort 1 in
-  let etcd =
-    if no_etcd then Error "skipped"
-    else
-      match install_etcd () with
-      | Error e -> Error e
-      | Ok etcd ->
-          let pids, ports = etcd_cluster ~etcd ~dir in
-          Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
-          if not (etcd_ready ports) then Error "etcd did not start"
-          else Ok (load ~name:"etcd, 3 members" ~clients ~seconds ~dir (fun c -> etcd_op ports c))
-  in
-  (* Failover: one replica or member killed under writes. *)
-  let consort_failover params =
-    let dir = dir / ("failover" ^ string_of_int (List.length params)) in
-    Unix.mkdir dir 0o700;
-    let pids, listens = consort_cluster ~params ~dir ~n:3 () in
-    Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
-    if not (consort_ready listens) then Error "3 replicas did not start"
-    else
-      let cl =
-        Result.get_ok
-          (Consort_kv.Client.create ~timeout:20. [ List.hd listens; List.nth listens 1 ])
+let run clients_list seconds warmup no_etcd save =
+  match Option.bind save Consort_cli.unwritable_dir with
+  | Some m -> Consort_cli.fail "bench kv" "--save %s: %s" (Option.get save) m
+  | None ->
+      let load_start = loadavg () in
+      let dir = Filename.temp_file "consort-kv-bench" "" in
+      Sys.remove dir;
+      Unix.mkdir dir 0o700;
+      Fun.protect ~finally:(fun () -> rm_rf dir) @@ fun () ->
+      Fmt.pr
+        "Key-value store: consort kv (3 replicas, its TCP protocol) and etcd (3 members, gRPC), \
+         both driven by one Go program (bench/kv/kvload: go.etcd.io/etcd/client/v3 v3.5.21 and a \
+         client of consort kv's protocol); %s clients, each a connection of its own and one \
+         operation at a time, %g s of warm-up then %g s measured; half puts of 100 bytes, half \
+         linearizable gets, 1000 keys; both fsync their log before answering (etcd by default, \
+         consort kv always); a run with any failed operation is discarded; data in %s@."
+        (String.concat " and " (List.map string_of_int clients_list))
+        warmup seconds (Filename.dirname dir);
+      Fmt.pr "load average (1, 5, 15 min) at the start: %s@." load_start;
+      let bin = kvload () in
+      (match bin with Error e -> Fmt.pr "kvload: %s@." e | Ok _ -> ());
+      let not_measured why = List.map (fun c -> (c, Not_measured why)) clients_list in
+      let ready bin system endpoints =
+        wait_all ~timeout:30. ~name:Fun.id ~probe:(probe_with bin system) endpoints
       in
-      let op i =
-        match Consort_kv.Client.call cl (Consort_kv.Op.Put (key i 0, value)) with
-        | Consort_kv.Wire.Done Consort_kv.Op.Ok -> true
-        | _ -> false
+      let consort_runs =
+        match bin with
+        | Error e -> not_measured e
+        | Ok bin -> (
+            let d = dir / "consort" in
+            Unix.mkdir d 0o700;
+            let pids, listens = consort_cluster ~dir:d ~n:3 () in
+            Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
+            match ready bin "consort" listens with
+            | Error e -> not_measured ("3 replicas: " ^ e)
+            | Ok () ->
+                List.map
+                  (fun c ->
+                    ( c,
+                      run_load bin ~system:"consort" ~endpoints:listens ~clients:c ~seconds ~warmup
+                    ))
+                  clients_list)
       in
-      let name =
-        Printf.sprintf "consort kv, 3 replicas%s"
-          (if params = [] then "" else " (" ^ String.concat "," params ^ ")")
+      let etcd_bin = if no_etcd then Error "--no-etcd" else install_etcd () in
+      let etcd_runs =
+        match (bin, etcd_bin) with
+        | Error e, _ | _, Error e -> not_measured e
+        | Ok bin, Ok etcd -> (
+            let d = dir / "etcd" in
+            Unix.mkdir d 0o700;
+            let pids, eps = etcd_cluster ~etcd ~dir:d in
+            Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
+            match ready bin "etcd" eps with
+            | Error e -> not_measured ("3 members: " ^ e)
+            | Ok () ->
+                List.map
+                  (fun c ->
+                    (c, run_load bin ~system:"etcd" ~endpoints:eps ~clients:c ~seconds ~warmup))
+                  clients_list)
       in
-      let r =
-        Fun.protect
-          ~finally:(fun () -> Consort_kv.Client.close cl)
-          (fun () -> failover ~name ~op ~kill:(fun () -> kill_pid (List.nth pids 2)))
+      let pairs =
+        List.map (fun c -> (c, List.assoc c consort_runs, List.assoc c etcd_runs)) clients_list
       in
-      (* What the replicas said, when writes did not go on. *)
-      if Result.is_error r then
-        List.iter
-          (fun i ->
-            let f = dir / Printf.sprintf "kv3-%d.log" i in
-            match open_in f with
-            | ic ->
-                let lines = ref [] in
-                (try
-                   while true do
-                     lines := input_line ic :: !lines
-                   done
-                 with End_of_file -> ());
-                close_in ic;
-                List.iter
-                  (fun l -> prerr_endline (f ^ ": " ^ l))
-                  (List.rev (List.filteri (fun i _ -> i < 5) !lines))
-            | exception Sys_error _ -> ())
-          [ 0; 1; 2 ];
-      r
-  in
-  let f_default = consort_failover [] in
-  let f_short = consort_failover [ "suspect.timeout=1s"; "suspect.verify=300ms" ] in
-  let f_etcd =
-    if no_etcd then Error "etcd: skipped"
-    else
-      match find_etcd () with
-      | None -> Error "etcd: not installed"
-      | Some etcd -> (
-          let dir = dir / "failover-etcd" in
-          Unix.mkdir dir 0o700;
-          let pids, ports = etcd_cluster ~etcd ~dir in
-          Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
-          if not (etcd_ready ports) then Error "etcd did not start"
-          else
-            match etcd_leader ports with
-            | None -> Error "etcd: no leader found"
-            | Some leader ->
-                (* The client talks to a member that stays. *)
-                let other = (leader + 1) mod 3 in
-                let op = etcd_op [ List.nth ports other ] 0 in
-                let op i = op (2 * i) in
-                failover ~name:"etcd, 3 members (leader killed)" ~op ~kill:(fun () ->
-                    kill_pid (List.nth pids leader)))
-  in
-  let base = Result.to_option r3 in
-  (try
-     let ic = open_in "/proc/loadavg" in
-     let l = input_line ic in
-     close_in ic;
-     Fmt.pr "load average (1, 5, 15 min) at the end: %s@."
-       (String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' l)))
-   with _ -> ());
-  List.iter
-    (function Ok r -> Fmt.pr "%a@." (pp_row base) r | Error e -> Fmt.pr "%s@." e)
-    [ r3; r1; etcd ];
-  Fmt.pr
-    "Failover: one client writes; a replica (etcd: the leader) is killed with SIGKILL; writes \
-     blocked for@.";
-  List.iter
-    (function Ok (name, w) -> Fmt.pr "  %-66s %6.2f s@." name w | Error e -> Fmt.pr "  %s@." e)
-    [ f_default; f_short; f_etcd ];
-  if json then begin
-    let j = function
-      | Ok r ->
-          Printf.sprintf
-            "{\"name\":%S,\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"failed\":%d}" r.name
-            (float r.ops /. r.seconds)
-            r.p50 r.p99 r.failed
-      | Error e -> Printf.sprintf "{\"error\":%S}" e
-    in
-    let f = function
-      | Ok (name, w) -> Printf.sprintf "{\"failover\":%S,\"blocked_s\":%.3f}" name w
-      | Error e -> Printf.sprintf "{\"error\":%S}" e
-    in
-    print_endline
-      ("["
-      ^ String.concat "," (List.map j [ r3; r1; etcd ] @ List.map f [ f_default; f_short; f_etcd ])
-      ^ "]")
-  end;
-  match (r3, r1) with Ok _, Ok _ -> 0 | _ -> 1
+      (* Failover: the sequencer (etcd: the leader) killed under writes; the
+         client talks to the others. *)
+      let consort_failover params =
+        let fname =
+          Printf.sprintf "consort kv, 3 replicas, sequencer killed%s"
+            (if params = [] then "" else " (" ^ String.concat "," params ^ ")")
+        in
+        let blocked =
+          match bin with
+          | Error e -> Error e
+          | Ok bin -> (
+              let d = dir / ("failover" ^ string_of_int (List.length params)) in
+              Unix.mkdir d 0o700;
+              let pids, listens = consort_cluster ~params ~verbose:true ~dir:d ~n:3 () in
+              Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
+              match ready bin "consort" listens with
+              | Error e -> Error e
+              | Ok () -> (
+                  match sequencer (List.init 3 (fun i -> d / Printf.sprintf "kv3-%d.log" i)) with
+                  | Error e -> Error e
+                  | Ok s ->
+                      run_failover bin ~system:"consort"
+                        ~endpoints:(List.filteri (fun i _ -> i <> s) listens)
+                        ~pid:(List.nth pids s)))
+        in
+        { fname; blocked }
+      in
+      let f_default = consort_failover [] in
+      let f_short = consort_failover [ "suspect.timeout=1s"; "suspect.verify=300ms" ] in
+      let f_etcd =
+        let fname = "etcd, 3 members, leader killed" in
+        match (bin, etcd_bin) with
+        | Error e, _ | _, Error e -> { fname; blocked = Error e }
+        | Ok bin, Ok etcd ->
+            let d = dir / "failover-etcd" in
+            Unix.mkdir d 0o700;
+            let pids, eps = etcd_cluster ~etcd ~dir:d in
+            Fun.protect ~finally:(fun () -> stop pids) @@ fun () ->
+            let blocked =
+              match ready bin "etcd" eps with
+              | Error e -> Error e
+              | Ok () -> (
+                  match drive bin [ "leader"; "--endpoints"; String.concat "," eps ] with
+                  | Unix.WEXITED 0, l -> (
+                      match int_of_string_opt (String.trim l) with
+                      | Some i when i >= 0 && i < 3 ->
+                          run_failover bin ~system:"etcd"
+                            ~endpoints:(List.filteri (fun j _ -> j <> i) eps)
+                            ~pid:(List.nth pids i)
+                      | _ -> Error ("no leader: " ^ l))
+                  | _, l -> Error ("no leader: " ^ l))
+            in
+            { fname; blocked }
+      in
+      let failovers = [ f_default; f_short; f_etcd ] in
+      let load_end = loadavg () in
+      Fmt.pr "load average (1, 5, 15 min) at the end: %s@." load_end;
+      List.iter print_endline (report pairs);
+      Fmt.pr
+        "Failover: one client writes through the other members, each attempt with a 1 s deadline; \
+         the sequencer (etcd: the leader) is killed with SIGKILL 2 s in; writes blocked for@.";
+      List.iter (fun f -> print_endline (failover_line f)) failovers;
+      let header =
+        [
+          ("bench", `String "kv");
+          ( "workload",
+            `String
+              (Printf.sprintf
+                 "one Go driver for both; each client a connection, one operation at a time; half \
+                  puts of 100 bytes, half linearizable gets; 1000 keys; %g s warm-up, %g s \
+                  measured"
+                 warmup seconds) );
+          ("durability", `String "both fsync their log before answering (etcd by default)");
+          ( "etcd",
+            `String
+              (match etcd_bin with
+              | Ok e -> etcd_version e ^ ", driven through gRPC (clientv3 v3.5.21)"
+              | Error e -> e) );
+        ]
+      in
+      let j = to_json ~header ~load_start ~load_end pairs failovers in
+      (match save with
+      | None -> ()
+      | Some d -> (
+          let tm = Unix.gmtime (Unix.time ()) in
+          let f =
+            d
+            / Printf.sprintf "kv-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
+                (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
+          in
+          match
+            let oc = open_out f in
+            Fun.protect
+              ~finally:(fun () -> close_out_noerr oc)
+              (fun () ->
+                output_string oc (Yojson.Safe.pretty_to_string j ^ "\n");
+                close_out oc)
+          with
+          | () -> Fmt.pr "kept in %s@." f
+          | exception Sys_error m -> Fmt.epr "consort bench kv: --save %s: %s@." d m));
+      (* Exit 1 when a figure is missing: a discarded or unmeasured run. *)
+      if List.for_all (fun (_, c, e) -> Result.is_ok (usable c) && Result.is_ok (usable e)) pairs
+      then 0
+      else 1
 
 let cmd =
   let clients =
     Arg.(
-      value & opt Consort_cli.positive_int 8 & info [ "clients" ] ~docv:"N" ~doc:"Client processes.")
+      value
+      & opt (list Consort_cli.positive_int) [ 8; 64 ]
+      & info [ "clients" ] ~docv:"N,..." ~doc:"Concurrent clients, one run each.")
   in
   let seconds =
     Arg.(
-      value & opt Consort_cli.positive_float 5.
-      & info [ "seconds" ] ~docv:"S" ~doc:"Duration of each run.")
+      value
+      & opt Consort_cli.positive_float 10.
+      & info [ "seconds" ] ~docv:"S" ~doc:"Measured time of each run (at least 2 s).")
+  in
+  let warmup =
+    Arg.(
+      value & opt Consort_cli.positive_float 2.
+      & info [ "warmup" ] ~docv:"S" ~doc:"Warm-up before each run, not measured.")
   in
   let no_etcd = Arg.(value & flag & info [ "no-etcd" ] ~doc:"Do not install and run etcd.") in
-  let json = Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line.") in
+  let save =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "save" ] ~docv:"DIR" ~doc:"Write the figures to $(i,DIR)/kv-YYYYMMDD-HHMMSS.json.")
+  in
+  let check_seconds s =
+    if s < 2. then `Error (false, "--seconds: at least 2 s of steady state") else `Ok s
+  in
   Cmd.v
     (Consort_cli.info ~path:"bench kv" "kv"
        ~doc:
-         "Key-value operations per second and latency with 3 replicas, beside 1 replica and beside \
-          etcd.")
-    Term.(const run $ clients $ seconds $ no_etcd $ json)
+         "Key-value operations per second and latency with 3 replicas beside etcd (3 members, \
+          gRPC), one Go driver for both; and writes blocked when the sequencer (etcd's leader) is \
+          killed.")
+    Term.(
+      ret
+        (const (fun c s w n sv ->
+             match check_seconds s with `Ok s -> `Ok (run c s w n sv) | `Error _ as e -> e)
+        $ clients $ seconds $ warmup $ no_etcd $ save))
