@@ -248,8 +248,8 @@ type failover = { fname : string; blocked : (float, string) Stdlib.result }
 
 let failover_line f =
   match f.blocked with
-  | Ok b -> Printf.sprintf "  %-62s %6.2f s" f.fname b
-  | Error e -> Printf.sprintf "  %-62s not measured: %s" f.fname e
+  | Ok b -> Printf.sprintf "  %-82s %6.2f s" f.fname b
+  | Error e -> Printf.sprintf "  %-82s not measured: %s" f.fname e
 
 let outcome_json o : Yojson.Safe.t =
   let base m =
