@@ -39,6 +39,10 @@ let failed_not_reported () =
     ]
   in
   let lines = K.report pairs in
+  (* A few failures beside many operations: discarded too. *)
+  let few = K.report [ (16, K.Measured (m ~failed:2 "consort" 16), K.Measured (m "etcd" 16)) ] in
+  Alcotest.(check bool) "few failures discarded" true (contains (List.hd few) "discarded: 2 failed");
+  Alcotest.(check bool) "no ratio at 16" true (contains (List.nth few 2) "no ratio");
   let etcd8 = List.nth lines 1 in
   Alcotest.(check bool) "etcd row discarded" true (contains etcd8 "discarded: 661559 failed");
   Alcotest.(check bool) "etcd row gives no rate" false (contains etcd8 "ops/s");
