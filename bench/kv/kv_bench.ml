@@ -208,7 +208,8 @@ let verdict m =
     Error
       (Printf.sprintf "discarded: %d failed operation%s%s" m.failed
          (if m.failed = 1 then "" else "s")
-         (if m.first_error = "" then "" else " (first: " ^ m.first_error ^ ")"))
+         (if m.first_error = "" then ""
+          else " (first: " ^ String.map (function '\n' | '\r' -> ' ' | c -> c) m.first_error ^ ")"))
   else if m.ops = 0 || not (m.seconds > 0.) then Error "discarded: no operation completed"
   else Ok m
 
