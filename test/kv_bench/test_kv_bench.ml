@@ -145,6 +145,28 @@ let sequencer () =
   List.iter Sys.remove fs;
   Unix.rmdir dir
 
+(* The Go driver speaks consort kv's client protocol as src/kv/wire.ml
+   frames it: the same bytes as bench/kv/kvload/consort_test.go expects, and
+   the same version. *)
+let driver_protocol () =
+  let f =
+    Consort_kv.Wire.frame_request
+      {
+        Consort_kv.Wire.client = 0x0102030405060708L;
+        req = 300;
+        op = Consort_kv.Op.Put ("key0001", "v");
+      }
+  in
+  let hex =
+    String.concat ""
+      (List.init (String.length f) (fun i -> Printf.sprintf "%02x" (Char.code f.[i])))
+  in
+  Alcotest.(check string) "put frame" "00000016030102030405060708ac0201076b6579303030310176" hex;
+  let go = List.assoc "consort.go" Consort_kv_bench.Kvload_src.files in
+  Alcotest.(check bool)
+    "kvload's version" true
+    (contains go (Printf.sprintf "kvVersion  = %d\n" (Char.code f.[4])))
+
 let () =
   Alcotest.run "kv_bench"
     [
@@ -153,6 +175,7 @@ let () =
           Alcotest.test_case "verdict" `Quick verdict;
           Alcotest.test_case "failed run gives no figure or ratio" `Quick failed_not_reported;
           Alcotest.test_case "not measured" `Quick not_measured;
+          Alcotest.test_case "driver's protocol" `Quick driver_protocol;
         ] );
       ( "readiness",
         [
