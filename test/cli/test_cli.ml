@@ -150,7 +150,7 @@ let cases : (string list * string list * (string list * int) list) list =
     ([ "bench"; "failover" ], [], [ ([ "--params"; "no.such=1" ], 2) ]);
     ([ "bench"; "fs" ], [], [ ([ "--size"; "0" ], 124) ]);
     ([ "bench"; "join" ], [], [ ([ "--sizes"; "x" ], 124) ]);
-    ([ "bench"; "kv" ], [], [ ([ "--clients"; "0" ], 124) ]);
+    ([ "bench"; "kv" ], [], [ ([ "--clients"; "0" ], 124); ([ "--seconds"; "1" ], 124) ]);
     ([ "bench"; "layering" ], [], [ ([ "--iterations"; "0" ], 124) ]);
     ( [ "bench"; "membership" ],
       [],
