@@ -367,28 +367,37 @@ let kvload () =
               close_out oc)
             Kvload_src.files;
           Fmt.pr "kvload: building the Go driver (go.etcd.io/etcd/client/v3 v3.5.21) in %s@." dir;
+          (* Named by this process until it is whole: two runs may build at once. *)
+          let tmp = Printf.sprintf "kvload.%d" (Unix.getpid ()) in
+          let log = Printf.sprintf "build-%d.log" (Unix.getpid ()) in
           let cmd =
             Printf.sprintf
-              "cd %s && GOTOOLCHAIN=local GOFLAGS=-mod=mod %s build -o kvload.new . >build.log \
-               2>&1 && mv kvload.new kvload"
-              (Filename.quote dir) (Filename.quote go)
+              "cd %s && GOTOOLCHAIN=local GOFLAGS=-mod=mod %s build -o %s . >%s 2>&1 && mv %s \
+               kvload"
+              (Filename.quote dir) (Filename.quote go) tmp log tmp
           in
           if Sys.command cmd = 0 && Sys.file_exists bin then Ok bin
-          else Error ("the Go driver did not build: " ^ last_line (dir / "build.log"))
+          else Error ("the Go driver did not build: " ^ last_line (dir / log))
         with Sys_error e | Unix.Unix_error (_, e, _) -> Error ("the Go driver: " ^ e))
 
 (* Runs the driver; its one line of output. *)
 let drive bin args =
   match Unix.open_process_args_in bin (Array.of_list (bin :: args)) with
-  | ic ->
-      let l = try input_line ic with End_of_file -> "" in
-      (try
-         while true do
-           ignore (input_line ic)
-         done
-       with End_of_file -> ());
-      let st = Unix.close_process_in ic in
-      (st, l)
+  | ic -> (
+      try
+        let l = try input_line ic with End_of_file -> "" in
+        (try
+           while true do
+             ignore (input_line ic)
+           done
+         with End_of_file -> ());
+        let st = Unix.close_process_in ic in
+        (st, l)
+      with e ->
+        (* Interrupted: the driver goes too. *)
+        (try Unix.kill (Unix.process_in_pid ic) Sys.sigkill with Unix.Unix_error _ -> ());
+        (try ignore (Unix.close_process_in ic) with _ -> ());
+        raise e)
   | exception Unix.Unix_error (e, _, _) -> (Unix.WEXITED 127, Unix.error_message e)
 
 let probe_with bin system endpoint =
@@ -606,7 +615,27 @@ let loadavg () =
     String.concat " " (List.filteri (fun i _ -> i < 3) (String.split_on_char ' ' l))
   with _ -> "unknown"
 
-let run clients_list seconds warmup no_etcd save =
+exception Interrupted
+
+let rec run clients_list seconds warmup no_etcd save json =
+  (* SIGINT or SIGTERM: the clusters started are stopped and their
+     directories removed on the way out (once: the cleanup is not
+     interrupted again). *)
+  let on_signal =
+    Sys.Signal_handle
+      (fun _ ->
+        Sys.set_signal Sys.sigint Sys.Signal_ignore;
+        Sys.set_signal Sys.sigterm Sys.Signal_ignore;
+        raise Interrupted)
+  in
+  Sys.set_signal Sys.sigint on_signal;
+  Sys.set_signal Sys.sigterm on_signal;
+  try run_ clients_list seconds warmup no_etcd save json
+  with Interrupted | Fun.Finally_raised Interrupted ->
+    Fmt.epr "consort bench kv: interrupted; the clusters it started are stopped@.";
+    130
+
+and run_ clients_list seconds warmup no_etcd save json =
   match Option.bind save Consort_cli.unwritable_dir with
   | Some m -> Consort_cli.fail "bench kv" "--save %s: %s" (Option.get save) m
   | None ->
@@ -750,6 +779,7 @@ let run clients_list seconds warmup no_etcd save =
         ]
       in
       let j = to_json ~header ~load_start ~load_end pairs failovers in
+      if json then print_endline (Yojson.Safe.to_string j);
       (match save with
       | None -> ()
       | Some d -> (
@@ -797,6 +827,9 @@ let cmd =
       & info [ "warmup" ] ~docv:"S" ~doc:"Warm-up before each run, not measured.")
   in
   let no_etcd = Arg.(value & flag & info [ "no-etcd" ] ~doc:"Do not install and run etcd.") in
+  let json =
+    Arg.(value & flag & info [ "json" ] ~doc:"Also print the figures as one JSON line (as --save).")
+  in
   let save =
     Arg.(
       value
@@ -814,6 +847,6 @@ let cmd =
           killed.")
     Term.(
       ret
-        (const (fun c s w n sv ->
-             match check_seconds s with `Ok s -> `Ok (run c s w n sv) | `Error _ as e -> e)
-        $ clients $ seconds $ warmup $ no_etcd $ save))
+        (const (fun c s w n sv j ->
+             match check_seconds s with `Ok s -> `Ok (run c s w n sv j) | `Error _ as e -> e)
+        $ clients $ seconds $ warmup $ no_etcd $ save $ json))
