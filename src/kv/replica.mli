@@ -67,6 +67,15 @@ type observation =
       (** [member] counted [origin]'s acknowledgement of the first [count] orders of view [vid]
           toward their commit *)
 
+type fsync_runner = fd:Unix.file_descr -> (unit -> unit) -> ((unit, exn) result -> unit) -> unit
+(** How a replica runs the fsync that makes applied orders durable: [runner ~fd run k] calls [run]
+    (the fsync through the store's [Io]) or fsync(2) on [fd], here or in another thread or later,
+    then [k] with its outcome on the replica's loop (never from another thread). The replica
+    acknowledges the orders it covers only after [k (Ok ())]. *)
+
+val inline_fsync : fsync_runner
+(** [run ()] at once, then [k]: the fsync blocks the loop. *)
+
 (** The replica of any state machine ({!Rsm.MACHINE}) with its store ([Store.Make (M)]): the
     directory server's replicas are [Generic (Dir_machine) (Store.Make (Dir_machine)) (T)]. *)
 module Generic
@@ -86,6 +95,7 @@ module Generic
     ?layers:Consort.Layer.t list ->
     ?on_failure:(Store_intf.failure -> unit) ->
     ?observe:(observation -> unit) ->
+    ?fsync:fsync_runner ->
     T.t ->
     config ->
     Store.t ->
@@ -100,7 +110,10 @@ module Generic
       later one the same way, logs one line, leaves the group and calls [on_failure] (the process
       should then exit).
 
-      [observe] (default: nothing) hears each order applied and each acknowledgement counted. *)
+      [observe] (default: nothing) hears each order applied and each acknowledgement counted.
+
+      [fsync] (default {!inline_fsync}) runs the fsync of the log after orders are applied (group
+      commit: one at a time; the orders applied while it runs wait for the next). *)
 
   val failure : t -> Store_intf.failure option
   (** The I/O error that stopped this replica, if any. *)

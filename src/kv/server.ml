@@ -45,6 +45,56 @@ let parse_addr s =
    correctness: the member is excluded, joins again and catches up. *)
 let default_params = "suspect.timeout=2s,suspect.verify=500ms"
 
+external fsync_async : Unix.file_descr -> Unix.file_descr -> int -> unit = "consort_kv_fsync_async"
+external error_of_errno : int -> Unix.error = "consort_kv_error_of_errno"
+
+(* Group commit on the real disk: each fsync of the log runs in a thread of
+   its own (in C, outside the runtime) while the loop goes on serving; its
+   outcome comes back through a pipe the loop watches. *)
+let threaded_fsync loop =
+  let r, w = Unix.pipe ~cloexec:true () in
+  Unix.set_nonblock r;
+  let waiting = Hashtbl.create 4 and next = ref 0 and input = Buffer.create 64 in
+  let b = Bytes.create 512 in
+  let rec drain () =
+    match Unix.read r b 0 (Bytes.length b) with
+    | 0 -> ()
+    | n ->
+        Buffer.add_subbytes input b 0 n;
+        let s = Buffer.contents input in
+        let whole = String.length s / 8 * 8 in
+        Buffer.clear input;
+        Buffer.add_string input (String.sub s whole (String.length s - whole));
+        for i = 0 to (whole / 8) - 1 do
+          let id = Int32.to_int (String.get_int32_ne s (8 * i))
+          and e = Int32.to_int (String.get_int32_ne s ((8 * i) + 4)) in
+          match Hashtbl.find_opt waiting id with
+          | Some k ->
+              Hashtbl.remove waiting id;
+              k (if e = 0 then Ok () else Error (Unix.Unix_error (error_of_errno e, "fsync", "")))
+          | None -> ()
+        done;
+        drain ()
+    | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+  in
+  Loop.watch loop r drain;
+  let runner ~fd _run k =
+    next := (!next + 1) land 0x3fff_ffff;
+    Hashtbl.replace waiting !next k;
+    match fsync_async fd w !next with
+    | () -> ()
+    | exception (Unix.Unix_error _ as x) ->
+        Hashtbl.remove waiting !next;
+        k (Error x)
+  in
+  let close () =
+    Loop.unwatch loop r;
+    (try Unix.close r with Unix.Unix_error _ -> ());
+    (* A thread still running writes to [w]: left open (never another file's number). *)
+    if Hashtbl.length waiting = 0 then try Unix.close w with Unix.Unix_error _ -> ()
+  in
+  (runner, close)
+
 let run ?(on_ready = ignore) cfg =
   let cfg =
     match Params.of_string default_params with
@@ -62,8 +112,10 @@ let run ?(on_ready = ignore) cfg =
     failed := Some e;
     stop := true
   in
-  match R.create ~params:cfg.params ~on_failure loop rcfg store with
+  let fsync, close_fsync = threaded_fsync loop in
+  match R.create ~params:cfg.params ~on_failure ~fsync loop rcfg store with
   | Error e ->
+      close_fsync ();
       Store.close store;
       Error e
   | Ok r -> (
@@ -180,6 +232,7 @@ let run ?(on_ready = ignore) cfg =
           Loop.run loop ~timeout:(Time.of_ms 300);
           (if !failed = None then try Store.sync store with Store.Failed e -> failed := Some e);
           Store.close store;
+          close_fsync ();
           Unix.close sock;
           match !failed with
           | None -> Ok ()
