@@ -48,52 +48,60 @@ let default_params = "suspect.timeout=2s,suspect.verify=500ms"
 external fsync_async : Unix.file_descr -> Unix.file_descr -> int -> unit = "consort_kv_fsync_async"
 external error_of_errno : int -> Unix.error = "consort_kv_error_of_errno"
 
-(* Group commit on the real disk: each fsync of the log runs in a thread of
-   its own (in C, outside the runtime) while the loop goes on serving; its
-   outcome comes back through a pipe the loop watches. *)
+(* Group commit on the real disk: the fsyncs of the log run in one worker
+   thread (in C, outside the runtime) while the loop goes on serving; each
+   outcome comes back through a pipe the loop watches. Without a pipe (out
+   of descriptors), the fsync blocks the loop as before. *)
 let threaded_fsync loop =
-  let r, w = Unix.pipe ~cloexec:true () in
-  Unix.set_nonblock r;
-  let waiting = Hashtbl.create 4 and next = ref 0 and input = Buffer.create 64 in
-  let b = Bytes.create 512 in
-  let rec drain () =
-    match Unix.read r b 0 (Bytes.length b) with
-    | 0 -> ()
-    | n ->
-        Buffer.add_subbytes input b 0 n;
-        let s = Buffer.contents input in
-        let whole = String.length s / 8 * 8 in
-        Buffer.clear input;
-        Buffer.add_string input (String.sub s whole (String.length s - whole));
-        for i = 0 to (whole / 8) - 1 do
-          let id = Int32.to_int (String.get_int32_ne s (8 * i))
-          and e = Int32.to_int (String.get_int32_ne s ((8 * i) + 4)) in
-          match Hashtbl.find_opt waiting id with
-          | Some k ->
-              Hashtbl.remove waiting id;
-              k (if e = 0 then Ok () else Error (Unix.Unix_error (error_of_errno e, "fsync", "")))
-          | None -> ()
-        done;
-        drain ()
-    | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
-  in
-  Loop.watch loop r drain;
-  let runner ~fd _run k =
-    next := (!next + 1) land 0x3fff_ffff;
-    Hashtbl.replace waiting !next k;
-    match fsync_async fd w !next with
-    | () -> ()
-    | exception (Unix.Unix_error _ as x) ->
-        Hashtbl.remove waiting !next;
-        k (Error x)
-  in
-  let close () =
-    Loop.unwatch loop r;
-    (try Unix.close r with Unix.Unix_error _ -> ());
-    (* A thread still running writes to [w]: left open (never another file's number). *)
-    if Hashtbl.length waiting = 0 then try Unix.close w with Unix.Unix_error _ -> ()
-  in
-  (runner, close)
+  match Unix.pipe ~cloexec:true () with
+  | exception Unix.Unix_error (e, _, _) ->
+      Log.warn (fun m -> m "no pipe for the fsync thread (%s): fsyncs block" (Unix.error_message e));
+      (Replica.inline_fsync, ignore)
+  | r, w ->
+      Unix.set_nonblock r;
+      let waiting = Hashtbl.create 4 and next = ref 0 and input = Buffer.create 64 in
+      let b = Bytes.create 512 in
+      let rec drain () =
+        match Unix.read r b 0 (Bytes.length b) with
+        | 0 -> ()
+        | n ->
+            Buffer.add_subbytes input b 0 n;
+            let s = Buffer.contents input in
+            let whole = String.length s / 8 * 8 in
+            Buffer.clear input;
+            Buffer.add_string input (String.sub s whole (String.length s - whole));
+            for i = 0 to (whole / 8) - 1 do
+              let id = Int32.to_int (String.get_int32_ne s (8 * i))
+              and e = Int32.to_int (String.get_int32_ne s ((8 * i) + 4)) in
+              match Hashtbl.find_opt waiting id with
+              | Some k ->
+                  Hashtbl.remove waiting id;
+                  k
+                    (if e = 0 then Ok ()
+                     else Error (Unix.Unix_error (error_of_errno e, "fsync", "")))
+              | None -> ()
+            done;
+            drain ()
+        | exception Unix.Unix_error _ -> ()
+      in
+      Loop.watch loop r drain;
+      let runner ~fd run k =
+        next := (!next + 1) land 0x3fff_ffff;
+        Hashtbl.replace waiting !next k;
+        match fsync_async fd w !next with
+        | () -> ()
+        | exception Unix.Unix_error _ ->
+            (* No worker thread (pthread_create failed): this fsync blocks the loop. *)
+            Hashtbl.remove waiting !next;
+            Replica.inline_fsync ~fd run k
+      in
+      let close () =
+        Loop.unwatch loop r;
+        (try Unix.close r with Unix.Unix_error _ -> ());
+        (* A thread still running writes to [w]: left open (never another file's number). *)
+        if Hashtbl.length waiting = 0 then try Unix.close w with Unix.Unix_error _ -> ()
+      in
+      (runner, close)
 
 let run ?(on_ready = ignore) cfg =
   let cfg =
