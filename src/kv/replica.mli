@@ -13,7 +13,9 @@
     of the view it holds and their digest, chained order by order, which a member counts only if its
     own chain after as many orders is the same. A request is answered when every member of the view
     has acknowledged its order: by then the write is on the disk of every member of a majority, so
-    it survives the crash of any of them and a restart of all.
+    it survives the crash of any of them and a restart of all. Group commit: one fsync runs at a
+    time (apart from the loop, see [create]'s [fsync]); it acknowledges only the orders written
+    before it started, and the orders applied while it ran share the next one.
 
     {b Storage faults.} A write, fsync or rename the disk refuses (full, EIO, EDQUOT) stops the
     replica: nothing it failed to store is ever acknowledged (see [create]).
