@@ -135,7 +135,7 @@ module type S = sig
     needed : bool;
         (** false when nothing was written since the last fsync started, and none runs: it may be
             skipped *)
-    run : unit -> unit;  (** the fsync through the store's {!Consort_capfs.Io.t} *)
+    run : unit -> unit;  (** the fsync through the store's {!Consort_util.Io.t} *)
   }
 
   val sync_start : t -> fsync

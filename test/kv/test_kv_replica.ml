@@ -464,12 +464,12 @@ let group_fsync_fails () =
   let fsyncs = ref 0 and fail_from = ref max_int in
   let io =
     {
-      Consort_capfs.Io.real with
+      Consort_util.Io.real with
       fsync =
         (fun p fd ->
           incr fsyncs;
           if !fsyncs >= !fail_from then raise (Unix.Unix_error (Unix.EIO, "fsync", p))
-          else Consort_capfs.Io.real.fsync p fd);
+          else Consort_util.Io.real.fsync p fd);
     }
   in
   for i = 0 to 2 do
@@ -519,11 +519,11 @@ let group_commit () =
   let fsyncs = ref 0 in
   let io =
     {
-      Consort_capfs.Io.real with
+      Consort_util.Io.real with
       fsync =
         (fun p fd ->
           incr fsyncs;
-          Consort_capfs.Io.real.fsync p fd);
+          Consort_util.Io.real.fsync p fd);
     }
   in
   for i = 0 to 2 do
