@@ -36,7 +36,7 @@ let sim_fsync w latency : Replica.fsync_runner =
        (Time.add (Sim.now w.net) latency)
        (fun () -> k (match run () with () -> Ok () | exception x -> Error x)))
 
-let start ?retain ?io ?identity ?fsync w i =
+let start ?retain ?io ?identity ?fsync ?(params = params) w i =
   let addr = List.nth w.addrs i in
   let store, _ =
     match Store.open_ ?retain ?io ?identity (Filename.concat w.dir addr) with
@@ -555,6 +555,60 @@ let group_commit () =
   if per_replica < 2 then Alcotest.failf "%d fsyncs per replica for %d writes" per_replica n;
   finish w
 
+(* Group commit when flow control refuses the acknowledgement: r2 is paused
+   (not long enough to be suspected) while r0 casts, so that the casts it
+   has not credited fill r0's window and queue, and the group refuses r0's
+   sends. The acknowledgement of an fsync that returned then waits for the
+   retry, 5 ms later; the replica neither starts fsyncs that cover nothing
+   nor sets timers over and over at the same instant (a busy loop that
+   would keep the simulator's clock from advancing). When r2 resumes,
+   every request is answered. *)
+let ack_refused () =
+  let w = world "ackflow" in
+  let params =
+    Params.set "mflow.window" (Params.Int 2048) (Params.set "mflow.queue" (Params.Int 2048) params)
+  in
+  for i = 0 to 2 do
+    start ~params ~fsync:(sim_fsync w (Time.of_ms 2)) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "0")));
+  run w (s 1.);
+  Sim.pause w.net "r2" ~until:(Time.add (Sim.now w.net) (Time.of_ms 1200));
+  let n = 200 in
+  let got = Array.make n None in
+  let bounded d =
+    let until = Time.add (Sim.now w.net) d in
+    Sim.run ~until ~max_events:100_000 w.net;
+    if Sim.now w.net < until then
+      Alcotest.failf "100,000 events in less than %a of the simulator's time (at %a)" Time.pp d
+        Time.pp (Sim.now w.net)
+  in
+  (* One request every half millisecond, each in a cast of its own; a few
+     hundred events a millisecond at most, unless a busy loop holds the
+     clock. *)
+  for j = 0 to n - 1 do
+    R.submit
+      (rep w (j mod 2))
+      {
+        Wire.client = Int64.of_int (10 + j);
+        req = 1;
+        op = Op.Put (string_of_int j, String.make 100 'v');
+      }
+      (fun o -> got.(j) <- Some o);
+    bounded (Time.of_us 500)
+  done;
+  for _ = 1 to 50 do
+    bounded (Time.of_ms 100)
+  done;
+  Array.iteri
+    (fun j o ->
+      Alcotest.(check (option outcome)) (Printf.sprintf "put %d" j) (Some (Wire.Done Op.Ok)) o)
+    got;
+  finish w
+
 (* An acknowledgement vouches only for the orders it names: r2 stops (its
    member goes on, so the view stays), and an acknowledgement from it with
    the right count but another chain of orders commits nothing. *)
@@ -701,6 +755,8 @@ let () =
             group_fsync_fails;
           Alcotest.test_case "group commit: one fsync for the orders applied while one ran" `Quick
             group_commit;
+          Alcotest.test_case "group commit: an acknowledgement refused by flow control waits" `Quick
+            ack_refused;
           Alcotest.test_case "a wiped replica has no vote until caught up" `Quick wiped_dir;
           Alcotest.test_case "a replica on another cluster's directory stops" `Quick foreign_dir;
         ] );
