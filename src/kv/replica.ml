@@ -349,7 +349,10 @@ struct
   (* Group commit: one fsync of the log at a time, run apart while this
      member goes on applying orders; it covers the orders written when it
      started, and only those are acknowledged when it returns successfully.
-     The orders applied meanwhile go to disk together in the next one. *)
+     The orders applied meanwhile go to disk together in the next one. An
+     acknowledgement the group refuses (flow control) waits for the retry:
+     syncing again at once would cover nothing new and be refused again,
+     over and over at the same instant. *)
   and start_sync t =
     let vid = (view t).vid and covers = t.delivered in
     match Store.sync_start t.store with
@@ -358,9 +361,16 @@ struct
         let finish outcome =
           t.syncing <- false;
           if (not t.dead) && durably t (fun () -> Store.sync_finish t.store outcome) then begin
-            if (view t).vid = vid && covers > t.acked then
-              if send_ack t covers then t.acked <- covers else retry t (fun () -> schedule_sync t);
-            if t.delivered > t.acked then schedule_sync t
+            let acked =
+              if (view t).vid <> vid || covers <= t.acked then true
+              else if send_ack t covers then begin
+                t.acked <- covers;
+                true
+              end
+              else false
+            in
+            if not acked then retry t (fun () -> schedule_sync t)
+            else if t.delivered > t.acked then schedule_sync t
           end
         in
         t.syncing <- true;
