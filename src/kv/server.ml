@@ -20,12 +20,25 @@ type config = {
 
 let max_output = 4 * 1024 * 1024
 
+(* Pipelining: a client may send requests without waiting for the answers
+   (matched by request number). A connection has at most [max_pipeline]
+   requests under way; beyond, or while more than [pause_output] bytes of
+   answers wait for it to read them, the server stops reading it (the
+   client's writes wait in TCP) until answers go out. What one connection
+   holds is then bounded: a read's worth of requests, [max_pipeline]
+   requests in the replica, their answers. *)
+let max_pipeline = 64
+let pause_output = 256 * 1024
+
 type conn = {
   fd : Unix.file_descr;
   input : Buffer.t;
   output : Buffer.t;
   mutable closed : bool;
   mutable flushing : bool;
+  mutable outstanding : int; (* requests submitted, not answered *)
+  mutable reading : bool; (* watched by the loop *)
+  mutable parsing : bool; (* in [frames]: taking requests out of [input] *)
 }
 
 let parse_addr s =
@@ -145,10 +158,12 @@ let run ?(on_ready = ignore) cfg =
             if not c.closed then begin
               c.closed <- true;
               decr conns;
-              Loop.unwatch loop c.fd;
+              if c.reading then Loop.unwatch loop c.fd;
+              c.reading <- false;
               try Unix.close c.fd with Unix.Unix_error _ -> ()
             end
           in
+          let room c = c.outstanding < max_pipeline && Buffer.length c.output <= pause_output in
           let rec flush c =
             c.flushing <- false;
             if (not c.closed) && Buffer.length c.output > 0 then
@@ -157,7 +172,8 @@ let run ?(on_ready = ignore) cfg =
               | n ->
                   Buffer.clear c.output;
                   Buffer.add_string c.output (String.sub s n (String.length s - n));
-                  if Buffer.length c.output > 0 then later c
+                  if Buffer.length c.output > 0 then later c;
+                  resume c
               | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
                   later c
               | exception Unix.Unix_error _ -> close c
@@ -165,8 +181,8 @@ let run ?(on_ready = ignore) cfg =
             if not c.flushing then (
               c.flushing <- true;
               ignore (Loop.after loop (Time.of_ms 1) (fun () -> flush c)))
-          in
-          let reply c rreq outcome =
+          and reply c rreq outcome =
+            c.outstanding <- c.outstanding - 1;
             if not c.closed then begin
               Buffer.add_string c.output (Wire.frame_reply { Wire.rreq; outcome });
               if Buffer.length c.output > max_output then (
@@ -174,29 +190,47 @@ let run ?(on_ready = ignore) cfg =
                 close c)
               else flush c
             end
-          in
-          let on_readable c () =
+          (* The requests in [input], while the connection has room; then
+             the loop reads it only if it still has room. *)
+          and frames c =
+            c.parsing <- true;
+            let rec go () =
+              if (not c.closed) && room c then
+                match Wire.read_frame c.input with
+                | Ok None -> ()
+                | Error e ->
+                    Log.info (fun m -> m "client: %s: connection closed" e);
+                    close c
+                | Ok (Some f) -> (
+                    match Wire.decode_request f with
+                    | Error e ->
+                        Log.info (fun m -> m "client: bad request (%s): connection closed" e);
+                        close c
+                    | Ok req ->
+                        c.outstanding <- c.outstanding + 1;
+                        R.submit r req (reply c req.req);
+                        go ())
+            in
+            go ();
+            c.parsing <- false;
+            if not c.closed then
+              if room c && not c.reading then begin
+                c.reading <- true;
+                Loop.watch loop c.fd (on_readable c)
+              end
+              else if (not (room c)) && c.reading then begin
+                c.reading <- false;
+                Loop.unwatch loop c.fd
+              end
+          (* An answer went out: a connection that had no room may have some. *)
+          and resume c = if (not c.closed) && (not c.parsing) && not c.reading then frames c
+          and on_readable c () =
             let b = Bytes.create 65536 in
             match Unix.read c.fd b 0 (Bytes.length b) with
             | 0 -> close c
             | n ->
                 Buffer.add_subbytes c.input b 0 n;
-                let rec frames () =
-                  match Wire.read_frame c.input with
-                  | Ok None -> ()
-                  | Error e ->
-                      Log.info (fun m -> m "client: %s: connection closed" e);
-                      close c
-                  | Ok (Some f) -> (
-                      match Wire.decode_request f with
-                      | Error e ->
-                          Log.info (fun m -> m "client: bad request (%s): connection closed" e);
-                          close c
-                      | Ok req ->
-                          R.submit r req (reply c req.req);
-                          frames ())
-                in
-                frames ()
+                frames c
             | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
             | exception Unix.Unix_error _ -> close c
           in
@@ -217,6 +251,9 @@ let run ?(on_ready = ignore) cfg =
                       output = Buffer.create 256;
                       closed = false;
                       flushing = false;
+                      outstanding = 0;
+                      reading = true;
+                      parsing = false;
                     }
                   in
                   Loop.watch loop fd (on_readable c)
