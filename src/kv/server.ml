@@ -26,8 +26,10 @@ let max_output = 4 * 1024 * 1024
    answers wait for it to read them, the server stops reading it (the
    client's writes wait in TCP) until answers go out. What one connection
    holds is then bounded: a read's worth of requests, [max_pipeline]
-   requests in the replica, their answers. *)
-let max_pipeline = 64
+   requests in the replica, [pause_output] bytes of answers and those of
+   the requests under way (32 of 64 KB at most): under [max_output], so a
+   client that reads late is never cut off. *)
+let max_pipeline = 32
 let pause_output = 256 * 1024
 
 type conn = {
