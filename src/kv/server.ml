@@ -22,15 +22,13 @@ let max_output = 4 * 1024 * 1024
 
 (* Pipelining: a client may send requests without waiting for the answers
    (matched by request number). A connection has at most [max_pipeline]
-   requests under way; beyond, or while more than [pause_output] bytes of
-   answers wait for it to read them, the server stops reading it (the
-   client's writes wait in TCP) until answers go out. What one connection
-   holds is then bounded: a read's worth of requests, [max_pipeline]
-   requests in the replica, [pause_output] bytes of answers and those of
-   the requests under way (32 of 64 KB at most): under [max_output], so a
-   client that reads late is never cut off. *)
+   requests under way; beyond, the server stops reading it (the client's
+   writes wait in TCP) until answers go out, and it takes more only after a
+   write to it succeeded: a client that does not read holds a read's worth
+   of requests, [max_pipeline] requests in the replica and their answers
+   (32 of 64 KB at most, under [max_output]: a client that reads late is
+   not cut off). *)
 let max_pipeline = 32
-let pause_output = 256 * 1024
 
 type conn = {
   fd : Unix.file_descr;
@@ -165,7 +163,7 @@ let run ?(on_ready = ignore) cfg =
               try Unix.close c.fd with Unix.Unix_error _ -> ()
             end
           in
-          let room c = c.outstanding < max_pipeline && Buffer.length c.output <= pause_output in
+          let room c = c.outstanding < max_pipeline in
           let rec flush c =
             c.flushing <- false;
             if (not c.closed) && Buffer.length c.output > 0 then
