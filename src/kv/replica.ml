@@ -350,7 +350,8 @@ struct
      member goes on applying orders; it covers the orders written when it
      started, and only those are acknowledged when it returns successfully.
      The orders applied meanwhile go to disk together in the next one,
-     started as soon as this one returns. An acknowledgement the group
+     started once the loop has served what is ready (orders that came
+     meanwhile share it). An acknowledgement the group
      refuses (flow control) waits for the retry: syncing again at once
      would cover nothing new and be refused again, over and over at the
      same instant. Alone in its view, a member has nothing to do while its
@@ -376,7 +377,7 @@ struct
               else false
             in
             if not acked then retry t (fun () -> schedule_sync t)
-            else if t.delivered > t.acked && t.sync_timer = None then start_sync t
+            else if t.delivered > t.acked then schedule_sync t
           end
         in
         t.syncing <- true;
