@@ -115,7 +115,9 @@ module Generic
       [observe] (default: nothing) hears each order applied and each acknowledgement counted.
 
       [fsync] (default {!inline_fsync}) runs the fsync of the log after orders are applied (group
-      commit: one at a time; the orders applied while it runs wait for the next). *)
+      commit: one at a time; the orders applied while it runs wait for the next), in a view of
+      several members; a member alone in its view runs it with {!inline_fsync} (nothing to overlap
+      it with: the hand-off would only add latency). *)
 
   val failure : t -> Store_intf.failure option
   (** The I/O error that stopped this replica, if any. *)
