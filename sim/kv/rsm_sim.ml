@@ -140,6 +140,21 @@ struct
               violation "%s counted %s's acknowledgement of %d orders of view %s it never applied"
                 member origin count vid)
     in
+    (* Group commit: the fsync after applying takes 0 (inline), 1 or 4 ms
+       of the simulator's clock, by seed (a stream of its own, so that the
+       schedule's other draws stay what they were); orders applied
+       meanwhile wait for the next one. *)
+    let fsync =
+      match Random.State.int (Random.State.make [| seed; cfg.salt; 0x5c |]) 3 with
+      | 0 -> None
+      | k ->
+          let latency = ms (if k = 1 then 1 else 4) in
+          Some
+            (fun ~fd:_ run k ->
+              at
+                (Time.add (now ()) latency)
+                (fun () -> k (match run () with () -> Ok () | exception x -> Error x)))
+    in
     let restarts = ref 0 and repaired = ref 0 in
     let disk_steps = ref 0 in
     let rec start i =
@@ -248,8 +263,8 @@ struct
               at (Time.add (now ()) (ms (700 + Random.State.int rng 1000))) (fun () -> start i)
             in
             match
-              R.create ~params ~on_failure ~observe ~seed:(Random.State.int rng 0x3fffffff) net rcfg
-                store
+              R.create ~params ~on_failure ~observe ?fsync ~seed:(Random.State.int rng 0x3fffffff)
+                net rcfg store
             with
             | Ok r ->
                 p.r <- Some (r, store);

@@ -29,6 +29,10 @@ let max_in_flight = 10_000
 let addr_of id = match String.index_opt id '#' with Some i -> String.sub id 0 i | None -> id
 let stack () = Consort_group.Properties.(layers (vsync @ [ Total; Xfer ]))
 
+type fsync_runner = fd:Unix.file_descr -> (unit -> unit) -> ((unit, exn) result -> unit) -> unit
+
+let inline_fsync ~fd:_ run k = k (match run () with () -> Ok () | exception x -> Error x)
+
 (* The age of a state, for state transfer: its epoch, then its write. *)
 let age_of ~epoch ~seq = (epoch lsl 32) lor min seq 0xffff_ffff
 
@@ -77,6 +81,8 @@ struct
     mutable acked : int;
     mutable committed : int;
     mutable sync_timer : T.timer option;
+    mutable syncing : bool; (* an fsync of the log runs *)
+    fsync : fsync_runner;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
     mutable epoch_next : int option; (* the view's epoch, once its state transfer decided *)
@@ -333,16 +339,51 @@ struct
 
   (* After applying: to disk, then acknowledge. *)
   let rec schedule_sync t =
-    if t.sync_timer = None then
+    if t.sync_timer = None && not t.syncing then
       t.sync_timer <-
         Some
           (soon t (fun () ->
                t.sync_timer <- None;
-               if (not t.dead) && durably t (fun () -> Store.sync t.store) then begin
-                 if t.delivered > t.acked then
-                   if send_ack t t.delivered then t.acked <- t.delivered
-                   else retry t (fun () -> schedule_sync t)
-               end))
+               if not t.dead then start_sync t))
+
+  (* Group commit: one fsync of the log at a time, run apart while this
+     member goes on applying orders; it covers the orders written when it
+     started, and only those are acknowledged when it returns successfully.
+     The orders applied meanwhile go to disk together in the next one,
+     started once the loop has served what is ready (orders that came
+     meanwhile share it). An acknowledgement the group
+     refuses (flow control) waits for the retry: syncing again at once
+     would cover nothing new and be refused again, over and over at the
+     same instant. Alone in its view, a member has nothing to do while its
+     fsync runs but read requests, which wait in the kernel and come in
+     together after it: its fsync runs here, without the hand-off to the
+     [fsync] runner and back (a thread's wake-up each way in kv serve, the
+     cost that made one replica slower with group commit than without). *)
+  and start_sync t =
+    let v = view t in
+    let vid = v.vid and covers = t.delivered in
+    match Store.sync_start t.store with
+    | exception Store_intf.Failed e -> fail_stop t e
+    | f ->
+        let finish outcome =
+          t.syncing <- false;
+          if (not t.dead) && durably t (fun () -> Store.sync_finish t.store outcome) then begin
+            let acked =
+              if (view t).vid <> vid || covers <= t.acked then true
+              else if send_ack t covers then begin
+                t.acked <- covers;
+                true
+              end
+              else false
+            in
+            if not acked then retry t (fun () -> schedule_sync t)
+            else if t.delivered > t.acked then schedule_sync t
+          end
+        in
+        t.syncing <- true;
+        let runner = if Array.length v.members <= 1 then inline_fsync else t.fsync in
+        if f.needed then runner ~fd:f.fd (fun () -> if not t.dead then f.run ()) finish
+        else finish (Ok ())
 
   let quorum t = (List.length t.replicas / 2) + 1
 
@@ -688,7 +729,8 @@ struct
                        answer t rid (Wire.Unknown "timeout")));
               forward t rid)
 
-  let create ?params ?seed ?layers ?on_failure ?(observe = ignore) tr cfg store =
+  let create ?params ?seed ?layers ?on_failure ?(observe = ignore) ?(fsync = inline_fsync) tr cfg
+      store =
     match
       match layers with
       | Some l -> Ok l
@@ -720,6 +762,8 @@ struct
             acked = 0;
             committed = 0;
             sync_timer = None;
+            syncing = false;
+            fsync;
             flush_timer = None;
             dead = false;
             epoch_next = None;

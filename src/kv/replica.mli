@@ -13,7 +13,9 @@
     of the view it holds and their digest, chained order by order, which a member counts only if its
     own chain after as many orders is the same. A request is answered when every member of the view
     has acknowledged its order: by then the write is on the disk of every member of a majority, so
-    it survives the crash of any of them and a restart of all.
+    it survives the crash of any of them and a restart of all. Group commit: one fsync runs at a
+    time (apart from the loop, see [create]'s [fsync]); it acknowledges only the orders written
+    before it started, and the orders applied while it ran share the next one.
 
     {b Storage faults.} A write, fsync or rename the disk refuses (full, EIO, EDQUOT) stops the
     replica: nothing it failed to store is ever acknowledged (see [create]).
@@ -67,6 +69,15 @@ type observation =
       (** [member] counted [origin]'s acknowledgement of the first [count] orders of view [vid]
           toward their commit *)
 
+type fsync_runner = fd:Unix.file_descr -> (unit -> unit) -> ((unit, exn) result -> unit) -> unit
+(** How a replica runs the fsync that makes applied orders durable: [runner ~fd run k] calls [run]
+    (the fsync through the store's [Io]) or fsync(2) on [fd], here or in another thread or later,
+    then [k] with its outcome on the replica's loop (never from another thread). The replica
+    acknowledges the orders it covers only after [k (Ok ())]. *)
+
+val inline_fsync : fsync_runner
+(** [run ()] at once, then [k]: the fsync blocks the loop. *)
+
 (** The replica of any state machine ({!Rsm.MACHINE}) with its store ([Store.Make (M)]): the
     directory server's replicas are [Generic (Dir_machine) (Store.Make (Dir_machine)) (T)]. *)
 module Generic
@@ -86,6 +97,7 @@ module Generic
     ?layers:Consort.Layer.t list ->
     ?on_failure:(Store_intf.failure -> unit) ->
     ?observe:(observation -> unit) ->
+    ?fsync:fsync_runner ->
     T.t ->
     config ->
     Store.t ->
@@ -100,7 +112,12 @@ module Generic
       later one the same way, logs one line, leaves the group and calls [on_failure] (the process
       should then exit).
 
-      [observe] (default: nothing) hears each order applied and each acknowledgement counted. *)
+      [observe] (default: nothing) hears each order applied and each acknowledgement counted.
+
+      [fsync] (default {!inline_fsync}) runs the fsync of the log after orders are applied (group
+      commit: one at a time; the orders applied while it runs wait for the next), in a view of
+      several members; a member alone in its view runs it with {!inline_fsync} (nothing to overlap
+      it with: the hand-off would only add latency). *)
 
   val failure : t -> Store_intf.failure option
   (** The I/O error that stopped this replica, if any. *)

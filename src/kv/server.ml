@@ -20,12 +20,25 @@ type config = {
 
 let max_output = 4 * 1024 * 1024
 
+(* Pipelining: a client may send requests without waiting for the answers
+   (matched by request number). A connection has at most [max_pipeline]
+   requests under way; beyond, the server stops reading it (the client's
+   writes wait in TCP) until answers go out, and it takes more only after a
+   write to it succeeded: a client that does not read holds a read's worth
+   of requests, [max_pipeline] requests in the replica and their answers
+   (32 of 64 KB at most, under [max_output]: a client that reads late is
+   not cut off). *)
+let max_pipeline = 32
+
 type conn = {
   fd : Unix.file_descr;
   input : Buffer.t;
   output : Buffer.t;
   mutable closed : bool;
   mutable flushing : bool;
+  mutable outstanding : int; (* requests submitted, not answered *)
+  mutable reading : bool; (* watched by the loop *)
+  mutable parsing : bool; (* in [frames]: taking requests out of [input] *)
 }
 
 let parse_addr s =
@@ -45,6 +58,64 @@ let parse_addr s =
    correctness: the member is excluded, joins again and catches up. *)
 let default_params = "suspect.timeout=2s,suspect.verify=500ms"
 
+external fsync_async : Unix.file_descr -> Unix.file_descr -> int -> unit = "consort_kv_fsync_async"
+external error_of_errno : int -> Unix.error = "consort_kv_error_of_errno"
+
+(* Group commit on the real disk: the fsyncs of the log run in one worker
+   thread (in C, outside the runtime) while the loop goes on serving; each
+   outcome comes back through a pipe the loop watches. Without a pipe (out
+   of descriptors), the fsync blocks the loop as before. *)
+let threaded_fsync loop =
+  match Unix.pipe ~cloexec:true () with
+  | exception Unix.Unix_error (e, _, _) ->
+      Log.warn (fun m -> m "no pipe for the fsync thread (%s): fsyncs block" (Unix.error_message e));
+      (Replica.inline_fsync, ignore)
+  | r, w ->
+      Unix.set_nonblock r;
+      let waiting = Hashtbl.create 4 and next = ref 0 and input = Buffer.create 64 in
+      let b = Bytes.create 512 in
+      let rec drain () =
+        match Unix.read r b 0 (Bytes.length b) with
+        | 0 -> ()
+        | n ->
+            Buffer.add_subbytes input b 0 n;
+            let s = Buffer.contents input in
+            let whole = String.length s / 8 * 8 in
+            Buffer.clear input;
+            Buffer.add_string input (String.sub s whole (String.length s - whole));
+            for i = 0 to (whole / 8) - 1 do
+              let id = Int32.to_int (String.get_int32_ne s (8 * i))
+              and e = Int32.to_int (String.get_int32_ne s ((8 * i) + 4)) in
+              match Hashtbl.find_opt waiting id with
+              | Some k ->
+                  Hashtbl.remove waiting id;
+                  k
+                    (if e = 0 then Ok ()
+                     else Error (Unix.Unix_error (error_of_errno e, "fsync", "")))
+              | None -> ()
+            done;
+            drain ()
+        | exception Unix.Unix_error _ -> ()
+      in
+      Loop.watch loop r drain;
+      let runner ~fd run k =
+        next := (!next + 1) land 0x3fff_ffff;
+        Hashtbl.replace waiting !next k;
+        match fsync_async fd w !next with
+        | () -> ()
+        | exception Unix.Unix_error _ ->
+            (* No worker thread (pthread_create failed): this fsync blocks the loop. *)
+            Hashtbl.remove waiting !next;
+            Replica.inline_fsync ~fd run k
+      in
+      let close () =
+        Loop.unwatch loop r;
+        (try Unix.close r with Unix.Unix_error _ -> ());
+        (* A thread still running writes to [w]: left open (never another file's number). *)
+        if Hashtbl.length waiting = 0 then try Unix.close w with Unix.Unix_error _ -> ()
+      in
+      (runner, close)
+
 let run ?(on_ready = ignore) cfg =
   let cfg =
     match Params.of_string default_params with
@@ -62,8 +133,10 @@ let run ?(on_ready = ignore) cfg =
     failed := Some e;
     stop := true
   in
-  match R.create ~params:cfg.params ~on_failure loop rcfg store with
+  let fsync, close_fsync = threaded_fsync loop in
+  match R.create ~params:cfg.params ~on_failure ~fsync loop rcfg store with
   | Error e ->
+      close_fsync ();
       Store.close store;
       Error e
   | Ok r -> (
@@ -85,10 +158,12 @@ let run ?(on_ready = ignore) cfg =
             if not c.closed then begin
               c.closed <- true;
               decr conns;
-              Loop.unwatch loop c.fd;
+              if c.reading then Loop.unwatch loop c.fd;
+              c.reading <- false;
               try Unix.close c.fd with Unix.Unix_error _ -> ()
             end
           in
+          let room c = c.outstanding < max_pipeline in
           let rec flush c =
             c.flushing <- false;
             if (not c.closed) && Buffer.length c.output > 0 then
@@ -97,7 +172,8 @@ let run ?(on_ready = ignore) cfg =
               | n ->
                   Buffer.clear c.output;
                   Buffer.add_string c.output (String.sub s n (String.length s - n));
-                  if Buffer.length c.output > 0 then later c
+                  if Buffer.length c.output > 0 then later c;
+                  resume c
               | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
                   later c
               | exception Unix.Unix_error _ -> close c
@@ -105,8 +181,8 @@ let run ?(on_ready = ignore) cfg =
             if not c.flushing then (
               c.flushing <- true;
               ignore (Loop.after loop (Time.of_ms 1) (fun () -> flush c)))
-          in
-          let reply c rreq outcome =
+          and reply c rreq outcome =
+            c.outstanding <- c.outstanding - 1;
             if not c.closed then begin
               Buffer.add_string c.output (Wire.frame_reply { Wire.rreq; outcome });
               if Buffer.length c.output > max_output then (
@@ -114,29 +190,47 @@ let run ?(on_ready = ignore) cfg =
                 close c)
               else flush c
             end
-          in
-          let on_readable c () =
+          (* The requests in [input], while the connection has room; then
+             the loop reads it only if it still has room. *)
+          and frames c =
+            c.parsing <- true;
+            let rec go () =
+              if (not c.closed) && room c then
+                match Wire.read_frame c.input with
+                | Ok None -> ()
+                | Error e ->
+                    Log.info (fun m -> m "client: %s: connection closed" e);
+                    close c
+                | Ok (Some f) -> (
+                    match Wire.decode_request f with
+                    | Error e ->
+                        Log.info (fun m -> m "client: bad request (%s): connection closed" e);
+                        close c
+                    | Ok req ->
+                        c.outstanding <- c.outstanding + 1;
+                        R.submit r req (reply c req.req);
+                        go ())
+            in
+            go ();
+            c.parsing <- false;
+            if not c.closed then
+              if room c && not c.reading then begin
+                c.reading <- true;
+                Loop.watch loop c.fd (on_readable c)
+              end
+              else if (not (room c)) && c.reading then begin
+                c.reading <- false;
+                Loop.unwatch loop c.fd
+              end
+          (* An answer went out: a connection that had no room may have some. *)
+          and resume c = if (not c.closed) && (not c.parsing) && not c.reading then frames c
+          and on_readable c () =
             let b = Bytes.create 65536 in
             match Unix.read c.fd b 0 (Bytes.length b) with
             | 0 -> close c
             | n ->
                 Buffer.add_subbytes c.input b 0 n;
-                let rec frames () =
-                  match Wire.read_frame c.input with
-                  | Ok None -> ()
-                  | Error e ->
-                      Log.info (fun m -> m "client: %s: connection closed" e);
-                      close c
-                  | Ok (Some f) -> (
-                      match Wire.decode_request f with
-                      | Error e ->
-                          Log.info (fun m -> m "client: bad request (%s): connection closed" e);
-                          close c
-                      | Ok req ->
-                          R.submit r req (reply c req.req);
-                          frames ())
-                in
-                frames ()
+                frames c
             | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
             | exception Unix.Unix_error _ -> close c
           in
@@ -157,6 +251,9 @@ let run ?(on_ready = ignore) cfg =
                       output = Buffer.create 256;
                       closed = false;
                       flushing = false;
+                      outstanding = 0;
+                      reading = true;
+                      parsing = false;
                     }
                   in
                   Loop.watch loop fd (on_readable c)
@@ -180,6 +277,7 @@ let run ?(on_ready = ignore) cfg =
           Loop.run loop ~timeout:(Time.of_ms 300);
           (if !failed = None then try Store.sync store with Store.Failed e -> failed := Some e);
           Store.close store;
+          close_fsync ();
           Unix.close sock;
           match !failed with
           | None -> Ok ()

@@ -1,4 +1,6 @@
-(** A replica as a process: the group over kernel UDP, clients over TCP, one event loop. *)
+(** A replica as a process: the group over kernel UDP, clients over TCP, one event loop. A client
+    may pipeline requests on one connection (the answers carry the request number; at most 32 under
+    way per connection, the rest wait in TCP until answers go out). *)
 
 type config = {
   group : string;

@@ -94,6 +94,9 @@ module Make (M : Rsm.MACHINE) = struct
     mutable recent_bytes : int;
     lock : Unix.file_descr;
     mutable failed : failure option; (* the disk refused a step: no sync ever again *)
+    mutable in_flight : int; (* fsyncs started by sync_start, not finished *)
+    mutable unsynced : bool; (* written to the log since the last fsync started *)
+    mutable retired : Unix.file_descr list; (* logs replaced while an fsync ran on them *)
     group : string option; (* the identity's, if the store has one *)
     mutable membership : membership;
   }
@@ -324,7 +327,8 @@ module Make (M : Rsm.MACHINE) = struct
     let promise =
       if t.promise > 0 then frame (Codec.encode_string record_codec (Promise t.promise)) else ""
     in
-    Unix.close t.wal;
+    (* An fsync in flight (sync_start) may still use the old log: closed when none is. *)
+    if t.in_flight > 0 then t.retired <- t.wal :: t.retired else Unix.close t.wal;
     replace t "wal" (wal_magic ^ promise);
     t.wal <- open_wal (path t "wal");
     t.wal_size <- String.length wal_magic + String.length promise;
@@ -348,6 +352,39 @@ module Make (M : Rsm.MACHINE) = struct
           Buffer.clear t.pending;
           t.wal_size <- t.wal_size + String.length s;
           if t.wal_size > t.snapshot_bytes then write_snapshot t)
+
+  (* Group commit: the write now, the fsync apart (in another thread, or
+     later), while the replica goes on applying; what it applies meanwhile
+     waits for the next fsync. *)
+  type fsync = { fd : Unix.file_descr; needed : bool; run : unit -> unit }
+
+  let sync_start t =
+    if t.failed <> None || dirty t then
+      durable t "the log" (fun () ->
+          let s = Buffer.contents t.pending in
+          (match write_all t.io (path t "wal") t.wal s with
+          | () -> ()
+          | exception (Unix.Unix_error _ as x) ->
+              (try Unix.ftruncate t.wal t.wal_size with Unix.Unix_error _ -> ());
+              raise x);
+          Buffer.clear t.pending;
+          t.wal_size <- t.wal_size + String.length s;
+          t.unsynced <- true);
+    let needed = t.unsynced || t.in_flight > 0 in
+    t.unsynced <- false;
+    t.in_flight <- t.in_flight + 1;
+    let fd = t.wal and p = path t "wal" and io = t.io in
+    { fd; needed; run = (fun () -> if needed then io.Io.fsync p fd) }
+
+  let sync_finish t result =
+    t.in_flight <- t.in_flight - 1;
+    if t.in_flight = 0 then begin
+      List.iter (fun fd -> try Unix.close fd with Unix.Unix_error _ -> ()) t.retired;
+      t.retired <- []
+    end;
+    durable t "the log" (fun () ->
+        (match result with Ok () -> () | Error x -> raise x);
+        if t.in_flight = 0 && t.wal_size > t.snapshot_bytes then write_snapshot t)
 
   let install t s =
     match Codec.decode_string (snap_codec t.limits) s with
@@ -373,6 +410,8 @@ module Make (M : Rsm.MACHINE) = struct
     end
 
   let close t =
+    List.iter (fun fd -> try Unix.close fd with Unix.Unix_error _ -> ()) t.retired;
+    t.retired <- [];
     (try Unix.close t.wal with Unix.Unix_error _ -> ());
     try Unix.close t.lock with Unix.Unix_error _ -> ()
 
@@ -531,6 +570,9 @@ module Make (M : Rsm.MACHINE) = struct
                   recent_bytes = 0;
                   lock;
                   failed = None;
+                  in_flight = 0;
+                  unsynced = false;
+                  retired = [];
                   group;
                   membership;
                 }

@@ -123,6 +123,32 @@ module type S = sig
       part way is cut back off the log (no torn record is left before later ones).
       @raise Failed on an I/O error, and on every call after one. *)
 
+  (** {2 Group commit}
+
+      A replica under load syncs apart from its work: {!sync_start} writes what is pending to the
+      log and gives the fsync that makes it durable, to run while the replica goes on (in another
+      thread, or later); what is logged meanwhile waits for the next one. {!sync_finish} takes the
+      outcome. Nothing written is durable before its fsync returns successfully. *)
+
+  type fsync = {
+    fd : Unix.file_descr;  (** the log, for a runner that calls fsync(2) itself (real disks) *)
+    needed : bool;
+        (** false when nothing was written since the last fsync started, and none runs: it may be
+            skipped *)
+    run : unit -> unit;  (** the fsync through the store's {!Consort_util.Io.t} *)
+  }
+
+  val sync_start : t -> fsync
+  (** [sync_start t] writes what was logged since the last sync (a write that fails part way is cut
+      back off the log) and is the fsync that covers it and everything written before; the log's
+      descriptor stays open until every fsync started is finished.
+      @raise Failed on an I/O error, and on every call after one. *)
+
+  val sync_finish : t -> (unit, exn) result -> unit
+  (** [sync_finish t outcome]: the fsync started last by {!sync_start}, in order, has returned
+      [outcome]; perhaps takes a snapshot.
+      @raise Failed if it failed ([Unix.Unix_error]), and on every sync after. *)
+
   val failed : t -> failure option
   (** The I/O error that stopped this store, if any. *)
 

@@ -27,7 +27,16 @@ let world name =
   let net = Sim.create ~seed:7 () in
   { net; dir; addrs = [ "r0"; "r1"; "r2" ]; reps = Array.make 3 None }
 
-let start ?retain ?io ?identity w i =
+(* The fsync of a replica's log after applying, [latency] apart on the
+   simulator's clock (group commit: the replica goes on meanwhile). *)
+let sim_fsync w latency : Replica.fsync_runner =
+ fun ~fd:_ run k ->
+  ignore
+    (Sim.at w.net
+       (Time.add (Sim.now w.net) latency)
+       (fun () -> k (match run () with () -> Ok () | exception x -> Error x)))
+
+let start ?retain ?io ?identity ?fsync ?(params = params) w i =
   let addr = List.nth w.addrs i in
   let store, _ =
     match Store.open_ ?retain ?io ?identity (Filename.concat w.dir addr) with
@@ -40,7 +49,7 @@ let start ?retain ?io ?identity w i =
       request_timeout = s 3.;
     }
   in
-  match R.create ~params ~seed:(i + 1) w.net cfg store with
+  match R.create ~params ~seed:(i + 1) ?fsync w.net cfg store with
   | Ok r -> w.reps.(i) <- Some (r, store)
   | Error e -> Alcotest.failf "start %s: %s" addr e
 
@@ -443,6 +452,163 @@ let disk_full () =
     [ 0; 2 ];
   finish w
 
+(* Group commit: the fsync of r1's log takes 50 ms (the others' 2 ms), and
+   the orders r1 applies while one runs wait for the next. The fsync that
+   covers A succeeds; the next one, covering B, C and D (applied while the
+   first ran), fails. A is answered; nobody in the failed group is: r1
+   stops and answers them unknown. Acknowledging a group before its fsync
+   returns, or acknowledging at the end of an fsync the orders applied
+   while it ran, answers them done. *)
+let group_fsync_fails () =
+  let w = world "group" in
+  let fsyncs = ref 0 and fail_from = ref max_int in
+  let io =
+    {
+      Consort_util.Io.real with
+      fsync =
+        (fun p fd ->
+          incr fsyncs;
+          if !fsyncs >= !fail_from then raise (Unix.Unix_error (Unix.EIO, "fsync", p))
+          else Consort_util.Io.real.fsync p fd);
+    }
+  in
+  for i = 0 to 2 do
+    if i = 1 then start ~io ~fsync:(sim_fsync w (Time.of_ms 50)) w i
+    else start ~fsync:(sim_fsync w (Time.of_ms 2)) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 1 ~client:1L ~req:1 (Op.Put ("k", "0")));
+  run w (s 1.);
+  fail_from := !fsyncs + 2;
+  let got = Array.make 4 None in
+  let submit j =
+    R.submit (rep w 1)
+      { Wire.client = Int64.of_int (10 + j); req = 1; op = Op.Put ("k", string_of_int j) }
+      (fun o -> got.(j) <- Some o)
+  in
+  submit 0;
+  for j = 1 to 3 do
+    run w (Time.of_ms 8);
+    submit j
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome)) "A, its fsync done" (Some (Wire.Done Op.Ok)) got.(0);
+  for j = 1 to 3 do
+    match got.(j) with
+    | Some (Wire.Unknown _) -> ()
+    | o ->
+        Alcotest.failf "request %c, in the group whose fsync failed: %a (unknown expected)"
+          (Char.chr (Char.code 'A' + j))
+          Fmt.(option ~none:(any "no answer") Wire.pp_outcome)
+          o
+  done;
+  (match R.failure (rep w 1) with
+  | Some (Store.Io_error _) -> ()
+  | Some e -> Alcotest.failf "r1 stopped on %a" Store.pp_failure e
+  | None -> Alcotest.fail "r1 did not stop");
+  finish w
+
+(* Group commit: one fsync of a replica's log for all the orders it applied
+   while the previous one ran. Requests come one every millisecond for 60
+   ms, each in an order of its own; the fsync takes 10 ms: about one fsync
+   per ten orders, and every request answered. *)
+let group_commit () =
+  let w = world "gc" in
+  let fsyncs = ref 0 in
+  let io =
+    {
+      Consort_util.Io.real with
+      fsync =
+        (fun p fd ->
+          incr fsyncs;
+          Consort_util.Io.real.fsync p fd);
+    }
+  in
+  for i = 0 to 2 do
+    start ~io ~fsync:(sim_fsync w (Time.of_ms 10)) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "0")));
+  run w (s 1.);
+  let before = !fsyncs in
+  let n = 60 in
+  let got = Array.make n None in
+  for j = 0 to n - 1 do
+    R.submit
+      (rep w (j mod 3))
+      { Wire.client = Int64.of_int (10 + j); req = 1; op = Op.Put (string_of_int j, "v") }
+      (fun o -> got.(j) <- Some o);
+    run w (Time.of_ms 1)
+  done;
+  run w (s 2.);
+  Array.iteri
+    (fun j o ->
+      Alcotest.(check (option outcome)) (Printf.sprintf "put %d" j) (Some (Wire.Done Op.Ok)) o)
+    got;
+  let per_replica = (!fsyncs - before) / 3 in
+  if per_replica > n / 4 then
+    Alcotest.failf "%d fsyncs per replica for %d orders one every ms (fsync: 10 ms)" per_replica n;
+  if per_replica < 2 then Alcotest.failf "%d fsyncs per replica for %d writes" per_replica n;
+  finish w
+
+(* Group commit when flow control refuses the acknowledgement: r2 is paused
+   (not long enough to be suspected) while r0 casts, so that the casts it
+   has not credited fill r0's window and queue, and the group refuses r0's
+   sends. The acknowledgement of an fsync that returned then waits for the
+   retry, 5 ms later; the replica neither starts fsyncs that cover nothing
+   nor sets timers over and over at the same instant (a busy loop that
+   would keep the simulator's clock from advancing). When r2 resumes,
+   every request is answered. *)
+let ack_refused () =
+  let w = world "ackflow" in
+  let params =
+    Params.set "mflow.window" (Params.Int 2048) (Params.set "mflow.queue" (Params.Int 2048) params)
+  in
+  for i = 0 to 2 do
+    start ~params ~fsync:(sim_fsync w (Time.of_ms 2)) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "0")));
+  run w (s 1.);
+  Sim.pause w.net "r2" ~until:(Time.add (Sim.now w.net) (Time.of_ms 1200));
+  let n = 200 in
+  let got = Array.make n None in
+  let bounded d =
+    let until = Time.add (Sim.now w.net) d in
+    Sim.run ~until ~max_events:100_000 w.net;
+    if Sim.now w.net < until then
+      Alcotest.failf "100,000 events in less than %a of the simulator's time (at %a)" Time.pp d
+        Time.pp (Sim.now w.net)
+  in
+  (* One request every half millisecond, each in a cast of its own; a few
+     hundred events a millisecond at most, unless a busy loop holds the
+     clock. *)
+  for j = 0 to n - 1 do
+    R.submit
+      (rep w (j mod 2))
+      {
+        Wire.client = Int64.of_int (10 + j);
+        req = 1;
+        op = Op.Put (string_of_int j, String.make 100 'v');
+      }
+      (fun o -> got.(j) <- Some o);
+    bounded (Time.of_us 500)
+  done;
+  for _ = 1 to 50 do
+    bounded (Time.of_ms 100)
+  done;
+  Array.iteri
+    (fun j o ->
+      Alcotest.(check (option outcome)) (Printf.sprintf "put %d" j) (Some (Wire.Done Op.Ok)) o)
+    got;
+  finish w
+
 (* An acknowledgement vouches only for the orders it names: r2 stops (its
    member goes on, so the view stays), and an acknowledgement from it with
    the right count but another chain of orders commits nothing. *)
@@ -585,6 +751,12 @@ let () =
           Alcotest.test_case "two (token)" `Quick (two "token");
           Alcotest.test_case "a full disk: the replica stops, the others go on" `Quick disk_full;
           Alcotest.test_case "an acknowledgement of other orders is not counted" `Quick forged_ack;
+          Alcotest.test_case "group commit: a failed fsync answers nobody in its group" `Quick
+            group_fsync_fails;
+          Alcotest.test_case "group commit: one fsync for the orders applied while one ran" `Quick
+            group_commit;
+          Alcotest.test_case "group commit: an acknowledgement refused by flow control waits" `Quick
+            ack_refused;
           Alcotest.test_case "a wiped replica has no vote until caught up" `Quick wiped_dir;
           Alcotest.test_case "a replica on another cluster's directory stops" `Quick foreign_dir;
         ] );

@@ -490,6 +490,65 @@ let promise_through_faults () =
   done;
   Alcotest.(check bool) "every step of a sync and a snapshot was tried" true (!n > 8)
 
+(* Group commit's two halves: an fsync started covers what was written
+   before it, not what is logged after; a snapshot while one runs keeps its
+   log open for it; its failure stops the store for good. *)
+let group_commit () =
+  let d = fresh "group" in
+  let fsyncs = ref 0 in
+  let io =
+    {
+      Io.real with
+      fsync =
+        (fun p fd ->
+          incr fsyncs;
+          Io.real.fsync p fd);
+    }
+  in
+  let t, _ = open_ok ~io ~snapshot_bytes:200 d in
+  ignore (Store.execute t (cmd 1 (Op.Put ("a", "1"))));
+  let f = Store.sync_start t in
+  Alcotest.(check bool) "written: an fsync needed" true f.needed;
+  Alcotest.(check bool) "nothing pending" false (Store.dirty t);
+  (* Logged while the fsync runs: pending, for the next. *)
+  ignore (Store.execute t (cmd 2 (Op.Put ("b", String.make 300 'x'))));
+  Alcotest.(check bool) "the later write pending" true (Store.dirty t);
+  (* A sync meanwhile snapshots (the log is past 200 bytes): the log the
+     running fsync holds stays open. *)
+  let ino = (Unix.fstat f.fd).st_ino in
+  Store.sync t;
+  Alcotest.(check bool) "the log replaced" true ((Unix.stat (Filename.concat d "wal")).st_ino <> ino);
+  Alcotest.(check int)
+    "the running fsync's log still open (not another file's descriptor)" ino
+    (Unix.fstat f.fd).st_ino;
+  let before = !fsyncs in
+  f.run ();
+  Alcotest.(check int) "the fsync ran on the old log" (before + 1) !fsyncs;
+  Store.sync_finish t (Ok ());
+  let g = Store.sync_start t in
+  Alcotest.(check bool) "nothing written since: no fsync needed" false g.needed;
+  Store.sync_finish t (Ok ());
+  ignore (Store.execute t (cmd 3 (Op.Put ("c", "3"))));
+  let h = Store.sync_start t in
+  Alcotest.(check bool) "needed again" true h.needed;
+  (match Store.sync_finish t (Error (Unix.Unix_error (Unix.EIO, "fsync", "wal"))) with
+  | () -> Alcotest.fail "a failed fsync finished"
+  | exception Store.Failed (Store.Io_error _) -> ()
+  | exception Store.Failed e -> Alcotest.failf "failed as %a" Store.pp_failure e);
+  (match Store.sync_start t with
+  | _ -> Alcotest.fail "a store whose fsync failed starts another"
+  | exception Store.Failed _ -> ());
+  (match Store.sync t with
+  | () -> Alcotest.fail "a store whose fsync failed syncs"
+  | exception Store.Failed _ -> ());
+  Store.close t;
+  let t, _ = open_ok d in
+  Alcotest.(check (option string))
+    "the synced writes" (Some "1")
+    (Machine.read (Store.machine t) "a");
+  Store.close t;
+  rm_rf d
+
 let () =
   Alcotest.run "kv-store"
     [
@@ -503,6 +562,8 @@ let () =
           Alcotest.test_case "promises survive snapshots" `Quick promise;
           Alcotest.test_case "full disk, EIO, failed fsync: fail-stop" `Quick disk_faults;
           Alcotest.test_case "the data directory's identity" `Quick identity;
+          Alcotest.test_case "group commit: fsync apart, snapshot meanwhile, failure" `Quick
+            group_commit;
           Alcotest.test_case "a promise survives an error during a snapshot" `Quick
             promise_through_faults;
         ] );

@@ -439,6 +439,95 @@ let minority () =
       Alcotest.(check bool) ("a refusal: " ^ out) true (contains out "error: no quorum"))
     [ [ "kv"; "get"; "x" ]; [ "kv"; "put"; "x"; "1" ] ]
 
+(* Pipelining, on a replica of one: requests sent on one connection without
+   waiting for the answers, which are matched by request number. 300
+   compare-and-sets of one key, each expecting the value the one before
+   sets, sent at once (beyond the 64 a connection may have under way): all
+   succeed only if applied in the order sent. One client id per request: a
+   client's deduplication holds its last request only. Then a client that
+   reads its answers 2 s late, into a small buffer: 300 gets of a 64 KB
+   value, and 10,000 gets of a 1 KB value, each sent at once (19 and 10 MB
+   of answers; the second read slowly, 4 KB at a time). The server takes no
+   more than 32 requests under way (it closes a connection past 4 MB of
+   answers waiting): every answer comes. *)
+let pipelined () =
+  with_cluster @@ fun _dir rs _ ->
+  let r0 = List.hd rs in
+  start ~peers:[ r0.bind ] r0;
+  wait_ready [ r0.listen ];
+  let fd = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_STREAM 0 in
+  Fun.protect ~finally:(fun () -> Unix.close fd) @@ fun () ->
+  (* No autotuning (up to 32 MB here): the answers wait at the server. *)
+  Unix.setsockopt_int fd Unix.SO_RCVBUF 65536;
+  Unix.connect fd (Result.get_ok (Kv.Server.parse_addr r0.listen));
+  Unix.setsockopt_float fd Unix.SO_RCVTIMEO 30.;
+  let send frames =
+    let s = String.concat "" frames in
+    let rec go off =
+      if off < String.length s then go (off + Unix.write_substring fd s off (String.length s - off))
+    in
+    go 0
+  in
+  let req i op = Kv.Wire.frame_request { Kv.Wire.client = Int64.of_int (1000 + i); req = i; op } in
+  let buf = Buffer.create 65536 and b = Bytes.create 65536 in
+  (* [slow]: 4 KB a read, a pause of 0.5 ms after each. *)
+  let rec reply ?(slow = false) () =
+    match Kv.Wire.read_frame buf with
+    | Error e -> Alcotest.failf "reply: %s" e
+    | Ok (Some f) -> (
+        match Kv.Wire.decode_reply f with Ok r -> r | Error e -> Alcotest.failf "reply: %s" e)
+    | Ok None -> (
+        match Unix.read fd b 0 (if slow then 4096 else Bytes.length b) with
+        | 0 -> Alcotest.fail "the server closed the connection"
+        | n ->
+            Buffer.add_subbytes buf b 0 n;
+            if slow then Unix.sleepf 0.0005;
+            reply ~slow ()
+        | exception Unix.Unix_error (e, _, _) ->
+            Alcotest.failf "reading the replies: %s" (Unix.error_message e))
+  in
+  let outcome = Alcotest.testable Kv.Wire.pp_outcome ( = ) in
+  let collect ?slow n =
+    let got = Hashtbl.create n in
+    for _ = 1 to n do
+      let r = reply ?slow () in
+      if Hashtbl.mem got r.Kv.Wire.rreq then Alcotest.failf "request %d answered twice" r.rreq;
+      Hashtbl.replace got r.rreq r.outcome
+    done;
+    got
+  in
+  let n = 300 in
+  send
+    (req 0 (Kv.Op.Put ("c", "0"))
+    :: List.init n (fun i ->
+           req (i + 1)
+             (Kv.Op.Cas { key = "c"; expect = string_of_int i; set = string_of_int (i + 1) })));
+  let got = collect (n + 1) in
+  for i = 0 to n do
+    Alcotest.(check (option outcome))
+      (Printf.sprintf "request %d" i) (Some (Kv.Wire.Done Kv.Op.Ok)) (Hashtbl.find_opt got i)
+  done;
+  let late ?slow ~first ~key ~size m =
+    let v = String.make size 'v' in
+    send [ req first (Kv.Op.Put (key, v)) ];
+    Alcotest.(check (option outcome))
+      ("put " ^ key) (Some (Kv.Wire.Done Kv.Op.Ok))
+      (Hashtbl.find_opt (collect 1) first);
+    send (List.init m (fun i -> req (first + 1 + i) (Kv.Op.Get key)));
+    Unix.sleepf 2.;
+    let got = collect ?slow m in
+    for i = first + 1 to first + m do
+      match Hashtbl.find_opt got i with
+      | Some (Kv.Wire.Done (Kv.Op.Value x)) when x = v -> ()
+      | o ->
+          Alcotest.failf "get %d of %s: %a" i key
+            Fmt.(option ~none:(any "no answer") Kv.Wire.pp_outcome)
+            o
+    done
+  in
+  late ~first:1000 ~key:"big" ~size:65536 300;
+  late ~slow:true ~first:2000 ~key:"small" ~size:1024 10_000
+
 (* Issue 28's wiped replica, as processes: put x 1; r2 down; put x 2; r0
    and r1 down; r0's directory wiped. Without --join it is refused; with
    it, beside the stale r2, nothing is served (never x = 1) until r1 is
@@ -640,6 +729,8 @@ let () =
           Alcotest.test_case "torn log tail repaired on start" `Quick torn_tail;
           Alcotest.test_case "kill, restart, restart all from disk" `Quick crash_restart;
           Alcotest.test_case "a replica alone refuses: exit 2" `Quick minority;
+          Alcotest.test_case "pipelined requests on one connection, answers read late" `Quick
+            pipelined;
           Alcotest.test_case "a wiped and a foreign data directory" `Quick wiped_and_foreign;
           Alcotest.test_case "one replica on a full tmpfs" `Quick one_full;
           Alcotest.test_case "every replica on one full tmpfs" `Quick all_full;
