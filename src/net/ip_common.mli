@@ -85,6 +85,9 @@ module Conns (K : KEY) : sig
   val length : ('ip, 'h) t -> int
   val evicted : ('ip, 'h) t -> int
   val expire : ('ip, 'h) t -> unit
+
+  val counts : ('ip, 'h) t -> int * int
+  (** [(length t, evicted t)]. *)
 end
 
 (** {1 Reassembly} *)
@@ -130,6 +133,9 @@ module Reassembly (K : Hashtbl.HashedType) : sig
   (** Datagrams given up: limits, overlaps. *)
 
   val timeouts : 'm t -> int
+
+  val counts : 'm t -> int * int * int
+  (** [(reassembled t, dropped t, timeouts t)]. *)
 end
 
 (** {1 Neighbour cache} *)
@@ -201,16 +207,56 @@ module Neighbours (K : Hashtbl.HashedType) : sig
   val resolution_failed : 'q t -> int
 end
 
+(** {1 Counters} *)
+
+type counters = {
+  mutable sent : int;  (** datagrams, whole or in fragments *)
+  mutable received : int;  (** delivered to a connection *)
+  mutable bad : int;  (** malformed, or from a source that cannot be *)
+  mutable not_for_us : int;
+  mutable no_route : int;
+  mutable unknown_protocol : int;  (** nobody took them *)
+  mutable fragments_sent : int;
+  mutable fragments_received : int;
+  mutable icmp_errors_sent : int;
+}
+(** What every IP version counts, in one record of its instance. *)
+
+val counters : unit -> counters
+(** All zero. *)
+
+type 'v info = {
+  mtu : int;
+  sent : int;
+  received : int;
+  bad : int;
+  not_for_us : int;
+  no_route : int;
+  unknown_protocol : int;
+  fragments_sent : int;
+  fragments_received : int;
+  reassembled : int;
+  reassembly_dropped : int;  (** datagrams given up: limits, overlaps *)
+  reassembly_timeouts : int;
+  icmp_errors_sent : int;
+  connections : int;
+  connections_evicted : int;
+  version : 'v;
+}
+(** An IP instance's [Protocol.S.info]: what both versions count, and the version's own part (['v]:
+    {!Ipv4.v4}, {!Ipv6.v6}). *)
+
+val info :
+  counters -> mtu:int -> reassembly:int * int * int -> connections:int * int -> 'v -> 'v info
+(** [info c ~mtu ~reassembly ~connections v]: the counters [c] now, with {!Reassembly.counts} and
+    {!Conns.counts}. *)
+
 (** {1 Sending} *)
 
 val route :
-  ('a -> 'h option) ->
-  unrouted:(unit -> unit) ->
-  'a Fmt.t ->
-  'a ->
-  ('h, [> `Unreachable of string ]) result
-(** [route next_hop ~unrouted pp dst] is [dst]'s next hop, or (counted by [unrouted]) the error that
-    names it unreachable. *)
+  ('a -> 'h option) -> counters -> 'a Fmt.t -> 'a -> ('h, [> `Unreachable of string ]) result
+(** [route next_hop c pp dst] is [dst]'s next hop, or (counted in [c.no_route]) the error that names
+    it unreachable. *)
 
 val send_fragments :
   pool:Consort.Pool.t ->

@@ -65,15 +65,8 @@ type config = {
 
 val default_config : config
 
-type info = {
+type v6 = {
   addresses : Ipv6_addr.t list;
-  mtu : int;
-  sent : int;
-  received : int;
-  bad : int;  (** malformed, bad source, bad ICMPv6 checksum *)
-  not_for_us : int;
-  no_route : int;
-  unknown_protocol : int;
   neighbours : (Ipv6_addr.t * Mac_addr.t option) list;  (** [None]: being resolved *)
   solicitations_sent : int;
   solicitations_received : int;
@@ -82,16 +75,14 @@ type info = {
   resolution_failed : int;
   queue_dropped : int;
   echo_replies_sent : int;
-  icmp_errors_sent : int;
   icmp_errors_received : int;
-  fragments_sent : int;  (** fragments of datagrams over the link MTU (RFC 8200 section 4.5) *)
-  fragments_received : int;
-  reassembled : int;
-  reassembly_dropped : int;
-  reassembly_timeouts : int;
-  connections : int;
-  connections_evicted : int;
 }
+(** IPv6's own counters, beside those both versions keep ({!Ip_common.info}: [sent], [received],
+    [bad] (malformed, bad source, bad ICMPv6 checksum), [fragments_sent] (fragments of datagrams
+    over the link MTU, RFC 8200 section 4.5), reassembly and connections). *)
+
+type info = v6 Ip_common.info
+(** What {!Ip_common.info} counts for both versions, and IPv6's own part in [version]. *)
 
 val pp_info : info Fmt.t
 

@@ -301,7 +301,7 @@ let martians () =
   List.iter (fun ip -> Device.deliver w.dev_b (stamp w udp9 ~mac:mac_a ~ip)) bad;
   run w;
   Alcotest.(check int) "none delivered" 0 !got;
-  Alcotest.(check int) "each counted" (List.length bad) (S.Ip.query w.b.ip).bad_source;
+  Alcotest.(check int) "each counted" (List.length bad) (S.Ip.query w.b.ip).version.bad_source;
   Alcotest.(check int) "no ICMP error about them" 0 (S.Ip.query w.b.ip).icmp_errors_sent;
   (* A group source MAC is refused by Ethernet. *)
   Device.deliver w.dev_b (stamp w udp9 ~mac:(Mac_addr.of_int 0x0100_5e00_0001) ~ip:ip_a);
