@@ -2,30 +2,35 @@ let src = Logs.Src.create "consort.arp" ~doc:"ARP"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { ip : Ipv4_addr.t; ethertype : int }
-type address_pattern = Ethertype of int
-type status = Unresolved
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { ip : Ipv4_addr.t; ethertype : int }
+  type address_pattern = Ethertype of int
+  type status = Unresolved
 
-type control =
-  | Set_ip of Ipv4_addr.t
-  | Add_static of Ipv4_addr.t * Mac_addr.t
-  | Remove of Ipv4_addr.t
-  | Announce
+  type control =
+    | Set_ip of Ipv4_addr.t
+    | Add_static of Ipv4_addr.t * Mac_addr.t
+    | Remove of Ipv4_addr.t
+    | Announce
 
-type info = {
-  ip : Ipv4_addr.t;
-  entries : (Ipv4_addr.t * Mac_addr.t option) list;
-  requests_sent : int;
-  refreshes : int;
-  replies_sent : int;
-  requests_received : int;
-  replies_received : int;
-  bad : int;
-  queue_dropped : int;
-  waiting : int;
-  resolution_failed : int;
-  conflicts : int;
-}
+  type info = {
+    ip : Ipv4_addr.t;
+    entries : (Ipv4_addr.t * Mac_addr.t option) list;
+    requests_sent : int;
+    refreshes : int;
+    replies_sent : int;
+    requests_received : int;
+    replies_received : int;
+    bad : int;
+    queue_dropped : int;
+    waiting : int;
+    resolution_failed : int;
+    conflicts : int;
+  }
+end
+
+include Types
 
 let pp_info ppf i =
   Fmt.pf ppf
@@ -58,13 +63,7 @@ let default_config =
   }
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type ethernet
 
@@ -80,11 +79,9 @@ end
 module Neighbours = Ip_common.Neighbours (Ip_common.Int_key)
 
 module Make (E : Ethernet.S) = struct
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
+  module Lower = Protocol.Lower (E)
+  include Types
+
   type ethernet = E.t
 
   type t = {
@@ -125,8 +122,7 @@ module Make (E : Ethernet.S) = struct
     | c -> Ok c
     | exception Not_found -> (
         match
-          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ety } (fun _ ->
-              { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
+          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ety } Lower.discard
         with
         | Ok c ->
             Itbl.replace t.out ety c;
@@ -232,12 +228,7 @@ module Make (E : Ethernet.S) = struct
         conflicts = 0;
       }
     in
-    (match
-       E.passive_open eth (Ethernet.Ethertype Ethernet_wire.ethertype_arp) (fun _ ->
-           { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
-     with
-    | Ok () -> ()
-    | Error e -> Fmt.invalid_arg "Arp.create: %a" Protocol.pp_error e);
+    Lower.listen "Arp.create" eth (Ethernet.Ethertype Ethernet_wire.ethertype_arp) (input t);
     t
 
   let multicast_mac ip = Mac_addr.of_int (0x01005e000000 lor (ip land 0x7fffff))

@@ -553,6 +553,13 @@ let info (c : counters) ~mtu ~reassembly:(reassembled, reassembly_dropped, reass
     version;
   }
 
+let pp_fragments ppf (i : _ info) =
+  Fmt.pf ppf "fragments %d out %d in, %d reassembled, %d given up, %d timed out" i.fragments_sent
+    i.fragments_received i.reassembled i.reassembly_dropped i.reassembly_timeouts
+
+let pp_connections ppf (i : _ info) =
+  Fmt.pf ppf "%d connections (%d evicted)" i.connections i.connections_evicted
+
 let route next_hop (c : counters) pp dst =
   match next_hop dst with
   | Some nh -> Ok nh

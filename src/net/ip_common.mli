@@ -251,6 +251,13 @@ val info :
 (** [info c ~mtu ~reassembly ~connections v]: the counters [c] now, with {!Reassembly.counts} and
     {!Conns.counts}. *)
 
+val pp_fragments : _ info Fmt.t
+(** ["fragments 2 out 0 in, 0 reassembled, 0 given up, 0 timed out"]: the part of both versions'
+    [pp_info] about fragments. *)
+
+val pp_connections : _ info Fmt.t
+(** ["3 connections (0 evicted)"]. *)
+
 (** {1 Sending} *)
 
 val route :

@@ -2,10 +2,17 @@ let src = Logs.Src.create "consort.ipv4" ~doc:"IPv4"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Ipv4_addr.t; proto : int }
-type address_pattern = { protocol : int; source : Ipv4_addr.t option }
-type status = Icmp_error of { error : Icmp_packet.t; quoted : string }
-type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { dst : Ipv4_addr.t; proto : int }
+  type address_pattern = { protocol : int; source : Ipv4_addr.t option }
+  type status = Icmp_error of { error : Icmp_packet.t; quoted : string }
+  type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
+  type v4 = { address : Ipv4_addr.Prefix.t; gateway : Ipv4_addr.t option; bad_source : int }
+  type info = v4 Ip_common.info
+end
+
+include Types
 
 type reassembly = Ip_common.reassembly = {
   timeout : Consort.Time.t;
@@ -16,28 +23,17 @@ type reassembly = Ip_common.reassembly = {
 
 let default_reassembly = Ip_common.default_reassembly
 
-type v4 = { address : Ipv4_addr.Prefix.t; gateway : Ipv4_addr.t option; bad_source : int }
-type info = v4 Ip_common.info
-
 let pp_info ppf (i : info) =
   Fmt.pf ppf
     "%a%a mtu %d: sent %d received %d; dropped: %d bad (%d bad source), %d not for us, %d no \
-     route, %d unknown protocol; fragments %d out %d in, %d reassembled, %d given up, %d timed \
-     out; %d ICMP errors sent; %d connections (%d evicted)"
+     route, %d unknown protocol; %a; %d ICMP errors sent; %a"
     Ipv4_addr.Prefix.pp i.version.address
     Fmt.(option (any " via " ++ Ipv4_addr.pp))
     i.version.gateway i.mtu i.sent i.received i.bad i.version.bad_source i.not_for_us i.no_route
-    i.unknown_protocol i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped
-    i.reassembly_timeouts i.icmp_errors_sent i.connections i.connections_evicted
+    i.unknown_protocol Ip_common.pp_fragments i i.icmp_errors_sent Ip_common.pp_connections i
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type host = Ipv4_addr.t
   type arp
@@ -91,12 +87,8 @@ module Reassembly = Ip_common.Reassembly (Ip_common.Int_key)
 
 module Make (A : LINK) = struct
   module Lower = Protocol.Lower (A)
+  include Types
 
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
   type arp = A.t
   type host = Ipv4_addr.t
 

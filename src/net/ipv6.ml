@@ -2,14 +2,41 @@ let src = Logs.Src.create "consort.ipv6" ~doc:"IPv6"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Ipv6_addr.t; proto : int }
-type address_pattern = { protocol : int; source : Ipv6_addr.t option }
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { dst : Ipv6_addr.t; proto : int }
+  type address_pattern = { protocol : int; source : Ipv6_addr.t option }
 
-type icmp_error =
-  | Unreachable of int
-  | Packet_too_big of int
-  | Time_exceeded of int
-  | Parameter_problem of { code : int; pointer : int }
+  type icmp_error =
+    | Unreachable of int
+    | Packet_too_big of int
+    | Time_exceeded of int
+    | Parameter_problem of { code : int; pointer : int }
+
+  type status = Icmp_error of { error : icmp_error; quoted : string }
+
+  type control =
+    | Set_address of Ipv6_addr.Prefix.t
+    | Set_gateway of Ipv6_addr.t option
+    | Add_neighbour of Ipv6_addr.t * Mac_addr.t
+
+  type v6 = {
+    addresses : Ipv6_addr.t list;
+    neighbours : (Ipv6_addr.t * Mac_addr.t option) list;
+    solicitations_sent : int;
+    solicitations_received : int;
+    advertisements_sent : int;
+    advertisements_received : int;
+    resolution_failed : int;
+    queue_dropped : int;
+    echo_replies_sent : int;
+    icmp_errors_received : int;
+  }
+
+  type info = v6 Ip_common.info
+end
+
+include Types
 
 let pp_icmp_error ppf = function
   | Unreachable 0 -> Fmt.string ppf "no route"
@@ -21,13 +48,6 @@ let pp_icmp_error ppf = function
   | Time_exceeded c -> Fmt.pf ppf "time exceeded (code %d)" c
   | Parameter_problem { code; pointer } ->
       Fmt.pf ppf "parameter problem (code %d at %d)" code pointer
-
-type status = Icmp_error of { error : icmp_error; quoted : string }
-
-type control =
-  | Set_address of Ipv6_addr.Prefix.t
-  | Set_gateway of Ipv6_addr.t option
-  | Add_neighbour of Ipv6_addr.t * Mac_addr.t
 
 type config = {
   reachable_time : Consort.Time.t;
@@ -60,43 +80,20 @@ let default_config =
     icmp_rate = 100;
   }
 
-type v6 = {
-  addresses : Ipv6_addr.t list;
-  neighbours : (Ipv6_addr.t * Mac_addr.t option) list;
-  solicitations_sent : int;
-  solicitations_received : int;
-  advertisements_sent : int;
-  advertisements_received : int;
-  resolution_failed : int;
-  queue_dropped : int;
-  echo_replies_sent : int;
-  icmp_errors_received : int;
-}
-
-type info = v6 Ip_common.info
-
 let pp_info ppf (i : info) =
   let v = i.version in
   Fmt.pf ppf
     "%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown \
      protocol; %d neighbours, NS %d out %d in, NA %d out %d in, %d failed, %d dropped from queues; \
-     %d echo replies, ICMPv6 errors %d out %d in; fragments %d out %d in, %d reassembled, %d given \
-     up, %d timed out; %d connections (%d evicted)"
+     %d echo replies, ICMPv6 errors %d out %d in; %a; %a"
     Fmt.(list ~sep:comma Ipv6_addr.pp)
     v.addresses i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
     (List.length v.neighbours) v.solicitations_sent v.solicitations_received v.advertisements_sent
     v.advertisements_received v.resolution_failed v.queue_dropped v.echo_replies_sent
-    i.icmp_errors_sent v.icmp_errors_received i.fragments_sent i.fragments_received i.reassembled
-    i.reassembly_dropped i.reassembly_timeouts i.connections i.connections_evicted
+    i.icmp_errors_sent v.icmp_errors_received Ip_common.pp_fragments i Ip_common.pp_connections i
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type host = Ipv6_addr.t
   type ethernet
@@ -156,12 +153,8 @@ module Reassembly = Ip_common.Reassembly (Ip_common.String_key)
 
 module Make (E : Ethernet.S) = struct
   module Lower = Protocol.Lower (E)
+  include Types
 
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
   type ethernet = E.t
   type host = Ipv6_addr.t
 

@@ -48,6 +48,26 @@ module type S = sig
   val query : t -> info
 end
 
+module type TYPES = sig
+  type address
+  type address_pattern
+  type status
+  type control
+  type info
+end
+
+module type S_WITH = sig
+  module T : TYPES
+
+  include
+    S
+      with type address = T.address
+       and type address_pattern = T.address_pattern
+       and type status = T.status
+       and type control = T.control
+       and type info = T.info
+end
+
 module Lower (L : S) = struct
   let discard _ = { L.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }
 

@@ -82,6 +82,30 @@ module type S = sig
   val query : t -> info
 end
 
+(** The types a protocol defines beside its functor (in its [Types] module, as {!Ipv4} does). *)
+module type TYPES = sig
+  type address
+  type address_pattern
+  type status
+  type control
+  type info
+end
+
+(** {!S} with the types of [T]: [include Protocol.S_WITH with module T := Types] says what
+    [include Protocol.S with type address = address and type address_pattern = address_pattern ...]
+    does, once. *)
+module type S_WITH = sig
+  module T : TYPES
+
+  include
+    S
+      with type address = T.address
+       and type address_pattern = T.address_pattern
+       and type status = T.status
+       and type control = T.control
+       and type info = T.info
+end
+
 (** What a layer needs of the one below it, whatever that is. *)
 module Lower (L : S) : sig
   val discard : L.connection -> L.handler
