@@ -39,28 +39,9 @@ let pp_info ppf i =
     Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.refreshes i.requests_received
     i.replies_sent i.replies_received i.bad i.queue_dropped i.resolution_failed i.conflicts
 
-type config = {
-  entry_ttl : Consort.Time.t;
-  retry_interval : Consort.Time.t;
-  retries : int;
-  queue_limit : int;
-  max_entries : int;
-  max_pending : int;
-  max_queued : int;
-  refresh : Consort.Time.t;
-}
+type config = Ip_common.neighbours
 
-let default_config =
-  {
-    entry_ttl = Consort.Time.of_sec 60.;
-    retry_interval = Consort.Time.of_sec 1.;
-    retries = 3;
-    queue_limit = 16;
-    max_entries = 1024;
-    max_pending = 64;
-    max_queued = 256;
-    refresh = Consort.Time.of_sec 5.;
-  }
+let default_config = Ip_common.default_neighbours
 
 module type S = sig
   include Protocol.S_WITH with module T := Types
@@ -205,18 +186,7 @@ module Make (E : Ethernet.S) = struct
         pool;
         config;
         my_ip = ip;
-        cache =
-          Neighbours.create ~clock ~packet:snd ~gave_up
-            {
-              ttl = config.entry_ttl;
-              refresh = config.refresh;
-              retry_interval = config.retry_interval;
-              retries = config.retries;
-              queue_limit = config.queue_limit;
-              max_queued = config.max_queued;
-              max_entries = config.max_entries;
-              max_pending = config.max_pending;
-            };
+        cache = Neighbours.create ~clock ~packet:snd ~gave_up config;
         out = Itbl.create 4;
         last_defence = 0;
         requests_sent = 0;

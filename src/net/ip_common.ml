@@ -309,6 +309,18 @@ type neighbours = {
   max_pending : int;
 }
 
+let default_neighbours =
+  {
+    ttl = Consort.Time.of_sec 60.;
+    refresh = Consort.Time.of_sec 5.;
+    retry_interval = Consort.Time.of_sec 1.;
+    retries = 3;
+    queue_limit = 16;
+    max_queued = 256;
+    max_entries = 1024;
+    max_pending = 64;
+  }
+
 module Neighbours (K : Hashtbl.HashedType) = struct
   module H = Hashtbl.Make (K)
   module L = Lru.Make (K)

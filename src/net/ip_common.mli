@@ -141,15 +141,19 @@ end
 (** {1 Neighbour cache} *)
 
 type neighbours = {
-  ttl : Consort.Time.t;  (** how long a resolved entry lasts *)
-  refresh : Consort.Time.t;  (** an entry in use is refreshed in its last [refresh] *)
-  retry_interval : Consort.Time.t;
-  retries : int;
-  queue_limit : int;  (** packets waiting per address *)
-  max_queued : int;  (** packets waiting in all *)
-  max_entries : int;
-  max_pending : int;  (** resolutions under way *)
+  ttl : Consort.Time.t;  (** how long a resolved entry lasts, default 60 s (IPv6: 30 s) *)
+  refresh : Consort.Time.t;  (** an entry in use is refreshed in its last [refresh], default 5 s *)
+  retry_interval : Consort.Time.t;  (** default 1 s *)
+  retries : int;  (** requests or solicitations before giving up, default 3 *)
+  queue_limit : int;  (** packets waiting per address, default 16 *)
+  max_queued : int;  (** packets waiting in all, default 256 *)
+  max_entries : int;  (** resolved entries, default 1024 *)
+  max_pending : int;  (** resolutions under way, default 64 *)
 }
+(** The neighbour cache of ARP ({!Arp.config}) and of IPv6 neighbour discovery
+    ({!Ipv6.config}[.neighbours]). *)
+
+val default_neighbours : neighbours
 
 (** Resolution of an IP address to a MAC address, as ARP and neighbour discovery do it: static
     entries; resolved entries (at most [max_entries], least recently used evicted) lasting [ttl];

@@ -50,14 +50,7 @@ let pp_icmp_error ppf = function
       Fmt.pf ppf "parameter problem (code %d at %d)" code pointer
 
 type config = {
-  reachable_time : Consort.Time.t;
-  refresh : Consort.Time.t;
-  retry_interval : Consort.Time.t;
-  retries : int;
-  queue_limit : int;
-  max_queued : int;
-  max_neighbours : int;
-  max_pending : int;
+  neighbours : Ip_common.neighbours;
   max_connections : int;
   connection_idle : Consort.Time.t;
   reassembly : Ipv4.reassembly;
@@ -66,14 +59,7 @@ type config = {
 
 let default_config =
   {
-    reachable_time = Consort.Time.of_sec 30.;
-    refresh = Consort.Time.of_sec 5.;
-    retry_interval = Consort.Time.of_sec 1.;
-    retries = 3;
-    queue_limit = 16;
-    max_queued = 256;
-    max_neighbours = 1024;
-    max_pending = 64;
+    neighbours = { Ip_common.default_neighbours with ttl = Consort.Time.of_sec 30. };
     max_connections = 4096;
     connection_idle = Consort.Time.of_sec 600.;
     reassembly = { Ipv4.default_reassembly with timeout = Consort.Time.of_sec 60. };
@@ -621,8 +607,9 @@ module Make (E : Ethernet.S) = struct
 
   let create ?(config = default_config) ?address ?gateway ~clock ~pool eth =
     if
-      config.max_neighbours < 1 || config.max_pending < 1 || config.max_connections < 1
-      || config.max_queued < 1 || config.queue_limit < 1
+      config.neighbours.max_entries < 1 || config.neighbours.max_pending < 1
+      || config.max_connections < 1 || config.neighbours.max_queued < 1
+      || config.neighbours.queue_limit < 1
     then invalid_arg "Ipv6.create: a limit below 1";
     let mac = E.mac eth in
     let t =
@@ -640,16 +627,7 @@ module Make (E : Ethernet.S) = struct
         neighbours =
           Neighbours.create ~clock ~packet:Fun.id
             ~gave_up:(fun ip _ -> Log.debug (fun m -> m "no answer from %a" Ipv6_addr.pp ip))
-            {
-              ttl = config.reachable_time;
-              refresh = config.refresh;
-              retry_interval = config.retry_interval;
-              retries = config.retries;
-              queue_limit = config.queue_limit;
-              max_queued = config.max_queued;
-              max_entries = config.max_neighbours;
-              max_pending = config.max_pending;
-            };
+            config.neighbours;
         conns =
           Conns.create ~protocol:"next header" ~in_use:"IPv6 next header"
             ~idle:config.connection_idle ~now:clock.now config.max_connections;

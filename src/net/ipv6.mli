@@ -6,13 +6,13 @@
     per (remote address, next header), shared and counted as {!Ipv4}'s are, and those a passive open
     made are a bounded cache ({!Lru}).
 
-    Neighbour discovery: a packet for a neighbour not yet resolved waits (at most [queue_limit] per
-    neighbour, [max_queued] in all) while neighbour solicitations go to its solicited-node group, at
-    most once per [retry_interval], [retries] times; resolved entries last [reachable_time] and,
-    while in use, are refreshed by a unicast solicitation in their last [refresh]. At most
-    [max_neighbours] resolved entries (least recently used evicted) and [max_pending] resolutions
-    are kept. Solicitations for our addresses are answered and teach us their sender; advertisements
-    update entries we have.
+    Neighbour discovery ([config.neighbours], the same cache as ARP's): a packet for a neighbour not
+    yet resolved waits (at most [queue_limit] per neighbour, [max_queued] in all) while neighbour
+    solicitations go to its solicited-node group, at most once per [retry_interval], [retries]
+    times; resolved entries last [ttl] (the reachable time) and, while in use, are refreshed by a
+    unicast solicitation in their last [refresh]. At most [max_entries] resolved entries (least
+    recently used evicted) and [max_pending] resolutions are kept. Solicitations for our addresses
+    are answered and teach us their sender; advertisements update entries we have.
 
     ICMPv6: echo requests are answered; errors received are passed to the connection whose datagram
     they quote ({!Icmp_error}); we send destination unreachable (port, from UDP; unrecognised next
@@ -49,14 +49,9 @@ type control =
   | Add_neighbour of Ipv6_addr.t * Mac_addr.t  (** a static entry *)
 
 type config = {
-  reachable_time : Consort.Time.t;  (** default 30 s *)
-  refresh : Consort.Time.t;  (** default 5 s *)
-  retry_interval : Consort.Time.t;  (** default 1 s *)
-  retries : int;  (** default 3 *)
-  queue_limit : int;  (** per neighbour, default 16 *)
-  max_queued : int;  (** default 256 *)
-  max_neighbours : int;  (** default 1024 *)
-  max_pending : int;  (** default 64 *)
+  neighbours : Ip_common.neighbours;
+      (** the neighbour cache, as ARP's ({!Ip_common.default_neighbours}) but for [ttl], the
+          reachable time: 30 s *)
   max_connections : int;  (** passively made, default 4096 *)
   connection_idle : Consort.Time.t;  (** default 600 s *)
   reassembly : Ipv4.reassembly;  (** default {!Ipv4.default_reassembly}, 60 s *)

@@ -313,7 +313,7 @@ let martians () =
 (* An entry in use is refreshed by unicast before it expires: a steady
    flow never goes back to broadcast resolution. An unused one expires. *)
 let arp_refresh () =
-  let arp = { Arp.default_config with entry_ttl = Time.of_sec 5.; refresh = Time.of_sec 2. } in
+  let arp = { Arp.default_config with ttl = Time.of_sec 5.; refresh = Time.of_sec 2. } in
   let w = world ~arp () in
   udp_echo w.b 7;
   let got, h = udp_collect () in
