@@ -16,38 +16,7 @@ let require_root () =
       "the TAP interop tests need root (to open /dev/net/tun and create a network namespace); run \
        them as root"
 
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-(* [replace s a b] is [s] with every [a] replaced by [b]. *)
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then (
-      Buffer.add_string buf b;
-      go (i + la))
-    else (
-      Buffer.add_char buf s.[i];
-      go (i + 1))
-  in
-  go 0;
-  Buffer.contents buf
-
-let contains s sub = replace s sub "" <> s
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-net" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text;
-  text
+include Net_test_util.Shell
 
 let counter = ref 0
 
@@ -157,7 +126,7 @@ let kernel_pings_us () =
   (* The kernel resolved us by ARP. *)
   let a = S.Arp.query env.up.stack.arp in
   Alcotest.(check bool) "we answered the kernel's ARP request" true (a.replies_sent >= 1);
-  let neigh = must (Printf.sprintf "ip -n %s neigh show %s" env.ns our_ip) in
+  let neigh = output (Printf.sprintf "ip -n %s neigh show %s" env.ns our_ip) in
   let mac = Mac_addr.to_string (Device.mac (Consort_net_unix.Tap.device env.up.tap)) in
   if not (contains neigh mac) then Alcotest.failf "kernel neighbour table: %s (want %s)" neigh mac;
   (* The system ping too, where installed. *)

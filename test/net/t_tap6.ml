@@ -85,14 +85,14 @@ let kernel_pings6_us () =
   Alcotest.(check bool)
     "we answered the kernel's solicitation" true
     (i.version.advertisements_sent >= 1);
-  let neigh = must (Printf.sprintf "ip -n %s -6 neigh show %s" env.ns our_ip6) in
+  let neigh = output (Printf.sprintf "ip -n %s -6 neigh show %s" env.ns our_ip6) in
   let mac = Mac_addr.to_string (Device.mac (Consort_net_unix.Tap.device env.up.tap)) in
   if not (contains neigh mac) then Alcotest.failf "kernel neighbour table: %s (want %s)" neigh mac;
   (* The link-local address too. *)
   let ll = Ipv6_addr.to_string (S.Ip6.link_local (v6 env).ip6) in
   let tap =
     String.trim
-      (must
+      (output
          (Printf.sprintf "ip -n %s -o link show | awk -F': ' '/c6n/ {print $2}' | cut -d@ -f1"
             env.ns))
   in

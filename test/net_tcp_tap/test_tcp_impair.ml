@@ -19,35 +19,7 @@ let size =
 let impairment =
   { Impair.none with drop = 0.01; reorder = 0.02; reorder_delay = Time.of_ms 2; duplicate = 0.005 }
 
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-impair" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
-
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then (
-      Buffer.add_string buf b;
-      go (i + la))
-    else (
-      Buffer.add_char buf s.[i];
-      go (i + 1))
-  in
-  go 0;
-  Buffer.contents buf
+open Net_test_util.Shell
 
 module type NODE = sig
   module T : Tcp.S with type host = Ipv4_addr.t

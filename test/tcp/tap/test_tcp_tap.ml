@@ -25,37 +25,7 @@ let impossible () =
     Some "python3 and ss are needed on the kernel side"
   else None
 
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-tcp" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
-
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then begin
-      Buffer.add_string buf b;
-      go (i + la)
-    end
-    else begin
-      Buffer.add_char buf s.[i];
-      go (i + 1)
-    end
-  in
-  go 0;
-  Buffer.contents buf
+open Net_test_util.Shell
 
 (* TCP over this stack's IPv4 or IPv6, with that pseudo-header checksum:
    [ours] and [kernel] are the two ends' addresses, [host] reads one, [mss]
