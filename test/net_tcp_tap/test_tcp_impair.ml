@@ -146,40 +146,8 @@ let with_env f =
 
 (* Start [script] under python3 in the namespace; the result runs our loop
    until it exits (and [until] holds) and returns its output. *)
-let spawn env script =
-  let out = Filename.temp_file "consort-impair" ".out" in
-  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
-  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; script |] in
-  let pid = Unix.create_process "ip" argv Unix.stdin fd fd in
-  Unix.close fd;
-  fun ?(timeout = 300.) ~until () ->
-    let status = ref None in
-    let rec poll () =
-      match Unix.waitpid [ WNOHANG ] pid with
-      | 0, _ -> ignore (Loop.after env.loop (Time.of_ms 5) poll : Loop.timer)
-      | _, st -> status := Some st
-    in
-    poll ();
-    Loop.run ~until:(fun () -> !status <> None && until ()) ~timeout:(Time.of_sec timeout) env.loop;
-    let text = read_file out in
-    Sys.remove out;
-    match !status with
-    | Some (WEXITED 0) -> text
-    | Some _ -> Alcotest.failf "the kernel side failed:\n%s" text
-    | None ->
-        Unix.kill pid Sys.sigkill;
-        ignore (Unix.waitpid [] pid);
-        Alcotest.failf "the kernel side timed out:\n%s" text
-
-let field text key =
-  let lines = String.split_on_char '\n' text in
-  match
-    List.find_opt
-      (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key)
-      lines
-  with
-  | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
-  | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
+let spawn env script = Net_test_util.Kernel.spawn ~ns:env.ns env.loop ~default_timeout:300. script
+let field = Net_test_util.Kernel.field
 
 let kernel_client =
   {|

@@ -174,44 +174,9 @@ let with_env ?(v6 = false) f =
 (* Start [script] under python3 in the namespace; [wait] runs our loop
    until it exits and returns its output. *)
 let spawn env script =
-  let out = Filename.temp_file "consort-tcp" ".out" in
-  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
-  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; script |] in
-  let pid = Unix.create_process "ip" argv Unix.stdin fd fd in
-  Unix.close fd;
-  let wait ?(timeout = 120.) ~until () =
-    let status = ref None in
-    let rec poll () =
-      match Unix.waitpid [ WNOHANG ] pid with
-      | 0, _ -> ignore (Loop.after env.up.loop (Time.of_ms 5) poll : Loop.timer)
-      | _, st -> status := Some st
-    in
-    poll ();
-    Loop.run
-      ~until:(fun () -> !status <> None && until ())
-      ~timeout:(Time.of_sec timeout) env.up.loop;
-    let text = read_file out in
-    Sys.remove out;
-    match !status with
-    | Some (WEXITED 0) -> text
-    | Some _ -> Alcotest.failf "the kernel side failed:\n%s" text
-    | None ->
-        Unix.kill pid Sys.sigkill;
-        ignore (Unix.waitpid [] pid);
-        Alcotest.failf "the kernel side timed out:\n%s" text
-  in
-  wait
+  Net_test_util.Kernel.spawn ~ns:env.ns env.up.loop ~default_timeout:120. script
 
-let field text key =
-  (* The word after [key] on the line starting with it. *)
-  let lines = String.split_on_char '\n' text in
-  match
-    List.find_opt
-      (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key)
-      lines
-  with
-  | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
-  | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
+let field = Net_test_util.Kernel.field
 
 let ss_word ss prefix =
   let words = String.split_on_char ' ' (replace (replace ss "\t" " ") "\n" " ") in
