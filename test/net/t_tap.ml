@@ -23,15 +23,23 @@ let counter = ref 0
 type env = { ns : string; up : Up.t }
 
 (* Runs [f] with the stack on a fresh TAP whose kernel end is in a fresh
-   namespace, addressed 10.77.0.1/24; removes both whatever happens. *)
-let with_env f =
+   namespace, addressed 10.77.0.1/24 (and, with [v6], the two IPv6
+   addresses ours and the kernel's, /64); removes both whatever happens. *)
+let with_env ?v6 f =
   require_root ();
   if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing";
   incr counter;
-  let ns = Printf.sprintf "consort-net-%d-%d" (Unix.getpid ()) !counter in
-  let tap = Printf.sprintf "cn%d%d" (Unix.getpid () mod 1_000_000) !counter in
+  let ns, tap =
+    match v6 with
+    | None ->
+        ( Printf.sprintf "consort-net-%d-%d" (Unix.getpid ()) !counter,
+          Printf.sprintf "cn%d%d" (Unix.getpid () mod 1_000_000) !counter )
+    | Some _ ->
+        ( Printf.sprintf "consort-net6-%d-%d" (Unix.getpid ()) !counter,
+          Printf.sprintf "c6n%d%d" (Unix.getpid () mod 100_000) !counter )
+  in
   let up =
-    match Up.start ~tap ~ip:(our_ip ^ "/24") () with
+    match Up.start ~tap ~ip:(our_ip ^ "/24") ?ip6:(Option.map (fun (o, _) -> o ^ "/64") v6) () with
     | Ok up -> up
     | Error (`Msg m) -> Alcotest.failf "starting the stack on TAP %s: %s" tap m
   in
@@ -41,13 +49,22 @@ let with_env f =
       ignore (quiet (Printf.sprintf "ip netns del %s" ns));
       ignore (quiet (Printf.sprintf "ip link del %s" tap)))
     (fun () ->
-      ignore (must (Printf.sprintf "ip netns add %s" ns));
-      ignore (must (Printf.sprintf "ip link set %s netns %s" tap ns));
-      ignore
-        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-      ignore (must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap));
-      ignore (must (Printf.sprintf "ip -n %s link set %s up" ns tap));
-      ignore (must (Printf.sprintf "ip -n %s link set lo up" ns));
+      must (Printf.sprintf "ip netns add %s" ns);
+      must (Printf.sprintf "ip link set %s netns %s" tap ns);
+      let sysctl =
+        Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=%d" ns
+      in
+      (match v6 with
+      | None -> ignore (quiet (sysctl "all" 1))
+      | Some _ ->
+          ignore (quiet (sysctl "all" 0));
+          ignore (quiet (sysctl tap 0)));
+      must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
+      Option.iter
+        (fun (_, k) -> must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns k tap))
+        v6;
+      must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+      must (Printf.sprintf "ip -n %s link set lo up" ns);
       let r = f { ns; up } in
       Up.stop up;
       Alcotest.(check int) "no buffers held" 0 (Pool.in_use up.pool);
