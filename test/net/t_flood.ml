@@ -17,21 +17,11 @@ module type NODE = sig
 end
 
 let tcp_on w (s : S.t) local : (module NODE) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = local
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = w.clock
-    let rng = Rng.create (Ipv4_addr.to_int local)
-    let pool = w.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4 ~clock:w.clock ~pool:w.pool
+           ~rng:(Rng.create (Ipv4_addr.to_int local))
+           local)
+  in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let tcp = ok (T.create s.ip) in
   (module struct

@@ -71,21 +71,10 @@ let impaired_stack ~loop ~pool ~clock tap =
   (Lazy.force stack_dev, out_imp, in_imp)
 
 let tcp_on ~clock ~pool (stack : S.t) : (module NODE) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn our_ip
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = clock
-    let rng = Rng.create 4243
-    let pool = pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4 ~clock ~pool ~rng:(Rng.create 4243)
+           (Ipv4_addr.of_string_exn our_ip))
+  in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 } in
   let tcp =

@@ -47,21 +47,11 @@ end
 let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
 
 let tcp_on (up : Up.t) : (module TCP_IP) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn our_ip
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-    let rng = Rng.create 4242
-    let pool = up.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4
+           ~clock:(Consort_net_unix.Loop_clock.of_loop up.loop)
+           ~pool:up.pool ~rng:(Rng.create 4242) (Ipv4_addr.of_string_exn our_ip))
+  in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp =
     match T.create ~config up.stack.ip with
@@ -84,21 +74,11 @@ let tcp_on (up : Up.t) : (module TCP_IP) =
 
 let tcp_on6 (up : Up.t) : (module TCP_IP) =
   let ip6 = match up.v6 with Some v -> v.ip6 | None -> Alcotest.fail "no IPv6 on the stack" in
-  let module P = struct
-    type host = Ipv6_addr.t
-    type lower_address = Ipv6.address
-    type lower_pattern = Ipv6.address_pattern
-
-    let local = Ipv6_addr.of_string_exn our_ip6
-    let lower_address h = { Ipv6.dst = h; proto = 6 }
-    let lower_pattern = { Ipv6.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv6_addr.equal
-    let pp_host = Ipv6_addr.pp
-    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-    let rng = Rng.create 4243
-    let pool = up.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv6
+           ~clock:(Consort_net_unix.Loop_clock.of_loop up.loop)
+           ~pool:up.pool ~rng:(Rng.create 4243) (Ipv6_addr.of_string_exn our_ip6))
+  in
   let module T = Tcp.Make (Ipstack.Ip6) (P) in
   let tcp =
     match T.create ~config ~icmp:Tcp_icmp.of_ipv6 ip6 with
