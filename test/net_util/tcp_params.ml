@@ -1,43 +1,37 @@
 open Consort_net
 
-let ipv4 ~clock ~pool ~rng local :
-    (module Tcp.PARAMS
-       with type host = Ipv4_addr.t
-        and type lower_address = Ipv4.address
-        and type lower_pattern = Ipv4.address_pattern) =
+type ('host, 'address, 'pattern) t =
+  (module Tcp.PARAMS
+     with type host = 'host
+      and type lower_address = 'address
+      and type lower_pattern = 'pattern)
+
+let make (type h a p) ~(address : h -> a) ~(pattern : p) ~pseudo ~equal ~pp ~clock ~pool ~rng
+    (local : h) : (h, a, p) t =
   (module struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
+    type host = h
+    type lower_address = a
+    type lower_pattern = p
 
     let local = local
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
+    let lower_address = address
+    let lower_pattern = pattern
+    let pseudo_header = Some (fun ~src ~dst ~len -> pseudo ~src ~dst ~proto:6 ~len)
+    let equal_host = equal
+    let pp_host = pp
     let clock = clock
     let rng = rng
     let pool = pool
   end)
 
-let ipv6 ~clock ~pool ~rng local :
-    (module Tcp.PARAMS
-       with type host = Ipv6_addr.t
-        and type lower_address = Ipv6.address
-        and type lower_pattern = Ipv6.address_pattern) =
-  (module struct
-    type host = Ipv6_addr.t
-    type lower_address = Ipv6.address
-    type lower_pattern = Ipv6.address_pattern
+let ipv4 =
+  make
+    ~address:(fun h -> { Ipv4.dst = h; proto = 6 })
+    ~pattern:{ Ipv4.protocol = 6; source = None }
+    ~pseudo:Transport_checksum.ipv4 ~equal:Ipv4_addr.equal ~pp:Ipv4_addr.pp
 
-    let local = local
-    let lower_address h = { Ipv6.dst = h; proto = 6 }
-    let lower_pattern = { Ipv6.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv6_addr.equal
-    let pp_host = Ipv6_addr.pp
-    let clock = clock
-    let rng = rng
-    let pool = pool
-  end)
+let ipv6 =
+  make
+    ~address:(fun h -> { Ipv6.dst = h; proto = 6 })
+    ~pattern:{ Ipv6.protocol = 6; source = None }
+    ~pseudo:Transport_checksum.ipv6 ~equal:Ipv6_addr.equal ~pp:Ipv6_addr.pp
