@@ -18,13 +18,6 @@ let require_root () =
   if Sys.command "command -v python3 >/dev/null" <> 0 then
     Alcotest.fail "python3 is needed on the kernel side"
 
-let consort_exe () =
-  let dir = Filename.dirname Sys.executable_name in
-  let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
-  let exe = Filename.concat dir "../../bin/main.exe" in
-  if not (Sys.file_exists exe) then Alcotest.failf "the consort binary is not built: %s" exe;
-  exe
-
 open Net_test_util.Shell
 
 let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p

@@ -43,3 +43,10 @@ let output cmd =
   text
 
 let must cmd = ignore (output cmd : string)
+
+let consort_exe () =
+  let dir = Filename.dirname Sys.executable_name in
+  let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
+  let exe = Filename.concat dir "../../bin/main.exe" in
+  if not (Sys.file_exists exe) then Alcotest.failf "the consort binary is not built: %s" exe;
+  exe

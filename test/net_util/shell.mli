@@ -21,3 +21,7 @@ val output : string -> string
 
 val must : string -> unit
 (** {!output}, the text thrown away. *)
+
+val consort_exe : unit -> string
+(** The [consort] binary built beside a test two directories below the root ([test/NAME]); the test
+    fails if it is not built. *)

@@ -6,6 +6,13 @@ type ('host, 'address, 'pattern) t =
       and type lower_address = 'address
       and type lower_pattern = 'pattern)
 
+type ('host, 'address, 'pattern) make =
+  clock:Clock.t ->
+  pool:Consort.Pool.t ->
+  rng:Consort.Rng.t ->
+  'host ->
+  ('host, 'address, 'pattern) t
+
 let make (type h a p) ~(address : h -> a) ~(pattern : p) ~pseudo ~equal ~pp ~clock ~pool ~rng
     (local : h) : (h, a, p) t =
   (module struct

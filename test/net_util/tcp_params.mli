@@ -9,18 +9,13 @@ type ('host, 'address, 'pattern) t =
       and type lower_address = 'address
       and type lower_pattern = 'pattern)
 
-val ipv4 :
+type ('host, 'address, 'pattern) make =
   clock:Clock.t ->
   pool:Consort.Pool.t ->
   rng:Consort.Rng.t ->
-  Ipv4_addr.t ->
-  (Ipv4_addr.t, Ipv4.address, Ipv4.address_pattern) t
-(** [ipv4 ~clock ~pool ~rng local]: TCP at [local] over IPv4. *)
+  'host ->
+  ('host, 'address, 'pattern) t
+(** [make ~clock ~pool ~rng local]: TCP at [local]. *)
 
-val ipv6 :
-  clock:Clock.t ->
-  pool:Consort.Pool.t ->
-  rng:Consort.Rng.t ->
-  Ipv6_addr.t ->
-  (Ipv6_addr.t, Ipv6.address, Ipv6.address_pattern) t
-(** The same over IPv6. *)
+val ipv4 : (Ipv4_addr.t, Ipv4.address, Ipv4.address_pattern) make
+val ipv6 : (Ipv6_addr.t, Ipv6.address, Ipv6.address_pattern) make
