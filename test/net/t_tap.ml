@@ -46,25 +46,9 @@ let with_env ?v6 f =
   Fun.protect
     ~finally:(fun () ->
       Up.stop up;
-      ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-      ignore (quiet (Printf.sprintf "ip link del %s" tap)))
+      Net_test_util.Kernel.remove_namespace ~ns ~tap)
     (fun () ->
-      must (Printf.sprintf "ip netns add %s" ns);
-      must (Printf.sprintf "ip link set %s netns %s" tap ns);
-      let sysctl =
-        Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=%d" ns
-      in
-      (match v6 with
-      | None -> ignore (quiet (sysctl "all" 1))
-      | Some _ ->
-          ignore (quiet (sysctl "all" 0));
-          ignore (quiet (sysctl tap 0)));
-      must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
-      Option.iter
-        (fun (_, k) -> must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns k tap))
-        v6;
-      must (Printf.sprintf "ip -n %s link set %s up" ns tap);
-      must (Printf.sprintf "ip -n %s link set lo up" ns);
+      Net_test_util.Kernel.namespace ~ns ~tap ~kernel_ip ?kernel_ip6:(Option.map snd v6) ();
       let r = f { ns; up } in
       Up.stop up;
       Alcotest.(check int) "no buffers held" 0 (Pool.in_use up.pool);

@@ -116,21 +116,14 @@ let with_env f =
     ~finally:(fun () ->
       Tap.close tap;
       Sys.remove file;
-      ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-      ignore (quiet (Printf.sprintf "ip link del %s" tap_name)))
+      Net_test_util.Kernel.remove_namespace ~ns ~tap:tap_name)
     (fun () ->
       let clock = Consort_net_unix.Loop_clock.of_loop loop in
       let dev, out_imp, in_imp = impaired_stack ~loop ~pool ~clock tap in
       let address = Result.get_ok (Ipv4_addr.Prefix.of_string (our_ip ^ "/24")) in
       let stack = S.create ~clock ~pool ~address dev in
       let node = tcp_on ~clock ~pool stack in
-      must (Printf.sprintf "ip netns add %s" ns);
-      must (Printf.sprintf "ip link set %s netns %s" tap_name ns);
-      ignore
-        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-      must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap_name);
-      must (Printf.sprintf "ip -n %s link set %s up" ns tap_name);
-      must (Printf.sprintf "ip -n %s link set lo up" ns);
+      Net_test_util.Kernel.namespace ~ns ~tap:tap_name ~kernel_ip ();
       f { ns; loop; pool; stack; out_imp; in_imp; node; data; file; sha })
 
 (* Start [script] under python3 in the namespace; the result runs our loop

@@ -35,3 +35,28 @@ let field text key =
   with
   | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
   | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
+
+let namespace ~ns ~tap ~kernel_ip ?kernel_ip6 () =
+  Shell.must (Printf.sprintf "ip netns add %s" ns);
+  Shell.must (Printf.sprintf "ip link set %s netns %s" tap ns);
+  let ipv6 dev on =
+    ignore
+      (Shell.quiet
+         (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=%d" ns dev
+            (if on then 0 else 1)))
+  in
+  (match kernel_ip6 with
+  | None -> ipv6 "all" false
+  | Some _ ->
+      ipv6 "all" true;
+      ipv6 tap true);
+  Shell.must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
+  Option.iter
+    (fun k -> Shell.must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns k tap))
+    kernel_ip6;
+  Shell.must (Printf.sprintf "ip -n %s link set %s up" ns tap);
+  Shell.must (Printf.sprintf "ip -n %s link set lo up" ns)
+
+let remove_namespace ~ns ~tap =
+  ignore (Shell.quiet (Printf.sprintf "ip netns del %s" ns));
+  ignore (Shell.quiet (Printf.sprintf "ip link del %s" tap))

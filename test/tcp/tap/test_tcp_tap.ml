@@ -127,28 +127,11 @@ let with_env ?(v6 = false) f =
         ~finally:(fun () ->
           Up.stop up;
           Sys.remove file;
-          ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-          ignore (quiet (Printf.sprintf "ip link del %s" tap)))
+          Net_test_util.Kernel.remove_namespace ~ns ~tap)
         (fun () ->
-          must (Printf.sprintf "ip netns add %s" ns);
-          must (Printf.sprintf "ip link set %s netns %s" tap ns);
-          if v6 then begin
-            ignore
-              (quiet
-                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
-            ignore
-              (quiet
-                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns
-                    tap));
-            must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns kernel_ip6 tap)
-          end
-          else
-            ignore
-              (quiet
-                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-          must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
-          must (Printf.sprintf "ip -n %s link set %s up" ns tap);
-          must (Printf.sprintf "ip -n %s link set lo up" ns);
+          Net_test_util.Kernel.namespace ~ns ~tap ~kernel_ip
+            ?kernel_ip6:(if v6 then Some kernel_ip6 else None)
+            ();
           f { ns; up; data; file; sha })
 
 (* Start [script] under python3 in the namespace; [wait] runs our loop
