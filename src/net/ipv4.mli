@@ -48,10 +48,10 @@ type v4 = {
   gateway : Ipv4_addr.t option;
   bad_source : int;  (** of [bad]: a source address we refuse *)
 }
-(** IPv4's own part of {!info}. *)
+(** IPv4's own part of {!type-info}. *)
 
 type info = v4 Ip_common.info
-(** What {!Ip_common.info} counts for both versions ([sent]: datagrams sent, a fragmented one
+(** What {!Ip_common.type-info} counts for both versions ([sent]: datagrams sent, a fragmented one
     counted once; [received]: delivered up; [bad]: malformed headers, bad checksums, bad source
     addresses; [connections_evicted]: passively made connections evicted, for room or idle), and
     IPv4's own part in [version]. *)

@@ -72,12 +72,12 @@ type v6 = {
   echo_replies_sent : int;
   icmp_errors_received : int;
 }
-(** IPv6's own counters, beside those both versions keep ({!Ip_common.info}: [sent], [received],
-    [bad] (malformed, bad source, bad ICMPv6 checksum), [fragments_sent] (fragments of datagrams
-    over the link MTU, RFC 8200 section 4.5), reassembly and connections). *)
+(** IPv6's own counters, beside those both versions keep ({!Ip_common.type-info}: [sent],
+    [received], [bad] (malformed, bad source, bad ICMPv6 checksum), [fragments_sent] (fragments of
+    datagrams over the link MTU, RFC 8200 section 4.5), reassembly and connections). *)
 
 type info = v6 Ip_common.info
-(** What {!Ip_common.info} counts for both versions, and IPv6's own part in [version]. *)
+(** What {!Ip_common.type-info} counts for both versions, and IPv6's own part in [version]. *)
 
 val pp_info : info Fmt.t
 
