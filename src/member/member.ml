@@ -548,6 +548,23 @@ let run cfg =
              so that a path in use or a port taken is refused up front. *)
               let ops_closers = ref [] in
               let close_ops () = List.iter (fun f -> f ()) !ops_closers in
+              (* An ops server (metrics, console) at [addr], kept to be closed; where it listens
+                 said by [say]. *)
+              let serve_ops addr ~error ~say start =
+                match inet_addr addr with
+                | Error e -> Error (error e)
+                | Ok sa -> (
+                    match start sa with
+                    | Ok s ->
+                        ops_closers := (fun () -> Consort_ops.Serve.close s) :: !ops_closers;
+                        say
+                          (match Consort_ops.Serve.address s with
+                          | ADDR_INET (a, p) ->
+                              Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
+                          | ADDR_UNIX p -> p);
+                        Ok ()
+                    | Error e -> Error (error e))
+              in
               let opened =
                 let control =
                   match cfg.control with
@@ -589,58 +606,37 @@ let run cfg =
                 | Ok () -> (
                     match cfg.metrics with
                     | None -> Ok ()
-                    | Some addr -> (
-                        match inet_addr addr with
-                        | Error e -> Error (Metrics e)
-                        | Ok sa -> (
-                            let samples () =
-                              match !g_ref with
-                              | Some g -> metrics_samples cfg g ~totals ~flow_blocked:!flow_blocked
-                              | None -> []
-                            in
-                            match Consort_ops.Metrics.serve loop sa samples with
-                            | Ok s ->
-                                ops_closers := (fun () -> Consort_ops.Serve.close s) :: !ops_closers;
-                                say "metrics at http://%s/metrics"
-                                  (match Consort_ops.Serve.address s with
-                                  | ADDR_INET (a, p) ->
-                                      Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
-                                  | ADDR_UNIX p -> p);
-                                Ok ()
-                            | Error e -> Error (Metrics e))))
+                    | Some addr ->
+                        let samples () =
+                          match !g_ref with
+                          | Some g -> metrics_samples cfg g ~totals ~flow_blocked:!flow_blocked
+                          | None -> []
+                        in
+                        serve_ops addr
+                          ~error:(fun e -> Metrics e)
+                          ~say:(say "metrics at http://%s/metrics")
+                          (fun sa -> Consort_ops.Metrics.serve loop sa samples))
               in
               let opened =
                 Result.bind opened (fun () ->
                     match cfg.http with
                     | None -> Ok ()
-                    | Some addr -> (
-                        match inet_addr addr with
-                        | Error e -> Error (Http e)
-                        | Ok sa -> (
-                            let groups () =
-                              match !g_ref with
-                              | Some g ->
-                                  [
-                                    console_json cfg g ~blocked:!blocked ~flow_blocked:!flow_blocked
-                                      ~quorum:!quorum ~history ~rates;
-                                  ]
-                              | None ->
-                                  [
-                                    `Assoc [ ("group", `String cfg.group); ("joined", `Bool false) ];
-                                  ]
-                            in
-                            match
-                              Consort_ops.Console.serve loop sa ~node:"consort member" groups
-                            with
-                            | Ok s ->
-                                ops_closers := (fun () -> Consort_ops.Serve.close s) :: !ops_closers;
-                                say "console at http://%s/"
-                                  (match Consort_ops.Serve.address s with
-                                  | ADDR_INET (a, p) ->
-                                      Printf.sprintf "%s:%d" (Unix.string_of_inet_addr a) p
-                                  | ADDR_UNIX p -> p);
-                                Ok ()
-                            | Error e -> Error (Http e))))
+                    | Some addr ->
+                        let groups () =
+                          match !g_ref with
+                          | Some g ->
+                              [
+                                console_json cfg g ~blocked:!blocked ~flow_blocked:!flow_blocked
+                                  ~quorum:!quorum ~history ~rates;
+                              ]
+                          | None ->
+                              [ `Assoc [ ("group", `String cfg.group); ("joined", `Bool false) ] ]
+                        in
+                        serve_ops addr
+                          ~error:(fun e -> Http e)
+                          ~say:(say "console at http://%s/")
+                          (fun sa ->
+                            Consort_ops.Console.serve loop sa ~node:"consort member" groups))
               in
               let capture =
                 match cfg.pcap with

@@ -2,30 +2,35 @@ let src = Logs.Src.create "consort.arp" ~doc:"ARP"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { ip : Ipv4_addr.t; ethertype : int }
-type address_pattern = Ethertype of int
-type status = Unresolved
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { ip : Ipv4_addr.t; ethertype : int }
+  type address_pattern = Ethertype of int
+  type status = Unresolved
 
-type control =
-  | Set_ip of Ipv4_addr.t
-  | Add_static of Ipv4_addr.t * Mac_addr.t
-  | Remove of Ipv4_addr.t
-  | Announce
+  type control =
+    | Set_ip of Ipv4_addr.t
+    | Add_static of Ipv4_addr.t * Mac_addr.t
+    | Remove of Ipv4_addr.t
+    | Announce
 
-type info = {
-  ip : Ipv4_addr.t;
-  entries : (Ipv4_addr.t * Mac_addr.t option) list;
-  requests_sent : int;
-  refreshes : int;
-  replies_sent : int;
-  requests_received : int;
-  replies_received : int;
-  bad : int;
-  queue_dropped : int;
-  waiting : int;
-  resolution_failed : int;
-  conflicts : int;
-}
+  type info = {
+    ip : Ipv4_addr.t;
+    entries : (Ipv4_addr.t * Mac_addr.t option) list;
+    requests_sent : int;
+    refreshes : int;
+    replies_sent : int;
+    requests_received : int;
+    replies_received : int;
+    bad : int;
+    queue_dropped : int;
+    waiting : int;
+    resolution_failed : int;
+    conflicts : int;
+  }
+end
+
+include Types
 
 let pp_info ppf i =
   Fmt.pf ppf
@@ -34,37 +39,12 @@ let pp_info ppf i =
     Ipv4_addr.pp i.ip (List.length i.entries) i.requests_sent i.refreshes i.requests_received
     i.replies_sent i.replies_received i.bad i.queue_dropped i.resolution_failed i.conflicts
 
-type config = {
-  entry_ttl : Consort.Time.t;
-  retry_interval : Consort.Time.t;
-  retries : int;
-  queue_limit : int;
-  max_entries : int;
-  max_pending : int;
-  max_queued : int;
-  refresh : Consort.Time.t;
-}
+type config = Ip_common.neighbours
 
-let default_config =
-  {
-    entry_ttl = Consort.Time.of_sec 60.;
-    retry_interval = Consort.Time.of_sec 1.;
-    retries = 3;
-    queue_limit = 16;
-    max_entries = 1024;
-    max_pending = 64;
-    max_queued = 256;
-    refresh = Consort.Time.of_sec 5.;
-  }
+let default_config = Ip_common.default_neighbours
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type ethernet
 
@@ -80,11 +60,9 @@ end
 module Neighbours = Ip_common.Neighbours (Ip_common.Int_key)
 
 module Make (E : Ethernet.S) = struct
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
+  module Lower = Protocol.Lower (E)
+  include Types
+
   type ethernet = E.t
 
   type t = {
@@ -125,8 +103,7 @@ module Make (E : Ethernet.S) = struct
     | c -> Ok c
     | exception Not_found -> (
         match
-          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ety } (fun _ ->
-              { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
+          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ety } Lower.discard
         with
         | Ok c ->
             Itbl.replace t.out ety c;
@@ -209,18 +186,7 @@ module Make (E : Ethernet.S) = struct
         pool;
         config;
         my_ip = ip;
-        cache =
-          Neighbours.create ~clock ~packet:snd ~gave_up
-            {
-              ttl = config.entry_ttl;
-              refresh = config.refresh;
-              retry_interval = config.retry_interval;
-              retries = config.retries;
-              queue_limit = config.queue_limit;
-              max_queued = config.max_queued;
-              max_entries = config.max_entries;
-              max_pending = config.max_pending;
-            };
+        cache = Neighbours.create ~clock ~packet:snd ~gave_up config;
         out = Itbl.create 4;
         last_defence = 0;
         requests_sent = 0;
@@ -232,12 +198,7 @@ module Make (E : Ethernet.S) = struct
         conflicts = 0;
       }
     in
-    (match
-       E.passive_open eth (Ethernet.Ethertype Ethernet_wire.ethertype_arp) (fun _ ->
-           { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
-     with
-    | Ok () -> ()
-    | Error e -> Fmt.invalid_arg "Arp.create: %a" Protocol.pp_error e);
+    Lower.listen "Arp.create" eth (Ethernet.Ethertype Ethernet_wire.ethertype_arp) (input t);
     t
 
   let multicast_mac ip = Mac_addr.of_int (0x01005e000000 lor (ip land 0x7fffff))

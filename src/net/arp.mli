@@ -1,16 +1,16 @@
 (** ARP (RFC 826) over Ethernet, as a protocol layer: the layer above addresses peers by IPv4
     address (the next hop) and ARP resolves them.
 
-    Resolved entries expire after [entry_ttl]. An entry that packets are sent to in its last
-    [refresh] is refreshed by a unicast request to the MAC it holds (at most once per
-    [retry_interval]) while it goes on being used, so an active flow never stalls for a new
-    resolution; an entry nobody uses just expires. A packet for an address not yet resolved waits in
-    a queue for that address (at most [queue_limit] packets; the oldest are dropped first; at most
-    [max_queued] in all queues) while requests go out at most once per [retry_interval], [retries]
-    times; then the queue is dropped and the connections that had packets in it are told
-    {!Unresolved}. Requests for our address are answered; senders are learnt; gratuitous ARP updates
-    existing entries, and one claiming our own address is answered by a gratuitous reply defending
-    it (at most once per [retry_interval]).
+    Resolved entries expire after [ttl]. An entry that packets are sent to in its last [refresh] is
+    refreshed by a unicast request to the MAC it holds (at most once per [retry_interval]) while it
+    goes on being used, so an active flow never stalls for a new resolution; an entry nobody uses
+    just expires. A packet for an address not yet resolved waits in a queue for that address (at
+    most [queue_limit] packets; the oldest are dropped first; at most [max_queued] in all queues)
+    while requests go out at most once per [retry_interval], [retries] times; then the queue is
+    dropped and the connections that had packets in it are told {!Unresolved}. Requests for our
+    address are answered; senders are learnt; gratuitous ARP updates existing entries, and one
+    claiming our own address is answered by a gratuitous reply defending it (at most once per
+    [retry_interval]).
 
     Resolved entries are a cache ({!Lru}) of at most [max_entries], the least recently used evicted
     for a new one; at most [max_pending] resolutions are under way, a new one giving up the oldest.
@@ -48,16 +48,11 @@ type info = {
 
 val pp_info : info Fmt.t
 
-type config = {
-  entry_ttl : Consort.Time.t;  (** default 60 s *)
-  retry_interval : Consort.Time.t;  (** default 1 s *)
-  retries : int;  (** requests before giving up, default 3 *)
-  queue_limit : int;  (** packets waiting per address, default 16 *)
-  max_entries : int;  (** resolved entries, default 1024 *)
-  max_pending : int;  (** resolutions under way, default 64 *)
-  max_queued : int;  (** packets waiting in all queues, default 256 *)
-  refresh : Consort.Time.t;  (** refresh entries in use this long before expiry, default 5 s *)
-}
+type config = Ip_common.neighbours
+(** The ARP cache: entries last [ttl] (60 s), those in use refreshed in their last [refresh] (5 s);
+    requests every [retry_interval] (1 s), [retries] (3) times; [queue_limit] packets waiting per
+    address (16), [max_queued] in all (256); [max_entries] resolved (1024), [max_pending] under way
+    (64). *)
 
 val default_config : config
 

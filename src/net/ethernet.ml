@@ -2,23 +2,28 @@ let src = Logs.Src.create "consort.ethernet" ~doc:"Ethernet II"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Mac_addr.t; ethertype : int }
-type address_pattern = Ethertype of int
-type status = |
-type control = Promiscuous of bool
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { dst : Mac_addr.t; ethertype : int }
+  type address_pattern = Ethertype of int
+  type status = |
+  type control = Promiscuous of bool
 
-type info = {
-  mac : Mac_addr.t;
-  mtu : int;
-  frames_in : int;
-  frames_out : int;
-  runts : int;
-  not_for_us : int;
-  unknown_type : int;
-  bad_source : int;
-  peers : int;
-  peers_evicted : int;
-}
+  type info = {
+    mac : Mac_addr.t;
+    mtu : int;
+    frames_in : int;
+    frames_out : int;
+    runts : int;
+    not_for_us : int;
+    unknown_type : int;
+    bad_source : int;
+    peers : int;
+    peers_evicted : int;
+  }
+end
+
+include Types
 
 let pp_info ppf i =
   Fmt.pf ppf
@@ -28,13 +33,7 @@ let pp_info ppf i =
     i.bad_source i.peers i.peers_evicted
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type host = Mac_addr.t
   type device
@@ -47,11 +46,8 @@ module type S = sig
 end
 
 module Make (D : Device.S) = struct
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
+  include Types
+
   type device = D.t
   type host = Mac_addr.t
 

@@ -2,20 +2,25 @@ let src = Logs.Src.create "consort.icmp" ~doc:"ICMP"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Ipv4_addr.t; id : int }
-type address_pattern = |
-type status = Echo_reply of { seq : int; rtt : Consort.Time.t } | Icmp_error of Icmp_packet.t
-type control = Replies of bool
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { dst : Ipv4_addr.t; id : int }
+  type address_pattern = |
+  type status = Echo_reply of { seq : int; rtt : Consort.Time.t } | Icmp_error of Icmp_packet.t
+  type control = Replies of bool
 
-type info = {
-  echo_requests_in : int;
-  echo_replies_out : int;
-  echo_requests_out : int;
-  echo_replies_in : int;
-  errors_in : int;
-  bad : int;
-  unmatched : int;
-}
+  type info = {
+    echo_requests_in : int;
+    echo_replies_out : int;
+    echo_requests_out : int;
+    echo_replies_in : int;
+    errors_in : int;
+    bad : int;
+    unmatched : int;
+  }
+end
+
+include Types
 
 let pp_info ppf i =
   Fmt.pf ppf "echo requests %d in %d out, replies %d out %d in; %d errors in, %d bad, %d unmatched"
@@ -23,13 +28,7 @@ let pp_info ppf i =
     i.unmatched
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type ip
 
@@ -37,11 +36,8 @@ module type S = sig
 end
 
 module Make (Ip : Ipv4.S) = struct
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
+  include Types
+
   type ip = Ip.t
 
   type t = {
@@ -144,9 +140,8 @@ module Make (Ip : Ipv4.S) = struct
         unmatched = 0;
       }
     in
-    (match Ip.passive_open ip { protocol = Ipv4_wire.proto_icmp; source = None } (ip_handler t) with
-    | Ok () -> ()
-    | Error e -> Fmt.invalid_arg "Icmp.create: %a" Protocol.pp_error e);
+    Protocol.opened "Icmp.create"
+      (Ip.passive_open ip { protocol = Ipv4_wire.proto_icmp; source = None } (ip_handler t));
     t
 
   let nothing = { receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }

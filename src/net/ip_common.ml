@@ -144,6 +144,7 @@ module Conns (K : KEY) = struct
   let length t = H.length t.pinned + L.length t.made
   let evicted t = L.evicted t.made
   let expire t = L.expire t.made
+  let counts t = (length t, evicted t)
 end
 
 module Reassembly (K : Hashtbl.HashedType) = struct
@@ -294,6 +295,7 @@ module Reassembly (K : Hashtbl.HashedType) = struct
   let reassembled t = t.reassembled
   let dropped t = t.dropped
   let timeouts t = t.timeouts
+  let counts t = (t.reassembled, t.dropped, t.timeouts)
 end
 
 type neighbours = {
@@ -306,6 +308,18 @@ type neighbours = {
   max_entries : int;
   max_pending : int;
 }
+
+let default_neighbours =
+  {
+    ttl = Consort.Time.of_sec 60.;
+    refresh = Consort.Time.of_sec 5.;
+    retry_interval = Consort.Time.of_sec 1.;
+    retries = 3;
+    queue_limit = 16;
+    max_queued = 256;
+    max_entries = 1024;
+    max_pending = 64;
+  }
 
 module Neighbours (K : Hashtbl.HashedType) = struct
   module H = Hashtbl.Make (K)
@@ -486,11 +500,83 @@ module Neighbours (K : Hashtbl.HashedType) = struct
   let resolution_failed t = t.resolution_failed
 end
 
-let route next_hop ~unrouted pp dst =
+type counters = {
+  mutable sent : int;
+  mutable received : int;
+  mutable bad : int;
+  mutable not_for_us : int;
+  mutable no_route : int;
+  mutable unknown_protocol : int;
+  mutable fragments_sent : int;
+  mutable fragments_received : int;
+  mutable icmp_errors_sent : int;
+}
+
+let counters () =
+  {
+    sent = 0;
+    received = 0;
+    bad = 0;
+    not_for_us = 0;
+    no_route = 0;
+    unknown_protocol = 0;
+    fragments_sent = 0;
+    fragments_received = 0;
+    icmp_errors_sent = 0;
+  }
+
+type 'v info = {
+  mtu : int;
+  sent : int;
+  received : int;
+  bad : int;
+  not_for_us : int;
+  no_route : int;
+  unknown_protocol : int;
+  fragments_sent : int;
+  fragments_received : int;
+  reassembled : int;
+  reassembly_dropped : int;
+  reassembly_timeouts : int;
+  icmp_errors_sent : int;
+  connections : int;
+  connections_evicted : int;
+  version : 'v;
+}
+
+let info (c : counters) ~mtu ~reassembly:(reassembled, reassembly_dropped, reassembly_timeouts)
+    ~connections:(connections, connections_evicted) version =
+  {
+    mtu;
+    sent = c.sent;
+    received = c.received;
+    bad = c.bad;
+    not_for_us = c.not_for_us;
+    no_route = c.no_route;
+    unknown_protocol = c.unknown_protocol;
+    fragments_sent = c.fragments_sent;
+    fragments_received = c.fragments_received;
+    reassembled;
+    reassembly_dropped;
+    reassembly_timeouts;
+    icmp_errors_sent = c.icmp_errors_sent;
+    connections;
+    connections_evicted;
+    version;
+  }
+
+let pp_fragments ppf (i : _ info) =
+  Fmt.pf ppf "fragments %d out %d in, %d reassembled, %d given up, %d timed out" i.fragments_sent
+    i.fragments_received i.reassembled i.reassembly_dropped i.reassembly_timeouts
+
+let pp_connections ppf (i : _ info) =
+  Fmt.pf ppf "%d connections (%d evicted)" i.connections i.connections_evicted
+
+let route next_hop (c : counters) pp dst =
   match next_hop dst with
   | Some nh -> Ok nh
   | None ->
-      unrouted ();
+      c.no_route <- c.no_route + 1;
       Error (`Unreachable (Fmt.str "no route to %a" pp dst))
 
 let send_fragments ~pool ~headroom ~chunk p send =

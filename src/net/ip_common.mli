@@ -85,6 +85,9 @@ module Conns (K : KEY) : sig
   val length : ('ip, 'h) t -> int
   val evicted : ('ip, 'h) t -> int
   val expire : ('ip, 'h) t -> unit
+
+  val counts : ('ip, 'h) t -> int * int
+  (** [(length t, evicted t)]. *)
 end
 
 (** {1 Reassembly} *)
@@ -130,20 +133,27 @@ module Reassembly (K : Hashtbl.HashedType) : sig
   (** Datagrams given up: limits, overlaps. *)
 
   val timeouts : 'm t -> int
+
+  val counts : 'm t -> int * int * int
+  (** [(reassembled t, dropped t, timeouts t)]. *)
 end
 
 (** {1 Neighbour cache} *)
 
 type neighbours = {
-  ttl : Consort.Time.t;  (** how long a resolved entry lasts *)
-  refresh : Consort.Time.t;  (** an entry in use is refreshed in its last [refresh] *)
-  retry_interval : Consort.Time.t;
-  retries : int;
-  queue_limit : int;  (** packets waiting per address *)
-  max_queued : int;  (** packets waiting in all *)
-  max_entries : int;
-  max_pending : int;  (** resolutions under way *)
+  ttl : Consort.Time.t;  (** how long a resolved entry lasts, default 60 s (IPv6: 30 s) *)
+  refresh : Consort.Time.t;  (** an entry in use is refreshed in its last [refresh], default 5 s *)
+  retry_interval : Consort.Time.t;  (** default 1 s *)
+  retries : int;  (** requests or solicitations before giving up, default 3 *)
+  queue_limit : int;  (** packets waiting per address, default 16 *)
+  max_queued : int;  (** packets waiting in all, default 256 *)
+  max_entries : int;  (** resolved entries, default 1024 *)
+  max_pending : int;  (** resolutions under way, default 64 *)
 }
+(** The neighbour cache of ARP ({!Arp.config}) and of IPv6 neighbour discovery
+    ({!Ipv6.config}[.neighbours]). *)
+
+val default_neighbours : neighbours
 
 (** Resolution of an IP address to a MAC address, as ARP and neighbour discovery do it: static
     entries; resolved entries (at most [max_entries], least recently used evicted) lasting [ttl];
@@ -201,16 +211,63 @@ module Neighbours (K : Hashtbl.HashedType) : sig
   val resolution_failed : 'q t -> int
 end
 
+(** {1 Counters} *)
+
+type counters = {
+  mutable sent : int;  (** datagrams, whole or in fragments *)
+  mutable received : int;  (** delivered to a connection *)
+  mutable bad : int;  (** malformed, or from a source that cannot be *)
+  mutable not_for_us : int;
+  mutable no_route : int;
+  mutable unknown_protocol : int;  (** nobody took them *)
+  mutable fragments_sent : int;
+  mutable fragments_received : int;
+  mutable icmp_errors_sent : int;
+}
+(** What every IP version counts, in one record of its instance. *)
+
+val counters : unit -> counters
+(** All zero. *)
+
+type 'v info = {
+  mtu : int;
+  sent : int;
+  received : int;
+  bad : int;
+  not_for_us : int;
+  no_route : int;
+  unknown_protocol : int;
+  fragments_sent : int;
+  fragments_received : int;
+  reassembled : int;
+  reassembly_dropped : int;  (** datagrams given up: limits, overlaps *)
+  reassembly_timeouts : int;
+  icmp_errors_sent : int;
+  connections : int;
+  connections_evicted : int;
+  version : 'v;
+}
+(** An IP instance's [Protocol.S.info]: what both versions count, and the version's own part (['v]:
+    {!Ipv4.v4}, {!Ipv6.v6}). *)
+
+val info :
+  counters -> mtu:int -> reassembly:int * int * int -> connections:int * int -> 'v -> 'v info
+(** [info c ~mtu ~reassembly ~connections v]: the counters [c] now, with {!Reassembly.counts} and
+    {!Conns.counts}. *)
+
+val pp_fragments : _ info Fmt.t
+(** ["fragments 2 out 0 in, 0 reassembled, 0 given up, 0 timed out"]: the part of both versions'
+    [pp_info] about fragments. *)
+
+val pp_connections : _ info Fmt.t
+(** ["3 connections (0 evicted)"]. *)
+
 (** {1 Sending} *)
 
 val route :
-  ('a -> 'h option) ->
-  unrouted:(unit -> unit) ->
-  'a Fmt.t ->
-  'a ->
-  ('h, [> `Unreachable of string ]) result
-(** [route next_hop ~unrouted pp dst] is [dst]'s next hop, or (counted by [unrouted]) the error that
-    names it unreachable. *)
+  ('a -> 'h option) -> counters -> 'a Fmt.t -> 'a -> ('h, [> `Unreachable of string ]) result
+(** [route next_hop c pp dst] is [dst]'s next hop, or (counted in [c.no_route]) the error that names
+    it unreachable. *)
 
 val send_fragments :
   pool:Consort.Pool.t ->

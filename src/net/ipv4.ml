@@ -2,10 +2,17 @@ let src = Logs.Src.create "consort.ipv4" ~doc:"IPv4"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Ipv4_addr.t; proto : int }
-type address_pattern = { protocol : int; source : Ipv4_addr.t option }
-type status = Icmp_error of { error : Icmp_packet.t; quoted : string }
-type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { dst : Ipv4_addr.t; proto : int }
+  type address_pattern = { protocol : int; source : Ipv4_addr.t option }
+  type status = Icmp_error of { error : Icmp_packet.t; quoted : string }
+  type control = Set_address of Ipv4_addr.Prefix.t | Set_gateway of Ipv4_addr.t option
+  type v4 = { address : Ipv4_addr.Prefix.t; gateway : Ipv4_addr.t option; bad_source : int }
+  type info = v4 Ip_common.info
+end
+
+include Types
 
 type reassembly = Ip_common.reassembly = {
   timeout : Consort.Time.t;
@@ -16,46 +23,17 @@ type reassembly = Ip_common.reassembly = {
 
 let default_reassembly = Ip_common.default_reassembly
 
-type info = {
-  address : Ipv4_addr.Prefix.t;
-  gateway : Ipv4_addr.t option;
-  mtu : int;
-  sent : int;
-  received : int;
-  bad : int;
-  not_for_us : int;
-  no_route : int;
-  unknown_protocol : int;
-  connections_evicted : int;
-  bad_source : int;
-  fragments_sent : int;
-  fragments_received : int;
-  reassembled : int;
-  reassembly_dropped : int;
-  reassembly_timeouts : int;
-  icmp_errors_sent : int;
-  connections : int;
-}
-
-let pp_info ppf i =
+let pp_info ppf (i : info) =
   Fmt.pf ppf
     "%a%a mtu %d: sent %d received %d; dropped: %d bad (%d bad source), %d not for us, %d no \
-     route, %d unknown protocol; fragments %d out %d in, %d reassembled, %d given up, %d timed \
-     out; %d ICMP errors sent; %d connections (%d evicted)"
-    Ipv4_addr.Prefix.pp i.address
+     route, %d unknown protocol; %a; %d ICMP errors sent; %a"
+    Ipv4_addr.Prefix.pp i.version.address
     Fmt.(option (any " via " ++ Ipv4_addr.pp))
-    i.gateway i.mtu i.sent i.received i.bad i.bad_source i.not_for_us i.no_route i.unknown_protocol
-    i.fragments_sent i.fragments_received i.reassembled i.reassembly_dropped i.reassembly_timeouts
-    i.icmp_errors_sent i.connections i.connections_evicted
+    i.version.gateway i.mtu i.sent i.received i.bad i.version.bad_source i.not_for_us i.no_route
+    i.unknown_protocol Ip_common.pp_fragments i i.icmp_errors_sent Ip_common.pp_connections i
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type host = Ipv4_addr.t
   type arp
@@ -108,11 +86,9 @@ end)
 module Reassembly = Ip_common.Reassembly (Ip_common.Int_key)
 
 module Make (A : LINK) = struct
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
+  module Lower = Protocol.Lower (A)
+  include Types
+
   type arp = A.t
   type host = Ipv4_addr.t
 
@@ -131,16 +107,8 @@ module Make (A : LINK) = struct
     mutable rx_hlen : int;
     mutable rx_bcast : bool;
     icmp_rate : Ip_common.rate;
-    mutable sent : int;
-    mutable received : int;
-    mutable bad : int;
-    mutable not_for_us : int;
-    mutable no_route : int;
-    mutable unknown_protocol : int;
+    stats : Ip_common.counters;
     mutable bad_source : int;
-    mutable fragments_sent : int;
-    mutable fragments_received : int;
-    mutable icmp_errors_sent : int;
   }
 
   and connection = (t, handler) Conns.conn
@@ -171,8 +139,9 @@ module Make (A : LINK) = struct
     | Some c -> Ok c
     | None -> (
         match
-          A.active_open t.arp { Arp.ip = nh; ethertype = Ethernet_wire.ethertype_ipv4 } (fun _ ->
-              { A.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
+          A.active_open t.arp
+            { Arp.ip = nh; ethertype = Ethernet_wire.ethertype_ipv4 }
+            Lower.discard
         with
         | Ok c ->
             Lru.add t.hops (nh :> int) c;
@@ -207,11 +176,10 @@ module Make (A : LINK) = struct
         let h = Packet.push q hlen in
         write_header t h ~dst ~proto ~len:(Packet.length q) ~id
           ~flags_off:((if more then Ipv4_wire.flag_mf else 0) lor (off / 8));
-        t.fragments_sent <- t.fragments_sent + 1;
+        t.stats.fragments_sent <- t.stats.fragments_sent + 1;
         A.send hop q)
 
-  let route t dst =
-    Ip_common.route (next_hop t) ~unrouted:(fun () -> t.no_route <- t.no_route + 1) Ipv4_addr.pp dst
+  let route t dst = Ip_common.route (next_hop t) t.stats Ipv4_addr.pp dst
 
   let output t ~df ~dst ~proto p =
     match route t dst with
@@ -229,14 +197,14 @@ module Make (A : LINK) = struct
               let h = Packet.push p hlen in
               write_header t h ~dst ~proto ~len:(len + hlen) ~id:(fresh_id t)
                 ~flags_off:(if df then Ipv4_wire.flag_df else 0);
-              t.sent <- t.sent + 1;
+              t.stats.sent <- t.stats.sent + 1;
               A.send hop p
             end
             else if df || len > max_payload then (
               Packet.release p;
               Error (`Too_big len))
             else (
-              t.sent <- t.sent + 1;
+              t.stats.sent <- t.stats.sent + 1;
               fragment t hop ~dst ~proto p))
 
   let send (c : connection) p = output c.ip ~df:false ~dst:c.peer ~proto:c.proto p
@@ -261,7 +229,7 @@ module Make (A : LINK) = struct
         Cstruct.blit (Packet.cstruct p) 0 m Icmp_wire.sizeof_icmp quoted;
         Packet.release p;
         Icmp_packet.encode err m;
-        t.icmp_errors_sent <- t.icmp_errors_sent + 1;
+        t.stats.icmp_errors_sent <- t.stats.icmp_errors_sent + 1;
         ignore (output t ~df:false ~dst:src ~proto:Ipv4_wire.proto_icmp q)
 
   let deliver_icmp_error t err quoted =
@@ -281,10 +249,10 @@ module Make (A : LINK) = struct
         let (_ : (unit, _) result) = Packet.pull p h in
         t.rx_hlen <- h;
         t.rx_bcast <- bcast;
-        t.received <- t.received + 1;
+        t.stats.received <- t.stats.received + 1;
         c.handler.receive c p
     | None ->
-        t.unknown_protocol <- t.unknown_protocol + 1;
+        t.stats.unknown_protocol <- t.stats.unknown_protocol + 1;
         let (_ : (unit, _) result) = Packet.pull p h in
         t.rx_hlen <- h;
         t.rx_bcast <- bcast;
@@ -309,10 +277,10 @@ module Make (A : LINK) = struct
   let reassemble t p ~src ~proto ~h ~fo =
     let id = Ipv4_wire.get_id (Packet.cstruct p) in
     let off = fo land 0x1fff * 8 and more = fo land Ipv4_wire.flag_mf <> 0 in
-    t.fragments_received <- t.fragments_received + 1;
+    t.stats.fragments_received <- t.stats.fragments_received + 1;
     let k = ((src : Ipv4_addr.t :> int) lsl 24) lor (proto lsl 16) lor id in
     match Reassembly.add t.reasm k ~off ~more ~header:h ~meta:(src, proto, id) p with
-    | Bad -> t.bad <- t.bad + 1
+    | Bad -> t.stats.bad <- t.stats.bad + 1
     | Held -> ()
     | Complete (q, (src, proto, id)) -> reassembled t q ~src ~proto ~id
 
@@ -332,26 +300,26 @@ module Make (A : LINK) = struct
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
     if n < hlen || Cstruct.get_uint8 cs 0 lsr 4 <> 4 then (
-      t.bad <- t.bad + 1;
+      t.stats.bad <- t.stats.bad + 1;
       Packet.release p)
     else
       let h = Cstruct.get_uint8 cs 0 land 0xf * 4 in
       let total = Ipv4_wire.get_len cs in
       if h < hlen || h > n || total < h || total > n || Checksum.sum_sub cs ~off:0 ~len:h <> 0xffff
       then (
-        t.bad <- t.bad + 1;
+        t.stats.bad <- t.stats.bad + 1;
         Packet.release p)
       else
         let src = Ipv4_wire.get_src cs and dst = Ipv4_wire.get_dst cs in
         let src_i = (src :> int) and dst_i = (dst :> int) in
         if bad_source t src_i then (
-          t.bad <- t.bad + 1;
+          t.stats.bad <- t.stats.bad + 1;
           t.bad_source <- t.bad_source + 1;
           Packet.release p)
         else
           let bcast = dst_i = 0xffff_ffff || dst_i = (t.bcast :> int) in
           if dst_i <> (t.prefix.addr :> int) && not bcast then (
-            t.not_for_us <- t.not_for_us + 1;
+            t.stats.not_for_us <- t.stats.not_for_us + 1;
             Packet.release p)
           else begin
             Packet.trim p total;
@@ -393,25 +361,12 @@ module Make (A : LINK) = struct
         rx_hlen = 0;
         rx_bcast = false;
         icmp_rate = Ip_common.rate ~now:(clock.now ()) 100;
-        sent = 0;
-        received = 0;
-        bad = 0;
-        not_for_us = 0;
-        no_route = 0;
-        unknown_protocol = 0;
+        stats = Ip_common.counters ();
         bad_source = 0;
-        fragments_sent = 0;
-        fragments_received = 0;
-        icmp_errors_sent = 0;
       }
     in
     set_prefix t address;
-    (match
-       A.passive_open arp (Arp.Ethertype Ethernet_wire.ethertype_ipv4) (fun _ ->
-           { A.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
-     with
-    | Ok () -> ()
-    | Error e -> Fmt.invalid_arg "Ipv4.create: %a" Protocol.pp_error e);
+    Lower.listen "Ipv4.create" arp (Arp.Ethertype Ethernet_wire.ethertype_ipv4) (input t);
     t
 
   let active_open t { dst; proto } f =
@@ -434,26 +389,9 @@ module Make (A : LINK) = struct
 
   let query t =
     Conns.expire t.conns;
-    {
-      address = t.prefix;
-      gateway = t.gateway;
-      mtu = t.mtu;
-      sent = t.sent;
-      received = t.received;
-      bad = t.bad;
-      not_for_us = t.not_for_us;
-      no_route = t.no_route;
-      unknown_protocol = t.unknown_protocol;
-      connections_evicted = Conns.evicted t.conns;
-      bad_source = t.bad_source;
-      fragments_sent = t.fragments_sent;
-      fragments_received = t.fragments_received;
-      reassembled = Reassembly.reassembled t.reasm;
-      reassembly_dropped = Reassembly.dropped t.reasm;
-      reassembly_timeouts = Reassembly.timeouts t.reasm;
-      icmp_errors_sent = t.icmp_errors_sent;
-      connections = Conns.length t.conns;
-    }
+    Ip_common.info t.stats ~mtu:t.mtu ~reassembly:(Reassembly.counts t.reasm)
+      ~connections:(Conns.counts t.conns)
+      ({ address = t.prefix; gateway = t.gateway; bad_source = t.bad_source } : v4)
 end
 
 module Df (I : S) = struct

@@ -43,26 +43,18 @@ type reassembly = Ip_common.reassembly = {
 
 val default_reassembly : reassembly
 
-type info = {
+type v4 = {
   address : Ipv4_addr.Prefix.t;
   gateway : Ipv4_addr.t option;
-  mtu : int;
-  sent : int;  (** datagrams sent (a fragmented one counts once) *)
-  received : int;  (** datagrams delivered up *)
-  bad : int;  (** malformed headers, bad checksums, bad source addresses *)
-  not_for_us : int;
-  no_route : int;
-  unknown_protocol : int;
-  connections_evicted : int;  (** passively made connections evicted (room or idle) *)
   bad_source : int;  (** of [bad]: a source address we refuse *)
-  fragments_sent : int;
-  fragments_received : int;
-  reassembled : int;
-  reassembly_dropped : int;  (** datagrams given up: limits, overlaps *)
-  reassembly_timeouts : int;
-  icmp_errors_sent : int;
-  connections : int;
 }
+(** IPv4's own part of {!type-info}. *)
+
+type info = v4 Ip_common.info
+(** What {!Ip_common.type-info} counts for both versions ([sent]: datagrams sent, a fragmented one
+    counted once; [received]: delivered up; [bad]: malformed headers, bad checksums, bad source
+    addresses; [connections_evicted]: passively made connections evicted, for room or idle), and
+    IPv4's own part in [version]. *)
 
 val pp_info : info Fmt.t
 

@@ -38,20 +38,26 @@ let any = 0
 let broadcast = 0xffff_ffff
 let is_multicast t = t lsr 28 = 0xe
 
+let split_prefix parse ~bits ~expected ~bad_length s =
+  match String.index_opt s '/' with
+  | None -> Error (`Msg (Printf.sprintf expected s))
+  | Some i -> (
+      let a = String.sub s 0 i and l = String.sub s (i + 1) (String.length s - i - 1) in
+      match (parse a, int_of_string_opt l) with
+      | Ok addr, Some len when len >= 0 && len <= bits && l <> "" && l.[0] <> '-' && l.[0] <> '+' ->
+          Ok (addr, len)
+      | Error e, _ -> Error e
+      | _ -> Error (`Msg (Printf.sprintf bad_length s)))
+
 module Prefix = struct
   type addr = t
   type t = { addr : addr; len : int }
 
   let of_string s =
-    match String.index_opt s '/' with
-    | None -> Error (`Msg (Printf.sprintf "bad prefix %S: expected ADDR/LEN" s))
-    | Some i -> (
-        let a = String.sub s 0 i and l = String.sub s (i + 1) (String.length s - i - 1) in
-        match (of_string a, int_of_string_opt l) with
-        | Ok addr, Some len when len >= 0 && len <= 32 && l <> "" && l.[0] <> '-' && l.[0] <> '+' ->
-            Ok { addr; len }
-        | Error e, _ -> Error e
-        | _ -> Error (`Msg (Printf.sprintf "bad prefix length in %S" s)))
+    Result.map
+      (fun (addr, len) -> { addr; len })
+      (split_prefix of_string ~bits:32 ~expected:"bad prefix %S: expected ADDR/LEN"
+         ~bad_length:"bad prefix length in %S" s)
 
   let to_string t = Printf.sprintf "%s/%d" (to_string t.addr) t.len
   let pp ppf t = Fmt.string ppf (to_string t)

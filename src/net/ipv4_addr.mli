@@ -30,6 +30,18 @@ val broadcast : t
 
 val is_multicast : t -> bool
 
+val split_prefix :
+  (string -> ('a, ([ `Msg of string ] as 'e)) result) ->
+  bits:int ->
+  expected:(string -> string, unit, string) format ->
+  bad_length:(string -> string, unit, string) format ->
+  string ->
+  ('a * int, 'e) result
+(** [split_prefix parse ~bits ~expected ~bad_length s]: the address (by [parse]) and length, 0 to
+    [bits], of the prefix [s] ("ADDR/LEN", the length in decimal digits alone); the error [parse]
+    gives, or [expected] (without a ['/']) or [bad_length] made with [s]. {!Prefix.of_string} and
+    {!Ipv6_addr.Prefix.of_string}. *)
+
 (** Prefixes: an address and a length, as in [10.0.0.1/24]. *)
 module Prefix : sig
   type addr = t

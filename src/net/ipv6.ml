@@ -2,14 +2,41 @@ let src = Logs.Src.create "consort.ipv6" ~doc:"IPv6"
 
 module Log = (val Logs.src_log src : Logs.LOG)
 
-type address = { dst : Ipv6_addr.t; proto : int }
-type address_pattern = { protocol : int; source : Ipv6_addr.t option }
+(* The types of [Protocol.S], included again in [Make]. *)
+module Types = struct
+  type address = { dst : Ipv6_addr.t; proto : int }
+  type address_pattern = { protocol : int; source : Ipv6_addr.t option }
 
-type icmp_error =
-  | Unreachable of int
-  | Packet_too_big of int
-  | Time_exceeded of int
-  | Parameter_problem of { code : int; pointer : int }
+  type icmp_error =
+    | Unreachable of int
+    | Packet_too_big of int
+    | Time_exceeded of int
+    | Parameter_problem of { code : int; pointer : int }
+
+  type status = Icmp_error of { error : icmp_error; quoted : string }
+
+  type control =
+    | Set_address of Ipv6_addr.Prefix.t
+    | Set_gateway of Ipv6_addr.t option
+    | Add_neighbour of Ipv6_addr.t * Mac_addr.t
+
+  type v6 = {
+    addresses : Ipv6_addr.t list;
+    neighbours : (Ipv6_addr.t * Mac_addr.t option) list;
+    solicitations_sent : int;
+    solicitations_received : int;
+    advertisements_sent : int;
+    advertisements_received : int;
+    resolution_failed : int;
+    queue_dropped : int;
+    echo_replies_sent : int;
+    icmp_errors_received : int;
+  }
+
+  type info = v6 Ip_common.info
+end
+
+include Types
 
 let pp_icmp_error ppf = function
   | Unreachable 0 -> Fmt.string ppf "no route"
@@ -22,22 +49,8 @@ let pp_icmp_error ppf = function
   | Parameter_problem { code; pointer } ->
       Fmt.pf ppf "parameter problem (code %d at %d)" code pointer
 
-type status = Icmp_error of { error : icmp_error; quoted : string }
-
-type control =
-  | Set_address of Ipv6_addr.Prefix.t
-  | Set_gateway of Ipv6_addr.t option
-  | Add_neighbour of Ipv6_addr.t * Mac_addr.t
-
 type config = {
-  reachable_time : Consort.Time.t;
-  refresh : Consort.Time.t;
-  retry_interval : Consort.Time.t;
-  retries : int;
-  queue_limit : int;
-  max_queued : int;
-  max_neighbours : int;
-  max_pending : int;
+  neighbours : Ip_common.neighbours;
   max_connections : int;
   connection_idle : Consort.Time.t;
   reassembly : Ipv4.reassembly;
@@ -46,69 +59,27 @@ type config = {
 
 let default_config =
   {
-    reachable_time = Consort.Time.of_sec 30.;
-    refresh = Consort.Time.of_sec 5.;
-    retry_interval = Consort.Time.of_sec 1.;
-    retries = 3;
-    queue_limit = 16;
-    max_queued = 256;
-    max_neighbours = 1024;
-    max_pending = 64;
+    neighbours = { Ip_common.default_neighbours with ttl = Consort.Time.of_sec 30. };
     max_connections = 4096;
     connection_idle = Consort.Time.of_sec 600.;
     reassembly = { Ipv4.default_reassembly with timeout = Consort.Time.of_sec 60. };
     icmp_rate = 100;
   }
 
-type info = {
-  addresses : Ipv6_addr.t list;
-  mtu : int;
-  sent : int;
-  received : int;
-  bad : int;
-  not_for_us : int;
-  no_route : int;
-  unknown_protocol : int;
-  neighbours : (Ipv6_addr.t * Mac_addr.t option) list;
-  solicitations_sent : int;
-  solicitations_received : int;
-  advertisements_sent : int;
-  advertisements_received : int;
-  resolution_failed : int;
-  queue_dropped : int;
-  echo_replies_sent : int;
-  icmp_errors_sent : int;
-  icmp_errors_received : int;
-  fragments_sent : int;
-  fragments_received : int;
-  reassembled : int;
-  reassembly_dropped : int;
-  reassembly_timeouts : int;
-  connections : int;
-  connections_evicted : int;
-}
-
-let pp_info ppf i =
+let pp_info ppf (i : info) =
+  let v = i.version in
   Fmt.pf ppf
     "%a mtu %d: sent %d received %d; dropped: %d bad, %d not for us, %d no route, %d unknown \
      protocol; %d neighbours, NS %d out %d in, NA %d out %d in, %d failed, %d dropped from queues; \
-     %d echo replies, ICMPv6 errors %d out %d in; fragments %d out %d in, %d reassembled, %d given \
-     up, %d timed out; %d connections (%d evicted)"
+     %d echo replies, ICMPv6 errors %d out %d in; %a; %a"
     Fmt.(list ~sep:comma Ipv6_addr.pp)
-    i.addresses i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
-    (List.length i.neighbours) i.solicitations_sent i.solicitations_received i.advertisements_sent
-    i.advertisements_received i.resolution_failed i.queue_dropped i.echo_replies_sent
-    i.icmp_errors_sent i.icmp_errors_received i.fragments_sent i.fragments_received i.reassembled
-    i.reassembly_dropped i.reassembly_timeouts i.connections i.connections_evicted
+    v.addresses i.mtu i.sent i.received i.bad i.not_for_us i.no_route i.unknown_protocol
+    (List.length v.neighbours) v.solicitations_sent v.solicitations_received v.advertisements_sent
+    v.advertisements_received v.resolution_failed v.queue_dropped v.echo_replies_sent
+    i.icmp_errors_sent v.icmp_errors_received Ip_common.pp_fragments i Ip_common.pp_connections i
 
 module type S = sig
-  include
-    Protocol.S
-      with type address = address
-       and type address_pattern = address_pattern
-       and type status = status
-       and type control = control
-       and type info = info
+  include Protocol.S_WITH with module T := Types
 
   type host = Ipv6_addr.t
   type ethernet
@@ -167,11 +138,9 @@ end)
 module Reassembly = Ip_common.Reassembly (Ip_common.String_key)
 
 module Make (E : Ethernet.S) = struct
-  type nonrec address = address
-  type nonrec address_pattern = address_pattern
-  type nonrec status = status
-  type nonrec control = control
-  type nonrec info = info
+  module Lower = Protocol.Lower (E)
+  include Types
+
   type ethernet = E.t
   type host = Ipv6_addr.t
 
@@ -195,21 +164,13 @@ module Make (E : Ethernet.S) = struct
     mutable rx_src : Ipv6_addr.t;
     mutable rx_dst : Ipv6_addr.t;
     mutable rx_header : string;
-    mutable sent : int;
-    mutable received : int;
-    mutable bad : int;
-    mutable not_for_us : int;
-    mutable no_route : int;
-    mutable unknown_protocol : int;
+    stats : Ip_common.counters;
     mutable solicitations_sent : int;
     mutable solicitations_received : int;
     mutable advertisements_sent : int;
     mutable advertisements_received : int;
     mutable echo_replies_sent : int;
-    mutable icmp_errors_sent : int;
     mutable icmp_errors_received : int;
-    mutable fragments_sent : int;
-    mutable fragments_received : int;
   }
 
   and connection = (t, handler) Conns.conn
@@ -258,8 +219,9 @@ module Make (E : Ethernet.S) = struct
     | Some c -> Ok c
     | None -> (
         match
-          E.active_open t.eth { Ethernet.dst = Mac_addr.broadcast; ethertype = ethertype_ipv6 }
-            (fun _ -> { E.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) })
+          E.active_open t.eth
+            { Ethernet.dst = Mac_addr.broadcast; ethertype = ethertype_ipv6 }
+            Lower.discard
         with
         | Ok c ->
             t.out <- Some c;
@@ -354,7 +316,7 @@ module Make (E : Ethernet.S) = struct
     let id = t.next_id in
     t.next_id <- (id + 1) land 0xFFFF_FFFF;
     let hop = if Ipv6_addr.is_multicast dst then 1 else 64 in
-    t.sent <- t.sent + 1;
+    t.stats.sent <- t.stats.sent + 1;
     Ip_common.send_fragments ~pool:t.pool
       ~headroom:(hlen + 8 + E.headroom t.eth)
       ~chunk:((t.mtu - hlen - 8) land lnot 7)
@@ -367,11 +329,10 @@ module Make (E : Ethernet.S) = struct
         Cstruct.BE.set_uint32 f 4 (Int32.of_int id);
         let h = Packet.push q hlen in
         write_header h ~src ~dst ~proto:44 ~len:(Packet.length q - hlen) ~hop;
-        t.fragments_sent <- t.fragments_sent + 1;
+        t.stats.fragments_sent <- t.stats.fragments_sent + 1;
         send_to_hop t nh q)
 
-  let route t dst =
-    Ip_common.route (next_hop t) ~unrouted:(fun () -> t.no_route <- t.no_route + 1) Ipv6_addr.pp dst
+  let route t dst = Ip_common.route (next_hop t) t.stats Ipv6_addr.pp dst
 
   let output t ~src ~dst ~proto p =
     match route t dst with
@@ -388,7 +349,7 @@ module Make (E : Ethernet.S) = struct
         else begin
           let h = Packet.push p hlen in
           write_header h ~src ~dst ~proto ~len ~hop:(if Ipv6_addr.is_multicast dst then 1 else 64);
-          t.sent <- t.sent + 1;
+          t.stats.sent <- t.stats.sent + 1;
           send_to_hop t nh p
         end
 
@@ -428,7 +389,7 @@ module Make (E : Ethernet.S) = struct
       let ty, code, rest = error_fields err in
       let src = source_for t dst in
       let q = icmp_packet t ~src ~dst ~ty ~code ~rest quoted in
-      t.icmp_errors_sent <- t.icmp_errors_sent + 1;
+      t.stats.icmp_errors_sent <- t.stats.icmp_errors_sent + 1;
       ignore (output t ~src ~dst ~proto:proto_icmp q)
     end
 
@@ -437,7 +398,7 @@ module Make (E : Ethernet.S) = struct
   let upcall t ~src ~proto p =
     match Conns.accept t.conns ~ip:t ~nothing ~peer:src ~proto with
     | Some c ->
-        t.received <- t.received + 1;
+        t.stats.received <- t.stats.received + 1;
         c.handler.receive c p;
         Ok ()
     | None -> Error ()
@@ -461,7 +422,7 @@ module Make (E : Ethernet.S) = struct
     if
       n < 8 || not (Transport_checksum.valid ~pseudo:(pseudo ~src ~dst ~proto:proto_icmp ~len:n) cs)
     then (
-      t.bad <- t.bad + 1;
+      t.stats.bad <- t.stats.bad + 1;
       Packet.release p)
     else
       let ty = Cstruct.get_uint8 cs 0 and code = Cstruct.get_uint8 cs 1 in
@@ -561,17 +522,17 @@ module Make (E : Ethernet.S) = struct
     | 0 when off <> hlen ->
         (* Hop-by-hop options anywhere but first (RFC 8200 4.1): an
            unrecognized next header. *)
-        t.bad <- t.bad + 1;
+        t.stats.bad <- t.stats.bad + 1;
         send_icmp_error t (Parameter_problem { code = 1; pointer = named }) p
     | 0 | 60 | 43 -> (
         if n < 8 then (
-          t.bad <- t.bad + 1;
+          t.stats.bad <- t.stats.bad + 1;
           Packet.release p)
         else
           let next = Cstruct.get_uint8 cs 0 and len = (Cstruct.get_uint8 cs 1 + 1) * 8 in
           if len > n || (proto = 43 && Cstruct.get_uint8 cs 3 <> 0) then (
             (* A routing header with segments left: we are no router. *)
-            t.bad <- t.bad + 1;
+            t.stats.bad <- t.stats.bad + 1;
             Packet.release p)
           else
             match if proto = 43 then `Pass else options cs 2 len with
@@ -579,10 +540,10 @@ module Make (E : Ethernet.S) = struct
                 ignore (Packet.pull p len);
                 deliver ~off:(off + len) ~named:off t p ~src ~dst ~hop ~proto:next
             | `Malformed | `Discard ->
-                t.bad <- t.bad + 1;
+                t.stats.bad <- t.stats.bad + 1;
                 Packet.release p
             | `Problem i ->
-                t.bad <- t.bad + 1;
+                t.stats.bad <- t.stats.bad + 1;
                 send_icmp_error t (Parameter_problem { code = 2; pointer = off + i }) p)
     | 44 -> fragment ~off t p ~src ~dst ~hop
     | 59 -> Packet.release p
@@ -591,15 +552,15 @@ module Make (E : Ethernet.S) = struct
         match upcall t ~src ~proto p with
         | Ok () -> ()
         | Error () ->
-            t.unknown_protocol <- t.unknown_protocol + 1;
+            t.stats.unknown_protocol <- t.stats.unknown_protocol + 1;
             send_icmp_error t (Parameter_problem { code = 1; pointer = named }) p)
 
   and fragment ~off:frag_at t p ~src ~dst ~hop =
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
-    t.fragments_received <- t.fragments_received + 1;
+    t.stats.fragments_received <- t.stats.fragments_received + 1;
     if n < 8 then (
-      t.bad <- t.bad + 1;
+      t.stats.bad <- t.stats.bad + 1;
       Packet.release p)
     else
       let next = Cstruct.get_uint8 cs 0 in
@@ -614,7 +575,7 @@ module Make (E : Ethernet.S) = struct
       else
         let k = (src :> string) ^ (dst :> string) ^ Printf.sprintf "%08x" id in
         match Reassembly.add t.reasm k ~off ~more ~header:8 ~meta:next p with
-        | Bad -> t.bad <- t.bad + 1
+        | Bad -> t.stats.bad <- t.stats.bad + 1
         | Held -> ()
         | Complete (q, next) ->
             deliver ~off:(frag_at + 8) ~named:frag_at t q ~src ~dst ~hop ~proto:next
@@ -623,16 +584,16 @@ module Make (E : Ethernet.S) = struct
     let cs = Packet.cstruct p in
     let n = Cstruct.length cs in
     if n < hlen || Cstruct.get_uint8 cs 0 lsr 4 <> 6 || hlen + Cstruct.BE.get_uint16 cs 4 > n then (
-      t.bad <- t.bad + 1;
+      t.stats.bad <- t.stats.bad + 1;
       Packet.release p)
     else
       let plen = Cstruct.BE.get_uint16 cs 4 in
       let src = Ipv6_addr.get cs 8 and dst = Ipv6_addr.get cs 24 in
       if Ipv6_addr.is_multicast src || Ipv6_addr.equal src Ipv6_addr.loopback || is_ours t src then (
-        t.bad <- t.bad + 1;
+        t.stats.bad <- t.stats.bad + 1;
         Packet.release p)
       else if not (accepts t dst) then (
-        t.not_for_us <- t.not_for_us + 1;
+        t.stats.not_for_us <- t.stats.not_for_us + 1;
         Packet.release p)
       else begin
         Packet.trim p (hlen + plen);
@@ -646,8 +607,9 @@ module Make (E : Ethernet.S) = struct
 
   let create ?(config = default_config) ?address ?gateway ~clock ~pool eth =
     if
-      config.max_neighbours < 1 || config.max_pending < 1 || config.max_connections < 1
-      || config.max_queued < 1 || config.queue_limit < 1
+      config.neighbours.max_entries < 1 || config.neighbours.max_pending < 1
+      || config.max_connections < 1 || config.neighbours.max_queued < 1
+      || config.neighbours.queue_limit < 1
     then invalid_arg "Ipv6.create: a limit below 1";
     let mac = E.mac eth in
     let t =
@@ -665,16 +627,7 @@ module Make (E : Ethernet.S) = struct
         neighbours =
           Neighbours.create ~clock ~packet:Fun.id
             ~gave_up:(fun ip _ -> Log.debug (fun m -> m "no answer from %a" Ipv6_addr.pp ip))
-            {
-              ttl = config.reachable_time;
-              refresh = config.refresh;
-              retry_interval = config.retry_interval;
-              retries = config.retries;
-              queue_limit = config.queue_limit;
-              max_queued = config.max_queued;
-              max_entries = config.max_neighbours;
-              max_pending = config.max_pending;
-            };
+            config.neighbours;
         conns =
           Conns.create ~protocol:"next header" ~in_use:"IPv6 next header"
             ~idle:config.connection_idle ~now:clock.now config.max_connections;
@@ -688,29 +641,16 @@ module Make (E : Ethernet.S) = struct
         rx_src = Ipv6_addr.unspecified;
         rx_dst = Ipv6_addr.unspecified;
         rx_header = "";
-        sent = 0;
-        received = 0;
-        bad = 0;
-        not_for_us = 0;
-        no_route = 0;
-        unknown_protocol = 0;
+        stats = Ip_common.counters ();
         solicitations_sent = 0;
         solicitations_received = 0;
         advertisements_sent = 0;
         advertisements_received = 0;
         echo_replies_sent = 0;
-        icmp_errors_sent = 0;
         icmp_errors_received = 0;
-        fragments_sent = 0;
-        fragments_received = 0;
       }
     in
-    (match
-       E.passive_open eth (Ethernet.Ethertype ethertype_ipv6) (fun _ ->
-           { E.receive = (fun _ p -> input t p); status = (fun _ _ -> ()) })
-     with
-    | Ok () -> ()
-    | Error e -> Fmt.invalid_arg "Ipv6.create: %a" Protocol.pp_error e);
+    Lower.listen "Ipv6.create" eth (Ethernet.Ethertype ethertype_ipv6) (input t);
     t
 
   let active_open t { dst; proto } f =
@@ -735,31 +675,19 @@ module Make (E : Ethernet.S) = struct
 
   let query t =
     let neighbours = List.sort compare (Neighbours.entries t.neighbours) in
-    {
-      addresses = t.link_local :: Option.to_list (address t);
-      mtu = t.mtu;
-      sent = t.sent;
-      received = t.received;
-      bad = t.bad;
-      not_for_us = t.not_for_us;
-      no_route = t.no_route;
-      unknown_protocol = t.unknown_protocol;
-      neighbours;
-      solicitations_sent = t.solicitations_sent;
-      solicitations_received = t.solicitations_received;
-      advertisements_sent = t.advertisements_sent;
-      advertisements_received = t.advertisements_received;
-      resolution_failed = Neighbours.resolution_failed t.neighbours;
-      queue_dropped = Neighbours.queue_dropped t.neighbours;
-      echo_replies_sent = t.echo_replies_sent;
-      icmp_errors_sent = t.icmp_errors_sent;
-      icmp_errors_received = t.icmp_errors_received;
-      fragments_sent = t.fragments_sent;
-      fragments_received = t.fragments_received;
-      reassembled = Reassembly.reassembled t.reasm;
-      reassembly_dropped = Reassembly.dropped t.reasm;
-      reassembly_timeouts = Reassembly.timeouts t.reasm;
-      connections = Conns.length t.conns;
-      connections_evicted = Conns.evicted t.conns;
-    }
+    Ip_common.info t.stats ~mtu:t.mtu ~reassembly:(Reassembly.counts t.reasm)
+      ~connections:(Conns.counts t.conns)
+      ({
+         addresses = t.link_local :: Option.to_list (address t);
+         neighbours;
+         solicitations_sent = t.solicitations_sent;
+         solicitations_received = t.solicitations_received;
+         advertisements_sent = t.advertisements_sent;
+         advertisements_received = t.advertisements_received;
+         resolution_failed = Neighbours.resolution_failed t.neighbours;
+         queue_dropped = Neighbours.queue_dropped t.neighbours;
+         echo_replies_sent = t.echo_replies_sent;
+         icmp_errors_received = t.icmp_errors_received;
+       }
+        : v6)
 end

@@ -6,13 +6,13 @@
     per (remote address, next header), shared and counted as {!Ipv4}'s are, and those a passive open
     made are a bounded cache ({!Lru}).
 
-    Neighbour discovery: a packet for a neighbour not yet resolved waits (at most [queue_limit] per
-    neighbour, [max_queued] in all) while neighbour solicitations go to its solicited-node group, at
-    most once per [retry_interval], [retries] times; resolved entries last [reachable_time] and,
-    while in use, are refreshed by a unicast solicitation in their last [refresh]. At most
-    [max_neighbours] resolved entries (least recently used evicted) and [max_pending] resolutions
-    are kept. Solicitations for our addresses are answered and teach us their sender; advertisements
-    update entries we have.
+    Neighbour discovery ([config.neighbours], the same cache as ARP's): a packet for a neighbour not
+    yet resolved waits (at most [queue_limit] per neighbour, [max_queued] in all) while neighbour
+    solicitations go to its solicited-node group, at most once per [retry_interval], [retries]
+    times; resolved entries last [ttl] (the reachable time) and, while in use, are refreshed by a
+    unicast solicitation in their last [refresh]. At most [max_entries] resolved entries (least
+    recently used evicted) and [max_pending] resolutions are kept. Solicitations for our addresses
+    are answered and teach us their sender; advertisements update entries we have.
 
     ICMPv6: echo requests are answered; errors received are passed to the connection whose datagram
     they quote ({!Icmp_error}); we send destination unreachable (port, from UDP; unrecognised next
@@ -49,14 +49,9 @@ type control =
   | Add_neighbour of Ipv6_addr.t * Mac_addr.t  (** a static entry *)
 
 type config = {
-  reachable_time : Consort.Time.t;  (** default 30 s *)
-  refresh : Consort.Time.t;  (** default 5 s *)
-  retry_interval : Consort.Time.t;  (** default 1 s *)
-  retries : int;  (** default 3 *)
-  queue_limit : int;  (** per neighbour, default 16 *)
-  max_queued : int;  (** default 256 *)
-  max_neighbours : int;  (** default 1024 *)
-  max_pending : int;  (** default 64 *)
+  neighbours : Ip_common.neighbours;
+      (** the neighbour cache, as ARP's ({!Ip_common.default_neighbours}) but for [ttl], the
+          reachable time: 30 s *)
   max_connections : int;  (** passively made, default 4096 *)
   connection_idle : Consort.Time.t;  (** default 600 s *)
   reassembly : Ipv4.reassembly;  (** default {!Ipv4.default_reassembly}, 60 s *)
@@ -65,15 +60,8 @@ type config = {
 
 val default_config : config
 
-type info = {
+type v6 = {
   addresses : Ipv6_addr.t list;
-  mtu : int;
-  sent : int;
-  received : int;
-  bad : int;  (** malformed, bad source, bad ICMPv6 checksum *)
-  not_for_us : int;
-  no_route : int;
-  unknown_protocol : int;
   neighbours : (Ipv6_addr.t * Mac_addr.t option) list;  (** [None]: being resolved *)
   solicitations_sent : int;
   solicitations_received : int;
@@ -82,16 +70,14 @@ type info = {
   resolution_failed : int;
   queue_dropped : int;
   echo_replies_sent : int;
-  icmp_errors_sent : int;
   icmp_errors_received : int;
-  fragments_sent : int;  (** fragments of datagrams over the link MTU (RFC 8200 section 4.5) *)
-  fragments_received : int;
-  reassembled : int;
-  reassembly_dropped : int;
-  reassembly_timeouts : int;
-  connections : int;
-  connections_evicted : int;
 }
+(** IPv6's own counters, beside those both versions keep ({!Ip_common.type-info}: [sent],
+    [received], [bad] (malformed, bad source, bad ICMPv6 checksum), [fragments_sent] (fragments of
+    datagrams over the link MTU, RFC 8200 section 4.5), reassembly and connections). *)
+
+type info = v6 Ip_common.info
+(** What {!Ip_common.type-info} counts for both versions, and IPv6's own part in [version]. *)
 
 val pp_info : info Fmt.t
 

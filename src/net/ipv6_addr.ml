@@ -133,16 +133,10 @@ module Prefix = struct
   type t = { addr : addr; len : int }
 
   let of_string s =
-    match String.index_opt s '/' with
-    | None -> Error (`Msg (Printf.sprintf "%S: expected ADDRESS/LENGTH" s))
-    | Some i -> (
-        let a = String.sub s 0 i and l = String.sub s (i + 1) (String.length s - i - 1) in
-        match (parse a, int_of_string_opt l) with
-        | Ok addr, Some len when len >= 0 && len <= 128 && l <> "" && l.[0] <> '+' && l.[0] <> '-'
-          ->
-            Ok { addr; len }
-        | Error e, _ -> Error e
-        | _ -> Error (`Msg (Printf.sprintf "%S: a prefix length is 0 to 128" s)))
+    Result.map
+      (fun (addr, len) -> { addr; len })
+      (Ipv4_addr.split_prefix parse ~bits:128 ~expected:"%S: expected ADDRESS/LENGTH"
+         ~bad_length:"%S: a prefix length is 0 to 128" s)
 
   let to_string p = Printf.sprintf "%s/%d" (to_string p.addr) p.len
   let pp ppf p = Fmt.string ppf (to_string p)

@@ -22,6 +22,8 @@ let pp_error ppf = function
   | `Unsupported w -> Fmt.pf ppf "unsupported: %s" w
   | `System w -> Fmt.pf ppf "system error: %s" w
 
+let opened who = function Ok () -> () | Error e -> Fmt.invalid_arg "%s: %a" who pp_error e
+
 module type S = sig
   type t
   type address
@@ -44,4 +46,33 @@ module type S = sig
 
   val control : t -> control -> (unit, error) result
   val query : t -> info
+end
+
+module type TYPES = sig
+  type address
+  type address_pattern
+  type status
+  type control
+  type info
+end
+
+module type S_WITH = sig
+  module T : TYPES
+
+  include
+    S
+      with type address = T.address
+       and type address_pattern = T.address_pattern
+       and type status = T.status
+       and type control = T.control
+       and type info = T.info
+end
+
+module Lower (L : S) = struct
+  let discard _ = { L.receive = (fun _ p -> Packet.release p); status = (fun _ _ -> ()) }
+
+  let listen who l pattern input =
+    opened who
+      (L.passive_open l pattern (fun _ ->
+           { L.receive = (fun _ p -> input p); status = (fun _ _ -> ()) }))
 end

@@ -24,6 +24,11 @@ type error =
 
 val pp_error : error Fmt.t
 
+val opened : string -> (unit, error) result -> unit
+(** [opened who r] takes the result of the passive open by which a layer's [create] ([who], as
+    ["Ipv4.create"]) listens on the layer below: that open can only fail on a programming error.
+    @raise Invalid_argument naming [who] and the error. *)
+
 module type S = sig
   type t
   (** One instance of the protocol: its state and its lower layer. *)
@@ -75,4 +80,40 @@ module type S = sig
 
   val control : t -> control -> (unit, error) result
   val query : t -> info
+end
+
+(** The types a protocol defines beside its functor (in its [Types] module, as {!Ipv4} does). *)
+module type TYPES = sig
+  type address
+  type address_pattern
+  type status
+  type control
+  type info
+end
+
+(** {!S} with the types of [T]: [include Protocol.S_WITH with module T := Types] says what
+    [include Protocol.S with type address = address and type address_pattern = address_pattern ...]
+    does, once. *)
+module type S_WITH = sig
+  module T : TYPES
+
+  include
+    S
+      with type address = T.address
+       and type address_pattern = T.address_pattern
+       and type status = T.status
+       and type control = T.control
+       and type info = T.info
+end
+
+(** What a layer needs of the one below it, whatever that is. *)
+module Lower (L : S) : sig
+  val discard : L.connection -> L.handler
+  (** The handler of a connection used only to send: what arrives on it is released, statuses
+      ignored. *)
+
+  val listen : string -> L.t -> L.address_pattern -> (Packet.t -> unit) -> unit
+  (** [listen who l pattern input]: the passive open by which a layer's [create] ([who]) takes every
+      packet of [pattern] from [l], each to [input] (statuses ignored), as {!opened}.
+      @raise Invalid_argument naming [who] if the open fails. *)
 end

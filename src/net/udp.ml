@@ -205,9 +205,7 @@ module Over (Ip : LOWER) (C : Checksum.POLICY) = struct
         wrong_peer = 0;
       }
     in
-    (match Ip.passive_open ip Ip.udp_pattern (ip_handler t) with
-    | Ok () -> ()
-    | Error e -> Fmt.invalid_arg "Udp.create: %a" Protocol.pp_error e);
+    Protocol.opened "Udp.create" (Ip.passive_open ip Ip.udp_pattern (ip_handler t));
     t
 
   let ephemeral t =

@@ -17,21 +17,11 @@ module type NODE = sig
 end
 
 let tcp_on w (s : S.t) local : (module NODE) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = local
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = w.clock
-    let rng = Rng.create (Ipv4_addr.to_int local)
-    let pool = w.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4 ~clock:w.clock ~pool:w.pool
+           ~rng:(Rng.create (Ipv4_addr.to_int local))
+           local)
+  in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let tcp = ok (T.create s.ip) in
   (module struct
@@ -301,7 +291,7 @@ let martians () =
   List.iter (fun ip -> Device.deliver w.dev_b (stamp w udp9 ~mac:mac_a ~ip)) bad;
   run w;
   Alcotest.(check int) "none delivered" 0 !got;
-  Alcotest.(check int) "each counted" (List.length bad) (S.Ip.query w.b.ip).bad_source;
+  Alcotest.(check int) "each counted" (List.length bad) (S.Ip.query w.b.ip).version.bad_source;
   Alcotest.(check int) "no ICMP error about them" 0 (S.Ip.query w.b.ip).icmp_errors_sent;
   (* A group source MAC is refused by Ethernet. *)
   Device.deliver w.dev_b (stamp w udp9 ~mac:(Mac_addr.of_int 0x0100_5e00_0001) ~ip:ip_a);
@@ -313,7 +303,7 @@ let martians () =
 (* An entry in use is refreshed by unicast before it expires: a steady
    flow never goes back to broadcast resolution. An unused one expires. *)
 let arp_refresh () =
-  let arp = { Arp.default_config with entry_ttl = Time.of_sec 5.; refresh = Time.of_sec 2. } in
+  let arp = { Arp.default_config with ttl = Time.of_sec 5.; refresh = Time.of_sec 2. } in
   let w = world ~arp () in
   udp_echo w.b 7;
   let got, h = udp_collect () in

@@ -352,6 +352,55 @@ let limits () =
     !gave_up;
   Util.no_leaks pool
 
+(* Counters: one record for both versions, each counter in its own place of the info and of
+   both printers (every count different, so that two swapped show). *)
+let counters () =
+  let c = Ip_common.counters () in
+  c.sent <- 1;
+  c.received <- 2;
+  c.bad <- 3;
+  c.not_for_us <- 4;
+  c.no_route <- 5;
+  c.unknown_protocol <- 6;
+  c.fragments_sent <- 7;
+  c.fragments_received <- 8;
+  c.icmp_errors_sent <- 9;
+  let info v = Ip_common.info c ~mtu:1500 ~reassembly:(10, 11, 12) ~connections:(13, 14) v in
+  let v4 : Ipv4.v4 =
+    {
+      address = Result.get_ok (Ipv4_addr.Prefix.of_string "10.0.0.1/24");
+      gateway = Some (Ipv4_addr.of_string_exn "10.0.0.254");
+      bad_source = 15;
+    }
+  in
+  Alcotest.(check string)
+    "IPv4"
+    "10.0.0.1/24 via 10.0.0.254 mtu 1500: sent 1 received 2; dropped: 3 bad (15 bad source), 4 not \
+     for us, 5 no route, 6 unknown protocol; fragments 7 out 8 in, 10 reassembled, 11 given up, 12 \
+     timed out; 9 ICMP errors sent; 13 connections (14 evicted)"
+    (Fmt.str "%a" Ipv4.pp_info (info v4));
+  let v6 : Ipv6.v6 =
+    {
+      addresses = [ Ipv6_addr.link_local_of_mac (Mac_addr.of_int 0x02_0000_000001) ];
+      neighbours = [];
+      solicitations_sent = 16;
+      solicitations_received = 17;
+      advertisements_sent = 18;
+      advertisements_received = 19;
+      resolution_failed = 20;
+      queue_dropped = 21;
+      echo_replies_sent = 22;
+      icmp_errors_received = 23;
+    }
+  in
+  Alcotest.(check string)
+    "IPv6"
+    "fe80::ff:fe00:1 mtu 1500: sent 1 received 2; dropped: 3 bad, 4 not for us, 5 no route, 6 \
+     unknown protocol; 0 neighbours, NS 16 out 17 in, NA 18 out 19 in, 20 failed, 21 dropped from \
+     queues; 22 echo replies, ICMPv6 errors 9 out 23 in; fragments 7 out 8 in, 10 reassembled, 11 \
+     given up, 12 timed out; 13 connections (14 evicted)"
+    (Fmt.str "%a" Ipv6.pp_info (info v6))
+
 let suite =
   [
     Alcotest.test_case "connections: listeners by source, then for anyone" `Quick listeners;
@@ -365,4 +414,6 @@ let suite =
     Alcotest.test_case "neighbours: retries, then given up" `Quick retries;
     Alcotest.test_case "neighbours: learning, queues, refreshes, static entries" `Quick learning;
     Alcotest.test_case "neighbours: resolutions and waiting packets bounded" `Quick limits;
+    Alcotest.test_case "counters: one record, each count in its place for both versions" `Quick
+      counters;
   ]

@@ -67,9 +67,9 @@ let ping6 () =
     (Some (Mac_addr.to_string mac_a))
     (Option.map Mac_addr.to_string (Ip6.lookup x.ipb a6));
   let ia = Ip6.query x.ipa and ib = Ip6.query x.ipb in
-  Alcotest.(check int) "one solicitation" 1 ia.solicitations_sent;
-  Alcotest.(check int) "one advertisement" 1 ib.advertisements_sent;
-  Alcotest.(check int) "three echo replies" 3 ib.echo_replies_sent;
+  Alcotest.(check int) "one solicitation" 1 ia.version.solicitations_sent;
+  Alcotest.(check int) "one advertisement" 1 ib.version.advertisements_sent;
+  Alcotest.(check int) "three echo replies" 3 ib.version.echo_replies_sent;
   (* Link-local addresses work with no configured address. *)
   Alcotest.(check (list string))
     "link-local ping" [ "ping 1" ]
@@ -265,11 +265,11 @@ let nd_flood () =
   done;
   Iovec.set_checked true;
   let i = Ip6.query x.ipb in
-  Alcotest.(check int) "every solicitation answered" 20_000 i.advertisements_sent;
+  Alcotest.(check int) "every solicitation answered" 20_000 i.version.advertisements_sent;
   Alcotest.(check bool)
-    (Fmt.str "neighbour cache bounded (%d)" (List.length i.neighbours))
+    (Fmt.str "neighbour cache bounded (%d)" (List.length i.version.neighbours))
     true
-    (List.length i.neighbours <= 1024);
+    (List.length i.version.neighbours <= 1024);
   Alcotest.(check (list string)) "A still served" [ "ping 1" ] (ping x x.ipa b6 1);
   finish x.w
 

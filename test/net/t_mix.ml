@@ -96,24 +96,11 @@ let ipv4_point_to_point () =
 let tcp_point_to_point () =
   let vc, clock, pool, _, _, a, b = p2p_pair () in
   let tcp (n : node) local : (module T_flood.NODE) =
-    let module P = struct
-      type host = Ipv4_addr.t
-      type lower_address = Ipv4.address
-      type lower_pattern = Ipv4.address_pattern
-
-      let local = local
-      let lower_address h = { Ipv4.dst = h; proto = 6 }
-      let lower_pattern = { Ipv4.protocol = 6; source = None }
-
-      let pseudo_header =
-        Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
-
-      let equal_host = Ipv4_addr.equal
-      let pp_host = Ipv4_addr.pp
-      let clock = clock
-      let rng = Rng.create (Ipv4_addr.to_int local)
-      let pool = pool
-    end in
+    let module P =
+      (val Net_test_util.Tcp_params.ipv4 ~clock ~pool
+             ~rng:(Rng.create (Ipv4_addr.to_int local))
+             local)
+    in
     let module T = Tcp.Make (Ipv4.Df (Ip)) (P) in
     let tcp = ok (T.create n.ip) in
     (module struct

@@ -95,7 +95,7 @@ let arp_resolution () =
   finish w
 
 let arp_expiry () =
-  let arp = { Arp.default_config with entry_ttl = Time.of_sec 5. } in
+  let arp = { Arp.default_config with ttl = Time.of_sec 5. } in
   let w = world ~arp () in
   udp_echo w.b 7;
   let got, h = udp_collect () in

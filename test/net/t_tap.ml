@@ -16,69 +16,39 @@ let require_root () =
       "the TAP interop tests need root (to open /dev/net/tun and create a network namespace); run \
        them as root"
 
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-(* [replace s a b] is [s] with every [a] replaced by [b]. *)
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then (
-      Buffer.add_string buf b;
-      go (i + la))
-    else (
-      Buffer.add_char buf s.[i];
-      go (i + 1))
-  in
-  go 0;
-  Buffer.contents buf
-
-let contains s sub = replace s sub "" <> s
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-net" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text;
-  text
+include Net_test_util.Shell
 
 let counter = ref 0
 
 type env = { ns : string; up : Up.t }
 
 (* Runs [f] with the stack on a fresh TAP whose kernel end is in a fresh
-   namespace, addressed 10.77.0.1/24; removes both whatever happens. *)
-let with_env f =
+   namespace, addressed 10.77.0.1/24 (and, with [v6], the two IPv6
+   addresses ours and the kernel's, /64); removes both whatever happens. *)
+let with_env ?v6 f =
   require_root ();
   if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing";
   incr counter;
-  let ns = Printf.sprintf "consort-net-%d-%d" (Unix.getpid ()) !counter in
-  let tap = Printf.sprintf "cn%d%d" (Unix.getpid () mod 1_000_000) !counter in
+  let ns, tap =
+    match v6 with
+    | None ->
+        ( Printf.sprintf "consort-net-%d-%d" (Unix.getpid ()) !counter,
+          Printf.sprintf "cn%d%d" (Unix.getpid () mod 1_000_000) !counter )
+    | Some _ ->
+        ( Printf.sprintf "consort-net6-%d-%d" (Unix.getpid ()) !counter,
+          Printf.sprintf "c6n%d%d" (Unix.getpid () mod 100_000) !counter )
+  in
   let up =
-    match Up.start ~tap ~ip:(our_ip ^ "/24") () with
+    match Up.start ~tap ~ip:(our_ip ^ "/24") ?ip6:(Option.map (fun (o, _) -> o ^ "/64") v6) () with
     | Ok up -> up
     | Error (`Msg m) -> Alcotest.failf "starting the stack on TAP %s: %s" tap m
   in
   Fun.protect
     ~finally:(fun () ->
       Up.stop up;
-      ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-      ignore (quiet (Printf.sprintf "ip link del %s" tap)))
+      Net_test_util.Kernel.remove_namespace ~ns ~tap)
     (fun () ->
-      ignore (must (Printf.sprintf "ip netns add %s" ns));
-      ignore (must (Printf.sprintf "ip link set %s netns %s" tap ns));
-      ignore
-        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-      ignore (must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap));
-      ignore (must (Printf.sprintf "ip -n %s link set %s up" ns tap));
-      ignore (must (Printf.sprintf "ip -n %s link set lo up" ns));
+      Net_test_util.Kernel.namespace ~ns ~tap ~kernel_ip ?kernel_ip6:(Option.map snd v6) ();
       let r = f { ns; up } in
       Up.stop up;
       Alcotest.(check int) "no buffers held" 0 (Pool.in_use up.pool);
@@ -157,7 +127,7 @@ let kernel_pings_us () =
   (* The kernel resolved us by ARP. *)
   let a = S.Arp.query env.up.stack.arp in
   Alcotest.(check bool) "we answered the kernel's ARP request" true (a.replies_sent >= 1);
-  let neigh = must (Printf.sprintf "ip -n %s neigh show %s" env.ns our_ip) in
+  let neigh = output (Printf.sprintf "ip -n %s neigh show %s" env.ns our_ip) in
   let mac = Mac_addr.to_string (Device.mac (Consort_net_unix.Tap.device env.up.tap)) in
   if not (contains neigh mac) then Alcotest.failf "kernel neighbour table: %s (want %s)" neigh mac;
   (* The system ping too, where installed. *)

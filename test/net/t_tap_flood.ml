@@ -51,21 +51,11 @@ print('SENT', sent)
 |}
 
 let tcp_node (env : env) : (module T_flood.NODE) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn our_ip
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = Consort_net_unix.Loop_clock.of_loop env.up.loop
-    let rng = Rng.create 77
-    let pool = env.up.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4
+           ~clock:(Consort_net_unix.Loop_clock.of_loop env.up.loop)
+           ~pool:env.up.pool ~rng:(Rng.create 77) (Ipv4_addr.of_string_exn our_ip))
+  in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let tcp =
     match T.create env.up.stack.ip with

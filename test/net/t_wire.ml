@@ -166,9 +166,49 @@ let addresses () =
   Alcotest.(check bool) "broadcast is group" true (Mac_addr.is_group Mac_addr.broadcast);
   Alcotest.(check bool) "local is unicast" false (Mac_addr.is_group (Mac_addr.local 7))
 
+(* IPv4 and IPv6 prefixes, read by one parser: the lengths each allows, the errors each says. *)
+let prefixes () =
+  let v4 s =
+    match Ipv4_addr.Prefix.of_string s with
+    | Ok p -> Ipv4_addr.Prefix.to_string p
+    | Error (`Msg m) -> "error: " ^ m
+  and v6 s =
+    match Ipv6_addr.Prefix.of_string s with
+    | Ok p -> Ipv6_addr.Prefix.to_string p
+    | Error (`Msg m) -> "error: " ^ m
+  in
+  let check f cases = List.iter (fun (s, want) -> Alcotest.(check string) s want (f s)) cases in
+  check v4
+    [
+      ("10.1.2.3/0", "10.1.2.3/0");
+      ("10.1.2.3/32", "10.1.2.3/32");
+      ("10.1.2.3/33", "error: bad prefix length in \"10.1.2.3/33\"");
+      ("10.1.2.3/+8", "error: bad prefix length in \"10.1.2.3/+8\"");
+      ("10.1.2.3/-0", "error: bad prefix length in \"10.1.2.3/-0\"");
+      ("10.1.2.3/", "error: bad prefix length in \"10.1.2.3/\"");
+      ("10.1.2.3", "error: bad prefix \"10.1.2.3\": expected ADDR/LEN");
+    ];
+  Alcotest.(check bool)
+    "a bad IPv4 address is an error" true
+    (Result.is_error (Ipv4_addr.Prefix.of_string "10.1.2/8"));
+  check v6
+    [
+      ("2001:db8::1/0", "2001:db8::1/0");
+      ("2001:db8::1/128", "2001:db8::1/128");
+      ("2001:db8::1/64", "2001:db8::1/64");
+      ("2001:db8::1/129", "error: \"2001:db8::1/129\": a prefix length is 0 to 128");
+      ("2001:db8::1/+64", "error: \"2001:db8::1/+64\": a prefix length is 0 to 128");
+      ("2001:db8::1/-0", "error: \"2001:db8::1/-0\": a prefix length is 0 to 128");
+      ("2001:db8::1", "error: \"2001:db8::1\": expected ADDRESS/LENGTH");
+    ];
+  Alcotest.(check bool)
+    "a bad IPv6 address is an error" true
+    (Result.is_error (Ipv6_addr.Prefix.of_string "2001:db8:::1/64"))
+
 let suite =
   [
     Alcotest.test_case "addresses" `Quick addresses;
+    Alcotest.test_case "prefixes: IPv4 and IPv6, one parser" `Quick prefixes;
     ethernet_roundtrip;
     arp_roundtrip;
     ipv4_roundtrip;

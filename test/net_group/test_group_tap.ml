@@ -29,28 +29,7 @@ let require_root () =
       "this test needs root (to open /dev/net/tun and create a network namespace); run it as root";
   if not (Sys.file_exists "/dev/net/tun") then Alcotest.fail "/dev/net/tun is missing"
 
-(* The [consort] binary, built beside this test. *)
-let consort_exe () =
-  let dir = Filename.dirname Sys.executable_name in
-  let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
-  let exe = Filename.concat dir "../../bin/main.exe" in
-  if not (Sys.file_exists exe) then Alcotest.failf "the consort binary is not built: %s" exe;
-  exe
-
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-group" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
+open Net_test_util.Shell
 
 let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 

@@ -19,35 +19,7 @@ let size =
 let impairment =
   { Impair.none with drop = 0.01; reorder = 0.02; reorder_delay = Time.of_ms 2; duplicate = 0.005 }
 
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-impair" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
-
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then (
-      Buffer.add_string buf b;
-      go (i + la))
-    else (
-      Buffer.add_char buf s.[i];
-      go (i + 1))
-  in
-  go 0;
-  Buffer.contents buf
+open Net_test_util.Shell
 
 module type NODE = sig
   module T : Tcp.S with type host = Ipv4_addr.t
@@ -99,21 +71,10 @@ let impaired_stack ~loop ~pool ~clock tap =
   (Lazy.force stack_dev, out_imp, in_imp)
 
 let tcp_on ~clock ~pool (stack : S.t) : (module NODE) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn our_ip
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = clock
-    let rng = Rng.create 4243
-    let pool = pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4 ~clock ~pool ~rng:(Rng.create 4243)
+           (Ipv4_addr.of_string_exn our_ip))
+  in
   let module T = Tcp.Make (Ipv4.Df (S.Ip)) (P) in
   let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 } in
   let tcp =
@@ -155,59 +116,20 @@ let with_env f =
     ~finally:(fun () ->
       Tap.close tap;
       Sys.remove file;
-      ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-      ignore (quiet (Printf.sprintf "ip link del %s" tap_name)))
+      Net_test_util.Kernel.remove_namespace ~ns ~tap:tap_name)
     (fun () ->
       let clock = Consort_net_unix.Loop_clock.of_loop loop in
       let dev, out_imp, in_imp = impaired_stack ~loop ~pool ~clock tap in
       let address = Result.get_ok (Ipv4_addr.Prefix.of_string (our_ip ^ "/24")) in
       let stack = S.create ~clock ~pool ~address dev in
       let node = tcp_on ~clock ~pool stack in
-      must (Printf.sprintf "ip netns add %s" ns);
-      must (Printf.sprintf "ip link set %s netns %s" tap_name ns);
-      ignore
-        (quiet (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-      must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap_name);
-      must (Printf.sprintf "ip -n %s link set %s up" ns tap_name);
-      must (Printf.sprintf "ip -n %s link set lo up" ns);
+      Net_test_util.Kernel.namespace ~ns ~tap:tap_name ~kernel_ip ();
       f { ns; loop; pool; stack; out_imp; in_imp; node; data; file; sha })
 
 (* Start [script] under python3 in the namespace; the result runs our loop
    until it exits (and [until] holds) and returns its output. *)
-let spawn env script =
-  let out = Filename.temp_file "consort-impair" ".out" in
-  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
-  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; script |] in
-  let pid = Unix.create_process "ip" argv Unix.stdin fd fd in
-  Unix.close fd;
-  fun ?(timeout = 300.) ~until () ->
-    let status = ref None in
-    let rec poll () =
-      match Unix.waitpid [ WNOHANG ] pid with
-      | 0, _ -> ignore (Loop.after env.loop (Time.of_ms 5) poll : Loop.timer)
-      | _, st -> status := Some st
-    in
-    poll ();
-    Loop.run ~until:(fun () -> !status <> None && until ()) ~timeout:(Time.of_sec timeout) env.loop;
-    let text = read_file out in
-    Sys.remove out;
-    match !status with
-    | Some (WEXITED 0) -> text
-    | Some _ -> Alcotest.failf "the kernel side failed:\n%s" text
-    | None ->
-        Unix.kill pid Sys.sigkill;
-        ignore (Unix.waitpid [] pid);
-        Alcotest.failf "the kernel side timed out:\n%s" text
-
-let field text key =
-  let lines = String.split_on_char '\n' text in
-  match
-    List.find_opt
-      (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key)
-      lines
-  with
-  | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
-  | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
+let spawn env script = Net_test_util.Kernel.spawn ~ns:env.ns env.loop ~default_timeout:300. script
+let field = Net_test_util.Kernel.field
 
 let kernel_client =
   {|

@@ -18,43 +18,10 @@ let require_root () =
   if Sys.command "command -v python3 >/dev/null" <> 0 then
     Alcotest.fail "python3 is needed on the kernel side"
 
-let consort_exe () =
-  let dir = Filename.dirname Sys.executable_name in
-  let dir = if Filename.is_relative dir then Filename.concat (Sys.getcwd ()) dir else dir in
-  let exe = Filename.concat dir "../../bin/main.exe" in
-  if not (Sys.file_exists exe) then Alcotest.failf "the consort binary is not built: %s" exe;
-  exe
-
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let write_file path s =
-  let oc = open_out_bin path in
-  Fun.protect ~finally:(fun () -> close_out oc) (fun () -> output_string oc s)
-
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let run cmd =
-  let out = Filename.temp_file "consort-up" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  (rc, text)
-
-let must cmd =
-  let rc, text = run cmd in
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
+open Net_test_util.Shell
 
 let starts_with s p = String.length s >= String.length p && String.sub s 0 (String.length p) = p
 let lines s = List.filter (( <> ) "") (String.split_on_char '\n' s)
-
-let contains s sub =
-  let n = String.length s and k = String.length sub in
-  let rec go i = i + k <= n && (String.sub s i k = sub || go (i + 1)) in
-  go 0
 
 (* Polls [cond] every 20 ms for at most [seconds]. *)
 let wait_for seconds cond =
@@ -151,21 +118,6 @@ dt = time.time() - t0
 s.close()
 print('FROM_US %d %.1f' % (got, got * 8 / dt / 1e6), flush=True)
 |}
-
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then (
-      Buffer.add_string buf b;
-      go (i + la))
-    else (
-      Buffer.add_char buf s.[i];
-      go (i + 1))
-  in
-  go 0;
-  Buffer.contents buf
 
 let field out key =
   match List.find_opt (fun l -> starts_with l (key ^ " ")) (lines out) with

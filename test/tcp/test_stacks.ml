@@ -69,21 +69,9 @@ end
 
 let over_ip ?config ?icmp w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv4_addr.t)
     =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = local
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = w.clock
-    let rng = Rng.create seed
-    let pool = w.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4 ~clock:w.clock ~pool:w.pool ~rng:(Rng.create seed) local)
+  in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp = Result.get_ok (T.create ?config ?icmp s.ip) in
   (module struct
@@ -103,21 +91,9 @@ let over_ip6 w (s : Ipstack.t) local ~seed : (module NODE with type host = Ipv6_
       ~address:Ipv6_addr.Prefix.{ addr = local; len = 64 }
       ~clock:w.clock ~pool:w.pool s.eth
   in
-  let module P = struct
-    type host = Ipv6_addr.t
-    type lower_address = Ipv6.address
-    type lower_pattern = Ipv6.address_pattern
-
-    let local = local
-    let lower_address h = { Ipv6.dst = h; proto = 6 }
-    let lower_pattern = { Ipv6.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv6_addr.equal
-    let pp_host = Ipv6_addr.pp
-    let clock = w.clock
-    let rng = Rng.create seed
-    let pool = w.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv6 ~clock:w.clock ~pool:w.pool ~rng:(Rng.create seed) local)
+  in
   let module T = Tcp.Make (Ipstack.Ip6) (P) in
   let tcp = Result.get_ok (T.create ~icmp:Tcp_icmp.of_ipv6 ip6) in
   (module struct

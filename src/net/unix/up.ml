@@ -94,7 +94,9 @@ let run ?ip6 ?mtu ?gateway ?mac ?udp_echo ?udp_discard ?setup ?stats_every ?time
   Fmt.pr "consort net: %s up as %s%s (%a), mtu %d@." (Tap.name t.tap) ip
     (match t.v6 with
     | Some v ->
-        Fmt.str " and %a" Fmt.(list ~sep:(any " and ") Ipv6_addr.pp) (S.Ip6.query v.ip6).addresses
+        Fmt.str " and %a"
+          Fmt.(list ~sep:(any " and ") Ipv6_addr.pp)
+          (S.Ip6.query v.ip6).version.addresses
     | None -> "")
     Mac_addr.pp
     (Device.mac (Tap.device t.tap))

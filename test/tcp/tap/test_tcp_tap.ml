@@ -25,37 +25,7 @@ let impossible () =
     Some "python3 and ss are needed on the kernel side"
   else None
 
-let read_file path =
-  let ic = open_in_bin path in
-  Fun.protect
-    ~finally:(fun () -> close_in ic)
-    (fun () -> really_input_string ic (in_channel_length ic))
-
-let quiet cmd = Sys.command (cmd ^ " >/dev/null 2>&1")
-
-let must cmd =
-  let out = Filename.temp_file "consort-tcp" ".out" in
-  let rc = Sys.command (Printf.sprintf "%s >%s 2>&1" cmd (Filename.quote out)) in
-  let text = read_file out in
-  Sys.remove out;
-  if rc <> 0 then Alcotest.failf "command failed (%d): %s\n%s" rc cmd text
-
-let replace s a b =
-  let la = String.length a in
-  let buf = Buffer.create (String.length s) in
-  let rec go i =
-    if i > String.length s - la then Buffer.add_string buf (String.sub s i (String.length s - i))
-    else if String.sub s i la = a then begin
-      Buffer.add_string buf b;
-      go (i + la)
-    end
-    else begin
-      Buffer.add_char buf s.[i];
-      go (i + 1)
-    end
-  in
-  go 0;
-  Buffer.contents buf
+open Net_test_util.Shell
 
 (* TCP over this stack's IPv4 or IPv6, with that pseudo-header checksum:
    [ours] and [kernel] are the two ends' addresses, [host] reads one, [mss]
@@ -77,21 +47,11 @@ end
 let config = { Tcp.default_config with send_buffer = 1 lsl 20; receive_buffer = 1 lsl 20 }
 
 let tcp_on (up : Up.t) : (module TCP_IP) =
-  let module P = struct
-    type host = Ipv4_addr.t
-    type lower_address = Ipv4.address
-    type lower_pattern = Ipv4.address_pattern
-
-    let local = Ipv4_addr.of_string_exn our_ip
-    let lower_address h = { Ipv4.dst = h; proto = 6 }
-    let lower_pattern = { Ipv4.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Checksum.pseudo_ipv4 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv4_addr.equal
-    let pp_host = Ipv4_addr.pp
-    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-    let rng = Rng.create 4242
-    let pool = up.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv4
+           ~clock:(Consort_net_unix.Loop_clock.of_loop up.loop)
+           ~pool:up.pool ~rng:(Rng.create 4242) (Ipv4_addr.of_string_exn our_ip))
+  in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
   let tcp =
     match T.create ~config up.stack.ip with
@@ -114,21 +74,11 @@ let tcp_on (up : Up.t) : (module TCP_IP) =
 
 let tcp_on6 (up : Up.t) : (module TCP_IP) =
   let ip6 = match up.v6 with Some v -> v.ip6 | None -> Alcotest.fail "no IPv6 on the stack" in
-  let module P = struct
-    type host = Ipv6_addr.t
-    type lower_address = Ipv6.address
-    type lower_pattern = Ipv6.address_pattern
-
-    let local = Ipv6_addr.of_string_exn our_ip6
-    let lower_address h = { Ipv6.dst = h; proto = 6 }
-    let lower_pattern = { Ipv6.protocol = 6; source = None }
-    let pseudo_header = Some (fun ~src ~dst ~len -> Transport_checksum.ipv6 ~src ~dst ~proto:6 ~len)
-    let equal_host = Ipv6_addr.equal
-    let pp_host = Ipv6_addr.pp
-    let clock = Consort_net_unix.Loop_clock.of_loop up.loop
-    let rng = Rng.create 4243
-    let pool = up.pool
-  end in
+  let module P =
+    (val Net_test_util.Tcp_params.ipv6
+           ~clock:(Consort_net_unix.Loop_clock.of_loop up.loop)
+           ~pool:up.pool ~rng:(Rng.create 4243) (Ipv6_addr.of_string_exn our_ip6))
+  in
   let module T = Tcp.Make (Ipstack.Ip6) (P) in
   let tcp =
     match T.create ~config ~icmp:Tcp_icmp.of_ipv6 ip6 with
@@ -177,71 +127,19 @@ let with_env ?(v6 = false) f =
         ~finally:(fun () ->
           Up.stop up;
           Sys.remove file;
-          ignore (quiet (Printf.sprintf "ip netns del %s" ns));
-          ignore (quiet (Printf.sprintf "ip link del %s" tap)))
+          Net_test_util.Kernel.remove_namespace ~ns ~tap)
         (fun () ->
-          must (Printf.sprintf "ip netns add %s" ns);
-          must (Printf.sprintf "ip link set %s netns %s" tap ns);
-          if v6 then begin
-            ignore
-              (quiet
-                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=0" ns));
-            ignore
-              (quiet
-                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.%s.disable_ipv6=0" ns
-                    tap));
-            must (Printf.sprintf "ip -n %s -6 addr add %s/64 dev %s nodad" ns kernel_ip6 tap)
-          end
-          else
-            ignore
-              (quiet
-                 (Printf.sprintf "ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" ns));
-          must (Printf.sprintf "ip -n %s addr add %s/24 dev %s" ns kernel_ip tap);
-          must (Printf.sprintf "ip -n %s link set %s up" ns tap);
-          must (Printf.sprintf "ip -n %s link set lo up" ns);
+          Net_test_util.Kernel.namespace ~ns ~tap ~kernel_ip
+            ?kernel_ip6:(if v6 then Some kernel_ip6 else None)
+            ();
           f { ns; up; data; file; sha })
 
 (* Start [script] under python3 in the namespace; [wait] runs our loop
    until it exits and returns its output. *)
 let spawn env script =
-  let out = Filename.temp_file "consort-tcp" ".out" in
-  let fd = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
-  let argv = [| "ip"; "netns"; "exec"; env.ns; "python3"; "-c"; script |] in
-  let pid = Unix.create_process "ip" argv Unix.stdin fd fd in
-  Unix.close fd;
-  let wait ?(timeout = 120.) ~until () =
-    let status = ref None in
-    let rec poll () =
-      match Unix.waitpid [ WNOHANG ] pid with
-      | 0, _ -> ignore (Loop.after env.up.loop (Time.of_ms 5) poll : Loop.timer)
-      | _, st -> status := Some st
-    in
-    poll ();
-    Loop.run
-      ~until:(fun () -> !status <> None && until ())
-      ~timeout:(Time.of_sec timeout) env.up.loop;
-    let text = read_file out in
-    Sys.remove out;
-    match !status with
-    | Some (WEXITED 0) -> text
-    | Some _ -> Alcotest.failf "the kernel side failed:\n%s" text
-    | None ->
-        Unix.kill pid Sys.sigkill;
-        ignore (Unix.waitpid [] pid);
-        Alcotest.failf "the kernel side timed out:\n%s" text
-  in
-  wait
+  Net_test_util.Kernel.spawn ~ns:env.ns env.up.loop ~default_timeout:120. script
 
-let field text key =
-  (* The word after [key] on the line starting with it. *)
-  let lines = String.split_on_char '\n' text in
-  match
-    List.find_opt
-      (fun l -> String.length l > String.length key && String.sub l 0 (String.length key) = key)
-      lines
-  with
-  | Some l -> String.trim (String.sub l (String.length key) (String.length l - String.length key))
-  | None -> Alcotest.failf "no %s in the kernel's output:\n%s" key text
+let field = Net_test_util.Kernel.field
 
 let ss_word ss prefix =
   let words = String.split_on_char ' ' (replace (replace ss "\t" " ") "\n" " ") in
