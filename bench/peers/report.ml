@@ -676,8 +676,8 @@ let targets tputs rtts costs =
         let fraction =
           let what =
             Printf.sprintf
-              "FIFO payload, 3 processes, %d sender(s): Consort / raw UDP byte limit (60 \
-               KB                datagrams)"
+              "FIFO payload, 3 processes, %d sender(s): Consort / raw UDP byte limit (60 KB \
+               datagrams)"
               s
           in
           match (consort_fifo, byte_limit) with
