@@ -1061,8 +1061,8 @@ let svg meta tputs tgs =
           (if String.length r.t_setup > 0 then " (" ^ r.t_setup ^ ")" else "")
       in
       let label = if String.length label > 92 then String.sub label 0 89 ^ "..." else label in
-      add "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n" (label_w - 6) (y + 15)
-        (xml_escape label);
+      add "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"11\">%s</text>\n" (label_w - 6)
+        (y + 15) (xml_escape label);
       add
         "<rect class=\"bar\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" \
          data-system=\"%s\" data-setup=\"%s\" data-order=\"%s\" data-senders=\"%d\" \
