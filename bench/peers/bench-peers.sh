@@ -16,6 +16,11 @@
 #                  time, so that a change in the machine's load is shared
 #                  (the median round is shown); round trips run in round 1
 #   RTT_COUNT, TPUT_COUNT, JG_TPUT_COUNT       counts (see below)
+#   RAW_COUNT, RAW_BIG_COUNT, RAW_MIN_SECONDS  raw UDP with a credit window:
+#                  datagrams per sender of 1 KB and of 60 KB, and the least
+#                  time each run sends for
+#   JG_BEST_WARMUP, JG_BEST_COUNT, JG_BEST_ROUNDS  JGroups at its best: warm-up,
+#                  then ROUNDS timed rounds of COUNT per sender in one JVM
 #   RESULTS_DIR    where the JSON goes (default bench/results)
 #   CONSORT        the consort executable (default _build/default/bin/main.exe)
 #   BENCH_PEERS    bench_peers executable (default _build/default/bench/peers/main.exe)
@@ -38,18 +43,24 @@ if [ "$QUICK" = 1 ]; then
   REPS=${REPS:-1}; RTT_COUNT=${RTT_COUNT:-200}; RTT_WARMUP=${RTT_WARMUP:-50}
   TPUT_COUNT=${TPUT_COUNT:-2000}; JG_TPUT_COUNT=${JG_TPUT_COUNT:-5000}; JG_WARMUP=${JG_WARMUP:-1000}
   JG_RTT_COUNT=${JG_RTT_COUNT:-300}; JG_RTT_WARMUP=${JG_RTT_WARMUP:-200}; COST_ITER=${COST_ITER:-5000}
+  RAW_COUNT=${RAW_COUNT:-2000}; RAW_BIG_COUNT=${RAW_BIG_COUNT:-200}; RAW_MIN_SECONDS=${RAW_MIN_SECONDS:-0}
+  JG_BEST_WARMUP=${JG_BEST_WARMUP:-2000}; JG_BEST_COUNT=${JG_BEST_COUNT:-2000}; JG_BEST_ROUNDS=${JG_BEST_ROUNDS:-3}
 else
   REPS=${REPS:-3}; RTT_COUNT=${RTT_COUNT:-5000}; RTT_WARMUP=${RTT_WARMUP:-500}
-  TPUT_COUNT=${TPUT_COUNT:-20000}; JG_TPUT_COUNT=${JG_TPUT_COUNT:-100000}; JG_WARMUP=${JG_WARMUP:-30000}
+  TPUT_COUNT=${TPUT_COUNT:-100000}; JG_TPUT_COUNT=${JG_TPUT_COUNT:-100000}; JG_WARMUP=${JG_WARMUP:-30000}
   JG_RTT_COUNT=${JG_RTT_COUNT:-5000}; JG_RTT_WARMUP=${JG_RTT_WARMUP:-5000}; COST_ITER=${COST_ITER:-200000}
+  RAW_COUNT=${RAW_COUNT:-100000}; RAW_BIG_COUNT=${RAW_BIG_COUNT:-20000}; RAW_MIN_SECONDS=${RAW_MIN_SECONDS:-2}
+  JG_BEST_WARMUP=${JG_BEST_WARMUP:-400000}; JG_BEST_COUNT=${JG_BEST_COUNT:-300000}; JG_BEST_ROUNDS=${JG_BEST_ROUNDS:-3}
 fi
 DEADLINE=${DEADLINE:-60}   # seconds for any one run of any system
-for v in REPS RTT_COUNT RTT_WARMUP TPUT_COUNT JG_TPUT_COUNT JG_WARMUP JG_RTT_COUNT JG_RTT_WARMUP COST_ITER DEADLINE; do
+for v in REPS RTT_COUNT RTT_WARMUP TPUT_COUNT JG_TPUT_COUNT JG_WARMUP JG_RTT_COUNT JG_RTT_WARMUP COST_ITER DEADLINE \
+  RAW_COUNT RAW_BIG_COUNT RAW_MIN_SECONDS JG_BEST_WARMUP JG_BEST_COUNT JG_BEST_ROUNDS; do
   case ${!v} in
     '' | *[!0-9]*) echo "bench-peers: $v=${!v}: expected a whole number" >&2; exit 2 ;;
   esac
 done
-[ "$REPS" -ge 1 ] && [ "$DEADLINE" -ge 1 ] || { echo "bench-peers: REPS and DEADLINE must be at least 1" >&2; exit 2; }
+[ "$REPS" -ge 1 ] && [ "$DEADLINE" -ge 1 ] && [ "$JG_BEST_ROUNDS" -ge 1 ] && [ "$RAW_COUNT" -ge 1 ] && [ "$RAW_BIG_COUNT" -ge 1 ] \
+  || { echo "bench-peers: REPS, DEADLINE, JG_BEST_ROUNDS, RAW_COUNT and RAW_BIG_COUNT must be at least 1" >&2; exit 2; }
 for p in $PEERS; do
   case $p in raw | consort | cost | corosync | jgroups) ;; *) echo "bench-peers: PEERS: unknown part $p (raw consort cost corosync jgroups)" >&2; exit 2 ;; esac
 done
@@ -144,6 +155,7 @@ meta ocaml "OCaml $(ocamlfind ocamlopt -version 2>/dev/null || echo '?')"
 meta gcc "$(gcc --version | head -1)"
 meta quick "$QUICK"
 meta reps "$REPS"
+meta counts "Consort and Corosync $TPUT_COUNT per sender; JGroups as configured today $JG_WARMUP warm-up + $JG_TPUT_COUNT; JGroups at its best $JG_BEST_WARMUP warm-up + $JG_BEST_ROUNDS rounds of $JG_BEST_COUNT in one JVM; raw UDP with a credit window $RAW_COUNT (1 KB) and $RAW_BIG_COUNT (60 KB) per sender and at least ${RAW_MIN_SECONDS} s"
 
 for f in "$CONSORT" "$BENCH_PEERS"; do
   [ -x "$f" ] || { log "$f is missing: run make build first"; exit 1; }
@@ -222,6 +234,19 @@ raw_part() { # round
   timeout $((DEADLINE + 10)) "$WORK/udp_raw" tput --count "$((TPUT_COUNT * 3))" --size 1024 --receivers 2 --deadline "$DEADLINE" \
     >"$WORK/raw-tput.out" 2>"$WORK/raw-tput.err" || skip "raw UDP throughput, round $r" "$(tail -1 "$WORK/raw-tput.err")"
   collect "$WORK/raw-tput.out" "run=raw$r"
+  # The datagram limit (1 KB) and the byte limit (60 KB): 3 member
+  # processes, sendmmsg/recvmmsg and a credit window, lossless.
+  local size senders cnt
+  for size in 1024 60000; do
+    cnt=$RAW_COUNT; [ $size = 60000 ] && cnt=$RAW_BIG_COUNT
+    for senders in 1 3; do
+      log "round $r: raw UDP in C: $size-byte datagrams, $senders sender(s), sendmmsg/recvmmsg, credit window"
+      timeout $((DEADLINE + 10)) "$WORK/udp_raw" flow --count "$cnt" --size $size --senders $senders --members 3 \
+        --min-seconds "$RAW_MIN_SECONDS" --deadline "$DEADLINE" >"$WORK/raw-flow.out" 2>"$WORK/raw-flow.err" \
+        || skip "raw UDP $size-byte datagrams, $senders sender(s), round $r" "$(tail -1 "$WORK/raw-flow.err")"
+      collect "$WORK/raw-flow.out" "run=rawflow-$size-$senders-$r"
+    done
+  done
 }
 
 # ------------------------------------------------------------------ Consort
@@ -391,6 +416,9 @@ cpg_part() { # round
 
 # ------------------------------------------------------------------ JGroups
 JOPTS=(-Djava.net.preferIPv4Stack=true -Djgroups.bind_addr=127.0.0.1 "-Djgroups.tcpping.initial_hosts=127.0.0.1[7800],127.0.0.1[7801],127.0.0.1[7802]")
+# JGroups at its best: the heap fixed at 1 GB, G1 (as deployed for throughput).
+JOPTS_BEST=(-Xms1g -Xmx1g -XX:+UseG1GC)
+JG_BEST_DEADLINE=$((DEADLINE * 3))
 jg() { # cpu-or-"" args...
   local cpu=$1; shift
   if [ -n "$cpu" ]; then
@@ -398,6 +426,9 @@ jg() { # cpu-or-"" args...
   else
     timeout $((DEADLINE + 15)) ip netns exec "$JG_NS" java "${JOPTS[@]}" -cp "$JAR:$WORK/jg" JgBench "$@"
   fi
+}
+jg_best() { # args...
+  timeout $((JG_BEST_DEADLINE + 15)) ip netns exec "$JG_NS" java "${JOPTS_BEST[@]}" "${JOPTS[@]}" -cp "$JAR:$WORK/jg" JgBench "$@"
 }
 
 jg_part() { # round
@@ -439,6 +470,24 @@ jg_part() { # round
             echo "result bench=tput system=jgroups config=$cfg order=$order index=$i members=3 senders=$senders no_result=1 $tags" >>"$RES"
           fi
         done
+        # At its best: one JVM per member with a fixed heap and G1, warmed
+        # up, then timed rounds back to back, counted without a lock.
+        ps=()
+        for i in 0 1 2; do
+          jg_best tput --config $cfg --members 3 --index $i --count "$JG_BEST_COUNT" --warmup "$JG_BEST_WARMUP" \
+            --rounds "$JG_BEST_ROUNDS" --size 1024 --senders $senders --deadline "$JG_BEST_DEADLINE" "${extra[@]}" \
+            >"$WORK/jg-t$i.out" 2>"$WORK/jg-t$i.err" &
+          ps+=($!); PIDS+=($!)
+          [ $i = 0 ] && sleep 1
+        done
+        wait_all $((JG_BEST_DEADLINE + 20)) "${ps[@]}"
+        for i in 0 1 2; do
+          tags="setup=loopback_in_a_netns run=jgbest-$cfg-$order-$senders-$r"
+          if grep -q '^result' "$WORK/jg-t$i.out"; then collect "$WORK/jg-t$i.out" "$tags"; else
+            skip "JGroups $cfg $order at its best, $senders sender(s), round $r, member $i" "$(grep -v '^\s*$' "$WORK/jg-t$i.err" | tail -1)"
+            echo "result bench=tput system=jgroups variant=best config=$cfg order=$order index=$i members=3 senders=$senders no_result=1 $tags" >>"$RES"
+          fi
+        done
       done
     done
   done
@@ -470,6 +519,6 @@ fi
 # ------------------------------------------------------------------ report
 meta load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 mkdir -p "$RESULTS_DIR"
-out="$RESULTS_DIR/peers-$(date -u +%Y%m%d-%H%M%S).json"
-[ "$QUICK" = 1 ] && out="$RESULTS_DIR/peers-quick.json"
-"$BENCH_PEERS" report --dir "$WORK" --json "$out"
+out="$RESULTS_DIR/peers-$(date -u +%Y%m%d-%H%M%S)"
+[ "$QUICK" = 1 ] && out="$RESULTS_DIR/peers-quick"
+"$BENCH_PEERS" report --dir "$WORK" --json "$out.json" --svg "$out.svg"

@@ -71,8 +71,8 @@ let stack_cost_cmd =
           of a 10-layer stack, two members' stacks back to back in one process.")
     Term.(const stack_cost $ iterations $ rounds $ out)
 
-let report dir out =
-  match Consort_peers_bench.Report.run ~dir ~out with
+let report dir out svg =
+  match Consort_peers_bench.Report.run ?svg ~dir ~out () with
   | Ok () -> 0
   | Error e ->
       Printf.eprintf "bench_peers report: %s\n" e;
@@ -91,10 +91,17 @@ let report_cmd =
       & opt (some string) None
       & info [ "json" ] ~docv:"FILE" ~doc:"Also write the table as JSON to FILE.")
   in
+  let svg =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "svg" ] ~docv:"FILE"
+          ~doc:"Also write the throughput table as an SVG chart (bars of payload MB/s) to FILE.")
+  in
   Cmd.v
     (Cmd.info "report"
        ~doc:"Print the table of make bench-peers from a results directory, and write it as JSON.")
-    Term.(const report $ dir $ out)
+    Term.(const report $ dir $ out $ svg)
 
 let () =
   exit

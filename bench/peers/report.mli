@@ -10,6 +10,8 @@ val parse_result : string -> (string * string) list option
 (** [parse_result "result a=1 b=x"] is [Some [("a","1"); ("b","x")]]; [None] for a line that does
     not start with ["result"]. *)
 
-val run : dir:string -> out:string option -> (unit, string) result
-(** [run ~dir ~out] prints the table of [dir] on stdout and writes it as JSON to [out]. An error
-    names the directory and what is wrong with it. *)
+val run : ?svg:string -> dir:string -> out:string option -> unit -> (unit, string) result
+(** [run ?svg ~dir ~out ()] prints the table of [dir] on stdout, writes it as JSON to [out] and its
+    throughput rows as an SVG chart to [svg] (one bar of payload MB/s per row, each bar's figures in
+    its [data-] attributes, and the targets). An error names the directory or the file and what is
+    wrong with it. *)
