@@ -12,6 +12,8 @@
        waits for the peer's end; bytes=, secs= (connected to the peer's
        end), sha256=, cc= (the socket's congestion control: CC if given,
        set with TCP_CONGESTION, else the namespace's default).
+     hash_peer cc CC
+       exits 0 if a TCP socket takes congestion control CC, else says why.
 
    Exits 1 (one line on standard error) when out of time, 2 on an error. */
 
@@ -181,10 +183,22 @@ static int source(const char *host, int port, long long total, double secs, cons
   return report(s, bytes, t0, u0, s0, ctx);
 }
 
+static int cc_check(const char *cc) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) die("socket");
+  if (setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) < 0) {
+    fprintf(stderr, "hash_peer: congestion control %s: %s\n", cc, strerror(errno));
+    return 2;
+  }
+  close(s);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "cc") == 0) return cc_check(argv[2]);
   if (argc == 4 && strcmp(argv[1], "sink") == 0) return sink(atoi(argv[2]), atof(argv[3]));
   if ((argc == 6 || argc == 7) && strcmp(argv[1], "source") == 0)
     return source(argv[2], atoi(argv[3]), atoll(argv[4]), atof(argv[5]), argc == 7 ? argv[6] : NULL);
-  fprintf(stderr, "usage: %s sink PORT SECONDS | source HOST PORT BYTES SECONDS [CC]\n", argv[0]);
+  fprintf(stderr, "usage: %s sink PORT SECONDS | source HOST PORT BYTES SECONDS [CC] | cc CC\n", argv[0]);
   return 2;
 }

@@ -619,6 +619,17 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
         ~leftovers
         (fun env ->
           let spec = spec_of env cfg.impair in
+          (match
+             Proc.run (Printf.sprintf "%s cc %s" (Filename.quote env.peer_exe) cfg.kernel_cc)
+           with
+          | Ok _ -> ()
+          | Error e ->
+              let last =
+                List.fold_left
+                  (fun acc l -> if String.trim l = "" then acc else String.trim l)
+                  e (String.split_on_char '\n' e)
+              in
+              fail "--kernel-cc: %s" last);
           let family (a : addrs) =
             let consort_in, consort_out, consort_relay = consort_run env cfg a progress in
             check_interrupted ();

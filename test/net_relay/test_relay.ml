@@ -260,6 +260,19 @@ let bench () =
               "largest frame 1514 bytes";
             ])
 
+(* A congestion control the kernel does not have: one line, before any
+   transfer (not a kernel sender failing while Consort waits its time out). *)
+let unknown_cc () =
+  match I.impossible () with
+  | Some why -> Alcotest.failf "the impaired TCP benchmark cannot run here: %s" why
+  | None ->
+      (match I.run { cfg with kernel_cc = "nosuchcc"; seconds = 20. } with
+      | Ok _ -> Alcotest.fail "a kernel sender ran an unknown congestion control"
+      | Error e ->
+          if String.contains e '\n' || not (contains e "--kernel-cc") then
+            Alcotest.failf "not one line about --kernel-cc: %S" e);
+      Alcotest.(check bool) "a bad name refused" true (Result.is_error (I.check_cc "cubic;reboot"))
+
 let () =
   Alcotest.run "consort-relay"
     [
@@ -278,5 +291,6 @@ let () =
         [
           Alcotest.test_case
             "consort and the kernel through the relay, IPv4 and IPv6, SHA-256 checked" `Quick bench;
+          Alcotest.test_case "an unknown kernel congestion control: one line" `Quick unknown_cc;
         ] );
     ]
