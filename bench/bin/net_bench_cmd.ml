@@ -3,7 +3,7 @@ module B = Consort_net_bench.Tcp_bench
 module I = Consort_net_bench.Tcp_impair_bench
 
 (* [consort bench tcp --impair SPEC]: through the impairment relay. *)
-let tcp_impair impair bytes seconds mtu buffer save =
+let tcp_impair impair bytes seconds mtu buffer kernel_cc save =
   let d = I.default in
   let cfg =
     {
@@ -13,11 +13,15 @@ let tcp_impair impair bytes seconds mtu buffer save =
       mtu;
       buffer;
       ipv6 = true;
+      kernel_cc;
     }
   in
   match (I.check_spec impair, Option.bind save Consort_cli.unwritable_dir) with
   | Error e, _ ->
       Fmt.epr "consort bench tcp: --impair: %s@." e;
+      2
+  | Ok (), None when Result.is_error (I.check_cc kernel_cc) ->
+      Fmt.epr "consort bench tcp: --kernel-cc: %s@." (Result.get_error (I.check_cc kernel_cc));
       2
   | _, Some m ->
       Fmt.epr "consort bench tcp: --save %s: %s@." (Option.get save) m;
@@ -57,11 +61,11 @@ let tcp_impair impair bytes seconds mtu buffer save =
                   Fmt.epr "consort bench tcp: --save %s: %s@." dir m;
                   2)))
 
-let tcp impair save bytes seconds rr_size rr_count mtu buffer rounds verbose =
+let tcp impair save bytes seconds rr_size rr_count mtu buffer rounds kernel_cc verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning));
   match impair with
-  | Some spec -> tcp_impair spec bytes seconds mtu buffer save
+  | Some spec -> tcp_impair spec bytes seconds mtu buffer kernel_cc save
   | None -> (
       let bytes = Option.value bytes ~default:B.default.bytes in
       let seconds = Option.value seconds ~default:B.default.seconds in
@@ -144,6 +148,14 @@ let cmd =
       & opt Consort_cli.positive_int d.rounds
       & info [ "rounds" ] ~docv:"N" ~doc:"Transfers per setup; the fastest counts.")
   in
+  let kernel_cc =
+    Arg.(
+      value & opt string I.default.kernel_cc
+      & info [ "kernel-cc" ] ~docv:"NAME"
+          ~doc:
+            "With $(b,--impair): the congestion control of the kernel's senders (TCP_CONGESTION), \
+             Linux's own default unless given, whatever the host's default is.")
+  in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log the stack's counters.") in
   Cmd.v
     (Consort_cli.info ~path:"bench tcp" "tcp"
@@ -153,7 +165,7 @@ let cmd =
           and removes its own namespaces and devices).")
     Term.(
       const tcp $ impair $ save $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds
-      $ verbose)
+      $ kernel_cc $ verbose)
 
 module S = Consort_net_bench.Tcp_sim_bench
 

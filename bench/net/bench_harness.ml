@@ -132,9 +132,10 @@ let float_field f k =
 let spawn_sink exe ~seconds ns port =
   Proc.spawn ~ns [ exe; "sink"; string_of_int port; Printf.sprintf "%.1f" (seconds +. 10.) ]
 
-let spawn_source exe ~bytes ~seconds ns host port =
+let spawn_source exe ?cc ~bytes ~seconds ns host port =
   Proc.spawn ~ns
-    [ exe; "source"; host; string_of_int port; string_of_int bytes; Printf.sprintf "%.1f" seconds ]
+    ([ exe; "source"; host; string_of_int port; string_of_int bytes; Printf.sprintf "%.1f" seconds ]
+    @ Option.to_list cc)
 
 (* {1 Consort's stack} *)
 

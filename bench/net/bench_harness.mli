@@ -88,8 +88,10 @@ val spawn_sink : string -> seconds:float -> string -> int -> Bench_proc.t
 (** [spawn_sink exe ~seconds ns port]: the peer [exe]'s sink in namespace [ns], bounded by [seconds]
     plus 10. *)
 
-val spawn_source : string -> bytes:int -> seconds:float -> string -> string -> int -> Bench_proc.t
-(** [spawn_source exe ~bytes ~seconds ns host port]: the peer [exe]'s source in namespace [ns]. *)
+val spawn_source :
+  string -> ?cc:string -> bytes:int -> seconds:float -> string -> string -> int -> Bench_proc.t
+(** [spawn_source exe ?cc ~bytes ~seconds ns host port]: the peer [exe]'s source in namespace [ns],
+    its socket's congestion control [cc] if given (TCP_CONGESTION), else the namespace's default. *)
 
 (** {1 Consort's stack} *)
 

@@ -6,17 +6,21 @@
        listens on every address, IPv4 and IPv6 (prints "LISTENING"),
        accepts one connection and reads it to the end; bytes=, secs= (first
        byte to end of stream), sha256=.
-     hash_peer source HOST PORT BYTES SECONDS
+     hash_peer source HOST PORT BYTES SECONDS [CC]
        connects to HOST (an IPv4 or IPv6 address; refused connections are
        retried), writes BYTES of pseudo-random data, shuts down its side and
        waits for the peer's end; bytes=, secs= (connected to the peer's
-       end), sha256=.
+       end), sha256=, cc= (the socket's congestion control: CC if given,
+       set with TCP_CONGESTION, else the namespace's default).
+     hash_peer cc CC
+       exits 0 if a TCP socket takes congestion control CC, else says why.
 
    Exits 1 (one line on standard error) when out of time, 2 on an error. */
 
 #define _GNU_SOURCE
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/evp.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -65,13 +69,16 @@ static EVP_MD_CTX *sha256(void) {
 /* Closes [s] and prints the RESULT line: [bytes], the seconds since [t0],
    the SHA-256 of [ctx] and the CPU time since [u0], [s0]. */
 static int report(int s, long long bytes, double t0, double u0, double s0, EVP_MD_CTX *ctx) {
-  char digest[2 * EVP_MAX_MD_SIZE + 1];
+  char digest[2 * EVP_MAX_MD_SIZE + 1], cc[32] = "unknown";
+  socklen_t cc_len = sizeof cc - 1;
   double t1 = now(), u1, s1;
   cpu(&u1, &s1);
+  if (getsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, &cc_len) == 0) cc[cc_len] = 0;
+  cc[strcspn(cc, " \t\n")] = 0;
   close(s);
   finish(ctx, digest);
-  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f\n", bytes, t1 - t0, digest, u1 - u0,
-         s1 - s0);
+  printf("RESULT bytes=%lld secs=%.6f sha256=%s utime=%.6f stime=%.6f cc=%s\n", bytes, t1 - t0, digest, u1 - u0,
+         s1 - s0, cc[0] ? cc : "unknown");
   return 0;
 }
 
@@ -108,7 +115,7 @@ static int sink(int port, double secs) {
   return report(s, bytes, t0, u0, s0, ctx);
 }
 
-static int connect_to(const char *host, int port, double secs) {
+static int connect_to(const char *host, int port, double secs, const char *cc) {
   struct addrinfo hints, *ai;
   char service[16];
   double deadline = now() + secs;
@@ -125,6 +132,10 @@ static int connect_to(const char *host, int port, double secs) {
     int s = socket(ai->ai_family, SOCK_STREAM, 0);
     if (s < 0) die("socket");
     timeouts(s, secs);
+    if (cc && setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) < 0) {
+      fprintf(stderr, "hash_peer: congestion control %s: %s\n", cc, strerror(errno));
+      exit(2);
+    }
     if (connect(s, ai->ai_addr, ai->ai_addrlen) == 0) {
       freeaddrinfo(ai);
       return s;
@@ -136,8 +147,8 @@ static int connect_to(const char *host, int port, double secs) {
   }
 }
 
-static int source(const char *host, int port, long long total, double secs) {
-  int s = connect_to(host, port, secs);
+static int source(const char *host, int port, long long total, double secs, const char *cc) {
+  int s = connect_to(host, port, secs, cc);
   double u0, s0, t0 = now(), deadline = t0 + secs;
   long long bytes = 0;
   uint64_t x = 0x9E3779B97F4A7C15ULL;
@@ -172,10 +183,22 @@ static int source(const char *host, int port, long long total, double secs) {
   return report(s, bytes, t0, u0, s0, ctx);
 }
 
+static int cc_check(const char *cc) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) die("socket");
+  if (setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) < 0) {
+    fprintf(stderr, "hash_peer: congestion control %s: %s\n", cc, strerror(errno));
+    return 2;
+  }
+  close(s);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "cc") == 0) return cc_check(argv[2]);
   if (argc == 4 && strcmp(argv[1], "sink") == 0) return sink(atoi(argv[2]), atof(argv[3]));
-  if (argc == 6 && strcmp(argv[1], "source") == 0)
-    return source(argv[2], atoi(argv[3]), atoll(argv[4]), atof(argv[5]));
-  fprintf(stderr, "usage: %s sink PORT SECONDS | source HOST PORT BYTES SECONDS\n", argv[0]);
+  if ((argc == 6 || argc == 7) && strcmp(argv[1], "source") == 0)
+    return source(argv[2], atoi(argv[3]), atoll(argv[4]), atof(argv[5]), argc == 7 ? argv[6] : NULL);
+  fprintf(stderr, "usage: %s sink PORT SECONDS | source HOST PORT BYTES SECONDS [CC] | cc CC\n", argv[0]);
   return 2;
 }

@@ -181,6 +181,8 @@ struct dir {
   struct held *heap;
   size_t held, held_bytes;
   long in, out, lost, duplicated, reordered, blackholed, queue_drops, overflow, write_drops;
+  uint64_t bytes_in; /* frame bytes taken (Ethernet header included) */
+  size_t max_frame;  /* the largest frame taken: above the MTU, offloads pass super-frames */
 };
 
 static uint64_t next(struct dir *d) {
@@ -266,6 +268,8 @@ static size_t ip_length(size_t frame_len) { return frame_len > 14 ? frame_len - 
 /* A frame of [len] bytes arrives at [now]: its fate. */
 static void arrive(struct dir *d, uint64_t now, long index, const unsigned char *frame, size_t len) {
   const struct spec *s = d->spec;
+  d->bytes_in += len;
+  if (len > d->max_frame) d->max_frame = len;
   double r_loss = uniform(d), r_dup = uniform(d), r_reorder = uniform(d), r_jitter = uniform(d);
   uint64_t due = now;
   d->in++;
@@ -303,9 +307,9 @@ static void print_stats(const char *name, const struct dir *d, long socket_drops
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   printf("STATS %s in=%ld out=%ld lost=%ld duplicated=%ld reordered=%ld blackholed=%ld queue_drops=%ld "
-         "overflow=%ld write_drops=%ld socket_drops=%ld held=%zu utime=%.6f stime=%.6f\n",
+         "overflow=%ld write_drops=%ld socket_drops=%ld held=%zu bytes=%llu max_frame=%zu utime=%.6f stime=%.6f\n",
          name, d->in, d->out, d->lost, d->duplicated, d->reordered, d->blackholed, d->queue_drops,
-         d->overflow, d->write_drops, socket_drops, d->held, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+         d->overflow, d->write_drops, socket_drops, d->held, (unsigned long long)d->bytes_in, d->max_frame, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
          ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
 }
 

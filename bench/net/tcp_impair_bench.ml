@@ -16,6 +16,7 @@ type config = {
   mtu : int;
   buffer : int;
   ipv6 : bool;
+  kernel_cc : string;
 }
 
 let default =
@@ -26,6 +27,7 @@ let default =
     mtu = 1500;
     buffer = 1 lsl 20;
     ipv6 = true;
+    kernel_cc = "cubic";
   }
 
 type relay = {
@@ -38,6 +40,7 @@ type relay = {
   write_drops : int;
   socket_drops : int;
   device_drops : int;
+  max_frame : int;
 }
 
 type flow = {
@@ -58,7 +61,7 @@ type family = {
   kernel_relay : relay;
 }
 
-type report = { config : config; spec : string; families : family list }
+type report = { config : config; spec : string; host_cc : string; families : family list }
 
 let mbit_s (f : flow) = float f.bytes *. 8. /. f.secs /. 1e6
 let ratios f = (mbit_s f.consort_in /. mbit_s f.kernel, mbit_s f.consort_out /. mbit_s f.kernel)
@@ -71,6 +74,23 @@ let meets_target r =
     r.families
 
 (* {1 The SPEC, as the relay reads it} *)
+
+let check_cc name =
+  if
+    name <> ""
+    && String.length name <= 15
+    && String.for_all (fun c -> (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c = '_') name
+  then Ok ()
+  else Error (Printf.sprintf "%S: not a congestion control's name (cubic, reno, bbr)" name)
+
+let host_cc () =
+  match open_in "/proc/sys/net/ipv4/tcp_congestion_control" with
+  | exception Sys_error _ -> "unknown"
+  | ic ->
+      Fun.protect
+        ~finally:(fun () -> close_in_noerr ic)
+        (fun () ->
+          match input_line ic with s -> String.trim s | exception End_of_file -> "unknown")
 
 let check_spec s =
   let number v =
@@ -202,6 +222,7 @@ let relay_stats r =
             write_drops = acc.write_drops + field_int f "write_drops";
             socket_drops = acc.socket_drops + field_int f "socket_drops";
             device_drops = acc.device_drops;
+            max_frame = max acc.max_frame (field_int f "max_frame");
           })
     {
       frames = 0;
@@ -213,6 +234,7 @@ let relay_stats r =
       write_drops = 0;
       socket_drops = 0;
       device_drops = 0;
+      max_frame = 0;
     }
     two
 
@@ -230,6 +252,7 @@ let since (a : relay) (b : relay) =
     write_drops = b.write_drops - a.write_drops;
     socket_drops = b.socket_drops - a.socket_drops;
     device_drops = b.device_drops - a.device_drops;
+    max_frame = b.max_frame;
   }
 
 (* With -v: the kernel's own TCP counters in [ns] (nstat, if there),
@@ -288,8 +311,18 @@ let fields out = H.fields out
 let field, float_field = H.(field, float_field)
 let sink env (cfg : config) ns port = H.spawn_sink env.peer_exe ~seconds:cfg.seconds ns port
 
+(* The kernel's senders run [cfg.kernel_cc] (TCP_CONGESTION), whatever the
+   host's default: CUBIC, Linux's own default, unless asked otherwise. *)
 let source env (cfg : config) ns host port =
-  H.spawn_source env.peer_exe ~bytes:cfg.bytes ~seconds:cfg.seconds ns host port
+  H.spawn_source env.peer_exe ~cc:cfg.kernel_cc ~bytes:cfg.bytes ~seconds:cfg.seconds ns host port
+
+let expect_cc what (cfg : config) fo =
+  match List.assoc_opt "cc" fo with
+  | Some cc when cc = cfg.kernel_cc -> ()
+  | cc ->
+      fail "%s: the kernel's sender ran %s, not %s" what
+        (Option.value cc ~default:"an unknown congestion control")
+        cfg.kernel_cc
 
 type addrs = { v6 : bool; ours : string; kernel : string; kk_a : string; kk_b : string; len : int }
 
@@ -348,6 +381,7 @@ let kernel_run env (cfg : config) (a : addrs) progress =
   stop_relay r;
   drop_namespaces env;
   let fs = fields sink_out and fo = fields src_out in
+  expect_cc "kernel -> kernel" cfg fo;
   if field fs "sha256" <> field fo "sha256" || field fs "bytes" <> field fo "bytes" then
     fail "kernel -> kernel: the sink got %s bytes (SHA-256 %s), the source sent %s (%s)"
       (field fs "bytes") (field fs "sha256") (field fo "bytes") (field fo "sha256");
@@ -480,6 +514,7 @@ let consort_run env (cfg : config) (a : addrs) progress =
           (Printf.sprintf "kernel -> consort (%s)" fam)
       in
       let fo = fields src_out in
+      expect_cc (Printf.sprintf "kernel -> consort (%s)" fam) cfg fo;
       if
         string_of_int consort_in.bytes <> field fo "bytes" || consort_in.sha256 <> field fo "sha256"
       then
@@ -570,9 +605,10 @@ let spec_of env impair =
   | Error e -> fail "%s" e
 
 let run ?(progress = fun _ -> ()) (cfg : config) =
-  match check_spec cfg.impair with
-  | Error e -> Error ("--impair: " ^ e)
-  | Ok () ->
+  match (check_spec cfg.impair, check_cc cfg.kernel_cc) with
+  | Error e, _ -> Error ("--impair: " ^ e)
+  | _, Error e -> Error ("--kernel-cc: " ^ e)
+  | Ok (), Ok () ->
       H.run ~impossible:(impossible ()) ~sweep:sweep_stale ~dir:"consort-impairbench-" ~ns_prefix
         ~link_prefix
         ~programs:(fun h ->
@@ -583,6 +619,17 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
         ~leftovers
         (fun env ->
           let spec = spec_of env cfg.impair in
+          (match
+             Proc.run (Printf.sprintf "%s cc %s" (Filename.quote env.peer_exe) cfg.kernel_cc)
+           with
+          | Ok _ -> ()
+          | Error e ->
+              let last =
+                List.fold_left
+                  (fun acc l -> if String.trim l = "" then acc else String.trim l)
+                  e (String.split_on_char '\n' e)
+              in
+              fail "--kernel-cc: %s" last);
           let family (a : addrs) =
             let consort_in, consort_out, consort_relay = consort_run env cfg a progress in
             check_interrupted ();
@@ -598,21 +645,24 @@ let run ?(progress = fun _ -> ()) (cfg : config) =
             }
           in
           let families = List.map family (if cfg.ipv6 then [ v4; v6 ] else [ v4 ]) in
-          { config = cfg; spec; families })
+          { config = cfg; spec; host_cc = host_cc (); families })
 
 (* {1 Printing} *)
 
 let pp_relay ppf r =
   Fmt.pf ppf
     "%d frames: %d lost, %d reordered, %d duplicated, %d black-holed, %d queue drops; dropped \
-     outside the SPEC: %d refused by the next hop, %d by the relay's socket, %d by the TAP devices"
+     outside the SPEC: %d refused by the next hop, %d by the relay's socket, %d by the TAP \
+     devices; largest frame %d bytes"
     r.frames r.lost r.reordered r.duplicated r.blackholed r.queue_drops r.write_drops r.socket_drops
-    r.device_drops
+    r.device_drops r.max_frame
 
 let pp_table ppf r =
   Fmt.pf ppf "TCP through the impairment relay (%s): %d MB per transfer, SHA-256 checked, MTU %d@."
     r.config.impair (r.config.bytes / 1_000_000) r.config.mtu;
   Fmt.pf ppf "relay: %s@." r.spec;
+  Fmt.pf ppf "kernel senders: %s (TCP_CONGESTION; the host's default: %s)@." r.config.kernel_cc
+    r.host_cc;
   Fmt.pf ppf "%-30s %9s %9s %12s %9s %6s@." "transfer" "Mbit/s" "/ kernel" "retransmits" "timeouts"
     "undos";
   List.iter
@@ -643,14 +693,15 @@ let to_json r =
   let fam f =
     let i, o = ratios f in
     Printf.sprintf
-      "\"%s\":{%s,%s,\"kernel_mbit_s\":%.1f,\"ratio_in\":%.3f,\"ratio_out\":%.3f,\"relay_lost\":%d,\"relay_reordered\":%d,\"relay_frames\":%d,\"relay_write_drops\":%d,\"kernel_relay_write_drops\":%d}"
+      "\"%s\":{%s,%s,\"kernel_mbit_s\":%.1f,\"ratio_in\":%.3f,\"ratio_out\":%.3f,\"relay_lost\":%d,\"relay_reordered\":%d,\"relay_frames\":%d,\"relay_write_drops\":%d,\"kernel_relay_write_drops\":%d,\"relay_max_frame\":%d,\"kernel_relay_max_frame\":%d}"
       f.name (flow "consort_in" f.consort_in)
       (flow "consort_out" f.consort_out)
       (mbit_s f.kernel) i o f.consort_relay.lost f.consort_relay.reordered f.consort_relay.frames
-      f.consort_relay.write_drops f.kernel_relay.write_drops
+      f.consort_relay.write_drops f.kernel_relay.write_drops f.consort_relay.max_frame
+      f.kernel_relay.max_frame
   in
   Printf.sprintf
-    "{\"bench\":\"tcp-impair\",\"impair\":%S,\"bytes\":%d,\"mtu\":%d,%s,\"target_met\":%b}"
-    r.config.impair r.config.bytes r.config.mtu
+    "{\"bench\":\"tcp-impair\",\"impair\":%S,\"bytes\":%d,\"mtu\":%d,\"kernel_cc\":%S,\"host_cc\":%S,%s,\"target_met\":%b}"
+    r.config.impair r.config.bytes r.config.mtu r.config.kernel_cc r.host_cc
     (String.concat "," (List.map fam r.families))
     (meets_target r)

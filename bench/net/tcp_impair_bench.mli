@@ -9,7 +9,13 @@
     the relay made, in another namespace. Kernel to kernel, both ends are TAP devices of the relay.
     The kernel ends ([hash_peer.c]) and the relay are compiled with gcc into a temporary directory.
     Every namespace, device and file made is removed before {!run} returns; every transfer is
-    bounded in time. Needs root. *)
+    bounded in time. Needs root.
+
+    Like for like: the TAP devices take no offloads from the relay (no [IFF_VNET_HDR]), so the
+    kernel segments before the relay and every frame through it is at most the MTU (the relay's
+    largest frame is reported); and the kernel's senders run [config.kernel_cc], CUBIC unless asked
+    otherwise, Linux's own default, whatever the host's default is (this machine's is BBR, which
+    does not answer random loss with a smaller window; {!report.host_cc}). *)
 
 type config = {
   impair : string;  (** the relay's SPEC, for example [loss=2%,reorder=5%,delay=1ms] *)
@@ -18,10 +24,12 @@ type config = {
   mtu : int;  (** MTU of every link *)
   buffer : int;  (** Consort's TCP send and receive buffers, bytes *)
   ipv6 : bool;  (** over IPv6 too *)
+  kernel_cc : string;  (** the kernel senders' congestion control (TCP_CONGESTION) *)
 }
 
 val default : config
-(** [loss=2%,reorder=5%,delay=1ms], 100 MB within 300 s, MTU 1500, 1 MiB buffers, IPv4 and IPv6. *)
+(** [loss=2%,reorder=5%,delay=1ms], 100 MB within 300 s, MTU 1500, 1 MiB buffers, IPv4 and IPv6,
+    kernel senders with CUBIC. *)
 
 type relay = {
   frames : int;  (** frames in, both directions *)
@@ -34,6 +42,7 @@ type relay = {
   socket_drops : int;  (** frames the relay's AF_PACKET socket dropped before it read them *)
   device_drops : int;
       (** frames the TAP devices on either side dropped (their queues full: [tx_dropped]) *)
+  max_frame : int;  (** the largest frame the relay took, bytes with the Ethernet header *)
 }
 (** What one relay did, both directions, over every transfer through it. *)
 
@@ -58,12 +67,17 @@ type family = {
 type report = {
   config : config;
   spec : string;  (** as the relay understood it *)
+  host_cc : string;  (** the host's default congestion control, for the record *)
   families : family list;
 }
 
 val impossible : unit -> string option
 (** Why the benchmark cannot run here (not root, no [/dev/net/tun], no [ip], [gcc] or OpenSSL's
     headers), if it cannot. *)
+
+val check_cc : string -> (unit, string) result
+(** [check_cc name] is [Ok ()] if [name] can name a kernel congestion control (lower-case letters,
+    digits and [_], at most 15). *)
 
 val check_spec : string -> (unit, string) result
 (** [check_spec s] is [Ok ()] if [s] has the relay's SPEC syntax (keys [loss], [dup], [reorder],

@@ -57,7 +57,9 @@ type config = {
   challenge_ack_limit : int;
       (** challenge ACKs per second and connection (RFC 5961 section 7), at most; each second's
           budget is drawn between half of it and it *)
-  congestion : congestion;  (** of connections opened from now on *)
+  congestion : congestion;
+      (** of connections opened from now on; [Cubic] by default, as in Linux ([New_reno] can be
+          chosen) *)
   rack : bool;
       (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss detection and tail loss
           probes; off, loss is detected by duplicate ACKs (RFC 6675) and tail losses wait for the

@@ -193,6 +193,9 @@ let cfg =
     impair = "loss=3%,reorder=8%,dup=1%,delay=1ms";
     bytes = 1_500_000;
     seconds = 60.;
+    (* Not the default (CUBIC) nor a usual host's default (CUBIC, BBR): the
+       kernel's senders run what is asked, not the host's default. *)
+    kernel_cc = "reno";
   }
 
 let bench () =
@@ -232,6 +235,14 @@ let bench () =
                        by the relay's socket, %d by the TAP devices"
                       f.name name x.write_drops x.socket_drops x.device_drops)
                 [ ("consort", f.consort_relay); ("kernel", f.kernel_relay) ];
+              (* Like for like: frames of at most the MTU through both
+                 relays, no offloaded super-frames. *)
+              List.iter
+                (fun (name, (x : I.relay)) ->
+                  if x.max_frame > cfg.mtu + 14 || x.max_frame < cfg.mtu then
+                    Alcotest.failf "%s %s relay: largest frame %d bytes, the MTU %d" f.name name
+                      x.max_frame cfg.mtu)
+                [ ("consort", f.consort_relay); ("kernel", f.kernel_relay) ];
               (* Loss makes Consort's sender retransmit. *)
               if f.consort_out.retransmitted = 0 then
                 Alcotest.failf "%s: Consort retransmitted nothing" f.name)
@@ -241,8 +252,26 @@ let bench () =
             (fun s ->
               if not (contains table s) then Alcotest.failf "the table lacks %S:\n%s" s table)
             [
-              "IPv4 kernel -> consort"; "IPv6 consort -> kernel"; "IPv6 kernel -> kernel"; "target:";
+              "IPv4 kernel -> consort";
+              "IPv6 consort -> kernel";
+              "IPv6 kernel -> kernel";
+              "target:";
+              "kernel senders: reno";
+              "largest frame 1514 bytes";
             ])
+
+(* A congestion control the kernel does not have: one line, before any
+   transfer (not a kernel sender failing while Consort waits its time out). *)
+let unknown_cc () =
+  match I.impossible () with
+  | Some why -> Alcotest.failf "the impaired TCP benchmark cannot run here: %s" why
+  | None ->
+      (match I.run { cfg with kernel_cc = "nosuchcc"; seconds = 20. } with
+      | Ok _ -> Alcotest.fail "a kernel sender ran an unknown congestion control"
+      | Error e ->
+          if String.contains e '\n' || not (contains e "--kernel-cc") then
+            Alcotest.failf "not one line about --kernel-cc: %S" e);
+      Alcotest.(check bool) "a bad name refused" true (Result.is_error (I.check_cc "cubic;reboot"))
 
 let () =
   Alcotest.run "consort-relay"
@@ -262,5 +291,6 @@ let () =
         [
           Alcotest.test_case
             "consort and the kernel through the relay, IPv4 and IPv6, SHA-256 checked" `Quick bench;
+          Alcotest.test_case "an unknown kernel congestion control: one line" `Quick unknown_cc;
         ] );
     ]

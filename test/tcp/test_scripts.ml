@@ -159,7 +159,7 @@ let ooo_sack =
 
 let fast_retransmit =
   case "three duplicate ACKs: fast retransmit, partial ACK, NewReno recovery"
-    ~config:{ plain with initial_window = Some 10 }
+    ~config:{ plain with initial_window = Some 10; congestion = New_reno }
     (handshake
    ^ {|
 0.3   write 10000
@@ -190,7 +190,7 @@ let fast_retransmit =
 
 let sack_recovery =
   case "SACK loss recovery (RFC 6675): lost segments retransmitted, SACKed ones not"
-    ~config:{ plain with sack = true; initial_window = Some 10 }
+    ~config:{ plain with sack = true; initial_window = Some 10; congestion = New_reno }
     {|
 0     listen 8080
 0.1   < S 0:0(0) win 65535 <mss 1000,sackOK>
