@@ -233,7 +233,6 @@ module Make (T : Transport.S) = struct
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
     mutable dropped_sends : int;
-    mutable leaving : Time.t option;
     mutable last_tick : Time.t; (* when the periodic work last ran *)
     mutable resumed_at : Time.t option;
         (* when this process last ran again after a pause longer than
@@ -265,7 +264,6 @@ module Make (T : Transport.S) = struct
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
-    leave_timeout : Time.t;
   }
 
   let conn t = Lazy.force t.conn
@@ -421,7 +419,6 @@ module Make (T : Transport.S) = struct
       pubs = c.pubs;
       coord = coordinator_rank c;
       blocked = t.blocked;
-      leaving = t.leaving <> None;
       resumed = recently_resumed t;
       gone =
         (fun r ->
@@ -735,6 +732,7 @@ module Make (T : Transport.S) = struct
         | Mb.Install { vid; ltime; members; stack; key } ->
             install t ?key ?stack ~vid ~ltime ~members
         | Mb.Dead_view why -> t.dead_view <- Some (now t, why)
+        | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
         | Mb.Exit -> exit_group t)
       actions
 
@@ -876,7 +874,7 @@ module Make (T : Transport.S) = struct
                       m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
             end
           end
-          else if List.mem t.me.eid leavers && t.leaving <> None then exit_group t
+          else if List.mem t.me.eid leavers && Mb.leaving t.mb then exit_group t
       | Side.Install_ack { vid; eid; _ }, _ -> Mb.acked t.mb ~vid ~eid ~src
       | _, None -> ()
 
@@ -941,11 +939,10 @@ module Make (T : Transport.S) = struct
           (* A merge under way: asked again, waited on, or given up (a fresh
              view of this partition). *)
           run t c (Mb.handle t.mb (ctx t c) Mb.Merge_wait);
-          (match t.leaving with
-          | Some deadline when now t > deadline -> exit_group t
-          | Some _ when (not (Mb.awaiting_acks t.mb)) && t.blocked && is_coordinator t ->
-              exit_group t
-          | _ -> ());
+          (* Leaving: gone once the time is up or the view it named is acknowledged. *)
+          (match t.cur with
+          | Some c -> run t c (Mb.handle t.mb (ctx t c) Mb.Leave_wait)
+          | None -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
           (match (Group_switch.wanted t.sw, t.cur) with
@@ -955,7 +952,7 @@ module Make (T : Transport.S) = struct
                   (not t.blocked)
                   && (not (Mb.merging t.mb))
                   && (not (Mb.absorbing t.mb))
-                  && t.leaving = None
+                  && not (Mb.leaving t.mb)
                 then begin
                   Group_switch.start t.sw ~vid:c.view.View.id (epoch, sid);
                   Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
@@ -1127,6 +1124,7 @@ module Make (T : Transport.S) = struct
                           Mb.create ~group ~rng ~peers ?discovery ~heal
                             ~merge_timeout:(Params.time params Param.merge_timeout)
                             ~install_retry:(Params.time params Param.install_retry)
+                            ~leave_timeout:(Params.time params Param.leave_timeout)
                             ~current_stack:(fun () -> Group_switch.current sw)
                             ~next_stack:(fun () -> Group_switch.next sw)
                             ~wrap:(Group_rekey.wrap rekey) ();
@@ -1138,7 +1136,6 @@ module Make (T : Transport.S) = struct
                             ~flow:cb.flow;
                         max_message;
                         dropped_sends = 0;
-                        leaving = None;
                         status = Group_status.create ();
                         side_misdirected = 0;
                         last_tick = 0;
@@ -1162,7 +1159,6 @@ module Make (T : Transport.S) = struct
                         heal_interval = Params.time params Param.heal_interval;
                         merge_timeout = Params.time params Param.merge_timeout;
                         install_retry = Params.time params Param.install_retry;
-                        leave_timeout = Params.time params Param.leave_timeout;
                       }
                     in
                     self := Some t;
@@ -1174,8 +1170,8 @@ module Make (T : Transport.S) = struct
   (* Whether the application may hand over a message of [size] bytes
      now ({!Group_queue.admit}). *)
   let admit t size =
-    Group_queue.admit t.queue ~exited:t.exited ~leaving:(t.leaving <> None)
-      ~max_message:t.max_message ~blocked:t.blocked size
+    Group_queue.admit t.queue ~exited:t.exited ~leaving:(Mb.leaving t.mb) ~max_message:t.max_message
+      ~blocked:t.blocked size
 
   let refuse t e = Group_queue.refuse t.queue e
 
@@ -1342,13 +1338,10 @@ module Make (T : Transport.S) = struct
   let dropped_sends t = t.dropped_sends
 
   let leave t =
-    if (not t.exited) && t.leaving = None then begin
-      t.leaving <- Some (now t + t.leave_timeout);
+    if not t.exited then
       match t.cur with
-      | Some c when Array.length c.view.View.members = 1 -> exit_group t
-      | Some c -> Ep.Binding.dn_ctl c.ep Gmp.Leave
-      | None -> exit_group t
-    end
+      | Some c -> run t c (Mb.leave t.mb ~now:(now t) ~alone:(Array.length c.view.View.members = 1))
+      | None -> if Mb.leave t.mb ~now:(now t) ~alone:true <> [] then exit_group t
 
   let suspect t ids =
     match t.cur with

@@ -21,7 +21,6 @@ module Make (A : ADDRESS) = struct
     pubs : string array;
     coord : int;
     blocked : bool;
-    leaving : bool;
     resumed : bool;
     gone : int -> bool;
   }
@@ -39,6 +38,7 @@ module Make (A : ADDRESS) = struct
         key : (unit -> unit) option;
       }
     | Dead_view of string
+    | Leave
     | Exit
 
   type input =
@@ -49,6 +49,7 @@ module Make (A : ADDRESS) = struct
     | Merge_wait
     | Heard
     | Gossip
+    | Leave_wait
 
   (* A probe out before a merge: to member [who] at [at], asking whether it
      is in view [pvid] now; what to do once it answers. *)
@@ -69,6 +70,7 @@ module Make (A : ADDRESS) = struct
     heal : bool;
     merge_timeout : Time.t;
     install_retry : Time.t;
+    leave_timeout : Time.t;
     current_stack : unit -> Side.stack;
     next_stack : unit -> Side.stack;
     wrap : vid:string -> members:Side.member list -> Side.t -> Side.t * (unit -> unit) option;
@@ -95,10 +97,11 @@ module Make (A : ADDRESS) = struct
     mutable merge_into : string; (* the coordinator the current merge asks *)
     mutable probes : probe list; (* out, newest first, at most [max_probes] *)
     mutable garbage : int; (* probe answers that match no probe out *)
+    mutable leaving : Time.t option; (* leaving the group: the time it goes anyway *)
   }
 
   let create ~group ~rng ?(peers = []) ?discovery ?(heal = true) ~merge_timeout ~install_retry
-      ~current_stack ~next_stack ~wrap () =
+      ~leave_timeout ~current_stack ~next_stack ~wrap () =
     {
       group;
       rng;
@@ -107,6 +110,7 @@ module Make (A : ADDRESS) = struct
       heal;
       merge_timeout;
       install_retry;
+      leave_timeout;
       current_stack;
       next_stack;
       wrap;
@@ -124,6 +128,7 @@ module Make (A : ADDRESS) = struct
       merge_into = "";
       probes = [];
       garbage = 0;
+      leaving = None;
     }
 
   (* {1 What the driver reads} *)
@@ -135,6 +140,7 @@ module Make (A : ADDRESS) = struct
   let changing t = t.merging <> None || t.absorbing <> None || t.pending <> None
   let hurry t ~blocked = (t.merging <> None && blocked) || t.pending <> None || t.heard <> None
   let garbage t = t.garbage
+  let leaving t = t.leaving <> None
   let probes_out t = List.length t.probes
   let known t = Hashtbl.length t.known
   let known_member t eid = Hashtbl.find_opt t.known eid
@@ -315,7 +321,7 @@ module Make (A : ADDRESS) = struct
         end
         else if is_coordinator x && t.merging = None && not from_mine then begin
           match t.absorbing with
-          | None when x.blocked && not x.leaving ->
+          | None when x.blocked && not (leaving t) ->
               (* A flush of this view is under way (a suspicion: often of
                  the old incarnation of this very joiner, restarted at its
                  address): the view it ends in takes these in too, rather
@@ -348,7 +354,7 @@ module Make (A : ADDRESS) = struct
       when Array.mem coord.eid x.view.View.members
            && coord.eid <> x.me.eid && vid <> x.view.View.id && ltime > x.view.View.ltime
            && size >= Array.length x.view.View.members - 1
-           && not x.leaving ->
+           && not (leaving t) ->
         (* A member of this view coordinates a later view as large as
            this one without this member, and tells this member of it
            (gossip goes only to those outside the view): this view went
@@ -366,7 +372,7 @@ module Make (A : ADDRESS) = struct
         let my_coord = x.view.View.members.(x.coord) in
         match
           Side.on_gossip ~me:x.me.eid ~my_coord ~same_view:(vid = x.view.View.id) ~in_my_view:mine
-            ~coordinator:(is_coordinator x) ~busy:(busy t x) ~leaving:x.leaving
+            ~coordinator:(is_coordinator x) ~busy:(busy t x) ~leaving:(leaving t)
             ~their_coord:coord.eid
         with
         | Side.Merge_into | Side.Merge_later ->
@@ -434,7 +440,8 @@ module Make (A : ADDRESS) = struct
                 if
                   x.resumed
                   && Array.mem p.who x.view.View.members
-                  && p.pvid <> x.view.View.id && (not x.leaving)
+                  && p.pvid <> x.view.View.id
+                  && (not (leaving t))
                   && Array.length x.view.View.members > 1
                 then begin
                   Log.info (fun m ->
@@ -625,7 +632,7 @@ module Make (A : ADDRESS) = struct
   (* The coordinator's discovery messages: to the peers configured, every
      member known outside the view and the discovery group. *)
   let gossip t (x : ctx) emit =
-    if t.heal && is_coordinator x && (not x.blocked) && not x.leaving then begin
+    if t.heal && is_coordinator x && (not x.blocked) && not (leaving t) then begin
       let msg = gossip_msg t x in
       let to_known =
         Hashtbl.fold
@@ -644,6 +651,23 @@ module Make (A : ADDRESS) = struct
         (List.sort_uniq (fun a b -> compare (A.to_string a) (A.to_string b)) dsts)
     end
 
+  (* This member leaves: alone, at once; else its stack's flush lets it go, and it waits (as a
+     coordinator, for the view it names to be acknowledged) until [leave_timeout] at most. *)
+  let leave t ~now ~alone =
+    if t.leaving <> None then []
+    else begin
+      t.leaving <- Some (now + t.leave_timeout);
+      if alone then [ Exit ] else [ Leave ]
+    end
+
+  (* A leaving member whose time is up, or a leaving coordinator whose flush is over and whose
+     view is acknowledged (or given up): it goes. *)
+  let leave_wait t (x : ctx) emit =
+    match t.leaving with
+    | Some deadline when x.now > deadline -> emit Exit
+    | Some _ when t.pending = None && x.blocked && is_coordinator x -> emit Exit
+    | _ -> ()
+
   let handle t x input =
     let out = ref [] in
     let emit a = out := a :: !out in
@@ -654,6 +678,7 @@ module Make (A : ADDRESS) = struct
     | Retry -> retry t x emit
     | Merge_wait -> merge_wait t x emit
     | Heard -> heard t x emit
-    | Gossip -> gossip t x emit);
+    | Gossip -> gossip t x emit
+    | Leave_wait -> leave_wait t x emit);
     List.rev !out
 end

@@ -35,7 +35,6 @@ module Make (A : ADDRESS) : sig
     pubs : string array;  (** its members' public keys (Rekey), by rank *)
     coord : int;  (** the rank of its coordinator: the least not suspected *)
     blocked : bool;  (** a flush of the view is under way *)
-    leaving : bool;  (** this member is leaving the group *)
     resumed : bool;  (** this process ran again after a pause, within two merge timeouts *)
     gone : int -> bool;  (** the rank is suspected, or excluded or let go by the flush *)
   }
@@ -55,6 +54,7 @@ module Make (A : ADDRESS) : sig
       }
     | Dead_view of string
         (** the current view went on without this member: refuse casts, for this reason *)
+    | Leave  (** ask the view's stack to let this member go (its coordinator's flush) *)
     | Exit  (** this leaving coordinator has nothing more to wait for *)
 
   type input =
@@ -70,6 +70,9 @@ module Make (A : ADDRESS) : sig
             extended, or given up for a fresh view of this partition *)
     | Heard  (** periodic: a merge heard of while busy, started *)
     | Gossip  (** periodic: this coordinator's discovery messages *)
+    | Leave_wait
+        (** periodic: a leaving member goes once its time is up, or, as the coordinator, once its
+            flush is over and the view it named acknowledged or given up *)
 
   type t
 
@@ -81,6 +84,7 @@ module Make (A : ADDRESS) : sig
     ?heal:bool ->
     merge_timeout:Consort.Time.t ->
     install_retry:Consort.Time.t ->
+    leave_timeout:Consort.Time.t ->
     current_stack:(unit -> Side.stack) ->
     next_stack:(unit -> Side.stack) ->
     wrap:(vid:string -> members:Side.member list -> Side.t -> Side.t * (unit -> unit) option) ->
@@ -91,6 +95,12 @@ module Make (A : ADDRESS) : sig
       with its key ({!Group_rekey.wrap}). *)
 
   val handle : t -> ctx -> input -> action list
+
+  val leave : t -> now:Consort.Time.t -> alone:bool -> action list
+  (** This member leaves the group ([alone]: in a view of one, or none): [[Exit]] alone, else
+      [[Leave]]; nothing if it is leaving already. It goes anyway [leave_timeout] after. *)
+
+  val leaving : t -> bool
 
   val installed : t -> unit
   (** A view is installed: no merge or absorb is under way any more. *)

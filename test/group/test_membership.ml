@@ -23,6 +23,7 @@ let stack = { Side.epoch = 0; id = "test-stack" }
 let merge_timeout = Time.of_ms 2000
 let install_retry = Time.of_ms 100
 let heal_interval = Time.of_ms 500
+let leave_timeout = Time.of_ms 3000
 let step_ms = 10
 
 type node = {
@@ -58,7 +59,9 @@ let by_addr net a = List.find_opt (fun n -> n.addr = a) net.nodes
 
 let coord n =
   let k = Array.length n.addrs in
-  let rec go r = if r >= k then n.view.View.rank else if List.mem r n.suspected then go (r + 1) else r in
+  let rec go r =
+    if r >= k then n.view.View.rank else if List.mem r n.suspected then go (r + 1) else r
+  in
   go 0
 
 let is_coord n = coord n = n.view.View.rank
@@ -72,7 +75,6 @@ let ctx net n =
     pubs = Array.make (Array.length n.addrs) "";
     coord = coord n;
     blocked = n.blocked;
-    leaving = n.leaving;
     resumed = false;
     gone = (fun r -> List.mem r n.suspected);
   }
@@ -104,11 +106,19 @@ let exec net n actions =
             (fun e -> match by_eid net e with Some o -> o.blocked <- true | None -> ())
             n.view.View.members
       | M.Merge_into e -> n.merge_into <- e
-      | M.Suspect { ranks; _ } ->
-          n.suspected <- List.sort_uniq compare (ranks @ n.suspected)
+      | M.Suspect { ranks; _ } -> n.suspected <- List.sort_uniq compare (ranks @ n.suspected)
       | M.Install { vid; ltime; members; _ } ->
           n.installs_made <- n.installs_made + 1;
           install n ~vid ~ltime ~members
+      | M.Leave ->
+          (* A coordinator's stack flushes to let it go (as Gmp does); another member's tells its
+             coordinator, which this test does not model. *)
+          if is_coord n && not n.flush_asked then begin
+            n.flush_asked <- true;
+            Array.iter
+              (fun e -> match by_eid net e with Some o -> o.blocked <- true | None -> ())
+              n.view.View.members
+          end
       | M.Dead_view _ -> ()
       | M.Exit -> n.exited <- true)
     actions
@@ -172,7 +182,7 @@ let tick net n =
   if not n.exited then begin
     handle net n M.Retry;
     handle net n M.Merge_wait;
-    if n.leaving && (not (M.awaiting_acks n.m)) && n.blocked && is_coord n then n.exited <- true;
+    handle net n M.Leave_wait;
     if not n.exited then handle net n M.Heard;
     if (not n.exited) && net.now mod heal_interval = 0 then handle net n M.Gossip
   end
@@ -184,13 +194,21 @@ let step net =
   deliver_all net
 
 let run_until ?(max = 1000) net pred =
-  let rec go i = if pred () then true else if i >= max then false else (step net; go (i + 1)) in
+  let rec go i =
+    if pred () then true
+    else if i >= max then false
+    else (
+      step net;
+      go (i + 1))
+  in
   go 0
 
 let add ?(peers = []) net addr =
   let me = { Side.eid = eid addr; addr; pub = "" } in
   let m =
-    M.create ~group ~rng:(Rng.create (Hashtbl.hash addr)) ~peers ~merge_timeout ~install_retry
+    M.create ~group
+      ~rng:(Rng.create (Hashtbl.hash addr))
+      ~peers ~merge_timeout ~install_retry ~leave_timeout
       ~current_stack:(fun () -> stack)
       ~next_stack:(fun () -> stack)
       ~wrap:(fun ~vid:_ ~members:_ msg -> (msg, None))
@@ -237,13 +255,17 @@ let crossing_gossip () =
   (* Delivered in the opposite order from the one they were sent in. *)
   net.wire <- List.rev net.wire;
   deliver_all net;
-  Alcotest.(check bool) "one view" true (run_until net (fun () -> one_view [ a; b ] && quiet a && quiet b));
+  Alcotest.(check bool)
+    "one view" true
+    (run_until net (fun () -> one_view [ a; b ] && quiet a && quiet b));
   Alcotest.check sl "both in it" [ eid "a"; eid "b" ] (members a);
-  Alcotest.(check (list int)) "one view change each" [ 1; 1 ]
+  Alcotest.(check (list int))
+    "one view change each" [ 1; 1 ]
     [ List.length a.views; List.length b.views ];
   (* Nothing more happens: the discovery messages of the one view change nothing. *)
   ignore (run_until ~max:300 net (fun () -> false));
-  Alcotest.(check (list int)) "still one view change each" [ 1; 1 ]
+  Alcotest.(check (list int))
+    "still one view change each" [ 1; 1 ]
     [ List.length a.views; List.length b.views ]
 
 (* Three partitions at once: c merges into b while b merges into a. b, busy, drops c's request;
@@ -255,12 +277,13 @@ let chain_of_merges () =
   (* b and c hear of each other and of a at once. *)
   List.iter (fun n -> handle net n M.Gossip) [ c; b; a ];
   deliver_all net;
-  Alcotest.(check bool) "one view of three" true
+  Alcotest.(check bool)
+    "one view of three" true
     (run_until ~max:1500 net (fun () -> one_view [ a; b; c ] && List.for_all quiet [ a; b; c ]));
   Alcotest.check sl "all in it" [ eid "a"; eid "b"; eid "c" ] (members c);
-  Alcotest.(check bool) "a, the least, made it" true
-    (Side.installer a.view.View.id = eid "a");
-  Alcotest.(check bool) "no one suspected" true
+  Alcotest.(check bool) "a, the least, made it" true (Side.installer a.view.View.id = eid "a");
+  Alcotest.(check bool)
+    "no one suspected" true
     (List.for_all (fun n -> n.suspected = []) [ a; b; c ])
 
 (* The view of a and b, b's acknowledgements held back: c's merge request comes while a waits
@@ -281,10 +304,12 @@ let merge_while_awaiting_acks () =
   let c = add net "c" ~peers:[ "a" ] in
   handle net c M.Gossip;
   deliver_all net;
-  Alcotest.(check bool) "a took c in" true
+  Alcotest.(check bool)
+    "a took c in" true
     (run_until ~max:150 net (fun () -> List.mem (eid "c") (members a)));
   Alcotest.(check bool) "a new view" true (a.view.View.id <> old_vid);
-  Alcotest.(check bool) "it waits for b and c" true
+  Alcotest.(check bool)
+    "it waits for b and c" true
     (List.sort compare (M.pending_targets a.m) = [ eid "b"; eid "c" ]
     || List.sort compare (M.pending_targets a.m) = [ eid "b" ]);
   Alcotest.(check bool) "b's acknowledgements of the old view were held" true (net.held <> []);
@@ -296,11 +321,14 @@ let merge_while_awaiting_acks () =
     (fun ((_, _, msg) as m) ->
       match msg with Side.Install_ack { vid; _ } when vid = old_vid -> deliver net m | _ -> ())
     late;
-  Alcotest.(check bool) "b still to acknowledge the new view" true
+  Alcotest.(check bool)
+    "b still to acknowledge the new view" true
     (List.mem (eid "b") (M.pending_targets a.m));
-  Alcotest.(check bool) "one view of three" true
+  Alcotest.(check bool)
+    "one view of three" true
     (run_until net (fun () -> one_view [ a; b; c ] && List.for_all quiet [ a; b; c ]));
-  Alcotest.(check bool) "no one suspected" true
+  Alcotest.(check bool)
+    "no one suspected" true
     (List.for_all (fun n -> n.suspected = []) [ a; b; c ]);
   Alcotest.(check int) "b installed two views" 2 (List.length b.views)
 
@@ -327,7 +355,8 @@ let lost_ack () =
   (* The network heals. b acknowledges only an Install it gets: within the merge timeout, the
      resent one is acknowledged. *)
   lose := false;
-  Alcotest.(check bool) "acknowledged after a resend" true
+  Alcotest.(check bool)
+    "acknowledged after a resend" true
     (run_until ~max:50 net (fun () -> not (M.awaiting_acks a.m)));
   Alcotest.(check string) "the same view" vid b.view.View.id;
   Alcotest.(check int) "installed once" 1 (List.length b.views);
@@ -341,7 +370,8 @@ let leave_during_merge () =
   let a = add net "a" ~peers:[ "b" ] and b = add net "b" ~peers:[ "a" ] in
   handle net b M.Gossip;
   deliver_all net;
-  Alcotest.(check bool) "view of a and b" true
+  Alcotest.(check bool)
+    "view of a and b" true
     (run_until net (fun () -> one_view [ a; b ] && quiet a && quiet b));
   let c = add net "c" ~peers:[ "a" ] in
   handle net c M.Gossip;
@@ -349,13 +379,42 @@ let leave_during_merge () =
   Alcotest.(check bool) "a takes c in" true (run_until ~max:150 net (fun () -> M.absorbing a.m));
   let made = a.installs_made in
   a.leaving <- true;
-  Alcotest.(check bool) "b and c in one view without a" true
+  exec net a (M.leave a.m ~now:net.now ~alone:false);
+  Alcotest.(check bool) "a leaving" true (M.leaving a.m);
+  Alcotest.(check bool)
+    "b and c in one view without a" true
     (run_until net (fun () -> one_view [ b; c ] && List.for_all quiet [ b; c ]));
   Alcotest.check sl "b and c" [ eid "b"; eid "c" ] (members b);
   Alcotest.(check string) "named by a" (eid "a") (Side.installer b.view.View.id);
   Alcotest.(check int) "a installs nothing more" made a.installs_made;
   Alcotest.(check bool) "a is gone" true (run_until ~max:50 net (fun () -> a.exited));
   Alcotest.(check bool) "a never in a view with c" false (List.mem (eid "c") (members a))
+
+(* Leaving: alone, at once, and once only; a member whose coordinator never lets it go (its
+   flush never ends, the view without it never comes) goes anyway at its time, not before. *)
+let leave_timeout_runs_out () =
+  let net = new_net () in
+  let z = add net "z" in
+  (match M.leave z.m ~now:net.now ~alone:true with
+  | [ M.Exit ] -> ()
+  | l -> Alcotest.failf "alone: Exit expected, %d actions" (List.length l));
+  Alcotest.(check int)
+    "leaving twice: nothing more" 0
+    (List.length (M.leave z.m ~now:net.now ~alone:true));
+  let a = add net "a" ~peers:[ "b" ] and b = add net "b" ~peers:[ "a" ] in
+  handle net b M.Gossip;
+  deliver_all net;
+  Alcotest.(check bool)
+    "view of a and b" true
+    (run_until net (fun () -> one_view [ a; b ] && quiet a && quiet b));
+  (* b leaves; its coordinator a never hears of it (nothing from b reaches a any more). *)
+  net.policy <- (fun (src, _, _) -> if src = "b" then Drop else Deliver);
+  b.leaving <- true;
+  let start = net.now in
+  exec net b (M.leave b.m ~now:net.now ~alone:false);
+  Alcotest.(check bool) "b gone in the end" true (run_until ~max:1000 net (fun () -> b.exited));
+  Alcotest.(check bool) "not before its time" true (net.now - start > leave_timeout);
+  Alcotest.(check bool) "a still in its view" false a.exited
 
 (* Stale views: a probe that names a view this member has left is not answered; an answer that
    names another view than the one probed, or comes from another address, starts nothing; an
@@ -366,7 +425,8 @@ let stale_views () =
   let z = add net "z" ~peers:[] in
   let probe vid =
     M.handle z.m (ctx net z)
-      (M.Side { src = "x"; msg = Side.Probe { group; vid; nonce = "n1"; eid = "x#1"; dst = z.me.eid } })
+      (M.Side
+         { src = "x"; msg = Side.Probe { group; vid; nonce = "n1"; eid = "x#1"; dst = z.me.eid } })
   in
   Alcotest.(check int) "an older view: no answer" 0 (List.length (probe ("0:" ^ "y")));
   (match probe z.view.View.id with
@@ -375,9 +435,7 @@ let stale_views () =
   | l -> Alcotest.failf "one answer expected, %d actions" (List.length l));
   (* b, of least id, tells z of its view 5:b#1: z probes b about that view. *)
   let b = { Side.eid = eid "b"; addr = "b"; pub = "" } in
-  let gossip =
-    Side.Gossip { group; vid = "5:b#1"; ltime = 5; coord = b; size = 1; stack }
-  in
+  let gossip = Side.Gossip { group; vid = "5:b#1"; ltime = 5; coord = b; size = 1; stack } in
   let nonce =
     match M.handle z.m (ctx net z) (M.Side { src = "b"; msg = gossip }) with
     | [ M.Send ("b", Side.Probe { nonce; vid = "5:b#1"; dst; _ }) ] ->
@@ -389,9 +447,11 @@ let stale_views () =
     M.handle z.m (ctx net z)
       (M.Side { src; msg = Side.Probe_ack { group; vid; nonce; eid = b.eid; dst = z.me.eid } })
   in
-  Alcotest.(check int) "an answer naming an older view starts nothing" 0
+  Alcotest.(check int)
+    "an answer naming an older view starts nothing" 0
     (List.length (ack ~src:"b" "4:b#1"));
-  Alcotest.(check int) "an answer from another address starts nothing" 0
+  Alcotest.(check int)
+    "an answer from another address starts nothing" 0
     (List.length (ack ~src:"evil" "5:b#1"));
   Alcotest.(check int) "both counted" 2 (M.garbage z.m);
   Alcotest.(check bool) "not merging" false (M.merging z.m);
@@ -426,7 +486,8 @@ let stale_views () =
         dst = a.me.eid;
       }
   in
-  Alcotest.(check int) "no probe for its own members" 0
+  Alcotest.(check int)
+    "no probe for its own members" 0
     (List.length (M.handle a.m (ctx net a) (M.Side { src = "b"; msg = req })))
 
 (* Strangers flood a coordinator with discovery messages, then answer its probes: at most
@@ -443,7 +504,10 @@ let stranger_flood () =
     let acts =
       M.handle z.m (ctx net z)
         (M.Side
-           { src = s; msg = Side.Gossip { group; vid = "1:" ^ coord.eid; ltime = 1; coord; size = 1; stack } })
+           {
+             src = s;
+             msg = Side.Gossip { group; vid = "1:" ^ coord.eid; ltime = 1; coord; size = 1; stack };
+           })
     in
     sends := !sends + List.length acts;
     most_probes := max !most_probes (M.probes_out z.m)
@@ -460,7 +524,10 @@ let stranger_flood () =
     let acts =
       M.handle z.m (ctx net z)
         (M.Side
-           { src = s; msg = Side.Gossip { group; vid = "2:" ^ coord.eid; ltime = 2; coord; size = 1; stack } })
+           {
+             src = s;
+             msg = Side.Gossip { group; vid = "2:" ^ coord.eid; ltime = 2; coord; size = 1; stack };
+           })
     in
     List.iter
       (function
@@ -468,7 +535,10 @@ let stranger_flood () =
             exec net z
               (M.handle z.m (ctx net z)
                  (M.Side
-                    { src = dst; msg = Side.Probe_ack { group; vid; nonce; eid = who; dst = z.me.eid } }))
+                    {
+                      src = dst;
+                      msg = Side.Probe_ack { group; vid; nonce; eid = who; dst = z.me.eid };
+                    }))
         | _ -> ())
       acts;
     if M.known z.m > G.Membership.max_known then
@@ -490,8 +560,8 @@ let () =
         [
           Alcotest.test_case "lost acknowledgement resent" `Quick lost_ack;
           Alcotest.test_case "leave during a merge" `Quick leave_during_merge;
+          Alcotest.test_case "leave timeout runs out" `Quick leave_timeout_runs_out;
         ] );
-      ( "stale",
-        [ Alcotest.test_case "older views and other addresses" `Quick stale_views ] );
+      ("stale", [ Alcotest.test_case "older views and other addresses" `Quick stale_views ]);
       ("bounds", [ Alcotest.test_case "a flood of strangers" `Quick stranger_flood ]);
     ]
