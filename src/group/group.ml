@@ -185,6 +185,14 @@ module Make (T : Transport.S) = struct
   module Ep = Endpoint.Make (B)
   module Mv = Group_migration.Make (T)
 
+  module Mb = Membership.Make (struct
+    type t = T.address
+
+    let equal = T.equal_address
+    let to_string = T.address_to_string
+    let of_string = T.address_of_string
+  end)
+
   type cur = {
     view : View.t;
     info : view_info;
@@ -196,17 +204,6 @@ module Make (T : Transport.S) = struct
     mutable reported : (int * int list * int list * string) option;
         (* the flush round this member last reported to: coordinator,
            excluded, leaving *)
-  }
-
-  (* A probe out before a merge: to member [who] at [at], asking whether it
-     is in view [pvid] now; what to do once it answers. *)
-  type probe = {
-    nonce : string;
-    at : T.address;
-    who : string;
-    pvid : string;
-    since : Time.t;
-    then_ : [ `Merge_into of Side.member | `Take_in of Side.t | `Still_there | `Moved_on ];
   }
 
   type t = {
@@ -227,34 +224,15 @@ module Make (T : Transport.S) = struct
         (* deliveries as views of the received buffers, instead of strings *)
     mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
     mutable copied_bytes : int;
-    peers : T.address list;
     discovery : T.address option; (* a multicast group all members joined *)
-    heal : bool;
-    known : (string, Side.member) Hashtbl.t; (* every member seen, by id *)
+    mb : Mb.t;
+        (* the membership kernel: discovery, merge and absorb, the views this member announces
+           ({!Membership}) *)
     mutable cur : cur option;
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
     mutable dropped_sends : int;
-    mutable merging : (T.address * Time.t option) option;
-        (* merging into the partition there: flushing first (no deadline),
-           then waiting for its view until the deadline *)
-    mutable merge_req : Side.t option;
-        (* the request sent with the current merge, asked again until answered *)
-    mutable absorbing : (int * Side.member list * string list) option;
-        (* will take these members in: their logical time, members, views *)
-    mutable minted : int; (* the highest logical time this member named a view with *)
-    mutable pending : (Side.t * (string * T.address) list) option;
-    mutable pending_since : Time.t;
-    (* when [pending] was announced *)
-    (* a view this coordinator announced, and who has not acknowledged it *)
-    mutable leaving : Time.t option;
-    mutable merge_since : Time.t; (* when the current merge attempt started *)
-    mutable merge_vid : string; (* the view of the coordinator the current merge asks *)
-    mutable merge_heard : Time.t;
-        (* when that coordinator last answered a probe naming that view: it
-           is still flushing it (a flush that takes this partition in, or
-           another), and the merge waits on, up to [max_merge_wait] *)
     mutable last_tick : Time.t; (* when the periodic work last ran *)
     mutable resumed_at : Time.t option;
         (* when this process last ran again after a pause longer than
@@ -263,10 +241,6 @@ module Make (T : Transport.S) = struct
         (* when and how this member learnt, after a pause, that its view
            went on without it: casts are refused until it is in a view with
            others again, for two merge timeouts at most *)
-    mutable heard : (T.address * string * string) option;
-        (* a partition to merge into, heard of while busy with a view change *)
-    mutable merge_into : string; (* the coordinator the current merge asks *)
-    mutable probes : probe list; (* out, newest first, at most [max_probes] *)
     status : T.timer Group_status.t; (* status answers counted, queries out *)
     mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
@@ -290,7 +264,6 @@ module Make (T : Transport.S) = struct
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
-    leave_timeout : Time.t;
   }
 
   let conn t = Lazy.force t.conn
@@ -351,9 +324,6 @@ module Make (T : Transport.S) = struct
   let is_coordinator t =
     match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
 
-  let member_of c r =
-    { Side.eid = c.view.View.members.(r); addr = T.address_to_string c.addrs.(r); pub = c.pubs.(r) }
-
   (* Counters summed layer by layer, name by name, in first-seen order. *)
   let add_counters a b =
     let add_kv kvs (k, v) =
@@ -378,8 +348,6 @@ module Make (T : Transport.S) = struct
       add_counters t.past
         (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
     Ep.Binding.stop c.ep
-
-  let side_stack t = Group_switch.current t.sw
 
   let stack_error t e =
     let key =
@@ -420,9 +388,7 @@ module Make (T : Transport.S) = struct
   (* While a view change is under way, members of other partitions may
      know this member at an old address (a merge request it sent from
      there). *)
-  let close_old t =
-    Mv.close_old t.mv ~now:(now t)
-      ~changing:(t.blocked || t.merging <> None || t.absorbing <> None || t.pending <> None)
+  let close_old t = Mv.close_old t.mv ~now:(now t) ~changing:(t.blocked || Mb.changing t.mb)
 
   (* Back to connection [oc]: no member acknowledged the latest move. *)
   let move_back t oc =
@@ -442,6 +408,26 @@ module Make (T : Transport.S) = struct
   (* Within two merge timeouts of running again after a pause. *)
   let recently_resumed t =
     match t.resumed_at with Some r -> now t - r <= 2 * t.merge_timeout | None -> false
+
+  (* The current view as the membership kernel sees it. *)
+  let ctx t c =
+    {
+      Mb.now = now t;
+      me = t.me;
+      view = c.view;
+      addrs = c.addrs;
+      pubs = c.pubs;
+      coord = coordinator_rank c;
+      blocked = t.blocked;
+      resumed = recently_resumed t;
+      gone =
+        (fun r ->
+          c.suspected.(r)
+          ||
+          match c.reported with
+          | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
+          | None -> false);
+    }
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
@@ -467,9 +453,7 @@ module Make (T : Transport.S) = struct
           addrs.(rank) <- (B.query (conn t)).B.local;
           Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
           let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
-          List.iter
-            (fun (m : Side.member) -> if m.eid <> t.me.eid then Hashtbl.replace t.known m.eid m)
-            members;
+          Mb.learn t.mb ~me:t.me.eid members;
           let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
           let old = t.cur in
           Mv.install t.mv
@@ -548,8 +532,7 @@ module Make (T : Transport.S) = struct
               t.cur <- Some c;
               t.blocked <- false;
               Group_queue.set_stack_flow t.queue false;
-              t.merging <- None;
-              t.absorbing <- None;
+              Mb.installed t.mb;
               Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
               (* Who is gone, and why: left, or excluded and the suspicion. *)
               List.iter
@@ -710,7 +693,8 @@ module Make (T : Transport.S) = struct
                       m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
                 end)
               ranks
-        | Gmp.Flushed { survivors; leavers } -> flushed t c ~survivors ~leavers
+        | Gmp.Flushed { survivors; leavers } ->
+            run t c (Mb.handle t.mb (ctx t c) (Mb.Flushed { survivors; leavers }))
         | Gmp.Reported { coord; excluded; leaving; into } ->
             c.reported <- Some (coord, excluded, leaving, into)
         | Gmp.Excluded ->
@@ -722,7 +706,7 @@ module Make (T : Transport.S) = struct
                   ( now t,
                     Printf.sprintf "view %s went on without this member (excluded): rejoining"
                       c.view.View.id );
-            alone t c
+            run t c (Mb.handle t.mb (ctx t c) Mb.Alone)
         | Event.Blocked b ->
             Group_queue.set_stack_flow t.queue b;
             update_flow t
@@ -736,99 +720,21 @@ module Make (T : Transport.S) = struct
             end)
     | _ -> ()
 
-  (* The coordinator's flush is complete. *)
-  and flushed t c ~survivors ~leavers =
-    let mine = List.map (member_of c) survivors in
-    let leaver_ids = List.map (fun r -> c.view.View.members.(r)) leavers in
-    match t.merging with
-    | Some (dst, _) ->
-        let req =
-          Side.Merge_req
-            {
-              group = t.group;
-              vid = c.view.View.id;
-              ltime = c.view.View.ltime;
-              members = mine;
-              stack = side_stack t;
-              dst = t.merge_into;
-            }
-        in
-        side_send t dst req;
-        t.merge_req <- Some req;
-        t.merging <- Some (dst, Some (now t + t.merge_timeout))
-    | None ->
-        let joiners, their_ltime, their_vids =
-          match t.absorbing with Some (l, m, v) -> (m, l, v) | None -> ([], 0, [])
-        in
-        let members =
-          mine
-          @ List.filter
-              (fun (j : Side.member) ->
-                not (List.exists (fun (m : Side.member) -> m.eid = j.eid) mine))
-              joiners
-        in
-        let preds = c.view.View.id :: their_vids in
-        if List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members then begin
-          let ltime = mint t (max c.view.View.ltime their_ltime) in
-          let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          let stack = next_stack t in
-          let key = announce t ~stack ~vid ~ltime ~members ~leavers:leaver_ids ~preds c in
-          install t ?key ~stack ~vid ~ltime ~members
-        end
-        else begin
-          (* This coordinator is leaving. It names the view (view names
-             are unique because each is made by one member, at a logical
-             time it never reuses), sends it, and stays until every member
-             has acknowledged it or the leave times out. *)
-          let ltime = mint t (max c.view.View.ltime their_ltime) in
-          let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-          if members <> [] then
-            ignore
-              (announce t ~stack:(next_stack t) ~vid ~ltime ~members ~leavers:leaver_ids ~preds c);
-          if t.pending = None then exit_group t
-        end
-
-  (* View names are "LTIME:EID": unique because each member names views
-     at logical times it never reuses, even when it names two in one view
-     (a leaving coordinator whose first announcement was overtaken). *)
-  and mint t at_least =
-    let l = max at_least t.minted + 1 in
-    t.minted <- l;
-    l
-
-  (* The stack of the view this coordinator makes: the one it switches to,
-     if any. *)
-  and next_stack t = Group_switch.next t.sw
-
-  and announce t ~stack ~vid ~ltime ~members ~leavers ~preds c =
-    let msg =
-      Side.Install { group = t.group; vid; ltime; members; leavers; preds; stack; keys = [] }
-    in
-    (* With Rekey, a fresh key for the view, wrapped for its members only:
-       not for those excluded or leaving, which get the Install too. *)
-    let msg, key = Group_rekey.wrap t.rekey ~vid ~members msg in
-    let targets =
-      List.filter_map
-        (fun (m : Side.member) ->
-          if m.eid = t.me.eid then None else Option.map (fun a -> (m.eid, a)) (addr_of t m.addr))
-        members
-      @ List.filter_map
-          (fun eid ->
-            match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-            | Some r when eid <> t.me.eid -> Some (eid, c.addrs.(r))
-            | _ -> None)
-          leavers
-    in
-    List.iter (fun (_, a) -> side_send t a msg) targets;
-    t.pending <- Some (msg, targets);
-    t.pending_since <- now t;
-    key
-
-  (* Excluded, or everyone else gone: a view of one. *)
-  and alone t c =
-    let ltime = mint t c.view.View.ltime in
-    let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-    install t ~vid ~ltime ~members:[ t.me ]
+  (* What the membership kernel asks for, done in its order, on view [c]'s stack. *)
+  and run t c actions =
+    List.iter
+      (function
+        | Mb.Send (a, m) -> side_send t a m
+        | Mb.Start_flush why -> Ep.Binding.dn_ctl c.ep (Gmp.Start_flush why)
+        | Mb.Merge_into eid -> Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid)
+        | Mb.Suspect { ranks; reason } ->
+            Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason })
+        | Mb.Install { vid; ltime; members; stack; key } ->
+            install t ?key ?stack ~vid ~ltime ~members
+        | Mb.Dead_view why -> t.dead_view <- Some (now t, why)
+        | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
+        | Mb.Exit -> exit_group t)
+      actions
 
   and exit_group t =
     if not t.exited then begin
@@ -844,62 +750,6 @@ module Make (T : Transport.S) = struct
 
   (* {1 The side channel} *)
 
-  let start_merge t c dst eid pvid =
-    Log.info (fun m ->
-        m "%s: asking to merge view %s into another partition" t.me.eid c.view.View.id);
-    t.merging <- Some (dst, None);
-    t.merge_into <- eid;
-    t.merge_vid <- pvid;
-    t.merge_heard <- 0;
-    t.merge_since <- now t;
-    (* The members accept the next view from the coordinator of this view
-       or from the one it merges into, no one else. *)
-    Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid);
-    Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge")
-
-  (* A merge starts only on direct evidence that the other partition exists
-     and answers: member [who] at [at] asked whether it is in view [pvid]
-     (as Suspect checks a suspicion), and [then_] done when it says so. A
-     forged or corrupted discovery message or merge request costs one probe,
-     no view change. At most one probe a retry period to a member about a
-     view; at most [max_probes] out, the oldest forgotten first. *)
-  let max_probes = 16
-
-  (* Members heard of outside this view, to send discovery messages to:
-     learnt only from what answered a probe, an Install or a merge taken in,
-     and at most [max_known] (a stranger's discovery messages add none). *)
-  let max_known = 1024
-
-  let remember t (m : Side.member) =
-    if Hashtbl.mem t.known m.eid || Hashtbl.length t.known < max_known then
-      Hashtbl.replace t.known m.eid m
-
-  let probe t ~at ~who ~pvid then_ =
-    let n = now t in
-    if
-      not
-        (List.exists
-           (fun p -> p.who = who && p.pvid = pvid && n - p.since < t.install_retry)
-           t.probes)
-    then begin
-      let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
-      let p = { nonce; at; who; pvid; since = n; then_ } in
-      t.probes <- List.filteri (fun i _ -> i < max_probes - 1) (p :: t.probes);
-      side_send t at (Side.Probe { group = t.group; vid = pvid; nonce; eid = t.me.eid; dst = who })
-    end
-
-  (* A discovery message names the view's coordinator, whoever sends it. *)
-  let gossip_msg t c =
-    Side.Gossip
-      {
-        group = t.group;
-        vid = c.view.View.id;
-        ltime = c.view.View.ltime;
-        coord = (if is_coordinator t then t.me else member_of c (coordinator_rank c));
-        size = Array.length c.view.View.members;
-        stack = side_stack t;
-      }
-
   (* A partition on another stack: never merge with it ({!Group_switch.other}). *)
   let other_stack t ~peer (stack : Side.stack) =
     match Group_switch.other t.sw ~peer stack with
@@ -908,72 +758,6 @@ module Make (T : Transport.S) = struct
     | None -> ()
 
   let view_key t c v = Group_rekey.view_key t.rekey ~view_members:c.view.View.members ~pubs:c.pubs v
-
-  (* A merge request judged genuine (its sender answered a probe): take its
-     members in, now or with the merge under way. *)
-  let take_in t c v =
-    match v with
-    | Side.Merge_req { ltime; members; vid = their_vid; _ } ->
-        List.iter (remember t) members;
-        let from_mine =
-          List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
-        in
-        (* A member of this view at the address a joiner answered from is
-           an incarnation that is gone (one process answers at an address):
-           suspected at once, so that the flush that takes the joiner in
-           excludes it, rather than waiting for its silence while the
-           joiner gives up and asks again from a new view. *)
-        let gone_from_addr () =
-          let ranks =
-            List.filter_map
-              (fun r ->
-                let addr = T.address_to_string c.addrs.(r) and eid = c.view.View.members.(r) in
-                if
-                  r <> c.view.View.rank
-                  && List.exists (fun (m : Side.member) -> m.addr = addr && m.eid <> eid) members
-                then Some r
-                else None)
-              (List.init (Array.length c.view.View.members) Fun.id)
-          in
-          if ranks <> [] then
-            Ep.Binding.dn_ctl c.ep
-              (Gevent.Suspect_request { ranks; reason = "restarted at its address" })
-        in
-        if
-          is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
-          && not from_mine
-        then begin
-          Log.info (fun m -> m "%s: taking in %d members" t.me.eid (List.length members));
-          t.absorbing <- Some (ltime, members, [ their_vid ]);
-          Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "merge request");
-          gone_from_addr ()
-        end
-        else if is_coordinator t && t.merging = None && not from_mine then begin
-          match t.absorbing with
-          | None when t.blocked && t.leaving = None ->
-              (* A flush of this view is under way (a suspicion: often of
-                 the old incarnation of this very joiner, restarted at its
-                 address): the view it ends in takes these in too, rather
-                 than a second view change once the joiner has given up and
-                 asked again. *)
-              Log.info (fun m ->
-                  m "%s: taking in %d members with the flush under way" t.me.eid
-                    (List.length members));
-              t.absorbing <- Some (ltime, members, [ their_vid ]);
-              gone_from_addr ()
-          | Some (l, joiners, vids)
-            when not
-                   (List.exists
-                      (fun (m : Side.member) ->
-                        List.exists (fun (j : Side.member) -> j.eid = m.eid) joiners)
-                      members) ->
-              (* A flush for a merge is under way: take these in with it. *)
-              Log.info (fun m -> m "%s: taking in %d more members" t.me.eid (List.length members));
-              t.absorbing <- Some (max l ltime, joiners @ members, their_vid :: vids);
-              gone_from_addr ()
-          | _ -> ()
-        end
-    | _ -> ()
 
   (* {2 Status queries} *)
 
@@ -1033,38 +817,9 @@ module Make (T : Transport.S) = struct
                  theirs = with_keys (m.pub <> "");
                })
       | Side.Gossip { coord; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack) ->
-          remember t coord;
+          Mb.remember t.mb coord;
           other_stack t ~peer:coord.eid stack
-      | Side.Gossip { vid; coord; ltime; size; _ }, Some c
-        when Array.mem coord.eid c.view.View.members
-             && coord.eid <> t.me.eid && vid <> c.view.View.id && ltime > c.view.View.ltime
-             && size >= Array.length c.view.View.members - 1
-             && t.leaving = None ->
-          (* A member of this view coordinates a later view as large as
-             this one without this member, and tells this member of it
-             (gossip goes only to those outside the view): this view went
-             on without this member (paused past the others' suspicion, or
-             cut off). Once that member answers a probe naming it (not a
-             forgery), this member goes on alone and merges back, rather
-             than taking casts into a view no one else is in until its own
-             suspicions and flush run out. *)
-          let target = match addr_of t coord.addr with Some a -> a | None -> src in
-          probe t ~at:target ~who:coord.eid ~pvid:vid `Moved_on
-      | Side.Gossip { vid; coord; _ }, Some c -> (
-          let mine = Array.mem coord.eid c.view.View.members in
-          (* Merge requests go to the other view's coordinator itself. *)
-          let target = match addr_of t coord.addr with Some a -> a | None -> src in
-          let my_coord = c.view.View.members.(coordinator_rank c) in
-          let busy = t.blocked || t.merging <> None || t.absorbing <> None in
-          match
-            Side.on_gossip ~me:t.me.eid ~my_coord ~same_view:(vid = c.view.View.id) ~in_my_view:mine
-              ~coordinator:(is_coordinator t) ~busy ~leaving:(t.leaving <> None)
-              ~their_coord:coord.eid
-          with
-          | Side.Merge_into | Side.Merge_later ->
-              probe t ~at:target ~who:coord.eid ~pvid:vid (`Merge_into coord)
-          | Side.Answer -> side_send t src (gossip_msg t c)
-          | Side.Nothing -> ())
+      | Side.Gossip _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
       | Side.Merge_req { members; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack)
         ->
           other_stack t
@@ -1074,101 +829,12 @@ module Make (T : Transport.S) = struct
           (* From a member of this view, about this view's stack. *)
           if vid = c.view.View.id && Array.exists (fun a -> T.equal_address a src) c.addrs then
             Group_switch.asked t.sw stack
-      | Side.Merge_req { members; vid = their_vid; _ }, Some c ->
-          let from_mine =
-            List.exists (fun (m : Side.member) -> Array.mem m.eid c.view.View.members) members
-          in
-          if is_coordinator t && t.merging = None && not from_mine then begin
-            (* Taken in only once a member of that view answers a probe,
-               the one at the request's address if any. *)
-            let asker =
-              match
-                List.find_opt (fun (m : Side.member) -> m.addr = T.address_to_string src) members
-              with
-              | Some m -> Some m
-              | None -> ( match members with m :: _ -> Some m | [] -> None)
-            in
-            match asker with
-            | Some m -> (
-                match addr_of t m.addr with
-                | Some at -> probe t ~at ~who:m.eid ~pvid:their_vid (`Take_in v)
-                | None -> ())
-            | None -> ()
-          end
-          else if
-            (not (is_coordinator t))
-            && (not from_mine)
-            && List.exists (fun (m : Side.member) -> m.addr = T.address_to_string src) members
-          then
-            (* Asked as the coordinator of a view this member has since left:
-               pass the request on, once (only a request from its author), to
-               the coordinator now. *)
-            let r = coordinator_rank c in
-            match v with
-            | Side.Merge_req m ->
-                side_send t c.addrs.(r) (Side.Merge_req { m with dst = c.view.View.members.(r) })
-            | _ -> ()
-          else ()
+      | Side.Merge_req _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
       | Side.Status_req { vid; nonce; eid; _ }, Some c -> answer_status t c ~vid ~nonce ~eid
       | Side.Status_ans { vid; nonce; eid; status; _ }, Some _ ->
           status_answer t ~vid ~nonce ~eid status
-      | Side.Probe { vid; nonce; eid; dst; _ }, Some c ->
-          if dst = t.me.eid && vid = c.view.View.id then
-            side_send t src
-              (Side.Probe_ack { group = t.group; vid; nonce; eid = t.me.eid; dst = eid })
-      | Side.Probe_ack { vid; nonce; eid; _ }, Some c -> (
-          match
-            List.find_opt
-              (fun p -> p.nonce = nonce && p.who = eid && p.pvid = vid && T.equal_address p.at src)
-              t.probes
-          with
-          | None -> t.garbage <- t.garbage + 1
-          | Some p -> (
-              t.probes <- List.filter (fun q -> q != p) t.probes;
-              match p.then_ with
-              | `Merge_into coord ->
-                  remember t coord;
-                  if not (Array.mem p.who c.view.View.members) then
-                    let busy = t.blocked || t.merging <> None || t.absorbing <> None in
-                    if is_coordinator t && not busy then start_merge t c p.at p.who p.pvid
-                    else t.heard <- Some (p.at, p.who, p.pvid)
-              | `Take_in req -> take_in t c req
-              | `Still_there -> if t.merging <> None then t.merge_heard <- now t
-              | `Moved_on ->
-                  (* Only after a pause of this process: a member of a view
-                     this one is about to install may gossip to an address
-                     of this member it does not know yet (after a move). *)
-                  if
-                    recently_resumed t
-                    && Array.mem p.who c.view.View.members
-                    && p.pvid <> c.view.View.id && t.leaving = None
-                    && Array.length c.view.View.members > 1
-                  then begin
-                    Log.info (fun m ->
-                        m "%s: view %s went on without it (%s is in view %s): going on alone"
-                          t.me.eid c.view.View.id p.who p.pvid);
-                    (* Every other member suspected: this member's flush,
-                       alone, ends the view as any flush does (what its
-                       ordering layers still hold delivered), then a view
-                       of one. *)
-                    let others =
-                      List.filter
-                        (fun r -> r <> c.view.View.rank)
-                        (List.init (Array.length c.view.View.members) Fun.id)
-                    in
-                    t.pending <- None;
-                    (* Casts made now would reach no one: refused at once,
-                       until the next view. *)
-                    t.dead_view <-
-                      Some
-                        ( now t,
-                          Printf.sprintf
-                            "view %s went on without this member (%s is in view %s): rejoining"
-                            c.view.View.id p.who p.pvid );
-                    Ep.Binding.dn_ctl c.ep
-                      (Gevent.Suspect_request
-                         { ranks = others; reason = Printf.sprintf "in view %s" p.pvid })
-                  end))
+      | (Side.Probe _ | Side.Probe_ack _), Some c ->
+          run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
       | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
           let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
           if in_it then begin
@@ -1208,16 +874,8 @@ module Make (T : Transport.S) = struct
                       m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
             end
           end
-          else if List.mem t.me.eid leavers && t.leaving <> None then exit_group t
-      | Side.Install_ack { vid; eid; _ }, _ -> (
-          match t.pending with
-          | Some ((Side.Install { vid = v; _ } as msg), targets) when v = vid ->
-              (* Only from the member named, at its address. *)
-              let rest =
-                List.filter (fun (e, a) -> not (e = eid && T.equal_address a src)) targets
-              in
-              t.pending <- (if rest = [] then None else Some (msg, rest))
-          | _ -> ())
+          else if List.mem t.me.eid leavers && Mb.leaving t.mb then exit_group t
+      | Side.Install_ack { vid; eid; _ }, _ -> Mb.acked t.mb ~vid ~eid ~src
       | _, None -> ()
 
   (* Another member moved, or acknowledges this member's move. *)
@@ -1229,18 +887,10 @@ module Make (T : Transport.S) = struct
       ~close_old:(fun () -> close_old t)
       ~moved:(fun r eid ->
         match cur with
-        | Some c -> (
+        | Some c ->
             Ep.Binding.set_addr c.ep r src;
-            let a = T.address_to_string src in
-            (match Hashtbl.find_opt t.known eid with
-            | Some m -> Hashtbl.replace t.known eid { m with Side.addr = a }
-            | None -> ());
-            (* A view this coordinator waits on goes there too. *)
-            match t.pending with
-            | Some (msg, targets) ->
-                t.pending <-
-                  Some (msg, List.map (fun (e, d) -> if e = eid then (e, src) else (e, d)) targets)
-            | None -> ())
+            (* Known there, and a view this coordinator waits on goes there too. *)
+            Mb.moved t.mb ~eid src
         | None -> ())
       m
 
@@ -1276,131 +926,33 @@ module Make (T : Transport.S) = struct
 
   (* {1 Periodic work} *)
 
-  let gossip t c =
-    let msg = gossip_msg t c in
-    let to_known =
-      Hashtbl.fold
-        (fun eid (m : Side.member) acc ->
-          if Array.mem eid c.view.View.members then acc else m.addr :: acc)
-        t.known []
-      |> List.sort_uniq compare
-      |> List.filter_map (addr_of t)
-    in
-    let dsts = t.peers @ to_known @ Option.to_list t.discovery in
-    let self = T.address_to_string c.addrs.(c.view.View.rank) in
-    List.iter
-      (fun a ->
-        if T.address_to_string a <> self && not (Array.exists (T.equal_address a) c.addrs) then
-          side_send t a msg)
-      (List.sort_uniq (fun a b -> compare (T.address_to_string a) (T.address_to_string b)) dsts)
-
-  (* The longest a merge waits on a coordinator that answers: a flush
-     there outlasts a member's silence (suspect.timeout, 5 s by default) at
-     most by a flush timeout. *)
-  let max_merge_wait t = 4 * t.merge_timeout
-
   let rec tick t =
     t.tick <- None;
     if t.last_tick > 0 && now t - t.last_tick > t.merge_timeout then t.resumed_at <- Some (now t);
     t.last_tick <- now t;
-    if t.probes <> [] then
-      t.probes <- List.filter (fun p -> now t - p.since <= t.merge_timeout) t.probes;
+    Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
       (match t.cur with
       | Some c ->
-          (match t.pending with
-          | Some (Side.Install { vid; _ }, targets)
-            when vid = c.view.View.id && now t > t.pending_since + t.merge_timeout ->
-              (* A member that has not acknowledged this view in the time a
-                 joiner waits for one went on without it (its merge timed
-                 out): stop asking, and let a flush exclude it now rather
-                 than after its silence. *)
-              t.pending <- None;
-              let ranks =
-                List.filter_map
-                  (fun (eid, _) ->
-                    match index_where (String.equal eid) (Array.to_list c.view.View.members) with
-                    | Some r when r <> c.view.View.rank -> Some r
-                    | _ -> None)
-                  targets
-              in
-              if ranks <> [] then
-                Ep.Binding.dn_ctl c.ep
-                  (Gevent.Suspect_request
-                     { ranks; reason = Printf.sprintf "did not acknowledge view %s" vid })
-          | Some (msg, targets) -> List.iter (fun (_, a) -> side_send t a msg) targets
+          (* The view this coordinator announced: resent, or given up. *)
+          run t c (Mb.handle t.mb (ctx t c) Mb.Retry);
+          (* A merge under way: asked again, waited on, or given up (a fresh
+             view of this partition). *)
+          run t c (Mb.handle t.mb (ctx t c) Mb.Merge_wait);
+          (* Leaving: gone once the time is up or the view it named is acknowledged. *)
+          (match t.cur with
+          | Some c -> run t c (Mb.handle t.mb (ctx t c) Mb.Leave_wait)
           | None -> ());
-          (* The other coordinator ignores requests while it changes views
-             for others: ask again, during the first half of the wait. *)
-          (match (t.merging, t.merge_req) with
-          | Some (dst, Some deadline), Some req
-            when t.blocked && now t < deadline - (t.merge_timeout / 2) ->
-              side_send t dst req
-          | _ -> ());
-          (* While it waits, the partition asks whether that coordinator is
-             still in the view it asked to merge into: a flush there (for
-             this merge, a member that crashed holding it up) may outlast
-             the wait, and a view given up for a new one of its own would
-             make the Install that comes refused. *)
-          (match t.merging with
-          | Some (dst, Some _) when t.blocked && t.merge_vid <> "" ->
-              probe t ~at:dst ~who:t.merge_into ~pvid:t.merge_vid `Still_there
-          | _ -> ());
-          (match t.merging with
-          | Some (dst, Some deadline)
-            when now t > deadline
-                 && t.blocked
-                 && t.merge_heard > deadline - t.merge_timeout
-                 && now t < t.merge_since + max_merge_wait t ->
-              (* Answered within the wait: wait again (the request asked
-                 again during its first half). *)
-              t.merging <- Some (dst, Some (now t + t.merge_timeout))
-          | _ -> ());
-          (match t.merging with
-          | Some (_, Some deadline) when now t > deadline && t.blocked ->
-              (* The other partition did not answer: carry on alone, in a
-                 fresh view of the same members. *)
-              Log.info (fun m ->
-                  m "%s: merge not answered; going on with view %s" t.me.eid c.view.View.id);
-              t.merging <- None;
-              (* Without the members the flush excluded or let go. *)
-              let gone r =
-                c.suspected.(r)
-                ||
-                match c.reported with
-                | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
-                | None -> false
-              in
-              let members =
-                List.filteri
-                  (fun r _ -> not (gone r))
-                  (Array.to_list (Array.mapi (fun r _ -> member_of c r) c.view.View.members))
-              in
-              let ltime = mint t c.view.View.ltime in
-              let vid = Printf.sprintf "%d:%s" ltime t.me.eid in
-              let stack = next_stack t in
-              let key =
-                announce t ~stack ~vid ~ltime ~members ~leavers:[] ~preds:[ c.view.View.id ] c
-              in
-              install t ?key ~stack ~vid ~ltime ~members
-          | _ -> ());
-          (* A merge whose flush never started (the stack saw no reason to
-             run one) is given up rather than left waiting. *)
-          (match t.merging with
-          | Some (_, None) when (not t.blocked) && now t > t.merge_since + t.merge_timeout ->
-              t.merging <- None;
-              Ep.Binding.dn_ctl c.ep (Gmp.Merge_into "")
-          | _ -> ());
-          (match t.leaving with
-          | Some deadline when now t > deadline -> exit_group t
-          | Some _ when t.pending = None && t.blocked && is_coordinator t -> exit_group t
-          | _ -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
           (match (Group_switch.wanted t.sw, t.cur) with
           | Some (epoch, sid), Some c when not t.exited ->
               if is_coordinator t then begin
-                if (not t.blocked) && t.merging = None && t.absorbing = None && t.leaving = None
+                if
+                  (not t.blocked)
+                  && (not (Mb.merging t.mb))
+                  && (not (Mb.absorbing t.mb))
+                  && not (Mb.leaving t.mb)
                 then begin
                   Group_switch.start t.sw ~vid:c.view.View.id (epoch, sid);
                   Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
@@ -1418,18 +970,11 @@ module Make (T : Transport.S) = struct
                      })
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
-          (match (t.heard, t.cur) with
-          | Some (dst, eid, pvid), Some c
-            when is_coordinator t && (not t.blocked) && t.merging = None && t.absorbing = None
-                 && not t.exited ->
-              t.heard <- None;
-              if not (Array.mem eid c.view.View.members) then start_merge t c dst eid pvid
+          (match t.cur with
+          | Some c when not t.exited -> run t c (Mb.handle t.mb (ctx t c) Mb.Heard)
           | _ -> ());
           (match t.cur with
-          | Some c
-            when t.heal && is_coordinator t && (not t.blocked) && t.leaving = None && not t.exited
-            ->
-              gossip t c
+          | Some c when not t.exited -> run t c (Mb.handle t.mb (ctx t c) Mb.Gossip)
           | _ -> ());
           (* A move not yet acknowledged by everyone: told again, or
              undone. *)
@@ -1441,8 +986,7 @@ module Make (T : Transport.S) = struct
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
       let period =
-        if (t.merging <> None && t.blocked) || t.pending <> None || t.heard <> None then
-          min t.install_retry (Time.of_ms 10)
+        if Mb.hurry t.mb ~blocked:t.blocked then min t.install_retry (Time.of_ms 10)
         else min t.heal_interval t.install_retry
       in
       if not t.exited then t.tick <- Some (T.at t.tr (now t + period) (fun () -> tick t))
@@ -1541,6 +1085,12 @@ module Make (T : Transport.S) = struct
                              })
                       else None
                     in
+                    let sw =
+                      Group_switch.create ~me:eid ~params ~layers
+                        ~xfer:(List.exists (fun l -> Layer.name l = Xfer.name) layers)
+                    in
+                    let rekey_keys = rekey in
+                    let rekey = Group_rekey.create ~me:eid rekey_keys in
                     let t =
                       {
                         tr;
@@ -1549,7 +1099,8 @@ module Make (T : Transport.S) = struct
                           {
                             Side.eid;
                             addr;
-                            pub = (match rekey with Some r -> r.Group_rekey.public | None -> "");
+                            pub =
+                              (match rekey_keys with Some r -> r.Group_rekey.public | None -> "");
                           };
                         mv =
                           Mv.create ~group ~me:eid
@@ -1568,10 +1119,15 @@ module Make (T : Transport.S) = struct
                         on_bytes;
                         copies = 0;
                         copied_bytes = 0;
-                        peers;
                         discovery;
-                        heal;
-                        known = Hashtbl.create 16;
+                        mb =
+                          Mb.create ~group ~rng ~peers ?discovery ~heal
+                            ~merge_timeout:(Params.time params Param.merge_timeout)
+                            ~install_retry:(Params.time params Param.install_retry)
+                            ~leave_timeout:(Params.time params Param.leave_timeout)
+                            ~current_stack:(fun () -> Group_switch.current sw)
+                            ~next_stack:(fun () -> Group_switch.next sw)
+                            ~wrap:(Group_rekey.wrap rekey) ();
                         cur = None;
                         blocked = false;
                         queue =
@@ -1580,29 +1136,14 @@ module Make (T : Transport.S) = struct
                             ~flow:cb.flow;
                         max_message;
                         dropped_sends = 0;
-                        merging = None;
-                        merge_req = None;
-                        minted = 0;
-                        absorbing = None;
-                        pending = None;
-                        pending_since = 0;
-                        leaving = None;
-                        heard = None;
-                        merge_into = "";
-                        probes = [];
                         status = Group_status.create ();
                         side_misdirected = 0;
-                        merge_since = 0;
-                        merge_vid = "";
-                        merge_heard = 0;
                         last_tick = 0;
                         resumed_at = None;
                         dead_view = None;
                         exited = false;
                         xfer;
-                        sw =
-                          Group_switch.create ~me:eid ~params ~layers
-                            ~xfer:(List.exists (fun l -> Layer.name l = Xfer.name) layers);
+                        sw;
                         on_stack_error;
                         evs = Group_evs.create transitional;
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
@@ -1612,13 +1153,12 @@ module Make (T : Transport.S) = struct
                         past = [];
                         views = 0;
                         send_errors = 0;
-                        rekey = Group_rekey.create ~me:eid rekey;
+                        rekey;
                         sent = 0;
                         delivered = 0;
                         heal_interval = Params.time params Param.heal_interval;
                         merge_timeout = Params.time params Param.merge_timeout;
                         install_retry = Params.time params Param.install_retry;
-                        leave_timeout = Params.time params Param.leave_timeout;
                       }
                     in
                     self := Some t;
@@ -1630,8 +1170,8 @@ module Make (T : Transport.S) = struct
   (* Whether the application may hand over a message of [size] bytes
      now ({!Group_queue.admit}). *)
   let admit t size =
-    Group_queue.admit t.queue ~exited:t.exited ~leaving:(t.leaving <> None)
-      ~max_message:t.max_message ~blocked:t.blocked size
+    Group_queue.admit t.queue ~exited:t.exited ~leaving:(Mb.leaving t.mb) ~max_message:t.max_message
+      ~blocked:t.blocked size
 
   let refuse t e = Group_queue.refuse t.queue e
 
@@ -1798,13 +1338,10 @@ module Make (T : Transport.S) = struct
   let dropped_sends t = t.dropped_sends
 
   let leave t =
-    if (not t.exited) && t.leaving = None then begin
-      t.leaving <- Some (now t + t.leave_timeout);
+    if not t.exited then
       match t.cur with
-      | Some c when Array.length c.view.View.members = 1 -> exit_group t
-      | Some c -> Ep.Binding.dn_ctl c.ep Gmp.Leave
-      | None -> exit_group t
-    end
+      | Some c -> run t c (Mb.leave t.mb ~now:(now t) ~alone:(Array.length c.view.View.members = 1))
+      | None -> if Mb.leave t.mb ~now:(now t) ~alone:true <> [] then exit_group t
 
   let suspect t ids =
     match t.cur with
@@ -1825,7 +1362,7 @@ module Make (T : Transport.S) = struct
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Group_queue.length t.queue
-  let garbage t = t.garbage
+  let garbage t = t.garbage + Mb.garbage t.mb
 
   let counters t =
     let cur =
@@ -1843,7 +1380,7 @@ module Make (T : Transport.S) = struct
     ( "group",
       [
         ("views", t.views);
-        ("side_garbage", t.garbage);
+        ("side_garbage", t.garbage + Mb.garbage t.mb);
         ("side_misdirected", t.side_misdirected);
         ("refused", Group_queue.refused t.queue);
         ("dropped_sends", t.dropped_sends);

@@ -1,0 +1,150 @@
+(** The membership kernel of the group runtime ({!Group.Make}), sans-IO: discovery of other
+    partitions (discovery messages, probes, the table of members known outside the view), merging
+    into another partition and taking one in (absorb), the announcement of a view this coordinator
+    makes with its acknowledgements and retries, and the view of a leaving coordinator.
+
+    It never calls the transport, a timer or the stack. The driver feeds it inputs (a side-channel
+    message, the flush's end, the steps of the periodic work) with a {!Make.ctx}, the current view
+    as the driver holds it, and executes the {!Make.action}s it returns in their order: send a side
+    message, start a flush, name the coordinator merged into, ask for a suspicion, install a view,
+    refuse casts in a view that went on without this member, exit. Each input is one step after
+    which an action may change the view (a flush that starts, a view installed); the driver builds
+    the next step's context afresh. *)
+
+val max_probes : int
+(** Probes out at most (16): the oldest is forgotten first. *)
+
+val max_known : int
+(** Members known outside the view at most (1024): learnt only from what answered a probe, an
+    Install or a merge taken in, never from a stranger's discovery message. *)
+
+module type ADDRESS = sig
+  type t
+
+  val equal : t -> t -> bool
+  val to_string : t -> string
+  val of_string : string -> (t, string) result
+end
+
+module Make (A : ADDRESS) : sig
+  type ctx = {
+    now : Consort.Time.t;
+    me : Side.member;  (** this member (its address changes when it moves) *)
+    view : Consort.View.t;  (** the current view *)
+    addrs : A.t array;  (** its members' addresses, by rank *)
+    pubs : string array;  (** its members' public keys (Rekey), by rank *)
+    coord : int;  (** the rank of its coordinator: the least not suspected *)
+    blocked : bool;  (** a flush of the view is under way *)
+    resumed : bool;  (** this process ran again after a pause, within two merge timeouts *)
+    gone : int -> bool;  (** the rank is suspected, or excluded or let go by the flush *)
+  }
+
+  type action =
+    | Send of A.t * Side.t
+    | Start_flush of string  (** flush the current view, for the reason given *)
+    | Merge_into of string
+        (** the next view may come from this member (the coordinator merged into; [""]: none) *)
+    | Suspect of { ranks : int list; reason : string }
+    | Install of {
+        vid : string;
+        ltime : int;
+        members : Side.member list;
+        stack : Side.stack option;  (** the stack it runs; [None]: the current one *)
+        key : (unit -> unit) option;  (** the view's key (Rekey), to activate *)
+      }
+    | Dead_view of string
+        (** the current view went on without this member: refuse casts, for this reason *)
+    | Leave  (** ask the view's stack to let this member go (its coordinator's flush) *)
+    | Exit  (** this leaving coordinator has nothing more to wait for *)
+
+  type input =
+    | Side of { src : A.t; msg : Side.t }
+        (** a side message for this group and member: Gossip, Merge_req, Probe, Probe_ack and
+            Install_ack are handled, others ignored *)
+    | Flushed of { survivors : int list; leavers : int list }
+        (** this coordinator's flush is complete: the request to merge, or the next view *)
+    | Alone  (** excluded, or everyone else gone: a view of one *)
+    | Retry  (** periodic: the announced view resent to who has not acknowledged it, or given up *)
+    | Merge_wait
+        (** periodic: the merge request asked again, the coordinator asked probed, the wait
+            extended, or given up for a fresh view of this partition *)
+    | Heard  (** periodic: a merge heard of while busy, started *)
+    | Gossip  (** periodic: this coordinator's discovery messages *)
+    | Leave_wait
+        (** periodic: a leaving member goes once its time is up, or, as the coordinator, once its
+            flush is over and the view it named acknowledged or given up *)
+
+  type t
+
+  val create :
+    group:string ->
+    rng:Consort.Rng.t ->
+    ?peers:A.t list ->
+    ?discovery:A.t ->
+    ?heal:bool ->
+    merge_timeout:Consort.Time.t ->
+    install_retry:Consort.Time.t ->
+    leave_timeout:Consort.Time.t ->
+    current_stack:(unit -> Side.stack) ->
+    next_stack:(unit -> Side.stack) ->
+    wrap:(vid:string -> members:Side.member list -> Side.t -> Side.t * (unit -> unit) option) ->
+    unit ->
+    t
+  (** [rng] draws the probes' nonces. [current_stack], [next_stack]: the stack the view runs and the
+      one the next view this coordinator makes runs ({!Group_switch}); [wrap]: the Install of a view
+      with its key ({!Group_rekey.wrap}). *)
+
+  val handle : t -> ctx -> input -> action list
+
+  val leave : t -> now:Consort.Time.t -> alone:bool -> action list
+  (** This member leaves the group ([alone]: in a view of one, or none): [[Exit]] alone, else
+      [[Leave]]; nothing if it is leaving already. It goes anyway [leave_timeout] after. *)
+
+  val leaving : t -> bool
+
+  val installed : t -> unit
+  (** A view is installed: no merge or absorb is under way any more. *)
+
+  val learn : t -> me:string -> Side.member list -> unit
+  (** The members of a view installed (but [me]) are known. *)
+
+  val remember : t -> Side.member -> unit
+  (** A member heard of outside the view, up to {!max_known}. *)
+
+  val moved : t -> eid:string -> A.t -> unit
+  (** Member [eid] moved to this address: known there, and a view waiting for its acknowledgement is
+      resent there. *)
+
+  val acked : t -> vid:string -> eid:string -> src:A.t -> unit
+  (** Member [eid] acknowledges view [vid] from [src] (only from its address in the announcement
+      counts). *)
+
+  val mint : t -> int -> int
+  (** A logical time for a view this member names, above the given one and every one it named. *)
+
+  val expire_probes : t -> now:Consort.Time.t -> unit
+  (** Probes out longer than a merge timeout are forgotten. *)
+
+  val merging : t -> bool
+  val absorbing : t -> bool
+
+  val awaiting_acks : t -> bool
+  (** A view this coordinator announced is not acknowledged by every member yet. *)
+
+  val pending_targets : t -> string list
+  (** Who has not acknowledged it. *)
+
+  val changing : t -> bool
+  (** A merge, an absorb or an announced view under way. *)
+
+  val hurry : t -> blocked:bool -> bool
+  (** The periodic work should come back soon: a merge waits for an answer, a view for
+      acknowledgements, or a merge heard of waits to start. *)
+
+  val garbage : t -> int
+  (** Probe answers that matched no probe out. *)
+
+  val probes_out : t -> int
+  val known : t -> int
+  val known_member : t -> string -> Side.member option
+end
