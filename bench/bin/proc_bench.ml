@@ -128,6 +128,46 @@ let bench_proc rounds json save =
         with
         | None, _ | _, None -> refused "bench proc: the servers did not start"
         | Some (fs, fs_pid), Some (ps, ps_pid) -> (
+            Unix.mkdir (dir / "agent") 0o700;
+            let agent_sock = dir / "agent" / "agent.sock" in
+            let agent_err, agent_pid =
+              let r, w = Unix.pipe ~cloexec:true () in
+              let pid =
+                Unix.create_process_env exe
+                  [| exe; "cap"; "agent"; "--socket"; agent_sock |]
+                  (Array.append
+                     [| "CONSORT_LOCATE=" ^ fsa ^ "," ^ psa; "CONSORT_MULTICAST=off" |]
+                     (Unix.environment ()))
+                  devnull devnull w
+              in
+              children := pid :: !children;
+              Unix.close w;
+              (Unix.in_channel_of_descr r, pid)
+            in
+            let agent_up =
+              match input_line agent_err with
+              | l -> Consort_local.contains l "serving uid"
+              | exception End_of_file -> false
+            in
+            (* Its count of starts run, said when it stops. *)
+            let stop_agent () =
+              Unix.kill agent_pid Sys.sigterm;
+              let rec last acc =
+                match input_line agent_err with
+                | l when Consort_local.contains l "stopped:" -> last (Some l)
+                | _ -> last acc
+                | exception End_of_file -> acc
+              in
+              let l = last None in
+              ignore (Unix.waitpid [] agent_pid);
+              children := List.filter (( <> ) agent_pid) !children;
+              match l with
+              | Some l -> (
+                  try Scanf.sscanf l "consort: agent: stopped: %d served" (fun n -> Some n)
+                  with _ -> None)
+              | None -> None
+            in
+            if not agent_up then refused "bench proc: the agent did not start" else
             let loop = Loop.create () in
             match R.open_node ~locate:(fsa ^ "," ^ psa) ~multicast:None loop with
             | Error m -> refused "bench proc: %s" m
@@ -176,13 +216,26 @@ let bench_proc rounds json save =
                     let servers_cpu () = proc_cpu ps_pid +. proc_cpu fs_pid in
                     let small () =
                       let s0 = servers_cpu () in
-                      let w, c = child (Array.of_list ([ small_exe; "-n" ] @ caps)) env in
+                      let w, c =
+                        child
+                          (Array.of_list ([ small_exe; "-n" ] @ caps))
+                          (Array.append [| "CONSORT_AGENT=off" |] env)
+                      in
                       (w, c, servers_cpu () -. s0)
+                    in
+                    (* consort-exec through the agent: the client's CPU, the agent's and the
+                       servers'. *)
+                    let agent_env = Array.append [| "CONSORT_AGENT=" ^ agent_sock |] env in
+                    let through_agent () =
+                      let s0 = servers_cpu () and a0 = proc_cpu agent_pid in
+                      let w, c = child (Array.of_list ([ small_exe; "-n" ] @ caps)) agent_env in
+                      (w, c, proc_cpu agent_pid -. a0, servers_cpu () -. s0)
                     in
                     (* The floor of cap exec: this binary starting and exiting. *)
                     let bare () = child [| exe; "--version" |] env in
                     match
                       ignore (local ());
+                      ignore (through_agent ());
                       (* The first start: the port located, a session opened and the program
                          fetched (the server caches it). *)
                       let first = remote () in
@@ -193,12 +246,22 @@ let bench_proc rounds json save =
                             let r = remote () in
                             let c = cli () in
                             let s = small () in
-                            (b, l, r, c, s))
+                            let a = through_agent () in
+                            (b, l, r, c, (s, a)))
                       in
                       (first, rs)
                     with
                     | exception Failure m -> refused "bench proc: %s" m
                     | first, rs -> (
+                        (* Every start through the agent ran there: its count when it stops. *)
+                        let served = stop_agent () in
+                        if served <> Some (rounds + 1) then
+                          refused "bench proc: the agent ran %s of the %d starts asked of it"
+                            (match served with Some n -> string_of_int n | None -> "?")
+                            (rounds + 1)
+                        else
+                        let rs = List.map (fun (b, l, r, c, (s, a)) -> ((b, l, r, c, s), a)) rs in
+                        let ag = List.map snd rs and rs = List.map fst rs in
                         let med f =
                           let a = Array.of_list (List.map f rs) in
                           Array.sort compare a;
@@ -219,6 +282,17 @@ let bench_proc rounds json save =
                           /. float_of_int rounds
                         in
                         let bcpu = med (fun (b, _, _, _, _) -> snd b) in
+                        let amed f =
+                          let a = Array.of_list (List.map f ag) in
+                          Array.sort compare a;
+                          a.(Stdlib.( / ) (Array.length a) 2)
+                        and amean f =
+                          List.fold_left (fun acc x -> acc +. f x) 0. ag /. float_of_int rounds
+                        in
+                        let aw = amed (fun (w, _, _, _) -> w)
+                        and ac = amed (fun (_, c, _, _) -> c)
+                        and aa = amean (fun (_, _, a, _) -> a)
+                        and asrv = amean (fun (_, _, _, s) -> s) in
                         let load_end = load_average () in
                         Fmt.pr
                           "Process start: a %d-byte bytecode program that exits at once, %d rounds \
@@ -233,7 +307,9 @@ let bench_proc rounds json save =
                         row "ocamlrun locally (fork, exec, run, wait)" l (Some lc);
                         row "first start through the server (locate, session, fetch)" first None;
                         row "warm: through the server (session open, program cached)" r None;
-                        row "consort-exec (a new client: locate, session; cached)" s (Some sc);
+                        row "cap exec through the agent (consort-exec, consort cap agent)" aw
+                          (Some ac);
+                        row "consort-exec, no agent (its OCaml client: locate, session)" s (Some sc);
                         row "consort cap exec (the same from the consort binary)" c (Some cc);
                         row "consort --version (the consort binary alone)" b (Some bcpu);
                         Fmt.pr
@@ -243,13 +319,23 @@ let bench_proc rounds json save =
                           (ms (sc +. srv))
                           ((sc +. srv) /. lc)
                           (ms lc);
+                        Fmt.pr
+                          "  CPU per start through the agent: client %.2f ms + agent %.1f ms + \
+                           servers %.1f ms (ticks of 10 ms, means) = %.1f ms, %.1fx ocamlrun's; \
+                           wall %.1fx@."
+                          (ms ac) (ms aa) (ms asrv)
+                          (ms (ac +. aa +. asrv))
+                          ((ac +. aa +. asrv) /. lc)
+                          (aw /. l);
                         let line =
                           Printf.sprintf
-                            "{\"bench\":\"proc\",\"rounds\":%d,\"size\":%d,\"load_start\":\"%s\",\"load_end\":\"%s\",\"local_ms\":%.3f,\"local_cpu_ms\":%.3f,\"first_ms\":%.3f,\"remote_ms\":%.3f,\"exec_ms\":%.3f,\"exec_cpu_ms\":%.3f,\"servers_cpu_ms\":%.2f,\"cli_ms\":%.3f,\"cli_cpu_ms\":%.3f,\"binary_ms\":%.3f,\"binary_cpu_ms\":%.3f,\"ratio\":%.2f,\"exec_ratio\":%.2f,\"cli_ratio\":%.2f,\"exec_cpu_ratio\":%.2f}"
+                            "{\"bench\":\"proc\",\"rounds\":%d,\"size\":%d,\"load_start\":\"%s\",\"load_end\":\"%s\",\"local_ms\":%.3f,\"local_cpu_ms\":%.3f,\"first_ms\":%.3f,\"remote_ms\":%.3f,\"exec_ms\":%.3f,\"exec_cpu_ms\":%.3f,\"servers_cpu_ms\":%.2f,\"cli_ms\":%.3f,\"cli_cpu_ms\":%.3f,\"binary_ms\":%.3f,\"binary_cpu_ms\":%.3f,\"ratio\":%.2f,\"exec_ratio\":%.2f,\"cli_ratio\":%.2f,\"exec_cpu_ratio\":%.2f,\"agent_ms\":%.3f,\"agent_client_cpu_ms\":%.3f,\"agent_cpu_ms\":%.2f,\"agent_servers_cpu_ms\":%.2f,\"agent_ratio\":%.2f,\"agent_cpu_ratio\":%.2f}"
                             rounds size load_start load_end (ms l) (ms lc) (ms first) (ms r) (ms s)
                             (ms sc) (ms srv) (ms c) (ms cc) (ms b) (ms bcpu) (r /. l) (s /. l)
                             (c /. l)
                             ((sc +. srv) /. lc)
+                            (ms aw) (ms ac) (ms aa) (ms asrv) (aw /. l)
+                            ((ac +. aa +. asrv) /. lc)
                         in
                         if json then print_endline line;
                         match save with
@@ -288,7 +374,8 @@ let bench =
        ~doc:
          "Process start latency through a process server (file and process servers on loopback) \
           beside starting ocamlrun locally, in the same run: warm (the client's session open, the \
-          program cached by the server), through consort-exec and consort cap exec (a new client \
+          program cached by the server), through consort-exec with an agent running (consort cap \
+          agent) and without, and consort cap exec (a new client \
           process each time, the program cached), and the first start (program fetched). Wall \
           times and, for the processes the bench waits for, CPU times.")
     Term.(const bench_proc $ rounds $ json $ save)
