@@ -15,8 +15,7 @@ external peer_uid : Unix.file_descr -> int = "consort_agent_peer_uid"
 external recv_fds : Unix.file_descr -> bytes -> int -> int -> int * Unix.file_descr array * bool
   = "consort_agent_recv"
 
-external send_fds : Unix.file_descr -> string -> Unix.file_descr array -> int
-  = "consort_agent_send"
+external send_fds : Unix.file_descr -> string -> Unix.file_descr array -> int = "consort_agent_send"
 
 let magic = "CXA1"
 let max_body = 65536
@@ -34,7 +33,9 @@ type request = {
 }
 
 let u32 s i =
-  (Char.code s.[i] lsl 24) lor (Char.code s.[i + 1] lsl 16) lor (Char.code s.[i + 2] lsl 8)
+  (Char.code s.[i] lsl 24)
+  lor (Char.code s.[i + 1] lsl 16)
+  lor (Char.code s.[i + 2] lsl 8)
   lor Char.code s.[i + 3]
 
 let put_u32 b n =
@@ -144,12 +145,7 @@ type conn = {
   mutable timer : Loop.timer option;
 }
 
-type stats = {
-  mutable served : int;
-  mutable foreign : int;
-  mutable bad : int;
-  mutable busy : int;
-}
+type stats = { mutable served : int; mutable foreign : int; mutable bad : int; mutable busy : int }
 
 let write_all fd s =
   let rec go off =
@@ -166,7 +162,8 @@ let check_dir d =
   (match Unix.lstat d with
   | exception Unix.Unix_error (Unix.ENOENT, _, _) -> (
       try Unix.mkdir d 0o700
-      with Unix.Unix_error (e, _, _) -> raise (Bad (Fmt.str "mkdir %s: %s" d (Unix.error_message e))))
+      with Unix.Unix_error (e, _, _) ->
+        raise (Bad (Fmt.str "mkdir %s: %s" d (Unix.error_message e))))
   | _ -> ());
   match Unix.lstat d with
   | exception Unix.Unix_error (e, _, _) -> fail "%s: %s" d (Unix.error_message e)
@@ -235,15 +232,13 @@ let runnable ~locate ~multicast r =
   | exception _ -> None
   | Ok (`Ok (None, req, logs)) ->
       let req_locate = match req.X.locate with Some l -> Some l | None -> r.consort_locate in
-      if logs = default_logs && req_locate = locate && r.consort_multicast = multicast then
-        Some req
+      if logs = default_logs && req_locate = locate && r.consort_multicast = multicast then Some req
       else None
   | Ok (`Ok (Some _, _, _) | `Help | `Version) | Error _ -> None
 
 let host ~node ~control c (fd0, fd1, fd2) r =
   {
-    X.getenv =
-      (function "HOME" -> r.home | "CONSORT_ROOT" -> r.consort_root | _ -> None);
+    X.getenv = (function "HOME" -> r.home | "CONSORT_ROOT" -> r.consort_root | _ -> None);
     root_file =
       (fun f ->
         match r.home with
@@ -293,9 +288,7 @@ let serve ~socket ~locate =
               remove ();
               X.refused "agent: %s" m
           | Ok (node, control) ->
-              let locate =
-                match locate with Some l -> Some l | None -> getenv "CONSORT_LOCATE"
-              in
+              let locate = match locate with Some l -> Some l | None -> getenv "CONSORT_LOCATE" in
               let multicast = getenv "CONSORT_MULTICAST" in
               let me = Unix.geteuid () in
               let st = { served = 0; foreign = 0; bad = 0; busy = 0 } in
@@ -335,8 +328,7 @@ let serve ~socket ~locate =
               let chunk = Bytes.create 4096 in
               let rec on_readable c () =
                 match recv_fds c.fd chunk 0 (Bytes.length chunk) with
-                | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _)
-                  ->
+                | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) ->
                     ()
                 | exception Unix.Unix_error (Unix.ECONNRESET, _, _) -> gone c
                 | exception Unix.Unix_error (e, _, _) -> bad c (Unix.error_message e)
@@ -482,7 +474,9 @@ let cmd =
       value
       & opt (some string) None
       & info [ "locate" ] ~docv:"ADDR:PORT,..."
-          ~doc:"Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment variable).")
+          ~doc:
+            "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment \
+             variable).")
   in
   Cmd.v
     (Consort_cli.info ~path:"cap agent" "agent"
@@ -491,8 +485,8 @@ let cmd =
           located ports and open sessions with the servers and runs the starts that \
           $(b,consort-exec) asks of it on a Unix socket, with the caller's standard streams and \
           capabilities (it holds none of its own). Only this user's processes are served (the \
-          peer's uid, SO_PEERCRED); a request the agent would not run exactly as the caller \
-          would ($(b,--params), $(b,--log-level), other servers' locations, $(b,--help)) is \
-          left to the caller's own client. Runs in the foreground until SIGTERM or SIGINT; one \
-          program runs at a time, a start asked meanwhile runs in its caller's client.")
+          peer's uid, SO_PEERCRED); a request the agent would not run exactly as the caller would \
+          ($(b,--params), $(b,--log-level), other servers' locations, $(b,--help)) is left to the \
+          caller's own client. Runs in the foreground until SIGTERM or SIGINT; one program runs at \
+          a time, a start asked meanwhile runs in its caller's client.")
     Term.(const (fun s l () -> serve ~socket:s ~locate:l) $ socket $ locate $ Consort_cli.logging)

@@ -1,13 +1,13 @@
 (** [consort cap agent]: [consort cap exec]'s RPC state kept warm for this user, serving the starts
     of the small C client [consort-exec] on a Unix socket.
 
-    The agent holds no authority of its own: each request carries the command line and the
-    variables and root file the command reads, as the client read them, and the client's standard
-    streams (SCM_RIGHTS). Only connections from the agent's own uid are served (SO_PEERCRED); a
-    foreign one gets one line and is counted. Requests are bounded ({!max_body}, {!max_args}) and
-    parsed strictly; a bad one gets a one-line answer and the agent goes on. At most
-    {!max_clients} connections are open at once and one program runs at a time: a start asked
-    meanwhile is answered [F] and runs in the caller's own client. *)
+    The agent holds no authority of its own: each request carries the command line and the variables
+    and root file the command reads, as the client read them, and the client's standard streams
+    (SCM_RIGHTS). Only connections from the agent's own uid are served (SO_PEERCRED); a foreign one
+    gets one line and is counted. Requests are bounded ({!max_body}, {!max_args}) and parsed
+    strictly; a bad one gets a one-line answer and the agent goes on. At most {!max_clients}
+    connections are open at once and one program runs at a time: a start asked meanwhile is answered
+    [F] and runs in the caller's own client. *)
 
 val magic : string
 val max_body : int

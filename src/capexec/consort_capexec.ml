@@ -39,7 +39,10 @@ type host = {
   with_stdin : (unit -> int) -> int;
   interrupt : unit -> unit -> bool;
   nodes :
-    ?locate:string -> control:bool -> unit -> (R.node * R.node option * (unit -> unit), string) result;
+    ?locate:string ->
+    control:bool ->
+    unit ->
+    (R.node * R.node option * (unit -> unit), string) result;
 }
 
 let own_nodes ?locate ~control () =
@@ -92,9 +95,7 @@ let unknown_on host fmt =
     fmt
 
 let root_file host =
-  match host.getenv "HOME" with
-  | Some h -> Some (Filename.concat h ".consort/root")
-  | None -> None
+  match host.getenv "HOME" with Some h -> Some (Filename.concat h ".consort/root") | None -> None
 
 let parse what s =
   match Cap.of_string (String.trim s) with
@@ -357,7 +358,20 @@ let request_term =
   in
   Term.(
     const (fun locate server program args caps root with_root cpu memory time no_stdin show_cap ->
-        { locate; server; program; args; caps; root; with_root; cpu; memory; time; no_stdin; show_cap })
+        {
+          locate;
+          server;
+          program;
+          args;
+          caps;
+          root;
+          with_root;
+          cpu;
+          memory;
+          time;
+          no_stdin;
+          show_cap;
+        })
     $ locate $ server $ program $ args $ caps $ root $ with_root $ cpu $ memory $ time $ no_stdin
     $ show)
 
@@ -386,17 +400,19 @@ let exec_info ~name ~path =
     ]
   in
   Consort_cli.info ~path name ~exits ~envs
-       ~doc:
-         "Run a bytecode program on a process server, its standard streams connected to this \
-          terminal by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the \
-          program (SIGINT). $(b,consort-exec) is the same command in a small binary of its own, \
-          which starts faster than $(b,consort)."
+    ~doc:
+      "Run a bytecode program on a process server, its standard streams connected to this terminal \
+       by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the program \
+       (SIGINT). $(b,consort-exec) is the same command in a small binary of its own, which starts \
+       faster than $(b,consort)."
 
 let exec_cmd ~name ~path =
   Cmd.v (exec_info ~name ~path)
-    (configured @@ Term.(const (fun req () () -> run own_host req) $ request_term $ Consort_cli.logging))
+    (configured
+    @@ Term.(const (fun req () () -> run own_host req) $ request_term $ Consort_cli.logging))
 
 let agent_cmd =
   Cmd.v
     (exec_info ~name:"consort-exec" ~path:"cap exec")
-    Term.(const (fun p req logs -> (p, req, logs)) $ params $ request_term $ Consort_cli.log_options)
+    Term.(
+      const (fun p req logs -> (p, req, logs)) $ params $ request_term $ Consort_cli.log_options)

@@ -48,7 +48,10 @@ type host = {
       (** Called once the program is about to start; gives the function asked whether to interrupt
           it. *)
   nodes :
-    ?locate:string -> control:bool -> unit -> (Rpc_udp.node * Rpc_udp.node option * (unit -> unit), string) result;
+    ?locate:string ->
+    control:bool ->
+    unit ->
+    (Rpc_udp.node * Rpc_udp.node option * (unit -> unit), string) result;
       (** A node on a loop (and a second one when [control]), and what to do when done with them. *)
 }
 

@@ -292,8 +292,7 @@ let table =
       ] );
     ( "cap agent",
       [
-        ( "Keep consort-exec's starts warm for this user (in the background):",
-          "consort cap agent &" );
+        ("Keep consort-exec's starts warm for this user (in the background):", "consort cap agent &");
       ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
     ( "cap exec",

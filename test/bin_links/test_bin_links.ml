@@ -221,8 +221,7 @@ let installed_link_no_bench_or_test () =
   for i = 0 to String.length text - String.length sub do
     if String.sub text i (String.length sub) = sub then has := true
   done;
-  if not !has then
-    Alcotest.failf "%s does not install consort_exec.exe as consort-exec" exec_dune;
+  if not !has then Alcotest.failf "%s does not install consort_exec.exe as consort-exec" exec_dune;
   List.iter
     (fun exe ->
       match List.filter bench_or_test (closure all exe) with

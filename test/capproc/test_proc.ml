@@ -221,9 +221,7 @@ let stop_agent w pid =
   Unix.kill pid Sys.sigterm;
   Alcotest.(check int) "the agent stops: exit 0" 0 (wait_code pid);
   let log = read_file (agent_log w) in
-  match
-    List.find_opt (fun l -> contains l "stopped:") (String.split_on_char '\n' log)
-  with
+  match List.find_opt (fun l -> contains l "stopped:") (String.split_on_char '\n' log) with
   | Some l -> l
   | None -> Alcotest.failf "no counts in the agent's log: %s" log
 
@@ -253,7 +251,8 @@ let request w argv =
     {
       Agent.home = None;
       consort_root = None;
-      consort_locate = Some (List.hd (List.map (fun e -> String.sub e 15 (String.length e - 15)) w.env));
+      consort_locate =
+        Some (List.hd (List.map (fun e -> String.sub e 15 (String.length e - 15)) w.env));
       consort_multicast = Some "off";
       root_file = None;
       argv;
@@ -286,7 +285,8 @@ let test_agent () =
   let code, out, _ = through_agent [ "-n"; "--with-root"; w.ps.cap; w.prog; "echo"; "0" ] in
   Alcotest.(check int) "--with-root: exit 0" 0 code;
   Alcotest.(check bool)
-    ("the client's root given: " ^ out) true
+    ("the client's root given: " ^ out)
+    true
     (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
   (* ~/.consort/root, read by the client. *)
   let home = w.dir / "home" in
@@ -294,27 +294,31 @@ let test_agent () =
   Unix.mkdir (home / ".consort") 0o700;
   write_file (home / ".consort" / "root") (extra ^ "\nnotes\n");
   let code, out, _ =
-    through_agent
-      ~env:(("HOME=" ^ home) :: through)
+    through_agent ~env:(("HOME=" ^ home) :: through)
       [ "-n"; "--with-root"; w.ps.cap; w.prog; "echo"; "0" ]
   in
   Alcotest.(check int) "--with-root from ~/.consort/root: exit 0" 0 code;
   Alcotest.(check bool)
-    ("the root file's root given: " ^ out) true
+    ("the root file's root given: " ^ out)
+    true
     (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
   let code, _, err = through_agent [ "-n"; "--cpu"; "1"; w.ps.cap; w.prog; "spin" ] in
   Alcotest.(check int) ("a limit: exit 137; " ^ err) 137 code;
   Alcotest.(check bool) ("the limit named: " ^ err) true (contains err "cpu time limit");
   let code, _, err = through_agent [ "-n"; w.ps.cap; "cap1:nothing" ] in
   Alcotest.(check int) "a bad capability: exit 2" 2 code;
-  Alcotest.(check string) "one line, as without the agent"
-    "consort: PROGRAM: bad capability: " (String.sub err 0 (min 34 (String.length err)));
+  Alcotest.(check string)
+    "one line, as without the agent" "consort: PROGRAM: bad capability: "
+    (String.sub err 0 (min 34 (String.length err)));
   (* Bad requests: one line each, and the agent goes on. *)
   let bad = ref 0 in
   let expect_bad what bytes sub =
     incr bad;
     let r = raw_request w bytes in
-    Alcotest.(check bool) (what ^ ": " ^ r) true (String.length r > 1 && r.[0] = 'E' && contains r sub)
+    Alcotest.(check bool)
+      (what ^ ": " ^ r)
+      true
+      (String.length r > 1 && r.[0] = 'E' && contains r sub)
   in
   expect_bad "not a request" "GET / HTTP/1.0\r\n\r\n" "not a consort-exec request";
   expect_bad "over the bound"
@@ -323,8 +327,12 @@ let test_agent () =
   let good = request w [ "consort-exec"; "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
   let frame body =
     let n = String.length body in
-    Printf.sprintf "CXA1%c%c%c%c%s" (Char.chr (n lsr 24)) (Char.chr ((n lsr 16) land 255))
-      (Char.chr ((n lsr 8) land 255)) (Char.chr (n land 255)) body
+    Printf.sprintf "CXA1%c%c%c%c%s"
+      (Char.chr (n lsr 24))
+      (Char.chr ((n lsr 16) land 255))
+      (Char.chr ((n lsr 8) land 255))
+      (Char.chr (n land 255))
+      body
   in
   expect_bad "truncated" (frame (String.sub good 8 12)) "truncated";
   expect_bad "no streams" good "three standard streams";
@@ -372,15 +380,28 @@ let test_agent () =
       [ "consort_exec.exe"; "consort_exec_ml.exe" ];
     incr foreign;
     let out = w.dir / "nobody.out" and err = w.dir / "nobody.err" in
-    let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o666 in
+    let fd p =
+      Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o666
+    in
     let o = fd out and e = fd err in
     Unix.chmod out 0o666;
     Unix.chmod err 0o666;
     let pid =
       Unix.create_process_env "setpriv"
-        [| "setpriv"; "--reuid=65534"; "--regid=65534"; "--clear-groups"; bin / "consort_exec.exe";
-           "-n"; w.ps.cap; w.prog; "echo"; "0" |]
-        (Array.concat [ Array.of_list (("HOME=" ^ w.dir) :: base_env @ through); Unix.environment () ])
+        [|
+          "setpriv";
+          "--reuid=65534";
+          "--regid=65534";
+          "--clear-groups";
+          bin / "consort_exec.exe";
+          "-n";
+          w.ps.cap;
+          w.prog;
+          "echo";
+          "0";
+        |]
+        (Array.concat
+           [ Array.of_list ((("HOME=" ^ w.dir) :: base_env) @ through); Unix.environment () ])
         devnull o e
     in
     Unix.close o;
@@ -389,13 +410,17 @@ let test_agent () =
     Alcotest.(check int) ("nobody's consort-exec: its own client ran; " ^ read_file err) 0 code;
     Alcotest.(check bool) "its output" true (contains (read_file out) "caps: stdout,stderr\n");
     eventually "the agent counted it" (fun () ->
-        contains (read_file (agent_log w)) "refused a client of uid 65534: this agent serves uid 0 only (2 refused)")
+        contains
+          (read_file (agent_log w))
+          "refused a client of uid 65534: this agent serves uid 0 only (2 refused)")
   end;
   Unix.chmod (agent_dir w) 0o700;
   Unix.close devnull;
   let counts = stop_agent w pid in
-  Alcotest.(check string) "the agent's counts"
-    (Printf.sprintf "consort: agent: stopped: %d served, %d refused for their uid, %d bad, 0 not run here"
+  Alcotest.(check string)
+    "the agent's counts"
+    (Printf.sprintf
+       "consort: agent: stopped: %d served, %d refused for their uid, %d bad, 0 not run here"
        !served !foreign !bad)
     counts;
   (* Killed mid-request: exit 3. A start asked while a program runs runs in its own client. *)
@@ -421,7 +446,8 @@ let test_agent () =
   Alcotest.(check bool)
     ("outcome unknown, one line: " ^ read_file err)
     true
-    (contains (read_file err) "\nconsort: exec: outcome unknown: the agent stopped without an answer\n");
+    (contains (read_file err)
+       "\nconsort: exec: outcome unknown: the agent stopped without an answer\n");
   (match String.split_on_char ' ' (List.hd (String.split_on_char '\n' (read_file err))) with
   | [ "consort:"; "process"; p ] -> ignore (run ~env:w.env [ "cap"; "kill"; "--signal"; "KILL"; p ])
   | _ -> ());
@@ -433,8 +459,10 @@ let test_agent () =
   (* A new agent takes the stale socket's place. *)
   let pid = start_agent w in
   Alcotest.(check (triple int string string))
-    "through a new agent" alone (run_small ~env ~stdin_file:input echo);
-  Alcotest.(check string) "the new agent served it"
+    "through a new agent" alone
+    (run_small ~env ~stdin_file:input echo);
+  Alcotest.(check string)
+    "the new agent served it"
     "consort: agent: stopped: 1 served, 0 refused for their uid, 0 bad, 0 not run here"
     (stop_agent w pid);
   Alcotest.(check bool) "its socket removed" false (Sys.file_exists (agent_sock w))
