@@ -156,15 +156,16 @@ let write_all fd s =
 let say fmt = Fmt.kstr (fun s -> Fmt.epr "consort: agent: %s@." (Consort_cli.one_line s)) fmt
 let fail fmt = Fmt.kstr (fun s -> Error s) fmt
 
-(* The socket's directory: ours, and nobody else's to read or enter. Made 0700 when missing. *)
-let check_dir d =
+(* The socket's directory: ours, and nobody else's to read or enter. The default one is made 0700
+   when missing. *)
+let check_dir ~make d =
   let me = Unix.geteuid () in
   (match Unix.lstat d with
-  | exception Unix.Unix_error (Unix.ENOENT, _, _) -> (
+  | exception Unix.Unix_error (Unix.ENOENT, _, _) when make -> (
       try Unix.mkdir d 0o700
       with Unix.Unix_error (e, _, _) ->
         raise (Bad (Fmt.str "mkdir %s: %s" d (Unix.error_message e))))
-  | _ -> ());
+  | _ | (exception Unix.Unix_error _) -> ());
   match Unix.lstat d with
   | exception Unix.Unix_error (e, _, _) -> fail "%s: %s" d (Unix.error_message e)
   | { Unix.st_kind = Unix.S_DIR; st_uid; st_perm; _ } ->
@@ -174,10 +175,10 @@ let check_dir d =
       else Ok ()
   | _ -> fail "%s is not a directory" d
 
-let listen path =
+let listen ~make path =
   if String.length path > 107 then fail "%s: a socket's path is at most 107 bytes" path
   else
-    match check_dir (Filename.dirname path) with
+    match check_dir ~make (Filename.dirname path) with
     | exception Bad m -> Error m
     | Error m -> Error m
     | Ok () -> (
@@ -264,8 +265,8 @@ let serve ~socket ~locate =
   match path with
   | Error m -> X.refused "agent: %s" m
   | Ok path -> (
-      match listen path with
-      | Error m -> X.refused "agent: %s" m
+      match listen ~make:(socket = None) path with
+      | Error m -> X.refused "agent: %s: %s" path m
       | Ok (lsock, ino) -> (
           let loop = Loop.create () in
           let opened =
@@ -466,8 +467,8 @@ let cmd =
       & info [ "socket" ] ~docv:"PATH"
           ~doc:
             "The socket to serve (default: $(b,\\$XDG_RUNTIME_DIR/consort/agent.sock), else \
-             $(b,~/.consort/agent.sock)). Its directory must be this user's, mode 0700 (made so \
-             when missing).")
+             $(b,~/.consort/agent.sock)). Its directory must be this user's, mode 0700 (the \
+             default one is made so when missing).")
   in
   let locate =
     Arg.(

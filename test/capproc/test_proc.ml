@@ -412,7 +412,60 @@ let test_agent () =
     eventually "the agent counted it" (fun () ->
         contains
           (read_file (agent_log w))
-          "refused a client of uid 65534: this agent serves uid 0 only (2 refused)")
+          "refused a client of uid 65534: this agent serves uid 0 only (2 refused)");
+    (* An "agent" of another user (root's socket, open to all) gets nothing from nobody's
+       consort-exec: not a byte of its request, which holds its capabilities. *)
+    let fake = w.dir / "fake.sock" in
+    let l = Unix.socket ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+    Unix.bind l (Unix.ADDR_UNIX fake);
+    Unix.chmod fake 0o666;
+    Unix.listen l 1;
+    let o = fd out and e = fd err in
+    let pid =
+      Unix.create_process_env "setpriv"
+        [|
+          "setpriv";
+          "--reuid=65534";
+          "--regid=65534";
+          "--clear-groups";
+          bin / "consort_exec.exe";
+          "-n";
+          w.ps.cap;
+          w.prog;
+          "echo";
+          "0";
+        |]
+        (Array.concat
+           [
+             Array.of_list
+               (("HOME=" ^ w.dir) :: ("CONSORT_AGENT=" ^ fake) :: ("CONSORT_ROOT=" ^ extra)
+                :: base_env
+               @ w.env);
+             Unix.environment ();
+           ])
+        devnull o e
+    in
+    Unix.close o;
+    Unix.close e;
+    let got =
+      match Unix.select [ l ] [] [] 30. with
+      | [], _, _ -> Alcotest.fail "nobody's consort-exec did not connect"
+      | _ ->
+          let c, _ = Unix.accept ~cloexec:true l in
+          let b = Bytes.create 4096 in
+          (* Until the client closes (the real one, at once) or sends (the request). *)
+          let n =
+            match Unix.select [ c ] [] [] 30. with
+            | [], _, _ -> -1
+            | _ -> ( try Unix.read c b 0 4096 with Unix.Unix_error _ -> 0)
+          in
+          Unix.close c;
+          n
+    in
+    Unix.close l;
+    Alcotest.(check int) "another user's agent got no byte" 0 got;
+    Alcotest.(check int) ("then its own client ran; " ^ read_file err) 0 (wait_code pid);
+    Alcotest.(check bool) "its output" true (contains (read_file out) "caps: stdout,stderr\n")
   end;
   Unix.chmod (agent_dir w) 0o700;
   Unix.close devnull;
