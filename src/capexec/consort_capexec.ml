@@ -27,7 +27,7 @@ let unknown fmt =
     fmt
 
 (* Where a command reads its environment and writes its messages and the program's output: this
-   process's own ([consort cap exec], [consort-exec]), or a client's, for the agent
+   process's own ([consort cap exec], [consort-exec-ml]), or a client's, for the agent
    ([Consort_capagent]), which passes its warm nodes. *)
 type host = {
   getenv : string -> string option;
@@ -395,6 +395,11 @@ let exec_info ~name ~path =
       Cmd.Env.info "CONSORT_LOCATE"
         ~doc:
           "Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+      Cmd.Env.info "CONSORT_AGENT"
+        ~doc:
+          "$(b,consort-exec) only: the socket of the $(b,consort cap agent) to ask (default: \
+           $(b,\\$XDG_RUNTIME_DIR/consort/agent.sock), else $(b,~/.consort/agent.sock)), or \
+           $(b,off) for none.";
       Cmd.Env.info "CONSORT_MULTICAST"
         ~doc:"The IP multicast group where servers listen for locates and clients ask, or $(b,off).";
     ]
@@ -404,7 +409,8 @@ let exec_info ~name ~path =
       "Run a bytecode program on a process server, its standard streams connected to this terminal \
        by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the program \
        (SIGINT). $(b,consort-exec) is the same command in a small binary of its own, which starts \
-       faster than $(b,consort)."
+       faster than $(b,consort): it has this user's $(b,consort cap agent) run the start when one \
+       runs (CONSORT_AGENT names its socket, $(b,off) none), else $(b,consort-exec-ml)."
 
 let exec_cmd ~name ~path =
   Cmd.v (exec_info ~name ~path)
