@@ -141,6 +141,7 @@ type conn = {
   mutable fds : Unix.file_descr list;
   mutable req : request option;
   mutable intr : bool;
+  mutable gone : bool;
   mutable closed : bool;
   mutable timer : Loop.timer option;
 }
@@ -255,6 +256,7 @@ let host ~node ~control c (fd0, fd1, fd2) r =
         let i = c.intr in
         c.intr <- false;
         i);
+    hangup = (fun () -> c.gone);
     nodes =
       (fun ?locate:_ ~control:ctl () -> Ok (node, (if ctl then Some control else None), ignore));
   }
@@ -371,11 +373,11 @@ let serve ~socket ~locate =
                                     end
                                     else Queue.push c pending)))
               and gone c =
-                (* The client is gone: its program is interrupted, the connection closed once
-                   the program has ended. *)
+                (* The client is gone: its program is hung up on as by a dead client (its
+                   circuits no longer answered), the connection closed once it has ended. *)
                 if c.req = None then close c
                 else begin
-                  c.intr <- true;
+                  c.gone <- true;
                   Loop.unwatch loop c.fd
                 end
               in
@@ -405,6 +407,7 @@ let serve ~socket ~locate =
                             fds = [];
                             req = None;
                             intr = false;
+                            gone = false;
                             closed = false;
                             timer = None;
                           }
@@ -420,6 +423,7 @@ let serve ~socket ~locate =
               say "serving uid %d on %s" me path;
               let run_one c =
                 match (c.req, c.fds) with
+                | Some _, _ when c.gone -> close c
                 | Some r, [ fd0; fd1; fd2 ] -> (
                     match runnable ~locate ~multicast r with
                     | None ->

@@ -38,6 +38,7 @@ type host = {
   stdin : Unix.file_descr;
   with_stdin : (unit -> int) -> int;
   interrupt : unit -> unit -> bool;
+  hangup : unit -> bool;
   nodes :
     ?locate:string ->
     control:bool ->
@@ -77,6 +78,7 @@ let own_host =
           let i = !interrupted in
           interrupted := false;
           i);
+    hangup = (fun () -> false);
     nodes = own_nodes;
   }
 
@@ -237,7 +239,7 @@ let run host
       let stdin = if no_stdin then None else Some host.stdin in
       let r =
         Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin
-          ?stdout:host.stdout ?stderr:host.stderr ~interrupt ~started ()
+          ?stdout:host.stdout ?stderr:host.stderr ~interrupt ~hangup:host.hangup ~started ()
       in
       release ();
       match r with

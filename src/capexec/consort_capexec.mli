@@ -47,6 +47,8 @@ type host = {
   interrupt : unit -> unit -> bool;
       (** Called once the program is about to start; gives the function asked whether to interrupt
           it. *)
+  hangup : unit -> bool;
+      (** Asked as often: [true] when the caller is gone (the program is then hung up on). *)
   nodes :
     ?locate:string ->
     control:bool ->

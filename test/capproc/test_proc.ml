@@ -476,8 +476,35 @@ let test_agent () =
        "consort: agent: stopped: %d served, %d refused for their uid, %d bad, 0 not run here"
        !served !foreign !bad)
     counts;
-  (* Killed mid-request: exit 3. A start asked while a program runs runs in its own client. *)
+  (* The caller killed while its program runs: the program is hung up on, as with its own client
+     (SIGHUP once the server finds its circuits dead). *)
   let pid = start_agent w in
+  let client, err =
+    let err = w.dir / "hup.err" in
+    let o = Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+    let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+    let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+    let client =
+      Unix.create_process_env consort_exec
+        [| "consort-exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" |]
+        (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+        i o e
+    in
+    List.iter Unix.close [ i; o; e ];
+    (client, err)
+  in
+  eventually "the program runs" (fun () -> contains (read_file err) "consort: process cap1:");
+  Unix.kill client Sys.sigkill;
+  ignore (wait_code client);
+  eventually "the program was hung up on" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      contains o "killed by SIGHUP");
+  (* The agent free again. *)
+  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+  eventually "the agent runs a start again" (fun () ->
+      raw_request ~fds:[| devnull; devnull; devnull |] w good = "X0\n");
+  Unix.close devnull;
+  (* Killed mid-request: exit 3. A start asked while a program runs runs in its own client. *)
   let out = w.dir / "long.out" and err = w.dir / "long.err" in
   let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
   let o = fd out and e = fd err in
