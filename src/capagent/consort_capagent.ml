@@ -258,7 +258,9 @@ let host ~node ~control c (fd0, fd1, fd2) r =
         i);
     hangup = (fun () -> c.gone);
     nodes =
-      (fun ?locate:_ ~control:ctl () -> Ok (node, (if ctl then Some control else None), ignore));
+      (* The second node always: it carries the SIGHUP of a caller gone (the first one's session
+         is held by the program's ps_wait). *)
+      (fun ?locate:_ ~control:_ () -> Ok (node, Some control, ignore));
   }
 
 let serve ~socket ~locate =
@@ -420,6 +422,18 @@ let serve ~socket ~locate =
                         Loop.watch loop fd (on_readable c))
               in
               Loop.watch loop lsock on_accept;
+              (* Its socket removed or replaced (its directory cleaned up, another agent in its
+                 place): no client can reach it any more, it stops. *)
+              let rec check_socket () =
+                match Unix.lstat path with
+                | { Unix.st_ino; _ } when st_ino = ino ->
+                    ignore (Loop.after loop (Time.of_sec 5.) check_socket)
+                | _ | (exception Unix.Unix_error _) ->
+                    say "%s is gone: stopping" path;
+                    stopping := true;
+                    if not !running then Loop.stop loop
+              in
+              ignore (Loop.after loop (Time.of_sec 5.) check_socket);
               say "serving uid %d on %s" me path;
               let run_one c =
                 match (c.req, c.fds) with

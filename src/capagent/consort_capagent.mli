@@ -39,8 +39,9 @@ val default_socket : getenv:(string -> string option) -> (string, string) result
 (** [$XDG_RUNTIME_DIR/consort/agent.sock], else [~/.consort/agent.sock]. *)
 
 val serve : socket:string option -> locate:string option -> int
-(** Runs the agent until SIGTERM or SIGINT: its exit status (2 and one line when it cannot start:
-    the socket's directory is another user's or open to others, an agent serves it already, ...). *)
+(** Runs the agent until SIGTERM or SIGINT, or until its socket is removed or replaced (checked
+    every 5 s): its exit status (2 and one line when it cannot start: the socket's directory is
+    another user's or open to others, an agent serves it already, ...). *)
 
 val cmd : int Cmdliner.Cmd.t
 (** [consort cap agent]. *)

@@ -94,7 +94,17 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
   let rec poll_intr () =
     if !live && (not !hung) && hangup () then begin
       hung := true;
-      R.stop srv
+      R.stop srv;
+      (* And SIGHUP at once, as a terminal's hangup (the server would send it once it found the
+         circuits dead, seconds later). *)
+      match !proc with
+      | Some p ->
+          R.trans
+            (Option.value control ~default:node)
+            ~idempotent:false
+            (Header.request ~offset:(P.signal_to_system Sys.sighup) p P.ps_signal)
+            "" ignore
+      | None -> ()
     end;
     if !live then begin
       if interrupt () then begin

@@ -35,7 +35,7 @@ val exec :
     interrupt (SIGINT for the program: over its input circuit, or asked of the server when it has no
     input). [hangup ()] is asked as often: [true] (the caller this runs for is gone) stops answering
     on the circuits, so that the server hangs up on the program as on a dead caller (SIGHUP, then
-    killed). [started] is told the process's capability once it runs. [caps] are more named
-    capabilities ([root], ...). [control], a second node on the same loop, carries the SIGINT
-    requests (the first node's session with the server is taken by the held [ps_wait] meanwhile).
-    Runs the node's loop; not for use inside a callback. *)
+    killed), and asks for SIGHUP at once (on [control], when given). [started] is told the process's
+    capability once it runs. [caps] are more named capabilities ([root], ...). [control], a second
+    node on the same loop, carries the SIGINT requests (the first node's session with the server is
+    taken by the held [ps_wait] meanwhile). Runs the node's loop; not for use inside a callback. *)

@@ -207,11 +207,15 @@ let agent_dir w = w.dir / "agent"
 let agent_sock w = agent_dir w / "agent.sock"
 let agent_log w = w.dir / "agent.log"
 
+(* The agents started, killed at the end whatever happened (a failed check included). *)
+let agents = ref []
+
 let start_agent w =
   let pid =
     spawn ~env:w.env ~out:(w.dir / "agent.out") ~err:(agent_log w)
       [ "cap"; "agent"; "--socket"; agent_sock w ]
   in
+  agents := pid :: !agents;
   eventually "the agent serves" (fun () ->
       contains (try read_file (agent_log w) with Sys_error _ -> "") "serving uid");
   pid
@@ -260,6 +264,17 @@ let request w argv =
 
 let test_agent () =
   with_world @@ fun w ->
+  Fun.protect ~finally:(fun () ->
+      List.iter
+        (fun pid ->
+          match Unix.waitpid [ Unix.WNOHANG ] pid with
+          | 0, _ -> (
+              (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+              try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+          | _ | (exception Unix.Unix_error _) -> ())
+        !agents;
+      agents := [])
+  @@ fun () ->
   Unix.mkdir (agent_dir w) 0o700;
   let through = ("CONSORT_AGENT=" ^ agent_sock w) :: w.env in
   let input = w.dir / "input" in
@@ -302,14 +317,40 @@ let test_agent () =
     ("the root file's root given: " ^ out)
     true
     (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
-  let code, _, err = through_agent [ "-n"; "--cpu"; "1"; w.ps.cap; w.prog; "spin" ] in
+  (* A limit (memory: at once, where CPU time takes long on a loaded machine). *)
+  let code, _, err = through_agent [ "-n"; "--memory"; "64"; w.ps.cap; w.prog; "hog" ] in
   Alcotest.(check int) ("a limit: exit 137; " ^ err) 137 code;
-  Alcotest.(check bool) ("the limit named: " ^ err) true (contains err "cpu time limit");
+  Alcotest.(check bool)
+    ("the limit named, as without the agent: " ^ err)
+    true
+    (contains err "\nconsort: the program stopped: memory limit (65536 KiB) exceeded\n");
   let code, _, err = through_agent [ "-n"; w.ps.cap; "cap1:nothing" ] in
   Alcotest.(check int) "a bad capability: exit 2" 2 code;
   Alcotest.(check string)
     "one line, as without the agent" "consort: PROGRAM: bad capability: "
     (String.sub err 0 (min 34 (String.length err)));
+  (* Ctrl-C: passed on by consort-exec, the program's SIGINT. *)
+  incr served;
+  let iout = w.dir / "intr.out" and ierr = w.dir / "intr.err" in
+  let client =
+    let fd p =
+      Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+    in
+    let o = fd iout and e = fd ierr in
+    let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+    let pid =
+      Unix.create_process_env consort_exec
+        [| "consort-exec"; "-n"; w.ps.cap; w.prog; "sleepint" |]
+        (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+        i o e
+    in
+    List.iter Unix.close [ i; o; e ];
+    pid
+  in
+  eventually "the program sleeps" (fun () -> contains (read_file iout) "waiting");
+  Unix.kill client Sys.sigint;
+  Alcotest.(check int) ("interrupted: its exit code; " ^ read_file ierr) 42 (wait_code client);
+  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file iout) "interrupted");
   (* Bad requests: one line each, and the agent goes on. *)
   let bad = ref 0 in
   let expect_bad what bytes sub =
