@@ -177,7 +177,7 @@ let check_dir ~make d =
   | _ -> fail "%s is not a directory" d
 
 let listen ~make path =
-  if String.length path > 107 then fail "%s: a socket's path is at most 107 bytes" path
+  if String.length path > 107 then fail "a socket's path is at most 107 bytes"
   else
     match check_dir ~make (Filename.dirname path) with
     | exception Bad m -> Error m
@@ -192,15 +192,15 @@ let listen ~make path =
               match Unix.connect s (Unix.ADDR_UNIX path) with
               | () ->
                   Unix.close s;
-                  fail "an agent already serves %s" path
+                  fail "another agent serves it"
               | exception Unix.Unix_error (Unix.ECONNREFUSED, _, _) ->
                   Unix.close s;
                   Unix.unlink path;
                   Ok ()
               | exception Unix.Unix_error (e, _, _) ->
                   Unix.close s;
-                  fail "%s: %s" path (Unix.error_message e))
-          | _ -> fail "%s exists and is not a socket" path
+                  fail "%s" (Unix.error_message e))
+          | _ -> fail "it exists and is not a socket"
         in
         match stale with
         | Error m -> Error m
@@ -218,7 +218,7 @@ let listen ~make path =
             | () -> Ok (s, (Unix.lstat path).Unix.st_ino)
             | exception Unix.Unix_error (e, f, _) ->
                 Unix.close s;
-                fail "%s %s: %s" f path (Unix.error_message e)))
+                fail "%s: %s" f (Unix.error_message e)))
 
 let default_logs = ((Some Logs.Warning, []), Consort_cli.Text)
 
