@@ -444,6 +444,7 @@ let cmd =
        status_cmd;
        Proc_cmd.proc;
        Proc_cmd.exec;
+       Proc_cmd.agent;
        Proc_cmd.ps;
        Proc_cmd.kill;
        Boot_cmd.cmd;

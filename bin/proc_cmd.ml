@@ -236,6 +236,9 @@ let proc =
 (* consort cap exec: Consort_capexec, which the small consort-exec binary runs too. *)
 let exec = Consort_capexec.exec_cmd ~name:"exec" ~path:"cap exec"
 
+(* consort cap agent: the starts of consort-exec, warm (Consort_capagent). *)
+let agent = Consort_capagent.cmd
+
 let ps =
   let server =
     Arg.(

@@ -3,6 +3,7 @@
 
 val proc : int Cmdliner.Cmd.t
 val exec : int Cmdliner.Cmd.t
+val agent : int Cmdliner.Cmd.t
 val ps : int Cmdliner.Cmd.t
 val kill : int Cmdliner.Cmd.t
 

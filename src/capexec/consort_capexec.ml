@@ -26,52 +26,120 @@ let unknown fmt =
       3)
     fmt
 
-let root_file () =
-  match Sys.getenv_opt "HOME" with
-  | Some h -> Some (Filename.concat h ".consort/root")
-  | None -> None
+(* Where a command reads its environment and writes its messages and the program's output: this
+   process's own ([consort cap exec], [consort-exec-ml]), or a client's, for the agent
+   ([Consort_capagent]), which passes its warm nodes. *)
+type host = {
+  getenv : string -> string option;
+  root_file : string -> string option;
+  say : string -> unit;
+  stdout : (string -> unit) option;
+  stderr : (string -> unit) option;
+  stdin : Unix.file_descr;
+  with_stdin : (unit -> int) -> int;
+  interrupt : unit -> unit -> bool;
+  hangup : unit -> bool;
+  nodes :
+    ?locate:string ->
+    control:bool ->
+    unit ->
+    (R.node * R.node option * (unit -> unit), string) result;
+}
+
+let own_nodes ?locate ~control () =
+  let loop = Loop.create () in
+  match R.open_node ~config:!rpc_config ?locate loop with
+  | Error m -> Error m
+  | Ok node ->
+      let control =
+        if control then Result.to_option (R.open_node ~config:!rpc_config ?locate loop) else None
+      in
+      Ok
+        ( node,
+          control,
+          fun () ->
+            Option.iter R.close control;
+            R.close node )
+
+let own_host =
+  {
+    getenv = Sys.getenv_opt;
+    root_file = (fun f -> if Sys.file_exists f then Some (Consort_local.read_file f) else None);
+    say = (fun s -> Fmt.epr "consort: %s@." s);
+    stdout = None;
+    stderr = None;
+    stdin = Unix.stdin;
+    with_stdin = Consort_cli.with_stdin ~instead:"-n" "cap exec";
+    interrupt =
+      (fun () ->
+        let interrupted = ref false in
+        Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true));
+        fun () ->
+          let i = !interrupted in
+          interrupted := false;
+          i);
+    hangup = (fun () -> false);
+    nodes = own_nodes;
+  }
+
+let refused_on host fmt =
+  Fmt.kstr
+    (fun s ->
+      host.say (Consort_cli.one_line s);
+      2)
+    fmt
+
+let unknown_on host fmt =
+  Fmt.kstr
+    (fun s ->
+      host.say (Consort_cli.one_line s);
+      3)
+    fmt
+
+let root_file host =
+  match host.getenv "HOME" with Some h -> Some (Filename.concat h ".consort/root") | None -> None
 
 let parse what s =
   match Cap.of_string (String.trim s) with
   | Ok c -> Ok c
   | Error e -> Error (Fmt.str "%s: bad capability: %a" what Cap.pp_decode_error e)
 
-let root_cap root =
+let root_cap_on host root =
   match root with
   | Some s -> parse "--root" s
   | None -> (
-      match Sys.getenv_opt "CONSORT_ROOT" with
+      match host.getenv "CONSORT_ROOT" with
       | Some s when String.trim s <> "" -> parse "CONSORT_ROOT" s
       | _ -> (
-          match root_file () with
-          | Some f when Sys.file_exists f -> (
-              match Consort_local.read_file f with
-              | s -> (
+          let none () =
+            Error "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"
+          in
+          match root_file host with
+          | None -> none ()
+          | Some f -> (
+              match host.root_file f with
+              | None -> none ()
+              | Some s -> (
                   (* The first line: the file may hold notes after it. *)
                   match String.split_on_char '\n' s with
                   | l :: _ -> parse f l
                   | [] -> parse f s)
-              | exception Sys_error e -> Error e)
-          | _ ->
-              Error
-                "no root capability: give --root, set CONSORT_ROOT or write it to ~/.consort/root"))
+              | exception Sys_error e -> Error e)))
 
+let root_cap root = root_cap_on own_host root
 let is_cap s = String.length s >= 5 && String.sub s 0 5 = "cap1:"
 let path_error e = Fmt.str "%a" (Path.pp_error Dir_client.pp_error) e
 
-let resolve ~config ?locate ?root what s =
+let resolve_on host ?locate ?root what s =
   if is_cap s then parse what s
   else
-    match root_cap root with
+    match root_cap_on host root with
     | Error m -> Error (Printf.sprintf "%s %s: %s" what s m)
     | Ok r -> (
-        let loop = Loop.create () in
-        match R.open_node ~config ?locate loop with
+        match host.nodes ?locate ~control:false () with
         | Error m -> Error m
-        | Ok node ->
-            Fun.protect
-              ~finally:(fun () -> R.close node)
-              (fun () ->
+        | Ok (node, _, release) ->
+            Fun.protect ~finally:release (fun () ->
                 let c =
                   Dir_client.create (fun ~idempotent h d -> R.Sync.trans node ~idempotent h d)
                 in
@@ -79,25 +147,52 @@ let resolve ~config ?locate ?root what s =
                 | Ok cap -> Ok cap
                 | Error e -> Error (Printf.sprintf "%s %s: %s" what s (path_error e))))
 
+let resolve ~config ?locate ?root what s =
+  let nodes ?locate ~control () =
+    let saved = !rpc_config in
+    rpc_config := config;
+    Fun.protect ~finally:(fun () -> rpc_config := saved) (fun () -> own_nodes ?locate ~control ())
+  in
+  resolve_on { own_host with nodes } ?locate ?root what s
+
 (* The caller's own root, given to the program only with --with-root. *)
-let default_root () =
-  match Sys.getenv_opt "CONSORT_ROOT" with
+let default_root host =
+  match host.getenv "CONSORT_ROOT" with
   | Some s when String.trim s <> "" -> Some (String.trim s)
   | _ -> (
-      match root_file () with
+      match root_file host with
       | None -> None
       | Some f -> (
-          match open_in f with
+          match host.root_file f with
           | exception Sys_error _ -> None
-          | ic ->
-              let l = try Some (String.trim (input_line ic)) with End_of_file -> None in
-              close_in ic;
-              l))
+          | None | Some "" -> None
+          | Some s -> (
+              match String.index_opt s '\n' with
+              | Some i -> Some (String.trim (String.sub s 0 i))
+              | None -> Some (String.trim s))))
 
-let exec locate server program args caps root with_root cpu memory time no_stdin show_cap =
-  (if no_stdin then fun k -> k () else Consort_cli.with_stdin ~instead:"-n" "cap exec") @@ fun () ->
+type request = {
+  locate : string option;
+  server : string;
+  program : string;
+  args : string list;
+  caps : string list;
+  root : string option;
+  with_root : bool;
+  cpu : float;
+  memory : int;
+  time : float;
+  no_stdin : bool;
+  show_cap : bool;
+}
+
+let run host
+    { locate; server; program; args; caps; root; with_root; cpu; memory; time; no_stdin; show_cap }
+    =
+  let refused fmt = refused_on host fmt and unknown fmt = unknown_on host fmt in
+  (if no_stdin then fun k -> k () else host.with_stdin) @@ fun () ->
   let ( let* ) r f = match r with Error m -> refused "%s" m | Ok v -> f v in
-  let resolve what s = resolve ~config:!rpc_config ?locate ?root what s in
+  let resolve what s = resolve_on host ?locate ?root what s in
   let* server = resolve "SERVER" server in
   let* program = resolve "PROGRAM" program in
   let* caps =
@@ -129,35 +224,24 @@ let exec locate server program args caps root with_root cpu memory time no_stdin
     | Some r, false -> Result.map (fun c -> ("root", c) :: caps) (parse "--root" r)
     | None, false when not with_root -> Ok caps
     | None, false -> (
-        match default_root () with
+        match default_root host with
         | None -> Error "--with-root: no root (set CONSORT_ROOT or ~/.consort/root)"
         | Some r -> Result.map (fun c -> ("root", c) :: caps) (parse "CONSORT_ROOT" r))
   in
   let ms s = int_of_float (s *. 1000.) in
   let limits = { Pd.cpu_ms = ms cpu; memory_kib = memory * 1024; run_ms = ms time } in
   let* _ = Pd.encode { Pd.arch = Pd.arch_bytecode; program; args; caps; limits; hints = [] } in
-  let loop = Loop.create () in
-  match R.open_node ~config:!rpc_config ?locate loop with
+  match host.nodes ?locate ~control:no_stdin () with
   | Error m -> refused "%s" m
-  | Ok node -> (
-      let interrupted = ref false in
-      Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true));
-      let interrupt () =
-        let i = !interrupted in
-        interrupted := false;
-        i
-      in
-      let started c = if show_cap then Fmt.epr "consort: process %s@." (Cap.to_string c) in
-      let stdin = if no_stdin then None else Some Unix.stdin in
-      let control =
-        if no_stdin then Result.to_option (R.open_node ~config:!rpc_config ?locate loop) else None
-      in
+  | Ok (node, control, release) -> (
+      let interrupt = host.interrupt () in
+      let started c = if show_cap then host.say ("process " ^ Cap.to_string c) in
+      let stdin = if no_stdin then None else Some host.stdin in
       let r =
-        Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin ~interrupt
-          ~started ()
+        Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin
+          ?stdout:host.stdout ?stderr:host.stderr ~interrupt ~hangup:host.hangup ~started ()
       in
-      Option.iter R.close control;
-      R.close node;
+      release ();
       match r with
       | Error (`Refused _ as e) -> refused "exec: %a" Proc_client.pp_error e
       | Error (`Unknown _ as e) -> unknown "exec: %a" Proc_client.pp_error e
@@ -165,7 +249,7 @@ let exec locate server program args caps root with_root cpu memory time no_stdin
           match o.kind with
           | P.Exited -> o.code
           | P.Signaled | P.Limit | P.Killed ->
-              Fmt.epr "consort: the program %s@." o.text;
+              host.say ("the program " ^ o.text);
               if o.kind = P.Signaled then 128 + o.code else 137
           | P.Failed -> unknown "the program %s" o.text))
 
@@ -199,7 +283,7 @@ let configured t =
   in
   Term.(const run $ params $ t)
 
-let exec_cmd ~name ~path =
+let request_term =
   let server =
     Arg.(
       required
@@ -274,6 +358,26 @@ let exec_cmd ~name ~path =
             "Print the process's capability on standard error once it runs (for $(b,consort cap \
              kill)).")
   in
+  Term.(
+    const (fun locate server program args caps root with_root cpu memory time no_stdin show_cap ->
+        {
+          locate;
+          server;
+          program;
+          args;
+          caps;
+          root;
+          with_root;
+          cpu;
+          memory;
+          time;
+          no_stdin;
+          show_cap;
+        })
+    $ locate $ server $ program $ args $ caps $ root $ with_root $ cpu $ memory $ time $ no_stdin
+    $ show)
+
+let exec_info ~name ~path =
   let exits =
     Cmd.Exit.info 0 ~doc:"the program exited with 0 (otherwise: the program's own exit code)."
     :: Cmd.Exit.info 2
@@ -293,19 +397,30 @@ let exec_cmd ~name ~path =
       Cmd.Env.info "CONSORT_LOCATE"
         ~doc:
           "Where to ask for servers' ports ($(i,ADDR:PORT,...)), when $(b,--locate) is not given.";
+      Cmd.Env.info "CONSORT_AGENT"
+        ~doc:
+          "$(b,consort-exec) only: the socket of the $(b,consort cap agent) to ask (default: \
+           $(b,\\$XDG_RUNTIME_DIR/consort/agent.sock), else $(b,~/.consort/agent.sock)), or \
+           $(b,off) for none.";
       Cmd.Env.info "CONSORT_MULTICAST"
         ~doc:"The IP multicast group where servers listen for locates and clients ask, or $(b,off).";
     ]
   in
-  Cmd.v
-    (Consort_cli.info ~path name ~exits ~envs
-       ~doc:
-         "Run a bytecode program on a process server, its standard streams connected to this \
-          terminal by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the \
-          program (SIGINT). $(b,consort-exec) is the same command in a small binary of its own, \
-          which starts faster than $(b,consort).")
+  Consort_cli.info ~path name ~exits ~envs
+    ~doc:
+      "Run a bytecode program on a process server, its standard streams connected to this terminal \
+       by virtual circuits; exits with the program's exit code. Ctrl-C interrupts the program \
+       (SIGINT). $(b,consort-exec) is the same command in a small binary of its own, which starts \
+       faster than $(b,consort): it has this user's $(b,consort cap agent) run the start when one \
+       runs (CONSORT_AGENT names its socket, $(b,off) none), else $(b,consort-exec-ml)."
+
+let exec_cmd ~name ~path =
+  Cmd.v (exec_info ~name ~path)
     (configured
-    @@ Term.(
-         const (fun l s p a c r wr cpu m t n sh () () -> exec l s p a c r wr cpu m t n sh)
-         $ locate $ server $ program $ args $ caps $ root $ with_root $ cpu $ memory $ time
-         $ no_stdin $ show $ Consort_cli.logging))
+    @@ Term.(const (fun req () () -> run own_host req) $ request_term $ Consort_cli.logging))
+
+let agent_cmd =
+  Cmd.v
+    (exec_info ~name:"consort-exec" ~path:"cap exec")
+    Term.(
+      const (fun p req logs -> (p, req, logs)) $ params $ request_term $ Consort_cli.log_options)

@@ -30,5 +30,62 @@ val resolve :
 (** [resolve ~config what s]: a capability given on the command line, as text ([cap1:...]) or as a
     path from the root directory. *)
 
+(** {1 Running a command for someone else}
+
+    The agent ([consort cap agent]) runs this command for a client process: with the client's
+    environment and standard streams, and its own nodes, kept warm between requests. *)
+
+type host = {
+  getenv : string -> string option;  (** [CONSORT_ROOT], [HOME] *)
+  root_file : string -> string option;
+      (** [~/.consort/root]'s contents; [None]: no such file. May raise [Sys_error]. *)
+  say : string -> unit;  (** One line on standard error, after [consort: ]. *)
+  stdout : (string -> unit) option;  (** The program's output (default: this process's). *)
+  stderr : (string -> unit) option;
+  stdin : Unix.file_descr;  (** The program's input, unless [-n]. *)
+  with_stdin : (unit -> int) -> int;  (** Refuses when standard input is closed. *)
+  interrupt : unit -> unit -> bool;
+      (** Called once the program is about to start; gives the function asked whether to interrupt
+          it. *)
+  hangup : unit -> bool;
+      (** Asked as often: [true] when the caller is gone (the program is then hung up on). *)
+  nodes :
+    ?locate:string ->
+    control:bool ->
+    unit ->
+    (Rpc_udp.node * Rpc_udp.node option * (unit -> unit), string) result;
+      (** A node on a loop (and a second one when [control]), and what to do when done with them. *)
+}
+
+val own_host : host
+(** This process's environment, streams, SIGINT and new nodes. *)
+
+type request = {
+  locate : string option;
+  server : string;
+  program : string;
+  args : string list;
+  caps : string list;
+  root : string option;
+  with_root : bool;
+  cpu : float;
+  memory : int;
+  time : float;
+  no_stdin : bool;
+  show_cap : bool;
+}
+(** A command line, parsed. *)
+
+val run : host -> request -> int
+(** Runs it: the exit status, the messages said on [host]. *)
+
+val agent_cmd :
+  (string option
+  * request
+  * ((Logs.level option * (string * Logs.level option) list) * Consort_cli.log_format))
+  Cmdliner.Cmd.t
+(** The command line of [consort-exec], parsed but not run: [--params], the request, the logging
+    options. *)
+
 val exec_cmd : name:string -> path:string -> int Cmdliner.Cmd.t
 (** The command: [name] in its parent, [path] its full name in examples. *)

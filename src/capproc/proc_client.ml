@@ -22,14 +22,17 @@ let write_all fd s =
 
 let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits)
     ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr)
-    ?(interrupt = fun () -> false) ?(started = ignore) () =
+    ?(interrupt = fun () -> false) ?(hangup = fun () -> false) ?(started = ignore) () =
   let loop = R.transport node in
   let key = Port.Key.generate () in
   let srv = R.serve node key in
   let host = Vc.create_host (Port.Key.port key) in
   let now () = Loop.now loop in
+  (* Once the caller is gone ([hangup]): nothing more is answered, as from a dead caller. *)
+  let hung = ref false in
   R.listen srv (fun r ->
-      Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
+      if not !hung then
+        Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
   let live = ref true in
   let rec tick () =
     Vc.tick host ~now:(now ());
@@ -89,6 +92,20 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
      SIGINT asked of the server. *)
   let proc = ref None in
   let rec poll_intr () =
+    if !live && (not !hung) && hangup () then begin
+      hung := true;
+      R.stop srv;
+      (* And SIGHUP at once, as a terminal's hangup (the server would send it once it found the
+         circuits dead, seconds later). *)
+      match !proc with
+      | Some p ->
+          R.trans
+            (Option.value control ~default:node)
+            ~idempotent:false
+            (Header.request ~offset:(P.signal_to_system Sys.sighup) p P.ps_signal)
+            "" ignore
+      | None -> ()
+    end;
     if !live then begin
       if interrupt () then begin
         match (stdin, !proc) with
@@ -111,7 +128,7 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
   let finish r =
     live := false;
     stop_input ();
-    R.stop srv;
+    if not !hung then R.stop srv;
     r
   in
   match

@@ -24,6 +24,7 @@ val exec :
   ?stdout:(string -> unit) ->
   ?stderr:(string -> unit) ->
   ?interrupt:(unit -> bool) ->
+  ?hangup:(unit -> bool) ->
   ?started:(Cap.t -> unit) ->
   unit ->
   (outcome, error) result
@@ -32,7 +33,9 @@ val exec :
     reads end of file at once), its output goes to [stdout] and [stderr] (default: this process's),
     all of it passed on before [exec] returns. [interrupt ()] is asked every 50 ms; [true] sends an
     interrupt (SIGINT for the program: over its input circuit, or asked of the server when it has no
-    input). [started] is told the process's capability once it runs. [caps] are more named
-    capabilities ([root], ...). [control], a second node on the same loop, carries the SIGINT
-    requests (the first node's session with the server is taken by the held [ps_wait] meanwhile).
-    Runs the node's loop; not for use inside a callback. *)
+    input). [hangup ()] is asked as often: [true] (the caller this runs for is gone) stops answering
+    on the circuits, so that the server hangs up on the program as on a dead caller (SIGHUP, then
+    killed), and asks for SIGHUP at once (on [control], when given). [started] is told the process's
+    capability once it runs. [caps] are more named capabilities ([root], ...). [control], a second
+    node on the same loop, carries the SIGINT requests (the first node's session with the server is
+    taken by the held [ps_wait] meanwhile). Runs the node's loop; not for use inside a callback. *)

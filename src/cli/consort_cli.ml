@@ -290,6 +290,10 @@ let table =
         ( "The directory's root capability:",
           "consort cap boot status --data /var/lib/consort/boot --only dir1/root" );
       ] );
+    ( "cap agent",
+      [
+        ("Keep consort-exec's starts warm for this user (in the background):", "consort cap agent &");
+      ] );
     ("cap destroy", [ ("Destroy a stored file:", "consort cap destroy cap1:...") ]);
     ( "cap exec",
       [

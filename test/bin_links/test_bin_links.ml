@@ -190,7 +190,7 @@ let consort_links_no_bench_or_test () =
                   (String.concat " -> " chain))
               bad))
 
-(* Every other installed executable (consortd, consort-exec): no bench or test library either. *)
+(* Every other installed executable (consortd, consort-exec-ml): no bench or test library either. *)
 let installed_link_no_bench_or_test () =
   let all = stanzas () in
   let installed =
@@ -206,7 +206,22 @@ let installed_link_no_bench_or_test () =
     (fun n ->
       if not (List.exists (fun s -> List.mem n s.names) installed) then
         Alcotest.failf "no installed executable %s found" n)
-    [ "consort"; "consortd"; "consort-exec" ];
+    [ "consort"; "consortd"; "consort-exec-ml" ];
+  (* consort-exec, the agent's C client, is built by a rule and installed beside them: it links
+     no library at all. *)
+  let exec_dune = Filename.concat (Lazy.force root) "bin/exec/dune" in
+  let text =
+    let ic = open_in_bin exec_dune in
+    Fun.protect
+      ~finally:(fun () -> close_in ic)
+      (fun () -> really_input_string ic (in_channel_length ic))
+  in
+  let sub = "(consort_exec.exe as consort-exec)" in
+  let has = ref false in
+  for i = 0 to String.length text - String.length sub do
+    if String.sub text i (String.length sub) = sub then has := true
+  done;
+  if not !has then Alcotest.failf "%s does not install consort_exec.exe as consort-exec" exec_dune;
   List.iter
     (fun exe ->
       match List.filter bench_or_test (closure all exe) with
@@ -234,7 +249,7 @@ let () =
         [
           Alcotest.test_case "consort links no bench or test library" `Quick
             consort_links_no_bench_or_test;
-          Alcotest.test_case "consortd and consort-exec link no bench or test library" `Quick
+          Alcotest.test_case "consortd and consort-exec(-ml) link no bench or test library" `Quick
             installed_link_no_bench_or_test;
           Alcotest.test_case "consort-bench links the benchmarks" `Quick
             consort_bench_links_the_benchmarks;

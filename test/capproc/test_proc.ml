@@ -144,7 +144,8 @@ let test_remote_run () =
   Alcotest.(check int) "every line" 30001 (List.length lines);
   Alcotest.(check bool) "in order" true (List.nth lines 29999 = "line 30000 " ^ String.make 50 'x')
 
-(* consort-exec, the small client binary: the same command as consort cap exec. Its program's
+(* consort-exec, the small client binary (with no agent, its OCaml client): the same command as
+   consort cap exec. Its program's
    streams and exit code, the caller's root not handed over, and a refusal (one line, exit 2). *)
 let consort_exec = here / ".." / ".." / "bin" / "exec" / "consort_exec.exe"
 
@@ -161,7 +162,9 @@ let run_small ~env ?stdin_file args =
       let pid =
         Unix.create_process_env consort_exec
           (Array.of_list ("consort-exec" :: args))
-          (Array.concat [ Array.of_list (base_env @ env); Unix.environment () ])
+          (* No agent unless the test names one (CONSORT_AGENT in [env] comes first). *)
+          (Array.concat
+             [ Array.of_list (base_env @ env @ [ "CONSORT_AGENT=off" ]); Unix.environment () ])
           i o e
       in
       List.iter Unix.close [ i; o; e ];
@@ -194,6 +197,396 @@ let test_consort_exec () =
   Alcotest.(check bool)
     ("one line: " ^ err) true
     (String.length err > 0 && String.index err '\n' = String.length err - 1)
+
+(* consort cap agent: consort-exec's starts through it, as without it; a limit named; a foreign
+   uid refused; bad requests answered while it goes on; killed mid-request, exit 3; a stale
+   socket, then no agent: the OCaml client runs. *)
+module Agent = Consort_capagent
+
+let agent_dir w = w.dir / "agent"
+let agent_sock w = agent_dir w / "agent.sock"
+let agent_log w = w.dir / "agent.log"
+
+(* The agents started, killed at the end whatever happened (a failed check included). *)
+let agents = ref []
+
+let start_agent w =
+  let pid =
+    spawn ~env:w.env ~out:(w.dir / "agent.out") ~err:(agent_log w)
+      [ "cap"; "agent"; "--socket"; agent_sock w ]
+  in
+  agents := pid :: !agents;
+  eventually "the agent serves" (fun () ->
+      contains (try read_file (agent_log w) with Sys_error _ -> "") "serving uid");
+  pid
+
+(* The agent's counts, said when it stops. *)
+let stop_agent w pid =
+  Unix.kill pid Sys.sigterm;
+  Alcotest.(check int) "the agent stops: exit 0" 0 (wait_code pid);
+  let log = read_file (agent_log w) in
+  match List.find_opt (fun l -> contains l "stopped:") (String.split_on_char '\n' log) with
+  | Some l -> l
+  | None -> Alcotest.failf "no counts in the agent's log: %s" log
+
+(* A request by hand: its answer line (or what came before the end). *)
+let raw_request ?(fds = [||]) w bytes =
+  let s = Unix.socket ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+  Fun.protect ~finally:(fun () -> Unix.close s) @@ fun () ->
+  Unix.connect s (Unix.ADDR_UNIX (agent_sock w));
+  (try
+     let n = if bytes = "" then 0 else Agent.send_fds s bytes fds in
+     if n < String.length bytes then
+       ignore (Unix.write_substring s bytes n (String.length bytes - n))
+   with Unix.Unix_error _ -> ());
+  let b = Bytes.create 512 in
+  let rec go acc =
+    match Unix.read s b 0 512 with
+    | 0 -> acc
+    | n ->
+        let acc = acc ^ Bytes.sub_string b 0 n in
+        if String.contains acc '\n' then acc else go acc
+    | exception Unix.Unix_error _ -> acc
+  in
+  go ""
+
+let request w argv =
+  Agent.encode
+    {
+      Agent.home = None;
+      consort_root = None;
+      consort_locate =
+        Some (List.hd (List.map (fun e -> String.sub e 15 (String.length e - 15)) w.env));
+      consort_multicast = Some "off";
+      root_file = None;
+      argv;
+    }
+
+let test_agent () =
+  with_world @@ fun w ->
+  Fun.protect ~finally:(fun () ->
+      List.iter
+        (fun pid ->
+          match Unix.waitpid [ Unix.WNOHANG ] pid with
+          | 0, _ -> (
+              (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+              try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+          | _ | (exception Unix.Unix_error _) -> ())
+        !agents;
+      agents := [])
+  @@ fun () ->
+  Unix.mkdir (agent_dir w) 0o700;
+  let through = ("CONSORT_AGENT=" ^ agent_sock w) :: w.env in
+  let input = w.dir / "input" in
+  write_file input "hello\nworld\n";
+  let extra = w.fs.cap in
+  let env = ("CONSORT_ROOT=" ^ extra) :: through in
+  let echo = [ w.ps.cap; w.prog; "--cap"; "extra=" ^ extra; "echo"; "7"; "a"; "b c" ] in
+  (* No agent: the OCaml client runs. *)
+  let alone = run_small ~env ~stdin_file:input echo in
+  let code, out, err = alone in
+  Alcotest.(check (triple int string string))
+    "no agent: the program's output and exit code" (7, "bye\n", "")
+    (code, err, if contains out "HELLO\nWORLD\n" then "" else out);
+  let pid = start_agent w in
+  let served = ref 0 in
+  let through_agent ?(stdin_file = input) ?(env = env) args =
+    incr served;
+    run_small ~env ~stdin_file args
+  in
+  Alcotest.(check (triple int string string))
+    "through the agent: the same output and exit code" alone (through_agent echo);
+  (* The caller's root, read by the client, given with --with-root. *)
+  let code, out, _ = through_agent [ "-n"; "--with-root"; w.ps.cap; w.prog; "echo"; "0" ] in
+  Alcotest.(check int) "--with-root: exit 0" 0 code;
+  Alcotest.(check bool)
+    ("the client's root given: " ^ out)
+    true
+    (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
+  (* ~/.consort/root, read by the client. *)
+  let home = w.dir / "home" in
+  Unix.mkdir home 0o700;
+  Unix.mkdir (home / ".consort") 0o700;
+  write_file (home / ".consort" / "root") (extra ^ "\nnotes\n");
+  let code, out, _ =
+    through_agent ~env:(("HOME=" ^ home) :: through)
+      [ "-n"; "--with-root"; w.ps.cap; w.prog; "echo"; "0" ]
+  in
+  Alcotest.(check int) "--with-root from ~/.consort/root: exit 0" 0 code;
+  Alcotest.(check bool)
+    ("the root file's root given: " ^ out)
+    true
+    (contains out (Printf.sprintf "caps: stdout,stderr,root\nroot: %s\n" extra));
+  (* A limit (memory: at once, where CPU time takes long on a loaded machine). *)
+  let code, _, err = through_agent [ "-n"; "--memory"; "64"; w.ps.cap; w.prog; "hog" ] in
+  Alcotest.(check int) ("a limit: exit 137; " ^ err) 137 code;
+  Alcotest.(check bool)
+    ("the limit named, as without the agent: " ^ err)
+    true
+    (contains err "\nconsort: the program stopped: memory limit (65536 KiB) exceeded\n");
+  let code, _, err = through_agent [ "-n"; w.ps.cap; "cap1:nothing" ] in
+  Alcotest.(check int) "a bad capability: exit 2" 2 code;
+  Alcotest.(check string)
+    "one line, as without the agent" "consort: PROGRAM: bad capability: "
+    (String.sub err 0 (min 34 (String.length err)));
+  (* Ctrl-C: passed on by consort-exec, the program's SIGINT. *)
+  incr served;
+  let iout = w.dir / "intr.out" and ierr = w.dir / "intr.err" in
+  let client =
+    let fd p =
+      Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644
+    in
+    let o = fd iout and e = fd ierr in
+    let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+    let pid =
+      Unix.create_process_env consort_exec
+        [| "consort-exec"; "-n"; w.ps.cap; w.prog; "sleepint" |]
+        (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+        i o e
+    in
+    List.iter Unix.close [ i; o; e ];
+    pid
+  in
+  eventually "the program sleeps" (fun () -> contains (read_file iout) "waiting");
+  Unix.kill client Sys.sigint;
+  Alcotest.(check int) ("interrupted: its exit code; " ^ read_file ierr) 42 (wait_code client);
+  Alcotest.(check bool) "it saw SIGINT" true (contains (read_file iout) "interrupted");
+  (* Bad requests: one line each, and the agent goes on. *)
+  let bad = ref 0 in
+  let expect_bad what bytes sub =
+    incr bad;
+    let r = raw_request w bytes in
+    Alcotest.(check bool)
+      (what ^ ": " ^ r)
+      true
+      (String.length r > 1 && r.[0] = 'E' && contains r sub)
+  in
+  expect_bad "not a request" "GET / HTTP/1.0\r\n\r\n" "not a consort-exec request";
+  expect_bad "over the bound"
+    ("CXA1\x7f\xff\xff\xff" ^ String.make 70_000 'a')
+    (Printf.sprintf "at most %d" Agent.max_body);
+  let good = request w [ "consort-exec"; "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
+  let frame body =
+    let n = String.length body in
+    Printf.sprintf "CXA1%c%c%c%c%s"
+      (Char.chr (n lsr 24))
+      (Char.chr ((n lsr 16) land 255))
+      (Char.chr ((n lsr 8) land 255))
+      (Char.chr (n land 255))
+      body
+  in
+  expect_bad "truncated" (frame (String.sub good 8 12)) "truncated";
+  expect_bad "no streams" good "three standard streams";
+  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+  expect_bad "a body that lies"
+    (let b = Bytes.of_string good in
+     Bytes.set b 8 '\007';
+     Bytes.to_string b)
+    "presence";
+  (* A well-formed request by hand, with its streams: run. *)
+  incr served;
+  let r = raw_request ~fds:[| devnull; devnull; devnull |] w good in
+  Alcotest.(check string) "a request by hand" "X0\n" r;
+  (* A foreign uid: refused at once, even with a good request and its streams; the C client run
+     as nobody does not send it, and runs the OCaml client. *)
+  Unix.chmod (agent_dir w) 0o711;
+  Unix.chmod (agent_sock w) 0o666;
+  let me = Unix.geteuid () in
+  let nobody_request () =
+    match Unix.fork () with
+    | 0 ->
+        let code =
+          try
+            Unix.setgroups [| 65534 |];
+            Unix.setgid 65534;
+            Unix.setuid 65534;
+            let r = raw_request ~fds:[| devnull; devnull; devnull |] w good in
+            if r = Printf.sprintf "Ethis agent serves uid %d only\n" me then 0 else 1
+          with _ -> 2
+        in
+        Unix._exit code
+    | child -> wait_code child
+  in
+  let foreign = ref 0 in
+  if Unix.geteuid () = 0 then begin
+    incr foreign;
+    Alcotest.(check int) "nobody's request refused" 0 (nobody_request ());
+    (* The C client as nobody, from a copy it may run. *)
+    let bin = w.dir / "bin" in
+    Unix.mkdir bin 0o755;
+    List.iter
+      (fun f ->
+        write_file (bin / f) (read_file (here / ".." / ".." / "bin" / "exec" / f));
+        Unix.chmod (bin / f) 0o755)
+      [ "consort_exec.exe"; "consort_exec_ml.exe" ];
+    incr foreign;
+    let out = w.dir / "nobody.out" and err = w.dir / "nobody.err" in
+    let fd p =
+      Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o666
+    in
+    let o = fd out and e = fd err in
+    Unix.chmod out 0o666;
+    Unix.chmod err 0o666;
+    let pid =
+      Unix.create_process_env "setpriv"
+        [|
+          "setpriv";
+          "--reuid=65534";
+          "--regid=65534";
+          "--clear-groups";
+          bin / "consort_exec.exe";
+          "-n";
+          w.ps.cap;
+          w.prog;
+          "echo";
+          "0";
+        |]
+        (Array.concat
+           [ Array.of_list ((("HOME=" ^ w.dir) :: base_env) @ through); Unix.environment () ])
+        devnull o e
+    in
+    Unix.close o;
+    Unix.close e;
+    let code = wait_code pid in
+    Alcotest.(check int) ("nobody's consort-exec: its own client ran; " ^ read_file err) 0 code;
+    Alcotest.(check bool) "its output" true (contains (read_file out) "caps: stdout,stderr\n");
+    eventually "the agent counted it" (fun () ->
+        contains
+          (read_file (agent_log w))
+          "refused a client of uid 65534: this agent serves uid 0 only (2 refused)");
+    (* An "agent" of another user (root's socket, open to all) gets nothing from nobody's
+       consort-exec: not a byte of its request, which holds its capabilities. *)
+    let fake = w.dir / "fake.sock" in
+    let l = Unix.socket ~cloexec:true Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+    Unix.bind l (Unix.ADDR_UNIX fake);
+    Unix.chmod fake 0o666;
+    Unix.listen l 1;
+    let o = fd out and e = fd err in
+    let pid =
+      Unix.create_process_env "setpriv"
+        [|
+          "setpriv";
+          "--reuid=65534";
+          "--regid=65534";
+          "--clear-groups";
+          bin / "consort_exec.exe";
+          "-n";
+          w.ps.cap;
+          w.prog;
+          "echo";
+          "0";
+        |]
+        (Array.concat
+           [
+             Array.of_list
+               (("HOME=" ^ w.dir) :: ("CONSORT_AGENT=" ^ fake) :: ("CONSORT_ROOT=" ^ extra)
+                :: base_env
+               @ w.env);
+             Unix.environment ();
+           ])
+        devnull o e
+    in
+    Unix.close o;
+    Unix.close e;
+    let got =
+      match Unix.select [ l ] [] [] 30. with
+      | [], _, _ -> Alcotest.fail "nobody's consort-exec did not connect"
+      | _ ->
+          let c, _ = Unix.accept ~cloexec:true l in
+          let b = Bytes.create 4096 in
+          (* Until the client closes (the real one, at once) or sends (the request). *)
+          let n =
+            match Unix.select [ c ] [] [] 30. with
+            | [], _, _ -> -1
+            | _ -> ( try Unix.read c b 0 4096 with Unix.Unix_error _ -> 0)
+          in
+          Unix.close c;
+          n
+    in
+    Unix.close l;
+    Alcotest.(check int) "another user's agent got no byte" 0 got;
+    Alcotest.(check int) ("then its own client ran; " ^ read_file err) 0 (wait_code pid);
+    Alcotest.(check bool) "its output" true (contains (read_file out) "caps: stdout,stderr\n")
+  end;
+  Unix.chmod (agent_dir w) 0o700;
+  Unix.close devnull;
+  let counts = stop_agent w pid in
+  Alcotest.(check string)
+    "the agent's counts"
+    (Printf.sprintf
+       "consort: agent: stopped: %d served, %d refused for their uid, %d bad, 0 not run here"
+       !served !foreign !bad)
+    counts;
+  (* The caller killed while its program runs: the program is hung up on, as with its own client
+     (SIGHUP once the server finds its circuits dead). *)
+  let pid = start_agent w in
+  let client, err =
+    let err = w.dir / "hup.err" in
+    let o = Unix.openfile "/dev/null" [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 in
+    let e = Unix.openfile err [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+    let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+    let client =
+      Unix.create_process_env consort_exec
+        [| "consort-exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" |]
+        (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+        i o e
+    in
+    List.iter Unix.close [ i; o; e ];
+    (client, err)
+  in
+  eventually "the program runs" (fun () -> contains (read_file err) "consort: process cap1:");
+  Unix.kill client Sys.sigkill;
+  ignore (wait_code client);
+  eventually "the program was hung up on" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      contains o "killed by SIGHUP");
+  (* The agent free again. *)
+  let devnull = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+  eventually "the agent runs a start again" (fun () ->
+      raw_request ~fds:[| devnull; devnull; devnull |] w good = "X0\n");
+  Unix.close devnull;
+  (* Killed mid-request: exit 3. A start asked while a program runs runs in its own client. *)
+  let out = w.dir / "long.out" and err = w.dir / "long.err" in
+  let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let o = fd out and e = fd err in
+  let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let client =
+    Unix.create_process_env consort_exec
+      [| "consort-exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" |]
+      (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+      i o e
+  in
+  List.iter Unix.close [ i; o; e ];
+  eventually "the program runs" (fun () -> contains (read_file err) "consort: process cap1:");
+  let code, out2, _ = run_small ~env:through [ "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
+  Alcotest.(check int) "a start meanwhile: exit 0" 0 code;
+  Alcotest.(check bool) "its output" true (contains out2 "caps: stdout,stderr\n");
+  Unix.kill pid Sys.sigkill;
+  ignore (wait_code pid);
+  Alcotest.(check int) "the agent killed mid-request: exit 3" 3 (wait_code client);
+  Alcotest.(check bool)
+    ("outcome unknown, one line: " ^ read_file err)
+    true
+    (contains (read_file err)
+       "\nconsort: exec: outcome unknown: the agent stopped without an answer\n");
+  (match String.split_on_char ' ' (List.hd (String.split_on_char '\n' (read_file err))) with
+  | [ "consort:"; "process"; p ] -> ignore (run ~env:w.env [ "cap"; "kill"; "--signal"; "KILL"; p ])
+  | _ -> ());
+  (* Its socket is left: stale. consort-exec runs its own client. *)
+  Alcotest.(check bool) "a stale socket" true (Sys.file_exists (agent_sock w));
+  Alcotest.(check (triple int string string))
+    "a stale socket: the same output and exit code" alone
+    (run_small ~env ~stdin_file:input echo);
+  (* A new agent takes the stale socket's place. *)
+  let pid = start_agent w in
+  Alcotest.(check (triple int string string))
+    "through a new agent" alone
+    (run_small ~env ~stdin_file:input echo);
+  Alcotest.(check string)
+    "the new agent served it"
+    "consort: agent: stopped: 1 served, 0 refused for their uid, 0 bad, 0 not run here"
+    (stop_agent w pid);
+  Alcotest.(check bool) "its socket removed" false (Sys.file_exists (agent_sock w))
 
 (* A program that uses a capability of its environment: std_info through
    the RPC, located where the process server says. *)
@@ -782,6 +1175,7 @@ let () =
         [
           Alcotest.test_case "remote run, environment, exit code" `Quick test_remote_run;
           Alcotest.test_case "consort-exec" `Quick test_consort_exec;
+          Alcotest.test_case "consort-exec through the agent" `Quick test_agent;
           Alcotest.test_case "a capability used" `Quick test_capability_use;
           Alcotest.test_case "limits" `Quick test_limits;
           Alcotest.test_case "refusals" `Quick test_refusals;

@@ -269,6 +269,9 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ bad_cap; "x" ], 2);
         ([ "--cpu"; "0"; bad_cap; bad_cap ], 124);
       ] );
+    ( [ "cap"; "agent" ],
+      [ "--socket"; missing ],
+      [ ([ "--socket"; missing ], 2); ([ "--socket"; "/etc/consort-agent.sock" ], 2) ] );
     ([ "cap"; "kill" ], [ bad_cap ], [ ([ "not-a-cap" ], 2); ([ bad_cap; "--signal"; "NOPE" ], 2) ]);
     ( [ "cap"; "proc"; "serve" ],
       [ "--data"; missing ],

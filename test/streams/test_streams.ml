@@ -254,6 +254,7 @@ let commands : (string list * string list * stdin_use) list =
     ([ "cap"; "boot"; "check" ], [ existing ], Unread);
     ([ "cap"; "boot"; "serve" ], [ "--decl"; existing; "--data"; "/tmp" ], Unread);
     ([ "cap"; "boot"; "status" ], [ "--data"; "/nonexistent/consort" ], Unread);
+    ([ "cap"; "agent" ], [ "--socket"; "/nonexistent/consort.sock" ], Unread);
     ([ "cap"; "cat" ], [ "/a"; "--root"; bad_cap ], Unread);
     ([ "cap"; "chmod" ], [ "/a"; "all"; "--root"; "not-a-cap" ], Unread);
     ([ "cap"; "demo" ], [ "--timeout"; "0" ], Unread);
@@ -353,6 +354,7 @@ let paths : (string list * string * use * (string -> string list)) list =
         "with --impair: checked at start for a directory it can write (test_cli: a missing one), \
          written at the end of a run of minutes as root (a full disk then is one line and 2)",
       fun p -> [ "--impair"; "loss=2%"; "--save"; p ] );
+    ([ "cap"; "agent" ], "--socket", Socket, fun p -> [ "--socket"; p ]);
     ([ "cap"; "fs"; "fsck" ], "--data", Read, fun p -> [ "--data"; p ]);
     ([ "cap"; "fs"; "put" ], "FILE", Read, fun p -> [ "--server"; some_cap; p ]);
     ( [ "cap"; "fs"; "serve" ],
