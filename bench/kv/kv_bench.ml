@@ -780,28 +780,36 @@ and run_ clients_list seconds warmup no_etcd save json =
       in
       let j = to_json ~header ~load_start ~load_end pairs failovers in
       if json then print_endline (Yojson.Safe.to_string j);
-      (match save with
-      | None -> ()
-      | Some d -> (
-          let tm = Unix.gmtime (Unix.time ()) in
-          let f =
-            d
-            / Printf.sprintf "kv-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
-                (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
-          in
-          match
-            let oc = open_out f in
-            Fun.protect
-              ~finally:(fun () -> close_out_noerr oc)
-              (fun () ->
-                output_string oc (Yojson.Safe.pretty_to_string j ^ "\n");
-                close_out oc)
-          with
-          | () -> Fmt.pr "kept in %s@." f
-          | exception Sys_error m -> Fmt.epr "consort bench kv: --save %s: %s@." d m));
-      (* Exit 1 when a figure is missing: a discarded or unmeasured run (etcd's
+      let saved =
+        match save with
+        | None -> true
+        | Some d -> (
+            let tm = Unix.gmtime (Unix.time ()) in
+            let f =
+              d
+              / Printf.sprintf "kv-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
+                  (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
+            in
+            match
+              let oc = open_out f in
+              Fun.protect
+                ~finally:(fun () -> close_out_noerr oc)
+                (fun () ->
+                  output_string oc (Yojson.Safe.pretty_to_string j ^ "\n");
+                  close_out oc)
+            with
+            | () ->
+                Fmt.pr "kept in %s@." f;
+                true
+            | exception Sys_error m ->
+                Fmt.epr "consort bench kv: --save %s: %s@." d m;
+                false)
+      in
+      (* The figures could not be kept: 2, as every write that fails. *)
+      if not saved then 2
+      else if
+        (* Exit 1 when a figure is missing: a discarded or unmeasured run (etcd's
          not counted with --no-etcd). *)
-      if
         List.for_all
           (fun (_, c, e) -> Result.is_ok (usable c) && (no_etcd || Result.is_ok (usable e)))
           pairs

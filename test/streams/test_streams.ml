@@ -348,6 +348,13 @@ let paths : (string list * string * use * (string -> string list)) list =
          then is one line and 2, as for every write)",
       fun p -> [ "--rounds"; "1"; "--save"; p ] );
     ([ "bench"; "membership" ], "--save", Written, fun p -> [ "--rounds"; "1"; "--save"; p ]);
+    ( [ "bench"; "kv" ],
+      "--save",
+      After_server
+        "checked at start for a directory it can write (a missing one is refused), written at the \
+         end of a run of minutes with three etcd and three Consort replicas (a failed write then \
+         is one line and 2)",
+      fun p -> [ "--no-etcd"; "--save"; p ] );
     ( [ "bench"; "tcp" ],
       "--save",
       After_server
