@@ -238,7 +238,7 @@ let runnable ~locate ~multicast r =
       else None
   | Ok (`Ok (Some _, _, _) | `Help | `Version) | Error _ -> None
 
-let host ~node ~control c (fd0, fd1, fd2) r =
+let host ~node ~control ~circuits c (fd0, fd1, fd2) r =
   {
     X.getenv = (function "HOME" -> r.home | "CONSORT_ROOT" -> r.consort_root | _ -> None);
     root_file =
@@ -261,6 +261,8 @@ let host ~node ~control c (fd0, fd1, fd2) r =
       (* The second node always: it carries the SIGHUP of a caller gone (the first one's session
          is held by the program's ps_wait). *)
       (fun ?locate:_ ~control:_ () -> Ok (node, Some control, ignore));
+    (* One port for every start's circuits: the server's node keeps its session with it. *)
+    circuits = Some circuits;
   }
 
 let serve ~socket ~locate =
@@ -293,6 +295,7 @@ let serve ~socket ~locate =
               remove ();
               X.refused "agent: %s" m
           | Ok (node, control) ->
+              let circuits = Consort_capproc.Proc_client.circuits node in
               let locate = match locate with Some l -> Some l | None -> getenv "CONSORT_LOCATE" in
               let multicast = getenv "CONSORT_MULTICAST" in
               let me = Unix.geteuid () in
@@ -445,7 +448,7 @@ let serve ~socket ~locate =
                         reply c "F\n"
                     | Some req ->
                         let code =
-                          try X.run (host ~node ~control c (fd0, fd1, fd2) r) req
+                          try X.run (host ~node ~control ~circuits c (fd0, fd1, fd2) r) req
                           with e ->
                             say "internal error: %s" (Printexc.to_string e);
                             write_all fd2
@@ -469,6 +472,7 @@ let serve ~socket ~locate =
               Queue.iter (fun c -> reply c "F\n") pending;
               remove ();
               Unix.close lsock;
+              Consort_capproc.Proc_client.close_circuits circuits;
               R.close control;
               R.close node;
               say "stopped: %d served, %d refused for their uid, %d bad, %d not run here" st.served

@@ -44,6 +44,7 @@ type host = {
     control:bool ->
     unit ->
     (R.node * R.node option * (unit -> unit), string) result;
+  circuits : Proc_client.circuits option;
 }
 
 let own_nodes ?locate ~control () =
@@ -80,6 +81,7 @@ let own_host =
           i);
     hangup = (fun () -> false);
     nodes = own_nodes;
+    circuits = None;
   }
 
 let refused_on host fmt =
@@ -238,8 +240,8 @@ let run host
       let started c = if show_cap then host.say ("process " ^ Cap.to_string c) in
       let stdin = if no_stdin then None else Some host.stdin in
       let r =
-        Proc_client.exec node ?control ~server ~program ~args ~caps ~limits ?stdin
-          ?stdout:host.stdout ?stderr:host.stderr ~interrupt ~hangup:host.hangup ~started ()
+        Proc_client.exec node ?control ?circuits:host.circuits ~server ~program ~args ~caps ~limits
+          ?stdin ?stdout:host.stdout ?stderr:host.stderr ~interrupt ~hangup:host.hangup ~started ()
       in
       release ();
       match r with

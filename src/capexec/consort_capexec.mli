@@ -55,6 +55,8 @@ type host = {
     unit ->
     (Rpc_udp.node * Rpc_udp.node option * (unit -> unit), string) result;
       (** A node on a loop (and a second one when [control]), and what to do when done with them. *)
+  circuits : Consort_capproc.Proc_client.circuits option;
+      (** A port for the program's circuits kept across starts, on the first of [nodes]' nodes. *)
 }
 
 val own_host : host

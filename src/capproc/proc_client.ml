@@ -20,27 +20,97 @@ let write_all fd s =
   in
   try go 0 with Unix.Unix_error _ -> ()
 
-let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits)
-    ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr)
-    ?(interrupt = fun () -> false) ?(hangup = fun () -> false) ?(started = ignore) () =
+(* A port for circuits kept across starts: the process server's node that reaches it keeps its
+   session (no locate, no handshake at the next start). Each start has circuits of its own, with
+   their own capabilities, hung up when it ends: a program of an earlier start that still holds
+   its circuits' capabilities is refused ([hungup], then [STD_NOTFOUND]) and can never write into
+   a later start's. *)
+type circuits = {
+  c_node : R.node;
+  c_srv : R.server;
+  c_host : Vc.t;
+  mutable c_timer : Loop.timer option;
+}
+
+let circuits node =
   let loop = R.transport node in
   let key = Port.Key.generate () in
   let srv = R.serve node key in
   let host = Vc.create_host (Port.Key.port key) in
   let now () = Loop.now loop in
-  (* Once the caller is gone ([hangup]): nothing more is answered, as from a dead caller. *)
-  let hung = ref false in
   R.listen srv (fun r ->
-      if not !hung then
-        Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
-  let live = ref true in
+      Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
+  let c = { c_node = node; c_srv = srv; c_host = host; c_timer = None } in
   let rec tick () =
     Vc.tick host ~now:(now ());
-    if !live then ignore (Loop.after loop (Time.of_ms 200) tick)
+    c.c_timer <- Some (Loop.after loop (Time.of_ms 200) tick)
   in
   tick ();
-  let c1 = Result.get_ok (Vc.create host ~now:(now ()))
-  and c2 = Result.get_ok (Vc.create host ~now:(now ())) in
+  c
+
+let close_circuits c =
+  Option.iter Loop.cancel c.c_timer;
+  c.c_timer <- None;
+  R.stop c.c_srv
+
+(* A start's circuits on a kept port when it has room, else on a port of the start's own. *)
+let open_circuits node kept =
+  let loop = R.transport node in
+  let now () = Loop.now loop in
+  let on_kept =
+    match kept with
+    | Some k when k.c_node == node && k.c_timer <> None -> (
+        match (Vc.create k.c_host ~now:(now ()), Vc.create k.c_host ~now:(now ())) with
+        | Ok c1, Ok c2 -> Some (k.c_host, c1, c2)
+        | Ok c, _ | _, Ok c ->
+            Vc.hangup k.c_host ~now:(now ()) c.Vc.a "no room for a start";
+            None
+        | Error `Full, Error `Full -> None)
+    | _ -> None
+  in
+  match on_kept with
+  | Some (host, c1, c2) ->
+      (* The start's end: its circuits hung up; nothing more passes on them. *)
+      let hang why =
+        Vc.hangup host ~now:(now ()) c1.Vc.a why;
+        Vc.hangup host ~now:(now ()) c2.Vc.a why
+      in
+      (host, c1, c2, (fun () -> hang "its caller hung up"), fun () -> hang "the start ended")
+  | None ->
+      let key = Port.Key.generate () in
+      let srv = R.serve node key in
+      let host = Vc.create_host (Port.Key.port key) in
+      (* Once the caller is gone: nothing more is answered, as from a dead caller. *)
+      let hung = ref false in
+      R.listen srv (fun r ->
+          if not !hung then
+            Vc.handle host ~now:(now ()) (R.header r) (R.data r) (fun (h, d) -> R.putrep r h d));
+      let live = ref true in
+      let rec tick () =
+        Vc.tick host ~now:(now ());
+        if !live then ignore (Loop.after loop (Time.of_ms 200) tick)
+      in
+      tick ();
+      let c1 = Result.get_ok (Vc.create host ~now:(now ()))
+      and c2 = Result.get_ok (Vc.create host ~now:(now ())) in
+      ( host,
+        c1,
+        c2,
+        (fun () ->
+          hung := true;
+          R.stop srv),
+        fun () ->
+          live := false;
+          if not !hung then R.stop srv )
+
+let exec node ?control ?circuits ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits)
+    ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr)
+    ?(interrupt = fun () -> false) ?(hangup = fun () -> false) ?(started = ignore) () =
+  let loop = R.transport node in
+  let host, c1, c2, hang_up, close_host = open_circuits node circuits in
+  let now () = Loop.now loop in
+  let hung = ref false in
+  let live = ref true in
   let a1 = E.local host ~now c1.Vc.a and a2 = E.local host ~now c2.Vc.a in
   (* Output: read each circuit to its end. *)
   let out_done = ref 0 in
@@ -94,7 +164,7 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
   let rec poll_intr () =
     if !live && (not !hung) && hangup () then begin
       hung := true;
-      R.stop srv;
+      hang_up ();
       (* And SIGHUP at once, as a terminal's hangup (the server would send it once it found the
          circuits dead, seconds later). *)
       match !proc with
@@ -128,7 +198,7 @@ let exec node ?control ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.
   let finish r =
     live := false;
     stop_input ();
-    if not !hung then R.stop srv;
+    close_host ();
     r
   in
   match

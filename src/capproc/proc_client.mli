@@ -11,9 +11,21 @@ type error =
 
 val pp_error : error Fmt.t
 
+type circuits
+(** A port for the circuits of many starts, kept open: the process server reaches every start's
+    circuits with the session it opened for the first (no locate, no handshake). Each start has
+    circuits of its own (their own capabilities), hung up when the start ends: a program of an
+    earlier start that still holds them is refused and never writes into a later start's. *)
+
+val circuits : Rpc_udp.node -> circuits
+(** [circuits node] serves a new port on [node] (its loop answers it from then on). *)
+
+val close_circuits : circuits -> unit
+
 val exec :
   Rpc_udp.node ->
   ?control:Rpc_udp.node ->
+  ?circuits:circuits ->
   server:Cap.t ->
   program:Cap.t ->
   ?args:string list ->
@@ -38,4 +50,6 @@ val exec :
     killed), and asks for SIGHUP at once (on [control], when given). [started] is told the process's
     capability once it runs. [caps] are more named capabilities ([root], ...). [control], a second
     node on the same loop, carries the SIGINT requests (the first node's session with the server is
-    taken by the held [ps_wait] meanwhile). Runs the node's loop; not for use inside a callback. *)
+    taken by the held [ps_wait] meanwhile). [circuits] (made on [node]) hosts the circuits, else a
+    port of this start's own does (when it has no room for two more, too). Runs the node's loop; not
+    for use inside a callback. *)

@@ -74,6 +74,8 @@ type proc = {
   pd : Pd.t;
   limits : Pd.limits;
   node : R.node;
+  node_locate : string; (* the locate list [node] was opened with *)
+  mutable node_kept : bool; (* [node] kept for the next program when this one ended *)
   mutable state : state;
   mutable file : string option;
   mutable waiters : (Time.t * R.request) list;
@@ -117,6 +119,9 @@ type t = {
   mutable spares : int;
   mutable zygote : Spawn.zygote option; (* makes the spares *)
   mutable coming : coming option; (* a spare asked of the zygote, its answer not yet read *)
+  mutable kept_relays : (string * R.node * Loop.timer) list;
+      (* nodes of ended programs, by their locate list, kept for the next program of the same
+         caller: their sessions with its circuits' port open (no locate, no handshake) *)
 }
 
 (* A spare (Spawn.prepare) in cgroups of its own: the next program's. *)
@@ -296,6 +301,43 @@ let classify t p st =
       { f with text = Printf.sprintf "%s (process limit %d reached)" f.text t.config.max_tree }
   | _ -> f
 
+(* At most [max_kept_relays] nodes are kept, each for [relay_idle] at most. *)
+let max_kept_relays = 8
+let relay_idle = Time.of_sec 30.
+
+(* The node a program's circuits were reached with, kept for the next program whose caller is
+   located the same way (a long-running client such as [consort cap agent] serves every start's
+   circuits on one port). *)
+let keep_relay t p =
+  if not p.node_kept then begin
+    p.node_kept <- true;
+    let rec close_oldest = function
+      | [] -> []
+      | [ (_, n, tm) ] ->
+          Loop.cancel tm;
+          R.close n;
+          []
+      | x :: rest -> x :: close_oldest rest
+    in
+    if List.length t.kept_relays >= max_kept_relays then t.kept_relays <- close_oldest t.kept_relays;
+    let node = p.node in
+    let tm =
+      Loop.after t.loop relay_idle (fun () ->
+          t.kept_relays <- List.filter (fun (_, n, _) -> n != node) t.kept_relays;
+          R.close node)
+    in
+    t.kept_relays <- (p.node_locate, node, tm) :: t.kept_relays
+  end
+
+(* A kept node for [locate], taken out of [t.kept_relays]. *)
+let take_relay t locate =
+  match List.find_opt (fun (l, _, _) -> l = locate) t.kept_relays with
+  | None -> None
+  | Some (_, n, tm) ->
+      Loop.cancel tm;
+      t.kept_relays <- List.filter (fun (_, n', _) -> n' != n) t.kept_relays;
+      Some n
+
 let finish t p st =
   Log.debug (fun m ->
       m "process %d: ended %.2f ms after ps_exec" p.obj
@@ -310,6 +352,7 @@ let finish t p st =
   let ws = p.waiters in
   p.waiters <- [];
   List.iter (fun (_, r) -> answer_wait p r) ws;
+  keep_relay t p;
   (* A cgroup killed and removed held every process of the tree: none is
      left to race the removal of its directory. *)
   let emptied =
@@ -910,7 +953,7 @@ let clamp ~default ~max v = if v <= 0 then default else min v max
 let forget t p =
   Hashtbl.remove t.procs p.obj;
   (match p.file with Some f -> ( try Sys.remove f with Sys_error _ -> ()) | None -> ());
-  R.close p.node
+  if not p.node_kept then R.close p.node
 
 let exec t r =
   let refuse st why = R.putrep r (Header.reply st) (one_line why) in
@@ -941,7 +984,13 @@ let exec t r =
         | Some h -> refuse `Argbad ("bad locate hint " ^ h)
         | None -> (
             let locate = (Udp.address_to_string (R.client r) :: pd.Pd.hints) @ t.config.locate in
-            match R.open_node ~config:t.config.rpc ~locate:(String.concat "," locate) t.loop with
+            let node_locate = String.concat "," locate in
+            let node =
+              match take_relay t node_locate with
+              | Some n -> Ok n
+              | None -> R.open_node ~config:t.config.rpc ~locate:node_locate t.loop
+            in
+            match node with
             | Error e -> refuse `Syserr e
             | Ok node ->
                 let d = t.config.default_limits and m = t.config.max_limits in
@@ -966,6 +1015,8 @@ let exec t r =
                     pd;
                     limits;
                     node;
+                    node_locate;
+                    node_kept = false;
                     state = Fetching;
                     file = None;
                     waiters = [];
@@ -1212,6 +1263,7 @@ let create config loop node key =
                       spare = None;
                       spares = 0;
                       coming = None;
+                      kept_relays = [];
                       zygote =
                         (match Spawn.zygote () with
                         | z -> Some z
@@ -1277,6 +1329,12 @@ let shutdown t =
   t.zygote <- None;
   List.iter (fun cg -> ignore (Cgroup.remove cg)) t.leftover;
   Cgroup.teardown t.cgroups;
+  List.iter
+    (fun (_, n, tm) ->
+      Loop.cancel tm;
+      R.close n)
+    t.kept_relays;
+  t.kept_relays <- [];
   R.close t.fetcher
 
 let confinement t =
