@@ -37,6 +37,20 @@ let () =
         l := Bytes.make 1_048_576 'x' :: !l
       done
   | _ :: "sleep" :: _ -> Unix.sleepf 3600. |> ignore
+  | _ :: "waitfile" :: path :: _ ->
+      (* Runs until [path] exists (30 s at most): "seen", exit 0, else exit 1. *)
+      let rec wait n =
+        if Sys.file_exists path then begin
+          print_endline "seen";
+          exit 0
+        end
+        else if n = 0 then exit 1
+        else begin
+          Unix.sleepf 0.05;
+          wait (n - 1)
+        end
+      in
+      wait 600
   | _ :: "sleepint" :: _ ->
       (* Like intr, but with no input: sleeps until SIGINT. *)
       Sys.set_signal Sys.sigint

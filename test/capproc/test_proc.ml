@@ -588,6 +588,73 @@ let test_agent () =
     (stop_agent w pid);
   Alcotest.(check bool) "its socket removed" false (Sys.file_exists (agent_sock w))
 
+(* The agent's circuits: one port for every start (the server's node keeps its session with
+   it), each start's circuits its own and hung up when the start ends. A program that outlives its
+   start (a child in a session of its own, on a server without namespace or cgroup, where it
+   survives) writes into its start's stdout circuit while the next start runs: refused, and the
+   next start's output is its own. Then two starts in a row with input: each the output and exit
+   code of a start without the agent. *)
+let test_agent_circuits () =
+  with_world ~ps_args:[ "--no-namespaces"; "--no-cgroups" ] @@ fun w ->
+  Fun.protect ~finally:(fun () ->
+      List.iter
+        (fun pid ->
+          match Unix.waitpid [ Unix.WNOHANG ] pid with
+          | 0, _ -> (
+              (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+              try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+          | _ | (exception Unix.Unix_error _) -> ())
+        !agents;
+      agents := [])
+  @@ fun () ->
+  let code, stale, err =
+    run ~env:w.env [ "cap"; "fs"; "put"; "--server"; w.fs.cap; here / "prog_stale.bc" ]
+  in
+  if code <> 0 then Alcotest.failf "put prog_stale.bc: %s" err;
+  let stale = String.trim stale in
+  Unix.mkdir (agent_dir w) 0o700;
+  let through = ("CONSORT_AGENT=" ^ agent_sock w) :: w.env in
+  (* A directory the programs' user can write. *)
+  let shared = w.dir / "shared" in
+  Unix.mkdir shared 0o700;
+  Unix.chmod shared 0o777;
+  let result = shared / "result" in
+  let pid = start_agent w in
+  let code, out1, err1 = run_small ~env:through [ "-n"; w.ps.cap; stale; "1"; result ] in
+  Alcotest.(check (pair int string)) "the first start: exit 0" (0, "") (code, err1);
+  Alcotest.(check bool) ("its port: " ^ out1) true (contains out1 "port: ");
+  (* The next start runs until the stale program has tried (30 s at most). *)
+  let code, out2, err2 = run_small ~env:through [ "-n"; w.ps.cap; w.prog; "waitfile"; result ] in
+  Alcotest.(check (triple int string string))
+    "the next start: its own output only" (0, "seen\n", "") (code, out2, err2);
+  let outcome = read_file result in
+  Alcotest.(check bool)
+    ("the stale program's write into its start's circuit is refused: " ^ outcome)
+    true
+    (String.length outcome > 9 && String.sub outcome 0 9 = "refused: ");
+  (* The same port for every start's circuits. *)
+  let code, out3, _ = run_small ~env:through [ "-n"; w.ps.cap; stale; "-"; "-" ] in
+  Alcotest.(check (pair int string)) "a third start: the first one's port" (0, out1) (code, out3);
+  (* Two starts in a row with input: as without the agent. *)
+  let input = w.dir / "input" in
+  write_file input "hello\nworld\n";
+  let echo = [ w.ps.cap; w.prog; "echo"; "7"; "a" ] in
+  let alone = run_small ~env:w.env ~stdin_file:input echo in
+  let code, out, err = alone in
+  Alcotest.(check (triple int string string))
+    "without the agent" (7, "bye\n", "")
+    (code, err, if contains out "args: a\n" && contains out "HELLO\nWORLD\n" then "" else out);
+  Alcotest.(check (triple int string string))
+    "a start through the agent" alone
+    (run_small ~env:through ~stdin_file:input echo);
+  Alcotest.(check (triple int string string))
+    "the next start through the agent" alone
+    (run_small ~env:through ~stdin_file:input echo);
+  Alcotest.(check string)
+    "every start served by the agent"
+    "consort: agent: stopped: 5 served, 0 refused for their uid, 0 bad, 0 not run here"
+    (stop_agent w pid)
+
 (* A program that uses a capability of its environment: std_info through
    the RPC, located where the process server says. *)
 let test_capability_use () =
@@ -1182,6 +1249,8 @@ let () =
           Alcotest.test_case "kill and interrupt" `Quick test_kill_and_interrupt;
           Alcotest.test_case "dead caller, bounded processes" `Quick test_dead_caller_and_bound;
           Alcotest.test_case "dead server" `Quick test_dead_server;
+          Alcotest.test_case "the agent's circuits: kept, each start its own" `Quick
+            test_agent_circuits;
         ] );
       ( "hostile",
         [
