@@ -472,6 +472,9 @@ let serve ~socket ~locate =
               Queue.iter (fun c -> reply c "F\n") pending;
               remove ();
               Unix.close lsock;
+              (* The sessions of the circuits' port: one per node that reached it (a process
+                 server keeps its node from one program to the next: one for all its starts). *)
+              say "its circuits' port: %d sessions" (R.stats node).Consort_cap.Rpc.sessions;
               Consort_capproc.Proc_client.close_circuits circuits;
               R.close control;
               R.close node;

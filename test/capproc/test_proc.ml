@@ -656,7 +656,13 @@ let test_agent_circuits () =
   Alcotest.(check string)
     "every start served by the agent"
     "consort: agent: stopped: 5 served, 0 refused for their uid, 0 bad, 0 not run here"
-    (stop_agent w pid)
+    (stop_agent w pid);
+  (* One handshake with the circuits' port for the five starts (the process server's node, kept
+     from one program to the next), one for the stale program's own node. *)
+  Alcotest.(check bool)
+    ("two sessions with the circuits' port: " ^ read_file (agent_log w))
+    true
+    (contains (read_file (agent_log w)) "consort: agent: its circuits' port: 2 sessions\n")
 
 (* A program that uses a capability of its environment: std_info through
    the RPC, located where the process server says. *)
