@@ -427,6 +427,7 @@ module Make (T : Transport.S) = struct
           match c.reported with
           | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
           | None -> false);
+      reported = c.reported;
     }
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
@@ -733,7 +734,19 @@ module Make (T : Transport.S) = struct
             install t ?key ?stack ~vid ~ltime ~members
         | Mb.Dead_view why -> t.dead_view <- Some (now t, why)
         | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
-        | Mb.Exit -> exit_group t)
+        | Mb.Exit -> exit_group t
+        | Mb.Refused { vid; src; why } -> (
+            let refused why =
+              Log.warn (fun m ->
+                  m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
+            in
+            match why with
+            | Mb.View why -> refused why
+            | Mb.Key why ->
+                Group_rekey.refused t.rekey;
+                refused why
+            | Mb.Stack { stack; reason } ->
+                stack_error t (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason })))
       actions
 
   and exit_group t =
@@ -756,8 +769,6 @@ module Make (T : Transport.S) = struct
     | Some (`Unknown (stack, reason)) -> stack_error t (Unknown_stack { peer; stack; reason })
     | Some (`Incompatible (ours, theirs)) -> stack_error t (Incompatible { peer; ours; theirs })
     | None -> ()
-
-  let view_key t c v = Group_rekey.view_key t.rekey ~view_members:c.view.View.members ~pubs:c.pubs v
 
   (* {2 Status queries} *)
 
@@ -835,46 +846,7 @@ module Make (T : Transport.S) = struct
           status_answer t ~vid ~nonce ~eid status
       | (Side.Probe _ | Side.Probe_ack _), Some c ->
           run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
-      | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
-          let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
-          if in_it then begin
-            if vid = c.view.View.id then
-              side_send t src
-                (Side.Install_ack { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
-            else if t.blocked && ltime > c.view.View.ltime then begin
-              match
-                Side.accept_install ~me:t.me.eid ~view:c.view
-                  ~addr:(fun r -> T.address_to_string c.addrs.(r))
-                  ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds
-              with
-              | Ok () -> (
-                  let build = Group_switch.buildable t.sw stack in
-                  let build = Result.map_error (fun e -> `Stack e) build in
-                  match
-                    Result.bind build (fun () ->
-                        Result.map_error (fun e -> `Key e) (view_key t c install_msg))
-                  with
-                  | Ok key ->
-                      install t ?key ~stack ~vid ~ltime ~members;
-                      side_send t src
-                        (Side.Install_ack
-                           { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
-                  | Error (`Key why) ->
-                      t.garbage <- t.garbage + 1;
-                      Group_rekey.refused t.rekey;
-                      Log.warn (fun m ->
-                          m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
-                  | Error (`Stack reason) ->
-                      t.garbage <- t.garbage + 1;
-                      stack_error t
-                        (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason }))
-              | Error why ->
-                  t.garbage <- t.garbage + 1;
-                  Log.warn (fun m ->
-                      m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
-            end
-          end
-          else if List.mem t.me.eid leavers && Mb.leaving t.mb then exit_group t
+      | Side.Install _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
       | Side.Install_ack { vid; eid; _ }, _ -> Mb.acked t.mb ~vid ~eid ~src
       | _, None -> ()
 
@@ -1127,7 +1099,9 @@ module Make (T : Transport.S) = struct
                             ~leave_timeout:(Params.time params Param.leave_timeout)
                             ~current_stack:(fun () -> Group_switch.current sw)
                             ~next_stack:(fun () -> Group_switch.next sw)
-                            ~wrap:(Group_rekey.wrap rekey) ();
+                            ~wrap:(Group_rekey.wrap rekey)
+                            ~buildable:(Group_switch.buildable sw)
+                            ~unwrap:(Group_rekey.view_key rekey) ();
                         cur = None;
                         blocked = false;
                         queue =

@@ -37,8 +37,12 @@ type node = {
   mutable leaving : bool;
   mutable suspected : int list;
   mutable views : string list; (* views installed after the first, newest first *)
-  mutable installs_made : int; (* Install actions this kernel asked for *)
+  mutable installs_made : int; (* Install actions this kernel asked for (made or accepted) *)
   mutable merge_into : string;
+  mutable reported : (int * int list * int list * string) option;
+      (* the flush round this member last reported to, as Gmp tells it *)
+  mutable builds : string list; (* the stacks this member can build *)
+  mutable refused : (string * M.refusal) list; (* Installs refused: view, why; newest first *)
   mutable exited : bool;
 }
 
@@ -77,6 +81,7 @@ let ctx net n =
     blocked = n.blocked;
     resumed = false;
     gone = (fun r -> List.mem r n.suspected);
+    reported = n.reported;
   }
 
 let install n ~vid ~ltime ~(members : Side.member list) =
@@ -90,6 +95,8 @@ let install n ~vid ~ltime ~(members : Side.member list) =
       n.blocked <- false;
       n.flush_asked <- false;
       n.suspected <- [];
+      n.merge_into <- "";
+      n.reported <- None;
       n.views <- vid :: n.views;
       M.installed n.m
 
@@ -120,14 +127,13 @@ let exec net n actions =
               n.view.View.members
           end
       | M.Dead_view _ -> ()
-      | M.Exit -> n.exited <- true)
+      | M.Exit -> n.exited <- true
+      | M.Refused { vid; why; _ } -> n.refused <- (vid, why) :: n.refused)
     actions
 
 let handle net n input = exec net n (M.handle n.m (ctx net n) input)
 
-(* The driver's part of the side channel: an Install is accepted by a member in it whose view is
-   being flushed (Side.accept_install's further checks are the driver's, tested elsewhere), and
-   acknowledged, again if it is the current view. *)
+(* Side messages, Installs included, go to the kernel. *)
 let deliver net ((src, dst, msg) as m) =
   match net.policy m with
   | Drop -> ()
@@ -136,22 +142,7 @@ let deliver net ((src, dst, msg) as m) =
       match by_addr net dst with
       | None -> ()
       | Some n when n.exited -> ()
-      | Some n -> (
-          match msg with
-          | Side.Install { vid; ltime; members; leavers; _ } ->
-              let ack () =
-                send net n.addr src
-                  (Side.Install_ack { group; vid; eid = n.me.eid; dst = Side.installer vid })
-              in
-              if List.exists (fun (m : Side.member) -> m.eid = n.me.eid) members then begin
-                if vid = n.view.View.id then ack ()
-                else if n.blocked && ltime > n.view.View.ltime then begin
-                  install n ~vid ~ltime ~members;
-                  ack ()
-                end
-              end
-              else if List.mem n.me.eid leavers && n.leaving then n.exited <- true
-          | msg -> handle net n (M.Side { src; msg })))
+      | Some n -> handle net n (M.Side { src; msg }))
 
 let deliver_all net =
   let w = net.wire in
@@ -172,6 +163,14 @@ let complete_flushes net =
           List.filter (fun r -> (not (List.mem r n.suspected)) && not (leaving r)) ranks
         in
         let leavers = List.filter leaving ranks in
+        (* Every member of the view reported to this round (Gmp's Reported). *)
+        let round = Some (coord n, n.suspected, leavers, n.merge_into) in
+        Array.iter
+          (fun e ->
+            match by_eid net e with
+            | Some o when o.view.View.id = n.view.View.id -> o.reported <- round
+            | _ -> ())
+          n.view.View.members;
         handle net n (M.Flushed { survivors; leavers })
       end)
     net.nodes
@@ -212,6 +211,11 @@ let add ?(peers = []) net addr =
       ~current_stack:(fun () -> stack)
       ~next_stack:(fun () -> stack)
       ~wrap:(fun ~vid:_ ~members:_ msg -> (msg, None))
+      ~buildable:(fun (s : Side.stack) ->
+        match by_addr net addr with
+        | Some n when List.mem s.id n.builds -> Ok ()
+        | _ -> Error ("no layer for " ^ s.id))
+      ~unwrap:(fun ~view_members:_ ~pubs:_ _ -> Ok None)
       ()
   in
   let n =
@@ -228,6 +232,9 @@ let add ?(peers = []) net addr =
       views = [];
       installs_made = 0;
       merge_into = "";
+      reported = None;
+      builds = [ stack.id ];
+      refused = [];
       exited = false;
     }
   in
