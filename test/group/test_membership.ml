@@ -43,6 +43,7 @@ type node = {
       (* the flush round this member last reported to, as Gmp tells it *)
   mutable builds : string list; (* the stacks this member can build *)
   mutable refused : (string * M.refusal) list; (* Installs refused: view, why; newest first *)
+  mutable key_opens : bool; (* a view key sent to this member opens (Rekey) *)
   mutable exited : bool;
 }
 
@@ -215,7 +216,10 @@ let add ?(peers = []) net addr =
         match by_addr net addr with
         | Some n when List.mem s.id n.builds -> Ok ()
         | _ -> Error ("no layer for " ^ s.id))
-      ~unwrap:(fun ~view_members:_ ~pubs:_ _ -> Ok None)
+      ~unwrap:(fun ~view_members:_ ~pubs:_ _ ->
+        match by_addr net addr with
+        | Some n when n.key_opens -> Ok None
+        | _ -> Error "no key for this member opens")
       ()
   in
   let n =
@@ -235,6 +239,7 @@ let add ?(peers = []) net addr =
       reported = None;
       builds = [ stack.id ];
       refused = [];
+      key_opens = true;
       exited = false;
     }
   in
@@ -554,6 +559,123 @@ let stranger_flood () =
   Alcotest.(check int) "known bounded" G.Membership.max_known (M.known z.m);
   Alcotest.(check bool) "probes out bounded" true (M.probes_out z.m <= G.Membership.max_probes)
 
+(* {1 An Install from another member} *)
+
+let mem a = { Side.eid = eid a; addr = a; pub = "" }
+
+(* c, a member of b's partition {b; c} (view 3:b#1, b its coordinator), while b merges it into
+   a's partition: a's Install of the view of all three is sent as soon as a's flush is over, and
+   may reach c before c has reported to b's flush round for the merge. *)
+let partition_of_b_and_c net =
+  let c = add net "c" in
+  c.view <- View.v ~group ~ltime:3 ~id:"3:b#1" ~members:[| eid "b"; eid "c" |] ~rank:1 ();
+  c.addrs <- [| "b"; "c" |];
+  c.blocked <- true;
+  c
+
+let install_of ?(vid = "5:a#1") ?(ltime = 5) ?(members = [ "a"; "b"; "c" ]) ?(leavers = [])
+    ?(preds = [ "4:a#1"; "3:b#1" ]) ?(stack = stack) () =
+  Side.Install
+    { group; vid; ltime; members = List.map mem members; leavers; preds; stack; keys = [] }
+
+let ack_to a vid = function
+  | M.Send (dst, Side.Install_ack { vid = v; eid = e; dst = maker; _ }) ->
+      dst = a && v = vid && e = eid "c" && maker = Side.installer vid
+  | _ -> false
+
+let describe = function
+  | M.Send (d, m) -> Printf.sprintf "Send to %s (%s)" d (Side.dst m)
+  | M.Install { vid; _ } -> "Install " ^ vid
+  | M.Refused { vid; why = M.View w; _ } -> Printf.sprintf "Refused %s (view: %s)" vid w
+  | M.Refused { vid; why = M.Stack { reason; _ }; _ } ->
+      Printf.sprintf "Refused %s (stack: %s)" vid reason
+  | M.Refused { vid; why = M.Key w; _ } -> Printf.sprintf "Refused %s (key: %s)" vid w
+  | M.Exit -> "Exit"
+  | _ -> "another action"
+
+let fail_with what l =
+  Alcotest.failf "%s: got [%s]" what (String.concat "; " (List.map describe l))
+
+let install_races_merge () =
+  let net = new_net () in
+  let c = partition_of_b_and_c net in
+  let install = install_of () in
+  let hear ?(src = "a") msg = M.handle c.m (ctx net c) (M.Side { src; msg }) in
+  (* Before c has reported to b's round: refused, nothing installed, nothing acknowledged. *)
+  (match hear install with
+  | [ M.Refused { vid = "5:a#1"; src = "a"; why = M.View _ } ] -> ()
+  | l -> fail_with "before the report" l);
+  (* Reported to a round of b that merges into no one: a is not c's coordinator. *)
+  c.reported <- Some (0, [], [], "");
+  (match hear install with
+  | [ M.Refused { why = M.View _; _ } ] -> ()
+  | l -> fail_with "a round that merges into no one" l);
+  (* Reported to b's round for the merge into a. From another address, claiming to be a's: refused. *)
+  c.reported <- Some (0, [], [], eid "a");
+  (match hear ~src:"x" install with
+  | [ M.Refused { src = "x"; why = M.View _; _ } ] -> ()
+  | l -> fail_with "from another address" l);
+  Alcotest.(check int) "three refusals counted" 3 (M.garbage c.m);
+  (* From a: installed, then acknowledged to a, in that order. *)
+  let acts = hear install in
+  (match acts with
+  | [ M.Install { vid = "5:a#1"; ltime = 5; members; stack = Some s; key = None }; ack ]
+    when ack_to "a" "5:a#1" ack && s = stack ->
+      Alcotest.(check (list string))
+        "its members" [ eid "a"; eid "b"; eid "c" ]
+        (List.map (fun (m : Side.member) -> m.eid) members)
+  | l -> fail_with "after the report" l);
+  exec net c acts;
+  Alcotest.(check string) "c in it" "5:a#1" c.view.View.id;
+  Alcotest.(check bool) "c runs again" false c.blocked;
+  (* a resends it (c's acknowledgement lost): acknowledged again, not installed again. *)
+  (match hear install with
+  | [ ack ] when ack_to "a" "5:a#1" ack -> ()
+  | l -> fail_with "the resend" l);
+  Alcotest.(check int) "garbage unchanged" 3 (M.garbage c.m)
+
+(* Installs c refuses while its view is flushed: a view on a stack it cannot build, one whose key
+   does not open, an older view, one that does not follow its view, one that leaves out a member
+   the flush kept; and one that lets it go when it is not leaving. None installs or acknowledges. *)
+let install_refused () =
+  let net = new_net () in
+  let c = partition_of_b_and_c net in
+  c.reported <- Some (0, [], [], eid "a");
+  let hear msg = M.handle c.m (ctx net c) (M.Side { src = "a"; msg }) in
+  let other = { Side.epoch = 1; id = "other-stack" } in
+  (match hear (install_of ~stack:other ()) with
+  | [ M.Refused { vid = "5:a#1"; why = M.Stack { stack = s; reason }; _ } ] ->
+      Alcotest.(check bool) "the stack named" true (s = other);
+      Alcotest.(check string) "why" "no layer for other-stack" reason
+  | l -> fail_with "wrong stack" l);
+  c.key_opens <- false;
+  (match hear (install_of ()) with
+  | [ M.Refused { why = M.Key _; _ } ] -> ()
+  | l -> fail_with "no key" l);
+  c.key_opens <- true;
+  (match hear (install_of ~vid:"3:a#1" ~ltime:3 ()) with
+  | [] -> ()
+  | l -> fail_with "stale: not later than c's view" l);
+  (match hear (install_of ~preds:[ "4:a#1" ] ()) with
+  | [ M.Refused { why = M.View _; _ } ] -> ()
+  | l -> fail_with "does not follow c's view" l);
+  (match hear (install_of ~members:[ "a"; "c" ] ()) with
+  | [ M.Refused { why = M.View _; _ } ] -> ()
+  | l -> fail_with "leaves b out" l);
+  (match hear (install_of ~members:[ "a"; "b" ] ~leavers:[ eid "c" ] ()) with
+  | [] -> ()
+  | l -> fail_with "lets c go, c not leaving" l);
+  Alcotest.(check int) "four refusals counted" 4 (M.garbage c.m);
+  Alcotest.(check string) "still in its view" "3:b#1" c.view.View.id;
+  (* Not flushed: a later view is not taken at all. *)
+  c.blocked <- false;
+  (match hear (install_of ()) with [] -> () | l -> fail_with "not flushed" l);
+  (* The same view, once the stack can build it: taken. *)
+  c.blocked <- true;
+  (match hear (install_of ()) with
+  | [ M.Install _; ack ] when ack_to "a" "5:a#1" ack -> ()
+  | l -> fail_with "the right one" l)
+
 let () =
   Alcotest.run "membership"
     [
@@ -570,5 +692,10 @@ let () =
           Alcotest.test_case "leave timeout runs out" `Quick leave_timeout_runs_out;
         ] );
       ("stale", [ Alcotest.test_case "older views and other addresses" `Quick stale_views ]);
+      ( "accept",
+        [
+          Alcotest.test_case "an Install racing the merge's flush" `Quick install_races_merge;
+          Alcotest.test_case "Installs refused" `Quick install_refused;
+        ] );
       ("bounds", [ Alcotest.test_case "a flood of strangers" `Quick stranger_flood ]);
     ]
