@@ -746,7 +746,8 @@ module Make (T : Transport.S) = struct
                 Group_rekey.refused t.rekey;
                 refused why
             | Mb.Stack { stack; reason } ->
-                stack_error t (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason })))
+                stack_error t
+                  (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason })))
       actions
 
   and exit_group t =
@@ -1099,8 +1100,7 @@ module Make (T : Transport.S) = struct
                             ~leave_timeout:(Params.time params Param.leave_timeout)
                             ~current_stack:(fun () -> Group_switch.current sw)
                             ~next_stack:(fun () -> Group_switch.next sw)
-                            ~wrap:(Group_rekey.wrap rekey)
-                            ~buildable:(Group_switch.buildable sw)
+                            ~wrap:(Group_rekey.wrap rekey) ~buildable:(Group_switch.buildable sw)
                             ~unwrap:(Group_rekey.view_key rekey) ();
                         cur = None;
                         blocked = false;

@@ -531,7 +531,6 @@ module Make (A : ADDRESS) = struct
     | Side.Install _ -> on_install t x emit ~src v
     | Side.Switch_req _ | Side.Status_req _ | Side.Status_ans _ -> ()
 
-
   (* {1 The coordinator's flush is complete} *)
 
   let flushed t (x : ctx) emit ~survivors ~leavers =

@@ -69,8 +69,8 @@ module Make (A : ADDRESS) : sig
 
   type input =
     | Side of { src : A.t; msg : Side.t }
-        (** a side message for this group and member: Gossip, Merge_req, Probe, Probe_ack,
-            Install and Install_ack are handled, others ignored. An Install naming this member is
+        (** a side message for this group and member: Gossip, Merge_req, Probe, Probe_ack, Install
+            and Install_ack are handled, others ignored. An Install naming this member is
             acknowledged again if it is the current view, and, if it is a later view while this
             member's view is flushed, checked ({!Side.accept_install}, then [buildable], then
             [unwrap]) and either installed and acknowledged ([[Install; Send ack]]) or [Refused];

@@ -593,8 +593,7 @@ let describe = function
   | M.Exit -> "Exit"
   | _ -> "another action"
 
-let fail_with what l =
-  Alcotest.failf "%s: got [%s]" what (String.concat "; " (List.map describe l))
+let fail_with what l = Alcotest.failf "%s: got [%s]" what (String.concat "; " (List.map describe l))
 
 let install_races_merge () =
   let net = new_net () in
@@ -622,7 +621,8 @@ let install_races_merge () =
   | [ M.Install { vid = "5:a#1"; ltime = 5; members; stack = Some s; key = None }; ack ]
     when ack_to "a" "5:a#1" ack && s = stack ->
       Alcotest.(check (list string))
-        "its members" [ eid "a"; eid "b"; eid "c" ]
+        "its members"
+        [ eid "a"; eid "b"; eid "c" ]
         (List.map (fun (m : Side.member) -> m.eid) members)
   | l -> fail_with "after the report" l);
   exec net c acts;
@@ -672,9 +672,9 @@ let install_refused () =
   (match hear (install_of ()) with [] -> () | l -> fail_with "not flushed" l);
   (* The same view, once the stack can build it: taken. *)
   c.blocked <- true;
-  (match hear (install_of ()) with
+  match hear (install_of ()) with
   | [ M.Install _; ack ] when ack_to "a" "5:a#1" ack -> ()
-  | l -> fail_with "the right one" l)
+  | l -> fail_with "the right one" l
 
 let () =
   Alcotest.run "membership"
