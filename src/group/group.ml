@@ -206,6 +206,19 @@ module Make (T : Transport.S) = struct
            excluded, leaving *)
   }
 
+  (* What the runtime counts (its [counters]). *)
+  type counters = {
+    mutable views : int; (* views installed *)
+    mutable sent : int; (* messages handed to a view's stack *)
+    mutable delivered : int; (* messages delivered to the application *)
+    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
+    mutable copied_bytes : int;
+    mutable dropped_sends : int;
+    mutable send_errors : int;
+    mutable garbage : int; (* side messages refused *)
+    mutable side_misdirected : int; (* side messages for another member *)
+  }
+
   type t = {
     tr : T.t;
     mutable conn : B.connection Lazy.t;
@@ -222,8 +235,6 @@ module Make (T : Transport.S) = struct
     on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
     on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
         (* deliveries as views of the received buffers, instead of strings *)
-    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
-    mutable copied_bytes : int;
     discovery : T.address option; (* a multicast group all members joined *)
     mb : Mb.t;
         (* the membership kernel: discovery, merge and absorb, the views this member announces
@@ -232,7 +243,6 @@ module Make (T : Transport.S) = struct
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    mutable dropped_sends : int;
     mutable last_tick : Time.t; (* when the periodic work last ran *)
     mutable resumed_at : Time.t option;
         (* when this process last ran again after a pause longer than
@@ -242,7 +252,6 @@ module Make (T : Transport.S) = struct
            went on without it: casts are refused until it is in a view with
            others again, for two merge timeouts at most *)
     status : T.timer Group_status.t; (* status answers counted, queries out *)
-    mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
     xfer : Xfer.t option;
     sw : Group_switch.t; (* the stack and switching ({!Group_switch}) *)
@@ -253,17 +262,13 @@ module Make (T : Transport.S) = struct
     (* stack errors reported, by peer and stack *)
     (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
-    mutable garbage : int;
     mutable past : (string * (string * int) list) list;
         (* Bottom's counters in the stacks of earlier views, summed *)
-    mutable views : int; (* views installed *)
-    mutable send_errors : int;
     rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
-    mutable sent : int; (* messages handed to a view's stack *)
-    mutable delivered : int; (* messages delivered to the application *)
     heal_interval : Time.t;
     merge_timeout : Time.t;
     install_retry : Time.t;
+    counts : counters; (* what it counts ({!counters}) *)
   }
 
   let conn t = Lazy.force t.conn
@@ -278,7 +283,7 @@ module Make (T : Transport.S) = struct
     | Ok () -> ()
     | Error `Closed -> ()
     | Error e ->
-        t.send_errors <- t.send_errors + 1;
+        t.counts.send_errors <- t.counts.send_errors + 1;
         Log.warn (fun m -> m "%s: send failed: %a" t.me.eid Transport.pp_error e)
 
   (* The connection to answer [dst] from: a member that has not yet heard
@@ -467,7 +472,7 @@ module Make (T : Transport.S) = struct
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
           Group_rekey.activate t.rekey ~vid key;
-          t.views <- t.views + 1;
+          t.counts.views <- t.counts.views + 1;
           Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
@@ -580,7 +585,7 @@ module Make (T : Transport.S) = struct
     match t.cur with
     | Some c ->
         sent t c `Cast s;
-        t.sent <- t.sent + 1;
+        t.counts.sent <- t.counts.sent + 1;
         Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
@@ -591,7 +596,7 @@ module Make (T : Transport.S) = struct
         (match t.on_sent with
         | Some f -> f ~vid:c.view.View.id `Cast (Bytes.sub_string b off len)
         | None -> ());
-        t.sent <- t.sent + 1;
+        t.counts.sent <- t.counts.sent + 1;
         let body =
           if len = 0 then Iovecs.empty
           else begin
@@ -611,17 +616,17 @@ module Make (T : Transport.S) = struct
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
             sent t c (`Send dst) s;
-            t.sent <- t.sent + 1;
+            t.counts.sent <- t.counts.sent + 1;
             Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             sent t c (`Send dst) s;
-            t.sent <- t.sent + 1;
-            t.delivered <- t.delivered + 1;
+            t.counts.sent <- t.counts.sent + 1;
+            t.counts.delivered <- t.counts.delivered + 1;
             t.cb.send ~origin:t.me.eid s
         | None ->
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
-            t.dropped_sends <- t.dropped_sends + 1;
+            t.counts.dropped_sends <- t.counts.dropped_sends + 1;
             Log.warn (fun m ->
                 m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
             t.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
@@ -644,8 +649,8 @@ module Make (T : Transport.S) = struct
           let body = Msg.body msg in
           let v = Iovecs.flatten t.pool body in
           Iovecs.release body;
-          t.copies <- t.copies + 1;
-          t.copied_bytes <- t.copied_bytes + Iovec.length v;
+          t.counts.copies <- t.counts.copies + 1;
+          t.counts.copied_bytes <- t.counts.copied_bytes + Iovec.length v;
           Fun.protect
             ~finally:(fun () -> Iovec.release v)
             (fun () -> f kind ~origin (Iovec.cstruct v))
@@ -657,13 +662,13 @@ module Make (T : Transport.S) = struct
   and deliver_string t cell (src : Event.src) msg =
     let s = Msg.body_string msg in
     Msg.release msg;
-    t.copies <- t.copies + 1;
-    t.copied_bytes <- t.copied_bytes + String.length s;
+    t.counts.copies <- t.counts.copies + 1;
+    t.counts.copied_bytes <- t.counts.copied_bytes + String.length s;
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
         (match src with
-        | Event.Cast_from _ | Event.Send_from _ -> t.delivered <- t.delivered + 1
+        | Event.Cast_from _ | Event.Send_from _ -> t.counts.delivered <- t.counts.delivered + 1
         | Event.Raw -> ());
         match (src, t.xfer) with
         | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
@@ -794,8 +799,10 @@ module Make (T : Transport.S) = struct
       Option.value ~default:(-1)
         (index_where (String.equal eid) (Array.to_list c.view.View.members))
     in
-    if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then t.garbage <- t.garbage + 1
-    else if not (Group_status.may_answer t.status ~now:(now t)) then t.garbage <- t.garbage + 1
+    if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then
+      t.counts.garbage <- t.counts.garbage + 1
+    else if not (Group_status.may_answer t.status ~now:(now t)) then
+      t.counts.garbage <- t.counts.garbage + 1
     else
       side_send t c.addrs.(rank)
         (Side.Status_ans
@@ -803,13 +810,13 @@ module Make (T : Transport.S) = struct
 
   let status_answer t ~vid ~nonce ~eid status =
     if not (Group_status.answer t.status ~cancel:T.cancel ~vid ~nonce ~eid status) then
-      t.garbage <- t.garbage + 1
+      t.counts.garbage <- t.counts.garbage + 1
 
   let on_side t ~src v =
-    if Side.group v <> t.group then t.garbage <- t.garbage + 1
+    if Side.group v <> t.group then t.counts.garbage <- t.counts.garbage + 1
     else if Side.dst v <> "" && Side.dst v <> t.me.eid then
       (* Sent to another member: a capture replayed here, or a forgery. *)
-      t.side_misdirected <- t.side_misdirected + 1
+      t.counts.side_misdirected <- t.counts.side_misdirected + 1
     else
       match (v, t.cur) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
@@ -876,7 +883,7 @@ module Make (T : Transport.S) = struct
         Iovec.release v;
         match t.clients with
         | Some f -> f ~src:(T.address_to_string src) s
-        | None -> t.garbage <- t.garbage + 1
+        | None -> t.counts.garbage <- t.counts.garbage + 1
       end
       else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
         (match Codec.decode_exact Migrate.codec cs with
@@ -890,7 +897,7 @@ module Make (T : Transport.S) = struct
         (match Codec.decode_exact Side.codec cs with
         | Ok side -> on_side t ~src side
         | Error e ->
-            t.garbage <- t.garbage + 1;
+            t.counts.garbage <- t.counts.garbage + 1;
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
@@ -1090,8 +1097,18 @@ module Make (T : Transport.S) = struct
                         on_sent;
                         on_lost;
                         on_bytes;
-                        copies = 0;
-                        copied_bytes = 0;
+                        counts =
+                          {
+                            views = 0;
+                            sent = 0;
+                            delivered = 0;
+                            copies = 0;
+                            copied_bytes = 0;
+                            dropped_sends = 0;
+                            send_errors = 0;
+                            garbage = 0;
+                            side_misdirected = 0;
+                          };
                         discovery;
                         mb =
                           Mb.create ~group ~rng ~peers ?discovery ~heal
@@ -1109,9 +1126,7 @@ module Make (T : Transport.S) = struct
                             ~limit:(max 0 (Params.int params Param.queue))
                             ~flow:cb.flow;
                         max_message;
-                        dropped_sends = 0;
                         status = Group_status.create ();
-                        side_misdirected = 0;
                         last_tick = 0;
                         resumed_at = None;
                         dead_view = None;
@@ -1123,13 +1138,8 @@ module Make (T : Transport.S) = struct
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
-                        garbage = 0;
                         past = [];
-                        views = 0;
-                        send_errors = 0;
                         rekey;
-                        sent = 0;
-                        delivered = 0;
                         heal_interval = Params.time params Param.heal_interval;
                         merge_timeout = Params.time params Param.merge_timeout;
                         install_retry = Params.time params Param.install_retry;
@@ -1309,7 +1319,7 @@ module Make (T : Transport.S) = struct
   let stack_epoch t = Group_switch.epoch t.sw
   let max_message t = t.max_message
   let refused t = Group_queue.refused t.queue
-  let dropped_sends t = t.dropped_sends
+  let dropped_sends t = t.counts.dropped_sends
 
   let leave t =
     if not t.exited then
@@ -1332,11 +1342,11 @@ module Make (T : Transport.S) = struct
 
   let connection t = B.inner (conn t)
   let bundle_stats t = B.stats (conn t)
-  let copies t = (t.copies, t.copied_bytes)
+  let copies t = (t.counts.copies, t.counts.copied_bytes)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Group_queue.length t.queue
-  let garbage t = t.garbage + Mb.garbage t.mb
+  let garbage t = t.counts.garbage + Mb.garbage t.mb
 
   let counters t =
     let cur =
@@ -1353,16 +1363,16 @@ module Make (T : Transport.S) = struct
     in
     ( "group",
       [
-        ("views", t.views);
-        ("side_garbage", t.garbage + Mb.garbage t.mb);
-        ("side_misdirected", t.side_misdirected);
+        ("views", t.counts.views);
+        ("side_garbage", t.counts.garbage + Mb.garbage t.mb);
+        ("side_misdirected", t.counts.side_misdirected);
         ("refused", Group_queue.refused t.queue);
-        ("dropped_sends", t.dropped_sends);
-        ("send_errors", t.send_errors);
+        ("dropped_sends", t.counts.dropped_sends);
+        ("send_errors", t.counts.send_errors);
         ("no_view_key", Group_rekey.no_key t.rekey);
       ]
       @ Mv.counters t.mv
-      @ [ ("sent", t.sent); ("delivered", t.delivered) ] )
+      @ [ ("sent", t.counts.sent); ("delivered", t.counts.delivered) ] )
     :: (let b = B.stats (conn t) in
         ( "bundle",
           [
