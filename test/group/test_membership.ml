@@ -1,10 +1,11 @@
 (* The membership kernel (Membership), driven by hand without the simulator: two or three kernels
-   whose actions this test executes as a driver would (a flush started blocks the view's members;
-   a view installed; an Install accepted and acknowledged), their side messages delivered to each
-   other in an order the test chooses (held back, dropped, crossed). The races of merging and
-   installing: partitions that hear of each other at once, a merge request while a view waits for
-   acknowledgements, a lost acknowledgement, a coordinator that leaves during a merge, stale views,
-   and a flood of strangers. *)
+   whose actions this test executes as a driver would (a flush started blocks the view's members,
+   who report to its round; a view installed), their side messages, Installs included, delivered
+   to each other in an order the test chooses (held back, dropped, crossed). The races of merging
+   and installing: partitions that hear of each other at once, a merge request while a view waits
+   for acknowledgements, a lost acknowledgement, a coordinator that leaves during a merge, stale
+   views, a flood of strangers, an Install that overtakes the merge's flush round, and the Installs
+   a member refuses. *)
 
 open Consort
 module G = Consort_group
