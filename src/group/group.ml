@@ -206,6 +206,17 @@ module Make (T : Transport.S) = struct
            excluded, leaving *)
   }
 
+  (* The application's callbacks. *)
+  type app = {
+    cb : callbacks;
+    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
+    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
+    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
+        (* deliveries as views of the received buffers, instead of strings *)
+  }
+
+  type timing = { heal_interval : Time.t; merge_timeout : Time.t; install_retry : Time.t }
+
   (* What the runtime counts (its [counters]). *)
   type counters = {
     mutable views : int; (* views installed *)
@@ -230,11 +241,7 @@ module Make (T : Transport.S) = struct
     params : Params.t;
     pool : Pool.t;
     rng : Rng.t;
-    cb : callbacks;
-    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
-    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
-    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
-        (* deliveries as views of the received buffers, instead of strings *)
+    app : app; (* the application's callbacks *)
     discovery : T.address option; (* a multicast group all members joined *)
     mb : Mb.t;
         (* the membership kernel: discovery, merge and absorb, the views this member announces
@@ -265,9 +272,7 @@ module Make (T : Transport.S) = struct
     mutable past : (string * (string * int) list) list;
         (* Bottom's counters in the stacks of earlier views, summed *)
     rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
-    heal_interval : Time.t;
-    merge_timeout : Time.t;
-    install_retry : Time.t;
+    timing : timing; (* the membership's periods, from the parameters *)
     counts : counters; (* what it counts ({!counters}) *)
   }
 
@@ -412,7 +417,7 @@ module Make (T : Transport.S) = struct
 
   (* Within two merge timeouts of running again after a pause. *)
   let recently_resumed t =
-    match t.resumed_at with Some r -> now t - r <= 2 * t.merge_timeout | None -> false
+    match t.resumed_at with Some r -> now t - r <= 2 * t.timing.merge_timeout | None -> false
 
   (* The current view as the membership kernel sees it. *)
   let ctx t c =
@@ -549,7 +554,7 @@ module Make (T : Transport.S) = struct
                 Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
                   ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
               in
-              t.cb.view info;
+              t.app.cb.view info;
               Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
               Option.iter
                 (fun x ->
@@ -577,7 +582,7 @@ module Make (T : Transport.S) = struct
             in
             Log.warn (fun m ->
                 m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
-            t.on_lost `Cast s why
+            t.app.on_lost `Cast s why
         | `Cast s -> cast_now t s
         | `Send (dst, s) -> send_now t dst s)
 
@@ -593,7 +598,7 @@ module Make (T : Transport.S) = struct
   and cast_now_bytes t b off len =
     match t.cur with
     | Some c ->
-        (match t.on_sent with
+        (match t.app.on_sent with
         | Some f -> f ~vid:c.view.View.id `Cast (Bytes.sub_string b off len)
         | None -> ());
         t.counts.sent <- t.counts.sent + 1;
@@ -608,7 +613,8 @@ module Make (T : Transport.S) = struct
         Ep.Binding.cast c.ep (Msg.create body)
     | None -> ()
 
-  and sent t c what s = match t.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
+  and sent t c what s =
+    match t.app.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
 
   and send_now t dst s =
     match t.cur with
@@ -622,18 +628,18 @@ module Make (T : Transport.S) = struct
             sent t c (`Send dst) s;
             t.counts.sent <- t.counts.sent + 1;
             t.counts.delivered <- t.counts.delivered + 1;
-            t.cb.send ~origin:t.me.eid s
+            t.app.cb.send ~origin:t.me.eid s
         | None ->
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
             t.counts.dropped_sends <- t.counts.dropped_sends + 1;
             Log.warn (fun m ->
                 m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
-            t.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
+            t.app.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
-    match (t.on_bytes, t.xfer, !cell, src) with
+    match (t.app.on_bytes, t.xfer, !cell, src) with
     | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
       when match t.cur with Some c' -> c == c' | None -> false ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
@@ -671,8 +677,8 @@ module Make (T : Transport.S) = struct
         | Event.Cast_from _ | Event.Send_from _ -> t.counts.delivered <- t.counts.delivered + 1
         | Event.Raw -> ());
         match (src, t.xfer) with
-        | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, None -> t.app.cb.cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, None -> t.app.cb.send ~origin:c.view.View.members.(r) s
         | Event.Cast_from r, Some x ->
             Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
         | Event.Send_from r, Some x ->
@@ -687,7 +693,7 @@ module Make (T : Transport.S) = struct
         | Gmp.Block ->
             if not t.blocked then begin
               t.blocked <- true;
-              t.cb.block ()
+              t.app.cb.block ()
             end
         | Gevent.Suspect { ranks; reason } ->
             List.iter
@@ -764,7 +770,7 @@ module Make (T : Transport.S) = struct
       Mv.close_all t.mv;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
-      t.cb.exit ()
+      t.app.cb.exit ()
     end
 
   (* {1 The side channel} *)
@@ -908,7 +914,8 @@ module Make (T : Transport.S) = struct
 
   let rec tick t =
     t.tick <- None;
-    if t.last_tick > 0 && now t - t.last_tick > t.merge_timeout then t.resumed_at <- Some (now t);
+    if t.last_tick > 0 && now t - t.last_tick > t.timing.merge_timeout then
+      t.resumed_at <- Some (now t);
     t.last_tick <- now t;
     Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
@@ -966,8 +973,8 @@ module Make (T : Transport.S) = struct
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
       let period =
-        if Mb.hurry t.mb ~blocked:t.blocked then min t.install_retry (Time.of_ms 10)
-        else min t.heal_interval t.install_retry
+        if Mb.hurry t.mb ~blocked:t.blocked then min t.timing.install_retry (Time.of_ms 10)
+        else min t.timing.heal_interval t.timing.install_retry
       in
       if not t.exited then t.tick <- Some (T.at t.tr (now t + period) (fun () -> tick t))
     end
@@ -1093,10 +1100,7 @@ module Make (T : Transport.S) = struct
                         params;
                         pool;
                         rng;
-                        cb;
-                        on_sent;
-                        on_lost;
-                        on_bytes;
+                        app = { cb; on_sent; on_lost; on_bytes };
                         counts =
                           {
                             views = 0;
@@ -1140,9 +1144,12 @@ module Make (T : Transport.S) = struct
                         tick = None;
                         past = [];
                         rekey;
-                        heal_interval = Params.time params Param.heal_interval;
-                        merge_timeout = Params.time params Param.merge_timeout;
-                        install_retry = Params.time params Param.install_retry;
+                        timing =
+                          {
+                            heal_interval = Params.time params Param.heal_interval;
+                            merge_timeout = Params.time params Param.merge_timeout;
+                            install_retry = Params.time params Param.install_retry;
+                          };
                       }
                     in
                     self := Some t;
@@ -1166,7 +1173,7 @@ module Make (T : Transport.S) = struct
     | Error e -> refuse t e
     | Ok ()
       when match t.dead_view with
-           | Some (at, _) -> now t - at <= 2 * t.merge_timeout
+           | Some (at, _) -> now t - at <= 2 * t.timing.merge_timeout
            | None -> false ->
         refuse t (Not_primary (snd (Option.get t.dead_view)))
     | Ok () when Group_primary.refusal t.quorum <> None ->
