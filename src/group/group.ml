@@ -206,6 +206,18 @@ module Make (T : Transport.S) = struct
            excluded, leaving *)
   }
 
+  (* Pauses of this process (its periodic work late), and what it learns after one. *)
+  type pause = {
+    mutable last_tick : Time.t; (* when the periodic work last ran *)
+    mutable resumed_at : Time.t option;
+        (* when this process last ran again after a pause longer than
+           group.merge_timeout (its periodic work that late) *)
+    mutable dead_view : (Time.t * string) option;
+        (* when and how this member learnt, after a pause, that its view
+           went on without it: casts are refused until it is in a view with
+           others again, for two merge timeouts at most *)
+  }
+
   (* The application's callbacks. *)
   type app = {
     cb : callbacks;
@@ -250,14 +262,7 @@ module Make (T : Transport.S) = struct
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    mutable last_tick : Time.t; (* when the periodic work last ran *)
-    mutable resumed_at : Time.t option;
-        (* when this process last ran again after a pause longer than
-           group.merge_timeout (its periodic work that late) *)
-    mutable dead_view : (Time.t * string) option;
-        (* when and how this member learnt, after a pause, that its view
-           went on without it: casts are refused until it is in a view with
-           others again, for two merge timeouts at most *)
+    pause : pause; (* pauses of this process, and a view that went on without it *)
     status : T.timer Group_status.t; (* status answers counted, queries out *)
     mutable exited : bool;
     xfer : Xfer.t option;
@@ -417,7 +422,9 @@ module Make (T : Transport.S) = struct
 
   (* Within two merge timeouts of running again after a pause. *)
   let recently_resumed t =
-    match t.resumed_at with Some r -> now t - r <= 2 * t.timing.merge_timeout | None -> false
+    match t.pause.resumed_at with
+    | Some r -> now t - r <= 2 * t.timing.merge_timeout
+    | None -> false
 
   (* The current view as the membership kernel sees it. *)
   let ctx t c =
@@ -453,7 +460,7 @@ module Make (T : Transport.S) = struct
                     m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
         | None -> ());
         Group_switch.installed t.sw;
-        if List.length members > 1 then t.dead_view <- None;
+        if List.length members > 1 then t.pause.dead_view <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
         if List.exists Option.is_none addrs then
           Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
@@ -713,7 +720,7 @@ module Make (T : Transport.S) = struct
             (* After a pause, a flush of its view that excludes it tells
                this member as much as gossip does. *)
             if recently_resumed t then
-              t.dead_view <-
+              t.pause.dead_view <-
                 Some
                   ( now t,
                     Printf.sprintf "view %s went on without this member (excluded): rejoining"
@@ -743,7 +750,7 @@ module Make (T : Transport.S) = struct
             Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason })
         | Mb.Install { vid; ltime; members; stack; key } ->
             install t ?key ?stack ~vid ~ltime ~members
-        | Mb.Dead_view why -> t.dead_view <- Some (now t, why)
+        | Mb.Dead_view why -> t.pause.dead_view <- Some (now t, why)
         | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
         | Mb.Exit -> exit_group t
         | Mb.Refused { vid; src; why } -> (
@@ -914,9 +921,9 @@ module Make (T : Transport.S) = struct
 
   let rec tick t =
     t.tick <- None;
-    if t.last_tick > 0 && now t - t.last_tick > t.timing.merge_timeout then
-      t.resumed_at <- Some (now t);
-    t.last_tick <- now t;
+    if t.pause.last_tick > 0 && now t - t.pause.last_tick > t.timing.merge_timeout then
+      t.pause.resumed_at <- Some (now t);
+    t.pause.last_tick <- now t;
     Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
       (match t.cur with
@@ -1131,9 +1138,7 @@ module Make (T : Transport.S) = struct
                             ~flow:cb.flow;
                         max_message;
                         status = Group_status.create ();
-                        last_tick = 0;
-                        resumed_at = None;
-                        dead_view = None;
+                        pause = { last_tick = 0; resumed_at = None; dead_view = None };
                         exited = false;
                         xfer;
                         sw;
@@ -1172,10 +1177,10 @@ module Make (T : Transport.S) = struct
     match admit t len with
     | Error e -> refuse t e
     | Ok ()
-      when match t.dead_view with
+      when match t.pause.dead_view with
            | Some (at, _) -> now t - at <= 2 * t.timing.merge_timeout
            | None -> false ->
-        refuse t (Not_primary (snd (Option.get t.dead_view)))
+        refuse t (Not_primary (snd (Option.get t.pause.dead_view)))
     | Ok () when Group_primary.refusal t.quorum <> None ->
         refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
     | Ok () ->
