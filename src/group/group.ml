@@ -206,6 +206,42 @@ module Make (T : Transport.S) = struct
            excluded, leaving *)
   }
 
+  (* Pauses of this process (its periodic work late), and what it learns after one. *)
+  type pause = {
+    mutable last_tick : Time.t; (* when the periodic work last ran *)
+    mutable resumed_at : Time.t option;
+        (* when this process last ran again after a pause longer than
+           group.merge_timeout (its periodic work that late) *)
+    mutable dead_view : (Time.t * string) option;
+        (* when and how this member learnt, after a pause, that its view
+           went on without it: casts are refused until it is in a view with
+           others again, for two merge timeouts at most *)
+  }
+
+  (* The application's callbacks. *)
+  type app = {
+    cb : callbacks;
+    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
+    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
+    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
+        (* deliveries as views of the received buffers, instead of strings *)
+  }
+
+  type timing = { heal_interval : Time.t; merge_timeout : Time.t; install_retry : Time.t }
+
+  (* What the runtime counts (its [counters]). *)
+  type counters = {
+    mutable views : int; (* views installed *)
+    mutable sent : int; (* messages handed to a view's stack *)
+    mutable delivered : int; (* messages delivered to the application *)
+    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
+    mutable copied_bytes : int;
+    mutable dropped_sends : int;
+    mutable send_errors : int;
+    mutable garbage : int; (* side messages refused *)
+    mutable side_misdirected : int; (* side messages for another member *)
+  }
+
   type t = {
     tr : T.t;
     mutable conn : B.connection Lazy.t;
@@ -217,13 +253,7 @@ module Make (T : Transport.S) = struct
     params : Params.t;
     pool : Pool.t;
     rng : Rng.t;
-    cb : callbacks;
-    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
-    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
-    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
-        (* deliveries as views of the received buffers, instead of strings *)
-    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
-    mutable copied_bytes : int;
+    app : app; (* the application's callbacks *)
     discovery : T.address option; (* a multicast group all members joined *)
     mb : Mb.t;
         (* the membership kernel: discovery, merge and absorb, the views this member announces
@@ -232,17 +262,8 @@ module Make (T : Transport.S) = struct
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    mutable dropped_sends : int;
-    mutable last_tick : Time.t; (* when the periodic work last ran *)
-    mutable resumed_at : Time.t option;
-        (* when this process last ran again after a pause longer than
-           group.merge_timeout (its periodic work that late) *)
-    mutable dead_view : (Time.t * string) option;
-        (* when and how this member learnt, after a pause, that its view
-           went on without it: casts are refused until it is in a view with
-           others again, for two merge timeouts at most *)
+    pause : pause; (* pauses of this process, and a view that went on without it *)
     status : T.timer Group_status.t; (* status answers counted, queries out *)
-    mutable side_misdirected : int; (* side messages for another member *)
     mutable exited : bool;
     xfer : Xfer.t option;
     sw : Group_switch.t; (* the stack and switching ({!Group_switch}) *)
@@ -253,17 +274,11 @@ module Make (T : Transport.S) = struct
     (* stack errors reported, by peer and stack *)
     (* with the Xfer layer: the state transfer *)
     mutable tick : T.timer option;
-    mutable garbage : int;
     mutable past : (string * (string * int) list) list;
         (* Bottom's counters in the stacks of earlier views, summed *)
-    mutable views : int; (* views installed *)
-    mutable send_errors : int;
     rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
-    mutable sent : int; (* messages handed to a view's stack *)
-    mutable delivered : int; (* messages delivered to the application *)
-    heal_interval : Time.t;
-    merge_timeout : Time.t;
-    install_retry : Time.t;
+    timing : timing; (* the membership's periods, from the parameters *)
+    counts : counters; (* what it counts ({!counters}) *)
   }
 
   let conn t = Lazy.force t.conn
@@ -278,7 +293,7 @@ module Make (T : Transport.S) = struct
     | Ok () -> ()
     | Error `Closed -> ()
     | Error e ->
-        t.send_errors <- t.send_errors + 1;
+        t.counts.send_errors <- t.counts.send_errors + 1;
         Log.warn (fun m -> m "%s: send failed: %a" t.me.eid Transport.pp_error e)
 
   (* The connection to answer [dst] from: a member that has not yet heard
@@ -407,7 +422,9 @@ module Make (T : Transport.S) = struct
 
   (* Within two merge timeouts of running again after a pause. *)
   let recently_resumed t =
-    match t.resumed_at with Some r -> now t - r <= 2 * t.merge_timeout | None -> false
+    match t.pause.resumed_at with
+    | Some r -> now t - r <= 2 * t.timing.merge_timeout
+    | None -> false
 
   (* The current view as the membership kernel sees it. *)
   let ctx t c =
@@ -427,6 +444,7 @@ module Make (T : Transport.S) = struct
           match c.reported with
           | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
           | None -> false);
+      reported = c.reported;
     }
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
@@ -442,7 +460,7 @@ module Make (T : Transport.S) = struct
                     m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
         | None -> ());
         Group_switch.installed t.sw;
-        if List.length members > 1 then t.dead_view <- None;
+        if List.length members > 1 then t.pause.dead_view <- None;
         let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
         if List.exists Option.is_none addrs then
           Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
@@ -466,7 +484,7 @@ module Make (T : Transport.S) = struct
           (* The old stack goes first: its buffers are released now. *)
           Option.iter (stop_stack t) old;
           Group_rekey.activate t.rekey ~vid key;
-          t.views <- t.views + 1;
+          t.counts.views <- t.counts.views + 1;
           Option.iter Xfer.end_view t.xfer;
           let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
           let info =
@@ -543,7 +561,7 @@ module Make (T : Transport.S) = struct
                 Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
                   ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
               in
-              t.cb.view info;
+              t.app.cb.view info;
               Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
               Option.iter
                 (fun x ->
@@ -571,7 +589,7 @@ module Make (T : Transport.S) = struct
             in
             Log.warn (fun m ->
                 m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
-            t.on_lost `Cast s why
+            t.app.on_lost `Cast s why
         | `Cast s -> cast_now t s
         | `Send (dst, s) -> send_now t dst s)
 
@@ -579,7 +597,7 @@ module Make (T : Transport.S) = struct
     match t.cur with
     | Some c ->
         sent t c `Cast s;
-        t.sent <- t.sent + 1;
+        t.counts.sent <- t.counts.sent + 1;
         Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
@@ -587,10 +605,10 @@ module Make (T : Transport.S) = struct
   and cast_now_bytes t b off len =
     match t.cur with
     | Some c ->
-        (match t.on_sent with
+        (match t.app.on_sent with
         | Some f -> f ~vid:c.view.View.id `Cast (Bytes.sub_string b off len)
         | None -> ());
-        t.sent <- t.sent + 1;
+        t.counts.sent <- t.counts.sent + 1;
         let body =
           if len = 0 then Iovecs.empty
           else begin
@@ -602,7 +620,8 @@ module Make (T : Transport.S) = struct
         Ep.Binding.cast c.ep (Msg.create body)
     | None -> ()
 
-  and sent t c what s = match t.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
+  and sent t c what s =
+    match t.app.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
 
   and send_now t dst s =
     match t.cur with
@@ -610,24 +629,24 @@ module Make (T : Transport.S) = struct
         match index_where (String.equal dst) (Array.to_list c.view.View.members) with
         | Some r when r <> c.view.View.rank ->
             sent t c (`Send dst) s;
-            t.sent <- t.sent + 1;
+            t.counts.sent <- t.counts.sent + 1;
             Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             sent t c (`Send dst) s;
-            t.sent <- t.sent + 1;
-            t.delivered <- t.delivered + 1;
-            t.cb.send ~origin:t.me.eid s
+            t.counts.sent <- t.counts.sent + 1;
+            t.counts.delivered <- t.counts.delivered + 1;
+            t.app.cb.send ~origin:t.me.eid s
         | None ->
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
-            t.dropped_sends <- t.dropped_sends + 1;
+            t.counts.dropped_sends <- t.counts.dropped_sends + 1;
             Log.warn (fun m ->
                 m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
-            t.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
+            t.app.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
-    match (t.on_bytes, t.xfer, !cell, src) with
+    match (t.app.on_bytes, t.xfer, !cell, src) with
     | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
       when match t.cur with Some c' -> c == c' | None -> false ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
@@ -643,8 +662,8 @@ module Make (T : Transport.S) = struct
           let body = Msg.body msg in
           let v = Iovecs.flatten t.pool body in
           Iovecs.release body;
-          t.copies <- t.copies + 1;
-          t.copied_bytes <- t.copied_bytes + Iovec.length v;
+          t.counts.copies <- t.counts.copies + 1;
+          t.counts.copied_bytes <- t.counts.copied_bytes + Iovec.length v;
           Fun.protect
             ~finally:(fun () -> Iovec.release v)
             (fun () -> f kind ~origin (Iovec.cstruct v))
@@ -656,17 +675,17 @@ module Make (T : Transport.S) = struct
   and deliver_string t cell (src : Event.src) msg =
     let s = Msg.body_string msg in
     Msg.release msg;
-    t.copies <- t.copies + 1;
-    t.copied_bytes <- t.copied_bytes + String.length s;
+    t.counts.copies <- t.counts.copies + 1;
+    t.counts.copied_bytes <- t.counts.copied_bytes + String.length s;
     match !cell with
     | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
     | Some c -> (
         (match src with
-        | Event.Cast_from _ | Event.Send_from _ -> t.delivered <- t.delivered + 1
+        | Event.Cast_from _ | Event.Send_from _ -> t.counts.delivered <- t.counts.delivered + 1
         | Event.Raw -> ());
         match (src, t.xfer) with
-        | Event.Cast_from r, None -> t.cb.cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, None -> t.cb.send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, None -> t.app.cb.cast ~origin:c.view.View.members.(r) s
+        | Event.Send_from r, None -> t.app.cb.send ~origin:c.view.View.members.(r) s
         | Event.Cast_from r, Some x ->
             Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
         | Event.Send_from r, Some x ->
@@ -681,7 +700,7 @@ module Make (T : Transport.S) = struct
         | Gmp.Block ->
             if not t.blocked then begin
               t.blocked <- true;
-              t.cb.block ()
+              t.app.cb.block ()
             end
         | Gevent.Suspect { ranks; reason } ->
             List.iter
@@ -701,7 +720,7 @@ module Make (T : Transport.S) = struct
             (* After a pause, a flush of its view that excludes it tells
                this member as much as gossip does. *)
             if recently_resumed t then
-              t.dead_view <-
+              t.pause.dead_view <-
                 Some
                   ( now t,
                     Printf.sprintf "view %s went on without this member (excluded): rejoining"
@@ -731,9 +750,22 @@ module Make (T : Transport.S) = struct
             Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason })
         | Mb.Install { vid; ltime; members; stack; key } ->
             install t ?key ?stack ~vid ~ltime ~members
-        | Mb.Dead_view why -> t.dead_view <- Some (now t, why)
+        | Mb.Dead_view why -> t.pause.dead_view <- Some (now t, why)
         | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
-        | Mb.Exit -> exit_group t)
+        | Mb.Exit -> exit_group t
+        | Mb.Refused { vid; src; why } -> (
+            let refused why =
+              Log.warn (fun m ->
+                  m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
+            in
+            match why with
+            | Mb.View why -> refused why
+            | Mb.Key why ->
+                Group_rekey.refused t.rekey;
+                refused why
+            | Mb.Stack { stack; reason } ->
+                stack_error t
+                  (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason })))
       actions
 
   and exit_group t =
@@ -745,7 +777,7 @@ module Make (T : Transport.S) = struct
       Mv.close_all t.mv;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
-      t.cb.exit ()
+      t.app.cb.exit ()
     end
 
   (* {1 The side channel} *)
@@ -756,8 +788,6 @@ module Make (T : Transport.S) = struct
     | Some (`Unknown (stack, reason)) -> stack_error t (Unknown_stack { peer; stack; reason })
     | Some (`Incompatible (ours, theirs)) -> stack_error t (Incompatible { peer; ours; theirs })
     | None -> ()
-
-  let view_key t c v = Group_rekey.view_key t.rekey ~view_members:c.view.View.members ~pubs:c.pubs v
 
   (* {2 Status queries} *)
 
@@ -782,8 +812,10 @@ module Make (T : Transport.S) = struct
       Option.value ~default:(-1)
         (index_where (String.equal eid) (Array.to_list c.view.View.members))
     in
-    if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then t.garbage <- t.garbage + 1
-    else if not (Group_status.may_answer t.status ~now:(now t)) then t.garbage <- t.garbage + 1
+    if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then
+      t.counts.garbage <- t.counts.garbage + 1
+    else if not (Group_status.may_answer t.status ~now:(now t)) then
+      t.counts.garbage <- t.counts.garbage + 1
     else
       side_send t c.addrs.(rank)
         (Side.Status_ans
@@ -791,13 +823,13 @@ module Make (T : Transport.S) = struct
 
   let status_answer t ~vid ~nonce ~eid status =
     if not (Group_status.answer t.status ~cancel:T.cancel ~vid ~nonce ~eid status) then
-      t.garbage <- t.garbage + 1
+      t.counts.garbage <- t.counts.garbage + 1
 
   let on_side t ~src v =
-    if Side.group v <> t.group then t.garbage <- t.garbage + 1
+    if Side.group v <> t.group then t.counts.garbage <- t.counts.garbage + 1
     else if Side.dst v <> "" && Side.dst v <> t.me.eid then
       (* Sent to another member: a capture replayed here, or a forgery. *)
-      t.side_misdirected <- t.side_misdirected + 1
+      t.counts.side_misdirected <- t.counts.side_misdirected + 1
     else
       match (v, t.cur) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
@@ -835,46 +867,7 @@ module Make (T : Transport.S) = struct
           status_answer t ~vid ~nonce ~eid status
       | (Side.Probe _ | Side.Probe_ack _), Some c ->
           run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
-      | (Side.Install { vid; ltime; members; leavers; preds; stack; _ } as install_msg), Some c ->
-          let in_it = List.exists (fun (m : Side.member) -> m.eid = t.me.eid) members in
-          if in_it then begin
-            if vid = c.view.View.id then
-              side_send t src
-                (Side.Install_ack { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
-            else if t.blocked && ltime > c.view.View.ltime then begin
-              match
-                Side.accept_install ~me:t.me.eid ~view:c.view
-                  ~addr:(fun r -> T.address_to_string c.addrs.(r))
-                  ~reported:c.reported ~src:(T.address_to_string src) ~vid ~members ~preds
-              with
-              | Ok () -> (
-                  let build = Group_switch.buildable t.sw stack in
-                  let build = Result.map_error (fun e -> `Stack e) build in
-                  match
-                    Result.bind build (fun () ->
-                        Result.map_error (fun e -> `Key e) (view_key t c install_msg))
-                  with
-                  | Ok key ->
-                      install t ?key ~stack ~vid ~ltime ~members;
-                      side_send t src
-                        (Side.Install_ack
-                           { group = t.group; vid; eid = t.me.eid; dst = Side.installer vid })
-                  | Error (`Key why) ->
-                      t.garbage <- t.garbage + 1;
-                      Group_rekey.refused t.rekey;
-                      Log.warn (fun m ->
-                          m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
-                  | Error (`Stack reason) ->
-                      t.garbage <- t.garbage + 1;
-                      stack_error t
-                        (Unknown_stack { peer = Side.installer vid; stack = stack.id; reason }))
-              | Error why ->
-                  t.garbage <- t.garbage + 1;
-                  Log.warn (fun m ->
-                      m "%s: view %s from %a refused: %s" t.me.eid vid T.pp_address src why)
-            end
-          end
-          else if List.mem t.me.eid leavers && Mb.leaving t.mb then exit_group t
+      | Side.Install _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
       | Side.Install_ack { vid; eid; _ }, _ -> Mb.acked t.mb ~vid ~eid ~src
       | _, None -> ()
 
@@ -903,7 +896,7 @@ module Make (T : Transport.S) = struct
         Iovec.release v;
         match t.clients with
         | Some f -> f ~src:(T.address_to_string src) s
-        | None -> t.garbage <- t.garbage + 1
+        | None -> t.counts.garbage <- t.counts.garbage + 1
       end
       else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
         (match Codec.decode_exact Migrate.codec cs with
@@ -917,7 +910,7 @@ module Make (T : Transport.S) = struct
         (match Codec.decode_exact Side.codec cs with
         | Ok side -> on_side t ~src side
         | Error e ->
-            t.garbage <- t.garbage + 1;
+            t.counts.garbage <- t.counts.garbage + 1;
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
@@ -928,8 +921,9 @@ module Make (T : Transport.S) = struct
 
   let rec tick t =
     t.tick <- None;
-    if t.last_tick > 0 && now t - t.last_tick > t.merge_timeout then t.resumed_at <- Some (now t);
-    t.last_tick <- now t;
+    if t.pause.last_tick > 0 && now t - t.pause.last_tick > t.timing.merge_timeout then
+      t.pause.resumed_at <- Some (now t);
+    t.pause.last_tick <- now t;
     Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
       (match t.cur with
@@ -986,8 +980,8 @@ module Make (T : Transport.S) = struct
       (* While a merge waits for an answer or a view waits for
          acknowledgements, come back sooner: that is what a join waits on. *)
       let period =
-        if Mb.hurry t.mb ~blocked:t.blocked then min t.install_retry (Time.of_ms 10)
-        else min t.heal_interval t.install_retry
+        if Mb.hurry t.mb ~blocked:t.blocked then min t.timing.install_retry (Time.of_ms 10)
+        else min t.timing.heal_interval t.timing.install_retry
       in
       if not t.exited then t.tick <- Some (T.at t.tr (now t + period) (fun () -> tick t))
     end
@@ -1113,12 +1107,19 @@ module Make (T : Transport.S) = struct
                         params;
                         pool;
                         rng;
-                        cb;
-                        on_sent;
-                        on_lost;
-                        on_bytes;
-                        copies = 0;
-                        copied_bytes = 0;
+                        app = { cb; on_sent; on_lost; on_bytes };
+                        counts =
+                          {
+                            views = 0;
+                            sent = 0;
+                            delivered = 0;
+                            copies = 0;
+                            copied_bytes = 0;
+                            dropped_sends = 0;
+                            send_errors = 0;
+                            garbage = 0;
+                            side_misdirected = 0;
+                          };
                         discovery;
                         mb =
                           Mb.create ~group ~rng ~peers ?discovery ~heal
@@ -1127,7 +1128,8 @@ module Make (T : Transport.S) = struct
                             ~leave_timeout:(Params.time params Param.leave_timeout)
                             ~current_stack:(fun () -> Group_switch.current sw)
                             ~next_stack:(fun () -> Group_switch.next sw)
-                            ~wrap:(Group_rekey.wrap rekey) ();
+                            ~wrap:(Group_rekey.wrap rekey) ~buildable:(Group_switch.buildable sw)
+                            ~unwrap:(Group_rekey.view_key rekey) ();
                         cur = None;
                         blocked = false;
                         queue =
@@ -1135,12 +1137,8 @@ module Make (T : Transport.S) = struct
                             ~limit:(max 0 (Params.int params Param.queue))
                             ~flow:cb.flow;
                         max_message;
-                        dropped_sends = 0;
                         status = Group_status.create ();
-                        side_misdirected = 0;
-                        last_tick = 0;
-                        resumed_at = None;
-                        dead_view = None;
+                        pause = { last_tick = 0; resumed_at = None; dead_view = None };
                         exited = false;
                         xfer;
                         sw;
@@ -1149,16 +1147,14 @@ module Make (T : Transport.S) = struct
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
-                        garbage = 0;
                         past = [];
-                        views = 0;
-                        send_errors = 0;
                         rekey;
-                        sent = 0;
-                        delivered = 0;
-                        heal_interval = Params.time params Param.heal_interval;
-                        merge_timeout = Params.time params Param.merge_timeout;
-                        install_retry = Params.time params Param.install_retry;
+                        timing =
+                          {
+                            heal_interval = Params.time params Param.heal_interval;
+                            merge_timeout = Params.time params Param.merge_timeout;
+                            install_retry = Params.time params Param.install_retry;
+                          };
                       }
                     in
                     self := Some t;
@@ -1181,10 +1177,10 @@ module Make (T : Transport.S) = struct
     match admit t len with
     | Error e -> refuse t e
     | Ok ()
-      when match t.dead_view with
-           | Some (at, _) -> now t - at <= 2 * t.merge_timeout
+      when match t.pause.dead_view with
+           | Some (at, _) -> now t - at <= 2 * t.timing.merge_timeout
            | None -> false ->
-        refuse t (Not_primary (snd (Option.get t.dead_view)))
+        refuse t (Not_primary (snd (Option.get t.pause.dead_view)))
     | Ok () when Group_primary.refusal t.quorum <> None ->
         refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
     | Ok () ->
@@ -1335,7 +1331,7 @@ module Make (T : Transport.S) = struct
   let stack_epoch t = Group_switch.epoch t.sw
   let max_message t = t.max_message
   let refused t = Group_queue.refused t.queue
-  let dropped_sends t = t.dropped_sends
+  let dropped_sends t = t.counts.dropped_sends
 
   let leave t =
     if not t.exited then
@@ -1358,11 +1354,11 @@ module Make (T : Transport.S) = struct
 
   let connection t = B.inner (conn t)
   let bundle_stats t = B.stats (conn t)
-  let copies t = (t.copies, t.copied_bytes)
+  let copies t = (t.counts.copies, t.counts.copied_bytes)
   let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
   let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
   let queued t = Group_queue.length t.queue
-  let garbage t = t.garbage + Mb.garbage t.mb
+  let garbage t = t.counts.garbage + Mb.garbage t.mb
 
   let counters t =
     let cur =
@@ -1379,16 +1375,16 @@ module Make (T : Transport.S) = struct
     in
     ( "group",
       [
-        ("views", t.views);
-        ("side_garbage", t.garbage + Mb.garbage t.mb);
-        ("side_misdirected", t.side_misdirected);
+        ("views", t.counts.views);
+        ("side_garbage", t.counts.garbage + Mb.garbage t.mb);
+        ("side_misdirected", t.counts.side_misdirected);
         ("refused", Group_queue.refused t.queue);
-        ("dropped_sends", t.dropped_sends);
-        ("send_errors", t.send_errors);
+        ("dropped_sends", t.counts.dropped_sends);
+        ("send_errors", t.counts.send_errors);
         ("no_view_key", Group_rekey.no_key t.rekey);
       ]
       @ Mv.counters t.mv
-      @ [ ("sent", t.sent); ("delivered", t.delivered) ] )
+      @ [ ("sent", t.counts.sent); ("delivered", t.counts.delivered) ] )
     :: (let b = B.stats (conn t) in
         ( "bundle",
           [

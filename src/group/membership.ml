@@ -23,7 +23,10 @@ module Make (A : ADDRESS) = struct
     blocked : bool;
     resumed : bool;
     gone : int -> bool;
+    reported : (int * int list * int list * string) option;
   }
+
+  type refusal = View of string | Stack of { stack : Side.stack; reason : string } | Key of string
 
   type action =
     | Send of A.t * Side.t
@@ -40,6 +43,7 @@ module Make (A : ADDRESS) = struct
     | Dead_view of string
     | Leave
     | Exit
+    | Refused of { vid : string; src : A.t; why : refusal }
 
   type input =
     | Side of { src : A.t; msg : Side.t }
@@ -74,6 +78,12 @@ module Make (A : ADDRESS) = struct
     current_stack : unit -> Side.stack;
     next_stack : unit -> Side.stack;
     wrap : vid:string -> members:Side.member list -> Side.t -> Side.t * (unit -> unit) option;
+    buildable : Side.stack -> (unit, string) result;
+    unwrap :
+      view_members:string array ->
+      pubs:string array ->
+      Side.t ->
+      ((unit -> unit) option, string) result;
     known : (string, Side.member) Hashtbl.t; (* every member seen, by id *)
     mutable merging : (A.t * Time.t option) option;
         (* merging into the partition there: flushing first (no deadline),
@@ -96,12 +106,12 @@ module Make (A : ADDRESS) = struct
         (* a partition to merge into, heard of while busy with a view change *)
     mutable merge_into : string; (* the coordinator the current merge asks *)
     mutable probes : probe list; (* out, newest first, at most [max_probes] *)
-    mutable garbage : int; (* probe answers that match no probe out *)
+    mutable garbage : int; (* probe answers that match no probe out, Installs refused *)
     mutable leaving : Time.t option; (* leaving the group: the time it goes anyway *)
   }
 
   let create ~group ~rng ?(peers = []) ?discovery ?(heal = true) ~merge_timeout ~install_retry
-      ~leave_timeout ~current_stack ~next_stack ~wrap () =
+      ~leave_timeout ~current_stack ~next_stack ~wrap ~buildable ~unwrap () =
     {
       group;
       rng;
@@ -114,6 +124,8 @@ module Make (A : ADDRESS) = struct
       current_stack;
       next_stack;
       wrap;
+      buildable;
+      unwrap;
       known = Hashtbl.create 16;
       merging = None;
       merge_req = None;
@@ -346,6 +358,55 @@ module Make (A : ADDRESS) = struct
         end
     | _ -> ()
 
+  (* {1 A view from another member} *)
+
+  (* An Install naming this member: acknowledged again if it is the current view; taken, while
+     this member's view is flushed, if it is a later one that {!Side.accept_install} finds follows
+     the flush, on a stack this member can build, with a key it can open; then acknowledged to where
+     it came from. A leaving member that a view lets go goes. *)
+  let on_install t (x : ctx) emit ~src msg =
+    match msg with
+    | Side.Install { vid; ltime; members; leavers; preds; stack; _ } ->
+        let ack () =
+          emit
+            (Send
+               ( src,
+                 Side.Install_ack { group = t.group; vid; eid = x.me.eid; dst = Side.installer vid }
+               ))
+        in
+        let refuse why =
+          t.garbage <- t.garbage + 1;
+          emit (Refused { vid; src; why })
+        in
+        (* The coordinator this member asked to take it in, which names the view even when it
+           leaves (and so is not in it). *)
+        let maker =
+          match t.merging with
+          | Some (dst, _) when t.merge_into <> "" -> Some (A.to_string dst)
+          | _ -> None
+        in
+        if List.exists (fun (m : Side.member) -> m.eid = x.me.eid) members then begin
+          if vid = x.view.View.id then ack ()
+          else if x.blocked && ltime > x.view.View.ltime then
+            match
+              Side.accept_install ~maker ~me:x.me.eid ~view:x.view
+                ~addr:(fun r -> A.to_string x.addrs.(r))
+                ~reported:x.reported ~src:(A.to_string src) ~vid ~members ~preds
+            with
+            | Error why -> refuse (View why)
+            | Ok () -> (
+                match t.buildable stack with
+                | Error reason -> refuse (Stack { stack; reason })
+                | Ok () -> (
+                    match t.unwrap ~view_members:x.view.View.members ~pubs:x.pubs msg with
+                    | Error why -> refuse (Key why)
+                    | Ok key ->
+                        emit (Install { vid; ltime; members; stack = Some stack; key });
+                        ack ()))
+        end
+        else if List.mem x.me.eid leavers && leaving t then emit Exit
+    | _ -> ()
+
   (* {1 Side-channel messages} *)
 
   let on_side t (x : ctx) emit ~src v =
@@ -467,7 +528,8 @@ module Make (A : ADDRESS) = struct
                   emit (Suspect { ranks = others; reason = Printf.sprintf "in view %s" p.pvid })
                 end))
     | Side.Install_ack { vid; eid; _ } -> acked t ~vid ~eid ~src
-    | Side.Install _ | Side.Switch_req _ | Side.Status_req _ | Side.Status_ans _ -> ()
+    | Side.Install _ -> on_install t x emit ~src v
+    | Side.Switch_req _ | Side.Status_req _ | Side.Status_ans _ -> ()
 
   (* {1 The coordinator's flush is complete} *)
 

@@ -37,7 +37,15 @@ module Make (A : ADDRESS) : sig
     blocked : bool;  (** a flush of the view is under way *)
     resumed : bool;  (** this process ran again after a pause, within two merge timeouts *)
     gone : int -> bool;  (** the rank is suspected, or excluded or let go by the flush *)
+    reported : (int * int list * int list * string) option;
+        (** the flush round this member last reported to, as {!Side.accept_install} reads it *)
   }
+
+  (** Why an Install naming this member was refused. *)
+  type refusal =
+    | View of string  (** {!Side.accept_install}'s sentence: it does not follow the flush *)
+    | Stack of { stack : Side.stack; reason : string }  (** a stack this member cannot build *)
+    | Key of string  (** with Rekey: no key for this member in it that opens *)
 
   type action =
     | Send of A.t * Side.t
@@ -55,12 +63,18 @@ module Make (A : ADDRESS) : sig
     | Dead_view of string
         (** the current view went on without this member: refuse casts, for this reason *)
     | Leave  (** ask the view's stack to let this member go (its coordinator's flush) *)
-    | Exit  (** this leaving coordinator has nothing more to wait for *)
+    | Exit  (** this leaving coordinator has nothing more to wait for, or a view let it go *)
+    | Refused of { vid : string; src : A.t; why : refusal }
+        (** an Install of view [vid] from [src] refused (counted in {!garbage}) *)
 
   type input =
     | Side of { src : A.t; msg : Side.t }
-        (** a side message for this group and member: Gossip, Merge_req, Probe, Probe_ack and
-            Install_ack are handled, others ignored *)
+        (** a side message for this group and member: Gossip, Merge_req, Probe, Probe_ack, Install
+            and Install_ack are handled, others ignored. An Install naming this member is
+            acknowledged again if it is the current view, and, if it is a later view while this
+            member's view is flushed, checked ({!Side.accept_install}, then [buildable], then
+            [unwrap]) and either installed and acknowledged ([[Install; Send ack]]) or [Refused];
+            one that lets a leaving member go is [Exit]. *)
     | Flushed of { survivors : int list; leavers : int list }
         (** this coordinator's flush is complete: the request to merge, or the next view *)
     | Alone  (** excluded, or everyone else gone: a view of one *)
@@ -88,11 +102,19 @@ module Make (A : ADDRESS) : sig
     current_stack:(unit -> Side.stack) ->
     next_stack:(unit -> Side.stack) ->
     wrap:(vid:string -> members:Side.member list -> Side.t -> Side.t * (unit -> unit) option) ->
+    buildable:(Side.stack -> (unit, string) result) ->
+    unwrap:
+      (view_members:string array ->
+      pubs:string array ->
+      Side.t ->
+      ((unit -> unit) option, string) result) ->
     unit ->
     t
   (** [rng] draws the probes' nonces. [current_stack], [next_stack]: the stack the view runs and the
       one the next view this coordinator makes runs ({!Group_switch}); [wrap]: the Install of a view
-      with its key ({!Group_rekey.wrap}). *)
+      with its key ({!Group_rekey.wrap}); [buildable]: whether this member can build a stack an
+      Install names ({!Group_switch.buildable}); [unwrap]: the key an Install brings this member,
+      under the public keys of its view's members ({!Group_rekey.view_key}). *)
 
   val handle : t -> ctx -> input -> action list
 
@@ -142,7 +164,7 @@ module Make (A : ADDRESS) : sig
       acknowledgements, or a merge heard of waits to start. *)
 
   val garbage : t -> int
-  (** Probe answers that matched no probe out. *)
+  (** Probe answers that matched no probe out, and Installs refused. *)
 
   val probes_out : t -> int
   val known : t -> int

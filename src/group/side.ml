@@ -177,7 +177,7 @@ let installer vid =
   | Some i -> String.sub vid (i + 1) (String.length vid - i - 1)
   | None -> ""
 
-let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~preds =
+let accept_install ~maker ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~preds =
   let ids l = String.concat ", " l in
   if not (List.mem view.View.id preds) then
     Error
@@ -204,10 +204,14 @@ let accept_install ~me:_ ~(view : View.t) ~addr ~reported ~src ~vid ~members ~pr
           (* The view of a merge is made by the coordinator of the partition
              merged into (the one the flush named, or the coordinator it
              passed the request on to): a member of that view, which named
-             it and sends it from its own address. A flush that merges into
-             no one takes its view from its coordinator only. *)
+             it and sends it from its own address; or, leaving, not in it,
+             the coordinator merged into itself, from the address this
+             member asked ([maker]). A flush that merges into no one takes
+             its view from its coordinator only. *)
           let from_target =
-            into <> "" && List.exists (fun (m : member) -> m.eid = by && m.addr = src) members
+            into <> ""
+            && (List.exists (fun (m : member) -> m.eid = by && m.addr = src) members
+               || (by = into && maker = Some src))
           in
           if from_coord || from_target then Ok ()
           else

@@ -83,6 +83,7 @@ val installer : string -> string
 (** [installer vid]: the member that named view [vid] (["LTIME:EID"]). *)
 
 val accept_install :
+  maker:string option ->
   me:string ->
   view:Consort.View.t ->
   addr:(int -> string) ->
@@ -97,8 +98,9 @@ val accept_install :
     member whose view it merges into, or [""]) takes the view [vid] of [members], sent from [src]:
     only if it follows [view] ([preds]), keeps exactly the members of [view] that the round left,
     and comes from the round's coordinator, or, in a round for a merge, from the member that named
-    the view and is in it (the coordinator merged into, or the one it passed the request on to).
-    [Error] says why not, in one sentence. *)
+    the view and is in it (the coordinator merged into, or the one it passed the request on to), or
+    from [maker], the address of the coordinator merged into that this member asked, if that
+    coordinator named the view (leaving, it is not in it). [Error] says why not, in one sentence. *)
 
 (** What a member does with a discovery message from another partition. *)
 type gossip_action =

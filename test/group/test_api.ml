@@ -475,7 +475,7 @@ let addr_of v r = List.hd (String.split_on_char '#' v.View.members.(r))
 
 let accept ?(reported = Some (0, [], [], "")) ?(src = "a") ?(vid = "4:a#1") ?(preds = [ "3:a#1" ]) v
     members =
-  Side.accept_install ~me:"b#1" ~view:v ~addr:(addr_of v) ~reported ~src ~vid
+  Side.accept_install ~maker:None ~me:"b#1" ~view:v ~addr:(addr_of v) ~reported ~src ~vid
     ~members:(List.map mem members) ~preds
 
 let install_rules () =

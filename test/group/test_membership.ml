@@ -1,10 +1,11 @@
 (* The membership kernel (Membership), driven by hand without the simulator: two or three kernels
-   whose actions this test executes as a driver would (a flush started blocks the view's members;
-   a view installed; an Install accepted and acknowledged), their side messages delivered to each
-   other in an order the test chooses (held back, dropped, crossed). The races of merging and
-   installing: partitions that hear of each other at once, a merge request while a view waits for
-   acknowledgements, a lost acknowledgement, a coordinator that leaves during a merge, stale views,
-   and a flood of strangers. *)
+   whose actions this test executes as a driver would (a flush started blocks the view's members,
+   who report to its round; a view installed), their side messages, Installs included, delivered
+   to each other in an order the test chooses (held back, dropped, crossed). The races of merging
+   and installing: partitions that hear of each other at once, a merge request while a view waits
+   for acknowledgements, a lost acknowledgement, a coordinator that leaves during a merge, stale
+   views, a flood of strangers, an Install that overtakes the merge's flush round, and the Installs
+   a member refuses. *)
 
 open Consort
 module G = Consort_group
@@ -37,8 +38,13 @@ type node = {
   mutable leaving : bool;
   mutable suspected : int list;
   mutable views : string list; (* views installed after the first, newest first *)
-  mutable installs_made : int; (* Install actions this kernel asked for *)
+  mutable installs_made : int; (* Install actions this kernel asked for (made or accepted) *)
   mutable merge_into : string;
+  mutable reported : (int * int list * int list * string) option;
+      (* the flush round this member last reported to, as Gmp tells it *)
+  mutable builds : string list; (* the stacks this member can build *)
+  mutable refused : (string * M.refusal) list; (* Installs refused: view, why; newest first *)
+  mutable key_opens : bool; (* a view key sent to this member opens (Rekey) *)
   mutable exited : bool;
 }
 
@@ -77,6 +83,7 @@ let ctx net n =
     blocked = n.blocked;
     resumed = false;
     gone = (fun r -> List.mem r n.suspected);
+    reported = n.reported;
   }
 
 let install n ~vid ~ltime ~(members : Side.member list) =
@@ -90,6 +97,8 @@ let install n ~vid ~ltime ~(members : Side.member list) =
       n.blocked <- false;
       n.flush_asked <- false;
       n.suspected <- [];
+      n.merge_into <- "";
+      n.reported <- None;
       n.views <- vid :: n.views;
       M.installed n.m
 
@@ -120,14 +129,13 @@ let exec net n actions =
               n.view.View.members
           end
       | M.Dead_view _ -> ()
-      | M.Exit -> n.exited <- true)
+      | M.Exit -> n.exited <- true
+      | M.Refused { vid; why; _ } -> n.refused <- (vid, why) :: n.refused)
     actions
 
 let handle net n input = exec net n (M.handle n.m (ctx net n) input)
 
-(* The driver's part of the side channel: an Install is accepted by a member in it whose view is
-   being flushed (Side.accept_install's further checks are the driver's, tested elsewhere), and
-   acknowledged, again if it is the current view. *)
+(* Side messages, Installs included, go to the kernel. *)
 let deliver net ((src, dst, msg) as m) =
   match net.policy m with
   | Drop -> ()
@@ -136,22 +144,7 @@ let deliver net ((src, dst, msg) as m) =
       match by_addr net dst with
       | None -> ()
       | Some n when n.exited -> ()
-      | Some n -> (
-          match msg with
-          | Side.Install { vid; ltime; members; leavers; _ } ->
-              let ack () =
-                send net n.addr src
-                  (Side.Install_ack { group; vid; eid = n.me.eid; dst = Side.installer vid })
-              in
-              if List.exists (fun (m : Side.member) -> m.eid = n.me.eid) members then begin
-                if vid = n.view.View.id then ack ()
-                else if n.blocked && ltime > n.view.View.ltime then begin
-                  install n ~vid ~ltime ~members;
-                  ack ()
-                end
-              end
-              else if List.mem n.me.eid leavers && n.leaving then n.exited <- true
-          | msg -> handle net n (M.Side { src; msg })))
+      | Some n -> handle net n (M.Side { src; msg }))
 
 let deliver_all net =
   let w = net.wire in
@@ -172,6 +165,14 @@ let complete_flushes net =
           List.filter (fun r -> (not (List.mem r n.suspected)) && not (leaving r)) ranks
         in
         let leavers = List.filter leaving ranks in
+        (* Every member of the view reported to this round (Gmp's Reported). *)
+        let round = Some (coord n, n.suspected, leavers, n.merge_into) in
+        Array.iter
+          (fun e ->
+            match by_eid net e with
+            | Some o when o.view.View.id = n.view.View.id -> o.reported <- round
+            | _ -> ())
+          n.view.View.members;
         handle net n (M.Flushed { survivors; leavers })
       end)
     net.nodes
@@ -212,6 +213,14 @@ let add ?(peers = []) net addr =
       ~current_stack:(fun () -> stack)
       ~next_stack:(fun () -> stack)
       ~wrap:(fun ~vid:_ ~members:_ msg -> (msg, None))
+      ~buildable:(fun (s : Side.stack) ->
+        match by_addr net addr with
+        | Some n when List.mem s.id n.builds -> Ok ()
+        | _ -> Error ("no layer for " ^ s.id))
+      ~unwrap:(fun ~view_members:_ ~pubs:_ _ ->
+        match by_addr net addr with
+        | Some n when n.key_opens -> Ok None
+        | _ -> Error "no key for this member opens")
       ()
   in
   let n =
@@ -228,6 +237,10 @@ let add ?(peers = []) net addr =
       views = [];
       installs_made = 0;
       merge_into = "";
+      reported = None;
+      builds = [ stack.id ];
+      refused = [];
+      key_opens = true;
       exited = false;
     }
   in
@@ -547,6 +560,123 @@ let stranger_flood () =
   Alcotest.(check int) "known bounded" G.Membership.max_known (M.known z.m);
   Alcotest.(check bool) "probes out bounded" true (M.probes_out z.m <= G.Membership.max_probes)
 
+(* {1 An Install from another member} *)
+
+let mem a = { Side.eid = eid a; addr = a; pub = "" }
+
+(* c, a member of b's partition {b; c} (view 3:b#1, b its coordinator), while b merges it into
+   a's partition: a's Install of the view of all three is sent as soon as a's flush is over, and
+   may reach c before c has reported to b's flush round for the merge. *)
+let partition_of_b_and_c net =
+  let c = add net "c" in
+  c.view <- View.v ~group ~ltime:3 ~id:"3:b#1" ~members:[| eid "b"; eid "c" |] ~rank:1 ();
+  c.addrs <- [| "b"; "c" |];
+  c.blocked <- true;
+  c
+
+let install_of ?(vid = "5:a#1") ?(ltime = 5) ?(members = [ "a"; "b"; "c" ]) ?(leavers = [])
+    ?(preds = [ "4:a#1"; "3:b#1" ]) ?(stack = stack) () =
+  Side.Install
+    { group; vid; ltime; members = List.map mem members; leavers; preds; stack; keys = [] }
+
+let ack_to a vid = function
+  | M.Send (dst, Side.Install_ack { vid = v; eid = e; dst = maker; _ }) ->
+      dst = a && v = vid && e = eid "c" && maker = Side.installer vid
+  | _ -> false
+
+let describe = function
+  | M.Send (d, m) -> Printf.sprintf "Send to %s (%s)" d (Side.dst m)
+  | M.Install { vid; _ } -> "Install " ^ vid
+  | M.Refused { vid; why = M.View w; _ } -> Printf.sprintf "Refused %s (view: %s)" vid w
+  | M.Refused { vid; why = M.Stack { reason; _ }; _ } ->
+      Printf.sprintf "Refused %s (stack: %s)" vid reason
+  | M.Refused { vid; why = M.Key w; _ } -> Printf.sprintf "Refused %s (key: %s)" vid w
+  | M.Exit -> "Exit"
+  | _ -> "another action"
+
+let fail_with what l = Alcotest.failf "%s: got [%s]" what (String.concat "; " (List.map describe l))
+
+let install_races_merge () =
+  let net = new_net () in
+  let c = partition_of_b_and_c net in
+  let install = install_of () in
+  let hear ?(src = "a") msg = M.handle c.m (ctx net c) (M.Side { src; msg }) in
+  (* Before c has reported to b's round: refused, nothing installed, nothing acknowledged. *)
+  (match hear install with
+  | [ M.Refused { vid = "5:a#1"; src = "a"; why = M.View _ } ] -> ()
+  | l -> fail_with "before the report" l);
+  (* Reported to a round of b that merges into no one: a is not c's coordinator. *)
+  c.reported <- Some (0, [], [], "");
+  (match hear install with
+  | [ M.Refused { why = M.View _; _ } ] -> ()
+  | l -> fail_with "a round that merges into no one" l);
+  (* Reported to b's round for the merge into a. From another address, claiming to be a's: refused. *)
+  c.reported <- Some (0, [], [], eid "a");
+  (match hear ~src:"x" install with
+  | [ M.Refused { src = "x"; why = M.View _; _ } ] -> ()
+  | l -> fail_with "from another address" l);
+  Alcotest.(check int) "three refusals counted" 3 (M.garbage c.m);
+  (* From a: installed, then acknowledged to a, in that order. *)
+  let acts = hear install in
+  (match acts with
+  | [ M.Install { vid = "5:a#1"; ltime = 5; members; stack = Some s; key = None }; ack ]
+    when ack_to "a" "5:a#1" ack && s = stack ->
+      Alcotest.(check (list string))
+        "its members"
+        [ eid "a"; eid "b"; eid "c" ]
+        (List.map (fun (m : Side.member) -> m.eid) members)
+  | l -> fail_with "after the report" l);
+  exec net c acts;
+  Alcotest.(check string) "c in it" "5:a#1" c.view.View.id;
+  Alcotest.(check bool) "c runs again" false c.blocked;
+  (* a resends it (c's acknowledgement lost): acknowledged again, not installed again. *)
+  (match hear install with
+  | [ ack ] when ack_to "a" "5:a#1" ack -> ()
+  | l -> fail_with "the resend" l);
+  Alcotest.(check int) "garbage unchanged" 3 (M.garbage c.m)
+
+(* Installs c refuses while its view is flushed: a view on a stack it cannot build, one whose key
+   does not open, an older view, one that does not follow its view, one that leaves out a member
+   the flush kept; and one that lets it go when it is not leaving. None installs or acknowledges. *)
+let install_refused () =
+  let net = new_net () in
+  let c = partition_of_b_and_c net in
+  c.reported <- Some (0, [], [], eid "a");
+  let hear msg = M.handle c.m (ctx net c) (M.Side { src = "a"; msg }) in
+  let other = { Side.epoch = 1; id = "other-stack" } in
+  (match hear (install_of ~stack:other ()) with
+  | [ M.Refused { vid = "5:a#1"; why = M.Stack { stack = s; reason }; _ } ] ->
+      Alcotest.(check bool) "the stack named" true (s = other);
+      Alcotest.(check string) "why" "no layer for other-stack" reason
+  | l -> fail_with "wrong stack" l);
+  c.key_opens <- false;
+  (match hear (install_of ()) with
+  | [ M.Refused { why = M.Key _; _ } ] -> ()
+  | l -> fail_with "no key" l);
+  c.key_opens <- true;
+  (match hear (install_of ~vid:"3:a#1" ~ltime:3 ()) with
+  | [] -> ()
+  | l -> fail_with "stale: not later than c's view" l);
+  (match hear (install_of ~preds:[ "4:a#1" ] ()) with
+  | [ M.Refused { why = M.View _; _ } ] -> ()
+  | l -> fail_with "does not follow c's view" l);
+  (match hear (install_of ~members:[ "a"; "c" ] ()) with
+  | [ M.Refused { why = M.View _; _ } ] -> ()
+  | l -> fail_with "leaves b out" l);
+  (match hear (install_of ~members:[ "a"; "b" ] ~leavers:[ eid "c" ] ()) with
+  | [] -> ()
+  | l -> fail_with "lets c go, c not leaving" l);
+  Alcotest.(check int) "four refusals counted" 4 (M.garbage c.m);
+  Alcotest.(check string) "still in its view" "3:b#1" c.view.View.id;
+  (* Not flushed: a later view is not taken at all. *)
+  c.blocked <- false;
+  (match hear (install_of ()) with [] -> () | l -> fail_with "not flushed" l);
+  (* The same view, once the stack can build it: taken. *)
+  c.blocked <- true;
+  match hear (install_of ()) with
+  | [ M.Install _; ack ] when ack_to "a" "5:a#1" ack -> ()
+  | l -> fail_with "the right one" l
+
 let () =
   Alcotest.run "membership"
     [
@@ -563,5 +693,10 @@ let () =
           Alcotest.test_case "leave timeout runs out" `Quick leave_timeout_runs_out;
         ] );
       ("stale", [ Alcotest.test_case "older views and other addresses" `Quick stale_views ]);
+      ( "accept",
+        [
+          Alcotest.test_case "an Install racing the merge's flush" `Quick install_races_merge;
+          Alcotest.test_case "Installs refused" `Quick install_refused;
+        ] );
       ("bounds", [ Alcotest.test_case "a flood of strangers" `Quick stranger_flood ]);
     ]
