@@ -19,6 +19,11 @@ type figures = {
   chacha_evp_mbps : float;
   chacha_1k_mbps : float;
   chacha_evp_1k_mbps : float;
+  trans_2p_mbps : float;
+  trans_2p_client_cpu_ms : float;
+  trans_2p_server_cpu_ms : float;
+  byte_limit_mbps : float;
+  byte_limit_cpu_ms : float;
 }
 
 let ( let* ) = Result.bind
@@ -193,13 +198,30 @@ let gcm_seal = gcm ~open_:false
 (* 8 KB fragments everywhere, as between machines on an Ethernet. *)
 let lan_config = { Consort_cap.Rpc.default_config with loopback_fragment = 0 }
 
-let rpc_setup ?config loop =
+let command_output argv =
+  let ic = Unix.open_process_args_in argv.(0) argv in
+  let b = Buffer.create 256 in
+  (try
+     while true do
+       Buffer.add_channel b ic 1
+     done
+   with End_of_file -> ());
+  let out = Buffer.contents b in
+  match Unix.close_process_in ic with
+  | Unix.WEXITED 0 -> Ok out
+  | _ -> Error (String.concat " " (Array.to_list argv) ^ " failed")
+
+let bench_key () =
   let g = Consort_crypto.Crypto.deterministic "bench" in
-  let key = Consort_cap.Port.Key.generate ~g () in
+  (g, Consort_cap.Port.Key.generate ~g ())
+
+let rpc_server ?config loop key =
   let* server = R.open_node ?config ~multicast:None ~bind:local_addr loop in
   let srv = R.serve server key in
   R.listen srv (fun r -> R.putrep r (Consort_cap.Header.reply `Ok) "");
-  let addr = Udp.address_to_string (Udp.local (R.connection server)) in
+  Ok (Udp.address_to_string (Udp.local (R.connection server)), fun () -> R.close server)
+
+let rpc_client ?config loop g key addr =
   let* client = R.open_node ?config ~multicast:None ~locate:addr ~bind:local_addr loop in
   let secret = Consort_cap.Cap.Secret.generate ~g () in
   let cap = Consort_cap.Cap.owner (Consort_cap.Port.Key.port key) ~obj:1 secret in
@@ -207,11 +229,188 @@ let rpc_setup ?config loop =
   let call data = Result.map_error Consort_cap.Rpc_error.to_string (R.Sync.trans client hdr data) in
   (* Warm up: locate, handshake. *)
   let* _ = call "" in
+  Ok (call, fun () -> R.close client)
+
+let rpc_setup ?config loop =
+  let g, key = bench_key () in
+  let* addr, close_server = rpc_server ?config loop key in
+  let* call, close_client = rpc_client ?config loop g key addr in
   Ok
     ( call,
       fun () ->
-        R.close client;
-        R.close server )
+        close_client ();
+        close_server () )
+
+(* The server in a process of its own, as the byte limit's receiver is: it
+   writes its address on [ready] and serves until its end of [ctl] reads
+   end of file (this process closed it, or ended), or 10 minutes passed. *)
+type child = { pid : int; ctl : Unix.file_descr; addr : string }
+
+let server_process key =
+  let ready_r, ready_w = Unix.pipe ~cloexec:true () in
+  let ctl_r, ctl_w = Unix.pipe ~cloexec:true () in
+  match Unix.fork () with
+  | 0 ->
+      Unix.close ready_r;
+      Unix.close ctl_w;
+      let code =
+        try
+          R.keep_memory ();
+          let loop = Loop.create () in
+          match rpc_server loop key with
+          | Error e ->
+              ignore (Unix.write_substring ready_w ("!" ^ e ^ "\n") 0 (String.length e + 2));
+              2
+          | Ok (addr, close) ->
+              let line = addr ^ "\n" in
+              ignore (Unix.write_substring ready_w line 0 (String.length line));
+              Unix.close ready_w;
+              let stop = ref false in
+              Loop.watch loop ctl_r (fun () -> stop := true);
+              Loop.run loop ~timeout:(Time.of_sec 600.) ~until:(fun () -> !stop);
+              close ();
+              0
+        with _ -> 2
+      in
+      Unix._exit code
+  | pid -> (
+      Unix.close ready_w;
+      Unix.close ctl_r;
+      let b = Bytes.create 256 in
+      let rec read_line got =
+        match Unix.select [ ready_r ] [] [] 30. with
+        | [], _, _ -> got
+        | _ ->
+            let n = Unix.read ready_r b 0 (Bytes.length b) in
+            let got = got ^ Bytes.sub_string b 0 n in
+            if n = 0 || String.contains got '\n' then got else read_line got
+      in
+      let line = try read_line "" with Unix.Unix_error _ -> "" in
+      Unix.close ready_r;
+      let stop () =
+        Unix.close ctl_w;
+        ignore (Unix.waitpid [] pid)
+      in
+      match String.index_opt line '\n' with
+      | Some i when i > 0 && line.[0] <> '!' ->
+          Ok ({ pid; ctl = ctl_w; addr = String.sub line 0 i }, stop)
+      | _ ->
+          (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+          stop ();
+          Error
+            ("the RPC server process did not start"
+            ^ if line = "" then "" else ": " ^ String.trim line))
+
+(* The byte limit: raw UDP in C, bench/peers/udp_raw.c's flow (sendmmsg,
+   recvmmsg, a credit window, lossless), one sender process and one receiver
+   process, 4000 datagrams of 60,000 bytes: the payload MB/s the receiver
+   got. The program is the one dune builds beside this
+   executable, else built here with gcc from the source. *)
+let udp_raw_exe () =
+  (* _build/default/bin/main.exe, or a test's executable further down. *)
+  let rec up dir k =
+    if k = 0 then []
+    else Filename.concat dir "bench/peers/udp_raw" :: up (Filename.dirname dir) (k - 1)
+  in
+  let built =
+    up (Filename.dirname Sys.executable_name) 4 @ [ "_build/default/bench/peers/udp_raw" ]
+  in
+  match List.find_opt Sys.file_exists built with
+  | Some p -> Ok (p, ignore)
+  | None ->
+      let src = "bench/peers/udp_raw.c" in
+      if not (Sys.file_exists src) then Error "no udp_raw (run from the repository root)"
+      else
+        let exe =
+          Filename.concat (Filename.get_temp_dir_name ())
+            (Printf.sprintf "consort-udp-raw-%d" (Unix.getpid ()))
+        in
+        let* _ = command_output [| "gcc"; "-O2"; "-o"; exe; src |] in
+        Ok (exe, fun () -> try Sys.remove exe with Sys_error _ -> ())
+
+(* The value of [key=value] in a result line. *)
+let field key line =
+  let k = " " ^ key ^ "=" in
+  let n = String.length line and m = String.length k in
+  let rec find i =
+    if i + m > n then None else if String.sub line i m = k then Some i else find (i + 1)
+  in
+  match find 0 with
+  | None -> None
+  | Some i ->
+      let j = i + String.length k in
+      let e = try String.index_from line j ' ' with Not_found -> String.length line in
+      Some (String.sub line j (e - j))
+
+let flow_result line =
+  let line = String.trim line in
+  let num k = Option.bind (field k line) int_of_string_opt in
+  if String.length line < 7 || String.sub line 0 7 <> "result " then
+    Error ("unexpected output from udp_raw: " ^ line)
+  else
+    match
+      (Option.bind (field "mb_per_s" line) float_of_string_opt, num "lost", num "late", num "count")
+    with
+    | Some mbps, Some 0, Some 0, Some c when c > 0 && Float.is_finite mbps && mbps > 0. -> Ok mbps
+    | Some _, Some lost, Some late, Some _ when lost <> 0 || late <> 0 ->
+        Error
+          (Printf.sprintf
+             "the raw byte-limit flow lost %d datagrams (%d members late): not a lossless limit"
+             lost late)
+    | _ -> Error ("unexpected output from udp_raw: " ^ line)
+
+(* One run of the raw flow: its MB/s and the CPU its processes took per MB. *)
+let byte_limit exe =
+  let t0 = Unix.times () in
+  let* out =
+    command_output
+      [|
+        exe;
+        "flow";
+        "--count";
+        "4000";
+        "--size";
+        "60000";
+        "--senders";
+        "1";
+        "--members";
+        "2";
+        "--deadline";
+        "60";
+      |]
+  in
+  let t1 = Unix.times () in
+  let* mbps = flow_result out in
+  let cpu = t1.Unix.tms_cutime +. t1.tms_cstime -. t0.Unix.tms_cutime -. t0.tms_cstime in
+  let received = Option.bind (field "m1_received" (String.trim out)) int_of_string_opt in
+  let cpu_ms =
+    match received with
+    | Some r when r > 0 -> cpu *. 1000. /. (float_of_int r *. 60000. /. 1e6)
+    | _ -> nan
+  in
+  Ok (mbps, cpu_ms)
+
+(* A process's CPU time (user and system), seconds, from /proc; 0 if unknown. *)
+let ticks_per_s =
+  lazy
+    (match command_output [| "getconf"; "CLK_TCK" |] with
+    | Ok s -> (
+        match float_of_string_opt (String.trim s) with Some t when t > 0. -> t | _ -> 100.)
+    | Error _ -> 100.)
+
+let cpu_of pid =
+  try
+    let ic = open_in (Printf.sprintf "/proc/%d/stat" pid) in
+    let l = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> input_line ic) in
+    (* After the command's parenthesis: state is field 3, utime 14, stime 15. *)
+    let rest = String.sub l (String.rindex l ')' + 2) (String.length l - String.rindex l ')' - 2) in
+    match String.split_on_char ' ' rest with
+    | _ :: fields -> (
+        match (List.nth_opt fields 10, List.nth_opt fields 11) with
+        | Some u, Some s -> (float_of_string u +. float_of_string s) /. Lazy.force ticks_per_s
+        | _ -> 0.)
+    | [] -> 0.
+  with _ -> 0.
 
 let rpc_null loop call calls =
   let samples = Array.make calls 0. in
@@ -249,13 +448,21 @@ let median_round key rs =
   Array.sort (fun x y -> compare (key x) (key y)) a;
   a.(Array.length a / 2)
 
-let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
+let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) ?(slices = 5) () =
   R.keep_memory ();
+  let* udp_raw, remove_udp_raw = udp_raw_exe () in
+  Fun.protect ~finally:remove_udp_raw @@ fun () ->
+  (* The server process first, before this process opens anything. *)
+  let g2, key2 = bench_key () in
+  let* child, stop_child = server_process key2 in
+  Fun.protect ~finally:stop_child @@ fun () ->
   let loop = Loop.create () in
   let* call, close = rpc_setup loop in
   let* call_lan, close_lan = rpc_setup ~config:lan_config loop in
+  let* call_2p, close_2p = rpc_client loop g2 key2 child.addr in
   let* _ = call mb in
   let* _ = call_lan mb in
+  let* _ = call_2p mb in
   let bytes = transfers * 1_000_000 in
   Consort_cli.with_progress "consort bench rpc" ~total:rounds @@ fun progress ->
   let rec go i acc =
@@ -270,6 +477,30 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
       let* _, raw_big_cpu_mbps =
         raw_oneway ~dgram:(Consort_cap.Rpc.default_config.loopback_fragment + 100) loop bytes
       in
+      (* The byte limit and the trans with the server in its own process
+         alternate in [slices] slices, so that both see the same other load;
+         each is its bytes over the sum of its slices' times. *)
+      let slices = max 1 slices in
+      let per_slice = max 1 (transfers / slices) in
+      let rec alternate k (lt, lcpu, tt, ccpu, scpu) =
+        if k = 0 then Ok (lt, lcpu, tt, ccpu, scpu)
+        else
+          let* l_mbps, l_cpu_ms = byte_limit udp_raw in
+          let s0 = cpu_of child.pid in
+          let* t_mbps, t_cpu_mbps = rpc_bulk loop call_2p per_slice in
+          let s_ms = (cpu_of child.pid -. s0) *. 1000. /. float_of_int per_slice in
+          alternate (k - 1)
+            ( lt +. (1. /. l_mbps),
+              lcpu +. l_cpu_ms,
+              tt +. (1. /. t_mbps),
+              ccpu +. (1000. /. t_cpu_mbps),
+              scpu +. s_ms )
+      in
+      let* lt, lcpu, tt, ccpu, scpu = alternate slices (0., 0., 0., 0., 0.) in
+      let n = float_of_int slices in
+      let byte_limit_mbps = n /. lt and byte_limit_cpu_ms = lcpu /. n in
+      let trans_2p_mbps = n /. tt in
+      let trans_2p_client_cpu_ms = ccpu /. n and trans_2p_server_cpu_ms = scpu /. n in
       let gcm_mbps = gcm_seal_open bytes in
       let gcm_mirage_mbps = gcm_mirage (bytes / 2) in
       let chacha_mbps = chacha (bytes / 4) in
@@ -293,31 +524,24 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) () =
            chacha_evp_mbps;
            chacha_1k_mbps;
            chacha_evp_1k_mbps;
+           trans_2p_mbps;
+           trans_2p_client_cpu_ms;
+           trans_2p_server_cpu_ms;
+           byte_limit_mbps;
+           byte_limit_cpu_ms;
          }
         :: acc)
   in
   let r = go 0 [] in
   close ();
   close_lan ();
+  close_2p ();
   let* rs = r in
   rounds_done := rs;
   Ok (median_round (fun r -> r.trans_mbps /. r.raw_mbps) rs)
 
 (* The gRPC peer: a Go program built here from the module proxy. *)
 type grpc = { plain_null_us : float; plain_mbps : float; tls_null_us : float; tls_mbps : float }
-
-let command_output argv =
-  let ic = Unix.open_process_args_in argv.(0) argv in
-  let b = Buffer.create 256 in
-  (try
-     while true do
-       Buffer.add_channel b ic 1
-     done
-   with End_of_file -> ());
-  let out = Buffer.contents b in
-  match Unix.close_process_in ic with
-  | Unix.WEXITED 0 -> Ok out
-  | _ -> Error (String.concat " " (Array.to_list argv) ^ " failed")
 
 let find_go () =
   let dirs =
@@ -393,23 +617,29 @@ let print_grpc r = function
    work and the cipher's add as times (both per second of CPU). *)
 let ceiling ~udp ~aead = 1. /. ((1. /. udp) +. (1. /. aead))
 
+let load () =
+  try
+    let ic = open_in "/proc/loadavg" in
+    Fun.protect
+      ~finally:(fun () -> close_in ic)
+      (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
+  with _ -> "?"
+
 let print r =
   let rs = !rounds_done in
   Fmt.pr "Capability RPC over kernel UDP, client and server in one process on 127.0.0.1 (load %s)@."
-    (try
-       let ic = open_in "/proc/loadavg" in
-       Fun.protect
-         ~finally:(fun () -> close_in ic)
-         (fun () -> List.hd (String.split_on_char ' ' (input_line ic)))
-     with _ -> "?");
+    (load ());
   List.iteri
     (fun i x ->
       Fmt.pr
         "  round %d: null %.1f us, raw rtt %.1f us; 1 MB trans %.1f MB/s (8 KB fragments %.1f), \
-         raw 8 KB one-way %.1f MB/s, ratio %.2f (per CPU %.2f)@."
+         raw 8 KB one-way %.1f MB/s, ratio %.2f (per CPU %.2f); server in its own process %.1f \
+         MB/s, byte limit %.1f MB/s, ratio %.2f@."
         (i + 1) x.null_us x.raw_rtt_us x.trans_mbps x.trans_lan_mbps x.raw_mbps
         (x.trans_mbps /. x.raw_mbps)
-        (x.trans_cpu_mbps /. x.raw_cpu_mbps))
+        (x.trans_cpu_mbps /. x.raw_cpu_mbps)
+        x.trans_2p_mbps x.byte_limit_mbps
+        (x.trans_2p_mbps /. x.byte_limit_mbps))
     rs;
   let n = median_round (fun r -> r.null_us -. r.raw_rtt_us) rs in
   Fmt.pr "  the median round of each comparison, both sides from that round:@.";
@@ -424,6 +654,23 @@ let print r =
   Fmt.pr
     "  1 MB trans, 8 KB fragments (LAN)   %8.1f MB/s raw UDP 8 KB one-way %6.1f MB/s  ratio %.2f@."
     l.trans_lan_mbps l.raw_mbps (l.trans_lan_mbps /. l.raw_mbps);
+  let b = median_round (fun r -> r.trans_2p_mbps /. r.byte_limit_mbps) rs in
+  Fmt.pr
+    "  beside the byte limit: raw UDP in C, 60,000-byte datagrams, sendmmsg/recvmmsg, credit \
+     window, lossless, one sender process and one receiver process (bench/peers/udp_raw flow):@.";
+  Fmt.pr "  1 MB trans, server in its own process %8.1f MB/s byte limit %6.1f MB/s  ratio %.2f@."
+    b.trans_2p_mbps b.byte_limit_mbps
+    (b.trans_2p_mbps /. b.byte_limit_mbps);
+  Fmt.pr
+    "    CPU per MB (same round): the trans %.2f ms (client %.2f, server %.2f), the raw flow %.2f \
+     ms (both processes); ratio %.2f@."
+    (b.trans_2p_client_cpu_ms +. b.trans_2p_server_cpu_ms)
+    b.trans_2p_client_cpu_ms b.trans_2p_server_cpu_ms b.byte_limit_cpu_ms
+    (b.byte_limit_cpu_ms /. (b.trans_2p_client_cpu_ms +. b.trans_2p_server_cpu_ms));
+  let b1 = median_round (fun r -> r.trans_mbps /. r.byte_limit_mbps) rs in
+  Fmt.pr "  1 MB trans, client and server in one %8.1f MB/s byte limit %6.1f MB/s  ratio %.2f@."
+    b1.trans_mbps b1.byte_limit_mbps
+    (b1.trans_mbps /. b1.byte_limit_mbps);
   let c = median_round (fun r -> r.trans_cpu_mbps /. r.raw_cpu_mbps) rs in
   Fmt.pr "  per second of CPU (what other load on the machine does not change):@.";
   Fmt.pr
@@ -483,7 +730,13 @@ let cmd =
   let no_grpc =
     Arg.(value & flag & info [ "no-grpc" ] ~doc:"Do not build and run the gRPC peer.")
   in
-  let go calls transfers rounds json no_grpc =
+  let save =
+    Arg.(
+      value
+      & opt (some string) None
+      & info [ "save" ] ~docv:"DIR" ~doc:"Write the figures to $(i,DIR)/rpc-YYYYMMDD-HHMMSS.json.")
+  in
+  let go calls transfers rounds json no_grpc save =
     if calls < 1 || transfers < 1 || rounds < 1 then (
       Fmt.epr "consort bench rpc: --calls, --transfers and --rounds must be positive@.";
       2)
@@ -492,19 +745,54 @@ let cmd =
       | Error e ->
           Fmt.epr "consort bench rpc: %s@." e;
           1
-      | Ok r ->
+      | Ok r -> (
           print r;
           if not no_grpc then print_grpc r (grpc_peer ~calls ~transfers);
-          if json then
-            Fmt.pr
-              "{\"bench\":\"rpc\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"gcm_mirage_mbps\":%.1f,\"chacha_mbps\":%.1f,\"chacha_evp_mbps\":%.1f,\"chacha_1k_mbps\":%.1f,\"chacha_evp_1k_mbps\":%.1f}@."
-              r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps
+          let b = median_round (fun r -> r.trans_2p_mbps /. r.byte_limit_mbps) !rounds_done in
+          let line =
+            Printf.sprintf
+              "{\"bench\":\"rpc\",\"load\":\"%s\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"gcm_mirage_mbps\":%.1f,\"chacha_mbps\":%.1f,\"chacha_evp_mbps\":%.1f,\"chacha_1k_mbps\":%.1f,\"chacha_evp_1k_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_mbps\":%.1f,\"byte_limit_cpu_ms\":%.3f,\"byte_limit_ratio\":%.3f,\"byte_limit_ratio_one_process\":%.3f,\"rounds\":[%s]}"
+              (load ()) r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps
               (r.trans_mbps /. r.raw_mbps) r.trans_cpu_mbps r.raw_cpu_mbps r.raw_big_cpu_mbps
               r.gcm_mbps r.gcm_mirage_mbps r.chacha_mbps r.chacha_evp_mbps r.chacha_1k_mbps
-              r.chacha_evp_1k_mbps;
-          0
+              r.chacha_evp_1k_mbps b.trans_2p_mbps b.trans_2p_client_cpu_ms b.trans_2p_server_cpu_ms
+              b.byte_limit_mbps b.byte_limit_cpu_ms
+              (b.trans_2p_mbps /. b.byte_limit_mbps)
+              (b.trans_mbps /. b.byte_limit_mbps)
+              (String.concat ","
+                 (List.map
+                    (fun x ->
+                      Printf.sprintf
+                        "{\"trans_mbps\":%.1f,\"raw_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"byte_limit_mbps\":%.1f}"
+                        x.trans_mbps x.raw_mbps x.trans_2p_mbps x.byte_limit_mbps)
+                    !rounds_done))
+          in
+          if json then print_endline line;
+          match save with
+          | None -> 0
+          | Some d -> (
+              let tm = Unix.gmtime (Unix.time ()) in
+              let f =
+                Filename.concat d
+                  (Printf.sprintf "rpc-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
+                     (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
+              in
+              match
+                let oc = open_out f in
+                Fun.protect
+                  ~finally:(fun () -> close_out_noerr oc)
+                  (fun () ->
+                    output_string oc (line ^ "\n");
+                    close_out oc)
+              with
+              | () ->
+                  Fmt.pr "kept in %s@." f;
+                  0
+              | exception Sys_error m ->
+                  Fmt.epr "consort bench rpc: --save %s: %s@." d m;
+                  2))
   in
   Cmd.v
     (Consort_cli.info ~path:"bench rpc" "rpc"
        ~doc:"Null RPC latency and 1 MB trans throughput beside raw UDP, with ratios.")
-    Term.(const go $ calls $ transfers $ rounds $ json $ no_grpc)
+    Term.(const go $ calls $ transfers $ rounds $ json $ no_grpc $ save)
