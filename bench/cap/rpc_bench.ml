@@ -215,10 +215,18 @@ let bench_key () =
   let g = Consort_crypto.Crypto.deterministic "bench" in
   (g, Consort_cap.Port.Key.generate ~g ())
 
+let cpu_command = 2
+
 let rpc_server ?config loop key =
   let* server = R.open_node ?config ~multicast:None ~bind:local_addr loop in
   let srv = R.serve server key in
-  R.listen srv (fun r -> R.putrep r (Consort_cap.Header.reply `Ok) "");
+  (* Command 2: this process's CPU time so far, seconds (the server's own,
+     when it runs in a process of its own); any other: an empty reply. *)
+  R.listen srv (fun r ->
+      R.putrep r (Consort_cap.Header.reply `Ok)
+        (if (R.header r).Consort_cap.Header.command = cpu_command then
+           Printf.sprintf "%.6f" (cpu ())
+         else ""));
   Ok (Udp.address_to_string (Udp.local (R.connection server)), fun () -> R.close server)
 
 let rpc_client ?config loop g key addr =
@@ -227,14 +235,19 @@ let rpc_client ?config loop g key addr =
   let cap = Consort_cap.Cap.owner (Consort_cap.Port.Key.port key) ~obj:1 secret in
   let hdr = Consort_cap.Header.request cap 1 in
   let call data = Result.map_error Consort_cap.Rpc_error.to_string (R.Sync.trans client hdr data) in
+  let server_cpu () =
+    match R.Sync.trans client (Consort_cap.Header.request cap cpu_command) "" with
+    | Ok (_, s) -> Option.value ~default:nan (float_of_string_opt s)
+    | Error _ -> nan
+  in
   (* Warm up: locate, handshake. *)
   let* _ = call "" in
-  Ok (call, fun () -> R.close client)
+  Ok (call, server_cpu, fun () -> R.close client)
 
 let rpc_setup ?config loop =
   let g, key = bench_key () in
   let* addr, close_server = rpc_server ?config loop key in
-  let* call, close_client = rpc_client ?config loop g key addr in
+  let* call, _, close_client = rpc_client ?config loop g key addr in
   Ok
     ( call,
       fun () ->
@@ -390,28 +403,6 @@ let byte_limit exe =
   in
   Ok (mbps, cpu_ms)
 
-(* A process's CPU time (user and system), seconds, from /proc; 0 if unknown. *)
-let ticks_per_s =
-  lazy
-    (match command_output [| "getconf"; "CLK_TCK" |] with
-    | Ok s -> (
-        match float_of_string_opt (String.trim s) with Some t when t > 0. -> t | _ -> 100.)
-    | Error _ -> 100.)
-
-let cpu_of pid =
-  try
-    let ic = open_in (Printf.sprintf "/proc/%d/stat" pid) in
-    let l = Fun.protect ~finally:(fun () -> close_in ic) (fun () -> input_line ic) in
-    (* After the command's parenthesis: state is field 3, utime 14, stime 15. *)
-    let rest = String.sub l (String.rindex l ')' + 2) (String.length l - String.rindex l ')' - 2) in
-    match String.split_on_char ' ' rest with
-    | _ :: fields -> (
-        match (List.nth_opt fields 10, List.nth_opt fields 11) with
-        | Some u, Some s -> (float_of_string u +. float_of_string s) /. Lazy.force ticks_per_s
-        | _ -> 0.)
-    | [] -> 0.
-  with _ -> 0.
-
 let rpc_null loop call calls =
   let samples = Array.make calls 0. in
   let rec nulls i =
@@ -459,7 +450,7 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) ?(slices = 5) () =
   let loop = Loop.create () in
   let* call, close = rpc_setup loop in
   let* call_lan, close_lan = rpc_setup ~config:lan_config loop in
-  let* call_2p, close_2p = rpc_client loop g2 key2 child.addr in
+  let* call_2p, server_cpu, close_2p = rpc_client loop g2 key2 child.addr in
   let* _ = call mb in
   let* _ = call_lan mb in
   let* _ = call_2p mb in
@@ -486,9 +477,9 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) ?(slices = 5) () =
         if k = 0 then Ok (lt, lcpu, tt, ccpu, scpu)
         else
           let* l_mbps, l_cpu_ms = byte_limit udp_raw in
-          let s0 = cpu_of child.pid in
+          let s0 = server_cpu () in
           let* t_mbps, t_cpu_mbps = rpc_bulk loop call_2p per_slice in
-          let s_ms = (cpu_of child.pid -. s0) *. 1000. /. float_of_int per_slice in
+          let s_ms = (server_cpu () -. s0) *. 1000. /. float_of_int per_slice in
           alternate (k - 1)
             ( lt +. (1. /. l_mbps),
               lcpu +. l_cpu_ms,

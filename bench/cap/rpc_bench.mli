@@ -45,7 +45,8 @@ type figures = {
       (** 1 MB trans, default configuration, with the server in a process of its own (forked by the
           benchmark), MB/s of wall time *)
   trans_2p_client_cpu_ms : float;  (** CPU time of the client per MB of that trans, ms *)
-  trans_2p_server_cpu_ms : float;  (** CPU time of the server process per MB, ms (from /proc) *)
+  trans_2p_server_cpu_ms : float;
+      (** CPU time of the server process per MB, ms (it answers a call for it) *)
   byte_limit_mbps : float;
       (** the byte limit: raw UDP in C ([bench/peers/udp_raw.c]'s [flow]: 60,000-byte datagrams,
           [sendmmsg]/[recvmmsg], a credit window, lossless), one sender process and one receiver
