@@ -740,6 +740,7 @@ let cmd =
           print r;
           if not no_grpc then print_grpc r (grpc_peer ~calls ~transfers);
           let b = median_round (fun r -> r.trans_2p_mbps /. r.byte_limit_mbps) !rounds_done in
+          let b1 = median_round (fun r -> r.trans_mbps /. r.byte_limit_mbps) !rounds_done in
           let line =
             Printf.sprintf
               "{\"bench\":\"rpc\",\"load\":\"%s\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"gcm_mirage_mbps\":%.1f,\"chacha_mbps\":%.1f,\"chacha_evp_mbps\":%.1f,\"chacha_1k_mbps\":%.1f,\"chacha_evp_1k_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_mbps\":%.1f,\"byte_limit_cpu_ms\":%.3f,\"byte_limit_ratio\":%.3f,\"byte_limit_ratio_one_process\":%.3f,\"rounds\":[%s]}"
@@ -749,13 +750,14 @@ let cmd =
               r.chacha_evp_1k_mbps b.trans_2p_mbps b.trans_2p_client_cpu_ms b.trans_2p_server_cpu_ms
               b.byte_limit_mbps b.byte_limit_cpu_ms
               (b.trans_2p_mbps /. b.byte_limit_mbps)
-              (b.trans_mbps /. b.byte_limit_mbps)
+              (b1.trans_mbps /. b1.byte_limit_mbps)
               (String.concat ","
                  (List.map
                     (fun x ->
                       Printf.sprintf
-                        "{\"trans_mbps\":%.1f,\"raw_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"byte_limit_mbps\":%.1f}"
-                        x.trans_mbps x.raw_mbps x.trans_2p_mbps x.byte_limit_mbps)
+                        "{\"trans_mbps\":%.1f,\"raw_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"byte_limit_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_cpu_ms\":%.3f}"
+                        x.trans_mbps x.raw_mbps x.trans_2p_mbps x.byte_limit_mbps
+                        x.trans_2p_client_cpu_ms x.trans_2p_server_cpu_ms x.byte_limit_cpu_ms)
                     !rounds_done))
           in
           if json then print_endline line;
