@@ -237,8 +237,11 @@ let rpc_client ?config loop g key addr =
   let call data = Result.map_error Consort_cap.Rpc_error.to_string (R.Sync.trans client hdr data) in
   let server_cpu () =
     match R.Sync.trans client (Consort_cap.Header.request cap cpu_command) "" with
-    | Ok (_, s) -> Option.value ~default:nan (float_of_string_opt s)
-    | Error _ -> nan
+    | Ok (_, s) -> (
+        match float_of_string_opt s with
+        | Some t when Float.is_finite t -> Ok t
+        | _ -> Error ("the server's CPU time: unexpected answer " ^ String.escaped s))
+    | Error e -> Error ("the server's CPU time: " ^ Consort_cap.Rpc_error.to_string e)
   in
   (* Warm up: locate, handshake. *)
   let* _ = call "" in
@@ -302,7 +305,10 @@ let server_process key =
       Unix.close ready_r;
       let stop () =
         Unix.close ctl_w;
-        ignore (Unix.waitpid [] pid)
+        let rec wait () =
+          try ignore (Unix.waitpid [] pid) with Unix.Unix_error (Unix.EINTR, _, _) -> wait ()
+        in
+        wait ()
       in
       match String.index_opt line '\n' with
       | Some i when i > 0 && line.[0] <> '!' ->
@@ -396,12 +402,9 @@ let byte_limit exe =
   let* mbps = flow_result out in
   let cpu = t1.Unix.tms_cutime +. t1.tms_cstime -. t0.Unix.tms_cutime -. t0.tms_cstime in
   let received = Option.bind (field "m1_received" (String.trim out)) int_of_string_opt in
-  let cpu_ms =
-    match received with
-    | Some r when r > 0 -> cpu *. 1000. /. (float_of_int r *. 60000. /. 1e6)
-    | _ -> nan
-  in
-  Ok (mbps, cpu_ms)
+  match received with
+  | Some r when r > 0 -> Ok (mbps, cpu *. 1000. /. (float_of_int r *. 60000. /. 1e6))
+  | _ -> Error ("udp_raw: no m1_received in " ^ String.trim out)
 
 let rpc_null loop call calls =
   let samples = Array.make calls 0. in
@@ -477,9 +480,10 @@ let run ?(calls = 2000) ?(transfers = 50) ?(rounds = 3) ?(slices = 5) () =
         if k = 0 then Ok (lt, lcpu, tt, ccpu, scpu)
         else
           let* l_mbps, l_cpu_ms = byte_limit udp_raw in
-          let s0 = server_cpu () in
+          let* s0 = server_cpu () in
           let* t_mbps, t_cpu_mbps = rpc_bulk loop call_2p per_slice in
-          let s_ms = (server_cpu () -. s0) *. 1000. /. float_of_int per_slice in
+          let* s1 = server_cpu () in
+          let s_ms = (s1 -. s0) *. 1000. /. float_of_int per_slice in
           alternate (k - 1)
             ( lt +. (1. /. l_mbps),
               lcpu +. l_cpu_ms,
