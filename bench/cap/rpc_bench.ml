@@ -736,58 +736,63 @@ let cmd =
       Fmt.epr "consort bench rpc: --calls, --transfers and --rounds must be positive@.";
       2)
     else
-      match run ~calls ~transfers ~rounds () with
-      | Error e ->
-          Fmt.epr "consort bench rpc: %s@." e;
-          1
-      | Ok r -> (
-          print r;
-          if not no_grpc then print_grpc r (grpc_peer ~calls ~transfers);
-          let b = median_round (fun r -> r.trans_2p_mbps /. r.byte_limit_mbps) !rounds_done in
-          let b1 = median_round (fun r -> r.trans_mbps /. r.byte_limit_mbps) !rounds_done in
-          let line =
-            Printf.sprintf
-              "{\"bench\":\"rpc\",\"load\":\"%s\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"gcm_mirage_mbps\":%.1f,\"chacha_mbps\":%.1f,\"chacha_evp_mbps\":%.1f,\"chacha_1k_mbps\":%.1f,\"chacha_evp_1k_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_mbps\":%.1f,\"byte_limit_cpu_ms\":%.3f,\"byte_limit_ratio\":%.3f,\"byte_limit_ratio_one_process\":%.3f,\"rounds\":[%s]}"
-              (load ()) r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps
-              (r.trans_mbps /. r.raw_mbps) r.trans_cpu_mbps r.raw_cpu_mbps r.raw_big_cpu_mbps
-              r.gcm_mbps r.gcm_mirage_mbps r.chacha_mbps r.chacha_evp_mbps r.chacha_1k_mbps
-              r.chacha_evp_1k_mbps b.trans_2p_mbps b.trans_2p_client_cpu_ms b.trans_2p_server_cpu_ms
-              b.byte_limit_mbps b.byte_limit_cpu_ms
-              (b.trans_2p_mbps /. b.byte_limit_mbps)
-              (b1.trans_mbps /. b1.byte_limit_mbps)
-              (String.concat ","
-                 (List.map
-                    (fun x ->
-                      Printf.sprintf
-                        "{\"trans_mbps\":%.1f,\"raw_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"byte_limit_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_cpu_ms\":%.3f}"
-                        x.trans_mbps x.raw_mbps x.trans_2p_mbps x.byte_limit_mbps
-                        x.trans_2p_client_cpu_ms x.trans_2p_server_cpu_ms x.byte_limit_cpu_ms)
-                    !rounds_done))
-          in
-          if json then print_endline line;
-          match save with
-          | None -> 0
-          | Some d -> (
-              let tm = Unix.gmtime (Unix.time ()) in
-              let f =
-                Filename.concat d
-                  (Printf.sprintf "rpc-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
-                     (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
+      match Option.bind save Consort_cli.unwritable_dir with
+      | Some m ->
+          Fmt.epr "consort bench rpc: --save %s: %s@." (Option.get save) m;
+          2
+      | None -> (
+          match run ~calls ~transfers ~rounds () with
+          | Error e ->
+              Fmt.epr "consort bench rpc: %s@." e;
+              1
+          | Ok r -> (
+              print r;
+              if not no_grpc then print_grpc r (grpc_peer ~calls ~transfers);
+              let b = median_round (fun r -> r.trans_2p_mbps /. r.byte_limit_mbps) !rounds_done in
+              let b1 = median_round (fun r -> r.trans_mbps /. r.byte_limit_mbps) !rounds_done in
+              let line =
+                Printf.sprintf
+                  "{\"bench\":\"rpc\",\"load\":\"%s\",\"null_us\":%.1f,\"raw_rtt_us\":%.1f,\"trans_mbps\":%.1f,\"trans_8k_mbps\":%.1f,\"raw_mbps\":%.1f,\"ratio\":%.3f,\"trans_cpu_mbps\":%.1f,\"raw_cpu_mbps\":%.1f,\"raw_60k_cpu_mbps\":%.1f,\"gcm_mbps\":%.1f,\"gcm_mirage_mbps\":%.1f,\"chacha_mbps\":%.1f,\"chacha_evp_mbps\":%.1f,\"chacha_1k_mbps\":%.1f,\"chacha_evp_1k_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_mbps\":%.1f,\"byte_limit_cpu_ms\":%.3f,\"byte_limit_ratio\":%.3f,\"byte_limit_ratio_one_process\":%.3f,\"rounds\":[%s]}"
+                  (load ()) r.null_us r.raw_rtt_us r.trans_mbps r.trans_lan_mbps r.raw_mbps
+                  (r.trans_mbps /. r.raw_mbps) r.trans_cpu_mbps r.raw_cpu_mbps r.raw_big_cpu_mbps
+                  r.gcm_mbps r.gcm_mirage_mbps r.chacha_mbps r.chacha_evp_mbps r.chacha_1k_mbps
+                  r.chacha_evp_1k_mbps b.trans_2p_mbps b.trans_2p_client_cpu_ms
+                  b.trans_2p_server_cpu_ms b.byte_limit_mbps b.byte_limit_cpu_ms
+                  (b.trans_2p_mbps /. b.byte_limit_mbps)
+                  (b1.trans_mbps /. b1.byte_limit_mbps)
+                  (String.concat ","
+                     (List.map
+                        (fun x ->
+                          Printf.sprintf
+                            "{\"trans_mbps\":%.1f,\"raw_mbps\":%.1f,\"trans_2p_mbps\":%.1f,\"byte_limit_mbps\":%.1f,\"trans_2p_client_cpu_ms\":%.3f,\"trans_2p_server_cpu_ms\":%.3f,\"byte_limit_cpu_ms\":%.3f}"
+                            x.trans_mbps x.raw_mbps x.trans_2p_mbps x.byte_limit_mbps
+                            x.trans_2p_client_cpu_ms x.trans_2p_server_cpu_ms x.byte_limit_cpu_ms)
+                        !rounds_done))
               in
-              match
-                let oc = open_out f in
-                Fun.protect
-                  ~finally:(fun () -> close_out_noerr oc)
-                  (fun () ->
-                    output_string oc (line ^ "\n");
-                    close_out oc)
-              with
-              | () ->
-                  Fmt.pr "kept in %s@." f;
-                  0
-              | exception Sys_error m ->
-                  Fmt.epr "consort bench rpc: --save %s: %s@." d m;
-                  2))
+              if json then print_endline line;
+              match save with
+              | None -> 0
+              | Some d -> (
+                  let tm = Unix.gmtime (Unix.time ()) in
+                  let f =
+                    Filename.concat d
+                      (Printf.sprintf "rpc-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
+                         (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
+                  in
+                  match
+                    let oc = open_out f in
+                    Fun.protect
+                      ~finally:(fun () -> close_out_noerr oc)
+                      (fun () ->
+                        output_string oc (line ^ "\n");
+                        close_out oc)
+                  with
+                  | () ->
+                      Fmt.pr "kept in %s@." f;
+                      0
+                  | exception Sys_error m ->
+                      Fmt.epr "consort bench rpc: --save %s: %s@." d m;
+                      2)))
   in
   Cmd.v
     (Consort_cli.info ~path:"bench rpc" "rpc"

@@ -347,6 +347,12 @@ let paths : (string list * string * use * (string -> string list)) list =
         "checked at start for a directory it can write, written at the end of the run (a full disk \
          then is one line and 2, as for every write)",
       fun p -> [ "--rounds"; "1"; "--save"; p ] );
+    ( [ "bench"; "rpc" ],
+      "--save",
+      After_server
+        "checked at start for a directory it can write, written at the end of the run (a full disk \
+         then is one line and 2, as for every write)",
+      fun p -> [ "--rounds"; "1"; "--no-grpc"; "--save"; p ] );
     ([ "bench"; "membership" ], "--save", Written, fun p -> [ "--rounds"; "1"; "--save"; p ]);
     ( [ "bench"; "kv" ],
       "--save",
