@@ -210,12 +210,13 @@ let transport_fields g =
     ("dgrams_dropped", string_of_int i.dropped);
   ]
 
-(* How the loop waited: kernel waits that may block, and reads that found
-   something without one. *)
+(* How the loop waited: kernel waits that may block, reads that found
+   something without one, and reads that waited and found something. *)
 let loop_fields loop =
   [
     ("kernel_waits", string_of_int (Loop.kernel_waits loop));
     ("early_reads", string_of_int (Loop.early_reads loop));
+    ("wait_reads", string_of_int (Loop.wait_reads loop));
     ("timer_arms", string_of_int (Loop.timer_arms loop));
   ]
 

@@ -24,6 +24,7 @@
 #include <caml/fail.h>
 #include <caml/bigarray.h>
 #include <caml/unixsupport.h>
+#include <caml/signals.h>
 
 #define CONSORT_MAX_IOV 64
 #define CONSORT_MAX_MSGS 64
@@ -230,8 +231,8 @@ CAMLprim value consort_udp_recvmmsg(value fd, value buf, value vslot, value vnsl
    datagram received into bytes [offs.(i), offs.(i) + slot) of [bufs.(i)]
    (each a buffer of its own, so that a datagram can be handed up where it
    landed); [out] as above. */
-CAMLprim value consort_udp_recvmmsg_into(value fd, value bufs, value offs, value vslot,
-                                         value vnslots, value out)
+static value recvmmsg_into(value fd, value bufs, value offs, value vslot, value vnslots,
+                           value out, int wait)
 {
   struct iovec iov[CONSORT_MAX_MSGS];
   struct sockaddr_in sa[CONSORT_MAX_MSGS];
@@ -264,7 +265,20 @@ CAMLprim value consort_udp_recvmmsg_into(value fd, value bufs, value offs, value
     mm[i].msg_hdr.msg_controllen = sizeof ctl[i].buf;
   }
   for (;;) {
-    r = recvmmsg(Int_val(fd), mm, (unsigned int)nslots, MSG_DONTWAIT, NULL);
+    if (wait) {
+      /* Blocks until a datagram comes or the socket's receive timeout
+         (SO_RCVTIMEO) passes; a signal ends the wait, so that its OCaml
+         handler runs at once. */
+      int sfd = Int_val(fd), err;
+      caml_enter_blocking_section();
+      r = recvmmsg(sfd, mm, (unsigned int)nslots, MSG_WAITFORONE, NULL);
+      err = errno;
+      caml_leave_blocking_section();
+      errno = err;
+      if (r < 0 && errno == EINTR) return Val_int(0);
+    }
+    else
+      r = recvmmsg(Int_val(fd), mm, (unsigned int)nslots, MSG_DONTWAIT, NULL);
     if (r >= 0) break;
     if (errno == EINTR) continue;
     if (errno == ECONNREFUSED && ++tries < 4) continue;
@@ -295,10 +309,31 @@ CAMLprim value consort_udp_recvmmsg_into(value fd, value bufs, value offs, value
   return Val_int(r);
 }
 
+CAMLprim value consort_udp_recvmmsg_into(value fd, value bufs, value offs, value vslot,
+                                         value vnslots, value out)
+{
+  return recvmmsg_into(fd, bufs, offs, vslot, vnslots, out, 0);
+}
+
 CAMLprim value consort_udp_recvmmsg_into_byte(value *argv, int argn)
 {
   (void)argn;
   return consort_udp_recvmmsg_into(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5]);
+}
+
+/* The same, waiting for the first datagram at most as long as the socket's
+   receive timeout; the socket must be in blocking mode (every other call
+   on it says MSG_DONTWAIT). 0 if none came. */
+CAMLprim value consort_udp_recvmmsg_into_wait(value fd, value bufs, value offs, value vslot,
+                                              value vnslots, value out)
+{
+  return recvmmsg_into(fd, bufs, offs, vslot, vnslots, out, 1);
+}
+
+CAMLprim value consort_udp_recvmmsg_into_wait_byte(value *argv, int argn)
+{
+  (void)argn;
+  return consort_udp_recvmmsg_into_wait(argv[0], argv[1], argv[2], argv[3], argv[4], argv[5]);
 }
 
 /* [set_buffer fd rcv size] asks for a socket buffer of [size] bytes (past

@@ -20,6 +20,7 @@ type w = {
   fd : Unix.file_descr;
   cb : unit -> unit;
   try_read : (unit -> bool) option;
+  wait_read : (unit -> bool) option;
   order : int;
   mutable active : bool;
 }
@@ -48,6 +49,9 @@ type t = {
   mutable tfd : Unix.file_descr option; (* the timer descriptor, in [epfd] *)
   mutable armed : Time.t; (* when it expires; [max_int] once that was seen, or never armed *)
   mutable timer_arms : int;
+  mutable wskip : int; (* waits left before the next [wait_read] *)
+  mutable wbackoff : int; (* waits skipped after the last [wait_read] that found nothing *)
+  mutable wait_reads : int;
 }
 
 external epoll_create : unit -> Unix.file_descr = "consort_epoll_create"
@@ -86,6 +90,9 @@ let create () =
     tfd = None;
     armed = max_int;
     timer_arms = 0;
+    wskip = 0;
+    wbackoff = 0;
+    wait_reads = 0;
   }
 
 (* Heap. *)
@@ -163,9 +170,11 @@ let update_only t =
     (if Hashtbl.length t.ws <> 1 then None
      else Hashtbl.fold (fun _ w _ -> if w.try_read = None then None else Some w) t.ws None);
   t.skip <- 0;
-  t.backoff <- 0
+  t.backoff <- 0;
+  t.wskip <- 0;
+  t.wbackoff <- 0
 
-let watch ?try_read t fd cb =
+let watch ?try_read ?wait_read t fd cb =
   if Hashtbl.mem t.ws fd then invalid_arg "Loop.watch: descriptor already watched";
   let ep = match t.epfd with Some ep -> ep | None -> epoll_create () in
   (try epoll_ctl ep fd true
@@ -173,7 +182,7 @@ let watch ?try_read t fd cb =
      if Hashtbl.length t.ws = 0 then Unix.close ep;
      raise e);
   t.epfd <- Some ep;
-  Hashtbl.replace t.ws fd { fd; cb; try_read; order = t.next_order; active = true };
+  Hashtbl.replace t.ws fd { fd; cb; try_read; wait_read; order = t.next_order; active = true };
   t.next_order <- t.next_order + 1;
   update_only t
 
@@ -208,6 +217,7 @@ let errors t = t.errors
 let kernel_waits t = t.kernel_waits
 let timer_arms t = t.timer_arms
 let early_reads t = t.early_reads
+let wait_reads t = t.wait_reads
 let stop t = t.stopped <- true
 let on_error t f = t.on_error <- Some f
 
@@ -298,6 +308,47 @@ let read_early t wait =
       end
   | _ -> false
 
+(* A loop that watches one descriptor with a [wait_read], no spin, and no
+   deadline within [wait_quantum], waits by reading it: [wait_read] blocks
+   until a datagram comes or at most [wait_quantum] (the socket's receive
+   timeout) has passed, and serves what came. One system call where the
+   wait in [epoll_wait] and the read after it are two. A deadline nearer
+   than the quantum is waited for by [epoll_wait] with the timer
+   descriptor, so a timer is never late for it. A [wait_read] that found
+   nothing (the quantum passed: the descriptor is idle) is followed by
+   waits in the kernel (1, 2, 4, up to [max_backoff] of them, back to none
+   once a [wait_read] finds something), so that an idle loop wakes at most
+   once in [max_backoff] waits for nothing. [true] if the wait was made
+   (the loop then fires its timers and comes back here). *)
+let wait_quantum = 500_000
+
+let read_waiting t wait =
+  match t.only with
+  | Some ({ wait_read = Some f; _ } as w)
+    when w.active && t.spin = 0 && (not t.pinned) && (wait < 0 || wait >= wait_quantum) ->
+      if t.wskip > 0 then begin
+        t.wskip <- t.wskip - 1;
+        false
+      end
+      else begin
+        let got =
+          try f ()
+          with e ->
+            guard_fd t w (fun () -> raise e);
+            false
+        in
+        if got then begin
+          t.wait_reads <- t.wait_reads + 1;
+          t.wbackoff <- 0
+        end
+        else begin
+          t.wbackoff <- (if t.wbackoff = 0 then 1 else Int.min max_backoff (2 * t.wbackoff));
+          t.wskip <- t.wbackoff
+        end;
+        true
+      end
+  | _ -> false
+
 (* The descriptors that [epoll_wait] found ready, [n] of them in
    [t.ready], served in the order they were watched. *)
 let serve_many t n =
@@ -330,7 +381,8 @@ let serve_one t fd =
 (* Waits at most [wait] nanoseconds (forever if negative) and serves the
    descriptors that became readable, in the order they were watched. *)
 let wait_and_serve ?(next = max_int) t wait =
-  if read_early t wait then ()
+  if read_waiting t wait then ()
+  else if read_early t wait then ()
   else
     match t.epfd with
     | None -> if wait > 0 then Unix.sleepf (Time.to_sec wait)

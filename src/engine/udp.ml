@@ -115,6 +115,10 @@ external c_recvmmsg_into :
   Unix.file_descr -> Cstruct.buffer array -> int array -> int -> int -> int array -> int
   = "consort_udp_recvmmsg_into_byte" "consort_udp_recvmmsg_into"
 
+external c_recvmmsg_into_wait :
+  Unix.file_descr -> Cstruct.buffer array -> int array -> int -> int -> int array -> int
+  = "consort_udp_recvmmsg_into_wait_byte" "consort_udp_recvmmsg_into_wait"
+
 external c_count_overflow : Unix.file_descr -> unit = "consort_udp_count_overflow"
 external c_set_buffer : Unix.file_descr -> bool -> int -> int = "consort_udp_set_buffer"
 external c_mcast_setup : Unix.file_descr -> int -> int -> bool -> unit = "consort_udp_mcast_setup"
@@ -327,11 +331,14 @@ let receive_calls_made = ref 0
 let receive_calls () = !receive_calls_made
 
 (* A function of its own, not a closure made for each read. *)
-let rec round c ~group fd last batch l budget =
+let rec round c ~group ~wait fd last batch l budget =
   if budget > 0 && not c.closed then begin
     let ask = Int.min !batch budget in
     incr receive_calls_made;
-    match c_recvmmsg_into fd l.bufs l.offs slot ask l.results with
+    match
+      if wait then c_recvmmsg_into_wait fd l.bufs l.offs slot ask l.results
+      else c_recvmmsg_into fd l.bufs l.offs slot ask l.results
+    with
     | exception Unix.Unix_error (e, fn, _) ->
         Log.err (fun m -> m "%a: %s: %s" pp_address c.local fn (Unix.error_message e));
         false
@@ -351,30 +358,32 @@ let rec round c ~group fd last batch l budget =
         done;
         if r = ask then begin
           batch := Int.min nslots (Int.max !batch (2 * ask));
-          ignore (round c ~group fd last batch l (budget - r) : bool)
+          ignore (round c ~group ~wait:false fd last batch l (budget - r) : bool)
         end
         else if r > 0 then batch := Int.min nslots (Int.max min_batch (2 * r));
         r > 0
   end
   else false
 
-let receive c ~group fd last batch l = round c ~group fd last batch l (rounds * nslots)
+let receive c ~group ~wait fd last batch l = round c ~group ~wait fd last batch l (rounds * nslots)
 
-(* The reader of [fd] for the loop: when readable, and without a wait
-   ({!Loop.watch}'s [try_read]). *)
+(* The readers of [fd] for the loop: when readable, without a wait
+   ({!Loop.watch}'s [try_read]), and waiting at most the socket's receive
+   timeout ([wait_read]; the socket in blocking mode, every other call on
+   it with MSG_DONTWAIT). *)
 let reader c ~group fd =
   let last = ref 0 and batch = ref min_batch in
-  let read () =
+  let read wait =
     if !landing_busy then begin
       let l = make_landing () in
       Fun.protect
         ~finally:(fun () -> release_landing l)
-        (fun () -> receive c ~group fd last batch l)
+        (fun () -> receive c ~group ~wait fd last batch l)
     end
     else begin
       (* The common case, without the closures of [Fun.protect]. *)
       landing_busy := true;
-      match receive c ~group fd last batch (Lazy.force shared_landing) with
+      match receive c ~group ~wait fd last batch (Lazy.force shared_landing) with
       | got ->
           landing_busy := false;
           got
@@ -384,7 +393,7 @@ let reader c ~group fd =
           Printexc.raise_with_backtrace e bt
     end
   in
-  ((fun () -> ignore (read () : bool)), read)
+  ((fun () -> ignore (read false : bool)), (fun () -> read false), fun () -> read true)
 
 (* Opening and closing. *)
 
@@ -404,7 +413,11 @@ let open_with ?(pool = Pool.default) loop addr f =
   | exception Unix.Unix_error (e, fn, _) -> Error (system e fn)
   | fd -> (
       let setup () =
-        Unix.set_nonblock fd;
+        (* Blocking mode, with a receive timeout of the loop's quantum: the
+           loop may wait in a read ([Loop.watch ~wait_read]); every other
+           call on [fd] says MSG_DONTWAIT. *)
+        Unix.clear_nonblock fd;
+        Unix.setsockopt_float fd Unix.SO_RCVTIMEO (Time.to_sec Loop.wait_quantum);
         let rcvbuf = set_buffer fd true in
         let sndbuf = set_buffer fd false in
         (try c_count_overflow fd with Unix.Unix_error _ -> ());
@@ -443,8 +456,8 @@ let open_with ?(pool = Pool.default) loop addr f =
             }
           in
           c.handler <- f c;
-          let on_readable, try_read = reader c ~group:false fd in
-          Loop.watch ~try_read loop fd on_readable;
+          let on_readable, try_read, wait_read = reader c ~group:false fd in
+          Loop.watch ~try_read ~wait_read loop fd on_readable;
           Log.debug (fun m -> m "opened %a" pp_address local);
           Ok c)
 
@@ -577,7 +590,7 @@ let join c g =
                   | e -> system e fn)
             | () ->
                 c.group <- Some (g, gfd);
-                let on_readable, try_read = reader c ~group:true gfd in
+                let on_readable, try_read, _ = reader c ~group:true gfd in
                 Loop.watch ~try_read c.loop gfd on_readable;
                 Log.debug (fun m -> m "%a joined %a" pp_address c.local pp_address g);
                 Ok ()))

@@ -226,23 +226,81 @@ let timer_armed_once () =
   Unix.close r;
   Unix.close w
 
-(* A loop that watches one UDP socket reads it before asking the kernel to
-   wait: a datagram already there is served with no kernel wait. Then, with
-   nothing to read, a read that finds nothing is followed by kernel waits
-   only. *)
+(* A loop that watches one descriptor with a [try_read] reads it before
+   asking the kernel to wait (here a pipe, and a deadline within the wait
+   quantum: a UDP socket waits by reading when no deadline is that near): a
+   byte already there is served with no kernel wait. Then, with nothing to
+   read, a read that finds nothing is followed by kernel waits only. *)
 let reads_before_waiting () =
   let loop = Loop.create () in
-  let c, rx = open_rx loop in
-  let s, dst = plain_sender c in
-  ignore (Unix.sendto_substring s "early" 0 5 [] dst);
+  let r, w = Unix.pipe ~cloexec:true () in
+  Unix.set_nonblock r;
+  let got = ref 0 in
+  let read () =
+    match Unix.read r (Bytes.create 16) 0 16 with
+    | n ->
+        got := !got + n;
+        n > 0
+    | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK), _, _) -> false
+  in
+  Loop.watch ~try_read:read loop r (fun () -> ignore (read ()));
+  ignore (Unix.write_substring w "e" 0 1);
   let far = Loop.after loop (Time.of_sec 10.) ignore in
-  Alcotest.(check bool) "received" true (wait loop (fun () -> rx.got <> []));
+  Alcotest.(check bool) "received" true (wait loop (fun () -> !got = 1));
   Alcotest.(check int) "kernel waits" 0 (Loop.kernel_waits loop);
   Alcotest.(check int) "early reads" 1 (Loop.early_reads loop);
   Loop.run loop ~timeout:(ms 30);
   Alcotest.(check int) "still 1 early read" 1 (Loop.early_reads loop);
   Alcotest.(check bool) "then kernel waits" true (Loop.kernel_waits loop >= 1);
   Loop.cancel far;
+  Loop.unwatch loop r;
+  Unix.close r;
+  Unix.close w
+
+(* A loop that watches one UDP socket, with no deadline within the wait
+   quantum, waits by reading it: 200 datagrams already there are served by
+   a read that may wait, with no kernel wait. Idle, a timer is not late for
+   that read: the read waits at most the quantum (the socket's receive
+   timeout), and the timer, due in 20 ms, fires before an alarm set for 2 s
+   rings (a read that waited on past its deadline would end only when the
+   alarm's signal interrupts it). *)
+let waits_by_reading () =
+  let loop = Loop.create () in
+  let c, rx = open_rx loop in
+  let s, dst = plain_sender c in
+  let n = 200 in
+  for i = 1 to n do
+    let d = string_of_int i in
+    ignore (Unix.sendto_substring s d 0 (String.length d) [] dst)
+  done;
+  let far = Loop.after loop (Time.of_sec 10.) ignore in
+  Alcotest.(check bool) "received" true (wait loop (fun () -> List.length rx.got = n));
+  Alcotest.(check (list string))
+    "in order"
+    (List.init n (fun i -> string_of_int (i + 1)))
+    (List.rev_map snd rx.got);
+  Alcotest.(check int) "kernel waits" 0 (Loop.kernel_waits loop);
+  Alcotest.(check int) "early reads" 0 (Loop.early_reads loop);
+  Alcotest.(check bool) "reads that waited" true (Loop.wait_reads loop >= 1);
+  Loop.cancel far;
+  let rang = ref false in
+  let old = Sys.signal Sys.sigalrm (Sys.Signal_handle (fun _ -> rang := true)) in
+  Fun.protect
+    ~finally:(fun () ->
+      ignore (Unix.alarm 0);
+      Sys.set_signal Sys.sigalrm old)
+    (fun () ->
+      let t0 = Loop.now loop in
+      let fired = ref 0 and before_alarm = ref false in
+      ignore
+        (Loop.after loop (ms 20) (fun () ->
+             fired := Loop.now loop;
+             before_alarm := not !rang));
+      ignore (Unix.alarm 2);
+      Loop.run loop ~until:(fun () -> !fired > 0) ~timeout:(Time.of_sec 10.);
+      Alcotest.(check bool) "fired" true (!fired > 0);
+      Alcotest.(check bool) "not early" true (!fired - t0 >= ms 20);
+      Alcotest.(check bool) "before the alarm" true !before_alarm);
   Udp.close c;
   Unix.close s
 
@@ -679,7 +737,18 @@ let kept_slots_reused () =
     burst ();
     let lost () = (Udp.query b).dropped in
     Loop.run loop ~timeout:(ms 10_000) ~until:(fun () -> !sent = n && !nkept + lost () >= n);
-    Alcotest.(check int) "every datagram kept" n !nkept
+    Alcotest.(check int) "every datagram kept" n !nkept;
+    (* A kept datagram is a view of its slot (over 2 KiB: not copied): the
+       slot must go with it, not be received into again while it is kept. *)
+    let seqs = Hashtbl.create n in
+    List.iter
+      (fun v ->
+        let cs = Iovec.cstruct v in
+        Hashtbl.replace seqs (Cstruct.to_string (Cstruct.sub cs 0 4)) ();
+        if Cstruct.to_string (Cstruct.shift cs 4) <> String.make 3000 'k' then
+          Alcotest.fail "a kept datagram's body was written over")
+      !kept;
+    Alcotest.(check int) "every kept datagram still its own" n (Hashtbl.length seqs)
   in
   window ();
   let first = Udp.receive_pool_stats () in
@@ -1026,6 +1095,7 @@ let () =
           Alcotest.test_case "descriptor readiness" `Quick fd_readiness;
           Alcotest.test_case "kernel timer armed once" `Quick timer_armed_once;
           Alcotest.test_case "reads before waiting" `Quick reads_before_waiting;
+          Alcotest.test_case "waits by reading its one socket" `Quick waits_by_reading;
           Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;

@@ -162,6 +162,37 @@ let close_flushes () =
   Sim.run net;
   Alcotest.(check strings) "all" [ "one"; "two"; "three" ] (List.rev_map snd !got)
 
+(* What the caller gives is not the bundle's: the caller may release a
+   datagram as soon as [send] or [cast] returns, and its buffer be used again
+   before the step ends and the bundle goes out (here the caller's next
+   slice of the same pool takes the bytes a released slice leaves, and is
+   written over). What goes on the wire is what was given: a lone datagram
+   kept as it is holds its own reference, and a bundle holds a copy. *)
+let reused_buffers () =
+  let net = Sim.create ~seed:7 () in
+  let _b, got = bundled net "b" in
+  let s, _ = bundled net "s" in
+  let pool = Pool.create ~segment_size:8192 ~name:"reused" () in
+  let taken = ref [] in
+  let give f p =
+    let n = String.length p in
+    let v = Pool.alloc pool n in
+    Cstruct.blit_from_string p 0 (Iovec.cstruct v) 0 n;
+    let m = Msg.create [ v ] in
+    (match f m with Ok () -> () | Error e -> Alcotest.failf "%a" Transport.pp_error e);
+    Msg.release m;
+    let w = Pool.alloc pool n in
+    Cstruct.memset (Iovec.cstruct w) (Char.code 'X');
+    taken := w :: !taken
+  in
+  let alone = payload 1 300 and many = List.init 5 (fun i -> payload (i + 2) (100 + (200 * i))) in
+  ignore (Sim.at net (ms 1) (fun () -> give (fun m -> B.cast s ~dsts:[ "b" ] m) alone));
+  ignore (Sim.at net (ms 2) (fun () -> List.iter (give (fun m -> B.send s ~dst:"b" m)) many));
+  Sim.run net;
+  Alcotest.(check strings) "as given" (alone :: many) (List.rev_map snd !got);
+  Alcotest.(check int) "bundled" 5 (B.stats s).Bundle.bundled;
+  List.iter Iovec.release !taken
+
 (* Random steps of casts and sends of random sizes to three destinations,
    random bundle sizes: each receiver gets exactly its datagrams, sends in
    the order given and casts in the order given. *)
@@ -451,6 +482,8 @@ let () =
           Alcotest.test_case "size 0: no bundling" `Quick off;
           Alcotest.test_case "too large to share: alone, in order" `Quick large;
           Alcotest.test_case "close sends what is held" `Quick close_flushes;
+          Alcotest.test_case "the caller's buffers reused before the step ends" `Quick
+            reused_buffers;
           Alcotest.test_case "random steps: exact and in order" `Quick random_traces;
           Alcotest.test_case "wire: decode (encode ds) = ds" `Quick (fun () ->
               QCheck.Test.check_exn wire_round_trip);
