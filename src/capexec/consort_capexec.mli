@@ -81,6 +81,13 @@ type request = {
 val run : host -> request -> int
 (** Runs it: the exit status, the messages said on [host]. *)
 
+val start : host -> request -> (int -> unit) -> unit
+(** [start host req k]: {!run} without waiting for the program, for a caller that runs several at
+    once on one loop (the agent): resolves the paths and checks the command (waiting for those
+    answers, so not from inside a callback of the nodes' loop), starts the program and calls [k]
+    once with the exit status, at once when refused, else from the loop once the program ended and
+    its output was passed on. [host.with_stdin] is not used: the caller checked its streams. *)
+
 val agent_cmd :
   (string option
   * request
